@@ -1,0 +1,208 @@
+"""Lowering: isl schedule tree -> isl AST -> polycomp IR.
+
+``build_ast`` runs ``isl_ast_build_node_from_schedule`` under the model's context
+(so guards implied by ``N >= 1`` etc. are dropped).  :class:`AstLowerer` walks the AST
+and produces IR:
+
+* ``for`` nodes become :class:`~polycomp.ir.For` with unit stride (a stride ``s`` loop
+  becomes ``for t in [0, n): let c = init + s*t``; a degenerate loop becomes a ``let``);
+* ``if`` nodes become :class:`~polycomp.ir.IfThenElse`;
+* ``mark`` nodes become :class:`~polycomp.ir.AttrStmt` (key = mark name before ``:``,
+  value = the text after it) so hardware passes can pattern-match them;
+* user nodes become the statement's ``Store`` (or, for statements registered by
+  promotion passes, whatever IR their builder returns) with the statement iterators
+  replaced by the AST's argument expressions.
+
+isl division operators map to floor division/modulo (``div``/``pdiv_q``/``fdiv_q`` ->
+``//``, ``pdiv_r``/``zdiv_r`` -> ``%``; ``zdiv_r`` is only ever compared with 0, where the
+two agree).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import islpy as isl
+
+from polycomp import ir
+from polycomp.errors import PolycompInternalError
+from polycomp.islutil import flatten_range, sets
+
+_OP = isl.ast_expr_op_type
+_BIN = {
+    _OP.add: "+", _OP.sub: "-", _OP.mul: "*", _OP.div: "//", _OP.fdiv_q: "//",
+    _OP.pdiv_q: "//", _OP.pdiv_r: "%", _OP.zdiv_r: "%", _OP.min: "min", _OP.max: "max",
+    _OP.eq: "==", _OP.le: "<=", _OP.lt: "<", _OP.ge: ">=", _OP.gt: ">",
+    _OP.and_: "&&", _OP.and_then: "&&", _OP.or_: "||", _OP.or_else: "||",
+}
+
+
+def build_ast(schedule: isl.Schedule, context: isl.Set,
+              dependences: isl.UnionMap | None = None) -> isl.AstNode:
+    """Generate the isl AST of ``schedule`` under ``context``.
+
+    With ``dependences``, a ``before_each_for`` callback annotates every ``for`` node
+    with an isl id ``coincident`` or ``carried``: the loop is coincident when every
+    dependence between two instances it executes with equal outer loop values has
+    distance 0 on it (the test PPCG and Pluto apply when generating code).
+    """
+    build = isl.AstBuild.from_context(context)
+    handles = []
+    errors: list = []
+    if dependences is not None and not dependences.is_empty():
+        def before_each_for(b):
+            try:
+                return isl.Id("coincident" if _loop_is_coincident(b, dependences) else "carried")
+            except Exception as e:  # isl swallows exceptions raised in callbacks
+                errors.append(e)
+                return isl.Id("carried")
+        build, h = build.set_before_each_for(before_each_for)
+        handles.append(h)  # the callback must stay alive while the AST is built
+    node = build.node_from_schedule(schedule)
+    if errors:
+        raise errors[0]
+    del handles
+    return node
+
+
+def _loop_is_coincident(build: isl.AstBuild, deps: isl.UnionMap) -> bool:
+    sched = flatten_range(build.get_schedule())
+    mapped = deps.apply_domain(sched).apply_range(sched)
+    if mapped.is_empty():
+        return True
+    for delta in sets(mapped.deltas()):
+        n = delta.dim(isl.dim_type.set)
+        outer_equal = delta
+        for k in range(n - 1):
+            outer_equal = outer_equal.fix_val(isl.dim_type.set, k, 0)
+        if not outer_equal.is_subset(outer_equal.fix_val(isl.dim_type.set, n - 1, 0)):
+            return False
+    return True
+
+
+class AstLowerer:
+    """Converts one isl AST to IR.
+
+    ``statements`` maps a statement name to a callable ``(args: list[ir.Expr]) -> Stmt``
+    producing the IR of one instance given its domain coordinates.
+    """
+
+    def __init__(self, statements: dict[str, Callable], params: tuple):
+        self.statements = statements
+        self.vars: dict[str, ir.Var] = {p.name: p for p in params}
+
+    def var(self, name: str) -> ir.Var:
+        v = self.vars.get(name)
+        if v is None:
+            v = self.vars[name] = ir.Var(name)
+        return v
+
+    # ---------------------------------------------------------------- expressions
+    def expr(self, e: isl.AstExpr) -> ir.Expr:
+        t = e.get_type()
+        if t == isl.ast_expr_type.int:
+            return ir.IntImm(int(e.get_val().to_python()))
+        if t == isl.ast_expr_type.id:
+            return self.var(e.get_id().get_name())
+        if t != isl.ast_expr_type.op:
+            raise PolycompInternalError(f"unexpected isl AST expression {e.to_C_str()}")
+        op = e.get_op_type()
+        args = [self.expr(e.get_op_arg(k)) for k in range(e.get_op_n_arg())]
+        if op in _BIN:
+            b = _BIN[op]
+            if b in ("==", "<=", "<", ">=", ">", "&&", "||"):
+                return ir.Binary(b, args[0], args[1], "bool")
+            out = args[0]
+            for a in args[1:]:  # min/max may be n-ary
+                out = ir.Binary(b, out, a, "int64")
+            return out
+        if op == _OP.minus:
+            return ir.Unary("neg", args[0], "int64")
+        if op in (_OP.cond, _OP.select):
+            return ir.Select(args[0], args[1], args[2], args[1].dtype)
+        raise PolycompInternalError(f"unsupported isl AST operator in {e.to_C_str()}")
+
+    # ---------------------------------------------------------------- statements
+    def stmt(self, node: isl.AstNode) -> ir.Stmt:
+        t = node.get_type()
+        if t == isl.ast_node_type.block:
+            lst = node.block_get_children()
+            return ir.seq(*[self.stmt(lst.get_at(k)) for k in range(lst.n_ast_node())])
+        if t == isl.ast_node_type.for_:
+            return self.for_(node)
+        if t == isl.ast_node_type.if_:
+            then = self.stmt(node.if_get_then_node())
+            orelse = self.stmt(node.if_get_else_node()) if node.if_has_else_node() else None
+            return ir.IfThenElse(self.expr(node.if_get_cond()), then, orelse)
+        if t == isl.ast_node_type.mark:
+            name = node.mark_get_id().get_name()
+            key, _, value = name.partition(":")
+            return ir.AttrStmt(key, value, self.stmt(node.mark_get_node()))
+        if t == isl.ast_node_type.user:
+            return self.user(node.user_get_expr())
+        raise PolycompInternalError(f"unsupported isl AST node type {t}")
+
+    def for_(self, node) -> ir.Stmt:
+        it = node.for_get_iterator().get_id().get_name()
+        v = self.var(it)
+        init = self.expr(node.for_get_init())
+        body = self.stmt(node.for_get_body())
+        if node.for_is_degenerate():
+            return ir.LetStmt(v, init, body)
+        inc = int(node.for_get_inc().get_val().to_python())
+        cond = node.for_get_cond()
+        if cond.get_type() != isl.ast_expr_type.op or cond.get_op_type() not in (_OP.le, _OP.lt):
+            raise PolycompInternalError(f"loop condition {cond.to_C_str()} is not an upper bound")
+        lhs, rhs = cond.get_op_arg(0), cond.get_op_arg(1)
+        if not (lhs.get_type() == isl.ast_expr_type.id and lhs.get_id().get_name() == it):
+            raise PolycompInternalError(f"loop condition {cond.to_C_str()} does not bound {it}")
+        ub = self.expr(rhs)
+        count = ub - init + (1 if cond.get_op_type() == _OP.le else 0)  # for inc == 1
+        ann = ()
+        if node.get_annotation() is not None:
+            ann = (("coincident", node.get_annotation().get_name() == "coincident"),)
+        if inc == 1:
+            return ir.For(v, init, count, "serial", body, ann)
+        t = self.var(it + "_t")
+        extent = (count + (inc - 1)) // inc
+        return ir.For(t, ir.IntImm(0), extent, "serial",
+                      ir.LetStmt(v, init + t * inc, body), ann)
+
+    def user(self, e: isl.AstExpr) -> ir.Stmt:
+        name = e.get_op_arg(0).get_id().get_name()
+        fn = self.statements.get(name)
+        if fn is None:
+            raise PolycompInternalError(f"the AST executes unknown statement {name}")
+        args = [self.expr(e.get_op_arg(k)) for k in range(1, e.get_op_n_arg())]
+        return fn(args)
+
+
+def statement_builders(model) -> dict[str, Callable]:
+    """For each model statement, a builder instantiating its Store at given coordinates."""
+    out = {}
+    for s in model.statements:
+        def make(args, s=s):
+            if len(args) != len(s.iters):
+                raise PolycompInternalError(f"{s.name} called with {len(args)} coordinates")
+            return ir.substitute(s.store(), dict(zip(s.iters, args)))
+        out[s.name] = make
+    return out
+
+
+def lower_schedule(model, schedule: isl.Schedule, extra_statements: dict | None = None,
+                   name: str | None = None) -> ir.LoweredFunc:
+    """Lower ``schedule`` of ``model`` to a :class:`~polycomp.ir.LoweredFunc`.
+
+    Temporaries (stages that are not outputs) are allocated in global scope around
+    the whole body.
+    """
+    from .simplify import simplify
+    ast = build_ast(schedule, model.context, model.dependences)
+    builders = statement_builders(model)
+    builders.update(extra_statements or {})
+    body = AstLowerer(builders, model.params).stmt(ast)
+    for t in reversed(model.graph.temporaries):
+        body = ir.Allocate(t.buffer, body)
+    g = model.graph
+    f = ir.LoweredFunc(name or g.name, tuple(model.params), tuple(t.buffer for t in g.inputs),
+                       tuple(t.buffer for t in g.outputs), body)
+    return f.with_body(simplify(f.body))

@@ -1,0 +1,430 @@
+"""The IR interpreter: executes a LoweredFunc on numpy arrays (the reference executor).
+
+Execution is *lane-vectorised*: a loop that carries no dependence (a ``For`` whose
+kind is parallel/vectorized/gpu_*, or annotated ``coincident``) does not iterate; its
+variable becomes a vector of all its values and the body runs once over all lanes.
+Lanes multiply as such loops nest (the lane space is kept flat, 1-D).  Serial loops
+iterate; inside lanes their bounds may differ per lane, in which case the loop runs to
+the largest bound with the finished lanes masked off.  ``if`` and ``select`` narrow the
+active-lane mask; loads in inactive lanes are never performed (so a select may guard
+an out-of-bounds padding read), and loads/stores in active lanes are bounds-checked:
+an out-of-bounds access raises :class:`InterpreterError`, which makes the interpreter
+a checker of generated code too.
+
+A serial loop whose body is a single reduction update ``X[idx] = X[idx] op e`` (``idx``
+independent of the loop variable, ``e`` not reading ``X``) is executed as a vector
+reduction over the loop (the summation order differs from sequential order).
+
+Arithmetic follows :mod:`polycomp.dtypes`: float16/bfloat16 values compute in float32
+and are rounded when stored; ``//`` and ``%`` are floor division and modulo.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from polycomp import dtypes as dt
+from polycomp import ir
+from polycomp.errors import PolycompError
+
+_PARALLEL_KINDS = ("parallel", "vectorized", "gpu_block", "gpu_thread", "gpu_warp")
+
+
+class InterpreterError(PolycompError):
+    """The interpreted IR did something invalid (out-of-bounds access, bad extent)."""
+
+
+def _np_compute(dtype: str):
+    return dt.to_numpy(dt.compute_dtype(dtype))
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _math(name, args, dtype):
+    x = args[0]
+    with np.errstate(all="ignore"):
+        if name == "exp":
+            return np.exp(x)
+        if name == "log":
+            return np.log(x)
+        if name == "sqrt":
+            return np.sqrt(x)
+        if name == "rsqrt":
+            return 1 / np.sqrt(x)
+        if name == "tanh":
+            return np.tanh(x)
+        if name == "erf":
+            r = _erf(np.asarray(x, dtype=np.float64))
+            return r.astype(_np_compute(dtype)) if isinstance(r, np.ndarray) else r
+        if name == "abs":
+            return np.abs(x)
+        if name == "pow":
+            return np.power(x, args[1])
+        if name == "floor":
+            return np.floor(x)
+        if name == "ceil":
+            return np.ceil(x)
+        if name == "sigmoid":
+            one = np.asarray(1, dtype=np.asarray(x).dtype)
+            return one / (one + np.exp(-x))
+    raise InterpreterError(f"the interpreter has no implementation of call {name!r}")
+
+
+class _State:
+    __slots__ = ("env", "buffers", "lanes", "mask")
+
+    def __init__(self, env, buffers):
+        self.env = env
+        self.buffers = buffers
+        self.lanes = 1            # length of the flat lane space
+        self.mask = None          # bool array of length lanes, or None (all active)
+
+
+class Interpreter:
+    """Executes IR statements; see the module docstring."""
+
+    def __init__(self, func: ir.LoweredFunc):
+        self.func = func
+
+    # ----------------------------------------------------------------- entry
+    def run(self, arrays: dict, params: dict) -> None:
+        buffers = {}
+        for b in self.func.args:
+            if b.name not in arrays:
+                raise InterpreterError(f"no array given for argument {b.name!r}")
+            buffers[b] = arrays[b.name]
+        env = {p: int(params[p.name]) for p in self.func.params}
+        st = _State(env, buffers)
+        self.stmt(self.func.body, st)
+
+    # ----------------------------------------------------------------- exprs
+    def expr(self, e, st: _State, mask=None):
+        t = type(e)
+        if t is ir.IntImm:
+            return e.value if e.dtype != "bool" else bool(e.value)
+        if t is ir.FloatImm:
+            return _np_compute(e.dtype).type(e.value)
+        if isinstance(e, ir.Var):
+            try:
+                return st.env[e]
+            except KeyError:
+                raise InterpreterError(f"variable {e.name!r} is not bound") from None
+        if t is ir.Binary:
+            return self.binary(e, st, mask)
+        if t is ir.Unary:
+            a = self.expr(e.a, st, mask)
+            return np.logical_not(a) if e.op == "!" else -a
+        if t is ir.Select:
+            c = self.expr(e.cond, st, mask)
+            if np.ndim(c) == 0:
+                return self.expr(e.t if c else e.f, st, mask)
+            m = c if mask is None else (mask & c)
+            nm = ~c if mask is None else (mask & ~c)
+            tv = self.expr(e.t, st, m) if m.any() else 0
+            fv = self.expr(e.f, st, nm) if nm.any() else 0
+            return np.where(c, tv, fv).astype(_np_compute(e.dtype), copy=False)
+        if t is ir.Cast:
+            v = self.expr(e.value, st, mask)
+            nd = _np_compute(e.dtype)
+            if e.dtype in ("float16", "bfloat16"):
+                v = np.asarray(v).astype(dt.to_numpy(e.dtype)).astype(nd)
+            elif e.dtype in dt.INTS and dt.is_float(e.value.dtype):
+                with np.errstate(all="ignore"):
+                    v = np.trunc(v)
+            return np.asarray(v).astype(nd) if np.ndim(v) else nd.type(v)
+        if t is ir.Call:
+            args = [self.expr(a, st, mask) for a in e.args]
+            return _math(e.name, args, e.dtype)
+        if t is ir.Load:
+            return self.load(e, st, mask)
+        raise InterpreterError(f"the interpreter cannot evaluate {type(e).__name__}")
+
+    def binary(self, e, st, mask):
+        op = e.op
+        a = self.expr(e.a, st, mask)
+        if op == "&&":
+            b = self.expr(e.b, st, mask)
+            return np.logical_and(a, b)
+        if op == "||":
+            b = self.expr(e.b, st, mask)
+            return np.logical_or(a, b)
+        b = self.expr(e.b, st, mask)
+        if e.dtype in dt.FLOATS:
+            nd = _np_compute(e.dtype)
+            a = np.asarray(a, dtype=nd) if np.ndim(a) else nd.type(a)
+            b = np.asarray(b, dtype=nd) if np.ndim(b) else nd.type(b)
+        with np.errstate(all="ignore"):
+            if op == "+": return a + b
+            if op == "-": return a - b
+            if op == "*": return a * b
+            if op == "/": return a / b
+            if op == "//":
+                if np.any(np.asarray(b) == 0):
+                    raise InterpreterError("integer division by zero")
+                return np.floor_divide(a, b)
+            if op == "%":
+                return np.mod(a, b)
+            if op == "min": return np.minimum(a, b)
+            if op == "max": return np.maximum(a, b)
+            if op == "<": return a < b
+            if op == "<=": return a <= b
+            if op == ">": return a > b
+            if op == ">=": return a >= b
+            if op == "==": return a == b
+            if op == "!=": return a != b
+        raise InterpreterError(f"unknown operator {op!r}")
+
+    def _addresses(self, buf, indices, st, mask, what):
+        arr = st.buffers.get(buf)
+        if arr is None:
+            raise InterpreterError(f"{what} of {buf.name!r}, which is not allocated here")
+        idx = [self.expr(i, st, mask) for i in indices]
+        if buf.flat:
+            if len(idx) != 1:
+                raise InterpreterError(f"flat buffer {buf.name!r} accessed with {len(idx)} indices")
+            view, shape = arr.reshape(-1), (arr.size,)
+        else:
+            if len(idx) != arr.ndim:
+                raise InterpreterError(f"{buf.name!r} has {arr.ndim} dims, {what} uses {len(idx)}")
+            view, shape = arr, arr.shape
+        vector = any(np.ndim(i) for i in idx)
+        if vector:
+            n = st.lanes
+            idx = [np.broadcast_to(np.asarray(i, dtype=np.int64), (n,)) for i in idx]
+            active = mask if mask is not None else None
+            for k, (i, s) in enumerate(zip(idx, shape)):
+                bad = (i < 0) | (i >= s)
+                if active is not None:
+                    bad &= active
+                if bad.any():
+                    j = int(np.argmax(bad))
+                    raise InterpreterError(f"{what} of {buf.name}: index {k} = {int(i[j])} is out of "
+                                           f"bounds [0, {s})")
+            if active is not None:
+                idx = [np.where(active, i, 0) for i in idx]
+            return view, tuple(idx), True
+        for k, (i, s) in enumerate(zip(idx, shape)):
+            if not 0 <= int(i) < s:
+                if mask is not None and not np.any(mask):
+                    return view, None, False
+                raise InterpreterError(f"{what} of {buf.name}: index {k} = {int(i)} is out of "
+                                       f"bounds [0, {s})")
+        return view, tuple(int(i) for i in idx), False
+
+    def load(self, e, st, mask):
+        view, idx, vector = self._addresses(e.buffer, e.indices, st, mask, "load")
+        nd = _np_compute(e.dtype)
+        if idx is None:
+            return nd.type(0)
+        v = view[idx]
+        return v.astype(nd) if vector else nd.type(v)
+
+    # ----------------------------------------------------------------- stmts
+    def stmt(self, s, st: _State):
+        t = type(s)
+        if t is ir.Block:
+            for x in s.stmts:
+                self.stmt(x, st)
+        elif t is ir.Store:
+            self.store(s, st)
+        elif t is ir.For:
+            self.for_(s, st)
+        elif t is ir.IfThenElse:
+            self.if_(s, st)
+        elif t is ir.LetStmt:
+            st.env[s.var] = self.expr(s.value, st, st.mask)
+            self.stmt(s.body, st)
+            del st.env[s.var]
+        elif t is ir.Allocate:
+            self.allocate(s, st)
+        elif t is ir.AttrStmt:
+            self.stmt(s.body, st)
+        elif t is ir.Evaluate:
+            self.expr(s.value, st, st.mask)
+        else:
+            raise InterpreterError(f"the interpreter cannot execute {type(s).__name__}")
+
+    def allocate(self, s, st):
+        shape = []
+        for d in s.buffer.shape:
+            v = self.expr(d, st)
+            if np.ndim(v):
+                raise InterpreterError(f"allocation {s.buffer.name} has a lane-dependent size")
+            shape.append(int(v))
+        if st.lanes > 1:
+            raise InterpreterError(f"allocation of {s.buffer.name} inside a parallel loop: "
+                                   f"per-lane storage is the GPU simulator's job")
+        arr = np.zeros(tuple(shape), dtype=dt.to_numpy(s.buffer.dtype))
+        prev = st.buffers.get(s.buffer)
+        st.buffers[s.buffer] = arr
+        self.stmt(s.body, st)
+        if prev is None:
+            del st.buffers[s.buffer]
+        else:
+            st.buffers[s.buffer] = prev
+
+    def store(self, s, st):
+        mask = st.mask
+        view, idx, vector = self._addresses(s.buffer, s.indices, st, mask, "store")
+        if idx is None:
+            return
+        v = self.expr(s.value, st, mask)
+        target = dt.to_numpy(s.buffer.dtype)
+        if not vector:
+            if np.ndim(v):
+                # scalar address, vector value: only legal if all active lanes agree
+                vv = np.asarray(v) if mask is None else np.asarray(v)[mask]
+                if vv.size == 0:
+                    return
+                if not np.all(vv == vv.flat[0]):
+                    raise InterpreterError(f"lanes race on {s.buffer.name}{list(idx)}")
+                v = vv.flat[0]
+            view[idx] = _to_store(v, target)
+            return
+        vals = np.broadcast_to(np.asarray(v), (st.lanes,))
+        if mask is not None:
+            idx = tuple(i[mask] for i in idx)
+            vals = vals[mask]
+        flat = np.ravel_multi_index(idx, view.shape)
+        if len(np.unique(flat)) != len(flat):
+            raise InterpreterError(f"store to {s.buffer.name}: several lanes write the same "
+                                   f"element (a loop executed as parallel carries a dependence)")
+        view[idx] = _to_store(vals, target)
+
+    def if_(self, s, st):
+        c = self.expr(s.cond, st, st.mask)
+        if np.ndim(c) == 0:
+            if c:
+                self.stmt(s.then, st)
+            elif s.orelse is not None:
+                self.stmt(s.orelse, st)
+            return
+        c = np.broadcast_to(c, (st.lanes,))
+        saved = st.mask
+        for branch, m in ((s.then, c), (s.orelse, ~c)):
+            if branch is None:
+                continue
+            nm = m if saved is None else (saved & m)
+            if nm.any():
+                st.mask = nm
+                self.stmt(branch, st)
+        st.mask = saved
+
+    def for_(self, s, st):
+        lo = self.expr(s.min, st, st.mask)
+        ext = self.expr(s.extent, st, st.mask)
+        parallel = s.kind in _PARALLEL_KINDS or s.annotation("coincident", False)
+        if parallel and np.ndim(lo) == 0 and np.ndim(ext) == 0:
+            return self._for_lanes(s, st, int(lo), int(ext))
+        if np.ndim(lo) == 0 and np.ndim(ext) == 0:
+            lo, ext = int(lo), int(ext)
+            if ext <= 0:
+                return
+            if self._try_reduction(s, st, lo, ext):
+                return
+            for v in range(lo, lo + ext):
+                st.env[s.var] = v
+                self.stmt(s.body, st)
+            del st.env[s.var]
+            return
+        # lane-dependent bounds: run to the largest extent, masking finished lanes
+        lo = np.broadcast_to(np.asarray(lo, dtype=np.int64), (st.lanes,))
+        ext = np.broadcast_to(np.asarray(ext, dtype=np.int64), (st.lanes,))
+        active = ext > 0 if st.mask is None else (st.mask & (ext > 0))
+        if not active.any():
+            return
+        saved = st.mask
+        for t in range(int(ext[active].max())):
+            m = active & (t < ext)
+            st.mask = m
+            st.env[s.var] = lo + t
+            self.stmt(s.body, st)
+        st.mask = saved
+        del st.env[s.var]
+
+    def _for_lanes(self, s, st, lo, ext):
+        if ext <= 0:
+            return
+        saved_env, saved_lanes, saved_mask = dict(st.env), st.lanes, st.mask
+        n = st.lanes
+        # expand every lane-vector in the environment: lane l*ext + t
+        for k, v in st.env.items():
+            if np.ndim(v):
+                st.env[k] = np.repeat(np.broadcast_to(v, (n,)), ext)
+        st.env[s.var] = np.tile(np.arange(lo, lo + ext, dtype=np.int64), n)
+        if st.mask is not None:
+            st.mask = np.repeat(st.mask, ext)
+        st.lanes = n * ext
+        try:
+            self.stmt(s.body, st)
+        finally:
+            st.env, st.lanes, st.mask = saved_env, saved_lanes, saved_mask
+
+    def _try_reduction(self, s, st, lo, ext) -> bool:
+        body = s.body
+        if not isinstance(body, ir.Store) or ext < 2:
+            return False
+        v = body.value
+        if not (isinstance(v, ir.Binary) and v.op in ("+", "max", "min")
+                and isinstance(v.a, ir.Load) and v.a.buffer is body.buffer
+                and len(v.a.indices) == len(body.indices)
+                and all(ir.structural_equal(x, y) for x, y in zip(v.a.indices, body.indices))):
+            return False
+        for i in body.indices:
+            if s.var in ir.free_vars(i):
+                return False
+        reads_x = []
+        ir.walk(v.b, lambda n: reads_x.append(n) if isinstance(n, ir.Load) and n.buffer is body.buffer else None)
+        if reads_x:
+            return False
+        # evaluate e over all iterations as extra lanes, reduce, then update once
+        saved_env, saved_lanes, saved_mask = dict(st.env), st.lanes, st.mask
+        n = st.lanes
+        for k, val in st.env.items():
+            if np.ndim(val):
+                st.env[k] = np.repeat(np.broadcast_to(val, (n,)), ext)
+        st.env[s.var] = np.tile(np.arange(lo, lo + ext, dtype=np.int64), n)
+        mask = None if st.mask is None else np.repeat(st.mask, ext)
+        st.lanes, st.mask = n * ext, mask
+        try:
+            e = np.broadcast_to(np.asarray(self.expr(v.b, st, mask)), (n * ext,))
+        finally:
+            st.env, st.lanes, st.mask = saved_env, saved_lanes, saved_mask
+        e = e.reshape(n, ext)
+        if mask is not None:
+            ident = {"+": 0, "max": -np.inf, "min": np.inf}[v.op]
+            if e.dtype.kind in "iub" and v.op != "+":
+                info = np.iinfo(e.dtype)
+                ident = info.min if v.op == "max" else info.max
+            e = np.where(mask.reshape(n, ext), e, np.asarray(ident).astype(e.dtype))
+        red = {"+": np.sum, "max": np.max, "min": np.min}[v.op](e, axis=1)
+        acc = ir.Var("__acc", v.b.dtype)
+        st.env[acc] = red if n > 1 else red[0]
+        self.store(ir.Store(body.buffer, body.indices,
+                            ir.Binary(v.op, v.a, acc, v.dtype)), st)
+        del st.env[acc]
+        return True
+
+
+def _to_store(v, target):
+    with np.errstate(all="ignore"):
+        if target.kind in "iu" and np.asarray(v).dtype.kind == "f":
+            v = np.trunc(v)
+        return np.asarray(v).astype(target)
+
+
+def run_func(func: ir.LoweredFunc, inputs: dict, params: dict) -> dict:
+    """Run ``func``: allocate its outputs (zeros) and return them by name."""
+    arrays = dict(inputs)
+    for b in func.outputs:
+        shape = tuple(int(_eval_shape(d, params)) for d in b.shape)
+        arrays[b.name] = np.zeros(shape, dtype=dt.to_numpy(b.dtype))
+    Interpreter(func).run(arrays, params)
+    return {b.name: arrays[b.name] for b in func.outputs}
+
+
+def _eval_shape(d, params):
+    from polycomp.shapes import eval_int
+    return eval_int(d, params)

@@ -1,0 +1,282 @@
+"""IR simplification: constant folding, affine normalisation, trivial-control removal.
+
+Integer expressions built from ``+ - *const neg`` are normalised to a sum of
+``coefficient * atom`` plus a constant (atoms are Vars or simplified non-linear
+sub-expressions, kept in first-appearance order), which folds ``i + 1 - 1``, ``2*(i+1)
+- 2*i`` and the like.  ``min``/``max``/comparisons of expressions whose difference is a
+constant are decided.  Statements: loops of extent 1 become substitutions, loops of
+constant extent <= 0 and ``if`` with a constant-false condition disappear, lets of
+affine values are substituted, nested blocks are flattened.
+
+The simplifier never changes floating-point evaluation order.
+"""
+from __future__ import annotations
+
+from polycomp import dtypes as dt
+from polycomp import ir
+
+# --------------------------------------------------------------------------- linear forms
+
+
+def _linear(e):
+    """(terms: dict atom->coeff (insertion ordered), const) or None if not integer."""
+    if e.dtype not in dt.INTS:
+        return None
+    if isinstance(e, ir.IntImm):
+        return {}, e.value
+    if isinstance(e, ir.Binary) and e.op in ("+", "-"):
+        a, b = _linear(e.a), _linear(e.b)
+        if a is None or b is None:
+            return None
+        s = -1 if e.op == "-" else 1
+        terms = dict(a[0])
+        for k, c in b[0].items():
+            terms[k] = terms.get(k, 0) + s * c
+        return terms, a[1] + s * b[1]
+    if isinstance(e, ir.Binary) and e.op == "*":
+        a, b = _linear(e.a), _linear(e.b)
+        if a is None or b is None:
+            return None
+        if not a[0]:
+            a, b = b, a
+        if not b[0]:
+            c = b[1]
+            return {k: v * c for k, v in a[0].items()}, a[1] * c
+        return {e: 1}, 0
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        a = _linear(e.a)
+        if a is None:
+            return None
+        return {k: -v for k, v in a[0].items()}, -a[1]
+    return {e: 1}, 0
+
+
+def _key(atom):
+    return atom if isinstance(atom, ir.Var) else ("expr", id(atom))
+
+
+def _from_linear(terms, const, dtype) -> ir.Expr:
+    pos, neg = [], []
+    for atom, c in terms.items():
+        if c == 0:
+            continue
+        (pos if c > 0 else neg).append((atom, abs(c)))
+    out = None
+
+    def term(atom, c):
+        return atom if c == 1 else ir.Binary("*", atom, ir.IntImm(c, dtype), dtype)
+    for atom, c in pos:
+        t = term(atom, c)
+        out = t if out is None else ir.Binary("+", out, t, dtype)
+    for atom, c in neg:
+        t = term(atom, c)
+        out = ir.Binary("-", out, t, dtype) if out is not None else ir.Unary("neg", t, dtype)
+    if out is None:
+        return ir.IntImm(const, dtype)
+    if const > 0:
+        out = ir.Binary("+", out, ir.IntImm(const, dtype), dtype)
+    elif const < 0:
+        out = ir.Binary("-", out, ir.IntImm(-const, dtype), dtype)
+    return out
+
+
+def _merge_atoms(terms):
+    """Combine structurally equal atoms (e.g. two copies of ``x // 4``)."""
+    out: dict = {}
+    for atom, c in terms.items():
+        for k in out:
+            if k is atom or (not isinstance(k, ir.Var) and ir.structural_equal(k, atom)):
+                out[k] += c
+                break
+        else:
+            out[atom] = c
+    return out
+
+
+def const_difference(a: ir.Expr, b: ir.Expr):
+    """``a - b`` if it is a known constant, else None."""
+    la, lb = _linear(a), _linear(b)
+    if la is None or lb is None:
+        return None
+    terms = dict(la[0])
+    for k, c in lb[0].items():
+        terms[k] = terms.get(k, 0) - c
+    terms = _merge_atoms(terms)
+    if any(c != 0 for c in terms.values()):
+        return None
+    return la[1] - lb[1]
+
+
+# --------------------------------------------------------------------------- exprs
+
+
+def _fold(op, a, b):
+    if op == "+": return a + b
+    if op == "-": return a - b
+    if op == "*": return a * b
+    if op == "//": return a // b if b else None
+    if op == "%": return a % b if b else None
+    if op == "min": return min(a, b)
+    if op == "max": return max(a, b)
+    if op == "<": return a < b
+    if op == "<=": return a <= b
+    if op == ">": return a > b
+    if op == ">=": return a >= b
+    if op == "==": return a == b
+    if op == "!=": return a != b
+    return None
+
+
+class Simplifier(ir.Mutator):
+    def visit_Binary(self, e):
+        a, b = self.visit(e.a), self.visit(e.b)
+        op = e.op
+        if isinstance(a, ir.IntImm) and isinstance(b, ir.IntImm) and e.dtype in dt.INTS + ("bool",):
+            if op in ("&&", "||"):
+                v = (a.value and b.value) if op == "&&" else (a.value or b.value)
+                return ir.IntImm(int(bool(v)), "bool")
+            v = _fold(op, a.value, b.value)
+            if v is not None:
+                return ir.IntImm(int(v), e.dtype)
+        if op in ("&&", "||"):
+            for x, y in ((a, b), (b, a)):
+                if isinstance(x, ir.IntImm):
+                    if op == "&&":
+                        return y if x.value else ir.IntImm(0, "bool")
+                    return ir.IntImm(1, "bool") if x.value else y
+            return ir.Binary(op, a, b, "bool")
+        if e.dtype in dt.INTS:
+            if op in ("+", "-", "*"):
+                lin = _linear(ir.Binary(op, a, b, e.dtype))
+                if lin is not None:
+                    return _from_linear(_merge_atoms(lin[0]), lin[1], e.dtype)
+            if op in ("min", "max"):
+                d = const_difference(a, b)
+                if d is not None:
+                    return (a if d <= 0 else b) if op == "min" else (a if d >= 0 else b)
+            if op == "//" and isinstance(b, ir.IntImm):
+                if b.value == 1:
+                    return a
+                lin = _linear(a)
+                if lin is not None and b.value > 0 and all(c % b.value == 0 for c in lin[0].values()):
+                    # (b*x + c) // b == x + c // b
+                    q = {k: c // b.value for k, c in lin[0].items()}
+                    return _from_linear(q, lin[1] // b.value, e.dtype)
+            if op == "%" and isinstance(b, ir.IntImm):
+                if b.value == 1:
+                    return ir.IntImm(0, e.dtype)
+                lin = _linear(a)
+                if lin is not None and b.value > 0 and all(c % b.value == 0 for c in lin[0].values()):
+                    return ir.IntImm(lin[1] % b.value, e.dtype)
+        if e.dtype == "bool" and op in ("<", "<=", ">", ">=", "==", "!=") \
+                and a.dtype in dt.INTS and b.dtype in dt.INTS:
+            d = const_difference(a, b)
+            if d is not None:
+                return ir.IntImm(int(_fold(op, d, 0)), "bool")
+        if dt.is_float(e.dtype):
+            # only exact identities: x*1, x+0 is not exact for -0.0, skip it
+            if op == "*" and ir.is_const(b, 1.0):
+                return a
+            if op == "*" and ir.is_const(a, 1.0):
+                return b
+        if a is e.a and b is e.b:
+            return e
+        return ir.Binary(op, a, b, e.dtype)
+
+    def visit_Unary(self, e):
+        a = self.visit(e.a)
+        if e.op == "neg" and isinstance(a, ir.IntImm):
+            return ir.IntImm(-a.value, a.dtype)
+        if e.op == "neg" and isinstance(a, ir.FloatImm):
+            return ir.FloatImm(-a.value, a.dtype)
+        if e.op == "!" and isinstance(a, ir.IntImm):
+            return ir.IntImm(0 if a.value else 1, "bool")
+        return e if a is e.a else ir.Unary(e.op, a, e.dtype)
+
+    def visit_Select(self, e):
+        c = self.visit(e.cond)
+        if isinstance(c, ir.IntImm):
+            return self.visit(e.t if c.value else e.f)
+        t, f = self.visit(e.t), self.visit(e.f)
+        if c is e.cond and t is e.t and f is e.f:
+            return e
+        return ir.Select(c, t, f, e.dtype)
+
+    def visit_Cast(self, e):
+        v = self.visit(e.value)
+        if v.dtype == e.dtype:
+            return v
+        if isinstance(v, ir.IntImm) and dt.is_float(e.dtype):
+            return ir.FloatImm(float(v.value), e.dtype)
+        if isinstance(v, ir.IntImm) and e.dtype in dt.INTS:
+            return ir.IntImm(v.value, e.dtype)
+        if isinstance(v, ir.FloatImm) and dt.is_float(e.dtype) and e.dtype in ("float32", "float64"):
+            return ir.FloatImm(v.value, e.dtype)
+        return e if v is e.value else ir.Cast(v, e.dtype)
+
+    # ------------------------------------------------------------------ statements
+    def visit_For(self, s):
+        mn, ext = self.visit(s.min), self.visit(s.extent)
+        if isinstance(ext, ir.IntImm) and ext.value <= 0:
+            return None
+        if isinstance(ext, ir.IntImm) and ext.value == 1 and s.kind in ("serial", "unrolled", "parallel"):
+            return self.visit(ir.substitute(s.body, {s.var: mn}))
+        body = self.visit(s.body)
+        if body is None:
+            return None
+        if mn is s.min and ext is s.extent and body is s.body:
+            return s
+        return ir.For(s.var, mn, ext, s.kind, body, s.annotations)
+
+    def visit_IfThenElse(self, s):
+        c = self.visit(s.cond)
+        if isinstance(c, ir.IntImm):
+            return self.visit(s.then) if c.value else self.visit(s.orelse)
+        t, e = self.visit(s.then), self.visit(s.orelse)
+        if t is None and e is None:
+            return None
+        if t is None:
+            return ir.IfThenElse(ir.Unary("!", c, "bool"), e, None)
+        return ir.IfThenElse(c, t, e)
+
+    def visit_LetStmt(self, s):
+        v = self.visit(s.value)
+        if v.dtype in dt.INTS and _linear(v) is not None and _is_cheap(v):
+            return self.visit(ir.substitute(s.body, {s.var: v}))
+        b = self.visit(s.body)
+        if b is None:
+            return None
+        return ir.LetStmt(s.var, v, b)
+
+    def visit_Block(self, s):
+        out = [self.visit(x) for x in s.stmts]
+        out = [x for x in out if x is not None]
+        if not out:
+            return None
+        return ir.seq(*out)
+
+    def visit_Allocate(self, s):
+        b = self.visit(s.body)
+        if b is None:
+            return None
+        return s if b is s.body else ir.Allocate(s.buffer, b)
+
+    def visit_AttrStmt(self, s):
+        b = self.visit(s.body)
+        if b is None:
+            return None
+        return s if b is s.body else ir.AttrStmt(s.key, s.value, b)
+
+
+def _is_cheap(e) -> bool:
+    """Affine in Vars with no division: substituting it never duplicates real work."""
+    lin = _linear(e)
+    return lin is not None and all(isinstance(a, ir.Var) for a in lin[0])
+
+
+def simplify(node):
+    """Simplify an expression or statement (may return None for an empty statement)."""
+    out = Simplifier().visit(node)
+    if out is None and isinstance(node, ir.Stmt):
+        return ir.Block(())
+    return out

@@ -1,0 +1,129 @@
+"""The PolycompError hierarchy.
+
+Every error a user can cause (bad kernel, bad shape, unsupported construct, a kernel
+that does not fit a target) is a :class:`PolycompError` subclass whose message names
+the construct and, where the construct comes from user code, the source line
+(``file:line``) that created it.  Errors raised from inside isl are caught at the
+boundary and re-raised as :class:`PolycompInternalError` with the isl message.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+
+__all__ = [
+    "PolycompError", "DSLError", "NonAffineIndexError", "ShapeMismatchError",
+    "UnknownSymbolError", "ReduceAxisError", "DTypeError", "UnsupportedConstructError",
+    "ScheduleError", "IllegalScheduleError", "TargetError", "ResourceLimitError",
+    "BuildError", "PolycompInternalError", "SourceLocation", "user_location",
+]
+
+
+class SourceLocation:
+    """A ``file:line`` position in user code, with the source text of that line."""
+
+    __slots__ = ("filename", "lineno", "text")
+
+    def __init__(self, filename: str, lineno: int, text: str = ""):
+        self.filename, self.lineno, self.text = filename, lineno, text
+
+    def __str__(self) -> str:
+        s = f"{self.filename}:{self.lineno}"
+        return f"{s}: {self.text.strip()}" if self.text else s
+
+    def __repr__(self) -> str:
+        return f"SourceLocation({self.filename!r}, {self.lineno})"
+
+
+_PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_INTERNAL_DIRS = tuple(os.path.join(_PKG_ROOT, d) + os.sep
+                       for d in ("polycomp", "frontend", "scheduler", "lowering", "hw"))
+
+
+def _is_internal(filename: str) -> bool:
+    f = os.path.abspath(filename)
+    if f.startswith(_INTERNAL_DIRS):
+        # the operator library is written in the DSL: its lines are "user" lines
+        return not f.endswith(os.path.join("frontend", "ops.py"))
+    return "/polycomp/" in f and "site-packages" in f and not f.endswith("ops.py")
+
+
+def user_location(skip_internal: bool = True) -> SourceLocation | None:
+    """The innermost stack frame outside polycomp's own modules."""
+    frame = inspect.currentframe()
+    try:
+        f = frame.f_back if frame else None
+        while f is not None:
+            fn = f.f_code.co_filename
+            if not (skip_internal and _is_internal(fn)) and not fn.startswith("<frozen"):
+                try:
+                    import linecache
+                    text = linecache.getline(fn, f.f_lineno)
+                except Exception:  # pragma: no cover - defensive
+                    text = ""
+                return SourceLocation(fn, f.f_lineno, text)
+            f = f.f_back
+        return None
+    finally:
+        del frame
+
+
+class PolycompError(Exception):
+    """Base class of every error polycomp reports to a user."""
+
+    def __init__(self, message: str, location: SourceLocation | None = None):
+        self.message = message
+        self.location = location
+        super().__init__(f"{message}\n  at {location}" if location else message)
+
+
+class DSLError(PolycompError):
+    """A kernel written with the @tensor_expr DSL is malformed."""
+
+
+class NonAffineIndexError(DSLError):
+    """An index (or a bound) is not a quasi-affine function of iterators and symbols."""
+
+
+class ShapeMismatchError(DSLError):
+    """Tensor ranks or extents disagree (wrong number of indices, incompatible shapes)."""
+
+
+class UnknownSymbolError(DSLError):
+    """A symbolic dimension or a variable is used where it is not defined."""
+
+
+class ReduceAxisError(DSLError):
+    """A reduce axis is used outside a reduction, reduced twice, or not reduced at all."""
+
+
+class DTypeError(DSLError):
+    """An unknown or unsupported data type, or an operation not defined on it."""
+
+
+class UnsupportedConstructError(PolycompError):
+    """A construct polycomp cannot compile (with the reason)."""
+
+
+class ScheduleError(PolycompError):
+    """A scheduling pass could not do what it was asked."""
+
+
+class IllegalScheduleError(ScheduleError):
+    """A pass produced a schedule that violates a dependence (debug-mode legality check)."""
+
+
+class TargetError(PolycompError):
+    """An unknown target, or a kernel the target cannot express."""
+
+
+class ResourceLimitError(TargetError):
+    """A kernel does not fit a target's memory (shared memory, registers, local buffers)."""
+
+
+class BuildError(PolycompError):
+    """An external compiler (gcc, nvcc) rejected generated source."""
+
+
+class PolycompInternalError(PolycompError):
+    """An internal invariant failed (a polycomp bug); the message says where."""

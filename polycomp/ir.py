@@ -1,0 +1,647 @@
+"""polycomp's Halide-like IR: small immutable expression and statement nodes.
+
+The same expression nodes serve the DSL (index lambdas build them through operator
+overloading), the polyhedral model (index expressions are converted to isl affine
+expressions) and the lowered loop IR that hardware passes rewrite and printers emit.
+
+Expressions carry a ``dtype`` (see :mod:`polycomp.dtypes`).  Iterators and symbolic
+dimensions are ``int64`` :class:`Var` nodes.  ``Load``/``Store`` take one index per
+dimension of their :class:`Buffer` until :mod:`polycomp.lowering.flatten` rewrites them
+to a single linear index (``Buffer.flat``).
+
+Nodes compare by identity (``==`` is *not* overloaded; use :func:`structural_equal`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable
+
+from . import dtypes as dt
+from .errors import DTypeError, user_location
+
+# --------------------------------------------------------------------------- exprs
+
+
+class Expr:
+    """Base class of expressions.  Subclasses are frozen dataclasses with ``dtype``."""
+
+    dtype: str
+
+    # arithmetic builds IR (Python scalars are converted with the other side's dtype)
+    def __add__(self, o): return binary("+", self, o)
+    def __radd__(self, o): return binary("+", o, self)
+    def __sub__(self, o): return binary("-", self, o)
+    def __rsub__(self, o): return binary("-", o, self)
+    def __mul__(self, o): return binary("*", self, o)
+    def __rmul__(self, o): return binary("*", o, self)
+    def __truediv__(self, o): return binary("/", self, o)
+    def __rtruediv__(self, o): return binary("/", o, self)
+    def __floordiv__(self, o): return binary("//", self, o)
+    def __rfloordiv__(self, o): return binary("//", o, self)
+    def __mod__(self, o): return binary("%", self, o)
+    def __rmod__(self, o): return binary("%", o, self)
+    def __neg__(self): return Unary("neg", self, self.dtype)
+    def __lt__(self, o): return binary("<", self, o)
+    def __le__(self, o): return binary("<=", self, o)
+    def __gt__(self, o): return binary(">", self, o)
+    def __ge__(self, o): return binary(">=", self, o)
+    def __and__(self, o): return binary("&&", self, o)
+    def __rand__(self, o): return binary("&&", o, self)
+    def __or__(self, o): return binary("||", self, o)
+    def __ror__(self, o): return binary("||", o, self)
+    def __invert__(self): return Unary("!", self, "bool")
+    def __pow__(self, o): return power(self, o)
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        raise DTypeError("a polycomp expression has no truth value; use select()/where() "
+                         "for conditions and &, |, ~ to combine them", user_location())
+
+    def __iter__(self):
+        raise TypeError("polycomp expressions are not iterable")
+
+
+@dataclass(frozen=True, eq=False)
+class IntImm(Expr):
+    value: int
+    dtype: str = "int64"
+
+
+@dataclass(frozen=True, eq=False)
+class FloatImm(Expr):
+    value: float
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, eq=False)
+class Var(Expr):
+    """An iterator, a symbolic dimension (``is_param``) or a let-bound value."""
+    name: str
+    dtype: str = "int64"
+    is_param: bool = False
+
+    def __repr__(self):
+        return self.name
+
+
+ARITH_OPS = ("+", "-", "*", "/", "//", "%", "min", "max")
+CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
+LOGIC_OPS = ("&&", "||")
+
+
+@dataclass(frozen=True, eq=False)
+class Binary(Expr):
+    """``a op b``.  ``//`` and ``%`` are floor division / floor modulo (Python's)."""
+    op: str
+    a: Expr
+    b: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Unary(Expr):
+    """``neg`` or ``!``."""
+    op: str
+    a: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Select(Expr):
+    """``cond ? t : f``; only the chosen side is evaluated (so it may guard a load)."""
+    cond: Expr
+    t: Expr
+    f: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(Expr):
+    value: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Call(Expr):
+    """A pure math function (``exp``, ``log``, ...) or a target intrinsic."""
+    name: str
+    args: tuple
+    dtype: str
+    pure: bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class Load(Expr):
+    buffer: "Buffer"
+    indices: tuple
+    dtype: str
+    lanes: int = 1
+
+
+@dataclass(frozen=True, eq=False)
+class Ramp(Expr):
+    """The vector ``base, base+stride, ..., base+(lanes-1)*stride``."""
+    base: Expr
+    stride: Expr
+    lanes: int
+    dtype: str = "int64"
+
+
+@dataclass(frozen=True, eq=False)
+class Broadcast(Expr):
+    value: Expr
+    lanes: int
+    dtype: str
+
+
+MATH_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs", "pow", "floor",
+              "ceil", "sigmoid")
+
+
+# --------------------------------------------------------------------------- buffers
+
+
+@dataclass(frozen=True, eq=False)
+class Buffer:
+    """A named multi-dimensional array: a kernel argument, a temporary or a local tile.
+
+    ``scope`` is ``global`` (kernel arguments, temporaries), ``shared``, ``local``
+    (registers) or a target-specific level.  ``flat`` marks a buffer that has been
+    linearised (one index) by the flatten pass; ``shape`` keeps the logical extents.
+    """
+    name: str
+    dtype: str
+    shape: tuple
+    scope: str = "global"
+    flat: bool = False
+
+    def __repr__(self):
+        return f"Buffer({self.name})"
+
+    def __getitem__(self, idx):
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        return Load(self, tuple(const(i) for i in idx), self.dtype)
+
+
+# --------------------------------------------------------------------------- stmts
+
+
+class Stmt:
+    __hash__ = object.__hash__
+
+
+@dataclass(frozen=True, eq=False)
+class Store(Stmt):
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+    lanes: int = 1
+
+
+FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "gpu_block", "gpu_thread",
+             "gpu_warp")
+
+
+@dataclass(frozen=True, eq=False)
+class For(Stmt):
+    """``for var in [min, min + extent)``, unit stride.
+
+    ``kind`` is one of :data:`FOR_KINDS`; ``annotations`` carries mark information
+    (e.g. ``{"axis": "x"}`` for a GPU-mapped loop, ``{"unroll": 4}``).
+    """
+    var: Var
+    min: Expr
+    extent: Expr
+    kind: str
+    body: Stmt
+    annotations: tuple = ()
+
+    def annotation(self, key, default=None):
+        for k, v in self.annotations:
+            if k == key:
+                return v
+        return default
+
+
+@dataclass(frozen=True, eq=False)
+class IfThenElse(Stmt):
+    cond: Expr
+    then: Stmt
+    orelse: Stmt | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Block(Stmt):
+    stmts: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class LetStmt(Stmt):
+    var: Var
+    value: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False)
+class Allocate(Stmt):
+    """Storage for ``buffer`` (in its scope) live within ``body``."""
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False)
+class Evaluate(Stmt):
+    value: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class AttrStmt(Stmt):
+    """A mark carried from the schedule tree (``key``), with a value, around ``body``."""
+    key: str
+    value: Any
+    body: Stmt
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def const(v, dtype: str | None = None) -> Expr:
+    """Wrap a Python number (or pass an Expr through)."""
+    if isinstance(v, Expr):
+        return v
+    if isinstance(v, bool):
+        return IntImm(int(v), "bool")
+    if isinstance(v, int):
+        return IntImm(v, dtype or "int64")
+    if isinstance(v, float):
+        return FloatImm(v, dtype if dtype and dt.is_float(dtype) else "float32")
+    try:
+        import numpy as np
+        if isinstance(v, np.integer):
+            return IntImm(int(v), dtype or "int64")
+        if isinstance(v, np.floating):
+            return FloatImm(float(v), dtype or dt.canonical(v.dtype))
+    except ImportError:  # pragma: no cover
+        pass
+    raise DTypeError(f"cannot use {v!r} of type {type(v).__name__} in a polycomp "
+                     f"expression", user_location())
+
+
+def _weak_const(v, other: Expr) -> Expr:
+    """A Python scalar takes the dtype of the expression it meets (numpy's weak scalars)."""
+    if isinstance(v, Expr):
+        return v
+    od = other.dtype
+    if isinstance(v, bool):
+        return IntImm(int(v), "bool")
+    if isinstance(v, int):
+        return FloatImm(float(v), od) if dt.is_float(od) else IntImm(v, od if od != "bool" else "int64")
+    if isinstance(v, float):
+        return FloatImm(v, od if dt.is_float(od) else "float32")
+    return const(v)
+
+
+def binary(op: str, a, b) -> Expr:
+    """Build ``a op b`` with dtype promotion; Python scalars are weakly typed."""
+    if not isinstance(a, Expr) and not isinstance(b, Expr):
+        a = const(a)
+    if not isinstance(a, Expr):
+        a = _weak_const(a, b)
+    if not isinstance(b, Expr):
+        b = _weak_const(b, a)
+    if op in CMP_OPS:
+        return Binary(op, a, b, "bool")
+    if op in LOGIC_OPS:
+        if a.dtype != "bool" or b.dtype != "bool":
+            raise DTypeError(f"operands of {op!r} must be conditions (bool), got "
+                             f"{a.dtype} and {b.dtype}", user_location())
+        return Binary(op, a, b, "bool")
+    if op not in ARITH_OPS:
+        raise DTypeError(f"unknown operator {op!r}", user_location())
+    d = dt.promote(a.dtype, b.dtype)
+    if d == "bool":
+        d = "int64" if op not in ("min", "max") else "bool"
+    if op == "/" and not dt.is_float(d):
+        raise DTypeError("'/' is true division and needs a float operand; use '//' for "
+                         "floor division of integers", user_location())
+    return Binary(op, a, b, d)
+
+
+def power(base, exponent) -> Expr:
+    """``base ** c`` for a constant ``c`` (small integer powers become products)."""
+    base = const(base)
+    if isinstance(exponent, Expr):
+        if isinstance(exponent, (IntImm, FloatImm)):
+            exponent = exponent.value
+        else:
+            raise DTypeError("pow needs a constant exponent", user_location())
+    if float(exponent).is_integer() and 1 <= exponent <= 4:
+        r = base
+        for _ in range(int(exponent) - 1):
+            r = r * base
+        return r
+    if exponent == 0.5:
+        return Call("sqrt", (base,), base.dtype)
+    if exponent == -0.5:
+        return Call("rsqrt", (base,), base.dtype)
+    if not dt.is_float(base.dtype):
+        raise DTypeError("pow with a non-integer or large exponent needs a float base",
+                         user_location())
+    return Call("pow", (base, FloatImm(float(exponent), base.dtype)), base.dtype)
+
+
+def min_(a, b) -> Expr:
+    return binary("min", a, b)
+
+
+def max_(a, b) -> Expr:
+    return binary("max", a, b)
+
+
+def select(cond, t, f) -> Expr:
+    cond = const(cond)
+    if cond.dtype != "bool":
+        raise DTypeError(f"select() needs a bool condition, got {cond.dtype}", user_location())
+    if not isinstance(t, Expr) and not isinstance(f, Expr):
+        t, f = const(t), const(f)
+    t = _weak_const(t, f) if not isinstance(t, Expr) else t
+    f = _weak_const(f, t) if not isinstance(f, Expr) else f
+    d = dt.promote(t.dtype, f.dtype)
+    if t.dtype != d:
+        t = Cast(t, d)
+    if f.dtype != d:
+        f = Cast(f, d)
+    return Select(cond, t, f, d)
+
+
+def cast(value, dtype) -> Expr:
+    dtype = dt.canonical(dtype)
+    value = const(value)
+    if value.dtype == dtype:
+        return value
+    return Cast(value, dtype)
+
+
+def call(name: str, *args, dtype: str | None = None) -> Expr:
+    args = tuple(const(a) for a in args)
+    d = dtype or args[0].dtype
+    if name in ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid") and not dt.is_float(d):
+        raise DTypeError(f"{name}() needs a float argument, got {d}", user_location())
+    return Call(name, args, d)
+
+
+def is_const(e, value=None) -> bool:
+    if isinstance(e, (IntImm, FloatImm)):
+        return value is None or e.value == value
+    return False
+
+
+# --------------------------------------------------------------------------- traversal
+
+
+def children(node) -> tuple:
+    """The direct sub-nodes (Expr/Stmt) of ``node`` in a fixed order."""
+    if isinstance(node, Binary):
+        return (node.a, node.b)
+    if isinstance(node, Unary):
+        return (node.a,)
+    if isinstance(node, Select):
+        return (node.cond, node.t, node.f)
+    if isinstance(node, Cast):
+        return (node.value,)
+    if isinstance(node, Call):
+        return node.args
+    if isinstance(node, Load):
+        return node.indices
+    if isinstance(node, Ramp):
+        return (node.base, node.stride)
+    if isinstance(node, Broadcast):
+        return (node.value,)
+    if isinstance(node, Store):
+        return node.indices + (node.value,)
+    if isinstance(node, For):
+        return (node.min, node.extent, node.body)
+    if isinstance(node, IfThenElse):
+        return (node.cond, node.then) + ((node.orelse,) if node.orelse is not None else ())
+    if isinstance(node, Block):
+        return node.stmts
+    if isinstance(node, LetStmt):
+        return (node.value, node.body)
+    if isinstance(node, Allocate):
+        return (node.body,)
+    if isinstance(node, Evaluate):
+        return (node.value,)
+    if isinstance(node, AttrStmt):
+        return (node.body,)
+    return ()
+
+
+def walk(node, fn: Callable[[Any], None]) -> None:
+    """Call ``fn`` on ``node`` and every descendant, pre-order."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        fn(n)
+        stack.extend(reversed(children(n)))
+
+
+class Mutator:
+    """Rebuilds a tree bottom-up; override ``visit_<Class>`` to rewrite a node kind.
+
+    The default for every node mutates its children and rebuilds the node only if a
+    child changed (so unchanged subtrees keep their identity).
+    """
+
+    def visit(self, node):
+        if node is None:
+            return None
+        for cls in type(node).__mro__:
+            m = getattr(self, "visit_" + cls.__name__, None)
+            if m is not None:
+                return m(node)
+            if cls is Expr or cls is Stmt:
+                break
+        return self.generic(node)
+
+    def generic(self, node):
+        if isinstance(node, Binary):
+            a, b = self.visit(node.a), self.visit(node.b)
+            return node if (a is node.a and b is node.b) else rebuild_binary(node.op, a, b, node.dtype)
+        if isinstance(node, Unary):
+            a = self.visit(node.a)
+            return node if a is node.a else Unary(node.op, a, node.dtype)
+        if isinstance(node, Select):
+            c, t, f = self.visit(node.cond), self.visit(node.t), self.visit(node.f)
+            return node if (c is node.cond and t is node.t and f is node.f) else Select(c, t, f, node.dtype)
+        if isinstance(node, Cast):
+            v = self.visit(node.value)
+            return node if v is node.value else Cast(v, node.dtype)
+        if isinstance(node, Call):
+            args = tuple(self.visit(a) for a in node.args)
+            return node if all(x is y for x, y in zip(args, node.args)) else replace(node, args=args)
+        if isinstance(node, Load):
+            idx = tuple(self.visit(i) for i in node.indices)
+            return node if all(x is y for x, y in zip(idx, node.indices)) else replace(node, indices=idx)
+        if isinstance(node, Ramp):
+            b, s = self.visit(node.base), self.visit(node.stride)
+            return node if (b is node.base and s is node.stride) else replace(node, base=b, stride=s)
+        if isinstance(node, Broadcast):
+            v = self.visit(node.value)
+            return node if v is node.value else replace(node, value=v)
+        if isinstance(node, Store):
+            idx = tuple(self.visit(i) for i in node.indices)
+            v = self.visit(node.value)
+            same = v is node.value and all(x is y for x, y in zip(idx, node.indices))
+            return node if same else replace(node, indices=idx, value=v)
+        if isinstance(node, For):
+            mn, ext, body = self.visit(node.min), self.visit(node.extent), self.visit(node.body)
+            same = mn is node.min and ext is node.extent and body is node.body
+            return node if same else replace(node, min=mn, extent=ext, body=body)
+        if isinstance(node, IfThenElse):
+            c, t = self.visit(node.cond), self.visit(node.then)
+            e = self.visit(node.orelse)
+            same = c is node.cond and t is node.then and e is node.orelse
+            return node if same else IfThenElse(c, t, e)
+        if isinstance(node, Block):
+            stmts = tuple(self.visit(s) for s in node.stmts)
+            return node if all(x is y for x, y in zip(stmts, node.stmts)) else Block(stmts)
+        if isinstance(node, LetStmt):
+            v, b = self.visit(node.value), self.visit(node.body)
+            return node if (v is node.value and b is node.body) else LetStmt(node.var, v, b)
+        if isinstance(node, Allocate):
+            b = self.visit(node.body)
+            return node if b is node.body else Allocate(node.buffer, b)
+        if isinstance(node, Evaluate):
+            v = self.visit(node.value)
+            return node if v is node.value else Evaluate(v)
+        if isinstance(node, AttrStmt):
+            b = self.visit(node.body)
+            return node if b is node.body else AttrStmt(node.key, node.value, b)
+        return node
+
+
+def rebuild_binary(op, a, b, dtype):
+    return Binary(op, a, b, dtype)
+
+
+class _Substituter(Mutator):
+    def __init__(self, mapping):
+        self.mapping = mapping
+
+    def visit_Var(self, v):
+        return self.mapping.get(v, v)
+
+
+def substitute(node, mapping: dict) -> Any:
+    """Replace Vars (by identity) according to ``mapping``."""
+    if not mapping:
+        return node
+    return _Substituter(mapping).visit(node)
+
+
+def free_vars(node) -> list:
+    """Vars read by ``node`` (in first-use order), excluding loop/let-bound ones."""
+    seen: dict = {}
+    bound: set = set()
+
+    def visit(n):
+        if isinstance(n, Var):
+            if n not in bound:
+                seen.setdefault(n, None)
+        elif isinstance(n, For):
+            visit(n.min); visit(n.extent)
+            bound.add(n.var); visit(n.body)
+        elif isinstance(n, LetStmt):
+            visit(n.value); bound.add(n.var); visit(n.body)
+        else:
+            for c in children(n):
+                visit(c)
+    visit(node)
+    return list(seen)
+
+
+def buffers_of(node) -> list:
+    """Buffers loaded or stored in ``node`` (first-use order)."""
+    seen: dict = {}
+
+    def fn(n):
+        if isinstance(n, (Load, Store)):
+            seen.setdefault(n.buffer, None)
+        elif isinstance(n, Allocate):
+            seen.setdefault(n.buffer, None)
+    walk(node, fn)
+    return list(seen)
+
+
+def seq(*stmts) -> Stmt:
+    """A Block of the non-None statements, flattening nested Blocks."""
+    out = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, Block):
+            out.extend(s.stmts)
+        else:
+            out.append(s)
+    if len(out) == 1:
+        return out[0]
+    return Block(tuple(out))
+
+
+def structural_equal(a, b) -> bool:
+    """Structural equality of two IR trees (Vars and Buffers compare by identity)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (IntImm, FloatImm)):
+        return a.value == b.value and a.dtype == b.dtype
+    if isinstance(a, (Var, Buffer)):
+        return False
+    for f in getattr(a, "__dataclass_fields__", {}):
+        x, y = getattr(a, f), getattr(b, f)
+        if isinstance(x, (Expr, Stmt)) or isinstance(y, (Expr, Stmt)):
+            if not structural_equal(x, y):
+                return False
+        elif isinstance(x, tuple) and isinstance(y, tuple):
+            if len(x) != len(y) or not all(
+                    structural_equal(p, q) if isinstance(p, (Expr, Stmt)) else p == q
+                    for p, q in zip(x, y)):
+                return False
+        elif isinstance(x, Buffer) or isinstance(y, Buffer):
+            if x is not y:
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def shape_product(shape: Iterable) -> Expr:
+    r: Expr = IntImm(1)
+    for s in shape:
+        r = const(s) if is_const(r, 1) else r * const(s)
+    return r
+
+
+@dataclass(eq=False)
+class LoweredFunc:
+    """A lowered kernel: symbolic-size parameters, argument buffers and a body.
+
+    ``inputs`` are read-only, ``outputs`` are written; temporaries are ``Allocate``d in
+    ``body``.  ``attrs`` carries target information (e.g. CUDA kernels and launch
+    configurations) added by hardware passes.
+    """
+    name: str
+    params: tuple
+    inputs: tuple
+    outputs: tuple
+    body: Stmt
+    attrs: dict = field(default_factory=dict)
+
+    @property
+    def args(self) -> tuple:
+        return self.inputs + self.outputs
+
+    def with_body(self, body: Stmt) -> "LoweredFunc":
+        return LoweredFunc(self.name, self.params, self.inputs, self.outputs, body,
+                           dict(self.attrs))

@@ -1,0 +1,29 @@
+"""Small islpy helpers used across passes."""
+from __future__ import annotations
+
+import islpy as isl
+
+
+def maps(um: isl.UnionMap) -> list[isl.Map]:
+    """The maps of a union map, one per space."""
+    lst = um.get_map_list()
+    return [lst.get_at(i) for i in range(lst.n_map())]
+
+
+def sets(us: isl.UnionSet) -> list[isl.Set]:
+    """The sets of a union set, one per space."""
+    lst = us.get_set_list()
+    return [lst.get_at(i) for i in range(lst.n_set())]
+
+
+def flatten_range(um: isl.UnionMap) -> isl.UnionMap:
+    """``flatten_range`` of every map of a union map (islpy lacks the union form)."""
+    out = isl.UnionMap.empty(um.get_space())
+    for m in maps(um):
+        out = out.union(isl.UnionMap.from_map(m.flatten_range()))
+    return out
+
+
+def dim_bounds(s: isl.Set, k: int) -> tuple[isl.PwAff, isl.PwAff]:
+    """The parametric minimum and maximum of dimension ``k`` of ``s``."""
+    return s.dim_min(k), s.dim_max(k)

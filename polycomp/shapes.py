@@ -1,0 +1,61 @@
+"""Symbolic shapes at run time: evaluating extents and inferring parameters from arrays."""
+from __future__ import annotations
+
+import numpy as np
+
+from polycomp import ir
+from polycomp.errors import ShapeMismatchError, UnknownSymbolError
+
+
+def eval_int(e: ir.Expr, params: dict) -> int:
+    """Evaluate an integer IR expression given ``{param name: value}``."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, ir.IntImm):
+        return e.value
+    if isinstance(e, ir.Var):
+        if e.name not in params:
+            raise UnknownSymbolError(f"no value given for symbolic dimension {e.name!r}")
+        return int(params[e.name])
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        return -eval_int(e.a, params)
+    if isinstance(e, ir.Binary):
+        a, b = eval_int(e.a, params), eval_int(e.b, params)
+        return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0,
+                "%": a % b if b else 0, "min": min(a, b), "max": max(a, b)}[e.op]
+    raise ShapeMismatchError(f"cannot evaluate extent {e}")
+
+
+def infer_params(params: tuple, args: tuple, arrays: list, given: dict | None = None) -> dict:
+    """Bind symbolic dimensions from the shapes of the input arrays.
+
+    A dimension that is a bare symbol binds it; every other dimension is checked once
+    all symbols are known.  Symbols that appear in no input must be given explicitly.
+    """
+    from polycomp.lowering.printer import expr_str
+    out = dict(given or {})
+    for buf, arr in zip(args, arrays):
+        if arr.ndim != len(buf.shape):
+            raise ShapeMismatchError(f"argument {buf.name!r} must have {len(buf.shape)} "
+                                     f"dimension(s), got an array of shape {arr.shape}")
+        for d, n in zip(buf.shape, arr.shape):
+            if isinstance(d, ir.Var) and d.is_param:
+                if d.name in out and out[d.name] != n:
+                    raise ShapeMismatchError(
+                        f"symbol {d.name} is {out[d.name]} from another argument but "
+                        f"{buf.name!r} has extent {n} there (shape {arr.shape})")
+                out[d.name] = int(n)
+    missing = [p.name for p in params if p.name not in out]
+    if missing:
+        raise UnknownSymbolError(f"cannot infer symbolic dimension(s) {', '.join(missing)} "
+                                 f"from the input shapes; pass them as keyword arguments")
+    for buf, arr in zip(args, arrays):
+        want = tuple(eval_int(d, out) for d in buf.shape)
+        if tuple(arr.shape) != want:
+            raise ShapeMismatchError(
+                f"argument {buf.name!r} must have shape "
+                f"({', '.join(expr_str(d) for d in buf.shape)}) = {want}, got {arr.shape}")
+    for p in params:
+        if out[p.name] < 1:
+            raise ShapeMismatchError(f"symbolic dimension {p.name} must be >= 1, got {out[p.name]}")
+    return out

@@ -1,0 +1,63 @@
+"""Runs a target's schedule-tree passes in order, timing and (optionally) checking each."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polycomp.errors import IllegalScheduleError, PolycompError, PolycompInternalError
+
+from .pass_base import Pass, ScheduleContext
+from .tree import tree_str, violated_dependences
+
+
+@dataclass
+class PassRecord:
+    """What one pass did: its name, the time it took and the tree it produced."""
+    name: str
+    seconds: float
+    tree: str | None
+
+
+class PassManager:
+    """An ordered list of passes for one target.
+
+    ``run`` applies them to a schedule.  With ``dump=True`` the tree after each pass is
+    recorded (``polycomp explain``).  With ``debug=True`` every pass's output is checked
+    for legality: each flow/anti/output dependence of the model must remain
+    lexicographically positive under the new schedule, else
+    :class:`~polycomp.errors.IllegalScheduleError` names the pass and the violated
+    dependences.
+    """
+
+    def __init__(self, passes: list[Pass], debug: bool = False, dump: bool = False):
+        self.passes = list(passes)
+        self.debug = debug
+        self.dump = dump
+        self.records: list[PassRecord] = []
+
+    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+        self.records = []
+        if self.dump:
+            self.records.append(PassRecord("initial", 0.0, tree_str(schedule)))
+        for p in self.passes:
+            t0 = time.perf_counter()
+            try:
+                schedule = p.run(schedule, ctx)
+            except PolycompError:
+                raise
+            except isl.Error as e:
+                raise PolycompInternalError(f"isl error in pass {p.name}: {e}") from None
+            dt_ = time.perf_counter() - t0
+            self.records.append(PassRecord(p.name, dt_, tree_str(schedule) if self.dump else None))
+            if self.debug:
+                bad = violated_dependences(schedule, ctx.model.dependences)
+                if not bad.is_empty():
+                    raise IllegalScheduleError(
+                        f"pass {p.name} produced an illegal schedule: these dependences are "
+                        f"no longer satisfied: {bad}")
+        return schedule
+
+    def timing_table(self) -> str:
+        return "\n".join(f"  {r.name:28s} {r.seconds * 1e3:8.2f} ms" for r in self.records)
