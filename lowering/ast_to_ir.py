@@ -189,7 +189,7 @@ def statement_builders(model) -> dict[str, Callable]:
 
 
 def lower_schedule(model, schedule: isl.Schedule, extra_statements: dict | None = None,
-                   name: str | None = None) -> ir.LoweredFunc:
+                   name: str | None = None, simplify_body: bool = True) -> ir.LoweredFunc:
     """Lower ``schedule`` of ``model`` to a :class:`~polycomp.ir.LoweredFunc`.
 
     Temporaries (stages that are not outputs) are allocated in global scope around
@@ -205,4 +205,4 @@ def lower_schedule(model, schedule: isl.Schedule, extra_statements: dict | None 
     g = model.graph
     f = ir.LoweredFunc(name or g.name, tuple(model.params), tuple(t.buffer for t in g.inputs),
                        tuple(t.buffer for t in g.outputs), body)
-    return f.with_body(simplify(f.body))
+    return f.with_body(simplify(f.body)) if simplify_body else f

@@ -27,3 +27,17 @@ def flatten_range(um: isl.UnionMap) -> isl.UnionMap:
 def dim_bounds(s: isl.Set, k: int) -> tuple[isl.PwAff, isl.PwAff]:
     """The parametric minimum and maximum of dimension ``k`` of ``s``."""
     return s.dim_min(k), s.dim_max(k)
+
+
+_CTX: isl.Context | None = None
+
+
+def context() -> isl.Context:
+    """polycomp's isl context: tile loops count tiles (unit stride, not scaled), point
+    loops are shifted to start at 0."""
+    global _CTX
+    if _CTX is None:
+        _CTX = isl.Context()
+        _CTX.set_tile_scale_tile_loops(0)
+        _CTX.set_tile_shift_point_loops(1)
+    return _CTX

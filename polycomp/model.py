@@ -297,7 +297,8 @@ def program_order_schedule(model_ctx, statements, domain) -> isl.Schedule:
 
 def build_model(graph, ctx: isl.Context | None = None) -> PolyModel:
     """Build the polyhedral model of a traced :class:`KernelGraph`."""
-    ctx = ctx or isl.DEFAULT_CONTEXT
+    from polycomp.islutil import context as _polycomp_ctx
+    ctx = ctx or _polycomp_ctx()
     b = _ModelBuilder(graph, ctx)
     try:
         b._context = b.context()

@@ -1,0 +1,91 @@
+"""Build generated C with gcc into a cached shared library and call it through ctypes."""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+from polycomp import dtypes as dt
+from polycomp.errors import BuildError, ShapeMismatchError
+
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=gnu11", "-fPIC", "-shared",
+                 "-ffp-contract=fast", "-fno-math-errno")
+
+
+def cache_dir() -> str:
+    d = os.environ.get("POLYCOMP_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "polycomp")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def compiler() -> str:
+    cc = os.environ.get("CC", "gcc")
+    if shutil.which(cc) is None:
+        raise BuildError(f"C compiler {cc!r} not found (set CC)")
+    return cc
+
+
+def build_shared(source: str, flags=DEFAULT_FLAGS, include_dirs=(), libs=("-lm",)) -> str:
+    """Compile ``source`` to a shared library, cached on disk by source+flags hash."""
+    cc = compiler()
+    key = hashlib.sha256("\0".join([source, cc, *flags, *include_dirs, *libs]).encode()).hexdigest()[:24]
+    out = os.path.join(cache_dir(), f"pc_{key}.so")
+    if os.path.exists(out):
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "kernel.c")
+        with open(src, "w") as f:
+            f.write(source)
+        tmp_out = os.path.join(tmp, "kernel.so")
+        cmd = [cc, *flags, *[f"-I{d}" for d in include_dirs], src, "-o", tmp_out, *libs]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BuildError(f"gcc failed on generated C ({' '.join(cmd)}):\n{r.stderr[-4000:]}")
+        os.replace(tmp_out, out) if not os.path.exists(out) else None
+    return out
+
+
+class CFunction:
+    """A compiled kernel: call it with numpy arrays, get the outputs back."""
+
+    def __init__(self, func, lib_path: str):
+        self.func = func
+        self.lib = ctypes.CDLL(lib_path)
+        self.cfunc = getattr(self.lib, func.name)
+        self.cfunc.restype = None
+        self.cfunc.argtypes = [ctypes.c_int64] * len(func.params) + \
+            [ctypes.c_void_p] * (len(func.inputs) + len(func.outputs))
+
+    def __call__(self, *inputs, out=None, **params):
+        from polycomp.shapes import eval_int, infer_params
+        f = self.func
+        if len(inputs) != len(f.inputs):
+            raise ShapeMismatchError(f"{f.name} takes {len(f.inputs)} input array(s), got {len(inputs)}")
+        arrays = []
+        for b, a in zip(f.inputs, inputs):
+            want = dt.to_numpy(b.dtype)
+            a = np.asarray(a)
+            if a.dtype != want:
+                raise ShapeMismatchError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}")
+            arrays.append(np.ascontiguousarray(a))
+        values = infer_params(f.params, f.inputs, arrays, params)
+        outs = []
+        for k, b in enumerate(f.outputs):
+            shape = tuple(eval_int(d, values) for d in b.shape)
+            if out is not None:
+                o = out[k]
+                if o.shape != shape or o.dtype != dt.to_numpy(b.dtype) or not o.flags.c_contiguous:
+                    raise ShapeMismatchError(f"out[{k}] must be a C-contiguous {b.dtype} array of shape {shape}")
+            else:
+                o = np.empty(shape, dtype=dt.to_numpy(b.dtype))
+            outs.append(o)
+        args = [values[p.name] for p in f.params] + [a.ctypes.data for a in arrays] + \
+            [o.ctypes.data for o in outs]
+        self.cfunc(*args)
+        return outs[0] if len(outs) == 1 else tuple(outs)

@@ -1,0 +1,245 @@
+"""CUDA code generation: one ``__global__`` kernel per ``kernel`` mark, plus host code.
+
+The emitted ``.cu`` is self-contained:
+
+* ``extern "C" __global__ void <name>_k<i>(params..., buffers...)`` per kernel.  A
+  ``gpu_block`` loop prints as ``v = min + blockIdx.<axis>`` (the grid has exactly
+  ``extent`` blocks on that axis), a ``gpu_thread`` loop as ``v = min + threadIdx.<axis>``
+  guarded by ``threadIdx.<axis> < extent``;
+* ``extern "C" void <name>_launch_config(params..., long long* cfg)`` writes
+  ``grid.x, grid.y, grid.z, block.x, block.y, block.z`` for each kernel, computed from the
+  symbolic sizes;
+* ``extern "C" int <name>(params..., device pointers...)`` allocates the global
+  temporaries, launches the kernels in order on the default stream and returns the
+  first CUDA error (0 on success).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from polycomp import dtypes as dt
+from polycomp import ir
+from polycomp.errors import TargetError
+from polycomp.hw.clike import C_PRELUDE, CLikePrinter
+
+CUDA_HEADER = r"""#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <math.h>
+#define PC_INLINE static __host__ __device__ __forceinline__
+""" + C_PRELUDE
+
+
+@dataclass
+class KernelInfo:
+    """One ``__global__`` function: its body and launch geometry (IR expressions)."""
+    name: str
+    body: ir.Stmt
+    grid: list = field(default_factory=lambda: [ir.IntImm(1)] * 3)
+    block: list = field(default_factory=lambda: [1, 1, 1])
+    params: tuple = ()
+    buffers: tuple = ()
+    shared_bytes: int = 0
+
+
+_AXIS = {"x": 0, "y": 1, "z": 2}
+
+
+class CudaPrinter(CLikePrinter):
+    types = dt.CUDA_TYPES
+
+    def value_type(self, dtype):
+        if dtype in ("int8", "int32", "int64"):
+            return "int64_t"
+        if dtype == "bool":
+            return "bool"
+        return self.types[dt.compute_dtype(dtype)]
+
+    def storage_type(self, dtype):
+        return self.types[dtype]
+
+    def load_value(self, buf, index):
+        ref = f"{buf.name}[{index}]"
+        if buf.dtype == "float16":
+            return f"__half2float({ref})"
+        if buf.dtype == "bfloat16":
+            return f"__bfloat162float({ref})"
+        return ref
+
+    def store_value(self, buf, value, vdtype):
+        if buf.dtype == "float16":
+            return f"__float2half({value})"
+        if buf.dtype == "bfloat16":
+            return f"__float2bfloat16({value})"
+        return value
+
+    def cast(self, e):
+        v = self.expr(e.value)
+        if e.dtype == "float16":
+            return f"__half2float(__float2half({v}))"
+        if e.dtype == "bfloat16":
+            return f"__bfloat162float(__float2bfloat16({v}))"
+        if e.dtype == "bool":
+            return f"(({v}) != 0)"
+        if e.dtype in ("int8", "int32"):
+            return f"((int64_t)({self.types[e.dtype]})({v}))"
+        return f"(({self.value_type(e.dtype)})({v}))"
+
+    def math_call(self, name, args, dtype):
+        if name == "rsqrt" and dt.compute_dtype(dtype) == "float32":
+            return f"rsqrtf({args[0]})"
+        return super().math_call(name, args, dtype)
+
+    def for_(self, s):
+        if s.kind == "gpu_block":
+            axis = s.annotation("axis")
+            self.emit("{")
+            self.level += 1
+            self.emit(f"const int64_t {s.var.name} = {self.expr(s.min)} + (int64_t)blockIdx.{axis};")
+            self.nonneg.add(s.var) if _min_nonneg(s, self) else None
+            self.stmt(s.body)
+            self.level -= 1
+            self.emit("}")
+            return
+        if s.kind == "gpu_thread":
+            axis = s.annotation("axis")
+            self.emit(f"if ((int64_t)threadIdx.{axis} < {self.expr(s.extent)}) {{")
+            self.level += 1
+            self.emit(f"const int64_t {s.var.name} = {self.expr(s.min)} + (int64_t)threadIdx.{axis};")
+            self.nonneg.add(s.var) if _min_nonneg(s, self) else None
+            self.stmt(s.body)
+            self.level -= 1
+            self.emit("}")
+            return
+        if s.kind == "unrolled":
+            self.emit("#pragma unroll")
+        super().for_(s)
+
+    def allocate(self, s):
+        b = s.buffer
+        ty = self.storage_type(b.dtype)
+        size = self.expr(ir.shape_product(b.shape))
+        if b.scope == "shared":
+            self.emit(f"__shared__ __align__(16) {ty} {b.name}[{size}];")
+        elif b.scope == "local":
+            self.emit(f"{ty} {b.name}[{size}];")
+        else:
+            raise TargetError(f"global allocation of {b.name} inside a CUDA kernel")
+        self.stmt(s.body)
+
+
+def _min_nonneg(s, printer):
+    from polycomp.hw.clike import _nonneg
+    return _nonneg(s.min, printer.nonneg)
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def split_kernels(func: ir.LoweredFunc) -> tuple[list, list[KernelInfo]]:
+    """Peel the global Allocates and split the body into kernels (one per ``kernel`` mark)."""
+    temps = []
+    body = func.body
+    while isinstance(body, ir.Allocate):
+        temps.append(body.buffer)
+        body = body.body
+    stmts = body.stmts if isinstance(body, ir.Block) else (body,)
+    kernels = []
+    for k, s in enumerate(stmts):
+        inner = s.body if isinstance(s, ir.AttrStmt) and s.key == "kernel" else s
+        info = KernelInfo(f"{func.name}_k{len(kernels)}", inner)
+        _geometry(info)
+        kernels.append(info)
+    for info in kernels:
+        info.params = tuple(v for v in func.params)
+        used = ir.buffers_of(info.body)
+        info.buffers = tuple(b for b in func.args + tuple(temps) if b in used or
+                             any(u.name == b.name for u in used))
+    return temps, kernels
+
+
+def _geometry(info: KernelInfo) -> None:
+    def fn(n):
+        if isinstance(n, ir.For) and n.kind == "gpu_block":
+            ax = _AXIS[n.annotation("axis")]
+            for v in ir.free_vars(n.extent):
+                if not v.is_param:
+                    raise TargetError(f"kernel {info.name}: the number of blocks on axis "
+                                      f"{n.annotation('axis')} depends on {v.name}")
+            info.grid[ax] = n.extent
+        elif isinstance(n, ir.For) and n.kind == "gpu_thread":
+            info.block[_AXIS[n.annotation("axis")]] = int(n.annotation("threads"))
+    ir.walk(info.body, fn)
+    threads = info.block[0] * info.block[1] * info.block[2]
+    if threads > 1024:
+        raise TargetError(f"kernel {info.name} uses {threads} threads per block (> 1024)")
+
+
+def _kernel_signature(info: KernelInfo, p: CudaPrinter, writes: set) -> str:
+    parts = [f"int64_t {v.name}" for v in info.params]
+    for b in info.buffers:
+        const = "const " if b.name not in writes else ""
+        parts.append(f"{const}{p.storage_type(b.dtype)}* __restrict__ {b.name}")
+    return ", ".join(parts)
+
+
+def _written(stmt) -> set:
+    out = set()
+    ir.walk(stmt, lambda n: out.add(n.buffer.name) if isinstance(n, ir.Store) else None)
+    return out
+
+
+def emit_cuda(func: ir.LoweredFunc) -> str:
+    """The ``.cu`` source of a GPU-mapped, flattened function."""
+    temps, kernels = split_kernels(func)
+    out = [f"// generated by polycomp: kernel {func.name}", CUDA_HEADER]
+    for info in kernels:
+        p = CudaPrinter()
+        p.stmt(info.body)
+        threads = info.block[0] * info.block[1] * info.block[2]
+        sig = _kernel_signature(info, p, _written(info.body))
+        out.append(f'extern "C" __global__ void __launch_bounds__({threads}) {info.name}({sig}) {{')
+        out.extend(p.lines)
+        out.append("}\n")
+    out.append(_host_code(func, temps, kernels))
+    return "\n".join(out)
+
+
+def _host_code(func, temps, kernels) -> str:
+    p = CudaPrinter()
+    params = [f"int64_t {v.name}" for v in func.params]
+    lines = []
+    cfg_sig = ", ".join(params + ["long long* cfg"])
+    lines.append(f'extern "C" void {func.name}_launch_config({cfg_sig}) {{')
+    for k, info in enumerate(kernels):
+        for a in range(3):
+            lines.append(f"  cfg[{6 * k + a}] = (long long)({p.expr(info.grid[a])});")
+        for a in range(3):
+            lines.append(f"  cfg[{6 * k + 3 + a}] = {info.block[a]};")
+    lines.append("}\n")
+    lines.append(f'extern "C" int {func.name}_num_kernels(void) {{ return {len(kernels)}; }}\n')
+    args = params + [f"{'const ' if b in func.inputs else ''}{p.storage_type(b.dtype)}* {b.name}"
+                     for b in func.args]
+    lines.append(f'extern "C" int {func.name}({", ".join(args) or "void"}) {{')
+    lines.append("  cudaError_t err = cudaSuccess;")
+    for b in temps:
+        size = p.expr(ir.shape_product(b.shape))
+        ty = p.storage_type(b.dtype)
+        lines.append(f"  {ty}* {b.name} = 0;")
+        lines.append(f"  err = cudaMalloc((void**)&{b.name}, sizeof({ty}) * (size_t)({size}));")
+        lines.append("  if (err != cudaSuccess) return (int)err;")
+    for info in kernels:
+        g = ", ".join(f"(unsigned)({p.expr(x)})" for x in info.grid)
+        b = ", ".join(str(x) for x in info.block)
+        call_args = [v.name for v in info.params] + [
+            f"({p.storage_type(x.dtype)}*){x.name}" if x in func.inputs else x.name
+            for x in info.buffers]
+        lines.append(f"  {info.name}<<<dim3({g}), dim3({b})>>>({', '.join(call_args)});")
+        lines.append("  err = cudaGetLastError();")
+        lines.append("  if (err != cudaSuccess) return (int)err;")
+    for b in temps:
+        lines.append(f"  cudaFree({b.name});")
+    lines.append("  return (int)cudaDeviceSynchronize();")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,77 @@
+"""IR pass: turn the loops under ``gpu_blocks``/``gpu_threads`` marks into GPU loops.
+
+Assumes: the IR comes from a schedule tree mapped by
+:class:`~polycomp.scheduler.gpu_baseline.GpuBaselineMappingPass` (or a later mapping
+pass using the same marks): under ``AttrStmt("gpu_blocks", "<n>")`` the next ``n``
+loops (a ``let`` stands for a loop isl found to have one iteration) are the tile loops,
+and under ``AttrStmt("gpu_threads", "s0,s1,..")`` the next loops are the point loops of
+those tiles.
+Guarantees: tile loops get kind ``gpu_block`` and point loops kind ``gpu_thread`` with
+an ``axis`` annotation (the innermost loop maps to ``x``) and, for thread loops, the
+``threads`` block extent.  Loop bounds are unchanged, so executing a mapped loop as a
+loop (the interpreter does) gives the same result as the unmapped IR.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from polycomp import ir
+from polycomp.errors import PolycompInternalError
+
+AXES = ("x", "y", "z")
+
+
+def _take_loops(s, n):
+    """The first n loop levels below s (Fors; a LetStmt counts as a 1-iteration loop)."""
+    loops = []
+    cur = s
+    while len(loops) < n:
+        if isinstance(cur, ir.For):
+            loops.append(cur)
+            cur = cur.body
+        elif isinstance(cur, ir.LetStmt):
+            loops.append(cur)
+            cur = cur.body
+        else:
+            raise PolycompInternalError(f"expected {n} mapped loops below a GPU mark, found "
+                                        f"{len(loops)} then {type(cur).__name__}")
+    return loops
+
+
+def _rebuild(loops, inner, kinds_axes):
+    out = inner
+    for loop, (kind, ann) in reversed(list(zip(loops, kinds_axes))):
+        if isinstance(loop, ir.LetStmt):
+            out = ir.For(loop.var, loop.value, ir.IntImm(1), kind, out, ann)
+        else:
+            out = ir.For(loop.var, loop.min, loop.extent, kind, out, ann + loop.annotations)
+    return out
+
+
+class _MapGpu(ir.Mutator):
+    def visit_AttrStmt(self, s):
+        if s.key == "gpu_blocks":
+            n = int(s.value)
+            if n == 0:
+                return ir.AttrStmt(s.key, s.value, self.visit(s.body))
+            loops = _take_loops(s.body, n)
+            inner = self.visit(_after(loops[-1]))
+            ka = [("gpu_block", (("axis", AXES[n - 1 - k]),)) for k in range(n)]
+            return ir.AttrStmt(s.key, s.value, _rebuild(loops, inner, ka))
+        if s.key == "gpu_threads":
+            sizes = [int(x) for x in s.value.split(",")]
+            n = len(sizes)
+            loops = _take_loops(s.body, n)
+            inner = self.visit(_after(loops[-1]))
+            ka = [("gpu_thread", (("axis", AXES[n - 1 - k]), ("threads", sizes[k])))
+                  for k in range(n)]
+            return ir.AttrStmt(s.key, s.value, _rebuild(loops, inner, ka))
+        return self.generic(s)
+
+
+def _after(loop):
+    return loop.body
+
+
+def map_gpu_loops(func: ir.LoweredFunc) -> ir.LoweredFunc:
+    return func.with_body(_MapGpu().visit(func.body))

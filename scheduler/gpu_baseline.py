@@ -1,0 +1,72 @@
+"""Pass: baseline GPU mapping — tile each stage's outer coincident band onto blocks and
+threads.
+
+Assumes: the tree is the program-order tree (``domain`` -> optional ``sequence`` of
+stage filters -> per stage an outer band), and ``ctx.model`` holds the dependences.
+Guarantees: every top-level stage subtree is wrapped in a mark ``kernel:<k>`` (one CUDA
+kernel each; kernels run in sequence, which is the global synchronisation between
+stages).  In each, the leading coincident members of the outer band (at most 3, the
+innermost first onto x) are split off and tiled with ``ctx.options["block"]`` (default
+16x16 for two members, 256 for one, 8x8x4 for three): the tile band is marked
+``gpu_blocks:<n>`` and the point band ``gpu_threads:<sizes>``.  Non-coincident members
+and inner bands stay below, executed sequentially per thread.  A stage without a
+coincident member runs in a single thread (``gpu_blocks:0``).  Tiling and marks do not
+change the execution order of dependent instances within a thread, and instances in
+different threads are independent by coincidence, so the schedule stays legal.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from .pass_base import Pass, ScheduleContext
+from .tree import band_coincidence
+
+DEFAULT_BLOCK = {1: (256,), 2: (16, 16), 3: (4, 8, 8)}
+
+
+def _stage_roots(schedule: isl.Schedule) -> list[int]:
+    root = schedule.get_root()
+    child = root.child(0)
+    if child.get_type() == isl.schedule_node_type.sequence:
+        return list(range(child.n_children()))
+    return [-1]
+
+
+class GpuBaselineMappingPass(Pass):
+    name = "gpu-baseline-mapping"
+
+    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+        deps = ctx.model.dependences
+        roots = _stage_roots(schedule)
+        for k in roots:
+            node = schedule.get_root().child(0)
+            if k >= 0:
+                node = node.child(k).child(0)
+            node = self._map_stage(node, deps, ctx, k if k >= 0 else 0)
+            schedule = node.get_schedule()
+        return schedule
+
+    def _map_stage(self, node, deps, ctx, k):
+        node = node.insert_mark(isl.Id(f"kernel:{k}")).child(0)
+        if node.get_type() != isl.schedule_node_type.band:
+            return node.insert_mark(isl.Id("gpu_blocks:0"))
+        coinc = band_coincidence(node, deps)
+        n = 0
+        while n < len(coinc) and coinc[n] and n < 3:
+            n += 1
+        if n == 0:
+            return node.insert_mark(isl.Id("gpu_blocks:0"))
+        if n < node.band_n_member():
+            node = node.band_split(n)
+        sizes = tuple(ctx.options.get("block") or DEFAULT_BLOCK[n])[-n:]
+        if len(sizes) != n:
+            sizes = DEFAULT_BLOCK[n]
+        for m in range(n):
+            node = node.band_member_set_coincident(m, 1)
+        mv = isl.MultiVal.zero(node.band_get_space())
+        for m, s in enumerate(sizes):
+            mv = mv.set_val(m, isl.Val.int_from_si(node.get_ctx(), s))
+        node = node.band_tile(mv)  # tile band, child = point band
+        node = node.insert_mark(isl.Id(f"gpu_blocks:{n}")).child(0)
+        node = node.child(0).insert_mark(isl.Id("gpu_threads:" + ",".join(map(str, sizes))))
+        return node
