@@ -488,6 +488,12 @@ class Kernel:
     def __repr__(self):
         return f"<polycomp kernel {self.name}>"
 
+    def polyhedral_model(self):
+        """The :class:`~polycomp.model.PolyModel` the driver compiles (front ends other
+        than the DSL, e.g. the C SCoP reader, provide the same method)."""
+        from polycomp.model import build_model
+        return build_model(self.graph)
+
     @property
     def graph(self) -> KernelGraph:
         if self._graph is None:

@@ -17,7 +17,7 @@ from polycomp.frontend.dsl import Kernel
 from polycomp.hw import pipelines
 from polycomp.hw.target import Target, get_target
 from polycomp.lowering.ast_to_ir import lower_schedule
-from polycomp.model import PolyModel, build_model
+from polycomp.model import PolyModel
 from polycomp.scheduler import PassManager, ScheduleContext
 
 
@@ -44,12 +44,13 @@ class CompiledKernel:
 def compile_kernel(kernel: Kernel, target="c", options: dict | None = None,
                    debug: bool = False, dump: bool = False) -> CompiledKernel:
     """Compile ``kernel`` for ``target``; see the module docstring."""
-    if not isinstance(kernel, Kernel):
-        raise TargetError(f"compile_kernel() takes a @tensor_expr kernel, got {type(kernel).__name__}")
+    if not hasattr(kernel, "polyhedral_model"):
+        raise TargetError(f"compile_kernel() takes a @tensor_expr kernel (or a front-end "
+                          f"kernel with polyhedral_model()), got {type(kernel).__name__}")
     tgt = get_target(target)
     opts = dict(options or {})
     try:
-        model = build_model(kernel.graph)
+        model = kernel.polyhedral_model()
         ctx = ScheduleContext(model, tgt, opts)
         pm = PassManager(pipelines.schedule_passes(tgt, opts), debug=debug, dump=dump)
         schedule = pm.run(model.initial_schedule, ctx)

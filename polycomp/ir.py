@@ -390,6 +390,18 @@ def call(name: str, *args, dtype: str | None = None) -> Expr:
     return Call(name, args, d)
 
 
+BARRIER = "__syncthreads"
+
+
+def barrier() -> Stmt:
+    """A block-wide barrier (``__syncthreads()``)."""
+    return Evaluate(Call(BARRIER, (), "int32", pure=False))
+
+
+def is_barrier(s) -> bool:
+    return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.name == BARRIER
+
+
 def is_const(e, value=None) -> bool:
     if isinstance(e, (IntImm, FloatImm)):
         return value is None or e.value == value

@@ -22,7 +22,8 @@ from polycomp import ir
 from polycomp.errors import TargetError
 from polycomp.hw.clike import C_PRELUDE, CLikePrinter
 
-CUDA_HEADER = r"""#include <cuda_runtime.h>
+CUDA_HEADER = r"""#pragma nv_diag_suppress 177
+#include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
