@@ -48,7 +48,7 @@ def build_ast(schedule: isl.Schedule, context: isl.Set,
     build = isl.AstBuild.from_context(context)
     handles = []
     errors: list = []
-    if dependences is not None and not dependences.is_empty():
+    if dependences is not None:  # empty dependences: every loop is coincident
         def before_each_for(b):
             try:
                 return isl.Id("coincident" if _loop_is_coincident(b, dependences) else "carried")
@@ -158,8 +158,12 @@ class AstLowerer:
         ub = self.expr(rhs)
         count = ub - init + (1 if cond.get_op_type() == _OP.le else 0)  # for inc == 1
         ann = ()
-        if node.get_annotation() is not None:
-            ann = (("coincident", node.get_annotation().get_name() == "coincident"),)
+        try:  # islpy raises (rather than returning None) when a node has no annotation
+            note = node.get_annotation()
+        except isl.Error:
+            note = None
+        if note is not None:
+            ann = (("coincident", note.get_name() == "coincident"),)
         if inc == 1:
             return ir.For(v, init, count, "serial", body, ann)
         t = self.var(it + "_t")
