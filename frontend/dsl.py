@@ -21,7 +21,7 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import (DSLError, DTypeError, NonAffineIndexError, ReduceAxisError,
                              ShapeMismatchError, SourceLocation, UnknownSymbolError,
-                             user_location)
+                             UnsupportedConstructError, user_location)
 
 __all__ = ["sym", "Tensor", "tensor_expr", "compute", "reduce_axis", "sum", "max", "min",
            "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs", "sigmoid", "select",
@@ -32,7 +32,13 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED = {"int", "float", "double", "char", "void", "for", "if", "else", "while",
              "return", "const", "restrict", "long", "short", "unsigned", "signed",
              "min", "max", "floord", "sizeof", "static", "inline", "half", "bool",
-             "blockIdx", "threadIdx", "blockDim", "gridDim"}
+             "blockIdx", "threadIdx", "blockDim", "gridDim",
+             # C keywords the list above misses
+             "do", "switch", "case", "default", "break", "continue", "goto", "struct",
+             "union", "enum", "typedef", "extern", "register", "volatile", "auto",
+             # words of isl's set/map syntax (symbols and statement names are parsed by isl)
+             "and", "or", "not", "xor", "implies", "mod", "floor", "ceil", "exists",
+             "infty", "rat", "true", "false", "div"}
 
 
 def _check_name(name: str, what: str) -> str:
@@ -62,6 +68,14 @@ def _dim(d, what="dimension") -> ir.Expr:
                 d = int(d)
         except ImportError:  # pragma: no cover
             pass
+    if isinstance(d, str):
+        raise UnknownSymbolError(
+            f"{what} {d!r} is a string; declare symbolic dimensions with polycomp.sym, e.g. "
+            f"{d} = polycomp.sym({d!r})", user_location())
+    if isinstance(d, Tensor):
+        raise ShapeMismatchError(f"{what} must be an int or a symbolic expression, got the "
+                                 f"tensor {d.name!r} (did a kernel parameter shadow a symbol?)",
+                                 user_location())
     if isinstance(d, int):
         if d < 1:
             raise ShapeMismatchError(f"{what} must be >= 1, got {d}", user_location())
@@ -115,8 +129,9 @@ class Tensor:
     def __class_getitem__(cls, spec):
         if not isinstance(spec, tuple) or not spec:
             spec = (spec,)
-        if len(spec) == 2 and isinstance(spec[1], str) and isinstance(spec[0], (tuple, list)):
-            shape, dtype = spec
+        if len(spec) == 2 and isinstance(spec[0], (tuple, list)) and \
+                not isinstance(spec[1], (int, ir.Expr, tuple, list)):
+            shape, dtype = spec  # dtype: a name, a numpy dtype or type
         elif isinstance(spec[0], (tuple, list)) and len(spec) == 1:
             shape, dtype = spec[0], "float32"
         else:  # Tensor[N, K] or Tensor[N, K, "f16"]
@@ -135,18 +150,51 @@ class Tensor:
                 f"{len(idx)} index(es)", loc)
         out = []
         for k, i in enumerate(idx):
-            if isinstance(i, slice):
-                raise DSLError(f"slices are not supported when indexing {self.name!r}; "
-                               f"index every dimension with an iterator expression", loc)
+            if isinstance(i, slice) or i is Ellipsis or i is None:
+                raise UnsupportedConstructError(
+                    f"{'slices' if isinstance(i, slice) else repr(i)} in an index of "
+                    f"{self.name!r} are not supported; index every dimension with an "
+                    f"iterator expression (one compute() per output element)", loc)
+            if isinstance(i, Tensor):
+                raise NonAffineIndexError(
+                    f"index {k} of {self.name!r} is the tensor {i.name!r}; index with "
+                    f"iterators, not tensors", loc)
             if isinstance(i, float) or (isinstance(i, ir.Expr) and i.dtype not in dt.INTS):
                 raise NonAffineIndexError(
                     f"index {k} of {self.name!r} is not an integer expression", loc)
-            out.append(ir.const(i))
+            i = ir.const(i)
+            _check_affine(i, f"index {k} of {self.name}", loc)
+            out.append(i)
         return ir.Load(self.buffer, tuple(out), self.dtype)
+
+    def __setitem__(self, idx, value):
+        raise UnsupportedConstructError(
+            f"assignment to an element of {self.name!r}: tensors are immutable in the DSL; "
+            f"define a new tensor with compute()", user_location())
+
+    def __iter__(self):
+        raise UnsupportedConstructError(
+            f"iterating over tensor {self.name!r} is not supported; use compute() with "
+            f"index functions (and reduce_axis for reductions)", user_location())
+
+    def __len__(self):
+        raise UnsupportedConstructError(
+            f"len() of tensor {self.name!r}: extents may be symbolic; use .shape",
+            user_location())
 
     def __repr__(self):
         shp = ", ".join(_fmt(s) for s in self.shape)
         return f"Tensor({self.name}, ({shp}), {self.dtype})"
+
+
+def _check_affine(e: ir.Expr, what: str, loc) -> None:
+    """Raise NonAffineIndexError at the indexing line when ``e`` is not quasi-affine.
+
+    Every free variable counts as an iterator or symbol here; whether each is in scope is
+    checked when the compute stage is built.
+    """
+    from polycomp.affine import to_isl
+    to_isl(e, {v: v.name for v in ir.free_vars(e)}, what, loc)
 
 
 def _fmt(e) -> str:
@@ -186,6 +234,14 @@ class ReduceAxis(ir.Var):
 
 
 _axis_counter = itertools.count()
+_AUTO_AXIS = re.compile(r"^r[0-9]+$")
+
+
+def _axis_desc(a: "ReduceAxis") -> str:
+    """``'k'``, or for an unnamed axis ``'r3' (reduce_axis at file:line)``."""
+    if _AUTO_AXIS.match(a.name) and a.location is not None:
+        return f"{a.name!r} (reduce_axis at {a.location.filename}:{a.location.lineno})"
+    return repr(a.name)
 
 
 def reduce_axis(extent, name: str | None = None) -> ReduceAxis:
@@ -237,20 +293,29 @@ def _axes(axis, loc) -> tuple:
         if not isinstance(a, ReduceAxis):
             raise ReduceAxisError(f"axis must be created with reduce_axis(), got {a!r}", loc)
     if len(set(id(a) for a in axes)) != len(axes):
-        raise ReduceAxisError("the same reduce axis is listed twice", loc)
+        dup = next(a for a in axes if builtins.sum(b is a for b in axes) > 1)
+        raise ReduceAxisError(f"reduce axis {_axis_desc(dup)} is listed twice in one "
+                              f"reduction", loc)
     return axes
 
 
 def _reduce(op, body, axis, loc) -> Reduce:
+    if isinstance(body, Tensor):
+        raise ReduceAxisError(f"{op}() of the whole tensor {body.name!r}: reduce an element "
+                              f"expression such as {body.name}[i, k] over reduce axes", loc)
     body = ir.const(body)
     axes = _axes(axis, loc)
-    _check_no_nested_reduce(body, loc)
+    _check_no_nested_reduce(body, loc, axes)
     return Reduce(op, body, axes, body.dtype, loc)
 
 
-def _check_no_nested_reduce(e, loc):
+def _check_no_nested_reduce(e, loc, axes=()):
     def fn(n):
         if isinstance(n, Reduce):
+            twice = [a for a in n.axes if any(a is b for b in axes)]
+            if twice:
+                raise ReduceAxisError(f"reduce axis {_axis_desc(twice[0])} is reduced twice (a "
+                                      f"reduction over it inside another one)", loc)
             raise ReduceAxisError("a reduction inside another reduction; split it into two "
                                   "compute stages", loc)
     ir.walk(e, fn)
@@ -428,7 +493,7 @@ def _check_vars(body, iters, axes, sname, loc):
         if v not in allowed:
             if isinstance(v, ReduceAxis):
                 raise ReduceAxisError(
-                    f"reduce axis {v.name!r} is used in compute {sname!r} outside a reduction "
+                    f"reduce axis {_axis_desc(v)} is used in compute {sname!r} outside a reduction "
                     f"over it", loc)
             raise UnknownSymbolError(f"compute {sname!r} uses {v.name!r}, which is neither "
                                      f"one of its indices nor a reduce axis of it", loc)
@@ -536,7 +601,7 @@ class Kernel:
             raise DSLError(f"kernel {self.name!r} returns the same tensor twice", self.location)
         stages = tuple(trace.stages)
         _check_reads(stages, inputs)
-        params = _collect_params(inputs, stages)
+        params = _collect_params(inputs, stages, self.location)
         return KernelGraph(self.name, params, tuple(inputs), stages, tuple(outs), self.location)
 
 
@@ -551,7 +616,7 @@ def _check_reads(stages, inputs):
         known.add(s.output.buffer)
 
 
-def _collect_params(inputs, stages) -> tuple:
+def _collect_params(inputs, stages, location=None) -> tuple:
     seen: dict = {}
 
     def add(e):
@@ -571,7 +636,8 @@ def _collect_params(inputs, stages) -> tuple:
     by_name: dict = {}
     for v in seen:
         if v.name in by_name and by_name[v.name] is not v:
-            raise UnknownSymbolError(f"two different symbols are both named {v.name!r}")
+            raise UnknownSymbolError(f"two different symbols are both named {v.name!r} "
+                                     f"(declare each symbol once with polycomp.sym)", location)
         by_name[v.name] = v
     return tuple(seen)
 

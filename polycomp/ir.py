@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
 from . import dtypes as dt
-from .errors import DTypeError, user_location
+from .errors import DTypeError, UnsupportedConstructError, user_location
 
 # --------------------------------------------------------------------------- exprs
 
@@ -54,11 +54,32 @@ class Expr:
     __hash__ = object.__hash__
 
     def __bool__(self):
-        raise DTypeError("a polycomp expression has no truth value; use select()/where() "
-                         "for conditions and &, |, ~ to combine them", user_location())
+        raise UnsupportedConstructError(
+            "a polycomp expression has no truth value (Python if/and/or/not, chained "
+            "comparisons); use select()/where() for conditions and &, |, ~ to combine them",
+            user_location())
 
     def __iter__(self):
-        raise TypeError("polycomp expressions are not iterable")
+        raise UnsupportedConstructError("polycomp expressions are not iterable",
+                                        user_location())
+
+    def _not_a_number(self, *_):
+        raise UnsupportedConstructError(
+            "a polycomp expression is symbolic, not a Python number (math.*, int(), float(), "
+            "range() need numbers); use the polycomp functions (polycomp.exp, ...) and "
+            "compute()/reduce_axis() for loops", user_location())
+
+    __float__ = __int__ = __index__ = __complex__ = _not_a_number
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        # numpy scalars meeting an expression (np.float32(2) * x) build IR; other numpy
+        # functions applied to expressions are an error naming the polycomp equivalent
+        op = _NUMPY_BINARY.get(ufunc.__name__)
+        if op is not None and method == "__call__" and not kwargs and len(inputs) == 2:
+            return binary(op, *inputs)
+        raise UnsupportedConstructError(
+            f"numpy function np.{ufunc.__name__} cannot be applied to a polycomp expression; "
+            f"use the polycomp function (polycomp.exp, polycomp.max, ...)", user_location())
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,6 +108,9 @@ class Var(Expr):
 ARITH_OPS = ("+", "-", "*", "/", "//", "%", "min", "max")
 CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
 LOGIC_OPS = ("&&", "||")
+_NUMPY_BINARY = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/",
+                 "floor_divide": "//", "remainder": "%", "maximum": "max", "minimum": "min",
+                 "less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">="}
 
 
 @dataclass(frozen=True, eq=False)

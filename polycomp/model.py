@@ -253,7 +253,7 @@ class _ModelBuilder:
                 idx = ", ".join(expr_str(i) for i in a.indices)
                 raise ShapeMismatchError(
                     f"{stmt.stage.name}: {a.kind} of {buf.name}[{idx}] goes out of bounds "
-                    f"(shape {tuple(expr_str(d) for d in buf.shape)}); e.g. elements "
+                    f"(shape ({', '.join(expr_str(d) for d in buf.shape)})); e.g. elements "
                     f"{bad.sample_point() if not bad.is_empty() else bad}; guard it with "
                     f"select() or fix the index", loc)
 
