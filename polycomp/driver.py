@@ -12,7 +12,8 @@ import islpy as isl
 import numpy as np
 
 from polycomp import dtypes as dt
-from polycomp.errors import PolycompError, PolycompInternalError, TargetError
+from polycomp.errors import (DTypeError, PolycompError, PolycompInternalError, ShapeMismatchError,
+                             TargetError, user_location)
 from polycomp.frontend.dsl import Kernel
 from polycomp.hw import pipelines
 from polycomp.hw.target import Target, get_target
@@ -90,11 +91,15 @@ def interpret(kernel_or_compiled, *inputs, **params):
     ck = kernel_or_compiled if isinstance(kernel_or_compiled, CompiledKernel) else \
         compile_kernel(kernel_or_compiled, "c", {"parallel": False})
     f = ck.ir
+    if len(inputs) != len(f.inputs):
+        raise ShapeMismatchError(f"{f.name} takes {len(f.inputs)} input array(s), got "
+                                 f"{len(inputs)}", user_location())
     arrays = []
     for b, a in zip(f.inputs, inputs):
         a = np.asarray(a)
         if a.dtype != dt.to_numpy(b.dtype):
-            raise TargetError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}")
+            raise DTypeError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}",
+                             user_location())
         arrays.append(a)
     values = infer_params(f.params, f.inputs, arrays, params)
     outs = run_func(f, {b.name: a for b, a in zip(f.inputs, arrays)}, values)

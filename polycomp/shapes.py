@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from polycomp import ir
-from polycomp.errors import ShapeMismatchError, UnknownSymbolError
+from polycomp.errors import ShapeMismatchError, UnknownSymbolError, user_location
 
 
 def eval_int(e: ir.Expr, params: dict) -> int:
@@ -15,7 +15,8 @@ def eval_int(e: ir.Expr, params: dict) -> int:
         return e.value
     if isinstance(e, ir.Var):
         if e.name not in params:
-            raise UnknownSymbolError(f"no value given for symbolic dimension {e.name!r}")
+            raise UnknownSymbolError(f"no value given for symbolic dimension {e.name!r}",
+                                     user_location())
         return int(params[e.name])
     if isinstance(e, ir.Unary) and e.op == "neg":
         return -eval_int(e.a, params)
@@ -23,7 +24,7 @@ def eval_int(e: ir.Expr, params: dict) -> int:
         a, b = eval_int(e.a, params), eval_int(e.b, params)
         return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0,
                 "%": a % b if b else 0, "min": min(a, b), "max": max(a, b)}[e.op]
-    raise ShapeMismatchError(f"cannot evaluate extent {e}")
+    raise ShapeMismatchError(f"cannot evaluate extent {e}", user_location())
 
 
 def infer_params(params: tuple, args: tuple, arrays: list, given: dict | None = None) -> dict:
@@ -37,25 +38,29 @@ def infer_params(params: tuple, args: tuple, arrays: list, given: dict | None = 
     for buf, arr in zip(args, arrays):
         if arr.ndim != len(buf.shape):
             raise ShapeMismatchError(f"argument {buf.name!r} must have {len(buf.shape)} "
-                                     f"dimension(s), got an array of shape {arr.shape}")
+                                     f"dimension(s), got an array of shape {arr.shape}",
+                                     user_location())
         for d, n in zip(buf.shape, arr.shape):
             if isinstance(d, ir.Var) and d.is_param:
                 if d.name in out and out[d.name] != n:
                     raise ShapeMismatchError(
                         f"symbol {d.name} is {out[d.name]} from another argument but "
-                        f"{buf.name!r} has extent {n} there (shape {arr.shape})")
+                        f"{buf.name!r} has extent {n} there (shape {arr.shape})", user_location())
                 out[d.name] = int(n)
     missing = [p.name for p in params if p.name not in out]
     if missing:
         raise UnknownSymbolError(f"cannot infer symbolic dimension(s) {', '.join(missing)} "
-                                 f"from the input shapes; pass them as keyword arguments")
+                                 f"from the input shapes; pass them as keyword arguments",
+                                 user_location())
     for buf, arr in zip(args, arrays):
         want = tuple(eval_int(d, out) for d in buf.shape)
         if tuple(arr.shape) != want:
             raise ShapeMismatchError(
                 f"argument {buf.name!r} must have shape "
-                f"({', '.join(expr_str(d) for d in buf.shape)}) = {want}, got {arr.shape}")
+                f"({', '.join(expr_str(d) for d in buf.shape)}) = {want}, got {arr.shape}",
+                user_location())
     for p in params:
         if out[p.name] < 1:
-            raise ShapeMismatchError(f"symbolic dimension {p.name} must be >= 1, got {out[p.name]}")
+            raise ShapeMismatchError(f"symbolic dimension {p.name} must be >= 1, got {out[p.name]}",
+                                     user_location())
     return out

@@ -11,7 +11,7 @@ import tempfile
 import numpy as np
 
 from polycomp import dtypes as dt
-from polycomp.errors import BuildError, ShapeMismatchError
+from polycomp.errors import BuildError, DTypeError, ShapeMismatchError, user_location
 
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=gnu11", "-fPIC", "-shared",
                  "-ffp-contract=fast", "-fno-math-errno")
@@ -66,13 +66,15 @@ class CFunction:
         from polycomp.shapes import eval_int, infer_params
         f = self.func
         if len(inputs) != len(f.inputs):
-            raise ShapeMismatchError(f"{f.name} takes {len(f.inputs)} input array(s), got {len(inputs)}")
+            raise ShapeMismatchError(f"{f.name} takes {len(f.inputs)} input array(s), got "
+                                     f"{len(inputs)}", user_location())
         arrays = []
         for b, a in zip(f.inputs, inputs):
             want = dt.to_numpy(b.dtype)
             a = np.asarray(a)
             if a.dtype != want:
-                raise ShapeMismatchError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}")
+                raise DTypeError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}",
+                                 user_location())
             arrays.append(np.ascontiguousarray(a))
         values = infer_params(f.params, f.inputs, arrays, params)
         outs = []
@@ -81,7 +83,8 @@ class CFunction:
             if out is not None:
                 o = out[k]
                 if o.shape != shape or o.dtype != dt.to_numpy(b.dtype) or not o.flags.c_contiguous:
-                    raise ShapeMismatchError(f"out[{k}] must be a C-contiguous {b.dtype} array of shape {shape}")
+                    raise ShapeMismatchError(f"out[{k}] must be a C-contiguous {b.dtype} array "
+                                             f"of shape {shape}", user_location())
             else:
                 o = np.empty(shape, dtype=dt.to_numpy(b.dtype))
             outs.append(o)
