@@ -9,6 +9,9 @@ dividend is known non-negative.
 """
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
 from polycomp import dtypes as dt
 from polycomp import ir
 
@@ -235,3 +238,142 @@ def _nonneg(e, known: set) -> bool:
     if isinstance(e, ir.Binary) and e.op in ("+", "*", "//", "%", "min", "max"):
         return _nonneg(e.a, known) and _nonneg(e.b, known)
     return False
+
+
+# --------------------------------------------------------------------------- identifiers
+
+#: Identifiers the generated C/CUDA uses itself (keywords, types, the math and runtime
+#: functions the printers call, CUDA built-ins, locals of the generated host code).
+C_RESERVED = frozenset("""
+auto break case char const continue default do double else enum extern float for goto if
+inline int long register restrict return short signed sizeof static struct switch typedef
+union unsigned void volatile while bool true false _Bool _Float16 half size_t int8_t int16_t
+int32_t int64_t uint8_t uint16_t uint32_t uint64_t INT64_C INFINITY NAN NULL
+exp expf log logf sqrt sqrtf rsqrt rsqrtf tanh tanhf erf erff fabs fabsf abs llabs pow powf
+floor floorf ceil ceilf min max fmin fmax fminf fmaxf malloc free aligned_alloc calloc
+memcpy memset main
+blockIdx threadIdx blockDim gridDim warpSize dim3 __syncthreads __half __nv_bfloat16
+__half2float __float2half __bfloat162float __float2bfloat16 cudaError_t cudaSuccess
+cudaMalloc cudaFree cudaGetLastError cudaDeviceSynchronize err cfg
+asm class delete new namespace template this typename virtual operator private public
+protected friend using try catch throw nullptr constexpr
+""".split())
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _is_safe(name: str, reserved) -> bool:
+    return (bool(_IDENT.match(name)) and name not in reserved and not name.startswith("pc_")
+            and not name.startswith("__") and not name.startswith("_Z"))
+
+
+class _Rename(ir.Mutator):
+    def __init__(self, bufs: dict, vars_: dict):
+        self.bufs, self.vars = bufs, vars_
+        self.buf_cache: dict = {}
+        self.var_cache: dict = {}
+
+    def var(self, v: ir.Var) -> ir.Var:
+        new = self.vars.get(v.name, v.name)
+        if new == v.name:
+            return v
+        nv = self.var_cache.get(v)
+        if nv is None:
+            nv = self.var_cache[v] = replace(v, name=new)
+        return nv
+
+    def buf(self, b: ir.Buffer) -> ir.Buffer:
+        nb = self.buf_cache.get(b)
+        if nb is None:
+            shape = tuple(self.visit(d) for d in b.shape)
+            nb = replace(b, name=self.bufs.get(b.name, b.name), shape=shape)
+            if nb.name == b.name and all(x is y for x, y in zip(shape, b.shape)):
+                nb = b
+            self.buf_cache[b] = nb
+        return nb
+
+    def visit_Var(self, v):
+        return self.var(v)
+
+    def visit_Load(self, e):
+        return ir.Load(self.buf(e.buffer), tuple(self.visit(i) for i in e.indices), e.dtype,
+                       e.lanes)
+
+    def visit_Store(self, s):
+        return ir.Store(self.buf(s.buffer), tuple(self.visit(i) for i in s.indices),
+                        self.visit(s.value), s.lanes)
+
+    def visit_Allocate(self, s):
+        return ir.Allocate(self.buf(s.buffer), self.visit(s.body))
+
+    def visit_For(self, s):
+        return ir.For(self.var(s.var), self.visit(s.min), self.visit(s.extent), s.kind,
+                      self.visit(s.body), s.annotations)
+
+    def visit_LetStmt(self, s):
+        return ir.LetStmt(self.var(s.var), self.visit(s.value), self.visit(s.body))
+
+
+def legalize_names(func: ir.LoweredFunc, reserved=C_RESERVED, taken=()) -> ir.LoweredFunc:
+    """Rename buffers and variables whose names the generated C/CUDA cannot use.
+
+    Assumes: ``func`` is about to be printed by a :class:`CLikePrinter`; buffers are
+    identified by name, variables of the same name are either the same variable or
+    live in nested scopes (C shadowing then gives them the meaning they have in the IR).
+    Guarantees: every buffer and variable name is a C identifier outside ``reserved``
+    and ``taken`` (e.g. the names of the emitted functions), not starting with ``pc_``
+    or ``__``, and no buffer shares its name with a variable or another buffer; names
+    that already satisfy this are kept.  The argument order is unchanged (callers pass
+    arguments by position), so the result is interchangeable with ``func``.
+    """
+    bufs: dict = {}
+    var_names: dict = {}
+    for b in func.args:
+        bufs.setdefault(b.name, None)
+
+    def collect(n):
+        if isinstance(n, (ir.Load, ir.Store, ir.Allocate)):
+            bufs.setdefault(n.buffer.name, None)
+        if isinstance(n, ir.Var):
+            var_names.setdefault(n.name, None)
+        if isinstance(n, (ir.For, ir.LetStmt)):
+            var_names.setdefault(n.var.name, None)
+    for p in func.params:
+        var_names.setdefault(p.name, None)
+    ir.walk(func.body, collect)
+    used = set(taken)
+    mapping_b, mapping_v = {}, {}
+
+    def pick(name):
+        new, k = name, 0
+        while not _is_safe(new, reserved) or new in used or new in taken:
+            k += 1
+            base = name if _IDENT.match(name) else re.sub(r"[^A-Za-z0-9_]", "_", name)
+            base = base if not base.startswith(("__", "pc_", "_Z")) else "v" + base
+            new = f"{base}_{k}"
+        used.add(new)
+        return new
+    all_names = set(bufs) | set(var_names)
+    for name in bufs:   # keep safe names first so a renamed one cannot take them
+        if _is_safe(name, reserved) and name not in taken and name not in used:
+            mapping_b[name] = name
+            used.add(name)
+    for name in var_names:
+        if _is_safe(name, reserved) and name not in taken and name not in used:
+            mapping_v[name] = name
+            used.add(name)
+    used |= all_names  # a fresh name never reuses an existing one
+    for name in bufs:
+        if name not in mapping_b:
+            mapping_b[name] = pick(name)
+    for name in var_names:
+        if name not in mapping_v:
+            mapping_v[name] = pick(name)
+    if all(k == v for k, v in mapping_b.items()) and all(k == v for k, v in mapping_v.items()):
+        return func
+    r = _Rename({k: v for k, v in mapping_b.items() if k != v},
+                {k: v for k, v in mapping_v.items() if k != v})
+    body = r.visit(func.body)
+    return ir.LoweredFunc(func.name, tuple(r.var(p) for p in func.params),
+                          tuple(r.buf(b) for b in func.inputs),
+                          tuple(r.buf(b) for b in func.outputs), body, dict(func.attrs))
