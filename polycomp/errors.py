@@ -15,7 +15,7 @@ __all__ = [
     "PolycompError", "DSLError", "NonAffineIndexError", "ShapeMismatchError",
     "UnknownSymbolError", "ReduceAxisError", "DTypeError", "UnsupportedConstructError",
     "ScheduleError", "IllegalScheduleError", "TargetError", "ResourceLimitError",
-    "BuildError", "PolycompInternalError", "SourceLocation", "user_location",
+    "BuildError", "UsageError", "PolycompInternalError", "SourceLocation", "user_location",
 ]
 
 
@@ -123,6 +123,11 @@ class ResourceLimitError(TargetError):
 
 class BuildError(PolycompError):
     """An external compiler (gcc, nvcc) rejected generated source."""
+
+
+class UsageError(PolycompError):
+    """Bad command-line input: a missing file, an unknown kernel name, a malformed option,
+    or a user file that fails to load."""
 
 
 class PolycompInternalError(PolycompError):

@@ -1,0 +1,558 @@
+"""The ``polycomp`` command line.
+
+``polycomp compile FILE.py``  compile a @tensor_expr kernel of FILE.py to CUDA or C source
+``polycomp explain FILE.py``  print the polyhedral model, the schedule tree after every
+                              pass (with its time and notes) and the final IR
+``polycomp run FILE.py``      run a kernel on random inputs and compare it with a reference
+``polycomp bench SUITE ...``  run a benchmark suite (``polycomp.benchmarks.<SUITE>.main``)
+
+Every :class:`~polycomp.errors.PolycompError` is printed as ``error: <message>`` followed by
+the user's source line, with exit status 2 (``--traceback`` shows the Python traceback).
+``run`` exits with status 1 when an output differs from the reference by more than the
+tolerance.  Anything else escaping is a polycomp bug: it is reported as an internal error
+with exit status 3.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import importlib.util
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+from polycomp import dtypes as dt
+from polycomp.errors import (PolycompError, SourceLocation, UnknownSymbolError, UsageError)
+
+__all__ = ["main", "load_module", "find_kernels", "pick_kernel", "random_inputs", "compare"]
+
+TARGETS = ("c", "cpu", "cpu-avx2", "cpu-avx512", "cuda", "cuda-sm90")
+
+# Tolerances of `polycomp run`: an output passes when
+#   max |out - ref| <= tol * max(1, max |ref|)
+# (a norm-wise relative bound, robust to reference entries near zero).
+TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 4e-2,
+             "int8": 0.0, "int32": 0.0, "int64": 0.0, "bool": 0.0}
+
+
+# --------------------------------------------------------------------------- user files
+
+
+def load_module(path: str):
+    """Import the Python file at ``path`` as a fresh module (its folder goes on sys.path
+    while it runs, so it can import its neighbours)."""
+    if not os.path.isfile(path):
+        raise UsageError(f"no such file: {path}")
+    full = os.path.abspath(path)
+    stem = os.path.splitext(os.path.basename(full))[0]
+    name = "polycomp_user_" + "".join(c if c.isalnum() else "_" for c in stem)
+    spec = importlib.util.spec_from_file_location(name, full)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"{path} is not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    folder = os.path.dirname(full)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(mod)
+    except PolycompError:
+        raise
+    except SyntaxError as e:
+        loc = SourceLocation(e.filename or path, e.lineno or 0, e.text or "")
+        raise UsageError(f"{path} has a syntax error: {e.msg}", loc) from e
+    except Exception as e:
+        raise UsageError(f"{path} raised {type(e).__name__} while loading: {e}",
+                         _innermost_location(e, full)) from e
+    finally:
+        try:
+            sys.path.remove(folder)
+        except ValueError:  # pragma: no cover - the user file removed it
+            pass
+    return mod
+
+
+def _innermost_location(exc: BaseException, filename: str) -> SourceLocation | None:
+    """The deepest traceback frame of ``exc`` that lies in ``filename``."""
+    loc = None
+    for fs in traceback.extract_tb(exc.__traceback__):
+        if os.path.abspath(fs.filename) == filename:
+            loc = SourceLocation(fs.filename, fs.lineno, fs.line or "")
+    return loc
+
+
+def _is_kernel(v) -> bool:
+    from polycomp.frontend.dsl import Kernel
+    if isinstance(v, Kernel):
+        return True
+    # other front ends (e.g. the C SCoP reader) give objects with polyhedral_model()
+    return not isinstance(v, type) and callable(getattr(v, "polyhedral_model", None)) \
+        and isinstance(getattr(v, "name", None), str)
+
+
+def find_kernels(module) -> list:
+    """The kernels a module defines, in definition order (kernels it merely imports are
+    used only when it defines none itself)."""
+    seen, own, imported = set(), [], []
+    for v in vars(module).values():
+        if _is_kernel(v) and id(v) not in seen:
+            seen.add(id(v))
+            fn = getattr(v, "fn", None)
+            (own if getattr(fn, "__module__", module.__name__) == module.__name__
+             else imported).append(v)
+    return own or imported
+
+
+def pick_kernel(kernels: list, name: str | None, path: str):
+    """The kernel called ``name`` (or the only one)."""
+    names = [k.name for k in kernels]
+    if not kernels:
+        raise UsageError(f"{path} defines no @tensor_expr kernel")
+    if name is None:
+        if len(kernels) == 1:
+            return kernels[0]
+        raise UsageError(f"{path} defines {len(kernels)} kernels ({', '.join(names)}); "
+                         f"pick one with --kernel NAME")
+    for k in kernels:
+        if k.name == name:
+            return k
+    raise UsageError(f"{path} has no kernel named {name!r}; it defines: {', '.join(names)}")
+
+
+# --------------------------------------------------------------------------- options
+
+
+def _int_tuple(text: str, what: str) -> tuple:
+    try:
+        vals = tuple(int(x) for x in text.replace("x", ",").split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"{what} takes integers separated by commas, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise UsageError(f"{what} takes positive integers, got {text!r}")
+    return vals
+
+
+def _compile_options(args) -> dict:
+    """The ``options`` dict the driver passes to the pipelines."""
+    opts: dict = {}
+    for item in getattr(args, "option", None) or ():
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"-O takes KEY=VALUE, got {item!r}")
+        try:
+            opts[key.strip()] = ast.literal_eval(val)
+        except (ValueError, SyntaxError):
+            opts[key.strip()] = val
+    tile = {}
+    if getattr(args, "tile", None):
+        tile["block"] = _int_tuple(args.tile, "--tile")
+    if getattr(args, "threads", None):
+        tile["threads"] = _int_tuple(args.threads, "--threads")
+    if getattr(args, "tile_k", None):
+        tile["k"] = args.tile_k
+    if tile:
+        base = opts.get("tile")
+        opts["tile"] = {**(base if isinstance(base, dict) else {}), **tile}
+    if getattr(args, "isl_scheduler", False):
+        opts["isl_scheduler"] = True
+    return opts
+
+
+def _compile(args, dump: bool = False):
+    from polycomp.driver import compile_kernel
+    mod = load_module(args.file)
+    kernel = pick_kernel(find_kernels(mod), args.kernel, args.file)
+    ck = compile_kernel(kernel, args.target, _compile_options(args),
+                        debug=getattr(args, "debug", False), dump=dump)
+    return mod, kernel, ck
+
+
+# --------------------------------------------------------------------------- compile
+
+
+def cmd_compile(args) -> int:
+    _, kernel, ck = _compile(args)
+    if args.output == "-":
+        sys.stdout.write(ck.source)
+        return 0
+    out = args.output or os.path.join("build", kernel.name + ck.suffix())
+    parent = os.path.dirname(out)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    with open(out, "w") as f:
+        f.write(ck.source)
+    print(f"wrote {out} (kernel {kernel.name}, target {ck.target.name}, "
+          f"{ck.source.count(chr(10))} lines)")
+    if args.check:
+        print(_check_source(out, ck))
+    return 0
+
+
+def _check_source(path: str, ck) -> str:
+    """Compile the emitted file with nvcc (``-cubin``, ptxas resource usage) or gcc."""
+    import shutil
+    import subprocess
+    import tempfile
+    from polycomp.errors import BuildError
+    with tempfile.TemporaryDirectory() as tmp:
+        if ck.target.kind == "cuda":
+            if shutil.which("nvcc") is None:
+                raise BuildError("--check needs nvcc on PATH")
+            cmd = ["nvcc", f"-arch=sm_{ck.target.sm}", "-cubin", "-Xptxas", "-v",
+                   "-o", os.path.join(tmp, "k.cubin"), path]
+        else:
+            from polycomp.hw.cpu.build import DEFAULT_FLAGS, compiler
+            flags = [f for f in DEFAULT_FLAGS if f != "-shared"]
+            cmd = [compiler(), *flags, "-c", "-o", os.path.join(tmp, "k.o"), path]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BuildError(f"{' '.join(cmd)} failed:\n{r.stderr[-4000:]}")
+    lines, entry = [], None
+    for ln in (r.stdout + r.stderr).splitlines():  # ptxas -v: per entry function
+        if "Compiling entry function" in ln:
+            entry = ln.split("'")[1] if "'" in ln else None
+        elif "Used" in ln and "registers" in ln:
+            used = ln.split(":", 1)[-1].strip()
+            lines.append(f"{entry}: {used}" if entry else used)
+    return f"checked: {' '.join(cmd[:3])} ... ok" + "".join(f"\n  {ln}" for ln in lines)
+
+
+# --------------------------------------------------------------------------- explain
+
+
+def cmd_explain(args) -> int:
+    from polycomp.lowering.printer import func_str
+    _, kernel, ck = _compile(args, dump=True)
+    w = sys.stdout.write
+    w(f"=== polyhedral model of {kernel.name} ===\n{ck.model}\n\n")
+    w(f"=== schedule passes for target {ck.target.name} ===\n")
+    notes = {k: list(v) for k, v in (ck.notes or {}).items()}
+    for r in ck.records:
+        w(f"\n--- after {r.name} ({r.seconds * 1e3:.2f} ms) ---\n")
+        w((r.tree or "(tree not recorded)").rstrip("\n") + "\n")
+        for n in notes.pop(r.name, ()):
+            w(f"note [{r.name}]: {n}\n")
+    for name, items in notes.items():
+        for n in items:
+            w(f"note [{name}]: {n}\n")
+    total = sum(r.seconds for r in ck.records)
+    w(f"\n--- pass times ---\n")
+    for r in ck.records:
+        w(f"  {r.name:28s} {r.seconds * 1e3:9.2f} ms\n")
+    w(f"  {'total':28s} {total * 1e3:9.2f} ms\n")
+    w(f"\n=== final IR ===\n{func_str(ck.final_ir)}")
+    if args.source:
+        w(f"\n=== {ck.target.name} source ===\n{ck.source}")
+    return 0
+
+
+# --------------------------------------------------------------------------- run
+
+
+def _parse_shapes(items) -> dict:
+    out = {}
+    for item in items or ():
+        for part in item.split(","):
+            if not part.strip():
+                continue
+            key, sep, val = part.partition("=")
+            key = key.strip()
+            try:
+                n = int(val)
+            except ValueError:
+                n = None
+            if not sep or not key or n is None:
+                raise UsageError(f"--shape takes NAME=INT (e.g. --shape N=512), got {part!r}")
+            if n < 1:
+                raise UsageError(f"--shape {key}={n}: symbolic dimensions are >= 1")
+            out[key] = n
+    return out
+
+
+def random_inputs(func, params: dict, seed: int = 0) -> list:
+    """Random numpy arrays for the inputs of a lowered function.
+
+    Floats are standard normal, integers uniform in [-8, 8) (int8: [-4, 4)), bools fair
+    coins.  ``params`` must bind every symbolic dimension of the input shapes.
+    """
+    from polycomp.shapes import eval_int
+    rng = np.random.default_rng(seed)
+    out = []
+    for b in func.inputs:
+        shape = tuple(eval_int(d, params) for d in b.shape)
+        if dt.is_float(b.dtype):
+            a = rng.standard_normal(shape).astype(dt.to_numpy(b.dtype))
+        elif b.dtype == "bool":
+            a = rng.random(shape) < 0.5
+        else:
+            hi = 4 if b.dtype == "int8" else 8
+            a = rng.integers(-hi, hi, size=shape).astype(dt.to_numpy(b.dtype))
+        out.append(a)
+    return out
+
+
+def compare(out, ref, dtype: str, tol: float | None = None) -> tuple[float, float, bool]:
+    """``(max abs error, max rel error, ok)`` of ``out`` against ``ref``.
+
+    The relative error is norm-wise: ``max|out - ref| / max(1e-30, max|ref|)``.  NaNs
+    must sit at the same positions in both.
+    """
+    o = np.asarray(out, dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    if o.shape != r.shape:
+        return float("inf"), float("inf"), False
+    tol = TOLERANCE.get(dtype, 1e-4) if tol is None else tol
+    nan_o, nan_r = np.isnan(o), np.isnan(r)
+    if (nan_o != nan_r).any():
+        return float("nan"), float("nan"), False
+    keep = ~nan_r
+    if not keep.any():
+        return 0.0, 0.0, True
+    o, r = o[keep], r[keep]
+    inf_o, inf_r = np.isinf(o), np.isinf(r)
+    if (inf_o != inf_r).any() or (o[inf_r] != r[inf_r]).any():
+        return float("inf"), float("inf"), False
+    o, r = o[~inf_r], r[~inf_r]
+    if o.size == 0:
+        return 0.0, 0.0, True
+    abs_err = float(np.max(np.abs(o - r)))
+    scale = float(np.max(np.abs(r)))
+    rel_err = abs_err / max(scale, 1e-30)
+    return abs_err, rel_err, abs_err <= tol * max(1.0, scale)
+
+
+def _program_order_reference(ck, arrays, params):
+    """Outputs of the kernel's program-order IR, run by the IR interpreter."""
+    from polycomp.lowering.ast_to_ir import lower_schedule
+    from polycomp.lowering.interpreter import run_func
+    f = lower_schedule(ck.model, ck.model.initial_schedule)
+    outs = run_func(f, {b.name: a for b, a in zip(f.inputs, arrays)}, params)
+    return [outs[b.name] for b in f.outputs]
+
+
+def _user_reference(mod, kernel, n_kernels):
+    fn = getattr(mod, f"reference_{kernel.name}", None)
+    if fn is None and n_kernels == 1:
+        fn = getattr(mod, "reference", None)
+    return fn if callable(fn) else None
+
+
+def _runner(ck, options: dict):
+    """A callable running the compiled kernel, and a description of how it runs."""
+    if ck.target.kind == "c":
+        from polycomp.hw.cpu.build import CFunction, build_shared
+        return CFunction(ck.final_ir, build_shared(ck.source)), "gcc-built shared library"
+    if ck.target.kind == "cuda":
+        if _have_gpu():
+            from polycomp.driver import build
+            return build(ck.kernel, ck.target, options), "CUDA device (pycuda)"
+        from polycomp.driver import interpret
+
+        def run_ir(*arrays, **params):
+            return interpret(ck, *arrays, **params)
+        return run_ir, ("IR interpreter on the CUDA-level IR (no GPU here; the emitted .cu "
+                        "is checked with `polycomp compile --check`)")
+    from polycomp.errors import TargetError
+    raise TargetError(f"polycomp run has no runner for target {ck.target.name}")
+
+
+def _have_gpu() -> bool:
+    try:
+        import pycuda.driver as drv  # noqa: F401
+        drv.init()
+        return drv.Device.count() > 0
+    except Exception:
+        return False
+
+
+def cmd_run(args) -> int:
+    mod, kernel, ck = _compile(args)
+    given = _parse_shapes(args.shape)
+    f = ck.final_ir
+    names = [p.name for p in f.params]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise UnknownSymbolError(f"--shape names {', '.join(unknown)}, which kernel "
+                                 f"{kernel.name} does not have (its symbols: "
+                                 f"{', '.join(names) or 'none'})")
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise UnknownSymbolError(f"kernel {kernel.name} needs a value for symbolic "
+                                 f"dimension(s) {', '.join(missing)}: pass "
+                                 + " ".join(f"--shape {n}=..." for n in missing))
+    params = {n: given[n] for n in names}
+    arrays = random_inputs(f, params, args.seed)
+    run, how = _runner(ck, _compile_options(args))
+    reps = max(1, args.repeat) if ck.target.kind == "c" else 1
+    result, best = None, float("inf")
+    for _ in range(reps + (1 if reps > 1 else 0)):  # one warm-up run when timing
+        t0 = time.perf_counter()
+        result = run(*arrays, **params)
+        best = min(best, time.perf_counter() - t0)
+    outs = list(result) if isinstance(result, tuple) else [result]
+
+    ref_fn = _user_reference(mod, kernel, len(find_kernels(mod)))
+    if ref_fn is not None:
+        ref = ref_fn(*[a.copy() for a in arrays])
+        refs = list(ref) if isinstance(ref, (tuple, list)) else [ref]
+        ref_how = f"{ref_fn.__name__}() in {args.file}"
+    else:
+        refs = _program_order_reference(ck, arrays, params)
+        ref_how = "IR interpreter on the program-order IR"
+    if len(refs) != len(outs):
+        raise UsageError(f"the reference returned {len(refs)} array(s); kernel "
+                         f"{kernel.name} has {len(outs)} output(s)")
+    shape_txt = " ".join(f"{k}={v}" for k, v in params.items())
+    print(f"kernel {kernel.name}, target {ck.target.name}" + (f", {shape_txt}" if shape_txt else ""))
+    print(f"  ran on:    {how}")
+    print(f"  reference: {ref_how}")
+    ok_all = True
+    for b, o, r in zip(f.outputs, outs, refs):
+        tol = args.tol if args.tol is not None else TOLERANCE.get(b.dtype, 1e-4)
+        if np.shape(o) != np.shape(r):
+            print(f"  output {b.name}: shape {np.shape(o)} but the reference has {np.shape(r)} FAIL")
+            ok_all = False
+            continue
+        abs_err, rel_err, ok = compare(o, r, b.dtype, tol)
+        ok_all &= ok
+        print(f"  output {b.name} {b.dtype}{list(np.shape(o))}: max abs error {abs_err:.3e}, "
+              f"max rel error {rel_err:.3e} (tolerance {tol:.0e}) {'OK' if ok else 'FAIL'}")
+    print(f"  time: {best * 1e3:.3f} ms" + (f" (best of {reps})" if reps > 1 else ""))
+    return 0 if ok_all else 1
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def cmd_bench(args) -> int:
+    import pkgutil
+    name = args.suite
+    modname = f"polycomp.benchmarks.{name}"
+    try:
+        mod = importlib.import_module(modname)
+    except ModuleNotFoundError as e:
+        if e.name not in (modname, "polycomp.benchmarks"):
+            raise
+        try:
+            import polycomp.benchmarks as pkg
+            have = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)
+                          if not m.name.startswith("_"))
+        except ModuleNotFoundError:
+            have = []
+        raise UsageError(f"there is no benchmark suite {name!r} (no module {modname}); "
+                         f"available: {', '.join(have) or 'none yet'}") from None
+    if not callable(getattr(mod, "main", None)):
+        raise UsageError(f"{modname} has no main(argv) function")
+    rc = mod.main(list(args.args))
+    return int(rc or 0)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="polycomp", description="polycomp: a polyhedral tensor compiler "
+        "(@tensor_expr kernels -> isl schedule trees -> CUDA / C).")
+    from polycomp import __version__
+    p.add_argument("--version", action="version", version=f"polycomp {__version__}")
+    p.add_argument("--traceback", action="store_true",
+                   help="show the Python traceback of errors")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--traceback", action="store_true", default=argparse.SUPPRESS,
+                        help="show the Python traceback of errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    kern = argparse.ArgumentParser(add_help=False)
+    kern.add_argument("file", metavar="FILE.py", help="a Python file defining @tensor_expr kernels")
+    kern.add_argument("--kernel", "-k", metavar="NAME",
+                      help="which kernel (needed when the file defines several)")
+    kern.add_argument("--target", "-t", default="c", choices=TARGETS,
+                      help="target (default: c)")
+    kern.add_argument("--tile", metavar="T0,T1,...",
+                      help="block tile sizes (options['tile']['block'])")
+    kern.add_argument("--threads", metavar="P0,P1,...",
+                      help="threads per block dimension (options['tile']['threads'])")
+    kern.add_argument("--tile-k", type=int, metavar="K",
+                      help="reduction tile (options['tile']['k'])")
+    kern.add_argument("--isl-scheduler", action="store_true",
+                      help="reschedule with isl's scheduler before the target passes")
+    kern.add_argument("-O", "--option", action="append", metavar="KEY=VALUE",
+                      help="any pipeline option (VALUE is a Python literal); repeatable")
+    kern.add_argument("--debug", action="store_true",
+                      help="check every schedule pass for legality (dependences)")
+
+    c = sub.add_parser("compile", parents=[common, kern], help="compile a kernel to source",
+                       description="Compile a kernel and write the CUDA (.cu) or C (.c) source.")
+    c.add_argument("-o", "--output", metavar="OUT",
+                   help="output file (default: build/<kernel>.cu or .c; '-' for stdout)")
+    c.add_argument("--check", action="store_true",
+                   help="compile the output with nvcc -cubin (ptxas resource usage) or gcc")
+    c.set_defaults(func=cmd_compile)
+
+    e = sub.add_parser("explain", parents=[common, kern],
+                       help="show the model, the tree after each pass and the IR",
+                       description="Print the polyhedral model, the schedule tree after "
+                       "every pass (with its time and notes) and the final IR.")
+    e.add_argument("--source", action="store_true", help="also print the generated source")
+    e.set_defaults(func=cmd_explain)
+
+    r = sub.add_parser("run", parents=[common, kern],
+                       help="run a kernel on random inputs and check it",
+                       description="Run a compiled kernel on random inputs and compare it "
+                       "with reference_<kernel>() (or reference()) from the file, else with "
+                       "the IR interpreter on the program-order IR.  Exit status 1 when the "
+                       "error exceeds the tolerance.")
+    r.add_argument("--shape", "-s", action="append", metavar="NAME=INT",
+                   help="value of a symbolic dimension (repeatable, or N=64,M=32)")
+    r.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    r.add_argument("--repeat", type=int, default=5,
+                   help="timed runs; the best is reported (default 5)")
+    r.add_argument("--tol", type=float, default=None,
+                   help="tolerance on max|out-ref| / max(1, max|ref|) (default by dtype)")
+    r.set_defaults(func=cmd_run)
+
+    b = sub.add_parser("bench", parents=[common], help="run a benchmark suite",
+                       description="Run polycomp.benchmarks.<SUITE>.main(ARGS), e.g. "
+                       "`polycomp bench cpu` or `polycomp bench gpu`.")
+    b.add_argument("suite", metavar="SUITE", help="cpu, gpu, ...")
+    b.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the suite")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``polycomp`` console script; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    show_tb = getattr(args, "traceback", False)
+    try:
+        return args.func(args)
+    except PolycompError as e:
+        if show_tb:
+            traceback.print_exc()
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `polycomp explain ... | head`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:  # pragma: no cover
+            pass
+        return 0
+    except Exception as e:  # a polycomp bug
+        if show_tb:
+            traceback.print_exc()
+        else:
+            print(f"internal error (a polycomp bug): {type(e).__name__}: {e}\n"
+                  f"  rerun with --traceback for the Python traceback", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
