@@ -15,6 +15,7 @@ import builtins
 import inspect
 import itertools
 import re
+import weakref
 from dataclasses import dataclass, field
 
 from polycomp import dtypes as dt
@@ -165,7 +166,9 @@ class Tensor:
             i = ir.const(i)
             _check_affine(i, f"index {k} of {self.name}", loc)
             out.append(i)
-        return ir.Load(self.buffer, tuple(out), self.dtype)
+        load = ir.Load(self.buffer, tuple(out), self.dtype)
+        _LOAD_LOCATIONS[load] = loc
+        return load
 
     def __setitem__(self, idx, value):
         raise UnsupportedConstructError(
@@ -185,6 +188,18 @@ class Tensor:
     def __repr__(self):
         shp = ", ".join(_fmt(s) for s in self.shape)
         return f"Tensor({self.name}, ({shp}), {self.dtype})"
+
+
+_LOAD_LOCATIONS: "weakref.WeakKeyDictionary[ir.Load, SourceLocation]" = \
+    weakref.WeakKeyDictionary()
+
+
+def load_location(load: ir.Load) -> SourceLocation | None:
+    """Where in user code the tensor element ``load`` was indexed (None if unknown)."""
+    try:
+        return _LOAD_LOCATIONS.get(load)
+    except TypeError:  # pragma: no cover - not weak-referenceable
+        return None
 
 
 def _check_affine(e: ir.Expr, what: str, loc) -> None:

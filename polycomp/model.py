@@ -18,6 +18,7 @@ import islpy as isl
 
 from polycomp import ir
 from polycomp.affine import cond_to_isl, to_isl
+from polycomp.frontend.dsl import load_location
 from polycomp.errors import NonAffineIndexError, PolycompInternalError, ShapeMismatchError
 
 __all__ = ["Access", "Statement", "PolyModel", "build_model"]
@@ -31,6 +32,7 @@ class Access:
     indices: tuple
     kind: str                 # "read" | "write"
     relation: isl.Map         # S[i] -> buffer[...]  (restricted to its guard)
+    location: object = None   # SourceLocation of the indexing in user code, if known
 
 
 @dataclass(eq=False)
@@ -202,7 +204,7 @@ class _ModelBuilder:
         stmt = Statement(name, stage, kind, tuple(iters), domain, out, tuple(out_idx), value)
         counter = [0]
 
-        def access(kind_, buf, indices, guard):
+        def access(kind_, buf, indices, guard, where=None):
             tag = f"{name}_ref{counter[0]}"
             counter[0] += 1
             if len(indices) != len(buf.shape):
@@ -213,7 +215,7 @@ class _ModelBuilder:
             cond = f" : {guard}" if guard else ""
             text = f"{_param_prefix(self.params)}{{ {name}[{dims}] -> {buf.name}[{idx}]{cond} }}"
             rel = isl.Map.read_from_str(self.ctx, text).intersect_domain(domain)
-            stmt.accesses.append(Access(tag, buf, tuple(indices), kind_, rel))
+            stmt.accesses.append(Access(tag, buf, tuple(indices), kind_, rel, where))
 
         def collect(e, guard):
             if isinstance(e, ir.Select):
@@ -226,7 +228,7 @@ class _ModelBuilder:
             if isinstance(e, ir.Load):
                 for i in e.indices:
                     collect(i, guard)
-                access("read", e.buffer, e.indices, guard)
+                access("read", e.buffer, e.indices, guard, load_location(e))
                 return
             for c in ir.children(e):
                 collect(c, guard)
@@ -255,7 +257,7 @@ class _ModelBuilder:
                     f"{stmt.stage.name}: {a.kind} of {buf.name}[{idx}] goes out of bounds "
                     f"(shape ({', '.join(expr_str(d) for d in buf.shape)})); e.g. elements "
                     f"{bad.sample_point() if not bad.is_empty() else bad}; guard it with "
-                    f"select() or fix the index", loc)
+                    f"select() or fix the index", a.location or loc)
 
 
 def _and(a, b):
