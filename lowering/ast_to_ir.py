@@ -45,6 +45,8 @@ def build_ast(schedule: isl.Schedule, context: isl.Set,
     dependence between two instances it executes with equal outer loop values has
     distance 0 on it (the test PPCG and Pluto apply when generating code).
     """
+    # passes may add parameters (block/thread ids): the build's context must know them
+    context = context.align_params(schedule.get_domain().get_space())
     build = isl.AstBuild.from_context(context)
     handles = []
     errors: list = []
@@ -180,6 +182,13 @@ class AstLowerer:
         return fn(args)
 
 
+def pw_aff_to_ir(pa: isl.PwAff, context: isl.Set, params: tuple) -> ir.Expr:
+    """An IR expression for a (parametric) isl PwAff, via isl's AST expression builder."""
+    context = context.align_params(pa.get_space())
+    build = isl.AstBuild.from_context(context)
+    return AstLowerer({}, params).expr(build.expr_from_pw_aff(pa.align_params(context.get_space())))
+
+
 def statement_builders(model) -> dict[str, Callable]:
     """For each model statement, a builder instantiating its Store at given coordinates."""
     out = {}
@@ -193,20 +202,28 @@ def statement_builders(model) -> dict[str, Callable]:
 
 
 def lower_schedule(model, schedule: isl.Schedule, extra_statements: dict | None = None,
-                   name: str | None = None, simplify_body: bool = True) -> ir.LoweredFunc:
+                   name: str | None = None, simplify_body: bool = True,
+                   extra_context: isl.Set | None = None) -> ir.LoweredFunc:
     """Lower ``schedule`` of ``model`` to a :class:`~polycomp.ir.LoweredFunc`.
 
     Temporaries (stages that are not outputs) are allocated in global scope around
-    the whole body.
+    the whole body.  ``extra_context`` adds parameter constraints for AST generation
+    (passes that introduce parameters, e.g. GPU block/thread ids, provide it).
     """
     from .simplify import simplify
-    ast = build_ast(schedule, model.context, model.dependences)
+    context = model.context
+    if extra_context is not None:  # e.g. ranges of block/thread parameters
+        context = context.align_params(extra_context.get_space())
+        context = context.intersect(extra_context.align_params(context.get_space()))
+    ast = build_ast(schedule, context, model.dependences)
     builders = statement_builders(model)
     builders.update(extra_statements or {})
     body = AstLowerer(builders, model.params).stmt(ast)
     for t in reversed(model.graph.temporaries):
         body = ir.Allocate(t.buffer, body)
     g = model.graph
+    inout = tuple(getattr(g, "inout", ()))  # outputs whose initial contents the caller gives
     f = ir.LoweredFunc(name or g.name, tuple(model.params), tuple(t.buffer for t in g.inputs),
-                       tuple(t.buffer for t in g.outputs), body)
+                       tuple(t.buffer for t in g.outputs), body,
+                       {"inout": inout} if inout else {})
     return f.with_body(simplify(f.body)) if simplify_body else f

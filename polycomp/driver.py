@@ -55,8 +55,10 @@ def compile_kernel(kernel: Kernel, target="c", options: dict | None = None,
         ctx = ScheduleContext(model, tgt, opts)
         pm = PassManager(pipelines.schedule_passes(tgt, opts), debug=debug, dump=dump)
         schedule = pm.run(model.initial_schedule, ctx)
-        func = lower_schedule(model, schedule, simplify_body=False)
-        func = pipelines.ir_pipeline(func, tgt, opts)
+        func = lower_schedule(model, schedule, simplify_body=False,
+                              extra_context=ctx.attrs.get("ast_context"))
+        func.attrs.update(ctx.attrs)
+        func = pipelines.ir_pipeline(func, tgt, dict(opts, _model=model))
         final, source = pipelines.codegen(func, tgt, opts)
     except PolycompError:
         raise
@@ -87,21 +89,24 @@ def interpret(kernel_or_compiled, *inputs, **params):
     IR after the target's passes is.
     """
     from polycomp.lowering.interpreter import run_func
-    from polycomp.shapes import infer_params
+    from polycomp.shapes import caller_arrays, infer_params
     ck = kernel_or_compiled if isinstance(kernel_or_compiled, CompiledKernel) else \
         compile_kernel(kernel_or_compiled, "c", {"parallel": False})
     f = ck.ir
-    if len(inputs) != len(f.inputs):
-        raise ShapeMismatchError(f"{f.name} takes {len(f.inputs)} input array(s), got "
+    expected = caller_arrays(f)  # inputs, then initial contents of in-out outputs
+    if len(inputs) != len(expected):
+        raise ShapeMismatchError(f"{f.name} takes {len(expected)} input array(s), got "
                                  f"{len(inputs)}", user_location())
     arrays = []
-    for b, a in zip(f.inputs, inputs):
+    for b, a in zip(expected, inputs):
         a = np.asarray(a)
         if a.dtype != dt.to_numpy(b.dtype):
             raise DTypeError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}",
                              user_location())
         arrays.append(a)
-    values = infer_params(f.params, f.inputs, arrays, params)
-    outs = run_func(f, {b.name: a for b, a in zip(f.inputs, arrays)}, values)
+    values = infer_params(f.params, expected, arrays, params)
+    n = len(f.inputs)
+    outs = run_func(f, {b.name: a for b, a in zip(f.inputs, arrays[:n])}, values,
+                    {b.name: a for b, a in zip(expected[n:], arrays[n:])})
     res = tuple(outs[b.name] for b in f.outputs)
     return res[0] if len(res) == 1 else res

@@ -29,6 +29,16 @@ def dim_bounds(s: isl.Set, k: int) -> tuple[isl.PwAff, isl.PwAff]:
     return s.dim_min(k), s.dim_max(k)
 
 
+def param_id(ctx: isl.Context, name: str) -> isl.Id:
+    """The isl id of parameter ``name`` as the parser makes it.
+
+    ``isl.Id(name)`` from islpy carries a user pointer, so isl treats it as a different
+    parameter from one named ``name`` in parsed text; always take parameter ids from
+    here."""
+    space = isl.Set.read_from_str(ctx, f"[{name}] -> {{ : }}").get_space()
+    return space.get_dim_id(isl.dim_type.param, 0)
+
+
 _CTX: isl.Context | None = None
 
 

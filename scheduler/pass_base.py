@@ -11,12 +11,15 @@ class ScheduleContext:
     """What a pass may read besides the schedule: the model, the target and options.
 
     ``notes`` collects decisions passes want ``polycomp explain`` to show (e.g. why a
-    promotion was refused), keyed by pass name.
+    promotion was refused), keyed by pass name.  ``attrs`` carries facts later stages
+    need (tile configurations, GPU launch geometry, promoted buffers); the driver copies
+    it into ``LoweredFunc.attrs``.
     """
     model: object                    # polycomp.model.PolyModel
     target: object                   # polycomp.hw.target.Target
     options: dict = field(default_factory=dict)
     notes: dict = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict)
 
     def note(self, pass_name: str, text: str) -> None:
         self.notes.setdefault(pass_name, []).append(text)

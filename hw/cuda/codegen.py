@@ -139,24 +139,37 @@ def _min_nonneg(s, printer):
 
 
 def split_kernels(func: ir.LoweredFunc) -> tuple[list, list[KernelInfo]]:
-    """Peel the global Allocates and split the body into kernels (one per ``kernel`` mark)."""
-    temps = []
-    body = func.body
-    while isinstance(body, ir.Allocate):
-        temps.append(body.buffer)
-        body = body.body
-    stmts = body.stmts if isinstance(body, ir.Block) else (body,)
+    """Peel the global Allocates and collect the kernels (``kernel`` marks), in order.
+
+    Outside kernels only Blocks, Allocates and marks may appear (host code does not
+    compute); a statement outside any kernel mark becomes a kernel of its own.
+    """
+    temps: list = []
+    bodies: list = []
+
+    def collect(s):
+        if isinstance(s, ir.Allocate):
+            temps.append(s.buffer)
+            collect(s.body)
+        elif isinstance(s, ir.Block):
+            for x in s.stmts:
+                collect(x)
+        elif isinstance(s, ir.AttrStmt) and s.key == "kernel":
+            bodies.append(s.body)
+        elif isinstance(s, ir.AttrStmt):
+            collect(s.body)
+        else:
+            bodies.append(s)
+    collect(func.body)
     kernels = []
-    for k, s in enumerate(stmts):
-        inner = s.body if isinstance(s, ir.AttrStmt) and s.key == "kernel" else s
-        info = KernelInfo(f"{func.name}_k{len(kernels)}", inner)
+    for body in bodies:
+        info = KernelInfo(f"{func.name}_k{len(kernels)}", body)
         _geometry(info)
         kernels.append(info)
     for info in kernels:
         info.params = tuple(v for v in func.params)
-        used = ir.buffers_of(info.body)
-        info.buffers = tuple(b for b in func.args + tuple(temps) if b in used or
-                             any(u.name == b.name for u in used))
+        used = {b.name for b in ir.buffers_of(info.body)}
+        info.buffers = tuple(b for b in func.args + tuple(temps) if b.name in used)
     return temps, kernels
 
 

@@ -75,3 +75,43 @@ def _after(loop):
 
 def map_gpu_loops(func: ir.LoweredFunc) -> ir.LoweredFunc:
     return func.with_body(_MapGpu().visit(func.body))
+
+
+class _WrapKernels(ir.Mutator):
+    """Wrap each ``kernel:<n>`` region in its block/thread loops (see wrap_kernels)."""
+
+    def __init__(self, launches, context, params):
+        self.launches, self.context, self.params = launches, context, params
+
+    def visit_AttrStmt(self, s):
+        if s.key != "kernel" or int(s.value) not in self.launches:
+            return self.generic(s)
+        from polycomp.lowering.ast_to_ir import pw_aff_to_ir
+        launch = self.launches[int(s.value)]
+        body = s.body
+        free = {v.name: v for v in ir.free_vars(body)}
+        for axis in reversed(range(len(launch.thread_params))):
+            name = launch.thread_params[axis]
+            v = free[name] if name in free else ir.Var(name)
+            body = ir.For(v, ir.IntImm(0), ir.IntImm(launch.block[axis]), "gpu_thread", body,
+                          (("axis", AXES[axis]), ("threads", launch.block[axis])))
+        for axis in reversed(range(len(launch.block_params))):
+            name = launch.block_params[axis]
+            v = free[name] if name in free else ir.Var(name)
+            ext = pw_aff_to_ir(launch.grid[axis], self.context, self.params)
+            body = ir.For(v, ir.IntImm(0), ext, "gpu_block", body, (("axis", AXES[axis]),))
+        return ir.AttrStmt(s.key, s.value, body)
+
+
+def wrap_kernels(func: ir.LoweredFunc, context, params) -> ir.LoweredFunc:
+    """IR pass for kernels mapped by :class:`~polycomp.scheduler.gpu_map.GpuMappingPass`.
+
+    Assumes: block/thread ids are free parameters (``bx<n>``, ``tx<n>``, ...) of the body
+    of each ``kernel:<n>`` mark, with launch geometry in ``func.attrs["gpu_launch"]``.
+    Guarantees: each kernel body is wrapped in ``gpu_block`` loops over the grid and
+    ``gpu_thread`` loops over the block (x innermost), so the ids become loop variables:
+    the IR is closed again (interpretable), and the CUDA printer turns those loops into
+    ``blockIdx``/``threadIdx``.
+    """
+    launches = func.attrs.get("gpu_launch", {})
+    return func.with_body(_WrapKernels(launches, context, params).visit(func.body))

@@ -6,16 +6,28 @@ from polycomp.hw.target import Target
 from polycomp.lowering.flatten import flatten
 from polycomp.lowering.simplify import simplify
 from polycomp.scheduler.gpu_baseline import GpuBaselineMappingPass
+from polycomp.scheduler.gpu_map import GpuMappingPass
+from polycomp.scheduler.gpu_tile import GpuTilingPass
+from polycomp.scheduler.pattern_schedule import PatternSchedulePass
 
 
 def schedule_passes(target: Target, options: dict) -> list:
-    """Passes after the initial (program-order or isl) schedule."""
-    return [GpuBaselineMappingPass()]
+    """Passes after the initial (program-order or isl) schedule.
+
+    ``options["gpu"] == "baseline"`` selects the untiled baseline mapping (one point per
+    thread, no promotion) — the reference the tiled pipeline is measured against."""
+    if options.get("gpu") == "baseline":
+        return [GpuBaselineMappingPass()]
+    passes = [] if options.get("isl_scheduler") else [PatternSchedulePass()]
+    return passes + [GpuTilingPass(), GpuMappingPass()]
 
 
 def ir_passes(func: ir.LoweredFunc, target: Target, options: dict) -> ir.LoweredFunc:
-    from .mapping import map_gpu_loops
-    f = map_gpu_loops(func)
+    from .mapping import map_gpu_loops, wrap_kernels
+    if options.get("gpu") == "baseline":
+        f = map_gpu_loops(func)
+    else:
+        f = wrap_kernels(func, options["_model"].context, options["_model"].params)
     return f.with_body(simplify(f.body))
 
 

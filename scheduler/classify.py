@@ -1,0 +1,160 @@
+"""Operator classification of stages and backbone fusion groups (TSCompiler §5.2).
+
+Each stage of a kernel is classified from its index expressions:
+
+* ``contraction`` — a reduction whose body multiplies loads that together use every
+  output and reduce iterator, each reduce iterator in at least two loads (matmul,
+  batch-matmul; ``conv`` when some index mixes an output and a reduce iterator,
+  ``h*s + kh*d``);
+* ``reduce`` — any other reduction (row sum/max, mean);
+* ``pad`` — a ``select`` guarding a load whose indices are shifted iterators;
+* ``transpose`` — one load with a permutation of the output iterators;
+* ``broadcast`` — loads whose indices use a proper subset of the iterators;
+* ``elementwise`` — everything else without reduction.
+
+Fusion groups: the *backbone* is a contraction/conv stage (else a reduce, else the last
+stage); *prologue* stages are pad/elementwise/transpose stages before it whose only
+consumer is the backbone; *epilogue* stages are the stages after it that read the
+backbone's output (directly or through earlier epilogue stages) at the same output
+point (an index map equal to the identity on the backbone's output space), with the
+same output shape.  Every other stage is its own group.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from polycomp import ir
+
+CLASSES = ("contraction", "conv", "reduce", "pad", "transpose", "broadcast", "elementwise")
+
+
+def _loads(e) -> list:
+    out = []
+    ir.walk(e, lambda n: out.append(n) if isinstance(n, ir.Load) else None)
+    return out
+
+
+def _vars_of(e) -> set:
+    return {v for v in ir.free_vars(e) if not v.is_param}
+
+
+def _has_select_guarded_load(e) -> bool:
+    found = []
+
+    def fn(n):
+        if isinstance(n, ir.Select) and (_loads(n.t) or _loads(n.f)):
+            found.append(n)
+    ir.walk(e, fn)
+    return bool(found)
+
+
+def classify_stage(stage) -> str:
+    iters = set(stage.iters)
+    loads = _loads(stage.body)
+    if stage.is_reduction:
+        axes = {a for a in stage.reduce_axes}
+        mixed = any(len(_vars_of(i) & iters) and len(_vars_of(i) & axes)
+                    for ld in loads for i in ld.indices)
+        product = isinstance(stage.body, ir.Binary) and stage.body.op == "*" or \
+            (isinstance(stage.body, ir.Cast) and isinstance(stage.body.value, ir.Binary)
+             and stage.body.value.op == "*")
+        if product and len(loads) >= 2:
+            used = set().union(*(_vars_of(i) for ld in loads for i in ld.indices))
+            shared_axes = all(sum(1 for ld in loads if a in set().union(*(_vars_of(i) for i in ld.indices))) >= 2
+                              for a in axes)
+            if used >= iters | axes and shared_axes:
+                return "conv" if mixed else "contraction"
+        return "reduce"
+    if _has_select_guarded_load(stage.body):
+        return "pad"
+    if len(loads) == 1:
+        idx = loads[0].indices
+        if all(isinstance(i, ir.Var) for i in idx) and set(idx) == iters \
+                and list(idx) != list(stage.iters) and len(idx) == len(stage.iters):
+            return "transpose"
+    for ld in loads:
+        used = set().union(*(_vars_of(i) for i in ld.indices)) if ld.indices else set()
+        if used < iters:
+            return "broadcast"
+    return "elementwise"
+
+
+@dataclass
+class FusionGroup:
+    """Stages scheduled together: an optional backbone with its epilogue."""
+    backbone: object                 # Stage
+    kind: str                        # class of the backbone
+    epilogue: list = field(default_factory=list)
+    prologue: list = field(default_factory=list)
+
+    @property
+    def stages(self) -> list:
+        return [self.backbone] + self.epilogue
+
+
+def _reads_at_identity(stage, producer) -> bool | None:
+    """True if ``stage`` reads ``producer`` only at ``producer[stage.iters]``; None if it
+    does not read it at all."""
+    found = None
+    for ld in _loads(stage.body):
+        if ld.buffer is not producer.output.buffer:
+            continue
+        ok = len(ld.indices) == len(stage.iters) and all(
+            i is v for i, v in zip(ld.indices, stage.iters))
+        found = ok if found is None else (found and ok)
+    return found
+
+
+def _same_shape(a, b) -> bool:
+    from polycomp.lowering.simplify import const_difference
+    sa, sb = a.output.shape, b.output.shape
+    return len(sa) == len(sb) and all(x is y or const_difference(x, y) == 0 for x, y in zip(sa, sb))
+
+
+def fusion_groups(graph) -> list[FusionGroup]:
+    """Partition the stages of ``graph`` into fusion groups, in program order."""
+    stages = list(graph.stages)
+    kinds = {s: classify_stage(s) for s in stages}
+    consumers = {s: [t for t in stages if _reads_at_identity(t, s) is not None] for s in stages}
+    outputs = {id(t) for t in graph.outputs}
+    groups: list[FusionGroup] = []
+    taken: set = set()
+    for s in stages:
+        if s in taken:
+            continue
+        g = FusionGroup(s, kinds[s])
+        taken.add(s)
+        # epilogue: following stages that consume a group member at the identity point
+        members = [s]
+        for t in stages[stages.index(s) + 1:]:
+            if t in taken or t.is_reduction or not _same_shape(t, s):
+                continue
+            reads = [_reads_at_identity(t, m) for m in members]
+            if any(r is False for r in reads) or not any(r for r in reads):
+                continue
+            # every stage t reads must already be computed before the group runs
+            if not _inputs_ready(t, members, stages, taken, s):
+                continue
+            g.epilogue.append(t)
+            members.append(t)
+            taken.add(t)
+        groups.append(g)
+    # prologue: a pad stage consumed only by the next group's contraction/conv backbone
+    for k, g in enumerate(groups[:-1]):
+        nxt = groups[k + 1]
+        if g.kind == "pad" and not g.epilogue and nxt.kind in ("contraction", "conv") \
+                and consumers[g.backbone] == [nxt.backbone] \
+                and id(g.backbone.output) not in outputs:
+            nxt.prologue.append(g.backbone)
+    return [g for g in groups if not any(g.backbone in h.prologue for h in groups)]
+
+
+def _inputs_ready(t, members, stages, taken, backbone) -> bool:
+    """All stages ``t`` reads are group members or computed before the backbone."""
+    before = set(stages[:stages.index(backbone)])
+    for ld in _loads(t.body):
+        prod = next((p for p in stages if p.output.buffer is ld.buffer), None)
+        if prod is None or prod in members or prod in before:
+            continue
+        return False
+    return True

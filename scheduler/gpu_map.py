@@ -1,0 +1,217 @@
+"""Pass: map tiled groups onto CUDA blocks and threads with filters (PPCG style).
+
+Assumes: the tree of :class:`~polycomp.scheduler.gpu_tile.GpuTilingPass`: each tiled
+group has a ``tile:block:<k>`` mark above its block band; below, ``tile:point`` marks
+sit above the point bands; ``ctx.attrs["tile_configs"][k]`` holds the thread block.
+
+For every tiled group (one CUDA kernel each, in tree order ``n = 0, 1, ...``):
+
+* a mark ``kernel:<n>`` is inserted above the ``tile:block`` mark;
+* the last (at most three) block-band members ``o_m`` are mapped to block parameters
+  ``bx<n>`` (innermost), ``by<n>``, ``bz<n>`` by the filter ``{ S : floor(o_m / T_m) =
+  b_m }`` placed right above the block band — the block loops become degenerate in the
+  AST, i.e. "for my block";
+* the same filter also holds ``{ S : (o_m mod T_m) mod P_m = t_m }`` (``o_m mod T_m`` is
+  the point band's member), mapping the point members with ``P_m > 1`` cyclically onto
+  thread parameters ``tx<n>`` (innermost), ``ty<n>``, ``tz<n>``: thread ``t`` executes
+  points ``t, t + P, t + 2P, ...`` of the tile (consecutive threads touch consecutive
+  elements: coalesced).  (isl's AST generator rejects parameters introduced by filters
+  below a sequence whose filters lack them, so both mappings sit above the block band.)
+* ``ctx.attrs["gpu_launch"][n]`` records the grid (isl ``PwAff`` number of blocks per
+  axis, from the block band's range over the domain) and the block size, and
+  ``ctx.attrs["ast_context"]`` is intersected with the parameter ranges
+  ``0 <= b < grid``, ``0 <= t < block`` (AST generation takes them as its context; isl's
+  context *nodes* cannot introduce parameters for AST generation in this isl version,
+  hence per-kernel parameter names).
+
+Top-level groups that were not tiled (rank-0 outputs) become kernels of one block of
+one thread.  Guarantees: every statement instance of a kernel is executed by exactly
+one (block, thread) pair: the filters over all parameter values partition the
+instances, and block/thread-mapped members are coincident, so instances that depend on
+each other within a kernel are executed by the same thread in the original order;
+kernels execute in sequence (global synchronisation between groups).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polycomp.errors import ScheduleError
+from polycomp.islutil import param_id
+
+from .gpu_tile import find_first, is_marked, under_mark
+from .pass_base import Pass, ScheduleContext
+
+AXES = ("x", "y", "z")
+
+
+def block_param(axis: int, kernel: int) -> str:
+    return f"b{AXES[axis]}{kernel}"
+
+
+def thread_param(axis: int, kernel: int) -> str:
+    return f"t{AXES[axis]}{kernel}"
+
+
+@dataclass
+class KernelLaunch:
+    """Launch geometry of one kernel: grid extents (isl PwAff in the kernel's
+    parameters, x first) and threads per block (x first)."""
+    grid: list
+    block: tuple
+    block_params: tuple
+    thread_params: tuple
+
+
+def _param_upa(domain: isl.UnionSet, name: str) -> isl.UnionPwAff:
+    return isl.UnionPwAff.param_on_domain_id(domain, param_id(domain.get_ctx(), name))
+
+
+def _member_range(band, m) -> isl.Set:
+    """The values band member ``m`` takes over the band's domain (a 1-D set)."""
+    upa = band.band_get_partial_schedule().get_union_pw_aff(m)
+    rng = isl.UnionMap.from_union_pw_aff(upa).intersect_domain(band.get_domain()).range()
+    return isl.Set.from_union_set(rng)
+
+
+def _as_param(rng: isl.Set, name: str) -> isl.Set:
+    """{ [v] : P(v) }  ->  [name] -> { : P(name) }."""
+    n = rng.dim(isl.dim_type.param)
+    s = rng.move_dims(isl.dim_type.param, n, isl.dim_type.set, 0, 1)
+    return s.set_dim_name(isl.dim_type.param, n, name).params()
+
+
+class GpuMappingPass(Pass):
+    name = "gpu-mapping"
+
+    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+        launches = ctx.attrs.setdefault("gpu_launch", {})
+        cfgs = ctx.attrs.get("tile_configs", {})
+        n = 0
+        while True:
+            mark = find_first(schedule, lambda x: x.get_type() == isl.schedule_node_type.mark
+                              and x.mark_get_id().get_name().startswith("tile:block:")
+                              and not is_marked(x, "kernel:"))
+            if mark is None:
+                break
+            k = int(mark.mark_get_id().get_name().rsplit(":", 1)[1])
+            cfg = cfgs.get(k)
+            if cfg is None:
+                raise ScheduleError(f"tiled group {k} has no tile configuration")
+            schedule, launch, kctx = self._map_group(mark, cfg, n)
+            launches[n] = launch
+            prev = ctx.attrs.get("ast_context")
+            ctx.attrs["ast_context"] = kctx if prev is None else _intersect_params(prev, kctx)
+            ctx.note(self.name, f"kernel {n}: grid {[str(g) for g in launch.grid]}, block {launch.block}")
+            n += 1
+        schedule = self._single_thread_kernels(schedule, ctx, n)
+        return schedule
+
+    # ------------------------------------------------------------------ tiled groups
+    def _map_group(self, mark, cfg, n):
+        ictx = mark.get_ctx()
+        band = mark.child(0)
+        nb = band.band_n_member()
+        mapped = list(range(nb))[-3:]
+        grid, ctx_set = [], isl.Set.universe(isl.Space.params_alloc(ictx, 0))
+        dom = band.get_domain()
+        filt = None
+        bparams = []
+        for axis, m in enumerate(reversed(mapped)):
+            name = block_param(axis, n)
+            bparams.append(name)
+            rng = _member_range(band, m)
+            grid.append(rng.dim_max(0).add_constant_val(isl.Val.one(ictx)))
+            ctx_set = _intersect_params(ctx_set, _as_param(rng, name))
+            upa = band.band_get_partial_schedule().get_union_pw_aff(m)
+            f = upa.sub(_param_upa(dom, name)).zero_union_set()
+            filt = f if filt is None else filt.intersect(f)
+        # threads
+        tmembers = [m for m in range(len(cfg.threads)) if cfg.threads[m] > 1][-3:]
+        block = [1, 1, 1]
+        tparams = []
+        for axis, m in enumerate(reversed(tmembers)):
+            block[axis] = cfg.threads[m]
+            name = thread_param(axis, n)
+            tparams.append(name)
+            txt = f"[{name}] -> {{ : 0 <= {name} < {cfg.threads[m]} }}"
+            ctx_set = _intersect_params(ctx_set, isl.Set.read_from_str(ictx, txt))
+        # thread filter: point members o_m mod T_m, from a point band of the group
+        if tmembers:
+            pt = find_first(mark.get_schedule(), lambda x: x.get_type() == isl.schedule_node_type.band
+                            and is_marked(x, "tile:point") and x.get_tree_depth() > mark.get_tree_depth()
+                            and _below(x, mark))
+            psched = pt.band_get_partial_schedule()
+            for axis, m in enumerate(reversed(tmembers)):
+                upa = psched.get_union_pw_aff(m)
+                v = isl.Val.int_from_si(ictx, cfg.threads[m])
+                f = upa.mod_val(v).sub(_param_upa(dom, thread_param(axis, n))).zero_union_set()
+                filt = f if filt is None else filt.intersect(f)
+        # kernel mark above the tile mark; one filter (my block, my threads) above the band
+        node = mark.insert_mark(isl.Id(f"kernel:{n}")).child(0)   # tile:block mark
+        node = node.child(0)                                       # block band
+        if filt is not None:
+            node = node.insert_filter(filt.intersect(dom))
+        schedule = node.get_schedule()
+        return schedule, KernelLaunch(grid, tuple(block), tuple(bparams), tuple(tparams)), ctx_set
+
+    # ------------------------------------------------------------------ untiled groups
+    def _single_thread_kernels(self, schedule, ctx, n):
+        """Wrap each top-level child that holds no kernel in a 1x1 kernel."""
+        root = schedule.get_root().child(0)
+        children = [root.child(k).child(0) for k in range(root.n_children())] \
+            if root.get_type() == isl.schedule_node_type.sequence else [root]
+        positions = []
+        for k, c in enumerate(children):
+            if not _contains_kernel(c):
+                positions.append(k)
+        launches = ctx.attrs["gpu_launch"]
+        ictx = schedule.get_ctx()
+        for k in positions:
+            root = schedule.get_root().child(0)
+            node = root.child(k).child(0) if root.get_type() == isl.schedule_node_type.sequence else root
+            schedule = node.insert_mark(isl.Id(f"kernel:{n}")).get_schedule()
+            one = isl.PwAff.read_from_str(ictx, "{ [(1)] }")
+            launches[n] = KernelLaunch([one], (1, 1, 1), (), ())
+            ctx.note(self.name, f"kernel {n}: a group without parallel output dimensions runs in "
+                                f"a single thread")
+            n += 1
+        return schedule
+
+
+def _intersect_params(a: isl.Set, b: isl.Set) -> isl.Set:
+    a = a.align_params(b.get_space())
+    b = b.align_params(a.get_space())
+    return a.intersect(b)
+
+
+def _contains_kernel(node) -> bool:
+    found = []
+
+    def fn(n):
+        if n.get_type() == isl.schedule_node_type.mark and \
+                n.mark_get_id().get_name().startswith("kernel:"):
+            found.append(1)
+            return False
+        return True
+    node.foreach_descendant_top_down(fn)
+    return bool(found)
+
+
+def _in_kernel(node, n) -> bool:
+    x = node
+    while x.has_parent():
+        x = x.parent()
+        if x.get_type() == isl.schedule_node_type.mark and \
+                x.mark_get_id().get_name() == f"kernel:{n}":
+            return True
+    return False
+
+
+def _below(node, ancestor) -> bool:
+    """Is ``node`` in the subtree of ``ancestor`` (same tree)?"""
+    x = node
+    while x.get_tree_depth() > ancestor.get_tree_depth():
+        x = x.parent()
+    return x.is_equal(ancestor)

@@ -1,0 +1,103 @@
+"""Pass: initial schedule from per-class schedule matrices with backbone separation.
+
+Assumes: ``ctx.model`` is a DSL model (statements carry their stage); the input schedule
+is ignored.
+
+Builds, for the fusion groups of :func:`polycomp.scheduler.classify.fusion_groups`
+(backbone + epilogue, prologue stages in front), the tree whose flattened schedule is,
+per statement (``g`` = group position, ``p`` = position inside the group):
+
+* prologue stage ``P[o]``:        ``[g, 0, o]``          under a mark ``prologue``
+* backbone init ``C_init[o]``:    ``[g, 1, o, 0]``
+* backbone update ``C_upd[o,r]``: ``[g, 1, o, 1, r]``
+* epilogue stage ``E_p[o]``:      ``[g, 1, o, 2 + p]``   under a mark ``epilogue``
+
+i.e. ``domain -> sequence(groups) -> [sequence(prologue, body)] -> band(o)`` (permutable,
+members marked coincident where :func:`band_coincidence` proves it) ``-> sequence(init,
+update -> band(r), epilogue...)``; the group's root filter is preceded by a mark
+``backbone:<class>``.  The epilogue is thus pulled out of the reduction loops but kept
+under the common output band (TSCompiler Fig. 7e/8c), so a later tiling of that band
+tiles the epilogue with the backbone.
+
+Guarantees: every flow dependence into an epilogue statement comes from a statement of
+the same output point ``o`` that is earlier in the inner sequence, or from an earlier
+group; hence the schedule is legal (checked in debug mode).  A kernel whose stages are
+not all classified falls back to the program-order tree; ``options["isl_scheduler"]``
+is handled by the isl scheduler pass instead.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from .classify import fusion_groups
+from .pass_base import Pass, ScheduleContext
+from .tree import _band_map, _reduce_band, _stmt_filter, mark_coincidence, union_set_list
+
+
+class PatternSchedulePass(Pass):
+    name = "pattern-schedule"
+
+    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+        m = ctx.model
+        groups = fusion_groups(m.graph)
+        by_stage: dict = {}
+        for s in m.statements:
+            by_stage.setdefault(s.stage, []).append(s)
+        ictx = m.domain.get_ctx()
+        sched = isl.Schedule.from_domain(m.domain)
+        node = sched.get_root().child(0)
+        group_stmts = [[s for st in g.prologue + g.stages for s in by_stage[st]] for g in groups]
+        if len(groups) > 1:
+            node = node.insert_sequence(union_set_list(ictx, [_stmt_filter(x, ictx) for x in group_stmts]))
+        for k, g in enumerate(groups):
+            leaf = node.child(k).child(0) if len(groups) > 1 else node
+            depth = leaf.get_tree_depth()
+            leaf = self._group(leaf, g, by_stage, ictx, m.dependences, ctx)
+            while leaf.get_tree_depth() > depth:
+                leaf = leaf.parent()
+            node = leaf.parent().parent() if len(groups) > 1 else leaf
+        ctx.note(self.name, "groups: " + "; ".join(
+            f"{g.kind} {g.backbone.name}" + (f" + epilogue {[e.name for e in g.epilogue]}" if g.epilogue else "")
+            + (f" + prologue {[p.name for p in g.prologue]}" if g.prologue else "") for g in groups))
+        return node.get_schedule()
+
+    def _group(self, node, g, by_stage, ictx, deps, ctx):
+        node = node.insert_mark(isl.Id(f"backbone:{g.kind}")).child(0)
+        if g.prologue:
+            pro = [s for st in g.prologue for s in by_stage[st]]
+            body = [s for st in g.stages for s in by_stage[st]]
+            node = node.insert_sequence(union_set_list(ictx, [_stmt_filter(pro, ictx),
+                                                              _stmt_filter(body, ictx)]))
+            p = node.child(0).child(0).insert_mark(isl.Id("prologue")).child(0)
+            p = self._output_band(p, pro, len(g.prologue[0].iters), deps)
+            while p.get_tree_depth() > node.get_tree_depth():
+                p = p.parent()
+            node = p.child(1).child(0)
+        return self._body(node, g, by_stage, ictx, deps)
+
+    def _output_band(self, node, stmts, n, deps):
+        if n == 0:
+            return node
+        node = node.insert_partial_schedule(_band_map(stmts, n)).band_set_permutable(1)
+        return mark_coincidence(node, deps)
+
+    def _body(self, node, g, by_stage, ictx, deps):
+        bb = by_stage[g.backbone]
+        epi = [s for st in g.epilogue for s in by_stage[st]]
+        nspatial = len(g.backbone.iters)
+        node = self._output_band(node, bb + epi, nspatial, deps)
+        if nspatial:
+            node = node.child(0)
+        parts = [[s] for s in bb] + [[s] for s in epi]
+        if len(parts) == 1:
+            return node
+        node = node.insert_sequence(union_set_list(ictx, [_stmt_filter(p, ictx) for p in parts]))
+        for k, part in enumerate(parts):
+            s = part[0]
+            leaf = node.child(k).child(0)
+            if s.kind == "update" and len(s.iters) > nspatial:
+                leaf = leaf.insert_partial_schedule(_reduce_band(s, nspatial, len(s.iters) - nspatial))
+                node = leaf.parent().parent()
+            elif s in epi:
+                node = leaf.insert_mark(isl.Id("epilogue")).parent().parent()
+        return node
