@@ -415,12 +415,18 @@ def _to_store(v, target):
         return np.asarray(v).astype(target)
 
 
-def run_func(func: ir.LoweredFunc, inputs: dict, params: dict) -> dict:
-    """Run ``func``: allocate its outputs (zeros) and return them by name."""
+def run_func(func: ir.LoweredFunc, inputs: dict, params: dict,
+             initial: dict | None = None) -> dict:
+    """Run ``func``: allocate its outputs (copies of ``initial[name]`` for in-out
+    outputs, else zeros) and return them by name."""
     arrays = dict(inputs)
+    initial = initial or {}
     for b in func.outputs:
         shape = tuple(int(_eval_shape(d, params)) for d in b.shape)
-        arrays[b.name] = np.zeros(shape, dtype=dt.to_numpy(b.dtype))
+        if b.name in initial:
+            arrays[b.name] = np.array(initial[b.name], dtype=dt.to_numpy(b.dtype), copy=True)
+        else:
+            arrays[b.name] = np.zeros(shape, dtype=dt.to_numpy(b.dtype))
     Interpreter(func).run(arrays, params)
     return {b.name: arrays[b.name] for b in func.outputs}
 

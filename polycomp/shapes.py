@@ -27,6 +27,14 @@ def eval_int(e: ir.Expr, params: dict) -> int:
     raise ShapeMismatchError(f"cannot evaluate extent {e}", user_location())
 
 
+def caller_arrays(func) -> tuple:
+    """The buffers a caller of ``func`` passes, in order: its inputs, then the outputs
+    named in ``func.attrs["inout"]`` (in-out arrays: the kernel starts from the contents
+    the caller gives, e.g. a C kernel that updates ``C[i][j] += ...``)."""
+    inout = func.attrs.get("inout", ())
+    return tuple(func.inputs) + tuple(b for b in func.outputs if b.name in inout)
+
+
 def infer_params(params: tuple, args: tuple, arrays: list, given: dict | None = None) -> dict:
     """Bind symbolic dimensions from the shapes of the input arrays.
 

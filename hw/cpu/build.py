@@ -63,20 +63,26 @@ class CFunction:
             [ctypes.c_void_p] * (len(func.inputs) + len(func.outputs))
 
     def __call__(self, *inputs, out=None, **params):
-        from polycomp.shapes import eval_int, infer_params
+        """``inputs`` are the kernel's inputs followed by the initial contents of its
+        in-out outputs (:func:`polycomp.shapes.caller_arrays`); those are copied, not
+        modified."""
+        from polycomp.shapes import caller_arrays, eval_int, infer_params
         f = self.func
-        if len(inputs) != len(f.inputs):
-            raise ShapeMismatchError(f"{f.name} takes {len(f.inputs)} input array(s), got "
+        expected = caller_arrays(f)
+        if len(inputs) != len(expected):
+            raise ShapeMismatchError(f"{f.name} takes {len(expected)} input array(s), got "
                                      f"{len(inputs)}", user_location())
         arrays = []
-        for b, a in zip(f.inputs, inputs):
+        for b, a in zip(expected, inputs):
             want = dt.to_numpy(b.dtype)
             a = np.asarray(a)
             if a.dtype != want:
                 raise DTypeError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}",
                                  user_location())
             arrays.append(np.ascontiguousarray(a))
-        values = infer_params(f.params, f.inputs, arrays, params)
+        values = infer_params(f.params, expected, arrays, params)
+        initial = {b.name: a for b, a in zip(expected[len(f.inputs):], arrays[len(f.inputs):])}
+        arrays = arrays[:len(f.inputs)]
         outs = []
         for k, b in enumerate(f.outputs):
             shape = tuple(eval_int(d, values) for d in b.shape)
@@ -87,6 +93,8 @@ class CFunction:
                                              f"of shape {shape}", user_location())
             else:
                 o = np.empty(shape, dtype=dt.to_numpy(b.dtype))
+            if b.name in initial:
+                np.copyto(o, initial[b.name])
             outs.append(o)
         args = [values[p.name] for p in f.params] + [a.ctypes.data for a in arrays] + \
             [o.ctypes.data for o in outs]

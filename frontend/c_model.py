@@ -1,0 +1,250 @@
+"""The polyhedral model of a C SCoP (:class:`~polycomp.frontend.c_reader.CProgram`).
+
+Guarantees, in isl terms:
+
+* context: ``[params] -> { : p >= 1 for every integer parameter p and e >= 1 for every
+  array extent e }`` (the same assumption the DSL makes of its symbols);
+* one :class:`~polycomp.model.Statement` per assignment (``kind = "assign"``; its
+  ``stage`` is the :class:`CStatementSource`), named ``S_<k>`` in textual order, with
+  domain ``[params] -> { S_k[i_0, ..., i_{d-1}] : <loop bounds, strides and if
+  conditions> }`` over its enclosing loops (outermost first), restricted to the
+  context;
+* tagged accesses as in :mod:`polycomp.model` (one tag ``S_k_ref<n>`` per textual
+  reference; reads in textual order, then the write); a read under a ternary with an
+  affine condition is restricted to that condition; every access is checked to stay
+  inside its array (:class:`~polycomp.errors.ShapeMismatchError` naming the C line);
+* the initial schedule tree mirrors the C program: ``domain`` -> ... where every
+  statement list of a block with more than one member becomes a ``sequence`` (filters in
+  textual order; an ``if``/``else`` is a two-child sequence), and every chain of
+  perfectly nested loops (a loop whose body, seen through ``if``s without ``else`` and
+  single-statement blocks, is one loop) becomes one band whose members are the
+  iterators (``-i`` for a decreasing loop).  A band is marked permutable when every
+  dependence between instances it schedules with equal outer schedule has a
+  non-negative distance on each member (a single member always has).  Executing the
+  tree is executing the C code;
+* flow/anti/output dependences from ``compute_flow`` under that tree
+  (:func:`polycomp.model._compute_accesses_and_dependences`).
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from polycomp import ir
+from polycomp.affine import to_isl
+from polycomp.errors import NonAffineIndexError, PolycompInternalError, ShapeMismatchError
+from polycomp.islutil import context as polycomp_context
+from polycomp.islutil import sets
+from polycomp.model import Access, PolyModel, Statement, _compute_accesses_and_dependences
+from polycomp.scheduler.tree import map_bands
+
+from .c_reader import (CIf, CLoop, CProgram, CSeq, CStmt, _cond_text, _isl_name,
+                       _param_prefix)
+
+__all__ = ["build_c_model"]
+
+
+def build_c_model(program: CProgram) -> PolyModel:
+    """Build the :class:`~polycomp.model.PolyModel` of a C SCoP (see the module doc)."""
+    ctx = polycomp_context()
+    g = program.graph
+    try:
+        context = _context(ctx, g)
+        stmts = [_statement(ctx, g, cs, context) for cs in program.statements]
+        domain = isl.UnionSet.empty(context.get_space())
+        for s in stmts:
+            domain = domain.union(isl.UnionSet.from_set(s.domain))
+        by_name = {s.name: s for s in stmts}
+        schedule = _schedule(program.tree, by_name)
+        model = PolyModel(g, ctx, g.params, context, stmts, domain, schedule)
+        _compute_accesses_and_dependences(model)
+        model.initial_schedule = _mark_permutable(schedule, model.dependences)
+    except isl.Error as e:
+        raise PolycompInternalError(f"isl error while building the model of C function "
+                                    f"{g.name}: {e}", g.location) from None
+    return model
+
+
+def _context(ctx, g) -> isl.Set:
+    names = {p: _isl_name(p.name) for p in g.params}
+    cons = [f"{names[p]} >= 1" for p in g.params]
+    for a in g.arrays:
+        for d in a.shape:
+            if not isinstance(d, ir.IntImm):
+                c = f"{to_isl(d, names, f'extent of {a.name}', a.location)} >= 1"
+                if c not in cons:
+                    cons.append(c)
+    body = " and ".join(cons) if cons else ""
+    return isl.Set.read_from_str(ctx, f"{_param_prefix(g.params)}{{ : {body} }}" if body
+                                 else "{ : }")
+
+
+def _statement(ctx, g, cs: CStmt, context: isl.Set) -> Statement:
+    loc = cs.source.location
+    names = cs.isl_names
+    dims = ", ".join(names[v] for v in cs.iters)
+    prefix = _param_prefix(g.params)
+    cons = " and ".join(f"({c})" for c in cs.constraints)
+    text = f"{prefix}{{ {cs.name}[{dims}]" + (f" : {cons} }}" if cons else " }")
+    domain = isl.Set.read_from_str(ctx, text).intersect_params(context)
+    stmt = Statement(cs.name, cs.source, "assign", tuple(cs.iters), domain, cs.write,
+                     tuple(cs.write_indices), cs.value)
+    counter = [0]
+
+    def access(kind, buf, indices, guard):
+        tag = f"{cs.name}_ref{counter[0]}"
+        counter[0] += 1
+        idx = ", ".join(to_isl(i, names, f"subscript of {buf.name}", loc) for i in indices)
+        cond = f" : {guard}" if guard else ""
+        rel = isl.Map.read_from_str(ctx, f"{prefix}{{ {cs.name}[{dims}] -> {buf.name}[{idx}]"
+                                         f"{cond} }}").intersect_domain(domain)
+        stmt.accesses.append(Access(tag, buf, tuple(indices), kind, rel))
+
+    def collect(e, guard):
+        if isinstance(e, ir.Select):
+            collect(e.cond, guard)
+            try:
+                c = _cond_text(e.cond, names, loc, "ternary condition", None)
+            except NonAffineIndexError:  # a data-dependent choice: both sides may be read
+                c = None
+            collect(e.t, _and(guard, c))
+            collect(e.f, _and(guard, f"not ({c})" if c is not None else None))
+            return
+        if isinstance(e, ir.Load):
+            access("read", e.buffer, e.indices, guard)
+            return
+        for child in ir.children(e):
+            collect(child, guard)
+
+    collect(cs.value, None)
+    access("write", cs.write, cs.write_indices, None)
+    _check_in_bounds(ctx, g, cs, stmt, context)
+    return stmt
+
+
+def _and(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return f"({a}) and ({b})"
+
+
+def _check_in_bounds(ctx, g, cs, stmt, context):
+    """Every access must stay inside its array for every parameter value."""
+    from polycomp.lowering.printer import expr_str
+    names = {p: _isl_name(p.name) for p in g.params}
+    prefix = _param_prefix(g.params)
+    for a in stmt.accesses:
+        buf = a.buffer
+        dims = [f"o{k}" for k in range(len(buf.shape))]
+        cons = [f"0 <= {d} < {to_isl(e, names, 'extent')}" for d, e in zip(dims, buf.shape)]
+        extent = isl.Set.read_from_str(ctx, f"{prefix}{{ {buf.name}[{', '.join(dims)}]"
+                                            + (f" : {' and '.join(cons)} }}" if cons else " }"))
+        touched = a.relation.intersect_params(context)
+        outside = touched.subtract_range(extent)
+        if not outside.is_empty():
+            sample = outside.sample_point()
+            idx = ", ".join(expr_str(i) for i in a.indices)
+            shape = ", ".join(expr_str(d) for d in buf.shape)
+            raise ShapeMismatchError(
+                f"{a.kind} of {buf.name}[{idx}] goes out of bounds of {buf.name} (shape "
+                f"({shape})), e.g. at {sample}; fix the loop bounds or the subscript",
+                cs.source.location)
+
+
+# --------------------------------------------------------------------------- schedule
+
+
+def _transparent(node):
+    """The node a band can look through: a one-child block, an ``if`` without ``else``."""
+    while True:
+        if isinstance(node, CSeq) and len(node.children) == 1:
+            node = node.children[0]
+        elif isinstance(node, CIf) and node.orelse is None:
+            node = node.then
+        else:
+            return node
+
+
+def _statements_under(node) -> list:
+    if isinstance(node, CStmt):
+        return [node]
+    if isinstance(node, CSeq):
+        return [s for c in node.children for s in _statements_under(c)]
+    if isinstance(node, CIf):
+        return _statements_under(node.then) + (_statements_under(node.orelse)
+                                               if node.orelse is not None else [])
+    if isinstance(node, CLoop):
+        return _statements_under(node.body)
+    return []
+
+
+def _schedule(node, by_name) -> isl.Schedule | None:
+    if node is None:
+        return None
+    if isinstance(node, CStmt):
+        return isl.Schedule.from_domain(isl.UnionSet.from_set(by_name[node.name].domain))
+    if isinstance(node, (CSeq, CIf)):
+        parts = node.children if isinstance(node, CSeq) else [node.then, node.orelse]
+        out = None
+        for c in parts:
+            s = _schedule(c, by_name)
+            if s is not None:
+                out = s if out is None else out.sequence(s)
+        return out
+    if isinstance(node, CLoop):
+        chain = [node]
+        inner = _transparent(node.body)
+        while isinstance(inner, CLoop):
+            chain.append(inner)
+            inner = _transparent(inner.body)
+        child = _schedule(chain[-1].body, by_name)
+        if child is None:
+            return None
+        return child.insert_partial_schedule(_band(chain, _statements_under(node), by_name))
+    raise PolycompInternalError(f"unexpected C program node {type(node).__name__}")
+
+
+def _band(chain, stmts, by_name) -> isl.MultiUnionPwAff:
+    """``{ S[i_0..] -> [+-i_d for each loop d of the chain] }`` over ``stmts``."""
+    um = None
+    for cs in stmts:
+        names = cs.isl_names
+        dims = ", ".join(names[v] for v in cs.iters)
+        out = ", ".join(("-" if lp.step < 0 else "") + names[cs.iters[lp.depth]]
+                        for lp in chain)
+        m = isl.UnionMap.read_from_str(by_name[cs.name].domain.get_ctx(),
+                                       f"{{ {cs.name}[{dims}] -> [{out}] }}")
+        um = m if um is None else um.union(m)
+    return isl.MultiUnionPwAff.from_union_map(um)
+
+
+def _mark_permutable(schedule: isl.Schedule, deps: isl.UnionMap) -> isl.Schedule:
+    def fn(node):
+        if _members_nonnegative(node, deps):
+            node = node.band_set_permutable(1)
+        return node
+    return map_bands(schedule, fn)
+
+
+def _members_nonnegative(node, deps) -> bool:
+    """Does every dependence inside this band's subtree between instances with equal
+    outer schedule have a non-negative distance on every member?"""
+    n = node.band_n_member()
+    if n == 1:
+        return True
+    dom = node.get_domain()
+    deps = deps.intersect_domain(dom).intersect_range(dom)
+    if deps.is_empty():
+        return True
+    prefix = node.get_prefix_schedule_union_map()
+    deps = deps.intersect(prefix.apply_range(prefix.reverse()))
+    mupa = node.band_get_partial_schedule()
+    for k in range(n):
+        mk = isl.UnionMap.from_union_pw_aff(mupa.get_union_pw_aff(k))
+        dist = deps.apply_domain(mk).apply_range(mk).deltas()
+        for d in sets(dist):
+            neg = isl.Set.read_from_str(d.get_ctx(), "{ [x] : x < 0 }")
+            if not d.intersect(neg.align_params(d.get_space())).is_empty():
+                return False
+    return True
