@@ -39,6 +39,9 @@ class PatternSchedulePass(Pass):
 
     def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
         m = ctx.model
+        if not getattr(m.graph, "stages", ()):  # no DSL stages (a C SCoP): keep its tree
+            ctx.note(self.name, "no DSL stages: kept the front end's schedule tree")
+            return schedule
         groups = fusion_groups(m.graph)
         by_stage: dict = {}
         for s in m.statements:
