@@ -26,7 +26,7 @@ from polycomp.errors import (DSLError, DTypeError, NonAffineIndexError, ReduceAx
 
 __all__ = ["sym", "Tensor", "tensor_expr", "compute", "reduce_axis", "sum", "max", "min",
            "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs", "sigmoid", "select",
-           "where", "cast", "Kernel", "KernelGraph", "Stage", "ReduceAxis", "Reduce",
+           "where", "eq", "ne", "cast", "Kernel", "KernelGraph", "Stage", "ReduceAxis", "Reduce",
            "placeholder"]
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -393,7 +393,22 @@ def abs(x):  # noqa: A001
 
 def select(cond, t, f):
     """``cond ? t : f``; a load in the unchosen side is never performed (padding)."""
+    if isinstance(cond, bool) or type(cond).__name__ == "bool_":
+        raise UnsupportedConstructError(
+            f"the condition of select() is the Python bool {bool(cond)}, not an expression; "
+            f"== and != on polycomp expressions compare identity in Python: write "
+            f"polycomp.eq(a, b) / polycomp.ne(a, b)", user_location())
     return ir.select(cond, t, f)
+
+
+def eq(a, b):
+    """The condition ``a == b`` (Python's ``==`` on expressions compares identity)."""
+    return ir.binary("==", a, b)
+
+
+def ne(a, b):
+    """The condition ``a != b``."""
+    return ir.binary("!=", a, b)
 
 
 where = select

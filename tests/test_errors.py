@@ -475,3 +475,21 @@ def test_placeholder_dims_are_checked():
         placeholder((N, -3), "float32", "X")  # E:negdim
     check(ei.value, "negdim", "-3")
 
+
+
+def test_python_equality_in_select_is_caught():
+    @pc.tensor_expr
+    def k(A: pc.Tensor[(N,), "float32"]):
+        return pc.compute((N,), lambda i: pc.select(i == 0, A[i], 0.0))  # E:eqeq
+
+    check(compile_fails(k, UnsupportedConstructError), "eqeq", "Python bool", "polycomp.eq")
+
+
+def test_eq_and_ne_build_conditions():
+    @pc.tensor_expr
+    def k(A: pc.Tensor[(N,), "float32"]):
+        return pc.compute((N,), lambda i: pc.select(pc.eq(i % 2, 0), A[i], 0.0)
+                          + pc.select(pc.ne(i, 1), 0.0, 10.0))
+
+    np.testing.assert_array_equal(interpret(k, np.arange(5, dtype=np.float32)),
+                                  [0, 10, 2, 0, 4])
