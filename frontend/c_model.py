@@ -10,8 +10,9 @@ Guarantees, in isl terms:
   conditions> }`` over its enclosing loops (outermost first), restricted to the
   context;
 * tagged accesses as in :mod:`polycomp.model` (one tag ``S_k_ref<n>`` per textual
-  reference; reads in textual order, then the write); a read under a ternary with an
-  affine condition is restricted to that condition; every access is checked to stay
+  reference; reads in textual order, then the write; ``location`` is the C line); a
+  read under a ternary with an affine condition is restricted to that condition
+  (``index_relation`` keeps the unguarded relation); every access is checked to stay
   inside its array (:class:`~polycomp.errors.ShapeMismatchError` naming the C line);
 * the initial schedule tree mirrors the C program: ``domain`` -> ... where every
   statement list of a block with more than one member becomes a ``sequence`` (filters in
@@ -94,10 +95,12 @@ def _statement(ctx, g, cs: CStmt, context: isl.Set) -> Statement:
         tag = f"{cs.name}_ref{counter[0]}"
         counter[0] += 1
         idx = ", ".join(to_isl(i, names, f"subscript of {buf.name}", loc) for i in indices)
-        cond = f" : {guard}" if guard else ""
-        rel = isl.Map.read_from_str(ctx, f"{prefix}{{ {cs.name}[{dims}] -> {buf.name}[{idx}]"
-                                         f"{cond} }}").intersect_domain(domain)
-        stmt.accesses.append(Access(tag, buf, tuple(indices), kind, rel))
+        unguarded = isl.Map.read_from_str(
+            ctx, f"{prefix}{{ {cs.name}[{dims}] -> {buf.name}[{idx}] }}").intersect_domain(domain)
+        rel = unguarded if not guard else isl.Map.read_from_str(
+            ctx, f"{prefix}{{ {cs.name}[{dims}] -> {buf.name}[{idx}] : {guard} }}"
+        ).intersect_domain(domain)
+        stmt.accesses.append(Access(tag, buf, tuple(indices), kind, rel, loc, unguarded))
 
     def collect(e, guard):
         if isinstance(e, ir.Select):
@@ -143,13 +146,31 @@ def _check_in_bounds(ctx, g, cs, stmt, context):
         touched = a.relation.intersect_params(context)
         outside = touched.subtract_range(extent)
         if not outside.is_empty():
-            sample = outside.sample_point()
+            sample = _describe(outside)
             idx = ", ".join(expr_str(i) for i in a.indices)
             shape = ", ".join(expr_str(d) for d in buf.shape)
             raise ShapeMismatchError(
                 f"{a.kind} of {buf.name}[{idx}] goes out of bounds of {buf.name} (shape "
-                f"({shape})), e.g. at {sample}; fix the loop bounds or the subscript",
+                f"({shape})), e.g. {sample}; fix the loop bounds or the subscript",
                 cs.source.location)
+
+
+def _describe(bad: isl.Map) -> str:
+    """One point of ``S[i..] -> A[..]`` (with parameter values) in words."""
+    pt = bad.wrap().sample_point()
+    sp = bad.get_space()
+
+    def coords(t, first, n):
+        return [str(pt.get_coordinate_val(t, first + k).to_python()) for k in range(n)]
+    n_in, n_out = sp.dim(isl.dim_type.in_), sp.dim(isl.dim_type.out)
+    its = coords(isl.dim_type.set, 0, n_in)
+    idx = coords(isl.dim_type.set, n_in, n_out)
+    pars = [f"{sp.get_dim_name(isl.dim_type.param, k)} = "
+            f"{pt.get_coordinate_val(isl.dim_type.param, k).to_python()}"
+            for k in range(sp.dim(isl.dim_type.param))]
+    return (f"instance {bad.get_tuple_name(isl.dim_type.in_)}[{', '.join(its)}] touches "
+            f"{bad.get_tuple_name(isl.dim_type.out)}[{', '.join(idx)}]"
+            + (f" when {', '.join(pars)}" if pars else ""))
 
 
 # --------------------------------------------------------------------------- schedule

@@ -134,10 +134,13 @@ class CArray:
 
 @dataclass(eq=False)
 class CStatementSource:
-    """Where a model statement came from (stored in ``Statement.stage``)."""
+    """Where a model statement came from (stored in ``Statement.stage``): its name, C
+    line and text, and ``iters``, the enclosing loop iterators (outermost first; what
+    passes that read ``stage.iters`` of a DSL stage see)."""
     name: str
     location: SourceLocation | None
     text: str = ""
+    iters: tuple = ()
 
 
 @dataclass(eq=False)
@@ -289,7 +292,9 @@ def read_c_kernels(source: str, filename: str = "<c-source>", include_dirs=()) -
         raise UnsupportedConstructError(f"{filename} defines no C function to compile")
     out = []
     for f in chosen:
-        out.append(CKernel(_FunctionReader(f, filename, lines).read()))
+        k = CKernel(_FunctionReader(f, filename, lines).read())
+        k.polyhedral_model()  # report model-level errors (out-of-bounds accesses) now
+        out.append(k)
     return out
 
 
@@ -446,14 +451,14 @@ class _FunctionReader:
         used = self.written | self.read_
         outputs = tuple(a for a in arrays if a.name in self.written)
         inputs = tuple(a for a in arrays if a.name not in self.written and a.name in used)
+        if not self.statements:
+            raise UnsupportedConstructError(f"the SCoP of {self.name!r} has no assignment "
+                                            f"to compile", self.loc(self.func.decl))
         unused = [a.name for a in arrays if a.name not in used]
         if unused:
             raise UnsupportedConstructError(
                 f"array parameter(s) {', '.join(unused)} of {self.name!r} are never used in "
                 f"the SCoP; remove them", self.loc(self.func.decl))
-        if not self.statements:
-            raise UnsupportedConstructError(f"the SCoP of {self.name!r} has no assignment "
-                                            f"to compile", self.loc(self.func.decl))
         graph = CGraph(self.name, params, inputs, outputs, arrays, self.loc(self.func.decl))
         return CProgram(graph, list(self.statements), tree)
 
@@ -632,7 +637,7 @@ class _FunctionReader:
         inner = _Scope(scope.loops + [var], list(scope.constraints))
         names = self.names(inner)
         it = names[var]
-        start_pieces = _pieces(start, names, loc)
+        start_pieces = _pieces(start, names, loc, f"lower bound of loop {name!r}")
         if abs(step) != 1 and len(start_pieces) != 1:
             self.unsupported(f"a min/max start value with stride {step} in loop {name!r}",
                              node)
@@ -764,7 +769,7 @@ class _FunctionReader:
         name = f"{prefix}{k}"
         self.written.add(buf.name)
         loc = self.loc(node)
-        src = CStatementSource(name, loc, _c(node))
+        src = CStatementSource(name, loc, _c(node), tuple(scope.loops))
         st = CStmt(name, tuple(scope.loops), self.names(scope), tuple(scope.constraints),
                    buf, tuple(lhs.indices), value, src)
         self.statements.append(st)
@@ -777,7 +782,7 @@ class _FunctionReader:
         if not dt.is_int(e.dtype):
             raise NonAffineIndexError(f"{what} `{_c(node)}` is not an integer expression",
                                       self.loc(node))
-        for g, p in _pieces(e, self.names(scope), self.loc(node)):
+        for g, p in _pieces(e, self.names(scope), self.loc(node), f"{what} `{_c(node)}`"):
             to_isl(p, self.names(scope), what, self.loc(node))
         return e
 
@@ -1003,24 +1008,25 @@ def _guarded(guard, text) -> str:
     return f"(({guard}) and {text})" if guard else f"({text})"
 
 
-def _pieces(e: ir.Expr, names, loc) -> list:
+def _pieces(e: ir.Expr, names, loc, what="expression") -> list:
     """``e`` as a list of ``(guard, select-free expr)``: the guards (isl texts, None for
     true) partition the space; ternaries with affine conditions are case-split."""
     if isinstance(e, ir.Select):
-        c = _cond_text(e.cond, names, loc, "condition of a ternary", None)
+        c = _cond_text(e.cond, names, loc, f"{what}: the condition of a ternary", None)
         out = []
-        for g, x in _pieces(e.t, names, loc):
+        for g, x in _pieces(e.t, names, loc, what):
             out.append((_and(c, g), x))
-        for g, x in _pieces(e.f, names, loc):
+        for g, x in _pieces(e.f, names, loc, what):
             out.append((_and(f"not ({c})", g), x))
         return out
     if isinstance(e, ir.Binary):
         return [(_and(ga, gb), ir.Binary(e.op, a, b, e.dtype))
-                for ga, a in _pieces(e.a, names, loc) for gb, b in _pieces(e.b, names, loc)]
+                for ga, a in _pieces(e.a, names, loc, what)
+                for gb, b in _pieces(e.b, names, loc, what)]
     if isinstance(e, ir.Unary):
-        return [(g, ir.Unary(e.op, a, e.dtype)) for g, a in _pieces(e.a, names, loc)]
+        return [(g, ir.Unary(e.op, a, e.dtype)) for g, a in _pieces(e.a, names, loc, what)]
     if isinstance(e, ir.Cast):
-        return [(g, ir.Cast(a, e.dtype)) for g, a in _pieces(e.value, names, loc)]
+        return [(g, ir.Cast(a, e.dtype)) for g, a in _pieces(e.value, names, loc, what)]
     return [(None, e)]
 
 
@@ -1047,14 +1053,15 @@ def _cond_text(c: ir.Expr, names, loc, what, source) -> str:
     if isinstance(c, ir.Binary) and c.op in ("<", "<=", ">", ">=", "==", "!="):
         shown = source or expr_str(c)
         alts = []
-        for ga, a in _pieces(c.a, names, loc):
-            for gb, b in _pieces(c.b, names, loc):
+        for ga, a in _pieces(c.a, names, loc, what):
+            for gb, b in _pieces(c.b, names, loc, what):
                 for x in (a, b):
                     if not dt.is_int(x.dtype) and x.dtype != "bool":
                         raise NonAffineIndexError(
-                            f"{what} `{shown}` compares {x.dtype} values; control flow "
-                            f"must depend only on iterators and integer parameters (use a "
-                            f"ternary for a data-dependent choice)", loc)
+                            f"{what} `{shown}` is not affine: it compares {x.dtype} values; "
+                            f"control flow and subscripts may depend only on iterators and "
+                            f"integer parameters (a ternary in a value expression may "
+                            f"depend on data)", loc)
                 ta = to_isl(a, names, what, loc)
                 tb = to_isl(b, names, what, loc)
                 if c.op == "!=":

@@ -1,0 +1,522 @@
+"""The C SCoP front end: reading classic affine kernels, their isl model (golden
+domains, dependences and schedule trees), end-to-end runs through the C backend and the
+interpreter against numpy, the CUDA path (interpreted + nvcc), and the error paths."""
+import os
+import subprocess
+
+import islpy as isl
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from polycomp.driver import build, compile_kernel, interpret
+from polycomp.errors import (DTypeError, NonAffineIndexError, PolycompError,
+                             ShapeMismatchError, UnknownSymbolError,
+                             UnsupportedConstructError)
+from polycomp.frontend.c_reader import (CKernel, CParseError, load_c_kernel, load_c_kernels,
+                                        read_c_kernel, read_c_kernels)
+from polycomp.scheduler.program_order import ProgramOrderPass
+from polycomp.scheduler.pass_base import ScheduleContext
+
+# --------------------------------------------------------------------------- kernels
+
+GEMM = r"""
+#include <math.h>
+void gemm(int N, int M, int K, float C[restrict N][M],
+          const float A[restrict N][K], const float B[restrict K][M]) {
+  int i;
+#pragma scop
+  for (i = 0; i < N; i++)
+    for (int j = 0; j < M; ++j) {
+      C[i][j] *= 0.5f;
+      for (int k = 0; k < K; k += 1)
+        C[i][j] += A[i][k] * B[k][j];
+    }
+#pragma endscop
+}
+"""
+
+MM2 = r"""
+void mm2(int NI, int NJ, int NK, int NL, float tmp[NI][NJ], float A[NI][NK],
+         float B[NK][NJ], float C[NJ][NL], float D[NI][NL]) {
+  for (int i = 0; i < NI; i++)
+    for (int j = 0; j < NJ; j++) {
+      tmp[i][j] = 0.0f;
+      for (int k = 0; k < NK; ++k)
+        tmp[i][j] += 1.5f * A[i][k] * B[k][j];
+    }
+  for (int i = 0; i < NI; i++)
+    for (int j = 0; j < NL; j++) {
+      D[i][j] *= 1.25f;
+      for (int k = 0; k < NJ; ++k)
+        D[i][j] += tmp[i][k] * C[k][j];
+    }
+}
+"""
+
+JACOBI1D = r"""
+void jacobi1d(int T, int N, double A[N], double B[N]) {
+  int t, i;
+#pragma scop
+  for (t = 0; t < T; t++) {
+    for (i = 1; i < N - 1; i++)
+      B[i] = 0.33333 * (A[i-1] + A[i] + A[i+1]);
+    for (i = 1; i < N - 1; i++)
+      A[i] = 0.33333 * (B[i-1] + B[i] + B[i+1]);
+  }
+#pragma endscop
+}
+"""
+
+TRMV = r"""
+void trmv(int N, float L[N][N], float x[N], float y[N]) {
+  for (int i = 0; i < N; i++) {
+    y[i] = 0;
+    for (int j = 0; j <= i; j++)
+      y[i] += L[i][j] * x[j];
+  }
+}
+"""
+
+STENCIL = r"""
+void stencil(int N, int M, const float A[N][M], float B[N][M]) {
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < M; j++)
+      if (i >= 1 && i < N - 1 && j >= 1 && j < M - 1)
+        B[i][j] = 0.2f * (A[i][j] + A[i-1][j] + A[i+1][j] + A[i][j-1] + A[i][j+1]);
+      else
+        B[i][j] = A[i][j];
+}
+"""
+
+MISC = r"""
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+void misc(int N, float A[N], float B[N], float C[N], float S[N]) {
+  for (int i = N - 1; i >= 0; i--)
+    B[i] = A[i] > 0 ? A[i] : 0.0f;
+  for (int i = 0; i < N; i += 2)
+    C[i] = expf(-A[i]) + sqrtf(fabsf(A[i]));
+  for (int i = 0; i < MIN(N, 5); i++)
+    C[i] += 1;
+  for (int i = N - 2; i >= 0; --i)
+    S[i] = S[i] + S[i + 1];
+  for (int i = MAX(0, N - 3); i < N; i++)
+    S[i] = fmaxf(S[i], A[i]) * 2;
+}
+"""
+
+
+def _gemm_ref(A, B, C):
+    return 0.5 * C + A @ B
+
+
+def _mm2_ref(tmp, A, B, C, D):
+    t = 1.5 * (A @ B)
+    return t, 1.25 * D + t @ C
+
+
+def _jacobi_ref(A, B, T):
+    A, B = A.copy(), B.copy()
+    n = A.shape[0]
+    for _ in range(T):
+        for i in range(1, n - 1):
+            B[i] = 0.33333 * (A[i - 1] + A[i] + A[i + 1])
+        for i in range(1, n - 1):
+            A[i] = 0.33333 * (B[i - 1] + B[i] + B[i + 1])
+    return A, B
+
+
+def _stencil_ref(A):
+    B = A.copy()
+    B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[:-2, 1:-1] + A[2:, 1:-1] + A[1:-1, :-2]
+                           + A[1:-1, 2:])
+    return B
+
+
+def _misc_ref(A, B, C, S):
+    B = np.maximum(A, 0).astype(np.float32)
+    C = C.copy()
+    C[::2] = np.exp(-A[::2]) + np.sqrt(np.abs(A[::2]))
+    C[:min(len(A), 5)] += 1
+    S = S.copy()
+    for i in range(len(A) - 2, -1, -1):
+        S[i] = S[i] + S[i + 1]
+    for i in range(max(0, len(A) - 3), len(A)):
+        S[i] = max(S[i], A[i]) * 2
+    return B, C, S
+
+
+_CACHE: dict = {}
+
+
+def kernel(src) -> CKernel:
+    if ("k", src) not in _CACHE:
+        _CACHE[("k", src)] = read_c_kernel(src)
+    return _CACHE[("k", src)]
+
+
+def runners(src):
+    """(compiled C callable, interpreted program-order IR) of a kernel, built once."""
+    if ("r", src) not in _CACHE:
+        k = kernel(src)
+        ck = compile_kernel(k, "c", {"parallel": False})
+        _CACHE[("r", src)] = (build(k, "c"), lambda *a, **p: interpret(ck, *a, **p))
+    return _CACHE[("r", src)]
+
+
+SIZES = st.sampled_from([1, 2, 3, 5, 7, 11, 13])
+
+
+def rand(rng, *shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def close(a, b, tol=1e-4):
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def test_kernel_interface():
+    k = kernel(GEMM)
+    assert k.name == "gemm"
+    assert k.params == ("N", "M", "K")
+    assert k.inputs == ("A", "B")
+    assert k.outputs == ("C",)          # written (and read): in-out
+    k2 = kernel(MM2)
+    assert k2.inputs == ("A", "B", "C") and k2.outputs == ("tmp", "D")
+    k3 = kernel(JACOBI1D)
+    assert k3.inputs == () and k3.outputs == ("A", "B")
+
+
+def _eq(model, text, what):
+    got = what.intersect_params(model.context)
+    kind = isl.UnionMap if isinstance(what, (isl.UnionMap, isl.Map)) else isl.UnionSet
+    want = kind.read_from_str(model.ctx, text)
+    want = want.intersect_params(model.context)
+    assert got.is_equal(want), f"\n got: {got}\nwant: {want}"
+
+
+def test_gemm_model_golden():
+    m = kernel(GEMM).polyhedral_model()
+    assert [s.name for s in m.statements] == ["S_0", "S_1"]
+    assert all(s.kind == "assign" for s in m.statements)
+    _eq(m, "[N, M, K] -> { S_0[i, j] : 0 <= i < N and 0 <= j < M; "
+           "S_1[i, j, k] : 0 <= i < N and 0 <= j < M and 0 <= k < K }", m.domain)
+    _eq(m, "[N, M, K] -> { S_0[i, j] -> S_1[i, j, 0] : 0 <= i < N and 0 <= j < M; "
+           "S_1[i, j, k] -> S_1[i, j, k + 1] : 0 <= i < N and 0 <= j < M and "
+           "0 <= k < K - 1 }", m.flow)
+    _eq(m, "[N, M, K] -> { S_0[i, j] -> S_1[i, j, 0] : 0 <= i < N and 0 <= j < M; "
+           "S_1[i, j, k] -> S_1[i, j, k + 1] : 0 <= i < N and 0 <= j < M and "
+           "0 <= k < K - 1 }", m.output)
+    # tagged accesses: one tag per textual reference (reads first, then the write)
+    s1 = m.statement("S_1")
+    assert [(a.tag, a.kind, a.buffer.name) for a in s1.accesses] == [
+        ("S_1_ref0", "read", "C"), ("S_1_ref1", "read", "A"), ("S_1_ref2", "read", "B"),
+        ("S_1_ref3", "write", "C")]
+    _eq(m, "[N, M, K] -> { [S_1[i, j, k] -> S_1_ref1[]] -> A[i, k] : 0 <= i < N and "
+           "0 <= j < M and 0 <= k < K }",
+        m.tagged_reads.intersect_domain(isl.UnionSet.read_from_str(
+            m.ctx, "{ [S_1[i, j, k] -> S_1_ref1[]] }").universe()))
+    # the schedule tree is the loop structure: band(i, j) -> sequence(S_0, band(k))
+    root = m.initial_schedule.get_root().child(0)
+    assert root.get_type() == isl.schedule_node_type.band
+    assert root.band_n_member() == 2 and root.band_get_permutable()
+    seq = root.child(0)
+    assert seq.get_type() == isl.schedule_node_type.sequence and seq.n_children() == 2
+    inner = seq.child(1).child(0)
+    assert inner.get_type() == isl.schedule_node_type.band and inner.band_n_member() == 1
+    want = isl.UnionMap.read_from_str(
+        m.ctx, "{ S_0[i, j] -> [i, j, 0, 0]; S_1[i, j, k] -> [i, j, 1, k] }")
+    assert m.initial_schedule.get_map().intersect_domain(m.domain).is_equal(
+        want.intersect_domain(m.domain))
+
+
+def test_triangular_and_if_domains_golden():
+    m = kernel(TRMV).polyhedral_model()
+    _eq(m, "[N] -> { S_0[i] : 0 <= i < N; S_1[i, j] : 0 <= j <= i < N }", m.domain)
+    _eq(m, "[N] -> { S_0[i] -> S_1[i, 0] : 0 <= i < N; "
+           "S_1[i, j] -> S_1[i, j + 1] : 0 <= j < i < N }", m.flow)
+    m = kernel(STENCIL).polyhedral_model()
+    _eq(m, "[N, M] -> { S_0[i, j] : 1 <= i < N - 1 and 1 <= j < M - 1; "
+           "S_1[i, j] : 0 <= i < N and 0 <= j < M and (i = 0 or i = N - 1 or j = 0 or "
+           "j = M - 1) }", m.domain)
+    assert m.flow.is_empty()
+    # if/else: the two branches are a sequence under the (i, j) band
+    band = m.initial_schedule.get_root().child(0)
+    assert band.band_n_member() == 2
+    assert band.child(0).get_type() == isl.schedule_node_type.sequence
+
+
+def test_jacobi_dependences_golden():
+    m = kernel(JACOBI1D).polyhedral_model()
+    _eq(m, "[T, N] -> { S_0[t, i] : 0 <= t < T and 1 <= i < N - 1; "
+           "S_1[t, i] : 0 <= t < T and 1 <= i < N - 1 }", m.domain)
+    _eq(m, "[T, N] -> { S_0[t, i] -> S_1[t, i'] : 0 <= t < T and 1 <= i < N - 1 and "
+           "1 <= i' < N - 1 and i - 1 <= i' <= i + 1; "
+           "S_1[t, i] -> S_0[t + 1, i'] : 0 <= t < T - 1 and 1 <= i < N - 1 and "
+           "1 <= i' < N - 1 and i - 1 <= i' <= i + 1 }", m.flow)
+    # t band, then sequence of the two i loops (not perfectly nested: no merge)
+    root = m.initial_schedule.get_root().child(0)
+    assert root.band_n_member() == 1
+    assert root.child(0).get_type() == isl.schedule_node_type.sequence
+
+
+def test_reverse_stride_and_minmax_loops_golden():
+    m = kernel(MISC).polyhedral_model()
+    _eq(m, "[N] -> { S_0[i] : 0 <= i < N; S_1[i] : 0 <= i < N and i mod 2 = 0; "
+           "S_2[i] : 0 <= i < N and i < 5; S_3[i] : 0 <= i <= N - 2; "
+           "S_4[i] : N - 3 <= i < N and i >= 0 }", m.domain)
+    # the decreasing loops are scheduled by -i: S_3[i+1] runs before S_3[i]
+    _eq(m, "[N] -> { S_3[i] -> S_3[i - 1] : 1 <= i <= N - 2 }",
+        m.flow.intersect_domain(isl.UnionSet.read_from_str(m.ctx, "[N] -> { S_3[i] }"))
+        .intersect_range(isl.UnionSet.read_from_str(m.ctx, "[N] -> { S_3[i] }")))
+    # the relu ternary: data-dependent, so both sides are (may-)reads of A
+    s0 = m.statement("S_0")
+    assert [a.buffer.name for a in s0.reads] == ["A", "A"]
+
+
+def test_program_order_pass_returns_the_c_tree():
+    k = kernel(MM2)
+    m = k.polyhedral_model()
+    out = ProgramOrderPass().run(None, ScheduleContext(m, None))
+    assert out.plain_is_equal(m.initial_schedule)
+
+
+def test_load_c_kernels_from_file_with_includes(tmp_path):
+    (tmp_path / "sizes.h").write_text("#define SCALE 2.0f\n")
+    src = '#include "sizes.h"\n#include <stdio.h>\n' + r"""
+static void helper(int n) { }
+void scale(int N, float X[N], float Y[N]) {
+#pragma scop
+  for (int i = 0; i < N; i++)
+    Y[i] = SCALE * X[i];
+#pragma endscop
+}
+void shift(int N, float X[N + 1], float Y[N]) {
+#pragma scop
+  for (int i = 0; i < N; i++)
+    Y[i] = X[i + 1];
+#pragma endscop
+}
+"""
+    p = tmp_path / "two.c"
+    p.write_text(src)
+    ks = load_c_kernels(str(p))
+    assert [k.name for k in ks] == ["scale", "shift"]       # only the SCoP functions
+    X = np.arange(5, dtype=np.float32)
+    Y = np.zeros(5, np.float32)
+    close(build(ks[0], "c")(X, Y), 2 * X)
+    close(build(load_c_kernel(str(p), "shift"), "c")(X, Y[:4], N=4), X[1:])
+    with pytest.raises(UnsupportedConstructError, match="2 kernels"):
+        load_c_kernel(str(p))
+
+
+# --------------------------------------------------------------------------- running
+
+
+@given(n=SIZES, m=SIZES, k=SIZES, seed=st.integers(0, 2**16))
+def test_gemm_runs(n, m, k, seed):
+    rng = np.random.default_rng(seed)
+    A, B, C = rand(rng, n, k), rand(rng, k, m), rand(rng, n, m)
+    c_fn, interp = runners(GEMM)
+    C0 = C.copy()
+    close(c_fn(A, B, C), _gemm_ref(A, B, C))
+    close(interp(A, B, C), _gemm_ref(A, B, C))
+    assert np.array_equal(C, C0)        # the caller's array is copied, not modified
+
+
+@given(ni=SIZES, nj=SIZES, nk=SIZES, nl=SIZES, seed=st.integers(0, 2**16))
+def test_2mm_runs(ni, nj, nk, nl, seed):
+    rng = np.random.default_rng(seed)
+    A, B, C = rand(rng, ni, nk), rand(rng, nk, nj), rand(rng, nj, nl)
+    tmp, D = rand(rng, ni, nj), rand(rng, ni, nl)
+    c_fn, interp = runners(MM2)
+    want = _mm2_ref(tmp, A, B, C, D)
+    for got in (c_fn(A, B, C, tmp, D), interp(A, B, C, tmp, D)):
+        close(got[0], want[0])
+        close(got[1], want[1])
+
+
+@given(t=st.sampled_from([1, 2, 3, 5]), n=SIZES, seed=st.integers(0, 2**16))
+def test_jacobi1d_runs(t, n, seed):
+    rng = np.random.default_rng(seed)
+    A, B = rand(rng, n, dtype=np.float64), rand(rng, n, dtype=np.float64)
+    c_fn, interp = runners(JACOBI1D)
+    want = _jacobi_ref(A, B, t)
+    for got in (c_fn(A, B, T=t), interp(A, B, T=t)):
+        close(got[0], want[0], 1e-9)
+        close(got[1], want[1], 1e-9)    # B[0], B[N-1] keep the caller's values
+
+
+@given(n=SIZES, seed=st.integers(0, 2**16))
+def test_trmv_runs(n, seed):
+    rng = np.random.default_rng(seed)
+    L, x, y = rand(rng, n, n), rand(rng, n), rand(rng, n)
+    c_fn, interp = runners(TRMV)
+    want = np.tril(L) @ x
+    close(c_fn(L, x, y), want)
+    close(interp(L, x, y), want)
+
+
+@given(n=SIZES, m=SIZES, seed=st.integers(0, 2**16))
+def test_stencil_with_if_runs(n, m, seed):
+    rng = np.random.default_rng(seed)
+    A, B = rand(rng, n, m), rand(rng, n, m)
+    c_fn, interp = runners(STENCIL)
+    close(c_fn(A, B), _stencil_ref(A))
+    close(interp(A, B), _stencil_ref(A))
+
+
+@given(n=SIZES, seed=st.integers(0, 2**16))
+def test_misc_runs(n, seed):
+    rng = np.random.default_rng(seed)
+    A, B, C, S = (rand(rng, n) for _ in range(4))
+    c_fn, interp = runners(MISC)
+    want = _misc_ref(A, B, C, S)
+    for got in (c_fn(A, B, C, S), interp(A, B, C, S)):
+        for g, w in zip(got, want):
+            close(g, w)
+
+
+@pytest.mark.parametrize("src", [GEMM, MM2, JACOBI1D, TRMV, STENCIL, MISC])
+@pytest.mark.parametrize("target", ["c", "cuda"])
+def test_passes_keep_dependences(src, target):
+    # debug mode checks after every pass that all dependences stay satisfied
+    compile_kernel(kernel(src), target, debug=True)
+
+
+# --------------------------------------------------------------------------- CUDA
+
+
+@pytest.mark.parametrize("gpu", ["default", "baseline"])
+def test_gemm_cuda_interpreted_and_nvcc(tmp_path, gpu):
+    opts = {"gpu": "baseline"} if gpu == "baseline" else {}
+    ck = compile_kernel(kernel(GEMM), "cuda", opts, debug=True)
+    rng = np.random.default_rng(3)
+    A, B, C = rand(rng, 19, 7), rand(rng, 7, 33), rand(rng, 19, 33)
+    close(interpret(ck, A, B, C), _gemm_ref(A, B, C))
+    assert "__global__" in ck.source
+    if gpu == "baseline":   # the (i, j) band is coincident: mapped to blocks/threads
+        assert "blockIdx" in ck.source and "threadIdx" in ck.source
+    _nvcc(tmp_path, ck.source)
+
+
+def test_math_and_reverse_loops_cuda_interpreted_and_nvcc(tmp_path):
+    ck = compile_kernel(kernel(MISC), "cuda", debug=True)
+    rng = np.random.default_rng(4)
+    args = [rand(rng, 9) for _ in range(4)]
+    for g, w in zip(interpret(ck, *args), _misc_ref(*args)):
+        close(g, w)
+    _nvcc(tmp_path, ck.source)
+
+
+def _nvcc(tmp_path, source):
+    cu = tmp_path / "k.cu"
+    cu.write_text(source)
+    r = subprocess.run(["nvcc", "-arch=sm_80", "-cubin", "-o", str(tmp_path / "k.cubin"),
+                        str(cu)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _err(body, cls, match, line, params="int N, float A[N], float B[N]"):
+    """``body`` is the function body; ``line`` is the 1-based line within it."""
+    src = f"void f({params}) {{\n{body}\n}}\n"
+    with pytest.raises(cls, match=match) as e:
+        read_c_kernel(src)
+    assert isinstance(e.value, PolycompError)
+    assert e.value.location is not None and e.value.location.lineno == line + 1, \
+        (e.value.location, str(e.value))
+    return e.value
+
+
+@pytest.mark.parametrize("body, cls, match, line", [
+    ("for (int i = 0; i < N; i++)\n  B[i] = A[i * i];", NonAffineIndexError,
+     "not affine", 2),
+    ("for (int i = 0; i < N; i++)\n  B[A[i] > 0 ? i : 0] = 1;", NonAffineIndexError,
+     "not affine", 2),
+    ("for (int i = 0; i < N; i++)\n  for (int j = 0; j < A[i]; j++)\n    B[i] = 1;",
+     NonAffineIndexError, "not affine|float", 2),
+    ("for (int i = 0; i < N; i++)\n  if (A[i] > 0)\n    B[i] = 1;", NonAffineIndexError,
+     "if condition", 2),
+    ("int i = 0;\nwhile (i < N) { B[i] = 1; i++; }", UnsupportedConstructError,
+     "local variable 'i'", 1),
+    ("int i;\nwhile (i < N) B[i] = 1;", UnsupportedConstructError, "while loop", 2),
+    ("for (int i = 0; i < N; i++) {\n  float t = A[i];\n  B[i] = t;\n}",
+     UnsupportedConstructError, "local variable 't'.*scalar temporaries", 2),
+    ("for (int i = 0; i < N; i++)\n  B[i] = foo(A[i]);", UnsupportedConstructError,
+     "call of function 'foo'", 2),
+    ("for (int i = 0; i < N; i++)\n  printf(\"%f\", A[i]);", UnsupportedConstructError,
+     "call statement", 2),
+    ("for (int i = 0; i < N; i++)\n  *(B + i) = A[i];", UnsupportedConstructError,
+     "assignment to", 2),
+    ("for (int i = 0; i < N; i++)\n  B[i] = *(A + i);", UnsupportedConstructError,
+     "pointer dereference", 2),
+    ("for (int i = 0; i < N; i++) {\n  if (i > 3) goto done;\n  B[i] = 1;\n}\ndone: ;",
+     UnsupportedConstructError, "goto", 2),
+    ("for (int i = 0; i < N; i++)\n  B[i] = A[i] + q;", UnknownSymbolError,
+     "unknown identifier 'q'", 2),
+    ("for (int i = 0; i < N; i++)\n  Z[i] = 1;", UnknownSymbolError, "unknown array 'Z'", 2),
+    ("for (int i = 0; i <= N; i++)\n  B[i] = A[i];", ShapeMismatchError, "out of bounds", 2),
+    ("for (int i = 0; i < N; i++)\n  B[i] = A[i][0];", ShapeMismatchError,
+     "1 dimension", 2),
+    ("for (int i = 0; i != N; i++)\n  B[i] = A[i];", NonAffineIndexError,
+     "not a upper bound|not an upper bound|upper bound", 1),
+    ("for (int i = 0; i < N; i++)\n  B[i / 2] = A[i];", UnsupportedConstructError,
+     "integer division", 2),
+    ("for (int i = 0; i < N; i++)\n  B[i] = A[i] & 1;", UnsupportedConstructError,
+     "bitwise", 2),
+    ("for (int i = 0; i < N; i++) {\n  if (i == 3) break;\n  B[i] = A[i];\n}",
+     UnsupportedConstructError, "break", 2),
+    ("for (int i = 0; i < N; i *= 2)\n  B[i] = A[i];", UnsupportedConstructError,
+     "loop increment", 1),
+    ("for (int i = 0; i < N; i++)\n  B[i] = A[i]++;", UnsupportedConstructError,
+     "inside an expression", 2),
+    ("for (int i = 0; i < N; i++)\n  N = 3;", UnsupportedConstructError,
+     "assignment to scalar 'N'", 2),
+    ("B[0] = 1\nB[1] = 2;", CParseError, "syntax", 2),
+])
+def test_errors_name_construct_and_line(body, cls, match, line):
+    _err(body, cls, match, line)
+
+
+@pytest.mark.parametrize("params, cls, match", [
+    ("int N, float *A, float B[N]", UnsupportedConstructError, "pointer parameter 'A'"),
+    ("int N, float A[][N], float B[N]", ShapeMismatchError, "no extent"),
+    ("int N, float alpha, float A[N], float B[N]", UnsupportedConstructError,
+     "scalar floating-point parameter 'alpha'"),
+    ("int N, unsigned A[N], float B[N]", DTypeError, "element type"),
+    ("int N, float A[N * N], float B[N]", NonAffineIndexError, "not affine"),
+])
+def test_signature_errors(params, cls, match):
+    src = f"void f({params}) {{\n  for (int i = 0; i < N; i++)\n    B[i] = 1;\n}}\n"
+    with pytest.raises(cls, match=match) as e:
+        read_c_kernel(src)
+    assert e.value.location is not None and e.value.location.lineno == 1
+
+
+def test_scop_region_and_outside_statements():
+    src = r"""
+void f(int N, float A[N], float B[N]) {
+  A[0] = 1;
+#pragma scop
+  for (int i = 0; i < N; i++) B[i] = A[i];
+#pragma endscop
+}
+"""
+    with pytest.raises(UnsupportedConstructError, match="outside #pragma scop") as e:
+        read_c_kernel(src)
+    assert e.value.location.lineno == 3
+    with pytest.raises(UnsupportedConstructError, match="no assignment"):
+        read_c_kernel("void f(int N, float A[N]) {\n#pragma scop\n#pragma endscop\n}\n")
+    with pytest.raises(UnsupportedConstructError, match="never used"):
+        read_c_kernel("void f(int N, float A[N], float B[N]) {\n"
+                      "  for (int i = 0; i < N; i++) A[i] = 1;\n}\n")
+    with pytest.raises(UnsupportedConstructError, match="no C function"):
+        read_c_kernels("int x;\n")
