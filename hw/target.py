@@ -37,21 +37,69 @@ class Target:
     def has(self, feature: str) -> bool:
         return feature in self.features
 
+    @property
+    def isa(self) -> str:
+        """The CPU vector instruction set the C printer emits: ``avx512``, ``avx2`` or
+        ``""`` (scalar C; gcc may still auto-vectorise)."""
+        if self.kind != "c" or not self.vector_bits:
+            return ""
+        return "avx512" if self.vector_bits >= 512 else "avx2"
 
-def _read_cache_size(index: int, default: int) -> int:
-    path = f"/sys/devices/system/cpu/cpu0/cache/index{index}/size"
+    def vector_lanes(self, dtype: str) -> int:
+        """Lanes of one vector register for ``dtype`` (1 where that dtype is computed
+        with scalar code: only float32 and float64 are vectorised)."""
+        bits = {"float32": 32, "float64": 64}.get(dtype)
+        if not self.isa or bits is None:
+            return 1
+        return self.vector_bits // bits
+
+
+def _read_sys(path: str) -> str | None:
     try:
-        txt = open(path).read().strip()
+        with open(path) as f:
+            return f.read().strip()
     except OSError:
-        return default
-    mult = 1024 if txt.endswith("K") else 1024 * 1024 if txt.endswith("M") else 1
+        return None
+
+
+def _parse_size(txt: str) -> int | None:
+    mult = {"K": 1024, "M": 1024 * 1024, "G": 1024 ** 3}.get(txt[-1:].upper(), 1)
     try:
-        return int(txt.rstrip("KM")) * mult
+        return int(txt.rstrip("KMGkmg")) * mult
     except ValueError:
-        return default
+        return None
 
 
-def _cpu_flags() -> set:
+def cache_sizes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict:
+    """``{"l1": bytes, "l2": bytes, "l3": bytes}`` of this machine's data/unified caches
+    from sysfs (``index*/level``, ``type``, ``size``), with defaults (32K, 1M, 8M) where
+    sysfs has nothing."""
+    out = {"l1": 32 * 1024, "l2": 1024 * 1024, "l3": 8 * 1024 * 1024}
+    for k in range(8):
+        level = _read_sys(f"{root}/index{k}/level")
+        kind = _read_sys(f"{root}/index{k}/type")
+        size = _read_sys(f"{root}/index{k}/size")
+        if level is None or size is None or kind == "Instruction":
+            continue
+        v = _parse_size(size)
+        if v and level in ("1", "2", "3"):
+            out["l" + level] = v
+    return out
+
+
+def cpu_threads() -> int:
+    """Threads generated code runs with: ``OMP_NUM_THREADS`` when set, else the CPUs this
+    process may run on."""
+    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def cpu_flags() -> set:
+    """The feature flags of /proc/cpuinfo (empty where unavailable)."""
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("flags"):
@@ -61,13 +109,16 @@ def _cpu_flags() -> set:
     return set()
 
 
+_cpu_flags = cpu_flags
+
+
 def _cpu_common(name: str, vector_bits: int, regs: int, fma: bool, features=()) -> Target:
+    """A C target on this machine's caches and thread count with the given vector ISA
+    (``cpu-avx2``: 256-bit, 16 ymm registers, FMA; ``cpu-avx512``: 512-bit, 32 zmm)."""
+    caches = cache_sizes()
     return Target(name=name, kind="c", vector_bits=vector_bits, vector_registers=regs,
-                  has_fma=fma, l1_bytes=_read_cache_size(0, 32 * 1024),
-                  l2_bytes=_read_cache_size(2, 1024 * 1024),
-                  l3_bytes=_read_cache_size(3, 8 * 1024 * 1024),
-                  threads=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
-                  features=tuple(features))
+                  has_fma=fma, l1_bytes=caches["l1"], l2_bytes=caches["l2"],
+                  l3_bytes=caches["l3"], threads=cpu_threads(), features=tuple(features))
 
 
 def detect_cpu() -> Target:

@@ -1,4 +1,15 @@
-"""The CPU (C) pipeline: schedule passes, IR passes and code generation."""
+"""The CPU (C) pipeline: schedule passes, IR passes and code generation.
+
+Targets ``c`` (scalar C), ``cpu`` (this machine), ``cpu-avx2`` and ``cpu-avx512``.  For
+targets with a vector ISA, code generation vectorises innermost unit-stride loops
+(:mod:`polycomp.lowering.vectorize`) and prints AVX2/AVX-512 intrinsics
+(:mod:`polycomp.hw.cpu.vector_printer`).
+
+Options (``compile_kernel(..., options=...)``): ``parallel`` (default True: OpenMP on
+the outermost coincident loop), ``vectorize`` (default True), ``tail`` (``"mask"``,
+the default, or ``"scalar"``: how the last ``n mod L`` iterations of a vector loop
+run), ``reduce_unroll`` (vector accumulators per reduction, default 4).
+"""
 from __future__ import annotations
 
 from polycomp import ir
@@ -25,4 +36,12 @@ def codegen(func: ir.LoweredFunc, target: Target, options: dict) -> tuple[ir.Low
     from .codegen import emit_c
     flat = flatten(func)
     flat = flat.with_body(simplify(flat.body))
-    return flat, emit_c(flat)
+    if not target.isa or not options.get("vectorize", True):
+        return flat, emit_c(flat)
+    from polycomp.lowering.vectorize import vectorize
+
+    from .vector_prelude import prelude
+    from .vector_printer import printer_for
+    flat = vectorize(flat, target.vector_lanes, tail=options.get("tail", "mask"),
+                     reduce_unroll=int(options.get("reduce_unroll", 4)))
+    return flat, emit_c(flat, printer_for(target.isa, target.has_fma), prelude(target.isa))

@@ -1,0 +1,72 @@
+"""Build variants for checking vector code on machines without the vector ISA.
+
+* :data:`SIMDE_FLAGS`: AVX2 + FMA (``-march=x86-64-v3``), no AVX-512.  Generated
+  AVX-512 code then defines ``PC_SIMDE`` (see :mod:`polycomp.hw.cpu.vector_prelude`) and
+  compiles against SIMDe's portable emulation (``/usr/include/simde``, package
+  libsimde-dev), so it runs anywhere AVX2 runs.
+* :data:`AVX512_FLAGS`: native AVX-512 (``-march=x86-64-v4``) whatever the build
+  machine; such a library must only be *executed* where :func:`has_native_avx512`.
+* :func:`disassemble` returns ``objdump -d`` of the code compiled with given flags, so
+  tests can check that native AVX-512 builds use ``zmm`` registers.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+from polycomp.errors import BuildError
+from polycomp.hw.target import cpu_flags
+
+from .build import DEFAULT_FLAGS, build_shared, compiler
+
+SIMDE_INCLUDE = "/usr/include"
+
+
+def _with_march(march: str, extra=()) -> tuple:
+    out = tuple(f"-march={march}" if f.startswith("-march=") else f for f in DEFAULT_FLAGS)
+    if not any(f.startswith("-march=") for f in out):
+        out += (f"-march={march}",)
+    return out + tuple(extra)
+
+
+SIMDE_FLAGS = _with_march("x86-64-v3", ("-DPC_SIMDE",))
+AVX512_FLAGS = _with_march("x86-64-v4")
+
+
+def simde_available() -> bool:
+    return os.path.exists(os.path.join(SIMDE_INCLUDE, "simde", "x86", "avx512.h"))
+
+
+def has_native_avx512() -> bool:
+    """Whether this machine executes AVX-512F (/proc/cpuinfo lists avx512f)."""
+    return "avx512f" in cpu_flags()
+
+
+def build_simde(source: str) -> str:
+    """A shared library of ``source`` with AVX-512 emulated by SIMDe."""
+    if not simde_available():
+        raise BuildError("SIMDe headers not found (install libsimde-dev)")
+    return build_shared(source, flags=SIMDE_FLAGS, include_dirs=(SIMDE_INCLUDE,))
+
+
+def disassemble(source: str, flags=AVX512_FLAGS) -> str:
+    """``objdump -d`` of ``source`` compiled (not linked) with ``flags``."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        raise BuildError("objdump not found (binutils)")
+    cc = compiler()
+    flags = tuple(f for f in flags if f not in ("-shared",)) + ("-c",)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, obj = os.path.join(tmp, "k.c"), os.path.join(tmp, "k.o")
+        with open(src, "w") as f:
+            f.write(source)
+        r = subprocess.run([cc, *flags, src, "-o", obj], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BuildError(f"gcc failed: {r.stderr[-3000:]}")
+        r = subprocess.run([objdump, "-d", "--no-show-raw-insn", obj], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            raise BuildError(f"objdump failed: {r.stderr[-2000:]}")
+        return r.stdout

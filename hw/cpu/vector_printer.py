@@ -1,0 +1,394 @@
+"""The C printer for vector IR: AVX2 (``__m256``/``__m256d``) and AVX-512
+(``__m512``/``__m512d`` with ``__mmask16``/``__mmask8`` masks) intrinsics.
+
+Prints what :mod:`polycomp.lowering.vectorize` and the micro-kernel pass produce (see
+the vector IR conventions there) on top of :class:`~polycomp.hw.cpu.codegen.CPrinter`:
+
+* a vector load/store ``buf[Ramp(b, 1, L)]`` is ``_mm<W>_loadu_<s>(buf + b)`` /
+  ``_mm<W>_storeu_<s>``; inside ``AttrStmt("vector_mask", (count, L))`` and in the
+  branches of a ``select`` on a vector condition they are masked (AVX-512
+  ``maskz_loadu``/``mask_storeu``, AVX2 ``maskload``/``maskstore``): inactive lanes are
+  neither read nor written;
+* ``a*b + c`` is one ``fmadd`` when the target has FMA;
+* comparisons give masks (``__mmask16`` on AVX-512, all-ones lanes on AVX2), ``select``
+  blends, ``vlane_range`` builds a lane-range mask, ``vreduce_*`` reduce horizontally;
+* math calls go to the helpers of :mod:`polycomp.hw.cpu.vector_prelude`;
+* a ``register``-scope buffer whose accesses all use constant indices becomes one C
+  variable per vector (``<buf>_v<k>``) or per scalar element (``<buf>_s<k>``), so the
+  compiler keeps it in registers;
+* a ``parallel`` loop whose body starts with ``Allocate`` nodes of loop-invariant size
+  becomes ``#pragma omp parallel`` around per-thread allocations and ``#pragma omp for
+  schedule(static)`` (one allocation per thread, not per iteration).
+"""
+from __future__ import annotations
+
+from polycomp import dtypes as dt
+from polycomp import ir
+from polycomp.errors import PolycompInternalError
+
+from .codegen import CPrinter
+
+_CMP_PRED = {"<": "_CMP_LT_OQ", "<=": "_CMP_LE_OQ", ">": "_CMP_GT_OQ", ">=": "_CMP_GE_OQ",
+             "==": "_CMP_EQ_OQ", "!=": "_CMP_NEQ_UQ"}
+
+
+class VectorPrinter(CPrinter):
+    """Set ``isa`` (``avx2``/``avx512``) and ``fma`` on a subclass or instance."""
+
+    isa = "avx512"
+    fma = True
+
+    def __init__(self):
+        super().__init__()
+        self.vector_vars: dict = {}      # Var -> lanes
+        self.registers: dict = {}        # Buffer -> True (printed as variables)
+        self.masks: list = []            # C expressions of the active lane masks
+        self.counter = 0
+
+    # ------------------------------------------------------------ vector types
+    def width(self, dtype: str, lanes: int) -> int:
+        return lanes * (64 if dt.compute_dtype(dtype) == "float64" else 32)
+
+    def sfx(self, dtype: str) -> str:
+        return "pd" if dt.compute_dtype(dtype) == "float64" else "ps"
+
+    def mm(self, dtype: str, lanes: int) -> str:
+        return f"_mm{self.width(dtype, lanes)}"
+
+    def pc(self, dtype: str, lanes: int) -> str:
+        return f"pc{self.width(dtype, lanes)}"
+
+    def vtype(self, dtype: str, lanes: int) -> str:
+        w = self.width(dtype, lanes)
+        if w not in (256, 512):
+            raise PolycompInternalError(f"no {w}-bit vectors of {dtype}")
+        return f"__m{w}" + ("d" if self.sfx(dtype) == "pd" else "")
+
+    def mask_type(self, dtype: str, lanes: int) -> str:
+        if self.width(dtype, lanes) == 512:
+            return "pc_mask16" if self.sfx(dtype) == "ps" else "pc_mask8"
+        return self.vtype(dtype, lanes)
+
+    # ------------------------------------------------------------ lanes
+    def lanes_of(self, e) -> int:
+        if isinstance(e, (ir.Load, ir.Ramp, ir.Broadcast)):
+            return e.lanes
+        if isinstance(e, ir.Var):
+            return self.vector_vars.get(e, 1)
+        if isinstance(e, ir.Call) and e.name == "vlane_range":
+            return e.args[2].value
+        if isinstance(e, ir.Call) and e.name.startswith("vreduce_"):
+            return 1
+        best = 1
+        for c in ir.children(e):
+            best = max(best, self.lanes_of(c))
+        return best
+
+    def data_dtype(self, e) -> str:
+        """The float dtype of the lanes of a vector expression (masks: of their operands)."""
+        if e.dtype != "bool":
+            return e.dtype
+        found = []
+
+        def fn(n):
+            if not found and isinstance(n, ir.Expr) and n.dtype in ("float32", "float64") \
+                    and self.lanes_of(n) > 1:
+                found.append(n.dtype)
+        ir.walk(e, fn)
+        return found[0] if found else self.mask_dtype
+
+    mask_dtype = "float32"
+
+    # ------------------------------------------------------------ expressions
+    def expr(self, e) -> str:
+        if isinstance(e, ir.Load) and e.buffer in self.registers:
+            return self.register_ref(e.buffer, e.indices[0], e.lanes)
+        if isinstance(e, ir.Call) and e.name.startswith("vreduce_"):
+            v = e.args[0]
+            L = self.lanes_of(v)
+            return f"{self.pc(v.dtype, L)}_reduce_{e.name[8:]}_{self.sfx(v.dtype)}({self.vexpr(v, L, v.dtype)})"
+        if self.lanes_of(e) > 1:
+            L = self.lanes_of(e)
+            return self.vexpr(e, L, self.data_dtype(e))
+        return super().expr(e)
+
+    def vexpr(self, e, L: int, D: str) -> str:
+        """A vector (or mask, for bool ``e``) of ``L`` lanes of dtype ``D``."""
+        if self.lanes_of(e) == 1:
+            s = super().expr(e) if not (isinstance(e, ir.Load) and e.buffer in self.registers) \
+                else self.expr(e)
+            if e.dtype == "bool":
+                return f"{self.pc(D, L)}_mask_const_{self.sfx(D)}({s})"
+            return f"{self.mm(D, L)}_set1_{self.sfx(D)}({s})"
+        mm, pc, s = self.mm(D, L), self.pc(D, L), self.sfx(D)
+        if isinstance(e, ir.Broadcast):
+            return self.vexpr(e.value, L, D)
+        if isinstance(e, ir.Var):
+            return e.name
+        if isinstance(e, ir.Load):
+            if e.buffer in self.registers:
+                return self.register_ref(e.buffer, e.indices[0], e.lanes)
+            ptr = self.pointer(e.buffer, e.indices[0])
+            if self.masks:
+                return f"{pc}_maskz_loadu_{s}({self.masks[-1]}, {ptr})"
+            return f"{mm}_loadu_{s}({ptr})"
+        if isinstance(e, ir.Call):
+            if e.name == "vlane_range":
+                return f"{pc}_lane_range_{s}({self.expr(e.args[0])}, {self.expr(e.args[1])})"
+            return self.vmath(e, L, D)
+        if isinstance(e, ir.Unary):
+            if e.op == "neg":
+                return f"{pc}_neg_{s}({self.vexpr(e.a, L, D)})"
+            return f"{pc}_mask_not_{s}({self.vexpr(e.a, L, D)})"
+        if isinstance(e, ir.Select):
+            return self.vselect(e, L, D)
+        if isinstance(e, ir.Cast):
+            return self.vexpr(e.value, L, D)
+        if isinstance(e, ir.Binary):
+            return self.vbinary(e, L, D)
+        raise PolycompInternalError(f"cannot print vector {type(e).__name__}")
+
+    def vbinary(self, e: ir.Binary, L: int, D: str) -> str:
+        mm, pc, s = self.mm(D, L), self.pc(D, L), self.sfx(D)
+        op = e.op
+        if op in ("&&", "||"):
+            a, b = self.vexpr(e.a, L, D), self.vexpr(e.b, L, D)
+            if self.width(D, L) == 512:
+                return f"(({self.mask_type(D, L)})(({a}) {'&' if op == '&&' else '|'} ({b})))"
+            return f"{mm}_{'and' if op == '&&' else 'or'}_{s}({a}, {b})"
+        if op in _CMP_PRED:
+            a, b = self.vexpr(e.a, L, D), self.vexpr(e.b, L, D)
+            if self.width(D, L) == 512:
+                return f"{mm}_cmp_{s}_mask({a}, {b}, {_CMP_PRED[op]})"
+            return f"{mm}_cmp_{s}({a}, {b}, {_CMP_PRED[op]})"
+        if self.fma and op in ("+", "-"):
+            for x, y, sign in ((e.a, e.b, 1), (e.b, e.a, -1)):
+                if isinstance(x, ir.Binary) and x.op == "*":
+                    p, q = self.vexpr(x.a, L, D), self.vexpr(x.b, L, D)
+                    c = self.vexpr(y, L, D)
+                    if op == "+":
+                        return f"{mm}_fmadd_{s}({p}, {q}, {c})"
+                    if sign == 1:   # x*y - c
+                        return f"{mm}_fmsub_{s}({p}, {q}, {c})"
+                    return f"{mm}_fnmadd_{s}({p}, {q}, {c})"  # c - x*y
+        name = {"+": "add", "-": "sub", "*": "mul", "/": "div", "min": "min", "max": "max"}.get(op)
+        if name is None:
+            raise PolycompInternalError(f"vector operator {op}")
+        return f"{mm}_{name}_{s}({self.vexpr(e.a, L, D)}, {self.vexpr(e.b, L, D)})"
+
+    def vselect(self, e: ir.Select, L: int, D: str) -> str:
+        mm, pc, s = self.mm(D, L), self.pc(D, L), self.sfx(D)
+        if self.lanes_of(e.cond) == 1:
+            return f"(({self.expr(e.cond)}) ? ({self.vexpr(e.t, L, D)}) : ({self.vexpr(e.f, L, D)}))"
+        c = self.vexpr(e.cond, L, D)
+        # loads in a branch touch only the lanes that take it
+        t = self.with_mask(self.and_mask(c, L, D), lambda: self.vexpr(e.t, L, D)) \
+            if _has_vector_load(e.t) else self.vexpr(e.t, L, D)
+        nc = f"{pc}_mask_not_{s}({c})"
+        f = self.with_mask(self.and_mask(nc, L, D), lambda: self.vexpr(e.f, L, D)) \
+            if _has_vector_load(e.f) else self.vexpr(e.f, L, D)
+        if self.width(D, L) == 512:
+            return f"{mm}_mask_blend_{s}({c}, {f}, {t})"
+        return f"{mm}_blendv_{s}({f}, {t}, {c})"
+
+    def and_mask(self, m: str, L: int, D: str) -> str:
+        if not self.masks:
+            return m
+        if self.width(D, L) == 512:
+            return f"(({self.mask_type(D, L)})(({self.masks[-1]}) & ({m})))"
+        return f"{self.mm(D, L)}_and_{self.sfx(D)}({self.masks[-1]}, {m})"
+
+    def with_mask(self, m: str, fn):
+        self.masks.append(m)
+        try:
+            return fn()
+        finally:
+            self.masks.pop()
+
+    def vmath(self, e: ir.Call, L: int, D: str) -> str:
+        mm, pc, s = self.mm(D, L), self.pc(D, L), self.sfx(D)
+        x = self.vexpr(e.args[0], L, D)
+        n = e.name
+        if n == "sqrt":
+            return f"{mm}_sqrt_{s}({x})"
+        if n == "rsqrt":
+            return f"{mm}_div_{s}({mm}_set1_{s}(1.0), {mm}_sqrt_{s}({x}))"
+        if n == "abs":
+            return f"{pc}_abs_{s}({x})"
+        if n in ("floor", "ceil"):
+            if self.width(D, L) == 512:
+                mode = "_MM_FROUND_TO_NEG_INF" if n == "floor" else "_MM_FROUND_TO_POS_INF"
+                return f"{mm}_roundscale_{s}({x}, {mode})"
+            return f"{mm}_{n}_{s}({x})"
+        if n in ("exp", "log", "tanh", "erf", "sigmoid"):
+            return f"{pc}_{n}_{s}({x})"
+        raise PolycompInternalError(f"no vector {n}")
+
+    def pointer(self, buf: ir.Buffer, index) -> str:
+        idx = self.expr(index.base if isinstance(index, ir.Ramp) else index)
+        return f"({buf.name} + {idx})"
+
+    # ------------------------------------------------------------ registers
+    def register_ref(self, buf: ir.Buffer, index, lanes: int) -> str:
+        base = index.base if isinstance(index, ir.Ramp) else index
+        if not isinstance(base, ir.IntImm):
+            raise PolycompInternalError(f"register buffer {buf.name} indexed by a variable")
+        if lanes > 1:
+            if base.value % lanes:
+                raise PolycompInternalError(f"unaligned vector access to register {buf.name}")
+            return f"{buf.name}_v{base.value // lanes}"
+        return f"{buf.name}_s{base.value}"
+
+    def register_decls(self, s: ir.Allocate) -> list[str]:
+        buf = s.buffer
+        slots: dict = {}
+
+        def fn(n):
+            if isinstance(n, (ir.Load, ir.Store)) and n.buffer is buf:
+                idx = n.indices[0]
+                base = idx.base if isinstance(idx, ir.Ramp) else idx
+                if not isinstance(base, ir.IntImm):
+                    raise PolycompInternalError(f"register buffer {buf.name} indexed by a "
+                                                f"variable")
+                slots[self.register_ref(buf, idx, n.lanes)] = n.lanes
+        ir.walk(s.body, fn)
+        out = []
+        for name, lanes in slots.items():
+            ty = self.vtype(buf.dtype, lanes) if lanes > 1 else self.value_type(buf.dtype)
+            out.append(f"{ty} {name};")
+        return out
+
+    # ------------------------------------------------------------ statements
+    def stmt(self, s) -> None:
+        if isinstance(s, ir.Store) and (s.lanes > 1 or s.buffer in self.registers):
+            self.vstore(s)
+        elif isinstance(s, ir.LetStmt) and self.lanes_of(s.value) > 1:
+            L = self.lanes_of(s.value)
+            D = self.data_dtype(s.value)
+            self.emit("{")
+            self.level += 1
+            self.vector_vars[s.var] = L
+            ty = self.vtype(D, L) if s.value.dtype != "bool" else self.mask_type(D, L)
+            self.emit(f"const {ty} {s.var.name} = {self.vexpr(s.value, L, D)};")
+            self.stmt(s.body)
+            self.level -= 1
+            self.emit("}")
+        else:
+            super().stmt(s)
+
+    def vstore(self, s: ir.Store) -> None:
+        L = s.lanes
+        D = s.buffer.dtype
+        if s.buffer in self.registers:
+            ref = self.register_ref(s.buffer, s.indices[0], L)
+            val = self.vexpr(s.value, L, D) if L > 1 else self.expr(s.value)
+            self.emit(f"{ref} = {val};")
+            return
+        ptr = self.pointer(s.buffer, s.indices[0])
+        val = self.vexpr(s.value, L, D)
+        if self.masks:
+            self.emit(f"{self.pc(D, L)}_mask_storeu_{self.sfx(D)}({ptr}, {self.masks[-1]}, {val});")
+        else:
+            self.emit(f"{self.mm(D, L)}_storeu_{self.sfx(D)}({ptr}, {val});")
+
+    def attr(self, s: ir.AttrStmt) -> None:
+        if s.key != "vector_mask":
+            return super().attr(s)
+        count, L = s.value
+        D = _first_vector_dtype(s.body) or "float32"
+        self.counter += 1
+        name = f"pc_m{self.counter}"
+        self.emit("{")
+        self.level += 1
+        self.emit(f"const {self.mask_type(D, L)} {name} = "
+                  f"{self.pc(D, L)}_lane_range_{self.sfx(D)}(0, {self.expr(count)});")
+        self.masks.append(name)
+        self.stmt(s.body)
+        self.masks.pop()
+        self.level -= 1
+        self.emit("}")
+
+    def allocate(self, s: ir.Allocate) -> None:
+        if s.buffer.scope == "register":
+            self.registers[s.buffer] = True
+            self.emit("{")
+            self.level += 1
+            for d in self.register_decls(s):
+                self.emit(d)
+            self.stmt(s.body)
+            self.level -= 1
+            self.emit("}")
+            return
+        super().allocate(s)
+
+    def for_(self, s: ir.For) -> None:
+        if s.kind == "parallel":
+            allocs, body = _leading_allocations(s)
+            if allocs:
+                self.emit("#pragma omp parallel")
+                self.emit("{")
+                self.level += 1
+                for a in allocs:
+                    self.open_allocation(a.buffer)
+                self.emit("#pragma omp for schedule(static)")
+                self.plain_for(s, body)
+                for a in reversed(allocs):
+                    self.close_allocation(a.buffer)
+                self.level -= 1
+                self.emit("}")
+                return
+        super().for_(s)
+
+    def plain_for(self, s: ir.For, body) -> None:
+        from polycomp.hw.clike import _nonneg
+        v = s.var.name
+        if _nonneg(s.min, self.nonneg):
+            self.nonneg.add(s.var)
+        lo, ext = self.expr(s.min), self.expr(s.extent)
+        hi = ext if ir.is_const(s.min, 0) else f"{lo} + {ext}"
+        self.emit(f"for (int64_t {v} = {lo}; {v} < {hi}; ++{v}) {{")
+        self.block(body)
+        self.emit("}")
+
+    def open_allocation(self, b: ir.Buffer) -> None:
+        size = self.expr(ir.shape_product(b.shape))
+        ty = self.storage_type(b.dtype)
+        self.emit(f"{ty}* restrict {b.name} = ({ty}*)aligned_alloc(64, "
+                  f"((sizeof({ty}) * (size_t)({size}) + 63) / 64) * 64);")
+
+    def close_allocation(self, b: ir.Buffer) -> None:
+        self.emit(f"free({b.name});")
+
+
+def _leading_allocations(loop: ir.For):
+    """The Allocates at the top of a parallel loop's body whose sizes do not depend on
+    the loop variable (hoisted to one per thread), and the body below them."""
+    from polycomp.lowering.vectorize import uses
+    allocs = []
+    body = loop.body
+    while isinstance(body, ir.Allocate) and body.buffer.scope not in ("register", "local") \
+            and not any(uses(d, loop.var) for d in body.buffer.shape):
+        allocs.append(body)
+        body = body.body
+    return allocs, body
+
+
+def _has_vector_load(e) -> bool:
+    found = []
+    ir.walk(e, lambda n: found.append(1) if isinstance(n, ir.Load) and n.lanes > 1 else None)
+    return bool(found)
+
+
+def _first_vector_dtype(s) -> str | None:
+    found = []
+
+    def fn(n):
+        if not found and isinstance(n, (ir.Load, ir.Store)) and n.lanes > 1:
+            found.append(n.buffer.dtype)
+    ir.walk(s, fn)
+    return found[0] if found else None
+
+
+def printer_for(isa: str, fma: bool = True):
+    """A :class:`VectorPrinter` subclass for ``isa`` (what ``emit_c`` instantiates)."""
+    return type(f"VectorPrinter_{isa}", (VectorPrinter,), {"isa": isa, "fma": fma})
