@@ -38,8 +38,8 @@ from polycomp.islutil import sets
 from polycomp.model import Access, PolyModel, Statement, _compute_accesses_and_dependences
 from polycomp.scheduler.tree import map_bands
 
-from .c_reader import (CIf, CLoop, CProgram, CSeq, CStmt, _cond_text, _isl_name,
-                       _param_prefix)
+from .c_reader import (CIf, CLoop, CProgram, CSeq, CStmt, _cond_text, _guarded, _isl_name,
+                       _param_prefix, _pieces)
 
 __all__ = ["build_c_model"]
 
@@ -94,12 +94,17 @@ def _statement(ctx, g, cs: CStmt, context: isl.Set) -> Statement:
     def access(kind, buf, indices, guard):
         tag = f"{cs.name}_ref{counter[0]}"
         counter[0] += 1
-        idx = ", ".join(to_isl(i, names, f"subscript of {buf.name}", loc) for i in indices)
+        # a subscript with affine ternaries (MIN/MAX macros) is a union of pieces
+        outs = [f"o{k}" for k in range(len(indices))]
+        eqs = " and ".join(
+            "(" + " or ".join(_guarded(g, f"{o} = {to_isl(e, names, f'subscript of {buf.name}', loc)}")
+                              for g, e in _pieces(i, names, loc, f"subscript of {buf.name}")) + ")"
+            for o, i in zip(outs, indices))
+        head = f"{prefix}{{ {cs.name}[{dims}] -> {buf.name}[{', '.join(outs)}]"
         unguarded = isl.Map.read_from_str(
-            ctx, f"{prefix}{{ {cs.name}[{dims}] -> {buf.name}[{idx}] }}").intersect_domain(domain)
+            ctx, f"{head}" + (f" : {eqs} }}" if eqs else " }")).intersect_domain(domain)
         rel = unguarded if not guard else isl.Map.read_from_str(
-            ctx, f"{prefix}{{ {cs.name}[{dims}] -> {buf.name}[{idx}] : {guard} }}"
-        ).intersect_domain(domain)
+            ctx, f"{head} : {_and(eqs or None, guard)} }}").intersect_domain(domain)
         stmt.accesses.append(Access(tag, buf, tuple(indices), kind, rel, loc, unguarded))
 
     def collect(e, guard):

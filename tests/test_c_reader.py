@@ -107,6 +107,17 @@ void misc(int N, float A[N], float B[N], float C[N], float S[N]) {
 }
 """
 
+CLAMP = r"""
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+void clamp(int N, float A[N], float B[N]) {
+  for (int i = 0; i < N; i++)
+    B[i] = A[MIN(i + 1, N - 1)] - A[MAX(i - 1, 0)] + A[max(i - 2, 0)];
+  if (N < 0)
+    B[0] = 1;
+}
+"""
+
 
 def _gemm_ref(A, B, C):
     return 0.5 * C + A @ B
@@ -193,6 +204,8 @@ def test_kernel_interface():
 
 
 def _eq(model, text, what):
+    if isinstance(what, isl.Map):
+        what = isl.UnionMap.from_map(what)
     got = what.intersect_params(model.context)
     kind = isl.UnionMap if isinstance(what, (isl.UnionMap, isl.Map)) else isl.UnionSet
     want = kind.read_from_str(model.ctx, text)
@@ -277,6 +290,26 @@ def test_reverse_stride_and_minmax_loops_golden():
     # the relu ternary: data-dependent, so both sides are (may-)reads of A
     s0 = m.statement("S_0")
     assert [a.buffer.name for a in s0.reads] == ["A", "A"]
+
+
+def test_minmax_subscripts_and_empty_domain_golden():
+    m = kernel(CLAMP).polyhedral_model()
+    s0 = m.statement("S_0")
+    _eq(m, "[N] -> { S_0[i] -> A[i + 1] : 0 <= i < N - 1; S_0[i] -> A[N - 1] : "
+           "i = N - 1 }", s0.reads[0].relation)
+    _eq(m, "[N] -> { S_0[i] -> A[max(i - 2, 0)] : 0 <= i < N }", s0.reads[2].relation)
+    assert m.statement("S_1").domain.is_empty()     # if (N < 0) under N >= 1
+
+
+@given(n=SIZES, seed=st.integers(0, 2**16))
+def test_minmax_subscripts_run(n, seed):
+    rng = np.random.default_rng(seed)
+    A, B = rand(rng, n), rand(rng, n)
+    want = np.array([A[min(i + 1, n - 1)] - A[max(i - 1, 0)] + A[max(i - 2, 0)]
+                     for i in range(n)], np.float32)
+    c_fn, interp = runners(CLAMP)
+    close(c_fn(A, B), want)
+    close(interp(A, B), want)
 
 
 def test_program_order_pass_returns_the_c_tree():
@@ -382,7 +415,7 @@ def test_misc_runs(n, seed):
             close(g, w)
 
 
-@pytest.mark.parametrize("src", [GEMM, MM2, JACOBI1D, TRMV, STENCIL, MISC])
+@pytest.mark.parametrize("src", [GEMM, MM2, JACOBI1D, TRMV, STENCIL, MISC, CLAMP])
 @pytest.mark.parametrize("target", ["c", "cuda"])
 def test_passes_keep_dependences(src, target):
     # debug mode checks after every pass that all dependences stay satisfied
