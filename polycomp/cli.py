@@ -161,20 +161,33 @@ def _compile_options(args) -> dict:
     return opts
 
 
+def load_kernels(path: str):
+    """``(module, kernels)`` of a user file: a Python file's @tensor_expr kernels, or the
+    kernels of a C file (``.c``: affine loop nests, read by the C SCoP front end; there
+    is no module then)."""
+    if path.endswith(".c"):
+        if not os.path.isfile(path):
+            raise UsageError(f"no such file: {path}")
+        from polycomp.frontend.c_reader import load_c_kernels
+        return None, load_c_kernels(path)
+    mod = load_module(path)
+    return mod, find_kernels(mod)
+
+
 def _compile(args, dump: bool = False):
     from polycomp.driver import compile_kernel
-    mod = load_module(args.file)
-    kernel = pick_kernel(find_kernels(mod), args.kernel, args.file)
+    mod, kernels = load_kernels(args.file)
+    kernel = pick_kernel(kernels, args.kernel, args.file)
     ck = compile_kernel(kernel, args.target, _compile_options(args),
                         debug=getattr(args, "debug", False), dump=dump)
-    return mod, kernel, ck
+    return mod, kernels, kernel, ck
 
 
 # --------------------------------------------------------------------------- compile
 
 
 def cmd_compile(args) -> int:
-    _, kernel, ck = _compile(args)
+    _, _, kernel, ck = _compile(args)
     if args.output == "-":
         sys.stdout.write(ck.source)
         return 0
@@ -225,7 +238,7 @@ def _check_source(path: str, ck) -> str:
 
 def cmd_explain(args) -> int:
     from polycomp.lowering.printer import func_str
-    _, kernel, ck = _compile(args, dump=True)
+    _, _, kernel, ck = _compile(args, dump=True)
     w = sys.stdout.write
     w(f"=== polyhedral model of {kernel.name} ===\n{ck.model}\n\n")
     w(f"=== schedule passes for target {ck.target.name} ===\n")
@@ -273,15 +286,17 @@ def _parse_shapes(items) -> dict:
 
 
 def random_inputs(func, params: dict, seed: int = 0) -> list:
-    """Random numpy arrays for the inputs of a lowered function.
+    """Random numpy arrays for the arrays a caller passes to a lowered function: its
+    inputs, then the initial contents of its in-out outputs
+    (:func:`polycomp.shapes.caller_arrays`).
 
     Floats are standard normal, integers uniform in [-8, 8) (int8: [-4, 4)), bools fair
     coins.  ``params`` must bind every symbolic dimension of the input shapes.
     """
-    from polycomp.shapes import eval_int
+    from polycomp.shapes import caller_arrays, eval_int
     rng = np.random.default_rng(seed)
     out = []
-    for b in func.inputs:
+    for b in caller_arrays(func):
         shape = tuple(eval_int(d, params) for d in b.shape)
         if dt.is_float(b.dtype):
             a = rng.standard_normal(shape).astype(dt.to_numpy(b.dtype))
@@ -325,15 +340,23 @@ def compare(out, ref, dtype: str, tol: float | None = None) -> tuple[float, floa
 
 
 def _program_order_reference(ck, arrays, params):
-    """Outputs of the kernel's program-order IR, run by the IR interpreter."""
+    """Outputs of the kernel's program-order IR (the model's initial schedule), run by
+    the IR interpreter; ``arrays`` as :func:`random_inputs` made them."""
     from polycomp.lowering.ast_to_ir import lower_schedule
     from polycomp.lowering.interpreter import run_func
+    from polycomp.shapes import caller_arrays
     f = lower_schedule(ck.model, ck.model.initial_schedule)
-    outs = run_func(f, {b.name: a for b, a in zip(f.inputs, arrays)}, params)
+    passed = caller_arrays(ck.final_ir)
+    n = len(ck.final_ir.inputs)
+    inputs = {b.name: a for b, a in zip(passed[:n], arrays[:n])}
+    initial = {b.name: a for b, a in zip(passed[n:], arrays[n:])}
+    outs = run_func(f, inputs, params, initial)
     return [outs[b.name] for b in f.outputs]
 
 
 def _user_reference(mod, kernel, n_kernels):
+    if mod is None:
+        return None
     fn = getattr(mod, f"reference_{kernel.name}", None)
     if fn is None and n_kernels == 1:
         fn = getattr(mod, "reference", None)
@@ -349,12 +372,21 @@ def _runner(ck, options: dict):
         if _have_gpu():
             from polycomp.driver import build
             return build(ck.kernel, ck.target, options), "CUDA device (pycuda)"
+        try:
+            from polycomp.hw.cuda.simulator import simulate
+        except ImportError:
+            simulate = None
+        if simulate is not None:
+            def run_sim(*arrays, **params):
+                return simulate(ck, *arrays, **params)[0]
+            return run_sim, ("CUDA simulator on the emitted kernels (no GPU here; "
+                             "`polycomp compile --check` compiles the .cu with nvcc)")
         from polycomp.driver import interpret
 
         def run_ir(*arrays, **params):
             return interpret(ck, *arrays, **params)
-        return run_ir, ("IR interpreter on the CUDA-level IR (no GPU here; the emitted .cu "
-                        "is checked with `polycomp compile --check`)")
+        return run_ir, ("IR interpreter on the CUDA-level IR (no GPU here; "
+                        "`polycomp compile --check` compiles the .cu with nvcc)")
     from polycomp.errors import TargetError
     raise TargetError(f"polycomp run has no runner for target {ck.target.name}")
 
@@ -369,7 +401,7 @@ def _have_gpu() -> bool:
 
 
 def cmd_run(args) -> int:
-    mod, kernel, ck = _compile(args)
+    mod, kernels, kernel, ck = _compile(args)
     given = _parse_shapes(args.shape)
     f = ck.final_ir
     names = [p.name for p in f.params]
@@ -386,7 +418,8 @@ def cmd_run(args) -> int:
     params = {n: given[n] for n in names}
     arrays = random_inputs(f, params, args.seed)
     run, how = _runner(ck, _compile_options(args))
-    reps = max(1, args.repeat) if ck.target.kind == "c" else 1
+    timed = ck.target.kind == "c" or how.startswith("CUDA device")
+    reps = max(1, args.repeat) if timed else 1
     result, best = None, float("inf")
     for _ in range(reps + (1 if reps > 1 else 0)):  # one warm-up run when timing
         t0 = time.perf_counter()
@@ -394,7 +427,7 @@ def cmd_run(args) -> int:
         best = min(best, time.perf_counter() - t0)
     outs = list(result) if isinstance(result, tuple) else [result]
 
-    ref_fn = _user_reference(mod, kernel, len(find_kernels(mod)))
+    ref_fn = _user_reference(mod, kernel, len(kernels))
     if ref_fn is not None:
         ref = ref_fn(*[a.copy() for a in arrays])
         refs = list(ref) if isinstance(ref, (tuple, list)) else [ref]
@@ -420,7 +453,10 @@ def cmd_run(args) -> int:
         ok_all &= ok
         print(f"  output {b.name} {b.dtype}{list(np.shape(o))}: max abs error {abs_err:.3e}, "
               f"max rel error {rel_err:.3e} (tolerance {tol:.0e}) {'OK' if ok else 'FAIL'}")
-    print(f"  time: {best * 1e3:.3f} ms" + (f" (best of {reps})" if reps > 1 else ""))
+    if timed:
+        print(f"  time: {best * 1e3:.3f} ms" + (f" (best of {reps})" if reps > 1 else ""))
+    else:
+        print(f"  time: {best * 1e3:.3f} ms of simulation (not a GPU timing)")
     return 0 if ok_all else 1
 
 
@@ -468,7 +504,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.required = True
 
     kern = argparse.ArgumentParser(add_help=False)
-    kern.add_argument("file", metavar="FILE.py", help="a Python file defining @tensor_expr kernels")
+    kern.add_argument("file", metavar="FILE.py",
+                      help="a Python file defining @tensor_expr kernels (or a .c file of "
+                      "affine loop nests)")
     kern.add_argument("--kernel", "-k", metavar="NAME",
                       help="which kernel (needed when the file defines several)")
     kern.add_argument("--target", "-t", default="c", choices=TARGETS,

@@ -201,6 +201,27 @@ def test_run_exit_status_propagates_from_the_console_script(tmp_path):
     assert "FAIL" in r.stdout
 
 
+GEMM_C = """
+    void gemm(int N, int M, int K, float C[N][M], float A[N][K], float B[K][M]) {
+    #pragma scop
+      for (int i = 0; i < N; i++)
+        for (int j = 0; j < M; j++)
+          for (int k = 0; k < K; k++)
+            C[i][j] += A[i][k] * B[k][j];
+    #pragma endscop
+    }
+    """
+
+
+def test_c_file_compile_and_run(tmp_path, capsys):
+    f = write(tmp_path, "gemm.c", GEMM_C)
+    assert cli.main(["run", f, "--shape", "N=13,M=6,K=5"]) == 0
+    out = capsys.readouterr().out
+    assert "kernel gemm" in out and "output C" in out and "OK" in out
+    assert cli.main(["compile", f, "-t", "cuda", "-o", str(tmp_path / "g.cu")]) == 0
+    assert "__global__" in (tmp_path / "g.cu").read_text()
+
+
 def test_run_needs_every_symbol(capsys):
     assert cli.main(["run", EXAMPLE, "--shape", "N=4"]) == 2
     err = capsys.readouterr().err
