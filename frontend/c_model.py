@@ -38,8 +38,8 @@ from polycomp.islutil import sets
 from polycomp.model import Access, PolyModel, Statement, _compute_accesses_and_dependences
 from polycomp.scheduler.tree import map_bands
 
-from .c_reader import (CIf, CLoop, CProgram, CSeq, CStmt, _cond_text, _guarded, _isl_name,
-                       _param_prefix, _pieces)
+from .c_expr import affine_pieces, cond_text, guarded, isl_name, param_prefix
+from .c_program import CIf, CLoop, CProgram, CSeq, CStmt
 
 __all__ = ["build_c_model"]
 
@@ -66,7 +66,7 @@ def build_c_model(program: CProgram) -> PolyModel:
 
 
 def _context(ctx, g) -> isl.Set:
-    names = {p: _isl_name(p.name) for p in g.params}
+    names = {p: isl_name(p.name) for p in g.params}
     cons = [f"{names[p]} >= 1" for p in g.params]
     for a in g.arrays:
         for d in a.shape:
@@ -75,7 +75,7 @@ def _context(ctx, g) -> isl.Set:
                 if c not in cons:
                     cons.append(c)
     body = " and ".join(cons) if cons else ""
-    return isl.Set.read_from_str(ctx, f"{_param_prefix(g.params)}{{ : {body} }}" if body
+    return isl.Set.read_from_str(ctx, f"{param_prefix(g.params)}{{ : {body} }}" if body
                                  else "{ : }")
 
 
@@ -83,7 +83,7 @@ def _statement(ctx, g, cs: CStmt, context: isl.Set) -> Statement:
     loc = cs.source.location
     names = cs.isl_names
     dims = ", ".join(names[v] for v in cs.iters)
-    prefix = _param_prefix(g.params)
+    prefix = param_prefix(g.params)
     cons = " and ".join(f"({c})" for c in cs.constraints)
     text = f"{prefix}{{ {cs.name}[{dims}]" + (f" : {cons} }}" if cons else " }")
     domain = isl.Set.read_from_str(ctx, text).intersect_params(context)
@@ -94,13 +94,17 @@ def _statement(ctx, g, cs: CStmt, context: isl.Set) -> Statement:
     def access(kind, buf, indices, guard):
         tag = f"{cs.name}_ref{counter[0]}"
         counter[0] += 1
-        # a subscript with affine ternaries (MIN/MAX macros) is a union of pieces
-        outs = [f"o{k}" for k in range(len(indices))]
-        eqs = " and ".join(
-            "(" + " or ".join(_guarded(g, f"{o} = {to_isl(e, names, f'subscript of {buf.name}', loc)}")
-                              for g, e in _pieces(i, names, loc, f"subscript of {buf.name}")) + ")"
-            for o, i in zip(outs, indices))
-        head = f"{prefix}{{ {cs.name}[{dims}] -> {buf.name}[{', '.join(outs)}]"
+        what = f"subscript of {buf.name}"
+        pieces = [affine_pieces(i, names, loc, what) for i in indices]
+        if all(len(p) == 1 and p[0][0] is None for p in pieces):
+            idx = ", ".join(to_isl(p[0][1], names, what, loc) for p in pieces)
+            head, eqs = f"{prefix}{{ {cs.name}[{dims}] -> {buf.name}[{idx}]", ""
+        else:  # a subscript with affine ternaries (MIN/MAX macros): a union of pieces
+            outs = [f"o{k}" for k in range(len(indices))]
+            eqs = " and ".join(
+                "(" + " or ".join(guarded(g, f"{o} = {to_isl(e, names, what, loc)}")
+                                  for g, e in p) + ")" for o, p in zip(outs, pieces))
+            head = f"{prefix}{{ {cs.name}[{dims}] -> {buf.name}[{', '.join(outs)}]"
         unguarded = isl.Map.read_from_str(
             ctx, f"{head}" + (f" : {eqs} }}" if eqs else " }")).intersect_domain(domain)
         rel = unguarded if not guard else isl.Map.read_from_str(
@@ -111,7 +115,7 @@ def _statement(ctx, g, cs: CStmt, context: isl.Set) -> Statement:
         if isinstance(e, ir.Select):
             collect(e.cond, guard)
             try:
-                c = _cond_text(e.cond, names, loc, "ternary condition", None)
+                c = cond_text(e.cond, names, loc, "ternary condition", None)
             except NonAffineIndexError:  # a data-dependent choice: both sides may be read
                 c = None
             collect(e.t, _and(guard, c))
@@ -140,8 +144,8 @@ def _and(a, b):
 def _check_in_bounds(ctx, g, cs, stmt, context):
     """Every access must stay inside its array for every parameter value."""
     from polycomp.lowering.printer import expr_str
-    names = {p: _isl_name(p.name) for p in g.params}
-    prefix = _param_prefix(g.params)
+    names = {p: isl_name(p.name) for p in g.params}
+    prefix = param_prefix(g.params)
     for a in stmt.accesses:
         buf = a.buffer
         dims = [f"o{k}" for k in range(len(buf.shape))]

@@ -1,0 +1,409 @@
+"""Reading one C function as a SCoP: signature, ``#pragma scop`` region, loops, ifs and
+assignments -> :class:`~polycomp.frontend.c_program.CProgram`.
+
+:class:`ScopReader` checks every construct as it reads it and raises a
+:class:`~polycomp.errors.PolycompError` subclass naming the construct and its C line for
+anything outside the supported subset (see :mod:`polycomp.frontend.c_reader`).  Each
+``for`` loop adds to the enclosing constraints ``i >= lb`` (``i <= lb`` going down),
+a stride ``exists e: i = lb + c*e`` when ``|c| > 1`` and its condition, after checking
+with isl that the condition is monotone in the loop's direction (so the loop's
+iterations are exactly the integer points of those constraints); an ``if`` adds its
+condition (``not (...)`` in the ``else`` branch).
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from polycomp import ir
+from polycomp.errors import (DTypeError, NonAffineIndexError, ShapeMismatchError,
+                             UnknownSymbolError, UnsupportedConstructError)
+from polycomp.affine import to_isl
+
+from .c_expr import (ELEMENT_TYPES, INT_WORDS, ISL_KEYWORDS, ExprReader, Scope, c_text,
+                     affine_pieces, guarded, node_kind, param_prefix, type_words)
+from .c_program import (CArray, CGraph, CIf, CLoop, CProgram, CSeq, CStatementSource,
+                        CStmt)
+
+__all__ = ["ScopReader", "find_pragma"]
+
+
+class ScopReader(ExprReader):
+    """Turns one pycparser ``FuncDef`` into a :class:`CProgram` (``read()``)."""
+
+    def __init__(self, func, filename, lines):
+        self.func = func
+        self.filename = filename
+        self.lines = lines
+        self.name = func.decl.name
+        self.params: dict[str, ir.Var] = {}
+        self.arrays: dict[str, CArray] = {}
+        self.declared_iters: set = set()
+        self.statements: list[CStmt] = []
+        self.written: set = set()
+        self.read_: set = set()
+        self.ctx = None
+
+    def read(self) -> CProgram:
+        from pycparser import c_ast
+        from polycomp.islutil import context
+        self.ctx = context()
+        fdecl = self.func.decl.type
+        ret = type_words(fdecl.type)
+        if ret != ("void",):
+            self.unsupported(f"return type {' '.join(ret) or '?'} of {self.name!r}",
+                             self.func.decl, "a kernel function returns void and writes "
+                             "its results into array parameters")
+        order = []
+        for p in (fdecl.args.params if fdecl.args else []):
+            if isinstance(p, c_ast.Typename) and type_words(p) == ("void",):
+                continue
+            if isinstance(p, c_ast.EllipsisParam):
+                self.unsupported("a variadic parameter list", p)
+            order.append(self.parameter(p))
+        items = self.scop_items()
+        tree = self.block(items, Scope())
+        arrays = tuple(a for a in order if isinstance(a, CArray))
+        params = tuple(a for a in order if isinstance(a, ir.Var))
+        used = self.written | self.read_
+        outputs = tuple(a for a in arrays if a.name in self.written)
+        inputs = tuple(a for a in arrays if a.name not in self.written and a.name in used)
+        if not self.statements:
+            raise UnsupportedConstructError(f"the SCoP of {self.name!r} has no assignment "
+                                            f"to compile", self.loc(self.func.decl))
+        unused = [a.name for a in arrays if a.name not in used]
+        if unused:
+            raise UnsupportedConstructError(
+                f"array parameter(s) {', '.join(unused)} of {self.name!r} are never used in "
+                f"the SCoP; remove them", self.loc(self.func.decl))
+        graph = CGraph(self.name, params, inputs, outputs, arrays, self.loc(self.func.decl))
+        return CProgram(graph, list(self.statements), tree)
+
+    def parameter(self, p):
+        from pycparser import c_ast
+        loc = self.loc(p)
+        name = p.name
+        if name is None:
+            self.unsupported("an unnamed parameter", p)
+        if name in self.params or name in self.arrays:
+            raise UnsupportedConstructError(f"parameter {name!r} is declared twice", loc)
+        t = p.type
+        if isinstance(t, c_ast.PtrDecl):
+            self.unsupported(f"pointer parameter {name!r}", p,
+                             f"declare its shape as a C99 VLA parameter, e.g. "
+                             f"`float {name}[restrict N][M]`")
+        if isinstance(t, c_ast.ArrayDecl):
+            dims = []
+            while isinstance(t, c_ast.ArrayDecl):
+                if t.dim is None:
+                    raise ShapeMismatchError(
+                        f"array parameter {name!r} has no extent in dimension {len(dims)}; "
+                        f"declare every extent, e.g. `float {name}[restrict N][M]`", loc)
+                dims.append(t.dim)
+                t = t.type
+            if isinstance(t, c_ast.PtrDecl):
+                self.unsupported(f"array of pointers {name!r}", p)
+            words = type_words(t)
+            dtype = ELEMENT_TYPES.get(tuple(w for w in words if w != "const"))
+            if dtype is None:
+                raise DTypeError(f"element type `{' '.join(words)}` of array {name!r} is not "
+                                 f"supported (use float, double, int, int64_t, int8_t, bool)",
+                                 loc)
+            shape = tuple(self.extent(d, name, k) for k, d in enumerate(dims))
+            if name in ISL_KEYWORDS:
+                raise UnsupportedConstructError(f"array name {name!r} is reserved", loc)
+            arr = CArray(ir.Buffer(name, dtype, shape), loc)
+            self.arrays[name] = arr
+            return arr
+        words = type_words(t)
+        if words and all(w in INT_WORDS for w in words):
+            if name in ISL_KEYWORDS or name in ("floord", "min", "max"):
+                raise UnsupportedConstructError(f"parameter name {name!r} is reserved", loc)
+            v = ir.Var(name, "int64", is_param=True)
+            self.params[name] = v
+            return v
+        if words and words[-1] in ("float", "double"):
+            self.unsupported(f"scalar floating-point parameter {name!r}", p,
+                             "pass it as a one-element array or write the value as a "
+                             "literal")
+        self.unsupported(f"parameter {name!r} of type `{' '.join(words) or '?'}`", p)
+
+    def extent(self, node, name, k) -> ir.Expr:
+        e = self.expr(node, Scope(), affine=True)
+        e = ir.const(e) if not isinstance(e, ir.Expr) else e
+        to_isl(e, self.names(Scope()), f"extent {k} of array {name!r}", self.loc(node))
+        if isinstance(e, ir.IntImm) and e.value < 1:
+            raise ShapeMismatchError(f"extent {k} of array {name!r} is {e.value}", self.loc(node))
+        return e
+
+    def scop_items(self) -> list:
+        from pycparser import c_ast
+        items = list(self.func.body.block_items or []) if self.func.body else []
+        marks = [k for k, it in enumerate(items) if isinstance(it, c_ast.Pragma)
+                 and it.string.strip() in ("scop", "endscop")]
+        kinds = [items[k].string.strip() for k in marks]
+        if not marks:
+            if find_pragma(self.func.body, "scop") or find_pragma(self.func.body, "endscop"):
+                self.unsupported("#pragma scop inside a nested block", self.func.body,
+                                 "put #pragma scop / #pragma endscop in the function's "
+                                 "outermost block")
+            inside = items
+            outside = []
+        else:
+            if kinds != ["scop", "endscop"]:
+                self.unsupported("this arrangement of #pragma scop / #pragma endscop",
+                                 items[marks[0]], "use exactly one #pragma scop followed by "
+                                 "one #pragma endscop")
+            inside = items[marks[0] + 1:marks[1]]
+            outside = items[:marks[0]] + items[marks[1] + 1:]
+        for it in outside:
+            if isinstance(it, c_ast.Decl):
+                self.declaration(it)
+            elif isinstance(it, (c_ast.Pragma, c_ast.EmptyStatement)) or \
+                    (isinstance(it, c_ast.Return) and it.expr is None):
+                continue
+            else:
+                self.unsupported(f"a {node_kind(it)} outside #pragma scop ... #pragma endscop", it,
+                                 "polycomp compiles only the SCoP; move it into the region or "
+                                 "out of the kernel function")
+        return inside
+
+    def block(self, items, scope) -> CSeq:
+        out = []
+        for it in items:
+            n = self.statement(it, scope)
+            if n is not None:
+                out.append(n)
+        return CSeq(out)
+
+    def statement(self, node, scope):
+        from pycparser import c_ast
+        if isinstance(node, c_ast.Compound):
+            return self.block(node.block_items or [], scope)
+        if isinstance(node, c_ast.For):
+            return self.for_loop(node, scope)
+        if isinstance(node, c_ast.If):
+            return self.if_(node, scope)
+        if isinstance(node, c_ast.Assignment):
+            return self.assignment(node, scope)
+        if isinstance(node, c_ast.UnaryOp) and node.op in ("++", "--", "p++", "p--"):
+            return self.increment(node, scope)
+        if isinstance(node, (c_ast.EmptyStatement, c_ast.Pragma)):
+            return None
+        if isinstance(node, c_ast.Decl):
+            self.declaration(node)
+            return None
+        if isinstance(node, c_ast.FuncCall):
+            self.unsupported(f"call statement `{c_text(node)}`", node,
+                             "a call may have side effects; only assignments to array "
+                             "elements are allowed")
+        self.unsupported(f"{node_kind(node)} `{c_text(node)}`", node)
+
+    def declaration(self, d):
+        """``int i, j;`` (iterators assigned by later ``for`` loops) is the only
+        declaration allowed; anything else is a scalar temporary or a local array."""
+        from pycparser import c_ast
+        words = type_words(d.type)
+        if isinstance(d.type, c_ast.TypeDecl) and d.init is None and words and \
+                all(w in INT_WORDS for w in words):
+            self.declared_iters.add(d.name)
+            return
+        what = "local array" if isinstance(d.type, c_ast.ArrayDecl) else "local variable"
+        self.unsupported(f"{what} {d.name!r}", d, "scalar temporaries and local arrays are "
+                         "not supported; only `int i, j;` declarations of loop iterators "
+                         "are (write the value into an array parameter instead)")
+
+    def for_loop(self, node, scope):
+        from pycparser import c_ast
+        loc = self.loc(node)
+        # -- the iterator and its initial value
+        init = node.init
+        if isinstance(init, c_ast.DeclList) and len(init.decls) == 1:
+            d = init.decls[0]
+            words = type_words(d.type)
+            if not (isinstance(d.type, c_ast.TypeDecl) and words and
+                    all(w in INT_WORDS for w in words) and d.init is not None):
+                self.unsupported(f"loop initialisation `{c_text(init)}`", node,
+                                 "write `for (int i = lb; i < ub; i++)`")
+            name, start_node = d.name, d.init
+        elif isinstance(init, c_ast.Assignment) and init.op == "=" and \
+                isinstance(init.lvalue, c_ast.ID):
+            name, start_node = init.lvalue.name, init.rvalue
+            if name not in self.declared_iters:
+                if name in self.params:
+                    self.unsupported(f"assigning to parameter {name!r} in a loop header",
+                                     node)
+                raise UnknownSymbolError(f"loop iterator {name!r} is not declared "
+                                         f"(declare it as `int {name};` or in the loop)", loc)
+        else:
+            self.unsupported(f"loop initialisation `{c_text(init) if init else ''}`", node,
+                             "write `for (int i = lb; i < ub; i++)`")
+        if name in self.params or name in self.arrays or \
+                any(v.name == name for v in scope.loops):
+            self.unsupported(f"loop iterator {name!r} shadowing a parameter, array or "
+                             f"enclosing iterator", node, "rename the iterator")
+        if name in ISL_KEYWORDS:
+            self.unsupported(f"loop iterator name {name!r}", node, "rename the iterator")
+        start = self.affine(start_node, scope, f"lower bound of loop {name!r}")
+        step = self.loop_step(node, name)
+        if node.cond is None:
+            self.unsupported(f"loop {name!r} without a condition", node)
+        var = ir.Var(name)
+        inner = Scope(scope.loops + [var], list(scope.constraints))
+        names = self.names(inner)
+        it = names[var]
+        start_pieces = affine_pieces(start, names, loc, f"lower bound of loop {name!r}")
+        if abs(step) != 1 and len(start_pieces) != 1:
+            self.unsupported(f"a min/max start value with stride {step} in loop {name!r}",
+                             node)
+        op = ">=" if step > 0 else "<="
+        first = " or ".join(guarded(g, f"{it} {op} {to_isl(e, names, 'loop bound', loc)}")
+                            for g, e in start_pieces)
+        inner.constraints.append(first)
+        if abs(step) != 1:
+            s0 = to_isl(start_pieces[0][1], names, "loop bound", loc)
+            sign = "+" if step > 0 else "-"
+            inner.constraints.append(
+                f"exists (stride_{it} : {it} = {s0} {sign} {abs(step)}*stride_{it})")
+        cond = self.condition(node.cond, inner, f"condition of loop {name!r}")
+        self.check_monotone(cond, inner, var, step, node)
+        inner.constraints.append(cond)
+        body = self.statement(node.stmt, inner)
+        return CLoop(var, len(scope.loops), step, body, loc)
+
+    def loop_step(self, node, name) -> int:
+        from pycparser import c_ast
+        nx = node.next
+        step = None
+        if isinstance(nx, c_ast.UnaryOp) and isinstance(nx.expr, c_ast.ID) and \
+                nx.expr.name == name:
+            step = {"++": 1, "p++": 1, "--": -1, "p--": -1}.get(nx.op)
+        elif isinstance(nx, c_ast.Assignment) and isinstance(nx.lvalue, c_ast.ID) and \
+                nx.lvalue.name == name:
+            if nx.op in ("+=", "-="):
+                c = self.int_constant(nx.rvalue)
+                if c is not None:
+                    step = c if nx.op == "+=" else -c
+            elif nx.op == "=" and isinstance(nx.rvalue, c_ast.BinaryOp) and \
+                    nx.rvalue.op in ("+", "-"):
+                a, b = nx.rvalue.left, nx.rvalue.right
+                if isinstance(a, c_ast.ID) and a.name == name:
+                    c = self.int_constant(b)
+                    if c is not None:
+                        step = c if nx.rvalue.op == "+" else -c
+                elif isinstance(b, c_ast.ID) and b.name == name and nx.rvalue.op == "+":
+                    step = self.int_constant(a)
+        if not step:
+            self.unsupported(f"loop increment `{c_text(nx) if nx else ''}` of {name!r}", node,
+                             f"the increment must be {name}++, {name}--, {name} += c or "
+                             f"{name} -= c for a non-zero integer constant c")
+        return step
+
+    def int_constant(self, node):
+        v = self.expr(node, Scope(), affine=True)
+        if isinstance(v, int):
+            return v
+        if isinstance(v, ir.IntImm):
+            return v.value
+        return None
+
+    def check_monotone(self, cond, scope, var, step, node):
+        """The loop runs while ``cond`` holds; it is a SCoP loop only when ``cond``
+        stays false once it is false (an upper bound for an increasing loop, a lower
+        bound for a decreasing one), so its iterations are exactly the points of the
+        domain.  Checked with isl: if ``cond`` holds at ``i + step`` it holds at ``i``."""
+        names = self.names(scope)
+        dims = ", ".join(names[v] for v in scope.loops)
+        prefix = param_prefix(self.params.values())
+        outer = " and ".join(f"({c})" for c in scope.constraints) or "1 = 1"
+        try:
+            here = isl.Set.read_from_str(self.ctx, f"{prefix}{{ [{dims}] : {cond} }}")
+            around = isl.Set.read_from_str(self.ctx, f"{prefix}{{ [{dims}] : {outer} }}")
+            shift = isl.MultiAff.read_from_str(
+                self.ctx, f"{prefix}{{ [{dims}] -> [{_shifted(scope.loops, names, var, step)}] }}")
+        except isl.Error as e:  # pragma: no cover - texts come from to_isl
+            raise UnsupportedConstructError(f"isl rejected loop {var.name!r}: {e}",
+                                            self.loc(node)) from None
+        nxt = here.preimage_multi_aff(shift).intersect(around)
+        if not nxt.is_subset(here):
+            raise NonAffineIndexError(
+                f"the condition `{c_text(node.cond)}` of loop {var.name!r} is not a "
+                f"{'upper' if step > 0 else 'lower'} bound of {var.name!r} (it can become "
+                f"true again after being false), so the loop is not a SCoP loop; write "
+                f"`{var.name} {'<' if step > 0 else '>'} bound`", self.loc(node))
+
+    def if_(self, node, scope):
+        cond = self.condition(node.cond, scope, "if condition")
+        then_scope = Scope(list(scope.loops), scope.constraints + [cond])
+        then = self.statement(node.iftrue, then_scope)
+        orelse = None
+        if node.iffalse is not None:
+            else_scope = Scope(list(scope.loops), scope.constraints + [f"not ({cond})"])
+            orelse = self.statement(node.iffalse, else_scope)
+        return CIf(then, orelse)
+
+    def assignment(self, node, scope):
+        from pycparser import c_ast
+        ops = {"=": None, "+=": "+", "-=": "-", "*=": "*", "/=": "/"}
+        if node.op not in ops:
+            self.unsupported(f"compound assignment {node.op!r}", node)
+        if not isinstance(node.lvalue, c_ast.ArrayRef):
+            lv = node.lvalue
+            if isinstance(lv, c_ast.ID):
+                self.unsupported(f"assignment to scalar {lv.name!r}", node,
+                                 "scalar temporaries are not supported; write the value "
+                                 "into an array parameter")
+            self.unsupported(f"assignment to `{c_text(lv)}`", node)
+        lhs = self.array_ref(node.lvalue, scope)
+        rhs = self.expr(node.rvalue, scope)
+        op = ops[node.op]
+        value = rhs if op is None else self.arith(op, lhs, rhs, node)
+        return self.add_statement(node, scope, lhs, value)
+
+    def increment(self, node, scope):
+        from pycparser import c_ast
+        if not isinstance(node.expr, c_ast.ArrayRef):
+            self.unsupported(f"`{c_text(node)}` on a scalar", node,
+                             "scalar temporaries are not supported")
+        lhs = self.array_ref(node.expr, scope)
+        value = self.arith("+" if "+" in node.op else "-", lhs, 1, node)
+        return self.add_statement(node, scope, lhs, value)
+
+    def add_statement(self, node, scope, lhs: ir.Load, value) -> CStmt:
+        buf = lhs.buffer
+        if isinstance(value, ir.Expr) and value.dtype == buf.dtype:
+            pass
+        else:
+            value = ir.cast(ir.const(value, buf.dtype) if not isinstance(value, ir.Expr)
+                            else value, buf.dtype)
+        taken = {*self.params, *self.arrays}
+        k = len(self.statements)
+        prefix = "S_"
+        while any(n.startswith(prefix) for n in taken):
+            prefix = "S" + prefix
+        name = f"{prefix}{k}"
+        self.written.add(buf.name)
+        loc = self.loc(node)
+        src = CStatementSource(name, loc, c_text(node), tuple(scope.loops))
+        st = CStmt(name, tuple(scope.loops), self.names(scope), tuple(scope.constraints),
+                   buf, tuple(lhs.indices), value, src)
+        self.statements.append(st)
+        return st
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def find_pragma(node, what) -> bool:
+    from pycparser import c_ast
+    found = []
+
+    class V(c_ast.NodeVisitor):
+        def visit_Pragma(self, n):
+            if n.string.strip() == what:
+                found.append(n)
+    if node is not None:
+        V().visit(node)
+    return bool(found)
+
+def _shifted(loops, names, var, step) -> str:
+    return ", ".join(f"{names[v]} + {step}" if v is var else names[v] for v in loops)
