@@ -15,25 +15,37 @@ from __future__ import annotations
 from polycomp import ir
 from polycomp.hw.target import Target
 from polycomp.lowering.flatten import flatten
-from polycomp.lowering.parallelize import parallelize
 from polycomp.lowering.simplify import simplify
 
 
 def schedule_passes(target: Target, options: dict) -> list:
-    """Passes after the initial (program-order or isl) schedule."""
-    return []
+    """Passes after the initial (program-order or isl) schedule: fusion of memory-bound
+    stage chains, then the choice of parallel loops."""
+    from polycomp.scheduler.cpu_fuse import CpuFusePass
+    from polycomp.scheduler.cpu_parallel import CpuParallelPass
+    passes = []
+    if options.get("fuse", True):
+        passes.append(CpuFusePass())
+    if options.get("parallel", True):
+        passes.append(CpuParallelPass())
+    return passes
 
 
 def ir_passes(func: ir.LoweredFunc, target: Target, options: dict) -> ir.LoweredFunc:
     """IR passes whose result the IR interpreter still runs (before flattening)."""
+    from .parallel_marks import parallelize_marked
     f = func.with_body(simplify(func.body))
     if options.get("parallel", True):
-        f = parallelize(f)
+        f = parallelize_marked(f)
     return f
 
 
 def codegen(func: ir.LoweredFunc, target: Target, options: dict) -> tuple[ir.LoweredFunc, str]:
     from .codegen import emit_c
+    from .contract import contract
+    from .hoist_alloc import hoist_allocations
+    if options.get("contract", True):
+        func = hoist_allocations(contract(func))
     flat = flatten(func)
     flat = flat.with_body(simplify(flat.body))
     if not target.isa or not options.get("vectorize", True):

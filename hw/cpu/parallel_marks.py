@@ -1,0 +1,47 @@
+"""IR pass: make the loop under each ``cpu_parallel`` mark an OpenMP parallel loop.
+
+Assumes: ``AttrStmt("cpu_parallel")`` nodes come from the schedule-tree mark of
+:mod:`polycomp.scheduler.cpu_parallel` (or the backbone/packing passes) and sit above a
+loop that carries no dependence.
+Guarantees: the first ``For`` on each path below such a mark gets kind ``parallel``
+unless it lies inside another parallel loop (no nested parallel regions); the mark is
+removed.  Loops of constant extent 1 are left serial (the simplifier removes them).
+Nothing else changes, so dependences are preserved.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from polycomp import ir
+
+
+class _Marks(ir.Mutator):
+    def __init__(self):
+        self.want = 0
+        self.inside = 0
+
+    def visit_AttrStmt(self, s):
+        if s.key != "cpu_parallel":
+            return self.generic(s)
+        self.want += 1
+        body = self.visit(s.body)
+        self.want -= 1
+        return body
+
+    def visit_For(self, s):
+        if s.kind == "parallel" or (self.want and not self.inside and s.kind == "serial"
+                                    and not ir.is_const(s.extent, 1)):
+            self.inside += 1
+            saved, self.want = self.want, 0
+            body = self.visit(s.body)
+            self.want = saved
+            self.inside -= 1
+            return replace(s, kind="parallel", body=body)
+        saved, self.want = self.want, 0 if self.inside else self.want
+        out = self.generic(s)
+        self.want = saved
+        return out
+
+
+def parallelize_marked(func: ir.LoweredFunc) -> ir.LoweredFunc:
+    return func.with_body(_Marks().visit(func.body))
