@@ -110,3 +110,48 @@ def _cond(c, names, location) -> str:
     if isinstance(c, ir.Unary) and c.op == "!":
         return f"not ({_cond(c.a, names, location)})"
     raise NonAffineIndexError("condition is not affine", location)
+
+
+# --------------------------------------------------------------------------- isl -> IR
+
+
+def _fraction(v) -> "Fraction":
+    from fractions import Fraction
+    return Fraction(str(v.to_str() if hasattr(v, "to_str") else v))
+
+
+def aff_to_ir(aff, in_vars, params: dict) -> ir.Expr:
+    """An integer IR expression equal to ``floor(aff)`` (``aff`` an isl Aff).
+
+    ``in_vars`` are the IR expressions of the aff's input dimensions, ``params`` maps
+    parameter names to IR expressions.  Integer divisions of the aff (``floor(e/d)``)
+    become ``//``.
+    """
+    from math import lcm
+    import islpy as isl
+    terms = []
+    for i in range(aff.dim(isl.dim_type.in_)):
+        c = _fraction(aff.get_coefficient_val(isl.dim_type.in_, i))
+        if c:
+            terms.append((c, in_vars[i]))
+    for i in range(aff.dim(isl.dim_type.param)):
+        c = _fraction(aff.get_coefficient_val(isl.dim_type.param, i))
+        if c:
+            name = aff.get_dim_name(isl.dim_type.param, i)
+            if name not in params:
+                raise NonAffineIndexError(f"parameter {name!r} has no IR value here")
+            terms.append((c, params[name]))
+    for i in range(aff.dim(isl.dim_type.div)):
+        c = _fraction(aff.get_coefficient_val(isl.dim_type.div, i))
+        if c:
+            terms.append((c, aff_to_ir(aff.get_div(i), in_vars, params)))
+    const = _fraction(aff.get_constant_val())
+    den = 1
+    for c, _ in terms:
+        den = lcm(den, c.denominator)
+    den = lcm(den, const.denominator)
+    out: ir.Expr = ir.IntImm(int(const * den))
+    for c, atom in terms:
+        k = int(c * den)
+        out = out + (atom if k == 1 else atom * k)
+    return out if den == 1 else out // den

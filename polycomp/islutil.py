@@ -51,3 +51,10 @@ def context() -> isl.Context:
         _CTX.set_tile_scale_tile_loops(0)
         _CTX.set_tile_shift_point_loops(1)
     return _CTX
+
+
+def pieces(pw) -> list:
+    """The (domain set, affine) pieces of a PwAff or PwMultiAff."""
+    out = []
+    pw.foreach_piece(lambda s, a: out.append((s, a)))
+    return out

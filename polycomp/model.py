@@ -33,6 +33,8 @@ class Access:
     kind: str                 # "read" | "write"
     relation: isl.Map         # S[i] -> buffer[...]  (restricted to its guard)
     location: object = None   # SourceLocation of the indexing in user code, if known
+    index_relation: isl.Map = None  # S[i] -> buffer[...] without the guard (the window
+                                    # a promotion copies, e.g. a padded convolution input)
 
 
 @dataclass(eq=False)
@@ -215,7 +217,10 @@ class _ModelBuilder:
             cond = f" : {guard}" if guard else ""
             text = f"{_param_prefix(self.params)}{{ {name}[{dims}] -> {buf.name}[{idx}]{cond} }}"
             rel = isl.Map.read_from_str(self.ctx, text).intersect_domain(domain)
-            stmt.accesses.append(Access(tag, buf, tuple(indices), kind_, rel, where))
+            unguarded = rel if not guard else isl.Map.read_from_str(
+                self.ctx, f"{_param_prefix(self.params)}{{ {name}[{dims}] -> {buf.name}[{idx}] }}"
+            ).intersect_domain(domain)
+            stmt.accesses.append(Access(tag, buf, tuple(indices), kind_, rel, where, unguarded))
 
         def collect(e, guard):
             if isinstance(e, ir.Select):
@@ -314,6 +319,8 @@ def build_model(graph, ctx: isl.Context | None = None) -> PolyModel:
         s.domain = s.domain.intersect_params(context)
         for a in s.accesses:
             a.relation = a.relation.intersect_params(context)
+            a.index_relation = (a.index_relation if a.index_relation is not None
+                                else a.relation).intersect_params(context)
     domain = isl.UnionSet.empty(context.get_space())
     for s in stmts:
         domain = domain.union(isl.UnionSet.from_set(s.domain))

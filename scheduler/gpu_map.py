@@ -11,12 +11,14 @@ For every tiled group (one CUDA kernel each, in tree order ``n = 0, 1, ...``):
   ``bx<n>`` (innermost), ``by<n>``, ``bz<n>`` by the filter ``{ S : floor(o_m / T_m) =
   b_m }`` placed right above the block band — the block loops become degenerate in the
   AST, i.e. "for my block";
-* the same filter also holds ``{ S : (o_m mod T_m) mod P_m = t_m }`` (``o_m mod T_m`` is
-  the point band's member), mapping the point members with ``P_m > 1`` cyclically onto
-  thread parameters ``tx<n>`` (innermost), ``ty<n>``, ``tz<n>``: thread ``t`` executes
-  points ``t, t + P, t + 2P, ...`` of the tile (consecutive threads touch consecutive
-  elements: coalesced).  (isl's AST generator rejects parameters introduced by filters
-  below a sequence whose filters lack them, so both mappings sit above the block band.)
+* right below each point band, the filter ``{ S : (o_m mod T_m) mod P_m = t_m }``
+  (``o_m mod T_m`` is the point member) maps the point members with ``P_m > 1``
+  cyclically onto thread parameters ``tx<n>`` (innermost), ``ty<n>``, ``tz<n>``: thread
+  ``t`` executes points ``t, t + P, t + 2P, ...`` of the tile (consecutive threads touch
+  consecutive elements: coalesced).  Loops above the point bands (the K-tile loop) are
+  executed by every thread of the block, as promotion copies and barriers require.
+  (Parameter ids come from :func:`polycomp.islutil.param_id`: islpy's ``isl.Id`` would
+  be a different parameter for isl.)
 * ``ctx.attrs["gpu_launch"][n]`` records the grid (isl ``PwAff`` number of blocks per
   axis, from the block band's range over the domain) and the block size, and
   ``ctx.attrs["ast_context"]`` is intersected with the parameter ranges
@@ -137,23 +139,27 @@ class GpuMappingPass(Pass):
             tparams.append(name)
             txt = f"[{name}] -> {{ : 0 <= {name} < {cfg.threads[m]} }}"
             ctx_set = _intersect_params(ctx_set, isl.Set.read_from_str(ictx, txt))
-        # thread filter: point members o_m mod T_m, from a point band of the group
-        if tmembers:
-            pt = find_first(mark.get_schedule(), lambda x: x.get_type() == isl.schedule_node_type.band
-                            and is_marked(x, "tile:point") and x.get_tree_depth() > mark.get_tree_depth()
-                            and _below(x, mark))
-            psched = pt.band_get_partial_schedule()
-            for axis, m in enumerate(reversed(tmembers)):
-                upa = psched.get_union_pw_aff(m)
-                v = isl.Val.int_from_si(ictx, cfg.threads[m])
-                f = upa.mod_val(v).sub(_param_upa(dom, thread_param(axis, n))).zero_union_set()
-                filt = f if filt is None else filt.intersect(f)
-        # kernel mark above the tile mark; one filter (my block, my threads) above the band
+        # kernel mark above the tile mark; the block filter right above the block band
         node = mark.insert_mark(isl.Id(f"kernel:{n}")).child(0)   # tile:block mark
         node = node.child(0)                                       # block band
         if filt is not None:
             node = node.insert_filter(filt.intersect(dom))
         schedule = node.get_schedule()
+        # thread filters right below every point band of this kernel
+        while tmembers:
+            pt = find_first(schedule, lambda x: x.get_type() == isl.schedule_node_type.band
+                            and is_marked(x, "tile:point") and _in_kernel(x, n)
+                            and not _child_is_thread_filter(x, n))
+            if pt is None:
+                break
+            pdom = pt.get_domain()
+            tf = None
+            for axis, m in enumerate(reversed(tmembers)):
+                upa = pt.band_get_partial_schedule().get_union_pw_aff(m)
+                v = isl.Val.int_from_si(ictx, cfg.threads[m])
+                f = upa.mod_val(v).sub(_param_upa(pdom, thread_param(axis, n))).zero_union_set()
+                tf = f if tf is None else tf.intersect(f)
+            schedule = pt.child(0).insert_filter(tf).get_schedule()
         return schedule, KernelLaunch(grid, tuple(block), tuple(bparams), tuple(tparams)), ctx_set
 
     # ------------------------------------------------------------------ untiled groups
@@ -209,9 +215,10 @@ def _in_kernel(node, n) -> bool:
     return False
 
 
-def _below(node, ancestor) -> bool:
-    """Is ``node`` in the subtree of ``ancestor`` (same tree)?"""
-    x = node
-    while x.get_tree_depth() > ancestor.get_tree_depth():
-        x = x.parent()
-    return x.is_equal(ancestor)
+def _child_is_thread_filter(band, n) -> bool:
+    c = band.child(0)
+    if c.get_type() != isl.schedule_node_type.filter:
+        return False
+    space = c.filter_get_filter().get_space()
+    return any(space.find_dim_by_name(isl.dim_type.param, thread_param(a, n)) >= 0
+               for a in range(3))

@@ -80,8 +80,23 @@ def map_gpu_loops(func: ir.LoweredFunc) -> ir.LoweredFunc:
 class _WrapKernels(ir.Mutator):
     """Wrap each ``kernel:<n>`` region in its block/thread loops (see wrap_kernels)."""
 
-    def __init__(self, launches, context, params):
+    def __init__(self, launches, context, params, promotions):
         self.launches, self.context, self.params = launches, context, params
+        self.promotions = promotions
+        self.ids = {name for l in launches.values()
+                    for name in l.block_params + l.thread_params}
+        self.guards: list = []
+
+    def visit_IfThenElse(self, s):
+        # isl hoists conditions on block/thread ids ("this thread has work") above the
+        # kernel mark; they belong inside the kernel, below the id loops
+        if s.orelse is None and any(v.name in self.ids for v in ir.free_vars(s.cond)):
+            self.guards.append(s.cond)
+            try:
+                return self.visit(s.then)
+            finally:
+                self.guards.pop()
+        return self.generic(s)
 
     def visit_AttrStmt(self, s):
         if s.key != "kernel" or int(s.value) not in self.launches:
@@ -89,12 +104,23 @@ class _WrapKernels(ir.Mutator):
         from polycomp.lowering.ast_to_ir import pw_aff_to_ir
         launch = self.launches[int(s.value)]
         body = s.body
+        mine_ids = set(launch.block_params + launch.thread_params)
+        for g in reversed(self.guards):
+            if {v.name for v in ir.free_vars(g)} & mine_ids:
+                body = ir.IfThenElse(g, body)
         free = {v.name: v for v in ir.free_vars(body)}
+        mine = [p.local for p in self.promotions if p.kernel == int(s.value)]
+        for buf in mine:
+            if buf.scope == "local":      # per-thread: inside the thread loops
+                body = ir.Allocate(buf, body)
         for axis in reversed(range(len(launch.thread_params))):
             name = launch.thread_params[axis]
             v = free[name] if name in free else ir.Var(name)
             body = ir.For(v, ir.IntImm(0), ir.IntImm(launch.block[axis]), "gpu_thread", body,
                           (("axis", AXES[axis]), ("threads", launch.block[axis])))
+        for buf in mine:
+            if buf.scope == "shared":     # per-block: between block and thread loops
+                body = ir.Allocate(buf, body)
         for axis in reversed(range(len(launch.block_params))):
             name = launch.block_params[axis]
             v = free[name] if name in free else ir.Var(name)
@@ -111,7 +137,10 @@ def wrap_kernels(func: ir.LoweredFunc, context, params) -> ir.LoweredFunc:
     Guarantees: each kernel body is wrapped in ``gpu_block`` loops over the grid and
     ``gpu_thread`` loops over the block (x innermost), so the ids become loop variables:
     the IR is closed again (interpretable), and the CUDA printer turns those loops into
-    ``blockIdx``/``threadIdx``.
+    ``blockIdx``/``threadIdx``.  Promoted buffers of the kernel are allocated per block
+    (``shared``: between the block and the thread loops) or per thread (``local``:
+    inside the thread loops).
     """
     launches = func.attrs.get("gpu_launch", {})
-    return func.with_body(_WrapKernels(launches, context, params).visit(func.body))
+    promos = func.attrs.get("promotions", [])
+    return func.with_body(_WrapKernels(launches, context, params, promos).visit(func.body))

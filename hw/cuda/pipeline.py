@@ -9,6 +9,7 @@ from polycomp.scheduler.gpu_baseline import GpuBaselineMappingPass
 from polycomp.scheduler.gpu_map import GpuMappingPass
 from polycomp.scheduler.gpu_tile import GpuTilingPass
 from polycomp.scheduler.pattern_schedule import PatternSchedulePass
+from polycomp.scheduler.promote_shared import SharedPromotionPass
 
 
 def schedule_passes(target: Target, options: dict) -> list:
@@ -19,7 +20,10 @@ def schedule_passes(target: Target, options: dict) -> list:
     if options.get("gpu") == "baseline":
         return [GpuBaselineMappingPass()]
     passes = [] if options.get("isl_scheduler") else [PatternSchedulePass()]
-    return passes + [GpuTilingPass(), GpuMappingPass()]
+    passes += [GpuTilingPass(), GpuMappingPass()]
+    if options.get("promote", True):
+        passes.append(SharedPromotionPass())
+    return passes
 
 
 def ir_passes(func: ir.LoweredFunc, target: Target, options: dict) -> ir.LoweredFunc:

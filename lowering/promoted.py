@@ -1,0 +1,108 @@
+"""Lowering of memory promotions: statement rewriting and copy/sync statements.
+
+The promotion passes (:mod:`polycomp.scheduler.promote_shared`,
+:mod:`polycomp.scheduler.promote_registers`) leave :class:`~polycomp.scheduler.footprint.Promotion`
+records.  Here:
+
+* an instance of a promoted statement accesses ``local[(idx - offset) // stride]``
+  instead of ``array[idx]`` (the offset is the box offset at that instance, an isl Aff
+  of the statement coordinates converted with :func:`polycomp.affine.aff_to_ir`);
+* ``copy_in`` extension statements ``copy[p, a]`` store ``array[a]`` (or, for a fused
+  producer, the producer's expression at ``a``) into ``local``; ``copy_out`` statements
+  store ``local`` back into ``array``; ``sync`` statements are barriers.
+"""
+from __future__ import annotations
+
+from polycomp import ir
+from polycomp.affine import aff_to_ir
+from polycomp.errors import PolycompInternalError
+
+
+def _local_index(promo, idx, offsets):
+    out = []
+    for d, (i, off) in enumerate(zip(idx, offsets)):
+        e = i - off
+        s = promo.box.strides[d]
+        out.append(e if s == 1 else e // s)
+    return tuple(out)
+
+
+class _Redirect(ir.Mutator):
+    def __init__(self, table):
+        self.table = table  # array name -> (promo, offsets IR)
+
+    def visit_Load(self, e):
+        idx = tuple(self.visit(i) for i in e.indices)
+        hit = self.table.get(e.buffer.name)
+        if hit is None:
+            return ir.Load(e.buffer, idx, e.dtype, e.lanes) if idx != e.indices else e
+        promo, offs = hit
+        return ir.Load(promo.local, _local_index(promo, idx, offs), e.dtype)
+
+    def visit_Store(self, s):
+        idx = tuple(self.visit(i) for i in s.indices)
+        v = self.visit(s.value)
+        hit = self.table.get(s.buffer.name)
+        if hit is None:
+            return ir.Store(s.buffer, idx, v, s.lanes)
+        promo, offs = hit
+        return ir.Store(promo.local, _local_index(promo, idx, offs), v)
+
+
+def promoted_builders(model, promotions, var) -> dict:
+    """Statement builders (name -> fn(args) -> Stmt) for promoted and copy statements.
+
+    ``var(name)`` returns the IR Var of an isl parameter (model symbols and block/thread
+    ids)."""
+    params = _ParamLookup(var)
+    by_stmt: dict = {}
+    for p in promotions:
+        for sname, offs in p.offsets.items():
+            by_stmt.setdefault(sname, []).append((p, offs))
+    out = {}
+    for s in model.statements:
+        if s.name not in by_stmt:
+            continue
+
+        def make(args, s=s):
+            table = {}
+            for p, offs in by_stmt[s.name]:
+                table[p.array.name] = (p, [aff_to_ir(o, args, params) for o in offs])
+            return _Redirect(table).visit(ir.substitute(s.store(), dict(zip(s.iters, args))))
+        out[s.name] = make
+    for p in promotions:
+        for cname, (kind, nprefix) in p.copies.items():
+            out[cname] = _copy_builder(p, kind, nprefix, params, model)
+    return out
+
+
+def _copy_builder(p, kind, nprefix, params, model):
+    def make(args):
+        if kind == "sync":
+            return ir.barrier()
+        pre, a = args[:nprefix], tuple(args[nprefix:])
+        offs = [aff_to_ir(o, pre, params) for o in p.box.offsets]
+        lidx = _local_index(p, a, offs)
+        if kind == "copy_in":
+            if p.producer is not None:
+                st = p.producer
+                value = ir.substitute(st.body, dict(zip(st.iters, a)))
+            else:
+                value = ir.Load(p.array, a, p.array.dtype)
+            return ir.Store(p.local, lidx, value)
+        if kind == "copy_out":
+            return ir.Store(p.array, a, ir.Load(p.local, lidx, p.array.dtype))
+        raise PolycompInternalError(f"unknown copy kind {kind}")
+    return make
+
+
+class _ParamLookup(dict):
+    def __init__(self, var):
+        super().__init__()
+        self.var = var
+
+    def __contains__(self, name):
+        return True
+
+    def __getitem__(self, name):
+        return self.var(name)
