@@ -127,7 +127,46 @@ def _fold(op, a, b):
     return None
 
 
+def _upper(e):
+    """A constant upper bound of an integer expression built from constants, min, +1."""
+    if isinstance(e, ir.IntImm):
+        return e.value
+    if isinstance(e, ir.Binary) and e.op == "min":
+        ua, ub = _upper(e.a), _upper(e.b)
+        return ub if ua is None else ua if ub is None else min(ua, ub)
+    if isinstance(e, ir.Binary) and e.op == "+":
+        ua, ub = _upper(e.a), _upper(e.b)
+        return None if ua is None or ub is None else ua + ub
+    return None
+
+
 class Simplifier(ir.Mutator):
+    """See the module docstring; ``bounds`` holds the constant ranges of enclosing loop
+    variables, used to decide ``(q*x + r) // q == x`` when ``0 <= r < q``."""
+
+    def __init__(self):
+        self.bounds: dict = {}
+
+    def _range(self, terms, const):
+        lo = hi = const
+        for atom, c in terms.items():
+            b = self.bounds.get(atom)
+            if b is None:
+                return None
+            lo += min(c * b[0], c * b[1])
+            hi += max(c * b[0], c * b[1])
+        return lo, hi
+
+    def _split_div(self, lin, q):
+        """(quotient terms, const) if lin = q*x + r with 0 <= r < q provably, else None."""
+        terms, const = lin
+        quot = {k: c // q for k, c in terms.items() if c % q == 0}
+        rest = {k: c for k, c in terms.items() if c % q != 0}
+        rng = self._range(rest, const % q)
+        if rng is None or rng[0] < 0 or rng[1] >= q:
+            return None
+        return quot, const // q, rest, const % q
+
     def visit_Binary(self, e):
         a, b = self.visit(e.a), self.visit(e.b)
         op = e.op
@@ -154,6 +193,13 @@ class Simplifier(ir.Mutator):
                 d = const_difference(a, b)
                 if d is not None:
                     return (a if d <= 0 else b) if op == "min" else (a if d >= 0 else b)
+            if op in ("//", "%") and isinstance(b, ir.IntImm) and b.value > 0:
+                lin = _linear(a)
+                sp = self._split_div((_merge_atoms(lin[0]), lin[1]), b.value) if lin else None
+                if sp is not None:
+                    if op == "//":
+                        return _from_linear(sp[0], sp[1], e.dtype)
+                    return _from_linear(sp[2], sp[3], e.dtype)
             if op == "//" and isinstance(b, ir.IntImm):
                 if b.value == 1:
                     return a
@@ -221,7 +267,11 @@ class Simplifier(ir.Mutator):
             return None
         if isinstance(ext, ir.IntImm) and ext.value == 1 and s.kind in ("serial", "unrolled", "parallel"):
             return self.visit(ir.substitute(s.body, {s.var: mn}))
+        lo, ub = (mn.value if isinstance(mn, ir.IntImm) else None), _upper(ext)
+        if lo is not None and ub is not None:
+            self.bounds[s.var] = (lo, lo + ub - 1)
         body = self.visit(s.body)
+        self.bounds.pop(s.var, None)
         if body is None:
             return None
         if mn is s.min and ext is s.extent and body is s.body:
@@ -259,6 +309,8 @@ class Simplifier(ir.Mutator):
         b = self.visit(s.body)
         if b is None:
             return None
+        if s.buffer not in ir.buffers_of(b):  # dead after promotion: drop the storage
+            return b
         return s if b is s.body else ir.Allocate(s.buffer, b)
 
     def visit_AttrStmt(self, s):
