@@ -87,12 +87,19 @@ def interpret(kernel_or_compiled, *inputs, **params):
     """Run a kernel through the IR interpreter (the reference executor).
 
     Given a Kernel, its program-order IR is interpreted; given a CompiledKernel, the
-    IR after the target's passes is.
+    IR after the target's passes is — for CUDA targets through the GPU-semantics
+    simulator (:func:`polycomp.hw.cuda.simulator.simulate`, strict: races, divergent
+    barriers and out-of-bounds accesses raise), since that IR uses per-block shared
+    memory, per-thread registers and barriers.
     """
     from polycomp.lowering.interpreter import run_func
     from polycomp.shapes import caller_arrays, infer_params
     ck = kernel_or_compiled if isinstance(kernel_or_compiled, CompiledKernel) else \
         compile_kernel(kernel_or_compiled, "c", {"parallel": False})
+    if ck.target.kind == "cuda":
+        from polycomp.hw.cuda.simulator import simulate
+        outs, _ = simulate(ck, *inputs, **params)
+        return outs
     f = ck.ir
     expected = caller_arrays(f)  # inputs, then initial contents of in-out outputs
     if len(inputs) != len(expected):

@@ -88,55 +88,49 @@ def _extent_of_difference(md: isl.Map, aff: isl.Aff):
     return lo.to_python(), hi.to_python()
 
 
+def _dim_box(md: isl.Map, stride: int):
+    """(offset aff, size) of the tightest box of md = { p -> [a] } whose elements are
+    ``offset(p) + stride * r``, from the pieces of the lexicographic minimum."""
+    lo = md.lexmin_pw_multi_aff().get_pw_aff(0)
+    best = None
+    for _, aff in pieces(lo):
+        ext = _extent_of_difference(md, aff)
+        if ext is None or ext[0] < 0:
+            continue
+        size = ext[1] // stride + 1
+        if best is None or size < best[1]:
+            best = (aff, size)
+    return best
+
+
 def box_of(f: isl.Map) -> Box | None:
     """The tightest constant-size box with an affine offset containing ``f``'s range
     for each prefix point, or None if some dimension is unbounded."""
-    offsets, sizes, strides = [], [], []
+    offsets, sizes = [], []
     for d in range(f.dim(isl.dim_type.out)):
-        md = _range_dim(f, d)
-        lo = md.lexmin_pw_multi_aff().get_pw_aff(0)
-        best = None
-        for _, aff in lo.get_pieces():
-            ext = _extent_of_difference(md, aff)
-            if ext is None or ext[0] < 0:
-                continue
-            size = ext[1] + 1
-            if best is None or size < best[1]:
-                best = (aff, size)
+        best = _dim_box(_range_dim(f, d), 1)
         if best is None:
             return None
         offsets.append(best[0])
         sizes.append(best[1])
-        strides.append(1)
-    return Box(offsets, sizes, strides)
+    return Box(offsets, sizes, [1] * len(sizes))
 
 
 def strided_box_of(f: isl.Map) -> Box | None:
-    """Like :func:`box_of`, but detecting a constant stride per dimension (the per-thread
-    footprint of a cyclic mapping): ``a_d = offset_d(p) + stride_d * r``."""
+    """Like :func:`box_of`, with a constant stride per dimension detected by isl (the
+    per-thread footprint of a cyclic mapping: ``a_d = offset_d(p) + stride_d * r``)."""
     offsets, sizes, strides = [], [], []
     for d in range(f.dim(isl.dim_type.out)):
         md = _range_dim(f, d)
-        info = md.get_range_stride_info(0)
-        stride = info.get_stride()
+        stride = md.get_range_stride_info(0).get_stride()
         if not stride.is_int():
             return None
-        s = int(stride.to_python())
-        if s <= 1:
-            b = box_of(md)
-            if b is None:
-                return None
-            offsets.append(b.offsets[0])
-            sizes.append(b.sizes[0])
-            strides.append(1)
-            continue
-        off = info.get_offset().get_at(0) if hasattr(info.get_offset(), "get_at") else \
-            info.get_offset().get_aff(0)
-        ext = _extent_of_difference(md, off)
-        if ext is None or ext[0] < 0:
+        s = max(1, int(stride.to_python()))
+        best = _dim_box(md, s)
+        if best is None:
             return None
-        offsets.append(off)
-        sizes.append(ext[1] // s + 1)
+        offsets.append(best[0])
+        sizes.append(best[1])
         strides.append(s)
     return Box(offsets, sizes, strides)
 

@@ -11,7 +11,7 @@ For every tiled group (one CUDA kernel each, in tree order ``n = 0, 1, ...``):
   ``bx<n>`` (innermost), ``by<n>``, ``bz<n>`` by the filter ``{ S : floor(o_m / T_m) =
   b_m }`` placed right above the block band — the block loops become degenerate in the
   AST, i.e. "for my block";
-* right below each point band, the filter ``{ S : (o_m mod T_m) mod P_m = t_m }``
+* right above each point band (below its ``tile:point`` mark), the filter ``{ S : (o_m mod T_m) mod P_m = t_m }``
   (``o_m mod T_m`` is the point member) maps the point members with ``P_m > 1``
   cyclically onto thread parameters ``tx<n>`` (innermost), ``ty<n>``, ``tz<n>``: thread
   ``t`` executes points ``t, t + P, t + 2P, ...`` of the tile (consecutive threads touch
@@ -145,7 +145,8 @@ class GpuMappingPass(Pass):
         if filt is not None:
             node = node.insert_filter(filt.intersect(dom))
         schedule = node.get_schedule()
-        # thread filters right below every point band of this kernel
+        # thread filters right above every point band of this kernel (below its mark):
+        # the band then iterates over the thread's own points only (strided loops)
         while tmembers:
             pt = find_first(schedule, lambda x: x.get_type() == isl.schedule_node_type.band
                             and is_marked(x, "tile:point") and _in_kernel(x, n)
@@ -159,7 +160,7 @@ class GpuMappingPass(Pass):
                 v = isl.Val.int_from_si(ictx, cfg.threads[m])
                 f = upa.mod_val(v).sub(_param_upa(pdom, thread_param(axis, n))).zero_union_set()
                 tf = f if tf is None else tf.intersect(f)
-            schedule = pt.child(0).insert_filter(tf).get_schedule()
+            schedule = pt.insert_filter(tf).get_schedule()
         return schedule, KernelLaunch(grid, tuple(block), tuple(bparams), tuple(tparams)), ctx_set
 
     # ------------------------------------------------------------------ untiled groups
@@ -216,7 +217,7 @@ def _in_kernel(node, n) -> bool:
 
 
 def _child_is_thread_filter(band, n) -> bool:
-    c = band.child(0)
+    c = band.parent()
     if c.get_type() != isl.schedule_node_type.filter:
         return False
     space = c.filter_get_filter().get_space()

@@ -18,8 +18,9 @@ Result, per group:
   filter of the group (so each child executes its statements for all points of the
   block tile),
 * in the update filter the reduce band becomes ``[floor(r0/KT)]`` (mark ``tile:reduce``)
-  above the point band, above ``[r0 mod KT, r1, ...]``: the order block → K-tile →
-  point → intra-tile reduction that shared-memory promotion needs.
+  above ``[r0 mod KT, r1, ...]`` above the point band: the order block → K-tile →
+  intra-tile reduction → point that shared-memory promotion (copies per K tile) and
+  register tiling (an outer product per reduction step) need.
 
 Partial tiles need no special code: the tile bands keep the original (symbolic) domain,
 so isl's AST generation emits ``min`` bounds/guards for the last tiles.  Tiling a
@@ -234,6 +235,7 @@ class GpuTilingPass(Pass):
             n = find_first(schedule, lambda n: _is_band(n) and not is_marked(n, "tile:")
                            and n.child(0).get_type() == isl.schedule_node_type.mark
                            and n.child(0).mark_get_id().get_name() == "tile:point"
+                           and not _under_reduce_tile(n)
                            and reduce_tiles.get(_group_of(n), 0) > 0)
             if n is None:
                 break
@@ -242,17 +244,24 @@ class GpuTilingPass(Pass):
 
     def _tile_reduce(self, red, kt):
         """``R(r) -> mark -> P -> leaf``  becomes
-        ``[floor(r0/KT)] -> mark -> P -> [r0 mod KT, r1, ...] -> leaf``."""
+        ``[floor(r0/KT)] -> [r0 mod KT, r1, ...] -> mark -> P -> leaf``: the point band
+        innermost, so that each step of the reduction updates the thread's whole point
+        tile (an outer product once the point loops are unrolled)."""
         sched = red.band_get_partial_schedule()
         v = isl.Val.int_from_si(red.get_ctx(), kt)
         r0 = sched.get_union_pw_aff(0)
         ktile = isl.MultiUnionPwAff.from_union_pw_aff(r0).scale_down_val(v).floor()
         intra = sched.set_union_pw_aff(0, r0.mod_val(v))
         mark = red.delete()                          # the tile:point mark
-        band = mark.insert_partial_schedule(ktile)   # K-tile band above the mark
-        band = band.insert_mark(isl.Id("tile:reduce")).child(0)
-        leaf = band.child(0).child(0).child(0)       # mark -> point band -> leaf
-        return leaf.insert_partial_schedule(intra)
+        mark = mark.insert_partial_schedule(intra)   # intra-tile band above the mark
+        band = mark.insert_partial_schedule(ktile)   # K-tile band above that
+        return band.insert_mark(isl.Id("tile:reduce"))
+
+
+def _under_reduce_tile(band) -> bool:
+    """Is ``band`` the intra-tile band of an already tiled reduction?"""
+    p = band.parent()
+    return p.get_type() == isl.schedule_node_type.band and is_marked(p, "tile:reduce")
 
 
 def _group_of(node) -> int:

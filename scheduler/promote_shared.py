@@ -256,6 +256,14 @@ class SharedPromotionPass(Pass):
             leaf = leaf.insert_filter(tf).child(0)
         leaf = leaf.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(
             isl.UnionMap.from_map(band_um)))
+        per_thread = 1
+        for d, size in enumerate(box.sizes):
+            axis = nd - 1 - d
+            p = launch.block[axis] if axis < len(launch.thread_params) else 1
+            per_thread *= -(-size // p)
+        if per_thread <= 16:  # each thread's copies unrolled (constant offsets)
+            for m in range(leaf.band_n_member()):
+                leaf = leaf.band_member_set_ast_loop_type(m, isl.ast_loop_type.unroll)
         copy_tree = leaf.insert_mark(isl.Id(f"copy:{copy_name}"))
         site = site.graft_before(_root(copy_tree))
         promos.append(promo)
@@ -271,11 +279,9 @@ class SharedPromotionPass(Pass):
 def _original_site(node):
     """The site after grafts: grafting wraps it as ``extension -> sequence [.., filter ->
     site]``; follow that down to the original node."""
-    while node.get_type() in (isl.schedule_node_type.extension, isl.schedule_node_type.sequence):
-        if node.get_type() == isl.schedule_node_type.extension:
-            node = node.child(0)
-        else:
-            node = node.child(node.n_children() - 1).child(0)
+    while node.get_type() == isl.schedule_node_type.extension:
+        seq = node.child(0)
+        node = seq.child(seq.n_children() - 1).child(0)
     return node
 
 

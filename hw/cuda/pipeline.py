@@ -9,6 +9,8 @@ from polycomp.scheduler.gpu_baseline import GpuBaselineMappingPass
 from polycomp.scheduler.gpu_map import GpuMappingPass
 from polycomp.scheduler.gpu_tile import GpuTilingPass
 from polycomp.scheduler.pattern_schedule import PatternSchedulePass
+from polycomp.scheduler.gpu_unroll import UnrollPointLoopsPass
+from polycomp.scheduler.promote_registers import RegisterPromotionPass
 from polycomp.scheduler.promote_shared import SharedPromotionPass
 
 
@@ -22,7 +24,9 @@ def schedule_passes(target: Target, options: dict) -> list:
     passes = [] if options.get("isl_scheduler") else [PatternSchedulePass()]
     passes += [GpuTilingPass(), GpuMappingPass()]
     if options.get("promote", True):
-        passes.append(SharedPromotionPass())
+        passes += [SharedPromotionPass(), RegisterPromotionPass()]
+    if options.get("unroll", True):
+        passes.append(UnrollPointLoopsPass())
     return passes
 
 

@@ -1,0 +1,77 @@
+"""Pass: unroll each thread's point loops.
+
+Assumes: the tree after GPU mapping and promotion: point bands below their
+``tile:point`` mark and thread filter, tile configurations in
+``ctx.attrs["tile_configs"]`` (copy loops are unrolled by the promotion pass that
+creates them).
+
+For every point band whose per-thread trip count ``prod ceil(T_m / P_m)`` is no larger
+than ``max_unroll``, every member gets the AST loop
+type ``unroll``: isl generates one copy of the body per iteration, guarded only where a
+partial tile may lack that iteration.  Register tiles (``local`` buffers from register
+promotion) are then indexed by constants, which is what lets nvcc keep them in
+registers.
+
+Guarantees: only AST generation options change; the schedule (the order of every pair
+of statement instances) is the same, so the pass is trivially legal.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from polycomp.islutil import maps
+
+from .gpu_tile import find_first, is_marked
+from .pass_base import Pass, ScheduleContext
+
+
+def _trip_bound(band, configs) -> int | None:
+    """Iterations of a point band per thread: prod ceil(T_m / P_m) of its group's tile
+    configuration (isl cannot take the domain of nodes below extension nodes)."""
+    from .gpu_tile import _group_of
+    cfg = configs.get(_group_of(band))
+    if cfg is None or len(cfg.block) != band.band_n_member():
+        return None
+    trips = 1
+    for t, p in zip(cfg.block, cfg.threads):
+        trips *= -(-t // p)
+    return trips
+
+
+def _unrolled(band) -> bool:
+    return all(band.band_member_get_ast_loop_type(m) == isl.ast_loop_type.unroll
+               for m in range(band.band_n_member()))
+
+
+class UnrollPointLoopsPass(Pass):
+    name = "unroll-point-loops"
+
+    def __init__(self, max_unroll: int = 64):
+        self.max_unroll = max_unroll
+
+    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+        done = set()
+        while True:
+            node = find_first(schedule, lambda n: n.get_type() == isl.schedule_node_type.band
+                              and _is_point(n) and not _unrolled(n)
+                              and _key(n) not in done)
+            if node is None:
+                return schedule
+            done.add(_key(node))
+            trips = _trip_bound(node, ctx.attrs.get("tile_configs", {}))
+            if trips is None or trips > self.max_unroll:
+                ctx.note(self.name, f"band {_key(node)} kept as loops ({trips} iterations per thread)")
+                continue
+            for m in range(node.band_n_member()):
+                node = node.band_member_set_ast_loop_type(m, isl.ast_loop_type.unroll)
+            schedule = node.get_schedule()
+
+
+def _key(band) -> str:
+    return str(band.band_get_partial_schedule())[:400] + str(band.get_tree_depth()) + \
+        str(band.get_child_position() if band.has_parent() else 0)
+
+
+def _is_point(band) -> bool:
+    p = band.parent()
+    return p.get_type() == isl.schedule_node_type.filter and is_marked(p, "tile:point")
