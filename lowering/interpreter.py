@@ -135,11 +135,16 @@ class Interpreter:
                     v = np.trunc(v)
             return np.asarray(v).astype(nd) if np.ndim(v) else nd.type(v)
         if t is ir.Call:
-            args = [self.expr(a, st, mask) for a in e.args]
-            return _math(e.name, args, e.dtype)
+            return self.call(e, st, mask)
         if t is ir.Load:
             return self.load(e, st, mask)
         raise InterpreterError(f"the interpreter cannot evaluate {type(e).__name__}")
+
+    def call(self, e, st, mask):
+        """A ``Call``: the math functions.  Hook: executors of target IR (the CUDA
+        simulator) override it to add intrinsics such as barriers and warp shuffles."""
+        args = [self.expr(a, st, mask) for a in e.args]
+        return _math(e.name, args, e.dtype)
 
     def binary(self, e, st, mask):
         op = e.op
@@ -315,7 +320,7 @@ class Interpreter:
     def for_(self, s, st):
         lo = self.expr(s.min, st, st.mask)
         ext = self.expr(s.extent, st, st.mask)
-        parallel = s.kind in _PARALLEL_KINDS or s.annotation("coincident", False)
+        parallel = self.lane_parallel(s)
         if parallel and np.ndim(lo) == 0 and np.ndim(ext) == 0:
             return self._for_lanes(s, st, int(lo), int(ext))
         if np.ndim(lo) == 0 and np.ndim(ext) == 0:
@@ -343,6 +348,11 @@ class Interpreter:
             self.stmt(s.body, st)
         st.mask = saved
         del st.env[s.var]
+
+    def lane_parallel(self, s) -> bool:
+        """Whether loop ``s`` runs as lanes (its iterations carry no dependence).
+        Hook: an executor with fixed lanes (the CUDA simulator's threads) overrides it."""
+        return s.kind in _PARALLEL_KINDS or bool(s.annotation("coincident", False))
 
     def _for_lanes(self, s, st, lo, ext):
         if ext <= 0:
