@@ -109,8 +109,11 @@ def index_coeff(idx: ir.Expr, v: ir.Var):
 # --------------------------------------------------------------------------- analysis
 
 
-class _Refuse(Exception):
-    pass
+class Unvectorizable(Exception):
+    """Raised (and caught) when a loop does not meet the conditions above."""
+
+
+_Refuse = Unvectorizable
 
 
 @dataclass
@@ -499,6 +502,13 @@ class _Body:
 
 
 _counter = [0]
+
+
+def analyse(loop: ir.For, lanes_of):
+    """``(dtype, lanes)`` if ``loop`` meets the conditions of the module docstring (its
+    reductions included), else raises :class:`Unvectorizable`."""
+    plan = _Analysis(loop, lanes_of).run()
+    return plan.dtype, plan.lanes
 
 
 def vectorize_loop(loop: ir.For, lanes_of, tail: str = "mask", reduce_unroll: int = 4):

@@ -21,9 +21,13 @@ from polycomp.lowering.simplify import simplify
 def schedule_passes(target: Target, options: dict) -> list:
     """Passes after the initial (program-order or isl) schedule: fusion of memory-bound
     stage chains, then the choice of parallel loops."""
+    from polycomp.scheduler.cpu_backbone_tile import CpuBackboneTilePass
     from polycomp.scheduler.cpu_fuse import CpuFusePass
+    from polycomp.scheduler.cpu_pack import CpuPackPass
     from polycomp.scheduler.cpu_parallel import CpuParallelPass
     passes = []
+    if target.isa and options.get("microkernel", True):
+        passes += [CpuBackboneTilePass(), CpuPackPass()]
     if options.get("fuse", True):
         passes.append(CpuFusePass())
     if options.get("parallel", True):
@@ -33,7 +37,10 @@ def schedule_passes(target: Target, options: dict) -> list:
 
 def ir_passes(func: ir.LoweredFunc, target: Target, options: dict) -> ir.LoweredFunc:
     """IR passes whose result the IR interpreter still runs (before flattening)."""
+    from .pack import pack
     from .parallel_marks import parallelize_marked
+    if options.get("_model") is not None:
+        func = pack(func, options["_model"])   # needs isl's iterator names: before simplify
     f = func.with_body(simplify(func.body))
     if options.get("parallel", True):
         f = parallelize_marked(f)
@@ -54,6 +61,8 @@ def codegen(func: ir.LoweredFunc, target: Target, options: dict) -> tuple[ir.Low
 
     from .vector_prelude import prelude
     from .vector_printer import printer_for
+    from .microkernel import microkernels
+    flat = microkernels(flat, target.vector_lanes)
     flat = vectorize(flat, target.vector_lanes, tail=options.get("tail", "mask"),
                      reduce_unroll=int(options.get("reduce_unroll", 4)))
     return flat, emit_c(flat, printer_for(target.isa, target.has_fma), prelude(target.isa))

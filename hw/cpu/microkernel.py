@@ -1,0 +1,128 @@
+"""IR pass: the register-blocked outer-product micro-kernel.
+
+Assumes: flattened, simplified IR; ``AttrStmt("cpu_microkernel")`` marks (from
+:mod:`polycomp.scheduler.cpu_backbone_tile`) whose body, in a full register tile, is
+
+    for k in [k0, k0 + K):                   (any extent)
+      for ii in [0, MR):                      (constant)
+        for jj in [0, NR):                    (constant, a multiple of the vector length L)
+          C[c] = C[c] + R                     (c affine, coefficient 1 in jj, free of k)
+
+where ``R`` vectorises along ``jj`` (:mod:`polycomp.lowering.vectorize`'s conditions;
+for matmul ``R = Ap[..ii..] * Bp[..jj..]``).  Marks over other bodies (the partial tiles
+isl generates at the edges) are dropped and left to the generic vectoriser.
+
+Guarantees: the tile becomes
+
+    acc[ii][u] = C[c(ii, u*L .. u*L+L-1)]           for ii < MR, u < NR/L   (vector loads)
+    for k:  acc[ii][u] = acc[ii][u] + R(ii, u)      (fully unrolled; FMA when printed)
+    C[c(ii, u*L ..)] = acc[ii][u]                    (vector stores)
+
+with ``acc`` a ``register`` buffer of ``MR * NR/L`` vectors (printed as that many C
+vector variables).  Each ``C`` element receives the same additions in the same ``k``
+order as before (they are only kept in a register between them), so results are
+bit-identical to the scalar loop up to FMA contraction.
+"""
+from __future__ import annotations
+
+from polycomp import ir
+from polycomp.lowering.simplify import simplify
+from polycomp.lowering.vectorize import Unvectorizable, Widen, analyse, index_coeff, uses
+
+_count = [0]
+
+
+def _match(body):
+    """``(k_loop, ii_loop, jj_loop, store, rest)`` of a full register tile, or None."""
+    lk = body
+    if not isinstance(lk, ir.For):
+        return None
+    li = lk.body
+    if not (isinstance(li, ir.For) and isinstance(li.extent, ir.IntImm)):
+        return None
+    lj = li.body
+    if not (isinstance(lj, ir.For) and isinstance(lj.extent, ir.IntImm)):
+        return None
+    st = lj.body
+    if not isinstance(st, ir.Store) or st.lanes != 1:
+        return None
+    v = st.value
+    if not (isinstance(v, ir.Binary) and v.op == "+"):
+        return None
+    for acc, rest in ((v.a, v.b), (v.b, v.a)):
+        if isinstance(acc, ir.Load) and acc.buffer is st.buffer and \
+                ir.structural_equal(acc.indices[0], st.indices[0]):
+            return lk, li, lj, st, rest
+    return None
+
+
+def _tile(lk, li, lj, st, rest, lanes_of):
+    L = lanes_of(st.buffer.dtype)
+    MR, NR = li.extent.value, lj.extent.value
+    if L <= 1 or NR % L or not ir.is_const(li.min, 0) or not ir.is_const(lj.min, 0):
+        return None
+    c = st.indices[0]
+    if index_coeff(c, lj.var) != 1 or uses(c, lk.var):
+        return None
+    if _reads(rest, st.buffer):
+        return None
+    dtype, lanes = analyse(lj, lanes_of)     # R widens along jj (raises otherwise)
+    if dtype != st.buffer.dtype or lanes != L:
+        return None
+    D = st.buffer.dtype
+    NV = NR // L
+    _count[0] += 1
+    acc = ir.Buffer(f"acc{_count[0]}", D, (ir.IntImm(MR * NR),), scope="register", flat=True)
+
+    def slot(i, u):
+        return ir.Ramp(ir.IntImm(i * NR + u * L), ir.IntImm(1), L)
+
+    def cref(i, u):
+        idx = simplify(ir.substitute(c, {li.var: ir.IntImm(i), lj.var: ir.IntImm(u * L)}))
+        return ir.Ramp(idx, ir.IntImm(1), L)
+
+    loads, updates, stores = [], [], []
+    for i in range(MR):
+        for u in range(NV):
+            loads.append(ir.Store(acc, (slot(i, u),), ir.Load(st.buffer, (cref(i, u),), D, L), L))
+            stores.append(ir.Store(st.buffer, (cref(i, u),), ir.Load(acc, (slot(i, u),), D, L), L))
+            w = Widen(lj.var, ir.IntImm(u * L), D, L)
+            r = w.expr(ir.substitute(rest, {li.var: ir.IntImm(i)}))
+            updates.append(ir.Store(acc, (slot(i, u),),
+                                    ir.Binary("+", ir.Load(acc, (slot(i, u),), D, L), r, D), L))
+    kloop = ir.For(lk.var, lk.min, lk.extent, lk.kind, ir.seq(*updates),
+                   lk.annotations + (("microkernel", f"{MR}x{NR}"),))
+    return ir.Allocate(acc, ir.seq(*loads, kloop, *stores))
+
+
+def _reads(e, buf) -> bool:
+    found = []
+    ir.walk(e, lambda n: found.append(1) if isinstance(n, ir.Load) and n.buffer is buf else None)
+    return bool(found)
+
+
+class _Micro(ir.Mutator):
+    def __init__(self, lanes_of):
+        self.lanes_of = lanes_of
+        self.count = 0
+
+    def visit_AttrStmt(self, s):
+        if s.key != "cpu_microkernel":
+            return self.generic(s)
+        m = _match(s.body)
+        if m is not None:
+            try:
+                out = _tile(*m, self.lanes_of)
+            except Unvectorizable:   # left to the generic path
+                out = None
+            if out is not None:
+                self.count += 1
+                return out
+        return self.visit(s.body)
+
+
+def microkernels(func: ir.LoweredFunc, lanes_of) -> ir.LoweredFunc:
+    m = _Micro(lanes_of)
+    out = func.with_body(m.visit(func.body))
+    out.attrs["microkernels"] = m.count
+    return out

@@ -1,0 +1,326 @@
+"""Pass: cache and register tiling of matmul-like backbones for a CPU micro-kernel.
+
+A stage is an *outer-product backbone* when it is a sum reduction over one reduce axis
+``k`` whose update is ``C[s] = C[s] + X * Y`` (``X``, ``Y`` loads of the output's
+float dtype) such that the last output dimension ``j`` appears in ``Y`` only as its last
+index (unit stride) and not in ``X`` at all, and some other output dimension ``i``
+appears in ``X`` but not in ``Y`` (matmul: ``X = A[i, k]``, ``Y = B[k, j]``); the other
+output dimensions are *batch* dimensions.  Per update instance this is one
+multiply-add of the outer product of a column of ``X`` and a row of ``Y``.
+
+Assumes: the program-order tree (a stage's subtree is ``band[s] -> sequence[init,
+update -> band[k]]`` under its filter) and a target with vector registers.
+
+Guarantees: each backbone's subtree becomes
+
+    sequence
+      filter init:   band[s]                         (all members coincident)
+      filter update: [mark cpu_parallel] band[batch.., floor(j/NC), floor(k/KC)]
+        mark cpu_pack_request:<Y>:<dim of j in Y>:NR
+          [mark cpu_parallel] band[floor(i/MC)]
+            mark cpu_pack_request:<X>:<dim of i in X>:MR
+              band[floor((i mod MC)/MR), floor((j mod NC)/NR)]   isolate: full MR x NR tiles
+                mark cpu_microkernel
+                  band[k mod KC]
+                    band[i mod MR, j mod NR]
+
+Initialisation first, then all updates, is legal: the only dependences into the update
+statements from the init are on the same output element.  The update band is
+permutable (the only dependences between updates are on the same ``C[s]``, carried
+by ``k``), so any tiling and member order keeps every dependence lexicographically
+positive.  ``cpu_parallel`` sits on the batch band when the batch has at least as many
+iterations as threads (or is symbolic), else on the ``i`` tile band (coincident: ``C``
+rows are disjoint).  The isolate option makes isl generate the full ``MR x NR`` tiles
+separately, with constant point-loop bounds (the micro-kernel), and the partial tiles
+at the edges as generic loops.
+
+Register block ``MR x NR`` (``NR = NI`` vectors): the largest ``MR*NI/(MR+NI)`` (FMA per
+load) with ``MR*NI + NI + 1 <= vector registers`` (accumulators, one row of ``Y``
+vectors, one broadcast of ``X``), ``NI`` in 1, 2, 4.  ``KC`` keeps an ``MR x KC``
+panel of ``X`` in a quarter of L1, ``NC`` a ``KC x NC`` block of ``Y`` in half of L2,
+``MC`` splits ``i`` evenly over the threads when the extent is known.  Options
+``gemm_tiles=(MC, NC, KC)`` and ``gemm_register=(MR, NI)`` override.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polycomp import dtypes as dt
+from polycomp import ir
+
+from . import cpu_tree as T
+from .pass_base import Pass, ScheduleContext
+
+
+@dataclass
+class OuterProduct:
+    """A matched backbone: statements and positions of its update-domain dimensions."""
+    init: object
+    update: object
+    batch: list          # positions in the update domain
+    i: int
+    j: int
+    k: int
+    x: ir.Load           # the operand without j (broadcast in the micro-kernel)
+    y: ir.Load           # the operand with j last (vector loads)
+    dtype: str
+
+
+def _vars(e) -> set:
+    return {v for v in ir.free_vars(e) if not v.is_param}
+
+
+def _strip_casts(e):
+    while isinstance(e, ir.Cast) and e.value.dtype == e.dtype:
+        e = e.value
+    return e
+
+
+def match_outer_product(statements) -> OuterProduct | None:
+    """The outer-product structure of a reduction stage's (init, update), or None."""
+    if len(statements) != 2 or statements[0].kind != "init" or statements[1].kind != "update":
+        return None
+    init, upd = statements
+    stage = upd.stage
+    if stage.reduce_op != "sum" or len(stage.reduce_axes) != 1:
+        return None
+    dtype = upd.write.dtype
+    if dtype not in ("float32", "float64"):
+        return None
+    val = upd.value
+    if not (isinstance(val, ir.Binary) and val.op == "+" and isinstance(val.a, ir.Load)
+            and val.a.buffer is upd.write):
+        return None
+    body = _strip_casts(val.b)
+    if not (isinstance(body, ir.Binary) and body.op == "*"):
+        return None
+    a, b = _strip_casts(body.a), _strip_casts(body.b)
+    if not (isinstance(a, ir.Load) and isinstance(b, ir.Load)):
+        return None
+    if a.dtype != dtype or b.dtype != dtype:
+        return None
+    spatial = list(stage.iters)
+    if len(spatial) < 2:
+        return None
+    j = spatial[-1]
+    k = stage.reduce_axes[0].var
+    for x, y in ((a, b), (b, a)):
+        if not (y.indices and y.indices[-1] is j):
+            continue
+        if any(j in _vars(ix) for ix in y.indices[:-1]) or any(j in _vars(ix) for ix in x.indices):
+            continue
+        xv = set().union(*(_vars(ix) for ix in x.indices))
+        yv = set().union(*(_vars(ix) for ix in y.indices))
+        if k not in xv or k not in yv:
+            continue
+        cands = [t for t in range(len(spatial) - 1) if spatial[t] in xv and spatial[t] not in yv]
+        if not cands:
+            continue
+        i = cands[-1]
+        batch = [t for t in range(len(spatial) - 1) if t != i]
+        return OuterProduct(init, upd, batch, i, len(spatial) - 1, len(spatial), x, y, dtype)
+    return None
+
+
+# --------------------------------------------------------------------------- sizes
+
+
+@dataclass
+class Blocking:
+    MR: int
+    NI: int
+    L: int
+    MC: int
+    NC: int
+    KC: int
+    parallel_batch: bool
+
+    @property
+    def NR(self) -> int:
+        return self.NI * self.L
+
+
+def register_block(registers: int) -> tuple[int, int]:
+    """``(MR, NI)`` maximising FMAs per load under the register budget."""
+    best = None
+    for ni in (1, 2, 4):
+        for mr in range(1, 17):
+            if mr * ni + ni + 1 > registers:
+                continue
+            key = (mr * ni / (mr + ni), mr * ni)
+            if best is None or key > best[0]:
+                best = (key, (mr, ni))
+    return best[1]
+
+
+def _extent(domain: isl.Set, pos: int) -> int | None:
+    """The extent of dimension ``pos`` of ``domain`` if it is a constant."""
+    lo, hi = domain.dim_min(pos), domain.dim_max(pos)
+    try:
+        if lo.is_cst() and hi.is_cst():
+            lv = lo.max_val().to_python()
+            hv = hi.max_val().to_python()
+            return int(hv - lv + 1)
+    except (isl.Error, AttributeError, TypeError):
+        pass
+    return None
+
+
+def choose_blocking(op: OuterProduct, target, options: dict) -> Blocking:
+    L = target.vector_lanes(op.dtype)
+    MR, NI = options.get("gemm_register") or register_block(target.vector_registers)
+    NR = NI * L
+    size = dt.itemsize(op.dtype)
+    threads = max(1, target.threads)
+    KC = max(64, min(256, (target.l1_bytes // (4 * MR * size)) // 16 * 16))
+    NC = max(NR, (target.l2_bytes // 2 // (KC * size)) // NR * NR)
+    dom = op.update.domain
+    n_j = _extent(dom, op.j)
+    if n_j is not None:
+        NC = min(NC, -(-n_j // NR) * NR)
+    n_i = _extent(dom, op.i)
+    if n_i is not None:
+        panels = -(-n_i // MR)
+        q = 1
+        MC = MR * -(-panels // (threads * q))
+        while MC * KC * size > target.l2_bytes // 2 and MC > MR:
+            q += 1
+            MC = MR * -(-panels // (threads * q))
+    else:
+        MC = 16 * MR
+    tiles = options.get("gemm_tiles")
+    if tiles:
+        MC, NC, KC = tiles
+    batch_iters = 1
+    known = True
+    for t in op.batch:
+        e = _extent(dom, t)
+        if e is None:
+            known = False
+        else:
+            batch_iters *= e
+    parallel_batch = bool(op.batch) and (not known or batch_iters >= threads)
+    return Blocking(MR, NI, L, MC, NC, KC, parallel_batch)
+
+
+# --------------------------------------------------------------------------- tree
+
+
+def _dim_aff(space: isl.Space, pos: int) -> isl.Aff:
+    return isl.Aff.var_on_domain(isl.LocalSpace.from_space(space), isl.dim_type.set, pos)
+
+
+def _upa(aff: isl.Aff) -> isl.UnionPwAff:
+    return isl.UnionPwAff.from_pw_aff(isl.PwAff.from_aff(aff))
+
+
+def _floor_div(aff, n):
+    return aff.scale_down_val(isl.Val.int_from_si(aff.get_ctx(), n)).floor()
+
+
+def _mod(aff, n):
+    return aff.mod_val(isl.Val.int_from_si(aff.get_ctx(), n))
+
+
+def _image(members: list, domain: isl.Set) -> isl.Set:
+    um = T.band_to_union_map(members)
+    return isl.Set.from_union_set(isl.UnionSet.from_set(domain).apply(um))
+
+
+def isolate_full_tiles(prefix: list, tile: list, point: list, sizes: tuple,
+                       domain: isl.Set) -> isl.UnionSet:
+    """The AST option ``{ isolate[[prefix] -> [tile]] }`` of the tiles whose points
+    ``point`` (of extents ``sizes``) all exist in ``domain``."""
+    p, t, q = len(prefix), len(tile), len(point)
+    img = _image(prefix + tile + point, domain)         # [prefix, tile, point]
+    tiles = img.project_out(isl.dim_type.set, p + t, q)  # tiles with at least one point
+    box = tiles.insert_dims(isl.dim_type.set, p + t, q)
+    ctx = box.get_ctx()
+    for d, n in enumerate(sizes):
+        box = box.lower_bound_val(isl.dim_type.set, p + t + d, isl.Val.int_from_si(ctx, 0))
+        box = box.upper_bound_val(isl.dim_type.set, p + t + d, isl.Val.int_from_si(ctx, n - 1))
+    partial = box.subtract(img).project_out(isl.dim_type.set, p + t, q)
+    full = tiles.subtract(partial).coalesce()
+    if full.n_basic_set() > 1:
+        # isl isolates convex sets: use the convex hull when it adds no partial tile
+        hull = isl.Set.from_basic_set(full.convex_hull())
+        if hull.is_subset(full):
+            full = hull
+    m = isl.Map.from_range(full).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, p)
+    return isl.UnionSet.from_set(m.wrap().set_tuple_name("isolate"))
+
+
+def backbone_tree(op: OuterProduct, b: Blocking):
+    """The filter children (init, update) replacing the backbone's stage subtree."""
+    ispace = op.init.domain.get_space()
+    init_band = T.Band([_upa(_dim_aff(ispace, d)) for d in range(ispace.dim(isl.dim_type.set))],
+                       permutable=True, coincident=[True] * ispace.dim(isl.dim_type.set))
+    sp = op.update.domain.get_space()
+    i, j, k = _dim_aff(sp, op.i), _dim_aff(sp, op.j), _dim_aff(sp, op.k)
+    batch = [_upa(_dim_aff(sp, t)) for t in op.batch]
+    jt, kt, it = _upa(_floor_div(j, b.NC)), _upa(_floor_div(k, b.KC)), _upa(_floor_div(i, b.MC))
+    ir_ = _upa(_floor_div(_mod(i, b.MC), b.MR))
+    jr = _upa(_floor_div(_mod(j, b.NC), b.NR))
+    kk = _upa(_mod(k, b.KC))
+    ii, jj = _upa(_mod(i, b.MR)), _upa(_mod(j, b.NR))
+    prefix = batch + [jt, kt, it]
+    iso = isolate_full_tiles(prefix, [ir_, jr], [ii, jj], (b.MR, b.NR), op.update.domain)
+    point = T.Band([ii, jj], permutable=True, coincident=[True, True])
+    micro = T.Mark("cpu_microkernel", T.Band([kk], point, permutable=True))
+    regs = T.Band([ir_, jr], micro, permutable=True, coincident=[True, True], options=iso)
+    x_dim = _pos_of(op.x, op.update.iters[op.i])
+    y_dim = len(op.y.indices) - 1
+    pack_x = T.Mark(f"cpu_pack_request:{op.x.buffer.name}:{x_dim}:{b.MR}", regs)
+    tile_i = T.Band([it], pack_x, permutable=True, coincident=[True])
+    if not b.parallel_batch:
+        tile_i = T.Mark("cpu_parallel", tile_i)
+    pack_y = T.Mark(f"cpu_pack_request:{op.y.buffer.name}:{y_dim}:{b.NR}", tile_i)
+    outer = T.Band([jt, kt], pack_y, permutable=True, coincident=[True, False])
+    if batch:
+        outer = T.Band(batch, outer, permutable=True, coincident=[True] * len(batch))
+        if b.parallel_batch:
+            outer = T.Mark("cpu_parallel", outer)
+    init_f = isl.UnionSet.from_set(isl.Set.universe(ispace))
+    upd_f = isl.UnionSet.from_set(isl.Set.universe(sp))
+    return T.Sequence([T.Filter(init_f, init_band), T.Filter(upd_f, outer)])
+
+
+def _pos_of(load: ir.Load, var) -> int:
+    for d, ix in enumerate(load.indices):
+        if var in _vars(ix):
+            return d
+    return 0
+
+
+class CpuBackboneTilePass(Pass):
+    name = "cpu-backbone-tile"
+
+    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+        if not ctx.target.isa:
+            return schedule
+        domain, tree = T.from_schedule(schedule)
+        stmts = {s.name: s for s in ctx.model.statements}
+        kids = T.stage_children(tree)
+        changed = False
+        for idx, child in enumerate(kids):
+            filt = child.filter if isinstance(child, T.Filter) else domain
+            names = sorted(T.statements_of(filt), key=lambda n: [s.name for s in ctx.model.statements].index(n))
+            op = match_outer_product([stmts[n] for n in names if n in stmts])
+            if op is None or ctx.target.vector_lanes(op.dtype) <= 1:
+                continue
+            b = choose_blocking(op, ctx.target, ctx.options)
+            new = backbone_tree(op, b)
+            ctx.note(self.name, f"{op.update.stage.name}: register block {b.MR}x{b.NR} "
+                                f"({b.MR * b.NI} accumulators), tiles MC={b.MC} NC={b.NC} "
+                                f"KC={b.KC}, parallel over "
+                                f"{'batch' if b.parallel_batch else 'i tiles'}")
+            if isinstance(child, T.Filter):
+                child.child = new
+            else:
+                tree = new
+            changed = True
+        if not changed:
+            return schedule
+        return T.to_schedule(domain, tree)
