@@ -2,7 +2,9 @@
 
 Prints flattened IR (see :mod:`polycomp.lowering.flatten`).  Values of dtype
 float16/bfloat16 are computed as ``float`` and converted on load and store (the
-dtypes module's semantics); integer index arithmetic is ``int64_t``; ``//`` and ``%``
+dtypes module's semantics); int8/int32 arithmetic is carried out in ``int64_t`` and
+wrapped to its dtype after every operation (numpy's and the interpreter's semantics,
+without C's undefined signed overflow); integer index arithmetic is ``int64_t``; ``//`` and ``%``
 print as the floor-division helpers from :data:`C_PRELUDE` unless both operands are
 provably non-negative constants or the divisor is a positive constant and the
 dividend is known non-negative.
@@ -30,6 +32,9 @@ _MATH_F32 = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "er
              "abs": "fabsf", "pow": "powf", "floor": "floorf", "ceil": "ceilf"}
 _MATH_F64 = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf",
              "abs": "fabs", "pow": "pow", "floor": "floor", "ceil": "ceil"}
+
+
+_NARROW_INTS = ("int8", "int32")
 
 
 def _suffix(dtype: str) -> str:
@@ -138,6 +143,8 @@ class CLikePrinter:
         if isinstance(e, ir.Binary):
             return self.binary(e)
         if isinstance(e, ir.Unary):
+            if e.op == "neg" and e.dtype in _NARROW_INTS:
+                return f"(({self.types[e.dtype]})(-(int64_t)({self.expr(e.a)})))"
             return f"(-{self.expr(e.a)})" if e.op == "neg" else f"(!{self.expr(e.a)})"
         if isinstance(e, ir.Select):
             return f"(({self.expr(e.cond)}) ? ({self.expr(e.t)}) : ({self.expr(e.f)}))"
@@ -152,6 +159,8 @@ class CLikePrinter:
         raise NotImplementedError(f"{type(self).__name__} cannot print {type(e).__name__}")
 
     def binary(self, e: ir.Binary) -> str:
+        if e.dtype in _NARROW_INTS and e.op in ("+", "-", "*", "//", "%"):
+            return self.narrow_int_binary(e)
         a, b = self.expr(e.a), self.expr(e.b)
         if e.op in ("min", "max"):
             return f"pc_{e.op}_{_suffix(e.dtype)}({a}, {b})"
@@ -164,6 +173,16 @@ class CLikePrinter:
                 return f"({a} % {b})"
             return f"pc_floormod({a}, {b})"
         return f"({a} {e.op} {b})"
+
+    def narrow_int_binary(self, e: ir.Binary) -> str:
+        """int8/int32 ``+ - * // %``: computed in int64 (no C overflow UB, no int
+        promotion surprises) and wrapped to the dtype, as numpy and the interpreter do."""
+        a, b = self.expr(e.a), self.expr(e.b)
+        if e.op in ("//", "%"):
+            inner = self.binary(ir.Binary(e.op, e.a, e.b, "int64"))
+        else:
+            inner = f"(int64_t)({a}) {e.op} (int64_t)({b})"
+        return f"(({self.types[e.dtype]})({inner}))"
 
     # --------------------------------------------------------------- stmts
     def emit(self, line: str) -> None:
