@@ -10,12 +10,13 @@ per statement (``g`` = group position, ``p`` = position inside the group):
 * prologue stage ``P[o]``:        ``[g, 0, o]``          under a mark ``prologue``
 * backbone init ``C_init[o]``:    ``[g, 1, o, 0]``
 * backbone update ``C_upd[o,r]``: ``[g, 1, o, 1, r]``
-* epilogue stage ``E_p[o]``:      ``[g, 1, o, 2 + p]``   under a mark ``epilogue``
+* epilogue stage ``E_p[o]``:      ``[g, 1, o, 2 + p]``
 
 i.e. ``domain -> sequence(groups) -> [sequence(prologue, body)] -> band(o)`` (permutable,
 members marked coincident where :func:`band_coincidence` proves it) ``-> sequence(init,
 update -> band(r), epilogue...)``; the group's root filter is preceded by a mark
-``backbone:<class>``.  The epilogue is thus pulled out of the reduction loops but kept
+``backbone:<class>``.  (Epilogue statements are not marked: isl cannot read back a mark
+directly above a leaf; the pass notes list them.)  The epilogue is thus pulled out of the reduction loops but kept
 under the common output band (TSCompiler Fig. 7e/8c), so a later tiling of that band
 tiles the epilogue with the backbone.
 
@@ -101,6 +102,4 @@ class PatternSchedulePass(Pass):
             if s.kind == "update" and len(s.iters) > nspatial:
                 leaf = leaf.insert_partial_schedule(_reduce_band(s, nspatial, len(s.iters) - nspatial))
                 node = leaf.parent().parent()
-            elif s in epi:
-                node = leaf.insert_mark(isl.Id("epilogue")).parent().parent()
         return node

@@ -243,14 +243,14 @@ class SharedPromotionPass(Pass):
         nd = len(box.sizes)
         for axis in range(len(launch.thread_params)):
             d = nd - 1 - axis
-            if d < 0:
-                break
-            threads = launch.block[axis]
-            v = isl.Val.int_from_si(ictx, threads)
-            upa = isl.UnionPwAff.from_pw_aff(_coord(cdom, np_ + d))
             p = isl.UnionPwAff.param_on_domain_id(isl.UnionSet.from_set(cdom),
                                                   param_id(ictx, thread_param(axis, kernel)))
-            f = upa.mod_val(v).sub(p).zero_union_set()
+            if d < 0:  # more thread axes than copied dimensions: only thread 0 of this axis
+                f = p.zero_union_set()
+            else:
+                v = isl.Val.int_from_si(ictx, launch.block[axis])
+                upa = isl.UnionPwAff.from_pw_aff(_coord(cdom, np_ + d))
+                f = upa.mod_val(v).sub(p).zero_union_set()
             tf = f if tf is None else tf.intersect(f)
         if tf is not None:
             leaf = leaf.insert_filter(tf).child(0)
