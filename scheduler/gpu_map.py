@@ -7,7 +7,7 @@ sit above the point bands; ``ctx.attrs["tile_configs"][k]`` holds the thread blo
 For every tiled group (one CUDA kernel each, in tree order ``n = 0, 1, ...``):
 
 * a mark ``kernel:<n>`` is inserted above the ``tile:block`` mark;
-* the last (at most three) block-band members ``o_m`` are mapped to block parameters
+* the last (at most three) *coincident* block-band members ``o_m`` are mapped to block parameters
   ``bx<n>`` (innermost), ``by<n>``, ``bz<n>`` by the filter ``{ S : floor(o_m / T_m) =
   b_m }`` placed right above the block band — the block loops become degenerate in the
   AST, i.e. "for my block";
@@ -115,7 +115,9 @@ class GpuMappingPass(Pass):
         ictx = mark.get_ctx()
         band = mark.child(0)
         nb = band.band_n_member()
-        mapped = list(range(nb))[-3:]
+        # only coincident members may run in parallel blocks/threads
+        coinc = [bool(band.band_member_get_coincident(m)) for m in range(nb)]
+        mapped = [m for m in range(nb) if coinc[m]][-3:]
         grid, ctx_set = [], isl.Set.universe(isl.Space.params_alloc(ictx, 0))
         dom = band.get_domain()
         filt = None
@@ -130,7 +132,7 @@ class GpuMappingPass(Pass):
             f = upa.sub(_param_upa(dom, name)).zero_union_set()
             filt = f if filt is None else filt.intersect(f)
         # threads
-        tmembers = [m for m in range(len(cfg.threads)) if cfg.threads[m] > 1][-3:]
+        tmembers = [m for m in range(len(cfg.threads)) if cfg.threads[m] > 1 and coinc[m]][-3:]
         block = [1, 1, 1]
         tparams = []
         for axis, m in enumerate(reversed(tmembers)):

@@ -144,9 +144,15 @@ def nth_backbone(schedule: isl.Schedule, k: int) -> isl.ScheduleNode:
 
 
 def output_band(mark: isl.ScheduleNode) -> isl.ScheduleNode | None:
-    """The output band of a group: below its mark, after an optional prologue sequence."""
+    """The output band of a group: right below its mark, or below the last child of the
+    prologue sequence.  None for a group without output dimensions (its mark's child is
+    the init/update sequence, whose bands are reduction bands)."""
     n = mark.child(0)
     if n.get_type() == isl.schedule_node_type.sequence:
+        first = n.child(0).child(0)
+        if not (first.get_type() == isl.schedule_node_type.mark and
+                first.mark_get_id().get_name() == "prologue"):
+            return None
         n = n.child(n.n_children() - 1).child(0)
     return n if n.get_type() == isl.schedule_node_type.band else None
 
