@@ -64,17 +64,13 @@ class ScopReader(ExprReader):
         tree = self.block(items, Scope())
         arrays = tuple(a for a in order if isinstance(a, CArray))
         params = tuple(a for a in order if isinstance(a, ir.Var))
-        used = self.written | self.read_
+        # every array parameter is an argument: written ones are (in-out) outputs, all
+        # others (read or not used at all) inputs
         outputs = tuple(a for a in arrays if a.name in self.written)
-        inputs = tuple(a for a in arrays if a.name not in self.written and a.name in used)
+        inputs = tuple(a for a in arrays if a.name not in self.written)
         if not self.statements:
             raise UnsupportedConstructError(f"the SCoP of {self.name!r} has no assignment "
                                             f"to compile", self.loc(self.func.decl))
-        unused = [a.name for a in arrays if a.name not in used]
-        if unused:
-            raise UnsupportedConstructError(
-                f"array parameter(s) {', '.join(unused)} of {self.name!r} are never used in "
-                f"the SCoP; remove them", self.loc(self.func.decl))
         graph = CGraph(self.name, params, inputs, outputs, arrays, self.loc(self.func.decl))
         return CProgram(graph, list(self.statements), tree)
 

@@ -8,7 +8,12 @@ kernel each; kernels run in sequence, which is the global synchronisation betwee
 stages).  In each, the leading coincident members of the outer band (at most 3, the
 innermost first onto x) are split off and tiled with ``ctx.options["block"]`` (default
 16x16 for two members, 256 for one, 8x8x4 for three): the tile band is marked
-``gpu_blocks:<n>`` and the point band ``gpu_threads:<sizes>``.  Non-coincident members
+``gpu_blocks:<n>`` and the point band ``gpu_threads:<sizes>``.  Only members whose
+joint range over the domain is a box are mapped (a triangular nest maps its outer
+member only), since a CUDA grid cannot depend on the block index; both bands are
+generated atomically (isl's AST generator emits one loop per member, with guards
+inside, instead of separating it into several loops), since the mapping turns each
+member below a mark into exactly one block/thread loop.  Non-coincident members
 and inner bands stay below, executed sequentially per thread.  A stage without a
 coincident member runs in a single thread (``gpu_blocks:0``).  Tiling and marks do not
 change the execution order of dependent instances within a thread, and instances in
@@ -17,6 +22,8 @@ different threads are independent by coincidence, so the schedule stays legal.
 from __future__ import annotations
 
 import islpy as isl
+
+from polycomp.islutil import sets
 
 from .pass_base import Pass, ScheduleContext
 from .tree import band_coincidence
@@ -54,6 +61,8 @@ class GpuBaselineMappingPass(Pass):
         n = 0
         while n < len(coinc) and coinc[n] and n < 3:
             n += 1
+        while n > 1 and not _rectangular(node, n):  # e.g. a triangular C loop nest
+            n -= 1
         if n == 0:
             return node.insert_mark(isl.Id("gpu_blocks:0"))
         if n < node.band_n_member():
@@ -67,6 +76,35 @@ class GpuBaselineMappingPass(Pass):
         for m, s in enumerate(sizes):
             mv = mv.set_val(m, isl.Val.int_from_si(node.get_ctx(), s))
         node = node.band_tile(mv)  # tile band, child = point band
+        node = _atomic(node).child(0)
+        node = _atomic(node).parent()
         node = node.insert_mark(isl.Id(f"gpu_blocks:{n}")).child(0)
         node = node.child(0).insert_mark(isl.Id("gpu_threads:" + ",".join(map(str, sizes))))
         return node
+
+
+def _rectangular(node: isl.ScheduleNode, n: int) -> bool:
+    """Is the range of the band's first ``n`` members over its domain a box (for all
+    parameter values)?  Only then is the number of tiles along one member independent
+    of the tile index along another, as a CUDA grid requires."""
+    um = node.band_get_partial_schedule_union_map().intersect_domain(node.get_domain())
+    ranges = sets(um.range())
+    if not ranges:
+        return True
+    r = ranges[0]
+    total = r.dim(isl.dim_type.set)
+    r = r.project_out(isl.dim_type.set, n, total - n)
+    box = None
+    for k in range(n):
+        rk = r.project_out(isl.dim_type.set, k + 1, n - k - 1).project_out(isl.dim_type.set, 0, k)
+        box = rk if box is None else box.flat_product(rk)
+    return box.is_equal(r)
+
+
+def _atomic(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    """Generate each member of the band as one loop (with guards inside), not as several
+    loops split at the conditions of the statements below (``i != j``), since each
+    mapped member must be exactly one loop below its mark."""
+    for m in range(node.band_n_member()):
+        node = node.band_member_set_ast_loop_type(m, isl.ast_loop_type.atomic)
+    return node

@@ -232,6 +232,8 @@ def test_isl_scheduler(kernel, expected):
 # --------------------------------------------------------------------------- GPU baseline
 
 
+# mapped tile and point bands are generated atomically (one loop per member, no
+# separation into several loops at the conditions of the statements below)
 GPU_SCALE = """
     domain: "[N] -> { S[i] : 0 <= i < N }"
     child:
@@ -242,12 +244,14 @@ GPU_SCALE = """
           schedule: "[N] -> [{ S[i] -> [(floor((i)/256))] }]"
           permutable: 1
           coincident: [ 1 ]
+          options: "{ atomic[i0] : 0 <= i0 <= 0 }"
           child:
             mark: "gpu_threads:256"
             child:
               schedule: "[N] -> [{ S[i] -> [((i) mod 256)] }]"
               permutable: 1
               coincident: [ 1 ]
+              options: "{ atomic[i0] : 0 <= i0 <= 0 }"
 """
 
 GPU_ADD3D = """
@@ -261,6 +265,7 @@ GPU_ADD3D = """
                                    { E[i, j, k] -> [(floor((k)/8))] }]"
           permutable: 1
           coincident: [ 1, 1, 1 ]
+          options: "{ atomic[i0] : 0 <= i0 <= 2 }"
           child:
             mark: "gpu_threads:4,8,8"
             child:
@@ -268,6 +273,7 @@ GPU_ADD3D = """
                                        { E[i, j, k] -> [((k) mod 8)] }]"
               permutable: 1
               coincident: [ 1, 1, 1 ]
+              options: "{ atomic[i0] : 0 <= i0 <= 2 }"
 """
 
 # one kernel per stage; the reduction loop stays inside each thread
@@ -287,6 +293,7 @@ GPU_MATMUL_RELU = """
                                        { C_init[i, j] -> [(floor((j)/16))]; C_update[i, j, k] -> [(floor((j)/16))] }]"
               permutable: 1
               coincident: [ 1, 1 ]
+              options: "{ atomic[i0] : 0 <= i0 <= 1 }"
               child:
                 mark: "gpu_threads:16,16"
                 child:
@@ -294,6 +301,7 @@ GPU_MATMUL_RELU = """
                                            { C_init[i, j] -> [((j) mod 16)]; C_update[i, j, k] -> [((j) mod 16)] }]"
                   permutable: 1
                   coincident: [ 1, 1 ]
+                  options: "{ atomic[i0] : 0 <= i0 <= 1 }"
                   child:
                     sequence:
                     - filter: "{ C_init[i, j] }"
@@ -309,12 +317,14 @@ GPU_MATMUL_RELU = """
               schedule: "[N, K, M] -> [{ D[i, j] -> [(floor((i)/16))] }, { D[i, j] -> [(floor((j)/16))] }]"
               permutable: 1
               coincident: [ 1, 1 ]
+              options: "{ atomic[i0] : 0 <= i0 <= 1 }"
               child:
                 mark: "gpu_threads:16,16"
                 child:
                   schedule: "[N, K, M] -> [{ D[i, j] -> [((i) mod 16)] }, { D[i, j] -> [((j) mod 16)] }]"
                   permutable: 1
                   coincident: [ 1, 1 ]
+                  options: "{ atomic[i0] : 0 <= i0 <= 1 }"
 """
 
 # options["block"] = (32, 8): the innermost dimension (j) goes to x with 8 threads
@@ -328,12 +338,14 @@ GPU_ADD2D_BLOCK = """
           schedule: "[N, M] -> [{ E[i, j] -> [(floor((i)/32))] }, { E[i, j] -> [(floor((j)/8))] }]"
           permutable: 1
           coincident: [ 1, 1 ]
+          options: "{ atomic[i0] : 0 <= i0 <= 1 }"
           child:
             mark: "gpu_threads:32,8"
             child:
               schedule: "[N, M] -> [{ E[i, j] -> [((i) mod 32)] }, { E[i, j] -> [((j) mod 8)] }]"
               permutable: 1
               coincident: [ 1, 1 ]
+              options: "{ atomic[i0] : 0 <= i0 <= 1 }"
 """
 
 # after the isl scheduler fuses the shifted chain, its only loop carries a dependence:
