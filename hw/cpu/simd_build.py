@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ import tempfile
 from polycomp.errors import BuildError
 from polycomp.hw.target import cpu_flags
 
-from .build import DEFAULT_FLAGS, build_shared, compiler
+from .build import DEFAULT_FLAGS, build_shared, cache_dir, compiler
 
 SIMDE_INCLUDE = "/usr/include"
 
@@ -44,11 +45,52 @@ def has_native_avx512() -> bool:
     return "avx512f" in cpu_flags()
 
 
+_PCH_HEADER = """#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <stdint.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <math.h>
+#include <string.h>
+#include <simde/x86/avx512.h>
+#include <simde/x86/avx2.h>
+#include <simde/x86/fma.h>
+"""
+
+
+def _simde_pch() -> str | None:
+    """A precompiled header of SIMDe for :data:`SIMDE_FLAGS` (parsing SIMDe is most of a
+    SIMDe build's time); None if gcc cannot make one."""
+    key = hashlib.sha256("\0".join((compiler(),) + SIMDE_FLAGS + (_PCH_HEADER,)).encode()).hexdigest()[:16]
+    d = os.path.join(cache_dir(), f"simde_pch_{key}")
+    header = os.path.join(d, "pc_simde.h")
+    if os.path.exists(header + ".gch"):
+        return header
+    os.makedirs(d, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=d)
+    try:
+        th = os.path.join(tmp, "pc_simde.h")
+        with open(th, "w") as f:
+            f.write(_PCH_HEADER)
+        flags = [f for f in SIMDE_FLAGS if f != "-shared"]
+        r = subprocess.run([compiler(), *flags, "-x", "c-header", th, "-o", th + ".gch"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            return None
+        if not os.path.exists(header):
+            os.replace(th, header)
+        os.replace(th + ".gch", header + ".gch")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return header
+
+
 def build_simde(source: str) -> str:
     """A shared library of ``source`` with AVX-512 emulated by SIMDe."""
     if not simde_available():
         raise BuildError("SIMDe headers not found (install libsimde-dev)")
-    return build_shared(source, flags=SIMDE_FLAGS, include_dirs=(SIMDE_INCLUDE,))
+    pch = _simde_pch()
+    flags = SIMDE_FLAGS + (("-include", pch) if pch else ())
+    return build_shared(source, flags=flags, include_dirs=(SIMDE_INCLUDE,))
 
 
 def disassemble(source: str, flags=AVX512_FLAGS) -> str:
