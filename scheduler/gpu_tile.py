@@ -60,6 +60,8 @@ def default_tile_config(kind: str, ndims: int, target) -> TileConfig:
     256 per block for 1-D stages; outer dimensions of higher-rank outputs get tile 1."""
     if ndims == 0:
         return TileConfig((), (), 0)
+    if kind == "conv" and ndims == 4:   # (n, f, oh, ow): 32 filters x 4x16 pixels
+        return TileConfig((1, 32, 4, 16), (1, 8, 1, 16), 8)
     if kind in ("contraction", "conv"):
         inner = ((64, 64), (16, 16)) if ndims >= 2 else ((128,), (128,))
         k = 16 if kind == "contraction" else 8

@@ -67,9 +67,14 @@ class UnrollPointLoopsPass(Pass):
             schedule = node.get_schedule()
 
 
-def _key(band) -> str:
-    return str(band.band_get_partial_schedule())[:400] + str(band.get_tree_depth()) + \
-        str(band.get_child_position() if band.has_parent() else 0)
+def _key(band) -> tuple:
+    """The node's path from the root (setting loop types keeps the tree's shape)."""
+    path = []
+    n = band
+    while n.has_parent():
+        path.append(n.get_child_position())
+        n = n.parent()
+    return tuple(reversed(path))
 
 
 def _is_point(band) -> bool:

@@ -169,6 +169,7 @@ class SharedPromotionPass(Pass):
             nbytes = box.elements() * dt.itemsize(buf.dtype)
             plans.append((nbytes, name, buf, refs, f, box, "reuse" if reuse else "uncoalesced"))
         plans.sort(key=lambda p: p[0])
+        fusable = _fusable_prologue_producers(model, stmts)
         applied = []
         for nbytes, name, buf, refs, f, box, why in plans:
             if used.get(kernel, 0) + nbytes > budget:
@@ -181,6 +182,13 @@ class SharedPromotionPass(Pass):
             schedule = self._apply(schedule, path, kernel, launch, model, ctx, promos, name,
                                    buf, refs, prefix, box, why, nbytes, k)
             applied.append(promos[-1])
+            if name in fusable:
+                promos[-1].producer = fusable[name]
+                schedule = _drop_statements(schedule, [s for s in model.statements
+                                                       if s.stage is fusable[name]])
+                ctx.note(self.name, f"kernel {kernel}: prologue {name} fused into the copy of "
+                                    f"{name}: it is computed while copying and never stored "
+                                    f"in global memory")
         if applied:
             schedule = self._barriers(schedule, path, prefix, applied, counter)
         return schedule
@@ -283,6 +291,43 @@ def _original_site(node):
         seq = node.child(0)
         node = seq.child(seq.n_children() - 1).child(0)
     return node
+
+
+def _fusable_prologue_producers(model, site_stmts) -> dict:
+    """Arrays produced by a prologue stage (see classify.fusion_groups) that only the
+    statements of this site read and that are not kernel outputs: their promotion copy
+    can evaluate the producer instead of loading the array."""
+    from .classify import fusion_groups
+    out = {}
+    names = {s.name for s in site_stmts}
+    live_out = {b.name for b in model.live_out}
+    for g in fusion_groups(model.graph):
+        for st in g.prologue:
+            arr = st.output.buffer.name
+            if st.is_reduction or arr in live_out:
+                continue
+            readers = {s.name for s in model.statements
+                       if any(a.kind == "read" and a.buffer.name == arr for a in s.accesses)}
+            if readers and readers <= names:
+                out[arr] = st
+    return out
+
+
+def _drop_statements(schedule, stmts):
+    """Execute none of ``stmts``: an empty filter below the filter that holds them."""
+    names = {s.name for s in stmts}
+
+    def holds(n):
+        if n.get_type() != isl.schedule_node_type.filter:
+            return False
+        got = {x.get_tuple_name() for x in _sets(n.filter_get_filter())}
+        return bool(got) and got <= names
+    for path in _paths(schedule.get_root(), holds):
+        node = node_at(schedule, path)
+        empty = isl.UnionSet.empty(node.filter_get_filter().get_space())
+        schedule = node.child(0).insert_filter(empty).get_schedule()
+        break
+    return schedule
 
 
 def _root(node):
