@@ -85,6 +85,8 @@ class _Fuser:
         om = isl.UnionMap.from_union_pw_aff(outer)
         new_prefix = om if prefix is None else prefix.flat_range_product(om)
         inner = self.sequence(inner, new_prefix)
+        if len(inner.children) == 1:          # everything fused further down
+            inner = inner.children[0].child
         permutable = all(c.child.permutable for c in group)
         band = T.Band([outer], inner, permutable, [True])
         return T.Filter(_filter_union(group), band)
@@ -102,4 +104,4 @@ class CpuFusePass(Pass):
         if n_after == n_before:
             return schedule
         ctx.note(self.name, f"fused {n_before} stage subtrees into {n_after}")
-        return T.to_schedule(domain, fused)
+        return T.to_schedule(domain, fused.children[0].child if n_after == 1 else fused)

@@ -1,0 +1,113 @@
+"""Golden schedule-tree tests of the CPU schedule passes: a program-order tree in, the
+expected tree out (isl text), compared with ``isl.Schedule.plain_is_equal`` after a text
+round trip; every output is also checked for legality against the model's dependences.
+
+The target is fixed (cpu-avx512 with 32 KiB L1, 1 MiB L2, 2 threads) so tile sizes do not
+depend on the machine running the tests.
+"""
+import dataclasses
+
+import islpy as isl
+import pytest
+
+import polycomp as pc
+from polycomp.hw.target import get_target
+from polycomp.scheduler.cpu_backbone_tile import CpuBackboneTilePass
+from polycomp.scheduler.cpu_fuse import CpuFusePass
+from polycomp.scheduler.cpu_pack import CpuPackPass
+from polycomp.scheduler.cpu_parallel import CpuParallelPass
+from polycomp.scheduler.pass_base import ScheduleContext
+from polycomp.scheduler.tree import violated_dependences
+
+N, M, K = pc.sym("N M K")
+
+@pc.tensor_expr
+def softmax(x: pc.Tensor[(N, M), "float32"]):
+    r = pc.reduce_axis(M, "r")
+    mx = pc.compute((N,), lambda i: pc.max(x[i, r], axis=r), name="mx")
+    e = pc.compute((N, M), lambda i, j: pc.exp(x[i, j] - mx[i]), name="e")
+    q = pc.reduce_axis(M, "q")
+    s = pc.compute((N,), lambda i: pc.sum(e[i, q], axis=q), name="s")
+    return pc.compute((N, M), lambda i, j: e[i, j] / s[i], name="y")
+
+@pc.tensor_expr
+def bias_gelu(x: pc.Tensor[(N, M), "float32"], b: pc.Tensor[(M,), "float32"]):
+    t = pc.compute((N, M), lambda i, j: x[i, j] + b[j], name="t")
+    return pc.compute((N, M), lambda i, j: 0.5 * t[i, j] * (1.0 + pc.erf(t[i, j] * 0.7071067811865476)), name="y")
+
+@pc.tensor_expr
+def colmax_then_scale(x: pc.Tensor[(N, M), "float32"]):
+    r = pc.reduce_axis(N, "r")
+    mx = pc.compute((M,), lambda j: pc.max(x[r, j], axis=r), name="mx")
+    return pc.compute((N, M), lambda i, j: x[i, j] / mx[j], name="y")
+
+@pc.tensor_expr
+def matmul(A: pc.Tensor[(N, K), "float32"], B: pc.Tensor[(K, M), "float32"]):
+    k = pc.reduce_axis(K, "k")
+    return pc.compute((N, M), lambda i, j: pc.sum(A[i, k] * B[k, j], axis=k), name="C")
+
+
+TARGET = dataclasses.replace(get_target("cpu-avx512"), l1_bytes=32 * 1024,
+                             l2_bytes=1024 * 1024, threads=2)
+
+SOFTMAX_FUSE = '{ domain: "[N, M] -> { s_init[i] : N > 0 and M > 0 and 0 <= i < N; mx_update[i, r] : N > 0 and M > 0 and 0 <= i < N and 0 <= r < M; mx_init[i] : N > 0 and M > 0 and 0 <= i < N; e[i, j] : N > 0 and M > 0 and 0 <= i < N and 0 <= j < M; y[i, j] : N > 0 and M > 0 and 0 <= i < N and 0 <= j < M; s_update[i, q] : N > 0 and M > 0 and 0 <= i < N and 0 <= q < M }", child: { schedule: "[N, M] -> [{ mx_update[i, r] -> [(i)]; s_init[i] -> [(i)]; y[i, j] -> [(i)]; e[i, j] -> [(i)]; s_update[i, q] -> [(i)]; mx_init[i] -> [(i)] }]", permutable: 1, coincident: [ 1 ], child: { sequence: [ { filter: "[N, M] -> { mx_update[i, r]; mx_init[i] }", child: { sequence: [ { filter: "[N, M] -> { mx_init[i] }" }, { filter: "[N, M] -> { mx_update[i, r] }", child: { schedule: "[N, M] -> [{ mx_update[i, r] -> [(r)] }]" } } ] } }, { filter: "[N, M] -> { e[i, j] }", child: { schedule: "[N, M] -> [{ e[i, j] -> [(j)] }]", permutable: 1 } }, { filter: "[N, M] -> { s_init[i]; s_update[i, q] }", child: { sequence: [ { filter: "[N, M] -> { s_init[i] }" }, { filter: "[N, M] -> { s_update[i, q] }", child: { schedule: "[N, M] -> [{ s_update[i, q] -> [(q)] }]" } } ] } }, { filter: "[N, M] -> { y[i, j] }", child: { schedule: "[N, M] -> [{ y[i, j] -> [(j)] }]", permutable: 1 } } ] } } }'
+
+BIAS_GELU_FUSE = '{ domain: "[N, M] -> { t[i, j] : N > 0 and M > 0 and 0 <= i < N and 0 <= j < M; y[i, j] : N > 0 and M > 0 and 0 <= i < N and 0 <= j < M }", child: { schedule: "[N, M] -> [{ y[i, j] -> [(i)]; t[i, j] -> [(i)] }]", permutable: 1, coincident: [ 1 ], child: { schedule: "[N, M] -> [{ y[i, j] -> [(j)]; t[i, j] -> [(j)] }]", permutable: 1, coincident: [ 1 ], child: { sequence: [ { filter: "[N, M] -> { t[i, j] }" }, { filter: "[N, M] -> { y[i, j] }" } ] } } } }'
+
+COLMAX_FUSE = '{ domain: "[N, M] -> { mx_update[j, r] : N > 0 and M > 0 and 0 <= j < M and 0 <= r < N; mx_init[j] : N > 0 and M > 0 and 0 <= j < M; y[i, j] : N > 0 and M > 0 and 0 <= i < N and 0 <= j < M }", child: { sequence: [ { filter: "[N, M] -> { mx_update[j, r]; mx_init[j] }", child: { schedule: "[N, M] -> [{ mx_update[j, r] -> [(j)]; mx_init[j] -> [(j)] }]", permutable: 1, child: { sequence: [ { filter: "[N, M] -> { mx_init[j] }" }, { filter: "[N, M] -> { mx_update[j, r] }", child: { schedule: "[N, M] -> [{ mx_update[j, r] -> [(r)] }]" } } ] } } }, { filter: "[N, M] -> { y[i, j] }", child: { schedule: "[N, M] -> [{ y[i, j] -> [(i)] }, { y[i, j] -> [(j)] }]", permutable: 1 } } ] } }'
+
+SOFTMAX_PARALLEL = '{ domain: "[N, M] -> { s_init[i] : N > 0 and M > 0 and 0 <= i < N; mx_update[i, r] : N > 0 and M > 0 and 0 <= i < N and 0 <= r < M; mx_init[i] : N > 0 and M > 0 and 0 <= i < N; e[i, j] : N > 0 and M > 0 and 0 <= i < N and 0 <= j < M; y[i, j] : N > 0 and M > 0 and 0 <= i < N and 0 <= j < M; s_update[i, q] : N > 0 and M > 0 and 0 <= i < N and 0 <= q < M }", child: { mark: "cpu_parallel", child: { schedule: "[N, M] -> [{ mx_update[i, r] -> [(i)]; s_init[i] -> [(i)]; y[i, j] -> [(i)]; e[i, j] -> [(i)]; s_update[i, q] -> [(i)]; mx_init[i] -> [(i)] }]", permutable: 1, coincident: [ 1 ], child: { sequence: [ { filter: "[N, M] -> { mx_update[i, r]; mx_init[i] }", child: { sequence: [ { filter: "[N, M] -> { mx_init[i] }" }, { filter: "[N, M] -> { mx_update[i, r] }", child: { schedule: "[N, M] -> [{ mx_update[i, r] -> [(r)] }]" } } ] } }, { filter: "[N, M] -> { e[i, j] }", child: { schedule: "[N, M] -> [{ e[i, j] -> [(j)] }]", permutable: 1 } }, { filter: "[N, M] -> { s_init[i]; s_update[i, q] }", child: { sequence: [ { filter: "[N, M] -> { s_init[i] }" }, { filter: "[N, M] -> { s_update[i, q] }", child: { schedule: "[N, M] -> [{ s_update[i, q] -> [(q)] }]" } } ] } }, { filter: "[N, M] -> { y[i, j] }", child: { schedule: "[N, M] -> [{ y[i, j] -> [(j)] }]", permutable: 1 } } ] } } } }'
+
+MATMUL_BACKBONE = '{ domain: "[N, K, M] -> { C_init[i, j] : N > 0 and K > 0 and M > 0 and 0 <= i < N and 0 <= j < M; C_update[i, j, k] : N > 0 and K > 0 and M > 0 and 0 <= i < N and 0 <= j < M and 0 <= k < K }", child: { sequence: [ { filter: "[N, K, M] -> { C_init[i, j] }", child: { schedule: "[N, K, M] -> [{ C_init[i, j] -> [(i)] }, { C_init[i, j] -> [(j)] }]", permutable: 1, coincident: [ 1, 1 ] } }, { filter: "[N, K, M] -> { C_update[i, j, k] }", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [(floor((j)/512))] }, { C_update[i, j, k] -> [(floor((k)/256))] }]", permutable: 1, coincident: [ 1, 0 ], child: { mark: "cpu_pack_request:B:1:64", child: { mark: "cpu_parallel", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [(floor((i)/96))] }]", permutable: 1, coincident: [ 1 ], child: { mark: "cpu_pack_request:A:0:6", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [(floor((i)/6) - 16*floor((i)/96))] }, { C_update[i, j, k] -> [(floor((j)/64) - 8*floor((j)/512))] }]", permutable: 1, coincident: [ 1, 1 ], options: "[N, K, M] -> { isolate[[i0, i1, i2] -> [i3, i4]] : i0 >= 0 and i1 >= 0 and 256i1 < K and i2 >= 0 and 0 <= i3 <= 15 and 6i3 <= -6 + N - 96i2 and 0 <= i4 <= 7 and 64i4 <= -64 + M - 512i0 }", child: { mark: "cpu_microkernel", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [((k) mod 256)] }]", permutable: 1, child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [((i) mod 6)] }, { C_update[i, j, k] -> [((j) mod 64)] }]", permutable: 1, coincident: [ 1, 1 ] } } } } } } } } } } ] } }'
+
+MATMUL_PACK = '{ domain: "[N, K, M] -> { C_init[i, j] : N > 0 and K > 0 and M > 0 and 0 <= i < N and 0 <= j < M; C_update[i, j, k] : N > 0 and K > 0 and M > 0 and 0 <= i < N and 0 <= j < M and 0 <= k < K }", child: { sequence: [ { filter: "[N, K, M] -> { C_init[i, j] }", child: { schedule: "[N, K, M] -> [{ C_init[i, j] -> [(i)] }, { C_init[i, j] -> [(j)] }]", permutable: 1, coincident: [ 1, 1 ] } }, { filter: "[N, K, M] -> { C_update[i, j, k] }", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [(floor((j)/512))] }, { C_update[i, j, k] -> [(floor((k)/256))] }]", permutable: 1, coincident: [ 1, 0 ], child: { mark: "cpu_pack:B|panel=1x64|box=256x512|origin=[N, K, M] -> { [i0, i1] -> [((256i1) : N > 0 and i0 >= 0 and 512i0 < M and i1 >= 0 and 256i1 < K), ((512i0) : N > 0 and i0 >= 0 and 512i0 < M and i1 >= 0 and 256i1 < K)] }", child: { mark: "cpu_parallel", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [(floor((i)/96))] }]", permutable: 1, coincident: [ 1 ], child: { mark: "cpu_pack:A|panel=0x6|box=96x256|origin=[N, K, M] -> { [i0, i1, i2] -> [((96i2) : i0 >= 0 and 512i0 < M and i1 >= 0 and 256i1 < K and i2 >= 0 and 96i2 < N), ((256i1) : i0 >= 0 and 512i0 < M and i1 >= 0 and 256i1 < K and i2 >= 0 and 96i2 < N)] }", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [(floor((i)/6) - 16*floor((i)/96))] }, { C_update[i, j, k] -> [(floor((j)/64) - 8*floor((j)/512))] }]", permutable: 1, coincident: [ 1, 1 ], options: "[N, K, M] -> { isolate[[i0, i1, i2] -> [i3, i4]] : i0 >= 0 and i1 >= 0 and 256i1 < K and i2 >= 0 and 0 <= i3 <= 15 and 6i3 <= -6 + N - 96i2 and 0 <= i4 <= 7 and 64i4 <= -64 + M - 512i0 }", child: { mark: "cpu_microkernel", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [((k) mod 256)] }]", permutable: 1, child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [((i) mod 6)] }, { C_update[i, j, k] -> [((j) mod 64)] }]", permutable: 1, coincident: [ 1, 1 ] } } } } } } } } } } ] } }'
+
+
+CASES = {
+    "softmax_fuse": (softmax, [CpuFusePass], SOFTMAX_FUSE),
+    "bias_gelu_fuse": (bias_gelu, [CpuFusePass], BIAS_GELU_FUSE),
+    "colmax_fuse": (colmax_then_scale, [CpuFusePass], COLMAX_FUSE),
+    "softmax_parallel": (softmax, [CpuFusePass, CpuParallelPass], SOFTMAX_PARALLEL),
+    "matmul_backbone": (matmul, [CpuBackboneTilePass], MATMUL_BACKBONE),
+    "matmul_pack": (matmul, [CpuBackboneTilePass, CpuPackPass], MATMUL_PACK),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_tree(case):
+    kernel, passes, expected = CASES[case]
+    model = kernel.polyhedral_model()
+    ctx = ScheduleContext(model, TARGET, {})
+    sched = model.initial_schedule
+    for p in passes:
+        sched = p().run(sched, ctx)
+    again = isl.Schedule.read_from_str(model.ctx, sched.to_str())
+    want = isl.Schedule.read_from_str(model.ctx, expected)
+    assert again.plain_is_equal(want), f"{case}:\n{sched.to_str()}"
+    assert violated_dependences(sched, model.dependences).is_empty()
+
+
+def test_fuse_keeps_unfusable_stages_apart():
+    """A column reduction feeding a row-wise stage cannot share the outer loop."""
+    model = colmax_then_scale.polyhedral_model()
+    ctx = ScheduleContext(model, TARGET, {})
+    out = CpuFusePass().run(model.initial_schedule, ctx)
+    assert out.plain_is_equal(model.initial_schedule)
+    assert "cpu-fuse" not in ctx.notes
+
+
+def test_backbone_register_block_fits_the_register_file():
+    from polycomp.scheduler.cpu_backbone_tile import register_block
+    for regs in (16, 32):
+        mr, ni = register_block(regs)
+        assert mr * ni + ni + 1 <= regs
+    assert register_block(32) == (6, 4)      # 6 x 64 floats on AVX-512
+    assert register_block(16) == (6, 2)      # 6 x 16 floats on AVX2
+
+
+def test_backbone_needs_vectors():
+    """The scalar C target keeps the program-order tree."""
+    model = matmul.polyhedral_model()
+    ctx = ScheduleContext(model, get_target("c"), {})
+    assert CpuBackboneTilePass().run(model.initial_schedule, ctx).plain_is_equal(
+        model.initial_schedule)
