@@ -23,7 +23,8 @@ a value written before the kernel (a flow dependence from outside the kernel); a
 ``copy_out`` statement (after the site) stores it back when ``X`` is live after the
 kernel (an output of the kernel graph, or read by another kernel).  A temporary that
 lives entirely in registers is never allocated in global memory.  Registers are
-private, so no barrier is needed.  Guarantees: every access to a promoted element goes
+private, so no barrier is needed; the copy loops are unrolled (the box has at most
+``max_per_array`` elements) so the registers are indexed by constants.  Guarantees: every access to a promoted element goes
 to the thread's register copy, which holds the element's current value, and the
 global array holds the final value wherever it is live afterwards.
 """
@@ -182,6 +183,8 @@ class RegisterPromotionPass(Pass):
             isl.dim_type.out, 0, np_).reset_tuple_id(isl.dim_type.out)
         leaf = sub.child(0).insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(
             isl.UnionMap.from_map(band)))
+        for m in range(leaf.band_n_member()):  # constant register indices
+            leaf = leaf.band_member_set_ast_loop_type(m, isl.ast_loop_type.unroll)
         return _root(leaf)
 
 

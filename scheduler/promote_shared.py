@@ -20,8 +20,9 @@ is promoted when
 
 A promoted group gets a ``__shared__`` buffer of the box size and an extension subtree
 grafted before the site: ``copy_<A>_<n>[p, a]`` for ``a`` in the box (intersected with
-the array's extent), its innermost dimensions mapped cyclically onto ``tx``/``ty`` (so a
-warp reads consecutive elements: coalesced), followed by a ``sync`` statement.  A
+the array's extent), the box's row-major elements dealt to the block's threads in
+turn (a warp reads consecutive elements: coalesced, and writes 32 consecutive words:
+no bank conflict), followed by a ``sync`` statement.  A
 second ``sync`` is grafted after the site when the site lies inside a loop of the
 kernel (the next iteration's copies would overwrite data still being read) — only the
 barriers these two dependences need.  If the array is produced by a fused *prologue*
@@ -247,28 +248,14 @@ class SharedPromotionPass(Pass):
         cdom = ext.range()
         band_um = isl.Map.identity(isl.Space.map_from_set(cdom.get_space())).project_out(
             isl.dim_type.out, 0, np_).reset_tuple_id(isl.dim_type.out)
-        tf = None
         nd = len(box.sizes)
-        for axis in range(len(launch.thread_params)):
-            d = nd - 1 - axis
-            p = isl.UnionPwAff.param_on_domain_id(isl.UnionSet.from_set(cdom),
-                                                  param_id(ictx, thread_param(axis, kernel)))
-            if d < 0:  # more thread axes than copied dimensions: only thread 0 of this axis
-                f = p.zero_union_set()
-            else:
-                v = isl.Val.int_from_si(ictx, launch.block[axis])
-                upa = isl.UnionPwAff.from_pw_aff(_coord(cdom, np_ + d))
-                f = upa.mod_val(v).sub(p).zero_union_set()
-            tf = f if tf is None else tf.intersect(f)
+        tf = _linear_copy_filter(cdom, np_, box, launch, kernel)
         if tf is not None:
             leaf = leaf.insert_filter(tf).child(0)
         leaf = leaf.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(
             isl.UnionMap.from_map(band_um)))
-        per_thread = 1
-        for d, size in enumerate(box.sizes):
-            axis = nd - 1 - d
-            p = launch.block[axis] if axis < len(launch.thread_params) else 1
-            per_thread *= -(-size // p)
+        nthreads = launch.block[0] * launch.block[1] * launch.block[2]
+        per_thread = -(-box.elements() // nthreads)
         if per_thread <= 16:  # each thread's copies unrolled (constant offsets)
             for m in range(leaf.band_n_member()):
                 leaf = leaf.band_member_set_ast_loop_type(m, isl.ast_loop_type.unroll)
@@ -334,6 +321,63 @@ def _root(node):
     while node.has_parent():
         node = node.parent()
     return node
+
+
+def _linear_copy_filter(cdom: isl.Set, np_: int, box, launch, kernel) -> isl.UnionSet | None:
+    """``{ copy[p, a] : flat(a - offset(p)) mod T = tid }``: the box is copied in
+    row-major order by the block's ``T`` threads, thread ``tid = tx + bx*(ty + by*tz)``
+    taking elements ``tid, tid + T, ...`` — consecutive threads touch consecutive
+    elements of the innermost dimension, so global loads are coalesced and the shared
+    stores of a warp hit 32 consecutive words (no bank conflict)."""
+    if not launch.thread_params:
+        return None
+    sp = cdom.get_space()
+    ls = isl.LocalSpace.from_space(sp)
+    ictx = cdom.get_ctx()
+    prefix_vars = isl.AffList.alloc(ictx, np_)
+    for i in range(np_):
+        prefix_vars = prefix_vars.add(isl.Aff.var_on_domain(ls, isl.dim_type.set, i))
+    nd = len(box.sizes)
+    flat = isl.Aff.zero_on_domain(ls)
+    for d in range(nd):
+        coef = 1
+        for s2 in box.sizes[d + 1:]:
+            coef *= s2
+        off = box.offsets[d]
+        proj_space = isl.Space.map_from_domain_and_range(
+            sp, isl.Space.set_from_params(sp.params()).add_dims(isl.dim_type.set, np_))
+        proj = isl.MultiAff.from_aff_list(proj_space.align_params(off.get_space()),
+                                          _aligned_list(prefix_vars, off.get_space(), ictx))
+        off_c = off.align_params(proj.get_space()).pullback_multi_aff(proj)
+        term = _aligned(isl.Aff.var_on_domain(ls, isl.dim_type.set, np_ + d), off_c, "sub")
+        flat = _aligned(flat, term.scale_val(isl.Val.int_from_si(ictx, coef)), "add")
+    total = launch.block[0] * launch.block[1] * launch.block[2]
+    tid = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(flat.get_domain_space()))
+    scale = 1
+    for axis, name in enumerate(launch.thread_params):
+        pid = param_id(ictx, name)
+        dspace = flat.get_domain_space()
+        if dspace.find_dim_by_name(isl.dim_type.param, name) < 0:
+            dspace = dspace.align_params(isl.Set.read_from_str(ictx, f"[{name}] -> {{ : }}").get_space())
+        t = isl.Aff.param_on_domain_space_id(dspace, pid)
+        tid = _aligned(tid, t.scale_val(isl.Val.int_from_si(ictx, scale)), "add")
+        scale *= launch.block[axis]
+    cond = _aligned(flat.mod_val(isl.Val.int_from_si(ictx, total)), tid, "sub").zero_basic_set()
+    return isl.UnionSet.from_set(isl.Set.from_basic_set(cond))
+
+
+def _aligned(a: isl.Aff, b: isl.Aff, op: str) -> isl.Aff:
+    """``a op b`` after aligning the parameters of both."""
+    a = a.align_params(b.get_space())
+    b = b.align_params(a.get_space())
+    return getattr(a, op)(b)
+
+
+def _aligned_list(lst, space, ictx):
+    out = isl.AffList.alloc(ictx, lst.n_aff())
+    for i in range(lst.n_aff()):
+        out = out.add(lst.get_at(i).align_params(space))
+    return out
 
 
 def _coord(s: isl.Set, d: int) -> isl.PwAff:
