@@ -62,10 +62,11 @@ class OuterProduct:
     batch: list          # positions in the update domain
     i: int
     j: int
-    k: int
+    k: list              # positions of the reduce dimensions
     x: ir.Load           # the operand without j (broadcast in the micro-kernel)
-    y: ir.Load           # the operand with j last (vector loads)
+    y: ir.Load           # the operand with j in its last index (vector loads)
     dtype: str
+    direct: bool         # conv-like: no packing, all reduce dimensions in the micro-kernel
 
 
 def _vars(e) -> set:
@@ -78,13 +79,36 @@ def _strip_casts(e):
     return e
 
 
+def _unit_in(e, v) -> bool:
+    """``e == v + (terms without v)``."""
+    from polycomp.lowering.vectorize import affine_in
+    a = affine_in(e, v)
+    return a is not None and a[0] == 1
+
+
+def _operand(e):
+    """``(load, guarded)`` of a multiplicand: a load, or a padding ``select(c, load, 0)``."""
+    e = _strip_casts(e)
+    if isinstance(e, ir.Load):
+        return e, False
+    if isinstance(e, ir.Select) and isinstance(_strip_casts(e.t), ir.Load) and \
+            ir.is_const(e.f, 0.0):
+        return _strip_casts(e.t), True
+    return None, False
+
+
 def match_outer_product(statements) -> OuterProduct | None:
-    """The outer-product structure of a reduction stage's (init, update), or None."""
+    """The outer-product structure of a reduction stage's (init, update), or None.
+
+    GEMM form (packed operands, tiled reduction): one reduce axis and ``Y[.., j]``.
+    Direct form (convolutions): several reduce axes and/or ``Y[.., j + r]`` possibly
+    under a padding ``select``; the operands are read in place.
+    """
     if len(statements) != 2 or statements[0].kind != "init" or statements[1].kind != "update":
         return None
     init, upd = statements
     stage = upd.stage
-    if stage.reduce_op != "sum" or len(stage.reduce_axes) != 1:
+    if stage.reduce_op != "sum" or not stage.reduce_axes:
         return None
     dtype = upd.write.dtype
     if dtype not in ("float32", "float64"):
@@ -96,31 +120,33 @@ def match_outer_product(statements) -> OuterProduct | None:
     body = _strip_casts(val.b)
     if not (isinstance(body, ir.Binary) and body.op == "*"):
         return None
-    a, b = _strip_casts(body.a), _strip_casts(body.b)
-    if not (isinstance(a, ir.Load) and isinstance(b, ir.Load)):
-        return None
-    if a.dtype != dtype or b.dtype != dtype:
+    (a, ga), (b, gb) = _operand(body.a), _operand(body.b)
+    if a is None or b is None or a.dtype != dtype or b.dtype != dtype:
         return None
     spatial = list(stage.iters)
     if len(spatial) < 2:
         return None
     j = spatial[-1]
-    k = stage.reduce_axes[0].var
-    for x, y in ((a, b), (b, a)):
-        if not (y.indices and y.indices[-1] is j):
+    red = [ax.var for ax in stage.reduce_axes]
+    for (x, gx), (y, gy) in (((a, ga), (b, gb)), ((b, gb), (a, ga))):
+        if gx or not (y.indices and _unit_in(y.indices[-1], j)):
             continue
         if any(j in _vars(ix) for ix in y.indices[:-1]) or any(j in _vars(ix) for ix in x.indices):
             continue
         xv = set().union(*(_vars(ix) for ix in x.indices))
         yv = set().union(*(_vars(ix) for ix in y.indices))
-        if k not in xv or k not in yv:
+        if not all(r in xv or r in yv for r in red):
             continue
         cands = [t for t in range(len(spatial) - 1) if spatial[t] in xv and spatial[t] not in yv]
         if not cands:
             continue
         i = cands[-1]
         batch = [t for t in range(len(spatial) - 1) if t != i]
-        return OuterProduct(init, upd, batch, i, len(spatial) - 1, len(spatial), x, y, dtype)
+        direct = gy or len(red) != 1 or y.indices[-1] is not j or \
+            not (red[0] in xv and red[0] in yv)
+        return OuterProduct(init, upd, batch, i, len(spatial) - 1,
+                            list(range(len(spatial), len(spatial) + len(red))), x, y, dtype,
+                            direct)
     return None
 
 
@@ -170,14 +196,21 @@ def _extent(domain: isl.Set, pos: int) -> int | None:
 
 def choose_blocking(op: OuterProduct, target, options: dict) -> Blocking:
     L = target.vector_lanes(op.dtype)
-    MR, NI = options.get("gemm_register") or register_block(target.vector_registers)
+    dom = op.update.domain
+    n_j = _extent(dom, op.j)
+    if options.get("gemm_register"):
+        MR, NI = options["gemm_register"]
+    else:
+        MR, NI = register_block(target.vector_registers)
+        if n_j is not None and n_j < NI * L:
+            # narrow outputs (convolutions over small images): fewer, wider-in-i tiles
+            NI = max(1, n_j // L)
+            MR = min(16, (target.vector_registers - NI - 1) // NI)
     NR = NI * L
     size = dt.itemsize(op.dtype)
     threads = max(1, target.threads)
     KC = max(64, min(256, (target.l1_bytes // (4 * MR * size)) // 16 * 16))
     NC = max(NR, (target.l2_bytes // 2 // (KC * size)) // NR * NR)
-    dom = op.update.domain
-    n_j = _extent(dom, op.j)
     if n_j is not None:
         NC = min(NC, -(-n_j // NR) * NR)
     n_i = _extent(dom, op.i)
@@ -258,7 +291,33 @@ def backbone_tree(op: OuterProduct, b: Blocking):
     init_band = T.Band([_upa(_dim_aff(ispace, d)) for d in range(ispace.dim(isl.dim_type.set))],
                        permutable=True, coincident=[True] * ispace.dim(isl.dim_type.set))
     sp = op.update.domain.get_space()
-    i, j, k = _dim_aff(sp, op.i), _dim_aff(sp, op.j), _dim_aff(sp, op.k)
+    init_f = isl.UnionSet.from_set(isl.Set.universe(ispace))
+    upd_f = isl.UnionSet.from_set(isl.Set.universe(sp))
+    update = (direct_tree if op.direct else gemm_tree)(op, b, sp)
+    return T.Sequence([T.Filter(init_f, init_band), T.Filter(upd_f, update)])
+
+
+def direct_tree(op: OuterProduct, b: Blocking, sp):
+    """Convolution-like backbones: operands read in place, every reduce dimension inside
+    the micro-kernel, parallel over the batch dimensions (output rows)."""
+    i, j = _dim_aff(sp, op.i), _dim_aff(sp, op.j)
+    batch = [_upa(_dim_aff(sp, t)) for t in op.batch]
+    tile = [_upa(_floor_div(i, b.MR)), _upa(_floor_div(j, b.NR))]
+    ii, jj = _upa(_mod(i, b.MR)), _upa(_mod(j, b.NR))
+    iso = isolate_full_tiles(batch, tile, [ii, jj], (b.MR, b.NR), op.update.domain)
+    point = T.Band([ii, jj], permutable=True, coincident=[True, True])
+    red = T.Band([_upa(_dim_aff(sp, t)) for t in op.k], point, permutable=True)
+    regs = T.Band(tile, T.Mark("cpu_microkernel", red), permutable=True,
+                  coincident=[True, True], options=iso)
+    if not batch:
+        return T.Mark("cpu_parallel", regs)
+    return T.Mark("cpu_parallel", T.Band(batch, regs, permutable=True,
+                                         coincident=[True] * len(batch)))
+
+
+def gemm_tree(op: OuterProduct, b: Blocking, sp):
+    """Matmul-like backbones: cache tiles, packed operands, the micro-kernel."""
+    i, j, k = _dim_aff(sp, op.i), _dim_aff(sp, op.j), _dim_aff(sp, op.k[0])
     batch = [_upa(_dim_aff(sp, t)) for t in op.batch]
     jt, kt, it = _upa(_floor_div(j, b.NC)), _upa(_floor_div(k, b.KC)), _upa(_floor_div(i, b.MC))
     ir_ = _upa(_floor_div(_mod(i, b.MC), b.MR))
@@ -282,9 +341,7 @@ def backbone_tree(op: OuterProduct, b: Blocking):
         outer = T.Band(batch, outer, permutable=True, coincident=[True] * len(batch))
         if b.parallel_batch:
             outer = T.Mark("cpu_parallel", outer)
-    init_f = isl.UnionSet.from_set(isl.Set.universe(ispace))
-    upd_f = isl.UnionSet.from_set(isl.Set.universe(sp))
-    return T.Sequence([T.Filter(init_f, init_band), T.Filter(upd_f, outer)])
+    return outer
 
 
 def _pos_of(load: ir.Load, var) -> int:

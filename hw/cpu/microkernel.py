@@ -33,19 +33,18 @@ _count = [0]
 
 
 def _match(body):
-    """``(k_loop, ii_loop, jj_loop, store, rest)`` of a full register tile, or None."""
-    lk = body
-    if not isinstance(lk, ir.For):
+    """``(k_loops, ii_loop, jj_loop, store, rest)`` of a full register tile, or None."""
+    loops = []
+    node = body
+    while isinstance(node, ir.For):
+        loops.append(node)
+        node = node.body
+    if len(loops) < 3 or not isinstance(node, ir.Store) or node.lanes != 1:
         return None
-    li = lk.body
-    if not (isinstance(li, ir.For) and isinstance(li.extent, ir.IntImm)):
+    *lk, li, lj = loops
+    if not (isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm)):
         return None
-    lj = li.body
-    if not (isinstance(lj, ir.For) and isinstance(lj.extent, ir.IntImm)):
-        return None
-    st = lj.body
-    if not isinstance(st, ir.Store) or st.lanes != 1:
-        return None
+    st = node
     v = st.value
     if not (isinstance(v, ir.Binary) and v.op == "+"):
         return None
@@ -62,7 +61,7 @@ def _tile(lk, li, lj, st, rest, lanes_of):
     if L <= 1 or NR % L or not ir.is_const(li.min, 0) or not ir.is_const(lj.min, 0):
         return None
     c = st.indices[0]
-    if index_coeff(c, lj.var) != 1 or uses(c, lk.var):
+    if index_coeff(c, lj.var) != 1 or any(uses(c, k.var) for k in lk):
         return None
     if _reads(rest, st.buffer):
         return None
@@ -90,9 +89,11 @@ def _tile(lk, li, lj, st, rest, lanes_of):
             r = w.expr(ir.substitute(rest, {li.var: ir.IntImm(i)}))
             updates.append(ir.Store(acc, (slot(i, u),),
                                     ir.Binary("+", ir.Load(acc, (slot(i, u),), D, L), r, D), L))
-    kloop = ir.For(lk.var, lk.min, lk.extent, lk.kind, ir.seq(*updates),
-                   lk.annotations + (("microkernel", f"{MR}x{NR}"),))
-    return ir.Allocate(acc, ir.seq(*loads, kloop, *stores))
+    body = ir.seq(*updates)
+    for k in reversed(lk):
+        body = ir.For(k.var, k.min, k.extent, k.kind, body,
+                      k.annotations + (("microkernel", f"{MR}x{NR}"),))
+    return ir.Allocate(acc, ir.seq(*loads, body, *stores))
 
 
 def _reads(e, buf) -> bool:
