@@ -584,6 +584,9 @@ def _build(loop, an, plan, tail, reduce_unroll):
         out = ir.seq(*inits, out)
         for red in plan.reductions.values():
             out = ir.Allocate(red.acc, out)
+    if const_n is None:  # a loop with extent <= 0 runs no iteration, but the floor
+        # divisions above would give a non-empty tail (and remainder vectors) for it
+        out = ir.IfThenElse(ir.Binary(">", n, ir.IntImm(0), "bool"), out)
     return out
 
 

@@ -562,8 +562,9 @@ void f(int N, float A[N], float B[N]) {
 # --------------------------------------------------------------------------- random SCoPs
 # Random affine loop nests (up/down/strided loops, triangular and min bounds, ifs,
 # loop-carried dependences through in-place updates) are compiled by polycomp and by
-# gcc directly; both run on the same arrays and must agree (polycomp's C backend, the
-# interpreter, and the IR of the baseline CUDA mapping run by the reference interpreter).
+# gcc directly; both run on the same arrays and must agree (polycomp's C backend, its
+# vectorising "cpu" backend for this machine, the interpreter, and the IR of the
+# baseline CUDA mapping run by the reference interpreter).
 
 
 def _gcc_reference(src, name, tmp_path):
@@ -650,11 +651,36 @@ def test_random_scops_agree_with_gcc(tmp_path_factory, src, n, m, seed):
         outs = run_func(f, dict(zip(k.inputs, arrays[:n_in])), sizes,
                         dict(zip(k.outputs, arrays[n_in:])))
         return tuple(outs[o] for o in k.outputs)
-    for run in (build(k, "c"), lambda *a, **p: interpret(k, *a, **p), run_gpu_ir):
+    for run in (build(k, "c"), build(k, "cpu"), lambda *a, **p: interpret(k, *a, **p),
+                run_gpu_ir):
         got = run(*args, N=n, M=m)
         got = got if isinstance(got, tuple) else (got,)
         for name, g in zip(k.outputs, got):
             np.testing.assert_allclose(g, want[name], rtol=1e-9, atol=1e-9, err_msg=src)
+
+
+EMPTY_VECTOR_LOOP = r"""
+void rnd(int N, int M, double A[N + 4][N + M + 4], double B[N + 4][N + M + 4]) {
+  for (int i = 1; i < N + 1; i += 2) {
+    for (int j = 1; j < M - 1; j++)
+      A[i + 1][j + 0] += A[i + 2][j + 2] + A[i + 2][j + 0] * -1.25;
+    B[i + 2][1] -= A[i + 2][2] * 0.5;
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["c", "cpu"])
+def test_empty_inner_loop_vectorised(tmp_path, target):
+    # M = 1: the j loop has a negative extent; the vectoriser's floor divisions used to
+    # run a masked tail of 7 lanes for it
+    k = read_c_kernel(EMPTY_VECTOR_LOOP)
+    rng = np.random.default_rng(6)
+    for n, m in ((2, 1), (3, 2), (5, 13)):
+        A, B = (rand(rng, n + 4, n + m + 4, dtype=np.float64) for _ in range(2))
+        want = _gcc_reference(EMPTY_VECTOR_LOOP, "rnd", tmp_path)(n, m, A, B)
+        for g, w in zip(build(k, target)(A, B, N=n, M=m), want):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
 
 
 TRIANGLE = r"""
