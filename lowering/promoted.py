@@ -9,7 +9,10 @@ records.  Here:
   of the statement coordinates converted with :func:`polycomp.affine.aff_to_ir`);
 * ``copy_in`` extension statements ``copy[p, a]`` store ``array[a]`` (or, for a fused
   producer, the producer's expression at ``a``) into ``local``; ``copy_out`` statements
-  store ``local`` back into ``array``; ``sync`` statements are barriers.
+  store ``local`` back into ``array``; ``sync`` statements are barriers;
+  ``warp_allreduce`` statements combine a privatised accumulator across the 32 lanes
+  of a warp with a ``__shfl_xor_sync`` butterfly; ``store_lane0`` statements have lane
+  0 store it.
 """
 from __future__ import annotations
 
@@ -92,6 +95,19 @@ def _copy_builder(p, kind, nprefix, params, model):
             return ir.Store(p.local, lidx, value)
         if kind == "copy_out":
             return ir.Store(p.array, a, ir.Load(p.local, lidx, p.array.dtype))
+        zero = tuple(ir.IntImm(0) for _ in p.local.shape)
+        if kind == "warp_allreduce":   # butterfly: every lane ends with the warp's result
+            v = ir.Load(p.local, zero, p.local.dtype)
+            out = []
+            for off in (16, 8, 4, 2, 1):
+                other = ir.Call("__shfl_xor_sync", (ir.IntImm(0xFFFFFFFF, "int64"), v, ir.IntImm(off, "int32")),
+                                p.local.dtype, pure=False)
+                out.append(ir.Store(p.local, zero, ir.Binary(p.combine, v, other, p.local.dtype)))
+            return ir.Block(tuple(out))
+        if kind == "store_lane0":
+            lane = params[p.lane_param]
+            return ir.IfThenElse(ir.Binary("==", lane, ir.IntImm(0), "bool"),
+                                 ir.Store(p.array, a, ir.Load(p.local, zero, p.array.dtype)))
         raise PolycompInternalError(f"unknown copy kind {kind}")
     return make
 

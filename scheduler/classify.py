@@ -86,6 +86,7 @@ class FusionGroup:
     kind: str                        # class of the backbone
     epilogue: list = field(default_factory=list)
     prologue: list = field(default_factory=list)
+    rows: int | None = None          # for kind "rowreduce": the number of row dimensions
 
     @property
     def stages(self) -> list:
@@ -158,3 +159,89 @@ def _inputs_ready(t, members, stages, taken, backbone) -> bool:
             continue
         return False
     return True
+
+
+# --------------------------------------------------------------------------- row runs
+
+
+@dataclass
+class RowRun:
+    """Consecutive stages over the same rows ``R`` (the first ``rank`` output dims of
+    every stage, same extents): reductions whose output is exactly ``R`` (reducing
+    trailing axes) and row-wise stages ``R x (j...)``; every read of a run member is at
+    the row ``[i]`` (a reduction's result, broadcast along the row) or at the reader's
+    own point.  AStitch's regional stitching keeps such a run in one kernel."""
+    stages: list
+    rank: int
+
+
+def _reads_of(stage, producer) -> list:
+    return [ld for ld in _loads(stage.body) if ld.buffer is producer.output.buffer]
+
+
+def _row_compatible(stage, producer, rank) -> bool:
+    own = tuple(stage.iters) + tuple(stage.reduce_axes)   # the reader's own point
+    for ld in _reads_of(stage, producer):
+        n = len(ld.indices)
+        if n == rank:     # the producer's row value
+            if not all(ld.indices[d] is stage.iters[d] for d in range(rank)):
+                return False
+        elif n == len(own) and n > rank:   # the same point
+            if not all(ld.indices[d] is own[d] for d in range(n)):
+                return False
+        else:
+            return False
+    return True
+
+
+def row_runs(graph, rank: int = 1) -> list[RowRun]:
+    """Maximal runs of at least two stages, or a single reduction, over ``rank`` rows
+    that contain a reduction (see :class:`RowRun`)."""
+    from polycomp.lowering.simplify import const_difference
+    runs, cur = [], []
+
+    def same_rows(a, b):
+        sa, sb = a.output.shape, b.output.shape
+        return len(sa) >= rank and len(sb) >= rank and all(
+            x is y or const_difference(x, y) == 0 for x, y in zip(sa[:rank], sb[:rank]))
+
+    def fits(s):
+        if s.is_reduction:
+            if len(s.iters) != rank:
+                return False
+        elif len(s.iters) < rank:
+            return False
+        if cur and not same_rows(cur[0], s):
+            return False
+        return all(_row_compatible(s, p, rank) for p in cur if _reads_of(s, p))
+
+    def close():
+        if cur and any(s.is_reduction for s in cur):
+            runs.append(RowRun(list(cur), rank))
+
+    for s in graph.stages:
+        if fits(s):
+            cur.append(s)
+        else:
+            close()
+            cur = [s] if fits_alone(s, rank) else []
+    close()
+    return runs
+
+
+def fits_alone(s, rank) -> bool:
+    return (s.is_reduction and len(s.iters) == rank) or (not s.is_reduction and len(s.iters) >= rank)
+
+
+def with_row_runs(groups: list, runs: list) -> list:
+    """Replace the groups that exactly cover a row run by one ``rowreduce`` group."""
+    out = list(groups)
+    for run in runs:
+        members = set(run.stages)
+        covering = [g for g in out if set(g.prologue + g.stages) & members]
+        if {st for g in covering for st in g.prologue + g.stages} != members:
+            continue
+        first = out.index(covering[0])
+        out = [g for g in out if g not in covering]
+        out.insert(first, FusionGroup(run.stages[0], "rowreduce", list(run.stages[1:]), [], run.rank))
+    return out

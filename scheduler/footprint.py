@@ -50,6 +50,8 @@ class Promotion:
     copies: dict = field(default_factory=dict)
     producer: object = None      # Stage inlined into the copy-in (prologue fusion)
     reason: str = ""
+    combine: str = ""            # privatised reductions: the combining operator
+    lane_param: str = ""         # privatised reductions: the lane id parameter
 
 
 def prefix_space_map(node: isl.ScheduleNode) -> isl.UnionMap:

@@ -90,7 +90,7 @@ class GpuMappingPass(Pass):
     def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
         launches = ctx.attrs.setdefault("gpu_launch", {})
         cfgs = ctx.attrs.get("tile_configs", {})
-        n = 0
+        n = len(launches)  # kernels mapped by earlier passes keep their numbers
         while True:
             mark = find_first(schedule, lambda x: x.get_type() == isl.schedule_node_type.mark
                               and x.mark_get_id().get_name().startswith("tile:block:")

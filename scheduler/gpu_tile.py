@@ -207,6 +207,8 @@ class GpuTilingPass(Pass):
         reduce_tiles = {}
         # 1. block tiles of every group's output band
         for k, kind in enumerate(kinds):
+            if kind == "rowreduce":   # mapped by RowReductionMappingPass
+                continue
             band = output_band(nth_backbone(schedule, k))
             if band is None:
                 ctx.note(self.name, f"group {k} ({kind}): no output band, not tiled")

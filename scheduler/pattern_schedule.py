@@ -20,9 +20,18 @@ directly above a leaf; the pass notes list them.)  The epilogue is thus pulled o
 under the common output band (TSCompiler Fig. 7e/8c), so a later tiling of that band
 tiles the epilogue with the backbone.
 
+*Row stitching* (AStitch's regional scheme): a run of stages over the same rows ``R``
+— reductions to ``R`` and row-wise stages ``R x J`` reading run members only at the row
+or at their own point (:func:`~polycomp.scheduler.classify.row_runs`) — becomes one
+group ``backbone:rowreduce``: a band over ``R`` above the sequence of all its statements,
+each with a band over its own inner (reduce or row-wise) dimensions.  Every read of a run
+member is at the same row, so the consumer's per-row read footprint is contained in the
+producer's per-row write footprint.
+
 Guarantees: every flow dependence into an epilogue statement comes from a statement of
-the same output point ``o`` that is earlier in the inner sequence, or from an earlier
-group; hence the schedule is legal (checked in debug mode).  A kernel whose stages are
+the same output point ``o`` (the same row, for a stitched group) that is earlier in the
+inner sequence, or from an earlier group; hence the schedule is legal (checked in
+debug mode).  A kernel whose stages are
 not all classified falls back to the program-order tree; ``options["isl_scheduler"]``
 is handled by the isl scheduler pass instead.
 """
@@ -30,7 +39,7 @@ from __future__ import annotations
 
 import islpy as isl
 
-from .classify import fusion_groups
+from .classify import fusion_groups, row_runs, with_row_runs
 from .pass_base import Pass, ScheduleContext
 from .tree import _band_map, _reduce_band, _stmt_filter, mark_coincidence, union_set_list
 
@@ -44,6 +53,8 @@ class PatternSchedulePass(Pass):
             ctx.note(self.name, "no DSL stages: kept the front end's schedule tree")
             return schedule
         groups = fusion_groups(m.graph)
+        if ctx.options.get("row_stitching", True):
+            groups = with_row_runs(groups, row_runs(m.graph))
         by_stage: dict = {}
         for s in m.statements:
             by_stage.setdefault(s.stage, []).append(s)
@@ -88,7 +99,7 @@ class PatternSchedulePass(Pass):
     def _body(self, node, g, by_stage, ictx, deps):
         bb = by_stage[g.backbone]
         epi = [s for st in g.epilogue for s in by_stage[st]]
-        nspatial = len(g.backbone.iters)
+        nspatial = g.rows if g.rows is not None else len(g.backbone.iters)
         node = self._output_band(node, bb + epi, nspatial, deps)
         if nspatial:
             node = node.child(0)
@@ -99,7 +110,7 @@ class PatternSchedulePass(Pass):
         for k, part in enumerate(parts):
             s = part[0]
             leaf = node.child(k).child(0)
-            if s.kind == "update" and len(s.iters) > nspatial:
+            if len(s.iters) > nspatial:  # reduce axes, or a row-wise stage's inner dims
                 leaf = leaf.insert_partial_schedule(_reduce_band(s, nspatial, len(s.iters) - nspatial))
                 node = leaf.parent().parent()
         return node

@@ -98,7 +98,10 @@ class RegisterPromotionPass(Pass):
             if s.write.name not in [w.name for w in written]:
                 written.append(s.write)
         used = 0
+        already = {p.array.name for p in promos if p.kernel == kernel}
         for buf in written:
+            if buf.name in already:   # privatised by an earlier pass (row reductions)
+                continue
             refs = [(s, a) for s in stmts for a in s.accesses if a.buffer.name == buf.name]
             why = self._refuse(refs, nd)
             if why:

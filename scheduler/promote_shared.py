@@ -215,9 +215,7 @@ class SharedPromotionPass(Pass):
         while x.has_parent() and not (x.get_type() == isl.schedule_node_type.mark and
                                       x.mark_get_id().get_name().startswith("kernel:")):
             x = x.parent()
-        names = {m.get_tuple_name(isl.dim_type.in_) for m in maps(x.get_subtree_schedule_union_map())} \
-            if x.n_children() else set()
-        dom_names = {s.get_tuple_name() for s in _sets(x.get_domain())} if x.has_parent() else names
+        dom_names = {s.get_tuple_name() for s in _sets(x.get_domain())}
         out = set()
         for s in model.statements:
             if s.name in dom_names:

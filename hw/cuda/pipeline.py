@@ -7,6 +7,7 @@ from polycomp.lowering.flatten import flatten
 from polycomp.lowering.simplify import simplify
 from polycomp.scheduler.gpu_baseline import GpuBaselineMappingPass
 from polycomp.scheduler.gpu_map import GpuMappingPass
+from polycomp.scheduler.gpu_rowreduce import RowReductionMappingPass
 from polycomp.scheduler.gpu_tile import GpuTilingPass
 from polycomp.scheduler.pattern_schedule import PatternSchedulePass
 from polycomp.scheduler.gpu_unroll import UnrollPointLoopsPass
@@ -22,7 +23,7 @@ def schedule_passes(target: Target, options: dict) -> list:
     if options.get("gpu") == "baseline":
         return [GpuBaselineMappingPass()]
     passes = [] if options.get("isl_scheduler") else [PatternSchedulePass()]
-    passes += [GpuTilingPass(), GpuMappingPass()]
+    passes += [GpuTilingPass(), RowReductionMappingPass(), GpuMappingPass()]
     if options.get("promote", True):
         passes += [SharedPromotionPass(), RegisterPromotionPass()]
     if options.get("unroll", True):

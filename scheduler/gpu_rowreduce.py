@@ -1,0 +1,205 @@
+"""Pass: map stitched row groups onto warps; reductions in registers and warp shuffles.
+
+Assumes: groups marked ``backbone:rowreduce`` by
+:class:`~polycomp.scheduler.pattern_schedule.PatternSchedulePass`: a one-member row
+band ``B(i)`` above a sequence of statement filters, each with a band over its own
+inner dimensions (a reduction's reduce axes, a row-wise stage's columns) or none
+(reduction inits).
+
+Mapping (one kernel ``kernel:<n>`` per group, ``RB = rows_per_block`` warps per block):
+
+* row ``i`` goes to block ``bx<n> = floor(i / RB)`` and warp ``ty<n> = i mod RB`` (a
+  filter above the row band, which becomes degenerate);
+* within a row, the innermost member ``c`` of every inner band is dealt to the warp's
+  lanes cyclically: a filter ``c mod 32 = tx<n>`` above the band (consecutive lanes read
+  consecutive columns: coalesced);
+* every reduction's accumulator is *privatised*: the reads and writes of ``R[i]`` in the
+  kernel go to a per-lane register (``local``, one element), initialised by every lane
+  (the init statements are not lane-mapped), updated with the lane's columns, then
+  combined by an extension statement ``allreduce_R`` grafted after the update band:
+  a butterfly of ``__shfl_xor_sync`` over offsets 16, 8, 4, 2, 1 that leaves the row's
+  result in every lane.  The row-wise consumers read it from that register (AStitch's
+  register stitching: the reduced value never goes to memory); when ``R`` is live after
+  the kernel, an extension statement ``store_R`` has lane 0 store it.
+
+Guarantees: a row is processed by exactly one warp, whose lanes cover every column
+once; the butterfly makes the per-lane partial results (an associative, commutative
+``+``/``max``/``min``) into the row's result in all lanes before any later statement of
+the row reads it, since the statements of a row keep their order; the shuffles are
+executed by all 32 lanes of the warp (they are not under a lane filter).  The
+summation order differs from the sequential one (a tree), as for any parallel
+reduction.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from polycomp import ir
+from polycomp.islutil import maps
+
+from .footprint import Box, Promotion
+from .gpu_map import KernelLaunch, _as_param, _intersect_params, _member_range, _param_upa, \
+    block_param, thread_param
+from .gpu_tile import find_first
+from .pass_base import Pass, ScheduleContext
+from .promote_shared import _paths, node_at
+
+LANES = 32
+
+
+def _is_rowreduce(n) -> bool:
+    return n.get_type() == isl.schedule_node_type.mark and \
+        n.mark_get_id().get_name() == "backbone:rowreduce"
+
+
+class RowReductionMappingPass(Pass):
+    name = "gpu-row-reduction"
+
+    def __init__(self, rows_per_block: int = 8):
+        self.rb = rows_per_block
+
+    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+        launches = ctx.attrs.setdefault("gpu_launch", {})
+        promos = ctx.attrs.setdefault("promotions", [])
+        while True:
+            mark = find_first(schedule, lambda n: _is_rowreduce(n) and not _done(n))
+            if mark is None:
+                return schedule
+            n = len(launches)
+            schedule, launch, kctx = self._map(mark, n, ctx, promos)
+            launches[n] = launch
+            prev = ctx.attrs.get("ast_context")
+            ctx.attrs["ast_context"] = kctx if prev is None else _intersect_params(prev, kctx)
+            ctx.note(self.name, f"kernel {n}: rows -> {self.rb} warps per block, columns -> "
+                                f"{LANES} lanes; grid {[str(g) for g in launch.grid]}")
+
+    def _map(self, mark, n, ctx, promos):
+        ictx = mark.get_ctx()
+        band = mark.child(0)
+        if band.get_type() != isl.schedule_node_type.band or band.band_n_member() != 1:
+            raise ValueError("row group without a one-member row band")
+        dom = band.get_domain()
+        rng = _member_range(band, 0)
+        bx, ty, tx = block_param(0, n), thread_param(1, n), thread_param(0, n)
+        rb = isl.Val.int_from_si(ictx, self.rb)
+        grid = rng.dim_max(0).div(isl.PwAff.val_on_domain(rng.dim_max(0).domain(), rb)).floor() \
+            .add_constant_val(isl.Val.one(ictx))
+        kctx = isl.Set.read_from_str(ictx, f"[{ty}, {tx}] -> {{ : 0 <= {ty} < {self.rb} and 0 <= {tx} < {LANES} }}")
+        blocks = _as_param(_block_range(rng, self.rb, ictx), bx)
+        kctx = _intersect_params(kctx, blocks)
+        row = band.band_get_partial_schedule().get_union_pw_aff(0)
+        filt = row.scale_down_val(rb).floor().sub(_param_upa(dom, bx)).zero_union_set() \
+            .intersect(row.mod_val(rb).sub(_param_upa(dom, ty)).zero_union_set())
+        node = mark.insert_mark(isl.Id(f"kernel:{n}")).child(0).child(0)   # the row band
+        node = node.insert_filter(filt.intersect(dom))
+        schedule = node.get_schedule()
+        # lanes over the innermost member of every inner band
+        while True:
+            inner = find_first(schedule, lambda x: x.get_type() == isl.schedule_node_type.band
+                               and _in_kernel(x, n) and _parent_is_seq_filter(x))
+            if inner is None:
+                break
+            m = inner.band_n_member() - 1
+            upa = inner.band_get_partial_schedule().get_union_pw_aff(m)
+            lane = upa.mod_val(isl.Val.int_from_si(ictx, LANES)).sub(
+                _param_upa(inner.get_domain(), tx)).zero_union_set()
+            schedule = inner.insert_filter(lane).get_schedule()
+        schedule = self._privatise(schedule, n, ctx, promos, tx)
+        return schedule, KernelLaunch([grid], (LANES, self.rb, 1), (bx,), (tx, ty)), kctx
+
+    def _privatise(self, schedule, n, ctx, promos, tx):
+        model = ctx.model
+        kn = node_at(schedule, _paths(schedule.get_root(), lambda x: x.get_type() == isl.schedule_node_type.mark
+                                      and x.mark_get_id().get_name() == f"kernel:{n}")[0])
+        names = {m.get_tuple_name(isl.dim_type.in_) for m in maps(_subtree_domain(kn))}
+        stmts = [s for s in model.statements if s.name in names]
+        reductions = [s for s in stmts if s.kind == "update"]
+        live_out = {b.name for b in model.live_out}
+        for upd in reductions:
+            buf = upd.write
+            k = len(promos)
+            local = ir.Buffer(f"{buf.name}_part{k}", buf.dtype, (ir.IntImm(1),) * len(buf.shape), "local")
+            rank = len(buf.shape)
+            promo = Promotion(buf, local, n, Box([], [1] * rank, [1] * rank), reason="row reduction")
+            for s in stmts:
+                if any(a.buffer.name == buf.name for a in s.accesses):
+                    sp = s.domain.get_space()
+                    ls = isl.LocalSpace.from_space(sp)
+                    promo.offsets[s.name] = [isl.Aff.var_on_domain(ls, isl.dim_type.set, d)
+                                             for d in range(rank)]
+            readers_outside = any(a.kind == "read" and a.buffer.name == buf.name
+                                  for s in model.statements if s.name not in names for a in s.accesses)
+            promo.combine = {"+": "+", "max": "max", "min": "min"}[upd.value.op]
+            promo.lane_param = tx
+            # graft the butterfly (and lane 0's store) after the update's band
+            path = _paths(schedule.get_root(), lambda x: x.get_type() == isl.schedule_node_type.filter
+                          and _filter_names(x) == {upd.name})[0]
+            seq_child = node_at(schedule, path).child(0)            # the lane filter
+            prefix = seq_child.get_prefix_schedule_union_map()
+            rows = None
+            for mm in maps(prefix):
+                rows = mm.range() if rows is None else rows.union(mm.range())
+            rows = _drop_ids(rows.coalesce(), [tx])
+            ar = f"allreduce_{buf.name}_{k}"
+            promo.copies[ar] = ("warp_allreduce", 1)
+            ext = isl.Map.from_domain_and_range(rows, isl.Set.read_from_str(ictx_of(rows), f"{{ {ar}[] }}"))
+            tree = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext))
+            if buf.name in live_out or readers_outside:
+                st = f"store_{buf.name}_{k}"
+                promo.copies[st] = ("store_lane0", 1)
+                ident = isl.Map.identity(isl.Space.map_from_set(rows.get_space())).intersect_domain(rows)
+                ext2 = ident.range_product(ident).flatten_range().set_tuple_name(isl.dim_type.out, st)
+                tree2 = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext2))
+                seq_child = seq_child.graft_after(tree2)
+            seq_child = seq_child.graft_after(tree)
+            schedule = seq_child.get_schedule()
+            promos.append(promo)
+        return schedule
+
+
+def ictx_of(obj):
+    return obj.get_ctx()
+
+
+def _block_range(rng: isl.Set, rb: int, ictx) -> isl.Set:
+    """{ [b] : b = floor(i / rb) for some row i }."""
+    m = isl.Map.read_from_str(ictx, f"{{ [i] -> [b] : b = floor(i / {rb}) }}")
+    return rng.apply(m.align_params(rng.get_space()))
+
+
+def _drop_ids(s: isl.Set, names) -> isl.Set:
+    for name in names:
+        pos = s.find_dim_by_name(isl.dim_type.param, name)
+        if pos >= 0:
+            s = s.project_out(isl.dim_type.param, pos, 1)
+    return s
+
+
+def _subtree_domain(kn) -> isl.UnionMap:
+    return kn.get_subtree_schedule_union_map() if kn.n_children() else isl.UnionMap.empty(kn.get_domain().get_space())
+
+
+def _filter_names(n) -> set:
+    from polycomp.islutil import sets
+    return {x.get_tuple_name() for x in sets(n.filter_get_filter())}
+
+
+def _in_kernel(node, n) -> bool:
+    x = node
+    while x.has_parent():
+        x = x.parent()
+        if x.get_type() == isl.schedule_node_type.mark and x.mark_get_id().get_name() == f"kernel:{n}":
+            return True
+    return False
+
+
+def _parent_is_seq_filter(band) -> bool:
+    """An inner band: the child of a statement filter of the row sequence."""
+    p = band.parent()
+    return p.get_type() == isl.schedule_node_type.filter and p.has_parent() and \
+        p.parent().get_type() == isl.schedule_node_type.sequence
+
+
+def _done(mark) -> bool:
+    return mark.has_parent() and mark.parent().get_type() == isl.schedule_node_type.mark and \
+        mark.parent().mark_get_id().get_name().startswith("kernel:")
