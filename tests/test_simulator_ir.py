@@ -10,7 +10,8 @@ from hypothesis import given, strategies as st
 
 from polycomp import ir
 from polycomp.hw.cuda.codegen import emit_cuda
-from polycomp.hw.cuda.simulator import (BarrierDivergenceError, GlobalWriteConflictError,
+from polycomp.hw.cuda.simulator import (BarrierDivergenceError, GlobalMemoryRaceError,
+                                        GlobalWriteConflictError,
                                         LaunchError, OutOfBoundsError,
                                         SharedMemoryRaceError, SimulatorError,
                                         WarpSyncError, simulate)
@@ -469,3 +470,84 @@ def test_redundant_identical_shared_stores_are_not_races():
     assert rep.ok
     with pytest.raises(SharedMemoryRaceError, match="write-write in one instruction"):
         simulate(redundant_copy(lambda A, tx, ty: A[tx] + ir.cast(ty, "float32")), A)
+
+
+# --------------------------------------------------------------------------- global races
+
+def exchange(split, barrier=False):
+    """G[i] = 2 * A[i] (i = b*32 + t), then out[i] = G[source(b, t)]: reading what
+    another thread wrote.  ``split`` puts the two phases in separate kernels (a launch
+    boundary orders them); otherwise they share a kernel, where a barrier orders the
+    threads of one block and nothing orders different blocks."""
+    A, out = buf("A", (64,)), buf("out", (64,))
+    G = buf("G", (64,))
+    b, t = V("b"), V("t")
+    i = b * 32 + t
+
+    def launch(body):
+        return gpu(b, 2, "gpu_block", "x", gpu(t, 32, "gpu_thread", "x", body, 32))
+
+    def make(source):
+        write = ir.Store(G, (i,), A[i] * 2.0)
+        read = ir.Store(out, (i,), G[source(b, t)])
+        if split:
+            return kernel("xchg", [], [A], [out], launch(write), launch(read), temps=[G])
+        return kernel("xchg", [], [A], [out], launch(ir.seq(
+            write, ir.barrier() if barrier else None, read)), temps=[G])
+    return make
+
+
+OTHER_BLOCK = lambda b, t: ((1 - b) * 32 + t)                 # noqa: E731
+SAME_BLOCK = lambda b, t: (b * 32 + (t + 1) % 32)             # noqa: E731
+
+
+def test_global_race_between_blocks_of_one_kernel():
+    A = np.arange(64, dtype=np.float32)
+    # separate kernels: ordered by the launch boundary
+    out, rep = simulate(exchange(split=True)(OTHER_BLOCK), A)
+    np.testing.assert_array_equal(out, np.roll(A * 2, 32))
+    assert rep.ok
+    # one kernel, reading the other block's element: a barrier does not help
+    for barrier in (False, True):
+        with pytest.raises(GlobalMemoryRaceError, match="read-after-write") as e:
+            simulate(exchange(split=False, barrier=barrier)(OTHER_BLOCK), A)
+        assert "block (1, 0, 0)" in str(e.value) and "block (0, 0, 0)" in str(e.value)
+    # within a block, the barrier orders the write before the read
+    out, rep = simulate(exchange(split=False, barrier=True)(SAME_BLOCK), A)
+    np.testing.assert_array_equal(out, (A * 2).reshape(2, 32)[:, np.r_[1:32, 0]].ravel())
+    assert rep.ok
+    with pytest.raises(GlobalMemoryRaceError):
+        simulate(exchange(split=False)(SAME_BLOCK), A)
+    _, rep = simulate(exchange(split=False)(SAME_BLOCK), A, strict=False)
+    assert rep.finding_counts == {"global-race": 1}
+    _, rep = simulate(exchange(split=False)(SAME_BLOCK), A, global_races=False)
+    assert rep.ok
+
+
+def test_read_modify_write_after_barrier_is_ordered():
+    """Thread t reads X[t ^ 1] (another thread's element), barrier, then every thread
+    updates its own X[t]: the update is ordered after the other thread's read."""
+    A, X = buf("A", (32,)), buf("X", (32,))
+    S = buf("S", (32,), "local")
+    t = V("t")
+    body = ir.Allocate(S, ir.seq(
+        ir.Store(S, (i64(0),), X[(t // 2) * 2 + (1 - t % 2)]),
+        ir.barrier(),
+        ir.Store(X, (t,), X[t] + A[t] + S[i64(0)])))
+    f = kernel("rmw", [], [A], [X], gpu(V("b"), 1, "gpu_block", "x",
+                                        gpu(t, 32, "gpu_thread", "x", body, 32)))
+    f.attrs["inout"] = ("X",)
+    A_ = np.arange(32, dtype=np.float32)
+    X0 = np.ones(32, np.float32)
+    out, rep = simulate(f, A_, X0)
+    np.testing.assert_array_equal(out, X0 + A_ + 1)
+    assert rep.ok
+    # without the barrier, thread t's update races with thread t^1's read of X[t]
+    body2 = ir.Allocate(S, ir.seq(
+        ir.Store(S, (i64(0),), X[(t // 2) * 2 + (1 - t % 2)]),
+        ir.Store(X, (t,), X[t] + A[t] + S[i64(0)])))
+    f2 = kernel("rmw", [], [A], [X], gpu(V("b"), 1, "gpu_block", "x",
+                                         gpu(t, 32, "gpu_thread", "x", body2, 32)))
+    f2.attrs["inout"] = ("X",)
+    with pytest.raises(GlobalMemoryRaceError, match="write-after-read"):
+        simulate(f2, A_, X0)

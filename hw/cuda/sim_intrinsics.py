@@ -116,9 +116,7 @@ def syncthreads(sim, call, active):
                     f"barrier is under thread-dependent control flow)",
                     int(partial.sum()))
     sim.stats.barriers += int(arrived.sum())
-    blocks = np.flatnonzero(arrived)
-    for mem in sim.live_shared():
-        mem.tracker.reset_blocks(blocks)
+    sim.block_barrier(np.flatnonzero(arrived))
     return 0
 
 

@@ -1,9 +1,10 @@
 """What the CUDA simulator found and counted: errors, findings, counters, the report.
 
 A *finding* is a violation of CUDA's execution model that the simulator detected while
-running a kernel: a shared-memory race, a divergent ``__syncthreads``, a warp-level
-intrinsic whose member mask does not match the threads that reach it, or several
-threads storing different values to one global element in the same instruction.  In
+running a kernel: a shared-memory race, a global-memory race within a launch (a special
+case: several threads storing different values to one global element in the same
+instruction), a divergent ``__syncthreads``, or a warp-level intrinsic whose member
+mask does not match the threads that reach it.  In
 strict mode (the default) the first finding raises the matching
 :class:`SimulatorError` subclass; otherwise findings are collected in the
 :class:`SimReport`, and execution goes on (with the values a lock-step execution
@@ -59,7 +60,12 @@ class WarpSyncError(SimulatorError):
     execute it (a named thread did not arrive, or a caller is not in its own mask)."""
 
 
-class GlobalWriteConflictError(SimulatorError):
+class GlobalMemoryRaceError(SimulatorError):
+    """Two threads accessed one global element within a kernel launch, at least one
+    writing, with nothing ordering them (different blocks, or no barrier between)."""
+
+
+class GlobalWriteConflictError(GlobalMemoryRaceError):
     """Several threads stored different values to one global element in one
     instruction (the result is whichever write the hardware happens to keep)."""
 
@@ -69,6 +75,7 @@ FINDING_ERRORS = {
     "barrier-divergence": BarrierDivergenceError,
     "warp-sync": WarpSyncError,
     "global-write-conflict": GlobalWriteConflictError,
+    "global-race": GlobalMemoryRaceError,
 }
 
 

@@ -34,14 +34,13 @@ Execution model (what the printed ``.cu`` does):
   handler table :data:`~polycomp.hw.cuda.sim_intrinsics.INTRINSICS`; math calls are the
   interpreter's.
 * Lock-step execution would hide missing synchronisation, so the simulator checks for
-  it: shared-memory races between barriers, divergent barriers, warp intrinsics whose
-  member masks do not match the arriving threads, and conflicting global stores within
-  one instruction (see :mod:`~polycomp.hw.cuda.sim_report`).  ``strict=True`` raises
+  it: shared-memory races between barriers, global-memory races within a launch
+  (:mod:`~polycomp.hw.cuda.sim_races`), divergent barriers, and warp intrinsics whose
+  member masks do not match the arriving threads (see
+  :mod:`~polycomp.hw.cuda.sim_report`).  ``strict=True`` raises
   the first; ``strict=False`` records them all in the :class:`SimReport`.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -54,15 +53,18 @@ from polycomp.shapes import caller_arrays, eval_int, infer_params
 from .codegen import KernelInfo, split_kernels
 from .sim_counters import global_sectors, shared_wavefronts
 from .sim_intrinsics import INTRINSICS, WARP
-from .sim_memory import GlobalMemory, LocalMemory, SharedMemory, poisoned, same_values
+from .sim_memory import GlobalMemory, LocalMemory, SharedMemory, poisoned
+from .sim_races import GlobalRaceTracker, same_values
 from .sim_report import (FINDING_ERRORS, BarrierDivergenceError, Finding,  # noqa: F401
-                         GlobalWriteConflictError, KernelStats, LaunchError,
+                         GlobalMemoryRaceError, GlobalWriteConflictError, KernelStats,
+                         LaunchError,
                          OutOfBoundsError, SharedMemoryRaceError, SimReport,
                          SimulatorError, WarpSyncError)
 
 __all__ = ["simulate", "Simulator", "LaneGeometry", "SimReport", "SimulatorError",
            "LaunchError", "OutOfBoundsError", "BarrierDivergenceError",
-           "SharedMemoryRaceError", "WarpSyncError", "GlobalWriteConflictError"]
+           "SharedMemoryRaceError", "WarpSyncError", "GlobalMemoryRaceError",
+           "GlobalWriteConflictError"]
 
 DEFAULT_LANE_BUDGET = 1 << 16
 _AXIS = {"x": 0, "y": 1, "z": 2}
@@ -93,6 +95,7 @@ class LaneGeometry:
         lin = first_block + self.block_slot
         gx, gy, _ = grid
         self.bid = (lin % gx, (lin // gx) % gy, lin // (gx * gy))
+        self.global_thread = lin * self.stride + self.thread   # unique in the launch
 
     def thread_xyz(self, t: int) -> tuple:
         bx, by, _ = self.block
@@ -105,6 +108,16 @@ class LaneGeometry:
         return (f"thread {self.thread_xyz(int(self.thread[lane]))} of block "
                 f"{self.block_index(lane)}")
 
+    def describe_thread_in_block(self, t: int) -> str:
+        return f"thread {self.thread_xyz(int(t))} of the same block"
+
+    def describe_global(self, gid: int) -> str:
+        """The thread with global id ``gid`` (see ``global_thread``)."""
+        lin, t = divmod(int(gid), self.stride)
+        gx, gy, _ = self.grid
+        return (f"thread {self.thread_xyz(t)} of block "
+                f"{(lin % gx, (lin // gx) % gy, lin // (gx * gy))}")
+
 
 class Simulator(Interpreter):
     """Executes the kernels of one launch sequence; see the module docstring.
@@ -116,11 +129,15 @@ class Simulator(Interpreter):
     """
 
     def __init__(self, func: ir.LoweredFunc, report: SimReport, strict: bool = True,
-                 poison: bool = True, intrinsics: dict | None = None):
+                 poison: bool = True, intrinsics: dict | None = None,
+                 global_races: bool = True):
         super().__init__(func)
         self.report = report
         self.strict = strict
         self.poison = poison
+        self.global_races = global_races
+        self._global_trackers: dict = {}   # GlobalMemory -> GlobalRaceTracker (a launch)
+        self.block_epoch = None             # barriers passed, per block slot
         self.intrinsics = dict(INTRINSICS if intrinsics is None else intrinsics)
         self.globals: dict = {}        # Buffer -> GlobalMemory, for the whole sequence
         self._globals_by_name: dict = {}
@@ -156,8 +173,10 @@ class Simulator(Interpreter):
         stride = -(-(block[0] * block[1] * block[2]) // WARP) * WARP
         chunk = max(1, lane_budget // stride)
         env = {p: int(params[p.name]) for p in self.func.params}
+        self._global_trackers = {}
         for first in range(0, total, chunk):
             self.geom = LaneGeometry(grid, block, first, min(chunk, total - first))
+            self.block_epoch = np.zeros(self.geom.n_blocks, dtype=np.int64)
             st = _State(dict(env), {})
             st.lanes = self.geom.n_lanes
             st.mask = self.geom.valid.copy()
@@ -166,6 +185,7 @@ class Simulator(Interpreter):
             self._static = {}
             self.stmt(info.body, st)
         self._static = {}
+        self._global_trackers = {}
         return self.stats
 
     # ------------------------------------------------------------- helpers
@@ -186,6 +206,14 @@ class Simulator(Interpreter):
     def live_shared(self) -> list:
         """Every shared allocation of the current chunk (barriers reset their state)."""
         return [m for m in self._static.values() if m.scope == "shared"]
+
+    def block_barrier(self, blocks: np.ndarray) -> None:
+        """``__syncthreads()`` completed in the block slots ``blocks``: their shared
+        accesses so far are ordered before everything after (race state cleared) and
+        their global accesses before their own later ones (next epoch)."""
+        for mem in self.live_shared():
+            mem.tracker.reset_blocks(blocks)
+        self.block_epoch[blocks] += 1
 
     def _active(self, mask):
         return self.geom.valid if mask is None else mask
@@ -323,24 +351,39 @@ class Simulator(Interpreter):
             c.add(*shared_wavefronts(byte, act, mem.itemsize))
 
     def _race_check(self, mem, pos, offsets, active, new=None) -> None:
-        """Shared-memory hazards of a read (``new is None``) or of a store of ``new``."""
+        """Hazards of a read (``new is None``) or of a store of ``new`` (full lanes)."""
         g = self.geom
         write = new is not None
-        if write:
-            hazards = mem.tracker.write(pos, g.thread, active, new, mem.data[pos])
+        if mem.scope == "shared":
+            ids, describe, space = g.thread, g.describe_thread_in_block, "shared"
+            tracker = mem.tracker
+            args = (pos, g.thread)
         else:
-            hazards = mem.tracker.read(pos, g.thread, active)
+            tracker = self._global_trackers.get(mem)
+            if tracker is None:
+                tracker = self._global_trackers[mem] = GlobalRaceTracker(mem.size, g.stride)
+            ids, describe, space = g.global_thread, g.describe_global, "global"
+            args = (pos, g.global_thread, self.block_epoch[g.block_slot])
+        if write:
+            hazards = tracker.write(*args, active, new, mem.data[pos])
+        else:
+            hazards = tracker.read(*args, active)
         for kind, bad, other in hazards:
             lane = int(np.argmax(bad))
-            mine, theirs = ("writes", "written") if write else ("reads", "written")
-            if kind == "write-after-read":
-                theirs = "read"
-            self.finding("shared-race",
-                         f"shared-memory race ({kind}) on {mem.buffer.name}"
-                         f"[{int(offsets[lane])}]: {g.describe(lane)} {mine} it, "
-                         f"thread {g.thread_xyz(int(other[lane]))} of the same block has "
-                         f"{theirs} it, and no __syncthreads() orders the two",
-                         int(bad.sum()))
+            mine = "writes" if write else "reads"
+            theirs = "read" if kind == "write-after-read" else "written"
+            if kind.startswith("write-write in one"):
+                theirs = "writes a different value to"
+            order = ("no __syncthreads() orders the two" if space == "shared" else
+                     "nothing orders the two within the launch (a different block, or "
+                     "no __syncthreads() between)")
+            self.finding(
+                f"{space}-race" if not (space == "global" and theirs.startswith("writes a"))
+                else "global-write-conflict",
+                f"{space}-memory race ({kind}) on {mem.buffer.name}[{int(offsets[lane])}]: "
+                f"{g.describe(lane)} {mine} it, {describe(int(other[lane]))} "
+                f"{'' if theirs.startswith('writes a') else 'has '}{theirs} it, and "
+                f"{order}", int(bad.sum()))
 
     def load(self, e, st, mask):
         active = self._active(mask)
@@ -349,7 +392,7 @@ class Simulator(Interpreter):
         pos = mem.positions(offsets)
         values = mem.data[pos]
         self._account(mem, offsets, active, store=False)
-        if mem.scope == "shared":
+        if mem.scope == "shared" or (self.global_races and mem.scope == "global"):
             self._race_check(mem, pos, offsets, active)
         return values.astype(dt.to_numpy(dt.compute_dtype(e.dtype)), copy=False)
 
@@ -363,7 +406,7 @@ class Simulator(Interpreter):
         lanes = np.flatnonzero(active)
         pos = mem.positions(offsets)
         p = pos[lanes]
-        if mem.scope == "shared":
+        if mem.scope == "shared" or (self.global_races and mem.scope == "global"):
             new = _to_store(np.broadcast_to(np.asarray(value), (self.geom.n_lanes,)),
                             mem.data.dtype)
             self._race_check(mem, pos, offsets, active, new)
@@ -433,7 +476,7 @@ def _lowered(obj, ir_stage: str) -> ir.LoweredFunc:
 
 def simulate(compiled_or_func, *inputs, strict: bool = True, ir_stage: str = "final",
              poison: bool = True, lane_budget: int = DEFAULT_LANE_BUDGET,
-             intrinsics: dict | None = None, **params):
+             intrinsics: dict | None = None, global_races: bool = True, **params):
     """Run a CUDA kernel sequence on numpy arrays; return ``(outputs, SimReport)``.
 
     ``compiled_or_func``: a CompiledKernel for the cuda target (its ``final_ir``, or its
@@ -465,7 +508,8 @@ def simulate(compiled_or_func, *inputs, strict: bool = True, ir_stage: str = "fi
     given = {b.name: a for b, a in zip(expected, arrays)}
     temps, kernels = split_kernels(func)
     report = SimReport(func.name)
-    sim = Simulator(func, report, strict=strict, poison=poison, intrinsics=intrinsics)
+    sim = Simulator(func, report, strict=strict, poison=poison, intrinsics=intrinsics,
+                    global_races=global_races)
     for b in func.inputs:
         sim.add_global(b, given[b.name])
     outputs = []
