@@ -54,7 +54,8 @@ class PatternSchedulePass(Pass):
             return schedule
         groups = fusion_groups(m.graph)
         if ctx.options.get("row_stitching", True):
-            groups = with_row_runs(groups, row_runs(m.graph))
+            runs = [r for r in row_runs(m.graph) if self._stitchable(m, r, ctx)]
+            groups = with_row_runs(groups, runs)
         by_stage: dict = {}
         for s in m.statements:
             by_stage.setdefault(s.stage, []).append(s)
@@ -75,6 +76,35 @@ class PatternSchedulePass(Pass):
             f"{g.kind} {g.backbone.name}" + (f" + epilogue {[e.name for e in g.epilogue]}" if g.epilogue else "")
             + (f" + prologue {[p.name for p in g.prologue]}" if g.prologue else "") for g in groups))
         return node.get_schedule()
+
+    def _stitchable(self, m, run, ctx) -> bool:
+        """AStitch's legality test, in isl: for every read of a run member by a later
+        member, the elements read for a row are a subset of the elements the producer
+        writes for that row (so one kernel iteration per row sees all it needs)."""
+        members = {st.output.buffer.name: st for st in run.stages}
+
+        def per_row(stmt, rel):
+            # { S[i, ...] -> A[...] }  ->  { [i] -> A[...] }
+            n = stmt.domain.dim(isl.dim_type.set)
+            return rel.reset_tuple_id(isl.dim_type.in_).project_out(
+                isl.dim_type.in_, run.rank, n - run.rank)
+
+        writes: dict = {}
+        for s in m.statements:
+            if s.stage in run.stages:
+                for a in s.writes:
+                    w = per_row(s, a.relation)
+                    writes[a.buffer.name] = w if a.buffer.name not in writes else writes[a.buffer.name].union(w)
+        for s in m.statements:
+            if s.stage not in run.stages:
+                continue
+            for a in s.reads:
+                if a.buffer.name in members and members[a.buffer.name] is not s.stage:
+                    if not per_row(s, a.relation).is_subset(writes[a.buffer.name]):
+                        ctx.note(self.name, f"row run {[x.name for x in run.stages]} not stitched: "
+                                            f"{s.name} reads {a.buffer.name} outside its rows")
+                        return False
+        return True
 
     def _group(self, node, g, by_stage, ictx, deps, ctx):
         node = node.insert_mark(isl.Id(f"backbone:{g.kind}")).child(0)
