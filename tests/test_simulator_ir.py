@@ -551,3 +551,19 @@ def test_read_modify_write_after_barrier_is_ordered():
     f2.attrs["inout"] = ("X",)
     with pytest.raises(GlobalMemoryRaceError, match="write-after-read"):
         simulate(f2, A_, X0)
+
+
+def test_shared_access_hooks_see_every_shared_access(monkeypatch):
+    """Extensions (cp.async in-flight checks) observe ordinary shared loads/stores."""
+    seen = []
+    from polycomp.hw.cuda import simulator as simmod
+
+    class Recording(simmod.Simulator):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.shared_access_hooks.append(
+                lambda sim, mem, pos, off, active, write: seen.append(
+                    (mem.buffer.name, write, int(active.sum()))))
+    monkeypatch.setattr(simmod, "Simulator", Recording)
+    simulate(transpose(), np.zeros((16, 16), np.float32))
+    assert seen == [("S", True, 256), ("S", False, 256)]

@@ -137,6 +137,9 @@ class Simulator(Interpreter):
         self.poison = poison
         self.global_races = global_races
         self._global_trackers: dict = {}   # GlobalMemory -> GlobalRaceTracker (a launch)
+        # extension point: hook(sim, mem, pos, offsets, active, write) is called for
+        # every ordinary shared load/store (e.g. cp.async: is the element in flight?)
+        self.shared_access_hooks: list = []
         self.block_epoch = None             # barriers passed, per block slot
         self.intrinsics = dict(INTRINSICS if intrinsics is None else intrinsics)
         self.globals: dict = {}        # Buffer -> GlobalMemory, for the whole sequence
@@ -368,22 +371,22 @@ class Simulator(Interpreter):
             hazards = tracker.write(*args, active, new, mem.data[pos])
         else:
             hazards = tracker.read(*args, active)
+        order = ("no __syncthreads() orders the two" if space == "shared" else
+                 "nothing orders the two within the launch (a different block, or no "
+                 "__syncthreads() between)")
         for kind, bad, other in hazards:
             lane = int(np.argmax(bad))
-            mine = "writes" if write else "reads"
-            theirs = "read" if kind == "write-after-read" else "written"
-            if kind.startswith("write-write in one"):
-                theirs = "writes a different value to"
-            order = ("no __syncthreads() orders the two" if space == "shared" else
-                     "nothing orders the two within the launch (a different block, or "
-                     "no __syncthreads() between)")
+            same_instruction = kind.startswith("write-write in one")
+            if same_instruction:
+                theirs = "writes a different value to it"
+            else:
+                theirs = "has read it" if kind == "write-after-read" else "has written it"
             self.finding(
-                f"{space}-race" if not (space == "global" and theirs.startswith("writes a"))
-                else "global-write-conflict",
+                "global-write-conflict" if space == "global" and same_instruction
+                else f"{space}-race",
                 f"{space}-memory race ({kind}) on {mem.buffer.name}[{int(offsets[lane])}]: "
-                f"{g.describe(lane)} {mine} it, {describe(int(other[lane]))} "
-                f"{'' if theirs.startswith('writes a') else 'has '}{theirs} it, and "
-                f"{order}", int(bad.sum()))
+                f"{g.describe(lane)} {'writes' if write else 'reads'} it, "
+                f"{describe(int(other[lane]))} {theirs}, and {order}", int(bad.sum()))
 
     def load(self, e, st, mask):
         active = self._active(mask)
@@ -392,6 +395,9 @@ class Simulator(Interpreter):
         pos = mem.positions(offsets)
         values = mem.data[pos]
         self._account(mem, offsets, active, store=False)
+        if mem.scope == "shared":
+            for hook in self.shared_access_hooks:
+                hook(self, mem, pos, offsets, active, False)
         if mem.scope == "shared" or (self.global_races and mem.scope == "global"):
             self._race_check(mem, pos, offsets, active)
         return values.astype(dt.to_numpy(dt.compute_dtype(e.dtype)), copy=False)
@@ -406,6 +412,9 @@ class Simulator(Interpreter):
         lanes = np.flatnonzero(active)
         pos = mem.positions(offsets)
         p = pos[lanes]
+        if mem.scope == "shared":
+            for hook in self.shared_access_hooks:
+                hook(self, mem, pos, offsets, active, True)
         if mem.scope == "shared" or (self.global_races and mem.scope == "global"):
             new = _to_store(np.broadcast_to(np.asarray(value), (self.geom.n_lanes,)),
                             mem.data.dtype)
