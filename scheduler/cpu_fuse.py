@@ -6,17 +6,27 @@ children start, for the stages this pass may fuse, with a band (what
 (e.g. tiled backbones, which start with a sequence or a mark) are left alone and end a
 fusion group.  ``ctx.model.dependences`` holds every dependence.
 
-Guarantees: consecutive children ``F_a .. F_b`` of a sequence are replaced by one child
-``filter(F_a u .. u F_b) -> band[o] -> sequence[F_a -> rest_a, .., F_b -> rest_b]``
-where ``o`` is the union of the first band member of each child and ``rest_k`` is the
-child's band without that member, whenever every dependence between two instances of
-the group that lie in the same iteration of the enclosing fused loops has equal ``o``
-on both ends (so ``o`` is coincident: the fused loop may run in parallel and the
-sequence keeps the original order inside an iteration).  Groups are formed greedily in
-program order and the rewrite recurses into each new inner sequence, so elementwise
-chains fuse down to their innermost loop and row-wise reductions (softmax, layernorm)
-fuse on their row loop.  Execution order only changes between instances whose
-dependences are all carried inside one iteration of ``o``; the schedule stays legal.
+Guarantees:
+
+* Top level (the loop that will run in parallel): consecutive children ``F_a .. F_b``
+  become one child ``filter(F_a u .. u F_b) -> band[o] -> sequence[F_a -> rest_a, ..]``
+  where ``o`` is the union of each child's first band member and ``rest_k`` the child's
+  band without it, whenever every dependence between two instances of the group has
+  equal ``o`` on both ends (``o`` is coincident: each iteration is independent and the
+  sequence keeps the original order inside it).
+* Inner levels (inside fused loops; dependences considered are those between instances
+  with equal values of the enclosing fused loops): nested sequences are spliced into
+  their parent (same order), and a group may also take a child that is a reduction's
+  update band, as long as every dependence inside the group goes forward or stays on
+  ``o`` (``o(source) <= o(sink)``, so the fused loop executes sources first; it is then
+  not marked coincident).  A child without a band (a reduction's initialisation)
+  between group members moves in front of the group when no dependence links it with
+  the members it passes.  So softmax computes ``exp`` and accumulates its sum in one
+  pass over the row, and layernorm squares and sums the centred row in one pass.
+
+Groups form greedily in program order and the rewrite recurses into each new inner
+sequence, so elementwise chains fuse down to their innermost loop.  Every dependence
+keeps its source before its sink, so the schedule stays legal.
 """
 from __future__ import annotations
 
@@ -44,42 +54,89 @@ def _outer(child):
 def _rest(band: T.Band):
     if len(band.members) == 1:
         return band.child
-    return T.Band(band.members[1:], band.child, band.permutable, band.coincident[1:],
-                  None)
+    return T.Band(band.members[1:], band.child, band.permutable, band.coincident[1:], None)
+
+
+def _splice(children) -> list:
+    """Nested sequences spliced into the parent's child list (same execution order)."""
+    out = []
+    for c in children:
+        if isinstance(c.child, T.Sequence) and c.child.kind == "sequence":
+            out.extend(_splice([T.Filter(g.filter.intersect(c.filter), g.child)
+                                for g in c.child.children]))
+        else:
+            out.append(c)
+    return out
 
 
 class _Fuser:
     def __init__(self, deps: isl.UnionMap):
         self.deps = deps
 
-    def coincident(self, group, same_prefix) -> bool:
+    def _deps(self, a: isl.UnionSet, b: isl.UnionSet, same_prefix):
+        d = self.deps.intersect_domain(a).intersect_range(b)
+        return d.intersect(same_prefix) if same_prefix is not None else d
+
+    def linked(self, x, group, same_prefix) -> bool:
+        g = _filter_union(group)
+        return not (self._deps(x.filter, g, same_prefix).is_empty()
+                    and self._deps(g, x.filter, same_prefix).is_empty())
+
+    def fusable(self, group, same_prefix, coincident_only: bool) -> tuple[bool, bool]:
+        """(legal, coincident) of fusing ``group`` on the union of first members."""
         dom = _filter_union(group)
-        deps = self.deps.intersect_domain(dom).intersect_range(dom)
-        if same_prefix is not None:
-            deps = deps.intersect(same_prefix)
+        deps = self._deps(dom, dom, same_prefix)
         if deps.is_empty():
-            return True
+            return True, True
         outer = isl.UnionMap.from_union_pw_aff(T.union_members([_outer(c) for c in group]))
-        return deps.is_subset(outer.apply_range(outer.reverse()))
+        if deps.is_subset(outer.apply_range(outer.reverse())):
+            return True, True
+        if coincident_only:
+            return False, False
+        pairs = outer.reverse().apply_range(deps).apply_range(outer)   # o(src) -> o(sink)
+        le = isl.UnionMap.from_map(isl.Map.lex_le(isl.Space.set_alloc(dom.get_ctx(), 0, 1)
+                                                  .align_params(pairs.get_space())))
+        return pairs.is_subset(le), False
 
     def sequence(self, seq: T.Sequence, prefix: isl.UnionMap | None) -> T.Sequence:
         if seq.kind != "sequence":
             return seq
-        same_prefix = prefix.apply_range(prefix.reverse()) if prefix is not None else None
-        out, k, kids = [], 0, seq.children
+        inner = prefix is not None
+        same_prefix = prefix.apply_range(prefix.reverse()) if inner else None
+        kids = _splice(seq.children) if inner else list(seq.children)
+        out, k = [], 0
         while k < len(kids):
-            group = [kids[k]]
-            if _outer(kids[k]) is not None:
-                j = k + 1
-                while j < len(kids) and _outer(kids[j]) is not None and \
-                        self.coincident(group + [kids[j]], same_prefix):
-                    group.append(kids[j])
-                    j += 1
-            k += len(group)
-            out.append(group[0] if len(group) == 1 else self.fuse(group, prefix))
+            if _outer(kids[k]) is None:
+                out.append(kids[k])
+                k += 1
+                continue
+            group, hoisted, coinc = [kids[k]], [], True
+            j = k + 1
+            while j < len(kids):
+                nxt = kids[j]
+                if _outer(nxt) is None:
+                    if inner and not self.linked(nxt, group, same_prefix):
+                        hoisted.append(nxt)
+                        j += 1
+                        continue
+                    break
+                ok, c = self.fusable(group + [nxt], same_prefix, coincident_only=not inner)
+                if not ok:
+                    break
+                group.append(nxt)
+                coinc = coinc and c
+                j += 1
+            # leaves after the last member were not passed: they stay where they were
+            passed = [h for h in hoisted if kids.index(h) < kids.index(group[-1])]
+            kept = [h for h in hoisted if h not in passed]
+            k = kids.index(group[-1]) + 1
+            out.extend(passed)
+            out.append(group[0] if len(group) == 1 else self.fuse(group, prefix, coinc))
+            out.extend(kept)
+            k = max(k, max((kids.index(h) + 1 for h in kept), default=k))
         return T.Sequence(out, seq.kind)
 
-    def fuse(self, group, prefix) -> T.Filter:
+    def fuse(self, group, prefix, coincident: bool) -> T.Filter:
         outer = T.union_members([_outer(c) for c in group])
         inner = T.Sequence([T.Filter(c.filter, _rest(c.child)) for c in group])
         om = isl.UnionMap.from_union_pw_aff(outer)
@@ -88,7 +145,7 @@ class _Fuser:
         if len(inner.children) == 1:          # everything fused further down
             inner = inner.children[0].child
         permutable = all(c.child.permutable for c in group)
-        band = T.Band([outer], inner, permutable, [True])
+        band = T.Band([outer], inner, permutable, [coincident])
         return T.Filter(_filter_union(group), band)
 
 

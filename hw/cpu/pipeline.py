@@ -51,8 +51,9 @@ def codegen(func: ir.LoweredFunc, target: Target, options: dict) -> tuple[ir.Low
     from .codegen import emit_c
     from .contract import contract
     from .hoist_alloc import hoist_allocations
+    from .scalar_replace import scalar_replace
     if options.get("contract", True):
-        func = hoist_allocations(contract(func))
+        func = scalar_replace(hoist_allocations(contract(func)))
     flat = flatten(func)
     flat = flat.with_body(simplify(flat.body))
     if not target.isa or not options.get("vectorize", True):
