@@ -567,3 +567,12 @@ def test_shared_access_hooks_see_every_shared_access(monkeypatch):
     monkeypatch.setattr(simmod, "Simulator", Recording)
     simulate(transpose(), np.zeros((16, 16), np.float32))
     assert seen == [("S", True, 256), ("S", False, 256)]
+
+
+def test_buffers_above_the_tracking_limit_are_listed(monkeypatch):
+    from polycomp.hw.cuda import simulator as simmod
+    monkeypatch.setattr(simmod, "GLOBAL_RACE_MAX_ELEMENTS", 16)
+    A = np.arange(64, dtype=np.float32)
+    _, rep = simulate(exchange(split=False)(SAME_BLOCK), A)     # the race goes unseen
+    assert rep.ok and rep.unchecked == ["G"]
+    assert "global race checks skipped" in str(rep)

@@ -217,11 +217,13 @@ class GlobalRaceTracker:
     epoch, either an epoch below ``e`` or only ``u`` itself.
     """
 
+    BYTES_PER_ELEMENT = 72      # both summaries and the stamp, once allocated
+
     def __init__(self, size: int, stride: int):
-        self.stride = stride
+        self.size, self.stride = size, stride
         self.writes = _AccessSummary(size)
-        self.reads = _AccessSummary(size)
-        self.stamp = np.empty(size, dtype=np.int64)
+        self.reads = None           # allocated when the first reads are merged
+        self.stamp = None           # allocated at the first write
         self.written = False
         self._pending: list = []
 
@@ -232,6 +234,8 @@ class GlobalRaceTracker:
         gid = np.concatenate([g[a] for p, g, e, a in self._pending])
         ep = np.concatenate([e[a] for p, g, e, a in self._pending])
         self._pending = []
+        if self.reads is None:
+            self.reads = _AccessSummary(self.size)
         self.reads.add(pos, gid, ep)
 
     def read(self, pos, gid, epoch, active) -> list:
@@ -248,12 +252,16 @@ class GlobalRaceTracker:
     def write(self, pos, gid, epoch, active, new, current) -> list:
         self._merge_reads()
         out = []
+        if self.stamp is None:
+            self.stamp = np.empty(self.size, dtype=np.int64)
         h = _same_instruction(self.stamp, pos, gid, active, new)
         if h is not None:
             out.append(h)
         changes = active & ~same_values(new, current)
         for kind, summary in (("write-after-write", self.writes),
                               ("write-after-read", self.reads)):
+            if summary is None:
+                continue
             bad, other = summary.unordered(pos, gid, epoch, self.stride, changes)
             if bad.any():
                 out.append((kind, bad, other))

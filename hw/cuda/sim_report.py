@@ -174,6 +174,7 @@ class SimReport:
     findings: list = field(default_factory=list)
     finding_counts: dict = field(default_factory=dict)
     undefined_shuffle_reads: int = 0
+    unchecked: list = field(default_factory=list)   # global buffers not race-tracked
 
     def add_finding(self, f: Finding) -> None:
         self.finding_counts[f.kind] = self.finding_counts.get(f.kind, 0) + 1
@@ -283,6 +284,9 @@ class SimReport:
         if self.undefined_shuffle_reads:
             lines.append(f"  {self.undefined_shuffle_reads} shuffle read(s) from inactive "
                          f"or non-existent lanes returned undefined values")
+        if self.unchecked:
+            lines.append(f"  global race checks skipped (buffers too large): "
+                         f"{', '.join(self.unchecked)}")
         for kind, n in sorted(self.finding_counts.items()):
             lines.append(f"  {kind}: {n}")
         for f in self.findings[:10]:

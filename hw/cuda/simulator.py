@@ -67,6 +67,7 @@ __all__ = ["simulate", "Simulator", "LaneGeometry", "SimReport", "SimulatorError
            "GlobalWriteConflictError"]
 
 DEFAULT_LANE_BUDGET = 1 << 16
+GLOBAL_RACE_MAX_ELEMENTS = 1 << 21     # larger buffers are not race-tracked (memory)
 _AXIS = {"x": 0, "y": 1, "z": 2}
 _MAX_BLOCK = (1024, 1024, 64)
 _MAX_GRID = (2 ** 31 - 1, 65535, 65535)
@@ -177,6 +178,7 @@ class Simulator(Interpreter):
         chunk = max(1, lane_budget // stride)
         env = {p: int(params[p.name]) for p in self.func.params}
         self._global_trackers = {}
+        self._stored_globals = _stored_buffer_names(info.body) if self.global_races else set()
         for first in range(0, total, chunk):
             self.geom = LaneGeometry(grid, block, first, min(chunk, total - first))
             self.block_epoch = np.zeros(self.geom.n_blocks, dtype=np.int64)
@@ -362,9 +364,9 @@ class Simulator(Interpreter):
             tracker = mem.tracker
             args = (pos, g.thread)
         else:
-            tracker = self._global_trackers.get(mem)
+            tracker = self._global_tracker(mem)
             if tracker is None:
-                tracker = self._global_trackers[mem] = GlobalRaceTracker(mem.size, g.stride)
+                return
             ids, describe, space = g.global_thread, g.describe_global, "global"
             args = (pos, g.global_thread, self.block_epoch[g.block_slot])
         if write:
@@ -387,6 +389,21 @@ class Simulator(Interpreter):
                 f"{space}-memory race ({kind}) on {mem.buffer.name}[{int(offsets[lane])}]: "
                 f"{g.describe(lane)} {'writes' if write else 'reads'} it, "
                 f"{describe(int(other[lane]))} {theirs}, and {order}", int(bad.sum()))
+
+    def _global_tracker(self, mem):
+        """The launch's race tracker of a global buffer, or None when it is not tracked:
+        a buffer the kernel never stores to cannot race (reads do not conflict), and
+        one above GLOBAL_RACE_MAX_ELEMENTS is skipped (listed in the report)."""
+        if mem in self._global_trackers:
+            return self._global_trackers[mem]
+        tracker = None
+        if mem.buffer.name in self._stored_globals:
+            if mem.size <= GLOBAL_RACE_MAX_ELEMENTS:
+                tracker = GlobalRaceTracker(mem.size, self.geom.stride)
+            elif mem.buffer.name not in self.report.unchecked:
+                self.report.unchecked.append(mem.buffer.name)
+        self._global_trackers[mem] = tracker
+        return tracker
 
     def load(self, e, st, mask):
         active = self._active(mask)
@@ -460,6 +477,12 @@ class Simulator(Interpreter):
         if e.op in _FLOP_OPS and e.dtype in dt.FLOATS:
             self.stats.flops += self._count(mask)
         return r
+
+
+def _stored_buffer_names(body) -> set:
+    names = set()
+    ir.walk(body, lambda n: names.add(n.buffer.name) if isinstance(n, ir.Store) else None)
+    return names
 
 
 # --------------------------------------------------------------------------- API
