@@ -13,6 +13,8 @@ from polycomp.scheduler.pattern_schedule import PatternSchedulePass
 from polycomp.scheduler.gpu_unroll import UnrollPointLoopsPass
 from polycomp.scheduler.promote_registers import RegisterPromotionPass
 from polycomp.scheduler.promote_shared import SharedPromotionPass
+from polycomp.scheduler.tc_map import TensorCoreMappingPass
+from polycomp.scheduler.tc_tile import TensorCoreTilingPass
 
 
 def schedule_passes(target: Target, options: dict) -> list:
@@ -23,11 +25,16 @@ def schedule_passes(target: Target, options: dict) -> list:
     if options.get("gpu") == "baseline":
         return [GpuBaselineMappingPass()]
     passes = [] if options.get("isl_scheduler") else [PatternSchedulePass()]
+    tensor_cores = not options.get("isl_scheduler") and options.get("tensor_cores", True) is not False
+    if tensor_cores:  # f16/bf16 contractions: mma tiles (kernels mapped after the generic passes)
+        passes.append(TensorCoreTilingPass())
     passes += [GpuTilingPass(), RowReductionMappingPass(), GpuMappingPass()]
     if options.get("promote", True):
         passes += [SharedPromotionPass(), RegisterPromotionPass()]
     if options.get("unroll", True):
         passes.append(UnrollPointLoopsPass())
+    if tensor_cores:
+        passes.append(TensorCoreMappingPass())
     return passes
 
 
@@ -36,7 +43,10 @@ def ir_passes(func: ir.LoweredFunc, target: Target, options: dict) -> ir.Lowered
     if options.get("gpu") == "baseline":
         f = map_gpu_loops(func)
     else:
-        f = wrap_kernels(func, options["_model"].context, options["_model"].params)
+        from .async_pipeline import lower_pipelines
+        from .tensorize import tensorize
+        f = lower_pipelines(tensorize(func, options["_model"]))  # tensor-core kernels only
+        f = wrap_kernels(f, options["_model"].context, options["_model"].params)
     return f.with_body(simplify(f.body))
 
 

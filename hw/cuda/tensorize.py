@@ -1,0 +1,476 @@
+"""IR pass: expand the tensor-core marks into warp-level code (ldmatrix, mma, cp.async).
+
+Assumes: IR lowered from the tree of :class:`~polycomp.scheduler.tc_tile.TensorCoreTilingPass`
+and :class:`~polycomp.scheduler.tc_map.TensorCoreMappingPass`, before
+:func:`~polycomp.hw.cuda.mapping.wrap_kernels`: inside ``AttrStmt("tc", "block:<g>")``
+the isl AST executes, per block tile, ``tc:frag`` regions (the point loops
+``o_m mod BM``, ``o_n mod BN`` of the init / an epilogue statement) and, inside the
+K-tile loop ``kt`` (below ``AttrStmt("pipeline", S)`` and the loops of the other reduce
+axes), one ``tc:mma`` region (the point loops of the update over a BM x BN x KT tile).
+Each region holds one statement; its instances are ``origin + point`` where the origin
+is the instance at the first point (the region's loop variables at their minima).
+
+Rewrites, with ``lane = tx<n>``, warp ``(tz<n>, ty<n>)`` owning rows ``WM*tz ..`` and
+columns ``WN*ty ..`` of the block tile, ``g = lane / 4``, ``t = lane % 4``:
+
+* accumulators: the backbone output ``C`` (and every epilogue output that nothing outside
+  the group reads) live in per-thread fragments ``acc[im, jn, r]`` — element ``r`` of the
+  ``16x8`` tile ``(im, jn)`` of the warp is ``C[row, col]`` with ``row = 16 im + g +
+  8 (r / 2)``, ``col = 8 jn + 2 t + r % 2`` (the PTX m16n8k16 accumulator layout);
+* a ``tc:frag`` region becomes, per thread, the statement at each of its fragment
+  elements, guarded by ``o_m < extent_m and o_n < extent_n`` (the statement's box
+  domain), with ``C`` (and register epilogue outputs) read and written in the fragment;
+* a ``tc:mma`` region becomes: ``AttrStmt("tc_load")`` with the copies of the A tile
+  ``As[stage][m][k]`` (BM x KT) and the B tile ``Bs[stage][k][n]`` (KT x BN), ``stage =
+  kt mod S``, each thread copying 16-byte chunks ``q = lin + NT j``; a chunk is one
+  ``cp.async`` (zero-filled beyond the extents: ``src_bytes`` clamps) when the operand
+  is a plain load contiguous along the chunk and the row length is a multiple of 8
+  elements (a run-time, block-uniform condition), else 8 element copies with
+  ``select(in domain, factor, 0)`` (gathers: implicit GEMM, padding, ragged rows);
+  then ``commit``, ``wait_group 0``, a barrier, per 16-wide K step ``ldmatrix.x4`` A
+  fragments, ``ldmatrix.x4.trans`` B fragments and ``(WM/16)(WN/8)`` ``mma``, and a
+  barrier.  Shared tiles are XOR-swizzled by 16-byte chunk (``chunk ^ f(row)``) so that
+  the 8 rows an ``ldmatrix`` phase reads and the 8 chunks a quarter warp stores fall in
+  distinct bank groups (``options["tc_tile"]["swizzle"]=False`` keeps them linear);
+* after the update's loops, if ``C`` is needed outside the group, the fragments are
+  stored to ``C`` (guarded).
+
+Guarantees: every statement instance of the group is executed exactly once (by the
+thread owning its fragment element, or, for the update, inside the warp's ``mma`` on
+the zero-filled tiles: padding contributes 0), so the results equal the statement
+semantics up to the summation order of the reduction.  Loops above the regions are
+unchanged (uniform in the block), so the barriers are reached by every thread.  The
+new buffers are recorded in ``func.attrs["promotions"]`` for ``wrap_kernels`` to
+allocate (shared per block, fragments per thread).
+"""
+from __future__ import annotations
+
+from polycomp import dtypes as dt
+from polycomp import ir
+from polycomp.errors import PolycompInternalError
+from polycomp.lowering.simplify import _linear, simplify
+from polycomp.scheduler.footprint import Promotion
+
+from . import ptx
+
+
+def tensorize(func: ir.LoweredFunc, model) -> ir.LoweredFunc:
+    plans = func.attrs.get("tc_plans") or {}
+    if not plans:
+        return func
+    t = _Tensorizer(plans, model)
+    body = t.visit(func.body)
+    f = func.with_body(body)
+    f.attrs["promotions"] = list(f.attrs.get("promotions", [])) + t.records
+    return f
+
+
+def _imm(v):
+    return ir.IntImm(int(v))
+
+
+def _clamp(e, lo, hi):
+    return ir.Binary("max", ir.Binary("min", e, _imm(hi), "int64"), _imm(lo), "int64")
+
+
+def _and(*cs):
+    out = None
+    for c in cs:
+        if c is None:
+            continue
+        out = c if out is None else ir.Binary("&&", out, c, "bool")
+    return out if out is not None else ir.IntImm(1, "bool")
+
+
+class _Kernel:
+    """The buffers and thread coordinates of one tensor-core kernel."""
+
+    def __init__(self, plan, model):
+        self.plan, self.view, self.cfg = plan, plan.view, plan.config
+        v, c = self.view, self.cfg
+        n = plan.kernel
+        self.tx, self.ty, self.tz = ir.Var(f"tx{n}"), ir.Var(f"ty{n}"), ir.Var(f"tz{n}")
+        self.wm, self.wn = c.warp
+        self.mi, self.ni = self.wm // 16, self.wn // 8
+        self.nthreads = c.threads
+        self.lin = self.tx + self.ty * 32 + self.tz * (32 * c.warps[1])
+        nfrag = self.mi * self.ni * 4
+        self.acc = ir.Buffer(f"acc{n}", "float32", (_imm(nfrag),), "local")
+        self.afrag = ir.Buffer(f"afrag{n}", "int32", (_imm(self.mi * 4),), "local")
+        self.bfrag = ir.Buffer(f"bfrag{n}", "int32", (_imm(self.ni * 2),), "local")
+        bm, bn = c.block
+        self.As = ir.Buffer(f"As{n}", v.in_dtype, (_imm(c.stages), _imm(bm * c.k)), "shared")
+        self.Bs = ir.Buffer(f"Bs{n}", v.in_dtype, (_imm(c.stages), _imm(c.k * bn)), "shared")
+        group = [v.init, v.update] + v.epilogue
+        outside = {b.name for b in model.live_out}
+        for s in model.statements:
+            if s not in group:
+                outside |= {a.buffer.name for a in s.reads}
+        self.c_buf = v.stage.output.buffer
+        self.c_outside = self.c_buf.name in outside
+        self.regs = {self.c_buf.name: self.acc}
+        for s in v.epilogue:
+            b = s.write
+            if b.name not in outside and b.name not in self.regs:
+                self.regs[b.name] = ir.Buffer(f"{b.name}_frag{n}", b.dtype, (_imm(nfrag),),
+                                              "local")
+        self.buffers = [self.acc, self.afrag, self.bfrag, self.As, self.Bs] + \
+            [b for k, b in self.regs.items() if k != self.c_buf.name]
+
+    # ------------------------------------------------------------------ layouts
+    def frag_elements(self):
+        """(fragment index, row, col) per accumulator element of this thread."""
+        g, t = self.tx // 4, self.tx % 4
+        wm0, wn0 = self.tz * self.wm, self.ty * self.wn
+        for im in range(self.mi):
+            for jn in range(self.ni):
+                for r in range(4):
+                    row = wm0 + (16 * im + 8 * (r // 2)) + g
+                    col = wn0 + (8 * jn + r % 2) + t * 2
+                    yield (im * self.ni + jn) * 4 + r, row, col
+
+    def swizzle(self, row, chunk, elem, row_len):
+        """Element offset of (row, 16-byte chunk, element) in a tile of rows of
+        ``row_len`` elements (see the module docstring)."""
+        cpr = row_len // 8
+        if not self.cfg.swizzle:
+            return row * row_len + chunk * 8 + elem
+        if cpr >= 8:
+            key = row % 8
+        elif cpr == 4:
+            key = (row // 2) % 4
+        elif cpr == 2:
+            key = (row // 4) % 2
+        else:
+            key = None
+        pc = chunk if key is None else ptx.xor(chunk, key)
+        return row * row_len + pc * 8 + elem
+
+
+class _Tensorizer(ir.Mutator):
+    def __init__(self, plans, model):
+        self.model = model
+        self.plans = {p.group: p for p in plans.values()}
+        self.kernels: dict = {}
+        self.records: list = []
+        self.scope: list = []          # enclosing loop/let variables, outermost first
+        self.pipeline_depth = None
+        self.block_origin = None
+
+    def kernel(self, g) -> _Kernel:
+        k = self.kernels.get(g)
+        if k is None:
+            plan = self.plans[g]
+            k = self.kernels[g] = _Kernel(plan, self.model)
+            for b in k.buffers:
+                self.records.append(Promotion(b, b, plan.kernel, None, reason="tensor cores"))
+        return k
+
+    # ------------------------------------------------------------------ traversal
+    def visit_For(self, s):
+        self.scope.append(s.var)
+        try:
+            return self.generic(s)
+        finally:
+            self.scope.pop()
+
+    def visit_LetStmt(self, s):
+        self.scope.append(s.var)
+        try:
+            return self.generic(s)
+        finally:
+            self.scope.pop()
+
+    def visit_AttrStmt(self, s):
+        if s.key == "pipeline":
+            saved = self.pipeline_depth
+            self.pipeline_depth = len(self.scope)
+            try:
+                return self.generic(s)
+            finally:
+                self.pipeline_depth = saved
+        if s.key != "tc":
+            return self.generic(s)
+        kind, g = s.value.split(":")
+        k = self.kernel(int(g))
+        if kind == "block":
+            saved = self.block_origin
+            self.block_origin = None
+            try:
+                body = self.visit(s.body)
+                if k.c_outside:
+                    if self.block_origin is None:
+                        raise PolycompInternalError("tensor-core block without an init region")
+                    body = _insert_after_update(body, self.writeback(k, self.block_origin))
+            finally:
+                self.block_origin = saved
+            return ir.AttrStmt(s.key, s.value, body)
+        if kind == "frag":
+            return self.frag(k, s.body)
+        if kind == "mma":
+            return self.mma(k, s.body)
+        raise PolycompInternalError(f"unknown tensor-core mark {s.value}")
+
+    # ------------------------------------------------------------------ regions
+    def frag(self, k, region):
+        store, origin = _origin_store(region)
+        v = k.view
+        stmt = next((x for x in [v.init] + v.epilogue if x.write.name == store.buffer.name),
+                    None)
+        if stmt is None:
+            raise PolycompInternalError(f"tc:frag region stores to {store.buffer.name}")
+        if stmt is v.init:
+            self.block_origin = origin
+        out = []
+        ext = v.out_extents
+        for idx, row, col in k.frag_elements():
+            coords = list(origin)
+            coords[v.m_dim] = coords[v.m_dim] + row
+            coords[v.n_dim] = coords[v.n_dim] + col
+            inst = ir.substitute(stmt.store(), dict(zip(stmt.iters, coords)))
+            inst = _Redirect(k.regs, idx).visit(inst)
+            guard = _and(coords[v.m_dim] < ext[v.m_dim], coords[v.n_dim] < ext[v.n_dim])
+            out.append(ir.IfThenElse(guard, inst))
+        return ir.AttrStmt("tc_frag", stmt.name, ir.seq(*out))
+
+    def writeback(self, k, origin):
+        v = k.view
+        ext = v.out_extents
+        out = []
+        for idx, row, col in k.frag_elements():
+            coords = list(origin)
+            coords[v.m_dim] = coords[v.m_dim] + row
+            coords[v.n_dim] = coords[v.n_dim] + col
+            st = ir.Store(k.c_buf, tuple(coords), ir.Load(k.acc, (_imm(idx),), "float32"))
+            guard = _and(coords[v.m_dim] < ext[v.m_dim], coords[v.n_dim] < ext[v.n_dim])
+            out.append(ir.IfThenElse(guard, st))
+        return ir.AttrStmt("tc_frag", f"store_{k.c_buf.name}", ir.seq(*out))
+
+    def mma(self, k, region):
+        v, c = k.view, k.cfg
+        store, origin = _origin_store(region)
+        nred = len(v.stage.reduce_axes)
+        if self.pipeline_depth is None or len(self.scope) <= self.pipeline_depth:
+            raise PolycompInternalError("tc:mma region outside a pipelined K-tile loop")
+        kt = self.scope[-1]
+        outer = self.scope[self.pipeline_depth - (nred - 1):self.pipeline_depth] \
+            if nred > 1 else []
+        red = []
+        oi = iter(outer)
+        for r in range(nred):
+            red.append(kt * c.k if r == v.k_dim else next(oi))
+        stage = ir.IntImm(0) if c.stages == 1 else kt % c.stages
+        loads = self.copies(k, origin, red, stage)
+        body = [ir.AttrStmt("tc_load", str(k.plan.kernel), loads), ptx.cp_async_commit(),
+                ptx.cp_async_wait(0), ir.barrier()]
+        body += self.compute(k, stage)
+        body.append(ir.barrier())
+        return ir.seq(*body)
+
+    # ------------------------------------------------------------------ copies
+    def _coords(self, k, origin, red, m=None, n=None, kk=None):
+        v = k.view
+        o = list(origin)
+        if m is not None:
+            o[v.m_dim] = o[v.m_dim] + m
+        if n is not None:
+            o[v.n_dim] = o[v.n_dim] + n
+        r = list(red)
+        if kk is not None:
+            r[v.k_dim] = r[v.k_dim] + kk
+        return o, r
+
+    def _value(self, k, factor, o, r):
+        st = k.view.update
+        return ir.substitute(factor, dict(zip(st.iters, list(o) + list(r))))
+
+    def copies(self, k, origin, red, stage):
+        v, c = k.view, k.cfg
+        bm, bn = c.block
+        ext_o, ext_r = v.out_extents, v.red_extents
+        ext_m, ext_n, ext_k = ext_o[v.m_dim], ext_o[v.n_dim], ext_r[v.k_dim]
+        out = []
+        # A tile [m][k]: chunks along k
+        kc_n = c.k // 8
+        for q, guard in self._chunks(k, bm * kc_n):
+            mm, kc = q // kc_n, q % kc_n
+            o, r = self._coords(k, origin, red, m=mm, kk=kc * 8)
+            row_ok = o[v.m_dim] < ext_m
+            kstart = r[v.k_dim]
+            dst = lambda e: (stage, k.swizzle(mm, kc, e, c.k))  # noqa: E731
+            vec = self._vector_copy(k, v.a, "k", o, r, row_ok, kstart < ext_k, ext_k - kstart,
+                                    k.As, dst(0), m_clamp=True)
+            scal = []
+            for e in range(8):
+                oe, re_ = self._coords(k, origin, red, m=mm, kk=kc * 8 + e)
+                ok = _and(row_ok, re_[v.k_dim] < ext_k)
+                val = ir.Select(ok, self._value(k, v.a.expr, oe, re_), ir.FloatImm(0.0),
+                                "float32")
+                scal.append(ir.Store(k.As, dst(e), val))
+            out.append(self._choose(guard, vec, scal))
+        # B tile [k][n]: chunks along n
+        nc_n = bn // 8
+        for q, guard in self._chunks(k, c.k * nc_n):
+            kk, nc = q // nc_n, q % nc_n
+            o, r = self._coords(k, origin, red, n=nc * 8, kk=kk)
+            row_ok = r[v.k_dim] < ext_k
+            nstart = o[v.n_dim]
+            dst = lambda e: (stage, k.swizzle(kk, nc, e, bn))  # noqa: E731
+            vec = self._vector_copy(k, v.b, "n", o, r, row_ok, nstart < ext_n, ext_n - nstart,
+                                    k.Bs, dst(0), m_clamp=False)
+            scal = []
+            for e in range(8):
+                oe, re_ = self._coords(k, origin, red, n=nc * 8 + e, kk=kk)
+                ok = _and(row_ok, oe[v.n_dim] < ext_n)
+                val = ir.Select(ok, self._value(k, v.b.expr, oe, re_), ir.FloatImm(0.0),
+                                "float32")
+                scal.append(ir.Store(k.Bs, dst(e), val))
+            out.append(self._choose(guard, vec, scal))
+        return ir.seq(*out)
+
+    def _chunks(self, k, total):
+        nt = k.nthreads
+        for j in range(-(-total // nt)):
+            q = k.lin + nt * j
+            guard = None if (j + 1) * nt <= total else q < total
+            yield q, guard
+
+    def _choose(self, guard, vec, scal):
+        s = ir.seq(*scal)
+        if vec is not None:
+            cond, stmt = vec
+            s = ir.IfThenElse(cond, stmt, s)
+        return s if guard is None else ir.IfThenElse(guard, s)
+
+    def _vector_copy(self, k, factor, along, o, r, row_ok, chunk_ok, remaining, dst_buf,
+                     dst_idx, m_clamp):
+        """(uniform alignment condition, cp.async statement) or None when the factor is
+        not a plain load contiguous along the chunk dimension."""
+        v = k.view
+        if factor.guard is not None:
+            return None
+        var = v.stage.iters[v.n_dim] if along == "n" else v.stage.reduce_axes[v.k_dim].var
+        load = factor.load
+        lin = _linear(load.indices[-1])
+        if lin is None or lin[0] != {var: 1} or lin[1] != 0:
+            return None
+        for idx in load.indices[:-1]:
+            if var in ir.free_vars(idx):
+                return None
+        row_len = load.buffer.shape[-1]
+        aligned = simplify(ir.Binary("==", ir.Binary("%", row_len, _imm(8), "int64"), _imm(0),
+                                     "bool"))
+        if ir.is_const(aligned, 0):
+            return None
+        ok = _and(row_ok, chunk_ok)
+        o2, r2 = list(o), list(r)
+        if along == "k":   # clamp the address of an empty chunk into the array
+            o2[v.m_dim] = ir.Select(row_ok, o[v.m_dim], _imm(0), "int64")
+            r2[v.k_dim] = ir.Select(ok, r[v.k_dim], _imm(0), "int64")
+        else:
+            r2[v.k_dim] = ir.Select(row_ok, r[v.k_dim], _imm(0), "int64")
+            o2[v.n_dim] = ir.Select(ok, o[v.n_dim], _imm(0), "int64")
+        st = v.update
+        src = ir.substitute(load, dict(zip(st.iters, o2 + r2)))
+        item = dt.itemsize(v.in_dtype)
+        nbytes = ir.Select(ok, _clamp(remaining * item, 0, 16), _imm(0), "int64")
+        return aligned, ptx.cp_async(ir.Load(dst_buf, dst_idx, dst_buf.dtype), src, nbytes)
+
+    # ------------------------------------------------------------------ compute
+    def compute(self, k, stage):
+        c, lane = k.cfg, k.tx
+        bn = c.block[1]
+        wm0, wn0 = k.tz * k.wm, k.ty * k.wn
+        out = []
+        L = lambda b, i: ir.Load(b, i if isinstance(i, tuple) else (_imm(i),), b.dtype)  # noqa
+        for ks in range(c.k // 16):
+            for im in range(k.mi):
+                row = wm0 + 16 * im + lane % 16
+                src = (stage, k.swizzle(row, 2 * ks + lane // 16, 0, c.k))
+                out.append(ptx.ldmatrix(L(k.afrag, 4 * im), L(k.As, src), 4, False))
+            for jp in range(k.ni // 2):
+                krow = 16 * ks + lane % 8 + ((lane // 8) % 2) * 8
+                chunk = (wn0 + 16 * jp) // 8 + lane // 16
+                src = (stage, k.swizzle(krow, chunk, 0, bn))
+                out.append(ptx.ldmatrix(L(k.bfrag, 4 * jp), L(k.Bs, src), 4, True))
+            if k.ni % 2:
+                jn = k.ni - 1
+                krow = 16 * ks + lane % 8 + ((lane // 8) % 2) * 8
+                src = (stage, k.swizzle(krow, (wn0 + 8 * jn) // 8, 0, bn))
+                out.append(ptx.ldmatrix(L(k.bfrag, 2 * jn), L(k.Bs, src), 2, True))
+            for im in range(k.mi):
+                for jn in range(k.ni):
+                    out.append(ptx.mma(L(k.acc, (im * k.ni + jn) * 4), L(k.afrag, 4 * im),
+                                       L(k.bfrag, 2 * jn), k.view.in_dtype))
+        return out
+
+
+class _Redirect(ir.Mutator):
+    """Loads/stores of register-resident arrays go to fragment element ``idx``."""
+
+    def __init__(self, regs, idx):
+        self.regs, self.idx = regs, idx
+
+    def visit_Load(self, e):
+        b = self.regs.get(e.buffer.name)
+        if b is None:
+            return self.generic(e)
+        return ir.Load(b, (_imm(self.idx),), e.dtype)
+
+    def visit_Store(self, s):
+        b = self.regs.get(s.buffer.name)
+        v = self.visit(s.value)
+        if b is None:
+            return ir.Store(s.buffer, tuple(self.visit(i) for i in s.indices), v, s.lanes)
+        return ir.Store(b, (_imm(self.idx),), v)
+
+
+def _origin_store(region):
+    """The region's (first) Store and its write indices at the region's first point."""
+    stores, binds = [], {}
+
+    def fn(n):
+        if isinstance(n, ir.Store) and not stores:
+            stores.append(n)
+        elif isinstance(n, ir.For):
+            binds[n.var] = n.min
+        elif isinstance(n, ir.LetStmt):
+            binds[n.var] = n.value
+    ir.walk(region, fn)
+    if not stores:
+        raise PolycompInternalError("a tensor-core region without a statement")
+    idx = list(stores[0].indices)
+    for _ in range(len(binds) + 1):
+        idx = [ir.substitute(i, binds) for i in idx]
+    return stores[0], [simplify(i) for i in idx]
+
+
+def _insert_after_update(body, extra):
+    """Insert ``extra`` right after the statement holding the update's loops (the
+    innermost statement containing the copies but no ``tc_frag`` region)."""
+    if not _contains(body, "tc_frag"):
+        return ir.seq(body, extra)
+    if isinstance(body, ir.Block):
+        stmts = list(body.stmts)
+        for i, s in enumerate(stmts):
+            if _contains(s, "tc_load"):
+                stmts[i] = _insert_after_update(s, extra)
+                return ir.Block(tuple(stmts))
+        raise PolycompInternalError("tensor-core block without its update loop")
+    if isinstance(body, ir.LetStmt):
+        return ir.LetStmt(body.var, body.value, _insert_after_update(body.body, extra))
+    if isinstance(body, ir.For):
+        return ir.For(body.var, body.min, body.extent, body.kind,
+                      _insert_after_update(body.body, extra), body.annotations)
+    if isinstance(body, ir.IfThenElse) and body.orelse is None:
+        return ir.IfThenElse(body.cond, _insert_after_update(body.then, extra))
+    if isinstance(body, ir.AttrStmt):
+        return ir.AttrStmt(body.key, body.value, _insert_after_update(body.body, extra))
+    raise PolycompInternalError("cannot place the accumulator store-back")
+
+
+def _contains(s, key) -> bool:
+    found = []
+    ir.walk(s, lambda n: found.append(1) if isinstance(n, ir.AttrStmt) and n.key == key
+            else None)
+    return bool(found)

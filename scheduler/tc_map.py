@@ -1,0 +1,75 @@
+"""Pass: map the block bands of tensor-core kernels onto CUDA blocks; register launches.
+
+Assumes: the tree of :class:`~polycomp.scheduler.tc_tile.TensorCoreTilingPass` (after
+the generic GPU passes, which skip these kernels because they have no launch yet):
+``kernel:<n>`` -> ``tc:block:<g>`` -> block band, with the :class:`TcPlan` of group ``g``
+in ``ctx.attrs["tc_plans"]``.
+
+For each plan: the last (at most three) coincident block-band members ``b_m`` are mapped
+to block parameters ``bx<n>`` (innermost), ``by<n>``, ``bz<n>`` by the filter
+``{ S : b_m(S) = b<axis><n> }`` right above the block band (as
+:class:`~polycomp.scheduler.gpu_map.GpuMappingPass` does); ``ctx.attrs["gpu_launch"][n]``
+gets the grid (isl ``PwAff`` ``1 + max b_m`` over the domain) and the thread block
+``(32, warps along N, warps along M)`` with thread parameters ``tx<n>`` (lane),
+``ty<n>``, ``tz<n>`` (warp coordinates), which only the tensorized IR uses;
+``ctx.attrs["ast_context"]`` gets ``0 <= b < grid``.
+
+Guarantees: each block-tile instance set is executed by exactly one block (the filters
+partition the instances over the block parameters, which range over the grid); the
+order inside a block is unchanged.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from polycomp.errors import ScheduleError
+
+from .gpu_map import (KernelLaunch, _as_param, _intersect_params, _member_range, _param_upa,
+                      block_param, thread_param)
+from .gpu_tile import find_first
+from .pass_base import Pass, ScheduleContext
+
+
+class TensorCoreMappingPass(Pass):
+    name = "tc-mapping"
+
+    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+        plans = ctx.attrs.get("tc_plans", {})
+        launches = ctx.attrs.setdefault("gpu_launch", {})
+        for g, plan in sorted(plans.items()):
+            mark = find_first(schedule, lambda x: x.get_type() == isl.schedule_node_type.mark
+                              and x.mark_get_id().get_name() == f"tc:block:{g}")
+            if mark is None:
+                raise ScheduleError(f"tensor-core group {g} lost its tc:block mark")
+            schedule, launch, kctx = self._map(mark.child(0), plan)
+            launches[plan.kernel] = launch
+            prev = ctx.attrs.get("ast_context")
+            ctx.attrs["ast_context"] = kctx if prev is None else _intersect_params(prev, kctx)
+            ctx.note(self.name, f"kernel {plan.kernel}: grid {[str(x) for x in launch.grid]}, "
+                                f"block {launch.block} ({plan.config.warps[0]}x"
+                                f"{plan.config.warps[1]} warps)")
+        return schedule
+
+    def _map(self, band, plan):
+        n = plan.kernel
+        ictx = band.get_ctx()
+        nb = band.band_n_member()
+        mapped = [m for m in range(nb) if band.band_member_get_coincident(m)][-3:]
+        dom = band.get_domain()
+        grid, bparams, filt = [], [], None
+        kctx = isl.Set.universe(isl.Space.params_alloc(ictx, 0))
+        for axis, m in enumerate(reversed(mapped)):
+            name = block_param(axis, n)
+            bparams.append(name)
+            rng = _member_range(band, m)
+            grid.append(rng.dim_max(0).add_constant_val(isl.Val.one(ictx)))
+            kctx = _intersect_params(kctx, _as_param(rng, name))
+            upa = band.band_get_partial_schedule().get_union_pw_aff(m)
+            f = upa.sub(_param_upa(dom, name)).zero_union_set()
+            filt = f if filt is None else filt.intersect(f)
+        if filt is not None:
+            band = band.insert_filter(filt.intersect(dom))
+        wm, wn = plan.config.warps
+        launch = KernelLaunch(grid, (32, wn, wm), tuple(bparams),
+                              tuple(thread_param(a, n) for a in range(3)))
+        return band.get_schedule(), launch, kctx

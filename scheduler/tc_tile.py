@@ -1,0 +1,347 @@
+"""Pass: hardware-aligned tiling of contraction groups for Tensor Cores (mma.m16n8k16).
+
+Assumes: the tree of :class:`~polycomp.scheduler.pattern_schedule.PatternSchedulePass`
+(``backbone:<class>`` mark -> output band ``B(o)`` -> sequence of the group's statements,
+the update's filter holding the reduce band ``R(r)``), and no earlier tiling.
+
+A group is *eligible* (:func:`gemm_view`) when ``options["tensor_cores"]`` is not
+``False`` and its backbone is a ``sum`` reduction ``C[o] += fa * fb`` in float32 whose
+factors are float16 (or both bfloat16) loads converted to float32, a factor possibly
+under ``select(cond, ., 0)`` (padding), every domain starting at 0, and no prologue.
+The *GEMM view* of ``C``: the operand ``B`` is the factor that uses the innermost
+output dimension ``o_n`` (and the other factor does not), ``A`` the other one; ``o_m``
+is the innermost output dimension that only ``A`` uses; ``r_k`` is the first reduce
+axis (channels for a convolution).  Every output dimension must be used by a factor
+(both: a batch dimension) and every reduce axis by both.  The other output dimensions
+and reduce axes keep tile 1 (implicit GEMM: a convolution's ``n, y`` and filter window
+``kh, kw`` are loops around the GEMM tiles).
+
+Configuration (``options["tc_tile"]``, a :class:`TcConfig` or a dict with ``block``,
+``warp``, ``k``, ``stages``, ``swizzle``): the tile tuple ⟨block BM x BN⟩⟨warp WM x WN⟩
+⟨instruction 16 x 8 x 16⟩ with BM, BN multiples of WM, WN, WM a multiple of 16, WN of 16,
+a K tile KT of 32 or 64 and 1-4 pipeline stages.  Default 128x128 / 64x64 / KT 32 / 3
+stages.  The shared-memory footprint ``stages * (BM*KT + KT*BN) * 2`` bytes must fit the
+target's per-block limit (else :class:`~polycomp.errors.ResourceLimitError`).
+
+Result, for each eligible group ``g`` (kernel number ``n = #groups + index``):
+
+* ``kernel:<n>`` -> ``tc:block:<g>`` -> the *block band*
+  ``[.., floor(o_m/BM), .., floor(o_n/BN), ..]`` (other members ``o_d``; coincident flags
+  from the dependences) -> the group's sequence, where
+* the init and every epilogue filter hold ``tc:frag:<g>`` -> ``[o_m mod BM, o_n mod BN]``,
+* the update filter holds ``[r_d : d != k]`` (if any) -> ``pipeline:<stages>`` ->
+  ``[floor(r_k/KT)]`` (the K-tile loop) -> ``tc:mma:<g>`` -> ``[o_m mod BM, o_n mod BN,
+  r_k mod KT]``.
+
+Nothing is mapped to threads in the tree: the marked point bands (one block tile, or
+one block tile x one K tile) are expanded by :mod:`polycomp.hw.cuda.tensorize` into
+warp-level code (fragments, ``ldmatrix``, ``mma``, ``cp.async`` copies), so every loop
+of the kernel above the marks is executed uniformly by the whole thread block (the
+barriers of the copies need that).  The launch geometry is registered by
+:class:`~polycomp.scheduler.tc_map.TensorCoreMappingPass` only after the generic GPU
+passes ran, so they leave these kernels alone.  ``ctx.attrs["tc_plans"][g]`` holds the
+:class:`TcPlan`.
+
+Legality: for matmul-like groups (one reduce axis) the order of every pair of
+dependent instances is kept (the K tile and intra-tile members split ``r_k`` in
+order).  With several reduce axes (convolutions) the filter-window loops are moved
+outside the channel tiles: a reordering of the ``+`` reduction, legal up to rounding
+(as is the summation order inside ``mma``) but not under isl's exact dependences, so
+debug-mode legality checking reports those update -> update dependences.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from polycomp import dtypes as dt
+from polycomp import ir
+from polycomp.errors import ResourceLimitError, ScheduleError
+
+from .classify import fusion_groups
+from .gpu_tile import backbone_marks, nth_backbone, output_band
+from .pass_base import Pass, ScheduleContext
+from .tree import mark_coincidence
+
+TC_DTYPES = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class TcConfig:
+    block: tuple = (128, 128)     # BM, BN
+    warp: tuple = (64, 64)        # WM, WN
+    k: int = 32                   # KT
+    stages: int = 3
+    swizzle: bool = True
+
+    @property
+    def warps(self) -> tuple:
+        """(warps along M, warps along N)."""
+        return self.block[0] // self.warp[0], self.block[1] // self.warp[1]
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps[0] * self.warps[1]
+
+    def shared_bytes(self, itemsize: int = 2) -> int:
+        bm, bn = self.block
+        return self.stages * (bm * self.k + self.k * bn) * itemsize
+
+    def check(self) -> "TcConfig":
+        (bm, bn), (wm, wn) = self.block, self.warp
+        if wm % 16 or wn % 16 or wm <= 0 or wn <= 0 or bm % wm or bn % wn:
+            raise ScheduleError(f"tensor-core tile {self.block} / warp tile {self.warp}: warp "
+                                f"tiles must be multiples of 16 dividing the block tile")
+        if self.k not in (32, 64):
+            raise ScheduleError(f"tensor-core K tile must be 32 or 64, got {self.k}")
+        if not 1 <= self.stages <= 4:
+            raise ScheduleError(f"pipeline stages must be 1..4, got {self.stages}")
+        if self.threads > 1024:
+            raise ResourceLimitError(f"tensor-core tiling uses {self.threads} threads per block")
+        return self
+
+
+def tc_config(opt) -> TcConfig:
+    if opt is None:
+        return TcConfig().check()
+    if isinstance(opt, TcConfig):
+        return opt.check()
+    d = dict(opt)
+    base = TcConfig()
+    return TcConfig(tuple(d.get("block", base.block)), tuple(d.get("warp", base.warp)),
+                    int(d.get("k", base.k)), int(d.get("stages", base.stages)),
+                    bool(d.get("swizzle", base.swizzle))).check()
+
+
+@dataclass(eq=False)
+class Factor:
+    """One factor of the product: ``cast(load)`` (f16/bf16 -> f32), maybe guarded."""
+    expr: ir.Expr          # the factor as written (float32)
+    load: ir.Load
+    guard: ir.Expr | None
+    dims: set              # iterators it uses
+
+
+@dataclass(eq=False)
+class GemmView:
+    """The backbone of a group seen as ``C[m, n] += A[m, k] * B[k, n]``."""
+    group: object          # FusionGroup
+    stage: object          # backbone Stage
+    init: object           # Statement
+    update: object         # Statement
+    epilogue: list         # Statements, in order
+    a: Factor
+    b: Factor
+    m_dim: int             # index into stage.iters
+    n_dim: int
+    k_dim: int             # index into the reduce axes
+    in_dtype: str
+
+    @property
+    def out_extents(self) -> tuple:
+        return tuple(self.stage.output.buffer.shape)
+
+    @property
+    def red_extents(self) -> tuple:
+        return tuple(a.extent for a in self.stage.reduce_axes)
+
+
+@dataclass(eq=False)
+class TcPlan:
+    view: GemmView
+    config: TcConfig
+    kernel: int
+    group: int
+    notes: list = field(default_factory=list)
+
+
+def _vars(e) -> set:
+    return {v for v in ir.free_vars(e) if not v.is_param}
+
+
+def _factor(e) -> Factor | None:
+    guard = None
+    if isinstance(e, ir.Select) and ir.is_const(e.f, 0.0):
+        guard, e = e.cond, e.t
+    if isinstance(e, ir.Cast) and e.dtype == "float32" and isinstance(e.value, ir.Load) \
+            and e.value.dtype in TC_DTYPES:
+        dims = set().union(*(_vars(i) for i in e.value.indices)) if e.value.indices else set()
+        if guard is not None:
+            dims |= _vars(guard)
+        full = e if guard is None else ir.Select(guard, e, ir.FloatImm(0.0), "float32")
+        return Factor(full, e.value, guard, dims)
+    return None
+
+
+def gemm_view(group, model) -> GemmView | str:
+    """The GEMM view of ``group`` or the reason it has none (see the module docstring)."""
+    st = group.backbone
+    if group.kind not in ("contraction", "conv"):
+        return f"{group.kind} backbone"
+    if group.prologue:
+        return "the group has a prologue"
+    if getattr(st, "reduce_op", None) != "sum" or st.output.buffer.dtype != "float32":
+        return "not a float32 sum"
+    body = st.body
+    if not (isinstance(body, ir.Binary) and body.op == "*"):
+        return "the reduction body is not a product"
+    fa, fb = _factor(body.a), _factor(body.b)
+    if fa is None or fb is None:
+        return "the factors are not float16/bfloat16 loads converted to float32"
+    if fa.load.dtype != fb.load.dtype:
+        return "the factors have different dtypes"
+    iters = list(st.iters)
+    red = [a.var for a in st.reduce_axes]
+    if not iters or not red:
+        return "no output or reduce dimension"
+    if any(not ir.is_const(a.lo, 0) for a in st.reduce_axes):
+        return "a reduce axis does not start at 0"
+    n_var = iters[-1]
+    if (n_var in fa.dims) == (n_var in fb.dims):
+        return "the innermost output dimension is used by both or neither factor"
+    if n_var in fa.dims:
+        fa, fb = fb, fa
+    m_cands = [k for k, v in enumerate(iters) if v in fa.dims and v not in fb.dims]
+    if not m_cands:
+        return "no output dimension used by the A factor only"
+    for v in iters:
+        if v not in fa.dims and v not in fb.dims:
+            return f"output dimension {v.name} is used by no factor"
+    for v in red:
+        if v not in fa.dims or v not in fb.dims:
+            return f"reduce axis {v.name} is not used by both factors"
+    stmts = {s.stage: [] for s in model.statements}
+    for s in model.statements:
+        stmts[s.stage].append(s)
+    init = next(s for s in stmts[st] if s.kind == "init")
+    update = next(s for s in stmts[st] if s.kind == "update")
+    epi = [s for e in group.epilogue for s in stmts[e]]
+    return GemmView(group, st, init, update, epi, fa, fb, m_cands[-1], len(iters) - 1, 0,
+                    fa.load.dtype)
+
+
+def _params(model) -> str:
+    return "[" + ", ".join(p.name for p in model.params) + "] -> " if model.params else ""
+
+
+def _mupa(model, stmt_exprs: list) -> isl.MultiUnionPwAff:
+    """A band's partial schedule from ``[(statement, [expr per member, in its dims])]``."""
+    parts = []
+    for s, exprs in stmt_exprs:
+        dims = ", ".join(f"d{k}" for k in range(len(s.iters)))
+        parts.append(f"{s.name}[{dims}] -> [{', '.join(exprs)}]")
+    um = isl.UnionMap.read_from_str(model.ctx, _params(model) + "{ " + "; ".join(parts) + " }")
+    return isl.MultiUnionPwAff.from_union_map(um)
+
+
+class TensorCoreTilingPass(Pass):
+    name = "tc-tiling"
+
+    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+        if ctx.options.get("tensor_cores", True) is False:
+            return schedule
+        model = ctx.model
+        if not getattr(model.graph, "stages", ()):
+            return schedule
+        groups = fusion_groups(model.graph)
+        marks = backbone_marks(schedule)
+        plans = ctx.attrs.setdefault("tc_plans", {})
+        for k in range(len(marks)):
+            g = _group_at(nth_backbone(schedule, k), groups, model)
+            if g is None:
+                continue
+            view = gemm_view(g, model)
+            if isinstance(view, str):
+                if g.kind in ("contraction", "conv"):
+                    ctx.note(self.name, f"group {k} ({g.backbone.name}): no tensor cores: {view}")
+                continue
+            cfg = tc_config(ctx.options.get("tc_tile"))
+            need = cfg.shared_bytes(dt.itemsize(view.in_dtype))
+            limit = ctx.target.shared_memory_per_block
+            if need > limit:
+                raise ResourceLimitError(
+                    f"tensor-core tiling of {g.backbone.name}: {cfg.stages} stage(s) of "
+                    f"{cfg.block[0]}x{cfg.k} + {cfg.k}x{cfg.block[1]} tiles need {need} bytes "
+                    f"of shared memory; {ctx.target.name} allows {limit} per block (static "
+                    f"shared memory; fewer stages or smaller tiles fit)")
+            plan = TcPlan(view, cfg, len(marks) + len(plans), k)
+            schedule = self._tile(schedule, k, plan, ctx)
+            plans[k] = plan
+            ctx.note(self.name, f"group {k} ({g.backbone.name}): tensor cores {view.in_dtype} "
+                                f"mma.m16n8k16, block {cfg.block}, warp {cfg.warp}, K tile "
+                                f"{cfg.k}, {cfg.stages} stage(s), {need} B shared; M = "
+                                f"{view.stage.iters[view.m_dim].name}, N = "
+                                f"{view.stage.iters[view.n_dim].name}, K = "
+                                f"{view.stage.reduce_axes[view.k_dim].var.name}")
+        return schedule
+
+    def _tile(self, schedule, k, plan, ctx):
+        view, cfg, model = plan.view, plan.config, ctx.model
+        mark = nth_backbone(schedule, k)
+        band = output_band(mark)
+        if band is None:
+            raise ScheduleError(f"group {k}: no output band to tile for tensor cores")
+        nout = len(view.stage.iters)
+        bm, bn = cfg.block
+        stmts = [view.init, view.update] + view.epilogue
+
+        def block_exprs(s):
+            out = []
+            for d in range(nout):
+                t = bm if d == view.m_dim else bn if d == view.n_dim else 1
+                out.append(f"floor(d{d}/{t})" if t > 1 else f"d{d}")
+            return out
+        point = lambda: [f"d{view.m_dim} mod {bm}", f"d{view.n_dim} mod {bn}"]  # noqa: E731
+        block = _mupa(model, [(s, block_exprs(s)) for s in stmts])
+        seq = band.delete()                      # the group's sequence
+        node = seq.insert_partial_schedule(block).band_set_permutable(1)
+        node = mark_coincidence(node, model.dependences)
+        node = node.insert_mark(isl.Id(f"tc:block:{k}"))
+        node = node.insert_mark(isl.Id(f"kernel:{plan.kernel}"))
+        seq = node.child(0).child(0).child(0)    # kernel -> tc:block -> band -> sequence
+        if seq.get_type() != isl.schedule_node_type.sequence:
+            raise ScheduleError(f"group {k}: expected the init/update sequence below the band")
+        names = {s.name: s for s in stmts}
+        kred = view.k_dim
+        nred = len(view.stage.reduce_axes)
+        for c in range(seq.n_children()):
+            filt = seq.child(c)
+            sname = [s.get_tuple_name() for s in _sets(filt.filter_get_filter())][0]
+            s = names[sname]
+            below = filt.child(0)
+            depth = below.get_tree_depth()
+            if s is view.update:
+                if below.get_type() == isl.schedule_node_type.band:
+                    below = below.delete()
+                kd = nout + kred
+                pt = _mupa(model, [(s, point() + [f"d{kd} mod {cfg.k}"])])
+                n = below.insert_partial_schedule(pt)
+                n = n.insert_mark(isl.Id(f"tc:mma:{k}"))
+                n = n.insert_partial_schedule(_mupa(model, [(s, [f"floor(d{kd}/{cfg.k})"])]))
+                n = n.insert_mark(isl.Id(f"pipeline:{cfg.stages}"))
+                outer = [f"d{nout + r}" for r in range(nred) if r != kred]
+                if outer:
+                    n = n.insert_partial_schedule(_mupa(model, [(s, outer)]))
+            else:
+                n = below.insert_partial_schedule(_mupa(model, [(s, point())]))
+                n = n.insert_mark(isl.Id(f"tc:frag:{k}"))
+            while n.get_tree_depth() > depth - 1:
+                n = n.parent()
+            seq = n.parent()
+        return seq.get_schedule()
+
+
+def _group_at(mark, groups, model):
+    """The fusion group whose backbone's statements are below ``mark`` (None if not one)."""
+    names = {x.get_tuple_name() for x in _sets(mark.get_domain())}
+    for g in groups:
+        own = {s.name for s in model.statements if s.stage is g.backbone}
+        if own and own <= names:
+            return g
+    return None
+
+
+def _sets(us):
+    from polycomp.islutil import sets
+    return sets(us)
