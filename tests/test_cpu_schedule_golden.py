@@ -16,6 +16,7 @@ from polycomp.scheduler.cpu_backbone_tile import CpuBackboneTilePass
 from polycomp.scheduler.cpu_fuse import CpuFusePass
 from polycomp.scheduler.cpu_pack import CpuPackPass
 from polycomp.scheduler.cpu_parallel import CpuParallelPass
+from polycomp.scheduler.cpu_reduce_interchange import CpuReduceInterchangePass
 from polycomp.scheduler.pass_base import ScheduleContext
 from polycomp.scheduler.tree import violated_dependences
 
@@ -47,6 +48,12 @@ def matmul(A: pc.Tensor[(N, K), "float32"], B: pc.Tensor[(K, M), "float32"]):
     return pc.compute((N, M), lambda i, j: pc.sum(A[i, k] * B[k, j], axis=k), name="C")
 
 
+@pc.tensor_expr
+def colsum(x: pc.Tensor[(N, M), "float32"]):
+    r = pc.reduce_axis(N, "r")
+    return pc.compute((M,), lambda j: pc.sum(x[r, j], axis=r), name="cs")
+
+
 TARGET = dataclasses.replace(get_target("cpu-avx512"), l1_bytes=32 * 1024,
                              l2_bytes=1024 * 1024, threads=2)
 
@@ -62,12 +69,15 @@ MATMUL_BACKBONE = '{ domain: "[N, K, M] -> { C_init[i, j] : N > 0 and K > 0 and 
 
 MATMUL_PACK = '{ domain: "[N, K, M] -> { C_init[i, j] : N > 0 and K > 0 and M > 0 and 0 <= i < N and 0 <= j < M; C_update[i, j, k] : N > 0 and K > 0 and M > 0 and 0 <= i < N and 0 <= j < M and 0 <= k < K }", child: { sequence: [ { filter: "[N, K, M] -> { C_init[i, j] }", child: { schedule: "[N, K, M] -> [{ C_init[i, j] -> [(i)] }, { C_init[i, j] -> [(j)] }]", permutable: 1, coincident: [ 1, 1 ] } }, { filter: "[N, K, M] -> { C_update[i, j, k] }", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [(floor((j)/512))] }, { C_update[i, j, k] -> [(floor((k)/256))] }]", permutable: 1, coincident: [ 1, 0 ], child: { mark: "cpu_pack:B|panel=1x64|box=256x512|origin=[N, K, M] -> { [i0, i1] -> [((256i1) : N > 0 and i0 >= 0 and 512i0 < M and i1 >= 0 and 256i1 < K), ((512i0) : N > 0 and i0 >= 0 and 512i0 < M and i1 >= 0 and 256i1 < K)] }", child: { mark: "cpu_parallel", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [(floor((i)/96))] }]", permutable: 1, coincident: [ 1 ], child: { mark: "cpu_pack:A|panel=0x6|box=96x256|origin=[N, K, M] -> { [i0, i1, i2] -> [((96i2) : i0 >= 0 and 512i0 < M and i1 >= 0 and 256i1 < K and i2 >= 0 and 96i2 < N), ((256i1) : i0 >= 0 and 512i0 < M and i1 >= 0 and 256i1 < K and i2 >= 0 and 96i2 < N)] }", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [(floor((i)/6) - 16*floor((i)/96))] }, { C_update[i, j, k] -> [(floor((j)/64) - 8*floor((j)/512))] }]", permutable: 1, coincident: [ 1, 1 ], options: "[N, K, M] -> { isolate[[i0, i1, i2] -> [i3, i4]] : i0 >= 0 and i1 >= 0 and 256i1 < K and i2 >= 0 and 0 <= i3 <= 15 and 6i3 <= -6 + N - 96i2 and 0 <= i4 <= 7 and 64i4 <= -64 + M - 512i0 }", child: { mark: "cpu_microkernel", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [((k) mod 256)] }]", permutable: 1, child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [((i) mod 6)] }, { C_update[i, j, k] -> [((j) mod 64)] }]", permutable: 1, coincident: [ 1, 1 ] } } } } } } } } } } ] } }'
 
+COLSUM_INTERCHANGE = '{ domain: "[N, M] -> { cs_init[j] : N > 0 and M > 0 and 0 <= j < M; cs_update[j, r] : N > 0 and M > 0 and 0 <= j < M and 0 <= r < N }", child: { sequence: [ { filter: "[N, M] -> { cs_init[j] }", child: { mark: "cpu_parallel", child: { schedule: "[N, M] -> [{ cs_init[j] -> [(j)] }]", permutable: 1, coincident: [ 1 ] } } }, { filter: "[N, M] -> { cs_update[j, r] }", child: { mark: "cpu_parallel", child: { schedule: "[N, M] -> [{ cs_update[j, r] -> [(floor((j)/256))] }]", permutable: 1, coincident: [ 1 ], child: { schedule: "[N, M] -> [{ cs_update[j, r] -> [(r)] }]", permutable: 1, child: { schedule: "[N, M] -> [{ cs_update[j, r] -> [((j) mod 256)] }]", permutable: 1, coincident: [ 1 ] } } } } } ] } }'
 
 CASES = {
     "softmax_fuse": (softmax, [CpuFusePass], SOFTMAX_FUSE),
     "bias_gelu_fuse": (bias_gelu, [CpuFusePass], BIAS_GELU_FUSE),
     "colmax_fuse": (colmax_then_scale, [CpuFusePass], COLMAX_FUSE),
     "softmax_parallel": (softmax, [CpuFusePass, CpuParallelPass], SOFTMAX_PARALLEL),
+    "colsum_interchange": (colsum, [CpuReduceInterchangePass, CpuParallelPass],
+                           COLSUM_INTERCHANGE),
     "matmul_backbone": (matmul, [CpuBackboneTilePass], MATMUL_BACKBONE),
     "matmul_pack": (matmul, [CpuBackboneTilePass, CpuPackPass], MATMUL_PACK),
 }

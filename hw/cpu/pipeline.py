@@ -25,9 +25,12 @@ def schedule_passes(target: Target, options: dict) -> list:
     from polycomp.scheduler.cpu_fuse import CpuFusePass
     from polycomp.scheduler.cpu_pack import CpuPackPass
     from polycomp.scheduler.cpu_parallel import CpuParallelPass
+    from polycomp.scheduler.cpu_reduce_interchange import CpuReduceInterchangePass
     passes = []
     if target.isa and options.get("microkernel", True):
         passes += [CpuBackboneTilePass(), CpuPackPass()]
+    if target.isa and options.get("interchange", True):
+        passes.append(CpuReduceInterchangePass())
     if options.get("fuse", True):
         passes.append(CpuFusePass())
     if options.get("parallel", True):

@@ -1,0 +1,99 @@
+"""Pass: move reduce loops outside the contiguous output dimension (column reductions).
+
+A reduction such as ``out[j] = sum_i x[i, j]`` runs in program order as ``for j: for i``
+— its innermost loop strides through ``x`` by whole rows and reduces into one scalar,
+which vectorises poorly.  Exchanging the loops gives ``for i: for j: out[j] += x[i, j]``:
+unit stride in ``x`` and ``out``, an elementwise vector update.
+
+Assumes: the program-order subtree of a reduction stage under its filter (``band[s] ->
+sequence[init, update -> band[r]]``, or the update's band alone for a 0-d output), and
+``ctx.model``.  A stage qualifies when its last output dimension ``j`` is the
+(unit-stride) last index of some load of the update and no reduce dimension appears in
+the last index of any load: the reduce loop is then not the contiguous one.
+
+Guarantees: the subtree becomes
+
+    sequence
+      filter init:   band[s]                                     (coincident)
+      filter update: mark cpu_parallel -> band[s_0.., floor(j/T)] -> band[r..] -> band[j mod T]
+
+(``T = TILE`` output elements per parallel task).  Initialisation first is legal (only
+same-element dependences go from init to update).  The update band is permutable: its
+only dependences are between instances updating the same ``out[s]``, ordered by ``r``,
+and every ``j``-tile keeps ``r`` in increasing order for each element, so the
+reassociation-free summation order of each element is unchanged; the outer members are
+coincident (different elements), so the tile loop may run in parallel.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from polycomp import ir
+
+from . import cpu_tree as T
+from .cpu_backbone_tile import _dim_aff, _floor_div, _mod, _unit_in, _upa, _vars
+from .pass_base import Pass, ScheduleContext
+
+TILE = 256
+
+
+def _loads(e) -> list:
+    out = []
+    ir.walk(e, lambda n: out.append(n) if isinstance(n, ir.Load) else None)
+    return out
+
+
+def qualifies(init, update) -> bool:
+    stage = update.stage
+    if not stage.iters or not stage.reduce_axes:
+        return False
+    j = stage.iters[-1]
+    red = {a.var for a in stage.reduce_axes}
+    loads = [ld for ld in _loads(update.value) if ld.buffer is not update.write and ld.indices]
+    if not any(_unit_in(ld.indices[-1], j) for ld in loads):
+        return False
+    return not any(_vars(ld.indices[-1]) & red for ld in loads)
+
+
+def interchanged(init, update):
+    ispace, sp = init.domain.get_space(), update.domain.get_space()
+    n_s = ispace.dim(isl.dim_type.set)
+    n_all = sp.dim(isl.dim_type.set)
+    init_band = T.Band([_upa(_dim_aff(ispace, d)) for d in range(n_s)], permutable=True,
+                       coincident=[True] * n_s)
+    j = _dim_aff(sp, n_s - 1)
+    outer = [_upa(_dim_aff(sp, d)) for d in range(n_s - 1)] + [_upa(_floor_div(j, TILE))]
+    point = T.Band([_upa(_mod(j, TILE))], permutable=True, coincident=[True])
+    red = T.Band([_upa(_dim_aff(sp, d)) for d in range(n_s, n_all)], point, permutable=True)
+    upd = T.Mark("cpu_parallel", T.Band(outer, red, permutable=True, coincident=[True] * n_s))
+    return T.Sequence([T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), init_band),
+                       T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), upd)])
+
+
+class CpuReduceInterchangePass(Pass):
+    name = "cpu-reduce-interchange"
+
+    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+        domain, tree = T.from_schedule(schedule)
+        order = [s.name for s in ctx.model.statements]
+        stmts = {s.name: s for s in ctx.model.statements}
+        kids = T.stage_children(tree)
+        changed = False
+        for idx, child in enumerate(kids):
+            filt = child.filter if isinstance(child, T.Filter) else domain
+            names = sorted(T.statements_of(filt), key=order.index)
+            sts = [stmts[n] for n in names if n in stmts]
+            if len(sts) != 2 or sts[0].kind != "init" or sts[1].kind != "update":
+                continue
+            body = child.child if isinstance(child, T.Filter) else child
+            if not isinstance(body, T.Band) or not qualifies(*sts):
+                continue
+            new = interchanged(*sts)
+            ctx.note(self.name, f"{sts[1].stage.name}: reduce loops outside the contiguous "
+                                f"dimension, {TILE}-element parallel tiles")
+            if isinstance(child, T.Filter):
+                child.child = new
+            else:
+                tree = new
+            changed = True
+        return T.to_schedule(domain, tree) if changed else schedule
