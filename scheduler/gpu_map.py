@@ -64,6 +64,7 @@ class KernelLaunch:
     block: tuple
     block_params: tuple
     thread_params: tuple
+    full_tile: object = None   # isl parameter set: this block's tile is full (or None)
 
 
 def _param_upa(domain: isl.UnionSet, name: str) -> isl.UnionPwAff:
@@ -101,6 +102,7 @@ class GpuMappingPass(Pass):
             cfg = cfgs.get(k)
             if cfg is None:
                 raise ScheduleError(f"tiled group {k} has no tile configuration")
+            self._ctx = ctx
             schedule, launch, kctx = self._map_group(mark, cfg, n)
             launches[n] = launch
             prev = ctx.attrs.get("ast_context")
@@ -111,6 +113,24 @@ class GpuMappingPass(Pass):
         return schedule
 
     # ------------------------------------------------------------------ tiled groups
+    def _full_tile_condition(self, cfg, last, mapped, bparams):
+        """{ : T_m * b_m + T_m - 1 <= last_m } over the mapped members with T_m > 1, or
+        None when a tiled member is not mapped to a block id (its tiles are loops)."""
+        cond = None
+        for m, t in enumerate(cfg.block):
+            if t == 1:
+                continue
+            if m not in mapped:
+                return None
+            name = bparams[list(reversed(mapped)).index(m)]
+            ictx = last[m].get_ctx()
+            b = isl.PwAff.read_from_str(ictx, f"[{name}] -> {{ [({t} * {name} + {t - 1})] }}")
+            lm = last[m].align_params(b.get_space())
+            b = b.align_params(lm.get_space())
+            c = b.le_set(lm)
+            cond = c if cond is None else _intersect_params(cond, c)
+        return cond
+
     def _map_group(self, mark, cfg, n):
         ictx = mark.get_ctx()
         band = mark.child(0)
@@ -163,7 +183,12 @@ class GpuMappingPass(Pass):
                 f = upa.mod_val(v).sub(_param_upa(pdom, thread_param(axis, n))).zero_union_set()
                 tf = f if tf is None else tf.intersect(f)
             schedule = pt.insert_filter(tf).get_schedule()
-        return schedule, KernelLaunch(grid, tuple(block), tuple(bparams), tuple(tparams)), ctx_set
+        launch = KernelLaunch(grid, tuple(block), tuple(bparams), tuple(tparams))
+        k = int(mark.mark_get_id().get_name().rsplit(":", 1)[1])
+        last = self._ctx.attrs.get("output_last", {}).get(k)
+        if last is not None:
+            launch.full_tile = self._full_tile_condition(cfg, last, mapped, bparams)
+        return schedule, launch, ctx_set
 
     # ------------------------------------------------------------------ untiled groups
     def _single_thread_kernels(self, schedule, ctx, n):

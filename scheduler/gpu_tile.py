@@ -166,6 +166,14 @@ def _mv(space, sizes, ctx):
     return mv
 
 
+def _member_last(band, m) -> isl.PwAff:
+    """The largest value of band member ``m`` over the band's domain (a PwAff of the
+    parameters)."""
+    upa = band.band_get_partial_schedule().get_union_pw_aff(m)
+    rng = isl.UnionMap.from_union_pw_aff(upa).intersect_domain(band.get_domain()).range()
+    return isl.Set.from_union_set(rng).dim_max(0)
+
+
 def find_first(schedule: isl.Schedule, pred) -> isl.ScheduleNode | None:
     """The first node (pre-order) of ``schedule`` satisfying ``pred(node)``."""
     return _find(schedule.get_root(), pred)
@@ -216,6 +224,9 @@ class GpuTilingPass(Pass):
             cfg = tile_config_from_options(ctx.options.get("tile"), kind, band.band_n_member(),
                                            ctx.target)
             ctx.attrs.setdefault("tile_configs", {})[k] = cfg
+            # the last index of every output dimension (for full-tile isolation)
+            ctx.attrs.setdefault("output_last", {})[k] = [
+                _member_last(band, m) for m in range(band.band_n_member())]
             coinc = band_coincidence(band, ctx.model.dependences)
             node = band.band_tile(_mv(band.band_get_space(), cfg.block, band.get_ctx()))
             for m, c in enumerate(coinc):

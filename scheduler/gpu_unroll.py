@@ -10,7 +10,10 @@ than ``max_unroll``, every member gets the AST loop
 type ``unroll``: isl generates one copy of the body per iteration, guarded only where a
 partial tile may lack that iteration.  Register tiles (``local`` buffers from register
 promotion) are then indexed by constants, which is what lets nvcc keep them in
-registers.
+registers.  Where the kernel's tile is full (``launch.full_tile``, a condition on the
+block ids from :class:`~polycomp.scheduler.gpu_map.GpuMappingPass`), the *isolate* AST
+option generates the full tiles' points separately, without any guard; partial tiles
+keep their guards.
 
 Guarantees: only AST generation options change; the schedule (the order of every pair
 of statement instances) is the same, so the pass is trivially legal.
@@ -38,6 +41,34 @@ def _trip_bound(band, configs) -> int | None:
     return trips
 
 
+def _full_tile(band, ctx):
+    """The kernel's full-tile parameter condition (see GpuMappingPass), or None."""
+    x = band
+    while x.has_parent():
+        x = x.parent()
+        if x.get_type() == isl.schedule_node_type.mark and \
+                x.mark_get_id().get_name().startswith("kernel:"):
+            launch = ctx.attrs.get("gpu_launch", {}).get(int(x.mark_get_id().get_name().split(":")[1]))
+            return getattr(launch, "full_tile", None)
+    return None
+
+
+def _isolate(band, full: isl.Set):
+    """Set the isolate AST option: the points of full tiles are generated separately
+    (no guards) from those of partial tiles; both parts unrolled."""
+    ictx = band.get_ctx()
+    depth = band.get_schedule_depth()
+    n = band.band_n_member()
+    outer = ", ".join(f"o{d}" for d in range(depth))
+    inner = ", ".join(f"p{d}" for d in range(n))
+    iso = isl.Set.read_from_str(ictx, f"{{ isolate[[{outer}] -> [{inner}]] }}")
+    iso = iso.align_params(full.get_space()).intersect_params(full.align_params(iso.align_params(full.get_space()).get_space()))
+    band = band.band_set_ast_build_options(isl.UnionSet.from_set(iso))
+    for m in range(n):
+        band = band.band_member_set_isolate_ast_loop_type(m, isl.ast_loop_type.unroll)
+    return band
+
+
 def _unrolled(band) -> bool:
     return all(band.band_member_get_ast_loop_type(m) == isl.ast_loop_type.unroll
                for m in range(band.band_n_member()))
@@ -62,6 +93,9 @@ class UnrollPointLoopsPass(Pass):
             if trips is None or trips > self.max_unroll:
                 ctx.note(self.name, f"band {_key(node)} kept as loops ({trips} iterations per thread)")
                 continue
+            full = _full_tile(node, ctx)
+            if full is not None:   # first: the options replace the band's loop types
+                node = _isolate(node, full)
             for m in range(node.band_n_member()):
                 node = node.band_member_set_ast_loop_type(m, isl.ast_loop_type.unroll)
             schedule = node.get_schedule()
