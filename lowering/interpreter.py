@@ -354,23 +354,34 @@ class Interpreter:
         Hook: an executor with fixed lanes (the CUDA simulator's threads) overrides it."""
         return s.kind in _PARALLEL_KINDS or bool(s.annotation("coincident", False))
 
-    def _for_lanes(self, s, st, lo, ext):
-        if ext <= 0:
-            return
-        saved_env, saved_lanes, saved_mask = dict(st.env), st.lanes, st.mask
+    @staticmethod
+    def _expand_lanes(st, var, lo, ext):
+        """Multiply the lane space by the ``ext`` values of ``var``: lane ``l*ext + t``
+        (every lane-vector in the environment is repeated, ``var`` tiled).  Returns the
+        saved (env, lanes, mask) for :meth:`_restore_lanes`."""
+        saved = (dict(st.env), st.lanes, st.mask)
         n = st.lanes
-        # expand every lane-vector in the environment: lane l*ext + t
         for k, v in st.env.items():
             if np.ndim(v):
                 st.env[k] = np.repeat(np.broadcast_to(v, (n,)), ext)
-        st.env[s.var] = np.tile(np.arange(lo, lo + ext, dtype=np.int64), n)
+        st.env[var] = np.tile(np.arange(lo, lo + ext, dtype=np.int64), n)
         if st.mask is not None:
             st.mask = np.repeat(st.mask, ext)
         st.lanes = n * ext
+        return saved
+
+    @staticmethod
+    def _restore_lanes(st, saved):
+        st.env, st.lanes, st.mask = saved
+
+    def _for_lanes(self, s, st, lo, ext):
+        if ext <= 0:
+            return
+        saved = self._expand_lanes(st, s.var, lo, ext)
         try:
             self.stmt(s.body, st)
         finally:
-            st.env, st.lanes, st.mask = saved_env, saved_lanes, saved_mask
+            self._restore_lanes(st, saved)
 
     def _try_reduction(self, s, st, lo, ext) -> bool:
         body = s.body
@@ -390,18 +401,13 @@ class Interpreter:
         if reads_x:
             return False
         # evaluate e over all iterations as extra lanes, reduce, then update once
-        saved_env, saved_lanes, saved_mask = dict(st.env), st.lanes, st.mask
         n = st.lanes
-        for k, val in st.env.items():
-            if np.ndim(val):
-                st.env[k] = np.repeat(np.broadcast_to(val, (n,)), ext)
-        st.env[s.var] = np.tile(np.arange(lo, lo + ext, dtype=np.int64), n)
-        mask = None if st.mask is None else np.repeat(st.mask, ext)
-        st.lanes, st.mask = n * ext, mask
+        saved = self._expand_lanes(st, s.var, lo, ext)
+        mask = st.mask
         try:
             e = np.broadcast_to(np.asarray(self.expr(v.b, st, mask)), (n * ext,))
         finally:
-            st.env, st.lanes, st.mask = saved_env, saved_lanes, saved_mask
+            self._restore_lanes(st, saved)
         e = e.reshape(n, ext)
         if mask is not None:
             ident = {"+": 0, "max": -np.inf, "min": np.inf}[v.op]
