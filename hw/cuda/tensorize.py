@@ -118,16 +118,20 @@ class _Kernel:
             [b for k, b in self.regs.items() if k != self.c_buf.name]
 
     # ------------------------------------------------------------------ layouts
-    def frag_elements(self):
-        """(fragment index, row, col) per accumulator element of this thread."""
+    def frag_loop(self, make):
+        """``for im, jn, r`` (unrolled loops) over this thread's accumulator elements,
+        ``make(index, row, col)`` building the body for fragment element ``index`` at
+        (row, col) of the block tile."""
+        n = self.plan.kernel
+        im, jn, r = ir.Var(f"fim{n}"), ir.Var(f"fjn{n}"), ir.Var(f"fr{n}")
         g, t = self.tx // 4, self.tx % 4
-        wm0, wn0 = self.tz * self.wm, self.ty * self.wn
-        for im in range(self.mi):
-            for jn in range(self.ni):
-                for r in range(4):
-                    row = wm0 + (16 * im + 8 * (r // 2)) + g
-                    col = wn0 + (8 * jn + r % 2) + t * 2
-                    yield (im * self.ni + jn) * 4 + r, row, col
+        row = self.tz * self.wm + im * 16 + (r // 2) * 8 + g
+        col = self.ty * self.wn + jn * 8 + r % 2 + t * 2
+        body = make((im * self.ni + jn) * 4 + r, row, col)
+        ann = (("unroll", True),)
+        return ir.For(im, _imm(0), _imm(self.mi), "unrolled",
+                      ir.For(jn, _imm(0), _imm(self.ni), "unrolled",
+                             ir.For(r, _imm(0), _imm(4), "unrolled", body, ann), ann), ann)
 
     def swizzle(self, row, chunk, elem, row_len):
         """Element offset of (row, 16-byte chunk, element) in a tile of rows of
@@ -221,30 +225,30 @@ class _Tensorizer(ir.Mutator):
             raise PolycompInternalError(f"tc:frag region stores to {store.buffer.name}")
         if stmt is v.init:
             self.block_origin = origin
-        out = []
         ext = v.out_extents
-        for idx, row, col in k.frag_elements():
+
+        def make(idx, row, col):
             coords = list(origin)
             coords[v.m_dim] = coords[v.m_dim] + row
             coords[v.n_dim] = coords[v.n_dim] + col
             inst = ir.substitute(stmt.store(), dict(zip(stmt.iters, coords)))
             inst = _Redirect(k.regs, idx).visit(inst)
             guard = _and(coords[v.m_dim] < ext[v.m_dim], coords[v.n_dim] < ext[v.n_dim])
-            out.append(ir.IfThenElse(guard, inst))
-        return ir.AttrStmt("tc_frag", stmt.name, ir.seq(*out))
+            return ir.IfThenElse(guard, inst)
+        return ir.AttrStmt("tc_frag", stmt.name, k.frag_loop(make))
 
     def writeback(self, k, origin):
         v = k.view
         ext = v.out_extents
-        out = []
-        for idx, row, col in k.frag_elements():
+
+        def make(idx, row, col):
             coords = list(origin)
             coords[v.m_dim] = coords[v.m_dim] + row
             coords[v.n_dim] = coords[v.n_dim] + col
-            st = ir.Store(k.c_buf, tuple(coords), ir.Load(k.acc, (_imm(idx),), "float32"))
+            st = ir.Store(k.c_buf, tuple(coords), ir.Load(k.acc, (idx,), "float32"))
             guard = _and(coords[v.m_dim] < ext[v.m_dim], coords[v.n_dim] < ext[v.n_dim])
-            out.append(ir.IfThenElse(guard, st))
-        return ir.AttrStmt("tc_frag", f"store_{k.c_buf.name}", ir.seq(*out))
+            return ir.IfThenElse(guard, st)
+        return ir.AttrStmt("tc_frag", f"store_{k.c_buf.name}", k.frag_loop(make))
 
     def mma(self, k, region):
         v, c = k.view, k.cfg
@@ -300,13 +304,11 @@ class _Tensorizer(ir.Mutator):
             dst = lambda e: (stage, k.swizzle(mm, kc, e, c.k))  # noqa: E731
             vec = self._vector_copy(k, v.a, "k", o, r, row_ok, kstart < ext_k, ext_k - kstart,
                                     k.As, dst(0), m_clamp=True)
-            scal = []
-            for e in range(8):
-                oe, re_ = self._coords(k, origin, red, m=mm, kk=kc * 8 + e)
-                ok = _and(row_ok, re_[v.k_dim] < ext_k)
-                val = ir.Select(ok, self._value(k, v.a.expr, oe, re_), ir.FloatImm(0.0),
-                                "float32")
-                scal.append(ir.Store(k.As, dst(e), val))
+            e = ir.Var(f"ea{k.plan.kernel}")
+            oe, re_ = self._coords(k, origin, red, m=mm, kk=kc * 8 + e)
+            ok = _and(row_ok, re_[v.k_dim] < ext_k)
+            val = ir.Select(ok, self._value(k, v.a.expr, oe, re_), ir.FloatImm(0.0), "float32")
+            scal = [_unrolled(e, 8, ir.Store(k.As, dst(e), val))]
             out.append(self._choose(guard, vec, scal))
         # B tile [k][n]: chunks along n
         nc_n = bn // 8
@@ -318,13 +320,11 @@ class _Tensorizer(ir.Mutator):
             dst = lambda e: (stage, k.swizzle(kk, nc, e, bn))  # noqa: E731
             vec = self._vector_copy(k, v.b, "n", o, r, row_ok, nstart < ext_n, ext_n - nstart,
                                     k.Bs, dst(0), m_clamp=False)
-            scal = []
-            for e in range(8):
-                oe, re_ = self._coords(k, origin, red, n=nc * 8 + e, kk=kk)
-                ok = _and(row_ok, oe[v.n_dim] < ext_n)
-                val = ir.Select(ok, self._value(k, v.b.expr, oe, re_), ir.FloatImm(0.0),
-                                "float32")
-                scal.append(ir.Store(k.Bs, dst(e), val))
+            e = ir.Var(f"eb{k.plan.kernel}")
+            oe, re_ = self._coords(k, origin, red, n=nc * 8 + e, kk=kk)
+            ok = _and(row_ok, oe[v.n_dim] < ext_n)
+            val = ir.Select(ok, self._value(k, v.b.expr, oe, re_), ir.FloatImm(0.0), "float32")
+            scal = [_unrolled(e, 8, ir.Store(k.Bs, dst(e), val))]
             out.append(self._choose(guard, vec, scal))
         return ir.seq(*out)
 
@@ -405,6 +405,10 @@ class _Tensorizer(ir.Mutator):
         return out
 
 
+def _unrolled(var, n, body):
+    return ir.For(var, _imm(0), _imm(n), "unrolled", body, (("unroll", True),))
+
+
 class _Redirect(ir.Mutator):
     """Loads/stores of register-resident arrays go to fragment element ``idx``."""
 
@@ -415,14 +419,14 @@ class _Redirect(ir.Mutator):
         b = self.regs.get(e.buffer.name)
         if b is None:
             return self.generic(e)
-        return ir.Load(b, (_imm(self.idx),), e.dtype)
+        return ir.Load(b, (self.idx,), e.dtype)
 
     def visit_Store(self, s):
         b = self.regs.get(s.buffer.name)
         v = self.visit(s.value)
         if b is None:
             return ir.Store(s.buffer, tuple(self.visit(i) for i in s.indices), v, s.lanes)
-        return ir.Store(b, (_imm(self.idx),), v)
+        return ir.Store(b, (self.idx,), v)
 
 
 def _origin_store(region):
