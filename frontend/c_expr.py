@@ -72,7 +72,7 @@ class Scope:
 class ExprReader:
     """Expression conversion for one C function.  Subclasses set ``name`` (the
     function), ``filename``, ``lines`` (its source), ``params`` (name -> ir.Var),
-    ``arrays`` (name -> CArray) and ``read_`` (names of arrays read so far)."""
+    and ``arrays`` (name -> CArray)."""
 
     def loc(self, node) -> SourceLocation | None:
         c = getattr(node, "coord", None)
@@ -176,9 +176,7 @@ class ExprReader:
                                      f"(not a loop iterator or a parameter of "
                                      f"{self.name!r})", loc)
         if isinstance(node, c_ast.ArrayRef):
-            ld = self.array_ref(node, scope)
-            self.read_.add(ld.buffer.name)
-            return ld
+            return self.array_ref(node, scope)
         if isinstance(node, c_ast.BinaryOp):
             op = node.op
             if op in ("&", "|", "^", "<<", ">>"):

@@ -40,7 +40,6 @@ class ScopReader(ExprReader):
         self.declared_iters: set = set()
         self.statements: list[CStmt] = []
         self.written: set = set()
-        self.read_: set = set()
         self.ctx = None
 
     def read(self) -> CProgram:

@@ -417,11 +417,75 @@ def test_misc_runs(n, seed):
             close(g, w)
 
 
-@pytest.mark.parametrize("src", [GEMM, MM2, JACOBI1D, TRMV, STENCIL, MISC, CLAMP])
-@pytest.mark.parametrize("target", ["c", "cuda"])
-def test_passes_keep_dependences(src, target):
+# Known bug (GPU baseline mapping, not the C reader): when isl eliminates a tile or point
+# loop that takes a single value (here the tile loop of `i < MIN(N, 5)` with 256-wide
+# tiles; also DSL stages of small constant extent), hw/cuda/mapping.map_gpu_loops finds
+# fewer loops than the gpu_blocks/gpu_threads mark announces and raises.  Strict xfail:
+# the test fails as soon as the bug is fixed, so the mark gets removed then.
+_BASELINE_DROPPED_LOOP = pytest.mark.xfail(
+    strict=True, raises=PolycompError,
+    reason="map_gpu_loops: isl eliminated a single-valued tile loop below gpu_blocks")
+
+
+def _misc_baseline_xfail(src, options):
+    return src is MISC and options.get("gpu") == "baseline"
+
+
+@pytest.mark.parametrize("src", [GEMM, MM2, JACOBI1D, TRMV, STENCIL, MISC, CLAMP],
+                         ids=["gemm", "2mm", "jacobi1d", "trmv", "stencil", "misc", "clamp"])
+@pytest.mark.parametrize("target, options", [
+    ("c", {}), ("cpu", {}), ("cuda", {"gpu": "baseline"}),
+    # the debug check cannot evaluate trees with extension nodes (promotion's copies):
+    # the promoted pipeline is checked by its results below
+    ("cuda", {"promote": False})], ids=["c", "cpu", "cuda-baseline", "cuda-tiled"])
+def test_passes_keep_dependences(src, target, options, request):
+    if _misc_baseline_xfail(src, options):
+        request.applymarker(_BASELINE_DROPPED_LOOP)
     # debug mode checks after every pass that all dependences stay satisfied
-    compile_kernel(kernel(src), target, debug=True)
+    compile_kernel(kernel(src), target, options, debug=True)
+
+
+def _case(name, n):
+    """(kernel source, arrays in calling order, reference outputs) at extent ``n``."""
+    rng = np.random.default_rng(n)
+    r = lambda *s: rand(rng, *s)  # noqa: E731
+    if name == "gemm":
+        A, B, C = r(n, n + 1), r(n + 1, n + 2), r(n, n + 2)
+        return GEMM, (A, B, C), (_gemm_ref(A, B, C),)
+    if name == "2mm":
+        A, B, C, tmp, D = r(n, n + 1), r(n + 1, n), r(n, n + 2), r(n, n), r(n, n + 2)
+        return MM2, (A, B, C, tmp, D), _mm2_ref(tmp, A, B, C, D)
+    if name == "jacobi1d":
+        A, B = rand(rng, n, dtype=np.float64), rand(rng, n, dtype=np.float64)
+        return JACOBI1D, (A, B), _jacobi_ref(A, B, 3)
+    if name == "trmv":
+        L, x, y = r(n, n), r(n), r(n)
+        return TRMV, (L, x, y), (np.tril(L) @ x,)
+    if name == "stencil":
+        A, B = r(n, n + 3), r(n, n + 3)
+        return STENCIL, (A, B), (_stencil_ref(A),)
+    if name == "misc":
+        args = tuple(r(n) for _ in range(4))
+        return MISC, args, _misc_ref(*args)
+    A, B = r(n), r(n)
+    return CLAMP, (A, B), (np.array([A[min(i + 1, n - 1)] - A[max(i - 1, 0)]
+                                     + A[max(i - 2, 0)] for i in range(n)], np.float32),)
+
+
+@pytest.mark.parametrize("name", ["gemm", "2mm", "jacobi1d", "trmv", "stencil", "misc",
+                                  "clamp"])
+@pytest.mark.parametrize("options", [{}, {"gpu": "baseline"}], ids=["tiled", "baseline"])
+def test_cuda_pipelines_simulated(name, options, request):
+    if _misc_baseline_xfail(_case(name, 1)[0], options):
+        request.applymarker(_BASELINE_DROPPED_LOOP)
+    # interpret() runs a CUDA CompiledKernel in the CUDA simulator (or the interpreter)
+    for n in (1, 5, 17):
+        src, args, want = _case(name, n)
+        ck = compile_kernel(kernel(src), "cuda", options)
+        got = interpret(ck, *args, T=3) if src is JACOBI1D else interpret(ck, *args)
+        got = got if isinstance(got, tuple) else (got,)
+        for g, w in zip(got, want):
+            close(g, w, 1e-4)
 
 
 # --------------------------------------------------------------------------- CUDA
