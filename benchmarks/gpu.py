@@ -1,0 +1,149 @@
+"""Real-GPU benchmark of the tensor-core path (``polycomp bench gpu``).
+
+Where pycuda and a CUDA GPU are present: TFLOP/s of the fp16 GEMM polycomp generates
+(mma.m16n8k16, 128x128x32 tiles, 3-stage cp.async pipeline, f32 accumulation) for
+``M = N = K = 128 * i``, as a ratio to cuBLAS in the same run (through cupy, when it is
+installed), and the fused ``relu(A @ B + bias)`` kernel against the unfused pair (GEMM,
+then a bias+relu kernel).  Kernel time only: inputs stay on the device, each
+configuration is timed with CUDA events over ``--repeat`` launches after a warm-up.
+
+Without a GPU it says so and exits 0 (nothing is measured).  Options: ``--sizes 1,2,4,8``
+(multiples of 128), ``--repeat N``, ``--json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+
+def _device_runner(ck):
+    """A callable launching ``ck``'s kernels on device arrays (kernel time only)."""
+    import pycuda.driver as drv
+
+    from polycomp.hw.cuda.launcher import CudaFunction
+    from polycomp.shapes import eval_int, infer_params
+    fn = CudaFunction(ck)
+
+    def prepare(*host):
+        f = fn.func
+        arrays = [np.ascontiguousarray(a) for a in host]
+        values = infer_params(f.params, f.inputs, arrays, {})
+        dev = {b.name: drv.to_device(a) for b, a in zip(f.inputs, arrays)}
+        for b in list(f.outputs) + list(fn.temps):
+            shape = tuple(eval_int(d, values) for d in b.shape)
+            from polycomp import dtypes as dt
+            dev[b.name] = drv.mem_alloc(max(1, int(np.prod(shape)) *
+                                            np.dtype(dt.to_numpy(b.dtype)).itemsize))
+        launches = []
+        for info, h in zip(fn.kernels, fn.handles):
+            grid = tuple(int(eval_int(g, values)) for g in info.grid)
+            args = [np.int64(values[p.name]) for p in info.params] + \
+                [dev[b.name] for b in info.buffers]
+            launches.append((h, args, tuple(info.block), grid))
+
+        def run():
+            for h, args, block, grid in launches:
+                h(*args, block=block, grid=grid)
+        return run, dev
+    return prepare
+
+
+def _time(run, repeat):
+    import pycuda.driver as drv
+    run()
+    drv.Context.synchronize()
+    start, end = drv.Event(), drv.Event()
+    start.record()
+    for _ in range(repeat):
+        run()
+    end.record()
+    end.synchronize()
+    return start.time_till(end) / 1e3 / repeat
+
+
+def _bias_relu_kernel():
+    import polycomp as pc
+    N, M = pc.sym("N M")
+
+    @pc.tensor_expr
+    def bias_relu(C: pc.Tensor[(N, M), "float32"], bias: pc.Tensor[(M,), "float16"]):
+        return pc.compute((N, M), lambda i, j: pc.max(C[i, j] + pc.cast(bias[j], "float32"),
+                                                      0.0), name="out")
+    return bias_relu
+
+
+def run(sizes, repeat) -> dict:
+    from polycomp.driver import compile_kernel
+    from polycomp.frontend import ops
+    rows = []
+    gemm = compile_kernel(ops.matmul_kernel("float16"), "cuda")
+    fused = compile_kernel(ops.matmul_bias_relu_kernel("float16"), "cuda")
+    epi = compile_kernel(_bias_relu_kernel(), "cuda")
+    try:
+        import cupy
+    except Exception:
+        cupy = None
+    rng = np.random.default_rng(0)
+    for i in sizes:
+        n = 128 * i
+        a = rng.standard_normal((n, n)).astype(np.float16)
+        b = rng.standard_normal((n, n)).astype(np.float16)
+        bias = rng.standard_normal(n).astype(np.float16)
+        flops = 2.0 * n ** 3
+        run_g, dev_g = _device_runner(gemm)(a, b)
+        t_gemm = _time(run_g, repeat)
+        row = {"n": n, "polycomp_tflops": flops / t_gemm / 1e12}
+        if cupy is not None:
+            ca, cb = cupy.asarray(a), cupy.asarray(b)
+
+            def cublas():
+                cupy.matmul(ca, cb)
+            cublas()
+            cupy.cuda.Device().synchronize()
+            s, e = cupy.cuda.Event(), cupy.cuda.Event()
+            s.record()
+            for _ in range(repeat):
+                cublas()
+            e.record()
+            e.synchronize()
+            t_cublas = cupy.cuda.get_elapsed_time(s, e) / 1e3 / repeat
+            row["cublas_tflops"] = flops / t_cublas / 1e12
+            row["ratio_to_cublas"] = t_cublas / t_gemm
+        run_f, _ = _device_runner(fused)(a, b, bias)
+        t_fused = _time(run_f, repeat)
+        c32 = np.zeros((n, n), np.float32)
+        run_e, _ = _device_runner(epi)(c32, bias)
+        t_unfused = t_gemm + _time(run_e, repeat)
+        row.update(fused_ms=t_fused * 1e3, unfused_ms=t_unfused * 1e3,
+                   fusion_speedup=t_unfused / t_fused)
+        rows.append(row)
+    return {"rows": rows, "cublas": cupy is not None}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="polycomp bench gpu", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="1,2,4,8,16", help="multiples of 128 (comma-separated)")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    from polycomp.hw.cuda.launcher import gpu_available
+    if not gpu_available():
+        print("polycomp bench gpu: no CUDA GPU available here (pycuda and an NVIDIA driver "
+              "are needed); nothing was measured")
+        return 0
+    res = run([int(x) for x in args.sizes.split(",") if x], args.repeat)
+    if args.json:
+        print(json.dumps(res, indent=1))
+        return 0
+    print(f"{'N=M=K':>7} {'polycomp TFLOP/s':>17} {'cuBLAS TFLOP/s':>15} {'ratio':>6} "
+          f"{'fused ms':>9} {'unfused ms':>11} {'fusion x':>9}")
+    for r in res["rows"]:
+        cb = f"{r['cublas_tflops']:15.2f} {r['ratio_to_cublas']:6.2f}" if "cublas_tflops" in r \
+            else f"{'-':>15} {'-':>6}"
+        print(f"{r['n']:7d} {r['polycomp_tflops']:17.2f} {cb} {r['fused_ms']:9.3f} "
+              f"{r['unfused_ms']:11.3f} {r['fusion_speedup']:9.2f}")
+    if not res["cublas"]:
+        print("(cupy is not installed: no cuBLAS comparison)")
+    return 0
