@@ -22,19 +22,14 @@ AXES = ("x", "y", "z")
 
 
 def _take_loops(s, n):
-    """The first n loop levels below s (Fors; a LetStmt counts as a 1-iteration loop)."""
+    """Up to n loop levels below s (Fors; a LetStmt counts as a 1-iteration loop).  Fewer
+    are found when isl eliminated a loop whose value the context fixes (e.g. the only
+    tile of a dimension of at most one tile): that dimension is a single block/thread."""
     loops = []
     cur = s
-    while len(loops) < n:
-        if isinstance(cur, ir.For):
-            loops.append(cur)
-            cur = cur.body
-        elif isinstance(cur, ir.LetStmt):
-            loops.append(cur)
-            cur = cur.body
-        else:
-            raise PolycompInternalError(f"expected {n} mapped loops below a GPU mark, found "
-                                        f"{len(loops)} then {type(cur).__name__}")
+    while len(loops) < n and isinstance(cur, (ir.For, ir.LetStmt)):
+        loops.append(cur)
+        cur = cur.body
     return loops
 
 
@@ -55,18 +50,34 @@ class _MapGpu(ir.Mutator):
             if n == 0:
                 return ir.AttrStmt(s.key, s.value, self.visit(s.body))
             loops = _take_loops(s.body, n)
+            if not loops:
+                return ir.AttrStmt(s.key, s.value, self.visit(s.body))
             inner = self.visit(_after(loops[-1]))
-            ka = [("gpu_block", (("axis", AXES[n - 1 - k]),)) for k in range(n)]
+            f = len(loops)
+            ka = [("gpu_block", (("axis", AXES[f - 1 - k]),)) for k in range(f)]
             return ir.AttrStmt(s.key, s.value, _rebuild(loops, inner, ka))
         if s.key == "gpu_threads":
             sizes = [int(x) for x in s.value.split(",")]
             n = len(sizes)
             loops = _take_loops(s.body, n)
+            if not loops:
+                return ir.AttrStmt(s.key, s.value, self.visit(s.body))
             inner = self.visit(_after(loops[-1]))
-            ka = [("gpu_thread", (("axis", AXES[n - 1 - k]), ("threads", sizes[k])))
-                  for k in range(n)]
+            f = len(loops)
+            ka = [("gpu_thread", (("axis", AXES[f - 1 - k]),
+                                  ("threads", _threads(loop, sizes[n - f + k]))))
+                  for k, loop in enumerate(loops)]
             return ir.AttrStmt(s.key, s.value, _rebuild(loops, inner, ka))
         return self.generic(s)
+
+
+def _threads(loop, default: int) -> int:
+    """Threads for a point loop: its constant trip-count bound (the tile size)."""
+    from polycomp.lowering.simplify import _upper
+    if isinstance(loop, ir.LetStmt):
+        return 1
+    ub = _upper(loop.extent)
+    return ub if ub is not None and 1 <= ub <= default else default
 
 
 def _after(loop):
