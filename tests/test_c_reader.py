@@ -417,20 +417,6 @@ def test_misc_runs(n, seed):
             close(g, w)
 
 
-# Known bug (GPU baseline mapping, not the C reader): when isl eliminates a tile or point
-# loop that takes a single value (here the tile loop of `i < MIN(N, 5)` with 256-wide
-# tiles; also DSL stages of small constant extent), hw/cuda/mapping.map_gpu_loops finds
-# fewer loops than the gpu_blocks/gpu_threads mark announces and raises.  Strict xfail:
-# the test fails as soon as the bug is fixed, so the mark gets removed then.
-_BASELINE_DROPPED_LOOP = pytest.mark.xfail(
-    strict=True, raises=PolycompError,
-    reason="map_gpu_loops: isl eliminated a single-valued tile loop below gpu_blocks")
-
-
-def _misc_baseline_xfail(src, options):
-    return src is MISC and options.get("gpu") == "baseline"
-
-
 @pytest.mark.parametrize("src", [GEMM, MM2, JACOBI1D, TRMV, STENCIL, MISC, CLAMP],
                          ids=["gemm", "2mm", "jacobi1d", "trmv", "stencil", "misc", "clamp"])
 @pytest.mark.parametrize("target, options", [
@@ -438,9 +424,7 @@ def _misc_baseline_xfail(src, options):
     # the debug check cannot evaluate trees with extension nodes (promotion's copies):
     # the promoted pipeline is checked by its results below
     ("cuda", {"promote": False})], ids=["c", "cpu", "cuda-baseline", "cuda-tiled"])
-def test_passes_keep_dependences(src, target, options, request):
-    if _misc_baseline_xfail(src, options):
-        request.applymarker(_BASELINE_DROPPED_LOOP)
+def test_passes_keep_dependences(src, target, options):
     # debug mode checks after every pass that all dependences stay satisfied
     compile_kernel(kernel(src), target, options, debug=True)
 
@@ -475,9 +459,9 @@ def _case(name, n):
 @pytest.mark.parametrize("name", ["gemm", "2mm", "jacobi1d", "trmv", "stencil", "misc",
                                   "clamp"])
 @pytest.mark.parametrize("options", [{}, {"gpu": "baseline"}], ids=["tiled", "baseline"])
-def test_cuda_pipelines_simulated(name, options, request):
-    if _misc_baseline_xfail(_case(name, 1)[0], options):
-        request.applymarker(_BASELINE_DROPPED_LOOP)
+def test_cuda_pipelines_simulated(name, options):
+    # (misc's `i < MIN(N, 5)` loop has a single 256-wide tile: isl eliminates its tile
+    # loop, which the baseline mapping must tolerate)
     # interpret() runs a CUDA CompiledKernel in the CUDA simulator (or the interpreter)
     for n in (1, 5, 17):
         src, args, want = _case(name, n)
