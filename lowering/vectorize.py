@@ -8,9 +8,11 @@ target's vector length for the loop's float dtype ``D`` (float32 or float64; a l
 touching other dtypes with ``v`` keeps its scalar code), when:
 
 * every Load/Store index is affine in ``v`` with coefficient 0 (the same element in
-  every iteration: a scalar, broadcast) or 1 (contiguous: a vector load/store);
+  every iteration: a scalar, broadcast) or 1 (contiguous: a vector load/store); loads
+  may also have another constant coefficient ``s`` (a strided load, printed as a
+  gather), stores may not;
 * ``v`` appears in values only through such indices and through *affine conditions*
-  ``a*v + b  op  c`` with ``a = +-1`` (they become lane-range masks: lanes
+  ``a*v + b  op  c`` with a constant ``a != 0`` (they become lane-range masks: lanes
   ``lo <= l < hi``), so no integer vector arithmetic is needed;
 * every vector value has dtype ``D`` (or is a mask), math calls are in
   :data:`polycomp.hw.cpu.vector_prelude.VECTOR_MATH`, casts of vector values are
@@ -36,7 +38,7 @@ are reassociated (sums are added in a different order than the scalar loop).  A
 parallel loop stays parallel over vector iterations; its tail runs after it.
 
 Vector IR conventions (what :mod:`polycomp.hw.cpu.vector_printer` prints): a vector
-load/store has ``lanes = L`` and index ``Ramp(base, 1, L)``; ``Broadcast`` splats a
+load/store has ``lanes = L`` and index ``Ramp(base, stride, L)`` (stride 1 for stores); ``Broadcast`` splats a
 scalar; ``Call("vlane_range", (lo, hi, L))`` is the mask of lanes ``lo <= l < hi``;
 comparisons of vectors are masks; ``Call("vreduce_add"|..., (vector,))`` is a scalar.
 """
@@ -75,7 +77,8 @@ def uses(e, v: ir.Var) -> bool:
 
 def affine_in(e: ir.Expr, v: ir.Var):
     """``(c, r)`` with ``e == c*v + r`` and ``r`` free of ``v``, or None if ``e`` is not
-    affine in ``v`` (``v`` under a division, a product of two ``v`` terms, ...)."""
+    affine in ``v`` (``v`` under a division, a product of two ``v`` terms, ...).  ``c``
+    is an int, or an expression free of ``v`` for symbolic strides (``v * N``)."""
     if e is v:
         return 1, ir.IntImm(0)
     if not uses(e, v):
@@ -85,20 +88,39 @@ def affine_in(e: ir.Expr, v: ir.Var):
         if a is None or b is None:
             return None
         if e.op == "+":
-            return a[0] + b[0], ir.Binary("+", a[1], b[1], e.dtype)
-        return a[0] - b[0], ir.Binary("-", a[1], b[1], e.dtype)
+            return _cadd(a[0], b[0]), ir.Binary("+", a[1], b[1], e.dtype)
+        return _cadd(a[0], _cneg(b[0])), ir.Binary("-", a[1], b[1], e.dtype)
     if isinstance(e, ir.Binary) and e.op == "*":
         for x, y in ((e.a, e.b), (e.b, e.a)):
-            if isinstance(y, ir.IntImm):
+            if not uses(y, v) and y.dtype in dt.INTS:
                 a = affine_in(x, v)
                 if a is None:
                     return None
-                return a[0] * y.value, ir.Binary("*", a[1], y, e.dtype)
+                c = a[0] * y.value if isinstance(y, ir.IntImm) else \
+                    (ir.Binary("*", ir.IntImm(a[0]), y, "int64") if isinstance(a[0], int)
+                     else ir.Binary("*", a[0], y, "int64"))
+                if isinstance(c, ir.Expr):
+                    c = simplify(c)
+                    c = c.value if isinstance(c, ir.IntImm) else c
+                return c, ir.Binary("*", a[1], y, e.dtype)
         return None
     if isinstance(e, ir.Unary) and e.op == "neg":
         a = affine_in(e.a, v)
-        return None if a is None else (-a[0], ir.Unary("neg", a[1], e.dtype))
+        return None if a is None else (_cneg(a[0]), ir.Unary("neg", a[1], e.dtype))
     return None
+
+
+def _cadd(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    c = simplify(ir.Binary("+", ir.const(a), ir.const(b), "int64"))
+    return c.value if isinstance(c, ir.IntImm) else c
+
+
+def _cneg(a):
+    if isinstance(a, int):
+        return -a
+    return simplify(ir.Unary("neg", a, "int64"))
 
 
 def index_coeff(idx: ir.Expr, v: ir.Var):
@@ -174,7 +196,7 @@ class _Analysis:
                 if e.op == "!=":
                     raise _Refuse("!= on the loop variable")
                 d = affine_in(ir.Binary("-", e.a, e.b, "int64"), self.v)
-                if d is None or d[0] not in (1, -1) or any(
+                if d is None or not isinstance(d[0], int) or d[0] == 0 or any(
                         uses(x, vv) for x in (d[1],) for vv in self.vector_lets):
                     raise _Refuse("a condition that is not a lane range")
                 self.scalar(d[1])
@@ -207,8 +229,8 @@ class _Analysis:
             return
         if isinstance(e, ir.Load):
             c = index_coeff(e.indices[0], self.v)
-            if c != 1:
-                raise _Refuse(f"load of {e.buffer.name} with stride {c}")
+            if c is None:
+                raise _Refuse(f"load of {e.buffer.name} at a non-affine index")
             if any(uses(e.indices[0], lv) for lv in self.vector_lets):
                 raise _Refuse("an index depends on a vector value")
             self.loads.append((e, 1))
@@ -403,7 +425,8 @@ class Widen:
             return e
         if isinstance(e, ir.Load):
             idx = self.at_base(e.indices[0])
-            return ir.Load(e.buffer, (ir.Ramp(idx, ir.IntImm(1), self.lanes),), e.dtype, self.lanes)
+            stride = ir.const(index_coeff(e.indices[0], self.v))
+            return ir.Load(e.buffer, (ir.Ramp(idx, stride, self.lanes),), e.dtype, self.lanes)
         if isinstance(e, ir.Binary):
             if e.op in ("&&", "||"):
                 return ir.Binary(e.op, self.cond(e.a), self.cond(e.b), "bool")
@@ -432,21 +455,24 @@ class Widen:
             return ir.Unary("!", self.cond(e.a), "bool")
         if isinstance(e, ir.Binary) and e.a.dtype in dt.INTS and e.b.dtype in dt.INTS:
             s, r = affine_in(ir.Binary("-", e.a, e.b, "int64"), self.v)
-            # d(l) = s*(base + l) + r  op  0
+            # d(l) = s*(base + l) + r = t + s*l  op  0, with t = d(0)
             t = self.at_base(ir.Binary("+", ir.Binary("*", ir.IntImm(s), self.base, "int64"),
-                                       r, "int64"))          # d at lane 0
+                                       r, "int64"))
             L = ir.IntImm(self.lanes)
             zero = ir.IntImm(0)
 
             def S(x):
                 return simplify(x)
-            if s == 1:  # d(l) = t + l
-                lo_eq = S(ir.Unary("neg", t, "int64"))
-                ranges = {"<": (zero, lo_eq), "<=": (zero, S(lo_eq + 1)),
-                          ">": (S(lo_eq + 1), L), ">=": (lo_eq, L), "==": (lo_eq, S(lo_eq + 1))}
-            else:       # d(l) = t - l
-                ranges = {"<": (S(t + 1), L), "<=": (t, L), ">": (zero, t),
-                          ">=": (zero, S(t + 1)), "==": (t, S(t + 1))}
+            if s > 0:
+                nt = S(ir.Unary("neg", t, "int64"))
+                ceil_, floor_ = S((nt + (s - 1)) // s), S(nt // s)      # of -t/s
+                ranges = {"<": (zero, ceil_), "<=": (zero, S(floor_ + 1)),
+                          ">": (S(floor_ + 1), L), ">=": (ceil_, L), "==": (ceil_, S(floor_ + 1))}
+            else:
+                u = -s
+                ceil_, floor_ = S((t + (u - 1)) // u), S(t // u)        # of t/u
+                ranges = {"<": (S(floor_ + 1), L), "<=": (ceil_, L), ">": (zero, ceil_),
+                          ">=": (zero, S(floor_ + 1)), "==": (ceil_, S(floor_ + 1))}
             lo, hi = ranges[e.op]
             return lane_range(lo, hi, self.lanes)
         if isinstance(e, ir.Binary):

@@ -86,6 +86,13 @@ def _unit_in(e, v) -> bool:
     return a is not None and a[0] == 1
 
 
+def _strided_in(e, v) -> bool:
+    """``e == s*v + (terms without v)`` with a constant ``s >= 1``."""
+    from polycomp.lowering.vectorize import affine_in
+    a = affine_in(e, v)
+    return a is not None and isinstance(a[0], int) and a[0] >= 1
+
+
 def _operand(e):
     """``(load, guarded)`` of a multiplicand: a load, or a padding ``select(c, load, 0)``."""
     e = _strip_casts(e)
@@ -129,7 +136,7 @@ def match_outer_product(statements) -> OuterProduct | None:
     j = spatial[-1]
     red = [ax.var for ax in stage.reduce_axes]
     for (x, gx), (y, gy) in (((a, ga), (b, gb)), ((b, gb), (a, ga))):
-        if gx or not (y.indices and _unit_in(y.indices[-1], j)):
+        if gx or not (y.indices and _strided_in(y.indices[-1], j)):
             continue
         if any(j in _vars(ix) for ix in y.indices[:-1]) or any(j in _vars(ix) for ix in x.indices):
             continue

@@ -80,20 +80,50 @@ def _tile(lk, li, lj, st, rest, lanes_of):
         idx = simplify(ir.substitute(c, {li.var: ir.IntImm(i), lj.var: ir.IntImm(u * L)}))
         return ir.Ramp(idx, ir.IntImm(1), L)
 
+    # the factor shared by a row of the tile (the Y vector) and by a column (the X
+    # broadcast) are computed once per k iteration (let-bound), then MR x NV FMAs
+    xf, yf = _factors(rest, li.var, lj.var)
+    lets = []
+    yvars, xvars = {}, {}
+    if yf is not None:
+        for u in range(NV):
+            v = ir.Var(f"mk{_count[0]}_y{u}", D)
+            lets.append((v, Widen(lj.var, ir.IntImm(u * L), D, L).expr(yf)))
+            yvars[u] = v
+        for i in range(MR):
+            v = ir.Var(f"mk{_count[0]}_x{i}", D)
+            lets.append((v, Widen(lj.var, ir.IntImm(0), D, L).expr(
+                ir.substitute(xf, {li.var: ir.IntImm(i)}))))
+            xvars[i] = v
     loads, updates, stores = [], [], []
     for i in range(MR):
         for u in range(NV):
             loads.append(ir.Store(acc, (slot(i, u),), ir.Load(st.buffer, (cref(i, u),), D, L), L))
             stores.append(ir.Store(st.buffer, (cref(i, u),), ir.Load(acc, (slot(i, u),), D, L), L))
-            w = Widen(lj.var, ir.IntImm(u * L), D, L)
-            r = w.expr(ir.substitute(rest, {li.var: ir.IntImm(i)}))
+            if yf is not None:
+                r = ir.Binary("*", xvars[i], yvars[u], D)
+            else:
+                w = Widen(lj.var, ir.IntImm(u * L), D, L)
+                r = w.expr(ir.substitute(rest, {li.var: ir.IntImm(i)}))
             updates.append(ir.Store(acc, (slot(i, u),),
                                     ir.Binary("+", ir.Load(acc, (slot(i, u),), D, L), r, D), L))
     body = ir.seq(*updates)
+    for v, val in reversed(lets):
+        body = ir.LetStmt(v, val, body)
     for k in reversed(lk):
         body = ir.For(k.var, k.min, k.extent, k.kind, body,
                       k.annotations + (("microkernel", f"{MR}x{NR}"),))
     return ir.Allocate(acc, ir.seq(*loads, body, *stores))
+
+
+def _factors(rest, vi, vj):
+    """``(x, y)`` when ``rest = x * y`` with ``x`` free of the column variable ``vj`` and
+    ``y`` free of the row variable ``vi``, else ``(None, None)``."""
+    if isinstance(rest, ir.Binary) and rest.op == "*":
+        for x, y in ((rest.a, rest.b), (rest.b, rest.a)):
+            if not uses(x, vj) and not uses(y, vi):
+                return x, y
+    return None, None
 
 
 def _reads(e, buf) -> bool:

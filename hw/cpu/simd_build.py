@@ -1,6 +1,7 @@
 """Build variants for checking vector code on machines without the vector ISA.
 
-* :data:`SIMDE_FLAGS`: AVX2 + FMA (``-march=x86-64-v3``), no AVX-512.  Generated
+* :data:`SIMDE_FLAGS`: AVX2 + FMA (``-march=x86-64-v3``), no AVX-512, ``-O1`` (these
+  builds check results; SIMDe's emulation makes ``-O3`` compiles several times slower).  Generated
   AVX-512 code then defines ``PC_SIMDE`` (see :mod:`polycomp.hw.cpu.vector_prelude`) and
   compiles against SIMDe's portable emulation (``/usr/include/simde``, package
   libsimde-dev), so it runs anywhere AVX2 runs.
@@ -32,7 +33,8 @@ def _with_march(march: str, extra=()) -> tuple:
     return out + tuple(extra)
 
 
-SIMDE_FLAGS = _with_march("x86-64-v3", ("-DPC_SIMDE",))
+SIMDE_FLAGS = tuple("-O1" if f.startswith("-O") else f
+                    for f in _with_march("x86-64-v3", ("-DPC_SIMDE",)))
 AVX512_FLAGS = _with_march("x86-64-v4")
 
 

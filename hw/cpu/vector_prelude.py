@@ -58,6 +58,39 @@ PC_VINLINE __m256 pc256_maskz_loadu_ps(__m256 m, const float* p) { return _mm256
 PC_VINLINE void pc256_mask_storeu_ps(float* p, __m256 m, __m256 v) { _mm256_maskstore_ps(p, _mm256_castps_si256(m), v); }
 PC_VINLINE __m256d pc256_maskz_loadu_pd(__m256d m, const double* p) { return _mm256_maskload_pd(p, _mm256_castpd_si256(m)); }
 PC_VINLINE void pc256_mask_storeu_pd(double* p, __m256d m, __m256d v) { _mm256_maskstore_pd(p, _mm256_castpd_si256(m), v); }
+#if !defined(PC_SIMDE)
+PC_VINLINE __m256 pc256_load_strided_ps(const float* p, int64_t s) {
+  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)s));
+  return _mm256_i32gather_ps(p, idx, 4);
+}
+PC_VINLINE __m256 pc256_maskz_load_strided_ps(__m256 m, const float* p, int64_t s) {
+  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)s));
+  return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), p, idx, m, 4);
+}
+PC_VINLINE __m256d pc256_load_strided_pd(const double* p, int64_t s) {
+  const __m128i idx = _mm_mullo_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32((int)s));
+  return _mm256_i32gather_pd(p, idx, 8);
+}
+PC_VINLINE __m256d pc256_maskz_load_strided_pd(__m256d m, const double* p, int64_t s) {
+  const __m128i idx = _mm_mullo_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32((int)s));
+  return _mm256_mask_i32gather_pd(_mm256_setzero_pd(), p, idx, m, 8);
+}
+#else
+PC_VINLINE __m256 pc256_load_strided_ps(const float* p, int64_t s) {
+  float t[8] __attribute__((aligned(32))); for (int l = 0; l < 8; ++l) t[l] = p[l * s]; return _mm256_load_ps(t);
+}
+PC_VINLINE __m256 pc256_maskz_load_strided_ps(__m256 m, const float* p, int64_t s) {
+  float t[8] __attribute__((aligned(32))) = {0}; int k = _mm256_movemask_ps(m);
+  for (int l = 0; l < 8; ++l) if ((k >> l) & 1) t[l] = p[l * s]; return _mm256_load_ps(t);
+}
+PC_VINLINE __m256d pc256_load_strided_pd(const double* p, int64_t s) {
+  double t[4] __attribute__((aligned(32))); for (int l = 0; l < 4; ++l) t[l] = p[l * s]; return _mm256_load_pd(t);
+}
+PC_VINLINE __m256d pc256_maskz_load_strided_pd(__m256d m, const double* p, int64_t s) {
+  double t[4] __attribute__((aligned(32))) = {0}; int k = _mm256_movemask_pd(m);
+  for (int l = 0; l < 4; ++l) if ((k >> l) & 1) t[l] = p[l * s]; return _mm256_load_pd(t);
+}
+#endif
 PC_VINLINE __m256 pc256_mask_const_ps(int on) { return _mm256_castsi256_ps(_mm256_set1_epi32(on ? -1 : 0)); }
 PC_VINLINE __m256d pc256_mask_const_pd(int on) { return _mm256_castsi256_pd(_mm256_set1_epi64x(on ? -1 : 0)); }
 PC_VINLINE __m256 pc256_neg_ps(__m256 x) { return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f)); }
@@ -165,6 +198,22 @@ PC_VINLINE void pc512_mask_storeu_ps(float* p, pc_mask16 m, __m512 v) { _mm512_m
 PC_VINLINE __m512d pc512_maskz_loadu_pd(pc_mask8 m, const double* p) { return _mm512_maskz_loadu_pd(m, p); }
 PC_VINLINE void pc512_mask_storeu_pd(double* p, pc_mask8 m, __m512d v) { _mm512_mask_storeu_pd(p, m, v); }
 PC_VINLINE __m512 pc512_cvtepi32_ps(__m512i v) { return _mm512_cvtepi32_ps(v); }
+PC_VINLINE __m512 pc512_load_strided_ps(const float* p, int64_t s) {
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)s));
+  return _mm512_i32gather_ps(idx, p, 4);
+}
+PC_VINLINE __m512 pc512_maskz_load_strided_ps(pc_mask16 m, const float* p, int64_t s) {
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)s));
+  return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, p, 4);
+}
+PC_VINLINE __m512d pc512_load_strided_pd(const double* p, int64_t s) {
+  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)s));
+  return _mm512_i32gather_pd(idx, p, 8);
+}
+PC_VINLINE __m512d pc512_maskz_load_strided_pd(pc_mask8 m, const double* p, int64_t s) {
+  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)s));
+  return _mm512_mask_i32gather_pd(_mm512_setzero_pd(), m, idx, p, 8);
+}
 #else
 /* SIMDe 0.7 has no masked loads/stores: lane loops that touch only active lanes */
 PC_VINLINE __m512 pc512_maskz_loadu_ps(pc_mask16 m, const float* p) {
@@ -186,6 +235,18 @@ PC_VINLINE void pc512_mask_storeu_pd(double* p, pc_mask8 m, __m512d v) {
   double t[8] __attribute__((aligned(64)));
   _mm512_store_pd(t, v);
   for (int l = 0; l < 8; ++l) if ((m >> l) & 1) p[l] = t[l];
+}
+PC_VINLINE __m512 pc512_load_strided_ps(const float* p, int64_t s) {
+  float t[16] __attribute__((aligned(64))); for (int l = 0; l < 16; ++l) t[l] = p[l * s]; return _mm512_load_ps(t);
+}
+PC_VINLINE __m512 pc512_maskz_load_strided_ps(pc_mask16 m, const float* p, int64_t s) {
+  float t[16] __attribute__((aligned(64))) = {0}; for (int l = 0; l < 16; ++l) if ((m >> l) & 1) t[l] = p[l * s]; return _mm512_load_ps(t);
+}
+PC_VINLINE __m512d pc512_load_strided_pd(const double* p, int64_t s) {
+  double t[8] __attribute__((aligned(64))); for (int l = 0; l < 8; ++l) t[l] = p[l * s]; return _mm512_load_pd(t);
+}
+PC_VINLINE __m512d pc512_maskz_load_strided_pd(pc_mask8 m, const double* p, int64_t s) {
+  double t[8] __attribute__((aligned(64))) = {0}; for (int l = 0; l < 8; ++l) if ((m >> l) & 1) t[l] = p[l * s]; return _mm512_load_pd(t);
 }
 PC_VINLINE __m512 pc512_cvtepi32_ps(__m512i v) {
   int32_t a[16] __attribute__((aligned(64))); float t[16] __attribute__((aligned(64)));

@@ -129,6 +129,12 @@ class VectorPrinter(CPrinter):
             if e.buffer in self.registers:
                 return self.register_ref(e.buffer, e.indices[0], e.lanes)
             ptr = self.pointer(e.buffer, e.indices[0])
+            ramp = e.indices[0]
+            if isinstance(ramp, ir.Ramp) and not ir.is_const(ramp.stride, 1):
+                st = self.expr(ramp.stride)
+                if self.masks:
+                    return f"{pc}_maskz_load_strided_{s}({self.masks[-1]}, {ptr}, {st})"
+                return f"{pc}_load_strided_{s}({ptr}, {st})"
             if self.masks:
                 return f"{pc}_maskz_loadu_{s}({self.masks[-1]}, {ptr})"
             return f"{mm}_loadu_{s}({ptr})"
@@ -180,16 +186,21 @@ class VectorPrinter(CPrinter):
         mm, pc, s = self.mm(D, L), self.pc(D, L), self.sfx(D)
         if self.lanes_of(e.cond) == 1:
             return f"(({self.expr(e.cond)}) ? ({self.vexpr(e.t, L, D)}) : ({self.vexpr(e.f, L, D)}))"
+        # the mask is computed once (a GNU statement expression); loads in a branch touch
+        # only the lanes that take it
+        self.counter += 1
+        m = f"pc_s{self.counter}"
         c = self.vexpr(e.cond, L, D)
-        # loads in a branch touch only the lanes that take it
-        t = self.with_mask(self.and_mask(c, L, D), lambda: self.vexpr(e.t, L, D)) \
+        t = self.with_mask(self.and_mask(m, L, D), lambda: self.vexpr(e.t, L, D)) \
             if _has_vector_load(e.t) else self.vexpr(e.t, L, D)
-        nc = f"{pc}_mask_not_{s}({c})"
-        f = self.with_mask(self.and_mask(nc, L, D), lambda: self.vexpr(e.f, L, D)) \
+        nm = f"{pc}_mask_not_{s}({m})"
+        f = self.with_mask(self.and_mask(nm, L, D), lambda: self.vexpr(e.f, L, D)) \
             if _has_vector_load(e.f) else self.vexpr(e.f, L, D)
         if self.width(D, L) == 512:
-            return f"{mm}_mask_blend_{s}({c}, {f}, {t})"
-        return f"{mm}_blendv_{s}({f}, {t}, {c})"
+            blend = f"{mm}_mask_blend_{s}({m}, {f}, {t})"
+        else:
+            blend = f"{mm}_blendv_{s}({f}, {t}, {m})"
+        return f"({{ const {self.mask_type(D, L)} {m} = {c}; {blend}; }})"
 
     def and_mask(self, m: str, L: int, D: str) -> str:
         if not self.masks:
