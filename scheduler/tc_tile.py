@@ -19,8 +19,8 @@ and reduce axes keep tile 1 (implicit GEMM: a convolution's ``n, y`` and filter 
 Configuration (``options["tc_tile"]``, a :class:`TcConfig` or a dict with ``block``,
 ``warp``, ``k``, ``stages``, ``swizzle``): the tile tuple ⟨block BM x BN⟩⟨warp WM x WN⟩
 ⟨instruction 16 x 8 x 16⟩ with BM, BN multiples of WM, WN, WM a multiple of 16, WN of 16,
-a K tile KT of 32 or 64 and 1-4 pipeline stages.  Default 128x128 / 64x64 / KT 32 / 3
-stages.  The shared-memory footprint ``stages * (BM*KT + KT*BN) * 2`` bytes must fit the
+a K tile KT of 32 or 64 and 1-4 pipeline stages.  Default (:func:`default_config`)
+128x128 / 64x64 / KT 32 / 3 stages (64x32 warp tiles for gathered operands).  The shared-memory footprint ``stages * (BM*KT + KT*BN) * 2`` bytes must fit the
 target's per-block limit (else :class:`~polycomp.errors.ResourceLimitError`).
 
 Result, for each eligible group ``g`` (kernel number ``n = #groups + index``):
@@ -102,13 +102,22 @@ class TcConfig:
         return self
 
 
-def tc_config(opt) -> TcConfig:
+def default_config(view=None) -> TcConfig:
+    """128x128 / KT 32 / 3 stages; 64x64 warp tiles (4 warps), or 64x32 (8 warps) for a
+    group whose operand copies are gathers (convolutions, padding selects): their address
+    arithmetic needs the registers of half the accumulators (no spills on sm_80/sm_90)."""
+    gather = view is not None and (view.group.kind == "conv" or view.a.guard is not None
+                                   or view.b.guard is not None)
+    return TcConfig(warp=(64, 32)) if gather else TcConfig()
+
+
+def tc_config(opt, view=None) -> TcConfig:
     if opt is None:
-        return TcConfig().check()
+        return default_config(view).check()
     if isinstance(opt, TcConfig):
         return opt.check()
     d = dict(opt)
-    base = TcConfig()
+    base = default_config(view)
     return TcConfig(tuple(d.get("block", base.block)), tuple(d.get("warp", base.warp)),
                     int(d.get("k", base.k)), int(d.get("stages", base.stages)),
                     bool(d.get("swizzle", base.swizzle))).check()
@@ -256,7 +265,7 @@ class TensorCoreTilingPass(Pass):
                 if g.kind in ("contraction", "conv"):
                     ctx.note(self.name, f"group {k} ({g.backbone.name}): no tensor cores: {view}")
                 continue
-            cfg = tc_config(ctx.options.get("tc_tile"))
+            cfg = tc_config(ctx.options.get("tc_tile"), view)
             need = cfg.shared_bytes(dt.itemsize(view.in_dtype))
             limit = ctx.target.shared_memory_per_block
             if need > limit:

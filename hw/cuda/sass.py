@@ -61,13 +61,37 @@ def compile_cubin(source: str, sm: int, tmpdir: str | None = None) -> tuple[byte
             return f.read(), parse_ptxas(r.stderr, sm)
 
 
-def parse_ptxas(text: str, sm: int) -> list:
+def compile_archs(source: str, sms=(80, 90), tmpdir: str | None = None) -> dict:
+    """``{sm: (SASS opcode counts, [Resources])}`` from one nvcc run building a fatbin
+    with a cubin per ``sm_XX`` (one front-end pass, one ptxas run per architecture)."""
+    with tempfile.TemporaryDirectory(dir=tmpdir) as tmp:
+        cu, out = os.path.join(tmp, "k.cu"), os.path.join(tmp, "k.fatbin")
+        with open(cu, "w") as f:
+            f.write(source)
+        gen = [x for sm in sms for x in ("-gencode", f"arch=compute_{sm},code=sm_{sm}")]
+        r = subprocess.run(["nvcc", "-fatbin", "-O3", "-Xptxas", "-v", *gen, "-o", out, cu],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BuildError(f"nvcc {sms} failed:\n{r.stderr[-4000:]}")
+        with open(out, "rb") as f:
+            blob = f.read()
+    res = {sm: [x for x in parse_ptxas(r.stderr, None) if x.sm == sm] for sm in sms}
+    ops = sass_opcodes(blob, tmpdir, by_arch=True)
+    return {sm: (ops.get(sm, Counter()), res[sm]) for sm in sms}
+
+
+def parse_ptxas(text: str, sm: int | None) -> list:
+    """Resources per kernel from ``ptxas -v`` output (``sm=None``: the architecture each
+    entry names, ``for 'sm_XX'``)."""
     out, cur = [], None
     stack = spill_st = spill_ld = 0
+    arch = sm
     for line in text.splitlines():
-        m = re.search(r"Compiling entry function '(\w+)'", line)
+        m = re.search(r"Compiling entry function '(\w+)'(?: for 'sm_(\d+)')?", line)
         if m:
             cur = m.group(1)
+            if sm is None and m.group(2):
+                arch = int(m.group(2))
             continue
         m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
                       line)
@@ -77,13 +101,14 @@ def parse_ptxas(text: str, sm: int) -> list:
         m = re.search(r"Used (\d+) registers", line)
         if m and cur:
             smem = re.search(r"(\d+) bytes smem", line)
-            out.append(Resources(cur, sm, int(m.group(1)), int(smem.group(1)) if smem else 0,
+            out.append(Resources(cur, arch, int(m.group(1)), int(smem.group(1)) if smem else 0,
                                  stack, spill_st, spill_ld))
     return out
 
 
-def sass_opcodes(cubin: bytes, tmpdir: str | None = None) -> Counter:
-    """Opcode counts (``HMMA.16816.F32``, ``LDSM.16.M88.4``, ...) of a cubin's SASS."""
+def sass_opcodes(cubin: bytes, tmpdir: str | None = None, by_arch: bool = False):
+    """Opcode counts (``HMMA.16816.F32``, ``LDSM.16.M88.4``, ...) of a cubin's SASS
+    (``by_arch``: ``{sm: counts}`` for a fatbin with several architectures)."""
     tool = find_tool("cuobjdump")
     if tool is None:
         raise BuildError("cuobjdump not found (install the nvidia-cuda-cuobjdump wheel)")
@@ -94,12 +119,22 @@ def sass_opcodes(cubin: bytes, tmpdir: str | None = None) -> Counter:
         r = subprocess.run([tool, "-sass", path], capture_output=True, text=True)
     if r.returncode != 0:
         raise BuildError(f"cuobjdump failed: {r.stderr[-2000:]}")
-    ops = Counter()
+    per: dict = {}
+    ops = per.setdefault(0, Counter())
     for line in r.stdout.splitlines():
+        a = re.search(r"arch = sm_(\d+)", line)
+        if a:
+            ops = per.setdefault(int(a.group(1)), Counter())
+            continue
         m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
         if m:
             ops[m.group(1)] += 1
-    return ops
+    if by_arch:
+        return {k: v for k, v in per.items() if k}
+    total = Counter()
+    for v in per.values():
+        total.update(v)
+    return total
 
 
 def has_opcode(ops: Counter, prefix: str) -> bool:
