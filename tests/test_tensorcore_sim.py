@@ -115,3 +115,22 @@ def test_misaligned_cp_async_rejected():
     f = ir.LoweredFunc("mis", (), (A,), (C,), ir.AttrStmt("kernel", "0", k))
     with pytest.raises(SimulatorError, match="16-byte aligned"):
         simulate(f, np.ones(64, np.float16))
+
+
+def test_plain_load_of_in_flight_tile_is_reported():
+    """An ordinary shared load (not ldmatrix) of an element whose cp.async group has not
+    been waited for is reported too (the simulator's shared-access hook)."""
+    A, As = buf("A", (256,), dtype="float16"), buf("As", (256,), "shared", "float16")
+    C = buf("C", (32,))
+    tx = ir.Var("tx")
+    body = ir.seq(ptx.cp_async(ir.Load(As, (tx * 8,), "float16"),
+                               ir.Load(A, (tx * 8,), "float16"), ir.IntImm(16)),
+                  ptx.cp_async_commit(),
+                  ir.Store(C, (tx,), ir.Cast(ir.Load(As, (tx * 8,), "float16"), "float32")),
+                  ptx.cp_async_wait(0))
+    threads = ir.For(tx, i64(0), i64(32), "gpu_thread", body, (("axis", "x"), ("threads", 32)))
+    k = ir.For(ir.Var("bx"), i64(0), i64(1), "gpu_block", ir.Allocate(As, threads),
+               (("axis", "x"),))
+    f = ir.LoweredFunc("early", (), (A,), (C,), ir.AttrStmt("kernel", "0", k))
+    with pytest.raises(AsyncCopyHazardError):
+        simulate(f, np.ones(256, np.float16))
