@@ -53,7 +53,8 @@ def compile_kernel(kernel: Kernel, target="c", options: dict | None = None,
     try:
         model = kernel.polyhedral_model()
         ctx = ScheduleContext(model, tgt, opts)
-        pm = PassManager(pipelines.schedule_passes(tgt, opts), debug=debug, dump=dump)
+        pm = PassManager(pipelines.schedule_passes(tgt, dict(opts, _model=model)),
+                         debug=debug, dump=dump)
         schedule = pm.run(model.initial_schedule, ctx)
         func = lower_schedule(model, schedule, simplify_body=False,
                               extra_context=ctx.attrs.get("ast_context"),

@@ -266,7 +266,10 @@ def _host_code(func, temps, kernels) -> str:
         call_args = [v.name for v in info.params] + [
             f"({p.storage_type(x.dtype)}*){x.name}" if x in func.inputs else x.name
             for x in info.buffers]
-        lines.append(f"  {info.name}<<<dim3({g}), dim3({b})>>>({', '.join(call_args)});")
+        grid_vals = [p.expr(x) for x in info.grid]
+        nonempty = " && ".join(f"({x}) > 0" for x in grid_vals if x != "1") or "1"
+        lines.append(f"  if ({nonempty})  /* an empty iteration domain launches nothing */")
+        lines.append(f"    {info.name}<<<dim3({g}), dim3({b})>>>({', '.join(call_args)});")
         lines.append("  err = cudaGetLastError();")
         lines.append("  if (err != cudaSuccess) return (int)err;")
     for b in temps:

@@ -81,6 +81,8 @@ class CudaFunction:
                 outs[b.name] = host
         for info, fn in zip(self.kernels, self.handles):
             grid = tuple(int(eval_int(g, values)) for g in info.grid)
+            if min(grid) <= 0:   # empty iteration domain: nothing to launch
+                continue
             args = [np.int64(values[p.name]) for p in info.params] + [dev[b.name] for b in info.buffers]
             fn(*args, block=tuple(info.block), grid=grid)
         drv.Context.synchronize()

@@ -21,8 +21,12 @@ def schedule_passes(target: Target, options: dict) -> list:
     """Passes after the initial (program-order or isl) schedule.
 
     ``options["gpu"] == "baseline"`` selects the untiled baseline mapping (one point per
-    thread, no promotion) — the reference the tiled pipeline is measured against."""
-    if options.get("gpu") == "baseline":
+    thread, no promotion) — the reference the tiled pipeline is measured against.  It is
+    also used for models without DSL stages (C SCoPs): the tiled passes work on the
+    fusion groups of DSL stages."""
+    model = options.get("_model")
+    no_stages = model is not None and not getattr(model.graph, "stages", ())
+    if options.get("gpu") == "baseline" or no_stages:
         return [GpuBaselineMappingPass()]
     passes = [] if options.get("isl_scheduler") else [PatternSchedulePass()]
     tensor_cores = not options.get("isl_scheduler") and options.get("tensor_cores", True) is not False
@@ -40,7 +44,8 @@ def schedule_passes(target: Target, options: dict) -> list:
 
 def ir_passes(func: ir.LoweredFunc, target: Target, options: dict) -> ir.LoweredFunc:
     from .mapping import map_gpu_loops, wrap_kernels
-    if options.get("gpu") == "baseline":
+    model = options.get("_model")
+    if options.get("gpu") == "baseline" or (model is not None and not getattr(model.graph, "stages", ())):
         f = map_gpu_loops(func)
     else:
         from .async_pipeline import lower_pipelines
