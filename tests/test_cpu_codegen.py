@@ -128,11 +128,16 @@ def test_matmul_micro_kernel_structure():
         # the register tile: MR * NI accumulators declared as vector variables
         accs = set(re.findall(rf"{vec} (acc\d+_v\d+);", src))
         assert len(accs) >= mr * ni
-        # the k loop of the micro-kernel: one FMA per accumulator, nothing stored
-        loop = re.search(r"for \(int64_t (c\d+) = 0; \1 < .*?; \+\+\1\) \{\n((?:\s+acc\d+_v\d+ = _mm\d+_fmadd_ps\(.*\n)+)\s+\}", src)
-        assert loop is not None, target
-        assert loop.group(2).count("_fmadd_ps") == mr * ni
-        assert "B_pk" in loop.group(2) and "A_pk" in loop.group(2)   # packed operands
+        # the k loop of the first micro-kernel: one row of Y vectors and one column of X
+        # broadcasts let-bound, then one FMA per accumulator
+        mk = re.search(r"(acc\d+)_v0 = _mm\d+_fmadd_ps\((mk\d+)_x0, \2_y0, \1_v0\)", src)
+        assert mk is not None, target
+        acc, pre = mk.group(1), mk.group(2)
+        fmas = re.findall(rf"{acc}_v\d+ = _mm\d+_fmadd_ps\({pre}_x\d+, {pre}_y\d+, {acc}_v\d+\);", src)
+        assert len(fmas) == mr * ni, target
+        ys = re.findall(rf"const {vec} {pre}_y\d+ = _mm\d+_loadu_ps\(\(B_pk", src)
+        xs = re.findall(rf"const {vec} {pre}_x\d+ = _mm\d+_set1_ps\(A_pk", src)
+        assert len(ys) == ni and len(xs) == mr, target        # packed operands
         assert "#pragma omp parallel" in src and "schedule(static)" in src
 
 

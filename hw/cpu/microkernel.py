@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from polycomp import ir
 from polycomp.lowering.simplify import simplify
-from polycomp.lowering.vectorize import Unvectorizable, Widen, analyse, index_coeff, uses
+from polycomp.lowering.vectorize import (Unvectorizable, Widen, analyse, index_coeff, lane_range,
+                                         uses)
 
 _count = [0]
 
@@ -58,7 +59,7 @@ def _match(body):
 def _tile(lk, li, lj, st, rest, lanes_of):
     L = lanes_of(st.buffer.dtype)
     MR, NR = li.extent.value, lj.extent.value
-    if L <= 1 or NR % L or not ir.is_const(li.min, 0) or not ir.is_const(lj.min, 0):
+    if L <= 1 or NR < 2 or not ir.is_const(li.min, 0) or not ir.is_const(lj.min, 0):
         return None
     c = st.indices[0]
     if index_coeff(c, lj.var) != 1 or any(uses(c, k.var) for k in lk):
@@ -69,8 +70,18 @@ def _tile(lk, li, lj, st, rest, lanes_of):
     if dtype != st.buffer.dtype or lanes != L:
         return None
     D = st.buffer.dtype
-    NV = NR // L
+    NV = -(-NR // L)
+    last = NR - (NV - 1) * L          # lanes of the last vector (L unless NR mod L != 0)
+    if MR * NV + NV + 1 > 2 * 32:     # far beyond any register file: not a register tile
+        return None
     _count[0] += 1
+
+    def masked(u, e):
+        """Lanes beyond the tile's NR columns are neither read nor computed."""
+        if u < NV - 1 or last == L:
+            return e
+        return ir.Select(lane_range(ir.IntImm(0), ir.IntImm(last), L), e,
+                         ir.Broadcast(ir.FloatImm(0.0, D), L, D), D)
     acc = ir.Buffer(f"acc{_count[0]}", D, (ir.IntImm(MR * NR),), scope="register", flat=True)
 
     def slot(i, u):
@@ -88,7 +99,7 @@ def _tile(lk, li, lj, st, rest, lanes_of):
     if yf is not None:
         for u in range(NV):
             v = ir.Var(f"mk{_count[0]}_y{u}", D)
-            lets.append((v, Widen(lj.var, ir.IntImm(u * L), D, L).expr(yf)))
+            lets.append((v, masked(u, Widen(lj.var, ir.IntImm(u * L), D, L).expr(yf))))
             yvars[u] = v
         for i in range(MR):
             v = ir.Var(f"mk{_count[0]}_x{i}", D)
@@ -98,13 +109,17 @@ def _tile(lk, li, lj, st, rest, lanes_of):
     loads, updates, stores = [], [], []
     for i in range(MR):
         for u in range(NV):
-            loads.append(ir.Store(acc, (slot(i, u),), ir.Load(st.buffer, (cref(i, u),), D, L), L))
-            stores.append(ir.Store(st.buffer, (cref(i, u),), ir.Load(acc, (slot(i, u),), D, L), L))
+            loads.append(ir.Store(acc, (slot(i, u),),
+                                  masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)), L))
+            store = ir.Store(st.buffer, (cref(i, u),), ir.Load(acc, (slot(i, u),), D, L), L)
+            if u == NV - 1 and last < L:
+                store = ir.AttrStmt("vector_mask", (ir.IntImm(last), L), store)
+            stores.append(store)
             if yf is not None:
                 r = ir.Binary("*", xvars[i], yvars[u], D)
             else:
                 w = Widen(lj.var, ir.IntImm(u * L), D, L)
-                r = w.expr(ir.substitute(rest, {li.var: ir.IntImm(i)}))
+                r = masked(u, w.expr(ir.substitute(rest, {li.var: ir.IntImm(i)})))
             updates.append(ir.Store(acc, (slot(i, u),),
                                     ir.Binary("+", ir.Load(acc, (slot(i, u),), D, L), r, D), L))
     body = ir.seq(*updates)
