@@ -15,14 +15,15 @@ Guarantees: each backbone's subtree becomes
 
     sequence
       filter init:   band[s]                         (all members coincident)
-      filter update: [mark cpu_parallel] band[batch.., floor(j/NC), floor(k/KC)]
-        mark cpu_pack_request:<Y>:<dim of j in Y>:NR
-          [mark cpu_parallel] band[floor(i/MC)]
-            mark cpu_pack_request:<X>:<dim of i in X>:MR
-              band[floor((i mod MC)/MR), floor((j mod NC)/NR)]   isolate: full MR x NR tiles
-                mark cpu_microkernel
-                  band[k mod KC]
-                    band[i mod MR, j mod NR]
+      filter update: [mark cpu_parallel] [band[batch..]]
+        [mark cpu_parallel] band[floor(i/MC)]
+          band[floor(j/NC), floor(k/KC)]
+            mark cpu_pack_request:<Y>:<dim of j in Y>:NR
+              mark cpu_pack_request:<X>:<dim of i in X>:MR
+                band[floor((i mod MC)/MR), floor((j mod NC)/NR)]   isolate: full MR x NR tiles
+                  mark cpu_microkernel
+                    band[k mod KC]
+                      band[i mod MR, j mod NR]
 
 Initialisation first, then all updates, is legal: the only dependences into the update
 statements from the init are on the same output element.  The update band is
@@ -30,7 +31,9 @@ permutable (the only dependences between updates are on the same ``C[s]``, carri
 by ``k``), so any tiling and member order keeps every dependence lexicographically
 positive.  ``cpu_parallel`` sits on the batch band when the batch has at least as many
 iterations as threads (or is symbolic), else on the ``i`` tile band (coincident: ``C``
-rows are disjoint).  The isolate option makes isl generate the full ``MR x NR`` tiles
+rows are disjoint); either way the whole product is one parallel region (each thread
+packs the blocks it uses, no barrier inside), which matters on busy machines where
+every fork/join waits for the slowest thread.  The isolate option makes isl generate the full ``MR x NR`` tiles
 separately, with constant point-loop bounds (the micro-kernel), and the partial tiles
 at the edges as generic loops.
 
@@ -331,7 +334,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp):
     jr = _upa(_floor_div(_mod(j, b.NC), b.NR))
     kk = _upa(_mod(k, b.KC))
     ii, jj = _upa(_mod(i, b.MR)), _upa(_mod(j, b.NR))
-    prefix = batch + [jt, kt, it]
+    prefix = batch + [it, jt, kt]
     iso = isolate_full_tiles(prefix, [ir_, jr], [ii, jj], (b.MR, b.NR), op.update.domain)
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
     micro = T.Mark("cpu_microkernel", T.Band([kk], point, permutable=True))
@@ -339,11 +342,11 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp):
     x_dim = _pos_of(op.x, op.update.iters[op.i])
     y_dim = len(op.y.indices) - 1
     pack_x = T.Mark(f"cpu_pack_request:{op.x.buffer.name}:{x_dim}:{b.MR}", regs)
-    tile_i = T.Band([it], pack_x, permutable=True, coincident=[True])
-    if not b.parallel_batch:
-        tile_i = T.Mark("cpu_parallel", tile_i)
-    pack_y = T.Mark(f"cpu_pack_request:{op.y.buffer.name}:{y_dim}:{b.NR}", tile_i)
+    pack_y = T.Mark(f"cpu_pack_request:{op.y.buffer.name}:{y_dim}:{b.NR}", pack_x)
     outer = T.Band([jt, kt], pack_y, permutable=True, coincident=[True, False])
+    outer = T.Band([it], outer, permutable=True, coincident=[True])
+    if not b.parallel_batch:
+        outer = T.Mark("cpu_parallel", outer)
     if batch:
         outer = T.Band(batch, outer, permutable=True, coincident=[True] * len(batch))
         if b.parallel_batch:
