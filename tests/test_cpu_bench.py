@@ -1,0 +1,45 @@
+"""The CPU benchmark suite's pieces that can be checked quickly: its numpy peers compute
+what polycomp's kernels compute, the table states the thread count, and one tiny case
+runs end to end (timings are reported by `polycomp bench cpu`, never asserted)."""
+import numpy as np
+import pytest
+
+from polycomp.benchmarks import cpu as bench
+from polycomp.frontend.ops import OPS
+
+
+@pytest.mark.parametrize("stride,pad", [(1, 1), (2, 1), (2, 0), (1, 0)])
+def test_im2col_peer_matches_the_op_reference(stride, pad):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    from polycomp.frontend.ops import _ref_conv2d
+    ref = _ref_conv2d((stride, stride), (pad, pad), (1, 1))(x, w)
+    np.testing.assert_allclose(bench.im2col_conv(x, w, stride, pad), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_numpy_peers_match_the_op_references():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 33)).astype(np.float32)
+    g, b = rng.standard_normal(33).astype(np.float32), rng.standard_normal(33).astype(np.float32)
+    np.testing.assert_allclose(bench.np_softmax(x), OPS["softmax"].reference(x), rtol=1e-5)
+    np.testing.assert_allclose(bench.np_layernorm(x, g, b), OPS["layernorm"].reference(x, g, b),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_table_states_threads_and_bandwidth_fraction():
+    result = {"info": {"threads": 2, "target": "cpu", "isa": "avx512", "openblas": "x",
+                       "kernel": "SkylakeX"},
+              "copy_bandwidth_GBs": 20.0,
+              "rows": [{"group": "softmax", "case": "(4, 4)", "ours_ms": 1.0, "peer_ms": 2.0,
+                        "peer": "numpy", "ratio": 2.0, "GB/s": 15.0, "peer_GB/s": 7.5,
+                        "of_copy_bw": 0.75}]}
+    text = bench.format_table(result)
+    assert "threads: 2" in text and "| softmax | (4, 4) |" in text and "75%" in text
+
+
+def test_one_case_runs(monkeypatch):
+    s = bench.Suite(quick=True, threads=1, repeat=1, target="cpu")
+    monkeypatch.setattr(bench, "_timeit", lambda fns, repeat: [1e-3] * len(fns))
+    bw = bench.bench_stream(s, 1 << 16)
+    assert bw > 0 and [r["group"] for r in s.rows] == ["stream", "stream"]
