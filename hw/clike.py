@@ -287,18 +287,28 @@ def _is_safe(name: str, reserved) -> bool:
 
 
 class _Rename(ir.Mutator):
-    def __init__(self, bufs: dict, vars_: dict):
-        self.bufs, self.vars = bufs, vars_
-        self.buf_cache: dict = {}
-        self.var_cache: dict = {}
+    """Scope-aware renaming; see :func:`legalize_names`."""
 
-    def var(self, v: ir.Var) -> ir.Var:
-        new = self.vars.get(v.name, v.name)
+    def __init__(self, bufs: dict, free: dict, fixed: set, is_ok, fresh):
+        self.bufs = bufs          # buffer name -> new name
+        self.free = free          # name of a free variable (a parameter) -> new name
+        self.fixed = fixed        # names visible everywhere (buffers, parameters, taken)
+        self.is_ok, self.fresh = is_ok, fresh
+        self.scope: dict = {}     # bound Var (identity) -> renamed Var
+        self.bound: dict = {}     # name -> number of enclosing binders using it
+        self.buf_cache: dict = {}
+        self.free_cache: dict = {}
+
+    def visit_Var(self, v):
+        nv = self.scope.get(v)
+        if nv is not None:
+            return nv
+        new = self.free.get(v.name, v.name)
         if new == v.name:
             return v
-        nv = self.var_cache.get(v)
+        nv = self.free_cache.get(v)
         if nv is None:
-            nv = self.var_cache[v] = replace(v, name=new)
+            nv = self.free_cache[v] = replace(v, name=new)
         return nv
 
     def buf(self, b: ir.Buffer) -> ir.Buffer:
@@ -311,9 +321,6 @@ class _Rename(ir.Mutator):
             self.buf_cache[b] = nb
         return nb
 
-    def visit_Var(self, v):
-        return self.var(v)
-
     def visit_Load(self, e):
         return ir.Load(self.buf(e.buffer), tuple(self.visit(i) for i in e.indices), e.dtype,
                        e.lanes)
@@ -325,74 +332,97 @@ class _Rename(ir.Mutator):
     def visit_Allocate(self, s):
         return ir.Allocate(self.buf(s.buffer), self.visit(s.body))
 
+    def _bind(self, v, body):
+        """Rename binder ``v`` unless its name is usable here, then visit ``body``."""
+        prev = self.scope.get(v)
+        if prev is not None:  # the same variable bound again inside itself
+            nv = prev
+        elif self.is_ok(v.name) and v.name not in self.fixed and not self.bound.get(v.name):
+            nv = v
+        else:
+            nv = replace(v, name=self.fresh(v.name))
+        self.scope[v] = nv
+        self.bound[nv.name] = self.bound.get(nv.name, 0) + 1
+        try:
+            return nv, self.visit(body)
+        finally:
+            self.bound[nv.name] -= 1
+            if prev is None:
+                del self.scope[v]
+            else:
+                self.scope[v] = prev
+
     def visit_For(self, s):
-        return ir.For(self.var(s.var), self.visit(s.min), self.visit(s.extent), s.kind,
-                      self.visit(s.body), s.annotations)
+        mn, ext = self.visit(s.min), self.visit(s.extent)
+        nv, body = self._bind(s.var, s.body)
+        return ir.For(nv, mn, ext, s.kind, body, s.annotations)
 
     def visit_LetStmt(self, s):
-        return ir.LetStmt(self.var(s.var), self.visit(s.value), self.visit(s.body))
+        value = self.visit(s.value)
+        nv, body = self._bind(s.var, s.body)
+        return ir.LetStmt(nv, value, body)
 
 
 def legalize_names(func: ir.LoweredFunc, reserved=C_RESERVED, taken=()) -> ir.LoweredFunc:
     """Rename buffers and variables whose names the generated C/CUDA cannot use.
 
     Assumes: ``func`` is about to be printed by a :class:`CLikePrinter`; buffers are
-    identified by name, variables of the same name are either the same variable or
-    live in nested scopes (C shadowing then gives them the meaning they have in the IR).
+    identified by name; variables are identified by identity (as the interpreter does):
+    a ``For``/``LetStmt`` binds its Var object, and a Var that no enclosing binder binds
+    is a parameter, identified by name.
     Guarantees: every buffer and variable name is a C identifier outside ``reserved``
     and ``taken`` (e.g. the names of the emitted functions), not starting with ``pc_``
-    or ``__``, and no buffer shares its name with a variable or another buffer; names
-    that already satisfy this are kept.  The argument order is unchanged (callers pass
-    arguments by position), so the result is interchangeable with ``func``.
+    or ``__``; buffers and parameters have distinct names; a binder never shadows a
+    buffer, a parameter or an enclosing binder of another variable (so C scoping gives
+    every reference the variable it has in the IR); names that already satisfy this
+    are kept.  The argument order is unchanged (callers pass arguments by position), so
+    the result is interchangeable with ``func``.
     """
-    bufs: dict = {}
-    var_names: dict = {}
+    taken = set(taken)
+    buf_names: dict = {}
+    existing: set = set()
     for b in func.args:
-        bufs.setdefault(b.name, None)
+        buf_names.setdefault(b.name, None)
 
     def collect(n):
         if isinstance(n, (ir.Load, ir.Store, ir.Allocate)):
-            bufs.setdefault(n.buffer.name, None)
-        if isinstance(n, ir.Var):
-            var_names.setdefault(n.name, None)
+            buf_names.setdefault(n.buffer.name, None)
+        elif isinstance(n, ir.Var):
+            existing.add(n.name)
         if isinstance(n, (ir.For, ir.LetStmt)):
-            var_names.setdefault(n.var.name, None)
-    for p in func.params:
-        var_names.setdefault(p.name, None)
+            existing.add(n.var.name)
     ir.walk(func.body, collect)
-    used = set(taken)
-    mapping_b, mapping_v = {}, {}
+    existing |= set(buf_names) | {p.name for p in func.params}
+    used = set(taken) | existing
 
-    def pick(name):
-        new, k = name, 0
-        while not _is_safe(new, reserved) or new in used or new in taken:
+    def is_ok(name):
+        return _is_safe(name, reserved) and name not in taken
+
+    def fresh(name):
+        base = re.sub(r"[^A-Za-z0-9_]", "_", name) or "v"
+        if base[0].isdigit() or base.startswith(("__", "pc_", "_Z")):
+            base = "v" + base
+        k = 1
+        while f"{base}_{k}" in used or not _is_safe(f"{base}_{k}", reserved):
             k += 1
-            base = name if _IDENT.match(name) else re.sub(r"[^A-Za-z0-9_]", "_", name)
-            base = base if not base.startswith(("__", "pc_", "_Z")) else "v" + base
-            new = f"{base}_{k}"
-        used.add(new)
-        return new
-    all_names = set(bufs) | set(var_names)
-    for name in bufs:   # keep safe names first so a renamed one cannot take them
-        if _is_safe(name, reserved) and name not in taken and name not in used:
-            mapping_b[name] = name
-            used.add(name)
-    for name in var_names:
-        if _is_safe(name, reserved) and name not in taken and name not in used:
-            mapping_v[name] = name
-            used.add(name)
-    used |= all_names  # a fresh name never reuses an existing one
-    for name in bufs:
-        if name not in mapping_b:
-            mapping_b[name] = pick(name)
-    for name in var_names:
-        if name not in mapping_v:
-            mapping_v[name] = pick(name)
-    if all(k == v for k, v in mapping_b.items()) and all(k == v for k, v in mapping_v.items()):
-        return func
-    r = _Rename({k: v for k, v in mapping_b.items() if k != v},
-                {k: v for k, v in mapping_v.items() if k != v})
+        used.add(f"{base}_{k}")
+        return f"{base}_{k}"
+
+    bufs = {}
+    for name in buf_names:
+        bufs[name] = name if is_ok(name) else fresh(name)
+    fixed = set(bufs.values()) | taken
+    free = {}
+    for p in func.params:
+        new = p.name if is_ok(p.name) and p.name not in fixed else fresh(p.name)
+        free[p.name] = new
+        fixed.add(new)
+    r = _Rename({k: v for k, v in bufs.items() if k != v},
+                {k: v for k, v in free.items() if k != v}, fixed, is_ok, fresh)
     body = r.visit(func.body)
-    return ir.LoweredFunc(func.name, tuple(r.var(p) for p in func.params),
+    if body is func.body and all(k == v for k, v in bufs.items()) \
+            and all(k == v for k, v in free.items()):
+        return func
+    return ir.LoweredFunc(func.name, tuple(r.visit_Var(p) for p in func.params),
                           tuple(r.buf(b) for b in func.inputs),
                           tuple(r.buf(b) for b in func.outputs), body, dict(func.attrs))

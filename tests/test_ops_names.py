@@ -40,3 +40,34 @@ def test_clashing_names_cuda_source_compiles(tmp_path):
     r = subprocess.run(["nvcc", "-arch=sm_80", "-cubin", "-o", str(tmp_path / "k.cubin"), str(cu)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_binder_shadowing_another_variable_of_the_same_name_is_renamed():
+    """Two distinct IR variables named ``t`` (a loop and a let inside it whose body uses
+    both) and a let named ``exp`` in code that calls exp(): C shadowing must not change
+    which variable a reference means."""
+    from polycomp import ir
+    from polycomp.hw.cpu.build import CFunction, build_shared
+    from polycomp.hw.cpu.codegen import emit_c
+    from polycomp.lowering.flatten import flatten
+
+    n = ir.Var("N", "int64", is_param=True)
+    x = ir.Buffer("x", "float64", (n,))
+    y = ir.Buffer("y", "float64", (n,))
+    i, t, e = ir.Var("t"), ir.Var("t", "float64"), ir.Var("exp", "float64")
+    body = ir.For(i, ir.IntImm(0), n, "serial",
+                  ir.LetStmt(t, x[i] * 2.0,
+                             ir.LetStmt(e, ir.call("exp", t),
+                                        ir.Store(y, (i,), e + ir.cast(i, "float64")))))
+    func = flatten(ir.LoweredFunc("shadow", (n,), (x,), (y,), body))
+    f = CFunction(func, build_shared(emit_c(func)))
+    xs = np.linspace(-1, 1, 7)
+    np.testing.assert_allclose(f(xs), np.exp(2 * xs) + np.arange(7), rtol=1e-12)
+    np.testing.assert_allclose(interpret_func(func, xs), np.exp(2 * xs) + np.arange(7), rtol=1e-12)
+
+
+def interpret_func(func, *arrays):
+    from polycomp.lowering.interpreter import run_func
+    from polycomp.shapes import infer_params
+    values = infer_params(func.params, func.inputs, list(arrays), {})
+    return run_func(func, {b.name: a for b, a in zip(func.inputs, arrays)}, values)["y"]
