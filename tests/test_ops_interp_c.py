@@ -14,12 +14,13 @@ primes and odd sizes.  Tolerances: integers exact; floats ``rtol = r0 + 4 * L * 
 """
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from polycomp import dtypes as dt
-from polycomp.driver import build, compile_kernel, interpret
 from polycomp.frontend.ops import OPS, accumulation_dtype
+
+from ops_helpers import runner
 
 CASES = [(name, dtype) for name, spec in OPS.items() for dtype in spec.dtypes]
 
@@ -30,9 +31,10 @@ _PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 6
 def extent(lo: int, hi: int):
     """An extent in [lo, hi]: the low end, a prime, an odd size, or anything."""
     primes = [p for p in _PRIMES if lo <= p <= hi]
-    odd = st.integers((lo - 1) // 2, (hi - 1) // 2).map(lambda k: 2 * k + 1) \
-        .filter(lambda v: lo <= v <= hi)
-    options = [st.just(lo), st.integers(lo, hi), odd]
+    options = [st.just(lo), st.integers(lo, hi)]
+    first_odd = lo if lo % 2 else lo + 1
+    if first_odd <= hi:
+        options.append(st.integers(first_odd // 2, (hi - 1) // 2).map(lambda k: 2 * k + 1))
     if primes:
         options.append(st.sampled_from(primes))
     return st.one_of(*options)
@@ -59,39 +61,47 @@ def check_close(out, ref, spec, dtype, shapes, what):
                                err_msg=f"{what} (L={L}, shapes={shapes})")
 
 
-_COMPILED: dict = {}
-
-
-def runner(name: str, dtype: str, path: str):
-    """The (cached) callable running op ``name`` for ``dtype`` along ``path``."""
-    key = (name, dtype, path)
-    if key not in _COMPILED:
-        k = OPS[name].kernel(dtype)
-        if path == "interpreter":
-            ck = compile_kernel(k, "c", {"parallel": False})
-            _COMPILED[key] = lambda *xs: interpret(ck, *xs)
-        elif path == "c":
-            _COMPILED[key] = build(k, "c")
-        elif path == "cuda-ir":
-            ck = compile_kernel(k, "cuda")
-            _COMPILED[key] = lambda *xs: interpret(ck, *xs)
-    return _COMPILED[key]
-
-
-PATHS = ("interpreter", "c", "cuda-ir")
+def _draw_case(spec, dtype, data, cap=None):
+    def dim(lo, hi):
+        return data.draw(extent(lo, hi if cap is None else max(lo, min(hi, cap))))
+    shapes = spec.shapes(dim)
+    seed = data.draw(st.integers(0, 2 ** 32 - 1), label="seed")
+    xs = spec.inputs(np.random.default_rng(seed), shapes, dtype)
+    return shapes, xs, spec.reference(*xs)
 
 
 @pytest.mark.parametrize("name,dtype", CASES, ids=[f"{n}-{d}" for n, d in CASES])
 @given(data=st.data())
 def test_op_matches_numpy(name, dtype, data):
+    """(i) the IR interpreter and (ii) the C backend."""
     spec = OPS[name]
-    shapes = spec.shapes(lambda lo, hi: data.draw(extent(lo, hi)))
-    seed = data.draw(st.integers(0, 2 ** 32 - 1), label="seed")
-    xs = spec.inputs(np.random.default_rng(seed), shapes, dtype)
-    ref = spec.reference(*xs)
-    for path in PATHS:
+    shapes, xs, ref = _draw_case(spec, dtype, data)
+    for path in ("interpreter", "c"):
         out = runner(name, dtype, path)(*xs)
         check_close(out, ref, spec, dtype, shapes, f"{name}[{dtype}] via {path}")
+
+
+#: The CUDA path is the expensive one (CUDA compilation of each kernel takes seconds, its
+#: IR runs in the CUDA simulator, whose per-thread serial loops are far slower than the
+#: lane-vectorised interpreter): its extents are capped and it runs a third of the
+#: profile's examples.
+CUDA_CAP = 24
+CUDA_EXAMPLES = max(4, settings.default.max_examples // 3)
+#: (op, dtype) left out of the CUDA path: the isl AST of the promoted attention schedule
+#: takes over a minute to generate today (reported to the scheduler's owner)
+CUDA_SLOW = {("attention", d) for d in OPS["attention"].dtypes}
+CUDA_CASES = [c for c in CASES if c not in CUDA_SLOW]
+
+
+@pytest.mark.parametrize("name,dtype", CUDA_CASES, ids=[f"{n}-{d}" for n, d in CUDA_CASES])
+@settings(max_examples=CUDA_EXAMPLES)
+@given(data=st.data())
+def test_op_cuda_ir_matches_numpy(name, dtype, data):
+    """(iii) the CUDA pipeline's IR (GPU-mapped, promoted), run by ``interpret``."""
+    spec = OPS[name]
+    shapes, xs, ref = _draw_case(spec, dtype, data, cap=CUDA_CAP)
+    out = runner(name, dtype, "cuda-ir")(*xs)
+    check_close(out, ref, spec, dtype, shapes, f"{name}[{dtype}] via the CUDA IR")
 
 
 def test_registry_covers_every_operator_and_dtype():
