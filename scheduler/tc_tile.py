@@ -20,7 +20,7 @@ Configuration (``options["tc_tile"]``, a :class:`TcConfig` or a dict with ``bloc
 ``warp``, ``k``, ``stages``, ``swizzle``): the tile tuple ⟨block BM x BN⟩⟨warp WM x WN⟩
 ⟨instruction 16 x 8 x 16⟩ with BM, BN multiples of WM, WN, WM a multiple of 16, WN of 16,
 a K tile KT of 32 or 64 and 1-4 pipeline stages.  Default (:func:`default_config`)
-128x128 / 64x64 / KT 32 / 3 stages (64x32 warp tiles for gathered operands).  The shared-memory footprint ``stages * (BM*KT + KT*BN) * 2`` bytes must fit the
+128x128 / 64x64 / KT 32 / 3 stages (64x128 / 32x32 for gathered operands).  The shared-memory footprint ``stages * (BM*KT + KT*BN) * 2`` bytes must fit the
 target's per-block limit (else :class:`~polycomp.errors.ResourceLimitError`).
 
 Result, for each eligible group ``g`` (kernel number ``n = #groups + index``):
@@ -103,12 +103,12 @@ class TcConfig:
 
 
 def default_config(view=None) -> TcConfig:
-    """128x128 / KT 32 / 3 stages; 64x64 warp tiles (4 warps), or 64x32 (8 warps) for a
-    group whose operand copies are gathers (convolutions, padding selects): their address
-    arithmetic needs the registers of half the accumulators (no spills on sm_80/sm_90)."""
+    """128x128 / 64x64 warp tiles (4 warps) / KT 32 / 3 stages; 64x128 / 32x32 (8 warps)
+    for a group whose operand copies are gathers (convolutions, padding selects): their
+    address arithmetic needs registers (no spills on sm_80/sm_90 either way)."""
     gather = view is not None and (view.group.kind == "conv" or view.a.guard is not None
                                    or view.b.guard is not None)
-    return TcConfig(warp=(64, 32)) if gather else TcConfig()
+    return TcConfig(block=(64, 128), warp=(32, 32)) if gather else TcConfig()
 
 
 def tc_config(opt, view=None) -> TcConfig:

@@ -17,6 +17,7 @@ call                      PTX
 ``ptx_cp_async_commit``   ``cp.async.commit_group``
 ``ptx_cp_async_wait``     ``cp.async.wait_group n``
 ``pc_xor``                ``a ^ b`` (integer; pure)
+``pc_st4``                one 16-byte (float32) / 8-byte (f16, bf16) store of 4 values
 ========================  ==============================================================
 
 The printed ``.cu`` defines one ``static __device__ __forceinline__`` wrapper per
@@ -31,7 +32,7 @@ from polycomp import ir
 from . import sim_tensorcore  # noqa: F401  (registers the simulator handlers)
 
 NAMES = ("ptx_ldmatrix", "ptx_mma_m16n8k16_f16", "ptx_mma_m16n8k16_bf16", "ptx_cp_async",
-         "ptx_cp_async_commit", "ptx_cp_async_wait", "pc_xor")
+         "ptx_cp_async_commit", "ptx_cp_async_wait", "pc_xor", "pc_st4")
 
 
 # --------------------------------------------------------------------------- builders
@@ -60,6 +61,17 @@ def cp_async_commit() -> ir.Stmt:
 
 def cp_async_wait(n: int) -> ir.Stmt:
     return _effect("ptx_cp_async_wait", ir.IntImm(n, "int32"))
+
+
+def store4(dst: ir.Load, values) -> ir.Stmt:
+    """A 4-element vector store (16 bytes of float32, 8 of float16/bfloat16) of float
+    values at ``dst`` (aligned to the vector size)."""
+    return _effect("pc_st4", dst, *values)
+
+
+def shfl_xor(value: ir.Expr, mask: int) -> ir.Expr:
+    return ir.Call("__shfl_xor_sync", (ir.IntImm(0xFFFFFFFF), value, ir.IntImm(mask)),
+                   value.dtype, pure=False)
 
 
 def xor(a: ir.Expr, b: ir.Expr) -> ir.Expr:
@@ -93,6 +105,10 @@ static __device__ __forceinline__ void pc_mma_m16n8k16_bf16(float* d, const int*
 static __device__ __forceinline__ void pc_cp_async16(void* s, const void* g, int src_bytes) { asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(pc_smem(s)), "l"(__cvta_generic_to_global(g)), "r"(src_bytes) : "memory"); }
 static __device__ __forceinline__ void pc_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> static __device__ __forceinline__ void pc_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
+static __device__ __forceinline__ void pc_st4(float* p, float a, float b, float c, float d) { asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "l"(__cvta_generic_to_global(p)), "f"(a), "f"(b), "f"(c), "f"(d) : "memory"); }
+static __device__ __forceinline__ void pc_st4_b32x2(void* p, unsigned x, unsigned y) { asm volatile("st.global.v2.b32 [%0], {%1, %2};\n" :: "l"(__cvta_generic_to_global(p)), "r"(x), "r"(y) : "memory"); }
+static __device__ __forceinline__ void pc_st4(__half* p, float a, float b, float c, float d) { __half2 x = __floats2half2_rn(a, b), y = __floats2half2_rn(c, d); pc_st4_b32x2(p, *reinterpret_cast<unsigned*>(&x), *reinterpret_cast<unsigned*>(&y)); }
+static __device__ __forceinline__ void pc_st4(__nv_bfloat16* p, float a, float b, float c, float d) { __nv_bfloat162 x = __floats2bfloat162_rn(a, b), y = __floats2bfloat162_rn(c, d); pc_st4_b32x2(p, *reinterpret_cast<unsigned*>(&x), *reinterpret_cast<unsigned*>(&y)); }
 """
 
 
@@ -118,6 +134,9 @@ def print_intrinsic(printer, e: ir.Call) -> str | None:
         return "pc_cp_async_commit()"
     if e.name == "ptx_cp_async_wait":
         return f"pc_cp_async_wait<{a[0].value}>()"
+    if e.name == "pc_st4":
+        vals = ", ".join(f"(float)({printer.expr(x)})" for x in a[1:])
+        return f"pc_st4({_addr(printer, a[0])}, {vals})"
     if e.name == "pc_xor":
         return f"(({printer.expr(a[0])}) ^ ({printer.expr(a[1])}))"
     return None

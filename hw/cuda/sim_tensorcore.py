@@ -26,6 +26,9 @@ Registered in :data:`~polycomp.hw.cuda.sim_intrinsics.INTRINSICS` (see
   completes all of the thread's committed groups except the newest ``n`` (their shared
   writes happen then, race-checked as stores of that thread).
 * ``pc_xor(a, b)``: bitwise exclusive or of integers (the shared-memory swizzle).
+* ``pc_st4(dst, v0, v1, v2, v3)``: one vector store of 4 consecutive elements (16 bytes
+  of float32, 8 of float16/bfloat16) that must be aligned to its size; counted as one
+  global store request.
 
 Warp-collective instructions (``ldmatrix``, ``mma``) must be executed by all 32
 threads of a warp (``.sync.aligned``), else a ``warp-sync`` finding.  Reading or
@@ -379,4 +382,35 @@ def cp_async_wait(sim, call, active):
         else:
             keep.append(rec)
     state.records = keep
+    return 0
+
+
+@intrinsic("pc_st4")
+def store4(sim, call, active):
+    from polycomp.lowering.interpreter import _to_store
+    if not active.any():
+        return 0
+    g = sim.geom
+    mem, off = _pointer(sim, call.args[0], active, "vector store")
+    width = 4 * mem.itemsize
+    bad = active & ((off * mem.itemsize) % width != 0)
+    if bad.any():
+        j = int(np.argmax(bad))
+        sim.fail(f"vector store: {g.describe(j)} stores {width} bytes at "
+                 f"{mem.buffer.name}[{int(off[j])}], not {width}-byte aligned")
+    _check_range(sim, mem, off, 4, active, "vector store")
+    pos = mem.positions(off)
+    for e in range(4):
+        v = np.broadcast_to(np.asarray(sim.eval(call.args[1 + e], active)), (g.n_lanes,))
+        new = _to_store(v, mem.data.dtype)
+        if mem.scope != "local":
+            sim._race_check(mem, pos + e, off + e, active, new)
+        lanes = np.flatnonzero(active)
+        mem.data[(pos + e)[lanes]] = new[lanes]
+    if mem.scope == "global":
+        byte = (np.where(active, off, 0) * mem.itemsize).reshape(-1, WARP)
+        sim.stats.global_store.add(*global_sectors(byte, active.reshape(-1, WARP), width))
+    elif mem.scope == "shared":
+        byte = (off * mem.itemsize).reshape(-1, 8)
+        sim.stats.shared_store.add(*shared_wavefronts(byte, active.reshape(-1, 8), width))
     return 0

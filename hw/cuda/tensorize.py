@@ -114,10 +114,27 @@ class _Kernel:
             if b.name not in outside and b.name not in self.regs:
                 self.regs[b.name] = ir.Buffer(f"{b.name}_frag{n}", b.dtype, (_imm(nfrag),),
                                               "local")
-        self.buffers = [self.acc, self.afrag, self.bfrag, self.As, self.Bs] + \
-            [b for k, b in self.regs.items() if k != self.c_buf.name]
+        self.res = ir.Buffer(f"res{n}", "float32", (_imm(4),), "local")
+        self.xch = ir.Buffer(f"xch{n}", "float32", (_imm(2),), "local")
+        self.buffers = [self.acc, self.afrag, self.bfrag, self.As, self.Bs, self.res,
+                        self.xch] + [b for k, b in self.regs.items() if k != self.c_buf.name]
 
     # ------------------------------------------------------------------ layouts
+    def tile_loop(self, make):
+        """``for im, jn`` (unrolled) over this warp's 16x8 tiles; ``make(im, jn)``."""
+        n = self.plan.kernel
+        im, jn = ir.Var(f"qim{n}"), ir.Var(f"qjn{n}")
+        ann = (("unroll", True),)
+        return ir.For(im, _imm(0), _imm(self.mi), "unrolled",
+                      ir.For(jn, _imm(0), _imm(self.ni), "unrolled", make(im, jn), ann), ann)
+
+    def element(self, im, jn, r):
+        """(fragment index, row, col) of element ``r`` (0..3, an int) of tile (im, jn)."""
+        g, t = self.tx // 4, self.tx % 4
+        row = self.tz * self.wm + im * 16 + (r // 2) * 8 + g
+        col = self.ty * self.wn + jn * 8 + r % 2 + t * 2
+        return (im * self.ni + jn) * 4 + r, row, col
+
     def frag_loop(self, make):
         """``for im, jn, r`` (unrolled loops) over this thread's accumulator elements,
         ``make(index, row, col)`` building the body for fragment element ``index`` at
@@ -227,28 +244,81 @@ class _Tensorizer(ir.Mutator):
             self.block_origin = origin
         ext = v.out_extents
 
-        def make(idx, row, col):
-            coords = list(origin)
-            coords[v.m_dim] = coords[v.m_dim] + row
-            coords[v.n_dim] = coords[v.n_dim] + col
+        def instance(idx, coords):
             inst = ir.substitute(stmt.store(), dict(zip(stmt.iters, coords)))
-            inst = _Redirect(k.regs, idx).visit(inst)
+            return _Redirect(k.regs, idx).visit(inst)
+        if stmt.write.name not in k.regs and _vector_store_ok(stmt, v):
+            body = self.quad_stores(k, origin, stmt.write,
+                                    lambda idx, coords: instance(idx, coords).value)
+            return ir.AttrStmt("tc_frag", stmt.name, body)
+
+        def make(idx, row, col):
+            coords = self._at(k, origin, row, col)
             guard = _and(coords[v.m_dim] < ext[v.m_dim], coords[v.n_dim] < ext[v.n_dim])
-            return ir.IfThenElse(guard, inst)
+            return ir.IfThenElse(guard, instance(idx, coords))
         return ir.AttrStmt("tc_frag", stmt.name, k.frag_loop(make))
 
+    def _at(self, k, origin, row, col):
+        v = k.view
+        coords = list(origin)
+        coords[v.m_dim] = coords[v.m_dim] + row
+        coords[v.n_dim] = coords[v.n_dim] + col
+        return coords
+
     def writeback(self, k, origin):
+        body = self.quad_stores(k, origin, k.c_buf,
+                                lambda idx, coords: ir.Load(k.acc, (idx,), "float32"))
+        return ir.AttrStmt("tc_frag", f"store_{k.c_buf.name}", body)
+
+    def quad_stores(self, k, origin, out, value_of):
+        """Store this warp's results to ``out`` (indexed by the output coordinates, the
+        N dimension innermost): per 16x8 tile, each thread computes its 4 elements into
+        ``res``, exchanges two with its neighbour lane (``__shfl_xor_sync(.., 1)``) so
+        that an even lane holds 4 consecutive columns of row ``g`` and an odd lane 4 of
+        row ``g + 8``, and stores them with one 16-byte (8 for 16-bit outputs) store when
+        the row length is a multiple of 4 and the 4 columns are inside the extent, else
+        element by element."""
         v = k.view
         ext = v.out_extents
+        ext_m, ext_n = ext[v.m_dim], ext[v.n_dim]
+        aligned = simplify(ir.Binary("==", ir.Binary("%", out.shape[-1], _imm(4), "int64"),
+                                     _imm(0), "bool"))
+        if out.dtype not in ("float32", "float16", "bfloat16"):
+            aligned = ir.IntImm(0, "bool")
+        even = ir.Binary("==", k.tx % 2, _imm(0), "bool")
+        R = lambda i: ir.Load(k.res, (_imm(i),), "float32")  # noqa: E731
+        X = lambda i: ir.Load(k.xch, (_imm(i),), "float32")  # noqa: E731
 
-        def make(idx, row, col):
-            coords = list(origin)
-            coords[v.m_dim] = coords[v.m_dim] + row
-            coords[v.n_dim] = coords[v.n_dim] + col
-            st = ir.Store(k.c_buf, tuple(coords), ir.Load(k.acc, (idx,), "float32"))
-            guard = _and(coords[v.m_dim] < ext[v.m_dim], coords[v.n_dim] < ext[v.n_dim])
-            return ir.IfThenElse(guard, st)
-        return ir.AttrStmt("tc_frag", f"store_{k.c_buf.name}", k.frag_loop(make))
+        def make(im, jn):
+            body = []
+            for r in range(4):
+                idx, row, col = k.element(im, jn, r)
+                coords = self._at(k, origin, row, col)
+                ok = _and(coords[v.m_dim] < ext_m, coords[v.n_dim] < ext_n)
+                val = value_of(idx, coords)
+                body.append(ir.Store(k.res, (_imm(r),),
+                                     ir.Select(ok, val, ir.FloatImm(0.0, val.dtype), val.dtype)))
+            for i in range(2):
+                sent = ir.Select(even, R(2 + i), R(i), "float32")
+                body.append(ir.Store(k.xch, (_imm(i),), ptx.shfl_xor(sent, 1)))
+            _, row0, col0 = k.element(im, jn, 0)
+            _, row2, _ = k.element(im, jn, 2)
+            row = ir.Select(even, row0, row2, "int64")
+            col = ir.Select(even, col0, col0 - 2, "int64")
+            quad = [ir.Select(even, a, b, "float32")
+                    for a, b in ((R(0), X(0)), (R(1), X(1)), (X(0), R(2)), (X(1), R(3)))]
+            coords = self._at(k, origin, row, col)
+            row_ok = coords[v.m_dim] < ext_m
+            vec = ptx.store4(ir.Load(out, tuple(coords), out.dtype), quad)
+            scal = []
+            for e in range(4):
+                ce = self._at(k, origin, row, col + e)
+                scal.append(ir.IfThenElse(ce[v.n_dim] < ext_n,
+                                          ir.Store(out, tuple(ce), quad[e])))
+            full = _and(aligned, coords[v.n_dim] + 3 < ext_n)
+            body.append(ir.IfThenElse(row_ok, ir.IfThenElse(full, vec, ir.seq(*scal))))
+            return ir.seq(*body)
+        return k.tile_loop(make)
 
     def mma(self, k, region):
         v, c = k.view, k.cfg
@@ -403,6 +473,13 @@ class _Tensorizer(ir.Mutator):
                     out.append(ptx.mma(L(k.acc, (im * k.ni + jn) * 4), L(k.afrag, 4 * im),
                                        L(k.bfrag, 2 * jn), k.view.in_dtype))
         return out
+
+
+def _vector_store_ok(stmt, view) -> bool:
+    """Does ``stmt`` store ``out[o]`` at its own output point (N innermost)?"""
+    idx = stmt.write_indices
+    return len(idx) == len(view.stage.iters) and \
+        all(i is v for i, v in zip(idx, stmt.iters[:len(idx)]))
 
 
 def _unrolled(var, n, body):
