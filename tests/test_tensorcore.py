@@ -27,6 +27,7 @@ from polycomp.islutil import context
 from polycomp.scheduler import ScheduleContext
 from polycomp.scheduler.pattern_schedule import PatternSchedulePass
 from polycomp.scheduler.program_order import ProgramOrderPass
+from polycomp.scheduler.tc_map import TensorCoreMappingPass
 from polycomp.scheduler.tc_tile import TensorCoreTilingPass
 
 SMALL = {"block": (64, 64), "warp": (32, 32), "k": 32}
@@ -192,20 +193,32 @@ def test_sass_sm80_sm90(op, dtype, tmp_path):
 
 # --------------------------------------------------------------------------- golden tree
 
-GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "tc_tiling.matmul_f16.out.isl")
+GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
 
 
-def test_tc_tiling_golden():
+def _golden(name, tree):
+    path = os.path.join(GOLDEN_DIR, name)
+    if os.environ.get("POLYCOMP_UPDATE_GOLDEN") == "1":
+        with open(path, "w") as f:
+            f.write(tree.to_str() + "\n")
+    with open(path) as f:
+        expected = isl.Schedule.read_from_str(context(), f.read().strip())
+    assert isl.Schedule.read_from_str(context(), tree.to_str()).plain_is_equal(expected), name
+
+
+def test_tc_tiling_and_mapping_golden():
+    """Tree in (the pattern schedule), tiled tree out; then the mapping pass on the
+    tiled tree (block filters; the launch registered)."""
     model = ops.matmul_kernel("float16").polyhedral_model()
     ctx = ScheduleContext(model, get_target("cuda"), {"tc_tile": dict(SMALL, stages=3)})
     sched = ProgramOrderPass().run(model.initial_schedule, ctx)
     sched = PatternSchedulePass().run(sched, ctx)
-    out = TensorCoreTilingPass().run(sched, ctx)
-    if os.environ.get("POLYCOMP_UPDATE_GOLDEN") == "1":
-        with open(GOLDEN, "w") as f:
-            f.write(out.to_str() + "\n")
-    with open(GOLDEN) as f:
-        expected = isl.Schedule.read_from_str(context(), f.read().strip())
-    assert isl.Schedule.read_from_str(context(), out.to_str()).plain_is_equal(expected)
+    tiled = TensorCoreTilingPass().run(sched, ctx)
+    _golden("tc_tiling.matmul_f16.out.isl", tiled)
     plan = ctx.attrs["tc_plans"][0]
     assert plan.config.k == 32 and plan.view.in_dtype == "float16"
+    assert "gpu_launch" not in ctx.attrs          # generic passes must not see the kernel yet
+    mapped = TensorCoreMappingPass().run(tiled, ctx)
+    _golden("tc_mapping.matmul_f16.out.isl", mapped)
+    launch = ctx.attrs["gpu_launch"][plan.kernel]
+    assert launch.block == (32, 2, 2) and launch.block_params == ("bx1", "by1")
