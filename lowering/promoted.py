@@ -52,26 +52,46 @@ class _Redirect(ir.Mutator):
         return ir.Store(promo.local, _local_index(promo, idx, offs), v)
 
 
-def promoted_builders(model, promotions, var) -> dict:
+class _Inline(ir.Mutator):
+    """Replace loads of inlined arrays by their producer's expression at that point."""
+
+    def __init__(self, inlined):
+        self.inlined = inlined  # array name -> Stage
+
+    def visit_Load(self, e):
+        idx = tuple(self.visit(i) for i in e.indices)
+        st = self.inlined.get(e.buffer.name)
+        if st is None:
+            return ir.Load(e.buffer, idx, e.dtype, e.lanes) if idx != e.indices else e
+        return self.visit(ir.substitute(st.body, dict(zip(st.iters, idx))))
+
+
+def promoted_builders(model, promotions, var, inlined: dict | None = None) -> dict:
     """Statement builders (name -> fn(args) -> Stmt) for promoted and copy statements.
 
     ``var(name)`` returns the IR Var of an isl parameter (model symbols and block/thread
-    ids)."""
+    ids); ``inlined`` maps arrays that are never stored to the stage computing them: a
+    load of one becomes the stage's expression (recomputation instead of storage)."""
     params = _ParamLookup(var)
+    inlined = inlined or {}
     by_stmt: dict = {}
     for p in promotions:
         for sname, offs in p.offsets.items():
             by_stmt.setdefault(sname, []).append((p, offs))
     out = {}
     for s in model.statements:
-        if s.name not in by_stmt:
+        reads_inlined = any(a.buffer.name in inlined for a in s.reads)
+        if s.name not in by_stmt and not reads_inlined:
             continue
 
         def make(args, s=s):
+            stmt = ir.substitute(s.store(), dict(zip(s.iters, args)))
+            if inlined:
+                stmt = _Inline(inlined).visit(stmt)
             table = {}
-            for p, offs in by_stmt[s.name]:
+            for p, offs in by_stmt.get(s.name, ()):
                 table[p.array.name] = (p, [aff_to_ir(o, args, params) for o in offs])
-            return _Redirect(table).visit(ir.substitute(s.store(), dict(zip(s.iters, args))))
+            return _Redirect(table).visit(stmt) if table else stmt
         out[s.name] = make
     for p in promotions:
         for cname, (kind, nprefix) in p.copies.items():

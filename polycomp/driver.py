@@ -58,7 +58,8 @@ def compile_kernel(kernel: Kernel, target="c", options: dict | None = None,
         schedule = pm.run(model.initial_schedule, ctx)
         func = lower_schedule(model, schedule, simplify_body=False,
                               extra_context=ctx.attrs.get("ast_context"),
-                              promotions=ctx.attrs.get("promotions"))
+                              promotions=ctx.attrs.get("promotions"),
+                              inlined=ctx.attrs.get("inlined"))
         func.attrs.update(ctx.attrs)
         func = pipelines.ir_pipeline(func, tgt, dict(opts, _model=model))
         final, source = pipelines.codegen(func, tgt, opts)

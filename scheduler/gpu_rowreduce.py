@@ -22,6 +22,10 @@ Mapping (one kernel ``kernel:<n>`` per group, ``RB = rows_per_block`` warps per 
   register stitching: the reduced value never goes to memory); when ``R`` is live after
   the kernel, an extension statement ``store_R`` has lane 0 store it.
 
+Row-wise temporaries that only the group reads (softmax's ``exp``, layernorm's centred
+values) are recomputed where they are read (``ctx.attrs["inlined"]``) instead of being
+stored: one read of the input per use, no intermediate tensor in memory.
+
 Guarantees: a row is processed by exactly one warp, whose lanes cover every column
 once; the butterfly makes the per-lane partial results (an associative, commutative
 ``+``/``max``/``min``) into the row's result in all lanes before any later statement of
@@ -92,7 +96,7 @@ class RowReductionMappingPass(Pass):
             .intersect(row.mod_val(rb).sub(_param_upa(dom, ty)).zero_union_set())
         node = mark.insert_mark(isl.Id(f"kernel:{n}")).child(0).child(0)   # the row band
         node = node.insert_filter(filt.intersect(dom))
-        schedule = node.get_schedule()
+        schedule = self._inline_rowwise(node.get_schedule(), n, ctx)
         # lanes over the innermost member of every inner band
         while True:
             inner = find_first(schedule, lambda x: x.get_type() == isl.schedule_node_type.band
@@ -106,6 +110,30 @@ class RowReductionMappingPass(Pass):
             schedule = inner.insert_filter(lane).get_schedule()
         schedule = self._privatise(schedule, n, ctx, promos, tx)
         return schedule, KernelLaunch([grid], (LANES, self.rb, 1), (bx,), (tx, ty)), kctx
+
+    def _inline_rowwise(self, schedule, n, ctx):
+        """Row-wise temporaries of the group that only the group reads are recomputed
+        where they are read instead of being stored (``ctx.attrs["inlined"]``): their
+        statements leave the tree, their expression replaces each load."""
+        from .promote_shared import _drop_statements
+        model = ctx.model
+        kn = node_at(schedule, _paths(schedule.get_root(), lambda x: x.get_type() == isl.schedule_node_type.mark
+                                      and x.mark_get_id().get_name() == f"kernel:{n}")[0])
+        names = {m.get_tuple_name(isl.dim_type.in_) for m in maps(_subtree_domain(kn))}
+        stmts = [s for s in model.statements if s.name in names]
+        live_out = {b.name for b in model.live_out}
+        inlined = ctx.attrs.setdefault("inlined", {})
+        for s in stmts:
+            buf = s.write.name
+            if s.kind != "compute" or buf in live_out:
+                continue
+            readers = {r.name for r in model.statements
+                       if any(a.kind == "read" and a.buffer.name == buf for a in r.accesses)}
+            if readers and readers <= names:
+                inlined[buf] = s.stage
+                schedule = _drop_statements(schedule, [s])
+                ctx.note(self.name, f"kernel {n}: {buf} recomputed where it is read, never stored")
+        return schedule
 
     def _privatise(self, schedule, n, ctx, promos, tx):
         model = ctx.model
@@ -121,14 +149,17 @@ class RowReductionMappingPass(Pass):
             local = ir.Buffer(f"{buf.name}_part{k}", buf.dtype, (ir.IntImm(1),) * len(buf.shape), "local")
             rank = len(buf.shape)
             promo = Promotion(buf, local, n, Box([], [1] * rank, [1] * rank), reason="row reduction")
-            for s in stmts:
-                if any(a.buffer.name == buf.name for a in s.accesses):
+            for s in stmts:   # every statement of the row (inlined expressions read R too)
+                if len(s.iters) >= rank:
                     sp = s.domain.get_space()
                     ls = isl.LocalSpace.from_space(sp)
                     promo.offsets[s.name] = [isl.Aff.var_on_domain(ls, isl.dim_type.set, d)
                                              for d in range(rank)]
+            inlined = ctx.attrs.get("inlined", {})
             readers_outside = any(a.kind == "read" and a.buffer.name == buf.name
-                                  for s in model.statements if s.name not in names for a in s.accesses)
+                                  for s in model.statements
+                                  if s.name not in names and s.write.name not in inlined
+                                  for a in s.accesses)
             promo.combine = {"+": "+", "max": "max", "min": "min"}[upd.value.op]
             promo.lane_param = tx
             # graft the butterfly (and lane 0's store) after the update's band
