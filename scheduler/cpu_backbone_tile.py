@@ -14,7 +14,7 @@ update -> band[k]]`` under its filter) and a target with vector registers.
 Guarantees: each backbone's subtree becomes
 
     sequence
-      filter init:   band[s]                         (all members coincident)
+      filter init:   mark cpu_parallel -> band[s]    (all members coincident)
       filter update: [mark cpu_parallel] [band[batch..]]
         [mark cpu_parallel] band[floor(i/MC)]
           band[floor(j/NC), floor(k/KC)]
@@ -304,7 +304,8 @@ def backbone_tree(op: OuterProduct, b: Blocking):
     init_f = isl.UnionSet.from_set(isl.Set.universe(ispace))
     upd_f = isl.UnionSet.from_set(isl.Set.universe(sp))
     update = (direct_tree if op.direct else gemm_tree)(op, b, sp)
-    return T.Sequence([T.Filter(init_f, init_band), T.Filter(upd_f, update)])
+    return T.Sequence([T.Filter(init_f, T.Mark("cpu_parallel", init_band)),
+                       T.Filter(upd_f, update)])
 
 
 def direct_tree(op: OuterProduct, b: Blocking, sp):

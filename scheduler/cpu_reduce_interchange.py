@@ -14,7 +14,7 @@ the last index of any load: the reduce loop is then not the contiguous one.
 Guarantees: the subtree becomes
 
     sequence
-      filter init:   band[s]                                     (coincident)
+      filter init:   mark cpu_parallel -> band[s]                (coincident)
       filter update: mark cpu_parallel -> band[s_0.., floor(j/T)] -> band[r..] -> band[j mod T]
 
 (``T = TILE`` output elements per parallel task).  Initialisation first is legal (only
@@ -66,7 +66,8 @@ def interchanged(init, update):
     point = T.Band([_upa(_mod(j, TILE))], permutable=True, coincident=[True])
     red = T.Band([_upa(_dim_aff(sp, d)) for d in range(n_s, n_all)], point, permutable=True)
     upd = T.Mark("cpu_parallel", T.Band(outer, red, permutable=True, coincident=[True] * n_s))
-    return T.Sequence([T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), init_band),
+    return T.Sequence([T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)),
+                                T.Mark("cpu_parallel", init_band)),
                        T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), upd)])
 
 
