@@ -20,8 +20,10 @@ Configuration (``options["tc_tile"]``, a :class:`TcConfig` or a dict with ``bloc
 ``warp``, ``k``, ``stages``, ``swizzle``): the tile tuple ⟨block BM x BN⟩⟨warp WM x WN⟩
 ⟨instruction 16 x 8 x 16⟩ with BM, BN multiples of WM, WN, WM a multiple of 16, WN of 16,
 a K tile KT of 32 or 64 and 1-4 pipeline stages.  Default (:func:`default_config`)
-128x128 / 64x64 / KT 32 / 3 stages (64x128 / 32x32 for gathered operands).  The shared-memory footprint ``stages * (BM*KT + KT*BN) * 2`` bytes must fit the
-target's per-block limit (else :class:`~polycomp.errors.ResourceLimitError`).
+128x128 / 64x64 / KT 32 / 3 stages (64x128 / 32x32 for gathered operands).  The
+shared-memory footprint of all stages, ``stages * (BM*KT + KT*BN) * 2`` bytes, must fit
+the target's opt-in per-block limit (else :class:`~polycomp.errors.ResourceLimitError`);
+past 48 KiB the code generator uses dynamic shared memory with the opt-in attribute.
 
 Result, for each eligible group ``g`` (kernel number ``n = #groups + index``):
 
@@ -267,13 +269,13 @@ class TensorCoreTilingPass(Pass):
                 continue
             cfg = tc_config(ctx.options.get("tc_tile"), view)
             need = cfg.shared_bytes(dt.itemsize(view.in_dtype))
-            limit = ctx.target.shared_memory_per_block
+            limit = max(ctx.target.shared_memory_per_block, ctx.target.shared_memory_optin)
             if need > limit:
                 raise ResourceLimitError(
                     f"tensor-core tiling of {g.backbone.name}: {cfg.stages} stage(s) of "
                     f"{cfg.block[0]}x{cfg.k} + {cfg.k}x{cfg.block[1]} tiles need {need} bytes "
-                    f"of shared memory; {ctx.target.name} allows {limit} per block (static "
-                    f"shared memory; fewer stages or smaller tiles fit)")
+                    f"of shared memory; {ctx.target.name} allows {limit} per block (with "
+                    f"the opt-in limit; fewer stages or smaller tiles fit)")
             plan = TcPlan(view, cfg, len(marks) + len(plans), k)
             schedule = self._tile(schedule, k, plan, ctx)
             plans[k] = plan

@@ -162,10 +162,19 @@ def test_unswizzled_tiles_conflict():
     assert rep.bank_conflicts > 0
 
 
-def test_shared_budget_counts_all_stages():
-    big = {"block": (128, 128), "warp": (64, 64), "k": 64, "stages": 4}   # 128 KiB
+def test_shared_budget_counts_all_stages(tmp_path):
+    big = {"block": (256, 128), "warp": (64, 64), "k": 64, "stages": 4}   # 192 KiB
     with pytest.raises(ResourceLimitError, match="stage"):
         compile_kernel(ops.matmul_kernel("float16"), "cuda", {"tc_tile": big})
+    # 4 stages of 128x32 + 32x128: 64 KiB, past the 48 KiB of static shared memory, below
+    # the sm_80 opt-in limit: dynamic shared memory with the opt-in attribute
+    ck = compile_kernel(ops.matmul_kernel("float16"), "cuda", {"tc_tile": {"stages": 4}})
+    assert "extern __shared__" in ck.source
+    assert "cudaFuncAttributeMaxDynamicSharedMemorySize, 65536" in ck.source
+    assert ", 65536>>>" in ck.source
+    for sm, (ops_, res) in compile_archs(ck.source, (80,), str(tmp_path)).items():
+        assert has_opcode(ops_, "HMMA") and has_opcode(ops_, "LDGSTS")
+        assert all(r.spill_stores == 0 for r in res)
 
 
 def test_tensor_cores_off_and_f32_untouched():

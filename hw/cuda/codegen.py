@@ -122,11 +122,18 @@ class CudaPrinter(CLikePrinter):
             self.emit("#pragma unroll")
         super().for_(s)
 
+    dynamic_smem = False      # set per kernel: shared arrays carved from extern memory
+    smem_offset = 0
+
     def allocate(self, s):
         b = s.buffer
         ty = self.storage_type(b.dtype)
         size = self.expr(ir.shape_product(b.shape))
-        if b.scope == "shared":
+        if b.scope == "shared" and self.dynamic_smem:
+            self.emit(f"{ty}* {b.name} = reinterpret_cast<{ty}*>(pc_dyn_smem + "
+                      f"{self.smem_offset});")
+            self.smem_offset += _round128(_const_bytes(b))
+        elif b.scope == "shared":
             self.emit(f"__shared__ __align__(128) {ty} {b.name}[{size}];")
         elif b.scope == "local":
             self.emit(f"{ty} {b.name}[{size}];")
@@ -193,6 +200,33 @@ def _geometry(info: KernelInfo) -> None:
     threads = info.block[0] * info.block[1] * info.block[2]
     if threads > 1024:
         raise TargetError(f"kernel {info.name} uses {threads} threads per block (> 1024)")
+    shared = []
+    ir.walk(info.body, lambda n: shared.append(n.buffer) if isinstance(n, ir.Allocate)
+            and n.buffer.scope == "shared" else None)
+    info.shared_bytes = sum(_round128(_const_bytes(b)) for b in shared)
+
+
+#: static ``__shared__`` arrays may total 48 KiB per block; beyond that (up to the
+#: architecture's opt-in limit) a kernel takes dynamic shared memory, carved into its
+#: shared arrays, and the host raises the kernel's limit with cudaFuncSetAttribute
+STATIC_SHARED_LIMIT = 48 * 1024
+
+
+def dynamic_shared(info: "KernelInfo") -> bool:
+    return info.shared_bytes > STATIC_SHARED_LIMIT
+
+
+def _const_bytes(b) -> int:
+    n = 1
+    for d in b.shape:
+        if not isinstance(d, ir.IntImm):
+            return 0
+        n *= d.value
+    return n * dt.itemsize(b.dtype)
+
+
+def _round128(n: int) -> int:
+    return -(-n // 128) * 128
 
 
 def _kernel_signature(info: KernelInfo, p: CudaPrinter, writes: set) -> str:
@@ -220,10 +254,13 @@ def emit_cuda(func: ir.LoweredFunc) -> str:
         out.append(PTX_PRELUDE)
     for info in kernels:
         p = CudaPrinter()
+        p.dynamic_smem = dynamic_shared(info)
         p.stmt(info.body)
         threads = info.block[0] * info.block[1] * info.block[2]
         sig = _kernel_signature(info, p, _written(info.body))
         out.append(f'extern "C" __global__ void __launch_bounds__({threads}) {info.name}({sig}) {{')
+        if p.dynamic_smem:
+            out.append("  extern __shared__ __align__(128) unsigned char pc_dyn_smem[];")
         out.extend(p.lines)
         out.append("}\n")
     out.append(_host_code(func, temps, kernels))
@@ -268,8 +305,14 @@ def _host_code(func, temps, kernels) -> str:
             for x in info.buffers]
         grid_vals = [p.expr(x) for x in info.grid]
         nonempty = " && ".join(f"({x}) > 0" for x in grid_vals if x != "1") or "1"
+        smem = ""
+        if dynamic_shared(info):
+            smem = f", {info.shared_bytes}"
+            lines.append(f"  err = cudaFuncSetAttribute({info.name}, "
+                         f"cudaFuncAttributeMaxDynamicSharedMemorySize, {info.shared_bytes});")
+            lines.append("  if (err != cudaSuccess) return (int)err;")
         lines.append(f"  if ({nonempty})  /* an empty iteration domain launches nothing */")
-        lines.append(f"    {info.name}<<<dim3({g}), dim3({b})>>>({', '.join(call_args)});")
+        lines.append(f"    {info.name}<<<dim3({g}), dim3({b}){smem}>>>({', '.join(call_args)});")
         lines.append("  err = cudaGetLastError();")
         lines.append("  if (err != cudaSuccess) return (int)err;")
     for b in temps:

@@ -61,8 +61,14 @@ class CudaFunction:
         self.temps, self.kernels = split_kernels(self.func)
         self.module = drv.module_from_buffer(compile_cubin(compiled.source, compiled.target.sm))
         self.handles = [self.module.get_function(k.name) for k in self.kernels]
+        from .codegen import dynamic_shared
+        for k, h in zip(self.kernels, self.handles):   # opt-in beyond 48 KiB of shared memory
+            if dynamic_shared(k):
+                h.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                k.shared_bytes)
 
     def __call__(self, *inputs, **params):
+        from .codegen import dynamic_shared
         drv, f = self.drv, self.func
         arrays = [np.ascontiguousarray(np.asarray(a)) for a in inputs]
         for b, a in zip(f.inputs, arrays):
@@ -84,7 +90,8 @@ class CudaFunction:
             if min(grid) <= 0:   # empty iteration domain: nothing to launch
                 continue
             args = [np.int64(values[p.name]) for p in info.params] + [dev[b.name] for b in info.buffers]
-            fn(*args, block=tuple(info.block), grid=grid)
+            fn(*args, block=tuple(info.block), grid=grid, shared=info.shared_bytes
+               if dynamic_shared(info) else 0)
         drv.Context.synchronize()
         for name, host in outs.items():
             drv.memcpy_dtoh(host, dev[name])
