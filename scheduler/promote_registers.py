@@ -125,7 +125,7 @@ class RegisterPromotionPass(Pass):
                 continue
             used += n
             schedule = self._apply(schedule, path, kernel, model, ctx, promos, buf, refs, prefix,
-                                   box, stmts)
+                                   box, stmts, f)
         return schedule
 
     def _refuse(self, refs, nd) -> str:
@@ -139,7 +139,8 @@ class RegisterPromotionPass(Pass):
             return "no reuse"
         return ""
 
-    def _apply(self, schedule, path, kernel, model, ctx, promos, buf, refs, prefix, box, stmts):
+    def _apply(self, schedule, path, kernel, model, ctx, promos, buf, refs, prefix, box, stmts,
+               fp):
         ictx = schedule.get_ctx()
         k = len(promos)
         local = ir.Buffer(f"{buf.name}_reg{k}", buf.dtype, tuple(ir.IntImm(s) for s in box.sizes),
@@ -156,6 +157,10 @@ class RegisterPromotionPass(Pass):
             _stmt_set(model, stmts)).is_empty()
         prefix_set = _prefix_set(prefix)
         rel = box_relation(box, prefix_set, buf, model.params, ictx)
+        # copy only the elements the thread accesses: the box over-approximates the
+        # footprint (threads owning no element of an extent-1 dimension get a box too)
+        fp = fp.reset_tuple_id(isl.dim_type.out).align_params(rel.get_space())
+        rel = rel.align_params(fp.get_space()).intersect(fp)
         np_ = rel.dim(isl.dim_type.in_)
         site = _original_site(node_at(schedule, path))
         if reads_from_outside:
