@@ -231,3 +231,27 @@ def test_tc_tiling_and_mapping_golden():
     _golden("tc_mapping.matmul_f16.out.isl", mapped)
     launch = ctx.attrs["gpu_launch"][plan.kernel]
     assert launch.block == (32, 2, 2) and launch.block_params == ("bx1", "by1")
+
+
+def test_partial_aligned_tiles_use_zero_filling_cp_async():
+    """Rows of 48 and 40 elements (multiples of 8) in partial 64x64 tiles: every chunk is
+    one cp.async, the out-of-range ones with src_bytes 0 (zero fill, no global read)."""
+    from polycomp.hw.cuda import ptx  # noqa: F401  (registers the intrinsic handlers)
+    from polycomp.hw.cuda.sim_intrinsics import INTRINSICS
+    calls = {"n": 0, "empty": 0}
+    inner = INTRINSICS["ptx_cp_async"]
+
+    def counting(sim, call, active):
+        nb = np.broadcast_to(np.asarray(sim.eval(call.args[2], active)), active.shape)
+        calls["n"] += int(active.sum())
+        calls["empty"] += int((active & (nb == 0)).sum())
+        return inner(sim, call, active)
+    rng = np.random.default_rng(5)
+    a, b = rand(rng, (70, 48), "float16"), rand(rng, (48, 40), "float16")
+    c, rep = simulate(compiled("matmul", "float16", 2), a, b,
+                      intrinsics=dict(INTRINSICS, ptx_cp_async=counting))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    check(c, a64 @ b64, 48, np.abs(a64) @ np.abs(b64))
+    # 2 blocks x 2 K tiles x (64x32 A + 32x64 B) / 8 chunks, all by cp.async
+    assert calls["n"] == 2 * 2 * (64 * 32 + 32 * 64) // 8 and calls["empty"] > 0
+    assert rep.kernels[0].global_load.bytes == 70 * 48 * 2 + 2 * 48 * 40 * 2
