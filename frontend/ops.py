@@ -58,7 +58,9 @@ __all__ = [
     "binary_kernel", "relu_kernel", "gelu_kernel", "bias_add_kernel", "transpose_kernel",
     "reduce_kernel", "softmax_kernel", "layernorm_kernel", "matmul_kernel",
     "batch_matmul_kernel", "matmul_bias_relu_kernel", "conv2d_kernel", "mlp_kernel",
-    "attention_kernel", "scalar_operand", "OpSpec", "OPS",
+    "attention_kernel", "outer_add_kernel", "reduce3d_kernel", "softmax3d_kernel",
+    "layernorm3d_kernel", "matmul_same_dtype_kernel", "conv2d_bias_relu_kernel",
+    "scalar_operand", "OpSpec", "OPS",
 ]
 
 
@@ -620,6 +622,55 @@ def conv2d_kernel(stride=(1, 1), padding=(0, 0), dilation=(1, 1),
                    X=_T((N, C, H, W), dtype), Wt=_T((F, C, KH, KW), dtype))
 
 
+def outer_add_kernel(dtype: str = "float32") -> Kernel:
+    """``a + b`` with a (N, 1) and b (1, M): both sides broadcast, giving (N, M)."""
+    N, M = sym("N M")
+    return _kernel(f"outer_add_{_dtname(dtype)}", lambda a, b: add(a, b),
+                   a=_T((N, 1), dtype), b=_T((1, M), dtype))
+
+
+def reduce3d_kernel(op: str = "sum", axis=(0, 2), keepdims: bool = True,
+                    dtype: str = "float32") -> Kernel:
+    """reduce_sum / reduce_max of an (A, B, C) tensor over ``axis`` (keepdims as asked)."""
+    A, B, C = sym("A B C")
+    f = {"sum": reduce_sum, "max": reduce_max, "min": reduce_min}[op]
+    tag = "".join(str(a) for a in (axis if isinstance(axis, tuple) else (axis,)))
+    return _kernel(f"reduce3d_{op}_{tag}{'_keep' if keepdims else ''}_{_dtname(dtype)}",
+                   lambda x: f(x, axis, keepdims), x=_T((A, B, C), dtype))
+
+
+def softmax3d_kernel(axis: int = 1, dtype: str = "float32") -> Kernel:
+    """softmax of an (A, B, C) tensor along ``axis``."""
+    A, B, C = sym("A B C")
+    return _kernel(f"softmax3d_{axis}_{_dtname(dtype)}", lambda x: softmax(x, axis),
+                   x=_T((A, B, C), dtype))
+
+
+def layernorm3d_kernel(dtype: str = "float32", eps: float = 1e-5) -> Kernel:
+    """layernorm of a (B, T, D) tensor over D."""
+    B, T, D = sym("B T D")
+    return _kernel(f"layernorm3d_{_dtname(dtype)}",
+                   lambda x, gamma, beta: layernorm(x, gamma, beta, eps),
+                   x=_T((B, T, D), dtype), gamma=_T((D,), dtype), beta=_T((D,), dtype))
+
+
+def matmul_same_dtype_kernel(dtype: str = "float32") -> Kernel:
+    """``A @ B`` accumulated in the accumulation dtype, returned in the input dtype (a
+    cast stage for 16-bit and int8 inputs)."""
+    N, M, K = sym("N M K")
+    return _kernel(f"matmul_same_{_dtname(dtype)}", lambda A, B: matmul(A, B, dtype),
+                   A=_T((N, K), dtype), B=_T((K, M), dtype))
+
+
+def conv2d_bias_relu_kernel(dtype: str = "float32") -> Kernel:
+    """A composite: ``relu(conv2d_nchw(X, Wt, stride 2, padding 1) + b[f])``; the later
+    stages have the quasi-affine output extents of the convolution."""
+    N, C, H, W, F, KH, KW = sym("N C H W F KH KW")
+    return _kernel(f"conv2d_bias_relu_{_dtname(dtype)}",
+                   lambda X, Wt, b: relu(bias_add(conv2d_nchw(X, Wt, 2, 1), b, axis=1)),
+                   X=_T((N, C, H, W), dtype), Wt=_T((F, C, KH, KW), dtype), b=_T((F,), dtype))
+
+
 def mlp_kernel(dtype: str = "float32") -> Kernel:
     """A composite: ``gelu(X @ W + b)`` with X (N, D), W (D, M), b (M,) (three stages)."""
     N, D, M = sym("N D M")
@@ -743,6 +794,19 @@ def _ref_conv2d(stride, padding, dilation):
                 out += np.einsum("nchw,fc->nfhw", patch, w[:, :, a, b])
         return out
     return ref
+
+
+def _ref_reduce3d(op, axis, keepdims):
+    def ref(x):
+        f = {"sum": np.sum, "max": np.max, "min": np.min}[op]
+        v = _np_acc(x) if op == "sum" else _f64(x)
+        return f(v, axis=axis, keepdims=keepdims)
+    return ref
+
+
+def _ref_conv2d_bias_relu(x, w, b):
+    out = _ref_conv2d((2, 2), (1, 1), (1, 1))(x, w)
+    return np.maximum(out + _np_acc(b)[None, :, None, None], 0)
 
 
 def _ref_mlp(x, w, b):
@@ -915,6 +979,34 @@ OPS: dict = _reg(
     _conv_spec("conv2d", (1, 1), (0, 0), (1, 1)),
     _conv_spec("conv2d_s2_p1", (2, 2), (1, 1), (1, 1)),
     _conv_spec("conv2d_s21_p12_d2", (2, 1), (1, 2), (2, 1)),
+    OpSpec("add_outer", outer_add_kernel, lambda a, b: _ref_binary("add")(a, b),
+           lambda dim: (lambda n, m: [(n, 1), (1, m)])(dim(1, 300), dim(1, 300)),
+           ("float32", "float64", "int8"), "broadcast"),
+    OpSpec("reduce_sum_3d_02_keep", functools.partial(reduce3d_kernel, "sum", (0, 2), True),
+           _ref_reduce3d("sum", (0, 2), True),
+           lambda dim: [(dim(1, 20), dim(1, 30), dim(1, 20))], ("float32", "float64"),
+           "reduce", reduction=lambda s: s[0][0] * s[0][2]),
+    OpSpec("reduce_max_3d_1", functools.partial(reduce3d_kernel, "max", 1, False),
+           _ref_reduce3d("max", 1, False),
+           lambda dim: [(dim(1, 20), dim(1, 30), dim(1, 20))], ("float32", "float64", "int8"),
+           "reduce"),
+    OpSpec("softmax_3d_1", functools.partial(softmax3d_kernel, 1), _ref_softmax(1),
+           lambda dim: [(dim(1, 9), dim(1, 40), dim(1, 20))], ("float32", "float64"),
+           "reduce", reduction=lambda s: s[0][1]),
+    OpSpec("layernorm_3d", layernorm3d_kernel, _ref_layernorm(1e-5),
+           lambda dim: (lambda b, t, d: [(b, t, d), (d,), (d,)])(dim(1, 5), dim(1, 30),
+                                                                dim(1, 60)),
+           ("float32", "float64"), "reduce", reduction=lambda s: s[0][2]),
+    OpSpec("matmul_same_dtype", matmul_same_dtype_kernel, _ref_matmul,
+           lambda dim: (lambda n, k, m: [(n, k), (k, m)])(dim(1, 40), dim(1, 40), dim(1, 40)),
+           ("float32", "float64", "float16", "bfloat16", "int8"), "matmul",
+           reduction=lambda s: s[0][1], value_range=4),
+    OpSpec("conv2d_bias_relu", conv2d_bias_relu_kernel, _ref_conv2d_bias_relu,
+           lambda dim: (lambda n, c, f, kh, kw: [(n, c, dim(1, 13), dim(1, 13)),
+                                                 (f, c, kh, kw), (f,)])(
+               dim(1, 2), dim(1, 4), dim(1, 5), dim(1, 3), dim(1, 3)),
+           ("float32", "float64", "float16"), "composite",
+           reduction=lambda s: s[1][1] * s[1][2] * s[1][3]),
     OpSpec("mlp_gelu", mlp_kernel, _ref_mlp,
            lambda dim: (lambda n, d, m: [(n, d), (d, m), (m,)])(dim(1, 30), dim(1, 30),
                                                                 dim(1, 30)),
