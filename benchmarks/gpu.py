@@ -36,16 +36,18 @@ def _device_runner(ck):
             from polycomp import dtypes as dt
             dev[b.name] = drv.mem_alloc(max(1, int(np.prod(shape)) *
                                             np.dtype(dt.to_numpy(b.dtype)).itemsize))
+        from polycomp.hw.cuda.codegen import dynamic_shared
         launches = []
         for info, h in zip(fn.kernels, fn.handles):
             grid = tuple(int(eval_int(g, values)) for g in info.grid)
             args = [np.int64(values[p.name]) for p in info.params] + \
                 [dev[b.name] for b in info.buffers]
-            launches.append((h, args, tuple(info.block), grid))
+            smem = info.shared_bytes if dynamic_shared(info) else 0
+            launches.append((h, args, tuple(info.block), grid, smem))
 
         def run():
-            for h, args, block, grid in launches:
-                h(*args, block=block, grid=grid)
+            for h, args, block, grid, smem in launches:
+                h(*args, block=block, grid=grid, shared=smem)
         return run, dev
     return prepare
 
@@ -64,14 +66,11 @@ def _time(run, repeat):
 
 
 def _bias_relu_kernel():
-    import polycomp as pc
-    N, M = pc.sym("N M")
-
-    @pc.tensor_expr
-    def bias_relu(C: pc.Tensor[(N, M), "float32"], bias: pc.Tensor[(M,), "float16"]):
-        return pc.compute((N, M), lambda i, j: pc.max(C[i, j] + pc.cast(bias[j], "float32"),
-                                                      0.0), name="out")
-    return bias_relu
+    """The unfused epilogue: ``relu(C + bias)`` on the float32 GEMM result."""
+    from polycomp.frontend import dsl, ops
+    N, M = dsl.sym("N M")
+    return ops._kernel("bias_relu", lambda C, bias: ops.relu(ops.bias_add(C, bias)),
+                       C=ops._T((N, M), "float32"), bias=ops._T((M,), "float16"))
 
 
 def run(sizes, repeat) -> dict:

@@ -255,3 +255,13 @@ def test_partial_aligned_tiles_use_zero_filling_cp_async():
     # 2 blocks x 2 K tiles x (64x32 A + 32x64 B) / 8 chunks, all by cp.async
     assert calls["n"] == 2 * 2 * (64 * 32 + 32 * 64) // 8 and calls["empty"] > 0
     assert rep.kernels[0].global_load.bytes == 70 * 48 * 2 + 2 * 48 * 40 * 2
+
+
+def test_bench_gpu_runs(capsys):
+    """`polycomp bench gpu`: without a GPU it says so and exits 0; with one it measures
+    (one small size here)."""
+    from polycomp.benchmarks import gpu
+    from polycomp.hw.cuda.launcher import gpu_available
+    assert gpu.main(["--sizes", "1", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert ("TFLOP/s" in out) if gpu_available() else ("no CUDA GPU" in out)
