@@ -5,8 +5,10 @@ Assumes: the tree after GPU mapping and promotion: point bands below their
 ``ctx.attrs["tile_configs"]`` (copy loops are unrolled by the promotion pass that
 creates them).
 
-For every point band whose per-thread trip count ``prod ceil(T_m / P_m)`` is no larger
-than ``max_unroll``, every member gets the AST loop
+For every point band of a kernel with a register tile (register promotion) whose
+per-thread trip count ``prod ceil(T_m / P_m)`` is no larger than ``max_unroll``
+(unrolling elsewhere buys nothing and costs isl much AST-generation time), every member
+gets the AST loop
 type ``unroll``: isl generates one copy of the body per iteration, guarded only where a
 partial tile may lack that iteration.  Register tiles (``local`` buffers from register
 promotion) are then indexed by constants, which is what lets nvcc keep them in
@@ -39,6 +41,22 @@ def _trip_bound(band, configs) -> int | None:
     for t, p in zip(cfg.block, cfg.threads):
         trips *= -(-t // p)
     return trips
+
+
+def _kernel_of(band) -> int | None:
+    x = band
+    while x.has_parent():
+        x = x.parent()
+        if x.get_type() == isl.schedule_node_type.mark and \
+                x.mark_get_id().get_name().startswith("kernel:"):
+            return int(x.mark_get_id().get_name().split(":")[1])
+    return None
+
+
+def _kernel_has_register_tile(band, ctx) -> bool:
+    k = _kernel_of(band)
+    return any(p.kernel == k and p.local.scope == "local" and p.reason == "registers"
+               for p in ctx.attrs.get("promotions", []))
 
 
 def _full_tile(band, ctx):
@@ -89,11 +107,18 @@ class UnrollPointLoopsPass(Pass):
             if node is None:
                 return schedule
             done.add(_key(node))
+            if not _kernel_has_register_tile(node, ctx):
+                continue   # nothing to gain: no register tile indexed by these loops
             trips = _trip_bound(node, ctx.attrs.get("tile_configs", {}))
             if trips is None or trips > self.max_unroll:
                 ctx.note(self.name, f"band {_key(node)} kept as loops ({trips} iterations per thread)")
                 continue
-            full = _full_tile(node, ctx)
+            full = _full_tile(node, ctx) if ctx.options.get("isolate", True) else None
+            if full is not None and node.band_n_member() > 2:
+                # isl's isolated AST generation grows steeply with the band's rank
+                ctx.note(self.name, f"band {_key(node)}: {node.band_n_member()}-d tile not "
+                                    f"isolated (guards kept)")
+                full = None
             if full is not None:   # first: the options replace the band's loop types
                 node = _isolate(node, full)
             for m in range(node.band_n_member()):
