@@ -272,20 +272,37 @@ def _image(members: list, domain: isl.Set) -> isl.Set:
     return isl.Set.from_union_set(isl.UnionSet.from_set(domain).apply(um))
 
 
+def _full_tiles(img: isl.Set, p: int, t: int, sizes: tuple, dims: tuple) -> isl.Set:
+    """Tiles (in ``[prefix, tile]`` space) in which, for every existing point, all
+    ``sizes[d]`` values of each point dimension ``d`` in ``dims`` exist."""
+    q = len(sizes)
+    tiles = img.project_out(isl.dim_type.set, p + t, q)
+    ctx = img.get_ctx()
+    box = img
+    for d in dims:   # complete the listed point dimensions, keep the others as they are
+        box = box.project_out(isl.dim_type.set, p + t + d, 1).insert_dims(
+            isl.dim_type.set, p + t + d, 1)
+        box = box.lower_bound_val(isl.dim_type.set, p + t + d, isl.Val.int_from_si(ctx, 0))
+        box = box.upper_bound_val(isl.dim_type.set, p + t + d,
+                                  isl.Val.int_from_si(ctx, sizes[d] - 1))
+    partial = box.subtract(img).project_out(isl.dim_type.set, p + t, q)
+    return tiles.subtract(partial).coalesce()
+
+
 def isolate_full_tiles(prefix: list, tile: list, point: list, sizes: tuple,
                        domain: isl.Set) -> isl.UnionSet:
     """The AST option ``{ isolate[[prefix] -> [tile]] }`` of the tiles whose points
-    ``point`` (of extents ``sizes``) all exist in ``domain``."""
-    p, t, q = len(prefix), len(tile), len(point)
+    ``point`` (of extents ``sizes``) all exist in ``domain``; when there is no such tile
+    (an output narrower than one tile), of the tiles full in the first point dimension,
+    else in the second (with compile-time extents the other dimension's bound is then a
+    constant too)."""
+    p, t = len(prefix), len(tile)
     img = _image(prefix + tile + point, domain)         # [prefix, tile, point]
-    tiles = img.project_out(isl.dim_type.set, p + t, q)  # tiles with at least one point
-    box = tiles.insert_dims(isl.dim_type.set, p + t, q)
-    ctx = box.get_ctx()
-    for d, n in enumerate(sizes):
-        box = box.lower_bound_val(isl.dim_type.set, p + t + d, isl.Val.int_from_si(ctx, 0))
-        box = box.upper_bound_val(isl.dim_type.set, p + t + d, isl.Val.int_from_si(ctx, n - 1))
-    partial = box.subtract(img).project_out(isl.dim_type.set, p + t, q)
-    full = tiles.subtract(partial).coalesce()
+    full = None
+    for dims in ((0, 1), (0,), (1,)):
+        full = _full_tiles(img, p, t, sizes, dims)
+        if not full.is_empty():
+            break
     if full.n_basic_set() > 1:
         # isl isolates convex sets: use the convex hull when it adds no partial tile
         hull = isl.Set.from_basic_set(full.convex_hull())

@@ -6,8 +6,8 @@ this band as three bands" awkward.  The CPU passes instead read a tree into plai
 Python nodes (:func:`from_schedule`), rearrange them, and write the result back
 (:func:`to_schedule`), which rebuilds the isl tree top-down from the domain with
 ``insert_partial_schedule`` / ``insert_sequence`` / ``insert_set`` / ``insert_mark``.
-Band attributes (permutability, coincidence, AST build options, loop types) survive the
-round trip.  Only domain, band, sequence, set, filter, mark and leaf nodes are
+Band attributes (permutability, coincidence, AST build options, AST loop types) survive
+the round trip.  Only domain, band, sequence, set, filter, mark and leaf nodes are
 supported (what the CPU pipeline produces); anything else raises
 :class:`~polycomp.errors.ScheduleError`.
 
@@ -37,6 +37,7 @@ class Band:
     permutable: bool = False
     coincident: list = None            # bool per member
     options: isl.UnionSet | None = None
+    loop_types: list = None            # isl.ast_loop_type per member (None: default)
 
     def __post_init__(self):
         if self.coincident is None:
@@ -107,9 +108,11 @@ def from_node(node: isl.ScheduleNode):
     if t == _T.band:
         n = node.band_n_member()
         opts = node.band_get_ast_build_options()
+        types = [node.band_member_get_ast_loop_type(k) for k in range(n)]
         band = Band(members(node), from_node(node.child(0)), bool(node.band_get_permutable()),
                     [bool(node.band_member_get_coincident(k)) for k in range(n)],
-                    None if opts.is_empty() else opts)
+                    None if opts.is_empty() else opts,
+                    None if all(t == isl.ast_loop_type.default for t in types) else types)
         return band
     if t == _T.mark:
         return Mark(node.mark_get_id().get_name(), from_node(node.child(0)))
@@ -142,6 +145,8 @@ def _build(node: isl.ScheduleNode, t) -> isl.ScheduleNode:
             node = node.band_member_set_coincident(k, int(c))
         if t.options is not None:
             node = node.band_set_ast_build_options(t.options)
+        for k, lt in enumerate(t.loop_types or ()):
+            node = node.band_member_set_ast_loop_type(k, lt)
         return _build(node.child(0), t.child).parent()
     if isinstance(t, Mark):
         node = node.insert_mark(isl.Id(t.name))

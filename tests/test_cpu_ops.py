@@ -142,3 +142,62 @@ def test_every_registered_operator_is_covered():
         assert {n for n, _ in AVX2_CASES} == set(OPS)
     if simde_available():
         assert {n for n, d in SIMDE_CASES if d == "float32"} == set(OPS)
+
+
+#: constant-shape convolutions: every tile, the narrow and masked ones included, has
+#: compile-time extents, so all of them run micro-kernels (symbolic shapes only do for
+#: full tiles)
+CONST_CONVS = [((1, 3, 9, 9), (20, 3, 3, 3), 1, 1), ((2, 5, 23, 19), (7, 5, 3, 3), 2, 1),
+               ((1, 4, 40, 37), (9, 4, 1, 1), 1, 0), ((1, 6, 14, 14), (33, 6, 3, 3), 1, 1)]
+
+
+@pytest.mark.parametrize("path", ["avx2"] * HAS_AVX2 + ["simde"] * simde_available()
+                         + ["native512"] * has_native_avx512())
+@pytest.mark.parametrize("case", range(len(CONST_CONVS)))
+def test_constant_shape_convolutions(path, case):
+    import polycomp as pc
+    from polycomp.frontend import ops
+    from polycomp.frontend.dsl import Kernel
+    from polycomp.frontend.ops import _ref_conv2d
+    xs, ws, stride, pad = CONST_CONVS[case]
+
+    def conv(x, w):
+        return ops.conv2d_nchw(x, w, (stride, stride), (pad, pad))
+    k = Kernel(conv, name=f"cconv{case}", inputs={"x": pc.Tensor[xs, "float32"],
+                                                   "w": pc.Tensor[ws, "float32"]})
+    ck = compile_kernel(k, "cpu-avx512" if path != "avx2" else "cpu-avx2")
+    assert ck.final_ir.attrs["microkernels"] >= 1
+    if path == "simde":
+        f = CFunction(ck.final_ir, build_simde(ck.source))
+    else:
+        f = build(k, "cpu-avx512" if path == "native512" else "cpu-avx2")
+    rng = np.random.default_rng(case)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    ref = _ref_conv2d((stride, stride), (pad, pad), (1, 1))(x, w)
+    np.testing.assert_allclose(f(x, w), ref, rtol=1e-4, atol=1e-4)
+
+
+CONST_MATMULS = [(13, 7, 129), (1, 5, 17), (37, 64, 33), (7, 300, 70)]
+
+
+@pytest.mark.parametrize("path", ["avx2"] * HAS_AVX2 + ["simde"] * simde_available()
+                         + ["native512"] * has_native_avx512())
+@pytest.mark.parametrize("case", range(len(CONST_MATMULS)))
+def test_constant_shape_matmuls(path, case):
+    """Every register tile of a constant-shape product, one-row and narrow edge tiles
+    included, is a micro-kernel."""
+    import polycomp as pc
+    from polycomp.frontend import ops
+    from polycomp.frontend.dsl import Kernel
+    n, k, m = CONST_MATMULS[case]
+    kern = Kernel(lambda A, B: ops.matmul(A, B), name=f"cmm{case}",
+                  inputs={"A": pc.Tensor[(n, k), "float32"], "B": pc.Tensor[(k, m), "float32"]})
+    target = "cpu-avx2" if path == "avx2" else "cpu-avx512"
+    ck = compile_kernel(kern, target)
+    assert ck.final_ir.attrs["microkernels"] >= 1
+    f = CFunction(ck.final_ir, build_simde(ck.source)) if path == "simde" else build(kern, target)
+    rng = np.random.default_rng(case)
+    A = rng.standard_normal((n, k)).astype(np.float32)
+    B = rng.standard_normal((k, m)).astype(np.float32)
+    np.testing.assert_allclose(f(A, B), A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)

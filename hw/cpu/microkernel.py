@@ -40,12 +40,16 @@ def _match(body):
     while isinstance(node, ir.For):
         loops.append(node)
         node = node.body
-    if len(loops) < 3 or not isinstance(node, ir.Store) or node.lanes != 1:
-        return None
-    *lk, li, lj = loops
-    if not (isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm)):
+    if len(loops) < 2 or not isinstance(node, ir.Store) or node.lanes != 1:
         return None
     st = node
+    *lk, li, lj = loops
+    if not uses(st.indices[0], li.var):
+        # a one-row tile: the simplifier removed the row loop, li is a reduction loop
+        lk = lk + [li]
+        li = ir.For(ir.Var("mk_row"), ir.IntImm(0), ir.IntImm(1), "serial", lj)
+    if not lk or not (isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm)):
+        return None
     v = st.value
     if not (isinstance(v, ir.Binary) and v.op == "+"):
         return None
@@ -82,10 +86,11 @@ def _tile(lk, li, lj, st, rest, lanes_of):
             return e
         return ir.Select(lane_range(ir.IntImm(0), ir.IntImm(last), L), e,
                          ir.Broadcast(ir.FloatImm(0.0, D), L, D), D)
-    acc = ir.Buffer(f"acc{_count[0]}", D, (ir.IntImm(MR * NR),), scope="register", flat=True)
+    acc = ir.Buffer(f"acc{_count[0]}", D, (ir.IntImm(MR * NV * L),), scope="register",
+                    flat=True)
 
     def slot(i, u):
-        return ir.Ramp(ir.IntImm(i * NR + u * L), ir.IntImm(1), L)
+        return ir.Ramp(ir.IntImm((i * NV + u) * L), ir.IntImm(1), L)
 
     def cref(i, u):
         idx = simplify(ir.substitute(c, {li.var: ir.IntImm(i), lj.var: ir.IntImm(u * L)}))
