@@ -8,6 +8,8 @@ else (``i*j``, an index read from a tensor, a float) raises
 """
 from __future__ import annotations
 
+from fractions import Fraction
+
 from polycomp import ir
 from polycomp.errors import NonAffineIndexError
 
@@ -115,8 +117,8 @@ def _cond(c, names, location) -> str:
 # --------------------------------------------------------------------------- isl -> IR
 
 
-def _fraction(v) -> "Fraction":
-    from fractions import Fraction
+def _fraction(v) -> Fraction:
+    """An isl Val as an exact Fraction."""
     return Fraction(str(v.to_str() if hasattr(v, "to_str") else v))
 
 

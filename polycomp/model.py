@@ -19,7 +19,7 @@ import islpy as isl
 from polycomp import ir
 from polycomp.affine import cond_to_isl, to_isl
 from polycomp.frontend.dsl import load_location
-from polycomp.errors import NonAffineIndexError, PolycompInternalError, ShapeMismatchError
+from polycomp.errors import PolycompInternalError, ShapeMismatchError
 
 __all__ = ["Access", "Statement", "PolyModel", "build_model"]
 

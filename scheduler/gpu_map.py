@@ -42,7 +42,7 @@ import islpy as isl
 from polycomp.errors import ScheduleError
 from polycomp.islutil import param_id
 
-from .gpu_tile import find_first, is_marked, under_mark
+from .gpu_tile import find_first, is_marked
 from .pass_base import Pass, ScheduleContext
 
 AXES = ("x", "y", "z")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polycomp.islutil import maps
 
 from .gpu_tile import find_first, is_marked
 from .pass_base import Pass, ScheduleContext

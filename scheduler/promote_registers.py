@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polycomp import dtypes as dt
 from polycomp import ir
-from polycomp.islutil import maps, sets
+from polycomp.islutil import maps
 
 from .footprint import (Promotion, box_relation, footprint, prefix_space_map, pullback,
                         statement_prefix, strided_box_of)

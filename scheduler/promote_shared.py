@@ -47,7 +47,7 @@ from polycomp.islutil import maps, param_id
 from .footprint import (Promotion, box_of, box_relation, footprint, has_reuse,
                         prefix_space_map, pullback, statement_prefix)
 from .gpu_map import thread_param
-from .gpu_tile import find_first, is_marked
+from .gpu_tile import is_marked
 from .pass_base import Pass, ScheduleContext
 
 
@@ -246,7 +246,6 @@ class SharedPromotionPass(Pass):
         cdom = ext.range()
         band_um = isl.Map.identity(isl.Space.map_from_set(cdom.get_space())).project_out(
             isl.dim_type.out, 0, np_).reset_tuple_id(isl.dim_type.out)
-        nd = len(box.sizes)
         tf = _linear_copy_filter(cdom, np_, box, launch, kernel)
         if tf is not None:
             leaf = leaf.insert_filter(tf).child(0)

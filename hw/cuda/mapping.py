@@ -13,10 +13,8 @@ loop (the interpreter does) gives the same result as the unmapped IR.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 
 from polycomp import ir
-from polycomp.errors import PolycompInternalError
 
 AXES = ("x", "y", "z")
 
