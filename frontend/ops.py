@@ -43,7 +43,7 @@ import numpy as np
 
 from polycomp import dtypes as dt
 from polycomp import ir
-from polycomp.errors import DSLError, DTypeError, ShapeMismatchError, user_location
+from polycomp.errors import DSLError, DTypeError, ShapeMismatchError, SourceLocation
 
 from . import dsl
 from .dsl import Kernel, Tensor, TensorType, cast, compute, reduce_axis, select, sym
@@ -79,6 +79,22 @@ def accumulation_dtype(dtype: str) -> str:
     return dtype
 
 
+def _caller() -> SourceLocation | None:
+    """The line that called into the operator library (errors about an operator's
+    arguments point there, not into this file)."""
+    import linecache
+    f = inspect.currentframe()
+    try:
+        while f is not None and f.f_code.co_filename == __file__:
+            f = f.f_back
+        if f is None:
+            return None
+        fn = f.f_code.co_filename
+        return SourceLocation(fn, f.f_lineno, linecache.getline(fn, f.f_lineno))
+    finally:
+        del f
+
+
 def _indexed(n: int, fn: Callable[[tuple], ir.Expr]) -> Callable:
     """A function of ``n`` index arguments (as :func:`compute` wants) calling ``fn(idx)``."""
     def f(*idx):
@@ -90,11 +106,11 @@ def _indexed(n: int, fn: Callable[[tuple], ir.Expr]) -> Callable:
 
 def _axis(axis: int, ndim: int, what: str) -> int:
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
-        raise DSLError(f"{what}: axis must be an int, got {axis!r}", user_location())
+        raise DSLError(f"{what}: axis must be an int, got {axis!r}", _caller())
     a = int(axis) + ndim if axis < 0 else int(axis)
     if not 0 <= a < ndim:
         raise ShapeMismatchError(f"{what}: axis {axis} is out of range for a {ndim}-d tensor",
-                                 user_location())
+                                 _caller())
     return a
 
 
@@ -112,14 +128,14 @@ def _shape_str(shape) -> str:
 
 def _check_tensor(x, what: str) -> Tensor:
     if not isinstance(x, Tensor):
-        raise DSLError(f"{what} needs a Tensor, got {type(x).__name__}", user_location())
+        raise DSLError(f"{what} needs a Tensor, got {type(x).__name__}", _caller())
     return x
 
 
 def _check_extent(a: ir.Expr, b: ir.Expr, what: str, sa, sb) -> None:
     if not _same_extent(a, b):
         raise ShapeMismatchError(f"{what}: extents do not match, {_shape_str(sa)} vs "
-                                 f"{_shape_str(sb)}", user_location())
+                                 f"{_shape_str(sb)}", _caller())
 
 
 def _acc_load(x: Tensor, idx, acc: str) -> ir.Expr:
@@ -158,7 +174,7 @@ def broadcast_shapes(*shapes) -> tuple:
             elif not _same_extent(ext, d):
                 raise ShapeMismatchError(
                     "cannot broadcast shapes " + " and ".join(_shape_str(x) for x in shapes),
-                    user_location())
+                    _caller())
         out.append(ext)
     return tuple(out)
 
@@ -177,7 +193,7 @@ def _broadcast_load(x, out_shape: tuple, idx: tuple) -> ir.Expr:
 
 def _binary(op: str, a, b, name: str | None) -> Tensor:
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        raise DSLError(f"{op}() needs at least one Tensor operand", user_location())
+        raise DSLError(f"{op}() needs at least one Tensor operand", _caller())
     shapes = [x.shape for x in (a, b) if isinstance(x, Tensor)]
     shape = broadcast_shapes(*shapes)
     fn = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
@@ -237,7 +253,7 @@ def gelu(x: Tensor, name: str = "gelu") -> Tensor:
     """
     _check_tensor(x, "gelu()")
     if not dt.is_float(x.dtype):
-        raise DTypeError(f"gelu() needs a float tensor, got {x.dtype}", user_location())
+        raise DTypeError(f"gelu() needs a float tensor, got {x.dtype}", _caller())
     acc = accumulation_dtype(x.dtype)
 
     def body(i):
@@ -253,7 +269,7 @@ def bias_add(x: Tensor, bias: Tensor, axis: int = -1, name: str = "bias_add") ->
     _check_tensor(bias, "bias_add()")
     if bias.ndim != 1:
         raise ShapeMismatchError(f"bias_add(): bias must be 1-d, got {_shape_str(bias.shape)}",
-                                 user_location())
+                                 _caller())
     a = _axis(axis, x.ndim, "bias_add()")
     _check_extent(x.shape[a], bias.shape[0], "bias_add()", x.shape, bias.shape)
     return compute(x.shape, _indexed(x.ndim, lambda i: x[i] + bias[i[a]]), name=name)
@@ -266,7 +282,7 @@ def transpose(x: Tensor, perm=None, name: str = "transpose") -> Tensor:
     perm = tuple(range(x.ndim))[::-1] if perm is None else tuple(int(p) for p in perm)
     if sorted(perm) != list(range(x.ndim)):
         raise ShapeMismatchError(f"transpose(): {perm} is not a permutation of the "
-                                 f"{x.ndim} axes", user_location())
+                                 f"{x.ndim} axes", _caller())
     shape = tuple(x.shape[p] for p in perm)
 
     def body(i):
@@ -286,7 +302,7 @@ def _axes(axis, ndim: int, what: str) -> tuple:
     axes = axis if isinstance(axis, (tuple, list)) else (axis,)
     out = tuple(sorted({_axis(a, ndim, what) for a in axes}))
     if len(out) != len(axes):
-        raise ShapeMismatchError(f"{what}: an axis is listed twice in {axis!r}", user_location())
+        raise ShapeMismatchError(f"{what}: an axis is listed twice in {axis!r}", _caller())
     return out
 
 
@@ -341,7 +357,7 @@ def softmax(x: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
     accumulation dtype, stored in x's dtype."""
     _check_tensor(x, "softmax()")
     if not dt.is_float(x.dtype):
-        raise DTypeError(f"softmax() needs a float tensor, got {x.dtype}", user_location())
+        raise DTypeError(f"softmax() needs a float tensor, got {x.dtype}", _caller())
     a = _axis(axis, x.ndim, "softmax()")
     acc = accumulation_dtype(x.dtype)
     n = x.ndim
@@ -364,10 +380,10 @@ def layernorm(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5,
     for g, what in ((gamma, "gamma"), (beta, "beta")):
         _check_tensor(g, "layernorm()")
         if g.ndim != 1:
-            raise ShapeMismatchError(f"layernorm(): {what} must be 1-d", user_location())
+            raise ShapeMismatchError(f"layernorm(): {what} must be 1-d", _caller())
         _check_extent(x.shape[-1], g.shape[0], f"layernorm() {what}", x.shape, g.shape)
     if not dt.is_float(x.dtype):
-        raise DTypeError(f"layernorm() needs a float tensor, got {x.dtype}", user_location())
+        raise DTypeError(f"layernorm() needs a float tensor, got {x.dtype}", _caller())
     acc = accumulation_dtype(x.dtype)
     n, last = x.ndim, x.ndim - 1
     d = cast(x.shape[-1], acc)
@@ -393,7 +409,7 @@ def matmul(a: Tensor, b: Tensor, out_dtype: str | None = None, name: str = "matm
     _check_tensor(b, "matmul()")
     if a.ndim != 2 or b.ndim != 2:
         raise ShapeMismatchError(f"matmul() needs 2-d tensors, got {_shape_str(a.shape)} and "
-                                 f"{_shape_str(b.shape)}", user_location())
+                                 f"{_shape_str(b.shape)}", _caller())
     _check_extent(a.shape[1], b.shape[0], "matmul()", a.shape, b.shape)
     acc = accumulation_dtype(dt.promote(a.dtype, b.dtype))
     k = reduce_axis(a.shape[1], "k")
@@ -410,7 +426,7 @@ def batch_matmul(a: Tensor, b: Tensor, out_dtype: str | None = None,
     _check_tensor(b, "batch_matmul()")
     if a.ndim != 3 or b.ndim != 3:
         raise ShapeMismatchError(f"batch_matmul() needs 3-d tensors, got {_shape_str(a.shape)} "
-                                 f"and {_shape_str(b.shape)}", user_location())
+                                 f"and {_shape_str(b.shape)}", _caller())
     _check_extent(a.shape[0], b.shape[0], "batch_matmul() batch", a.shape, b.shape)
     _check_extent(a.shape[2], b.shape[1], "batch_matmul()", a.shape, b.shape)
     acc = accumulation_dtype(dt.promote(a.dtype, b.dtype))
@@ -430,7 +446,7 @@ def matmul_bias_relu(a: Tensor, b: Tensor, bias: Tensor, out_dtype: str | None =
     c = matmul(a, b, name=name + "_mm")
     _check_tensor(bias, "matmul_bias_relu()")
     if bias.ndim != 1:
-        raise ShapeMismatchError("matmul_bias_relu(): bias must be 1-d", user_location())
+        raise ShapeMismatchError("matmul_bias_relu(): bias must be 1-d", _caller())
     _check_extent(c.shape[1], bias.shape[0], "matmul_bias_relu() bias", c.shape, bias.shape)
     acc = c.dtype
     return compute(c.shape, lambda i, j: ir.max_(c[i, j] + _acc_load(bias, (j,), acc), 0),
@@ -442,7 +458,7 @@ def _pair(v, what) -> tuple:
         v = (int(v), int(v))
     v = tuple(int(x) for x in v)
     if len(v) != 2:
-        raise DSLError(f"conv2d_nchw(): {what} must be an int or a pair", user_location())
+        raise DSLError(f"conv2d_nchw(): {what} must be an int or a pair", _caller())
     return v
 
 
@@ -469,13 +485,13 @@ def conv2d_nchw(x: Tensor, w: Tensor, stride=(1, 1), padding=(0, 0), dilation=(1
     _check_tensor(w, "conv2d_nchw()")
     if x.ndim != 4 or w.ndim != 4:
         raise ShapeMismatchError("conv2d_nchw() needs x (N, C, H, W) and w (F, C, KH, KW)",
-                                 user_location())
+                                 _caller())
     _check_extent(x.shape[1], w.shape[1], "conv2d_nchw() channels", x.shape, w.shape)
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride, "stride"), _pair(padding, "padding"), \
         _pair(dilation, "dilation")
     if min(sh, sw, dh, dw) < 1 or min(ph, pw) < 0:
         raise DSLError("conv2d_nchw(): stride and dilation must be >= 1, padding >= 0",
-                       user_location())
+                       _caller())
     N, C, H, W = x.shape
     F, _, KH, KW = w.shape
     oh = conv2d_output_extent(H, KH, sh, ph, dh)
@@ -525,7 +541,7 @@ def binary_kernel(op: str, broadcast: str = "none", dtype: str = "float32") -> K
     shape (N, M) (``broadcast="none"``), (M,) (``"row"``), (N, 1) (``"col"``), or the
     Python scalar :func:`scalar_operand` (``"scalar_rhs"``, a one-input kernel)."""
     if broadcast not in BROADCASTS:
-        raise DSLError(f"binary_kernel(): broadcast must be one of {BROADCASTS}", user_location())
+        raise DSLError(f"binary_kernel(): broadcast must be one of {BROADCASTS}", _caller())
     N, M = sym("N M")
     f = globals()[op]
     bshape = {"none": (N, M), "row": (M,), "col": (N, 1)}.get(broadcast)
