@@ -11,9 +11,9 @@ Process set-up: the suite re-executes itself in a child process whose environmen
 ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` removed (OpenBLAS reads them when numpy is
 imported), then reports which kernel OpenBLAS runs (threadpoolctl, when installed).
 
-Timing: each case is warmed up, then ours and the peer run alternately ``repeat`` times
-and the best time of each is kept (robust to other processes on the machine); the
-ratio is peer time / our time (> 1: polycomp is faster).  Shapes are constants in the
+Timing: each case is warmed up, then ours and the peer run alternately in ``repeat``
+rounds and the best single-call time of each is kept (robust to other processes on the
+machine); the ratio is peer time / our time (> 1: polycomp is faster).  Shapes are constants in the
 kernels (what a deployed model has), so tile sizes adapt to them.
 """
 from __future__ import annotations
@@ -32,20 +32,23 @@ _CHILD = "POLYCOMP_BENCH_CPU_CHILD"
 
 
 def _timeit(fns, repeat: int, min_time: float = 0.05):
-    """Best time per call of each function, run alternately."""
+    """Best single-call time of each function; the functions run alternately, ``repeat``
+    rounds of calls adding up to about ``min_time`` each.  The minimum is what the code
+    costs when no other process takes a core mid-call (on a shared machine a 2-thread
+    region that loses a core waits a whole scheduler tick, for polycomp and OpenBLAS
+    alike)."""
     best = [float("inf")] * len(fns)
     for f in fns:
         f()
     for _ in range(repeat):
         for k, f in enumerate(fns):
-            n, t0 = 0, time.perf_counter()
-            while True:
+            t_round = time.perf_counter()
+            for _n in range(200):
+                t0 = time.perf_counter()
                 f()
-                n += 1
-                el = time.perf_counter() - t0
-                if el >= min_time or n >= 50:
+                best[k] = min(best[k], time.perf_counter() - t0)
+                if time.perf_counter() - t_round >= min_time:
                     break
-            best[k] = min(best[k], el / n)
     return best
 
 

@@ -395,10 +395,11 @@ class Widen:
     is ``base`` (lane ``l`` is iteration ``base + l``)."""
 
     def __init__(self, v: ir.Var, base: ir.Expr, dtype: str, lanes: int, vector_lets=(),
-                 mask: ir.Expr | None = None):
+                 mask: ir.Expr | None = None, reciprocal: bool = False):
         self.v, self.base, self.dtype, self.lanes = v, base, dtype, lanes
         self.vector_lets = set(vector_lets)
         self.mask = mask
+        self.reciprocal = reciprocal
 
     def is_vector(self, e) -> bool:
         if isinstance(e, ir.Var):
@@ -432,6 +433,10 @@ class Widen:
                 return ir.Binary(e.op, self.cond(e.a), self.cond(e.b), "bool")
             if e.op in _CMP + ("!=",):
                 return self.cond(e)
+            if e.op == "/" and self.reciprocal and not self.is_vector(e.b):
+                # division by a loop-invariant value: one scalar reciprocal, then products
+                inv = ir.Binary("/", ir.FloatImm(1.0, e.dtype), e.b, e.dtype)
+                return ir.Binary("*", self.expr(e.a), self.bcast(inv), e.dtype)
             return ir.Binary(e.op, self.expr(e.a), self.expr(e.b), e.dtype)
         if isinstance(e, ir.Unary):
             if e.op == "!":
@@ -537,18 +542,19 @@ def analyse(loop: ir.For, lanes_of):
     return plan.dtype, plan.lanes
 
 
-def vectorize_loop(loop: ir.For, lanes_of, tail: str = "mask", reduce_unroll: int = 4):
+def vectorize_loop(loop: ir.For, lanes_of, tail: str = "mask", reduce_unroll: int = 4,
+                   reciprocal: bool = False):
     """The vector form of ``loop`` (see the module docstring), or None if it does not
     qualify."""
     try:
         an = _Analysis(loop, lanes_of)
         plan = an.run()
-        return _build(loop, an, plan, tail, reduce_unroll)
+        return _build(loop, an, plan, tail, reduce_unroll, reciprocal)
     except _Refuse:
         return None
 
 
-def _build(loop, an, plan, tail, reduce_unroll):
+def _build(loop, an, plan, tail, reduce_unroll, reciprocal=False):
     L, D = plan.lanes, plan.dtype
     v, m, n = loop.var, loop.min, loop.extent
     U = reduce_unroll if plan.reductions else 1
@@ -560,7 +566,7 @@ def _build(loop, an, plan, tail, reduce_unroll):
     const_n = n.value if isinstance(n, ir.IntImm) else None
 
     def body_at(base, slot, lane_mask=None):
-        w = Widen(v, base, D, L, an.vector_lets)
+        w = Widen(v, base, D, L, an.vector_lets, reciprocal=reciprocal)
         return _Body(plan, w, slot, lane_mask).stmt(loop.body)
 
     parts = []
@@ -617,15 +623,17 @@ def _build(loop, an, plan, tail, reduce_unroll):
 
 
 class _Vectorize(ir.Mutator):
-    def __init__(self, lanes_of, tail, reduce_unroll):
+    def __init__(self, lanes_of, tail, reduce_unroll, reciprocal):
         self.lanes_of, self.tail, self.reduce_unroll = lanes_of, tail, reduce_unroll
+        self.reciprocal = reciprocal
         self.count = 0
 
     def visit_For(self, s):
         body = self.visit(s.body)
         s = s if body is s.body else replace(s, body=body)
         if s.kind in ("serial", "parallel", "vectorized") and not has_loop(s.body):
-            out = vectorize_loop(s, self.lanes_of, self.tail, self.reduce_unroll)
+            out = vectorize_loop(s, self.lanes_of, self.tail, self.reduce_unroll,
+                                 self.reciprocal)
             if out is not None:
                 self.count += 1
                 return out
@@ -633,10 +641,12 @@ class _Vectorize(ir.Mutator):
 
 
 def vectorize(func: ir.LoweredFunc, lanes_of, tail: str = "mask",
-              reduce_unroll: int = 4) -> ir.LoweredFunc:
+              reduce_unroll: int = 4, reciprocal: bool = False) -> ir.LoweredFunc:
     """Vectorise every qualifying innermost loop of ``func`` (see the module docstring).
-    ``lanes_of(dtype)`` gives the vector length (1: no vectors of that dtype)."""
-    m = _Vectorize(lanes_of, tail, reduce_unroll)
+    ``lanes_of(dtype)`` gives the vector length (1: no vectors of that dtype).  With
+    ``reciprocal``, a vector divided by a loop-invariant value is multiplied by its
+    reciprocal, computed once (within 1.5 ulp of the quotient instead of 0.5)."""
+    m = _Vectorize(lanes_of, tail, reduce_unroll, reciprocal)
     body = m.visit(func.body)
     out = func.with_body(body)
     out.attrs["vectorized_loops"] = m.count

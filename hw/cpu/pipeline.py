@@ -8,7 +8,9 @@ targets with a vector ISA, code generation vectorises innermost unit-stride loop
 Options (``compile_kernel(..., options=...)``): ``parallel`` (default True: OpenMP on
 the outermost coincident loop), ``vectorize`` (default True), ``tail`` (``"mask"``,
 the default, or ``"scalar"``: how the last ``n mod L`` iterations of a vector loop
-run), ``reduce_unroll`` (vector accumulators per reduction, default 4).
+run), ``reduce_unroll`` (vector accumulators per reduction, default 4),
+``reciprocal`` (default True: vector division by a loop-invariant value multiplies by
+its reciprocal).
 """
 from __future__ import annotations
 
@@ -68,5 +70,6 @@ def codegen(func: ir.LoweredFunc, target: Target, options: dict) -> tuple[ir.Low
     from .microkernel import microkernels
     flat = microkernels(flat, target.vector_lanes)
     flat = vectorize(flat, target.vector_lanes, tail=options.get("tail", "mask"),
-                     reduce_unroll=int(options.get("reduce_unroll", 4)))
+                     reduce_unroll=int(options.get("reduce_unroll", 4)),
+                     reciprocal=bool(options.get("reciprocal", True)))
     return flat, emit_c(flat, printer_for(target.isa, target.has_fma), prelude(target.isa))
