@@ -167,7 +167,6 @@ def _conv_fn(stride, pad):
 
 def bench_conv2d(s: Suite):
     import numpy as np
-    from polycomp.frontend import ops
     layers = RESNET18[1:3] if s.quick else RESNET18
     rng = np.random.default_rng(2)
     for name, c, h, wd, f_, kh, st, pad in layers:
@@ -282,7 +281,7 @@ def _openblas_info() -> dict:
 
 
 def run_child(args) -> dict:
-    import numpy as np  # noqa: F401  (OpenBLAS loads here, with the child's environment)
+    import numpy as np  # OpenBLAS loads here, with the child's environment
 
     from polycomp.hw.target import get_target
     tgt = get_target(args.target)

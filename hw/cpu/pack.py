@@ -239,8 +239,9 @@ class _Packer:
         st = ir.Store(pbuf, idx_p, ir.Load(arr, idx_arr, arr.dtype))
         lane_lo = simplify(ir.max_(lo[p] - q * w, ir.IntImm(0)))
         lane_hi = simplify(ir.min_(ir.IntImm(w), hi[p] - q * w))
-        lane_loop = lambda b: ir.For(lane, lane_lo, simplify(lane_hi - lane_lo), "serial", b,  # noqa: E731
-                                     (("coincident", True),))
+        def lane_loop(b):
+            return ir.For(lane, lane_lo, simplify(lane_hi - lane_lo), "serial", b,
+                          (("coincident", True),))
         others = [d for d in range(n) if d != p]
         if p == n - 1:        # the array's contiguous dimension is the panel: lanes innermost
             body = lane_loop(st)

@@ -155,7 +155,7 @@ class VectorPrinter(CPrinter):
         raise PolycompInternalError(f"cannot print vector {type(e).__name__}")
 
     def vbinary(self, e: ir.Binary, L: int, D: str) -> str:
-        mm, pc, s = self.mm(D, L), self.pc(D, L), self.sfx(D)
+        mm, s = self.mm(D, L), self.sfx(D)
         op = e.op
         if op in ("&&", "||"):
             a, b = self.vexpr(e.a, L, D), self.vexpr(e.b, L, D)
