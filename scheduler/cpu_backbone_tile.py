@@ -232,7 +232,7 @@ def choose_blocking(op: OuterProduct, target, options: dict) -> Blocking:
             q += 1
             MC = MR * -(-panels // (threads * q))
     else:
-        MC = 16 * MR
+        MC = 32 * MR            # symbolic extent: 32 register rows per task
     tiles = options.get("gemm_tiles")
     if tiles:
         MC, NC, KC = tiles
