@@ -825,6 +825,11 @@ def _ref_conv2d_bias_relu(x, w, b):
     return np.maximum(out + _np_acc(b)[None, :, None, None], 0)
 
 
+def _ref_matmul_same_dtype(a, b):
+    out = _ref_matmul(a, b)
+    return out.astype(np.asarray(a).dtype) if out.dtype.kind in "iu" else out  # wraps
+
+
 def _ref_mlp(x, w, b):
     return _ref_gelu(np.matmul(_np_acc(x), _np_acc(w)) + _np_acc(b))
 
@@ -1013,7 +1018,7 @@ OPS: dict = _reg(
            lambda dim: (lambda b, t, d: [(b, t, d), (d,), (d,)])(dim(1, 5), dim(1, 30),
                                                                 dim(1, 60)),
            ("float32", "float64"), "reduce", reduction=lambda s: s[0][2]),
-    OpSpec("matmul_same_dtype", matmul_same_dtype_kernel, _ref_matmul,
+    OpSpec("matmul_same_dtype", matmul_same_dtype_kernel, _ref_matmul_same_dtype,
            lambda dim: (lambda n, k, m: [(n, k), (k, m)])(dim(1, 40), dim(1, 40), dim(1, 40)),
            ("float32", "float64", "float16", "bfloat16", "int8"), "matmul",
            reduction=lambda s: s[0][1], value_range=4),
