@@ -49,18 +49,17 @@ from . import dsl
 from .dsl import Kernel, Tensor, TensorType, cast, compute, reduce_axis, select, sym
 
 __all__ = [
-    # tensor-level operators
     "accumulation_dtype", "broadcast_shapes", "add", "sub", "mul", "div", "maximum",
-    "minimum", "relu", "gelu", "bias_add", "transpose", "reduce_sum", "reduce_max",
-    "reduce_min", "softmax", "layernorm", "matmul", "batch_matmul", "matmul_bias_relu",
-    "conv2d_nchw", "conv2d_output_extent",
-    # kernel factories and the registry
-    "binary_kernel", "relu_kernel", "gelu_kernel", "bias_add_kernel", "transpose_kernel",
-    "reduce_kernel", "softmax_kernel", "layernorm_kernel", "matmul_kernel",
-    "batch_matmul_kernel", "matmul_bias_relu_kernel", "conv2d_kernel", "mlp_kernel",
-    "attention_kernel", "outer_add_kernel", "reduce3d_kernel", "softmax3d_kernel",
-    "layernorm3d_kernel", "matmul_same_dtype_kernel", "conv2d_bias_relu_kernel",
-    "scalar_operand", "OpSpec", "OPS",
+    "minimum", "relu", "leaky_relu", "gelu", "bias_add", "transpose", "reduce_sum",
+    "reduce_max", "reduce_min", "softmax", "layernorm", "matmul", "batch_matmul",
+    "matmul_bias_relu", "conv2d_nchw", "conv2d_output_extent", "binary_kernel",
+    "relu_kernel", "leaky_relu_kernel", "row_stats_kernel", "gelu_kernel",
+    "bias_add_kernel", "transpose_kernel", "reduce_kernel", "softmax_kernel",
+    "layernorm_kernel", "matmul_kernel", "batch_matmul_kernel",
+    "matmul_bias_relu_kernel", "conv2d_kernel", "mlp_kernel", "attention_kernel",
+    "outer_add_kernel", "reduce3d_kernel", "softmax3d_kernel", "layernorm3d_kernel",
+    "matmul_same_dtype_kernel", "conv2d_bias_relu_kernel", "scalar_operand", "OpSpec",
+    "OPS",
 ]
 
 
@@ -241,6 +240,16 @@ def relu(x: Tensor, name: str = "relu") -> Tensor:
     """``max(x, 0)`` elementwise, same dtype."""
     _check_tensor(x, "relu()")
     return compute(x.shape, _indexed(x.ndim, lambda i: ir.max_(x[i], 0)), name=name)
+
+
+def leaky_relu(x: Tensor, alpha: float = 0.01, name: str = "leaky_relu") -> Tensor:
+    """``x if x > 0 else alpha * x`` elementwise (a data-dependent ``select``), float
+    tensors, same dtype."""
+    _check_tensor(x, "leaky_relu()")
+    if not dt.is_float(x.dtype):
+        raise DTypeError(f"leaky_relu() needs a float tensor, got {x.dtype}", _caller())
+    return compute(x.shape, _indexed(x.ndim, lambda i: select(x[i] > 0, x[i], alpha * x[i])),
+                   name=name)
 
 
 _SQRT1_2 = 0.7071067811865476
@@ -557,6 +566,20 @@ def relu_kernel(dtype: str = "float32") -> Kernel:
     return _kernel(f"relu_{_dtname(dtype)}", lambda x: relu(x), x=_T((N, M), dtype))
 
 
+def leaky_relu_kernel(dtype: str = "float32") -> Kernel:
+    """leaky_relu (alpha 0.01) on a (N, M) tensor."""
+    N, M = sym("N M")
+    return _kernel(f"leaky_relu_{_dtname(dtype)}", lambda x: leaky_relu(x), x=_T((N, M), dtype))
+
+
+def row_stats_kernel(dtype: str = "float32") -> Kernel:
+    """Two outputs from one (N, M) input: the row maxima and the row sums."""
+    N, M = sym("N M")
+    return _kernel(f"row_stats_{_dtname(dtype)}",
+                   lambda x: (reduce_max(x, 1, name="row_max"), reduce_sum(x, 1, name="row_sum")),
+                   x=_T((N, M), dtype))
+
+
 def gelu_kernel(dtype: str = "float32") -> Kernel:
     """gelu (erf form) on a (N, M) tensor."""
     N, M = sym("N M")
@@ -745,6 +768,15 @@ def _ref_relu(x):
     return np.maximum(_f64(x), 0) if np.asarray(x).dtype.kind not in "iu" else np.maximum(x, 0)
 
 
+def _ref_leaky_relu(x):
+    x = _f64(x)
+    return np.where(x > 0, x, 0.01 * x)
+
+
+def _ref_row_stats(x):
+    return _ref_reduce("max", 1)(x), _ref_reduce("sum", 1)(x)
+
+
 def _ref_gelu(x):
     import math
     x = _f64(x)
@@ -851,6 +883,7 @@ class OpSpec:
     semantics (float64 for float inputs, the kernel's integer dtype otherwise);
     ``shapes(dim)`` draws the input shapes, calling ``dim(lo, hi)`` for each free extent
     (so tests can pass a hypothesis ``draw`` and scripts a random generator);
+    ``reference`` returns a tuple for a kernel with several outputs;
     ``reduction(shapes)`` is the number of terms combined into one output element (1
     for elementwise operators; tests scale their tolerance by it); ``dtypes`` lists the
     input dtypes the operator is meant for; ``kind`` is its operator class;
@@ -953,6 +986,10 @@ OPS: dict = _reg(
     *_binary_specs(),
     OpSpec("relu", relu_kernel, _ref_relu, lambda dim: [_mn(dim)], ALL),
     OpSpec("gelu", gelu_kernel, _ref_gelu, lambda dim: [_mn(dim)], FLOATS),
+    OpSpec("leaky_relu", leaky_relu_kernel, _ref_leaky_relu, lambda dim: [_mn(dim)],
+           ("float32", "float64", "float16")),
+    OpSpec("row_stats", row_stats_kernel, _ref_row_stats, lambda dim: [_mn(dim)],
+           ("float32", "float64", "int8"), "reduce", reduction=lambda s: s[0][1]),
     OpSpec("bias_add", bias_add_kernel, _ref_bias_add,
            lambda dim: (lambda n, c, h, w: [(n, c, h, w), (c,)])(dim(1, 3), dim(1, 9),
                                                                  dim(1, 17), dim(1, 19)),

@@ -45,6 +45,12 @@ _R0 = {"float64": 1e-12, "float32": 1e-5}
 
 
 def check_close(out, ref, spec, dtype, shapes, what):
+    if isinstance(ref, tuple):  # a kernel with several outputs
+        assert isinstance(out, tuple) and len(out) == len(ref), \
+            f"{what}: {len(ref)} outputs expected"
+        for k, (o, r) in enumerate(zip(out, ref)):
+            check_close(o, r, spec, dtype, shapes, f"{what} output {k}")
+        return
     out = np.asarray(out)
     ref = np.asarray(ref)
     assert out.shape == ref.shape, f"{what}: shape {out.shape} != reference {ref.shape}"
@@ -54,7 +60,9 @@ def check_close(out, ref, spec, dtype, shapes, what):
     acc = accumulation_dtype(dtype)
     out_dt = dt.canonical(out.dtype)
     L = spec.reduction(shapes)
-    rtol = _R0[acc] + 4 * L * _EPS[acc] + (2 * _EPS[out_dt] if out_dt in ("float16", "bfloat16") else 0)
+    rtol = _R0[acc] + 4 * L * _EPS[acc]
+    if out_dt in ("float16", "bfloat16"):
+        rtol += 2 * _EPS[out_dt]
     ref64 = ref.astype(np.float64)
     scale = max(1.0, float(np.max(np.abs(ref64)))) if ref64.size else 1.0
     np.testing.assert_allclose(out.astype(np.float64), ref64, rtol=rtol, atol=rtol * scale,
