@@ -114,7 +114,7 @@ def interpret(kernel_or_compiled, *inputs, **params):
             raise DTypeError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}",
                              user_location())
         arrays.append(a)
-    values = infer_params(f.params, expected, arrays, params)
+    values = infer_params(f.params, expected, arrays, params, outputs=f.outputs)
     n = len(f.inputs)
     outs = run_func(f, {b.name: a for b, a in zip(f.inputs, arrays[:n])}, values,
                     {b.name: a for b, a in zip(expected[n:], arrays[n:])})

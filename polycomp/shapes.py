@@ -35,11 +35,15 @@ def caller_arrays(func) -> tuple:
     return tuple(func.inputs) + tuple(b for b in func.outputs if b.name in inout)
 
 
-def infer_params(params: tuple, args: tuple, arrays: list, given: dict | None = None) -> dict:
+def infer_params(params: tuple, args: tuple, arrays: list, given: dict | None = None,
+                 outputs: tuple = ()) -> dict:
     """Bind symbolic dimensions from the shapes of the input arrays.
 
     A dimension that is a bare symbol binds it; every other dimension is checked once
     all symbols are known.  Symbols that appear in no input must be given explicitly.
+    Every extent of the arguments and of the ``outputs`` buffers must be >= 1 (the
+    kernel's context assumes it; e.g. a convolution's output extent
+    ``(H - KH) // s + 1`` is 0 or negative when the filter is larger than the input).
     """
     from polycomp.lowering.printer import expr_str
     out = dict(given or {})
@@ -71,4 +75,11 @@ def infer_params(params: tuple, args: tuple, arrays: list, given: dict | None = 
         if out[p.name] < 1:
             raise ShapeMismatchError(f"symbolic dimension {p.name} must be >= 1, got {out[p.name]}",
                                      user_location())
+    for buf in tuple(outputs):
+        for d in buf.shape:
+            if not isinstance(d, ir.IntImm) and eval_int(d, out) < 1:
+                vals = ", ".join(f"{p.name}={out[p.name]}" for p in params)
+                raise ShapeMismatchError(
+                    f"extent {expr_str(d)} of {buf.name!r} is {eval_int(d, out)} for {vals}; "
+                    f"the kernel needs every extent >= 1", user_location())
     return out

@@ -61,3 +61,18 @@ def test_conv2d_output_extent_is_quasi_affine():
         for kh in range(1, 5):
             want = (h + 2 - 2 * (kh - 1) - 1) // 2 + 1
             assert eval_int(e, {"H": h, "KH": kh}) == want
+
+
+def test_filter_larger_than_input_is_a_shape_error_on_every_path():
+    """The conv2d output extent H - KH + 1 is 0 here: a ShapeMismatchError naming the
+    extent, not an empty result or numpy's 'negative dimensions' ValueError."""
+    import numpy as np
+
+    from polycomp.driver import build, compile_kernel, interpret
+    k = ops.OPS["conv2d"].kernel("float32")
+    x = np.ones((1, 1, 2, 5), np.float32)
+    for w in (np.ones((1, 1, 3, 3), np.float32), np.ones((1, 1, 5, 3), np.float32)):
+        for run in (build(k, "c"), lambda *a: interpret(k, *a),
+                    lambda *a: interpret(compile_kernel(k, "cuda"), *a)):
+            with pytest.raises(ShapeMismatchError, match=r"extent H - KH \+ 1 of 'conv2d' is"):
+                run(x, w)

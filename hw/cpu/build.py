@@ -80,7 +80,7 @@ class CFunction:
                 raise DTypeError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}",
                                  user_location())
             arrays.append(np.ascontiguousarray(a))
-        values = infer_params(f.params, expected, arrays, params)
+        values = infer_params(f.params, expected, arrays, params, outputs=f.outputs)
         initial = {b.name: a for b, a in zip(expected[len(f.inputs):], arrays[len(f.inputs):])}
         arrays = arrays[:len(f.inputs)]
         outs = []

@@ -74,7 +74,7 @@ class CudaFunction:
         for b, a in zip(f.inputs, arrays):
             if a.dtype != dt.to_numpy(b.dtype):
                 raise TargetError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}")
-        values = infer_params(f.params, f.inputs, arrays, params)
+        values = infer_params(f.params, f.inputs, arrays, params, outputs=f.outputs)
         dev = {}
         for b, a in zip(f.inputs, arrays):
             dev[b.name] = drv.to_device(a)

@@ -540,7 +540,7 @@ def simulate(compiled_or_func, *inputs, strict: bool = True, ir_stage: str = "fi
             raise DTypeError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}",
                              user_location())
         arrays.append(np.array(a, order="C", copy=True))
-    values = infer_params(func.params, expected, arrays, params)
+    values = infer_params(func.params, expected, arrays, params, outputs=func.outputs)
     given = {b.name: a for b, a in zip(expected, arrays)}
     temps, kernels = split_kernels(func)
     report = SimReport(func.name)
