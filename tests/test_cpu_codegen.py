@@ -243,3 +243,18 @@ def test_vectorizer_reports_what_it_did():
     assert compile_kernel(softmax, "c").final_ir.attrs.get("vectorized_loops") is None
     ck = compile_kernel(softmax, "cpu-avx2", {"vectorize": False})
     assert "_mm256" not in ck.source[ck.source.index("void softmax("):]
+
+
+def test_degenerate_parallel_band_does_not_parallelise_a_reduction():
+    """With one row (M = 1) isl generates no loop for the parallel i-tile band; the
+    reduction loop of the micro-kernel below it must stay sequential."""
+    from polycomp import ir
+    from polycomp.frontend.dsl import Kernel
+    k = Kernel(lambda A, B: ops.matmul(A, B), name="one_row",
+               inputs={"A": pc.Tensor[(1, 5), "float32"], "B": pc.Tensor[(5, 17), "float32"]})
+    for target in ("cpu-avx2", "cpu-avx512"):
+        ck = compile_kernel(k, target)
+        bad = []
+        ir.walk(ck.final_ir.body, lambda n: bad.append(n) if isinstance(n, ir.For)
+                and n.kind == "parallel" and not n.annotation("coincident", False) else None)
+        assert not bad, target

@@ -3,10 +3,13 @@
 Assumes: ``AttrStmt("cpu_parallel")`` nodes come from the schedule-tree mark of
 :mod:`polycomp.scheduler.cpu_parallel` (or the backbone/packing passes) and sit above a
 loop that carries no dependence.
-Guarantees: the first ``For`` on each path below such a mark gets kind ``parallel``
-unless it lies inside another parallel loop (no nested parallel regions); the mark is
-removed.  Loops of constant extent 1 are left serial (the simplifier removes them).
-Nothing else changes, so dependences are preserved.
+Guarantees: the first ``For`` on each path below such a mark gets kind ``parallel`` if
+it is annotated ``coincident`` (isl's AST carries no loop for a marked band member with a
+single value, so the first loop below can be an inner one that carries a dependence:
+then nothing below the mark becomes parallel) and does not lie inside another parallel
+loop (no nested parallel regions); the mark is removed.  Loops of constant extent 1 are
+left serial (the simplifier removes them).  Nothing else changes, so dependences are
+preserved.
 """
 from __future__ import annotations
 
@@ -29,6 +32,14 @@ class _Marks(ir.Mutator):
         return body
 
     def visit_For(self, s):
+        if self.want and not self.inside and s.kind == "serial" and \
+                not ir.is_const(s.extent, 1) and not s.annotation("coincident", False):
+            # the marked loop was degenerate (isl generated none): the first loop below
+            # carries a dependence, so nothing under this mark runs in parallel
+            saved, self.want = self.want, 0
+            out = self.generic(s)
+            self.want = saved
+            return out
         if s.kind == "parallel" or (self.want and not self.inside and s.kind == "serial"
                                     and not ir.is_const(s.extent, 1)):
             self.inside += 1
