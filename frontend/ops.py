@@ -199,10 +199,7 @@ def _binary(op: str, a, b, name: str | None) -> Tensor:
           "divide": lambda x, y: x / y, "maximum": ir.max_, "minimum": ir.min_}[op]
 
     def body(idx):
-        x, y = _broadcast_load(a, shape, idx), _broadcast_load(b, shape, idx)
-        if not isinstance(x, ir.Expr) and not isinstance(y, ir.Expr):  # pragma: no cover
-            x = ir.const(x)
-        return fn(x, y)
+        return fn(_broadcast_load(a, shape, idx), _broadcast_load(b, shape, idx))
     return compute(shape, _indexed(len(shape), body), name=name or op)
 
 
