@@ -149,7 +149,8 @@ PC_VINLINE double pc256_reduce_mul_pd(__m256d v) {
 #define PCV256_SIGN(x) _mm256_and_ps(x, _mm256_set1_ps(-0.0f))
 #define PCV256_OR _mm256_or_ps
 typedef __m256 pcv256_t;
-/* p * 2^n for integer-valued n in [-126, 128] (two factors, so 2^128 never forms) */
+/* p * 2^n for integer-valued n in [-150, 128]: two normal factors 2^(n/2), so 2^128
+   never forms and results below FLT_MIN round through the subnormals */
 PC_VINLINE __m256 pcv256_ldexp(__m256 p, __m256 n) {
   __m256i ni = _mm256_cvtps_epi32(n);
   __m256i n1 = _mm256_srai_epi32(ni, 1);
@@ -309,7 +310,9 @@ PC_VINLINE __m512 pcv512_frexp(__m512 x, __m512* e) {
 _MATH_TEMPLATE = r"""
 /* ---- float32 vector math (W = 256 | 512) ---- */
 PC_VINLINE pcvW_t pcW_exp_ps(pcvW_t x0) {
-  pcvW_t x = PCVW_MAX(PCVW_SET1(-87.3365478515625f), PCVW_MIN(PCVW_SET1(88.72283905206835f), x0));
+  /* clamp so that 2^fx is in [2^-150, 2^128]: ldexp then underflows to 0 (through the
+     subnormals) and overflows to inf by itself; min/max keep NaN */
+  pcvW_t x = PCVW_MAX(PCVW_SET1(-104.0f), PCVW_MIN(PCVW_SET1(89.0f), x0));
   pcvW_t fx = PCVW_ROUND(PCVW_MUL(x, PCVW_SET1(1.44269504088896341f)));
   x = PCVW_FMA(fx, PCVW_SET1(-0.693359375f), x);
   x = PCVW_FMA(fx, PCVW_SET1(2.12194440e-4f), x);
@@ -321,10 +324,7 @@ PC_VINLINE pcvW_t pcW_exp_ps(pcvW_t x0) {
   y = PCVW_FMA(y, x, PCVW_SET1(1.6666665459E-1f));
   y = PCVW_FMA(y, x, PCVW_SET1(5.0000001201E-1f));
   y = PCVW_FMA(y, z, PCVW_ADD(x, PCVW_SET1(1.0f)));
-  y = pcvW_ldexp(y, fx);
-  /* overflow to +inf, underflow to 0 (between, results below FLT_MIN are approximate) */
-  y = PCVW_BLEND(PCVW_LT(PCVW_SET1(88.72283905206835f), x0), y, PCVW_SET1(INFINITY));
-  return PCVW_BLEND(PCVW_LT(x0, PCVW_SET1(-103.972077083991796f)), y, PCVW_SET1(0.0f));
+  return pcvW_ldexp(y, fx);
 }
 PC_VINLINE pcvW_t pcW_log_ps(pcvW_t x0) {
   pcvW_t e;
