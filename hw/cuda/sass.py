@@ -111,12 +111,18 @@ def sass_opcodes(cubin: bytes, tmpdir: str | None = None, by_arch: bool = False)
     (``by_arch``: ``{sm: counts}`` for a fatbin with several architectures)."""
     tool = find_tool("cuobjdump")
     if tool is None:
-        raise BuildError("cuobjdump not found (install the nvidia-cuda-cuobjdump wheel)")
+        raise BuildError("cuobjdump not found (install the nvidia-cuda-cuobjdump and "
+                         "nvidia-cuda-nvdisasm wheels: pip install -e '.[test]')")
     with tempfile.TemporaryDirectory(dir=tmpdir) as tmp:
         path = os.path.join(tmp, "k.cubin")
         with open(path, "wb") as f:
             f.write(cubin)
-        r = subprocess.run([tool, "-sass", path], capture_output=True, text=True)
+        env = dict(os.environ)
+        nvdisasm = find_tool("nvdisasm")   # cuobjdump -sass runs nvdisasm
+        if nvdisasm is not None:
+            env["PATH"] = os.path.dirname(nvdisasm) + os.pathsep + env.get("PATH", "")
+            env.setdefault("NVDISASM_PATH", os.path.dirname(nvdisasm))
+        r = subprocess.run([tool, "-sass", path], capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise BuildError(f"cuobjdump failed: {r.stderr[-2000:]}")
     per: dict = {}
