@@ -12,8 +12,9 @@ Process set-up: the suite re-executes itself in a child process whose environmen
 imported), then reports which kernel OpenBLAS runs (threadpoolctl, when installed).
 
 Timing: each case is warmed up, then ours and the peer run alternately in ``repeat``
-rounds and the best single-call time of each is kept (robust to other processes on the
-machine); the ratio is peer time / our time (> 1: polycomp is faster).  Shapes are constants in the
+rounds, each block of calls after a short pause (so the other side's threads have stopped
+spinning), and the best single-call time of each is kept (robust to other processes on
+the machine); the ratio is peer time / our time (> 1: polycomp is faster).  Shapes are constants in the
 kernels (what a deployed model has), so tile sizes adapt to them.
 """
 from __future__ import annotations
@@ -31,17 +32,24 @@ _CHILD = "POLYCOMP_BENCH_CPU_CHILD"
 # --------------------------------------------------------------------------- helpers
 
 
+#: pause before each block of calls: the previous side's idle threads stop spinning
+#: (OpenBLAS workers busy-wait ~0.1 s after a call, libgomp's a little), so neither side
+#: runs with a core taken by the other's spinning threads
+SETTLE_S = 0.25
+
+
 def _timeit(fns, repeat: int, min_time: float = 0.05):
     """Best single-call time of each function; the functions run alternately, ``repeat``
-    rounds of calls adding up to about ``min_time`` each.  The minimum is what the code
-    costs when no other process takes a core mid-call (on a shared machine a 2-thread
-    region that loses a core waits a whole scheduler tick, for polycomp and OpenBLAS
-    alike)."""
+    rounds of calls adding up to about ``min_time`` each, each block after a
+    :data:`SETTLE_S` pause.  The minimum is what the code costs when no other process
+    takes a core mid-call (on a shared machine a 2-thread region that loses a core waits
+    a whole scheduler tick, for polycomp and OpenBLAS alike)."""
     best = [float("inf")] * len(fns)
     for f in fns:
         f()
     for _ in range(repeat):
         for k, f in enumerate(fns):
+            time.sleep(SETTLE_S)
             t_round = time.perf_counter()
             for _n in range(200):
                 t0 = time.perf_counter()
