@@ -1,16 +1,25 @@
 """The CPU (C) pipeline: schedule passes, IR passes and code generation.
 
-Targets ``c`` (scalar C), ``cpu`` (this machine), ``cpu-avx2`` and ``cpu-avx512``.  For
-targets with a vector ISA, code generation vectorises innermost unit-stride loops
-(:mod:`polycomp.lowering.vectorize`) and prints AVX2/AVX-512 intrinsics
-(:mod:`polycomp.hw.cpu.vector_printer`).
+Targets ``c`` (scalar C), ``cpu`` (this machine), ``cpu-avx2`` and ``cpu-avx512``.
 
-Options (``compile_kernel(..., options=...)``): ``parallel`` (default True: OpenMP on
-the outermost coincident loop), ``vectorize`` (default True), ``tail`` (``"mask"``,
+* Schedule passes (after program order): ``cpu-backbone-tile`` and ``cpu-pack`` (vector
+  targets: matmul-like and convolution backbones get cache/register tiles, packing
+  requests and micro-kernel marks), ``cpu-reduce-interchange`` (vector targets: column
+  reductions), ``cpu-fuse``, ``cpu-parallel``.
+* IR passes (interpretable): packing (:mod:`.pack`, before simplification, while the
+  loops still carry isl's iterator names), simplification, ``cpu_parallel`` marks to
+  OpenMP loops.
+* Code generation: contraction of temporaries, per-thread heap buffers, scalar
+  replacement, flattening; for vector targets the micro-kernels, the vectoriser
+  (:mod:`polycomp.lowering.vectorize`) and the AVX2/AVX-512 printer
+  (:mod:`polycomp.hw.cpu.vector_printer`).
+
+Options (``compile_kernel(..., options=...)``): ``parallel``, ``fuse``, ``microkernel``,
+``interchange``, ``contract``, ``vectorize`` (all default True), ``tail`` (``"mask"``,
 the default, or ``"scalar"``: how the last ``n mod L`` iterations of a vector loop
-run), ``reduce_unroll`` (vector accumulators per reduction, default 4),
-``reciprocal`` (default True: vector division by a loop-invariant value multiplies by
-its reciprocal).
+run), ``reduce_unroll`` (vector accumulators per reduction, default 4), ``reciprocal``
+(default True: vector division by a loop-invariant value multiplies by its
+reciprocal), ``gemm_tiles=(MC, NC, KC)``, ``gemm_register=(MR, NI)``.
 """
 from __future__ import annotations
 
