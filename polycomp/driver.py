@@ -9,11 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import islpy as isl
-import numpy as np
 
-from polycomp import dtypes as dt
-from polycomp.errors import (DTypeError, PolycompError, PolycompInternalError, ShapeMismatchError,
-                             TargetError, user_location)
+from polycomp.errors import (PolycompError, PolycompInternalError, TargetError)
 from polycomp.frontend.dsl import Kernel
 from polycomp.hw import pipelines
 from polycomp.hw.target import Target, get_target
@@ -95,7 +92,7 @@ def interpret(kernel_or_compiled, *inputs, **params):
     memory, per-thread registers and barriers.
     """
     from polycomp.lowering.interpreter import run_func
-    from polycomp.shapes import caller_arrays, infer_params
+    from polycomp.shapes import checked_arguments
     ck = kernel_or_compiled if isinstance(kernel_or_compiled, CompiledKernel) else \
         compile_kernel(kernel_or_compiled, "c", {"parallel": False})
     if ck.target.kind == "cuda":
@@ -103,18 +100,7 @@ def interpret(kernel_or_compiled, *inputs, **params):
         outs, _ = simulate(ck, *inputs, **params)
         return outs
     f = ck.ir
-    expected = caller_arrays(f)  # inputs, then initial contents of in-out outputs
-    if len(inputs) != len(expected):
-        raise ShapeMismatchError(f"{f.name} takes {len(expected)} input array(s), got "
-                                 f"{len(inputs)}", user_location())
-    arrays = []
-    for b, a in zip(expected, inputs):
-        a = np.asarray(a)
-        if a.dtype != dt.to_numpy(b.dtype):
-            raise DTypeError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}",
-                             user_location())
-        arrays.append(a)
-    values = infer_params(f.params, expected, arrays, params, outputs=f.outputs)
+    expected, arrays, values = checked_arguments(f, inputs, params)
     n = len(f.inputs)
     outs = run_func(f, {b.name: a for b, a in zip(f.inputs, arrays[:n])}, values,
                     {b.name: a for b, a in zip(expected[n:], arrays[n:])})

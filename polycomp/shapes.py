@@ -83,3 +83,24 @@ def infer_params(params: tuple, args: tuple, arrays: list, given: dict | None = 
                     f"extent {expr_str(d)} of {buf.name!r} is {eval_int(d, out)} for {vals}; "
                     f"the kernel needs every extent >= 1", user_location())
     return out
+
+
+def checked_arguments(func, inputs, params: dict, copy: bool = False):
+    """Validate a call of ``func``: the number and dtypes of the caller's arrays (inputs,
+    then initial contents of in-out outputs) and the symbolic sizes.  Returns
+    ``(expected buffers, arrays, parameter values)``; ``copy`` makes C-contiguous copies."""
+    from polycomp import dtypes as dt
+    from polycomp.errors import DTypeError, user_location
+    expected = caller_arrays(func)
+    if len(inputs) != len(expected):
+        raise ShapeMismatchError(f"{func.name} takes {len(expected)} input array(s), got "
+                                 f"{len(inputs)}", user_location())
+    arrays = []
+    for b, a in zip(expected, inputs):
+        a = np.asarray(a)
+        if a.dtype != dt.to_numpy(b.dtype):
+            raise DTypeError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}",
+                             user_location())
+        arrays.append(np.array(a, order="C", copy=True) if copy else a)
+    values = infer_params(func.params, expected, arrays, params, outputs=func.outputs)
+    return expected, arrays, values

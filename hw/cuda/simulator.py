@@ -46,9 +46,9 @@ import numpy as np
 
 from polycomp import dtypes as dt
 from polycomp import ir
-from polycomp.errors import DTypeError, ShapeMismatchError, TargetError, user_location
+from polycomp.errors import TargetError
 from polycomp.lowering.interpreter import Interpreter, _State, _to_store
-from polycomp.shapes import caller_arrays, eval_int, infer_params
+from polycomp.shapes import checked_arguments, eval_int
 
 from .codegen import KernelInfo, split_kernels
 from .sim_counters import global_sectors, shared_wavefronts
@@ -529,18 +529,7 @@ def simulate(compiled_or_func, *inputs, strict: bool = True, ir_stage: str = "fi
     :data:`~polycomp.hw.cuda.sim_intrinsics.INTRINSICS`).
     """
     func = _lowered(compiled_or_func, ir_stage)
-    expected = caller_arrays(func)      # inputs, then initial contents of in-out outputs
-    if len(inputs) != len(expected):
-        raise ShapeMismatchError(f"{func.name} takes {len(expected)} input array(s), got "
-                                 f"{len(inputs)}", user_location())
-    arrays = []
-    for b, a in zip(expected, inputs):
-        a = np.asarray(a)
-        if a.dtype != dt.to_numpy(b.dtype):
-            raise DTypeError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}",
-                             user_location())
-        arrays.append(np.array(a, order="C", copy=True))
-    values = infer_params(func.params, expected, arrays, params, outputs=func.outputs)
+    expected, arrays, values = checked_arguments(func, inputs, params, copy=True)
     given = {b.name: a for b, a in zip(expected, arrays)}
     temps, kernels = split_kernels(func)
     report = SimReport(func.name)
