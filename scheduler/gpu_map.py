@@ -85,6 +85,41 @@ def _as_param(rng: isl.Set, name: str) -> isl.Set:
     return s.set_dim_name(isl.dim_type.param, n, name).params()
 
 
+@dataclass
+class BlockMapping:
+    """Block-parameter mapping of one band (see :func:`map_block_members`)."""
+    grid: list          # isl PwAff per axis (x first): number of blocks, 1 + max b_m
+    params: list        # block parameter names, x first
+    context: isl.Set    # parameter set 0 <= b < grid (universe when nothing is mapped)
+    filter: object      # isl UnionSet { S : b_m(S) = b<axis><n> } within the domain, or None
+
+
+def map_block_members(band, mapped, kernel: int) -> BlockMapping:
+    """Map band members ``mapped`` (innermost last) onto the block parameters of kernel
+    ``kernel``: the last member to ``bx<kernel>``, the one before to ``by``, then ``bz``.
+
+    Returns the grid (``1 + max`` of each member's values over the band's domain), the
+    parameter names, the parameter ranges ``0 <= b < grid`` (from the members' ranges, as
+    parameter sets), and the filter ``{ S : b_m(S) = b }`` intersected with the band's
+    domain, to be inserted right above the band (``None`` when ``mapped`` is empty)."""
+    ictx = band.get_ctx()
+    dom = band.get_domain()
+    grid, params, filt = [], [], None
+    ctx_set = isl.Set.universe(isl.Space.params_alloc(ictx, 0))
+    for axis, m in enumerate(reversed(mapped)):
+        name = block_param(axis, kernel)
+        params.append(name)
+        rng = _member_range(band, m)
+        grid.append(rng.dim_max(0).add_constant_val(isl.Val.one(ictx)))
+        ctx_set = _intersect_params(ctx_set, _as_param(rng, name))
+        upa = band.band_get_partial_schedule().get_union_pw_aff(m)
+        f = upa.sub(_param_upa(dom, name)).zero_union_set()
+        filt = f if filt is None else filt.intersect(f)
+    if filt is not None:
+        filt = filt.intersect(dom)
+    return BlockMapping(grid, params, ctx_set, filt)
+
+
 class GpuMappingPass(Pass):
     name = "gpu-mapping"
 
@@ -138,19 +173,8 @@ class GpuMappingPass(Pass):
         # only coincident members may run in parallel blocks/threads
         coinc = [bool(band.band_member_get_coincident(m)) for m in range(nb)]
         mapped = [m for m in range(nb) if coinc[m]][-3:]
-        grid, ctx_set = [], isl.Set.universe(isl.Space.params_alloc(ictx, 0))
-        dom = band.get_domain()
-        filt = None
-        bparams = []
-        for axis, m in enumerate(reversed(mapped)):
-            name = block_param(axis, n)
-            bparams.append(name)
-            rng = _member_range(band, m)
-            grid.append(rng.dim_max(0).add_constant_val(isl.Val.one(ictx)))
-            ctx_set = _intersect_params(ctx_set, _as_param(rng, name))
-            upa = band.band_get_partial_schedule().get_union_pw_aff(m)
-            f = upa.sub(_param_upa(dom, name)).zero_union_set()
-            filt = f if filt is None else filt.intersect(f)
+        blocks = map_block_members(band, mapped, n)
+        grid, bparams, ctx_set = blocks.grid, blocks.params, blocks.context
         # threads
         tmembers = [m for m in range(len(cfg.threads)) if cfg.threads[m] > 1 and coinc[m]][-3:]
         block = [1, 1, 1]
@@ -164,8 +188,8 @@ class GpuMappingPass(Pass):
         # kernel mark above the tile mark; the block filter right above the block band
         node = mark.insert_mark(isl.Id(f"kernel:{n}")).child(0)   # tile:block mark
         node = node.child(0)                                       # block band
-        if filt is not None:
-            node = node.insert_filter(filt.intersect(dom))
+        if blocks.filter is not None:
+            node = node.insert_filter(blocks.filter)
         schedule = node.get_schedule()
         # thread filters right above every point band of this kernel (below its mark):
         # the band then iterates over the thread's own points only (strided loops)

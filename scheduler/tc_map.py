@@ -24,8 +24,7 @@ import islpy as isl
 
 from polycomp.errors import ScheduleError
 
-from .gpu_map import (KernelLaunch, _as_param, _intersect_params, _member_range, _param_upa,
-                      block_param, thread_param)
+from .gpu_map import KernelLaunch, _intersect_params, map_block_members, thread_param
 from .gpu_tile import find_first
 from .pass_base import Pass, ScheduleContext
 
@@ -52,24 +51,12 @@ class TensorCoreMappingPass(Pass):
 
     def _map(self, band, plan):
         n = plan.kernel
-        ictx = band.get_ctx()
         nb = band.band_n_member()
         mapped = [m for m in range(nb) if band.band_member_get_coincident(m)][-3:]
-        dom = band.get_domain()
-        grid, bparams, filt = [], [], None
-        kctx = isl.Set.universe(isl.Space.params_alloc(ictx, 0))
-        for axis, m in enumerate(reversed(mapped)):
-            name = block_param(axis, n)
-            bparams.append(name)
-            rng = _member_range(band, m)
-            grid.append(rng.dim_max(0).add_constant_val(isl.Val.one(ictx)))
-            kctx = _intersect_params(kctx, _as_param(rng, name))
-            upa = band.band_get_partial_schedule().get_union_pw_aff(m)
-            f = upa.sub(_param_upa(dom, name)).zero_union_set()
-            filt = f if filt is None else filt.intersect(f)
-        if filt is not None:
-            band = band.insert_filter(filt.intersect(dom))
+        blocks = map_block_members(band, mapped, n)
+        if blocks.filter is not None:
+            band = band.insert_filter(blocks.filter)
         wm, wn = plan.config.warps
-        launch = KernelLaunch(grid, (32, wn, wm), tuple(bparams),
+        launch = KernelLaunch(blocks.grid, (32, wn, wm), tuple(blocks.params),
                               tuple(thread_param(a, n) for a in range(3)))
-        return band.get_schedule(), launch, kctx
+        return band.get_schedule(), launch, blocks.context
