@@ -6,32 +6,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import polycomp as pc
 from polycomp import ir
 from polycomp.driver import compile_kernel
 from polycomp.hw.cuda.simulator import simulate
 
-Nb, C, H, W, F = pc.sym("Nb C H W F")
-N, M, K = pc.sym("N M K")
-
-
-@pc.tensor_expr
-def conv_pad(X: pc.Tensor[(Nb, C, H, W), "float32"], Wt: pc.Tensor[(F, C, 3, 3), "float32"]):
-    """3x3 convolution whose zero padding is a separate prologue stage P."""
-    P = pc.compute((Nb, C, H + 2, W + 2), lambda n, c, h, w: pc.select(
-        (h >= 1) & (h < H + 1) & (w >= 1) & (w < W + 1), X[n, c, h - 1, w - 1], 0.0), name="P")
-    rc, rh, rw = pc.reduce_axis(C, "rc"), pc.reduce_axis(3, "rh"), pc.reduce_axis(3, "rw")
-    return pc.compute((Nb, F, H, W), lambda n, f, h, w: pc.sum(
-        P[n, rc, h + rh, w + rw] * Wt[f, rc, rh, rw], axis=[rc, rh, rw]), name="Y")
-
-
-@pc.tensor_expr
-def matmul_bias_relu(A: pc.Tensor[(N, K), "float32"], B: pc.Tensor[(K, M), "float32"],
-                     bias: pc.Tensor[(M,), "float32"]):
-    k = pc.reduce_axis(K, "k")
-    Cm = pc.compute((N, M), lambda i, j: pc.sum(A[i, k] * B[k, j], axis=k), name="C")
-    D = pc.compute((N, M), lambda i, j: Cm[i, j] + bias[j], name="D")
-    return pc.compute((N, M), lambda i, j: pc.max(D[i, j], 0.0), name="E")
+from gpu_kernels import conv_pad, matmul_bias_relu, row_softmax
 
 
 def _conv_ref(X, Wt):
@@ -112,16 +91,6 @@ def test_tiled_cu_compiles_without_local_memory(tmp_path):
     assert r.returncode == 0, r.stderr
     print(r.stderr)
     assert "0 bytes stack frame" in r.stderr, "the register tile spilled to local memory"
-
-
-@pc.tensor_expr
-def row_softmax(X: pc.Tensor[(N, M), "float32"]):
-    j = pc.reduce_axis(M, "j")
-    mx = pc.compute((N,), lambda i: pc.max(X[i, j], axis=j), name="mx")
-    e = pc.compute((N, M), lambda i, c: pc.exp(X[i, c] - mx[i]), name="e")
-    j2 = pc.reduce_axis(M, "j2")
-    s = pc.compute((N,), lambda i: pc.sum(e[i, j2], axis=j2), name="s")
-    return pc.compute((N, M), lambda i, c: e[i, c] / s[i], name="y")
 
 
 def test_softmax_is_one_stitched_kernel_without_intermediates():
