@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from polycomp import ir
 from polycomp.errors import SourceLocation, UnsupportedConstructError
 
+from .buffer_view import BufferView
+
 __all__ = ["CParseError", "CArray", "CStatementSource", "CStmt", "CLoop", "CSeq", "CIf",
            "CGraph", "CProgram", "source_location"]
 
@@ -24,22 +26,11 @@ class CParseError(UnsupportedConstructError):
 
 
 @dataclass(eq=False)
-class CArray:
+class CArray(BufferView):
     """An array parameter of a C kernel (duck-types the DSL's Tensor: ``.buffer``)."""
     buffer: ir.Buffer
     location: SourceLocation | None = None
 
-    @property
-    def name(self) -> str:
-        return self.buffer.name
-
-    @property
-    def shape(self) -> tuple:
-        return self.buffer.shape
-
-    @property
-    def dtype(self) -> str:
-        return self.buffer.dtype
 
 @dataclass(eq=False)
 class CStatementSource:

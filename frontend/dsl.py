@@ -24,6 +24,8 @@ from polycomp.errors import (DSLError, DTypeError, NonAffineIndexError, ReduceAx
                              ShapeMismatchError, SourceLocation, UnknownSymbolError,
                              UnsupportedConstructError, user_location)
 
+from .buffer_view import BufferView
+
 __all__ = ["sym", "Tensor", "tensor_expr", "compute", "reduce_axis", "sum", "max", "min",
            "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs", "sigmoid", "select",
            "where", "eq", "ne", "cast", "Kernel", "KernelGraph", "Stage", "ReduceAxis", "Reduce",
@@ -98,7 +100,7 @@ def _dim(d, what="dimension") -> ir.Expr:
 # --------------------------------------------------------------------------- tensors
 
 
-class Tensor:
+class Tensor(BufferView):
     """A tensor in a kernel: a placeholder (kernel input) or the result of a stage.
 
     As a type annotation, ``Tensor[(N, K), "float16"]`` declares an input's shape and
@@ -110,18 +112,6 @@ class Tensor:
         self.buffer = buffer
         self.stage = stage
         self.location = location
-
-    @property
-    def name(self) -> str:
-        return self.buffer.name
-
-    @property
-    def shape(self) -> tuple:
-        return self.buffer.shape
-
-    @property
-    def dtype(self) -> str:
-        return self.buffer.dtype
 
     @property
     def ndim(self) -> int:
