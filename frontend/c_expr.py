@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from polycomp import dtypes as dt
 from polycomp import ir
-from polycomp.affine import to_isl
+from polycomp.affine import and_conditions, to_isl
 from polycomp.errors import (NonAffineIndexError, ShapeMismatchError, SourceLocation,
                              UnknownSymbolError, UnsupportedConstructError)
 
@@ -320,12 +320,12 @@ def affine_pieces(e: ir.Expr, names, loc, what="expression") -> list:
         c = cond_text(e.cond, names, loc, f"{what}: the condition of a ternary", None)
         out = []
         for g, x in affine_pieces(e.t, names, loc, what):
-            out.append((_and(c, g), x))
+            out.append((and_conditions(c, g), x))
         for g, x in affine_pieces(e.f, names, loc, what):
-            out.append((_and(f"not ({c})", g), x))
+            out.append((and_conditions(f"not ({c})", g), x))
         return out
     if isinstance(e, ir.Binary):
-        return [(_and(ga, gb), ir.Binary(e.op, a, b, e.dtype))
+        return [(and_conditions(ga, gb), ir.Binary(e.op, a, b, e.dtype))
                 for ga, a in affine_pieces(e.a, names, loc, what)
                 for gb, b in affine_pieces(e.b, names, loc, what)]
     if isinstance(e, ir.Unary):
@@ -333,13 +333,6 @@ def affine_pieces(e: ir.Expr, names, loc, what="expression") -> list:
     if isinstance(e, ir.Cast):
         return [(g, ir.Cast(a, e.dtype)) for g, a in affine_pieces(e.value, names, loc, what)]
     return [(None, e)]
-
-def _and(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return f"({a}) and ({b})"
 
 def cond_text(c: ir.Expr, names, loc, what, source) -> str:
     """isl text of an affine condition (comparisons of affine expressions, possibly
@@ -371,7 +364,7 @@ def cond_text(c: ir.Expr, names, loc, what, source) -> str:
                     t = f"({ta} < {tb} or {ta} > {tb})"
                 else:
                     t = f"{ta} {'=' if c.op == '==' else c.op} {tb}"
-                alts.append(guarded(_and(ga, gb), t))
+                alts.append(guarded(and_conditions(ga, gb), t))
         return "(" + " or ".join(alts) + ")"
     shown = source or expr_str(c)
     raise NonAffineIndexError(f"{what} `{shown}` is not an affine condition", loc)

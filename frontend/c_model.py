@@ -31,7 +31,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp import ir
-from polycomp.affine import to_isl
+from polycomp.affine import and_conditions, to_isl
 from polycomp.errors import NonAffineIndexError, PolycompInternalError, ShapeMismatchError
 from polycomp.islutil import context as polycomp_context
 from polycomp.islutil import sets
@@ -108,7 +108,7 @@ def _statement(ctx, g, cs: CStmt, context: isl.Set) -> Statement:
         unguarded = isl.Map.read_from_str(
             ctx, f"{head}" + (f" : {eqs} }}" if eqs else " }")).intersect_domain(domain)
         rel = unguarded if not guard else isl.Map.read_from_str(
-            ctx, f"{head} : {_and(eqs or None, guard)} }}").intersect_domain(domain)
+            ctx, f"{head} : {and_conditions(eqs or None, guard)} }}").intersect_domain(domain)
         stmt.accesses.append(Access(tag, buf, tuple(indices), kind, rel, loc, unguarded))
 
     def collect(e, guard):
@@ -118,8 +118,8 @@ def _statement(ctx, g, cs: CStmt, context: isl.Set) -> Statement:
                 c = cond_text(e.cond, names, loc, "ternary condition", None)
             except NonAffineIndexError:  # a data-dependent choice: both sides may be read
                 c = None
-            collect(e.t, _and(guard, c))
-            collect(e.f, _and(guard, f"not ({c})" if c is not None else None))
+            collect(e.t, and_conditions(guard, c))
+            collect(e.f, and_conditions(guard, f"not ({c})" if c is not None else None))
             return
         if isinstance(e, ir.Load):
             access("read", e.buffer, e.indices, guard)
@@ -131,14 +131,6 @@ def _statement(ctx, g, cs: CStmt, context: isl.Set) -> Statement:
     access("write", cs.write, cs.write_indices, None)
     _check_in_bounds(ctx, g, cs, stmt, context)
     return stmt
-
-
-def _and(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return f"({a}) and ({b})"
 
 
 def _check_in_bounds(ctx, g, cs, stmt, context):

@@ -95,6 +95,16 @@ def cond_to_isl(c: ir.Expr, names: dict, location=None) -> str | None:
         return None
 
 
+def and_conditions(a: str | None, b: str | None) -> str | None:
+    """The conjunction of two isl constraint texts, where None stands for "true"
+    (no condition): ``(a) and (b)``, or the one that is not None, or None."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return f"({a}) and ({b})"
+
+
 def _cond(c, names, location) -> str:
     if isinstance(c, ir.IntImm) and c.dtype == "bool":
         return "1 = 1" if c.value else "1 = 0"

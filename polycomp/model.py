@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from polycomp import ir
-from polycomp.affine import cond_to_isl, to_isl
+from polycomp.affine import and_conditions, cond_to_isl, to_isl
 from polycomp.frontend.dsl import load_location
 from polycomp.errors import PolycompInternalError, ShapeMismatchError
 
@@ -227,8 +227,8 @@ class _ModelBuilder:
                 collect(e.cond, guard)
                 c = cond_to_isl(e.cond, names, loc)
                 nc = cond_to_isl(_negate(e.cond), names, loc) if c is not None else None
-                collect(e.t, _and(guard, c))
-                collect(e.f, _and(guard, nc))
+                collect(e.t, and_conditions(guard, c))
+                collect(e.f, and_conditions(guard, nc))
                 return
             if isinstance(e, ir.Load):
                 for i in e.indices:
@@ -263,14 +263,6 @@ class _ModelBuilder:
                     f"(shape ({', '.join(expr_str(d) for d in buf.shape)})); e.g. elements "
                     f"{bad.sample_point() if not bad.is_empty() else bad}; guard it with "
                     f"select() or fix the index", a.location or loc)
-
-
-def _and(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return f"({a}) and ({b})"
 
 
 def _negate(c: ir.Expr) -> ir.Expr:
