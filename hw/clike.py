@@ -78,32 +78,37 @@ class CLikePrinter:
             s += ".0"
         return s if dt.compute_dtype(dtype) == "float64" else s + "f"
 
+    def to_compute(self, dtype: str, v: str) -> str:
+        """Stored ``dtype`` value ``v`` as its compute type (16-bit floats widen to float);
+        targets spell the 16-bit conversions their own way."""
+        if dtype == "float16":
+            return f"((float){v})"
+        if dtype == "bfloat16":
+            return f"pc_bf16_to_f32({v})"
+        return v
+
+    def to_storage(self, dtype: str, v: str) -> str:
+        """Compute-type value ``v`` narrowed to storage type ``dtype`` (16-bit floats round
+        from float; other types are stored as computed)."""
+        if dtype == "float16":
+            return f"({self.storage_type('float16')})({v})"
+        if dtype == "bfloat16":
+            return f"pc_f32_to_bf16({v})"
+        return v
+
     def load_value(self, buf: ir.Buffer, index: str) -> str:
         """A load of one element, converted to its compute type."""
-        ref = f"{buf.name}[{index}]"
-        if buf.dtype == "float16":
-            return f"((float){ref})"
-        if buf.dtype == "bfloat16":
-            return f"pc_bf16_to_f32({ref})"
-        return ref
+        return self.to_compute(buf.dtype, f"{buf.name}[{index}]")
 
     def store_value(self, buf: ir.Buffer, value: str, vdtype: str) -> str:
-        if buf.dtype == "float16":
-            return f"({self.storage_type('float16')})({value})"
-        if buf.dtype == "bfloat16":
-            return f"pc_f32_to_bf16({value})"
-        return value
+        return self.to_storage(buf.dtype, value)
 
     def cast(self, e: ir.Cast) -> str:
         v = self.expr(e.value)
-        if e.dtype == "float16":
-            return f"((float)({self.storage_type('float16')})({v}))"
-        if e.dtype == "bfloat16":
-            return f"pc_bf16_to_f32(pc_f32_to_bf16({v}))"
+        if e.dtype in ("float16", "bfloat16"):   # round to the 16-bit type, compute in float
+            return self.to_compute(e.dtype, self.to_storage(e.dtype, v))
         if e.dtype == "bool":
             return f"(({v}) != 0)"
-        if e.dtype in ("int8", "int32") and dt.is_float(e.value.dtype):
-            return f"((int64_t)({self.types[e.dtype]})({v}))"
         if e.dtype in ("int8", "int32"):
             return f"((int64_t)({self.types[e.dtype]})({v}))"
         return f"(({self.value_type(e.dtype)})({v}))"

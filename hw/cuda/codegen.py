@@ -60,32 +60,19 @@ class CudaPrinter(CLikePrinter):
     def storage_type(self, dtype):
         return self.types[dtype]
 
-    def load_value(self, buf, index):
-        ref = f"{buf.name}[{index}]"
-        if buf.dtype == "float16":
-            return f"__half2float({ref})"
-        if buf.dtype == "bfloat16":
-            return f"__bfloat162float({ref})"
-        return ref
+    def to_compute(self, dtype, v):
+        if dtype == "float16":
+            return f"__half2float({v})"
+        if dtype == "bfloat16":
+            return f"__bfloat162float({v})"
+        return v
 
-    def store_value(self, buf, value, vdtype):
-        if buf.dtype == "float16":
-            return f"__float2half({value})"
-        if buf.dtype == "bfloat16":
-            return f"__float2bfloat16({value})"
-        return value
-
-    def cast(self, e):
-        v = self.expr(e.value)
-        if e.dtype == "float16":
-            return f"__half2float(__float2half({v}))"
-        if e.dtype == "bfloat16":
-            return f"__bfloat162float(__float2bfloat16({v}))"
-        if e.dtype == "bool":
-            return f"(({v}) != 0)"
-        if e.dtype in ("int8", "int32"):
-            return f"((int64_t)({self.types[e.dtype]})({v}))"
-        return f"(({self.value_type(e.dtype)})({v}))"
+    def to_storage(self, dtype, v):
+        if dtype == "float16":
+            return f"__float2half({v})"
+        if dtype == "bfloat16":
+            return f"__float2bfloat16({v})"
+        return v
 
     def intrinsic(self, e):
         from .ptx import print_intrinsic  # Tensor Core / cp.async PTX (inline asm)
