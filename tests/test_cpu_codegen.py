@@ -258,3 +258,43 @@ def test_degenerate_parallel_band_does_not_parallelise_a_reduction():
         ir.walk(ck.final_ir.body, lambda n: bad.append(n) if isinstance(n, ir.For)
                 and n.kind == "parallel" and not n.annotation("coincident", False) else None)
         assert not bad, target
+
+
+def _at_offset(shape, offset: int, dtype=np.float32):
+    """A C-contiguous array of ``shape`` starting ``offset`` elements past a 64-byte
+    boundary (numpy's own arrays usually sit 16 bytes past one)."""
+    n = int(np.prod(shape))
+    raw = np.empty((n + offset) * np.dtype(dtype).itemsize + 64, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset * np.dtype(dtype).itemsize
+    return raw[start:start + n * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
+
+
+def test_alignment_peel_is_emitted_for_long_argument_loops():
+    src = _source(softmax, "cpu-avx512")
+    body = src[src.index("void softmax("):]
+    assert body.count("pc_align_head(") == 3          # max, exp + sum, divide
+    assert "pc_align_head(" not in _source(softmax, "cpu-avx512", {"align": False}).split(
+        "void softmax(")[1]
+    k = pc.frontend.dsl.Kernel(lambda x: ops.softmax(x), name="short_rows",
+                               inputs={"x": pc.Tensor[(4, 100), "float32"]})
+    short = _source(k, "cpu-avx512")                  # 100 < 8 vectors: no peel
+    assert "pc_align_head(" not in short.split("void short_rows(")[1]
+
+
+@pytest.mark.parametrize("path", _paths())
+@settings(max_examples=10)
+@given(n=st.integers(1, 3), m=st.sampled_from([1, 15, 16, 17, 128, 129, 133, 200]),
+       x_off=st.integers(0, 15), y_off=st.integers(0, 15), seed=st.integers(0, 2 ** 31))
+def test_alignment_peel_at_every_offset(path, n, m, x_off, y_off, seed):
+    """Inputs and outputs at every element offset from a vector boundary: the peeled
+    head, the aligned main loop and the tail together cover each row exactly once."""
+    x = _at_offset((n, m), x_off)
+    x[...] = np.random.default_rng(seed).standard_normal((n, m))
+    y = _at_offset((n, m), y_off)
+    _callable(softmax, path)(x, out=[y])
+    np.testing.assert_allclose(y, ops.OPS["softmax"].reference(x), rtol=2e-6, atol=1e-7)
+    x64 = _at_offset((n, m), x_off, np.float64)
+    x64[...] = x
+    lo, hi, tot = _callable(row_stats, path)(x64)
+    np.testing.assert_array_equal(hi, x64.max(1))
+    np.testing.assert_allclose(tot, np.abs(x64).sum(1), rtol=1e-13)
