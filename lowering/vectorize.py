@@ -214,47 +214,18 @@ def analyse(loop: ir.For, lanes_of):
 
 
 def vectorize_loop(loop: ir.For, lanes_of, tail: str = "mask", reduce_unroll: int = 4,
-                   reciprocal: bool = False, align_to=()):
+                   reciprocal: bool = False):
     """The vector form of ``loop`` (see the module docstring), or None if it does not
     qualify."""
     try:
         an = _Analysis(loop, lanes_of)
         plan = an.run()
-        return _build(loop, an, plan, tail, reduce_unroll, reciprocal, align_to)
+        return _build(loop, an, plan, tail, reduce_unroll, reciprocal)
     except _Refuse:
         return None
 
 
-#: a loop with a constant extent is peeled for alignment only from this many vectors on
-ALIGN_MIN_VECTORS = 8
-
-
-def align_anchor(loop: ir.For, align_to) -> ir.Load | ir.Store | None:
-    """The access a vectorised ``loop`` aligns to: its first unit-stride store to a buffer
-    in ``align_to`` (the kernel's arguments: the arrays that stream through memory), else
-    its first unit-stride load of one; None if there is none."""
-    stores, loads = [], []
-
-    def fn(n):
-        if isinstance(n, (ir.Load, ir.Store)) and n.buffer in align_to \
-                and index_coeff(n.indices[0], loop.var) == 1:
-            (stores if isinstance(n, ir.Store) else loads).append(n)
-    ir.walk(loop.body, fn)
-    return (stores or loads or [None])[0]
-
-
-def _align_head(loop: ir.For, anchor, lanes: int) -> ir.Expr:
-    """``min(n, h)``: ``h`` iterations (``< lanes``) until ``anchor``'s address at the
-    current iteration is a multiple of the vector size (``pc_align_head`` at run time)."""
-    at_m = ir.Load(anchor.buffer, (simplify(ir.substitute(anchor.indices[0],
-                                                           {loop.var: loop.min})),),
-                   anchor.buffer.dtype)
-    h = ir.Call("valign_head", (at_m, ir.IntImm(dt.itemsize(anchor.buffer.dtype)),
-                                ir.IntImm(lanes)), "int64")
-    return ir.Binary("min", h, loop.extent, "int64")
-
-
-def _build(loop, an, plan, tail, reduce_unroll, reciprocal=False, align_to=()):
+def _build(loop, an, plan, tail, reduce_unroll, reciprocal=False):
     L, D = plan.lanes, plan.dtype
     v, m, n = loop.var, loop.min, loop.extent
     U = reduce_unroll if plan.reductions else 1
@@ -270,17 +241,6 @@ def _build(loop, an, plan, tail, reduce_unroll, reciprocal=False, align_to=()):
         return _Body(plan, w, slot, lane_mask).stmt(loop.body)
 
     parts = []
-    anchor = align_anchor(loop, align_to) if tail == "mask" and align_to else None
-    if anchor is not None and (const_n is None or const_n >= ALIGN_MIN_VECTORS * L):
-        # peel the first h < L iterations as one masked vector iteration, so that the
-        # anchor's accesses in the main loop are whole aligned vectors
-        head_var = ir.Var(v.name + "_h")
-        mask = lane_range(ir.IntImm(0), head_var, L)
-        head = ir.AttrStmt("vector_mask", (head_var, L), body_at(m, 0, mask))
-        parts.append(ir.IfThenElse(ir.Binary(">", head_var, ir.IntImm(0), "bool"), head))
-        m, n, const_n = simplify(m + head_var), simplify(n - head_var), None
-    else:
-        head_var = None
     n_vec = simplify(n // L)                       # full vectors
     n_main = simplify(n // (L * U)) if U > 1 else n_vec
     ann = tuple((k, val) for k, val in loop.annotations) + (("vectorized", L),)
@@ -327,19 +287,16 @@ def _build(loop, an, plan, tail, reduce_unroll, reciprocal=False, align_to=()):
         out = ir.seq(*inits, out)
         for red in plan.reductions.values():
             out = ir.Allocate(red.acc, out)
-    if head_var is not None:
-        out = ir.LetStmt(head_var, _align_head(loop, anchor, L), out)
-    if not isinstance(loop.extent, ir.IntImm):  # a loop with extent <= 0 runs no
-        # iteration, but the floor divisions above would give a non-empty tail (and
-        # remainder vectors) for it
-        out = ir.IfThenElse(ir.Binary(">", loop.extent, ir.IntImm(0), "bool"), out)
+    if const_n is None:  # a loop with extent <= 0 runs no iteration, but the floor
+        # divisions above would give a non-empty tail (and remainder vectors) for it
+        out = ir.IfThenElse(ir.Binary(">", n, ir.IntImm(0), "bool"), out)
     return out
 
 
 class _Vectorize(ir.Mutator):
-    def __init__(self, lanes_of, tail, reduce_unroll, reciprocal, align_to):
+    def __init__(self, lanes_of, tail, reduce_unroll, reciprocal):
         self.lanes_of, self.tail, self.reduce_unroll = lanes_of, tail, reduce_unroll
-        self.reciprocal, self.align_to = reciprocal, align_to
+        self.reciprocal = reciprocal
         self.count = 0
 
     def visit_For(self, s):
@@ -347,7 +304,7 @@ class _Vectorize(ir.Mutator):
         s = s if body is s.body else replace(s, body=body)
         if s.kind in ("serial", "parallel", "vectorized") and not has_loop(s.body):
             out = vectorize_loop(s, self.lanes_of, self.tail, self.reduce_unroll,
-                                 self.reciprocal, self.align_to)
+                                 self.reciprocal)
             if out is not None:
                 self.count += 1
                 return out
@@ -355,16 +312,12 @@ class _Vectorize(ir.Mutator):
 
 
 def vectorize(func: ir.LoweredFunc, lanes_of, tail: str = "mask",
-              reduce_unroll: int = 4, reciprocal: bool = False,
-              align: bool = True) -> ir.LoweredFunc:
+              reduce_unroll: int = 4, reciprocal: bool = False) -> ir.LoweredFunc:
     """Vectorise every qualifying innermost loop of ``func`` (see the module docstring).
     ``lanes_of(dtype)`` gives the vector length (1: no vectors of that dtype).  With
     ``reciprocal``, a vector divided by a loop-invariant value is multiplied by its
-    reciprocal, computed once (within 1.5 ulp of the quotient instead of 0.5).  With
-    ``align`` (and masked tails), loops over the kernel's argument arrays are peeled
-    for alignment (module docstring)."""
-    m = _Vectorize(lanes_of, tail, reduce_unroll, reciprocal,
-                   frozenset(func.args) if align else frozenset())
+    reciprocal, computed once (within 1.5 ulp of the quotient instead of 0.5)."""
+    m = _Vectorize(lanes_of, tail, reduce_unroll, reciprocal)
     body = m.visit(func.body)
     out = func.with_body(body)
     out.attrs["vectorized_loops"] = m.count

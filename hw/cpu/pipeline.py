@@ -19,8 +19,7 @@ Options (``compile_kernel(..., options=...)``): ``parallel``, ``fuse``, ``microk
 the default, or ``"scalar"``: how the last ``n mod L`` iterations of a vector loop
 run), ``reduce_unroll`` (vector accumulators per reduction, default 4), ``reciprocal``
 (default True: vector division by a loop-invariant value multiplies by its
-reciprocal), ``align`` (default True: vector loops over argument arrays peel a masked
-head so that their main loop runs on aligned vectors), ``gemm_tiles=(MC, NC, KC)``, ``gemm_register=(MR, NI)``.
+reciprocal), ``gemm_tiles=(MC, NC, KC)``, ``gemm_register=(MR, NI)``.
 """
 from __future__ import annotations
 
@@ -81,6 +80,5 @@ def codegen(func: ir.LoweredFunc, target: Target, options: dict) -> tuple[ir.Low
     flat = microkernels(flat, target.vector_lanes)
     flat = vectorize(flat, target.vector_lanes, tail=options.get("tail", "mask"),
                      reduce_unroll=int(options.get("reduce_unroll", 4)),
-                     reciprocal=bool(options.get("reciprocal", True)),
-                     align=bool(options.get("align", True)))
+                     reciprocal=bool(options.get("reciprocal", True)))
     return flat, emit_c(flat, printer_for(target.isa, target.has_fma), prelude(target.isa))

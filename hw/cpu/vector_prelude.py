@@ -34,12 +34,6 @@ _HEADER = r"""
 #include <immintrin.h>
 #endif
 #define PC_VINLINE static inline __attribute__((always_inline))
-/* iterations before p + i is aligned to a whole vector of `lanes` elements of `esize`
-   bytes (0 when p is already aligned or not even element-aligned) */
-PC_VINLINE int64_t pc_align_head(const void* p, int64_t esize, int64_t lanes) {
-  const int64_t bytes = esize * lanes, mis = (int64_t)((uintptr_t)p % (uintptr_t)bytes);
-  return (mis == 0 || mis % esize) ? 0 : (bytes - mis) / esize;
-}
 """
 
 # ---------------------------------------------------------------- AVX2 (256-bit)

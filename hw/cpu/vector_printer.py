@@ -101,10 +101,6 @@ class VectorPrinter(CPrinter):
 
     # ------------------------------------------------------------ expressions
     def expr(self, e) -> str:
-        if isinstance(e, ir.Call) and e.name == "valign_head":
-            at, esize, lanes = e.args      # the anchor's element at the loop's start
-            return (f"pc_align_head({self.pointer(at.buffer, at.indices[0])}, "
-                    f"{esize.value}, {lanes.value})")
         if isinstance(e, ir.Load) and e.buffer in self.registers:
             return self.register_ref(e.buffer, e.indices[0], e.lanes)
         if isinstance(e, ir.Call) and e.name.startswith("vreduce_"):
