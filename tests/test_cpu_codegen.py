@@ -258,3 +258,51 @@ def test_degenerate_parallel_band_does_not_parallelise_a_reduction():
         ir.walk(ck.final_ir.body, lambda n: bad.append(n) if isinstance(n, ir.For)
                 and n.kind == "parallel" and not n.annotation("coincident", False) else None)
         assert not bad, target
+
+
+# --------------------------------------------------------------------------- prefetch
+
+
+def _const_kernel(fn, name, **inputs):
+    from polycomp.frontend.dsl import Kernel
+    return Kernel(fn, name=name, inputs={k: pc.Tensor[v] for k, v in inputs.items()})
+
+
+def test_row_loops_prefetch_the_next_row_in_their_busiest_loop():
+    k = _const_kernel(lambda x: ops.softmax(x), "sm_rows", x=((64, 1024), "float32"))
+    ck = compile_kernel(k, "cpu-avx512")
+    assert ck.final_ir.attrs["prefetched_loops"] == 1
+    body = ck.source[ck.source.index("void sm_rows("):]
+    loops = body.split("for (")
+    with_pf = [chunk for chunk in loops if "__builtin_prefetch" in chunk]
+    assert len(with_pf) == 1 and "pc512_exp_ps" in with_pf[0]       # the exp + sum loop
+    # the next row (+1024) of the input (read) and of the output (write), 4 lines each
+    reads = re.findall(r"__builtin_prefetch\(x \+ (.*?), 0, 3\)", with_pf[0])
+    writes = re.findall(r"__builtin_prefetch\((\w+) \+ (.*?), 1, 3\)", with_pf[0])
+    out_name = ck.final_ir.outputs[0].name
+    assert len(reads) == 4 and all("1024" in r for r in reads)
+    assert len(writes) == 4 and all(w[0] == out_name and "1024" in w[1] for w in writes)
+    off = compile_kernel(k, "cpu-avx512", {"prefetch": False})
+    assert "__builtin_prefetch" not in off.source
+    # symbolic rows, and products (their loads read packed buffers): no prefetch
+    assert "__builtin_prefetch" not in _source(softmax, "cpu-avx512")
+    assert "__builtin_prefetch" not in _source(matmul, "cpu-avx512")
+
+
+@pytest.mark.parametrize("path", _paths())
+@settings(max_examples=6, deadline=None)
+@given(n=st.integers(1, 5), m=st.sampled_from([1, 7, 16, 33, 100, 257, 1000]),
+       seed=st.integers(0, 2 ** 31))
+def test_prefetching_row_kernels_match_numpy(path, n, m, seed):
+    """Constant shapes (the prefetch pass needs constant trip counts), rows shorter and
+    longer than a vector, the last row prefetching past the end of the arrays."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, m)).astype(np.float32)
+    g, b = rng.standard_normal(m).astype(np.float32), rng.standard_normal(m).astype(np.float32)
+    sm = _const_kernel(lambda x: ops.softmax(x), f"pf_sm_{n}_{m}", x=((n, m), "float32"))
+    ln = _const_kernel(lambda x, g, b: ops.layernorm(x, g, b), f"pf_ln_{n}_{m}",
+                       x=((n, m), "float32"), g=((m,), "float32"), b=((m,), "float32"))
+    np.testing.assert_allclose(_callable(sm, path)(x), ops.OPS["softmax"].reference(x),
+                               rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(_callable(ln, path)(x, g, b),
+                               ops.OPS["layernorm"].reference(x, g, b), rtol=1e-4, atol=1e-4)

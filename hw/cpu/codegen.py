@@ -36,6 +36,13 @@ class CPrinter(CLikePrinter):
             self.emit(f"#pragma GCC unroll {int(s.annotation('unroll', 16))}")
         super().for_(s)
 
+    def intrinsic(self, e: ir.Call) -> str:
+        if e.name == "prefetch":       # hw/cpu/prefetch.py: (element, for writing)
+            at, write = e.args
+            return (f"__builtin_prefetch({at.buffer.name} + {self.expr(at.indices[0])}, "
+                    f"{write.value}, 3)")
+        return super().intrinsic(e)
+
     def allocate(self, s: ir.Allocate) -> None:
         b = s.buffer
         size = self.expr(ir.shape_product(b.shape))

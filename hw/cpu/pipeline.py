@@ -11,7 +11,8 @@ Targets ``c`` (scalar C), ``cpu`` (this machine), ``cpu-avx2`` and ``cpu-avx512`
   OpenMP loops.
 * Code generation: contraction of temporaries, per-thread heap buffers, scalar
   replacement, flattening; for vector targets the micro-kernels, the vectoriser
-  (:mod:`polycomp.lowering.vectorize`) and the AVX2/AVX-512 printer
+  (:mod:`polycomp.lowering.vectorize`), next-row prefetches (:mod:`.prefetch`) and the
+  AVX2/AVX-512 printer
   (:mod:`polycomp.hw.cpu.vector_printer`).
 
 Options (``compile_kernel(..., options=...)``): ``parallel``, ``fuse``, ``microkernel``,
@@ -19,7 +20,8 @@ Options (``compile_kernel(..., options=...)``): ``parallel``, ``fuse``, ``microk
 the default, or ``"scalar"``: how the last ``n mod L`` iterations of a vector loop
 run), ``reduce_unroll`` (vector accumulators per reduction, default 4), ``reciprocal``
 (default True: vector division by a loop-invariant value multiplies by its
-reciprocal), ``gemm_tiles=(MC, NC, KC)``, ``gemm_register=(MR, NI)``.
+reciprocal), ``prefetch`` (default True: the busiest vector loop of a row-wise loop nest
+prefetches the next row of its inputs), ``gemm_tiles=(MC, NC, KC)``, ``gemm_register=(MR, NI)``.
 """
 from __future__ import annotations
 
@@ -81,4 +83,7 @@ def codegen(func: ir.LoweredFunc, target: Target, options: dict) -> tuple[ir.Low
     flat = vectorize(flat, target.vector_lanes, tail=options.get("tail", "mask"),
                      reduce_unroll=int(options.get("reduce_unroll", 4)),
                      reciprocal=bool(options.get("reciprocal", True)))
+    if options.get("prefetch", True):
+        from .prefetch import prefetch_next_rows
+        flat = prefetch_next_rows(flat, max_bytes=target.l2_bytes // 4)
     return flat, emit_c(flat, printer_for(target.isa, target.has_fma), prelude(target.isa))

@@ -1,0 +1,176 @@
+"""IR pass: software prefetch of the next row in row-wise vector loop nests.
+
+A row-wise kernel (softmax, layernorm, a row reduction) makes several vector passes
+over one row of its input and then moves to the next row.  When a row spans a few
+pages or less, the hardware prefetchers (which follow streams within a 4 KiB page)
+start cold on every row: the first pass over a row waits for memory, while the
+compute-heavy pass (softmax's ``exp``) leaves the memory system idle.  This pass
+makes the compute-heavy pass fetch the next row, so memory and arithmetic overlap.
+
+Assumes: flattened and vectorised IR (vector loads have ``Ramp`` indices; the
+vectoriser's loops carry the ``vectorized`` annotation); run just before printing.
+
+Let ``R`` be a loop (variable ``r``, not itself a vector loop) and ``V1 .. Vk`` the
+vector loops directly in its body (not inside a deeper loop).  A *row* is the part of
+an argument a ``Vi`` with a constant extent ``T`` touches in row ``r``: its
+unit-stride vector loads of an input (or stores to an output) at
+``Ramp(s*r + c*v + e, 1, L)`` with ``s``, ``c`` positive constants, ``v`` the loop's
+variable, ``e`` free of both, and ``T*c <= s`` (rows do not overlap): ``T*c``
+elements from ``s*r + e`` (the smallest ``e`` of the group).  Nothing happens when no
+row is found, when the rows add up to more than ``max_bytes`` (they would not stay
+cached until used), or when no ``Vi`` has a constant positive extent.
+
+Guarantees: the busiest ``Vi`` with a constant extent (calls count ten, operators one)
+starts each iteration with prefetches of every row of row ``r' = min(r + 1, last r)``:
+inputs for reading (``__builtin_prefetch(ptr, 0, 3)``), outputs for writing
+(``__builtin_prefetch(ptr, 1, 3)``); a row's 64-byte lines are spread evenly over the
+loop's iterations and the line numbers clamped to the row, so every address lies
+inside its array.  A prefetch never faults and changes no value: the results are
+those of the input IR.  ``attrs["prefetched_loops"]`` counts the loops that received
+prefetches.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from polycomp import dtypes as dt
+from polycomp import ir
+from polycomp.lowering.simplify import simplify
+from polycomp.lowering.vectorize_analysis import affine_in
+
+LINE_BYTES = 64
+
+
+def _is_vector_loop(s) -> bool:
+    return isinstance(s, ir.For) and s.annotation("vectorized", None) is not None
+
+
+def _work(stmt) -> int:
+    n = [0]
+
+    def fn(e):
+        if isinstance(e, ir.Call):
+            n[0] += 10
+        elif isinstance(e, (ir.Binary, ir.Unary)):
+            n[0] += 1
+    ir.walk(stmt, fn)
+    return n[0]
+
+
+@dataclass
+class _Row:
+    """The part of a row a vector loop reads (``write`` False) or writes: elements
+    ``[start, start + elems)`` of ``buffer`` in row ``r``, ``start = s*r + ...``."""
+    buffer: ir.Buffer
+    write: bool
+    start: ir.Expr
+    elems: int
+
+
+def _rows(vloop: ir.For, r: ir.Var, inputs: frozenset, outputs: frozenset) -> list:
+    """The input rows ``vloop`` reads and the output rows it writes in row ``r``: its
+    unit-stride vector accesses at ``Ramp(s*r + c*v + e, 1, L)`` (``s``, ``c`` positive
+    constants, ``v`` its variable) whose ``extent * c`` elements per row do not reach
+    the next row (``<= s``)."""
+    if not isinstance(vloop.extent, ir.IntImm):
+        return []
+    groups = {}
+
+    def fn(n):
+        if isinstance(n, ir.Load) and n.buffer in inputs:
+            write = False
+        elif isinstance(n, ir.Store) and n.buffer in outputs:
+            write = True
+        else:
+            return
+        idx = n.indices[0]
+        if not (isinstance(idx, ir.Ramp) and ir.is_const(idx.stride, 1)):
+            return
+        a, b = affine_in(idx.base, r), affine_in(idx.base, vloop.var)
+        if a is None or b is None or not isinstance(a[0], int) or not isinstance(b[0], int) \
+                or a[0] <= 0 or b[0] <= 0:
+            return
+        start = simplify(ir.substitute(idx.base, {vloop.var: vloop.min}))
+        groups.setdefault((n.buffer, write, a[0], b[0]), []).append(start)
+    ir.walk(vloop.body, fn)
+    out = []
+    for (buf, write, s, c), starts in groups.items():
+        offs = [simplify(x - starts[0]) for x in starts]
+        if not all(isinstance(o, ir.IntImm) for o in offs):
+            continue
+        elems = vloop.extent.value * c
+        if elems > s:
+            continue
+        lo = min(o.value for o in offs)
+        out.append(_Row(buf, write, simplify(starts[0] + lo), elems))
+    return out
+
+
+def _prefetches(vloop: ir.For, r: ir.Var, last_r: ir.Expr, row: _Row) -> list:
+    """Prefetches of ``row`` in row ``min(r + 1, last_r)`` spread over ``vloop``'s
+    iterations: each iteration asks for the next ``q`` of the row's cache lines (the
+    line numbers clamped to the row, so every address lies inside the array)."""
+    esize = dt.itemsize(row.buffer.dtype)
+    per_line = max(1, LINE_BYTES // esize)
+    lines = -(-row.elems * esize // LINE_BYTES)
+    q = -(-lines // vloop.extent.value)
+    nxt = simplify(ir.substitute(row.start, {r: ir.Binary("min", r + 1, last_r, "int64")}))
+    out = []
+    for j in range(q):
+        line = ir.Binary("min", (vloop.var - vloop.min) * q + j, ir.IntImm(lines - 1), "int64")
+        at = simplify(nxt + line * per_line)
+        out.append(ir.Evaluate(ir.Call(
+            "prefetch", (ir.Load(row.buffer, (at,), row.buffer.dtype), ir.IntImm(int(row.write))),
+            "int32", pure=False)))
+    return out
+
+
+class _Prefetch(ir.Mutator):
+    def __init__(self, inputs: frozenset, outputs: frozenset, max_bytes: int):
+        self.inputs, self.outputs, self.max_bytes = inputs, outputs, max_bytes
+        self.count = 0
+
+    def visit_For(self, s):
+        body = self.visit(s.body)
+        s = s if body is s.body else replace(s, body=body)
+        if _is_vector_loop(s):
+            return s
+        stack, vloops = [s.body], []
+        while stack:                 # vector loops in s's body, not inside another loop
+            n = stack.pop()
+            if _is_vector_loop(n):
+                vloops.append(n)
+            elif not isinstance(n, ir.For):
+                stack.extend(c for c in ir.children(n) if isinstance(c, ir.Stmt))
+        rows = {}
+        for v in vloops:
+            for row in _rows(v, s.var, self.inputs, self.outputs):
+                key = (row.buffer, row.write)
+                if key not in rows or rows[key].elems < row.elems:
+                    rows[key] = row
+        nbytes = sum(w.elems * dt.itemsize(w.buffer.dtype) for w in rows.values())
+        busy = [v for v in vloops if isinstance(v.extent, ir.IntImm) and v.extent.value > 0]
+        if not rows or nbytes > self.max_bytes or not busy:
+            return s
+        best = max(busy, key=lambda v: _work(v.body))
+        last = simplify(s.min + s.extent - 1)
+        pre = [p for row in rows.values() for p in _prefetches(best, s.var, last, row)]
+        self.count += 1
+        new = replace(best, body=ir.seq(*pre, best.body))
+        return replace(s, body=_replace_stmt(s.body, best, new))
+
+
+def _replace_stmt(root, old, new):
+    class _R(ir.Mutator):
+        def visit(self, n):
+            return new if n is old else super().visit(n)
+    return _R().visit(root)
+
+
+def prefetch_next_rows(func: ir.LoweredFunc, max_bytes: int = 512 * 1024) -> ir.LoweredFunc:
+    """Make the busiest vector loop of each row-wise loop nest prefetch the next row of
+    the inputs it reads (module docstring)."""
+    m = _Prefetch(frozenset(func.inputs), frozenset(func.outputs), max_bytes)
+    out = func.with_body(m.visit(func.body))
+    out.attrs["prefetched_loops"] = m.count
+    return out
