@@ -41,7 +41,12 @@ Register block ``MR x NR`` (``NR = NI`` vectors): the largest ``MR*NI/(MR+NI)`` 
 load) with ``MR*NI + NI + 1 <= vector registers`` (accumulators, one row of ``Y``
 vectors, one broadcast of ``X``), ``NI`` in 1, 2, 4.  ``KC`` keeps an ``MR x KC``
 panel of ``X`` in a quarter of L1, ``NC`` a ``KC x NC`` block of ``Y`` in half of L2,
-``MC`` splits ``i`` evenly over the threads when the extent is known.  Options
+``MC`` splits ``i`` evenly over the threads when the extent is known.  Within a
+``(j, k)`` tile each ``MR x KC`` panel of ``X`` stays in L1 while the ``NR``-wide
+panels of the packed ``Y`` block stream from L2, so the ``MC x KC`` block of ``X``
+need not fit a cache; a large ``MC`` means the ``Y`` block, packed once per ``i``
+tile, is reused over more rows.  ``MC`` is therefore a thread's whole share of ``i``,
+split further only when its packed ``X`` block would exceed four times L2.  Options
 ``gemm_tiles=(MC, NC, KC)`` and ``gemm_register=(MR, NI)`` override.
 """
 from __future__ import annotations
@@ -228,7 +233,7 @@ def choose_blocking(op: OuterProduct, target, options: dict) -> Blocking:
         panels = -(-n_i // MR)
         q = 1
         MC = MR * -(-panels // (threads * q))
-        while MC * KC * size > target.l2_bytes // 2 and MC > MR:
+        while MC * KC * size > 4 * target.l2_bytes and MC > MR:
             q += 1
             MC = MR * -(-panels // (threads * q))
     else:
