@@ -14,7 +14,8 @@ imported), then reports which kernel OpenBLAS runs (threadpoolctl, when installe
 Timing: each case is warmed up, then ours and the peer run alternately in ``repeat``
 rounds, each block of calls after a short pause (so the other side's threads have stopped
 spinning), and the best single-call time of each is kept (robust to other processes on
-the machine); the ratio is peer time / our time (> 1: polycomp is faster).  Shapes are constants in the
+the machine); the ratio is peer time / our time (> 1: polycomp is faster), and the ratio
+of the median call times is reported beside it.  Shapes are constants in the
 kernels (what a deployed model has), so tile sizes adapt to them.
 """
 from __future__ import annotations
@@ -38,13 +39,19 @@ _CHILD = "POLYCOMP_BENCH_CPU_CHILD"
 SETTLE_S = 0.25
 
 
-def _timeit(fns, repeat: int, min_time: float = 0.05):
-    """Best single-call time of each function; the functions run alternately, ``repeat``
-    rounds of calls adding up to about ``min_time`` each, each block after a
-    :data:`SETTLE_S` pause.  The minimum is what the code costs when no other process
-    takes a core mid-call (on a shared machine a 2-thread region that loses a core waits
-    a whole scheduler tick, for polycomp and OpenBLAS alike)."""
-    best = [float("inf")] * len(fns)
+class BestTime(float):
+    """The best single-call time (seconds); ``median`` is the median over all calls."""
+    median: float
+
+
+def _timeit(fns, repeat: int, min_time: float = 0.1):
+    """Best single-call time of each function (a :class:`BestTime` carrying the median
+    too); the functions run alternately, ``repeat`` rounds of calls adding up to about
+    ``min_time`` each, each block after a :data:`SETTLE_S` pause.  The minimum is what
+    the code costs when no other process takes a core mid-call (on a shared machine a
+    2-thread region that loses a core waits a whole scheduler tick, for polycomp and
+    OpenBLAS alike); the median shows how each side fares with the interference."""
+    samples = [[] for _ in fns]
     for f in fns:
         f()
     for _ in range(repeat):
@@ -54,10 +61,16 @@ def _timeit(fns, repeat: int, min_time: float = 0.05):
             for _n in range(200):
                 t0 = time.perf_counter()
                 f()
-                best[k] = min(best[k], time.perf_counter() - t0)
+                samples[k].append(time.perf_counter() - t0)
                 if time.perf_counter() - t_round >= min_time:
                     break
-    return best
+    out = []
+    for ts in samples:
+        ts.sort()
+        b = BestTime(ts[0])
+        b.median = ts[len(ts) // 2]
+        out.append(b)
+    return out
 
 
 def _kernel(fn, name, **inputs):
@@ -80,6 +93,8 @@ class Suite:
     def add(self, group, case, ours_s, peer_s, peer, work=None, unit=None, nbytes=None):
         row = {"group": group, "case": case, "ours_ms": ours_s * 1e3, "peer_ms": peer_s * 1e3,
                "peer": peer, "ratio": peer_s / ours_s}
+        if hasattr(ours_s, "median") and hasattr(peer_s, "median"):
+            row["ratio_median"] = peer_s.median / ours_s.median
         if work is not None:
             row[unit] = work / ours_s / 1e9
             row["peer_" + unit] = work / peer_s / 1e9
@@ -316,8 +331,9 @@ def format_table(result: dict) -> str:
              f"STREAM copy bandwidth (polycomp, read+write): "
              f"{result['copy_bandwidth_GBs']:.1f} GB/s; '% of copy BW' compares a fused kernel "
              f"with a polycomp copy of the same bytes, timed alongside it", "",
-             "| group | case | ours (ms) | peer | peer (ms) | peer/ours | ours perf | peer perf | % of copy BW |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+             "| group | case | ours (ms) | peer | peer (ms) | peer/ours | median ratio | ours perf "
+             "| peer perf | % of copy BW | % of STREAM copy |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         perf = peer = ""
         for unit in ("GFLOP/s", "GB/s"):
@@ -325,8 +341,11 @@ def format_table(result: dict) -> str:
                 perf, peer = f"{r[unit]:.1f} {unit}", f"{r['peer_' + unit]:.1f} {unit}"
                 break
         bw = f"{100 * r['of_copy_bw']:.0f}%" if "of_copy_bw" in r else ""
+        sbw = f"{100 * r['of_stream_copy']:.0f}%" if "of_stream_copy" in r else ""
+        med = f"{r['ratio_median']:.2f}" if "ratio_median" in r else ""
         lines.append(f"| {r['group']} | {r['case']} | {r['ours_ms']:.3f} | {r['peer']} | "
-                     f"{r['peer_ms']:.3f} | {r['ratio']:.2f} | {perf} | {peer} | {bw} |")
+                     f"{r['peer_ms']:.3f} | {r['ratio']:.2f} | {med} | {perf} | {peer} | {bw} "
+                     f"| {sbw} |")
     return "\n".join(lines)
 
 

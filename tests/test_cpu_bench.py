@@ -1,6 +1,8 @@
 """The CPU benchmark suite's pieces that can be checked quickly: its numpy peers compute
 what polycomp's kernels compute, the table states the thread count, and one tiny case
 runs end to end (timings are reported by `polycomp bench cpu`, never asserted)."""
+import time
+
 import numpy as np
 import pytest
 
@@ -33,9 +35,21 @@ def test_table_states_threads_and_bandwidth_fraction():
               "copy_bandwidth_GBs": 20.0,
               "rows": [{"group": "softmax", "case": "(4, 4)", "ours_ms": 1.0, "peer_ms": 2.0,
                         "peer": "numpy", "ratio": 2.0, "GB/s": 15.0, "peer_GB/s": 7.5,
-                        "of_copy_bw": 0.75}]}
+                        "of_copy_bw": 0.75, "of_stream_copy": 0.9, "ratio_median": 1.5}]}
     text = bench.format_table(result)
-    assert "threads: 2" in text and "| softmax | (4, 4) |" in text and "75%" in text
+    assert "threads: 2" in text and "| softmax | (4, 4) |" in text
+    assert "| 2.00 | 1.50 |" in text and "| 75% | 90% |" in text
+
+
+def test_timeit_keeps_the_best_and_the_median_call():
+    calls = iter([0.0, 0.0] + [0.003, 0.001, 0.002] * 10)
+    times = bench._timeit([lambda: time.sleep(next(calls))], repeat=3, min_time=0.0)
+    assert len(times) == 1 and times[0] <= times[0].median
+    s = bench.Suite(quick=True, threads=1, repeat=1, target="cpu")
+    fast, slow = bench.BestTime(1.0), bench.BestTime(2.0)
+    fast.median, slow.median = 1.0, 4.0
+    row = s.add("g", "c", fast, slow, "peer")
+    assert row["ratio"] == 2.0 and row["ratio_median"] == 4.0
 
 
 def test_one_case_runs(monkeypatch):
