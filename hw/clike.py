@@ -235,13 +235,17 @@ class CLikePrinter:
         self.level -= 1
 
     def for_(self, s: ir.For) -> None:
+        self.for_loop(s, s.body)
+
+    def for_loop(self, s: ir.For, body: ir.Stmt) -> None:
+        """The C ``for`` of ``s`` (no pragma) around ``body``."""
         v = s.var.name
         if _nonneg(s.min, self.nonneg):
             self.nonneg.add(s.var)
         lo, ext = self.expr(s.min), self.expr(s.extent)
         hi = ext if ir.is_const(s.min, 0) else f"{lo} + {ext}"
         self.emit(f"for (int64_t {v} = {lo}; {v} < {hi}; ++{v}) {{")
-        self.block(s.body)
+        self.block(body)
         self.emit("}")
 
     def attr(self, s: ir.AttrStmt) -> None:

@@ -26,7 +26,8 @@ touching other dtypes with ``v`` keeps its scalar code), when:
 
 Guarantees: the loop becomes ``for v0 in [0, n // (L*U))`` over vector iterations
 (``U`` accumulators per reduction, default 4 when the loop reduces, else 1), then a
-remainder loop over the leftover full vectors when ``U > 1``, then a tail over the last
+remainder loop over the leftover full vectors when ``U > 1`` (annotated
+``vector_remainder``), then a tail over the last
 ``n mod L`` iterations: with ``tail="mask"`` an ``AttrStmt("vector_mask", (count, L))``
 whose vector loads and stores touch only lanes ``0 <= l < count`` (inactive lanes load
 zero), with ``tail="scalar"`` the original scalar loop on the leftover range.  Each
@@ -252,7 +253,8 @@ def _build(loop, an, plan, tail, reduce_unroll, reciprocal=False):
         # the full vectors left over by the unrolled loop: [n_main * U, n_vec)
         v1 = ir.Var(v.name + "_r")
         parts.append(ir.For(v1, simplify(n_main * U), simplify(n_vec - n_main * U), "serial",
-                            body_at(simplify(m + v1 * L), 0), ann))
+                            body_at(simplify(m + v1 * L), 0),
+                            ann + (("vector_remainder", True),)))
     tail_base = simplify(m + n_vec * L)
     count = simplify(n - n_vec * L)
     finals = []

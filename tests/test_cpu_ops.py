@@ -23,17 +23,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polycomp import dtypes as dt
 from polycomp.driver import build, compile_kernel
-from polycomp.frontend.ops import OPS, accumulation_dtype
-from polycomp.hw.cpu.build import CFunction
+from polycomp.frontend.ops import OPS
+from polycomp.hw.cpu.build import CFunction, build_shared
 from polycomp.hw.cpu.simd_build import build_simde, has_native_avx512, simde_available
 from polycomp.hw.target import cpu_flags
 
-_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73,
-           79, 83, 89, 97, 101, 127, 131, 163, 197, 211, 251, 257, 293)
-_EPS = {"float64": 2.3e-16, "float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.9e-3}
-_R0 = {"float64": 1e-12, "float32": 1e-5}
+from ops_helpers import check_close, extent, runner
 
 HAS_AVX2 = {"avx2", "fma"} <= cpu_flags()
 AVX2_CASES = [(n, d) for n, s in OPS.items() for d in s.dtypes
@@ -45,50 +41,6 @@ SIMDE_F64 = ("softmax", "layernorm", "matmul", "gelu", "reduce_sum_1", "conv2d_s
 SIMDE_CASES = ([(n, "float32") for n in OPS] + [(n, "float64") for n in SIMDE_F64]) \
     if simde_available() else []
 NATIVE512_CASES = [(n, "float32") for n in OPS] if has_native_avx512() else []
-
-
-def extent(lo: int, hi: int):
-    primes = [p for p in _PRIMES if lo <= p <= hi]
-    odd = st.integers((lo - 1) // 2, (hi - 1) // 2).map(lambda k: 2 * k + 1) \
-        .filter(lambda v: lo <= v <= hi)
-    options = [st.just(lo), st.integers(lo, hi), odd]
-    if primes:
-        options.append(st.sampled_from(primes))
-    return st.one_of(*options)
-
-
-def check_close(out, ref, spec, dtype, shapes, what):
-    out, ref = np.asarray(out), np.asarray(ref)
-    assert out.shape == ref.shape, f"{what}: shape {out.shape} != {ref.shape}"
-    if out.dtype.kind in "iub":
-        np.testing.assert_array_equal(out, ref, err_msg=what)
-        return
-    acc = accumulation_dtype(dtype)
-    out_dt = dt.canonical(out.dtype)
-    L = spec.reduction(shapes)
-    rtol = _R0[acc] + 4 * L * _EPS[acc] + (2 * _EPS[out_dt] if out_dt in ("float16", "bfloat16") else 0)
-    ref64 = ref.astype(np.float64)
-    scale = max(1.0, float(np.max(np.abs(ref64)))) if ref64.size else 1.0
-    np.testing.assert_allclose(out.astype(np.float64), ref64, rtol=rtol, atol=rtol * scale,
-                               err_msg=f"{what} (L={L}, shapes={shapes})")
-
-
-_BUILT: dict = {}
-
-
-def runner(name: str, dtype: str, path: str):
-    key = (name, dtype, path)
-    if key not in _BUILT:
-        k = OPS[name].kernel(dtype)
-        if path == "avx2":
-            _BUILT[key] = build(k, "cpu-avx2")
-        else:
-            ck = compile_kernel(k, "cpu-avx512")
-            if path == "simde":
-                _BUILT[key] = CFunction(ck.final_ir, build_simde(ck.source))
-            else:
-                _BUILT[key] = build(k, "cpu-avx512")
-    return _BUILT[key]
 
 
 def _run(name, dtype, path, data):
@@ -216,3 +168,29 @@ def test_constant_shape_matmuls(path, case):
     A = rng.standard_normal((n, k)).astype(np.float32)
     B = rng.standard_normal((k, m)).astype(np.float32)
     np.testing.assert_allclose(f(A, B), A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(OPS) if HAS_AVX2 else [])
+@settings(max_examples=2, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1))
+def test_op_avx2_constant_shapes(name, seed):
+    """Every operator with constant shapes (what a deployed model has, and what the
+    benchmarks compile): trip counts and tile extents become constants, so full tiles
+    are micro-kernels, row-wise nests prefetch their next row (hw/cpu/prefetch.py) and
+    the vectoriser sees constant tails.  Shapes are drawn at random from the op's
+    ranges."""
+    import polycomp as pc
+    from polycomp.frontend.dsl import Kernel
+    spec = OPS[name]
+    rng = np.random.default_rng(seed)
+    shapes = spec.shapes(lambda lo, hi: int(rng.integers(lo, hi + 1)))
+    sym = spec.kernel("float32")
+    inputs = {t.buffer.name: pc.Tensor[tuple(s), t.buffer.dtype]
+              for t, s in zip(sym.graph.inputs, shapes)}
+    k = Kernel(sym.fn, name=f"{sym.name}_const", inputs=inputs)
+    ck = compile_kernel(k, "cpu-avx2")
+    assert ck.final_ir.params == ()
+    xs = spec.inputs(rng, shapes, "float32")
+    out = CFunction(ck.final_ir, build_shared(ck.source))(*xs)
+    check_close(out, spec.reference(*xs), spec, "float32", shapes,
+                f"{name} with constant shapes {shapes}")

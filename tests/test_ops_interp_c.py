@@ -17,57 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polycomp import dtypes as dt
-from polycomp.frontend.ops import OPS, accumulation_dtype
+from polycomp.frontend.ops import OPS
 
-from ops_helpers import runner
+from ops_helpers import check_close, extent, runner
 
 CASES = [(name, dtype) for name, spec in OPS.items() for dtype in spec.dtypes]
-
-_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73,
-           79, 83, 89, 97, 101, 127, 131, 163, 197, 211, 251, 257, 293)
-
-
-def extent(lo: int, hi: int):
-    """An extent in [lo, hi]: the low end, a prime, an odd size, or anything."""
-    primes = [p for p in _PRIMES if lo <= p <= hi]
-    options = [st.just(lo), st.integers(lo, hi)]
-    first_odd = lo if lo % 2 else lo + 1
-    if first_odd <= hi:
-        options.append(st.integers(first_odd // 2, (hi - 1) // 2).map(lambda k: 2 * k + 1))
-    if primes:
-        options.append(st.sampled_from(primes))
-    return st.one_of(*options)
-
-
-_EPS = {"float64": 2.3e-16, "float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.9e-3}
-_R0 = {"float64": 1e-12, "float32": 1e-5}
-
-
-def check_close(out, ref, spec, dtype, shapes, what):
-    if isinstance(ref, tuple):  # a kernel with several outputs
-        assert isinstance(out, tuple) and len(out) == len(ref), \
-            f"{what}: {len(ref)} outputs expected"
-        for k, (o, r) in enumerate(zip(out, ref)):
-            check_close(o, r, spec, dtype, shapes, f"{what} output {k}")
-        return
-    out = np.asarray(out)
-    ref = np.asarray(ref)
-    assert out.shape == ref.shape, f"{what}: shape {out.shape} != reference {ref.shape}"
-    if out.dtype.kind in "iub":
-        np.testing.assert_array_equal(out, ref, err_msg=what)
-        return
-    acc = accumulation_dtype(dtype)
-    out_dt = dt.canonical(out.dtype)
-    L = spec.reduction(shapes)
-    rtol = _R0[acc] + 4 * L * _EPS[acc]
-    if out_dt in ("float16", "bfloat16"):
-        rtol += 2 * _EPS[out_dt]
-    ref64 = ref.astype(np.float64)
-    scale = max(1.0, float(np.max(np.abs(ref64)))) if ref64.size else 1.0
-    np.testing.assert_allclose(out.astype(np.float64), ref64, rtol=rtol, atol=rtol * scale,
-                               err_msg=f"{what} (L={L}, shapes={shapes})")
-
 
 def _draw_case(spec, dtype, data, cap=None):
     def dim(lo, hi):

@@ -18,9 +18,12 @@ unit-stride vector loads of an input (or stores to an output) at
 variable, ``e`` free of both, and ``T*c <= s`` (rows do not overlap): ``T*c``
 elements from ``s*r + e`` (the smallest ``e`` of the group).  Nothing happens when no
 row is found, when the rows add up to more than ``max_bytes`` (they would not stay
-cached until used), or when no ``Vi`` has a constant positive extent.
+cached until used), when no ``Vi`` has a constant positive extent, or when ``R``'s
+body makes a single vector pass over the row (its main vector loop, with or without
+the ``vector_remainder`` loop after it: one pass over consecutive rows is one
+continuous stream, which the hardware prefetchers follow by themselves).
 
-Guarantees: the busiest ``Vi`` with a constant extent (calls count ten, operators one)
+Guarantees: the busiest main (not ``vector_remainder``) ``Vi`` with a constant extent (calls count ten, operators one)
 starts each iteration with prefetches of every row of row ``r' = min(r + 1, last r)``:
 inputs for reading (``__builtin_prefetch(ptr, 0, 3)``), outputs for writing
 (``__builtin_prefetch(ptr, 1, 3)``); a row's 64-byte lines are spread evenly over the
@@ -149,8 +152,9 @@ class _Prefetch(ir.Mutator):
                 if key not in rows or rows[key].elems < row.elems:
                     rows[key] = row
         nbytes = sum(w.elems * dt.itemsize(w.buffer.dtype) for w in rows.values())
-        busy = [v for v in vloops if isinstance(v.extent, ir.IntImm) and v.extent.value > 0]
-        if not rows or nbytes > self.max_bytes or not busy:
+        passes = [v for v in vloops if not v.annotation("vector_remainder", False)]
+        busy = [v for v in passes if isinstance(v.extent, ir.IntImm) and v.extent.value > 0]
+        if len(passes) < 2 or not rows or nbytes > self.max_bytes or not busy:
             return s
         best = max(busy, key=lambda v: _work(v.body))
         last = simplify(s.min + s.extent - 1)

@@ -342,24 +342,13 @@ class VectorPrinter(CPrinter):
                 for a in allocs:
                     self.open_allocation(a.buffer)
                 self.emit("#pragma omp for schedule(static)")
-                self.plain_for(s, body)
+                self.for_loop(s, body)
                 for a in reversed(allocs):
                     self.close_allocation(a.buffer)
                 self.level -= 1
                 self.emit("}")
                 return
         super().for_(s)
-
-    def plain_for(self, s: ir.For, body) -> None:
-        from polycomp.hw.clike import _nonneg
-        v = s.var.name
-        if _nonneg(s.min, self.nonneg):
-            self.nonneg.add(s.var)
-        lo, ext = self.expr(s.min), self.expr(s.extent)
-        hi = ext if ir.is_const(s.min, 0) else f"{lo} + {ext}"
-        self.emit(f"for (int64_t {v} = {lo}; {v} < {hi}; ++{v}) {{")
-        self.block(body)
-        self.emit("}")
 
     def open_allocation(self, b: ir.Buffer) -> None:
         size = self.expr(ir.shape_product(b.shape))
