@@ -11,31 +11,45 @@ multiply-add of the outer product of a column of ``X`` and a row of ``Y``.
 Assumes: the program-order tree (a stage's subtree is ``band[s] -> sequence[init,
 update -> band[k]]`` under its filter) and a target with vector registers.
 
-Guarantees: each backbone's subtree becomes
+Guarantees: a GEMM-form backbone's subtree (init and update together) becomes
+
+    [mark cpu_parallel] [band[batch..]]
+      [mark cpu_parallel] band[floor(i/MC)]
+        band[floor(j/NC), floor(k/KC)]               (the init at k tile 0)
+          mark cpu_pack_request:<Y>:<dim of j in Y>:NR
+            mark cpu_pack_request:<X>:<dim of i in X>:MR
+              band[floor((i mod MC)/MR), floor((j mod NC)/NR)]   isolate: full MR x NR tiles
+                sequence
+                  filter init:   band[i mod MR, j mod NR]
+                  filter update: mark cpu_microkernel
+                                   band[k mod KC]
+                                     band[i mod MR, j mod NR]
+
+(every band over both statements takes the same functions of ``i``, ``j`` and the
+batch dimensions for each), so each ``MR x NR`` tile of ``C`` is zeroed just before
+its first micro-kernel, while it is in L1, instead of in a pass over all of ``C``
+first.  A direct-form backbone (convolutions) keeps the init apart:
 
     sequence
       filter init:   mark cpu_parallel -> band[s]    (all members coincident)
-      filter update: [mark cpu_parallel] [band[batch..]]
-        [mark cpu_parallel] band[floor(i/MC)]
-          band[floor(j/NC), floor(k/KC)]
-            mark cpu_pack_request:<Y>:<dim of j in Y>:NR
-              mark cpu_pack_request:<X>:<dim of i in X>:MR
-                band[floor((i mod MC)/MR), floor((j mod NC)/NR)]   isolate: full MR x NR tiles
-                  mark cpu_microkernel
-                    band[k mod KC]
-                      band[i mod MR, j mod NR]
+      filter update: mark cpu_parallel [band[batch..]]
+        band[floor(i/MR), floor(j/NR)]   isolate: full MR x NR tiles
+          mark cpu_microkernel
+            band[reduce dims..]
+              band[i mod MR, j mod NR]
 
-Initialisation first, then all updates, is legal: the only dependences into the update
-statements from the init are on the same output element.  The update band is
-permutable (the only dependences between updates are on the same ``C[s]``, carried
-by ``k``), so any tiling and member order keeps every dependence lexicographically
-positive.  ``cpu_parallel`` sits on the batch band when the batch has at least as many
-iterations as threads (or is symbolic), else on the ``i`` tile band (coincident: ``C``
-rows are disjoint); either way the whole product is one parallel region (each thread
-packs the blocks it uses, no barrier inside), which matters on busy machines where
-every fork/join waits for the slowest thread.  The isolate option makes isl generate the full ``MR x NR`` tiles
-separately, with constant point-loop bounds (the micro-kernel), and the partial tiles
-at the edges as generic loops.
+Legality: the only dependences into the update statements from the init are on the same
+output element ``C[s]``, whose init instance comes first in both trees (a separate
+earlier filter, or the same tile at ``k`` tile 0 and the earlier sequence child). The
+update band is permutable (the only dependences between updates are on the same
+``C[s]``, carried by ``k``), so any tiling and member order keeps every dependence
+lexicographically positive. ``cpu_parallel`` sits on the batch band when the batch has
+at least as many iterations as threads (or is symbolic), else on the ``i`` tile band
+(coincident: ``C`` rows are disjoint); either way the whole product is one parallel
+region (each thread packs the blocks it uses, no barrier inside), which matters on busy
+machines where every fork/join waits for the slowest thread. The isolate option makes
+isl generate the full ``MR x NR`` tiles separately, with constant point-loop bounds (the
+micro-kernel), and the partial tiles at the edges as generic loops.
 
 Register block ``MR x NR`` (``NR = NI`` vectors): the largest ``MR*NI/(MR+NI)`` (FMA per
 load) with ``MR*NI + NI + 1 <= vector registers`` (accumulators, one row of ``Y``
@@ -318,14 +332,17 @@ def isolate_full_tiles(prefix: list, tile: list, point: list, sizes: tuple,
 
 
 def backbone_tree(op: OuterProduct, b: Blocking):
-    """The filter children (init, update) replacing the backbone's stage subtree."""
+    """The subtree replacing the backbone's stage subtree: the GEMM tree (init inside),
+    or for direct convolutions the filter children (init, update)."""
+    if not op.direct:
+        return gemm_tree(op, b, op.update.domain.get_space())
     ispace = op.init.domain.get_space()
     init_band = T.Band([_upa(_dim_aff(ispace, d)) for d in range(ispace.dim(isl.dim_type.set))],
                        permutable=True, coincident=[True] * ispace.dim(isl.dim_type.set))
     sp = op.update.domain.get_space()
     init_f = isl.UnionSet.from_set(isl.Set.universe(ispace))
     upd_f = isl.UnionSet.from_set(isl.Set.universe(sp))
-    update = (direct_tree if op.direct else gemm_tree)(op, b, sp)
+    update = direct_tree(op, b, sp)
     return T.Sequence([T.Filter(init_f, T.Mark("cpu_parallel", init_band)),
                        T.Filter(upd_f, update)])
 
@@ -348,20 +365,42 @@ def direct_tree(op: OuterProduct, b: Blocking, sp):
                                          coincident=[True] * len(batch)))
 
 
+def _tile_affs(space: isl.Space, op: OuterProduct, b: Blocking, k: isl.Aff) -> dict:
+    """The schedule functions of the GEMM tree on one statement's space (``k``: its
+    reduce dimension, a constant 0 for the init)."""
+    i, j = _dim_aff(space, op.i), _dim_aff(space, op.j)
+    return {"batch": [_dim_aff(space, t) for t in op.batch],
+            "it": _floor_div(i, b.MC), "jt": _floor_div(j, b.NC), "kt": _floor_div(k, b.KC),
+            "ir": _floor_div(_mod(i, b.MC), b.MR), "jr": _floor_div(_mod(j, b.NC), b.NR),
+            "ii": _mod(i, b.MR), "jj": _mod(j, b.NR)}
+
+
 def gemm_tree(op: OuterProduct, b: Blocking, sp):
-    """Matmul-like backbones: cache tiles, packed operands, the micro-kernel."""
-    i, j, k = _dim_aff(sp, op.i), _dim_aff(sp, op.j), _dim_aff(sp, op.k[0])
-    batch = [_upa(_dim_aff(sp, t)) for t in op.batch]
-    jt, kt, it = _upa(_floor_div(j, b.NC)), _upa(_floor_div(k, b.KC)), _upa(_floor_div(i, b.MC))
-    ir_ = _upa(_floor_div(_mod(i, b.MC), b.MR))
-    jr = _upa(_floor_div(_mod(j, b.NC), b.NR))
-    kk = _upa(_mod(k, b.KC))
-    ii, jj = _upa(_mod(i, b.MR)), _upa(_mod(j, b.NR))
-    prefix = batch + [it, jt, kt]
-    iso = isolate_full_tiles(prefix, [ir_, jr], [ii, jj], (b.MR, b.NR), op.update.domain)
+    """Matmul-like backbones: cache tiles, packed operands, the micro-kernel; the init
+    zeroes each register tile of ``C`` in the first ``k`` tile, just before the
+    micro-kernel accumulates into it (``C`` is written once per pass, not zeroed in a
+    separate pass over memory first)."""
+    ispace = op.init.domain.get_space()
+    zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(ispace))
+    u = _tile_affs(sp, op, b, _dim_aff(sp, op.k[0]))
+    z = _tile_affs(ispace, op, b, zero)
+
+    def both(name):             # one band member over the init and the update
+        return _upa(u[name]).union_add(_upa(z[name]))
+    batch = [_upa(a).union_add(_upa(c)) for a, c in zip(u["batch"], z["batch"])]
+    it, jt, kt, ir_, jr = (both(n) for n in ("it", "jt", "kt", "ir", "jr"))
+    kk = _upa(_mod(_dim_aff(sp, op.k[0]), b.KC))
+    ii, jj = _upa(u["ii"]), _upa(u["jj"])
+    upd_prefix = [_upa(a) for a in u["batch"]] + [_upa(u[n]) for n in ("it", "jt", "kt")]
+    iso = isolate_full_tiles(upd_prefix, [_upa(u["ir"]), _upa(u["jr"])], [ii, jj],
+                             (b.MR, b.NR), op.update.domain)
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
     micro = T.Mark("cpu_microkernel", T.Band([kk], point, permutable=True))
-    regs = T.Band([ir_, jr], micro, permutable=True, coincident=[True, True], options=iso)
+    zero_tile = T.Band([_upa(z["ii"]), _upa(z["jj"])], permutable=True,
+                       coincident=[True, True])
+    body = T.Sequence([T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), zero_tile),
+                       T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), micro)])
+    regs = T.Band([ir_, jr], body, permutable=True, coincident=[True, True], options=iso)
     x_dim = _pos_of(op.x, op.update.iters[op.i])
     y_dim = len(op.y.indices) - 1
     pack_x = T.Mark(f"cpu_pack_request:{op.x.buffer.name}:{x_dim}:{b.MR}", regs)

@@ -206,6 +206,42 @@ void run(int which, int64_t n, const float* x, float* y) {{
                                        err_msg=f"{name} {isa} {mode}")
 
 
+def test_strided_loads_of_the_prelude():
+    """``pc<W>_load_strided_ps(p, s)`` is lanes ``p[l*s]`` for every build; stride 2 (a
+    permute of two loads, natively) reads nothing past ``p[2*(L-1)]``: the array ends
+    there, at the end of a page followed by an unmapped one."""
+    import ctypes
+    import mmap
+    builds = [("avx2", "native")] * HAS_AVX2 + [("avx512", "native")] * has_native_avx512() \
+        + [("avx512", "simde")] * simde_available()
+    assert builds
+    page = mmap.PAGESIZE
+    guard = mmap.mmap(-1, 2 * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    libc = ctypes.CDLL(None)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(guard))
+    assert libc.mprotect(ctypes.c_void_p(base + page), ctypes.c_size_t(page), 0) == 0
+    arr = np.frombuffer(guard, np.float32, count=page // 4)
+    arr[:] = np.arange(page // 4, dtype=np.float32)
+    for isa, mode in builds:
+        W = 256 if isa == "avx2" else 512
+        L = W // 32
+        src = C_HEADER + prelude(isa) + f"""
+void run(const float* p, int64_t s, float* y) {{
+  _mm{W}_storeu_ps(y, pc{W}_load_strided_ps(p, s));
+}}
+"""
+        fn = ctypes.CDLL(build_simde(src) if mode == "simde" else build_shared(src)).run
+        for stride in (1, 2, 3):
+            start = page // 4 - (L - 1) * stride - 1          # the last lane is the last float
+            y = np.empty(L, np.float32)
+            fn(ctypes.c_void_p(base + 4 * start), ctypes.c_int64(stride),
+               ctypes.c_void_p(y.ctypes.data))
+            np.testing.assert_array_equal(y, arr[start::stride][:L], err_msg=f"{isa} {mode}")
+    del arr
+    assert libc.mprotect(ctypes.c_void_p(base + page), ctypes.c_size_t(page), 3) == 0
+    guard.close()
+
+
 # --------------------------------------------------------------------------- vectoriser
 
 

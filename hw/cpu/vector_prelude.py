@@ -60,6 +60,13 @@ PC_VINLINE __m256d pc256_maskz_loadu_pd(__m256d m, const double* p) { return _mm
 PC_VINLINE void pc256_mask_storeu_pd(double* p, __m256d m, __m256d v) { _mm256_maskstore_pd(p, _mm256_castpd_si256(m), v); }
 #if !defined(PC_SIMDE)
 PC_VINLINE __m256 pc256_load_strided_ps(const float* p, int64_t s) {
+  if (s == 2) {  /* every other float: two loads (the second stops at p[14]), a shuffle
+                    within 128-bit lanes and a permute of 64-bit pairs, not a gather */
+    const __m256 lo = _mm256_loadu_ps(p);
+    const __m256 hi = _mm256_maskload_ps(p + 8, _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, -1, 0));
+    const __m256 t = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
+  }
   const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)s));
   return _mm256_i32gather_ps(p, idx, 4);
 }
@@ -200,6 +207,11 @@ PC_VINLINE __m512d pc512_maskz_loadu_pd(pc_mask8 m, const double* p) { return _m
 PC_VINLINE void pc512_mask_storeu_pd(double* p, pc_mask8 m, __m512d v) { _mm512_mask_storeu_pd(p, m, v); }
 PC_VINLINE __m512 pc512_cvtepi32_ps(__m512i v) { return _mm512_cvtepi32_ps(v); }
 PC_VINLINE __m512 pc512_load_strided_ps(const float* p, int64_t s) {
+  if (s == 2) {  /* every other float: two loads (the second stops at p[30]) and one
+                    two-source permute, not a gather */
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_maskz_loadu_ps(0x7fff, p + 16));
+  }
   const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)s));
   return _mm512_i32gather_ps(idx, p, 4);
 }
