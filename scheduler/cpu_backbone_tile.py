@@ -11,24 +11,28 @@ multiply-add of the outer product of a column of ``X`` and a row of ``Y``.
 Assumes: the program-order tree (a stage's subtree is ``band[s] -> sequence[init,
 update -> band[k]]`` under its filter) and a target with vector registers.
 
-Guarantees: a GEMM-form backbone's subtree (init and update together) becomes
+Guarantees: a GEMM-form backbone's subtree (init and update together, and an
+*epilogue* when the next stage is one, see :func:`match_epilogue`: its filter joins
+the backbone's) becomes
 
     [mark cpu_parallel] [band[batch..]]
       [mark cpu_parallel] band[floor(i/MC)]
-        band[floor(j/NC), floor(k/KC)]               (the init at k tile 0)
+        band[floor(j/NC), floor(k/KC)]   (init at k tile 0, epilogue at floor(k_max/KC))
           mark cpu_pack_request:<Y>:<dim of j in Y>:NR
             mark cpu_pack_request:<X>:<dim of i in X>:MR
               band[floor((i mod MC)/MR), floor((j mod NC)/NR)]   isolate: full MR x NR tiles
                 sequence
-                  filter init:   band[i mod MR, j mod NR]
-                  filter update: mark cpu_microkernel
-                                   band[k mod KC]
-                                     band[i mod MR, j mod NR]
+                  filter init:     band[i mod MR, j mod NR]
+                  filter update:   mark cpu_microkernel
+                                     band[k mod KC]
+                                       band[i mod MR, j mod NR]
+                  filter epilogue: band[i mod MR, j mod NR]
 
-(every band over both statements takes the same functions of ``i``, ``j`` and the
+(every band over several statements takes the same functions of ``i``, ``j`` and the
 batch dimensions for each), so each ``MR x NR`` tile of ``C`` is zeroed just before
-its first micro-kernel, while it is in L1, instead of in a pass over all of ``C``
-first.  A direct-form backbone (convolutions) keeps the init apart:
+its first micro-kernel and passed through the epilogue (bias, activation) just after
+its last one, while it is in L1, instead of in passes over all of ``C``.  A
+direct-form backbone (convolutions) keeps the init apart:
 
     sequence
       filter init:   mark cpu_parallel -> band[s]    (all members coincident)
@@ -40,7 +44,10 @@ first.  A direct-form backbone (convolutions) keeps the init apart:
 
 Legality: the only dependences into the update statements from the init are on the same
 output element ``C[s]``, whose init instance comes first in both trees (a separate
-earlier filter, or the same tile at ``k`` tile 0 and the earlier sequence child). The
+earlier filter, or the same tile at ``k`` tile 0 and the earlier sequence child); the
+epilogue instance of ``C[s]`` reads only ``C[s]`` and comes after all its updates (the
+same tile at the last ``k`` tile, the later sequence child), and writes an array no
+statement of the backbone touches. The
 update band is permutable (the only dependences between updates are on the same
 ``C[s]``, carried by ``k``), so any tiling and member order keeps every dependence
 lexicographically positive. ``cpu_parallel`` sits on the batch band when the batch has
@@ -274,8 +281,9 @@ def _dim_aff(space: isl.Space, pos: int) -> isl.Aff:
     return isl.Aff.var_on_domain(isl.LocalSpace.from_space(space), isl.dim_type.set, pos)
 
 
-def _upa(aff: isl.Aff) -> isl.UnionPwAff:
-    return isl.UnionPwAff.from_pw_aff(isl.PwAff.from_aff(aff))
+def _upa(aff) -> isl.UnionPwAff:
+    pa = aff if isinstance(aff, isl.PwAff) else isl.PwAff.from_aff(aff)
+    return isl.UnionPwAff.from_pw_aff(pa)
 
 
 def _floor_div(aff, n):
@@ -331,11 +339,43 @@ def isolate_full_tiles(prefix: list, tile: list, point: list, sizes: tuple,
     return isl.UnionSet.from_set(m.wrap().set_tuple_name("isolate"))
 
 
-def backbone_tree(op: OuterProduct, b: Blocking):
-    """The subtree replacing the backbone's stage subtree: the GEMM tree (init inside),
-    or for direct convolutions the filter children (init, update)."""
+def match_epilogue(op: OuterProduct, statements) -> object | None:
+    """The statement of the stage after a GEMM-form backbone that can run on each
+    register tile of its output ``C`` right after the tile's last micro-kernel: a
+    single elementwise (``compute``) statement with the domain of ``C``'s init that
+    reads ``C`` only at its own point and writes another array at its own point (bias,
+    activation, scaling, a cast).  None otherwise."""
+    if op.direct or len(statements) != 1:
+        return None
+    e = statements[0]
+    c = op.update.write
+    if e.kind != "compute" or e.write is c or len(e.iters) != len(op.init.iters):
+        return None
+
+    def at_own_point(indices) -> bool:
+        return len(indices) == len(e.iters) and \
+            all(ir.structural_equal(ix, v) for ix, v in zip(indices, e.iters))
+    if not at_own_point(e.write_indices):
+        return None
+    try:
+        same = e.domain.set_tuple_name(op.init.domain.get_tuple_name()).is_equal(
+            op.init.domain)
+    except isl.Error:
+        return None
+    reads = []
+    ir.walk(e.value, lambda n: reads.append(n) if isinstance(n, ir.Load) and n.buffer is c
+            else None)
+    if not same or not reads or not all(at_own_point(r.indices) for r in reads):
+        return None
+    return e
+
+
+def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None):
+    """The subtree replacing the backbone's stage subtree: the GEMM tree (init and an
+    optional epilogue inside), or for direct convolutions the filter children (init,
+    update)."""
     if not op.direct:
-        return gemm_tree(op, b, op.update.domain.get_space())
+        return gemm_tree(op, b, op.update.domain.get_space(), epilogue)
     ispace = op.init.domain.get_space()
     init_band = T.Band([_upa(_dim_aff(ispace, d)) for d in range(ispace.dim(isl.dim_type.set))],
                        permutable=True, coincident=[True] * ispace.dim(isl.dim_type.set))
@@ -365,29 +405,56 @@ def direct_tree(op: OuterProduct, b: Blocking, sp):
                                          coincident=[True] * len(batch)))
 
 
-def _tile_affs(space: isl.Space, op: OuterProduct, b: Blocking, k: isl.Aff) -> dict:
+def _tile_affs(space: isl.Space, op: OuterProduct, b: Blocking, k: isl.Aff | None) -> dict:
     """The schedule functions of the GEMM tree on one statement's space (``k``: its
-    reduce dimension, a constant 0 for the init)."""
+    reduce dimension, a constant 0 for the init, None for an epilogue, whose ``kt`` the
+    caller sets)."""
     i, j = _dim_aff(space, op.i), _dim_aff(space, op.j)
     return {"batch": [_dim_aff(space, t) for t in op.batch],
-            "it": _floor_div(i, b.MC), "jt": _floor_div(j, b.NC), "kt": _floor_div(k, b.KC),
+            "it": _floor_div(i, b.MC), "jt": _floor_div(j, b.NC),
+            "kt": None if k is None else _floor_div(k, b.KC),
             "ir": _floor_div(_mod(i, b.MC), b.MR), "jr": _floor_div(_mod(j, b.NC), b.NR),
             "ii": _mod(i, b.MR), "jj": _mod(j, b.NR)}
 
 
-def gemm_tree(op: OuterProduct, b: Blocking, sp):
+def _last_k_tile(op: OuterProduct, b: Blocking, space: isl.Space) -> isl.PwAff:
+    """``floor(k_max / KC)`` (the last ``k`` tile, ``k_max`` a function of the
+    parameters) as a function on ``space``."""
+    kmax = op.update.domain.dim_max(op.k[0])
+    to_params = isl.MultiAff.zero(space.map_from_domain_and_range(kmax.get_domain_space()))
+    last = kmax.pullback_multi_aff(to_params)
+    return last.scale_down_val(isl.Val.int_from_si(space.get_ctx(), b.KC)).floor()
+
+
+def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None):
     """Matmul-like backbones: cache tiles, packed operands, the micro-kernel; the init
     zeroes each register tile of ``C`` in the first ``k`` tile, just before the
     micro-kernel accumulates into it (``C`` is written once per pass, not zeroed in a
-    separate pass over memory first)."""
+    separate pass over memory first); an ``epilogue`` statement (see
+    :func:`match_epilogue`) runs on each register tile in the last ``k`` tile, just
+    after its last micro-kernel."""
     ispace = op.init.domain.get_space()
     zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(ispace))
     u = _tile_affs(sp, op, b, _dim_aff(sp, op.k[0]))
     z = _tile_affs(ispace, op, b, zero)
+    parts = [z]
+    if epilogue is not None:
+        espace = epilogue.domain.get_space()
+        e = _tile_affs(espace, op, b, None)
+        e["kt"] = _last_k_tile(op, b, espace)
+        parts.append(e)
 
-    def both(name):             # one band member over the init and the update
-        return _upa(u[name]).union_add(_upa(z[name]))
-    batch = [_upa(a).union_add(_upa(c)) for a, c in zip(u["batch"], z["batch"])]
+    def both(name):             # one band member over the init, the update (, epilogue)
+        out = _upa(u[name])
+        for q in parts:
+            out = out.union_add(_upa(q[name]))
+        return out
+    batch = []
+    for d in range(len(u["batch"])):
+        m = _upa(u["batch"][d])
+        for q in parts:
+            m = m.union_add(_upa(q["batch"][d]))
+        batch.append(m)
     it, jt, kt, ir_, jr = (both(n) for n in ("it", "jt", "kt", "ir", "jr"))
     kk = _upa(_mod(_dim_aff(sp, op.k[0]), b.KC))
     ii, jj = _upa(u["ii"]), _upa(u["jj"])
@@ -398,8 +465,13 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp):
     micro = T.Mark("cpu_microkernel", T.Band([kk], point, permutable=True))
     zero_tile = T.Band([_upa(z["ii"]), _upa(z["jj"])], permutable=True,
                        coincident=[True, True])
-    body = T.Sequence([T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), zero_tile),
-                       T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), micro)])
+    steps = [T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), zero_tile),
+             T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), micro)]
+    if epilogue is not None:
+        steps.append(T.Filter(isl.UnionSet.from_set(isl.Set.universe(espace)),
+                              T.Band([_upa(e["ii"]), _upa(e["jj"])], permutable=True,
+                                     coincident=[True, True])))
+    body = T.Sequence(steps)
     regs = T.Band([ir_, jr], body, permutable=True, coincident=[True, True], options=iso)
     x_dim = _pos_of(op.x, op.update.iters[op.i])
     y_dim = len(op.y.indices) - 1
@@ -432,19 +504,33 @@ class CpuBackboneTilePass(Pass):
         domain, tree = T.from_schedule(schedule)
         stmts = {s.name: s for s in ctx.model.statements}
         kids = T.stage_children(tree)
+        order = [s.name for s in ctx.model.statements]
         changed = False
-        for idx, child in enumerate(kids):
+        idx = 0
+        while idx < len(kids):
+            child = kids[idx]
+            idx += 1
             filt = child.filter if isinstance(child, T.Filter) else domain
-            names = sorted(T.statements_of(filt), key=lambda n: [s.name for s in ctx.model.statements].index(n))
+            names = sorted(T.statements_of(filt), key=order.index)
             op = match_outer_product([stmts[n] for n in names if n in stmts])
             if op is None or ctx.target.vector_lanes(op.dtype) <= 1:
                 continue
             b = choose_blocking(op, ctx.target, ctx.options)
-            new = backbone_tree(op, b)
+            epi = None
+            if ctx.options.get("gemm_epilogue", True) and idx < len(kids) and \
+                    isinstance(kids[idx], T.Filter) and isinstance(child, T.Filter):
+                nxt = [stmts[n] for n in T.statements_of(kids[idx].filter) if n in stmts]
+                epi = match_epilogue(op, nxt)
+            new = backbone_tree(op, b, epi)
             ctx.note(self.name, f"{op.update.stage.name}: register block {b.MR}x{b.NR} "
                                 f"({b.MR * b.NI} accumulators), tiles MC={b.MC} NC={b.NC} "
                                 f"KC={b.KC}, parallel over "
-                                f"{'batch' if b.parallel_batch else 'i tiles'}")
+                                f"{'batch' if b.parallel_batch else 'i tiles'}"
+                                + (f"; epilogue {epi.stage.name} on each register tile"
+                                   if epi is not None else ""))
+            if epi is not None:          # the epilogue's stage joins the backbone's subtree
+                child.filter = child.filter.union(kids[idx].filter)
+                del kids[idx]
             if isinstance(child, T.Filter):
                 child.child = new
             else:

@@ -342,3 +342,26 @@ def test_prefetching_row_kernels_match_numpy(path, n, m, seed):
                                rtol=2e-6, atol=1e-7)
     np.testing.assert_allclose(_callable(ln, path)(x, g, b),
                                ops.OPS["layernorm"].reference(x, g, b), rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_epilogue_runs_on_each_register_tile():
+    """relu(A @ B + b): the epilogue joins the product's parallel region (one
+    ``omp parallel`` + ``omp for`` pair instead of a second parallel loop over C) and the
+    result matches numpy with the epilogue in the GEMM and apart."""
+    from polycomp.frontend.dsl import Kernel
+    k = Kernel(lambda A, B, b: ops.matmul_bias_relu(A, B, b), name="mbr_tiles",
+               inputs={"A": pc.Tensor[(61, 80), "float32"], "B": pc.Tensor[(80, 131), "float32"],
+                       "b": pc.Tensor[(131,), "float32"]})
+    rng = np.random.default_rng(5)
+    A, B = rng.standard_normal((61, 80)).astype(np.float32), rng.standard_normal((80, 131)).astype(np.float32)
+    b = rng.standard_normal(131).astype(np.float32)
+    ref = np.maximum(A.astype(np.float64) @ B + b, 0)
+    pragmas = {}
+    for on in (True, False):
+        ck = compile_kernel(k, "cpu-avx512", {"gemm_epilogue": on})
+        assert ("epilogue" in ck.notes["cpu-backbone-tile"][0]) == on
+        pragmas[on] = ck.source[ck.source.index("void mbr_tiles("):].count("#pragma omp")
+        for path in _paths():
+            np.testing.assert_allclose(_callable(k, path, {"gemm_epilogue": on})(A, B, b), ref,
+                                       rtol=1e-4, atol=1e-4, err_msg=f"{path} epilogue={on}")
+    assert pragmas[True] == 2 and pragmas[False] == 3

@@ -49,6 +49,15 @@ def matmul(A: pc.Tensor[(N, K), "float32"], B: pc.Tensor[(K, M), "float32"]):
 
 
 @pc.tensor_expr
+def matmul_bias_relu(A: pc.Tensor[(N, K), "float32"], B: pc.Tensor[(K, M), "float32"],
+                     b: pc.Tensor[(M,), "float32"]):
+    """The product C, then the epilogue D = relu(C + b) (runs on each register tile)."""
+    k = pc.reduce_axis(K, "k")
+    c = pc.compute((N, M), lambda i, j: pc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return pc.compute((N, M), lambda i, j: pc.max(c[i, j] + b[j], 0.0), name="D")
+
+
+@pc.tensor_expr
 def colsum(x: pc.Tensor[(N, M), "float32"]):
     r = pc.reduce_axis(N, "r")
     return pc.compute((M,), lambda j: pc.sum(x[r, j], axis=r), name="cs")
@@ -69,6 +78,8 @@ MATMUL_BACKBONE = '{ domain: "[N, K, M] -> { C_init[i, j] : N > 0 and K > 0 and 
 
 MATMUL_PACK = '{ domain: "[N, K, M] -> { C_init[i, j] : N > 0 and K > 0 and M > 0 and 0 <= i < N and 0 <= j < M; C_update[i, j, k] : N > 0 and K > 0 and M > 0 and 0 <= i < N and 0 <= j < M and 0 <= k < K }", child: { mark: "cpu_parallel", child: { schedule: "[N, K, M] -> [{ C_init[i, j] -> [(floor((i)/192))]; C_update[i, j, k] -> [(floor((i)/192))] }]", permutable: 1, coincident: [ 1 ], child: { schedule: "[N, K, M] -> [{ C_init[i, j] -> [(floor((j)/512))]; C_update[i, j, k] -> [(floor((j)/512))] }, { C_init[i, j] -> [(0)]; C_update[i, j, k] -> [(floor((k)/256))] }]", permutable: 1, coincident: [ 1, 0 ], child: { mark: "cpu_pack:B|panel=1x64|box=256x512|origin=[N, K, M] -> { [i0, i1, i2] -> [((256i2) : i0 >= 0 and 192i0 < N and i1 >= 0 and 512i1 < M and i2 >= 0 and 256i2 < K), ((512i1) : i0 >= 0 and 192i0 < N and i1 >= 0 and 512i1 < M and i2 >= 0 and 256i2 < K)] }", child: { mark: "cpu_pack:A|panel=0x6|box=192x256|origin=[N, K, M] -> { [i0, i1, i2] -> [((192i0) : i0 >= 0 and 192i0 < N and i1 >= 0 and 512i1 < M and i2 >= 0 and 256i2 < K), ((256i2) : i0 >= 0 and 192i0 < N and i1 >= 0 and 512i1 < M and i2 >= 0 and 256i2 < K)] }", child: { schedule: "[N, K, M] -> [{ C_init[i, j] -> [(floor((i)/6) - 32*floor((i)/192))]; C_update[i, j, k] -> [(floor((i)/6) - 32*floor((i)/192))] }, { C_init[i, j] -> [(floor((j)/64) - 8*floor((j)/512))]; C_update[i, j, k] -> [(floor((j)/64) - 8*floor((j)/512))] }]", permutable: 1, coincident: [ 1, 1 ], options: "[N, K, M] -> { isolate[[i0, i1, i2] -> [i3, i4]] : i0 >= 0 and i1 >= 0 and i2 >= 0 and 256i2 < K and 0 <= i3 <= 31 and 6i3 <= -6 + N - 192i0 and 0 <= i4 <= 7 and 64i4 <= -64 + M - 512i1 }", child: { sequence: [ { filter: "[N, K, M] -> { C_init[i, j] }", child: { schedule: "[N, K, M] -> [{ C_init[i, j] -> [((i) mod 6)] }, { C_init[i, j] -> [((j) mod 64)] }]", permutable: 1, coincident: [ 1, 1 ] } }, { filter: "[N, K, M] -> { C_update[i, j, k] }", child: { mark: "cpu_microkernel", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [((k) mod 256)] }]", permutable: 1, child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [((i) mod 6)] }, { C_update[i, j, k] -> [((j) mod 64)] }]", permutable: 1, coincident: [ 1, 1 ] } } } } ] } } } } } } } }'
 
+MATMUL_EPILOGUE = '{ domain: "[N, K, M] -> { C_init[i, j] : K > 0 and 0 <= i < N and 0 <= j < M; D[i, j] : N > 0 and K > 0 and M > 0 and 0 <= i < N and 0 <= j < M; C_update[i, j, k] : N > 0 and K > 0 and M > 0 and 0 <= i < N and 0 <= j < M and 0 <= k < K }", child: { sequence: [ { filter: "[N, K, M] -> { C_init[i, j]; D[i, j]; C_update[i, j, k] }", child: { mark: "cpu_parallel", child: { schedule: "[N, K, M] -> [{ C_init[i, j] -> [(floor((i)/192))]; D[i, j] -> [(floor((i)/192))]; C_update[i, j, k] -> [(floor((i)/192))] }]", permutable: 1, coincident: [ 1 ], child: { schedule: "[N, K, M] -> [{ C_init[i, j] -> [(floor((j)/512))]; D[i, j] -> [(floor((j)/512))]; C_update[i, j, k] -> [(floor((j)/512))] }, { C_init[i, j] -> [(0)]; D[i, j] -> [(floor((-1 + K)/256))] : N > 0 and K > 0 and M > 0; C_update[i, j, k] -> [(floor((k)/256))] }]", permutable: 1, coincident: [ 1, 0 ], child: { mark: "cpu_pack_request:B:1:64", child: { mark: "cpu_pack_request:A:0:6", child: { schedule: "[N, K, M] -> [{ C_init[i, j] -> [(floor((i)/6) - 32*floor((i)/192))]; D[i, j] -> [(floor((i)/6) - 32*floor((i)/192))]; C_update[i, j, k] -> [(floor((i)/6) - 32*floor((i)/192))] }, { C_init[i, j] -> [(floor((j)/64) - 8*floor((j)/512))]; D[i, j] -> [(floor((j)/64) - 8*floor((j)/512))]; C_update[i, j, k] -> [(floor((j)/64) - 8*floor((j)/512))] }]", permutable: 1, coincident: [ 1, 1 ], options: "[N, K, M] -> { isolate[[i0, i1, i2] -> [i3, i4]] : i0 >= 0 and i1 >= 0 and i2 >= 0 and 256i2 < K and 0 <= i3 <= 31 and 6i3 <= -6 + N - 192i0 and 0 <= i4 <= 7 and 64i4 <= -64 + M - 512i1 }", child: { sequence: [ { filter: "[N, K, M] -> { C_init[i, j] }", child: { schedule: "[N, K, M] -> [{ C_init[i, j] -> [((i) mod 6)] }, { C_init[i, j] -> [((j) mod 64)] }]", permutable: 1, coincident: [ 1, 1 ] } }, { filter: "[N, K, M] -> { C_update[i, j, k] }", child: { mark: "cpu_microkernel", child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [((k) mod 256)] }]", permutable: 1, child: { schedule: "[N, K, M] -> [{ C_update[i, j, k] -> [((i) mod 6)] }, { C_update[i, j, k] -> [((j) mod 64)] }]", permutable: 1, coincident: [ 1, 1 ] } } } }, { filter: "[N, K, M] -> { D[i, j] }", child: { schedule: "[N, K, M] -> [{ D[i, j] -> [((i) mod 6)] }, { D[i, j] -> [((j) mod 64)] }]", permutable: 1, coincident: [ 1, 1 ] } } ] } } } } } } } } ] } }'
+
 COLSUM_INTERCHANGE = '{ domain: "[N, M] -> { cs_init[j] : N > 0 and M > 0 and 0 <= j < M; cs_update[j, r] : N > 0 and M > 0 and 0 <= j < M and 0 <= r < N }", child: { sequence: [ { filter: "[N, M] -> { cs_init[j] }", child: { mark: "cpu_parallel", child: { schedule: "[N, M] -> [{ cs_init[j] -> [(j)] }]", permutable: 1, coincident: [ 1 ] } } }, { filter: "[N, M] -> { cs_update[j, r] }", child: { mark: "cpu_parallel", child: { schedule: "[N, M] -> [{ cs_update[j, r] -> [(floor((j)/256))] }]", permutable: 1, coincident: [ 1 ], child: { schedule: "[N, M] -> [{ cs_update[j, r] -> [(r)] }]", permutable: 1, child: { schedule: "[N, M] -> [{ cs_update[j, r] -> [((j) mod 256)] }]", permutable: 1, coincident: [ 1 ] } } } } } ] } }'
 
 CASES = {
@@ -80,6 +91,7 @@ CASES = {
                            COLSUM_INTERCHANGE),
     "matmul_backbone": (matmul, [CpuBackboneTilePass], MATMUL_BACKBONE),
     "matmul_pack": (matmul, [CpuBackboneTilePass, CpuPackPass], MATMUL_PACK),
+    "matmul_epilogue": (matmul_bias_relu, [CpuBackboneTilePass], MATMUL_EPILOGUE),
 }
 
 

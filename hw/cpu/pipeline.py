@@ -17,11 +17,13 @@ Targets ``c`` (scalar C), ``cpu`` (this machine), ``cpu-avx2`` and ``cpu-avx512`
 
 Options (``compile_kernel(..., options=...)``): ``parallel``, ``fuse``, ``microkernel``,
 ``interchange``, ``contract``, ``vectorize`` (all default True), ``tail`` (``"mask"``,
-the default, or ``"scalar"``: how the last ``n mod L`` iterations of a vector loop
-run), ``reduce_unroll`` (vector accumulators per reduction, default 4), ``reciprocal``
-(default True: vector division by a loop-invariant value multiplies by its
-reciprocal), ``prefetch`` (default True: the busiest vector loop of a row-wise loop nest
-prefetches the next row of its inputs), ``gemm_tiles=(MC, NC, KC)``, ``gemm_register=(MR, NI)``.
+the default, or ``"scalar"``: how the last ``n mod L`` iterations of a vector loop run),
+``reduce_unroll`` (vector accumulators per reduction, default 4), ``reciprocal``
+(default True: vector division by a loop-invariant value multiplies by its reciprocal),
+``prefetch`` (default True: the busiest vector loop of a row-wise loop nest prefetches
+the next row of its inputs), ``gemm_tiles=(MC, NC, KC)``, ``gemm_register=(MR, NI)``,
+``gemm_epilogue`` (default True: an elementwise stage after a product runs on each
+register tile).
 """
 from __future__ import annotations
 
