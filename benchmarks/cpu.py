@@ -131,6 +131,33 @@ def bench_sgemm(s: Suite):
         s.add("sgemm", f"{n}x{n}x{n} fp32", t_ours, t_np, "numpy", 2 * n ** 3, "GFLOP/s")
 
 
+def bench_matmul_bias_relu(s: Suite):
+    """``relu(A @ B + b)`` (the README's example kernel): polycomp runs the epilogue on
+    each register tile of the product; numpy makes a pass over the product for the bias
+    and another for the relu."""
+    import numpy as np
+    from polycomp.frontend import ops
+    n = 1024
+    rng = np.random.default_rng(2)
+    k = _kernel(lambda A, B, b: ops.matmul_bias_relu(A, B, b), f"mbr{n}",
+                A=((n, n), "float32"), B=((n, n), "float32"), b=((n,), "float32"))
+    f = _build(k, s.target)
+    A = rng.standard_normal((n, n), dtype=np.float32)
+    B = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal(n, dtype=np.float32)
+    C, T = np.empty((n, n), np.float32), np.empty((n, n), np.float32)
+
+    def peer():
+        np.matmul(A, B, out=T)
+        np.add(T, b, out=T)
+        return np.maximum(T, 0, out=C)
+    f(A, B, b, out=[C])
+    err = float(np.max(np.abs(C - np.maximum(A @ B + b, 0))))
+    assert err < 1e-3 * n ** 0.5, f"matmul_bias_relu {n}: max error {err}"
+    t_ours, t_np = _timeit([lambda: f(A, B, b, out=[C]), peer], s.repeat)
+    s.add("mm_bias_relu", f"{n}x{n}x{n} fp32", t_ours, t_np, "numpy", 2 * n ** 3, "GFLOP/s")
+
+
 def bench_batch_matmul(s: Suite):
     import numpy as np
     from polycomp.frontend import ops
@@ -318,6 +345,7 @@ def run_child(args) -> dict:
     copy_bw = bench_stream(s, stream_bytes)
     bench_memory_bound(s, copy_bw)
     bench_sgemm(s)
+    bench_matmul_bias_relu(s)
     bench_batch_matmul(s)
     bench_conv2d(s)
     return {"info": info, "copy_bandwidth_GBs": copy_bw, "rows": s.rows}
