@@ -343,8 +343,9 @@ def match_epilogue(op: OuterProduct, statements) -> object | None:
     """The statement of the stage after a GEMM-form backbone that can run on each
     register tile of its output ``C`` right after the tile's last micro-kernel: a
     single elementwise (``compute``) statement with the domain of ``C``'s init that
-    reads ``C`` only at its own point and writes another array at its own point (bias,
-    activation, scaling, a cast).  None otherwise."""
+    reads ``C`` only at its own point, writes another array at its own point (bias,
+    activation, scaling, a cast) and reads neither operand of the product (their
+    packing footprints would grow to cover its reads).  None otherwise."""
     if op.direct or len(statements) != 1:
         return None
     e = statements[0]
@@ -362,11 +363,13 @@ def match_epilogue(op: OuterProduct, statements) -> object | None:
             op.init.domain)
     except isl.Error:
         return None
-    reads = []
-    ir.walk(e.value, lambda n: reads.append(n) if isinstance(n, ir.Load) and n.buffer is c
-            else None)
+    loads = []
+    ir.walk(e.value, lambda n: loads.append(n) if isinstance(n, ir.Load) else None)
+    reads = [r for r in loads if r.buffer is c]
     if not same or not reads or not all(at_own_point(r.indices) for r in reads):
         return None
+    if any(r.buffer in (op.x.buffer, op.y.buffer) for r in loads):
+        return None             # (a residual A + A @ B) would widen the packed blocks
     return e
 
 

@@ -365,3 +365,27 @@ def test_matmul_epilogue_runs_on_each_register_tile():
             np.testing.assert_allclose(_callable(k, path, {"gemm_epilogue": on})(A, B, b), ref,
                                        rtol=1e-4, atol=1e-4, err_msg=f"{path} epilogue={on}")
     assert pragmas[True] == 2 and pragmas[False] == 3
+
+
+def test_epilogue_limits_and_a_shared_product_buffer():
+    """An epilogue that reads an operand of the product (a residual ``A + A @ B``) stays
+    a stage of its own (its reads would widen the packed blocks), and with the epilogue
+    inside the product's parallel loop the temporary product is still one array
+    allocated before the parallel region, not one per thread."""
+    from polycomp.frontend.dsl import Kernel
+
+    def resid(A, B):
+        c = ops.matmul(A, B)
+        return pc.compute(c.shape, lambda i, j: c[i, j] + A[i, j], name="res")
+    k = Kernel(resid, name="resid", inputs={"A": pc.Tensor[(70, 70), "float32"],
+                                            "B": pc.Tensor[(70, 70), "float32"]})
+    ck = compile_kernel(k, "cpu-avx2")
+    assert "epilogue" not in ck.notes["cpu-backbone-tile"][0]
+    A = np.random.default_rng(1).standard_normal((70, 70)).astype(np.float32)
+    for path in _paths():
+        np.testing.assert_allclose(_callable(k, path)(A, A), A + A.astype(np.float64) @ A,
+                                   rtol=1e-4, atol=1e-4, err_msg=path)
+    ck = compile_kernel(ops.OPS["matmul_bias_relu"].kernel("float32"), "cpu-avx2")
+    assert "epilogue" in ck.notes["cpu-backbone-tile"][0]
+    body = ck.source[ck.source.index(f"void {ck.final_ir.name}("):]
+    assert body.index("aligned_alloc") < body.index("#pragma omp parallel")

@@ -15,7 +15,10 @@ intermediates (softmax's exponentials, layernorm's centred row) become one row p
 iteration, which stays in cache instead of going to memory.  A contracted buffer of
 constant size up to ``LOCAL_BYTES`` gets ``local`` scope (a stack array, registers
 after the C compiler's scalar replacement); larger ones stay ``global`` (heap; see
-:mod:`polycomp.hw.cpu.hoist_alloc` for one allocation per thread).
+:mod:`polycomp.hw.cpu.hoist_alloc` for one allocation per thread).  A temporary that no
+loop contracts stays allocated where it was, outside every loop (a GEMM's ``C`` with
+its epilogue inside the product's parallel loop is one shared array, not one per
+thread).
 """
 from __future__ import annotations
 
@@ -78,6 +81,14 @@ def _contract_dim(loop: ir.For, buf: ir.Buffer):
     return None
 
 
+def _allocated_shape(node, name: str):
+    """The shape of the (single) Allocate of buffer ``name`` in ``node``."""
+    found = []
+    ir.walk(node, lambda n: found.append(tuple(n.buffer.shape))
+            if isinstance(n, ir.Allocate) and n.buffer.name == name else None)
+    return found[0] if found else None
+
+
 def _place(node, buf: ir.Buffer):
     """``node`` with the storage of ``buf`` (which only ``node`` touches) contracted as
     far as possible; returns the new node (containing the Allocate)."""
@@ -88,7 +99,12 @@ def _place(node, buf: ir.Buffer):
             nb = ir.Buffer(buf.name, buf.dtype, shape, _scope(shape, buf.dtype), buf.flat)
             body = _Drop(buf, nb, d).visit(node.body)
             return replace(node, body=_place(body, nb))
-        return replace(node, body=_place(node.body, buf))
+        inner = _place(node.body, buf)
+        if _allocated_shape(inner, buf.name) == tuple(buf.shape):
+            # nothing below contracts it: allocating inside the loop would only make
+            # one full copy per iteration (per thread, in a parallel loop)
+            return ir.Allocate(buf, node)
+        return replace(node, body=inner)
     if isinstance(node, ir.Block):
         inside = [k for k, s in enumerate(node.stmts) if _touches(s, buf)]
         if len(inside) == 1:

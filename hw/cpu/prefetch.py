@@ -11,26 +11,29 @@ Assumes: flattened and vectorised IR (vector loads have ``Ramp`` indices; the
 vectoriser's loops carry the ``vectorized`` annotation); run just before printing.
 
 Let ``R`` be a loop (variable ``r``, not itself a vector loop) and ``V1 .. Vk`` the
-vector loops directly in its body (not inside a deeper loop).  A *row* is the part of
-an argument a ``Vi`` with a constant extent ``T`` touches in row ``r``: its
-unit-stride vector loads of an input (or stores to an output) at
+vector loops directly in its body (not inside a deeper loop or a condition).  A *row*
+is the part of an argument a ``Vi`` with a constant extent ``T`` touches in row ``r``:
+its unit-stride vector loads of an input (or stores to an output) at
 ``Ramp(s*r + c*v + e, 1, L)`` with ``s``, ``c`` positive constants, ``v`` the loop's
-variable, ``e`` free of both, and ``T*c <= s`` (rows do not overlap): ``T*c``
-elements from ``s*r + e`` (the smallest ``e`` of the group).  Nothing happens when no
-row is found, when the rows add up to more than ``max_bytes`` (they would not stay
-cached until used), when no ``Vi`` has a constant positive extent, or when ``R``'s
-body makes a single vector pass over the row (its main vector loop, with or without
-the ``vector_remainder`` loop after it: one pass over consecutive rows is one
-continuous stream, which the hardware prefetchers follow by themselves).
+variable, ``e`` free of ``r``, ``v`` and every variable bound inside ``R``, and
+``T*c <= s`` (rows do not overlap): ``T*c`` elements from ``s*r + e`` (the smallest
+``e`` of the group).  Nothing happens when no row is found; when the rows add up to
+more than ``max_bytes`` (they would not stay cached until used); when ``R``'s body
+makes a single vector pass over the row (its main vector loop, with or without the
+``vector_remainder`` loop after it: one pass over consecutive rows is one continuous
+stream, which the hardware prefetchers follow by themselves); when no ``Vi`` has a
+constant positive extent; or when the chosen loop is too short to spread the rows
+(more than :data:`MAX_PER_ITERATION` prefetches per row, or twice that in all, per
+iteration).
 
-Guarantees: the busiest main (not ``vector_remainder``) ``Vi`` with a constant extent (calls count ten, operators one)
-starts each iteration with prefetches of every row of row ``r' = min(r + 1, last r)``:
-inputs for reading (``__builtin_prefetch(ptr, 0, 3)``), outputs for writing
-(``__builtin_prefetch(ptr, 1, 3)``); a row's 64-byte lines are spread evenly over the
-loop's iterations and the line numbers clamped to the row, so every address lies
-inside its array.  A prefetch never faults and changes no value: the results are
-those of the input IR.  ``attrs["prefetched_loops"]`` counts the loops that received
-prefetches.
+Guarantees: the busiest main (not ``vector_remainder``) ``Vi`` with a constant extent
+(floating-point calls count ten, floating-point operators one) starts each iteration
+with prefetches of every row, in row ``r' = min(r + 1, last r)``: inputs for reading
+(``__builtin_prefetch(ptr, 0, 3)``), outputs for writing (``__builtin_prefetch(ptr, 1,
+3)``); a row's 64-byte lines are spread evenly over the loop's iterations and the line
+numbers clamped to the row, so every address lies inside its array.  A prefetch never
+faults and changes no value: the results are those of the input IR.
+``attrs["prefetched_loops"]`` counts the loops that received prefetches.
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ from dataclasses import dataclass, replace
 from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.lowering.simplify import simplify
-from polycomp.lowering.vectorize_analysis import affine_in
+from polycomp.lowering.vectorize_analysis import affine_in, uses
 
 LINE_BYTES = 64
 
@@ -48,16 +51,30 @@ def _is_vector_loop(s) -> bool:
     return isinstance(s, ir.For) and s.annotation("vectorized", None) is not None
 
 
+#: at most this many prefetches per iteration of the loop that issues them (a core
+#: tracks only about ten outstanding misses; longer bursts would mostly be dropped)
+MAX_PER_ITERATION = 8
+
+
 def _work(stmt) -> int:
+    """Floating-point work of ``stmt``: calls (``exp``, ...) count ten, arithmetic
+    operators one; integer (address) arithmetic does not count."""
     n = [0]
 
     def fn(e):
-        if isinstance(e, ir.Call):
+        if isinstance(e, ir.Call) and e.dtype in ("float32", "float64"):
             n[0] += 10
-        elif isinstance(e, (ir.Binary, ir.Unary)):
+        elif isinstance(e, (ir.Binary, ir.Unary)) and e.dtype in ("float32", "float64"):
             n[0] += 1
     ir.walk(stmt, fn)
     return n[0]
+
+
+def _bound_inside(stmt) -> set:
+    """Variables bound inside ``stmt`` (loop variables and lets)."""
+    out = set()
+    ir.walk(stmt, lambda n: out.add(n.var) if isinstance(n, (ir.For, ir.LetStmt)) else None)
+    return out
 
 
 @dataclass
@@ -70,13 +87,16 @@ class _Row:
     elems: int
 
 
-def _rows(vloop: ir.For, r: ir.Var, inputs: frozenset, outputs: frozenset) -> list:
+def _rows(vloop: ir.For, r: ir.Var, inputs: frozenset, outputs: frozenset,
+          bound: set) -> list:
     """The input rows ``vloop`` reads and the output rows it writes in row ``r``: its
     unit-stride vector accesses at ``Ramp(s*r + c*v + e, 1, L)`` (``s``, ``c`` positive
-    constants, ``v`` its variable) whose ``extent * c`` elements per row do not reach
-    the next row (``<= s``)."""
+    constants, ``v`` its variable, ``e`` free of the variables in ``bound``: those
+    bound inside the row loop) whose ``extent * c`` elements per row do not reach the
+    next row (``<= s``)."""
     if not isinstance(vloop.extent, ir.IntImm):
         return []
+    inner = bound - {vloop.var}
     groups = {}
 
     def fn(n):
@@ -92,6 +112,8 @@ def _rows(vloop: ir.For, r: ir.Var, inputs: frozenset, outputs: frozenset) -> li
         a, b = affine_in(idx.base, r), affine_in(idx.base, vloop.var)
         if a is None or b is None or not isinstance(a[0], int) or not isinstance(b[0], int) \
                 or a[0] <= 0 or b[0] <= 0:
+            return
+        if any(uses(idx.base, v) for v in inner):
             return
         start = simplify(ir.substitute(idx.base, {vloop.var: vloop.min}))
         groups.setdefault((n.buffer, write, a[0], b[0]), []).append(start)
@@ -140,14 +162,15 @@ class _Prefetch(ir.Mutator):
             return s
         stack, vloops = [s.body], []
         while stack:                 # vector loops in s's body, not inside another loop
-            n = stack.pop()
+            n = stack.pop()          # or a condition (they would run in every row)
             if _is_vector_loop(n):
                 vloops.append(n)
-            elif not isinstance(n, ir.For):
+            elif not isinstance(n, (ir.For, ir.IfThenElse)):
                 stack.extend(c for c in ir.children(n) if isinstance(c, ir.Stmt))
+        bound = _bound_inside(s.body)
         rows = {}
         for v in vloops:
-            for row in _rows(v, s.var, self.inputs, self.outputs):
+            for row in _rows(v, s.var, self.inputs, self.outputs, bound):
                 key = (row.buffer, row.write)
                 if key not in rows or rows[key].elems < row.elems:
                     rows[key] = row
@@ -159,6 +182,8 @@ class _Prefetch(ir.Mutator):
         best = max(busy, key=lambda v: _work(v.body))
         last = simplify(s.min + s.extent - 1)
         pre = [p for row in rows.values() for p in _prefetches(best, s.var, last, row)]
+        if len(pre) > MAX_PER_ITERATION * len(rows) or len(pre) > 2 * MAX_PER_ITERATION:
+            return s                 # the busy loop is too short for the rows
         self.count += 1
         new = replace(best, body=ir.seq(*pre, best.body))
         return replace(s, body=_replace_stmt(s.body, best, new))
