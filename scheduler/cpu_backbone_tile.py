@@ -447,18 +447,11 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None):
         e["kt"] = _last_k_tile(op, b, espace)
         parts.append(e)
 
-    def both(name):             # one band member over the init, the update (, epilogue)
-        out = _upa(u[name])
-        for q in parts:
-            out = out.union_add(_upa(q[name]))
-        return out
-    batch = []
-    for d in range(len(u["batch"])):
-        m = _upa(u["batch"][d])
-        for q in parts:
-            m = m.union_add(_upa(q["batch"][d]))
-        batch.append(m)
-    it, jt, kt, ir_, jr = (both(n) for n in ("it", "jt", "kt", "ir", "jr"))
+    stmts = [u] + parts         # one band member over the update, init (and epilogue)
+    batch = [T.union_members([_upa(q["batch"][d]) for q in stmts])
+             for d in range(len(op.batch))]
+    it, jt, kt, ir_, jr = (T.union_members([_upa(q[n]) for q in stmts])
+                           for n in ("it", "jt", "kt", "ir", "jr"))
     kk = _upa(_mod(_dim_aff(sp, op.k[0]), b.KC))
     ii, jj = _upa(u["ii"]), _upa(u["jj"])
     upd_prefix = [_upa(a) for a in u["batch"]] + [_upa(u[n]) for n in ("it", "jt", "kt")]

@@ -11,7 +11,7 @@ import tempfile
 import numpy as np
 
 from polycomp import dtypes as dt
-from polycomp.errors import BuildError, DTypeError, ShapeMismatchError, user_location
+from polycomp.errors import BuildError, ShapeMismatchError, user_location
 
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=gnu11", "-fPIC", "-shared",
                  "-ffp-contract=fast", "-fno-math-errno")
@@ -66,21 +66,10 @@ class CFunction:
         """``inputs`` are the kernel's inputs followed by the initial contents of its
         in-out outputs (:func:`polycomp.shapes.caller_arrays`); those are copied, not
         modified."""
-        from polycomp.shapes import caller_arrays, eval_int, infer_params
+        from polycomp.shapes import checked_arguments, eval_int
         f = self.func
-        expected = caller_arrays(f)
-        if len(inputs) != len(expected):
-            raise ShapeMismatchError(f"{f.name} takes {len(expected)} input array(s), got "
-                                     f"{len(inputs)}", user_location())
-        arrays = []
-        for b, a in zip(expected, inputs):
-            want = dt.to_numpy(b.dtype)
-            a = np.asarray(a)
-            if a.dtype != want:
-                raise DTypeError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}",
-                                 user_location())
-            arrays.append(np.ascontiguousarray(a))
-        values = infer_params(f.params, expected, arrays, params, outputs=f.outputs)
+        expected, arrays, values = checked_arguments(f, inputs, params)
+        arrays = [np.ascontiguousarray(a) for a in arrays]
         initial = {b.name: a for b, a in zip(expected[len(f.inputs):], arrays[len(f.inputs):])}
         arrays = arrays[:len(f.inputs)]
         outs = []

@@ -167,6 +167,9 @@ class _Prefetch(ir.Mutator):
                 vloops.append(n)
             elif not isinstance(n, (ir.For, ir.IfThenElse)):
                 stack.extend(c for c in ir.children(n) if isinstance(c, ir.Stmt))
+        passes = [v for v in vloops if not v.annotation("vector_remainder", False)]
+        if len(passes) < 2:
+            return s
         bound = _bound_inside(s.body)
         rows = {}
         for v in vloops:
@@ -175,9 +178,8 @@ class _Prefetch(ir.Mutator):
                 if key not in rows or rows[key].elems < row.elems:
                     rows[key] = row
         nbytes = sum(w.elems * dt.itemsize(w.buffer.dtype) for w in rows.values())
-        passes = [v for v in vloops if not v.annotation("vector_remainder", False)]
         busy = [v for v in passes if isinstance(v.extent, ir.IntImm) and v.extent.value > 0]
-        if len(passes) < 2 or not rows or nbytes > self.max_bytes or not busy:
+        if not rows or nbytes > self.max_bytes or not busy:
             return s
         best = max(busy, key=lambda v: _work(v.body))
         last = simplify(s.min + s.extent - 1)

@@ -60,19 +60,14 @@ class CudaPrinter(CLikePrinter):
     def storage_type(self, dtype):
         return self.types[dtype]
 
+    _TO_COMPUTE = {"float16": "__half2float", "bfloat16": "__bfloat162float"}
+    _TO_STORAGE = {"float16": "__float2half", "bfloat16": "__float2bfloat16"}
+
     def to_compute(self, dtype, v):
-        if dtype == "float16":
-            return f"__half2float({v})"
-        if dtype == "bfloat16":
-            return f"__bfloat162float({v})"
-        return v
+        return f"{self._TO_COMPUTE[dtype]}({v})" if dtype in self._TO_COMPUTE else v
 
     def to_storage(self, dtype, v):
-        if dtype == "float16":
-            return f"__float2half({v})"
-        if dtype == "bfloat16":
-            return f"__float2bfloat16({v})"
-        return v
+        return f"{self._TO_STORAGE[dtype]}({v})" if dtype in self._TO_STORAGE else v
 
     def intrinsic(self, e):
         from .ptx import print_intrinsic  # Tensor Core / cp.async PTX (inline asm)

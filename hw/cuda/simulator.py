@@ -364,14 +364,14 @@ class Simulator(Interpreter):
         g = self.geom
         write = new is not None
         if mem.scope == "shared":
-            ids, describe, space = g.thread, g.describe_thread_in_block, "shared"
+            describe, space = g.describe_thread_in_block, "shared"
             tracker = mem.tracker
             args = (pos, g.thread)
         else:
             tracker = self._global_tracker(mem)
             if tracker is None:
                 return
-            ids, describe, space = g.global_thread, g.describe_global, "global"
+            describe, space = g.describe_global, "global"
             args = (pos, g.global_thread, self.block_epoch[g.block_slot])
         if write:
             hazards = tracker.write(*args, active, new, mem.data[pos])

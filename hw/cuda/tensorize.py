@@ -188,19 +188,14 @@ class _Tensorizer(ir.Mutator):
         return k
 
     # ------------------------------------------------------------------ traversal
-    def visit_For(self, s):
+    def visit_For(self, s):          # loops and lets bind a variable of the scope
         self.scope.append(s.var)
         try:
             return self.generic(s)
         finally:
             self.scope.pop()
 
-    def visit_LetStmt(self, s):
-        self.scope.append(s.var)
-        try:
-            return self.generic(s)
-        finally:
-            self.scope.pop()
+    visit_LetStmt = visit_For
 
     def visit_AttrStmt(self, s):
         if s.key == "pipeline":
