@@ -36,7 +36,7 @@ from polycomp.errors import NonAffineIndexError, PolycompInternalError, ShapeMis
 from polycomp.islutil import context as polycomp_context
 from polycomp.islutil import sets
 from polycomp.model import Access, PolyModel, Statement, _compute_accesses_and_dependences
-from polycomp.scheduler.tree import map_bands
+from polycomp.scheduler.common.tree import map_bands
 
 from .c_expr import affine_pieces, cond_text, guarded, isl_name, param_prefix
 from .c_program import CIf, CLoop, CProgram, CSeq, CStmt

@@ -204,16 +204,17 @@ def statement_builders(model) -> dict[str, Callable]:
 def lower_schedule(model, schedule: isl.Schedule, extra_statements: dict | None = None,
                    name: str | None = None, simplify_body: bool = True,
                    extra_context: isl.Set | None = None,
-                   promotions: list | None = None,
-                   inlined: dict | None = None) -> ir.LoweredFunc:
+                   statement_hook: Callable[[Callable[[str], ir.Var]], dict] | None = None,
+                   ) -> ir.LoweredFunc:
     """Lower ``schedule`` of ``model`` to a :class:`~polycomp.ir.LoweredFunc`.
 
     Temporaries (stages that are not outputs) are allocated in global scope around
     the whole body.  ``extra_context`` adds parameter constraints for AST generation
     (passes that introduce parameters, e.g. GPU block/thread ids, provide it);
-    ``promotions`` are the memory-promotion records whose statements are rewritten and
-    ``inlined`` the arrays recomputed instead of stored (see
-    :mod:`polycomp.lowering.promoted`).
+    ``statement_hook(var)`` returns statement builders that replace or add to the
+    model's (a target's promoted statements and copies, see
+    :meth:`polycomp.hw.registry.Backend.lowering_statements`); ``var(name)`` gives the
+    IR variable of an AST iterator or parameter.
     """
     from .simplify import simplify
     context = model.context
@@ -223,9 +224,8 @@ def lower_schedule(model, schedule: isl.Schedule, extra_statements: dict | None 
     ast = build_ast(schedule, context, model.dependences)
     builders = statement_builders(model)
     lowerer = AstLowerer(builders, model.params)
-    if promotions or inlined:
-        from .promoted import promoted_builders
-        builders.update(promoted_builders(model, promotions or [], lowerer.var, inlined))
+    if statement_hook is not None:
+        builders.update(statement_hook(lowerer.var))
     builders.update(extra_statements or {})
     body = lowerer.stmt(ast)
     for t in reversed(model.graph.temporaries):

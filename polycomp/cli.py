@@ -1,10 +1,13 @@
 """The ``polycomp`` command line.
 
 ``polycomp compile FILE.py``  compile a @tensor_expr kernel of FILE.py to CUDA or C source
-``polycomp explain FILE.py``  print the polyhedral model, the schedule tree after every
-                              pass (with its time and notes) and the final IR
+``polycomp explain FILE.py``  print the polyhedral model, the output of every step (schedule
+                              passes, lowering, IR passes, emission) with its time
+                              and notes
 ``polycomp run FILE.py``      run a kernel on random inputs and compare it with a reference
 ``polycomp bench SUITE ...``  run a benchmark suite (``polycomp.benchmarks.<SUITE>.main``)
+``polycomp targets``          list the registered targets: memory hierarchy, compute
+                              units, options
 
 Every :class:`~polycomp.errors.PolycompError` is printed as ``error: <message>`` followed by
 the user's source line, with exit status 2 (``--traceback`` shows the Python traceback).
@@ -30,7 +33,10 @@ from polycomp.errors import (PolycompError, SourceLocation, UnknownSymbolError, 
 
 __all__ = ["main", "load_module", "find_kernels", "pick_kernel", "random_inputs", "compare"]
 
-TARGETS = ("c", "cpu", "cpu-avx2", "cpu-avx512", "cuda", "cuda-sm90")
+
+def _target_names() -> list[str]:
+    from polycomp.hw.registry import backends
+    return [n for b in backends() for n in (*b.names, *b.aliases)]
 
 # Tolerances of `polycomp run`: an output passes when
 #   max |out - ref| <= tol * max(1, max |ref|)
@@ -179,7 +185,8 @@ def _compile(args, dump: bool = False):
     mod, kernels = load_kernels(args.file)
     kernel = pick_kernel(kernels, args.kernel, args.file)
     ck = compile_kernel(kernel, args.target, _compile_options(args),
-                        debug=getattr(args, "debug", False), dump=dump)
+                        debug=getattr(args, "debug", False), dump=dump,
+                        dump_dir=getattr(args, "dump_dir", None))
     return mod, kernels, kernel, ck
 
 
@@ -205,60 +212,76 @@ def cmd_compile(args) -> int:
 
 
 def _check_source(path: str, ck) -> str:
-    """Compile the emitted file with nvcc (``-cubin``, ptxas resource usage) or gcc."""
-    import shutil
-    import subprocess
-    import tempfile
-    from polycomp.errors import BuildError
-    with tempfile.TemporaryDirectory() as tmp:
-        if ck.target.kind == "cuda":
-            if shutil.which("nvcc") is None:
-                raise BuildError("--check needs nvcc on PATH")
-            cmd = ["nvcc", f"-arch=sm_{ck.target.sm}", "-cubin", "-Xptxas", "-v",
-                   "-o", os.path.join(tmp, "k.cubin"), path]
-        else:
-            from polycomp.hw.cpu.build import DEFAULT_FLAGS, compiler
-            flags = [f for f in DEFAULT_FLAGS if f != "-shared"]
-            cmd = [compiler(), *flags, "-c", "-o", os.path.join(tmp, "k.o"), path]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise BuildError(f"{' '.join(cmd)} failed:\n{r.stderr[-4000:]}")
-    lines, entry = [], None
-    for ln in (r.stdout + r.stderr).splitlines():  # ptxas -v: per entry function
-        if "Compiling entry function" in ln:
-            entry = ln.split("'")[1] if "'" in ln else None
-        elif "Used" in ln and "registers" in ln:
-            used = ln.split(":", 1)[-1].strip()
-            lines.append(f"{entry}: {used}" if entry else used)
-    return f"checked: {' '.join(cmd[:3])} ... ok" + "".join(f"\n  {ln}" for ln in lines)
+    """Compile the emitted file with the target's compiler (nvcc -cubin with ptxas
+    resource usage, gcc -c)."""
+    return ck.backend.check(path, ck)
 
 
 # --------------------------------------------------------------------------- explain
 
 
 def cmd_explain(args) -> int:
-    from polycomp.lowering.printer import func_str
     _, _, kernel, ck = _compile(args, dump=True)
     w = sys.stdout.write
     w(f"=== polyhedral model of {kernel.name} ===\n{ck.model}\n\n")
-    w(f"=== schedule passes for target {ck.target.name} ===\n")
+    w(f"=== steps for target {ck.target.name} ===\n")
     notes = {k: list(v) for k, v in (ck.notes or {}).items()}
+    headers = {"schedule": "schedule passes", "lower": "lowering (isl AST -> IR)",
+               "ir": "IR passes", "codegen": "code-generation passes", "emit": "emission"}
+    stage = None
     for r in ck.records:
+        if r.stage != stage:
+            stage = r.stage
+            w(f"\n##### {headers.get(stage, stage)} #####\n")
+        if r.stage == "emit":
+            w(f"\n--- {r.name} ({r.seconds * 1e3:.2f} ms): {len(r.tree or '')} characters"
+              f"{'' if args.source else ' (--source prints them)'} ---\n")
+            if args.source:
+                w(f"\n=== {ck.target.name} source ===\n{r.tree}")
+            continue
         w(f"\n--- after {r.name} ({r.seconds * 1e3:.2f} ms) ---\n")
-        w((r.tree or "(tree not recorded)").rstrip("\n") + "\n")
+        w((r.tree or "(output not recorded)").rstrip("\n") + "\n")
         for n in notes.pop(r.name, ()):
             w(f"note [{r.name}]: {n}\n")
     for name, items in notes.items():
         for n in items:
             w(f"note [{name}]: {n}\n")
     total = sum(r.seconds for r in ck.records)
-    w(f"\n--- pass times ---\n")
+    w("\n--- step times ---\n")
     for r in ck.records:
-        w(f"  {r.name:28s} {r.seconds * 1e3:9.2f} ms\n")
-    w(f"  {'total':28s} {total * 1e3:9.2f} ms\n")
-    w(f"\n=== final IR ===\n{func_str(ck.final_ir)}")
-    if args.source:
-        w(f"\n=== {ck.target.name} source ===\n{ck.source}")
+        w(f"  {r.stage:9s} {r.name:28s} {r.seconds * 1e3:9.2f} ms\n")
+    w(f"  {'':9s} {'total':28s} {total * 1e3:9.2f} ms\n")
+    return 0
+
+
+def cmd_targets(args) -> int:
+    """Print every registered target: its memory hierarchy, compute units and (with
+    --options) the options it takes."""
+    from polycomp.hw.registry import backends
+    from polycomp.hw.target import get_target
+    w = sys.stdout.write
+    for b in backends():
+        for name in b.names:
+            if args.name and name not in args.name:
+                continue
+            t = get_target(name)
+            aliases = [a for a, c in b.aliases.items() if c == name]
+            alias = f" (alias {', '.join(aliases)})" if aliases else ""
+            w(f"{name}{alias}: {b.descriptions.get(name, '')}; emits {b.suffix}\n")
+            w(f"  {'level':12s} {'scope':8s} {'capacity':>10s} {'align':>6s}  accessed by\n")
+            for lv, scope, cap, align, who in t.memory.table():
+                w(f"  {lv:12s} {scope:8s} {cap:>10s} {align:>6s}  {who}\n")
+            for c in t.memory.copies:
+                sync = f"; sync: {c.sync}" if c.sync else ""
+                w(f"  copy {c.src} -> {c.dst}: {c.mechanism}{sync}\n")
+            for u in t.units:
+                shape = "x".join(map(str, u.shape))
+                w(f"  unit {u.name} ({u.kind} {shape}): {', '.join(u.dtypes)}"
+                  f"{'; ' + u.note if u.note else ''}\n")
+            if args.options:
+                for opt_name, default, doc in b.options_class.describe():
+                    w(f"  option {opt_name} = {default}: {doc}\n")
+            w("\n")
     return 0
 
 
@@ -363,43 +386,6 @@ def _user_reference(mod, kernel, n_kernels):
     return fn if callable(fn) else None
 
 
-def _runner(ck, options: dict):
-    """A callable running the compiled kernel, and a description of how it runs."""
-    if ck.target.kind == "c":
-        from polycomp.hw.cpu.build import CFunction, build_shared
-        return CFunction(ck.final_ir, build_shared(ck.source)), "gcc-built shared library"
-    if ck.target.kind == "cuda":
-        if _have_gpu():
-            from polycomp.driver import build
-            return build(ck.kernel, ck.target, options), "CUDA device (pycuda)"
-        try:
-            from polycomp.hw.cuda.simulator import simulate
-        except ImportError:
-            simulate = None
-        if simulate is not None:
-            def run_sim(*arrays, **params):
-                return simulate(ck, *arrays, **params)[0]
-            return run_sim, ("CUDA simulator on the emitted kernels (no GPU here; "
-                             "`polycomp compile --check` compiles the .cu with nvcc)")
-        from polycomp.driver import interpret
-
-        def run_ir(*arrays, **params):
-            return interpret(ck, *arrays, **params)
-        return run_ir, ("IR interpreter on the CUDA-level IR (no GPU here; "
-                        "`polycomp compile --check` compiles the .cu with nvcc)")
-    from polycomp.errors import TargetError
-    raise TargetError(f"polycomp run has no runner for target {ck.target.name}")
-
-
-def _have_gpu() -> bool:
-    try:
-        import pycuda.driver as drv  # noqa: F401
-        drv.init()
-        return drv.Device.count() > 0
-    except Exception:
-        return False
-
-
 def cmd_run(args) -> int:
     mod, kernels, kernel, ck = _compile(args)
     given = _parse_shapes(args.shape)
@@ -417,8 +403,8 @@ def cmd_run(args) -> int:
                                  + " ".join(f"--shape {n}=..." for n in missing))
     params = {n: given[n] for n in names}
     arrays = random_inputs(f, params, args.seed)
-    run, how = _runner(ck, _compile_options(args))
-    timed = ck.target.kind == "c" or how.startswith("CUDA device")
+    run, how = ck.backend.runner(ck)
+    timed = "simulator" not in how
     reps = max(1, args.repeat) if timed else 1
     result, best = None, float("inf")
     for _ in range(reps + (1 if reps > 1 else 0)):  # one warm-up run when timing
@@ -509,8 +495,8 @@ def _parser() -> argparse.ArgumentParser:
                       "affine loop nests)")
     kern.add_argument("--kernel", "-k", metavar="NAME",
                       help="which kernel (needed when the file defines several)")
-    kern.add_argument("--target", "-t", default="c", choices=TARGETS,
-                      help="target (default: c)")
+    kern.add_argument("--target", "-t", default="c", choices=_target_names(),
+                      help="target (default: c; `polycomp targets` lists them)")
     kern.add_argument("--tile", metavar="T0,T1,...",
                       help="block tile sizes (options['tile']['block'])")
     kern.add_argument("--threads", metavar="P0,P1,...",
@@ -523,6 +509,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="any pipeline option (VALUE is a Python literal); repeatable")
     kern.add_argument("--debug", action="store_true",
                       help="check every schedule pass for legality (dependences)")
+    kern.add_argument("--dump-dir", metavar="DIR",
+                      help="write the output of every step (trees, IR, source) to "
+                      "numbered files in DIR")
 
     c = sub.add_parser("compile", parents=[common, kern], help="compile a kernel to source",
                        description="Compile a kernel and write the CUDA (.cu) or C (.c) source.")
@@ -560,6 +549,13 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("suite", metavar="SUITE", help="cpu, gpu, ...")
     b.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the suite")
     b.set_defaults(func=cmd_bench)
+
+    tg = sub.add_parser("targets", parents=[common], help="list the targets",
+                        description="List the registered targets with their memory "
+                        "hierarchy, copy rules and compute units.")
+    tg.add_argument("name", nargs="*", help="only these targets")
+    tg.add_argument("--options", action="store_true", help="also list each target's options")
+    tg.set_defaults(func=cmd_targets)
     return p
 
 

@@ -1,22 +1,33 @@
 """The compiler driver: kernel -> model -> schedule passes -> IR -> target source.
 
-``compile_kernel`` returns a :class:`CompiledKernel` with every intermediate product (the
-model, the final schedule tree, the IR before and after code-generation passes, the
-source and the pass records), so tests and ``polycomp explain`` can look at each.
+``compile_kernel`` asks the target registry (:mod:`polycomp.hw.registry`) for the
+target's backend, validates the options with the backend's options class, and runs
+every step through one :class:`~polycomp.pass_manager.PassManager`: the schedule
+passes, lowering (isl AST -> IR), the IR passes (whose result the interpreter or
+simulator runs), the code-generation passes and emission.  It returns a
+:class:`CompiledKernel` with every intermediate product (the model, the final schedule
+tree, the IR before and after code-generation passes, the source, the step records
+and the typed compile state), so tests and ``polycomp explain`` can look at each.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import islpy as isl
 
-from polycomp.errors import (PolycompError, PolycompInternalError, TargetError)
+from polycomp import ir
+from polycomp.errors import PolycompError, PolycompInternalError, TargetError
 from polycomp.frontend.dsl import Kernel
-from polycomp.hw import pipelines
+from polycomp.hw.registry import Backend, backend_for
 from polycomp.hw.target import Target, get_target
 from polycomp.lowering.ast_to_ir import lower_schedule
 from polycomp.model import PolyModel
-from polycomp.scheduler import PassManager, ScheduleContext
+from polycomp.options import Options
+from polycomp.pass_manager import PassManager, PassRecord
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
 
 
 @dataclass(eq=False)
@@ -25,84 +36,106 @@ class CompiledKernel:
     target: Target
     model: PolyModel
     schedule: isl.Schedule
-    ir: object            # LoweredFunc after target IR passes (interpretable)
-    final_ir: object      # LoweredFunc as printed (flattened)
+    ir: ir.LoweredFunc          # after the target's IR passes (interpretable)
+    final_ir: ir.LoweredFunc    # as printed (flattened)
     source: str
-    records: list = field(default_factory=list)
-    notes: dict = field(default_factory=dict)
+    records: list[PassRecord] = field(default_factory=list)
+    state: CompileState | None = None
 
     @property
     def name(self) -> str:
         return self.final_ir.name
 
+    @property
+    def backend(self) -> Backend:
+        return backend_for(self.target)
+
+    @property
+    def options(self) -> Options:
+        assert self.state is not None
+        return self.state.options
+
+    @property
+    def notes(self) -> dict[str, list[str]]:
+        return self.state.remarks if self.state is not None else {}
+
     def suffix(self) -> str:
-        return ".cu" if self.target.kind == "cuda" else ".c"
+        return self.backend.suffix
 
 
-def compile_kernel(kernel: Kernel, target="c", options: dict | None = None,
-                   debug: bool = False, dump: bool = False) -> CompiledKernel:
-    """Compile ``kernel`` for ``target``; see the module docstring."""
+def compile_kernel(kernel: Kernel, target: str | Target = "c",
+                   options: Mapping[str, Any] | Options | None = None,
+                   debug: bool = False, dump: bool = False,
+                   dump_dir: str | None = None) -> CompiledKernel:
+    """Compile ``kernel`` for ``target``; see the module docstring.
+
+    ``options``: a mapping (or the target's options object) checked by the target's
+    options class (unknown keys and bad values raise
+    :class:`~polycomp.errors.OptionError`).  ``debug`` checks every schedule pass for
+    legality; ``dump`` keeps each step's output in the records; ``dump_dir`` also
+    writes them as numbered files.
+    """
     if not hasattr(kernel, "polyhedral_model"):
         raise TargetError(f"compile_kernel() takes a @tensor_expr kernel (or a front-end "
                           f"kernel with polyhedral_model()), got {type(kernel).__name__}")
     tgt = get_target(target)
-    opts = dict(options or {})
+    backend = backend_for(tgt)
+    opts = backend.options_class.from_mapping(options, tgt.name)
+    pm = PassManager(debug=debug, dump=dump, dump_dir=dump_dir,
+                     source_suffix=backend.suffix.lstrip("."))
     try:
         model = kernel.polyhedral_model()
-        ctx = ScheduleContext(model, tgt, opts)
-        pm = PassManager(pipelines.schedule_passes(tgt, dict(opts, _model=model)),
-                         debug=debug, dump=dump)
-        schedule = pm.run(model.initial_schedule, ctx)
-        func = lower_schedule(model, schedule, simplify_body=False,
-                              extra_context=ctx.attrs.get("ast_context"),
-                              promotions=ctx.attrs.get("promotions"),
-                              inlined=ctx.attrs.get("inlined"))
-        func.attrs.update(ctx.attrs)
-        func = pipelines.ir_pipeline(func, tgt, dict(opts, _model=model))
-        final, source = pipelines.codegen(func, tgt, opts)
+        state = CompileState(model, tgt, opts)
+        schedule = pm.run(model.initial_schedule, state, schedule_passes(state))
+        func = pm.step("lower", "lower", lambda: lower_schedule(
+            model, schedule, simplify_body=False, extra_context=state.ast_context,
+            statement_hook=lambda var: backend.lowering_statements(state, var)), _func_str)
+        func = pm.run_ir(func, state, backend.ir_passes(state), "ir")
+        final = pm.run_ir(func, state, backend.codegen_passes(state), "codegen")
+        source = pm.step("emit", "emit", lambda: backend.emit(final, state), str)
     except PolycompError:
         raise
     except isl.Error as e:
         raise PolycompInternalError(f"isl error while compiling {kernel.name}: {e}") from None
-    return CompiledKernel(kernel, tgt, model, schedule, func, final, source, pm.records, ctx.notes)
+    return CompiledKernel(kernel, tgt, model, schedule, func, final, source, pm.records, state)
 
 
-def build(kernel: Kernel, target="c", options: dict | None = None):
+def schedule_passes(state: CompileState) -> list[Pass]:
+    """The schedule passes of a compile: program order (and isl's scheduler when
+    ``options.isl_scheduler``), then the target backend's passes."""
+    from polycomp.scheduler.common.isl_scheduler import IslSchedulerPass
+    from polycomp.scheduler.common.program_order import ProgramOrderPass
+    passes: list[Pass] = [ProgramOrderPass()]
+    if state.options.isl_scheduler:
+        passes.append(IslSchedulerPass())
+    return passes + backend_for(state.target).schedule_passes(state)
+
+
+def _func_str(f: ir.LoweredFunc) -> str:
+    from polycomp.lowering.printer import func_str
+    return func_str(f)
+
+
+def build(kernel: Kernel, target: str | Target = "c",
+          options: Mapping[str, Any] | Options | None = None):
     """Compile and load ``kernel``; returns a callable taking numpy arrays.
 
-    C targets are built with gcc (cached); CUDA needs pycuda and a GPU.
+    C targets are built with gcc (cached); CUDA needs pycuda and a GPU (else a clear
+    :class:`~polycomp.errors.TargetError`; ``polycomp run`` falls back to the simulator).
     """
     ck = compile_kernel(kernel, target, options)
-    if ck.target.kind == "c":
-        from polycomp.hw.cpu.build import CFunction, build_shared
-        return CFunction(ck.final_ir, build_shared(ck.source))
-    if ck.target.kind == "cuda":
-        from polycomp.hw.cuda.launcher import CudaFunction
-        return CudaFunction(ck)
-    raise TargetError(f"no runner for target {ck.target.name}")
+    return ck.backend.load(ck)
 
 
 def interpret(kernel_or_compiled, *inputs, **params):
-    """Run a kernel through the IR interpreter (the reference executor).
+    """Run a kernel with the reference semantics of its IR.
 
     Given a Kernel, its program-order IR is interpreted; given a CompiledKernel, the
-    IR after the target's passes is — for CUDA targets through the GPU-semantics
-    simulator (:func:`polycomp.hw.cuda.simulator.simulate`, strict: races, divergent
-    barriers and out-of-bounds accesses raise), since that IR uses per-block shared
-    memory, per-thread registers and barriers.
+    IR after the target's IR passes is run by the backend's executor — the IR
+    interpreter for C targets, the GPU-semantics simulator for CUDA targets
+    (:func:`polycomp.hw.cuda.simulator.simulate`, strict: races, divergent barriers and
+    out-of-bounds accesses raise).
     """
-    from polycomp.lowering.interpreter import run_func
-    from polycomp.shapes import checked_arguments
     ck = kernel_or_compiled if isinstance(kernel_or_compiled, CompiledKernel) else \
         compile_kernel(kernel_or_compiled, "c", {"parallel": False})
-    if ck.target.kind == "cuda":
-        from polycomp.hw.cuda.simulator import simulate
-        outs, _ = simulate(ck, *inputs, **params)
-        return outs
-    f = ck.ir
-    expected, arrays, values = checked_arguments(f, inputs, params)
-    n = len(f.inputs)
-    outs = run_func(f, {b.name: a for b, a in zip(f.inputs, arrays[:n])}, values,
-                    {b.name: a for b, a in zip(expected[n:], arrays[n:])})
-    res = tuple(outs[b.name] for b in f.outputs)
-    return res[0] if len(res) == 1 else res
+    return ck.backend.execute(ck, inputs, params)

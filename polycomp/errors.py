@@ -117,6 +117,11 @@ class TargetError(PolycompError):
     """An unknown target, or a kernel the target cannot express."""
 
 
+class OptionError(TargetError):
+    """An unknown compile option for the target, or a value it does not take; the
+    message names the option and lists the valid ones."""
+
+
 class ResourceLimitError(TargetError):
     """A kernel does not fit a target's memory (shared memory, registers, local buffers)."""
 

@@ -290,7 +290,7 @@ def program_order_schedule(model_ctx, statements, domain) -> isl.Schedule:
     reduction) → for a reduction, ``sequence [init, update]`` with a band over the
     reduce axes under the update filter.
     """
-    from polycomp.scheduler.tree import build_program_order
+    from polycomp.scheduler.common.tree import build_program_order
     return build_program_order(statements, domain)
 
 

@@ -17,9 +17,9 @@ from polycomp.errors import (DTypeError, NonAffineIndexError, PolycompError,
                              UnsupportedConstructError)
 from polycomp.frontend.c_reader import (CKernel, CParseError, load_c_kernel, load_c_kernels,
                                         read_c_kernel, read_c_kernels)
-from polycomp.scheduler.program_order import ProgramOrderPass
-from polycomp.scheduler.tree import tree_str
-from polycomp.scheduler.pass_base import ScheduleContext
+from polycomp.scheduler.common.program_order import ProgramOrderPass
+from polycomp.scheduler.common.tree import tree_str
+from polycomp.state import CompileState
 
 # --------------------------------------------------------------------------- kernels
 
@@ -317,7 +317,7 @@ def test_minmax_subscripts_run(n, seed):
 def test_program_order_pass_returns_the_c_tree():
     k = kernel(MM2)
     m = k.polyhedral_model()
-    out = ProgramOrderPass().run(None, ScheduleContext(m, None))
+    out = ProgramOrderPass().run(None, CompileState(m, None))
     assert out.plain_is_equal(m.initial_schedule)
 
 

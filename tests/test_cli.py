@@ -114,19 +114,22 @@ def test_explain_prints_model_trees_and_ir(capsys):
     from polycomp.driver import compile_kernel
     ck = compile_kernel(cli.find_kernels(cli.load_module(EXAMPLE))[0], "cuda", dump=True)
     names = [r.name for r in ck.records]
-    assert out.count("--- after ") == len(names)
-    for name in names:
+    stages = [r.stage for r in ck.records]
+    assert stages[0] == "schedule" and "lower" in stages and stages[-1] == "emit"
+    assert out.count("--- after ") == len(names) - 1   # the source: --source
+    for name in names[:-1]:
         assert f"--- after {name} (" in out
-    assert out.count("domain: ") >= len(names)
-    assert "=== final IR ===" in out and "func matmul_relu(" in out
+    assert out.count("domain: ") >= stages.count("schedule")
+    assert "##### code-generation passes #####" in out and "func matmul_relu(" in out
+    assert "--- step times ---" in out and " lower " in out
 
 
 def test_explain_shows_pass_notes(tmp_path, capsys, monkeypatch):
     import polycomp.driver as driver
     real = driver.compile_kernel
 
-    def noting(kernel, target="c", options=None, debug=False, dump=False):
-        ck = real(kernel, target, options, debug, dump)
+    def noting(kernel, target="c", options=None, **kw):
+        ck = real(kernel, target, options, **kw)
         ck.notes.setdefault("program-order", []).append("a note from the pass")
         ck.notes.setdefault("elsewhere", []).append("a note without a pass record")
         return ck

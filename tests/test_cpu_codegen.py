@@ -20,7 +20,7 @@ from polycomp.hw.cpu.codegen import C_HEADER
 from polycomp.hw.cpu.simd_build import (build_simde, disassemble, has_native_avx512,
                                         simde_available)
 from polycomp.hw.cpu.vector_prelude import prelude
-from polycomp.hw.target import cpu_flags
+from polycomp.hw.cpu.target import cpu_flags
 
 N, M, K = pc.sym("N M K")
 HAS_AVX2 = {"avx2", "fma"} <= cpu_flags()

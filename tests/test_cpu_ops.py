@@ -27,7 +27,7 @@ from polycomp.driver import build, compile_kernel
 from polycomp.frontend.ops import OPS
 from polycomp.hw.cpu.build import CFunction, build_shared
 from polycomp.hw.cpu.simd_build import build_simde, has_native_avx512, simde_available
-from polycomp.hw.target import cpu_flags
+from polycomp.hw.cpu.target import cpu_flags
 
 from ops_helpers import check_close, extent, runner
 

@@ -12,13 +12,13 @@ import pytest
 
 import polycomp as pc
 from polycomp.hw.target import get_target
-from polycomp.scheduler.cpu_backbone_tile import CpuBackboneTilePass
-from polycomp.scheduler.cpu_fuse import CpuFusePass
-from polycomp.scheduler.cpu_pack import CpuPackPass
-from polycomp.scheduler.cpu_parallel import CpuParallelPass
-from polycomp.scheduler.cpu_reduce_interchange import CpuReduceInterchangePass
-from polycomp.scheduler.pass_base import ScheduleContext
-from polycomp.scheduler.tree import violated_dependences
+from polycomp.scheduler.cpu.backbone_tile import CpuBackboneTilePass
+from polycomp.scheduler.cpu.fuse import CpuFusePass
+from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
+from polycomp.scheduler.cpu.parallel import CpuParallelPass
+from polycomp.scheduler.cpu.reduce_interchange import CpuReduceInterchangePass
+from polycomp.state import CompileState
+from polycomp.scheduler.common.tree import violated_dependences
 
 N, M, K = pc.sym("N M K")
 
@@ -63,8 +63,8 @@ def colsum(x: pc.Tensor[(N, M), "float32"]):
     return pc.compute((M,), lambda j: pc.sum(x[r, j], axis=r), name="cs")
 
 
-TARGET = dataclasses.replace(get_target("cpu-avx512"), l1_bytes=32 * 1024,
-                             l2_bytes=1024 * 1024, threads=2)
+_AVX512 = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
+TARGET = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threads=2))
 
 SOFTMAX_FUSE = '{ domain: "[N, M] -> { s_init[i] : N > 0 and M > 0 and 0 <= i < N; mx_update[i, r] : N > 0 and M > 0 and 0 <= i < N and 0 <= r < M; mx_init[i] : N > 0 and M > 0 and 0 <= i < N; e[i, j] : N > 0 and M > 0 and 0 <= i < N and 0 <= j < M; y[i, j] : N > 0 and M > 0 and 0 <= i < N and 0 <= j < M; s_update[i, q] : N > 0 and M > 0 and 0 <= i < N and 0 <= q < M }", child: { schedule: "[N, M] -> [{ mx_update[i, r] -> [(i)]; s_init[i] -> [(i)]; y[i, j] -> [(i)]; e[i, j] -> [(i)]; s_update[i, q] -> [(i)]; mx_init[i] -> [(i)] }]", permutable: 1, coincident: [ 1 ], child: { sequence: [ { filter: "[N, M] -> { mx_init[i] }" }, { filter: "[N, M] -> { mx_update[i, r] }", child: { schedule: "[N, M] -> [{ mx_update[i, r] -> [(r)] }]" } }, { filter: "[N, M] -> { s_init[i] }" }, { filter: "[N, M] -> { e[i, j]; s_update[i, q] }", child: { schedule: "[N, M] -> [{ s_update[i, q] -> [(q)]; e[i, j] -> [(j)] }]", child: { sequence: [ { filter: "[N, M] -> { e[i, j] }" }, { filter: "[N, M] -> { s_update[i, q] }" } ] } } }, { filter: "[N, M] -> { y[i, j] }", child: { schedule: "[N, M] -> [{ y[i, j] -> [(j)] }]", permutable: 1 } } ] } } }'
 
@@ -99,7 +99,7 @@ CASES = {
 def test_golden_tree(case):
     kernel, passes, expected = CASES[case]
     model = kernel.polyhedral_model()
-    ctx = ScheduleContext(model, TARGET, {})
+    ctx = CompileState(model, TARGET, {})
     sched = model.initial_schedule
     for p in passes:
         sched = p().run(sched, ctx)
@@ -112,14 +112,14 @@ def test_golden_tree(case):
 def test_fuse_keeps_unfusable_stages_apart():
     """A column reduction feeding a row-wise stage cannot share the outer loop."""
     model = colmax_then_scale.polyhedral_model()
-    ctx = ScheduleContext(model, TARGET, {})
+    ctx = CompileState(model, TARGET, {})
     out = CpuFusePass().run(model.initial_schedule, ctx)
     assert out.plain_is_equal(model.initial_schedule)
     assert "cpu-fuse" not in ctx.notes
 
 
 def test_backbone_register_block_fits_the_register_file():
-    from polycomp.scheduler.cpu_backbone_tile import register_block
+    from polycomp.scheduler.cpu.backbone_tile import register_block
     for regs in (16, 32):
         mr, ni = register_block(regs)
         assert mr * ni + ni + 1 <= regs
@@ -130,6 +130,6 @@ def test_backbone_register_block_fits_the_register_file():
 def test_backbone_needs_vectors():
     """The scalar C target keeps the program-order tree."""
     model = matmul.polyhedral_model()
-    ctx = ScheduleContext(model, get_target("c"), {})
+    ctx = CompileState(model, get_target("c"), {})
     assert CpuBackboneTilePass().run(model.initial_schedule, ctx).plain_is_equal(
         model.initial_schedule)

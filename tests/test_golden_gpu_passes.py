@@ -12,10 +12,10 @@ import os
 import islpy as isl
 import pytest
 
-from polycomp.hw import pipelines
+from polycomp.driver import schedule_passes
 from polycomp.hw.target import get_target
 from polycomp.islutil import context
-from polycomp.scheduler import ScheduleContext
+from polycomp.state import CompileState
 
 from gpu_kernels import add_row, conv_pad, matmul_bias_relu, row_softmax
 
@@ -44,8 +44,12 @@ def _golden(kernel, k, which, tree):
 
 
 CASES = []
+def _schedule_passes(model):
+    return schedule_passes(CompileState(model, get_target("cuda"), {}))
+
+
 for _name in KERNELS:
-    _passes = pipelines.schedule_passes(get_target("cuda"), {})
+    _passes = _schedule_passes(KERNELS[_name].polyhedral_model())
     CASES += [(_name, k, p.name) for k, p in enumerate(_passes)]
 
 
@@ -54,8 +58,8 @@ for _name in KERNELS:
 def test_pass_golden(kernel, index, pass_name):
     model = KERNELS[kernel].polyhedral_model()
     target = get_target("cuda")
-    ctx = ScheduleContext(model, target, {})
-    passes = pipelines.schedule_passes(target, {})
+    ctx = CompileState(model, target, {})
+    passes = _schedule_passes(model)
     sched = model.initial_schedule
     for p in passes[:index]:
         sched = p.run(sched, ctx)

@@ -19,11 +19,13 @@ from polycomp import islutil
 from polycomp.islutil import sets
 from polycomp.errors import IllegalScheduleError
 from polycomp.hw.target import get_target
-from polycomp.scheduler import Pass, PassManager, ScheduleContext
-from polycomp.scheduler.gpu_baseline import GpuBaselineMappingPass
-from polycomp.scheduler.isl_scheduler import IslSchedulerPass
-from polycomp.scheduler.program_order import ProgramOrderPass
-from polycomp.scheduler.tree import is_legal, tree_str
+from polycomp.pass_manager import PassManager
+from polycomp.scheduler import Pass
+from polycomp.state import CompileState
+from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
+from polycomp.scheduler.common.isl_scheduler import IslSchedulerPass
+from polycomp.scheduler.common.program_order import ProgramOrderPass
+from polycomp.scheduler.common.tree import is_legal, tree_str
 
 N, M, K = pc.sym("N M K")
 
@@ -76,7 +78,7 @@ def transpose_chain(A: pc.Tensor[(N, N), "float32"]):
 
 def run_passes(kernel, passes, target="cuda", options=None, debug=True):
     model = kernel.polyhedral_model()
-    ctx = ScheduleContext(model, get_target(target), dict(options or {}))
+    ctx = CompileState(model, get_target(target), dict(options or {}))
     pm = PassManager(passes, debug=debug, dump=True)
     return pm.run(model.initial_schedule, ctx), pm, model
 
@@ -418,7 +420,7 @@ class UpdateBeforeInitPass(Pass):
 
 def test_debug_mode_rejects_an_illegal_pass():
     model = rowsum.polyhedral_model()
-    ctx = ScheduleContext(model, get_target("c"), {})
+    ctx = CompileState(model, get_target("c"), {})
     pm = PassManager([ProgramOrderPass(), UpdateBeforeInitPass()], debug=True)
     with pytest.raises(IllegalScheduleError) as ei:
         pm.run(model.initial_schedule, ctx)
@@ -428,7 +430,7 @@ def test_debug_mode_rejects_an_illegal_pass():
 
 def test_illegal_pass_is_only_caught_in_debug_mode():
     model = rowsum.polyhedral_model()
-    ctx = ScheduleContext(model, get_target("c"), {})
+    ctx = CompileState(model, get_target("c"), {})
     sched = PassManager([ProgramOrderPass(), UpdateBeforeInitPass()], debug=False) \
         .run(model.initial_schedule, ctx)
     assert not is_legal(sched, model.dependences)
@@ -438,7 +440,7 @@ def test_debug_mode_lets_a_reduction_be_reordered():
     """Reversing a reduction loop only reorders an associative sum: accepted (the check
     ignores the dependences between instances of one reduction update)."""
     model = rowsum.polyhedral_model()
-    ctx = ScheduleContext(model, get_target("c"), {})
+    ctx = CompileState(model, get_target("c"), {})
     sched = PassManager([ProgramOrderPass(), ReverseReductionPass()], debug=True) \
         .run(model.initial_schedule, ctx)
     assert "(-k)" in tree_str(sched)
@@ -459,7 +461,7 @@ def test_dump_records_a_tree_per_pass():
 
 def test_no_dump_records_no_trees():
     model = add2d.polyhedral_model()
-    ctx = ScheduleContext(model, get_target("c"), {})
+    ctx = CompileState(model, get_target("c"), {})
     pm = PassManager([ProgramOrderPass()], debug=False, dump=False)
     pm.run(model.initial_schedule, ctx)
     assert [r.name for r in pm.records] == ["program-order"]

@@ -24,11 +24,11 @@ from polycomp.hw.cuda.sass import compile_archs, has_opcode
 from polycomp.hw.cuda.simulator import simulate
 from polycomp.hw.target import get_target
 from polycomp.islutil import context
-from polycomp.scheduler import ScheduleContext
-from polycomp.scheduler.pattern_schedule import PatternSchedulePass
-from polycomp.scheduler.program_order import ProgramOrderPass
-from polycomp.scheduler.tc_map import TensorCoreMappingPass
-from polycomp.scheduler.tc_tile import TensorCoreTilingPass
+from polycomp.state import CompileState
+from polycomp.scheduler.common.pattern_schedule import PatternSchedulePass
+from polycomp.scheduler.common.program_order import ProgramOrderPass
+from polycomp.scheduler.tensorcore.map import TensorCoreMappingPass
+from polycomp.scheduler.tensorcore.tile import TensorCoreTilingPass
 
 SMALL = {"block": (64, 64), "warp": (32, 32), "k": 32}
 FACTORIES = {
@@ -219,7 +219,7 @@ def test_tc_tiling_and_mapping_golden():
     """Tree in (the pattern schedule), tiled tree out; then the mapping pass on the
     tiled tree (block filters; the launch registered)."""
     model = ops.matmul_kernel("float16").polyhedral_model()
-    ctx = ScheduleContext(model, get_target("cuda"), {"tc_tile": dict(SMALL, stages=3)})
+    ctx = CompileState(model, get_target("cuda"), {"tc_tile": dict(SMALL, stages=3)})
     sched = ProgramOrderPass().run(model.initial_schedule, ctx)
     sched = PatternSchedulePass().run(sched, ctx)
     tiled = TensorCoreTilingPass().run(sched, ctx)
@@ -229,7 +229,7 @@ def test_tc_tiling_and_mapping_golden():
     assert "gpu_launch" not in ctx.attrs          # generic passes must not see the kernel yet
     mapped = TensorCoreMappingPass().run(tiled, ctx)
     _golden("tc_mapping.matmul_f16.out.isl", mapped)
-    launch = ctx.attrs["gpu_launch"][plan.kernel]
+    launch = ctx.gpu.launches[plan.kernel]
     assert launch.block == (32, 2, 2) and launch.block_params == ("bx1", "by1")
 
 

@@ -1,7 +1,7 @@
 """IR pass: the register-blocked outer-product micro-kernel.
 
 Assumes: flattened, simplified IR; ``AttrStmt("cpu_microkernel")`` marks (from
-:mod:`polycomp.scheduler.cpu_backbone_tile`) whose body, in a full register tile, is
+:mod:`polycomp.scheduler.cpu.backbone_tile`) whose body, in a full register tile, is
 
     for k in [k0, k0 + K):                   (any extent)
       for ii in [0, MR):                      (constant)

@@ -4,7 +4,7 @@ read it from there.
 Assumes: the IR straight from the isl AST (not simplified yet: loop iterators still
 carry isl's names ``c0, c1, ...`` = schedule dimensions, degenerate loops are lets), with
 ``AttrStmt("cpu_pack", "<array>|panel=<p>x<w>|box=<s..>|origin=<multi_pw_aff>")``
-marks from :mod:`polycomp.scheduler.cpu_pack`.
+marks from :mod:`polycomp.scheduler.promotion.cpu_pack`.
 
 Guarantees: at each mark, with ``o = origin(c_0, .., c_{d-1})`` evaluated on the loops
 around it, the body becomes

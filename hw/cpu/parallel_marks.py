@@ -1,7 +1,7 @@
 """IR pass: make the loop under each ``cpu_parallel`` mark an OpenMP parallel loop.
 
 Assumes: ``AttrStmt("cpu_parallel")`` nodes come from the schedule-tree mark of
-:mod:`polycomp.scheduler.cpu_parallel` (or the backbone/packing passes) and sit above a
+:mod:`polycomp.scheduler.cpu.parallel` (or the backbone/packing passes) and sit above a
 loop that carries no dependence.
 Guarantees: the first ``For`` on each path below such a mark gets kind ``parallel`` if
 it is annotated ``coincident`` (isl's AST carries no loop for a marked band member with a

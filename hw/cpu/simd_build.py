@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 
 from polycomp.errors import BuildError
-from polycomp.hw.target import cpu_flags
+from polycomp.hw.cpu.target import cpu_flags
 
 from .build import DEFAULT_FLAGS, build_shared, cache_dir, compiler
 

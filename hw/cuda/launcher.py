@@ -2,7 +2,7 @@
 
 pycuda is imported lazily, only when a :class:`CudaFunction` is created, so polycomp
 works (and its tests run) on machines without an NVIDIA driver.  The ``.cu`` that
-codegen emits is compiled to a cubin with nvcc (``-arch=sm_<target.sm>``), its
+codegen emits is compiled to a cubin with nvcc (``-arch=sm_<target.cuda.sm>``), its
 ``extern "C"`` kernels are loaded, and a call launches them in order with the grid
 computed from the symbolic sizes — the same geometry the host launcher in the ``.cu``
 uses and the simulator executes.
@@ -59,7 +59,7 @@ class CudaFunction:
         self.ck = compiled
         self.func = compiled.final_ir
         self.temps, self.kernels = split_kernels(self.func)
-        self.module = drv.module_from_buffer(compile_cubin(compiled.source, compiled.target.sm))
+        self.module = drv.module_from_buffer(compile_cubin(compiled.source, compiled.target.cuda.sm))
         self.handles = [self.module.get_function(k.name) for k in self.kernels]
         from .codegen import dynamic_shared
         for k, h in zip(self.kernels, self.handles):   # opt-in beyond 48 KiB of shared memory

@@ -1,7 +1,7 @@
 """IR pass: turn the loops under ``gpu_blocks``/``gpu_threads`` marks into GPU loops.
 
 Assumes: the IR comes from a schedule tree mapped by
-:class:`~polycomp.scheduler.gpu_baseline.GpuBaselineMappingPass` (or a later mapping
+:class:`~polycomp.scheduler.gpu.baseline.GpuBaselineMappingPass` (or a later mapping
 pass using the same marks): under ``AttrStmt("gpu_blocks", "<n>")`` the next ``n``
 loops (a ``let`` stands for a loop isl found to have one iteration) are the tile loops,
 and under ``AttrStmt("gpu_threads", "s0,s1,..")`` the next loops are the point loops of
@@ -138,11 +138,11 @@ class _WrapKernels(ir.Mutator):
         return ir.AttrStmt(s.key, s.value, body)
 
 
-def wrap_kernels(func: ir.LoweredFunc, context, params) -> ir.LoweredFunc:
-    """IR pass for kernels mapped by :class:`~polycomp.scheduler.gpu_map.GpuMappingPass`.
+def wrap_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
+    """IR pass for kernels mapped by :class:`~polycomp.scheduler.gpu.map.GpuMappingPass`.
 
     Assumes: block/thread ids are free parameters (``bx<n>``, ``tx<n>``, ...) of the body
-    of each ``kernel:<n>`` mark, with launch geometry in ``func.attrs["gpu_launch"]``.
+    of each ``kernel:<n>`` mark, with launch geometry in ``state.gpu.launches``.
     Guarantees: each kernel body is wrapped in ``gpu_block`` loops over the grid and
     ``gpu_thread`` loops over the block (x innermost), so the ids become loop variables:
     the IR is closed again (interpretable), and the CUDA printer turns those loops into
@@ -150,6 +150,6 @@ def wrap_kernels(func: ir.LoweredFunc, context, params) -> ir.LoweredFunc:
     (``shared``: between the block and the thread loops) or per thread (``local``:
     inside the thread loops).
     """
-    launches = func.attrs.get("gpu_launch", {})
-    promos = func.attrs.get("promotions", [])
-    return func.with_body(_WrapKernels(launches, context, params, promos).visit(func.body))
+    model = state.model
+    return func.with_body(_WrapKernels(state.gpu.launches, model.context, model.params,
+                                       state.promotions).visit(func.body))

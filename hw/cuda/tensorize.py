@@ -1,7 +1,7 @@
 """IR pass: expand the tensor-core marks into warp-level code (ldmatrix, mma, cp.async).
 
-Assumes: IR lowered from the tree of :class:`~polycomp.scheduler.tc_tile.TensorCoreTilingPass`
-and :class:`~polycomp.scheduler.tc_map.TensorCoreMappingPass`, before
+Assumes: IR lowered from the tree of :class:`~polycomp.scheduler.tensorcore.tile.TensorCoreTilingPass`
+and :class:`~polycomp.scheduler.tensorcore.map.TensorCoreMappingPass`, before
 :func:`~polycomp.hw.cuda.mapping.wrap_kernels`: inside ``AttrStmt("tc", "block:<g>")``
 the isl AST executes, per block tile, ``tc:frag`` regions (the point loops
 ``o_m mod BM``, ``o_n mod BN`` of the init / an epilogue statement) and, inside the
@@ -40,7 +40,7 @@ thread owning its fragment element, or, for the update, inside the warp's ``mma`
 the zero-filled tiles: padding contributes 0), so the results equal the statement
 semantics up to the summation order of the reduction.  Loops above the regions are
 unchanged (uniform in the block), so the barriers are reached by every thread.  The
-new buffers are recorded in ``func.attrs["promotions"]`` for ``wrap_kernels`` to
+new buffers are recorded in ``state.promotions`` for ``wrap_kernels`` to
 allocate (shared per block, fragments per thread).
 """
 from __future__ import annotations
@@ -49,20 +49,22 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
 from polycomp.lowering.simplify import _linear, simplify
-from polycomp.scheduler.footprint import Promotion
+from polycomp.scheduler.promotion.footprint import Promotion
 
 from . import ptx
 
 
-def tensorize(func: ir.LoweredFunc, model) -> ir.LoweredFunc:
-    plans = func.attrs.get("tc_plans") or {}
+def tensorize(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
+    """See the module docstring; ``state`` is the compile's
+    :class:`~polycomp.state.CompileState` (Tensor Core plans in ``state.gpu.tc_plans``;
+    the new buffers are appended to ``state.promotions``)."""
+    plans = state.gpu.tc_plans
     if not plans:
         return func
-    t = _Tensorizer(plans, model)
+    t = _Tensorizer(plans, state.model)
     body = t.visit(func.body)
-    f = func.with_body(body)
-    f.attrs["promotions"] = list(f.attrs.get("promotions", [])) + t.records
-    return f
+    state.promotions.extend(t.records)
+    return func.with_body(body)
 
 
 def _imm(v):

@@ -79,8 +79,10 @@ import islpy as isl
 from polycomp import dtypes as dt
 from polycomp import ir
 
-from . import cpu_tree as T
-from .pass_base import Pass, ScheduleContext
+from polycomp.scheduler.cpu import tree as T
+from polycomp.options import CpuOptions
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
 
 
 @dataclass
@@ -230,21 +232,21 @@ def _extent(domain: isl.Set, pos: int) -> int | None:
     return None
 
 
-def choose_blocking(op: OuterProduct, target, options: dict) -> Blocking:
+def choose_blocking(op: OuterProduct, target, options: CpuOptions) -> Blocking:
     L = target.vector_lanes(op.dtype)
     dom = op.update.domain
     n_j = _extent(dom, op.j)
-    if options.get("gemm_register"):
-        MR, NI = options["gemm_register"]
+    if options.gemm_register:
+        MR, NI = options.gemm_register
     else:
-        MR, NI = register_block(target.vector_registers)
+        MR, NI = register_block(target.cpu.vector_registers)
         if n_j is not None and n_j < NI * L:
             # narrow outputs (convolutions over small images): fewer, wider-in-i tiles
             NI = max(1, n_j // L)
-            MR = min(16, (target.vector_registers - NI - 1) // NI)
+            MR = min(16, (target.cpu.vector_registers - NI - 1) // NI)
     NR = NI * L
     size = dt.itemsize(op.dtype)
-    threads = max(1, target.threads)
+    threads = max(1, target.cpu.threads)
     KC = max(64, min(256, (target.l1_bytes // (4 * MR * size)) // 16 * 16))
     NC = max(NR, (target.l2_bytes // 2 // (KC * size)) // NR * NR)
     if n_j is not None:
@@ -259,7 +261,7 @@ def choose_blocking(op: OuterProduct, target, options: dict) -> Blocking:
             MC = MR * -(-panels // (threads * q))
     else:
         MC = 32 * MR            # symbolic extent: 32 register rows per task
-    tiles = options.get("gemm_tiles")
+    tiles = options.gemm_tiles
     if tiles:
         MC, NC, KC = tiles
     batch_iters = 1
@@ -494,7 +496,7 @@ def _pos_of(load: ir.Load, var) -> int:
 class CpuBackboneTilePass(Pass):
     name = "cpu-backbone-tile"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         if not ctx.target.isa:
             return schedule
         domain, tree = T.from_schedule(schedule)
@@ -513,7 +515,7 @@ class CpuBackboneTilePass(Pass):
                 continue
             b = choose_blocking(op, ctx.target, ctx.options)
             epi = None
-            if ctx.options.get("gemm_epilogue", True) and idx < len(kids) and \
+            if ctx.options.gemm_epilogue and idx < len(kids) and \
                     isinstance(kids[idx], T.Filter) and isinstance(child, T.Filter):
                 nxt = [stmts[n] for n in T.statements_of(kids[idx].filter) if n in stmts]
                 epi = match_epilogue(op, nxt)

@@ -1,8 +1,8 @@
 """Pass: map tiled groups onto CUDA blocks and threads with filters (PPCG style).
 
-Assumes: the tree of :class:`~polycomp.scheduler.gpu_tile.GpuTilingPass`: each tiled
+Assumes: the tree of :class:`~polycomp.scheduler.gpu.tile.GpuTilingPass`: each tiled
 group has a ``tile:block:<k>`` mark above its block band; below, ``tile:point`` marks
-sit above the point bands; ``ctx.attrs["tile_configs"][k]`` holds the thread block.
+sit above the point bands; ``ctx.gpu.tile_configs[k]`` holds the thread block.
 
 For every tiled group (one CUDA kernel each, in tree order ``n = 0, 1, ...``):
 
@@ -19,9 +19,9 @@ For every tiled group (one CUDA kernel each, in tree order ``n = 0, 1, ...``):
   executed by every thread of the block, as promotion copies and barriers require.
   (Parameter ids come from :func:`polycomp.islutil.param_id`: islpy's ``isl.Id`` would
   be a different parameter for isl.)
-* ``ctx.attrs["gpu_launch"][n]`` records the grid (isl ``PwAff`` number of blocks per
+* ``ctx.gpu.launches[n]`` records the grid (isl ``PwAff`` number of blocks per
   axis, from the block band's range over the domain) and the block size, and
-  ``ctx.attrs["ast_context"]`` is intersected with the parameter ranges
+  ``ctx.ast_context`` is intersected with the parameter ranges
   ``0 <= b < grid``, ``0 <= t < block`` (AST generation takes them as its context; isl's
   context *nodes* cannot introduce parameters for AST generation in this isl version,
   hence per-kernel parameter names).
@@ -42,8 +42,9 @@ import islpy as isl
 from polycomp.errors import ScheduleError
 from polycomp.islutil import param_id
 
-from .gpu_tile import find_first, is_marked
-from .pass_base import Pass, ScheduleContext
+from polycomp.scheduler.gpu.tile import find_first, is_marked
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
 
 AXES = ("x", "y", "z")
 
@@ -123,9 +124,9 @@ def map_block_members(band, mapped, kernel: int) -> BlockMapping:
 class GpuMappingPass(Pass):
     name = "gpu-mapping"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
-        launches = ctx.attrs.setdefault("gpu_launch", {})
-        cfgs = ctx.attrs.get("tile_configs", {})
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
+        launches = ctx.gpu.launches
+        cfgs = ctx.gpu.tile_configs
         n = len(launches)  # kernels mapped by earlier passes keep their numbers
         while True:
             mark = find_first(schedule, lambda x: x.get_type() == isl.schedule_node_type.mark
@@ -140,8 +141,7 @@ class GpuMappingPass(Pass):
             self._ctx = ctx
             schedule, launch, kctx = self._map_group(mark, cfg, n)
             launches[n] = launch
-            prev = ctx.attrs.get("ast_context")
-            ctx.attrs["ast_context"] = kctx if prev is None else _intersect_params(prev, kctx)
+            ctx.restrict_ast_context(kctx)
             ctx.note(self.name, f"kernel {n}: grid {[str(g) for g in launch.grid]}, block {launch.block}")
             n += 1
         schedule = self._single_thread_kernels(schedule, ctx, n)
@@ -209,7 +209,7 @@ class GpuMappingPass(Pass):
             schedule = pt.insert_filter(tf).get_schedule()
         launch = KernelLaunch(grid, tuple(block), tuple(bparams), tuple(tparams))
         k = int(mark.mark_get_id().get_name().rsplit(":", 1)[1])
-        last = self._ctx.attrs.get("output_last", {}).get(k)
+        last = self._ctx.gpu.output_last.get(k)
         if last is not None:
             launch.full_tile = self._full_tile_condition(cfg, last, mapped, bparams)
         return schedule, launch, ctx_set
@@ -224,7 +224,7 @@ class GpuMappingPass(Pass):
         for k, c in enumerate(children):
             if not _contains_kernel(c):
                 positions.append(k)
-        launches = ctx.attrs["gpu_launch"]
+        launches = ctx.gpu.launches
         ictx = schedule.get_ctx()
         for k in positions:
             root = schedule.get_root().child(0)

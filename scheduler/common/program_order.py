@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import islpy as isl
 
-from .pass_base import Pass, ScheduleContext
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
 
 
 class ProgramOrderPass(Pass):
     """Return the program-order schedule tree of ``ctx.model`` (ignores its input).
 
     Assumes: nothing about the input schedule; ``ctx.model.initial_schedule`` is the
-    program-order tree its front end built (:func:`~polycomp.scheduler.tree.build_program_order`
+    program-order tree its front end built (:func:`~polycomp.scheduler.common.tree.build_program_order`
     for DSL models,
     the loop structure of the C code for C SCoPs, see :mod:`polycomp.frontend.c_model`).
     Guarantees, for DSL models: ``domain`` -> ``sequence`` of stage filters (one child
@@ -22,5 +23,5 @@ class ProgramOrderPass(Pass):
     """
     name = "program-order"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         return ctx.model.initial_schedule

@@ -1,7 +1,7 @@
 """Lowering of memory promotions: statement rewriting and copy/sync statements.
 
-The promotion passes (:mod:`polycomp.scheduler.promote_shared`,
-:mod:`polycomp.scheduler.promote_registers`) leave :class:`~polycomp.scheduler.footprint.Promotion`
+The promotion passes (:mod:`polycomp.scheduler.promotion.shared`,
+:mod:`polycomp.scheduler.promotion.registers`) leave :class:`~polycomp.scheduler.promotion.footprint.Promotion`
 records.  Here:
 
 * an instance of a promoted statement accesses ``local[(idx - offset) // stride]``

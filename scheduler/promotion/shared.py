@@ -1,7 +1,7 @@
 """Pass: promote read-only reference groups to shared memory (PPCG-style).
 
-Assumes: the tree of :class:`~polycomp.scheduler.gpu_map.GpuMappingPass`: kernels
-``kernel:<n>`` with launch information in ``ctx.attrs["gpu_launch"]``; a promotion
+Assumes: the tree of :class:`~polycomp.scheduler.gpu.map.GpuMappingPass`: kernels
+``kernel:<n>`` with launch information in ``ctx.gpu.launches``; a promotion
 *site* is the child of a ``tile:reduce`` band (one tile of the reduction loop) or,
 in kernels without one, the child of the block band.
 
@@ -31,7 +31,7 @@ the array and the prologue statements are removed from the tree: the padded tens
 never materialised.
 
 Guarantees: every read of a promoted array below the site reads the shared copy of
-the same element (``ctx.attrs["promotions"]`` records the offsets the lowering uses),
+the same element (``ctx.promotions`` records the offsets the lowering uses),
 the copy completes before any read (barrier) and is not overwritten before all reads
 of the tile completed (barrier), so the kernel computes the same values.  Decisions
 are noted for ``polycomp explain``.
@@ -44,11 +44,12 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.islutil import maps, param_id
 
-from .footprint import (Promotion, box_of, box_relation, footprint, has_reuse,
+from polycomp.scheduler.promotion.footprint import (Promotion, box_of, box_relation, footprint, has_reuse,
                         prefix_space_map, pullback, statement_prefix)
-from .gpu_map import thread_param
-from .gpu_tile import is_marked
-from .pass_base import Pass, ScheduleContext
+from polycomp.scheduler.gpu.map import thread_param
+from polycomp.scheduler.gpu.tile import is_marked
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
 
 
 def _kernel_of(node) -> int:
@@ -116,10 +117,10 @@ def _inside_loop(site) -> bool:
 class SharedPromotionPass(Pass):
     name = "promote-shared"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         model = ctx.model
-        promos = ctx.attrs.setdefault("promotions", [])
-        launches = ctx.attrs.get("gpu_launch", {})
+        promos = ctx.promotions
+        launches = ctx.gpu.launches
         budget = ctx.target.shared_memory_per_block
         used: dict = {}
         counter = [0]
@@ -281,7 +282,7 @@ def _fusable_prologue_producers(model, site_stmts) -> dict:
     """Arrays produced by a prologue stage (see classify.fusion_groups) that only the
     statements of this site read and that are not kernel outputs: their promotion copy
     can evaluate the producer instead of loading the array."""
-    from .classify import fusion_groups
+    from polycomp.scheduler.common.classify import fusion_groups
     out = {}
     names = {s.name for s in site_stmts}
     live_out = {b.name for b in model.live_out}

@@ -1,11 +1,11 @@
 """Pass: multi-level tiling of each fusion group's output band for the GPU.
 
-Assumes: the tree of :class:`~polycomp.scheduler.pattern_schedule.PatternSchedulePass`:
+Assumes: the tree of :class:`~polycomp.scheduler.common.pattern_schedule.PatternSchedulePass`:
 under each ``backbone:<class>`` mark an (optional prologue sequence and an) output band
 ``B(o)`` whose child is a leaf or a sequence of the group's statements, the update
 statement's filter holding a band over the reduce axes ``R(r)``.
 
-Tile configuration (``ctx.options["tile"]``, else :func:`default_tile_config`): a block
+Tile configuration (``ctx.options.tile``, else :func:`default_tile_config`): a block
 tile ``T`` per output dimension, a thread block ``P`` (threads per dimension, ``T`` a
 multiple of ``P``) and a reduction tile ``KT`` for the first reduce axis of a
 contraction/conv.  The instruction level is one element per thread per step on CUDA
@@ -37,8 +37,9 @@ import islpy as isl
 
 from polycomp.errors import ResourceLimitError, ScheduleError
 
-from .pass_base import Pass, ScheduleContext
-from .tree import band_coincidence
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
+from polycomp.scheduler.common.tree import band_coincidence
 
 
 @dataclass(frozen=True)
@@ -82,11 +83,10 @@ def tile_config_from_options(opt, kind, ndims, target) -> TileConfig:
         return default_tile_config(kind, ndims, target)
     if isinstance(opt, TileConfig):
         cfg = opt
-    else:
-        d = dict(opt)
+    else:  # a TileOption (polycomp.options): missing parts take the defaults
         base = default_tile_config(kind, ndims, target)
-        cfg = TileConfig(tuple(d.get("block", base.block)), tuple(d.get("threads", base.threads)),
-                         int(d.get("k", base.k)))
+        cfg = TileConfig(tuple(opt.block or base.block), tuple(opt.threads or base.threads),
+                         int(opt.k or base.k))
     if len(cfg.block) < ndims:  # sizes given for the innermost dims only
         pad = ndims - len(cfg.block)
         cfg = TileConfig((1,) * pad + cfg.block, (1,) * pad + cfg.threads, cfg.k)
@@ -97,9 +97,9 @@ def tile_config_from_options(opt, kind, ndims, target) -> TileConfig:
     nthreads = 1
     for p in cfg.threads:
         nthreads *= p
-    if nthreads > target.max_threads_per_block:
+    if nthreads > target.cuda.max_threads_per_block:
         raise ResourceLimitError(f"tile configuration uses {nthreads} threads per block; "
-                                 f"{target.name} allows {target.max_threads_per_block}")
+                                 f"{target.name} allows {target.cuda.max_threads_per_block}")
     return cfg
 
 
@@ -210,7 +210,7 @@ def _child_is_leaf(n):
 class GpuTilingPass(Pass):
     name = "gpu-tiling"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         kinds = [m.split(":", 1)[1] for m in backbone_marks(schedule)]
         reduce_tiles = {}
         # 1. block tiles of every group's output band
@@ -221,11 +221,11 @@ class GpuTilingPass(Pass):
             if band is None:
                 ctx.note(self.name, f"group {k} ({kind}): no output band, not tiled")
                 continue
-            cfg = tile_config_from_options(ctx.options.get("tile"), kind, band.band_n_member(),
+            cfg = tile_config_from_options(ctx.options.tile, kind, band.band_n_member(),
                                            ctx.target)
-            ctx.attrs.setdefault("tile_configs", {})[k] = cfg
+            ctx.gpu.tile_configs[k] = cfg
             # the last index of every output dimension (for full-tile isolation)
-            ctx.attrs.setdefault("output_last", {})[k] = [
+            ctx.gpu.output_last[k] = [
                 _member_last(band, m) for m in range(band.band_n_member())]
             coinc = band_coincidence(band, ctx.model.dependences)
             node = band.band_tile(_mv(band.band_get_space(), cfg.block, band.get_ctx()))

@@ -30,9 +30,10 @@ import islpy as isl
 
 from polycomp import ir
 
-from . import cpu_tree as T
-from .cpu_backbone_tile import _dim_aff, _floor_div, _mod, _unit_in, _upa, _vars
-from .pass_base import Pass, ScheduleContext
+from polycomp.scheduler.cpu import tree as T
+from polycomp.scheduler.cpu.backbone_tile import _dim_aff, _floor_div, _mod, _unit_in, _upa, _vars
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
 
 TILE = 256
 
@@ -74,7 +75,7 @@ def interchanged(init, update):
 class CpuReduceInterchangePass(Pass):
     name = "cpu-reduce-interchange"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         domain, tree = T.from_schedule(schedule)
         order = [s.name for s in ctx.model.statements]
         stmts = {s.name: s for s in ctx.model.statements}

@@ -1,6 +1,6 @@
 """Pass: promote per-thread reference groups of written arrays to registers.
 
-Assumes: the tree of :class:`~polycomp.scheduler.gpu_map.GpuMappingPass` (thread
+Assumes: the tree of :class:`~polycomp.scheduler.gpu.map.GpuMappingPass` (thread
 filters below the point bands of each ``kernel:<n>``).  The site is the child of the
 kernel's block band: one register tile lives for the whole block's work of a thread.
 
@@ -35,11 +35,12 @@ import islpy as isl
 from polycomp import ir
 from polycomp.islutil import maps
 
-from .footprint import (Promotion, box_relation, footprint, prefix_space_map, pullback,
+from polycomp.scheduler.promotion.footprint import (Promotion, box_relation, footprint, prefix_space_map, pullback,
                         statement_prefix, strided_box_of)
-from .gpu_map import thread_param
-from .pass_base import Pass, ScheduleContext
-from .promote_shared import _is_kernel, _original_site, _paths, _root, node_at
+from polycomp.scheduler.gpu.map import thread_param
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
+from polycomp.scheduler.promotion.shared import _is_kernel, _original_site, _paths, _root, node_at
 
 
 class RegisterPromotionPass(Pass):
@@ -49,10 +50,10 @@ class RegisterPromotionPass(Pass):
         self.max_per_array = max_per_array
         self.max_per_kernel = max_per_kernel
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         model = ctx.model
-        promos = ctx.attrs.setdefault("promotions", [])
-        launches = ctx.attrs.get("gpu_launch", {})
+        promos = ctx.promotions
+        launches = ctx.gpu.launches
         kpaths = _paths(schedule.get_root(), _is_kernel)
         for kpath in reversed(kpaths):
             kn = node_at(schedule, kpath)

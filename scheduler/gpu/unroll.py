@@ -2,7 +2,7 @@
 
 Assumes: the tree after GPU mapping and promotion: point bands below their
 ``tile:point`` mark and thread filter, tile configurations in
-``ctx.attrs["tile_configs"]`` (copy loops are unrolled by the promotion pass that
+``ctx.gpu.tile_configs`` (copy loops are unrolled by the promotion pass that
 creates them).
 
 For every point band of a kernel with a register tile (register promotion) whose
@@ -13,7 +13,7 @@ type ``unroll``: isl generates one copy of the body per iteration, guarded only 
 partial tile may lack that iteration.  Register tiles (``local`` buffers from register
 promotion) are then indexed by constants, which is what lets nvcc keep them in
 registers.  Where the kernel's tile is full (``launch.full_tile``, a condition on the
-block ids from :class:`~polycomp.scheduler.gpu_map.GpuMappingPass`), the *isolate* AST
+block ids from :class:`~polycomp.scheduler.gpu.map.GpuMappingPass`), the *isolate* AST
 option generates the full tiles' points separately, without any guard; partial tiles
 keep their guards.
 
@@ -25,14 +25,15 @@ from __future__ import annotations
 import islpy as isl
 
 
-from .gpu_tile import find_first, is_marked
-from .pass_base import Pass, ScheduleContext
+from polycomp.scheduler.gpu.tile import find_first, is_marked
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
 
 
 def _trip_bound(band, configs) -> int | None:
     """Iterations of a point band per thread: prod ceil(T_m / P_m) of its group's tile
     configuration (isl cannot take the domain of nodes below extension nodes)."""
-    from .gpu_tile import _group_of
+    from polycomp.scheduler.gpu.tile import _group_of
     cfg = configs.get(_group_of(band))
     if cfg is None or len(cfg.block) != band.band_n_member():
         return None
@@ -55,7 +56,7 @@ def _kernel_of(band) -> int | None:
 def _kernel_has_register_tile(band, ctx) -> bool:
     k = _kernel_of(band)
     return any(p.kernel == k and p.local.scope == "local" and p.reason == "registers"
-               for p in ctx.attrs.get("promotions", []))
+               for p in ctx.promotions)
 
 
 def _full_tile(band, ctx):
@@ -65,7 +66,7 @@ def _full_tile(band, ctx):
         x = x.parent()
         if x.get_type() == isl.schedule_node_type.mark and \
                 x.mark_get_id().get_name().startswith("kernel:"):
-            launch = ctx.attrs.get("gpu_launch", {}).get(int(x.mark_get_id().get_name().split(":")[1]))
+            launch = ctx.gpu.launches.get(int(x.mark_get_id().get_name().split(":")[1]))
             return getattr(launch, "full_tile", None)
     return None
 
@@ -97,7 +98,7 @@ class UnrollPointLoopsPass(Pass):
     def __init__(self, max_unroll: int = 64):
         self.max_unroll = max_unroll
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         done = set()
         while True:
             node = find_first(schedule, lambda n: n.get_type() == isl.schedule_node_type.band
@@ -108,11 +109,11 @@ class UnrollPointLoopsPass(Pass):
             done.add(_key(node))
             if not _kernel_has_register_tile(node, ctx):
                 continue   # nothing to gain: no register tile indexed by these loops
-            trips = _trip_bound(node, ctx.attrs.get("tile_configs", {}))
+            trips = _trip_bound(node, ctx.gpu.tile_configs)
             if trips is None or trips > self.max_unroll:
                 ctx.note(self.name, f"band {_key(node)} kept as loops ({trips} iterations per thread)")
                 continue
-            full = _full_tile(node, ctx) if ctx.options.get("isolate", True) else None
+            full = _full_tile(node, ctx) if ctx.options.isolate else None
             if full is not None and node.band_n_member() > 2:
                 # isl's isolated AST generation grows steeply with the band's rank
                 ctx.note(self.name, f"band {_key(node)}: {node.band_n_member()}-d tile not "

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import islpy as isl
 
-from .pass_base import Pass, ScheduleContext
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
 
 
 class IslSchedulerPass(Pass):
@@ -19,7 +20,7 @@ class IslSchedulerPass(Pass):
     """
     name = "isl-scheduler"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         m = ctx.model
         deps = m.dependences
         sc = isl.ScheduleConstraints.on_domain(schedule.get_domain())

@@ -1,18 +1,18 @@
 """Pass: map the block bands of tensor-core kernels onto CUDA blocks; register launches.
 
-Assumes: the tree of :class:`~polycomp.scheduler.tc_tile.TensorCoreTilingPass` (after
+Assumes: the tree of :class:`~polycomp.scheduler.tensorcore.tile.TensorCoreTilingPass` (after
 the generic GPU passes, which skip these kernels because they have no launch yet):
 ``kernel:<n>`` -> ``tc:block:<g>`` -> block band, with the :class:`TcPlan` of group ``g``
-in ``ctx.attrs["tc_plans"]``.
+in ``ctx.gpu.tc_plans``.
 
 For each plan: the last (at most three) coincident block-band members ``b_m`` are mapped
 to block parameters ``bx<n>`` (innermost), ``by<n>``, ``bz<n>`` by the filter
 ``{ S : b_m(S) = b<axis><n> }`` right above the block band (as
-:class:`~polycomp.scheduler.gpu_map.GpuMappingPass` does); ``ctx.attrs["gpu_launch"][n]``
+:class:`~polycomp.scheduler.gpu.map.GpuMappingPass` does); ``ctx.gpu.launches[n]``
 gets the grid (isl ``PwAff`` ``1 + max b_m`` over the domain) and the thread block
 ``(32, warps along N, warps along M)`` with thread parameters ``tx<n>`` (lane),
 ``ty<n>``, ``tz<n>`` (warp coordinates), which only the tensorized IR uses;
-``ctx.attrs["ast_context"]`` gets ``0 <= b < grid``.
+``ctx.ast_context`` gets ``0 <= b < grid``.
 
 Guarantees: each block-tile instance set is executed by exactly one block (the filters
 partition the instances over the block parameters, which range over the grid); the
@@ -24,17 +24,18 @@ import islpy as isl
 
 from polycomp.errors import ScheduleError
 
-from .gpu_map import KernelLaunch, _intersect_params, map_block_members, thread_param
-from .gpu_tile import find_first
-from .pass_base import Pass, ScheduleContext
+from polycomp.scheduler.gpu.map import KernelLaunch, map_block_members, thread_param
+from polycomp.scheduler.gpu.tile import find_first
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
 
 
 class TensorCoreMappingPass(Pass):
     name = "tc-mapping"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
-        plans = ctx.attrs.get("tc_plans", {})
-        launches = ctx.attrs.setdefault("gpu_launch", {})
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
+        plans = ctx.gpu.tc_plans
+        launches = ctx.gpu.launches
         for g, plan in sorted(plans.items()):
             mark = find_first(schedule, lambda x: x.get_type() == isl.schedule_node_type.mark
                               and x.mark_get_id().get_name() == f"tc:block:{g}")
@@ -42,8 +43,7 @@ class TensorCoreMappingPass(Pass):
                 raise ScheduleError(f"tensor-core group {g} lost its tc:block mark")
             schedule, launch, kctx = self._map(mark.child(0), plan)
             launches[plan.kernel] = launch
-            prev = ctx.attrs.get("ast_context")
-            ctx.attrs["ast_context"] = kctx if prev is None else _intersect_params(prev, kctx)
+            ctx.restrict_ast_context(kctx)
             ctx.note(self.name, f"kernel {plan.kernel}: grid {[str(x) for x in launch.grid]}, "
                                 f"block {launch.block} ({plan.config.warps[0]}x"
                                 f"{plan.config.warps[1]} warps)")

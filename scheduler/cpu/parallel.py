@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import islpy as isl
 
-from . import cpu_tree as T
-from .pass_base import Pass, ScheduleContext
+from polycomp.scheduler.cpu import tree as T
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
 
 MARK = "cpu_parallel"
 
@@ -62,7 +63,7 @@ def _mark_first_band(tree, domain, deps):
 class CpuParallelPass(Pass):
     name = "cpu-parallel"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         domain, tree = T.from_schedule(schedule)
         deps = ctx.model.dependences
         kids = T.stage_children(tree)

@@ -6,7 +6,7 @@ stage filters -> per stage an outer band), and ``ctx.model`` holds the dependenc
 Guarantees: every top-level stage subtree is wrapped in a mark ``kernel:<k>`` (one CUDA
 kernel each; kernels run in sequence, which is the global synchronisation between
 stages).  In each, the leading coincident members of the outer band (at most 3, the
-innermost first onto x) are split off and tiled with ``ctx.options["block"]`` (default
+innermost first onto x) are split off and tiled with ``ctx.options.block`` (default
 16x16 for two members, 256 for one, 8x8x4 for three): the tile band is marked
 ``gpu_blocks:<n>`` and the point band ``gpu_threads:<sizes>``.  Only members whose
 joint range over the domain is a box are mapped (a triangular nest maps its outer
@@ -25,8 +25,9 @@ import islpy as isl
 
 from polycomp.islutil import sets
 
-from .pass_base import Pass, ScheduleContext
-from .tree import band_coincidence
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
+from polycomp.scheduler.common.tree import band_coincidence
 
 DEFAULT_BLOCK = {1: (256,), 2: (16, 16), 3: (4, 8, 8)}
 
@@ -42,7 +43,7 @@ def _stage_roots(schedule: isl.Schedule) -> list[int]:
 class GpuBaselineMappingPass(Pass):
     name = "gpu-baseline-mapping"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         deps = ctx.model.dependences
         roots = _stage_roots(schedule)
         for k in roots:
@@ -67,7 +68,7 @@ class GpuBaselineMappingPass(Pass):
             return node.insert_mark(isl.Id("gpu_blocks:0"))
         if n < node.band_n_member():
             node = node.band_split(n)
-        sizes = tuple(ctx.options.get("block") or DEFAULT_BLOCK[n])[-n:]
+        sizes = tuple(ctx.options.block or DEFAULT_BLOCK[n])[-n:]
         if len(sizes) != n:
             sizes = DEFAULT_BLOCK[n]
         for m in range(n):

@@ -1,7 +1,7 @@
 """Pass: operand packing as promotion to a packed buffer (footprints of pack requests).
 
 Assumes: marks ``cpu_pack_request:<array>:<dim>:<width>`` (placed by
-:mod:`polycomp.scheduler.cpu_backbone_tile`) above the subtrees that should read
+:mod:`polycomp.scheduler.cpu.backbone_tile`) above the subtrees that should read
 ``<array>`` from a packed copy; ``ctx.model`` holds the statements' access relations.
 
 Guarantees: each request becomes a mark
@@ -26,7 +26,8 @@ import islpy as isl
 
 from polycomp.islutil import maps
 
-from .pass_base import Pass, ScheduleContext
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
 
 REQUEST = "cpu_pack_request"
 MARK = "cpu_pack"
@@ -75,7 +76,7 @@ def footprint_mark(node: isl.ScheduleNode, model, request: str) -> str | None:
 class CpuPackPass(Pass):
     name = "cpu-pack"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         count = [0]
 
         def visit(node):

@@ -1,6 +1,6 @@
 """Pass: hardware-aligned tiling of contraction groups for Tensor Cores (mma.m16n8k16).
 
-Assumes: the tree of :class:`~polycomp.scheduler.pattern_schedule.PatternSchedulePass`
+Assumes: the tree of :class:`~polycomp.scheduler.common.pattern_schedule.PatternSchedulePass`
 (``backbone:<class>`` mark -> output band ``B(o)`` -> sequence of the group's statements,
 the update's filter holding the reduce band ``R(r)``), and no earlier tiling.
 
@@ -40,8 +40,8 @@ one block tile x one K tile) are expanded by :mod:`polycomp.hw.cuda.tensorize` i
 warp-level code (fragments, ``ldmatrix``, ``mma``, ``cp.async`` copies), so every loop
 of the kernel above the marks is executed uniformly by the whole thread block (the
 barriers of the copies need that).  The launch geometry is registered by
-:class:`~polycomp.scheduler.tc_map.TensorCoreMappingPass` only after the generic GPU
-passes ran, so they leave these kernels alone.  ``ctx.attrs["tc_plans"][g]`` holds the
+:class:`~polycomp.scheduler.tensorcore.map.TensorCoreMappingPass` only after the generic GPU
+passes ran, so they leave these kernels alone.  ``ctx.gpu.tc_plans[g]`` holds the
 :class:`TcPlan`.
 
 Legality: for matmul-like groups (one reduce axis) the order of every pair of
@@ -61,10 +61,11 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import ResourceLimitError, ScheduleError
 
-from .classify import fusion_groups
-from .gpu_tile import backbone_marks, nth_backbone, output_band
-from .pass_base import Pass, ScheduleContext
-from .tree import mark_coincidence
+from polycomp.scheduler.common.classify import fusion_groups
+from polycomp.scheduler.gpu.tile import backbone_marks, nth_backbone, output_band
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
+from polycomp.scheduler.common.tree import mark_coincidence
 
 TC_DTYPES = ("float16", "bfloat16")
 
@@ -118,11 +119,10 @@ def tc_config(opt, view=None) -> TcConfig:
         return default_config(view).check()
     if isinstance(opt, TcConfig):
         return opt.check()
-    d = dict(opt)
-    base = default_config(view)
-    return TcConfig(tuple(d.get("block", base.block)), tuple(d.get("warp", base.warp)),
-                    int(d.get("k", base.k)), int(d.get("stages", base.stages)),
-                    bool(d.get("swizzle", base.swizzle))).check()
+    base = default_config(view)  # opt: a TensorCoreTileOption; missing parts: defaults
+    return TcConfig(tuple(opt.block or base.block), tuple(opt.warp or base.warp),
+                    int(opt.k or base.k), int(opt.stages or base.stages),
+                    base.swizzle if opt.swizzle is None else bool(opt.swizzle)).check()
 
 
 @dataclass(eq=False)
@@ -249,15 +249,15 @@ def _mupa(model, stmt_exprs: list) -> isl.MultiUnionPwAff:
 class TensorCoreTilingPass(Pass):
     name = "tc-tiling"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
-        if ctx.options.get("tensor_cores", True) is False:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
+        if not ctx.options.tensor_cores:
             return schedule
         model = ctx.model
         if not getattr(model.graph, "stages", ()):
             return schedule
         groups = fusion_groups(model.graph)
         marks = backbone_marks(schedule)
-        plans = ctx.attrs.setdefault("tc_plans", {})
+        plans = ctx.gpu.tc_plans
         for k in range(len(marks)):
             g = _group_at(nth_backbone(schedule, k), groups, model)
             if g is None:
@@ -267,9 +267,9 @@ class TensorCoreTilingPass(Pass):
                 if g.kind in ("contraction", "conv"):
                     ctx.note(self.name, f"group {k} ({g.backbone.name}): no tensor cores: {view}")
                 continue
-            cfg = tc_config(ctx.options.get("tc_tile"), view)
+            cfg = tc_config(ctx.options.tc_tile, view)
             need = cfg.shared_bytes(dt.itemsize(view.in_dtype))
-            limit = max(ctx.target.shared_memory_per_block, ctx.target.shared_memory_optin)
+            limit = max(ctx.target.shared_memory_per_block, ctx.target.cuda.shared_memory_optin)
             if need > limit:
                 raise ResourceLimitError(
                     f"tensor-core tiling of {g.backbone.name}: {cfg.stages} stage(s) of "

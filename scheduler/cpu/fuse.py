@@ -2,7 +2,7 @@
 
 Assumes: the tree is ``domain -> sequence`` of per-stage filters (program order) whose
 children start, for the stages this pass may fuse, with a band (what
-:class:`~polycomp.scheduler.program_order.ProgramOrderPass` builds); other children
+:class:`~polycomp.scheduler.common.program_order.ProgramOrderPass` builds); other children
 (e.g. tiled backbones, which start with a sequence or a mark) are left alone and end a
 fusion group.  ``ctx.model.dependences`` holds every dependence.
 
@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import islpy as isl
 
-from . import cpu_tree as T
-from .pass_base import Pass, ScheduleContext
+from polycomp.scheduler.cpu import tree as T
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
 
 
 def _filter_union(children) -> isl.UnionSet:
@@ -152,7 +153,7 @@ class _Fuser:
 class CpuFusePass(Pass):
     name = "cpu-fuse"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         domain, tree = T.from_schedule(schedule)
         if not isinstance(tree, T.Sequence):
             return schedule

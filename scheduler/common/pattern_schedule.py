@@ -3,7 +3,7 @@
 Assumes: ``ctx.model`` is a DSL model (statements carry their stage); the input schedule
 is ignored.
 
-Builds, for the fusion groups of :func:`polycomp.scheduler.classify.fusion_groups`
+Builds, for the fusion groups of :func:`polycomp.scheduler.common.classify.fusion_groups`
 (backbone + epilogue, prologue stages in front), the tree whose flattened schedule is,
 per statement (``g`` = group position, ``p`` = position inside the group):
 
@@ -22,7 +22,7 @@ tiles the epilogue with the backbone.
 
 *Row stitching* (AStitch's regional scheme): a run of stages over the same rows ``R``
 — reductions to ``R`` and row-wise stages ``R x J`` reading run members only at the row
-or at their own point (:func:`~polycomp.scheduler.classify.row_runs`) — becomes one
+or at their own point (:func:`~polycomp.scheduler.common.classify.row_runs`) — becomes one
 group ``backbone:rowreduce``: a band over ``R`` above the sequence of all its statements,
 each with a band over its own inner (reduce or row-wise) dimensions.  Every read of a run
 member is at the same row, so the consumer's per-row read footprint is contained in the
@@ -32,28 +32,29 @@ Guarantees: every flow dependence into an epilogue statement comes from a statem
 the same output point ``o`` (the same row, for a stitched group) that is earlier in the
 inner sequence, or from an earlier group; hence the schedule is legal (checked in
 debug mode).  A kernel whose stages are
-not all classified falls back to the program-order tree; ``options["isl_scheduler"]``
+not all classified falls back to the program-order tree; ``options.isl_scheduler``
 is handled by the isl scheduler pass instead.
 """
 from __future__ import annotations
 
 import islpy as isl
 
-from .classify import fusion_groups, row_runs, with_row_runs
-from .pass_base import Pass, ScheduleContext
-from .tree import _band_map, _reduce_band, _stmt_filter, mark_coincidence, union_set_list
+from polycomp.scheduler.common.classify import fusion_groups, row_runs, with_row_runs
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
+from polycomp.scheduler.common.tree import _band_map, _reduce_band, _stmt_filter, mark_coincidence, union_set_list
 
 
 class PatternSchedulePass(Pass):
     name = "pattern-schedule"
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         m = ctx.model
         if not getattr(m.graph, "stages", ()):  # no DSL stages (a C SCoP): keep its tree
             ctx.note(self.name, "no DSL stages: kept the front end's schedule tree")
             return schedule
         groups = fusion_groups(m.graph)
-        if ctx.options.get("row_stitching", True):
+        if ctx.options.row_stitching:
             runs = [r for r in row_runs(m.graph) if self._stitchable(m, r, ctx)]
             groups = with_row_runs(groups, runs)
         by_stage: dict = {}

@@ -1,7 +1,7 @@
 """Pass: map stitched row groups onto warps; reductions in registers and warp shuffles.
 
 Assumes: groups marked ``backbone:rowreduce`` by
-:class:`~polycomp.scheduler.pattern_schedule.PatternSchedulePass`: a one-member row
+:class:`~polycomp.scheduler.common.pattern_schedule.PatternSchedulePass`: a one-member row
 band ``B(i)`` above a sequence of statement filters, each with a band over its own
 inner dimensions (a reduction's reduce axes, a row-wise stage's columns) or none
 (reduction inits).
@@ -23,7 +23,7 @@ Mapping (one kernel ``kernel:<n>`` per group, ``RB = rows_per_block`` warps per 
   the kernel, an extension statement ``store_R`` has lane 0 store it.
 
 Row-wise temporaries that only the group reads (softmax's ``exp``, layernorm's centred
-values) are recomputed where they are read (``ctx.attrs["inlined"]``) instead of being
+values) are recomputed where they are read (``ctx.inlined``) instead of being
 stored: one read of the input per use, no intermediate tensor in memory.
 
 Guarantees: a row is processed by exactly one warp, whose lanes cover every column
@@ -41,12 +41,13 @@ import islpy as isl
 from polycomp import ir
 from polycomp.islutil import maps
 
-from .footprint import Box, Promotion
-from .gpu_map import KernelLaunch, _as_param, _intersect_params, _member_range, _param_upa, \
+from polycomp.scheduler.promotion.footprint import Box, Promotion
+from polycomp.scheduler.gpu.map import KernelLaunch, _as_param, _intersect_params, _member_range, _param_upa, \
     block_param, thread_param
-from .gpu_tile import find_first
-from .pass_base import Pass, ScheduleContext
-from .promote_shared import _paths, node_at
+from polycomp.scheduler.gpu.tile import find_first
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
+from polycomp.scheduler.promotion.shared import _paths, node_at
 
 LANES = 32
 
@@ -62,9 +63,9 @@ class RowReductionMappingPass(Pass):
     def __init__(self, rows_per_block: int = 8):
         self.rb = rows_per_block
 
-    def run(self, schedule: isl.Schedule, ctx: ScheduleContext) -> isl.Schedule:
-        launches = ctx.attrs.setdefault("gpu_launch", {})
-        promos = ctx.attrs.setdefault("promotions", [])
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
+        launches = ctx.gpu.launches
+        promos = ctx.promotions
         while True:
             mark = find_first(schedule, lambda n: _is_rowreduce(n) and not _done(n))
             if mark is None:
@@ -72,8 +73,7 @@ class RowReductionMappingPass(Pass):
             n = len(launches)
             schedule, launch, kctx = self._map(mark, n, ctx, promos)
             launches[n] = launch
-            prev = ctx.attrs.get("ast_context")
-            ctx.attrs["ast_context"] = kctx if prev is None else _intersect_params(prev, kctx)
+            ctx.restrict_ast_context(kctx)
             ctx.note(self.name, f"kernel {n}: rows -> {self.rb} warps per block, columns -> "
                                 f"{LANES} lanes; grid {[str(g) for g in launch.grid]}")
 
@@ -113,16 +113,16 @@ class RowReductionMappingPass(Pass):
 
     def _inline_rowwise(self, schedule, n, ctx):
         """Row-wise temporaries of the group that only the group reads are recomputed
-        where they are read instead of being stored (``ctx.attrs["inlined"]``): their
+        where they are read instead of being stored (``ctx.inlined``): their
         statements leave the tree, their expression replaces each load."""
-        from .promote_shared import _drop_statements
+        from polycomp.scheduler.promotion.shared import _drop_statements
         model = ctx.model
         kn = node_at(schedule, _paths(schedule.get_root(), lambda x: x.get_type() == isl.schedule_node_type.mark
                                       and x.mark_get_id().get_name() == f"kernel:{n}")[0])
         names = {m.get_tuple_name(isl.dim_type.in_) for m in maps(_subtree_domain(kn))}
         stmts = [s for s in model.statements if s.name in names]
         live_out = {b.name for b in model.live_out}
-        inlined = ctx.attrs.setdefault("inlined", {})
+        inlined = ctx.inlined
         for s in stmts:
             buf = s.write.name
             if s.kind != "compute" or buf in live_out:
@@ -155,7 +155,7 @@ class RowReductionMappingPass(Pass):
                     ls = isl.LocalSpace.from_space(sp)
                     promo.offsets[s.name] = [isl.Aff.var_on_domain(ls, isl.dim_type.set, d)
                                              for d in range(rank)]
-            inlined = ctx.attrs.get("inlined", {})
+            inlined = ctx.inlined
             readers_outside = any(a.kind == "read" and a.buffer.name == buf.name
                                   for s in model.statements
                                   if s.name not in names and s.write.name not in inlined

@@ -1,0 +1,141 @@
+"""The C backend (targets ``c``, ``cpu``, ``cpu-avx2``, ``cpu-avx512``): registration,
+schedule passes, IR passes and code generation.
+
+* Schedule passes (after program order): ``cpu-backbone-tile`` and ``cpu-pack`` (vector
+  targets: matmul-like and convolution backbones get cache/register tiles, packing
+  requests and micro-kernel marks), ``cpu-reduce-interchange`` (vector targets: column
+  reductions), ``cpu-fuse``, ``cpu-parallel``.
+* IR passes (interpretable): packing (:mod:`.pack`, before simplification, while the
+  loops still carry isl's iterator names), simplification, ``cpu_parallel`` marks to
+  OpenMP loops.
+* Code-generation passes: contraction of temporaries, per-thread heap buffers, scalar
+  replacement, flattening; for vector targets the micro-kernels, the vectoriser
+  (:mod:`polycomp.lowering.vectorize`), next-row prefetches (:mod:`.prefetch`); then the
+  C or AVX2/AVX-512 printer (:mod:`.vector_printer`).
+
+Options: :class:`polycomp.options.CpuOptions`.
+"""
+from __future__ import annotations
+
+from polycomp import ir
+from polycomp.hw.registry import Backend, register
+from polycomp.hw.target import Target
+from polycomp.lowering.flatten import flatten
+from polycomp.lowering.ir_pass import IRPass, body_pass, ir_pass
+from polycomp.lowering.simplify import simplify
+from polycomp.options import CpuOptions
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
+
+from .target import cpu_target
+
+
+class CpuBackend(Backend):
+    family = "c"
+    names = ("c", "cpu", "cpu-avx2", "cpu-avx512")
+    options_class = CpuOptions
+    suffix = ".c"
+    descriptions = {
+        "c": "portable C99 + OpenMP (scalar)",
+        "cpu": "C for this machine's widest vector ISA",
+        "cpu-avx2": "C with AVX2/FMA intrinsics",
+        "cpu-avx512": "C with AVX-512 intrinsics (SIMDe where the host lacks it)",
+    }
+
+    def make_target(self, name: str) -> Target:
+        return cpu_target(name)
+
+    def schedule_passes(self, state: CompileState) -> list[Pass]:
+        from polycomp.scheduler.cpu.backbone_tile import CpuBackboneTilePass
+        from polycomp.scheduler.cpu.fuse import CpuFusePass
+        from polycomp.scheduler.cpu.parallel import CpuParallelPass
+        from polycomp.scheduler.cpu.reduce_interchange import CpuReduceInterchangePass
+        from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
+        o, isa = state.options, state.target.isa
+        passes: list[Pass] = []
+        if isa and o.microkernel:
+            passes += [CpuBackboneTilePass(), CpuPackPass()]
+        if isa and o.interchange:
+            passes.append(CpuReduceInterchangePass())
+        if o.fuse:
+            passes.append(CpuFusePass())
+        if o.parallel:
+            passes.append(CpuParallelPass())
+        return passes
+
+    def ir_passes(self, state: CompileState) -> list[IRPass]:
+        from .pack import pack
+        from .parallel_marks import parallelize_marked
+        passes = [ir_pass("pack", lambda f, s: pack(f, s.model)),  # before simplify
+                  body_pass("simplify", simplify)]
+        if state.options.parallel:
+            passes.append(ir_pass("omp-parallel", lambda f, s: parallelize_marked(f)))
+        return passes
+
+    def codegen_passes(self, state: CompileState) -> list[IRPass]:
+        from .contract import contract
+        from .hoist_alloc import hoist_allocations
+        from .scalar_replace import scalar_replace
+        o, target = state.options, state.target
+        passes: list[IRPass] = []
+        if o.contract:
+            passes += [ir_pass("contract", lambda f, s: contract(f)),
+                       ir_pass("hoist-alloc", lambda f, s: hoist_allocations(f)),
+                       ir_pass("scalar-replace", lambda f, s: scalar_replace(f))]
+        passes += [ir_pass("flatten", lambda f, s: flatten(f)), body_pass("simplify", simplify)]
+        if not _vector(state):
+            return passes
+        from polycomp.lowering.vectorize import vectorize
+
+        from .microkernel import microkernels
+        passes += [
+            ir_pass("microkernels", lambda f, s: microkernels(f, target.vector_lanes)),
+            ir_pass("vectorize", lambda f, s: vectorize(
+                f, target.vector_lanes, tail=o.tail, reduce_unroll=o.reduce_unroll,
+                reciprocal=o.reciprocal)),
+        ]
+        if o.prefetch:
+            from .prefetch import prefetch_next_rows
+            passes.append(ir_pass("prefetch", lambda f, s: prefetch_next_rows(
+                f, max_bytes=target.l2_bytes // 4)))
+        return passes
+
+    def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
+        from .codegen import emit_c
+        if not _vector(state):
+            return emit_c(func)
+        from .vector_prelude import prelude
+        from .vector_printer import printer_for
+        t = state.target
+        assert t.cpu is not None
+        return emit_c(func, printer_for(t.isa, t.cpu.has_fma), prelude(t.isa))
+
+    def load(self, ck):
+        from .build import CFunction, build_shared
+        return CFunction(ck.final_ir, build_shared(ck.source))
+
+    def runner(self, ck):
+        return self.load(ck), "gcc-built shared library"
+
+    def check(self, path: str, ck) -> str:
+        import os
+        import subprocess
+        import tempfile
+
+        from polycomp.errors import BuildError
+
+        from .build import DEFAULT_FLAGS, compiler
+        with tempfile.TemporaryDirectory() as tmp:
+            flags = [f for f in DEFAULT_FLAGS if f != "-shared"]
+            cmd = [compiler(), *flags, "-c", "-o", os.path.join(tmp, "k.o"), path]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BuildError(f"{' '.join(cmd)} failed:\n{r.stderr[-4000:]}")
+        return f"checked: {' '.join(cmd[:3])} ... ok"
+
+
+def _vector(state: CompileState) -> bool:
+    return bool(state.target.isa) and state.options.vectorize
+
+
+register(CpuBackend())

@@ -1,0 +1,138 @@
+"""The C targets as data: memory hierarchy (this machine's caches from sysfs), vector
+units and machine parameters.
+
+``c`` is portable scalar C; ``cpu`` is this machine's widest vector ISA; ``cpu-avx2`` and
+``cpu-avx512`` name one.  Memory levels: ``memory`` (host RAM) -> ``L3`` -> ``L2`` (packed
+``Y`` blocks of a GEMM) -> ``L1`` (packed ``X`` panels, register-tile zero-fill and
+epilogue) -> ``registers`` (the micro-kernel's accumulators).  Packing copies are plain
+loads and stores made by the thread that uses the buffer, so they need no
+synchronisation beyond program order (the parallel loop's iterations own their slots).
+"""
+from __future__ import annotations
+
+import os
+
+from polycomp.hw.memory import ComputeUnit, CopyRule, MemoryHierarchy, MemoryLevel
+from polycomp.hw.target import CpuParams, Target
+
+
+def _read_sys(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _parse_size(txt: str) -> int | None:
+    mult = {"K": 1024, "M": 1024 * 1024, "G": 1024 ** 3}.get(txt[-1:].upper(), 1)
+    try:
+        return int(txt.rstrip("KMGkmg")) * mult
+    except ValueError:
+        return None
+
+
+def cache_sizes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, int]:
+    """``{"l1": bytes, "l2": bytes, "l3": bytes}`` of this machine's data/unified caches
+    from sysfs (``index*/level``, ``type``, ``size``), with defaults (32K, 1M, 8M) where
+    sysfs has nothing."""
+    out = {"l1": 32 * 1024, "l2": 1024 * 1024, "l3": 8 * 1024 * 1024}
+    for k in range(8):
+        level = _read_sys(f"{root}/index{k}/level")
+        kind = _read_sys(f"{root}/index{k}/type")
+        size = _read_sys(f"{root}/index{k}/size")
+        if level is None or size is None or kind == "Instruction":
+            continue
+        v = _parse_size(size)
+        if v and level in ("1", "2", "3"):
+            out["l" + level] = v
+    return out
+
+
+def cpu_threads() -> int:
+    """Threads generated code runs with: ``OMP_NUM_THREADS`` when set, else the CPUs this
+    process may run on."""
+    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def cpu_flags() -> set[str]:
+    """The feature flags of /proc/cpuinfo (empty where unavailable)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_hierarchy(vector_bits: int, vector_registers: int) -> MemoryHierarchy:
+    caches = cache_sizes()
+    reg_bytes = max(vector_bits // 8, 8) * vector_registers
+    return MemoryHierarchy(
+        levels=(
+            MemoryLevel("memory", "global", 0, 64, ("host",), "arrays the caller passes"),
+            MemoryLevel("L3", "global", caches["l3"], 64, ("core",), "shared by all cores"),
+            MemoryLevel("L2", "global", caches["l2"], 64, ("core",),
+                        "packed Y block of a GEMM"),
+            MemoryLevel("L1", "global", caches["l1"], 64, ("core",),
+                        "packed X panel, register-tile zero-fill and epilogue"),
+            MemoryLevel("registers", "local", reg_bytes, max(vector_bits // 8, 8), ("thread",),
+                        f"{vector_registers} vector registers" if vector_bits else
+                        "scalar registers"),
+        ),
+        copies=(
+            CopyRule("memory", "L2", "packing loop (loads/stores into a panel layout)"),
+            CopyRule("memory", "L1", "packing loop (loads/stores into a panel layout)"),
+            CopyRule("L1", "registers", "vector load/broadcast" if vector_bits else "load"),
+            CopyRule("registers", "memory", "vector store" if vector_bits else "store"),
+        ))
+
+
+def cpu_units(vector_bits: int, fma: bool) -> tuple[ComputeUnit, ...]:
+    if not vector_bits:
+        return (ComputeUnit("scalar", "scalar", (1,), ("float32", "float64", "int*")),)
+    lanes = vector_bits // 32
+    isa = "AVX-512" if vector_bits >= 512 else "AVX2"
+    return (ComputeUnit(f"{isa} {'FMA' if fma else 'mul/add'}", "vector", (lanes,),
+                        ("float32", "float64 (half the lanes)"),
+                        f"{lanes} float32 lanes"),
+            ComputeUnit("scalar", "scalar", (1,), ("all",)))
+
+
+def make_cpu_target(name: str, vector_bits: int, regs: int, fma: bool,
+                    features: tuple[str, ...] = ()) -> Target:
+    """A C target on this machine's caches and thread count with the given vector ISA
+    (``cpu-avx2``: 256-bit, 16 ymm registers, FMA; ``cpu-avx512``: 512-bit, 32 zmm)."""
+    return Target(name=name, kind="c", memory=cpu_hierarchy(vector_bits, regs),
+                  units=cpu_units(vector_bits, fma), features=tuple(features),
+                  cpu=CpuParams(vector_bits=vector_bits, vector_registers=regs, has_fma=fma,
+                                threads=cpu_threads()))
+
+
+def detect_cpu() -> Target:
+    """The ``cpu`` target: the widest vector ISA this machine runs natively."""
+    flags = cpu_flags()
+    if "avx512f" in flags:
+        return make_cpu_target("cpu", 512, 32, True, ("avx2", "fma", "avx512f"))
+    if "avx2" in flags:
+        return make_cpu_target("cpu", 256, 16, "fma" in flags, ("avx2", "fma"))
+    return make_cpu_target("cpu", 0, 16, False)
+
+
+def cpu_target(name: str) -> Target:
+    if name == "c":
+        return make_cpu_target("c", 0, 16, False)
+    if name == "cpu":
+        return detect_cpu()
+    if name == "cpu-avx2":
+        return make_cpu_target("cpu-avx2", 256, 16, True, ("avx2", "fma"))
+    if name == "cpu-avx512":
+        return make_cpu_target("cpu-avx512", 512, 32, True, ("avx2", "fma", "avx512f"))
+    raise KeyError(name)

@@ -1,0 +1,150 @@
+"""The CUDA backend (targets ``cuda``/``cuda-sm80``, ``cuda-sm90``): registration,
+schedule passes, IR passes and code generation.
+
+* Schedule passes (after program order): pattern schedules, Tensor Core tiling (f16/bf16
+  contractions), multi-level tiling, row-reduction mapping, block/thread mapping,
+  shared-memory and register promotion, unrolling, Tensor Core mapping.  Models
+  without DSL stages (C SCoPs) and ``gpu='baseline'`` use the untiled baseline mapping.
+* IR passes: tensorization (``mma.sync``/``ldmatrix``), ``cp.async`` pipelines, kernel
+  wrapping (grid/block loops, per-block and per-thread buffers), simplification.
+* Code generation: flattening, the CUDA printer.
+
+Options: :class:`polycomp.options.CudaOptions`.
+"""
+from __future__ import annotations
+
+from polycomp import ir
+from polycomp.hw.registry import Backend, register
+from polycomp.hw.target import Target
+from polycomp.lowering.flatten import flatten
+from polycomp.lowering.ir_pass import IRPass, body_pass, ir_pass
+from polycomp.lowering.simplify import simplify
+from polycomp.options import CudaOptions
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.state import CompileState
+
+from .target import cuda_target
+
+
+def _baseline(state: CompileState) -> bool:
+    """The untiled baseline mapping: asked for, or a model without DSL stages (C SCoPs:
+    the tiled passes work on the fusion groups of DSL stages)."""
+    return state.options.gpu == "baseline" or not getattr(state.model.graph, "stages", ())
+
+
+class CudaBackend(Backend):
+    family = "cuda"
+    names = ("cuda", "cuda-sm90")
+    aliases = {"cuda-sm80": "cuda"}
+    options_class = CudaOptions
+    suffix = ".cu"
+    descriptions = {
+        "cuda": "CUDA C++ for sm_80 (A100-class)",
+        "cuda-sm90": "CUDA C++ for sm_90 (H100-class)",
+    }
+
+    def make_target(self, name: str) -> Target:
+        return cuda_target(name)
+
+    def schedule_passes(self, state: CompileState) -> list[Pass]:
+        from polycomp.scheduler.common.pattern_schedule import PatternSchedulePass
+        from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
+        from polycomp.scheduler.gpu.map import GpuMappingPass
+        from polycomp.scheduler.gpu.rowreduce import RowReductionMappingPass
+        from polycomp.scheduler.gpu.tile import GpuTilingPass
+        from polycomp.scheduler.gpu.unroll import UnrollPointLoopsPass
+        from polycomp.scheduler.promotion.registers import RegisterPromotionPass
+        from polycomp.scheduler.promotion.shared import SharedPromotionPass
+        from polycomp.scheduler.tensorcore.map import TensorCoreMappingPass
+        from polycomp.scheduler.tensorcore.tile import TensorCoreTilingPass
+        o = state.options
+        if _baseline(state):
+            return [GpuBaselineMappingPass()]
+        passes: list[Pass] = [] if o.isl_scheduler else [PatternSchedulePass()]
+        tensor_cores = not o.isl_scheduler and o.tensor_cores
+        if tensor_cores:  # f16/bf16 contractions: mma tiles (kernels mapped after the rest)
+            passes.append(TensorCoreTilingPass())
+        passes += [GpuTilingPass(), RowReductionMappingPass(), GpuMappingPass()]
+        if o.promote:
+            passes += [SharedPromotionPass(), RegisterPromotionPass()]
+        if o.unroll:
+            passes.append(UnrollPointLoopsPass())
+        if tensor_cores:
+            passes.append(TensorCoreMappingPass())
+        return passes
+
+    def lowering_statements(self, state: CompileState, var) -> dict:
+        if not state.promotions and not state.inlined:
+            return {}
+        from .promoted import promoted_builders
+        return promoted_builders(state.model, state.promotions, var, state.inlined)
+
+    def ir_passes(self, state: CompileState) -> list[IRPass]:
+        from .mapping import map_gpu_loops, wrap_kernels
+        if _baseline(state):
+            passes = [ir_pass("map-gpu-loops", lambda f, s: map_gpu_loops(f))]
+        else:
+            from .async_pipeline import lower_pipelines
+            from .tensorize import tensorize
+            passes = [ir_pass("tensorize", tensorize),             # tensor-core kernels only
+                      ir_pass("cp-async-pipeline", lambda f, s: lower_pipelines(f)),
+                      ir_pass("wrap-kernels", wrap_kernels)]
+        return passes + [body_pass("simplify", simplify)]
+
+    def codegen_passes(self, state: CompileState) -> list[IRPass]:
+        return [ir_pass("flatten", lambda f, s: flatten(f)), body_pass("simplify", simplify)]
+
+    def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
+        from .codegen import emit_cuda
+        return emit_cuda(func)
+
+    def load(self, ck):
+        from .launcher import CudaFunction
+        return CudaFunction(ck)
+
+    def runner(self, ck):
+        from .launcher import gpu_available
+        if gpu_available():
+            return self.load(ck), "CUDA device (pycuda)"
+        from .simulator import simulate
+
+        def run_sim(*arrays, **params):
+            return simulate(ck, *arrays, **params)[0]
+        return run_sim, ("CUDA simulator on the emitted kernels (no GPU here; "
+                         "`polycomp compile --check` compiles the .cu with nvcc)")
+
+    def execute(self, ck, inputs: tuple, params: dict):
+        """The GPU-semantics simulator (strict: races, divergent barriers and
+        out-of-bounds accesses raise), since the CUDA-level IR uses per-block shared
+        memory, per-thread registers and barriers."""
+        from .simulator import simulate
+        outs, _ = simulate(ck, *inputs, **params)
+        return outs
+
+    def check(self, path: str, ck) -> str:
+        import os
+        import shutil
+        import subprocess
+        import tempfile
+
+        from polycomp.errors import BuildError
+        if shutil.which("nvcc") is None:
+            raise BuildError("--check needs nvcc on PATH")
+        assert ck.target.cuda is not None
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = ["nvcc", f"-arch=sm_{ck.target.cuda.sm}", "-cubin", "-Xptxas", "-v",
+                   "-o", os.path.join(tmp, "k.cubin"), path]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BuildError(f"{' '.join(cmd)} failed:\n{r.stderr[-4000:]}")
+        lines, entry = [], None
+        for ln in (r.stdout + r.stderr).splitlines():  # ptxas -v: per entry function
+            if "Compiling entry function" in ln:
+                entry = ln.split("'")[1] if "'" in ln else None
+            elif "Used" in ln and "registers" in ln:
+                used = ln.split(":", 1)[-1].strip()
+                lines.append(f"{entry}: {used}" if entry else used)
+        return f"checked: {' '.join(cmd[:3])} ... ok" + "".join(f"\n  {ln}" for ln in lines)
+
+
+register(CudaBackend())

@@ -1,0 +1,55 @@
+"""The CUDA targets as data: memory hierarchy, compute units and SM parameters.
+
+``cuda`` (alias ``cuda-sm80``) is an A100-class sm_80 device, ``cuda-sm90`` an
+H100-class sm_90 one.  Levels: ``global`` -> ``shared`` (per block; 48 KiB static,
+more by opt-in) -> ``registers`` (per thread; warp-wide ``mma`` fragments are a
+register layout).  Copies global -> shared are made by ``ld/st`` dealt over the block's
+threads or by ``cp.async`` (Tensor Core pipelines) and published by ``__syncthreads()``
+(``cp.async.wait_group`` first for the asynchronous form); shared -> registers by
+loads or ``ldmatrix`` (warp-synchronous).
+"""
+from __future__ import annotations
+
+from polycomp.hw.memory import ComputeUnit, CopyRule, MemoryHierarchy, MemoryLevel
+from polycomp.hw.target import CudaParams, Target
+
+STATIC_SHARED = 48 * 1024
+
+
+def cuda_hierarchy() -> MemoryHierarchy:
+    return MemoryHierarchy(
+        levels=(
+            MemoryLevel("global", "global", 0, 16, ("host", "grid"), "device memory"),
+            MemoryLevel("shared", "shared", STATIC_SHARED, 16, ("block",),
+                        "per block; larger by dynamic opt-in"),
+            MemoryLevel("registers", "local", 255 * 4, 4, ("thread", "warp"),
+                        "255 32-bit registers per thread; mma fragments"),
+        ),
+        copies=(
+            CopyRule("global", "shared", "ld.global/st.shared over the block's threads",
+                     "__syncthreads()"),
+            CopyRule("global", "shared (async)", "cp.async 16 B, multi-stage",
+                     "cp.async.wait_group + __syncthreads()"),
+            CopyRule("shared", "registers", "ld.shared / ldmatrix (warp)", ""),
+            CopyRule("global", "registers", "ld.global", ""),
+            CopyRule("registers", "global", "st.global", ""),
+        ))
+
+
+def cuda_units(sm: int) -> tuple[ComputeUnit, ...]:
+    return (
+        ComputeUnit("mma.sync", "matrix", (16, 8, 16), ("float16->float32", "bfloat16->float32"),
+                    "per warp, m16n8k16"),
+        ComputeUnit("CUDA core", "scalar", (1,), ("all",), "per thread; warp of 32"),
+    )
+
+
+def cuda_target(name: str) -> Target:
+    if name in ("cuda", "cuda-sm80"):
+        return Target(name="cuda", kind="cuda", memory=cuda_hierarchy(), units=cuda_units(80),
+                      cuda=CudaParams(sm=80, shared_memory_optin=163 * 1024))
+    if name == "cuda-sm90":
+        return Target(name="cuda-sm90", kind="cuda", memory=cuda_hierarchy(),
+                      units=cuda_units(90),
+                      cuda=CudaParams(sm=90, shared_memory_optin=227 * 1024))
+    raise KeyError(name)

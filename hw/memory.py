@@ -1,0 +1,89 @@
+"""A target's memory hierarchy and compute units, as data.
+
+Every target declares, once, the memory levels its code may place data in, how a copy
+between two levels is made and synchronised, and the compute units with their
+intrinsic shapes.  The promotion engine (:mod:`polycomp.scheduler.promotion`) asks the
+hierarchy for capacities, alignment and copy rules; ``polycomp targets`` prints it.
+
+Levels are listed from the outermost (largest, slowest) to the innermost.  A capacity
+of 0 means "unbounded for the compiler's purposes" (global memory).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polycomp.errors import TargetError
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    """One level: ``name`` (as the promotion engine and docs say it), the IR buffer
+    ``scope`` that lives there, its capacity per owner and alignment in bytes, and who
+    may access it (``"host"``, ``"grid"``, ``"block"``, ``"thread"``, ``"warp"``,
+    ``"core"``, a unit name...)."""
+    name: str
+    scope: str
+    capacity: int
+    alignment: int
+    accessed_by: tuple[str, ...]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CopyRule:
+    """How data moves from level ``src`` to level ``dst``: the ``mechanism`` (the
+    instruction or code form a promotion copy is emitted as) and the ``sync`` that
+    makes the copy visible to its readers (``""``: program order suffices)."""
+    src: str
+    dst: str
+    mechanism: str
+    sync: str = ""
+
+
+@dataclass(frozen=True)
+class ComputeUnit:
+    """A compute unit and its intrinsic: ``shape`` is (M, N, K) for matrix units, the
+    lane count for vector units; ``dtypes`` the operand types it takes (accumulator
+    after ``->``)."""
+    name: str
+    kind: str              # "matrix" | "vector" | "scalar"
+    shape: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryHierarchy:
+    levels: tuple[MemoryLevel, ...]
+    copies: tuple[CopyRule, ...]
+
+    def level(self, name: str) -> MemoryLevel:
+        for lv in self.levels:
+            if lv.name == name:
+                return lv
+        raise TargetError(f"no memory level {name!r}; levels: "
+                          f"{', '.join(lv.name for lv in self.levels)}")
+
+    def has_level(self, name: str) -> bool:
+        return any(lv.name == name for lv in self.levels)
+
+    def capacity(self, name: str) -> int:
+        return self.level(name).capacity
+
+    def copy_rule(self, src: str, dst: str) -> CopyRule:
+        for c in self.copies:
+            if c.src == src and c.dst == dst:
+                return c
+        raise TargetError(f"no copy from {src} to {dst} on this target")
+
+    def table(self) -> list[tuple[str, str, str, str, str]]:
+        """Rows ``(level, scope, capacity, alignment, accessed by)`` for printing."""
+        return [(lv.name, lv.scope, format_bytes(lv.capacity) if lv.capacity else "-",
+                 f"{lv.alignment} B", ", ".join(lv.accessed_by)) for lv in self.levels]
+
+
+def format_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} B"

@@ -1,0 +1,161 @@
+"""The target registry: every backend registers itself here; the driver and the CLI ask
+the registry, never an if-chain.
+
+A backend is a package under ``hw/`` (``hw/cpu``, ``hw/cuda``) with a
+:class:`Backend` subclass that says, for one family of targets:
+
+* ``names``: the target names it makes (``make_target(name)`` builds the
+  :class:`~polycomp.hw.target.Target`: memory hierarchy, compute units, parameters);
+* ``options_class``: its typed options (:mod:`polycomp.options`);
+* ``schedule_passes(state)``, ``ir_passes(state)`` (IR the interpreter still runs),
+  ``codegen_passes(state)`` (to the printed IR) and ``emit(func, state)`` (source);
+* ``lowering_statements(state, var)``: extra statement builders for lowering (e.g. the
+  copy statements of promotions);
+* ``suffix`` of emitted files, ``runner(ck)`` (a callable on numpy arrays and how it
+  runs), ``execute(ck, inputs, params)`` (the reference semantics of the target IR:
+  interpreter or simulator) and ``check(path, ck)`` (compile the emitted file with the
+  vendor compiler, return a report).
+
+Built-in backends are imported on first use; others register through the
+``polycomp.targets`` entry-point group (a module that calls :func:`register`).
+See docs/architecture.md, "Adding a target".
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from polycomp.errors import TargetError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from polycomp import ir
+    from polycomp.driver import CompiledKernel
+    from polycomp.hw.target import Target
+    from polycomp.lowering.ir_pass import IRPass
+    from polycomp.options import Options
+    from polycomp.scheduler.common.pass_base import Pass
+    from polycomp.state import CompileState
+
+BUILTIN_BACKENDS = ("polycomp.hw.cpu.backend", "polycomp.hw.cuda.backend")
+ENTRY_POINT_GROUP = "polycomp.targets"
+
+
+class Backend:
+    """A family of targets; see the module docstring.  Subclasses override what they
+    support (the defaults raise a clear error or do nothing)."""
+
+    family: str = ""                      # Target.kind of the targets it makes
+    names: tuple[str, ...] = ()           # target names, first the canonical ones
+    aliases: dict[str, str] = {}          # alias -> canonical name
+    options_class: type[Options]
+    suffix: str = ".txt"
+    descriptions: dict[str, str] = {}     # target name -> one line
+
+    def make_target(self, name: str) -> Target:
+        raise NotImplementedError
+
+    def schedule_passes(self, state: CompileState) -> list[Pass]:
+        return []
+
+    def ir_passes(self, state: CompileState) -> list[IRPass]:
+        return []
+
+    def codegen_passes(self, state: CompileState) -> list[IRPass]:
+        return []
+
+    def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
+        raise NotImplementedError
+
+    def lowering_statements(self, state: CompileState,
+                            var: Callable[[str], Any]) -> dict[str, Callable]:
+        return {}
+
+    def load(self, ck: CompiledKernel) -> Callable:
+        """``build()``: the compiled kernel as a callable on numpy arrays, run natively
+        (gcc-built library, GPU through pycuda); a clear error where it cannot run."""
+        raise TargetError(f"no runner for target {ck.target.name}")
+
+    def runner(self, ck: CompiledKernel) -> tuple[Callable, str]:
+        """``polycomp run``: a callable and how it runs (natively, or where that is not
+        possible here, in a simulator)."""
+        return self.load(ck), "native"
+
+    def execute(self, ck: CompiledKernel, inputs: tuple, params: dict):
+        """Run the target-level IR ``ck.ir`` with its reference semantics."""
+        from polycomp.lowering.interpreter import run_func
+        from polycomp.shapes import checked_arguments
+        f = ck.ir
+        expected, arrays, values = checked_arguments(f, inputs, params)
+        n = len(f.inputs)
+        outs = run_func(f, {b.name: a for b, a in zip(f.inputs, arrays[:n])}, values,
+                        {b.name: a for b, a in zip(expected[n:], arrays[n:])})
+        res = tuple(outs[b.name] for b in f.outputs)
+        return res[0] if len(res) == 1 else res
+
+    def check(self, path: str, ck: CompiledKernel) -> str:
+        raise TargetError(f"no checker for target {ck.target.name}")
+
+
+_BACKENDS: dict[str, Backend] = {}        # family -> backend
+_BY_NAME: dict[str, Backend] = {}         # target name or alias -> backend
+_loaded = False
+
+
+def register(backend: Backend) -> Backend:
+    """Register ``backend`` (its family and target names must be new)."""
+    if backend.family in _BACKENDS and _BACKENDS[backend.family] is not backend:
+        raise TargetError(f"a backend for target family {backend.family!r} is already "
+                          f"registered")
+    for name in (*backend.names, *backend.aliases):
+        other = _BY_NAME.get(name)
+        if other is not None and other is not backend:
+            raise TargetError(f"target name {name!r} is already registered by the "
+                              f"{other.family} backend")
+    _BACKENDS[backend.family] = backend
+    for name in (*backend.names, *backend.aliases):
+        _BY_NAME[name] = backend
+    return backend
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for mod in BUILTIN_BACKENDS:
+        importlib.import_module(mod)
+    try:
+        from importlib.metadata import entry_points
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            ep.load()
+    except Exception as e:  # a broken plug-in must not break the built-in targets
+        import warnings
+        warnings.warn(f"polycomp: a target plug-in failed to load: {e}", stacklevel=2)
+
+
+def backends() -> list[Backend]:
+    _load()
+    return list(_BACKENDS.values())
+
+
+def target_names() -> tuple[str, ...]:
+    """Every canonical target name (aliases excluded), in registration order."""
+    _load()
+    return tuple(n for b in _BACKENDS.values() for n in b.names)
+
+
+def backend_for_name(name: str) -> Backend:
+    _load()
+    b = _BY_NAME.get(name)
+    if b is None:
+        raise TargetError(f"unknown target {name!r}; known: {', '.join(target_names())}")
+    return b
+
+
+def backend_for(target: Target) -> Backend:
+    _load()
+    b = _BACKENDS.get(target.kind)
+    if b is None:
+        raise TargetError(f"no backend for target family {target.kind!r}")
+    return b

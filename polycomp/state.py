@@ -1,0 +1,78 @@
+"""The typed state of one compile, shared by its schedule passes, lowering and IR passes.
+
+A :class:`CompileState` is made by the driver for one (kernel, target, options) and
+handed to every step.  Passes read the model, the target and the typed options, and
+record what later steps need in typed fields — never in a free dict:
+
+* ``gpu``: per-kernel facts of the GPU pipeline (launch geometry, tile configurations,
+  Tensor Core plans) keyed by the kernel number of its ``kernel:<n>`` mark;
+* ``promotions``: the promotion engine's decisions that were applied (buffers, box
+  offsets, copy statements), which lowering turns into accesses and copies;
+* ``inlined``: arrays recomputed where they are read instead of being stored;
+* ``ast_context``: parameter constraints for AST generation (block/thread id ranges);
+* ``remarks``: the decisions passes explain (``polycomp explain`` prints them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import islpy as isl
+
+if TYPE_CHECKING:  # pragma: no cover
+    from polycomp.hw.target import Target
+    from polycomp.model import PolyModel
+    from polycomp.options import Options
+    from polycomp.scheduler.gpu.map import KernelLaunch
+    from polycomp.scheduler.gpu.tile import TileConfig
+    from polycomp.scheduler.promotion.footprint import Promotion
+    from polycomp.scheduler.tensorcore.tile import TcPlan
+
+
+@dataclass(eq=False)
+class GpuKernels:
+    """Facts about the GPU kernels of a compile, keyed by kernel number."""
+    launches: dict[int, KernelLaunch] = field(default_factory=dict)
+    tile_configs: dict[int, TileConfig] = field(default_factory=dict)
+    # the last index of every output dimension of a kernel (full-tile isolation)
+    output_last: dict[int, list[Any]] = field(default_factory=dict)
+    # Tensor Core plans, keyed by fusion group index
+    tc_plans: dict[int, TcPlan] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class CompileState:
+    """See the module docstring.  ``options`` may be given as a mapping: it is
+    validated by the target's options class."""
+    model: PolyModel
+    target: Target
+    options: Options = None  # type: ignore[assignment]
+    remarks: dict[str, list[str]] = field(default_factory=dict)
+    gpu: GpuKernels = field(default_factory=GpuKernels)
+    promotions: list[Promotion] = field(default_factory=list)
+    inlined: dict[str, Any] = field(default_factory=dict)   # array name -> Stage
+    ast_context: isl.Set | None = None
+
+    def __post_init__(self) -> None:
+        from polycomp.hw.registry import backend_for
+        from polycomp.options import Options
+        if not isinstance(self.options, Options) or \
+                not isinstance(self.options, backend_for(self.target).options_class):
+            cls = backend_for(self.target).options_class
+            self.options = cls.from_mapping(self.options, self.target.name)
+
+    def note(self, pass_name: str, text: str) -> None:
+        """Record a decision of ``pass_name`` for ``polycomp explain``."""
+        self.remarks.setdefault(pass_name, []).append(text)
+
+    @property
+    def notes(self) -> dict[str, list[str]]:
+        return self.remarks
+
+    def restrict_ast_context(self, constraints: isl.Set) -> None:
+        """Intersect the AST context with parameter ``constraints``."""
+        if self.ast_context is None:
+            self.ast_context = constraints
+            return
+        a = self.ast_context.align_params(constraints.get_space())
+        self.ast_context = a.intersect(constraints.align_params(a.get_space()))

@@ -1,0 +1,1 @@
+"""Schedule-tree passes: promotion."""
