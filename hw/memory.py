@@ -38,6 +38,7 @@ class CopyRule:
     dst: str
     mechanism: str
     sync: str = ""
+    variant: str = ""      # "" the default form; e.g. "async" for cp.async pipelines
 
 
 @dataclass(frozen=True)
@@ -70,11 +71,12 @@ class MemoryHierarchy:
     def capacity(self, name: str) -> int:
         return self.level(name).capacity
 
-    def copy_rule(self, src: str, dst: str) -> CopyRule:
+    def copy_rule(self, src: str, dst: str, variant: str = "") -> CopyRule:
         for c in self.copies:
-            if c.src == src and c.dst == dst:
+            if c.src == src and c.dst == dst and c.variant == variant:
                 return c
-        raise TargetError(f"no copy from {src} to {dst} on this target")
+        form = f" ({variant})" if variant else ""
+        raise TargetError(f"no copy{form} from {src} to {dst} on this target")
 
     def table(self) -> list[tuple[str, str, str, str, str]]:
         """Rows ``(level, scope, capacity, alignment, accessed by)`` for printing."""

@@ -157,7 +157,7 @@ def _compile_options(args) -> dict:
         tile["block"] = _int_tuple(args.tile, "--tile")
     if getattr(args, "threads", None):
         tile["threads"] = _int_tuple(args.threads, "--threads")
-    if getattr(args, "tile_k", None):
+    if getattr(args, "tile_k", None) is not None:
         tile["k"] = args.tile_k
     if tile:
         base = opts.get("tile")
@@ -273,7 +273,8 @@ def cmd_targets(args) -> int:
                 w(f"  {lv:12s} {scope:8s} {cap:>10s} {align:>6s}  {who}\n")
             for c in t.memory.copies:
                 sync = f"; sync: {c.sync}" if c.sync else ""
-                w(f"  copy {c.src} -> {c.dst}: {c.mechanism}{sync}\n")
+                form = f" ({c.variant})" if c.variant else ""
+                w(f"  copy {c.src} -> {c.dst}{form}: {c.mechanism}{sync}\n")
             for u in t.units:
                 shape = "x".join(map(str, u.shape))
                 w(f"  unit {u.name} ({u.kind} {shape}): {', '.join(u.dtypes)}"

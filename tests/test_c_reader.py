@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from polycomp.driver import build, compile_kernel, interpret
+from polycomp.hw.target import get_target
 from polycomp.lowering.interpreter import run_func
 from polycomp.errors import (DTypeError, NonAffineIndexError, PolycompError,
                              ShapeMismatchError, UnknownSymbolError,
@@ -317,7 +318,7 @@ def test_minmax_subscripts_run(n, seed):
 def test_program_order_pass_returns_the_c_tree():
     k = kernel(MM2)
     m = k.polyhedral_model()
-    out = ProgramOrderPass().run(None, CompileState(m, None))
+    out = ProgramOrderPass().run(None, CompileState(m, get_target("c")))
     assert out.plain_is_equal(m.initial_schedule)
 
 

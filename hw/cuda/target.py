@@ -28,8 +28,8 @@ def cuda_hierarchy() -> MemoryHierarchy:
         copies=(
             CopyRule("global", "shared", "ld.global/st.shared over the block's threads",
                      "__syncthreads()"),
-            CopyRule("global", "shared (async)", "cp.async 16 B, multi-stage",
-                     "cp.async.wait_group + __syncthreads()"),
+            CopyRule("global", "shared", "cp.async 16 B, multi-stage pipeline",
+                     "cp.async.wait_group + __syncthreads()", variant="async"),
             CopyRule("shared", "registers", "ld.shared / ldmatrix (warp)", ""),
             CopyRule("global", "registers", "ld.global", ""),
             CopyRule("registers", "global", "st.global", ""),
