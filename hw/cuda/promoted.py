@@ -1,8 +1,10 @@
 """Lowering of memory promotions: statement rewriting and copy/sync statements.
 
 The promotion passes (:mod:`polycomp.scheduler.promotion.shared`,
-:mod:`polycomp.scheduler.promotion.registers`) leave :class:`~polycomp.scheduler.promotion.footprint.Promotion`
-records.  Here:
+:mod:`polycomp.scheduler.promotion.registers`, :mod:`polycomp.scheduler.gpu.rowreduce`)
+leave :class:`~polycomp.scheduler.promotion.record.Promotion` records in
+``state.promotions``, each copy statement typed by a
+:class:`~polycomp.scheduler.promotion.record.CopyStmt`.  Here:
 
 * an instance of a promoted statement accesses ``local[(idx - offset) // stride]``
   instead of ``array[idx]`` (the offset is the box offset at that instance, an isl Aff
@@ -10,6 +12,7 @@ records.  Here:
 * ``copy_in`` extension statements ``copy[p, a]`` store ``array[a]`` (or, for a fused
   producer, the producer's expression at ``a``) into ``local``; ``copy_out`` statements
   store ``local`` back into ``array``; ``sync`` statements are barriers;
+  for the CUDA-only part of a record (``promo.warp``, a privatised reduction),
   ``warp_allreduce`` statements combine a privatised accumulator across the 32 lanes
   of a warp with a ``__shfl_xor_sync`` butterfly; ``store_lane0`` statements have lane
   0 store it.
@@ -19,6 +22,7 @@ from __future__ import annotations
 from polycomp import ir
 from polycomp.affine import aff_to_ir
 from polycomp.errors import PolycompInternalError
+from polycomp.scheduler.promotion.record import CopyStmt, Promotion
 
 
 def _local_index(promo, idx, offsets):
@@ -94,12 +98,14 @@ def promoted_builders(model, promotions, var, inlined: dict | None = None) -> di
             return _Redirect(table).visit(stmt) if table else stmt
         out[s.name] = make
     for p in promotions:
-        for cname, (kind, nprefix) in p.copies.items():
-            out[cname] = _copy_builder(p, kind, nprefix, params, model)
+        for cname, copy in p.copies.items():
+            out[cname] = _copy_builder(p, copy, params)
     return out
 
 
-def _copy_builder(p, kind, nprefix, params, model):
+def _copy_builder(p: Promotion, copy: CopyStmt, params):
+    kind, nprefix = copy.kind, copy.n_prefix
+
     def make(args):
         if kind == "sync":
             return ir.barrier()
@@ -122,10 +128,10 @@ def _copy_builder(p, kind, nprefix, params, model):
             for off in (16, 8, 4, 2, 1):
                 other = ir.Call("__shfl_xor_sync", (ir.IntImm(0xFFFFFFFF, "int64"), v, ir.IntImm(off, "int32")),
                                 p.local.dtype, pure=False)
-                out.append(ir.Store(p.local, zero, ir.Binary(p.combine, v, other, p.local.dtype)))
+                out.append(ir.Store(p.local, zero, ir.Binary(p.warp.combine, v, other, p.local.dtype)))
             return ir.Block(tuple(out))
         if kind == "store_lane0":
-            lane = params[p.lane_param]
+            lane = params[p.warp.lane_param]
             return ir.IfThenElse(ir.Binary("==", lane, ir.IntImm(0), "bool"),
                                  ir.Store(p.array, a, ir.Load(p.local, zero, p.array.dtype)))
         raise PolycompInternalError(f"unknown copy kind {kind}")

@@ -41,7 +41,8 @@ import islpy as isl
 from polycomp import ir
 from polycomp.islutil import maps
 
-from polycomp.scheduler.promotion.footprint import Box, Promotion
+from polycomp.scheduler.promotion.footprint import Box
+from polycomp.scheduler.promotion.record import CopyStmt, Promotion, WarpReduction
 from polycomp.scheduler.gpu.map import KernelLaunch, _as_param, _intersect_params, _member_range, _param_upa, \
     block_param, thread_param
 from polycomp.scheduler.gpu.tile import find_first
@@ -160,8 +161,7 @@ class RowReductionMappingPass(Pass):
                                   for s in model.statements
                                   if s.name not in names and s.write.name not in inlined
                                   for a in s.accesses)
-            promo.combine = {"+": "+", "max": "max", "min": "min"}[upd.value.op]
-            promo.lane_param = tx
+            promo.warp = WarpReduction({"+": "+", "max": "max", "min": "min"}[upd.value.op], tx)
             # graft the butterfly (and lane 0's store) after the update's band
             path = _paths(schedule.get_root(), lambda x: x.get_type() == isl.schedule_node_type.filter
                           and _filter_names(x) == {upd.name})[0]
@@ -172,12 +172,12 @@ class RowReductionMappingPass(Pass):
                 rows = mm.range() if rows is None else rows.union(mm.range())
             rows = _drop_ids(rows.coalesce(), [tx])
             ar = f"allreduce_{buf.name}_{k}"
-            promo.copies[ar] = ("warp_allreduce", 1)
+            promo.copies[ar] = CopyStmt("warp_allreduce", 1)
             ext = isl.Map.from_domain_and_range(rows, isl.Set.read_from_str(ictx_of(rows), f"{{ {ar}[] }}"))
             tree = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext))
             if buf.name in live_out or readers_outside:
                 st = f"store_{buf.name}_{k}"
-                promo.copies[st] = ("store_lane0", 1)
+                promo.copies[st] = CopyStmt("store_lane0", 1)
                 ident = isl.Map.identity(isl.Space.map_from_set(rows.get_space())).intersect_domain(rows)
                 ext2 = ident.range_product(ident).flatten_range().set_tuple_name(isl.dim_type.out, st)
                 tree2 = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext2))

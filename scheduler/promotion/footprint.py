@@ -1,29 +1,44 @@
-"""Footprints, boxes and promotion records shared by the memory-promotion passes.
+"""Footprints, boxes and layouts: where a reference group's data lives below a scope.
 
 A *footprint* is the relation ``{ [p] -> A[a] }`` from the prefix schedule ``p`` at a
-promotion depth to the array elements that the statement instances below that depth
-access.  A *box* over-approximates it by ``c_d(p) <= a_d < c_d(p) + S_d`` per
+promotion depth (the *scope*) to the array elements that the statement instances below
+that depth access.  A *box* over-approximates it by ``c_d(p) <= a_d < c_d(p) + S_d`` per
 dimension with ``c_d`` affine and ``S_d`` a constant (PPCG's tile bounds); with a
 stride ``s_d`` (register tiles of a cyclic thread mapping) the box holds the elements
 ``c_d(p) + s_d * r``, ``0 <= r < S_d``.  isl's ``FixedBox`` has no accessors in islpy,
-so boxes are computed here from ``lexmin`` pieces and ``dim_max``.
+so boxes are computed here from ``lexmin`` pieces and ``dim_max`` (:func:`box_of`,
+:func:`strided_box_of`) or, for CPU packing, from the per-dimension minimum and the
+largest extent (:func:`min_box_of`, piecewise offsets).
+
+A :class:`Layout` says how the box's elements are placed in the local buffer
+(row-major; packed panels; swizzled and fractal tiles are declared kinds that no use
+of the engine produces yet), and a :class:`ScopedFootprint` (Tensor Comprehensions'
+``ScopedFootprint``) ties a reference group, its scope, its box and its layout
+together: the size of the local buffer follows from it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Callable, Literal, Sequence
 
 import islpy as isl
 
+from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.affine import to_isl
+from polycomp.errors import PolycompInternalError
 from polycomp.islutil import maps, pieces, sets
+from polycomp.scheduler.promotion.reference import ReferenceGroup
 
 
 @dataclass
 class Box:
-    offsets: list          # isl.Aff per array dimension, on the prefix space
-    sizes: list            # int per dimension (number of elements)
-    strides: list          # int per dimension
+    """Per array dimension ``d``: the offset ``c_d(p)`` (an ``isl.Aff`` on the prefix
+    space; an ``isl.PwAff`` for :func:`min_box_of`), the size ``S_d`` (number of
+    elements) and the stride ``s_d``."""
+    offsets: list
+    sizes: list
+    strides: list
 
     def elements(self) -> int:
         n = 1
@@ -32,26 +47,91 @@ class Box:
         return n
 
 
-@dataclass
-class Promotion:
-    """One promoted reference group: ``array`` is read/written through ``local``.
+LayoutKind = Literal["row-major", "packed-panel", "swizzled", "fractal"]
 
-    ``offsets[stmt]`` are isl Affs (on that statement's domain space) of the box
-    offset at that instance; an access ``array[idx]`` becomes
-    ``local[(idx - offset) // stride]``.  ``copies`` maps extension statement names to
-    their kind (``copy_in``, ``copy_out``, ``sync``) and the Affs of the box offset on
-    the extension statement's prefix coordinates.
+
+@dataclass(frozen=True)
+class Layout:
+    """How box elements are placed in the local buffer.
+
+    * ``row-major``: element ``x`` (relative to the box offset, divided by the stride)
+      is at ``x``;
+    * ``packed-panel``: dimension ``dim`` is split into panels of ``width``; the local
+      index of ``x`` is ``(x_dim // width, x_0, .., x_{dim-1}, x_{dim+1}, .., x_dim mod
+      width)`` — the in-panel lane innermost, so a micro-kernel walking ``x_dim`` inside a
+      panel reads consecutive memory;
+    * ``swizzled``, ``fractal``: declared for Tensor Core staging and NPU fractal tiles;
+      no use of the engine produces them yet (asking for their shape is an error).
     """
-    array: ir.Buffer
-    local: ir.Buffer
-    kernel: int
+    kind: LayoutKind = "row-major"
+    dim: int = -1
+    width: int = 0
+
+    @staticmethod
+    def row_major() -> Layout:
+        return Layout()
+
+    @staticmethod
+    def packed_panel(dim: int, width: int) -> Layout:
+        return Layout("packed-panel", dim, width)
+
+    def shape(self, sizes: Sequence[int]) -> tuple[int, ...]:
+        """The local buffer's shape for a box of ``sizes``."""
+        if self.kind == "row-major":
+            return tuple(sizes)
+        if self.kind == "packed-panel":
+            p, w = self.dim, self.width
+            panels = -(-sizes[p] // w)
+            return (panels,) + tuple(b for d, b in enumerate(sizes) if d != p) + (w,)
+        raise PolycompInternalError(f"layout {self.kind} is declared but not implemented")
+
+    def index(self, rel: Sequence, split: Callable | None = None) -> tuple:
+        """The local index of the element at box-relative index ``rel``; ``split(e, w)``
+        returns ``(e // w, e mod w)`` (Python's ``divmod`` by default; the IR passes
+        give one that simplifies with loop ranges)."""
+        if self.kind == "row-major":
+            return tuple(rel)
+        if self.kind == "packed-panel":
+            p, w = self.dim, self.width
+            q, r = (split or divmod)(rel[p], w)
+            return (q,) + tuple(rel[d] for d in range(len(rel)) if d != p) + (r,)
+        raise PolycompInternalError(f"layout {self.kind} is declared but not implemented")
+
+
+@dataclass(eq=False)
+class ScopedFootprint:
+    """The footprint of ``group`` below a scope: ``relation = { [p] -> A[a] }`` with ``p``
+    the scope's prefix schedule, contained in ``box`` (offsets functions of ``p``), stored
+    in the local buffer with ``layout``."""
+    group: ReferenceGroup
+    relation: isl.Map
     box: Box
-    offsets: dict = field(default_factory=dict)
-    copies: dict = field(default_factory=dict)
-    producer: object = None      # Stage inlined into the copy-in (prologue fusion)
-    reason: str = ""
-    combine: str = ""            # privatised reductions: the combining operator
-    lane_param: str = ""         # privatised reductions: the lane id parameter
+    layout: Layout = Layout()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.layout.shape(self.box.sizes)
+
+    def elements(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def bytes(self) -> int:
+        return self.elements() * dt.itemsize(self.group.array.dtype)
+
+    def origin(self) -> isl.MultiPwAff:
+        """The box offsets as one ``{ [p] -> [c(p)] }`` (piecewise) multi-affine map."""
+        f = self.relation
+        n = len(self.box.offsets)
+        space = isl.Space.map_from_domain_and_range(f.domain().get_space(),
+                                                    isl.Space.set_alloc(f.get_ctx(), 0, n)
+                                                    .align_params(f.get_space()))
+        lst = isl.PwAffList.alloc(f.get_ctx(), n)
+        for pa in self.box.offsets:
+            lst = lst.add(pa)
+        return isl.MultiPwAff.from_pw_aff_list(space, lst)
 
 
 def prefix_space_map(node: isl.ScheduleNode) -> isl.UnionMap:
@@ -137,6 +217,22 @@ def strided_box_of(f: isl.Map) -> Box | None:
     return Box(offsets, sizes, strides)
 
 
+def min_box_of(f: isl.Map) -> Box | None:
+    """The box whose offset in dimension ``d`` is the minimum of ``a_d`` over ``f(p)``
+    (a piecewise function of ``p``) and whose size is the largest extent
+    ``max_p (max a_d - min a_d + 1)``; None when some extent is unbounded."""
+    offsets, sizes = [], []
+    for d in range(f.dim(isl.dim_type.out)):
+        lo, hi = f.dim_min(d), f.dim_max(d)
+        ext = hi.sub(lo).add_constant_val(isl.Val.one(f.get_ctx()))
+        v = ext.max_val()
+        if not v.is_int():
+            return None
+        sizes.append(int(v.to_python()))
+        offsets.append(lo)
+    return Box(offsets, sizes, [1] * len(sizes))
+
+
 def box_relation(box: Box, prefix_set: isl.Set, buf: ir.Buffer, params: tuple,
                  ctx: isl.Context) -> isl.Map:
     """{ [p] -> [a] : a in box(p) and 0 <= a < shape } over the prefix points."""
@@ -194,3 +290,12 @@ def pullback(aff: isl.Aff, ma: isl.MultiAff) -> isl.Aff:
     ma = ma.align_params(aff.get_space())
     aff = aff.align_params(ma.get_space())
     return aff.pullback_multi_aff(ma)
+
+
+def __getattr__(name: str):
+    """``Promotion`` moved to :mod:`.record`; :mod:`polycomp.hw.cuda.tensorize` (and
+    older code) still import it from here."""
+    if name == "Promotion":
+        from polycomp.scheduler.promotion.record import Promotion
+        return Promotion
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,17 +30,60 @@ global array holds the final value wherever it is live afterwards.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import islpy as isl
 
 from polycomp import ir
-from polycomp.islutil import maps
+from polycomp.model import Statement
 
-from polycomp.scheduler.promotion.footprint import (Promotion, box_relation, footprint, prefix_space_map, pullback,
-                        statement_prefix, strided_box_of)
+from polycomp.scheduler.promotion.copies import NameAllocator, copy_subtree, needs_sync
+from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
+from polycomp.scheduler.promotion.footprint import (ScopedFootprint, box_relation, footprint,
+                                                    prefix_space_map, pullback, statement_prefix,
+                                                    strided_box_of)
+from polycomp.scheduler.promotion.record import CopyStmt, Promotion
+from polycomp.scheduler.promotion.reference import (Reference, array_references, make_group,
+                                                    thread_private_refusal, written_arrays)
+from polycomp.scheduler.promotion.sites import (is_kernel, node_at, original_site, paths,
+                                                statements_below)
 from polycomp.scheduler.gpu.map import thread_param
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
-from polycomp.scheduler.promotion.shared import _is_kernel, _original_site, _paths, _root, node_at
+from polycomp.errors import PolycompInternalError
+
+LEVEL = "registers"
+SOURCE = "global"
+_REFUSALS = {"shared between threads": Refusal.SHARED_BETWEEN_THREADS, "no reuse": Refusal.NO_REUSE}
+
+
+@dataclass(eq=False)
+class _Site:
+    """The register site of a kernel (the child of its block band): the prefix schedule
+    ``{ S[i] -> [p] }`` below it, the statements, the thread filters' union ``tdom``
+    (instances -> the thread executing them) and the number of output-band members."""
+    path: tuple[int, ...]
+    kernel: int
+    prefix: isl.UnionMap
+    stmts: list[Statement]
+    tdom: isl.UnionSet
+    n_band: int
+
+    @property
+    def scope(self) -> str:
+        return f"kernel {self.kernel}"
+
+
+@dataclass
+class _Budget:
+    """Registers per thread, in elements: at most ``per_array`` for one group and
+    ``per_kernel`` for all groups of the kernel."""
+    per_array: int
+    per_kernel: int
+    used: int = 0
+
+    def fits(self, n: int) -> bool:
+        return n <= self.per_array and self.used + n <= self.per_kernel
 
 
 class RegisterPromotionPass(Pass):
@@ -51,152 +94,141 @@ class RegisterPromotionPass(Pass):
         self.max_per_kernel = max_per_kernel
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        model = ctx.model
-        promos = ctx.promotions
-        launches = ctx.gpu.launches
-        kpaths = _paths(schedule.get_root(), _is_kernel)
-        for kpath in reversed(kpaths):
+        # the register buffers are numbered after every promotion recorded so far
+        names = NameAllocator(len(ctx.promotions))
+        for kpath in reversed(paths(schedule.get_root(), is_kernel)):
             kn = node_at(schedule, kpath)
             kernel = int(kn.mark_get_id().get_name().split(":")[1])
-            launch = launches.get(kernel)
+            launch = ctx.gpu.launches.get(kernel)
             if launch is None or not launch.thread_params:
                 continue
-            bands = _paths(kn, lambda n: n.get_type() == isl.schedule_node_type.band)
+            bands = paths(kn, lambda n: n.get_type() == isl.schedule_node_type.band)
             if not bands:
                 continue
-            schedule = self._kernel(schedule, kpath + bands[0] + (0,), kernel, model, ctx, promos)
+            site = _site_at(schedule, kpath + bands[0] + (0,), kernel, ctx)
+            if site is not None:
+                schedule = self._kernel(schedule, site, ctx, names)
         return schedule
 
-    def _thread_domain(self, site, kernel) -> isl.UnionSet:
-        """The union of the thread filters below ``site``: statement instances -> thread."""
-        out = None
-        names = {thread_param(a, kernel) for a in range(3)}
-
-        def walk(n):
-            nonlocal out
-            if n.get_type() == isl.schedule_node_type.filter:
-                f = n.filter_get_filter()
-                sp = f.get_space()
-                if any(sp.find_dim_by_name(isl.dim_type.param, x) >= 0 for x in names):
-                    out = f if out is None else out.union(f)
-            for k in range(n.n_children()):
-                walk(n.child(k))
-        walk(site)
-        return out
-
-    def _kernel(self, schedule, path, kernel, model, ctx, promos):
-        site = _original_site(node_at(schedule, path))
-        tdom = self._thread_domain(site, kernel)
-        if tdom is None:
-            return schedule
-        prefix = prefix_space_map(site)
-        kstmts = {m.get_tuple_name(isl.dim_type.in_) for m in maps(prefix)}
-        stmts = [s for s in model.statements if s.name in kstmts]
-        nd = site.parent().band_n_member() if site.parent().get_type() == isl.schedule_node_type.band else 0
-        written = []
-        for s in stmts:
-            if s.write.name not in [w.name for w in written]:
-                written.append(s.write)
-        used = 0
-        already = {p.array.name for p in promos if p.kernel == kernel}
-        for buf in written:
+    def _kernel(self, schedule, site: _Site, ctx: CompileState, names: NameAllocator):
+        budget = _Budget(self.max_per_array, self.max_per_kernel)
+        already = {p.array.name for p in ctx.promotions if p.kernel == site.kernel}
+        for buf in written_arrays(site.stmts):
             if buf.name in already:   # privatised by an earlier pass (row reductions)
                 continue
-            refs = [(s, a) for s in stmts for a in s.accesses if a.buffer.name == buf.name]
-            why = self._refuse(refs, nd)
-            if why:
-                ctx.note(self.name, f"kernel {kernel}: {buf.name} not promoted to registers: {why}")
+            d = decide(buf, site, budget, ctx.model)
+            if not d.promoted:
+                ctx.note(self.name, d.remark())
                 continue
-            acc = None
-            for s, a in refs:
-                m = isl.UnionMap.from_map(a.index_relation)
-                acc = m if acc is None else acc.union(m)
-            acc = acc.intersect_domain(tdom)
-            f = footprint(prefix, acc)
-            box = strided_box_of(f) if f is not None else None
-            if box is None:
-                ctx.note(self.name, f"kernel {kernel}: {buf.name} not promoted to registers: "
-                                    f"no strided box for the per-thread footprint")
-                continue
-            n = box.elements()
-            if n > self.max_per_array or used + n > self.max_per_kernel:
-                ctx.note(self.name, f"kernel {kernel}: {buf.name} not promoted to registers: over "
-                                    f"register budget ({n} elements)")
-                continue
-            used += n
-            schedule = self._apply(schedule, path, kernel, model, ctx, promos, buf, refs, prefix,
-                                   box, stmts, f)
+            budget.used += d.footprint.elements()
+            schedule = self._apply(schedule, site, d, names.take(), ctx)
         return schedule
 
-    def _refuse(self, refs, nd) -> str:
-        count = 0
-        for s, a in refs:
-            iters = s.iters[:nd]
-            if len(a.indices) != nd or any(i is not v for i, v in zip(a.indices, iters)):
-                return "shared between threads (an access is not at the thread's own output point)"
-            count += 1
-        if count < 2:
-            return "no reuse"
-        return ""
-
-    def _apply(self, schedule, path, kernel, model, ctx, promos, buf, refs, prefix, box, stmts,
-               fp):
-        ictx = schedule.get_ctx()
-        k = len(promos)
-        local = ir.Buffer(f"{buf.name}_reg{k}", buf.dtype, tuple(ir.IntImm(s) for s in box.sizes),
+    def _apply(self, schedule, site: _Site, d: PromotionDecision, k: int, ctx: CompileState):
+        """Graft the load before and the store after the site as the decision needs."""
+        if needs_sync(ctx.target.memory, SOURCE, LEVEL):   # registers are thread-private
+            raise PolycompInternalError("register promotion assumes copies without barriers")
+        model = ctx.model
+        fp = d.footprint
+        buf, box = fp.group.array, fp.box
+        local = ir.Buffer(f"{buf.name}_reg{k}", buf.dtype, tuple(ir.IntImm(s) for s in fp.shape),
                           "local")
-        promo = Promotion(buf, local, kernel, box, reason="registers")
-        for s, _ in refs:
-            pre = statement_prefix(prefix, s.name)
-            promo.offsets[s.name] = [pullback(off, pre) for off in box.offsets]
-        reads_from_outside = not model.flow.intersect_range(
-            _stmt_set(model, [s for s, a in refs if a.kind == "read"])).subtract_domain(
-            _stmt_set(model, stmts)).is_empty()
-        live_after = buf.name in {b.name for b in model.live_out} or not model.flow.intersect_domain(
-            _stmt_set(model, [s for s, a in refs if a.kind == "write"])).subtract_range(
-            _stmt_set(model, stmts)).is_empty()
-        prefix_set = _prefix_set(prefix)
-        rel = box_relation(box, prefix_set, buf, model.params, ictx)
+        promo = Promotion(buf, local, site.kernel, box, reason="registers")
+        for r in fp.group.refs:
+            pre = statement_prefix(site.prefix, r.stmt.name)
+            promo.offsets[r.stmt.name] = [pullback(off, pre) for off in box.offsets]
+        prefix_set = _prefix_set(site.prefix)
+        rel = box_relation(box, prefix_set, buf, model.params, schedule.get_ctx())
         # copy only the elements the thread accesses: the box over-approximates the
         # footprint (threads owning no element of an extent-1 dimension get a box too)
-        fp = fp.reset_tuple_id(isl.dim_type.out).align_params(rel.get_space())
-        rel = rel.align_params(fp.get_space()).intersect(fp)
-        np_ = rel.dim(isl.dim_type.in_)
-        site = _original_site(node_at(schedule, path))
-        if reads_from_outside:
+        f = fp.relation.reset_tuple_id(isl.dim_type.out).align_params(rel.get_space())
+        rel = rel.align_params(f.get_space()).intersect(f)
+        n_prefix = rel.dim(isl.dim_type.in_)
+        node = original_site(node_at(schedule, site.path))
+        if d.loads:
             name = f"load_{buf.name}_{k}"
-            site = site.graft_before(self._copy_tree(prefix_set, rel, name))
-            promo.copies[name] = ("copy_in", np_)
-            site = _original_site(site)
-        if live_after:
+            node = node.graft_before(copy_subtree(prefix_set, rel, name, align=True))
+            promo.copies[name] = CopyStmt("copy_in", n_prefix)
+            node = original_site(node)
+        if d.stores:
             name = f"store_{buf.name}_{k}"
-            site = site.graft_after(self._copy_tree(prefix_set, rel, name))
-            promo.copies[name] = ("copy_out", np_)
-        promos.append(promo)
-        ctx.note(self.name, f"kernel {kernel}: {buf.name} promoted to registers {list(box.sizes)} "
-                            f"per thread (stride {list(box.strides)})"
-                 + ("; loaded first" if reads_from_outside else "")
-                 + ("; stored back" if live_after else "; never written to global memory"))
-        return site.get_schedule()
+            node = node.graft_after(copy_subtree(prefix_set, rel, name, align=True))
+            promo.copies[name] = CopyStmt("copy_out", n_prefix)
+        ctx.promotions.append(promo)
+        ctx.note(self.name, d.remark())
+        return node.get_schedule()
 
-    def _copy_tree(self, prefix_set, rel, name):
-        ident = isl.Map.identity(isl.Space.map_from_set(prefix_set.get_space())).intersect_domain(prefix_set)
-        ident = ident.align_params(rel.get_space())
-        rel = rel.align_params(ident.get_space())
-        ext = ident.range_product(rel).flatten_range().set_tuple_name(isl.dim_type.out, name)
-        np_ = prefix_set.dim(isl.dim_type.set)
-        sub = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext))
-        cdom = ext.range()
-        band = isl.Map.identity(isl.Space.map_from_set(cdom.get_space())).project_out(
-            isl.dim_type.out, 0, np_).reset_tuple_id(isl.dim_type.out)
-        leaf = sub.child(0).insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(
-            isl.UnionMap.from_map(band)))
-        for m in range(leaf.band_n_member()):  # constant register indices
-            leaf = leaf.band_member_set_ast_loop_type(m, isl.ast_loop_type.unroll)
-        return _root(leaf)
+
+def _site_at(schedule, path, kernel: int, ctx: CompileState) -> _Site | None:
+    node = original_site(node_at(schedule, path))
+    tdom = _thread_domain(node, kernel)
+    if tdom is None:
+        return None
+    prefix = prefix_space_map(node)
+    parent = node.parent()
+    n_band = parent.band_n_member() if parent.get_type() == isl.schedule_node_type.band else 0
+    return _Site(path, kernel, prefix, statements_below(prefix, ctx.model), tdom, n_band)
+
+
+def decide(buf: ir.Buffer, site: _Site, budget: _Budget, model) -> PromotionDecision:
+    """Promote all references to the written array ``buf`` to registers?  The group must
+    be bijective per thread with reuse, its per-thread footprint (thread ids as
+    parameters) must have a strided box within the register budget.  A promoted
+    decision says whether the registers are loaded first (a read may see a value
+    written before the kernel) and stored back (``buf`` is live after the kernel)."""
+    refs = array_references(site.stmts, buf.name)
+    group = make_group(buf, refs, site.tdom)
+    d = PromotionDecision(group, LEVEL, site.scope)
+    why = thread_private_refusal(refs, site.n_band)
+    if why:
+        return d.refuse(_REFUSALS[why])
+    f = footprint(site.prefix, group.access)
+    box = strided_box_of(f) if f is not None else None
+    if box is None:
+        return d.refuse(Refusal.NO_STRIDED_BOX)
+    n = box.elements()
+    if not budget.fits(n):
+        return d.refuse(Refusal.OVER_BUDGET, n, budget.per_kernel - budget.used)
+    d.footprint = ScopedFootprint(group, f, box)
+    d.loads = _reads_from_outside(model, refs, site.stmts)
+    d.stores = _live_after(model, buf, refs, site.stmts)
+    return d
+
+
+def _reads_from_outside(model, refs: list[Reference], stmts) -> bool:
+    """Some read of the group may see a value written before the kernel (a flow
+    dependence from a statement outside the kernel)."""
+    reads = _stmt_set(model, [r.stmt for r in refs if r.is_read])
+    return not model.flow.intersect_range(reads).subtract_domain(_stmt_set(model, stmts)).is_empty()
+
+
+def _live_after(model, buf, refs: list[Reference], stmts) -> bool:
+    """``buf`` is an output of the kernel graph, or read by a statement outside the kernel."""
+    writes = _stmt_set(model, [r.stmt for r in refs if r.is_write])
+    return buf.name in {b.name for b in model.live_out} or not model.flow.intersect_domain(
+        writes).subtract_range(_stmt_set(model, stmts)).is_empty()
+
+
+def _thread_domain(site, kernel) -> isl.UnionSet | None:
+    """The union of the thread filters below ``site``: statement instances -> thread."""
+    out = None
+    names = {thread_param(a, kernel) for a in range(3)}
+
+    def walk(n):
+        nonlocal out
+        if n.get_type() == isl.schedule_node_type.filter:
+            f = n.filter_get_filter()
+            sp = f.get_space()
+            if any(sp.find_dim_by_name(isl.dim_type.param, x) >= 0 for x in names):
+                out = f if out is None else out.union(f)
+        for k in range(n.n_children()):
+            walk(n.child(k))
+    walk(site)
+    return out
 
 
 def _prefix_set(prefix: isl.UnionMap) -> isl.Set:
+    from polycomp.islutil import maps
     rng = None
     for m in maps(prefix):
         r = m.range()

@@ -15,8 +15,8 @@ is promoted when
 * it has reuse (two instances of one tile read the same element) or its global
   accesses are not coalesced (the innermost array index does not follow the
   innermost thread-mapped iterator with stride 1); else refused ("no reuse, coalesced"),
-* and all promoted groups of the kernel fit ``target.shared_memory_per_block`` (else the
-  largest are refused: "over budget").
+* and all promoted groups of the kernel fit the ``shared`` level of the target's memory
+  hierarchy (else the largest are refused: "over budget").
 
 A promoted group gets a ``__shared__`` buffer of the box size and an extension subtree
 grafted before the site: ``copy_<A>_<n>[p, a]`` for ``a`` in the box (intersected with
@@ -38,244 +38,202 @@ are noted for ``polycomp explain``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import islpy as isl
 
-from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.islutil import maps, param_id
+from polycomp.model import Statement
 
-from polycomp.scheduler.promotion.footprint import (Promotion, box_of, box_relation, footprint, has_reuse,
-                        prefix_space_map, pullback, statement_prefix)
-from polycomp.scheduler.gpu.map import thread_param
-from polycomp.scheduler.gpu.tile import is_marked
+from polycomp.scheduler.promotion.copies import NameAllocator, copy_subtree, needs_sync, sync_subtree
+from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
+from polycomp.scheduler.promotion.footprint import (ScopedFootprint, box_of, box_relation, footprint,
+                                                    has_reuse, prefix_space_map, pullback,
+                                                    statement_prefix)
+from polycomp.scheduler.promotion.record import CopyStmt, Promotion
+from polycomp.scheduler.promotion.reference import ReferenceGroup, read_only_groups
+from polycomp.scheduler.promotion.sites import (drop_statements, inside_loop, is_kernel, kernel_node,
+                                                kernel_of, node_at, original_site, paths,
+                                                root_of, shared_sites, statements_below)
+from polycomp.scheduler.gpu.map import KernelLaunch, thread_param
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 
+# the names other passes import from here (scheduler/gpu/rowreduce.py, registers.py)
+_paths, _drop_statements, _is_kernel, _original_site, _root = \
+    paths, drop_statements, is_kernel, original_site, root_of
 
-def _kernel_of(node) -> int:
-    x = node
-    while x.has_parent():
-        x = x.parent()
-        if x.get_type() == isl.schedule_node_type.mark:
-            name = x.mark_get_id().get_name()
-            if name.startswith("kernel:"):
-                return int(name.split(":")[1])
-    return -1
+LEVEL = "shared"
+SOURCE = "global"
 
 
-def _paths(node, pred, path=()):
-    """Paths (child indices from ``node``) of the descendants satisfying pred, pre-order."""
-    out = [path] if pred(node) else []
-    for k in range(node.n_children()):
-        out += _paths(node.child(k), pred, path + (k,))
-    return out
+@dataclass(eq=False)
+class _Site:
+    """One promotion site of a kernel: its path, its kernel and launch, the prefix
+    schedule ``{ S[i] -> [p] }`` of the instances below it and their statements."""
+    path: tuple[int, ...]
+    kernel: int
+    launch: KernelLaunch
+    prefix: isl.UnionMap
+    domain: isl.UnionSet
+    stmts: list[Statement]
+    written: set[str]          # arrays written anywhere in the kernel
+
+    @property
+    def scope(self) -> str:
+        return f"kernel {self.kernel}"
 
 
-def _is_kernel(n):
-    return n.get_type() == isl.schedule_node_type.mark and \
-        n.mark_get_id().get_name().startswith("kernel:")
+@dataclass
+class _Budget:
+    """Shared memory per kernel: ``capacity`` bytes each, ``used`` so far."""
+    capacity: int
+    used: dict[int, int] = field(default_factory=dict)
 
+    def request(self, kernel: int, nbytes: int) -> int:
+        """The bytes the kernel would use with ``nbytes`` more."""
+        return self.used.get(kernel, 0) + nbytes
 
-def _sites(schedule):
-    """Promotion sites: the child of every ``tile:reduce`` band; in a kernel without one,
-    the child of the block band (the first band of the kernel)."""
-    out = []
-    root = schedule.get_root()
-    for kpath in _paths(root, _is_kernel):
-        kn = node_at(schedule, kpath)
-        red = _paths(kn, lambda n: n.get_type() == isl.schedule_node_type.band
-                     and is_marked(n, "tile:reduce"))
-        if red:
-            out += [kpath + r + (0,) for r in red]
-            continue
-        bands = _paths(kn, lambda n: n.get_type() == isl.schedule_node_type.band)
-        if bands:
-            out.append(kpath + bands[0] + (0,))
-    return out
-
-
-def node_at(schedule, path):
-    n = schedule.get_root()
-    for k in path:
-        n = n.child(k)
-    return n
-
-
-def _inside_loop(site) -> bool:
-    """Is the site below a band of its kernel other than the (degenerate) block band?"""
-    x = site
-    while x.has_parent():
-        x = x.parent()
-        if x.get_type() == isl.schedule_node_type.band and is_marked(x, "tile:reduce"):
-            return True
-        if x.get_type() == isl.schedule_node_type.mark and \
-                x.mark_get_id().get_name().startswith("tile:block"):
-            return False
-    return False
+    def take(self, kernel: int, nbytes: int) -> None:
+        self.used[kernel] = self.request(kernel, nbytes)
 
 
 class SharedPromotionPass(Pass):
     name = "promote-shared"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        model = ctx.model
-        promos = ctx.promotions
-        launches = ctx.gpu.launches
-        budget = ctx.target.shared_memory_per_block
-        used: dict = {}
-        counter = [0]
-        for path in reversed(_sites(schedule)):  # reversed: grafts keep earlier paths valid
-            site = node_at(schedule, path)
-            kernel = _kernel_of(site)
-            if kernel not in launches:
-                continue
-            schedule = self._promote_site(schedule, path, kernel, launches[kernel], model, ctx,
-                                          promos, used, budget, counter)
+        budget = _Budget(ctx.target.memory.capacity(LEVEL))
+        names = NameAllocator()
+        for path in reversed(shared_sites(schedule)):  # reversed: grafts keep earlier paths valid
+            site = _site_at(schedule, path, ctx)
+            if site is not None:
+                schedule = self._promote_site(schedule, site, ctx, budget, names)
         return schedule
 
     # ------------------------------------------------------------------ one site
-    def _promote_site(self, schedule, path, kernel, launch, model, ctx, promos, used, budget, counter):
-        site = node_at(schedule, path)
-        prefix = prefix_space_map(site)
-        stmt_names = {m.get_tuple_name(isl.dim_type.in_) for m in maps(prefix)}
-        stmts = [s for s in model.statements if s.name in stmt_names]
-        written_in_kernel = self._written_in_kernel(site, model)
-        arrays: dict = {}
-        for s in stmts:
-            for a in s.reads:
-                if a.buffer.name in written_in_kernel:
-                    continue
-                arrays.setdefault(a.buffer.name, (a.buffer, []))[1].append((s, a))
-        plans = []
-        for name, (buf, refs) in arrays.items():
-            acc = None
-            for s, a in refs:
-                m = isl.UnionMap.from_map(a.index_relation)
-                acc = m if acc is None else acc.union(m)
-            acc = acc.intersect_domain(site.get_domain())
-            f = footprint(prefix, acc)
-            if f is None:
+    def _promote_site(self, schedule, site: _Site, ctx: CompileState, budget: _Budget,
+                      names: NameAllocator):
+        candidates = []
+        for group in read_only_groups(site.stmts, site.domain, site.written):
+            d = decide(group, site)
+            if d.reason is Refusal.EMPTY:
                 continue
-            f = _drop_thread_params(f, kernel)
-            box = box_of(f)
-            if box is None:
-                ctx.note(self.name, f"kernel {kernel}: {name} not promoted: unbounded footprint")
+            if not d.promoted:
+                ctx.note(self.name, d.remark())
                 continue
-            reuse = has_reuse(_drop_thread_params_u(prefix, kernel),
-                              _drop_thread_params_u(acc, kernel))
-            coalesced = all(_coalesced(s, a) for s, a in refs)
-            if not reuse and coalesced:
-                ctx.note(self.name, f"kernel {kernel}: {name} not promoted: no reuse within a "
-                                    f"tile and accesses already coalesced")
-                continue
-            nbytes = box.elements() * dt.itemsize(buf.dtype)
-            plans.append((nbytes, name, buf, refs, f, box, "reuse" if reuse else "uncoalesced"))
-        plans.sort(key=lambda p: p[0])
-        fusable = _fusable_prologue_producers(model, stmts)
+            candidates.append(d)
+        candidates.sort(key=lambda d: d.footprint.bytes())
+        fusable = _fusable_prologue_producers(ctx.model, site.stmts)
         applied = []
-        for nbytes, name, buf, refs, f, box, why in plans:
-            if used.get(kernel, 0) + nbytes > budget:
-                ctx.note(self.name, f"kernel {kernel}: {name} not promoted: over budget "
-                                    f"({used.get(kernel, 0) + nbytes} > {budget} bytes of shared memory)")
+        for d in candidates:
+            nbytes = d.footprint.bytes()
+            if budget.request(site.kernel, nbytes) > budget.capacity:
+                d.refuse(Refusal.OVER_BUDGET, budget.request(site.kernel, nbytes), budget.capacity)
+                ctx.note(self.name, d.remark())
                 continue
-            used[kernel] = used.get(kernel, 0) + nbytes
-            k = counter[0]
-            counter[0] += 1
-            schedule = self._apply(schedule, path, kernel, launch, model, ctx, promos, name,
-                                   buf, refs, prefix, box, why, nbytes, k)
-            applied.append(promos[-1])
+            budget.take(site.kernel, nbytes)
+            schedule, promo = _apply(schedule, site, d, names.take(), ctx.model)
+            ctx.promotions.append(promo)
+            ctx.note(self.name, d.remark())
+            applied.append(promo)
+            name = d.group.name
             if name in fusable:
-                promos[-1].producer = fusable[name]
-                schedule = _drop_statements(schedule, [s for s in model.statements
-                                                       if s.stage is fusable[name]])
-                ctx.note(self.name, f"kernel {kernel}: prologue {name} fused into the copy of "
+                promo.producer = fusable[name]
+                schedule = drop_statements(schedule, [s for s in ctx.model.statements
+                                                      if s.stage is fusable[name]])
+                ctx.note(self.name, f"kernel {site.kernel}: prologue {name} fused into the copy of "
                                     f"{name}: it is computed while copying and never stored "
                                     f"in global memory")
-        if applied:
-            schedule = self._barriers(schedule, path, prefix, applied, counter)
+        if applied and needs_sync(ctx.target.memory, SOURCE, LEVEL):
+            schedule = _barriers(schedule, site, applied, names.take())
         return schedule
 
-    def _barriers(self, schedule, path, prefix, applied, counter):
-        """One barrier after all copies of the site (the copies' writes must be visible
-        to every thread's reads); one after the site when it is inside a loop (the next
-        iteration's copies must not overwrite elements still being read)."""
-        k = counter[0]
-        counter[0] += 1
-        site = _original_site(node_at(schedule, path))
-        ictx = schedule.get_ctx()
-        prefix_set = _union_range(prefix, applied[-1].kernel)
-        site = site.graft_before(self._sync_tree(prefix_set, f"sync{k}_in", ictx))
-        applied[-1].copies[f"sync{k}_in"] = ("sync", prefix_set.dim(isl.dim_type.set))
-        if _inside_loop(site):
-            site = site.graft_after(self._sync_tree(prefix_set, f"sync{k}_out", ictx))
-            applied[-1].copies[f"sync{k}_out"] = ("sync", prefix_set.dim(isl.dim_type.set))
-        return site.get_schedule()
 
-    def _written_in_kernel(self, site, model) -> set:
-        x = site
-        while x.has_parent() and not (x.get_type() == isl.schedule_node_type.mark and
-                                      x.mark_get_id().get_name().startswith("kernel:")):
-            x = x.parent()
-        dom_names = {s.get_tuple_name() for s in _sets(x.get_domain())}
-        out = set()
-        for s in model.statements:
-            if s.name in dom_names:
-                out.add(s.write.name)
-        return out
-
-    def _apply(self, schedule, path, kernel, launch, model, ctx, promos, name, buf, refs,
-               prefix, box, why, nbytes, k):
-        ictx = schedule.get_ctx()
-        site = node_at(schedule, path)
-        local = ir.Buffer(f"{name}_shared{k}", buf.dtype, tuple(ir.IntImm(s) for s in box.sizes),
-                          "shared")
-        promo = Promotion(buf, local, kernel, box, reason=why)
-        for s, a in refs:
-            pre = statement_prefix(prefix, s.name)
-            promo.offsets[s.name] = [pullback(off, pre) for off in box.offsets]
-        prefix_set = _union_range(prefix, kernel)
-        rel = box_relation(box, prefix_set, buf, model.params, ictx)
-        np_ = rel.dim(isl.dim_type.in_)
-        copy_name = f"copy_{name}_{k}"
-        # extension { [p] -> copy[p, a] }
-        ident = isl.Map.identity(isl.Space.map_from_set(prefix_set.get_space())).intersect_domain(prefix_set)
-        ext = ident.range_product(rel).flatten_range().set_tuple_name(isl.dim_type.out, copy_name)
-        promo.copies[copy_name] = ("copy_in", np_)
-        sub = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext))
-        leaf = sub.child(0)
-        # band over the copied element coordinates, threads cyclically over the innermost dims
-        cdom = ext.range()
-        band_um = isl.Map.identity(isl.Space.map_from_set(cdom.get_space())).project_out(
-            isl.dim_type.out, 0, np_).reset_tuple_id(isl.dim_type.out)
-        tf = _linear_copy_filter(cdom, np_, box, launch, kernel)
-        if tf is not None:
-            leaf = leaf.insert_filter(tf).child(0)
-        leaf = leaf.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(
-            isl.UnionMap.from_map(band_um)))
-        nthreads = launch.block[0] * launch.block[1] * launch.block[2]
-        per_thread = -(-box.elements() // nthreads)
-        if per_thread <= 16:  # each thread's copies unrolled (constant offsets)
-            for m in range(leaf.band_n_member()):
-                leaf = leaf.band_member_set_ast_loop_type(m, isl.ast_loop_type.unroll)
-        copy_tree = leaf.insert_mark(isl.Id(f"copy:{copy_name}"))
-        site = site.graft_before(_root(copy_tree))
-        promos.append(promo)
-        ctx.note(self.name, f"kernel {kernel}: {name} promoted to shared memory "
-                            f"{list(box.sizes)} ({nbytes} bytes; {why})")
-        return site.get_schedule()
-
-    def _sync_tree(self, prefix_set, name, ictx):
-        m = isl.Map.from_domain_and_range(prefix_set, isl.Set.read_from_str(ictx, f"{{ {name}[] }}"))
-        return isl.ScheduleNode.from_extension(isl.UnionMap.from_map(m))
+def _site_at(schedule, path, ctx: CompileState) -> _Site | None:
+    node = node_at(schedule, path)
+    kernel = kernel_of(node)
+    launch = ctx.gpu.launches.get(kernel)
+    if launch is None:
+        return None
+    prefix = prefix_space_map(node)
+    return _Site(path, kernel, launch, prefix, node.get_domain(),
+                 statements_below(prefix, ctx.model), _written_in_kernel(node, ctx.model))
 
 
-def _original_site(node):
-    """The site after grafts: grafting wraps it as ``extension -> sequence [.., filter ->
-    site]``; follow that down to the original node."""
-    while node.get_type() == isl.schedule_node_type.extension:
-        seq = node.child(0)
-        node = seq.child(seq.n_children() - 1).child(0)
-    return node
+def decide(group: ReferenceGroup, site: _Site) -> PromotionDecision:
+    """Promote ``group`` to shared memory at ``site``?  Refused when the footprint of the
+    block (thread ids eliminated) has no constant-size box, or when the group has no
+    reuse within a tile and its global accesses are coalesced anyway; the budget is
+    checked by the caller, over all groups of the kernel."""
+    d = PromotionDecision(group, LEVEL, site.scope)
+    f = footprint(site.prefix, group.access)
+    if f is None:
+        return d.refuse(Refusal.EMPTY)
+    f = _drop_thread_params(f, site.kernel)
+    box = box_of(f)
+    if box is None:
+        return d.refuse(Refusal.UNBOUNDED)
+    reuse = has_reuse(_drop_thread_params_u(site.prefix, site.kernel),
+                      _drop_thread_params_u(group.access, site.kernel))
+    coalesced = all(_coalesced(r.stmt, r.access) for r in group.refs)
+    if not reuse and coalesced:
+        return d.refuse(Refusal.NO_REUSE_COALESCED)
+    d.footprint = ScopedFootprint(group, f, box)
+    d.motive = "reuse" if reuse else "uncoalesced"
+    return d
+
+
+def _written_in_kernel(site, model) -> set[str]:
+    dom_names = {s.get_tuple_name() for s in _sets(kernel_node(site).get_domain())}
+    return {s.write.name for s in model.statements if s.name in dom_names}
+
+
+def _sets(us):
+    from polycomp.islutil import sets
+    return sets(us)
+
+
+def _apply(schedule, site: _Site, d: PromotionDecision, k: int, model):
+    """Graft the copy-in of ``d``'s box before the site; the record lowering uses."""
+    fp = d.footprint
+    buf, box = fp.group.array, fp.box
+    local = ir.Buffer(f"{buf.name}_shared{k}", buf.dtype, tuple(ir.IntImm(s) for s in fp.shape),
+                      "shared")
+    promo = Promotion(buf, local, site.kernel, box, reason=d.motive)
+    for r in fp.group.refs:
+        pre = statement_prefix(site.prefix, r.stmt.name)
+        promo.offsets[r.stmt.name] = [pullback(off, pre) for off in box.offsets]
+    prefix_set = _union_range(site.prefix, site.kernel)
+    rel = box_relation(box, prefix_set, buf, model.params, schedule.get_ctx())
+    n_prefix = rel.dim(isl.dim_type.in_)
+    copy_name = f"copy_{buf.name}_{k}"
+    promo.copies[copy_name] = CopyStmt("copy_in", n_prefix)
+    launch = site.launch
+    nthreads = launch.block[0] * launch.block[1] * launch.block[2]
+    per_thread = -(-box.elements() // nthreads)
+    tree = copy_subtree(prefix_set, rel, copy_name,
+                        distribute=lambda cdom: _linear_copy_filter(cdom, n_prefix, box, launch,
+                                                                    site.kernel),
+                        unroll=per_thread <= 16,   # each thread's copies unrolled
+                        mark=f"copy:{copy_name}")
+    node = node_at(schedule, site.path).graft_before(tree)
+    return node.get_schedule(), promo
+
+
+def _barriers(schedule, site: _Site, applied: list[Promotion], k: int):
+    """One barrier after all copies of the site (the copies' writes must be visible
+    to every thread's reads); one after the site when it is inside a loop (the next
+    iteration's copies must not overwrite elements still being read)."""
+    node = original_site(node_at(schedule, site.path))
+    prefix_set = _union_range(site.prefix, applied[-1].kernel)
+    n_prefix = prefix_set.dim(isl.dim_type.set)
+    node = node.graft_before(sync_subtree(prefix_set, f"sync{k}_in"))
+    applied[-1].copies[f"sync{k}_in"] = CopyStmt("sync", n_prefix)
+    if inside_loop(node):
+        node = node.graft_after(sync_subtree(prefix_set, f"sync{k}_out"))
+        applied[-1].copies[f"sync{k}_out"] = CopyStmt("sync", n_prefix)
+    return node.get_schedule()
 
 
 def _fusable_prologue_producers(model, site_stmts) -> dict:
@@ -296,29 +254,6 @@ def _fusable_prologue_producers(model, site_stmts) -> dict:
             if readers and readers <= names:
                 out[arr] = st
     return out
-
-
-def _drop_statements(schedule, stmts):
-    """Execute none of ``stmts``: an empty filter below the filter that holds them."""
-    names = {s.name for s in stmts}
-
-    def holds(n):
-        if n.get_type() != isl.schedule_node_type.filter:
-            return False
-        got = {x.get_tuple_name() for x in _sets(n.filter_get_filter())}
-        return bool(got) and got <= names
-    for path in _paths(schedule.get_root(), holds):
-        node = node_at(schedule, path)
-        empty = isl.UnionSet.empty(node.filter_get_filter().get_space())
-        schedule = node.child(0).insert_filter(empty).get_schedule()
-        break
-    return schedule
-
-
-def _root(node):
-    while node.has_parent():
-        node = node.parent()
-    return node
 
 
 def _linear_copy_filter(cdom: isl.Set, np_: int, box, launch, kernel) -> isl.UnionSet | None:
@@ -376,18 +311,6 @@ def _aligned_list(lst, space, ictx):
     for i in range(lst.n_aff()):
         out = out.add(lst.get_at(i).align_params(space))
     return out
-
-
-def _coord(s: isl.Set, d: int) -> isl.PwAff:
-    """The PwAff ``x -> x_d`` on set ``s``."""
-    sp = s.get_space()
-    aff = isl.Aff.var_on_domain(isl.LocalSpace.from_space(sp), isl.dim_type.set, d)
-    return isl.PwAff.from_aff(aff).intersect_domain(s)
-
-
-def _sets(us):
-    from polycomp.islutil import sets
-    return sets(us)
 
 
 def _union_range(prefix: isl.UnionMap, kernel: int | None = None) -> isl.Set:

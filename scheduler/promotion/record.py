@@ -1,0 +1,84 @@
+"""The typed records lowering consumes: applied promotions and packed operands.
+
+* :class:`Promotion` — one group promoted to a local buffer on a GPU (shared memory,
+  registers, Tensor Core staging buffers, privatised warp reductions), kept in
+  ``state.promotions``; :mod:`polycomp.hw.cuda.promoted` rewrites the promoted
+  statements and builds the copy statements from it.
+* :class:`PackRequest` / :class:`PackedOperand` — CPU packing: a request placed by
+  the backbone tiling (``state.pack_requests``, mark ``cpu_pack_request:<n>``) and the
+  footprint the pack pass computed for it (``state.packs``, mark ``cpu_pack:<n>``),
+  which :mod:`polycomp.hw.cpu.pack` realises.  Marks carry only the index.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import islpy as isl
+
+from polycomp import ir
+from polycomp.scheduler.promotion.footprint import Box, ScopedFootprint
+
+CopyKind = Literal["copy_in", "copy_out", "sync", "warp_allreduce", "store_lane0"]
+
+
+@dataclass(frozen=True)
+class CopyStmt:
+    """An extension statement of a promotion: its ``kind`` and the number of prefix
+    coordinates ``n_prefix`` that precede the copied element's coordinates in its
+    domain (``copy[p, a]``)."""
+    kind: CopyKind
+    n_prefix: int
+
+
+@dataclass(frozen=True)
+class WarpReduction:
+    """CUDA only — a reduction privatised per lane (:mod:`polycomp.scheduler.gpu.rowreduce`):
+    the lanes' partial results are combined with ``combine`` (``+``, ``max``, ``min``)
+    by a shuffle butterfly, and lane ``lane_param == 0`` stores the result."""
+    combine: str
+    lane_param: str
+
+
+@dataclass(eq=False)
+class Promotion:
+    """One promoted reference group: ``array`` is read/written through ``local``.
+
+    ``offsets[stmt]`` are isl Affs (on that statement's domain space) of the box
+    offset at that instance; an access ``array[idx]`` becomes
+    ``local[(idx - offset) // stride]``.  ``copies`` maps extension statement names to
+    their :class:`CopyStmt`.  ``producer``: a prologue stage evaluated by the copy-in
+    instead of loading ``array`` (never stored).  ``warp``: the CUDA-only part of a
+    privatised warp reduction (None otherwise)."""
+    array: ir.Buffer
+    local: ir.Buffer
+    kernel: int
+    box: Box | None
+    offsets: dict[str, list[isl.Aff]] = field(default_factory=dict)
+    copies: dict[str, CopyStmt] = field(default_factory=dict)
+    producer: object = None
+    reason: str = ""
+    warp: WarpReduction | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class PackRequest:
+    """Pack ``array`` below the request's mark into panels of ``width`` along its
+    dimension ``dim``, a copy meant for memory level ``level`` of the target."""
+    array: ir.Buffer
+    dim: int
+    width: int
+    level: str
+
+
+@dataclass(eq=False)
+class PackedOperand:
+    """A packing the pack pass decided: ``footprint`` (group of the array's reads below
+    the mark, box with piecewise offsets ``origin(p)``, packed-panel layout) for a copy
+    to ``level``.  Its index in ``state.packs`` is the mark's ``cpu_pack:<n>``."""
+    footprint: ScopedFootprint
+    level: str
+
+    @property
+    def array(self) -> str:
+        return self.footprint.group.name

@@ -1,0 +1,122 @@
+"""Schedule-tree navigation for the promotion engine: kernels, sites, grafted sites.
+
+A promotion *site* (scope) is a schedule-tree node; the local copy of a group lives for
+one execution of the subtree below it, i.e. for one value of the site's prefix
+schedule.  Sites are addressed by *paths* (child indices from the root) because isl
+schedule nodes do not survive grafts: after a graft, :func:`original_site` follows the
+``extension -> sequence -> filter`` wrapping back to the node.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from polycomp.islutil import sets
+from polycomp.scheduler.gpu.tile import is_marked
+
+
+def paths(node, pred, path=()) -> list[tuple[int, ...]]:
+    """Paths (child indices from ``node``) of the descendants satisfying pred, pre-order."""
+    out = [path] if pred(node) else []
+    for k in range(node.n_children()):
+        out += paths(node.child(k), pred, path + (k,))
+    return out
+
+
+def node_at(schedule: isl.Schedule, path) -> isl.ScheduleNode:
+    n = schedule.get_root()
+    for k in path:
+        n = n.child(k)
+    return n
+
+
+def root_of(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    while node.has_parent():
+        node = node.parent()
+    return node
+
+
+def is_kernel(n) -> bool:
+    return n.get_type() == isl.schedule_node_type.mark and \
+        n.mark_get_id().get_name().startswith("kernel:")
+
+
+def kernel_of(node) -> int:
+    """The number ``n`` of the enclosing ``kernel:<n>`` mark, -1 if there is none."""
+    x = node
+    while x.has_parent():
+        x = x.parent()
+        if is_kernel(x):
+            return int(x.mark_get_id().get_name().split(":")[1])
+    return -1
+
+
+def kernel_node(node) -> isl.ScheduleNode:
+    """The enclosing ``kernel:<n>`` mark (or the root)."""
+    x = node
+    while x.has_parent() and not is_kernel(x):
+        x = x.parent()
+    return x
+
+
+def shared_sites(schedule: isl.Schedule) -> list[tuple[int, ...]]:
+    """Shared-memory sites: the child of every ``tile:reduce`` band; in a kernel without
+    one, the child of the block band (the first band of the kernel)."""
+    out = []
+    root = schedule.get_root()
+    for kpath in paths(root, is_kernel):
+        kn = node_at(schedule, kpath)
+        red = paths(kn, lambda n: n.get_type() == isl.schedule_node_type.band
+                    and is_marked(n, "tile:reduce"))
+        if red:
+            out += [kpath + r + (0,) for r in red]
+            continue
+        bands = paths(kn, lambda n: n.get_type() == isl.schedule_node_type.band)
+        if bands:
+            out.append(kpath + bands[0] + (0,))
+    return out
+
+
+def inside_loop(site) -> bool:
+    """Is the site below a band of its kernel other than the (degenerate) block band?"""
+    x = site
+    while x.has_parent():
+        x = x.parent()
+        if x.get_type() == isl.schedule_node_type.band and is_marked(x, "tile:reduce"):
+            return True
+        if x.get_type() == isl.schedule_node_type.mark and \
+                x.mark_get_id().get_name().startswith("tile:block"):
+            return False
+    return False
+
+
+def original_site(node):
+    """The site after grafts: grafting wraps it as ``extension -> sequence [.., filter ->
+    site]``; follow that down to the original node."""
+    while node.get_type() == isl.schedule_node_type.extension:
+        seq = node.child(0)
+        node = seq.child(seq.n_children() - 1).child(0)
+    return node
+
+
+def drop_statements(schedule, stmts):
+    """Execute none of ``stmts``: an empty filter below the filter that holds them."""
+    names = {s.name for s in stmts}
+
+    def holds(n):
+        if n.get_type() != isl.schedule_node_type.filter:
+            return False
+        got = {x.get_tuple_name() for x in sets(n.filter_get_filter())}
+        return bool(got) and got <= names
+    for path in paths(schedule.get_root(), holds):
+        node = node_at(schedule, path)
+        empty = isl.UnionSet.empty(node.filter_get_filter().get_space())
+        schedule = node.child(0).insert_filter(empty).get_schedule()
+        break
+    return schedule
+
+
+def statements_below(prefix: isl.UnionMap, model) -> list:
+    """The model's statements with instances in ``prefix``'s domain, in model order."""
+    from polycomp.islutil import maps
+    names = {m.get_tuple_name(isl.dim_type.in_) for m in maps(prefix)}
+    return [s for s in model.statements if s.name in names]
