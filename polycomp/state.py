@@ -8,6 +8,9 @@ record what later steps need in typed fields — never in a free dict:
   Tensor Core plans) keyed by the kernel number of its ``kernel:<n>`` mark;
 * ``promotions``: the promotion engine's decisions that were applied (buffers, box
   offsets, copy statements), which lowering turns into accesses and copies;
+* ``pack_requests`` / ``packs``: CPU packing — the requests the backbone tiling placed
+  (mark ``cpu_pack_request:<n>``) and the packed operands the pack pass decided (mark
+  ``cpu_pack:<n>``), which the IR packing pass realises;
 * ``inlined``: arrays recomputed where they are read instead of being stored;
 * ``ast_context``: parameter constraints for AST generation (block/thread id ranges);
 * ``remarks``: the decisions passes explain (``polycomp explain`` prints them).
@@ -25,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from polycomp.options import Options
     from polycomp.scheduler.gpu.map import KernelLaunch
     from polycomp.scheduler.gpu.tile import TileConfig
-    from polycomp.scheduler.promotion.footprint import Promotion
+    from polycomp.scheduler.promotion.record import PackedOperand, PackRequest, Promotion
     from polycomp.scheduler.tensorcore.tile import TcPlan
 
 
@@ -50,6 +53,8 @@ class CompileState:
     remarks: dict[str, list[str]] = field(default_factory=dict)
     gpu: GpuKernels = field(default_factory=GpuKernels)
     promotions: list[Promotion] = field(default_factory=list)
+    pack_requests: list[PackRequest] = field(default_factory=list)
+    packs: list[PackedOperand] = field(default_factory=list)
     inlined: dict[str, Any] = field(default_factory=dict)   # array name -> Stage
     ast_context: isl.Set | None = None
 

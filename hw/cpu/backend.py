@@ -66,7 +66,7 @@ class CpuBackend(Backend):
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         from .pack import pack
         from .parallel_marks import parallelize_marked
-        passes = [ir_pass("pack", lambda f, s: pack(f, s.model)),  # before simplify
+        passes = [ir_pass("pack", pack),  # before simplify
                   body_pass("simplify", simplify)]
         if state.options.parallel:
             passes.append(ir_pass("omp-parallel", lambda f, s: parallelize_marked(f)))

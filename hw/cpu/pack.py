@@ -3,8 +3,11 @@ read it from there.
 
 Assumes: the IR straight from the isl AST (not simplified yet: loop iterators still
 carry isl's names ``c0, c1, ...`` = schedule dimensions, degenerate loops are lets), with
-``AttrStmt("cpu_pack", "<array>|panel=<p>x<w>|box=<s..>|origin=<multi_pw_aff>")``
-marks from :mod:`polycomp.scheduler.promotion.cpu_pack`.
+``AttrStmt("cpu_pack", "<n>")`` marks from :mod:`polycomp.scheduler.promotion.cpu_pack`;
+``state.packs[n]`` is the typed
+:class:`~polycomp.scheduler.promotion.record.PackedOperand` of the mark: the array, the
+box (sizes ``s``, piecewise offsets ``origin`` on the prefix schedule ``c_0 ..
+c_{d-1}``) and the packed-panel layout (dimension ``p`` in panels of ``w``).
 
 Guarantees: at each mark, with ``o = origin(c_0, .., c_{d-1})`` evaluated on the loops
 around it, the body becomes
@@ -27,34 +30,14 @@ unchanged.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import islpy as isl
 
 from polycomp import ir
 from polycomp.lowering.ast_to_ir import pw_aff_to_ir
 from polycomp.lowering.simplify import simplify
-
-
-@dataclass
-class PackSpec:
-    array: str
-    panel: int
-    width: int
-    box: tuple
-    origin: isl.MultiPwAff
-
-
-def parse_spec(ctx: isl.Context, value: str) -> PackSpec:
-    head, rest = value.split("|", 1)
-    fields = {}
-    parts = rest.split("|origin=")
-    for f in parts[0].split("|"):
-        k, _, v = f.partition("=")
-        fields[k] = v
-    p, w = fields["panel"].split("x")
-    box = tuple(int(x) for x in fields["box"].split("x"))
-    return PackSpec(head, int(p), int(w), box, isl.MultiPwAff.read_from_str(ctx, parts[1]))
+from polycomp.scheduler.promotion.footprint import Layout
+from polycomp.scheduler.promotion.record import PackedOperand
+from polycomp.state import CompileState
 
 
 # --------------------------------------------------------------------------- affine helpers
@@ -125,10 +108,10 @@ def divmod_ranged(e: ir.Expr, w: int, ranges: dict):
 
 
 class _Packer:
-    def __init__(self, func: ir.LoweredFunc, model):
+    def __init__(self, func: ir.LoweredFunc, state: CompileState):
         self.func = func
-        self.model = model
-        self.ctx = model.ctx
+        self.model = state.model
+        self.packs = state.packs
         self.buffers = {b.name: b for b in func.args}
         ir.walk(func.body, self._collect)
         self.allocs: list = []
@@ -170,9 +153,9 @@ class _Packer:
             return ir.Allocate(s.buffer, self.stmt(s.body, env, loops, par))
         return s
 
-    def origin(self, spec: PackSpec, env) -> list | None:
+    def origin(self, origin: isl.MultiPwAff, env) -> list | None:
         out = []
-        n_in = spec.origin.dim(isl.dim_type.in_)
+        n_in = origin.dim(isl.dim_type.in_)
         params = list(self.model.params)
         fixed = {}
         for k in range(n_in):
@@ -180,14 +163,14 @@ class _Packer:
             if v is None:
                 # isl generated no loop for a dimension with a single value: take that
                 # value from the origin's domain
-                val = spec.origin.domain().plain_get_val_if_fixed(isl.dim_type.set, k)
+                val = origin.domain().plain_get_val_if_fixed(isl.dim_type.set, k)
                 if not val.is_int():
                     return None
                 v = ir.Var(f"c{k}")
                 fixed[v] = ir.IntImm(int(val.to_python()))
             params.append(v)
-        for d in range(spec.origin.dim(isl.dim_type.out)):
-            pa = spec.origin.get_pw_aff(d)
+        for d in range(origin.dim(isl.dim_type.out)):
+            pa = origin.get_pw_aff(d)
             nparam = pa.dim(isl.dim_type.param)
             pa = pa.move_dims(isl.dim_type.param, nparam, isl.dim_type.in_, 0, n_in)
             for k in range(n_in):
@@ -198,9 +181,10 @@ class _Packer:
         return out
 
     def pack(self, s: ir.AttrStmt, env, loops, par):
-        spec = parse_spec(self.ctx, s.value)
+        spec: PackedOperand = self.packs[int(s.value)]
+        fp = spec.footprint
         arr = self.buffers.get(spec.array)
-        origin = self.origin(spec, env) if arr is not None else None
+        origin = self.origin(fp.origin(), env) if arr is not None else None
         body = self.stmt(s.body, env, loops, par)
         if origin is None or len(origin) != len(arr.shape):
             return body
@@ -210,27 +194,23 @@ class _Packer:
             if any(v in inner for v in ir.free_vars(lp.extent)):
                 return body   # slot extent varies with an outer loop: do not pack
         self.count += 1
-        p, w = spec.panel, spec.width
-        box = spec.box
-        panels = -(-box[p] // w)
-        layout = [ir.IntImm(panels)] + [ir.IntImm(b) for d, b in enumerate(box) if d != p] \
-            + [ir.IntImm(w)]
-        shape = tuple(lp.extent for lp in slots) + tuple(layout)
+        shape = tuple(lp.extent for lp in slots) + tuple(ir.IntImm(n) for n in fp.shape)
         pbuf = ir.Buffer(f"{arr.name}_pk{self.count}", arr.dtype, shape)
         self.allocs.append(pbuf)
         slot_idx = tuple(ir.Binary("-", lp.var, lp.min, "int64") for lp in slots)
-        copy = self.copy(arr, pbuf, spec, origin, slot_idx)
+        copy = self.copy(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx)
         if not par:
             copy = ir.AttrStmt("cpu_parallel", "", copy)
-        body = _Redirect(arr, pbuf, spec, origin, slot_idx).visit(body)
+        body = _Redirect(arr, pbuf, fp.layout, origin, slot_idx).visit(body)
         return ir.seq(copy, body)
 
-    def copy(self, arr, pbuf, spec, origin, slot_idx):
-        p, w = spec.panel, spec.width
+    def copy(self, arr, pbuf, layout: Layout, box, origin, slot_idx):
+        """The loop nest filling the packed buffer (panel, other dimensions, lane)."""
+        p, w = layout.dim, layout.width
         n = len(arr.shape)
         xs = [ir.Var(f"pk{self.count}_x{d}") for d in range(n)]
         lo = [simplify(ir.max_(ir.IntImm(0), ir.Unary("neg", origin[d], "int64"))) for d in range(n)]
-        hi = [simplify(ir.min_(ir.IntImm(spec.box[d]), arr.shape[d] - origin[d])) for d in range(n)]
+        hi = [simplify(ir.min_(ir.IntImm(box[d]), arr.shape[d] - origin[d])) for d in range(n)]
         q = ir.Var(f"pk{self.count}_q")
         lane = ir.Var(f"pk{self.count}_l")
         xp = q * w + lane
@@ -261,8 +241,8 @@ class _Packer:
 class _Redirect(ir.Mutator):
     """Reads of ``arr`` below the mark -> the packed buffer (ranges of loops tracked)."""
 
-    def __init__(self, arr, pbuf, spec, origin, slot_idx):
-        self.arr, self.pbuf, self.spec, self.origin, self.slot = arr, pbuf, spec, origin, slot_idx
+    def __init__(self, arr, pbuf, layout: Layout, origin, slot_idx):
+        self.arr, self.pbuf, self.layout, self.origin, self.slot = arr, pbuf, layout, origin, slot_idx
         self.ranges: dict = {}
 
     def visit_For(self, s):
@@ -281,13 +261,12 @@ class _Redirect(ir.Mutator):
         idx = tuple(self.visit(i) for i in e.indices)
         if e.buffer is not self.arr:
             return ir.Load(e.buffer, idx, e.dtype, e.lanes)
-        p, w = self.spec.panel, self.spec.width
         rel = [simplify(idx[d] - self.origin[d]) for d in range(len(idx))]
-        q, r = divmod_ranged(rel[p], w, self.ranges)
-        new = self.slot + (q,) + tuple(rel[d] for d in range(len(idx)) if d != p) + (r,)
+        new = self.slot + self.layout.index(rel, lambda x, w: divmod_ranged(x, w, self.ranges))
         return ir.Load(self.pbuf, new, e.dtype, e.lanes)
 
 
-def pack(func: ir.LoweredFunc, model) -> ir.LoweredFunc:
-    """Realise every ``cpu_pack`` mark of ``func`` (see the module docstring)."""
-    return _Packer(func, model).run()
+def pack(func: ir.LoweredFunc, state: CompileState) -> ir.LoweredFunc:
+    """Realise every ``cpu_pack`` mark of ``func`` from ``state.packs`` (see the module
+    docstring)."""
+    return _Packer(func, state).run()

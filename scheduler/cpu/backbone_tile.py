@@ -18,8 +18,8 @@ the backbone's) becomes
     [mark cpu_parallel] [band[batch..]]
       [mark cpu_parallel] band[floor(i/MC)]
         band[floor(j/NC), floor(k/KC)]   (init at k tile 0, epilogue at floor(k_max/KC))
-          mark cpu_pack_request:<Y>:<dim of j in Y>:NR
-            mark cpu_pack_request:<X>:<dim of i in X>:MR
+          mark cpu_pack_request:<n>     (Y, panels of NR along the dim of j in Y, for L2)
+            mark cpu_pack_request:<n+1> (X, panels of MR along the dim of i in X, for L1)
               band[floor((i mod MC)/MR), floor((j mod NC)/NR)]   isolate: full MR x NR tiles
                 sequence
                   filter init:     band[i mod MR, j mod NR]
@@ -82,6 +82,8 @@ from polycomp import ir
 from polycomp.scheduler.cpu import tree as T
 from polycomp.options import CpuOptions
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.promotion.cpu_pack import request_mark
+from polycomp.scheduler.promotion.record import PackRequest
 from polycomp.state import CompileState
 
 
@@ -375,12 +377,13 @@ def match_epilogue(op: OuterProduct, statements) -> object | None:
     return e
 
 
-def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None):
+def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None, requests=None):
     """The subtree replacing the backbone's stage subtree: the GEMM tree (init and an
-    optional epilogue inside), or for direct convolutions the filter children (init,
-    update)."""
+    optional epilogue inside; its pack requests appended to ``requests``), or for
+    direct convolutions the filter children (init, update)."""
     if not op.direct:
-        return gemm_tree(op, b, op.update.domain.get_space(), epilogue)
+        return gemm_tree(op, b, op.update.domain.get_space(), epilogue,
+                         [] if requests is None else requests)
     ispace = op.init.domain.get_space()
     init_band = T.Band([_upa(_dim_aff(ispace, d)) for d in range(ispace.dim(isl.dim_type.set))],
                        permutable=True, coincident=[True] * ispace.dim(isl.dim_type.set))
@@ -431,13 +434,15 @@ def _last_k_tile(op: OuterProduct, b: Blocking, space: isl.Space) -> isl.PwAff:
     return last.scale_down_val(isl.Val.int_from_si(space.get_ctx(), b.KC)).floor()
 
 
-def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None):
+def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
     """Matmul-like backbones: cache tiles, packed operands, the micro-kernel; the init
     zeroes each register tile of ``C`` in the first ``k`` tile, just before the
     micro-kernel accumulates into it (``C`` is written once per pass, not zeroed in a
     separate pass over memory first); an ``epilogue`` statement (see
     :func:`match_epilogue`) runs on each register tile in the last ``k`` tile, just
-    after its last micro-kernel."""
+    after its last micro-kernel.  The packing of ``Y`` (for L2) and ``X`` (for L1) is
+    requested by :class:`~polycomp.scheduler.promotion.record.PackRequest` records
+    appended to ``requests`` (``state.pack_requests``), named by their marks."""
     ispace = op.init.domain.get_space()
     zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(ispace))
     u = _tile_affs(sp, op, b, _dim_aff(sp, op.k[0]))
@@ -473,8 +478,11 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None):
     regs = T.Band([ir_, jr], body, permutable=True, coincident=[True, True], options=iso)
     x_dim = _pos_of(op.x, op.update.iters[op.i])
     y_dim = len(op.y.indices) - 1
-    pack_x = T.Mark(f"cpu_pack_request:{op.x.buffer.name}:{x_dim}:{b.MR}", regs)
-    pack_y = T.Mark(f"cpu_pack_request:{op.y.buffer.name}:{y_dim}:{b.NR}", pack_x)
+    requests = [] if requests is None else requests
+    mark_y = request_mark(requests, PackRequest(op.y.buffer, y_dim, b.NR, "L2"))
+    mark_x = request_mark(requests, PackRequest(op.x.buffer, x_dim, b.MR, "L1"))
+    pack_x = T.Mark(mark_x, regs)
+    pack_y = T.Mark(mark_y, pack_x)
     outer = T.Band([jt, kt], pack_y, permutable=True, coincident=[True, False])
     outer = T.Band([it], outer, permutable=True, coincident=[True])
     if not b.parallel_batch:
@@ -519,7 +527,7 @@ class CpuBackboneTilePass(Pass):
                     isinstance(kids[idx], T.Filter) and isinstance(child, T.Filter):
                 nxt = [stmts[n] for n in T.statements_of(kids[idx].filter) if n in stmts]
                 epi = match_epilogue(op, nxt)
-            new = backbone_tree(op, b, epi)
+            new = backbone_tree(op, b, epi, ctx.pack_requests)
             ctx.note(self.name, f"{op.update.stage.name}: register block {b.MR}x{b.NR} "
                                 f"({b.MR * b.NI} accumulators), tiles MC={b.MC} NC={b.NC} "
                                 f"KC={b.KC}, parallel over "

@@ -1,23 +1,25 @@
 """Pass: operand packing as promotion to a packed buffer (footprints of pack requests).
 
-Assumes: marks ``cpu_pack_request:<array>:<dim>:<width>`` (placed by
-:mod:`polycomp.scheduler.cpu.backbone_tile`) above the subtrees that should read
-``<array>`` from a packed copy; ``ctx.model`` holds the statements' access relations.
+Assumes: marks ``cpu_pack_request:<n>`` (placed by
+:mod:`polycomp.scheduler.cpu.backbone_tile`, which recorded ``state.pack_requests[n]``:
+a :class:`~polycomp.scheduler.promotion.record.PackRequest` for an array, a panel
+dimension and width, and a memory level) above the subtrees that should read the array
+from a packed copy; ``state.model`` holds the statements' access relations.
 
-Guarantees: each request becomes a mark
-
-    cpu_pack:<array>|panel=<dim>x<width>|box=<s_0>x..x<s_n-1>|origin=<isl multi_pw_aff>
-
-where, with ``P`` the prefix schedule at the mark (the values ``c_0 .. c_{d-1}`` of the
-outer loops), the footprint ``F = P^-1 . reads(array)`` restricted to the statements
-below the mark is a map ``[c] -> array[x]`` and, for every ``c``, ``F(c)`` lies in the
-box ``origin(c) <= x < origin(c) + s`` (``origin`` is the per-dimension minimum of
-``F``, ``s`` the largest extent over all ``c``, a constant).  The IR packing pass
-(:mod:`polycomp.hw.cpu.pack`) copies that box (clipped to the array) into a buffer whose
-layout is the array's with dimension ``<dim>`` split into panels of ``<width>`` and the
-in-panel index moved innermost (so the micro-kernel reads consecutive memory), and
-redirects the reads below the mark to it.  A request whose footprint is empty or
-unbounded is dropped (the reads stay on the original array).  The schedule itself is
+Guarantees: each request is decided by the promotion engine.  With ``P`` the prefix
+schedule at the mark (the values ``c_0 .. c_{d-1}`` of the outer loops), the group is
+every read reference of the array, its access restricted to the statements below the
+mark; the footprint ``F = P^-1 . reads(array)`` is a map ``[c] -> array[x]`` and, for
+every ``c``, ``F(c)`` lies in the box ``origin(c) <= x < origin(c) + s`` (``origin`` is
+the per-dimension minimum of ``F``, piecewise affine in ``c``; ``s`` the largest extent
+over all ``c``, a constant).  A promoted request becomes a
+:class:`~polycomp.scheduler.promotion.record.PackedOperand` (that scoped footprint with
+a packed-panel layout: dimension ``dim`` split into panels of ``width``, the in-panel
+index innermost) appended to ``state.packs``, and the mark becomes ``cpu_pack:<m>``
+with ``m`` its index.  The IR packing pass (:mod:`polycomp.hw.cpu.pack`) copies that
+box (clipped to the array) into the packed buffer and redirects the reads below the
+mark to it.  A request whose footprint is empty or unbounded is refused (noted, the
+mark removed; the reads stay on the original array).  The schedule itself is
 unchanged, so it stays legal.
 """
 from __future__ import annotations
@@ -27,69 +29,62 @@ import islpy as isl
 from polycomp.islutil import maps
 
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
+from polycomp.scheduler.promotion.footprint import Layout, ScopedFootprint, min_box_of
+from polycomp.scheduler.promotion.record import PackedOperand, PackRequest
+from polycomp.scheduler.promotion.reference import guarded_read_group
 from polycomp.state import CompileState
 
 REQUEST = "cpu_pack_request"
 MARK = "cpu_pack"
 
 
-def _reads_of(model, array: str, domain: isl.UnionSet) -> isl.UnionMap:
-    out = isl.UnionMap.empty(domain.get_space())
-    for s in model.statements:
-        for a in s.reads:
-            if a.buffer.name == array:
-                out = out.union(isl.UnionMap.from_map(a.relation))
-    return out.intersect_domain(domain)
+def request_mark(requests: list[PackRequest], request: PackRequest) -> str:
+    """Record ``request`` in ``requests`` (``state.pack_requests``); the mark naming it."""
+    requests.append(request)
+    return f"{REQUEST}:{len(requests) - 1}"
 
 
-def footprint_mark(node: isl.ScheduleNode, model, request: str) -> str | None:
-    """The ``cpu_pack`` mark text for the request mark at ``node``, or None."""
-    _, array, dim, width = request.split(":")
+def decide(node: isl.ScheduleNode, model, request: PackRequest) -> PromotionDecision:
+    """The packing decision for ``request`` at ``node`` (the request mark's child)."""
     domain = node.get_domain()
     prefix = node.get_prefix_schedule_union_map().intersect_domain(domain)
-    fp = prefix.reverse().apply_range(_reads_of(model, array, domain))
-    ms = maps(fp)
-    if len(ms) != 1:
-        return None
+    group = guarded_read_group(model.statements, request.array, domain)
+    scope = f"below {prefix_depth(node)} outer loops"
+    d = PromotionDecision(group, request.level, scope)
+    ms = maps(prefix.reverse().apply_range(group.access))
+    if not ms:
+        return d.refuse(Refusal.EMPTY)
+    if len(ms) != 1:        # prefix points of several spaces: no single box
+        return d.refuse(Refusal.UNBOUNDED)
     f = ms[0]
-    n = f.dim(isl.dim_type.out)
-    origins, sizes = [], []
-    for d in range(n):
-        lo, hi = f.dim_min(d), f.dim_max(d)
-        ext = hi.sub(lo).add_constant_val(isl.Val.one(f.get_ctx()))
-        v = ext.max_val()
-        if not v.is_int():
-            return None
-        sizes.append(int(v.to_python()))
-        origins.append(lo)
-    space = isl.Space.map_from_domain_and_range(f.domain().get_space(),
-                                                isl.Space.set_alloc(f.get_ctx(), 0, n)
-                                                .align_params(f.get_space()))
-    lst = isl.PwAffList.alloc(f.get_ctx(), n)
-    for pa in origins:
-        lst = lst.add(pa)
-    origin = isl.MultiPwAff.from_pw_aff_list(space, lst)
-    box = "x".join(str(s) for s in sizes)
-    return f"{MARK}:{array}|panel={dim}x{width}|box={box}|origin={origin}"
+    box = min_box_of(f)
+    if box is None:
+        return d.refuse(Refusal.UNBOUNDED)
+    d.footprint = ScopedFootprint(group, f, box, Layout.packed_panel(request.dim, request.width))
+    return d
+
+
+def prefix_depth(node: isl.ScheduleNode) -> int:
+    return node.get_schedule_depth()
 
 
 class CpuPackPass(Pass):
     name = "cpu-pack"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        count = [0]
-
         def visit(node):
             if node.get_type() == isl.schedule_node_type.mark:
                 name = node.mark_get_id().get_name()
                 if name.startswith(REQUEST + ":"):
-                    text = footprint_mark(node.child(0), ctx.model, name)
+                    request = ctx.pack_requests[int(name.split(":")[1])]
+                    d = decide(node.child(0), ctx.model, request)
+                    ctx.note(self.name, d.remark())
                     node = node.delete()
-                    if text is None:
+                    if not d.promoted:
                         return visit(node)
-                    node = node.insert_mark(isl.Id(text))
-                    count[0] += 1
-                    ctx.note(self.name, text.split("|origin")[0])
+                    ctx.packs.append(PackedOperand(d.footprint, request.level))
+                    node = node.insert_mark(isl.Id(f"{MARK}:{len(ctx.packs) - 1}"))
             for k in range(node.n_children()):
                 node = visit(node.child(k)).parent()
             return node

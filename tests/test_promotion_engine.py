@@ -1,0 +1,259 @@
+"""Unit tests of the promotion engine's objects (scheduler/promotion/): reference groups,
+boxes and scoped footprints, layouts, decisions and their remarks, copy rules, and the
+typed CPU pack records that replace the old mark strings."""
+import dataclasses
+import itertools
+
+import islpy as isl
+import pytest
+
+import polycomp as pc
+from polycomp.errors import PolycompInternalError
+from polycomp.hw.target import get_target
+from polycomp.scheduler.cpu.backbone_tile import CpuBackboneTilePass
+from polycomp.scheduler.promotion.copies import NameAllocator, copy_subtree, needs_sync, sync_subtree
+from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
+from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
+from polycomp.scheduler.promotion.footprint import (Layout, ScopedFootprint, box_of, footprint,
+                                                    has_reuse, strided_box_of)
+from polycomp.scheduler.promotion.record import PackedOperand, PackRequest
+from polycomp.scheduler.promotion.reference import (array_references, make_group, read_only_groups,
+                                                    thread_private_refusal, written_arrays)
+from polycomp.state import CompileState
+
+N, M, K = pc.sym("N M K")
+
+
+@pc.tensor_expr
+def matmul(A: pc.Tensor[(N, K), "float32"], B: pc.Tensor[(K, M), "float32"]):
+    k = pc.reduce_axis(K, "k")
+    return pc.compute((N, M), lambda i, j: pc.sum(A[i, k] * B[k, j], axis=k), name="C")
+
+
+@pc.tensor_expr
+def transpose(x: pc.Tensor[(N, M), "float32"]):
+    return pc.compute((M, N), lambda i, j: x[j, i], name="t")
+
+
+def _domain(model) -> isl.UnionSet:
+    out = None
+    for s in model.statements:
+        u = isl.UnionSet.from_set(s.domain)
+        out = u if out is None else out.union(u)
+    return out
+
+
+def _tile_prefix(model, ti, tj, tk) -> isl.UnionMap:
+    """{ C_update[i, j, k] -> [i/ti, j/tj, k/tk] }: the prefix schedule at the point
+    band of a tiled matmul (one tile of i, j and k per prefix point)."""
+    return isl.UnionMap.read_from_str(
+        model.ctx, f"[N, K, M] -> {{ C_update[i, j, k] -> [floor(i/{ti}), floor(j/{tj}), "
+                   f"floor(k/{tk})] }}")
+
+
+# --------------------------------------------------------------------------- references
+
+def test_read_only_groups_of_matmul():
+    model = matmul.polyhedral_model()
+    stmts = model.statements
+    groups = read_only_groups(stmts, _domain(model), {"C"})
+    assert [g.name for g in groups] == ["A", "B"]
+    for g in groups:
+        assert g.read_only and g.reads and not g.writes
+        assert [s.name for s in g.statements()] == ["C_update"]
+        assert [m.get_tuple_name(isl.dim_type.out) for m in _maps(g.access)] == [g.name]
+    assert [b.name for b in written_arrays(stmts)] == ["C"]
+
+
+def test_written_group_is_bijective_per_thread():
+    """All references to C index it with the output iterators (i, j): private to the
+    thread owning (i, j), with reuse (init, read and write of the update)."""
+    model = matmul.polyhedral_model()
+    refs = array_references(model.statements, "C")
+    assert len(refs) >= 3 and any(r.is_write for r in refs) and any(r.is_read for r in refs)
+    assert thread_private_refusal(refs, 2) == ""
+    g = make_group(refs[0].access.buffer, refs, _domain(model))
+    assert g.writes and g.reads and not g.read_only
+
+
+def test_transposed_reference_is_shared_between_threads():
+    model = transpose.polyhedral_model()
+    refs = array_references(model.statements, "t") + array_references(model.statements, "x")
+    assert thread_private_refusal(refs, 2) == "shared between threads"
+    # a single reference has no reuse
+    assert thread_private_refusal(array_references(model.statements, "t"), 2) == "no reuse"
+
+
+# --------------------------------------------------------------------------- footprints
+
+def test_box_of_a_tiled_matmul():
+    """Per (64 x 32 x 16) tile: A's box is 64 x 16 at (64 p0, 16 p2), B's 16 x 32 at
+    (16 p2, 32 p1); both are reused within the tile."""
+    model = matmul.polyhedral_model()
+    prefix = _tile_prefix(model, 64, 32, 16).intersect_domain(_domain(model))
+    groups = {g.name: g for g in read_only_groups(model.statements, _domain(model), {"C"})}
+    want = {"A": ([64, 16], [(64, 0), (16, 2)]), "B": ([16, 32], [(16, 2), (32, 1)])}
+    for name, (sizes, offs) in want.items():
+        f = footprint(prefix, groups[name].access)
+        box = box_of(f)
+        assert box.sizes == sizes and box.strides == [1, 1]
+        for aff, (coef, dim) in zip(box.offsets, offs):
+            for d in range(3):
+                c = aff.get_coefficient_val(isl.dim_type.in_, d).to_python()
+                assert c == (coef if d == dim else 0)
+            assert aff.get_constant_val().to_python() == 0
+        sf = ScopedFootprint(groups[name], f, box)
+        assert sf.shape == tuple(sizes)
+        assert sf.elements() == sizes[0] * sizes[1]
+        assert sf.bytes() == 4 * sf.elements()
+        assert has_reuse(prefix, groups[name].access)
+
+
+def test_strided_box_of_a_cyclic_thread_footprint():
+    """Thread t of 8 owns the rows i = t + 8r of a 32-row tile: stride 8, 4 rows."""
+    ctx = isl.Context()
+    f = isl.Map.read_from_str(ctx, "[t] -> { [p] -> C[i, j] : 0 <= t < 8 and 32p <= i < 32p + 32 "
+                                   "and i = t + 8*floor(i/8) and 0 <= j < 4 }")
+    box = strided_box_of(f)
+    assert box.sizes == [4, 4] and box.strides == [8, 1]
+
+
+def test_unbounded_footprint_has_no_box():
+    ctx = isl.Context()
+    f = isl.Map.read_from_str(ctx, "[N] -> { [p] -> A[a] : 0 <= a < N }")
+    assert box_of(f) is None
+
+
+# --------------------------------------------------------------------------- layouts
+
+@pytest.mark.parametrize("sizes,dim,width", [((10, 3), 0, 4), ((5, 7), 1, 3), ((2, 3, 8), 2, 8)])
+def test_panel_layout_maps_the_box_one_to_one_into_its_shape(sizes, dim, width):
+    lay = Layout.packed_panel(dim, width)
+    shape = lay.shape(sizes)
+    panels = -(-sizes[dim] // width)
+    assert shape == (panels,) + tuple(s for d, s in enumerate(sizes) if d != dim) + (width,)
+    seen = set()
+    for x in itertools.product(*(range(s) for s in sizes)):
+        idx = lay.index(x)
+        assert all(0 <= i < n for i, n in zip(idx, shape)), (x, idx)
+        assert idx[0] == x[dim] // width and idx[-1] == x[dim] % width
+        seen.add(idx)
+    assert len(seen) == len(list(itertools.product(*(range(s) for s in sizes))))
+
+
+def test_row_major_layout_is_the_identity_and_declared_kinds_are_not_built():
+    assert Layout.row_major().shape([3, 4]) == (3, 4)
+    assert Layout.row_major().index((2, 1)) == (2, 1)
+    with pytest.raises(PolycompInternalError):
+        Layout("swizzled").shape([8, 8])
+
+
+# --------------------------------------------------------------------------- decisions
+
+def _group(name="A"):
+    model = matmul.polyhedral_model()
+    return {g.name: g for g in read_only_groups(model.statements, _domain(model), {"C"})}[name]
+
+
+def test_refused_decision_carries_its_reason_and_numbers():
+    d = PromotionDecision(_group(), "shared", "kernel 3").refuse(Refusal.OVER_BUDGET, 53248, 49152)
+    assert not d.promoted and d.reason is Refusal.OVER_BUDGET
+    assert (d.need, d.budget) == (53248, 49152)
+    assert d.remark() == "kernel 3: A not promoted: over budget (53248 > 49152 bytes of shared memory)"
+    r = PromotionDecision(_group(), "registers", "kernel 0").refuse(Refusal.OVER_BUDGET, 96)
+    assert r.remark() == "kernel 0: A not promoted to registers: over register budget (96 elements)"
+    u = PromotionDecision(_group("B"), "shared", "kernel 1").refuse(Refusal.UNBOUNDED)
+    assert u.remark() == "kernel 1: B not promoted: unbounded footprint"
+
+
+def test_refusals_are_noted_by_the_gpu_passes():
+    from polycomp.driver import compile_kernel
+    ck = compile_kernel(transpose, "cuda")
+    assert ck.notes["promote-registers"] == [
+        "kernel 0: t not promoted to registers: shared between threads (an access is not at "
+        "the thread's own output point)"]
+    assert any("x promoted to shared memory" in n and "uncoalesced" in n
+               for n in ck.notes["promote-shared"])
+
+
+# --------------------------------------------------------------------------- copies
+
+def test_copy_rules_decide_the_barriers():
+    cuda, cpu = get_target("cuda").memory, get_target("cpu-avx512").memory
+    assert needs_sync(cuda, "global", "shared")
+    assert not needs_sync(cuda, "global", "registers")
+    assert not needs_sync(cpu, "memory", "L2")
+
+
+def test_copy_and_sync_subtrees_are_extensions_over_the_prefix_points():
+    ctx = isl.Context()
+    prefix = isl.Set.read_from_str(ctx, "{ [p] : 0 <= p < 4 }")
+    rel = isl.Map.read_from_str(ctx, "{ [p] -> [a] : 8p <= a < 8p + 8 and 0 <= p < 4 }")
+    tree = copy_subtree(prefix, rel, "copy_A_0", mark="copy:copy_A_0")
+    assert tree.get_type() == isl.schedule_node_type.extension
+    ext = tree.extension_get_extension()
+    assert isl.Set.from_union_set(ext.range()).count_val().to_python() == 32
+    assert tree.child(0).get_type() == isl.schedule_node_type.mark
+    band = tree.child(0).child(0)
+    assert band.band_member_get_ast_loop_type(0) == isl.ast_loop_type.unroll
+    sync = sync_subtree(prefix, "sync0_in")
+    assert isl.Set.from_union_set(sync.extension_get_extension().range()).count_val().to_python() == 1
+
+
+def test_name_allocator_numbers_in_order():
+    a = NameAllocator(3)
+    assert [a.take(), a.take(), a.take()] == [3, 4, 5]
+
+
+# --------------------------------------------------------------------------- CPU packing
+
+def _cpu_target():
+    t = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
+    return dataclasses.replace(t, cpu=dataclasses.replace(t.cpu, threads=2))
+
+
+def test_cpu_pack_records_round_trip_without_strings():
+    model = matmul.polyhedral_model()
+    state = CompileState(model, _cpu_target(), {})
+    sched = CpuBackboneTilePass().run(model.initial_schedule, state)
+    reqs = state.pack_requests
+    assert [(r.array.name, r.dim, r.width, r.level) for r in reqs] == [("B", 1, 64, "L2"),
+                                                                       ("A", 0, 6, "L1")]
+    assert "cpu_pack_request:0" in sched.to_str() and "cpu_pack_request:1" in sched.to_str()
+    sched = CpuPackPass().run(sched, state)
+    text = sched.to_str()
+    assert "cpu_pack:0" in text and "cpu_pack:1" in text and "|" not in text
+    assert all(isinstance(p, PackedOperand) for p in state.packs)
+    b, a = state.packs
+    assert (b.array, b.level, a.array, a.level) == ("B", "L2", "A", "L1")
+    assert b.footprint.box.sizes == [256, 512] and a.footprint.box.sizes == [192, 256]
+    assert b.footprint.layout == Layout.packed_panel(1, 64)
+    assert b.footprint.shape == (8, 256, 64) and a.footprint.shape == (32, 256, 6)
+    # the origin at the tile (i0, i1, i2) = (1, 2, 3) is (256 i2, 512 i1) for B
+    pt = isl.Set.read_from_str(model.ctx, "[N, K, M] -> { [1, 2, 3] : N = 1000 and K = 1000 "
+                                          "and M = 2000 }")
+    origin = b.footprint.origin()
+    for d, want in enumerate((768, 1024)):
+        v = origin.get_pw_aff(d).intersect_domain(pt).max_val().to_python()
+        assert v == want
+    assert state.notes["cpu-pack"][0] == ("below 3 outer loops: B packed into L2: box "
+                                          "[256, 512], panels of 64 along dimension 1 "
+                                          "(524288 bytes)")
+
+
+def test_a_request_without_reads_is_refused_and_noted():
+    from polycomp import ir
+    model = matmul.polyhedral_model()
+    state = CompileState(model, _cpu_target(), {})
+    sched = CpuBackboneTilePass().run(model.initial_schedule, state)
+    z = ir.Buffer("Z", "float32", (ir.IntImm(4), ir.IntImm(4)))   # read by no statement
+    state.pack_requests[0] = PackRequest(z, 1, 64, "L2")
+    out = CpuPackPass().run(sched, state)
+    assert [p.array for p in state.packs] == ["A"]
+    assert "cpu_pack:0" in out.to_str() and "cpu_pack_request" not in out.to_str()
+    assert state.notes["cpu-pack"][0] == "below 3 outer loops: Z not promoted to L2: empty footprint"
+
+
+def _maps(um):
+    from polycomp.islutil import maps
+    return maps(um)
