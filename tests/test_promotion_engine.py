@@ -71,7 +71,7 @@ def test_written_group_is_bijective_per_thread():
     model = matmul.polyhedral_model()
     refs = array_references(model.statements, "C")
     assert len(refs) >= 3 and any(r.is_write for r in refs) and any(r.is_read for r in refs)
-    assert thread_private_refusal(refs, 2) == ""
+    assert thread_private_refusal(refs, 2) is None
     g = make_group(refs[0].access.buffer, refs, _domain(model))
     assert g.writes and g.reads and not g.read_only
 
@@ -79,9 +79,9 @@ def test_written_group_is_bijective_per_thread():
 def test_transposed_reference_is_shared_between_threads():
     model = transpose.polyhedral_model()
     refs = array_references(model.statements, "t") + array_references(model.statements, "x")
-    assert thread_private_refusal(refs, 2) == "shared between threads"
+    assert thread_private_refusal(refs, 2) is Refusal.SHARED_BETWEEN_THREADS
     # a single reference has no reuse
-    assert thread_private_refusal(array_references(model.statements, "t"), 2) == "no reuse"
+    assert thread_private_refusal(array_references(model.statements, "t"), 2) is Refusal.NO_REUSE
 
 
 # --------------------------------------------------------------------------- footprints

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from polycomp.scheduler.promotion.footprint import ScopedFootprint
-from polycomp.scheduler.promotion.reference import ReferenceGroup
+if TYPE_CHECKING:  # pragma: no cover
+    from polycomp.scheduler.promotion.footprint import ScopedFootprint
+    from polycomp.scheduler.promotion.reference import ReferenceGroup
 
 
 class Refusal(enum.Enum):

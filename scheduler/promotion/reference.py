@@ -27,6 +27,7 @@ import islpy as isl
 
 from polycomp import ir
 from polycomp.model import Access, Statement
+from polycomp.scheduler.promotion.decision import Refusal
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,15 +141,15 @@ def array_references(stmts: Iterable[Statement], array: str) -> list[Reference]:
     return [Reference(s, a) for s in stmts for a in s.accesses if a.buffer.name == array]
 
 
-def thread_private_refusal(refs: Iterable[Reference], n_band: int) -> str:
-    """"" when every reference indexes its array with exactly the first ``n_band``
+def thread_private_refusal(refs: Iterable[Reference], n_band: int) -> Refusal | None:
+    """None when every reference indexes its array with exactly the first ``n_band``
     iterators of its statement (``X[o]``, the output band: bijective per thread under a
-    cyclic mapping of that band) and there are at least two (reuse); else the reason."""
+    cyclic mapping of that band) and there are at least two (reuse); else the refusal."""
     count = 0
     for r in refs:
         iters = r.stmt.iters[:n_band]
         idx = r.access.indices
         if len(idx) != n_band or any(i is not v for i, v in zip(idx, iters)):
-            return "shared between threads"
+            return Refusal.SHARED_BETWEEN_THREADS
         count += 1
-    return "no reuse" if count < 2 else ""
+    return Refusal.NO_REUSE if count < 2 else None

@@ -23,9 +23,13 @@ a value written before the kernel (a flow dependence from outside the kernel); a
 ``copy_out`` statement (after the site) stores it back when ``X`` is live after the
 kernel (an output of the kernel graph, or read by another kernel).  A temporary that
 lives entirely in registers is never allocated in global memory.  Registers are
-private, so no barrier is needed; the copy loops are unrolled (the box has at most
-``max_per_array`` elements) so the registers are indexed by constants.  Guarantees: every access to a promoted element goes
-to the thread's register copy, which holds the element's current value, and the
+private: the target's copy rule between global memory and registers has no sync, so
+no barrier is inserted; the copy loops are unrolled (the box has at most
+``max_per_array`` elements) so the registers are indexed by constants.
+
+Each group's fate is a :class:`~polycomp.scheduler.promotion.decision.PromotionDecision`
+(level ``registers``), noted with its remark.  Guarantees: every access to a promoted
+element goes to the thread's register copy, which holds the element's current value, and the
 global array holds the final value wherever it is live afterwards.
 """
 from __future__ import annotations
@@ -54,7 +58,6 @@ from polycomp.errors import PolycompInternalError
 
 LEVEL = "registers"
 SOURCE = "global"
-_REFUSALS = {"shared between threads": Refusal.SHARED_BETWEEN_THREADS, "no reuse": Refusal.NO_REUSE}
 
 
 @dataclass(eq=False)
@@ -180,8 +183,8 @@ def decide(buf: ir.Buffer, site: _Site, budget: _Budget, model) -> PromotionDeci
     group = make_group(buf, refs, site.tdom)
     d = PromotionDecision(group, LEVEL, site.scope)
     why = thread_private_refusal(refs, site.n_band)
-    if why:
-        return d.refuse(_REFUSALS[why])
+    if why is not None:
+        return d.refuse(why)
     f = footprint(site.prefix, group.access)
     box = strided_box_of(f) if f is not None else None
     if box is None:
