@@ -43,6 +43,7 @@ from polycomp.scheduler.common.classify import fusion_groups, row_runs, with_row
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 from polycomp.scheduler.common.tree import _band_map, _reduce_band, _stmt_filter, mark_coincidence, union_set_list
+from polycomp.scheduler.common import marks
 
 
 class PatternSchedulePass(Pass):
@@ -108,13 +109,13 @@ class PatternSchedulePass(Pass):
         return True
 
     def _group(self, node, g, by_stage, ictx, deps, ctx):
-        node = node.insert_mark(isl.Id(f"backbone:{g.kind}")).child(0)
+        node = node.insert_mark(marks.make(marks.BACKBONE, g.kind)).child(0)
         if g.prologue:
             pro = [s for st in g.prologue for s in by_stage[st]]
             body = [s for st in g.stages for s in by_stage[st]]
             node = node.insert_sequence(union_set_list(ictx, [_stmt_filter(pro, ictx),
                                                               _stmt_filter(body, ictx)]))
-            p = node.child(0).child(0).insert_mark(isl.Id("prologue")).child(0)
+            p = node.child(0).child(0).insert_mark(marks.make(marks.PROLOGUE)).child(0)
             p = self._output_band(p, pro, len(g.prologue[0].iters), deps)
             while p.get_tree_depth() > node.get_tree_depth():
                 p = p.parent()

@@ -34,6 +34,7 @@ from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import _dim_aff, _floor_div, _mod, _unit_in, _upa, _vars
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
+from polycomp.scheduler.common import marks
 
 TILE = 256
 
@@ -66,9 +67,9 @@ def interchanged(init, update):
     outer = [_upa(_dim_aff(sp, d)) for d in range(n_s - 1)] + [_upa(_floor_div(j, TILE))]
     point = T.Band([_upa(_mod(j, TILE))], permutable=True, coincident=[True])
     red = T.Band([_upa(_dim_aff(sp, d)) for d in range(n_s, n_all)], point, permutable=True)
-    upd = T.Mark("cpu_parallel", T.Band(outer, red, permutable=True, coincident=[True] * n_s))
+    upd = T.Mark(marks.CPU_PARALLEL, T.Band(outer, red, permutable=True, coincident=[True] * n_s))
     return T.Sequence([T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)),
-                                T.Mark("cpu_parallel", init_band)),
+                                T.Mark(marks.CPU_PARALLEL, init_band)),
                        T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), upd)])
 
 
