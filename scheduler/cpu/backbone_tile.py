@@ -81,6 +81,7 @@ from polycomp import ir
 
 from polycomp.scheduler.cpu import tree as T
 from polycomp.options import CpuOptions
+from polycomp.scheduler.common.contraction import match_contraction
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 
@@ -104,12 +105,6 @@ def _vars(e) -> set:
     return {v for v in ir.free_vars(e) if not v.is_param}
 
 
-def _strip_casts(e):
-    while isinstance(e, ir.Cast) and e.value.dtype == e.dtype:
-        e = e.value
-    return e
-
-
 def _unit_in(e, v) -> bool:
     """``e == v + (terms without v)``."""
     from polycomp.lowering.vectorize import affine_in
@@ -124,30 +119,21 @@ def _strided_in(e, v) -> bool:
     return a is not None and isinstance(a[0], int) and a[0] >= 1
 
 
-def _operand(e):
-    """``(load, guarded)`` of a multiplicand: a load, or a padding ``select(c, load, 0)``."""
-    e = _strip_casts(e)
-    if isinstance(e, ir.Load):
-        return e, False
-    if isinstance(e, ir.Select) and isinstance(_strip_casts(e.t), ir.Load) and \
-            ir.is_const(e.f, 0.0):
-        return _strip_casts(e.t), True
-    return None, False
-
-
 def match_outer_product(statements) -> OuterProduct | None:
     """The outer-product structure of a reduction stage's (init, update), or None.
 
-    GEMM form (packed operands, tiled reduction): one reduce axis and ``Y[.., j]``.
-    Direct form (convolutions): several reduce axes and/or ``Y[.., j + r]`` possibly
-    under a padding ``select``; the operands are read in place.
+    The factors come from the shared matcher
+    (:func:`polycomp.scheduler.common.contraction.match_contraction`); on top of it the
+    CPU micro-kernel needs float32/float64 factors of the output's dtype read without
+    conversion, and an operand ``Y[.., j]`` whose last index follows the innermost
+    output dimension ``j``.  GEMM form (packed operands, tiled reduction): one reduce
+    axis and ``Y[.., j]``.  Direct form (convolutions): several reduce axes and/or
+    ``Y[.., j + r]`` possibly under a padding ``select``; the operands are read in place.
     """
     if len(statements) != 2 or statements[0].kind != "init" or statements[1].kind != "update":
         return None
     init, upd = statements
     stage = upd.stage
-    if stage.reduce_op != "sum" or not stage.reduce_axes:
-        return None
     dtype = upd.write.dtype
     if dtype not in ("float32", "float64"):
         return None
@@ -155,12 +141,10 @@ def match_outer_product(statements) -> OuterProduct | None:
     if not (isinstance(val, ir.Binary) and val.op == "+" and isinstance(val.a, ir.Load)
             and val.a.buffer is upd.write):
         return None
-    body = _strip_casts(val.b)
-    if not (isinstance(body, ir.Binary) and body.op == "*"):
+    c = match_contraction(stage)
+    if isinstance(c, str) or c.a.load.dtype != dtype or c.b.load.dtype != dtype:
         return None
-    (a, ga), (b, gb) = _operand(body.a), _operand(body.b)
-    if a is None or b is None or a.dtype != dtype or b.dtype != dtype:
-        return None
+    a, ga, b, gb = c.a.load, c.a.guard is not None, c.b.load, c.b.guard is not None
     spatial = list(stage.iters)
     if len(spatial) < 2:
         return None
