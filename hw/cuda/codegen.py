@@ -126,8 +126,8 @@ class CudaPrinter(CLikePrinter):
 
 
 def _min_nonneg(s, printer):
-    from polycomp.hw.clike import _nonneg
-    return _nonneg(s.min, printer.nonneg)
+    from polycomp.hw.clike import nonnegative
+    return nonnegative(s.min, printer.nonneg)
 
 
 # --------------------------------------------------------------------------- kernels

@@ -72,10 +72,10 @@ class _MapGpu(ir.Mutator):
 
 def _threads(loop, default: int) -> int:
     """Threads for a point loop: its constant trip-count bound (the tile size)."""
-    from polycomp.lowering.simplify import _upper
+    from polycomp.lowering.simplify import upper_bound
     if isinstance(loop, ir.LetStmt):
         return 1
-    ub = _upper(loop.extent)
+    ub = upper_bound(loop.extent)
     return ub if ub is not None and 1 <= ub <= default else default
 
 

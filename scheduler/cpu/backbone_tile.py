@@ -105,7 +105,7 @@ def _vars(e) -> set:
     return {v for v in ir.free_vars(e) if not v.is_param}
 
 
-def _unit_in(e, v) -> bool:
+def unit_stride_in(e, v) -> bool:
     """``e == v + (terms without v)``."""
     from polycomp.lowering.vectorize import affine_in
     a = affine_in(e, v)
@@ -263,20 +263,20 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions) -> Blocking:
 # --------------------------------------------------------------------------- tree
 
 
-def _dim_aff(space: isl.Space, pos: int) -> isl.Aff:
+def dim_aff(space: isl.Space, pos: int) -> isl.Aff:
     return isl.Aff.var_on_domain(isl.LocalSpace.from_space(space), isl.dim_type.set, pos)
 
 
-def _upa(aff) -> isl.UnionPwAff:
+def to_upa(aff) -> isl.UnionPwAff:
     pa = aff if isinstance(aff, isl.PwAff) else isl.PwAff.from_aff(aff)
     return isl.UnionPwAff.from_pw_aff(pa)
 
 
-def _floor_div(aff, n):
+def floor_div_aff(aff, n):
     return aff.scale_down_val(isl.Val.int_from_si(aff.get_ctx(), n)).floor()
 
 
-def _mod(aff, n):
+def mod_aff(aff, n):
     return aff.mod_val(isl.Val.int_from_si(aff.get_ctx(), n))
 
 
@@ -366,7 +366,7 @@ def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None):
     if not op.direct:
         return gemm_tree(op, b, op.update.domain.get_space(), epilogue)
     ispace = op.init.domain.get_space()
-    init_band = T.Band([_upa(_dim_aff(ispace, d)) for d in range(ispace.dim(isl.dim_type.set))],
+    init_band = T.Band([to_upa(dim_aff(ispace, d)) for d in range(ispace.dim(isl.dim_type.set))],
                        permutable=True, coincident=[True] * ispace.dim(isl.dim_type.set))
     sp = op.update.domain.get_space()
     init_f = isl.UnionSet.from_set(isl.Set.universe(ispace))
@@ -379,13 +379,13 @@ def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None):
 def direct_tree(op: OuterProduct, b: Blocking, sp):
     """Convolution-like backbones: operands read in place, every reduce dimension inside
     the micro-kernel, parallel over the batch dimensions (output rows)."""
-    i, j = _dim_aff(sp, op.i), _dim_aff(sp, op.j)
-    batch = [_upa(_dim_aff(sp, t)) for t in op.batch]
-    tile = [_upa(_floor_div(i, b.MR)), _upa(_floor_div(j, b.NR))]
-    ii, jj = _upa(_mod(i, b.MR)), _upa(_mod(j, b.NR))
+    i, j = dim_aff(sp, op.i), dim_aff(sp, op.j)
+    batch = [to_upa(dim_aff(sp, t)) for t in op.batch]
+    tile = [to_upa(floor_div_aff(i, b.MR)), to_upa(floor_div_aff(j, b.NR))]
+    ii, jj = to_upa(mod_aff(i, b.MR)), to_upa(mod_aff(j, b.NR))
     iso = isolate_full_tiles(batch, tile, [ii, jj], (b.MR, b.NR), op.update.domain)
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
-    red = T.Band([_upa(_dim_aff(sp, t)) for t in op.k], point, permutable=True)
+    red = T.Band([to_upa(dim_aff(sp, t)) for t in op.k], point, permutable=True)
     regs = T.Band(tile, T.Mark("cpu_microkernel", red), permutable=True,
                   coincident=[True, True], options=iso)
     if not batch:
@@ -398,12 +398,12 @@ def _tile_affs(space: isl.Space, op: OuterProduct, b: Blocking, k: isl.Aff | Non
     """The schedule functions of the GEMM tree on one statement's space (``k``: its
     reduce dimension, a constant 0 for the init, None for an epilogue, whose ``kt`` the
     caller sets)."""
-    i, j = _dim_aff(space, op.i), _dim_aff(space, op.j)
-    return {"batch": [_dim_aff(space, t) for t in op.batch],
-            "it": _floor_div(i, b.MC), "jt": _floor_div(j, b.NC),
-            "kt": None if k is None else _floor_div(k, b.KC),
-            "ir": _floor_div(_mod(i, b.MC), b.MR), "jr": _floor_div(_mod(j, b.NC), b.NR),
-            "ii": _mod(i, b.MR), "jj": _mod(j, b.NR)}
+    i, j = dim_aff(space, op.i), dim_aff(space, op.j)
+    return {"batch": [dim_aff(space, t) for t in op.batch],
+            "it": floor_div_aff(i, b.MC), "jt": floor_div_aff(j, b.NC),
+            "kt": None if k is None else floor_div_aff(k, b.KC),
+            "ir": floor_div_aff(mod_aff(i, b.MC), b.MR), "jr": floor_div_aff(mod_aff(j, b.NC), b.NR),
+            "ii": mod_aff(i, b.MR), "jj": mod_aff(j, b.NR)}
 
 
 def _last_k_tile(op: OuterProduct, b: Blocking, space: isl.Space) -> isl.PwAff:
@@ -424,7 +424,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None):
     after its last micro-kernel."""
     ispace = op.init.domain.get_space()
     zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(ispace))
-    u = _tile_affs(sp, op, b, _dim_aff(sp, op.k[0]))
+    u = _tile_affs(sp, op, b, dim_aff(sp, op.k[0]))
     z = _tile_affs(ispace, op, b, zero)
     parts = [z]
     if epilogue is not None:
@@ -434,24 +434,24 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None):
         parts.append(e)
 
     stmts = [u] + parts         # one band member over the update, init (and epilogue)
-    batch = [T.union_members([_upa(q["batch"][d]) for q in stmts])
+    batch = [T.union_members([to_upa(q["batch"][d]) for q in stmts])
              for d in range(len(op.batch))]
-    it, jt, kt, ir_, jr = (T.union_members([_upa(q[n]) for q in stmts])
+    it, jt, kt, ir_, jr = (T.union_members([to_upa(q[n]) for q in stmts])
                            for n in ("it", "jt", "kt", "ir", "jr"))
-    kk = _upa(_mod(_dim_aff(sp, op.k[0]), b.KC))
-    ii, jj = _upa(u["ii"]), _upa(u["jj"])
-    upd_prefix = [_upa(a) for a in u["batch"]] + [_upa(u[n]) for n in ("it", "jt", "kt")]
-    iso = isolate_full_tiles(upd_prefix, [_upa(u["ir"]), _upa(u["jr"])], [ii, jj],
+    kk = to_upa(mod_aff(dim_aff(sp, op.k[0]), b.KC))
+    ii, jj = to_upa(u["ii"]), to_upa(u["jj"])
+    upd_prefix = [to_upa(a) for a in u["batch"]] + [to_upa(u[n]) for n in ("it", "jt", "kt")]
+    iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
                              (b.MR, b.NR), op.update.domain)
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
     micro = T.Mark("cpu_microkernel", T.Band([kk], point, permutable=True))
-    zero_tile = T.Band([_upa(z["ii"]), _upa(z["jj"])], permutable=True,
+    zero_tile = T.Band([to_upa(z["ii"]), to_upa(z["jj"])], permutable=True,
                        coincident=[True, True])
     steps = [T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), zero_tile),
              T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), micro)]
     if epilogue is not None:
         steps.append(T.Filter(isl.UnionSet.from_set(isl.Set.universe(espace)),
-                              T.Band([_upa(e["ii"]), _upa(e["jj"])], permutable=True,
+                              T.Band([to_upa(e["ii"]), to_upa(e["jj"])], permutable=True,
                                      coincident=[True, True])))
     body = T.Sequence(steps)
     regs = T.Band([ir_, jr], body, permutable=True, coincident=[True, True], options=iso)

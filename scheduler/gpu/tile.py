@@ -253,10 +253,10 @@ class GpuTilingPass(Pass):
                            and n.child(0).get_type() == isl.schedule_node_type.mark
                            and marks.name_of(n.child(0)) == marks.TILE_POINT
                            and not _under_reduce_tile(n)
-                           and reduce_tiles.get(_group_of(n), 0) > 0)
+                           and reduce_tiles.get(tile_group_of(n), 0) > 0)
             if n is None:
                 break
-            schedule = self._tile_reduce(n, reduce_tiles[_group_of(n)]).get_schedule()
+            schedule = self._tile_reduce(n, reduce_tiles[tile_group_of(n)]).get_schedule()
         return schedule
 
     def _tile_reduce(self, red, kt):
@@ -281,7 +281,7 @@ def _under_reduce_tile(band) -> bool:
     return p.get_type() == isl.schedule_node_type.band and is_marked(p, marks.TILE_REDUCE)
 
 
-def _group_of(node) -> int:
+def tile_group_of(node) -> int:
     n = node
     while n.has_parent():
         n = n.parent()

@@ -34,8 +34,8 @@ from polycomp.scheduler.common import marks
 def _trip_bound(band, configs) -> int | None:
     """Iterations of a point band per thread: prod ceil(T_m / P_m) of its group's tile
     configuration (isl cannot take the domain of nodes below extension nodes)."""
-    from polycomp.scheduler.gpu.tile import _group_of
-    cfg = configs.get(_group_of(band))
+    from polycomp.scheduler.gpu.tile import tile_group_of
+    cfg = configs.get(tile_group_of(band))
     if cfg is None or len(cfg.block) != band.band_n_member():
         return None
     trips = 1
