@@ -201,6 +201,84 @@ def test_symbolic_widths_unchanged(kind):
     _row_kernel_is_warp_synchronous(ck)
 
 
+# ------------------------------------------------------------------ other row kernels
+
+def _other(name: str, const: bool):
+    """(kernel, inputs, references, keyword symbols) of a few more row-kernel shapes:
+    two reduce axes, a strided row, an integer sum, a vector every warp reads, a
+    column sum (rows are columns), two float64 reductions of one row."""
+    rng = np.random.default_rng(7)
+    N = 13 if const else pc.sym("N")
+    W = 40 if const else pc.sym("M")
+    if name == "two_axes":
+        A, B = (5, 7) if const else pc.sym("A B")
+
+        @pc.tensor_expr
+        def two_axes(X: pc.Tensor[(N, A, B), "float32"]):
+            a, b = pc.reduce_axis(A, "a"), pc.reduce_axis(B, "b")
+            return pc.compute((N,), lambda i: pc.sum(X[i, a, b], axis=[a, b]), name="S")
+        x = rng.standard_normal((13, 5, 7)).astype(np.float32)
+        return two_axes, [x], [x.sum(axis=(1, 2))], {}
+    if name == "strided":
+        H = 20 if const else pc.sym("H")
+
+        @pc.tensor_expr
+        def strided(X: pc.Tensor[(N, 2 * H), "float32"]):
+            j = pc.reduce_axis(H, "j")
+            return pc.compute((N,), lambda i: pc.sum(X[i, 2 * j], axis=j), name="S")
+        x = rng.standard_normal((13, 40)).astype(np.float32)
+        return strided, [x], [x[:, ::2].sum(axis=1)], ({} if const else {"H": 20})
+    if name == "int_sum":
+        @pc.tensor_expr
+        def int_sum(X: pc.Tensor[(N, W), "int32"]):
+            j = pc.reduce_axis(W, "j")
+            return pc.compute((N,), lambda i: pc.sum(X[i, j], axis=j), name="S")
+        x = rng.integers(-100, 100, (13, 40)).astype(np.int32)
+        return int_sum, [x], [x.sum(axis=1)], {}
+    if name == "shared_vector":
+        @pc.tensor_expr
+        def shared_vector(X: pc.Tensor[(N, W), "float32"], g: pc.Tensor[(W,), "float32"]):
+            j = pc.reduce_axis(W, "j")
+            S = pc.compute((N,), lambda i: pc.sum(X[i, j] * g[j], axis=j), name="S")
+            return pc.compute((N, W), lambda i, c: X[i, c] * S[i] + g[c], name="Y")
+        x = rng.standard_normal((13, 40)).astype(np.float32)
+        g = rng.standard_normal(40).astype(np.float32)
+        xd = x.astype(np.float64)
+        return shared_vector, [x, g], [xd * (xd @ g)[:, None] + g], {}
+    if name == "column_sum":
+        @pc.tensor_expr
+        def column_sum(X: pc.Tensor[(N, W), "float32"]):
+            r = pc.reduce_axis(N, "r")
+            return pc.compute((W,), lambda j: pc.sum(X[r, j], axis=r), name="S")
+        x = rng.standard_normal((13, 40)).astype(np.float32)
+        return column_sum, [x], [x.sum(axis=0)], {}
+    if name == "sum_max_f64":
+        @pc.tensor_expr
+        def sum_max_f64(X: pc.Tensor[(N, W), "float64"]):
+            k, k2 = pc.reduce_axis(W, "k"), pc.reduce_axis(W, "k2")
+            return (pc.compute((N,), lambda i: pc.sum(X[i, k], axis=k), name="S"),
+                    pc.compute((N,), lambda i: pc.max(X[i, k2], axis=k2), name="Mx"))
+        x = rng.standard_normal((13, 40))
+        return sum_max_f64, [x], [x.sum(axis=1), x.max(axis=1)], {}
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("const", [True, False], ids=["constant", "symbolic"])
+@pytest.mark.parametrize("name", ["two_axes", "strided", "int_sum", "shared_vector",
+                                  "column_sum", "sum_max_f64"])
+def test_other_row_kernels(name, const):
+    kernel, args, expected, syms = _other(name, const)
+    ck = compile_kernel(kernel, "cuda")
+    _row_kernel_is_warp_synchronous(ck)
+    for stage in ("final", "ir"):
+        out, rep = simulate(ck, *args, ir_stage=stage, **syms)
+        outs = out if isinstance(out, tuple) else (out,)
+        assert len(outs) == len(expected)
+        for o, e in zip(outs, expected):
+            np.testing.assert_allclose(o, e, rtol=1e-5, atol=1e-4, err_msg=f"{name} ({stage})")
+        assert rep.ok, rep.summary()
+
+
 # ------------------------------------------------------------------ random extents
 
 def _extent(lo: int, hi: int):
