@@ -100,7 +100,7 @@ def _reference(kind: str, args):
     raise AssertionError(kind)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(kind: str, rows, width):
     return compile_kernel(_kernel(kind, rows, width), "cuda")
 
