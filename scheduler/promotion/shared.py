@@ -3,7 +3,15 @@
 Assumes: the tree of :class:`~polycomp.scheduler.gpu.map.GpuMappingPass`: kernels
 ``kernel:<n>`` with launch information in ``ctx.gpu.launches``; a promotion
 *site* is the child of a ``tile:reduce`` band (one tile of the reduction loop) or,
-in kernels without one, the child of the block band.
+in kernels without one, the child of the block band.  A site must be *block-level*:
+the statement instances that reach it do not depend on the thread ids (no thread
+filter above it), since its shared buffer, copy and barriers belong to the whole
+block.  A site below a thread filter is refused ("below the kernel's thread
+mapping"): the first band of a row-reduction kernel
+(:class:`~polycomp.scheduler.gpu.rowreduce.RowReductionMappingPass`) is one warp's
+row, so a box there would be one warp's footprint in a block-wide buffer, copied by
+the threads the block-wide copy filter picks and followed by a barrier under the
+per-row guard.
 
 For each array that is only read by the statements below a site (arrays written in
 the kernel are left to register promotion), all its references there form one group
@@ -94,6 +102,25 @@ def _sites(schedule):
     return out
 
 
+def _thread_dependent(site, kernel: int) -> bool:
+    """Do the statement instances that reach ``site`` depend on the thread ids (a thread
+    filter above it, e.g. a row reduction's ``floor(i / RB) = bx and i mod RB = ty``)?
+
+    A shared buffer, its copy and its barriers belong to the whole block: every thread
+    must see the same prefix points at the site, i.e. the site's domain must not
+    constrain ``tx/ty/tz<kernel>``.  Below a thread filter the footprint of one prefix
+    point is one thread group's (one warp's row), the block-wide copy filter would
+    leave it to the threads of one group and the barrier would sit under that group's
+    guard."""
+    names = [thread_param(a, kernel) for a in range(3)]
+    for s in _sets(site.get_domain()):
+        for name in names:
+            pos = s.find_dim_by_name(isl.dim_type.param, name)
+            if pos >= 0 and s.involves_dims(isl.dim_type.param, pos, 1):
+                return True
+    return False
+
+
 def node_at(schedule, path):
     n = schedule.get_root()
     for k in path:
@@ -128,6 +155,10 @@ class SharedPromotionPass(Pass):
             site = node_at(schedule, path)
             kernel = _kernel_of(site)
             if kernel not in launches:
+                continue
+            if _thread_dependent(site, kernel):
+                ctx.note(self.name, f"kernel {kernel}: no shared promotion: the site lies below "
+                                    f"the kernel's thread mapping (not one per block)")
                 continue
             schedule = self._promote_site(schedule, path, kernel, launches[kernel], model, ctx,
                                           promos, used, budget, counter)
