@@ -330,6 +330,12 @@ def _openblas_info() -> dict:
     return {}
 
 
+def machine_info(tgt) -> dict:
+    """The target's name, ISA and cache capacities (from its memory hierarchy)."""
+    return {"target": tgt.name, "isa": tgt.isa, "vector_bits": tgt.cpu.vector_bits,
+            "l1": tgt.l1_bytes, "l2": tgt.l2_bytes, "l3": tgt.l3_bytes}
+
+
 def run_child(args) -> dict:
     import numpy as np  # OpenBLAS loads here, with the child's environment
 
@@ -337,7 +343,7 @@ def run_child(args) -> dict:
     tgt = get_target(args.target)
     s = Suite(args.quick, args.threads, args.repeat, args.target)
     info = {"threads": args.threads, "target": tgt.name, "isa": tgt.isa,
-            "vector_bits": tgt.vector_bits, "l1": tgt.l1_bytes, "l2": tgt.l2_bytes,
+            "vector_bits": tgt.cpu.vector_bits, "l1": tgt.l1_bytes, "l2": tgt.l2_bytes,
             "l3": tgt.l3_bytes, "numpy": np.__version__, **_openblas_info()}
     print(f"polycomp bench cpu: {args.threads} thread(s), target {tgt.name} ({tgt.isa}), "
           f"OpenBLAS kernel {info.get('kernel', '?')}", file=sys.stderr, flush=True)

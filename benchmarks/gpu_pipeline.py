@@ -50,7 +50,7 @@ def _ptxas(source: str, sm: int = 80) -> dict:
 def _footprint_bytes_per_flop(ck, n: int) -> float:
     """Loads of the tiled kernel at n^3 from its promotion boxes (one load per element
     of each box per tile), plus the epilogue's direct loads (none for plain matmul)."""
-    promos = ck.func_attrs.get("promotions", [])
+    promos = ck.state.promotions
     tiles_ij = (-(-n // 64)) ** 2
     k_tiles = -(-n // 16)
     per_tile = sum(p.box.elements() * 4 for p in promos if p.local.scope == "shared")
@@ -69,7 +69,6 @@ def run(size: int, report_size: int) -> dict:
     B = rng.standard_normal((size, size)).astype(np.float32)
     for label, opts in (("tiled", {}), ("baseline", {"gpu": "baseline"})):
         ck = compile_kernel(k, "cuda", opts)
-        ck.func_attrs = ck.ir.attrs
         t0 = time.perf_counter()
         res, rep = simulate(ck, A, B)
         secs = time.perf_counter() - t0

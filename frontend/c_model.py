@@ -24,7 +24,7 @@ Guarantees, in isl terms:
   non-negative distance on each member (a single member always has).  Executing the
   tree is executing the C code;
 * flow/anti/output dependences from ``compute_flow`` under that tree
-  (:func:`polycomp.model._compute_accesses_and_dependences`).
+  (:func:`polycomp.model.compute_accesses_and_dependences`).
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from polycomp.affine import and_conditions, to_isl
 from polycomp.errors import NonAffineIndexError, PolycompInternalError, ShapeMismatchError
 from polycomp.islutil import context as polycomp_context
 from polycomp.islutil import sets
-from polycomp.model import Access, PolyModel, Statement, _compute_accesses_and_dependences
+from polycomp.model import Access, PolyModel, Statement, compute_accesses_and_dependences
 from polycomp.scheduler.common.tree import map_bands
 
 from .c_expr import affine_pieces, cond_text, guarded, isl_name, param_prefix
@@ -57,7 +57,7 @@ def build_c_model(program: CProgram) -> PolyModel:
         by_name = {s.name: s for s in stmts}
         schedule = _schedule(program.tree, by_name)
         model = PolyModel(g, ctx, g.params, context, stmts, domain, schedule)
-        _compute_accesses_and_dependences(model)
+        compute_accesses_and_dependences(model)
         model.initial_schedule = _mark_permutable(schedule, model.dependences)
     except isl.Error as e:
         raise PolycompInternalError(f"isl error while building the model of C function "

@@ -170,11 +170,11 @@ class CLikePrinter:
         if e.op in ("min", "max"):
             return f"pc_{e.op}_{_suffix(e.dtype)}({a}, {b})"
         if e.op == "//":
-            if isinstance(e.b, ir.IntImm) and e.b.value > 0 and _nonneg(e.a, self.nonneg):
+            if isinstance(e.b, ir.IntImm) and e.b.value > 0 and nonnegative(e.a, self.nonneg):
                 return f"({a} / {b})"
             return f"pc_floordiv({a}, {b})"
         if e.op == "%":
-            if isinstance(e.b, ir.IntImm) and e.b.value > 0 and _nonneg(e.a, self.nonneg):
+            if isinstance(e.b, ir.IntImm) and e.b.value > 0 and nonnegative(e.a, self.nonneg):
                 return f"({a} % {b})"
             return f"pc_floormod({a}, {b})"
         return f"({a} {e.op} {b})"
@@ -214,7 +214,7 @@ class CLikePrinter:
         elif isinstance(s, ir.LetStmt):
             self.emit("{")
             self.level += 1
-            if _nonneg(s.value, self.nonneg):
+            if nonnegative(s.value, self.nonneg):
                 self.nonneg.add(s.var)
             self.emit(f"const {self.value_type(s.var.dtype)} {s.var.name} = {self.expr(s.value)};")
             self.stmt(s.body)
@@ -240,7 +240,7 @@ class CLikePrinter:
     def for_loop(self, s: ir.For, body: ir.Stmt) -> None:
         """The C ``for`` of ``s`` (no pragma) around ``body``."""
         v = s.var.name
-        if _nonneg(s.min, self.nonneg):
+        if nonnegative(s.min, self.nonneg):
             self.nonneg.add(s.var)
         lo, ext = self.expr(s.min), self.expr(s.extent)
         hi = ext if ir.is_const(s.min, 0) else f"{lo} + {ext}"
@@ -256,7 +256,7 @@ class CLikePrinter:
         raise NotImplementedError
 
 
-def _nonneg(e, known: set) -> bool:
+def nonnegative(e, known: set) -> bool:
     """A cheap syntactic test: built from non-negative constants, symbols, variables in
     ``known`` (loops starting at a non-negative value) and ``+ * // % min max``."""
     if isinstance(e, ir.IntImm):
@@ -264,7 +264,7 @@ def _nonneg(e, known: set) -> bool:
     if isinstance(e, ir.Var):
         return e.is_param or e in known
     if isinstance(e, ir.Binary) and e.op in ("+", "*", "//", "%", "min", "max"):
-        return _nonneg(e.a, known) and _nonneg(e.b, known)
+        return nonnegative(e.a, known) and nonnegative(e.b, known)
     return False
 
 

@@ -72,7 +72,7 @@ def _math(name, args, dtype):
     raise InterpreterError(f"the interpreter has no implementation of call {name!r}")
 
 
-class _State:
+class InterpreterState:
     __slots__ = ("env", "buffers", "lanes", "mask")
 
     def __init__(self, env, buffers):
@@ -96,11 +96,11 @@ class Interpreter:
                 raise InterpreterError(f"no array given for argument {b.name!r}")
             buffers[b] = arrays[b.name]
         env = {p: int(params[p.name]) for p in self.func.params}
-        st = _State(env, buffers)
+        st = InterpreterState(env, buffers)
         self.stmt(self.func.body, st)
 
     # ----------------------------------------------------------------- exprs
-    def expr(self, e, st: _State, mask=None):
+    def expr(self, e, st: InterpreterState, mask=None):
         t = type(e)
         if t is ir.IntImm:
             return e.value if e.dtype != "bool" else bool(e.value)
@@ -227,7 +227,7 @@ class Interpreter:
         return v.astype(nd) if vector else nd.type(v)
 
     # ----------------------------------------------------------------- stmts
-    def stmt(self, s, st: _State):
+    def stmt(self, s, st: InterpreterState):
         t = type(s)
         if t is ir.Block:
             for x in s.stmts:
@@ -286,7 +286,7 @@ class Interpreter:
                 if not np.all(vv == vv.flat[0]):
                     raise InterpreterError(f"lanes race on {s.buffer.name}{list(idx)}")
                 v = vv.flat[0]
-            view[idx] = _to_store(v, target)
+            view[idx] = store_value(v, target)
             return
         vals = np.broadcast_to(np.asarray(v), (st.lanes,))
         if mask is not None:
@@ -296,7 +296,7 @@ class Interpreter:
         if len(np.unique(flat)) != len(flat):
             raise InterpreterError(f"store to {s.buffer.name}: several lanes write the same "
                                    f"element (a loop executed as parallel carries a dependence)")
-        view[idx] = _to_store(vals, target)
+        view[idx] = store_value(vals, target)
 
     def if_(self, s, st):
         c = self.expr(s.cond, st, st.mask)
@@ -424,7 +424,7 @@ class Interpreter:
         return True
 
 
-def _to_store(v, target):
+def store_value(v, target):
     with np.errstate(all="ignore"):
         if target.kind in "iu" and np.asarray(v).dtype.kind == "f":
             v = np.trunc(v)

@@ -127,15 +127,15 @@ def _fold(op, a, b):
     return None
 
 
-def _upper(e):
+def upper_bound(e):
     """A constant upper bound of an integer expression built from constants, min, +1."""
     if isinstance(e, ir.IntImm):
         return e.value
     if isinstance(e, ir.Binary) and e.op == "min":
-        ua, ub = _upper(e.a), _upper(e.b)
+        ua, ub = upper_bound(e.a), upper_bound(e.b)
         return ub if ua is None else ua if ub is None else min(ua, ub)
     if isinstance(e, ir.Binary) and e.op == "+":
-        ua, ub = _upper(e.a), _upper(e.b)
+        ua, ub = upper_bound(e.a), upper_bound(e.b)
         return None if ua is None or ub is None else ua + ub
     return None
 
@@ -267,7 +267,7 @@ class Simplifier(ir.Mutator):
             return None
         if isinstance(ext, ir.IntImm) and ext.value == 1 and s.kind in ("serial", "unrolled", "parallel"):
             return self.visit(ir.substitute(s.body, {s.var: mn}))
-        lo, ub = (mn.value if isinstance(mn, ir.IntImm) else None), _upper(ext)
+        lo, ub = (mn.value if isinstance(mn, ir.IntImm) else None), upper_bound(ext)
         if lo is not None and ub is not None:
             self.bounds[s.var] = (lo, lo + ub - 1)
         body = self.visit(s.body)

@@ -318,7 +318,7 @@ def build_model(graph, ctx: isl.Context | None = None) -> PolyModel:
         domain = domain.union(isl.UnionSet.from_set(s.domain))
     schedule = program_order_schedule(ctx, stmts, domain)
     model = PolyModel(graph, ctx, graph.params, context, stmts, domain, schedule)
-    _compute_accesses_and_dependences(model)
+    compute_accesses_and_dependences(model)
     return model
 
 
@@ -329,7 +329,7 @@ def _tag(rel: isl.Map, tag: str) -> isl.Map:
     return pair.domain_map().apply_range(rel)  # [S[i] -> tag[]] -> S[i] -> A[...]
 
 
-def _compute_accesses_and_dependences(m: PolyModel) -> None:
+def compute_accesses_and_dependences(m: PolyModel) -> None:
     space = m.context.get_space()
     reads = isl.UnionMap.empty(space)
     writes = isl.UnionMap.empty(space)

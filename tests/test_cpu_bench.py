@@ -57,3 +57,10 @@ def test_one_case_runs(monkeypatch):
     monkeypatch.setattr(bench, "_timeit", lambda fns, repeat: [1e-3] * len(fns))
     bw = bench.bench_stream(s, 1 << 16)
     assert bw > 0 and [r["group"] for r in s.rows] == ["stream", "stream"]
+
+
+def test_machine_info_comes_from_the_target():
+    from polycomp.hw.target import get_target
+    info = bench.machine_info(get_target("cpu-avx512"))
+    assert info["isa"] == "avx512" and info["vector_bits"] == 512
+    assert info["l1"] == get_target("cpu-avx512").memory.capacity("L1") > 0

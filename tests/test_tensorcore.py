@@ -224,9 +224,9 @@ def test_tc_tiling_and_mapping_golden():
     sched = PatternSchedulePass().run(sched, ctx)
     tiled = TensorCoreTilingPass().run(sched, ctx)
     _golden("tc_tiling.matmul_f16.out.isl", tiled)
-    plan = ctx.attrs["tc_plans"][0]
+    plan = ctx.gpu.tc_plans[0]
     assert plan.config.k == 32 and plan.view.in_dtype == "float16"
-    assert "gpu_launch" not in ctx.attrs          # generic passes must not see the kernel yet
+    assert not ctx.gpu.launches                   # generic passes must not see the kernel yet
     mapped = TensorCoreMappingPass().run(tiled, ctx)
     _golden("tc_mapping.matmul_f16.out.isl", mapped)
     launch = ctx.gpu.launches[plan.kernel]

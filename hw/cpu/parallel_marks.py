@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from polycomp import ir
+from polycomp.scheduler.common import marks
 
 
 class _Marks(ir.Mutator):
@@ -24,7 +25,7 @@ class _Marks(ir.Mutator):
         self.inside = 0
 
     def visit_AttrStmt(self, s):
-        if s.key != "cpu_parallel":
+        if s.key != marks.CPU_PARALLEL:
             return self.generic(s)
         self.want += 1
         body = self.visit(s.body)

@@ -21,6 +21,7 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import TargetError
 from polycomp.hw.clike import C_PRELUDE, CLikePrinter, legalize_names
+from polycomp.scheduler.common import marks
 
 CUDA_HEADER = r"""#pragma nv_diag_suppress 177
 #include <cuda_runtime.h>
@@ -125,8 +126,8 @@ class CudaPrinter(CLikePrinter):
 
 
 def _min_nonneg(s, printer):
-    from polycomp.hw.clike import _nonneg
-    return _nonneg(s.min, printer.nonneg)
+    from polycomp.hw.clike import nonnegative
+    return nonnegative(s.min, printer.nonneg)
 
 
 # --------------------------------------------------------------------------- kernels
@@ -148,7 +149,7 @@ def split_kernels(func: ir.LoweredFunc) -> tuple[list, list[KernelInfo]]:
         elif isinstance(s, ir.Block):
             for x in s.stmts:
                 collect(x)
-        elif isinstance(s, ir.AttrStmt) and s.key == "kernel":
+        elif isinstance(s, ir.AttrStmt) and s.key == marks.KERNEL:
             bodies.append(s.body)
         elif isinstance(s, ir.AttrStmt):
             collect(s.body)

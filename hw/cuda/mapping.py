@@ -15,6 +15,7 @@ from __future__ import annotations
 
 
 from polycomp import ir
+from polycomp.scheduler.common import marks
 
 AXES = ("x", "y", "z")
 
@@ -43,7 +44,7 @@ def _rebuild(loops, inner, kinds_axes):
 
 class _MapGpu(ir.Mutator):
     def visit_AttrStmt(self, s):
-        if s.key == "gpu_blocks":
+        if s.key == marks.GPU_BLOCKS:
             n = int(s.value)
             if n == 0:
                 return ir.AttrStmt(s.key, s.value, self.visit(s.body))
@@ -54,7 +55,7 @@ class _MapGpu(ir.Mutator):
             f = len(loops)
             ka = [("gpu_block", (("axis", AXES[f - 1 - k]),)) for k in range(f)]
             return ir.AttrStmt(s.key, s.value, _rebuild(loops, inner, ka))
-        if s.key == "gpu_threads":
+        if s.key == marks.GPU_THREADS:
             sizes = [int(x) for x in s.value.split(",")]
             n = len(sizes)
             loops = _take_loops(s.body, n)
@@ -71,10 +72,10 @@ class _MapGpu(ir.Mutator):
 
 def _threads(loop, default: int) -> int:
     """Threads for a point loop: its constant trip-count bound (the tile size)."""
-    from polycomp.lowering.simplify import _upper
+    from polycomp.lowering.simplify import upper_bound
     if isinstance(loop, ir.LetStmt):
         return 1
-    ub = _upper(loop.extent)
+    ub = upper_bound(loop.extent)
     return ub if ub is not None and 1 <= ub <= default else default
 
 

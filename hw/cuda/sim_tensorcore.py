@@ -387,7 +387,7 @@ def cp_async_wait(sim, call, active):
 
 @intrinsic("pc_st4")
 def store4(sim, call, active):
-    from polycomp.lowering.interpreter import _to_store
+    from polycomp.lowering.interpreter import store_value
     if not active.any():
         return 0
     g = sim.geom
@@ -402,7 +402,7 @@ def store4(sim, call, active):
     pos = mem.positions(off)
     for e in range(4):
         v = np.broadcast_to(np.asarray(sim.eval(call.args[1 + e], active)), (g.n_lanes,))
-        new = _to_store(v, mem.data.dtype)
+        new = store_value(v, mem.data.dtype)
         if mem.scope != "local":
             sim._race_check(mem, pos + e, off + e, active, new)
         lanes = np.flatnonzero(active)

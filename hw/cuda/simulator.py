@@ -47,7 +47,7 @@ import numpy as np
 from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import TargetError
-from polycomp.lowering.interpreter import Interpreter, _State, _to_store
+from polycomp.lowering.interpreter import Interpreter, InterpreterState, store_value
 from polycomp.shapes import checked_arguments, eval_int
 
 from .codegen import KernelInfo, split_kernels
@@ -149,7 +149,7 @@ class Simulator(Interpreter):
         self._static: dict = {}        # Allocate node -> its storage in this chunk
         self.geom: LaneGeometry | None = None
         self.stats: KernelStats | None = None
-        self.st: _State | None = None
+        self.st: InterpreterState | None = None
 
     # ------------------------------------------------------------- sequence
     def add_global(self, buffer: ir.Buffer, array: np.ndarray) -> GlobalMemory:
@@ -186,7 +186,7 @@ class Simulator(Interpreter):
         for first in range(0, total, chunk):
             self.geom = LaneGeometry(grid, block, first, min(chunk, total - first))
             self.block_epoch = np.zeros(self.geom.n_blocks, dtype=np.int64)
-            st = _State(dict(env), {})
+            st = InterpreterState(dict(env), {})
             st.lanes = self.geom.n_lanes
             st.mask = self.geom.valid.copy()
             self.st = st
@@ -437,12 +437,12 @@ class Simulator(Interpreter):
             for hook in self.shared_access_hooks:
                 hook(self, mem, pos, offsets, active, True)
         if mem.scope == "shared" or (self.global_races and mem.scope == "global"):
-            new = _to_store(np.broadcast_to(np.asarray(value), (self.geom.n_lanes,)),
+            new = store_value(np.broadcast_to(np.asarray(value), (self.geom.n_lanes,)),
                             mem.data.dtype)
             self._race_check(mem, pos, offsets, active, new)
             vals = new[lanes]
         else:
-            vals = _to_store(np.broadcast_to(np.asarray(value),
+            vals = store_value(np.broadcast_to(np.asarray(value),
                                              (self.geom.n_lanes,))[lanes], mem.data.dtype)
             if mem.scope == "global" and len(p) > 1:
                 self._global_conflicts(mem, p, vals, lanes)

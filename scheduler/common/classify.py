@@ -24,25 +24,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from polycomp import ir
+from polycomp.scheduler.common.contraction import contraction_class, iterators_of, loads_of
 
 CLASSES = ("contraction", "conv", "reduce", "pad", "transpose", "broadcast", "elementwise")
 
 
-def _loads(e) -> list:
-    out = []
-    ir.walk(e, lambda n: out.append(n) if isinstance(n, ir.Load) else None)
-    return out
-
-
-def _vars_of(e) -> set:
-    return {v for v in ir.free_vars(e) if not v.is_param}
 
 
 def _has_select_guarded_load(e) -> bool:
     found = []
 
     def fn(n):
-        if isinstance(n, ir.Select) and (_loads(n.t) or _loads(n.f)):
+        if isinstance(n, ir.Select) and (loads_of(n.t) or loads_of(n.f)):
             found.append(n)
     ir.walk(e, fn)
     return bool(found)
@@ -50,21 +43,9 @@ def _has_select_guarded_load(e) -> bool:
 
 def classify_stage(stage) -> str:
     iters = set(stage.iters)
-    loads = _loads(stage.body)
+    loads = loads_of(stage.body)
     if stage.is_reduction:
-        axes = {a for a in stage.reduce_axes}
-        mixed = any(len(_vars_of(i) & iters) and len(_vars_of(i) & axes)
-                    for ld in loads for i in ld.indices)
-        product = isinstance(stage.body, ir.Binary) and stage.body.op == "*" or \
-            (isinstance(stage.body, ir.Cast) and isinstance(stage.body.value, ir.Binary)
-             and stage.body.value.op == "*")
-        if product and len(loads) >= 2:
-            used = set().union(*(_vars_of(i) for ld in loads for i in ld.indices))
-            shared_axes = all(sum(1 for ld in loads if a in set().union(*(_vars_of(i) for i in ld.indices))) >= 2
-                              for a in axes)
-            if used >= iters | axes and shared_axes:
-                return "conv" if mixed else "contraction"
-        return "reduce"
+        return contraction_class(stage)
     if _has_select_guarded_load(stage.body):
         return "pad"
     if len(loads) == 1:
@@ -73,7 +54,7 @@ def classify_stage(stage) -> str:
                 and list(idx) != list(stage.iters) and len(idx) == len(stage.iters):
             return "transpose"
     for ld in loads:
-        used = set().union(*(_vars_of(i) for i in ld.indices)) if ld.indices else set()
+        used = set().union(*(iterators_of(i) for i in ld.indices)) if ld.indices else set()
         if used < iters:
             return "broadcast"
     return "elementwise"
@@ -97,7 +78,7 @@ def _reads_at_identity(stage, producer) -> bool | None:
     """True if ``stage`` reads ``producer`` only at ``producer[stage.iters]``; None if it
     does not read it at all."""
     found = None
-    for ld in _loads(stage.body):
+    for ld in loads_of(stage.body):
         if ld.buffer is not producer.output.buffer:
             continue
         ok = len(ld.indices) == len(stage.iters) and all(
@@ -153,7 +134,7 @@ def fusion_groups(graph) -> list[FusionGroup]:
 def _inputs_ready(t, members, stages, taken, backbone) -> bool:
     """All stages ``t`` reads are group members or computed before the backbone."""
     before = set(stages[:stages.index(backbone)])
-    for ld in _loads(t.body):
+    for ld in loads_of(t.body):
         prod = next((p for p in stages if p.output.buffer is ld.buffer), None)
         if prod is None or prod in members or prod in before:
             continue
@@ -176,7 +157,7 @@ class RowRun:
 
 
 def _reads_of(stage, producer) -> list:
-    return [ld for ld in _loads(stage.body) if ld.buffer is producer.output.buffer]
+    return [ld for ld in loads_of(stage.body) if ld.buffer is producer.output.buffer]
 
 
 def _row_compatible(stage, producer, rank) -> bool:

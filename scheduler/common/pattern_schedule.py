@@ -42,7 +42,8 @@ import islpy as isl
 from polycomp.scheduler.common.classify import fusion_groups, row_runs, with_row_runs
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
-from polycomp.scheduler.common.tree import _band_map, _reduce_band, _stmt_filter, mark_coincidence, union_set_list
+from polycomp.scheduler.common.tree import band_map, reduce_band, stmt_filter, mark_coincidence, union_set_list
+from polycomp.scheduler.common import marks
 
 
 class PatternSchedulePass(Pass):
@@ -65,7 +66,7 @@ class PatternSchedulePass(Pass):
         node = sched.get_root().child(0)
         group_stmts = [[s for st in g.prologue + g.stages for s in by_stage[st]] for g in groups]
         if len(groups) > 1:
-            node = node.insert_sequence(union_set_list(ictx, [_stmt_filter(x, ictx) for x in group_stmts]))
+            node = node.insert_sequence(union_set_list(ictx, [stmt_filter(x, ictx) for x in group_stmts]))
         for k, g in enumerate(groups):
             leaf = node.child(k).child(0) if len(groups) > 1 else node
             depth = leaf.get_tree_depth()
@@ -108,13 +109,13 @@ class PatternSchedulePass(Pass):
         return True
 
     def _group(self, node, g, by_stage, ictx, deps, ctx):
-        node = node.insert_mark(isl.Id(f"backbone:{g.kind}")).child(0)
+        node = node.insert_mark(marks.make(marks.BACKBONE, g.kind)).child(0)
         if g.prologue:
             pro = [s for st in g.prologue for s in by_stage[st]]
             body = [s for st in g.stages for s in by_stage[st]]
-            node = node.insert_sequence(union_set_list(ictx, [_stmt_filter(pro, ictx),
-                                                              _stmt_filter(body, ictx)]))
-            p = node.child(0).child(0).insert_mark(isl.Id("prologue")).child(0)
+            node = node.insert_sequence(union_set_list(ictx, [stmt_filter(pro, ictx),
+                                                              stmt_filter(body, ictx)]))
+            p = node.child(0).child(0).insert_mark(marks.make(marks.PROLOGUE)).child(0)
             p = self._output_band(p, pro, len(g.prologue[0].iters), deps)
             while p.get_tree_depth() > node.get_tree_depth():
                 p = p.parent()
@@ -124,7 +125,7 @@ class PatternSchedulePass(Pass):
     def _output_band(self, node, stmts, n, deps):
         if n == 0:
             return node
-        node = node.insert_partial_schedule(_band_map(stmts, n)).band_set_permutable(1)
+        node = node.insert_partial_schedule(band_map(stmts, n)).band_set_permutable(1)
         return mark_coincidence(node, deps)
 
     def _body(self, node, g, by_stage, ictx, deps):
@@ -137,11 +138,11 @@ class PatternSchedulePass(Pass):
         parts = [[s] for s in bb] + [[s] for s in epi]
         if len(parts) == 1:
             return node
-        node = node.insert_sequence(union_set_list(ictx, [_stmt_filter(p, ictx) for p in parts]))
+        node = node.insert_sequence(union_set_list(ictx, [stmt_filter(p, ictx) for p in parts]))
         for k, part in enumerate(parts):
             s = part[0]
             leaf = node.child(k).child(0)
             if len(s.iters) > nspatial:  # reduce axes, or a row-wise stage's inner dims
-                leaf = leaf.insert_partial_schedule(_reduce_band(s, nspatial, len(s.iters) - nspatial))
+                leaf = leaf.insert_partial_schedule(reduce_band(s, nspatial, len(s.iters) - nspatial))
                 node = leaf.parent().parent()
         return node

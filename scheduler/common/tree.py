@@ -29,7 +29,7 @@ def statement_filter(ctx, names) -> isl.UnionSet:
     return isl.UnionSet.read_from_str(ctx, "{ " + "; ".join(names) + " }")
 
 
-def _stmt_filter(stmts, ctx) -> isl.UnionSet:
+def stmt_filter(stmts, ctx) -> isl.UnionSet:
     u = None
     for s in stmts:
         x = isl.UnionSet.from_set(isl.Set.universe(s.domain.get_space()))
@@ -37,7 +37,7 @@ def _stmt_filter(stmts, ctx) -> isl.UnionSet:
     return u
 
 
-def _band_map(stmts, ndims) -> isl.MultiUnionPwAff:
+def band_map(stmts, ndims) -> isl.MultiUnionPwAff:
     """{ S[i_0..i_n] -> [i_0..i_{ndims-1}] } over the given statements."""
     um = None
     for s in stmts:
@@ -67,7 +67,7 @@ def build_program_order(statements, domain: isl.UnionSet) -> isl.Schedule:
     node = sched.get_root().child(0)
     groups = list(stages.values())
     if len(groups) > 1:
-        node = node.insert_sequence(union_set_list(ctx, [_stmt_filter(g, ctx) for g in groups]))
+        node = node.insert_sequence(union_set_list(ctx, [stmt_filter(g, ctx) for g in groups]))
         for k, g in enumerate(groups):
             node = _build_stage(node.child(k).child(0), g, ctx).parent().parent()
     else:
@@ -81,23 +81,23 @@ def _build_stage(node: isl.ScheduleNode, stmts, ctx) -> isl.ScheduleNode:
     depth = node.get_tree_depth()
     nspatial = len(stage.iters)
     if nspatial:
-        node = node.insert_partial_schedule(_band_map(stmts, nspatial))
+        node = node.insert_partial_schedule(band_map(stmts, nspatial))
         node = node.band_set_permutable(1)
         node = node.child(0)
     if len(stmts) == 2:  # reduction: init, update
         init, update = stmts
-        node = node.insert_sequence(union_set_list(ctx, [_stmt_filter([init], ctx),
-                                                         _stmt_filter([update], ctx)]))
+        node = node.insert_sequence(union_set_list(ctx, [stmt_filter([init], ctx),
+                                                         stmt_filter([update], ctx)]))
         leaf = node.child(1).child(0)
         nred = len(update.iters) - nspatial
-        mupa = _reduce_band(update, nspatial, nred)
+        mupa = reduce_band(update, nspatial, nred)
         node = leaf.insert_partial_schedule(mupa)
     while node.get_tree_depth() > depth:
         node = node.parent()
     return node
 
 
-def _reduce_band(stmt, skip, n) -> isl.MultiUnionPwAff:
+def reduce_band(stmt, skip, n) -> isl.MultiUnionPwAff:
     sp = stmt.domain.get_space()
     m = isl.Map.identity(isl.Space.map_from_set(sp)).project_out(isl.dim_type.out, 0, skip)
     m = m.reset_tuple_id(isl.dim_type.out)

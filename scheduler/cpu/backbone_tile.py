@@ -81,6 +81,7 @@ from polycomp import ir
 
 from polycomp.scheduler.cpu import tree as T
 from polycomp.options import CpuOptions
+from polycomp.scheduler.common.contraction import match_contraction
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.promotion.cpu_pack import request_mark
 from polycomp.scheduler.promotion.record import PackRequest
@@ -106,13 +107,7 @@ def _vars(e) -> set:
     return {v for v in ir.free_vars(e) if not v.is_param}
 
 
-def _strip_casts(e):
-    while isinstance(e, ir.Cast) and e.value.dtype == e.dtype:
-        e = e.value
-    return e
-
-
-def _unit_in(e, v) -> bool:
+def unit_stride_in(e, v) -> bool:
     """``e == v + (terms without v)``."""
     from polycomp.lowering.vectorize import affine_in
     a = affine_in(e, v)
@@ -126,30 +121,21 @@ def _strided_in(e, v) -> bool:
     return a is not None and isinstance(a[0], int) and a[0] >= 1
 
 
-def _operand(e):
-    """``(load, guarded)`` of a multiplicand: a load, or a padding ``select(c, load, 0)``."""
-    e = _strip_casts(e)
-    if isinstance(e, ir.Load):
-        return e, False
-    if isinstance(e, ir.Select) and isinstance(_strip_casts(e.t), ir.Load) and \
-            ir.is_const(e.f, 0.0):
-        return _strip_casts(e.t), True
-    return None, False
-
-
 def match_outer_product(statements) -> OuterProduct | None:
     """The outer-product structure of a reduction stage's (init, update), or None.
 
-    GEMM form (packed operands, tiled reduction): one reduce axis and ``Y[.., j]``.
-    Direct form (convolutions): several reduce axes and/or ``Y[.., j + r]`` possibly
-    under a padding ``select``; the operands are read in place.
+    The factors come from the shared matcher
+    (:func:`polycomp.scheduler.common.contraction.match_contraction`); on top of it the
+    CPU micro-kernel needs float32/float64 factors of the output's dtype read without
+    conversion, and an operand ``Y[.., j]`` whose last index follows the innermost
+    output dimension ``j``.  GEMM form (packed operands, tiled reduction): one reduce
+    axis and ``Y[.., j]``.  Direct form (convolutions): several reduce axes and/or
+    ``Y[.., j + r]`` possibly under a padding ``select``; the operands are read in place.
     """
     if len(statements) != 2 or statements[0].kind != "init" or statements[1].kind != "update":
         return None
     init, upd = statements
     stage = upd.stage
-    if stage.reduce_op != "sum" or not stage.reduce_axes:
-        return None
     dtype = upd.write.dtype
     if dtype not in ("float32", "float64"):
         return None
@@ -157,12 +143,10 @@ def match_outer_product(statements) -> OuterProduct | None:
     if not (isinstance(val, ir.Binary) and val.op == "+" and isinstance(val.a, ir.Load)
             and val.a.buffer is upd.write):
         return None
-    body = _strip_casts(val.b)
-    if not (isinstance(body, ir.Binary) and body.op == "*"):
+    c = match_contraction(stage)
+    if isinstance(c, str) or c.a.load.dtype != dtype or c.b.load.dtype != dtype:
         return None
-    (a, ga), (b, gb) = _operand(body.a), _operand(body.b)
-    if a is None or b is None or a.dtype != dtype or b.dtype != dtype:
-        return None
+    a, ga, b, gb = c.a.load, c.a.guard is not None, c.b.load, c.b.guard is not None
     spatial = list(stage.iters)
     if len(spatial) < 2:
         return None
@@ -281,20 +265,20 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions) -> Blocking:
 # --------------------------------------------------------------------------- tree
 
 
-def _dim_aff(space: isl.Space, pos: int) -> isl.Aff:
+def dim_aff(space: isl.Space, pos: int) -> isl.Aff:
     return isl.Aff.var_on_domain(isl.LocalSpace.from_space(space), isl.dim_type.set, pos)
 
 
-def _upa(aff) -> isl.UnionPwAff:
+def to_upa(aff) -> isl.UnionPwAff:
     pa = aff if isinstance(aff, isl.PwAff) else isl.PwAff.from_aff(aff)
     return isl.UnionPwAff.from_pw_aff(pa)
 
 
-def _floor_div(aff, n):
+def floor_div_aff(aff, n):
     return aff.scale_down_val(isl.Val.int_from_si(aff.get_ctx(), n)).floor()
 
 
-def _mod(aff, n):
+def mod_aff(aff, n):
     return aff.mod_val(isl.Val.int_from_si(aff.get_ctx(), n))
 
 
@@ -385,7 +369,7 @@ def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None, requests=None):
         return gemm_tree(op, b, op.update.domain.get_space(), epilogue,
                          [] if requests is None else requests)
     ispace = op.init.domain.get_space()
-    init_band = T.Band([_upa(_dim_aff(ispace, d)) for d in range(ispace.dim(isl.dim_type.set))],
+    init_band = T.Band([to_upa(dim_aff(ispace, d)) for d in range(ispace.dim(isl.dim_type.set))],
                        permutable=True, coincident=[True] * ispace.dim(isl.dim_type.set))
     sp = op.update.domain.get_space()
     init_f = isl.UnionSet.from_set(isl.Set.universe(ispace))
@@ -398,13 +382,13 @@ def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None, requests=None):
 def direct_tree(op: OuterProduct, b: Blocking, sp):
     """Convolution-like backbones: operands read in place, every reduce dimension inside
     the micro-kernel, parallel over the batch dimensions (output rows)."""
-    i, j = _dim_aff(sp, op.i), _dim_aff(sp, op.j)
-    batch = [_upa(_dim_aff(sp, t)) for t in op.batch]
-    tile = [_upa(_floor_div(i, b.MR)), _upa(_floor_div(j, b.NR))]
-    ii, jj = _upa(_mod(i, b.MR)), _upa(_mod(j, b.NR))
+    i, j = dim_aff(sp, op.i), dim_aff(sp, op.j)
+    batch = [to_upa(dim_aff(sp, t)) for t in op.batch]
+    tile = [to_upa(floor_div_aff(i, b.MR)), to_upa(floor_div_aff(j, b.NR))]
+    ii, jj = to_upa(mod_aff(i, b.MR)), to_upa(mod_aff(j, b.NR))
     iso = isolate_full_tiles(batch, tile, [ii, jj], (b.MR, b.NR), op.update.domain)
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
-    red = T.Band([_upa(_dim_aff(sp, t)) for t in op.k], point, permutable=True)
+    red = T.Band([to_upa(dim_aff(sp, t)) for t in op.k], point, permutable=True)
     regs = T.Band(tile, T.Mark("cpu_microkernel", red), permutable=True,
                   coincident=[True, True], options=iso)
     if not batch:
@@ -417,12 +401,12 @@ def _tile_affs(space: isl.Space, op: OuterProduct, b: Blocking, k: isl.Aff | Non
     """The schedule functions of the GEMM tree on one statement's space (``k``: its
     reduce dimension, a constant 0 for the init, None for an epilogue, whose ``kt`` the
     caller sets)."""
-    i, j = _dim_aff(space, op.i), _dim_aff(space, op.j)
-    return {"batch": [_dim_aff(space, t) for t in op.batch],
-            "it": _floor_div(i, b.MC), "jt": _floor_div(j, b.NC),
-            "kt": None if k is None else _floor_div(k, b.KC),
-            "ir": _floor_div(_mod(i, b.MC), b.MR), "jr": _floor_div(_mod(j, b.NC), b.NR),
-            "ii": _mod(i, b.MR), "jj": _mod(j, b.NR)}
+    i, j = dim_aff(space, op.i), dim_aff(space, op.j)
+    return {"batch": [dim_aff(space, t) for t in op.batch],
+            "it": floor_div_aff(i, b.MC), "jt": floor_div_aff(j, b.NC),
+            "kt": None if k is None else floor_div_aff(k, b.KC),
+            "ir": floor_div_aff(mod_aff(i, b.MC), b.MR), "jr": floor_div_aff(mod_aff(j, b.NC), b.NR),
+            "ii": mod_aff(i, b.MR), "jj": mod_aff(j, b.NR)}
 
 
 def _last_k_tile(op: OuterProduct, b: Blocking, space: isl.Space) -> isl.PwAff:
@@ -445,7 +429,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
     appended to ``requests`` (``state.pack_requests``), named by their marks."""
     ispace = op.init.domain.get_space()
     zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(ispace))
-    u = _tile_affs(sp, op, b, _dim_aff(sp, op.k[0]))
+    u = _tile_affs(sp, op, b, dim_aff(sp, op.k[0]))
     z = _tile_affs(ispace, op, b, zero)
     parts = [z]
     if epilogue is not None:
@@ -455,24 +439,24 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
         parts.append(e)
 
     stmts = [u] + parts         # one band member over the update, init (and epilogue)
-    batch = [T.union_members([_upa(q["batch"][d]) for q in stmts])
+    batch = [T.union_members([to_upa(q["batch"][d]) for q in stmts])
              for d in range(len(op.batch))]
-    it, jt, kt, ir_, jr = (T.union_members([_upa(q[n]) for q in stmts])
+    it, jt, kt, ir_, jr = (T.union_members([to_upa(q[n]) for q in stmts])
                            for n in ("it", "jt", "kt", "ir", "jr"))
-    kk = _upa(_mod(_dim_aff(sp, op.k[0]), b.KC))
-    ii, jj = _upa(u["ii"]), _upa(u["jj"])
-    upd_prefix = [_upa(a) for a in u["batch"]] + [_upa(u[n]) for n in ("it", "jt", "kt")]
-    iso = isolate_full_tiles(upd_prefix, [_upa(u["ir"]), _upa(u["jr"])], [ii, jj],
+    kk = to_upa(mod_aff(dim_aff(sp, op.k[0]), b.KC))
+    ii, jj = to_upa(u["ii"]), to_upa(u["jj"])
+    upd_prefix = [to_upa(a) for a in u["batch"]] + [to_upa(u[n]) for n in ("it", "jt", "kt")]
+    iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
                              (b.MR, b.NR), op.update.domain)
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
     micro = T.Mark("cpu_microkernel", T.Band([kk], point, permutable=True))
-    zero_tile = T.Band([_upa(z["ii"]), _upa(z["jj"])], permutable=True,
+    zero_tile = T.Band([to_upa(z["ii"]), to_upa(z["jj"])], permutable=True,
                        coincident=[True, True])
     steps = [T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), zero_tile),
              T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), micro)]
     if epilogue is not None:
         steps.append(T.Filter(isl.UnionSet.from_set(isl.Set.universe(espace)),
-                              T.Band([_upa(e["ii"]), _upa(e["jj"])], permutable=True,
+                              T.Band([to_upa(e["ii"]), to_upa(e["jj"])], permutable=True,
                                      coincident=[True, True])))
     body = T.Sequence(steps)
     regs = T.Band([ir_, jr], body, permutable=True, coincident=[True, True], options=iso)

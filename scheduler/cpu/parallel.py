@@ -22,8 +22,9 @@ import islpy as isl
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
+from polycomp.scheduler.common import marks
 
-MARK = "cpu_parallel"
+MARK = marks.CPU_PARALLEL
 
 
 def has_mark(tree, name: str) -> bool:

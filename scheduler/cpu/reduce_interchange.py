@@ -31,9 +31,10 @@ import islpy as isl
 from polycomp import ir
 
 from polycomp.scheduler.cpu import tree as T
-from polycomp.scheduler.cpu.backbone_tile import _dim_aff, _floor_div, _mod, _unit_in, _upa, _vars
+from polycomp.scheduler.cpu.backbone_tile import dim_aff, floor_div_aff, mod_aff, unit_stride_in, to_upa, _vars
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
+from polycomp.scheduler.common import marks
 
 TILE = 256
 
@@ -51,7 +52,7 @@ def qualifies(init, update) -> bool:
     j = stage.iters[-1]
     red = {a.var for a in stage.reduce_axes}
     loads = [ld for ld in _loads(update.value) if ld.buffer is not update.write and ld.indices]
-    if not any(_unit_in(ld.indices[-1], j) for ld in loads):
+    if not any(unit_stride_in(ld.indices[-1], j) for ld in loads):
         return False
     return not any(_vars(ld.indices[-1]) & red for ld in loads)
 
@@ -60,15 +61,15 @@ def interchanged(init, update):
     ispace, sp = init.domain.get_space(), update.domain.get_space()
     n_s = ispace.dim(isl.dim_type.set)
     n_all = sp.dim(isl.dim_type.set)
-    init_band = T.Band([_upa(_dim_aff(ispace, d)) for d in range(n_s)], permutable=True,
+    init_band = T.Band([to_upa(dim_aff(ispace, d)) for d in range(n_s)], permutable=True,
                        coincident=[True] * n_s)
-    j = _dim_aff(sp, n_s - 1)
-    outer = [_upa(_dim_aff(sp, d)) for d in range(n_s - 1)] + [_upa(_floor_div(j, TILE))]
-    point = T.Band([_upa(_mod(j, TILE))], permutable=True, coincident=[True])
-    red = T.Band([_upa(_dim_aff(sp, d)) for d in range(n_s, n_all)], point, permutable=True)
-    upd = T.Mark("cpu_parallel", T.Band(outer, red, permutable=True, coincident=[True] * n_s))
+    j = dim_aff(sp, n_s - 1)
+    outer = [to_upa(dim_aff(sp, d)) for d in range(n_s - 1)] + [to_upa(floor_div_aff(j, TILE))]
+    point = T.Band([to_upa(mod_aff(j, TILE))], permutable=True, coincident=[True])
+    red = T.Band([to_upa(dim_aff(sp, d)) for d in range(n_s, n_all)], point, permutable=True)
+    upd = T.Mark(marks.CPU_PARALLEL, T.Band(outer, red, permutable=True, coincident=[True] * n_s))
     return T.Sequence([T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)),
-                                T.Mark("cpu_parallel", init_band)),
+                                T.Mark(marks.CPU_PARALLEL, init_band)),
                        T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), upd)])
 
 

@@ -28,6 +28,7 @@ from polycomp.islutil import sets
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 from polycomp.scheduler.common.tree import band_coincidence
+from polycomp.scheduler.common import marks
 
 DEFAULT_BLOCK = {1: (256,), 2: (16, 16), 3: (4, 8, 8)}
 
@@ -55,9 +56,9 @@ class GpuBaselineMappingPass(Pass):
         return schedule
 
     def _map_stage(self, node, deps, ctx, k):
-        node = node.insert_mark(isl.Id(f"kernel:{k}")).child(0)
+        node = node.insert_mark(marks.make(marks.KERNEL, k)).child(0)
         if node.get_type() != isl.schedule_node_type.band:
-            return node.insert_mark(isl.Id("gpu_blocks:0"))
+            return node.insert_mark(marks.make(marks.GPU_BLOCKS, 0))
         coinc = band_coincidence(node, deps)
         n = 0
         while n < len(coinc) and coinc[n] and n < 3:
@@ -65,7 +66,7 @@ class GpuBaselineMappingPass(Pass):
         while n > 1 and not _rectangular(node, n):  # e.g. a triangular C loop nest
             n -= 1
         if n == 0:
-            return node.insert_mark(isl.Id("gpu_blocks:0"))
+            return node.insert_mark(marks.make(marks.GPU_BLOCKS, 0))
         if n < node.band_n_member():
             node = node.band_split(n)
         sizes = tuple(ctx.options.block or DEFAULT_BLOCK[n])[-n:]
@@ -79,8 +80,8 @@ class GpuBaselineMappingPass(Pass):
         node = node.band_tile(mv)  # tile band, child = point band
         node = _atomic(node).child(0)
         node = _atomic(node).parent()
-        node = node.insert_mark(isl.Id(f"gpu_blocks:{n}")).child(0)
-        node = node.child(0).insert_mark(isl.Id("gpu_threads:" + ",".join(map(str, sizes))))
+        node = node.insert_mark(marks.make(marks.GPU_BLOCKS, n)).child(0)
+        node = node.child(0).insert_mark(marks.make(marks.GPU_THREADS, ",".join(map(str, sizes))))
         return node
 
 

@@ -45,6 +45,7 @@ from polycomp.islutil import param_id
 from polycomp.scheduler.gpu.tile import find_first, is_marked
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
+from polycomp.scheduler.common import marks
 
 AXES = ("x", "y", "z")
 
@@ -129,12 +130,11 @@ class GpuMappingPass(Pass):
         cfgs = ctx.gpu.tile_configs
         n = len(launches)  # kernels mapped by earlier passes keep their numbers
         while True:
-            mark = find_first(schedule, lambda x: x.get_type() == isl.schedule_node_type.mark
-                              and x.mark_get_id().get_name().startswith("tile:block:")
-                              and not is_marked(x, "kernel:"))
+            mark = find_first(schedule, lambda x: marks.is_kind(x, marks.TILE_BLOCK)
+                              and not is_marked(x, marks.KERNEL))
             if mark is None:
                 break
-            k = int(mark.mark_get_id().get_name().rsplit(":", 1)[1])
+            k = int(marks.argument(mark, marks.TILE_BLOCK))
             cfg = cfgs.get(k)
             if cfg is None:
                 raise ScheduleError(f"tiled group {k} has no tile configuration")
@@ -186,7 +186,7 @@ class GpuMappingPass(Pass):
             txt = f"[{name}] -> {{ : 0 <= {name} < {cfg.threads[m]} }}"
             ctx_set = _intersect_params(ctx_set, isl.Set.read_from_str(ictx, txt))
         # kernel mark above the tile mark; the block filter right above the block band
-        node = mark.insert_mark(isl.Id(f"kernel:{n}")).child(0)   # tile:block mark
+        node = mark.insert_mark(marks.make(marks.KERNEL, n)).child(0)   # tile:block mark
         node = node.child(0)                                       # block band
         if blocks.filter is not None:
             node = node.insert_filter(blocks.filter)
@@ -195,7 +195,7 @@ class GpuMappingPass(Pass):
         # the band then iterates over the thread's own points only (strided loops)
         while tmembers:
             pt = find_first(schedule, lambda x: x.get_type() == isl.schedule_node_type.band
-                            and is_marked(x, "tile:point") and _in_kernel(x, n)
+                            and is_marked(x, marks.TILE_POINT) and _in_kernel(x, n)
                             and not _child_is_thread_filter(x, n))
             if pt is None:
                 break
@@ -208,7 +208,7 @@ class GpuMappingPass(Pass):
                 tf = f if tf is None else tf.intersect(f)
             schedule = pt.insert_filter(tf).get_schedule()
         launch = KernelLaunch(grid, tuple(block), tuple(bparams), tuple(tparams))
-        k = int(mark.mark_get_id().get_name().rsplit(":", 1)[1])
+        k = int(marks.argument(mark, marks.TILE_BLOCK))
         last = self._ctx.gpu.output_last.get(k)
         if last is not None:
             launch.full_tile = self._full_tile_condition(cfg, last, mapped, bparams)
@@ -229,7 +229,7 @@ class GpuMappingPass(Pass):
         for k in positions:
             root = schedule.get_root().child(0)
             node = root.child(k).child(0) if root.get_type() == isl.schedule_node_type.sequence else root
-            schedule = node.insert_mark(isl.Id(f"kernel:{n}")).get_schedule()
+            schedule = node.insert_mark(marks.make(marks.KERNEL, n)).get_schedule()
             one = isl.PwAff.read_from_str(ictx, "{ [(1)] }")
             launches[n] = KernelLaunch([one], (1, 1, 1), (), ())
             ctx.note(self.name, f"kernel {n}: a group without parallel output dimensions runs in "
@@ -248,8 +248,7 @@ def _contains_kernel(node) -> bool:
     found = []
 
     def fn(n):
-        if n.get_type() == isl.schedule_node_type.mark and \
-                n.mark_get_id().get_name().startswith("kernel:"):
+        if marks.is_kind(n, marks.KERNEL):
             found.append(1)
             return False
         return True
@@ -261,8 +260,7 @@ def _in_kernel(node, n) -> bool:
     x = node
     while x.has_parent():
         x = x.parent()
-        if x.get_type() == isl.schedule_node_type.mark and \
-                x.mark_get_id().get_name() == f"kernel:{n}":
+        if marks.kernel_number(x) == n:
             return True
     return False
 

@@ -30,9 +30,16 @@ Guarantees: a row is processed by exactly one warp, whose lanes cover every colu
 once; the butterfly makes the per-lane partial results (an associative, commutative
 ``+``/``max``/``min``) into the row's result in all lanes before any later statement of
 the row reads it, since the statements of a row keep their order; the shuffles are
-executed by all 32 lanes of the warp (they are not under a lane filter).  The
-summation order differs from the sequential one (a tree), as for any parallel
-reduction.
+executed by all 32 lanes of the warp (they are not under a lane filter, and every
+guard above them depends on the row, i.e. on ``bx`` and ``ty`` only).  The kernel is
+warp-synchronous: no element is read by two threads (a column belongs to one lane of
+one warp) and the lanes read consecutive columns, so it needs no shared memory and no
+barrier.  Its only bands lie below the warp filter, so the kernel offers no
+block-level promotion site and
+:class:`~polycomp.scheduler.promotion.shared.SharedPromotionPass` leaves it alone
+(for every row length: a constant one gives a bounded per-row footprint, which that
+pass used to promote as if it were the block's).  The summation order differs from
+the sequential one (a tree), as for any parallel reduction.
 """
 from __future__ import annotations
 

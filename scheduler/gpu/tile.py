@@ -40,6 +40,7 @@ from polycomp.errors import ResourceLimitError, ScheduleError
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 from polycomp.scheduler.common.tree import band_coincidence
+from polycomp.scheduler.common import marks
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def backbone_marks(schedule: isl.Schedule) -> list[str]:
 
     def fn(n):
         if n.get_type() == isl.schedule_node_type.mark and \
-                n.mark_get_id().get_name().startswith("backbone:"):
+                marks.is_kind(n, marks.BACKBONE):
             out.append(n.mark_get_id().get_name())
         return True
     schedule.get_root().foreach_descendant_top_down(fn)
@@ -134,7 +135,7 @@ def nth_backbone(schedule: isl.Schedule, k: int) -> isl.ScheduleNode:
         if len(found) > k:
             return
         if n.get_type() == isl.schedule_node_type.mark and \
-                n.mark_get_id().get_name().startswith("backbone:"):
+                marks.is_kind(n, marks.BACKBONE):
             found.append(n)
             return
         for c in range(n.n_children()):
@@ -153,7 +154,7 @@ def output_band(mark: isl.ScheduleNode) -> isl.ScheduleNode | None:
     if n.get_type() == isl.schedule_node_type.sequence:
         first = n.child(0).child(0)
         if not (first.get_type() == isl.schedule_node_type.mark and
-                first.mark_get_id().get_name() == "prologue"):
+                marks.name_of(first) == marks.PROLOGUE):
             return None
         n = n.child(n.n_children() - 1).child(0)
     return n if n.get_type() == isl.schedule_node_type.band else None
@@ -179,22 +180,17 @@ def find_first(schedule: isl.Schedule, pred) -> isl.ScheduleNode | None:
     return _find(schedule.get_root(), pred)
 
 
-def is_marked(node, prefix: str) -> bool:
-    """Is ``node``'s parent a mark whose name starts with ``prefix``?"""
-    if not node.has_parent():
-        return False
-    p = node.parent()
-    return p.get_type() == isl.schedule_node_type.mark and \
-        p.mark_get_id().get_name().startswith(prefix)
+def is_marked(node, kind: str) -> bool:
+    """Is ``node``'s parent a mark of ``kind`` (:mod:`~polycomp.scheduler.common.marks`)?"""
+    return node.has_parent() and marks.is_kind(node.parent(), kind)
 
 
-def under_mark(node, prefix: str) -> bool:
-    """Does ``node`` have an ancestor mark whose name starts with ``prefix``?"""
+def under_mark(node, kind: str) -> bool:
+    """Does ``node`` have an ancestor mark of ``kind``?"""
     n = node
     while n.has_parent():
         n = n.parent()
-        if n.get_type() == isl.schedule_node_type.mark and \
-                n.mark_get_id().get_name().startswith(prefix):
+        if marks.is_kind(n, kind):
             return True
     return False
 
@@ -234,7 +230,7 @@ class GpuTilingPass(Pass):
             point = node.child(0)
             for m, c in enumerate(coinc):
                 point = point.band_member_set_coincident(m, int(c))
-            node = point.parent().insert_mark(isl.Id(f"tile:block:{k}")).child(0)
+            node = point.parent().insert_mark(marks.make(marks.TILE_BLOCK, k)).child(0)
             # 2. sink the point band into every statement child of the group
             point = node.child(0)
             if point.child(0).get_type() != isl.schedule_node_type.leaf:
@@ -247,20 +243,20 @@ class GpuTilingPass(Pass):
         # 3. mark the point bands (bands directly above a leaf inside a tiled group)
         while True:
             n = find_first(schedule, lambda n: _is_band(n) and _child_is_leaf(n)
-                           and not is_marked(n, "tile:") and under_mark(n, "tile:block"))
+                           and not is_marked(n, marks.TILE) and under_mark(n, marks.TILE_BLOCK))
             if n is None:
                 break
-            schedule = n.insert_mark(isl.Id("tile:point")).get_schedule()
+            schedule = n.insert_mark(marks.make(marks.TILE_POINT)).get_schedule()
         # 4. K tiles: a reduce band directly above a point mark
         while True:
-            n = find_first(schedule, lambda n: _is_band(n) and not is_marked(n, "tile:")
+            n = find_first(schedule, lambda n: _is_band(n) and not is_marked(n, marks.TILE)
                            and n.child(0).get_type() == isl.schedule_node_type.mark
-                           and n.child(0).mark_get_id().get_name() == "tile:point"
+                           and marks.name_of(n.child(0)) == marks.TILE_POINT
                            and not _under_reduce_tile(n)
-                           and reduce_tiles.get(_group_of(n), 0) > 0)
+                           and reduce_tiles.get(tile_group_of(n), 0) > 0)
             if n is None:
                 break
-            schedule = self._tile_reduce(n, reduce_tiles[_group_of(n)]).get_schedule()
+            schedule = self._tile_reduce(n, reduce_tiles[tile_group_of(n)]).get_schedule()
         return schedule
 
     def _tile_reduce(self, red, kt):
@@ -276,21 +272,19 @@ class GpuTilingPass(Pass):
         mark = red.delete()                          # the tile:point mark
         mark = mark.insert_partial_schedule(intra)   # intra-tile band above the mark
         band = mark.insert_partial_schedule(ktile)   # K-tile band above that
-        return band.insert_mark(isl.Id("tile:reduce"))
+        return band.insert_mark(marks.make(marks.TILE_REDUCE))
 
 
 def _under_reduce_tile(band) -> bool:
     """Is ``band`` the intra-tile band of an already tiled reduction?"""
     p = band.parent()
-    return p.get_type() == isl.schedule_node_type.band and is_marked(p, "tile:reduce")
+    return p.get_type() == isl.schedule_node_type.band and is_marked(p, marks.TILE_REDUCE)
 
 
-def _group_of(node) -> int:
+def tile_group_of(node) -> int:
     n = node
     while n.has_parent():
         n = n.parent()
-        if n.get_type() == isl.schedule_node_type.mark:
-            name = n.mark_get_id().get_name()
-            if name.startswith("tile:block:"):
-                return int(name.rsplit(":", 1)[1])
+        if marks.is_kind(n, marks.TILE_BLOCK):
+            return int(marks.argument(n, marks.TILE_BLOCK))
     return -1

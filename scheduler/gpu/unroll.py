@@ -28,13 +28,14 @@ import islpy as isl
 from polycomp.scheduler.gpu.tile import find_first, is_marked
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
+from polycomp.scheduler.common import marks
 
 
 def _trip_bound(band, configs) -> int | None:
     """Iterations of a point band per thread: prod ceil(T_m / P_m) of its group's tile
     configuration (isl cannot take the domain of nodes below extension nodes)."""
-    from polycomp.scheduler.gpu.tile import _group_of
-    cfg = configs.get(_group_of(band))
+    from polycomp.scheduler.gpu.tile import tile_group_of
+    cfg = configs.get(tile_group_of(band))
     if cfg is None or len(cfg.block) != band.band_n_member():
         return None
     trips = 1
@@ -47,9 +48,8 @@ def _kernel_of(band) -> int | None:
     x = band
     while x.has_parent():
         x = x.parent()
-        if x.get_type() == isl.schedule_node_type.mark and \
-                x.mark_get_id().get_name().startswith("kernel:"):
-            return int(x.mark_get_id().get_name().split(":")[1])
+        if marks.is_kind(x, marks.KERNEL):
+            return marks.kernel_number(x)
     return None
 
 
@@ -64,9 +64,8 @@ def _full_tile(band, ctx):
     x = band
     while x.has_parent():
         x = x.parent()
-        if x.get_type() == isl.schedule_node_type.mark and \
-                x.mark_get_id().get_name().startswith("kernel:"):
-            launch = ctx.gpu.launches.get(int(x.mark_get_id().get_name().split(":")[1]))
+        if marks.is_kind(x, marks.KERNEL):
+            launch = ctx.gpu.launches.get(marks.kernel_number(x))
             return getattr(launch, "full_tile", None)
     return None
 
@@ -138,4 +137,4 @@ def _key(band) -> tuple:
 
 def _is_point(band) -> bool:
     p = band.parent()
-    return p.get_type() == isl.schedule_node_type.filter and is_marked(p, "tile:point")
+    return p.get_type() == isl.schedule_node_type.filter and is_marked(p, marks.TILE_POINT)

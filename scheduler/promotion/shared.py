@@ -3,7 +3,15 @@
 Assumes: the tree of :class:`~polycomp.scheduler.gpu.map.GpuMappingPass`: kernels
 ``kernel:<n>`` with launch information in ``ctx.gpu.launches``; a promotion
 *site* is the child of a ``tile:reduce`` band (one tile of the reduction loop) or,
-in kernels without one, the child of the block band.
+in kernels without one, the child of the block band.  A site must be *block-level*:
+the statement instances that reach it do not depend on the thread ids (no thread
+filter above it), since its shared buffer, copy and barriers belong to the whole
+block.  A site below a thread filter is refused ("below the kernel's thread
+mapping"): the first band of a row-reduction kernel
+(:class:`~polycomp.scheduler.gpu.rowreduce.RowReductionMappingPass`) is one warp's
+row, so a box there would be one warp's footprint in a block-wide buffer, copied by
+the threads the block-wide copy filter picks and followed by a barrier under the
+per-row guard.
 
 For each array that is only read by the statements below a site (arrays written in
 the kernel are left to register promotion), all its references there form one group
@@ -55,7 +63,8 @@ from polycomp.scheduler.promotion.record import CopyStmt, Promotion
 from polycomp.scheduler.promotion.reference import ReferenceGroup, read_only_groups
 from polycomp.scheduler.promotion.sites import (drop_statements, inside_loop, is_kernel, kernel_node,
                                                 kernel_of, node_at, original_site, paths,
-                                                root_of, shared_sites, statements_below)
+                                                root_of, shared_sites, statements_below,
+                                                thread_dependent)
 from polycomp.scheduler.gpu.map import KernelLaunch, thread_param
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
@@ -107,8 +116,13 @@ class SharedPromotionPass(Pass):
         names = NameAllocator()
         for path in reversed(shared_sites(schedule)):  # reversed: grafts keep earlier paths valid
             site = _site_at(schedule, path, ctx)
-            if site is not None:
-                schedule = self._promote_site(schedule, site, ctx, budget, names)
+            if site is None:
+                continue
+            if thread_dependent(node_at(schedule, path), site.kernel):
+                ctx.note(self.name, f"kernel {site.kernel}: no shared promotion: the site lies "
+                                    f"below the kernel's thread mapping (not one per block)")
+                continue
+            schedule = self._promote_site(schedule, site, ctx, budget, names)
         return schedule
 
     # ------------------------------------------------------------------ one site

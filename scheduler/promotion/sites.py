@@ -11,6 +11,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp.islutil import sets
+from polycomp.scheduler.gpu.map import thread_param
 from polycomp.scheduler.gpu.tile import is_marked
 
 
@@ -74,6 +75,25 @@ def shared_sites(schedule: isl.Schedule) -> list[tuple[int, ...]]:
         if bands:
             out.append(kpath + bands[0] + (0,))
     return out
+
+
+def thread_dependent(site, kernel: int) -> bool:
+    """Do the statement instances that reach ``site`` depend on the thread ids (a thread
+    filter above it, e.g. a row reduction's ``floor(i / RB) = bx and i mod RB = ty``)?
+
+    A shared buffer, its copy and its barriers belong to the whole block: every thread
+    must see the same prefix points at the site, i.e. the site's domain must not
+    constrain ``tx/ty/tz<kernel>``.  Below a thread filter the footprint of one prefix
+    point is one thread group's (one warp's row), the block-wide copy filter would
+    leave it to the threads of one group and the barrier would sit under that group's
+    guard."""
+    names = [thread_param(a, kernel) for a in range(3)]
+    for s in sets(site.get_domain()):
+        for name in names:
+            pos = s.find_dim_by_name(isl.dim_type.param, name)
+            if pos >= 0 and s.involves_dims(isl.dim_type.param, pos, 1):
+                return True
+    return False
 
 
 def inside_loop(site) -> bool:
