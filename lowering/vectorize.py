@@ -39,9 +39,10 @@ are reassociated (sums are added in a different order than the scalar loop).  A
 parallel loop stays parallel over vector iterations; its tail runs after it.
 
 Vector IR conventions (what :mod:`polycomp.hw.cpu.vector_printer` prints): a vector
-load/store has ``lanes = L`` and index ``Ramp(base, stride, L)`` (stride 1 for stores); ``Broadcast`` splats a
-scalar; ``Call("vlane_range", (lo, hi, L))`` is the mask of lanes ``lo <= l < hi``;
-comparisons of vectors are masks; ``Call("vreduce_add"|..., (vector,))`` is a scalar.
+load/store has ``lanes = L`` and index ``Ramp(base, stride, L)`` (stride 1 for stores);
+``Broadcast`` splats a scalar; ``Call("vlane_range", (lo, hi, L))`` is the mask of lanes
+``lo <= l < hi``; comparisons of vectors are masks; ``Call("vreduce_add"|..., (vector,))``
+is a scalar.
 """
 from __future__ import annotations
 
@@ -54,8 +55,20 @@ from polycomp import ir
 
 from .simplify import simplify
 from .vectorize_analysis import (  # noqa: F401  (re-exported for the CPU passes)
-    REDUCE_OPS, VECTOR_DTYPES, VECTOR_MATH, Unvectorizable, _Analysis, _CMP, _Plan, _Refuse,
-    affine_in, has_loop, identity, index_coeff, uses)
+    _CMP,
+    REDUCE_OPS,
+    VECTOR_DTYPES,
+    VECTOR_MATH,
+    Unvectorizable,
+    _Analysis,
+    _Plan,
+    _Refuse,
+    affine_in,
+    has_loop,
+    identity,
+    index_coeff,
+    uses,
+)
 
 # --------------------------------------------------------------------------- widening
 

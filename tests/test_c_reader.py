@@ -1,7 +1,6 @@
 """The C SCoP front end: reading classic affine kernels, their isl model (golden
 domains, dependences and schedule trees), end-to-end runs through the C backend and the
 interpreter against numpy, the CUDA path (interpreted + nvcc), and the error paths."""
-import os
 import subprocess
 
 import islpy as isl
@@ -11,13 +10,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from polycomp.driver import build, compile_kernel, interpret
+from polycomp.errors import (
+    DTypeError,
+    NonAffineIndexError,
+    PolycompError,
+    ShapeMismatchError,
+    UnknownSymbolError,
+    UnsupportedConstructError,
+)
+from polycomp.frontend.c_reader import (
+    CKernel,
+    CParseError,
+    load_c_kernel,
+    load_c_kernels,
+    read_c_kernel,
+    read_c_kernels,
+)
 from polycomp.hw.target import get_target
 from polycomp.lowering.interpreter import run_func
-from polycomp.errors import (DTypeError, NonAffineIndexError, PolycompError,
-                             ShapeMismatchError, UnknownSymbolError,
-                             UnsupportedConstructError)
-from polycomp.frontend.c_reader import (CKernel, CParseError, load_c_kernel, load_c_kernels,
-                                        read_c_kernel, read_c_kernels)
 from polycomp.scheduler.common.program_order import ProgramOrderPass
 from polycomp.scheduler.common.tree import tree_str
 from polycomp.state import CompileState

@@ -17,10 +17,9 @@ from polycomp.driver import build, compile_kernel, interpret
 from polycomp.frontend import ops
 from polycomp.hw.cpu.build import CFunction, build_shared
 from polycomp.hw.cpu.codegen import C_HEADER
-from polycomp.hw.cpu.simd_build import (build_simde, disassemble, has_native_avx512,
-                                        simde_available)
-from polycomp.hw.cpu.vector_prelude import prelude
+from polycomp.hw.cpu.simd_build import build_simde, disassemble, has_native_avx512, simde_available
 from polycomp.hw.cpu.target import cpu_flags
+from polycomp.hw.cpu.vector_prelude import prelude
 
 N, M, K = pc.sym("N M K")
 HAS_AVX2 = {"avx2", "fma"} <= cpu_flags()
@@ -133,7 +132,8 @@ def test_matmul_micro_kernel_structure():
         mk = re.search(r"(acc\d+)_v0 = _mm\d+_fmadd_ps\((mk\d+)_x0, \2_y0, \1_v0\)", src)
         assert mk is not None, target
         acc, pre = mk.group(1), mk.group(2)
-        fmas = re.findall(rf"{acc}_v\d+ = _mm\d+_fmadd_ps\({pre}_x\d+, {pre}_y\d+, {acc}_v\d+\);", src)
+        fmas = re.findall(rf"{acc}_v\d+ = _mm\d+_fmadd_ps\({pre}_x\d+, {pre}_y\d+, "
+                          rf"{acc}_v\d+\);", src)
         assert len(fmas) == mr * ni, target
         ys = re.findall(rf"const {vec} {pre}_y\d+ = _mm\d+_loadu_ps\(\(B_pk", src)
         xs = re.findall(rf"const {vec} {pre}_x\d+ = _mm\d+_set1_ps\(A_pk", src)
@@ -155,7 +155,8 @@ def test_fused_softmax_is_one_parallel_loop_with_row_buffers():
     body = src[src.index("void softmax("):]
     assert body.count("#pragma omp") == 2          # parallel region + its for
     # the exponentials are one row (M floats) per thread, the row max/sum scalars
-    assert re.search(r"softmax_exp = \(float\*\)aligned_alloc\(64, \(\(sizeof\(float\) \* \(size_t\)\(M\)", body)
+    assert re.search(r"softmax_exp = \(float\*\)aligned_alloc\(64, "
+                     r"\(\(sizeof\(float\) \* \(size_t\)\(M\)", body)
     assert "float softmax_max[1]" in body and "float softmax_sum[1]" in body
 
 
@@ -291,7 +292,7 @@ def test_degenerate_parallel_band_does_not_parallelise_a_reduction():
     for target in ("cpu-avx2", "cpu-avx512"):
         ck = compile_kernel(k, target)
         bad = []
-        ir.walk(ck.final_ir.body, lambda n: bad.append(n) if isinstance(n, ir.For)
+        ir.walk(ck.final_ir.body, lambda n, bad=bad: bad.append(n) if isinstance(n, ir.For)
                 and n.kind == "parallel" and not n.annotation("coincident", False) else None)
         assert not bad, target
 
@@ -353,7 +354,8 @@ def test_matmul_epilogue_runs_on_each_register_tile():
                inputs={"A": pc.Tensor[(61, 80), "float32"], "B": pc.Tensor[(80, 131), "float32"],
                        "b": pc.Tensor[(131,), "float32"]})
     rng = np.random.default_rng(5)
-    A, B = rng.standard_normal((61, 80)).astype(np.float32), rng.standard_normal((80, 131)).astype(np.float32)
+    A = rng.standard_normal((61, 80)).astype(np.float32)
+    B = rng.standard_normal((80, 131)).astype(np.float32)
     b = rng.standard_normal(131).astype(np.float32)
     ref = np.maximum(A.astype(np.float64) @ B + b, 0)
     pragmas = {}

@@ -29,8 +29,6 @@ from polycomp.hw.cpu.build import CFunction, build_shared
 from polycomp.hw.cpu.simd_build import build_simde, has_native_avx512, simde_available
 from polycomp.hw.cpu.target import cpu_flags
 
-from ops_helpers import check_close, extent, runner
-
 HAS_AVX2 = {"avx2", "fma"} <= cpu_flags()
 AVX2_CASES = [(n, d) for n, s in OPS.items() for d in s.dtypes
               if d in ("float32", "float64")] if HAS_AVX2 else []

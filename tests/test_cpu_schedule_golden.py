@@ -14,13 +14,13 @@ import pytest
 
 import polycomp as pc
 from polycomp.hw.target import get_target
+from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu.backbone_tile import CpuBackboneTilePass
 from polycomp.scheduler.cpu.fuse import CpuFusePass
-from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
 from polycomp.scheduler.cpu.parallel import CpuParallelPass
 from polycomp.scheduler.cpu.reduce_interchange import CpuReduceInterchangePass
+from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
 from polycomp.state import CompileState
-from polycomp.scheduler.common.tree import violated_dependences
 
 N, M, K = pc.sym("N M K")
 
@@ -36,7 +36,8 @@ def softmax(x: pc.Tensor[(N, M), "float32"]):
 @pc.tensor_expr
 def bias_gelu(x: pc.Tensor[(N, M), "float32"], b: pc.Tensor[(M,), "float32"]):
     t = pc.compute((N, M), lambda i, j: x[i, j] + b[j], name="t")
-    return pc.compute((N, M), lambda i, j: 0.5 * t[i, j] * (1.0 + pc.erf(t[i, j] * 0.7071067811865476)), name="y")
+    return pc.compute((N, M), lambda i, j:
+                      0.5 * t[i, j] * (1.0 + pc.erf(t[i, j] * 0.7071067811865476)), name="y")
 
 @pc.tensor_expr
 def colmax_then_scale(x: pc.Tensor[(N, M), "float32"]):

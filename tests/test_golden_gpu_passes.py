@@ -12,13 +12,12 @@ diff of tests/golden/.
 """
 import islpy as isl
 import pytest
+from gpu_kernels import add_row, conv_pad, matmul_bias_relu, row_softmax
 
 from polycomp.driver import schedule_passes
 from polycomp.hw.target import get_target
 from polycomp.islutil import context
 from polycomp.state import CompileState
-
-from gpu_kernels import add_row, conv_pad, matmul_bias_relu, row_softmax
 
 KERNELS = {"matmul_bias_relu": matmul_bias_relu, "add_row": add_row, "row_softmax": row_softmax,
            "conv_pad": conv_pad}

@@ -19,16 +19,16 @@ import pytest
 
 import polycomp as pc
 from polycomp import islutil
-from polycomp.islutil import sets
 from polycomp.errors import IllegalScheduleError
 from polycomp.hw.target import get_target
+from polycomp.islutil import sets
 from polycomp.pass_manager import PassManager
 from polycomp.scheduler import Pass
-from polycomp.state import CompileState
-from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
 from polycomp.scheduler.common.isl_scheduler import IslSchedulerPass
 from polycomp.scheduler.common.program_order import ProgramOrderPass
 from polycomp.scheduler.common.tree import is_legal, tree_str
+from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
+from polycomp.state import CompileState
 
 N, M, K = pc.sym("N M K")
 GOLDEN_DIR = Path(__file__).parent / "golden" / "test_golden_schedules"

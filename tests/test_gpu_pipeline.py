@@ -10,8 +10,6 @@ from polycomp import ir
 from polycomp.driver import compile_kernel
 from polycomp.hw.cuda.simulator import simulate
 
-from gpu_kernels import conv_pad, matmul_bias_relu, row_softmax
-
 
 def _conv_ref(X, Wt):
     Xp = np.pad(X.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
@@ -25,7 +23,8 @@ def _conv_ref(X, Wt):
 
 def _stored_buffers(func) -> set:
     names = set()
-    ir.walk(func.body, lambda n: names.add(n.buffer.name) if isinstance(n, (ir.Store, ir.Allocate)) else None)
+    ir.walk(func.body, lambda n: names.add(n.buffer.name)
+            if isinstance(n, (ir.Store, ir.Allocate)) else None)
     return names
 
 

@@ -19,8 +19,6 @@ from hypothesis import strategies as st
 
 from polycomp.frontend.ops import OPS
 
-from ops_helpers import check_close, extent, runner
-
 CASES = [(name, dtype) for name, spec in OPS.items() for dtype in spec.dtypes]
 
 def _draw_case(spec, dtype, data, cap=None):

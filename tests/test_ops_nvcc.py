@@ -12,8 +12,6 @@ import pytest
 
 from polycomp.frontend.ops import OPS
 
-from ops_helpers import compiled
-
 EXTRA = [("matmul", "float16"), ("matmul", "int8"), ("matmul", "float64"),
          ("conv2d_s2_p1", "float16"), ("softmax", "float16"), ("layernorm", "bfloat16"),
          ("reduce_sum_1", "int8"), ("mlp_gelu", "float16")]
@@ -75,6 +73,7 @@ def test_ptxas_parser_reads_shared_memory_and_spills():
     log = ("ptxas info    : Compiling entry function 'k0' for 'sm_80'\n"
            "ptxas info    : Function properties for k0\n"
            "    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
-           "ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 400 bytes cmem[0]\n")
+           "ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, "
+           "400 bytes cmem[0]\n")
     assert ptxas_resources(log) == {"k0": {"registers": 40, "smem": 2048, "spill_stores": 4,
                                            "spill_loads": 12}}

@@ -30,8 +30,15 @@ from collections.abc import Iterator
 
 from polycomp import ir
 from polycomp.lowering.simplify import simplify
-from polycomp.lowering.vectorize import (Unvectorizable, Widen, analyse, index_coeff, lane_range,
-                                         uses)
+from polycomp.lowering.vectorize import (
+    Unvectorizable,
+    Widen,
+    analyse,
+    index_coeff,
+    lane_range,
+    uses,
+)
+
 
 def _match(body):
     """``(k_loops, ii_loop, jj_loop, store, rest)`` of a full register tile, or None."""
@@ -118,7 +125,8 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int]):
         for u in range(NV):
             loads.append(ir.Store(acc, (slot(i, u),),
                                   masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)), L))
-            store = ir.Store(st.buffer, (cref(i, u),), ir.Load(acc, (slot(i, u),), D, L), L)
+            store: ir.Stmt = ir.Store(st.buffer, (cref(i, u),),
+                                      ir.Load(acc, (slot(i, u),), D, L), L)
             if u == NV - 1 and last < L:
                 store = ir.AttrStmt("vector_mask", (ir.IntImm(last), L), store)
             stores.append(store)
