@@ -8,7 +8,8 @@ compiles of one kernel give different C or CUDA text and the gcc/nvcc caches mis
 
 For each target, a set of op-library kernels is compiled twice in this process (all of
 them once, then all again, so a counter shared between kernels would show) and once in
-a fresh interpreter with another hash seed; the three sources must be byte-identical.
+a fresh interpreter with another hash seed, in the reverse order (so that nothing
+compiled before can leak into a name); the three sources must be byte-identical.
 The subprocess runs while this process compiles, to keep the test short.
 """
 import hashlib
@@ -83,7 +84,7 @@ class _FreshProcess:
 @pytest.fixture(scope="module")
 def fresh_process():
     """Digests of every (target, op, dtype) of this module compiled in a fresh process."""
-    fresh = _FreshProcess([(t, op, dt) for t in TARGETS for op, dt in CASES])
+    fresh = _FreshProcess([(t, op, dt) for t in reversed(TARGETS) for op, dt in reversed(CASES)])
     yield fresh
     fresh.close()
 
