@@ -486,6 +486,7 @@ def test_cuda_pipelines_simulated(name, options):
 # --------------------------------------------------------------------------- CUDA
 
 
+@pytest.mark.nvcc
 @pytest.mark.parametrize("gpu", ["default", "baseline"])
 def test_gemm_cuda_interpreted_and_nvcc(tmp_path, gpu):
     opts = {"gpu": "baseline"} if gpu == "baseline" else {}
@@ -499,6 +500,7 @@ def test_gemm_cuda_interpreted_and_nvcc(tmp_path, gpu):
     _nvcc(tmp_path, ck.source)
 
 
+@pytest.mark.nvcc
 def test_math_and_reverse_loops_cuda_interpreted_and_nvcc(tmp_path):
     ck = compile_kernel(kernel(MISC), "cuda", debug=True)
     rng = np.random.default_rng(4)
@@ -694,6 +696,7 @@ def random_scop(draw):
             + "\n".join(lines) + "\n}\n")
 
 
+@pytest.mark.slow
 @given(src=random_scop(), n=st.sampled_from([1, 2, 3, 5, 7]), m=st.sampled_from([1, 2, 4, 5]),
        seed=st.integers(0, 2**16))
 def test_random_scops_agree_with_gcc(tmp_path_factory, src, n, m, seed):
@@ -751,6 +754,7 @@ void tri(int N, const float L[N][N], float R[N][N]) {
 """
 
 
+@pytest.mark.nvcc
 def test_triangular_nest_baseline_cuda_maps_outer_member_only(tmp_path):
     # the (i, j) range is not a box: a CUDA grid cannot depend on the block index, so
     # only i is mapped (j stays a loop inside each thread)

@@ -141,6 +141,7 @@ def test_matmul_micro_kernel_structure():
         assert "#pragma omp parallel" in src and "schedule(static)" in src
 
 
+@pytest.mark.slow
 def test_packing_is_interpretable():
     """The IR after packing (what the interpreter runs) computes the product."""
     ck = compile_kernel(matmul, "cpu-avx512")
@@ -262,6 +263,7 @@ def test_lane_range_selects(path, n, m, seed):
     np.testing.assert_allclose(g(x), ref2, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", _paths())
 @settings(max_examples=8)
 @given(n=st.integers(1, 4), m=st.sampled_from([1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100]),
@@ -326,6 +328,7 @@ def test_row_loops_prefetch_the_next_row_in_their_busiest_loop():
     assert "__builtin_prefetch" not in _source(matmul, "cpu-avx512")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", _paths())
 @settings(max_examples=6, deadline=None)
 @given(n=st.integers(1, 5), m=st.sampled_from([1, 7, 16, 33, 100, 257, 1000]),
@@ -345,6 +348,7 @@ def test_prefetching_row_kernels_match_numpy(path, n, m, seed):
                                ops.OPS["layernorm"].reference(x, g, b), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_matmul_epilogue_runs_on_each_register_tile():
     """relu(A @ B + b): the epilogue joins the product's parallel region (one
     ``omp parallel`` + ``omp for`` pair instead of a second parallel loop over C) and the
@@ -369,6 +373,7 @@ def test_matmul_epilogue_runs_on_each_register_tile():
     assert pragmas[True] == 2 and pragmas[False] == 3
 
 
+@pytest.mark.slow
 def test_epilogue_limits_and_a_shared_product_buffer():
     """An epilogue that reads an operand of the product (a residual ``A + A @ B``) stays
     a stage of its own (its reads would widen the packed blocks), and with the epilogue

@@ -3,6 +3,8 @@ simulated numerics against numpy, promotion decisions, prologue fusion, and nvcc
 import subprocess
 
 import numpy as np
+import pytest
+from gpu_kernels import conv_pad, matmul_bias_relu, row_softmax
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,6 +83,7 @@ def test_matmul_promotions_and_registers():
     assert "C" not in stored and "D" not in stored, "fused temporaries reached global memory"
 
 
+@pytest.mark.nvcc
 def test_tiled_cu_compiles_without_local_memory(tmp_path):
     ck = _compiled(matmul_bias_relu)
     cu = tmp_path / "k.cu"

@@ -9,6 +9,7 @@ import re
 import subprocess
 
 import pytest
+from ops_helpers import compiled, op_params
 
 from polycomp.frontend.ops import OPS
 
@@ -45,7 +46,8 @@ def ptxas_resources(log: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize("name,dtype", CASES, ids=[f"{n}-{d}" for n, d in CASES])
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name,dtype", op_params(CASES))
 def test_op_cuda_compiles_for_sm80(name, dtype, tmp_path, record_property):
     ck = compiled(name, dtype, "cuda")
     kernels = re.findall(r"__global__ void(?: __launch_bounds__\(\d+\))? (\w+)\(", ck.source)

@@ -115,6 +115,7 @@ def test_transpose_without_barrier_races():
     assert "shared-race" in str(rep)
 
 
+@pytest.mark.nvcc
 def test_transpose_compiles_with_nvcc(tmp_path):
     src = nvcc_compiles(transpose(), tmp_path)
     assert "__syncthreads();" in src and "__shared__" in src
@@ -236,6 +237,7 @@ def test_shfl_xor_butterfly_allreduce():
     assert rep.ok
 
 
+@pytest.mark.nvcc
 def test_warp_shuffles_compile_with_nvcc(tmp_path):
     src = nvcc_compiles(warp_reduce("down"), tmp_path)
     assert "__shfl_down_sync(" in src
@@ -443,6 +445,7 @@ def test_tiled_matmul_with_shared_tiles(n, k, m):
     assert rep.barriers == 2 * kt * (-(-n // 16)) * (-(-m // 16))
 
 
+@pytest.mark.nvcc
 def test_tiled_matmul_256_and_nvcc(tmp_path):
     rng = np.random.default_rng(0)
     A = rng.standard_normal((256, 64)).astype(np.float32)
