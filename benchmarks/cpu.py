@@ -51,7 +51,7 @@ def _timeit(fns, repeat: int, min_time: float = 0.1):
     the code costs when no other process takes a core mid-call (on a shared machine a
     2-thread region that loses a core waits a whole scheduler tick, for polycomp and
     OpenBLAS alike); the median shows how each side fares with the interference."""
-    samples = [[] for _ in fns]
+    samples: list[list[float]] = [[] for _ in fns]
     for f in fns:
         f()
     for _ in range(repeat):
@@ -113,6 +113,7 @@ class Suite:
 
 def bench_sgemm(s: Suite):
     import numpy as np
+
     from polycomp.frontend import ops
     sizes = (512, 1024) if s.quick else (512, 1024, 2048)
     rng = np.random.default_rng(0)
@@ -136,6 +137,7 @@ def bench_matmul_bias_relu(s: Suite):
     each register tile of the product; numpy makes a pass over the product for the bias
     and another for the relu."""
     import numpy as np
+
     from polycomp.frontend import ops
     n = 1024
     rng = np.random.default_rng(2)
@@ -160,6 +162,7 @@ def bench_matmul_bias_relu(s: Suite):
 
 def bench_batch_matmul(s: Suite):
     import numpy as np
+
     from polycomp.frontend import ops
     shapes = [(16, 256, 256, 256)] if s.quick else [(16, 256, 256, 256), (64, 128, 64, 128),
                                                    (8, 512, 64, 512)]
@@ -262,6 +265,7 @@ def bench_memory_bound(s: Suite, copy_bw: float):
     copy bandwidth it reaches (``of_copy_bw``) and of the large STREAM copy
     (``of_stream_copy``)."""
     import numpy as np
+
     from polycomp.frontend import ops
     shapes = [(4096, 1024), (64, 30000)]
     rng = np.random.default_rng(3)
@@ -298,6 +302,7 @@ def bench_stream(s: Suite, nbytes: int) -> float:
     """STREAM copy and triad with polycomp kernels (parallel, vectorised) and numpy; returns
     the copy bandwidth (GB/s, bytes read + written) of polycomp's copy."""
     import numpy as np
+
     import polycomp as pc
     n = nbytes // 4
     copy = _kernel(lambda a: pc.compute((n,), lambda i: a[i], name="c"), "stream_copy",

@@ -97,7 +97,7 @@ def run(sizes, repeat) -> dict:
         if cupy is not None:
             ca, cb = cupy.asarray(a), cupy.asarray(b)
 
-            def cublas():
+            def cublas(ca=ca, cb=cb):
                 cupy.matmul(ca, cb)
             cublas()
             cupy.cuda.Device().synchronize()

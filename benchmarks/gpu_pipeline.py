@@ -86,7 +86,8 @@ def run(size: int, report_size: int) -> dict:
         }
         if label == "tiled":
             entry["footprint_bytes_per_flop_at_size"] = _footprint_bytes_per_flop(ck, size)
-            entry["footprint_bytes_per_flop_at_report_size"] = _footprint_bytes_per_flop(ck, report_size)
+            entry["footprint_bytes_per_flop_at_report_size"] = _footprint_bytes_per_flop(
+                ck, report_size)
         else:
             # untiled: every read of the update statement (A, B and the accumulator C)
             # goes to global memory once per multiply-add
@@ -94,30 +95,36 @@ def run(size: int, report_size: int) -> dict:
             entry["footprint_bytes_per_flop_at_report_size"] = len(upd.reads) * 4 / 2.0
         out["kernels"][label] = entry
     t, b = out["kernels"]["tiled"], out["kernels"]["baseline"]
-    out["global_traffic_reduction_simulated"] = b["simulated_bytes_loaded_per_flop"] / t["simulated_bytes_loaded_per_flop"]
-    out["global_traffic_reduction_footprint"] = b["footprint_bytes_per_flop_at_report_size"] / t["footprint_bytes_per_flop_at_report_size"]
+    sim, fp = "simulated_bytes_loaded_per_flop", "footprint_bytes_per_flop_at_report_size"
+    out["global_traffic_reduction_simulated"] = b[sim] / t[sim]
+    out["global_traffic_reduction_footprint"] = b[fp] / t[fp]
     return out
 
 
 def _table(r: dict) -> str:
-    lines = [f"fp32 matmul: simulated at {r['size']}^3, footprint figures at {r['report_size']}^3 (sm_80 ptxas)",
+    lines = [f"fp32 matmul: simulated at {r['size']}^3, footprint figures at "
+             f"{r['report_size']}^3 (sm_80 ptxas)",
              f"{'kernel':10s} {'regs':>5s} {'smem B':>7s} {'stack B':>7s} {'sim B/FLOP':>11s} "
              f"{'coalesced':>9s} {'bank confl':>10s} {'footprint B/FLOP':>16s}"]
     for name, e in r["kernels"].items():
         p = e["ptxas"]
         lines.append(f"{name:10s} {p['registers']:5d} {p['shared_bytes']:7d} {p['stack_bytes']:7d} "
                      f"{e['simulated_bytes_loaded_per_flop']:11.4f} "
-                     f"{100 * e['simulated_coalescing_efficiency']:8.1f}% {e['simulated_bank_conflicts']:10d} "
+                     f"{100 * e['simulated_coalescing_efficiency']:8.1f}% "
+                     f"{e['simulated_bank_conflicts']:10d} "
                      f"{e['footprint_bytes_per_flop_at_report_size']:16.4f}")
-    lines.append(f"global loads per FLOP, baseline / tiled: simulated {r['global_traffic_reduction_simulated']:.1f}x, "
+    lines.append(f"global loads per FLOP, baseline / tiled: simulated "
+                 f"{r['global_traffic_reduction_simulated']:.1f}x, "
                  f"footprint {r['global_traffic_reduction_footprint']:.1f}x")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="polycomp bench gpu_pipeline", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="polycomp bench gpu_pipeline",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=256, help="simulated problem size (default 256)")
-    ap.add_argument("--report-size", type=int, default=1024, help="footprint problem size (default 1024)")
+    ap.add_argument("--report-size", type=int, default=1024,
+                    help="footprint problem size (default 1024)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     r = run(a.size, a.report_size)

@@ -4,11 +4,18 @@ the DSL's :class:`~polycomp.frontend.dsl.Tensor` and the C reader's
 ``name``, ``shape`` and ``dtype`` from it."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from polycomp.ir import Buffer
+
 
 class BufferView:
     """Mixin: ``name``, ``shape`` and ``dtype`` of ``self.buffer``."""
 
     __slots__ = ()
+    if TYPE_CHECKING:  # provided by the class that mixes this in
+        buffer: Buffer
 
     @property
     def name(self) -> str:

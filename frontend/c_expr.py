@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
 from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.affine import and_conditions, to_isl
-from polycomp.errors import (NonAffineIndexError, ShapeMismatchError, SourceLocation,
-                             UnknownSymbolError, UnsupportedConstructError)
+from polycomp.errors import (
+    NonAffineIndexError,
+    ShapeMismatchError,
+    SourceLocation,
+    UnknownSymbolError,
+    UnsupportedConstructError,
+)
 
 from .c_program import source_location
 
@@ -73,6 +79,11 @@ class ExprReader:
     """Expression conversion for one C function.  Subclasses set ``name`` (the
     function), ``filename``, ``lines`` (its source), ``params`` (name -> ir.Var),
     and ``arrays`` (name -> CArray)."""
+    name: str
+    filename: str
+    lines: list[str]
+    params: dict[str, ir.Var]
+    arrays: dict[str, Any]
 
     def loc(self, node) -> SourceLocation | None:
         c = getattr(node, "coord", None)
@@ -80,7 +91,7 @@ class ExprReader:
             return None
         return source_location(c.file, c.line, self.lines, self.filename)
 
-    def unsupported(self, what, node, hint=""):
+    def unsupported(self, what, node, hint="") -> NoReturn:
         raise UnsupportedConstructError(
             f"{what} is not supported in a SCoP of C function {self.name!r}"
             + (f"; {hint}" if hint else ""), self.loc(node))
@@ -97,7 +108,8 @@ class ExprReader:
         if not dt.is_int(e.dtype):
             raise NonAffineIndexError(f"{what} `{c_text(node)}` is not an integer expression",
                                       self.loc(node))
-        for g, p in affine_pieces(e, self.names(scope), self.loc(node), f"{what} `{c_text(node)}`"):
+        pieces = affine_pieces(e, self.names(scope), self.loc(node), f"{what} `{c_text(node)}`")
+        for _guard, p in pieces:
             to_isl(p, self.names(scope), what, self.loc(node))
         return e
 

@@ -56,9 +56,12 @@ def build_c_model(program: CProgram) -> PolyModel:
             domain = domain.union(isl.UnionSet.from_set(s.domain))
         by_name = {s.name: s for s in stmts}
         schedule = _schedule(program.tree, by_name)
-        model = PolyModel(g, ctx, g.params, context, stmts, domain, schedule)
+        # (a SCoP without statements has no schedule tree)
+        model = PolyModel(g, ctx, g.params, context, stmts, domain,
+                          schedule)  # type: ignore[arg-type]
         compute_accesses_and_dependences(model)
-        model.initial_schedule = _mark_permutable(schedule, model.dependences)
+        model.initial_schedule = _mark_permutable(schedule,  # type: ignore[arg-type]
+                                                  model.dependences)
     except isl.Error as e:
         raise PolycompInternalError(f"isl error while building the model of C function "
                                     f"{g.name}: {e}", g.location) from None
@@ -238,6 +241,7 @@ def _band(chain, stmts, by_name) -> isl.MultiUnionPwAff:
         m = isl.UnionMap.read_from_str(by_name[cs.name].domain.get_ctx(),
                                        f"{{ {cs.name}[{dims}] -> [{out}] }}")
         um = m if um is None else um.union(m)
+    assert um is not None, "a band over at least one statement"
     return isl.MultiUnionPwAff.from_union_map(um)
 
 

@@ -50,8 +50,18 @@ import subprocess
 from polycomp.errors import UnknownSymbolError, UnsupportedConstructError
 
 from .c_expr import MATH_FUNCTIONS
-from .c_program import (CArray, CGraph, CIf, CLoop, CParseError, CProgram, CSeq,
-                        CStatementSource, CStmt, source_location)
+from .c_program import (
+    CArray,
+    CGraph,
+    CIf,
+    CLoop,
+    CParseError,
+    CProgram,
+    CSeq,
+    CStatementSource,
+    CStmt,
+    source_location,
+)
 from .c_scop import ScopReader, find_pragma
 
 __all__ = ["CKernel", "CParseError", "read_c_kernels", "read_c_kernel", "load_c_kernels",

@@ -15,14 +15,29 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp import ir
-from polycomp.errors import (DTypeError, NonAffineIndexError, ShapeMismatchError,
-                             UnknownSymbolError, UnsupportedConstructError)
 from polycomp.affine import to_isl
+from polycomp.errors import (
+    DTypeError,
+    NonAffineIndexError,
+    ShapeMismatchError,
+    UnknownSymbolError,
+    UnsupportedConstructError,
+)
 
-from .c_expr import (ELEMENT_TYPES, INT_WORDS, ISL_KEYWORDS, ExprReader, Scope, c_text,
-                     affine_pieces, guarded, node_kind, param_prefix, type_words)
-from .c_program import (CArray, CGraph, CIf, CLoop, CProgram, CSeq, CStatementSource,
-                        CStmt)
+from .c_expr import (
+    ELEMENT_TYPES,
+    INT_WORDS,
+    ISL_KEYWORDS,
+    ExprReader,
+    Scope,
+    affine_pieces,
+    c_text,
+    guarded,
+    node_kind,
+    param_prefix,
+    type_words,
+)
+from .c_program import CArray, CGraph, CIf, CLoop, CProgram, CSeq, CStatementSource, CStmt
 
 __all__ = ["ScopReader", "find_pragma"]
 
@@ -44,6 +59,7 @@ class ScopReader(ExprReader):
 
     def read(self) -> CProgram:
         from pycparser import c_ast
+
         from polycomp.islutil import context
         self.ctx = context()
         fdecl = self.func.decl.type

@@ -16,13 +16,21 @@ import inspect
 import itertools
 import re
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from polycomp import dtypes as dt
 from polycomp import ir
-from polycomp.errors import (DSLError, DTypeError, NonAffineIndexError, ReduceAxisError,
-                             ShapeMismatchError, SourceLocation, UnknownSymbolError,
-                             UnsupportedConstructError, user_location)
+from polycomp.errors import (
+    DSLError,
+    DTypeError,
+    NonAffineIndexError,
+    ReduceAxisError,
+    ShapeMismatchError,
+    SourceLocation,
+    UnknownSymbolError,
+    UnsupportedConstructError,
+    user_location,
+)
 
 from .buffer_view import BufferView
 
@@ -157,7 +165,8 @@ class Tensor(BufferView):
             _check_affine(i, f"index {k} of {self.name}", loc)
             out.append(i)
         load = ir.Load(self.buffer, tuple(out), self.dtype)
-        _LOAD_LOCATIONS[load] = loc
+        if loc is not None:
+            _LOAD_LOCATIONS[load] = loc
         return load
 
     def __setitem__(self, idx, value):
@@ -229,8 +238,8 @@ class ReduceAxis(ir.Var):
 
     It is an ordinary int64 :class:`~polycomp.ir.Var` in index expressions.
     """
-    lo: ir.Expr = None
-    extent: ir.Expr = None
+    lo: ir.Expr = None  # type: ignore[assignment]
+    extent: ir.Expr = None  # type: ignore[assignment]
     location: SourceLocation | None = None
 
     @property
@@ -417,7 +426,7 @@ class Stage:
     name: str
     iters: tuple          # ir.Var per output dimension
     body: ir.Expr         # element expression (for reductions: the reduced expression)
-    output: Tensor = None
+    output: Tensor = None  # type: ignore[assignment]  # set once the Tensor exists
     reduce_op: str | None = None
     reduce_axes: tuple = ()
     location: SourceLocation | None = None
@@ -487,7 +496,7 @@ def compute(shape, fn, name: str | None = None, dtype=None) -> Tensor:
         body = ir.cast(body, out_dtype)
     _check_vars(body, iters, axes, sname, loc)
     buf = ir.Buffer(sname, out_dtype, dims)
-    stage = Stage(sname, iters, body, None, reduce_op, axes, loc)
+    stage = Stage(sname, iters, body, None, reduce_op, axes, loc)  # type: ignore[arg-type]
     out = Tensor(buf, stage, loc)
     stage.output = out
     trace.stages.append(stage)
@@ -562,6 +571,7 @@ class Kernel:
         self.name = _check_name(name or fn.__name__, "kernel")
         self._input_types = inputs
         self._graph: KernelGraph | None = None
+        self.location: SourceLocation | None
         try:
             self.location = SourceLocation(inspect.getsourcefile(fn) or "?",
                                            inspect.getsourcelines(fn)[1])

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -98,7 +98,7 @@ def _indexed(n: int, fn: Callable[[tuple], ir.Expr]) -> Callable:
     """A function of ``n`` index arguments (as :func:`compute` wants) calling ``fn(idx)``."""
     def f(*idx):
         return fn(tuple(idx))
-    f.__signature__ = inspect.Signature(
+    f.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(f"i{k}", inspect.Parameter.POSITIONAL_ONLY) for k in range(n)])
     return f
 
@@ -526,7 +526,7 @@ def _kernel(name: str, fn: Callable, **inputs: TensorType) -> Kernel:
 
 
 def _T(shape, dtype) -> TensorType:
-    return Tensor[tuple(shape), dt.canonical(dtype)]
+    return Tensor[tuple(shape), dt.canonical(dtype)]  # type: ignore[misc]
 
 
 def _dtname(dtype: str) -> str:
@@ -602,7 +602,9 @@ def reduce_kernel(op: str = "sum", axis=1, dtype: str = "float32") -> Kernel:
     """reduce_sum / reduce_max / reduce_min of an (N, M) tensor over ``axis`` (0, 1,
     or None for both, giving a 0-d result)."""
     N, M = sym("N M")
-    f = {"sum": reduce_sum, "max": reduce_max, "min": reduce_min}[op]
+    reducers: dict[str, Callable[..., Tensor]] = {"sum": reduce_sum, "max": reduce_max,
+                                                  "min": reduce_min}
+    f = reducers[op]
     tag = "all" if axis is None else str(axis)
     return _kernel(f"reduce_{op}_{tag}_{_dtname(dtype)}", lambda x: f(x, axis),
                    x=_T((N, M), dtype))
@@ -669,7 +671,9 @@ def reduce3d_kernel(op: str = "sum", axis=(0, 2), keepdims: bool = True,
                     dtype: str = "float32") -> Kernel:
     """reduce_sum / reduce_max of an (A, B, C) tensor over ``axis`` (keepdims as asked)."""
     A, B, C = sym("A B C")
-    f = {"sum": reduce_sum, "max": reduce_max, "min": reduce_min}[op]
+    reducers: dict[str, Callable[..., Tensor]] = {"sum": reduce_sum, "max": reduce_max,
+                                                  "min": reduce_min}
+    f = reducers[op]
     tag = "".join(str(a) for a in (axis if isinstance(axis, tuple) else (axis,)))
     return _kernel(f"reduce3d_{op}_{tag}{'_keep' if keepdims else ''}_{_dtname(dtype)}",
                    lambda x: f(x, axis, keepdims), x=_T((A, B, C), dtype))

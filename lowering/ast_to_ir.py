@@ -19,7 +19,7 @@ two agree).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import islpy as isl
 
@@ -32,7 +32,8 @@ _BIN = {
     _OP.add: "+", _OP.sub: "-", _OP.mul: "*", _OP.div: "//", _OP.fdiv_q: "//",
     _OP.pdiv_q: "//", _OP.pdiv_r: "%", _OP.zdiv_r: "%", _OP.min: "min", _OP.max: "max",
     _OP.eq: "==", _OP.le: "<=", _OP.lt: "<", _OP.ge: ">=", _OP.gt: ">",
-    _OP.and_: "&&", _OP.and_then: "&&", _OP.or_: "||", _OP.or_else: "||",
+    # islpy's type stubs lack the names that end in "_" (Python keywords)
+    _OP.and_: "&&", _OP.and_then: "&&", _OP.or_: "||", _OP.or_else: "||",  # type: ignore[attr-defined]
 }
 
 
@@ -129,9 +130,9 @@ class AstLowerer:
         if t == isl.ast_node_type.block:
             lst = node.block_get_children()
             return ir.seq(*[self.stmt(lst.get_at(k)) for k in range(lst.n_ast_node())])
-        if t == isl.ast_node_type.for_:
+        if t == isl.ast_node_type.for_:  # type: ignore[attr-defined]
             return self.for_(node)
-        if t == isl.ast_node_type.if_:
+        if t == isl.ast_node_type.if_:  # type: ignore[attr-defined]
             then = self.stmt(node.if_get_then_node())
             orelse = self.stmt(node.if_get_else_node()) if node.if_has_else_node() else None
             return ir.IfThenElse(self.expr(node.if_get_cond()), then, orelse)
@@ -159,7 +160,7 @@ class AstLowerer:
             raise PolycompInternalError(f"loop condition {cond.to_C_str()} does not bound {it}")
         ub = self.expr(rhs)
         count = ub - init + (1 if cond.get_op_type() == _OP.le else 0)  # for inc == 1
-        ann = ()
+        ann: tuple[tuple[str, Any], ...] = ()
         try:  # islpy raises (rather than returning None) when a node has no annotation
             note = node.get_annotation()
         except isl.Error:

@@ -21,6 +21,7 @@ and are rounded when stored; ``//`` and ``%`` are floor division and modulo.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -205,8 +206,8 @@ class Interpreter:
                     bad &= active
                 if bad.any():
                     j = int(np.argmax(bad))
-                    raise InterpreterError(f"{what} of {buf.name}: index {k} = {int(i[j])} is out of "
-                                           f"bounds [0, {s})")
+                    raise InterpreterError(f"{what} of {buf.name}: index {k} = {int(i[j])} "
+                                           f"is out of bounds [0, {s})")
             if active is not None:
                 idx = [np.where(active, i, 0) for i in idx]
             return view, tuple(idx), True
@@ -397,7 +398,8 @@ class Interpreter:
             if s.var in ir.free_vars(i):
                 return False
         reads_x = []
-        ir.walk(v.b, lambda n: reads_x.append(n) if isinstance(n, ir.Load) and n.buffer is body.buffer else None)
+        ir.walk(v.b, lambda n: reads_x.append(n)
+                if isinstance(n, ir.Load) and n.buffer is body.buffer else None)
         if reads_x:
             return False
         # evaluate e over all iterations as extra lanes, reduce, then update once
@@ -415,7 +417,8 @@ class Interpreter:
                 info = np.iinfo(e.dtype)
                 ident = info.min if v.op == "max" else info.max
             e = np.where(mask.reshape(n, ext), e, np.asarray(ident).astype(e.dtype))
-        red = {"+": np.sum, "max": np.max, "min": np.min}[v.op](e, axis=1)
+        reducers: dict[str, Callable] = {"+": np.sum, "max": np.max, "min": np.min}
+        red = reducers[v.op](e, axis=1)
         acc = ir.Var("__acc", v.b.dtype)
         st.env[acc] = red if n > 1 else red[0]
         self.store(ir.Store(body.buffer, body.indices,

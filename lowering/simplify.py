@@ -56,7 +56,8 @@ def _key(atom):
 
 
 def _from_linear(terms, const, dtype) -> ir.Expr:
-    pos, neg = [], []
+    pos: list[tuple[ir.Expr, int]] = []
+    neg: list[tuple[ir.Expr, int]] = []
     for atom, c in terms.items():
         if c == 0:
             continue
@@ -204,7 +205,8 @@ class Simplifier(ir.Mutator):
                 if b.value == 1:
                     return a
                 lin = _linear(a)
-                if lin is not None and b.value > 0 and all(c % b.value == 0 for c in lin[0].values()):
+                if lin is not None and b.value > 0 and \
+                        all(c % b.value == 0 for c in lin[0].values()):
                     # (b*x + c) // b == x + c // b
                     q = {k: c // b.value for k, c in lin[0].items()}
                     return _from_linear(q, lin[1] // b.value, e.dtype)
@@ -212,7 +214,8 @@ class Simplifier(ir.Mutator):
                 if b.value == 1:
                     return ir.IntImm(0, e.dtype)
                 lin = _linear(a)
-                if lin is not None and b.value > 0 and all(c % b.value == 0 for c in lin[0].values()):
+                if lin is not None and b.value > 0 and \
+                        all(c % b.value == 0 for c in lin[0].values()):
                     return ir.IntImm(lin[1] % b.value, e.dtype)
         if e.dtype == "bool" and op in ("<", "<=", ">", ">=", "==", "!=") \
                 and a.dtype in dt.INTS and b.dtype in dt.INTS:
@@ -256,7 +259,8 @@ class Simplifier(ir.Mutator):
             return ir.FloatImm(float(v.value), e.dtype)
         if isinstance(v, ir.IntImm) and e.dtype in dt.INTS:
             return ir.IntImm(v.value, e.dtype)
-        if isinstance(v, ir.FloatImm) and dt.is_float(e.dtype) and e.dtype in ("float32", "float64"):
+        if isinstance(v, ir.FloatImm) and dt.is_float(e.dtype) and \
+                e.dtype in ("float32", "float64"):
             return ir.FloatImm(v.value, e.dtype)
         return e if v is e.value else ir.Cast(v, e.dtype)
 
@@ -265,7 +269,8 @@ class Simplifier(ir.Mutator):
         mn, ext = self.visit(s.min), self.visit(s.extent)
         if isinstance(ext, ir.IntImm) and ext.value <= 0:
             return None
-        if isinstance(ext, ir.IntImm) and ext.value == 1 and s.kind in ("serial", "unrolled", "parallel"):
+        if isinstance(ext, ir.IntImm) and ext.value == 1 and \
+                s.kind in ("serial", "unrolled", "parallel"):
             return self.visit(ir.substitute(s.body, {s.var: mn}))
         lo, ub = (mn.value if isinstance(mn, ir.IntImm) else None), upper_bound(ext)
         if lo is not None and ub is not None:

@@ -39,12 +39,15 @@ are reassociated (sums are added in a different order than the scalar loop).  A
 parallel loop stays parallel over vector iterations; its tail runs after it.
 
 Vector IR conventions (what :mod:`polycomp.hw.cpu.vector_printer` prints): a vector
-load/store has ``lanes = L`` and index ``Ramp(base, stride, L)`` (stride 1 for stores); ``Broadcast`` splats a
-scalar; ``Call("vlane_range", (lo, hi, L))`` is the mask of lanes ``lo <= l < hi``;
-comparisons of vectors are masks; ``Call("vreduce_add"|..., (vector,))`` is a scalar.
+load/store has ``lanes = L`` and index ``Ramp(base, stride, L)`` (stride 1 for stores);
+``Broadcast`` splats a scalar; ``Call("vlane_range", (lo, hi, L))`` is the mask of lanes
+``lo <= l < hi``; comparisons of vectors are masks; ``Call("vreduce_add"|..., (vector,))``
+is a scalar.
 """
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import replace
 
 from polycomp import dtypes as dt
@@ -52,8 +55,20 @@ from polycomp import ir
 
 from .simplify import simplify
 from .vectorize_analysis import (  # noqa: F401  (re-exported for the CPU passes)
-    REDUCE_OPS, VECTOR_DTYPES, VECTOR_MATH, Unvectorizable, _Analysis, _CMP, _Plan, _Refuse,
-    affine_in, has_loop, identity, index_coeff, uses)
+    _CMP,
+    REDUCE_OPS,
+    VECTOR_DTYPES,
+    VECTOR_MATH,
+    Unvectorizable,
+    _Analysis,
+    _Plan,
+    _Refuse,
+    affine_in,
+    has_loop,
+    identity,
+    index_coeff,
+    uses,
+)
 
 # --------------------------------------------------------------------------- widening
 
@@ -204,9 +219,6 @@ class _Body:
         raise _Refuse(f"cannot widen {type(s).__name__}")
 
 
-_counter = [0]
-
-
 def analyse(loop: ir.For, lanes_of):
     """``(dtype, lanes)`` if ``loop`` meets the conditions of the module docstring (its
     reductions included), else raises :class:`Unvectorizable`."""
@@ -215,24 +227,26 @@ def analyse(loop: ir.For, lanes_of):
 
 
 def vectorize_loop(loop: ir.For, lanes_of, tail: str = "mask", reduce_unroll: int = 4,
-                   reciprocal: bool = False):
+                   reciprocal: bool = False, acc_ids: Iterator[int] | None = None):
     """The vector form of ``loop`` (see the module docstring), or None if it does not
-    qualify."""
+    qualify.  ``acc_ids`` numbers the reduction accumulators (``vacc1``, ``vacc2``, ...);
+    one counter per function keeps the names unique in it and independent of whatever
+    was compiled before (a fresh counter when not given)."""
     try:
         an = _Analysis(loop, lanes_of)
         plan = an.run()
-        return _build(loop, an, plan, tail, reduce_unroll, reciprocal)
+        return _build(loop, an, plan, tail, reduce_unroll, reciprocal,
+                      acc_ids if acc_ids is not None else itertools.count(1))
     except _Refuse:
         return None
 
 
-def _build(loop, an, plan, tail, reduce_unroll, reciprocal=False):
+def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids):
     L, D = plan.lanes, plan.dtype
     v, m, n = loop.var, loop.min, loop.extent
     U = reduce_unroll if plan.reductions else 1
     for red in plan.reductions.values():
-        _counter[0] += 1
-        red.acc = ir.Buffer(f"vacc{_counter[0]}", D, (ir.IntImm(L * U),), scope="register",
+        red.acc = ir.Buffer(f"vacc{next(acc_ids)}", D, (ir.IntImm(L * U),), scope="register",
                             flat=True)
     v0 = ir.Var(v.name + "_v")
     const_n = n.value if isinstance(n, ir.IntImm) else None
@@ -300,13 +314,14 @@ class _Vectorize(ir.Mutator):
         self.lanes_of, self.tail, self.reduce_unroll = lanes_of, tail, reduce_unroll
         self.reciprocal = reciprocal
         self.count = 0
+        self.acc_ids = itertools.count(1)      # accumulator names, per function
 
     def visit_For(self, s):
         body = self.visit(s.body)
         s = s if body is s.body else replace(s, body=body)
         if s.kind in ("serial", "parallel", "vectorized") and not has_loop(s.body):
             out = vectorize_loop(s, self.lanes_of, self.tail, self.reduce_unroll,
-                                 self.reciprocal)
+                                 self.reciprocal, self.acc_ids)
             if out is not None:
                 self.count += 1
                 return out

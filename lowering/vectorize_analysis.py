@@ -106,7 +106,7 @@ class _Reduction:
     store: ir.Store
     op: str
     rest: ir.Expr
-    acc: ir.Buffer = None
+    acc: ir.Buffer | None = None
 
 
 @dataclass
@@ -277,7 +277,8 @@ class _Analysis:
         if lanes <= 1:
             raise _Refuse(f"no vectors of {dtype} on this target")
         plan = _Plan(dtype, lanes)
-        independent = loop.annotation("coincident", False) or loop.kind in ("parallel", "vectorized")
+        independent = (loop.annotation("coincident", False)
+                       or loop.kind in ("parallel", "vectorized"))
         written: dict = {}
         for s, c in self.stores:
             written.setdefault(s.buffer, []).append((s, c))
@@ -334,7 +335,8 @@ def _has_vector_node(node) -> bool:
     found = []
 
     def fn(n):
-        if isinstance(n, (ir.Ramp, ir.Broadcast)) or (isinstance(n, (ir.Load, ir.Store)) and n.lanes > 1):
+        if isinstance(n, (ir.Ramp, ir.Broadcast)) or \
+                (isinstance(n, (ir.Load, ir.Store)) and n.lanes > 1):
             found.append(1)
     ir.walk(node, fn)
     return bool(found)

@@ -1,7 +1,28 @@
 """polycomp: a polyhedral tensor compiler built on islpy."""
 from .errors import *  # noqa: F401,F403
-from .frontend.dsl import (sym, Tensor, tensor_expr, compute, reduce_axis, sum, max, min,  # noqa: F401
-                           exp, log, sqrt, rsqrt, tanh, erf, abs, sigmoid, select, where,
-                           eq, ne, cast, Kernel)
+from .frontend.dsl import (  # noqa: F401
+    Kernel,
+    Tensor,
+    abs,
+    cast,
+    compute,
+    eq,
+    erf,
+    exp,
+    log,
+    max,
+    min,
+    ne,
+    reduce_axis,
+    rsqrt,
+    select,
+    sigmoid,
+    sqrt,
+    sum,
+    sym,
+    tanh,
+    tensor_expr,
+    where,
+)
 
 __version__ = "0.1.0"

@@ -9,6 +9,7 @@ else (``i*j``, an index read from a tensor, a float) raises
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import NoReturn
 
 from polycomp import ir
 from polycomp.errors import NonAffineIndexError
@@ -37,7 +38,7 @@ def to_isl(e: ir.Expr, names: dict, what: str = "index", location=None) -> str:
     """isl text for ``e``; ``names`` maps the allowed Vars to their isl names."""
     from polycomp.lowering.printer import expr_str
 
-    def bad(sub, why):
+    def bad(sub, why) -> NoReturn:
         raise NonAffineIndexError(
             f"{what} `{expr_str(e)}` is not affine: {why} (in `{expr_str(sub)}`); polycomp "
             f"needs quasi-affine indices (constants, iterators, symbols, +, -, *constant, "
@@ -140,6 +141,7 @@ def aff_to_ir(aff, in_vars, params: dict) -> ir.Expr:
     become ``//``.
     """
     from math import lcm
+
     import islpy as isl
     terms = []
     for i in range(aff.dim(isl.dim_type.in_)):

@@ -25,11 +25,12 @@ import os
 import sys
 import time
 import traceback
+from typing import Any
 
 import numpy as np
 
 from polycomp import dtypes as dt
-from polycomp.errors import (PolycompError, SourceLocation, UnknownSymbolError, UsageError)
+from polycomp.errors import PolycompError, SourceLocation, UnknownSymbolError, UsageError
 
 __all__ = ["main", "load_module", "find_kernels", "pick_kernel", "random_inputs", "compare"]
 
@@ -86,7 +87,7 @@ def _innermost_location(exc: BaseException, filename: str) -> SourceLocation | N
     loc = None
     for fs in traceback.extract_tb(exc.__traceback__):
         if os.path.abspath(fs.filename) == filename:
-            loc = SourceLocation(fs.filename, fs.lineno, fs.line or "")
+            loc = SourceLocation(fs.filename, fs.lineno or 0, fs.line or "")
     return loc
 
 
@@ -102,7 +103,9 @@ def _is_kernel(v) -> bool:
 def find_kernels(module) -> list:
     """The kernels a module defines, in definition order (kernels it merely imports are
     used only when it defines none itself)."""
-    seen, own, imported = set(), [], []
+    seen: set[int] = set()
+    own: list = []
+    imported: list = []
     for v in vars(module).values():
         if _is_kernel(v) and id(v) not in seen:
             seen.add(id(v))
@@ -407,7 +410,8 @@ def cmd_run(args) -> int:
     run, how = ck.backend.runner(ck)
     timed = "simulator" not in how
     reps = max(1, args.repeat) if timed else 1
-    result, best = None, float("inf")
+    result: Any = None
+    best = float("inf")
     for _ in range(reps + (1 if reps > 1 else 0)):  # one warm-up run when timing
         t0 = time.perf_counter()
         result = run(*arrays, **params)
@@ -426,14 +430,16 @@ def cmd_run(args) -> int:
         raise UsageError(f"the reference returned {len(refs)} array(s); kernel "
                          f"{kernel.name} has {len(outs)} output(s)")
     shape_txt = " ".join(f"{k}={v}" for k, v in params.items())
-    print(f"kernel {kernel.name}, target {ck.target.name}" + (f", {shape_txt}" if shape_txt else ""))
+    print(f"kernel {kernel.name}, target {ck.target.name}"
+          + (f", {shape_txt}" if shape_txt else ""))
     print(f"  ran on:    {how}")
     print(f"  reference: {ref_how}")
     ok_all = True
     for b, o, r in zip(f.outputs, outs, refs):
         tol = args.tol if args.tol is not None else TOLERANCE.get(b.dtype, 1e-4)
         if np.shape(o) != np.shape(r):
-            print(f"  output {b.name}: shape {np.shape(o)} but the reference has {np.shape(r)} FAIL")
+            print(f"  output {b.name}: shape {np.shape(o)} but the reference has "
+                  f"{np.shape(r)} FAIL")
             ok_all = False
             continue
         abs_err, rel_err, ok = compare(o, r, b.dtype, tol)

@@ -22,6 +22,7 @@ from polycomp.errors import PolycompError, PolycompInternalError, TargetError
 from polycomp.frontend.dsl import Kernel
 from polycomp.hw.registry import Backend, backend_for
 from polycomp.hw.target import Target, get_target
+from polycomp.ir import LoweredFunc
 from polycomp.lowering.ast_to_ir import lower_schedule
 from polycomp.model import PolyModel
 from polycomp.options import Options
@@ -36,8 +37,8 @@ class CompiledKernel:
     target: Target
     model: PolyModel
     schedule: isl.Schedule
-    ir: ir.LoweredFunc          # after the target's IR passes (interpretable)
-    final_ir: ir.LoweredFunc    # as printed (flattened)
+    ir: LoweredFunc             # after the target's IR passes (interpretable)
+    final_ir: LoweredFunc       # as printed (flattened)
     source: str
     records: list[PassRecord] = field(default_factory=list)
     state: CompileState | None = None

@@ -14,7 +14,7 @@ Nodes compare by identity (``==`` is *not* overloaded; use :func:`structural_equ
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeGuard
 
 from . import dtypes as dt
 from .errors import DTypeError, UnsupportedConstructError, user_location
@@ -319,7 +319,9 @@ def _weak_const(v, other: Expr) -> Expr:
     if isinstance(v, bool):
         return IntImm(int(v), "bool")
     if isinstance(v, int):
-        return FloatImm(float(v), od) if dt.is_float(od) else IntImm(v, od if od != "bool" else "int64")
+        if dt.is_float(od):
+            return FloatImm(float(v), od)
+        return IntImm(v, od if od != "bool" else "int64")
     if isinstance(v, float):
         return FloatImm(v, od if dt.is_float(od) else "float32")
     return const(v)
@@ -426,7 +428,7 @@ def is_barrier(s) -> bool:
     return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.name == BARRIER
 
 
-def is_const(e, value=None) -> bool:
+def is_const(e, value=None) -> TypeGuard[IntImm | FloatImm]:
     if isinstance(e, (IntImm, FloatImm)):
         return value is None or e.value == value
     return False
@@ -502,25 +504,35 @@ class Mutator:
     def generic(self, node):
         if isinstance(node, Binary):
             a, b = self.visit(node.a), self.visit(node.b)
-            return node if (a is node.a and b is node.b) else rebuild_binary(node.op, a, b, node.dtype)
+            if a is node.a and b is node.b:
+                return node
+            return rebuild_binary(node.op, a, b, node.dtype)
         if isinstance(node, Unary):
             a = self.visit(node.a)
             return node if a is node.a else Unary(node.op, a, node.dtype)
         if isinstance(node, Select):
             c, t, f = self.visit(node.cond), self.visit(node.t), self.visit(node.f)
-            return node if (c is node.cond and t is node.t and f is node.f) else Select(c, t, f, node.dtype)
+            if c is node.cond and t is node.t and f is node.f:
+                return node
+            return Select(c, t, f, node.dtype)
         if isinstance(node, Cast):
             v = self.visit(node.value)
             return node if v is node.value else Cast(v, node.dtype)
         if isinstance(node, Call):
             args = tuple(self.visit(a) for a in node.args)
-            return node if all(x is y for x, y in zip(args, node.args)) else replace(node, args=args)
+            if all(x is y for x, y in zip(args, node.args)):
+                return node
+            return replace(node, args=args)
         if isinstance(node, Load):
             idx = tuple(self.visit(i) for i in node.indices)
-            return node if all(x is y for x, y in zip(idx, node.indices)) else replace(node, indices=idx)
+            if all(x is y for x, y in zip(idx, node.indices)):
+                return node
+            return replace(node, indices=idx)
         if isinstance(node, Ramp):
             b, s = self.visit(node.base), self.visit(node.stride)
-            return node if (b is node.base and s is node.stride) else replace(node, base=b, stride=s)
+            if b is node.base and s is node.stride:
+                return node
+            return replace(node, base=b, stride=s)
         if isinstance(node, Broadcast):
             v = self.visit(node.value)
             return node if v is node.value else replace(node, value=v)
@@ -611,7 +623,7 @@ def buffers_of(node) -> list:
 
 def seq(*stmts) -> Stmt:
     """A Block of the non-None statements, flattening nested Blocks."""
-    out = []
+    out: list = []
     for s in stmts:
         if s is None:
             continue

@@ -13,13 +13,14 @@ Arrays stay multi-dimensional here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import islpy as isl
 
 from polycomp import ir
 from polycomp.affine import and_conditions, cond_to_isl, to_isl
-from polycomp.frontend.dsl import load_location
 from polycomp.errors import PolycompInternalError, ShapeMismatchError
+from polycomp.frontend.dsl import load_location
 
 __all__ = ["Access", "Statement", "PolyModel", "build_model"]
 
@@ -33,8 +34,9 @@ class Access:
     kind: str                 # "read" | "write"
     relation: isl.Map         # S[i] -> buffer[...]  (restricted to its guard)
     location: object = None   # SourceLocation of the indexing in user code, if known
-    index_relation: isl.Map = None  # S[i] -> buffer[...] without the guard (the window
-                                    # a promotion copies, e.g. a padded convolution input)
+    # S[i] -> buffer[...] without the guard (the window a promotion copies, e.g. a padded
+    # convolution input)
+    index_relation: isl.Map = None  # type: ignore[assignment]
 
 
 @dataclass(eq=False)
@@ -65,20 +67,20 @@ class Statement:
 @dataclass(eq=False)
 class PolyModel:
     """Statements plus the derived isl objects of one kernel."""
-    graph: object
+    graph: Any                     # KernelGraph (or a front end's equivalent)
     ctx: isl.Context
     params: tuple
     context: isl.Set
     statements: list
     domain: isl.UnionSet
     initial_schedule: isl.Schedule
-    reads: isl.UnionMap = None
-    writes: isl.UnionMap = None
-    tagged_reads: isl.UnionMap = None
-    tagged_writes: isl.UnionMap = None
-    flow: isl.UnionMap = None
-    anti: isl.UnionMap = None
-    output: isl.UnionMap = None
+    reads: isl.UnionMap = None  # type: ignore[assignment]
+    writes: isl.UnionMap = None  # type: ignore[assignment]
+    tagged_reads: isl.UnionMap = None  # type: ignore[assignment]
+    tagged_writes: isl.UnionMap = None  # type: ignore[assignment]
+    flow: isl.UnionMap = None  # type: ignore[assignment]
+    anti: isl.UnionMap = None  # type: ignore[assignment]
+    output: isl.UnionMap = None  # type: ignore[assignment]
 
     @property
     def dependences(self) -> isl.UnionMap:
@@ -153,12 +155,14 @@ class _ModelBuilder:
         self.ctx = ctx
         self.params = graph.params
         self.statements: list[Statement] = []
+        self._context: isl.Set | None = None
 
     def context(self) -> isl.Set:
         names = {p: p.name for p in self.params}
         cons = [f"{p.name} >= 1" for p in self.params]
         seen = set()
-        for buf in [t.buffer for t in self.graph.inputs] + [s.output.buffer for s in self.graph.stages]:
+        for buf in ([t.buffer for t in self.graph.inputs]
+                    + [s.output.buffer for s in self.graph.stages]):
             for d in buf.shape:
                 if not isinstance(d, ir.IntImm):
                     c = to_isl(d, names, f"extent of {buf.name}")
@@ -202,7 +206,7 @@ class _ModelBuilder:
             domain = isl.Set.read_from_str(self.ctx, _box(name, iters, bounds, names,
                                                           self.params, loc))
         except isl.Error as e:  # pragma: no cover - _box only emits affine text
-            raise PolycompInternalError(f"isl rejected the domain of {name}: {e}", loc)
+            raise PolycompInternalError(f"isl rejected the domain of {name}: {e}", loc) from e
         stmt = Statement(name, stage, kind, tuple(iters), domain, out, tuple(out_idx), value)
         counter = [0]
 
@@ -306,6 +310,7 @@ def build_model(graph, ctx: isl.Context | None = None) -> PolyModel:
         raise PolycompInternalError(f"isl error while building the model of "
                                     f"{graph.name}: {e}", graph.location) from None
     context = b._context
+    assert context is not None
     stmts = [s for s in b.statements]
     for s in stmts:
         s.domain = s.domain.intersect_params(context)

@@ -13,6 +13,7 @@ the violated dependences.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -104,7 +105,7 @@ class PassManager:
         if self.dump:
             self._record("initial", "schedule", 0.0, tree_str(schedule))
         for p in self.passes:
-            schedule = self.step(p.name, "schedule", lambda p=p, s=schedule: p.run(s, state),
+            schedule = self.step(p.name, "schedule", functools.partial(p.run, schedule, state),
                                  tree_str)
             if self.debug:
                 self._check_legality(p.name, schedule, state)
@@ -129,7 +130,7 @@ class PassManager:
                stage: str = "ir") -> ir.LoweredFunc:
         from polycomp.lowering.printer import func_str
         for p in passes:
-            func = self.step(p.name, stage, lambda p=p, f=func: p.run(f, state), func_str)
+            func = self.step(p.name, stage, functools.partial(p.run, func, state), func_str)
         return func
 
     def timing_table(self) -> str:

@@ -25,7 +25,7 @@ import islpy as isl
 if TYPE_CHECKING:  # pragma: no cover
     from polycomp.hw.target import Target
     from polycomp.model import PolyModel
-    from polycomp.options import Options
+    from polycomp.options import CpuOptions, CudaOptions, Options
     from polycomp.scheduler.gpu.map import KernelLaunch
     from polycomp.scheduler.gpu.tile import TileConfig
     from polycomp.scheduler.promotion.record import PackedOperand, PackRequest, Promotion
@@ -65,6 +65,20 @@ class CompileState:
                 not isinstance(self.options, backend_for(self.target).options_class):
             cls = backend_for(self.target).options_class
             self.options = cls.from_mapping(self.options, self.target.name)
+
+    @property
+    def cpu_options(self) -> CpuOptions:
+        """``options`` of a CPU target, typed (CPU passes read their fields here)."""
+        from polycomp.options import CpuOptions
+        assert isinstance(self.options, CpuOptions), type(self.options).__name__
+        return self.options
+
+    @property
+    def cuda_options(self) -> CudaOptions:
+        """``options`` of a CUDA target, typed (CUDA passes read their fields here)."""
+        from polycomp.options import CudaOptions
+        assert isinstance(self.options, CudaOptions), type(self.options).__name__
+        return self.options
 
     def note(self, pass_name: str, text: str) -> None:
         """Record a decision of ``pass_name`` for ``polycomp explain``."""

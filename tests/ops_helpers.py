@@ -3,11 +3,25 @@ session (CUDA compilation of the larger operators takes seconds, and both the
 simulation and the nvcc tests need it), the extents hypothesis draws, and the
 tolerance every backend is held to against the numpy references."""
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 
 from polycomp import dtypes as dt
 from polycomp.driver import build, compile_kernel, interpret
 from polycomp.frontend.ops import OPS, accumulation_dtype
+
+#: the operators whose float32 case of each whole-library sweep stays in the fast lane
+#: (``-m "not slow"``): a contraction, a row reduction with its epilogue, a broadcast
+FAST_OPS = ("matmul", "softmax", "add_row")
+
+
+def op_params(cases, fast_ops=FAST_OPS, fast_dtypes=("float32",)) -> list:
+    """``(name, dtype)`` cases as pytest params (id ``name-dtype``); all but the
+    ``fast_ops`` x ``fast_dtypes`` ones are marked ``slow``."""
+    return [pytest.param(n, d, id=f"{n}-{d}",
+                         marks=() if n in fast_ops and d in fast_dtypes else pytest.mark.slow)
+            for n, d in cases]
+
 
 _PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73,
            79, 83, 89, 97, 101, 127, 131, 163, 197, 211, 251, 257, 293)

@@ -1,7 +1,6 @@
 """The C SCoP front end: reading classic affine kernels, their isl model (golden
 domains, dependences and schedule trees), end-to-end runs through the C backend and the
 interpreter against numpy, the CUDA path (interpreted + nvcc), and the error paths."""
-import os
 import subprocess
 
 import islpy as isl
@@ -11,13 +10,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from polycomp.driver import build, compile_kernel, interpret
+from polycomp.errors import (
+    DTypeError,
+    NonAffineIndexError,
+    PolycompError,
+    ShapeMismatchError,
+    UnknownSymbolError,
+    UnsupportedConstructError,
+)
+from polycomp.frontend.c_reader import (
+    CKernel,
+    CParseError,
+    load_c_kernel,
+    load_c_kernels,
+    read_c_kernel,
+    read_c_kernels,
+)
 from polycomp.hw.target import get_target
 from polycomp.lowering.interpreter import run_func
-from polycomp.errors import (DTypeError, NonAffineIndexError, PolycompError,
-                             ShapeMismatchError, UnknownSymbolError,
-                             UnsupportedConstructError)
-from polycomp.frontend.c_reader import (CKernel, CParseError, load_c_kernel, load_c_kernels,
-                                        read_c_kernel, read_c_kernels)
 from polycomp.scheduler.common.program_order import ProgramOrderPass
 from polycomp.scheduler.common.tree import tree_str
 from polycomp.state import CompileState
@@ -476,6 +486,7 @@ def test_cuda_pipelines_simulated(name, options):
 # --------------------------------------------------------------------------- CUDA
 
 
+@pytest.mark.nvcc
 @pytest.mark.parametrize("gpu", ["default", "baseline"])
 def test_gemm_cuda_interpreted_and_nvcc(tmp_path, gpu):
     opts = {"gpu": "baseline"} if gpu == "baseline" else {}
@@ -489,6 +500,7 @@ def test_gemm_cuda_interpreted_and_nvcc(tmp_path, gpu):
     _nvcc(tmp_path, ck.source)
 
 
+@pytest.mark.nvcc
 def test_math_and_reverse_loops_cuda_interpreted_and_nvcc(tmp_path):
     ck = compile_kernel(kernel(MISC), "cuda", debug=True)
     rng = np.random.default_rng(4)
@@ -684,6 +696,7 @@ def random_scop(draw):
             + "\n".join(lines) + "\n}\n")
 
 
+@pytest.mark.slow
 @given(src=random_scop(), n=st.sampled_from([1, 2, 3, 5, 7]), m=st.sampled_from([1, 2, 4, 5]),
        seed=st.integers(0, 2**16))
 def test_random_scops_agree_with_gcc(tmp_path_factory, src, n, m, seed):
@@ -741,6 +754,7 @@ void tri(int N, const float L[N][N], float R[N][N]) {
 """
 
 
+@pytest.mark.nvcc
 def test_triangular_nest_baseline_cuda_maps_outer_member_only(tmp_path):
     # the (i, j) range is not a box: a CUDA grid cannot depend on the block index, so
     # only i is mapped (j stays a loop inside each thread)

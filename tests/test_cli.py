@@ -38,6 +38,7 @@ def write(tmp_path, name, text) -> str:
 # --------------------------------------------------------------------------- compile
 
 
+@pytest.mark.nvcc
 def test_compile_cuda_writes_a_cu_that_nvcc_compiles(tmp_path, capsys):
     out = tmp_path / "deep" / "dir" / "mm.cu"            # parent dirs are created
     assert cli.main(["compile", EXAMPLE, "--target", "cuda", "-o", str(out)]) == 0
@@ -64,6 +65,7 @@ def test_compile_c_default_output_path(tmp_path, monkeypatch, capsys):
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.nvcc
 def test_compile_check_reports_ptxas_resources(tmp_path, capsys):
     out = tmp_path / "mm.cu"
     assert cli.main(["compile", EXAMPLE, "-t", "cuda", "-o", str(out), "--check"]) == 0

@@ -17,10 +17,9 @@ from polycomp.driver import build, compile_kernel, interpret
 from polycomp.frontend import ops
 from polycomp.hw.cpu.build import CFunction, build_shared
 from polycomp.hw.cpu.codegen import C_HEADER
-from polycomp.hw.cpu.simd_build import (build_simde, disassemble, has_native_avx512,
-                                        simde_available)
-from polycomp.hw.cpu.vector_prelude import prelude
+from polycomp.hw.cpu.simd_build import build_simde, disassemble, has_native_avx512, simde_available
 from polycomp.hw.cpu.target import cpu_flags
+from polycomp.hw.cpu.vector_prelude import prelude
 
 N, M, K = pc.sym("N M K")
 HAS_AVX2 = {"avx2", "fma"} <= cpu_flags()
@@ -133,7 +132,8 @@ def test_matmul_micro_kernel_structure():
         mk = re.search(r"(acc\d+)_v0 = _mm\d+_fmadd_ps\((mk\d+)_x0, \2_y0, \1_v0\)", src)
         assert mk is not None, target
         acc, pre = mk.group(1), mk.group(2)
-        fmas = re.findall(rf"{acc}_v\d+ = _mm\d+_fmadd_ps\({pre}_x\d+, {pre}_y\d+, {acc}_v\d+\);", src)
+        fmas = re.findall(rf"{acc}_v\d+ = _mm\d+_fmadd_ps\({pre}_x\d+, {pre}_y\d+, "
+                          rf"{acc}_v\d+\);", src)
         assert len(fmas) == mr * ni, target
         ys = re.findall(rf"const {vec} {pre}_y\d+ = _mm\d+_loadu_ps\(\(B_pk", src)
         xs = re.findall(rf"const {vec} {pre}_x\d+ = _mm\d+_set1_ps\(A_pk", src)
@@ -141,6 +141,7 @@ def test_matmul_micro_kernel_structure():
         assert "#pragma omp parallel" in src and "schedule(static)" in src
 
 
+@pytest.mark.slow
 def test_packing_is_interpretable():
     """The IR after packing (what the interpreter runs) computes the product."""
     ck = compile_kernel(matmul, "cpu-avx512")
@@ -155,7 +156,8 @@ def test_fused_softmax_is_one_parallel_loop_with_row_buffers():
     body = src[src.index("void softmax("):]
     assert body.count("#pragma omp") == 2          # parallel region + its for
     # the exponentials are one row (M floats) per thread, the row max/sum scalars
-    assert re.search(r"softmax_exp = \(float\*\)aligned_alloc\(64, \(\(sizeof\(float\) \* \(size_t\)\(M\)", body)
+    assert re.search(r"softmax_exp = \(float\*\)aligned_alloc\(64, "
+                     r"\(\(sizeof\(float\) \* \(size_t\)\(M\)", body)
     assert "float softmax_max[1]" in body and "float softmax_sum[1]" in body
 
 
@@ -261,6 +263,7 @@ def test_lane_range_selects(path, n, m, seed):
     np.testing.assert_allclose(g(x), ref2, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", _paths())
 @settings(max_examples=8)
 @given(n=st.integers(1, 4), m=st.sampled_from([1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100]),
@@ -291,7 +294,7 @@ def test_degenerate_parallel_band_does_not_parallelise_a_reduction():
     for target in ("cpu-avx2", "cpu-avx512"):
         ck = compile_kernel(k, target)
         bad = []
-        ir.walk(ck.final_ir.body, lambda n: bad.append(n) if isinstance(n, ir.For)
+        ir.walk(ck.final_ir.body, lambda n, bad=bad: bad.append(n) if isinstance(n, ir.For)
                 and n.kind == "parallel" and not n.annotation("coincident", False) else None)
         assert not bad, target
 
@@ -325,6 +328,7 @@ def test_row_loops_prefetch_the_next_row_in_their_busiest_loop():
     assert "__builtin_prefetch" not in _source(matmul, "cpu-avx512")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", _paths())
 @settings(max_examples=6, deadline=None)
 @given(n=st.integers(1, 5), m=st.sampled_from([1, 7, 16, 33, 100, 257, 1000]),
@@ -344,6 +348,7 @@ def test_prefetching_row_kernels_match_numpy(path, n, m, seed):
                                ops.OPS["layernorm"].reference(x, g, b), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_matmul_epilogue_runs_on_each_register_tile():
     """relu(A @ B + b): the epilogue joins the product's parallel region (one
     ``omp parallel`` + ``omp for`` pair instead of a second parallel loop over C) and the
@@ -353,7 +358,8 @@ def test_matmul_epilogue_runs_on_each_register_tile():
                inputs={"A": pc.Tensor[(61, 80), "float32"], "B": pc.Tensor[(80, 131), "float32"],
                        "b": pc.Tensor[(131,), "float32"]})
     rng = np.random.default_rng(5)
-    A, B = rng.standard_normal((61, 80)).astype(np.float32), rng.standard_normal((80, 131)).astype(np.float32)
+    A = rng.standard_normal((61, 80)).astype(np.float32)
+    B = rng.standard_normal((80, 131)).astype(np.float32)
     b = rng.standard_normal(131).astype(np.float32)
     ref = np.maximum(A.astype(np.float64) @ B + b, 0)
     pragmas = {}
@@ -367,6 +373,7 @@ def test_matmul_epilogue_runs_on_each_register_tile():
     assert pragmas[True] == 2 and pragmas[False] == 3
 
 
+@pytest.mark.slow
 def test_epilogue_limits_and_a_shared_product_buffer():
     """An epilogue that reads an operand of the product (a residual ``A + A @ B``) stays
     a stage of its own (its reads would widen the packed blocks), and with the epilogue

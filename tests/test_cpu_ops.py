@@ -22,14 +22,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ops_helpers import FAST_OPS, check_close, extent, op_params, runner
 
 from polycomp.driver import build, compile_kernel
 from polycomp.frontend.ops import OPS
 from polycomp.hw.cpu.build import CFunction, build_shared
 from polycomp.hw.cpu.simd_build import build_simde, has_native_avx512, simde_available
 from polycomp.hw.cpu.target import cpu_flags
-
-from ops_helpers import check_close, extent, runner
 
 HAS_AVX2 = {"avx2", "fma"} <= cpu_flags()
 AVX2_CASES = [(n, d) for n, s in OPS.items() for d in s.dtypes
@@ -52,29 +51,27 @@ def _run(name, dtype, path, data):
     check_close(out, spec.reference(*xs), spec, dtype, shapes, f"{name}[{dtype}] via {path}")
 
 
-@pytest.mark.parametrize("name,dtype", AVX2_CASES, ids=[f"{n}-{d}" for n, d in AVX2_CASES])
+@pytest.mark.parametrize("name,dtype", op_params(AVX2_CASES))
 @given(data=st.data())
 def test_op_avx2_native(name, dtype, data):
     _run(name, dtype, "avx2", data)
 
 
-@pytest.mark.parametrize("name,dtype", AVX2_SCALAR_CASES,
-                         ids=[f"{n}-{d}" for n, d in AVX2_SCALAR_CASES])
+@pytest.mark.parametrize("name,dtype", op_params(AVX2_SCALAR_CASES, fast_ops=()))
 @settings(max_examples=4)
 @given(data=st.data())
 def test_op_avx2_native_scalar_dtypes(name, dtype, data):
     _run(name, dtype, "avx2", data)
 
 
-@pytest.mark.parametrize("name,dtype", SIMDE_CASES, ids=[f"{n}-{d}" for n, d in SIMDE_CASES])
+@pytest.mark.parametrize("name,dtype", op_params(SIMDE_CASES))
 @settings(max_examples=6)
 @given(data=st.data())
 def test_op_avx512_simde(name, dtype, data):
     _run(name, dtype, "simde", data)
 
 
-@pytest.mark.parametrize("name,dtype", NATIVE512_CASES,
-                         ids=[f"{n}-{d}" for n, d in NATIVE512_CASES])
+@pytest.mark.parametrize("name,dtype", op_params(NATIVE512_CASES))
 @settings(max_examples=6)
 @given(data=st.data())
 def test_op_avx512_native(name, dtype, data):
@@ -86,7 +83,8 @@ _MM_SHAPES = st.tuples(st.integers(1, 150), st.integers(1, 300), st.integers(1, 
 
 @pytest.mark.parametrize("path", ["avx2"] * HAS_AVX2 + ["simde"] * simde_available()
                          + ["native512"] * has_native_avx512())
-@pytest.mark.parametrize("name", ["matmul", "batch_matmul", "matmul_bias_relu"])
+@pytest.mark.parametrize("name", ["matmul", pytest.param("batch_matmul", marks=pytest.mark.slow),
+                                  pytest.param("matmul_bias_relu", marks=pytest.mark.slow)])
 @settings(max_examples=5)
 @given(nkm=_MM_SHAPES, seed=st.integers(0, 2 ** 31))
 def test_matmul_full_tiles(path, name, nkm, seed):
@@ -120,7 +118,8 @@ CONST_CONVS = [((1, 3, 9, 9), (20, 3, 3, 3), 1, 1), ((2, 5, 23, 19), (7, 5, 3, 3
 
 @pytest.mark.parametrize("path", ["avx2"] * HAS_AVX2 + ["simde"] * simde_available()
                          + ["native512"] * has_native_avx512())
-@pytest.mark.parametrize("case", range(len(CONST_CONVS)))
+@pytest.mark.parametrize("case", [0] + [pytest.param(k, marks=pytest.mark.slow)
+                                         for k in range(1, len(CONST_CONVS))])
 def test_constant_shape_convolutions(path, case):
     import polycomp as pc
     from polycomp.frontend import ops
@@ -150,7 +149,8 @@ CONST_MATMULS = [(13, 7, 129), (1, 5, 17), (37, 64, 33), (7, 300, 70)]
 
 @pytest.mark.parametrize("path", ["avx2"] * HAS_AVX2 + ["simde"] * simde_available()
                          + ["native512"] * has_native_avx512())
-@pytest.mark.parametrize("case", range(len(CONST_MATMULS)))
+@pytest.mark.parametrize("case", [0] + [pytest.param(k, marks=pytest.mark.slow)
+                                         for k in range(1, len(CONST_MATMULS))])
 def test_constant_shape_matmuls(path, case):
     """Every register tile of a constant-shape product, one-row and narrow edge tiles
     included, is a micro-kernel."""
@@ -170,7 +170,8 @@ def test_constant_shape_matmuls(path, case):
     np.testing.assert_allclose(f(A, B), A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", list(OPS) if HAS_AVX2 else [])
+@pytest.mark.parametrize("name", [n if n in FAST_OPS else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in OPS] if HAS_AVX2 else [])
 @settings(max_examples=2, deadline=None)
 @given(seed=st.integers(0, 2 ** 32 - 1))
 def test_op_avx2_constant_shapes(name, seed):

@@ -12,9 +12,18 @@ import pytest
 
 import polycomp as pc
 from polycomp.driver import build, compile_kernel, interpret
-from polycomp.errors import (DSLError, DTypeError, NonAffineIndexError, PolycompError,
-                             PolycompInternalError, ReduceAxisError, ShapeMismatchError,
-                             TargetError, UnknownSymbolError, UnsupportedConstructError)
+from polycomp.errors import (
+    DSLError,
+    DTypeError,
+    NonAffineIndexError,
+    PolycompError,
+    PolycompInternalError,
+    ReduceAxisError,
+    ShapeMismatchError,
+    TargetError,
+    UnknownSymbolError,
+    UnsupportedConstructError,
+)
 from polycomp.frontend.dsl import placeholder
 
 HERE = os.path.abspath(__file__)

@@ -36,7 +36,10 @@ def test_example_runs_on_c(name, shapes, capsys):
     assert "OK" in out and "FAIL" not in out
 
 
-@pytest.mark.parametrize("name, shapes", EXAMPLES, ids=[n for n, _ in EXAMPLES])
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name, shapes", [  # the two larger kernels are in the slow lane
+    pytest.param(n, s, id=n, marks=pytest.mark.slow if n in ("conv2d", "matmul_relu") else ())
+    for n, s in EXAMPLES])
 def test_example_cuda_compiles_with_nvcc_and_runs(name, shapes, tmp_path, capsys):
     cu = tmp_path / f"{name}.cu"
     assert cli.main(["compile", path(name), "--target", "cuda", "-o", str(cu)]) == 0

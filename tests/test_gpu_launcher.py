@@ -5,7 +5,8 @@ import pytest
 
 from polycomp.hw.cuda.launcher import gpu_available
 
-pytestmark = pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU / pycuda on this machine")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_available(),
+                                                 reason="no NVIDIA GPU / pycuda on this machine")]
 
 
 def test_matmul_relu_on_gpu_matches_numpy():

@@ -3,14 +3,14 @@ simulated numerics against numpy, promotion decisions, prologue fusion, and nvcc
 import subprocess
 
 import numpy as np
+import pytest
+from gpu_kernels import conv_pad, matmul_bias_relu, row_softmax
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from polycomp import ir
 from polycomp.driver import compile_kernel
 from polycomp.hw.cuda.simulator import simulate
-
-from gpu_kernels import conv_pad, matmul_bias_relu, row_softmax
 
 
 def _conv_ref(X, Wt):
@@ -25,7 +25,8 @@ def _conv_ref(X, Wt):
 
 def _stored_buffers(func) -> set:
     names = set()
-    ir.walk(func.body, lambda n: names.add(n.buffer.name) if isinstance(n, (ir.Store, ir.Allocate)) else None)
+    ir.walk(func.body, lambda n: names.add(n.buffer.name)
+            if isinstance(n, (ir.Store, ir.Allocate)) else None)
     return names
 
 
@@ -82,6 +83,7 @@ def test_matmul_promotions_and_registers():
     assert "C" not in stored and "D" not in stored, "fused temporaries reached global memory"
 
 
+@pytest.mark.nvcc
 def test_tiled_cu_compiles_without_local_memory(tmp_path):
     ck = _compiled(matmul_bias_relu)
     cu = tmp_path / "k.cu"

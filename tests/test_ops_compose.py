@@ -4,6 +4,7 @@ symbols shared between operators."""
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -42,6 +43,7 @@ def test_stage_names_are_unique():
 _RUN = {}
 
 
+@pytest.mark.slow
 @given(n=st.integers(1, 17), d=st.integers(1, 13), h=st.integers(1, 11),
        seed=st.integers(0, 2 ** 32 - 1))
 def test_ffn_block_matches_numpy(n, d, h, seed):

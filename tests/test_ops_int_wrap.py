@@ -57,6 +57,7 @@ def test_narrow_int_arithmetic_wraps_like_numpy(dtype, n, seed):
         np.testing.assert_array_equal(run(a, b), ref, err_msg=f"{dtype} via {path}")
 
 
+@pytest.mark.nvcc
 def test_narrow_int_cuda_source_compiles(tmp_path):
     src = compile_kernel(KERNELS["int8"], "cuda").source
     cu = tmp_path / "w.cu"

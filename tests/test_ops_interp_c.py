@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ops_helpers import check_close, extent, op_params, runner
 
 from polycomp.frontend.ops import OPS
-
-from ops_helpers import check_close, extent, runner
 
 CASES = [(name, dtype) for name, spec in OPS.items() for dtype in spec.dtypes]
 
@@ -32,7 +31,7 @@ def _draw_case(spec, dtype, data, cap=None):
     return shapes, xs, spec.reference(*xs)
 
 
-@pytest.mark.parametrize("name,dtype", CASES, ids=[f"{n}-{d}" for n, d in CASES])
+@pytest.mark.parametrize("name,dtype", op_params(CASES))
 @given(data=st.data())
 def test_op_matches_numpy(name, dtype, data):
     """(i) the IR interpreter and (ii) the C backend."""
@@ -66,7 +65,7 @@ CUDA_CASES = [(n, d) for n, d in CASES if n not in CUDA_SLOW
               and (d in ("float32", "float64") or (n, d) in CUDA_LOW_PRECISION)]
 
 
-@pytest.mark.parametrize("name,dtype", CUDA_CASES, ids=[f"{n}-{d}" for n, d in CUDA_CASES])
+@pytest.mark.parametrize("name,dtype", op_params(CUDA_CASES))
 @settings(max_examples=CUDA_EXAMPLES)
 @given(data=st.data())
 def test_op_cuda_ir_matches_numpy(name, dtype, data):

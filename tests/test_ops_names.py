@@ -7,6 +7,8 @@ iterators ``c0, c1, ...``) without changing the argument order.
 import subprocess
 
 import numpy as np
+import pytest
+
 import polycomp as pc
 from polycomp.driver import build, compile_kernel, interpret
 
@@ -31,6 +33,7 @@ def test_clashing_names_c_backend():
     np.testing.assert_allclose(interpret(clashing, x, y), _ref(x, y), rtol=1e-12)
 
 
+@pytest.mark.nvcc
 def test_clashing_names_cuda_source_compiles(tmp_path):
     ck = compile_kernel(clashing, "cuda")
     x, y = np.ones((2, 3)), np.arange(3.0)

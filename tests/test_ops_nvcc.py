@@ -9,10 +9,9 @@ import re
 import subprocess
 
 import pytest
+from ops_helpers import compiled, op_params
 
 from polycomp.frontend.ops import OPS
-
-from ops_helpers import compiled
 
 EXTRA = [("matmul", "float16"), ("matmul", "int8"), ("matmul", "float64"),
          ("conv2d_s2_p1", "float16"), ("softmax", "float16"), ("layernorm", "bfloat16"),
@@ -47,7 +46,8 @@ def ptxas_resources(log: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize("name,dtype", CASES, ids=[f"{n}-{d}" for n, d in CASES])
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name,dtype", op_params(CASES))
 def test_op_cuda_compiles_for_sm80(name, dtype, tmp_path, record_property):
     ck = compiled(name, dtype, "cuda")
     kernels = re.findall(r"__global__ void(?: __launch_bounds__\(\d+\))? (\w+)\(", ck.source)
@@ -75,6 +75,7 @@ def test_ptxas_parser_reads_shared_memory_and_spills():
     log = ("ptxas info    : Compiling entry function 'k0' for 'sm_80'\n"
            "ptxas info    : Function properties for k0\n"
            "    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
-           "ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 400 bytes cmem[0]\n")
+           "ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, "
+           "400 bytes cmem[0]\n")
     assert ptxas_resources(log) == {"k0": {"registers": 40, "smem": 2048, "spill_stores": 4,
                                            "spill_loads": 12}}

@@ -8,7 +8,8 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 import polycomp as pc
 from polycomp.driver import compile_kernel

@@ -6,15 +6,22 @@ import subprocess
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from polycomp import ir
 from polycomp.hw.cuda.codegen import emit_cuda
-from polycomp.hw.cuda.simulator import (BarrierDivergenceError, GlobalMemoryRaceError,
-                                        GlobalWriteConflictError,
-                                        LaunchError, OutOfBoundsError,
-                                        SharedMemoryRaceError, SimulatorError,
-                                        WarpSyncError, simulate)
+from polycomp.hw.cuda.simulator import (
+    BarrierDivergenceError,
+    GlobalMemoryRaceError,
+    GlobalWriteConflictError,
+    LaunchError,
+    OutOfBoundsError,
+    SharedMemoryRaceError,
+    SimulatorError,
+    WarpSyncError,
+    simulate,
+)
 
 FULL = ir.IntImm(0xFFFFFFFF)
 i64 = ir.IntImm
@@ -108,12 +115,13 @@ def test_transpose_without_barrier_races():
     assert "shared-race" in str(rep)
 
 
+@pytest.mark.nvcc
 def test_transpose_compiles_with_nvcc(tmp_path):
     src = nvcc_compiles(transpose(), tmp_path)
     assert "__syncthreads();" in src and "__shared__" in src
 
 
-# --------------------------------------------------------------------------- races across iterations
+# ------------------------------------------------------------------------ races across iterations
 
 def staged_sum(second_barrier=True):
     """out[t] = sum_k A[k, 31 - t] via a shared row per iteration; without the second
@@ -203,7 +211,8 @@ def warp_reduce(kind="down", threads=64):
         steps.append(ir.Store(R, (i64(0),), R[i64(0)] + shfl(name, R[i64(0)], off)))
     if kind == "down":
         out = buf("out", (N // 32,))
-        steps.append(ir.IfThenElse(ir.binary("==", tx % 32, 0), ir.Store(out, (gid // 32,), R[i64(0)])))
+        steps.append(ir.IfThenElse(ir.binary("==", tx % 32, 0),
+                                   ir.Store(out, (gid // 32,), R[i64(0)])))
     else:
         out = buf("out", (N,))
         steps.append(ir.Store(out, (gid,), R[i64(0)]))
@@ -228,6 +237,7 @@ def test_shfl_xor_butterfly_allreduce():
     assert rep.ok
 
 
+@pytest.mark.nvcc
 def test_warp_shuffles_compile_with_nvcc(tmp_path):
     src = nvcc_compiles(warp_reduce("down"), tmp_path)
     assert "__shfl_down_sync(" in src
@@ -272,7 +282,7 @@ def test_shuffle_source_lanes(width, delta):
              "__shfl_xor_sync": "bfly", "__shfl_sync": "idx"}
     for name, mode in modes.items():
         src = [ptx_source_lane(mode, lane, delta, width) for lane in range(32)]
-        out, rep = simulate(one_warp(lambda a, tx: shfl(name, a, delta, width)), A)
+        out, rep = simulate(one_warp(lambda a, tx, name=name: shfl(name, a, delta, width)), A)
         np.testing.assert_array_equal(out, A[src], err_msg=name)
         assert rep.ok
 
@@ -435,6 +445,7 @@ def test_tiled_matmul_with_shared_tiles(n, k, m):
     assert rep.barriers == 2 * kt * (-(-n // 16)) * (-(-m // 16))
 
 
+@pytest.mark.nvcc
 def test_tiled_matmul_256_and_nvcc(tmp_path):
     rng = np.random.default_rng(0)
     A = rng.standard_normal((256, 64)).astype(np.float32)

@@ -1,11 +1,9 @@
 """End-to-end smoke test of the spine on the README example."""
 import importlib.util
 import os
-import shutil
 import subprocess
 
 import numpy as np
-import pytest
 
 from polycomp.driver import build, compile_kernel, interpret
 
@@ -13,7 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("ex", os.path.join(ROOT, "examples", "matmul_relu.py"))
+    spec = importlib.util.spec_from_file_location(
+        "ex", os.path.join(ROOT, "examples", "matmul_relu.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.matmul_relu

@@ -187,6 +187,8 @@ def test_tensor_cores_off_and_f32_untouched():
 # --------------------------------------------------------------------------- SASS
 
 
+@pytest.mark.slow
+@pytest.mark.nvcc
 @pytest.mark.parametrize("op,dtype", [("matmul", "float16"), ("batch_matmul", "bfloat16"),
                                       ("matmul_bias_relu", "float16"), ("conv2d", "bfloat16")])
 def test_sass_sm80_sm90(op, dtype, tmp_path):

@@ -51,7 +51,7 @@ class CpuBackend(Backend):
         from polycomp.scheduler.cpu.parallel import CpuParallelPass
         from polycomp.scheduler.cpu.reduce_interchange import CpuReduceInterchangePass
         from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
-        o, isa = state.options, state.target.isa
+        o, isa = state.cpu_options, state.target.isa
         passes: list[Pass] = []
         if isa and o.microkernel:
             passes += [CpuBackboneTilePass(), CpuPackPass()]
@@ -68,7 +68,7 @@ class CpuBackend(Backend):
         from .parallel_marks import parallelize_marked
         passes = [ir_pass("pack", pack),  # before simplify
                   body_pass("simplify", simplify)]
-        if state.options.parallel:
+        if state.cpu_options.parallel:
             passes.append(ir_pass("omp-parallel", lambda f, s: parallelize_marked(f)))
         return passes
 
@@ -76,7 +76,7 @@ class CpuBackend(Backend):
         from .contract import contract
         from .hoist_alloc import hoist_allocations
         from .scalar_replace import scalar_replace
-        o, target = state.options, state.target
+        o, target = state.cpu_options, state.target
         passes: list[IRPass] = []
         if o.contract:
             passes += [ir_pass("contract", lambda f, s: contract(f)),
@@ -135,7 +135,7 @@ class CpuBackend(Backend):
 
 
 def _vector(state: CompileState) -> bool:
-    return bool(state.target.isa) and state.options.vectorize
+    return bool(state.target.isa) and state.cpu_options.vectorize
 
 
 register(CpuBackend())

@@ -34,7 +34,8 @@ def compiler() -> str:
 def build_shared(source: str, flags=DEFAULT_FLAGS, include_dirs=(), libs=("-lm",)) -> str:
     """Compile ``source`` to a shared library, cached on disk by source+flags hash."""
     cc = compiler()
-    key = hashlib.sha256("\0".join([source, cc, *flags, *include_dirs, *libs]).encode()).hexdigest()[:24]
+    text = "\0".join([source, cc, *flags, *include_dirs, *libs])
+    key = hashlib.sha256(text.encode()).hexdigest()[:24]
     out = os.path.join(cache_dir(), f"pc_{key}.so")
     if os.path.exists(out):
         return out

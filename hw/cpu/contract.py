@@ -32,7 +32,8 @@ LOCAL_BYTES = 16 * 1024
 
 def _accesses(node, buf) -> list:
     out = []
-    ir.walk(node, lambda n: out.append(n) if isinstance(n, (ir.Load, ir.Store)) and n.buffer is buf else None)
+    ir.walk(node, lambda n: out.append(n)
+            if isinstance(n, (ir.Load, ir.Store)) and n.buffer is buf else None)
     return out
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from polycomp import ir
-
 from polycomp.lowering.vectorize import uses
 
 

@@ -25,12 +25,19 @@ bit-identical to the scalar loop up to FMA contraction.
 """
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
+
 from polycomp import ir
 from polycomp.lowering.simplify import simplify
-from polycomp.lowering.vectorize import (Unvectorizable, Widen, analyse, index_coeff, lane_range,
-                                         uses)
-
-_count = [0]
+from polycomp.lowering.vectorize import (
+    Unvectorizable,
+    Widen,
+    analyse,
+    index_coeff,
+    lane_range,
+    uses,
+)
 
 
 def _match(body):
@@ -60,7 +67,9 @@ def _match(body):
     return None
 
 
-def _tile(lk, li, lj, st, rest, lanes_of):
+def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int]):
+    """The register tile of the module docstring, or None; ``tile_ids`` numbers the
+    tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...)."""
     L = lanes_of(st.buffer.dtype)
     MR, NR = li.extent.value, lj.extent.value
     if L <= 1 or NR < 2 or not ir.is_const(li.min, 0) or not ir.is_const(lj.min, 0):
@@ -78,7 +87,7 @@ def _tile(lk, li, lj, st, rest, lanes_of):
     last = NR - (NV - 1) * L          # lanes of the last vector (L unless NR mod L != 0)
     if MR * NV + NV + 1 > 2 * 32:     # far beyond any register file: not a register tile
         return None
-    _count[0] += 1
+    tid = next(tile_ids)
 
     def masked(u, e):
         """Lanes beyond the tile's NR columns are neither read nor computed."""
@@ -86,7 +95,7 @@ def _tile(lk, li, lj, st, rest, lanes_of):
             return e
         return ir.Select(lane_range(ir.IntImm(0), ir.IntImm(last), L), e,
                          ir.Broadcast(ir.FloatImm(0.0, D), L, D), D)
-    acc = ir.Buffer(f"acc{_count[0]}", D, (ir.IntImm(MR * NV * L),), scope="register",
+    acc = ir.Buffer(f"acc{tid}", D, (ir.IntImm(MR * NV * L),), scope="register",
                     flat=True)
 
     def slot(i, u):
@@ -103,11 +112,11 @@ def _tile(lk, li, lj, st, rest, lanes_of):
     yvars, xvars = {}, {}
     if yf is not None:
         for u in range(NV):
-            v = ir.Var(f"mk{_count[0]}_y{u}", D)
+            v = ir.Var(f"mk{tid}_y{u}", D)
             lets.append((v, masked(u, Widen(lj.var, ir.IntImm(u * L), D, L).expr(yf))))
             yvars[u] = v
         for i in range(MR):
-            v = ir.Var(f"mk{_count[0]}_x{i}", D)
+            v = ir.Var(f"mk{tid}_x{i}", D)
             lets.append((v, Widen(lj.var, ir.IntImm(0), D, L).expr(
                 ir.substitute(xf, {li.var: ir.IntImm(i)}))))
             xvars[i] = v
@@ -116,7 +125,8 @@ def _tile(lk, li, lj, st, rest, lanes_of):
         for u in range(NV):
             loads.append(ir.Store(acc, (slot(i, u),),
                                   masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)), L))
-            store = ir.Store(st.buffer, (cref(i, u),), ir.Load(acc, (slot(i, u),), D, L), L)
+            store: ir.Stmt = ir.Store(st.buffer, (cref(i, u),),
+                                      ir.Load(acc, (slot(i, u),), D, L), L)
             if u == NV - 1 and last < L:
                 store = ir.AttrStmt("vector_mask", (ir.IntImm(last), L), store)
             stores.append(store)
@@ -156,6 +166,7 @@ class _Micro(ir.Mutator):
     def __init__(self, lanes_of):
         self.lanes_of = lanes_of
         self.count = 0
+        self.tile_ids = itertools.count(1)     # register-tile names, per function
 
     def visit_AttrStmt(self, s):
         if s.key != "cpu_microkernel":
@@ -163,7 +174,7 @@ class _Micro(ir.Mutator):
         m = _match(s.body)
         if m is not None:
             try:
-                out = _tile(*m, self.lanes_of)
+                out = _tile(*m, self.lanes_of, self.tile_ids)
             except Unvectorizable:   # left to the generic path
                 out = None
             if out is not None:

@@ -97,7 +97,7 @@ def _rows(vloop: ir.For, r: ir.Var, inputs: frozenset, outputs: frozenset,
     if not isinstance(vloop.extent, ir.IntImm):
         return []
     inner = bound - {vloop.var}
-    groups = {}
+    groups: dict = {}
 
     def fn(n):
         if isinstance(n, ir.Load) and n.buffer in inputs:
@@ -138,6 +138,7 @@ def _prefetches(vloop: ir.For, r: ir.Var, last_r: ir.Expr, row: _Row) -> list:
     esize = dt.itemsize(row.buffer.dtype)
     per_line = max(1, LINE_BYTES // esize)
     lines = -(-row.elems * esize // LINE_BYTES)
+    assert isinstance(vloop.extent, ir.IntImm)       # _rows only finds rows of such loops
     q = -(-lines // vloop.extent.value)
     nxt = simplify(ir.substitute(row.start, {r: ir.Binary("min", r + 1, last_r, "int64")}))
     out = []

@@ -21,12 +21,14 @@ from polycomp import ir
 
 def _accesses(node, buf) -> list:
     out = []
-    ir.walk(node, lambda n: out.append(n) if isinstance(n, (ir.Load, ir.Store)) and n.buffer is buf else None)
+    ir.walk(node, lambda n: out.append(n)
+            if isinstance(n, (ir.Load, ir.Store)) and n.buffer is buf else None)
     return out
 
 
 def _scalar(buf: ir.Buffer) -> bool:
-    return buf.scope == "local" and all(isinstance(d, ir.IntImm) and d.value == 1 for d in buf.shape)
+    return buf.scope == "local" and all(isinstance(d, ir.IntImm) and d.value == 1
+                                        for d in buf.shape)
 
 
 class _Loads(ir.Mutator):

@@ -62,7 +62,8 @@ _PCH_HEADER = """#define SIMDE_ENABLE_NATIVE_ALIASES
 def _simde_pch() -> str | None:
     """A precompiled header of SIMDe for :data:`SIMDE_FLAGS` (parsing SIMDe is most of a
     SIMDe build's time); None if gcc cannot make one."""
-    key = hashlib.sha256("\0".join((compiler(),) + SIMDE_FLAGS + (_PCH_HEADER,)).encode()).hexdigest()[:16]
+    text = "\0".join((compiler(),) + SIMDE_FLAGS + (_PCH_HEADER,))
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
     d = os.path.join(cache_dir(), f"simde_pch_{key}")
     header = os.path.join(d, "pc_simde.h")
     if os.path.exists(header + ".gch"):

@@ -88,7 +88,7 @@ class VectorPrinter(CPrinter):
         """The float dtype of the lanes of a vector expression (masks: of their operands)."""
         if e.dtype != "bool":
             return e.dtype
-        found = []
+        found: list = []
 
         def fn(n):
             if not found and isinstance(n, ir.Expr) and n.dtype in ("float32", "float64") \
@@ -106,7 +106,8 @@ class VectorPrinter(CPrinter):
         if isinstance(e, ir.Call) and e.name.startswith("vreduce_"):
             v = e.args[0]
             L = self.lanes_of(v)
-            return f"{self.pc(v.dtype, L)}_reduce_{e.name[8:]}_{self.sfx(v.dtype)}({self.vexpr(v, L, v.dtype)})"
+            return (f"{self.pc(v.dtype, L)}_reduce_{e.name[8:]}_{self.sfx(v.dtype)}"
+                    f"({self.vexpr(v, L, v.dtype)})")
         if self.lanes_of(e) > 1:
             L = self.lanes_of(e)
             return self.vexpr(e, L, self.data_dtype(e))
@@ -185,7 +186,8 @@ class VectorPrinter(CPrinter):
     def vselect(self, e: ir.Select, L: int, D: str) -> str:
         mm, pc, s = self.mm(D, L), self.pc(D, L), self.sfx(D)
         if self.lanes_of(e.cond) == 1:
-            return f"(({self.expr(e.cond)}) ? ({self.vexpr(e.t, L, D)}) : ({self.vexpr(e.f, L, D)}))"
+            return (f"(({self.expr(e.cond)}) ? ({self.vexpr(e.t, L, D)}) : "
+                    f"({self.vexpr(e.f, L, D)}))")
         # the mask is computed once (a GNU statement expression); loads in a branch touch
         # only the lanes that take it
         self.counter += 1
@@ -380,7 +382,7 @@ def _has_vector_load(e) -> bool:
 
 
 def _first_vector_dtype(s) -> str | None:
-    found = []
+    found: list = []
 
     def fn(n):
         if not found and isinstance(n, (ir.Load, ir.Store)) and n.lanes > 1:

@@ -29,7 +29,7 @@ from .target import cuda_target
 def _baseline(state: CompileState) -> bool:
     """The untiled baseline mapping: asked for, or a model without DSL stages (C SCoPs:
     the tiled passes work on the fusion groups of DSL stages)."""
-    return state.options.gpu == "baseline" or not getattr(state.model.graph, "stages", ())
+    return state.cuda_options.gpu == "baseline" or not getattr(state.model.graph, "stages", ())
 
 
 class CudaBackend(Backend):
@@ -57,7 +57,7 @@ class CudaBackend(Backend):
         from polycomp.scheduler.promotion.shared import SharedPromotionPass
         from polycomp.scheduler.tensorcore.map import TensorCoreMappingPass
         from polycomp.scheduler.tensorcore.tile import TensorCoreTilingPass
-        o = state.options
+        o = state.cuda_options
         if _baseline(state):
             return [GpuBaselineMappingPass()]
         passes: list[Pass] = [] if o.isl_scheduler else [PatternSchedulePass()]

@@ -85,7 +85,8 @@ class CudaPrinter(CLikePrinter):
             axis = s.annotation("axis")
             self.emit("{")
             self.level += 1
-            self.emit(f"const int64_t {s.var.name} = {self.expr(s.min)} + (int64_t)blockIdx.{axis};")
+            self.emit(f"const int64_t {s.var.name} = {self.expr(s.min)} + "
+                      f"(int64_t)blockIdx.{axis};")
             self.nonneg.add(s.var) if _min_nonneg(s, self) else None
             self.stmt(s.body)
             self.level -= 1
@@ -95,7 +96,8 @@ class CudaPrinter(CLikePrinter):
             axis = s.annotation("axis")
             self.emit(f"if ((int64_t)threadIdx.{axis} < {self.expr(s.extent)}) {{")
             self.level += 1
-            self.emit(f"const int64_t {s.var.name} = {self.expr(s.min)} + (int64_t)threadIdx.{axis};")
+            self.emit(f"const int64_t {s.var.name} = {self.expr(s.min)} + "
+                      f"(int64_t)threadIdx.{axis};")
             self.nonneg.add(s.var) if _min_nonneg(s, self) else None
             self.stmt(s.body)
             self.level -= 1
@@ -156,7 +158,7 @@ def split_kernels(func: ir.LoweredFunc) -> tuple[list, list[KernelInfo]]:
         else:
             bodies.append(s)
     collect(func.body)
-    kernels = []
+    kernels: list = []
     for body in bodies:
         info = KernelInfo(f"{func.name}_k{len(kernels)}", body)
         _geometry(info)

@@ -59,7 +59,8 @@ class CudaFunction:
         self.ck = compiled
         self.func = compiled.final_ir
         self.temps, self.kernels = split_kernels(self.func)
-        self.module = drv.module_from_buffer(compile_cubin(compiled.source, compiled.target.cuda.sm))
+        cubin = compile_cubin(compiled.source, compiled.target.cuda.sm)
+        self.module = drv.module_from_buffer(cubin)
         self.handles = [self.module.get_function(k.name) for k in self.kernels]
         from .codegen import dynamic_shared
         for k, h in zip(self.kernels, self.handles):   # opt-in beyond 48 KiB of shared memory
@@ -89,7 +90,8 @@ class CudaFunction:
             grid = tuple(int(eval_int(g, values)) for g in info.grid)
             if min(grid) <= 0:   # empty iteration domain: nothing to launch
                 continue
-            args = [np.int64(values[p.name]) for p in info.params] + [dev[b.name] for b in info.buffers]
+            args = ([np.int64(values[p.name]) for p in info.params]
+                    + [dev[b.name] for b in info.buffers])
             fn(*args, block=tuple(info.block), grid=grid, shared=info.shared_bytes
                if dynamic_shared(info) else 0)
         drv.Context.synchronize()

@@ -13,7 +13,6 @@ loop (the interpreter does) gives the same result as the unmapped IR.
 """
 from __future__ import annotations
 
-
 from polycomp import ir
 from polycomp.scheduler.common import marks
 

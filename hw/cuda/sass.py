@@ -39,7 +39,7 @@ def find_tool(name: str) -> str | None:
 class Resources:
     """``ptxas -v`` figures of one kernel."""
     kernel: str
-    sm: int
+    sm: int | None           # None: ptxas did not name the architecture
     registers: int
     shared_bytes: int
     stack_bytes: int
@@ -137,7 +137,7 @@ def sass_opcodes(cubin: bytes, tmpdir: str | None = None, by_arch: bool = False)
             ops[m.group(1)] += 1
     if by_arch:
         return {k: v for k, v in per.items() if k}
-    total = Counter()
+    total: Counter[str] = Counter()
     for v in per.values():
         total.update(v)
     return total

@@ -24,6 +24,7 @@ from polycomp import dtypes as dt
 
 from .sim_races import SharedRaceTracker
 
+
 def poisoned(shape, dtype: str, poison: bool = True) -> np.ndarray:
     """A new array of ``shape``: NaN / 0xAA bytes when ``poison``, else zeros."""
     nd = dt.to_numpy(dtype)
@@ -49,7 +50,7 @@ class GlobalMemory:
         self.shape = tuple(array.shape)
         self.size = array.size
         self.itemsize = array.dtype.itemsize
-        self._stamp = None
+        self._stamp: np.ndarray | None = None
 
     def positions(self, offsets):
         return offsets

@@ -100,7 +100,7 @@ class SharedRaceTracker:
 
     def read(self, pos: np.ndarray, tid: np.ndarray, active: np.ndarray) -> list:
         """Record reads; return the read-after-write hazards."""
-        out = []
+        out: list = []
         if self.writes_since_reset:
             self._conflicts("read-after-write", self.wmin, self.wmax, pos, tid, active, out)
         self._pending.append((pos, tid, active))
@@ -222,8 +222,8 @@ class GlobalRaceTracker:
     def __init__(self, size: int, stride: int):
         self.size, self.stride = size, stride
         self.writes = _AccessSummary(size)
-        self.reads = None           # allocated when the first reads are merged
-        self.stamp = None           # allocated at the first write
+        self.reads: _AccessSummary | None = None   # allocated when the first reads merge
+        self.stamp: np.ndarray | None = None       # allocated at the first write
         self.written = False
         self._pending: list = []
 

@@ -42,6 +42,8 @@ Execution model (what the printed ``.cu`` does):
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from polycomp import dtypes as dt
@@ -55,11 +57,20 @@ from .sim_counters import global_sectors, shared_wavefronts
 from .sim_intrinsics import INTRINSICS, WARP
 from .sim_memory import GlobalMemory, LocalMemory, SharedMemory, poisoned
 from .sim_races import GlobalRaceTracker, same_values
-from .sim_report import (FINDING_ERRORS, BarrierDivergenceError, Finding,  # noqa: F401
-                         GlobalMemoryRaceError, GlobalWriteConflictError, KernelStats,
-                         LaunchError,
-                         OutOfBoundsError, SharedMemoryRaceError, SimReport,
-                         SimulatorError, WarpSyncError)
+from .sim_report import (  # noqa: F401
+    FINDING_ERRORS,
+    BarrierDivergenceError,
+    Finding,
+    GlobalMemoryRaceError,
+    GlobalWriteConflictError,
+    KernelStats,
+    LaunchError,
+    OutOfBoundsError,
+    SharedMemoryRaceError,
+    SimReport,
+    SimulatorError,
+    WarpSyncError,
+)
 
 __all__ = ["simulate", "Simulator", "LaneGeometry", "SimReport", "SimulatorError",
            "LaunchError", "OutOfBoundsError", "BarrierDivergenceError",
@@ -141,14 +152,16 @@ class Simulator(Interpreter):
         # extension point: hook(sim, mem, pos, offsets, active, write) is called for
         # every ordinary shared load/store (e.g. cp.async: is the element in flight?)
         self.shared_access_hooks: list = []
-        self.block_epoch = None             # barriers passed, per block slot
+        # barriers passed, per block slot (allocated per launch)
+        self.block_epoch: np.ndarray = None  # type: ignore[assignment]
         self.intrinsics = dict(INTRINSICS if intrinsics is None else intrinsics)
         self.globals: dict = {}        # Buffer -> GlobalMemory, for the whole sequence
         self._globals_by_name: dict = {}
         self.mem: dict = {}            # Buffer -> memory visible at this point
         self._static: dict = {}        # Allocate node -> its storage in this chunk
-        self.geom: LaneGeometry | None = None
-        self.stats: KernelStats | None = None
+        # the current launch's geometry and counters (set by each launch)
+        self.geom: LaneGeometry = None  # type: ignore[assignment]
+        self.stats: KernelStats = None  # type: ignore[assignment]
         self.st: InterpreterState | None = None
 
     # ------------------------------------------------------------- sequence
@@ -353,20 +366,21 @@ class Simulator(Interpreter):
         byte = (offsets * mem.itemsize).reshape(-1, WARP)
         act = active.reshape(-1, WARP)
         if mem.scope == "global":
-            c = self.stats.global_store if store else self.stats.global_load
-            c.add(*global_sectors(byte, act, mem.itemsize))
+            g = self.stats.global_store if store else self.stats.global_load
+            g.add(*global_sectors(byte, act, mem.itemsize))
         else:
-            c = self.stats.shared_store if store else self.stats.shared_load
-            c.add(*shared_wavefronts(byte, act, mem.itemsize))
+            s = self.stats.shared_store if store else self.stats.shared_load
+            s.add(*shared_wavefronts(byte, act, mem.itemsize))
 
     def _race_check(self, mem, pos, offsets, active, new=None) -> None:
         """Hazards of a read (``new is None``) or of a store of ``new`` (full lanes)."""
         g = self.geom
         write = new is not None
+        describe: Callable[[int], str]
         if mem.scope == "shared":
             describe, space = g.describe_thread_in_block, "shared"
             tracker = mem.tracker
-            args = (pos, g.thread)
+            args: tuple = (pos, g.thread)
         else:
             tracker = self._global_tracker(mem)
             if tracker is None:

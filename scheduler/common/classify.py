@@ -22,6 +22,7 @@ same output shape.  Every other stage is its own group.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from polycomp import ir
 from polycomp.scheduler.common.contraction import contraction_class, iterators_of, loads_of
@@ -63,7 +64,7 @@ def classify_stage(stage) -> str:
 @dataclass
 class FusionGroup:
     """Stages scheduled together: an optional backbone with its epilogue."""
-    backbone: object                 # Stage
+    backbone: Any                    # Stage
     kind: str                        # class of the backbone
     epilogue: list = field(default_factory=list)
     prologue: list = field(default_factory=list)
@@ -179,7 +180,8 @@ def row_runs(graph, rank: int = 1) -> list[RowRun]:
     """Maximal runs of at least two stages, or a single reduction, over ``rank`` rows
     that contain a reduction (see :class:`RowRun`)."""
     from polycomp.lowering.simplify import const_difference
-    runs, cur = [], []
+    runs: list = []
+    cur: list = []
 
     def same_rows(a, b):
         sa, sb = a.output.shape, b.output.shape
@@ -211,7 +213,8 @@ def row_runs(graph, rank: int = 1) -> list[RowRun]:
 
 
 def fits_alone(s, rank) -> bool:
-    return (s.is_reduction and len(s.iters) == rank) or (not s.is_reduction and len(s.iters) >= rank)
+    return (s.is_reduction and len(s.iters) == rank) or \
+        (not s.is_reduction and len(s.iters) >= rank)
 
 
 def with_row_runs(groups: list, runs: list) -> list:
@@ -224,5 +227,6 @@ def with_row_runs(groups: list, runs: list) -> list:
             continue
         first = out.index(covering[0])
         out = [g for g in out if g not in covering]
-        out.insert(first, FusionGroup(run.stages[0], "rowreduce", list(run.stages[1:]), [], run.rank))
+        out.insert(first, FusionGroup(run.stages[0], "rowreduce", list(run.stages[1:]), [],
+                                      run.rank))
     return out

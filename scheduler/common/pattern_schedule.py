@@ -16,9 +16,9 @@ i.e. ``domain -> sequence(groups) -> [sequence(prologue, body)] -> band(o)`` (pe
 members marked coincident where :func:`band_coincidence` proves it) ``-> sequence(init,
 update -> band(r), epilogue...)``; the group's root filter is preceded by a mark
 ``backbone:<class>``.  (Epilogue statements are not marked: isl cannot read back a mark
-directly above a leaf; the pass notes list them.)  The epilogue is thus pulled out of the reduction loops but kept
-under the common output band (TSCompiler Fig. 7e/8c), so a later tiling of that band
-tiles the epilogue with the backbone.
+directly above a leaf; the pass notes list them.)  The epilogue is thus pulled out of
+the reduction loops but kept under the common output band (TSCompiler Fig. 7e/8c), so a
+later tiling of that band tiles the epilogue with the backbone.
 
 *Row stitching* (AStitch's regional scheme): a run of stages over the same rows ``R``
 — reductions to ``R`` and row-wise stages ``R x J`` reading run members only at the row
@@ -39,11 +39,17 @@ from __future__ import annotations
 
 import islpy as isl
 
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.classify import fusion_groups, row_runs, with_row_runs
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.tree import (
+    band_map,
+    reduce_band,
+    stmt_filter,
+    mark_coincidence,
+    union_set_list,
+)
 from polycomp.state import CompileState
-from polycomp.scheduler.common.tree import band_map, reduce_band, stmt_filter, mark_coincidence, union_set_list
-from polycomp.scheduler.common import marks
 
 
 class PatternSchedulePass(Pass):
@@ -55,7 +61,7 @@ class PatternSchedulePass(Pass):
             ctx.note(self.name, "no DSL stages: kept the front end's schedule tree")
             return schedule
         groups = fusion_groups(m.graph)
-        if ctx.options.row_stitching:
+        if ctx.cuda_options.row_stitching:
             runs = [r for r in row_runs(m.graph) if self._stitchable(m, r, ctx)]
             groups = with_row_runs(groups, runs)
         by_stage: dict = {}
@@ -66,7 +72,8 @@ class PatternSchedulePass(Pass):
         node = sched.get_root().child(0)
         group_stmts = [[s for st in g.prologue + g.stages for s in by_stage[st]] for g in groups]
         if len(groups) > 1:
-            node = node.insert_sequence(union_set_list(ictx, [stmt_filter(x, ictx) for x in group_stmts]))
+            filters = [stmt_filter(x, ictx) for x in group_stmts]
+            node = node.insert_sequence(union_set_list(ictx, filters))
         for k, g in enumerate(groups):
             leaf = node.child(k).child(0) if len(groups) > 1 else node
             depth = leaf.get_tree_depth()
@@ -75,8 +82,10 @@ class PatternSchedulePass(Pass):
                 leaf = leaf.parent()
             node = leaf.parent().parent() if len(groups) > 1 else leaf
         ctx.note(self.name, "groups: " + "; ".join(
-            f"{g.kind} {g.backbone.name}" + (f" + epilogue {[e.name for e in g.epilogue]}" if g.epilogue else "")
-            + (f" + prologue {[p.name for p in g.prologue]}" if g.prologue else "") for g in groups))
+            f"{g.kind} {g.backbone.name}"
+            + (f" + epilogue {[e.name for e in g.epilogue]}" if g.epilogue else "")
+            + (f" + prologue {[p.name for p in g.prologue]}" if g.prologue else "")
+            for g in groups))
         return node.get_schedule()
 
     def _stitchable(self, m, run, ctx) -> bool:
@@ -96,7 +105,8 @@ class PatternSchedulePass(Pass):
             if s.stage in run.stages:
                 for a in s.writes:
                     w = per_row(s, a.relation)
-                    writes[a.buffer.name] = w if a.buffer.name not in writes else writes[a.buffer.name].union(w)
+                    name = a.buffer.name
+                    writes[name] = w if name not in writes else writes[name].union(w)
         for s in m.statements:
             if s.stage not in run.stages:
                 continue
@@ -143,6 +153,7 @@ class PatternSchedulePass(Pass):
             s = part[0]
             leaf = node.child(k).child(0)
             if len(s.iters) > nspatial:  # reduce axes, or a row-wise stage's inner dims
-                leaf = leaf.insert_partial_schedule(reduce_band(s, nspatial, len(s.iters) - nspatial))
+                leaf = leaf.insert_partial_schedule(
+                    reduce_band(s, nspatial, len(s.iters) - nspatial))
                 node = leaf.parent().parent()
         return node

@@ -11,8 +11,8 @@ class ProgramOrderPass(Pass):
     """Return the program-order schedule tree of ``ctx.model`` (ignores its input).
 
     Assumes: nothing about the input schedule; ``ctx.model.initial_schedule`` is the
-    program-order tree its front end built (:func:`~polycomp.scheduler.common.tree.build_program_order`
-    for DSL models,
+    program-order tree its front end built
+    (:func:`~polycomp.scheduler.common.tree.build_program_order` for DSL models,
     the loop structure of the C code for C SCoPs, see :mod:`polycomp.frontend.c_model`).
     Guarantees, for DSL models: ``domain`` -> ``sequence`` of stage filters (one child
     per stage, in program order; no sequence for a single stage) -> a permutable band

@@ -30,24 +30,26 @@ def statement_filter(ctx, names) -> isl.UnionSet:
 
 
 def stmt_filter(stmts, ctx) -> isl.UnionSet:
-    u = None
+    u: isl.UnionSet | None = None
     for s in stmts:
         x = isl.UnionSet.from_set(isl.Set.universe(s.domain.get_space()))
         u = x if u is None else u.union(x)
+    assert u is not None, "no statements"
     return u
 
 
 def band_map(stmts, ndims) -> isl.MultiUnionPwAff:
     """{ S[i_0..i_n] -> [i_0..i_{ndims-1}] } over the given statements."""
-    um = None
+    um: isl.UnionMap | None = None
     for s in stmts:
         sp = s.domain.get_space()
         n = sp.dim(isl.dim_type.set)
         m = isl.Map.identity(isl.Space.map_from_set(sp))
         if n > ndims:
             m = m.project_out(isl.dim_type.out, ndims, n - ndims)
-        m = isl.UnionMap.from_map(m.reset_tuple_id(isl.dim_type.out))
-        um = m if um is None else um.union(m)
+        um_s = isl.UnionMap.from_map(m.reset_tuple_id(isl.dim_type.out))
+        um = um_s if um is None else um.union(um_s)
+    assert um is not None, "no statements"
     return isl.MultiUnionPwAff.from_union_map(um)
 
 
@@ -186,7 +188,7 @@ def mark_coincidence(node: isl.ScheduleNode, deps: isl.UnionMap) -> isl.Schedule
 
 def map_bands(schedule: isl.Schedule, fn) -> isl.Schedule:
     """Apply ``fn(node) -> node`` to every band node, bottom-up; exceptions propagate."""
-    err = []
+    err: list[Exception] = []
 
     def cb(node):
         if err:

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.cpu import tree as T
 from polycomp.state import CompileState
 
 
@@ -103,7 +103,7 @@ class _Fuser:
         if seq.kind != "sequence":
             return seq
         inner = prefix is not None
-        same_prefix = prefix.apply_range(prefix.reverse()) if inner else None
+        same_prefix = prefix.apply_range(prefix.reverse()) if prefix is not None else None
         kids = _splice(seq.children) if inner else list(seq.children)
         out, k = [], 0
         while k < len(kids):

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polycomp.scheduler.cpu import tree as T
-from polycomp.scheduler.common.pass_base import Pass
-from polycomp.state import CompileState
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.cpu import tree as T
+from polycomp.state import CompileState
 
 MARK = marks.CPU_PARALLEL
 

@@ -29,12 +29,11 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp import ir
-
+from polycomp.scheduler.common import marks
+from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import dim_aff, floor_div_aff, mod_aff, unit_stride_in, to_upa, _vars
-from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
-from polycomp.scheduler.common import marks
 
 TILE = 256
 
@@ -82,7 +81,7 @@ class CpuReduceInterchangePass(Pass):
         stmts = {s.name: s for s in ctx.model.statements}
         kids = T.stage_children(tree)
         changed = False
-        for idx, child in enumerate(kids):
+        for child in kids:
             filt = child.filter if isinstance(child, T.Filter) else domain
             names = sorted(T.statements_of(filt), key=order.index)
             sts = [stmts[n] for n in names if n in stmts]

@@ -35,9 +35,9 @@ class Band:
     members: list                      # isl.UnionPwAff, outermost first
     child: object = field(default_factory=Leaf)
     permutable: bool = False
-    coincident: list = None            # bool per member
+    coincident: list = None  # type: ignore[assignment]  # bool per member (default all 0)
     options: isl.UnionSet | None = None
-    loop_types: list = None            # isl.ast_loop_type per member (None: default)
+    loop_types: list | None = None     # isl.ast_loop_type per member (None: default)
 
     def __post_init__(self):
         if self.coincident is None:

@@ -24,11 +24,10 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp.islutil import sets
-
-from polycomp.scheduler.common.pass_base import Pass
-from polycomp.state import CompileState
-from polycomp.scheduler.common.tree import band_coincidence
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.tree import band_coincidence
+from polycomp.state import CompileState
 
 DEFAULT_BLOCK = {1: (256,), 2: (16, 16), 3: (4, 8, 8)}
 
@@ -100,6 +99,7 @@ def _rectangular(node: isl.ScheduleNode, n: int) -> bool:
     for k in range(n):
         rk = r.project_out(isl.dim_type.set, k + 1, n - k - 1).project_out(isl.dim_type.set, 0, k)
         box = rk if box is None else box.flat_product(rk)
+    assert box is not None, "a band of at least one member"
     return box.is_equal(r)
 
 

@@ -11,12 +11,13 @@ For every tiled group (one CUDA kernel each, in tree order ``n = 0, 1, ...``):
   ``bx<n>`` (innermost), ``by<n>``, ``bz<n>`` by the filter ``{ S : floor(o_m / T_m) =
   b_m }`` placed right above the block band — the block loops become degenerate in the
   AST, i.e. "for my block";
-* right above each point band (below its ``tile:point`` mark), the filter ``{ S : (o_m mod T_m) mod P_m = t_m }``
-  (``o_m mod T_m`` is the point member) maps the point members with ``P_m > 1``
-  cyclically onto thread parameters ``tx<n>`` (innermost), ``ty<n>``, ``tz<n>``: thread
-  ``t`` executes points ``t, t + P, t + 2P, ...`` of the tile (consecutive threads touch
-  consecutive elements: coalesced).  Loops above the point bands (the K-tile loop) are
-  executed by every thread of the block, as promotion copies and barriers require.
+* right above each point band (below its ``tile:point`` mark), the filter
+  ``{ S : (o_m mod T_m) mod P_m = t_m }`` (``o_m mod T_m`` is the point member) maps the
+  point members with ``P_m > 1`` cyclically onto thread parameters ``tx<n>`` (innermost),
+  ``ty<n>``, ``tz<n>``: thread ``t`` executes points ``t, t + P, t + 2P, ...`` of the tile
+  (consecutive threads touch consecutive elements: coalesced).  Loops above the point
+  bands (the K-tile loop) are executed by every thread of the block, as promotion copies
+  and barriers require.
   (Parameter ids come from :func:`polycomp.islutil.param_id`: islpy's ``isl.Id`` would
   be a different parameter for isl.)
 * ``ctx.gpu.launches[n]`` records the grid (isl ``PwAff`` number of blocks per
@@ -41,11 +42,10 @@ import islpy as isl
 
 from polycomp.errors import ScheduleError
 from polycomp.islutil import param_id
-
-from polycomp.scheduler.gpu.tile import find_first, is_marked
-from polycomp.scheduler.common.pass_base import Pass
-from polycomp.state import CompileState
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.gpu.tile import find_first, is_marked
+from polycomp.state import CompileState
 
 AXES = ("x", "y", "z")
 
@@ -142,7 +142,8 @@ class GpuMappingPass(Pass):
             schedule, launch, kctx = self._map_group(mark, cfg, n)
             launches[n] = launch
             ctx.restrict_ast_context(kctx)
-            ctx.note(self.name, f"kernel {n}: grid {[str(g) for g in launch.grid]}, block {launch.block}")
+            ctx.note(self.name, f"kernel {n}: grid {[str(g) for g in launch.grid]}, "
+                                f"block {launch.block}")
             n += 1
         schedule = self._single_thread_kernels(schedule, ctx, n)
         return schedule
@@ -228,7 +229,8 @@ class GpuMappingPass(Pass):
         ictx = schedule.get_ctx()
         for k in positions:
             root = schedule.get_root().child(0)
-            node = root.child(k).child(0) if root.get_type() == isl.schedule_node_type.sequence else root
+            is_seq = root.get_type() == isl.schedule_node_type.sequence
+            node = root.child(k).child(0) if is_seq else root
             schedule = node.insert_mark(marks.make(marks.KERNEL, n)).get_schedule()
             one = isl.PwAff.read_from_str(ictx, "{ [(1)] }")
             launches[n] = KernelLaunch([one], (1, 1, 1), (), ())

@@ -36,11 +36,10 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polycomp.errors import ResourceLimitError, ScheduleError
-
-from polycomp.scheduler.common.pass_base import Pass
-from polycomp.state import CompileState
-from polycomp.scheduler.common.tree import band_coincidence
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.tree import band_coincidence
+from polycomp.state import CompileState
 
 
 @dataclass(frozen=True)
@@ -91,10 +90,12 @@ def tile_config_from_options(opt, kind, ndims, target) -> TileConfig:
     if len(cfg.block) < ndims:  # sizes given for the innermost dims only
         pad = ndims - len(cfg.block)
         cfg = TileConfig((1,) * pad + cfg.block, (1,) * pad + cfg.threads, cfg.k)
-    cfg = TileConfig(cfg.block[-ndims:] if ndims else (), cfg.threads[-ndims:] if ndims else (), cfg.k)
+    cfg = TileConfig(cfg.block[-ndims:] if ndims else (), cfg.threads[-ndims:] if ndims else (),
+                     cfg.k)
     for t, p in zip(cfg.block, cfg.threads):
         if t < 1 or p < 1 or t % p:
-            raise ScheduleError(f"tile {cfg.block} is not a multiple of the thread block {cfg.threads}")
+            raise ScheduleError(f"tile {cfg.block} is not a multiple of the thread block "
+                                f"{cfg.threads}")
     nthreads = 1
     for p in cfg.threads:
         nthreads *= p
@@ -129,7 +130,7 @@ def backbone_marks(schedule: isl.Schedule) -> list[str]:
 
 def nth_backbone(schedule: isl.Schedule, k: int) -> isl.ScheduleNode:
     """The k-th ``backbone:`` mark node, pre-order."""
-    found = []
+    found: list = []
 
     def walk(n):
         if len(found) > k:
@@ -217,7 +218,7 @@ class GpuTilingPass(Pass):
             if band is None:
                 ctx.note(self.name, f"group {k} ({kind}): no output band, not tiled")
                 continue
-            cfg = tile_config_from_options(ctx.options.tile, kind, band.band_n_member(),
+            cfg = tile_config_from_options(ctx.cuda_options.tile, kind, band.band_n_member(),
                                            ctx.target)
             ctx.gpu.tile_configs[k] = cfg
             # the last index of every output dimension (for full-tile isolation)

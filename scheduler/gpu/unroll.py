@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import islpy as isl
 
-
-from polycomp.scheduler.gpu.tile import find_first, is_marked
-from polycomp.scheduler.common.pass_base import Pass
-from polycomp.state import CompileState
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.gpu.tile import find_first, is_marked
+from polycomp.state import CompileState
 
 
 def _trip_bound(band, configs) -> int | None:
@@ -79,7 +78,8 @@ def _isolate(band, full: isl.Set):
     outer = ", ".join(f"o{d}" for d in range(depth))
     inner = ", ".join(f"p{d}" for d in range(n))
     iso = isl.Set.read_from_str(ictx, f"{{ isolate[[{outer}] -> [{inner}]] }}")
-    iso = iso.align_params(full.get_space()).intersect_params(full.align_params(iso.align_params(full.get_space()).get_space()))
+    iso = iso.align_params(full.get_space())
+    iso = iso.intersect_params(full.align_params(iso.get_space()))
     band = band.band_set_ast_build_options(isl.UnionSet.from_set(iso))
     for m in range(n):
         band = band.band_member_set_isolate_ast_loop_type(m, isl.ast_loop_type.unroll)
@@ -110,9 +110,10 @@ class UnrollPointLoopsPass(Pass):
                 continue   # nothing to gain: no register tile indexed by these loops
             trips = _trip_bound(node, ctx.gpu.tile_configs)
             if trips is None or trips > self.max_unroll:
-                ctx.note(self.name, f"band {_key(node)} kept as loops ({trips} iterations per thread)")
+                ctx.note(self.name,
+                         f"band {_key(node)} kept as loops ({trips} iterations per thread)")
                 continue
-            full = _full_tile(node, ctx) if ctx.options.isolate else None
+            full = _full_tile(node, ctx) if ctx.cuda_options.isolate else None
             if full is not None and node.band_n_member() > 2:
                 # isl's isolated AST generation grows steeply with the band's rank
                 ctx.note(self.name, f"band {_key(node)}: {node.band_n_member()}-d tile not "
