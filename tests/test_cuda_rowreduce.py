@@ -24,7 +24,8 @@ import subprocess
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import polycomp as pc
 from polycomp.driver import compile_kernel, interpret

@@ -11,14 +11,30 @@ import polycomp as pc
 from polycomp.errors import PolycompInternalError
 from polycomp.hw.target import get_target
 from polycomp.scheduler.cpu.backbone_tile import CpuBackboneTilePass
-from polycomp.scheduler.promotion.copies import NameAllocator, copy_subtree, needs_sync, sync_subtree
+from polycomp.scheduler.promotion.copies import (
+    NameAllocator,
+    copy_subtree,
+    needs_sync,
+    sync_subtree,
+)
 from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
 from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
-from polycomp.scheduler.promotion.footprint import (Layout, ScopedFootprint, box_of, footprint,
-                                                    has_reuse, strided_box_of)
+from polycomp.scheduler.promotion.footprint import (
+    Layout,
+    ScopedFootprint,
+    box_of,
+    footprint,
+    has_reuse,
+    strided_box_of,
+)
 from polycomp.scheduler.promotion.record import PackedOperand, PackRequest
-from polycomp.scheduler.promotion.reference import (array_references, make_group, read_only_groups,
-                                                    thread_private_refusal, written_arrays)
+from polycomp.scheduler.promotion.reference import (
+    array_references,
+    make_group,
+    read_only_groups,
+    thread_private_refusal,
+    written_arrays,
+)
 from polycomp.state import CompileState
 
 N, M, K = pc.sym("N M K")

@@ -39,7 +39,6 @@ from polycomp.scheduler.promotion.footprint import Layout
 from polycomp.scheduler.promotion.record import PackedOperand
 from polycomp.state import CompileState
 
-
 # --------------------------------------------------------------------------- affine helpers
 
 

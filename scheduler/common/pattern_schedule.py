@@ -44,9 +44,9 @@ from polycomp.scheduler.common.classify import fusion_groups, row_runs, with_row
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import (
     band_map,
+    mark_coincidence,
     reduce_band,
     stmt_filter,
-    mark_coincidence,
     union_set_list,
 )
 from polycomp.state import CompileState

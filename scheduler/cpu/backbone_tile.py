@@ -78,11 +78,10 @@ import islpy as isl
 
 from polycomp import dtypes as dt
 from polycomp import ir
-
-from polycomp.scheduler.cpu import tree as T
 from polycomp.options import CpuOptions
 from polycomp.scheduler.common.contraction import match_contraction
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.promotion.cpu_pack import request_mark
 from polycomp.scheduler.promotion.record import PackRequest
 from polycomp.state import CompileState

@@ -32,7 +32,14 @@ from polycomp import ir
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.cpu import tree as T
-from polycomp.scheduler.cpu.backbone_tile import dim_aff, floor_div_aff, mod_aff, unit_stride_in, to_upa, _vars
+from polycomp.scheduler.cpu.backbone_tile import (
+    _vars,
+    dim_aff,
+    floor_div_aff,
+    mod_aff,
+    to_upa,
+    unit_stride_in,
+)
 from polycomp.state import CompileState
 
 TILE = 256

@@ -47,15 +47,21 @@ import islpy as isl
 
 from polycomp import ir
 from polycomp.islutil import maps
-
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.gpu.map import (
+    KernelLaunch,
+    _as_param,
+    _intersect_params,
+    _member_range,
+    _param_upa,
+    block_param,
+    thread_param,
+)
+from polycomp.scheduler.gpu.tile import find_first
 from polycomp.scheduler.promotion.footprint import Box
 from polycomp.scheduler.promotion.record import CopyStmt, Promotion, WarpReduction
-from polycomp.scheduler.gpu.map import KernelLaunch, _as_param, _intersect_params, _member_range, _param_upa, \
-    block_param, thread_param
-from polycomp.scheduler.gpu.tile import find_first
-from polycomp.scheduler.common.pass_base import Pass
-from polycomp.state import CompileState
 from polycomp.scheduler.promotion.shared import _paths, node_at
+from polycomp.state import CompileState
 
 LANES = 32
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp.islutil import maps
-
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
 from polycomp.scheduler.promotion.footprint import Layout, ScopedFootprint, min_box_of

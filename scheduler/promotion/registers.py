@@ -39,22 +39,37 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polycomp import ir
+from polycomp.errors import PolycompInternalError
 from polycomp.model import Statement
-
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.gpu.map import thread_param
 from polycomp.scheduler.promotion.copies import NameAllocator, copy_subtree, needs_sync
 from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
-from polycomp.scheduler.promotion.footprint import (ScopedFootprint, box_relation, footprint,
-                                                    prefix_space_map, pullback, statement_prefix,
-                                                    strided_box_of)
+from polycomp.scheduler.promotion.footprint import (
+    ScopedFootprint,
+    box_relation,
+    footprint,
+    prefix_space_map,
+    pullback,
+    statement_prefix,
+    strided_box_of,
+)
 from polycomp.scheduler.promotion.record import CopyStmt, Promotion
-from polycomp.scheduler.promotion.reference import (Reference, array_references, make_group,
-                                                    thread_private_refusal, written_arrays)
-from polycomp.scheduler.promotion.sites import (is_kernel, node_at, original_site, paths,
-                                                statements_below)
-from polycomp.scheduler.gpu.map import thread_param
-from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.promotion.reference import (
+    Reference,
+    array_references,
+    make_group,
+    thread_private_refusal,
+    written_arrays,
+)
+from polycomp.scheduler.promotion.sites import (
+    is_kernel,
+    node_at,
+    original_site,
+    paths,
+    statements_below,
+)
 from polycomp.state import CompileState
-from polycomp.errors import PolycompInternalError
 
 LEVEL = "registers"
 SOURCE = "global"

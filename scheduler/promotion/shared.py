@@ -53,20 +53,41 @@ import islpy as isl
 from polycomp import ir
 from polycomp.islutil import maps, param_id
 from polycomp.model import Statement
-
-from polycomp.scheduler.promotion.copies import NameAllocator, copy_subtree, needs_sync, sync_subtree
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.gpu.map import KernelLaunch, thread_param
+from polycomp.scheduler.promotion.copies import (
+    NameAllocator,
+    copy_subtree,
+    needs_sync,
+    sync_subtree,
+)
 from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
-from polycomp.scheduler.promotion.footprint import (ScopedFootprint, box_of, box_relation, footprint,
-                                                    has_reuse, prefix_space_map, pullback,
-                                                    statement_prefix)
+from polycomp.scheduler.promotion.footprint import (
+    ScopedFootprint,
+    box_of,
+    box_relation,
+    footprint,
+    has_reuse,
+    prefix_space_map,
+    pullback,
+    statement_prefix,
+)
 from polycomp.scheduler.promotion.record import CopyStmt, Promotion
 from polycomp.scheduler.promotion.reference import ReferenceGroup, read_only_groups
-from polycomp.scheduler.promotion.sites import (drop_statements, inside_loop, is_kernel, kernel_node,
-                                                kernel_of, node_at, original_site, paths,
-                                                root_of, shared_sites, statements_below,
-                                                thread_dependent)
-from polycomp.scheduler.gpu.map import KernelLaunch, thread_param
-from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.promotion.sites import (
+    drop_statements,
+    inside_loop,
+    is_kernel,
+    kernel_node,
+    kernel_of,
+    node_at,
+    original_site,
+    paths,
+    root_of,
+    shared_sites,
+    statements_below,
+    thread_dependent,
+)
 from polycomp.state import CompileState
 
 # the names other passes import from here (scheduler/gpu/rowreduce.py, registers.py)
