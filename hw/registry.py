@@ -23,7 +23,9 @@ See docs/architecture.md, "Adding a target".
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from polycomp.errors import TargetError
@@ -41,16 +43,25 @@ BUILTIN_BACKENDS = ("polycomp.hw.cpu.backend", "polycomp.hw.cuda.backend")
 ENTRY_POINT_GROUP = "polycomp.targets"
 
 
+@dataclass(frozen=True)
+class Runner:
+    """What ``polycomp run`` calls: ``call(*arrays, **sizes)``, how it runs (one line
+    for the report) and whether it runs natively (then it is timed)."""
+    call: Callable
+    how: str
+    native: bool
+
+
 class Backend:
     """A family of targets; see the module docstring.  Subclasses override what they
     support (the defaults raise a clear error or do nothing)."""
 
     family: str = ""                      # Target.kind of the targets it makes
     names: tuple[str, ...] = ()           # target names, first the canonical ones
-    aliases: dict[str, str] = {}          # alias -> canonical name
+    aliases: Mapping[str, str] = MappingProxyType({})        # alias -> canonical name
     options_class: type[Options]
     suffix: str = ".txt"
-    descriptions: dict[str, str] = {}     # target name -> one line
+    descriptions: Mapping[str, str] = MappingProxyType({})   # target name -> one line
 
     def make_target(self, name: str) -> Target:
         raise NotImplementedError
@@ -76,10 +87,14 @@ class Backend:
         (gcc-built library, GPU through pycuda); a clear error where it cannot run."""
         raise TargetError(f"no runner for target {ck.target.name}")
 
-    def runner(self, ck: CompiledKernel) -> tuple[Callable, str]:
-        """``polycomp run``: a callable and how it runs (natively, or where that is not
-        possible here, in a simulator)."""
-        return self.load(ck), "native"
+    def runner(self, ck: CompiledKernel) -> Runner:
+        """``polycomp run``: a callable and how it runs — natively, or where that is not
+        possible here, in a simulator (the default: the target IR's reference
+        executor, :meth:`execute`)."""
+        def run(*arrays, **params):
+            return self.execute(ck, arrays, params)
+        return Runner(run, f"{ck.target.name} IR reference executor (no native runner)",
+                      native=False)
 
     def execute(self, ck: CompiledKernel, inputs: tuple, params: dict):
         """Run the target-level IR ``ck.ir`` with its reference semantics."""
@@ -94,16 +109,34 @@ class Backend:
         return res[0] if len(res) == 1 else res
 
     def check(self, path: str, ck: CompiledKernel) -> str:
-        raise TargetError(f"no checker for target {ck.target.name}")
+        raise TargetError(f"--check is not available for target {ck.target.name}: its "
+                          f"backend has no compiler to check the emitted file with")
 
 
 _BACKENDS: dict[str, Backend] = {}        # family -> backend
 _BY_NAME: dict[str, Backend] = {}         # target name or alias -> backend
 _loaded = False
+_loading = False
+
+
+def _check_backend(backend: Backend) -> None:
+    what = type(backend).__name__
+    if not backend.family or not backend.names:
+        raise TargetError(f"backend {what} declares no family or no target names")
+    if not isinstance(getattr(backend, "options_class", None), type):
+        raise TargetError(f"backend {what} declares no options_class")
+    for alias, canonical in backend.aliases.items():
+        if canonical not in backend.names:
+            raise TargetError(f"backend {what}: alias {alias!r} names {canonical!r}, which "
+                              f"is not one of its targets {list(backend.names)}")
 
 
 def register(backend: Backend) -> Backend:
-    """Register ``backend`` (its family and target names must be new)."""
+    """Register ``backend`` (its family and target names must be new; the built-in
+    backends are registered first)."""
+    _check_backend(backend)
+    if not _loaded and not _loading:
+        _load()
     if backend.family in _BACKENDS and _BACKENDS[backend.family] is not backend:
         raise TargetError(f"a backend for target family {backend.family!r} is already "
                           f"registered")
@@ -118,20 +151,33 @@ def register(backend: Backend) -> Backend:
     return backend
 
 
+def unregister(family: str) -> None:
+    """Remove the backend of ``family`` and its target names (tests, plug-in reloads)."""
+    backend = _BACKENDS.pop(family, None)
+    if backend is not None:
+        for name in (*backend.names, *backend.aliases):
+            _BY_NAME.pop(name, None)
+
+
 def _load() -> None:
-    global _loaded
-    if _loaded:
+    global _loaded, _loading
+    if _loaded or _loading:
         return
-    _loaded = True
-    for mod in BUILTIN_BACKENDS:
-        importlib.import_module(mod)
+    _loading = True
     try:
-        from importlib.metadata import entry_points
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
+        for mod in BUILTIN_BACKENDS:
+            importlib.import_module(mod)
+    finally:
+        _loading = False
+    _loaded = True
+    from importlib.metadata import entry_points
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
             ep.load()
-    except Exception as e:  # a broken plug-in must not break the built-in targets
-        import warnings
-        warnings.warn(f"polycomp: a target plug-in failed to load: {e}", stacklevel=2)
+        except Exception as e:  # a broken plug-in must not break the other targets
+            import warnings
+            warnings.warn(f"polycomp: target plug-in {ep.name!r} ({ep.value}) failed to "
+                          f"load: {type(e).__name__}: {e}", stacklevel=2)
 
 
 def backends() -> list[Backend]:
@@ -151,6 +197,11 @@ def backend_for_name(name: str) -> Backend:
     if b is None:
         raise TargetError(f"unknown target {name!r}; known: {', '.join(target_names())}")
     return b
+
+
+def canonical_name(name: str) -> str:
+    """The target name an alias stands for (``cuda-sm80`` -> ``cuda``)."""
+    return backend_for_name(name).aliases.get(name, name)
 
 
 def backend_for(target: Target) -> Backend:

@@ -144,6 +144,14 @@ def _int_tuple(text: str, what: str) -> tuple:
     return vals
 
 
+def _takes_tile(target: str) -> bool:
+    import dataclasses
+
+    from polycomp.hw.registry import backend_for_name
+    cls = backend_for_name(target).options_class
+    return any(f.name == "tile" for f in dataclasses.fields(cls))
+
+
 def _compile_options(args) -> dict:
     """The ``options`` dict the driver passes to the pipelines."""
     opts: dict = {}
@@ -163,6 +171,10 @@ def _compile_options(args) -> dict:
     if getattr(args, "tile_k", None) is not None:
         tile["k"] = args.tile_k
     if tile:
+        if not _takes_tile(getattr(args, "target", "c")):
+            raise UsageError(f"--tile, --threads and --tile-k set the CUDA option tile; "
+                             f"target {args.target} does not take it (`polycomp targets "
+                             f"{args.target} --options` lists its options)")
         base = opts.get("tile")
         opts["tile"] = {**(base if isinstance(base, dict) else {}), **tile}
     if getattr(args, "isl_scheduler", False):
@@ -229,13 +241,17 @@ def cmd_explain(args) -> int:
     w(f"=== polyhedral model of {kernel.name} ===\n{ck.model}\n\n")
     w(f"=== steps for target {ck.target.name} ===\n")
     notes = {k: list(v) for k, v in (ck.notes or {}).items()}
-    headers = {"schedule": "schedule passes", "lower": "lowering (isl AST -> IR)",
-               "ir": "IR passes", "codegen": "code-generation passes", "emit": "emission"}
+    headers = {"model": "polyhedral model", "schedule": "schedule passes",
+               "lower": "lowering (isl AST -> IR)", "ir": "IR passes",
+               "codegen": "code-generation passes", "emit": "emission"}
     stage = None
     for r in ck.records:
         if r.stage != stage:
             stage = r.stage
             w(f"\n##### {headers.get(stage, stage)} #####\n")
+        if r.stage == "model":
+            w(f"\n--- {r.name} built ({r.seconds * 1e3:.2f} ms): printed above ---\n")
+            continue
         if r.stage == "emit":
             w(f"\n--- {r.name} ({r.seconds * 1e3:.2f} ms): {len(r.tree or '')} characters"
               f"{'' if args.source else ' (--source prints them)'} ---\n")
@@ -257,15 +273,21 @@ def cmd_explain(args) -> int:
     return 0
 
 
+def _params_text(params) -> str:
+    import dataclasses
+    return ", ".join(f"{f.name}={getattr(params, f.name)}" for f in dataclasses.fields(params))
+
+
 def cmd_targets(args) -> int:
     """Print every registered target: its memory hierarchy, compute units and (with
     --options) the options it takes."""
-    from polycomp.hw.registry import backends
+    from polycomp.hw.registry import backends, canonical_name
     from polycomp.hw.target import get_target
     w = sys.stdout.write
+    wanted = {canonical_name(n) for n in args.name}   # unknown names raise TargetError
     for b in backends():
         for name in b.names:
-            if args.name and name not in args.name:
+            if wanted and name not in wanted:
                 continue
             t = get_target(name)
             aliases = [a for a, c in b.aliases.items() if c == name]
@@ -278,6 +300,9 @@ def cmd_targets(args) -> int:
                 sync = f"; sync: {c.sync}" if c.sync else ""
                 form = f" ({c.variant})" if c.variant else ""
                 w(f"  copy {c.src} -> {c.dst}{form}: {c.mechanism}{sync}\n")
+            for param in (t.cpu, t.cuda):
+                if param is not None:
+                    w(f"  parameters: {_params_text(param)}\n")
             for u in t.units:
                 shape = "x".join(map(str, u.shape))
                 w(f"  unit {u.name} ({u.kind} {shape}): {', '.join(u.dtypes)}"
@@ -407,8 +432,8 @@ def cmd_run(args) -> int:
                                  + " ".join(f"--shape {n}=..." for n in missing))
     params = {n: given[n] for n in names}
     arrays = random_inputs(f, params, args.seed)
-    run, how = ck.backend.runner(ck)
-    timed = "simulator" not in how
+    runner = ck.backend.runner(ck)
+    run, how, timed = runner.call, runner.how, runner.native
     reps = max(1, args.repeat) if timed else 1
     result: Any = None
     best = float("inf")
@@ -449,7 +474,7 @@ def cmd_run(args) -> int:
     if timed:
         print(f"  time: {best * 1e3:.3f} ms" + (f" (best of {reps})" if reps > 1 else ""))
     else:
-        print(f"  time: {best * 1e3:.3f} ms of simulation (not a GPU timing)")
+        print(f"  time: {best * 1e3:.3f} ms of simulation (not a timing of the target)")
     return 0 if ok_all else 1
 
 
@@ -505,11 +530,11 @@ def _parser() -> argparse.ArgumentParser:
     kern.add_argument("--target", "-t", default="c", choices=_target_names(),
                       help="target (default: c; `polycomp targets` lists them)")
     kern.add_argument("--tile", metavar="T0,T1,...",
-                      help="block tile sizes (options['tile']['block'])")
+                      help="CUDA: block tile sizes (option tile.block)")
     kern.add_argument("--threads", metavar="P0,P1,...",
-                      help="threads per block dimension (options['tile']['threads'])")
+                      help="CUDA: threads per block dimension (option tile.threads)")
     kern.add_argument("--tile-k", type=int, metavar="K",
-                      help="reduction tile (options['tile']['k'])")
+                      help="CUDA: reduction tile (option tile.k)")
     kern.add_argument("--isl-scheduler", action="store_true",
                       help="reschedule with isl's scheduler before the target passes")
     kern.add_argument("-O", "--option", action="append", metavar="KEY=VALUE",

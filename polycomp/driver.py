@@ -85,7 +85,7 @@ def compile_kernel(kernel: Kernel, target: str | Target = "c",
     pm = PassManager(debug=debug, dump=dump, dump_dir=dump_dir,
                      source_suffix=backend.suffix.lstrip("."))
     try:
-        model = kernel.polyhedral_model()
+        model = pm.step("model", "model", kernel.polyhedral_model, str)
         state = CompileState(model, tgt, opts)
         schedule = pm.run(model.initial_schedule, state, schedule_passes(state))
         func = pm.step("lower", "lower", lambda: lower_schedule(

@@ -5,7 +5,8 @@ Each step is timed and recorded as a :class:`PassRecord` (``polycomp explain`` p
 the table).  With ``dump=True`` each record keeps the step's output as text: the
 schedule tree after a schedule pass, the IR after lowering and each IR pass, the source
 after emission.  With ``dump_dir`` the same texts are written as numbered files
-(``00-initial.tree``, ``07-lower.ir``, ``15-emit.cu``) so two compiles can be diffed.
+(``00-model.model``, ``01-initial.tree``, ``07-lower.ir``, ``15-emit.cu``; the numbered files of an
+earlier compile in that folder are removed first) so two compiles can be diffed.
 With ``debug=True`` every schedule pass's output is checked for legality: each
 flow/anti/output dependence of the model must remain lexicographically positive under
 the new schedule, else :class:`~polycomp.errors.IllegalScheduleError` names the pass and
@@ -35,12 +36,13 @@ if TYPE_CHECKING:  # pragma: no cover
 T = TypeVar("T")
 
 # The kinds of step, in pipeline order, and the suffix of their dump files.
-STAGES = {"schedule": "tree", "lower": "ir", "ir": "ir", "codegen": "ir", "emit": "src"}
+STAGES = {"model": "model", "schedule": "tree", "lower": "ir", "ir": "ir", "codegen": "ir",
+          "emit": "src"}
 
 
 @dataclass
 class PassRecord:
-    """What one step did: its name, its stage (``schedule``, ``lower``, ``ir``,
+    """What one step did: its name, its stage (``model``, ``schedule``, ``lower``, ``ir``,
     ``codegen``, ``emit``), the time it took and (when dumping) its output as text."""
     name: str
     seconds: float
@@ -69,6 +71,9 @@ class PassManager:
         self.records: list[PassRecord] = []
         if dump_dir is not None:
             os.makedirs(dump_dir, exist_ok=True)
+            for old in os.listdir(dump_dir):   # a previous compile's steps
+                if re.match(r"^[0-9]{2,}-.*\.(tree|ir|src|txt|c|cu|cpp)$", old):
+                    os.remove(os.path.join(dump_dir, old))
 
     # ------------------------------------------------------------------ records
     def _record(self, name: str, stage: str, seconds: float, text: str | None) -> None:
@@ -100,7 +105,7 @@ class PassManager:
         """Apply the schedule passes (``passes`` or the constructor's) in order."""
         if passes is not None:
             self.passes = list(passes)
-        else:
+        else:   # schedule passes alone (golden tests): a fresh record
             self.records = []
         if self.dump:
             self._record("initial", "schedule", 0.0, tree_str(schedule))

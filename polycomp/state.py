@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 import islpy as isl
 
 if TYPE_CHECKING:  # pragma: no cover
+    from polycomp.hw.cpu.options import CpuOptions
+    from polycomp.hw.cuda.options import CudaOptions
     from polycomp.hw.target import Target
     from polycomp.model import PolyModel
-    from polycomp.options import CpuOptions, CudaOptions, Options
+    from polycomp.options import Options
     from polycomp.scheduler.gpu.map import KernelLaunch
     from polycomp.scheduler.gpu.tile import TileConfig
     from polycomp.scheduler.promotion.record import PackedOperand, PackRequest, Promotion
@@ -69,14 +71,14 @@ class CompileState:
     @property
     def cpu_options(self) -> CpuOptions:
         """``options`` of a CPU target, typed (CPU passes read their fields here)."""
-        from polycomp.options import CpuOptions
+        from polycomp.hw.cpu.options import CpuOptions
         assert isinstance(self.options, CpuOptions), type(self.options).__name__
         return self.options
 
     @property
     def cuda_options(self) -> CudaOptions:
         """``options`` of a CUDA target, typed (CUDA passes read their fields here)."""
-        from polycomp.options import CudaOptions
+        from polycomp.hw.cuda.options import CudaOptions
         assert isinstance(self.options, CudaOptions), type(self.options).__name__
         return self.options
 

@@ -95,8 +95,8 @@ def test_tile_options_reach_the_pipeline(capsys):
 
 def test_option_parsing():
     p = cli._parser()
-    args = p.parse_args(["compile", "f.py", "--tile", "64x32", "--threads", "16,8",
-                         "--tile-k", "16", "--isl-scheduler", "-O", "parallel=False",
+    args = p.parse_args(["compile", "f.py", "-t", "cuda", "--tile", "64x32", "--threads",
+                         "16,8", "--tile-k", "16", "--isl-scheduler", "-O", "parallel=False",
                          "-O", "name=abc"])
     opts = cli._compile_options(args)
     assert opts == {"tile": {"block": (64, 32), "threads": (16, 8), "k": 16},
@@ -117,9 +117,9 @@ def test_explain_prints_model_trees_and_ir(capsys):
     ck = compile_kernel(cli.find_kernels(cli.load_module(EXAMPLE))[0], "cuda", dump=True)
     names = [r.name for r in ck.records]
     stages = [r.stage for r in ck.records]
-    assert stages[0] == "schedule" and "lower" in stages and stages[-1] == "emit"
-    assert out.count("--- after ") == len(names) - 1   # the source: --source
-    for name in names[:-1]:
+    assert stages[:2] == ["model", "schedule"] and "lower" in stages and stages[-1] == "emit"
+    assert out.count("--- after ") == len(names) - 2   # the model is printed first
+    for name in names[1:-1]:
         assert f"--- after {name} (" in out
     assert out.count("domain: ") >= stages.count("schedule")
     assert "##### code-generation passes #####" in out and "func matmul_relu(" in out
@@ -159,11 +159,14 @@ def test_run_c_against_the_interpreter(capsys):
     assert "time:" in out
 
 
-def test_run_cuda_without_gpu_uses_the_interpreter(capsys):
+def test_run_cuda_without_gpu_uses_the_simulator(capsys):
+    from polycomp.hw.cuda.launcher import gpu_available
     rc = cli.main(["run", EXAMPLE, "-t", "cuda", "-s", "N=17,M=9,K=3"])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "OK" in out
+    if not gpu_available():
+        assert "ran on:    CUDA simulator" in out and "of simulation" in out
 
 
 def test_run_uses_the_file_reference_and_fails_on_a_wrong_one(tmp_path, capsys):

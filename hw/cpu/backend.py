@@ -17,13 +17,15 @@ Options: :class:`polycomp.options.CpuOptions`.
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from polycomp import ir
-from polycomp.hw.registry import Backend, register
+from polycomp.hw.cpu.options import CpuOptions
+from polycomp.hw.registry import Backend, Runner, register
 from polycomp.hw.target import Target
 from polycomp.lowering.flatten import flatten
 from polycomp.lowering.ir_pass import IRPass, body_pass, ir_pass
 from polycomp.lowering.simplify import simplify
-from polycomp.options import CpuOptions
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 
@@ -35,12 +37,12 @@ class CpuBackend(Backend):
     names = ("c", "cpu", "cpu-avx2", "cpu-avx512")
     options_class = CpuOptions
     suffix = ".c"
-    descriptions = {
+    descriptions = MappingProxyType({
         "c": "portable C99 + OpenMP (scalar)",
         "cpu": "C for this machine's widest vector ISA",
         "cpu-avx2": "C with AVX2/FMA intrinsics",
         "cpu-avx512": "C with AVX-512 intrinsics (SIMDe where the host lacks it)",
-    }
+    })
 
     def make_target(self, name: str) -> Target:
         return cpu_target(name)
@@ -115,7 +117,7 @@ class CpuBackend(Backend):
         return CFunction(ck.final_ir, build_shared(ck.source))
 
     def runner(self, ck):
-        return self.load(ck), "gcc-built shared library"
+        return Runner(self.load(ck), "gcc-built shared library", native=True)
 
     def check(self, path: str, ck) -> str:
         import os

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from polycomp.errors import TargetError
 from polycomp.hw.memory import ComputeUnit, CopyRule, MemoryHierarchy, MemoryLevel
 from polycomp.hw.target import CpuParams, Target
 
@@ -135,4 +136,4 @@ def cpu_target(name: str) -> Target:
         return make_cpu_target("cpu-avx2", 256, 16, True, ("avx2", "fma"))
     if name == "cpu-avx512":
         return make_cpu_target("cpu-avx512", 512, 32, True, ("avx2", "fma", "avx512f"))
-    raise KeyError(name)
+    raise TargetError(f"no C target {name!r}; C targets: c, cpu, cpu-avx2, cpu-avx512")

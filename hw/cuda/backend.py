@@ -13,13 +13,15 @@ Options: :class:`polycomp.options.CudaOptions`.
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from polycomp import ir
-from polycomp.hw.registry import Backend, register
+from polycomp.hw.cuda.options import CudaOptions
+from polycomp.hw.registry import Backend, Runner, register
 from polycomp.hw.target import Target
 from polycomp.lowering.flatten import flatten
 from polycomp.lowering.ir_pass import IRPass, body_pass, ir_pass
 from polycomp.lowering.simplify import simplify
-from polycomp.options import CudaOptions
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 
@@ -35,13 +37,13 @@ def _baseline(state: CompileState) -> bool:
 class CudaBackend(Backend):
     family = "cuda"
     names = ("cuda", "cuda-sm90")
-    aliases = {"cuda-sm80": "cuda"}
+    aliases = MappingProxyType({"cuda-sm80": "cuda"})
     options_class = CudaOptions
     suffix = ".cu"
-    descriptions = {
+    descriptions = MappingProxyType({
         "cuda": "CUDA C++ for sm_80 (A100-class)",
         "cuda-sm90": "CUDA C++ for sm_90 (H100-class)",
-    }
+    })
 
     def make_target(self, name: str) -> Target:
         return cuda_target(name)
@@ -105,13 +107,13 @@ class CudaBackend(Backend):
     def runner(self, ck):
         from .launcher import gpu_available
         if gpu_available():
-            return self.load(ck), "CUDA device (pycuda)"
+            return Runner(self.load(ck), "CUDA device (pycuda)", native=True)
         from .simulator import simulate
 
         def run_sim(*arrays, **params):
             return simulate(ck, *arrays, **params)[0]
-        return run_sim, ("CUDA simulator on the emitted kernels (no GPU here; "
-                         "`polycomp compile --check` compiles the .cu with nvcc)")
+        return Runner(run_sim, "CUDA simulator on the emitted kernels (no GPU here; "
+                      "`polycomp compile --check` compiles the .cu with nvcc)", native=False)
 
     def execute(self, ck, inputs: tuple, params: dict):
         """The GPU-semantics simulator (strict: races, divergent barriers and

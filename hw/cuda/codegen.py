@@ -21,6 +21,7 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import TargetError
 from polycomp.hw.clike import C_PRELUDE, CLikePrinter, legalize_names
+from polycomp.hw.cuda.target import MAX_THREADS_PER_BLOCK, STATIC_SHARED
 from polycomp.scheduler.common import marks
 
 CUDA_HEADER = r"""#pragma nv_diag_suppress 177
@@ -183,22 +184,21 @@ def _geometry(info: KernelInfo) -> None:
             info.block[_AXIS[n.annotation("axis")]] = int(n.annotation("threads"))
     ir.walk(info.body, fn)
     threads = info.block[0] * info.block[1] * info.block[2]
-    if threads > 1024:
-        raise TargetError(f"kernel {info.name} uses {threads} threads per block (> 1024)")
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise TargetError(f"kernel {info.name} uses {threads} threads per block "
+                          f"(> {MAX_THREADS_PER_BLOCK})")
     shared = []
     ir.walk(info.body, lambda n: shared.append(n.buffer) if isinstance(n, ir.Allocate)
             and n.buffer.scope == "shared" else None)
     info.shared_bytes = sum(_round128(_const_bytes(b)) for b in shared)
 
 
-#: static ``__shared__`` arrays may total 48 KiB per block; beyond that (up to the
-#: architecture's opt-in limit) a kernel takes dynamic shared memory, carved into its
-#: shared arrays, and the host raises the kernel's limit with cudaFuncSetAttribute
-STATIC_SHARED_LIMIT = 48 * 1024
-
-
 def dynamic_shared(info: "KernelInfo") -> bool:
-    return info.shared_bytes > STATIC_SHARED_LIMIT
+    """Static ``__shared__`` arrays may total the shared level's capacity (48 KiB per
+    block, :mod:`.target`); beyond that (up to the architecture's opt-in limit) a kernel
+    takes dynamic shared memory, carved into its shared arrays, and the host raises the
+    kernel's limit with cudaFuncSetAttribute."""
+    return info.shared_bytes > STATIC_SHARED
 
 
 def _const_bytes(b) -> int:

@@ -10,10 +10,13 @@ loads or ``ldmatrix`` (warp-synchronous).
 """
 from __future__ import annotations
 
+from polycomp.errors import TargetError
 from polycomp.hw.memory import ComputeUnit, CopyRule, MemoryHierarchy, MemoryLevel
 from polycomp.hw.target import CudaParams, Target
 
-STATIC_SHARED = 48 * 1024
+STATIC_SHARED = 48 * 1024          # static __shared__ per block (more by dynamic opt-in)
+MAX_THREADS_PER_BLOCK = 1024
+REGISTERS_PER_THREAD = 255
 
 
 def cuda_hierarchy() -> MemoryHierarchy:
@@ -22,8 +25,8 @@ def cuda_hierarchy() -> MemoryHierarchy:
             MemoryLevel("global", "global", 0, 16, ("host", "grid"), "device memory"),
             MemoryLevel("shared", "shared", STATIC_SHARED, 16, ("block",),
                         "per block; larger by dynamic opt-in"),
-            MemoryLevel("registers", "local", 255 * 4, 4, ("thread", "warp"),
-                        "255 32-bit registers per thread; mma fragments"),
+            MemoryLevel("registers", "local", REGISTERS_PER_THREAD * 4, 4, ("thread", "warp"),
+                        f"{REGISTERS_PER_THREAD} 32-bit registers per thread; mma fragments"),
         ),
         copies=(
             CopyRule("global", "shared", "ld.global/st.shared over the block's threads",
@@ -44,12 +47,17 @@ def cuda_units(sm: int) -> tuple[ComputeUnit, ...]:
     )
 
 
+#: target name -> (SM version, opt-in shared memory per block)
+ARCHITECTURES = {"cuda": (80, 163 * 1024), "cuda-sm90": (90, 227 * 1024)}
+
+
 def cuda_target(name: str) -> Target:
-    if name in ("cuda", "cuda-sm80"):
-        return Target(name="cuda", kind="cuda", memory=cuda_hierarchy(), units=cuda_units(80),
-                      cuda=CudaParams(sm=80, shared_memory_optin=163 * 1024))
-    if name == "cuda-sm90":
-        return Target(name="cuda-sm90", kind="cuda", memory=cuda_hierarchy(),
-                      units=cuda_units(90),
-                      cuda=CudaParams(sm=90, shared_memory_optin=227 * 1024))
-    raise KeyError(name)
+    if name == "cuda-sm80":
+        name = "cuda"
+    if name not in ARCHITECTURES:
+        raise TargetError(f"no CUDA target {name!r}; CUDA targets: {', '.join(ARCHITECTURES)}")
+    sm, optin = ARCHITECTURES[name]
+    return Target(name=name, kind="cuda", memory=cuda_hierarchy(), units=cuda_units(sm),
+                  cuda=CudaParams(sm=sm, shared_memory_optin=optin,
+                                  registers_per_thread=REGISTERS_PER_THREAD,
+                                  max_threads_per_block=MAX_THREADS_PER_BLOCK))

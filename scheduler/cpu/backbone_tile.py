@@ -78,7 +78,7 @@ import islpy as isl
 
 from polycomp import dtypes as dt
 from polycomp import ir
-from polycomp.options import CpuOptions
+from polycomp.hw.cpu.options import CpuOptions
 from polycomp.scheduler.common.contraction import match_contraction
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.cpu import tree as T

@@ -81,12 +81,10 @@ def default_tile_config(kind: str, ndims: int, target) -> TileConfig:
 def tile_config_from_options(opt, kind, ndims, target) -> TileConfig:
     if opt is None:
         return default_tile_config(kind, ndims, target)
-    if isinstance(opt, TileConfig):
-        cfg = opt
-    else:  # a TileOption (polycomp.options): missing parts take the defaults
-        base = default_tile_config(kind, ndims, target)
-        cfg = TileConfig(tuple(opt.block or base.block), tuple(opt.threads or base.threads),
-                         int(opt.k or base.k))
+    # a TileOption (polycomp.options): missing parts take the defaults
+    base = default_tile_config(kind, ndims, target)
+    cfg = TileConfig(tuple(opt.block or base.block), tuple(opt.threads or base.threads),
+                     int(opt.k or base.k))
     if len(cfg.block) < ndims:  # sizes given for the innermost dims only
         pad = ndims - len(cfg.block)
         cfg = TileConfig((1,) * pad + cfg.block, (1,) * pad + cfg.threads, cfg.k)
