@@ -434,4 +434,4 @@ def legalize_names(func: ir.LoweredFunc, reserved=C_RESERVED, taken=()) -> ir.Lo
         return func
     return ir.LoweredFunc(func.name, tuple(r.visit_Var(p) for p in func.params),
                           tuple(r.buf(b) for b in func.inputs),
-                          tuple(r.buf(b) for b in func.outputs), body, dict(func.attrs))
+                          tuple(r.buf(b) for b in func.outputs), body, func.inout, func.counts)

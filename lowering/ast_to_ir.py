@@ -234,6 +234,5 @@ def lower_schedule(model, schedule: isl.Schedule, extra_statements: dict | None 
     g = model.graph
     inout = tuple(getattr(g, "inout", ()))  # outputs whose initial contents the caller gives
     f = ir.LoweredFunc(name or g.name, tuple(model.params), tuple(t.buffer for t in g.inputs),
-                       tuple(t.buffer for t in g.outputs), body,
-                       {"inout": inout} if inout else {})
+                       tuple(t.buffer for t in g.outputs), body, inout)
     return f.with_body(simplify(f.body)) if simplify_body else f

@@ -57,5 +57,5 @@ def flatten(func: ir.LoweredFunc) -> ir.LoweredFunc:
     m = _Flatten()
     body = m.visit(func.body)
     f = ir.LoweredFunc(func.name, func.params, tuple(m.buf(b) for b in func.inputs),
-                       tuple(m.buf(b) for b in func.outputs), body, dict(func.attrs))
+                       tuple(m.buf(b) for b in func.outputs), body, func.inout, func.counts)
     return f

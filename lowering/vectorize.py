@@ -337,5 +337,5 @@ def vectorize(func: ir.LoweredFunc, lanes_of, tail: str = "mask",
     m = _Vectorize(lanes_of, tail, reduce_unroll, reciprocal)
     body = m.visit(func.body)
     out = func.with_body(body)
-    out.attrs["vectorized_loops"] = m.count
+    out = out.counted(vectorized_loops=m.count)
     return out

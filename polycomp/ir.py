@@ -13,6 +13,7 @@ Nodes compare by identity (``==`` is *not* overloaded; use :func:`structural_equ
 """
 from __future__ import annotations
 
+
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, TypeGuard
 
@@ -671,25 +672,39 @@ def shape_product(shape: Iterable) -> Expr:
     return r
 
 
+@dataclass(frozen=True)
+class CodegenCounts:
+    """What the CPU code-generation passes did to a function (tests and benchmarks read
+    these): vector loops made, micro-kernel tiles placed, loops given prefetches
+    (None: the pass did not run)."""
+    vectorized_loops: int | None = None
+    microkernels: int | None = None
+    prefetched_loops: int | None = None
+
+
 @dataclass(eq=False)
 class LoweredFunc:
     """A lowered kernel: symbolic-size parameters, argument buffers and a body.
 
     ``inputs`` are read-only, ``outputs`` are written; temporaries are ``Allocate``d in
-    ``body``.  ``attrs`` carries target information (e.g. CUDA kernels and launch
-    configurations) added by hardware passes.
+    ``body``.  ``inout`` names the outputs whose initial contents the caller gives (C
+    loop nests that update an array); ``counts`` records what code generation did.
     """
     name: str
     params: tuple
     inputs: tuple
     outputs: tuple
     body: Stmt
-    attrs: dict = field(default_factory=dict)
+    inout: tuple[str, ...] = ()
+    counts: CodegenCounts = field(default_factory=CodegenCounts)
 
     @property
     def args(self) -> tuple:
         return self.inputs + self.outputs
 
     def with_body(self, body: Stmt) -> "LoweredFunc":
-        return LoweredFunc(self.name, self.params, self.inputs, self.outputs, body,
-                           dict(self.attrs))
+        return replace(self, body=body)
+
+    def counted(self, **counts: int) -> "LoweredFunc":
+        """A copy whose :class:`CodegenCounts` has these fields set."""
+        return replace(self, counts=replace(self.counts, **counts))

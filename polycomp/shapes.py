@@ -29,9 +29,9 @@ def eval_int(e: ir.Expr, params: dict) -> int:
 
 def caller_arrays(func) -> tuple:
     """The buffers a caller of ``func`` passes, in order: its inputs, then the outputs
-    named in ``func.attrs["inout"]`` (in-out arrays: the kernel starts from the contents
+    named in ``func.inout`` (in-out arrays: the kernel starts from the contents
     the caller gives, e.g. a C kernel that updates ``C[i][j] += ...``)."""
-    inout = func.attrs.get("inout", ())
+    inout = func.inout
     return tuple(func.inputs) + tuple(b for b in func.outputs if b.name in inout)
 
 

@@ -122,7 +122,7 @@ def test_masked_tails_and_scalar_tails():
 def test_matmul_micro_kernel_structure():
     for target, vec, ni, mr in (("cpu-avx512", "__m512", 4, 6), ("cpu-avx2", "__m256", 2, 6)):
         ck = compile_kernel(matmul, target)
-        assert ck.final_ir.attrs["microkernels"] >= 1
+        assert ck.final_ir.counts.microkernels >= 1
         src = ck.source
         # the register tile: MR * NI accumulators declared as vector variables
         accs = set(re.findall(rf"{vec} (acc\d+_v\d+);", src))
@@ -278,8 +278,8 @@ def test_float64_min_max_sum_reductions(path, n, m, seed):
 
 def test_vectorizer_reports_what_it_did():
     ck = compile_kernel(softmax, "cpu-avx2")
-    assert ck.final_ir.attrs["vectorized_loops"] == 3     # max; exp + sum (fused); divide
-    assert compile_kernel(softmax, "c").final_ir.attrs.get("vectorized_loops") is None
+    assert ck.final_ir.counts.vectorized_loops == 3     # max; exp + sum (fused); divide
+    assert compile_kernel(softmax, "c").final_ir.counts.vectorized_loops is None
     ck = compile_kernel(softmax, "cpu-avx2", {"vectorize": False})
     assert "_mm256" not in ck.source[ck.source.index("void softmax("):]
 
@@ -310,7 +310,7 @@ def _const_kernel(fn, name, **inputs):
 def test_row_loops_prefetch_the_next_row_in_their_busiest_loop():
     k = _const_kernel(lambda x: ops.softmax(x), "sm_rows", x=((64, 1024), "float32"))
     ck = compile_kernel(k, "cpu-avx512")
-    assert ck.final_ir.attrs["prefetched_loops"] == 1
+    assert ck.final_ir.counts.prefetched_loops == 1
     body = ck.source[ck.source.index("void sm_rows("):]
     loops = body.split("for (")
     with_pf = [chunk for chunk in loops if "__builtin_prefetch" in chunk]

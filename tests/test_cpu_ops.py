@@ -132,7 +132,7 @@ def test_constant_shape_convolutions(path, case):
     k = Kernel(conv, name=f"cconv{case}", inputs={"x": pc.Tensor[xs, "float32"],
                                                    "w": pc.Tensor[ws, "float32"]})
     ck = compile_kernel(k, "cpu-avx512" if path != "avx2" else "cpu-avx2")
-    assert ck.final_ir.attrs["microkernels"] >= 1
+    assert ck.final_ir.counts.microkernels >= 1
     if path == "simde":
         f = CFunction(ck.final_ir, build_simde(ck.source))
     else:
@@ -162,7 +162,7 @@ def test_constant_shape_matmuls(path, case):
                   inputs={"A": pc.Tensor[(n, k), "float32"], "B": pc.Tensor[(k, m), "float32"]})
     target = "cpu-avx2" if path == "avx2" else "cpu-avx512"
     ck = compile_kernel(kern, target)
-    assert ck.final_ir.attrs["microkernels"] >= 1
+    assert ck.final_ir.counts.microkernels >= 1
     f = CFunction(ck.final_ir, build_simde(ck.source)) if path == "simde" else build(kern, target)
     rng = np.random.default_rng(case)
     A = rng.standard_normal((n, k)).astype(np.float32)

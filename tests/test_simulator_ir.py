@@ -391,7 +391,7 @@ def test_in_out_outputs_start_from_the_given_contents():
     tx = V("tx")
     f = kernel("acc", [], [A], [out], gpu(V("b"), 1, "gpu_block", "x", gpu(
         tx, 40, "gpu_thread", "x", ir.Store(out, (tx,), out[tx] + A[tx]), 64)))
-    f.attrs["inout"] = ("out",)
+    f.inout = ("out",)
     A_ = np.arange(40, dtype=np.float32)
     C0 = np.full(40, 2.0, np.float32)
     res, rep = simulate(f, A_, C0)
@@ -547,7 +547,7 @@ def test_read_modify_write_after_barrier_is_ordered():
         ir.Store(X, (t,), X[t] + A[t] + S[i64(0)])))
     f = kernel("rmw", [], [A], [X], gpu(V("b"), 1, "gpu_block", "x",
                                         gpu(t, 32, "gpu_thread", "x", body, 32)))
-    f.attrs["inout"] = ("X",)
+    f.inout = ("X",)
     A_ = np.arange(32, dtype=np.float32)
     X0 = np.ones(32, np.float32)
     out, rep = simulate(f, A_, X0)
@@ -559,7 +559,7 @@ def test_read_modify_write_after_barrier_is_ordered():
         ir.Store(X, (t,), X[t] + A[t] + S[i64(0)])))
     f2 = kernel("rmw", [], [A], [X], gpu(V("b"), 1, "gpu_block", "x",
                                          gpu(t, 32, "gpu_thread", "x", body2, 32)))
-    f2.attrs["inout"] = ("X",)
+    f2.inout = ("X",)
     with pytest.raises(GlobalMemoryRaceError, match="write-after-read"):
         simulate(f2, A_, X0)
 

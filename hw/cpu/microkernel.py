@@ -186,5 +186,5 @@ class _Micro(ir.Mutator):
 def microkernels(func: ir.LoweredFunc, lanes_of) -> ir.LoweredFunc:
     m = _Micro(lanes_of)
     out = func.with_body(m.visit(func.body))
-    out.attrs["microkernels"] = m.count
+    out = out.counted(microkernels=m.count)
     return out

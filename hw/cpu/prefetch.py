@@ -33,7 +33,7 @@ with prefetches of every row, in row ``r' = min(r + 1, last r)``: inputs for rea
 3)``); a row's 64-byte lines are spread evenly over the loop's iterations and the line
 numbers clamped to the row, so every address lies inside its array.  A prefetch never
 faults and changes no value: the results are those of the input IR.
-``attrs["prefetched_loops"]`` counts the loops that received prefetches.
+``counts.prefetched_loops`` counts the loops that received prefetches.
 """
 from __future__ import annotations
 
@@ -204,5 +204,5 @@ def prefetch_next_rows(func: ir.LoweredFunc, max_bytes: int = 512 * 1024) -> ir.
     the inputs it reads (module docstring)."""
     m = _Prefetch(frozenset(func.inputs), frozenset(func.outputs), max_bytes)
     out = func.with_body(m.visit(func.body))
-    out.attrs["prefetched_loops"] = m.count
+    out = out.counted(prefetched_loops=m.count)
     return out

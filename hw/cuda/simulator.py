@@ -532,7 +532,7 @@ def simulate(compiled_or_func, *inputs, strict: bool = True, ir_stage: str = "fi
     ``compiled_or_func``: a CompiledKernel for the cuda target (its ``final_ir``, or its
     ``ir`` with ``ir_stage="ir"``), a ``LoweredFunc`` with GPU loops, or a DSL kernel
     (compiled for cuda).  ``inputs`` are the input arrays in order, then the initial
-    contents of the in-out outputs (``func.attrs["inout"]``), as for
+    contents of the in-out outputs (``func.inout``), as for
     :func:`~polycomp.driver.interpret`; symbolic sizes are inferred from them, others
     go in ``params``.  Outputs and global temporaries start
     poisoned (NaN) unless ``poison=False``, so elements no kernel writes are visible.
