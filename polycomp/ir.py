@@ -13,7 +13,6 @@ Nodes compare by identity (``==`` is *not* overloaded; use :func:`structural_equ
 """
 from __future__ import annotations
 
-
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, TypeGuard
 
