@@ -43,7 +43,7 @@ class Access:
 class Statement:
     """``write = value`` executed once for each point of ``domain``."""
     name: str
-    stage: object             # frontend Stage
+    stage: Any                # the front end's Stage (DSL) or statement (C loop nests)
     kind: str                 # "compute" | "init" | "update"
     iters: tuple              # ir.Var per domain dimension (stage iters, then reduce axes)
     domain: isl.Set

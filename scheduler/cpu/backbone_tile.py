@@ -79,6 +79,7 @@ import islpy as isl
 from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.hw.cpu.options import CpuOptions
+from polycomp.model import Statement
 from polycomp.scheduler.common.contraction import match_contraction
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.cpu import tree as T
@@ -90,8 +91,8 @@ from polycomp.state import CompileState
 @dataclass
 class OuterProduct:
     """A matched backbone: statements and positions of its update-domain dimensions."""
-    init: object
-    update: object
+    init: Statement
+    update: Statement
     batch: list          # positions in the update domain
     i: int
     j: int
@@ -193,15 +194,8 @@ class Blocking:
 
 def register_block(registers: int) -> tuple[int, int]:
     """``(MR, NI)`` maximising FMAs per load under the register budget."""
-    best = None
-    for ni in (1, 2, 4):
-        for mr in range(1, 17):
-            if mr * ni + ni + 1 > registers:
-                continue
-            key = (mr * ni / (mr + ni), mr * ni)
-            if best is None or key > best[0]:
-                best = (key, (mr, ni))
-    return best[1]
+    fits = [(mr, ni) for ni in (1, 2, 4) for mr in range(1, 17) if mr * ni + ni + 1 <= registers]
+    return max(fits, key=lambda b: (b[0] * b[1] / (b[0] + b[1]), b[0] * b[1]))
 
 
 def _extent(domain: isl.Set, pos: int) -> int | None:
@@ -312,7 +306,6 @@ def isolate_full_tiles(prefix: list, tile: list, point: list, sizes: tuple,
     constant too)."""
     p, t = len(prefix), len(tile)
     img = _image(prefix + tile + point, domain)         # [prefix, tile, point]
-    full = None
     for dims in ((0, 1), (0,), (1,)):
         full = _full_tiles(img, p, t, sizes, dims)
         if not full.is_empty():
@@ -326,7 +319,7 @@ def isolate_full_tiles(prefix: list, tile: list, point: list, sizes: tuple,
     return isl.UnionSet.from_set(m.wrap().set_tuple_name("isolate"))
 
 
-def match_epilogue(op: OuterProduct, statements) -> object | None:
+def match_epilogue(op: OuterProduct, statements) -> Statement | None:
     """The statement of the stage after a GEMM-form backbone that can run on each
     register tile of its output ``C`` right after the tile's last micro-kernel: a
     single elementwise (``compute``) statement with the domain of ``C``'s init that
@@ -404,7 +397,8 @@ def _tile_affs(space: isl.Space, op: OuterProduct, b: Blocking, k: isl.Aff | Non
     return {"batch": [dim_aff(space, t) for t in op.batch],
             "it": floor_div_aff(i, b.MC), "jt": floor_div_aff(j, b.NC),
             "kt": None if k is None else floor_div_aff(k, b.KC),
-            "ir": floor_div_aff(mod_aff(i, b.MC), b.MR), "jr": floor_div_aff(mod_aff(j, b.NC), b.NR),
+            "ir": floor_div_aff(mod_aff(i, b.MC), b.MR),
+            "jr": floor_div_aff(mod_aff(j, b.NC), b.NR),
             "ii": mod_aff(i, b.MR), "jj": mod_aff(j, b.NR)}
 
 
@@ -504,9 +498,9 @@ class CpuBackboneTilePass(Pass):
             op = match_outer_product([stmts[n] for n in names if n in stmts])
             if op is None or ctx.target.vector_lanes(op.dtype) <= 1:
                 continue
-            b = choose_blocking(op, ctx.target, ctx.options)
+            b = choose_blocking(op, ctx.target, ctx.cpu_options)
             epi = None
-            if ctx.options.gemm_epilogue and idx < len(kids) and \
+            if ctx.cpu_options.gemm_epilogue and idx < len(kids) and \
                     isinstance(kids[idx], T.Filter) and isinstance(child, T.Filter):
                 nxt = [stmts[n] for n in T.statements_of(kids[idx].filter) if n in stmts]
                 epi = match_epilogue(op, nxt)
