@@ -322,8 +322,8 @@ class _Tensorizer(ir.Mutator):
         return k.tile_loop(make)
 
     def mma(self, k, region):
-        v, c = k.view, k.cfg
-        store, origin = _origin_store(region)
+        c = k.cfg
+        _, origin = _origin_store(region)
         kt, red = self._reduce_origin(k)
         stage = ir.IntImm(0) if c.stages == 1 or kt is None else kt % c.stages
         loads = self.copies(k, origin, red, stage)
