@@ -67,6 +67,81 @@ def build_ast(schedule: isl.Schedule, context: isl.Set,
     return node
 
 
+def build_ast_parts(schedule: isl.Schedule, context: isl.Set,
+                    dependences: isl.UnionMap | None = None) -> list[isl.AstNode]:
+    """The isl AST of ``schedule`` under ``context`` (see :func:`build_ast`) as a list of
+    ASTs to be executed in order.
+
+    When the schedule is a top-level sequence whose children use different parameters
+    (the block/thread parameters of separate GPU kernels), child ``i`` is generated on
+    its own (the schedule restricted to its filter ``F_i``) under ``context`` with the
+    parameters that no node of its subtree uses projected out (an exact projection: the
+    constraints the remaining parameters satisfy).  The AST of a sequence is the
+    concatenation of its children's ASTs, and the projected context states the same
+    about the child's parameters as the full one, so the result executes the same
+    instances in the same order; it saves isl from carrying every other kernel's
+    parameter constraints through the generation of each kernel.  Otherwise: one AST."""
+    parts = _independent_parts(schedule, context)
+    if parts is None:
+        return [build_ast(schedule, context, dependences)]
+    return [build_ast(schedule.intersect_domain(filt), ctx, dependences) for filt, ctx in parts]
+
+
+def _param_names(obj) -> set:
+    sp = obj.get_space()
+    return {sp.get_dim_name(isl.dim_type.param, k) for k in range(sp.dim(isl.dim_type.param))}
+
+
+_NODE_OBJECTS = {
+    isl.schedule_node_type.filter: lambda n: [n.filter_get_filter()],
+    isl.schedule_node_type.extension: lambda n: [n.extension_get_extension()],
+    isl.schedule_node_type.band: lambda n: [n.band_get_partial_schedule(),
+                                            n.band_get_ast_build_options()],
+    isl.schedule_node_type.expansion: lambda n: [n.expansion_get_expansion(),
+                                                 n.expansion_get_contraction()],
+    isl.schedule_node_type.guard: lambda n: [n.guard_get_guard()],
+    isl.schedule_node_type.context: lambda n: [n.context_get_context()],
+}
+
+
+def _subtree_params(node: isl.ScheduleNode) -> set:
+    """Names of the parameters used by the isl objects of ``node``'s subtree."""
+    names: set = set()
+
+    def visit(n):
+        for obj in _NODE_OBJECTS.get(n.get_type(), lambda n: [])(n):
+            names.update(_param_names(obj))
+        return True
+    node.foreach_descendant_top_down(visit)
+    return names
+
+
+def _independent_parts(schedule: isl.Schedule, context: isl.Set):
+    """``[(filter F_i, context projected onto the parameters of child i)]`` for a
+    top-level sequence where some child does not use every parameter constrained by
+    ``context``; None otherwise (one AST for the whole schedule)."""
+    root = schedule.get_root()
+    if root.n_children() != 1 or root.child(0).get_type() != isl.schedule_node_type.sequence:
+        return None
+    seq = root.child(0)
+    if seq.n_children() < 2:
+        return None
+    cnames = [context.get_space().get_dim_name(isl.dim_type.param, k)
+              for k in range(context.dim(isl.dim_type.param))]
+    common = _param_names(schedule.get_domain())
+    parts, reduced = [], False
+    for i in range(seq.n_children()):
+        child = seq.child(i)
+        keep = common | _subtree_params(child)
+        ctx = context
+        for k in reversed(range(len(cnames))):
+            if cnames[k] not in keep:
+                ctx = ctx.project_out(isl.dim_type.param, k, 1)
+                reduced = True
+        parts.append((child.filter_get_filter(), ctx))
+    return parts if reduced else None
+
+
 def _loop_is_coincident(build: isl.AstBuild, deps: isl.UnionMap) -> bool:
     sched = flatten_range(build.get_schedule())
     mapped = deps.apply_domain(sched).apply_range(sched)
@@ -222,13 +297,13 @@ def lower_schedule(model, schedule: isl.Schedule, extra_statements: dict | None 
     if extra_context is not None:  # e.g. ranges of block/thread parameters
         context = context.align_params(extra_context.get_space())
         context = context.intersect(extra_context.align_params(context.get_space()))
-    ast = build_ast(schedule, context, model.dependences)
+    asts = build_ast_parts(schedule, context, model.dependences)
     builders = statement_builders(model)
     lowerer = AstLowerer(builders, model.params)
     if statement_hook is not None:
         builders.update(statement_hook(lowerer.var))
     builders.update(extra_statements or {})
-    body = lowerer.stmt(ast)
+    body = ir.seq(*[lowerer.stmt(ast) for ast in asts])
     for t in reversed(model.graph.temporaries):
         body = ir.Allocate(t.buffer, body)
     g = model.graph

@@ -147,6 +147,24 @@ class Simplifier(ir.Mutator):
 
     def __init__(self):
         self.bounds: dict = {}
+        # id(simplified allocation chain) -> (that node, the buffers it uses)
+        self._uses: dict = {}
+
+    def _buffers(self, node) -> set:
+        """The buffers loaded, stored or allocated in ``node`` (as :func:`ir.buffers_of`),
+        reusing the sets of the allocation chains simplified inside it."""
+        out: set = set()
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            hit = self._uses.get(id(n))
+            if hit is not None and hit[0] is n:
+                out |= hit[1]
+                continue
+            if isinstance(n, (ir.Load, ir.Store, ir.Allocate)):
+                out.add(n.buffer)
+            stack.extend(ir.children(n))
+        return out
 
     def _range(self, terms, const):
         lo = hi = const
@@ -311,12 +329,23 @@ class Simplifier(ir.Mutator):
         return ir.seq(*out)
 
     def visit_Allocate(self, s):
-        b = self.visit(s.body)
+        """An allocation whose buffer the simplified body no longer uses (dead after
+        promotion) is dropped.  A chain of directly nested allocations (one per
+        temporary) is handled at once: the innermost body is simplified and scanned
+        for its buffers once (reusing the scans of chains nested deeper), and the kept
+        allocations use nothing else."""
+        chain = [s]
+        while isinstance(chain[-1].body, ir.Allocate):
+            chain.append(chain[-1].body)
+        b = self.visit(chain[-1].body)
         if b is None:
             return None
-        if s.buffer not in ir.buffers_of(b):  # dead after promotion: drop the storage
-            return b
-        return s if b is s.body else ir.Allocate(s.buffer, b)
+        used = self._buffers(b)
+        for a in reversed(chain):
+            if a.buffer in used:
+                b = a if b is a.body else ir.Allocate(a.buffer, b)
+        self._uses[id(b)] = (b, used)
+        return b
 
     def visit_AttrStmt(self, s):
         b = self.visit(s.body)

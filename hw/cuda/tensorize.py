@@ -8,7 +8,11 @@ the isl AST executes, per block tile, ``tc:frag`` regions (the point loops
 K-tile loop ``kt`` (below ``AttrStmt("pipeline", S)`` and the loops of the other reduce
 axes), one ``tc:mma`` region (the point loops of the update over a BM x BN x KT tile).
 Each region holds one statement; its instances are ``origin + point`` where the origin
-is the instance at the first point (the region's loop variables at their minima).
+is the instance at the first point (the region's loop variables at their minima).  A
+band member with a single value on the domain has no loop (isl substitutes the value):
+a constant ``K <= KT`` leaves no K-tile loop (one K tile, index 0, under a ``pipeline``
+mark that then stays unpipelined) and a reduce axis of constant extent 1 no loop
+(coordinate 0); see :meth:`_Tensorizer._reduce_origin`.
 
 Rewrites, with ``lane = tx<n>``, warp ``(tz<n>, ty<n>)`` owning rows ``WM*tz ..`` and
 columns ``WN*ty ..`` of the block tile, ``g = lane / 4``, ``t = lane % 4``:
@@ -318,25 +322,52 @@ class _Tensorizer(ir.Mutator):
         return k.tile_loop(make)
 
     def mma(self, k, region):
-        v, c = k.view, k.cfg
-        store, origin = _origin_store(region)
-        nred = len(v.stage.reduce_axes)
-        if self.pipeline_depth is None or len(self.scope) <= self.pipeline_depth:
-            raise PolycompInternalError("tc:mma region outside a pipelined K-tile loop")
-        kt = self.scope[-1]
-        outer = self.scope[self.pipeline_depth - (nred - 1):self.pipeline_depth] \
-            if nred > 1 else []
-        red = []
-        oi = iter(outer)
-        for r in range(nred):
-            red.append(kt * c.k if r == v.k_dim else next(oi))
-        stage = ir.IntImm(0) if c.stages == 1 else kt % c.stages
+        c = k.cfg
+        _, origin = _origin_store(region)
+        kt, red = self._reduce_origin(k)
+        stage = ir.IntImm(0) if c.stages == 1 or kt is None else kt % c.stages
         loads = self.copies(k, origin, red, stage)
         body = [ir.AttrStmt("tc_load", str(k.plan.kernel), loads), ptx.cp_async_commit(),
                 ptx.cp_async_wait(0), ir.barrier()]
         body += self.compute(k, stage)
         body.append(ir.barrier())
         return ir.seq(*body)
+
+    def _reduce_origin(self, k):
+        """(K-tile loop variable or None, reduce coordinates of the region's origin).
+
+        The isl AST has no loop for a band member that takes a single value on the
+        domain (a *degenerate* loop) and substitutes that value.  The reduce domain is
+        the box ``0 <= r_d < extent_d``, so the K-tile member ``floor(r_k/KT)`` is
+        degenerate exactly when ``extent_k`` is a constant ``<= KT`` (one K tile, index
+        0), and the member ``r_d`` of another reduce axis exactly when ``extent_d`` is
+        the constant 1 (value 0).  The remaining members are the loops right above the
+        ``pipeline`` mark (other axes, in order) and the one loop between the mark and
+        the ``tc:mma`` region (the K tile)."""
+        v, c = k.view, k.cfg
+        if self.pipeline_depth is None:
+            raise PolycompInternalError("tc:mma region outside a pipeline mark")
+        ext = v.red_extents
+        below = self.scope[self.pipeline_depth:]
+        single = isinstance(ext[v.k_dim], ir.IntImm) and ext[v.k_dim].value <= c.k
+        if len(below) != (0 if single else 1):
+            raise PolycompInternalError(
+                f"tc:mma region below {len(below)} loop(s) of the pipeline mark; the K "
+                f"tile of extent {ext[v.k_dim]} needs {0 if single else 1}")
+        kt = None if single else below[0]
+        others = [r for r in range(len(ext)) if r != v.k_dim]
+        looped = [r for r in others if not ir.is_const(ext[r], 1)]
+        above = self.scope[self.pipeline_depth - len(looped):self.pipeline_depth]
+        if len(above) != len(looped):
+            raise PolycompInternalError("tc:mma region: missing reduce-axis loops")
+        var = dict(zip(looped, above))
+        red = []
+        for r in range(len(ext)):
+            if r == v.k_dim:
+                red.append(_imm(0) if kt is None else kt * c.k)
+            else:
+                red.append(var.get(r, _imm(0)))
+        return kt, red
 
     # ------------------------------------------------------------------ copies
     def _coords(self, k, origin, red, m=None, n=None, kk=None):
