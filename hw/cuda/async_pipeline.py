@@ -31,6 +31,7 @@ loop.  ``S = 1`` (or a loop that is not in that form) is left as it is.
 from __future__ import annotations
 
 from polycomp import ir
+from polycomp.scheduler.common import marks
 
 from . import ptx
 
@@ -41,7 +42,7 @@ def lower_pipelines(func: ir.LoweredFunc) -> ir.LoweredFunc:
 
 class _Pipeline(ir.Mutator):
     def visit_AttrStmt(self, s):
-        if s.key != "pipeline":
+        if s.key != marks.PIPELINE:
             return self.generic(s)
         stages = int(s.value)
         body = self.visit(s.body)

@@ -1,6 +1,7 @@
 """IR pass: expand the tensor-core marks into warp-level code (ldmatrix, mma, cp.async).
 
-Assumes: IR lowered from the tree of :class:`~polycomp.scheduler.tensorcore.tile.TensorCoreTilingPass`
+Assumes: IR lowered from the tree of
+:class:`~polycomp.scheduler.tensorcore.tile.TensorCoreTilingPass`
 and :class:`~polycomp.scheduler.tensorcore.map.TensorCoreMappingPass`, before
 :func:`~polycomp.hw.cuda.mapping.wrap_kernels`: inside ``AttrStmt("tc", "block:<g>")``
 the isl AST executes, per block tile, ``tc:frag`` regions (the point loops
@@ -53,6 +54,7 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
 from polycomp.lowering.simplify import _linear, simplify
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.promotion.footprint import Promotion
 
 from . import ptx
@@ -204,14 +206,14 @@ class _Tensorizer(ir.Mutator):
     visit_LetStmt = visit_For
 
     def visit_AttrStmt(self, s):
-        if s.key == "pipeline":
+        if s.key == marks.PIPELINE:
             saved = self.pipeline_depth
             self.pipeline_depth = len(self.scope)
             try:
                 return self.generic(s)
             finally:
                 self.pipeline_depth = saved
-        if s.key != "tc":
+        if s.key != marks.TC:
             return self.generic(s)
         kind, g = s.value.split(":")
         k = self.kernel(int(g))
@@ -399,7 +401,7 @@ class _Tensorizer(ir.Mutator):
             o, r = self._coords(k, origin, red, m=mm, kk=kc * 8)
             row_ok = o[v.m_dim] < ext_m
             kstart = r[v.k_dim]
-            dst = lambda e: (stage, k.swizzle(mm, kc, e, c.k))  # noqa: E731
+            dst = lambda e, mm=mm, kc=kc: (stage, k.swizzle(mm, kc, e, c.k))  # noqa: E731
             vec = self._vector_copy(k, v.a, "k", o, r, row_ok, kstart < ext_k, ext_k - kstart,
                                     k.As, dst(0), m_clamp=True)
             e = ir.Var(f"ea{k.plan.kernel}")
@@ -415,7 +417,7 @@ class _Tensorizer(ir.Mutator):
             o, r = self._coords(k, origin, red, n=nc * 8, kk=kk)
             row_ok = r[v.k_dim] < ext_k
             nstart = o[v.n_dim]
-            dst = lambda e: (stage, k.swizzle(kk, nc, e, bn))  # noqa: E731
+            dst = lambda e, kk=kk, nc=nc: (stage, k.swizzle(kk, nc, e, bn))  # noqa: E731
             vec = self._vector_copy(k, v.b, "n", o, r, row_ok, nstart < ext_n, ext_n - nstart,
                                     k.Bs, dst(0), m_clamp=False)
             e = ir.Var(f"eb{k.plan.kernel}")

@@ -15,10 +15,11 @@ Every target asks this module instead of pattern-matching stage bodies itself:
   :meth:`Contraction.only_in` — the output dimensions only one factor uses (``m``
   candidates).
 
-The CPU micro-kernel matcher (:func:`polycomp.scheduler.cpu.backbone_tile.match_outer_product`)
-and the Tensor Core matcher (:func:`polycomp.scheduler.tensorcore.tile.gemm_view`) add
-their targets' conditions (dtypes, strides, the GEMM or direct form) on top of the
-:class:`Contraction` this module returns.
+The CPU micro-kernel matcher
+(:func:`polycomp.scheduler.cpu.backbone_tile.match_outer_product`) and the Tensor Core
+matcher (:func:`polycomp.scheduler.tensorcore.tile.gemm_view`) take the factors from
+:func:`match_contraction` and add their targets' conditions (dtypes, widening casts,
+strides, the GEMM or direct form, which dimension is M, N, K).
 """
 from __future__ import annotations
 

@@ -35,6 +35,7 @@ KERNEL = "kernel"
 GPU_BLOCKS = "gpu_blocks"
 GPU_THREADS = "gpu_threads"
 COPY = "copy"
+TC = "tc"                      # the IR key of the tc:* marks
 TC_BLOCK = "tc:block"
 TC_FRAG = "tc:frag"
 TC_MMA = "tc:mma"

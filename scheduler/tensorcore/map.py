@@ -23,10 +23,10 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp.errors import ScheduleError
-
+from polycomp.scheduler.common import marks
+from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.map import KernelLaunch, map_block_members, thread_param
 from polycomp.scheduler.gpu.tile import find_first
-from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 
 
@@ -37,8 +37,8 @@ class TensorCoreMappingPass(Pass):
         plans = ctx.gpu.tc_plans
         launches = ctx.gpu.launches
         for g, plan in sorted(plans.items()):
-            mark = find_first(schedule, lambda x: x.get_type() == isl.schedule_node_type.mark
-                              and x.mark_get_id().get_name() == f"tc:block:{g}")
+            block_mark = marks.make(marks.TC_BLOCK, g).get_name()
+            mark = find_first(schedule, lambda x, name=block_mark: marks.name_of(x) == name)
             if mark is None:
                 raise ScheduleError(f"tensor-core group {g} lost its tc:block mark")
             schedule, launch, kctx = self._map(mark.child(0), plan)

@@ -54,18 +54,20 @@ debug-mode legality checking reports those update -> update dependences.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import islpy as isl
 
 from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import ResourceLimitError, ScheduleError
-
-from polycomp.scheduler.common.classify import fusion_groups
-from polycomp.scheduler.gpu.tile import backbone_marks, nth_backbone, output_band
+from polycomp.model import Statement
+from polycomp.scheduler.common import contraction, marks
+from polycomp.scheduler.common.classify import FusionGroup, fusion_groups
 from polycomp.scheduler.common.pass_base import Pass
-from polycomp.state import CompileState
 from polycomp.scheduler.common.tree import mark_coincidence
+from polycomp.scheduler.gpu.tile import backbone_marks, nth_backbone, output_band
+from polycomp.state import CompileState
 
 TC_DTYPES = ("float16", "bfloat16")
 
@@ -137,11 +139,11 @@ class Factor:
 @dataclass(eq=False)
 class GemmView:
     """The backbone of a group seen as ``C[m, n] += A[m, k] * B[k, n]``."""
-    group: object          # FusionGroup
-    stage: object          # backbone Stage
-    init: object           # Statement
-    update: object         # Statement
-    epilogue: list         # Statements, in order
+    group: FusionGroup
+    stage: Any             # the backbone's frontend Stage
+    init: Statement
+    update: Statement
+    epilogue: list[Statement]   # in order
     a: Factor
     b: Factor
     m_dim: int             # index into stage.iters
@@ -167,22 +169,21 @@ class TcPlan:
     notes: list = field(default_factory=list)
 
 
-def _vars(e) -> set:
-    return {v for v in ir.free_vars(e) if not v.is_param}
-
-
-def _factor(e) -> Factor | None:
-    guard = None
-    if isinstance(e, ir.Select) and ir.is_const(e.f, 0.0):
-        guard, e = e.cond, e.t
-    if isinstance(e, ir.Cast) and e.dtype == "float32" and isinstance(e.value, ir.Load) \
-            and e.value.dtype in TC_DTYPES:
-        dims = set().union(*(_vars(i) for i in e.value.indices)) if e.value.indices else set()
-        if guard is not None:
-            dims |= _vars(guard)
-        full = e if guard is None else ir.Select(guard, e, ir.FloatImm(0.0), "float32")
-        return Factor(full, e.value, guard, dims)
-    return None
+def _factor(f: contraction.Factor) -> Factor | None:
+    """The Tensor Core form of a factor of the shared matcher: ``cast(load)`` or
+    ``select(guard, cast(load), 0)`` with a float16/bfloat16 load widened to float32
+    (the iterators of the guard count as used)."""
+    load: ir.Load = f.load
+    inner = f.expr.t if isinstance(f.expr, ir.Select) else f.expr
+    if not (isinstance(inner, ir.Cast) and inner.dtype == "float32"
+            and inner.value is load and load.dtype in TC_DTYPES):
+        return None
+    dims = set(f.dims)
+    if f.guard is not None:
+        dims |= contraction.iterators_of(f.guard)
+    full = inner if f.guard is None else \
+        ir.Select(f.guard, inner, ir.FloatImm(0.0), "float32")
+    return Factor(full, load, f.guard, dims)
 
 
 def gemm_view(group, model) -> GemmView | str:
@@ -197,7 +198,10 @@ def gemm_view(group, model) -> GemmView | str:
     body = st.body
     if not (isinstance(body, ir.Binary) and body.op == "*"):
         return "the reduction body is not a product"
-    fa, fb = _factor(body.a), _factor(body.b)
+    c = contraction.match_contraction(st)   # the shared matcher; below, the mma's conditions
+    if isinstance(c, str):
+        return c
+    fa, fb = _factor(c.a), _factor(c.b)
     if fa is None or fb is None:
         return "the factors are not float16/bfloat16 loads converted to float32"
     if fa.load.dtype != fb.load.dtype:
@@ -222,7 +226,7 @@ def gemm_view(group, model) -> GemmView | str:
     for v in red:
         if v not in fa.dims or v not in fb.dims:
             return f"reduce axis {v.name} is not used by both factors"
-    stmts = {s.stage: [] for s in model.statements}
+    stmts: dict[Any, list[Statement]] = {s.stage: [] for s in model.statements}
     for s in model.statements:
         stmts[s.stage].append(s)
     init = next(s for s in stmts[st] if s.kind == "init")
@@ -250,7 +254,7 @@ class TensorCoreTilingPass(Pass):
     name = "tc-tiling"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not ctx.options.tensor_cores:
+        if not ctx.cuda_options.tensor_cores:
             return schedule
         model = ctx.model
         if not getattr(model.graph, "stages", ()):
@@ -267,7 +271,7 @@ class TensorCoreTilingPass(Pass):
                 if g.kind in ("contraction", "conv"):
                     ctx.note(self.name, f"group {k} ({g.backbone.name}): no tensor cores: {view}")
                 continue
-            cfg = tc_config(ctx.options.tc_tile, view)
+            cfg = tc_config(ctx.cuda_options.tc_tile, view)
             need = cfg.shared_bytes(dt.itemsize(view.in_dtype))
             limit = max(ctx.target.shared_memory_per_block, ctx.target.cuda.shared_memory_optin)
             if need > limit:
@@ -308,8 +312,8 @@ class TensorCoreTilingPass(Pass):
         seq = band.delete()                      # the group's sequence
         node = seq.insert_partial_schedule(block).band_set_permutable(1)
         node = mark_coincidence(node, model.dependences)
-        node = node.insert_mark(isl.Id(f"tc:block:{k}"))
-        node = node.insert_mark(isl.Id(f"kernel:{plan.kernel}"))
+        node = node.insert_mark(marks.make(marks.TC_BLOCK, k))
+        node = node.insert_mark(marks.make(marks.KERNEL, plan.kernel))
         seq = node.child(0).child(0).child(0)    # kernel -> tc:block -> band -> sequence
         if seq.get_type() != isl.schedule_node_type.sequence:
             raise ScheduleError(f"group {k}: expected the init/update sequence below the band")
@@ -328,15 +332,15 @@ class TensorCoreTilingPass(Pass):
                 kd = nout + kred
                 pt = _mupa(model, [(s, point() + [f"d{kd} mod {cfg.k}"])])
                 n = below.insert_partial_schedule(pt)
-                n = n.insert_mark(isl.Id(f"tc:mma:{k}"))
+                n = n.insert_mark(marks.make(marks.TC_MMA, k))
                 n = n.insert_partial_schedule(_mupa(model, [(s, [f"floor(d{kd}/{cfg.k})"])]))
-                n = n.insert_mark(isl.Id(f"pipeline:{cfg.stages}"))
+                n = n.insert_mark(marks.make(marks.PIPELINE, cfg.stages))
                 outer = [f"d{nout + r}" for r in range(nred) if r != kred]
                 if outer:
                     n = n.insert_partial_schedule(_mupa(model, [(s, outer)]))
             else:
                 n = below.insert_partial_schedule(_mupa(model, [(s, point())]))
-                n = n.insert_mark(isl.Id(f"tc:frag:{k}"))
+                n = n.insert_mark(marks.make(marks.TC_FRAG, k))
             while n.get_tree_depth() > depth - 1:
                 n = n.parent()
             seq = n.parent()
