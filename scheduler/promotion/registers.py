@@ -41,6 +41,7 @@ import islpy as isl
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
 from polycomp.model import Statement
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.map import thread_param
 from polycomp.scheduler.promotion.copies import NameAllocator, copy_subtree, needs_sync
@@ -116,9 +117,9 @@ class RegisterPromotionPass(Pass):
         names = NameAllocator(len(ctx.promotions))
         for kpath in reversed(paths(schedule.get_root(), is_kernel)):
             kn = node_at(schedule, kpath)
-            kernel = int(kn.mark_get_id().get_name().split(":")[1])
-            launch = ctx.gpu.launches.get(kernel)
-            if launch is None or not launch.thread_params:
+            kernel = marks.kernel_number(kn)
+            launch = None if kernel is None else ctx.gpu.launches.get(kernel)
+            if kernel is None or launch is None or not launch.thread_params:
                 continue
             bands = paths(kn, lambda n: n.get_type() == isl.schedule_node_type.band)
             if not bands:
@@ -151,7 +152,7 @@ class RegisterPromotionPass(Pass):
         buf, box = fp.group.array, fp.box
         local = ir.Buffer(f"{buf.name}_reg{k}", buf.dtype, tuple(ir.IntImm(s) for s in fp.shape),
                           "local")
-        promo = Promotion(buf, local, site.kernel, box, reason="registers")
+        promo = Promotion(buf, local, site.kernel, box, reason="registers", level=LEVEL)
         for r in fp.group.refs:
             pre = statement_prefix(site.prefix, r.stmt.name)
             promo.offsets[r.stmt.name] = [pullback(off, pre) for off in box.offsets]
