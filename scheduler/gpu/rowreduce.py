@@ -60,7 +60,7 @@ from polycomp.scheduler.gpu.map import (
 from polycomp.scheduler.gpu.tile import find_first
 from polycomp.scheduler.promotion.footprint import Box
 from polycomp.scheduler.promotion.record import CopyStmt, Promotion, WarpReduction
-from polycomp.scheduler.promotion.sites import drop_statements, node_at, paths
+from polycomp.scheduler.promotion.sites import drop_statements, node_at, paths, prefix_points
 from polycomp.state import CompileState
 
 LANES = 32
@@ -177,7 +177,8 @@ class RowReductionMappingPass(Pass):
             promo.warp = WarpReduction({"+": "+", "max": "max", "min": "min"}[upd.value.op], tx)
             # graft the butterfly (and lane 0's store) after the update's band
             seq_child = _statement_filter(schedule, upd.name).child(0)   # the lane filter
-            rows = _drop_ids(_prefix_points(seq_child), [tx])
+            prefix = seq_child.get_prefix_schedule_union_map()
+            rows = _drop_ids(prefix_points(prefix).coalesce(), [tx])
             ar = f"allreduce_{buf.name}_{k}"
             promo.copies[ar] = CopyStmt("warp_allreduce", 1)
             ext = isl.Map.from_domain_and_range(
@@ -225,15 +226,6 @@ def _statement_filter(schedule: isl.Schedule, name: str) -> isl.ScheduleNode:
     path = paths(schedule.get_root(), lambda x: x.get_type() == isl.schedule_node_type.filter
                  and _filter_names(x) == {name})[0]
     return node_at(schedule, path)
-
-
-def _prefix_points(node: isl.ScheduleNode) -> isl.Set:
-    """The prefix schedule points of the instances reaching ``node`` (coalesced)."""
-    ranges = [m.range() for m in maps(node.get_prefix_schedule_union_map())]
-    rows = ranges[0]
-    for r in ranges[1:]:
-        rows = rows.union(r)
-    return rows.coalesce()
 
 
 def _filter_names(n) -> set:

@@ -68,6 +68,7 @@ from polycomp.scheduler.promotion.sites import (
     node_at,
     original_site,
     paths,
+    prefix_points,
     statements_below,
 )
 from polycomp.state import CompileState
@@ -247,12 +248,7 @@ def _thread_domain(site, kernel) -> isl.UnionSet | None:
 
 
 def _prefix_set(prefix: isl.UnionMap) -> isl.Set:
-    from polycomp.islutil import maps
-    rng = None
-    for m in maps(prefix):
-        r = m.range()
-        rng = r if rng is None else rng.union(r)
-    return rng.coalesce()
+    return prefix_points(prefix).coalesce()
 
 
 def _stmt_set(model, stmts) -> isl.UnionSet:

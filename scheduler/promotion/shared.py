@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from polycomp import ir
-from polycomp.islutil import maps, param_id, sets
+from polycomp.islutil import param_id, sets
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
@@ -81,6 +81,7 @@ from polycomp.scheduler.promotion.sites import (
     kernel_node,
     node_at,
     original_site,
+    prefix_points,
     shared_sites,
     statements_below,
     thread_dependent,
@@ -340,10 +341,7 @@ def _aligned_list(lst, space, ictx):
 def _union_range(prefix: isl.UnionMap, kernel: int | None = None) -> isl.Set:
     """The prefix points of a site; with ``kernel``, for all threads of the block (the
     thread ids are eliminated), so copies and barriers are executed by every thread."""
-    rng = None
-    for m in maps(prefix):
-        r = m.range()
-        rng = r if rng is None else rng.union(r)
+    rng = prefix_points(prefix)
     if kernel is not None:
         for axis in range(3):
             pos = rng.find_dim_by_name(isl.dim_type.param, thread_param(axis, kernel))

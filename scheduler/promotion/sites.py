@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import islpy as isl
 
+from polycomp.errors import PolycompInternalError
 from polycomp.islutil import maps, sets
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.gpu.map import thread_param
@@ -125,6 +126,18 @@ def drop_statements(schedule, stmts):
         schedule = node.child(0).insert_filter(empty).get_schedule()
         break
     return schedule
+
+
+def prefix_points(prefix: isl.UnionMap) -> isl.Set:
+    """The union of the ranges of ``prefix`` (a site's prefix schedule ``{ S[i] -> [p] }``,
+    one map per statement): the prefix points ``{ [p] }`` of the site, not coalesced."""
+    ranges = [m.range() for m in maps(prefix)]
+    if not ranges:
+        raise PolycompInternalError("a promotion site without statement instances")
+    points = ranges[0]
+    for r in ranges[1:]:
+        points = points.union(r)
+    return points
 
 
 def statements_below(prefix: isl.UnionMap, model) -> list:
