@@ -3,6 +3,7 @@ boxes and scoped footprints, layouts, decisions and their remarks, copy rules, a
 typed CPU pack records that replace the old mark strings."""
 import dataclasses
 import itertools
+import re
 
 import islpy as isl
 import pytest
@@ -192,6 +193,22 @@ def test_refusals_are_noted_by_the_gpu_passes():
         "the thread's own output point)"]
     assert any("x promoted to shared memory" in n and "uncoalesced" in n
                for n in ck.notes["promote-shared"])
+
+
+def test_promotion_records_carry_their_memory_level():
+    """Each engine pass records the level of the target's hierarchy holding the local
+    buffer (the scope of that level's buffers); the point loops of the kernel with a
+    register tile are unrolled because of the ``registers`` record."""
+    from polycomp.driver import compile_kernel
+    ck = compile_kernel(matmul, "cuda")
+    memory = ck.state.target.memory
+    levels = {p.array.name: p.level for p in ck.state.promotions}
+    assert levels == {"A": "shared", "B": "shared", "C": "registers"}
+    for p in ck.state.promotions:
+        assert memory.level(p.level).scope == p.local.scope and p.warp is None
+    # unrolled point loops: the register tile is indexed by constants only
+    indices = re.findall(r"C_reg2\[([^\]]*)\]", ck.source)
+    assert indices and all(re.fullmatch(r"[0-9 ()*+]+", i) for i in indices), indices
 
 
 # --------------------------------------------------------------------------- copies
