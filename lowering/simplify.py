@@ -55,6 +55,11 @@ def _key(atom):
     return atom if isinstance(atom, ir.Var) else ("expr", id(atom))
 
 
+# the public name other modules use (``_linear`` is kept for the modules that still
+# import it)
+linear = _linear
+
+
 def _from_linear(terms, const, dtype) -> ir.Expr:
     pos: list[tuple[ir.Expr, int]] = []
     neg: list[tuple[ir.Expr, int]] = []

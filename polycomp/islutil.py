@@ -29,6 +29,14 @@ def dim_bounds(s: isl.Set, k: int) -> tuple[isl.PwAff, isl.PwAff]:
     return s.dim_min(k), s.dim_max(k)
 
 
+def intersect_params(a: isl.Set, b: isl.Set) -> isl.Set:
+    """``a ∩ b`` for two sets whose parameters may differ: each is first aligned to the
+    other's parameters (``a``'s first, then ``b``'s new ones), then intersected."""
+    a = a.align_params(b.get_space())
+    b = b.align_params(a.get_space())
+    return a.intersect(b)
+
+
 def param_id(ctx: isl.Context, name: str) -> isl.Id:
     """The isl id of parameter ``name`` as the parser makes it.
 

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import islpy as isl
 
+from polycomp.islutil import intersect_params
+
 if TYPE_CHECKING:  # pragma: no cover
     from polycomp.hw.cpu.options import CpuOptions
     from polycomp.hw.cuda.options import CudaOptions
@@ -92,8 +94,5 @@ class CompileState:
 
     def restrict_ast_context(self, constraints: isl.Set) -> None:
         """Intersect the AST context with parameter ``constraints``."""
-        if self.ast_context is None:
-            self.ast_context = constraints
-            return
-        a = self.ast_context.align_params(constraints.get_space())
-        self.ast_context = a.intersect(constraints.align_params(a.get_space()))
+        self.ast_context = constraints if self.ast_context is None \
+            else intersect_params(self.ast_context, constraints)

@@ -176,6 +176,22 @@ def test_issue_real_shapes_are_warp_synchronous(kind, n, w):
     _check(kind, small, w, const_rows=True, const_width=True)
 
 
+@pytest.mark.parametrize("kind", ["sum", "layernorm"])
+def test_privatised_accumulators_are_register_records(kind):
+    """Each row reduction's accumulator is recorded as a one-element ``registers``
+    promotion of its kernel carrying the warp butterfly (no register *tile*: the point
+    loop unrolling does not take it for one), and its kernel is a ``kernel:<n>`` mark."""
+    ck = _compiled(kind, SYM, 32)
+    records = [p for p in ck.state.promotions if p.warp is not None]
+    assert records, ck.state.promotions
+    for p in records:
+        assert p.level == "registers" and p.local.scope == "local"
+        assert [e.value for e in p.local.shape] == [1]
+        assert p.kernel in ck.state.gpu.launches
+        assert any(c.kind == "warp_allreduce" for c in p.copies.values())
+    assert "unroll-point-loops" not in ck.notes
+
+
 @pytest.mark.parametrize("kind", ["two_outputs", "dead_sum", "mean_out"])
 @pytest.mark.parametrize("n", [1, 8, 13])
 def test_unused_row_reduction_keeps_other_outputs(kind, n):

@@ -3,6 +3,7 @@ boxes and scoped footprints, layouts, decisions and their remarks, copy rules, a
 typed CPU pack records that replace the old mark strings."""
 import dataclasses
 import itertools
+import re
 
 import islpy as isl
 import pytest
@@ -10,6 +11,7 @@ import pytest
 import polycomp as pc
 from polycomp.errors import PolycompInternalError
 from polycomp.hw.target import get_target
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.cpu.backbone_tile import CpuBackboneTilePass
 from polycomp.scheduler.promotion.copies import (
     NameAllocator,
@@ -175,7 +177,8 @@ def test_refused_decision_carries_its_reason_and_numbers():
     d = PromotionDecision(_group(), "shared", "kernel 3").refuse(Refusal.OVER_BUDGET, 53248, 49152)
     assert not d.promoted and d.reason is Refusal.OVER_BUDGET
     assert (d.need, d.budget) == (53248, 49152)
-    assert d.remark() == "kernel 3: A not promoted: over budget (53248 > 49152 bytes of shared memory)"
+    assert d.remark() == ("kernel 3: A not promoted: over budget (53248 > 49152 bytes of "
+                          "shared memory)")
     r = PromotionDecision(_group(), "registers", "kernel 0").refuse(Refusal.OVER_BUDGET, 96)
     assert r.remark() == "kernel 0: A not promoted to registers: over register budget (96 elements)"
     u = PromotionDecision(_group("B"), "shared", "kernel 1").refuse(Refusal.UNBOUNDED)
@@ -192,6 +195,22 @@ def test_refusals_are_noted_by_the_gpu_passes():
                for n in ck.notes["promote-shared"])
 
 
+def test_promotion_records_carry_their_memory_level():
+    """Each engine pass records the level of the target's hierarchy holding the local
+    buffer (the scope of that level's buffers); the point loops of the kernel with a
+    register tile are unrolled because of the ``registers`` record."""
+    from polycomp.driver import compile_kernel
+    ck = compile_kernel(matmul, "cuda")
+    memory = ck.state.target.memory
+    levels = {p.array.name: p.level for p in ck.state.promotions}
+    assert levels == {"A": "shared", "B": "shared", "C": "registers"}
+    for p in ck.state.promotions:
+        assert memory.level(p.level).scope == p.local.scope and p.warp is None
+    # unrolled point loops: the register tile is indexed by constants only
+    indices = re.findall(r"C_reg2\[([^\]]*)\]", ck.source)
+    assert indices and all(re.fullmatch(r"[0-9 ()*+]+", i) for i in indices), indices
+
+
 # --------------------------------------------------------------------------- copies
 
 def test_copy_rules_decide_the_barriers():
@@ -205,15 +224,16 @@ def test_copy_and_sync_subtrees_are_extensions_over_the_prefix_points():
     ctx = isl.Context()
     prefix = isl.Set.read_from_str(ctx, "{ [p] : 0 <= p < 4 }")
     rel = isl.Map.read_from_str(ctx, "{ [p] -> [a] : 8p <= a < 8p + 8 and 0 <= p < 4 }")
-    tree = copy_subtree(prefix, rel, "copy_A_0", mark="copy:copy_A_0")
+    tree = copy_subtree(prefix, rel, "copy_A_0", mark=True)
     assert tree.get_type() == isl.schedule_node_type.extension
     ext = tree.extension_get_extension()
     assert isl.Set.from_union_set(ext.range()).count_val().to_python() == 32
-    assert tree.child(0).get_type() == isl.schedule_node_type.mark
+    assert marks.name_of(tree.child(0)) == "copy:copy_A_0"
     band = tree.child(0).child(0)
     assert band.band_member_get_ast_loop_type(0) == isl.ast_loop_type.unroll
     sync = sync_subtree(prefix, "sync0_in")
-    assert isl.Set.from_union_set(sync.extension_get_extension().range()).count_val().to_python() == 1
+    sync_points = isl.Set.from_union_set(sync.extension_get_extension().range())
+    assert sync_points.count_val().to_python() == 1
 
 
 def test_name_allocator_numbers_in_order():
@@ -267,7 +287,8 @@ def test_a_request_without_reads_is_refused_and_noted():
     out = CpuPackPass().run(sched, state)
     assert [p.array for p in state.packs] == ["A"]
     assert "cpu_pack:0" in out.to_str() and "cpu_pack_request" not in out.to_str()
-    assert state.notes["cpu-pack"][0] == "below 3 outer loops: Z not promoted to L2: empty footprint"
+    assert state.notes["cpu-pack"][0] == \
+        "below 3 outer loops: Z not promoted to L2: empty footprint"
 
 
 def _maps(um):

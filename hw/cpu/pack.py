@@ -35,6 +35,7 @@ import islpy as isl
 from polycomp import ir
 from polycomp.lowering.ast_to_ir import pw_aff_to_ir
 from polycomp.lowering.simplify import simplify
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.promotion.footprint import Layout
 from polycomp.scheduler.promotion.record import PackedOperand
 from polycomp.state import CompileState
@@ -139,15 +140,16 @@ class _Packer:
             env2 = dict(env, **{s.var.name: s.var})
             return ir.LetStmt(s.var, s.value, self.stmt(s.body, env2, loops, par))
         if isinstance(s, ir.AttrStmt):
-            if s.key == "cpu_pack":
+            if s.key == marks.CPU_PACK:
                 return self.pack(s, env, loops, par)
             return ir.AttrStmt(s.key, s.value,
-                               self.stmt(s.body, env, loops, par or s.key == "cpu_parallel"))
+                               self.stmt(s.body, env, loops,
+                                         par or s.key == marks.CPU_PARALLEL))
         if isinstance(s, ir.Block):
             return ir.Block(tuple(self.stmt(x, env, loops, par) for x in s.stmts))
         if isinstance(s, ir.IfThenElse):
-            return ir.IfThenElse(s.cond, self.stmt(s.then, env, loops, par),
-                                 self.stmt(s.orelse, env, loops, par) if s.orelse is not None else None)
+            orelse = self.stmt(s.orelse, env, loops, par) if s.orelse is not None else None
+            return ir.IfThenElse(s.cond, self.stmt(s.then, env, loops, par), orelse)
         if isinstance(s, ir.Allocate):
             return ir.Allocate(s.buffer, self.stmt(s.body, env, loops, par))
         return s
@@ -183,8 +185,10 @@ class _Packer:
         spec: PackedOperand = self.packs[int(s.value)]
         fp = spec.footprint
         arr = self.buffers.get(spec.array)
-        origin = self.origin(fp.origin(), env) if arr is not None else None
         body = self.stmt(s.body, env, loops, par)
+        if arr is None:
+            return body
+        origin = self.origin(fp.origin(), env)
         if origin is None or len(origin) != len(arr.shape):
             return body
         slots = [lp for lp, p in loops if p]
@@ -199,7 +203,7 @@ class _Packer:
         slot_idx = tuple(ir.Binary("-", lp.var, lp.min, "int64") for lp in slots)
         copy = self.copy(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx)
         if not par:
-            copy = ir.AttrStmt("cpu_parallel", "", copy)
+            copy = ir.AttrStmt(marks.CPU_PARALLEL, "", copy)
         body = _Redirect(arr, pbuf, fp.layout, origin, slot_idx).visit(body)
         return ir.seq(copy, body)
 
@@ -208,7 +212,8 @@ class _Packer:
         p, w = layout.dim, layout.width
         n = len(arr.shape)
         xs = [ir.Var(f"pk{self.count}_x{d}") for d in range(n)]
-        lo = [simplify(ir.max_(ir.IntImm(0), ir.Unary("neg", origin[d], "int64"))) for d in range(n)]
+        lo = [simplify(ir.max_(ir.IntImm(0), ir.Unary("neg", origin[d], "int64")))
+              for d in range(n)]
         hi = [simplify(ir.min_(ir.IntImm(box[d]), arr.shape[d] - origin[d])) for d in range(n)]
         q = ir.Var(f"pk{self.count}_q")
         lane = ir.Var(f"pk{self.count}_l")
@@ -241,7 +246,8 @@ class _Redirect(ir.Mutator):
     """Reads of ``arr`` below the mark -> the packed buffer (ranges of loops tracked)."""
 
     def __init__(self, arr, pbuf, layout: Layout, origin, slot_idx):
-        self.arr, self.pbuf, self.layout, self.origin, self.slot = arr, pbuf, layout, origin, slot_idx
+        self.arr, self.pbuf, self.layout = arr, pbuf, layout
+        self.origin, self.slot = origin, slot_idx
         self.ranges: dict = {}
 
     def visit_For(self, s):

@@ -126,9 +126,10 @@ def _copy_builder(p: Promotion, copy: CopyStmt, params):
             v = ir.Load(p.local, zero, p.local.dtype)
             out = []
             for off in (16, 8, 4, 2, 1):
-                other = ir.Call("__shfl_xor_sync", (ir.IntImm(0xFFFFFFFF, "int64"), v, ir.IntImm(off, "int32")),
-                                p.local.dtype, pure=False)
-                out.append(ir.Store(p.local, zero, ir.Binary(p.warp.combine, v, other, p.local.dtype)))
+                args = (ir.IntImm(0xFFFFFFFF, "int64"), v, ir.IntImm(off, "int32"))
+                other = ir.Call("__shfl_xor_sync", args, p.local.dtype, pure=False)
+                combined = ir.Binary(p.warp.combine, v, other, p.local.dtype)
+                out.append(ir.Store(p.local, zero, combined))
             return ir.Block(tuple(out))
         if kind == "store_lane0":
             lane = params[p.warp.lane_param]

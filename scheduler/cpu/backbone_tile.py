@@ -103,7 +103,8 @@ class OuterProduct:
     direct: bool         # conv-like: no packing, all reduce dimensions in the micro-kernel
 
 
-def _vars(e) -> set:
+def loop_vars(e) -> set:
+    """The variables of expression ``e`` other than the kernel's size parameters."""
     return {v for v in ir.free_vars(e) if not v.is_param}
 
 
@@ -155,10 +156,11 @@ def match_outer_product(statements) -> OuterProduct | None:
     for (x, gx), (y, gy) in (((a, ga), (b, gb)), ((b, gb), (a, ga))):
         if gx or not (y.indices and _strided_in(y.indices[-1], j)):
             continue
-        if any(j in _vars(ix) for ix in y.indices[:-1]) or any(j in _vars(ix) for ix in x.indices):
+        if any(j in loop_vars(ix) for ix in y.indices[:-1]) \
+                or any(j in loop_vars(ix) for ix in x.indices):
             continue
-        xv = set().union(*(_vars(ix) for ix in x.indices))
-        yv = set().union(*(_vars(ix) for ix in y.indices))
+        xv = set().union(*(loop_vars(ix) for ix in x.indices))
+        yv = set().union(*(loop_vars(ix) for ix in y.indices))
         if not all(r in xv or r in yv for r in red):
             continue
         cands = [t for t in range(len(spatial) - 1) if spatial[t] in xv and spatial[t] not in yv]
@@ -473,7 +475,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
 
 def _pos_of(load: ir.Load, var) -> int:
     for d, ix in enumerate(load.indices):
-        if var in _vars(ix):
+        if var in loop_vars(ix):
             return d
     return 0
 

@@ -33,9 +33,9 @@ from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import (
-    _vars,
     dim_aff,
     floor_div_aff,
+    loop_vars,
     mod_aff,
     to_upa,
     unit_stride_in,
@@ -60,7 +60,7 @@ def qualifies(init, update) -> bool:
     loads = [ld for ld in _loads(update.value) if ld.buffer is not update.write and ld.indices]
     if not any(unit_stride_in(ld.indices[-1], j) for ld in loads):
         return False
-    return not any(_vars(ld.indices[-1]) & red for ld in loads)
+    return not any(loop_vars(ld.indices[-1]) & red for ld in loads)
 
 
 def interchanged(init, update):

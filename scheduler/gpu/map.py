@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polycomp.errors import ScheduleError
-from polycomp.islutil import param_id
+from polycomp.islutil import intersect_params, param_id
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.tile import find_first, is_marked
@@ -69,18 +69,20 @@ class KernelLaunch:
     full_tile: object = None   # isl parameter set: this block's tile is full (or None)
 
 
-def _param_upa(domain: isl.UnionSet, name: str) -> isl.UnionPwAff:
+def param_upa(domain: isl.UnionSet, name: str) -> isl.UnionPwAff:
+    """``{ S[i] -> [name] : S[i] in domain }``: parameter ``name`` as a function on
+    ``domain`` (to equate a schedule member with a block or thread id)."""
     return isl.UnionPwAff.param_on_domain_id(domain, param_id(domain.get_ctx(), name))
 
 
-def _member_range(band, m) -> isl.Set:
+def member_range(band, m) -> isl.Set:
     """The values band member ``m`` takes over the band's domain (a 1-D set)."""
     upa = band.band_get_partial_schedule().get_union_pw_aff(m)
     rng = isl.UnionMap.from_union_pw_aff(upa).intersect_domain(band.get_domain()).range()
     return isl.Set.from_union_set(rng)
 
 
-def _as_param(rng: isl.Set, name: str) -> isl.Set:
+def as_param(rng: isl.Set, name: str) -> isl.Set:
     """{ [v] : P(v) }  ->  [name] -> { : P(name) }."""
     n = rng.dim(isl.dim_type.param)
     s = rng.move_dims(isl.dim_type.param, n, isl.dim_type.set, 0, 1)
@@ -111,11 +113,11 @@ def map_block_members(band, mapped, kernel: int) -> BlockMapping:
     for axis, m in enumerate(reversed(mapped)):
         name = block_param(axis, kernel)
         params.append(name)
-        rng = _member_range(band, m)
+        rng = member_range(band, m)
         grid.append(rng.dim_max(0).add_constant_val(isl.Val.one(ictx)))
-        ctx_set = _intersect_params(ctx_set, _as_param(rng, name))
+        ctx_set = intersect_params(ctx_set, as_param(rng, name))
         upa = band.band_get_partial_schedule().get_union_pw_aff(m)
-        f = upa.sub(_param_upa(dom, name)).zero_union_set()
+        f = upa.sub(param_upa(dom, name)).zero_union_set()
         filt = f if filt is None else filt.intersect(f)
     if filt is not None:
         filt = filt.intersect(dom)
@@ -164,7 +166,7 @@ class GpuMappingPass(Pass):
             lm = last[m].align_params(b.get_space())
             b = b.align_params(lm.get_space())
             c = b.le_set(lm)
-            cond = c if cond is None else _intersect_params(cond, c)
+            cond = c if cond is None else intersect_params(cond, c)
         return cond
 
     def _map_group(self, mark, cfg, n):
@@ -185,7 +187,7 @@ class GpuMappingPass(Pass):
             name = thread_param(axis, n)
             tparams.append(name)
             txt = f"[{name}] -> {{ : 0 <= {name} < {cfg.threads[m]} }}"
-            ctx_set = _intersect_params(ctx_set, isl.Set.read_from_str(ictx, txt))
+            ctx_set = intersect_params(ctx_set, isl.Set.read_from_str(ictx, txt))
         # kernel mark above the tile mark; the block filter right above the block band
         node = mark.insert_mark(marks.make(marks.KERNEL, n)).child(0)   # tile:block mark
         node = node.child(0)                                       # block band
@@ -205,7 +207,7 @@ class GpuMappingPass(Pass):
             for axis, m in enumerate(reversed(tmembers)):
                 upa = pt.band_get_partial_schedule().get_union_pw_aff(m)
                 v = isl.Val.int_from_si(ictx, cfg.threads[m])
-                f = upa.mod_val(v).sub(_param_upa(pdom, thread_param(axis, n))).zero_union_set()
+                f = upa.mod_val(v).sub(param_upa(pdom, thread_param(axis, n))).zero_union_set()
                 tf = f if tf is None else tf.intersect(f)
             schedule = pt.insert_filter(tf).get_schedule()
         launch = KernelLaunch(grid, tuple(block), tuple(bparams), tuple(tparams))
@@ -238,12 +240,6 @@ class GpuMappingPass(Pass):
                                 f"a single thread")
             n += 1
         return schedule
-
-
-def _intersect_params(a: isl.Set, b: isl.Set) -> isl.Set:
-    a = a.align_params(b.get_space())
-    b = b.align_params(a.get_space())
-    return a.intersect(b)
 
 
 def _contains_kernel(node) -> bool:

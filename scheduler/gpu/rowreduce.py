@@ -46,29 +46,30 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp import ir
-from polycomp.islutil import maps
+from polycomp.islutil import intersect_params, maps, sets
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.map import (
     KernelLaunch,
-    _as_param,
-    _intersect_params,
-    _member_range,
-    _param_upa,
+    as_param,
     block_param,
+    member_range,
+    param_upa,
     thread_param,
 )
 from polycomp.scheduler.gpu.tile import find_first
 from polycomp.scheduler.promotion.footprint import Box
 from polycomp.scheduler.promotion.record import CopyStmt, Promotion, WarpReduction
-from polycomp.scheduler.promotion.shared import _paths, node_at
+from polycomp.scheduler.promotion.sites import drop_statements, node_at, paths, prefix_points
 from polycomp.state import CompileState
 
 LANES = 32
+ROWREDUCE = "rowreduce"    # the fusion-group kind of ``backbone:rowreduce`` marks
+LEVEL = "registers"        # the privatised accumulators' memory level
 
 
 def _is_rowreduce(n) -> bool:
-    return n.get_type() == isl.schedule_node_type.mark and \
-        n.mark_get_id().get_name() == "backbone:rowreduce"
+    return marks.is_kind(n, marks.BACKBONE) and marks.argument(n, marks.BACKBONE) == ROWREDUCE
 
 
 class RowReductionMappingPass(Pass):
@@ -97,30 +98,32 @@ class RowReductionMappingPass(Pass):
         if band.get_type() != isl.schedule_node_type.band or band.band_n_member() != 1:
             raise ValueError("row group without a one-member row band")
         dom = band.get_domain()
-        rng = _member_range(band, 0)
+        rng = member_range(band, 0)
         bx, ty, tx = block_param(0, n), thread_param(1, n), thread_param(0, n)
         rb = isl.Val.int_from_si(ictx, self.rb)
-        grid = rng.dim_max(0).div(isl.PwAff.val_on_domain(rng.dim_max(0).domain(), rb)).floor() \
+        last_row = rng.dim_max(0)
+        grid = last_row.div(isl.PwAff.val_on_domain(last_row.domain(), rb)).floor() \
             .add_constant_val(isl.Val.one(ictx))
-        kctx = isl.Set.read_from_str(ictx, f"[{ty}, {tx}] -> {{ : 0 <= {ty} < {self.rb} and 0 <= {tx} < {LANES} }}")
-        blocks = _as_param(_block_range(rng, self.rb, ictx), bx)
-        kctx = _intersect_params(kctx, blocks)
+        kctx = isl.Set.read_from_str(
+            ictx, f"[{ty}, {tx}] -> {{ : 0 <= {ty} < {self.rb} and 0 <= {tx} < {LANES} }}")
+        blocks = as_param(_block_range(rng, self.rb, ictx), bx)
+        kctx = intersect_params(kctx, blocks)
         row = band.band_get_partial_schedule().get_union_pw_aff(0)
-        filt = row.scale_down_val(rb).floor().sub(_param_upa(dom, bx)).zero_union_set() \
-            .intersect(row.mod_val(rb).sub(_param_upa(dom, ty)).zero_union_set())
-        node = mark.insert_mark(isl.Id(f"kernel:{n}")).child(0).child(0)   # the row band
+        filt = row.scale_down_val(rb).floor().sub(param_upa(dom, bx)).zero_union_set() \
+            .intersect(row.mod_val(rb).sub(param_upa(dom, ty)).zero_union_set())
+        node = mark.insert_mark(marks.make(marks.KERNEL, n)).child(0).child(0)   # the row band
         node = node.insert_filter(filt.intersect(dom))
         schedule = self._inline_rowwise(node.get_schedule(), n, ctx)
         # lanes over the innermost member of every inner band
         while True:
             inner = find_first(schedule, lambda x: x.get_type() == isl.schedule_node_type.band
-                               and _in_kernel(x, n) and _parent_is_seq_filter(x))
+                               and marks.kernel_of(x) == n and _parent_is_seq_filter(x))
             if inner is None:
                 break
             m = inner.band_n_member() - 1
             upa = inner.band_get_partial_schedule().get_union_pw_aff(m)
             lane = upa.mod_val(isl.Val.int_from_si(ictx, LANES)).sub(
-                _param_upa(inner.get_domain(), tx)).zero_union_set()
+                param_upa(inner.get_domain(), tx)).zero_union_set()
             schedule = inner.insert_filter(lane).get_schedule()
         schedule = self._privatise(schedule, n, ctx, promos, tx)
         return schedule, KernelLaunch([grid], (LANES, self.rb, 1), (bx,), (tx, ty)), kctx
@@ -129,11 +132,8 @@ class RowReductionMappingPass(Pass):
         """Row-wise temporaries of the group that only the group reads are recomputed
         where they are read instead of being stored (``ctx.inlined``): their
         statements leave the tree, their expression replaces each load."""
-        from polycomp.scheduler.promotion.shared import _drop_statements
         model = ctx.model
-        kn = node_at(schedule, _paths(schedule.get_root(), lambda x: x.get_type() == isl.schedule_node_type.mark
-                                      and x.mark_get_id().get_name() == f"kernel:{n}")[0])
-        names = {m.get_tuple_name(isl.dim_type.in_) for m in maps(_subtree_domain(kn))}
+        names = _kernel_statement_names(schedule, n)
         stmts = [s for s in model.statements if s.name in names]
         live_out = {b.name for b in model.live_out}
         inlined = ctx.inlined
@@ -145,24 +145,24 @@ class RowReductionMappingPass(Pass):
                        if any(a.kind == "read" and a.buffer.name == buf for a in r.accesses)}
             if readers and readers <= names:
                 inlined[buf] = s.stage
-                schedule = _drop_statements(schedule, [s])
-                ctx.note(self.name, f"kernel {n}: {buf} recomputed where it is read, never stored")
+                schedule = drop_statements(schedule, [s])
+                ctx.note(self.name,
+                         f"kernel {n}: {buf} recomputed where it is read, never stored")
         return schedule
 
     def _privatise(self, schedule, n, ctx, promos, tx):
         model = ctx.model
-        kn = node_at(schedule, _paths(schedule.get_root(), lambda x: x.get_type() == isl.schedule_node_type.mark
-                                      and x.mark_get_id().get_name() == f"kernel:{n}")[0])
-        names = {m.get_tuple_name(isl.dim_type.in_) for m in maps(_subtree_domain(kn))}
+        names = _kernel_statement_names(schedule, n)
         stmts = [s for s in model.statements if s.name in names]
         reductions = [s for s in stmts if s.kind == "update"]
         live_out = {b.name for b in model.live_out}
         for upd in reductions:
             buf = upd.write
             k = len(promos)
-            local = ir.Buffer(f"{buf.name}_part{k}", buf.dtype, (ir.IntImm(1),) * len(buf.shape), "local")
             rank = len(buf.shape)
-            promo = Promotion(buf, local, n, Box([], [1] * rank, [1] * rank), reason="row reduction")
+            local = ir.Buffer(f"{buf.name}_part{k}", buf.dtype, (ir.IntImm(1),) * rank, "local")
+            promo = Promotion(buf, local, n, Box([], [1] * rank, [1] * rank),
+                              reason="row reduction", level=LEVEL)
             for s in stmts:   # every statement of the row (inlined expressions read R too)
                 if len(s.iters) >= rank:
                     sp = s.domain.get_space()
@@ -176,33 +176,27 @@ class RowReductionMappingPass(Pass):
                                   for a in s.accesses)
             promo.warp = WarpReduction({"+": "+", "max": "max", "min": "min"}[upd.value.op], tx)
             # graft the butterfly (and lane 0's store) after the update's band
-            path = _paths(schedule.get_root(), lambda x: x.get_type() == isl.schedule_node_type.filter
-                          and _filter_names(x) == {upd.name})[0]
-            seq_child = node_at(schedule, path).child(0)            # the lane filter
+            seq_child = _statement_filter(schedule, upd.name).child(0)   # the lane filter
             prefix = seq_child.get_prefix_schedule_union_map()
-            rows = None
-            for mm in maps(prefix):
-                rows = mm.range() if rows is None else rows.union(mm.range())
-            rows = _drop_ids(rows.coalesce(), [tx])
+            rows = _drop_ids(prefix_points(prefix).coalesce(), [tx])
             ar = f"allreduce_{buf.name}_{k}"
             promo.copies[ar] = CopyStmt("warp_allreduce", 1)
-            ext = isl.Map.from_domain_and_range(rows, isl.Set.read_from_str(ictx_of(rows), f"{{ {ar}[] }}"))
+            ext = isl.Map.from_domain_and_range(
+                rows, isl.Set.read_from_str(rows.get_ctx(), f"{{ {ar}[] }}"))
             tree = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext))
             if buf.name in live_out or readers_outside:
                 st = f"store_{buf.name}_{k}"
                 promo.copies[st] = CopyStmt("store_lane0", 1)
-                ident = isl.Map.identity(isl.Space.map_from_set(rows.get_space())).intersect_domain(rows)
-                ext2 = ident.range_product(ident).flatten_range().set_tuple_name(isl.dim_type.out, st)
+                ident = isl.Map.identity(isl.Space.map_from_set(rows.get_space())) \
+                    .intersect_domain(rows)
+                ext2 = ident.range_product(ident).flatten_range() \
+                    .set_tuple_name(isl.dim_type.out, st)
                 tree2 = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext2))
                 seq_child = seq_child.graft_after(tree2)
             seq_child = seq_child.graft_after(tree)
             schedule = seq_child.get_schedule()
             promos.append(promo)
         return schedule
-
-
-def ictx_of(obj):
-    return obj.get_ctx()
 
 
 def _block_range(rng: isl.Set, rb: int, ictx) -> isl.Set:
@@ -219,22 +213,23 @@ def _drop_ids(s: isl.Set, names) -> isl.Set:
     return s
 
 
-def _subtree_domain(kn) -> isl.UnionMap:
-    return kn.get_subtree_schedule_union_map() if kn.n_children() else isl.UnionMap.empty(kn.get_domain().get_space())
+def _kernel_statement_names(schedule: isl.Schedule, n: int) -> set[str]:
+    """The statements scheduled below the ``kernel:<n>`` mark."""
+    kn = node_at(schedule, paths(schedule.get_root(), lambda x: marks.kernel_number(x) == n)[0])
+    sub = kn.get_subtree_schedule_union_map() if kn.n_children() \
+        else isl.UnionMap.empty(kn.get_domain().get_space())
+    return {m.get_tuple_name(isl.dim_type.in_) for m in maps(sub)}
+
+
+def _statement_filter(schedule: isl.Schedule, name: str) -> isl.ScheduleNode:
+    """The first filter node that selects exactly statement ``name``."""
+    path = paths(schedule.get_root(), lambda x: x.get_type() == isl.schedule_node_type.filter
+                 and _filter_names(x) == {name})[0]
+    return node_at(schedule, path)
 
 
 def _filter_names(n) -> set:
-    from polycomp.islutil import sets
     return {x.get_tuple_name() for x in sets(n.filter_get_filter())}
-
-
-def _in_kernel(node, n) -> bool:
-    x = node
-    while x.has_parent():
-        x = x.parent()
-        if x.get_type() == isl.schedule_node_type.mark and x.mark_get_id().get_name() == f"kernel:{n}":
-            return True
-    return False
 
 
 def _parent_is_seq_filter(band) -> bool:
@@ -245,5 +240,4 @@ def _parent_is_seq_filter(band) -> bool:
 
 
 def _done(mark) -> bool:
-    return mark.has_parent() and mark.parent().get_type() == isl.schedule_node_type.mark and \
-        mark.parent().mark_get_id().get_name().startswith("kernel:")
+    return mark.has_parent() and marks.is_kind(mark.parent(), marks.KERNEL)

@@ -27,6 +27,7 @@ import islpy as isl
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.tile import find_first, is_marked
+from polycomp.scheduler.promotion.registers import LEVEL as REGISTERS
 from polycomp.state import CompileState
 
 
@@ -43,18 +44,11 @@ def _trip_bound(band, configs) -> int | None:
     return trips
 
 
-def _kernel_of(band) -> int | None:
-    x = band
-    while x.has_parent():
-        x = x.parent()
-        if marks.is_kind(x, marks.KERNEL):
-            return marks.kernel_number(x)
-    return None
-
-
 def _kernel_has_register_tile(band, ctx) -> bool:
-    k = _kernel_of(band)
-    return any(p.kernel == k and p.local.scope == "local" and p.reason == "registers"
+    """Did register promotion give the band's kernel a register tile (a group promoted
+    to the ``registers`` level; a privatised warp reduction is no tile)?"""
+    k = marks.kernel_of(band)
+    return any(p.kernel == k and p.level == REGISTERS and p.warp is None
                for p in ctx.promotions)
 
 

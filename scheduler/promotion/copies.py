@@ -27,6 +27,7 @@ from typing import Callable
 import islpy as isl
 
 from polycomp.hw.memory import MemoryHierarchy
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.promotion.sites import root_of
 
 
@@ -50,13 +51,15 @@ def needs_sync(memory: MemoryHierarchy, src: str, dst: str) -> bool:
 
 def copy_subtree(prefix_set: isl.Set, rel: isl.Map, name: str, *,
                  distribute: Callable[[isl.Set], isl.UnionSet | None] | None = None,
-                 unroll: bool = True, mark: str | None = None,
+                 unroll: bool = True, mark: bool = False,
                  align: bool = False) -> isl.ScheduleNode:
     """The extension subtree copying ``rel(p)`` for every ``p`` in ``prefix_set`` (see the
     module docstring).  ``distribute(copy domain)`` gives a filter dealing the copy's
     instances to threads; ``align`` aligns the parameters of ``rel`` and the prefix
-    identity first (``rel`` not already intersected with ``prefix_set``)."""
-    ident = isl.Map.identity(isl.Space.map_from_set(prefix_set.get_space())).intersect_domain(prefix_set)
+    identity first (``rel`` not already intersected with ``prefix_set``); ``mark`` puts
+    the mark ``copy:<name>`` above the copy band."""
+    ident = isl.Map.identity(isl.Space.map_from_set(prefix_set.get_space())) \
+        .intersect_domain(prefix_set)
     if align:
         ident = ident.align_params(rel.get_space())
         rel = rel.align_params(ident.get_space())
@@ -74,8 +77,8 @@ def copy_subtree(prefix_set: isl.Set, rel: isl.Map, name: str, *,
     if unroll:
         for m in range(leaf.band_n_member()):
             leaf = leaf.band_member_set_ast_loop_type(m, isl.ast_loop_type.unroll)
-    if mark is not None:
-        leaf = leaf.insert_mark(isl.Id(mark))
+    if mark:
+        leaf = leaf.insert_mark(marks.make(marks.COPY, name))
     return root_of(leaf)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp.islutil import maps
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
 from polycomp.scheduler.promotion.footprint import Layout, ScopedFootprint, min_box_of
@@ -34,14 +35,12 @@ from polycomp.scheduler.promotion.record import PackedOperand, PackRequest
 from polycomp.scheduler.promotion.reference import guarded_read_group
 from polycomp.state import CompileState
 
-REQUEST = "cpu_pack_request"
-MARK = "cpu_pack"
-
 
 def request_mark(requests: list[PackRequest], request: PackRequest) -> str:
-    """Record ``request`` in ``requests`` (``state.pack_requests``); the mark naming it."""
+    """Record ``request`` in ``requests`` (``state.pack_requests``); the name of the mark
+    naming it (``cpu_pack_request:<its index>``)."""
     requests.append(request)
-    return f"{REQUEST}:{len(requests) - 1}"
+    return marks.make(marks.CPU_PACK_REQUEST, len(requests) - 1).get_name()
 
 
 def decide(node: isl.ScheduleNode, model, request: PackRequest) -> PromotionDecision:
@@ -73,17 +72,15 @@ class CpuPackPass(Pass):
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         def visit(node):
-            if node.get_type() == isl.schedule_node_type.mark:
-                name = node.mark_get_id().get_name()
-                if name.startswith(REQUEST + ":"):
-                    request = ctx.pack_requests[int(name.split(":")[1])]
-                    d = decide(node.child(0), ctx.model, request)
-                    ctx.note(self.name, d.remark())
-                    node = node.delete()
-                    if not d.promoted:
-                        return visit(node)
-                    ctx.packs.append(PackedOperand(d.footprint, request.level))
-                    node = node.insert_mark(isl.Id(f"{MARK}:{len(ctx.packs) - 1}"))
+            if marks.is_kind(node, marks.CPU_PACK_REQUEST):
+                request = ctx.pack_requests[int(marks.argument(node, marks.CPU_PACK_REQUEST))]
+                d = decide(node.child(0), ctx.model, request)
+                ctx.note(self.name, d.remark())
+                node = node.delete()
+                if not d.promoted:
+                    return visit(node)
+                ctx.packs.append(PackedOperand(d.footprint, request.level))
+                node = node.insert_mark(marks.make(marks.CPU_PACK, len(ctx.packs) - 1))
             for k in range(node.n_children()):
                 node = visit(node.child(k)).parent()
             return node

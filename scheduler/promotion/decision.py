@@ -15,6 +15,8 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from polycomp.errors import PolycompInternalError
+
 if TYPE_CHECKING:  # pragma: no cover
     from polycomp.scheduler.promotion.footprint import ScopedFootprint
     from polycomp.scheduler.promotion.reference import ReferenceGroup
@@ -76,6 +78,8 @@ class PromotionDecision:
 
     def _promoted_text(self) -> str:
         fp = self.footprint
+        if fp is None:
+            raise PolycompInternalError(f"{self.group.name}: promoted without a footprint")
         box = fp.box
         if self.level == "registers":
             return (f"promoted to registers {list(box.sizes)} per thread (stride "
@@ -89,6 +93,8 @@ class PromotionDecision:
 
     def _refusal_text(self) -> str:
         r = self.reason
+        if r is None:
+            raise PolycompInternalError(f"{self.group.name}: a promotion has no refusal")
         if r is Refusal.NO_REUSE_COALESCED:
             return "no reuse within a tile and accesses already coalesced"
         if r is Refusal.OVER_BUDGET:

@@ -256,7 +256,8 @@ def box_relation(box: Box, prefix_set: isl.Set, buf: ir.Buffer, params: tuple,
         if box.strides[d] == 1:
             cons.append(f"l{d} <= a{d} < l{d} + {box.sizes[d]}")
         else:
-            cons.append(f"exists r{d}: 0 <= r{d} < {box.sizes[d]} and a{d} = l{d} + {box.strides[d]}*r{d}")
+            cons.append(f"exists r{d}: 0 <= r{d} < {box.sizes[d]} "
+                        f"and a{d} = l{d} + {box.strides[d]}*r{d}")
         cons.append(f"0 <= a{d} < {ext}")
     prefix = "[" + ", ".join(p.name for p in params) + "] -> " if params else ""
     t = isl.Map.read_from_str(ctx, f"{prefix}{{ [{ls}] -> [{as_}] : {' and '.join(cons)} }}")

@@ -48,8 +48,11 @@ class Promotion:
     offset at that instance; an access ``array[idx]`` becomes
     ``local[(idx - offset) // stride]``.  ``copies`` maps extension statement names to
     their :class:`CopyStmt`.  ``producer``: a prologue stage evaluated by the copy-in
-    instead of loading ``array`` (never stored).  ``warp``: the CUDA-only part of a
-    privatised warp reduction (None otherwise)."""
+    instead of loading ``array`` (never stored).  ``level``: the memory level of the
+    target's hierarchy (:mod:`polycomp.hw.memory`) that holds ``local`` (``"shared"``,
+    ``"registers"``), set by the pass that promoted the group ("" for records made
+    outside the engine).  ``reason``: why it was promoted, in words (for remarks).
+    ``warp``: the CUDA-only part of a privatised warp reduction (None otherwise)."""
     array: ir.Buffer
     local: ir.Buffer
     kernel: int
@@ -58,6 +61,7 @@ class Promotion:
     copies: dict[str, CopyStmt] = field(default_factory=dict)
     producer: object = None
     reason: str = ""
+    level: str = ""
     warp: WarpReduction | None = None
 
 

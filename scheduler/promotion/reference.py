@@ -26,6 +26,7 @@ from typing import Iterable
 import islpy as isl
 
 from polycomp import ir
+from polycomp.errors import PolycompInternalError
 from polycomp.model import Access, Statement
 from polycomp.scheduler.promotion.decision import Refusal
 
@@ -89,10 +90,12 @@ class ReferenceGroup:
 
 def union_access(refs: Iterable[Reference], domain: isl.UnionSet) -> isl.UnionMap:
     """``U_r { S_r[i] -> A[f_r(i)] }`` restricted to ``domain`` (index relations)."""
-    acc = None
-    for r in refs:
-        m = isl.UnionMap.from_map(r.access.index_relation)
-        acc = m if acc is None else acc.union(m)
+    relations = [isl.UnionMap.from_map(r.access.index_relation) for r in refs]
+    if not relations:
+        raise PolycompInternalError("a reference group without references")
+    acc = relations[0]
+    for m in relations[1:]:
+        acc = acc.union(m)
     return acc.intersect_domain(domain)
 
 

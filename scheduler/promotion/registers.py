@@ -41,6 +41,7 @@ import islpy as isl
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
 from polycomp.model import Statement
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.map import thread_param
 from polycomp.scheduler.promotion.copies import NameAllocator, copy_subtree, needs_sync
@@ -67,6 +68,7 @@ from polycomp.scheduler.promotion.sites import (
     node_at,
     original_site,
     paths,
+    prefix_points,
     statements_below,
 )
 from polycomp.state import CompileState
@@ -116,9 +118,9 @@ class RegisterPromotionPass(Pass):
         names = NameAllocator(len(ctx.promotions))
         for kpath in reversed(paths(schedule.get_root(), is_kernel)):
             kn = node_at(schedule, kpath)
-            kernel = int(kn.mark_get_id().get_name().split(":")[1])
-            launch = ctx.gpu.launches.get(kernel)
-            if launch is None or not launch.thread_params:
+            kernel = marks.kernel_number(kn)
+            launch = None if kernel is None else ctx.gpu.launches.get(kernel)
+            if kernel is None or launch is None or not launch.thread_params:
                 continue
             bands = paths(kn, lambda n: n.get_type() == isl.schedule_node_type.band)
             if not bands:
@@ -151,7 +153,7 @@ class RegisterPromotionPass(Pass):
         buf, box = fp.group.array, fp.box
         local = ir.Buffer(f"{buf.name}_reg{k}", buf.dtype, tuple(ir.IntImm(s) for s in fp.shape),
                           "local")
-        promo = Promotion(buf, local, site.kernel, box, reason="registers")
+        promo = Promotion(buf, local, site.kernel, box, reason="registers", level=LEVEL)
         for r in fp.group.refs:
             pre = statement_prefix(site.prefix, r.stmt.name)
             promo.offsets[r.stmt.name] = [pullback(off, pre) for off in box.offsets]
@@ -246,12 +248,7 @@ def _thread_domain(site, kernel) -> isl.UnionSet | None:
 
 
 def _prefix_set(prefix: isl.UnionMap) -> isl.Set:
-    from polycomp.islutil import maps
-    rng = None
-    for m in maps(prefix):
-        r = m.range()
-        rng = r if rng is None else rng.union(r)
-    return rng.coalesce()
+    return prefix_points(prefix).coalesce()
 
 
 def _stmt_set(model, stmts) -> isl.UnionSet:

@@ -51,8 +51,9 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from polycomp import ir
-from polycomp.islutil import maps, param_id
+from polycomp.islutil import param_id, sets
 from polycomp.model import Statement
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.map import KernelLaunch, thread_param
 from polycomp.scheduler.promotion.copies import (
@@ -77,22 +78,15 @@ from polycomp.scheduler.promotion.reference import ReferenceGroup, read_only_gro
 from polycomp.scheduler.promotion.sites import (
     drop_statements,
     inside_loop,
-    is_kernel,
     kernel_node,
-    kernel_of,
     node_at,
     original_site,
-    paths,
-    root_of,
+    prefix_points,
     shared_sites,
     statements_below,
     thread_dependent,
 )
 from polycomp.state import CompileState
-
-# the names other passes import from here (scheduler/gpu/rowreduce.py, registers.py)
-_paths, _drop_statements, _is_kernel, _original_site, _root = \
-    paths, drop_statements, is_kernel, original_site, root_of
 
 LEVEL = "shared"
 SOURCE = "global"
@@ -187,7 +181,7 @@ class SharedPromotionPass(Pass):
 
 def _site_at(schedule, path, ctx: CompileState) -> _Site | None:
     node = node_at(schedule, path)
-    kernel = kernel_of(node)
+    kernel = marks.kernel_of(node)
     launch = ctx.gpu.launches.get(kernel)
     if launch is None:
         return None
@@ -220,13 +214,8 @@ def decide(group: ReferenceGroup, site: _Site) -> PromotionDecision:
 
 
 def _written_in_kernel(site, model) -> set[str]:
-    dom_names = {s.get_tuple_name() for s in _sets(kernel_node(site).get_domain())}
+    dom_names = {s.get_tuple_name() for s in sets(kernel_node(site).get_domain())}
     return {s.write.name for s in model.statements if s.name in dom_names}
-
-
-def _sets(us):
-    from polycomp.islutil import sets
-    return sets(us)
 
 
 def _apply(schedule, site: _Site, d: PromotionDecision, k: int, model):
@@ -235,7 +224,7 @@ def _apply(schedule, site: _Site, d: PromotionDecision, k: int, model):
     buf, box = fp.group.array, fp.box
     local = ir.Buffer(f"{buf.name}_shared{k}", buf.dtype, tuple(ir.IntImm(s) for s in fp.shape),
                       "shared")
-    promo = Promotion(buf, local, site.kernel, box, reason=d.motive)
+    promo = Promotion(buf, local, site.kernel, box, reason=d.motive, level=LEVEL)
     for r in fp.group.refs:
         pre = statement_prefix(site.prefix, r.stmt.name)
         promo.offsets[r.stmt.name] = [pullback(off, pre) for off in box.offsets]
@@ -251,7 +240,7 @@ def _apply(schedule, site: _Site, d: PromotionDecision, k: int, model):
                         distribute=lambda cdom: _linear_copy_filter(cdom, n_prefix, box, launch,
                                                                     site.kernel),
                         unroll=per_thread <= 16,   # each thread's copies unrolled
-                        mark=f"copy:{copy_name}")
+                        mark=True)
     node = node_at(schedule, site.path).graft_before(tree)
     return node.get_schedule(), promo
 
@@ -326,7 +315,8 @@ def _linear_copy_filter(cdom: isl.Set, np_: int, box, launch, kernel) -> isl.Uni
         pid = param_id(ictx, name)
         dspace = flat.get_domain_space()
         if dspace.find_dim_by_name(isl.dim_type.param, name) < 0:
-            dspace = dspace.align_params(isl.Set.read_from_str(ictx, f"[{name}] -> {{ : }}").get_space())
+            params = isl.Set.read_from_str(ictx, f"[{name}] -> {{ : }}").get_space()
+            dspace = dspace.align_params(params)
         t = isl.Aff.param_on_domain_space_id(dspace, pid)
         tid = _aligned(tid, t.scale_val(isl.Val.int_from_si(ictx, scale)), "add")
         scale *= launch.block[axis]
@@ -351,10 +341,7 @@ def _aligned_list(lst, space, ictx):
 def _union_range(prefix: isl.UnionMap, kernel: int | None = None) -> isl.Set:
     """The prefix points of a site; with ``kernel``, for all threads of the block (the
     thread ids are eliminated), so copies and barriers are executed by every thread."""
-    rng = None
-    for m in maps(prefix):
-        r = m.range()
-        rng = r if rng is None else rng.union(r)
+    rng = prefix_points(prefix)
     if kernel is not None:
         for axis in range(3):
             pos = rng.find_dim_by_name(isl.dim_type.param, thread_param(axis, kernel))
@@ -385,16 +372,16 @@ def _drop_thread_params_u(um: isl.UnionMap, kernel: int) -> isl.UnionMap:
 def _coalesced(stmt, access) -> bool:
     """The innermost index follows the stage's innermost iterator with stride 1 (and no
     other index depends on it): consecutive threads read consecutive elements."""
-    from polycomp.lowering.simplify import _linear
+    from polycomp.lowering.simplify import linear
     iters = stmt.stage.iters if stmt.stage is not None else ()
     if not iters or not access.indices:
         return True
     inner = iters[-1]
-    lin = _linear(access.indices[-1])
+    lin = linear(access.indices[-1])
     if lin is None or lin[0].get(inner, 0) != 1:
         return False
     for idx in access.indices[:-1]:
-        l2 = _linear(idx)
+        l2 = linear(idx)
         if l2 is None or l2[0].get(inner, 0) != 0:
             return False
     return True

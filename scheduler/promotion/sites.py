@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polycomp.islutil import sets
+from polycomp.errors import PolycompInternalError
+from polycomp.islutil import maps, sets
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.gpu.map import thread_param
 from polycomp.scheduler.gpu.tile import is_marked
 
@@ -24,6 +26,7 @@ def paths(node, pred, path=()) -> list[tuple[int, ...]]:
 
 
 def node_at(schedule: isl.Schedule, path) -> isl.ScheduleNode:
+    """The node of ``schedule`` at ``path`` (child indices from the root)."""
     n = schedule.get_root()
     for k in path:
         n = n.child(k)
@@ -31,28 +34,19 @@ def node_at(schedule: isl.Schedule, path) -> isl.ScheduleNode:
 
 
 def root_of(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    """The root of the tree ``node`` belongs to."""
     while node.has_parent():
         node = node.parent()
     return node
 
 
 def is_kernel(n) -> bool:
-    return n.get_type() == isl.schedule_node_type.mark and \
-        n.mark_get_id().get_name().startswith("kernel:")
-
-
-def kernel_of(node) -> int:
-    """The number ``n`` of the enclosing ``kernel:<n>`` mark, -1 if there is none."""
-    x = node
-    while x.has_parent():
-        x = x.parent()
-        if is_kernel(x):
-            return int(x.mark_get_id().get_name().split(":")[1])
-    return -1
+    """Is ``n`` a ``kernel:<n>`` mark?"""
+    return marks.is_kind(n, marks.KERNEL)
 
 
 def kernel_node(node) -> isl.ScheduleNode:
-    """The enclosing ``kernel:<n>`` mark (or the root)."""
+    """The enclosing ``kernel:<n>`` mark (``node`` itself if it is one), or the root."""
     x = node
     while x.has_parent() and not is_kernel(x):
         x = x.parent()
@@ -67,7 +61,7 @@ def shared_sites(schedule: isl.Schedule) -> list[tuple[int, ...]]:
     for kpath in paths(root, is_kernel):
         kn = node_at(schedule, kpath)
         red = paths(kn, lambda n: n.get_type() == isl.schedule_node_type.band
-                    and is_marked(n, "tile:reduce"))
+                    and is_marked(n, marks.TILE_REDUCE))
         if red:
             out += [kpath + r + (0,) for r in red]
             continue
@@ -101,10 +95,9 @@ def inside_loop(site) -> bool:
     x = site
     while x.has_parent():
         x = x.parent()
-        if x.get_type() == isl.schedule_node_type.band and is_marked(x, "tile:reduce"):
+        if x.get_type() == isl.schedule_node_type.band and is_marked(x, marks.TILE_REDUCE):
             return True
-        if x.get_type() == isl.schedule_node_type.mark and \
-                x.mark_get_id().get_name().startswith("tile:block"):
+        if marks.is_kind(x, marks.TILE_BLOCK):
             return False
     return False
 
@@ -135,8 +128,19 @@ def drop_statements(schedule, stmts):
     return schedule
 
 
+def prefix_points(prefix: isl.UnionMap) -> isl.Set:
+    """The union of the ranges of ``prefix`` (a site's prefix schedule ``{ S[i] -> [p] }``,
+    one map per statement): the prefix points ``{ [p] }`` of the site, not coalesced."""
+    ranges = [m.range() for m in maps(prefix)]
+    if not ranges:
+        raise PolycompInternalError("a promotion site without statement instances")
+    points = ranges[0]
+    for r in ranges[1:]:
+        points = points.union(r)
+    return points
+
+
 def statements_below(prefix: isl.UnionMap, model) -> list:
     """The model's statements with instances in ``prefix``'s domain, in model order."""
-    from polycomp.islutil import maps
     names = {m.get_tuple_name(isl.dim_type.in_) for m in maps(prefix)}
     return [s for s in model.statements if s.name in names]
