@@ -4,10 +4,10 @@ reported, never asserted against a bound)."""
 import json
 
 import pytest
-from polycomp.benchmarks import compile_time as bench
-from polycomp.frontend.ops import OPS
 
 from polycomp import cli
+from polycomp.benchmarks import compile_time as bench
+from polycomp.frontend.ops import OPS
 
 
 def test_json_structure(capsys):

@@ -13,13 +13,13 @@ import subprocess
 
 import numpy as np
 import pytest
-from polycomp.frontend import ops
-from polycomp.frontend.ops import _T, _kernel
-from polycomp.hw.cuda.simulator import simulate
 
 import polycomp as pc
 from polycomp import dtypes as dt
 from polycomp.driver import compile_kernel
+from polycomp.frontend import ops
+from polycomp.frontend.ops import _T, _kernel
+from polycomp.hw.cuda.simulator import simulate
 
 SMALL = {"block": (64, 64), "warp": (32, 32), "k": 32}
 

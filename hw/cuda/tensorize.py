@@ -53,9 +53,9 @@ from __future__ import annotations
 from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
-from polycomp.lowering.simplify import _linear, simplify
+from polycomp.lowering.simplify import linear, simplify
 from polycomp.scheduler.common import marks
-from polycomp.scheduler.promotion.footprint import Promotion
+from polycomp.scheduler.promotion.record import Promotion
 
 from . import ptx
 
@@ -192,7 +192,9 @@ class _Tensorizer(ir.Mutator):
             plan = self.plans[g]
             k = self.kernels[g] = _Kernel(plan, self.model)
             for b in k.buffers:
-                self.records.append(Promotion(b, b, plan.kernel, None, reason="tensor cores"))
+                level = "shared" if b.scope == "shared" else "registers"  # fragments
+                self.records.append(Promotion(b, b, plan.kernel, None, reason="tensor cores",
+                                              level=level))
         return k
 
     # ------------------------------------------------------------------ traversal
@@ -451,7 +453,7 @@ class _Tensorizer(ir.Mutator):
             return None
         var = v.stage.iters[v.n_dim] if along == "n" else v.stage.reduce_axes[v.k_dim].var
         load = factor.load
-        lin = _linear(load.indices[-1])
+        lin = linear(load.indices[-1])
         if lin is None or lin[0] != {var: 1} or lin[1] != 0:
             return None
         for idx in load.indices[:-1]:

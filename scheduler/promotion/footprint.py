@@ -291,12 +291,3 @@ def pullback(aff: isl.Aff, ma: isl.MultiAff) -> isl.Aff:
     ma = ma.align_params(aff.get_space())
     aff = aff.align_params(ma.get_space())
     return aff.pullback_multi_aff(ma)
-
-
-def __getattr__(name: str):
-    """``Promotion`` moved to :mod:`.record`; :mod:`polycomp.hw.cuda.tensorize` (and
-    older code) still import it from here."""
-    if name == "Promotion":
-        from polycomp.scheduler.promotion.record import Promotion
-        return Promotion
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
