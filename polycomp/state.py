@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from polycomp.hw.target import Target
     from polycomp.model import PolyModel
     from polycomp.options import Options
+    from polycomp.scheduler.gpu.baseline import BaselineMapping
     from polycomp.scheduler.gpu.map import KernelLaunch
     from polycomp.scheduler.gpu.tile import TileConfig
     from polycomp.scheduler.promotion.record import PackedOperand, PackRequest, Promotion
@@ -45,6 +46,8 @@ class GpuKernels:
     output_last: dict[int, list[Any]] = field(default_factory=dict)
     # Tensor Core plans, keyed by fusion group index
     tc_plans: dict[int, TcPlan] = field(default_factory=dict)
+    # the untiled baseline mapping of each kernel (gpu='baseline', C loop nests)
+    baseline: dict[int, BaselineMapping] = field(default_factory=dict)
 
 
 @dataclass(eq=False)

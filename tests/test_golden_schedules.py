@@ -260,7 +260,10 @@ def test_dump_records_a_tree_per_pass():
     assert_tree(parse(pm.records[1].tree), golden("po_matmul_relu"))
     assert_tree(parse(pm.records[2].tree), golden("isl_matmul_relu"))
     assert_tree(parse(pm.records[-1].tree), tree_str(sched))
-    assert "gpu_blocks:2" in pm.records[-1].tree
+    assert "gpu_blocks:0" in pm.records[-1].tree and "gpu_threads:0" in pm.records[-1].tree
+    state = CompileState(matmul_relu.polyhedral_model(), get_target("cuda"), {})
+    GpuBaselineMappingPass().run(parse(pm.records[2].tree), state)   # recorded, typed
+    assert state.gpu.baseline[0].block_loops == 2 and len(state.gpu.baseline[0].threads) == 2
 
 
 def test_no_dump_records_no_trees():

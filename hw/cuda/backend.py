@@ -84,7 +84,7 @@ class CudaBackend(Backend):
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         from .mapping import map_gpu_loops, wrap_kernels
         if _baseline(state):
-            passes = [ir_pass("map-gpu-loops", lambda f, s: map_gpu_loops(f))]
+            passes = [ir_pass("map-gpu-loops", map_gpu_loops)]
         else:
             from .async_pipeline import lower_pipelines
             from .tensorize import tensorize

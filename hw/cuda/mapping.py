@@ -2,10 +2,10 @@
 
 Assumes: the IR comes from a schedule tree mapped by
 :class:`~polycomp.scheduler.gpu.baseline.GpuBaselineMappingPass` (or a later mapping
-pass using the same marks): under ``AttrStmt("gpu_blocks", "<n>")`` the next ``n``
-loops (a ``let`` stands for a loop isl found to have one iteration) are the tile loops,
-and under ``AttrStmt("gpu_threads", "s0,s1,..")`` the next loops are the point loops of
-those tiles.
+pass using the same marks): under ``AttrStmt("gpu_blocks", "<k>")`` the next
+``state.gpu.baseline[k].block_loops`` loops (a ``let`` stands for a loop isl found to
+have one iteration) are the tile loops, and under ``AttrStmt("gpu_threads", "<k>")`` the
+next loops are the point loops of those tiles, ``state.gpu.baseline[k].threads`` wide.
 Guarantees: tile loops get kind ``gpu_block`` and point loops kind ``gpu_thread`` with
 an ``axis`` annotation (the innermost loop maps to ``x``) and, for thread loops, the
 ``threads`` block extent.  Loop bounds are unchanged, so executing a mapped loop as a
@@ -42,30 +42,35 @@ def _rebuild(loops, inner, kinds_axes):
 
 
 class _MapGpu(ir.Mutator):
+    def __init__(self, baseline: dict):
+        self.baseline = baseline     # kernel number -> BaselineMapping
+
     def visit_AttrStmt(self, s):
+        # the mapped marks keep, as their printed comment, what was mapped
         if s.key == marks.GPU_BLOCKS:
-            n = int(s.value)
+            n = self.baseline[int(s.value)].block_loops
             if n == 0:
-                return ir.AttrStmt(s.key, s.value, self.visit(s.body))
+                return ir.AttrStmt(s.key, "0", self.visit(s.body))
             loops = _take_loops(s.body, n)
             if not loops:
-                return ir.AttrStmt(s.key, s.value, self.visit(s.body))
+                return ir.AttrStmt(s.key, str(n), self.visit(s.body))
             inner = self.visit(_after(loops[-1]))
             f = len(loops)
             ka = [("gpu_block", (("axis", AXES[f - 1 - k]),)) for k in range(f)]
-            return ir.AttrStmt(s.key, s.value, _rebuild(loops, inner, ka))
+            return ir.AttrStmt(s.key, str(n), _rebuild(loops, inner, ka))
         if s.key == marks.GPU_THREADS:
-            sizes = [int(x) for x in s.value.split(",")]
+            sizes = list(self.baseline[int(s.value)].threads)
             n = len(sizes)
+            text = ",".join(map(str, sizes))
             loops = _take_loops(s.body, n)
             if not loops:
-                return ir.AttrStmt(s.key, s.value, self.visit(s.body))
+                return ir.AttrStmt(s.key, text, self.visit(s.body))
             inner = self.visit(_after(loops[-1]))
             f = len(loops)
             ka = [("gpu_thread", (("axis", AXES[f - 1 - k]),
                                   ("threads", _threads(loop, sizes[n - f + k]))))
                   for k, loop in enumerate(loops)]
-            return ir.AttrStmt(s.key, s.value, _rebuild(loops, inner, ka))
+            return ir.AttrStmt(s.key, text, _rebuild(loops, inner, ka))
         return self.generic(s)
 
 
@@ -82,8 +87,10 @@ def _after(loop):
     return loop.body
 
 
-def map_gpu_loops(func: ir.LoweredFunc) -> ir.LoweredFunc:
-    return func.with_body(_MapGpu().visit(func.body))
+def map_gpu_loops(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
+    """Map the loops below the baseline mapping's marks onto blocks and threads, as
+    ``state.gpu.baseline`` records for each kernel."""
+    return func.with_body(_MapGpu(state.gpu.baseline).visit(func.body))
 
 
 class _WrapKernels(ir.Mutator):

@@ -14,7 +14,7 @@ marks only through this module: :func:`make` builds one, :func:`name_of` reads a
 | ``prologue`` | pattern schedule | the group's prologue stages (e.g. padding) |
 | ``tile:block:<k>`` / ``tile:point`` / ``tile:reduce`` | GPU tiling | block band of group k, point band, K-tile band |
 | ``kernel:<n>`` | GPU mapping, baseline, Tensor Core mapping | the subtree that is CUDA kernel n |
-| ``gpu_blocks:<n>`` / ``gpu_threads:<sizes>`` | baseline mapping | loops mapped to blocks / threads |
+| ``gpu_blocks:<k>`` / ``gpu_threads:<k>`` | baseline mapping | kernel k's loops mapped to blocks / threads (``state.gpu.baseline[k]``) |
 | ``copy:<statement>`` | promotion | a promotion copy's loop nest |
 | ``tc:block`` / ``tc:frag`` / ``tc:mma`` / ``pipeline:<stages>`` | Tensor Core tiling | warp tiles, fragments, mma region, cp.async pipeline |
 | ``cpu_parallel`` | CPU passes | the outermost parallel loop of a nest (OpenMP) |

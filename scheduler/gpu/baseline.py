@@ -21,6 +21,8 @@ different threads are independent by coincidence, so the schedule stays legal.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import islpy as isl
 
 from polycomp.islutil import sets
@@ -40,6 +42,15 @@ def _stage_roots(schedule: isl.Schedule) -> list[int]:
     return [-1]
 
 
+@dataclass(frozen=True)
+class BaselineMapping:
+    """How kernel ``k``'s loops are mapped: the first ``block_loops`` loops below the
+    ``gpu_blocks:<k>`` mark onto blocks, the point loops below ``gpu_threads:<k>`` onto
+    ``threads`` threads per dimension (``state.gpu.baseline[k]``)."""
+    block_loops: int
+    threads: tuple[int, ...]
+
+
 class GpuBaselineMappingPass(Pass):
     name = "gpu-baseline-mapping"
 
@@ -56,8 +67,9 @@ class GpuBaselineMappingPass(Pass):
 
     def _map_stage(self, node, deps, ctx, k):
         node = node.insert_mark(marks.make(marks.KERNEL, k)).child(0)
+        ctx.gpu.baseline[k] = BaselineMapping(0, ())
         if node.get_type() != isl.schedule_node_type.band:
-            return node.insert_mark(marks.make(marks.GPU_BLOCKS, 0))
+            return node.insert_mark(marks.make(marks.GPU_BLOCKS, k))
         coinc = band_coincidence(node, deps)
         n = 0
         while n < len(coinc) and coinc[n] and n < 3:
@@ -65,7 +77,7 @@ class GpuBaselineMappingPass(Pass):
         while n > 1 and not _rectangular(node, n):  # e.g. a triangular C loop nest
             n -= 1
         if n == 0:
-            return node.insert_mark(marks.make(marks.GPU_BLOCKS, 0))
+            return node.insert_mark(marks.make(marks.GPU_BLOCKS, k))
         if n < node.band_n_member():
             node = node.band_split(n)
         sizes = tuple(ctx.options.block or DEFAULT_BLOCK[n])[-n:]
@@ -79,9 +91,9 @@ class GpuBaselineMappingPass(Pass):
         node = node.band_tile(mv)  # tile band, child = point band
         node = _atomic(node).child(0)
         node = _atomic(node).parent()
-        node = node.insert_mark(marks.make(marks.GPU_BLOCKS, n)).child(0)
-        node = node.child(0).insert_mark(marks.make(marks.GPU_THREADS, ",".join(map(str, sizes))))
-        return node
+        ctx.gpu.baseline[k] = BaselineMapping(n, tuple(sizes))
+        node = node.insert_mark(marks.make(marks.GPU_BLOCKS, k)).child(0)
+        return node.child(0).insert_mark(marks.make(marks.GPU_THREADS, k))
 
 
 def _rectangular(node: isl.ScheduleNode, n: int) -> bool:

@@ -1,17 +1,17 @@
-domain: "[N] -> { S[i] : 0 <= i < N }"
+domain: "[N] -> { S[i] : N > 0 and 0 <= i < N }"
 child:
   mark: "kernel:0"
   child:
-    mark: "gpu_blocks:1"
+    mark: "gpu_blocks:0"
     child:
       schedule: "[N] -> [{ S[i] -> [(floor((i)/256))] }]"
       permutable: 1
       coincident: [ 1 ]
-      options: "{ atomic[i0] : 0 <= i0 <= 0 }"
+      options: "{ atomic[0] }"
       child:
-        mark: "gpu_threads:256"
+        mark: "gpu_threads:0"
         child:
           schedule: "[N] -> [{ S[i] -> [((i) mod 256)] }]"
           permutable: 1
           coincident: [ 1 ]
-          options: "{ atomic[i0] : 0 <= i0 <= 0 }"
+          options: "{ atomic[0] }"
