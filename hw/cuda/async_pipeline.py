@@ -1,8 +1,9 @@
 """IR pass: lower ``pipeline(stages=S)`` marks on K-tile loops to cp.async multi-stage
 software pipelines.
 
-Assumes: ``AttrStmt("pipeline", S, loop)`` where ``loop`` is the K-tile ``For kt in
-[lo, lo + T)`` (uniform in the thread block) whose body, as
+Assumes: ``AttrStmt("pipeline", g, loop)`` (``S`` stages: the config of Tensor Core
+group ``g``'s plan) where ``loop`` is the K-tile ``For kt in [lo, lo + T)`` (uniform in
+the thread block) whose body, as
 :mod:`polycomp.hw.cuda.tensorize` emits it, is ``[load(kt); commit; wait_group 0;
 barrier; compute(kt); barrier]`` with ``load(kt) = AttrStmt("tc_load", ..)`` writing
 stage ``kt mod S`` of the shared tiles (cp.async and/or plain stores) and
@@ -36,23 +37,29 @@ from polycomp.scheduler.common import marks
 from . import ptx
 
 
-def lower_pipelines(func: ir.LoweredFunc) -> ir.LoweredFunc:
-    return func.with_body(_Pipeline().visit(func.body))
+def lower_pipelines(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
+    """See the module docstring; the stages of group ``g``'s ``pipeline:<g>`` loop are
+    ``state.gpu.tc_plans[g].config.stages``."""
+    return func.with_body(_Pipeline(state.gpu.tc_plans).visit(func.body))
 
 
 class _Pipeline(ir.Mutator):
+    def __init__(self, plans: dict):
+        self.plans = plans        # group -> TcPlan
+
     def visit_AttrStmt(self, s):
         if s.key != marks.PIPELINE:
             return self.generic(s)
-        stages = int(s.value)
+        stages = self.plans[int(s.value)].config.stages
+        text = str(stages)        # the printed comment says how many stages
         body = self.visit(s.body)
         if stages < 2 or not isinstance(body, ir.For):
-            return ir.AttrStmt(s.key, s.value, body)
+            return ir.AttrStmt(s.key, text, body)
         parts = _split(body.body)
         if parts is None:
-            return ir.AttrStmt(s.key, s.value, body)
+            return ir.AttrStmt(s.key, text, body)
         load, compute = parts
-        return ir.AttrStmt(s.key, s.value, _multistage(body, load, compute, stages))
+        return ir.AttrStmt(s.key, text, _multistage(body, load, compute, stages))
 
 
 def _split(body):

@@ -89,7 +89,7 @@ class CudaBackend(Backend):
             from .async_pipeline import lower_pipelines
             from .tensorize import tensorize
             passes = [ir_pass("tensorize", tensorize),             # tensor-core kernels only
-                      ir_pass("cp-async-pipeline", lambda f, s: lower_pipelines(f)),
+                      ir_pass("cp-async-pipeline", lower_pipelines),
                       ir_pass("wrap-kernels", wrap_kernels)]
         return passes + [body_pass("simplify", simplify)]
 

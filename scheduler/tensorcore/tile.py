@@ -334,7 +334,7 @@ class TensorCoreTilingPass(Pass):
                 n = below.insert_partial_schedule(pt)
                 n = n.insert_mark(marks.make(marks.TC_MMA, k))
                 n = n.insert_partial_schedule(_mupa(model, [(s, [f"floor(d{kd}/{cfg.k})"])]))
-                n = n.insert_mark(marks.make(marks.PIPELINE, cfg.stages))
+                n = n.insert_mark(marks.make(marks.PIPELINE, k))  # stages: the plan's
                 outer = [f"d{nout + r}" for r in range(nred) if r != kred]
                 if outer:
                     n = n.insert_partial_schedule(_mupa(model, [(s, outer)]))
