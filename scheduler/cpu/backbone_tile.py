@@ -80,6 +80,7 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.hw.cpu.options import CpuOptions
 from polycomp.model import Statement
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.contraction import match_contraction
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.cpu import tree as T
@@ -369,7 +370,7 @@ def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None, requests=None):
     init_f = isl.UnionSet.from_set(isl.Set.universe(ispace))
     upd_f = isl.UnionSet.from_set(isl.Set.universe(sp))
     update = direct_tree(op, b, sp)
-    return T.Sequence([T.Filter(init_f, T.Mark("cpu_parallel", init_band)),
+    return T.Sequence([T.Filter(init_f, T.Mark(marks.CPU_PARALLEL, init_band)),
                        T.Filter(upd_f, update)])
 
 
@@ -383,11 +384,11 @@ def direct_tree(op: OuterProduct, b: Blocking, sp):
     iso = isolate_full_tiles(batch, tile, [ii, jj], (b.MR, b.NR), op.update.domain)
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
     red = T.Band([to_upa(dim_aff(sp, t)) for t in op.k], point, permutable=True)
-    regs = T.Band(tile, T.Mark("cpu_microkernel", red), permutable=True,
+    regs = T.Band(tile, T.Mark(marks.CPU_MICROKERNEL, red), permutable=True,
                   coincident=[True, True], options=iso)
     if not batch:
-        return T.Mark("cpu_parallel", regs)
-    return T.Mark("cpu_parallel", T.Band(batch, regs, permutable=True,
+        return T.Mark(marks.CPU_PARALLEL, regs)
+    return T.Mark(marks.CPU_PARALLEL, T.Band(batch, regs, permutable=True,
                                          coincident=[True] * len(batch)))
 
 
@@ -444,7 +445,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
     iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
                              (b.MR, b.NR), op.update.domain)
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
-    micro = T.Mark("cpu_microkernel", T.Band([kk], point, permutable=True))
+    micro = T.Mark(marks.CPU_MICROKERNEL, T.Band([kk], point, permutable=True))
     zero_tile = T.Band([to_upa(z["ii"]), to_upa(z["jj"])], permutable=True,
                        coincident=[True, True])
     steps = [T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), zero_tile),
@@ -465,11 +466,11 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
     outer = T.Band([jt, kt], pack_y, permutable=True, coincident=[True, False])
     outer = T.Band([it], outer, permutable=True, coincident=[True])
     if not b.parallel_batch:
-        outer = T.Mark("cpu_parallel", outer)
+        outer = T.Mark(marks.CPU_PARALLEL, outer)
     if batch:
         outer = T.Band(batch, outer, permutable=True, coincident=[True] * len(batch))
         if b.parallel_batch:
-            outer = T.Mark("cpu_parallel", outer)
+            outer = T.Mark(marks.CPU_PARALLEL, outer)
     return outer
 
 

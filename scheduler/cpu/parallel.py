@@ -28,7 +28,7 @@ MARK = marks.CPU_PARALLEL
 
 
 def has_mark(tree, name: str) -> bool:
-    if isinstance(tree, T.Mark) and tree.name.split(":")[0] == name:
+    if isinstance(tree, T.Mark) and marks.is_kind(tree.name, name):
         return True
     if isinstance(tree, T.Sequence):
         return any(has_mark(c, name) for c in tree.children)

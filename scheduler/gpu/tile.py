@@ -206,7 +206,7 @@ class GpuTilingPass(Pass):
     name = "gpu-tiling"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        kinds = [m.split(":", 1)[1] for m in backbone_marks(schedule)]
+        kinds = [marks.argument(m, marks.BACKBONE) for m in backbone_marks(schedule)]
         reduce_tiles = {}
         # 1. block tiles of every group's output band
         for k, kind in enumerate(kinds):
