@@ -9,9 +9,16 @@ import islpy as isl
 import pytest
 
 import polycomp as pc
-from polycomp.errors import PolycompInternalError
+from polycomp import ir
+from polycomp.driver import compile_kernel
+from polycomp.errors import PolycompInternalError, ResourceLimitError
+from polycomp.frontend import ops
+from polycomp.hw.cuda.tensorize import _Kernel
 from polycomp.hw.target import get_target
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.common.classify import fusion_groups
+from polycomp.scheduler.common.pattern_schedule import PatternSchedulePass
+from polycomp.scheduler.common.program_order import ProgramOrderPass
 from polycomp.scheduler.cpu.backbone_tile import CpuBackboneTilePass
 from polycomp.scheduler.promotion.copies import (
     NameAllocator,
@@ -36,6 +43,13 @@ from polycomp.scheduler.promotion.reference import (
     read_only_groups,
     thread_private_refusal,
     written_arrays,
+)
+from polycomp.scheduler.tensorcore.staging import shared_limit, stage_operands
+from polycomp.scheduler.tensorcore.tile import (
+    TcConfig,
+    TcPlan,
+    TensorCoreTilingPass,
+    gemm_view,
 )
 from polycomp.state import CompileState
 
@@ -163,7 +177,128 @@ def test_row_major_layout_is_the_identity_and_declared_kinds_are_not_built():
     assert Layout.row_major().shape([3, 4]) == (3, 4)
     assert Layout.row_major().index((2, 1)) == (2, 1)
     with pytest.raises(PolycompInternalError):
+        Layout("fractal").shape([8, 8])
+    with pytest.raises(PolycompInternalError):      # a swizzled layout without its rows
         Layout("swizzled").shape([8, 8])
+    with pytest.raises(PolycompInternalError):      # rows of 32 do not hold a 64-wide box
+        Layout.swizzled(32, 8, 2).shape([16, 64])
+
+
+def _xor_key(row: int, chunks: int) -> int:
+    """The swizzle of docs/tensor_cores.md, written out independently of the layout."""
+    if chunks >= 8:
+        return row % 8
+    return {4: (row // 2) % 4, 2: (row // 4) % 2}.get(chunks, 0)
+
+
+@pytest.mark.parametrize("rows,width,stages,xor", [(64, 32, 3, True), (32, 128, 2, True),
+                                                   (16, 64, 1, True), (32, 16, 4, True),
+                                                   (64, 32, 3, False)])
+def test_swizzled_layout_maps_a_stage_bijectively(rows, width, stages, xor):
+    lay = Layout.swizzled(width, 8, stages, xor)
+    assert lay.shape([rows, width]) == (stages, rows * width)
+    seen = set()
+    for r, c in itertools.product(range(rows), range(width)):
+        idx = lay.index((r, c))
+        key = _xor_key(r, width // 8) if xor else 0
+        assert idx == (0, r * width + ((c // 8) ^ key) * 8 + c % 8), (r, c, idx)
+        assert 0 <= idx[1] < rows * width
+        seen.add(idx)
+    assert len(seen) == rows * width      # one stage's elements, each once
+
+
+def _eval_index(e, env) -> int:
+    """An integer IR expression of the tensorizer (with ``pc_xor``) at ``env``."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, ir.IntImm):
+        return e.value
+    if isinstance(e, ir.Var):
+        return env[e.name]
+    if isinstance(e, ir.Call) and e.name == "pc_xor":
+        return _eval_index(e.args[0], env) ^ _eval_index(e.args[1], env)
+    if isinstance(e, ir.Binary):
+        a, b = _eval_index(e.a, env), _eval_index(e.b, env)
+        ops_ = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__,
+                "//": int.__floordiv__, "%": int.__mod__}
+        return ops_[e.op](a, b)
+    raise AssertionError(f"unexpected index expression {e!r}")
+
+
+def _tc_compile(**tile):
+    cfg = {"block": (64, 64), "warp": (32, 32), "k": 32, "stages": 3, **tile}
+    return compile_kernel(ops.matmul_kernel("float16"), "cuda", {"tc_tile": cfg})
+
+
+def test_swizzled_layout_index_is_the_tensorize_swizzle():
+    """For every element of the 64 x 32 A tile (and the 32 x 64 B tile) of a Tensor
+    Core kernel, the staging layout's index() is the offset the tensorizer's swizzle
+    builds as an IR expression (``_Kernel.swizzle`` with ``pc_xor``)."""
+    ck = _tc_compile()
+    plan = ck.state.gpu.tc_plans[0]
+    kern = _Kernel(plan, ck.state.model)
+    row, chunk, elem = ir.Var("row"), ir.Var("chunk"), ir.Var("elem")
+    for buf, d, (rows, width) in ((kern.As, plan.staging.a, (64, 32)),
+                                  (kern.Bs, plan.staging.b, (32, 64))):
+        lay = d.footprint.layout
+        assert lay.kind == "swizzled" and d.footprint.box.sizes == [rows, width]
+        assert tuple(x.value for x in buf.shape) == (3, rows * width)
+        expr = kern.swizzle(row, chunk, elem, buf)
+        for r, c in itertools.product(range(rows), range(width)):
+            env = {"row": r, "chunk": c // 8, "elem": c % 8}
+            assert lay.index((r, c)) == (0, _eval_index(expr, env)), (buf.name, r, c)
+
+
+def test_tensor_core_plan_carries_shared_staging_decisions():
+    """A and B are staged in shared memory by decisions of the engine: the factor's
+    read group, a BM x KT / KT x BN box, a swizzled 3-stage layout, the async copy rule
+    (cp.async); the records of As/Bs come from them, the fragments are registers."""
+    ck = _tc_compile()
+    state = ck.state
+    plan = state.gpu.tc_plans[0]
+    rule = state.target.memory.copy_rule("global", "shared", "async")
+    assert rule.variant == "async" and "cp.async" in rule.mechanism
+    for d, name, sizes in ((plan.staging.a, "A", [64, 32]), (plan.staging.b, "B", [32, 64])):
+        assert d.promoted and d.level == "shared" and d.copy is rule
+        assert d.group.name == name and d.group.read_only
+        assert [s.name for s in d.group.statements()] == [plan.view.update.name]
+        fp = d.footprint
+        assert fp.box.sizes == sizes and fp.layout.stages == 3 and fp.bytes() == 3 * 64 * 32 * 2
+        assert fp.relation.get_tuple_name(isl.dim_type.out) == name
+        assert d.remark() in ck.notes["tc-tiling"]
+    assert sum(d.footprint.bytes() for d in plan.staging.decisions) == \
+        plan.config.shared_bytes(2)
+    levels = {p.local.name: p.level for p in state.promotions if p.kernel == plan.kernel}
+    assert levels[f"As{plan.kernel}"] == levels[f"Bs{plan.kernel}"] == "shared"
+    assert levels[f"acc{plan.kernel}"] == levels[f"afrag{plan.kernel}"] == "registers"
+
+
+def test_over_budget_tensor_core_staging_is_refused_with_its_numbers():
+    """256x128 / KT 64 / 4 stages: A alone (128 KiB) fits the sm_80 opt-in limit, A + B
+    (192 KiB) does not; B's decision is refused over budget with the numbers, the
+    remark is noted and the pass raises ResourceLimitError."""
+    model = ops.matmul_kernel("float16").polyhedral_model()
+    big = {"block": (256, 128), "warp": (64, 64), "k": 64, "stages": 4}
+    ctx = CompileState(model, get_target("cuda"), {"tc_tile": big})
+    sched = PatternSchedulePass().run(ProgramOrderPass().run(model.initial_schedule, ctx), ctx)
+    with pytest.raises(ResourceLimitError, match="stage"):
+        TensorCoreTilingPass().run(sched, ctx)
+    limit = shared_limit(ctx.target)
+    assert limit == ctx.target.cuda.shared_memory_optin > ctx.target.capacity("shared")
+    remark = (f"kernel 1: B not promoted: over budget ({4 * (256 * 64 + 64 * 128) * 2} > "
+              f"{limit} bytes of shared memory)")
+    assert ctx.remarks["tc-tiling"] == [remark]
+    # the decisions themselves, on the tiled tree
+    view = gemm_view(fusion_groups(model.graph)[0], model)
+    cfg = TcConfig(**big).check()
+    plan = TcPlan(view, cfg, 1, 0)
+    tiled = TensorCoreTilingPass()._tile(sched, 0, plan, ctx)
+    staging = stage_operands(tiled, plan, ctx.target)
+    assert staging.a.promoted and staging.a.footprint.bytes() == 4 * 256 * 64 * 2
+    b = staging.b
+    assert not b.promoted and b.reason is Refusal.OVER_BUDGET
+    assert (b.need, b.budget) == (4 * (256 * 64 + 64 * 128) * 2, limit)
+    assert staging.refused == [b] and b.remark() == remark
 
 
 # --------------------------------------------------------------------------- decisions

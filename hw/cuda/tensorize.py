@@ -37,6 +37,8 @@ columns ``WN*ty ..`` of the block tile, ``g = lane / 4``, ``t = lane % 4``:
   barrier.  Shared tiles are XOR-swizzled by 16-byte chunk (``chunk ^ f(row)``) so that
   the 8 rows an ``ldmatrix`` phase reads and the 8 chunks a quarter warp stores fall in
   distinct bank groups (``options["tc_tile"]["swizzle"]=False`` keeps them linear);
+  the tiles' shapes and the swizzle are the ``swizzled`` layouts of the plan's staging
+  decisions (:mod:`polycomp.scheduler.tensorcore.staging`), not recomputed here;
 * after the update's loops, if ``C`` is needed outside the group, the fragments are
   stored to ``C`` (guarded).
 
@@ -46,7 +48,8 @@ the zero-filled tiles: padding contributes 0), so the results equal the statemen
 semantics up to the summation order of the reduction.  Loops above the regions are
 unchanged (uniform in the block), so the barriers are reached by every thread.  The
 new buffers are recorded in ``state.promotions`` for ``wrap_kernels`` to
-allocate (shared per block, fragments per thread).
+allocate (shared per block, fragments per thread): ``As``/``Bs`` from the staging
+decisions (level ``shared``), the fragments at the staging's ``registers`` level.
 """
 from __future__ import annotations
 
@@ -106,9 +109,16 @@ class _Kernel:
         self.acc = ir.Buffer(f"acc{n}", "float32", (_imm(nfrag),), "local")
         self.afrag = ir.Buffer(f"afrag{n}", "int32", (_imm(self.mi * 4),), "local")
         self.bfrag = ir.Buffer(f"bfrag{n}", "int32", (_imm(self.ni * 2),), "local")
-        bm, bn = c.block
-        self.As = ir.Buffer(f"As{n}", v.in_dtype, (_imm(c.stages), _imm(bm * c.k)), "shared")
-        self.Bs = ir.Buffer(f"Bs{n}", v.in_dtype, (_imm(c.stages), _imm(c.k * bn)), "shared")
+        staging = plan.staging
+        if staging is None or staging.refused:
+            raise PolycompInternalError(f"tensor-core kernel {n} without its staging decisions")
+        self.staging = staging
+        self.a_layout = staging.footprint(staging.a).layout
+        self.b_layout = staging.footprint(staging.b).layout
+        self.As = ir.Buffer(f"As{n}", v.in_dtype,
+                            tuple(_imm(e) for e in staging.footprint(staging.a).shape), "shared")
+        self.Bs = ir.Buffer(f"Bs{n}", v.in_dtype,
+                            tuple(_imm(e) for e in staging.footprint(staging.b).shape), "shared")
         group = [v.init, v.update] + v.epilogue
         outside = {b.name for b in model.live_out}
         for s in model.statements:
@@ -158,22 +168,31 @@ class _Kernel:
                       ir.For(jn, _imm(0), _imm(self.ni), "unrolled",
                              ir.For(r, _imm(0), _imm(4), "unrolled", body, ann), ann), ann)
 
-    def swizzle(self, row, chunk, elem, row_len):
-        """Element offset of (row, 16-byte chunk, element) in a tile of rows of
-        ``row_len`` elements (see the module docstring)."""
-        cpr = row_len // 8
-        if not self.cfg.swizzle:
-            return row * row_len + chunk * 8 + elem
-        if cpr >= 8:
-            key = row % 8
-        elif cpr == 4:
-            key = (row // 2) % 4
-        elif cpr == 2:
-            key = (row // 4) % 2
-        else:
-            key = None
-        pc = chunk if key is None else ptx.xor(chunk, key)
-        return row * row_len + pc * 8 + elem
+    def layout_of(self, buf: ir.Buffer):
+        """The swizzled layout the staging decision chose for ``As`` or ``Bs``."""
+        if buf is self.As:
+            return self.a_layout
+        if buf is self.Bs:
+            return self.b_layout
+        raise PolycompInternalError(f"{buf.name} is no staged tile")
+
+    def swizzle(self, row, chunk, elem, buf: ir.Buffer):
+        """Element offset of (row, 16-byte chunk, element) in a stage of the staged
+        tile ``buf`` (the decision's swizzled layout; see the module docstring)."""
+        return self.layout_of(buf).swizzled_offset(row, chunk, elem, ptx.xor)
+
+    def records(self) -> list[Promotion]:
+        """The new buffers as promotion records, in allocation order: the staged tiles
+        from the staging decisions (level ``shared``), the fragments at the staging's
+        fragment level (``registers``)."""
+        staged = {self.As.name: self.staging.a, self.Bs.name: self.staging.b}
+        out = []
+        for b in self.buffers:
+            d = staged.get(b.name)
+            level = d.level if d is not None else self.staging.fragments
+            reason = d.motive if d is not None else "tensor cores"
+            out.append(Promotion(b, b, self.plan.kernel, None, reason=reason, level=level))
+        return out
 
 
 class _Tensorizer(ir.Mutator):
@@ -191,10 +210,7 @@ class _Tensorizer(ir.Mutator):
         if k is None:
             plan = self.plans[g]
             k = self.kernels[g] = _Kernel(plan, self.model)
-            for b in k.buffers:
-                level = "shared" if b.scope == "shared" else "registers"  # fragments
-                self.records.append(Promotion(b, b, plan.kernel, None, reason="tensor cores",
-                                              level=level))
+            self.records.extend(k.records())
         return k
 
     # ------------------------------------------------------------------ traversal
@@ -403,7 +419,7 @@ class _Tensorizer(ir.Mutator):
             o, r = self._coords(k, origin, red, m=mm, kk=kc * 8)
             row_ok = o[v.m_dim] < ext_m
             kstart = r[v.k_dim]
-            dst = lambda e, mm=mm, kc=kc: (stage, k.swizzle(mm, kc, e, c.k))  # noqa: E731
+            dst = lambda e, mm=mm, kc=kc: (stage, k.swizzle(mm, kc, e, k.As))  # noqa: E731
             vec = self._vector_copy(k, v.a, "k", o, r, row_ok, kstart < ext_k, ext_k - kstart,
                                     k.As, dst(0), m_clamp=True)
             e = ir.Var(f"ea{k.plan.kernel}")
@@ -419,7 +435,7 @@ class _Tensorizer(ir.Mutator):
             o, r = self._coords(k, origin, red, n=nc * 8, kk=kk)
             row_ok = r[v.k_dim] < ext_k
             nstart = o[v.n_dim]
-            dst = lambda e, kk=kk, nc=nc: (stage, k.swizzle(kk, nc, e, bn))  # noqa: E731
+            dst = lambda e, kk=kk, nc=nc: (stage, k.swizzle(kk, nc, e, k.Bs))  # noqa: E731
             vec = self._vector_copy(k, v.b, "n", o, r, row_ok, nstart < ext_n, ext_n - nstart,
                                     k.Bs, dst(0), m_clamp=False)
             e = ir.Var(f"eb{k.plan.kernel}")
@@ -481,24 +497,23 @@ class _Tensorizer(ir.Mutator):
     # ------------------------------------------------------------------ compute
     def compute(self, k, stage):
         c, lane = k.cfg, k.tx
-        bn = c.block[1]
         wm0, wn0 = k.tz * k.wm, k.ty * k.wn
         out = []
         L = lambda b, i: ir.Load(b, i if isinstance(i, tuple) else (_imm(i),), b.dtype)  # noqa
         for ks in range(c.k // 16):
             for im in range(k.mi):
                 row = wm0 + 16 * im + lane % 16
-                src = (stage, k.swizzle(row, 2 * ks + lane // 16, 0, c.k))
+                src = (stage, k.swizzle(row, 2 * ks + lane // 16, 0, k.As))
                 out.append(ptx.ldmatrix(L(k.afrag, 4 * im), L(k.As, src), 4, False))
             for jp in range(k.ni // 2):
                 krow = 16 * ks + lane % 8 + ((lane // 8) % 2) * 8
                 chunk = (wn0 + 16 * jp) // 8 + lane // 16
-                src = (stage, k.swizzle(krow, chunk, 0, bn))
+                src = (stage, k.swizzle(krow, chunk, 0, k.Bs))
                 out.append(ptx.ldmatrix(L(k.bfrag, 4 * jp), L(k.Bs, src), 4, True))
             if k.ni % 2:
                 jn = k.ni - 1
                 krow = 16 * ks + lane % 8 + ((lane // 8) % 2) * 8
-                src = (stage, k.swizzle(krow, (wn0 + 8 * jn) // 8, 0, bn))
+                src = (stage, k.swizzle(krow, (wn0 + 8 * jn) // 8, 0, k.Bs))
                 out.append(ptx.ldmatrix(L(k.bfrag, 2 * jn), L(k.Bs, src), 2, True))
             for im in range(k.mi):
                 for jn in range(k.ni):

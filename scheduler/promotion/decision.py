@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from polycomp.errors import PolycompInternalError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from polycomp.hw.memory import CopyRule
     from polycomp.scheduler.promotion.footprint import ScopedFootprint
     from polycomp.scheduler.promotion.reference import ReferenceGroup
 
@@ -44,7 +45,9 @@ class PromotionDecision:
     ``need`` and ``budget`` are the numbers of an over-budget refusal (bytes, or
     register elements); ``motive`` why a promotion pays ("reuse", "uncoalesced");
     ``loads``/``stores``: the copy-in / copy-out statements the promotion needs (the
-    copy is then made as the target's copy rule says)."""
+    copy is then made as the target's copy rule says); ``copy``: that rule when the
+    use chose a variant (Tensor Core staging: global -> shared ``async``, cp.async),
+    None for the level pair's default rule."""
     group: ReferenceGroup
     level: str
     scope: str
@@ -55,6 +58,7 @@ class PromotionDecision:
     motive: str = ""
     loads: bool = True
     stores: bool = False
+    copy: CopyRule | None = None
 
     @property
     def promoted(self) -> bool:
@@ -85,6 +89,11 @@ class PromotionDecision:
             return (f"promoted to registers {list(box.sizes)} per thread (stride "
                     f"{list(box.strides)})" + ("; loaded first" if self.loads else "")
                     + ("; stored back" if self.stores else "; never written to global memory"))
+        if fp.layout.kind == "swizzled":
+            via = f", {self.copy.mechanism}" if self.copy is not None else ""
+            return (f"staged in {self._level_text()}: box {list(box.sizes)} x "
+                    f"{fp.layout.stages} stage(s), swizzled ({fp.bytes()} bytes; "
+                    f"{self.motive}{via})")
         if fp.layout.kind == "packed-panel":
             return (f"packed into {self._level_text()}: box {list(box.sizes)}, panels of "
                     f"{fp.layout.width} along dimension {fp.layout.dim} ({fp.bytes()} bytes)")

@@ -11,13 +11,15 @@ so boxes are computed here from ``lexmin`` pieces and ``dim_max`` (:func:`box_of
 largest extent (:func:`min_box_of`, piecewise offsets).
 
 A :class:`Layout` says how the box's elements are placed in the local buffer
-(row-major; packed panels; swizzled and fractal tiles are declared kinds that no use
-of the engine produces yet), and a :class:`ScopedFootprint` (Tensor Comprehensions'
-``ScopedFootprint``) ties a reference group, its scope, its box and its layout
-together: the size of the local buffer follows from it.
+(row-major; packed panels; XOR-swizzled multi-stage tiles for Tensor Core staging;
+fractal tiles are a declared kind that no use of the engine produces yet), and a
+:class:`ScopedFootprint` (Tensor Comprehensions' ``ScopedFootprint``) ties a
+reference group, its scope, its box and its layout together: the size of the local
+buffer follows from it.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
 
@@ -60,12 +62,24 @@ class Layout:
       index of ``x`` is ``(x_dim // width, x_0, .., x_{dim-1}, x_{dim+1}, .., x_dim mod
       width)`` — the in-panel lane innermost, so a micro-kernel walking ``x_dim`` inside a
       panel reads consecutive memory;
-    * ``swizzled``, ``fractal``: declared for Tensor Core staging and NPU fractal tiles;
-      no use of the engine produces them yet (asking for their shape is an error).
+    * ``swizzled`` (Tensor Core staging, :meth:`swizzled`): a 2-d box ``rows x width``
+      stored ``stages`` times, ``shape = (stages, rows * width)``; a row is cut into
+      chunks of ``chunk`` elements (16 bytes) and the chunk ``c`` of row ``x_0`` is
+      stored at physical chunk ``c ^ key(x_0)`` with ``key = x_0 mod 8`` for rows of 8
+      or more chunks, ``(x_0 / 2) mod 4`` for 4, ``(x_0 / 4) mod 2`` for 2 (no XOR for
+      other counts, or when ``xor`` is off): the element ``(x_0, x_1)`` of stage ``s``
+      is at ``(s, x_0 * width + (x_1 / chunk ^ key) * chunk + x_1 mod chunk)``.  Since
+      ``key`` only flips bits below the chunk count, the map is a bijection of the
+      stage's ``rows * width`` elements;
+    * ``fractal``: declared for NPU fractal tiles; no use of the engine produces it
+      yet (asking for its shape is an error).
     """
     kind: LayoutKind = "row-major"
     dim: int = -1
     width: int = 0
+    stages: int = 1        # swizzled: the number of copies of the tile (pipeline stages)
+    chunk: int = 0         # swizzled: elements per 16-byte chunk
+    xor: bool = True       # swizzled: False keeps the rows linear (stage dimension kept)
 
     @staticmethod
     def row_major() -> Layout:
@@ -75,6 +89,11 @@ class Layout:
     def packed_panel(dim: int, width: int) -> Layout:
         return Layout("packed-panel", dim, width)
 
+    @staticmethod
+    def swizzled(width: int, chunk: int, stages: int, xor: bool = True) -> Layout:
+        """Rows of ``width`` elements in chunks of ``chunk``, ``stages`` copies."""
+        return Layout("swizzled", 1, width, stages, chunk, xor)
+
     def shape(self, sizes: Sequence[int]) -> tuple[int, ...]:
         """The local buffer's shape for a box of ``sizes``."""
         if self.kind == "row-major":
@@ -83,19 +102,52 @@ class Layout:
             p, w = self.dim, self.width
             panels = -(-sizes[p] // w)
             return (panels,) + tuple(b for d, b in enumerate(sizes) if d != p) + (w,)
+        if self.kind == "swizzled":
+            if self.chunk <= 0 or len(sizes) != 2 or sizes[1] != self.width \
+                    or self.width % self.chunk:
+                raise PolycompInternalError(
+                    f"a swizzled layout of rows of {self.width} in chunks of {self.chunk} "
+                    f"does not hold a box {list(sizes)}")
+            return (self.stages, sizes[0] * sizes[1])
         raise PolycompInternalError(f"layout {self.kind} is declared but not implemented")
 
     def index(self, rel: Sequence, split: Callable | None = None) -> tuple:
         """The local index of the element at box-relative index ``rel``; ``split(e, w)``
         returns ``(e // w, e mod w)`` (Python's ``divmod`` by default; the IR passes
-        give one that simplifies with loop ranges)."""
+        give one that simplifies with loop ranges).  A swizzled layout gives the index
+        in stage 0 (the stage of a copy is chosen by the pipeline, a stride of one
+        stage's ``rows * width`` elements)."""
         if self.kind == "row-major":
             return tuple(rel)
         if self.kind == "packed-panel":
             p, w = self.dim, self.width
             q, r = (split or divmod)(rel[p], w)
             return (q,) + tuple(rel[d] for d in range(len(rel)) if d != p) + (r,)
+        if self.kind == "swizzled":
+            chunk, elem = (split or divmod)(rel[1], self.chunk)
+            return (0, self.swizzled_offset(rel[0], chunk, elem))
         raise PolycompInternalError(f"layout {self.kind} is declared but not implemented")
+
+    def swizzled_offset(self, row, chunk, elem, xor: Callable | None = None):
+        """The offset within a stage of element ``elem`` of chunk ``chunk`` of row
+        ``row`` (ints, or IR expressions with ``xor(a, b)`` building ``a ^ b``; Python's
+        ``^`` by default)."""
+        if self.kind != "swizzled":
+            raise PolycompInternalError(f"a {self.kind} layout has no swizzled offset")
+        row_len = self.width
+        cpr = row_len // self.chunk
+        if not self.xor:
+            return row * row_len + chunk * self.chunk + elem
+        if cpr >= 8:
+            key = row % 8
+        elif cpr == 4:
+            key = (row // 2) % 4
+        elif cpr == 2:
+            key = (row // 4) % 2
+        else:
+            key = None
+        pc = chunk if key is None else (xor or operator.xor)(chunk, key)
+        return row * row_len + pc * self.chunk + elem
 
 
 @dataclass(eq=False)

@@ -22,8 +22,12 @@ Configuration (``options["tc_tile"]``, a :class:`TcConfig` or a dict with ``bloc
 a K tile KT of 32 or 64 and 1-4 pipeline stages.  Default (:func:`default_config`)
 128x128 / 64x64 / KT 32 / 3 stages (64x128 / 32x32 for gathered operands).  The
 shared-memory footprint of all stages, ``stages * (BM*KT + KT*BN) * 2`` bytes, must fit
-the target's opt-in per-block limit (else :class:`~polycomp.errors.ResourceLimitError`);
-past 48 KiB the code generator uses dynamic shared memory with the opt-in attribute.
+the target's opt-in per-block limit: the staging of ``A`` and ``B`` is decided by the
+promotion engine (:func:`~polycomp.scheduler.tensorcore.staging.stage_operands`: reference
+groups, ``BM x KT`` / ``KT x BN`` footprints with a swizzled ``stages``-deep layout,
+level ``shared`` by the ``async`` copy rule), and a decision refused over budget is
+noted and raised as :class:`~polycomp.errors.ResourceLimitError`; past 48 KiB the code
+generator uses dynamic shared memory with the opt-in attribute.
 
 Result, for each eligible group ``g`` (kernel number ``n = #groups + index``):
 
@@ -42,7 +46,8 @@ of the kernel above the marks is executed uniformly by the whole thread block (t
 barriers of the copies need that).  The launch geometry is registered by
 :class:`~polycomp.scheduler.tensorcore.map.TensorCoreMappingPass` only after the generic GPU
 passes ran, so they leave these kernels alone.  ``ctx.gpu.tc_plans[g]`` holds the
-:class:`TcPlan`.
+:class:`TcPlan` (with its staging decisions, also noted as remarks after the group's
+line).
 
 Legality: for matmul-like groups (one reduce axis) the order of every pair of
 dependent instances is kept (the K tile and intra-tile members split ``r_k`` in
@@ -67,6 +72,7 @@ from polycomp.scheduler.common.classify import FusionGroup, fusion_groups
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import mark_coincidence
 from polycomp.scheduler.gpu.tile import backbone_marks, nth_backbone, output_band
+from polycomp.scheduler.tensorcore.staging import TcStaging, shared_limit, stage_operands
 from polycomp.state import CompileState
 
 TC_DTYPES = ("float16", "bfloat16")
@@ -162,11 +168,15 @@ class GemmView:
 
 @dataclass(eq=False)
 class TcPlan:
+    """The Tensor Core tiling of group ``group`` (kernel ``kernel``): its GEMM view, its
+    configuration and the engine's staging decisions of the operands (set once the
+    tree is tiled; :mod:`polycomp.scheduler.tensorcore.staging`)."""
     view: GemmView
     config: TcConfig
     kernel: int
     group: int
     notes: list = field(default_factory=list)
+    staging: TcStaging | None = None
 
 
 def _factor(f: contraction.Factor) -> Factor | None:
@@ -273,15 +283,18 @@ class TensorCoreTilingPass(Pass):
                 continue
             cfg = tc_config(ctx.cuda_options.tc_tile, view)
             need = cfg.shared_bytes(dt.itemsize(view.in_dtype))
-            limit = max(ctx.target.shared_memory_per_block, ctx.target.cuda.shared_memory_optin)
-            if need > limit:
+            plan = TcPlan(view, cfg, len(marks) + len(plans), k)
+            schedule = self._tile(schedule, k, plan, ctx)
+            plan.staging = stage_operands(schedule, plan, ctx.target)
+            if plan.staging.refused:
+                for d in plan.staging.refused:
+                    ctx.note(self.name, d.remark())
+                limit = shared_limit(ctx.target)
                 raise ResourceLimitError(
                     f"tensor-core tiling of {g.backbone.name}: {cfg.stages} stage(s) of "
                     f"{cfg.block[0]}x{cfg.k} + {cfg.k}x{cfg.block[1]} tiles need {need} bytes "
                     f"of shared memory; {ctx.target.name} allows {limit} per block (with "
                     f"the opt-in limit; fewer stages or smaller tiles fit)")
-            plan = TcPlan(view, cfg, len(marks) + len(plans), k)
-            schedule = self._tile(schedule, k, plan, ctx)
             plans[k] = plan
             ctx.note(self.name, f"group {k} ({g.backbone.name}): tensor cores {view.in_dtype} "
                                 f"mma.m16n8k16, block {cfg.block}, warp {cfg.warp}, K tile "
@@ -289,6 +302,8 @@ class TensorCoreTilingPass(Pass):
                                 f"{view.stage.iters[view.m_dim].name}, N = "
                                 f"{view.stage.iters[view.n_dim].name}, K = "
                                 f"{view.stage.reduce_axes[view.k_dim].var.name}")
+            for d in plan.staging.decisions:
+                ctx.note(self.name, d.remark())
         return schedule
 
     def _tile(self, schedule, k, plan, ctx):
