@@ -407,42 +407,47 @@ class _Tensorizer(ir.Mutator):
         return ir.substitute(factor, dict(zip(st.iters, list(o) + list(r))))
 
     def copies(self, k, origin, red, stage):
-        v, c = k.view, k.cfg
-        bm, bn = c.block
+        """The copies of one K tile of ``A`` and ``B`` into stage ``stage`` of ``As`` /
+        ``Bs``: the boxes (rows x row length) and chunks of the staging decisions."""
+        v = k.view
         ext_o, ext_r = v.out_extents, v.red_extents
         ext_m, ext_n, ext_k = ext_o[v.m_dim], ext_o[v.n_dim], ext_r[v.k_dim]
         out = []
         # A tile [m][k]: chunks along k
-        kc_n = c.k // 8
+        bm, kt = k.staging.footprint(k.staging.a).box.sizes
+        ch = k.a_layout.chunk
+        kc_n = kt // ch
         for q, guard in self._chunks(k, bm * kc_n):
             mm, kc = q // kc_n, q % kc_n
-            o, r = self._coords(k, origin, red, m=mm, kk=kc * 8)
+            o, r = self._coords(k, origin, red, m=mm, kk=kc * ch)
             row_ok = o[v.m_dim] < ext_m
             kstart = r[v.k_dim]
             dst = lambda e, mm=mm, kc=kc: (stage, k.swizzle(mm, kc, e, k.As))  # noqa: E731
             vec = self._vector_copy(k, v.a, "k", o, r, row_ok, kstart < ext_k, ext_k - kstart,
                                     k.As, dst(0), m_clamp=True)
             e = ir.Var(f"ea{k.plan.kernel}")
-            oe, re_ = self._coords(k, origin, red, m=mm, kk=kc * 8 + e)
+            oe, re_ = self._coords(k, origin, red, m=mm, kk=kc * ch + e)
             ok = _and(row_ok, re_[v.k_dim] < ext_k)
             val = ir.Select(ok, self._value(k, v.a.expr, oe, re_), ir.FloatImm(0.0), "float32")
-            scal = [_unrolled(e, 8, ir.Store(k.As, dst(e), val))]
+            scal = [_unrolled(e, ch, ir.Store(k.As, dst(e), val))]
             out.append(self._choose(guard, vec, scal))
         # B tile [k][n]: chunks along n
-        nc_n = bn // 8
-        for q, guard in self._chunks(k, c.k * nc_n):
+        kt, bn = k.staging.footprint(k.staging.b).box.sizes
+        ch = k.b_layout.chunk
+        nc_n = bn // ch
+        for q, guard in self._chunks(k, kt * nc_n):
             kk, nc = q // nc_n, q % nc_n
-            o, r = self._coords(k, origin, red, n=nc * 8, kk=kk)
+            o, r = self._coords(k, origin, red, n=nc * ch, kk=kk)
             row_ok = r[v.k_dim] < ext_k
             nstart = o[v.n_dim]
             dst = lambda e, kk=kk, nc=nc: (stage, k.swizzle(kk, nc, e, k.Bs))  # noqa: E731
             vec = self._vector_copy(k, v.b, "n", o, r, row_ok, nstart < ext_n, ext_n - nstart,
                                     k.Bs, dst(0), m_clamp=False)
             e = ir.Var(f"eb{k.plan.kernel}")
-            oe, re_ = self._coords(k, origin, red, n=nc * 8 + e, kk=kk)
+            oe, re_ = self._coords(k, origin, red, n=nc * ch + e, kk=kk)
             ok = _and(row_ok, oe[v.n_dim] < ext_n)
             val = ir.Select(ok, self._value(k, v.b.expr, oe, re_), ir.FloatImm(0.0), "float32")
-            scal = [_unrolled(e, 8, ir.Store(k.Bs, dst(e), val))]
+            scal = [_unrolled(e, ch, ir.Store(k.Bs, dst(e), val))]
             out.append(self._choose(guard, vec, scal))
         return ir.seq(*out)
 
