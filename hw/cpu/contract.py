@@ -77,10 +77,17 @@ class _Touched:
 
 
 class _Drop(ir.Mutator):
-    """Rewrite accesses of ``old`` to ``new`` without index ``dim``."""
+    """Rewrite accesses of ``old`` to ``new`` without index ``dim`` (subtrees that do
+    not access ``old`` are returned as they are)."""
 
-    def __init__(self, old, new, dim):
+    def __init__(self, old, new, dim, touched: _Touched):
         self.old, self.new, self.dim = old, new, dim
+        self.touched = touched
+
+    def visit(self, node):
+        if node is None or not self.touched.touches(node, self.old):
+            return node
+        return super().visit(node)
 
     def visit_Load(self, e):
         idx = tuple(self.visit(i) for i in e.indices)
@@ -133,7 +140,7 @@ class _Placer:
             if d is not None:
                 shape = buf.shape[:d] + buf.shape[d + 1:]
                 nb = ir.Buffer(buf.name, buf.dtype, shape, _scope(shape, buf.dtype), buf.flat)
-                body, placed = self.place(_Drop(buf, nb, d).visit(node.body), nb)
+                body, placed = self.place(_Drop(buf, nb, d, self.touched).visit(node.body), nb)
                 return replace(node, body=body), placed
             inner, placed = self.place(node.body, buf)
             if placed == tuple(buf.shape):
