@@ -343,8 +343,14 @@ def _has_vector_node(node) -> bool:
 
 
 def has_loop(node) -> bool:
-    found = []
-    ir.walk(node, lambda n: found.append(1) if isinstance(n, ir.For) else None)
-    return bool(found)
+    """Does ``node`` contain a ``For``?  Expressions contain no statements, so only
+    the statements of ``node`` are visited."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ir.For):
+            return True
+        stack.extend(c for c in ir.children(n) if isinstance(c, ir.Stmt))
+    return False
 
 

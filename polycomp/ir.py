@@ -439,6 +439,42 @@ def is_const(e, value=None) -> TypeGuard[IntImm | FloatImm]:
 
 def children(node) -> tuple:
     """The direct sub-nodes (Expr/Stmt) of ``node`` in a fixed order."""
+    get = _CHILDREN.get(type(node))
+    if get is not None:
+        return get(node)
+    return _children_of_subclass(node)
+
+
+def _if_children(node) -> tuple:
+    return (node.cond, node.then) + ((node.orelse,) if node.orelse is not None else ())
+
+
+# the children of the node classes themselves (a dispatch on the exact class; nodes of
+# other classes, such as subclasses, go through the isinstance tests below)
+_CHILDREN: dict[type, Callable[[Any], tuple]] = {
+    Binary: lambda n: (n.a, n.b),
+    Unary: lambda n: (n.a,),
+    Select: lambda n: (n.cond, n.t, n.f),
+    Cast: lambda n: (n.value,),
+    Call: lambda n: n.args,
+    Load: lambda n: n.indices,
+    Ramp: lambda n: (n.base, n.stride),
+    Broadcast: lambda n: (n.value,),
+    Store: lambda n: n.indices + (n.value,),
+    For: lambda n: (n.min, n.extent, n.body),
+    IfThenElse: _if_children,
+    Block: lambda n: n.stmts,
+    LetStmt: lambda n: (n.value, n.body),
+    Allocate: lambda n: (n.body,),
+    Evaluate: lambda n: (n.value,),
+    AttrStmt: lambda n: (n.body,),
+    IntImm: lambda n: (),
+    FloatImm: lambda n: (),
+    Var: lambda n: (),
+}
+
+
+def _children_of_subclass(node) -> tuple:
     if isinstance(node, Binary):
         return (node.a, node.b)
     if isinstance(node, Unary):
@@ -483,6 +519,12 @@ def walk(node, fn: Callable[[Any], None]) -> None:
         stack.extend(reversed(children(n)))
 
 
+_UNKNOWN = object()
+# (Mutator subclass, node class) -> name of the visit method (None: generic); the
+# visit methods are class attributes, so the lookup along the node's MRO is done once
+_VISIT_METHOD: dict[tuple[type, type], Any] = {}
+
+
 class Mutator:
     """Rebuilds a tree bottom-up; override ``visit_<Class>`` to rewrite a node kind.
 
@@ -493,13 +535,25 @@ class Mutator:
     def visit(self, node):
         if node is None:
             return None
-        for cls in type(node).__mro__:
-            m = getattr(self, "visit_" + cls.__name__, None)
-            if m is not None:
-                return m(node)
-            if cls is Expr or cls is Stmt:
+        key = (type(self), type(node))
+        name = _VISIT_METHOD.get(key, _UNKNOWN)
+        if name is _UNKNOWN:
+            name = _VISIT_METHOD[key] = self._visit_method(type(node))
+        if name is None:
+            return self.generic(node)
+        return getattr(self, name)(node)
+
+    @classmethod
+    def _visit_method(cls, node_type: type) -> str | None:
+        """The name of the ``visit_<Class>`` method of ``cls`` for nodes of
+        ``node_type`` (the first of its classes, up to Expr/Stmt), or None."""
+        for c in node_type.__mro__:
+            name = "visit_" + c.__name__
+            if getattr(cls, name, None) is not None:
+                return name
+            if c is Expr or c is Stmt:
                 break
-        return self.generic(node)
+        return None
 
     def generic(self, node):
         if isinstance(node, Binary):

@@ -30,22 +30,64 @@ from polycomp import ir
 LOCAL_BYTES = 16 * 1024
 
 
-def _accesses(node, buf) -> list:
-    out = []
-    ir.walk(node, lambda n: out.append(n)
-            if isinstance(n, (ir.Load, ir.Store)) and n.buffer is buf else None)
-    return out
+_NONE: frozenset = frozenset()
 
 
-def _touches(node, buf) -> bool:
-    return bool(_accesses(node, buf))
+class _Touched:
+    """Which buffers each subtree accesses (``Load``/``Store``), memoised per node.
+
+    The contraction asks, for many subtrees and every temporary, whether (and how) the
+    subtree accesses a buffer; one bottom-up pass per new subtree answers all of them,
+    instead of one walk of the subtree per question.  Nodes are immutable, so a node's
+    answer never changes; the memo keeps every node it has seen alive, so ids are not
+    reused while it exists (one memo per :func:`contract` call)."""
+
+    def __init__(self) -> None:
+        self._memo: dict[int, tuple[object, frozenset]] = {}
+
+    def ids(self, node) -> frozenset:
+        """``id`` of every buffer that ``node``'s subtree loads from or stores to."""
+        hit = self._memo.get(id(node))
+        if hit is not None:
+            return hit[1]
+        out: frozenset = _NONE
+        for c in ir.children(node):
+            sub = self.ids(c)
+            if sub:
+                out = sub if not out else out | sub
+        if isinstance(node, (ir.Load, ir.Store)) and id(node.buffer) not in out:
+            out = out | {id(node.buffer)}
+        self._memo[id(node)] = (node, out)
+        return out
+
+    def touches(self, node, buf) -> bool:
+        return id(buf) in self.ids(node)
+
+    def accesses(self, node, buf) -> list:
+        """The ``Load``/``Store`` nodes of ``buf`` in ``node`` (subtrees that do not
+        access ``buf`` are not visited)."""
+        out = []
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, (ir.Load, ir.Store)) and n.buffer is buf:
+                out.append(n)
+            stack.extend(c for c in ir.children(n) if self.touches(c, buf))
+        return out
 
 
 class _Drop(ir.Mutator):
-    """Rewrite accesses of ``old`` to ``new`` without index ``dim``."""
+    """Rewrite accesses of ``old`` to ``new`` without index ``dim`` (subtrees that do
+    not access ``old`` are returned as they are)."""
 
-    def __init__(self, old, new, dim):
+    def __init__(self, old, new, dim, touched: _Touched):
         self.old, self.new, self.dim = old, new, dim
+        self.touched = touched
+
+    def visit(self, node):
+        if node is None or not self.touched.touches(node, self.old):
+            return node
+        return super().visit(node)
 
     def visit_Load(self, e):
         idx = tuple(self.visit(i) for i in e.indices)
@@ -70,58 +112,61 @@ def _scope(shape, dtype) -> str:
     return "local" if size * dt.itemsize(dtype) <= LOCAL_BYTES else "global"
 
 
-def _contract_dim(loop: ir.For, buf: ir.Buffer):
-    """The dimension of ``buf`` that every access inside ``loop`` indexes with the loop
-    variable, or None."""
-    acc = _accesses(loop.body, buf)
-    if not acc:
+class _Placer:
+    """Places (contracts) the temporaries of one function body, sharing one
+    :class:`_Touched` memo between all of them."""
+
+    def __init__(self) -> None:
+        self.touched = _Touched()
+
+    def contract_dim(self, loop: ir.For, buf: ir.Buffer):
+        """The dimension of ``buf`` that every access inside ``loop`` indexes with the
+        loop variable, or None."""
+        acc = self.touched.accesses(loop.body, buf)
+        if not acc:
+            return None
+        for d in range(len(buf.shape)):
+            if all(a.indices[d] is loop.var for a in acc):
+                return d
         return None
-    for d in range(len(buf.shape)):
-        if all(a.indices[d] is loop.var for a in acc):
-            return d
-    return None
 
-
-def _allocated_shape(node, name: str):
-    """The shape of the (single) Allocate of buffer ``name`` in ``node``."""
-    found = []
-    ir.walk(node, lambda n: found.append(tuple(n.buffer.shape))
-            if isinstance(n, ir.Allocate) and n.buffer.name == name else None)
-    return found[0] if found else None
-
-
-def _place(node, buf: ir.Buffer):
-    """``node`` with the storage of ``buf`` (which only ``node`` touches) contracted as
-    far as possible; returns the new node (containing the Allocate)."""
-    if isinstance(node, ir.For):
-        d = _contract_dim(node, buf)
-        if d is not None:
-            shape = buf.shape[:d] + buf.shape[d + 1:]
-            nb = ir.Buffer(buf.name, buf.dtype, shape, _scope(shape, buf.dtype), buf.flat)
-            body = _Drop(buf, nb, d).visit(node.body)
-            return replace(node, body=_place(body, nb))
-        inner = _place(node.body, buf)
-        if _allocated_shape(inner, buf.name) == tuple(buf.shape):
-            # nothing below contracts it: allocating inside the loop would only make
-            # one full copy per iteration (per thread, in a parallel loop)
-            return ir.Allocate(buf, node)
-        return replace(node, body=inner)
-    if isinstance(node, ir.Block):
-        inside = [k for k, s in enumerate(node.stmts) if _touches(s, buf)]
-        if len(inside) == 1:
-            k = inside[0]
-            stmts = list(node.stmts)
-            stmts[k] = _place(stmts[k], buf)
-            return ir.Block(tuple(stmts))
-        return ir.Allocate(buf, node)
-    if isinstance(node, (ir.LetStmt, ir.AttrStmt, ir.Allocate)):
-        return replace(node, body=_place(node.body, buf))
-    if isinstance(node, ir.IfThenElse):
-        if node.orelse is None or not _touches(node.orelse, buf):
-            return replace(node, then=_place(node.then, buf))
-        if not _touches(node.then, buf):
-            return replace(node, orelse=_place(node.orelse, buf))
-    return ir.Allocate(buf, node)
+    def place(self, node, buf: ir.Buffer) -> tuple[ir.Stmt, tuple]:
+        """``node`` with the storage of ``buf`` (which only ``node`` touches) contracted
+        as far as possible: the new node (containing the one Allocate of ``buf``, or of
+        its contraction) and the shape that Allocate gives the buffer."""
+        touches = self.touched.touches
+        if isinstance(node, ir.For):
+            d = self.contract_dim(node, buf)
+            if d is not None:
+                shape = buf.shape[:d] + buf.shape[d + 1:]
+                nb = ir.Buffer(buf.name, buf.dtype, shape, _scope(shape, buf.dtype), buf.flat)
+                body, placed = self.place(_Drop(buf, nb, d, self.touched).visit(node.body), nb)
+                return replace(node, body=body), placed
+            inner, placed = self.place(node.body, buf)
+            if placed == tuple(buf.shape):
+                # nothing below contracts it: allocating inside the loop would only make
+                # one full copy per iteration (per thread, in a parallel loop)
+                return ir.Allocate(buf, node), tuple(buf.shape)
+            return replace(node, body=inner), placed
+        if isinstance(node, ir.Block):
+            inside = [k for k, s in enumerate(node.stmts) if touches(s, buf)]
+            if len(inside) == 1:
+                k = inside[0]
+                stmts = list(node.stmts)
+                stmts[k], placed = self.place(stmts[k], buf)
+                return ir.Block(tuple(stmts)), placed
+            return ir.Allocate(buf, node), tuple(buf.shape)
+        if isinstance(node, (ir.LetStmt, ir.AttrStmt, ir.Allocate)):
+            body, placed = self.place(node.body, buf)
+            return replace(node, body=body), placed
+        if isinstance(node, ir.IfThenElse):
+            if node.orelse is None or not touches(node.orelse, buf):
+                then, placed = self.place(node.then, buf)
+                return replace(node, then=then), placed
+            if not touches(node.then, buf):
+                orelse, placed = self.place(node.orelse, buf)
+                return replace(node, orelse=orelse), placed
+        return ir.Allocate(buf, node), tuple(buf.shape)
 
 
 def contract(func: ir.LoweredFunc) -> ir.LoweredFunc:
@@ -131,7 +176,8 @@ def contract(func: ir.LoweredFunc) -> ir.LoweredFunc:
     while isinstance(body, ir.Allocate) and body.buffer.scope == "global":
         temps.append(body.buffer)
         body = body.body
+    placer = _Placer()
     for buf in temps:
-        if _touches(body, buf):
-            body = _place(body, buf)
+        if placer.touched.touches(body, buf):
+            body, _ = placer.place(body, buf)
     return func.with_body(body)

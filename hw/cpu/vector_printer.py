@@ -41,6 +41,9 @@ class VectorPrinter(CPrinter):
     def __init__(self):
         super().__init__()
         self.vector_vars: dict = {}      # Var -> lanes
+        # id(expression) -> (expression, lanes_of it); cleared whenever vector_vars
+        # changes (the only state lanes_of reads)
+        self._lanes: dict[int, tuple[object, int]] = {}
         self.registers: dict = {}        # Buffer -> True (printed as variables)
         self.masks: list = []            # C expressions of the active lane masks
         self.counter = 0
@@ -79,9 +82,13 @@ class VectorPrinter(CPrinter):
             return e.args[2].value
         if isinstance(e, ir.Call) and e.name.startswith("vreduce_"):
             return 1
+        hit = self._lanes.get(id(e))
+        if hit is not None:
+            return hit[1]
         best = 1
         for c in ir.children(e):
             best = max(best, self.lanes_of(c))
+        self._lanes[id(e)] = (e, best)  # keeps e alive: its id is not reused
         return best
 
     def data_dtype(self, e) -> str:
@@ -281,6 +288,7 @@ class VectorPrinter(CPrinter):
             self.emit("{")
             self.level += 1
             self.vector_vars[s.var] = L
+            self._lanes.clear()
             ty = self.vtype(D, L) if s.value.dtype != "bool" else self.mask_type(D, L)
             self.emit(f"const {ty} {s.var.name} = {self.vexpr(s.value, L, D)};")
             self.stmt(s.body)
