@@ -18,14 +18,14 @@ from polycomp import ir
 # --------------------------------------------------------------------------- linear forms
 
 
-def _linear(e):
+def linear(e):
     """(terms: dict atom->coeff (insertion ordered), const) or None if not integer."""
     if e.dtype not in dt.INTS:
         return None
     if isinstance(e, ir.IntImm):
         return {}, e.value
     if isinstance(e, ir.Binary) and e.op in ("+", "-"):
-        a, b = _linear(e.a), _linear(e.b)
+        a, b = linear(e.a), linear(e.b)
         if a is None or b is None:
             return None
         s = -1 if e.op == "-" else 1
@@ -34,7 +34,7 @@ def _linear(e):
             terms[k] = terms.get(k, 0) + s * c
         return terms, a[1] + s * b[1]
     if isinstance(e, ir.Binary) and e.op == "*":
-        a, b = _linear(e.a), _linear(e.b)
+        a, b = linear(e.a), linear(e.b)
         if a is None or b is None:
             return None
         if not a[0]:
@@ -44,7 +44,7 @@ def _linear(e):
             return {k: v * c for k, v in a[0].items()}, a[1] * c
         return {e: 1}, 0
     if isinstance(e, ir.Unary) and e.op == "neg":
-        a = _linear(e.a)
+        a = linear(e.a)
         if a is None:
             return None
         return {k: -v for k, v in a[0].items()}, -a[1]
@@ -55,9 +55,6 @@ def _key(atom):
     return atom if isinstance(atom, ir.Var) else ("expr", id(atom))
 
 
-# the public name other modules use (``_linear`` is kept for the modules that still
-# import it)
-linear = _linear
 
 
 def _from_linear(terms, const, dtype) -> ir.Expr:
@@ -101,7 +98,7 @@ def _merge_atoms(terms):
 
 def const_difference(a: ir.Expr, b: ir.Expr):
     """``a - b`` if it is a known constant, else None."""
-    la, lb = _linear(a), _linear(b)
+    la, lb = linear(a), linear(b)
     if la is None or lb is None:
         return None
     terms = dict(la[0])
@@ -210,7 +207,7 @@ class Simplifier(ir.Mutator):
             return ir.Binary(op, a, b, "bool")
         if e.dtype in dt.INTS:
             if op in ("+", "-", "*"):
-                lin = _linear(ir.Binary(op, a, b, e.dtype))
+                lin = linear(ir.Binary(op, a, b, e.dtype))
                 if lin is not None:
                     return _from_linear(_merge_atoms(lin[0]), lin[1], e.dtype)
             if op in ("min", "max"):
@@ -218,7 +215,7 @@ class Simplifier(ir.Mutator):
                 if d is not None:
                     return (a if d <= 0 else b) if op == "min" else (a if d >= 0 else b)
             if op in ("//", "%") and isinstance(b, ir.IntImm) and b.value > 0:
-                lin = _linear(a)
+                lin = linear(a)
                 sp = self._split_div((_merge_atoms(lin[0]), lin[1]), b.value) if lin else None
                 if sp is not None:
                     if op == "//":
@@ -227,7 +224,7 @@ class Simplifier(ir.Mutator):
             if op == "//" and isinstance(b, ir.IntImm):
                 if b.value == 1:
                     return a
-                lin = _linear(a)
+                lin = linear(a)
                 if lin is not None and b.value > 0 and \
                         all(c % b.value == 0 for c in lin[0].values()):
                     # (b*x + c) // b == x + c // b
@@ -236,7 +233,7 @@ class Simplifier(ir.Mutator):
             if op == "%" and isinstance(b, ir.IntImm):
                 if b.value == 1:
                     return ir.IntImm(0, e.dtype)
-                lin = _linear(a)
+                lin = linear(a)
                 if lin is not None and b.value > 0 and \
                         all(c % b.value == 0 for c in lin[0].values()):
                     return ir.IntImm(lin[1] % b.value, e.dtype)
@@ -319,7 +316,7 @@ class Simplifier(ir.Mutator):
 
     def visit_LetStmt(self, s):
         v = self.visit(s.value)
-        if v.dtype in dt.INTS and _linear(v) is not None and _is_cheap(v):
+        if v.dtype in dt.INTS and linear(v) is not None and _is_cheap(v):
             return self.visit(ir.substitute(s.body, {s.var: v}))
         b = self.visit(s.body)
         if b is None:
@@ -361,7 +358,7 @@ class Simplifier(ir.Mutator):
 
 def _is_cheap(e) -> bool:
     """Affine in Vars with no division: substituting it never duplicates real work."""
-    lin = _linear(e)
+    lin = linear(e)
     return lin is not None and all(isinstance(a, ir.Var) for a in lin[0])
 
 

@@ -38,6 +38,7 @@ from polycomp.lowering.vectorize import (
     lane_range,
     uses,
 )
+from polycomp.scheduler.common import marks
 
 
 def _match(body):
@@ -169,7 +170,7 @@ class _Micro(ir.Mutator):
         self.tile_ids = itertools.count(1)     # register-tile names, per function
 
     def visit_AttrStmt(self, s):
-        if s.key != "cpu_microkernel":
+        if s.key != marks.CPU_MICROKERNEL:
             return self.generic(s)
         m = _match(s.body)
         if m is not None:
