@@ -90,9 +90,17 @@ class Suite:
         self.quick, self.threads, self.repeat, self.target = quick, threads, repeat, target
         self.rows: list[dict] = []
 
-    def add(self, group, case, ours_s, peer_s, peer, work=None, unit=None, nbytes=None):
+    def add(self, group, case, ours_s, peer_s, peer, work=None, unit=None, nbytes=None,
+            traffic=None):
+        """One row; ``work`` operations (``unit`` per second), ``nbytes`` moved by a
+        memory-bound kernel, or ``traffic``: the compulsory bytes of a compute kernel
+        (inputs read once, outputs written once) for its roofline."""
         row = {"group": group, "case": case, "ours_ms": ours_s * 1e3, "peer_ms": peer_s * 1e3,
                "peer": peer, "ratio": peer_s / ours_s}
+        if work is not None:
+            row["work"] = work
+        if traffic is not None:
+            row["traffic"] = traffic
         if hasattr(ours_s, "median") and hasattr(peer_s, "median"):
             row["ratio_median"] = peer_s.median / ours_s.median
         if work is not None:
@@ -129,7 +137,8 @@ def bench_sgemm(s: Suite):
         assert err < 1e-3 * n ** 0.5, f"sgemm {n}: max error {err}"
         t_ours, t_np = _timeit([lambda: f(A, B, out=[C]), lambda: np.matmul(A, B, out=C)],
                                s.repeat)
-        s.add("sgemm", f"{n}x{n}x{n} fp32", t_ours, t_np, "numpy", 2 * n ** 3, "GFLOP/s")
+        s.add("sgemm", f"{n}x{n}x{n} fp32", t_ours, t_np, "numpy", 2 * n ** 3, "GFLOP/s",
+              traffic=12 * n * n)
 
 
 def bench_matmul_bias_relu(s: Suite):
@@ -157,7 +166,8 @@ def bench_matmul_bias_relu(s: Suite):
     err = float(np.max(np.abs(C - np.maximum(A @ B + b, 0))))
     assert err < 1e-3 * n ** 0.5, f"matmul_bias_relu {n}: max error {err}"
     t_ours, t_np = _timeit([lambda: f(A, B, b, out=[C]), peer], s.repeat)
-    s.add("mm_bias_relu", f"{n}x{n}x{n} fp32", t_ours, t_np, "numpy", 2 * n ** 3, "GFLOP/s")
+    s.add("mm_bias_relu", f"{n}x{n}x{n} fp32", t_ours, t_np, "numpy", 2 * n ** 3, "GFLOP/s",
+          traffic=12 * n * n)
 
 
 def bench_batch_matmul(s: Suite):
@@ -179,7 +189,7 @@ def bench_batch_matmul(s: Suite):
         t_ours, t_np = _timeit([lambda: f(A, B, out=[C]), lambda: np.matmul(A, B, out=C)],
                                s.repeat)
         s.add("batch_mm", f"{b}x({n}x{kk} @ {kk}x{m})", t_ours, t_np, "numpy", 2 * b * n * kk * m,
-              "GFLOP/s")
+              "GFLOP/s", traffic=4 * b * (n * kk + kk * m + n * m))
 
 
 #: ResNet-18 convolutions (batch 1): (name, C, H, W, F, KH, stride, pad)
@@ -236,7 +246,8 @@ def bench_conv2d(s: Suite):
         flops = 2 * f_ * c * kh * kh * oh * ow
         t_ours, t_np = _timeit([lambda: fn(x, w, out=[out]), lambda: im2col_conv(x, w, st, pad)],
                                s.repeat)
-        s.add("conv2d", f"{name} {c}->{f_} {h}x{wd}", t_ours, t_np, "np im2col", flops, "GFLOP/s")
+        s.add("conv2d", f"{name} {c}->{f_} {h}x{wd}", t_ours, t_np, "np im2col", flops, "GFLOP/s",
+              traffic=x.nbytes + w.nbytes + out.nbytes)
 
 
 def np_softmax(x):
@@ -341,9 +352,32 @@ def machine_info(tgt) -> dict:
             "l1": tgt.l1_bytes, "l2": tgt.l2_bytes, "l3": tgt.l3_bytes}
 
 
+GROUPS = ("stream", "memory", "sgemm", "mm_bias_relu", "batch_mm", "conv2d")
+
+
+def add_roofline(rows: list[dict], roofs, unit: str, threads: int) -> None:
+    """Each row's roof (``min(peak of unit, intensity x copy bandwidth)`` for compute
+    rows, the copy bandwidth for memory-bound ones) and ours / the peer's fraction of
+    it (``of_roof`` / ``peer_of_roof``)."""
+    for r in rows:
+        if "work" in r and "GFLOP/s" in r:
+            roof, name = roofs.roof(unit, threads, r["work"], r.get("traffic"))
+            perf = "GFLOP/s"
+        elif "GB/s" in r:
+            roof, name, perf = roofs.copy_GBs.get(threads), "copy BW", "GB/s"
+        else:
+            continue
+        r["roof"] = name
+        if roof:
+            r["roof_value"] = roof
+            r["of_roof"] = r[perf] / roof
+            r["peer_of_roof"] = r["peer_" + perf] / roof
+
+
 def run_child(args) -> dict:
     import numpy as np  # OpenBLAS loads here, with the child's environment
 
+    from polycomp.benchmarks import cpu_roofline as rl
     from polycomp.hw.target import get_target
     tgt = get_target(args.target)
     s = Suite(args.quick, args.threads, args.repeat, args.target)
@@ -353,26 +387,40 @@ def run_child(args) -> dict:
     print(f"polycomp bench cpu: {args.threads} thread(s), target {tgt.name} ({tgt.isa}), "
           f"OpenBLAS kernel {info.get('kernel', '?')}", file=sys.stderr, flush=True)
     stream_bytes = (64 << 20) if args.quick else (256 << 20)
-    copy_bw = bench_stream(s, stream_bytes)
-    bench_memory_bound(s, copy_bw)
-    bench_sgemm(s)
-    bench_matmul_bias_relu(s)
-    bench_batch_matmul(s)
-    bench_conv2d(s)
-    return {"info": info, "copy_bandwidth_GBs": copy_bw, "rows": s.rows}
+    roofs = rl.measure(tuple(sorted({1, args.threads})), stream_bytes)
+    print(rl.format_roofs(roofs), file=sys.stderr, flush=True)
+    only = set(args.only.split(",")) if args.only else set(GROUPS)
+    copy_bw = bench_stream(s, stream_bytes) if only & {"stream", "memory"} else None
+    if "memory" in only and copy_bw is not None:
+        bench_memory_bound(s, copy_bw)
+    for name, fn in (("sgemm", bench_sgemm), ("mm_bias_relu", bench_matmul_bias_relu),
+                     ("batch_mm", bench_batch_matmul), ("conv2d", bench_conv2d)):
+        if name in only:
+            fn(s)
+    unit = rl.unit_for(tgt.isa)
+    add_roofline(s.rows, roofs, unit, args.threads)
+    return {"info": info, "copy_bandwidth_GBs": copy_bw, "fp32_unit": unit,
+            "roofs": roofs.to_json(), "rows": s.rows}
 
 
 def format_table(result: dict) -> str:
+    from polycomp.benchmarks import cpu_roofline as rl
     info = result["info"]
     lines = [f"threads: {info['threads']} (ours: OMP_NUM_THREADS, numpy: OpenBLAS "
              f"{info.get('openblas', '?')} kernel {info.get('kernel', '?')}, "
-             f"{info.get('threads', '?')} threads); target {info['target']} ({info['isa']})",
-             f"STREAM copy bandwidth (polycomp, read+write): "
-             f"{result['copy_bandwidth_GBs']:.1f} GB/s; '% of copy BW' compares a fused kernel "
-             f"with a polycomp copy of the same bytes, timed alongside it", "",
-             "| group | case | ours (ms) | peer | peer (ms) | peer/ours | median ratio | ours perf "
-             "| peer perf | % of copy BW | % of STREAM copy |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"{info.get('threads', '?')} threads); target {info['target']} ({info['isa']})"]
+    if "roofs" in result:
+        lines += ["", "measured roofs (peak probe: 12 independent multiply-add chains per "
+                  "thread; parallel memcpy):", "", rl.format_roofs(rl.Roofs.from_json(
+                      result["roofs"]))]
+    if result.get("copy_bandwidth_GBs"):
+        lines += ["", f"STREAM copy bandwidth (polycomp, read+write): "
+                  f"{result['copy_bandwidth_GBs']:.1f} GB/s; '% of copy BW' compares a fused "
+                  f"kernel with a polycomp copy of the same bytes, timed alongside it"]
+    lines += ["", "| group | case | ours (ms) | peer | peer (ms) | peer/ours | median ratio "
+              "| ours perf | peer perf | roof | ours % of roof | peer % of roof | % of copy BW "
+              "| % of STREAM copy |",
+              "|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in result["rows"]:
         perf = peer = ""
         for unit in ("GFLOP/s", "GB/s"):
@@ -382,37 +430,101 @@ def format_table(result: dict) -> str:
         bw = f"{100 * r['of_copy_bw']:.0f}%" if "of_copy_bw" in r else ""
         sbw = f"{100 * r['of_stream_copy']:.0f}%" if "of_stream_copy" in r else ""
         med = f"{r['ratio_median']:.2f}" if "ratio_median" in r else ""
+        roof = r.get("roof", "")
+        ours_roof = f"{100 * r['of_roof']:.0f}%" if "of_roof" in r else ""
+        peer_roof = f"{100 * r['peer_of_roof']:.0f}%" if "peer_of_roof" in r else ""
         lines.append(f"| {r['group']} | {r['case']} | {r['ours_ms']:.3f} | {r['peer']} | "
-                     f"{r['peer_ms']:.3f} | {r['ratio']:.2f} | {med} | {perf} | {peer} | {bw} "
-                     f"| {sbw} |")
+                     f"{r['peer_ms']:.3f} | {r['ratio']:.2f} | {med} | {perf} | {peer} | {roof} "
+                     f"| {ours_roof} | {peer_roof} | {bw} | {sbw} |")
     return "\n".join(lines)
+
+
+def format_scaling(results: list[dict]) -> str:
+    """Ours and the peer's throughput per thread count, and ours' speed-up over 1 thread
+    (the first result)."""
+    counts = [r["info"]["threads"] for r in results]
+    head = "| group | case | " + " | ".join(f"ours {t}T | peer {t}T" for t in counts) + \
+        " | ours speed-up |"
+    lines = [head, "|---|---|" + "---:|---:|" * len(counts) + "---:|"]
+    for k, row in enumerate(results[0]["rows"]):
+        unit = "GFLOP/s" if "GFLOP/s" in row else "GB/s"
+        cells, perfs = [], []
+        for res in results:
+            r = res["rows"][k] if k < len(res["rows"]) else {}
+            perfs.append(r.get(unit))
+            cells.append(f"{r[unit]:.1f} | {r['peer_' + unit]:.1f}" if unit in r else " | ")
+        up = " / ".join(f"{p / perfs[0]:.2f}x" for p in perfs[1:] if p and perfs[0])
+        lines.append(f"| {row['group']} | {row['case']} ({unit}) | " + " | ".join(cells) +
+                     f" | {up} |")
+    return "\n".join(lines)
+
+
+def _thread_counts(text: str | None) -> list[int]:
+    avail = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if text is None:
+        return [min(2, avail or 1)]
+    out: list[int] = []
+    for part in text.split(","):
+        n = (avail or 1) if part.strip() == "all" else int(part)
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def _child(argv: list[str], threads: int, capture: bool):
+    """Run the suite in a child process with ``threads`` threads on both sides and
+    OpenBLAS's own kernel (``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` removed there
+    only, never in this process)."""
+    env = dict(os.environ)
+    for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        env.pop(k, None)
+    env.update({_CHILD: "1", "OMP_NUM_THREADS": str(threads),
+                "OPENBLAS_NUM_THREADS": str(threads), "OMP_PROC_BIND": "false"})
+    args = [a for a in argv]
+    if "--threads" in args:
+        i = args.index("--threads")
+        del args[i:i + 2]
+    args += ["--threads", str(threads)] + (["--json"] if capture and "--json" not in args else [])
+    cmd = [sys.executable, "-m", "polycomp.benchmarks.cpu"] + args
+    return subprocess.run(cmd, env=env, stdout=subprocess.PIPE if capture else None, text=True)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="polycomp bench cpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
-    p.add_argument("--threads", type=int, default=None,
-                   help="threads for both sides (default: 2, or the CPUs available if fewer)")
+    p.add_argument("--threads", default=None,
+                   help="threads for both sides (default: 2, or the CPUs available if fewer); "
+                        "a list such as 1,2,all runs the suite once per count and adds a "
+                        "thread-scaling table")
     p.add_argument("--repeat", type=int, default=None, help="timed rounds per case")
     p.add_argument("--target", default="cpu", help="polycomp target (default: cpu, this machine)")
+    p.add_argument("--only", default=None,
+                   help="comma-separated groups to run: " + ",".join(GROUPS))
+    argv = list(argv if argv is not None else sys.argv[1:])
     args = p.parse_args(argv)
-    if args.threads is None:
-        avail = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        args.threads = min(2, avail or 1)
+    counts = _thread_counts(args.threads)
     if args.repeat is None:
         args.repeat = 3 if args.quick else 7
-    if os.environ.get(_CHILD) != "1":
-        env = dict(os.environ)
-        for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-            env.pop(k, None)
-        env.update({_CHILD: "1", "OMP_NUM_THREADS": str(args.threads),
-                    "OPENBLAS_NUM_THREADS": str(args.threads), "OMP_PROC_BIND": "false"})
-        cmd = [sys.executable, "-m", "polycomp.benchmarks.cpu"] + list(argv if argv is not None
-                                                                       else sys.argv[1:])
-        return subprocess.run(cmd, env=env).returncode
-    result = run_child(args)
-    print(json.dumps(result, indent=1) if args.json else format_table(result))
+    if os.environ.get(_CHILD) == "1":
+        args.threads = counts[0]
+        result = run_child(args)
+        print(json.dumps(result, indent=1) if args.json else format_table(result))
+        return 0
+    if len(counts) == 1:
+        return _child(argv, counts[0], capture=False).returncode
+    results = []
+    for t in counts:
+        r = _child(argv, t, capture=True)
+        if r.returncode != 0:
+            return r.returncode
+        results.append(json.loads(r.stdout))
+    if args.json:
+        print(json.dumps(results, indent=1))
+    else:
+        print("\n\n".join(format_table(r) for r in results))
+        print("\nthread scaling (throughput per thread count):\n")
+        print(format_scaling(results))
     return 0
 
 
