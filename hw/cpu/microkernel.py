@@ -106,23 +106,28 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int]):
         idx = simplify(ir.substitute(c, {li.var: ir.IntImm(i), lj.var: ir.IntImm(u * L)}))
         return ir.Ramp(idx, ir.IntImm(1), L)
 
-    # the factor shared by a row of the tile (the Y vector) and by a column (the X
-    # broadcast) are computed once per k iteration (let-bound), then MR x NV FMAs
+    # the factor shared by a row of the tile (the Y vector) is loaded once per k
+    # iteration (let-bound around the whole update); the X broadcast of row i is bound
+    # just around row i's NV FMAs, so at most MR*NV accumulators + NV Y vectors + one
+    # broadcast are live at a time (what the register block was sized for: binding all
+    # MR broadcasts first makes gcc spill accumulators inside the k loop)
     xf, yf = _factors(rest, li.var, lj.var)
-    lets = []
+    ylets, xlets = [], {}
     yvars, xvars = {}, {}
     if yf is not None:
         for u in range(NV):
             v = ir.Var(f"mk{tid}_y{u}", D)
-            lets.append((v, masked(u, Widen(lj.var, ir.IntImm(u * L), D, L).expr(yf))))
+            ylets.append((v, masked(u, Widen(lj.var, ir.IntImm(u * L), D, L).expr(yf))))
             yvars[u] = v
         for i in range(MR):
             v = ir.Var(f"mk{tid}_x{i}", D)
-            lets.append((v, Widen(lj.var, ir.IntImm(0), D, L).expr(
-                ir.substitute(xf, {li.var: ir.IntImm(i)}))))
+            xlets[i] = Widen(lj.var, ir.IntImm(0), D, L).expr(
+                ir.substitute(xf, {li.var: ir.IntImm(i)}))
             xvars[i] = v
-    loads, updates, stores = [], [], []
+    loads, stores = [], []
+    rows: list[ir.Stmt] = []
     for i in range(MR):
+        updates = []
         for u in range(NV):
             loads.append(ir.Store(acc, (slot(i, u),),
                                   masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)), L))
@@ -138,8 +143,10 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int]):
                 r = masked(u, w.expr(ir.substitute(rest, {li.var: ir.IntImm(i)})))
             updates.append(ir.Store(acc, (slot(i, u),),
                                     ir.Binary("+", ir.Load(acc, (slot(i, u),), D, L), r, D), L))
-    body = ir.seq(*updates)
-    for v, val in reversed(lets):
+        row = ir.seq(*updates)
+        rows.append(ir.LetStmt(xvars[i], xlets[i], row) if i in xlets else row)
+    body = ir.seq(*rows)
+    for v, val in reversed(ylets):
         body = ir.LetStmt(v, val, body)
     for k in reversed(lk):
         body = ir.For(k.var, k.min, k.extent, k.kind, body,
