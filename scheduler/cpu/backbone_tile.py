@@ -189,10 +189,15 @@ class Blocking:
     NC: int
     KC: int
     parallel_batch: bool
+    parallel_j: bool = False     # threads split the j tiles (few rows: BERT at L = 1)
 
     @property
     def NR(self) -> int:
         return self.NI * self.L
+
+
+#: a product with fewer register rows than this per thread is split over j tiles
+SMALL_M_PANELS = 4
 
 
 def register_block(registers: int) -> tuple[int, int]:
@@ -234,7 +239,17 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions) -> Blocking:
     if n_j is not None:
         NC = min(NC, -(-n_j // NR) * NR)
     n_i = _extent(dom, op.i)
-    if n_i is not None:
+    parallel_j = False
+    if n_i is not None and n_j is not None and threads > 1 and not options.gemm_tiles \
+            and -(-n_i // MR) < threads * SMALL_M_PANELS and n_j >= threads * NR:
+        # few rows: splitting i would have every thread pack (and read from memory) the
+        # whole Y block for a handful of register rows; each thread takes whole j tiles
+        # instead (its own part of Y, all of X, which is small), at least one per thread
+        MC = MR * -(-n_i // MR)
+        per_thread = NR * -(-n_j // (threads * NR))
+        NC = min(NC, per_thread)
+        parallel_j = True
+    elif n_i is not None:
         panels = -(-n_i // MR)
         q = 1
         MC = MR * -(-panels // (threads * q))
@@ -255,7 +270,7 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions) -> Blocking:
         else:
             batch_iters *= e
     parallel_batch = bool(op.batch) and (not known or batch_iters >= threads)
-    return Blocking(MR, NI, L, MC, NC, KC, parallel_batch)
+    return Blocking(MR, NI, L, MC, NC, KC, parallel_batch, parallel_j and not parallel_batch)
 
 
 # --------------------------------------------------------------------------- tree
@@ -464,8 +479,10 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
     pack_x = T.Mark(mark_x, regs)
     pack_y = T.Mark(mark_y, pack_x)
     outer = T.Band([jt, kt], pack_y, permutable=True, coincident=[True, False])
+    if b.parallel_j:
+        outer = T.Mark(marks.CPU_PARALLEL, outer)
     outer = T.Band([it], outer, permutable=True, coincident=[True])
-    if not b.parallel_batch:
+    if not b.parallel_batch and not b.parallel_j:
         outer = T.Mark(marks.CPU_PARALLEL, outer)
     if batch:
         outer = T.Band(batch, outer, permutable=True, coincident=[True] * len(batch))
@@ -511,7 +528,7 @@ class CpuBackboneTilePass(Pass):
             ctx.note(self.name, f"{op.update.stage.name}: register block {b.MR}x{b.NR} "
                                 f"({b.MR * b.NI} accumulators), tiles MC={b.MC} NC={b.NC} "
                                 f"KC={b.KC}, parallel over "
-                                f"{'batch' if b.parallel_batch else 'i tiles'}"
+                                f"{'batch' if b.parallel_batch else 'j tiles' if b.parallel_j else 'i tiles'}"
                                 + (f"; epilogue {epi.stage.name} on each register tile"
                                    if epi is not None else ""))
             if epi is not None:          # the epilogue's stage joins the backbone's subtree
