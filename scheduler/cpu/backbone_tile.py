@@ -498,6 +498,10 @@ def _pos_of(load: ir.Load, var) -> int:
     return 0
 
 
+def _split_name(b: Blocking) -> str:
+    return "batch" if b.parallel_batch else "j tiles" if b.parallel_j else "i tiles"
+
+
 class CpuBackboneTilePass(Pass):
     name = "cpu-backbone-tile"
 
@@ -528,7 +532,7 @@ class CpuBackboneTilePass(Pass):
             ctx.note(self.name, f"{op.update.stage.name}: register block {b.MR}x{b.NR} "
                                 f"({b.MR * b.NI} accumulators), tiles MC={b.MC} NC={b.NC} "
                                 f"KC={b.KC}, parallel over "
-                                f"{'batch' if b.parallel_batch else 'j tiles' if b.parallel_j else 'i tiles'}"
+                                f"{_split_name(b)}"
                                 + (f"; epilogue {epi.stage.name} on each register tile"
                                    if epi is not None else ""))
             if epi is not None:          # the epilogue's stage joins the backbone's subtree
