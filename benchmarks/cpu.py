@@ -192,6 +192,53 @@ def bench_batch_matmul(s: Suite):
               "GFLOP/s", traffic=4 * b * (n * kk + kk * m + n * m))
 
 
+def bench_lowp(s: Suite, n: int | None = None, mode: str = "native"):
+    """bf16 (vdpbf16ps) and int8 (vpdpbusd) GEMM against our own fp32 GEMM of the same
+    shape (the peer column), as a fraction of the dot unit's measured peak; rows say
+    "not available" where the host lacks the unit (SIMDe emulation is not timed)."""
+    import numpy as np
+
+    from polycomp import dtypes as dt
+    from polycomp.benchmarks import cpu_roofline as rl
+    from polycomp.frontend import ops
+    from polycomp.hw.cpu import lowp
+    from polycomp.hw.target import get_target
+    n = n or (512 if s.quick else 1024)
+    units = {"bf16": rl.UNITS[3].name, "int8": rl.UNITS[4].name}
+    rng = np.random.default_rng(5)
+    f32 = None
+    for kind in ("bf16", "int8"):
+        case = f"{kind} GEMM {n}x{n}x{n}"
+        if not lowp.host_has(kind):
+            s.rows.append({"group": "lowp", "case": case, "peer": "ours fp32",
+                           "not_available": f"host lacks {lowp.KINDS[kind][1]}"})
+            print(f"  lowp       {case:34s} not available", file=sys.stderr, flush=True)
+            continue
+        if f32 is None:
+            k = _kernel(lambda A, B: ops.matmul(A, B), f"sgemm{n}",
+                        A=((n, n), "float32"), B=((n, n), "float32"))
+            f32 = _build(k, s.target)
+            A32 = rng.standard_normal((n, n), dtype=np.float32)
+            C32 = np.empty((n, n), np.float32)
+        g = lowp.for_target(kind, n, n, n, get_target(s.target))
+        f = lowp.build(g, mode)
+        if kind == "bf16":
+            A = A32.astype(dt.to_numpy("bfloat16"))
+            C = np.empty((n, n), np.float32)
+            ref = lowp.reference_bf16(A[:8], A, "odd-first")
+        else:
+            A = rng.integers(-128, 128, (n, n)).astype(np.int8)
+            C = np.empty((n, n), np.int32)
+            ref = lowp.reference_int8(A[:8], A)
+        f(A, A, out=C)
+        assert np.allclose(C[:8], ref, rtol=1e-5, atol=1e-3), case
+        t_ours, t_f32 = _timeit([lambda: f(A, A, out=C), lambda: f32(A32, A32, out=[C32])],
+                                s.repeat)
+        row = s.add("lowp", case, t_ours, t_f32, "ours fp32", 2 * n ** 3, "GFLOP/s",
+                    traffic=3 * n * n * (2 if kind == "bf16" else 1))
+        row["roof_unit"] = units[kind]
+
+
 #: ResNet-18 convolutions (batch 1): (name, C, H, W, F, KH, stride, pad)
 RESNET18 = [
     ("conv1 7x7/2", 3, 224, 224, 64, 7, 2, 3),
@@ -352,7 +399,7 @@ def machine_info(tgt) -> dict:
             "l1": tgt.l1_bytes, "l2": tgt.l2_bytes, "l3": tgt.l3_bytes}
 
 
-GROUPS = ("stream", "memory", "sgemm", "mm_bias_relu", "batch_mm", "conv2d")
+GROUPS = ("stream", "memory", "sgemm", "mm_bias_relu", "batch_mm", "conv2d", "lowp")
 
 
 def add_roofline(rows: list[dict], roofs, unit: str, threads: int) -> None:
@@ -361,7 +408,8 @@ def add_roofline(rows: list[dict], roofs, unit: str, threads: int) -> None:
     it (``of_roof`` / ``peer_of_roof``)."""
     for r in rows:
         if "work" in r and "GFLOP/s" in r:
-            roof, name = roofs.roof(unit, threads, r["work"], r.get("traffic"))
+            roof, name = roofs.roof(r.get("roof_unit", unit), threads, r["work"],
+                                    r.get("traffic"))
             perf = "GFLOP/s"
         elif "GB/s" in r:
             roof, name, perf = roofs.copy_GBs.get(threads), "copy BW", "GB/s"
@@ -394,7 +442,8 @@ def run_child(args) -> dict:
     if "memory" in only and copy_bw is not None:
         bench_memory_bound(s, copy_bw)
     for name, fn in (("sgemm", bench_sgemm), ("mm_bias_relu", bench_matmul_bias_relu),
-                     ("batch_mm", bench_batch_matmul), ("conv2d", bench_conv2d)):
+                     ("batch_mm", bench_batch_matmul), ("conv2d", bench_conv2d),
+                     ("lowp", bench_lowp)):
         if name in only:
             fn(s)
     unit = rl.unit_for(tgt.isa)
@@ -422,6 +471,10 @@ def format_table(result: dict) -> str:
               "| % of STREAM copy |",
               "|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in result["rows"]:
+        if "not_available" in r:
+            lines.append(f"| {r['group']} | {r['case']} | not available ({r['not_available']}) "
+                         f"| {r['peer']} |" + " |" * 10)
+            continue
         perf = peer = ""
         for unit in ("GFLOP/s", "GB/s"):
             if unit in r:
@@ -447,6 +500,8 @@ def format_scaling(results: list[dict]) -> str:
         " | ours speed-up |"
     lines = [head, "|---|---|" + "---:|---:|" * len(counts) + "---:|"]
     for k, row in enumerate(results[0]["rows"]):
+        if "not_available" in row:
+            continue
         unit = "GFLOP/s" if "GFLOP/s" in row else "GB/s"
         cells, perfs = [], []
         for res in results:

@@ -60,3 +60,22 @@ def test_rows_get_roof_columns_and_scaling_table():
     scaling = bench.format_scaling([result, two])
     assert "| sgemm | c (GFLOP/s) | 50.0 | 80.0 | 90.0 | 80.0 | 1.80x |" in scaling
     assert bench._thread_counts("1,2,1") == [1, 2]
+
+
+def test_lowp_rows(monkeypatch):
+    """Without the units: "not available" rows; with them (emulated here: SIMDe stands
+    in for the native build) a timed row against our fp32 GEMM on the dot unit's roof."""
+    from polycomp.hw.cpu import lowp
+    s = bench.Suite(quick=True, threads=1, repeat=1, target="cpu-avx512-bf16")
+    monkeypatch.setattr(lowp, "host_has", lambda kind: False)
+    bench.bench_lowp(s, n=24)
+    assert [r.get("not_available") for r in s.rows] == ["host lacks avx512_bf16",
+                                                         "host lacks avx512_vnni"]
+    text = bench.format_table({"info": {"threads": 1, "target": "t", "isa": "avx512"},
+                               "rows": s.rows})
+    assert "| lowp | bf16 GEMM 24x24x24 | not available (host lacks avx512_bf16) |" in text
+    s.rows.clear()
+    monkeypatch.setattr(lowp, "host_has", lambda kind: True)
+    monkeypatch.setattr(bench, "_timeit", lambda fns, repeat: [(f(), 1e-3)[1] for f in fns])
+    bench.bench_lowp(s, n=24, mode="simde")
+    assert [r["roof_unit"] for r in s.rows] == [rl.UNITS[3].name, rl.UNITS[4].name]
