@@ -26,6 +26,8 @@ void probe(const float* p, const int32_t* masks, int n, float* out) {
 def test_avx2_masked_stride2_load():
     src = "#include <stdint.h>\n#include <math.h>\n#include <stdlib.h>\n" + prelude("avx2") + _SRC
     lib = ctypes.CDLL(build_shared(src, flags=DEFAULT_FLAGS))
+    lib.probe.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    lib.probe.restype = None
     masks = np.array([[-1 if (k >> l) & 1 else 0 for l in range(8)] for k in range(256)],
                      np.int32)
     data = np.arange(1, 17, dtype=np.float32)
