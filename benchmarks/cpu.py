@@ -123,22 +123,28 @@ def bench_sgemm(s: Suite):
     import numpy as np
 
     from polycomp.frontend import ops
-    sizes = (512, 1024) if s.quick else (512, 1024, 2048)
+    sizes = [(n, n, n) for n in ((512, 1024) if s.quick else (256, 512, 1024, 2048))]
+    sizes += [] if s.quick else BERT_L1
     rng = np.random.default_rng(0)
-    for n in sizes:
-        k = _kernel(lambda A, B: ops.matmul(A, B), f"sgemm{n}",
-                    A=((n, n), "float32"), B=((n, n), "float32"))
+    for m, n, kk in sizes:
+        k = _kernel(lambda A, B: ops.matmul(A, B), f"sgemm{m}_{n}_{kk}",
+                    A=((m, kk), "float32"), B=((kk, n), "float32"))
         f = _build(k, s.target)
-        A = rng.standard_normal((n, n), dtype=np.float32)
-        B = rng.standard_normal((n, n), dtype=np.float32)
-        C = np.empty((n, n), np.float32)
+        A = rng.standard_normal((m, kk), dtype=np.float32)
+        B = rng.standard_normal((kk, n), dtype=np.float32)
+        C = np.empty((m, n), np.float32)
         f(A, B, out=[C])
         err = float(np.max(np.abs(C - A @ B)))
-        assert err < 1e-3 * n ** 0.5, f"sgemm {n}: max error {err}"
+        assert err < 1e-3 * kk ** 0.5, f"sgemm {m}x{n}x{kk}: max error {err}"
         t_ours, t_np = _timeit([lambda: f(A, B, out=[C]), lambda: np.matmul(A, B, out=C)],
                                s.repeat)
-        s.add("sgemm", f"{n}x{n}x{n} fp32", t_ours, t_np, "numpy", 2 * n ** 3, "GFLOP/s",
-              traffic=12 * n * n)
+        s.add("sgemm", f"{m}x{n}x{kk} fp32" + (" (BERT L=1)" if m == 32 else ""), t_ours,
+              t_np, "numpy", 2 * m * n * kk, "GFLOP/s", traffic=4 * (m * kk + kk * n + m * n))
+
+
+#: BERT-large products at sequence length 1 (batch 32): (M, N, K) of the QKV/output
+#: projections and the two FFN products
+BERT_L1 = [(32, 1024, 1024), (32, 4096, 1024), (32, 1024, 4096)]
 
 
 def bench_matmul_bias_relu(s: Suite):
@@ -412,7 +418,7 @@ def add_roofline(rows: list[dict], roofs, unit: str, threads: int) -> None:
                                     r.get("traffic"))
             perf = "GFLOP/s"
         elif "GB/s" in r:
-            roof, name, perf = roofs.copy_GBs.get(threads), "copy BW", "GB/s"
+            roof, name, perf = roofs.bandwidth_roof(threads), "copy BW", "GB/s"
         else:
             continue
         r["roof"] = name

@@ -13,8 +13,11 @@ thread copying its contiguous share (bytes read + bytes written per second).
 
 Roofline: a kernel doing ``flops`` operations on ``bytes`` of compulsory traffic
 (inputs read once, outputs written once) is bounded by
-``min(peak, flops / bytes * copy bandwidth)``; the benchmark reports ours and the
-peer's throughput as a fraction of that roof (``% of roof``), and names the roof.
+``min(peak, flops / bytes * copy bandwidth)`` (:meth:`Roofs.roof`: the ``t``-thread
+peak is at least ``t`` times the 1-thread one, the bandwidth the best measured with at
+most ``t`` threads, so a probe disturbed by another process does not lower the roof);
+the benchmark reports ours and the peer's throughput as a fraction of that roof
+(``% of roof``), and names the roof.
 """
 from __future__ import annotations
 
@@ -192,15 +195,33 @@ class Roofs:
                      {int(t): v for t, v in d["copy_GBs"]}, tuple(d["threads"]))
 
     def peak(self, unit: str, threads: int) -> float | None:
+        """The measured peak of ``unit`` on ``threads`` threads (None: no such unit)."""
         return self.peaks.get((unit, threads))
+
+    def compute_roof(self, unit: str, threads: int) -> float | None:
+        """The compute roof on ``threads`` threads: the larger of the ``threads``-thread
+        measurement and ``threads`` times the 1-thread one (each thread has its own core
+        and FMA pipes; a lower multi-thread figure means another process took a core
+        while the probe ran, which is not a limit of the machine)."""
+        p = self.peak(unit, threads)
+        one = self.peak(unit, 1)
+        if p is None:
+            return None
+        return max(p, threads * one) if one is not None else p
+
+    def bandwidth_roof(self, threads: int) -> float | None:
+        """The copy-bandwidth roof on ``threads`` threads: the best copy measured with at
+        most that many threads (more threads cannot lower what memory delivers)."""
+        got = [v for t, v in self.copy_GBs.items() if t <= threads]
+        return max(got) if got else None
 
     def roof(self, unit: str, threads: int, flops: float, nbytes: float | None):
         """``(roof G(FL)OP/s, its name)`` for a kernel of ``flops`` on ``nbytes``."""
-        p = self.peak(unit, threads)
+        p = self.compute_roof(unit, threads)
         if p is None:
             return None, "n/a"
         if nbytes:
-            bw = self.copy_GBs.get(threads)
+            bw = self.bandwidth_roof(threads)
             if bw is not None and flops / nbytes * bw < p:
                 return flops / nbytes * bw, "copy BW"
         return p, unit

@@ -79,3 +79,10 @@ def test_lowp_rows(monkeypatch):
     monkeypatch.setattr(bench, "_timeit", lambda fns, repeat: [(f(), 1e-3)[1] for f in fns])
     bench.bench_lowp(s, n=24, mode="simde")
     assert [r["roof_unit"] for r in s.rows] == [rl.UNITS[3].name, rl.UNITS[4].name]
+
+
+def test_disturbed_multi_thread_probe_does_not_lower_the_roof():
+    u = "fp32 FMA 256-bit"
+    roofs = rl.Roofs({(u, 1): 100.0, (u, 2): 150.0}, {1: 30.0, 2: 20.0}, (1, 2))
+    assert roofs.compute_roof(u, 2) == 200.0 and roofs.compute_roof(u, 1) == 100.0
+    assert roofs.bandwidth_roof(2) == 30.0 and roofs.bandwidth_roof(1) == 30.0

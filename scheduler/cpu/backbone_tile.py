@@ -42,6 +42,23 @@ direct-form backbone (convolutions) keeps the init apart:
             band[reduce dims..]
               band[i mod MR, j mod NR]
 
+With constant channel and window extents a direct backbone takes its *channel form*
+(:func:`match_channel_form`, :func:`channel_tree`): ``j`` = the output channels (``Y``,
+the weights, packed in panels of ``NR`` channels), ``i`` = the output width:
+
+    sequence
+      filter init:   mark cpu_parallel -> band[s]
+      filter update: mark cpu_parallel -> band[floor(f/NR)]
+        mark cpu_pack_request (Y along its first dimension, panels of NR, for L2)
+          band[batch..] -> band[floor(i/MR)]   isolate: full MR x NR tiles
+            mark cpu_microkernel -> band[window dims.., other reduce dims..]
+                                      -> band[i mod MR, f mod NR]
+
+A GEMM-form backbone with fewer than ``SMALL_M_PANELS`` register rows per thread and at
+least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]``
+band instead of the ``i``-tile band (``MC`` = all rows, ``NC`` at most a thread's share
+of the columns).
+
 Legality: the only dependences into the update statements from the init are on the same
 output element ``C[s]``, whose init instance comes first in both trees (a separate
 earlier filter, or the same tile at ``k`` tile 0 and the earlier sequence child); the
@@ -56,7 +73,11 @@ at least as many iterations as threads (or is symbolic), else on the ``i`` tile 
 region (each thread packs the blocks it uses, no barrier inside), which matters on busy
 machines where every fork/join waits for the slowest thread. The isolate option makes
 isl generate the full ``MR x NR`` tiles separately, with constant point-loop bounds (the
-micro-kernel), and the partial tiles at the edges as generic loops.
+micro-kernel), and the partial tiles at the edges as generic loops.  The channel form
+orders the reduce loops window first: the dependences between the updates of one
+output element (the accumulation) then run in another order, i.e. the sum is
+reassociated (as the vectoriser's multiple accumulators do); every other dependence is
+kept (``tests/test_cpu_directconv.py`` checks exactly that).
 
 Register block ``MR x NR`` (``NR = NI`` vectors): the largest ``MR*NI/(MR+NI)`` (FMA per
 load) with ``MR*NI + NI + 1 <= vector registers`` (accumulators, one row of ``Y``
