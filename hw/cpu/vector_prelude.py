@@ -71,17 +71,6 @@ PC_VINLINE __m256 pc256_load_strided_ps(const float* p, int64_t s) {
   return _mm256_i32gather_ps(p, idx, 4);
 }
 PC_VINLINE __m256 pc256_maskz_load_strided_ps(__m256 m, const float* p, int64_t s) {
-  if (s == 2) {  /* padded stride-2 rows (convolutions): lane l reads p[2l] when active;
-                    the lane mask moves to the even positions of two masked loads (odd
-                    positions and inactive lanes are never read), then the shuffle and
-                    permute of the unmasked case, not a gather */
-    const __m256i even = _mm256_setr_epi32(-1, 0, -1, 0, -1, 0, -1, 0);
-    const __m256i mi = _mm256_castps_si256(m);
-    const __m256i mlo = _mm256_and_si256(even, _mm256_permutevar8x32_epi32(mi, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
-    const __m256i mhi = _mm256_and_si256(even, _mm256_permutevar8x32_epi32(mi, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));
-    const __m256 t = _mm256_shuffle_ps(_mm256_maskload_ps(p, mlo), _mm256_maskload_ps(p + 8, mhi), _MM_SHUFFLE(2, 0, 2, 0));
-    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
-  }
   const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)s));
   return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), p, idx, m, 4);
 }
