@@ -154,6 +154,10 @@ class GraphBuilder:
         node = Node(op, nname, list(inputs), dict(attrs), out, user_location())
         out.producer = node
         self.graph.nodes.append(node)
+        if all(v.shape is not None for v in inputs):  # eager propagation: sizes are usable
+            from .shapes import Constraints
+            self._cs = getattr(self, "_cs", None) or Constraints()
+            out.shape = self._cs.apply_shape(OPS[op].shape(node, self._cs))
         return out
 
     def __getattr__(self, op: str):

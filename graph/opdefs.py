@@ -25,7 +25,7 @@ from polycomp.errors import ShapeMismatchError
 from polycomp.frontend import dsl, ops
 
 from .ir import Node, Shape
-from .shapes import Constraints, broadcast, mismatch
+from .shapes import Constraint, Constraints, broadcast, mismatch
 
 ShapeRule = Callable[[Node, Constraints], Shape]
 
@@ -136,20 +136,30 @@ def _permute_lower(node: Node, ins, shape):
 
 
 def _slice_shape(node: Node, cs: Constraints) -> Shape:
-    s = list(node.inputs[0].shape)
+    """``x[start:end]`` along ``axis``; a symbolic ``end`` (``mask[:S]``) gives extent
+    ``end - start`` and the constraint ``min(end, extent) == end`` (checked per call)."""
+    x = node.inputs[0]
+    s = list(x.shape)
     a = _axis(node, node.attrs["axis"], len(s))
     start = int(node.attrs.get("start", 0))
     end = sympy.sympify(node.attrs["end"]) if node.attrs.get("end") is not None else s[a]
-    s[a] = sympy.Min(end, s[a]) - start if not (end - s[a]).is_number else min(end, s[a]) - start
+    if (end - s[a]).is_number:
+        end = min(end, s[a])
+    else:
+        cs.recorded.append(Constraint(sympy.Min(end, s[a]), end,
+                                      f"slice {node.name!r}: end within {x.name!r}"))
+    s[a] = end - start
     return tuple(s)
 
 
 def _slice_lower(node: Node, ins, shape):
     a = _axis(node, node.attrs["axis"], len(shape))
     st = int(node.attrs.get("start", 0))
-    return _compute(shape, lambda i: ins[0][tuple(v + st if k == a else v
-                                                      for k, v in enumerate(i))],
-                       name=_name(node))
+    hi = ins[0].shape[a]
+    clamp = not ir.is_const(shape[a]) or not ir.is_const(hi)  # provably in bounds for isl
+    return _compute(shape, lambda i: ins[0][tuple(
+        (ir.min_(v + st, hi - 1) if clamp else v + st) if k == a else v
+        for k, v in enumerate(i))], name=_name(node))
 
 
 def split_reshape(src: Shape, dst: Shape) -> tuple[int, Shape, Shape] | None:

@@ -64,7 +64,7 @@ class Constraints:
             raise mismatch(node, va, vb, f"{what}: {a} != {b}")
         self.recorded.append(Constraint(a, b, f"{node.op} {node.name!r}: {what}"))
         for side, other in ((b, a), (a, b)):
-            if isinstance(side, sympy.Symbol):
+            if isinstance(side, sympy.Symbol) and side not in other.free_symbols:
                 self.subst = {k: v.xreplace({side: other}) for k, v in self.subst.items()}
                 self.subst[side] = other
                 return other
