@@ -30,7 +30,8 @@ def polycomp_backend(gm, example_inputs, **kwargs):
               f"{e.message.splitlines()[0]}", file=sys.stderr)
         return gm.forward
     picks = [k for k, ex in enumerate(example_inputs)
-             if isinstance(ex, torch.Tensor) and not isinstance(ex, torch.nn.Parameter)]
+             if isinstance(ex, torch.Tensor) and not isinstance(ex, torch.nn.Parameter)
+             and ex.ndim > 0]
 
     def run(*args):
         res = cg(*[args[k] for k in picks])

@@ -60,6 +60,7 @@ class _Importer:
             torch.transpose: "transpose", torch.permute: "permute", torch.reshape: "reshape",
             operator.getitem: "getitem", operator.floordiv: "floordiv", math.sqrt: "msqrt",
             torch.neg: "neg", operator.neg: "neg", torch.narrow: "narrow",
+            torch._C._nn.linear: "linear",
         }
 
     # ------------------------------------------------------------------ helpers
@@ -190,6 +191,8 @@ class _Importer:
         if name == "permute":
             perm = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else args[1:]
             return g.permute(x, perm=tuple(perm))
+        if name == "item" and isinstance(x, _SCALAR):
+            return x
         if name in ("contiguous", "float"):
             return x
         if name == "softmax":
@@ -199,6 +202,17 @@ class _Importer:
         if name in ("relu", "tanh", "exp", "sigmoid", "sqrt", "rsqrt"):
             return g.op(name, x)
         raise UnsupportedOpError(f"method .{name}()")
+
+
+def _symdim(d) -> Any:
+    """A Dynamo extent (int or SymInt such as ``s0`` or ``2*s0``) as a dim."""
+    s = str(d)
+    if s.lstrip("-").isdigit():
+        return int(s)
+    if s.isidentifier():
+        return dim(s)
+    expr = sympy.sympify(s)
+    return expr.xreplace({x: dim(str(x)) for x in expr.free_symbols})
 
 
 def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
@@ -215,12 +229,15 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
         if isinstance(ex, torch.nn.Parameter):
             imp.env[n] = imp.const(ex)
         elif isinstance(ex, torch.SymInt):
-            imp.env[n] = dim(str(ex)) if str(ex).isidentifier() else int(ex)
+            imp.env[n] = _symdim(ex)
         elif isinstance(ex, int):
             imp.env[n] = ex
+        elif isinstance(ex, torch.Tensor) and ex.ndim == 0:  # Dynamo's dynamic float attrs
+            imp.env[n] = float(ex)
         else:
+            fake = n.meta.get("example_value", ex)  # Dynamo: SymInt extents live here
             shape = input_shapes[k] if input_shapes is not None else \
-                [str(d) if isinstance(d, torch.SymInt) else int(d) for d in ex.shape]
+                [_symdim(d) for d in fake.shape]
             imp.env[n] = imp.g.input(n.name, shape)
     for n in gm.graph.nodes:
         if n.op == "placeholder":
@@ -237,7 +254,11 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
         except UnsupportedOpError as e:
             imp.unsupported.append(e.message)
             imp.env[n] = None
-        except (TypeError, KeyError, AttributeError) as e:
+        except TypeError as e:  # an input of this op is already unsupported
+            if "got None" not in str(e):
+                imp.unsupported.append(f"{n.op} {n.target} ({e})")
+            imp.env[n] = None
+        except (KeyError, AttributeError) as e:
             imp.unsupported.append(f"{n.op} {n.target} ({e})")
             imp.env[n] = None
     if imp.unsupported:
