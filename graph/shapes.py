@@ -119,5 +119,11 @@ def propagate(graph: Graph) -> Constraints:
         if v.shape is None:
             raise PolycompInternalError(f"shape of {v.name!r} was not derived")
         v.shape = cs.apply_shape(v.shape)
+    kept = []
+    for c in cs.recorded:  # in terms of the surviving symbols; drop the ones now trivial
+        lhs, rhs = cs.apply(c.lhs), cs.apply(c.rhs)
+        if sympy.simplify(lhs - rhs) != 0:
+            kept.append(Constraint(lhs, rhs, c.why))
+    cs.recorded = kept
     graph.constraints = cs
     return cs
