@@ -49,8 +49,8 @@ def bert_times(cg, model, shapes, repeat: int) -> list[dict]:
             err = float((cg(x) - ref).abs().max() / ref.abs().max())
             tp, te = [], []
             for _ in range(repeat):  # interleaved rounds
-                tp += _time(lambda: cg(x), 1)
-                te += _time(lambda: model(x), 1)
+                tp += _time(lambda x=x: cg(x), 1)
+                te += _time(lambda x=x: model(x), 1)
         rows.append({"batch": b, "seq": s, "polycomp_best_ms": min(tp) * 1e3,
                      "polycomp_median_ms": statistics.median(tp) * 1e3,
                      "eager_best_ms": min(te) * 1e3, "eager_median_ms": statistics.median(te) * 1e3,
@@ -75,10 +75,11 @@ def astitch_traffic(target: str) -> list[dict]:
         moved = sum(4 * math.prod(int(d) for d in v.shape)
                     for gr in part.groups for v in part.inputs_of(gr) + part.outputs_of(gr)
                     if v.const is None)
-        unfused = sum(4 * math.prod(int(d) for d in v.shape) * (len(n.inputs) + 1)
-                      for n in graph.nodes for v in (n.output,))
+        unfused = sum(4 * math.prod(int(d) for d in n.output.shape) * (len(n.inputs) + 1)
+                      for n in graph.nodes)
         rows.append({"shape": f"<{r},{c}>", "kernels": len(part.groups),
-                     "traffic_vs_min": moved / (8 * r * c), "unfused_vs_min": unfused / (8 * r * c)})
+                     "traffic_vs_min": moved / (8 * r * c),
+                     "unfused_vs_min": unfused / (8 * r * c)})
     return rows
 
 
@@ -105,9 +106,11 @@ def main(argv=None) -> int:
     print("model  ops  kernels(groups)  distinct builds")
     for r in counts:
         print(f"{r['model']:6} {r['ops']:4} {r['groups']:8} {r['distinct_builds']:12}")
-    print("BERT layer (hidden 768): batch seq  polycomp ms (best/med)  eager ms (best/med)  speedup")
+    print("BERT layer (hidden 768): batch seq  polycomp ms (best/med)  eager ms (best/med)  "
+          "speedup")
     for r in times:
-        print(f"  {r['batch']:3} {r['seq']:4}  {r['polycomp_best_ms']:8.1f}/{r['polycomp_median_ms']:8.1f}"
+        print(f"  {r['batch']:3} {r['seq']:4}  "
+              f"{r['polycomp_best_ms']:8.1f}/{r['polycomp_median_ms']:8.1f}"
               f"  {r['eager_best_ms']:8.1f}/{r['eager_median_ms']:8.1f}  {r['speedup_best']:.2f}x"
               f"  (rel err {r['max_rel_err']:.1e})")
     for r in traffic:

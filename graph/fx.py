@@ -125,7 +125,6 @@ class _Importer:
 
     # ------------------------------------------------------------------ dispatch
     def call(self, kind: str, target, args, kwargs):
-        g = self.g
         if kind == "call_module":
             m = self.gm.get_submodule(target)
             f = self.modules.get(type(m))

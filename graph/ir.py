@@ -31,6 +31,14 @@ def dim(d: Any) -> sympy.Expr:
     raise TypeError(f"a dimension must be an int, a name or a sympy expression, got {d!r}")
 
 
+def numel(shape: Any, env: dict) -> int:
+    """The element count of ``shape`` with dims bound by ``env``."""
+    n = 1
+    for d in shape:
+        n *= int(sympy.sympify(d).xreplace(env))
+    return n
+
+
 def shape_str(shape: Shape | None) -> str:
     if shape is None:
         return "(?)"
@@ -39,10 +47,11 @@ def shape_str(shape: Shape | None) -> str:
 
 @dataclass(eq=False)
 class Value:
-    """An edge: one tensor.  ``producer`` is None for inputs and constants."""
+    """An edge: one tensor.  ``producer`` is None for inputs and constants.  ``shape`` is a
+    tuple of sympy extents once known (None until shape propagation reaches it)."""
     name: str
     dtype: str = "float32"
-    shape: Shape | None = None
+    shape: Any = None
     producer: "Node | None" = None
     const: np.ndarray | None = None
     is_input: bool = False

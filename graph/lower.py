@@ -91,7 +91,7 @@ def group_kernel(part: Partition, group: Group) -> GroupKernel:
         [inspect.Parameter(a, inspect.Parameter.POSITIONAL_OR_KEYWORD) for a in types])
     fn.__name__ = f"{part.graph.name}_{group.name}"
     kernel = Kernel(fn, f"{_clean(part.graph.name)}_{group.name}", types)
-    kernel.graph  # trace now: errors surface at compile time, params get registered
+    _ = kernel.graph  # trace now: errors surface at compile time
     for v in outputs:  # output extents may introduce parameters (B*S from a matmul)
         pm.shape(v.shape)
     return GroupKernel(kernel, inputs, outputs, pm, structural_key(group, inputs, outputs))

@@ -14,7 +14,6 @@ traced and return the stage computing the node's output.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -24,7 +23,7 @@ from polycomp import ir
 from polycomp.errors import ShapeMismatchError
 from polycomp.frontend import dsl, ops
 
-from .ir import Node, Shape
+from .ir import Node, Shape, numel
 from .shapes import Constraint, Constraints, broadcast, mismatch
 
 ShapeRule = Callable[[Node, Constraints], Shape]
@@ -113,9 +112,9 @@ def _unary_lower(node: Node, ins, shape):
 def _perm(node: Node, ndim: int) -> tuple[int, ...]:
     if node.op == "transpose":
         a, b = (_axis(node, node.attrs[k], ndim) for k in ("dim0", "dim1"))
-        p = list(range(ndim))
-        p[a], p[b] = p[b], p[a]
-        return tuple(p)
+        sw = list(range(ndim))
+        sw[a], sw[b] = sw[b], sw[a]
+        return tuple(sw)
     p = tuple(_axis(node, d, ndim) for d in node.attrs["perm"])
     if sorted(p) != list(range(ndim)):
         raise ShapeMismatchError(f"permute {node.name!r}: {p} is not a permutation",
@@ -196,7 +195,8 @@ def is_runtime_view(node: Node) -> bool:
 
 
 def _strides(shape) -> list[int]:
-    out, acc = [], 1
+    out: list[int] = []
+    acc = 1
     for d in reversed(shape):
         out.append(acc)
         acc *= int(d)
@@ -314,8 +314,7 @@ def kind_of(node: Node) -> str:
 
 def flops(node: Node, env: dict) -> float:
     """FLOPs of ``node`` with dims bound by ``env`` (the cost model's estimate)."""
-    out = math.prod(int(d.subs(env)) for d in node.output.shape)
     if node.op == "matmul":
-        return 2.0 * out * int(node.inputs[0].shape[-1].subs(env))
-    return OPS[node.op].flops_per_elem * math.prod(int(d.subs(env))
-                                                   for d in node.inputs[0].shape)
+        k = int(node.inputs[0].shape[-1].xreplace(env))
+        return 2.0 * numel(node.output.shape, env) * k
+    return OPS[node.op].flops_per_elem * numel(node.inputs[0].shape, env)

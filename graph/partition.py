@@ -24,9 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import sympy
-
-from .ir import Graph, Node, Value, shape_str
+from .ir import Graph, Node, Value, numel, shape_str
 from .opdefs import flops, kind_of
 
 ALPHA = 5e-6          # s per kernel call (ctypes call, OpenMP fork/join)
@@ -100,7 +98,7 @@ class Partition:
 
 
 def _numel(v: Value, env: dict) -> int:
-    return math.prod(int(sympy.sympify(d).subs(env)) for d in v.shape)
+    return numel(v.shape, env)
 
 
 def group_cost(g: Group, graph: Graph, cons: dict, env: dict) -> float:
@@ -174,9 +172,9 @@ def partition(graph: Graph, fuse: bool = True) -> Partition:
                     groups.append(Group(kind, members))
     for n in graph.nodes:
         if n in free:
-            k = kind_of(n)
-            groups.append(Group("view" if k == "view" else
-                                {"backbone": "backbone", "reduce": "reduce"}.get(k, "stitch"),
+            nk = kind_of(n)
+            groups.append(Group("view" if nk == "view" else
+                                {"backbone": "backbone", "reduce": "reduce"}.get(nk, "stitch"),
                                 [n]))
     groups.sort(key=lambda g: order[g.nodes[0]])
     if fuse:

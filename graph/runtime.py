@@ -10,7 +10,6 @@ need for the bound dims; zero-copy ``view`` steps alias their source's slot.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -19,7 +18,7 @@ import sympy
 
 from polycomp.errors import ShapeMismatchError, user_location
 
-from .ir import Graph, Value, shape_str
+from .ir import Graph, Value, numel, shape_str
 from .partition import Group, Partition
 
 
@@ -157,7 +156,7 @@ class CompiledGraph:
     def _slots(self, env) -> list[np.ndarray]:
         need = [0] * self.plan.nslots
         for v, k in self.plan.slot_of.items():
-            need[k] = max(need[k], math.prod(_ev(d, env) for d in v.shape))
+            need[k] = max(need[k], numel(v.shape, env))
         return [np.empty(n, dtype=d) for n, d in zip(need, self.plan.dtypes)]
 
     def explain(self) -> str:
@@ -166,7 +165,7 @@ class CompiledGraph:
 
 def _view(slot: np.ndarray, v: Value, env) -> np.ndarray:
     shape = tuple(_ev(d, env) for d in v.shape)
-    return slot[:math.prod(shape)].reshape(shape)
+    return slot[:numel(shape, {})].reshape(shape)
 
 
 def _ev(e, env) -> int:

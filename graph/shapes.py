@@ -115,15 +115,15 @@ def propagate(graph: Graph) -> Constraints:
                 if c not in queued:
                     work.append(c)
                     queued.add(c)
-    for v in [*graph.inputs, *(n.output for n in graph.nodes)]:
-        if v.shape is None:
-            raise PolycompInternalError(f"shape of {v.name!r} was not derived")
-        v.shape = cs.apply_shape(v.shape)
+    for val in [*graph.inputs, *(n.output for n in graph.nodes)]:
+        if val.shape is None:
+            raise PolycompInternalError(f"shape of {val.name!r} was not derived")
+        val.shape = cs.apply_shape(val.shape)
     kept = []
-    for c in cs.recorded:  # in terms of the surviving symbols; drop the ones now trivial
-        lhs, rhs = cs.apply(c.lhs), cs.apply(c.rhs)
+    for con in cs.recorded:  # in terms of the surviving symbols; drop the trivial ones
+        lhs, rhs = cs.apply(con.lhs), cs.apply(con.rhs)
         if sympy.simplify(lhs - rhs) != 0:
-            kept.append(Constraint(lhs, rhs, c.why))
+            kept.append(Constraint(lhs, rhs, con.why))
     cs.recorded = kept
     graph.constraints = cs
     return cs
