@@ -92,3 +92,15 @@ def test_dlpack_kernels_and_graphs_out():
     assert cg(xt, out=res) is res
     torch.testing.assert_close(res, torch.softmax(xt, -1))
     assert isinstance(cg(xt.numpy()), np.ndarray)
+
+
+@pytest.mark.slow
+def test_gpt2_through_cuda_simulator():
+    """Every group of the GPT-2 block compiled for ``cuda`` and run by the GPU-semantics
+    simulator (strict races/bounds checks), two sequence lengths, one compilation."""
+    m = MODELS["gpt2"](16, 2, 32, max_seq=8)
+    cg = compile_graph(import_module(m, [("B", "S", 16)], "gpt2"), "cuda", simulate=True)
+    for s in (2, 5):
+        x = torch.randn(1, s, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(cg(x), m(x), rtol=1e-4, atol=1e-5)

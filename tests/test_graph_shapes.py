@@ -99,3 +99,25 @@ def test_buffer_plan_reuses_slots():
     np.testing.assert_allclose(cg(xv), ref, rtol=1e-4, atol=1e-5)
     assert cg.kernel_count == 1  # four identical groups, one build
     assert isinstance(sympy.Symbol("N", positive=True, integer=True), sympy.Symbol)
+
+
+def test_docs_examples_run_and_explain_cli(tmp_path, capsys):
+    import os
+    import re
+
+    from polycomp.cli import main
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", "graph.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    assert blocks
+    ns: dict = {}
+    for b in blocks:
+        exec(compile(b, "docs/graph.md", "exec"), ns)
+    src = tmp_path / "g.py"
+    src.write_text("import numpy as np\nfrom polycomp.graph import GraphBuilder\n"
+                   "b = GraphBuilder('tiny')\nx = b.input('x', ('N', 8))\n"
+                   "graph = b.build(b.softmax(b.relu(x)))\n")
+    capsys.readouterr()
+    assert main(["explain", str(src)]) == 0
+    out = capsys.readouterr().out
+    assert "g0 [reduce] relu -> softmax" in out and "subgraph cluster_0" in out
