@@ -3,7 +3,8 @@
 Registered through the ``torch_dynamo_backends`` entry point (pyproject) and by
 :func:`register` on import of this module.  A graph with an op polycomp cannot compile
 runs eagerly, with a one-line report naming the unsupported ops.  With
-``dynamic=True`` one compilation serves every value of Dynamo's symbolic sizes.
+``dynamic=True`` one compilation serves every value of Dynamo's symbolic sizes;
+``options={"target": "c"}`` picks the polycomp target (default ``cpu``).
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def polycomp_backend(gm, example_inputs, **kwargs):
     import torch
     try:
         graph = import_fx(gm, example_inputs=example_inputs, name="dynamo")
-        cg = compile_graph(graph, kwargs.get("target", TARGET))
+        opts = kwargs.get("options") or {}  # torch.compile(..., options={"target": "c"})
+        cg = compile_graph(graph, opts.get("target", TARGET))
     except UnsupportedOpError as e:
         print(f"polycomp: running a graph eagerly: {e.message}", file=sys.stderr)
         return gm.forward
