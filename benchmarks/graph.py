@@ -55,23 +55,36 @@ def inductor_kernels(model, hidden: int) -> int | None:
         return None
 
 
-def bert_times(cg, model, shapes, repeat: int) -> list[dict]:
+def bert_times(cg, model, shapes, repeat: int, inductor: bool) -> list[dict]:
     import torch
     rows = []
+    ind = None
+    if inductor:
+        try:
+            torch._dynamo.reset()
+            ind = torch.compile(model, dynamic=True)
+            with torch.no_grad():
+                ind(torch.randn(*shapes[0], 768))
+        except Exception:  # noqa: BLE001 - a comparison column, not a requirement
+            ind = None
     for b, s in shapes:
         x = torch.randn(b, s, 768)
         with torch.no_grad():
             ref = model(x)
             err = float((cg(x) - ref).abs().max() / ref.abs().max())
-            tp, te = [], []
+            tp, te, ti = [], [], []
             for _ in range(repeat):  # interleaved rounds
                 tp += _time(lambda x=x: cg(x), 1)
                 te += _time(lambda x=x: model(x), 1)
+                if ind is not None:
+                    ti += _time(lambda x=x: ind(x), 1)
         rows.append({"batch": b, "seq": s, "polycomp_best_ms": min(tp) * 1e3,
                      "polycomp_median_ms": statistics.median(tp) * 1e3,
                      "eager_best_ms": min(te) * 1e3, "eager_median_ms": statistics.median(te) * 1e3,
                      "speedup_best": min(te) / min(tp),
                      "speedup_median": statistics.median(te) / statistics.median(tp),
+                     "inductor_best_ms": min(ti) * 1e3 if ti else None,
+                     "inductor_median_ms": statistics.median(ti) * 1e3 if ti else None,
                      "max_rel_err": err})
     return rows
 
@@ -121,6 +134,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="batch 1 seq 128 only, 3 rounds")
     p.add_argument("--target", default="cpu")
+    p.add_argument("--no-inductor", action="store_true", help="skip torch.compile timings")
     args = p.parse_args(argv)
     import torch
     torch.set_num_threads(2)
@@ -128,7 +142,8 @@ def main(argv=None) -> int:
     bert = counts[0]
     from polycomp.graph.models import bert_layer
     shapes = [(1, 128)] if args.quick else [(1, 128), (1, 384), (8, 128), (8, 384)]
-    times = bert_times(bert["compiled"], bert_layer(), shapes, 3 if args.quick else 5)
+    times = bert_times(bert["compiled"], bert_layer(), shapes, 3 if args.quick else 5,
+                       not args.no_inductor)
     traffic = astitch_traffic(args.target, 3 if args.quick else 5)
     for r in counts:
         del r["compiled"]
@@ -147,7 +162,9 @@ def main(argv=None) -> int:
               f"{r['polycomp_best_ms']:8.1f}/{r['polycomp_median_ms']:8.1f}"
               f"  {r['eager_best_ms']:8.1f}/{r['eager_median_ms']:8.1f}  "
               f"{r['speedup_best']:.2f}x (median {r['speedup_median']:.2f}x)"
-              f"  (rel err {r['max_rel_err']:.1e})")
+              f"  (rel err {r['max_rel_err']:.1e})"
+              + (f"  inductor {r['inductor_best_ms']:.1f}/{r['inductor_median_ms']:.1f}"
+                 if r["inductor_best_ms"] is not None else ""))
     for r in traffic:
         print(f"AStitch {r['shape']}: {r['kernels']} kernel(s), traffic {r['traffic_vs_min']:.2f}x "
               f"of one-read-one-write (op-by-op: {r['unfused_vs_min']:.2f}x); "
