@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import time
 
@@ -136,6 +137,10 @@ def main(argv=None) -> int:
     p.add_argument("--target", default="cpu")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile timings")
     args = p.parse_args(argv)
+    # before libgomp loads (torch's copy and the kernels'): on a loaded 2-core machine,
+    # spinning OpenMP workers of two runtimes starve each other's barriers (a 0.1 ms
+    # elementwise kernel took 8 ms with the default policy)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
     torch.set_num_threads(2)
     counts = kernel_counts(768, 12, 3072, args.target)
