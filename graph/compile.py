@@ -35,10 +35,18 @@ def _topo_groups(part: Partition) -> list[Group]:
     return out
 
 
-# The GEMM register block for the graph's backbone kernels on CPU targets: 4 rows x 3
-# vectors measured 1.5x faster than the backend's default on BERT's three GEMM shapes
-# (768x3072, 3072x768, 768x768 at 128 rows, 2 threads; docs/graph.md).
-CPU_OPTIONS = {"gemm_register": (4, 3)}
+# The GEMM register block for weight GEMMs (a matmul whose right operand is a constant)
+# on CPU targets: 4 rows x 3 vectors measured 1.5x faster than the backend's default on
+# BERT's three weight shapes (768x3072, 3072x768, 768x768 at 128 rows, 2 threads), but
+# 2.5x slower on attention's Q K^T (contraction 64), which keeps the default.
+CPU_WEIGHT_GEMM_OPTIONS = {"gemm_register": (4, 3)}
+
+
+def _group_options(g: Group, target: str, options: dict | None) -> dict | None:
+    if options is not None or not target.startswith("cpu"):
+        return options
+    weight_gemm = any(n.op == "matmul" and n.inputs[1].const is not None for n in g.nodes)
+    return dict(CPU_WEIGHT_GEMM_OPTIONS) if weight_gemm else None
 
 
 class Simulated:
@@ -61,8 +69,6 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
                   options: dict | None = None, simulate: bool = False) -> CompiledGraph:
     """Compile ``graph`` for ``target``; ``simulate=True`` runs each group through the
     target's executor (the CUDA simulator for ``cuda``) instead of a built binary."""
-    if options is None and target.startswith("cpu"):
-        options = dict(CPU_OPTIONS)
     if any(v.shape is None for n in graph.nodes for v in (n.output,)):
         propagate(graph)
     part = partition(graph, fuse=fuse)
@@ -75,8 +81,9 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
             continue
         gk = group_kernel(part, g)
         if gk.key not in built:
-            built[gk.key] = Simulated(compile_kernel(gk.kernel, target, options)) if simulate \
-                else build(gk.kernel, target, options=options)
+            opts = _group_options(g, target, options)
+            built[gk.key] = Simulated(compile_kernel(gk.kernel, target, opts)) if simulate \
+                else build(gk.kernel, target, options=opts)
         steps.append(Step(g, built[gk.key], gk.inputs, gk.outputs,  # type: ignore[arg-type]
                           dict(gk.params.exprs)))
     return CompiledGraph(part, steps, len(built), target)
