@@ -40,6 +40,15 @@ def test_model_matches_eager(compiled, name, goldens):
     goldens.expected(f"graph/{name}_partition.txt", cg.explain() + "\n")
 
 
+def test_guards_reject_a_sequence_beyond_the_causal_mask(compiled):
+    from polycomp.errors import ShapeMismatchError
+    _, cg = compiled["gpt2"]
+    with pytest.raises(ShapeMismatchError, match="shape constraint"):
+        cg(torch.randn(1, 17, H))  # the mask buffer holds 16 positions
+    with pytest.raises(ShapeMismatchError, match="input 'x'"):
+        cg(torch.randn(1, 4, H + 1))
+
+
 def test_dynamo_backend_one_compilation(capsys):
     import polycomp.graph.dynamo as dyn
     calls = []
