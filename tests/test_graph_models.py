@@ -113,3 +113,28 @@ def test_gpt2_through_cuda_simulator():
         x = torch.randn(1, s, 16)
         with torch.no_grad():
             torch.testing.assert_close(cg(x), m(x), rtol=1e-4, atol=1e-5)
+
+
+def test_onnx_import_three_models():
+    """torch -> ONNX (symbolic B, S) -> polycomp: the same blocks match eager."""
+    import io
+    import warnings
+
+    import onnx
+
+    from polycomp.graph.onnx_import import import_onnx
+    for name in MODELS:
+        m = _model(name)
+        f = io.BytesIO()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(m, (torch.randn(2, 5, H),), f, dynamo=False, input_names=["x"],
+                              output_names=["y"], opset_version=17,
+                              dynamic_axes={"x": {0: "B", 1: "S"}, "y": {0: "B", 1: "S"}})
+        graph = import_onnx(onnx.load_from_string(f.getvalue()), name)
+        assert [str(d) for d in graph.inputs[0].shape] == ["B", "S", str(H)]
+        cg = compile_graph(graph, "c")
+        for s in (3, 9):
+            x = torch.randn(2, s, H)
+            with torch.no_grad():
+                torch.testing.assert_close(cg(x), m(x), rtol=1e-4, atol=1e-5)
