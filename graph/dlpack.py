@@ -15,6 +15,8 @@ def to_numpy(x: Any) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x
     if hasattr(x, "__dlpack__"):
+        if getattr(x, "requires_grad", False):  # inference: share the storage, no autograd
+            x = x.detach()
         return np.from_dlpack(x)
     return np.asarray(x)
 

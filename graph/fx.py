@@ -41,6 +41,7 @@ class _Importer:
         self.g = GraphBuilder(name)
         self.env: dict[Any, Any] = {}
         self.unsupported: list[str] = []
+        self.unsupported_nodes: list[str] = []
         self._consts: dict[int, Value] = {}
         nn = torch.nn
         self.modules = {nn.Linear: self._linear_mod, nn.LayerNorm: self._ln_mod,
@@ -224,7 +225,7 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     outputs: list = []
     for k, n in enumerate(placeholders):
-        ex = example_inputs[k] if example_inputs is not None else None
+        ex = example_inputs[k] if example_inputs is not None else n.meta.get("example_value")
         if isinstance(ex, torch.nn.Parameter):
             imp.env[n] = imp.const(ex)
         elif isinstance(ex, torch.SymInt):
@@ -252,6 +253,7 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
             imp.env[n] = imp.call(n.op, n.target, imp.val(n.args), imp.val(n.kwargs))
         except UnsupportedOpError as e:
             imp.unsupported.append(e.message)
+            imp.unsupported_nodes.append(n.name)
             imp.env[n] = None
         except TypeError as e:  # an input of this op is already unsupported
             if "got None" not in str(e):
@@ -261,7 +263,9 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
             imp.unsupported.append(f"{n.op} {n.target} ({e})")
             imp.env[n] = None
     if imp.unsupported:
-        raise UnsupportedOpError("unsupported ops: " + ", ".join(dict.fromkeys(imp.unsupported)))
+        err = UnsupportedOpError("unsupported ops: " + ", ".join(dict.fromkeys(imp.unsupported)))
+        err.nodes = list(imp.unsupported_nodes)  # type: ignore[attr-defined]
+        raise err
     outs = [imp.val(o) for o in outputs]
     return imp.g.build(*outs)
 
