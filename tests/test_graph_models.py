@@ -113,11 +113,12 @@ def test_dlpack_kernels_and_graphs_out():
 
 
 @pytest.mark.slow
-def test_gpt2_through_cuda_simulator():
-    """Every group of the GPT-2 block compiled for ``cuda`` and run by the GPU-semantics
-    simulator (strict races/bounds checks), two sequence lengths, one compilation."""
-    m = MODELS["gpt2"](16, 2, 32, max_seq=8)
-    cg = compile_graph(import_module(m, [("B", "S", 16)], "gpt2"), "cuda", simulate=True)
+@pytest.mark.parametrize("name", list(MODELS))
+def test_model_through_cuda_simulator(name):
+    """Every group compiled for ``cuda`` and run by the GPU-semantics simulator (strict
+    races/bounds checks), two sequence lengths from one compilation."""
+    m = MODELS[name](16, 2, 32, **({"max_seq": 8} if name == "gpt2" else {}))
+    cg = compile_graph(import_module(m, [("B", "S", 16)], name), "cuda", simulate=True)
     for s in (2, 5):
         x = torch.randn(1, s, 16)
         with torch.no_grad():
