@@ -137,3 +137,11 @@ class UsageError(PolycompError):
 
 class PolycompInternalError(PolycompError):
     """An internal invariant failed (a polycomp bug); the message says where."""
+
+
+class UnsupportedOpError(UnsupportedConstructError):
+    """A graph operator (builder, torch.fx or Dynamo import) that polycomp.graph cannot
+    compile; the message names the operator."""
+
+
+__all__ += ["UnsupportedOpError"]
