@@ -22,10 +22,10 @@ PC_INLINE int64_t pc_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return 
 PC_INLINE int64_t pc_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 PC_INLINE int64_t pc_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 PC_INLINE int64_t pc_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
-PC_INLINE float pc_min_f32(float a, float b) { return a < b ? a : b; }
-PC_INLINE float pc_max_f32(float a, float b) { return a > b ? a : b; }
-PC_INLINE double pc_min_f64(double a, double b) { return a < b ? a : b; }
-PC_INLINE double pc_max_f64(double a, double b) { return a > b ? a : b; }
+PC_INLINE float pc_min_f32(float a, float b) { return (a < b || a != a) ? a : b; }
+PC_INLINE float pc_max_f32(float a, float b) { return (a > b || a != a) ? a : b; }
+PC_INLINE double pc_min_f64(double a, double b) { return (a < b || a != a) ? a : b; }
+PC_INLINE double pc_max_f64(double a, double b) { return (a > b || a != a) ? a : b; }
 """
 
 _MATH_F32 = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff",

@@ -188,6 +188,8 @@ class VectorPrinter(CPrinter):
         name = {"+": "add", "-": "sub", "*": "mul", "/": "div", "min": "min", "max": "max"}.get(op)
         if name is None:
             raise PolycompInternalError(f"vector operator {op}")
+        if op in ("min", "max"):    # numpy's NaN semantics (see the prelude's helpers)
+            return f"{self.pc(D, L)}_{name}_{s}({self.vexpr(e.a, L, D)}, {self.vexpr(e.b, L, D)})"
         return f"{mm}_{name}_{s}({self.vexpr(e.a, L, D)}, {self.vexpr(e.b, L, D)})"
 
     def vselect(self, e: ir.Select, L: int, D: str) -> str:
