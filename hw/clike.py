@@ -18,8 +18,9 @@ from polycomp import dtypes as dt
 from polycomp import ir
 
 C_PRELUDE = r"""
-PC_INLINE int64_t pc_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
-PC_INLINE int64_t pc_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+/* numpy's integer semantics: x // 0 == x % 0 == 0, INT64_MIN // -1 wraps (C: undefined, a trap) */
+PC_INLINE int64_t pc_floordiv(int64_t a, int64_t b) { if (b == 0) return 0; if (b == -1) return (int64_t)(0ull - (uint64_t)a); int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+PC_INLINE int64_t pc_floormod(int64_t a, int64_t b) { if (b == 0 || b == -1) return 0; int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 PC_INLINE int64_t pc_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 PC_INLINE int64_t pc_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 PC_INLINE float pc_min_f32(float a, float b) { return (a < b || a != a) ? a : b; }
