@@ -130,6 +130,12 @@ class BuildError(PolycompError):
     """An external compiler (gcc, nvcc) rejected generated source."""
 
 
+class ArgumentError(PolycompError):
+    """A built kernel called with bad arguments: a size keyword the kernel does not have
+    or that is not a positive integer, sizes whose buffers cannot exist, or ``out=``
+    arrays that are missing, read-only or overlap each other."""
+
+
 class UsageError(PolycompError):
     """Bad command-line input: a missing file, an unknown kernel name, a malformed option,
     or a user file that fails to load."""
