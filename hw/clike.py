@@ -17,7 +17,7 @@ from dataclasses import replace
 from polycomp import dtypes as dt
 from polycomp import ir
 
-from .c_reserved import RESERVED_BY_HEADERS
+from .c_reserved import RESERVED_GLOBALS, RESERVED_MACROS
 
 C_PRELUDE = r"""
 /* numpy's integer semantics: x // 0 == x % 0 == 0, INT64_MIN // -1 wraps (C: undefined, a trap) */
@@ -282,7 +282,7 @@ union unsigned void volatile while bool true false _Bool _Float16 half size_t in
 int32_t int64_t uint8_t uint16_t uint32_t uint64_t INT64_C INFINITY NAN NULL
 exp expf log logf sqrt sqrtf rsqrt rsqrtf tanh tanhf erf erff fabs fabsf abs llabs pow powf
 floor floorf ceil ceilf min max fmin fmax fminf fmaxf malloc free aligned_alloc calloc
-memcpy memset main
+memcpy memset main isinf isnan llabs
 blockIdx threadIdx blockDim gridDim warpSize dim3 __syncthreads __half __nv_bfloat16
 __half2float __float2half __bfloat162float __float2bfloat16 cudaError_t cudaSuccess
 cudaMalloc cudaFree cudaGetLastError cudaDeviceSynchronize err cfg
@@ -310,11 +310,14 @@ _CUDA_GLOBAL = re.compile(r"^((u?(char|short|int|long|longlong)|float|double)[1-
 
 
 def _is_safe(name: str, reserved) -> bool:
-    """Whether a user's ``name`` can appear verbatim in generated C/CUDA: an ASCII C
-    identifier that no header declares or defines (:data:`RESERVED_BY_HEADERS`), not
-    one the printers use (``reserved``), not in a reserved prefix, not macro-like."""
+    """Whether a user's ``name`` can appear verbatim in generated C/CUDA as a buffer or
+    variable: an ASCII C identifier that is no macro of the headers
+    (:data:`RESERVED_MACROS`), not one the printers use (``reserved``: keywords and the
+    functions the generated code calls), not in a reserved prefix, not macro-like.  A
+    file-scope name of the headers (``gamma``, ``index``) is fine there: the parameter
+    or local shadows it and the generated code does not use it."""
     return (bool(_IDENT.match(name)) and name not in reserved
-            and name not in RESERVED_BY_HEADERS and not name.startswith(_RESERVED_PREFIXES)
+            and name not in RESERVED_MACROS and not name.startswith(_RESERVED_PREFIXES)
             and not _MACRO_LIKE.match(name) and not _CUDA_GLOBAL.match(name))
 
 
@@ -324,10 +327,11 @@ ENTRY_PREFIX = "pck_"
 
 def entry_name(kernel_name: str) -> str:
     """The exported C/CUDA symbol of kernel ``kernel_name``: the name itself when it is
-    safe (see :func:`_is_safe`), otherwise ``pck_`` + the name with every character
+    safe (see :func:`_is_safe`) and no file-scope name of the headers
+    (:data:`RESERVED_GLOBALS`: ``free``, ``system``, ``expf``), otherwise ``pck_`` + the name with every character
     that is not ``[A-Za-z0-9_]`` replaced by ``_`` (``free`` -> ``pck_free``,
     ``omp_get_thread_num`` -> ``pck_omp_get_thread_num``)."""
-    if _is_safe(kernel_name, C_RESERVED):
+    if _is_safe(kernel_name, C_RESERVED) and kernel_name not in RESERVED_GLOBALS:
         return kernel_name
     return ENTRY_PREFIX + (re.sub(r"[^A-Za-z0-9_]", "_", kernel_name) or "kernel")
 
