@@ -24,11 +24,15 @@ from polycomp.errors import (
     DSLError,
     DTypeError,
     NonAffineIndexError,
+    PolycompError,
     ReduceAxisError,
     ShapeMismatchError,
     SourceLocation,
     UnknownSymbolError,
     UnsupportedConstructError,
+    UserCodeError,
+    deep_recursion,
+    location_of_exception,
     user_location,
 )
 
@@ -49,7 +53,9 @@ _RESERVED = {"int", "float", "double", "char", "void", "for", "if", "else", "whi
              "union", "enum", "typedef", "extern", "register", "volatile", "auto",
              # words of isl's set/map syntax (symbols and statement names are parsed by isl)
              "and", "or", "not", "xor", "implies", "mod", "floor", "ceil", "exists",
-             "infty", "rat", "true", "false", "div"}
+             "infty", "rat", "true", "false", "div", "xor", "implies", "ceild",
+             # isl reads these as values: NaN / infinity
+             "NaN", "nan", "NAN", "inf", "Inf", "INF", "infinity", "Infinity", "INFINITY"}
 
 
 def _check_name(name: str, what: str) -> str:
@@ -64,6 +70,9 @@ def _check_name(name: str, what: str) -> str:
 
 def sym(names: str) -> ir.Var | tuple:
     """Declare symbolic dimensions: ``N, M, K = sym("N M K")`` (isl parameters, >= 1)."""
+    if not isinstance(names, str):
+        raise DSLError(f"sym() takes a string of names, e.g. sym(\"N M\"), got "
+                       f"{type(names).__name__} {names!r}", user_location())
     parts = names.replace(",", " ").split()
     if not parts:
         raise DSLError("sym() needs at least one name", user_location())
@@ -86,6 +95,9 @@ def _dim(d, what="dimension") -> ir.Expr:
     if isinstance(d, Tensor):
         raise ShapeMismatchError(f"{what} must be an int or a symbolic expression, got the "
                                  f"tensor {d.name!r} (did a kernel parameter shadow a symbol?)",
+                                 user_location())
+    if isinstance(d, bool):
+        raise ShapeMismatchError(f"{what} must be an int or a symbolic expression, got {d!r}",
                                  user_location())
     if isinstance(d, int):
         if d < 1:
@@ -469,6 +481,11 @@ def compute(shape, fn, name: str | None = None, dtype=None) -> Tensor:
         params = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         raise DSLError("compute() needs a function of the output indices", loc) from None
+    kinds = [p.kind for p in inspect.signature(fn).parameters.values()]
+    if any(k not in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+           for k in kinds):
+        raise DSLError("the function of compute() must take one plain positional index "
+                       "argument per dimension (no *args, **kwargs or keyword-only ones)", loc)
     if len(params) != len(dims):
         raise ShapeMismatchError(
             f"compute() has a {len(dims)}-d shape but its function takes {len(params)} "
@@ -616,7 +633,16 @@ class Kernel:
         trace.names |= names
         _Trace.active.append(trace)
         try:
-            result = self.fn(*inputs)
+            with deep_recursion():
+                result = self.fn(*inputs)
+        except PolycompError:
+            raise
+        except RecursionError:
+            raise DSLError(f"kernel {self.name!r}: an expression nested more than "
+                           f"{deep_recursion.LIMIT // 10} levels deep", self.location) from None
+        except Exception as e:   # the user's own Python error (a typo, a bad call)
+            raise UserCodeError(f"{type(e).__name__} in kernel {self.name!r}: {e}",
+                                location_of_exception(e) or self.location) from e
         finally:
             _Trace.active.pop()
         outs = result if isinstance(result, (tuple, list)) else (result,)

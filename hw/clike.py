@@ -17,15 +17,18 @@ from dataclasses import replace
 from polycomp import dtypes as dt
 from polycomp import ir
 
+from .c_reserved import RESERVED_GLOBALS, RESERVED_MACROS
+
 C_PRELUDE = r"""
-PC_INLINE int64_t pc_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
-PC_INLINE int64_t pc_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+/* numpy's integer semantics: x // 0 == x % 0 == 0, INT64_MIN // -1 wraps (C: undefined, a trap) */
+PC_INLINE int64_t pc_floordiv(int64_t a, int64_t b) { if (b == 0) return 0; if (b == -1) return (int64_t)(0ull - (uint64_t)a); int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+PC_INLINE int64_t pc_floormod(int64_t a, int64_t b) { if (b == 0 || b == -1) return 0; int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 PC_INLINE int64_t pc_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 PC_INLINE int64_t pc_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
-PC_INLINE float pc_min_f32(float a, float b) { return a < b ? a : b; }
-PC_INLINE float pc_max_f32(float a, float b) { return a > b ? a : b; }
-PC_INLINE double pc_min_f64(double a, double b) { return a < b ? a : b; }
-PC_INLINE double pc_max_f64(double a, double b) { return a > b ? a : b; }
+PC_INLINE float pc_min_f32(float a, float b) { return (a < b || a != a) ? a : b; }
+PC_INLINE float pc_max_f32(float a, float b) { return (a > b || a != a) ? a : b; }
+PC_INLINE double pc_min_f64(double a, double b) { return (a < b || a != a) ? a : b; }
+PC_INLINE double pc_max_f64(double a, double b) { return (a > b || a != a) ? a : b; }
 """
 
 _MATH_F32 = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff",
@@ -279,7 +282,7 @@ union unsigned void volatile while bool true false _Bool _Float16 half size_t in
 int32_t int64_t uint8_t uint16_t uint32_t uint64_t INT64_C INFINITY NAN NULL
 exp expf log logf sqrt sqrtf rsqrt rsqrtf tanh tanhf erf erff fabs fabsf abs llabs pow powf
 floor floorf ceil ceilf min max fmin fmax fminf fmaxf malloc free aligned_alloc calloc
-memcpy memset main
+memcpy memset main isinf isnan llabs
 blockIdx threadIdx blockDim gridDim warpSize dim3 __syncthreads __half __nv_bfloat16
 __half2float __float2half __bfloat162float __float2bfloat16 cudaError_t cudaSuccess
 cudaMalloc cudaFree cudaGetLastError cudaDeviceSynchronize err cfg
@@ -290,9 +293,47 @@ protected friend using try catch throw nullptr constexpr
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+#: Prefixes of names that belong to the compiler, the C library, OpenMP, CUDA or the
+#: intrinsics headers (``_mm256_*``, ``__m256`` start with ``_``; polycomp's own helpers
+#: with ``pc_``, ``pc256_``, ``pcv``, ``PC``): a user's name with one of them is renamed.
+_RESERVED_PREFIXES = ("_", "pc_", "pc2", "pc5", "pcv", "pcW", "PC", "omp_", "kmp_", "simde",
+                      "cuda", "CUDA", "cu", "nv", "NV")
+#: ALL_CAPS names with an underscore look like the macros that headers define
+#: (``HUGE_VAL``, ``INT8_MAX``, ``M_PI``, ``MB_CUR_MAX``): renamed even when the headers
+#: in use do not define them, so that output does not depend on the C library version.
+_MACRO_LIKE = re.compile(r"^[A-Z][A-Z0-9]*_[A-Z0-9_]*$")
+#: Global names of the CUDA runtime that nvcc includes implicitly: the vector types
+#: (``float4``, ``uchar2``, ``dim3``) and the families ``make_*``, ``atomic*``, ``tex*``,
+#: ``surf*`` (CUDA's math functions are C's and are in :data:`RESERVED_BY_HEADERS`).
+_CUDA_GLOBAL = re.compile(r"^((u?(char|short|int|long|longlong)|float|double)[1-4]|dim3|"
+                          r"make_\w+|atomic\w+|tex\w*|surf\w*)$")
+
+
 def _is_safe(name: str, reserved) -> bool:
-    return (bool(_IDENT.match(name)) and name not in reserved and not name.startswith("pc_")
-            and not name.startswith("__") and not name.startswith("_Z"))
+    """Whether a user's ``name`` can appear verbatim in generated C/CUDA as a buffer or
+    variable: an ASCII C identifier that is no macro of the headers
+    (:data:`RESERVED_MACROS`), not one the printers use (``reserved``: keywords and the
+    functions the generated code calls), not in a reserved prefix, not macro-like.  A
+    file-scope name of the headers (``gamma``, ``index``) is fine there: the parameter
+    or local shadows it and the generated code does not use it."""
+    return (bool(_IDENT.match(name)) and name not in reserved
+            and name not in RESERVED_MACROS and not name.startswith(_RESERVED_PREFIXES)
+            and not _MACRO_LIKE.match(name) and not _CUDA_GLOBAL.match(name))
+
+
+#: Prefix of a kernel's C entry point when its own name cannot be used.
+ENTRY_PREFIX = "pck_"
+
+
+def entry_name(kernel_name: str) -> str:
+    """The exported C/CUDA symbol of kernel ``kernel_name``: the name itself when it is
+    safe (see :func:`_is_safe`) and no file-scope name of the headers
+    (:data:`RESERVED_GLOBALS`: ``free``, ``system``, ``expf``), otherwise ``pck_`` + the name with every character
+    that is not ``[A-Za-z0-9_]`` replaced by ``_`` (``free`` -> ``pck_free``,
+    ``omp_get_thread_num`` -> ``pck_omp_get_thread_num``)."""
+    if _is_safe(kernel_name, C_RESERVED) and kernel_name not in RESERVED_GLOBALS:
+        return kernel_name
+    return ENTRY_PREFIX + (re.sub(r"[^A-Za-z0-9_]", "_", kernel_name) or "kernel")
 
 
 class _Rename(ir.Mutator):
@@ -341,6 +382,16 @@ class _Rename(ir.Mutator):
     def visit_Allocate(self, s):
         return ir.Allocate(self.buf(s.buffer), self.visit(s.body))
 
+    def visit_AttrStmt(self, s):
+        """Expressions in a mark's value are renamed too (the vectorizer's tail mask
+        ``vector_mask`` carries its lane count there)."""
+        value = s.value
+        if isinstance(value, ir.Expr):
+            value = self.visit(value)
+        elif isinstance(value, tuple):
+            value = tuple(self.visit(v) if isinstance(v, ir.Expr) else v for v in value)
+        return ir.AttrStmt(s.key, value, self.visit(s.body))
+
     def _bind(self, v, body):
         """Rename binder ``v`` unless its name is usable here, then visit ``body``."""
         prev = self.scope.get(v)
@@ -373,7 +424,11 @@ class _Rename(ir.Mutator):
 
 
 def legalize_names(func: ir.LoweredFunc, reserved=C_RESERVED, taken=()) -> ir.LoweredFunc:
-    """Rename buffers and variables whose names the generated C/CUDA cannot use.
+    """Rename the function, buffers and variables whose names the generated C/CUDA
+    cannot use.
+
+    The function gets its :func:`entry_name`; ``taken`` (names, or a callable of the
+    renamed function giving them, e.g. the CUDA kernels' names) are kept free too.
 
     Assumes: ``func`` is about to be printed by a :class:`CLikePrinter`; buffers are
     identified by name; variables are identified by identity (as the interpreter does):
@@ -387,7 +442,9 @@ def legalize_names(func: ir.LoweredFunc, reserved=C_RESERVED, taken=()) -> ir.Lo
     are kept.  The argument order is unchanged (callers pass arguments by position), so
     the result is interchangeable with ``func``.
     """
-    taken = set(taken)
+    if entry_name(func.name) != func.name:
+        func = replace(func, name=entry_name(func.name))
+    taken = set(taken(func) if callable(taken) else taken) | {func.name}
     buf_names: dict = {}
     existing: set = set()
     for b in func.args:
@@ -409,8 +466,8 @@ def legalize_names(func: ir.LoweredFunc, reserved=C_RESERVED, taken=()) -> ir.Lo
 
     def fresh(name):
         base = re.sub(r"[^A-Za-z0-9_]", "_", name) or "v"
-        if base[0].isdigit() or base.startswith(("__", "pc_", "_Z")):
-            base = "v" + base
+        if not _is_safe(f"{base}_1", reserved):   # a reserved prefix, macro-like, a digit
+            base = "v_" + base.lstrip("_")
         k = 1
         while f"{base}_{k}" in used or not _is_safe(f"{base}_{k}", reserved):
             k += 1
@@ -434,4 +491,5 @@ def legalize_names(func: ir.LoweredFunc, reserved=C_RESERVED, taken=()) -> ir.Lo
         return func
     return ir.LoweredFunc(func.name, tuple(r.visit_Var(p) for p in func.params),
                           tuple(r.buf(b) for b in func.inputs),
-                          tuple(r.buf(b) for b in func.outputs), body, func.inout, func.counts)
+                          tuple(r.buf(b) for b in func.outputs), body,
+                          tuple(bufs.get(n, n) for n in func.inout), func.counts)

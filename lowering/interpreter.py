@@ -166,9 +166,7 @@ class Interpreter:
             if op == "-": return a - b
             if op == "*": return a * b
             if op == "/": return a / b
-            if op == "//":
-                if np.any(np.asarray(b) == 0):
-                    raise InterpreterError("integer division by zero")
+            if op == "//":   # numpy's semantics for integers: x // 0 == 0
                 return np.floor_divide(a, b)
             if op == "%":
                 return np.mod(a, b)

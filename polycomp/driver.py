@@ -18,7 +18,8 @@ from typing import Any
 import islpy as isl
 
 from polycomp import ir
-from polycomp.errors import PolycompError, PolycompInternalError, TargetError
+from polycomp.errors import (PolycompError, PolycompInternalError, TargetError,
+                             UnsupportedConstructError, deep_recursion)
 from polycomp.frontend.dsl import Kernel
 from polycomp.hw.registry import Backend, backend_for
 from polycomp.hw.target import Target, get_target
@@ -85,19 +86,28 @@ def compile_kernel(kernel: Kernel, target: str | Target = "c",
     pm = PassManager(debug=debug, dump=dump, dump_dir=dump_dir,
                      source_suffix=backend.suffix.lstrip("."))
     try:
-        model = pm.step("model", "model", kernel.polyhedral_model, str)
-        state = CompileState(model, tgt, opts)
-        schedule = pm.run(model.initial_schedule, state, schedule_passes(state))
-        func = pm.step("lower", "lower", lambda: lower_schedule(
-            model, schedule, simplify_body=False, extra_context=state.ast_context,
-            statement_hook=lambda var: backend.lowering_statements(state, var)), _func_str)
-        func = pm.run_ir(func, state, backend.ir_passes(state), "ir")
-        final = pm.run_ir(func, state, backend.codegen_passes(state), "codegen")
-        source = pm.step("emit", "emit", lambda: backend.emit(final, state), str)
+        with deep_recursion():
+            return _compile(kernel, tgt, backend, opts, pm)
     except PolycompError:
         raise
+    except RecursionError:
+        raise UnsupportedConstructError(f"{kernel.name}: an expression nested too deeply to "
+                                        f"compile") from None
     except isl.Error as e:
         raise PolycompInternalError(f"isl error while compiling {kernel.name}: {e}") from None
+
+
+def _compile(kernel, tgt: Target, backend, opts, pm: PassManager) -> CompiledKernel:
+    """The steps of :func:`compile_kernel` (model, schedule, lower, IR, codegen, emit)."""
+    model = pm.step("model", "model", kernel.polyhedral_model, str)
+    state = CompileState(model, tgt, opts)
+    schedule = pm.run(model.initial_schedule, state, schedule_passes(state))
+    func = pm.step("lower", "lower", lambda: lower_schedule(
+        model, schedule, simplify_body=False, extra_context=state.ast_context,
+        statement_hook=lambda var: backend.lowering_statements(state, var)), _func_str)
+    func = pm.run_ir(func, state, backend.ir_passes(state), "ir")
+    final = pm.run_ir(func, state, backend.codegen_passes(state), "codegen")
+    source = pm.step("emit", "emit", lambda: backend.emit(final, state), str)
     return CompiledKernel(kernel, tgt, model, schedule, func, final, source, pm.records, state)
 
 

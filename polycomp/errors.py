@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 
 __all__ = [
     "PolycompError", "DSLError", "NonAffineIndexError", "ShapeMismatchError",
@@ -101,6 +102,11 @@ class DTypeError(DSLError):
     """An unknown or unsupported data type, or an operation not defined on it."""
 
 
+class UserCodeError(DSLError):
+    """The user's kernel function raised a Python error of its own while it was traced
+    (a typo such as ``A[i] + undefined_name``): reported at the user's line."""
+
+
 class UnsupportedConstructError(PolycompError):
     """A construct polycomp cannot compile (with the reason)."""
 
@@ -130,6 +136,12 @@ class BuildError(PolycompError):
     """An external compiler (gcc, nvcc) rejected generated source."""
 
 
+class ArgumentError(PolycompError):
+    """A built kernel called with bad arguments: a size keyword the kernel does not have
+    or that is not a positive integer, sizes whose buffers cannot exist, or ``out=``
+    arrays that are missing, read-only or overlap each other."""
+
+
 class UsageError(PolycompError):
     """Bad command-line input: a missing file, an unknown kernel name, a malformed option,
     or a user file that fails to load."""
@@ -144,4 +156,38 @@ class UnsupportedOpError(UnsupportedConstructError):
     compile; the message names the operator."""
 
 
-__all__ += ["UnsupportedOpError"]
+__all__ += ["UnsupportedOpError", "ArgumentError", "UserCodeError"]
+
+
+def location_of_exception(exc: BaseException) -> "SourceLocation | None":
+    """The innermost frame of ``exc``'s traceback that is outside polycomp's own
+    packages (the user's line), or None."""
+    import linecache
+    import traceback
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ours = tuple(os.path.join(root, d) + os.sep
+                 for d in ("polycomp", "frontend", "scheduler", "lowering", "hw", "benchmarks",
+                           "graph"))
+    for fs in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not os.path.abspath(fs.filename).startswith(ours):
+            text = fs.line or linecache.getline(fs.filename, fs.lineno or 0)
+            return SourceLocation(fs.filename, fs.lineno or 0, text or "")
+    return None
+
+
+class deep_recursion:
+    """Context manager: a recursion limit high enough for deeply nested expressions (a
+    2,000-term sum is a 2,000-deep tree that the tracer, the model builder, isl's AST
+    lowering and the printers walk recursively)."""
+
+    LIMIT = 30000
+
+    def __enter__(self):
+        self.old = sys.getrecursionlimit()
+        if self.old < self.LIMIT:
+            sys.setrecursionlimit(self.LIMIT)
+        return self
+
+    def __exit__(self, *exc):
+        sys.setrecursionlimit(self.old)
+        return False

@@ -49,8 +49,20 @@ class Expr:
     def __rand__(self, o): return binary("&&", o, self)
     def __or__(self, o): return binary("||", self, o)
     def __ror__(self, o): return binary("||", o, self)
-    def __invert__(self): return Unary("!", self, "bool")
+    def __invert__(self): return invert(self)
     def __pow__(self, o): return power(self, o)
+    def __abs__(self): return call("abs", self)
+    def __lshift__(self, o): return shift(self, o, left=True)
+    def __rshift__(self, o): return shift(self, o, left=False)
+    def __xor__(self, o): return _unsupported("^", "bitwise xor")
+    def __rxor__(self, o): return _unsupported("^", "bitwise xor")
+    def __matmul__(self, o): return _unsupported("@", "matrix product of two scalar "
+                                                 "expressions (use pc.sum over a reduce_axis, "
+                                                 "or polycomp.frontend.ops.matmul)")
+    def __rmatmul__(self, o): return self.__matmul__(o)
+    def __round__(self, ndigits=None): return _unsupported("round()", "rounding")
+    def __rlshift__(self, o): return _unsupported("<<", "a shift by an expression")
+    def __rrshift__(self, o): return _unsupported(">>", "a shift by an expression")
     __hash__ = object.__hash__
 
     def __bool__(self):
@@ -296,6 +308,7 @@ def const(v, dtype: str | None = None) -> Expr:
     if isinstance(v, bool):
         return IntImm(int(v), "bool")
     if isinstance(v, int):
+        _check_int_fits(v, dtype or "int64")
         return IntImm(v, dtype or "int64")
     if isinstance(v, float):
         return FloatImm(v, dtype if dtype and dt.is_float(dtype) else "float32")
@@ -311,6 +324,18 @@ def const(v, dtype: str | None = None) -> Expr:
                      f"expression", user_location())
 
 
+def _check_int_fits(v: int, dtype: str) -> None:
+    """An integer constant must be representable in the dtype it takes (numpy 2 raises
+    OverflowError for ``np.int8(1) + 1000``)."""
+    import numpy as np
+    if dtype not in dt.INTS:
+        return
+    info = np.iinfo(dt.to_numpy(dtype))
+    if not info.min <= v <= info.max:
+        raise DTypeError(f"the constant {v} does not fit {dtype} "
+                         f"([{info.min}, {info.max}])", user_location())
+
+
 def _weak_const(v, other: Expr) -> Expr:
     """A Python scalar takes the dtype of the expression it meets (numpy's weak scalars)."""
     if isinstance(v, Expr):
@@ -321,7 +346,9 @@ def _weak_const(v, other: Expr) -> Expr:
     if isinstance(v, int):
         if dt.is_float(od):
             return FloatImm(float(v), od)
-        return IntImm(v, od if od != "bool" else "int64")
+        d = od if od != "bool" else "int64"
+        _check_int_fits(v, d)
+        return IntImm(v, d)
     if isinstance(v, float):
         return FloatImm(v, od if dt.is_float(od) else "float32")
     return const(v)
@@ -353,6 +380,35 @@ def binary(op: str, a, b) -> Expr:
     return Binary(op, a, b, d)
 
 
+def _unsupported(op: str, what: str):
+    raise UnsupportedConstructError(f"{op} ({what}) is not supported in a polycomp "
+                                    f"expression", user_location())
+
+
+def invert(x: Expr) -> Expr:
+    """``~x``: logical not of a condition, bitwise not (``-1 - x``, as numpy) of an
+    integer; an error for floats."""
+    if x.dtype == "bool":
+        return Unary("!", x, "bool")
+    if dt.is_float(x.dtype):
+        raise DTypeError(f"~ needs a condition or an integer, got {x.dtype}", user_location())
+    return binary("-", -1, x)
+
+
+def shift(x: Expr, k, left: bool) -> Expr:
+    """``x << k`` / ``x >> k`` of an integer by a constant ``k >= 0``: ``x * 2**k`` and
+    ``x // 2**k`` (numpy's arithmetic shift: floor division, wrapping multiplication)."""
+    op = "<<" if left else ">>"
+    if dt.is_float(x.dtype) or x.dtype == "bool":
+        raise DTypeError(f"{op} needs an integer operand, got {x.dtype}", user_location())
+    if isinstance(k, IntImm):
+        k = k.value
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0 or k >= dt.itemsize(x.dtype) * 8:
+        _unsupported(op, f"a shift by {k!r}: the shift must be a constant in "
+                         f"[0, {dt.itemsize(x.dtype) * 8})")
+    return binary("*" if left else "//", x, 2 ** k)
+
+
 def power(base, exponent) -> Expr:
     """``base ** c`` for a constant ``c`` (small integer powers become products)."""
     base = const(base)
@@ -366,6 +422,9 @@ def power(base, exponent) -> Expr:
         for _ in range(int(exponent) - 1):
             r = r * base
         return r
+    if exponent in (0.5, -0.5) and not dt.is_float(base.dtype):
+        raise DTypeError(f"** {exponent} needs a float base, got {base.dtype}; cast() it "
+                         f"first", user_location())
     if exponent == 0.5:
         return Call("sqrt", (base,), base.dtype)
     if exponent == -0.5:

@@ -12,6 +12,8 @@ Arrays stay multi-dimensional here.
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,14 +123,29 @@ class PolyModel:
 # --------------------------------------------------------------------------- building
 
 
+#: Words isl's parser reads as keywords or values (an iterator with such a name, or a
+#: non-ASCII one, gets another name in isl text; lowercase comparison).
+_ISL_WORDS = frozenset({"and", "or", "not", "xor", "implies", "mod", "floor", "ceil",
+                        "floord", "ceild", "min", "max", "exists", "infty", "infinity",
+                        "inf", "nan", "rat", "true", "false", "div"})
+_ISL_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 def _isl_names(params, iters) -> dict:
+    """Names of parameters and iterators in isl text.  Parameters keep their names (the
+    DSL rejects symbols isl cannot read); an iterator keeps its name (the lambda
+    parameter's) unless a parameter or an earlier iterator has it, or isl cannot read it
+    (``floor``, ``NaN``, ``é``): then it is ``i<k>``-style fresh."""
     names = {p: p.name for p in params}
     used = set(names.values())
     for v in iters:
-        n, k = v.name, 0
-        while n in used:
+        base = v.name
+        if not _ISL_IDENT.match(base) or base.lower() in _ISL_WORDS:
+            base = "i"
+        n, k = base, 0
+        while n in used or n.lower() in _ISL_WORDS:
             k += 1
-            n = f"{v.name}{k}"
+            n = f"{base}{k}"
         used.add(n)
         names[v] = n
     return names

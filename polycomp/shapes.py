@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from polycomp import ir
-from polycomp.errors import ShapeMismatchError, UnknownSymbolError, user_location
+from polycomp.errors import (ArgumentError, ResourceLimitError, ShapeMismatchError,
+                             UnknownSymbolError, user_location)
 
 
 def eval_int(e: ir.Expr, params: dict) -> int:
@@ -46,7 +47,7 @@ def infer_params(params: tuple, args: tuple, arrays: list, given: dict | None = 
     ``(H - KH) // s + 1`` is 0 or negative when the filter is larger than the input).
     """
     from polycomp.lowering.printer import expr_str
-    out = dict(given or {})
+    out = checked_size_keywords(params, given or {})
     for buf, arr in zip(args, arrays):
         if arr.ndim != len(buf.shape):
             raise ShapeMismatchError(f"argument {buf.name!r} must have {len(buf.shape)} "
@@ -104,3 +105,95 @@ def checked_arguments(func, inputs, params: dict, copy: bool = False):
         arrays.append(np.array(a, order="C", copy=True) if copy else a)
     values = infer_params(func.params, expected, arrays, params, outputs=func.outputs)
     return expected, arrays, values
+
+
+#: Largest number of bytes one buffer may have: its byte offsets must fit int64 index
+#: arithmetic with room for the generated code's products.
+MAX_BUFFER_BYTES = 1 << 62
+
+
+def checked_size_keywords(params: tuple, given: dict) -> dict:
+    """``given`` (the size keywords of a call) as ``{name: int}``: every key names a
+    symbolic size of the kernel and every value is an integer (``bool`` is not)."""
+    names = [p.name for p in params]
+    out = {}
+    for k, v in given.items():
+        if k not in names:
+            have = ", ".join(names) if names else "none"
+            raise ArgumentError(f"unknown size keyword {k}={v!r}: the kernel's symbolic sizes "
+                                f"are {have}", user_location())
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise ArgumentError(f"size {k} must be an integer, got {v!r} "
+                                f"({type(v).__name__})", user_location())
+        out[k] = int(v)
+    return out
+
+
+def buffer_bytes(buf, values: dict) -> int:
+    """Bytes of ``buf`` (multi-dimensional shape) for these sizes."""
+    from polycomp import dtypes as dt
+    n = dt.itemsize(buf.dtype)
+    for d in buf.shape:
+        n *= max(eval_int(d, values), 0)
+    return n
+
+
+def _physical_memory() -> int:
+    import os
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return MAX_BUFFER_BYTES
+
+
+def check_buffers_fit(func, values: dict) -> None:
+    """Every argument buffer of ``func`` has a size that int64 index arithmetic can
+    address, and the outputs polycomp allocates fit this machine's memory."""
+    from polycomp.lowering.printer import expr_str
+    mem = _physical_memory()
+    for buf in tuple(func.inputs) + tuple(func.outputs):
+        nbytes = buffer_bytes(buf, values)
+        shape = "(" + ", ".join(expr_str(d) for d in buf.shape) + ")"
+        if nbytes > MAX_BUFFER_BYTES:
+            raise ArgumentError(f"{buf.name!r} of shape {shape} would have {nbytes} bytes for "
+                                f"these sizes: more than a kernel can index", user_location())
+        if buf in func.outputs and nbytes > mem:
+            raise ResourceLimitError(f"output {buf.name!r} of shape {shape} needs {nbytes} bytes,"
+                                     f" more than this machine's memory ({mem})",
+                                     user_location())
+
+
+def checked_outputs(func, out, shapes: list, dtypes: list, inputs: list) -> tuple[list, list]:
+    """Validate ``out=`` of a call and return ``(output arrays, input arrays)``.
+
+    ``out`` is None (the outputs are allocated), one array (a kernel with one output) or
+    a sequence with one writable, C-contiguous array of the right shape and dtype per
+    output; outputs may not overlap each other.  An input that shares memory with an
+    output is copied first, so the kernel reads the caller's values, as numpy's ufuncs
+    do with ``out=``."""
+    n = len(func.outputs)
+    if out is None:
+        return [np.empty(s, dtype=d) for s, d in zip(shapes, dtypes)], inputs
+    if isinstance(out, np.ndarray):
+        out = [out]
+    if not isinstance(out, (list, tuple)):
+        raise ArgumentError(f"out= must be a list of {n} array(s), got {type(out).__name__}",
+                            user_location())
+    if len(out) != n:
+        raise ArgumentError(f"out= must hold {n} array(s), one per output, got {len(out)}",
+                            user_location())
+    for k, (o, shape, dtype) in enumerate(zip(out, shapes, dtypes)):
+        if not isinstance(o, np.ndarray):
+            raise ArgumentError(f"out[{k}] must be a numpy array, got {type(o).__name__}",
+                                user_location())
+        if o.shape != shape or o.dtype != dtype or not o.flags.c_contiguous:
+            raise ShapeMismatchError(f"out[{k}] must be a C-contiguous {dtype} array "
+                                     f"of shape {shape}", user_location())
+        if not o.flags.writeable:
+            raise ArgumentError(f"out[{k}] is read-only", user_location())
+        for j in range(k):
+            if np.shares_memory(o, out[j]):
+                raise ArgumentError(f"out[{k}] and out[{j}] overlap", user_location())
+    inputs = [np.array(a, copy=True) if any(np.shares_memory(a, o) for o in out) else a
+              for a in inputs]
+    return list(out), inputs

@@ -20,6 +20,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from polycomp import ir
+from polycomp.hw.clike import legalize_names
 from polycomp.hw.cpu.options import CpuOptions
 from polycomp.hw.registry import Backend, Runner, register
 from polycomp.hw.target import Target
@@ -88,7 +89,7 @@ class CpuBackend(Backend):
                        ir_pass("scalar-replace", lambda f, s: scalar_replace(f))]
         passes += [ir_pass("flatten", lambda f, s: flatten(f)), body_pass("simplify", simplify)]
         if not _vector(state):
-            return passes
+            return passes + [_LEGALIZE_NAMES]
         from polycomp.lowering.vectorize import vectorize
 
         from .microkernel import microkernels
@@ -102,7 +103,7 @@ class CpuBackend(Backend):
             from .prefetch import prefetch_next_rows
             passes.append(ir_pass("prefetch", lambda f, s: prefetch_next_rows(
                 f, max_bytes=target.l2_bytes // 4)))
-        return passes
+        return passes + [_LEGALIZE_NAMES]
 
     def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
         from .codegen import emit_c
@@ -136,6 +137,12 @@ class CpuBackend(Backend):
         if r.returncode != 0:
             raise BuildError(f"{' '.join(cmd)} failed:\n{r.stderr[-4000:]}")
         return f"checked: {' '.join(cmd[:3])} ... ok"
+
+
+#: Last codegen pass: the kernel's entry point, buffers and variables get names that
+#: no C keyword, macro, libc/OpenMP function or intrinsic uses (``final_ir`` then has
+#: the names the source has, so the loader finds the entry point).
+_LEGALIZE_NAMES = ir_pass("legalize-names", lambda f, s: legalize_names(f))
 
 
 def _vector(state: CompileState) -> bool:

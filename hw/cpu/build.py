@@ -11,7 +11,7 @@ import tempfile
 import numpy as np
 
 from polycomp import dtypes as dt
-from polycomp.errors import BuildError, ShapeMismatchError, user_location
+from polycomp.errors import BuildError, ResourceLimitError, user_location
 
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=gnu11", "-fPIC", "-shared",
                  "-ffp-contract=fast", "-fno-math-errno")
@@ -70,26 +70,37 @@ class CFunction:
         from polycomp.graph.dlpack import call_with_dlpack, needs_conversion
         if needs_conversion(inputs, out):  # torch & co. through DLPack, zero-copy
             return call_with_dlpack(self, inputs, out, params)
-        from polycomp.shapes import checked_arguments, eval_int
+        from polycomp.shapes import (check_buffers_fit, checked_arguments, checked_outputs,
+                                     eval_int)
         f = self.func
         expected, arrays, values = checked_arguments(f, inputs, params)
+        check_buffers_fit(f, values)
         arrays = [np.ascontiguousarray(a) for a in arrays]
         initial = {b.name: a for b, a in zip(expected[len(f.inputs):], arrays[len(f.inputs):])}
-        arrays = arrays[:len(f.inputs)]
-        outs = []
-        for k, b in enumerate(f.outputs):
-            shape = tuple(eval_int(d, values) for d in b.shape)
-            if out is not None:
-                o = out[k]
-                if o.shape != shape or o.dtype != dt.to_numpy(b.dtype) or not o.flags.c_contiguous:
-                    raise ShapeMismatchError(f"out[{k}] must be a C-contiguous {b.dtype} array "
-                                             f"of shape {shape}", user_location())
-            else:
-                o = np.empty(shape, dtype=dt.to_numpy(b.dtype))
+        shapes = [tuple(eval_int(d, values) for d in b.shape) for b in f.outputs]
+        outs, arrays = checked_outputs(f, out, shapes, [dt.to_numpy(b.dtype) for b in f.outputs],
+                                       arrays[:len(f.inputs)])
+        for b, o in zip(f.outputs, outs):
             if b.name in initial:
                 np.copyto(o, initial[b.name])
-            outs.append(o)
         args = [values[p.name] for p in f.params] + [a.ctypes.data for a in arrays] + \
             [o.ctypes.data for o in outs]
+        failed = self._alloc_failed()
+        if failed is not None:
+            failed.value = 0
         self.cfunc(*args)
+        if failed is not None and failed.value:
+            failed.value = 0
+            raise ResourceLimitError(
+                f"{f.name}: a temporary buffer could not be allocated for these sizes "
+                f"({', '.join(f'{k}={v}' for k, v in values.items())}): out of memory",
+                user_location())
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _alloc_failed(self):
+        """The library's ``pc_alloc_failed`` flag (see :mod:`polycomp.hw.cpu.codegen`), or
+        None for a library built from other C."""
+        try:
+            return ctypes.c_int.in_dll(self.lib, "pc_alloc_failed")
+        except ValueError:
+            return None

@@ -9,7 +9,10 @@ in the whole program lies in that loop's body and indexes some dimension ``d`` o
 dimension fewer), allocated inside the loop body, and ``T[.., v, ..]`` becomes
 ``T'[.., ..]``.  Iteration ``v`` only ever touches slice ``v`` and nothing reads ``T``
 after the loop, so each iteration may use its own (or the same, reused) storage: values
-and dependences inside an iteration are unchanged.  Applied repeatedly, a fused
+and dependences inside an iteration are unchanged.  Contraction stops at the first loop (from the outside in) that does not
+contract ``T``: that loop's iterations may communicate through ``T`` (``T[v - 1]`` read
+in iteration ``v``), so ``T`` is allocated around it, never inside it or deeper — a
+buffer allocated inside a loop body lives for one iteration only.  Applied repeatedly, a fused
 elementwise chain's intermediates become scalars and a fused row-wise kernel's
 intermediates (softmax's exponentials, layernorm's centred row) become one row per
 iteration, which stays in cache instead of going to memory.  A contracted buffer of
@@ -142,12 +145,11 @@ class _Placer:
                 nb = ir.Buffer(buf.name, buf.dtype, shape, _scope(shape, buf.dtype), buf.flat)
                 body, placed = self.place(_Drop(buf, nb, d, self.touched).visit(node.body), nb)
                 return replace(node, body=body), placed
-            inner, placed = self.place(node.body, buf)
-            if placed == tuple(buf.shape):
-                # nothing below contracts it: allocating inside the loop would only make
-                # one full copy per iteration (per thread, in a parallel loop)
-                return ir.Allocate(buf, node), tuple(buf.shape)
-            return replace(node, body=inner), placed
+            # The loop's iterations may pass values of ``buf`` to each other (a shifted
+            # read ``T[v - 1]``, an accumulation over ``v``): storage allocated inside
+            # its body would not outlive one iteration, so the buffer is allocated here,
+            # around the loop, with the shape it has reached.
+            return ir.Allocate(buf, node), tuple(buf.shape)
         if isinstance(node, ir.Block):
             inside = [k for k, s in enumerate(node.stmts) if touches(s, buf)]
             if len(inside) == 1:

@@ -106,15 +106,23 @@ PC_VINLINE __m256 pc256_abs_ps(__m256 x) { return _mm256_andnot_ps(_mm256_set1_p
 PC_VINLINE __m256d pc256_abs_pd(__m256d x) { return _mm256_andnot_pd(_mm256_set1_pd(-0.0), x); }
 PC_VINLINE __m256 pc256_mask_not_ps(__m256 m) { return _mm256_xor_ps(m, pc256_mask_const_ps(1)); }
 PC_VINLINE __m256d pc256_mask_not_pd(__m256d m) { return _mm256_xor_pd(m, pc256_mask_const_pd(1)); }
+/* min/max with numpy's NaN semantics: a NaN in either operand gives NaN (the bare
+   instructions return the second operand when either is NaN) */
+PC_VINLINE __m256 pc256_max_ps(__m256 a, __m256 b) { return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
+PC_VINLINE __m256 pc256_min_ps(__m256 a, __m256 b) { return _mm256_blendv_ps(_mm256_min_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
+PC_VINLINE __m256d pc256_max_pd(__m256d a, __m256d b) { return _mm256_blendv_pd(_mm256_max_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q)); }
+PC_VINLINE __m256d pc256_min_pd(__m256d a, __m256d b) { return _mm256_blendv_pd(_mm256_min_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q)); }
 PC_VINLINE float pc256_reduce_add_ps(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s)); s = _mm_add_ss(s, _mm_movehdup_ps(s)); return _mm_cvtss_f32(s);
 }
 PC_VINLINE float pc256_reduce_max_ps(__m256 v) {
+  if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) return __builtin_nanf("");  /* NaN propagates, as in numpy */
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_max_ps(s, _mm_movehl_ps(s, s)); s = _mm_max_ss(s, _mm_movehdup_ps(s)); return _mm_cvtss_f32(s);
 }
 PC_VINLINE float pc256_reduce_min_ps(__m256 v) {
+  if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) return __builtin_nanf("");  /* NaN propagates, as in numpy */
   __m128 s = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_min_ps(s, _mm_movehl_ps(s, s)); s = _mm_min_ss(s, _mm_movehdup_ps(s)); return _mm_cvtss_f32(s);
 }
@@ -127,10 +135,12 @@ PC_VINLINE double pc256_reduce_add_pd(__m256d v) {
   return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 PC_VINLINE double pc256_reduce_max_pd(__m256d v) {
+  if (_mm256_movemask_pd(_mm256_cmp_pd(v, v, _CMP_UNORD_Q))) return __builtin_nan("");  /* NaN propagates, as in numpy */
   __m128d s = _mm_max_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
   return _mm_cvtsd_f64(_mm_max_sd(s, _mm_unpackhi_pd(s, s)));
 }
 PC_VINLINE double pc256_reduce_min_pd(__m256d v) {
+  if (_mm256_movemask_pd(_mm256_cmp_pd(v, v, _CMP_UNORD_Q))) return __builtin_nan("");  /* NaN propagates, as in numpy */
   __m128d s = _mm_min_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
   return _mm_cvtsd_f64(_mm_min_sd(s, _mm_unpackhi_pd(s, s)));
 }
@@ -272,16 +282,20 @@ PC_VINLINE __m512 pc512_neg_ps(__m512 x) { return _mm512_castsi512_ps(_mm512_xor
 PC_VINLINE __m512d pc512_neg_pd(__m512d x) { return _mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(x), _mm512_set1_epi64((long long)0x8000000000000000ull))); }
 PC_VINLINE __m512 pc512_abs_ps(__m512 x) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff))); }
 PC_VINLINE __m512d pc512_abs_pd(__m512d x) { return _mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(x), _mm512_set1_epi64(0x7fffffffffffffffll))); }
+PC_VINLINE __m512 pc512_max_ps(__m512 a, __m512 b) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), _mm512_max_ps(a, b), a); }
+PC_VINLINE __m512 pc512_min_ps(__m512 a, __m512 b) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), _mm512_min_ps(a, b), a); }
+PC_VINLINE __m512d pc512_max_pd(__m512d a, __m512d b) { return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), _mm512_max_pd(a, b), a); }
+PC_VINLINE __m512d pc512_min_pd(__m512d a, __m512d b) { return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), _mm512_min_pd(a, b), a); }
 /* horizontal reductions: halve to 256 bits, then the AVX2 ones (no _mm512_reduce_*) */
 PC_VINLINE __m256 pc512_lo_ps(__m512 v) { return _mm512_castps512_ps256(v); }
 PC_VINLINE __m256 pc512_hi_ps(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 PC_VINLINE float pc512_reduce_add_ps(__m512 v) { return pc256_reduce_add_ps(_mm256_add_ps(pc512_lo_ps(v), pc512_hi_ps(v))); }
-PC_VINLINE float pc512_reduce_max_ps(__m512 v) { return pc256_reduce_max_ps(_mm256_max_ps(pc512_lo_ps(v), pc512_hi_ps(v))); }
-PC_VINLINE float pc512_reduce_min_ps(__m512 v) { return pc256_reduce_min_ps(_mm256_min_ps(pc512_lo_ps(v), pc512_hi_ps(v))); }
+PC_VINLINE float pc512_reduce_max_ps(__m512 v) { return pc256_reduce_max_ps(pc256_max_ps(pc512_lo_ps(v), pc512_hi_ps(v))); }
+PC_VINLINE float pc512_reduce_min_ps(__m512 v) { return pc256_reduce_min_ps(pc256_min_ps(pc512_lo_ps(v), pc512_hi_ps(v))); }
 PC_VINLINE float pc512_reduce_mul_ps(__m512 v) { return pc256_reduce_mul_ps(_mm256_mul_ps(pc512_lo_ps(v), pc512_hi_ps(v))); }
 PC_VINLINE double pc512_reduce_add_pd(__m512d v) { return pc256_reduce_add_pd(_mm256_add_pd(_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd(v, 1))); }
-PC_VINLINE double pc512_reduce_max_pd(__m512d v) { return pc256_reduce_max_pd(_mm256_max_pd(_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd(v, 1))); }
-PC_VINLINE double pc512_reduce_min_pd(__m512d v) { return pc256_reduce_min_pd(_mm256_min_pd(_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd(v, 1))); }
+PC_VINLINE double pc512_reduce_max_pd(__m512d v) { return pc256_reduce_max_pd(pc256_max_pd(_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd(v, 1))); }
+PC_VINLINE double pc512_reduce_min_pd(__m512d v) { return pc256_reduce_min_pd(pc256_min_pd(_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd(v, 1))); }
 PC_VINLINE double pc512_reduce_mul_pd(__m512d v) { return pc256_reduce_mul_pd(_mm256_mul_pd(_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd(v, 1))); }
 #define PCV512_SET1(x) _mm512_set1_ps(x)
 #define PCV512_ADD _mm512_add_ps

@@ -26,7 +26,7 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
 
-from .codegen import CPrinter
+from .codegen import ALLOC_FAILED_SET, CPrinter
 
 _CMP_PRED = {"<": "_CMP_LT_OQ", "<=": "_CMP_LE_OQ", ">": "_CMP_GT_OQ", ">=": "_CMP_GE_OQ",
              "==": "_CMP_EQ_OQ", "!=": "_CMP_NEQ_UQ"}
@@ -188,6 +188,8 @@ class VectorPrinter(CPrinter):
         name = {"+": "add", "-": "sub", "*": "mul", "/": "div", "min": "min", "max": "max"}.get(op)
         if name is None:
             raise PolycompInternalError(f"vector operator {op}")
+        if op in ("min", "max"):    # numpy's NaN semantics (see the prelude's helpers)
+            return f"{self.pc(D, L)}_{name}_{s}({self.vexpr(e.a, L, D)}, {self.vexpr(e.b, L, D)})"
         return f"{mm}_{name}_{s}({self.vexpr(e.a, L, D)}, {self.vexpr(e.b, L, D)})"
 
     def vselect(self, e: ir.Select, L: int, D: str) -> str:
@@ -351,8 +353,15 @@ class VectorPrinter(CPrinter):
                 self.level += 1
                 for a in allocs:
                     self.open_allocation(a.buffer)
+                # every thread takes the same branch (the flag is read after a barrier):
+                # a failed allocation in any thread skips the loop in all of them
+                self.emit("#pragma omp barrier")
+                self.emit("if (!__atomic_load_n(&pc_alloc_failed, __ATOMIC_RELAXED)) {")
+                self.level += 1
                 self.emit("#pragma omp for schedule(static)")
                 self.for_loop(s, body)
+                self.level -= 1
+                self.emit("}")
                 for a in reversed(allocs):
                     self.close_allocation(a.buffer)
                 self.level -= 1
@@ -365,6 +374,7 @@ class VectorPrinter(CPrinter):
         ty = self.storage_type(b.dtype)
         self.emit(f"{ty}* restrict {b.name} = ({ty}*)aligned_alloc(64, "
                   f"((sizeof({ty}) * (size_t)({size}) + 63) / 64) * 64);")
+        self.emit(f"if ({b.name} == NULL) {ALLOC_FAILED_SET}")
 
     def close_allocation(self, b: ir.Buffer) -> None:
         self.emit(f"free({b.name});")

@@ -94,7 +94,14 @@ class CudaBackend(Backend):
         return passes + [body_pass("simplify", simplify)]
 
     def codegen_passes(self, state: CompileState) -> list[IRPass]:
-        return [ir_pass("flatten", lambda f, s: flatten(f)), body_pass("simplify", simplify)]
+        from polycomp.hw.clike import legalize_names
+
+        from .codegen import kernel_function_names
+        # last: the entry point, kernels, buffers and variables get names no keyword,
+        # macro or library function uses (final_ir has the names the source has)
+        return [ir_pass("flatten", lambda f, s: flatten(f)), body_pass("simplify", simplify),
+                ir_pass("legalize-names",
+                        lambda f, s: legalize_names(f, taken=kernel_function_names))]
 
     def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
         from .codegen import emit_cuda
