@@ -113,19 +113,28 @@ class LocalBuf:
     name: str
     level: str
     dtype: str
-    rows: int
-    cols: int
-    layout: str = "ND"
+    rows: int | str        # a str names a host tiling value (vector tiles)
+    cols: int | str
+    layout: str = "ND"     # ND | NZ | zZ | nZ; UB: ND tile, COL (a value per row), ROW
     copies: int = 1
 
     @property
     def itemsize(self) -> int:
         return {"float16": 2, "float32": 4}[self.dtype]
 
+    def shape(self, env: dict | None = None) -> tuple[int, int]:
+        def get(v: int | str) -> int:
+            return v if isinstance(v, int) else (env or {})[v]
+        return get(self.rows), get(self.cols)
+
+    def size(self, env: dict | None = None) -> int:
+        """Bytes of one copy."""
+        r, c = self.shape(env)
+        return r * c * self.itemsize
+
     @property
     def nbytes(self) -> int:
-        """Bytes of one copy."""
-        return self.rows * self.cols * self.itemsize
+        return self.size()
 
 
 @dataclass(frozen=True)

@@ -49,22 +49,24 @@ class SimReport:
         return "\n".join(lines)
 
 
-def allocate(prog: Program, target: Target) -> dict:
-    """``{buffer name: (level, address)}``; raises :class:`NpuCapacityError` when a
-    level overflows or a buffer would be misaligned."""
+def allocate(prog: Program, target: Target, env: dict | None = None) -> dict:
+    """``{buffer name: (level, address)}`` (``env``: the tiling values of buffers sized
+    by the host); raises :class:`NpuCapacityError` when a level overflows or a buffer
+    would be misaligned."""
     used: dict[str, int] = {}
     addrs = {}
     for b in prog.buffers:
         lv = target.memory.level(b.level)
         align = max(lv.alignment, ALIGN)
-        if b.nbytes % ALIGN:
-            raise NpuCapacityError(f"buffer {b.name} ({b.rows}x{b.cols} {b.dtype}) in "
-                                   f"{b.level}: {b.nbytes} B is not a multiple of {ALIGN} B")
+        (r, c), nbytes = b.shape(env), b.size(env)
+        if nbytes % ALIGN:
+            raise NpuCapacityError(f"buffer {b.name} ({r}x{c} {b.dtype}) in "
+                                   f"{b.level}: {nbytes} B is not a multiple of {ALIGN} B")
         addr = -(-used.get(b.level, 0) // align) * align
-        end = addr + b.nbytes * b.copies
+        end = addr + nbytes * b.copies
         if lv.capacity and end > lv.capacity:
             raise NpuCapacityError(
-                f"buffer {b.name} ({b.copies} x {b.nbytes} B) does not fit {b.level} of "
+                f"buffer {b.name} ({b.copies} x {nbytes} B) does not fit {b.level} of "
                 f"target {target.name}: needs {end} B at address {addr}, capacity "
                 f"{lv.capacity} B")
         used[b.level] = end
@@ -72,9 +74,9 @@ def allocate(prog: Program, target: Target) -> dict:
     return addrs
 
 
-def _fractal_shape(b: LocalBuf) -> tuple[int, ...]:
-    r, c = b.rows, b.cols
-    return {"ND": (r, c), "NZ": (c // 16, r, 16), "zZ": (r // 16, c // 16, 16, 16),
+def _fractal_shape(b: LocalBuf, env: dict) -> tuple[int, ...]:
+    r, c = b.shape(env)
+    return {"ND": (r, c), "COL": (r, c), "ROW": (r, c), "NZ": (c // 16, r, 16), "zZ": (r // 16, c // 16, 16, 16),
             "nZ": (r // 16, c // 16, 16, 16)}[b.layout]
 
 
@@ -116,9 +118,6 @@ class Simulator:
         self.prog, self.target = prog, target
         self.p = params or npu_params(target)
         self.report = SimReport()
-        self.report.addresses = allocate(prog, target)
-        self.mem = {(b.name, k): np.zeros(_fractal_shape(b), np.dtype(b.dtype))
-                    for b in prog.buffers for k in range(b.copies)}
         self.time = {p: 0 for p in PIPES}
         self.seq = {p: 0 for p in PIPES}
         self.clock = {p: {q: 0 for q in PIPES} for p in PIPES}
@@ -129,6 +128,9 @@ class Simulator:
     # ------------------------------------------------------------------ driver
     def run(self, gm: dict, sizes: dict) -> SimReport:
         self.gm = gm
+        self.report.addresses = allocate(self.prog, self.target, sizes)
+        self.mem = {(b.name, k): np.zeros(_fractal_shape(b, sizes), np.dtype(b.dtype))
+                    for b in self.prog.buffers for k in range(b.copies)}
         self._block(self.prog.body, dict(sizes))
         left = [k for k, v in self.flags.items() if v]
         if left:

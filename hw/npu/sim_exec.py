@@ -32,12 +32,13 @@ def execute(sim: Simulator, s, env: dict) -> int:
 def _copy_in(sim: Simulator, s: CopyIn, env: dict) -> int:
     b = s.dst.buf
     arr, box = sim.region(s.src, env)
-    tile = arr[box].reshape(arr[box].shape[-2:]) if arr.ndim > 2 else arr[box]
+    tile = arr[box].reshape(-1, arr[box].shape[-1])
     r, c = tile.shape
-    if r > b.rows or c > b.cols:
+    br, bc = b.shape(env)
+    if r > br or c > bc:
         raise NpuCapacityError(f"DataCopy of {r}x{c} elements of {s.src.tensor.name} into "
-                               f"{b.name} ({b.rows}x{b.cols})")
-    nd = np.zeros((b.rows, b.cols), np.dtype(b.dtype))
+                               f"{b.name} ({br}x{bc})")
+    nd = np.zeros((br, bc), np.dtype(b.dtype))
     nd[:r, :c] = tile
     dst = sim.access(s.pipe, s.dst, env, True, f"DataCopy {s.src.tensor.name} -> {b.name}")
     dst[...] = to_layout(nd, b.layout)
@@ -80,8 +81,12 @@ def _copy_out(sim: Simulator, s: CopyOut, env: dict) -> int:
     what = f"{'Fixpipe' if s.pipe == 'FIX' else 'DataCopy'} {b.name} -> {s.dst.tensor.name}"
     nd = from_layout(sim.access(s.pipe, s.src, env, False, what), b.layout)
     shape = arr[box].shape
-    r, c = shape[-2:] if len(shape) > 1 else (1, shape[0])
-    arr[box] = nd[:r, :c].astype(arr.dtype).reshape(shape)
+    if b.layout == "COL":     # one value per row (column 0) -> a 1-d box
+        r, c = shape[0], 1
+        arr[box] = nd[:r, 0].astype(arr.dtype)
+    else:
+        r, c = shape[-2:] if len(shape) > 1 else (1, shape[0])
+        arr[box] = nd[:r, :c].astype(arr.dtype).reshape(shape)
     nbytes = r * _burst(c * arr.dtype.itemsize)
     sim.count_bytes(f"{b.level}->GM", nbytes)
     return sim.p.transfer_latency + -(-nbytes // sim.p.out_bytes_per_cycle)
