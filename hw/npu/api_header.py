@@ -46,6 +46,7 @@ template <typename T, typename U> void Fixpipe(const GlobalTensor<T>& dst,
 template <HardEvent E> void SetFlag(int32_t eventId);
 template <HardEvent E> void WaitFlag(int32_t eventId);
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t AlignUp(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
 }  // namespace AscendC
 """

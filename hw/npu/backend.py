@@ -60,6 +60,9 @@ def simulate(ck, *arrays):
                 raise TargetError(f"argument {t.name} of {ck.name}: size {d} is "
                                   f"{sizes[d]} elsewhere, {n} here")
         gm[t.name] = a.astype(np.dtype(t.dtype), copy=False)
+    if prog.kind == "vector":
+        from polycomp.scheduler.npu.vector import vector_tiling
+        sizes.update(vector_tiling(prog, sizes, ck.target.capacity("UB")))
     for t in prog.outputs:
         gm[t.name] = np.zeros(tuple(sizes[d] for d in t.dims), np.dtype(t.dtype))
     report = Simulator(prog, ck.target).run(gm, sizes)
@@ -85,9 +88,7 @@ class NpuBackend(Backend):
 
     def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
         from .printer import print_program
-        from .sim import allocate
-        prog = program_of(state)
-        return print_program(prog, allocate(prog, state.target))
+        return print_program(program_of(state), state.target)
 
     def execute(self, ck, inputs: tuple, params: dict):
         return simulate(ck, *inputs)[0]

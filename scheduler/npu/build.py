@@ -1,11 +1,13 @@
 """The NPU program of a kernel: classify its stages and build the program.
 
 * One stage that is a plain (batch) matmul contraction -> :mod:`.cube` (the cube);
-* anything else -> :class:`~polycomp.errors.TargetError` naming the stage: the vector
-  mapping of memory-bound stages is not built yet (docs/npu.md, "What does not run").
+* anything else -> :mod:`.vector` (the vector unit on UB), which raises
+  :class:`~polycomp.errors.TargetError` naming the stage it cannot map
+  (docs/npu.md, "What does not run").
 """
 from __future__ import annotations
 
+from polycomp import ir
 from polycomp.errors import TargetError
 from polycomp.hw.npu.program import Program
 from polycomp.hw.target import Target
@@ -24,13 +26,22 @@ def _is_matmul(c: Contraction) -> bool:
         and c.a.load.dtype in ("float16", "float32") and c.a.load.dtype == c.b.load.dtype
 
 
+def _is_cast_of(s, producer) -> bool:
+    """``s`` is ``cast(producer[iters])`` (the output cast of a matmul): the cube path
+    casts on the way out of L0C."""
+    b = s.body
+    return not s.is_reduction and isinstance(b, ir.Cast) and isinstance(b.value, ir.Load) \
+        and b.value.buffer.name == producer.name and list(b.value.indices) == list(s.iters)
+
+
 def npu_program(model, target: Target, options) -> Program:
     stages = list(model.graph.stages)
     name = model.graph.name if hasattr(model.graph, "name") else "kernel"
-    if len(stages) == 1 and stages[0].is_reduction:
+    if 1 <= len(stages) <= 2 and stages[0].is_reduction and \
+            (len(stages) == 1 or _is_cast_of(stages[1], stages[0])):
         c = match_contraction(stages[0])
         if isinstance(c, Contraction) and _is_matmul(c):
-            in_dt, out_dt = c.a.load.dtype, stages[0].output.dtype
+            in_dt, out_dt = c.a.load.dtype, stages[-1].output.dtype
             if out_dt not in ("float16", "float32"):
                 raise TargetError(f"npu: {stages[0].name} writes {out_dt}; the cube path "
                                   f"writes float16 or float32")
@@ -39,7 +50,5 @@ def npu_program(model, target: Target, options) -> Program:
                 fit_cube_tiles(target, 2 if in_dt == "float16" else 4, copies)
             return cube_program(name, in_dt, out_dt, len(c.out_dims) == 3, tiles,
                                 options.double_buffer)
-    what = ", ".join(s.name for s in stages)
-    raise TargetError(f"target {target.name}: kernel stages ({what}) are not a plain "
-                      f"matmul / batch_matmul; the NPU vector mapping of other stages is "
-                      f"not built yet (see docs/npu.md)")
+    from .vector import vector_program
+    return vector_program(model.graph, options.double_buffer)
