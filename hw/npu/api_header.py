@@ -43,6 +43,27 @@ template <typename T, typename U> void Mmad(const LocalTensor<U>& c, const Local
 template <typename T, typename U> void Fixpipe(const GlobalTensor<T>& dst,
                                                const LocalTensor<U>& src,
                                                const FixpipeParams& params);
+// vector instructions over `rows` rows of UB tiles (an operand may be a tile, a value
+// per row or one row; repeat counts and masks follow from the tiles' shapes)
+#define PC_UNARY(N) template <typename T, typename U> \
+    void N(const LocalTensor<T>& dst, const LocalTensor<U>& src, uint32_t rows);
+#define PC_BINARY(N) \
+    template <typename T, typename U, typename V> void N(const LocalTensor<T>& dst, \
+        const LocalTensor<U>& a, const LocalTensor<V>& b, uint32_t rows); \
+    template <typename T, typename U> void N(const LocalTensor<T>& dst, \
+        const LocalTensor<U>& a, float b, uint32_t rows); \
+    template <typename T, typename U> void N(const LocalTensor<T>& dst, float a, \
+        const LocalTensor<U>& b, uint32_t rows);
+#define PC_REDUCE(N) template <typename T, typename U> void N(const LocalTensor<T>& dst, \
+    const LocalTensor<U>& src, uint32_t validCols, uint32_t rows);
+PC_UNARY(Exp) PC_UNARY(Ln) PC_UNARY(Sqrt) PC_UNARY(Rsqrt) PC_UNARY(Abs) PC_UNARY(Tanh)
+PC_UNARY(Erf) PC_UNARY(Cast)
+PC_BINARY(Add) PC_BINARY(Sub) PC_BINARY(Mul) PC_BINARY(Div) PC_BINARY(Max) PC_BINARY(Min)
+PC_BINARY(CompareGT) PC_BINARY(CompareGE) PC_BINARY(CompareLT) PC_BINARY(CompareLE)
+PC_BINARY(CompareEQ) PC_BINARY(CompareNE)
+PC_REDUCE(ReduceSum) PC_REDUCE(ReduceMax) PC_REDUCE(ReduceMin)
+template <typename T, typename C, typename A, typename B> void Select(const LocalTensor<T>& dst,
+    const LocalTensor<C>& cond, const A& t, const B& f, uint32_t rows);
 template <HardEvent E> void SetFlag(int32_t eventId);
 template <HardEvent E> void WaitFlag(int32_t eventId);
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

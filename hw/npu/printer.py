@@ -50,9 +50,9 @@ def _instr(s, ind: str) -> list[str]:
         src = f"g{r.tensor.name}[{_linear(r).c()}]"
         if b.level == "L1":
             return [f"{ind}DataCopy({s.dst.c()}, {src}, Nd2NzParams{{(uint32_t){rows}, "
-                    f"(uint32_t){cols}, (uint32_t){stride}, {b.rows}, {b.cols}}});"]
+                    f"(uint32_t){cols}, (uint32_t){stride}, (uint32_t){b.rows}, (uint32_t){b.cols}}});"]
         return [f"{ind}DataCopyPad({s.dst.c()}, {src}, DataCopyPadParams{{(uint32_t){rows}, "
-                f"(uint32_t){cols}, (uint32_t){stride}, {b.cols}}});"]
+                f"(uint32_t){cols}, (uint32_t){stride}, (uint32_t){b.cols}}});"]
     if isinstance(s, Load2D):
         d = s.dst.buf
         rep = (d.rows // 16) * (d.cols // 16)
@@ -67,9 +67,9 @@ def _instr(s, ind: str) -> list[str]:
         rows, cols = _rows_cols(r, b)
         args = f"(uint32_t){rows}, (uint32_t){cols}"
         if s.pipe == "FIX":
-            return [f"{ind}Fixpipe({dst}, {s.src.c()}, FixpipeParams{{{args}, {b.rows}, "
+            return [f"{ind}Fixpipe({dst}, {s.src.c()}, FixpipeParams{{{args}, (uint32_t){b.rows}, "
                     f"(uint32_t){r.tensor.dims[-1]}}});"]
-        return [f"{ind}DataCopyPad({dst}, {s.src.c()}, DataCopyPadParams{{{args}, {b.cols}, "
+        return [f"{ind}DataCopyPad({dst}, {s.src.c()}, DataCopyPadParams{{{args}, (uint32_t){b.cols}, "
                 f"(uint32_t){r.tensor.dims[-1]}}});"]
     if isinstance(s, VecOp):
         srcs = ", ".join(x.c() if hasattr(x, "c") else repr(float(x)) for x in s.srcs)

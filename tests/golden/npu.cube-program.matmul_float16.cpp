@@ -16,11 +16,11 @@ extern "C" __global__ __aicore__ void matmul_float16(GM_ADDR A_, GM_ADDR B_, GM_
     gB.SetGlobalBuffer((__gm__ half*)B_, K * N);
     GlobalTensor<float> gC;
     gC.SetGlobalBuffer((__gm__ float*)C_, M * N);
-    LocalTensor<half> l1A[2] = {AllocLocal<half>(TPosition::A1, 0, 8192), AllocLocal<half>(TPosition::A1, 16384, 8192)};  // L1, NZ, ping-pong
-    LocalTensor<half> l1B[2] = {AllocLocal<half>(TPosition::A1, 32768, 4096), AllocLocal<half>(TPosition::A1, 40960, 4096)};  // L1, NZ, ping-pong
-    LocalTensor<half> l0A[2] = {AllocLocal<half>(TPosition::A2, 0, 2048), AllocLocal<half>(TPosition::A2, 4096, 2048)};  // L0A, zZ, ping-pong
-    LocalTensor<half> l0B[2] = {AllocLocal<half>(TPosition::B2, 0, 1024), AllocLocal<half>(TPosition::B2, 2048, 1024)};  // L0B, nZ, ping-pong
-    LocalTensor<float> l0C[2] = {AllocLocal<float>(TPosition::CO1, 0, 2048), AllocLocal<float>(TPosition::CO1, 8192, 2048)};  // L0C, NZ, ping-pong
+    LocalTensor<half> l1A[2] = {AllocLocal<half>(TPosition::A1, 0, 64 * 128), AllocLocal<half>(TPosition::A1, 0 + 1 * 64 * 128 * 2, 64 * 128)};  // L1, NZ, ping-pong
+    LocalTensor<half> l1B[2] = {AllocLocal<half>(TPosition::A1, 32768, 128 * 32), AllocLocal<half>(TPosition::A1, 32768 + 1 * 128 * 32 * 2, 128 * 32)};  // L1, NZ, ping-pong
+    LocalTensor<half> l0A[2] = {AllocLocal<half>(TPosition::A2, 0, 64 * 32), AllocLocal<half>(TPosition::A2, 0 + 1 * 64 * 32 * 2, 64 * 32)};  // L0A, zZ, ping-pong
+    LocalTensor<half> l0B[2] = {AllocLocal<half>(TPosition::B2, 0, 32 * 32), AllocLocal<half>(TPosition::B2, 0 + 1 * 32 * 32 * 2, 32 * 32)};  // L0B, nZ, ping-pong
+    LocalTensor<float> l0C[2] = {AllocLocal<float>(TPosition::CO1, 0, 64 * 32), AllocLocal<float>(TPosition::CO1, 0 + 1 * 64 * 32 * 4, 64 * 32)};  // L0C, NZ, ping-pong
     SetFlag<HardEvent::MTE1_MTE2>(0);
     SetFlag<HardEvent::MTE1_MTE2>(1);
     SetFlag<HardEvent::M_MTE1>(0);
@@ -32,8 +32,8 @@ extern "C" __global__ __aicore__ void matmul_float16(GM_ADDR A_, GM_ADDR B_, GM_
             WaitFlag<HardEvent::FIX_M>((((mo * CeilDiv(N, 32)) + no) % 2));
             for (int64_t ko = 0; ko < CeilDiv(K, 128); ++ko) {
                 WaitFlag<HardEvent::MTE1_MTE2>((ko % 2));
-                DataCopy(l1A[(ko % 2)], gA[((((0 * M) + (mo * 64)) * K) + (ko * 128))], Nd2NzParams{(uint32_t)Min(64, (M - (mo * 64))), (uint32_t)Min(128, (K - (ko * 128))), (uint32_t)K, 64, 128});
-                DataCopy(l1B[(ko % 2)], gB[((((0 * K) + (ko * 128)) * N) + (no * 32))], Nd2NzParams{(uint32_t)Min(128, (K - (ko * 128))), (uint32_t)Min(32, (N - (no * 32))), (uint32_t)N, 128, 32});
+                DataCopy(l1A[(ko % 2)], gA[((((0 * M) + (mo * 64)) * K) + (ko * 128))], Nd2NzParams{(uint32_t)Min(64, (M - (mo * 64))), (uint32_t)Min(128, (K - (ko * 128))), (uint32_t)K, (uint32_t)64, (uint32_t)128});
+                DataCopy(l1B[(ko % 2)], gB[((((0 * K) + (ko * 128)) * N) + (no * 32))], Nd2NzParams{(uint32_t)Min(128, (K - (ko * 128))), (uint32_t)Min(32, (N - (no * 32))), (uint32_t)N, (uint32_t)128, (uint32_t)32});
                 SetFlag<HardEvent::MTE2_MTE1>((ko % 2));
                 WaitFlag<HardEvent::MTE2_MTE1>((ko % 2));
                 for (int64_t ki = 0; ki < CeilDiv(Min(128, (K - (ko * 128))), 32); ++ki) {
@@ -49,7 +49,7 @@ extern "C" __global__ __aicore__ void matmul_float16(GM_ADDR A_, GM_ADDR B_, GM_
             }
             SetFlag<HardEvent::M_FIX>((((mo * CeilDiv(N, 32)) + no) % 2));
             WaitFlag<HardEvent::M_FIX>((((mo * CeilDiv(N, 32)) + no) % 2));
-            Fixpipe(gC[((((0 * M) + (mo * 64)) * N) + (no * 32))], l0C[(((mo * CeilDiv(N, 32)) + no) % 2)], FixpipeParams{(uint32_t)Min(64, (M - (mo * 64))), (uint32_t)Min(32, (N - (no * 32))), 64, (uint32_t)N});
+            Fixpipe(gC[((((0 * M) + (mo * 64)) * N) + (no * 32))], l0C[(((mo * CeilDiv(N, 32)) + no) % 2)], FixpipeParams{(uint32_t)Min(64, (M - (mo * 64))), (uint32_t)Min(32, (N - (no * 32))), (uint32_t)64, (uint32_t)N});
             SetFlag<HardEvent::FIX_M>((((mo * CeilDiv(N, 32)) + no) % 2));
         }
     }
