@@ -80,7 +80,8 @@ def test_missing_wait_is_a_race():
 
 
 def test_over_capacity_buffer_is_reported():
-    with pytest.raises(NpuCapacityError, match=r"buffer l0B \(2 x 8192 B\) does not fit L0B of target npu-lite"):
+    with pytest.raises(NpuCapacityError,
+                       match=r"buffer l0B \(2 x 8192 B\) does not fit L0B of target npu-lite"):
         compile_kernel(matmul_kernel("float16"), "npu-lite", {"cube_tile": (64, 128, 32, 64)})
 
 

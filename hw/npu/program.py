@@ -13,6 +13,7 @@ Ascend C-style source — the same object, not a re-derivation.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -60,7 +61,7 @@ class Ix:
 
 IxLike = Union[Ix, int, str]
 
-_BINOPS = {
+_BINOPS: dict[str, Callable[[int, int], int]] = {
     "+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y,
     "floordiv": lambda x, y: x // y, "ceildiv": lambda x, y: -(-x // y),
     "mod": lambda x, y: x % y, "min": min, "==": lambda x, y: int(x == y),

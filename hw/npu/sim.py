@@ -21,7 +21,16 @@ import numpy as np
 
 from polycomp.errors import NpuCapacityError, NpuRaceError
 from polycomp.hw.npu.program import (
-    CopyIn, CopyOut, GmRegion, Load2D, LocalBuf, Loop, Mmad, Program, SetFlag, Slot,
+    CopyIn,
+    CopyOut,
+    GmRegion,
+    Load2D,
+    LocalBuf,
+    Loop,
+    Mmad,
+    Program,
+    SetFlag,
+    Slot,
     WaitFlag,
 )
 from polycomp.hw.npu.target import ALIGN, PIPES, NpuParams, npu_params
@@ -76,7 +85,8 @@ def allocate(prog: Program, target: Target, env: dict | None = None) -> dict:
 
 def _fractal_shape(b: LocalBuf, env: dict) -> tuple[int, ...]:
     r, c = b.shape(env)
-    return {"ND": (r, c), "COL": (r, c), "ROW": (r, c), "NZ": (c // 16, r, 16), "zZ": (r // 16, c // 16, 16, 16),
+    return {"ND": (r, c), "COL": (r, c), "ROW": (r, c), "NZ": (c // 16, r, 16),
+            "zZ": (r // 16, c // 16, 16, 16),
             "nZ": (r // 16, c // 16, 16, 16)}[b.layout]
 
 

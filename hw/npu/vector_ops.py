@@ -15,6 +15,8 @@ latency; ``Erf`` (a polynomial on real hardware) counts 4 passes.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -22,13 +24,16 @@ from polycomp.errors import PolycompInternalError
 from polycomp.hw.npu.program import Ix, Slot, VecOp
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
-UNARY = {"Exp": np.exp, "Ln": np.log, "Sqrt": np.sqrt, "Rsqrt": lambda x: 1 / np.sqrt(x),
-         "Abs": np.abs, "Tanh": np.tanh, "Erf": lambda x: _erf(x), "Cast": lambda x: x}
-BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+Fn = Callable[..., Any]
+UNARY: dict[str, Fn] = {
+    "Exp": np.exp, "Ln": np.log, "Sqrt": np.sqrt, "Rsqrt": lambda x: 1 / np.sqrt(x),
+    "Abs": np.abs, "Tanh": np.tanh, "Erf": lambda x: _erf(x), "Cast": lambda x: x}
+BINARY: dict[str, Fn] = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
           "Max": np.maximum, "Min": np.minimum,
           "CompareGT": np.greater, "CompareGE": np.greater_equal, "CompareLT": np.less,
           "CompareLE": np.less_equal, "CompareEQ": np.equal, "CompareNE": np.not_equal}
-REDUCE = {"ReduceSum": np.sum, "ReduceMax": np.max, "ReduceMin": np.min}
+REDUCE: dict[str, Fn] = {"ReduceSum": np.sum, "ReduceMax": np.max, "ReduceMin": np.min}
 PASSES = {"Erf": 4}
 
 

@@ -16,8 +16,24 @@ from dataclasses import dataclass
 
 from polycomp.errors import ResourceLimitError
 from polycomp.hw.npu.program import (
-    CopyIn, CopyOut, GlobalTensor, GmRegion, Ix, Load2D, LocalBuf, Loop, Mmad, Program,
-    SetFlag, Slot, WaitFlag, ceildiv, eq, imin, ix, land,
+    CopyIn,
+    CopyOut,
+    GlobalTensor,
+    GmRegion,
+    Ix,
+    Load2D,
+    LocalBuf,
+    Loop,
+    Mmad,
+    Program,
+    SetFlag,
+    Slot,
+    WaitFlag,
+    ceildiv,
+    eq,
+    imin,
+    ix,
+    land,
 )
 from polycomp.hw.target import Target
 

@@ -20,8 +20,21 @@ from dataclasses import dataclass, field
 from polycomp import ir
 from polycomp.errors import NpuCapacityError, TargetError
 from polycomp.hw.npu.program import (
-    CopyIn, CopyOut, GlobalTensor, GmRegion, Ix, LocalBuf, Loop, Program, SetFlag, Slot,
-    VecOp, WaitFlag, ceildiv, imin, ix,
+    CopyIn,
+    CopyOut,
+    GlobalTensor,
+    GmRegion,
+    Ix,
+    LocalBuf,
+    Loop,
+    Program,
+    SetFlag,
+    Slot,
+    VecOp,
+    WaitFlag,
+    ceildiv,
+    imin,
+    ix,
 )
 
 _BIN = {"+": "Add", "-": "Sub", "*": "Mul", "/": "Div", "max": "Max", "min": "Min",
