@@ -91,8 +91,10 @@ def test_unsupported_kernel_says_so():
 
 
 #: the op-library kernels the vector mapping runs (docs/npu.md lists those it does not)
-VECTOR_OPS = ("add", "add_scalar_rhs", "sub", "div", "maximum", "relu", "leaky_relu",
-              "gelu", "row_stats", "reduce_sum_1", "reduce_max_1", "softmax", "layernorm")
+VECTOR_OPS = ("add", "add_row", "add_col", "add_outer", "add_scalar_rhs", "sub", "mul",
+              "mul_col", "div", "div_row", "maximum", "maximum_scalar_rhs", "minimum", "relu",
+              "leaky_relu", "gelu", "row_stats", "reduce_sum_1", "reduce_max_1",
+              "reduce_min_1", "softmax", "layernorm")
 
 
 def _vector_ck(name: str, dtype: str):
@@ -102,7 +104,7 @@ def _vector_ck(name: str, dtype: str):
     return _CK[key]
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(name=st.sampled_from(VECTOR_OPS), dtype=st.sampled_from(["float16", "float32"]),
        rows=st.integers(1, 70), cols=st.integers(1, 150))
 def test_vector_ops_match_numpy(name, dtype, rows, cols):

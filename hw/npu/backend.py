@@ -56,7 +56,11 @@ def simulate(ck, *arrays):
             raise TargetError(f"argument {t.name} of {ck.name}: {len(t.dims)}-d expected, "
                               f"got shape {a.shape}")
         for d, n in zip(t.dims, a.shape):
-            if sizes.setdefault(d, n) != n:
+            if isinstance(d, int):
+                if n != d:
+                    raise TargetError(f"argument {t.name} of {ck.name}: a dimension of "
+                                      f"size {d} expected, got shape {a.shape}")
+            elif sizes.setdefault(d, n) != n:
                 raise TargetError(f"argument {t.name} of {ck.name}: size {d} is "
                                   f"{sizes[d]} elsewhere, {n} here")
         gm[t.name] = a.astype(np.dtype(t.dtype), copy=False)
@@ -64,7 +68,8 @@ def simulate(ck, *arrays):
         from polycomp.scheduler.npu.vector import vector_tiling
         sizes.update(vector_tiling(prog, sizes, ck.target.capacity("UB")))
     for t in prog.outputs:
-        gm[t.name] = np.zeros(tuple(sizes[d] for d in t.dims), np.dtype(t.dtype))
+        gm[t.name] = np.zeros(tuple(d if isinstance(d, int) else sizes[d] for d in t.dims),
+                              np.dtype(t.dtype))
     report = Simulator(prog, ck.target).run(gm, sizes)
     outs = tuple(gm[t.name] for t in prog.outputs)
     return (outs[0] if len(outs) == 1 else outs), report

@@ -28,7 +28,7 @@ _POS = {"L1": "A1", "L0A": "A2", "L0B": "B2", "L0C": "CO1", "UB": "VECCALC"}
 def _linear(r: GmRegion) -> Ix:
     off: Ix = ix(0)
     for d, o in zip(r.tensor.dims, r.offsets):
-        off = off * ix(d) + o
+        off = off * ix(d) + o if isinstance(d, str) else off * d + o
     return off
 
 
@@ -43,7 +43,7 @@ def _rows_cols(r: GmRegion, b: LocalBuf) -> tuple[str, str]:
 
 
 def _dims_product(t: GlobalTensor) -> str:
-    return " * ".join(t.dims)
+    return " * ".join(map(str, t.dims))
 
 
 def _instr(s, ind: str) -> list[str]:

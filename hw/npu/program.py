@@ -100,10 +100,11 @@ def land(a: IxLike, b: IxLike) -> Ix:
 
 @dataclass(frozen=True)
 class GlobalTensor:
-    """A kernel argument in GM: ``dims`` names the tiling-data sizes of its shape."""
+    """A kernel argument in GM: ``dims`` names the tiling-data sizes of its shape (1 for
+    a broadcast dimension)."""
     name: str
     dtype: str
-    dims: tuple[str, ...]
+    dims: tuple[str | int, ...]
     is_output: bool = False
 
 
@@ -266,7 +267,7 @@ class Program:
         names: list[str] = []
         for t in self.tensors:
             for d in t.dims:
-                if d not in names:
+                if isinstance(d, str) and d not in names:
                     names.append(d)
         return tuple(names)
 

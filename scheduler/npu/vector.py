@@ -74,7 +74,10 @@ class _Builder:
         return b
 
 
-def _dim_name(e, stage: str) -> str:
+def _dim_name(e, stage: str) -> str | int:
+    """A size symbol's name, or 1 for a broadcast dimension."""
+    if ir.is_const(e, 1):
+        return 1
     if not isinstance(e, ir.Var):
         raise TargetError(f"npu: {stage}: extent {e} is not a size symbol")
     return e.name
@@ -98,8 +101,10 @@ def _operand(v: Val):
 
 def _load(bld: _Builder, e: ir.Load, row: ir.Var, col: ir.Var, stage: str) -> Val:
     name = e.buffer.name
-    pattern = tuple("r" if i is row else "c" if i is col else "?" for i in e.indices)
-    kind = {("r", "c"): "ND", ("c",): "ROW", ("r",): "COL"}.get(pattern)
+    pattern = tuple("r" if i is row else "c" if i is col else "0" if ir.is_const(i, 0)
+                    else "?" for i in e.indices)
+    kind = {("r", "c"): "ND", ("c",): "ROW", ("r",): "COL", ("r", "0"): "COL",
+            ("0", "c"): "ROW"}.get(pattern)
     v = bld.values.get(name) or bld.inputs.get(name)
     if kind is None or v is None or v.kind != kind:
         raise TargetError(f"npu: stage {stage} reads {name}[{', '.join(map(str, e.indices))}]"
@@ -136,7 +141,8 @@ def _expr(bld: _Builder, e, row, col, stage: str) -> Val:
     kinds = [a.kind for a in args]
     if all(k == "S" for k in kinds):
         raise TargetError(f"npu: stage {stage}: a scalar-only expression is not mapped")
-    kind = next(k for k in ("ND", "COL", "ROW") if k in kinds)
+    kind = "ND" if "COL" in kinds and "ROW" in kinds else \
+        next(k for k in ("ND", "COL", "ROW") if k in kinds)
     dtype = e.dtype if e.dtype in _FLOATS else "float32"
     return _emit(bld, op, tuple(_operand(a) for a in args), dtype, kind)
 
@@ -163,10 +169,16 @@ def _stage(bld: _Builder, s) -> None:
 
 def _setup(bld: _Builder, graph) -> tuple[list[GlobalTensor], list, list]:
     tensors, loads, row_loads = [], [], []
-    two_d = [t for t in graph.inputs if len(t.shape) == 2]
+    out = graph.outputs[0]
+    two_d = [t for t in (out, *graph.inputs) if len(t.shape) == 2]
     if not two_d:
-        raise TargetError(f"npu: kernel {graph.name} has no 2-d input for the vector mapping")
-    bld.R, bld.C = (_dim_name(e, graph.name) for e in two_d[0].shape)
+        raise TargetError(f"npu: kernel {graph.name} has no 2-d output or input for the "
+                          f"vector mapping")
+    R, C = (_dim_name(e, graph.name) for e in two_d[0].shape)
+    if not isinstance(R, str) or not isinstance(C, str):
+        raise TargetError(f"npu: kernel {graph.name}: the (rows, columns) of "
+                          f"{two_d[0].name} are not size symbols")
+    bld.R, bld.C = R, C
     for t in graph.inputs:
         if t.dtype not in _FLOATS:
             raise TargetError(f"npu: input {t.name} is {t.dtype}; the vector mapping takes "
@@ -177,12 +189,16 @@ def _setup(bld: _Builder, graph) -> tuple[list[GlobalTensor], list, list]:
         if dims == (bld.R, bld.C):
             b = bld.new("ND", t.dtype, bld.copies)
             loads.append((g, b))
-        elif dims == (bld.C,):
+        elif dims in ((bld.C,), (1, bld.C)):
             b = bld.new("ROW", t.dtype)
             row_loads.append((g, b))
+        elif dims == (bld.R, 1):
+            b = bld.new("COL", t.dtype, bld.copies)
+            loads.append((g, b))
         else:
             raise TargetError(f"npu: input {t.name} of shape {dims} is neither (R, C) = "
-                              f"({bld.R}, {bld.C}) nor a row vector ({bld.C})")
+                              f"({bld.R}, {bld.C}), a row ({bld.C}) / (1, {bld.C}) nor a "
+                              f"column ({bld.R}, 1)")
         bld.inputs[t.name] = Val(b.layout, b)
     return tensors, loads, row_loads
 
@@ -213,7 +229,7 @@ def vector_program(graph, double_buffer: bool) -> Program:
                                           for x in srcs), rows) for op, b, srcs in bld.ops)
     s = t % c
     body = (WaitFlag("V", "MTE2", s),
-            *(CopyIn(GmRegion(g, (t * TR, ix(0)), (rows, ix(bld.C))), _slot(b))
+            *(CopyIn(GmRegion(g, (t * TR, ix(0)), (rows, ix(g.dims[1]))), _slot(b))
               for g, b in loads),
             SetFlag("MTE2", "V", s), WaitFlag("MTE2", "V", s),
             WaitFlag("MTE3", "V", s), *vec, SetFlag("V", "MTE2", s),
@@ -222,7 +238,8 @@ def vector_program(graph, double_buffer: bool) -> Program:
     pro: tuple = tuple(SetFlag(p, q, ix(e)) for p, q in (("V", "MTE2"), ("MTE3", "V"))
                        for e in range(c))
     if row_loads:
-        pro += (*(CopyIn(GmRegion(g, (ix(0),), (ix(bld.C),)), Slot(b)) for g, b in row_loads),
+        pro += (*(CopyIn(GmRegion(g, (ix(0),) * len(g.dims), tuple(ix(d) for d in g.dims)),
+                         Slot(b)) for g, b in row_loads),
                 SetFlag("MTE2", "V", ix(2)), WaitFlag("MTE2", "V", ix(2)))
     epi = tuple(WaitFlag(p, q, ix(e)) for p, q in (("V", "MTE2"), ("MTE3", "V"))
                 for e in range(c))
