@@ -15,7 +15,7 @@ from polycomp.driver import compile_kernel, interpret
 from polycomp.errors import NpuCapacityError, NpuRaceError, TargetError
 from polycomp.frontend.ops import OPS, batch_matmul_kernel, matmul_kernel, transpose_kernel
 from polycomp.hw.npu.backend import program_of, simulate, syntax_check
-from polycomp.hw.npu.program import Loop, WaitFlag
+from polycomp.hw.npu.program import Loop, SetFlag, WaitFlag, walk
 from polycomp.hw.npu.sim import Simulator
 
 _CK: dict = {}
@@ -176,3 +176,45 @@ def test_cli_targets_and_compile(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "cube utilisation" in r.stdout and "GM->L1" in r.stdout
+
+
+def _without_pair(body: tuple, src: str, dst: str) -> tuple:
+    """``body`` without any SetFlag/WaitFlag of the pipe pair ``src -> dst``."""
+    out: list = []
+    for s in body:
+        if isinstance(s, Loop):
+            s = dataclasses.replace(s, body=_without_pair(s.body, src, dst))
+        elif isinstance(s, (SetFlag, WaitFlag)) and (s.src_pipe, s.dst_pipe) == (src, dst):
+            continue
+        out.append(s)
+    return tuple(out)
+
+
+def _pairs(body: tuple) -> set:
+    return {(s.src_pipe, s.dst_pipe) for s in walk(body) if isinstance(s, SetFlag)}
+
+
+@pytest.mark.parametrize("which", ["matmul", "softmax"])
+def test_every_flag_pair_is_needed(which):
+    """No flag more than needed: dropping every set/wait of any one pipe pair makes
+    the simulator report a race (the program stays balanced, so it is the missing
+    ordering that is caught)."""
+    if which == "matmul":
+        ck = _ck("matmul", "float16")
+        gm = {"A": np.ones((40, 150), np.float16), "B": np.ones((150, 70), np.float16),
+              "C": np.zeros((40, 70), np.float32)}
+        sizes = {"M": 40, "N": 70, "K": 150}
+    else:
+        ck = _vector_ck("softmax", "float16")
+        x = np.ones((40, 70), np.float16)
+        gm = {"x": x, "softmax": np.zeros_like(x)}
+        sizes = {"N": 40, "M": 70, "TR": 8, "CP": 80}
+    prog = program_of(ck.state)
+    Simulator(prog, ck.target).run(dict(gm), sizes)       # the program as built is clean
+    pairs = _pairs(prog.body)
+    assert len(pairs) >= 4
+    for src, dst in sorted(pairs):
+        bad = dataclasses.replace(prog, body=_without_pair(prog.body, src, dst))
+        with pytest.raises(NpuRaceError, match=f"race on .* a WaitFlag<{src}->{dst}> is "
+                                               f"missing"):
+            Simulator(bad, ck.target).run({k: v.copy() for k, v in gm.items()}, sizes)
