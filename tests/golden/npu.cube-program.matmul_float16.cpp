@@ -2,7 +2,7 @@
 #include "polycomp_npu.h"
 using namespace AscendC;
 
-// host-side tiling data; constant tiles: m0=64, n0=32, k0=32, kL1=128
+// host-side tiling data: the sizes; constant tiles m0=64, n0=32, k0=32, kL1=128
 struct matmul_float16_tiling { int64_t M; int64_t K; int64_t N; };
 
 extern "C" __global__ __aicore__ void matmul_float16(GM_ADDR A_, GM_ADDR B_, GM_ADDR C_, GM_ADDR tiling_) {

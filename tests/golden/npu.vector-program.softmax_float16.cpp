@@ -2,7 +2,7 @@
 #include "polycomp_npu.h"
 using namespace AscendC;
 
-// host-side tiling data; constant tiles: rows=N, cols=M
+// host-side tiling data: the sizes, TR rows of N per UB tile, rows padded to CP elements
 struct softmax_m1_float16_tiling { int64_t N; int64_t M; int64_t TR; int64_t CP; };
 
 extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR softmax_, GM_ADDR tiling_) {
@@ -15,15 +15,24 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
     gx.SetGlobalBuffer((__gm__ half*)x_, N * M);
     GlobalTensor<half> gsoftmax;
     gsoftmax.SetGlobalBuffer((__gm__ half*)softmax_, N * M);
-    LocalTensor<half> ub0[2] = {AllocLocal<half>(TPosition::VECCALC, 0, TR * CP), AllocLocal<half>(TPosition::VECCALC, 0 + 1 * TR * CP * 2, TR * CP)};  // UB, ND, ping-pong
-    LocalTensor<half> ub1 = AllocLocal<half>(TPosition::VECCALC, AlignUp(0 + 2 * TR * CP * 2, 32), TR * 16);  // UB, COL
-    LocalTensor<float> ub2 = AllocLocal<float>(TPosition::VECCALC, AlignUp(AlignUp(0 + 2 * TR * CP * 2, 32) + 1 * TR * 16 * 2, 32), TR * CP);  // UB, ND
-    LocalTensor<float> ub3 = AllocLocal<float>(TPosition::VECCALC, AlignUp(AlignUp(AlignUp(0 + 2 * TR * CP * 2, 32) + 1 * TR * 16 * 2, 32) + 1 * TR * CP * 4, 32), TR * 8);  // UB, COL
-    LocalTensor<float> ub4 = AllocLocal<float>(TPosition::VECCALC, AlignUp(AlignUp(AlignUp(AlignUp(0 + 2 * TR * CP * 2, 32) + 1 * TR * 16 * 2, 32) + 1 * TR * CP * 4, 32) + 1 * TR * 8 * 4, 32), TR * CP);  // UB, ND
-    LocalTensor<float> ub5 = AllocLocal<float>(TPosition::VECCALC, AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(0 + 2 * TR * CP * 2, 32) + 1 * TR * 16 * 2, 32) + 1 * TR * CP * 4, 32) + 1 * TR * 8 * 4, 32) + 1 * TR * CP * 4, 32), TR * CP);  // UB, ND
-    LocalTensor<float> ub6 = AllocLocal<float>(TPosition::VECCALC, AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(0 + 2 * TR * CP * 2, 32) + 1 * TR * 16 * 2, 32) + 1 * TR * CP * 4, 32) + 1 * TR * 8 * 4, 32) + 1 * TR * CP * 4, 32) + 1 * TR * CP * 4, 32), TR * 8);  // UB, COL
-    LocalTensor<float> ub7 = AllocLocal<float>(TPosition::VECCALC, AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(0 + 2 * TR * CP * 2, 32) + 1 * TR * 16 * 2, 32) + 1 * TR * CP * 4, 32) + 1 * TR * 8 * 4, 32) + 1 * TR * CP * 4, 32) + 1 * TR * CP * 4, 32) + 1 * TR * 8 * 4, 32), TR * CP);  // UB, ND
-    LocalTensor<half> ub8[2] = {AllocLocal<half>(TPosition::VECCALC, AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(0 + 2 * TR * CP * 2, 32) + 1 * TR * 16 * 2, 32) + 1 * TR * CP * 4, 32) + 1 * TR * 8 * 4, 32) + 1 * TR * CP * 4, 32) + 1 * TR * CP * 4, 32) + 1 * TR * 8 * 4, 32) + 1 * TR * CP * 4, 32), TR * CP), AllocLocal<half>(TPosition::VECCALC, AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(AlignUp(0 + 2 * TR * CP * 2, 32) + 1 * TR * 16 * 2, 32) + 1 * TR * CP * 4, 32) + 1 * TR * 8 * 4, 32) + 1 * TR * CP * 4, 32) + 1 * TR * CP * 4, 32) + 1 * TR * 8 * 4, 32) + 1 * TR * CP * 4, 32) + 1 * TR * CP * 2, TR * CP)};  // UB, ND, ping-pong
+    const uint32_t ub0_addr = AlignUp(0, 32);
+    const uint32_t ub1_addr = AlignUp(ub0_addr + 2 * TR * CP * 2, 32);
+    const uint32_t ub2_addr = AlignUp(ub1_addr + 1 * TR * 16 * 2, 32);
+    const uint32_t ub3_addr = AlignUp(ub2_addr + 1 * TR * CP * 4, 32);
+    const uint32_t ub4_addr = AlignUp(ub3_addr + 1 * TR * 8 * 4, 32);
+    const uint32_t ub5_addr = AlignUp(ub4_addr + 1 * TR * CP * 4, 32);
+    const uint32_t ub6_addr = AlignUp(ub5_addr + 1 * TR * CP * 4, 32);
+    const uint32_t ub7_addr = AlignUp(ub6_addr + 1 * TR * 8 * 4, 32);
+    const uint32_t ub8_addr = AlignUp(ub7_addr + 1 * TR * CP * 4, 32);
+    LocalTensor<half> ub0[2] = {AllocLocal<half>(TPosition::VECCALC, ub0_addr, TR * CP), AllocLocal<half>(TPosition::VECCALC, ub0_addr + 1 * TR * CP * 2, TR * CP)};  // UB, ND, ping-pong
+    LocalTensor<half> ub1 = AllocLocal<half>(TPosition::VECCALC, ub1_addr, TR * 16);  // UB, COL
+    LocalTensor<float> ub2 = AllocLocal<float>(TPosition::VECCALC, ub2_addr, TR * CP);  // UB, ND
+    LocalTensor<float> ub3 = AllocLocal<float>(TPosition::VECCALC, ub3_addr, TR * 8);  // UB, COL
+    LocalTensor<float> ub4 = AllocLocal<float>(TPosition::VECCALC, ub4_addr, TR * CP);  // UB, ND
+    LocalTensor<float> ub5 = AllocLocal<float>(TPosition::VECCALC, ub5_addr, TR * CP);  // UB, ND
+    LocalTensor<float> ub6 = AllocLocal<float>(TPosition::VECCALC, ub6_addr, TR * 8);  // UB, COL
+    LocalTensor<float> ub7 = AllocLocal<float>(TPosition::VECCALC, ub7_addr, TR * CP);  // UB, ND
+    LocalTensor<half> ub8[2] = {AllocLocal<half>(TPosition::VECCALC, ub8_addr, TR * CP), AllocLocal<half>(TPosition::VECCALC, ub8_addr + 1 * TR * CP * 2, TR * CP)};  // UB, ND, ping-pong
     SetFlag<HardEvent::V_MTE2>(0);
     SetFlag<HardEvent::V_MTE2>(1);
     SetFlag<HardEvent::MTE3_V>(0);
