@@ -104,15 +104,21 @@ def _vector_ck(name: str, dtype: str):
     return _CK[key]
 
 
+#: matmuls with a vector epilogue (L0C -> UB -> vector unit -> GM)
+EPILOGUE_OPS = ("matmul_bias_relu", "mlp_gelu")
+
+
 @settings(max_examples=25, deadline=None)
-@given(name=st.sampled_from(VECTOR_OPS), dtype=st.sampled_from(["float16", "float32"]),
-       rows=st.integers(1, 70), cols=st.integers(1, 150))
-def test_vector_ops_match_numpy(name, dtype, rows, cols):
+@given(name=st.sampled_from(VECTOR_OPS + EPILOGUE_OPS),
+       dtype=st.sampled_from(["float16", "float32"]),
+       sizes=st.tuples(st.integers(1, 70), st.integers(1, 150), st.integers(1, 90)))
+def test_vector_ops_match_numpy(name, dtype, sizes):
     from polycomp.cli import random_inputs
     ck = _vector_ck(name, dtype)
     f = ck.final_ir
     dims = [p.name for p in f.params]
-    params = dict(zip(dims, (rows, cols)))
+    params = dict(zip(dims, sizes))
+    rows, cols = sizes[:2]
     arrays = random_inputs(f, params, rows * 131 + cols)[:len(f.inputs)]
     ref = interpret(OPS[name].kernel(dtype), *arrays, **params)
     out = interpret(ck, *arrays)
@@ -148,7 +154,7 @@ def test_emitted_source_passes_syntax_check(tmp_path):
         p = tmp_path / f"{kind}.cpp"
         p.write_text(_ck(kind, dtype).source)
         assert "OK" in syntax_check(str(p))
-    for name in VECTOR_OPS:
+    for name in VECTOR_OPS + EPILOGUE_OPS:
         p = tmp_path / f"{name}.cpp"
         p.write_text(_vector_ck(name, "float16").source)
         assert "OK" in syntax_check(str(p))
@@ -159,6 +165,9 @@ def test_printed_program_golden(goldens):
     assert src.strip() == goldens.expected("npu.cube-program.matmul_float16.cpp", src)
     src = _vector_ck("softmax", "float16").source
     assert src.strip() == goldens.expected("npu.vector-program.softmax_float16.cpp", src)
+    src = _vector_ck("matmul_bias_relu", "float16").source
+    assert src.strip() == goldens.expected("npu.cube-epilogue.matmul_bias_relu_float16.cpp",
+                                           src)
 
 
 def test_cli_targets_and_compile(tmp_path):
@@ -194,7 +203,7 @@ def _pairs(body: tuple) -> set:
     return {(s.src_pipe, s.dst_pipe) for s in walk(body) if isinstance(s, SetFlag)}
 
 
-@pytest.mark.parametrize("which", ["matmul", "softmax"])
+@pytest.mark.parametrize("which", ["matmul", "softmax", "matmul_bias_relu"])
 def test_every_flag_pair_is_needed(which):
     """No flag more than needed: dropping every set/wait of any one pipe pair makes
     the simulator report a race (the program stays balanced, so it is the missing
@@ -203,6 +212,12 @@ def test_every_flag_pair_is_needed(which):
         ck = _ck("matmul", "float16")
         gm = {"A": np.ones((40, 150), np.float16), "B": np.ones((150, 70), np.float16),
               "C": np.zeros((40, 70), np.float32)}
+        sizes = {"M": 40, "N": 70, "K": 150}
+    elif which == "matmul_bias_relu":
+        ck = _vector_ck(which, "float16")
+        gm = {"A": np.ones((40, 150), np.float16), "B": np.ones((150, 70), np.float16),
+              "bias": np.ones(70, np.float16), "matmul_bias_relu": np.zeros((40, 70),
+                                                                            np.float32)}
         sizes = {"M": 40, "N": 70, "K": 150}
     else:
         ck = _vector_ck("softmax", "float16")

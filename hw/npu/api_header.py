@@ -14,7 +14,7 @@ namespace AscendC {
 struct half { uint16_t bits; };
 enum class TPosition { GM, A1, B1, A2, B2, CO1, VECCALC };
 enum class HardEvent { MTE2_MTE1, MTE1_MTE2, MTE1_M, M_MTE1, M_FIX, FIX_M,
-                       MTE2_V, V_MTE2, V_MTE3, MTE3_V };
+                       MTE2_V, V_MTE2, V_MTE3, MTE3_V, FIX_V, V_FIX };
 template <typename T> class GlobalTensor {
 public:
     void SetGlobalBuffer(__gm__ T* buffer, uint64_t size);
@@ -64,6 +64,9 @@ PC_BINARY(CompareEQ) PC_BINARY(CompareNE)
 PC_REDUCE(ReduceSum) PC_REDUCE(ReduceMax) PC_REDUCE(ReduceMin)
 template <typename T, typename C, typename A, typename B> void Select(const LocalTensor<T>& dst,
     const LocalTensor<C>& cond, const A& t, const B& f, uint32_t rows);
+template <typename T, typename U> void Fixpipe(const LocalTensor<T>& dst,
+                                               const LocalTensor<U>& src,
+                                               const FixpipeParams& params);
 template <HardEvent E> void SetFlag(int32_t eventId);
 template <HardEvent E> void WaitFlag(int32_t eventId);
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

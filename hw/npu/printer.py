@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from polycomp.hw.npu.program import (
     CopyIn,
+    CopyLocal,
     CopyOut,
     GlobalTensor,
     GmRegion,
@@ -85,6 +86,10 @@ def _instr(s, ind: str) -> list[str]:
         return [f"{ind}DataCopyPad({dst}, {s.src.c()}, DataCopyPadParams{{{args}, "
                 f"(uint32_t){b.cols}, "
                 f"(uint32_t){r.tensor.dims[-1]}}});"]
+    if isinstance(s, CopyLocal):
+        d = s.dst.buf
+        return [f"{ind}Fixpipe({s.dst.c()}, {s.src.c()}, FixpipeParams{{(uint32_t){d.rows}, "
+                f"(uint32_t){d.cols}, (uint32_t){s.src.buf.rows}, (uint32_t){d.cols}}});"]
     if isinstance(s, VecOp):
         srcs = ", ".join(x.c() if hasattr(x, "c") else repr(float(x)) for x in s.srcs)
         return [f"{ind}{s.op}({s.dst.c()}, {srcs}, (uint32_t)({s.rows.c()}));"]

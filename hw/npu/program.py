@@ -200,6 +200,15 @@ class CopyOut:
 
 
 @dataclass(frozen=True)
+class CopyLocal:
+    """FIX: an L0C tile (fractal NZ, fp32) -> a UB tile (ND, fp32) for a vector
+    epilogue."""
+    src: Slot
+    dst: Slot
+    pipe: str = "FIX"
+
+
+@dataclass(frozen=True)
 class VecOp:
     """V: one vector instruction over ``rows`` rows of a UB tile (repeat = rows x
     ceil(row bytes / 256)); ``op`` in the table of :mod:`.vector_ops`; ``srcs`` are
@@ -240,7 +249,7 @@ class Loop:
     body: tuple
 
 
-Instr = Union[CopyIn, Load2D, Mmad, CopyOut, VecOp, SetFlag, WaitFlag, Loop]
+Instr = Union[CopyIn, Load2D, Mmad, CopyOut, CopyLocal, VecOp, SetFlag, WaitFlag, Loop]
 
 
 @dataclass(frozen=True)

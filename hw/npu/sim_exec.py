@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from polycomp.errors import NpuCapacityError, PolycompInternalError
-from polycomp.hw.npu.program import CopyIn, CopyOut, Load2D, Mmad, VecOp
+from polycomp.hw.npu.program import CopyIn, CopyLocal, CopyOut, Load2D, Mmad, VecOp
 from polycomp.hw.npu.target import ALIGN
 
 from .sim import Simulator, from_layout, to_layout
@@ -24,6 +24,8 @@ def execute(sim: Simulator, s, env: dict) -> int:
         return _mmad(sim, s, env)
     if isinstance(s, CopyOut):
         return _copy_out(sim, s, env)
+    if isinstance(s, CopyLocal):
+        return _copy_local(sim, s, env)
     if isinstance(s, VecOp):
         return vec_execute(sim, s, env) and vec_cycles(sim, s, env)
     raise PolycompInternalError(f"NPU simulator: unknown instruction {type(s).__name__}")
@@ -90,3 +92,16 @@ def _copy_out(sim: Simulator, s: CopyOut, env: dict) -> int:
     nbytes = r * _burst(c * arr.dtype.itemsize)
     sim.count_bytes(f"{b.level}->GM", nbytes)
     return sim.p.transfer_latency + -(-nbytes // sim.p.out_bytes_per_cycle)
+
+
+def _copy_local(sim: Simulator, s: CopyLocal, env: dict) -> int:
+    src, dst = s.src.buf, s.dst.buf
+    what = f"Fixpipe {src.name} -> {dst.name}"
+    nd = from_layout(sim.access(s.pipe, s.src, env, False, what), src.layout)
+    out = sim.access(s.pipe, s.dst, env, True, what)
+    if out.shape != nd.shape:
+        raise NpuCapacityError(f"{what}: {nd.shape} into {out.shape}")
+    out[...] = nd.astype(out.dtype)
+    nbytes = dst.size(env)
+    sim.count_bytes(f"{src.level}->{dst.level}", nbytes)
+    return sim.p.local_latency + -(-nbytes // sim.p.out_bytes_per_cycle)

@@ -50,5 +50,25 @@ def npu_program(model, target: Target, options) -> Program:
                 fit_cube_tiles(target, 2 if in_dt == "float16" else 4, copies)
             return cube_program(name, in_dt, out_dt, len(c.out_dims) == 3, tiles,
                                 options.double_buffer)
+    if len(stages) > 1 and stages[0].is_reduction:
+        c = match_contraction(stages[0])
+        if isinstance(c, Contraction) and _is_matmul(c) and len(c.out_dims) == 2:
+            return _with_epilogue(name, model.graph, c, target, options)
     from .vector import vector_program
     return vector_program(model.graph, options.double_buffer)
+
+
+def _with_epilogue(name: str, graph, c: Contraction, target: Target, options) -> Program:
+    """A 2-d matmul followed by elementwise stages: the cube with a vector epilogue."""
+    from .epilogue import build_epilogue, ub_bytes
+    mm = graph.stages[0]
+    operands = {c.a.load.buffer.name, c.b.load.buffer.name}
+    extra = [t for t in graph.inputs if t.name not in operands]
+    copies = 2 if options.double_buffer else 1
+    in_dt = c.a.load.dtype
+    tiles = check_tiles(CubeTiles(*options.cube_tile)) if options.cube_tile else \
+        fit_cube_tiles(target, 2 if in_dt == "float16" else 4, copies,
+                       ub_bytes(graph, mm, extra, copies))
+    e = build_epilogue(graph, mm, extra, tiles.m0, tiles.n0, copies)
+    return cube_program(name, in_dt, e.out_tensor.dtype, False, tiles,
+                        options.double_buffer, e)

@@ -12,11 +12,14 @@ and clipped on the way out.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from polycomp.errors import ResourceLimitError
 from polycomp.hw.npu.program import (
     CopyIn,
+    CopyLocal,
     CopyOut,
     GlobalTensor,
     GmRegion,
@@ -28,6 +31,7 @@ from polycomp.hw.npu.program import (
     Program,
     SetFlag,
     Slot,
+    VecOp,
     WaitFlag,
     ceildiv,
     eq,
@@ -36,6 +40,9 @@ from polycomp.hw.npu.program import (
     land,
 )
 from polycomp.hw.target import Target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .epilogue import Epilogue
 
 
 @dataclass(frozen=True)
@@ -47,14 +54,18 @@ class CubeTiles:
     kl1: int
 
 
-def fit_cube_tiles(target: Target, itemsize: int, copies: int) -> CubeTiles:
+def fit_cube_tiles(target: Target, itemsize: int, copies: int,
+                   ub_need: Callable[[int, int], int] | None = None) -> CubeTiles:
     """The largest tiles (output tile area first, then k0, then kL1) whose buffers fit
-    L0A, L0B, L0C (fp32) and L1 with ``copies`` ping-pong copies each."""
+    L0A, L0B, L0C (fp32) and L1 with ``copies`` ping-pong copies each (and UB, for a
+    vector epilogue needing ``ub_need(m0, n0)`` bytes)."""
     cap = target.capacity
     best: CubeTiles | None = None
     for m0 in (128, 64, 32, 16):
         for n0 in (256, 128, 64, 32, 16):
             if m0 * n0 * 4 * copies > cap("L0C"):
+                continue
+            if ub_need is not None and ub_need(m0, n0) > cap("UB"):
                 continue
             for k0 in (64, 32, 16):
                 if m0 * k0 * itemsize * copies > cap("L0A") or \
@@ -81,8 +92,32 @@ def check_tiles(t: CubeTiles) -> CubeTiles:
     return t
 
 
+def _epilogue_tail(e: Epilogue, l0c: Slot, u: Ix, bidx: tuple, one: tuple,
+                   m_ext: Ix, n_ext: Ix, mo: Ix, no: Ix, t: CubeTiles) -> tuple:
+    """L0C -> UB (FIX), row vectors in (MTE2), the vector ops, the tile out (MTE3)."""
+    def slot(b: LocalBuf) -> Slot:
+        return Slot(b, u if b.copies > 1 else ix(0))
+
+    vec = tuple(VecOp(op, slot(d), tuple(slot(x) if isinstance(x, LocalBuf) else x
+                                         for x in srcs), m_ext) for op, d, srcs in e.ops)
+    rows_in: tuple = ()
+    if e.rows_in:
+        rows_in = (WaitFlag("V", "MTE2", u),
+                   *(CopyIn(GmRegion(g, (no * t.n0,), (n_ext,)), slot(b)) for g, b in e.rows_in),
+                   SetFlag("MTE2", "V", u), WaitFlag("MTE2", "V", u))
+    return (WaitFlag("V", "FIX", u), CopyLocal(l0c, slot(e.acc)),
+            SetFlag("FIX", "M", l0c.index), SetFlag("FIX", "V", u), *rows_in,
+            WaitFlag("FIX", "V", u), WaitFlag("MTE3", "V", u), *vec,
+            SetFlag("V", "FIX", u), *((SetFlag("V", "MTE2", u),) if e.rows_in else ()),
+            SetFlag("V", "MTE3", u), WaitFlag("V", "MTE3", u),
+            CopyOut(slot(e.out), GmRegion(e.out_tensor, (*bidx, mo * t.m0, no * t.n0),
+                                          (*one, m_ext, n_ext)), pipe="MTE3"),
+            SetFlag("MTE3", "V", u))
+
+
 def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
-                 tiles: CubeTiles, double_buffer: bool) -> Program:
+                 tiles: CubeTiles, double_buffer: bool,
+                 epilogue: Epilogue | None = None) -> Program:
     """The program of ``C = A @ B`` (per batch) for the cube; see the module docstring."""
     t, c = tiles, 2 if double_buffer else 1
     bd: tuple[str, ...] = ("B",) if batched else ()
@@ -125,20 +160,30 @@ def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
         Loop("ki", ceildiv(k_ext, t.k0), k_inner),
         SetFlag("MTE1", "MTE2", s1),
     )
+    if epilogue is None:
+        tail: tuple = (CopyOut(Slot(l0c, cs), GmRegion(C, (*bidx, mo * t.m0, no * t.n0),
+                                                      (*one, m_ext, n_ext))),
+                       SetFlag("FIX", "M", cs))
+    else:
+        tail = _epilogue_tail(epilogue, Slot(l0c, cs), cs, bidx, one, m_ext, n_ext, mo, no, t)
     tile = (
         WaitFlag("FIX", "M", cs),
         Loop("ko", ceildiv(K, t.kl1), k_outer),
         SetFlag("M", "FIX", cs),
         WaitFlag("M", "FIX", cs),
-        CopyOut(Slot(l0c, cs), GmRegion(C, (*bidx, mo * t.m0, no * t.n0),
-                                        (*one, m_ext, n_ext))),
-        SetFlag("FIX", "M", cs),
+        *tail,
     )
     nest: tuple = (Loop("mo", ceildiv(M, t.m0), (Loop("no", ceildiv(N, t.n0), tile),)),)
     if batched:
         nest = (Loop("b", ix("B"), nest),)
-    pairs = (("MTE1", "MTE2"), ("M", "MTE1"), ("FIX", "M"))
+    pairs: tuple = (("MTE1", "MTE2"), ("M", "MTE1"), ("FIX", "M"))
+    tensors: tuple = (A, B, C)
+    buffers: tuple = (l1a, l1b, l0a, l0b, l0c)
+    if epilogue is not None:
+        pairs += (("V", "FIX"), ("MTE3", "V")) + ((("V", "MTE2"),) if epilogue.rows_in else ())
+        tensors = (A, B, *(g for g, _ in epilogue.rows_in), epilogue.out_tensor)
+        buffers += epilogue.buffers
     pro = tuple(SetFlag(p, q, ix(e)) for p, q in pairs for e in range(c))
     epi = tuple(WaitFlag(p, q, ix(e)) for p, q in pairs for e in range(c))
-    return Program(name, "cube", (A, B, C), (l1a, l1b, l0a, l0b, l0c), pro + nest + epi,
+    return Program(name, "cube", tensors, buffers, pro + nest + epi,
                    {"m0": t.m0, "n0": t.n0, "k0": t.k0, "kL1": t.kl1})

@@ -65,11 +65,13 @@ class _Builder:
     ops: list = field(default_factory=list)
     values: dict[str, Val] = field(default_factory=dict)
     inputs: dict[str, Val] = field(default_factory=dict)
+    tile_rows: int | str = "TR"
+    tile_cols: int | str = "CP"
 
     def new(self, kind: str, dtype: str, copies: int = 1) -> LocalBuf:
-        cols = 32 // {"float16": 2, "float32": 4}[dtype] if kind == "COL" else "CP"
-        b = LocalBuf(f"ub{len(self.buffers)}", "UB", dtype, 1 if kind == "ROW" else "TR",
-                     cols, kind, copies)
+        cols = 32 // {"float16": 2, "float32": 4}[dtype] if kind == "COL" else self.tile_cols
+        b = LocalBuf(f"ub{len(self.buffers)}", "UB", dtype,
+                     1 if kind == "ROW" else self.tile_rows, cols, kind, copies)
         self.buffers.append(b)
         return b
 
@@ -203,6 +205,17 @@ def _setup(bld: _Builder, graph) -> tuple[list[GlobalTensor], list, list]:
     return tensors, loads, row_loads
 
 
+def ping_pong(bld: _Builder, v: Val) -> LocalBuf:
+    """Give the buffer of ``v`` (an output tile, read by MTE3) ``bld.copies`` copies."""
+    assert v.buf is not None
+    ob = LocalBuf(v.buf.name, "UB", v.buf.dtype, v.buf.rows, v.buf.cols, v.buf.layout,
+                  bld.copies)
+    bld.buffers[bld.buffers.index(v.buf)] = ob
+    bld.ops = [(op, ob if b == v.buf else b,
+                tuple(ob if x == v.buf else x for x in srcs)) for op, b, srcs in bld.ops]
+    return ob
+
+
 def vector_program(graph, double_buffer: bool) -> Program:
     """The vector program of ``graph``; see the module docstring."""
     c = 2 if double_buffer else 1
@@ -215,11 +228,7 @@ def vector_program(graph, double_buffer: bool) -> Program:
     outs: list = []
     for o in graph.outputs:
         v = bld.values[o.name]
-        assert v.buf is not None
-        ob = LocalBuf(v.buf.name, "UB", v.buf.dtype, v.buf.rows, v.buf.cols, v.buf.layout, c)
-        bld.buffers[bld.buffers.index(v.buf)] = ob
-        bld.ops = [(op, ob if b == v.buf else b,
-                    tuple(ob if x == v.buf else x for x in srcs)) for op, b, srcs in bld.ops]
+        ob = ping_pong(bld, v)
         dims = (bld.R, bld.C) if v.kind == "ND" else (bld.R,)
         g = GlobalTensor(o.name, o.dtype, dims, is_output=True)
         tensors.append(g)
