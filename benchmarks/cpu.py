@@ -90,9 +90,17 @@ class Suite:
         self.quick, self.threads, self.repeat, self.target = quick, threads, repeat, target
         self.rows: list[dict] = []
 
-    def add(self, group, case, ours_s, peer_s, peer, work=None, unit=None, nbytes=None):
+    def add(self, group, case, ours_s, peer_s, peer, work=None, unit=None, nbytes=None,
+            traffic=None):
+        """One row; ``work`` operations (``unit`` per second), ``nbytes`` moved by a
+        memory-bound kernel, or ``traffic``: the compulsory bytes of a compute kernel
+        (inputs read once, outputs written once) for its roofline."""
         row = {"group": group, "case": case, "ours_ms": ours_s * 1e3, "peer_ms": peer_s * 1e3,
                "peer": peer, "ratio": peer_s / ours_s}
+        if work is not None:
+            row["work"] = work
+        if traffic is not None:
+            row["traffic"] = traffic
         if hasattr(ours_s, "median") and hasattr(peer_s, "median"):
             row["ratio_median"] = peer_s.median / ours_s.median
         if work is not None:
@@ -115,21 +123,28 @@ def bench_sgemm(s: Suite):
     import numpy as np
 
     from polycomp.frontend import ops
-    sizes = (512, 1024) if s.quick else (512, 1024, 2048)
+    sizes = [(n, n, n) for n in ((512, 1024) if s.quick else (256, 512, 1024, 2048))]
+    sizes += [] if s.quick else BERT_L1
     rng = np.random.default_rng(0)
-    for n in sizes:
-        k = _kernel(lambda A, B: ops.matmul(A, B), f"sgemm{n}",
-                    A=((n, n), "float32"), B=((n, n), "float32"))
+    for m, n, kk in sizes:
+        k = _kernel(lambda A, B: ops.matmul(A, B), f"sgemm{m}_{n}_{kk}",
+                    A=((m, kk), "float32"), B=((kk, n), "float32"))
         f = _build(k, s.target)
-        A = rng.standard_normal((n, n), dtype=np.float32)
-        B = rng.standard_normal((n, n), dtype=np.float32)
-        C = np.empty((n, n), np.float32)
+        A = rng.standard_normal((m, kk), dtype=np.float32)
+        B = rng.standard_normal((kk, n), dtype=np.float32)
+        C = np.empty((m, n), np.float32)
         f(A, B, out=[C])
         err = float(np.max(np.abs(C - A @ B)))
-        assert err < 1e-3 * n ** 0.5, f"sgemm {n}: max error {err}"
+        assert err < 1e-3 * kk ** 0.5, f"sgemm {m}x{n}x{kk}: max error {err}"
         t_ours, t_np = _timeit([lambda: f(A, B, out=[C]), lambda: np.matmul(A, B, out=C)],
                                s.repeat)
-        s.add("sgemm", f"{n}x{n}x{n} fp32", t_ours, t_np, "numpy", 2 * n ** 3, "GFLOP/s")
+        s.add("sgemm", f"{m}x{n}x{kk} fp32" + (" (BERT L=1)" if m == 32 else ""), t_ours,
+              t_np, "numpy", 2 * m * n * kk, "GFLOP/s", traffic=4 * (m * kk + kk * n + m * n))
+
+
+#: BERT-large products at sequence length 1 (batch 32): (M, N, K) of the QKV/output
+#: projections and the two FFN products
+BERT_L1 = [(32, 1024, 1024), (32, 4096, 1024), (32, 1024, 4096)]
 
 
 def bench_matmul_bias_relu(s: Suite):
@@ -157,7 +172,8 @@ def bench_matmul_bias_relu(s: Suite):
     err = float(np.max(np.abs(C - np.maximum(A @ B + b, 0))))
     assert err < 1e-3 * n ** 0.5, f"matmul_bias_relu {n}: max error {err}"
     t_ours, t_np = _timeit([lambda: f(A, B, b, out=[C]), peer], s.repeat)
-    s.add("mm_bias_relu", f"{n}x{n}x{n} fp32", t_ours, t_np, "numpy", 2 * n ** 3, "GFLOP/s")
+    s.add("mm_bias_relu", f"{n}x{n}x{n} fp32", t_ours, t_np, "numpy", 2 * n ** 3, "GFLOP/s",
+          traffic=12 * n * n)
 
 
 def bench_batch_matmul(s: Suite):
@@ -179,7 +195,54 @@ def bench_batch_matmul(s: Suite):
         t_ours, t_np = _timeit([lambda: f(A, B, out=[C]), lambda: np.matmul(A, B, out=C)],
                                s.repeat)
         s.add("batch_mm", f"{b}x({n}x{kk} @ {kk}x{m})", t_ours, t_np, "numpy", 2 * b * n * kk * m,
-              "GFLOP/s")
+              "GFLOP/s", traffic=4 * b * (n * kk + kk * m + n * m))
+
+
+def bench_lowp(s: Suite, n: int | None = None, mode: str = "native"):
+    """bf16 (vdpbf16ps) and int8 (vpdpbusd) GEMM against our own fp32 GEMM of the same
+    shape (the peer column), as a fraction of the dot unit's measured peak; rows say
+    "not available" where the host lacks the unit (SIMDe emulation is not timed)."""
+    import numpy as np
+
+    from polycomp import dtypes as dt
+    from polycomp.benchmarks import cpu_roofline as rl
+    from polycomp.frontend import ops
+    from polycomp.hw.cpu import lowp
+    from polycomp.hw.target import get_target
+    n = n or (512 if s.quick else 1024)
+    units = {"bf16": rl.UNITS[3].name, "int8": rl.UNITS[4].name}
+    rng = np.random.default_rng(5)
+    f32 = None
+    for kind in ("bf16", "int8"):
+        case = f"{kind} GEMM {n}x{n}x{n}"
+        if not lowp.host_has(kind):
+            s.rows.append({"group": "lowp", "case": case, "peer": "ours fp32",
+                           "not_available": f"host lacks {lowp.KINDS[kind][1]}"})
+            print(f"  lowp       {case:34s} not available", file=sys.stderr, flush=True)
+            continue
+        if f32 is None:
+            k = _kernel(lambda A, B: ops.matmul(A, B), f"sgemm{n}",
+                        A=((n, n), "float32"), B=((n, n), "float32"))
+            f32 = _build(k, s.target)
+            A32 = rng.standard_normal((n, n), dtype=np.float32)
+            C32 = np.empty((n, n), np.float32)
+        g = lowp.for_target(kind, n, n, n, get_target(s.target))
+        f = lowp.build(g, mode)
+        if kind == "bf16":
+            A = A32.astype(dt.to_numpy("bfloat16"))
+            C = np.empty((n, n), np.float32)
+            ref = lowp.reference_bf16(A[:8], A, "odd-first")
+        else:
+            A = rng.integers(-128, 128, (n, n)).astype(np.int8)
+            C = np.empty((n, n), np.int32)
+            ref = lowp.reference_int8(A[:8], A)
+        f(A, A, out=C)
+        assert np.allclose(C[:8], ref, rtol=1e-5, atol=1e-3), case
+        t_ours, t_f32 = _timeit([lambda: f(A, A, out=C), lambda: f32(A32, A32, out=[C32])],
+                                s.repeat)
+        row = s.add("lowp", case, t_ours, t_f32, "ours fp32", 2 * n ** 3, "GFLOP/s",
+                    traffic=3 * n * n * (2 if kind == "bf16" else 1))
+        row["roof_unit"] = units[kind]
 
 
 #: ResNet-18 convolutions (batch 1): (name, C, H, W, F, KH, stride, pad)
@@ -236,7 +299,8 @@ def bench_conv2d(s: Suite):
         flops = 2 * f_ * c * kh * kh * oh * ow
         t_ours, t_np = _timeit([lambda: fn(x, w, out=[out]), lambda: im2col_conv(x, w, st, pad)],
                                s.repeat)
-        s.add("conv2d", f"{name} {c}->{f_} {h}x{wd}", t_ours, t_np, "np im2col", flops, "GFLOP/s")
+        s.add("conv2d", f"{name} {c}->{f_} {h}x{wd}", t_ours, t_np, "np im2col", flops, "GFLOP/s",
+              traffic=x.nbytes + w.nbytes + out.nbytes)
 
 
 def np_softmax(x):
@@ -341,9 +405,33 @@ def machine_info(tgt) -> dict:
             "l1": tgt.l1_bytes, "l2": tgt.l2_bytes, "l3": tgt.l3_bytes}
 
 
+GROUPS = ("stream", "memory", "sgemm", "mm_bias_relu", "batch_mm", "conv2d", "lowp")
+
+
+def add_roofline(rows: list[dict], roofs, unit: str, threads: int) -> None:
+    """Each row's roof (``min(peak of unit, intensity x copy bandwidth)`` for compute
+    rows, the copy bandwidth for memory-bound ones) and ours / the peer's fraction of
+    it (``of_roof`` / ``peer_of_roof``)."""
+    for r in rows:
+        if "work" in r and "GFLOP/s" in r:
+            roof, name = roofs.roof(r.get("roof_unit", unit), threads, r["work"],
+                                    r.get("traffic"))
+            perf = "GFLOP/s"
+        elif "GB/s" in r:
+            roof, name, perf = roofs.bandwidth_roof(threads), "copy BW", "GB/s"
+        else:
+            continue
+        r["roof"] = name
+        if roof:
+            r["roof_value"] = roof
+            r["of_roof"] = r[perf] / roof
+            r["peer_of_roof"] = r["peer_" + perf] / roof
+
+
 def run_child(args) -> dict:
     import numpy as np  # OpenBLAS loads here, with the child's environment
 
+    from polycomp.benchmarks import cpu_roofline as rl
     from polycomp.hw.target import get_target
     tgt = get_target(args.target)
     s = Suite(args.quick, args.threads, args.repeat, args.target)
@@ -353,27 +441,46 @@ def run_child(args) -> dict:
     print(f"polycomp bench cpu: {args.threads} thread(s), target {tgt.name} ({tgt.isa}), "
           f"OpenBLAS kernel {info.get('kernel', '?')}", file=sys.stderr, flush=True)
     stream_bytes = (64 << 20) if args.quick else (256 << 20)
-    copy_bw = bench_stream(s, stream_bytes)
-    bench_memory_bound(s, copy_bw)
-    bench_sgemm(s)
-    bench_matmul_bias_relu(s)
-    bench_batch_matmul(s)
-    bench_conv2d(s)
-    return {"info": info, "copy_bandwidth_GBs": copy_bw, "rows": s.rows}
+    roofs = rl.measure(tuple(sorted({1, args.threads})), stream_bytes)
+    print(rl.format_roofs(roofs), file=sys.stderr, flush=True)
+    only = set(args.only.split(",")) if args.only else set(GROUPS)
+    copy_bw = bench_stream(s, stream_bytes) if only & {"stream", "memory"} else None
+    if "memory" in only and copy_bw is not None:
+        bench_memory_bound(s, copy_bw)
+    for name, fn in (("sgemm", bench_sgemm), ("mm_bias_relu", bench_matmul_bias_relu),
+                     ("batch_mm", bench_batch_matmul), ("conv2d", bench_conv2d),
+                     ("lowp", bench_lowp)):
+        if name in only:
+            fn(s)
+    unit = rl.unit_for(tgt.isa)
+    add_roofline(s.rows, roofs, unit, args.threads)
+    return {"info": info, "copy_bandwidth_GBs": copy_bw, "fp32_unit": unit,
+            "roofs": roofs.to_json(), "rows": s.rows}
 
 
 def format_table(result: dict) -> str:
+    from polycomp.benchmarks import cpu_roofline as rl
     info = result["info"]
     lines = [f"threads: {info['threads']} (ours: OMP_NUM_THREADS, numpy: OpenBLAS "
              f"{info.get('openblas', '?')} kernel {info.get('kernel', '?')}, "
-             f"{info.get('threads', '?')} threads); target {info['target']} ({info['isa']})",
-             f"STREAM copy bandwidth (polycomp, read+write): "
-             f"{result['copy_bandwidth_GBs']:.1f} GB/s; '% of copy BW' compares a fused kernel "
-             f"with a polycomp copy of the same bytes, timed alongside it", "",
-             "| group | case | ours (ms) | peer | peer (ms) | peer/ours | median ratio | ours perf "
-             "| peer perf | % of copy BW | % of STREAM copy |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"{info.get('threads', '?')} threads); target {info['target']} ({info['isa']})"]
+    if "roofs" in result:
+        lines += ["", "measured roofs (peak probe: 12 independent multiply-add chains per "
+                  "thread; parallel memcpy):", "", rl.format_roofs(rl.Roofs.from_json(
+                      result["roofs"]))]
+    if result.get("copy_bandwidth_GBs"):
+        lines += ["", f"STREAM copy bandwidth (polycomp, read+write): "
+                  f"{result['copy_bandwidth_GBs']:.1f} GB/s; '% of copy BW' compares a fused "
+                  f"kernel with a polycomp copy of the same bytes, timed alongside it"]
+    lines += ["", "| group | case | ours (ms) | peer | peer (ms) | peer/ours | median ratio "
+              "| ours perf | peer perf | roof | ours % of roof | peer % of roof | % of copy BW "
+              "| % of STREAM copy |",
+              "|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in result["rows"]:
+        if "not_available" in r:
+            lines.append(f"| {r['group']} | {r['case']} | not available ({r['not_available']}) "
+                         f"| {r['peer']} |" + " |" * 10)
+            continue
         perf = peer = ""
         for unit in ("GFLOP/s", "GB/s"):
             if unit in r:
@@ -382,37 +489,103 @@ def format_table(result: dict) -> str:
         bw = f"{100 * r['of_copy_bw']:.0f}%" if "of_copy_bw" in r else ""
         sbw = f"{100 * r['of_stream_copy']:.0f}%" if "of_stream_copy" in r else ""
         med = f"{r['ratio_median']:.2f}" if "ratio_median" in r else ""
+        roof = r.get("roof", "")
+        ours_roof = f"{100 * r['of_roof']:.0f}%" if "of_roof" in r else ""
+        peer_roof = f"{100 * r['peer_of_roof']:.0f}%" if "peer_of_roof" in r else ""
         lines.append(f"| {r['group']} | {r['case']} | {r['ours_ms']:.3f} | {r['peer']} | "
-                     f"{r['peer_ms']:.3f} | {r['ratio']:.2f} | {med} | {perf} | {peer} | {bw} "
-                     f"| {sbw} |")
+                     f"{r['peer_ms']:.3f} | {r['ratio']:.2f} | {med} | {perf} | {peer} | {roof} "
+                     f"| {ours_roof} | {peer_roof} | {bw} | {sbw} |")
     return "\n".join(lines)
+
+
+def format_scaling(results: list[dict]) -> str:
+    """Ours and the peer's throughput per thread count, and ours' speed-up over 1 thread
+    (the first result)."""
+    counts = [r["info"]["threads"] for r in results]
+    head = "| group | case | " + " | ".join(f"ours {t}T | peer {t}T" for t in counts) + \
+        " | ours speed-up |"
+    lines = [head, "|---|---|" + "---:|---:|" * len(counts) + "---:|"]
+    for k, row in enumerate(results[0]["rows"]):
+        if "not_available" in row:
+            continue
+        unit = "GFLOP/s" if "GFLOP/s" in row else "GB/s"
+        cells, perfs = [], []
+        for res in results:
+            r = res["rows"][k] if k < len(res["rows"]) else {}
+            perfs.append(r.get(unit))
+            cells.append(f"{r[unit]:.1f} | {r['peer_' + unit]:.1f}" if unit in r else " | ")
+        up = " / ".join(f"{p / perfs[0]:.2f}x" for p in perfs[1:] if p and perfs[0])
+        lines.append(f"| {row['group']} | {row['case']} ({unit}) | " + " | ".join(cells) +
+                     f" | {up} |")
+    return "\n".join(lines)
+
+
+def _thread_counts(text: str | None) -> list[int]:
+    avail = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if text is None:
+        return [min(2, avail or 1)]
+    out: list[int] = []
+    for part in text.split(","):
+        n = (avail or 1) if part.strip() == "all" else int(part)
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def _child(argv: list[str], threads: int, capture: bool):
+    """Run the suite in a child process with ``threads`` threads on both sides and
+    OpenBLAS's own kernel (``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` removed there
+    only, never in this process)."""
+    env = dict(os.environ)
+    for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        env.pop(k, None)
+    env.update({_CHILD: "1", "OMP_NUM_THREADS": str(threads),
+                "OPENBLAS_NUM_THREADS": str(threads), "OMP_PROC_BIND": "false"})
+    args = [a for a in argv]
+    if "--threads" in args:
+        i = args.index("--threads")
+        del args[i:i + 2]
+    args += ["--threads", str(threads)] + (["--json"] if capture and "--json" not in args else [])
+    cmd = [sys.executable, "-m", "polycomp.benchmarks.cpu"] + args
+    return subprocess.run(cmd, env=env, stdout=subprocess.PIPE if capture else None, text=True)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="polycomp bench cpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
-    p.add_argument("--threads", type=int, default=None,
-                   help="threads for both sides (default: 2, or the CPUs available if fewer)")
+    p.add_argument("--threads", default=None,
+                   help="threads for both sides (default: 2, or the CPUs available if fewer); "
+                        "a list such as 1,2,all runs the suite once per count and adds a "
+                        "thread-scaling table")
     p.add_argument("--repeat", type=int, default=None, help="timed rounds per case")
     p.add_argument("--target", default="cpu", help="polycomp target (default: cpu, this machine)")
+    p.add_argument("--only", default=None,
+                   help="comma-separated groups to run: " + ",".join(GROUPS))
+    argv = list(argv if argv is not None else sys.argv[1:])
     args = p.parse_args(argv)
-    if args.threads is None:
-        avail = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        args.threads = min(2, avail or 1)
+    counts = _thread_counts(args.threads)
     if args.repeat is None:
         args.repeat = 3 if args.quick else 7
-    if os.environ.get(_CHILD) != "1":
-        env = dict(os.environ)
-        for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-            env.pop(k, None)
-        env.update({_CHILD: "1", "OMP_NUM_THREADS": str(args.threads),
-                    "OPENBLAS_NUM_THREADS": str(args.threads), "OMP_PROC_BIND": "false"})
-        cmd = [sys.executable, "-m", "polycomp.benchmarks.cpu"] + list(argv if argv is not None
-                                                                       else sys.argv[1:])
-        return subprocess.run(cmd, env=env).returncode
-    result = run_child(args)
-    print(json.dumps(result, indent=1) if args.json else format_table(result))
+    if os.environ.get(_CHILD) == "1":
+        args.threads = counts[0]
+        result = run_child(args)
+        print(json.dumps(result, indent=1) if args.json else format_table(result))
+        return 0
+    if len(counts) == 1:
+        return _child(argv, counts[0], capture=False).returncode
+    results = []
+    for t in counts:
+        r = _child(argv, t, capture=True)
+        if r.returncode != 0:
+            return r.returncode
+        results.append(json.loads(r.stdout))
+    if args.json:
+        print(json.dumps(results, indent=1))
+    else:
+        print("\n\n".join(format_table(r) for r in results))
+        print("\nthread scaling (throughput per thread count):\n")
+        print(format_scaling(results))
     return 0
 
 

@@ -236,6 +236,9 @@ def _check_source(path: str, ck) -> str:
 
 
 def cmd_explain(args) -> int:
+    from polycomp.graph.explain import explain_file  # a file of graphs: their partitions
+    if explain_file(args.file, sys.stdout.write, getattr(args, "dump_dir", None)):
+        return 0
     _, _, kernel, ck = _compile(args, dump=True)
     w = sys.stdout.write
     w(f"=== polyhedral model of {kernel.name} ===\n{ck.model}\n\n")

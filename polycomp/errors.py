@@ -139,6 +139,14 @@ class PolycompInternalError(PolycompError):
     """An internal invariant failed (a polycomp bug); the message says where."""
 
 
+class UnsupportedOpError(UnsupportedConstructError):
+    """A graph operator (builder, torch.fx or Dynamo import) that polycomp.graph cannot
+    compile; the message names the operator."""
+
+
+__all__ += ["UnsupportedOpError"]
+
+
 class NpuSimulationError(TargetError):
     """The NPU simulator found a program that real hardware would not run correctly:
     the message names the instruction (as printed in the emitted source) and the
@@ -153,3 +161,6 @@ class NpuRaceError(NpuSimulationError):
 class NpuCapacityError(ResourceLimitError):
     """An NPU program's buffers do not fit a memory level (L1, L0A, L0B, L0C, UB), or a
     buffer or transfer breaks the 32-byte alignment rule."""
+
+
+__all__ += ["NpuSimulationError", "NpuRaceError", "NpuCapacityError"]

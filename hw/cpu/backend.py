@@ -34,7 +34,7 @@ from .target import cpu_target
 
 class CpuBackend(Backend):
     family = "c"
-    names = ("c", "cpu", "cpu-avx2", "cpu-avx512")
+    names = ("c", "cpu", "cpu-avx2", "cpu-avx512", "cpu-avx512-bf16")
     options_class = CpuOptions
     suffix = ".c"
     descriptions = MappingProxyType({
@@ -42,6 +42,8 @@ class CpuBackend(Backend):
         "cpu": "C for this machine's widest vector ISA",
         "cpu-avx2": "C with AVX2/FMA intrinsics",
         "cpu-avx512": "C with AVX-512 intrinsics (SIMDe where the host lacks it)",
+        "cpu-avx512-bf16": "cpu-avx512 declaring the AVX512_BF16 and AVX512_VNNI dot-product "
+                           "units (hw/cpu/lowp.py)",
     })
 
     def make_target(self, name: str) -> Target:

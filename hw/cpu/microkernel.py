@@ -76,11 +76,17 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int]):
     if L <= 1 or NR < 2 or not ir.is_const(li.min, 0) or not ir.is_const(lj.min, 0):
         return None
     c = st.indices[0]
-    if index_coeff(c, lj.var) != 1 or any(uses(c, k.var) for k in lk):
+    cstride = index_coeff(c, lj.var)
+    if not isinstance(cstride, int) or cstride < 1 or any(uses(c, k.var) for k in lk):
         return None
     if _reads(rest, st.buffer):
         return None
-    dtype, lanes = analyse(lj, lanes_of)     # R widens along jj (raises otherwise)
+    probe = lj
+    if cstride != 1:    # analyse R alone: C's strided store is the micro-kernel's own
+        dummy = ir.Buffer("mk_probe", st.buffer.dtype, (lj.extent,), flat=True)
+        probe = ir.For(lj.var, lj.min, lj.extent, lj.kind,
+                       ir.Store(dummy, (lj.var,), rest), lj.annotations)
+    dtype, lanes = analyse(probe, lanes_of)  # R widens along jj (raises otherwise)
     if dtype != st.buffer.dtype or lanes != L:
         return None
     D = st.buffer.dtype
@@ -102,33 +108,57 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int]):
     def slot(i, u):
         return ir.Ramp(ir.IntImm((i * NV + u) * L), ir.IntImm(1), L)
 
-    def cref(i, u):
-        idx = simplify(ir.substitute(c, {li.var: ir.IntImm(i), lj.var: ir.IntImm(u * L)}))
-        return ir.Ramp(idx, ir.IntImm(1), L)
+    def cidx(i, u):
+        return simplify(ir.substitute(c, {li.var: ir.IntImm(i), lj.var: ir.IntImm(u * L)}))
 
-    # the factor shared by a row of the tile (the Y vector) and by a column (the X
-    # broadcast) are computed once per k iteration (let-bound), then MR x NV FMAs
+    def cref(i, u):
+        return ir.Ramp(cidx(i, u), ir.IntImm(cstride), L)
+
+    # C strided along the columns (a convolution's channel form: columns are output
+    # channels, one plane apart): each accumulator is stored through a small stack
+    # buffer, lane by lane (once per tile, after the whole reduction)
+    lane_buf = ir.Buffer(f"mk{tid}_c", D, (ir.IntImm(L),), scope="local", flat=True) \
+        if cstride != 1 else None
+
+    def strided_store(i, u, n) -> ir.Stmt:
+        assert lane_buf is not None
+        lane = ir.Var(f"mk{tid}_l", "int64")
+        put = ir.Store(lane_buf, (ir.Ramp(ir.IntImm(0), ir.IntImm(1), L),),
+                       ir.Load(acc, (slot(i, u),), D, L), L)
+        scalar = ir.Store(st.buffer, (simplify(cidx(i, u) + lane * cstride),),
+                          ir.Load(lane_buf, (lane,), D), 1)
+        return ir.seq(put, ir.For(lane, ir.IntImm(0), ir.IntImm(n), "serial", scalar))
+
+    # the factor shared by a row of the tile (the Y vector) is loaded once per k
+    # iteration (let-bound around the whole update); the X broadcast of row i is bound
+    # just around row i's NV FMAs, so at most MR*NV accumulators + NV Y vectors + one
+    # broadcast are live at a time (what the register block was sized for: binding all
+    # MR broadcasts first makes gcc spill accumulators inside the k loop)
     xf, yf = _factors(rest, li.var, lj.var)
-    lets = []
+    ylets, xlets = [], {}
     yvars, xvars = {}, {}
     if yf is not None:
         for u in range(NV):
             v = ir.Var(f"mk{tid}_y{u}", D)
-            lets.append((v, masked(u, Widen(lj.var, ir.IntImm(u * L), D, L).expr(yf))))
+            ylets.append((v, masked(u, Widen(lj.var, ir.IntImm(u * L), D, L).expr(yf))))
             yvars[u] = v
         for i in range(MR):
             v = ir.Var(f"mk{tid}_x{i}", D)
-            lets.append((v, Widen(lj.var, ir.IntImm(0), D, L).expr(
-                ir.substitute(xf, {li.var: ir.IntImm(i)}))))
+            xlets[i] = Widen(lj.var, ir.IntImm(0), D, L).expr(
+                ir.substitute(xf, {li.var: ir.IntImm(i)}))
             xvars[i] = v
-    loads, updates, stores = [], [], []
+    loads, stores = [], []
+    rows: list[ir.Stmt] = []
     for i in range(MR):
+        updates = []
         for u in range(NV):
             loads.append(ir.Store(acc, (slot(i, u),),
                                   masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)), L))
             store: ir.Stmt = ir.Store(st.buffer, (cref(i, u),),
                                       ir.Load(acc, (slot(i, u),), D, L), L)
-            if u == NV - 1 and last < L:
+            if lane_buf is not None:
+                store = strided_store(i, u, last if u == NV - 1 else L)
+            elif u == NV - 1 and last < L:
                 store = ir.AttrStmt("vector_mask", (ir.IntImm(last), L), store)
             stores.append(store)
             if yf is not None:
@@ -138,13 +168,18 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int]):
                 r = masked(u, w.expr(ir.substitute(rest, {li.var: ir.IntImm(i)})))
             updates.append(ir.Store(acc, (slot(i, u),),
                                     ir.Binary("+", ir.Load(acc, (slot(i, u),), D, L), r, D), L))
-    body = ir.seq(*updates)
-    for v, val in reversed(lets):
+        row = ir.seq(*updates)
+        rows.append(ir.LetStmt(xvars[i], xlets[i], row) if i in xlets else row)
+    body = ir.seq(*rows)
+    for v, val in reversed(ylets):
         body = ir.LetStmt(v, val, body)
     for k in reversed(lk):
         body = ir.For(k.var, k.min, k.extent, k.kind, body,
                       k.annotations + (("microkernel", f"{MR}x{NR}"),))
-    return ir.Allocate(acc, ir.seq(*loads, body, *stores))
+    out = ir.seq(*loads, body, *stores)
+    if lane_buf is not None:
+        out = ir.Allocate(lane_buf, out)
+    return ir.Allocate(acc, out)
 
 
 def _factors(rest, vi, vj):

@@ -96,15 +96,31 @@ def cpu_hierarchy(vector_bits: int, vector_registers: int) -> MemoryHierarchy:
         ))
 
 
-def cpu_units(vector_bits: int, fma: bool) -> tuple[ComputeUnit, ...]:
+#: the AVX-512 dot-product units: feature flag (/proc/cpuinfo spelling) -> unit.  Shape
+#: (lanes, k per lane): each 32-bit lane multiplies a group of consecutive k values
+#: (hw/cpu/lowp.py packs the operands so)
+DOT_UNITS = {
+    "avx512_bf16": ComputeUnit("AVX512_BF16 vdpbf16ps", "vector", (16, 2),
+                               ("bfloat16 -> float32",),
+                               "16 fp32 lanes, each += a pair of exact bf16 products"),
+    "avx512_vnni": ComputeUnit("AVX512_VNNI vpdpbusd", "vector", (16, 4),
+                               ("uint8 x int8 -> int32",),
+                               "16 int32 lanes, each += four u8 x s8 products "
+                               "(int8 x int8 via the +128 offset correction)"),
+}
+
+
+def cpu_units(vector_bits: int, fma: bool,
+              features: tuple[str, ...] = ()) -> tuple[ComputeUnit, ...]:
     if not vector_bits:
         return (ComputeUnit("scalar", "scalar", (1,), ("float32", "float64", "int*")),)
     lanes = vector_bits // 32
     isa = "AVX-512" if vector_bits >= 512 else "AVX2"
+    dots = tuple(u for f, u in DOT_UNITS.items() if f in features)
     return (ComputeUnit(f"{isa} {'FMA' if fma else 'mul/add'}", "vector", (lanes,),
                         ("float32", "float64 (half the lanes)"),
-                        f"{lanes} float32 lanes"),
-            ComputeUnit("scalar", "scalar", (1,), ("all",)))
+                        f"{lanes} float32 lanes"),) + dots + \
+        (ComputeUnit("scalar", "scalar", (1,), ("all",)),)
 
 
 def make_cpu_target(name: str, vector_bits: int, regs: int, fma: bool,
@@ -112,7 +128,7 @@ def make_cpu_target(name: str, vector_bits: int, regs: int, fma: bool,
     """A C target on this machine's caches and thread count with the given vector ISA
     (``cpu-avx2``: 256-bit, 16 ymm registers, FMA; ``cpu-avx512``: 512-bit, 32 zmm)."""
     return Target(name=name, kind="c", memory=cpu_hierarchy(vector_bits, regs),
-                  units=cpu_units(vector_bits, fma), features=tuple(features),
+                  units=cpu_units(vector_bits, fma, tuple(features)), features=tuple(features),
                   cpu=CpuParams(vector_bits=vector_bits, vector_registers=regs, has_fma=fma,
                                 threads=cpu_threads()))
 
@@ -121,7 +137,8 @@ def detect_cpu() -> Target:
     """The ``cpu`` target: the widest vector ISA this machine runs natively."""
     flags = cpu_flags()
     if "avx512f" in flags:
-        return make_cpu_target("cpu", 512, 32, True, ("avx2", "fma", "avx512f"))
+        dots = tuple(f for f in DOT_UNITS if f in flags)
+        return make_cpu_target("cpu", 512, 32, True, ("avx2", "fma", "avx512f") + dots)
     if "avx2" in flags:
         return make_cpu_target("cpu", 256, 16, "fma" in flags, ("avx2", "fma"))
     return make_cpu_target("cpu", 0, 16, False)
@@ -136,4 +153,8 @@ def cpu_target(name: str) -> Target:
         return make_cpu_target("cpu-avx2", 256, 16, True, ("avx2", "fma"))
     if name == "cpu-avx512":
         return make_cpu_target("cpu-avx512", 512, 32, True, ("avx2", "fma", "avx512f"))
-    raise TargetError(f"no C target {name!r}; C targets: c, cpu, cpu-avx2, cpu-avx512")
+    if name == "cpu-avx512-bf16":
+        return make_cpu_target("cpu-avx512-bf16", 512, 32, True,
+                               ("avx2", "fma", "avx512f") + tuple(DOT_UNITS))
+    raise TargetError(f"no C target {name!r}; C targets: c, cpu, cpu-avx2, cpu-avx512, "
+                      f"cpu-avx512-bf16")

@@ -42,6 +42,23 @@ direct-form backbone (convolutions) keeps the init apart:
             band[reduce dims..]
               band[i mod MR, j mod NR]
 
+With constant channel and window extents a direct backbone takes its *channel form*
+(:func:`match_channel_form`, :func:`channel_tree`): ``j`` = the output channels (``Y``,
+the weights, packed in panels of ``NR`` channels), ``i`` = the output width:
+
+    sequence
+      filter init:   mark cpu_parallel -> band[s]
+      filter update: mark cpu_parallel -> band[floor(f/NR)]
+        mark cpu_pack_request (Y along its first dimension, panels of NR, for L2)
+          band[batch..] -> band[floor(i/MR)]   isolate: full MR x NR tiles
+            mark cpu_microkernel -> band[window dims.., other reduce dims..]
+                                      -> band[i mod MR, f mod NR]
+
+A GEMM-form backbone with fewer than ``SMALL_M_PANELS`` register rows per thread and at
+least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]``
+band instead of the ``i``-tile band (``MC`` = all rows, ``NC`` at most a thread's share
+of the columns).
+
 Legality: the only dependences into the update statements from the init are on the same
 output element ``C[s]``, whose init instance comes first in both trees (a separate
 earlier filter, or the same tile at ``k`` tile 0 and the earlier sequence child); the
@@ -56,7 +73,11 @@ at least as many iterations as threads (or is symbolic), else on the ``i`` tile 
 region (each thread packs the blocks it uses, no barrier inside), which matters on busy
 machines where every fork/join waits for the slowest thread. The isolate option makes
 isl generate the full ``MR x NR`` tiles separately, with constant point-loop bounds (the
-micro-kernel), and the partial tiles at the edges as generic loops.
+micro-kernel), and the partial tiles at the edges as generic loops.  The channel form
+orders the reduce loops window first: the dependences between the updates of one
+output element (the accumulation) then run in another order, i.e. the sum is
+reassociated (as the vectoriser's multiple accumulators do); every other dependence is
+kept (``tests/test_cpu_directconv.py`` checks exactly that).
 
 Register block ``MR x NR`` (``NR = NI`` vectors): the largest ``MR*NI/(MR+NI)`` (FMA per
 load) with ``MR*NI + NI + 1 <= vector registers`` (accumulators, one row of ``Y``
@@ -102,6 +123,7 @@ class OuterProduct:
     y: ir.Load           # the operand with j in its last index (vector loads)
     dtype: str
     direct: bool         # conv-like: no packing, all reduce dimensions in the micro-kernel
+    channel: bool = False  # direct form vectorised over j = output channels (Y packed)
 
 
 def loop_vars(e) -> set:
@@ -177,6 +199,65 @@ def match_outer_product(statements) -> OuterProduct | None:
     return None
 
 
+def match_channel_form(op: OuterProduct) -> OuterProduct | None:
+    """The *channel* orientation of a direct-form backbone (a convolution), or None:
+    ``j`` = an output dimension ``f`` that indexes only the first dimension of an
+    unguarded operand ``Y`` (the weights ``w[f, c, kh, kw]``) and nothing else, ``i`` =
+    the last output dimension (the output width), read by the other operand ``X`` (the
+    input, possibly under the padding ``select``) and not by ``Y``.  The micro-kernel
+    then broadcasts one input value per output pixel and reads ``Y`` packed in panels of
+    ``NR`` output channels (contiguous vectors), whatever the stride, width or padding;
+    its stores of ``C`` are strided (one output plane apart)."""
+    if not op.direct:
+        return None
+    stage = op.update.stage
+    spatial = list(stage.iters)
+    last = spatial[-1]
+    for y, x in ((op.x, op.y), (op.y, op.x)):
+        if _guarded(op, y) or len(y.indices) < 2:
+            continue
+        first = loop_vars(y.indices[0])
+        if len(first) != 1 or not unit_stride_in(y.indices[0], next(iter(first))):
+            continue
+        f = next(iter(first))
+        if f not in spatial[:-1] or any(f in loop_vars(ix) for ix in y.indices[1:]) \
+                or any(f in loop_vars(ix) for ix in x.indices):
+            continue
+        if not any(last in loop_vars(ix) for ix in x.indices) \
+                or any(last in loop_vars(ix) for ix in y.indices):
+            continue
+        t = spatial.index(f)
+        batch = [d for d in range(len(spatial) - 1) if d != t]
+        return OuterProduct(op.init, op.update, batch, len(spatial) - 1, t,
+                            _window_first(op, x, spatial), x, y, op.dtype, True, True)
+    return None
+
+
+def _window_first(op: OuterProduct, x: ir.Load, spatial: list) -> list:
+    """The reduce positions with the *window* dimensions first (those that share an
+    index of ``x`` with an output dimension: ``kh`` in ``oh*s + kh``), the others
+    (input channels) innermost, so the padding conditions, which depend on the window
+    and output position only, are invariant in the innermost reduce loop."""
+    red = [ax.var for ax in op.update.stage.reduce_axes]
+    sp = set(spatial)
+
+    def window(r) -> bool:
+        return any(r in loop_vars(ix) and loop_vars(ix) & sp for ix in x.indices)
+    order = sorted(range(len(red)), key=lambda q: not window(red[q]))
+    return [op.k[q] for q in order]
+
+
+def _guarded(op: OuterProduct, load: ir.Load) -> bool:
+    """Whether ``load``'s array is read under a ``select`` in the update (padding)."""
+    under: set = set()
+
+    def visit(n):
+        if isinstance(n, ir.Select):
+            ir.walk(n, lambda m: under.add(m.buffer.name) if isinstance(m, ir.Load) else None)
+    ir.walk(op.update.value, visit)
+    return load.buffer.name in under
+
+
 # --------------------------------------------------------------------------- sizes
 
 
@@ -189,10 +270,15 @@ class Blocking:
     NC: int
     KC: int
     parallel_batch: bool
+    parallel_j: bool = False     # threads split the j tiles (few rows: BERT at L = 1)
 
     @property
     def NR(self) -> int:
         return self.NI * self.L
+
+
+#: a product with fewer register rows than this per thread is split over j tiles
+SMALL_M_PANELS = 4
 
 
 def register_block(registers: int) -> tuple[int, int]:
@@ -234,7 +320,17 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions) -> Blocking:
     if n_j is not None:
         NC = min(NC, -(-n_j // NR) * NR)
     n_i = _extent(dom, op.i)
-    if n_i is not None:
+    parallel_j = False
+    if n_i is not None and n_j is not None and threads > 1 and not options.gemm_tiles \
+            and -(-n_i // MR) < threads * SMALL_M_PANELS and n_j >= threads * NR:
+        # few rows: splitting i would have every thread pack (and read from memory) the
+        # whole Y block for a handful of register rows; each thread takes whole j tiles
+        # instead (its own part of Y, all of X, which is small), at least one per thread
+        MC = MR * -(-n_i // MR)
+        per_thread = NR * -(-n_j // (threads * NR))
+        NC = min(NC, per_thread)
+        parallel_j = True
+    elif n_i is not None:
         panels = -(-n_i // MR)
         q = 1
         MC = MR * -(-panels // (threads * q))
@@ -255,7 +351,7 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions) -> Blocking:
         else:
             batch_iters *= e
     parallel_batch = bool(op.batch) and (not known or batch_iters >= threads)
-    return Blocking(MR, NI, L, MC, NC, KC, parallel_batch)
+    return Blocking(MR, NI, L, MC, NC, KC, parallel_batch, parallel_j and not parallel_batch)
 
 
 # --------------------------------------------------------------------------- tree
@@ -356,6 +452,33 @@ def match_epilogue(op: OuterProduct, statements) -> Statement | None:
     return e
 
 
+def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list):
+    """The channel form of a direct backbone (see :func:`match_channel_form`):
+
+        mark cpu_parallel -> band[floor(f/NR)]
+          mark cpu_pack_request (Y along its first dimension, panels of NR)
+            band[batch..] -> band[floor(i/MR)]   isolate: full MR x NR tiles
+              mark cpu_microkernel -> band[reduce dims..] -> band[i mod MR, f mod NR]
+
+    so each thread packs the weights of its channel panels once, and uses them for the
+    whole output while they are in L2."""
+    i, j = dim_aff(sp, op.i), dim_aff(sp, op.j)
+    ft = to_upa(floor_div_aff(j, b.NR))
+    batch = [to_upa(dim_aff(sp, t)) for t in op.batch]
+    it = to_upa(floor_div_aff(i, b.MR))
+    ii, jj = to_upa(mod_aff(i, b.MR)), to_upa(mod_aff(j, b.NR))
+    iso = isolate_full_tiles([ft] + batch, [it], [ii, jj], (b.MR, b.NR), op.update.domain)
+    point = T.Band([ii, jj], permutable=True, coincident=[True, True])
+    red = T.Band([to_upa(dim_aff(sp, t)) for t in op.k], point, permutable=True)
+    regs = T.Band([it], T.Mark(marks.CPU_MICROKERNEL, red), permutable=True,
+                  coincident=[True], options=iso)
+    body = T.Band(batch, regs, permutable=True, coincident=[True] * len(batch)) \
+        if batch else regs
+    mark_y = request_mark(requests, PackRequest(op.y.buffer, 0, b.NR, "L2"))
+    return T.Mark(marks.CPU_PARALLEL, T.Band([ft], T.Mark(mark_y, body), permutable=True,
+                                             coincident=[True]))
+
+
 def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None, requests=None):
     """The subtree replacing the backbone's stage subtree: the GEMM tree (init and an
     optional epilogue inside; its pack requests appended to ``requests``), or for
@@ -369,7 +492,8 @@ def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None, requests=None):
     sp = op.update.domain.get_space()
     init_f = isl.UnionSet.from_set(isl.Set.universe(ispace))
     upd_f = isl.UnionSet.from_set(isl.Set.universe(sp))
-    update = direct_tree(op, b, sp)
+    update = channel_tree(op, b, sp, [] if requests is None else requests) if op.channel \
+        else direct_tree(op, b, sp)
     return T.Sequence([T.Filter(init_f, T.Mark(marks.CPU_PARALLEL, init_band)),
                        T.Filter(upd_f, update)])
 
@@ -464,8 +588,10 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
     pack_x = T.Mark(mark_x, regs)
     pack_y = T.Mark(mark_y, pack_x)
     outer = T.Band([jt, kt], pack_y, permutable=True, coincident=[True, False])
+    if b.parallel_j:
+        outer = T.Mark(marks.CPU_PARALLEL, outer)
     outer = T.Band([it], outer, permutable=True, coincident=[True])
-    if not b.parallel_batch:
+    if not b.parallel_batch and not b.parallel_j:
         outer = T.Mark(marks.CPU_PARALLEL, outer)
     if batch:
         outer = T.Band(batch, outer, permutable=True, coincident=[True] * len(batch))
@@ -479,6 +605,29 @@ def _pos_of(load: ir.Load, var) -> int:
         if var in loop_vars(ix):
             return d
     return 0
+
+
+def use_channel_form(ch: OuterProduct | None, target) -> bool:
+    """Whether a direct backbone runs in its channel form ``ch``: where it matches, the
+    output channels and every reduce extent are constants (the packed weight panel
+    has a constant box) and there are at least as many channels as vector lanes.
+    ``POLYCOMP_CONV_FORM=width`` keeps the width form (for comparisons)."""
+    import os
+    if ch is None or os.environ.get("POLYCOMP_CONV_FORM", "channel") != "channel":
+        return False
+    dom = ch.update.domain
+    n_f = _extent(dom, ch.j)
+    if n_f is None or n_f < target.vector_lanes(ch.dtype):
+        return False
+    return all(_extent(dom, t) is not None for t in ch.k)
+
+
+def _split_name(b: Blocking) -> str:
+    return "batch" if b.parallel_batch else "j tiles" if b.parallel_j else "i tiles"
+
+
+def _form(op: OuterProduct) -> str:
+    return "" if not op.direct else " (direct, channel form)" if op.channel else " (direct)"
 
 
 class CpuBackboneTilePass(Pass):
@@ -501,6 +650,10 @@ class CpuBackboneTilePass(Pass):
             op = match_outer_product([stmts[n] for n in names if n in stmts])
             if op is None or ctx.target.vector_lanes(op.dtype) <= 1:
                 continue
+            ch = match_channel_form(op)
+            if use_channel_form(ch, ctx.target):
+                assert ch is not None
+                op = ch
             b = choose_blocking(op, ctx.target, ctx.cpu_options)
             epi = None
             if ctx.cpu_options.gemm_epilogue and idx < len(kids) and \
@@ -508,10 +661,11 @@ class CpuBackboneTilePass(Pass):
                 nxt = [stmts[n] for n in T.statements_of(kids[idx].filter) if n in stmts]
                 epi = match_epilogue(op, nxt)
             new = backbone_tree(op, b, epi, ctx.pack_requests)
-            ctx.note(self.name, f"{op.update.stage.name}: register block {b.MR}x{b.NR} "
+            ctx.note(self.name, f"{op.update.stage.name}{_form(op)}: register block "
+                                f"{b.MR}x{b.NR} "
                                 f"({b.MR * b.NI} accumulators), tiles MC={b.MC} NC={b.NC} "
                                 f"KC={b.KC}, parallel over "
-                                f"{'batch' if b.parallel_batch else 'i tiles'}"
+                                f"{_split_name(b)}"
                                 + (f"; epilogue {epi.stage.name} on each register tile"
                                    if epi is not None else ""))
             if epi is not None:          # the epilogue's stage joins the backbone's subtree

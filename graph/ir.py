@@ -1,0 +1,182 @@
+"""Graph IR: values with symbolic shapes (sympy expressions over named dims), operator
+nodes, and a Python builder API.
+
+A :class:`Graph` is a DAG of :class:`Node` operators over :class:`Value` edges.  A value
+is a graph input (shape given by the user, dims may be names such as ``"B"``), a
+constant (a numpy array: weights, masks) or the single output of a node.  Shapes of node
+outputs are not written by the builder: :func:`polycomp.graph.shapes.propagate` derives
+them (TSCompiler's worklist) and records the constraints it needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import sympy
+
+from polycomp.errors import SourceLocation, user_location
+
+Shape = tuple  # tuple[sympy.Expr, ...]
+
+
+def dim(d: Any) -> sympy.Expr:
+    """A dimension: an int, a dim name ("B") or a sympy expression over dim symbols."""
+    if isinstance(d, sympy.Expr):
+        return d
+    if isinstance(d, str):
+        return sympy.Symbol(d, positive=True, integer=True)
+    if isinstance(d, (int, np.integer)) and not isinstance(d, bool):
+        return sympy.Integer(int(d))
+    raise TypeError(f"a dimension must be an int, a name or a sympy expression, got {d!r}")
+
+
+def numel(shape: Any, env: dict) -> int:
+    """The element count of ``shape`` with dims bound by ``env``."""
+    n = 1
+    for d in shape:
+        n *= int(sympy.sympify(d).xreplace(env))
+    return n
+
+
+def shape_str(shape: Shape | None) -> str:
+    if shape is None:
+        return "(?)"
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+@dataclass(eq=False)
+class Value:
+    """An edge: one tensor.  ``producer`` is None for inputs and constants.  ``shape`` is a
+    tuple of sympy extents once known (None until shape propagation reaches it)."""
+    name: str
+    dtype: str = "float32"
+    shape: Any = None
+    producer: "Node | None" = None
+    const: np.ndarray | None = None
+    is_input: bool = False
+
+    def __repr__(self) -> str:
+        return f"%{self.name}{shape_str(self.shape)}:{self.dtype}"
+
+    def origin(self) -> str:
+        """Who produced this value, for error messages."""
+        if self.producer is not None:
+            return f"{self.producer.op} {self.producer.name!r}"
+        return "constant" if self.const is not None else "input"
+
+
+@dataclass(eq=False)
+class Node:
+    op: str
+    name: str
+    inputs: list[Value]
+    attrs: dict[str, Any]
+    output: Value
+    location: SourceLocation | None = None
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"%{v.name}" for v in self.inputs)
+        at = "".join(f", {k}={v}" for k, v in self.attrs.items())
+        return f"%{self.output.name} = {self.op}({args}{at})"
+
+
+@dataclass(eq=False)
+class Graph:
+    name: str = "graph"
+    inputs: list[Value] = field(default_factory=list)
+    constants: list[Value] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    constraints: Any = None  # shapes.Constraints after propagation
+
+    def consumers(self) -> dict[Value, list[Node]]:
+        out: dict[Value, list[Node]] = {}
+        for n in self.nodes:
+            for v in n.inputs:
+                out.setdefault(v, []).append(n)
+        return out
+
+    def dims(self) -> list[sympy.Symbol]:
+        """The symbolic dims of the inputs, in order of appearance."""
+        seen: dict[sympy.Symbol, None] = {}
+        for v in self.inputs:
+            for d in v.shape or ():
+                for s in sorted(d.free_symbols, key=str):
+                    seen.setdefault(s, None)
+        return list(seen)
+
+    def __str__(self) -> str:
+        lines = [f"graph {self.name}({', '.join(repr(v) for v in self.inputs)})"]
+        lines += [f"  {n!r}  # {shape_str(n.output.shape)}" for n in self.nodes]
+        lines.append(f"  return {', '.join('%' + v.name for v in self.outputs)}")
+        return "\n".join(lines)
+
+
+class GraphBuilder:
+    """Build a graph op by op::
+
+        g = GraphBuilder("mlp")
+        x = g.input("x", ("B", "S", 64))
+        w = g.constant("w", np.ones((64, 32), np.float32))
+        y = g.gelu(g.matmul(x, w))
+        graph = g.build(y)          # runs shape propagation
+    """
+
+    def __init__(self, name: str = "graph"):
+        self.graph = Graph(name)
+        self._names: set[str] = set()
+
+    def _fresh(self, base: str) -> str:
+        base = "".join(c if c.isalnum() else "_" for c in base) or "v"
+        if base[0].isdigit():
+            base = "v" + base
+        name, k = base, 1
+        while name in self._names:
+            name, k = f"{base}_{k}", k + 1
+        self._names.add(name)
+        return name
+
+    def input(self, name: str, shape: Sequence, dtype: str = "float32") -> Value:
+        v = Value(self._fresh(name), dtype, tuple(dim(d) for d in shape), is_input=True)
+        self.graph.inputs.append(v)
+        return v
+
+    def constant(self, name: str, array: np.ndarray) -> Value:
+        a = np.ascontiguousarray(array)
+        v = Value(self._fresh(name), str(a.dtype), tuple(sympy.Integer(n) for n in a.shape),
+                  const=a)
+        self.graph.constants.append(v)
+        return v
+
+    def op(self, op: str, *inputs: Value, name: str | None = None, **attrs: Any) -> Value:
+        from .opdefs import OPS
+        if op not in OPS:
+            from polycomp.errors import UnsupportedOpError
+            raise UnsupportedOpError(f"graph op {op!r} is not supported (known: "
+                                     f"{', '.join(sorted(OPS))})", user_location())
+        for v in inputs:
+            if not isinstance(v, Value):
+                raise TypeError(f"{op}(): inputs must be graph values, got {v!r}")
+        nname = self._fresh(name or op)
+        out = Value(nname, inputs[0].dtype if inputs else "float32")
+        node = Node(op, nname, list(inputs), dict(attrs), out, user_location())
+        out.producer = node
+        self.graph.nodes.append(node)
+        if all(v.shape is not None for v in inputs):  # eager propagation: sizes are usable
+            from .shapes import Constraints
+            self._cs = getattr(self, "_cs", None) or Constraints()
+            out.shape = self._cs.apply_shape(OPS[op].shape(node, self._cs))
+        return out
+
+    def __getattr__(self, op: str):
+        from .opdefs import OPS
+        if op in OPS:
+            return lambda *a, **k: self.op(op, *a, **k)
+        raise AttributeError(op)
+
+    def build(self, *outputs: Value) -> Graph:
+        from .shapes import propagate
+        self.graph.outputs = list(outputs)
+        propagate(self.graph)
+        return self.graph

@@ -1,0 +1,320 @@
+"""The operator table of the graph layer: for each op its fusion class, shape rule,
+lowering to ``@tensor_expr`` stages and a FLOP estimate.
+
+Fusion classes (TSCompiler / AStitch vocabulary):
+
+* ``backbone``  compute-intensive contractions (``matmul``): one per fused kernel;
+* ``reduce``    reductions (``softmax``, ``layernorm``, ``sum``, ``mean``, ``amax``);
+* ``elementwise`` / ``injective``: memory-intensive ops stitched around the others;
+* ``view``      a ``reshape`` whose index map is not quasi-affine (``(B, S, H) -> (B*S, H)``):
+  executed by the runtime as a zero-copy reshape of a contiguous buffer.
+
+Lowerings receive the input :class:`~polycomp.frontend.dsl.Tensor` s of the kernel being
+traced and return the stage computing the node's output.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import sympy
+
+from polycomp import ir
+from polycomp.errors import ShapeMismatchError
+from polycomp.frontend import dsl, ops
+
+from .ir import Node, Shape, numel
+from .shapes import Constraint, Constraints, broadcast, mismatch
+
+ShapeRule = Callable[[Node, Constraints], Shape]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    kind: str
+    shape: ShapeRule
+    lower: Callable  # (node, ins: list[dsl.Tensor], out_shape: tuple[ir.Expr]) -> dsl.Tensor
+    flops_per_elem: float = 1.0
+
+
+def _axis(node: Node, axis: int, ndim: int) -> int:
+    a = axis + ndim if axis < 0 else axis
+    if not 0 <= a < ndim:
+        raise ShapeMismatchError(f"{node.op} {node.name!r}: axis {axis} out of range for "
+                                 f"rank {ndim}", node.location)
+    return a
+
+
+def _bload(x: dsl.Tensor, idx: tuple, out_ndim: int):
+    """Load ``x`` broadcast to an output of rank ``out_ndim`` at ``idx``."""
+    off = out_ndim - x.ndim
+    return x[tuple(0 if ir.is_const(d, 1) else idx[off + k] for k, d in enumerate(x.shape))]
+
+
+def _compute(shape, f, name: str) -> dsl.Tensor:
+    """``compute`` with an index function taking the index tuple."""
+    return dsl.compute(shape, ops._indexed(len(shape), f), name=name)
+
+
+def _name(node: Node) -> str:
+    return f"s_{node.name}"
+
+
+# --------------------------------------------------------------------- elementwise
+
+_BIN = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+        "div": lambda a, b: a / b, "maximum": lambda a, b: ir.max_(a, b)}
+
+
+def _binary_shape(node: Node, cs: Constraints) -> Shape:
+    if len(node.inputs) == 1:
+        return node.inputs[0].shape
+    return broadcast(node, cs, node.inputs[0], node.inputs[1])
+
+
+def _binary_lower(node: Node, ins, shape):
+    f = _BIN[node.op]
+    n = len(shape)
+    if len(ins) == 1:
+        s = node.attrs["scalar"]
+        if node.attrs.get("reverse"):
+            return _compute(shape, lambda i: f(s, ins[0][i]), name=_name(node))
+        return _compute(shape, lambda i: f(ins[0][i], s), name=_name(node))
+    a, b = ins
+    return _compute(shape, lambda i: f(_bload(a, i, n), _bload(b, i, n)), name=_name(node))
+
+
+def _gelu(x, approximate: str):
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + dsl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1.0 + dsl.erf(x * 0.7071067811865476))
+
+
+_UN = {"relu": lambda x, a: ir.max_(x, 0.0), "tanh": lambda x, a: dsl.tanh(x),
+       "exp": lambda x, a: dsl.exp(x), "sigmoid": lambda x, a: dsl.sigmoid(x),
+       "neg": lambda x, a: -x, "sqrt": lambda x, a: dsl.sqrt(x),
+       "rsqrt": lambda x, a: dsl.rsqrt(x), "erf": lambda x, a: dsl.erf(x),
+       "gelu": lambda x, a: _gelu(x, a.get("approximate", "none"))}
+
+
+def _same_shape(node: Node, cs: Constraints) -> Shape:
+    return node.inputs[0].shape
+
+
+def _unary_lower(node: Node, ins, shape):
+    f = _UN[node.op]
+    return _compute(shape, lambda i: f(ins[0][i], node.attrs), name=_name(node))
+
+
+# --------------------------------------------------------------------- injective
+
+
+def _perm(node: Node, ndim: int) -> tuple[int, ...]:
+    if node.op == "transpose":
+        a, b = (_axis(node, node.attrs[k], ndim) for k in ("dim0", "dim1"))
+        sw = list(range(ndim))
+        sw[a], sw[b] = sw[b], sw[a]
+        return tuple(sw)
+    p = tuple(_axis(node, d, ndim) for d in node.attrs["perm"])
+    if sorted(p) != list(range(ndim)):
+        raise ShapeMismatchError(f"permute {node.name!r}: {p} is not a permutation",
+                                 node.location)
+    return p
+
+
+def _permute_shape(node: Node, cs: Constraints) -> Shape:
+    s = node.inputs[0].shape
+    return tuple(s[k] for k in _perm(node, len(s)))
+
+
+def _permute_lower(node: Node, ins, shape):
+    p = _perm(node, len(shape))
+    inv = [p.index(k) for k in range(len(p))]
+    return _compute(shape, lambda i: ins[0][tuple(i[inv[k]] for k in range(len(p)))],
+                       name=_name(node))
+
+
+def _slice_shape(node: Node, cs: Constraints) -> Shape:
+    """``x[start:end]`` along ``axis``; a symbolic ``end`` (``mask[:S]``) gives extent
+    ``end - start`` and the constraint ``min(end, extent) == end`` (checked per call)."""
+    x = node.inputs[0]
+    s = list(x.shape)
+    a = _axis(node, node.attrs["axis"], len(s))
+    start = int(node.attrs.get("start", 0))
+    end = sympy.sympify(node.attrs["end"]) if node.attrs.get("end") is not None else s[a]
+    if (end - s[a]).is_number:
+        end = min(end, s[a])
+    else:
+        cs.recorded.append(Constraint(sympy.Min(end, s[a]), end,
+                                      f"slice {node.name!r}: end within {x.name!r}"))
+    s[a] = end - start
+    return tuple(s)
+
+
+def _slice_lower(node: Node, ins, shape):
+    a = _axis(node, node.attrs["axis"], len(shape))
+    st = int(node.attrs.get("start", 0))
+    hi = ins[0].shape[a]
+    clamp = not ir.is_const(shape[a]) or not ir.is_const(hi)  # provably in bounds for isl
+    return _compute(shape, lambda i: ins[0][tuple(
+        (ir.min_(v + st, hi - 1) if clamp else v + st) if k == a else v
+        for k, v in enumerate(i))], name=_name(node))
+
+
+def split_reshape(src: Shape, dst: Shape) -> tuple[int, Shape, Shape] | None:
+    """``(prefix, src_rest, dst_rest)`` when ``src -> dst`` keeps a common prefix and the
+    rest are integer extents (a quasi-affine index map), else None."""
+    k = 0
+    while k < min(len(src), len(dst)) and sympy.simplify(src[k] - dst[k]) == 0:
+        k += 1
+    rs, rd = tuple(src[k:]), tuple(dst[k:])
+    if all(d.is_Integer for d in (*rs, *rd)):
+        return k, rs, rd
+    return None
+
+
+def _reshape_shape(node: Node, cs: Constraints) -> Shape:
+    x = node.inputs[0]
+    src = x.shape
+    target = [sympy.sympify(d) for d in node.attrs["shape"]]
+    total = sympy.Mul(*src)
+    holes = [k for k, d in enumerate(target) if d == -1]
+    if len(holes) > 1:
+        raise ShapeMismatchError(f"reshape {node.name!r}: more than one -1", node.location)
+    if holes:
+        known = sympy.Mul(*[d for d in target if d != -1])
+        target[holes[0]] = sympy.simplify(total / known)
+    else:
+        cs.equal(sympy.Mul(*target), total, node, x, x, "reshape size")
+    return tuple(sympy.simplify(d) for d in target)
+
+
+def is_runtime_view(node: Node) -> bool:
+    return node.op == "reshape" and split_reshape(node.inputs[0].shape,
+                                                  node.output.shape) is None
+
+
+def _strides(shape) -> list[int]:
+    out: list[int] = []
+    acc = 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= int(d)
+    return out[::-1]
+
+
+def _reshape_lower(node: Node, ins, shape):
+    sp = split_reshape(node.inputs[0].shape, node.output.shape)
+    assert sp is not None
+    k, rs, rd = sp
+    ds, ss = _strides(rd), _strides(rs)
+
+    def body(i):
+        off = sum((i[k + j] * ds[j] for j in range(len(rd))), ir.const(0, "int64"))
+        rest = tuple((off // ss[j]) % int(rs[j]) if j else off // ss[j]
+                     for j in range(len(rs)))
+        return ins[0][tuple(i[:k]) + rest]
+    return _compute(shape, body, name=_name(node))
+
+
+# --------------------------------------------------------------------- backbone
+
+
+def _matmul_shape(node: Node, cs: Constraints) -> Shape:
+    a, b = node.inputs
+    sa, sb = a.shape, b.shape
+    if len(sa) < 2 or len(sb) < 2:
+        raise mismatch(node, a, b, "matmul needs rank >= 2")
+    cs.equal(sa[-1], sb[-2], node, a, b, "contraction extent")
+    if len(sb) == 2:
+        return tuple(sa[:-1]) + (sb[-1],)
+    if len(sa) != len(sb):
+        raise mismatch(node, a, b, "batched matmul needs equal ranks")
+    lead = tuple(cs.equal(x, y, node, a, b, f"batch axis {k}")
+                 for k, (x, y) in enumerate(zip(sa[:-2], sb[:-2])))
+    return lead + (sa[-2], sb[-1])
+
+
+def _matmul_lower(node: Node, ins, shape):
+    a, b = ins
+    k = dsl.reduce_axis(a.shape[-1], f"k_{node.name}")
+    nb = b.ndim
+
+    def body(i):
+        bi = (k, i[-1]) if nb == 2 else tuple(i[:-2]) + (k, i[-1])
+        return dsl.sum(a[tuple(i[:-1]) + (k,)] * b[bi], axis=k)
+    return _compute(shape, body, name=_name(node))
+
+
+# --------------------------------------------------------------------- reductions
+
+
+def _softmax_lower(node: Node, ins, shape):
+    return ops.softmax(ins[0], node.attrs.get("axis", -1), name=_name(node))
+
+
+def _layernorm_shape(node: Node, cs: Constraints) -> Shape:
+    x = node.inputs[0]
+    for g in node.inputs[1:]:
+        cs.equal(x.shape[-1], g.shape[-1], node, x, g, "normalised extent")
+    return x.shape
+
+
+def _layernorm_lower(node: Node, ins, shape):
+    return ops.layernorm(ins[0], ins[1], ins[2], node.attrs.get("eps", 1e-5), name=_name(node))
+
+
+def _reduce_shape(node: Node, cs: Constraints) -> Shape:
+    s = node.inputs[0].shape
+    a = _axis(node, node.attrs.get("axis", -1), len(s))
+    if node.attrs.get("keepdim", False):
+        return tuple(sympy.Integer(1) if k == a else d for k, d in enumerate(s))
+    return tuple(d for k, d in enumerate(s) if k != a)
+
+
+def _reduce_lower(node: Node, ins, shape):
+    x = ins[0]
+    a = _axis(node, node.attrs.get("axis", -1), x.ndim)
+    keep = node.attrs.get("keepdim", False)
+    r = dsl.reduce_axis(x.shape[a], f"r_{node.name}")
+    red = {"sum": dsl.sum, "mean": dsl.sum, "amax": dsl.max}[node.op]
+
+    def body(i):
+        rest = tuple(i[:a]) + (r,) + tuple(i[a + 1:] if keep else i[a:])
+        return red(x[rest], axis=r)
+    if node.op != "mean":
+        return _compute(shape, body, name=_name(node))
+    s = _compute(shape, body, name=_name(node) + "_sum")
+    n = dsl.cast(x.shape[a], "float32")
+    return _compute(shape, lambda i: s[i] / n, name=_name(node))
+
+
+OPS: dict[str, OpDef] = {
+    **{k: OpDef("elementwise", _binary_shape, _binary_lower) for k in _BIN},
+    **{k: OpDef("elementwise", _same_shape, _unary_lower, 8.0 if k in ("gelu", "erf") else 1.0)
+       for k in _UN},
+    "transpose": OpDef("injective", _permute_shape, _permute_lower, 0.0),
+    "permute": OpDef("injective", _permute_shape, _permute_lower, 0.0),
+    "slice": OpDef("injective", _slice_shape, _slice_lower, 0.0),
+    "reshape": OpDef("injective", _reshape_shape, _reshape_lower, 0.0),
+    "matmul": OpDef("backbone", _matmul_shape, _matmul_lower),
+    "softmax": OpDef("reduce", _same_shape, _softmax_lower, 5.0),
+    "layernorm": OpDef("reduce", _layernorm_shape, _layernorm_lower, 8.0),
+    "sum": OpDef("reduce", _reduce_shape, _reduce_lower),
+    "mean": OpDef("reduce", _reduce_shape, _reduce_lower),
+    "amax": OpDef("reduce", _reduce_shape, _reduce_lower),
+}
+
+
+def kind_of(node: Node) -> str:
+    if is_runtime_view(node):
+        return "view"
+    return OPS[node.op].kind
+
+
+def flops(node: Node, env: dict) -> float:
+    """FLOPs of ``node`` with dims bound by ``env`` (the cost model's estimate)."""
+    if node.op == "matmul":
+        k = int(node.inputs[0].shape[-1].xreplace(env))
+        return 2.0 * numel(node.output.shape, env) * k
+    return OPS[node.op].flops_per_elem * numel(node.inputs[0].shape, env)
