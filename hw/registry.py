@@ -39,7 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from polycomp.scheduler.common.pass_base import Pass
     from polycomp.state import CompileState
 
-BUILTIN_BACKENDS = ("polycomp.hw.cpu.backend", "polycomp.hw.cuda.backend")
+BUILTIN_BACKENDS = ("polycomp.hw.cpu.backend", "polycomp.hw.cuda.backend",
+                    "polycomp.hw.npu.backend")
 ENTRY_POINT_GROUP = "polycomp.targets"
 
 

@@ -191,3 +191,22 @@ class deep_recursion:
     def __exit__(self, *exc):
         sys.setrecursionlimit(self.old)
         return False
+
+
+class NpuSimulationError(TargetError):
+    """The NPU simulator found a program that real hardware would not run correctly:
+    the message names the instruction (as printed in the emitted source) and the
+    buffer."""
+
+
+class NpuRaceError(NpuSimulationError):
+    """Two pipes access one on-chip buffer with no set/wait flag ordering them (a
+    missing wait), or a wait has no matching set (a deadlock)."""
+
+
+class NpuCapacityError(ResourceLimitError):
+    """An NPU program's buffers do not fit a memory level (L1, L0A, L0B, L0C, UB), or a
+    buffer or transfer breaks the 32-byte alignment rule."""
+
+
+__all__ += ["NpuSimulationError", "NpuRaceError", "NpuCapacityError"]

@@ -1,0 +1,159 @@
+"""Ascend C-style source printed from an NPU :class:`~polycomp.hw.npu.program.Program`
+(the object the simulator runs): one ``__aicore__`` kernel with ``GlobalTensor``
+arguments, ``LocalTensor`` buffers at the simulator's addresses, the instruction body
+with its loops, and the host-side tiling data as a struct."""
+from __future__ import annotations
+
+from polycomp.hw.npu.program import (
+    CopyIn,
+    CopyLocal,
+    CopyOut,
+    GlobalTensor,
+    GmRegion,
+    Ix,
+    Load2D,
+    LocalBuf,
+    Loop,
+    Mmad,
+    Program,
+    SetFlag,
+    VecOp,
+    WaitFlag,
+    ix,
+)
+
+_CT = {"float16": "half", "float32": "float"}
+_POS = {"L1": "A1", "L0A": "A2", "L0B": "B2", "L0C": "CO1", "UB": "VECCALC"}
+
+
+def _linear(r: GmRegion) -> Ix:
+    off: Ix = ix(0)
+    for d, o in zip(r.tensor.dims, r.offsets):
+        off = off * ix(d) + o if isinstance(d, str) else off * d + o
+    return off
+
+
+def _rows_cols(r: GmRegion, b: LocalBuf) -> tuple[str, str]:
+    """Rows and columns of a box as C (a 1-d box is one row, or for a ``COL`` buffer one
+    value per row)."""
+    if len(r.extents) > 1:
+        return r.extents[-2].c(), r.extents[-1].c()
+    if b.layout == "COL":
+        return r.extents[0].c(), "1"
+    return "1", r.extents[0].c()
+
+
+def _dims_product(t: GlobalTensor) -> str:
+    return " * ".join(map(str, t.dims))
+
+
+def _instr(s, ind: str) -> list[str]:
+    if isinstance(s, Loop):
+        out = [f"{ind}for (int64_t {s.var} = 0; {s.var} < {s.extent.c()}; ++{s.var}) {{"]
+        for x in s.body:
+            out += _instr(x, ind + "    ")
+        return out + [f"{ind}}}"]
+    if isinstance(s, (SetFlag, WaitFlag)):
+        return [f"{ind}{type(s).__name__}<HardEvent::{s.src_pipe}_{s.dst_pipe}>"
+                f"({s.event.c()});"]
+    if isinstance(s, CopyIn):
+        b, r = s.dst.buf, s.src
+        rows, cols = _rows_cols(r, b)
+        stride = r.tensor.dims[-1]
+        src = f"g{r.tensor.name}[{_linear(r).c()}]"
+        if b.level == "L1":
+            return [f"{ind}DataCopy({s.dst.c()}, {src}, Nd2NzParams{{(uint32_t){rows}, "
+                    f"(uint32_t){cols}, (uint32_t){stride}, (uint32_t){b.rows}, "
+                    f"(uint32_t){b.cols}}});"]
+        return [f"{ind}DataCopyPad({s.dst.c()}, {src}, DataCopyPadParams{{(uint32_t){rows}, "
+                f"(uint32_t){cols}, (uint32_t){stride}, (uint32_t){b.cols}}});"]
+    if isinstance(s, Load2D):
+        d = s.dst.buf
+        rep = (d.rows // 16) * (d.cols // 16)
+        return [f"{ind}LoadData({s.dst.c()}, {s.src.c()}, LoadData2DParams{{"
+                f"(uint32_t)({s.k_offset.c()}), {rep}, {str(d.level == 'L0B').lower()}}});"]
+    if isinstance(s, Mmad):
+        return [f"{ind}Mmad({s.c.c()}, {s.a.c()}, {s.b.c()}, MmadParams{{{s.a.buf.rows}, "
+                f"{s.b.buf.cols}, {s.a.buf.cols}, (bool)({s.init.c()})}});"]
+    if isinstance(s, CopyOut):
+        r, b = s.dst, s.src.buf
+        dst = f"g{r.tensor.name}[{_linear(r).c()}]"
+        rows, cols = _rows_cols(r, b)
+        args = f"(uint32_t){rows}, (uint32_t){cols}"
+        if s.pipe == "FIX":
+            return [f"{ind}Fixpipe({dst}, {s.src.c()}, FixpipeParams{{{args}, (uint32_t){b.rows}, "
+                    f"(uint32_t){r.tensor.dims[-1]}}});"]
+        return [f"{ind}DataCopyPad({dst}, {s.src.c()}, DataCopyPadParams{{{args}, "
+                f"(uint32_t){b.cols}, "
+                f"(uint32_t){r.tensor.dims[-1]}}});"]
+    if isinstance(s, CopyLocal):
+        d = s.dst.buf
+        return [f"{ind}Fixpipe({s.dst.c()}, {s.src.c()}, FixpipeParams{{(uint32_t){d.rows}, "
+                f"(uint32_t){d.cols}, (uint32_t){s.src.buf.rows}, (uint32_t){d.cols}}});"]
+    if isinstance(s, VecOp):
+        srcs = ", ".join(x.c() if hasattr(x, "c") else repr(float(x)) for x in s.srcs)
+        return [f"{ind}{s.op}({s.dst.c()}, {srcs}, (uint32_t)({s.rows.c()}));"]
+    raise TypeError(type(s).__name__)
+
+
+def _buffer(b: LocalBuf, addr: str) -> str:
+    t, n = _CT[b.dtype], f"{b.rows} * {b.cols}"
+    size = f"{n} * {b.itemsize}"
+    allocs = ", ".join(
+        f"AllocLocal<{t}>(TPosition::{_POS[b.level]}, {addr}{f' + {k} * {size}' if k else ''}, "
+        f"{n})" for k in range(b.copies))
+    if b.copies == 1:
+        return f"    LocalTensor<{t}> {b.name} = {allocs};  // {b.level}, {b.layout}"
+    return (f"    LocalTensor<{t}> {b.name}[{b.copies}] = {{{allocs}}};  "
+            f"// {b.level}, {b.layout}, ping-pong")
+
+
+def _addresses(p: Program, target) -> tuple[dict[str, str], list[str]]:
+    """Each buffer's address as C — a number where every size is a constant (the
+    simulator's allocation), else a named constant computed from the tiling values —
+    and the declarations of those constants."""
+    if all(isinstance(v, int) for b in p.buffers for v in (b.rows, b.cols)):
+        from .sim import allocate
+        return {k: str(a) for k, (_, a) in allocate(p, target).items()}, []
+    tops: dict[str, str] = {}
+    out, decls = {}, []
+    for b in p.buffers:
+        align = max(target.memory.level(b.level).alignment, 32)
+        name = f"{b.name}_addr"
+        decls.append(f"    const uint32_t {name} = AlignUp({tops.get(b.level, '0')}, {align});")
+        out[b.name] = name
+        tops[b.level] = f"{name} + {b.copies} * {b.rows} * {b.cols} * {b.itemsize}"
+    return out, decls
+
+
+def _tiling_comment(p: Program) -> str:
+    if p.kind == "cube":
+        return "// host-side tiling data: the sizes; constant tiles " + \
+            ", ".join(f"{k}={v}" for k, v in p.tiling.items())
+    return (f"// host-side tiling data: the sizes, TR rows of {p.tiling['rows']} per UB tile, "
+            f"rows padded to CP elements")
+
+
+def print_program(p: Program, target) -> str:
+    addresses, decls = _addresses(p, target)
+    sizes = p.size_names + (("TR", "CP") if p.kind == "vector" else ())
+    out = ["// Generated by polycomp for an Ascend-style AI core (target npu); see docs/npu.md",
+           '#include "polycomp_npu.h"', "using namespace AscendC;", "",
+           _tiling_comment(p),
+           f"struct {p.name}_tiling {{ " + " ".join(f"int64_t {s};" for s in sizes) + " };",
+           "",
+           f"extern \"C\" __global__ __aicore__ void {p.name}("
+           + ", ".join(f"GM_ADDR {t.name}_" for t in p.tensors) + ", GM_ADDR tiling_) {",
+           f"    const {p.name}_tiling* tiling = "
+           f"reinterpret_cast<const {p.name}_tiling*>(tiling_);"]
+    out += [f"    const int64_t {s} = tiling->{s};" for s in sizes]
+    for t in p.tensors:
+        ct = _CT[t.dtype]
+        out += [f"    GlobalTensor<{ct}> g{t.name};",
+                f"    g{t.name}.SetGlobalBuffer((__gm__ {ct}*){t.name}_, {_dims_product(t)});"]
+    out += decls
+    out += [_buffer(b, addresses[b.name]) for b in p.buffers]
+    for s in p.body:
+        out += _instr(s, "    ")
+    out.append("}")
+    return "\n".join(out) + "\n"

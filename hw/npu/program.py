@@ -1,0 +1,289 @@
+"""The NPU-level program: typed instructions on typed buffers.
+
+One :class:`Program` is built per compiled kernel (by :mod:`polycomp.scheduler.npu`);
+the simulator (:mod:`.sim`) executes it and the printer (:mod:`.printer`) prints it as
+Ascend C-style source — the same object, not a re-derivation.
+
+* Index expressions (:class:`Ix`) are small integer expressions over loop variables and
+  the host-side tiling data (the kernel's sizes), printable as C and evaluable.
+* :class:`LocalBuf` is an on-chip buffer at one level, with its element type, its
+  logical 2-d tile shape, its layout (``ND``; ``NZ``/``zZ``/``nZ`` fractal) and its
+  number of ping-pong copies.  :class:`Slot` is one copy, chosen by an expression.
+* Instructions name their pipe; flags order pipes (``SetFlag``/``WaitFlag``).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Union
+
+# --------------------------------------------------------------------------- Ix
+
+
+@dataclass(frozen=True)
+class Ix:
+    """An integer expression: ``op`` in const/var/+/-/*/floordiv/ceildiv/mod/min/==/and."""
+    op: str
+    args: tuple = ()
+
+    def __add__(self, o: IxLike) -> Ix:
+        return Ix("+", (self, ix(o)))
+
+    def __sub__(self, o: IxLike) -> Ix:
+        return Ix("-", (self, ix(o)))
+
+    def __mul__(self, o: IxLike) -> Ix:
+        return Ix("*", (self, ix(o)))
+
+    def __mod__(self, o: IxLike) -> Ix:
+        return Ix("mod", (self, ix(o)))
+
+    def eval(self, env: dict) -> int:
+        op, a = self.op, self.args
+        if op == "const":
+            return a[0]
+        if op == "var":
+            return env[a[0]]
+        x, y = a[0].eval(env), a[1].eval(env)
+        return _BINOPS[op](x, y)
+
+    def c(self) -> str:
+        op, a = self.op, self.args
+        if op == "const":
+            return str(a[0])
+        if op == "var":
+            return a[0]
+        x, y = a[0].c(), a[1].c()
+        if op in _C_FUNCS:
+            return f"{_C_FUNCS[op]}({x}, {y})"
+        return f"({x} {_C_OPS[op]} {y})"
+
+
+IxLike = Union[Ix, int, str]
+
+_BINOPS: dict[str, Callable[[int, int], int]] = {
+    "+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y,
+    "floordiv": lambda x, y: x // y, "ceildiv": lambda x, y: -(-x // y),
+    "mod": lambda x, y: x % y, "min": min, "==": lambda x, y: int(x == y),
+    "and": lambda x, y: int(bool(x) and bool(y)),
+}
+_C_OPS = {"+": "+", "-": "-", "*": "*", "floordiv": "/", "mod": "%", "==": "==", "and": "&&"}
+_C_FUNCS = {"ceildiv": "CeilDiv", "min": "Min"}
+
+
+def ix(v: IxLike) -> Ix:
+    if isinstance(v, Ix):
+        return v
+    if isinstance(v, int):
+        return Ix("const", (v,))
+    return Ix("var", (v,))
+
+
+def ceildiv(a: IxLike, b: IxLike) -> Ix:
+    return Ix("ceildiv", (ix(a), ix(b)))
+
+
+def imin(a: IxLike, b: IxLike) -> Ix:
+    return Ix("min", (ix(a), ix(b)))
+
+
+def eq(a: IxLike, b: IxLike) -> Ix:
+    return Ix("==", (ix(a), ix(b)))
+
+
+def land(a: IxLike, b: IxLike) -> Ix:
+    return Ix("and", (ix(a), ix(b)))
+
+
+# --------------------------------------------------------------------------- buffers
+
+
+@dataclass(frozen=True)
+class GlobalTensor:
+    """A kernel argument in GM: ``dims`` names the tiling-data sizes of its shape (1 for
+    a broadcast dimension)."""
+    name: str
+    dtype: str
+    dims: tuple[str | int, ...]
+    is_output: bool = False
+
+
+@dataclass(frozen=True)
+class LocalBuf:
+    """An on-chip buffer: ``rows x cols`` elements of ``dtype`` at ``level`` in
+    ``layout``, ``copies`` ping-pong copies."""
+    name: str
+    level: str
+    dtype: str
+    rows: int | str        # a str names a host tiling value (vector tiles)
+    cols: int | str
+    layout: str = "ND"     # ND | NZ | zZ | nZ; UB: ND tile, COL (a value per row), ROW
+    copies: int = 1
+
+    @property
+    def itemsize(self) -> int:
+        return {"float16": 2, "float32": 4}[self.dtype]
+
+    def shape(self, env: dict | None = None) -> tuple[int, int]:
+        def get(v: int | str) -> int:
+            return v if isinstance(v, int) else (env or {})[v]
+        return get(self.rows), get(self.cols)
+
+    def size(self, env: dict | None = None) -> int:
+        """Bytes of one copy."""
+        r, c = self.shape(env)
+        return r * c * self.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size()
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Copy ``index`` of ``buf`` (0 when it has one copy)."""
+    buf: LocalBuf
+    index: Ix = field(default_factory=lambda: ix(0))
+
+    def c(self) -> str:
+        if self.buf.copies == 1:
+            return self.buf.name
+        return f"{self.buf.name}[{self.index.c()}]"
+
+
+@dataclass(frozen=True)
+class GmRegion:
+    """The box of ``tensor`` at ``offsets`` (per dim) of ``extents`` (the valid part;
+    a local tile beyond it is padded with zeros on the way in and not written back)."""
+    tensor: GlobalTensor
+    offsets: tuple[Ix, ...]
+    extents: tuple[Ix, ...]
+
+
+# --------------------------------------------------------------------------- instructions
+
+
+@dataclass(frozen=True)
+class CopyIn:
+    """MTE2: GM box -> L1 (``nd2nz``: fractal NZ) or UB (ND rows padded to 32 B)."""
+    src: GmRegion
+    dst: Slot
+    pipe: str = "MTE2"
+
+
+@dataclass(frozen=True)
+class Load2D:
+    """MTE1: the ``k0``-column (A) or ``k0``-row (B) slice starting at fractal column
+    / row ``k_offset`` of an L1 tile -> L0A (zZ) or L0B (nZ, transposed fractals)."""
+    src: Slot
+    dst: Slot
+    k_offset: Ix
+    pipe: str = "MTE1"
+
+
+@dataclass(frozen=True)
+class Mmad:
+    """M: ``c (+)= a @ b`` on fractal tiles (``init``: overwrite instead of add)."""
+    c: Slot
+    a: Slot
+    b: Slot
+    init: Ix
+    pipe: str = "M"
+
+
+@dataclass(frozen=True)
+class CopyOut:
+    """FIX (from L0C, nz2nd with cast) or MTE3 (from UB): local tile -> GM box."""
+    src: Slot
+    dst: GmRegion
+    pipe: str = "FIX"
+
+
+@dataclass(frozen=True)
+class CopyLocal:
+    """FIX: an L0C tile (fractal NZ, fp32) -> a UB tile (ND, fp32) for a vector
+    epilogue."""
+    src: Slot
+    dst: Slot
+    pipe: str = "FIX"
+
+
+@dataclass(frozen=True)
+class VecOp:
+    """V: one vector instruction over ``rows`` rows of a UB tile (repeat = rows x
+    ceil(row bytes / 256)); ``op`` in the table of :mod:`.vector_ops`; ``srcs`` are
+    slots or a float scalar; reductions write one value per row."""
+    op: str
+    dst: Slot
+    srcs: tuple
+    rows: Ix
+    pipe: str = "V"
+
+
+@dataclass(frozen=True)
+class SetFlag:
+    src_pipe: str
+    dst_pipe: str
+    event: Ix
+
+    @property
+    def pipe(self) -> str:
+        return self.src_pipe
+
+
+@dataclass(frozen=True)
+class WaitFlag:
+    src_pipe: str
+    dst_pipe: str
+    event: Ix
+
+    @property
+    def pipe(self) -> str:
+        return self.dst_pipe
+
+
+@dataclass(frozen=True)
+class Loop:
+    var: str
+    extent: Ix
+    body: tuple
+
+
+Instr = Union[CopyIn, Load2D, Mmad, CopyOut, CopyLocal, VecOp, SetFlag, WaitFlag, Loop]
+
+
+@dataclass(frozen=True)
+class Program:
+    """A kernel for one AI core: GM arguments, on-chip buffers, the body, the tiling
+    data (sizes read from the arguments' shapes by the host) and what it computes."""
+    name: str
+    kind: str                          # "cube" | "vector"
+    tensors: tuple[GlobalTensor, ...]
+    buffers: tuple[LocalBuf, ...]
+    body: tuple
+    tiling: dict = field(default_factory=dict)   # constant tile sizes, for the printer
+
+    @property
+    def inputs(self) -> tuple[GlobalTensor, ...]:
+        return tuple(t for t in self.tensors if not t.is_output)
+
+    @property
+    def outputs(self) -> tuple[GlobalTensor, ...]:
+        return tuple(t for t in self.tensors if t.is_output)
+
+    @property
+    def size_names(self) -> tuple[str, ...]:
+        names: list[str] = []
+        for t in self.tensors:
+            for d in t.dims:
+                if isinstance(d, str) and d not in names:
+                    names.append(d)
+        return tuple(names)
+
+
+def walk(body: tuple):
+    """Every instruction of ``body`` (loops included), in program order."""
+    for s in body:
+        yield s
+        if isinstance(s, Loop):
+            yield from walk(s.body)

@@ -1,0 +1,107 @@
+"""Semantics and cycle cost of each NPU instruction (used by :mod:`.sim`)."""
+from __future__ import annotations
+
+import numpy as np
+
+from polycomp.errors import NpuCapacityError, PolycompInternalError
+from polycomp.hw.npu.program import CopyIn, CopyLocal, CopyOut, Load2D, Mmad, VecOp
+from polycomp.hw.npu.target import ALIGN
+
+from .sim import Simulator, from_layout, to_layout
+from .vector_ops import vec_cycles, vec_execute
+
+
+def _burst(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def execute(sim: Simulator, s, env: dict) -> int:
+    if isinstance(s, CopyIn):
+        return _copy_in(sim, s, env)
+    if isinstance(s, Load2D):
+        return _load2d(sim, s, env)
+    if isinstance(s, Mmad):
+        return _mmad(sim, s, env)
+    if isinstance(s, CopyOut):
+        return _copy_out(sim, s, env)
+    if isinstance(s, CopyLocal):
+        return _copy_local(sim, s, env)
+    if isinstance(s, VecOp):
+        return vec_execute(sim, s, env) and vec_cycles(sim, s, env)
+    raise PolycompInternalError(f"NPU simulator: unknown instruction {type(s).__name__}")
+
+
+def _copy_in(sim: Simulator, s: CopyIn, env: dict) -> int:
+    b = s.dst.buf
+    arr, box = sim.region(s.src, env)
+    tile = arr[box].reshape(-1, arr[box].shape[-1])
+    r, c = tile.shape
+    br, bc = b.shape(env)
+    if r > br or c > bc:
+        raise NpuCapacityError(f"DataCopy of {r}x{c} elements of {s.src.tensor.name} into "
+                               f"{b.name} ({br}x{bc})")
+    nd = np.zeros((br, bc), np.dtype(b.dtype))
+    nd[:r, :c] = tile
+    dst = sim.access(s.pipe, s.dst, env, True, f"DataCopy {s.src.tensor.name} -> {b.name}")
+    dst[...] = to_layout(nd, b.layout)
+    nbytes = r * _burst(c * b.itemsize)
+    sim.count_bytes(f"GM->{b.level}", nbytes)
+    return sim.p.transfer_latency + -(-nbytes // sim.p.gm_bytes_per_cycle)
+
+
+def _load2d(sim: Simulator, s: Load2D, env: dict) -> int:
+    src, dst = s.src.buf, s.dst.buf
+    k = s.k_offset.eval(env) * 16
+    what = f"LoadData {src.name} -> {dst.name}"
+    nd = from_layout(sim.access(s.pipe, s.src, env, False, what), src.layout)
+    part = nd[:, k:k + dst.cols] if dst.level == "L0A" else nd[k:k + dst.rows, :]
+    if part.shape != (dst.rows, dst.cols):
+        raise NpuCapacityError(f"{what}: slice {part.shape} at fractal {k // 16} does not "
+                               f"fill {dst.name} ({dst.rows}x{dst.cols})")
+    sim.access(s.pipe, s.dst, env, True, what)[...] = to_layout(part, dst.layout)
+    sim.count_bytes(f"L1->{dst.level}", dst.nbytes)
+    return sim.p.local_latency + -(-dst.nbytes // sim.p.l1_bytes_per_cycle)
+
+
+def _mmad(sim: Simulator, s: Mmad, env: dict) -> int:
+    a_b, b_b, c_b = s.a.buf, s.b.buf, s.c.buf
+    what = f"Mmad {c_b.name} += {a_b.name} x {b_b.name}"
+    a = from_layout(sim.access(s.pipe, s.a, env, False, what), a_b.layout)
+    b = from_layout(sim.access(s.pipe, s.b, env, False, what), b_b.layout)
+    init = bool(s.init.eval(env))
+    c_arr = sim.access(s.pipe, s.c, env, True, what)
+    prod = a.astype(np.float32) @ b.astype(np.float32)
+    acc = prod if init else from_layout(c_arr, c_b.layout) + prod
+    c_arr[...] = to_layout(acc.astype(np.float32), c_b.layout)
+    ops = (a_b.rows // 16) * (b_b.cols // 16) * (a_b.cols // 16)
+    return ops * (sim.p.cube_fp32_factor if a_b.dtype == "float32" else 1)
+
+
+def _copy_out(sim: Simulator, s: CopyOut, env: dict) -> int:
+    b = s.src.buf
+    arr, box = sim.region(s.dst, env)
+    what = f"{'Fixpipe' if s.pipe == 'FIX' else 'DataCopy'} {b.name} -> {s.dst.tensor.name}"
+    nd = from_layout(sim.access(s.pipe, s.src, env, False, what), b.layout)
+    shape = arr[box].shape
+    if b.layout == "COL":     # one value per row (column 0) -> a 1-d box
+        r, c = shape[0], 1
+        arr[box] = nd[:r, 0].astype(arr.dtype)
+    else:
+        r, c = shape[-2:] if len(shape) > 1 else (1, shape[0])
+        arr[box] = nd[:r, :c].astype(arr.dtype).reshape(shape)
+    nbytes = r * _burst(c * arr.dtype.itemsize)
+    sim.count_bytes(f"{b.level}->GM", nbytes)
+    return sim.p.transfer_latency + -(-nbytes // sim.p.out_bytes_per_cycle)
+
+
+def _copy_local(sim: Simulator, s: CopyLocal, env: dict) -> int:
+    src, dst = s.src.buf, s.dst.buf
+    what = f"Fixpipe {src.name} -> {dst.name}"
+    nd = from_layout(sim.access(s.pipe, s.src, env, False, what), src.layout)
+    out = sim.access(s.pipe, s.dst, env, True, what)
+    if out.shape != nd.shape:
+        raise NpuCapacityError(f"{what}: {nd.shape} into {out.shape}")
+    out[...] = nd.astype(out.dtype)
+    nbytes = dst.size(env)
+    sim.count_bytes(f"{src.level}->{dst.level}", nbytes)
+    return sim.p.local_latency + -(-nbytes // sim.p.out_bytes_per_cycle)

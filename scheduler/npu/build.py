@@ -1,0 +1,74 @@
+"""The NPU program of a kernel: classify its stages and build the program.
+
+* One stage that is a plain (batch) matmul contraction -> :mod:`.cube` (the cube);
+* anything else -> :mod:`.vector` (the vector unit on UB), which raises
+  :class:`~polycomp.errors.TargetError` naming the stage it cannot map
+  (docs/npu.md, "What does not run").
+"""
+from __future__ import annotations
+
+from polycomp import ir
+from polycomp.errors import TargetError
+from polycomp.hw.npu.program import Program
+from polycomp.hw.target import Target
+from polycomp.scheduler.common.contraction import Contraction, match_contraction
+
+from .cube import CubeTiles, check_tiles, cube_program, fit_cube_tiles
+
+
+def _is_matmul(c: Contraction) -> bool:
+    """``out[b?, i, j] = sum_k a[b?, i, k] * b[b?, k, j]`` with plain iterators."""
+    if len(c.reduce_dims) != 1 or len(c.out_dims) not in (2, 3) or c.a.guard or c.b.guard:
+        return False
+    *bd, i, j = c.out_dims
+    k = c.reduce_dims[0]
+    return list(c.a.load.indices) == [*bd, i, k] and list(c.b.load.indices) == [*bd, k, j] \
+        and c.a.load.dtype in ("float16", "float32") and c.a.load.dtype == c.b.load.dtype
+
+
+def _is_cast_of(s, producer) -> bool:
+    """``s`` is ``cast(producer[iters])`` (the output cast of a matmul): the cube path
+    casts on the way out of L0C."""
+    b = s.body
+    return not s.is_reduction and isinstance(b, ir.Cast) and isinstance(b.value, ir.Load) \
+        and b.value.buffer.name == producer.name and list(b.value.indices) == list(s.iters)
+
+
+def npu_program(model, target: Target, options) -> Program:
+    stages = list(model.graph.stages)
+    name = model.graph.name if hasattr(model.graph, "name") else "kernel"
+    if 1 <= len(stages) <= 2 and stages[0].is_reduction and \
+            (len(stages) == 1 or _is_cast_of(stages[1], stages[0])):
+        c = match_contraction(stages[0])
+        if isinstance(c, Contraction) and _is_matmul(c):
+            in_dt, out_dt = c.a.load.dtype, stages[-1].output.dtype
+            if out_dt not in ("float16", "float32"):
+                raise TargetError(f"npu: {stages[0].name} writes {out_dt}; the cube path "
+                                  f"writes float16 or float32")
+            copies = 2 if options.double_buffer else 1
+            tiles = check_tiles(CubeTiles(*options.cube_tile)) if options.cube_tile else \
+                fit_cube_tiles(target, 2 if in_dt == "float16" else 4, copies)
+            return cube_program(name, in_dt, out_dt, len(c.out_dims) == 3, tiles,
+                                options.double_buffer)
+    if len(stages) > 1 and stages[0].is_reduction:
+        c = match_contraction(stages[0])
+        if isinstance(c, Contraction) and _is_matmul(c) and len(c.out_dims) == 2:
+            return _with_epilogue(name, model.graph, c, target, options)
+    from .vector import vector_program
+    return vector_program(model.graph, options.double_buffer)
+
+
+def _with_epilogue(name: str, graph, c: Contraction, target: Target, options) -> Program:
+    """A 2-d matmul followed by elementwise stages: the cube with a vector epilogue."""
+    from .epilogue import build_epilogue, ub_bytes
+    mm = graph.stages[0]
+    operands = {c.a.load.buffer.name, c.b.load.buffer.name}
+    extra = [t for t in graph.inputs if t.name not in operands]
+    copies = 2 if options.double_buffer else 1
+    in_dt = c.a.load.dtype
+    tiles = check_tiles(CubeTiles(*options.cube_tile)) if options.cube_tile else \
+        fit_cube_tiles(target, 2 if in_dt == "float16" else 4, copies,
+                       ub_bytes(graph, mm, extra, copies))
+    e = build_epilogue(graph, mm, extra, tiles.m0, tiles.n0, copies)
+    return cube_program(name, in_dt, e.out_tensor.dtype, False, tiles,
+                        options.double_buffer, e)

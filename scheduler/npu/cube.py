@@ -1,0 +1,189 @@
+"""Cube tensorization of a contraction backbone (matmul, batch_matmul) into an NPU
+program: tiling fitted to L0A/L0B/L0C/L1, fractal re-tiling on the copies, ping-pong
+buffers and set/wait flags.
+
+Assumes: one sum-reduction stage ``C[b?, i, j] = sum_k A[b?, i, k] * B[b?, k, j]``
+(operands float16 or float32, accumulation float32), as
+:func:`polycomp.scheduler.common.contraction.match_contraction` recognises it.
+Guarantees: every buffer fits its level with all its ping-pong copies (checked again
+by the simulator); every cross-pipe access is ordered by exactly one set/wait pair per
+(producer pipe, consumer pipe, slot) and iteration; tails are zero-padded on the way in
+and clipped on the way out.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from polycomp.errors import ResourceLimitError
+from polycomp.hw.npu.program import (
+    CopyIn,
+    CopyLocal,
+    CopyOut,
+    GlobalTensor,
+    GmRegion,
+    Ix,
+    Load2D,
+    LocalBuf,
+    Loop,
+    Mmad,
+    Program,
+    SetFlag,
+    Slot,
+    VecOp,
+    WaitFlag,
+    ceildiv,
+    eq,
+    imin,
+    ix,
+    land,
+)
+from polycomp.hw.target import Target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .epilogue import Epilogue
+
+
+@dataclass(frozen=True)
+class CubeTiles:
+    """``m0 x n0`` output tile in L0C, ``k0`` per Mmad (L0A/L0B), ``kl1`` per L1 stage."""
+    m0: int
+    n0: int
+    k0: int
+    kl1: int
+
+
+def fit_cube_tiles(target: Target, itemsize: int, copies: int,
+                   ub_need: Callable[[int, int], int] | None = None) -> CubeTiles:
+    """The largest tiles (output tile area first, then k0, then kL1) whose buffers fit
+    L0A, L0B, L0C (fp32) and L1 with ``copies`` ping-pong copies each (and UB, for a
+    vector epilogue needing ``ub_need(m0, n0)`` bytes)."""
+    cap = target.capacity
+    best: CubeTiles | None = None
+    for m0 in (128, 64, 32, 16):
+        for n0 in (256, 128, 64, 32, 16):
+            if m0 * n0 * 4 * copies > cap("L0C"):
+                continue
+            if ub_need is not None and ub_need(m0, n0) > cap("UB"):
+                continue
+            for k0 in (64, 32, 16):
+                if m0 * k0 * itemsize * copies > cap("L0A") or \
+                        k0 * n0 * itemsize * copies > cap("L0B"):
+                    continue
+                kl1 = next((k0 * f for f in (8, 4, 2, 1)
+                            if (m0 + n0) * k0 * f * itemsize * copies <= cap("L1")), 0)
+                if not kl1:
+                    continue
+                t = CubeTiles(m0, n0, k0, kl1)
+                if best is None or (m0 * n0, k0, kl1) > (best.m0 * best.n0, best.k0,
+                                                           best.kl1):
+                    best = t
+    if best is None:
+        raise ResourceLimitError(f"target {target.name}: no 16x16x16 cube tiling fits "
+                                 f"L0A/L0B/L0C/L1 with {copies} buffer copies")
+    return best
+
+
+def check_tiles(t: CubeTiles) -> CubeTiles:
+    if any(v % 16 for v in (t.m0, t.n0, t.k0, t.kl1)) or t.kl1 % t.k0:
+        raise ResourceLimitError(f"cube_tile {tuple(vars(t).values())}: every size must be "
+                                 f"a multiple of 16 and kL1 a multiple of k0")
+    return t
+
+
+def _epilogue_tail(e: Epilogue, l0c: Slot, u: Ix, bidx: tuple, one: tuple,
+                   m_ext: Ix, n_ext: Ix, mo: Ix, no: Ix, t: CubeTiles) -> tuple:
+    """L0C -> UB (FIX), row vectors in (MTE2), the vector ops, the tile out (MTE3)."""
+    def slot(b: LocalBuf) -> Slot:
+        return Slot(b, u if b.copies > 1 else ix(0))
+
+    vec = tuple(VecOp(op, slot(d), tuple(slot(x) if isinstance(x, LocalBuf) else x
+                                         for x in srcs), m_ext) for op, d, srcs in e.ops)
+    rows_in: tuple = ()
+    if e.rows_in:
+        rows_in = (WaitFlag("V", "MTE2", u),
+                   *(CopyIn(GmRegion(g, (no * t.n0,), (n_ext,)), slot(b)) for g, b in e.rows_in),
+                   SetFlag("MTE2", "V", u), WaitFlag("MTE2", "V", u))
+    return (WaitFlag("V", "FIX", u), CopyLocal(l0c, slot(e.acc)),
+            SetFlag("FIX", "M", l0c.index), SetFlag("FIX", "V", u), *rows_in,
+            WaitFlag("FIX", "V", u), WaitFlag("MTE3", "V", u), *vec,
+            SetFlag("V", "FIX", u), *((SetFlag("V", "MTE2", u),) if e.rows_in else ()),
+            SetFlag("V", "MTE3", u), WaitFlag("V", "MTE3", u),
+            CopyOut(slot(e.out), GmRegion(e.out_tensor, (*bidx, mo * t.m0, no * t.n0),
+                                          (*one, m_ext, n_ext)), pipe="MTE3"),
+            SetFlag("MTE3", "V", u))
+
+
+def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
+                 tiles: CubeTiles, double_buffer: bool,
+                 epilogue: Epilogue | None = None) -> Program:
+    """The program of ``C = A @ B`` (per batch) for the cube; see the module docstring."""
+    t, c = tiles, 2 if double_buffer else 1
+    bd: tuple[str, ...] = ("B",) if batched else ()
+    A = GlobalTensor("A", a_dtype, (*bd, "M", "K"))
+    B = GlobalTensor("B", a_dtype, (*bd, "K", "N"))
+    C = GlobalTensor("C", out_dtype, (*bd, "M", "N"), is_output=True)
+    l1a = LocalBuf("l1A", "L1", a_dtype, t.m0, t.kl1, "NZ", c)
+    l1b = LocalBuf("l1B", "L1", a_dtype, t.kl1, t.n0, "NZ", c)
+    l0a = LocalBuf("l0A", "L0A", a_dtype, t.m0, t.k0, "zZ", c)
+    l0b = LocalBuf("l0B", "L0B", a_dtype, t.k0, t.n0, "nZ", c)
+    l0c = LocalBuf("l0C", "L0C", "float32", t.m0, t.n0, "NZ", c)
+
+    M, N, K = ix("M"), ix("N"), ix("K")
+    mo, no, ko, ki = ix("mo"), ix("no"), ix("ko"), ix("ki")
+    bidx: tuple[Ix, ...] = (ix("b"),) if batched else ()
+    one: tuple[Ix, ...] = (ix(1),) if batched else ()
+    tile_no = (ix("b") * ceildiv(M, t.m0) + mo) * ceildiv(N, t.n0) + no if batched \
+        else mo * ceildiv(N, t.n0) + no
+    s1, s0, cs = ko % c, ki % c, tile_no % c
+    m_ext, n_ext = imin(t.m0, M - mo * t.m0), imin(t.n0, N - no * t.n0)
+    k_ext = imin(t.kl1, K - ko * t.kl1)
+
+    k_inner = (
+        WaitFlag("M", "MTE1", s0),
+        Load2D(Slot(l1a, s1), Slot(l0a, s0), ki * (t.k0 // 16)),
+        Load2D(Slot(l1b, s1), Slot(l0b, s0), ki * (t.k0 // 16)),
+        SetFlag("MTE1", "M", s0),
+        WaitFlag("MTE1", "M", s0),
+        Mmad(Slot(l0c, cs), Slot(l0a, s0), Slot(l0b, s0), land(eq(ko, 0), eq(ki, 0))),
+        SetFlag("M", "MTE1", s0),
+    )
+    k_outer = (
+        WaitFlag("MTE1", "MTE2", s1),
+        CopyIn(GmRegion(A, (*bidx, mo * t.m0, ko * t.kl1), (*one, m_ext, k_ext)),
+               Slot(l1a, s1)),
+        CopyIn(GmRegion(B, (*bidx, ko * t.kl1, no * t.n0), (*one, k_ext, n_ext)),
+               Slot(l1b, s1)),
+        SetFlag("MTE2", "MTE1", s1),
+        WaitFlag("MTE2", "MTE1", s1),
+        Loop("ki", ceildiv(k_ext, t.k0), k_inner),
+        SetFlag("MTE1", "MTE2", s1),
+    )
+    if epilogue is None:
+        tail: tuple = (CopyOut(Slot(l0c, cs), GmRegion(C, (*bidx, mo * t.m0, no * t.n0),
+                                                      (*one, m_ext, n_ext))),
+                       SetFlag("FIX", "M", cs))
+    else:
+        tail = _epilogue_tail(epilogue, Slot(l0c, cs), cs, bidx, one, m_ext, n_ext, mo, no, t)
+    tile = (
+        WaitFlag("FIX", "M", cs),
+        Loop("ko", ceildiv(K, t.kl1), k_outer),
+        SetFlag("M", "FIX", cs),
+        WaitFlag("M", "FIX", cs),
+        *tail,
+    )
+    nest: tuple = (Loop("mo", ceildiv(M, t.m0), (Loop("no", ceildiv(N, t.n0), tile),)),)
+    if batched:
+        nest = (Loop("b", ix("B"), nest),)
+    pairs: tuple = (("MTE1", "MTE2"), ("M", "MTE1"), ("FIX", "M"))
+    tensors: tuple = (A, B, C)
+    buffers: tuple = (l1a, l1b, l0a, l0b, l0c)
+    if epilogue is not None:
+        pairs += (("V", "FIX"), ("MTE3", "V")) + ((("V", "MTE2"),) if epilogue.rows_in else ())
+        tensors = (A, B, *(g for g, _ in epilogue.rows_in), epilogue.out_tensor)
+        buffers += epilogue.buffers
+    pro = tuple(SetFlag(p, q, ix(e)) for p, q in pairs for e in range(c))
+    epi = tuple(WaitFlag(p, q, ix(e)) for p, q in pairs for e in range(c))
+    return Program(name, "cube", tensors, buffers, pro + nest + epi,
+                   {"m0": t.m0, "n0": t.n0, "k0": t.k0, "kL1": t.kl1})

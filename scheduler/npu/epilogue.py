@@ -1,0 +1,63 @@
+"""Vector epilogues of a cube backbone: the elementwise stages after a matmul
+(``relu(A @ B + bias)``, ``gelu(X @ W + b)``) run on each output tile on its way out:
+L0C -> UB (FIX) -> vector unit -> GM (MTE3).
+
+Assumes: every stage after the contraction is elementwise over its ``(M, N)`` output
+and reads the contraction's tile at the same indices, row vectors ``(N)`` and scalars.
+Guarantees: the UB buffers of the epilogue (accumulator tile, temporaries, output tile
+and row vectors, ping-pong where another pipe touches them) are sized by the cube tile
+and counted in the tile fit (:func:`ub_bytes`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polycomp.errors import TargetError
+from polycomp.hw.npu.program import GlobalTensor, LocalBuf
+
+from .vector import Val, _Builder, _stage, ping_pong
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    acc: LocalBuf                                     # UB, fp32, the L0C tile in ND
+    rows_in: tuple[tuple[GlobalTensor, LocalBuf], ...]  # row vectors, loaded per tile
+    ops: tuple                                        # (op, dst, srcs) as in vector.py
+    out: LocalBuf
+    out_tensor: GlobalTensor
+    buffers: tuple[LocalBuf, ...]
+
+
+def build_epilogue(graph, mm_stage, extra_inputs, rows: int | str, cols: int | str,
+                   copies: int) -> Epilogue:
+    bld = _Builder(graph.name, copies, "M", "N", tile_rows=rows, tile_cols=cols)
+    acc = bld.new("ND", "float32", copies)
+    bld.values[mm_stage.name] = Val("ND", acc)
+    rows_in = []
+    for t in extra_inputs:
+        if len(t.shape) != 1 or t.dtype not in ("float16", "float32"):
+            raise TargetError(f"npu: matmul epilogue input {t.name}: only float row vectors "
+                              f"(N) are mapped")
+        b = bld.new("ROW", t.dtype, copies)
+        bld.inputs[t.name] = Val("ROW", b)
+        rows_in.append((GlobalTensor(t.name, t.dtype, ("N",)), b))
+    for s in graph.stages[1:]:
+        if s.is_reduction:
+            raise TargetError(f"npu: stage {s.name} after the matmul is a reduction; only "
+                              f"elementwise epilogues are fused on the cube's output")
+        _stage(bld, s)
+    o = graph.outputs[0]
+    out = ping_pong(bld, bld.values[o.name])
+    return Epilogue(acc, tuple(rows_in), tuple(bld.ops), out,
+                    GlobalTensor(o.name, o.dtype, ("M", "N"), is_output=True),
+                    tuple(bld.buffers))
+
+
+def ub_bytes(graph, mm_stage, extra_inputs, copies: int):
+    """``(m0, n0) -> UB bytes`` of the epilogue's buffers for an ``m0 x n0`` tile."""
+    e = build_epilogue(graph, mm_stage, extra_inputs, "TR", "CP", copies)
+
+    def need(m0: int, n0: int) -> int:
+        env = {"TR": m0, "CP": n0}
+        return sum(-(-b.size(env) // 32) * 32 * b.copies for b in e.buffers)
+    return need

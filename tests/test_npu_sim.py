@@ -1,0 +1,235 @@
+"""The NPU target: cube matmul / batch_matmul in the simulator against numpy (shapes
+with tails, fp16 and fp32), the simulator's race and capacity errors, the emitted
+source's syntax check, the printed-program golden and the CLI."""
+import dataclasses
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from polycomp.driver import compile_kernel, interpret
+from polycomp.errors import NpuCapacityError, NpuRaceError, TargetError
+from polycomp.frontend.ops import OPS, batch_matmul_kernel, matmul_kernel, transpose_kernel
+from polycomp.hw.npu.backend import program_of, simulate, syntax_check
+from polycomp.hw.npu.program import Loop, SetFlag, WaitFlag, walk
+from polycomp.hw.npu.sim import Simulator
+
+_CK: dict = {}
+
+
+def _ck(kind: str, dtype: str, target: str = "npu-lite", **opts):
+    key = (kind, dtype, target, tuple(sorted(opts.items())))
+    if key not in _CK:
+        k = matmul_kernel(dtype) if kind == "matmul" else batch_matmul_kernel(dtype)
+        _CK[key] = compile_kernel(k, target, opts)
+    return _CK[key]
+
+
+def _ref(a, b):
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(1, 80), n=st.integers(1, 80), k=st.integers(1, 150),
+       dtype=st.sampled_from(["float16", "float32"]), db=st.booleans())
+def test_matmul_tails_match_numpy(m, n, k, dtype, db):
+    rng = np.random.default_rng(m * 7919 + n * 31 + k)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    out = interpret(_ck("matmul", dtype, double_buffer=db), a, b)
+    assert out.dtype == np.float32 and out.shape == (m, n)
+    np.testing.assert_allclose(out, _ref(a, b), rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+@settings(max_examples=5, deadline=None)
+@given(bs=st.integers(1, 3), m=st.integers(1, 40), n=st.integers(1, 70), k=st.integers(1, 70))
+def test_batch_matmul_matches_numpy(bs, m, n, k):
+    rng = np.random.default_rng(bs + m + n + k)
+    a = rng.standard_normal((bs, m, k)).astype("float16")
+    b = rng.standard_normal((bs, k, n)).astype("float16")
+    out = interpret(_ck("batch_matmul", "float16"), a, b)
+    np.testing.assert_allclose(out, _ref(a, b), rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def _drop_waits(body: tuple, src: str, dst: str) -> tuple:
+    """``body`` without its WaitFlag<src->dst> instructions (the injected bug)."""
+    out: list = []
+    for s in body:
+        if isinstance(s, Loop):
+            s = dataclasses.replace(s, body=_drop_waits(s.body, src, dst))
+        elif isinstance(s, WaitFlag) and (s.src_pipe, s.dst_pipe) == (src, dst):
+            continue
+        out.append(s)
+    return tuple(out)
+
+
+def test_missing_wait_is_a_race():
+    ck = _ck("matmul", "float16")
+    prog = program_of(ck.state)
+    bad = dataclasses.replace(prog, body=_drop_waits(prog.body, "MTE2", "MTE1"))
+    a = np.ones((40, 70), np.float16)
+    b = np.ones((70, 50), np.float16)
+    gm = {"A": a, "B": b, "C": np.zeros((40, 50), np.float32)}
+    with pytest.raises(NpuRaceError, match=r"race on L1 buffer l1A\[0\] \(read after "
+                       r"write\).*WaitFlag<MTE2->MTE1> is missing"):
+        Simulator(bad, ck.target).run(gm, {"M": 40, "N": 50, "K": 70})
+
+
+def test_over_capacity_buffer_is_reported():
+    with pytest.raises(NpuCapacityError,
+                       match=r"buffer l0B \(2 x 8192 B\) does not fit L0B of target npu-lite"):
+        compile_kernel(matmul_kernel("float16"), "npu-lite", {"cube_tile": (64, 128, 32, 64)})
+
+
+def test_unsupported_kernel_says_so():
+    with pytest.raises(TargetError, match="vector mapping"):
+        compile_kernel(transpose_kernel(), "npu")
+
+
+#: the op-library kernels the vector mapping runs (docs/npu.md lists those it does not)
+VECTOR_OPS = ("add", "add_row", "add_col", "add_outer", "add_scalar_rhs", "sub", "mul",
+              "mul_col", "div", "div_row", "maximum", "maximum_scalar_rhs", "minimum", "relu",
+              "leaky_relu", "gelu", "row_stats", "reduce_sum_1", "reduce_max_1",
+              "reduce_min_1", "softmax", "layernorm")
+
+
+def _vector_ck(name: str, dtype: str):
+    key = (name, dtype)
+    if key not in _CK:
+        _CK[key] = compile_kernel(OPS[name].kernel(dtype), "npu-lite")
+    return _CK[key]
+
+
+#: matmuls with a vector epilogue (L0C -> UB -> vector unit -> GM)
+EPILOGUE_OPS = ("matmul_bias_relu", "mlp_gelu")
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(VECTOR_OPS + EPILOGUE_OPS),
+       dtype=st.sampled_from(["float16", "float32"]),
+       sizes=st.tuples(st.integers(1, 70), st.integers(1, 150), st.integers(1, 90)))
+def test_vector_ops_match_numpy(name, dtype, sizes):
+    from polycomp.cli import random_inputs
+    ck = _vector_ck(name, dtype)
+    f = ck.final_ir
+    dims = [p.name for p in f.params]
+    params = dict(zip(dims, sizes))
+    rows, cols = sizes[:2]
+    arrays = random_inputs(f, params, rows * 131 + cols)[:len(f.inputs)]
+    ref = interpret(OPS[name].kernel(dtype), *arrays, **params)
+    out = interpret(ck, *arrays)
+    outs, refs = (out, ref) if isinstance(ref, tuple) else ((out,), (ref,))
+    tol = 2e-3 if dtype == "float16" else 1e-5
+    for o, r in zip(outs, refs):
+        assert o.dtype == r.dtype and o.shape == r.shape
+        np.testing.assert_allclose(o.astype(np.float64), r.astype(np.float64), rtol=tol,
+                                   atol=tol * max(1.0, float(np.max(np.abs(r)))))
+
+
+def test_row_too_long_for_ub_is_reported():
+    ck = _vector_ck("softmax", "float32")
+    x = np.zeros((4, 4000), np.float32)
+    with pytest.raises(NpuCapacityError, match=r"one row of 4000 elements needs \d+ B of UB"):
+        interpret(ck, x)
+
+
+def test_double_buffering_overlaps_pipes():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((256, 2048)).astype(np.float16)
+    b = rng.standard_normal((2048, 256)).astype(np.float16)
+    _, on = simulate(_ck("matmul", "float16", "npu"), a, b)
+    _, off = simulate(_ck("matmul", "float16", "npu", double_buffer=False), a, b)
+    assert on.busy == off.busy and on.bytes == off.bytes   # same work, same traffic
+    assert on.cycles < 0.75 * off.cycles
+    assert on.cube_utilisation > 0.8 > off.cube_utilisation
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on this host")
+def test_emitted_source_passes_syntax_check(tmp_path):
+    for kind, dtype in (("matmul", "float16"), ("batch_matmul", "float32")):
+        p = tmp_path / f"{kind}.cpp"
+        p.write_text(_ck(kind, dtype).source)
+        assert "OK" in syntax_check(str(p))
+    for name in VECTOR_OPS + EPILOGUE_OPS:
+        p = tmp_path / f"{name}.cpp"
+        p.write_text(_vector_ck(name, "float16").source)
+        assert "OK" in syntax_check(str(p))
+
+
+def test_printed_program_golden(goldens):
+    src = _ck("matmul", "float16").source
+    assert src.strip() == goldens.expected("npu.cube-program.matmul_float16.cpp", src)
+    src = _vector_ck("softmax", "float16").source
+    assert src.strip() == goldens.expected("npu.vector-program.softmax_float16.cpp", src)
+    src = _vector_ck("matmul_bias_relu", "float16").source
+    assert src.strip() == goldens.expected("npu.cube-epilogue.matmul_bias_relu_float16.cpp",
+                                           src)
+
+
+def test_cli_targets_and_compile(tmp_path):
+    k = tmp_path / "k.py"
+    k.write_text("from polycomp.frontend.ops import matmul_kernel\nmm = matmul_kernel('float16')\n")
+    cli = [sys.executable, "-m", "polycomp.cli"]
+    t = subprocess.run(cli + ["targets", "npu"], capture_output=True, text=True, check=True)
+    assert "L0A" in t.stdout and "unit cube (matrix 16x16x16)" in t.stdout
+    out = tmp_path / "k.cpp"
+    subprocess.run(cli + ["compile", str(k), "--target", "npu", "-o", str(out)],
+                   capture_output=True, text=True, check=True)
+    assert "Mmad(" in out.read_text()
+    r = subprocess.run(cli + ["run", str(k), "--target", "npu", "--shape", "N=33",
+                              "--shape", "K=47", "--shape", "M=20"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "cube utilisation" in r.stdout and "GM->L1" in r.stdout
+
+
+def _without_pair(body: tuple, src: str, dst: str) -> tuple:
+    """``body`` without any SetFlag/WaitFlag of the pipe pair ``src -> dst``."""
+    out: list = []
+    for s in body:
+        if isinstance(s, Loop):
+            s = dataclasses.replace(s, body=_without_pair(s.body, src, dst))
+        elif isinstance(s, (SetFlag, WaitFlag)) and (s.src_pipe, s.dst_pipe) == (src, dst):
+            continue
+        out.append(s)
+    return tuple(out)
+
+
+def _pairs(body: tuple) -> set:
+    return {(s.src_pipe, s.dst_pipe) for s in walk(body) if isinstance(s, SetFlag)}
+
+
+@pytest.mark.parametrize("which", ["matmul", "softmax", "matmul_bias_relu"])
+def test_every_flag_pair_is_needed(which):
+    """No flag more than needed: dropping every set/wait of any one pipe pair makes
+    the simulator report a race (the program stays balanced, so it is the missing
+    ordering that is caught)."""
+    if which == "matmul":
+        ck = _ck("matmul", "float16")
+        gm = {"A": np.ones((40, 150), np.float16), "B": np.ones((150, 70), np.float16),
+              "C": np.zeros((40, 70), np.float32)}
+        sizes = {"M": 40, "N": 70, "K": 150}
+    elif which == "matmul_bias_relu":
+        ck = _vector_ck(which, "float16")
+        gm = {"A": np.ones((40, 150), np.float16), "B": np.ones((150, 70), np.float16),
+              "bias": np.ones(70, np.float16), "matmul_bias_relu": np.zeros((40, 70),
+                                                                            np.float32)}
+        sizes = {"M": 40, "N": 70, "K": 150}
+    else:
+        ck = _vector_ck("softmax", "float16")
+        x = np.ones((40, 70), np.float16)
+        gm = {"x": x, "softmax": np.zeros_like(x)}
+        sizes = {"N": 40, "M": 70, "TR": 8, "CP": 80}
+    prog = program_of(ck.state)
+    Simulator(prog, ck.target).run(dict(gm), sizes)       # the program as built is clean
+    pairs = _pairs(prog.body)
+    assert len(pairs) >= 4
+    for src, dst in sorted(pairs):
+        bad = dataclasses.replace(prog, body=_without_pair(prog.body, src, dst))
+        with pytest.raises(NpuRaceError, match=f"race on .* a WaitFlag<{src}->{dst}> is "
+                                               f"missing"):
+            Simulator(bad, ck.target).run({k: v.copy() for k, v in gm.items()}, sizes)
