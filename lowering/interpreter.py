@@ -282,7 +282,11 @@ class Interpreter:
                 vv = np.asarray(v) if mask is None else np.asarray(v)[mask]
                 if vv.size == 0:
                     return
-                if not np.all(vv == vv.flat[0]):
+                first = vv.flat[0]
+                same = vv == first
+                if vv.dtype.kind == "f" and np.isnan(first):   # NaN lanes agree too
+                    same = np.isnan(vv)
+                if not np.all(same):
                     raise InterpreterError(f"lanes race on {s.buffer.name}{list(idx)}")
                 v = vv.flat[0]
             view[idx] = store_value(v, target)
