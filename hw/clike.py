@@ -298,10 +298,11 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: with ``pc_``, ``pc256_``, ``pcv``, ``PC``): a user's name with one of them is renamed.
 _RESERVED_PREFIXES = ("_", "pc_", "pc2", "pc5", "pcv", "pcW", "PC", "omp_", "kmp_", "simde",
                       "cuda", "CUDA", "cu", "nv", "NV")
-#: ALL_CAPS names with an underscore look like the macros that headers define
-#: (``HUGE_VAL``, ``INT8_MAX``, ``M_PI``, ``MB_CUR_MAX``): renamed even when the headers
-#: in use do not define them, so that output does not depend on the C library version.
-_MACRO_LIKE = re.compile(r"^[A-Z][A-Z0-9]*_[A-Z0-9_]*$")
+#: ALL_CAPS words joined by underscores look like the macros that headers define
+#: (``HUGE_VAL``, ``INT8_MAX``, ``M_PI``, ``MB_CUR_MAX``; not ``T1_1``): renamed even
+#: when the headers in use do not define them, so that output does not depend on the C
+#: library version.
+_MACRO_LIKE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]*[A-Z][A-Z0-9]*)+_?$")
 #: Global names of the CUDA runtime that nvcc includes implicitly: the vector types
 #: (``float4``, ``uchar2``, ``dim3``) and the families ``make_*``, ``atomic*``, ``tex*``,
 #: ``surf*`` (CUDA's math functions are C's and are in :data:`RESERVED_BY_HEADERS`).

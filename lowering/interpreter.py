@@ -13,7 +13,8 @@ a checker of generated code too.
 
 A serial loop whose body is a single reduction update ``X[idx] = X[idx] op e`` (``idx``
 independent of the loop variable, ``e`` not reading ``X``) is executed as a vector
-reduction over the loop (the summation order differs from sequential order).
+reduction over the loop (the summation order differs from sequential order), in
+chunks of at most :data:`MAX_REDUCTION_LANES` lanes x iterations.
 
 Arithmetic follows :mod:`polycomp.dtypes`: float16/bfloat16 values compute in float32
 and are rounded when stored; ``//`` and ``%`` are floor division and modulo.
@@ -30,6 +31,11 @@ from polycomp import ir
 from polycomp.errors import PolycompError
 
 _PARALLEL_KINDS = ("parallel", "vectorized", "gpu_block", "gpu_thread", "gpu_warp")
+
+#: Largest lane count of a reduction evaluated at once (lanes x iterations): beyond it
+#: the reduction runs in chunks of iterations, so memory stays bounded (a 1024^3 matmul
+#: would otherwise materialise 2^30 products at once: the OOM killer's 24 GB).
+MAX_REDUCTION_LANES = 1 << 23
 
 
 class InterpreterError(PolycompError):
@@ -282,7 +288,11 @@ class Interpreter:
                 vv = np.asarray(v) if mask is None else np.asarray(v)[mask]
                 if vv.size == 0:
                     return
-                if not np.all(vv == vv.flat[0]):
+                first = vv.flat[0]
+                same = vv == first
+                if vv.dtype.kind == "f" and np.isnan(first):   # NaN lanes agree too
+                    same = np.isnan(vv)
+                if not np.all(same):
                     raise InterpreterError(f"lanes race on {s.buffer.name}{list(idx)}")
                 v = vv.flat[0]
             view[idx] = store_value(v, target)
@@ -400,7 +410,18 @@ class Interpreter:
                 if isinstance(n, ir.Load) and n.buffer is body.buffer else None)
         if reads_x:
             return False
-        # evaluate e over all iterations as extra lanes, reduce, then update once
+        # evaluate e over the iterations as extra lanes, reduce, then update once per
+        # chunk of iterations (chunks keep lanes x iterations <= MAX_REDUCTION_LANES)
+        chunk = max(1, MAX_REDUCTION_LANES // max(1, st.lanes))
+        for start in range(0, ext, chunk):
+            self._reduce_chunk(s, st, lo + start, min(chunk, ext - start))
+        return True
+
+    def _reduce_chunk(self, s, st, lo, ext) -> None:
+        """Iterations ``lo .. lo + ext - 1`` of the reduction loop ``s`` (see
+        :meth:`_try_reduction`) as one vector reduction and one update."""
+        body = s.body
+        v = body.value
         n = st.lanes
         saved = self._expand_lanes(st, s.var, lo, ext)
         mask = st.mask
@@ -422,7 +443,6 @@ class Interpreter:
         self.store(ir.Store(body.buffer, body.indices,
                             ir.Binary(v.op, v.a, acc, v.dtype)), st)
         del st.env[acc]
-        return True
 
 
 def store_value(v, target):
