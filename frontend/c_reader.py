@@ -136,7 +136,9 @@ class CKernel:
 def load_c_kernels(path: str, include_dirs=()) -> list[CKernel]:
     """Read every kernel of a C file (see :func:`read_c_kernels`)."""
     try:
-        with open(path) as f:
+        # bytes that are not UTF-8 (a Latin-1 comment) must not stop the reader: they
+        # are replaced, and an identifier containing one is rejected by the parser
+        with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
     except OSError as e:
         raise CParseError(f"cannot read C file {path!r}: {e.strerror}") from None
@@ -205,7 +207,10 @@ def _preprocess(source: str, filename: str, include_dirs) -> str:
     return r.stdout
 
 def _c_string(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"')
+    """``s`` as the contents of a C string literal (a file name with a newline or a
+    quote stays one ``#line`` directive)."""
+    return (s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            .replace("\r", "\\r"))
 
 def _parse(source: str, filename: str, include_dirs):
     from pycparser import c_parser

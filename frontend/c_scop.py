@@ -42,6 +42,11 @@ from .c_program import CArray, CGraph, CIf, CLoop, CProgram, CSeq, CStatementSou
 __all__ = ["ScopReader", "find_pragma"]
 
 
+#: Largest loop step (in magnitude): a step near 2^63 overflows isl's and the generated
+#: code's int64 arithmetic (``i += 9223372036854775807`` ran zero iterations).
+MAX_LOOP_STEP = 1 << 31
+
+
 class ScopReader(ExprReader):
     """Turns one pycparser ``FuncDef`` into a :class:`CProgram` (``read()``)."""
 
@@ -57,6 +62,31 @@ class ScopReader(ExprReader):
         self.written: set = set()
         self.ctx = None
 
+    def reject_dollar_identifiers(self) -> None:
+        """gcc accepts ``$`` in identifiers; polycomp's model cannot name them."""
+        from pycparser import c_ast
+
+        class Visitor(c_ast.NodeVisitor):
+            def __init__(v):
+                v.found = None
+
+            def check(v, node, name):
+                if v.found is None and name and "$" in name:
+                    v.found = (node, name)
+
+            def visit_ID(v, node):
+                v.check(node, node.name)
+
+            def visit_Decl(v, node):
+                v.check(node, node.name)
+                v.generic_visit(node)
+        vis = Visitor()
+        vis.visit(self.func)
+        if vis.found is not None:
+            node, name = vis.found
+            self.unsupported(f"the identifier {name!r} ('$' in a name)", node,
+                             "rename it with letters, digits and '_'")
+
     def read(self) -> CProgram:
         from pycparser import c_ast
 
@@ -68,6 +98,11 @@ class ScopReader(ExprReader):
             self.unsupported(f"return type {' '.join(ret) or '?'} of {self.name!r}",
                              self.func.decl, "a kernel function returns void and writes "
                              "its results into array parameters")
+        if self.func.param_decls:
+            self.unsupported(f"the K&R-style definition of {self.name!r}", self.func.decl,
+                             "declare each parameter's type in the parameter list "
+                             "(void f(int n, float A[n]))")
+        self.reject_dollar_identifiers()
         order = []
         for p in (fdecl.args.params if fdecl.args else []):
             if isinstance(p, c_ast.Typename) and type_words(p) == ("void",):
@@ -307,6 +342,9 @@ class ScopReader(ExprReader):
             self.unsupported(f"loop increment `{c_text(nx) if nx else ''}` of {name!r}", node,
                              f"the increment must be {name}++, {name}--, {name} += c or "
                              f"{name} -= c for a non-zero integer constant c")
+        if abs(step) > MAX_LOOP_STEP:   # isl and the generated int64 code would overflow
+            self.unsupported(f"the loop step {step} of {name!r}", node,
+                             f"steps up to {MAX_LOOP_STEP} in magnitude are supported")
         return step
 
     def int_constant(self, node):
