@@ -53,7 +53,7 @@ _RESERVED = {"int", "float", "double", "char", "void", "for", "if", "else", "whi
              "union", "enum", "typedef", "extern", "register", "volatile", "auto",
              # words of isl's set/map syntax (symbols and statement names are parsed by isl)
              "and", "or", "not", "xor", "implies", "mod", "floor", "ceil", "exists",
-             "infty", "rat", "true", "false", "div", "xor", "implies", "ceild",
+             "infty", "rat", "true", "false", "div", "ceild",
              # isl reads these as values: NaN / infinity
              "NaN", "nan", "NAN", "inf", "Inf", "INF", "infinity", "Infinity", "INFINITY"}
 

@@ -120,7 +120,8 @@ math_errhandling offsetof signbit stderr stdin stdout strdupa strndupa toascii
 toascii_l true unix
 """.split())
 
-#: File-scope functions, types and variables of the C headers: the entry point may not take one (a buffer or variable may: it shadows the declaration).
+#: File-scope functions, types and variables of the C headers: the entry point may not
+#: take one (a buffer or variable may: it shadows the declaration).
 RESERVED_GLOBALS = frozenset("""
 FILE a64l abort abs acos acosf acosh acoshf acoshl acosl aligned_alloc arc4random
 arc4random_buf arc4random_uniform asin asinf asinh asinhf asinhl asinl at_quick_exit

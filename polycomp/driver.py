@@ -18,8 +18,13 @@ from typing import Any
 import islpy as isl
 
 from polycomp import ir
-from polycomp.errors import (PolycompError, PolycompInternalError, TargetError,
-                             UnsupportedConstructError, deep_recursion)
+from polycomp.errors import (
+    PolycompError,
+    PolycompInternalError,
+    TargetError,
+    UnsupportedConstructError,
+    deep_recursion,
+)
 from polycomp.frontend.dsl import Kernel
 from polycomp.hw.registry import Backend, backend_for
 from polycomp.hw.target import Target, get_target

@@ -13,7 +13,6 @@ Arrays stay multi-dimensional here.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
 from typing import Any
 

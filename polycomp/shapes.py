@@ -4,8 +4,13 @@ from __future__ import annotations
 import numpy as np
 
 from polycomp import ir
-from polycomp.errors import (ArgumentError, ResourceLimitError, ShapeMismatchError,
-                             UnknownSymbolError, user_location)
+from polycomp.errors import (
+    ArgumentError,
+    ResourceLimitError,
+    ShapeMismatchError,
+    UnknownSymbolError,
+    user_location,
+)
 
 
 def eval_int(e: ir.Expr, params: dict) -> int:

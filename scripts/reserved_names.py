@@ -10,14 +10,16 @@ headers generated code includes, predefined ones (``linux``, ``unix``) included,
 (2) every identifier of the preprocessed C headers (functions, types, globals: ``free``,
 ``system``, ``omp_get_thread_num``; glibc names its parameters ``__x``).  The CUDA
 runtime's global names (``float4``, ``make_float4``, ``atomicAdd``) are matched by the
-patterns in :mod:`polycomp.hw.clike` instead: its C++ headers name parameters ``x``, ``a``.  Names starting with ``_`` are left out: the
-renaming rule of :func:`polycomp.hw.clike.legalize_names` never keeps those anyway.
+patterns in :mod:`polycomp.hw.clike` instead: its C++ headers name parameters ``x``,
+``a``.  Names starting with ``_`` are left out: the renaming rule of
+:func:`polycomp.hw.clike.legalize_names` never keeps those anyway.
 """
 from __future__ import annotations
 
 import re
 import subprocess
 import tempfile
+import textwrap
 from pathlib import Path
 
 C_HEADERS = ("stdint.h", "stdbool.h", "stdlib.h", "math.h", "string.h", "omp.h",
@@ -53,7 +55,8 @@ def collect() -> tuple[set[str], set[str]]:
 
 
 def _frozenset(name: str, names: set[str], doc: str) -> None:
-    print(f"#: {doc}")
+    for line in textwrap.wrap(doc, 85):
+        print(f"#: {line}")
     print(f"{name} = frozenset(\"\"\"")
     line = ""
     for n in sorted(names):

@@ -194,8 +194,9 @@ class CaseBuilder:
     def _memo(v: Value) -> Value:
         """Build each stage once per trace (a value used twice is one tensor)."""
         inner = v.build
+        key = object()
 
-        def build(env, inner=inner, key=object()):
+        def build(env, inner=inner, key=key):
             if key not in env:
                 env[key] = inner(env)
             return env[key]

@@ -5,9 +5,14 @@ import numpy as np
 import pytest
 
 import polycomp as pc
-from polycomp.driver import build, interpret, compile_kernel
-from polycomp.errors import (DSLError, DTypeError, ShapeMismatchError,
-                             UnsupportedConstructError, UserCodeError)
+from polycomp.driver import build, compile_kernel, interpret
+from polycomp.errors import (
+    DSLError,
+    DTypeError,
+    ShapeMismatchError,
+    UnsupportedConstructError,
+    UserCodeError,
+)
 
 N = pc.sym("N")
 

@@ -70,8 +70,7 @@ class CFunction:
         from polycomp.graph.dlpack import call_with_dlpack, needs_conversion
         if needs_conversion(inputs, out):  # torch & co. through DLPack, zero-copy
             return call_with_dlpack(self, inputs, out, params)
-        from polycomp.shapes import (check_buffers_fit, checked_arguments, checked_outputs,
-                                     eval_int)
+        from polycomp.shapes import check_buffers_fit, checked_arguments, checked_outputs, eval_int
         f = self.func
         expected, arrays, values = checked_arguments(f, inputs, params)
         check_buffers_fit(f, values)

@@ -4,24 +4,23 @@ Assumes: multi-dimensional (not yet flattened) IR; temporaries are ``Allocate`` 
 of ``global`` scope (the lowering wraps the whole body in one per non-output stage).
 
 Guarantees: for a temporary ``T`` and a loop ``for v`` such that every access to ``T``
-in the whole program lies in that loop's body and indexes some dimension ``d`` of
-``T`` with exactly ``v``, dimension ``d`` is dropped: ``T`` becomes ``T'`` (one
-dimension fewer), allocated inside the loop body, and ``T[.., v, ..]`` becomes
-``T'[.., ..]``.  Iteration ``v`` only ever touches slice ``v`` and nothing reads ``T``
-after the loop, so each iteration may use its own (or the same, reused) storage: values
-and dependences inside an iteration are unchanged.  Contraction stops at the first loop (from the outside in) that does not
-contract ``T``: that loop's iterations may communicate through ``T`` (``T[v - 1]`` read
-in iteration ``v``), so ``T`` is allocated around it, never inside it or deeper — a
-buffer allocated inside a loop body lives for one iteration only.  Applied repeatedly, a fused
-elementwise chain's intermediates become scalars and a fused row-wise kernel's
-intermediates (softmax's exponentials, layernorm's centred row) become one row per
-iteration, which stays in cache instead of going to memory.  A contracted buffer of
-constant size up to ``LOCAL_BYTES`` gets ``local`` scope (a stack array, registers
+in the whole program lies in that loop's body and indexes some dimension ``d`` of ``T``
+with exactly ``v``, dimension ``d`` is dropped: ``T`` becomes ``T'`` (one dimension
+fewer), allocated inside the loop body, and ``T[.., v, ..]`` becomes ``T'[.., ..]``.
+Iteration ``v`` only ever touches slice ``v`` and nothing reads ``T`` after the loop, so
+each iteration may use its own (or the same, reused) storage: values and dependences
+inside an iteration are unchanged. Contraction stops at the first loop (from the outside
+in) that does not contract ``T``: that loop's iterations may communicate through ``T``
+(``T[v - 1]`` read in iteration ``v``), so ``T`` is allocated around it, never inside it
+or deeper — a buffer allocated inside a loop body lives for one iteration only. Applied
+repeatedly, a fused elementwise chain's intermediates become scalars and a fused row-
+wise kernel's intermediates (softmax's exponentials, layernorm's centred row) become one
+row per iteration, which stays in cache instead of going to memory. A contracted buffer
+of constant size up to ``LOCAL_BYTES`` gets ``local`` scope (a stack array, registers
 after the C compiler's scalar replacement); larger ones stay ``global`` (heap; see
-:mod:`polycomp.hw.cpu.hoist_alloc` for one allocation per thread).  A temporary that no
-loop contracts stays allocated where it was, outside every loop (a GEMM's ``C`` with
-its epilogue inside the product's parallel loop is one shared array, not one per
-thread).
+:mod:`polycomp.hw.cpu.hoist_alloc` for one allocation per thread). A temporary that no
+loop contracts stays allocated where it was, outside every loop (a GEMM's ``C`` with its
+epilogue inside the product's parallel loop is one shared array, not one per thread).
 """
 from __future__ import annotations
 
