@@ -132,6 +132,38 @@ def pick_kernel(kernels: list, name: str | None, path: str):
 
 
 # --------------------------------------------------------------------------- options
+def _arg_count(text: str) -> int:
+    """argparse type: an integer >= 1 (--repeat)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes an integer >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"takes an integer >= 1, got {text!r}")
+    return n
+
+
+def _arg_seed(text: str) -> int:
+    """argparse type: an integer >= 0 (--seed; numpy's generators take no negative seed)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes an integer >= 0, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"takes an integer >= 0, got {text!r}")
+    return n
+
+
+def _arg_tolerance(text: str) -> float:
+    """argparse type: a finite number >= 0 (--tol)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a number >= 0, got {text!r}") from None
+    if not (x >= 0 and x != float("inf")):
+        raise argparse.ArgumentTypeError(f"takes a finite number >= 0, got {text!r}")
+    return x
+
 
 
 def _int_tuple(text: str, what: str) -> tuple:
@@ -571,10 +603,10 @@ def _parser() -> argparse.ArgumentParser:
                        "error exceeds the tolerance.")
     r.add_argument("--shape", "-s", action="append", metavar="NAME=INT",
                    help="value of a symbolic dimension (repeatable, or N=64,M=32)")
-    r.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    r.add_argument("--repeat", type=int, default=5,
+    r.add_argument("--seed", type=_arg_seed, default=0, help="random seed (default 0)")
+    r.add_argument("--repeat", type=_arg_count, default=5,
                    help="timed runs; the best is reported (default 5)")
-    r.add_argument("--tol", type=float, default=None,
+    r.add_argument("--tol", type=_arg_tolerance, default=None,
                    help="tolerance on max|out-ref| / max(1, max|ref|) (default by dtype)")
     r.set_defaults(func=cmd_run)
 

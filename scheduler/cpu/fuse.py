@@ -52,6 +52,11 @@ def _outer(child):
     return None
 
 
+def _outer_map(child) -> isl.UnionMap:
+    """The first band member of a sequence child as a union map."""
+    return isl.UnionMap.from_union_pw_aff(T.union_members([_outer(child)]))
+
+
 def _rest(band: T.Band):
     if len(band.members) == 1:
         return band.child
@@ -83,18 +88,33 @@ class _Fuser:
         return not (self._deps(x.filter, g, same_prefix).is_empty()
                     and self._deps(g, x.filter, same_prefix).is_empty())
 
-    def fusable(self, group, same_prefix, coincident_only: bool) -> tuple[bool, bool]:
-        """(legal, coincident) of fusing ``group`` on the union of first members."""
-        dom = _filter_union(group)
-        deps = self._deps(dom, dom, same_prefix)
+    def fusable(self, group, nxt, same_prefix, coincident_only: bool,
+                outer: isl.UnionMap) -> tuple[bool, bool]:
+        """(legal, coincident) of fusing ``nxt`` into ``group`` on the union of first
+        members, ``outer`` being that union (as a map) over ``group + [nxt]``.
+
+        Both conditions hold pointwise, dependence by dependence, so only the
+        dependences that involve ``nxt`` are checked when ``group`` has more than one
+        member: the ones among ``group`` were checked when it grew (the caller ANDs the
+        coincidence flags).  A group of one has its own dependences checked here too.
+        This keeps the greedy fusion of n stages from redoing O(n) unions per step."""
+        if len(group) == 1:
+            dom = _filter_union(group + [nxt])
+            deps = self._deps(dom, dom, same_prefix)
+        else:
+            dom = _filter_union(group).union(nxt.filter)
+            deps = self._deps(dom, nxt.filter, same_prefix).union(
+                self._deps(nxt.filter, dom, same_prefix))
         if deps.is_empty():
             return True, True
-        outer = isl.UnionMap.from_union_pw_aff(T.union_members([_outer(c) for c in group]))
-        if deps.is_subset(outer.apply_range(outer.reverse())):
+        # outer restricted to the sources / sinks: the same relations on deps, without
+        # composing every pair of the group's statements
+        src, snk = outer.intersect_domain(deps.domain()), outer.intersect_domain(deps.range())
+        if deps.is_subset(src.apply_range(snk.reverse())):
             return True, True
         if coincident_only:
             return False, False
-        pairs = outer.reverse().apply_range(deps).apply_range(outer)   # o(src) -> o(sink)
+        pairs = src.reverse().apply_range(deps).apply_range(snk)   # o(src) -> o(sink)
         le = isl.UnionMap.from_map(isl.Map.lex_le(isl.Space.set_alloc(dom.get_ctx(), 0, 1)
                                                   .align_params(pairs.get_space())))
         return pairs.is_subset(le), False
@@ -112,6 +132,7 @@ class _Fuser:
                 k += 1
                 continue
             group, hoisted, coinc = [kids[k]], [], True
+            group_outer = _outer_map(kids[k])
             j = k + 1
             while j < len(kids):
                 nxt = kids[j]
@@ -121,10 +142,12 @@ class _Fuser:
                         j += 1
                         continue
                     break
-                ok, c = self.fusable(group + [nxt], same_prefix, coincident_only=not inner)
+                outer = group_outer.union(_outer_map(nxt))
+                ok, c = self.fusable(group, nxt, same_prefix, not inner, outer)
                 if not ok:
                     break
                 group.append(nxt)
+                group_outer = outer
                 coinc = coinc and c
                 j += 1
             # leaves after the last member were not passed: they stay where they were
