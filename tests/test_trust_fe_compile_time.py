@@ -8,7 +8,6 @@ to their sources and sinks.  The legality and coincidence conditions hold depend
 dependence, so the decisions are the same; the tests compare against the full check."""
 
 import hashlib
-import time
 
 import islpy as isl
 import pytest
@@ -82,10 +81,9 @@ def test_incremental_fusion_check_makes_the_same_decisions(kernel, target, monke
     assert _digest(kernel, target) == fast
 
 
-def test_long_chain_compiles_in_near_linear_time():
-    # before: 150 stages took ~25 s here (cubic fusion check); now ~2.5 s
-    t0 = time.perf_counter()
+def test_long_chain_compiles_and_fuses():
+    """150 chained stages compile (cubic before: ~25 s here; the timing lives in
+    ``polycomp bench compile``, never in a test) into one fused loop."""
     ck = compile_kernel(_chain(150), "c")
-    elapsed = time.perf_counter() - t0
     assert "S149" in ck.source
-    assert elapsed < 12.0, f"150 chained stages took {elapsed:.1f} s to compile"
+    assert ck.source.count("for (") == 1
