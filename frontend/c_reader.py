@@ -47,7 +47,7 @@ import re
 import shutil
 import subprocess
 
-from polycomp.errors import UnknownSymbolError, UnsupportedConstructError
+from polycomp.errors import UnknownSymbolError, UnsupportedConstructError, deep_recursion
 
 from .c_expr import MATH_FUNCTIONS
 from .c_program import (
@@ -160,6 +160,15 @@ def read_c_kernels(source: str, filename: str = "<c-source>", include_dirs=()) -
     When some function contains ``#pragma scop``, the kernels are exactly those
     functions; otherwise every function definition is a kernel.
     """
+    with deep_recursion():
+        try:
+            return _read_c_kernels(source, filename, include_dirs)
+        except RecursionError:
+            raise UnsupportedConstructError(
+                f"{filename}: an expression nested too deeply to read") from None
+
+
+def _read_c_kernels(source: str, filename: str, include_dirs) -> list[CKernel]:
     from pycparser import c_ast
     tu = _parse(source, filename, include_dirs)
     funcs = [e for e in tu.ext if isinstance(e, c_ast.FuncDef)]

@@ -58,3 +58,15 @@ def test_huge_loop_step(tmp_path, step):
     want = x.copy()
     want[0] = 1.0
     np.testing.assert_array_equal(f(x), want)
+
+
+def test_2000_term_expression():
+    """pycparser and the SCoP reader recurse over the expression tree: a 2,000-term sum
+    used to end in a raw RecursionError."""
+    from polycomp.frontend.c_reader import read_c_kernel
+    expr = " + ".join(["A[i]"] * 2000)
+    src = (f"void k(int n, float A[n], float B[n]) {{\n"
+           f"  for (int i = 0; i < n; i++) B[i] = {expr};\n}}\n")
+    f = build(read_c_kernel(src), "c")
+    np.testing.assert_array_equal(f(np.ones(4, np.float32), np.zeros(4, np.float32)),
+                                  np.full(4, 2000, np.float32))
