@@ -8,6 +8,7 @@
 ``polycomp bench SUITE ...``  run a benchmark suite (``polycomp.benchmarks.<SUITE>.main``)
 ``polycomp targets``          list the registered targets: memory hierarchy, compute
                               units, options
+``polycomp cache info|clear`` show or empty the kernel cache (:mod:`polycomp.cache`)
 
 Every :class:`~polycomp.errors.PolycompError` is printed as ``error: <message>`` followed by
 the user's source line, with exit status 2 (``--traceback`` shows the Python traceback).
@@ -588,6 +589,9 @@ def _parser() -> argparse.ArgumentParser:
     tg.add_argument("name", nargs="*", help="only these targets")
     tg.add_argument("--options", action="store_true", help="also list each target's options")
     tg.set_defaults(func=cmd_targets)
+
+    from polycomp.cache import add_cli as add_cache_cli
+    add_cache_cli(sub, [common])
     return p
 
 
