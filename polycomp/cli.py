@@ -9,6 +9,8 @@
 ``polycomp targets``          list the registered targets: memory hierarchy, compute
                               units, options
 ``polycomp cache info|clear`` show or empty the kernel cache (:mod:`polycomp.cache`)
+``polycomp tune FILE.py``     measure tile configurations on a CPU target and write tuning
+                              records (``--records``, reused by compile/explain/run)
 
 Every :class:`~polycomp.errors.PolycompError` is printed as ``error: <message>`` followed by
 the user's source line, with exit status 2 (``--traceback`` shows the Python traceback).
@@ -200,7 +202,9 @@ def _compile(args, dump: bool = False):
     from polycomp.driver import compile_kernel
     mod, kernels = load_kernels(args.file)
     kernel = pick_kernel(kernels, args.kernel, args.file)
-    ck = compile_kernel(kernel, args.target, _compile_options(args),
+    from polycomp.scheduler.tuning.cli import options_with_records
+    opts = options_with_records(args, kernel, _compile_options(args))
+    ck = compile_kernel(kernel, args.target, opts,
                         debug=getattr(args, "debug", False), dump=dump,
                         dump_dir=getattr(args, "dump_dir", None))
     return mod, kernels, kernel, ck
@@ -545,6 +549,8 @@ def _parser() -> argparse.ArgumentParser:
     kern.add_argument("--dump-dir", metavar="DIR",
                       help="write the output of every step (trees, IR, source) to "
                       "numbered files in DIR")
+    from polycomp.scheduler.tuning.cli import add_records_arg
+    add_records_arg(kern)
 
     c = sub.add_parser("compile", parents=[common, kern], help="compile a kernel to source",
                        description="Compile a kernel and write the CUDA (.cu) or C (.c) source.")
@@ -592,6 +598,8 @@ def _parser() -> argparse.ArgumentParser:
 
     from polycomp.cache import add_cli as add_cache_cli
     add_cache_cli(sub, [common])
+    from polycomp.scheduler.tuning.cli import add_cli as add_tune_cli
+    add_tune_cli(sub, [common, kern])
     return p
 
 
