@@ -275,6 +275,10 @@ def cmd_explain(args) -> int:
     for r in ck.records:
         w(f"  {r.stage:9s} {r.name:28s} {r.seconds * 1e3:9.2f} ms\n")
     w(f"  {'':9s} {'total':28s} {total * 1e3:9.2f} ms\n")
+    from polycomp.scheduler.tuning.cli import explain_versions
+    plan = explain_versions(args, kernel)
+    if plan:
+        w(f"\n--- versions (--records) ---\n{plan}\n")
     return 0
 
 

@@ -79,3 +79,19 @@ def cmd_tune(args) -> int:
         append(args.records, recs)
         print(f"  {len(recs)} records appended to {os.path.abspath(args.records)}")
     return 0
+
+
+def explain_versions(args, kernel) -> str | None:
+    """The multi-version plan of ``kernel`` from ``--records`` (for ``explain``)."""
+    if not getattr(args, "records", None):
+        return None
+    from .multiversion import plan_versions
+    from .records import kernel_hash, load
+    try:
+        sym, versions = plan_versions(load(args.records), kernel_hash(kernel), args.target)
+    except UsageError as e:
+        return f"no multi-version plan: {e}"
+    lines = [f"{len(versions)} versions, dispatch on {sym} (first guard that holds):"]
+    lines += [f"  v{i}: {v.guard(sym):24s} config {v.config or '(default)'}"
+              for i, v in enumerate(versions)]
+    return "\n".join(lines)
