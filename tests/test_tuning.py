@@ -144,3 +144,17 @@ def test_ray_local_trials(kfile):
     assert len(recs) == 4 and recs[0].config == {}
     assert all(np.isfinite(r.seconds) for r in recs)
     assert len({json.dumps(r.config, sort_keys=True) for r in recs}) >= 3
+
+
+def test_docs_tuning_python_examples_run(tmp_path, monkeypatch):
+    """docs/tuning.md's Python blocks run (tests/test_docs.py covers a fixed page list)."""
+    import os
+    import re
+    monkeypatch.setenv("POLYCOMP_CACHE_DIR", str(tmp_path / "cache"))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = open(os.path.join(root, "docs", "tuning.md")).read()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks
+    ns: dict = {}
+    for k, b in enumerate(blocks):
+        exec(compile(b, f"docs/tuning.md (python block {k})", "exec"), ns)
