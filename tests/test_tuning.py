@@ -71,22 +71,23 @@ def test_records_merge_and_best(tmp_path, kfile):
         rec.load(str(bad))
 
 
+@pytest.mark.slow
 def test_tune_end_to_end_records_reused_by_build_and_compile(kfile, tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     shape = ",".join(f"{k}={v}" for k, v in SHAPE.items())
-    assert main(["tune", str(kfile), "-t", "cpu-avx2", "--shape", shape, "--budget", "5",
-                 "--repeat", "2", "--records", str(out), "--no-progress"]) == 0
+    assert main(["tune", str(kfile), "-t", "cpu-avx2", "--shape", shape, "--budget", "4",
+                 "--repeat", "1", "--records", str(out), "--no-progress"]) == 0
     text = capsys.readouterr().out
-    assert "5 trials" in text and "best config" in text
+    assert "4 trials" in text and "best config" in text
     lines = [json.loads(x) for x in out.read_text().splitlines()]
-    assert len(lines) == 5 and lines[0]["config"] == {}
+    assert len(lines) == 4 and lines[0]["config"] == {}
     assert all(x["bucket"] == "K=16,M=64,N=32" and x["target"] == "cpu-avx2" and
                x["machine"] and np.isfinite(x["seconds"]) for x in lines)
     assert len({json.dumps(x["config"], sort_keys=True) for x in lines}) >= 3
     # a second run appends (records from several runs/machines accumulate)
-    assert main(["tune", str(kfile), "-t", "cpu-avx2", "--shape", shape, "--budget", "2",
+    assert main(["tune", str(kfile), "-t", "cpu-avx2", "--shape", shape, "--budget", "1",
                  "--repeat", "1", "--records", str(out), "--no-progress", "--seed", "1"]) == 0
-    assert len(out.read_text().splitlines()) == 7
+    assert len(out.read_text().splitlines()) == 5
     # build() with the recorded best: correct, and it is the fastest record's config
     k = kernel_of(kfile)
     opts = rec.options_from_records(k, "cpu-avx2", str(out), SHAPE)
@@ -135,15 +136,14 @@ def test_ray_local_trials(kfile):
     import ray
     k = kernel_of(kfile)
     try:
-        recs = tune(k, "cpu-avx2", SHAPE, budget=4, repeat=1, workers="local:2")
+        recs = tune(k, "cpu-avx2", SHAPE, budget=2, repeat=1, workers="local:2")
         assert ray.is_initialized()
         pids = ray.get([ray.remote(lambda: os.getpid()).remote() for _ in range(2)])
         assert os.getpid() not in pids                     # tasks run out of process
     finally:
         ray.shutdown()
-    assert len(recs) == 4 and recs[0].config == {}
+    assert len(recs) == 2 and recs[0].config == {} and recs[1].config != {}
     assert all(np.isfinite(r.seconds) for r in recs)
-    assert len({json.dumps(r.config, sort_keys=True) for r in recs}) >= 3
 
 
 def test_docs_tuning_python_examples_run(tmp_path, monkeypatch):
