@@ -345,11 +345,16 @@ class KernelCache:
                          self._private is not None or not self.usable())
 
     def clear(self) -> int:
-        """Remove every entry and object; returns the number of entries removed."""
+        """Remove every entry and object (and the flat ``pc_<hash>.so`` files of the
+        cache before this layout); returns the number of entries removed."""
         n = len(self._entries())
         with self._lock:
             for sub in ("entries", "objects", "tmp"):
                 shutil.rmtree(os.path.join(self.root, sub), ignore_errors=True)
+            for name in os.listdir(self.root) if os.path.isdir(self.root) else ():
+                if name.startswith("pc_") and name.endswith(".so"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(self.root, name))
             self._memo.clear()
         return n
 

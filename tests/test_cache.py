@@ -247,11 +247,14 @@ def test_bytes_artifacts_for_cubins(cache_dir):
 def test_cli_cache_info_and_clear(cache_dir, capsys):
     from polycomp.cli import main
     build(SRC_ADD), build(SRC_MUL)
+    legacy = cache_dir / "pc_0123456789abcdef01234567.so"     # the layout before
+    legacy.write_bytes(b"old")
     assert main(["cache", "info"]) == 0
     out = capsys.readouterr().out
     assert str(cache_dir) in out and "entries: 2" in out
     assert main(["cache", "clear"]) == 0
     assert "removed 2 entries" in capsys.readouterr().out
+    assert not legacy.exists()
     assert main(["cache", "info"]) == 0
     assert "entries: 0" in capsys.readouterr().out
     assert run(build(SRC_ADD)) == 11
