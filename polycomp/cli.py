@@ -8,6 +8,9 @@
 ``polycomp bench SUITE ...``  run a benchmark suite (``polycomp.benchmarks.<SUITE>.main``)
 ``polycomp targets``          list the registered targets: memory hierarchy, compute
                               units, options
+``polycomp cache info|clear`` show or empty the kernel cache (:mod:`polycomp.cache`)
+``polycomp tune FILE.py``     measure tile configurations on a CPU target and write tuning
+                              records (``--records``, reused by compile/explain/run)
 
 Every :class:`~polycomp.errors.PolycompError` is printed as ``error: <message>`` followed by
 the user's source line, with exit status 2 (``--traceback`` shows the Python traceback).
@@ -231,7 +234,9 @@ def _compile(args, dump: bool = False):
     from polycomp.driver import compile_kernel
     mod, kernels = load_kernels(args.file)
     kernel = pick_kernel(kernels, args.kernel, args.file)
-    ck = compile_kernel(kernel, args.target, _compile_options(args),
+    from polycomp.scheduler.tuning.cli import options_with_records
+    opts = options_with_records(args, kernel, _compile_options(args))
+    ck = compile_kernel(kernel, args.target, opts,
                         debug=getattr(args, "debug", False), dump=dump,
                         dump_dir=getattr(args, "dump_dir", None))
     return mod, kernels, kernel, ck
@@ -305,6 +310,10 @@ def cmd_explain(args) -> int:
     for r in ck.records:
         w(f"  {r.stage:9s} {r.name:28s} {r.seconds * 1e3:9.2f} ms\n")
     w(f"  {'':9s} {'total':28s} {total * 1e3:9.2f} ms\n")
+    from polycomp.scheduler.tuning.cli import explain_versions
+    plan = explain_versions(args, kernel)
+    if plan:
+        w(f"\n--- versions (--records) ---\n{plan}\n")
     return 0
 
 
@@ -579,6 +588,8 @@ def _parser() -> argparse.ArgumentParser:
     kern.add_argument("--dump-dir", metavar="DIR",
                       help="write the output of every step (trees, IR, source) to "
                       "numbered files in DIR")
+    from polycomp.scheduler.tuning.cli import add_records_arg
+    add_records_arg(kern)
 
     c = sub.add_parser("compile", parents=[common, kern], help="compile a kernel to source",
                        description="Compile a kernel and write the CUDA (.cu) or C (.c) source.")
@@ -623,6 +634,11 @@ def _parser() -> argparse.ArgumentParser:
     tg.add_argument("name", nargs="*", help="only these targets")
     tg.add_argument("--options", action="store_true", help="also list each target's options")
     tg.set_defaults(func=cmd_targets)
+
+    from polycomp.cache import add_cli as add_cache_cli
+    add_cache_cli(sub, [common])
+    from polycomp.scheduler.tuning.cli import add_cli as add_tune_cli
+    add_tune_cli(sub, [common, kern])
     return p
 
 

@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 
 import numpy as np
 
@@ -18,8 +16,9 @@ DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=gnu11", "-fPIC", "-sh
 
 
 def cache_dir() -> str:
-    d = os.environ.get("POLYCOMP_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "polycomp")
+    """The kernel cache's directory (created); see :mod:`polycomp.cache`."""
+    from polycomp.cache import default_dir
+    d = default_dir()
     os.makedirs(d, exist_ok=True)
     return d
 
@@ -32,24 +31,23 @@ def compiler() -> str:
 
 
 def build_shared(source: str, flags=DEFAULT_FLAGS, include_dirs=(), libs=("-lm",)) -> str:
-    """Compile ``source`` to a shared library, cached on disk by source+flags hash."""
+    """Compile ``source`` to a shared library and return the path of a verified copy in the
+    kernel cache (:mod:`polycomp.cache`: keyed by source, compiler and its version, flags;
+    the object's hash is checked before the path is returned, a corrupt entry is rebuilt)."""
+    from polycomp.cache import compiler_version, get_cache, make_key
     cc = compiler()
-    text = "\0".join([source, cc, *flags, *include_dirs, *libs])
-    key = hashlib.sha256(text.encode()).hexdigest()[:24]
-    out = os.path.join(cache_dir(), f"pc_{key}.so")
-    if os.path.exists(out):
-        return out
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "kernel.c")
+    key = make_key("c-so", source, cc, compiler_version(cc), *flags, *include_dirs, *libs)
+
+    def gcc(out: str) -> None:
+        src = os.path.join(os.path.dirname(out), "kernel.c")
         with open(src, "w") as f:
             f.write(source)
-        tmp_out = os.path.join(tmp, "kernel.so")
-        cmd = [cc, *flags, *[f"-I{d}" for d in include_dirs], src, "-o", tmp_out, *libs]
+        cmd = [cc, *flags, *[f"-I{d}" for d in include_dirs], src, "-o", out, *libs]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise BuildError(f"gcc failed on generated C ({' '.join(cmd)}):\n{r.stderr[-4000:]}")
-        os.replace(tmp_out, out) if not os.path.exists(out) else None
-    return out
+
+    return get_cache().get_or_build(key, ".so", gcc, kind="c-so")
 
 
 class CFunction:

@@ -29,6 +29,15 @@ def gpu_available() -> bool:
 
 
 def compile_cubin(source: str, sm: int) -> bytes:
+    """The cubin of ``source`` for ``sm_<sm>``, memoised in the kernel cache
+    (:mod:`polycomp.cache`, keyed by source, architecture and nvcc's version)."""
+    from polycomp.cache import compiler_version, get_cache, make_key
+    key = make_key("cubin", source, str(sm), compiler_version("nvcc"))
+    return get_cache().get_or_build_bytes(key, ".cubin", lambda: _nvcc_cubin(source, sm),
+                                          kind="cubin")
+
+
+def _nvcc_cubin(source: str, sm: int) -> bytes:
     import os
     import subprocess
     import tempfile
