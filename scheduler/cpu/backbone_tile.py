@@ -647,6 +647,14 @@ class CpuBackboneTilePass(Pass):
             idx += 1
             filt = child.filter if isinstance(child, T.Filter) else domain
             names = sorted(T.statements_of(filt), key=order.index)
+            low = self._lowp(child, [stmts[n] for n in names if n in stmts], ctx)
+            if low is not None:
+                if isinstance(child, T.Filter):
+                    child.child = low
+                else:
+                    tree = low
+                changed = True
+                continue
             op = match_outer_product([stmts[n] for n in names if n in stmts])
             if op is None or ctx.target.vector_lanes(op.dtype) <= 1:
                 continue
@@ -679,3 +687,20 @@ class CpuBackboneTilePass(Pass):
         if not changed:
             return schedule
         return T.to_schedule(domain, tree)
+
+    def _lowp(self, child, statements, ctx: CompileState):
+        """A low-precision product (:func:`polycomp.hw.cpu.lowp.match_lowp`: bf16 or int8
+        inputs on a target declaring the dot-product unit) keeps its program-order
+        subtree under a ``cpu_microkernel:lowp:<kind>:<update>`` mark, which the
+        code-generation pass :func:`polycomp.hw.cpu.lowp.lowp_calls` replaces by the call
+        of the symbolic ``vdpbf16ps`` / ``vpdpbusd`` kernel (its own packing, register
+        block and threads)."""
+        from polycomp.hw.cpu import lowp
+        m = lowp.match_lowp(statements, ctx.target)
+        if m is None:
+            return None
+        name = marks.make(marks.CPU_MICROKERNEL, lowp.MARK_ARG, m.kind, m.update.name)
+        sub = child.child if isinstance(child, T.Filter) else child
+        ctx.note(self.name, f"{m.update.stage.name}: low-precision product ({m.kind}) on the "
+                            f"{lowp.KINDS[m.kind][1]} unit (hw/cpu/lowp.py)")
+        return T.Mark(name.get_name(), sub)
