@@ -565,7 +565,9 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
                            for n in ("it", "jt", "kt", "ir", "jr"))
     kk = to_upa(mod_aff(dim_aff(sp, op.k[0]), b.KC))
     ii, jj = to_upa(u["ii"]), to_upa(u["jj"])
-    upd_prefix = [to_upa(a) for a in u["batch"]] + [to_upa(u[n]) for n in ("it", "jt", "kt")]
+    k_outer = x_block_once(b)
+    order = ("it", "kt", "jt") if k_outer else ("it", "jt", "kt")
+    upd_prefix = [to_upa(a) for a in u["batch"]] + [to_upa(u[n]) for n in order]
     iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
                              (b.MR, b.NR), op.update.domain)
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
@@ -585,9 +587,12 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
     requests = [] if requests is None else requests
     mark_y = request_mark(requests, PackRequest(op.y.buffer, y_dim, b.NR, "L2"))
     mark_x = request_mark(requests, PackRequest(op.x.buffer, x_dim, b.MR, "L1"))
-    pack_x = T.Mark(mark_x, regs)
-    pack_y = T.Mark(mark_y, pack_x)
-    outer = T.Band([jt, kt], pack_y, permutable=True, coincident=[True, False])
+    if k_outer:     # X's block packed once per k tile, Y's per (k tile, j tile)
+        outer = T.Band([kt], T.Mark(mark_x, T.Band([jt], T.Mark(mark_y, regs),
+                                                   coincident=[True])))
+    else:
+        outer = T.Band([jt, kt], T.Mark(mark_y, T.Mark(mark_x, regs)), permutable=True,
+                       coincident=[True, False])
     if b.parallel_j:
         outer = T.Mark(marks.CPU_PARALLEL, outer)
     outer = T.Band([it], outer, permutable=True, coincident=[True])
@@ -598,6 +603,17 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
         if b.parallel_batch:
             outer = T.Mark(marks.CPU_PARALLEL, outer)
     return outer
+
+
+def x_block_once(b: Blocking) -> bool:
+    """Whether the GEMM tree runs its ``k`` tiles outside its ``j`` tiles, so that the
+    ``MC x KC`` block of ``X`` is packed once per ``k`` tile instead of once per ``(j
+    tile, k tile)`` (``N / NC`` times as often: 4x at 1024 columns, 8x at 2048; a
+    scalar copy, about 8% of a 1024^3 product on AVX2).  Not with the few-row split,
+    whose parallel loop is the ``j`` tiles.  ``POLYCOMP_GEMM_ORDER=jk`` keeps the former
+    order (for comparisons)."""
+    import os
+    return not b.parallel_j and os.environ.get("POLYCOMP_GEMM_ORDER", "kj") != "jk"
 
 
 def _pos_of(load: ir.Load, var) -> int:
