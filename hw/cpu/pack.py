@@ -116,6 +116,8 @@ class _Packer:
         ir.walk(func.body, self._collect)
         self.allocs: list = []
         self.count = 0
+        import os
+        self.rows_outer = os.environ.get("POLYCOMP_PACK_ORDER", "rows") == "rows"
 
     def _collect(self, n):
         if isinstance(n, ir.Allocate):
@@ -227,6 +229,18 @@ class _Packer:
             return ir.For(lane, lane_lo, simplify(lane_hi - lane_lo), "serial", b,
                           (("coincident", True),))
         others = [d for d in range(n) if d != p]
+        n_q = simplify((hi[p] + (w - 1)) // w)
+        if p == n - 1 and self.rows_outer:
+            # the array's contiguous dimension is the panel: each row of the box is read
+            # once, from left to right, into all panels (panel, lanes innermost): one
+            # sequential stream per row instead of one line per row and panel, which
+            # touches a new page per row when the rows are long
+            body = ir.For(q, ir.IntImm(0), n_q, "serial", lane_loop(st),
+                          (("coincident", True),))
+            for d in reversed(others):
+                body = ir.For(xs[d], lo[d], simplify(hi[d] - lo[d]), "serial", body,
+                              (("coincident", True),))
+            return body
         if p == n - 1:        # the array's contiguous dimension is the panel: lanes innermost
             body = lane_loop(st)
             for d in reversed(others):
@@ -238,7 +252,6 @@ class _Packer:
                 body = ir.For(xs[d], lo[d], simplify(hi[d] - lo[d]), "serial", body,
                               (("coincident", True),))
             body = lane_loop(body)
-        n_q = simplify((hi[p] + (w - 1)) // w)
         return ir.For(q, ir.IntImm(0), n_q, "serial", body, (("coincident", True),))
 
 
