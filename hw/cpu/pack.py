@@ -117,7 +117,8 @@ class _Packer:
         self.allocs: list = []
         self.count = 0
         import os
-        self.rows_outer = os.environ.get("POLYCOMP_PACK_ORDER", "rows") == "rows"
+        order = os.environ.get("POLYCOMP_PACK_ORDER", "rows4")
+        self.rows_outer = int(order[4:]) if order.startswith("rows") else 0
 
     def _collect(self, n):
         if isinstance(n, ir.Allocate):
@@ -230,17 +231,23 @@ class _Packer:
                           (("coincident", True),))
         others = [d for d in range(n) if d != p]
         n_q = simplify((hi[p] + (w - 1)) // w)
-        if p == n - 1 and self.rows_outer:
-            # the array's contiguous dimension is the panel: each row of the box is read
-            # once, from left to right, into all panels (panel, lanes innermost): one
-            # sequential stream per row instead of one line per row and panel, which
-            # touches a new page per row when the rows are long
-            body = ir.For(q, ir.IntImm(0), n_q, "serial", lane_loop(st),
+        if p == n - 1 and self.rows_outer > 0 and len(others) == 1:
+            # the array's contiguous dimension is the panel: blocks of RB rows of the box
+            # are read left to right into all panels (row block, panel, row, lanes): RB
+            # sequential streams instead of one line per row and panel (a new page per
+            # row when the rows are long), and RB consecutive rows of each panel written
+            # together (all panels of one row at once would be as many write streams,
+            # one panel apart: the same L1 set)
+            d = others[0]
+            RB = self.rows_outer
+            xb, r = ir.Var(f"pk{self.count}_xb"), ir.Var(f"pk{self.count}_r")
+            ext = simplify(hi[d] - lo[d])
+            rows = ir.For(r, ir.IntImm(0), simplify(ir.min_(ir.IntImm(RB), ext - xb * RB)),
+                          "serial", ir.LetStmt(xs[d], simplify(lo[d] + xb * RB + r),
+                                               lane_loop(st)), (("coincident", True),))
+            body = ir.For(q, ir.IntImm(0), n_q, "serial", rows, (("coincident", True),))
+            return ir.For(xb, ir.IntImm(0), simplify((ext + (RB - 1)) // RB), "serial", body,
                           (("coincident", True),))
-            for d in reversed(others):
-                body = ir.For(xs[d], lo[d], simplify(hi[d] - lo[d]), "serial", body,
-                              (("coincident", True),))
-            return body
         if p == n - 1:        # the array's contiguous dimension is the panel: lanes innermost
             body = lane_loop(st)
             for d in reversed(others):
