@@ -17,9 +17,10 @@ the backbone's) becomes
 
     [mark cpu_parallel] [band[batch..]]
       [mark cpu_parallel] band[floor(i/MC)]
-        band[floor(j/NC), floor(k/KC)]   (init at k tile 0, epilogue at floor(k_max/KC))
-          mark cpu_pack_request:<n>     (Y, panels of NR along the dim of j in Y, for L2)
-            mark cpu_pack_request:<n+1> (X, panels of MR along the dim of i in X, for L1)
+        band[floor(k/KC)]               (init at k tile 0, epilogue at floor(k_max/KC))
+          mark cpu_pack_request:<n+1>   (X, panels of MR along the dim of i in X, for L1)
+            band[floor(j/NC)]
+              mark cpu_pack_request:<n> (Y, panels of NR along the dim of j in Y, for L2)
               band[floor((i mod MC)/MR), floor((j mod NC)/NR)]   isolate: full MR x NR tiles
                 sequence
                   filter init:     band[i mod MR, j mod NR]
@@ -29,7 +30,9 @@ the backbone's) becomes
                   filter epilogue: band[i mod MR, j mod NR]
 
 (every band over several statements takes the same functions of ``i``, ``j`` and the
-batch dimensions for each), so each ``MR x NR`` tile of ``C`` is zeroed just before
+batch dimensions for each; the ``MC x KC`` block of ``X`` is packed once per ``k``
+tile, see :func:`x_block_once`; the few-row split below keeps the band
+``[floor(j/NC), floor(k/KC)]`` with both pack marks under it), so each ``MR x NR`` tile of ``C`` is zeroed just before
 its first micro-kernel and passed through the epilogue (bias, activation) just after
 its last one, while it is in L1, instead of in passes over all of ``C``.  A
 direct-form backbone (convolutions) keeps the init apart:
