@@ -245,8 +245,8 @@ class _Packer:
             rows = ir.For(r, ir.IntImm(0), simplify(ir.min_(ir.IntImm(RB), ext - xb * RB)),
                           "serial", ir.LetStmt(xs[d], simplify(lo[d] + xb * RB + r),
                                                lane_loop(st)), (("coincident", True),))
-            body = ir.For(q, ir.IntImm(0), n_q, "serial", rows, (("coincident", True),))
-            return ir.For(xb, ir.IntImm(0), simplify((ext + (RB - 1)) // RB), "serial", body,
+            panels = ir.For(q, ir.IntImm(0), n_q, "serial", rows, (("coincident", True),))
+            return ir.For(xb, ir.IntImm(0), simplify((ext + (RB - 1)) // RB), "serial", panels,
                           (("coincident", True),))
         if p == n - 1:        # the array's contiguous dimension is the panel: lanes innermost
             body = lane_loop(st)
