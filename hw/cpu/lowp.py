@@ -597,11 +597,8 @@ def match_lowp(statements, target) -> LowpMatch | None:
 def _c_safe(name: str) -> bool:
     """Kept as is by :func:`polycomp.hw.clike.legalize_names` (so a pointer argument
     named like the buffer stays the buffer)."""
-    import re
-
-    from polycomp.hw.clike import C_RESERVED
-    return (re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) is not None
-            and not name.startswith(("pc_", "__", "_Z")) and name not in C_RESERVED)
+    from polycomp.hw.clike import C_RESERVED, _is_safe
+    return _is_safe(name, C_RESERVED)
 
 
 def lowp_call(m: LowpMatch, model, target):
