@@ -383,7 +383,8 @@ def _cpu_target():
     return dataclasses.replace(t, cpu=dataclasses.replace(t.cpu, threads=2))
 
 
-def test_cpu_pack_records_round_trip_without_strings():
+def test_cpu_pack_records_round_trip_without_strings(monkeypatch):
+    monkeypatch.setenv("POLYCOMP_GEMM_ORDER", "jk")   # the (j tile, k tile) order of the tree
     model = matmul.polyhedral_model()
     state = CompileState(model, _cpu_target(), {})
     sched = CpuBackboneTilePass().run(model.initial_schedule, state)
@@ -412,7 +413,8 @@ def test_cpu_pack_records_round_trip_without_strings():
                                           "(524288 bytes)")
 
 
-def test_a_request_without_reads_is_refused_and_noted():
+def test_a_request_without_reads_is_refused_and_noted(monkeypatch):
+    monkeypatch.setenv("POLYCOMP_GEMM_ORDER", "jk")   # the (j tile, k tile) order of the tree
     from polycomp import ir
     model = matmul.polyhedral_model()
     state = CompileState(model, _cpu_target(), {})

@@ -92,8 +92,10 @@ class CpuBackend(Backend):
             return passes + [_LEGALIZE_NAMES]
         from polycomp.lowering.vectorize import vectorize
 
+        from .lowp import lowp_calls
         from .microkernel import microkernels
         passes += [
+            ir_pass("lowp", lowp_calls),
             ir_pass("microkernels", lambda f, s: microkernels(f, target.vector_lanes)),
             ir_pass("vectorize", lambda f, s: vectorize(
                 f, target.vector_lanes, tail=o.tail, reduce_unroll=o.reduce_unroll,
@@ -113,7 +115,8 @@ class CpuBackend(Backend):
         from .vector_printer import printer_for
         t = state.target
         assert t.cpu is not None
-        return emit_c(func, printer_for(t.isa, t.cpu.has_fma), prelude(t.isa))
+        from .lowp import sources_for
+        return emit_c(func, printer_for(t.isa, t.cpu.has_fma), prelude(t.isa) + sources_for(func))
 
     def load(self, ck):
         from .build import CFunction, build_shared

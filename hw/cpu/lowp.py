@@ -47,9 +47,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from polycomp import ir
 from polycomp.errors import TargetError
 from polycomp.hw.cpu.build import DEFAULT_FLAGS, build_shared
 from polycomp.hw.cpu.target import cpu_flags
+from polycomp.model import Statement
 
 #: kind -> (group G of k per 32-bit lane, unit feature the target must declare, C input
 #: type, C output type, numpy input dtype name, numpy output dtype)
@@ -342,3 +344,357 @@ def reference_bf16(A, B, pair_order: str = "odd-first") -> np.ndarray:
 def reference_int8(A, B) -> np.ndarray:
     """``A @ B`` of int8 matrices in int32 (exact)."""
     return A.astype(np.int32) @ B.astype(np.int32)
+
+
+# ------------------------------------------------------------- from a DSL matmul (symbolic)
+#
+# ``compile_kernel`` reaches the kernels above from a DSL product on a target declaring
+# the unit: :mod:`polycomp.scheduler.cpu.backbone_tile` recognises the stage
+# (:func:`match_lowp`) and puts a ``cpu_microkernel:lowp:<kind>:<update statement>`` mark
+# on its subtree; the code-generation pass :func:`lowp_calls` replaces the marked loop
+# nest by a call of the symbolic kernel of :func:`generate_symbolic` (extents, leading
+# dimensions and the three arrays as arguments), whose source the backend prepends
+# (:func:`sources_for`).  Other CPU targets compile the same stage through the ordinary
+# path (fp32/int32 scalar code).
+
+#: kind -> (input dtype, accumulation/output dtype) of the DSL stage
+STAGE_DTYPES = {"bf16": ("bfloat16", "float32"), "int8": ("int8", "int32")}
+
+#: the C names of the symbolic kernels: ``pc_lowp_<kind>_<MR>x<NV>``
+SYMBOLIC_PREFIX = "pc_lowp_"
+
+
+def symbolic_name(kind: str, MR: int, NV: int) -> str:
+    return f"{SYMBOLIC_PREFIX}{kind}_{MR}x{NV}"
+
+
+def _sym_microkernel(kind: str, name: str, rows: int, NV: int) -> str:
+    """The ``rows x 16*NV`` tile of the symbolic kernel: as :func:`_microkernel`, with
+    the ``k`` groups ``KG``, the columns ``N`` and ``C``'s row stride ``ldc`` as
+    arguments."""
+    NR = 16 * NV
+    bf = kind == "bf16"
+    vt = "__m512" if bf else "__m512i"
+    zero = "_mm512_setzero_ps()" if bf else "_mm512_setzero_si512()"
+    out_t = "float" if bf else "int32_t"
+    lines = [f"static __attribute__((noinline)) void {name}_mk{rows}("
+             f"long KG, long N, long ldc, const uint32_t* restrict Ap, "
+             f"const uint32_t* restrict Bq, const int32_t* restrict colsum, "
+             f"{out_t}* restrict C, long i0, long j0) {{"]
+    if bf:
+        lines += [f"  {vt} acc{i}_{u} = {zero};" for i in range(rows) for u in range(NV)]
+    else:
+        for u in range(NV):
+            lines.append(f"  const __m512i corr{u} = _mm512_sub_epi32({zero}, _mm512_slli_epi32("
+                         f"_mm512_loadu_si512((const void*)(colsum + j0 + {16 * u})), 7));")
+        lines += [f"  {vt} acc{i}_{u} = corr{u};" for i in range(rows) for u in range(NV)]
+    lines.append("  const uint32_t* restrict a = Ap + i0 * KG;")
+    lines.append("  for (long p = 0; p < KG; ++p) {")
+    for u in range(NV):
+        lines.append(f"    const __m512i y{u} = _mm512_loadu_si512((const void*)"
+                     f"(Bq + p * {NR} + {16 * u}));")
+    for i in range(rows):
+        lines.append(f"    {{ const __m512i x = _mm512_set1_epi32((int)a[p + {i} * KG]);")
+        for u in range(NV):
+            if bf:
+                lines.append(f"      acc{i}_{u} = _mm512_dpbf16_ps(acc{i}_{u}, pc_lowp_bh(x), "
+                             f"pc_lowp_bh(y{u}));")
+            else:
+                lines.append(f"      acc{i}_{u} = _mm512_dpbusd_epi32(acc{i}_{u}, x, y{u});")
+        lines.append("    }")
+    lines.append("  }")
+    store = "_mm512_storeu_ps" if bf else "_mm512_storeu_si512"
+    store_n = "pc_lowp_store_ps_n" if bf else "pc_lowp_store_epi32_n"
+    cast = "" if bf else "(void*)"
+    for u in range(NV):
+        lines.append(f"  {{ const long n = pc_lowp_min(16, N - (j0 + {16 * u}));")
+        for i in range(rows):
+            ptr = f"C + (i0 + {i}) * ldc + j0 + {16 * u}"
+            lines.append(f"    if (n >= 16) {store}({cast}({ptr}), acc{i}_{u}); "
+                         f"else if (n > 0) {store_n}({ptr}, acc{i}_{u}, n);")
+        lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+_SYM_HEADER = r"""#ifndef PC_LOWP_HEADER
+#define PC_LOWP_HEADER
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(PC_SIMDE)
+#ifndef SIMDE_ENABLE_NATIVE_ALIASES
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#endif
+#include <simde/x86/avx512.h>
+#else
+#include <immintrin.h>
+#endif
+static inline long pc_lowp_min(long a, long b) { return a < b ? a : b; }
+static inline size_t pc_lowp_bytes(long n) { return ((size_t)n + 63u) / 64u * 64u; }
+#if defined(PC_SIMDE)
+static inline void pc_lowp_store_ps_n(float* p, __m512 v, long n) {
+  float t[16] __attribute__((aligned(64))); _mm512_store_ps(t, v);
+  for (long l = 0; l < n; ++l) p[l] = t[l];
+}
+static inline void pc_lowp_store_epi32_n(int32_t* p, __m512i v, long n) {
+  int32_t t[16] __attribute__((aligned(64))); _mm512_store_si512((void*)t, v);
+  for (long l = 0; l < n; ++l) p[l] = t[l];
+}
+#else
+static inline void pc_lowp_store_ps_n(float* p, __m512 v, long n) {
+  _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v);
+}
+static inline void pc_lowp_store_epi32_n(int32_t* p, __m512i v, long n) {
+  _mm512_mask_storeu_epi32(p, (__mmask16)((1u << n) - 1u), v);
+}
+#endif
+static inline __m512bh pc_lowp_bh(__m512i v) { __m512bh r; memcpy(&r, &v, sizeof r); return r; }
+#endif
+"""
+
+
+def generate_symbolic(kind: str, MR: int = 6, NV: int = 4) -> str:
+    """The C source of ``void pc_lowp_<kind>_<MR>x<NV>(long M, long N, long K, long lda,
+    long ldb, long ldc, const T* A, const T* B, U* C)``: ``C[i*ldc + j] = sum_k
+    A[i*lda + k] * B[k*ldb + j]`` for runtime extents (``M, N, K >= 0``; an empty ``k``
+    range gives zeros), the scheme of :func:`generate` (same packing, micro-kernels,
+    offset correction, masked column tails and fewer-row edge micro-kernels)."""
+    if kind not in KINDS:
+        raise TargetError(f"no low-precision GEMM kind {kind!r}; kinds: {', '.join(KINDS)}")
+    G, _, in_t, out_t, _, _ = KINDS[kind]
+    name = symbolic_name(kind, MR, NV)
+    NR = 16 * NV
+    int8 = kind == "int8"
+    parts = [_SYM_HEADER]
+    parts += [_sym_microkernel(kind, name, r, NV) for r in range(1, MR + 1)]
+    cases = "\n".join(f"        case {r}: {name}_mk{r}(KG, N, ldc, Ap, Bq, colsum, C, i0, j0); "
+                      f"break;" for r in range(1, MR + 1))
+    if kind == "bf16":
+        bword = " | ".join(f"((uint32_t)(k + {t} < K ? B[(k + {t}) * ldb + j] : 0) << {16 * t})"
+                           for t in range(G))
+        aword = " | ".join(f"((uint32_t)(k + {t} < K ? A[i * lda + k + {t}] : 0) << {16 * t})"
+                           for t in range(G))
+    else:
+        bword = " | ".join(f"((uint32_t)(uint8_t)(k + {t} < K ? B[(k + {t}) * ldb + j] : 0)"
+                           f" << {8 * t})" for t in range(G))
+        aword = " | ".join(f"((uint32_t)(k + {t} < K ? (uint8_t)(A[i * lda + k + {t}] ^ 0x80)"
+                           f" : 0) << {8 * t})" for t in range(G))
+    sums = f"        int32_t s[{NR}] = {{0}};\n" if int8 else ""
+    add_sum = (f"          if (j < N) for (long t = 0; t < {G}; ++t) "
+               f"if (k + t < K) s[c] += B[(k + t) * ldb + j];\n") if int8 else ""
+    out_sums = (f"        for (long c = 0; c < {NR}; ++c) colsum[q * {NR} + c] = s[c];\n"
+                if int8 else "")
+    colsum = (f"  int32_t* colsum = (int32_t*)aligned_alloc(64, pc_lowp_bytes(NP * {NR} * 4));\n"
+              if int8 else "  const int32_t* colsum = 0;\n")
+    parts.append(
+        f"static void {name}(long M, long N, long K, long lda, long ldb, long ldc, "
+        f"const {in_t}* restrict A, const {in_t}* restrict B, {out_t}* restrict C) {{\n"
+        f"  if (M <= 0 || N <= 0) return;\n"
+        f"  const long KG = (K + {G - 1}) / {G}, NP = (N + {NR - 1}) / {NR}, "
+        f"MT = (M + {MR - 1}) / {MR};\n"
+        f"  uint32_t* Bp = (uint32_t*)aligned_alloc(64, pc_lowp_bytes(NP * KG * {NR} * 4 + 4));\n"
+        f"  uint32_t* Ap = (uint32_t*)aligned_alloc(64, pc_lowp_bytes(M * KG * 4 + 4));\n"
+        f"{colsum}"
+        f"  #pragma omp parallel\n  {{\n"
+        f"    #pragma omp for schedule(static)\n"
+        f"    for (long q = 0; q < NP; ++q) {{\n{sums}"
+        f"      for (long p = 0; p < KG; ++p) {{\n"
+        f"        const long k = {G} * p;\n"
+        f"        for (long c = 0; c < {NR}; ++c) {{\n"
+        f"          const long j = q * {NR} + c;\n"
+        f"          Bp[(q * KG + p) * {NR} + c] = j < N ? ({bword}) : 0u;\n{add_sum}"
+        f"        }}\n      }}\n{out_sums}    }}\n"
+        f"    #pragma omp for schedule(static)\n"
+        f"    for (long i = 0; i < M; ++i)\n"
+        f"      for (long p = 0; p < KG; ++p) {{\n"
+        f"        const long k = {G} * p;\n"
+        f"        Ap[i * KG + p] = {aword};\n      }}\n"
+        f"    #pragma omp for schedule(static) collapse(2)\n"
+        f"    for (long t = 0; t < MT; ++t)\n"
+        f"      for (long q = 0; q < NP; ++q) {{\n"
+        f"        const long i0 = t * {MR}, j0 = q * {NR};\n"
+        f"        const uint32_t* Bq = Bp + q * KG * {NR};\n"
+        f"        switch (pc_lowp_min({MR}, M - i0)) {{\n{cases}\n        }}\n"
+        f"      }}\n  }}\n"
+        f"  free(Bp); free(Ap);" + (" free(colsum);" if int8 else "") + "\n}\n")
+    return "".join(parts)
+
+
+@dataclass(frozen=True, eq=False)
+class LowpMatch:
+    """A DSL stage ``C[i, j] = sum_k A[i, k] * B[k, j]`` (``init`` zero, ``update``) with
+    inputs of ``STAGE_DTYPES[kind][0]`` widened to the accumulation dtype ``[1]``."""
+    kind: str
+    init: Statement
+    update: Statement
+    a: ir.Buffer        # A (i, k)
+    b: ir.Buffer        # B (k, j)
+    c: ir.Buffer        # C (i, j)
+
+
+def _widened(f, src: str, dst: str) -> bool:
+    """The factor is ``cast<dst>(load)`` of a ``src`` load, unguarded."""
+    return (f.guard is None and f.load.dtype == src and isinstance(f.expr, ir.Cast)
+            and f.expr.dtype == dst and f.expr.value is f.load)
+
+
+def _zero_based_box(domain) -> bool:
+    """The domain is a box whose every dimension starts at 0."""
+    import islpy as isl
+    if not domain.is_box():
+        return False
+    for t in range(domain.dim(isl.dim_type.set)):
+        lo = domain.dim_min(t)
+        zero = isl.PwAff.zero_on_domain(isl.LocalSpace.from_space(
+            lo.get_domain_space())).intersect_domain(lo.domain())
+        if not lo.eq_set(zero).is_equal(lo.domain()):
+            return False
+    return True
+
+
+def match_lowp(statements, target) -> LowpMatch | None:
+    """The :class:`LowpMatch` of a stage's ``(init, update)`` on ``target`` (which must
+    declare the unit of the kind), or None."""
+    from polycomp.scheduler.common.contraction import match_contraction
+    if len(statements) != 2 or statements[0].kind != "init" or statements[1].kind != "update":
+        return None
+    init, upd = statements
+    stage = upd.stage
+    kind = next((k for k, (src, dst) in STAGE_DTYPES.items()
+                 if upd.write.dtype == dst and target.has(KINDS[k][1])), None)
+    if kind is None or not ir.is_const(init.value, 0):
+        return None
+    src, dst = STAGE_DTYPES[kind]
+    c = match_contraction(stage)
+    if isinstance(c, str) or c.mixed or len(c.reduce_dims) != 1 or len(stage.iters) != 2:
+        return None
+    if not (_widened(c.a, src, dst) and _widened(c.b, src, dst)):
+        return None
+    body = stage.body
+    if not (isinstance(body, ir.Binary) and body.op == "*" and body.dtype == dst):
+        return None
+    val = upd.value
+    if not (isinstance(val, ir.Binary) and val.op == "+" and isinstance(val.a, ir.Load)
+            and val.a.buffer is upd.write and val.b is body):
+        return None
+    i, j = stage.iters
+    k = c.reduce_dims[0]
+
+    def exactly(ld, *vs) -> bool:
+        return len(ld.indices) == len(vs) and all(x is v for x, v in zip(ld.indices, vs))
+    if not exactly(ir.Load(upd.write, tuple(upd.write_indices), dst), i, j):
+        return None
+    for fa, fb in ((c.a, c.b), (c.b, c.a)):
+        if exactly(fa.load, i, k) and exactly(fb.load, k, j):
+            A, B = fa.load.buffer, fb.load.buffer
+            if upd.write in (A, B) or not _zero_based_box(upd.domain):
+                return None
+            return LowpMatch(kind, init, upd, A, B, upd.write)
+    return None
+
+
+def _c_safe(name: str) -> bool:
+    """Kept as is by :func:`polycomp.hw.clike.legalize_names` (so a pointer argument
+    named like the buffer stays the buffer)."""
+    from polycomp.hw.clike import C_RESERVED, _is_safe
+    return _is_safe(name, C_RESERVED)
+
+
+def lowp_call(m: LowpMatch, model, target):
+    """The statement calling the symbolic kernel for ``m`` (extents from the update
+    domain, leading dimensions from the arrays' shapes), or None when an array's name
+    would be changed by the printer."""
+    import islpy as isl
+
+    from polycomp.lowering.ast_to_ir import pw_aff_to_ir
+    from polycomp.lowering.simplify import simplify
+    from polycomp.scheduler.cpu.backbone_tile import register_block
+    if not all(_c_safe(b.name) for b in (m.a, m.b, m.c)):
+        return None
+    dom = m.update.domain
+    params = tuple(model.params)
+
+    def extent(t: int):
+        pa = dom.dim_max(t).add_constant_val(isl.Val.one(dom.get_ctx()))
+        return simplify(pw_aff_to_ir(pa, model.context, params))
+    M, N, K = extent(0), extent(1), extent(2)
+    lda, ldb, ldc = (simplify(ir.shape_product(b.shape[1:])) for b in (m.a, m.b, m.c))
+    MR, NV = register_block(target.cpu.vector_registers)
+    args = (M, N, K, lda, ldb, ldc) + tuple(ir.Var(b.name, "handle") for b in (m.a, m.b, m.c))
+    return ir.Evaluate(ir.Call(symbolic_name(m.kind, MR, NV), args, "void", pure=False))
+
+
+#: the mark argument of a low-precision stage: ``lowp:<kind>:<update statement>``
+MARK_ARG = "lowp"
+
+
+def lowp_calls(func, state):
+    """Code-generation pass: each ``cpu_microkernel:lowp:<kind>:<statement>`` mark
+    (placed by :mod:`polycomp.scheduler.cpu.backbone_tile` on a low-precision product's
+    subtree: init and update of every ``(i, j, k)``) is replaced by the call of the
+    symbolic kernel computing the same ``C``.  The marked loop nest writes only ``C``
+    (an output, whole) and reads ``A`` and ``B``, so nothing else observes the change;
+    the sums differ from the loop nest's in rounding order (bf16: pairs of ``k``, see
+    :func:`reference_bf16`; int8 is exact).  Leaves other marks alone."""
+    from polycomp.scheduler.common import marks
+    stmts = {s.name: s for s in state.model.statements}
+
+    class _Lowp(ir.Mutator):
+        count = 0
+        depth = 0              # enclosing loops: a mark inside one no longer covers C
+
+        def visit_For(self, s):
+            self.depth += 1
+            try:
+                return self.generic(s)
+            finally:
+                self.depth -= 1
+
+        def visit_AttrStmt(self, s):
+            if s.key != marks.CPU_MICROKERNEL or not str(s.value).startswith(MARK_ARG + ":"):
+                return self.generic(s)
+            if self.depth or not _writes_only(s.body, name_of_write(s)):
+                return self.visit(s.body)
+            _, kind, name = str(s.value).split(":", 2)
+            upd = stmts.get(name)
+            init = next((x for x in state.model.statements
+                         if upd is not None and x.kind == "init" and x.stage is upd.stage), None)
+            m = match_lowp([init, upd], state.target) if init is not None else None
+            call = lowp_call(m, state.model, state.target) if m is not None else None
+            if call is None:
+                return self.visit(s.body)
+            self.count += 1
+            return call
+    def name_of_write(s) -> str:
+        upd = stmts.get(str(s.value).split(":", 2)[2])
+        return "" if upd is None else upd.write.name
+
+    mut = _Lowp()
+    out = func.with_body(mut.visit(func.body))
+    return out
+
+
+def _writes_only(body, name: str) -> bool:
+    """Every store in ``body`` writes the buffer ``name`` (the marked nest is exactly the
+    product's: nothing fused into it)."""
+    bad: list = []
+    ir.walk(body, lambda n: bad.append(n) if isinstance(n, ir.Store)
+            and n.buffer.name != name else None)
+    return bool(name) and not bad
+
+
+def sources_for(func) -> str:
+    """The C sources of the symbolic kernels ``func`` calls (each once), "" for none."""
+    names: list[str] = []
+
+    def visit(n):
+        if isinstance(n, ir.Call) and n.name.startswith(SYMBOLIC_PREFIX) and n.name not in names:
+            names.append(n.name)
+    ir.walk(func.body, visit)
+    out = []
+    for name in names:
+        kind, block = name[len(SYMBOLIC_PREFIX):].split("_")
+        MR, NV = (int(x) for x in block.split("x"))
+        out.append(generate_symbolic(kind, MR, NV))
+    return "".join(out)

@@ -116,6 +116,9 @@ class _Packer:
         ir.walk(func.body, self._collect)
         self.allocs: list = []
         self.count = 0
+        import os
+        order = os.environ.get("POLYCOMP_PACK_ORDER", "rows4")
+        self.rows_outer = int(order[4:]) if order.startswith("rows") else 0
 
     def _collect(self, n):
         if isinstance(n, ir.Allocate):
@@ -227,6 +230,24 @@ class _Packer:
             return ir.For(lane, lane_lo, simplify(lane_hi - lane_lo), "serial", b,
                           (("coincident", True),))
         others = [d for d in range(n) if d != p]
+        n_q = simplify((hi[p] + (w - 1)) // w)
+        if p == n - 1 and self.rows_outer > 0 and len(others) == 1:
+            # the array's contiguous dimension is the panel: blocks of RB rows of the box
+            # are read left to right into all panels (row block, panel, row, lanes): RB
+            # sequential streams instead of one line per row and panel (a new page per
+            # row when the rows are long), and RB consecutive rows of each panel written
+            # together (all panels of one row at once would be as many write streams,
+            # one panel apart: the same L1 set)
+            d = others[0]
+            RB = self.rows_outer
+            xb, r = ir.Var(f"pk{self.count}_xb"), ir.Var(f"pk{self.count}_r")
+            ext = simplify(hi[d] - lo[d])
+            rows = ir.For(r, ir.IntImm(0), simplify(ir.min_(ir.IntImm(RB), ext - xb * RB)),
+                          "serial", ir.LetStmt(xs[d], simplify(lo[d] + xb * RB + r),
+                                               lane_loop(st)), (("coincident", True),))
+            panels = ir.For(q, ir.IntImm(0), n_q, "serial", rows, (("coincident", True),))
+            return ir.For(xb, ir.IntImm(0), simplify((ext + (RB - 1)) // RB), "serial", panels,
+                          (("coincident", True),))
         if p == n - 1:        # the array's contiguous dimension is the panel: lanes innermost
             body = lane_loop(st)
             for d in reversed(others):
@@ -238,7 +259,6 @@ class _Packer:
                 body = ir.For(xs[d], lo[d], simplify(hi[d] - lo[d]), "serial", body,
                               (("coincident", True),))
             body = lane_loop(body)
-        n_q = simplify((hi[p] + (w - 1)) // w)
         return ir.For(q, ir.IntImm(0), n_q, "serial", body, (("coincident", True),))
 
 

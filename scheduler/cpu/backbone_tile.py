@@ -17,9 +17,10 @@ the backbone's) becomes
 
     [mark cpu_parallel] [band[batch..]]
       [mark cpu_parallel] band[floor(i/MC)]
-        band[floor(j/NC), floor(k/KC)]   (init at k tile 0, epilogue at floor(k_max/KC))
-          mark cpu_pack_request:<n>     (Y, panels of NR along the dim of j in Y, for L2)
-            mark cpu_pack_request:<n+1> (X, panels of MR along the dim of i in X, for L1)
+        band[floor(k/KC)]               (init at k tile 0, epilogue at floor(k_max/KC))
+          mark cpu_pack_request:<n+1>   (X, panels of MR along the dim of i in X, for L1)
+            band[floor(j/NC)]
+              mark cpu_pack_request:<n> (Y, panels of NR along the dim of j in Y, for L2)
               band[floor((i mod MC)/MR), floor((j mod NC)/NR)]   isolate: full MR x NR tiles
                 sequence
                   filter init:     band[i mod MR, j mod NR]
@@ -29,10 +30,12 @@ the backbone's) becomes
                   filter epilogue: band[i mod MR, j mod NR]
 
 (every band over several statements takes the same functions of ``i``, ``j`` and the
-batch dimensions for each), so each ``MR x NR`` tile of ``C`` is zeroed just before
-its first micro-kernel and passed through the epilogue (bias, activation) just after
-its last one, while it is in L1, instead of in passes over all of ``C``.  A
-direct-form backbone (convolutions) keeps the init apart:
+batch dimensions for each; the ``MC x KC`` block of ``X`` is packed once per ``k``
+tile, see :func:`x_block_once`; the few-row split below keeps the band ``[floor(j/NC),
+floor(k/KC)]`` with both pack marks under it), so each ``MR x NR`` tile of ``C`` is
+zeroed just before its first micro-kernel and passed through the epilogue (bias,
+activation) just after its last one, while it is in L1, instead of in passes over all
+of ``C``.  A direct-form backbone (convolutions) keeps the init apart:
 
     sequence
       filter init:   mark cpu_parallel -> band[s]    (all members coincident)
@@ -565,7 +568,9 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
                            for n in ("it", "jt", "kt", "ir", "jr"))
     kk = to_upa(mod_aff(dim_aff(sp, op.k[0]), b.KC))
     ii, jj = to_upa(u["ii"]), to_upa(u["jj"])
-    upd_prefix = [to_upa(a) for a in u["batch"]] + [to_upa(u[n]) for n in ("it", "jt", "kt")]
+    k_outer = x_block_once(b)
+    order = ("it", "kt", "jt") if k_outer else ("it", "jt", "kt")
+    upd_prefix = [to_upa(a) for a in u["batch"]] + [to_upa(u[n]) for n in order]
     iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
                              (b.MR, b.NR), op.update.domain)
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
@@ -585,9 +590,12 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
     requests = [] if requests is None else requests
     mark_y = request_mark(requests, PackRequest(op.y.buffer, y_dim, b.NR, "L2"))
     mark_x = request_mark(requests, PackRequest(op.x.buffer, x_dim, b.MR, "L1"))
-    pack_x = T.Mark(mark_x, regs)
-    pack_y = T.Mark(mark_y, pack_x)
-    outer = T.Band([jt, kt], pack_y, permutable=True, coincident=[True, False])
+    if k_outer:     # X's block packed once per k tile, Y's per (k tile, j tile)
+        outer = T.Band([kt], T.Mark(mark_x, T.Band([jt], T.Mark(mark_y, regs),
+                                                   coincident=[True])))
+    else:
+        outer = T.Band([jt, kt], T.Mark(mark_y, T.Mark(mark_x, regs)), permutable=True,
+                       coincident=[True, False])
     if b.parallel_j:
         outer = T.Mark(marks.CPU_PARALLEL, outer)
     outer = T.Band([it], outer, permutable=True, coincident=[True])
@@ -598,6 +606,17 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
         if b.parallel_batch:
             outer = T.Mark(marks.CPU_PARALLEL, outer)
     return outer
+
+
+def x_block_once(b: Blocking) -> bool:
+    """Whether the GEMM tree runs its ``k`` tiles outside its ``j`` tiles, so that the
+    ``MC x KC`` block of ``X`` is packed once per ``k`` tile instead of once per ``(j
+    tile, k tile)`` (``N / NC`` times as often: 4x at 1024 columns, 8x at 2048; a
+    scalar copy, about 8% of a 1024^3 product on AVX2).  Not with the few-row split,
+    whose parallel loop is the ``j`` tiles.  ``POLYCOMP_GEMM_ORDER=jk`` keeps the former
+    order (for comparisons)."""
+    import os
+    return not b.parallel_j and os.environ.get("POLYCOMP_GEMM_ORDER", "kj") != "jk"
 
 
 def _pos_of(load: ir.Load, var) -> int:
@@ -647,6 +666,14 @@ class CpuBackboneTilePass(Pass):
             idx += 1
             filt = child.filter if isinstance(child, T.Filter) else domain
             names = sorted(T.statements_of(filt), key=order.index)
+            low = self._lowp(child, [stmts[n] for n in names if n in stmts], ctx)
+            if low is not None:
+                if isinstance(child, T.Filter):
+                    child.child = low
+                else:
+                    tree = low
+                changed = True
+                continue
             op = match_outer_product([stmts[n] for n in names if n in stmts])
             if op is None or ctx.target.vector_lanes(op.dtype) <= 1:
                 continue
@@ -679,3 +706,20 @@ class CpuBackboneTilePass(Pass):
         if not changed:
             return schedule
         return T.to_schedule(domain, tree)
+
+    def _lowp(self, child, statements, ctx: CompileState):
+        """A low-precision product (:func:`polycomp.hw.cpu.lowp.match_lowp`: bf16 or int8
+        inputs on a target declaring the dot-product unit) keeps its program-order
+        subtree under a ``cpu_microkernel:lowp:<kind>:<update>`` mark, which the
+        code-generation pass :func:`polycomp.hw.cpu.lowp.lowp_calls` replaces by the call
+        of the symbolic ``vdpbf16ps`` / ``vpdpbusd`` kernel (its own packing, register
+        block and threads)."""
+        from polycomp.hw.cpu import lowp
+        m = lowp.match_lowp(statements, ctx.target)
+        if m is None:
+            return None
+        name = marks.make(marks.CPU_MICROKERNEL, lowp.MARK_ARG, m.kind, m.update.name)
+        sub = child.child if isinstance(child, T.Filter) else child
+        ctx.note(self.name, f"{m.update.stage.name}: low-precision product ({m.kind}) on the "
+                            f"{lowp.KINDS[m.kind][1]} unit (hw/cpu/lowp.py)")
+        return T.Mark(name.get_name(), sub)
