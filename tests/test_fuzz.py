@@ -15,6 +15,7 @@ names the seed and the program, and ``python -m tests.fuzz_programs``-style repl
 """
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -88,7 +89,9 @@ def test_differential_fuzzer():
     seeds = range(first, first + -(-n_programs // PROGRAMS_PER_CASE))
     failures: list[str] = []
     npu = 0
-    with ProcessPoolExecutor(max_workers=2) as pool:
+    # spawn, not fork: this process has run OpenMP kernels (and torch), and a forked
+    # child that calls libgomp again deadlocks
+    with ProcessPoolExecutor(max_workers=2, mp_context=mp.get_context("spawn")) as pool:
         for fails, n in pool.map(run_case, seeds):
             failures += fails
             npu += n
