@@ -50,6 +50,7 @@ import subprocess
 from polycomp.errors import UnknownSymbolError, UnsupportedConstructError, deep_recursion
 
 from .c_expr import MATH_FUNCTIONS
+from .c_model import size_local_arrays
 from .c_program import (
     CArray,
     CGraph,
@@ -177,11 +178,28 @@ def _read_c_kernels(source: str, filename: str, include_dirs) -> list[CKernel]:
     chosen = with_scop or funcs
     if not chosen:
         raise UnsupportedConstructError(f"{filename} defines no C function to compile")
+    typedefs = _typedefs(tu)
     out = []
     for f in chosen:
-        k = CKernel(ScopReader(f, filename, lines).read())
+        program = ScopReader(f, filename, lines, typedefs).read()
+        size_local_arrays(program)
+        k = CKernel(program)
         k.polyhedral_model()  # report model-level errors (out-of-bounds accesses) now
         out.append(k)
+    return out
+
+def _typedefs(tu) -> dict:
+    """``typedef`` names of plain arithmetic types -> their type words (``typedef char
+    base;`` gives ``{"base": ("char",)}``); other typedefs (structs, pointers, arrays)
+    are not listed, so using them stays an error naming the type."""
+    from pycparser import c_ast
+
+    from .c_expr import resolve_typedefs, type_words
+    out: dict = {}
+    for e in tu.ext:
+        if isinstance(e, c_ast.Typedef) and isinstance(e.type, c_ast.TypeDecl) and \
+                isinstance(e.type.type, c_ast.IdentifierType):
+            out[e.name] = resolve_typedefs(type_words(e.type), out)
     return out
 
 def _pick(kernels, name, where) -> CKernel:
