@@ -140,6 +140,9 @@ def make_data(k, pk: PolyKernel, seed: int = 0) -> dict:
     from polycomp.shapes import eval_int
     rng = np.random.default_rng(seed)
     g = k.graph
+    missing = [p.name for p in g.params if p.name not in pk.sizes]
+    if missing:
+        raise PolybenchError(f"{pk.name}: main() gives no `int {missing[0]} = ...;` size")
     values = {p.name: pk.sizes[p.name] for p in g.params}
     out: dict = {p.name: pk.sizes[p.name] for p in g.params}
     for a in g.arrays:
