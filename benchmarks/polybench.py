@@ -187,7 +187,7 @@ class Reference:
         g = k.graph
         arrays = {a.name: a.buffer for a in g.arrays}
         self.order = g.signature
-        types = []
+        types: list = []
         for n in self.order:
             b = arrays.get(n)
             if b is None:

@@ -41,7 +41,7 @@ from polycomp.scheduler.common.tree import map_bands
 from .c_expr import affine_pieces, cond_text, guarded, isl_name, param_prefix
 from .c_program import CIf, CLoop, CProgram, CSeq, CStmt
 
-__all__ = ["build_c_model", "size_local_arrays"]
+__all__ = ["build_c_model", "size_local_arrays", "extent_of"]
 
 
 def build_c_model(program: CProgram) -> PolyModel:
@@ -93,7 +93,6 @@ def size_local_arrays(program: CProgram) -> None:
                 r = a.relation.range()
                 ranges[a.buffer.name] = r if a.buffer.name not in ranges else \
                     ranges[a.buffer.name].union(r)
-    names = {isl_name(p.name): p for p in g.params}
     for t in g.temporaries:
         buf = t.buffer
         rng = ranges.get(buf.name)
@@ -109,35 +108,48 @@ def size_local_arrays(program: CProgram) -> None:
                     mx.get_space()))
             if too_big.is_empty():
                 continue
-            pieces = mx.get_pieces()
-            if len(pieces) != 1:
-                continue
-            ext = _aff_to_ir(pieces[0][1], names)
-            if ext is None:
-                continue
-            low = mx.add(isl.PwAff.read_from_str(ctx, "{ [(1)] }").align_params(
-                mx.get_space())).intersect_params(context)
-            lo = low.min_val() if hasattr(low, "min_val") else None
-            shift = 0
-            if lo is not None and lo.is_int() and lo.to_python() < 1:
-                shift = 1 - lo.to_python()
-            shape[d] = ir.binary("+", ext, 1 + shift)
+            ext = extent_of(rng, d, g, context)
+            if ext is not None:
+                shape[d] = ext
         object.__setattr__(buf, "shape", tuple(shape))
 
 
-def _aff_to_ir(aff: isl.Aff, names: dict) -> ir.Expr | None:
-    """An integer affine function of the parameters as IR (None if not integral)."""
+def extent_of(rng: isl.Set, d: int, g, context: isl.Set) -> ir.Expr | None:
+    """An extent holding every index of dimension ``d`` of ``rng`` (a set of indices,
+    all ``>= 0``) for every parameter value: ``m + 1 + c`` where ``m``, the largest
+    index, is one affine expression of the parameters and the constant ``c >= 0`` makes
+    it ``>= 1`` on the whole context (where ``rng`` is empty too).  None when the
+    largest index is not one affine expression."""
+    pieces = rng.dim_max(d).coalesce().get_pieces()
+    if len(pieces) != 1:
+        return None
+    aff = pieces[0][1]
+    low = isl.PwAff.from_aff(aff).intersect_params(context.align_params(aff.get_space()))
+    v = low.min_val()
+    if not v.is_int():       # unbounded below on the context: no constant shift helps
+        return None
+    shift = max(0, -int(v.to_python()))
+    return _aff_to_ir(aff, {isl_name(p.name): p for p in g.params}, 1 + shift)
+
+
+def _aff_to_ir(aff: isl.Aff, names: dict, offset: int = 0) -> ir.Expr | None:
+    """``aff + offset``, an integer affine function of the parameters, as IR (None if
+    not integral)."""
     if not aff.get_denominator_val().is_one():
         return None
-    out: ir.Expr = ir.IntImm(int(aff.get_constant_val().to_python()), "int64")
+    out: ir.Expr | None = None
     for k in range(aff.dim(isl.dim_type.param)):
         c = int(aff.get_coefficient_val(isl.dim_type.param, k).to_python())
         if c:
             p = names.get(aff.get_dim_name(isl.dim_type.param, k))
             if p is None:
                 return None
-            out = ir.binary("+", out, ir.binary("*", p, c) if c != 1 else p)
-    return out
+            term = ir.binary("*", p, c) if c != 1 else p
+            out = term if out is None else ir.binary("+", out, term)
+    c0 = int(aff.get_constant_val().to_python()) + offset
+    if out is None:
+        return ir.IntImm(c0, "int64")
+    return ir.binary("+", out, c0) if c0 else out
 
 
 def _context(ctx, g) -> isl.Set:

@@ -49,6 +49,7 @@ import subprocess
 
 from polycomp.errors import UnknownSymbolError, UnsupportedConstructError, deep_recursion
 
+from .c_expand import expand_scalars
 from .c_expr import MATH_FUNCTIONS
 from .c_model import size_local_arrays
 from .c_program import (
@@ -183,6 +184,7 @@ def _read_c_kernels(source: str, filename: str, include_dirs) -> list[CKernel]:
     for f in chosen:
         program = ScopReader(f, filename, lines, typedefs).read()
         size_local_arrays(program)
+        expand_scalars(program)
         k = CKernel(program)
         k.polyhedral_model()  # report model-level errors (out-of-bounds accesses) now
         out.append(k)

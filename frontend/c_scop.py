@@ -199,7 +199,7 @@ class ScopReader(ExprReader):
             raise ShapeMismatchError(f"extent {k} of array {name!r} is {e.value}", self.loc(node))
         return e
 
-    def scop_items(self) -> list:
+    def scop_items(self) -> tuple[list, list]:
         from pycparser import c_ast
         items = list(self.func.body.block_items or []) if self.func.body else []
         marks = [k for k, it in enumerate(items) if isinstance(it, c_ast.Pragma)

@@ -263,3 +263,54 @@ def test_bench_polybench_without_the_sources(tmp_path, capsys):
     assert "no PolyBench folder" in err and "4.2.1" in err and "--polybench DIR" in err
     assert pb.main([]) == 2
     assert "--polybench DIR is required" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- expansion
+
+
+def _temps(src):
+    from polycomp.lowering.printer import expr_str
+    k = read_c_kernel(src)
+    return {t.name: tuple(expr_str(d) for d in t.buffer.shape) for t in k.graph.temporaries}
+
+
+def test_scalar_written_before_read_in_each_iteration_is_expanded():
+    src = """void f(int n, int m, double A[n][m], double B[n][m]) {
+      double t;
+      for (int i = 0; i < n; i++)
+        for (int j = 1; j < m; j++) {
+          t = 0.0;
+          for (int k = 0; k < j; k++) t += A[i][k];
+          B[i][j] = t;
+        }
+    }"""
+    assert _temps(src) == {"t": ("n", "m")}
+
+
+def test_reused_scalar_is_split_into_webs():
+    """One name, two independent uses (deriche's ym1): two scalars, each expanded."""
+    src = """void f(int n, int m, float A[n][m], float B[n][m]) {
+      float p;
+      for (int i = 0; i < n; i++) {
+        p = 0.0f;
+        for (int j = 0; j < m; j++) { B[i][j] = A[i][j] + p; p = A[i][j]; }
+      }
+      for (int j = 0; j < m; j++) {
+        p = 1.0f;
+        for (int i = 0; i < n; i++) { A[i][j] = B[i][j] * p; p = B[i][j]; }
+      }
+    }"""
+    assert _temps(src) == {"p": ("n",), "p_1": ("m",)}
+
+
+@pytest.mark.parametrize("body", [
+    # carried from one iteration to the next: a running sum
+    "s = 0; for (int i = 0; i < n; i++) { s += A[i]; B[i] = s; }",
+    # read before any write in the SCoP: the value comes from outside
+    "for (int i = 0; i < n; i++) { B[i] = s; s = A[i]; }",
+    # a loop with negative iterations
+    "for (int i = -3; i < n; i++) { s = A[i + 3]; B[i + 3] = s; }",
+])
+def test_scalar_not_expanded_when_unsafe(body):
+    src = f"void f(int n, double A[n + 3], double B[n + 3]) {{\n double s;\n {body}\n}}"
+    assert _temps(src) == {"s": ()}
