@@ -426,9 +426,9 @@ def main(argv=None) -> int:
     kernels = [x for x in a.kernels.split(",") if x] or None
     try:
         res = run(a.polybench, a.dataset, a.threads, max(1, a.rounds), kernels,
-                  progress=None if a.json else
-                  (lambda r: print(f"  {r.name}: read={r.read} exact={r.exact} "
-                                   f"speedup={_fmt(r.speedup)}", file=sys.stderr)))
+                  progress=lambda r: print(
+                      f"  {r.name}: read={r.read} exact={r.exact} speedup={_fmt(r.speedup)} "
+                      f"polycomp={r.polycomp_s} gcc={r.gcc_s}", file=sys.stderr, flush=True))
     except PolybenchError as e:
         print(f"polycomp bench polybench: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,8 @@
 """The C SCoP front end: affine C loop nests -> :class:`CKernel` -> polyhedral model.
 
-Input is a C function whose parameters are integer sizes (they become isl parameters)
-and arrays declared as C99 VLA parameters (``float A[restrict N][K]``).  The SCoP is the
+Input is a C function whose parameters are integer sizes (they become isl parameters),
+arrays declared as C99 VLA parameters (``float A[restrict N][K]``) and read-only
+floating-point scalars passed by value (``double alpha``: zero-dimensional inputs).  The SCoP is the
 region between ``#pragma scop`` and ``#pragma endscop`` in the function's outermost
 block, or the whole body when there is no such pragma.  The SCoP may contain
 
@@ -14,10 +15,15 @@ block, or the whole body when there is no such pragma.  The SCoP may contain
 * assignments ``A[i][j] = e;`` and ``+=``, ``-=``, ``*=``, ``/=``, ``A[i]++``, where
   ``e`` uses array elements (affine subscripts), iterators, parameters, literals,
   ``+ - * /``, comparisons, ternaries (a data-dependent ``max`` such as
-  ``x > 0 ? x : 0``), casts and the pure math functions in :data:`MATH_FUNCTIONS`.
+  ``x > 0 ? x : 0``), casts and the pure math functions in :data:`MATH_FUNCTIONS`;
+* local scalars (``double nrm;``, zero-dimensional temporaries) and local arrays
+  (``double z[N];``), assigned and read like array elements (see
+  :mod:`~polycomp.frontend.c_expand` for their renaming and expansion);
+* ``typedef`` names of the element types and ``char`` elements.
 
 Everything else (``while``, ``goto``, ``break``, pointer arithmetic, calls of unknown
-functions, local scalar variables, integer ``/`` and ``%``, bitwise operators) is
+functions, local pointers, unsigned element types, integer ``/`` and ``%``, bitwise
+operators) is
 rejected with a :class:`~polycomp.errors.PolycompError` subclass naming the construct and
 the C source line.  The file is run through ``gcc -E`` first (so ``#define`` and local
 ``#include "..."`` work); ``#include <...>`` of system headers is dropped and a small
@@ -37,7 +43,8 @@ group) and gets the updated arrays back (see ``docs/c_frontend.md``).
 
 Modules: this one (API, preprocessing, parsing), :mod:`~polycomp.frontend.c_scop`
 (statements and control flow), :mod:`~polycomp.frontend.c_expr` (expressions, affine isl
-text), :mod:`~polycomp.frontend.c_program` (the data read) and
+text), :mod:`~polycomp.frontend.c_program` (the data read),
+:mod:`~polycomp.frontend.c_expand` (webs and expansion of local scalars) and
 :mod:`~polycomp.frontend.c_model` (the polyhedral model).
 """
 from __future__ import annotations

@@ -200,6 +200,8 @@ class ScopReader(ExprReader):
         return e
 
     def scop_items(self) -> tuple[list, list]:
+        """``(statements of the initialised declarations ahead of the region, the
+        items of the region)``; the other items outside it are checked here."""
         from pycparser import c_ast
         items = list(self.func.body.block_items or []) if self.func.body else []
         marks = [k for k, it in enumerate(items) if isinstance(it, c_ast.Pragma)
