@@ -104,6 +104,9 @@ def opt(default: Any, check: Callable[[str, Any], Any], doc: str) -> Any:
 FP_EXACT_OVERRIDES: dict[str, Any] = {"vectorize": False, "microkernel": False,
                                       "reciprocal": False}
 
+#: Target families that implement ``fp_exact`` (elsewhere it is an OptionError).
+FP_EXACT_FAMILIES = ("cpu",)
+
 #: First line of generated C under ``fp_exact``: gcc then contracts no ``a*b + c`` into
 #: an FMA in this file whatever ``-ffp-contract`` the build passes.
 FP_EXACT_C_PRAGMA = '#pragma GCC optimize ("fp-contract=off")\n'
@@ -129,6 +132,9 @@ class Options:
             value = f.metadata["check"](f.name, getattr(self, f.name))
             object.__setattr__(self, f.name, value)
         if self.fp_exact:  # switch off every option of the target that reorders or fuses
+            if self.family not in FP_EXACT_FAMILIES:
+                raise OptionError(f"option fp_exact is not supported on {self.family} targets "
+                                  f"yet (only on the C targets: c, cpu, cpu-avx2, cpu-avx512)")
             names = {f.name for f in fields(self)}
             for name, value in FP_EXACT_OVERRIDES.items():
                 if name in names:

@@ -314,3 +314,21 @@ def test_reused_scalar_is_split_into_webs():
 def test_scalar_not_expanded_when_unsafe(body):
     src = f"void f(int n, double A[n + 3], double B[n + 3]) {{\n double s;\n {body}\n}}"
     assert _temps(src) == {"s": ()}
+
+
+# --------------------------------------------------------------------------- fp_exact
+
+
+def test_fp_exact_option():
+    from polycomp.driver import compile_kernel
+    from polycomp.errors import OptionError
+    from polycomp.hw.cpu.options import CpuOptions
+    o = CpuOptions.from_mapping({"fp_exact": True})
+    assert (o.vectorize, o.microkernel, o.reciprocal) == (False, False, False)
+    assert CpuOptions().fp_exact is False and CpuOptions().vectorize is True
+    k = read_c_kernel(_poly("scaled_rowsum", {}).source)
+    src = compile_kernel(k, "cpu", options={"fp_exact": "true"}).source
+    assert src.startswith('#pragma GCC optimize ("fp-contract=off")')
+    assert "fp-contract" not in compile_kernel(k, "cpu").source
+    with pytest.raises(OptionError, match="fp_exact is not supported on cuda"):
+        compile_kernel(k, "cuda", options={"fp_exact": True})
