@@ -75,9 +75,22 @@ ISL_KEYWORDS = {"and", "or", "not", "exists", "mod", "floor", "ceil", "min", "ma
 
 @dataclass(eq=False)
 class Scope:
-    """The loops and conditions enclosing the statement being read."""
+    """The loops and conditions enclosing the statement being read, and the local
+    variables visible there (C name -> CArray; block-scoped as in C)."""
     loops: list = field(default_factory=list)        # ir.Var, outermost first
     constraints: list = field(default_factory=list)  # isl texts
+    locals: dict = field(default_factory=dict)       # C name -> CArray
+    block_names: set = field(default_factory=set)    # locals declared in this block
+
+    def inner(self, loops=None, constraints=None) -> Scope:
+        """The same block with other loops/constraints (a loop or branch body)."""
+        return Scope(list(self.loops) if loops is None else loops,
+                     list(self.constraints) if constraints is None else constraints,
+                     self.locals, self.block_names)
+
+    def block(self) -> Scope:
+        """A nested ``{ ... }`` block: sees the enclosing locals, declares its own."""
+        return Scope(self.loops, self.constraints, dict(self.locals), set())
 
 
 class ExprReader:
@@ -142,7 +155,7 @@ class ExprReader:
         if not isinstance(base, c_ast.ID):
             self.unsupported(f"subscripted expression `{c_text(node)}`", node,
                              "only array parameters may be subscripted")
-        arr = self.arrays.get(base.name)
+        arr = scope.locals.get(base.name) or self.arrays.get(base.name)
         if arr is None:
             if base.name in self.params or any(v.name == base.name for v in scope.loops):
                 self.unsupported(f"subscripting the integer {base.name!r}", node)
@@ -198,7 +211,7 @@ class ExprReader:
                     return v
             if node.name in self.params:
                 return self.params[node.name]
-            arr = self.arrays.get(node.name)
+            arr = scope.locals.get(node.name) or self.arrays.get(node.name)
             if arr is not None and not arr.buffer.shape:   # a scalar: zero-dimensional
                 if affine:
                     raise NonAffineIndexError(
@@ -207,7 +220,7 @@ class ExprReader:
                         f"(bounds, subscripts and conditions depend only on iterators and "
                         f"integer parameters)", loc)
                 return ir.Load(arr.buffer, (), arr.buffer.dtype)
-            if node.name in self.arrays:
+            if arr is not None:
                 self.unsupported(f"array {node.name!r} used without subscripts", node)
             raise UnknownSymbolError(f"unknown identifier {node.name!r} in `{c_text(node)}` "
                                      f"(not a loop iterator or a parameter of "

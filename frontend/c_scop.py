@@ -112,8 +112,9 @@ class ScopReader(ExprReader):
             if isinstance(p, c_ast.EllipsisParam):
                 self.unsupported("a variadic parameter list", p)
             order.append(self.parameter(p))
-        before, items = self.scop_items()
-        tree = self.block(items, Scope())
+        top = Scope()
+        before, items = self.scop_items(top)
+        tree = self.block(items, top)
         if before:  # initialised declarations ahead of #pragma scop run first
             tree = CSeq(before + tree.children)
         arrays = tuple(a for a in order if isinstance(a, CArray))
@@ -199,7 +200,7 @@ class ScopReader(ExprReader):
             raise ShapeMismatchError(f"extent {k} of array {name!r} is {e.value}", self.loc(node))
         return e
 
-    def scop_items(self) -> tuple[list, list]:
+    def scop_items(self, top) -> tuple[list, list]:
         """``(statements of the initialised declarations ahead of the region, the
         items of the region)``; the other items outside it are checked here."""
         from pycparser import c_ast
@@ -229,7 +230,7 @@ class ScopReader(ExprReader):
                     self.unsupported(f"the initialised declaration {it.name!r} after "
                                      f"#pragma endscop", it, "polycomp compiles only the "
                                      "SCoP; move it ahead of #pragma scop")
-                st = self.declaration(it, Scope())
+                st = self.declaration(it, top)
                 if st is not None:
                     before.append(st)
             elif isinstance(it, (c_ast.Pragma, c_ast.EmptyStatement)) or \
@@ -241,7 +242,9 @@ class ScopReader(ExprReader):
                                  "out of the kernel function")
         return before, inside
 
-    def block(self, items, scope) -> CSeq:
+    def block(self, items, scope, nested=False) -> CSeq:
+        if nested:
+            scope = scope.block()
         out = []
         for it in items:
             n = self.statement(it, scope)
@@ -252,7 +255,7 @@ class ScopReader(ExprReader):
     def statement(self, node, scope):
         from pycparser import c_ast
         if isinstance(node, c_ast.Compound):
-            return self.block(node.block_items or [], scope)
+            return self.block(node.block_items or [], scope, nested=True)
         if isinstance(node, c_ast.For):
             return self.for_loop(node, scope)
         if isinstance(node, c_ast.If):
@@ -292,7 +295,8 @@ class ScopReader(ExprReader):
             what = "local pointer" if isinstance(t, c_ast.PtrDecl) else "declaration"
             self.unsupported(f"{what} `{c_text(d)}`", d,
                              "only local scalars and arrays of arithmetic types are allowed")
-        if name in self.params or name in self.arrays or name in self.declared_iters or \
+        if name in self.params or name in self.arrays or name in scope.block_names or \
+                (name in self.declared_iters and name not in scope.locals) or \
                 any(v.name == name for v in scope.loops):
             self.unsupported(f"the declaration of {name!r}, which is already declared", d,
                              "give each local variable its own name")
@@ -309,9 +313,14 @@ class ScopReader(ExprReader):
             self.unsupported(f"local `{c_text(d)}`", d)
         dtype = self.element_type(t, f"local {'array' if dims else 'variable'} {name!r}", loc)
         shape = tuple(self.extent(x, name, k) for k, x in enumerate(dims))
-        arr = CArray(ir.Buffer(name, dtype, shape), loc)
-        self.arrays[name] = arr
-        self.locals[name] = arr
+        # a name declared again in another block (C block scope) is another variable
+        unique, k = name, 1
+        while unique in self.locals or unique in self.arrays or unique in self.params:
+            unique, k = f"{name}_{k}", k + 1
+        arr = CArray(ir.Buffer(unique, dtype, shape), loc)
+        self.locals[unique] = arr
+        scope.locals[name] = arr
+        scope.block_names.add(name)
         if d.init is None:
             return None
         if dims:
@@ -345,10 +354,10 @@ class ScopReader(ExprReader):
         else:
             self.unsupported(f"loop initialisation `{c_text(init) if init else ''}`", node,
                              "write `for (int i = lb; i < ub; i++)`")
-        if name in self.params or name in self.arrays or \
+        if name in self.params or name in self.arrays or name in scope.locals or \
                 any(v.name == name for v in scope.loops):
-            self.unsupported(f"loop iterator {name!r} shadowing a parameter, array or "
-                             f"enclosing iterator", node, "rename the iterator")
+            self.unsupported(f"loop iterator {name!r} shadowing a parameter, array, local "
+                             f"variable or enclosing iterator", node, "rename the iterator")
         if name in ISL_KEYWORDS:
             self.unsupported(f"loop iterator name {name!r}", node, "rename the iterator")
         start = self.affine(start_node, scope, f"lower bound of loop {name!r}")
@@ -356,7 +365,7 @@ class ScopReader(ExprReader):
         if node.cond is None:
             self.unsupported(f"loop {name!r} without a condition", node)
         var = ir.Var(name)
-        inner = Scope(scope.loops + [var], list(scope.constraints))
+        inner = scope.inner(loops=scope.loops + [var])
         names = self.names(inner)
         it = names[var]
         start_pieces = affine_pieces(start, names, loc, f"lower bound of loop {name!r}")
@@ -444,11 +453,11 @@ class ScopReader(ExprReader):
 
     def if_(self, node, scope):
         cond = self.condition(node.cond, scope, "if condition")
-        then_scope = Scope(list(scope.loops), scope.constraints + [cond])
+        then_scope = scope.inner(constraints=scope.constraints + [cond])
         then = self.statement(node.iftrue, then_scope)
         orelse = None
         if node.iffalse is not None:
-            else_scope = Scope(list(scope.loops), scope.constraints + [f"not ({cond})"])
+            else_scope = scope.inner(constraints=scope.constraints + [f"not ({cond})"])
             orelse = self.statement(node.iffalse, else_scope)
         return CIf(then, orelse)
 
@@ -489,10 +498,10 @@ class ScopReader(ExprReader):
                 self.unsupported(f"assignment to the scalar parameter {name!r}", node,
                                  "scalar parameters are read-only; copy it into a local "
                                  "variable")
-            arr = self.locals.get(name)
+            arr = scope.locals.get(name)
             if arr is not None and not arr.buffer.shape:
                 return ir.Load(arr.buffer, (), arr.buffer.dtype)
-            if name in self.arrays:
+            if arr is not None or name in self.arrays:
                 self.unsupported(f"assignment to the whole array {name!r}", node)
             if name in self.params:
                 self.unsupported(f"assignment to the integer parameter {name!r}", node)
@@ -511,7 +520,7 @@ class ScopReader(ExprReader):
         else:
             value = ir.cast(ir.const(value, buf.dtype) if not isinstance(value, ir.Expr)
                             else value, buf.dtype)
-        taken = {*self.params, *self.arrays, *self.declared_iters}
+        taken = {*self.params, *self.arrays, *self.locals, *self.declared_iters}
         k = len(self.statements)
         prefix = "S_"
         while any(n.startswith(prefix) for n in taken):

@@ -332,3 +332,23 @@ def test_fp_exact_option():
     assert "fp-contract" not in compile_kernel(k, "cpu").source
     with pytest.raises(OptionError, match="fp_exact is not supported on cuda"):
         compile_kernel(k, "cuda", options={"fp_exact": True})
+
+
+def test_block_scoped_locals_are_separate_variables():
+    """C block scope: a name declared again in a sibling or nested block is another
+    variable (the outer `t` keeps its value)."""
+    from polycomp.driver import build
+    src = """void f(int N, double b, double A[N]) {
+      double t = 1;
+      for (int i = 0; i < N; i++) { double t = A[i]; A[i] = t * b; }
+      for (int i = 0; i < N; i++) { double t = 3 * A[i]; A[i] = t; }
+      A[0] = A[0] + t;
+    }"""
+    k = read_c_kernel(src)
+    assert sorted(t.name for t in k.graph.temporaries) == ["t", "t_1", "t_2"]
+    a = np.array([2.0, 5.0, 7.0])
+    want = a * 0.5 * 3
+    want[0] += 1
+    np.testing.assert_array_equal(build(k, "c")(0.5, a), want)
+    with pytest.raises(UnsupportedConstructError, match="already declared"):
+        read_c_kernel("void f(int N, double A[N]) { double t; double t; t = 1; A[0] = t; }")
