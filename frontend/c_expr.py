@@ -30,7 +30,7 @@ from .c_program import source_location
 
 __all__ = ["ExprReader", "Scope", "MATH_FUNCTIONS", "ELEMENT_TYPES", "INT_WORDS",
            "ISL_KEYWORDS", "affine_pieces", "cond_text", "guarded", "isl_name",
-           "param_prefix", "type_words", "c_text", "node_kind"]
+           "param_prefix", "type_words", "resolve_typedefs", "c_text", "node_kind"]
 
 
 ELEMENT_TYPES = {
@@ -39,8 +39,13 @@ ELEMENT_TYPES = {
     ("long",): "int64", ("long", "int"): "int64", ("long", "long"): "int64",
     ("long", "long", "int"): "int64", ("int64_t",): "int64",
     ("int8_t",): "int8", ("signed", "char"): "int8",
+    # plain char is signed on the x86-64 and AArch64-Linux ABIs polycomp targets' gcc uses
+    ("char",): "int8",
     ("_Bool",): "bool", ("bool",): "bool",
 }
+
+#: integer dtypes C promotes to ``int`` before arithmetic
+_PROMOTED_TO_INT = ("int8", "bool")
 
 INT_WORDS = {"int", "long", "short", "signed", "unsigned", "char", "int8_t", "int16_t",
               "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t",
@@ -70,9 +75,22 @@ ISL_KEYWORDS = {"and", "or", "not", "exists", "mod", "floor", "ceil", "min", "ma
 
 @dataclass(eq=False)
 class Scope:
-    """The loops and conditions enclosing the statement being read."""
+    """The loops and conditions enclosing the statement being read, and the local
+    variables visible there (C name -> CArray; block-scoped as in C)."""
     loops: list = field(default_factory=list)        # ir.Var, outermost first
     constraints: list = field(default_factory=list)  # isl texts
+    locals: dict = field(default_factory=dict)       # C name -> CArray
+    block_names: set = field(default_factory=set)    # locals declared in this block
+
+    def inner(self, loops=None, constraints=None) -> Scope:
+        """The same block with other loops/constraints (a loop or branch body)."""
+        return Scope(list(self.loops) if loops is None else loops,
+                     list(self.constraints) if constraints is None else constraints,
+                     self.locals, self.block_names)
+
+    def block(self) -> Scope:
+        """A nested ``{ ... }`` block: sees the enclosing locals, declares its own."""
+        return Scope(self.loops, self.constraints, dict(self.locals), set())
 
 
 class ExprReader:
@@ -84,6 +102,12 @@ class ExprReader:
     lines: list[str]
     params: dict[str, ir.Var]
     arrays: dict[str, Any]
+    typedefs: dict[str, tuple]
+
+    def words(self, node) -> tuple:
+        """:func:`type_words` of ``node`` with ``typedef`` names resolved (a name
+        declared by ``typedef char base;`` becomes ``("char",)``)."""
+        return resolve_typedefs(type_words(node), getattr(self, "typedefs", {}))
 
     def loc(self, node) -> SourceLocation | None:
         c = getattr(node, "coord", None)
@@ -131,7 +155,7 @@ class ExprReader:
         if not isinstance(base, c_ast.ID):
             self.unsupported(f"subscripted expression `{c_text(node)}`", node,
                              "only array parameters may be subscripted")
-        arr = self.arrays.get(base.name)
+        arr = scope.locals.get(base.name) or self.arrays.get(base.name)
         if arr is None:
             if base.name in self.params or any(v.name == base.name for v in scope.loops):
                 self.unsupported(f"subscripting the integer {base.name!r}", node)
@@ -158,6 +182,11 @@ class ExprReader:
                 if b == 0:
                     self.unsupported("division by the constant zero", node)
                 return a / b
+        # C's integer promotions: char and _Bool operands are computed in int
+        if isinstance(a, ir.Expr) and a.dtype in _PROMOTED_TO_INT:
+            a = ir.cast(a, "int32")
+        if isinstance(b, ir.Expr) and b.dtype in _PROMOTED_TO_INT:
+            b = ir.cast(b, "int32")
         da = a.dtype if isinstance(a, ir.Expr) else ("float32" if isinstance(a, float) else "int64")
         db = b.dtype if isinstance(b, ir.Expr) else ("float32" if isinstance(b, float) else "int64")
         if op in ("/", "%") and not dt.is_float(da) and not dt.is_float(db):
@@ -182,7 +211,16 @@ class ExprReader:
                     return v
             if node.name in self.params:
                 return self.params[node.name]
-            if node.name in self.arrays:
+            arr = scope.locals.get(node.name) or self.arrays.get(node.name)
+            if arr is not None and not arr.buffer.shape:   # a scalar: zero-dimensional
+                if affine:
+                    raise NonAffineIndexError(
+                        f"`{c_text(node)}` uses the floating-point or local scalar "
+                        f"{node.name!r} where an affine integer expression is needed "
+                        f"(bounds, subscripts and conditions depend only on iterators and "
+                        f"integer parameters)", loc)
+                return ir.Load(arr.buffer, (), arr.buffer.dtype)
+            if arr is not None:
                 self.unsupported(f"array {node.name!r} used without subscripts", node)
             raise UnknownSymbolError(f"unknown identifier {node.name!r} in `{c_text(node)}` "
                                      f"(not a loop iterator or a parameter of "
@@ -230,7 +268,7 @@ class ExprReader:
                 t = ir.const(t)
             return ir.select(c, t, f)
         if isinstance(node, c_ast.Cast):
-            words = tuple(w for w in type_words(node.to_type) if w != "const")
+            words = tuple(w for w in self.words(node.to_type) if w != "const")
             dtype = ELEMENT_TYPES.get(words)
             if dtype is None and words and all(w in INT_WORDS for w in words):
                 dtype = "int64"
@@ -393,6 +431,18 @@ def type_words(node) -> tuple:
     if isinstance(node, c_ast.IdentifierType):
         return tuple(node.names)
     return ()
+
+def resolve_typedefs(words: tuple, typedefs: dict) -> tuple:
+    """``words`` with a typedef name replaced by the words of its type (repeatedly;
+    qualifiers kept)."""
+    seen: set = set()
+    while True:
+        quals = tuple(w for w in words if w in ("const", "volatile"))
+        rest = tuple(w for w in words if w not in ("const", "volatile"))
+        if len(rest) != 1 or rest[0] not in typedefs or rest[0] in seen:
+            return words
+        seen.add(rest[0])
+        words = quals + typedefs[rest[0]]
 
 def node_kind(node) -> str:
     names = {"While": "while loop", "DoWhile": "do-while loop", "Goto": "goto",

@@ -41,7 +41,7 @@ from polycomp.scheduler.common.tree import map_bands
 from .c_expr import affine_pieces, cond_text, guarded, isl_name, param_prefix
 from .c_program import CIf, CLoop, CProgram, CSeq, CStmt
 
-__all__ = ["build_c_model"]
+__all__ = ["build_c_model", "size_local_arrays", "extent_of"]
 
 
 def build_c_model(program: CProgram) -> PolyModel:
@@ -68,10 +68,94 @@ def build_c_model(program: CProgram) -> PolyModel:
     return model
 
 
+def size_local_arrays(program: CProgram) -> None:
+    """Give a local array with a constant extent that its accesses exceed for some
+    parameter values the extent they need.
+
+    PolyBench's durbin declares ``double z[N]`` with ``N`` the dataset's constant while
+    its loops run to the parameter ``n``: the C code is defined exactly when ``n <= N``,
+    and then only ``z[0 .. n-2]`` is touched.  When the largest index ``m`` touched in a
+    dimension is one affine expression of the parameters (``n - 2``), the extent becomes
+    ``m + 1`` (raised by a constant so that it is ``>= 1`` on the context), which holds
+    every access for every parameter value and gives the C results wherever the C code
+    is defined.  Otherwise the extent is kept (and the bounds check reports the access).
+    The buffer is the reader's own (not yet shared), so its shape is set in place."""
+    g = program.graph
+    if not g.temporaries:
+        return
+    ctx = polycomp_context()
+    context = _context(ctx, g)
+    ranges: dict = {}
+    for cs in program.statements:
+        st = _statement(ctx, g, cs, context, check=False)
+        for a in st.accesses:
+            if any(a.buffer is t.buffer for t in g.temporaries):
+                r = a.relation.range()
+                ranges[a.buffer.name] = r if a.buffer.name not in ranges else \
+                    ranges[a.buffer.name].union(r)
+    for t in g.temporaries:
+        buf = t.buffer
+        rng = ranges.get(buf.name)
+        if rng is None or not buf.shape:
+            continue
+        shape = list(buf.shape)
+        for d, e in enumerate(shape):
+            if not isinstance(e, ir.IntImm):
+                continue
+            mx = rng.dim_max(d).coalesce()
+            too_big = mx.ge_set(isl.PwAff.read_from_str(
+                ctx, f"{param_prefix(g.params)}{{ [({e.value})] }}").align_params(
+                    mx.get_space()))
+            if too_big.is_empty():
+                continue
+            ext = extent_of(rng, d, g, context)
+            if ext is not None:
+                shape[d] = ext
+        object.__setattr__(buf, "shape", tuple(shape))
+
+
+def extent_of(rng: isl.Set, d: int, g, context: isl.Set) -> ir.Expr | None:
+    """An extent holding every index of dimension ``d`` of ``rng`` (a set of indices,
+    all ``>= 0``) for every parameter value: ``m + 1 + c`` where ``m``, the largest
+    index, is one affine expression of the parameters and the constant ``c >= 0`` makes
+    it ``>= 1`` on the whole context (where ``rng`` is empty too).  None when the
+    largest index is not one affine expression."""
+    pieces = rng.dim_max(d).coalesce().get_pieces()
+    if len(pieces) != 1:
+        return None
+    aff = pieces[0][1]
+    low = isl.PwAff.from_aff(aff).intersect_params(context.align_params(aff.get_space()))
+    v = low.min_val()
+    if not v.is_int():       # unbounded below on the context: no constant shift helps
+        return None
+    shift = max(0, -int(v.to_python()))
+    return _aff_to_ir(aff, {isl_name(p.name): p for p in g.params}, 1 + shift)
+
+
+def _aff_to_ir(aff: isl.Aff, names: dict, offset: int = 0) -> ir.Expr | None:
+    """``aff + offset``, an integer affine function of the parameters, as IR (None if
+    not integral)."""
+    if not aff.get_denominator_val().is_one():
+        return None
+    out: ir.Expr | None = None
+    for k in range(aff.dim(isl.dim_type.param)):
+        c = int(aff.get_coefficient_val(isl.dim_type.param, k).to_python())
+        if c:
+            p = names.get(aff.get_dim_name(isl.dim_type.param, k))
+            if p is None:
+                return None
+            term = ir.binary("*", p, c) if c != 1 else p
+            out = term if out is None else ir.binary("+", out, term)
+    c0 = int(aff.get_constant_val().to_python()) + offset
+    if out is None:
+        return ir.IntImm(c0, "int64")
+    return ir.binary("+", out, c0) if c0 else out
+
+
 def _context(ctx, g) -> isl.Set:
     names = {p: isl_name(p.name) for p in g.params}
     cons = [f"{names[p]} >= 1" for p in g.params]
-    for a in g.arrays:
+    for a in g.arrays + tuple(g.temporaries):
         for d in a.shape:
             if not isinstance(d, ir.IntImm):
                 c = f"{to_isl(d, names, f'extent of {a.name}', a.location)} >= 1"
@@ -82,7 +166,7 @@ def _context(ctx, g) -> isl.Set:
                                  else "{ : }")
 
 
-def _statement(ctx, g, cs: CStmt, context: isl.Set) -> Statement:
+def _statement(ctx, g, cs: CStmt, context: isl.Set, check: bool = True) -> Statement:
     loc = cs.source.location
     names = cs.isl_names
     dims = ", ".join(names[v] for v in cs.iters)
@@ -132,7 +216,8 @@ def _statement(ctx, g, cs: CStmt, context: isl.Set) -> Statement:
 
     collect(cs.value, None)
     access("write", cs.write, cs.write_indices, None)
-    _check_in_bounds(ctx, g, cs, stmt, context)
+    if check:
+        _check_in_bounds(ctx, g, cs, stmt, context)
     return stmt
 
 

@@ -79,7 +79,8 @@ class CGraph:
 
     ``inputs`` are arrays only read, ``outputs`` arrays written (in-out: their initial
     contents come from the caller, named in ``inout``); both in C parameter order.
-    There are no stages and no temporaries.
+    A scalar floating-point parameter is a zero-dimensional input array.  There are no
+    stages; ``temporaries`` are the SCoP's local scalars and arrays.
     """
     name: str
     params: tuple                 # ir.Var (is_param), C parameter order
@@ -89,7 +90,8 @@ class CGraph:
     location: SourceLocation | None = None
     source: str = "c"
     stages: tuple = ()
-    temporaries: tuple = ()
+    temporaries: tuple = ()       # CArray: local scalars (0-d) and local arrays
+    signature: tuple = ()         # every parameter's name, C parameter order
 
     @property
     def inout(self) -> tuple:

@@ -1,7 +1,8 @@
 """The C SCoP front end: affine C loop nests -> :class:`CKernel` -> polyhedral model.
 
-Input is a C function whose parameters are integer sizes (they become isl parameters)
-and arrays declared as C99 VLA parameters (``float A[restrict N][K]``).  The SCoP is the
+Input is a C function whose parameters are integer sizes (they become isl parameters),
+arrays declared as C99 VLA parameters (``float A[restrict N][K]``) and read-only
+floating-point scalars passed by value (``double alpha``: zero-dimensional inputs).  The SCoP is the
 region between ``#pragma scop`` and ``#pragma endscop`` in the function's outermost
 block, or the whole body when there is no such pragma.  The SCoP may contain
 
@@ -14,10 +15,15 @@ block, or the whole body when there is no such pragma.  The SCoP may contain
 * assignments ``A[i][j] = e;`` and ``+=``, ``-=``, ``*=``, ``/=``, ``A[i]++``, where
   ``e`` uses array elements (affine subscripts), iterators, parameters, literals,
   ``+ - * /``, comparisons, ternaries (a data-dependent ``max`` such as
-  ``x > 0 ? x : 0``), casts and the pure math functions in :data:`MATH_FUNCTIONS`.
+  ``x > 0 ? x : 0``), casts and the pure math functions in :data:`MATH_FUNCTIONS`;
+* local scalars (``double nrm;``, zero-dimensional temporaries) and local arrays
+  (``double z[N];``), assigned and read like array elements (see
+  :mod:`~polycomp.frontend.c_expand` for their renaming and expansion);
+* ``typedef`` names of the element types and ``char`` elements.
 
 Everything else (``while``, ``goto``, ``break``, pointer arithmetic, calls of unknown
-functions, local scalar variables, integer ``/`` and ``%``, bitwise operators) is
+functions, local pointers, unsigned element types, integer ``/`` and ``%``, bitwise
+operators) is
 rejected with a :class:`~polycomp.errors.PolycompError` subclass naming the construct and
 the C source line.  The file is run through ``gcc -E`` first (so ``#define`` and local
 ``#include "..."`` work); ``#include <...>`` of system headers is dropped and a small
@@ -37,7 +43,8 @@ group) and gets the updated arrays back (see ``docs/c_frontend.md``).
 
 Modules: this one (API, preprocessing, parsing), :mod:`~polycomp.frontend.c_scop`
 (statements and control flow), :mod:`~polycomp.frontend.c_expr` (expressions, affine isl
-text), :mod:`~polycomp.frontend.c_program` (the data read) and
+text), :mod:`~polycomp.frontend.c_program` (the data read),
+:mod:`~polycomp.frontend.c_expand` (webs and expansion of local scalars) and
 :mod:`~polycomp.frontend.c_model` (the polyhedral model).
 """
 from __future__ import annotations
@@ -49,7 +56,9 @@ import subprocess
 
 from polycomp.errors import UnknownSymbolError, UnsupportedConstructError, deep_recursion
 
+from .c_expand import expand_scalars
 from .c_expr import MATH_FUNCTIONS
+from .c_model import size_local_arrays
 from .c_program import (
     CArray,
     CGraph,
@@ -177,11 +186,29 @@ def _read_c_kernels(source: str, filename: str, include_dirs) -> list[CKernel]:
     chosen = with_scop or funcs
     if not chosen:
         raise UnsupportedConstructError(f"{filename} defines no C function to compile")
+    typedefs = _typedefs(tu)
     out = []
     for f in chosen:
-        k = CKernel(ScopReader(f, filename, lines).read())
+        program = ScopReader(f, filename, lines, typedefs).read()
+        size_local_arrays(program)
+        expand_scalars(program)
+        k = CKernel(program)
         k.polyhedral_model()  # report model-level errors (out-of-bounds accesses) now
         out.append(k)
+    return out
+
+def _typedefs(tu) -> dict:
+    """``typedef`` names of plain arithmetic types -> their type words (``typedef char
+    base;`` gives ``{"base": ("char",)}``); other typedefs (structs, pointers, arrays)
+    are not listed, so using them stays an error naming the type."""
+    from pycparser import c_ast
+
+    from .c_expr import resolve_typedefs, type_words
+    out: dict = {}
+    for e in tu.ext:
+        if isinstance(e, c_ast.Typedef) and isinstance(e.type, c_ast.TypeDecl) and \
+                isinstance(e.type.type, c_ast.IdentifierType):
+            out[e.name] = resolve_typedefs(type_words(e.type), out)
     return out
 
 def _pick(kernels, name, where) -> CKernel:

@@ -35,7 +35,6 @@ from .c_expr import (
     guarded,
     node_kind,
     param_prefix,
-    type_words,
 )
 from .c_program import CArray, CGraph, CIf, CLoop, CProgram, CSeq, CStatementSource, CStmt
 
@@ -50,8 +49,9 @@ MAX_LOOP_STEP = 1 << 31
 class ScopReader(ExprReader):
     """Turns one pycparser ``FuncDef`` into a :class:`CProgram` (``read()``)."""
 
-    def __init__(self, func, filename, lines):
+    def __init__(self, func, filename, lines, typedefs=None):
         self.func = func
+        self.typedefs: dict[str, tuple] = dict(typedefs or {})
         self.filename = filename
         self.lines = lines
         self.name = func.decl.name
@@ -60,6 +60,8 @@ class ScopReader(ExprReader):
         self.declared_iters: set = set()
         self.statements: list[CStmt] = []
         self.written: set = set()
+        self.scalar_params: set = set()          # read-only scalars passed by value
+        self.locals: dict[str, CArray] = {}      # local scalars (0-d) and local arrays
         self.ctx = None
 
     def reject_dollar_identifiers(self) -> None:
@@ -93,7 +95,7 @@ class ScopReader(ExprReader):
         from polycomp.islutil import context
         self.ctx = context()
         fdecl = self.func.decl.type
-        ret = type_words(fdecl.type)
+        ret = self.words(fdecl.type)
         if ret != ("void",):
             self.unsupported(f"return type {' '.join(ret) or '?'} of {self.name!r}",
                              self.func.decl, "a kernel function returns void and writes "
@@ -105,13 +107,16 @@ class ScopReader(ExprReader):
         self.reject_dollar_identifiers()
         order = []
         for p in (fdecl.args.params if fdecl.args else []):
-            if isinstance(p, c_ast.Typename) and type_words(p) == ("void",):
+            if isinstance(p, c_ast.Typename) and self.words(p) == ("void",):
                 continue
             if isinstance(p, c_ast.EllipsisParam):
                 self.unsupported("a variadic parameter list", p)
             order.append(self.parameter(p))
-        items = self.scop_items()
-        tree = self.block(items, Scope())
+        top = Scope()
+        before, items = self.scop_items(top)
+        tree = self.block(items, top)
+        if before:  # initialised declarations ahead of #pragma scop run first
+            tree = CSeq(before + tree.children)
         arrays = tuple(a for a in order if isinstance(a, CArray))
         params = tuple(a for a in order if isinstance(a, ir.Var))
         # every array parameter is an argument: written ones are (in-out) outputs, all
@@ -121,7 +126,9 @@ class ScopReader(ExprReader):
         if not self.statements:
             raise UnsupportedConstructError(f"the SCoP of {self.name!r} has no assignment "
                                             f"to compile", self.loc(self.func.decl))
-        graph = CGraph(self.name, params, inputs, outputs, arrays, self.loc(self.func.decl))
+        graph = CGraph(self.name, params, inputs, outputs, arrays, self.loc(self.func.decl),
+                       temporaries=tuple(self.locals.values()),
+                       signature=tuple(a.name for a in order))
         return CProgram(graph, list(self.statements), tree)
 
     def parameter(self, p):
@@ -148,30 +155,42 @@ class ScopReader(ExprReader):
                 t = t.type
             if isinstance(t, c_ast.PtrDecl):
                 self.unsupported(f"array of pointers {name!r}", p)
-            words = type_words(t)
-            dtype = ELEMENT_TYPES.get(tuple(w for w in words if w != "const"))
-            if dtype is None:
-                raise DTypeError(f"element type `{' '.join(words)}` of array {name!r} is not "
-                                 f"supported (use float, double, int, int64_t, int8_t, bool)",
-                                 loc)
+            dtype = self.element_type(t, f"array {name!r}", loc)
             shape = tuple(self.extent(d, name, k) for k, d in enumerate(dims))
             if name in ISL_KEYWORDS:
                 raise UnsupportedConstructError(f"array name {name!r} is reserved", loc)
             arr = CArray(ir.Buffer(name, dtype, shape), loc)
             self.arrays[name] = arr
             return arr
-        words = type_words(t)
+        words = tuple(w for w in self.words(t) if w != "const")
         if words and all(w in INT_WORDS for w in words):
             if name in ISL_KEYWORDS or name in ("floord", "min", "max"):
                 raise UnsupportedConstructError(f"parameter name {name!r} is reserved", loc)
             v = ir.Var(name, "int64", is_param=True)
             self.params[name] = v
             return v
-        if words and words[-1] in ("float", "double"):
-            self.unsupported(f"scalar floating-point parameter {name!r}", p,
-                             "pass it as a one-element array or write the value as a "
-                             "literal")
+        if isinstance(t, c_ast.TypeDecl) and words in ELEMENT_TYPES:
+            # a read-only scalar passed by value: a zero-dimensional input array of the
+            # model (the caller passes a number or a 0-d array)
+            if name in ISL_KEYWORDS:
+                raise UnsupportedConstructError(f"parameter name {name!r} is reserved", loc)
+            arr = CArray(ir.Buffer(name, ELEMENT_TYPES[words], ()), loc)
+            self.arrays[name] = arr
+            self.scalar_params.add(name)
+            return arr
         self.unsupported(f"parameter {name!r} of type `{' '.join(words) or '?'}`", p)
+
+    def element_type(self, t, what, loc) -> str:
+        """The dtype of element type ``t`` (typedef names resolved)."""
+        words = tuple(w for w in self.words(t) if w != "const")
+        dtype = ELEMENT_TYPES.get(words)
+        if dtype is None:
+            hint = ("polycomp has no unsigned types; " if "unsigned" in words or
+                    (words and words[0].startswith("uint")) else "")
+            raise DTypeError(f"element type `{' '.join(words) or c_text(t)}` of {what} is not "
+                             f"supported ({hint}use float, double, int, long, int64_t, "
+                             f"int8_t, char, bool)", loc)
+        return dtype
 
     def extent(self, node, name, k) -> ir.Expr:
         e = self.expr(node, Scope(), affine=True)
@@ -181,7 +200,9 @@ class ScopReader(ExprReader):
             raise ShapeMismatchError(f"extent {k} of array {name!r} is {e.value}", self.loc(node))
         return e
 
-    def scop_items(self) -> list:
+    def scop_items(self, top) -> tuple[list, list]:
+        """``(statements of the initialised declarations ahead of the region, the
+        items of the region)``; the other items outside it are checked here."""
         from pycparser import c_ast
         items = list(self.func.body.block_items or []) if self.func.body else []
         marks = [k for k, it in enumerate(items) if isinstance(it, c_ast.Pragma)
@@ -194,6 +215,7 @@ class ScopReader(ExprReader):
                                  "outermost block")
             inside = items
             outside = []
+            marks = [len(items)]
         else:
             if kinds != ["scop", "endscop"]:
                 self.unsupported("this arrangement of #pragma scop / #pragma endscop",
@@ -201,9 +223,16 @@ class ScopReader(ExprReader):
                                  "one #pragma endscop")
             inside = items[marks[0] + 1:marks[1]]
             outside = items[:marks[0]] + items[marks[1] + 1:]
-        for it in outside:
+        before: list = []
+        for k, it in enumerate(outside):
             if isinstance(it, c_ast.Decl):
-                self.declaration(it)
+                if it.init is not None and k >= marks[0]:
+                    self.unsupported(f"the initialised declaration {it.name!r} after "
+                                     f"#pragma endscop", it, "polycomp compiles only the "
+                                     "SCoP; move it ahead of #pragma scop")
+                st = self.declaration(it, top)
+                if st is not None:
+                    before.append(st)
             elif isinstance(it, (c_ast.Pragma, c_ast.EmptyStatement)) or \
                     (isinstance(it, c_ast.Return) and it.expr is None):
                 continue
@@ -211,9 +240,11 @@ class ScopReader(ExprReader):
                 self.unsupported(f"a {node_kind(it)} outside #pragma scop ... #pragma endscop", it,
                                  "polycomp compiles only the SCoP; move it into the region or "
                                  "out of the kernel function")
-        return inside
+        return before, inside
 
-    def block(self, items, scope) -> CSeq:
+    def block(self, items, scope, nested=False) -> CSeq:
+        if nested:
+            scope = scope.block()
         out = []
         for it in items:
             n = self.statement(it, scope)
@@ -224,7 +255,7 @@ class ScopReader(ExprReader):
     def statement(self, node, scope):
         from pycparser import c_ast
         if isinstance(node, c_ast.Compound):
-            return self.block(node.block_items or [], scope)
+            return self.block(node.block_items or [], scope, nested=True)
         if isinstance(node, c_ast.For):
             return self.for_loop(node, scope)
         if isinstance(node, c_ast.If):
@@ -236,27 +267,67 @@ class ScopReader(ExprReader):
         if isinstance(node, (c_ast.EmptyStatement, c_ast.Pragma)):
             return None
         if isinstance(node, c_ast.Decl):
-            self.declaration(node)
-            return None
+            return self.declaration(node, scope)
         if isinstance(node, c_ast.FuncCall):
             self.unsupported(f"call statement `{c_text(node)}`", node,
                              "a call may have side effects; only assignments to array "
                              "elements are allowed")
         self.unsupported(f"{node_kind(node)} `{c_text(node)}`", node)
 
-    def declaration(self, d):
-        """``int i, j;`` (iterators assigned by later ``for`` loops) is the only
-        declaration allowed; anything else is a scalar temporary or a local array."""
+    def declaration(self, d, scope):
+        """A local declaration: ``int i, j;`` (no initialiser) declares loop iterators
+        assigned by later ``for`` loops; any other scalar (``double nrm;``, ``int t =
+        0;``) is a zero-dimensional local array and a local array (``double z[N];``) a
+        local array of the model, both temporaries of the kernel with their real
+        dependences.  An initialiser is an assignment statement at that point (returned;
+        None otherwise)."""
         from pycparser import c_ast
-        words = type_words(d.type)
-        if isinstance(d.type, c_ast.TypeDecl) and d.init is None and words and \
+        loc = self.loc(d)
+        name = d.name
+        t = d.type
+        words = self.words(t)
+        if isinstance(t, c_ast.TypeDecl) and d.init is None and words and \
                 all(w in INT_WORDS for w in words):
-            self.declared_iters.add(d.name)
-            return
-        what = "local array" if isinstance(d.type, c_ast.ArrayDecl) else "local variable"
-        self.unsupported(f"{what} {d.name!r}", d, "scalar temporaries and local arrays are "
-                         "not supported; only `int i, j;` declarations of loop iterators "
-                         "are (write the value into an array parameter instead)")
+            self.declared_iters.add(name)
+            return None
+        if name is None or isinstance(t, (c_ast.PtrDecl, c_ast.FuncDecl)) or \
+                "static" in (d.storage or []) or "extern" in (d.storage or []):
+            what = "local pointer" if isinstance(t, c_ast.PtrDecl) else "declaration"
+            self.unsupported(f"{what} `{c_text(d)}`", d,
+                             "only local scalars and arrays of arithmetic types are allowed")
+        if name in self.params or name in self.arrays or name in scope.block_names or \
+                (name in self.declared_iters and name not in scope.locals) or \
+                any(v.name == name for v in scope.loops):
+            self.unsupported(f"the declaration of {name!r}, which is already declared", d,
+                             "give each local variable its own name")
+        if name in ISL_KEYWORDS:
+            self.unsupported(f"local variable name {name!r}", d, "rename it")
+        dims = []
+        while isinstance(t, c_ast.ArrayDecl):
+            if t.dim is None:
+                raise ShapeMismatchError(f"local array {name!r} has no extent in dimension "
+                                         f"{len(dims)}", loc)
+            dims.append(t.dim)
+            t = t.type
+        if not isinstance(t, c_ast.TypeDecl):
+            self.unsupported(f"local `{c_text(d)}`", d)
+        dtype = self.element_type(t, f"local {'array' if dims else 'variable'} {name!r}", loc)
+        shape = tuple(self.extent(x, name, k) for k, x in enumerate(dims))
+        # a name declared again in another block (C block scope) is another variable
+        unique, k = name, 1
+        while unique in self.locals or unique in self.arrays or unique in self.params:
+            unique, k = f"{name}_{k}", k + 1
+        arr = CArray(ir.Buffer(unique, dtype, shape), loc)
+        self.locals[unique] = arr
+        scope.locals[name] = arr
+        scope.block_names.add(name)
+        if d.init is None:
+            return None
+        if dims:
+            self.unsupported(f"the initialiser of local array {name!r}", d,
+                             "assign its elements in a loop")
+        lhs = ir.Load(arr.buffer, (), dtype)
+        return self.add_statement(d, scope, lhs, self.expr(d.init, scope))
 
     def for_loop(self, node, scope):
         from pycparser import c_ast
@@ -265,7 +336,7 @@ class ScopReader(ExprReader):
         init = node.init
         if isinstance(init, c_ast.DeclList) and len(init.decls) == 1:
             d = init.decls[0]
-            words = type_words(d.type)
+            words = self.words(d.type)
             if not (isinstance(d.type, c_ast.TypeDecl) and words and
                     all(w in INT_WORDS for w in words) and d.init is not None):
                 self.unsupported(f"loop initialisation `{c_text(init)}`", node,
@@ -283,10 +354,10 @@ class ScopReader(ExprReader):
         else:
             self.unsupported(f"loop initialisation `{c_text(init) if init else ''}`", node,
                              "write `for (int i = lb; i < ub; i++)`")
-        if name in self.params or name in self.arrays or \
+        if name in self.params or name in self.arrays or name in scope.locals or \
                 any(v.name == name for v in scope.loops):
-            self.unsupported(f"loop iterator {name!r} shadowing a parameter, array or "
-                             f"enclosing iterator", node, "rename the iterator")
+            self.unsupported(f"loop iterator {name!r} shadowing a parameter, array, local "
+                             f"variable or enclosing iterator", node, "rename the iterator")
         if name in ISL_KEYWORDS:
             self.unsupported(f"loop iterator name {name!r}", node, "rename the iterator")
         start = self.affine(start_node, scope, f"lower bound of loop {name!r}")
@@ -294,7 +365,7 @@ class ScopReader(ExprReader):
         if node.cond is None:
             self.unsupported(f"loop {name!r} without a condition", node)
         var = ir.Var(name)
-        inner = Scope(scope.loops + [var], list(scope.constraints))
+        inner = scope.inner(loops=scope.loops + [var])
         names = self.names(inner)
         it = names[var]
         start_pieces = affine_pieces(start, names, loc, f"lower bound of loop {name!r}")
@@ -382,11 +453,11 @@ class ScopReader(ExprReader):
 
     def if_(self, node, scope):
         cond = self.condition(node.cond, scope, "if condition")
-        then_scope = Scope(list(scope.loops), scope.constraints + [cond])
+        then_scope = scope.inner(constraints=scope.constraints + [cond])
         then = self.statement(node.iftrue, then_scope)
         orelse = None
         if node.iffalse is not None:
-            else_scope = Scope(list(scope.loops), scope.constraints + [f"not ({cond})"])
+            else_scope = scope.inner(constraints=scope.constraints + [f"not ({cond})"])
             orelse = self.statement(node.iffalse, else_scope)
         return CIf(then, orelse)
 
@@ -395,27 +466,52 @@ class ScopReader(ExprReader):
         ops = {"=": None, "+=": "+", "-=": "-", "*=": "*", "/=": "/"}
         if node.op not in ops:
             self.unsupported(f"compound assignment {node.op!r}", node)
-        if not isinstance(node.lvalue, c_ast.ArrayRef):
-            lv = node.lvalue
-            if isinstance(lv, c_ast.ID):
-                self.unsupported(f"assignment to scalar {lv.name!r}", node,
-                                 "scalar temporaries are not supported; write the value "
-                                 "into an array parameter")
-            self.unsupported(f"assignment to `{c_text(lv)}`", node)
-        lhs = self.array_ref(node.lvalue, scope)
+        lhs = self.lvalue(node.lvalue, node, scope)
+        if isinstance(node.rvalue, c_ast.Assignment) and node.op == "=":
+            # a chain `a = b = e`: `b = e` first, then `a = b` (the value of an
+            # assignment is its left operand after the store)
+            inner = self.assignment(node.rvalue, scope)
+            last = inner if isinstance(inner, CStmt) else inner.children[-1]
+            rhs = ir.Load(last.write, last.write_indices, last.write.dtype)
+            outer = self.add_statement(node, scope, lhs, rhs)
+            return CSeq((inner.children if isinstance(inner, CSeq) else [inner]) + [outer])
         rhs = self.expr(node.rvalue, scope)
         op = ops[node.op]
         value = rhs if op is None else self.arith(op, lhs, rhs, node)
         return self.add_statement(node, scope, lhs, value)
 
     def increment(self, node, scope):
-        from pycparser import c_ast
-        if not isinstance(node.expr, c_ast.ArrayRef):
-            self.unsupported(f"`{c_text(node)}` on a scalar", node,
-                             "scalar temporaries are not supported")
-        lhs = self.array_ref(node.expr, scope)
+        lhs = self.lvalue(node.expr, node, scope)
         value = self.arith("+" if "+" in node.op else "-", lhs, 1, node)
         return self.add_statement(node, scope, lhs, value)
+
+    def lvalue(self, lv, node, scope) -> ir.Load:
+        """The element an assignment writes: an array element or a local scalar."""
+        from pycparser import c_ast
+        if isinstance(lv, c_ast.ArrayRef):
+            if isinstance(lv.name, c_ast.ID) and lv.name.name in self.scalar_params:
+                self.unsupported(f"subscripting the scalar parameter {lv.name.name!r}", node)
+            return self.array_ref(lv, scope)
+        if isinstance(lv, c_ast.ID):
+            name = lv.name
+            if name in self.scalar_params:
+                self.unsupported(f"assignment to the scalar parameter {name!r}", node,
+                                 "scalar parameters are read-only; copy it into a local "
+                                 "variable")
+            arr = scope.locals.get(name)
+            if arr is not None and not arr.buffer.shape:
+                return ir.Load(arr.buffer, (), arr.buffer.dtype)
+            if arr is not None or name in self.arrays:
+                self.unsupported(f"assignment to the whole array {name!r}", node)
+            if name in self.params:
+                self.unsupported(f"assignment to the integer parameter {name!r}", node)
+            if name in self.declared_iters or any(v.name == name for v in scope.loops):
+                self.unsupported(f"assignment to the loop iterator {name!r} outside its "
+                                 f"loop header", node, "declare a separate local variable "
+                                 "for values computed in the SCoP (e.g. `double t;`)")
+            raise UnknownSymbolError(f"assignment to undeclared variable {name!r}",
+                                     self.loc(node))
+        self.unsupported(f"assignment to `{c_text(lv)}`", node)
 
     def add_statement(self, node, scope, lhs: ir.Load, value) -> CStmt:
         buf = lhs.buffer
@@ -424,7 +520,7 @@ class ScopReader(ExprReader):
         else:
             value = ir.cast(ir.const(value, buf.dtype) if not isinstance(value, ir.Expr)
                             else value, buf.dtype)
-        taken = {*self.params, *self.arrays}
+        taken = {*self.params, *self.arrays, *self.locals, *self.declared_iters}
         k = len(self.statements)
         prefix = "S_"
         while any(n.startswith(prefix) for n in taken):

@@ -98,6 +98,20 @@ def opt(default: Any, check: Callable[[str, Any], Any], doc: str) -> Any:
 # --------------------------------------------------------------------------- base class
 
 
+#: What ``fp_exact=True`` sets in a target's options (where the target has the field):
+#: SIMD reductions keep several partial sums, the micro-kernel uses explicit FMA
+#: instructions and ``reciprocal`` rounds differently from a division.
+FP_EXACT_OVERRIDES: dict[str, Any] = {"vectorize": False, "microkernel": False,
+                                      "reciprocal": False}
+
+#: Target families that implement ``fp_exact`` (elsewhere it is an OptionError).
+FP_EXACT_FAMILIES = ("cpu",)
+
+#: First line of generated C under ``fp_exact``: gcc then contracts no ``a*b + c`` into
+#: an FMA in this file whatever ``-ffp-contract`` the build passes.
+FP_EXACT_C_PRAGMA = '#pragma GCC optimize ("fp-contract=off")\n'
+
+
 @dataclass(frozen=True)
 class Options:
     """Options every target takes."""
@@ -106,6 +120,10 @@ class Options:
 
     isl_scheduler: bool = opt(False, boolean,
                               "reschedule with isl's scheduler before the target passes")
+    fp_exact: bool = opt(False, boolean,
+                         "IEEE results of the source's own operation order: no FMA "
+                         "contraction, no reordered reductions (no SIMD, micro-kernel or "
+                         "reciprocal); C kernels match gcc -O0 -ffp-contract=off bitwise")
 
     def __post_init__(self) -> None:
         """Every field passes its check (normalised in place), then :meth:`validate`:
@@ -113,6 +131,14 @@ class Options:
         for f in fields(self):
             value = f.metadata["check"](f.name, getattr(self, f.name))
             object.__setattr__(self, f.name, value)
+        if self.fp_exact:  # switch off every option of the target that reorders or fuses
+            if self.family not in FP_EXACT_FAMILIES:
+                raise OptionError(f"option fp_exact is not supported on {self.family} targets "
+                                  f"yet (only on the C targets: c, cpu, cpu-avx2, cpu-avx512)")
+            names = {f.name for f in fields(self)}
+            for name, value in FP_EXACT_OVERRIDES.items():
+                if name in names:
+                    object.__setattr__(self, name, value)
         self.validate()
 
     @classmethod

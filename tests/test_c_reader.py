@@ -542,10 +542,10 @@ def _err(body, cls, match, line, params="int N, float A[N], float B[N]"):
     ("for (int i = 0; i < N; i++)\n  if (A[i] > 0)\n    B[i] = 1;", NonAffineIndexError,
      "if condition", 2),
     ("int i = 0;\nwhile (i < N) { B[i] = 1; i++; }", UnsupportedConstructError,
-     "local variable 'i'", 1),
+     "while loop", 2),
     ("int i;\nwhile (i < N) B[i] = 1;", UnsupportedConstructError, "while loop", 2),
-    ("for (int i = 0; i < N; i++) {\n  float t = A[i];\n  B[i] = t;\n}",
-     UnsupportedConstructError, "local variable 't'.*scalar temporaries", 2),
+    ("for (int i = 0; i < N; i++) {\n  float *t = &A[i];\n  B[i] = *t;\n}",
+     UnsupportedConstructError, "local pointer", 2),
     ("for (int i = 0; i < N; i++)\n  B[i] = foo(A[i]);", UnsupportedConstructError,
      "call of function 'foo'", 2),
     ("for (int i = 0; i < N; i++)\n  printf(\"%f\", A[i]);", UnsupportedConstructError,
@@ -575,7 +575,7 @@ def _err(body, cls, match, line, params="int N, float A[N], float B[N]"):
     ("for (int i = 0; i < N; i++)\n  B[i] = A[i]++;", UnsupportedConstructError,
      "inside an expression", 2),
     ("for (int i = 0; i < N; i++)\n  N = 3;", UnsupportedConstructError,
-     "assignment to scalar 'N'", 2),
+     "assignment to the integer parameter 'N'", 2),
     ("B[0] = 1\nB[1] = 2;", CParseError, "syntax", 2),
 ])
 def test_errors_name_construct_and_line(body, cls, match, line):
@@ -585,8 +585,8 @@ def test_errors_name_construct_and_line(body, cls, match, line):
 @pytest.mark.parametrize("params, cls, match", [
     ("int N, float *A, float B[N]", UnsupportedConstructError, "pointer parameter 'A'"),
     ("int N, float A[][N], float B[N]", ShapeMismatchError, "no extent"),
-    ("int N, float alpha, float A[N], float B[N]", UnsupportedConstructError,
-     "scalar floating-point parameter 'alpha'"),
+    ("int N, float *alpha, float A[N], float B[N]", UnsupportedConstructError,
+     "pointer parameter 'alpha'"),
     ("int N, unsigned A[N], float B[N]", DTypeError, "element type"),
     ("int N, float A[N * N], float B[N]", NonAffineIndexError, "not affine"),
 ])

@@ -1,0 +1,440 @@
+"""PolyBench/C through the C front end: ``polycomp bench polybench --polybench DIR
+[--dataset MINI|SMALL|MEDIUM|LARGE] [--threads 2] [--rounds 5] [--kernels a,b]
+[--json]``.
+
+Nothing is fetched: ``DIR`` is an unpacked PolyBench/C 4.2.1 tree (``DIR/utilities/
+polybench.h``, ``DIR/<group>/.../<name>/<name>.c``).  For each kernel the file is
+preprocessed with ``gcc -E -P -DPOLYBENCH_USE_C99_PROTO -D<DATASET>_DATASET`` and the
+``kernel_*`` function is taken verbatim (with the file's ``typedef`` of plain types,
+e.g. nussinov's ``typedef char base;``); the sizes are the ``int n = ...;`` values of
+its ``main``.  Per kernel:
+
+* **read**: :func:`polycomp.frontend.c_reader.read_c_kernel` accepts it;
+* **exact**: on random data at MINI, the outputs of polycomp's ``c`` and ``cpu``
+  targets with ``fp_exact=True`` are bitwise equal (NaNs in the same places) to the
+  same function compiled by ``gcc -O0 -ffp-contract=off``;
+* **speed** at ``--dataset``: the ``cpu`` target (default options, ``--threads``
+  OpenMP threads) against the same function built by ``gcc -O3 -march=native``, same
+  data, timed in the same run, ``--rounds`` rounds each (the in-out arrays are reset
+  from the same initial data before every call, outside the timed region); best and
+  median, speedup = gcc time / polycomp time; ``rel_err`` is the largest relative
+  difference of polycomp's outputs from gcc -O3's;
+* **vs Polly**: the same against ``clang -O3 -march=native -mllvm -polly -mllvm
+  -polly-parallel`` when a clang with Polly is installed ("not available" otherwise);
+* **compile_s**: seconds of ``compile_kernel(k, "cpu")`` (model to C source; gcc's own
+  build of the generated C is not included).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DATASETS = ("MINI", "SMALL", "MEDIUM", "LARGE", "EXTRALARGE")
+HOW_TO_GET = ("PolyBench/C 4.2.1 is not in the repository; download "
+              "polybench-c-4.2.1-beta.tar.gz from https://sourceforge.net/projects/"
+              "polybench/ (or https://github.com/MatthiasJReisinger/PolyBenchC-4.2.1), "
+              "unpack it and pass its folder: --polybench DIR")
+REF_FLAGS = ("-O3", "-march=native")
+EXACT_REF_FLAGS = ("-O0", "-ffp-contract=off")
+POLLY_FLAGS = ("-O3", "-march=native", "-mllvm", "-polly", "-mllvm", "-polly-parallel",
+               "-fopenmp")
+#: kernels whose matrix must be well conditioned (a factorisation divides by pivots)
+SPD = ("cholesky", "lu", "ludcmp")
+
+
+class PolybenchError(Exception):
+    """The PolyBench folder or one of its files cannot be used."""
+
+
+@dataclass
+class PolyKernel:
+    """One PolyBench kernel: its name, the ``kernel_*`` function's source (with the
+    typedefs it needs) and the dataset's sizes."""
+    name: str
+    func: str
+    source: str
+    sizes: dict
+
+
+@dataclass
+class Row:
+    name: str
+    read: bool = False
+    error: str = ""
+    exact: dict = field(default_factory=dict)      # target -> True/False/"error: ..."
+    compile_s: float | None = None
+    polycomp_s: tuple = ()                          # (best, median)
+    gcc_s: tuple = ()
+    polly_s: tuple = ()
+    speedup: float | None = None
+    speedup_median: float | None = None
+    vs_polly: float | None = None
+    rel_err: float | None = None
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def find_kernels(pb: str) -> list[tuple[str, str]]:
+    """``(name, path of name.c)`` of every kernel folder under ``pb``."""
+    if not os.path.isfile(os.path.join(pb, "utilities", "polybench.h")):
+        raise PolybenchError(f"{pb!r} is not a PolyBench/C folder (no utilities/polybench.h). "
+                             + HOW_TO_GET)
+    out = []
+    for c in sorted(glob.glob(os.path.join(pb, "**", "*.c"), recursive=True)):
+        d = os.path.dirname(c)
+        name = os.path.basename(d)
+        if os.path.basename(c) == name + ".c" and "utilities" not in c.split(os.sep):
+            out.append((name, c))
+    return out
+
+
+def extract(path: str, pb: str, dataset: str) -> PolyKernel:
+    """The ``kernel_*`` function of ``path`` with macros expanded (see the module doc)."""
+    cmd = ["gcc", "-E", "-P", "-DPOLYBENCH_USE_C99_PROTO", f"-D{dataset}_DATASET",
+           "-I", os.path.join(pb, "utilities"), "-I", os.path.dirname(path), path]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise PolybenchError(f"gcc -E failed on {path}: {r.stderr.strip()[-500:]}")
+    txt = r.stdout
+    m = re.search(r"^[^\n;{}]*\bvoid\s+(kernel_\w+)\s*\(", txt, re.M)
+    if m is None:
+        raise PolybenchError(f"{path} has no kernel_* function")
+    i = txt.index("{", m.end())
+    depth, j = 0, i
+    while j < len(txt):
+        depth += {"{": 1, "}": -1}.get(txt[j], 0)
+        if depth == 0:
+            break
+        j += 1
+    func = txt[m.start():j + 1]
+    main = txt.find("int main(")
+    sizes = {k: int(v) for k, v in re.findall(r"^\s*int (\w+) = (-?\d+);", txt[main:], re.M)}
+    typedefs = [ln for ln in txt.splitlines()
+                if re.fullmatch(r"typedef\s+[\w ]+\s+\w+\s*;", ln.strip()) and
+                re.search(r"\b" + re.escape(ln.strip().rstrip(";").split()[-1]) + r"\b", func)]
+    return PolyKernel(os.path.basename(os.path.dirname(path)), m.group(1),
+                      "\n".join(typedefs + [func]) + "\n", sizes)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def make_data(k, pk: PolyKernel, seed: int = 0) -> dict:
+    """Random arguments of ``k`` (a CKernel) by name: arrays, scalars, sizes."""
+    from polycomp import dtypes as dt
+    from polycomp.shapes import eval_int
+    rng = np.random.default_rng(seed)
+    g = k.graph
+    missing = [p.name for p in g.params if p.name not in pk.sizes]
+    if missing:
+        raise PolybenchError(f"{pk.name}: main() gives no `int {missing[0]} = ...;` size")
+    values = {p.name: pk.sizes[p.name] for p in g.params}
+    out: dict = {p.name: pk.sizes[p.name] for p in g.params}
+    for a in g.arrays:
+        buf = a.buffer
+        shape = tuple(eval_int(d, values) for d in buf.shape)
+        nd = dt.to_numpy(buf.dtype)
+        if dt.is_float(buf.dtype):
+            x = rng.uniform(0.5, 1.5, size=shape) if not shape else \
+                rng.uniform(-1.0, 1.0, size=shape)
+            if pk.name in SPD and len(shape) == 2 and shape[0] == shape[1]:
+                b = rng.uniform(-1.0, 1.0, size=shape)
+                x = b @ b.T / shape[0] + np.eye(shape[0])
+            if pk.name == "durbin":
+                x = x / (4 * max(shape + (1,)))
+            out[buf.name] = np.ascontiguousarray(np.asarray(x).astype(nd))
+        elif buf.dtype == "bool":
+            out[buf.name] = rng.integers(0, 2, size=shape).astype(nd)
+        else:
+            out[buf.name] = rng.integers(0, 4, size=shape).astype(nd)
+    return out
+
+
+# --------------------------------------------------------------------------- reference
+
+
+class Reference:
+    """The PolyBench function built by a C compiler into a shared library, called in
+    place through ctypes."""
+
+    def __init__(self, k, pk: PolyKernel, cc: str, flags, workdir: str):
+        src = os.path.join(workdir, f"{pk.name}_{abs(hash(tuple(flags)))}.c")
+        with open(src, "w") as f:
+            f.write("#include <math.h>\n" + pk.source)
+        lib = src[:-2] + ".so"
+        cmd = [cc, *flags, "-fPIC", "-shared", "-std=gnu11", src, "-o", lib, "-lm"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise PolybenchError(f"{' '.join(cmd)} failed: {r.stderr.strip()[-800:]}")
+        self.k = k
+        self.fn = getattr(ctypes.CDLL(lib), pk.func)
+        self.fn.restype = None
+        g = k.graph
+        arrays = {a.name: a.buffer for a in g.arrays}
+        self.order = g.signature
+        types: list = []
+        for n in self.order:
+            b = arrays.get(n)
+            if b is None:
+                types.append(ctypes.c_int)
+            elif not b.shape:
+                types.append({"float32": ctypes.c_float, "float64": ctypes.c_double,
+                              "int32": ctypes.c_int, "int64": ctypes.c_longlong,
+                              "int8": ctypes.c_byte, "bool": ctypes.c_bool}[b.dtype])
+            else:
+                types.append(ctypes.c_void_p)
+        self.types = types
+        self.fn.argtypes = types
+
+    def args(self, work: dict) -> list:
+        out = []
+        for n, t in zip(self.order, self.types):
+            v = work[n]
+            out.append(v.ctypes.data if t is ctypes.c_void_p else
+                       (t(v.item()) if isinstance(v, np.ndarray) else t(v)))
+        return out
+
+
+class Compiled:
+    """polycomp's build of the kernel, called through its raw C entry point."""
+
+    def __init__(self, k, target: str, options: dict | None):
+        from polycomp.driver import compile_kernel
+        t0 = time.perf_counter()
+        ck = compile_kernel(k, target, options=options)
+        self.compile_s = time.perf_counter() - t0
+        from polycomp.hw.registry import backend_for
+        self.f = backend_for(ck.target).load(ck)
+        self.k = k
+
+    def args(self, work: dict) -> list:
+        g = self.k.graph   # the entry point's arguments in this order (its own
+        # names may be legalised: PolyBench's `_fict_` is not a valid C name there)
+        return ([ctypes.c_int64(work[p.name]) for p in g.params] +
+                [work[a.name].ctypes.data for a in g.inputs + g.outputs])
+
+
+def fresh(data: dict, into: dict | None = None) -> dict:
+    """A working copy of ``data`` (arrays copied; into an existing copy when given)."""
+    if into is None:
+        return {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in data.items()}
+    for n, v in data.items():
+        if isinstance(v, np.ndarray):
+            np.copyto(into[n], v)
+    return into
+
+
+def run_once(fn, argf, data) -> dict:
+    work = fresh(data)
+    fn(*argf(work))
+    return work
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.kind == "f":
+        na, nb = np.isnan(a), np.isnan(b)
+        return bool(np.array_equal(na, nb) and
+                    np.array_equal(a[~na].view(np.uint8), b[~nb].view(np.uint8)))
+    return bool(np.array_equal(a, b))
+
+
+def rel_err(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    ok = np.isfinite(a) & np.isfinite(b)
+    if (np.isnan(a) != np.isnan(b)).any():
+        return math.inf
+    if not ok.any():
+        return 0.0
+    scale = np.maximum(np.abs(b[ok]), 1e-30)
+    return float(np.max(np.abs(a[ok] - b[ok]) / np.maximum(scale, np.max(np.abs(b[ok])) * 1e-12)))
+
+
+def timed(fn, argf, data, rounds: int) -> tuple:
+    work = fresh(data)
+    times = []
+    for _ in range(rounds):
+        fresh(data, work)
+        args = argf(work)
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - t0)
+    return min(times), statistics.median(times)
+
+
+def polly_compiler() -> str | None:
+    """A clang that accepts ``-mllvm -polly`` (None when there is none)."""
+    for cc in ("clang", "clang-18", "clang-17", "clang-16", "clang-15"):
+        if shutil.which(cc) is None:
+            continue
+        r = subprocess.run([cc, "-O3", "-mllvm", "-polly", "-x", "c", "-c", "-o", os.devnull,
+                            "-"], input="void f(void){}\n", capture_output=True, text=True)
+        if r.returncode == 0:
+            return cc
+    return None
+
+
+# --------------------------------------------------------------------------- the suite
+
+
+def check_exact(k, pk_mini: PolyKernel, targets, workdir: str) -> dict:
+    """target -> True / False / "error: ..." (see the module doc)."""
+    from polycomp.frontend.c_reader import read_c_kernel
+    out: dict = {}
+    try:
+        km = read_c_kernel(pk_mini.source, pk_mini.func)
+        data = make_data(km, pk_mini, seed=1)
+        ref = Reference(km, pk_mini, "gcc", EXACT_REF_FLAGS, workdir)
+        want = run_once(ref.fn, ref.args, data)
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return {t: f"error: {type(e).__name__}: {e}" for t in targets}
+    for t in targets:
+        try:
+            c = Compiled(km, t, {"fp_exact": True})
+            got = run_once(c.f.cfunc, c.args, data)
+            out[t] = all(same_bits(got[n], want[n]) for n in km.outputs)
+        except Exception as e:  # noqa: BLE001
+            out[t] = f"error: {type(e).__name__}: {str(e)[:300]}"
+    return out
+
+
+def bench_kernel(name: str, path: str, pb: str, dataset: str, rounds: int,
+                 workdir: str, polly: str | None, exact_targets=("c", "cpu")) -> Row:
+    from polycomp.frontend.c_reader import read_c_kernel
+    row = Row(name)
+    try:
+        pk = extract(path, pb, dataset)
+        k = read_c_kernel(pk.source, pk.func)
+        row.read = True
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        row.error = f"{type(e).__name__}: {str(e)[:300]}"
+        return row
+    row.exact = check_exact(k, extract(path, pb, "MINI") if dataset != "MINI" else pk,
+                            exact_targets, workdir)
+    try:
+        data = make_data(k, pk)
+        c = Compiled(k, "cpu", None)
+        row.compile_s = c.compile_s
+        gcc = Reference(k, pk, "gcc", REF_FLAGS, workdir)
+        want = run_once(gcc.fn, gcc.args, data)
+        got = run_once(c.f.cfunc, c.args, data)
+        row.rel_err = max((rel_err(got[n], want[n]) for n in k.outputs), default=0.0)
+        row.gcc_s = timed(gcc.fn, gcc.args, data, rounds)
+        row.polycomp_s = timed(c.f.cfunc, c.args, data, rounds)
+        row.speedup = row.gcc_s[0] / row.polycomp_s[0]
+        row.speedup_median = row.gcc_s[1] / row.polycomp_s[1]
+        if polly is not None:
+            pl = Reference(k, pk, polly, POLLY_FLAGS, workdir)
+            row.polly_s = timed(pl.fn, pl.args, data, rounds)
+            row.vs_polly = row.polly_s[0] / row.polycomp_s[0]
+    except Exception as e:  # noqa: BLE001
+        row.error = f"{type(e).__name__}: {str(e)[:300]}"
+    return row
+
+
+def run(pb: str, dataset: str = "MINI", threads: int = 2, rounds: int = 5,
+        kernels=None, progress=None) -> dict:
+    """The suite's result (see the module doc); ``progress(row)`` after each kernel."""
+    if not os.path.isdir(pb):
+        raise PolybenchError(f"no PolyBench folder at {pb!r}. " + HOW_TO_GET)
+    if dataset not in DATASETS:
+        raise PolybenchError(f"unknown dataset {dataset!r} (one of {', '.join(DATASETS)})")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    found = find_kernels(pb)
+    if kernels:
+        unknown = set(kernels) - {n for n, _ in found}
+        if unknown:
+            raise PolybenchError(f"no kernel {', '.join(sorted(unknown))} in {pb}")
+        found = [(n, p) for n, p in found if n in kernels]
+    polly = polly_compiler()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="polycomp-polybench-") as workdir:
+        for name, path in found:
+            row = bench_kernel(name, path, pb, dataset, rounds, workdir, polly)
+            rows.append(row)
+            if progress is not None:
+                progress(row)
+    sp = [r.speedup for r in rows if r.speedup]
+    vp = [r.vs_polly for r in rows if r.vs_polly]
+    return {"dataset": dataset, "threads": threads, "rounds": rounds,
+            "polly": polly or "not available", "rows": [r.__dict__ for r in rows],
+            "read": sum(r.read for r in rows), "kernels": len(rows),
+            "exact": sum(all(v is True for v in r.exact.values()) and bool(r.exact)
+                         for r in rows),
+            "geomean_speedup": math.exp(sum(map(math.log, sp)) / len(sp)) if sp else None,
+            "geomean_vs_polly": math.exp(sum(map(math.log, vp)) / len(vp)) if vp else None}
+
+
+def _fmt(x, spec=".2f"):
+    return "-" if x is None else format(x, spec)
+
+
+def table(result: dict) -> str:
+    lines = [f"PolyBench/C at {result['dataset']}, {result['threads']} threads, "
+             f"{result['rounds']} rounds; Polly: {result['polly']}",
+             "| kernel | read | exact (c, cpu) at MINI | speedup vs gcc -O3 (best / median) "
+             "| vs Polly | rel err | compile s |",
+             "|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        ex = ", ".join("yes" if v is True else ("no" if v is False else "error")
+                       for v in r["exact"].values()) or "-"
+        sp = (f"{_fmt(r['speedup'])} / {_fmt(r['speedup_median'])}"
+              if r["speedup"] is not None else ("error" if r["error"] else "-"))
+        vp = _fmt(r["vs_polly"]) if result["polly"] != "not available" else "not available"
+        lines.append(f"| {r['name']} | {'yes' if r['read'] else 'no'} | {ex} | {sp} | {vp} | "
+                     f"{_fmt(r['rel_err'], '.1e')} | {_fmt(r['compile_s'])} |")
+    lines.append(f"read {result['read']}/{result['kernels']}, exact {result['exact']}/"
+                 f"{result['kernels']}, geomean speedup vs gcc -O3: "
+                 f"{_fmt(result['geomean_speedup'])}")
+    errs = [f"{r['name']}: {r['error']}" for r in result["rows"] if r["error"]]
+    errs += [f"{r['name']} exact {t}: {v}" for r in result["rows"]
+             for t, v in r["exact"].items() if isinstance(v, str)]
+    return "\n".join(lines + errs)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="polycomp bench polybench", description=__doc__.split(
+        "\n\n")[0])
+    ap.add_argument("--polybench", metavar="DIR", default=os.environ.get("POLYBENCH_DIR"),
+                    help="an unpacked PolyBench/C 4.2.1 folder (or $POLYBENCH_DIR)")
+    ap.add_argument("--dataset", default="MINI", type=str.upper, choices=DATASETS)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--kernels", default="", help="comma-separated kernel names")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    if not a.polybench:
+        print("polycomp bench polybench: --polybench DIR is required. " + HOW_TO_GET,
+              file=sys.stderr)
+        return 2
+    kernels = [x for x in a.kernels.split(",") if x] or None
+    try:
+        res = run(a.polybench, a.dataset, a.threads, max(1, a.rounds), kernels,
+                  progress=lambda r: print(
+                      f"  {r.name}: read={r.read} exact={r.exact} speedup={_fmt(r.speedup)} "
+                      f"polycomp={r.polycomp_s} gcc={r.gcc_s}", file=sys.stderr, flush=True))
+    except PolybenchError as e:
+        print(f"polycomp bench polybench: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(res, indent=1) if a.json else table(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
