@@ -5,6 +5,7 @@ types).  Signatures are simplified from the public Ascend C documentation: tenso
 flags are ``SetFlag<HardEvent::SRC_DST>(event)``."""
 
 HEADER = r"""#pragma once
+#include <cmath>
 #include <cstdint>
 #define __global__
 #define __aicore__
@@ -57,7 +58,8 @@ template <typename T, typename U> void Fixpipe(const GlobalTensor<T>& dst,
 #define PC_REDUCE(N) template <typename T, typename U> void N(const LocalTensor<T>& dst, \
     const LocalTensor<U>& src, uint32_t validCols, uint32_t rows);
 PC_UNARY(Exp) PC_UNARY(Ln) PC_UNARY(Sqrt) PC_UNARY(Rsqrt) PC_UNARY(Abs) PC_UNARY(Tanh)
-PC_UNARY(Erf) PC_UNARY(Cast)
+PC_UNARY(Erf) PC_UNARY(Cast) PC_UNARY(Transpose)
+template <typename T> void Duplicate(const LocalTensor<T>& dst, float value, uint32_t rows);
 PC_BINARY(Add) PC_BINARY(Sub) PC_BINARY(Mul) PC_BINARY(Div) PC_BINARY(Max) PC_BINARY(Min)
 PC_BINARY(CompareGT) PC_BINARY(CompareGE) PC_BINARY(CompareLT) PC_BINARY(CompareLE)
 PC_BINARY(CompareEQ) PC_BINARY(CompareNE)

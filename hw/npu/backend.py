@@ -50,8 +50,12 @@ def simulate(ck, *arrays):
         raise TargetError(f"kernel {ck.name} takes {len(ins)} arrays, got {len(arrays)}")
     sizes: dict[str, int] = {}
     gm = {}
-    for t, a in zip(ins, arrays):
+    for t, k, a in zip(ins, ck.state.model.graph.inputs, arrays):
         a = np.asarray(a)
+        for e, n in zip(k.shape, a.shape):
+            if isinstance(e, ir.IntImm) and e.value != n:
+                raise TargetError(f"argument {t.name} of {ck.name}: shape {a.shape} does "
+                                  f"not match its declared constant extent {e.value}")
         if a.ndim != len(t.dims):
             raise TargetError(f"argument {t.name} of {ck.name}: {len(t.dims)}-d expected, "
                               f"got shape {a.shape}")

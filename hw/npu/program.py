@@ -79,6 +79,14 @@ def ix(v: IxLike) -> Ix:
     return Ix("var", (v,))
 
 
+def product(vals) -> Ix:
+    """The product of sizes (names or ints) as an expression (1 when empty)."""
+    out: Ix | None = None
+    for v in vals:
+        out = ix(v) if out is None else out * ix(v)
+    return ix(1) if out is None else out
+
+
 def ceildiv(a: IxLike, b: IxLike) -> Ix:
     return Ix("ceildiv", (ix(a), ix(b)))
 
@@ -154,10 +162,21 @@ class Slot:
 @dataclass(frozen=True)
 class GmRegion:
     """The box of ``tensor`` at ``offsets`` (per dim) of ``extents`` (the valid part;
-    a local tile beyond it is padded with zeros on the way in and not written back)."""
+    a local tile beyond it is padded with zeros on the way in and not written back).
+
+    The box is seen as a 2-d matrix: its last ``split`` dimensions flattened are the
+    columns, the others flattened the rows (``split`` 0: one value per row); consecutive
+    rows are ``row_stride`` elements apart in GM (default: the last dimension's size)."""
     tensor: GlobalTensor
     offsets: tuple[Ix, ...]
     extents: tuple[Ix, ...]
+    split: int = 1
+    row_stride: Ix | None = None
+
+    def stride(self) -> Ix:
+        if self.row_stride is not None:
+            return self.row_stride
+        return ix(self.tensor.dims[-1]) if self.tensor.dims else ix(1)
 
 
 # --------------------------------------------------------------------------- instructions

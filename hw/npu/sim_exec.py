@@ -15,6 +15,12 @@ def _burst(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
 
+def _as_matrix(a: np.ndarray, split: int) -> np.ndarray:
+    """A GM box as rows x columns: its last ``split`` dimensions are the columns."""
+    cols = int(np.prod(a.shape[len(a.shape) - split:])) if split else 1
+    return a.reshape(-1, cols) if a.size else a.reshape(0, cols)
+
+
 def execute(sim: Simulator, s, env: dict) -> int:
     if isinstance(s, CopyIn):
         return _copy_in(sim, s, env)
@@ -34,7 +40,7 @@ def execute(sim: Simulator, s, env: dict) -> int:
 def _copy_in(sim: Simulator, s: CopyIn, env: dict) -> int:
     b = s.dst.buf
     arr, box = sim.region(s.src, env)
-    tile = arr[box].reshape(-1, arr[box].shape[-1])
+    tile = _as_matrix(arr[box], s.src.split)
     r, c = tile.shape
     br, bc = b.shape(env)
     if r > br or c > bc:
@@ -44,7 +50,7 @@ def _copy_in(sim: Simulator, s: CopyIn, env: dict) -> int:
     nd[:r, :c] = tile
     dst = sim.access(s.pipe, s.dst, env, True, f"DataCopy {s.src.tensor.name} -> {b.name}")
     dst[...] = to_layout(nd, b.layout)
-    nbytes = r * _burst(c * b.itemsize)
+    nbytes = r * _burst(c * b.itemsize) if s.src.split else _burst(r * b.itemsize)
     sim.count_bytes(f"GM->{b.level}", nbytes)
     return sim.p.transfer_latency + -(-nbytes // sim.p.gm_bytes_per_cycle)
 
@@ -83,13 +89,15 @@ def _copy_out(sim: Simulator, s: CopyOut, env: dict) -> int:
     what = f"{'Fixpipe' if s.pipe == 'FIX' else 'DataCopy'} {b.name} -> {s.dst.tensor.name}"
     nd = from_layout(sim.access(s.pipe, s.src, env, False, what), b.layout)
     shape = arr[box].shape
-    if b.layout == "COL":     # one value per row (column 0) -> a 1-d box
-        r, c = shape[0], 1
-        arr[box] = nd[:r, 0].astype(arr.dtype)
+    r, c = _as_matrix(arr[box], s.dst.split).shape
+    if b.layout == "COL":     # one value per row (column 0)
+        if c != 1:
+            raise NpuCapacityError(f"{what}: a value per row written to a {r}x{c} box")
+        arr[box] = nd[:r, 0].astype(arr.dtype).reshape(shape)
     else:
-        r, c = shape[-2:] if len(shape) > 1 else (1, shape[0])
         arr[box] = nd[:r, :c].astype(arr.dtype).reshape(shape)
-    nbytes = r * _burst(c * arr.dtype.itemsize)
+    nbytes = r * _burst(c * arr.dtype.itemsize) if s.dst.split else \
+        _burst(r * arr.dtype.itemsize)
     sim.count_bytes(f"{b.level}->GM", nbytes)
     return sim.p.transfer_latency + -(-nbytes // sim.p.out_bytes_per_cycle)
 

@@ -16,6 +16,7 @@ from polycomp.errors import TargetError
 from polycomp.hw.npu.program import GlobalTensor, LocalBuf
 
 from .vector import Val, _Builder, _stage, ping_pong
+from .view import VectorView, dim_key, tensor_keys
 
 
 @dataclass(frozen=True)
@@ -30,9 +31,15 @@ class Epilogue:
 
 def build_epilogue(graph, mm_stage, extra_inputs, rows: int | str, cols: int | str,
                    copies: int) -> Epilogue:
-    bld = _Builder(graph.name, copies, "M", "N", tile_rows=rows, tile_cols=cols)
+    mk, nk = (dim_key(e, mm_stage.name) for e in mm_stage.output.shape)
+    if mk is None or nk is None:
+        raise TargetError(f"npu: matmul {mm_stage.name} with a unit dimension has no "
+                          f"vector epilogue")
+    bld = _Builder(graph.name, copies, VectorView(mk, (nk,), (), ()), tile_rows=rows,
+                   tile_cols=cols)
     acc = bld.new("ND", "float32", copies)
     bld.values[mm_stage.name] = Val("ND", acc)
+    bld.keys[mm_stage.name] = tensor_keys(mm_stage.output)
     rows_in = []
     for t in extra_inputs:
         if len(t.shape) != 1 or t.dtype not in ("float16", "float32"):
@@ -40,6 +47,7 @@ def build_epilogue(graph, mm_stage, extra_inputs, rows: int | str, cols: int | s
                               f"(N) are mapped")
         b = bld.new("ROW", t.dtype, copies)
         bld.inputs[t.name] = Val("ROW", b)
+        bld.keys[t.name] = tensor_keys(t)
         rows_in.append((GlobalTensor(t.name, t.dtype, ("N",)), b))
     for s in graph.stages[1:]:
         if s.is_reduction:
