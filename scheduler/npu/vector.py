@@ -383,10 +383,10 @@ def vector_program(graph, double_buffer: bool) -> Program:
 
     # counters: n = the tile (over batch loops and row tiles), l = the load (n and the
     # carried loops); ping-pong slots and flag events follow them
-    n: Ix = ix(0)
+    n: Ix | None = None
     for k in view.batch:
-        n = n * ix(dim_size(k)) + ix(f"i_{k}")
-    n = n * ceildiv(R, TR) + t
+        n = ix(f"i_{k}") if n is None else n * ix(dim_size(k)) + ix(f"i_{k}")
+    n = t if n is None else n * ceildiv(R, TR) + t
     ld: Ix = n
     for k in view.carried:
         ld = ld * ix(dim_size(k)) + ix(f"i_{k}")

@@ -6,7 +6,8 @@ symbol such as ``N`` or a constant; extent-1 dimensions of ``keepdims`` results 
 
 * ``c`` — the **columns**: a reduced dimension (the last axis of the first reduction),
   or, for kernels without reductions, the output's last dimension extended by the
-  dimensions before it that every tensor holds right before it (NCHW ``(H, W)``); a
+  dimensions before it that every tensor holds right before it (NCHW ``(H, W)``),
+  leaving the output at least one dimension for the rows; a
   tile row holds the whole column group, padded to ``CP`` elements;
 * ``r`` — the **row** dimension, tiled by ``TR`` rows per UB tile: the output's last
   dimension that is not a column (none for a full reduction: one virtual row);
@@ -90,7 +91,9 @@ class VectorView:
             return "k"
         if key in self.batch:
             return "b"
-        raise TargetError(f"npu: dimension {key} has no role in the vector mapping")
+        raise TargetError(f"npu: dimension {key} is neither a dimension of the output nor one "
+                          f"reduced by the first reduction; the vector mapping has no role "
+                          f"for it")
 
 
 def _extend_cols(cols: list[str], tensors: list[tuple[str | None, ...]]) -> list[str]:
@@ -99,9 +102,10 @@ def _extend_cols(cols: list[str], tensors: list[tuple[str | None, ...]]) -> list
     out = tensors[0]
     while True:
         first = out.index(cols[0])
-        cand = next((k for k in reversed(out[:first]) if k is not None), None)
-        if cand is None:
+        before = [k for k in out[:first] if k is not None]
+        if len(before) < 2:       # keep a row dimension to tile
             return cols
+        cand = before[-1]
         for keys in tensors:
             ks = [k for k in keys if k is not None]
             has_c, has_x = cols[0] in ks, cand in ks
@@ -118,8 +122,8 @@ def choose_view(graph) -> VectorView:
     carried: list[str] = []
     if reductions:
         first = reductions[0]
-        red = [dim_key(a.extent, f"stage {first.name}") for a in first.reduce_axes]
-        red = [k for k in red if k is not None]
+        keys = [dim_key(a.extent, f"stage {first.name}") for a in first.reduce_axes]
+        red = [k for k in keys if k is not None]
         if not red:
             raise TargetError(f"npu: stage {first.name} reduces only unit dimensions")
         cols = [red[-1]]

@@ -2,7 +2,7 @@
 #include "polycomp_npu.h"
 using namespace AscendC;
 
-// host-side tiling data: the sizes, TR rows of N per UB tile, rows padded to CP elements
+// host-side tiling data: the sizes, TR rows of N per UB tile, rows of M padded to CP elements
 struct softmax_m1_float16_tiling { int64_t N; int64_t M; int64_t TR; int64_t CP; };
 
 extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR softmax_, GM_ADDR tiling_) {
