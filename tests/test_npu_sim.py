@@ -174,6 +174,26 @@ def test_nd_ops_match_numpy(name, dtype, sizes):
                                atol=tol * max(1.0, float(np.max(np.abs(ref)))))
 
 
+CONV_OPS = ("conv2d", "conv2d_s2_p1", "conv2d_s21_p12_d2")
+
+
+@settings(max_examples=12, deadline=None)
+@given(name=st.sampled_from(CONV_OPS), dtype=st.sampled_from(["float16", "float32"]),
+       target=st.sampled_from(["npu-lite", "npu"]), seed=st.integers(0, 2**16))
+def test_conv_implicit_gemm_matches_numpy(name, dtype, target, seed):
+    """conv2d as implicit GEMM on the cube: the im2col gather in the GM -> L1 copy."""
+    spec = OPS[name]
+    rng = np.random.default_rng(seed)
+    shapes = spec.shapes(lambda lo, hi: int(rng.integers(lo, hi + 1)))
+    arrays = spec.inputs(rng, shapes, dtype)
+    ck = _vector_ck(name, dtype, target)
+    assert program_of(ck.state).kind == "cube"
+    ref = interpret(spec.kernel(dtype), *arrays)
+    out = interpret(ck, *arrays)
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
+
+
 def test_constant_shapes():
     from polycomp.frontend import ops
 
@@ -212,7 +232,7 @@ def test_emitted_source_passes_syntax_check(tmp_path):
         p = tmp_path / f"{kind}.cpp"
         p.write_text(_ck(kind, dtype).source)
         assert "OK" in syntax_check(str(p))
-    for name in VECTOR_OPS + EPILOGUE_OPS + ND_OPS:
+    for name in VECTOR_OPS + EPILOGUE_OPS + ND_OPS + CONV_OPS:
         dtype = "float16" if "float16" in OPS[name].dtypes else "float32"
         p = tmp_path / f"{name}.cpp"
         p.write_text(_vector_ck(name, dtype).source)
@@ -227,6 +247,8 @@ def test_printed_program_golden(goldens):
     src = _vector_ck("matmul_bias_relu", "float16").source
     assert src.strip() == goldens.expected("npu.cube-epilogue.matmul_bias_relu_float16.cpp",
                                            src)
+    src = _vector_ck("conv2d_s2_p1", "float16").source           # implicit GEMM
+    assert src.strip() == goldens.expected("npu.cube-im2col.conv2d_s2_p1_float16.cpp", src)
     src = _vector_ck("softmax_3d_1", "float32", "npu").source      # batch loop, transposes
     assert src.strip() == goldens.expected("npu.vector-program.softmax_3d_1_float32.cpp", src)
     src = _vector_ck("reduce_sum_3d_02_keep", "float32", "npu").source   # carried loop

@@ -27,6 +27,13 @@ public:
 };
 template <typename T> LocalTensor<T> AllocLocal(TPosition pos, uint32_t address, uint32_t count);
 struct Nd2NzParams { uint32_t rows, cols, srcRowStride, dstRows, dstCols; };
+// an im2col tile of one image (k0, kExt rows of (c, kh, kw); p0, pExt columns of
+// (y, z)) gathered into a fractal L1 tile (polycomp's model of img2col addressing)
+struct Im2ColParams { uint32_t k0, kExt, p0, pExt, H, W, KH, KW, OW;
+                      uint8_t strideH, strideW, padH, padW, dilationH, dilationW;
+                      uint32_t dstRows, dstCols; };
+template <typename T> void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src,
+                                    const Im2ColParams& params);
 struct LoadData2DParams { uint32_t startIndex, repeatTimes; bool transpose; };
 struct MmadParams { uint16_t m, n, k; bool cmatrixInitVal; };
 struct FixpipeParams { uint32_t rows, cols, srcRows, dstRowStride; };

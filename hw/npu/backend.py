@@ -40,14 +40,10 @@ def program_of(state: CompileState) -> Program:
     return _PROGRAMS[state]
 
 
-def simulate(ck, *arrays):
-    """Run ``ck``'s NPU program on numpy ``arrays`` (the kernel's inputs in order):
-    ``(outputs, SimReport)``."""
-    from .sim import Simulator
-    prog = program_of(ck.state)
+def _bind(ck, prog: Program, arrays) -> tuple[dict, dict]:
+    """The sizes read from the arguments' shapes (checked against each other and the
+    kernel's constant extents) and the GM arrays in the program's types."""
     ins = prog.inputs
-    if len(arrays) != len(ins):
-        raise TargetError(f"kernel {ck.name} takes {len(ins)} arrays, got {len(arrays)}")
     sizes: dict[str, int] = {}
     gm = {}
     for t, k, a in zip(ins, ck.state.model.graph.inputs, arrays):
@@ -56,10 +52,11 @@ def simulate(ck, *arrays):
             if isinstance(e, ir.IntImm) and e.value != n:
                 raise TargetError(f"argument {t.name} of {ck.name}: shape {a.shape} does "
                                   f"not match its declared constant extent {e.value}")
-        if a.ndim != len(t.dims):
-            raise TargetError(f"argument {t.name} of {ck.name}: {len(t.dims)}-d expected, "
+        shape = t.view or t.dims
+        if a.ndim != len(shape):
+            raise TargetError(f"argument {t.name} of {ck.name}: {len(shape)}-d expected, "
                               f"got shape {a.shape}")
-        for d, n in zip(t.dims, a.shape):
+        for d, n in zip(shape, a.shape):
             if isinstance(d, int):
                 if n != d:
                     raise TargetError(f"argument {t.name} of {ck.name}: a dimension of "
@@ -68,14 +65,33 @@ def simulate(ck, *arrays):
                 raise TargetError(f"argument {t.name} of {ck.name}: size {d} is "
                                   f"{sizes[d]} elsewhere, {n} here")
         gm[t.name] = a.astype(np.dtype(t.dtype), copy=False)
+    return sizes, gm
+
+
+def simulate(ck, *arrays):
+    """Run ``ck``'s NPU program on numpy ``arrays`` (the kernel's inputs in order):
+    ``(outputs, SimReport)``."""
+    from .sim import Simulator
+    prog = program_of(ck.state)
+    ins = prog.inputs
+    if len(arrays) != len(ins):
+        raise TargetError(f"kernel {ck.name} takes {len(ins)} arrays, got {len(arrays)}")
+    sizes, gm = _bind(ck, prog, arrays)
+    for name, e in prog.derived.items():
+        sizes[name] = e.eval(sizes)
+
+    def dims(ds) -> tuple[int, ...]:
+        return tuple(d if isinstance(d, int) else sizes[d] for d in ds)
+    for t in ins:
+        if t.view is not None:
+            gm[t.name] = gm[t.name].reshape(dims(t.dims))
     if prog.kind == "vector":
         from polycomp.scheduler.npu.vector import vector_tiling
         sizes.update(vector_tiling(prog, sizes, ck.target.capacity("UB")))
     for t in prog.outputs:
-        gm[t.name] = np.zeros(tuple(d if isinstance(d, int) else sizes[d] for d in t.dims),
-                              np.dtype(t.dtype))
+        gm[t.name] = np.zeros(dims(t.dims), np.dtype(t.dtype))
     report = Simulator(prog, ck.target).run(gm, sizes)
-    outs = tuple(gm[t.name] for t in prog.outputs)
+    outs = tuple(gm[t.name].reshape(dims(t.view or t.dims)) for t in prog.outputs)
     return (outs[0] if len(outs) == 1 else outs), report
 
 

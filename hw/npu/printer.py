@@ -5,6 +5,7 @@ with its loops, and the host-side tiling data as a struct."""
 from __future__ import annotations
 
 from polycomp.hw.npu.program import (
+    CopyIm2Col,
     CopyIn,
     CopyLocal,
     CopyOut,
@@ -67,6 +68,15 @@ def _instr(s, ind: str) -> list[str]:
                     f"(uint32_t){b.cols}}});"]
         return [f"{ind}DataCopyPad({s.dst.c()}, {src}, DataCopyPadParams{{(uint32_t){rows}, "
                 f"(uint32_t){cols}, (uint32_t){stride}, (uint32_t){b.cols}}});"]
+    if isinstance(s, CopyIm2Col):
+        g, d = s.geom, s.dst.buf
+        img = " * ".join(str(x) for x in s.src.dims[1:])
+        return [f"{ind}DataCopy({s.dst.c()}, g{s.src.name}[{s.n.c()} * {img}], Im2ColParams{{"
+                f"(uint32_t)({s.k0.c()}), (uint32_t){s.k_ext.c()}, (uint32_t)({s.p0.c()}), "
+                f"(uint32_t){s.p_ext.c()}, (uint32_t){s.src.dims[2]}, "
+                f"(uint32_t){s.src.dims[3]}, (uint32_t){g.kh.c()}, (uint32_t){g.kw.c()}, "
+                f"(uint32_t){g.ow.c()}, {g.sh}, {g.sw}, {g.ph}, {g.pw}, {g.dh}, {g.dw}, "
+                f"(uint32_t){d.rows}, (uint32_t){d.cols}}});"]
     if isinstance(s, Load2D):
         d = s.dst.buf
         rep = (d.rows // 16) * (d.cols // 16)
@@ -138,7 +148,8 @@ def _addresses(p: Program, target) -> tuple[dict[str, str], list[str]]:
 def _tiling_comment(p: Program) -> str:
     if p.kind == "cube":
         return "// host-side tiling data: the sizes; constant tiles " + \
-            ", ".join(f"{k}={v}" for k, v in p.tiling.items())
+            ", ".join(f"{k}={v}" for k, v in p.tiling.items() if k != "derived") + \
+            "".join(f"; {k} = {v.c()}" for k, v in p.derived.items())
     return (f"// host-side tiling data: the sizes, TR rows of {p.tiling['rows'].c()} per UB "
             f"tile, rows of {p.tiling['cols'].c()} padded to CP elements"
             + (", TRP = TR padded to 16" if any(b.cols == "TRP" for b in p.buffers) else ""))

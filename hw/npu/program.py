@@ -109,11 +109,14 @@ def land(a: IxLike, b: IxLike) -> Ix:
 @dataclass(frozen=True)
 class GlobalTensor:
     """A kernel argument in GM: ``dims`` names the tiling-data sizes of its shape (1 for
-    a broadcast dimension)."""
+    a broadcast dimension; ``view``: the argument's shape when the program sees it
+    reshaped)."""
     name: str
     dtype: str
     dims: tuple[str | int, ...]
     is_output: bool = False
+    view: tuple[str | int, ...] | None = None   # the argument's own shape, when ``dims``
+    #                                              is a contiguous reshape of it
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,38 @@ class GmRegion:
 
 
 # --------------------------------------------------------------------------- instructions
+
+
+@dataclass(frozen=True)
+class ConvGeom:
+    """Strides, paddings and dilations of a 2-d convolution window; its sizes ``kh``,
+    ``kw`` and the output width ``ow``."""
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    dh: int
+    dw: int
+    kh: Ix
+    kw: Ix
+    ow: Ix
+
+
+@dataclass(frozen=True)
+class CopyIm2Col:
+    """MTE2: the ``k_ext x p_ext`` tile at ``(k0, p0)`` of the im2col matrix of image
+    ``n`` of ``src`` (``(N, C, H, W)``; row ``k = (c, kh, kw)`` over ``KH x KW``
+    windows, column ``p = (y, z)`` over ``OW`` output columns) -> an L1 tile (fractal
+    NZ), zeros outside the image and beyond the extents."""
+    src: GlobalTensor
+    n: Ix
+    k0: Ix
+    k_ext: Ix
+    p0: Ix
+    p_ext: Ix
+    geom: ConvGeom
+    dst: Slot
+    pipe: str = "MTE2"
 
 
 @dataclass(frozen=True)
@@ -268,7 +303,7 @@ class Loop:
     body: tuple
 
 
-Instr = Union[CopyIn, Load2D, Mmad, CopyOut, CopyLocal, VecOp, SetFlag, WaitFlag, Loop]
+Instr = Union[CopyIn, CopyIm2Col, Load2D, Mmad, CopyOut, CopyLocal, VecOp, SetFlag, WaitFlag, Loop]
 
 
 @dataclass(frozen=True)
@@ -294,10 +329,15 @@ class Program:
     def size_names(self) -> tuple[str, ...]:
         names: list[str] = []
         for t in self.tensors:
-            for d in t.dims:
-                if isinstance(d, str) and d not in names:
+            for d in (t.view or t.dims):
+                if isinstance(d, str) and d not in names and d not in self.derived:
                     names.append(d)
-        return tuple(names)
+        return tuple(names) + tuple(self.derived)
+
+    @property
+    def derived(self) -> dict:
+        """Sizes the host computes from the arguments' (``name: Ix``)."""
+        return self.tiling.get("derived", {})
 
 
 def walk(body: tuple):

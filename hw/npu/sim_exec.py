@@ -4,7 +4,15 @@ from __future__ import annotations
 import numpy as np
 
 from polycomp.errors import NpuCapacityError, PolycompInternalError
-from polycomp.hw.npu.program import CopyIn, CopyLocal, CopyOut, Load2D, Mmad, VecOp
+from polycomp.hw.npu.program import (
+    CopyIm2Col,
+    CopyIn,
+    CopyLocal,
+    CopyOut,
+    Load2D,
+    Mmad,
+    VecOp,
+)
 from polycomp.hw.npu.target import ALIGN
 
 from .sim import Simulator, from_layout, to_layout
@@ -24,6 +32,8 @@ def _as_matrix(a: np.ndarray, split: int) -> np.ndarray:
 def execute(sim: Simulator, s, env: dict) -> int:
     if isinstance(s, CopyIn):
         return _copy_in(sim, s, env)
+    if isinstance(s, CopyIm2Col):
+        return _im2col(sim, s, env)
     if isinstance(s, Load2D):
         return _load2d(sim, s, env)
     if isinstance(s, Mmad):
@@ -113,3 +123,31 @@ def _copy_local(sim: Simulator, s: CopyLocal, env: dict) -> int:
     nbytes = dst.size(env)
     sim.count_bytes(f"{src.level}->{dst.level}", nbytes)
     return sim.p.local_latency + -(-nbytes // sim.p.out_bytes_per_cycle)
+
+
+def _im2col(sim: Simulator, s: CopyIm2Col, env: dict) -> int:
+    """The gather of an im2col tile: row k = (c, kh, kw), column p = (y, z)."""
+    b, g = s.dst.buf, s.geom
+    x = sim.gm[s.src.name]
+    _, _, H, W = x.shape
+    KH, KW, OW = g.kh.eval(env), g.kw.eval(env), g.ow.eval(env)
+    n, k0, ke, p0, pe = (v.eval(env) for v in (s.n, s.k0, s.k_ext, s.p0, s.p_ext))
+    br, bc = b.shape(env)
+    if ke > br or pe > bc:
+        raise NpuCapacityError(f"im2col copy of {ke}x{pe} elements into {b.name} ({br}x{bc})")
+    k = np.arange(k0, k0 + ke)[:, None]
+    p = np.arange(p0, p0 + pe)[None, :]
+    c, kh, kw = k // (KH * KW), (k // KW) % KH, k % KW
+    h = (p // OW) * g.sh + kh * g.dh - g.ph
+    w = (p % OW) * g.sw + kw * g.dw - g.pw
+    inside = (h >= 0) & (h < H) & (w >= 0) & (w < W)
+    vals = x[n, c, np.clip(h, 0, H - 1), np.clip(w, 0, W - 1)]
+    nd = np.zeros((br, bc), np.dtype(b.dtype))
+    nd[:ke, :pe] = np.where(inside, vals, 0)
+    dst = sim.access(s.pipe, s.dst, env, True, f"Im2Col {s.src.name} -> {b.name}")
+    dst[...] = to_layout(nd, b.layout)
+    # bursts: a run of output columns in one image row is contiguous in X for stride 1
+    run = min(pe, OW) if g.sw == 1 else 1
+    nbytes = ke * -(-pe // run) * _burst(run * b.itemsize)
+    sim.count_bytes(f"GM->{b.level}", nbytes)
+    return sim.p.transfer_latency + -(-nbytes // sim.p.gm_bytes_per_cycle)

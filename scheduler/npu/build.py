@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from polycomp import ir
 from polycomp.errors import TargetError
-from polycomp.hw.npu.program import Program
+from polycomp.hw.npu.program import Program, ix
 from polycomp.hw.target import Target
 from polycomp.scheduler.common.contraction import Contraction, match_contraction
 
@@ -50,6 +50,11 @@ def npu_program(model, target: Target, options) -> Program:
                 fit_cube_tiles(target, 2 if in_dt == "float16" else 4, copies)
             return cube_program(name, in_dt, out_dt, len(c.out_dims) == 3, tiles,
                                 options.double_buffer)
+    if len(stages) == 1 and stages[0].is_reduction:
+        from .conv import match_conv
+        conv = match_conv(stages[0], model.graph.inputs)
+        if conv is not None:
+            return _conv(name, stages[0], conv, target, options)
     if len(stages) > 1 and stages[0].is_reduction:
         c = match_contraction(stages[0])
         if isinstance(c, Contraction) and _is_matmul(c) and len(c.out_dims) == 2:
@@ -72,3 +77,21 @@ def _with_epilogue(name: str, graph, c: Contraction, target: Target, options) ->
     e = build_epilogue(graph, mm, extra, tiles.m0, tiles.n0, copies)
     return cube_program(name, in_dt, e.out_tensor.dtype, False, tiles,
                         options.double_buffer, e)
+
+
+def _conv(name: str, stage, conv, target: Target, options) -> Program:
+    """A convolution as implicit GEMM on the cube (:mod:`.conv`)."""
+    from .conv import conv_tensors
+    from .cube import CubeGemm
+    out_dt = stage.output.dtype
+    if out_dt not in ("float16", "float32"):
+        raise TargetError(f"npu: {stage.name} writes {out_dt}; the cube path writes float16 "
+                          f"or float32")
+    a, b, c, derived, (N, *_rest) = conv_tensors(conv, stage.output.name, out_dt)
+    gemm = CubeGemm(a, b, c, ix(a.dims[0]), ix("P"), ix("KD"), ix(N), (b, a, c), derived,
+                    conv.geom)
+    copies = 2 if options.double_buffer else 1
+    tiles = check_tiles(CubeTiles(*options.cube_tile)) if options.cube_tile else \
+        fit_cube_tiles(target, 2 if conv.dtype == "float16" else 4, copies)
+    return cube_program(name, conv.dtype, out_dt, True, tiles, options.double_buffer,
+                        gemm=gemm)

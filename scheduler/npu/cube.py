@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from polycomp.errors import ResourceLimitError
 from polycomp.hw.npu.program import (
+    ConvGeom,
+    CopyIm2Col,
     CopyIn,
     CopyLocal,
     CopyOut,
@@ -52,6 +54,33 @@ class CubeTiles:
     n0: int
     k0: int
     kl1: int
+
+
+@dataclass(frozen=True)
+class CubeGemm:
+    """The GEMM the cube program computes: ``c[b?] (m x n) = a[b?] (m x k) @ b[b?] (k x n)``
+    over GM tensors (``tensors``: in argument order); ``im2col``: ``b`` is an image
+    read through the im2col addressing of a convolution (:mod:`.conv`), ``a`` shared by
+    the batch; ``derived``: sizes the host computes."""
+    a: GlobalTensor
+    b: GlobalTensor
+    c: GlobalTensor
+    m: Ix
+    n: Ix
+    k: Ix
+    batch: Ix | None
+    tensors: tuple
+    derived: dict
+    im2col: ConvGeom | None = None
+
+
+def matmul_gemm(a_dtype: str, out_dtype: str, batched: bool) -> CubeGemm:
+    bd: tuple[str, ...] = ("B",) if batched else ()
+    A = GlobalTensor("A", a_dtype, (*bd, "M", "K"))
+    B = GlobalTensor("B", a_dtype, (*bd, "K", "N"))
+    C = GlobalTensor("C", out_dtype, (*bd, "M", "N"), is_output=True)
+    return CubeGemm(A, B, C, ix("M"), ix("N"), ix("K"), ix("B") if batched else None,
+                    (A, B, C), {})
 
 
 def fit_cube_tiles(target: Target, itemsize: int, copies: int,
@@ -117,23 +146,23 @@ def _epilogue_tail(e: Epilogue, l0c: Slot, u: Ix, bidx: tuple, one: tuple,
 
 def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
                  tiles: CubeTiles, double_buffer: bool,
-                 epilogue: Epilogue | None = None) -> Program:
+                 epilogue: Epilogue | None = None, gemm: CubeGemm | None = None) -> Program:
     """The program of ``C = A @ B`` (per batch) for the cube; see the module docstring."""
     t, c = tiles, 2 if double_buffer else 1
-    bd: tuple[str, ...] = ("B",) if batched else ()
-    A = GlobalTensor("A", a_dtype, (*bd, "M", "K"))
-    B = GlobalTensor("B", a_dtype, (*bd, "K", "N"))
-    C = GlobalTensor("C", out_dtype, (*bd, "M", "N"), is_output=True)
+    g = gemm or matmul_gemm(a_dtype, out_dtype, batched)
+    A, B, C = g.a, g.b, g.c
+    batched = g.batch is not None
     l1a = LocalBuf("l1A", "L1", a_dtype, t.m0, t.kl1, "NZ", c)
     l1b = LocalBuf("l1B", "L1", a_dtype, t.kl1, t.n0, "NZ", c)
     l0a = LocalBuf("l0A", "L0A", a_dtype, t.m0, t.k0, "zZ", c)
     l0b = LocalBuf("l0B", "L0B", a_dtype, t.k0, t.n0, "nZ", c)
     l0c = LocalBuf("l0C", "L0C", "float32", t.m0, t.n0, "NZ", c)
 
-    M, N, K = ix("M"), ix("N"), ix("K")
+    M, N, K = g.m, g.n, g.k
     mo, no, ko, ki = ix("mo"), ix("no"), ix("ko"), ix("ki")
     bidx: tuple[Ix, ...] = (ix("b"),) if batched else ()
     one: tuple[Ix, ...] = (ix(1),) if batched else ()
+    a_b, a_one = ((), ()) if g.im2col else (bidx, one)
     tile_no = (ix("b") * ceildiv(M, t.m0) + mo) * ceildiv(N, t.n0) + no if batched \
         else mo * ceildiv(N, t.n0) + no
     s1, s0, cs = ko % c, ki % c, tile_no % c
@@ -151,8 +180,10 @@ def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
     )
     k_outer = (
         WaitFlag("MTE1", "MTE2", s1),
-        CopyIn(GmRegion(A, (*bidx, mo * t.m0, ko * t.kl1), (*one, m_ext, k_ext)),
+        CopyIn(GmRegion(A, (*a_b, mo * t.m0, ko * t.kl1), (*a_one, m_ext, k_ext)),
                Slot(l1a, s1)),
+        CopyIm2Col(B, ix("b"), ko * t.kl1, k_ext, no * t.n0, n_ext, g.im2col, Slot(l1b, s1))
+        if g.im2col else
         CopyIn(GmRegion(B, (*bidx, ko * t.kl1, no * t.n0), (*one, k_ext, n_ext)),
                Slot(l1b, s1)),
         SetFlag("MTE2", "MTE1", s1),
@@ -175,9 +206,10 @@ def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
     )
     nest: tuple = (Loop("mo", ceildiv(M, t.m0), (Loop("no", ceildiv(N, t.n0), tile),)),)
     if batched:
-        nest = (Loop("b", ix("B"), nest),)
+        assert g.batch is not None
+        nest = (Loop("b", g.batch, nest),)
     pairs: tuple = (("MTE1", "MTE2"), ("M", "MTE1"), ("FIX", "M"))
-    tensors: tuple = (A, B, C)
+    tensors: tuple = g.tensors
     buffers: tuple = (l1a, l1b, l0a, l0b, l0c)
     if epilogue is not None:
         pairs += (("V", "FIX"), ("MTE3", "V")) + ((("V", "MTE2"),) if epilogue.rows_in else ())
@@ -186,4 +218,5 @@ def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
     pro = tuple(SetFlag(p, q, ix(e)) for p, q in pairs for e in range(c))
     epi = tuple(WaitFlag(p, q, ix(e)) for p, q in pairs for e in range(c))
     return Program(name, "cube", tensors, buffers, pro + nest + epi,
-                   {"m0": t.m0, "n0": t.n0, "k0": t.k0, "kL1": t.kl1})
+                   {"m0": t.m0, "n0": t.n0, "k0": t.k0, "kL1": t.kl1,
+                    **({"derived": g.derived} if g.derived else {})})
