@@ -174,7 +174,7 @@ def test_nd_ops_match_numpy(name, dtype, sizes):
                                atol=tol * max(1.0, float(np.max(np.abs(ref)))))
 
 
-CONV_OPS = ("conv2d", "conv2d_s2_p1", "conv2d_s21_p12_d2")
+CONV_OPS = ("conv2d", "conv2d_s2_p1", "conv2d_s21_p12_d2", "conv2d_bias_relu")
 
 
 @settings(max_examples=12, deadline=None)

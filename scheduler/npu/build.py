@@ -50,11 +50,11 @@ def npu_program(model, target: Target, options) -> Program:
                 fit_cube_tiles(target, 2 if in_dt == "float16" else 4, copies)
             return cube_program(name, in_dt, out_dt, len(c.out_dims) == 3, tiles,
                                 options.double_buffer)
-    if len(stages) == 1 and stages[0].is_reduction:
+    if stages and stages[0].is_reduction:
         from .conv import match_conv
         conv = match_conv(stages[0], model.graph.inputs)
         if conv is not None:
-            return _conv(name, stages[0], conv, target, options)
+            return _conv(name, model.graph, conv, target, options)
     if len(stages) > 1 and stages[0].is_reduction:
         c = match_contraction(stages[0])
         if isinstance(c, Contraction) and _is_matmul(c) and len(c.out_dims) == 2:
@@ -79,11 +79,15 @@ def _with_epilogue(name: str, graph, c: Contraction, target: Target, options) ->
                         options.double_buffer, e)
 
 
-def _conv(name: str, stage, conv, target: Target, options) -> Program:
-    """A convolution as implicit GEMM on the cube (:mod:`.conv`)."""
+def _conv(name: str, graph, conv, target: Target, options) -> Program:
+    """A convolution as implicit GEMM on the cube (:mod:`.conv`), with the elementwise
+    stages after it (bias, relu) as a vector epilogue."""
     from .conv import conv_tensors
     from .cube import CubeGemm
-    out_dt = stage.output.dtype
+    from .epilogue import Frame, build_epilogue, ub_bytes
+    from .view import VectorView, tensor_keys
+    stage = graph.stages[0]
+    out_dt = stage.output.dtype if len(graph.stages) == 1 else "float32"
     if out_dt not in ("float16", "float32"):
         raise TargetError(f"npu: {stage.name} writes {out_dt}; the cube path writes float16 "
                           f"or float32")
@@ -91,7 +95,22 @@ def _conv(name: str, stage, conv, target: Target, options) -> Program:
     gemm = CubeGemm(a, b, c, ix(a.dims[0]), ix("P"), ix("KD"), ix(N), (b, a, c), derived,
                     conv.geom)
     copies = 2 if options.double_buffer else 1
+    itemsize = 2 if conv.dtype == "float16" else 4
+    epi, ub_need = None, None
+    if len(graph.stages) > 1:
+        keys = tensor_keys(stage.output)
+        if None in keys:
+            raise TargetError(f"npu: conv {stage.name} with a unit dimension has no vector "
+                              f"epilogue")
+        nk, fk, ohk, owk = (str(k) for k in keys)
+        frame = Frame(VectorView(fk, (ohk, owk), (nk,), ()), None, (a.dims[0],),
+                      (N, a.dims[0], "P"), (N, a.dims[0], "OH", "OW"))
+        extra = [t for t in graph.inputs if t.name not in (a.name, b.name)]
+        ub_need = ub_bytes(graph, stage, extra, copies, frame)
     tiles = check_tiles(CubeTiles(*options.cube_tile)) if options.cube_tile else \
-        fit_cube_tiles(target, 2 if conv.dtype == "float16" else 4, copies)
+        fit_cube_tiles(target, itemsize, copies, ub_need)
+    if len(graph.stages) > 1:
+        epi = build_epilogue(graph, stage, extra, tiles.m0, tiles.n0, copies, frame)
+        out_dt = epi.out_tensor.dtype
     return cube_program(name, conv.dtype, out_dt, True, tiles, options.double_buffer,
-                        gemm=gemm)
+                        epi, gemm=gemm)

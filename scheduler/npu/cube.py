@@ -132,7 +132,9 @@ def _epilogue_tail(e: Epilogue, l0c: Slot, u: Ix, bidx: tuple, one: tuple,
     rows_in: tuple = ()
     if e.rows_in:
         rows_in = (WaitFlag("V", "MTE2", u),
-                   *(CopyIn(GmRegion(g, (no * t.n0,), (n_ext,)), slot(b)) for g, b in e.rows_in),
+                   *(CopyIn(GmRegion(g, (no * t.n0,), (n_ext,)) if kind == "ROW" else
+                            GmRegion(g, (mo * t.m0,), (m_ext,), split=0), slot(b))
+                     for g, b, kind in e.rows_in),
                    SetFlag("MTE2", "V", u), WaitFlag("MTE2", "V", u))
     return (WaitFlag("V", "FIX", u), CopyLocal(l0c, slot(e.acc)),
             SetFlag("FIX", "M", l0c.index), SetFlag("FIX", "V", u), *rows_in,
@@ -213,7 +215,8 @@ def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
     buffers: tuple = (l1a, l1b, l0a, l0b, l0c)
     if epilogue is not None:
         pairs += (("V", "FIX"), ("MTE3", "V")) + ((("V", "MTE2"),) if epilogue.rows_in else ())
-        tensors = (A, B, *(g for g, _ in epilogue.rows_in), epilogue.out_tensor)
+        tensors = (*g.tensors[:-1], *(v for v, _, _ in epilogue.rows_in),
+                   epilogue.out_tensor)
         buffers += epilogue.buffers
     pro = tuple(SetFlag(p, q, ix(e)) for p, q in pairs for e in range(c))
     epi = tuple(WaitFlag(p, q, ix(e)) for p, q in pairs for e in range(c))

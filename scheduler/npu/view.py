@@ -38,12 +38,16 @@ def dim_key(e, what: str) -> str | None:
         return e.name
     if isinstance(e, ir.IntImm):
         return str(e.value)
-    raise TargetError(f"npu: {what}: extent {e} is neither a size symbol nor a constant; "
-                      f"the vector mapping tiles plain extents only")
+    if not ir.free_vars(e) or all(isinstance(v, ir.Var) for v in ir.free_vars(e)):
+        return f"expr:{e}"      # a derived extent (a convolution's output size)
+    raise TargetError(f"npu: {what}: extent {e} is not a size expression")
 
 
 def dim_size(key: str) -> str | int:
     """The tiling-data size of a dimension key (a symbol's name or a constant)."""
+    if key.startswith("expr:"):
+        raise TargetError(f"npu: the extent {key[5:]} is neither a size symbol nor a "
+                          f"constant; the vector mapping tiles plain extents only")
     return int(key) if key.isdigit() else key
 
 
