@@ -194,6 +194,32 @@ def test_conv_implicit_gemm_matches_numpy(name, dtype, target, seed):
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
 
 
+@settings(max_examples=6, deadline=None)
+@given(target=st.sampled_from(["npu-lite", "npu"]), seed=st.integers(0, 2**16))
+def test_attention_phases_match_numpy(target, seed):
+    """attention as four phases (transpose, batch matmul, scaled softmax, batch matmul)
+    through GM workspaces."""
+    spec = OPS["attention"]
+    rng = np.random.default_rng(seed)
+    shapes = spec.shapes(lambda lo, hi: int(rng.integers(lo, min(hi, 40) + 1)))
+    arrays = spec.inputs(rng, shapes, "float32")
+    ck = _vector_ck("attention", "float32", target)
+    prog = program_of(ck.state)
+    assert [p.kind for p in prog.phases] == ["vector", "cube", "vector", "cube"]
+    assert [t.name for t in prog.workspaces] == ["transpose", "scores", "softmax"]
+    out = interpret(ck, *arrays)
+    ref = interpret(spec.kernel("float32"), *arrays)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(ref).max()))
+
+
+def test_every_op_library_kernel_compiles_for_npu():
+    """The whole op library (its float16 / float32 variants) compiles for the NPU."""
+    for spec in OPS.values():
+        for dtype in ("float16", "float32"):
+            if dtype in spec.dtypes:
+                assert compile_kernel(spec.kernel(dtype), "npu-lite").source
+
+
 def test_constant_shapes():
     from polycomp.frontend import ops
 
@@ -232,7 +258,7 @@ def test_emitted_source_passes_syntax_check(tmp_path):
         p = tmp_path / f"{kind}.cpp"
         p.write_text(_ck(kind, dtype).source)
         assert "OK" in syntax_check(str(p))
-    for name in VECTOR_OPS + EPILOGUE_OPS + ND_OPS + CONV_OPS:
+    for name in VECTOR_OPS + EPILOGUE_OPS + ND_OPS + CONV_OPS + ("attention",):
         dtype = "float16" if "float16" in OPS[name].dtypes else "float32"
         p = tmp_path / f"{name}.cpp"
         p.write_text(_vector_ck(name, dtype).source)
@@ -249,6 +275,8 @@ def test_printed_program_golden(goldens):
                                            src)
     src = _vector_ck("conv2d_s2_p1", "float16").source           # implicit GEMM
     assert src.strip() == goldens.expected("npu.cube-im2col.conv2d_s2_p1_float16.cpp", src)
+    src = _vector_ck("attention", "float32").source               # phases
+    assert src.strip() == goldens.expected("npu.phased.attention_float32.cpp", src)
     src = _vector_ck("softmax_3d_1", "float32", "npu").source      # batch loop, transposes
     assert src.strip() == goldens.expected("npu.vector-program.softmax_3d_1_float32.cpp", src)
     src = _vector_ck("reduce_sum_3d_02_keep", "float32", "npu").source   # carried loop

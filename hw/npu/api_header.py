@@ -76,6 +76,8 @@ template <typename T, typename C, typename A, typename B> void Select(const Loca
 template <typename T, typename U> void Fixpipe(const LocalTensor<T>& dst,
                                                const LocalTensor<U>& src,
                                                const FixpipeParams& params);
+enum PipeType { PIPE_ALL };
+template <PipeType P> void PipeBarrier();
 template <HardEvent E> void SetFlag(int32_t eventId);
 template <HardEvent E> void WaitFlag(int32_t eventId);
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

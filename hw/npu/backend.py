@@ -71,7 +71,7 @@ def _bind(ck, prog: Program, arrays) -> tuple[dict, dict]:
 def simulate(ck, *arrays):
     """Run ``ck``'s NPU program on numpy ``arrays`` (the kernel's inputs in order):
     ``(outputs, SimReport)``."""
-    from .sim import Simulator
+    from .sim import SimReport, Simulator
     prog = program_of(ck.state)
     ins = prog.inputs
     if len(arrays) != len(ins):
@@ -85,12 +85,17 @@ def simulate(ck, *arrays):
     for t in ins:
         if t.view is not None:
             gm[t.name] = gm[t.name].reshape(dims(t.dims))
-    if prog.kind == "vector":
-        from polycomp.scheduler.npu.vector import vector_tiling
-        sizes.update(vector_tiling(prog, sizes, ck.target.capacity("UB")))
-    for t in prog.outputs:
+    for t in (*prog.outputs, *prog.workspaces):
         gm[t.name] = np.zeros(dims(t.dims), np.dtype(t.dtype))
-    report = Simulator(prog, ck.target).run(gm, sizes)
+    report = SimReport()
+    for phase in prog.phases or (prog,):
+        env = dict(sizes)
+        if phase.kind == "vector":
+            from polycomp.scheduler.npu.vector import vector_tiling
+            env.update(vector_tiling(phase, env, ck.target.capacity("UB")))
+        sim = Simulator(phase, ck.target)
+        sim.time = {p: report.cycles for p in sim.time}     # a barrier of every pipe
+        report = report.then(sim.run(gm, env))
     outs = tuple(gm[t.name].reshape(dims(t.view or t.dims)) for t in prog.outputs)
     return (outs[0] if len(outs) == 1 else outs), report
 

@@ -311,11 +311,13 @@ class Program:
     """A kernel for one AI core: GM arguments, on-chip buffers, the body, the tiling
     data (sizes read from the arguments' shapes by the host) and what it computes."""
     name: str
-    kind: str                          # "cube" | "vector"
+    kind: str                          # "cube" | "vector" | "phased"
     tensors: tuple[GlobalTensor, ...]
     buffers: tuple[LocalBuf, ...]
     body: tuple
     tiling: dict = field(default_factory=dict)   # constant tile sizes, for the printer
+    phases: tuple = ()          # "phased": programs run one after the other
+    workspaces: tuple = ()      # "phased": GM tensors between phases (host-allocated)
 
     @property
     def inputs(self) -> tuple[GlobalTensor, ...]:

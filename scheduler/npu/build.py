@@ -35,6 +35,24 @@ def _is_cast_of(s, producer) -> bool:
 
 
 def npu_program(model, target: Target, options) -> Program:
+    """The NPU program of ``model``'s kernel: one cube or vector program, or failing
+    that, phases of them (:mod:`.phases`) when the kernel holds a matmul."""
+    try:
+        return _single(model, target, options)
+    except TargetError as first:
+        from .phases import phased_program
+        stages = model.graph.stages
+        if len(stages) < 2 or not any(
+                s.is_reduction and isinstance(c := match_contraction(s), Contraction)
+                and _is_matmul(c) for s in stages):
+            raise
+        try:
+            return phased_program(model.graph, target, options, _is_matmul)
+        except TargetError as e:
+            raise TargetError(f"{first}; as phases: {e}") from e
+
+
+def _single(model, target: Target, options) -> Program:
     stages = list(model.graph.stages)
     name = model.graph.name if hasattr(model.graph, "name") else "kernel"
     if 1 <= len(stages) <= 2 and stages[0].is_reduction and \

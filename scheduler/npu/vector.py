@@ -206,9 +206,9 @@ def _expr(bld: _Builder, e, vars: dict, stage: str) -> Val:
         raise TargetError(f"npu: stage {stage}: {type(e).__name__} "
                           f"{getattr(e, 'op', getattr(e, 'name', ''))} has no vector "
                           f"instruction in the NPU mapping")
+    if all(a.kind == "S" for a in args):     # of sizes: a value per row, via Duplicate
+        args[0] = _emit(bld, "Duplicate", (_operand(args[0]),), "float32", "COL")
     kinds = [a.kind for a in args]
-    if all(k == "S" for k in kinds):
-        raise TargetError(f"npu: stage {stage}: a scalar-only expression is not mapped")
     kind = "ND" if "COL" in kinds and "ROW" in kinds else \
         next(k for k in ("ND", "COL", "ROW") if k in kinds)
     dtype = e.dtype if e.dtype in _FLOATS else "float32"
