@@ -36,7 +36,8 @@ def program_of(state: CompileState) -> Program:
     """The NPU program of a compile (built once per compile state)."""
     if state not in _PROGRAMS:
         from polycomp.scheduler.npu.build import npu_program
-        _PROGRAMS[state] = npu_program(state.model, state.target, state.options)
+        _PROGRAMS[state] = npu_program(state.model, state.target, state.options,
+                                       state.npu_schedule)
     return _PROGRAMS[state]
 
 
@@ -112,6 +113,10 @@ class NpuBackend(Backend):
 
     def make_target(self, name: str) -> Target:
         return npu_target(name)
+
+    def schedule_passes(self, state: CompileState) -> list:
+        from polycomp.scheduler.npu.tile import NpuCubeTilePass
+        return [NpuCubeTilePass()]
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         return [body_pass("simplify", simplify)]

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from polycomp import ir
-from polycomp.errors import TargetError
+from polycomp.errors import PolycompInternalError, TargetError
 from polycomp.hw.npu.program import Program, ix
 from polycomp.hw.target import Target
 from polycomp.scheduler.common.contraction import Contraction, match_contraction
@@ -34,11 +34,11 @@ def _is_cast_of(s, producer) -> bool:
         and b.value.buffer.name == producer.name and list(b.value.indices) == list(s.iters)
 
 
-def npu_program(model, target: Target, options) -> Program:
+def npu_program(model, target: Target, options, schedule=None) -> Program:
     """The NPU program of ``model``'s kernel: one cube or vector program, or failing
     that, phases of them (:mod:`.phases`) when the kernel holds a matmul."""
     try:
-        return _single(model, target, options)
+        return _single(model, target, options, schedule)
     except TargetError as first:
         from .phases import phased_program
         stages = model.graph.stages
@@ -52,48 +52,92 @@ def npu_program(model, target: Target, options) -> Program:
             raise TargetError(f"{first}; as phases: {e}") from e
 
 
-def _single(model, target: Target, options) -> Program:
-    stages = list(model.graph.stages)
-    name = model.graph.name if hasattr(model.graph, "name") else "kernel"
+def _plain_matmul(stages) -> Contraction | None:
     if 1 <= len(stages) <= 2 and stages[0].is_reduction and \
             (len(stages) == 1 or _is_cast_of(stages[1], stages[0])):
         c = match_contraction(stages[0])
         if isinstance(c, Contraction) and _is_matmul(c):
-            in_dt, out_dt = c.a.load.dtype, stages[-1].output.dtype
-            if out_dt not in ("float16", "float32"):
-                raise TargetError(f"npu: {stages[0].name} writes {out_dt}; the cube path "
-                                  f"writes float16 or float32")
-            copies = 2 if options.double_buffer else 1
-            tiles = check_tiles(CubeTiles(*options.cube_tile)) if options.cube_tile else \
-                fit_cube_tiles(target, 2 if in_dt == "float16" else 4, copies)
-            return cube_program(name, in_dt, out_dt, len(c.out_dims) == 3, tiles,
-                                options.double_buffer)
+            return c
+    return None
+
+
+def _epilogue_matmul(model) -> Contraction | None:
+    stages = model.graph.stages
+    if len(stages) > 1 and stages[0].is_reduction:
+        c = match_contraction(stages[0])
+        if isinstance(c, Contraction) and _is_matmul(c) and len(c.out_dims) == 2:
+            return c
+    return None
+
+
+def cube_plan(model, target: Target, options) -> tuple[str, bool, CubeTiles] | None:
+    """``(stage, batched, tiles)`` of a kernel the cube path takes as one (batch) matmul
+    (with an output cast or a vector epilogue), tiles fitted to the target; None for
+    others (convolutions, phases and vector kernels fit their tiles when built)."""
+    stages = model.graph.stages
+    c = _plain_matmul(stages)
+    copies = 2 if options.double_buffer else 1
+    if c is not None:
+        size = 2 if c.a.load.dtype == "float16" else 4
+        tiles = check_tiles(CubeTiles(*options.cube_tile)) if options.cube_tile else \
+            fit_cube_tiles(target, size, copies)
+        return stages[0].name, len(c.out_dims) == 3, tiles
+    c = _epilogue_matmul(model)
+    if c is None:
+        return None
+    from .epilogue import ub_bytes
+    operands = {c.a.load.buffer.name, c.b.load.buffer.name}
+    extra = [t for t in model.graph.inputs if t.name not in operands]
+    try:
+        need = ub_bytes(model.graph, stages[0], extra, copies)
+    except TargetError:
+        return None
+    tiles = check_tiles(CubeTiles(*options.cube_tile)) if options.cube_tile else \
+        fit_cube_tiles(target, 2 if c.a.load.dtype == "float16" else 4, copies, need)
+    return stages[0].name, False, tiles
+
+
+def _tree_tiles(schedule) -> CubeTiles:
+    from .tile import tiles_of
+    t = tiles_of(schedule)
+    if t is None:
+        raise PolycompInternalError("npu: the schedule tree has no npu_cube mark: the cube "
+                                    "tiling pass did not run")
+    return t
+
+
+def _single(model, target: Target, options, schedule) -> Program:
+    stages = list(model.graph.stages)
+    name = model.graph.name if hasattr(model.graph, "name") else "kernel"
+    c = _plain_matmul(stages)
+    if c is not None:
+        in_dt, out_dt = c.a.load.dtype, stages[-1].output.dtype
+        if out_dt not in ("float16", "float32"):
+            raise TargetError(f"npu: {stages[0].name} writes {out_dt}; the cube path "
+                              f"writes float16 or float32")
+        return cube_program(name, in_dt, out_dt, len(c.out_dims) == 3,
+                            _tree_tiles(schedule), options.double_buffer)
     if stages and stages[0].is_reduction:
         from .conv import match_conv
         conv = match_conv(stages[0], model.graph.inputs)
         if conv is not None:
             return _conv(name, model.graph, conv, target, options)
-    if len(stages) > 1 and stages[0].is_reduction:
-        c = match_contraction(stages[0])
-        if isinstance(c, Contraction) and _is_matmul(c) and len(c.out_dims) == 2:
-            return _with_epilogue(name, model.graph, c, target, options)
+    c = _epilogue_matmul(model)
+    if c is not None:
+        return _with_epilogue(name, model.graph, c, _tree_tiles(schedule), options)
     from .vector import vector_program
     return vector_program(model.graph, options.double_buffer)
 
 
-def _with_epilogue(name: str, graph, c: Contraction, target: Target, options) -> Program:
+def _with_epilogue(name: str, graph, c: Contraction, tiles: CubeTiles, options) -> Program:
     """A 2-d matmul followed by elementwise stages: the cube with a vector epilogue."""
-    from .epilogue import build_epilogue, ub_bytes
+    from .epilogue import build_epilogue
     mm = graph.stages[0]
     operands = {c.a.load.buffer.name, c.b.load.buffer.name}
     extra = [t for t in graph.inputs if t.name not in operands]
     copies = 2 if options.double_buffer else 1
-    in_dt = c.a.load.dtype
-    tiles = check_tiles(CubeTiles(*options.cube_tile)) if options.cube_tile else \
-        fit_cube_tiles(target, 2 if in_dt == "float16" else 4, copies,
-                       ub_bytes(graph, mm, extra, copies))
     e = build_epilogue(graph, mm, extra, tiles.m0, tiles.n0, copies)
-    return cube_program(name, in_dt, e.out_tensor.dtype, False, tiles,
+    return cube_program(name, c.a.load.dtype, e.out_tensor.dtype, False, tiles,
                         options.double_buffer, e)
 
 
