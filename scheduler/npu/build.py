@@ -36,7 +36,13 @@ def _is_cast_of(s, producer) -> bool:
 
 def npu_program(model, target: Target, options, schedule=None) -> Program:
     """The NPU program of ``model``'s kernel: one cube or vector program, or failing
-    that, phases of them (:mod:`.phases`) when the kernel holds a matmul."""
+    that, phases of them (:mod:`.phases`) when the kernel holds a matmul; its pipe
+    flags placed by dependence analysis (:mod:`.sync`)."""
+    from .sync import place_flags
+    return place_flags(_build(model, target, options, schedule))
+
+
+def _build(model, target: Target, options, schedule) -> Program:
     try:
         return _single(model, target, options, schedule)
     except TargetError as first:

@@ -64,12 +64,12 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
         LocalTensor<float> l0A[2] = {AllocLocal<float>(TPosition::A2, 0, 64 * 16), AllocLocal<float>(TPosition::A2, 0 + 1 * 64 * 16 * 4, 64 * 16)};  // L0A, zZ, ping-pong
         LocalTensor<float> l0B[2] = {AllocLocal<float>(TPosition::B2, 0, 16 * 32), AllocLocal<float>(TPosition::B2, 0 + 1 * 16 * 32 * 4, 16 * 32)};  // L0B, nZ, ping-pong
         LocalTensor<float> l0C[2] = {AllocLocal<float>(TPosition::CO1, 0, 64 * 32), AllocLocal<float>(TPosition::CO1, 0 + 1 * 64 * 32 * 4, 64 * 32)};  // L0C, NZ, ping-pong
+        SetFlag<HardEvent::FIX_M>(0);
+        SetFlag<HardEvent::FIX_M>(1);
         SetFlag<HardEvent::MTE1_MTE2>(0);
         SetFlag<HardEvent::MTE1_MTE2>(1);
         SetFlag<HardEvent::M_MTE1>(0);
         SetFlag<HardEvent::M_MTE1>(1);
-        SetFlag<HardEvent::FIX_M>(0);
-        SetFlag<HardEvent::FIX_M>(1);
         for (int64_t b = 0; b < Bt; ++b) {
             for (int64_t mo = 0; mo < CeilDiv(N, 64); ++mo) {
                 for (int64_t no = 0; no < CeilDiv(M, 32); ++no) {
@@ -98,12 +98,12 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 }
             }
         }
+        WaitFlag<HardEvent::FIX_M>(0);
+        WaitFlag<HardEvent::FIX_M>(1);
         WaitFlag<HardEvent::MTE1_MTE2>(0);
         WaitFlag<HardEvent::MTE1_MTE2>(1);
         WaitFlag<HardEvent::M_MTE1>(0);
         WaitFlag<HardEvent::M_MTE1>(1);
-        WaitFlag<HardEvent::FIX_M>(0);
-        WaitFlag<HardEvent::FIX_M>(1);
     }
     PipeBarrier<PIPE_ALL>();
     {  // phase 2: vector
@@ -136,17 +136,17 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 WaitFlag<HardEvent::V_MTE2>((((i_Bt * CeilDiv(N, TR)) + t) % 2));
                 DataCopyPad(ub0[(((i_Bt * CeilDiv(N, TR)) + t) % 2)], gscores[((((((0 * Bt) + i_Bt) * N) + (t * TR)) * M) + 0)], DataCopyPadParams{(uint32_t)Min(TR, (N - (t * TR))), (uint32_t)M, (uint32_t)M, (uint32_t)CP});
                 SetFlag<HardEvent::MTE2_V>((((i_Bt * CeilDiv(N, TR)) + t) % 2));
-                WaitFlag<HardEvent::MTE2_V>((((i_Bt * CeilDiv(N, TR)) + t) % 2));
-                WaitFlag<HardEvent::MTE3_V>((((i_Bt * CeilDiv(N, TR)) + t) % 2));
                 Duplicate(ub1, D, (uint32_t)(Min(TR, (N - (t * TR)))));
                 Rsqrt(ub2, ub1, (uint32_t)(Min(TR, (N - (t * TR)))));
+                WaitFlag<HardEvent::MTE2_V>((((i_Bt * CeilDiv(N, TR)) + t) % 2));
                 Mul(ub3, ub0[(((i_Bt * CeilDiv(N, TR)) + t) % 2)], ub2, (uint32_t)(Min(TR, (N - (t * TR)))));
+                SetFlag<HardEvent::V_MTE2>((((i_Bt * CeilDiv(N, TR)) + t) % 2));
                 ReduceMax(ub4, ub3, M, (uint32_t)(Min(TR, (N - (t * TR)))));
                 Sub(ub5, ub3, ub4, (uint32_t)(Min(TR, (N - (t * TR)))));
                 Exp(ub6, ub5, (uint32_t)(Min(TR, (N - (t * TR)))));
                 ReduceSum(ub7, ub6, M, (uint32_t)(Min(TR, (N - (t * TR)))));
+                WaitFlag<HardEvent::MTE3_V>((((i_Bt * CeilDiv(N, TR)) + t) % 2));
                 Div(ub8[(((i_Bt * CeilDiv(N, TR)) + t) % 2)], ub6, ub7, (uint32_t)(Min(TR, (N - (t * TR)))));
-                SetFlag<HardEvent::V_MTE2>((((i_Bt * CeilDiv(N, TR)) + t) % 2));
                 SetFlag<HardEvent::V_MTE3>((((i_Bt * CeilDiv(N, TR)) + t) % 2));
                 WaitFlag<HardEvent::V_MTE3>((((i_Bt * CeilDiv(N, TR)) + t) % 2));
                 DataCopyPad(gsoftmax[((((((0 * Bt) + i_Bt) * N) + (t * TR)) * M) + 0)], ub8[(((i_Bt * CeilDiv(N, TR)) + t) % 2)], DataCopyPadParams{(uint32_t)Min(TR, (N - (t * TR))), (uint32_t)M, (uint32_t)CP, (uint32_t)M});
@@ -165,12 +165,12 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
         LocalTensor<float> l0A[2] = {AllocLocal<float>(TPosition::A2, 0, 64 * 16), AllocLocal<float>(TPosition::A2, 0 + 1 * 64 * 16 * 4, 64 * 16)};  // L0A, zZ, ping-pong
         LocalTensor<float> l0B[2] = {AllocLocal<float>(TPosition::B2, 0, 16 * 32), AllocLocal<float>(TPosition::B2, 0 + 1 * 16 * 32 * 4, 16 * 32)};  // L0B, nZ, ping-pong
         LocalTensor<float> l0C[2] = {AllocLocal<float>(TPosition::CO1, 0, 64 * 32), AllocLocal<float>(TPosition::CO1, 0 + 1 * 64 * 32 * 4, 64 * 32)};  // L0C, NZ, ping-pong
+        SetFlag<HardEvent::FIX_M>(0);
+        SetFlag<HardEvent::FIX_M>(1);
         SetFlag<HardEvent::MTE1_MTE2>(0);
         SetFlag<HardEvent::MTE1_MTE2>(1);
         SetFlag<HardEvent::M_MTE1>(0);
         SetFlag<HardEvent::M_MTE1>(1);
-        SetFlag<HardEvent::FIX_M>(0);
-        SetFlag<HardEvent::FIX_M>(1);
         for (int64_t b = 0; b < Bt; ++b) {
             for (int64_t mo = 0; mo < CeilDiv(N, 64); ++mo) {
                 for (int64_t no = 0; no < CeilDiv(D, 32); ++no) {
@@ -199,11 +199,11 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 }
             }
         }
+        WaitFlag<HardEvent::FIX_M>(0);
+        WaitFlag<HardEvent::FIX_M>(1);
         WaitFlag<HardEvent::MTE1_MTE2>(0);
         WaitFlag<HardEvent::MTE1_MTE2>(1);
         WaitFlag<HardEvent::M_MTE1>(0);
         WaitFlag<HardEvent::M_MTE1>(1);
-        WaitFlag<HardEvent::FIX_M>(0);
-        WaitFlag<HardEvent::FIX_M>(1);
     }
 }

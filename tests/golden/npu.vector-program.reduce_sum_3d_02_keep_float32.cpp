@@ -22,10 +22,10 @@ extern "C" __global__ __aicore__ void reduce3d_sum_02_keep_float32(GM_ADDR x_, G
     LocalTensor<float> ub0[2] = {AllocLocal<float>(TPosition::VECCALC, ub0_addr, TR * CP), AllocLocal<float>(TPosition::VECCALC, ub0_addr + 1 * TR * CP * 4, TR * CP)};  // UB, ND, ping-pong
     LocalTensor<float> ub1 = AllocLocal<float>(TPosition::VECCALC, ub1_addr, TR * 8);  // UB, COL
     LocalTensor<float> ub2[2] = {AllocLocal<float>(TPosition::VECCALC, ub2_addr, TR * 8), AllocLocal<float>(TPosition::VECCALC, ub2_addr + 1 * TR * 8 * 4, TR * 8)};  // UB, COL, ping-pong
-    SetFlag<HardEvent::V_MTE2>(0);
-    SetFlag<HardEvent::V_MTE2>(1);
     SetFlag<HardEvent::MTE3_V>(0);
     SetFlag<HardEvent::MTE3_V>(1);
+    SetFlag<HardEvent::V_MTE2>(0);
+    SetFlag<HardEvent::V_MTE2>(1);
     for (int64_t t = 0; t < CeilDiv(B, TR); ++t) {
         WaitFlag<HardEvent::MTE3_V>((t % 2));
         Duplicate(ub2[(t % 2)], 0.0, (uint32_t)(Min(TR, (B - (t * TR)))));
@@ -35,16 +35,16 @@ extern "C" __global__ __aicore__ void reduce3d_sum_02_keep_float32(GM_ADDR x_, G
             SetFlag<HardEvent::MTE2_V>((((t * A) + i_A) % 2));
             WaitFlag<HardEvent::MTE2_V>((((t * A) + i_A) % 2));
             ReduceSum(ub1, ub0[(((t * A) + i_A) % 2)], C, (uint32_t)(Min(TR, (B - (t * TR)))));
-            Add(ub2[(t % 2)], ub2[(t % 2)], ub1, (uint32_t)(Min(TR, (B - (t * TR)))));
             SetFlag<HardEvent::V_MTE2>((((t * A) + i_A) % 2));
+            Add(ub2[(t % 2)], ub2[(t % 2)], ub1, (uint32_t)(Min(TR, (B - (t * TR)))));
         }
         SetFlag<HardEvent::V_MTE3>((t % 2));
         WaitFlag<HardEvent::V_MTE3>((t % 2));
         DataCopyPad(greduce_sum[((((((0 * 1) + 0) * B) + (t * TR)) * 1) + 0)], ub2[(t % 2)], DataCopyPadParams{(uint32_t)Min(TR, (B - (t * TR))), (uint32_t)1, (uint32_t)8, (uint32_t)1});
         SetFlag<HardEvent::MTE3_V>((t % 2));
     }
-    WaitFlag<HardEvent::V_MTE2>(0);
-    WaitFlag<HardEvent::V_MTE2>(1);
     WaitFlag<HardEvent::MTE3_V>(0);
     WaitFlag<HardEvent::MTE3_V>(1);
+    WaitFlag<HardEvent::V_MTE2>(0);
+    WaitFlag<HardEvent::V_MTE2>(1);
 }

@@ -43,15 +43,15 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
             DataCopyPad(ub0[(((i_A * CeilDiv(C, TR)) + t) % 2)], gx[((((((0 * A) + i_A) * B) + 0) * C) + (t * TR))], DataCopyPadParams{(uint32_t)B, (uint32_t)Min(TR, (C - (t * TR))), (uint32_t)C, (uint32_t)TRP});
             SetFlag<HardEvent::MTE2_V>((((i_A * CeilDiv(C, TR)) + t) % 2));
             WaitFlag<HardEvent::MTE2_V>((((i_A * CeilDiv(C, TR)) + t) % 2));
-            WaitFlag<HardEvent::MTE3_V>((((i_A * CeilDiv(C, TR)) + t) % 2));
             Transpose(ub1, ub0[(((i_A * CeilDiv(C, TR)) + t) % 2)], (uint32_t)(Min(TR, (C - (t * TR)))));
+            SetFlag<HardEvent::V_MTE2>((((i_A * CeilDiv(C, TR)) + t) % 2));
             ReduceMax(ub2, ub1, B, (uint32_t)(Min(TR, (C - (t * TR)))));
             Sub(ub3, ub1, ub2, (uint32_t)(Min(TR, (C - (t * TR)))));
             Exp(ub4, ub3, (uint32_t)(Min(TR, (C - (t * TR)))));
             ReduceSum(ub5, ub4, B, (uint32_t)(Min(TR, (C - (t * TR)))));
             Div(ub6, ub4, ub5, (uint32_t)(Min(TR, (C - (t * TR)))));
+            WaitFlag<HardEvent::MTE3_V>((((i_A * CeilDiv(C, TR)) + t) % 2));
             Transpose(ub7[(((i_A * CeilDiv(C, TR)) + t) % 2)], ub6, (uint32_t)(Min(TR, (C - (t * TR)))));
-            SetFlag<HardEvent::V_MTE2>((((i_A * CeilDiv(C, TR)) + t) % 2));
             SetFlag<HardEvent::V_MTE3>((((i_A * CeilDiv(C, TR)) + t) % 2));
             WaitFlag<HardEvent::V_MTE3>((((i_A * CeilDiv(C, TR)) + t) % 2));
             DataCopyPad(gsoftmax[((((((0 * A) + i_A) * B) + 0) * C) + (t * TR))], ub7[(((i_A * CeilDiv(C, TR)) + t) % 2)], DataCopyPadParams{(uint32_t)B, (uint32_t)Min(TR, (C - (t * TR))), (uint32_t)TRP, (uint32_t)C});
