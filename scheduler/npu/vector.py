@@ -15,9 +15,9 @@ axis) through a staging tile of ``CP x TRP`` elements (``TRP``: ``TR`` rounded u
 row ``(row)`` per tile.  The host tiling sets ``TR`` to as many rows as UB holds with
 every buffer (ping-pong copies included).  Reductions read only the valid columns; a
 carried reduction accumulates into the tile's result from its identity
-(``Duplicate``).  Input tiles and output tiles are ping-pong buffers whose reuse is
-ordered by V->MTE2 and MTE3->V flags, each produced tile by MTE2->V / V->MTE3 flags;
-temporaries are touched by the vector pipe only and need none.
+(``Duplicate``).  Input tiles and output tiles are ping-pong buffers selected by the
+tile (inside carried loops: the load) number; temporaries are touched by the vector
+pipe only.  The program has no flags: :mod:`.sync` places them.
 """
 from __future__ import annotations
 
@@ -34,10 +34,8 @@ from polycomp.hw.npu.program import (
     LocalBuf,
     Loop,
     Program,
-    SetFlag,
     Slot,
     VecOp,
-    WaitFlag,
     ceildiv,
     imin,
     ix,
@@ -406,32 +404,20 @@ def vector_program(graph, double_buffer: bool) -> Program:
     copy_out = tuple(CopyOut(slot(b), r, pipe="MTE3") for _, b, r in outs)
     inner, post = vec(bld.ops[:bld.carry_end]), vec(bld.ops[bld.carry_end:])
     if not view.carried:
-        body: tuple = (WaitFlag("V", "MTE2", so), *copy_in, SetFlag("MTE2", "V", so),
-                       WaitFlag("MTE2", "V", so), WaitFlag("MTE3", "V", so), *inner, *post,
-                       SetFlag("V", "MTE2", so), SetFlag("V", "MTE3", so),
-                       WaitFlag("V", "MTE3", so), *copy_out, SetFlag("MTE3", "V", so))
+        body: tuple = (*copy_in, *inner, *post, *copy_out)
     else:
-        nest: tuple = (WaitFlag("V", "MTE2", sl), *copy_in, SetFlag("MTE2", "V", sl),
-                       WaitFlag("MTE2", "V", sl), *inner, SetFlag("V", "MTE2", sl))
+        nest: tuple = (*copy_in, *inner)
         for k in reversed(view.carried):
             nest = (Loop(f"i_{k}", ix(dim_size(k)), nest),)
-        body = (WaitFlag("MTE3", "V", so), *vec(bld.pre_ops), *nest, *post,
-                SetFlag("V", "MTE3", so), WaitFlag("V", "MTE3", so), *copy_out,
-                SetFlag("MTE3", "V", so))
+        body = (*vec(bld.pre_ops), *nest, *post, *copy_out)
     loop: tuple = (Loop("t", ceildiv(R, TR), body),)
     for k in reversed(view.batch):
         loop = (Loop(f"i_{k}", ix(dim_size(k)), loop),)
-    pro: tuple = tuple(SetFlag(p, q, ix(e)) for p, q in (("V", "MTE2"), ("MTE3", "V"))
-                       for e in range(c))
-    if row_loads:
-        pro += (*(CopyIn(GmRegion(x.tensor, (ix(0),) * len(x.tensor.dims),
-                                  tuple(ix(d) for d in x.tensor.dims), x.access.split,
-                                  x.access.row_stride), Slot(x.buf)) for x in row_loads),
-                SetFlag("MTE2", "V", ix(2)), WaitFlag("MTE2", "V", ix(2)))
-    epi = tuple(WaitFlag(p, q, ix(e)) for p, q in (("V", "MTE2"), ("MTE3", "V"))
-                for e in range(c))
-    return Program(graph.name, "vector", tuple(tensors), tuple(bld.buffers),
-                   pro + loop + epi, {"rows": R, "cols": bld.C})
+    pro = tuple(CopyIn(GmRegion(x.tensor, (ix(0),) * len(x.tensor.dims),
+                                tuple(ix(d) for d in x.tensor.dims), x.access.split,
+                                x.access.row_stride), Slot(x.buf)) for x in row_loads)
+    return Program(graph.name, "vector", tuple(tensors), tuple(bld.buffers), pro + loop,
+                   {"rows": R, "cols": bld.C})
 
 
 def _ub_bytes(prog: Program, env: dict) -> int:
