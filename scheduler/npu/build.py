@@ -130,6 +130,10 @@ def _single(model, target: Target, options, schedule) -> Program:
             return _conv(name, model.graph, conv, target, options)
     c = _epilogue_matmul(model)
     if c is not None:
+        from .epilogue import ub_bytes
+        operands = {c.a.load.buffer.name, c.b.load.buffer.name}
+        ub_bytes(model.graph, stages[0], [t for t in model.graph.inputs
+                                          if t.name not in operands], 1)  # or TargetError
         return _with_epilogue(name, model.graph, c, _tree_tiles(schedule), options)
     from .vector import vector_program
     return vector_program(model.graph, options.double_buffer)
