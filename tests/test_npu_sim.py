@@ -220,6 +220,23 @@ def test_every_op_library_kernel_compiles_for_npu():
                 assert compile_kernel(spec.kernel(dtype), "npu-lite").source
 
 
+def test_matmul_with_unmappable_epilogue_is_refused_clearly():
+    """A matmul whose next stage reads it shifted: neither an epilogue nor a vector
+    phase; a TargetError naming the stage, not an internal error (fuzzer finding)."""
+    N, M, K = pc.sym("N M K")
+
+    @pc.tensor_expr
+    def shifted(A: pc.Tensor[(N, K), "float16"], B: pc.Tensor[(K, M), "float16"]):
+        k = pc.reduce_axis(K, "k")
+        c = pc.compute((N, M), lambda i, j: pc.sum(pc.cast(A[i, k], "float32") *
+                                                    pc.cast(B[k, j], "float32"), axis=k),
+                       name="C")
+        return pc.compute((N, M), lambda i, j: pc.select(i >= 1, c[i - 1, j], 0.0) + c[i, j],
+                          name="D")
+    with pytest.raises(TargetError, match=r"stage D .*as phases: .*stage D"):
+        compile_kernel(shifted, "npu")
+
+
 def test_constant_shapes():
     from polycomp.frontend import ops
 
