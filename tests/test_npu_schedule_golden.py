@@ -1,9 +1,10 @@
-"""Golden schedule-tree tests of the NPU schedule pass (``npu-cube-tile``): the
-program-order tree in, the expected tree out (isl text, compared with
-``isl.Schedule.plain_is_equal`` after a text round trip, in
-``tests/golden/test_npu_schedule_golden/<case>.isl``); every output is checked for
-legality against the model's dependences, and the NPU program is built from the tree's
-tiling (the ``npu_cube`` mark) — changing the mark changes the program."""
+"""Golden schedule-tree tests of the NPU schedule pass (``npu-cube-tile``): a tree in,
+the expected tree out, named by kernel and pass like the other targets' goldens —
+``tests/golden/<case>.npu-cube-tile.in.isl`` (the program-order tree) and
+``.out.isl``; the pass runs on the *stored* input and trees compare with
+``isl.Schedule.plain_is_equal`` after a text round trip.  Every output is checked for
+legality against the model's dependences, and the NPU program is built from the
+tree's tiling (the ``npu_cube`` mark): changing the mark changes the program."""
 import islpy as isl
 import numpy as np
 import pytest
@@ -18,12 +19,12 @@ from polycomp.scheduler.npu.tile import NpuCubeTilePass, tile_cube, tiles_of
 from polycomp.state import CompileState
 
 CASES = {
-    "matmul_f16_npu": ("matmul", "float16", "npu", {}),
-    "matmul_f16_npu_single_buffer": ("matmul", "float16", "npu", {"double_buffer": False}),
-    "batch_matmul_f32_lite": ("batch_matmul", "float32", "npu-lite", {}),
-    "matmul_cast_f16_lite": ("matmul_same_dtype", "float16", "npu-lite", {}),
-    "matmul_bias_relu_f32_npu": ("matmul_bias_relu", "float32", "npu", {}),  # UB fit
-    "softmax_untouched": ("softmax", "float16", "npu", {}),
+    "npu_matmul_f16": ("matmul", "float16", "npu", {}),
+    "npu_matmul_f16_single_buffer": ("matmul", "float16", "npu", {"double_buffer": False}),
+    "npu-lite_batch_matmul_f32": ("batch_matmul", "float32", "npu-lite", {}),
+    "npu-lite_matmul_cast_f16": ("matmul_same_dtype", "float16", "npu-lite", {}),
+    "npu_matmul_bias_relu_f32": ("matmul_bias_relu", "float32", "npu", {}),  # UB fit
+    "npu_softmax_untouched": ("softmax", "float16", "npu", {}),
 }
 
 
@@ -32,13 +33,18 @@ def test_golden_tree(case, goldens):
     op, dtype, target, opts = CASES[case]
     model = OPS[op].kernel(dtype).polyhedral_model()
     state = CompileState(model, get_target(target), opts)
-    sched = NpuCubeTilePass().run(model.initial_schedule, state)
-    again = isl.Schedule.read_from_str(model.ctx, sched.to_str())
 
-    def same(text):
-        return again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
-    expected = goldens.expected(f"test_npu_schedule_golden/{case}.isl", sched.to_str(), same)
-    assert same(expected), f"{case}:\n{sched.to_str()}"
+    def same_as(tree):
+        again = isl.Schedule.read_from_str(model.ctx, tree.to_str())
+        return lambda text: again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
+    tree_in = model.initial_schedule
+    stored_in = goldens.expected(f"{case}.npu-cube-tile.in.isl", tree_in.to_str(),
+                                 same_as(tree_in))
+    assert same_as(tree_in)(stored_in)
+    sched = NpuCubeTilePass().run(isl.Schedule.read_from_str(model.ctx, stored_in), state)
+    expected = goldens.expected(f"{case}.npu-cube-tile.out.isl", sched.to_str(),
+                                same_as(sched))
+    assert same_as(sched)(expected), f"{case}:\n{sched.to_str()}"
     assert violated_dependences(sched, model.dependences).is_empty()
     assert state.npu_schedule is sched
 
