@@ -140,16 +140,17 @@ class NpuBackend(Backend):
         return syntax_check(path)
 
 
-def syntax_check(path: str) -> str:
-    """``g++ -fsyntax-only`` of an emitted file against ``polycomp_npu.h``."""
+def syntax_check(*paths: str) -> str:
+    """``g++ -fsyntax-only`` of emitted files against ``polycomp_npu.h`` (one run)."""
     from .api_header import HEADER
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "polycomp_npu.h"), "w") as f:
             f.write(HEADER)
-        r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", d, path],
+        r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", d, *paths],
                            capture_output=True, text=True)
     if r.returncode:
-        raise BuildError(f"g++ -fsyntax-only rejected {path}:\n{r.stderr[-3000:]}")
+        raise BuildError(f"g++ -fsyntax-only rejected {', '.join(paths)}:\n"
+                         f"{r.stderr[-3000:]}")
     return "g++ -fsyntax-only against polycomp_npu.h: OK"
 
 
