@@ -1,5 +1,6 @@
 """NPU simulator figures: cube utilisation of fp16 matmul with and without double
-buffering, softmax/layernorm against the vector roofline.
+buffering, of an implicit-GEMM convolution (against the matmul of the same GEMM shape)
+and of attention (four phases), softmax/layernorm against the vector roofline.
 
 ``polycomp bench npu [--json] [--size N] [--rows R --cols C]``.  Every figure comes
 from the cycle-level simulator (:mod:`polycomp.hw.npu.sim`) running the program the
@@ -33,12 +34,51 @@ def _matmul(n: int, double_buffer: bool) -> dict:
             "max_abs_error": err, "sim_seconds": round(wall, 2)}
 
 
+def _conv(c: int, hw: int, f: int) -> list[dict]:
+    """conv2d 3x3 (padding 1) fp16 as implicit GEMM, and the matmul of the same GEMM
+    shape (F x C*9 @ C*9 x H*W) as its peer."""
+    from polycomp.driver import compile_kernel
+    from polycomp.frontend.ops import conv2d_kernel, matmul_kernel
+    from polycomp.hw.npu.backend import simulate
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, c, hw, hw)).astype(np.float16)
+    w = rng.standard_normal((f, c, 3, 3)).astype(np.float16)
+    ck = compile_kernel(conv2d_kernel((1, 1), (1, 1), (1, 1), "float16"), "npu")
+    t0 = time.perf_counter()
+    _, rep = simulate(ck, x, w)
+    wall = time.perf_counter() - t0
+    a = w.reshape(f, c * 9)
+    b = rng.standard_normal((c * 9, hw * hw)).astype(np.float16)
+    _, peer = simulate(compile_kernel(matmul_kernel("float16"), "npu"), a, b)
+    gemm = f"{f}x{hw * hw}x{c * 9}"
+    return [{"kernel": f"conv2d 3x3 fp16 C={c} {hw}x{hw} F={f} (implicit GEMM {gemm})",
+             "cycles": rep.cycles, "cube_utilisation": round(rep.cube_utilisation, 4),
+             "bytes": rep.bytes, "sim_seconds": round(wall, 2)},
+            {"kernel": f"matmul fp16 {gemm} (same GEMM, operands in GM)",
+             "cycles": peer.cycles, "cube_utilisation": round(peer.cube_utilisation, 4),
+             "bytes": peer.bytes}]
+
+
+def _attention(bt: int, n: int, d: int) -> dict:
+    from polycomp.driver import compile_kernel
+    from polycomp.frontend.ops import attention_kernel
+    from polycomp.hw.npu.backend import simulate
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((bt, n, d)).astype(np.float32) for _ in range(3))
+    _, rep = simulate(compile_kernel(attention_kernel("float32"), "npu"), q, k, v)
+    return {"kernel": f"attention fp32 Bt={bt} N=M={n} D={d} (4 phases)",
+            "cycles": rep.cycles, "cube_utilisation": round(rep.cube_utilisation, 4),
+            "busy": {p: c for p, c in rep.busy.items() if c}, "bytes": rep.bytes}
+
+
 def _rowwise(kind: str, rows: int, cols: int) -> dict:
     from polycomp.driver import compile_kernel
     from polycomp.frontend.ops import layernorm_kernel, softmax_kernel
     from polycomp.hw.npu.backend import simulate
     from polycomp.hw.npu.target import NpuParams
-    k = softmax_kernel(dtype="float16") if kind == "softmax" else layernorm_kernel("float16")
+    k = {"softmax": lambda: softmax_kernel(dtype="float16"),
+         "softmax_axis0": lambda: softmax_kernel(axis=0, dtype="float16"),
+         "layernorm": lambda: layernorm_kernel("float16")}[kind]()
     ck = compile_kernel(k, "npu")
     rng = np.random.default_rng(0)
     args = [rng.standard_normal((rows, cols)).astype(np.float16)]
@@ -60,7 +100,10 @@ def _rowwise(kind: str, rows: int, cols: int) -> dict:
 
 def run(size: int, rows: int, cols: int) -> dict:
     return {"matmul": [_matmul(size, True), _matmul(size, False)],
-            "rowwise": [_rowwise("softmax", rows, cols), _rowwise("layernorm", rows, cols)]}
+            "conv": _conv(256, 30, 256), "attention": [_attention(4, 256, 64)],
+            "rowwise": [_rowwise("softmax", rows, cols), _rowwise("layernorm", rows, cols),
+                        # the same data, reduced over axis 0: transposed through UB
+                        _rowwise("softmax_axis0", cols, rows)]}
 
 
 def _table(r: dict) -> str:
@@ -69,10 +112,14 @@ def _table(r: dict) -> str:
     for m in r["matmul"]:
         lines.append(f"{m['kernel']:28s} {str(m['double_buffer']):>10s} {m['cycles']:>10d} "
                      f"{100 * m['cube_utilisation']:>8.1f}%")
-    lines += ["", f"{'kernel':28s} {'cycles':>10s} {'MTE bound':>10s} {'V cycles':>10s} "
+    lines += ["", f"{'kernel':62s} {'cycles':>10s} {'cube util':>9s}"]
+    for m in r["conv"] + r["attention"]:
+        lines.append(f"{m['kernel']:62s} {m['cycles']:>10d} "
+                     f"{100 * m['cube_utilisation']:>8.1f}%")
+    lines += ["", f"{'kernel':32s} {'cycles':>10s} {'MTE bound':>10s} {'V cycles':>10s} "
               f"{'/roofline':>9s} {'/MTE':>6s}"]
     for v in r["rowwise"]:
-        lines.append(f"{v['kernel']:28s} {v['cycles']:>10d} {v['mte_bound']:>10d} "
+        lines.append(f"{v['kernel']:32s} {v['cycles']:>10d} {v['mte_bound']:>10d} "
                      f"{v['vector_cycles']:>10d} {v['vs_roofline']:>9.2f} "
                      f"{v['vs_mte_bound']:>6.2f}")
     return "\n".join(lines)

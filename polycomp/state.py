@@ -64,6 +64,7 @@ class CompileState:
     packs: list[PackedOperand] = field(default_factory=list)
     inlined: dict[str, Any] = field(default_factory=dict)   # array name -> Stage
     ast_context: isl.Set | None = None
+    npu_schedule: isl.Schedule | None = None   # after the NPU passes (the builder reads it)
 
     def __post_init__(self) -> None:
         from polycomp.hw.registry import backend_for

@@ -5,6 +5,7 @@ types).  Signatures are simplified from the public Ascend C documentation: tenso
 flags are ``SetFlag<HardEvent::SRC_DST>(event)``."""
 
 HEADER = r"""#pragma once
+#include <cmath>
 #include <cstdint>
 #define __global__
 #define __aicore__
@@ -26,6 +27,13 @@ public:
 };
 template <typename T> LocalTensor<T> AllocLocal(TPosition pos, uint32_t address, uint32_t count);
 struct Nd2NzParams { uint32_t rows, cols, srcRowStride, dstRows, dstCols; };
+// an im2col tile of one image (k0, kExt rows of (c, kh, kw); p0, pExt columns of
+// (y, z)) gathered into a fractal L1 tile (polycomp's model of img2col addressing)
+struct Im2ColParams { uint32_t k0, kExt, p0, pExt, H, W, KH, KW, OW;
+                      uint8_t strideH, strideW, padH, padW, dilationH, dilationW;
+                      uint32_t dstRows, dstCols; };
+template <typename T> void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src,
+                                    const Im2ColParams& params);
 struct LoadData2DParams { uint32_t startIndex, repeatTimes; bool transpose; };
 struct MmadParams { uint16_t m, n, k; bool cmatrixInitVal; };
 struct FixpipeParams { uint32_t rows, cols, srcRows, dstRowStride; };
@@ -57,7 +65,8 @@ template <typename T, typename U> void Fixpipe(const GlobalTensor<T>& dst,
 #define PC_REDUCE(N) template <typename T, typename U> void N(const LocalTensor<T>& dst, \
     const LocalTensor<U>& src, uint32_t validCols, uint32_t rows);
 PC_UNARY(Exp) PC_UNARY(Ln) PC_UNARY(Sqrt) PC_UNARY(Rsqrt) PC_UNARY(Abs) PC_UNARY(Tanh)
-PC_UNARY(Erf) PC_UNARY(Cast)
+PC_UNARY(Erf) PC_UNARY(Cast) PC_UNARY(Transpose)
+template <typename T> void Duplicate(const LocalTensor<T>& dst, float value, uint32_t rows);
 PC_BINARY(Add) PC_BINARY(Sub) PC_BINARY(Mul) PC_BINARY(Div) PC_BINARY(Max) PC_BINARY(Min)
 PC_BINARY(CompareGT) PC_BINARY(CompareGE) PC_BINARY(CompareLT) PC_BINARY(CompareLE)
 PC_BINARY(CompareEQ) PC_BINARY(CompareNE)
@@ -67,6 +76,8 @@ template <typename T, typename C, typename A, typename B> void Select(const Loca
 template <typename T, typename U> void Fixpipe(const LocalTensor<T>& dst,
                                                const LocalTensor<U>& src,
                                                const FixpipeParams& params);
+enum PipeType { PIPE_ALL };
+template <PipeType P> void PipeBarrier();
 template <HardEvent E> void SetFlag(int32_t eventId);
 template <HardEvent E> void WaitFlag(int32_t eventId);
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

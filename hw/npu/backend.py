@@ -36,26 +36,28 @@ def program_of(state: CompileState) -> Program:
     """The NPU program of a compile (built once per compile state)."""
     if state not in _PROGRAMS:
         from polycomp.scheduler.npu.build import npu_program
-        _PROGRAMS[state] = npu_program(state.model, state.target, state.options)
+        _PROGRAMS[state] = npu_program(state.model, state.target, state.options,
+                                       state.npu_schedule)
     return _PROGRAMS[state]
 
 
-def simulate(ck, *arrays):
-    """Run ``ck``'s NPU program on numpy ``arrays`` (the kernel's inputs in order):
-    ``(outputs, SimReport)``."""
-    from .sim import Simulator
-    prog = program_of(ck.state)
+def _bind(ck, prog: Program, arrays) -> tuple[dict, dict]:
+    """The sizes read from the arguments' shapes (checked against each other and the
+    kernel's constant extents) and the GM arrays in the program's types."""
     ins = prog.inputs
-    if len(arrays) != len(ins):
-        raise TargetError(f"kernel {ck.name} takes {len(ins)} arrays, got {len(arrays)}")
     sizes: dict[str, int] = {}
     gm = {}
-    for t, a in zip(ins, arrays):
+    for t, k, a in zip(ins, ck.state.model.graph.inputs, arrays):
         a = np.asarray(a)
-        if a.ndim != len(t.dims):
-            raise TargetError(f"argument {t.name} of {ck.name}: {len(t.dims)}-d expected, "
+        for e, n in zip(k.shape, a.shape):
+            if isinstance(e, ir.IntImm) and e.value != n:
+                raise TargetError(f"argument {t.name} of {ck.name}: shape {a.shape} does "
+                                  f"not match its declared constant extent {e.value}")
+        shape = t.view or t.dims
+        if a.ndim != len(shape):
+            raise TargetError(f"argument {t.name} of {ck.name}: {len(shape)}-d expected, "
                               f"got shape {a.shape}")
-        for d, n in zip(t.dims, a.shape):
+        for d, n in zip(shape, a.shape):
             if isinstance(d, int):
                 if n != d:
                     raise TargetError(f"argument {t.name} of {ck.name}: a dimension of "
@@ -64,14 +66,38 @@ def simulate(ck, *arrays):
                 raise TargetError(f"argument {t.name} of {ck.name}: size {d} is "
                                   f"{sizes[d]} elsewhere, {n} here")
         gm[t.name] = a.astype(np.dtype(t.dtype), copy=False)
-    if prog.kind == "vector":
-        from polycomp.scheduler.npu.vector import vector_tiling
-        sizes.update(vector_tiling(prog, sizes, ck.target.capacity("UB")))
-    for t in prog.outputs:
-        gm[t.name] = np.zeros(tuple(d if isinstance(d, int) else sizes[d] for d in t.dims),
-                              np.dtype(t.dtype))
-    report = Simulator(prog, ck.target).run(gm, sizes)
-    outs = tuple(gm[t.name] for t in prog.outputs)
+    return sizes, gm
+
+
+def simulate(ck, *arrays):
+    """Run ``ck``'s NPU program on numpy ``arrays`` (the kernel's inputs in order):
+    ``(outputs, SimReport)``."""
+    from .sim import SimReport, Simulator
+    prog = program_of(ck.state)
+    ins = prog.inputs
+    if len(arrays) != len(ins):
+        raise TargetError(f"kernel {ck.name} takes {len(ins)} arrays, got {len(arrays)}")
+    sizes, gm = _bind(ck, prog, arrays)
+    for name, e in prog.derived.items():
+        sizes[name] = e.eval(sizes)
+
+    def dims(ds) -> tuple[int, ...]:
+        return tuple(d if isinstance(d, int) else sizes[d] for d in ds)
+    for t in ins:
+        if t.view is not None:
+            gm[t.name] = gm[t.name].reshape(dims(t.dims))
+    for t in (*prog.outputs, *prog.workspaces):
+        gm[t.name] = np.zeros(dims(t.dims), np.dtype(t.dtype))
+    report = SimReport()
+    for phase in prog.phases or (prog,):
+        env = dict(sizes)
+        if phase.kind == "vector":
+            from polycomp.scheduler.npu.vector import vector_tiling
+            env.update(vector_tiling(phase, env, ck.target.capacity("UB")))
+        sim = Simulator(phase, ck.target)
+        sim.time = {p: report.cycles for p in sim.time}     # a barrier of every pipe
+        report = report.then(sim.run(gm, env))
+    outs = tuple(gm[t.name].reshape(dims(t.view or t.dims)) for t in prog.outputs)
     return (outs[0] if len(outs) == 1 else outs), report
 
 
@@ -87,6 +113,10 @@ class NpuBackend(Backend):
 
     def make_target(self, name: str) -> Target:
         return npu_target(name)
+
+    def schedule_passes(self, state: CompileState) -> list:
+        from polycomp.scheduler.npu.tile import NpuCubeTilePass
+        return [NpuCubeTilePass()]
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         return [body_pass("simplify", simplify)]
@@ -110,16 +140,17 @@ class NpuBackend(Backend):
         return syntax_check(path)
 
 
-def syntax_check(path: str) -> str:
-    """``g++ -fsyntax-only`` of an emitted file against ``polycomp_npu.h``."""
+def syntax_check(*paths: str) -> str:
+    """``g++ -fsyntax-only`` of emitted files against ``polycomp_npu.h`` (one run)."""
     from .api_header import HEADER
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "polycomp_npu.h"), "w") as f:
             f.write(HEADER)
-        r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", d, path],
+        r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", d, *paths],
                            capture_output=True, text=True)
     if r.returncode:
-        raise BuildError(f"g++ -fsyntax-only rejected {path}:\n{r.stderr[-3000:]}")
+        raise BuildError(f"g++ -fsyntax-only rejected {', '.join(paths)}:\n"
+                         f"{r.stderr[-3000:]}")
     return "g++ -fsyntax-only against polycomp_npu.h: OK"
 
 

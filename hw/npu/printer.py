@@ -5,6 +5,7 @@ with its loops, and the host-side tiling data as a struct."""
 from __future__ import annotations
 
 from polycomp.hw.npu.program import (
+    CopyIm2Col,
     CopyIn,
     CopyLocal,
     CopyOut,
@@ -34,17 +35,17 @@ def _linear(r: GmRegion) -> Ix:
 
 
 def _rows_cols(r: GmRegion, b: LocalBuf) -> tuple[str, str]:
-    """Rows and columns of a box as C (a 1-d box is one row, or for a ``COL`` buffer one
-    value per row)."""
-    if len(r.extents) > 1:
-        return r.extents[-2].c(), r.extents[-1].c()
-    if b.layout == "COL":
-        return r.extents[0].c(), "1"
-    return "1", r.extents[0].c()
+    """Rows and columns of a box as C: its leading extents flattened are the rows, its
+    last ``split`` extents the columns (extent-1 dimensions left out)."""
+    def prod(exts) -> str:
+        parts = [e.c() for e in exts if not (e.op == "const" and e.args[0] == 1)]
+        return " * ".join(parts) if parts else "1"
+    cut = len(r.extents) - r.split
+    return prod(r.extents[:cut]), prod(r.extents[cut:])
 
 
 def _dims_product(t: GlobalTensor) -> str:
-    return " * ".join(map(str, t.dims))
+    return " * ".join(map(str, t.dims)) or "1"
 
 
 def _instr(s, ind: str) -> list[str]:
@@ -59,7 +60,7 @@ def _instr(s, ind: str) -> list[str]:
     if isinstance(s, CopyIn):
         b, r = s.dst.buf, s.src
         rows, cols = _rows_cols(r, b)
-        stride = r.tensor.dims[-1]
+        stride = r.stride().c()
         src = f"g{r.tensor.name}[{_linear(r).c()}]"
         if b.level == "L1":
             return [f"{ind}DataCopy({s.dst.c()}, {src}, Nd2NzParams{{(uint32_t){rows}, "
@@ -67,6 +68,15 @@ def _instr(s, ind: str) -> list[str]:
                     f"(uint32_t){b.cols}}});"]
         return [f"{ind}DataCopyPad({s.dst.c()}, {src}, DataCopyPadParams{{(uint32_t){rows}, "
                 f"(uint32_t){cols}, (uint32_t){stride}, (uint32_t){b.cols}}});"]
+    if isinstance(s, CopyIm2Col):
+        g, d = s.geom, s.dst.buf
+        img = " * ".join(str(x) for x in s.src.dims[1:])
+        return [f"{ind}DataCopy({s.dst.c()}, g{s.src.name}[{s.n.c()} * {img}], Im2ColParams{{"
+                f"(uint32_t)({s.k0.c()}), (uint32_t){s.k_ext.c()}, (uint32_t)({s.p0.c()}), "
+                f"(uint32_t){s.p_ext.c()}, (uint32_t){s.src.dims[2]}, "
+                f"(uint32_t){s.src.dims[3]}, (uint32_t){g.kh.c()}, (uint32_t){g.kw.c()}, "
+                f"(uint32_t){g.ow.c()}, {g.sh}, {g.sw}, {g.ph}, {g.pw}, {g.dh}, {g.dw}, "
+                f"(uint32_t){d.rows}, (uint32_t){d.cols}}});"]
     if isinstance(s, Load2D):
         d = s.dst.buf
         rep = (d.rows // 16) * (d.cols // 16)
@@ -82,18 +92,27 @@ def _instr(s, ind: str) -> list[str]:
         args = f"(uint32_t){rows}, (uint32_t){cols}"
         if s.pipe == "FIX":
             return [f"{ind}Fixpipe({dst}, {s.src.c()}, FixpipeParams{{{args}, (uint32_t){b.rows}, "
-                    f"(uint32_t){r.tensor.dims[-1]}}});"]
+                    f"(uint32_t){r.stride().c()}}});"]
         return [f"{ind}DataCopyPad({dst}, {s.src.c()}, DataCopyPadParams{{{args}, "
                 f"(uint32_t){b.cols}, "
-                f"(uint32_t){r.tensor.dims[-1]}}});"]
+                f"(uint32_t){r.stride().c()}}});"]
     if isinstance(s, CopyLocal):
         d = s.dst.buf
         return [f"{ind}Fixpipe({s.dst.c()}, {s.src.c()}, FixpipeParams{{(uint32_t){d.rows}, "
                 f"(uint32_t){d.cols}, (uint32_t){s.src.buf.rows}, (uint32_t){d.cols}}});"]
     if isinstance(s, VecOp):
-        srcs = ", ".join(x.c() if hasattr(x, "c") else repr(float(x)) for x in s.srcs)
+        srcs = ", ".join(x.c() if hasattr(x, "c") else _scalar(x) for x in s.srcs)
         return [f"{ind}{s.op}({s.dst.c()}, {srcs}, (uint32_t)({s.rows.c()}));"]
     raise TypeError(type(s).__name__)
+
+
+def _scalar(x) -> str:
+    v = float(x)
+    if v != v:
+        return "NAN"
+    if v in (float("inf"), float("-inf")):
+        return "INFINITY" if v > 0 else "-INFINITY"
+    return repr(v)
 
 
 def _buffer(b: LocalBuf, addr: str) -> str:
@@ -129,31 +148,71 @@ def _addresses(p: Program, target) -> tuple[dict[str, str], list[str]]:
 def _tiling_comment(p: Program) -> str:
     if p.kind == "cube":
         return "// host-side tiling data: the sizes; constant tiles " + \
-            ", ".join(f"{k}={v}" for k, v in p.tiling.items())
-    return (f"// host-side tiling data: the sizes, TR rows of {p.tiling['rows']} per UB tile, "
-            f"rows padded to CP elements")
+            ", ".join(f"{k}={v}" for k, v in p.tiling.items() if k != "derived") + \
+            "".join(f"; {k} = {v.c()}" for k, v in p.derived.items())
+    return (f"// host-side tiling data: the sizes, TR rows of {p.tiling['rows'].c()} per UB "
+            f"tile, rows of {p.tiling['cols'].c()} padded to CP elements"
+            + (", TRP = TR padded to 16" if any(b.cols == "TRP" for b in p.buffers) else ""))
 
 
-def print_program(p: Program, target) -> str:
-    addresses, decls = _addresses(p, target)
-    sizes = p.size_names + (("TR", "CP") if p.kind == "vector" else ())
-    out = ["// Generated by polycomp for an Ascend-style AI core (target npu); see docs/npu.md",
-           '#include "polycomp_npu.h"', "using namespace AscendC;", "",
-           _tiling_comment(p),
-           f"struct {p.name}_tiling {{ " + " ".join(f"int64_t {s};" for s in sizes) + " };",
-           "",
-           f"extern \"C\" __global__ __aicore__ void {p.name}("
-           + ", ".join(f"GM_ADDR {t.name}_" for t in p.tensors) + ", GM_ADDR tiling_) {",
-           f"    const {p.name}_tiling* tiling = "
-           f"reinterpret_cast<const {p.name}_tiling*>(tiling_);"]
-    out += [f"    const int64_t {s} = tiling->{s};" for s in sizes]
-    for t in p.tensors:
+def _host_sizes(p: Program) -> tuple[str, ...]:
+    if p.kind != "vector":
+        return ()
+    return ("TR", "CP", "TRP") if any(b.cols == "TRP" for b in p.buffers) else ("TR", "CP")
+
+
+def _globals(tensors) -> list[str]:
+    out = []
+    for t in tensors:
         ct = _CT[t.dtype]
         out += [f"    GlobalTensor<{ct}> g{t.name};",
                 f"    g{t.name}.SetGlobalBuffer((__gm__ {ct}*){t.name}_, {_dims_product(t)});"]
-    out += decls
+    return out
+
+
+def _locals_and_body(p: Program, target) -> list[str]:
+    addresses, decls = _addresses(p, target)
+    out = list(decls)
     out += [_buffer(b, addresses[b.name]) for b in p.buffers]
     for s in p.body:
         out += _instr(s, "    ")
+    return out
+
+
+def _phased(p: Program, target) -> list[str]:
+    """The phases in order, each in its own scope with its own buffers and tiling
+    values, separated by barriers of every pipe."""
+    out: list[str] = []
+    for k, ph in enumerate(p.phases):
+        inner = [f"    const int64_t {s} = tiling->{s}_{k};" for s in _host_sizes(ph)]
+        inner += _locals_and_body(ph, target)
+        out += [f"    {{  // phase {k}: {ph.kind}", *("    " + x for x in inner), "    }"]
+        if k + 1 < len(p.phases):
+            out.append("    PipeBarrier<PIPE_ALL>();")
+    return out
+
+
+def print_program(p: Program, target) -> str:
+    phased = p.kind == "phased"
+    sizes = p.size_names + (tuple(f"{s}_{k}" for k, ph in enumerate(p.phases)
+                                  for s in _host_sizes(ph)) if phased else _host_sizes(p))
+    args = (*p.tensors, *p.workspaces)
+    comment = ("// host-side tiling data: the sizes; per vector phase k: TR_k rows per UB "
+               "tile, CP_k padded row length (TRP_k); workspaces: GM tensors between "
+               "phases" if phased else _tiling_comment(p))
+    out = ["// Generated by polycomp for an Ascend-style AI core (target npu); see docs/npu.md",
+           '#include "polycomp_npu.h"', "using namespace AscendC;", "",
+           comment,
+           f"struct {p.name}_tiling {{ " + " ".join(f"int64_t {s};" for s in sizes) + " };",
+           "",
+           f"extern \"C\" __global__ __aicore__ void {p.name}("
+           + ", ".join(f"GM_ADDR {t.name}_" for t in args) + ", GM_ADDR tiling_) {",
+           f"    const {p.name}_tiling* tiling = "
+           f"reinterpret_cast<const {p.name}_tiling*>(tiling_);"]
+    out += [f"    const int64_t {s} = tiling->{s};" for s in p.size_names]
+    if not phased:
+        out += [f"    const int64_t {s} = tiling->{s};" for s in _host_sizes(p)]
+    out += _globals(args)
+    out += _phased(p, target) if phased else _locals_and_body(p, target)
     out.append("}")
     return "\n".join(out) + "\n"

@@ -79,6 +79,14 @@ def ix(v: IxLike) -> Ix:
     return Ix("var", (v,))
 
 
+def product(vals) -> Ix:
+    """The product of sizes (names or ints) as an expression (1 when empty)."""
+    out: Ix | None = None
+    for v in vals:
+        out = ix(v) if out is None else out * ix(v)
+    return ix(1) if out is None else out
+
+
 def ceildiv(a: IxLike, b: IxLike) -> Ix:
     return Ix("ceildiv", (ix(a), ix(b)))
 
@@ -101,11 +109,14 @@ def land(a: IxLike, b: IxLike) -> Ix:
 @dataclass(frozen=True)
 class GlobalTensor:
     """A kernel argument in GM: ``dims`` names the tiling-data sizes of its shape (1 for
-    a broadcast dimension)."""
+    a broadcast dimension; ``view``: the argument's shape when the program sees it
+    reshaped)."""
     name: str
     dtype: str
     dims: tuple[str | int, ...]
     is_output: bool = False
+    view: tuple[str | int, ...] | None = None   # the argument's own shape, when ``dims``
+    #                                              is a contiguous reshape of it
 
 
 @dataclass(frozen=True)
@@ -154,13 +165,56 @@ class Slot:
 @dataclass(frozen=True)
 class GmRegion:
     """The box of ``tensor`` at ``offsets`` (per dim) of ``extents`` (the valid part;
-    a local tile beyond it is padded with zeros on the way in and not written back)."""
+    a local tile beyond it is padded with zeros on the way in and not written back).
+
+    The box is seen as a 2-d matrix: its last ``split`` dimensions flattened are the
+    columns, the others flattened the rows (``split`` 0: one value per row); consecutive
+    rows are ``row_stride`` elements apart in GM (default: the last dimension's size)."""
     tensor: GlobalTensor
     offsets: tuple[Ix, ...]
     extents: tuple[Ix, ...]
+    split: int = 1
+    row_stride: Ix | None = None
+
+    def stride(self) -> Ix:
+        if self.row_stride is not None:
+            return self.row_stride
+        return ix(self.tensor.dims[-1]) if self.tensor.dims else ix(1)
 
 
 # --------------------------------------------------------------------------- instructions
+
+
+@dataclass(frozen=True)
+class ConvGeom:
+    """Strides, paddings and dilations of a 2-d convolution window; its sizes ``kh``,
+    ``kw`` and the output width ``ow``."""
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    dh: int
+    dw: int
+    kh: Ix
+    kw: Ix
+    ow: Ix
+
+
+@dataclass(frozen=True)
+class CopyIm2Col:
+    """MTE2: the ``k_ext x p_ext`` tile at ``(k0, p0)`` of the im2col matrix of image
+    ``n`` of ``src`` (``(N, C, H, W)``; row ``k = (c, kh, kw)`` over ``KH x KW``
+    windows, column ``p = (y, z)`` over ``OW`` output columns) -> an L1 tile (fractal
+    NZ), zeros outside the image and beyond the extents."""
+    src: GlobalTensor
+    n: Ix
+    k0: Ix
+    k_ext: Ix
+    p0: Ix
+    p_ext: Ix
+    geom: ConvGeom
+    dst: Slot
+    pipe: str = "MTE2"
 
 
 @dataclass(frozen=True)
@@ -249,7 +303,7 @@ class Loop:
     body: tuple
 
 
-Instr = Union[CopyIn, Load2D, Mmad, CopyOut, CopyLocal, VecOp, SetFlag, WaitFlag, Loop]
+Instr = Union[CopyIn, CopyIm2Col, Load2D, Mmad, CopyOut, CopyLocal, VecOp, SetFlag, WaitFlag, Loop]
 
 
 @dataclass(frozen=True)
@@ -257,11 +311,13 @@ class Program:
     """A kernel for one AI core: GM arguments, on-chip buffers, the body, the tiling
     data (sizes read from the arguments' shapes by the host) and what it computes."""
     name: str
-    kind: str                          # "cube" | "vector"
+    kind: str                          # "cube" | "vector" | "phased"
     tensors: tuple[GlobalTensor, ...]
     buffers: tuple[LocalBuf, ...]
     body: tuple
     tiling: dict = field(default_factory=dict)   # constant tile sizes, for the printer
+    phases: tuple = ()          # "phased": programs run one after the other
+    workspaces: tuple = ()      # "phased": GM tensors between phases (host-allocated)
 
     @property
     def inputs(self) -> tuple[GlobalTensor, ...]:
@@ -275,10 +331,15 @@ class Program:
     def size_names(self) -> tuple[str, ...]:
         names: list[str] = []
         for t in self.tensors:
-            for d in t.dims:
-                if isinstance(d, str) and d not in names:
+            for d in (t.view or t.dims):
+                if isinstance(d, str) and d not in names and d not in self.derived:
                     names.append(d)
-        return tuple(names)
+        return tuple(names) + tuple(self.derived)
+
+    @property
+    def derived(self) -> dict:
+        """Sizes the host computes from the arguments' (``name: Ix``)."""
+        return self.tiling.get("derived", {})
 
 
 def walk(body: tuple):

@@ -47,6 +47,14 @@ class SimReport:
     instructions: dict = field(default_factory=lambda: {p: 0 for p in PIPES})
     addresses: dict = field(default_factory=dict)
 
+    def then(self, nxt: SimReport) -> SimReport:
+        """This run followed by ``nxt`` (which started when this one ended)."""
+        def add(a: dict, b: dict) -> dict:
+            return {k: a.get(k, 0) + b.get(k, 0) for k in {**a, **b}}
+        return SimReport(max(self.cycles, nxt.cycles), add(self.busy, nxt.busy),
+                         add(self.bytes, nxt.bytes), add(self.instructions, nxt.instructions),
+                         {**self.addresses, **nxt.addresses})
+
     @property
     def cube_utilisation(self) -> float:
         return self.busy["M"] / self.cycles if self.cycles else 0.0

@@ -9,7 +9,10 @@ Reductions (``ReduceSum``/``ReduceMax``/``ReduceMin``) take the number of valid 
 and write a ``COL`` buffer.
 
 Cost: ``ND`` destinations ``rows x ceil(row bytes / 256)`` repeats, ``COL`` ones
-``ceil(rows x 32 / 256)``, reductions the repeats of their source tile; plus the issue
+``ceil(rows x 32 / 256)``, reductions the repeats of their source tile, ``Transpose``
+(a ``rows x CP`` tile to or from a ``CP x TRP`` staging tile, for axes that are
+transposed between GM and the tile) the bytes of its source over 256; ``Duplicate``
+fills a tile with a scalar (the identity of a carried reduction); plus the issue
 latency; ``Erf`` (a polynomial on real hardware) counts 4 passes.
 """
 from __future__ import annotations
@@ -27,7 +30,8 @@ _erf = np.vectorize(math.erf, otypes=[np.float64])
 Fn = Callable[..., Any]
 UNARY: dict[str, Fn] = {
     "Exp": np.exp, "Ln": np.log, "Sqrt": np.sqrt, "Rsqrt": lambda x: 1 / np.sqrt(x),
-    "Abs": np.abs, "Tanh": np.tanh, "Erf": lambda x: _erf(x), "Cast": lambda x: x}
+    "Abs": np.abs, "Tanh": np.tanh, "Erf": lambda x: _erf(x), "Cast": lambda x: x,
+    "Duplicate": lambda x: x}
 BINARY: dict[str, Fn] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
           "Max": np.maximum, "Min": np.minimum,
@@ -54,9 +58,22 @@ def _operand(sim, x, env: dict, rows: int, what: str, pipe: str):
     return np.float32(x)
 
 
+def _transpose(sim, s: VecOp, env: dict, what: str) -> bool:
+    """``dst = src^T`` on whole tiles (a (rows x CP) tile <-> a (CP x TRP) staging
+    tile); the part of ``dst`` beyond ``src`` is zero."""
+    src = sim.access(s.pipe, s.srcs[0], env, False, what).T
+    dst = sim.access(s.pipe, s.dst, env, True, what)
+    r, c = min(src.shape[0], dst.shape[0]), min(src.shape[1], dst.shape[1])
+    dst[...] = 0
+    dst[:r, :c] = src[:r, :c]
+    return True
+
+
 def vec_execute(sim, s: VecOp, env: dict) -> bool:
     rows = s.rows.eval(env)
     what = f"{s.op} -> {s.dst.buf.name}"
+    if s.op == "Transpose":
+        return _transpose(sim, s, env, what)
     if s.op in REDUCE:
         src = _operand(sim, s.srcs[0], env, rows, what, s.pipe)
         n = s.srcs[1].eval(env) if isinstance(s.srcs[1], Ix) else int(s.srcs[1])
@@ -85,6 +102,9 @@ def vec_cycles(sim, s: VecOp, env: dict) -> int:
     if s.op in REDUCE and isinstance(s.srcs[0], Slot):
         b = s.srcs[0].buf
     r, c = b.shape(env)
+    if s.op == "Transpose":   # the whole source tile, 256 B per repeat
+        src = s.srcs[0].buf
+        return sim.p.vector_latency + -(-src.size(env) // per)
     if b.layout == "COL":
         repeats = -(-rows * 32 // per)
     else:

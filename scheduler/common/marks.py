@@ -20,6 +20,8 @@ marks only through this module: :func:`make` builds one, :func:`name_of` reads a
 | ``cpu_parallel`` | CPU passes | the outermost parallel loop of a nest (OpenMP) |
 | ``cpu_microkernel`` | CPU backbone tiling | the register-tile loop nest of the GEMM micro-kernel |
 | ``cpu_pack_request:..`` / ``cpu_pack:..`` | CPU backbone tiling / packing | operand packing |
+| ``npu_cube:<m0>:<n0>:<k0>:<kL1>`` | NPU cube tiling | the 16x16x16 cube instructions of an L0 step and the tiling the NPU program is built with |
+| ``npu_pingpong:<level>`` | NPU cube tiling | the loop below runs over ping-pong (double) buffers of that level |
 """
 from __future__ import annotations
 
@@ -44,6 +46,8 @@ CPU_PARALLEL = "cpu_parallel"
 CPU_MICROKERNEL = "cpu_microkernel"
 CPU_PACK_REQUEST = "cpu_pack_request"
 CPU_PACK = "cpu_pack"
+NPU_CUBE = "npu_cube"
+NPU_PINGPONG = "npu_pingpong"
 
 
 def make(kind: str, *args: object) -> isl.Id:

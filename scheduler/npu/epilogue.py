@@ -16,12 +16,34 @@ from polycomp.errors import TargetError
 from polycomp.hw.npu.program import GlobalTensor, LocalBuf
 
 from .vector import Val, _Builder, _stage, ping_pong
+from .view import VectorView, dim_key, tensor_keys
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Where the epilogue sits: the roles of the backbone's output dimensions (row:
+    the GEMM's M, columns: its N), the GM dimensions of a vector along the columns
+    (None: not mapped) and along the rows, and the output's GM dimensions (and its
+    own shape when the program sees it reshaped)."""
+    view: VectorView
+    row_vector_dims: tuple | None
+    col_vector_dims: tuple
+    out_dims: tuple
+    out_view: tuple | None = None
+
+
+def matmul_frame(mm_stage) -> Frame:
+    mk, nk = (dim_key(e, mm_stage.name) for e in mm_stage.output.shape)
+    if mk is None or nk is None:
+        raise TargetError(f"npu: matmul {mm_stage.name} with a unit dimension has no "
+                          f"vector epilogue")
+    return Frame(VectorView(mk, (nk,), (), ()), ("N",), ("M",), ("M", "N"))
 
 
 @dataclass(frozen=True)
 class Epilogue:
     acc: LocalBuf                                     # UB, fp32, the L0C tile in ND
-    rows_in: tuple[tuple[GlobalTensor, LocalBuf], ...]  # row vectors, loaded per tile
+    rows_in: tuple[tuple[GlobalTensor, LocalBuf, str], ...]  # vectors (ROW / COL), per tile
     ops: tuple                                        # (op, dst, srcs) as in vector.py
     out: LocalBuf
     out_tensor: GlobalTensor
@@ -29,18 +51,25 @@ class Epilogue:
 
 
 def build_epilogue(graph, mm_stage, extra_inputs, rows: int | str, cols: int | str,
-                   copies: int) -> Epilogue:
-    bld = _Builder(graph.name, copies, "M", "N", tile_rows=rows, tile_cols=cols)
+                   copies: int, frame: Frame | None = None) -> Epilogue:
+    fr = frame or matmul_frame(mm_stage)
+    bld = _Builder(graph.name, copies, fr.view, tile_rows=rows, tile_cols=cols)
     acc = bld.new("ND", "float32", copies)
     bld.values[mm_stage.name] = Val("ND", acc)
+    bld.keys[mm_stage.name] = tensor_keys(mm_stage.output)
     rows_in = []
     for t in extra_inputs:
-        if len(t.shape) != 1 or t.dtype not in ("float16", "float32"):
-            raise TargetError(f"npu: matmul epilogue input {t.name}: only float row vectors "
-                              f"(N) are mapped")
-        b = bld.new("ROW", t.dtype, copies)
-        bld.inputs[t.name] = Val("ROW", b)
-        rows_in.append((GlobalTensor(t.name, t.dtype, ("N",)), b))
+        keys = tensor_keys(t)
+        role = [fr.view.role(k) for k in keys]
+        kind = {"c": "ROW", "r": "COL"}.get(role[0]) if len(role) == 1 else None
+        dims = fr.row_vector_dims if kind == "ROW" else fr.col_vector_dims
+        if kind is None or dims is None or t.dtype not in ("float16", "float32"):
+            raise TargetError(f"npu: epilogue input {t.name}: only float vectors along "
+                              f"the output's rows or columns are mapped")
+        b = bld.new(kind, t.dtype, copies)
+        bld.inputs[t.name] = Val(kind, b)
+        bld.keys[t.name] = keys
+        rows_in.append((GlobalTensor(t.name, t.dtype, dims), b, kind))
     for s in graph.stages[1:]:
         if s.is_reduction:
             raise TargetError(f"npu: stage {s.name} after the matmul is a reduction; only "
@@ -49,13 +78,14 @@ def build_epilogue(graph, mm_stage, extra_inputs, rows: int | str, cols: int | s
     o = graph.outputs[0]
     out = ping_pong(bld, bld.values[o.name])
     return Epilogue(acc, tuple(rows_in), tuple(bld.ops), out,
-                    GlobalTensor(o.name, o.dtype, ("M", "N"), is_output=True),
+                    GlobalTensor(o.name, o.dtype, fr.out_dims, is_output=True,
+                                 view=fr.out_view),
                     tuple(bld.buffers))
 
 
-def ub_bytes(graph, mm_stage, extra_inputs, copies: int):
+def ub_bytes(graph, mm_stage, extra_inputs, copies: int, frame: Frame | None = None):
     """``(m0, n0) -> UB bytes`` of the epilogue's buffers for an ``m0 x n0`` tile."""
-    e = build_epilogue(graph, mm_stage, extra_inputs, "TR", "CP", copies)
+    e = build_epilogue(graph, mm_stage, extra_inputs, "TR", "CP", copies, frame)
 
     def need(m0: int, n0: int) -> int:
         env = {"TR": m0, "CP": n0}

@@ -1,17 +1,23 @@
-"""Vector-unit mapping of row-wise memory-bound kernels into an NPU program.
+"""Vector-unit mapping of memory-bound kernels into an NPU program.
 
-Assumes: every input is a 2-d ``(R, C)`` tensor or a 1-d ``(C)`` row vector, and every
-stage is elementwise over ``(R, C)`` or a sum/max/min reduction over the last axis
-(``(R,)``), with loads indexed by the stage's iterators — softmax and layernorm along
-the last axis, gelu, relu, elementwise and row reductions.  Tensors are float16 or
-float32.  Anything else raises :class:`~polycomp.errors.TargetError` naming the stage.
+Assumes: the kernel's dimensions take the roles of :mod:`.view` — batch loops, a row
+dimension tiled by ``TR`` rows, a column group held whole in a tile row (padded to
+``CP`` elements: 32 B for float16, 64 B for float32), carried reduced dimensions —
+and every stage is elementwise over ``(row, columns)`` or a sum/max/min reduction over
+the columns (plus carried dimensions for a single reduction), with loads indexed by
+the stage's iterators.  Tensors are float16 or float32.  Anything else raises
+:class:`~polycomp.errors.TargetError` naming the stage.
 
-Guarantees: the program tiles rows by ``TR`` (host tiling: as many rows as UB holds
-with every tile buffer, ping-pong copies included); rows are padded to ``CP`` (the
-row length rounded up to 16 elements: 32 B for float16, 64 B for float32);
-reductions read only the ``C`` valid columns; input tiles and output tiles are
-ping-pong buffers whose reuse is ordered by V->MTE2 and MTE3->V flags, each produced
-tile by MTE2->V / V->MTE3 flags.
+Guarantees: each GM tensor is read and written as a 2-d box — ``(row, columns)``
+directly, ``(columns, row)`` (an axis-0 reduction, a transpose, softmax over a leading
+axis) through a staging tile of ``CP x TRP`` elements (``TRP``: ``TR`` rounded up to
+16) and a vector ``Transpose``; row vectors ``(columns)`` are loaded once, values per
+row ``(row)`` per tile.  The host tiling sets ``TR`` to as many rows as UB holds with
+every buffer (ping-pong copies included).  Reductions read only the valid columns; a
+carried reduction accumulates into the tile's result from its identity
+(``Duplicate``).  Input tiles and output tiles are ping-pong buffers selected by the
+tile (inside carried loops: the load) number; temporaries are touched by the vector
+pipe only.  The program has no flags: :mod:`.sync` places them.
 """
 from __future__ import annotations
 
@@ -28,14 +34,15 @@ from polycomp.hw.npu.program import (
     LocalBuf,
     Loop,
     Program,
-    SetFlag,
     Slot,
     VecOp,
-    WaitFlag,
     ceildiv,
     imin,
     ix,
+    product,
 )
+
+from .view import VectorView, choose_view, dim_size, stage_vars, tensor_keys
 
 _BIN = {"+": "Add", "-": "Sub", "*": "Mul", "/": "Div", "max": "Max", "min": "Min",
         ">": "CompareGT", ">=": "CompareGE", "<": "CompareLT", "<=": "CompareLE",
@@ -43,6 +50,7 @@ _BIN = {"+": "Add", "-": "Sub", "*": "Mul", "/": "Div", "max": "Max", "min": "Mi
 _CALL = {"exp": "Exp", "log": "Ln", "sqrt": "Sqrt", "rsqrt": "Rsqrt", "erf": "Erf",
          "tanh": "Tanh", "abs": "Abs", "fabs": "Abs"}
 _RED = {"sum": "ReduceSum", "max": "ReduceMax", "min": "ReduceMin"}
+_ACC = {"sum": ("Add", 0.0), "max": ("Max", float("-inf")), "min": ("Min", float("inf"))}
 _FLOATS = ("float16", "float32")
 
 
@@ -55,18 +63,34 @@ class Val:
     scalar: float | Ix | None = None
 
 
+@dataclass(frozen=True)
+class GmAccess:
+    """How a GM tensor meets its UB tile: ``kind`` ND / COL / ROW, ``transposed`` when
+    its columns come before its row in GM, and the box's split and row stride."""
+    kind: str
+    transposed: bool
+    split: int
+    row_stride: Ix
+
+
 @dataclass
 class _Builder:
     name: str
     copies: int
-    R: str = ""
-    C: str = ""
+    view: VectorView
     buffers: list[LocalBuf] = field(default_factory=list)
     ops: list = field(default_factory=list)
     values: dict[str, Val] = field(default_factory=dict)
     inputs: dict[str, Val] = field(default_factory=dict)
+    keys: dict[str, tuple] = field(default_factory=dict)    # tensor -> dimension keys
     tile_rows: int | str = "TR"
     tile_cols: int | str = "CP"
+    pre_ops: list = field(default_factory=list)    # before the carried loops
+    carry_end: int = 0                             # ops[:carry_end] run inside them
+
+    @property
+    def C(self) -> Ix:
+        return product(dim_size(k) for k in self.view.cols)
 
     def new(self, kind: str, dtype: str, copies: int = 1) -> LocalBuf:
         cols = 32 // {"float16": 2, "float32": 4}[dtype] if kind == "COL" else self.tile_cols
@@ -75,20 +99,48 @@ class _Builder:
         self.buffers.append(b)
         return b
 
-
-def _dim_name(e, stage: str) -> str | int:
-    """A size symbol's name, or 1 for a broadcast dimension."""
-    if ir.is_const(e, 1):
-        return 1
-    if not isinstance(e, ir.Var):
-        raise TargetError(f"npu: {stage}: extent {e} is not a size symbol")
-    return e.name
+    def staging(self, dtype: str, copies: int) -> LocalBuf:
+        """A ``CP x TRP`` tile: a transposed box on its way in or out."""
+        b = LocalBuf(f"ub{len(self.buffers)}", "UB", dtype, "CP", "TRP", "ND", copies)
+        self.buffers.append(b)
+        return b
 
 
-def _slot(b: LocalBuf) -> Slot:
-    return Slot(b, ix("t") % b.copies if b.copies > 1 else ix(0))
+def _kind(roles: list[str], view: VectorView, what: str) -> str:
+    """ND / COL / ROW of a tensor whose dimensions have ``roles``."""
+    n_c = roles.count("c")
+    if n_c not in (0, len(view.cols)):
+        raise TargetError(f"npu: {what} holds only some of the columns "
+                          f"{', '.join(view.cols)}; the vector mapping takes whole rows")
+    has_r = "r" in roles or view.row is None
+    kind = {(True, True): "ND", (False, True): "ROW", (True, False): "COL"}.get(
+        (has_r, n_c > 0))
+    if kind is None:
+        raise TargetError(f"npu: {what} has neither the row dimension nor the columns")
+    return kind
 
 
+def gm_access(keys: tuple, dims: tuple, view: VectorView, what: str) -> GmAccess:
+    """How a GM tensor with dimension ``keys`` (sizes ``dims``) is read or written."""
+    roles = [view.role(k) for k in keys]
+    kind = _kind(roles, view, what)
+    n = len(roles)
+    cpos = [i for i, r in enumerate(roles) if r == "c"]
+    rpos = roles.index("r") if "r" in roles else None
+    if cpos and ([keys[i] for i in cpos] != list(view.cols) or cpos[-1] - cpos[0] + 1 != len(cpos)):
+        raise TargetError(f"npu: {what}: its columns {', '.join(view.cols)} are not "
+                          f"adjacent and in order")
+    if kind == "COL":
+        assert rpos is not None or view.row is None
+        return GmAccess(kind, False, 0, product(dims[(rpos if rpos is not None else n) + 1:]))
+    if rpos is None or rpos < cpos[0]:
+        if any(r != "u" for r in roles[cpos[-1] + 1:]):
+            raise TargetError(f"npu: {what}: a dimension after its columns is not mapped")
+        stride = product(dims[rpos + 1:]) if rpos is not None else product(dims[cpos[0]:])
+        return GmAccess(kind, False, n - cpos[0], stride)
+    if any(r != "u" for r in roles[rpos + 1:]):
+        raise TargetError(f"npu: {what}: a dimension after its row is not mapped")
+    return GmAccess(kind, True, n - rpos, product(dims[cpos[-1] + 1:]))
 def _emit(bld: _Builder, op: str, srcs: tuple, dtype: str, kind: str) -> Val:
     if dtype not in _FLOATS:
         raise TargetError(f"npu: the vector mapping takes float16/float32 values, got {dtype}")
@@ -101,48 +153,60 @@ def _operand(v: Val):
     return v.scalar if v.buf is None else v.buf
 
 
-def _load(bld: _Builder, e: ir.Load, row: ir.Var, col: ir.Var, stage: str) -> Val:
+def _load(bld: _Builder, e: ir.Load, vars: dict, stage: str) -> Val:
     name = e.buffer.name
-    pattern = tuple("r" if i is row else "c" if i is col else "0" if ir.is_const(i, 0)
-                    else "?" for i in e.indices)
-    kind = {("r", "c"): "ND", ("c",): "ROW", ("r",): "COL", ("r", "0"): "COL",
-            ("0", "c"): "ROW"}.get(pattern)
     v = bld.values.get(name) or bld.inputs.get(name)
-    if kind is None or v is None or v.kind != kind:
-        raise TargetError(f"npu: stage {stage} reads {name}[{', '.join(map(str, e.indices))}]"
-                          f"; the vector mapping takes row-wise accesses only")
+    keys = bld.keys.get(name)
+    what = f"stage {stage} reads {name}[{', '.join(map(str, e.indices))}]"
+    if v is None or keys is None or len(keys) != len(e.indices):
+        raise TargetError(f"npu: {what}; the vector mapping reads inputs and earlier "
+                          f"stages only")
+    roles = []
+    for i, k in zip(e.indices, keys):
+        if k is None and ir.is_const(i, 0):
+            continue
+        if not isinstance(i, ir.Var) or i.name not in vars or vars[i.name] != k:
+            raise TargetError(f"npu: {what}; the vector mapping takes accesses by the "
+                              f"stage's iterators only")
+        roles.append(bld.view.role(k))
+    if _kind(roles, bld.view, what) != v.kind:
+        raise TargetError(f"npu: {what} as a {_kind(roles, bld.view, what)} value; it is "
+                          f"a {v.kind} value")
     return v
 
 
-def _expr(bld: _Builder, e, row, col, stage: str) -> Val:
+def _expr(bld: _Builder, e, vars: dict, stage: str) -> Val:
     if isinstance(e, (ir.IntImm, ir.FloatImm)):
         return Val("S", scalar=float(e.value))
     if isinstance(e, ir.Var):
+        if e.name in vars:
+            raise TargetError(f"npu: stage {stage} uses the iterator {e.name} as a value; "
+                              f"the vector mapping has no iota")
         return Val("S", scalar=ix(e.name))
     if isinstance(e, ir.Load):
-        return _load(bld, e, row, col, stage)
+        return _load(bld, e, vars, stage)
     if isinstance(e, ir.Cast):
-        v = _expr(bld, e.value, row, col, stage)
+        v = _expr(bld, e.value, vars, stage)
         if v.buf is None or v.buf.dtype == e.dtype:
             return v
         return _emit(bld, "Cast", (v.buf,), e.dtype, v.kind)
     if isinstance(e, ir.Unary) and e.op == "neg":
-        v = _expr(bld, e.a, row, col, stage)
+        v = _expr(bld, e.a, vars, stage)
         return _emit(bld, "Mul", (_operand(v), -1.0), e.dtype, v.kind)
     args: list[Val]
     if isinstance(e, ir.Binary) and e.op in _BIN:
-        op, args = _BIN[e.op], [_expr(bld, x, row, col, stage) for x in (e.a, e.b)]
+        op, args = _BIN[e.op], [_expr(bld, x, vars, stage) for x in (e.a, e.b)]
     elif isinstance(e, ir.Call) and e.name in _CALL:
-        op, args = _CALL[e.name], [_expr(bld, x, row, col, stage) for x in e.args]
+        op, args = _CALL[e.name], [_expr(bld, x, vars, stage) for x in e.args]
     elif isinstance(e, ir.Select):
-        op, args = "Select", [_expr(bld, x, row, col, stage) for x in (e.cond, e.t, e.f)]
+        op, args = "Select", [_expr(bld, x, vars, stage) for x in (e.cond, e.t, e.f)]
     else:
         raise TargetError(f"npu: stage {stage}: {type(e).__name__} "
                           f"{getattr(e, 'op', getattr(e, 'name', ''))} has no vector "
                           f"instruction in the NPU mapping")
+    if all(a.kind == "S" for a in args):     # of sizes: a value per row, via Duplicate
+        args[0] = _emit(bld, "Duplicate", (_operand(args[0]),), "float32", "COL")
     kinds = [a.kind for a in args]
-    if all(k == "S" for k in kinds):
-        raise TargetError(f"npu: stage {stage}: a scalar-only expression is not mapped")
     kind = "ND" if "COL" in kinds and "ROW" in kinds else \
         next(k for k in ("ND", "COL", "ROW") if k in kinds)
     dtype = e.dtype if e.dtype in _FLOATS else "float32"
@@ -150,58 +214,79 @@ def _expr(bld: _Builder, e, row, col, stage: str) -> Val:
 
 
 def _stage(bld: _Builder, s) -> None:
+    vars = stage_vars(s)
+    bld.keys[s.name] = tensor_keys(s.output)
+    out_roles = [bld.view.role(vars[v.name]) for v in s.iters]
     if s.is_reduction:
-        if len(s.iters) != 1 or len(s.reduce_axes) != 1 or s.reduce_op not in _RED:
-            raise TargetError(f"npu: stage {s.name}: only reductions over the last axis "
-                              f"of a 2-d tensor are mapped to the vector unit")
-        v = _expr(bld, s.body, s.iters[0], s.reduce_axes[0].var, s.name)
-        if v.kind != "ND":
+        red = [bld.view.role(vars[a.var.name]) for a in s.reduce_axes]
+        if s.reduce_op not in _RED or red.count("c") != 1 or \
+                any(r not in ("c", "k", "u") for r in red) or "c" in out_roles:
+            raise TargetError(f"npu: stage {s.name}: only sum/max/min reductions over the "
+                              f"columns {', '.join(bld.view.cols)} are mapped to the vector "
+                              f"unit")
+        if _kind(out_roles, bld.view, f"stage {s.name}") != "COL":
+            raise TargetError(f"npu: stage {s.name}: reduction to a non-row value")
+        v = _expr(bld, s.body, vars, s.name)
+        if v.kind != "ND" or v.buf is None:
             raise TargetError(f"npu: stage {s.name}: reduction of a non-tile value")
         acc = s.output.dtype if s.output.dtype in _FLOATS else "float32"
-        bld.values[s.name] = _emit(bld, _RED[s.reduce_op], (v.buf, ix(bld.C)), acc, "COL")
+        part = _emit(bld, _RED[s.reduce_op], (v.buf, bld.C), acc, "COL")
+        if "k" in red:
+            op, identity = _ACC[s.reduce_op]
+            total = bld.new("COL", acc)
+            bld.pre_ops.append(("Duplicate", total, (identity,)))
+            bld.ops.append((op, total, (total, part.buf)))
+            part = Val("COL", total)
+            bld.carry_end = len(bld.ops)
+        bld.values[s.name] = part
         return
-    if len(s.iters) != 2:
-        raise TargetError(f"npu: stage {s.name} is {len(s.iters)}-d; the vector mapping "
-                          f"takes 2-d (rows, columns) stages")
-    v = _expr(bld, s.body, s.iters[0], s.iters[1], s.name)
+    kind = _kind(out_roles, bld.view, f"stage {s.name}")
+    if kind != "ND":
+        raise TargetError(f"npu: stage {s.name} is not over (row, columns); the vector "
+                          f"mapping computes whole tiles")
+    v = _expr(bld, s.body, vars, s.name)
     if v.kind != "ND" or v.buf is None or v.buf.dtype != s.output.dtype:
         v = _emit(bld, "Cast", (_operand(v),), s.output.dtype, "ND")
     bld.values[s.name] = v
 
 
-def _setup(bld: _Builder, graph) -> tuple[list[GlobalTensor], list, list]:
-    tensors, loads, row_loads = [], [], []
-    out = graph.outputs[0]
-    two_d = [t for t in (out, *graph.inputs) if len(t.shape) == 2]
-    if not two_d:
-        raise TargetError(f"npu: kernel {graph.name} has no 2-d output or input for the "
-                          f"vector mapping")
-    R, C = (_dim_name(e, graph.name) for e in two_d[0].shape)
-    if not isinstance(R, str) or not isinstance(C, str):
-        raise TargetError(f"npu: kernel {graph.name}: the (rows, columns) of "
-                          f"{two_d[0].name} are not size symbols")
-    bld.R, bld.C = R, C
+@dataclass(frozen=True)
+class _Load:
+    tensor: GlobalTensor
+    buf: LocalBuf            # where MTE2 writes (a staging tile when transposed)
+    access: GmAccess
+
+
+def _setup(bld: _Builder, graph) -> tuple[list[GlobalTensor], list[_Load], list[_Load]]:
+    tensors: list[GlobalTensor] = []
+    loads: list[_Load] = []
+    row_loads: list[_Load] = []
+    view = bld.view
     for t in graph.inputs:
         if t.dtype not in _FLOATS:
             raise TargetError(f"npu: input {t.name} is {t.dtype}; the vector mapping takes "
                               f"float16/float32")
-        dims = tuple(_dim_name(e, t.name) for e in t.shape)
+        keys = tensor_keys(t)
+        dims = tuple(1 if k is None else dim_size(k) for k in keys)
         g = GlobalTensor(t.name, t.dtype, dims)
         tensors.append(g)
-        if dims == (bld.R, bld.C):
-            b = bld.new("ND", t.dtype, bld.copies)
-            loads.append((g, b))
-        elif dims in ((bld.C,), (1, bld.C)):
+        bld.keys[t.name] = keys
+        acc = gm_access(keys, dims, view, f"input {t.name}")
+        if acc.kind == "ROW":
+            if any(view.role(k) in ("b", "k") for k in keys):
+                raise TargetError(f"npu: input {t.name}: a row vector with batch "
+                                  f"dimensions is not mapped")
             b = bld.new("ROW", t.dtype)
-            row_loads.append((g, b))
-        elif dims == (bld.R, 1):
-            b = bld.new("COL", t.dtype, bld.copies)
-            loads.append((g, b))
+            row_loads.append(_Load(g, b, acc))
+        elif acc.transposed:
+            st = bld.staging(t.dtype, bld.copies)
+            b = bld.new("ND", t.dtype)
+            bld.ops.append(("Transpose", b, (st,)))
+            loads.append(_Load(g, st, acc))
         else:
-            raise TargetError(f"npu: input {t.name} of shape {dims} is neither (R, C) = "
-                              f"({bld.R}, {bld.C}), a row ({bld.C}) / (1, {bld.C}) nor a "
-                              f"column ({bld.R}, 1)")
-        bld.inputs[t.name] = Val(b.layout, b)
+            b = bld.new(acc.kind, t.dtype, bld.copies)
+            loads.append(_Load(g, b, acc))
+        bld.inputs[t.name] = Val(acc.kind, b)
     return tensors, loads, row_loads
 
 
@@ -211,63 +296,149 @@ def ping_pong(bld: _Builder, v: Val) -> LocalBuf:
     ob = LocalBuf(v.buf.name, "UB", v.buf.dtype, v.buf.rows, v.buf.cols, v.buf.layout,
                   bld.copies)
     bld.buffers[bld.buffers.index(v.buf)] = ob
-    bld.ops = [(op, ob if b == v.buf else b,
-                tuple(ob if x == v.buf else x for x in srcs)) for op, b, srcs in bld.ops]
+
+    def sub(x):
+        return ob if x == v.buf else x
+    bld.ops = [(op, sub(b), tuple(sub(x) for x in srcs)) for op, b, srcs in bld.ops]
+    bld.pre_ops = [(op, sub(b), tuple(sub(x) for x in srcs)) for op, b, srcs in bld.pre_ops]
     return ob
+
+
+def _region(g: GlobalTensor, keys: tuple, acc: GmAccess, view: VectorView,
+            row0: Ix, rows: Ix) -> GmRegion:
+    offs, exts = [], []
+    for k, d in zip(keys, g.dims):
+        role = view.role(k)
+        if role == "r":
+            offs.append(row0)
+            exts.append(rows)
+        elif role == "c":
+            offs.append(ix(0))
+            exts.append(ix(d))
+        elif role in ("b", "k"):
+            offs.append(ix(f"i_{k}"))
+            exts.append(ix(1))
+        else:
+            offs.append(ix(0))
+            exts.append(ix(1))
+    return GmRegion(g, tuple(offs), tuple(exts), acc.split, acc.row_stride)
+
+
+def _check_carried(graph, view: VectorView) -> None:
+    if not view.carried:
+        return
+    first, rest = graph.stages[0], graph.stages[1:]
+    inputs = {t.name for t in graph.inputs}
+    reads = _loads(rest)
+    if not first.is_reduction or reads & inputs:
+        raise TargetError(f"npu: kernel {graph.name}: a reduction over several dimensions "
+                          f"({', '.join(view.carried + view.cols)}) is mapped only as the "
+                          f"kernel's first stage, with later stages reading its result")
+
+
+def _loads(stages) -> set:
+    out: set = set()
+
+    def visit(e) -> None:
+        if isinstance(e, ir.Load):
+            out.add(e.buffer.name)
+    for s in stages:
+        ir.walk(s.body, visit)
+    return out
 
 
 def vector_program(graph, double_buffer: bool) -> Program:
     """The vector program of ``graph``; see the module docstring."""
     c = 2 if double_buffer else 1
-    bld = _Builder(graph.name, c)
+    view = choose_view(graph)
+    _check_carried(graph, view)
+    bld = _Builder(graph.name, c, view)
     tensors, loads, row_loads = _setup(bld, graph)
     for s in graph.stages:
         _stage(bld, s)
-    t, TR, R = ix("t"), ix("TR"), ix(bld.R)
+    if not view.carried:
+        bld.carry_end = len(bld.ops)
+    R = ix(dim_size(view.row)) if view.row is not None else ix(1)
+    t, TR = ix("t"), ix("TR")
     rows = imin(TR, R - t * TR)
-    outs: list = []
+    outs: list[tuple[GlobalTensor, LocalBuf, GmRegion]] = []
     for o in graph.outputs:
         v = bld.values[o.name]
-        ob = ping_pong(bld, v)
-        dims = (bld.R, bld.C) if v.kind == "ND" else (bld.R,)
+        keys = tensor_keys(o)
+        dims = tuple(1 if k is None else dim_size(k) for k in keys)
         g = GlobalTensor(o.name, o.dtype, dims, is_output=True)
         tensors.append(g)
-        region = GmRegion(g, (t * TR, ix(0))[:len(dims)], (rows, ix(bld.C))[:len(dims)])
-        outs.append(CopyOut(_slot(ob), region, pipe="MTE3"))
-    vec = tuple(VecOp(op, _slot(b), tuple(_slot(x) if isinstance(x, LocalBuf) else x
-                                          for x in srcs), rows) for op, b, srcs in bld.ops)
-    s = t % c
-    body = (WaitFlag("V", "MTE2", s),
-            *(CopyIn(GmRegion(g, (t * TR, ix(0)), (rows, ix(g.dims[1]))), _slot(b))
-              for g, b in loads),
-            SetFlag("MTE2", "V", s), WaitFlag("MTE2", "V", s),
-            WaitFlag("MTE3", "V", s), *vec, SetFlag("V", "MTE2", s),
-            SetFlag("V", "MTE3", s), WaitFlag("V", "MTE3", s), *outs,
-            SetFlag("MTE3", "V", s))
-    pro: tuple = tuple(SetFlag(p, q, ix(e)) for p, q in (("V", "MTE2"), ("MTE3", "V"))
-                       for e in range(c))
-    if row_loads:
-        pro += (*(CopyIn(GmRegion(g, (ix(0),) * len(g.dims), tuple(ix(d) for d in g.dims)),
-                         Slot(b)) for g, b in row_loads),
-                SetFlag("MTE2", "V", ix(2)), WaitFlag("MTE2", "V", ix(2)))
-    epi = tuple(WaitFlag(p, q, ix(e)) for p, q in (("V", "MTE2"), ("MTE3", "V"))
-                for e in range(c))
-    return Program(graph.name, "vector", tuple(tensors), tuple(bld.buffers),
-                   pro + (Loop("t", ceildiv(R, TR), body),) + epi,
-                   {"rows": bld.R, "cols": bld.C})
+        acc = gm_access(keys, dims, view, f"output {o.name}")
+        if acc.kind != v.kind or acc.kind == "ROW":
+            raise TargetError(f"npu: output {o.name} is a {v.kind} value written as "
+                              f"{acc.kind}; not mapped")
+        if acc.transposed:
+            ob = bld.staging(o.dtype, c)
+            bld.ops.append(("Transpose", ob, (v.buf,)))
+        else:
+            ob = ping_pong(bld, v)
+        outs.append((g, ob, _region(g, keys, acc, view, t * TR, rows)))
+
+    # counters: n = the tile (over batch loops and row tiles), l = the load (n and the
+    # carried loops); ping-pong slots and flag events follow them
+    n: Ix | None = None
+    for k in view.batch:
+        n = ix(f"i_{k}") if n is None else n * ix(dim_size(k)) + ix(f"i_{k}")
+    n = t if n is None else n * ceildiv(R, TR) + t
+    ld: Ix = n
+    for k in view.carried:
+        ld = ld * ix(dim_size(k)) + ix(f"i_{k}")
+    loaded = {ld_.buf.name for ld_ in loads}
+    so, sl = n % c, ld % c
+
+    def slot(b) -> Slot:
+        if b.copies == 1:
+            return Slot(b)
+        return Slot(b, sl if b.name in loaded else so)
+
+    def vec(ops) -> tuple:
+        return tuple(VecOp(op, slot(b), tuple(slot(x) if isinstance(x, LocalBuf) else x
+                                              for x in srcs), rows) for op, b, srcs in ops)
+    copy_in = tuple(CopyIn(_region(x.tensor, bld.keys[x.tensor.name], x.access, view,
+                                   t * TR, rows), slot(x.buf)) for x in loads)
+    copy_out = tuple(CopyOut(slot(b), r, pipe="MTE3") for _, b, r in outs)
+    inner, post = vec(bld.ops[:bld.carry_end]), vec(bld.ops[bld.carry_end:])
+    if not view.carried:
+        body: tuple = (*copy_in, *inner, *post, *copy_out)
+    else:
+        nest: tuple = (*copy_in, *inner)
+        for k in reversed(view.carried):
+            nest = (Loop(f"i_{k}", ix(dim_size(k)), nest),)
+        body = (*vec(bld.pre_ops), *nest, *post, *copy_out)
+    loop: tuple = (Loop("t", ceildiv(R, TR), body),)
+    for k in reversed(view.batch):
+        loop = (Loop(f"i_{k}", ix(dim_size(k)), loop),)
+    pro = tuple(CopyIn(GmRegion(x.tensor, (ix(0),) * len(x.tensor.dims),
+                                tuple(ix(d) for d in x.tensor.dims), x.access.split,
+                                x.access.row_stride), Slot(x.buf)) for x in row_loads)
+    return Program(graph.name, "vector", tuple(tensors), tuple(bld.buffers), pro + loop,
+                   {"rows": R, "cols": bld.C})
+
+
+def _ub_bytes(prog: Program, env: dict) -> int:
+    return sum(-(-b.size(env) // 32) * 32 * b.copies for b in prog.buffers)
 
 
 def vector_tiling(prog: Program, sizes: dict, ub_capacity: int) -> dict:
-    """Host tiling of a vector program: ``CP`` (row length padded to 16 elements) and
-    ``TR`` (rows per tile: as many as UB holds, at most R)."""
-    R, C = sizes[prog.tiling["rows"]], sizes[prog.tiling["cols"]]
+    """Host tiling of a vector program: ``CP`` (the row length padded to 16 elements),
+    ``TR`` (rows per tile: as many as UB holds, at most R) and ``TRP`` (``TR`` padded
+    to 16, the columns of a staging tile)."""
+    R, C = prog.tiling["rows"].eval(sizes), prog.tiling["cols"].eval(sizes)
     cp = -(-C // 16) * 16
-    env = {**sizes, "CP": cp, "TR": 1}
-    fixed = sum(b.size(env) * b.copies for b in prog.buffers if b.rows != "TR")
-    per_row = sum(b.size(env) * b.copies for b in prog.buffers if b.rows == "TR")
-    tr = (ub_capacity - fixed) // per_row if per_row else R
-    if tr < 1:
+
+    def env(tr: int) -> dict:
+        return {**sizes, "CP": cp, "TR": tr, "TRP": -(-tr // 16) * 16}
+    if _ub_bytes(prog, env(1)) > ub_capacity:
         raise NpuCapacityError(f"npu: kernel {prog.name}: one row of {C} elements needs "
-                               f"{fixed + per_row} B of UB with its {len(prog.buffers)} "
-                               f"buffers; UB holds {ub_capacity} B")
-    return {"CP": cp, "TR": max(1, min(tr, R))}
+                               f"{_ub_bytes(prog, env(1))} B of UB with its "
+                               f"{len(prog.buffers)} buffers; UB holds {ub_capacity} B")
+    lo, hi = 1, max(1, R)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if _ub_bytes(prog, env(mid)) <= ub_capacity else (lo, mid - 1)
+    return {"CP": cp, "TR": lo, "TRP": -(-lo // 16) * 16}

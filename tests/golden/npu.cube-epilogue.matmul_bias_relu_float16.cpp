@@ -28,18 +28,18 @@ extern "C" __global__ __aicore__ void matmul_bias_relu_float16(GM_ADDR A_, GM_AD
     LocalTensor<float> ub2 = AllocLocal<float>(TPosition::VECCALC, 4160, 1 * 16);  // UB, ROW
     LocalTensor<float> ub3 = AllocLocal<float>(TPosition::VECCALC, 4224, 32 * 16);  // UB, ND
     LocalTensor<float> ub4[2] = {AllocLocal<float>(TPosition::VECCALC, 6272, 32 * 16), AllocLocal<float>(TPosition::VECCALC, 6272 + 1 * 32 * 16 * 4, 32 * 16)};  // UB, ND, ping-pong
-    SetFlag<HardEvent::MTE1_MTE2>(0);
-    SetFlag<HardEvent::MTE1_MTE2>(1);
-    SetFlag<HardEvent::M_MTE1>(0);
-    SetFlag<HardEvent::M_MTE1>(1);
     SetFlag<HardEvent::FIX_M>(0);
     SetFlag<HardEvent::FIX_M>(1);
+    SetFlag<HardEvent::V_MTE2>(0);
+    SetFlag<HardEvent::V_MTE2>(1);
     SetFlag<HardEvent::V_FIX>(0);
     SetFlag<HardEvent::V_FIX>(1);
     SetFlag<HardEvent::MTE3_V>(0);
     SetFlag<HardEvent::MTE3_V>(1);
-    SetFlag<HardEvent::V_MTE2>(0);
-    SetFlag<HardEvent::V_MTE2>(1);
+    SetFlag<HardEvent::MTE1_MTE2>(0);
+    SetFlag<HardEvent::MTE1_MTE2>(1);
+    SetFlag<HardEvent::M_MTE1>(0);
+    SetFlag<HardEvent::M_MTE1>(1);
     for (int64_t mo = 0; mo < CeilDiv(M, 32); ++mo) {
         for (int64_t no = 0; no < CeilDiv(N, 16); ++no) {
             WaitFlag<HardEvent::FIX_M>((((mo * CeilDiv(N, 16)) + no) % 2));
@@ -70,29 +70,29 @@ extern "C" __global__ __aicore__ void matmul_bias_relu_float16(GM_ADDR A_, GM_AD
             DataCopyPad(ub1[(((mo * CeilDiv(N, 16)) + no) % 2)], gbias[((0 * N) + (no * 16))], DataCopyPadParams{(uint32_t)1, (uint32_t)Min(16, (N - (no * 16))), (uint32_t)N, (uint32_t)16});
             SetFlag<HardEvent::MTE2_V>((((mo * CeilDiv(N, 16)) + no) % 2));
             WaitFlag<HardEvent::MTE2_V>((((mo * CeilDiv(N, 16)) + no) % 2));
-            WaitFlag<HardEvent::FIX_V>((((mo * CeilDiv(N, 16)) + no) % 2));
-            WaitFlag<HardEvent::MTE3_V>((((mo * CeilDiv(N, 16)) + no) % 2));
             Cast(ub2, ub1[(((mo * CeilDiv(N, 16)) + no) % 2)], (uint32_t)(Min(32, (M - (mo * 32)))));
-            Add(ub3, ub0[(((mo * CeilDiv(N, 16)) + no) % 2)], ub2, (uint32_t)(Min(32, (M - (mo * 32)))));
-            Max(ub4[(((mo * CeilDiv(N, 16)) + no) % 2)], ub3, 0.0, (uint32_t)(Min(32, (M - (mo * 32)))));
-            SetFlag<HardEvent::V_FIX>((((mo * CeilDiv(N, 16)) + no) % 2));
             SetFlag<HardEvent::V_MTE2>((((mo * CeilDiv(N, 16)) + no) % 2));
+            WaitFlag<HardEvent::FIX_V>((((mo * CeilDiv(N, 16)) + no) % 2));
+            Add(ub3, ub0[(((mo * CeilDiv(N, 16)) + no) % 2)], ub2, (uint32_t)(Min(32, (M - (mo * 32)))));
+            SetFlag<HardEvent::V_FIX>((((mo * CeilDiv(N, 16)) + no) % 2));
+            WaitFlag<HardEvent::MTE3_V>((((mo * CeilDiv(N, 16)) + no) % 2));
+            Max(ub4[(((mo * CeilDiv(N, 16)) + no) % 2)], ub3, 0.0, (uint32_t)(Min(32, (M - (mo * 32)))));
             SetFlag<HardEvent::V_MTE3>((((mo * CeilDiv(N, 16)) + no) % 2));
             WaitFlag<HardEvent::V_MTE3>((((mo * CeilDiv(N, 16)) + no) % 2));
             DataCopyPad(gmatmul_bias_relu[((((0 * M) + (mo * 32)) * N) + (no * 16))], ub4[(((mo * CeilDiv(N, 16)) + no) % 2)], DataCopyPadParams{(uint32_t)Min(32, (M - (mo * 32))), (uint32_t)Min(16, (N - (no * 16))), (uint32_t)16, (uint32_t)N});
             SetFlag<HardEvent::MTE3_V>((((mo * CeilDiv(N, 16)) + no) % 2));
         }
     }
-    WaitFlag<HardEvent::MTE1_MTE2>(0);
-    WaitFlag<HardEvent::MTE1_MTE2>(1);
-    WaitFlag<HardEvent::M_MTE1>(0);
-    WaitFlag<HardEvent::M_MTE1>(1);
     WaitFlag<HardEvent::FIX_M>(0);
     WaitFlag<HardEvent::FIX_M>(1);
+    WaitFlag<HardEvent::V_MTE2>(0);
+    WaitFlag<HardEvent::V_MTE2>(1);
     WaitFlag<HardEvent::V_FIX>(0);
     WaitFlag<HardEvent::V_FIX>(1);
     WaitFlag<HardEvent::MTE3_V>(0);
     WaitFlag<HardEvent::MTE3_V>(1);
-    WaitFlag<HardEvent::V_MTE2>(0);
-    WaitFlag<HardEvent::V_MTE2>(1);
+    WaitFlag<HardEvent::MTE1_MTE2>(0);
+    WaitFlag<HardEvent::MTE1_MTE2>(1);
+    WaitFlag<HardEvent::M_MTE1>(0);
+    WaitFlag<HardEvent::M_MTE1>(1);
 }

@@ -21,12 +21,12 @@ extern "C" __global__ __aicore__ void matmul_float16(GM_ADDR A_, GM_ADDR B_, GM_
     LocalTensor<half> l0A[2] = {AllocLocal<half>(TPosition::A2, 0, 64 * 32), AllocLocal<half>(TPosition::A2, 0 + 1 * 64 * 32 * 2, 64 * 32)};  // L0A, zZ, ping-pong
     LocalTensor<half> l0B[2] = {AllocLocal<half>(TPosition::B2, 0, 32 * 32), AllocLocal<half>(TPosition::B2, 0 + 1 * 32 * 32 * 2, 32 * 32)};  // L0B, nZ, ping-pong
     LocalTensor<float> l0C[2] = {AllocLocal<float>(TPosition::CO1, 0, 64 * 32), AllocLocal<float>(TPosition::CO1, 0 + 1 * 64 * 32 * 4, 64 * 32)};  // L0C, NZ, ping-pong
+    SetFlag<HardEvent::FIX_M>(0);
+    SetFlag<HardEvent::FIX_M>(1);
     SetFlag<HardEvent::MTE1_MTE2>(0);
     SetFlag<HardEvent::MTE1_MTE2>(1);
     SetFlag<HardEvent::M_MTE1>(0);
     SetFlag<HardEvent::M_MTE1>(1);
-    SetFlag<HardEvent::FIX_M>(0);
-    SetFlag<HardEvent::FIX_M>(1);
     for (int64_t mo = 0; mo < CeilDiv(M, 64); ++mo) {
         for (int64_t no = 0; no < CeilDiv(N, 32); ++no) {
             WaitFlag<HardEvent::FIX_M>((((mo * CeilDiv(N, 32)) + no) % 2));
@@ -53,10 +53,10 @@ extern "C" __global__ __aicore__ void matmul_float16(GM_ADDR A_, GM_ADDR B_, GM_
             SetFlag<HardEvent::FIX_M>((((mo * CeilDiv(N, 32)) + no) % 2));
         }
     }
+    WaitFlag<HardEvent::FIX_M>(0);
+    WaitFlag<HardEvent::FIX_M>(1);
     WaitFlag<HardEvent::MTE1_MTE2>(0);
     WaitFlag<HardEvent::MTE1_MTE2>(1);
     WaitFlag<HardEvent::M_MTE1>(0);
     WaitFlag<HardEvent::M_MTE1>(1);
-    WaitFlag<HardEvent::FIX_M>(0);
-    WaitFlag<HardEvent::FIX_M>(1);
 }

@@ -2,7 +2,7 @@
 #include "polycomp_npu.h"
 using namespace AscendC;
 
-// host-side tiling data: the sizes, TR rows of N per UB tile, rows padded to CP elements
+// host-side tiling data: the sizes, TR rows of N per UB tile, rows of M padded to CP elements
 struct softmax_m1_float16_tiling { int64_t N; int64_t M; int64_t TR; int64_t CP; };
 
 extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR softmax_, GM_ADDR tiling_) {
@@ -42,16 +42,16 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
         DataCopyPad(ub0[(t % 2)], gx[((((0 * N) + (t * TR)) * M) + 0)], DataCopyPadParams{(uint32_t)Min(TR, (N - (t * TR))), (uint32_t)M, (uint32_t)M, (uint32_t)CP});
         SetFlag<HardEvent::MTE2_V>((t % 2));
         WaitFlag<HardEvent::MTE2_V>((t % 2));
-        WaitFlag<HardEvent::MTE3_V>((t % 2));
         ReduceMax(ub1, ub0[(t % 2)], M, (uint32_t)(Min(TR, (N - (t * TR)))));
         Cast(ub2, ub0[(t % 2)], (uint32_t)(Min(TR, (N - (t * TR)))));
+        SetFlag<HardEvent::V_MTE2>((t % 2));
         Cast(ub3, ub1, (uint32_t)(Min(TR, (N - (t * TR)))));
         Sub(ub4, ub2, ub3, (uint32_t)(Min(TR, (N - (t * TR)))));
         Exp(ub5, ub4, (uint32_t)(Min(TR, (N - (t * TR)))));
         ReduceSum(ub6, ub5, M, (uint32_t)(Min(TR, (N - (t * TR)))));
         Div(ub7, ub5, ub6, (uint32_t)(Min(TR, (N - (t * TR)))));
+        WaitFlag<HardEvent::MTE3_V>((t % 2));
         Cast(ub8[(t % 2)], ub7, (uint32_t)(Min(TR, (N - (t * TR)))));
-        SetFlag<HardEvent::V_MTE2>((t % 2));
         SetFlag<HardEvent::V_MTE3>((t % 2));
         WaitFlag<HardEvent::V_MTE3>((t % 2));
         DataCopyPad(gsoftmax[((((0 * N) + (t * TR)) * M) + 0)], ub8[(t % 2)], DataCopyPadParams{(uint32_t)Min(TR, (N - (t * TR))), (uint32_t)M, (uint32_t)CP, (uint32_t)M});
