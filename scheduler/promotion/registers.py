@@ -216,10 +216,26 @@ def decide(buf: ir.Buffer, site: _Site, budget: _Budget, model) -> PromotionDeci
 
 
 def _reads_from_outside(model, refs: list[Reference], stmts) -> bool:
-    """Some read of the group may see a value written before the kernel (a flow
-    dependence from a statement outside the kernel)."""
+    """Some read of the group may see a value written before the kernel: a flow
+    dependence from a statement outside the kernel, or a read that no write of the
+    kernel precedes (the array's initial contents, e.g. a C SCoP's in-out array in
+    ``C[i][j] *= beta``)."""
     reads = _stmt_set(model, [r.stmt for r in refs if r.is_read])
-    return not model.flow.intersect_range(reads).subtract_domain(_stmt_set(model, stmts)).is_empty()
+    if not model.flow.intersect_range(reads).subtract_domain(_stmt_set(model, stmts)).is_empty():
+        return True
+    space = model.context.get_space()
+    sink, source = isl.UnionMap.empty(space), isl.UnionMap.empty(space)
+    for r in refs:
+        um = isl.UnionMap.from_map(r.access.relation)
+        if r.is_read:
+            sink = sink.union(um)
+        else:
+            source = source.union(um)
+    if sink.is_empty():
+        return False
+    flow = isl.UnionAccessInfo.from_sink(sink).set_must_source(source) \
+        .set_schedule(model.initial_schedule).compute_flow()
+    return not flow.get_may_no_source().is_empty()
 
 
 def _live_after(model, buf, refs: list[Reference], stmts) -> bool:

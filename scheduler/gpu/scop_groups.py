@@ -1,0 +1,195 @@
+"""Pass: choose, for each loop nest of a C SCoP, the tiled GPU pipeline or the baseline.
+
+A C SCoP's model has no DSL stages, so the pattern schedule does not apply; this pass
+plays its part for the CUDA pipeline.  It looks at every top-level loop nest of the
+program-order tree (each child of the root's sequence, or the root's only child) and
+decides which path it takes.
+
+Assumes: the program-order tree of :func:`polycomp.frontend.c_model.build_c_model`
+(``domain`` -> optional ``sequence`` of filters -> per top-level nest a subtree) and the
+model's dependences (flow, anti and output).
+
+A nest takes the **tiled** path when its subtree starts with a band whose leading
+members ``o_0 .. o_{n-1}`` (``n >= 1``) are *coincident*: every dependence between two
+instances of the nest has distance 0 on them (:func:`band_coincidence`), and every one
+of them is non-negative over the domain for all parameter values (block ids are
+``floor(o / T) >= 0``).  The band is split after ``o_{n-1}`` and the mark
+``backbone:<class>`` is inserted above the first part (the *output band* of
+:class:`~polycomp.scheduler.gpu.tile.GpuTilingPass`).  Since the output members have
+distance 0 on every dependence of the nest, each point ``o`` of the output band is
+independent of every other point: tiling them, sinking the point band below any inner
+loops or sequences (multi-level tiling), mapping them cyclically to threads and
+strip-mining the first inner band (the K tile) only reorder independent instances, so
+the tiled schedule respects every dependence.
+
+The class is ``contraction`` (GEMM-like: :func:`is_contraction`) or ``elementwise``
+otherwise; it only selects the default tile sizes and whether the first reduction band
+is K-tiled (``gpu-tiling``), which in turn gives shared-memory promotion a site per K
+tile.  Every other nest (no coincident outer member, a tree that does not start with a
+band, negative schedule values from a decreasing loop) keeps the **baseline** mapping
+(:mod:`~polycomp.scheduler.gpu.baseline`), which the pass ``gpu-baseline-mapping``
+applies to the unmarked nests only; it numbers the kernel of nest ``c`` as ``c``, and
+:class:`~polycomp.scheduler.gpu.map.GpuMappingPass` gives the tiled nests the free
+numbers in tree order, so kernel numbers follow the nests.  Each decision, with its
+reason, is noted for ``polycomp explain``.
+
+Guarantees: the tree is unchanged except for the band splits and marks (the schedule
+is the same), each top-level nest holds at most one ``backbone`` mark, right above its
+outermost band.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polycomp.islutil import sets
+from polycomp.model import Statement
+from polycomp.scheduler.common import marks
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.tree import band_coincidence
+from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
+from polycomp.state import CompileState
+
+TILED = "tiled"
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class NestPath:
+    """The path of top-level nest ``index``: ``tiled`` with operator class ``kind``
+    (``contraction``/``elementwise``) and ``members`` output-band members, or
+    ``baseline``; ``reason`` says why in words (for ``polycomp explain``)."""
+    index: int
+    path: str
+    kind: str
+    members: int
+    reason: str
+
+
+def is_c_scop(state: CompileState) -> bool:
+    """A model without DSL stages (a C SCoP)."""
+    return not getattr(state.model.graph, "stages", ())
+
+
+def nest_roots(schedule: isl.Schedule) -> list[isl.ScheduleNode]:
+    """The root node of every top-level nest (the child of each filter of the root's
+    sequence, or the root's only child)."""
+    top = schedule.get_root().child(0)
+    if top.get_type() == isl.schedule_node_type.sequence:
+        return [top.child(k).child(0) for k in range(top.n_children())]
+    return [top]
+
+
+def _nonnegative(band: isl.ScheduleNode, m: int) -> bool:
+    """Member ``m`` of ``band`` is ``>= 0`` at every instance, for all parameter values."""
+    upa = band.band_get_partial_schedule().get_union_pw_aff(m)
+    um = isl.UnionMap.from_union_pw_aff(upa).intersect_domain(band.get_domain())
+    for s in sets(um.range()):
+        neg = isl.Set.read_from_str(s.get_ctx(), "{ [v] : v < 0 }")
+        s2, neg = s.align_params(neg.get_space()), neg.align_params(s.get_space())
+        if not s2.intersect(neg).is_empty():
+            return False
+    return True
+
+
+def _statements_below(node: isl.ScheduleNode, model) -> list[Statement]:
+    names = {s.get_tuple_name() for s in sets(node.get_domain())}
+    return [s for s in model.statements if s.name in names]
+
+
+def is_contraction(band: isl.ScheduleNode, model) -> bool:
+    """GEMM-like (``C[o] += A[..] * B[..]``, alpha/beta scaling allowed): some statement
+    below the output ``band`` writes one element per point of the band (its write is
+    constant along every loop below the band: a reduction), reads that same element,
+    and reads at least two other references whose element changes along the loops below
+    (the operands of the contraction)."""
+    prefix = band.child(0).get_prefix_schedule_union_map()
+    for st in _statements_below(band, model):
+        if len(st.writes) != 1 or len(st.iters) <= band.band_n_member():
+            continue
+        w = st.writes[0].relation
+        dom = isl.UnionSet.from_set(st.domain)
+        same_point = prefix.intersect_domain(dom)
+        same_point = same_point.apply_range(same_point.reverse())
+        wu = isl.UnionMap.from_map(w)
+        same_elem = wu.apply_range(wu.reverse())
+        if not same_point.is_subset(same_elem):
+            continue           # not one element per point: not a reduction into C[o]
+        acc = [a for a in st.reads if a.buffer.name == st.write.name and a.relation.is_equal(w)]
+        varying = []
+        for a in st.reads:
+            if a.buffer.name == st.write.name:
+                continue
+            ru = isl.UnionMap.from_map(a.relation)
+            if not same_point.is_subset(ru.apply_range(ru.reverse())):
+                varying.append(a)
+        if acc and len(varying) >= 2:
+            return True
+    return False
+
+
+def choose_path(root: isl.ScheduleNode, index: int, model) -> NestPath:
+    """The path of the nest at ``root`` (see the module doc)."""
+    if root.get_type() != isl.schedule_node_type.band:
+        return NestPath(index, BASELINE, "", 0, "the nest does not start with a loop band")
+    coinc = band_coincidence(root, model.dependences)
+    n = 0
+    while n < len(coinc) and coinc[n]:
+        n += 1
+    if n == 0:
+        return NestPath(index, BASELINE, "", 0,
+                        "its outer loop carries a dependence (no coincident band member)")
+    neg = [m for m in range(n) if not _nonnegative(root, m)]
+    if neg:
+        return NestPath(index, BASELINE, "", 0,
+                        f"band member {neg[0]} takes negative values (a decreasing loop)")
+    band = root.band_split(n) if n < root.band_n_member() else root
+    kind = "contraction" if is_contraction(band, model) else "elementwise"
+    why = (f"{n} coincident outer member(s)"
+           + ("; GEMM-like reduction C[o] += A*B below" if kind == "contraction" else ""))
+    return NestPath(index, TILED, kind, n, why)
+
+
+class ScopGroupingPass(Pass):
+    name = "scop-gpu-groups"
+
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
+        model = ctx.model
+        for index in range(len(nest_roots(schedule))):
+            root = nest_roots(schedule)[index]
+            path = choose_path(root, index, model)
+            if path.path == TILED:
+                if path.members < root.band_n_member():
+                    root = root.band_split(path.members)
+                root = root.insert_mark(marks.make(marks.BACKBONE, path.kind))
+                schedule = root.get_schedule()
+                ctx.note(self.name, f"nest {index}: tiled GPU pipeline ({path.kind}): "
+                                    f"{path.reason}")
+            else:
+                ctx.note(self.name, f"nest {index}: baseline mapping: {path.reason}")
+        return schedule
+
+
+class ScopBaselinePass(Pass):
+    """The baseline mapping (:class:`GpuBaselineMappingPass`) of the nests that
+    :class:`ScopGroupingPass` left unmarked; nest ``c`` becomes kernel ``c``."""
+    name = "gpu-baseline-mapping"
+
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
+        base = GpuBaselineMappingPass()
+        deps = ctx.model.dependences
+        for index in range(len(nest_roots(schedule))):
+            root = nest_roots(schedule)[index]
+            if marks.is_kind(root, marks.BACKBONE):
+                continue
+            schedule = base._map_stage(root, deps, ctx, index).get_schedule()
+            ctx.note(self.name, f"kernel {index}: {_baseline_words(ctx, index)}")
+        return schedule
+
+
+def _baseline_words(ctx: CompileState, k: int) -> str:
+    m = ctx.gpu.baseline[k]
+    if m.block_loops == 0:
+        return "baseline, a single thread (no coincident outer loop)"
+    return f"baseline, {m.block_loops} loop(s) on blocks of {m.threads} threads"
