@@ -147,7 +147,7 @@ def choose_path(root: isl.ScheduleNode, index: int, model) -> NestPath:
     band = root.band_split(n) if n < root.band_n_member() else root
     kind = "contraction" if is_contraction(band, model) else "elementwise"
     why = (f"{n} coincident outer member(s)"
-           + ("; GEMM-like reduction C[o] += A*B below" if kind == "contraction" else ""))
+           + ("; a GEMM-like reduction X[o] += a * b below" if kind == "contraction" else ""))
     return NestPath(index, TILED, kind, n, why)
 
 
@@ -164,10 +164,11 @@ class ScopGroupingPass(Pass):
                     root = root.band_split(path.members)
                 root = root.insert_mark(marks.make(marks.BACKBONE, path.kind))
                 schedule = root.get_schedule()
-                ctx.note(self.name, f"nest {index}: tiled GPU pipeline ({path.kind}): "
-                                    f"{path.reason}")
+                ctx.note(self.name, f"kernel {index} (loop nest {index}): tiled GPU pipeline "
+                                    f"({path.kind}): {path.reason}")
             else:
-                ctx.note(self.name, f"nest {index}: baseline mapping: {path.reason}")
+                ctx.note(self.name, f"kernel {index} (loop nest {index}): baseline mapping: "
+                                    f"{path.reason}")
         return schedule
 
 
