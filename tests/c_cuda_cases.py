@@ -79,8 +79,9 @@ void syrk(int N, int M, float C[N][N], float A[N][M]) {
 """, ("N", "M", "C", "A"), {"C": ("N", "N"), "A": ("N", "M")},
     paths=("tiled:contraction",))
 
-# bicg-like: a column sum whose outer loop carries the dependence (baseline), a
-# matrix-vector product (tiled, 1-D contraction), an initialisation (tiled)
+# bicg-like: an initialisation (tiled), a column sum whose outer loop carries the
+# dependence (its permutable band interchanged: j outer, then a 1-D contraction), a
+# matrix-vector product (a 1-D contraction)
 BICG = Case("bicg", r"""
 void bicg(int N, int M, float A[N][M], float s[M], float q[N], float p[M], float r[N]) {
   for (int j = 0; j < M; j++)
@@ -96,7 +97,7 @@ void bicg(int N, int M, float A[N][M], float s[M], float q[N], float p[M], float
 }
 """, ("N", "M", "A", "s", "q", "p", "r"),
     {"A": ("N", "M"), "s": ("M",), "q": ("N",), "p": ("M",), "r": ("N",)},
-    paths=("tiled:elementwise", "baseline", "tiled:contraction"))
+    paths=("tiled:elementwise", "tiled:contraction", "tiled:contraction"))
 
 # jacobi-2d-like: a time loop (baseline: its outer loop carries dependences)
 JACOBI2D = Case("jacobi2d", r"""
@@ -113,19 +114,22 @@ void jacobi2d(int T, int N, double A[N][N], double B[N][N]) {
 """, ("T", "N", "A", "B"), {"A": ("N", "N"), "B": ("N", "N")}, dtype="float64",
     paths=("baseline",), extra={"T": 3})
 
-# a 2-D stencil with an if and a decreasing loop (negative schedule values: baseline)
+# a 2-D stencil with an if (tiled), a recurrence (baseline), a decreasing loop (its
+# coincident member reversed, then tiled)
 STENCIL = Case("stencil", r"""
-void stencil(int N, int M, float A[N][M], float B[N][M], float x[N], float y[N]) {
+void stencil(int N, int M, float A[N][M], float B[N][M], float x[N], float y[N], float z[N]) {
   for (int i = 0; i < N; i++)
     for (int j = 0; j < M; j++)
       if (i >= 1 && i < N - 1 && j >= 1 && j < M - 1)
         B[i][j] = A[i - 1][j] + A[i + 1][j] - 4.0f * A[i][j] + A[i][j - 1] + A[i][j + 1];
+  for (int i = 1; i < N; i++)
+    z[i] = z[i - 1] * 0.5f + x[i];
   for (int i = N - 1; i >= 0; i--)
     y[i] = x[i] * 3.0f + (i > 0 ? x[i - 1] : 0.0f);
 }
-""", ("N", "M", "A", "B", "x", "y"),
-    {"A": ("N", "M"), "B": ("N", "M"), "x": ("N",), "y": ("N",)},
-    paths=("tiled:elementwise", "baseline"))
+""", ("N", "M", "A", "B", "x", "y", "z"),
+    {"A": ("N", "M"), "B": ("N", "M"), "x": ("N",), "y": ("N",), "z": ("N",)},
+    paths=("tiled:elementwise", "baseline", "tiled:elementwise"))
 
 # a 3-D nest whose innermost loop carries a dependence (prefix sums along k): the
 # band is split after its two coincident members

@@ -31,11 +31,8 @@ from .target import cuda_target
 
 
 def _baseline(state: CompileState) -> bool:
-    """The untiled baseline mapping for the whole kernel: asked for, or the
-    ``isl_scheduler`` option on a C SCoP (whose tree has no DSL fusion groups)."""
-    from polycomp.scheduler.gpu.scop_groups import is_c_scop
-    return state.cuda_options.gpu == "baseline" or \
-        (is_c_scop(state) and state.cuda_options.isl_scheduler)
+    """The untiled baseline mapping for the whole kernel (asked for)."""
+    return state.cuda_options.gpu == "baseline"
 
 
 class CudaBackend(Backend):

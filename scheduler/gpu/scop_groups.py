@@ -138,12 +138,16 @@ def choose_path(root: isl.ScheduleNode, index: int, model) -> NestPath:
     while n < len(coinc) and coinc[n]:
         n += 1
     if n == 0:
+        if root.band_get_permutable() and any(fully_coincident(root, model.dependences)):
+            return NestPath(index, TILED, "", 0, "interchange")   # see ScopGroupingPass
         return NestPath(index, BASELINE, "", 0,
                         "its outer loop carries a dependence (no coincident band member)")
     neg = [m for m in range(n) if not _nonnegative(root, m)]
     if neg:
+        if all(_nonnegative(reverse_members(root, [m]), m) for m in neg):
+            return NestPath(index, TILED, "", n, "reverse")    # see ScopGroupingPass
         return NestPath(index, BASELINE, "", 0,
-                        f"band member {neg[0]} takes negative values (a decreasing loop)")
+                        f"band member {neg[0]} takes negative values")
     band = root.band_split(n) if n < root.band_n_member() else root
     kind = "contraction" if is_contraction(band, model) else "elementwise"
     why = (f"{n} coincident outer member(s)"
@@ -151,7 +155,55 @@ def choose_path(root: isl.ScheduleNode, index: int, model) -> NestPath:
     return NestPath(index, TILED, kind, n, why)
 
 
+def reverse_members(band: isl.ScheduleNode, members: list[int]) -> isl.ScheduleNode:
+    """Negate the given members of ``band`` (``-i`` of a decreasing loop becomes
+    ``i``).  Legal for coincident members: every dependence has distance 0 on them, so
+    the order of their values is irrelevant (later members keep theirs)."""
+    mupa = band.band_get_partial_schedule()
+    for m in members:
+        mupa = mupa.set_union_pw_aff(m, mupa.get_union_pw_aff(m).neg())
+    perm = band.band_get_permutable()
+    flags = [band.band_member_get_coincident(m) for m in range(band.band_n_member())]
+    node = band.delete().insert_partial_schedule(mupa).band_set_permutable(perm)
+    for m, c in enumerate(flags):
+        node = node.band_member_set_coincident(m, c)
+    return node
+
+
+def fully_coincident(band: isl.ScheduleNode, deps: isl.UnionMap) -> list[bool]:
+    """For each member of ``band``: do all dependences between instances below it with
+    equal outer schedule have distance 0 on it (whatever the other members are)?"""
+    dom = band.get_domain()
+    deps = deps.intersect_domain(dom).intersect_range(dom)
+    prefix = band.get_prefix_schedule_union_map()
+    if not prefix.is_empty():
+        deps = deps.intersect(prefix.apply_range(prefix.reverse()))
+    mupa = band.band_get_partial_schedule()
+    out = []
+    for m in range(band.band_n_member()):
+        mk = isl.UnionMap.from_union_pw_aff(mupa.get_union_pw_aff(m))
+        out.append(deps.is_subset(mk.apply_range(mk.reverse())))
+    return out
+
+
+def interchange_coincident_first(band: isl.ScheduleNode, deps) -> isl.ScheduleNode:
+    """Reorder the members of the permutable ``band`` so that the fully coincident ones
+    come first (in their order).  Any order of a permutable band's members respects
+    every dependence (each has non-negative distance on every member)."""
+    full = fully_coincident(band, deps)
+    order = [m for m, c in enumerate(full) if c] + [m for m, c in enumerate(full) if not c]
+    mupa = band.band_get_partial_schedule()
+    new = mupa
+    for k, m in enumerate(order):
+        new = new.set_union_pw_aff(k, mupa.get_union_pw_aff(m))
+    node = band.delete().insert_partial_schedule(new)
+    return node.band_set_permutable(1)
+
+
 class ScopGroupingPass(Pass):
+    """See the module doc.  A permutable band whose outer member carries a dependence
+    while another member does not (``for i: for j: s[j] += A[i][j] * r[i]``) is first
+    interchanged so that the coincident members lead (noted)."""
     name = "scop-gpu-groups"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
@@ -159,6 +211,21 @@ class ScopGroupingPass(Pass):
         for index in range(len(nest_roots(schedule))):
             root = nest_roots(schedule)[index]
             path = choose_path(root, index, model)
+            if path.reason == "interchange":
+                order = fully_coincident(root, model.dependences)
+                root = interchange_coincident_first(root, model.dependences)
+                schedule = root.get_schedule()
+                ctx.note(self.name, f"kernel {index} (loop nest {index}): permutable band "
+                                    f"interchanged: coincident member(s) "
+                                    f"{[m for m, c in enumerate(order) if c]} moved outermost")
+                path = choose_path(root, index, model)
+            if path.reason == "reverse":
+                neg = [m for m in range(path.members) if not _nonnegative(root, m)]
+                root = reverse_members(root, neg)
+                schedule = root.get_schedule()
+                ctx.note(self.name, f"kernel {index} (loop nest {index}): coincident band "
+                                    f"member(s) {neg} of decreasing loops reversed")
+                path = choose_path(root, index, model)
             if path.path == TILED:
                 if path.members < root.band_n_member():
                     root = root.band_split(path.members)
