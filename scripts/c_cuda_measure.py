@@ -195,6 +195,9 @@ def measure(name: str, src: str, macros: dict[str, int], workdir: str,
         row[f"{label}_sim"] = "exact" if exact else f"rel err {worst:.1e}"
         traffic = rep.global_bytes_loaded + rep.global_bytes_stored
         row[f"{label}_bytes_per_flop"] = round(traffic / max(nflop, 1), 3)
+        # the least parallel kernel: threads launched (1: a single-thread kernel)
+        row[f"{label}_min_threads"] = min(
+            (int(np.prod(ks.grid)) * int(np.prod(ks.block)) for ks in rep.kernels), default=0)
     return row
 
 
@@ -228,9 +231,10 @@ def main(argv=None) -> int:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
     print("\n| kernel | paths | sim tiled | sim baseline | regs/spill tiled | regs/spill "
-          "baseline | B/FLOP baseline | B/FLOP tiled |" + (" isl: paths, sim, B/FLOP |"
+          "baseline | B/FLOP baseline | B/FLOP tiled | min threads baseline | min threads "
+          "tiled |" + (" isl: paths, sim, B/FLOP |"
                                                            if a.isl else ""))
-    print("|---|---|---|---|---|---|---:|---:|" + ("---|" if a.isl else ""))
+    print("|---|---|---|---|---|---|---:|---:|---:|---:|" + ("---|" if a.isl else ""))
     for r in rows:
         if r["read"] != "yes":
             continue
@@ -238,7 +242,8 @@ def main(argv=None) -> int:
         print(f"| {r['kernel'][7:]} | {r.get('paths')} | {r.get('tiled_sim')} | "
               f"{r.get('baseline_sim')} | {pt.get('registers')}/{pt.get('spill_bytes')} | "
               f"{pb.get('registers')}/{pb.get('spill_bytes')} | "
-              f"{r.get('baseline_bytes_per_flop')} | {r.get('tiled_bytes_per_flop')} |"
+              f"{r.get('baseline_bytes_per_flop')} | {r.get('tiled_bytes_per_flop')} | "
+              f"{r.get('baseline_min_threads')} | {r.get('tiled_min_threads')} |"
               + (f" {r.get('isl_paths')}, {r.get('isl_sim')}, {r.get('isl_bytes_per_flop')} |"
                  if a.isl else ""))
     return 0

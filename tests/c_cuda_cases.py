@@ -143,7 +143,25 @@ void scan3(int P, int Q, int R, float X[P][Q][R], float W[R]) {
 """, ("P", "Q", "R", "X", "W"), {"X": ("P", "Q", "R"), "W": ("R",)},
     paths=("tiled:elementwise",))
 
-CASES = (GEMM, MM2, SYRK, BICG, JACOBI2D, STENCIL, SCAN3)
+# w = B^T (B v) in one nest: no outer loop is parallel for both statements, so isl's
+# scheduler (outer coincidence) distributes it, then each part is tiled
+BTBV = Case("btbv", r"""
+void btbv(int R, int K, double Bm[R][K], double v[K], double w[K], double u[R]) {
+  for (int c = 0; c < K; ++c)
+    w[c] = 0.0;
+  for (int r = 0; r < R; ++r) {
+    u[r] = 0.0;
+    for (int c = 0; c < K; ++c)
+      u[r] += Bm[r][c] * v[c];
+    for (int c = 0; c < K; ++c)
+      w[c] += Bm[r][c] * u[r];
+  }
+}
+""", ("R", "K", "Bm", "v", "w", "u"),
+    {"Bm": ("R", "K"), "v": ("K",), "w": ("K",), "u": ("R",)}, dtype="float64",
+    paths=("tiled:contraction", "tiled:contraction"))
+
+CASES = (GEMM, MM2, SYRK, BICG, JACOBI2D, STENCIL, SCAN3, BTBV)
 
 
 def arrays_for(case: Case, sizes: dict[str, int], seed: int) -> dict[str, np.ndarray]:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from c_cuda_cases import (
     BICG,
+    BTBV,
     CASES,
     GEMM,
     SCAN3,
@@ -152,6 +153,14 @@ def test_explain_notes_name_each_kernels_path():
         "kernel 1: baseline, a single thread (no coincident outer loop)"]
 
 
+def test_isl_schedule_distributes_a_nest_without_common_parallel_loop():
+    _, ck = compiled(BTBV)
+    assert ck.state.remarks["scop-gpu-groups"][0] == (
+        "isl's scheduler (outer coincidence) chosen: 4 of 4 statements in tiled nests, 1 "
+        "with the input schedule")
+    assert not ck.state.gpu.baseline
+
+
 @pytest.mark.parametrize("case", [GEMM, BICG, STENCIL], ids=["gemm", "bicg", "stencil"])
 def test_isl_scheduler_option_takes_the_same_choice(case):
     """With isl's scheduler the per-nest choice runs on isl's tree (results checked)."""
@@ -172,7 +181,7 @@ def test_nvcc_compiles(case, tmp_path):
 
 # --------------------------------------------------------------------------- goldens
 
-GOLDEN_CASES = [(c, p) for c in (GEMM, BICG, SCAN3, STENCIL) for p in ("scop-gpu-groups",
+GOLDEN_CASES = [(c, p) for c in (GEMM, BICG, SCAN3, STENCIL, BTBV) for p in ("scop-gpu-groups",
                                                                "gpu-baseline-mapping")]
 
 
