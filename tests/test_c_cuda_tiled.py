@@ -86,6 +86,13 @@ def test_paths_and_results_match_gcc(case):
         check_against_gcc(case, ck, k, _sizes(case, base), base)
 
 
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_passes_keep_dependences(case):
+    # debug mode checks after every schedule pass that every dependence stays
+    # satisfied (it cannot evaluate promotion's extension nodes: promotion off)
+    compile_kernel(read_c_kernel(case.source), "cuda", {"promote": False}, debug=True)
+
+
 @settings(max_examples=6, deadline=None)
 @given(ni=st.sampled_from([1, 2, 3, 5, 17, 31, 65]), nj=st.sampled_from([1, 3, 7, 13, 66]),
        nk=st.sampled_from([1, 2, 11, 19, 33]), seed=st.integers(0, 2**16))

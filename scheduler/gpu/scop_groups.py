@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from polycomp.islutil import sets
+from polycomp.islutil import maps, sets
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
@@ -155,6 +155,42 @@ def choose_path(root: isl.ScheduleNode, index: int, model) -> NestPath:
     return NestPath(index, TILED, kind, n, why)
 
 
+def _statement_sccs(names: set[str], deps: isl.UnionMap) -> int:
+    """The number of strongly connected components of the statement-level dependence
+    graph of the statements ``names``."""
+    succ: dict[str, set[str]] = {n: set() for n in names}
+    for m in maps(deps):
+        a, b = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
+        if a in names and b in names:
+            succ[a].add(b)
+
+    def reach(n: str) -> set[str]:
+        seen, todo = {n}, [n]
+        while todo:
+            for x in succ[todo.pop()] - seen:
+                seen.add(x)
+                todo.append(x)
+        return seen
+    r = {n: reach(n) for n in names}
+    comps = {frozenset(x for x in names if x in r[n] and n in r[x]) for n in names}
+    return len(comps)
+
+
+def distributable_baseline_nest(schedule: isl.Schedule, model) -> bool:
+    """Some nest takes the baseline path while its statements form more than one
+    strongly connected component of the dependence graph: distributing it (which isl's
+    scheduler may do) could give parts with a parallel outer loop.  (A nest whose
+    statements form one component, such as a stencil's time loop, is left alone: isl
+    would search long for a schedule that does not exist.)"""
+    for index, root in enumerate(nest_roots(schedule)):
+        if choose_path(root, index, model).path == TILED:
+            continue
+        names = {x.get_tuple_name() for x in sets(root.get_domain())}
+        if len(names) > 1 and _statement_sccs(names, model.dependences) > 1:
+            return True
+    return False
+
+
 def tiled_statements(schedule: isl.Schedule, model) -> int:
     """How many statements of ``schedule`` lie in nests that take the tiled path."""
     n = 0
@@ -235,7 +271,7 @@ class ScopGroupingPass(Pass):
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         model = ctx.model
         mine = tiled_statements(schedule, model)
-        if mine < len(model.statements):
+        if mine < len(model.statements) and distributable_baseline_nest(schedule, model):
             alt = outer_coincident_schedule(model, schedule.get_domain())
             theirs = tiled_statements(alt, model)
             if theirs > mine:
