@@ -161,7 +161,23 @@ void btbv(int R, int K, double Bm[R][K], double v[K], double w[K], double u[R]) 
     {"Bm": ("R", "K"), "v": ("K",), "w": ("K",), "u": ("R",)}, dtype="float64",
     paths=("tiled:contraction", "tiled:contraction"))
 
-CASES = (GEMM, MM2, SYRK, BICG, JACOBI2D, STENCIL, SCAN3, BTBV)
+# the symmetric rank-k update with k outside j, written to be vectorised along j on a
+# CPU: the program-order tree tiles only i (elementwise); isl's schedule (i, j, k)
+# makes it a contraction
+SYRK_KJ = Case("syrk_kj", r"""
+void syrk_kj(int N, int M, float C[N][N], float A[N][M]) {
+  for (int i = 0; i < N; i++) {
+    for (int j = 0; j <= i; j++)
+      C[i][j] *= 0.5f;
+    for (int k = 0; k < M; k++)
+      for (int j = 0; j <= i; j++)
+        C[i][j] += 1.5f * A[i][k] * A[j][k];
+  }
+}
+""", ("N", "M", "C", "A"), {"C": ("N", "N"), "A": ("N", "M")},
+    paths=("tiled:contraction",))
+
+CASES = (GEMM, MM2, SYRK, BICG, JACOBI2D, STENCIL, SCAN3, BTBV, SYRK_KJ)
 
 
 def arrays_for(case: Case, sizes: dict[str, int], seed: int) -> dict[str, np.ndarray]:

@@ -163,8 +163,8 @@ def test_explain_notes_name_each_kernels_path():
 def test_isl_schedule_distributes_a_nest_without_common_parallel_loop():
     _, ck = compiled(BTBV)
     assert ck.state.remarks["scop-gpu-groups"][0] == (
-        "isl's scheduler (outer coincidence) chosen: 4 of 4 statements in tiled nests, 1 "
-        "with the input schedule")
+        "isl's scheduler (outer coincidence) chosen: 4 of 4 statements in tiled nests (4 "
+        "in contractions), 1 (0) with the input schedule")
     assert not ck.state.gpu.baseline
 
 

@@ -191,13 +191,43 @@ def distributable_baseline_nest(schedule: isl.Schedule, model) -> bool:
     return False
 
 
-def tiled_statements(schedule: isl.Schedule, model) -> int:
-    """How many statements of ``schedule`` lie in nests that take the tiled path."""
-    n = 0
+@dataclass(frozen=True, order=True)
+class TreeScore:
+    """How well a tree suits the tiled pipeline: statements in tiled nests, then
+    statements in contraction nests (compared in that order)."""
+    tiled: int
+    contraction: int
+
+
+def tree_score(schedule: isl.Schedule, model) -> TreeScore:
+    tiled = contraction = 0
     for index, root in enumerate(nest_roots(schedule)):
-        if choose_path(root, index, model).path == TILED:
-            n += len(sets(root.get_domain()))
-    return n
+        path = choose_path(root, index, model)
+        if path.path == TILED:
+            n = len(sets(root.get_domain()))
+            tiled += n
+            contraction += n if path.kind == "contraction" else 0
+    return TreeScore(tiled, contraction)
+
+
+def reduction_in_elementwise_nest(schedule: isl.Schedule, model) -> bool:
+    """Some nest is tiled as ``elementwise`` although one of its statements writes the
+    same element at several instances (a reduction whose loop is not below the output
+    band, e.g. ``for i: for k: for j <= i: C[i][j] += A[i][k] * A[j][k]``): another
+    loop order may make it a contraction."""
+    for index, root in enumerate(nest_roots(schedule)):
+        path = choose_path(root, index, model)
+        if path.path != TILED or path.kind != "elementwise":
+            continue
+        for st in _statements_below(root, model):
+            for w in st.writes:
+                wu = isl.UnionMap.from_map(w.relation)
+                same = wu.apply_range(wu.reverse())
+                ident = isl.UnionMap.from_map(isl.Map.identity(
+                    w.relation.get_space().domain().map_from_set()))
+                if not same.subtract(ident).is_empty():
+                    return True
+    return False
 
 
 def outer_coincident_schedule(model, domain: isl.UnionSet) -> isl.Schedule:
@@ -270,14 +300,17 @@ class ScopGroupingPass(Pass):
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         model = ctx.model
-        mine = tiled_statements(schedule, model)
-        if mine < len(model.statements) and distributable_baseline_nest(schedule, model):
+        mine = tree_score(schedule, model)
+        if (mine.tiled < len(model.statements) and distributable_baseline_nest(schedule, model)) \
+                or reduction_in_elementwise_nest(schedule, model):
             alt = outer_coincident_schedule(model, schedule.get_domain())
-            theirs = tiled_statements(alt, model)
+            theirs = tree_score(alt, model)
             if theirs > mine:
-                ctx.note(self.name, f"isl's scheduler (outer coincidence) chosen: {theirs} of "
-                                    f"{len(model.statements)} statements in tiled nests, "
-                                    f"{mine} with the input schedule")
+                ctx.note(self.name, f"isl's scheduler (outer coincidence) chosen: "
+                                    f"{theirs.tiled} of {len(model.statements)} statements "
+                                    f"in tiled nests ({theirs.contraction} in contractions), "
+                                    f"{mine.tiled} ({mine.contraction}) with the input "
+                                    f"schedule")
                 schedule = alt
         for index in range(len(nest_roots(schedule))):
             root = nest_roots(schedule)[index]
