@@ -177,7 +177,22 @@ void syrk_kj(int N, int M, float C[N][N], float A[N][M]) {
 """, ("N", "M", "C", "A"), {"C": ("N", "N"), "A": ("N", "M")},
     paths=("tiled:contraction",))
 
-CASES = (GEMM, MM2, SYRK, BICG, JACOBI2D, STENCIL, SCAN3, BTBV, SYRK_KJ)
+# gemm with k outside j: isl's schedule (i, j, k), the k band sunk below the scaling,
+# then the same tiles, shared-memory operands and register accumulators as GEMM
+GEMM_KJ = Case("gemm_kj", r"""
+void gemm_kj(int NI, int NJ, int NK, float C[NI][NJ], float A[NI][NK], float B[NK][NJ]) {
+  for (int i = 0; i < NI; i++) {
+    for (int j = 0; j < NJ; j++)
+      C[i][j] *= 0.5f;
+    for (int k = 0; k < NK; k++)
+      for (int j = 0; j < NJ; j++)
+        C[i][j] += 1.5f * A[i][k] * B[k][j];
+  }
+}
+""", ("NI", "NJ", "NK", "C", "A", "B"),
+    {"C": ("NI", "NJ"), "A": ("NI", "NK"), "B": ("NK", "NJ")}, paths=("tiled:contraction",))
+
+CASES = (GEMM, MM2, SYRK, BICG, JACOBI2D, STENCIL, SCAN3, BTBV, SYRK_KJ, GEMM_KJ)
 
 
 def arrays_for(case: Case, sizes: dict[str, int], seed: int) -> dict[str, np.ndarray]:

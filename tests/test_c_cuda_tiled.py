@@ -15,6 +15,7 @@ from c_cuda_cases import (
     BTBV,
     CASES,
     GEMM,
+    GEMM_KJ,
     SCAN3,
     STENCIL,
     SYRK,
@@ -131,6 +132,18 @@ def test_contraction_is_tiled_and_promoted():
     assert t_rep.global_bytes_loaded * 4 < b_rep.global_bytes_loaded
 
 
+def test_k_outside_j_gets_the_same_tiles_and_promotions():
+    """gemm written with k outside j (vectorisable along j on a CPU): isl's schedule
+    (i, j, k) with the k band sunk below the scaling statement, K-tiled; A and B in
+    shared memory, C in registers although S_1's iterators are (i, k, j)."""
+    _, ck = compiled(GEMM_KJ)
+    assert ck.state.remarks["scop-gpu-groups"][1] == (
+        "kernel 0 (loop nest 0): the band below the output band sunk into its statements")
+    assert ck.state.gpu.tile_configs[0].k == 16
+    levels = {p.array.name: p.level for p in ck.state.promotions}
+    assert levels == {"A": "shared", "B": "shared", "C": "registers"}
+
+
 def test_split_band_keeps_inner_dependence():
     """scan3: the k loop carries a dependence, so only (p, q) are tiled and mapped; k
     stays a sequential loop inside each thread."""
@@ -188,8 +201,8 @@ def test_nvcc_compiles(case, tmp_path):
 
 # --------------------------------------------------------------------------- goldens
 
-GOLDEN_CASES = [(c, p) for c in (GEMM, BICG, SCAN3, STENCIL, BTBV) for p in ("scop-gpu-groups",
-                                                               "gpu-baseline-mapping")]
+GOLDEN_CASES = [(c, p) for c in (GEMM, BICG, SCAN3, STENCIL, BTBV, GEMM_KJ)
+                for p in ("scop-gpu-groups", "gpu-baseline-mapping")]
 
 
 @pytest.mark.parametrize("case,step", GOLDEN_CASES,

@@ -47,7 +47,7 @@ from polycomp.islutil import maps, sets
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
-from polycomp.scheduler.common.tree import band_coincidence
+from polycomp.scheduler.common.tree import band_coincidence, is_legal
 from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
 from polycomp.state import CompileState
 
@@ -247,6 +247,24 @@ def outer_coincident_schedule(model, domain: isl.UnionSet) -> isl.Schedule:
         ctx.set_schedule_outer_coincidence(old)
 
 
+def sink_reduction_band(out: isl.ScheduleNode, deps: isl.UnionMap
+                        ) -> tuple[isl.ScheduleNode, bool]:
+    """When the output band ``out`` is followed by a band above a sequence (isl's
+    ``(i, j, k)`` band for ``C *= beta; C += A * B`` puts the scaling at ``k = 0``),
+    sink that band into the sequence's statements, so that the reduction band lies
+    directly above its statement (where ``gpu-tiling`` K-tiles it and shared promotion
+    finds a site per K tile).  Kept only when every dependence is still respected
+    (checked on the whole tree); returns the output band's node and whether it sank."""
+    inner = out.child(0)
+    if inner.get_type() != isl.schedule_node_type.band or inner.child(0).get_type() not in (
+            isl.schedule_node_type.sequence, isl.schedule_node_type.set):
+        return out, False
+    sunk = inner.band_sink()
+    if not is_legal(sunk.get_schedule(), deps):
+        return out, False
+    return sunk.parent(), True
+
+
 def reverse_members(band: isl.ScheduleNode, members: list[int]) -> isl.ScheduleNode:
     """Negate the given members of ``band`` (``-i`` of a decreasing loop becomes
     ``i``).  Legal for coincident members: every dependence has distance 0 on them, so
@@ -333,6 +351,11 @@ class ScopGroupingPass(Pass):
             if path.path == TILED:
                 if path.members < root.band_n_member():
                     root = root.band_split(path.members)
+                if path.kind == "contraction":
+                    root, sunk = sink_reduction_band(root, model.dependences)
+                    if sunk:
+                        ctx.note(self.name, f"kernel {index} (loop nest {index}): the band "
+                                            f"below the output band sunk into its statements")
                 root = root.insert_mark(marks.make(marks.BACKBONE, path.kind))
                 schedule = root.get_schedule()
                 ctx.note(self.name, f"kernel {index} (loop nest {index}): tiled GPU pipeline "
