@@ -5,9 +5,9 @@ plays its part for the CUDA pipeline.  It looks at every top-level loop nest of 
 program-order tree (each child of the root's sequence, or the root's only child) and
 decides which path it takes.
 
-Assumes: the program-order tree of :func:`polycomp.frontend.c_model.build_c_model`
-(``domain`` -> optional ``sequence`` of filters -> per top-level nest a subtree) and the
-model's dependences (flow, anti and output).
+Assumes: the program-order tree of :func:`polycomp.frontend.c_model.build_c_model`, or
+isl's (option ``isl_scheduler``): ``domain`` -> optional ``sequence``/``set`` of filters
+-> per top-level nest a subtree; the model's dependences (flow, anti and output).
 
 A nest takes the **tiled** path when its subtree starts with a band whose leading
 members ``o_0 .. o_{n-1}`` (``n >= 1``) are *coincident*: every dependence between two
@@ -26,16 +26,28 @@ The class is ``contraction`` (GEMM-like: :func:`is_contraction`) or ``elementwis
 otherwise; it only selects the default tile sizes and whether the first reduction band
 is K-tiled (``gpu-tiling``), which in turn gives shared-memory promotion a site per K
 tile.  Every other nest (no coincident outer member, a tree that does not start with a
-band, negative schedule values from a decreasing loop) keeps the **baseline** mapping
+band) keeps the **baseline** mapping
 (:mod:`~polycomp.scheduler.gpu.baseline`), which the pass ``gpu-baseline-mapping``
 applies to the unmarked nests only; it numbers the kernel of nest ``c`` as ``c``, and
 :class:`~polycomp.scheduler.gpu.map.GpuMappingPass` gives the tiled nests the free
 numbers in tree order, so kernel numbers follow the nests.  Each decision, with its
 reason, is noted for ``polycomp explain``.
 
-Guarantees: the tree is unchanged except for the band splits and marks (the schedule
-is the same), each top-level nest holds at most one ``backbone`` mark, right above its
-outermost band.
+Before a nest falls back to the baseline, three rewrites are tried, each legal by
+construction or checked: a permutable band whose outer member is not coincident gets its
+fully coincident members first (any member order of a permutable band is legal); a
+coincident member with negative values (``-i`` of a decreasing loop) is negated (its
+order is irrelevant, all distances on it are 0); and when a baseline nest holds several
+strongly connected components of the dependence graph, or a tiled ``elementwise`` nest
+holds a reduction, isl's scheduler with outer coincidence computes a tree for the whole
+SCoP, kept when it puts more statements in tiled (then contraction) nests (isl's
+schedules respect every dependence).  In a contraction, a band between the output band
+and a sequence is sunk into the sequence's statements when the resulting tree still
+respects every dependence (:func:`~polycomp.scheduler.common.tree.is_legal`).
+
+Guarantees: the schedule respects every dependence of the model; each top-level nest
+holds at most one ``backbone`` mark, right above its output band, whose members are
+coincident and non-negative.
 """
 from __future__ import annotations
 
