@@ -227,3 +227,16 @@ def test_pass_golden(case, step, goldens):
     stored_out = goldens.expected(f"c_{case.name}.{step}.out.isl", out.to_str(),
                                   lambda s: same(out, s))
     assert same(out, stored_out)
+
+
+@pytest.mark.parametrize("text, private", [
+    ("[tx0] -> { [p] -> X[a] : a = tx0 + 16p and 0 <= tx0 < 16 and 0 <= p < 4 }", True),
+    ("[tx0] -> { [p] -> X[a] : a = 0 and 0 <= tx0 < 16 and 0 <= p < 4 }", False),
+    # the same element at two prefixes (two blocks or two steps of the site's loops)
+    ("[tx0] -> { [p] -> X[a] : a = tx0 and 0 <= tx0 < 16 and 0 <= p < 4 }", False),
+    ("[tx0, ty0] -> { [p] -> X[a, b] : a = ty0 + 8p and b = tx0 and 0 <= tx0 < 16 "
+     "and 0 <= ty0 < 8 and 0 <= p < 4 }", True),
+])
+def test_private_per_thread(text, private):
+    from polycomp.scheduler.promotion.registers import private_per_thread
+    assert private_per_thread(isl.Map.read_from_str(context(), text), 0) is private

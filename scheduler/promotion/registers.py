@@ -40,7 +40,7 @@ import islpy as isl
 
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
-from polycomp.islutil import intersect_params, param_id
+from polycomp.islutil import param_id
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
@@ -221,8 +221,9 @@ def decide(buf: ir.Buffer, site: _Site, budget: _Budget, model) -> PromotionDeci
 
 def private_per_thread(f: isl.Map, kernel: int) -> bool:
     """No element of the footprint ``f = { [p] -> X[a] }`` (thread ids of ``kernel`` as
-    parameters, ``p`` the block's prefix) is accessed by two threads of a block: the
-    intersection of ``f`` with a copy whose thread ids are renamed implies equal ids.
+    parameters, ``p`` the block's prefix) is accessed by two threads or at two prefixes:
+    joining ``f`` with a copy whose thread ids are renamed on the element implies equal
+    prefixes and equal ids.
     The general form of the per-thread bijectivity that ``thread_private_refusal``
     checks on the index expressions (``X[o]``); it admits references whose statement
     iterators are in another order than the output band, as in C loop nests."""
@@ -237,11 +238,16 @@ def private_per_thread(f: isl.Map, kernel: int) -> bool:
         g = g.set_dim_id(isl.dim_type.param, k, param_id(ictx, f"{nm}_other"))
     f2 = f.align_params(g.get_space())
     g = g.align_params(f2.get_space())
-    both = f2.intersect(g).params()
+    # { [p] -> [p'] : some element is in the footprint of thread t at prefix p and of
+    # thread t' at prefix p' }: only p = p' and t = t' may occur (another block, like
+    # another thread, must not touch the thread's elements)
+    meet = f2.apply_range(g.reverse())
     eq = " and ".join(f"{nm} = {nm}_other" for nm in names)
     params = ", ".join(names + [f"{nm}_other" for nm in names])
     same = isl.Set.read_from_str(ictx, f"[{params}] -> {{ : {eq} }}")
-    return both.is_subset(intersect_params(both, same))
+    ident = isl.Map.identity(meet.get_space())
+    ident = ident.intersect_params(same.align_params(ident.get_space()))
+    return meet.is_subset(ident)
 
 
 def _reads_from_outside(model, refs: list[Reference], stmts) -> bool:
