@@ -3,8 +3,10 @@ schedule passes, IR passes and code generation.
 
 * Schedule passes (after program order): pattern schedules, Tensor Core tiling (f16/bf16
   contractions), multi-level tiling, row-reduction mapping, block/thread mapping,
-  shared-memory and register promotion, unrolling, Tensor Core mapping.  Models
-  without DSL stages (C SCoPs) and ``gpu='baseline'`` use the untiled baseline mapping.
+  shared-memory and register promotion, unrolling, Tensor Core mapping.
+  ``gpu='baseline'`` uses the untiled baseline mapping.  Models without DSL stages (C
+  SCoPs) choose per loop nest (:mod:`polycomp.scheduler.gpu.scop_groups`): nests with
+  coincident outer loops take the tiled passes, the others the baseline mapping.
 * IR passes: tensorization (``mma.sync``/``ldmatrix``), ``cp.async`` pipelines, kernel
   wrapping (grid/block loops, per-block and per-thread buffers), simplification.
 * Code generation: flattening, the CUDA printer.
@@ -29,9 +31,8 @@ from .target import cuda_target
 
 
 def _baseline(state: CompileState) -> bool:
-    """The untiled baseline mapping: asked for, or a model without DSL stages (C SCoPs:
-    the tiled passes work on the fusion groups of DSL stages)."""
-    return state.cuda_options.gpu == "baseline" or not getattr(state.model.graph, "stages", ())
+    """The untiled baseline mapping for the whole kernel (asked for)."""
+    return state.cuda_options.gpu == "baseline"
 
 
 class CudaBackend(Backend):
@@ -53,6 +54,11 @@ class CudaBackend(Backend):
         from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
         from polycomp.scheduler.gpu.map import GpuMappingPass
         from polycomp.scheduler.gpu.rowreduce import RowReductionMappingPass
+        from polycomp.scheduler.gpu.scop_groups import (
+            ScopBaselinePass,
+            ScopGroupingPass,
+            is_c_scop,
+        )
         from polycomp.scheduler.gpu.tile import GpuTilingPass
         from polycomp.scheduler.gpu.unroll import UnrollPointLoopsPass
         from polycomp.scheduler.promotion.registers import RegisterPromotionPass
@@ -62,8 +68,14 @@ class CudaBackend(Backend):
         o = state.cuda_options
         if _baseline(state):
             return [GpuBaselineMappingPass()]
-        passes: list[Pass] = [] if o.isl_scheduler else [PatternSchedulePass()]
-        tensor_cores = not o.isl_scheduler and o.tensor_cores
+        scop = is_c_scop(state)
+        passes: list[Pass]
+        if scop:    # per nest: tiled (backbone marks) or baseline (mapped right away)
+            passes = [ScopGroupingPass(), ScopBaselinePass()]
+        else:
+            passes = [] if o.isl_scheduler else [PatternSchedulePass()]
+        # (C has no f16/bf16 element types: a SCoP's contractions use CUDA cores)
+        tensor_cores = not scop and not o.isl_scheduler and o.tensor_cores
         if tensor_cores:  # f16/bf16 contractions: mma tiles (kernels mapped after the rest)
             passes.append(TensorCoreTilingPass())
         passes += [GpuTilingPass(), RowReductionMappingPass(), GpuMappingPass()]
@@ -91,6 +103,8 @@ class CudaBackend(Backend):
             passes = [ir_pass("tensorize", tensorize),             # tensor-core kernels only
                       ir_pass("cp-async-pipeline", lower_pipelines),
                       ir_pass("wrap-kernels", wrap_kernels)]
+            if state.gpu.baseline:   # a C SCoP's nests on the baseline mapping
+                passes.insert(0, ir_pass("map-gpu-loops", map_gpu_loops))
         return passes + [body_pass("simplify", simplify)]
 
     def codegen_passes(self, state: CompileState) -> list[IRPass]:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polycomp.errors import ScheduleError
-from polycomp.islutil import intersect_params, param_id
+from polycomp.islutil import intersect_params, param_id, pieces
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.tile import find_first, is_marked
@@ -89,6 +89,22 @@ def as_param(rng: isl.Set, name: str) -> isl.Set:
     return s.set_dim_name(isl.dim_type.param, n, name).params()
 
 
+def one_piece_bound(pw: isl.PwAff) -> isl.PwAff:
+    """``pw`` itself when it has one piece, else one of its affine pieces that is ``>=``
+    ``pw`` wherever ``pw`` is defined (an upper bound of the grid: the extra blocks own
+    no instance, since the block filters intersect the domain), else ``pw``.  A C loop
+    nest with conditions gives piecewise maxima (``N <= 32 ? 1 : (N - 1)/32 + 1``) whose
+    pieces differ only where the domain is empty or where they agree."""
+    if pw.n_piece() <= 1:
+        return pw
+    dom = pw.domain()
+    for _, aff in pieces(pw):
+        cand = isl.PwAff.from_aff(aff)
+        if dom.is_subset(pw.le_set(cand)):
+            return cand
+    return pw
+
+
 @dataclass
 class BlockMapping:
     """Block-parameter mapping of one band (see :func:`map_block_members`)."""
@@ -114,7 +130,7 @@ def map_block_members(band, mapped, kernel: int) -> BlockMapping:
         name = block_param(axis, kernel)
         params.append(name)
         rng = member_range(band, m)
-        grid.append(rng.dim_max(0).add_constant_val(isl.Val.one(ictx)))
+        grid.append(one_piece_bound(rng.dim_max(0).add_constant_val(isl.Val.one(ictx))))
         ctx_set = intersect_params(ctx_set, as_param(rng, name))
         upa = band.band_get_partial_schedule().get_union_pw_aff(m)
         f = upa.sub(param_upa(dom, name)).zero_union_set()
@@ -130,7 +146,8 @@ class GpuMappingPass(Pass):
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         launches = ctx.gpu.launches
         cfgs = ctx.gpu.tile_configs
-        n = len(launches)  # kernels mapped by earlier passes keep their numbers
+        taken = set(launches) | set(ctx.gpu.baseline)  # numbers of kernels mapped before
+        n = _free_number(taken, 0)
         while True:
             mark = find_first(schedule, lambda x: marks.is_kind(x, marks.TILE_BLOCK)
                               and not is_marked(x, marks.KERNEL))
@@ -146,7 +163,8 @@ class GpuMappingPass(Pass):
             ctx.restrict_ast_context(kctx)
             ctx.note(self.name, f"kernel {n}: grid {[str(g) for g in launch.grid]}, "
                                 f"block {launch.block}")
-            n += 1
+            taken.add(n)
+            n = _free_number(taken, n)
         schedule = self._single_thread_kernels(schedule, ctx, n)
         return schedule
 
@@ -240,6 +258,14 @@ class GpuMappingPass(Pass):
                                 f"a single thread")
             n += 1
         return schedule
+
+
+def _free_number(taken: set, start: int) -> int:
+    """The smallest kernel number ``>= start`` not in ``taken`` (kernels numbered by an
+    earlier pass, e.g. the baseline mapping of a C SCoP's untiled nests, keep theirs)."""
+    while start in taken:
+        start += 1
+    return start
 
 
 def _contains_kernel(node) -> bool:

@@ -40,6 +40,7 @@ import islpy as isl
 
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
+from polycomp.islutil import param_id
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
@@ -200,9 +201,12 @@ def decide(buf: ir.Buffer, site: _Site, budget: _Budget, model) -> PromotionDeci
     group = make_group(buf, refs, site.tdom)
     d = PromotionDecision(group, LEVEL, site.scope)
     why = thread_private_refusal(refs, site.n_band)
+    f = footprint(site.prefix, group.access)
+    if why is Refusal.SHARED_BETWEEN_THREADS and len(refs) >= 2 and f is not None \
+            and private_per_thread(f, site.kernel):
+        why = None    # e.g. C[i][j] in S[i, k, j] of a C loop nest (k outside j)
     if why is not None:
         return d.refuse(why)
-    f = footprint(site.prefix, group.access)
     box = strided_box_of(f) if f is not None else None
     if box is None:
         return d.refuse(Refusal.NO_STRIDED_BOX)
@@ -215,11 +219,58 @@ def decide(buf: ir.Buffer, site: _Site, budget: _Budget, model) -> PromotionDeci
     return d
 
 
+def private_per_thread(f: isl.Map, kernel: int) -> bool:
+    """No element of the footprint ``f = { [p] -> X[a] }`` (thread ids of ``kernel`` as
+    parameters, ``p`` the block's prefix) is accessed by two threads or at two prefixes:
+    joining ``f`` with a copy whose thread ids are renamed on the element implies equal
+    prefixes and equal ids.
+    The general form of the per-thread bijectivity that ``thread_private_refusal``
+    checks on the index expressions (``X[o]``); it admits references whose statement
+    iterators are in another order than the output band, as in C loop nests."""
+    ictx = f.get_ctx()
+    names = [thread_param(a, kernel) for a in range(3)
+             if f.find_dim_by_name(isl.dim_type.param, thread_param(a, kernel)) >= 0]
+    if not names:
+        return False
+    g = f
+    for nm in names:
+        k = g.find_dim_by_name(isl.dim_type.param, nm)
+        g = g.set_dim_id(isl.dim_type.param, k, param_id(ictx, f"{nm}_other"))
+    f2 = f.align_params(g.get_space())
+    g = g.align_params(f2.get_space())
+    # { [p] -> [p'] : some element is in the footprint of thread t at prefix p and of
+    # thread t' at prefix p' }: only p = p' and t = t' may occur (another block, like
+    # another thread, must not touch the thread's elements)
+    meet = f2.apply_range(g.reverse())
+    eq = " and ".join(f"{nm} = {nm}_other" for nm in names)
+    params = ", ".join(names + [f"{nm}_other" for nm in names])
+    same = isl.Set.read_from_str(ictx, f"[{params}] -> {{ : {eq} }}")
+    ident = isl.Map.identity(meet.get_space())
+    ident = ident.intersect_params(same.align_params(ident.get_space()))
+    return meet.is_subset(ident)
+
+
 def _reads_from_outside(model, refs: list[Reference], stmts) -> bool:
-    """Some read of the group may see a value written before the kernel (a flow
-    dependence from a statement outside the kernel)."""
+    """Some read of the group may see a value written before the kernel: a flow
+    dependence from a statement outside the kernel, or a read that no write of the
+    kernel precedes (the array's initial contents, e.g. a C SCoP's in-out array in
+    ``C[i][j] *= beta``)."""
     reads = _stmt_set(model, [r.stmt for r in refs if r.is_read])
-    return not model.flow.intersect_range(reads).subtract_domain(_stmt_set(model, stmts)).is_empty()
+    if not model.flow.intersect_range(reads).subtract_domain(_stmt_set(model, stmts)).is_empty():
+        return True
+    space = model.context.get_space()
+    sink, source = isl.UnionMap.empty(space), isl.UnionMap.empty(space)
+    for r in refs:
+        um = isl.UnionMap.from_map(r.access.relation)
+        if r.is_read:
+            sink = sink.union(um)
+        else:
+            source = source.union(um)
+    if sink.is_empty():
+        return False
+    flow = isl.UnionAccessInfo.from_sink(sink).set_must_source(source) \
+        .set_schedule(model.initial_schedule).compute_flow()
+    return not flow.get_may_no_source().is_empty()
 
 
 def _live_after(model, buf, refs: list[Reference], stmts) -> bool:

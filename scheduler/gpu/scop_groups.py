@@ -1,0 +1,402 @@
+"""Pass: choose, for each loop nest of a C SCoP, the tiled GPU pipeline or the baseline.
+
+A C SCoP's model has no DSL stages, so the pattern schedule does not apply; this pass
+plays its part for the CUDA pipeline.  It looks at every top-level loop nest of the
+program-order tree (each child of the root's sequence, or the root's only child) and
+decides which path it takes.
+
+Assumes: the program-order tree of :func:`polycomp.frontend.c_model.build_c_model`, or
+isl's (option ``isl_scheduler``): ``domain`` -> optional ``sequence``/``set`` of filters
+-> per top-level nest a subtree; the model's dependences (flow, anti and output).
+
+A nest takes the **tiled** path when its subtree starts with a band whose leading
+members ``o_0 .. o_{n-1}`` (``n >= 1``) are *coincident*: every dependence between two
+instances of the nest has distance 0 on them (:func:`band_coincidence`), and every one
+of them is non-negative over the domain for all parameter values (block ids are
+``floor(o / T) >= 0``).  The band is split after ``o_{n-1}`` and the mark
+``backbone:<class>`` is inserted above the first part (the *output band* of
+:class:`~polycomp.scheduler.gpu.tile.GpuTilingPass`).  Since the output members have
+distance 0 on every dependence of the nest, each point ``o`` of the output band is
+independent of every other point: tiling them, sinking the point band below any inner
+loops or sequences (multi-level tiling), mapping them cyclically to threads and
+strip-mining the first inner band (the K tile) only reorder independent instances, so
+the tiled schedule respects every dependence.
+
+The class is ``contraction`` (GEMM-like: :func:`is_contraction`) or ``elementwise``
+otherwise; it only selects the default tile sizes and whether the first reduction band
+is K-tiled (``gpu-tiling``), which in turn gives shared-memory promotion a site per K
+tile.  Every other nest (no coincident outer member, a tree that does not start with a
+band) keeps the **baseline** mapping
+(:mod:`~polycomp.scheduler.gpu.baseline`), which the pass ``gpu-baseline-mapping``
+applies to the unmarked nests only; it numbers the kernel of nest ``c`` as ``c``, and
+:class:`~polycomp.scheduler.gpu.map.GpuMappingPass` gives the tiled nests the free
+numbers in tree order, so kernel numbers follow the nests.  Each decision, with its
+reason, is noted for ``polycomp explain``.
+
+Before a nest falls back to the baseline, three rewrites are tried, each legal by
+construction or checked: a permutable band whose outer member is not coincident gets its
+fully coincident members first (any member order of a permutable band is legal); a
+coincident member with negative values (``-i`` of a decreasing loop) is negated (its
+order is irrelevant, all distances on it are 0); and when a baseline nest holds several
+strongly connected components of the dependence graph, or a tiled ``elementwise`` nest
+holds a reduction, isl's scheduler with outer coincidence computes a tree for the whole
+SCoP, kept when it puts more statements in tiled (then contraction) nests (isl's
+schedules respect every dependence).  In a contraction, a band between the output band
+and a sequence is sunk into the sequence's statements when the resulting tree still
+respects every dependence (:func:`~polycomp.scheduler.common.tree.is_legal`).
+
+Guarantees: the schedule respects every dependence of the model; each top-level nest
+holds at most one ``backbone`` mark, right above its output band, whose members are
+coincident and non-negative.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polycomp.islutil import maps, sets
+from polycomp.model import Statement
+from polycomp.scheduler.common import marks
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.tree import band_coincidence, is_legal
+from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
+from polycomp.state import CompileState
+
+TILED = "tiled"
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class NestPath:
+    """The path of top-level nest ``index``: ``tiled`` with operator class ``kind``
+    (``contraction``/``elementwise``) and ``members`` output-band members, or
+    ``baseline``; ``reason`` says why in words (for ``polycomp explain``)."""
+    index: int
+    path: str
+    kind: str
+    members: int
+    reason: str
+
+
+def is_c_scop(state: CompileState) -> bool:
+    """A model without DSL stages (a C SCoP)."""
+    return not getattr(state.model.graph, "stages", ())
+
+
+def nest_roots(schedule: isl.Schedule) -> list[isl.ScheduleNode]:
+    """The root node of every top-level nest (the child of each filter of the root's
+    sequence, or the root's only child)."""
+    top = schedule.get_root().child(0)
+    if top.get_type() in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
+        return [top.child(k).child(0) for k in range(top.n_children())]
+    return [top]
+
+
+def _nonnegative(band: isl.ScheduleNode, m: int) -> bool:
+    """Member ``m`` of ``band`` is ``>= 0`` at every instance, for all parameter values."""
+    upa = band.band_get_partial_schedule().get_union_pw_aff(m)
+    um = isl.UnionMap.from_union_pw_aff(upa).intersect_domain(band.get_domain())
+    for s in sets(um.range()):
+        neg = isl.Set.read_from_str(s.get_ctx(), "{ [v] : v < 0 }")
+        s2, neg = s.align_params(neg.get_space()), neg.align_params(s.get_space())
+        if not s2.intersect(neg).is_empty():
+            return False
+    return True
+
+
+def _statements_below(node: isl.ScheduleNode, model) -> list[Statement]:
+    names = {s.get_tuple_name() for s in sets(node.get_domain())}
+    return [s for s in model.statements if s.name in names]
+
+
+def is_contraction(band: isl.ScheduleNode, model) -> bool:
+    """GEMM-like (``C[o] += A[..] * B[..]``, alpha/beta scaling allowed): some statement
+    below the output ``band`` writes one element per point of the band (its write is
+    constant along every loop below the band: a reduction), reads that same element,
+    and reads at least two other references whose element changes along the loops below
+    (the operands of the contraction)."""
+    prefix = band.child(0).get_prefix_schedule_union_map()
+    for st in _statements_below(band, model):
+        if len(st.writes) != 1 or len(st.iters) <= band.band_n_member():
+            continue
+        w = st.writes[0].relation
+        dom = isl.UnionSet.from_set(st.domain)
+        same_point = prefix.intersect_domain(dom)
+        same_point = same_point.apply_range(same_point.reverse())
+        wu = isl.UnionMap.from_map(w)
+        same_elem = wu.apply_range(wu.reverse())
+        if not same_point.is_subset(same_elem):
+            continue           # not one element per point: not a reduction into C[o]
+        acc = [a for a in st.reads if a.buffer.name == st.write.name and a.relation.is_equal(w)]
+        varying = []
+        for a in st.reads:
+            if a.buffer.name == st.write.name:
+                continue
+            ru = isl.UnionMap.from_map(a.relation)
+            if not same_point.is_subset(ru.apply_range(ru.reverse())):
+                varying.append(a)
+        if acc and len(varying) >= 2:
+            return True
+    return False
+
+
+def choose_path(root: isl.ScheduleNode, index: int, model) -> NestPath:
+    """The path of the nest at ``root`` (see the module doc)."""
+    if root.get_type() != isl.schedule_node_type.band:
+        return NestPath(index, BASELINE, "", 0, "the nest does not start with a loop band")
+    coinc = band_coincidence(root, model.dependences)
+    n = 0
+    while n < len(coinc) and coinc[n]:
+        n += 1
+    if n == 0:
+        if root.band_get_permutable() and any(fully_coincident(root, model.dependences)):
+            return NestPath(index, TILED, "", 0, "interchange")   # see ScopGroupingPass
+        return NestPath(index, BASELINE, "", 0,
+                        "its outer loop carries a dependence (no coincident band member)")
+    neg = [m for m in range(n) if not _nonnegative(root, m)]
+    if neg:
+        if all(_nonnegative(reverse_members(root, [m]), m) for m in neg):
+            return NestPath(index, TILED, "", n, "reverse")    # see ScopGroupingPass
+        return NestPath(index, BASELINE, "", 0,
+                        f"band member {neg[0]} takes negative values")
+    band = root.band_split(n) if n < root.band_n_member() else root
+    kind = "contraction" if is_contraction(band, model) else "elementwise"
+    why = (f"{n} coincident outer member(s)"
+           + ("; a GEMM-like reduction X[o] += a * b below" if kind == "contraction" else ""))
+    return NestPath(index, TILED, kind, n, why)
+
+
+def _statement_sccs(names: set[str], deps: isl.UnionMap) -> int:
+    """The number of strongly connected components of the statement-level dependence
+    graph of the statements ``names``."""
+    succ: dict[str, set[str]] = {n: set() for n in names}
+    for m in maps(deps):
+        a, b = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
+        if a in names and b in names:
+            succ[a].add(b)
+
+    def reach(n: str) -> set[str]:
+        seen, todo = {n}, [n]
+        while todo:
+            for x in succ[todo.pop()] - seen:
+                seen.add(x)
+                todo.append(x)
+        return seen
+    r = {n: reach(n) for n in names}
+    comps = {frozenset(x for x in names if x in r[n] and n in r[x]) for n in names}
+    return len(comps)
+
+
+def distributable_baseline_nest(schedule: isl.Schedule, model) -> bool:
+    """Some nest takes the baseline path while its statements form more than one
+    strongly connected component of the dependence graph: distributing it (which isl's
+    scheduler may do) could give parts with a parallel outer loop.  (A nest whose
+    statements form one component, such as a stencil's time loop, is left alone: isl
+    would search long for a schedule that does not exist.)"""
+    for index, root in enumerate(nest_roots(schedule)):
+        if choose_path(root, index, model).path == TILED:
+            continue
+        names = {x.get_tuple_name() for x in sets(root.get_domain())}
+        if len(names) > 1 and _statement_sccs(names, model.dependences) > 1:
+            return True
+    return False
+
+
+@dataclass(frozen=True, order=True)
+class TreeScore:
+    """How well a tree suits the tiled pipeline: statements in tiled nests, then
+    statements in contraction nests (compared in that order)."""
+    tiled: int
+    contraction: int
+
+
+def tree_score(schedule: isl.Schedule, model) -> TreeScore:
+    tiled = contraction = 0
+    for index, root in enumerate(nest_roots(schedule)):
+        path = choose_path(root, index, model)
+        if path.path == TILED:
+            n = len(sets(root.get_domain()))
+            tiled += n
+            contraction += n if path.kind == "contraction" else 0
+    return TreeScore(tiled, contraction)
+
+
+def reduction_in_elementwise_nest(schedule: isl.Schedule, model) -> bool:
+    """Some nest is tiled as ``elementwise`` although one of its statements writes the
+    same element at several instances (a reduction whose loop is not below the output
+    band, e.g. ``for i: for k: for j <= i: C[i][j] += A[i][k] * A[j][k]``): another
+    loop order may make it a contraction."""
+    for index, root in enumerate(nest_roots(schedule)):
+        path = choose_path(root, index, model)
+        if path.path != TILED or path.kind != "elementwise":
+            continue
+        for st in _statements_below(root, model):
+            for w in st.writes:
+                wu = isl.UnionMap.from_map(w.relation)
+                same = wu.apply_range(wu.reverse())
+                ident = isl.UnionMap.from_map(isl.Map.identity(
+                    w.relation.get_space().domain().map_from_set()))
+                if not same.subtract(ident).is_empty():
+                    return True
+    return False
+
+
+def outer_coincident_schedule(model, domain: isl.UnionSet) -> isl.Schedule:
+    """isl's scheduler with every dependence as validity and coincidence constraint and
+    flow dependences as proximity, asked (``schedule_outer_coincidence``, as PPCG does
+    for GPUs) to make the outermost band of each component coincident: it distributes
+    a nest whose statements cannot share a parallel outer loop (atax, bicg)."""
+    ctx = domain.get_ctx()
+    old = ctx.get_schedule_outer_coincidence()
+    ctx.set_schedule_outer_coincidence(1)
+    try:
+        deps = model.dependences
+        sc = isl.ScheduleConstraints.on_domain(domain).set_context(model.context)
+        sc = sc.set_validity(deps).set_proximity(model.flow).set_coincidence(deps)
+        return sc.compute_schedule()
+    finally:
+        ctx.set_schedule_outer_coincidence(old)
+
+
+def sink_reduction_band(out: isl.ScheduleNode, deps: isl.UnionMap
+                        ) -> tuple[isl.ScheduleNode, bool]:
+    """When the output band ``out`` is followed by a band above a sequence (isl's
+    ``(i, j, k)`` band for ``C *= beta; C += A * B`` puts the scaling at ``k = 0``),
+    sink that band into the sequence's statements, so that the reduction band lies
+    directly above its statement (where ``gpu-tiling`` K-tiles it and shared promotion
+    finds a site per K tile).  Kept only when every dependence is still respected
+    (checked on the whole tree); returns the output band's node and whether it sank."""
+    inner = out.child(0)
+    if inner.get_type() != isl.schedule_node_type.band or inner.child(0).get_type() not in (
+            isl.schedule_node_type.sequence, isl.schedule_node_type.set):
+        return out, False
+    sunk = inner.band_sink()
+    if not is_legal(sunk.get_schedule(), deps):
+        return out, False
+    return sunk.parent(), True
+
+
+def reverse_members(band: isl.ScheduleNode, members: list[int]) -> isl.ScheduleNode:
+    """Negate the given members of ``band`` (``-i`` of a decreasing loop becomes
+    ``i``).  Legal for coincident members: every dependence has distance 0 on them, so
+    the order of their values is irrelevant (later members keep theirs)."""
+    mupa = band.band_get_partial_schedule()
+    for m in members:
+        mupa = mupa.set_union_pw_aff(m, mupa.get_union_pw_aff(m).neg())
+    perm = band.band_get_permutable()
+    flags = [band.band_member_get_coincident(m) for m in range(band.band_n_member())]
+    node = band.delete().insert_partial_schedule(mupa).band_set_permutable(perm)
+    for m, c in enumerate(flags):
+        node = node.band_member_set_coincident(m, c)
+    return node
+
+
+def fully_coincident(band: isl.ScheduleNode, deps: isl.UnionMap) -> list[bool]:
+    """For each member of ``band``: do all dependences between instances below it with
+    equal outer schedule have distance 0 on it (whatever the other members are)?"""
+    dom = band.get_domain()
+    deps = deps.intersect_domain(dom).intersect_range(dom)
+    prefix = band.get_prefix_schedule_union_map()
+    if not prefix.is_empty():
+        deps = deps.intersect(prefix.apply_range(prefix.reverse()))
+    mupa = band.band_get_partial_schedule()
+    out = []
+    for m in range(band.band_n_member()):
+        mk = isl.UnionMap.from_union_pw_aff(mupa.get_union_pw_aff(m))
+        out.append(deps.is_subset(mk.apply_range(mk.reverse())))
+    return out
+
+
+def interchange_coincident_first(band: isl.ScheduleNode, deps) -> isl.ScheduleNode:
+    """Reorder the members of the permutable ``band`` so that the fully coincident ones
+    come first (in their order).  Any order of a permutable band's members respects
+    every dependence (each has non-negative distance on every member)."""
+    full = fully_coincident(band, deps)
+    order = [m for m, c in enumerate(full) if c] + [m for m, c in enumerate(full) if not c]
+    mupa = band.band_get_partial_schedule()
+    new = mupa
+    for k, m in enumerate(order):
+        new = new.set_union_pw_aff(k, mupa.get_union_pw_aff(m))
+    node = band.delete().insert_partial_schedule(new)
+    return node.band_set_permutable(1)
+
+
+class ScopGroupingPass(Pass):
+    """See the module doc.  A permutable band whose outer member carries a dependence
+    while another member does not (``for i: for j: s[j] += A[i][j] * r[i]``) is first
+    interchanged so that the coincident members lead (noted)."""
+    name = "scop-gpu-groups"
+
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
+        model = ctx.model
+        mine = tree_score(schedule, model)
+        if (mine.tiled < len(model.statements) and distributable_baseline_nest(schedule, model)) \
+                or reduction_in_elementwise_nest(schedule, model):
+            alt = outer_coincident_schedule(model, schedule.get_domain())
+            theirs = tree_score(alt, model)
+            if theirs > mine:
+                ctx.note(self.name, f"isl's scheduler (outer coincidence) chosen: "
+                                    f"{theirs.tiled} of {len(model.statements)} statements "
+                                    f"in tiled nests ({theirs.contraction} in contractions), "
+                                    f"{mine.tiled} ({mine.contraction}) with the input "
+                                    f"schedule")
+                schedule = alt
+        for index in range(len(nest_roots(schedule))):
+            root = nest_roots(schedule)[index]
+            path = choose_path(root, index, model)
+            if path.reason == "interchange":
+                order = fully_coincident(root, model.dependences)
+                root = interchange_coincident_first(root, model.dependences)
+                schedule = root.get_schedule()
+                ctx.note(self.name, f"kernel {index} (loop nest {index}): permutable band "
+                                    f"interchanged: coincident member(s) "
+                                    f"{[m for m, c in enumerate(order) if c]} moved outermost")
+                path = choose_path(root, index, model)
+            if path.reason == "reverse":
+                neg = [m for m in range(path.members) if not _nonnegative(root, m)]
+                root = reverse_members(root, neg)
+                schedule = root.get_schedule()
+                ctx.note(self.name, f"kernel {index} (loop nest {index}): coincident band "
+                                    f"member(s) {neg} of decreasing loops reversed")
+                path = choose_path(root, index, model)
+            if path.path == TILED:
+                if path.members < root.band_n_member():
+                    root = root.band_split(path.members)
+                if path.kind == "contraction":
+                    root, sunk = sink_reduction_band(root, model.dependences)
+                    if sunk:
+                        ctx.note(self.name, f"kernel {index} (loop nest {index}): the band "
+                                            f"below the output band sunk into its statements")
+                root = root.insert_mark(marks.make(marks.BACKBONE, path.kind))
+                schedule = root.get_schedule()
+                ctx.note(self.name, f"kernel {index} (loop nest {index}): tiled GPU pipeline "
+                                    f"({path.kind}): {path.reason}")
+            else:
+                ctx.note(self.name, f"kernel {index} (loop nest {index}): baseline mapping: "
+                                    f"{path.reason}")
+        return schedule
+
+
+class ScopBaselinePass(Pass):
+    """The baseline mapping (:class:`GpuBaselineMappingPass`) of the nests that
+    :class:`ScopGroupingPass` left unmarked; nest ``c`` becomes kernel ``c``."""
+    name = "gpu-baseline-mapping"
+
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
+        base = GpuBaselineMappingPass()
+        deps = ctx.model.dependences
+        for index in range(len(nest_roots(schedule))):
+            root = nest_roots(schedule)[index]
+            if marks.is_kind(root, marks.BACKBONE):
+                continue
+            schedule = base._map_stage(root, deps, ctx, index).get_schedule()
+            ctx.note(self.name, f"kernel {index}: {_baseline_words(ctx, index)}")
+        return schedule
+
+
+def _baseline_words(ctx: CompileState, k: int) -> str:
+    m = ctx.gpu.baseline[k]
+    if m.block_loops == 0:
+        return "baseline, a single thread (no coincident outer loop)"
+    return f"baseline, {m.block_loops} loop(s) on blocks of {m.threads} threads"

@@ -1,0 +1,1 @@
+{ domain: "[P, Q, R] -> { S_0[p, q, k] : P > 0 and Q > 0 and R > 0 and 0 <= p < P and 0 <= q < Q and 0 < k < R }", child: { mark: "backbone:elementwise", child: { schedule: "[{ S_0[p, q, k] -> [(p)] }, { S_0[p, q, k] -> [(q)] }]", permutable: 1, child: { schedule: "[{ S_0[p, q, k] -> [(k)] }]", permutable: 1 } } } }

@@ -1,0 +1,1 @@
+{ domain: "[P, Q, R] -> { S_0[p, q, k] : R > 0 and 0 <= p < P and 0 <= q < Q and 0 < k < R }", child: { mark: "backbone:elementwise", child: { schedule: "[{ S_0[p, q, k] -> [(p)] }, { S_0[p, q, k] -> [(q)] }]", permutable: 1, child: { schedule: "[{ S_0[p, q, k] -> [(k)] }]", permutable: 1 } } } }
