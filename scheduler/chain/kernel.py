@@ -72,6 +72,7 @@ _MACROS = {
 #define CV_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define CV_MUL(a, b) _mm512_mul_ps((a), (b))
 #define CV_SUB(a, b) _mm512_sub_ps((a), (b))
+#define CV_MAX(a, b) _mm512_max_ps((a), (b))
 #define CV_SET1(x) _mm512_set1_ps(x)
 #define CV_ZERO() _mm512_setzero_ps()
 #define CV_EXP(v) pc512_exp_ps(v)
@@ -82,6 +83,7 @@ _MACROS = {
 #define CV_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define CV_MUL(a, b) _mm256_mul_ps((a), (b))
 #define CV_SUB(a, b) _mm256_sub_ps((a), (b))
+#define CV_MAX(a, b) _mm256_max_ps((a), (b))
 #define CV_SET1(x) _mm256_set1_ps(x)
 #define CV_ZERO() _mm256_setzero_ps()
 #define CV_EXP(v) pc256_exp_ps(v)
@@ -92,6 +94,7 @@ _MACROS = {
 #define CV_FMA(a, b, c) ((a) * (b) + (c))
 #define CV_MUL(a, b) ((a) * (b))
 #define CV_SUB(a, b) ((a) - (b))
+#define CV_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define CV_SET1(x) (x)
 #define CV_ZERO() 0.0f
 #define CV_EXP(v) expf(v)
@@ -173,7 +176,16 @@ def generate(spec: KernelSpec) -> str:
       for (int64_t r = 0; r < mr; ++r) {{
         float* t = Tt + r * TLP;
         float mx = -INFINITY;
-        for (int64_t c = 0; c < lc; ++c) mx = t[c] > mx ? t[c] : mx;
+        {{
+          CV vx = CV_SET1(-INFINITY);
+          int64_t c = 0;
+          for (; c + {vw} <= lc; c += {vw}) vx = CV_MAX(vx, CV_LD(t + c));
+          float tmp[{vw}];
+          CV_ST(tmp, vx);
+          for (int q = 0; q < {vw}; ++q) mx = tmp[q] > mx ? tmp[q] : mx;
+          for (; c < lc; ++c) mx = t[c] > mx ? t[c] : mx;
+        }}
+        /* a NaN the maxima skip still makes its row NaN: exp(NaN - m) enters the sum */
         const float mnew = mx > rmax[r] ? mx : rmax[r];
         if (mnew == -INFINITY) {{            /* all -inf so far: p = 0 (NaN kept) */
           for (int64_t c = 0; c < lc; ++c) t[c] = t[c] != t[c] ? t[c] : 0.0f;

@@ -67,7 +67,10 @@ def plan_for(state: CompileState) -> tuple[ChainPlan | None, str]:
     if set(m.statements) != {s.name for s in model.statements}:
         others = sorted({s.name for s in model.statements} - set(m.statements))
         return None, f"statements outside the chain: {', '.join(others)}"
-    return make_plan(m, model, state.target), ""
+    plan = make_plan(m, model, state.target)
+    if not is_legal(fused_tree(plan, model), model.dependences):
+        return None, "the fused tree would violate a dependence"
+    return plan, ""
 
 
 def _dims(stmt) -> list[str]:
@@ -75,8 +78,13 @@ def _dims(stmt) -> list[str]:
 
 
 def _params(model) -> str:
+    """``[P, ..] -> `` (nothing without parameters: isl would read ``[] ->`` as an
+    empty tuple)."""
+    n = model.context.dim(isl.dim_type.param)
+    if not n:
+        return ""
     return "[" + ", ".join(model.context.get_dim_name(isl.dim_type.param, k)
-                           for k in range(model.context.dim(isl.dim_type.param))) + "]"
+                           for k in range(n)) + "] -> "
 
 
 def _umap(model, pieces: list[tuple[object, list[str]]]) -> str:
@@ -87,12 +95,12 @@ def _umap(model, pieces: list[tuple[object, list[str]]]) -> str:
     for k in range(n):
         body = "; ".join(f"{s.name}[{', '.join(_dims(s))}] -> [({e[k]})]" for s, e in pieces)
         members.append(f"{{ {body} }}")
-    return f"{_params(model)} -> [{', '.join(members)}]"
+    return f"{_params(model)}[{', '.join(members)}]"
 
 
 def _filter(model, stmts) -> str:
     body = "; ".join(f"{s.name}[{', '.join(_dims(s))}]" for s in stmts)
-    return f"{_params(model)} -> {{ {body} }}"
+    return f"{_params(model)}{{ {body} }}"
 
 
 def _band(model, pieces, coincident: int = 0) -> str:
@@ -171,10 +179,7 @@ class ChainFusePass(Pass):
         if plan is None:
             ctx.note(self.name, f"no chain fused: {why}")
             return schedule
-        fused = fused_tree(plan, ctx.model)
-        if not is_legal(fused, ctx.model.dependences):
-            ctx.note(self.name, "the fused tree would violate a dependence: not fused")
-            return schedule
+        fused = fused_tree(plan, ctx.model)      # legal: checked by plan_for
         for line in plan.describe():
             ctx.note(self.name, line)
         return fused
