@@ -49,9 +49,7 @@ def _spec_and_args(plan: ChainPlan, model, isa: str) -> tuple[KernelSpec, tuple]
     N = _extent_expr(upd2, nb + 1, model)
     extra: list[ir.Buffer] = []
     for e in m.elementwise:
-        loads: list[ir.Load] = []
-        ir.walk(e.stage.body, lambda n: loads.append(n) if isinstance(n, ir.Load) else None)
-        for ld in loads:
+        for ld in _loads(e.stage.body):
             if ld.buffer is not e.prev and all(ld.buffer is not b for b in extra):
                 extra.append(ld.buffer)
     bufs = (m.x, m.y, m.z, m.out, *extra)

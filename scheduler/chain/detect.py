@@ -31,6 +31,7 @@ What is checked, on the polyhedral model:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from polycomp import ir
 from polycomp.scheduler.common.contraction import match_contraction
@@ -52,8 +53,8 @@ class MiddleStage:
 class ChainMatch:
     """A detected chain (see the module docstring).  ``stages`` lists every stage the
     fused kernel replaces, in program order; ``statements`` their statement names."""
-    first: object            # the first contraction's Stage
-    second: object           # the second contraction's Stage
+    first: Any               # the first contraction's Stage
+    second: Any              # the second contraction's Stage
     x: ir.Buffer
     y: ir.Buffer
     z: ir.Buffer
@@ -121,13 +122,7 @@ def _contraction(stage) -> _Contr | str:
 
 
 def _readers(stages, buf: ir.Buffer) -> list:
-    out = []
-    for s in stages:
-        loads: list[ir.Load] = []
-        ir.walk(s.body, lambda n: loads.append(n) if isinstance(n, ir.Load) else None)
-        if any(ld.buffer is buf for ld in loads):
-            out.append(s)
-    return out
+    return [s for s in stages if any(ld.buffer is buf for ld in _loads(s.body))]
 
 
 def _loads(e: ir.Expr) -> list[ir.Load]:
@@ -228,6 +223,15 @@ def _softmax(stages, i: int, prev: ir.Buffer, nb: int) -> tuple | None:
     return (mx, ex, sm, dv)
 
 
+def _softmax_private(stages, sm: tuple, readers: list, outs: set) -> bool:
+    """The softmax's arrays are read by the softmax alone and are no kernel outputs."""
+    mx, ex, s_, dv = sm
+    return (readers == [mx, ex] and _readers(stages, ex.output.buffer) == [s_, dv]
+            and _readers(stages, mx.output.buffer) == [ex]
+            and _readers(stages, s_.output.buffer) == [dv]
+            and not any(id(b.output.buffer) in outs for b in (mx, ex, s_)))
+
+
 def _flows(model, src_stage, dst_stage) -> bool:
     """Does the model have a flow dependence from a statement of ``src_stage`` to one of
     ``dst_stage``?"""
@@ -268,15 +272,11 @@ def _match_from(model, stages, i: int) -> ChainMatch | str:
         readers = _readers(stages, prev)
         sm = _softmax(stages, j, prev, nb)
         if sm is not None:
-            mx, ex, s_, dv = sm
-            if readers != [mx, ex] or _readers(stages, ex.output.buffer) != [s_, dv] \
-                    or _readers(stages, mx.output.buffer) != [ex] \
-                    or _readers(stages, s_.output.buffer) != [dv] \
-                    or any(id(b.output.buffer) in outs for b in (mx, ex, s_)):
+            if not _softmax_private(stages, sm, readers, outs):
                 return "the softmax's arrays are read outside the chain"
             softmax = sm
             chain_stages += list(sm)
-            prev, j = dv.output.buffer, j + 4
+            prev, j = sm[3].output.buffer, j + 4
             break
         if readers != [stages[j]]:
             return f"{prev.name} is read by {len(readers)} stages, not just the next one"
@@ -288,6 +288,13 @@ def _match_from(model, stages, i: int) -> ChainMatch | str:
         prev, j = ew.out, j + 1
     if j >= len(stages):
         return "no second contraction follows"
+    return _finish(model, stages, j, c1, prev, chain_stages, tuple(elementwise), softmax, outs)
+
+
+def _finish(model, stages, j: int, c1: _Contr, prev: ir.Buffer, chain_stages: list,
+            elementwise: tuple, softmax: tuple, outs: set) -> ChainMatch | str:
+    """The second contraction at ``stages[j]`` reading ``prev``, and the model checks."""
+    nb = c1.nb
     if id(prev) in outs:
         return f"the intermediate {prev.name} is a kernel output"
     if _readers(stages, prev) != [stages[j]]:
@@ -304,8 +311,8 @@ def _match_from(model, stages, i: int) -> ChainMatch | str:
     if not _batch_extents_equal(model, c1, c2):
         return "the batch extents differ"
     names = tuple(s.name for s in model.statements if any(s.stage is c for c in chain_stages))
-    return ChainMatch(stages[i], stages[j], c1.a, c1.b, c2.b, c2.out, c1.out,
-                      tuple(elementwise), softmax, nb, tuple(chain_stages), names)
+    return ChainMatch(chain_stages[0], stages[j], c1.a, c1.b, c2.b, c2.out, c1.out,
+                      elementwise, softmax, nb, tuple(chain_stages), names)
 
 
 def _stages(model) -> tuple:

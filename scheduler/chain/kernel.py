@@ -105,7 +105,8 @@ _MACROS = {
 def _microkernel(fn: str, r: int, nv: int, vw: int) -> str:
     """``C[r][nv*vw] (+)= A[r][kk] . B[kk][nv*vw]`` with accumulators in registers."""
     lines = [f"static inline void {fn}(int64_t kk, const float* restrict A, int64_t lda, "
-             f"const float* restrict Bp, int64_t ldb, float* restrict C, int64_t ldc, int acc) {{"]
+             f"const float* restrict Bp, int64_t ldb, float* restrict C, int64_t ldc, "
+             f"int acc) {{"]
     for i in range(r):
         for v in range(nv):
             lines.append(f"  CV c{i}_{v} = acc ? CV_LD(C + {i} * ldc + {v * vw}) : CV_ZERO();")
@@ -137,8 +138,9 @@ def _gemm(name: str, mr: int, nv: int, vw: int) -> str:
         for v in range(1, nv + 1):
             disp.append(f"        case {r * 16 + v}: {name}_mk{r}x{v}(kk, A + i * lda, lda, "
                         f"Bp + j, ldb, C + i * ldc + j, ldc, acc); break;")
-    out.append(f"""static void {name}(int64_t rows, int64_t cols, int64_t kk, const float* restrict A,
-    int64_t lda, const float* restrict Bp, int64_t ldb, float* restrict C, int64_t ldc, int acc) {{
+    out.append(f"""static void {name}(int64_t rows, int64_t cols, int64_t kk,
+    const float* restrict A, int64_t lda, const float* restrict Bp, int64_t ldb,
+    float* restrict C, int64_t ldc, int acc) {{
   for (int64_t j = 0; j < cols; j += {nv * vw}) {{
     const int64_t nvec = (cols - j) / {vw} < {nv} ? (cols - j) / {vw} : {nv};
     for (int64_t i = 0; i < rows; i += {mr}) {{
@@ -213,7 +215,8 @@ def generate(spec: KernelSpec) -> str:
       }}"""
     finish = "Oa[r * NP + n] / rsum[r]" if spec.softmax else "Oa[r * NP + n]"
     return f"""
-/* ---- fused chain {fn} (polycomp scheduler/chain): TM={spec.tm} TL={spec.tl} MR={spec.mr} NV={spec.nv} ---- */
+/* ---- fused chain {fn} (polycomp scheduler/chain): TM={spec.tm} TL={spec.tl}
+        MR={spec.mr} NV={spec.nv} ---- */
 #ifndef PC_CHAIN_MACROS_{spec.isa or 'c'}
 #define PC_CHAIN_MACROS_{spec.isa or 'c'}
 #include <math.h>

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import islpy as isl
-
 from polycomp.scheduler.chain.detect import ChainMatch
 from polycomp.scheduler.chain.movement_model import ChainDims, LevelPlan, plan_levels
 
@@ -44,8 +42,8 @@ class ChainPlan:
             ratio = lp.unfused / lp.fused if lp.fused else float("inf")
             out.append(f"  {lp.level} ({lp.capacity} floats): T_M={t.m} T_L={t.l} T_K={t.k} "
                        f"T_N={t.n}, MU={lp.usage}; predicted traffic fused "
-                       f"{lp.fused * 4 / 2**20:.2f} MiB vs unfused {lp.unfused * 4 / 2**20:.2f} MiB "
-                       f"({ratio:.2f}x less)")
+                       f"{lp.fused * 4 / 2**20:.2f} MiB vs unfused "
+                       f"{lp.unfused * 4 / 2**20:.2f} MiB (unfused / fused = {ratio:.2f})")
         return out
 
 
@@ -73,7 +71,6 @@ def make_plan(match: ChainMatch, model, target) -> ChainPlan:
     memory hierarchy, and the kernel's tiles: the L1 optimum rounded down to the register
     block (``T_M`` a multiple of ``MR``, ``T_L`` of the vector width), at least one block.
     ``POLYCOMP_CHAIN_TILES=TMxTL`` overrides the tiles (for measurements)."""
-    stmts = {s.name: s for s in model.statements}
     first_upd = next(s for s in model.statements if s.stage is match.first and s.kind == "update")
     second_upd = next(s for s in model.statements if s.stage is match.second
                       and s.kind == "update")
@@ -88,7 +85,6 @@ def make_plan(match: ChainMatch, model, target) -> ChainPlan:
         if e is None:
             sym.append(f"b{k}")
         batch *= e if e is not None else 1
-    del stmts
     dims = ChainDims(*(ext[d] if ext[d] is not None else BIG for d in ("m", "n", "k", "l")),
                      batch=batch)
     mr, nv, vw = register_block(target.isa)
@@ -107,6 +103,3 @@ def make_plan(match: ChainMatch, model, target) -> ChainPlan:
     return ChainPlan(match, dims, tuple(sym), tuple(plans), l1.level if l1 else "L1",
                      tm, tl, mr, nv, vw)
 
-
-def _unused(_: isl.Set) -> None:     # keeps the isl import for type checkers
-    return None

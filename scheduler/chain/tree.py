@@ -40,6 +40,8 @@ cannot express.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import islpy as isl
 
 from polycomp.scheduler.chain.detect import ChainMatch, detect_chains
@@ -87,7 +89,7 @@ def _params(model) -> str:
                            for k in range(n)) + "] -> "
 
 
-def _umap(model, pieces: list[tuple[object, list[str]]]) -> str:
+def _umap(model, pieces: list[tuple[Any, list[str]]]) -> str:
     """The multi-union-pw-aff ``[{ S[i..] -> [e0] ; .. }, { S[i..] -> [e1] ; .. }]`` of
     ``(statement, one expression per band member)`` pieces."""
     n = len(pieces[0][1])
