@@ -36,6 +36,16 @@ def masked_attention(Q: pc.Tensor[(B, M, K), "float32"], KT: pc.Tensor[(B, K, L)
 
 
 @pc.tensor_expr
+def attention_k_rows(Q: pc.Tensor[(B, M, K), "float32"], Kr: pc.Tensor[(B, L, K), "float32"],
+                     V: pc.Tensor[(B, L, N), "float32"]):
+    """softmax(Q K^T) V with K stored as rows [B, L, K] (as models store it)."""
+    k = pc.reduce_axis(K, "k")
+    t = pc.compute((B, M, L), lambda b, i, j: pc.sum(Q[b, i, k] * Kr[b, j, k], axis=k),
+                   name="T")
+    return ops.batch_matmul(ops.softmax(t, axis=-1, name="S"), V, name="O")
+
+
+@pc.tensor_expr
 def mm_relu_chain(X: pc.Tensor[(M, K), "float32"], Y: pc.Tensor[(K, L), "float32"],
                   Z: pc.Tensor[(L, N), "float32"]):
     t = ops.matmul(X, Y, name="T")
@@ -67,6 +77,9 @@ def reference(name, *arrays):
     if name == "masked_attention":
         q, kt, v, mask = arrays
         return np_softmax(q @ kt + mask) @ v
+    if name == "attention_k_rows":
+        q, kr, v = arrays
+        return np_softmax(q @ kr.transpose(0, 2, 1)) @ v
     if name == "mm_relu_chain":
         x, y, z = arrays
         return np.maximum(x @ y, 0) @ z

@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 
 from polycomp.driver import compile_kernel, interpret
 from polycomp.hw.cpu.build import DEFAULT_FLAGS, CFunction, build_shared
-from polycomp.hw.cpu.simd_build import (AVX512_FLAGS, build_simde, has_native_avx512,
-                                        simde_available)
+from polycomp.hw.cpu.simd_build import AVX512_FLAGS, build_simde, has_native_avx512, simde_available
 from polycomp.hw.cpu.target import cpu_flags
 from polycomp.hw.target import get_target
 from polycomp.scheduler.chain.tree import ChainFusePass
@@ -28,10 +27,12 @@ AVX512 = "native512" if has_native_avx512() else "simde" if simde_available() el
 PATHS = ["c"] + ["avx2"] * HAS_AVX2 + [AVX512] * (AVX512 is not None)
 KERNELS = {"bmm_chain": (ck.bmm_chain, 3), "bmm_softmax_chain": (ck.bmm_softmax_chain, 3),
            "causal_attention": (ck.causal_attention, 3),
-           "masked_attention": (ck.masked_attention, 3), "mm_relu_chain": (ck.mm_relu_chain, 3)}
+           "masked_attention": (ck.masked_attention, 3), "mm_relu_chain": (ck.mm_relu_chain, 3),
+           "attention_k_rows": (ck.attention_k_rows, 3)}
 # every kernel through c; the vector paths take the kernels whose code differs most
 CASES = [(k, "c") for k in KERNELS] + [
-    (k, p) for p in PATHS[1:] for k in ("bmm_chain", "causal_attention", "masked_attention")]
+    (k, p) for p in PATHS[1:] for k in ("bmm_chain", "causal_attention", "masked_attention")] + [
+    ("attention_k_rows", p) for p in PATHS[-1:] if p != "c"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -51,6 +52,8 @@ def _inputs(name, b, m, k, l, n, rng):
     f = np.float32
     if name == "mm_relu_chain":
         xs = [rng.standard_normal(s).astype(f) for s in ((m, k), (k, l), (l, n))]
+    elif name == "attention_k_rows":
+        xs = [rng.standard_normal(s).astype(f) for s in ((b, m, k), (b, l, k), (b, l, n))]
     else:
         xs = [rng.standard_normal(s).astype(f) for s in ((b, m, k), (b, k, l), (b, l, n))]
     if name == "masked_attention":

@@ -7,9 +7,17 @@ import pytest
 import polycomp as pc
 from polycomp.frontend import ops
 from polycomp.scheduler.chain.detect import detect_chains, why_not
-from polycomp.scheduler.chain.movement_model import (ChainDims, Tiles, analytic_tiles,
-                                                     brute_force, data_volume, fusible,
-                                                     memory_usage, movement, plan_levels)
+from polycomp.scheduler.chain.movement_model import (
+    ChainDims,
+    Tiles,
+    analytic_tiles,
+    brute_force,
+    data_volume,
+    fusible,
+    memory_usage,
+    movement,
+    plan_levels,
+)
 from tests import chain_kernels as ck
 
 B, M, N, K, L = pc.sym("B M N K L")
@@ -18,7 +26,7 @@ B, M, N, K, L = pc.sym("B M N K L")
 @pytest.mark.parametrize("kernel,softmax,n_elementwise,nb", [
     (ck.bmm_chain, False, 0, 1), (ck.bmm_softmax_chain, True, 0, 1),
     (ck.causal_attention, True, 1, 1), (ck.masked_attention, True, 1, 1),
-    (ck.mm_relu_chain, False, 1, 0)])
+    (ck.mm_relu_chain, False, 1, 0), (ck.attention_k_rows, True, 0, 1)])
 def test_detects_chains(kernel, softmax, n_elementwise, nb):
     (m,) = detect_chains(kernel.polyhedral_model())
     assert m.has_softmax == softmax and len(m.elementwise) == n_elementwise

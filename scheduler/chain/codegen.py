@@ -82,7 +82,7 @@ def _spec_and_args(plan: ChainPlan, model, isa: str) -> tuple[KernelSpec, tuple]
     except (ValueError, StopIteration, KeyError) as exc:
         return f"elementwise stage not printable ({exc})"
     spec = KernelSpec(isa, plan.tm, plan.tl, plan.mr, plan.nv, tuple(lines),
-                      tuple(b.name for b in extra), m.has_softmax)
+                      tuple(b.name for b in extra), m.has_softmax, m.y_transposed)
     args = (batch, M, N, K, L) + tuple(ir.Var(b.name, "handle") for b in bufs)
     return spec, args
 

@@ -65,6 +65,7 @@ class ChainMatch:
     batch_dims: int
     stages: tuple[object, ...]
     statements: tuple[str, ...]
+    y_transposed: bool = False   # Y stored [.., l, k] (attention's K)
 
     @property
     def has_softmax(self) -> bool:
@@ -96,9 +97,12 @@ class _Contr:
     b: ir.Buffer       # right operand (.., r, c)
     out: ir.Buffer
     nb: int
+    b_transposed: bool = False   # right operand stored (.., c, r)
 
 
-def _contraction(stage) -> _Contr | str:
+def _contraction(stage, allow_transposed: bool = False) -> _Contr | str:
+    """The product ``out[.., m, c] = sum_r a[.., m, r] * b[.., r, c]`` (with
+    ``allow_transposed``, also ``b`` stored ``[.., c, r]``: ``Q K^T`` with ``K[.., l, k]``)."""
     c = match_contraction(stage)
     if isinstance(c, str):
         return c
@@ -118,6 +122,12 @@ def _contraction(stage) -> _Contr | str:
             if fa.load.buffer.dtype != "float32" or fb.load.buffer.dtype != "float32":
                 return "operands are not float32"
             return _Contr(stage, fa.load.buffer, fb.load.buffer, stage.output.buffer, len(bs))
+    for fa, fb in ((c.a, c.b), (c.b, c.a)) if allow_transposed else ():
+        if fa.guard is None and fb.guard is None and not (fa.widened or fb.widened) \
+                and _exact(fa.load, *bs, m, r) and _exact(fb.load, *bs, n, r) \
+                and fa.load.buffer.dtype == fb.load.buffer.dtype == "float32":
+            return _Contr(stage, fa.load.buffer, fb.load.buffer, stage.output.buffer, len(bs),
+                          True)
     return "operands are not A[.., m, k] and B[.., k, n]"
 
 
@@ -258,7 +268,7 @@ def _same_extent(x, y) -> bool:
 
 
 def _match_from(model, stages, i: int) -> ChainMatch | str:
-    c1 = _contraction(stages[i])
+    c1 = _contraction(stages[i], allow_transposed=True)
     if isinstance(c1, str):
         return c1
     outs = {id(t.buffer) for t in model.graph.outputs}
@@ -312,7 +322,7 @@ def _finish(model, stages, j: int, c1: _Contr, prev: ir.Buffer, chain_stages: li
         return "the batch extents differ"
     names = tuple(s.name for s in model.statements if any(s.stage is c for c in chain_stages))
     return ChainMatch(chain_stages[0], stages[j], c1.a, c1.b, c2.b, c2.out, c1.out,
-                      elementwise, softmax, nb, tuple(chain_stages), names)
+                      elementwise, softmax, nb, tuple(chain_stages), names, c1.b_transposed)
 
 
 def _stages(model) -> tuple:
@@ -339,7 +349,7 @@ def why_not(model) -> list[str]:
     """For each contraction that starts no chain, the reason (for ``explain``)."""
     stages, out = _stages(model), []
     for i, s in enumerate(stages):
-        if isinstance(_contraction(s), str):
+        if isinstance(_contraction(s, allow_transposed=True), str):
             continue
         m = _match_from(model, stages, i)
         if isinstance(m, str):

@@ -54,6 +54,7 @@ class KernelSpec:
     elementwise: tuple[str, ...]
     extra: tuple[str, ...]
     softmax: bool
+    y_transposed: bool = False
 
     @property
     def vw(self) -> int:
@@ -214,6 +215,20 @@ def generate(spec: KernelSpec) -> str:
         }}
       }}"""
     finish = "Oa[r * NP + n] / rsum[r]" if spec.softmax else "Oa[r * NP + n]"
+    if spec.y_transposed:     # Y[b, l, k]: transpose the tile while packing
+        pack_y = """for (int64_t k = 0; k < K; ++k)
+          for (int64_t c = lc; c < TLP; ++c) Yp[k * TLP + c] = 0.0f;
+        for (int64_t c = 0; c < lc; ++c) {
+          const float* src = Y + (bb * L + l0 + c) * K;
+          for (int64_t k = 0; k < K; ++k) Yp[k * TLP + c] = src[k];
+        }"""
+    else:
+        pack_y = """for (int64_t k = 0; k < K; ++k) {
+          const float* src = Y + (bb * K + k) * L + l0;
+          float* dst = Yp + k * TLP;
+          memcpy(dst, src, (size_t)lc * sizeof(float));
+          for (int64_t c = lc; c < TLP; ++c) dst[c] = 0.0f;
+        }"""
     return f"""
 /* ---- fused chain {fn} (polycomp scheduler/chain): TM={spec.tm} TL={spec.tl}
         MR={spec.mr} NV={spec.nv} ---- */
@@ -247,12 +262,7 @@ static void {fn}(int64_t B, int64_t M, int64_t N, int64_t K, int64_t L,
       for (int64_t r = 0; r < TM; ++r) {{ rmax[r] = -INFINITY; rsum[r] = 0.0f; }}
       for (int64_t l0 = 0; l0 < L; l0 += TL) {{
         const int64_t lc = L - l0 < TL ? L - l0 : TL;
-        for (int64_t k = 0; k < K; ++k) {{
-          const float* src = Y + (bb * K + k) * L + l0;
-          float* dst = Yp + k * TLP;
-          memcpy(dst, src, (size_t)lc * sizeof(float));
-          for (int64_t c = lc; c < TLP; ++c) dst[c] = 0.0f;
-        }}
+        {pack_y}
         for (int64_t l = 0; l < lc; ++l) {{
           const float* src = Z + (bb * L + l0 + l) * N;
           float* dst = Zp + l * NP;
