@@ -262,15 +262,30 @@ static void {fn}(int64_t B, int64_t M, int64_t N, int64_t K, int64_t L,
       for (int64_t r = 0; r < TM; ++r) {{ rmax[r] = -INFINITY; rsum[r] = 0.0f; }}
       for (int64_t l0 = 0; l0 < L; l0 += TL) {{
         const int64_t lc = L - l0 < TL ? L - l0 : TL;
+        /* full tiles whose rows are whole vectors are read in place; others are packed */
+        const float* Yt = Yp;
+        int64_t ldy = TLP;
+        if ({int(not spec.y_transposed)} && lc == TLP) {{
+          Yt = Y + bb * K * L + l0;
+          ldy = L;
+        }} else {{
         {pack_y}
-        for (int64_t l = 0; l < lc; ++l) {{
-          const float* src = Z + (bb * L + l0 + l) * N;
-          float* dst = Zp + l * NP;
-          memcpy(dst, src, (size_t)N * sizeof(float));
-          for (int64_t c = N; c < NP; ++c) dst[c] = 0.0f;
         }}
-        {g}(mr, TLP, K, Xb, K, Yp, TLP, Tt, TLP, 0);{elementwise}{softmax}
-        {g}(mr, NP, lc, Tt, TLP, Zp, NP, Oa, NP, 1);
+        const float* Zt = Zp;
+        int64_t ldz = NP;
+        if (N == NP) {{
+          Zt = Z + (bb * L + l0) * N;
+          ldz = N;
+        }} else {{
+          for (int64_t l = 0; l < lc; ++l) {{
+            const float* src = Z + (bb * L + l0 + l) * N;
+            float* dst = Zp + l * NP;
+            memcpy(dst, src, (size_t)N * sizeof(float));
+            for (int64_t c = N; c < NP; ++c) dst[c] = 0.0f;
+          }}
+        }}
+        {g}(mr, TLP, K, Xb, K, Yt, ldy, Tt, TLP, 0);{elementwise}{softmax}
+        {g}(mr, NP, lc, Tt, TLP, Zt, ldz, Oa, NP, 1);
       }}
       for (int64_t r = 0; r < mr; ++r)
         for (int64_t n = 0; n < N; ++n)
