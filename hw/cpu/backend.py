@@ -82,10 +82,11 @@ class CpuBackend(Backend):
         return passes
 
     def codegen_passes(self, state: CompileState) -> list[IRPass]:
+        from polycomp.scheduler.chain.codegen import chain_calls
+
         from .contract import contract
         from .hoist_alloc import hoist_allocations
         from .scalar_replace import scalar_replace
-        from polycomp.scheduler.chain.codegen import chain_calls
         o, target = state.cpu_options, state.target
         passes: list[IRPass] = [ir_pass("chain", chain_calls)] if o.chain else []
         if o.contract:
@@ -113,8 +114,9 @@ class CpuBackend(Backend):
         return passes + [_LEGALIZE_NAMES]
 
     def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
-        from .codegen import emit_c
         from polycomp.scheduler.chain.codegen import sources_for as chain_sources
+
+        from .codegen import emit_c
         if not _vector(state):
             return emit_c(func, extra_header=chain_sources(func))
         from .vector_prelude import prelude

@@ -348,8 +348,9 @@ def detect_chains(model) -> list[ChainMatch]:
 def why_not(model) -> list[str]:
     """For each contraction that starts no chain, the reason (for ``explain``)."""
     stages, out = _stages(model), []
+    inside = {id(st) for m in detect_chains(model) for st in m.stages}
     for i, s in enumerate(stages):
-        if isinstance(_contraction(s, allow_transposed=True), str):
+        if id(s) in inside or isinstance(_contraction(s, allow_transposed=True), str):
             continue
         m = _match_from(model, stages, i)
         if isinstance(m, str):
