@@ -171,7 +171,9 @@ _OPS = {"+", "-", "*", "/", "min", "max", "<", "<=", ">", ">=", "==", "!=", "&&"
 
 def _supported_expr(e: ir.Expr, prev: ir.Buffer) -> bool:
     """Expressions the fused kernel's elementwise code can print (see kernel.py)."""
-    if isinstance(e, (ir.FloatImm, ir.IntImm, ir.Var, ir.Load)):
+    if isinstance(e, ir.Var):
+        return not e.is_param       # symbols are not passed to the fused kernel
+    if isinstance(e, (ir.FloatImm, ir.IntImm, ir.Load)):
         return True
     if isinstance(e, ir.Cast):
         return e.dtype in ("float32", "int64", "int32", "bool") and _supported_expr(e.value, prev)
