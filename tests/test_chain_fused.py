@@ -6,6 +6,7 @@ inputs; the fused tree's IR in the interpreter; golden trees of ``chain-fuse``."
 import dataclasses
 import functools
 
+import chain_kernels as ck
 import islpy as isl
 import numpy as np
 import pytest
@@ -20,7 +21,6 @@ from polycomp.hw.target import get_target
 from polycomp.scheduler.chain.tree import ChainFusePass
 from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.state import CompileState
-from tests import chain_kernels as ck
 
 HAS_AVX2 = {"avx2", "fma"} <= cpu_flags()
 AVX512 = "native512" if has_native_avx512() else "simde" if simde_available() else None

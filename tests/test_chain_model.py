@@ -2,6 +2,7 @@
 (scheduler/chain/movement_model.py): the closed form against brute force."""
 import math
 
+import chain_kernels as ck
 import pytest
 
 import polycomp as pc
@@ -18,7 +19,6 @@ from polycomp.scheduler.chain.movement_model import (
     movement,
     plan_levels,
 )
-from tests import chain_kernels as ck
 
 B, M, N, K, L = pc.sym("B M N K L")
 
