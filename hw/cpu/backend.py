@@ -57,6 +57,10 @@ class CpuBackend(Backend):
         from polycomp.scheduler.cpu.reduce_interchange import CpuReduceInterchangePass
         from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
         o, isa = state.cpu_options, state.target.isa
+        if o.chain:
+            from polycomp.scheduler.chain.tree import ChainFusePass, plan_for
+            if plan_for(state)[0] is not None:     # docs/fusion.md
+                return [ChainFusePass()]
         passes: list[Pass] = []
         if isa and o.microkernel:
             passes += [CpuBackboneTilePass(), CpuPackPass()]
@@ -78,11 +82,13 @@ class CpuBackend(Backend):
         return passes
 
     def codegen_passes(self, state: CompileState) -> list[IRPass]:
+        from polycomp.scheduler.chain.codegen import chain_calls
+
         from .contract import contract
         from .hoist_alloc import hoist_allocations
         from .scalar_replace import scalar_replace
         o, target = state.cpu_options, state.target
-        passes: list[IRPass] = []
+        passes: list[IRPass] = [ir_pass("chain", chain_calls)] if o.chain else []
         if o.contract:
             passes += [ir_pass("contract", lambda f, s: contract(f)),
                        ir_pass("hoist-alloc", lambda f, s: hoist_allocations(f)),
@@ -108,15 +114,18 @@ class CpuBackend(Backend):
         return passes + [_LEGALIZE_NAMES]
 
     def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
+        from polycomp.scheduler.chain.codegen import sources_for as chain_sources
+
         from .codegen import emit_c
         if not _vector(state):
-            return emit_c(func)
+            return emit_c(func, extra_header=chain_sources(func))
         from .vector_prelude import prelude
         from .vector_printer import printer_for
         t = state.target
         assert t.cpu is not None
         from .lowp import sources_for
-        return emit_c(func, printer_for(t.isa, t.cpu.has_fma), prelude(t.isa) + sources_for(func))
+        return emit_c(func, printer_for(t.isa, t.cpu.has_fma), prelude(t.isa) + sources_for(func)
+                      + chain_sources(func))
 
     def load(self, ck):
         from .build import CFunction, build_shared

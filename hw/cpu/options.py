@@ -16,6 +16,9 @@ class CpuOptions(Options):
 
     parallel: bool = opt(True, boolean, "OpenMP-parallel outer loops")
     fuse: bool = opt(True, boolean, "fuse chains of memory-bound stages")
+    chain: bool = opt(True, boolean,
+                      "fuse a chain of two contractions (with elementwise stages or a "
+                      "softmax between) into one kernel (scheduler/chain, docs/fusion.md)")
     microkernel: bool = opt(True, boolean,
                             "tile matmul/conv backbones for the register micro-kernel and pack "
                             "their operands (vector targets)")

@@ -1,0 +1,287 @@
+"""Chain benchmark: ``polycomp bench chains [--json] [--quick] [--threads 1,2] [--only G]``.
+
+Fused chains (scheduler/chain, docs/fusion.md) against, in the same run and with the
+same thread count: the same kernel compiled by polycomp without chain fusion (option
+``chain=False``: two products, the softmax's passes, the intermediate in memory), numpy
+(OpenBLAS, ``(X @ Y) @ Z`` and the softmax as numpy expressions) and PyTorch eager
+(``torch.bmm``, ``torch.softmax``) when torch is installed.
+
+Cases: the batch-matmul chains G1-G12 of Chimera's Table 3.5, ``(batch, M, N, K, L)``:
+first product ``(batch, M, K) x (batch, K, L)``, second ``(batch, M, L) x (batch, L, N)``,
+with nothing (group ``bmm``) or a softmax over ``L`` (group ``bmm+softmax``) between them;
+attention ``softmax(Q K^T / sqrt(d)) V`` at DETR, ViT-B, ViT-H and SETR's shapes
+``[batch x heads, sequence, head dim]`` (group ``attention``; ``K^T`` is given transposed,
+as the DSL kernel reads it).  Shapes are constants in the kernels.
+
+Timing as ``polycomp bench cpu`` (:func:`polycomp.benchmarks.cpu._timeit`): each side
+warmed up, then all sides alternately in ``repeat`` rounds, each block after a pause; the
+best single call and the median call are kept; ``x unfused`` etc. are peer time / fused
+time (> 1: the fused kernel is faster), best and median.  The geometric means are over
+the rows of each group and over all rows.  Each thread count runs in a child process
+with ``OMP_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS`` set (and ``torch.set_num_threads``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+_CHILD = "POLYCOMP_BENCH_CHAINS_CHILD"
+
+#: Chimera Table 3.5: name -> (batch, M, N, K, L)
+CHAINS = {
+    "G1": (8, 512, 64, 64, 512), "G2": (12, 512, 64, 64, 512), "G3": (16, 512, 64, 64, 512),
+    "G4": (12, 256, 64, 64, 256), "G5": (16, 256, 64, 64, 256), "G6": (16, 256, 80, 80, 256),
+    "G7": (12, 208, 64, 64, 208), "G8": (16, 208, 64, 64, 208), "G9": (16, 208, 80, 80, 208),
+    "G10": (1, 512, 64, 64, 256), "G11": (1, 768, 64, 64, 384), "G12": (1, 1024, 64, 64, 512),
+}
+#: AutoGTCO's attention shapes: name -> (batch x heads, sequence, head dim)
+ATTENTION = {"DETR": (8, 1050, 32), "ViT-B": (12, 197, 64), "ViT-H": (16, 257, 80),
+             "SETR": (12, 576, 64)}
+QUICK = {"G1", "G4", "G10", "ViT-B"}
+GROUPS = ("bmm", "bmm+softmax", "attention")
+
+
+def _kernel(group: str, shape: tuple):
+    import polycomp as pc
+    from polycomp.frontend import ops
+    from polycomp.frontend.dsl import Kernel
+    if group == "attention":
+        b, s, d = shape
+        scale = 1.0 / math.sqrt(d)
+
+        def attn(Q, KT, V):
+            t = ops.batch_matmul(Q, KT, name="T")
+            sc = pc.compute((b, s, s), lambda i, j, k: t[i, j, k] * scale, name="Sc")
+            return ops.batch_matmul(ops.softmax(sc, axis=-1, name="S"), V, name="O")
+        shapes = {"Q": (b, s, d), "KT": (b, d, s), "V": (b, s, d)}
+        return Kernel(attn, name="attention",
+                      inputs={k: pc.Tensor[v, "float32"] for k, v in shapes.items()})
+    b, m, n, k, l = shape  # noqa: E741
+    softmax = group == "bmm+softmax"
+
+    def chain(X, Y, Z):
+        t = ops.batch_matmul(X, Y, name="T")
+        if softmax:
+            t = ops.softmax(t, axis=-1, name="S")
+        return ops.batch_matmul(t, Z, name="O")
+    shapes = {"X": (b, m, k), "Y": (b, k, l), "Z": (b, l, n)}
+    return Kernel(chain, name="chain", inputs={k_: pc.Tensor[v, "float32"]
+                                               for k_, v in shapes.items()})
+
+
+def _np_softmax(t):
+    import numpy as np
+    e = np.exp(t - t.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _case(group: str, name: str, shape: tuple, target: str, repeat: int, threads: int) -> dict:
+    import numpy as np
+
+    from polycomp.benchmarks.cpu import _timeit
+    from polycomp.driver import build, compile_kernel
+    rng = np.random.default_rng(0)
+    if group == "attention":
+        b, s, d = shape
+        arrays = [rng.standard_normal(x).astype(np.float32) for x in ((b, s, d), (b, d, s),
+                                                                      (b, s, d))]
+        flops = 2.0 * b * s * s * 2 * d
+        scale = np.float32(1.0 / math.sqrt(d))
+
+        def np_fn():
+            q, kt, v = arrays
+            return _np_softmax((q @ kt) * scale) @ v
+    else:
+        b, m, n, k, l = shape  # noqa: E741
+        arrays = [rng.standard_normal(x).astype(np.float32) for x in ((b, m, k), (b, k, l),
+                                                                      (b, l, n))]
+        flops = 2.0 * b * m * l * (k + n)
+        sm = group == "bmm+softmax"
+
+        def np_fn():
+            x, y, z = arrays
+            t = x @ y
+            return (_np_softmax(t) if sm else t) @ z
+    kernel = _kernel(group, shape)
+    ck = compile_kernel(kernel, target)
+    fused_ok = "pc_chain_" in ck.source
+    fused = build(kernel, target)
+    unfused = build(kernel, target, {"chain": False})
+    ref = np_fn()
+    out = fused(*arrays)
+    err = float(np.max(np.abs(out - ref)) / max(1.0, float(np.max(np.abs(ref)))))
+    fns = [lambda: fused(*arrays), lambda: unfused(*arrays), np_fn]
+    peers = ["unfused", "numpy"]
+    try:
+        import torch
+        torch.set_num_threads(threads)
+        ta = [torch.from_numpy(a) for a in arrays]
+        if group == "attention":
+            def torch_fn():
+                with torch.no_grad():
+                    return torch.bmm(torch.softmax(torch.bmm(ta[0], ta[1]) * float(scale), -1),
+                                     ta[2])
+        else:
+            def torch_fn():
+                with torch.no_grad():
+                    t = torch.bmm(ta[0], ta[1])
+                    return torch.bmm(torch.softmax(t, -1) if sm else t, ta[2])
+        fns.append(torch_fn)
+        peers.append("torch")
+    except ImportError:
+        pass
+    times = _timeit(fns, repeat)
+    row = {"group": group, "case": name, "shape": list(shape), "fused": fused_ok,
+           "max_rel_err": err, "fused_ms": times[0] * 1e3, "fused_median_ms": times[0].median * 1e3,
+           "fused_GFLOPs": flops / times[0] / 1e9}
+    for p, t in zip(peers, times[1:]):
+        row[f"{p}_ms"] = t * 1e3
+        row[f"x_{p}"] = t / times[0]
+        row[f"x_{p}_median"] = t.median / times[0].median
+    print(f"  {group:12s} {name:5s} fused {row['fused_ms']:8.3f} ms "
+          + " ".join(f"x{p} {row[f'x_{p}']:5.2f}" for p in peers), file=sys.stderr, flush=True)
+    return row
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Geometric means of the ratios per group and over all rows."""
+    out = []
+    for group in (*GROUPS, "all"):
+        sel = [r for r in rows if group in ("all", r["group"])]
+        if not sel:
+            continue
+        s: dict = {"group": group, "rows": len(sel)}
+        for p in ("unfused", "numpy", "torch"):
+            for suffix in ("", "_median"):
+                vals = [r[f"x_{p}{suffix}"] for r in sel if f"x_{p}{suffix}" in r]
+                if vals:
+                    s[f"x_{p}{suffix}"] = _geomean(vals)
+        out.append(s)
+    return out
+
+
+def run_child(args) -> dict:
+    from polycomp.hw.target import get_target
+    t = get_target(args.target)
+    rows = []
+    only = set(args.only.split(",")) if args.only else None
+    for group in GROUPS:
+        table = ATTENTION if group == "attention" else CHAINS
+        for name, shape in table.items():
+            if args.quick and name not in QUICK:
+                continue
+            if only and not ({group, name} & only):
+                continue
+            rows.append(_case(group, name, shape, args.target, args.repeat, args.threads))
+    return {"threads": args.threads, "target": args.target, "isa": t.isa,
+            "rows": rows, "summary": summary(rows)}
+
+
+def _fmt(x, nd=2) -> str:
+    return "" if x is None else f"{x:.{nd}f}"
+
+
+def format_table(result: dict) -> str:
+    rows = result["rows"]
+    has_torch = any("x_torch" in r for r in rows)
+    head = ["group", "case", "fused (ms)", "GFLOP/s", "unfused (ms)", "numpy (ms)"]
+    head += ["torch (ms)"] * has_torch
+    head += ["x unfused", "x numpy"] + ["x torch"] * has_torch
+    head += ["median x unfused", "median x numpy"] + ["median x torch"] * has_torch
+    out = [f"threads: {result['threads']}; target {result['target']} ({result['isa'] or 'scalar'})",
+           "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["group"], r["case"] + ("" if r["fused"] else " (NOT fused)"),
+                 _fmt(r["fused_ms"], 3), _fmt(r["fused_GFLOPs"], 1), _fmt(r.get("unfused_ms"), 3),
+                 _fmt(r.get("numpy_ms"), 3)]
+        cells += [_fmt(r.get("torch_ms"), 3)] * has_torch
+        cells += [_fmt(r.get("x_unfused")), _fmt(r.get("x_numpy"))]
+        cells += [_fmt(r.get("x_torch"))] * has_torch
+        cells += [_fmt(r.get("x_unfused_median")), _fmt(r.get("x_numpy_median"))]
+        cells += [_fmt(r.get("x_torch_median"))] * has_torch
+        out.append("| " + " | ".join(cells) + " |")
+    out += ["", "geometric means (best / median):", "",
+            "| group | rows | x unfused | x numpy | x torch |", "|---|---:|---:|---:|---:|"]
+    for s in result["summary"]:
+        cells = [s["group"], str(s["rows"])]
+        for p in ("unfused", "numpy", "torch"):
+            cells.append(f"{_fmt(s.get(f'x_{p}'))} / {_fmt(s.get(f'x_{p}_median'))}"
+                         if f"x_{p}" in s else "")
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def _thread_counts(text: str | None) -> list[int]:
+    avail = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if text is None:
+        return [1, min(2, avail or 1)] if (avail or 1) > 1 else [1]
+    out: list[int] = []
+    for part in text.split(","):
+        n = (avail or 1) if part.strip() == "all" else int(part)
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def _child(argv: list[str], threads: int):
+    env = dict(os.environ)
+    for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        env.pop(k, None)
+    env.update({_CHILD: "1", "OMP_NUM_THREADS": str(threads),
+                "OPENBLAS_NUM_THREADS": str(threads), "OMP_PROC_BIND": "false"})
+    args = list(argv)
+    if "--threads" in args:
+        i = args.index("--threads")
+        del args[i:i + 2]
+    args += ["--threads", str(threads), "--json"]
+    cmd = [sys.executable, "-m", "polycomp.benchmarks.chains"] + args
+    return subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="polycomp bench chains",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--quick", action="store_true", help="G1, G4, G10 and ViT-B only")
+    p.add_argument("--threads", default=None,
+                   help="thread counts, e.g. 1,2 (default: 1 and 2, or 1 on one CPU)")
+    p.add_argument("--repeat", type=int, default=None, help="timed rounds per case")
+    p.add_argument("--target", default="cpu", help="polycomp target (default: cpu)")
+    p.add_argument("--only", default=None,
+                   help="comma-separated groups (bmm, bmm+softmax, attention) or cases (G1..)")
+    argv = list(argv if argv is not None else sys.argv[1:])
+    args = p.parse_args(argv)
+    counts = _thread_counts(args.threads)
+    if args.repeat is None:
+        args.repeat = 3 if args.quick else 5
+    if os.environ.get(_CHILD) == "1":
+        args.threads = counts[0]
+        t0 = time.time()
+        result = run_child(args)
+        result["seconds"] = time.time() - t0
+        print(json.dumps(result, indent=1))
+        return 0
+    results = []
+    for t in counts:
+        r = _child(argv, t)
+        if r.returncode != 0:
+            return r.returncode
+        results.append(json.loads(r.stdout))
+    if args.json:
+        print(json.dumps(results, indent=1))
+    else:
+        print("\n\n".join(format_table(r) for r in results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

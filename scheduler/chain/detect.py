@@ -1,0 +1,360 @@
+"""Chain detection: two contractions where the second consumes the first's output.
+
+A *chain* (Chimera's compute-intensive chain) is, over leading batch dimensions ``b``
+shared by every array,
+
+    T[b, m, l]  = sum_k X[b, m, k] * Y[b, k, l]          (first contraction)
+    S[b, m, l]  = middle(T)[b, m, l]                      (optional, see below)
+    O[b, m, n]  = sum_l S[b, m, l] * Z[b, l, n]           (second contraction)
+
+where ``middle`` is a sequence of elementwise stages over ``(b, m, l)`` (each reads the
+previous array at its own point, plus inputs indexed by a subset of the iterators:
+scales, additive masks, ``select`` on the iterators for causal masks), optionally ending
+with a softmax along ``l`` written as the op library writes it (row max, ``exp(x -
+max)``, row sum, quotient).
+
+What is checked, on the polyhedral model:
+
+* both contractions are ``sum`` reductions whose update statements read exactly the
+  patterns above (each index *is* the iterator, so the access relations are the
+  projections ``U[b, m, l, k] -> X[b, m, k]`` ...), float32 throughout;
+* the model's flow dependences go from the first contraction's update to the next stage
+  (and so on) and from the last middle stage to the second contraction's update: the
+  second really consumes the first's output;
+* every intermediate array (``T``, the middle stages' arrays) is a temporary read only
+  by the next stage of the chain, so fusing it away changes nothing observable;
+* ``X, Y, Z, O`` have the same batch extents (no broadcasting along ``b``).
+
+:func:`detect_chains` returns the :class:`ChainMatch` es (typed, no free dicts);
+:func:`why_not` says, for ``explain``, why a kernel with two contractions is no chain.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from polycomp import ir
+from polycomp.scheduler.common.contraction import match_contraction
+
+__all__ = ["ChainMatch", "MiddleStage", "detect_chains", "why_not"]
+
+
+@dataclass(frozen=True, eq=False)
+class MiddleStage:
+    """One elementwise stage between the contractions: ``out[b, m, l] = body`` where
+    ``body`` reads ``prev`` at ``(b, m, l)`` (``iters``)."""
+    stage: object
+    prev: ir.Buffer
+    out: ir.Buffer
+    iters: tuple[ir.Var, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class ChainMatch:
+    """A detected chain (see the module docstring).  ``stages`` lists every stage the
+    fused kernel replaces, in program order; ``statements`` their statement names."""
+    first: Any               # the first contraction's Stage
+    second: Any              # the second contraction's Stage
+    x: ir.Buffer
+    y: ir.Buffer
+    z: ir.Buffer
+    out: ir.Buffer
+    t: ir.Buffer             # the first contraction's output (intermediate)
+    elementwise: tuple[MiddleStage, ...]
+    softmax: tuple[object, ...]  # (max, exp, sum, div) stages, or ()
+    batch_dims: int
+    stages: tuple[object, ...]
+    statements: tuple[str, ...]
+    y_transposed: bool = False   # Y stored [.., l, k] (attention's K)
+
+    @property
+    def has_softmax(self) -> bool:
+        return bool(self.softmax)
+
+    @property
+    def name(self) -> str:
+        return f"{self.first.name}->{self.second.name}"
+
+
+def _is(e, v) -> bool:
+    return isinstance(e, ir.Var) and e is v
+
+
+def _exact(load: ir.Load, *vs) -> bool:
+    return len(load.indices) == len(vs) and all(_is(i, v) for i, v in zip(load.indices, vs))
+
+
+def _strip(e: ir.Expr) -> ir.Expr:
+    while isinstance(e, ir.Cast) and e.dtype == "float32":
+        e = e.value
+    return e
+
+
+@dataclass(frozen=True)
+class _Contr:
+    stage: object
+    a: ir.Buffer       # left operand  (.., m, r)
+    b: ir.Buffer       # right operand (.., r, c)
+    out: ir.Buffer
+    nb: int
+    b_transposed: bool = False   # right operand stored (.., c, r)
+
+
+def _contraction(stage, allow_transposed: bool = False) -> _Contr | str:
+    """The product ``out[.., m, c] = sum_r a[.., m, r] * b[.., r, c]`` (with
+    ``allow_transposed``, also ``b`` stored ``[.., c, r]``: ``Q K^T`` with ``K[.., l, k]``)."""
+    c = match_contraction(stage)
+    if isinstance(c, str):
+        return c
+    if c.mixed or len(c.reduce_dims) != 1:
+        return "not a single-axis contraction"
+    iters = tuple(stage.iters)
+    if len(iters) < 2:
+        return "fewer than two output dimensions"
+    if stage.output.dtype != "float32":
+        return f"dtype {stage.output.dtype} (fused chains are float32)"
+    *bs, m, n = iters
+    r = c.reduce_dims[0]
+    for fa, fb in ((c.a, c.b), (c.b, c.a)):
+        if fa.guard is not None or fb.guard is not None or fa.widened or fb.widened:
+            continue
+        if _exact(fa.load, *bs, m, r) and _exact(fb.load, *bs, r, n):
+            if fa.load.buffer.dtype != "float32" or fb.load.buffer.dtype != "float32":
+                return "operands are not float32"
+            return _Contr(stage, fa.load.buffer, fb.load.buffer, stage.output.buffer, len(bs))
+    for fa, fb in ((c.a, c.b), (c.b, c.a)) if allow_transposed else ():
+        if fa.guard is None and fb.guard is None and not (fa.widened or fb.widened) \
+                and _exact(fa.load, *bs, m, r) and _exact(fb.load, *bs, n, r) \
+                and fa.load.buffer.dtype == fb.load.buffer.dtype == "float32":
+            return _Contr(stage, fa.load.buffer, fb.load.buffer, stage.output.buffer, len(bs),
+                          True)
+    return "operands are not A[.., m, k] and B[.., k, n]"
+
+
+def _readers(stages, buf: ir.Buffer) -> list:
+    return [s for s in stages if any(ld.buffer is buf for ld in _loads(s.body))]
+
+
+def _loads(e: ir.Expr) -> list[ir.Load]:
+    out: list[ir.Load] = []
+    ir.walk(e, lambda n: out.append(n) if isinstance(n, ir.Load) else None)
+    return out
+
+
+def _elementwise(stage, prev: ir.Buffer, nb: int) -> MiddleStage | None:
+    """``stage`` as a :class:`MiddleStage` after ``prev`` (same shape, no reduction,
+    reads ``prev`` only at its own point, other loads indexed by its iterators)."""
+    if stage.reduce_op is not None or stage.output.dtype != "float32":
+        return None
+    iters = tuple(stage.iters)
+    if len(iters) != nb + 2:
+        return None
+    for ld in _loads(stage.body):
+        if ld.buffer is prev:
+            if not _exact(ld, *iters):
+                return None
+        elif ld.buffer.dtype != "float32" or not all(
+                isinstance(i, ir.Var) and any(i is v for v in iters) for i in ld.indices):
+            return None
+        elif any(i is v for i in ld.indices for v in iters[:nb]) and not _exact(
+                ld, *iters[:nb], *[i for i in ld.indices[nb:]]):
+            return None      # batch indices only as the full leading prefix
+    if not any(ld.buffer is prev for ld in _loads(stage.body)):
+        return None
+    if not _supported_expr(stage.body, prev):
+        return None
+    return MiddleStage(stage, prev, stage.output.buffer, iters)
+
+
+_OPS = {"+", "-", "*", "/", "min", "max", "<", "<=", ">", ">=", "==", "!=", "&&", "||"}
+
+
+def _supported_expr(e: ir.Expr, prev: ir.Buffer) -> bool:
+    """Expressions the fused kernel's elementwise code can print (see kernel.py)."""
+    if isinstance(e, ir.Var):
+        return not e.is_param       # symbols are not passed to the fused kernel
+    if isinstance(e, (ir.FloatImm, ir.IntImm, ir.Load)):
+        return True
+    if isinstance(e, ir.Cast):
+        return e.dtype in ("float32", "int64", "int32", "bool") and _supported_expr(e.value, prev)
+    if isinstance(e, ir.Binary):
+        return e.op in _OPS and _supported_expr(e.a, prev) and _supported_expr(e.b, prev)
+    if isinstance(e, ir.Unary):
+        return e.op in ("neg", "!") and _supported_expr(e.a, prev)
+    if isinstance(e, ir.Select):
+        return all(_supported_expr(x, prev) for x in (e.cond, e.t, e.f))
+    if isinstance(e, ir.Call):
+        return e.name in ("exp", "tanh", "sqrt", "abs") and all(
+            _supported_expr(a, prev) for a in e.args)
+    return False
+
+
+def _softmax(stages, i: int, prev: ir.Buffer, nb: int) -> tuple | None:
+    """The op library's softmax over the last axis of ``prev`` starting at ``stages[i]``:
+    ``mx = max_r prev[.., r]``, ``e = exp(prev - mx)``, ``s = sum_r e``, ``e / s``."""
+    if i + 4 > len(stages):
+        return None
+    mx, ex, sm, dv = stages[i:i + 4]
+    if mx.reduce_op != "max" or sm.reduce_op != "sum" or ex.reduce_op or dv.reduce_op:
+        return None
+    if len(mx.iters) != nb + 1 or len(mx.reduce_axes) != 1:
+        return None
+    r = mx.reduce_axes[0].var
+    if not (isinstance(mx.body, ir.Load) and mx.body.buffer is prev
+            and _exact(mx.body, *mx.iters, r)):
+        return None
+    it = tuple(ex.iters)
+    if len(it) != nb + 2:
+        return None
+    body = ex.body
+    if not (isinstance(body, ir.Call) and body.name == "exp" and len(body.args) == 1):
+        return None
+    d = _strip(body.args[0])
+    if not (isinstance(d, ir.Binary) and d.op == "-"):
+        return None
+    a, b = _strip(d.a), _strip(d.b)
+    if not (isinstance(a, ir.Load) and a.buffer is prev and _exact(a, *it)
+            and isinstance(b, ir.Load) and b.buffer is mx.output.buffer
+            and _exact(b, *it[:-1])):
+        return None
+    r2 = sm.reduce_axes[0].var if len(sm.reduce_axes) == 1 else None
+    if not (r2 is not None and isinstance(sm.body, ir.Load)
+            and sm.body.buffer is ex.output.buffer and _exact(sm.body, *sm.iters, r2)):
+        return None
+    dit = tuple(dv.iters)
+    q = _strip(dv.body)
+    if not (isinstance(q, ir.Binary) and q.op == "/" and len(dit) == nb + 2):
+        return None
+    qa, qb = _strip(q.a), _strip(q.b)
+    if not (isinstance(qa, ir.Load) and qa.buffer is ex.output.buffer and _exact(qa, *dit)
+            and isinstance(qb, ir.Load) and qb.buffer is sm.output.buffer
+            and _exact(qb, *dit[:-1])):
+        return None
+    if any(s.output.dtype != "float32" for s in (mx, ex, sm, dv)):
+        return None
+    return (mx, ex, sm, dv)
+
+
+def _softmax_private(stages, sm: tuple, readers: list, outs: set) -> bool:
+    """The softmax's arrays are read by the softmax alone and are no kernel outputs."""
+    mx, ex, s_, dv = sm
+    return (readers == [mx, ex] and _readers(stages, ex.output.buffer) == [s_, dv]
+            and _readers(stages, mx.output.buffer) == [ex]
+            and _readers(stages, s_.output.buffer) == [dv]
+            and not any(id(b.output.buffer) in outs for b in (mx, ex, s_)))
+
+
+def _flows(model, src_stage, dst_stage) -> bool:
+    """Does the model have a flow dependence from a statement of ``src_stage`` to one of
+    ``dst_stage``?"""
+    import islpy as isl
+
+    from polycomp.islutil import maps
+    src = {s.name for s in model.statements if s.stage is src_stage}
+    dst = {s.name for s in model.statements if s.stage is dst_stage}
+    return any(m.get_tuple_name(isl.dim_type.in_) in src
+               and m.get_tuple_name(isl.dim_type.out) in dst for m in maps(model.flow))
+
+
+def _batch_extents_equal(model, c1: _Contr, c2: _Contr) -> bool:
+    bufs = (c1.a, c1.b, c2.b, c2.out)
+    shapes = [tuple(b.shape[:c1.nb]) for b in bufs]
+    return all(len(s) == c1.nb and all(_same_extent(x, y) for x, y in zip(s, shapes[0]))
+               for s in shapes)
+
+
+def _same_extent(x, y) -> bool:
+    if isinstance(x, int) or isinstance(y, int):
+        return x == y
+    return x is y or ir.structural_equal(x, y)
+
+
+def _match_from(model, stages, i: int) -> ChainMatch | str:
+    c1 = _contraction(stages[i], allow_transposed=True)
+    if isinstance(c1, str):
+        return c1
+    outs = {id(t.buffer) for t in model.graph.outputs}
+    prev, j, nb = c1.out, i + 1, c1.nb
+    chain_stages = [stages[i]]
+    elementwise: list[MiddleStage] = []
+    softmax: tuple = ()
+    while j < len(stages):
+        if id(prev) in outs:
+            return f"the intermediate {prev.name} is a kernel output"
+        readers = _readers(stages, prev)
+        sm = _softmax(stages, j, prev, nb)
+        if sm is not None:
+            if not _softmax_private(stages, sm, readers, outs):
+                return "the softmax's arrays are read outside the chain"
+            softmax = sm
+            chain_stages += list(sm)
+            prev, j = sm[3].output.buffer, j + 4
+            break
+        if readers != [stages[j]]:
+            return f"{prev.name} is read by {len(readers)} stages, not just the next one"
+        ew = _elementwise(stages[j], prev, nb)
+        if ew is None:
+            break
+        elementwise.append(ew)
+        chain_stages.append(stages[j])
+        prev, j = ew.out, j + 1
+    if j >= len(stages):
+        return "no second contraction follows"
+    return _finish(model, stages, j, c1, prev, chain_stages, tuple(elementwise), softmax, outs)
+
+
+def _finish(model, stages, j: int, c1: _Contr, prev: ir.Buffer, chain_stages: list,
+            elementwise: tuple, softmax: tuple, outs: set) -> ChainMatch | str:
+    """The second contraction at ``stages[j]`` reading ``prev``, and the model checks."""
+    nb = c1.nb
+    if id(prev) in outs:
+        return f"the intermediate {prev.name} is a kernel output"
+    if _readers(stages, prev) != [stages[j]]:
+        return f"{prev.name} is not read by the next stage alone"
+    c2 = _contraction(stages[j])
+    if isinstance(c2, str):
+        return f"the stage after the first contraction: {c2}"
+    if c2.a is not prev or c2.nb != nb:
+        return "the second contraction does not read the intermediate as its left operand"
+    chain_stages.append(stages[j])
+    for a, b in zip(chain_stages, chain_stages[1:]):
+        if not _flows(model, a, b):
+            return f"no flow dependence from {a.name} to {b.name}"
+    if not _batch_extents_equal(model, c1, c2):
+        return "the batch extents differ"
+    names = tuple(s.name for s in model.statements if any(s.stage is c for c in chain_stages))
+    return ChainMatch(chain_stages[0], stages[j], c1.a, c1.b, c2.b, c2.out, c1.out,
+                      elementwise, softmax, nb, tuple(chain_stages), names, c1.b_transposed)
+
+
+def _stages(model) -> tuple:
+    stages = getattr(model.graph, "stages", None)
+    if not stages or not all(hasattr(s, "reduce_op") and hasattr(s, "output") for s in stages):
+        return ()
+    return tuple(stages)
+
+
+def detect_chains(model) -> list[ChainMatch]:
+    """Every chain of ``model`` (non-overlapping, in program order)."""
+    stages, out, i = _stages(model), [], 0
+    while i < len(stages):
+        m = _match_from(model, stages, i)
+        if isinstance(m, ChainMatch):
+            out.append(m)
+            i += len(m.stages)
+        else:
+            i += 1
+    return out
+
+
+def why_not(model) -> list[str]:
+    """For each contraction that starts no chain, the reason (for ``explain``)."""
+    stages, out = _stages(model), []
+    inside = {id(st) for m in detect_chains(model) for st in m.stages}
+    for i, s in enumerate(stages):
+        if id(s) in inside or isinstance(_contraction(s, allow_transposed=True), str):
+            continue
+        m = _match_from(model, stages, i)
+        if isinstance(m, str):
+            out.append(f"{s.name}: {m}")
+    return out

@@ -1,0 +1,105 @@
+"""The plan of one fused chain: the match, its extents, the model's per-level optimum
+and the kernel's tiles (typed; shared by the schedule pass, code generation and
+``explain``)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from polycomp.scheduler.chain.detect import ChainMatch
+from polycomp.scheduler.chain.movement_model import ChainDims, LevelPlan, plan_levels
+
+__all__ = ["ChainPlan", "make_plan", "register_block", "BIG"]
+
+#: extent assumed for a symbolic dimension when sizing tiles
+BIG = 4096
+
+
+@dataclass(frozen=True, eq=False)
+class ChainPlan:
+    match: ChainMatch
+    dims: ChainDims                 # constant extents (symbolic ones as BIG)
+    symbolic: tuple[str, ...]       # the loops whose extent is symbolic
+    levels: tuple[LevelPlan, ...]
+    level: str                      # where the intermediate tile lives
+    tm: int
+    tl: int
+    mr: int
+    nv: int
+    vw: int
+
+    def describe(self) -> list[str]:
+        d, m = self.dims, self.match
+        sym = f" (symbolic {', '.join(self.symbolic)} sized as {BIG})" if self.symbolic else ""
+        mid = " + ".join([*(e.stage.name for e in m.elementwise),
+                          *(["online softmax"] if m.has_softmax else [])]) or "nothing"
+        out = [f"chain {m.name}: batch {d.batch} x (M={d.m}, K={d.k}, L={d.l}, N={d.n}){sym}, "
+               f"between the products: {mid}",
+               f"block order (b, m, l, k | n): intermediate {m.t.name} tile {self.tm} x {self.tl} "
+               f"in {self.level} (register block {self.mr} x {self.nv} vectors of {self.vw})"]
+        for lp in self.levels:
+            t = lp.tiles
+            ratio = lp.unfused / lp.fused if lp.fused else float("inf")
+            out.append(f"  {lp.level} ({lp.capacity} floats): T_M={t.m} T_L={t.l} T_K={t.k} "
+                       f"T_N={t.n}, MU={lp.usage}; predicted traffic fused "
+                       f"{lp.fused * 4 / 2**20:.2f} MiB vs unfused "
+                       f"{lp.unfused * 4 / 2**20:.2f} MiB (unfused / fused = {ratio:.2f})")
+        return out
+
+
+def register_block(isa: str) -> tuple[int, int, int]:
+    """``(MR, NV, lanes)``: rows x vectors of accumulators (``MR*NV + NV + 1`` registers
+    at most: 6 x 4 zmm of 32, 6 x 2 ymm of 16; 4 x 4 scalars for ``c``)."""
+    return {"avx512": (6, 4, 16), "avx2": (6, 2, 8)}.get(isa, (4, 4, 1))
+
+
+def _extent(stmt, k: int) -> int | None:
+    dom = stmt.domain
+    mx = dom.dim_max(k)
+    if not mx.is_cst():
+        return None
+    pieces = mx.get_pieces()
+    if len(pieces) != 1:
+        return None
+    aff = pieces[0][1]
+    v = aff.get_constant_val()
+    return int(v.to_python()) + 1 if v.is_int() else None
+
+
+def make_plan(match: ChainMatch, model, target) -> ChainPlan:
+    """Extents from the statements' domains, the per-level optimum from the target's
+    memory hierarchy, and the kernel's tiles: the L1 optimum rounded down to the register
+    block (``T_M`` a multiple of ``MR``, ``T_L`` of the vector width), at least one block.
+    ``POLYCOMP_CHAIN_TILES=TMxTL`` overrides the tiles (for measurements)."""
+    first_upd = next(s for s in model.statements if s.stage is match.first and s.kind == "update")
+    second_upd = next(s for s in model.statements if s.stage is match.second
+                      and s.kind == "update")
+    nb = match.batch_dims
+    ext: dict[str, int | None] = {
+        "m": _extent(first_upd, nb), "l": _extent(first_upd, nb + 1),
+        "k": _extent(first_upd, nb + 2), "n": _extent(second_upd, nb + 1)}
+    batch = 1
+    sym = [d for d, v in ext.items() if v is None]
+    for k in range(nb):
+        e = _extent(first_upd, k)
+        if e is None:
+            sym.append(f"b{k}")
+        batch *= e if e is not None else 1
+    dims = ChainDims(*(ext[d] if ext[d] is not None else BIG for d in ("m", "n", "k", "l")),
+                     batch=batch)
+    mr, nv, vw = register_block(target.isa)
+    levels = [(lv.name, lv.capacity) for lv in target.memory.levels
+              if lv.name in ("L1", "L2", "L3") and lv.capacity > 0]
+    alpha = max(vw, 4)
+    plans = plan_levels(dims, levels, alpha, match.has_softmax)
+    l1 = next((p for p in plans if p.level == "L1"), plans[0] if plans else None)
+    t = l1.tiles if l1 is not None else None
+    tm = max(mr, (t.m // mr) * mr) if t else 4 * mr
+    tl = max(vw, (t.l // vw) * vw) if t else 8 * vw
+    env = os.environ.get("POLYCOMP_CHAIN_TILES", "")
+    if env:
+        a, b = env.lower().split("x")
+        tm, tl = int(a), int(b)
+    return ChainPlan(match, dims, tuple(sym), tuple(plans), l1.level if l1 else "L1",
+                     tm, tl, mr, nv, vw)
+

@@ -1,0 +1,187 @@
+"""Pass ``chain-fuse``: one schedule tree for a chain of two contractions.
+
+Assumes: ``ctx.model`` is a model whose statements are exactly one chain found by
+:func:`~polycomp.scheduler.chain.detect.detect_chains` (``T = X . Y``, optional
+elementwise stages / softmax, ``O = S . Z`` over ``nb`` leading batch dimensions; the
+statements' first ``nb`` domain dimensions are the batch, the next one is ``m``); the
+input schedule is any legal schedule of those statements (program order).
+
+Guarantees: the output schedule is over the same statement instances and satisfies every
+dependence of the model (checked with isl before it is returned; otherwise the input is
+returned unchanged with a remark).  Its shape, with ``TM, TL`` from the plan
+(:mod:`.plan`):
+
+* without a softmax::
+
+      domain -> mark "chain_fused" -> band [b.., floor(m/TM)]  (permutable, coincident)
+        -> sequence
+             filter O_init -> band [m, n]
+             filter rest   -> band [floor(l/TL)]     (l of T_*, elementwise; the
+                                                      reduction index of O_update)
+                -> sequence T_init [m, l] ; T_update [m, l, k] ; E.. [m, l] ;
+                            O_update [m, l, n]
+
+  so the intermediate needed by one ``(b, m-block, l-block)`` is one ``TM x TL`` tile,
+  produced and consumed inside the block (the first product's loops ``m, l, k``, the
+  second's ``m, l, n``: Chimera's order ``(m, l, k | n)``);
+* with a softmax between (the row max needs the whole row, so ``l`` cannot be split
+  with the model's statements)::
+
+      domain -> mark "chain_fused" -> band [b.., floor(m/TM)]
+        -> sequence of every statement in program order, each -> band over its other dims
+
+  i.e. row blocks of ``TM`` rows: the intermediates of one block are ``TM x L``.
+
+The ``chain_fused`` mark (``chain_fused:<TM>x<TL>``) tells code generation
+(:mod:`.codegen`) to emit the fused kernel (:mod:`.kernel`), which executes the same
+block order and, with a softmax, also splits ``l`` into ``TL`` tiles with online
+rescaling — a reassociation of the max and the sums that the statement-level tree
+cannot express.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import islpy as isl
+
+from polycomp.scheduler.chain.detect import ChainMatch, detect_chains
+from polycomp.scheduler.chain.plan import ChainPlan, make_plan
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.tree import is_legal, schedule_from_str
+from polycomp.state import CompileState
+
+__all__ = ["ChainFusePass", "MARK", "fused_tree", "plan_for"]
+
+MARK = "chain_fused"
+
+
+def plan_for(state: CompileState) -> tuple[ChainPlan | None, str]:
+    """The plan of the model's single chain, or None and why not."""
+    from polycomp.scheduler.chain.detect import why_not
+    model = state.model
+    chains = detect_chains(model)
+    if not chains:
+        reasons = why_not(model)
+        return None, "; ".join(reasons) if reasons else "no two contractions in a chain"
+    if len(chains) > 1:
+        return None, f"{len(chains)} chains in one kernel (one is fused per kernel)"
+    m = chains[0]
+    if set(m.statements) != {s.name for s in model.statements}:
+        others = sorted({s.name for s in model.statements} - set(m.statements))
+        return None, f"statements outside the chain: {', '.join(others)}"
+    plan = make_plan(m, model, state.target)
+    if not is_legal(fused_tree(plan, model), model.dependences):
+        return None, "the fused tree would violate a dependence"
+    return plan, ""
+
+
+def _dims(stmt) -> list[str]:
+    return [f"i{k}" for k in range(stmt.domain.dim(isl.dim_type.set))]
+
+
+def _params(model) -> str:
+    """``[P, ..] -> `` (nothing without parameters: isl would read ``[] ->`` as an
+    empty tuple)."""
+    n = model.context.dim(isl.dim_type.param)
+    if not n:
+        return ""
+    return "[" + ", ".join(model.context.get_dim_name(isl.dim_type.param, k)
+                           for k in range(n)) + "] -> "
+
+
+def _umap(model, pieces: list[tuple[Any, list[str]]]) -> str:
+    """The multi-union-pw-aff ``[{ S[i..] -> [e0] ; .. }, { S[i..] -> [e1] ; .. }]`` of
+    ``(statement, one expression per band member)`` pieces."""
+    n = len(pieces[0][1])
+    members = []
+    for k in range(n):
+        body = "; ".join(f"{s.name}[{', '.join(_dims(s))}] -> [({e[k]})]" for s, e in pieces)
+        members.append(f"{{ {body} }}")
+    return f"{_params(model)}[{', '.join(members)}]"
+
+
+def _filter(model, stmts) -> str:
+    body = "; ".join(f"{s.name}[{', '.join(_dims(s))}]" for s in stmts)
+    return f"{_params(model)}{{ {body} }}"
+
+
+def _band(model, pieces, coincident: int = 0) -> str:
+    n = len(pieces[0][1])
+    co = ", ".join([str(coincident)] * n)
+    return (f'schedule: "{_umap(model, pieces)}"\n'
+            f"permutable: 1\ncoincident: [ {co} ]\n")
+
+
+def _indent(text: str, n: int) -> str:
+    return "".join(" " * n + line + "\n" for line in text.splitlines())
+
+
+def _leaf_band(model, s, order: list[int] | None = None, nb: int = 0) -> str:
+    d = _dims(s)[nb:]
+    if order is not None:
+        d = [d[k] for k in order]
+    if not d:
+        return ""
+    return _band(model, [(s, d)])
+
+
+def _seq(children: list[str]) -> str:
+    out = "sequence:\n"
+    for c in children:
+        lines = c.splitlines()
+        out += "- " + lines[0] + "\n" + "".join("  " + ln + "\n" for ln in lines[1:])
+    return out
+
+
+def _filter_node(model, stmts, child: str) -> str:
+    out = f'filter: "{_filter(model, stmts)}"\n'
+    if child:
+        out += "child:\n" + _indent(child, 2)
+    return out
+
+
+def fused_tree(plan: ChainPlan, model) -> isl.Schedule:
+    """The fused schedule of the module docstring."""
+    m: ChainMatch = plan.match
+    nb = m.batch_dims
+    stmts = [s for s in model.statements if s.name in set(m.statements)]
+    bdims = lambda s: _dims(s)[:nb]  # noqa: E731
+
+    def outer(s) -> list[str]:
+        return [*bdims(s), f"floor(({_dims(s)[nb]})/{plan.tm})"]
+    top = _band(model, [(s, outer(s)) for s in stmts], coincident=1)
+    if m.has_softmax:
+        inner = _seq([_filter_node(model, [s], _leaf_band(model, s, nb=nb)) for s in stmts])
+    else:
+        o_init = next(s for s in stmts if s.stage is m.second and s.kind == "init")
+        rest = [s for s in stmts if s is not o_init]
+
+        def lcoord(s) -> str:
+            d = _dims(s)
+            return d[nb + 2] if s.stage is m.second else d[nb + 1]
+        lband = _band(model, [(s, [f"floor(({lcoord(s)})/{plan.tl})"]) for s in rest])
+        leaves = []
+        for s in rest:
+            order = [0, 2, 1] if (s.stage is m.second and s.kind == "update") else None
+            leaves.append(_filter_node(model, [s], _leaf_band(model, s, order, nb)))
+        inner = _seq([_filter_node(model, [o_init], _leaf_band(model, o_init, nb=nb)),
+                      _filter_node(model, rest, lband + "child:\n" + _indent(_seq(leaves), 2))])
+    text = (f'domain: "{model.domain}"\nchild:\n'
+            f'  mark: "{MARK}:{plan.tm}x{plan.tl}"\n  child:\n'
+            + _indent(top + "child:\n" + _indent(inner, 2), 4))
+    return schedule_from_str(text, model.ctx)
+
+
+class ChainFusePass(Pass):
+    """See the module docstring."""
+    name = "chain-fuse"
+
+    def run(self, schedule, ctx: CompileState):
+        plan, why = plan_for(ctx)
+        if plan is None:
+            ctx.note(self.name, f"no chain fused: {why}")
+            return schedule
+        fused = fused_tree(plan, ctx.model)      # legal: checked by plan_for
+        for line in plan.describe():
+            ctx.note(self.name, line)
+        return fused
