@@ -55,10 +55,13 @@ class CpuBackend(Backend):
         from polycomp.scheduler.cpu.fuse import CpuFusePass
         from polycomp.scheduler.cpu.parallel import CpuParallelPass
         from polycomp.scheduler.cpu.reduce_interchange import CpuReduceInterchangePass
+        from polycomp.scheduler.cpu.scop_gemm import ScopGemmPass, is_c_scop
         from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
         o, isa = state.cpu_options, state.target.isa
         passes: list[Pass] = []
         if isa and o.microkernel:
+            if is_c_scop(state.model):
+                passes.append(ScopGemmPass())
             passes += [CpuBackboneTilePass(), CpuPackPass()]
         if isa and o.interchange:
             passes.append(CpuReduceInterchangePass())
