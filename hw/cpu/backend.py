@@ -60,15 +60,20 @@ class CpuBackend(Backend):
         o, isa = state.cpu_options, state.target.isa
         passes: list[Pass] = []
         if isa and o.microkernel:
-            if is_c_scop(state.model):
-                passes.append(ScopGemmPass())
+            if is_c_scop(state.model):  # C SCoPs: GEMM detection, tiling for unit stride
+                from polycomp.scheduler.cpu.scop_tile import ScopTilePass
+                passes += [ScopGemmPass(), ScopTilePass()]
             passes += [CpuBackboneTilePass(), CpuPackPass()]
         if isa and o.interchange:
             passes.append(CpuReduceInterchangePass())
-        if o.fuse:
+        if o.fuse and not is_c_scop(state.model):   # (DSL stage chains only)
             passes.append(CpuFusePass())
         if o.parallel:
-            passes.append(CpuParallelPass())
+            if is_c_scop(state.model):   # parallel loops below sequential ones too
+                from polycomp.scheduler.cpu.scop_parallel import ScopParallelPass
+                passes.append(ScopParallelPass())
+            else:
+                passes.append(CpuParallelPass())
         return passes
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:

@@ -1,0 +1,184 @@
+"""Pass ``scop-tile``: rectangular tiling of permutable bands of C SCoPs whose innermost
+loop walks memory with a stride, with the unit-stride member innermost in each tile.
+
+PolyBench's ``mvt`` (``x2[i] += A[j][i] * y[j]``) and ``lu`` (``A[i][j] -= A[i][k] *
+A[k][j]`` in ``for j: for k:``) run their innermost loop down a column: every access
+is a cache line apart and nothing vectorises.  Interchanging alone would make the
+parallel loop an inner one; tiling keeps the tile loops in their order (the outermost
+stays parallel) and runs the unit-stride member innermost inside each tile (Pluto's
+choice of a tile's intra-tile order for vectorisation).
+
+A band member is *unit-stride* for an access when the member is a plain iterator of
+the statement (the C reader's program-order bands are) that the access's last subscript
+uses with coefficient 1 and its other subscripts do not use; *invariant* when no
+subscript uses it; *strided* otherwise.
+
+Assumes: a tree of domain, band, sequence, set, filter and mark nodes (program order,
+after ``scop-gemm``); ``ctx.model`` with the statements' accesses and dependences.
+
+Guarantees: every permutable band of ``n >= 2`` members over a single statement and
+without marks above it in its top-level subtree whose last member is strided for some
+access while another member is strided for none (the *vector member*: the one with the
+most unit-stride accesses) becomes
+
+    band[floor(f_0/T_0), .., floor(f_{n-1}/T_{n-1})]   (permutable)
+      band[f_0, .., f_{v-1}, f_{v+1}, .., f_{n-1}, f_v]  (permutable; v = vector member)
+
+with ``T_v = VECTOR_TILE`` (a few vector lengths times the unroll, so one tile row stays
+in L1) and the others ``OUTER_TILE``.  Tiling a permutable band and permuting the
+members inside a tile are legal (every dependence between instances with equal outer
+schedule has non-negative distances on all members, so it stays lexicographically
+non-negative on the tile band, and equal tiles keep every member's order relation on
+the point band only up to the permutation, which permutability allows).  The pass
+checks the result with isl (:func:`~polycomp.scheduler.common.tree.violated_dependences`
+over the model's dependences) and keeps the band untiled, with a note, if it fails.
+Reductions (``x2[i] +=``) keep their order per element: the reduced member keeps its
+relative order in both bands, so results are bitwise those of the C loop nest.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from polycomp import ir
+from polycomp.islutil import sets
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.tree import violated_dependences
+from polycomp.scheduler.cpu import tree as T
+from polycomp.scheduler.cpu.backbone_tile import floor_div_aff
+from polycomp.scheduler.cpu.scop_gemm import is_c_scop
+from polycomp.state import CompileState
+
+#: tile extent of the vector (innermost) member, in elements
+VECTOR_TILE = 256
+#: tile extent of the other members
+OUTER_TILE = 32
+
+
+def _member_dim(member: isl.UnionPwAff, stmt) -> int | None:
+    """The domain dimension ``d`` of ``stmt`` when the band member is ``S[..] -> [x_d]``."""
+    pas = []
+    member.foreach_pw_aff(pas.append)
+    pa = next((p for p in pas if p.get_domain_space().get_tuple_name(isl.dim_type.set) == stmt.name), None)
+    if pa is None:
+        return None
+    space = stmt.domain.get_space()
+    for d in range(space.dim(isl.dim_type.set)):
+        x = isl.PwAff.from_aff(isl.Aff.var_on_domain(isl.LocalSpace.from_space(space),
+                                                     isl.dim_type.set, d))
+        try:
+            if pa.intersect_domain(stmt.domain).is_equal(x.intersect_domain(stmt.domain)):
+                return d
+        except isl.Error:
+            return None
+    return None
+
+
+def _refs(stmt) -> list[tuple]:
+    loads: list[ir.Load] = []
+    ir.walk(stmt.value, lambda n: loads.append(n) if isinstance(n, ir.Load) else None)
+    return [tuple(ld.indices) for ld in loads] + [tuple(stmt.write_indices)]
+
+
+def stride_kinds(stmt, var: ir.Var) -> list[str]:
+    """``unit``, ``invariant`` or ``strided`` for each access of ``stmt`` along ``var``."""
+    from polycomp.lowering.vectorize import affine_in
+    out = []
+    for idx in _refs(stmt):
+        if not idx:
+            out.append("invariant")
+            continue
+        used = [var in ir.free_vars(e) for e in idx]
+        if not any(used):
+            out.append("invariant")
+            continue
+        a = affine_in(idx[-1], var)
+        out.append("unit" if not any(used[:-1]) and a is not None and a[0] == 1
+                   else "strided")
+    return out
+
+
+def vector_member(band: T.Band, stmt) -> int | None:
+    """The member to run innermost in each tile, or None to leave the band alone."""
+    kinds = []
+    for m in band.members:
+        d = _member_dim(m, stmt)
+        if d is None:
+            return None
+        kinds.append(stride_kinds(stmt, stmt.iters[d]))
+    last = kinds[-1]
+    if "strided" not in last:
+        return None
+    good = [k for k, ks in enumerate(kinds) if "strided" not in ks and "unit" in ks]
+    if not good:
+        return None
+    return max(good, key=lambda k: (kinds[k].count("unit"), k))
+
+
+def tiled(band: T.Band, v: int) -> T.Band:
+    """The tile band over the point band of the module docstring."""
+    tiles = []
+    for k, m in enumerate(band.members):
+        size = VECTOR_TILE if k == v else OUTER_TILE
+        pas = []
+        m.foreach_pw_aff(pas.append)
+        parts = []
+        for pa in pas:
+            affs = []
+            pa.foreach_piece(lambda s, a: affs.append((s, a)))
+            piece = None
+            for s, a in affs:
+                p = isl.PwAff.from_aff(floor_div_aff(a, size)).intersect_domain(s)
+                piece = p if piece is None else piece.union_max(p)
+            parts.append(isl.UnionPwAff.from_pw_aff(piece))
+        tiles.append(T.union_members(parts))
+    order = [k for k in range(len(band.members)) if k != v] + [v]
+    point = T.Band([band.members[k] for k in order], band.child, permutable=True)
+    return T.Band(tiles, point, permutable=True)
+
+
+class ScopTilePass(Pass):
+    """See the module docstring."""
+    name = "scop-tile"
+
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
+        if not ctx.target.isa or not is_c_scop(ctx.model):
+            return schedule
+        domain, tree = T.from_schedule(schedule)
+        stmts = {s.name: s for s in ctx.model.statements}
+        deps = ctx.model.dependences
+        done: list[str] = []
+
+        def visit(node, filt):
+            if isinstance(node, T.Mark):
+                return node                   # scop-gemm's subtree
+            if isinstance(node, T.Filter):
+                node.child = visit(node.child, node.filter)
+                return node
+            if isinstance(node, T.Sequence):
+                node.children = [visit(c, filt) for c in node.children]
+                return node
+            if not isinstance(node, T.Band):
+                return node
+            names = [s.get_tuple_name() for s in sets(filt)]
+            if node.permutable and len(node.members) >= 2 and len(names) == 1 \
+                    and names[0] in stmts and isinstance(node.child, T.Leaf):
+                v = vector_member(node, stmts[names[0]])
+                if v is not None:
+                    new = tiled(node, v)
+                    done.append(f"{names[0]}: band of {len(node.members)} tiled "
+                                f"{'x'.join(str(VECTOR_TILE if k == v else OUTER_TILE) for k in range(len(node.members)))}, "
+                                f"member {v} (unit stride) innermost")
+                    return new
+            node.child = visit(node.child, filt)
+            return node
+
+        new_tree = visit(tree, domain)
+        if not done:
+            return schedule
+        out = T.to_schedule(domain, new_tree)
+        if not violated_dependences(out, deps).is_empty():
+            ctx.note(self.name, "tiling would violate a dependence; bands kept untiled")
+            return schedule
+        for d in done:
+            ctx.note(self.name, d)
+        return out
