@@ -56,9 +56,10 @@ OUTER_TILE = 32
 
 def _member_dim(member: isl.UnionPwAff, stmt) -> int | None:
     """The domain dimension ``d`` of ``stmt`` when the band member is ``S[..] -> [x_d]``."""
-    pas = []
+    pas: list[isl.PwAff] = []
     member.foreach_pw_aff(pas.append)
-    pa = next((p for p in pas if p.get_domain_space().get_tuple_name(isl.dim_type.set) == stmt.name), None)
+    pa = next((p for p in pas
+               if p.get_domain_space().get_tuple_name(isl.dim_type.set) == stmt.name), None)
     if pa is None:
         return None
     space = stmt.domain.get_space()
@@ -119,16 +120,17 @@ def tiled(band: T.Band, v: int) -> T.Band:
     tiles = []
     for k, m in enumerate(band.members):
         size = VECTOR_TILE if k == v else OUTER_TILE
-        pas = []
+        pas: list[isl.PwAff] = []
         m.foreach_pw_aff(pas.append)
         parts = []
         for pa in pas:
-            affs = []
-            pa.foreach_piece(lambda s, a: affs.append((s, a)))
-            piece = None
-            for s, a in affs:
-                p = isl.PwAff.from_aff(floor_div_aff(a, size)).intersect_domain(s)
-                piece = p if piece is None else piece.union_max(p)
+            affs: list[tuple[isl.Set, isl.Aff]] = []
+            pa.foreach_piece(lambda dom, a: affs.append((dom, a)))  # noqa: B023
+            pieces = [isl.PwAff.from_aff(floor_div_aff(a, size)).intersect_domain(dom)
+                      for dom, a in affs]
+            piece = pieces[0]
+            for p in pieces[1:]:
+                piece = piece.union_max(p)
             parts.append(isl.UnionPwAff.from_pw_aff(piece))
         tiles.append(T.union_members(parts))
     order = [k for k in range(len(band.members)) if k != v] + [v]
@@ -165,8 +167,9 @@ class ScopTilePass(Pass):
                 v = vector_member(node, stmts[names[0]])
                 if v is not None:
                     new = tiled(node, v)
-                    done.append(f"{names[0]}: band of {len(node.members)} tiled "
-                                f"{'x'.join(str(VECTOR_TILE if k == v else OUTER_TILE) for k in range(len(node.members)))}, "
+                    sizes = "x".join(str(VECTOR_TILE if k == v else OUTER_TILE)
+                                     for k in range(len(node.members)))
+                    done.append(f"{names[0]}: band of {len(node.members)} tiled {sizes}, "
                                 f"member {v} (unit stride) innermost")
                     return new
             node.child = visit(node.child, filt)
