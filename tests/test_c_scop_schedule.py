@@ -50,6 +50,7 @@ SIZES = {
     "mvt_t": [dict(n=37), dict(n=1)],
     "lu_like": [dict(n=19)],
     "jacobi2d_like": [dict(tsteps=3, n=17), dict(tsteps=1, n=3)],
+    "rowmix": [dict(nr=5, np=43)],
 }
 
 
@@ -139,6 +140,7 @@ GOLDEN = {
     "mm2_f32": ("mm2_f32", [], ScopGemmPass),
     "mvt_t": ("mvt_t", [ScopGemmPass], ScopTilePass),
     "lu_like_tile": ("lu_like", [ScopGemmPass], ScopTilePass),
+    "rowmix": ("rowmix", [ScopGemmPass], ScopTilePass),
     "lu_like_parallel": ("lu_like", [ScopGemmPass, ScopTilePass], ScopParallelPass),
     "jacobi2d_like": ("jacobi2d_like", [ScopGemmPass, ScopTilePass], ScopParallelPass),
 }
@@ -195,6 +197,11 @@ def test_tile_and_parallel_notes():
     n = notes("mvt_t")
     assert any("tiled 256x32" in x and "innermost" in x for x in n["scop-tile"]), n
     assert any("parallel" in x for x in n["scop-parallel"]), n
+    r = notes("rowmix")["scop-tile"]
+    assert any("distributed" in x for x in r) and any("tiled" in x for x in r), r
+    lu = notes("lu_like")["scop-tile"]        # distributing the pivot loop is illegal
+    assert any("would violate a dependence, kept" in x for x in lu), lu
+    assert any("S_2: band of 2 tiled" in x for x in lu), lu
     j = notes("jacobi2d_like")
     assert len(j["scop-parallel"]) == 2, j      # the space loops of both statements
 

@@ -17,8 +17,9 @@ dependence has distance 0 on it; isl's coincidence).  The first parallel member 
 band gets a ``cpu_parallel`` mark directly above it (the band is split before ``m``
 when ``m > 0``; splitting changes no schedule value), and nothing below it is marked;
 a band with no parallel member is left alone and its subtree is searched.  A parallel
-member that encloses fewer than ``MIN_LOOPS_INSIDE`` loops (``s[i] = 0``) is not marked
-and its subtree not searched (O(n) work runs on one thread).  For C SCoPs this pass
+member that encloses fewer than ``MIN_LOOPS_INSIDE`` loops (``s[i] = 0``), or not more
+loops than enclose it (:func:`worth_a_fork`), is not marked and its subtree not searched
+(too little work per fork/join: it runs on one thread).  For C SCoPs this pass
 replaces :class:`~polycomp.scheduler.cpu.parallel.CpuParallelPass`.  Marks and
 splits do not change the schedule map, so every dependence stays as satisfied as it
 was; the marked loop carries none, so OpenMP may run its iterations in any order.  Code
@@ -85,8 +86,8 @@ class ScopParallelPass(Pass):
                 return node
             if t == _T.band:
                 m = parallel_member(node, deps)
-                if m is not None and _loops_inside(node, m) < MIN_LOOPS_INSIDE:
-                    return node          # O(n) work: a fork/join costs more than it saves
+                if m is not None and not worth_a_fork(node, m):
+                    return node          # little work per fork/join
                 if m is not None:
                     if m > 0:
                         node = node.band_split(m).child(0)
@@ -120,6 +121,15 @@ def _loops_inside(node: isl.ScheduleNode, m: int) -> int:
     from polycomp.islutil import sets
     depth = node.get_schedule_depth() + m
     return max(s.dim(isl.dim_type.set) for s in sets(node.get_domain())) - depth
+
+
+def worth_a_fork(node: isl.ScheduleNode, m: int) -> bool:
+    """Whether member ``m`` of the band at ``node`` runs enough work per fork/join: it
+    encloses at least ``MIN_LOOPS_INSIDE`` loops (itself included) and more loops than
+    enclose it (about ``n^inside`` work per region against ``n^outside`` regions:
+    doitgen's ``p`` loop inside ``r, q`` would fork 21000 times for 26k FMAs each)."""
+    inside = _loops_inside(node, m)
+    return inside >= MIN_LOOPS_INSIDE and inside > node.get_schedule_depth() + m
 
 
 def _names(node: isl.ScheduleNode) -> set[str]:

@@ -16,6 +16,15 @@ subscript uses it; *strided* otherwise.
 Assumes: a tree of domain, band, sequence, set, filter and mark nodes (program order,
 after ``scop-gemm``); ``ctx.model`` with the statements' accesses and dependences.
 
+Distribution: a band over a ``sequence`` (doitgen's ``for p: { t[p] = 0; for s: t[p]
++= X[r][s] * W[s][p]; }``) is first distributed over the sequence's children (each
+child gets a copy of the band restricted to its filter), and a child that is a band over
+one statement is merged with that copy into one band (``[p, s]``), when that merged band
+is a tiling candidate below.  Distribution reorders instances of different children
+(all of child 0 for every ``p`` before child 1), so it is legal only when no dependence
+goes from a later child to an earlier one at a later ``p``; the isl check below decides
+(LU's pivot loop fails it and is kept).
+
 Guarantees: every permutable band of ``n >= 2`` members over a single statement and
 without marks above it in its top-level subtree whose last member is strided for some
 access while another member is strided for none (the *vector member*: the one with the
@@ -30,8 +39,10 @@ members inside a tile are legal (every dependence between instances with equal o
 schedule has non-negative distances on all members, so it stays lexicographically
 non-negative on the tile band, and equal tiles keep every member's order relation on
 the point band only up to the permutation, which permutability allows).  The pass
-checks the result with isl (:func:`~polycomp.scheduler.common.tree.violated_dependences`
-over the model's dependences) and keeps the band untiled, with a note, if it fails.
+checks each rewrite (one band at a time, outermost first) with isl
+(:func:`~polycomp.scheduler.common.tree.violated_dependences` over the model's
+dependences) and keeps that band as it was, with a note, if a dependence would be
+violated.
 Reductions (``x2[i] +=``) keep their order per element: the reduced member keeps its
 relative order in both bands, so results are bitwise those of the C loop nest.
 """
@@ -138,6 +149,96 @@ def tiled(band: T.Band, v: int) -> T.Band:
     return T.Band(tiles, point, permutable=True)
 
 
+def _restrict(members: list, filt: isl.UnionSet) -> list:
+    return [m.intersect_domain(filt) for m in members]
+
+
+def distributed(band: T.Band, stmts: dict, filt: isl.UnionSet) -> T.Sequence | None:
+    """``band -> sequence(f_0 -> c_0, .., f_n -> c_n)`` distributed over its children:
+    ``sequence(f_0 -> band|f_0 -> c_0, ..)``, where a child that is a band over one
+    statement is merged with the copy of ``band`` above it into one band (outer members
+    first).  None unless that makes some merged band a tiling candidate
+    (:func:`vector_member`)."""
+    seq = band.child
+    if not isinstance(seq, T.Sequence) or seq.kind != "sequence":
+        return None
+    useful = False
+    kids = []
+    for f in seq.children:
+        outer = _restrict(band.members, f.filter)
+        names = [x.get_tuple_name() for x in sets(f.filter.intersect(filt))]
+        inner = f.child
+        if isinstance(inner, T.Band) and isinstance(inner.child, T.Leaf) and \
+                len(names) == 1 and names[0] in stmts:
+            merged = T.Band(outer + inner.members, T.Leaf(), permutable=True)
+            if vector_member(merged, stmts[names[0]]) is not None:
+                useful = True
+                kids.append(T.Filter(f.filter, merged))
+                continue
+        kids.append(T.Filter(f.filter, T.Band(outer, inner, permutable=band.permutable)))
+    return T.Sequence(kids) if useful else None
+
+
+def _candidates(tree, domain, stmts) -> list:
+    """``(path, kind)`` of every band that :func:`tiled` (kind ``tile``) or
+    :func:`distributed` (kind ``distribute``) would change, in tree order; ``path`` is
+    the list of child positions from the root."""
+    out: list = []
+
+    def visit(node, filt, path):
+        if isinstance(node, T.Mark):
+            return                          # scop-gemm's subtree
+        if isinstance(node, T.Filter):
+            visit(node.child, node.filter, path + [0])
+        elif isinstance(node, T.Sequence):
+            for k, c in enumerate(node.children):
+                visit(c, filt, path + [k])
+        elif isinstance(node, T.Band):
+            names = [x.get_tuple_name() for x in sets(filt)]
+            if node.permutable and len(node.members) >= 2 and len(names) == 1 and \
+                    names[0] in stmts and isinstance(node.child, T.Leaf) and \
+                    vector_member(node, stmts[names[0]]) is not None:
+                out.append((path, "tile"))
+                return
+            if distributed(node, stmts, filt) is not None:
+                out.append((path, "distribute"))   # (then what is inside, if illegal)
+            visit(node.child, filt, path + [0])
+    visit(tree, domain, [])
+    return out
+
+
+def _at(tree, path: list):
+    """``(parent setter, node, filter)`` of the node at ``path``."""
+    node, parent, key = tree, None, None
+    for k in path:
+        parent = node
+        if isinstance(node, T.Sequence):
+            key, node = k, node.children[k]
+        else:
+            key, node = None, node.child
+    return parent, key, node
+
+
+def _replace(tree, path: list, new):
+    parent, key, _ = _at(tree, path)
+    if parent is None:
+        return new
+    if isinstance(parent, T.Sequence):
+        parent.children[key] = new
+    else:
+        parent.child = new
+    return tree
+
+
+def _filter_at(tree, domain, path: list) -> isl.UnionSet:
+    node, filt = tree, domain
+    for k in path:
+        node = node.children[k] if isinstance(node, T.Sequence) else node.child
+        if isinstance(node, T.Filter):
+            filt = node.filter
+    return filt
+
+
 class ScopTilePass(Pass):
     """See the module docstring."""
     name = "scop-tile"
@@ -145,43 +246,34 @@ class ScopTilePass(Pass):
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         if not ctx.target.isa or not is_c_scop(ctx.model):
             return schedule
-        domain, tree = T.from_schedule(schedule)
         stmts = {s.name: s for s in ctx.model.statements}
         deps = ctx.model.dependences
-        done: list[str] = []
-
-        def visit(node, filt):
-            if isinstance(node, T.Mark):
-                return node                   # scop-gemm's subtree
-            if isinstance(node, T.Filter):
-                node.child = visit(node.child, node.filter)
-                return node
-            if isinstance(node, T.Sequence):
-                node.children = [visit(c, filt) for c in node.children]
-                return node
-            if not isinstance(node, T.Band):
-                return node
-            names = [s.get_tuple_name() for s in sets(filt)]
-            if node.permutable and len(node.members) >= 2 and len(names) == 1 \
-                    and names[0] in stmts and isinstance(node.child, T.Leaf):
-                v = vector_member(node, stmts[names[0]])
-                if v is not None:
-                    new = tiled(node, v)
-                    sizes = "x".join(str(VECTOR_TILE if k == v else OUTER_TILE)
-                                     for k in range(len(node.members)))
-                    done.append(f"{names[0]}: band of {len(node.members)} tiled {sizes}, "
-                                f"member {v} (unit stride) innermost")
-                    return new
-            node.child = visit(node.child, filt)
-            return node
-
-        new_tree = visit(tree, domain)
-        if not done:
-            return schedule
-        out = T.to_schedule(domain, new_tree)
-        if not violated_dependences(out, deps).is_empty():
-            ctx.note(self.name, "tiling would violate a dependence; bands kept untiled")
-            return schedule
-        for d in done:
-            ctx.note(self.name, d)
-        return out
+        skip = 0                    # candidates (in tree order) found illegal
+        for _ in range(4 * len(stmts) + 4):
+            domain, tree = T.from_schedule(schedule)
+            cands = _candidates(tree, domain, stmts)
+            if len(cands) <= skip:
+                break
+            path, kind = cands[skip]
+            _, _, band = _at(tree, path)
+            filt = _filter_at(tree, domain, path)
+            names = "+".join(x.get_tuple_name() for x in sets(filt))
+            if kind == "tile":
+                v = vector_member(band, stmts[names])
+                assert v is not None
+                new = tiled(band, v)
+                sizes = "x".join(str(VECTOR_TILE if k == v else OUTER_TILE)
+                                 for k in range(len(band.members)))
+                what = f"{names}: band of {len(band.members)} tiled {sizes}, member {v} " \
+                       f"(unit stride) innermost"
+            else:
+                new = distributed(band, stmts, filt)
+                what = f"{names}: loop distributed over its statements, inner bands merged"
+            out = T.to_schedule(domain, _replace(tree, path, new))
+            if not violated_dependences(out, deps).is_empty():
+                ctx.note(self.name, f"{what}: would violate a dependence, kept")
+                skip += 1
+                continue
+            ctx.note(self.name, what)
+            schedule = out
+        return schedule
