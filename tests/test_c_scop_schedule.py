@@ -33,6 +33,7 @@ from polycomp.hw.target import get_target
 from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu.scop_gemm import ScopGemmPass, match_scop_gemm
 from polycomp.scheduler.cpu.scop_parallel import ScopParallelPass
+from polycomp.scheduler.cpu.scop_stencil import ScopStencilPass
 from polycomp.scheduler.cpu.scop_tile import ScopTilePass
 from polycomp.state import CompileState
 
@@ -51,6 +52,7 @@ SIZES = {
     "lu_like": [dict(n=19)],
     "jacobi2d_like": [dict(tsteps=3, n=17), dict(tsteps=1, n=3)],
     "rowmix": [dict(nr=5, np=43)],
+    "seidel_like": [dict(tsteps=5, n=23), dict(tsteps=2, n=3)],
 }
 
 
@@ -143,6 +145,8 @@ GOLDEN = {
     "rowmix": ("rowmix", [ScopGemmPass], ScopTilePass),
     "lu_like_parallel": ("lu_like", [ScopGemmPass, ScopTilePass], ScopParallelPass),
     "jacobi2d_like": ("jacobi2d_like", [ScopGemmPass, ScopTilePass], ScopParallelPass),
+    "jacobi2d_like_stencil": ("jacobi2d_like", [ScopGemmPass], ScopStencilPass),
+    "seidel_like": ("seidel_like", [ScopGemmPass], ScopStencilPass),
 }
 
 
@@ -202,15 +206,25 @@ def test_tile_and_parallel_notes():
     lu = notes("lu_like")["scop-tile"]        # distributing the pivot loop is illegal
     assert any("would violate a dependence, kept" in x for x in lu), lu
     assert any("S_2: band of 2 tiled" in x for x in lu), lu
-    j = notes("jacobi2d_like")
-    assert len(j["scop-parallel"]) == 2, j      # the space loops of both statements
+    lp = notes("lu_like")["scop-parallel"]
+    assert len(lp) == 1 and "depth 1 of S_2" in lp[0], lp     # below the pivot loop
+
+
+def test_stencils_are_time_tiled():
+    for name in ("jacobi2d_like", "seidel_like"):
+        n = notes(name)
+        assert any("time-tiled 8x32" in x and "wavefront" in x for x in n["scop-stencil"]), n
+        assert "scop-parallel" not in n        # the wavefront's mark is the parallel loop
 
 
 def test_scalar_c_target_keeps_loops_but_parallelises():
-    """``c`` has no vectors: no GEMM tree, no tiles; parallel loops are still marked."""
+    """``c`` has no vectors: no GEMM tree, no unit-stride tiles; stencils are still
+    time-tiled and parallel loops marked."""
     n = compile_kernel(kernel("jacobi2d_like"), "c").notes
     assert "scop-gemm" not in n and "scop-tile" not in n
-    assert len(n["scop-parallel"]) == 2
+    assert any("time-tiled" in x for x in n["scop-stencil"])
+    n = compile_kernel(kernel("lu_like"), "c").notes
+    assert "scop-tile" not in n and len(n["scop-parallel"]) == 1
 
 
 def test_explain_prints_the_choices(capsys):

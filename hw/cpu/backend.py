@@ -1,7 +1,10 @@
 """The C backend (targets ``c``, ``cpu``, ``cpu-avx2``, ``cpu-avx512``): registration,
 schedule passes, IR passes and code generation.
 
-* Schedule passes (after program order): ``cpu-backbone-tile`` and ``cpu-pack`` (vector
+* Schedule passes (after program order): for C SCoPs ``scop-gemm``, ``scop-stencil``,
+  ``scop-tile`` (:mod:`polycomp.scheduler.cpu.scop_gemm` and its neighbours) and
+  ``scop-parallel`` instead of ``cpu-fuse`` and ``cpu-parallel``;
+  ``cpu-backbone-tile`` and ``cpu-pack`` (vector
   targets: matmul-like and convolution backbones get cache/register tiles, packing
   requests and micro-kernel marks), ``cpu-reduce-interchange`` (vector targets: column
   reductions), ``cpu-fuse``, ``cpu-parallel``.
@@ -59,10 +62,16 @@ class CpuBackend(Backend):
         from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
         o, isa = state.cpu_options, state.target.isa
         passes: list[Pass] = []
+        if is_c_scop(state.model):   # C SCoPs: scheduler/cpu/scop_*.py
+            from polycomp.scheduler.cpu.scop_stencil import ScopStencilPass
+            from polycomp.scheduler.cpu.scop_tile import ScopTilePass
+            if isa and o.microkernel:
+                passes.append(ScopGemmPass())       # GEMM-like nests: micro-kernel
+            if o.parallel:
+                passes.append(ScopStencilPass())    # stencils: time tiles, wavefronts
+            if isa and o.microkernel:
+                passes.append(ScopTilePass())       # strided nests: unit-stride tiles
         if isa and o.microkernel:
-            if is_c_scop(state.model):  # C SCoPs: GEMM detection, tiling for unit stride
-                from polycomp.scheduler.cpu.scop_tile import ScopTilePass
-                passes += [ScopGemmPass(), ScopTilePass()]
             passes += [CpuBackboneTilePass(), CpuPackPass()]
         if isa and o.interchange:
             passes.append(CpuReduceInterchangePass())

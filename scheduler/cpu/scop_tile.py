@@ -126,24 +126,27 @@ def vector_member(band: T.Band, stmt) -> int | None:
     return max(good, key=lambda k: (kinds[k].count("unit"), k))
 
 
+def floor_member(m: isl.UnionPwAff, size: int) -> isl.UnionPwAff:
+    """``floor(m / size)`` of a band member, piece by piece."""
+    pas: list[isl.PwAff] = []
+    m.foreach_pw_aff(pas.append)
+    parts = []
+    for pa in pas:
+        affs: list[tuple[isl.Set, isl.Aff]] = []
+        pa.foreach_piece(lambda dom, a: affs.append((dom, a)))  # noqa: B023
+        pieces = [isl.PwAff.from_aff(floor_div_aff(a, size)).intersect_domain(dom)
+                  for dom, a in affs]
+        piece = pieces[0]
+        for p in pieces[1:]:
+            piece = piece.union_max(p)
+        parts.append(isl.UnionPwAff.from_pw_aff(piece))
+    return T.union_members(parts)
+
+
 def tiled(band: T.Band, v: int) -> T.Band:
     """The tile band over the point band of the module docstring."""
-    tiles = []
-    for k, m in enumerate(band.members):
-        size = VECTOR_TILE if k == v else OUTER_TILE
-        pas: list[isl.PwAff] = []
-        m.foreach_pw_aff(pas.append)
-        parts = []
-        for pa in pas:
-            affs: list[tuple[isl.Set, isl.Aff]] = []
-            pa.foreach_piece(lambda dom, a: affs.append((dom, a)))  # noqa: B023
-            pieces = [isl.PwAff.from_aff(floor_div_aff(a, size)).intersect_domain(dom)
-                      for dom, a in affs]
-            piece = pieces[0]
-            for p in pieces[1:]:
-                piece = piece.union_max(p)
-            parts.append(isl.UnionPwAff.from_pw_aff(piece))
-        tiles.append(T.union_members(parts))
+    tiles = [floor_member(m, VECTOR_TILE if k == v else OUTER_TILE)
+             for k, m in enumerate(band.members)]
     order = [k for k in range(len(band.members)) if k != v] + [v]
     point = T.Band([band.members[k] for k in order], band.child, permutable=True)
     return T.Band(tiles, point, permutable=True)
