@@ -53,6 +53,7 @@ SIZES = {
     "jacobi2d_like": [dict(tsteps=3, n=17), dict(tsteps=1, n=3)],
     "rowmix": [dict(nr=5, np=43)],
     "seidel_like": [dict(tsteps=5, n=23), dict(tsteps=2, n=3)],
+    "trmm_like": [dict(m=13, n=29)],
 }
 
 
@@ -208,6 +209,13 @@ def test_tile_and_parallel_notes():
     assert any("S_2: band of 2 tiled" in x for x in lu), lu
     lp = notes("lu_like")["scop-parallel"]
     assert len(lp) == 1 and "depth 1 of S_2" in lp[0], lp     # below the pivot loop
+
+
+def test_parallel_second_member_of_a_band():
+    """trmm: the band [i, j] is split before j, which is marked (the sequence below
+    is not visited again)."""
+    n = notes("trmm_like")["scop-parallel"]
+    assert len(n) == 1 and "depth 1" in n[0], n
 
 
 def test_stencils_are_time_tiled():

@@ -89,11 +89,12 @@ class ScopParallelPass(Pass):
                 if m is not None and not worth_a_fork(node, m):
                     return node          # little work per fork/join
                 if m is not None:
-                    if m > 0:
-                        node = node.band_split(m).child(0)
-                    found.append(f"loop at depth {node.get_schedule_depth()} of "
-                                 f"{'+'.join(sorted(_names(node)))}")
-                    return node.insert_mark(marks.make(marks.CPU_PARALLEL))
+                    inner = node.band_split(m).child(0) if m > 0 else node
+                    found.append(f"loop at depth {inner.get_schedule_depth()} of "
+                                 f"{'+'.join(sorted(_names(inner)))}")
+                    marked = inner.insert_mark(marks.make(marks.CPU_PARALLEL))
+                    # back at the position of ``node`` (the outer part of a split band)
+                    return marked.parent() if m > 0 else marked
             for k in range(node.n_children()):
                 node = visit(node.child(k)).parent()
             return node
