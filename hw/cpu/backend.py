@@ -1,7 +1,10 @@
 """The C backend (targets ``c``, ``cpu``, ``cpu-avx2``, ``cpu-avx512``): registration,
 schedule passes, IR passes and code generation.
 
-* Schedule passes (after program order): ``cpu-backbone-tile`` and ``cpu-pack`` (vector
+* Schedule passes (after program order): for C SCoPs ``scop-gemm``, ``scop-stencil``,
+  ``scop-tile`` (:mod:`polycomp.scheduler.cpu.scop_gemm` and its neighbours) and
+  ``scop-parallel`` instead of ``cpu-fuse`` and ``cpu-parallel``;
+  ``cpu-backbone-tile`` and ``cpu-pack`` (vector
   targets: matmul-like and convolution backbones get cache/register tiles, packing
   requests and micro-kernel marks), ``cpu-reduce-interchange`` (vector targets: column
   reductions), ``cpu-fuse``, ``cpu-parallel``.
@@ -55,6 +58,7 @@ class CpuBackend(Backend):
         from polycomp.scheduler.cpu.fuse import CpuFusePass
         from polycomp.scheduler.cpu.parallel import CpuParallelPass
         from polycomp.scheduler.cpu.reduce_interchange import CpuReduceInterchangePass
+        from polycomp.scheduler.cpu.scop_gemm import ScopGemmPass, is_c_scop
         from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
         o, isa = state.cpu_options, state.target.isa
         if o.chain:
@@ -62,14 +66,27 @@ class CpuBackend(Backend):
             if plan_for(state)[0] is not None:     # docs/fusion.md
                 return [ChainFusePass()]
         passes: list[Pass] = []
+        if is_c_scop(state.model):   # C SCoPs: scheduler/cpu/scop_*.py
+            from polycomp.scheduler.cpu.scop_stencil import ScopStencilPass
+            from polycomp.scheduler.cpu.scop_tile import ScopTilePass
+            if isa and o.microkernel:
+                passes.append(ScopGemmPass())       # GEMM-like nests: micro-kernel
+            if o.parallel:
+                passes.append(ScopStencilPass())    # stencils: time tiles, wavefronts
+            if isa and o.microkernel:
+                passes.append(ScopTilePass())       # strided nests: unit-stride tiles
         if isa and o.microkernel:
             passes += [CpuBackboneTilePass(), CpuPackPass()]
         if isa and o.interchange:
             passes.append(CpuReduceInterchangePass())
-        if o.fuse:
+        if o.fuse and not is_c_scop(state.model):   # (DSL stage chains only)
             passes.append(CpuFusePass())
         if o.parallel:
-            passes.append(CpuParallelPass())
+            if is_c_scop(state.model):   # parallel loops below sequential ones too
+                from polycomp.scheduler.cpu.scop_parallel import ScopParallelPass
+                passes.append(ScopParallelPass())
+            else:
+                passes.append(CpuParallelPass())
         return passes
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:

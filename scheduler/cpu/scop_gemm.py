@@ -1,0 +1,351 @@
+"""Pass ``scop-gemm``: GEMM-like statements of C SCoPs onto the packed micro-kernel.
+
+A C SCoP (every statement ``kind == "assign"``, :mod:`polycomp.frontend.c_model`) has no
+DSL reduction stages, so :mod:`.backbone_tile` never sees it.  This pass recognises, in
+each top-level child of the program-order tree, the statement pair of a GEMM
+(:func:`match_scop_gemm`):
+
+* an *update* ``U[b.., i, j, k]``: ``W[b.., i, j] = W[b.., i, j] + X * Y`` where the
+  write subscripts are distinct plain iterators (``j`` the last), ``k`` the one domain
+  dimension not among them, ``Y`` a load whose last subscript is exactly ``j`` and
+  which does not use ``i``, ``X`` an expression (a load times loop-invariant factors:
+  ``alpha * A[i][k]``) that does not use ``j``; ``X``'s array and ``Y``'s array are two
+  arrays the child does not write, ``W`` a third; float32/float64 throughout.  The
+  domain is a box (``dom = proj_i(dom) x proj_j(dom) x proj_k(dom) ..``), so each
+  element's first update is in the first ``k`` tile.
+* an optional *init* ``I[b.., i, j]`` (in the same child, textually before the
+  update): ``W[b.., i, j] = f`` reading ``W`` at most at its own point, whose domain is
+  the update's projected onto the write dimensions (``C[i][j] = 0``,
+  ``C[i][j] *= beta``); no other statement in the child.
+
+Loop order in the C text does not matter (``i, k, j`` as PolyBench's gemm writes it):
+every schedule function is built per statement from the position of ``i``, ``j``,
+``k`` in its own domain.
+
+Assumes: the program-order tree (``domain -> sequence`` of top-level filters, or one
+subtree), ``ctx.model`` with the C statements, a target with vector registers.
+
+Guarantees: a matched child's subtree becomes, with ``(MR, NR, MC, NC, KC)`` from
+:func:`polycomp.scheduler.cpu.backbone_tile.choose_blocking` (the target's register
+count, L1 and L2 capacities, threads),
+
+    mark cpu_parallel -> [band[b..]] band[floor(i/MC)]
+      band[floor(k/KC)]                      (init: 0)
+        mark cpu_pack_request (X's array, panels of MR along i, L1)
+          band[floor(j/NC)]
+            mark cpu_pack_request (Y's array, panels of NR along j, L2)
+              band[floor((i mod MC)/MR), floor((j mod NC)/NR)]  isolate: full tiles
+                sequence
+                  filter init:   band[i mod MR, j mod NR]
+                  filter update: mark cpu_microkernel -> band[k mod KC]
+                                                          -> band[i mod MR, j mod NR]
+
+Legality (isl terms): for a fixed ``(b, i, j)`` the updates run in increasing ``k``
+(``floor(k/KC)`` then ``k mod KC`` is lexicographically monotone in ``k``) and the
+init instance precedes them (same tile, ``kt = 0``, earlier sequence child; the box
+domain puts the first ``k`` in tile 0); instances of different ``(b, i, j)`` touch
+different ``W`` elements and only read ``X``/``Y`` arrays nobody in the child writes.
+So every flow/anti/output dependence stays lexicographically positive and each
+element receives the same additions in the same order: results are bitwise those of
+the C loop nest up to FMA contraction.  The pass re-checks this with isl
+(:func:`polycomp.scheduler.common.tree.violated_dependences` on the dependences of
+the child) and keeps the program order, with a note, if it fails.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polycomp import ir
+from polycomp.model import Statement
+from polycomp.scheduler.common import marks
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.tree import violated_dependences
+from polycomp.scheduler.cpu import tree as T
+from polycomp.scheduler.cpu.backbone_tile import (
+    Blocking,
+    OuterProduct,
+    choose_blocking,
+    dim_aff,
+    floor_div_aff,
+    isolate_full_tiles,
+    loop_vars,
+    mod_aff,
+    to_upa,
+)
+from polycomp.scheduler.promotion.cpu_pack import request_mark
+from polycomp.scheduler.promotion.record import PackRequest
+from polycomp.state import CompileState
+
+
+def is_c_scop(model) -> bool:
+    """Whether ``model`` comes from the C front end (every statement an ``assign``)."""
+    return bool(model.statements) and all(s.kind == "assign" for s in model.statements)
+
+
+@dataclass(frozen=True, eq=False)
+class ScopGemm:
+    """A matched GEMM: the update and optional init statements, the positions of
+    ``i``, ``j``, ``k`` and the batch dimensions in each one's domain, and the loads
+    of the two operands (``x``: without ``j``; ``y``: ``j`` last)."""
+    update: Statement
+    init: Statement | None
+    upd_pos: dict            # "i", "j", "k" -> position; "b" -> list of positions
+    init_pos: dict | None
+    x: ir.Load
+    y: ir.Load
+    dtype: str
+
+    def outer_product(self) -> OuterProduct:
+        """The :class:`OuterProduct` view :func:`choose_blocking` sizes."""
+        p = self.upd_pos
+        return OuterProduct(self.init, self.update, list(p["b"]), p["i"], p["j"], [p["k"]],
+                            self.x, self.y, self.dtype, False)
+
+
+def _plain_iter(e: ir.Expr, iters: tuple) -> ir.Var | None:
+    return e if isinstance(e, ir.Var) and e in iters else None
+
+
+def _loads(e: ir.Expr) -> list[ir.Load]:
+    out: list[ir.Load] = []
+    ir.walk(e, lambda n: out.append(n) if isinstance(n, ir.Load) else None)
+    return out
+
+
+def _factor_terms(e: ir.Expr) -> list[ir.Expr]:
+    """The multiplicands of a product tree ``a * b * c`` (one term if not a product)."""
+    if isinstance(e, ir.Binary) and e.op == "*":
+        return _factor_terms(e.a) + _factor_terms(e.b)
+    return [e]
+
+
+def _is_box(domain: isl.Set) -> bool:
+    """Whether ``domain`` is the product of its one-dimensional projections."""
+    n = domain.dim(isl.dim_type.set)
+    box = isl.Set.universe(domain.get_space())
+    for d in range(n):
+        proj = domain.project_out(isl.dim_type.set, d + 1, n - d - 1) \
+            .project_out(isl.dim_type.set, 0, d)
+        box = box.intersect(proj.insert_dims(isl.dim_type.set, 0, d)
+                            .add_dims(isl.dim_type.set, n - d - 1)
+                            .set_tuple_name(domain.get_tuple_name()))
+    return box.is_equal(domain)
+
+
+def _match_update(s: Statement) -> tuple[dict, ir.Load, ir.Load] | str:
+    iters = tuple(s.iters)
+    if s.write.dtype not in ("float32", "float64"):
+        return "not float32/float64"
+    w = [_plain_iter(ix, iters) for ix in s.write_indices]
+    if len(w) < 2 or any(v is None for v in w) or len(set(w)) != len(w):
+        return "the written element is not indexed by distinct loop iterators"
+    if len(iters) != len(w) + 1:
+        return "not exactly one reduction loop"
+    k = next(v for v in iters if v not in w)
+    v = s.value
+    if not (isinstance(v, ir.Binary) and v.op == "+"):
+        return "not an accumulation W += X * Y"
+    rest = None
+    for acc, other in ((v.a, v.b), (v.b, v.a)):
+        if isinstance(acc, ir.Load) and acc.buffer is s.write and \
+                all(ir.structural_equal(a, b) for a, b in zip(acc.indices, s.write_indices)):
+            rest = other
+    if rest is None:
+        return "not an accumulation W += X * Y"
+    if any(ld.buffer is s.write for ld in _loads(rest)):
+        return "the product reads the accumulated array"
+    j = w[-1]
+    terms = _factor_terms(rest)
+    ys = [t for t in terms if isinstance(t, ir.Load) and t.indices and
+          ir.structural_equal(t.indices[-1], j) and t.dtype == s.write.dtype]
+    for y in ys:
+        if any(j in loop_vars(ix) for ix in y.indices[:-1]):
+            continue
+        others = [t for t in terms if t is not y]
+        if any(j in loop_vars(t) for t in others):
+            continue
+        xl = [ld for t in others for ld in _loads(t) if k in loop_vars(ld)]
+        if len(xl) != 1 or xl[0].dtype != s.write.dtype or xl[0].buffer is y.buffer:
+            continue
+        x = xl[0]
+        xv = set().union(*(loop_vars(ix) for ix in x.indices))
+        yv = set().union(*(loop_vars(ix) for ix in y.indices))
+        if k not in yv:
+            continue
+        cands = [t for t in w[:-1] if t in xv and t not in yv]
+        if not cands:
+            continue
+        i = cands[-1]
+        batch = [t for t in w[:-1] if t is not i]
+        pos = {"i": iters.index(i), "j": iters.index(j), "k": iters.index(k),
+               "b": [iters.index(b) for b in batch]}
+        return pos, x, y
+    return "no operand Y[.., j] (unit stride in j) with X free of j"
+
+
+def _match_init(s: Statement, upd: Statement, upd_pos: dict) -> dict | None:
+    """The positions of ``b.., i, j`` in the init ``s``'s domain, or None."""
+    iters = tuple(s.iters)
+    if s.write is not upd.write or len(iters) != len(s.write_indices):
+        return None
+    w = [_plain_iter(ix, iters) for ix in s.write_indices]
+    if any(v is None for v in w) or len(set(w)) != len(w):
+        return None
+    for ld in _loads(s.value):
+        if ld.buffer is s.write and not all(
+                ir.structural_equal(a, b) for a, b in zip(ld.indices, s.write_indices)):
+            return None
+    # write position d of the update <-> write position d of the init
+    uw = [tuple(upd.iters).index(v) for v in upd.write_indices]
+    iw = [iters.index(v) for v in w]
+    to = dict(zip(uw, iw))
+    pos = {"i": to[upd_pos["i"]], "j": to[upd_pos["j"]], "b": [to[b] for b in upd_pos["b"]]}
+    # its domain is the update's projected onto the written dimensions
+    udom = upd.domain
+    kp = upd_pos["k"]
+    proj = udom.project_out(isl.dim_type.set, kp, 1)
+    # reorder the projected dims (update's write order) to the init's dimension order
+    order = [p for p in range(udom.dim(isl.dim_type.set)) if p != kp]
+    perm = [order.index(u) for u in sorted(uw, key=lambda u: to[u])]
+    sp = s.domain.get_space()
+    m = isl.Map.from_domain_and_range(proj.set_tuple_name("U"), isl.Set.universe(sp))
+    for dst, src in enumerate(perm):
+        m = m.equate(isl.dim_type.in_, src, isl.dim_type.out, dst)
+    try:
+        return pos if m.range().is_equal(s.domain) else None
+    except isl.Error:
+        return None
+
+
+def match_scop_gemm(statements: list[Statement], written_elsewhere=()) -> ScopGemm | str:
+    """The :class:`ScopGemm` of one top-level child's statements (textual order), or the
+    reason it is none (a short phrase for ``explain``)."""
+    if not statements or len(statements) > 2:
+        return "not one accumulation (with an optional init)"
+    upd = statements[-1]
+    m = _match_update(upd)
+    if isinstance(m, str):
+        return m
+    pos, x, y = m
+    if not _is_box(upd.domain):
+        return "the loop nest is not rectangular"
+    init = None
+    ipos = None
+    if len(statements) == 2:
+        init = statements[0]
+        ipos = _match_init(init, upd, pos)
+        if ipos is None:
+            return "the other statement is not an init of the accumulated element"
+    written = {s.write.name for s in statements}
+    if x.buffer.name in written or y.buffer.name in written:
+        return "an operand is written in the same loop nest"
+    return ScopGemm(upd, init, pos, ipos, x, y, upd.write.dtype)
+
+
+def _affs(space: isl.Space, pos: dict, b: Blocking, k: isl.Aff | None) -> dict:
+    i, j = dim_aff(space, pos["i"]), dim_aff(space, pos["j"])
+    zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(space))
+    kk = zero if k is None else k
+    return {"b": [dim_aff(space, t) for t in pos["b"]],
+            "it": floor_div_aff(i, b.MC), "jt": floor_div_aff(j, b.NC),
+            "kt": floor_div_aff(kk, b.KC),
+            "ir": floor_div_aff(mod_aff(i, b.MC), b.MR),
+            "jr": floor_div_aff(mod_aff(j, b.NC), b.NR),
+            "ii": mod_aff(i, b.MR), "jj": mod_aff(j, b.NR)}
+
+
+def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list):
+    """The subtree of the module docstring for ``g`` (pack requests appended to
+    ``requests``, i.e. ``state.pack_requests``)."""
+    sp = g.update.domain.get_space()
+    u = _affs(sp, g.upd_pos, b, dim_aff(sp, g.upd_pos["k"]))
+    parts = [u]
+    if g.init is not None:
+        assert g.init_pos is not None
+        z = _affs(g.init.domain.get_space(), g.init_pos, b, None)
+        parts.append(z)
+
+    def member(name: str, d: int | None = None):
+        return T.union_members([to_upa(q[name] if d is None else q[name][d]) for q in parts])
+    batch = [member("b", d) for d in range(len(g.upd_pos["b"]))]
+    it, kt, jt, ir_, jr = (member(n) for n in ("it", "kt", "jt", "ir", "jr"))
+    kk = to_upa(mod_aff(dim_aff(sp, g.upd_pos["k"]), b.KC))
+    ii, jj = to_upa(u["ii"]), to_upa(u["jj"])
+    upd_prefix = [to_upa(a) for a in u["b"]] + [to_upa(u[n]) for n in ("it", "kt", "jt")]
+    iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
+                             (b.MR, b.NR), g.update.domain)
+    micro = T.Mark(marks.CPU_MICROKERNEL,
+                   T.Band([kk], T.Band([ii, jj], permutable=True, coincident=[True, True]),
+                          permutable=True))
+    body: object = micro
+    if g.init is not None:
+        zero_tile = T.Band([to_upa(z["ii"]), to_upa(z["jj"])], permutable=True,
+                           coincident=[True, True])
+        body = T.Sequence([
+            T.Filter(isl.UnionSet.from_set(isl.Set.universe(g.init.domain.get_space())),
+                     zero_tile),
+            T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), micro)])
+    regs = T.Band([ir_, jr], body, permutable=True, coincident=[True, True], options=iso)
+    x_dim = next((d for d, ix in enumerate(g.x.indices)
+                  if g.update.iters[g.upd_pos["i"]] in loop_vars(ix)), 0)
+    mark_y = request_mark(requests, PackRequest(g.y.buffer, len(g.y.indices) - 1, b.NR, "L2"))
+    mark_x = request_mark(requests, PackRequest(g.x.buffer, x_dim, b.MR, "L1"))
+    outer = T.Band([kt], T.Mark(mark_x, T.Band([jt], T.Mark(mark_y, regs),
+                                                coincident=[True])))
+    outer = T.Band([it], outer, permutable=True, coincident=[True])
+    if batch:
+        outer = T.Band(batch, outer, permutable=True, coincident=[True] * len(batch))
+    return T.Mark(marks.CPU_PARALLEL, outer)
+
+
+class ScopGemmPass(Pass):
+    """See the module docstring."""
+    name = "scop-gemm"
+
+    def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
+        if not ctx.target.isa or not is_c_scop(ctx.model):
+            return schedule
+        domain, tree = T.from_schedule(schedule)
+        stmts = {s.name: s for s in ctx.model.statements}
+        order = [s.name for s in ctx.model.statements]
+        kids = T.stage_children(tree)
+        changed = False
+        for idx, child in enumerate(kids):
+            filt = child.filter if isinstance(child, T.Filter) else domain
+            names = sorted(T.statements_of(filt), key=order.index)
+            g = match_scop_gemm([stmts[n] for n in names if n in stmts])
+            if isinstance(g, str):
+                ctx.note(self.name, f"{'+'.join(names)}: no GEMM ({g})")
+                continue
+            if ctx.target.vector_lanes(g.dtype) <= 1:
+                continue
+            b = choose_blocking(g.outer_product(), ctx.target, ctx.cpu_options)
+            requests = list(ctx.pack_requests)
+            new = scop_gemm_tree(g, b, requests)
+            trial_kids = list(kids)
+            trial_kids[idx] = T.Filter(child.filter, new) if isinstance(child, T.Filter) \
+                else new
+            trial = T.to_schedule(domain, T.Sequence(trial_kids, tree.kind)
+                                  if isinstance(tree, T.Sequence) else trial_kids[0])
+            sub = filt
+            deps = ctx.model.dependences.intersect_domain(sub).intersect_range(sub)
+            if not violated_dependences(trial, deps).is_empty():
+                ctx.note(self.name, f"{g.update.name}: GEMM-like but the tiled tree would "
+                                    f"violate a dependence; program order kept")
+                continue
+            ctx.pack_requests[:] = requests
+            kids[idx] = trial_kids[idx]
+            if not isinstance(tree, T.Sequence):
+                tree = kids[idx]
+            changed = True
+            init = f" (init {g.init.name})" if g.init is not None else ""
+            ctx.note(self.name, f"{g.update.name}{init}: GEMM {g.update.write.name} += "
+                                f"{g.x.buffer.name} * {g.y.buffer.name}; register block "
+                                f"{b.MR}x{b.NR}, tiles MC={b.MC} NC={b.NC} KC={b.KC}, packed "
+                                f"{g.x.buffer.name} (L1) and {g.y.buffer.name} (L2), "
+                                f"parallel over i tiles")
+        if not changed:
+            return schedule
+        return T.to_schedule(domain, tree)

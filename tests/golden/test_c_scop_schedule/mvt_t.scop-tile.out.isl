@@ -1,0 +1,1 @@
+{ domain: "[n] -> { S_0[i, j] : 0 <= i < n and 0 <= j < n }", child: { schedule: "[{ S_0[i, j] -> [(floor((i)/256))] }, { S_0[i, j] -> [(floor((j)/32))] }]", permutable: 1, child: { schedule: "[{ S_0[i, j] -> [(j)] }, { S_0[i, j] -> [(i)] }]", permutable: 1 } } }
