@@ -104,6 +104,9 @@ class CudaOptions(Options):
     isolate: bool = opt(True, boolean, "separate full tiles from partial ones when unrolling")
     row_stitching: bool = opt(True, boolean,
                               "stitch row reductions with their producers and consumers")
+    chain: bool = opt(True, boolean,
+                      "fuse a float32 chain of two contractions (elementwise stages or a "
+                      "softmax between) into one kernel (scheduler/chain, docs/fusion.md)")
 
     def validate(self) -> None:
         if self.gpu == "baseline" and self.tile is not None:
