@@ -26,7 +26,7 @@ __all__ = ["chain_kernels", "tiles_for"]
 
 def tiles_for(state) -> CudaChainTiles | None:
     plan, _ = plan_for(state)
-    return None if plan is None else cuda_tiles(plan, STATIC_SHARED)
+    return None if plan is None else cuda_tiles(plan, STATIC_SHARED, state.cuda_options.chain_tiles)
 
 
 def _buffers_used(s: ir.Stmt) -> set[str]:
@@ -44,7 +44,7 @@ def chain_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     plan, _ = plan_for(state)
     if plan is None:
         return func
-    tiles = cuda_tiles(plan, STATIC_SHARED)
+    tiles = cuda_tiles(plan, STATIC_SHARED, state.cuda_options.chain_tiles)
     kernel = build_kernel(plan, tiles)
 
     class _Replace(ir.Mutator):

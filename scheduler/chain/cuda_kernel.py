@@ -33,7 +33,7 @@ Tiles (:func:`cuda_tiles`): Chimera's closed form on the target's shared-memory 
 with ``alpha = 16`` (``T_M = T_L = -alpha + sqrt(alpha^2 + MC)``), rounded down to
 multiples of 16 and shrunk until the kernel's shared arrays fit the static 48 KiB and
 the per-thread accumulators ``ES + EO`` stay at most 32 floats; ``TK = 16``,
-``TN = 64``.  ``POLYCOMP_CHAIN_TILES=TMxTL`` overrides ``TM, TL`` (tests use small
+``TN = 64``.  Option ``chain_tiles=(TM, TL)`` overrides ``TM, TL`` (tests use small
 tiles to get several blocks and ``l`` tiles on tiny shapes).
 
 This is the fp32 CUDA-core kernel; chain detection accepts float32 chains only, so
@@ -43,7 +43,6 @@ used here (docs/fusion.md, CUDA section).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 from polycomp import ir
@@ -91,18 +90,14 @@ def _fits(tm: int, tl: int, capacity_floats: int) -> bool:
     return t.shared_floats <= capacity_floats and t.es + t.eo <= MAX_ACC
 
 
-def cuda_tiles(plan: ChainPlan, shared_bytes: int) -> CudaChainTiles:
-    """See the module docstring."""
+def cuda_tiles(plan: ChainPlan, shared_bytes: int,
+               override: tuple[int, ...] | None = None) -> CudaChainTiles:
+    """See the module docstring; ``override`` is option ``chain_tiles``."""
     cap = shared_bytes // 4
     lp = plan_levels(plan.dims, [("shared", shared_bytes)], ALPHA, plan.match.has_softmax)[0]
     mtm, mtl = lp.tiles.m, lp.tiles.l
-    env = os.environ.get("POLYCOMP_CHAIN_TILES", "")
-    if env:
-        a, b = env.lower().split("x")
-        tm, tl = int(a), int(b)
-        if tm % 16 or tl % 16 or tm <= 0 or tl <= 0:
-            raise ValueError(f"POLYCOMP_CHAIN_TILES={env}: CUDA tiles are multiples of 16")
-        return CudaChainTiles(tm, tl, TK, TN, THREADS, mtm, mtl)
+    if override is not None:
+        return CudaChainTiles(override[0], override[1], TK, TN, THREADS, mtm, mtl)
     tm = max(16, mtm // 16 * 16)
     tl = max(16, mtl // 16 * 16)
     while not _fits(tm, tl, cap) and (tm > 16 or tl > 16):
