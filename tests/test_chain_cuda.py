@@ -57,7 +57,7 @@ extent = st.sampled_from([1, 2, 3, 5, 7, 13, 17, 31, 37])
 @pytest.mark.parametrize("name", NAMES)
 @settings(max_examples=3, deadline=None)
 @given(b=st.integers(1, 2), m=extent, k=st.sampled_from([1, 3, 17]), l=extent,  # noqa: E741
-       n=st.sampled_from([1, 5, 67]), nan=st.booleans(), seed=st.integers(0, 2**16))
+       n=st.sampled_from([1, 5, 8, 67]), nan=st.booleans(), seed=st.integers(0, 2**16))
 def test_fused_cuda_matches_numpy(name, b, m, k, l, n, nan, seed):  # noqa: E741
     xs = _inputs(name, b, m, k, l, n, np.random.default_rng(seed), nan)
     out, _ = simulate(fused(name), *xs)
@@ -79,6 +79,17 @@ def test_model_tiles_and_one_kernel():
     xs = _inputs("causal_attention", 1, 5, 3, 7, 2, rng)
     out, _ = simulate(c, *xs)
     _check(out, ck.reference("causal_attention", *xs))
+
+
+@pytest.mark.parametrize("n", [8, 12, 6])
+def test_streamed_z_by_cp_async_when_rows_are_aligned(n):
+    """``N % 4 == 0``: Z's tiles arrive by cp.async (16 B, zero-filled past N and L)
+    issued before the first product; otherwise by plain loads."""
+    c = fused("masked_attention")
+    assert "pc_cp_async16" in c.source and "pc_cp_async_wait<0>" in c.source
+    xs = _inputs("masked_attention", 2, 19, 3, 37, n, np.random.default_rng(n))
+    out, _ = simulate(c, *xs)
+    _check(out, ck.reference("masked_attention", *xs))
 
 
 def test_fused_moves_less_global_memory_than_unfused():

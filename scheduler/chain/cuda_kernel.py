@@ -46,6 +46,7 @@ import math
 from dataclasses import dataclass
 
 from polycomp import ir
+from polycomp.hw.cuda import ptx
 from polycomp.scheduler.chain.detect import ChainMatch
 from polycomp.scheduler.chain.movement_model import plan_levels
 from polycomp.scheduler.chain.plan import ChainPlan
@@ -228,9 +229,16 @@ def build_kernel(plan: ChainPlan, tiles: CudaChainTiles, kernel_id: int = 0) -> 
 
     def mac_o(e, r, c):
         return st(Oacc, e, ld(Oacc, e) + ld(Ss, r * tl + jj) * ld(Zs, jj * tn + c))
+    # Z's tile: cp.async (16 B per copy) issued before the first product, so the copy
+    # overlaps it, when Z's rows are 16-byte aligned (N % 4 == 0); else plain loads
+    aligned = ir.binary("==", N % 4, _i(0))
+    prefetch_z = ir.IfThenElse(aligned, _seq(
+        _cooperative(tl, tn // 4, nt, tx, lambda r, c: _cp_async_z(
+            Zs, Z, bidx, r, c * 4, l0 * tl + r, n0 + c * 4, L, N, tn)),
+        ptx.cp_async_commit()))
     second = _seq(
         per_elem(tiles.eo, tn, rescale) if soft else None,
-        cooperative(tl, tn, load_z), barrier,
+        ir.IfThenElse(aligned, ptx.cp_async_wait(0), cooperative(tl, tn, load_z)), barrier,
         _for(jj, tl, per_elem(tiles.eo, tn, mac_o)), barrier)
 
     # ---- write-out
@@ -246,7 +254,7 @@ def build_kernel(plan: ChainPlan, tiles: CudaChainTiles, kernel_id: int = 0) -> 
         init.append(barrier)
     thread_body = _seq(
         *init,
-        _for(l0, _loop_steps(L, tl), _seq(first, middle, online, second)),
+        _for(l0, _loop_steps(L, tl), _seq(prefetch_z, first, middle, online, second)),
         per_elem(tiles.eo, tn, out))
     body: ir.Stmt = ir.Allocate(Sacc, ir.Allocate(Oacc, thread_body))
     body = ir.For(tx, _i(0), _i(nt), "gpu_thread", body, (("axis", "x"), ("threads", nt)))
@@ -290,6 +298,17 @@ def _elementwise(m: ChainMatch, value: ir.Expr, indices: list[ir.Expr]) -> ir.Ex
         mapping = {it: x for it, x in zip(stage.iters, indices)}
         v = _Replace(stage.prev, v, mapping).visit(stage.stage.body)
     return v
+
+
+def _cp_async_z(Zs: ir.Buffer, Z: ir.Buffer, bidx: list, r, c, gl, gn, L, N,
+                tn: int) -> ir.Stmt:
+    """One 16-byte ``cp.async`` of ``Z[b, gl, gn:gn+4]`` into ``Zs[r][c:c+4]``: the
+    elements inside ``Z`` are read, the rest of the 16 bytes zero-filled (a copy wholly
+    outside reads nothing and points at an in-bounds, aligned element)."""
+    inside = gl < L
+    nbytes = _sel(inside, ir.max_(ir.min_(N - gn, _i(4)), _i(0)) * 4, _i(0))
+    src = ir.Load(Z, (*bidx, _sel(inside, gl, _i(0)), _sel(gn < N, gn, _i(0))), Z.dtype)
+    return ptx.cp_async(ir.Load(Zs, (r * tn + c,), Zs.dtype), src, nbytes)
 
 
 def _online_softmax(Ss: ir.Buffer, Rmax: ir.Buffer, Rsum: ir.Buffer, Rsc: ir.Buffer,
