@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from typing import Any
 
 #: AutoGTCO's attention shapes: name -> (batch x heads, sequence, head dim)
 ATTENTION = {"DETR": (8, 1050, 32), "ViT-B": (12, 197, 64), "ViT-H": (16, 257, 80),
@@ -73,7 +74,7 @@ def _ptxas(source: str) -> dict:
             "smem": max(smem, default=0), "kernels": len(regs)}
 
 
-def _traffic(ck, inputs) -> tuple[int, int, object]:
+def _traffic(ck, inputs) -> tuple[int, int, Any]:
     from polycomp.hw.cuda.simulator import simulate
     out, rep = simulate(ck, *inputs, global_races=False)
     sectors = sum(k.global_load.sectors + k.global_store.sectors for k in rep.kernels)
@@ -107,7 +108,6 @@ def case(name: str, batch: int, nvcc: bool) -> dict:
     row.update(fused_bytes=fb, unfused_bytes=ub, fused_kernels=fk, unfused_kernels=uk,
                fused_bytes_per_flop=fb / flops, unfused_bytes_per_flop=ub / flops,
                traffic_ratio=ub / fb)
-    from polycomp.state import CompileState  # noqa: F401  (plan of the full shape)
     full = compile_kernel(_kernel(full_b, s, d), "cuda") if full_b != batch else fused
     plan, _ = plan_for(full.state)
     if plan is not None:

@@ -5,6 +5,7 @@ extent 1, several m-blocks, n-blocks and l tiles through small ``chain_tiles``),
 and additive masks with rows masked in full (NaN, as numpy); the model's tiles; one
 kernel whose global traffic is below the unfused pipeline's; the emitted ``.cu``
 compiled by ``nvcc -arch=sm_80 -cubin`` with no spills."""
+import dataclasses
 import functools
 import re
 import subprocess
@@ -14,9 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import polycomp as pc
 from polycomp.driver import compile_kernel
 from polycomp.errors import OptionError
+from polycomp.frontend import ops
 from polycomp.hw.cuda.simulator import simulate
+from polycomp.scheduler.chain.detect import ChainMatch
 from tests import chain_kernels as ck
 
 NAMES = ("bmm_chain", "bmm_softmax_chain", "causal_attention", "masked_attention",
@@ -104,6 +108,33 @@ def test_fused_moves_less_global_memory_than_unfused():
         return sum(k.global_load.sectors + k.global_store.sectors for k in rep.kernels)
     assert len(rep_f.kernels) == 1 < len(rep_u.kernels)
     assert sectors(rep_f) < sectors(rep_u)
+
+
+@pc.tensor_expr
+def attention_k_rows(Q: pc.Tensor[(ck.B, ck.M, ck.K), "float32"],
+                     Kr: pc.Tensor[(ck.B, ck.L, ck.K), "float32"],
+                     V: pc.Tensor[(ck.B, ck.L, ck.N), "float32"]):
+    r = pc.reduce_axis(ck.K, "r")
+    t = pc.compute((ck.B, ck.M, ck.L),
+                   lambda b, i, j: pc.sum(Q[b, i, r] * Kr[b, j, r], axis=r), name="T")
+    sc = pc.compute((ck.B, ck.M, ck.L),
+                    lambda b, i, j: pc.select(j > i, float("-inf"), t[b, i, j] * 0.125),
+                    name="Sc")
+    return ops.batch_matmul(ops.softmax(sc, axis=-1, name="S"), V, name="O")
+
+
+def test_k_stored_as_rows():
+    """``Q K^T`` with ``K[.., l, k]``: fused (Y read as rows) where chain detection
+    accepts the layout (``ChainMatch.y_transposed``), else the unfused pipeline; numpy's
+    result either way."""
+    c = compile_kernel(attention_k_rows, "cuda", SMALL)
+    accepts = "y_transposed" in {f.name for f in dataclasses.fields(ChainMatch)}
+    assert ("chain-cuda" in c.state.remarks) == accepts
+    rng = np.random.default_rng(5)
+    q, kr, v = (rng.standard_normal(s).astype(np.float32)
+                for s in ((2, 19, 17), (2, 37, 17), (2, 37, 8)))
+    out, _ = simulate(c, q, kr, v)
+    _check(out, ck.reference("causal_attention", q, kr.transpose(0, 2, 1).copy(), v))
 
 
 def test_chain_tiles_option_is_checked():

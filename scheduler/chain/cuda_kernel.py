@@ -6,7 +6,8 @@ threads on ``x``; the chain's order is Chimera's ``(b, m, l, k | n)``:
 
     Oacc[TM][TN] = 0 (registers, EO per thread); rmax = -inf, rsum = 0 (shared, per row)
     for l0 in steps of TL:                                       (streamed: Y, Z tiles)
-      Sacc[TM][TL] = 0 (registers, ES per thread)
+      Sacc[TM][TL] = 0 (registers, ES per thread)   (Y stored [.., l, k] when the match
+                                                    says ``y_transposed``: Q K^T)
       for k0 in steps of TK:
         Xs[TM][TK] <- X[b, m-block, k0:], Ys[TK][TL] <- Y[b, k0:, l-block]  (zero pad)
         __syncthreads(); Sacc += Xs . Ys; __syncthreads()
@@ -151,7 +152,8 @@ def build_kernel(plan: ChainPlan, tiles: CudaChainTiles, kernel_id: int = 0) -> 
     X, Y, Z, O = m.x, m.y, m.z, m.out
     bshape = tuple(X.shape[:nb])
     M, K = X.shape[nb], X.shape[nb + 1]
-    L, N = Y.shape[nb + 1], Z.shape[nb + 1]
+    L, N = Z.shape[nb], Z.shape[nb + 1]
+    y_rows = bool(getattr(m, "y_transposed", False))    # Y stored [.., l, k]
     bx, by, bz = ir.Var("cb_n"), ir.Var("cb_m"), ir.Var("cb_b")
     tx = ir.Var("ct")
     batch, bidx = _batch(bshape, bz)
@@ -194,17 +196,14 @@ def build_kernel(plan: ChainPlan, tiles: CudaChainTiles, kernel_id: int = 0) -> 
         ok = (gm < M) & (gk < K)
         return st(Xs, r * tk + c, _sel(ok, ld(X, *bidx, gm, gk), _f(0.0)))
 
-    def load_y(r, c):
-        gk, gl = k0 * tk + r, l0 * tl + c
-        ok = (gk < K) & (gl < L)
-        return st(Ys, r * tl + c, _sel(ok, ld(Y, *bidx, gk, gl), _f(0.0)))
-
     def mac_s(e, r, c):
         return st(Sacc, e, ld(Sacc, e) + ld(Xs, r * tk + kk) * ld(Ys, kk * tl + c))
     first = _seq(
         per_elem(tiles.es, tl, lambda e, r, c: st(Sacc, e, _f(0.0))),
         _for(k0, _loop_steps(K, tk), _seq(
-            cooperative(tm, tk, load_x), cooperative(tk, tl, load_y), barrier,
+            cooperative(tm, tk, load_x),
+            _load_y(Ys, Y, bidx, k0 * tk, l0 * tl, K, L, tiles, tx, y_rows),
+            barrier,
             _for(kk, tk, per_elem(tiles.es, tl, mac_s)), barrier)))
 
     # ---- elementwise stages, written into Ss (padding: -inf with a softmax, else 0)
@@ -277,6 +276,24 @@ def _batch(bshape: tuple, bz: ir.Var) -> tuple[ir.Expr, list[ir.Expr]]:
         bidx.insert(0, rest % bshape[k] if k else rest)
         rest = rest // bshape[k]
     return batch, bidx
+
+
+def _load_y(Ys: ir.Buffer, Y: ir.Buffer, bidx: list, k_lo, l_lo, K, L,
+            tiles: CudaChainTiles, tx: ir.Var, y_rows: bool) -> ir.Stmt:
+    """``Ys[TK][TL] <- Y[b, k_lo:, l_lo:]`` (zero pad) over the threads; ``Y`` stored
+    ``[.., k, l]``, or ``[.., l, k]`` with ``y_rows`` (consecutive threads on consecutive
+    ``k`` then, for coalescing)."""
+    tk, tl = tiles.tk, tiles.tl
+
+    def kl(gk, gl, pos):
+        ok = (gk < K) & (gl < L)
+        idx = (*bidx, gl, gk) if y_rows else (*bidx, gk, gl)
+        return ir.Store(Ys, (pos,), _sel(ok, ir.Load(Y, idx, Y.dtype), _f(0.0)))
+    if y_rows:
+        return _cooperative(tl, tk, tiles.threads, tx,
+                            lambda r, c: kl(k_lo + c, l_lo + r, c * tl + r))
+    return _cooperative(tk, tl, tiles.threads, tx,
+                        lambda r, c: kl(k_lo + r, l_lo + c, r * tl + c))
 
 
 def _cooperative(rows: int, cols: int, nt: int, tx: ir.Var, body) -> ir.Stmt:
@@ -368,12 +385,14 @@ class _Replace(ir.Mutator):
 
 
 def predicted_bytes(plan: ChainPlan, tiles: CudaChainTiles, sizes: dict[str, int]) -> int:
-    """Global bytes the kernel moves (float32): per block X once per l-tile, Y per
-    ``(n-block, m-block)``, Z per m-block, O once — for ``explain`` and the benchmark."""
+    """Global bytes the kernel reads and writes (float32) at the extents ``sizes``
+    (``batch, m, n, k, l``): each ``(n-block, m-block)`` block reads its rows of X once per
+    ``l`` tile, all of Y, its columns of Z, and writes its part of O once (for the
+    benchmark's prediction next to the simulator's count)."""
     b, mm, n, k, l_ = (sizes[x] for x in ("batch", "m", "n", "k", "l"))
     mb, nbk, lb = math.ceil(mm / tiles.tm), math.ceil(n / tiles.tn), math.ceil(l_ / tiles.tl)
-    x = b * nbk * mb * lb * tiles.tm * k
+    x = b * nbk * lb * mm * k
     y = b * nbk * mb * k * l_
-    z = b * nbk * mb * l_ * tiles.tn
+    z = b * mb * l_ * n
     o = b * mm * n
     return 4 * (x + y + z + o)
