@@ -157,3 +157,26 @@ def test_fused_cu_compiles_without_spills(tmp_path):
         spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
                             r"(\d+) bytes spill loads", log)
         assert spills and all(s == ("0", "0", "0") for s in spills), (name, log)
+
+
+@pytest.mark.parametrize("case", ["bmm_chain", "causal_attention"])
+def test_golden_tree_cuda(case, goldens):
+    """``chain-fuse`` for ``cuda``: the fused tree with the CUDA kernel's 64 x 64 tiles."""
+    import islpy as isl
+
+    from polycomp.hw.target import get_target
+    from polycomp.scheduler.chain.cuda_codegen import CudaChainFusePass
+    from polycomp.scheduler.common.tree import violated_dependences
+    from polycomp.state import CompileState
+    model = getattr(ck, case).polyhedral_model()
+    ctx = CompileState(model, get_target("cuda"), {})
+    sched = CudaChainFusePass().run(model.initial_schedule, ctx)
+    again = isl.Schedule.read_from_str(model.ctx, sched.to_str())
+
+    def same(text):
+        return again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
+    expected = goldens.expected(f"test_chain_cuda_golden/{case}.chain-fuse.isl",
+                                sched.to_str(), same)
+    assert same(expected), sched.to_str()
+    assert violated_dependences(sched, model.dependences).is_empty()
+    assert "chain_fused:64x64" in sched.to_str()

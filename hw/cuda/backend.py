@@ -70,8 +70,8 @@ class CudaBackend(Backend):
         from polycomp.scheduler.tensorcore.tile import TensorCoreTilingPass
         o = state.cuda_options
         if _chain(state):
-            from polycomp.scheduler.chain.tree import ChainFusePass
-            return [ChainFusePass()]
+            from polycomp.scheduler.chain.cuda_codegen import CudaChainFusePass
+            return [CudaChainFusePass()]
         if _baseline(state):
             return [GpuBaselineMappingPass()]
         passes: list[Pass] = [] if o.isl_scheduler else [PatternSchedulePass()]
