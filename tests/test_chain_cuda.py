@@ -78,7 +78,7 @@ def test_model_tiles_and_one_kernel():
     assert len(re.findall(r"__global__ void", src)) == 1
     assert "cudaMalloc" not in src                    # no intermediate in global memory
     assert f"__launch_bounds__({THREADS})" in src
-    assert "TM=64 TL=64" in note and "alpha=16" in note
+    assert "TM=80 TL=32" in note and "alpha=16" in note
     rng = np.random.default_rng(3)
     xs = _inputs("causal_attention", 1, 5, 3, 7, 2, rng)
     out, _ = simulate(c, *xs)
@@ -94,6 +94,15 @@ def test_streamed_z_by_cp_async_when_rows_are_aligned(n):
     xs = _inputs("masked_attention", 2, 19, 3, 37, n, np.random.default_rng(n))
     out, _ = simulate(c, *xs)
     _check(out, ck.reference("masked_attention", *xs))
+
+
+@pytest.mark.parametrize("name,k", [("masked_attention", 70), ("bmm_chain", 129)])
+def test_x_in_chunks_when_k_exceeds_kr(name, k):
+    """``K > KR = 64``: X's rows are loaded in chunks of 64 columns for every ``l`` tile
+    (the last chunk partial); ``K <= 64`` keeps them resident (the other tests)."""
+    xs = _inputs(name, 1, 21, k, 35, 8, np.random.default_rng(k))
+    out, _ = simulate(fused(name), *xs)
+    _check(out, ck.reference(name, *xs))
 
 
 def test_fused_moves_less_global_memory_than_unfused():
@@ -161,7 +170,7 @@ def test_fused_cu_compiles_without_spills(tmp_path):
 
 @pytest.mark.parametrize("case", ["bmm_chain", "causal_attention"])
 def test_golden_tree_cuda(case, goldens):
-    """``chain-fuse`` for ``cuda``: the fused tree with the CUDA kernel's 64 x 64 tiles."""
+    """``chain-fuse`` for ``cuda``: the fused tree with the CUDA kernel's 80 x 32 tiles."""
     import islpy as isl
 
     from polycomp.hw.target import get_target
@@ -179,4 +188,4 @@ def test_golden_tree_cuda(case, goldens):
                                 sched.to_str(), same)
     assert same(expected), sched.to_str()
     assert violated_dependences(sched, model.dependences).is_empty()
-    assert "chain_fused:64x64" in sched.to_str()
+    assert "chain_fused:80x32" in sched.to_str()

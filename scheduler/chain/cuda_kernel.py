@@ -8,9 +8,12 @@ threads on ``x``; the chain's order is Chimera's ``(b, m, l, k | n)``:
     for l0 in steps of TL:                                       (streamed: Y, Z tiles)
       Sacc[TM][TL] = 0 (registers, ES per thread)   (Y stored [.., l, k] when the match
                                                     says ``y_transposed``: Q K^T)
-      for k0 in steps of TK:
-        Xs[TM][TK] <- X[b, m-block, k0:], Ys[TK][TL] <- Y[b, k0:, l-block]  (zero pad)
-        __syncthreads(); Sacc += Xs . Ys; __syncthreads()
+      for kc in steps of KR = 64:
+        Xs[TM][KR] <- X[b, m-block, kc:]     (zero pad; only at the first l tile when
+                                              K <= KR: X's rows stay resident)
+        for k0 in steps of TK within the chunk:
+          Ys[TK][TL] <- Y[b, kc+k0:, l-block]  (zero pad)
+          __syncthreads(); Sacc += Xs[:, k0:] . Ys; __syncthreads()
       Ss[TM][TL] <- elementwise(Sacc)          (padding: -inf with a softmax, else 0)
       __syncthreads()
       softmax (thread r < TM owns row r): m' = max(m, max_c Ss[r][c]);
@@ -32,7 +35,8 @@ with constant trip counts, so nvcc keeps ``Sacc``/``Oacc`` in registers.
 
 Tiles (:func:`cuda_tiles`): Chimera's closed form on the target's shared-memory capacity
 with ``alpha = 16`` (``T_M = T_L = -alpha + sqrt(alpha^2 + MC)``), rounded down to
-multiples of 16 and shrunk until the kernel's shared arrays fit the static 48 KiB and
+multiples of 16 and shrunk (``TL`` first, to 32, then ``TM``) until the kernel's shared
+arrays fit the static 48 KiB and
 the per-thread accumulators ``ES + EO`` stay at most 32 floats; ``TK = 16``,
 ``TN = 64``.  Option ``chain_tiles=(TM, TL)`` overrides ``TM, TL`` (tests use small
 tiles to get several blocks and ``l`` tiles on tiny shapes).
@@ -57,6 +61,7 @@ __all__ = ["CudaChainTiles", "cuda_tiles", "build_kernel", "THREADS", "ALPHA"]
 THREADS = 256
 ALPHA = 16
 TK = 16
+KR = 64                        # columns of X kept in shared memory
 TN = 64
 MAX_ACC = 32                   # accumulator floats per thread (Sacc + Oacc)
 NEG_INF = float("-inf")
@@ -75,7 +80,7 @@ class CudaChainTiles:
 
     @property
     def shared_floats(self) -> int:
-        return (self.tm * self.tk + self.tk * self.tl + self.tm * self.tl
+        return (self.tm * KR + self.tk * self.tl + self.tm * self.tl
                 + self.tl * self.tn + 3 * self.tm)
 
     @property
@@ -102,11 +107,15 @@ def cuda_tiles(plan: ChainPlan, shared_bytes: int,
         return CudaChainTiles(override[0], override[1], TK, TN, THREADS, mtm, mtl)
     tm = max(16, mtm // 16 * 16)
     tl = max(16, mtl // 16 * 16)
-    while not _fits(tm, tl, cap) and (tm > 16 or tl > 16):
-        if tm >= tl and tm > 16:
-            tm -= 16
-        else:
+    while not _fits(tm, tl, cap):      # TL first (with X resident it costs no traffic)
+        if tl > 32:
             tl -= 16
+        elif tm > 16:
+            tm -= 16
+        elif tl > 16:
+            tl -= 16
+        else:
+            break
     return CudaChainTiles(tm, tl, TK, TN, THREADS, mtm, mtl)
 
 
@@ -161,7 +170,7 @@ def build_kernel(plan: ChainPlan, tiles: CudaChainTiles, kernel_id: int = 0) -> 
     n0 = bx * tn
 
     f32 = "float32"
-    Xs = ir.Buffer("cx_s", f32, (_i(tm * tk),), "shared")
+    Xs = ir.Buffer("cx_s", f32, (_i(tm * KR),), "shared")
     Ys = ir.Buffer("cy_s", f32, (_i(tk * tl),), "shared")
     Ss = ir.Buffer("cs_s", f32, (_i(tm * tl),), "shared")
     Zs = ir.Buffer("cz_s", f32, (_i(tl * tn),), "shared")
@@ -190,21 +199,26 @@ def build_kernel(plan: ChainPlan, tiles: CudaChainTiles, kernel_id: int = 0) -> 
     k0, l0 = ir.Var("ck0"), ir.Var("cl0")
     kk, jj = ir.Var("ckk"), ir.Var("cjj")
 
-    # ---- first product: Sacc = X[b, m-block, :] . Y[b, :, l-block]
+    # ---- first product: Sacc = X[b, m-block, :] . Y[b, :, l-block]; X's rows in
+    # chunks of KR columns, loaded once per block when K <= KR (resident across l tiles)
+    kc = ir.Var("ckc")
+
     def load_x(r, c):
-        gm, gk = m0 + r, k0 * tk + c
+        gm, gk = m0 + r, kc * KR + c
         ok = (gm < M) & (gk < K)
-        return st(Xs, r * tk + c, _sel(ok, ld(X, *bidx, gm, gk), _f(0.0)))
+        return st(Xs, r * KR + c, _sel(ok, ld(X, *bidx, gm, gk), _f(0.0)))
 
     def mac_s(e, r, c):
-        return st(Sacc, e, ld(Sacc, e) + ld(Xs, r * tk + kk) * ld(Ys, kk * tl + c))
+        return st(Sacc, e, ld(Sacc, e) + ld(Xs, r * KR + k0 * tk + kk) * ld(Ys, kk * tl + c))
+    reload = ir.binary("||", ir.binary("==", l0, _i(0)), K > KR)
     first = _seq(
         per_elem(tiles.es, tl, lambda e, r, c: st(Sacc, e, _f(0.0))),
-        _for(k0, _loop_steps(K, tk), _seq(
-            cooperative(tm, tk, load_x),
-            _load_y(Ys, Y, bidx, k0 * tk, l0 * tl, K, L, tiles, tx, y_rows),
-            barrier,
-            _for(kk, tk, per_elem(tiles.es, tl, mac_s)), barrier)))
+        _for(kc, _loop_steps(K, KR), _seq(
+            ir.IfThenElse(reload, cooperative(tm, KR, load_x)),
+            _for(k0, ir.min_(_i(KR // tk), _loop_steps(K - kc * KR, tk)), _seq(
+                _load_y(Ys, Y, bidx, kc * KR + k0 * tk, l0 * tl, K, L, tiles, tx, y_rows),
+                barrier,
+                _for(kk, tk, per_elem(tiles.es, tl, mac_s)), barrier)))))
 
     # ---- elementwise stages, written into Ss (padding: -inf with a softmax, else 0)
     def scores(e, r, c):
@@ -386,12 +400,12 @@ class _Replace(ir.Mutator):
 
 def predicted_bytes(plan: ChainPlan, tiles: CudaChainTiles, sizes: dict[str, int]) -> int:
     """Global bytes the kernel reads and writes (float32) at the extents ``sizes``
-    (``batch, m, n, k, l``): each ``(n-block, m-block)`` block reads its rows of X once per
-    ``l`` tile, all of Y, its columns of Z, and writes its part of O once (for the
-    benchmark's prediction next to the simulator's count)."""
+    (``batch, m, n, k, l``): each ``(n-block, m-block)`` block reads its rows of X once
+    (once per ``l`` tile when ``K > KR``), all of Y and its columns of Z, and writes its
+    part of O once (the benchmark's prediction next to the simulator's count)."""
     b, mm, n, k, l_ = (sizes[x] for x in ("batch", "m", "n", "k", "l"))
     mb, nbk, lb = math.ceil(mm / tiles.tm), math.ceil(n / tiles.tn), math.ceil(l_ / tiles.tl)
-    x = b * nbk * lb * mm * k
+    x = b * nbk * (lb if k > KR else 1) * mm * k
     y = b * nbk * mb * k * l_
     z = b * mb * l_ * n
     o = b * mm * n
