@@ -35,9 +35,11 @@ with constant trip counts, so nvcc keeps ``Sacc``/``Oacc`` in registers.
 
 Tiles (:func:`cuda_tiles`): Chimera's closed form on the target's shared-memory capacity
 with ``alpha = 16`` (``T_M = T_L = -alpha + sqrt(alpha^2 + MC)``), rounded down to
-multiples of 16 and shrunk (``TL`` first, to 32, then ``TM``) until the kernel's shared
+multiples of 16 and shrunk (``TL`` first, down to 32, when ``K <= KR`` is known, since
+X's rows then stay resident; else the larger of the two) until the kernel's shared
 arrays fit the static 48 KiB and
-the per-thread accumulators ``ES + EO`` stay at most 32 floats; ``TK = 16``,
+the per-thread accumulators ``ES + EO`` stay at most 28 floats (more spills
+in ptxas at 256 threads); ``TK = 16``,
 ``TN = 64``.  Option ``chain_tiles=(TM, TL)`` overrides ``TM, TL`` (tests use small
 tiles to get several blocks and ``l`` tiles on tiny shapes).
 
@@ -63,7 +65,7 @@ ALPHA = 16
 TK = 16
 KR = 64                        # columns of X kept in shared memory
 TN = 64
-MAX_ACC = 32                   # accumulator floats per thread (Sacc + Oacc)
+MAX_ACC = 28                   # accumulator floats per thread (Sacc + Oacc)
 NEG_INF = float("-inf")
 
 
@@ -107,15 +109,12 @@ def cuda_tiles(plan: ChainPlan, shared_bytes: int,
         return CudaChainTiles(override[0], override[1], TK, TN, THREADS, mtm, mtl)
     tm = max(16, mtm // 16 * 16)
     tl = max(16, mtl // 16 * 16)
-    while not _fits(tm, tl, cap):      # TL first (with X resident it costs no traffic)
-        if tl > 32:
-            tl -= 16
-        elif tm > 16:
-            tm -= 16
-        elif tl > 16:
+    resident = plan.dims.k <= KR      # X stays in shared memory: TL costs no traffic
+    while not _fits(tm, tl, cap) and (tm > 16 or tl > 16):
+        if resident and tl > 32 or not resident and tl > tm or tm == 16:
             tl -= 16
         else:
-            break
+            tm -= 16
     return CudaChainTiles(tm, tl, TK, TN, THREADS, mtm, mtl)
 
 
