@@ -154,10 +154,15 @@ def test_chain_tiles_option_is_checked():
 
 @pytest.mark.nvcc
 def test_fused_cu_compiles_without_spills(tmp_path):
-    # the softmax path with the most registers, and the path without softmax (no batch)
-    for name in ("causal_attention", "mm_relu_chain"):
+    # the softmax path with the most registers, the path without softmax (no batch), and
+    # constant shapes (ViT-B attention: nvcc unrolls more, X resident)
+    from polycomp.benchmarks.chains_cuda import _kernel
+    sources = {"causal_attention": fused("causal_attention", small=False).source,
+               "mm_relu_chain": fused("mm_relu_chain", small=False).source,
+               "vit_b": compile_kernel(_kernel(12, 197, 64), "cuda").source}
+    for name, source in sources.items():
         cu = tmp_path / f"{name}.cu"
-        cu.write_text(fused(name, small=False).source)
+        cu.write_text(source)
         r = subprocess.run(["nvcc", "-arch=sm_80", "-cubin", "-Xptxas", "-v", "-o",
                             str(tmp_path / f"{name}.cubin"), str(cu)],
                            capture_output=True, text=True)
