@@ -10,6 +10,7 @@ import functools
 import re
 import subprocess
 
+import chain_kernels as ck
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -21,7 +22,6 @@ from polycomp.errors import OptionError
 from polycomp.frontend import ops
 from polycomp.hw.cuda.simulator import simulate
 from polycomp.scheduler.chain.detect import ChainMatch
-from tests import chain_kernels as ck
 
 NAMES = ("bmm_chain", "bmm_softmax_chain", "causal_attention", "masked_attention",
          "mm_relu_chain")
