@@ -30,6 +30,15 @@ from polycomp.state import CompileState
 from .target import cuda_target
 
 
+def _chain(state: CompileState) -> bool:
+    """The model is one chain of two contractions fused into one kernel
+    (scheduler/chain, docs/fusion.md): the tiled pipeline, option ``chain`` on."""
+    from polycomp.scheduler.chain.tree import plan_for
+    o = state.cuda_options
+    return (o.chain and o.gpu != "baseline" and not o.isl_scheduler
+            and bool(getattr(state.model.graph, "stages", ())) and plan_for(state)[0] is not None)
+
+
 def _baseline(state: CompileState) -> bool:
     """The untiled baseline mapping for the whole kernel (asked for)."""
     return state.cuda_options.gpu == "baseline"
@@ -66,6 +75,9 @@ class CudaBackend(Backend):
         from polycomp.scheduler.tensorcore.map import TensorCoreMappingPass
         from polycomp.scheduler.tensorcore.tile import TensorCoreTilingPass
         o = state.cuda_options
+        if _chain(state):
+            from polycomp.scheduler.chain.cuda_codegen import CudaChainFusePass
+            return [CudaChainFusePass()]
         if _baseline(state):
             return [GpuBaselineMappingPass()]
         scop = is_c_scop(state)
@@ -95,6 +107,9 @@ class CudaBackend(Backend):
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         from .mapping import map_gpu_loops, wrap_kernels
+        if _chain(state):        # the chain_fused nest becomes the fused kernel
+            from polycomp.scheduler.chain.cuda_codegen import chain_kernels
+            return [ir_pass("chain-cuda", chain_kernels), body_pass("simplify", simplify)]
         if _baseline(state):
             passes = [ir_pass("map-gpu-loops", map_gpu_loops)]
         else:

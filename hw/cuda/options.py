@@ -104,8 +104,18 @@ class CudaOptions(Options):
     isolate: bool = opt(True, boolean, "separate full tiles from partial ones when unrolling")
     row_stitching: bool = opt(True, boolean,
                               "stitch row reductions with their producers and consumers")
+    chain: bool = opt(True, boolean,
+                      "fuse a float32 chain of two contractions (elementwise stages or a "
+                      "softmax between) into one kernel (scheduler/chain, docs/fusion.md)")
+    chain_tiles: tuple[int, ...] | None = opt(None, int_tuple(2),
+                                              "tiles (TM, TL) of the fused chain kernel, "
+                                              "multiples of 16 (default: the data-movement "
+                                              "model's)")
 
     def validate(self) -> None:
+        if self.chain_tiles is not None and any(t <= 0 or t % 16 for t in self.chain_tiles):
+            raise OptionError(f"option chain_tiles takes two positive multiples of 16 "
+                              f"(TM, TL), got {self.chain_tiles}")
         if self.gpu == "baseline" and self.tile is not None:
             raise OptionError("option tile applies to the tiled pipeline; with "
                               "gpu='baseline' use option block (threads per block)")

@@ -1,0 +1,166 @@
+"""Fused attention on the CUDA target: ``polycomp bench chains_cuda [--json] [--only NAME]
+[--batch N] [--no-nvcc]``.
+
+No GPU here, so the figures are the GPU-semantics simulator's global-memory counters
+(:mod:`polycomp.hw.cuda.sim_counters`: 32-byte sectors of every warp's loads and
+stores, the traffic a profiler reports as ``dram``/``lts`` sectors before caching) and
+``ptxas -v`` resources, for ``softmax(Q K^T / sqrt(d)) V`` at AutoGTCO's attention
+shapes ``[batch x heads, sequence, head dim]`` (DETR, ViT-B, ViT-H, SETR):
+
+* ``fused``: the kernel compiled for ``cuda`` (chain fusion, scheduler/chain/cuda_kernel.py:
+  one kernel, the scores never in global memory);
+* ``unfused``: the same kernel with option ``chain=False`` (the tiled CUDA pipeline: two
+  products, the softmax's kernels, the intermediates in global memory).
+
+Bytes per FLOP = simulated sector bytes / ``2 s^2 (d + d)`` (the two products' multiply-
+adds; the softmax's operations are not counted).  Every batch element does the same work
+on its own data, so both traffic and FLOPs are linear in the batch and bytes per FLOP do
+not depend on it: the simulator runs ``--batch`` elements (default 1; the full batch
+takes minutes per shape on this 2-core host) and ``predicted`` gives the fused kernel's
+traffic from :func:`~polycomp.scheduler.chain.cuda_kernel.predicted_bytes` for the full
+shape.  Both sides are checked against each other (same output within float32
+tolerance) in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+#: AutoGTCO's attention shapes: name -> (batch x heads, sequence, head dim)
+ATTENTION = {"DETR": (8, 1050, 32), "ViT-B": (12, 197, 64), "ViT-H": (16, 257, 80),
+             "SETR": (12, 576, 64)}
+
+
+def _kernel(b: int, s: int, d: int):
+    import polycomp as pc
+    from polycomp.frontend import ops
+    from polycomp.frontend.dsl import Kernel
+    scale = 1.0 / math.sqrt(d)
+
+    def attn(Q, KT, V):
+        t = ops.batch_matmul(Q, KT, name="T")
+        sc = pc.compute((b, s, s), lambda i, j, k: t[i, j, k] * scale, name="Sc")
+        return ops.batch_matmul(ops.softmax(sc, axis=-1, name="S"), V, name="O")
+    shapes = {"Q": (b, s, d), "KT": (b, d, s), "V": (b, s, d)}
+    return Kernel(attn, name="attention",
+                  inputs={k: pc.Tensor[v, "float32"] for k, v in shapes.items()})
+
+
+def _ptxas(source: str) -> dict:
+    """Registers (max over kernels), spill bytes (sum) and kernels of ``source``."""
+    if shutil.which("nvcc") is None:
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        cu = f"{tmp}/k.cu"
+        with open(cu, "w") as f:
+            f.write(source)
+        r = subprocess.run(["nvcc", "-arch=sm_80", "-cubin", "-Xptxas", "-v", "-o",
+                            f"{tmp}/k.cubin", cu], capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"error": r.stderr[-500:]}
+    log = r.stdout + r.stderr
+    regs = [int(x) for x in re.findall(r"Used (\d+) registers", log)]
+    spills = [int(a) + int(b) for a, b in
+              re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)]
+    smem = [int(x) for x in re.findall(r"(\d+) bytes smem", log)]
+    return {"registers": max(regs, default=0), "spill_bytes": sum(spills),
+            "smem": max(smem, default=0), "kernels": len(regs)}
+
+
+def _traffic(ck, inputs) -> tuple[int, int, Any]:
+    from polycomp.hw.cuda.simulator import simulate
+    out, rep = simulate(ck, *inputs, global_races=False)
+    sectors = sum(k.global_load.sectors + k.global_store.sectors for k in rep.kernels)
+    return 32 * sectors, len(rep.kernels), out
+
+
+def case(name: str, batch: int, nvcc: bool) -> dict:
+    import numpy as np
+
+    from polycomp.driver import compile_kernel
+    from polycomp.hw.cuda.target import STATIC_SHARED
+    from polycomp.scheduler.chain.cuda_kernel import cuda_tiles, predicted_bytes
+    from polycomp.scheduler.chain.tree import plan_for
+    full_b, s, d = ATTENTION[name]
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((batch, s, d)).astype(np.float32)
+    kt = rng.standard_normal((batch, d, s)).astype(np.float32)
+    v = rng.standard_normal((batch, s, d)).astype(np.float32)
+    row: dict = {"name": name, "shape": [full_b, s, d], "simulated_batch": batch}
+    t0 = time.perf_counter()
+    fused = compile_kernel(_kernel(batch, s, d), "cuda")
+    unfused = compile_kernel(_kernel(batch, s, d), "cuda", {"chain": False})
+    row["compile_s"] = round(time.perf_counter() - t0, 1)
+    t0 = time.perf_counter()
+    fb, fk, fo = _traffic(fused, (q, kt, v))
+    ub, uk, uo = _traffic(unfused, (q, kt, v))
+    row["simulate_s"] = round(time.perf_counter() - t0, 1)
+    scale = max(1.0, float(np.nanmax(np.abs(uo))))
+    row["outputs_agree"] = bool(np.allclose(fo, uo, rtol=2e-4, atol=2e-4 * scale))
+    flops = batch * 2 * s * s * (d + d)
+    row.update(fused_bytes=fb, unfused_bytes=ub, fused_kernels=fk, unfused_kernels=uk,
+               fused_bytes_per_flop=fb / flops, unfused_bytes_per_flop=ub / flops,
+               traffic_ratio=ub / fb)
+    full = compile_kernel(_kernel(full_b, s, d), "cuda") if full_b != batch else fused
+    plan, _ = plan_for(full.state)
+    if plan is not None:
+        tiles = cuda_tiles(plan, STATIC_SHARED)
+        pb = predicted_bytes(plan, tiles, {"batch": full_b, "m": s, "n": d, "k": d, "l": s})
+        row.update(tiles=[tiles.tm, tiles.tl, tiles.tk, tiles.tn],
+                   predicted_fused_bytes_per_flop=pb / (full_b * 2 * s * s * 2 * d))
+    if nvcc:
+        row["ptxas_fused"] = _ptxas(fused.source)
+        row["ptxas_unfused"] = _ptxas(unfused.source)
+    return row
+
+
+def _table(rows: list[dict]) -> str:
+    out = ["| shape [b, s, d] | tiles TM x TL | fused B/FLOP (predicted) | unfused B/FLOP "
+           "| unfused / fused | kernels | ptxas fused: regs, spills | ptxas unfused: max "
+           "regs, spills | outputs agree |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        pf, pu = r.get("ptxas_fused", {}), r.get("ptxas_unfused", {})
+        t = r.get("tiles", ["?", "?"])
+        out.append(
+            f"| {r['name']} {r['shape']} | {t[0]} x {t[1]} | {r['fused_bytes_per_flop']:.3f} "
+            f"({r.get('predicted_fused_bytes_per_flop', float('nan')):.3f}) | "
+            f"{r['unfused_bytes_per_flop']:.3f} | {r['traffic_ratio']:.2f} | "
+            f"{r['fused_kernels']} vs {r['unfused_kernels']} | "
+            f"{pf.get('registers', '-')}, {pf.get('spill_bytes', '-')} B | "
+            f"{pu.get('registers', '-')}, {pu.get('spill_bytes', '-')} B | "
+            f"{'yes' if r['outputs_agree'] else 'NO'} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="polycomp bench chains_cuda", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument("--only", default="", help="comma-separated shape names")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="batch elements simulated (bytes per FLOP do not depend on it)")
+    ap.add_argument("--no-nvcc", action="store_true", help="skip the ptxas figures")
+    a = ap.parse_args(argv)
+    names = [n for n in ATTENTION if not a.only or n in a.only.split(",")]
+    rows = []
+    for n in names:
+        rows.append(case(n, a.batch, not a.no_nvcc))
+        if not a.json:
+            r = rows[-1]
+            print(f"{n}: fused {r['fused_bytes_per_flop']:.3f} B/FLOP, unfused "
+                  f"{r['unfused_bytes_per_flop']:.3f} B/FLOP ({r['compile_s']} s compile, "
+                  f"{r['simulate_s']} s simulation)", flush=True)
+    print(json.dumps(rows, indent=1) if a.json else _table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,118 @@
+"""Chain fusion for the CUDA targets: the plan with the CUDA tiles, the schedule pass
+``chain-fuse`` (:class:`CudaChainFusePass`: the fused tree of
+:func:`~polycomp.scheduler.chain.tree.fused_tree` with the CUDA kernel's ``TM x TL``,
+notes on the shared level) and the IR pass ``chain-cuda``.
+
+IR pass ``chain-cuda``: the ``chain_fused`` mark becomes the fused CUDA kernel of
+:mod:`.cuda_kernel` (a ``kernel`` mark around its block and thread loops), and the
+temporaries only the marked nest used (the intermediate, the softmax's arrays) are no
+longer allocated.
+
+Assumes: the schedule was produced by ``chain-fuse`` alone (the model is exactly one
+chain, :func:`~polycomp.scheduler.chain.tree.plan_for`), so the marked nest computes the
+chain's output ``O`` from ``X, Y, Z`` (and the elementwise stages' inputs) and writes
+nothing else that outlives it.  Guarantees: the function's body is one ``kernel`` region
+computing the same ``O`` (sums reassociated tile-wise and by the online softmax, within
+float32 tolerance) with no statement outside a kernel, as
+:func:`polycomp.hw.cuda.codegen.split_kernels` expects.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from polycomp import ir
+from polycomp.hw.cuda.target import STATIC_SHARED
+from polycomp.scheduler.chain.cuda_kernel import ALPHA, CudaChainTiles, build_kernel, cuda_tiles
+from polycomp.scheduler.chain.movement_model import plan_levels
+from polycomp.scheduler.chain.plan import ChainPlan
+from polycomp.scheduler.chain.tree import MARK, fused_tree, plan_for
+from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.tree import is_legal
+
+__all__ = ["chain_kernels", "cuda_plan", "CudaChainFusePass"]
+
+
+def cuda_plan(state) -> tuple[ChainPlan, CudaChainTiles] | tuple[None, str]:
+    """The model's chain plan with the CUDA kernel's tiles (``TM, TL``) and the shared
+    level's optimum (``alpha = 16``) in place of the CPU levels, or None and why not."""
+    plan, why = plan_for(state)
+    if plan is None:
+        return None, why
+    tiles = cuda_tiles(plan, STATIC_SHARED, state.cuda_options.chain_tiles)
+    levels = tuple(plan_levels(plan.dims, [("shared", STATIC_SHARED)], ALPHA,
+                               plan.match.has_softmax))
+    return dataclasses.replace(plan, levels=levels, level="shared", tm=tiles.tm,
+                               tl=tiles.tl, mr=1, nv=1, vw=1), tiles
+
+
+class CudaChainFusePass(Pass):
+    """``chain-fuse`` for the CUDA targets: as
+    :class:`~polycomp.scheduler.chain.tree.ChainFusePass` (same assumptions and tree
+    shape, checked legal with isl; else the input schedule is kept with a note), with the
+    CUDA kernel's tiles in the tree and the ``chain_fused`` mark."""
+    name = "chain-fuse"
+
+    def run(self, schedule, ctx):
+        plan, tiles = cuda_plan(ctx)
+        if plan is None:
+            ctx.note(self.name, f"no chain fused: {tiles}")
+            return schedule
+        assert isinstance(tiles, CudaChainTiles)
+        fused = fused_tree(plan, ctx.model)
+        if not is_legal(fused, ctx.model.dependences):
+            ctx.note(self.name, "no chain fused: the fused tree would violate a dependence")
+            return schedule
+        for line in plan.describe()[:1] + plan.describe()[2:]:
+            ctx.note(self.name, line)
+        ctx.note(self.name, f"block order (b, m, l, k | n): intermediate {plan.match.t.name} "
+                            f"tile {tiles.tm} x {tiles.tl} in registers and shared memory "
+                            f"(CUDA kernel, {tiles.threads} threads per block)")
+        return fused
+
+
+def _buffers_used(s: ir.Stmt) -> set[str]:
+    used: set[str] = set()
+
+    def visit(n):
+        if isinstance(n, (ir.Load, ir.Store)):
+            used.add(n.buffer.name)
+    ir.walk(s, visit)
+    return used
+
+
+def chain_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
+    """Replace the ``chain_fused`` mark's nest by the fused kernel (module docstring)."""
+    plan, tiles = cuda_plan(state)
+    if plan is None or not isinstance(tiles, CudaChainTiles):
+        return func
+    kernel = build_kernel(plan, tiles)
+
+    class _Replace(ir.Mutator):
+        count = 0
+
+        def visit_AttrStmt(self, s):
+            if s.key != MARK:
+                return self.generic(s)
+            self.count += 1
+            return kernel
+
+    r = _Replace()
+    body = r.visit(func.body)
+    if r.count != 1:
+        return func
+    used = _buffers_used(body)
+
+    class _DropAlloc(ir.Mutator):
+        def visit_Allocate(self, s):
+            inner = self.visit(s.body)
+            if s.buffer.scope == "global" and s.buffer.name not in used:
+                return inner
+            return ir.Allocate(s.buffer, inner)
+
+    body = _DropAlloc().visit(body)
+    state.note("chain-cuda", f"fused CUDA kernel: TM={tiles.tm} TL={tiles.tl} TK={tiles.tk} "
+                             f"TN={tiles.tn}, {tiles.threads} threads, {tiles.es}+{tiles.eo} "
+                             f"accumulators per thread, {tiles.shared_floats * 4} B shared "
+                             f"(model's shared-level T_M={tiles.model_tm} "
+                             f"T_L={tiles.model_tl}, alpha=16)")
+    return dataclasses.replace(func, body=body)
