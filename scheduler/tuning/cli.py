@@ -82,16 +82,24 @@ def cmd_tune(args) -> int:
 
 
 def explain_versions(args, kernel) -> str | None:
-    """The multi-version plan of ``kernel`` from ``--records`` (for ``explain``)."""
+    """The multi-version plan of ``kernel`` from ``--records`` (for ``explain``): the
+    versions with their guards and the rule (CPU); on a CUDA target the wave-model plan
+    of :mod:`.cuda_versions` when the kernel is a Tensor Core GEMM."""
     if not getattr(args, "records", None):
         return None
-    from .multiversion import plan_versions
+    from polycomp.driver import compile_kernel
+    from polycomp.hw.target import get_target
+
+    from .multiversion import explain_plan, plan_versions
     from .records import kernel_hash, load
+    t = get_target(args.target)
+    if t.kind == "cuda":
+        from .cuda_versions import explain_cuda_plan
+        return explain_cuda_plan(kernel, t, load(args.records))
     try:
-        sym, versions = plan_versions(load(args.records), kernel_hash(kernel), args.target)
+        func = compile_kernel(kernel, t, {}).final_ir if t.kind == "c" else None
+        sym, versions = plan_versions(load(args.records), kernel_hash(kernel), t.name,
+                                      func, t if func is not None else None)
     except UsageError as e:
         return f"no multi-version plan: {e}"
-    lines = [f"{len(versions)} versions, dispatch on {sym} (first guard that holds):"]
-    lines += [f"  v{i}: {v.guard(sym):24s} config {v.config or '(default)'}"
-              for i, v in enumerate(versions)]
-    return "\n".join(lines)
+    return explain_plan(kernel.name, t.name, sym, versions, one_object=func is not None)

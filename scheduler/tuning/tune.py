@@ -106,9 +106,15 @@ def tune(kernel, target: str, shape: dict[str, int], budget: int = 64, repeat: i
     from polycomp.hw.target import get_target
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t = get_target(target)
+    if t.kind == "cuda":             # no GPU measured here: the model's choice
+        from .cuda_versions import model_records
+        recs = model_records(kernel, t, shape)
+        if progress:
+            progress(len(recs), recs[0].seconds)
+        return recs
     if t.kind != "c":
-        raise UsageError(f"polycomp tune measures CPU targets; {target} is not one (GPU "
-                         f"configurations are ranked by the model: docs/tuning.md)")
+        raise UsageError(f"polycomp tune measures CPU targets and ranks CUDA ones; "
+                         f"{target} is neither")
     ck = compile_kernel(kernel, t)
     points = cpu_space(t, gemm_shape(ck.final_ir, shape))
     study = optuna.create_study(direction="minimize",
