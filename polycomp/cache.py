@@ -11,8 +11,9 @@ Guarantees:
 
 * **Key.**  ``key`` hashes the kind of artifact, polycomp's version, the compiler's
   resolved path (``realpath`` of the executable ``PATH`` finds, so a ``gcc`` symlink
-  moved to another compiler is another key) and ``--version`` text, and every input of the build (the generated source, which
-  encodes the kernel's structure, options and target, plus flags, include dirs, libs).
+  moved to another compiler is another key) and ``--version`` text, and every input of
+  the build (the generated source, which encodes the kernel's structure, options and
+  target, plus flags, include dirs, libs).
 * **Atomic across filesystems.**  The compiler writes into the system temp dir (which may
   be another filesystem); the result is *copied* into ``tmp/`` of the cache and only then
   ``os.replace``-d into place, so every rename stays inside one directory tree on one
