@@ -171,8 +171,9 @@ def gpu_table(layers: list[str], Ls: list[int]) -> str:
     from polycomp.scheduler.tuning.cuda_versions import CudaMultiVersion
     from polycomp.scheduler.tuning.gpu_space import rank
     t = get_target("cuda")
-    out = ["| layer | L | rows | model choice | host rule picks | predicted µs |",
-           "|---|---|---|---|---|---|"]
+    from polycomp.scheduler.tuning.gpu_space import predict_seconds
+    out = ["| layer | L | rows | model choice | predicted µs | host rule picks | "
+           "its predicted µs |", "|---|---|---|---|---|---|---|"]
     for layer in layers:
         K, M = LAYERS[layer]
         rows = [32 * L for L in Ls]
@@ -180,8 +181,9 @@ def gpu_table(layers: list[str], Ls: list[int]) -> str:
         for L, n in zip(Ls, rows):
             sec, p = rank(t, n, M, K, top=1)[0]
             i = mv.select(N=n, M=M, K=K)
-            out.append(f"| {layer} | {L} | {n} | {p.label()} | v{i} "
-                       f"{mv.versions[i].point.label()} | {sec * 1e6:.1f} |")
+            q = mv.versions[i].point
+            out.append(f"| {layer} | {L} | {n} | {p.label()} | {sec * 1e6:.1f} | v{i} "
+                       f"{q.label()} | {predict_seconds(q, t, n, M, K) * 1e6:.1f} |")
         out.append("")
         out.append(mv.explain())
         out.append("")

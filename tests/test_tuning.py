@@ -145,7 +145,7 @@ def test_tune_cuda_writes_model_records_and_explain_plans(tmp_path, capsys):
     capsys.readouterr()
     assert main(["explain", str(f), "-t", "cuda", "--records", str(r)]) == 0
     out = capsys.readouterr().out
-    assert "versions in one .cu" in out and "ceil(blocks_v / W_v)" in out
+    assert "versions in one .cu" in out and "floor(blocks / W_v)" in out
 
 
 @pytest.mark.slow

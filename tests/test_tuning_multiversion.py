@@ -156,7 +156,12 @@ def test_cuda_rule_python_equals_c_at_bert_boundaries(tmp_path, monkeypatch):
     assert mv.select(N=32, M=3072, K=1024) == 0               # smallest tiles at L = 1
     assert mv.select(N=16384, M=3072, K=1024) == len(mv.versions) - 1
     text = mv.explain()
-    assert f"{len(mv.versions)} versions in one .cu" in text and "ceil(blocks_v / W_v)" in text
+    assert f"{len(mv.versions)} versions in one .cu" in text and "floor(blocks / W_v)" in text
+    # at every BERT dense1 bucket the host rule picks the ranking model's own choice
+    from polycomp.scheduler.tuning.gpu_space import rank
+    for n in BERT_ROWS:
+        assert mv.versions[mv.select(N=n, M=3072, K=1024)].point == \
+            rank(mv.target, n, 3072, 1024, top=1)[0][1], n
 
 
 @pytest.fixture(scope="module")

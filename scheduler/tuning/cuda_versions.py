@@ -3,21 +3,24 @@ host-side selection rule, the wave model (issue #12 item 4, GPU).
 
 Versions: the analytic model's choice (:func:`.gpu_space.rank`) at each bucket of the
 rows symbol (e.g. BERT's ``32·L``), distinct configurations once.  The host rule is
-TSCompiler's wave model ``T_s * ceil(blocks / blocks_per_wave)`` with a DRAM bound; for
-version ``v`` with block tile ``BM x BN``, K tile ``k``, ``W_v = SMs * blocks_per_SM``
-blocks per wave and ``T_v`` the mma time of one ``k`` step of a block while
-``blocks_per_SM`` blocks share its SM (from the same datasheet constants as the model):
+TSCompiler's wave model ``T_s * ceil(blocks / blocks_per_wave)`` refined for the last,
+partial wave, with a DRAM bound.  For version ``v`` (block tile ``BM x BN``, K tile ``k``,
+``P_v`` blocks per SM, ``W_v = SMs * P_v`` blocks per wave) and ``T_v[s]`` the mma time of
+one ``k`` step of a block while ``s`` blocks share its SM (the model's datasheet
+constants, fewer than four warps per SM leaving the tensor pipes part idle):
 
-    ``blocks = ceil(rows/BM) * ceil(cols/BN)``, ``steps = ceil(depth/k)``
-    ``t_v = max(T_v * steps * ceil(blocks / W_v), blocks * steps * (BM+BN) * k * 2 / BW)``
+    ``blocks = ceil(rows/BM) * ceil(cols/BN)``, ``steps = ceil(depth/k)``,
+    ``q, r = divmod(blocks, W_v)``
+    ``t_v = max(steps * (q * T_v[P_v] + T_v[ceil(r / SMs)]),
+               blocks * steps * (BM + BN) * k * 2 / BW)``
 
-and the host launches the version with the smallest ``t_v`` (the first on ties).  The
-rule uses only products, quotients and a max (no ``a*b+c`` a compiler could fuse), so the
-Python evaluation (:meth:`CudaMultiVersion.select`) and the plain C one (:func:`select_c`)
-give the same doubles; tests compile the C with gcc and compare both choices at every
-bucket boundary without a GPU.  It is coarser than the ranking model (no partial pipeline
-overlap, no occupancy-dependent bandwidth share), so it can pick another version than the
-per-bucket choice; ``polycomp bench tune --gpu-table`` / docs/tuning.md list both.
+and the host launches the version with the smallest ``t_v`` (the first on ties).  Times
+are integers (femtoseconds, ``int64``), so the Python evaluation
+(:meth:`CudaMultiVersion.select`) and the C one (:func:`select_c`) agree exactly; tests
+compile the C with gcc and compare both choices at every bucket boundary without a GPU.
+The rule is coarser than the ranking model (no partial pipeline overlap, no
+occupancy-dependent bandwidth share), so it can pick another version than the per-bucket
+choice; ``polycomp bench tune --gpu-table`` lists both (docs/tuning.md).
 
 The ``.cu`` (:func:`multiversion_cu`): the shared header (CUDA includes, PTX helpers)
 once; version ``i``'s kernels, launcher and launch-config functions renamed
@@ -46,26 +49,39 @@ class GemmSymbols:
     depth: str
 
 
+#: the host rule counts time in femtoseconds (int64: exact, the same in Python and C)
+FS = 1e15
+
+
 @dataclass(frozen=True)
 class CudaVersion:
     point: GpuPoint
-    step_seconds: float          # T_v: one k step of a block, blocks_per_SM sharing an SM
-    blocks_per_wave: int         # W_v = SMs * blocks_per_SM
-    bandwidth: float             # DRAM bytes/s of the target
+    sms: int                     # streaming multiprocessors
+    per_sm: int                  # blocks one SM holds (occupancy)
+    share_fs: tuple[int, ...]    # [s]: one k step of a block while s blocks share its SM
+    fs_per_byte: int             # DRAM time of one byte
     buckets: tuple[int, ...]     # the row buckets whose model choice this is
+
+    @property
+    def blocks_per_wave(self) -> int:
+        return self.sms * self.per_sm
+
+    @property
+    def bytes_per_step(self) -> int:
+        return sum(self.point.block) * self.point.k * 2
 
     def blocks(self, rows: int, cols: int) -> int:
         bm, bn = self.point.block
         return -(-rows // bm) * -(-cols // bn)
 
-    def predict(self, rows: int, cols: int, depth: int) -> float:
-        """The host rule's time (see the module docstring); only products, quotients and
-        a max, so C computes the same double (no contraction into a fused multiply-add)."""
+    def predict_fs(self, rows: int, cols: int, depth: int) -> int:
+        """The host rule's time in femtoseconds (see the module docstring)."""
         blocks = self.blocks(rows, cols)
         steps = -(-depth // self.point.k)
-        waves = -(-blocks // self.blocks_per_wave)
-        compute = self.step_seconds * steps * waves
-        traffic = (blocks * steps * (sum(self.point.block) * self.point.k * 2)) / self.bandwidth
+        q, r = divmod(blocks, self.blocks_per_wave)
+        last = -(-r // self.sms)                 # blocks on the busiest SM, last wave
+        compute = steps * (q * self.share_fs[self.per_sm] + self.share_fs[last])
+        traffic = blocks * steps * self.bytes_per_step * self.fs_per_byte
         return max(compute, traffic)
 
 
@@ -103,9 +119,9 @@ def plan_cuda_versions(target, row_buckets, cols: int, depth: int,
     out = []
     for p, bs in chosen.items():
         per_sm = max(1, blocks_per_sm(p, target))
-        busy = min(1.0, p.warps * per_sm / 4)
-        step = 2 * p.block[0] * p.block[1] * p.k / (flops_sm / per_sm) / busy
-        out.append(CudaVersion(p, step, sms * per_sm, bw, tuple(bs)))
+        share = [0] + [round(2 * p.block[0] * p.block[1] * p.k * n / flops_sm
+                             / min(1.0, p.warps * n / 4) * FS) for n in range(1, per_sm + 1)]
+        out.append(CudaVersion(p, sms, per_sm, tuple(share), round(FS / bw), tuple(bs)))
     return out
 
 
@@ -116,9 +132,9 @@ def _sm_data(target) -> tuple[int, float, float]:
 
 def select(versions: list[CudaVersion], rows: int, cols: int, depth: int) -> int:
     """The host rule in Python: the version with the smallest predicted time."""
-    best, best_t = 0, 0.0
+    best, best_t = 0, 0
     for i, v in enumerate(versions):
-        t = v.predict(rows, cols, depth)
+        t = v.predict_fs(rows, cols, depth)
         if i == 0 or t < best_t:
             best, best_t = i, t
     return best
@@ -126,35 +142,28 @@ def select(versions: list[CudaVersion], rows: int, cols: int, depth: int) -> int
 
 def select_c(name: str, params: list[str], syms: GemmSymbols,
              versions: list[CudaVersion]) -> str:
-    """``int64_t <name>__select(int64_t <params>...)``: :func:`select` in plain C."""
-    n = len(versions)
+    """``int64_t <name>__select(int64_t <params>...)``: :func:`select` in plain C
+    (``int64_t`` only)."""
     psig = ", ".join(f"int64_t {p}" for p in params)
-
-    def arr(ty, vals):
-        return f"  static const {ty} {{}}[{n}] = {{{{{', '.join(vals)}}}}};"
-    v = versions
     lines = [f"int64_t {name}__select({psig}) {{",
              *[f"  (void){p};" for p in params if p not in (syms.rows, syms.cols, syms.depth)],
-             arr("double", [repr(x.step_seconds) for x in v]).format("T"),
-             arr("double", [repr(x.bandwidth) for x in v]).format("BW"),
-             arr("int64_t", [str(x.point.block[0]) for x in v]).format("BM"),
-             arr("int64_t", [str(x.point.block[1]) for x in v]).format("BN"),
-             arr("int64_t", [str(x.point.k) for x in v]).format("KT"),
-             arr("int64_t", [str(x.blocks_per_wave) for x in v]).format("W"),
-             "  int64_t best = 0; double best_t = 0.0;",
-             f"  for (int64_t i = 0; i < {n}; ++i) {{",
-             f"    int64_t blocks = (({syms.rows} + BM[i] - 1) / BM[i]) * "
-             f"(({syms.cols} + BN[i] - 1) / BN[i]);",
-             f"    int64_t steps = ({syms.depth} + KT[i] - 1) / KT[i];",
-             "    int64_t waves = (blocks + W[i] - 1) / W[i];",
-             "    double compute = T[i] * (double)steps * (double)waves;",
-             "    double traffic = (double)(blocks * steps * ((BM[i] + BN[i]) * KT[i] * 2))"
-             " / BW[i];",
-             "    double t = compute > traffic ? compute : traffic;",
-             "    if (i == 0 || t < best_t) { best = i; best_t = t; }",
-             "  }",
-             "  return best;",
-             "}"]
+             "  int64_t best = 0, best_t = 0;"]
+    for i, v in enumerate(versions):
+        bm, bn = v.point.block
+        lines += [
+            f"  {{ /* v{i}: {v.point.label()} */",
+            f"    static const int64_t S[{len(v.share_fs)}] = "
+            f"{{{', '.join(str(x) for x in v.share_fs)}}};",
+            f"    int64_t blocks = (({syms.rows} + {bm - 1}) / {bm}) * "
+            f"(({syms.cols} + {bn - 1}) / {bn});",
+            f"    int64_t steps = ({syms.depth} + {v.point.k - 1}) / {v.point.k};",
+            f"    int64_t q = blocks / {v.blocks_per_wave}, r = blocks % {v.blocks_per_wave};",
+            f"    int64_t compute = steps * (q * S[{v.per_sm}] + S[(r + {v.sms - 1}) / {v.sms}]);",
+            f"    int64_t traffic = blocks * steps * {v.bytes_per_step} * {v.fs_per_byte};",
+            "    int64_t t = compute > traffic ? compute : traffic;",
+            f"    if ({'1' if i == 0 else 't < best_t'}) {{ best = {i}; best_t = t; }}",
+            "  }"]
+    lines += ["  return best;", "}"]
     return "\n".join(lines)
 
 
@@ -244,12 +253,14 @@ class CudaMultiVersion:
         s = self.symbols
         lines = [f"multi-version CUDA kernel {self.func.name} on {self.target.name}: "
                  f"{len(self.versions)} versions in one .cu",
-                 f"rule: argmin_v max(T_v * ceil({s.depth}/k_v) * ceil(blocks_v / W_v), "
-                 f"blocks_v * ceil({s.depth}/k_v) * (BM_v+BN_v) * k_v * 2 / BW), "
-                 f"blocks_v = ceil({s.rows}/BM_v) * ceil({s.cols}/BN_v) (wave model + "
-                 f"DRAM bound; first on ties)"]
+                 f"rule: argmin_v max(steps * (T_v[P_v] * floor(blocks / W_v) + "
+                 f"T_v[ceil((blocks mod W_v) / SMs)]), blocks * steps * (BM+BN) * k * 2 / BW) "
+                 f"with blocks = ceil({s.rows}/BM) * ceil({s.cols}/BN), steps = "
+                 f"ceil({s.depth}/k), W_v = SMs * P_v (wave model + DRAM bound; "
+                 f"first on ties)"]
         for i, v in enumerate(self.versions):
-            lines.append(f"  v{i}: {v.point.label():26s} T_v={v.step_seconds * 1e9:8.3f} ns/k-step "
+            lines.append(f"  v{i}: {v.point.label():26s} T_v[P_v]="
+                         f"{v.share_fs[v.per_sm] / 1e6:8.3f} ns/k-step P_v={v.per_sm:2d} "
                          f"W_v={v.blocks_per_wave:4d}  chosen at {s.rows} in "
                          f"{list(v.buckets)}")
         return "\n".join(lines)
