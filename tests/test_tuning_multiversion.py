@@ -14,6 +14,8 @@ import ctypes
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from polycomp.cli import main
 from polycomp.frontend.ops import matmul_kernel
@@ -107,6 +109,16 @@ def test_every_boundary_and_odd_shapes(cpu_mv):
     assert "first version whose guard holds" in text
 
 
+@given(n=st.integers(1, 300), m=st.integers(1, 70), k=st.integers(1, 40))
+def test_any_shape_python_rule_equals_object_and_numpy(cpu_mv, n, m, k):
+    v = {"N": n, "M": m, "K": k}
+    assert cpu_mv.select_in_artifact(**v) == cpu_mv.select(**v)
+    rng = np.random.default_rng(n * 10007 + m * 101 + k)
+    a = rng.standard_normal((n, k), dtype=np.float32)
+    b = rng.standard_normal((k, m), dtype=np.float32)
+    np.testing.assert_allclose(cpu_mv(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_explain_shows_versions(records_file, tmp_path, capsys):
     f = tmp_path / "mm.py"
     f.write_text("from polycomp.frontend.ops import matmul_kernel\nmm = matmul_kernel()\n")
@@ -162,6 +174,23 @@ def test_cuda_rule_python_equals_c_at_bert_boundaries(tmp_path, monkeypatch):
     for n in BERT_ROWS:
         assert mv.versions[mv.select(N=n, M=3072, K=1024)].point == \
             rank(mv.target, n, 3072, 1024, top=1)[0][1], n
+
+
+@pytest.fixture(scope="module")
+def bert_cuda_rule(tmp_path_factory):
+    from polycomp.scheduler.tuning.cuda_versions import CudaMultiVersion
+    mv = CudaMultiVersion(matmul_kernel("float16", "float32"), "cuda", BERT_ROWS, 1024, 4096)
+    mp = pytest.MonkeyPatch()
+    try:
+        yield mv, _c_select(mv, tmp_path_factory.mktemp("rule"), mp)
+    finally:
+        mp.undo()
+
+
+@given(n=st.integers(1, 1 << 20), m=st.integers(1, 1 << 16), k=st.integers(1, 1 << 16))
+def test_cuda_rule_python_equals_c_any_shape(bert_cuda_rule, n, m, k):
+    mv, c_select = bert_cuda_rule
+    assert c_select(N=n, M=m, K=k) == mv.select(N=n, M=m, K=k)
 
 
 @pytest.fixture(scope="module")
