@@ -1,5 +1,6 @@
 """Tuning benchmark: ``polycomp bench tune [--json] [--L 1,2,...] [--layer dense1,dense2]
-[--budget 64] [--sample 64] [--plot FILE.png]``.
+[--budget 64] [--sample 64] [--model none|analytic|learned] [--multiversion]
+[--records FILE] [--plot FILE.png] [--gpu-table]``.
 
 CPU sgemm at BERT's dense shapes ``(32·L, 1024) x (1024, 3072)`` (dense1) and
 ``(32·L, 4096) x (4096, 1024)`` (dense2).  Per shape: ``polycomp tune`` with ``budget``
@@ -10,6 +11,14 @@ default is a deterministic evenly spaced subsample plus the tuned best), and num
 (OpenBLAS) on the same arrays.  Reports tuned / space-best and OpenBLAS / tuned time
 ratios and the best-so-far curve (plotted with matplotlib when ``--plot`` is given and
 matplotlib is installed).
+
+``--model``: the tuner ranks the space by the cost model first (learned: fitted on the
+records of the shapes tuned before this one in the same run, analytic until there are
+enough).  ``--multiversion``: after every L of a layer is tuned, its records make ONE
+multi-version shared object (:class:`~polycomp.scheduler.tuning.multiversion.
+MultiVersionKernel`) that is measured at every L, so the table shows what a user of the
+dynamic-shape artifact gets.  ``--gpu-table``: the CUDA wave-model plan for the layers
+(model choice per bucket, the one-``.cu`` host rule's choice), no measurement.
 
 Process set-up as in ``polycomp bench cpu``: the measurements run in a child process
 whose environment has ``OPENBLAS_CORETYPE`` and ``OPENBLAS_L2_SIZE`` removed (together,
@@ -38,7 +47,22 @@ def _numpy_seconds(a, b, repeat: int) -> float:
     return best
 
 
-def run_case(layer: str, L: int, args) -> dict:
+def _model(args, history):
+    if args.model == "none":
+        return None
+    from polycomp.driver import compile_kernel
+    from polycomp.frontend.ops import matmul_kernel
+    from polycomp.hw.target import get_target
+    from polycomp.scheduler.tuning.cost_model import CostModel
+    t = get_target(args.target)
+    m = CostModel(t)
+    finite = [r for r in history if r.seconds != float("inf")]
+    if args.model == "learned" and len(finite) >= 16:
+        m.fit_records(finite, compile_kernel(matmul_kernel(), t, {}).final_ir)
+    return m
+
+
+def run_case(layer: str, L: int, args, history: list | None = None) -> dict:
     import numpy as np
 
     from polycomp.frontend.ops import matmul_kernel
@@ -48,7 +72,10 @@ def run_case(layer: str, L: int, args) -> dict:
     K, M = LAYERS[layer]
     shape = {"N": 32 * L, "K": K, "M": M}
     kernel = matmul_kernel()
-    recs = tune(kernel, args.target, shape, args.budget, args.repeat)
+    history = [] if history is None else history
+    model = _model(args, history)
+    recs = tune(kernel, args.target, shape, args.budget, args.repeat, model=model)
+    history.extend(recs)
     curve, best = [], float("inf")
     for r in recs:
         best = min(best, r.seconds)
@@ -69,6 +96,8 @@ def run_case(layer: str, L: int, args) -> dict:
     blas = _numpy_seconds(a, b, args.repeat)
     gflop = 2 * 32 * L * K * M / 1e9
     return {"layer": layer, "L": L, "shape": shape, "tuned_s": tuned.seconds,
+            "model": args.model if model is None or model.trees is None or
+            args.model != "learned" else f"learned ({model.samples} trials)",
             "tuned_config": tuned.config, "default_s": recs[0].seconds,
             "space_best_s": space_best, "space_points_measured": len(pts),
             "space_size": len(space), "openblas_s": blas,
@@ -77,14 +106,87 @@ def run_case(layer: str, L: int, args) -> dict:
             "tuned_vs_openblas": blas / tuned.seconds, "best_so_far_s": curve}
 
 
+def measure_multiversion(rows: list[dict], records: list, args) -> None:
+    """Build one multi-version object per layer from ``records`` and measure it at every
+    L of the layer (adds ``mv_s``, ``mv_version``, ``mv_vs_space_best``,
+    ``mv_vs_openblas`` to the rows)."""
+    import tempfile
+
+    import numpy as np
+
+    from polycomp.frontend.ops import matmul_kernel
+    from polycomp.scheduler.tuning.multiversion import MultiVersionKernel
+    from polycomp.scheduler.tuning.records import append
+    for layer in sorted({r["layer"] for r in rows}):
+        K, M = LAYERS[layer]
+        mine = [x for x in records if x.shape.get("K") == K and x.shape.get("M") == M]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "records.jsonl")
+            append(path, mine)
+            mv = MultiVersionKernel(matmul_kernel(), args.target, path)
+        print(mv.explain(), file=sys.stderr)
+        rng = np.random.default_rng(0)
+        for r in rows:
+            if r["layer"] != layer:
+                continue
+            n = 32 * r["L"]
+            a = rng.standard_normal((n, K), dtype=np.float32)
+            b = rng.standard_normal((K, M), dtype=np.float32)
+            out = mv(a, b)
+            if not np.allclose(out, a @ b, rtol=1e-3, atol=1e-2):
+                raise SystemExit(f"multi-version result differs from numpy at L={r['L']}")
+            best = float("inf")
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                mv(a, b)
+                best = min(best, time.perf_counter() - t0)
+            r["mv_s"] = best
+            r["mv_version"] = mv.select(N=n, M=M, K=K)
+            r["mv_vs_space_best"] = r["space_best_s"] / best
+            r["mv_vs_openblas"] = r["openblas_s"] / best
+
+
 def format_table(rows: list[dict]) -> str:
+    mv = any("mv_s" in r for r in rows)
     out = ["layer   L    tuned ms  default ms  space-best ms  OpenBLAS ms  "
-           "tuned/space-best  vs OpenBLAS"]
+           "tuned/space-best  vs OpenBLAS" + ("    mv ms  mv/space-best  mv vs OpenBLAS"
+                                               if mv else "")]
     for r in rows:
-        out.append(f"{r['layer']:7s} {r['L']:<4d} {r['tuned_s'] * 1e3:8.3f}  "
-                   f"{r['default_s'] * 1e3:10.3f}  {r['space_best_s'] * 1e3:13.3f}  "
-                   f"{r['openblas_s'] * 1e3:11.3f}  {r['tuned_vs_space_best']:16.1%}  "
-                   f"{r['tuned_vs_openblas']:10.2f}x")
+        line = (f"{r['layer']:7s} {r['L']:<4d} {r['tuned_s'] * 1e3:8.3f}  "
+                f"{r['default_s'] * 1e3:10.3f}  {r['space_best_s'] * 1e3:13.3f}  "
+                f"{r['openblas_s'] * 1e3:11.3f}  {r['tuned_vs_space_best']:16.1%}  "
+                f"{r['tuned_vs_openblas']:10.2f}x")
+        if "mv_s" in r:
+            line += (f"  {r['mv_s'] * 1e3:8.3f}  {r['mv_vs_space_best']:13.1%}  "
+                     f"{r['mv_vs_openblas']:13.2f}x")
+        out.append(line)
+    return "\n".join(out)
+
+
+def gpu_table(layers: list[str], Ls: list[int]) -> str:
+    """The CUDA plan per layer: the model's choice per bucket and the one-.cu host
+    rule's choice (no measurement; docs/tuning.md)."""
+    from polycomp.frontend.ops import matmul_kernel
+    from polycomp.hw.target import get_target
+    from polycomp.scheduler.tuning.cuda_versions import CudaMultiVersion
+    from polycomp.scheduler.tuning.gpu_space import rank
+    t = get_target("cuda")
+    from polycomp.scheduler.tuning.gpu_space import predict_seconds
+    out = ["| layer | L | rows | model choice | predicted µs | host rule picks | "
+           "its predicted µs |", "|---|---|---|---|---|---|---|"]
+    for layer in layers:
+        K, M = LAYERS[layer]
+        rows = [32 * L for L in Ls]
+        mv = CudaMultiVersion(matmul_kernel("float16", "float32"), t, rows, M, K)
+        for L, n in zip(Ls, rows):
+            sec, p = rank(t, n, M, K, top=1)[0]
+            i = mv.select(N=n, M=M, K=K)
+            q = mv.versions[i].point
+            out.append(f"| {layer} | {L} | {n} | {p.label()} | {sec * 1e6:.1f} | v{i} "
+                       f"{q.label()} | {predict_seconds(q, t, n, M, K) * 1e6:.1f} |")
+        out.append("")
+        out.append(mv.explain())
+        out.append("")
     return "\n".join(out)
 
 
@@ -108,8 +210,15 @@ def plot(rows: list[dict], path: str) -> bool:
 
 
 def run_child(args) -> list[dict]:
-    return [run_case(layer, L, args) for layer in args.layer.split(",")
+    history: list = []
+    rows = [run_case(layer, L, args, history) for layer in args.layer.split(",")
             for L in (int(x) for x in args.L.split(","))]
+    if args.records:
+        from polycomp.scheduler.tuning.records import append
+        append(args.records, history)
+    if args.multiversion:
+        measure_multiversion(rows, history, args)
+    return rows
 
 
 def main(argv=None) -> int:
@@ -125,8 +234,18 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--target", default="cpu")
     p.add_argument("--plot", metavar="FILE.png", help="best-so-far curves (matplotlib)")
+    p.add_argument("--model", choices=("none", "analytic", "learned"), default="none",
+                   help="rank the space by the cost model before measuring")
+    p.add_argument("--multiversion", action="store_true",
+                   help="build and measure one multi-version object per layer")
+    p.add_argument("--records", metavar="FILE.jsonl", help="append every trial's record")
+    p.add_argument("--gpu-table", action="store_true",
+                   help="print the CUDA wave-model plan for the layers and exit")
     argv = list(argv if argv is not None else sys.argv[1:])
     args = p.parse_args(argv)
+    if args.gpu_table:
+        print(gpu_table(args.layer.split(","), [int(x) for x in args.L.split(",")]))
+        return 0
     if os.environ.get(_CHILD) == "1":
         rows = run_child(args)
         if args.plot and not plot(rows, args.plot):

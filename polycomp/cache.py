@@ -9,9 +9,11 @@ Layout of the cache directory (``$POLYCOMP_CACHE_DIR``, default ``~/.cache/polyc
 
 Guarantees:
 
-* **Key.**  ``key`` hashes the kind of artifact, polycomp's version, the compiler's path
-  and ``--version`` text, and every input of the build (the generated source, which
-  encodes the kernel's structure, options and target, plus flags, include dirs, libs).
+* **Key.**  ``key`` hashes the kind of artifact, polycomp's version, the compiler's
+  resolved path (``realpath`` of the executable ``PATH`` finds, so a ``gcc`` symlink
+  moved to another compiler is another key) and ``--version`` text, and every input of
+  the build (the generated source, which encodes the kernel's structure, options and
+  target, plus flags, include dirs, libs).
 * **Atomic across filesystems.**  The compiler writes into the system temp dir (which may
   be another filesystem); the result is *copied* into ``tmp/`` of the cache and only then
   ``os.replace``-d into place, so every rename stays inside one directory tree on one
@@ -24,8 +26,12 @@ Guarantees:
   loaded.  The cache directory must belong to the current user and not be writable by
   group or others; otherwise (and when it cannot be written at all) builds go to a
   private per-process directory instead, with a warning.
-* **Size cap.**  ``$POLYCOMP_CACHE_MAX_BYTES`` (default 1 GiB): after a store, the least
-  recently used entries are evicted until the objects fit (the entry just stored is kept).
+* **Durability.**  Objects and entries are ``fsync``-ed before their rename, and the
+  directory after it, so a crash leaves either the old state or the complete new one.
+* **Size cap.**  ``$POLYCOMP_CACHE_MAX_MB`` (MiB, default 1024; ``$POLYCOMP_CACHE_MAX_BYTES``
+  is read when it is unset): after a store, the least recently used entries are evicted
+  until the objects fit (the entry just stored is kept).  A value that is not a positive
+  number is reported with a warning and the default is used.
 
 ``polycomp cache info`` and ``polycomp cache clear`` show and empty it.
 """
@@ -57,18 +63,63 @@ def default_dir() -> str:
 
 
 def default_max_bytes() -> int:
-    v = os.environ.get("POLYCOMP_CACHE_MAX_BYTES")
-    return int(v) if v else DEFAULT_MAX_BYTES
+    """The size cap: ``$POLYCOMP_CACHE_MAX_MB`` (MiB), else ``$POLYCOMP_CACHE_MAX_BYTES``,
+    else 1 GiB; a bad value warns and falls back to the default."""
+    for var, unit in (("POLYCOMP_CACHE_MAX_MB", 1 << 20), ("POLYCOMP_CACHE_MAX_BYTES", 1)):
+        v = os.environ.get(var)
+        if v is None or not v.strip():
+            continue
+        try:
+            n = float(v)
+        except ValueError:
+            n = float("nan")
+        if not (n > 0 and n * unit < 1 << 62):       # NaN, 0, negative, inf, absurd
+            _warn_once(f"polycomp: ${var}={v!r} is not a positive number; using the "
+                       f"default cache cap of {DEFAULT_MAX_BYTES >> 20} MiB")
+            return DEFAULT_MAX_BYTES
+        return max(1, int(n * unit))
+    return DEFAULT_MAX_BYTES
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, stacklevel=3)
+
+
+def compiler_version(exe: str) -> str:
+    """The compiler's identity in every key built with ``exe``: the resolved path of the
+    executable ``PATH`` finds for it and its ``--version`` text."""
+    found = shutil.which(exe)
+    real = os.path.realpath(found) if found else exe
+    return f"{real}\n{_version_text(real)}"
 
 
 @functools.lru_cache(maxsize=None)
-def compiler_version(exe: str) -> str:
-    """The first line of ``exe --version`` (part of every key built with ``exe``)."""
+def _version_text(real: str) -> str:
     try:
-        r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+        r = subprocess.run([real, "--version"], capture_output=True, text=True, timeout=60)
         return (r.stdout or r.stderr).strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def _fsync_dir(path: str) -> None:
+    """Make a rename in directory ``path`` durable (no-op where directories cannot be
+    opened, e.g. Windows)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def make_key(kind: str, *parts: str) -> str:
@@ -104,7 +155,8 @@ class CacheInfo:
             if self.private else ""
         return (f"cache directory: {self.directory}{mode}\n"
                 f"entries: {self.entries}\n"
-                f"size: {self.bytes} bytes (cap {self.max_bytes})\n"
+                f"size: {self.bytes} bytes (cap {self.max_bytes} bytes = "
+                f"{self.max_bytes / (1 << 20):g} MiB, $POLYCOMP_CACHE_MAX_MB)\n"
                 f"this process: {self.hits} hits, {self.misses} misses, "
                 f"{self.rebuilt} corrupt entries rebuilt")
 
@@ -207,7 +259,10 @@ class KernelCache:
         try:
             write(tmp)
             os.chmod(tmp, 0o600 if dest.endswith(".json") else 0o700)
+            with open(tmp, "rb+") as f:          # the data before the name
+                os.fsync(f.fileno())
             os.replace(tmp, dest)
+            _fsync_dir(os.path.dirname(dest))    # the name itself
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -222,8 +277,6 @@ class KernelCache:
 
         def copy(tmp: str) -> None:
             shutil.copyfile(built, tmp)
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
 
         def entry(tmp: str) -> None:
             with open(tmp, "w") as f:

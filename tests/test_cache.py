@@ -30,7 +30,9 @@ def cache_dir(tmp_path, monkeypatch):
     d = tmp_path / "cache"
     monkeypatch.setenv("POLYCOMP_CACHE_DIR", str(d))
     monkeypatch.delenv("POLYCOMP_CACHE_MAX_BYTES", raising=False)
+    monkeypatch.delenv("POLYCOMP_CACHE_MAX_MB", raising=False)
     pcache._CACHES.clear()
+    pcache._WARNED.clear()
     yield d
     pcache._CACHES.clear()
 
@@ -229,6 +231,71 @@ def test_size_cap_evicts_least_recently_used(cache_dir, monkeypatch):
     assert run(c) == 5
     assert os.path.exists(a) and not os.path.exists(b)
     assert pcache.get_cache().info().entries == 2
+
+
+def test_size_cap_in_mib_evicts_least_recently_used(cache_dir, monkeypatch):
+    a = build(SRC_ADD)
+    size = os.path.getsize(a)
+    b = build(SRC_MUL)
+    os.utime(entry_of(a), (2, 2))          # b: the least recently used
+    os.utime(entry_of(b), (1, 1))
+    monkeypatch.setenv("POLYCOMP_CACHE_MAX_MB", repr((2 * size + size // 2) / (1 << 20)))
+    monkeypatch.setenv("POLYCOMP_CACHE_MAX_BYTES", "1")          # MiB wins when both set
+    pcache._CACHES.clear()
+    assert pcache.get_cache().max_bytes == 2 * size + size // 2
+    c = build("void kern(int *x) { *x -= 5; }\n")
+    assert run(c) == 5 and os.path.exists(a) and not os.path.exists(b)
+    monkeypatch.setenv("POLYCOMP_CACHE_MAX_MB", "64")
+    assert pcache.default_max_bytes() == 64 << 20
+
+
+@pytest.mark.parametrize("value", ["abc", "-3", "0", "nan", "inf", "1e300", "12MB"])
+def test_bad_cap_values_warn_and_fall_back(cache_dir, monkeypatch, value):
+    monkeypatch.setenv("POLYCOMP_CACHE_MAX_MB", value)
+    with pytest.warns(UserWarning, match=r"POLYCOMP_CACHE_MAX_MB=.* not a positive number"):
+        assert pcache.default_max_bytes() == pcache.DEFAULT_MAX_BYTES
+    pcache._CACHES.clear()
+    assert run(build()) == 11                         # the cache still works
+
+
+def test_entries_objects_and_directories_are_fsynced(cache_dir, monkeypatch):
+    import stat
+    synced = []
+    real = os.fsync
+
+    def spy(fd):
+        st = os.fstat(fd)
+        synced.append((stat.S_ISDIR(st.st_mode), st.st_ino))
+        return real(fd)
+    monkeypatch.setattr(pcache.os, "fsync", spy)
+    p = build()
+    dirs = {ino for is_dir, ino in synced if is_dir}
+    files = [ino for is_dir, ino in synced if not is_dir]
+    assert os.stat(os.path.dirname(p)).st_ino in dirs                    # objects/
+    assert os.stat(os.path.dirname(entry_of(p))).st_ino in dirs          # entries/
+    assert os.stat(p).st_ino in files and os.stat(entry_of(p)).st_ino in files
+
+
+def test_key_has_the_compilers_realpath(cache_dir, tmp_path, monkeypatch):
+    """Two compilers printing the same --version are told apart by their resolved path:
+    a ``cc`` symlink moved to another compiler is another key."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("cc-a", "cc-b"):
+        f = bindir / name
+        f.write_text("#!/bin/sh\necho 'fakecc 1.0'\n")
+        f.chmod(0o755)
+    link = bindir / "fakecc"
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    link.symlink_to(bindir / "cc-a")
+    va = pcache.compiler_version("fakecc")
+    link.unlink()
+    link.symlink_to(bindir / "cc-b")
+    vb = pcache.compiler_version("fakecc")
+    assert va != vb and va.endswith("fakecc 1.0") and vb.endswith("fakecc 1.0")
+    assert str(bindir / "cc-a") in va and str(bindir / "cc-b") in vb
+    assert pcache.make_key("c-so", "src", "fakecc", va) != pcache.make_key("c-so", "src",
+                                                                           "fakecc", vb)
 
 
 def test_bytes_artifacts_for_cubins(cache_dir):

@@ -119,12 +119,33 @@ def test_compile_uses_records_and_options_override(kfile, tmp_path):
     assert src["override"] == compile_kernel(k, "cpu-avx2", {**cfg, "parallel": True}).source
 
 
-def test_tune_rejects_gpu_targets_and_bad_workers(kfile):
+def test_tune_rejects_npu_targets_and_bad_workers(kfile):
     k = kernel_of(kfile)
-    with pytest.raises(UsageError, match="CPU targets"):
-        tune(k, "cuda", SHAPE, budget=1)
+    with pytest.raises(UsageError, match="CPU targets and ranks CUDA"):
+        tune(k, "npu", SHAPE, budget=1)
+    with pytest.raises(UsageError, match="must bind"):
+        tune(k, "cuda", {"N": 24}, budget=1)
     with pytest.raises(UsageError, match="local:N"):
         tune(k, "cpu-avx2", SHAPE, budget=1, workers="local:0")
+
+
+def test_tune_cuda_writes_model_records_and_explain_plans(tmp_path, capsys):
+    """No GPU: ``tune -t cuda`` records the analytic model's choice per shape (marked as
+    not measured); ``explain -t cuda --records`` plans the one-.cu versions from them."""
+    f = tmp_path / "mm16.py"
+    f.write_text("from polycomp.frontend.ops import matmul_kernel\n"
+                 "mm = matmul_kernel('float16', 'float32')\n")
+    r = tmp_path / "gpu.jsonl"
+    for n in (32, 256, 4096):
+        assert main(["tune", str(f), "-t", "cuda", "--shape", f"N={n},M=3072,K=1024",
+                     "--records", str(r), "--no-progress"]) == 0
+    recs = rec.load(str(r))
+    assert len(recs) == 3 and all("not measured" in x.machine for x in recs)
+    assert len({str(x.config) for x in recs}) >= 2
+    capsys.readouterr()
+    assert main(["explain", str(f), "-t", "cuda", "--records", str(r)]) == 0
+    out = capsys.readouterr().out
+    assert "versions in one .cu" in out and "floor(blocks / W_v)" in out
 
 
 @pytest.mark.slow

@@ -20,6 +20,11 @@ def add_cli(sub, parents) -> None:
     t.add_argument("--seed", type=int, default=0, help="sampler seed")
     t.add_argument("--workers", metavar="local:N|ray://HOST:PORT",
                    help="run trials as Ray tasks (optional extra polycomp[tune])")
+    t.add_argument("--model", choices=("none", "analytic", "learned"), default="none",
+                   help="rank the space by the cost model before measuring and measure "
+                   "its top half of the budget first (learned: the analytic model "
+                   "corrected by trees fitted on the --records file's trials; needs "
+                   "scikit-learn, polycomp[tune])")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_tune)
 
@@ -63,9 +68,10 @@ def cmd_tune(args) -> int:
         if bar is not None:
             bar.update(n - bar.n)
             bar.set_postfix(best=f"{best * 1e3:.3f} ms")
+    model = _cost_model(args, kernel)
     t0 = time.perf_counter()
     recs = tune(kernel, args.target, shape, args.budget, args.repeat, args.seed,
-                args.workers, progress)
+                args.workers, progress, model=model)
     if bar is not None:
         bar.close()
     best = min(recs, key=lambda r: r.seconds)
@@ -81,17 +87,47 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def _cost_model(args, kernel):
+    """The ``--model`` of ``polycomp tune`` (None for ``none``)."""
+    if args.model == "none":
+        return None
+    from polycomp.driver import compile_kernel
+    from polycomp.hw.target import get_target
+
+    from .cost_model import CostModel
+    from .records import kernel_hash, load
+    t = get_target(args.target)
+    if t.kind != "c":
+        raise UsageError(f"--model ranks the CPU space; {t.name} is not a CPU target")
+    model = CostModel(t)
+    if args.model == "learned":
+        if not args.records or not os.path.isfile(args.records):
+            raise UsageError("--model learned fits on earlier trials: give --records FILE "
+                             "with measurements of this kernel on this target")
+        model.fit_records(load(args.records), compile_kernel(kernel, t, {}).final_ir,
+                          kernel_hash(kernel))
+    return model
+
+
 def explain_versions(args, kernel) -> str | None:
-    """The multi-version plan of ``kernel`` from ``--records`` (for ``explain``)."""
+    """The multi-version plan of ``kernel`` from ``--records`` (for ``explain``): the
+    versions with their guards and the rule (CPU); on a CUDA target the wave-model plan
+    of :mod:`.cuda_versions` when the kernel is a Tensor Core GEMM."""
     if not getattr(args, "records", None):
         return None
-    from .multiversion import plan_versions
+    from polycomp.driver import compile_kernel
+    from polycomp.hw.target import get_target
+
+    from .multiversion import explain_plan, plan_versions
     from .records import kernel_hash, load
+    t = get_target(args.target)
+    if t.kind == "cuda":
+        from .cuda_versions import explain_cuda_plan
+        return explain_cuda_plan(kernel, t, load(args.records))
     try:
-        sym, versions = plan_versions(load(args.records), kernel_hash(kernel), args.target)
+        func = compile_kernel(kernel, t, {}).final_ir if t.kind == "c" else None
+        sym, versions = plan_versions(load(args.records), kernel_hash(kernel), t.name,
+                                      func, t if func is not None else None)
     except UsageError as e:
         return f"no multi-version plan: {e}"
-    lines = [f"{len(versions)} versions, dispatch on {sym} (first guard that holds):"]
-    lines += [f"  v{i}: {v.guard(sym):24s} config {v.config or '(default)'}"
-              for i, v in enumerate(versions)]
-    return "\n".join(lines)
+    return explain_plan(kernel.name, t.name, sym, versions, one_object=func is not None)

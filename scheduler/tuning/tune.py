@@ -11,6 +11,7 @@ machine, so use it for throughput, not for final figures).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -31,13 +32,10 @@ class TrialResult:
 
 
 def gemm_shape(func, shape: dict[str, int]) -> GemmShape:
-    """The ``(M, N)`` the space is capped by: the first output's rows (all but its last
-    dimension) and columns."""
-    from polycomp.shapes import eval_int
-    out = func.outputs[0]
-    dims = [eval_int(d, shape) for d in out.shape]
-    m = int(np.prod(dims[:-1])) if len(dims) > 1 else 1
-    return GemmShape(m, dims[-1] if dims else 1, 0, out.dtype)
+    """The ``(M, N, K)`` the space is capped by and the cost model reads
+    (:func:`.cost_model.gemm_dims`)."""
+    from .cost_model import gemm_dims
+    return gemm_dims(func, shape)
 
 
 def measure(kernel, target: str, config: dict, shape: dict[str, int], repeat: int = 5,
@@ -79,6 +77,23 @@ def suggest(trial, points: list[CpuPoint]) -> CpuPoint:
     return cand[0]
 
 
+def point_params(point: CpuPoint, points: list[CpuPoint]) -> dict[str, Any]:
+    """The parameters :func:`suggest` would draw to reach ``point`` (for optuna's
+    ``enqueue_trial``: the model's picks are trials TPE learns from)."""
+    params: dict[str, Any] = {"packing": point.packing, "parallel": point.parallel}
+    if not point.packing:
+        return params
+    cand = [p for p in points if p.packing and p.parallel == point.parallel]
+    reg = f"{point.MR}x{point.NI}"
+    params["reg"] = reg
+    cand = [p for p in cand if f"{p.MR}x{p.NI}" == reg]
+    for knob in ("KC", "NC", "MC"):
+        vals = sorted({getattr(p, knob) for p in cand})
+        params[f"{knob}|{reg}|{len(vals)}|{vals[0]}-{vals[-1]}"] = getattr(point, knob)
+        cand = [p for p in cand if getattr(p, knob) == getattr(point, knob)]
+    return params
+
+
 def safe_measure(kernel, target, config, shape, repeat):
     """:func:`measure`, with a configuration that fails to build a failed trial."""
     from polycomp.errors import PolycompError
@@ -97,22 +112,38 @@ def _run_trials(kernel, target, configs, shape, repeat, workers):
 
 def tune(kernel, target: str, shape: dict[str, int], budget: int = 64, repeat: int = 5,
          seed: int = 0, workers: str | None = None,
-         progress: Callable[[int, float], None] | None = None) -> list[TuningRecord]:
+         progress: Callable[[int, float], None] | None = None,
+         model=None, model_share: float = 0.5) -> list[TuningRecord]:
     """Tune ``kernel`` at ``shape``: ``budget`` measured trials (the default config
-    first); returns one record per trial (failed ones have ``seconds == inf``)."""
+    first); returns one record per trial (failed ones have ``seconds == inf``).
+
+    ``model`` (a :class:`.cost_model.CostModel`): the space is ranked by it before
+    measuring and its top ``model_share`` of the budget is measured first (enqueued in
+    the optuna study, so TPE learns from them); TPE proposes the rest."""
     import optuna
 
     from polycomp.driver import compile_kernel
     from polycomp.hw.target import get_target
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t = get_target(target)
+    if t.kind == "cuda":             # no GPU measured here: the model's choice
+        from .cuda_versions import model_records
+        recs = model_records(kernel, t, shape)
+        if progress:
+            progress(len(recs), recs[0].seconds)
+        return recs
     if t.kind != "c":
-        raise UsageError(f"polycomp tune measures CPU targets; {target} is not one (GPU "
-                         f"configurations are ranked by the model: docs/tuning.md)")
+        raise UsageError(f"polycomp tune measures CPU targets and ranks CUDA ones; "
+                         f"{target} is neither")
     ck = compile_kernel(kernel, t)
     points = cpu_space(t, gemm_shape(ck.final_ir, shape))
     study = optuna.create_study(direction="minimize",
                                 sampler=optuna.samplers.TPESampler(seed=seed))
+    queue = []
+    if model is not None:
+        n_model = min(len(points), int(math.ceil((budget - 1) * model_share)))
+        queue = [point_params(p, points)
+                 for p in model.rank(points, gemm_shape(ck.final_ir, shape))[:n_model]]
     khash, bucket = kernel_hash(kernel), shape_bucket(shape)
     records: list[TuningRecord] = []
     ref = None
@@ -120,7 +151,12 @@ def tune(kernel, target: str, shape: dict[str, int], budget: int = 64, repeat: i
     seen: dict[CpuPoint, float] = {}
     while len(records) < budget:
         n = min(batch, budget - len(records))
-        trials = [study.ask() for _ in range(n)]
+        trials = []
+        for _ in range(n):
+            trials.append(study.ask())
+            for params in queue:      # after the default trial: the model's picks first
+                study.enqueue_trial(params, skip_if_exists=True)
+            queue = []
         pts = [None if not records and i == 0 else suggest(tr, points)
                for i, tr in enumerate(trials)]
         configs = [{} if p is None else p.options() for p in pts]
