@@ -27,7 +27,7 @@ def test_readme_opens_with_the_two_commands():
     assert first.group(1).splitlines() == [
         'pip install -e ".[test]" && polycomp compile examples/matmul_relu.py --target cuda '
         '-o build/matmul_relu.cu',
-        "python -m pytest",
+        "python -m pytest -n 2",
     ]
 
 
