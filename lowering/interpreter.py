@@ -163,6 +163,8 @@ class Interpreter:
             b = self.expr(e.b, st, mask)
             return np.logical_or(a, b)
         b = self.expr(e.b, st, mask)
+        if op in ir.BITWISE_OPS:
+            return _bitwise(op, a, b, e.dtype)
         if e.dtype in dt.FLOATS:
             nd = _np_compute(e.dtype)
             a = np.asarray(a, dtype=nd) if np.ndim(a) else nd.type(a)
@@ -471,3 +473,16 @@ def run_func(func: ir.LoweredFunc, inputs: dict, params: dict,
 def _eval_shape(d, params):
     from polycomp.shapes import eval_int
     return eval_int(d, params)
+
+
+_BITWISE_UFUNCS = {"&": np.bitwise_and, "|": np.bitwise_or, "^": np.bitwise_xor,
+                   "<<": np.left_shift, ">>": np.right_shift}
+
+
+def _bitwise(op: str, a, b, dtype: str):
+    """``a op b`` on integers of ``dtype`` with numpy's ufunc (its semantics define the
+    operator, see :func:`polycomp.ir.bitwise`)."""
+    nd = np.dtype(dt.to_numpy(dtype))
+    a = np.asarray(a).astype(nd) if np.ndim(a) else nd.type(int(a))
+    b = np.asarray(b).astype(nd) if np.ndim(b) else nd.type(int(b))
+    return _BITWISE_UFUNCS[op](a, b)
