@@ -51,6 +51,17 @@ def test_per_array_dependences_equal_the_whole_program_analysis(kernel):
     assert not m.flow.is_empty()
 
 
+def _filters(tree) -> list:
+    found = []
+
+    def visit(n):
+        if n.get_type() == isl.schedule_node_type.filter:
+            found.append(n.filter_get_filter())
+        return True
+    tree.get_root().foreach_descendant_top_down(visit)
+    return found
+
+
 def test_ast_objects_share_the_build_parameters(monkeypatch):
     real_node = isl.AstBuild.node_from_schedule
     trees = []
@@ -63,13 +74,7 @@ def test_ast_objects_share_the_build_parameters(monkeypatch):
     assert trees
     for tree in trees:
         space = tree.get_domain().get_space().params()
-        filters = []
-
-        def visit(n):
-            if n.get_type() == isl.schedule_node_type.filter:
-                filters.append(n.filter_get_filter())
-            return True
-        tree.get_root().foreach_descendant_top_down(visit)
+        filters = _filters(tree)
         assert len(filters) > 6  # the block filter and one per stage
         for f in filters:
             assert f.get_space().params().has_equal_params(space), f
