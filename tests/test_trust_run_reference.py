@@ -9,7 +9,6 @@ import pytest
 
 import polycomp as pc
 from polycomp import cli
-from polycomp.frontend import ops
 from polycomp.lowering import interpreter
 from polycomp.lowering.ast_to_ir import lower_schedule
 
