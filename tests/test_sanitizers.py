@@ -2,13 +2,14 @@
 into a standalone executable (:mod:`polycomp.hw.cpu.sanitize`: the kernel's C source
 plus a generated ``main()``; nothing instrumented is loaded into this Python process)
 and run in a subprocess on small random shapes, extent 1 and vector tails included; a
-non-zero exit or any ASan/UBSan/LSan report fails the case, and the outputs are
-compared with the numpy reference.
+non-zero exit or any ASan/UBSan/LSan report fails the case, and the outputs are compared
+with the numpy reference.
 
-Targets: float32 and float64 on both ``c`` and ``cpu-avx2`` (the vectorised paths);
-the other dtypes (float16, bfloat16, int32, int8), which run scalar code on every CPU
-target, on ``c`` only.  Executables are built once per session by a pool of two gcc
-processes (only for the cases pytest selected), then each case runs its shapes.
+Targets: float32 and float64 on ``c``, ``cpu-avx2`` and, where the host has AVX-512,
+``cpu-avx512`` (the vectorised paths); the other dtypes (float16, bfloat16, int32,
+int8), which run scalar code on every CPU target, on ``c`` only. Executables are built
+once per session by a pool of two gcc processes (only for the cases pytest selected),
+then each case runs its shapes.
 """
 from __future__ import annotations
 
@@ -31,11 +32,20 @@ VECTOR_DTYPES = ("float32", "float64")
 _TAILS = (1, 2, 3, 5, 7, 9, 11, 13, 17)
 
 
+def _vector_targets() -> tuple:
+    """``cpu-avx2``, and ``cpu-avx512`` where the host runs AVX-512 natively (the
+    sanitized executable runs the kernel directly; SIMDe builds are covered by the
+    fuzzer)."""
+    from polycomp.hw.cpu.simd_build import has_native_avx512
+    return ("cpu-avx2", "cpu-avx512") if has_native_avx512() else ("cpu-avx2",)
+
+
 def _cases() -> list:
     out = []
+    vector = _vector_targets()
     for name, spec in sorted(OPS.items()):
         for dtype in spec.dtypes:
-            targets = ("c", "cpu-avx2") if dtype in VECTOR_DTYPES else ("c",)
+            targets = ("c", *vector) if dtype in VECTOR_DTYPES else ("c",)
             for target in targets:
                 out.append(pytest.param(name, dtype, target, id=f"{name}-{dtype}-{target}",
                                         marks=pytest.mark.slow))

@@ -20,8 +20,11 @@ Usage (tests/test_sanitizers.py, or any script)::
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
+import tempfile
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,9 +34,10 @@ from polycomp.errors import BuildError, PolycompError
 
 from .build import DEFAULT_FLAGS, compiler
 
-#: the sanitizer build: the target's usual flags less optimisation level and -shared/-fPIC
+#: the sanitizer build: the target's usual flags less optimisation level and -shared/-fPIC;
+#: ``-g1`` (line tables: reports keep file:line) builds about 15 % faster than ``-g``
 SAN_FLAGS = tuple(f for f in DEFAULT_FLAGS if f not in ("-O3", "-shared", "-fPIC")) + (
-    "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+    "-O1", "-g1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
     "-fno-omit-frame-pointer")
 
 #: the run's environment: abort on the first report, print stacks; OpenMP kept small
@@ -102,13 +106,53 @@ def harness_source(func) -> str:
     return "\n".join(lines)
 
 
+#: the system headers generated sources include; precompiled once (``<immintrin.h>`` is
+#: about half of a vector kernel's sanitizer build)
+PCH_HEADERS = ("stdint.h", "stdbool.h", "stdlib.h", "math.h", "string.h", "stdio.h",
+               "immintrin.h")
+_pch_lock = threading.Lock()
+_pch_flags: dict = {}
+
+
+def precompiled_header_flags() -> tuple:
+    """``("-I", dir, "-include", header)`` naming a precompiled header of
+    :data:`PCH_HEADERS` built with :data:`SAN_FLAGS` (once per compiler and flags, in the
+    temp dir), or ``()`` when it cannot be built.  The sources' own includes of these
+    headers are then no-ops (include guards), and gcc ignores a PCH whose flags do not
+    match (it parses the header instead): the executable is the same either way."""
+    cc = compiler()
+    key = hashlib.sha1(repr((cc, SAN_FLAGS, PCH_HEADERS)).encode()).hexdigest()[:16]
+    with _pch_lock:
+        if key in _pch_flags:
+            return _pch_flags[key]
+        d = os.path.join(tempfile.gettempdir(), f"polycomp-san-pch-{os.getuid()}-{key}")
+        header = os.path.join(d, "pc_san.h")
+        flags: tuple = ()
+        try:
+            if not os.path.exists(header + ".gch"):
+                os.makedirs(d, exist_ok=True)
+                with open(header, "w") as f:
+                    f.write("".join(f"#include <{h}>\n" for h in PCH_HEADERS))
+                tmp = f"{header}.{os.getpid()}.gch"
+                r = subprocess.run([cc, *SAN_FLAGS, "-x", "c-header", header, "-o", tmp],
+                                   capture_output=True, text=True)
+                if r.returncode == 0:
+                    os.replace(tmp, header + ".gch")
+            if os.path.exists(header + ".gch"):
+                flags = ("-I", d, "-include", "pc_san.h")
+        except OSError:
+            flags = ()
+        _pch_flags[key] = flags
+        return flags
+
+
 def build_sanitized(func, source: str, path: str) -> str:
     """Compile the kernel ``source`` plus its harness into the executable ``path`` with
-    :data:`SAN_FLAGS`; returns ``path``."""
+    :data:`SAN_FLAGS` (and the precompiled system headers); returns ``path``."""
     src = path + ".c"
     with open(src, "w") as f:
         f.write(source + harness_source(func))
-    cmd = [compiler(), *SAN_FLAGS, src, "-o", path, "-lm"]
+    cmd = [compiler(), *SAN_FLAGS, *precompiled_header_flags(), src, "-o", path, "-lm"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise BuildError(f"{' '.join(cmd)} failed:\n{r.stderr[-4000:]}")
