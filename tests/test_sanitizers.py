@@ -122,3 +122,18 @@ def test_harness_reports_overflow(tmp_path):
     run_sanitized(build_sanitized(func, ck.source, str(tmp_path / "good")), func, xs)
     with pytest.raises(SanitizerError, match="heap-buffer-overflow"):
         run_sanitized(exe, func, xs)
+
+
+def test_avx512_cases_where_the_host_has_it():
+    from polycomp.hw.cpu.simd_build import has_native_avx512
+    ids = [p.id for p in _cases()]
+    assert any(i.endswith("-float32-cpu-avx2") for i in ids)
+    assert any(i.endswith("-float32-cpu-avx512") for i in ids) == has_native_avx512()
+    assert not any(i.endswith("-int8-cpu-avx512") for i in ids)
+
+
+def test_precompiled_headers_serve_the_builds():
+    from polycomp.hw.cpu.sanitize import precompiled_header_flags
+    flags = precompiled_header_flags()
+    assert flags and os.path.exists(os.path.join(flags[1], "pc_san.h.gch"))
+    assert precompiled_header_flags() is flags  # built once per process
