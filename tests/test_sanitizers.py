@@ -22,7 +22,12 @@ import pytest
 from ops_helpers import check_close, compiled
 
 from polycomp.frontend.ops import OPS
-from polycomp.hw.cpu.sanitize import SanitizerError, build_sanitized, run_sanitized
+from polycomp.hw.cpu.sanitize import (
+    SanitizerError,
+    build_sanitized,
+    run_sanitized,
+    run_sanitized_many,
+)
 
 #: dtypes built for both CPU targets; the others are built for ``c`` only
 VECTOR_DTYPES = ("float32", "float64")
@@ -100,9 +105,10 @@ def test_op_kernel_sanitized(name, dtype, target, sanitized_builds, request):
     func, exe = sanitized_builds[key].result()
     spec = OPS[name]
     rng = np.random.default_rng(1)
-    for shapes in _shape_draws(name, dtype):
-        xs = spec.inputs(rng, shapes, dtype)
-        run = run_sanitized(exe, func, xs)
+    draws = _shape_draws(name, dtype)
+    inputs = [spec.inputs(rng, shapes, dtype) for shapes in draws]
+    runs = run_sanitized_many(exe, func, inputs)  # one process for the three shapes
+    for shapes, xs, run in zip(draws, inputs, runs):
         out = run.outputs[0] if len(run.outputs) == 1 else run.outputs
         check_close(out, spec.reference(*xs), spec, dtype, shapes,
                     f"{name}[{dtype}] on {target} under ASan/UBSan, shapes {shapes}")

@@ -67,11 +67,12 @@ def _caller_buffers(func) -> tuple:
 
 
 def harness_source(func) -> str:
-    """C ``main()`` calling ``func`` (a :class:`~polycomp.ir.LoweredFunc`).  ``argv[1]``
-    holds, as int64: the parameter values, the byte size of every input and output
-    buffer; then the caller's arrays (inputs, then the initial contents of in-out
-    outputs) back to back.  ``argv[2]`` receives the outputs back to back.  Sizes are
-    read at run time, so one executable serves every shape."""
+    """C ``main()`` calling ``func`` (a :class:`~polycomp.ir.LoweredFunc`) once per pair
+    of arguments ``IN OUT``: ``IN`` holds, as int64, the parameter values, the byte size
+    of every input and output buffer; then the caller's arrays (inputs, then the initial
+    contents of in-out outputs) back to back.  ``OUT`` receives the outputs back to
+    back.  Sizes are read at run time, so one executable (and one process: the
+    sanitizers' start-up is paid once) serves every shape."""
     given_names = {b.name for b in _caller_buffers(func)}
     bufs = tuple(func.inputs) + tuple(func.outputs)
     np_, nb = len(func.params), len(bufs)
@@ -82,8 +83,9 @@ def harness_source(func) -> str:
              "  if (posix_memalign(&p, 64, n ? n : 1) != 0) { perror(\"alloc\"); exit(3); }",
              "  return p;", "}",
              "int main(int argc, char **argv) {",
-             "  if (argc != 3) return 2;",
-             "  FILE *in = fopen(argv[1], \"rb\"); if (!in) return 2;",
+             "  if (argc < 3 || argc % 2 == 0) return 2;",
+             "  for (int a = 1; a + 1 < argc; a += 2) {",
+             "  FILE *in = fopen(argv[a], \"rb\"); if (!in) return 2;",
              f"  int64_t prm[{max(np_, 1)}], sz[{max(nb, 1)}];",
              f"  if (fread(prm, 8, {np_}, in) != {np_}) return 2;",
              f"  if (fread(sz, 8, {nb}, in) != {nb}) return 2;",
@@ -97,11 +99,12 @@ def harness_source(func) -> str:
             lines.append(f"  memset(b[{k}], 0x7f, (size_t)sz[{k}]);")
     args = [f"prm[{k}]" for k in range(np_)] + [f"b[{k}]" for k in range(nb)]
     lines += ["  fclose(in);", f"  {func.name}({', '.join(args)});",
-              "  FILE *out = fopen(argv[2], \"wb\"); if (!out) return 2;",
+              "  FILE *out = fopen(argv[a + 1], \"wb\"); if (!out) return 2;",
               f"  for (int k = {len(func.inputs)}; k < {nb}; k++)",
               "    if (fwrite(b[k], 1, (size_t)sz[k], out) != (size_t)sz[k]) return 2;",
               "  fclose(out);",
               f"  for (int k = 0; k < {nb}; k++) free(b[k]);",
+              "  }",
               "  return 0;", "}", ""]
     return "\n".join(lines)
 
@@ -170,30 +173,44 @@ def parameter_values(func, arrays) -> dict:
 def run_sanitized(exe: str, func, arrays, timeout: float = 60) -> SanitizedRun:
     """Run the executable ``exe`` (from :func:`build_sanitized`) on the caller's
     ``arrays``; raises :class:`SanitizerError` on a non-zero exit or a report."""
+    return run_sanitized_many(exe, func, [arrays], timeout)[0]
+
+
+def run_sanitized_many(exe: str, func, calls: list, timeout: float = 60) -> list:
+    """:func:`run_sanitized` for each list of arrays in ``calls``, in one process (in
+    order, each call on its own freshly allocated buffers); one :class:`SanitizedRun`
+    per call (they share the process's stderr)."""
     from polycomp.shapes import buffer_bytes, eval_int
-    values = parameter_values(func, arrays)
-    inp, outp = exe + ".in", exe + ".out"
-    sizes = [values[p.name] for p in func.params] + \
-        [buffer_bytes(b, values) for b in tuple(func.inputs) + tuple(func.outputs)]
-    with open(inp, "wb") as f:
-        f.write(np.asarray(sizes, dtype=np.int64).tobytes())
-        for a in arrays:
-            f.write(np.ascontiguousarray(a).tobytes())
+    argv, plans = [exe], []
+    for k, arrays in enumerate(calls):
+        values = parameter_values(func, arrays)
+        inp, outp = f"{exe}.{k}.in", f"{exe}.{k}.out"
+        sizes = [values[p.name] for p in func.params] + \
+            [buffer_bytes(b, values) for b in tuple(func.inputs) + tuple(func.outputs)]
+        with open(inp, "wb") as f:
+            f.write(np.asarray(sizes, dtype=np.int64).tobytes())
+            for a in arrays:
+                f.write(np.ascontiguousarray(a).tobytes())
+        argv += [inp, outp]
+        plans.append((values, outp))
     env = dict(os.environ, **SAN_ENV)
-    r = subprocess.run([exe, inp, outp], capture_output=True, text=True, env=env,
-                       timeout=timeout)
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
     if r.returncode != 0 or any(m in r.stderr for m in _REPORT_MARKERS):
-        raise SanitizerError(f"{func.name} (sizes {values}) exited with {r.returncode} "
+        sizes_txt = "; ".join(str(v) for v, _ in plans)
+        raise SanitizerError(f"{func.name} (sizes {sizes_txt}) exited with {r.returncode} "
                              f"under ASan/UBSan:\n{r.stderr[-6000:]}")
-    data = open(outp, "rb").read()
-    outs, pos = [], 0
-    for b in func.outputs:
-        shape = tuple(eval_int(d, values) for d in b.shape)
-        nd = np.dtype(dt.to_numpy(b.dtype))
-        n = int(np.prod(shape, dtype=np.int64)) * nd.itemsize
-        outs.append(np.frombuffer(data[pos:pos + n], dtype=nd).reshape(shape).copy())
-        pos += n
-    return SanitizedRun(tuple(outs), r.stderr)
+    runs = []
+    for values, outp in plans:
+        data = open(outp, "rb").read()
+        outs, pos = [], 0
+        for b in func.outputs:
+            shape = tuple(eval_int(d, values) for d in b.shape)
+            nd = np.dtype(dt.to_numpy(b.dtype))
+            n = int(np.prod(shape, dtype=np.int64)) * nd.itemsize
+            outs.append(np.frombuffer(data[pos:pos + n], dtype=nd).reshape(shape).copy())
+            pos += n
+        runs.append(SanitizedRun(tuple(outs), r.stderr))
+    return runs
 
 
 def sanitize_call(func, source: str, arrays, path: str) -> SanitizedRun:
