@@ -17,6 +17,7 @@ import itertools
 import re
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 from polycomp import dtypes as dt
 from polycomp import ir
@@ -588,6 +589,9 @@ class Kernel:
         self.name = _check_name(name or fn.__name__, "kernel")
         self._input_types = inputs
         self._graph: KernelGraph | None = None
+        # numpy semantics of the kernel, when known (op-library kernels): ``polycomp run``
+        # checks against it instead of interpreting the IR
+        self.numpy_reference: Any = None
         self.location: SourceLocation | None
         try:
             self.location = SourceLocation(inspect.getsourcefile(fn) or "?",

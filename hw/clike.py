@@ -38,6 +38,8 @@ _MATH_F64 = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": 
 
 
 _NARROW_INTS = ("int8", "int32")
+# the unsigned type of each integer dtype's width (names that C and CUDA both have)
+_UNSIGNED = {"int8": "unsigned char", "int32": "unsigned int", "int64": "unsigned long long"}
 
 
 def _suffix(dtype: str) -> str:
@@ -167,6 +169,8 @@ class CLikePrinter:
         raise NotImplementedError(f"{type(self).__name__} cannot print {type(e).__name__}")
 
     def binary(self, e: ir.Binary) -> str:
+        if e.op in ir.BITWISE_OPS:
+            return self.bitwise(e)
         if e.dtype in _NARROW_INTS and e.op in ("+", "-", "*", "//", "%"):
             return self.narrow_int_binary(e)
         a, b = self.expr(e.a), self.expr(e.b)
@@ -181,6 +185,26 @@ class CLikePrinter:
                 return f"({a} % {b})"
             return f"pc_floormod({a}, {b})"
         return f"({a} {e.op} {b})"
+
+    def bitwise(self, e: ir.Binary) -> str:
+        """``& | ^ << >>`` on integers with numpy's semantics (:func:`polycomp.ir.bitwise`):
+        operands converted to the result type first; a left shift computed unsigned (no
+        C overflow UB) and wrapped; ``>>`` arithmetic (gcc's and nvcc's ``>>`` of a
+        negative value); a count outside ``[0, bits)`` (C's UB) gives 0 or the sign."""
+        t, op = self.types[e.dtype], e.op
+        a, b = self.expr(e.a), self.expr(e.b)
+        if op in ("&", "|", "^"):
+            return f"(({t})((({t})({a})) {op} (({t})({b}))))"
+        bits = 8 * dt.itemsize(e.dtype)
+        if op == "<<":
+            shifted = f"({t})(({_UNSIGNED[e.dtype]})({t})({a}) << ({b}))"
+            if isinstance(e.b, ir.IntImm) and 0 <= e.b.value < bits:
+                return f"({shifted})"
+            return f"((({b}) >= 0 && ({b}) < {bits}) ? {shifted} : ({t})0)"
+        shifted = f"({t})((({t})({a})) >> ({b}))"
+        if isinstance(e.b, ir.IntImm) and 0 <= e.b.value < bits:
+            return f"({shifted})"
+        return f"((({b}) >= 0 && ({b}) < {bits}) ? {shifted} : ({t})((({a}) < 0) ? -1 : 0))"
 
     def narrow_int_binary(self, e: ir.Binary) -> str:
         """int8/int32 ``+ - * // %``: computed in int64 (no C overflow UB, no int

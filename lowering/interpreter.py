@@ -92,8 +92,13 @@ class InterpreterState:
 class Interpreter:
     """Executes IR statements; see the module docstring."""
 
-    def __init__(self, func: ir.LoweredFunc):
+    progress: Callable[[int], None] | None = None
+
+    def __init__(self, func: ir.LoweredFunc, progress: Callable[[int], None] | None = None):
         self.func = func
+        # called with the number of statement instances each store executed (lanes, or
+        # lanes x iterations for a reduction chunk): drives a progress bar
+        self.progress = progress
 
     # ----------------------------------------------------------------- entry
     def run(self, arrays: dict, params: dict) -> None:
@@ -163,6 +168,8 @@ class Interpreter:
             b = self.expr(e.b, st, mask)
             return np.logical_or(a, b)
         b = self.expr(e.b, st, mask)
+        if op in ir.BITWISE_OPS:
+            return _bitwise(op, a, b, e.dtype)
         if e.dtype in dt.FLOATS:
             nd = _np_compute(e.dtype)
             a = np.asarray(a, dtype=nd) if np.ndim(a) else nd.type(a)
@@ -276,6 +283,8 @@ class Interpreter:
             st.buffers[s.buffer] = prev
 
     def store(self, s, st):
+        if self.progress is not None:
+            self.progress(st.lanes)
         mask = st.mask
         view, idx, vector = self._addresses(s.buffer, s.indices, st, mask, "store")
         if idx is None:
@@ -438,6 +447,8 @@ class Interpreter:
             e = np.where(mask.reshape(n, ext), e, np.asarray(ident).astype(e.dtype))
         reducers: dict[str, Callable] = {"+": np.sum, "max": np.max, "min": np.min}
         red = reducers[v.op](e, axis=1)
+        if self.progress is not None:  # the store below counts n of the n * ext
+            self.progress(n * ext - n)
         acc = ir.Var("__acc", v.b.dtype)
         st.env[acc] = red if n > 1 else red[0]
         self.store(ir.Store(body.buffer, body.indices,
@@ -453,9 +464,12 @@ def store_value(v, target):
 
 
 def run_func(func: ir.LoweredFunc, inputs: dict, params: dict,
-             initial: dict | None = None) -> dict:
+             initial: dict | None = None,
+             progress: Callable[[int], None] | None = None) -> dict:
     """Run ``func``: allocate its outputs (copies of ``initial[name]`` for in-out
-    outputs, else zeros) and return them by name."""
+    outputs, else zeros) and return them by name.  ``progress(n)`` is told of the
+    statement instances as they run (their total is :func:`statement_instances` for the
+    program-order IR)."""
     arrays = dict(inputs)
     initial = initial or {}
     for b in func.outputs:
@@ -464,10 +478,48 @@ def run_func(func: ir.LoweredFunc, inputs: dict, params: dict,
             arrays[b.name] = np.array(initial[b.name], dtype=dt.to_numpy(b.dtype), copy=True)
         else:
             arrays[b.name] = np.zeros(shape, dtype=dt.to_numpy(b.dtype))
-    Interpreter(func).run(arrays, params)
+    Interpreter(func, progress).run(arrays, params)
     return {b.name: arrays[b.name] for b in func.outputs}
+
+
+def statement_instances(model, params: dict) -> int:
+    """An upper bound of the statement instances ``model`` executes with the sizes
+    ``params`` (each statement's domain's bounding box; exact for rectangular domains):
+    the work of interpreting its program-order IR."""
+    import islpy as isl
+    total = 0
+    for s in model.statements:
+        dom = s.domain
+        for k in range(dom.dim(isl.dim_type.param)):
+            name = dom.get_dim_name(isl.dim_type.param, k)
+            if name in params:
+                dom = dom.fix_val(isl.dim_type.param, k, isl.Val.int_from_si(dom.get_ctx(),
+                                                                        int(params[name])))
+        if dom.is_empty():
+            continue
+        n = 1
+        for d in range(dom.dim(isl.dim_type.set)):
+            lo, hi = dom.dim_min_val(d), dom.dim_max_val(d)
+            if not (lo.is_int() and hi.is_int()):
+                return -1  # unbounded with these sizes: unknown
+            n *= int(hi.to_python()) - int(lo.to_python()) + 1
+        total += n
+    return total
 
 
 def _eval_shape(d, params):
     from polycomp.shapes import eval_int
     return eval_int(d, params)
+
+
+_BITWISE_UFUNCS = {"&": np.bitwise_and, "|": np.bitwise_or, "^": np.bitwise_xor,
+                   "<<": np.left_shift, ">>": np.right_shift}
+
+
+def _bitwise(op: str, a, b, dtype: str):
+    """``a op b`` on integers of ``dtype`` with numpy's ufunc (its semantics define the
+    operator, see :func:`polycomp.ir.bitwise`)."""
+    nd = np.dtype(dt.to_numpy(dtype))
+    a = np.asarray(a).astype(nd) if np.ndim(a) else nd.type(int(a))
+    b = np.asarray(b).astype(nd) if np.ndim(b) else nd.type(int(b))
+    return _BITWISE_UFUNCS[op](a, b)

@@ -18,6 +18,8 @@ def expr_str(e, parent_prec: int = 0) -> str:
     if isinstance(e, ir.Binary):
         if e.op in ("min", "max"):
             return f"{e.op}({expr_str(e.a)}, {expr_str(e.b)})"
+        if e.op in ir.BITWISE_OPS:  # C's precedence of these surprises: parenthesise
+            return f"({expr_str(e.a, 9)} {e.op} {expr_str(e.b, 9)})"
         p = _PREC[e.op]
         s = f"{expr_str(e.a, p)} {e.op} {expr_str(e.b, p + 1)}"
         return f"({s})" if p < parent_prec else s

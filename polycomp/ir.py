@@ -45,24 +45,25 @@ class Expr:
     def __le__(self, o): return binary("<=", self, o)
     def __gt__(self, o): return binary(">", self, o)
     def __ge__(self, o): return binary(">=", self, o)
-    def __and__(self, o): return binary("&&", self, o)
-    def __rand__(self, o): return binary("&&", o, self)
-    def __or__(self, o): return binary("||", self, o)
-    def __ror__(self, o): return binary("||", o, self)
+    # & | ^ are logical on conditions and bitwise on integers (numpy's semantics)
+    def __and__(self, o): return bitwise("&", self, o)
+    def __rand__(self, o): return bitwise("&", o, self)
+    def __or__(self, o): return bitwise("|", self, o)
+    def __ror__(self, o): return bitwise("|", o, self)
+    def __xor__(self, o): return bitwise("^", self, o)
+    def __rxor__(self, o): return bitwise("^", o, self)
     def __invert__(self): return invert(self)
     def __pow__(self, o): return power(self, o)
     def __abs__(self): return call("abs", self)
-    def __lshift__(self, o): return shift(self, o, left=True)
-    def __rshift__(self, o): return shift(self, o, left=False)
-    def __xor__(self, o): return _unsupported("^", "bitwise xor")
-    def __rxor__(self, o): return _unsupported("^", "bitwise xor")
+    def __lshift__(self, o): return bitwise("<<", self, o)
+    def __rshift__(self, o): return bitwise(">>", self, o)
+    def __rlshift__(self, o): return bitwise("<<", o, self)
+    def __rrshift__(self, o): return bitwise(">>", o, self)
     def __matmul__(self, o): return _unsupported("@", "matrix product of two scalar "
                                                  "expressions (use pc.sum over a reduce_axis, "
                                                  "or polycomp.frontend.ops.matmul)")
     def __rmatmul__(self, o): return self.__matmul__(o)
     def __round__(self, ndigits=None): return _unsupported("round()", "rounding")
-    def __rlshift__(self, o): return _unsupported("<<", "a shift by an expression")
-    def __rrshift__(self, o): return _unsupported(">>", "a shift by an expression")
     __hash__ = object.__hash__
 
     def __bool__(self):
@@ -120,6 +121,9 @@ class Var(Expr):
 ARITH_OPS = ("+", "-", "*", "/", "//", "%", "min", "max")
 CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
 LOGIC_OPS = ("&&", "||")
+# integer-only operators with numpy's semantics: two's complement bitwise and/or/xor;
+# a shift by a count outside [0, bits of the dtype) gives 0 (<<) or the sign (>>)
+BITWISE_OPS = ("&", "|", "^", "<<", ">>")
 _NUMPY_BINARY = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/",
                  "floor_divide": "//", "remainder": "%", "maximum": "max", "minimum": "min",
                  "less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">="}
@@ -386,8 +390,8 @@ def _unsupported(op: str, what: str):
 
 
 def invert(x: Expr) -> Expr:
-    """``~x``: logical not of a condition, bitwise not (``-1 - x``, as numpy) of an
-    integer; an error for floats."""
+    """``~x``: logical not of a condition, bitwise not (``-1 - x``, as numpy: it never
+    overflows) of an integer; an error for floats."""
     if x.dtype == "bool":
         return Unary("!", x, "bool")
     if dt.is_float(x.dtype):
@@ -395,18 +399,37 @@ def invert(x: Expr) -> Expr:
     return binary("-", -1, x)
 
 
-def shift(x: Expr, k, left: bool) -> Expr:
-    """``x << k`` / ``x >> k`` of an integer by a constant ``k >= 0``: ``x * 2**k`` and
-    ``x // 2**k`` (numpy's arithmetic shift: floor division, wrapping multiplication)."""
-    op = "<<" if left else ">>"
-    if dt.is_float(x.dtype) or x.dtype == "bool":
-        raise DTypeError(f"{op} needs an integer operand, got {x.dtype}", user_location())
-    if isinstance(k, IntImm):
-        k = k.value
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0 or k >= dt.itemsize(x.dtype) * 8:
-        _unsupported(op, f"a shift by {k!r}: the shift must be a constant in "
-                         f"[0, {dt.itemsize(x.dtype) * 8})")
-    return binary("*" if left else "//", x, 2 ** k)
+_LOGICAL = {"&": "&&", "|": "||", "^": "!="}
+
+
+def bitwise(op: str, a, b) -> Expr:
+    """``a op b`` for ``op`` in :data:`BITWISE_OPS`, as numpy computes it: on two
+    conditions ``& | ^`` are logical (and, or, xor); otherwise both operands are
+    integers (a bool one counts as 0/1), promoted to a common dtype that the result
+    has, and ``& | ^`` are bitwise on their two's complement; ``a << k`` and ``a >> k``
+    shift left (wrapping) and arithmetically right, and a count ``k`` outside
+    ``[0, bits)`` gives 0, or for ``>>`` of a negative ``a`` gives -1 (numpy's
+    ``left_shift``/``right_shift``).  A float operand is a :class:`DTypeError`."""
+    if not isinstance(a, Expr) and not isinstance(b, Expr):
+        a = const(a)
+    if not isinstance(a, Expr):
+        a = _weak_const(a, b)
+    if not isinstance(b, Expr):
+        b = _weak_const(b, a)
+    for x in (a, b):
+        if dt.is_float(x.dtype):
+            raise DTypeError(f"{op} needs integer or bool operands (it is bitwise on "
+                             f"integers, logical on conditions), got {a.dtype} and "
+                             f"{b.dtype}", user_location())
+    if a.dtype == "bool" and b.dtype == "bool":
+        if op in _LOGICAL:
+            return Binary(_LOGICAL[op], a, b, "bool")
+        d = "int64"  # numpy shifts bools as integers
+    else:
+        d = dt.promote(a.dtype, b.dtype)
+        if d == "bool":
+            d = "int64"
+    return Binary(op, a, b, d)
 
 
 def power(base, exponent) -> Expr:

@@ -351,27 +351,48 @@ def _tag(rel: isl.Map, tag: str) -> isl.Map:
 
 
 def compute_accesses_and_dependences(m: PolyModel) -> None:
+    """Fill ``m``'s access relations and its flow, anti and output dependences.
+
+    The dataflow analysis runs once per array: isl only relates a sink to sources that
+    access the same array, so the union of the per-array results is the relation the
+    analysis of the whole program gives, while one analysis over all statements compared
+    every sink with every source (quadratic in the statements: 3 s of a 300-statement C
+    kernel's compile)."""
     space = m.context.get_space()
     reads = isl.UnionMap.empty(space)
     writes = isl.UnionMap.empty(space)
     treads = isl.UnionMap.empty(space)
     twrites = isl.UnionMap.empty(space)
+    per_array: dict[str, tuple[isl.UnionMap, isl.UnionMap]] = {}
     for s in m.statements:
         for a in s.accesses:
             um = isl.UnionMap.from_map(a.relation)
             tm = isl.UnionMap.from_map(_tag(a.relation, a.tag))
+            array = a.relation.get_tuple_name(isl.dim_type.out)
+            ar, aw = per_array.get(array, (isl.UnionMap.empty(space), isl.UnionMap.empty(space)))
             if a.kind == "read":
                 reads, treads = reads.union(um), treads.union(tm)
+                per_array[array] = (ar.union(um), aw)
             else:
                 writes, twrites = writes.union(um), twrites.union(tm)
+                per_array[array] = (ar, aw.union(um))
     m.reads, m.writes, m.tagged_reads, m.tagged_writes = reads, writes, treads, twrites
-    sched = m.initial_schedule
-    flow = isl.UnionAccessInfo.from_sink(reads).set_must_source(writes) \
-        .set_schedule(sched).compute_flow()
-    m.flow = flow.get_may_dependence().coalesce()
-    anti = isl.UnionAccessInfo.from_sink(writes).set_may_source(reads) \
-        .set_schedule(sched).compute_flow()
-    m.anti = anti.get_may_dependence().coalesce()
-    out = isl.UnionAccessInfo.from_sink(writes).set_must_source(writes) \
-        .set_schedule(sched).compute_flow()
-    m.output = out.get_may_dependence().coalesce()
+    # the program order as a flat map, restricted per array to the statements that
+    # access it (the schedule tree's analysis costs time in the size of the whole tree)
+    order = m.initial_schedule.get_map()
+    flow = anti = out = isl.UnionMap.empty(space)
+    for array in sorted(per_array):
+        ar, aw = per_array[array]
+        if aw.is_empty():
+            continue  # no dependence without a write
+        sched = order.intersect_domain(ar.domain().union(aw.domain()))
+        if not ar.is_empty():
+            flow = flow.union(isl.UnionAccessInfo.from_sink(ar).set_must_source(aw)
+                              .set_schedule_map(sched).compute_flow().get_may_dependence())
+            anti = anti.union(isl.UnionAccessInfo.from_sink(aw).set_may_source(ar)
+                              .set_schedule_map(sched).compute_flow().get_may_dependence())
+        out = out.union(isl.UnionAccessInfo.from_sink(aw).set_must_source(aw)
+                        .set_schedule_map(sched).compute_flow().get_may_dependence())
+    m.flow = flow.coalesce()
+    m.anti = anti.coalesce()
+    m.output = out.coalesce()
