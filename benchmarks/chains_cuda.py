@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import shutil
 import subprocess
@@ -39,18 +38,9 @@ ATTENTION = {"DETR": (8, 1050, 32), "ViT-B": (12, 197, 64), "ViT-H": (16, 257, 8
 
 
 def _kernel(b: int, s: int, d: int):
-    import polycomp as pc
-    from polycomp.frontend import ops
-    from polycomp.frontend.dsl import Kernel
-    scale = 1.0 / math.sqrt(d)
-
-    def attn(Q, KT, V):
-        t = ops.batch_matmul(Q, KT, name="T")
-        sc = pc.compute((b, s, s), lambda i, j, k: t[i, j, k] * scale, name="Sc")
-        return ops.batch_matmul(ops.softmax(sc, axis=-1, name="S"), V, name="O")
-    shapes = {"Q": (b, s, d), "KT": (b, d, s), "V": (b, s, d)}
-    return Kernel(attn, name="attention",
-                  inputs={k: pc.Tensor[v, "float32"] for k, v in shapes.items()})
+    """The attention kernel of ``polycomp bench chains`` at ``(b, s, d)``."""
+    from polycomp.benchmarks.chains import _kernel as chain_kernel
+    return chain_kernel("attention", (b, s, d))
 
 
 def _ptxas(source: str) -> dict:
