@@ -54,6 +54,7 @@ SIZES = {
     "rowmix": [dict(nr=5, np=43)],
     "seidel_like": [dict(tsteps=5, n=23), dict(tsteps=2, n=3)],
     "trmm_like": [dict(m=13, n=29)],
+    "symm_like": [dict(m=11, n=37)],
 }
 
 
@@ -144,6 +145,7 @@ GOLDEN = {
     "mvt_t": ("mvt_t", [ScopGemmPass], ScopTilePass),
     "lu_like_tile": ("lu_like", [ScopGemmPass], ScopTilePass),
     "rowmix": ("rowmix", [ScopGemmPass], ScopTilePass),
+    "symm_like": ("symm_like", [ScopGemmPass], ScopTilePass),
     "lu_like_parallel": ("lu_like", [ScopGemmPass, ScopTilePass], ScopParallelPass),
     "jacobi2d_like": ("jacobi2d_like", [ScopGemmPass, ScopTilePass], ScopParallelPass),
     "jacobi2d_like_stencil": ("jacobi2d_like", [ScopGemmPass], ScopStencilPass),
@@ -209,6 +211,16 @@ def test_tile_and_parallel_notes():
     assert any("S_2: band of 2 tiled" in x for x in lu), lu
     lp = notes("lu_like")["scop-parallel"]
     assert len(lp) == 1 and "depth 1 of S_2" in lp[0], lp     # below the pivot loop
+
+
+def test_partial_distribution_of_a_multi_statement_band():
+    """symm: distributing the whole ``[i, j]`` band is illegal (the final update of row
+    ``i`` feeds the column sweep of row ``i + 1``); keeping ``i`` and distributing ``j``
+    is legal, and the merged ``[j, k]`` band over two statements gets ``j`` innermost."""
+    n = notes("symm_like")["scop-tile"]
+    assert any("would violate a dependence, kept" in x for x in n), n
+    assert any("(outer 1 member(s) kept)" in x for x in n), n
+    assert any("S_1+S_2: band of 2 tiled 256x32, member 0" in x for x in n), n
 
 
 def test_parallel_second_member_of_a_band():

@@ -213,7 +213,9 @@ void run(int which, int64_t n, const float* x, float* y) {{
 def test_strided_loads_of_the_prelude():
     """``pc<W>_load_strided_ps(p, s)`` is lanes ``p[l*s]`` for every build; stride 2 (a
     permute of two loads, natively) reads nothing past ``p[2*(L-1)]``: the array ends
-    there, at the end of a page followed by an unmapped one."""
+    there, at the end of a page followed by an unmapped one.  Stride -1 (a reversed
+    load, natively) with ``p`` the page's last element reads nothing past ``p``; the
+    ``pd`` forms likewise."""
     import ctypes
     import mmap
     builds = [("avx2", "native")] * HAS_AVX2 + [("avx512", "native")] * has_native_avx512() \
@@ -233,14 +235,28 @@ def test_strided_loads_of_the_prelude():
 void run(const float* p, int64_t s, float* y) {{
   _mm{W}_storeu_ps(y, pc{W}_load_strided_ps(p, s));
 }}
+void run_pd(const double* p, int64_t s, double* y) {{
+  _mm{W}_storeu_pd(y, pc{W}_load_strided_pd(p, s));
+}}
 """
-        fn = ctypes.CDLL(build_simde(src) if mode == "simde" else build_shared(src)).run
-        for stride in (1, 2, 3):
-            start = page // 4 - (L - 1) * stride - 1          # the last lane is the last float
+        lib = ctypes.CDLL(build_simde(src) if mode == "simde" else build_shared(src))
+        for stride in (1, 2, 3, -1):
+            start = page // 4 - (L - 1) * stride - 1 if stride > 0 else page // 4 - 1
             y = np.empty(L, np.float32)
-            fn(ctypes.c_void_p(base + 4 * start), ctypes.c_int64(stride),
-               ctypes.c_void_p(y.ctypes.data))
-            np.testing.assert_array_equal(y, arr[start::stride][:L], err_msg=f"{isa} {mode}")
+            lib.run(ctypes.c_void_p(base + 4 * start), ctypes.c_int64(stride),
+                    ctypes.c_void_p(y.ctypes.data))
+            want = arr[start + np.arange(L) * stride]
+            np.testing.assert_array_equal(y, want, err_msg=f"{isa} {mode} {stride}")
+        arr_pd = np.frombuffer(guard, np.float64, count=page // 8)
+        for stride in (1, 3, -1):
+            start = page // 8 - (L // 2 - 1) * stride - 1 if stride > 0 else page // 8 - 1
+            yd = np.empty(L // 2, np.float64)
+            lib.run_pd(ctypes.c_void_p(base + 8 * start), ctypes.c_int64(stride),
+                       ctypes.c_void_p(yd.ctypes.data))
+            want_pd = arr_pd[start + np.arange(L // 2) * stride]
+            np.testing.assert_array_equal(yd.view(np.uint64), want_pd.view(np.uint64),
+                                          err_msg=f"{isa} {mode} pd {stride}")
+        del arr_pd
     del arr
     assert libc.mprotect(ctypes.c_void_p(base + page), ctypes.c_size_t(page), 3) == 0
     guard.close()

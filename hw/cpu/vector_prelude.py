@@ -67,6 +67,8 @@ PC_VINLINE __m256 pc256_load_strided_ps(const float* p, int64_t s) {
     const __m256 t = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
     return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
   }
+  if (s == -1)   /* backwards (durbin's r[k-i-1]): p[-7..0] loaded and reversed, not a gather */
+    return _mm256_permutevar8x32_ps(_mm256_loadu_ps(p - 7), _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0));
   const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)s));
   return _mm256_i32gather_ps(p, idx, 4);
 }
@@ -75,6 +77,8 @@ PC_VINLINE __m256 pc256_maskz_load_strided_ps(__m256 m, const float* p, int64_t 
   return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), p, idx, m, 4);
 }
 PC_VINLINE __m256d pc256_load_strided_pd(const double* p, int64_t s) {
+  if (s == -1)   /* backwards: p[-3..0] loaded and reversed, not a gather */
+    return _mm256_permute4x64_pd(_mm256_loadu_pd(p - 3), _MM_SHUFFLE(0, 1, 2, 3));
   const __m128i idx = _mm_mullo_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32((int)s));
   return _mm256_i32gather_pd(p, idx, 8);
 }
@@ -222,6 +226,9 @@ PC_VINLINE __m512 pc512_load_strided_ps(const float* p, int64_t s) {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     return _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_maskz_loadu_ps(0x7fff, p + 16));
   }
+  if (s == -1)   /* backwards: p[-15..0] loaded and reversed, not a gather */
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                 _mm512_loadu_ps(p - 15));
   const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)s));
   return _mm512_i32gather_ps(idx, p, 4);
 }
@@ -230,6 +237,8 @@ PC_VINLINE __m512 pc512_maskz_load_strided_ps(pc_mask16 m, const float* p, int64
   return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, p, 4);
 }
 PC_VINLINE __m512d pc512_load_strided_pd(const double* p, int64_t s) {
+  if (s == -1)   /* backwards: p[-7..0] loaded and reversed, not a gather */
+    return _mm512_permutexvar_pd(_mm512_setr_epi64(7, 6, 5, 4, 3, 2, 1, 0), _mm512_loadu_pd(p - 7));
   const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)s));
   return _mm512_i32gather_pd(idx, p, 8);
 }

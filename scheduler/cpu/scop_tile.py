@@ -23,9 +23,16 @@ one statement is merged with that copy into one band (``[p, s]``), when that mer
 is a tiling candidate below.  Distribution reorders instances of different children
 (all of child 0 for every ``p`` before child 1), so it is legal only when no dependence
 goes from a later child to an earlier one at a later ``p``; the isl check below decides
-(LU's pivot loop fails it and is kept).
+(LU's pivot loop fails it and is kept).  When distributing the whole band is illegal,
+its first ``keep`` members stay one band above the sequence and only the rest is
+distributed (symm's ``for i: for j: {t = 0; for k: {C[k][j] += ..; t += ..}; C[i][j] =
+.. t}``: the last child of row ``i`` feeds the middle one of row ``i + 1``, so ``i`` is
+kept and ``j`` distributed); the smallest legal ``keep`` wins.  A child's inner band may
+be over a sequence of one-statement leaves (symm's ``k`` over both updates): the merged
+band is then a candidate when one member is strided for no access of any of them.
 
-Guarantees: every permutable band of ``n >= 2`` members over a single statement and
+Guarantees: every permutable band of ``n >= 2`` members over a single statement (or a
+sequence of one-statement leaves, all accesses of all of them counted) and
 without marks above it in its top-level subtree whose last member is strided for some
 access while another member is strided for none (the *vector member*: the one with the
 most unit-stride accesses) becomes
@@ -111,12 +118,21 @@ def stride_kinds(stmt, var: ir.Var) -> list[str]:
 
 def vector_member(band: T.Band, stmt) -> int | None:
     """The member to run innermost in each tile, or None to leave the band alone."""
-    kinds = []
+    return vector_member_of(band, [stmt])
+
+
+def vector_member_of(band: T.Band, stmts: list) -> int | None:
+    """:func:`vector_member` of a band over several statements: the last member is
+    strided for some access of some statement, the chosen one for none of them."""
+    kinds: list[list[str]] = []
     for m in band.members:
-        d = _member_dim(m, stmt)
-        if d is None:
-            return None
-        kinds.append(stride_kinds(stmt, stmt.iters[d]))
+        ks: list[str] = []
+        for stmt in stmts:
+            d = _member_dim(m, stmt)
+            if d is None:
+                return None
+            ks += stride_kinds(stmt, stmt.iters[d])
+        kinds.append(ks)
     last = kinds[-1]
     if "strided" not in last:
         return None
@@ -124,6 +140,20 @@ def vector_member(band: T.Band, stmt) -> int | None:
     if not good:
         return None
     return max(good, key=lambda k: (kinds[k].count("unit"), k))
+
+
+def _leaf_statements(node, stmts: dict) -> list | None:
+    """The statements of a Leaf under a one-statement filter, or of a sequence of
+    filters over Leaves (one statement each), in order; None for any other subtree."""
+    if isinstance(node, T.Sequence) and node.kind == "sequence":
+        out = []
+        for f in node.children:
+            names = [x.get_tuple_name() for x in sets(f.filter)]
+            if not isinstance(f.child, T.Leaf) or len(names) != 1 or names[0] not in stmts:
+                return None
+            out.append(stmts[names[0]])
+        return out
+    return None
 
 
 def floor_member(m: isl.UnionPwAff, size: int) -> isl.UnionPwAff:
@@ -156,30 +186,52 @@ def _restrict(members: list, filt: isl.UnionSet) -> list:
     return [m.intersect_domain(filt) for m in members]
 
 
-def distributed(band: T.Band, stmts: dict, filt: isl.UnionSet) -> T.Sequence | None:
+def distributed(band: T.Band, stmts: dict, filt: isl.UnionSet,
+                keep: int = 0) -> T.Band | T.Sequence | None:
     """``band -> sequence(f_0 -> c_0, .., f_n -> c_n)`` distributed over its children:
     ``sequence(f_0 -> band|f_0 -> c_0, ..)``, where a child that is a band over one
-    statement is merged with the copy of ``band`` above it into one band (outer members
-    first).  None unless that makes some merged band a tiling candidate
-    (:func:`vector_member`)."""
+    statement (or over a sequence of one-statement leaves, symm's ``for k: {S_1; S_2}``)
+    is merged with the copy of ``band`` above it into one band (outer members first).
+    With ``keep > 0`` the band's first ``keep`` members stay one band above the
+    sequence and only the others are distributed (symm: ``i`` carries a dependence
+    from the last child to the middle one, ``j`` does not).  None unless that makes
+    some merged band a tiling candidate (:func:`vector_member_of`)."""
     seq = band.child
-    if not isinstance(seq, T.Sequence) or seq.kind != "sequence":
+    if not isinstance(seq, T.Sequence) or seq.kind != "sequence" or \
+            keep >= len(band.members):
         return None
+    members = band.members[keep:]
     useful = False
     kids = []
     for f in seq.children:
-        outer = _restrict(band.members, f.filter)
+        outer = _restrict(members, f.filter)
         names = [x.get_tuple_name() for x in sets(f.filter.intersect(filt))]
         inner = f.child
-        if isinstance(inner, T.Band) and isinstance(inner.child, T.Leaf) and \
-                len(names) == 1 and names[0] in stmts:
-            merged = T.Band(outer + inner.members, T.Leaf(), permutable=True)
-            if vector_member(merged, stmts[names[0]]) is not None:
-                useful = True
-                kids.append(T.Filter(f.filter, merged))
-                continue
+        if isinstance(inner, T.Band):
+            under = [stmts[names[0]]] if isinstance(inner.child, T.Leaf) and \
+                len(names) == 1 and names[0] in stmts else \
+                _leaf_statements(inner.child, stmts)
+            if under:
+                merged = T.Band(outer + inner.members, inner.child, permutable=True)
+                if vector_member_of(merged, under) is not None:
+                    useful = True
+                    kids.append(T.Filter(f.filter, merged))
+                    continue
         kids.append(T.Filter(f.filter, T.Band(outer, inner, permutable=band.permutable)))
-    return T.Sequence(kids) if useful else None
+    if not useful:
+        return None
+    if keep == 0:
+        return T.Sequence(kids)
+    return T.Band(band.members[:keep], T.Sequence(kids), permutable=band.permutable)
+
+
+def _band_statements(band: T.Band, filt: isl.UnionSet, stmts: dict) -> list | None:
+    """The statements below ``band`` when it is over a Leaf (one statement) or over a
+    sequence of one-statement Leaves; None otherwise."""
+    if isinstance(band.child, T.Leaf):
+        names = [x.get_tuple_name() for x in sets(filt)]
+        return [stmts[names[0]]] if len(names) == 1 and names[0] in stmts else None
+    return _leaf_statements(band.child, stmts)
 
 
 def _candidates(tree, domain, stmts) -> list:
@@ -197,14 +249,14 @@ def _candidates(tree, domain, stmts) -> list:
             for k, c in enumerate(node.children):
                 visit(c, filt, path + [k])
         elif isinstance(node, T.Band):
-            names = [x.get_tuple_name() for x in sets(filt)]
-            if node.permutable and len(node.members) >= 2 and len(names) == 1 and \
-                    names[0] in stmts and isinstance(node.child, T.Leaf) and \
-                    vector_member(node, stmts[names[0]]) is not None:
+            under = _band_statements(node, filt, stmts)
+            if node.permutable and len(node.members) >= 2 and under and \
+                    vector_member_of(node, under) is not None:
                 out.append((path, "tile"))
                 return
-            if distributed(node, stmts, filt) is not None:
-                out.append((path, "distribute"))   # (then what is inside, if illegal)
+            for keep in range(len(node.members)):     # (the next one if illegal)
+                if distributed(node, stmts, filt, keep) is not None:
+                    out.append((path, f"distribute{keep}"))
             visit(node.child, filt, path + [0])
     visit(tree, domain, [])
     return out
@@ -262,7 +314,8 @@ class ScopTilePass(Pass):
             filt = _filter_at(tree, domain, path)
             names = "+".join(x.get_tuple_name() for x in sets(filt))
             if kind == "tile":
-                v = vector_member(band, stmts[names])
+                under = _band_statements(band, filt, stmts)
+                v = vector_member_of(band, under) if under else None
                 assert v is not None
                 new = tiled(band, v)
                 sizes = "x".join(str(VECTOR_TILE if k == v else OUTER_TILE)
@@ -270,8 +323,11 @@ class ScopTilePass(Pass):
                 what = f"{names}: band of {len(band.members)} tiled {sizes}, member {v} " \
                        f"(unit stride) innermost"
             else:
-                new = distributed(band, stmts, filt)
+                keep = int(kind[len("distribute"):])
+                new = distributed(band, stmts, filt, keep)
                 what = f"{names}: loop distributed over its statements, inner bands merged"
+                if keep:
+                    what += f" (outer {keep} member(s) kept)"
             out = T.to_schedule(domain, _replace(tree, path, new))
             if not violated_dependences(out, deps).is_empty():
                 ctx.note(self.name, f"{what}: would violate a dependence, kept")
