@@ -57,10 +57,6 @@ def _cases() -> list:
     return out
 
 
-#: known sanitizer findings: (name, dtype, target) -> reason (strict xfail)
-KNOWN_FINDINGS: dict = {}
-
-
 def _shape_draws(name: str, dtype: str) -> list:
     """Three shape lists for op ``name``: every extent at its minimum (1 where the
     operator allows it), then two random draws from :data:`_TAILS`."""
@@ -97,11 +93,8 @@ def sanitized_builds(request, tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("name,dtype,target", _cases())
-def test_op_kernel_sanitized(name, dtype, target, sanitized_builds, request):
+def test_op_kernel_sanitized(name, dtype, target, sanitized_builds):
     key = (name, dtype, target)
-    if key in KNOWN_FINDINGS:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_FINDINGS[key],
-                                              raises=SanitizerError))
     func, exe = sanitized_builds[key].result()
     spec = OPS[name]
     rng = np.random.default_rng(1)
