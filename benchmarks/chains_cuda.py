@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
-import subprocess
-import tempfile
 import time
 from typing import Any
 
@@ -45,23 +42,17 @@ def _kernel(b: int, s: int, d: int):
 
 def _ptxas(source: str) -> dict:
     """Registers (max over kernels), spill bytes (sum) and kernels of ``source``."""
+    from polycomp.errors import BuildError
+    from polycomp.hw.cuda.sass import compile_cubin
     if shutil.which("nvcc") is None:
         return {}
-    with tempfile.TemporaryDirectory() as tmp:
-        cu = f"{tmp}/k.cu"
-        with open(cu, "w") as f:
-            f.write(source)
-        r = subprocess.run(["nvcc", "-arch=sm_80", "-cubin", "-Xptxas", "-v", "-o",
-                            f"{tmp}/k.cubin", cu], capture_output=True, text=True)
-    if r.returncode != 0:
-        return {"error": r.stderr[-500:]}
-    log = r.stdout + r.stderr
-    regs = [int(x) for x in re.findall(r"Used (\d+) registers", log)]
-    spills = [int(a) + int(b) for a, b in
-              re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)]
-    smem = [int(x) for x in re.findall(r"(\d+) bytes smem", log)]
-    return {"registers": max(regs, default=0), "spill_bytes": sum(spills),
-            "smem": max(smem, default=0), "kernels": len(regs)}
+    try:
+        _, res = compile_cubin(source, 80)
+    except BuildError as e:
+        return {"error": str(e)[-500:]}
+    return {"registers": max((r.registers for r in res), default=0),
+            "spill_bytes": sum(r.spill_stores + r.spill_loads for r in res),
+            "smem": max((r.shared_bytes for r in res), default=0), "kernels": len(res)}
 
 
 def _traffic(ck, inputs) -> tuple[int, int, Any]:

@@ -107,18 +107,15 @@ def flops(model, values: dict) -> int:
 
 
 def ptxas(source: str) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        cu = f"{tmp}/k.cu"
-        with open(cu, "w") as f:
-            f.write(source)
-        r = subprocess.run(["nvcc", "-arch=sm_80", "-cubin", "-Xptxas", "-v", "-o",
-                            f"{tmp}/k.cubin", cu], capture_output=True, text=True)
-    if r.returncode:
-        return {"error": r.stderr[-500:]}
-    regs = [int(x) for x in re.findall(r"Used (\d+) registers", r.stderr)]
-    spill = [int(a) + int(b) for a, b in
-             re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)]
-    return {"registers": max(regs or [0]), "spill_bytes": sum(spill)}
+    """Registers (max over kernels) and spill bytes (sum) of ``source`` for sm_80."""
+    from polycomp.errors import BuildError
+    from polycomp.hw.cuda.sass import compile_cubin
+    try:
+        _, res = compile_cubin(source, 80)
+    except BuildError as e:
+        return {"error": str(e)[-500:]}
+    return {"registers": max((r.registers for r in res), default=0),
+            "spill_bytes": sum(r.spill_stores + r.spill_loads for r in res)}
 
 
 def measure(name: str, src: str, macros: dict[str, int], workdir: str,
