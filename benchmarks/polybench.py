@@ -348,6 +348,25 @@ def bench_kernel(name: str, path: str, pb: str, dataset: str, rounds: int,
     return row
 
 
+def _run_kernels(pb: str, dataset: str, rounds: int, kernels, progress,
+                 polly: str | None) -> list:
+    """The rows of the selected kernels (``OMP_NUM_THREADS`` already set)."""
+    found = find_kernels(pb)
+    if kernels:
+        unknown = set(kernels) - {n for n, _ in found}
+        if unknown:
+            raise PolybenchError(f"no kernel {', '.join(sorted(unknown))} in {pb}")
+        found = [(n, p) for n, p in found if n in kernels]
+    rows: list = []
+    with tempfile.TemporaryDirectory(prefix="polycomp-polybench-") as workdir:
+        for name, path in found:
+            row = bench_kernel(name, path, pb, dataset, rounds, workdir, polly)
+            rows.append(row)
+            if progress is not None:
+                progress(row)
+    return rows
+
+
 def run(pb: str, dataset: str = "MINI", threads: int = 2, rounds: int = 5,
         kernels=None, progress=None) -> dict:
     """The suite's result (see the module doc); ``progress(row)`` after each kernel."""
@@ -355,21 +374,16 @@ def run(pb: str, dataset: str = "MINI", threads: int = 2, rounds: int = 5,
         raise PolybenchError(f"no PolyBench folder at {pb!r}. " + HOW_TO_GET)
     if dataset not in DATASETS:
         raise PolybenchError(f"unknown dataset {dataset!r} (one of {', '.join(DATASETS)})")
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    found = find_kernels(pb)
-    if kernels:
-        unknown = set(kernels) - {n for n, _ in found}
-        if unknown:
-            raise PolybenchError(f"no kernel {', '.join(sorted(unknown))} in {pb}")
-        found = [(n, p) for n, p in found if n in kernels]
     polly = polly_compiler()
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="polycomp-polybench-") as workdir:
-        for name, path in found:
-            row = bench_kernel(name, path, pb, dataset, rounds, workdir, polly)
-            rows.append(row)
-            if progress is not None:
-                progress(row)
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(threads)   # the polycomp builds' thread count
+    try:
+        rows = _run_kernels(pb, dataset, rounds, kernels, progress, polly)
+    finally:  # leave the caller's environment as it was (it sets targets' thread counts)
+        if saved is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved
     sp = [r.speedup for r in rows if r.speedup]
     vp = [r.vs_polly for r in rows if r.vs_polly]
     return {"dataset": dataset, "threads": threads, "rounds": rounds,

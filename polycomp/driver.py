@@ -112,18 +112,8 @@ def _compile(kernel, tgt: Target, backend, opts, pm: PassManager) -> CompiledKer
         statement_hook=lambda var: backend.lowering_statements(state, var)), _func_str)
     func = pm.run_ir(func, state, backend.ir_passes(state), "ir")
     final = pm.run_ir(func, state, backend.codegen_passes(state), "codegen")
-    source = pm.step("emit", "emit", lambda: _emit(backend, final, state), str)
+    source = pm.step("emit", "emit", lambda: backend.emit(final, state), str)
     return CompiledKernel(kernel, tgt, model, schedule, func, final, source, pm.records, state)
-
-
-def _emit(backend, final, state: CompileState) -> str:
-    """The backend's source; under ``options.fp_exact`` C sources start with
-    :data:`~polycomp.options.FP_EXACT_C_PRAGMA` (no FMA contraction by gcc)."""
-    from polycomp.options import FP_EXACT_C_PRAGMA
-    source = backend.emit(final, state)
-    if state.options.fp_exact and backend.suffix == ".c":
-        source = FP_EXACT_C_PRAGMA + source
-    return source
 
 
 def schedule_passes(state: CompileState) -> list[Pass]:

@@ -246,8 +246,11 @@ def _fake_polybench(root):
 
 def test_bench_polybench_on_a_fake_tree(tmp_path, capsys):
     _fake_polybench(tmp_path)
+    omp_before = os.environ.get("OMP_NUM_THREADS")
     assert pb.main(["--polybench", str(tmp_path), "--dataset", "SMALL", "--rounds", "1",
                     "--threads", "1", "--json"]) == 0
+    # the run's thread count does not leak into the caller (targets read it)
+    assert os.environ.get("OMP_NUM_THREADS") == omp_before
     res = json.loads(capsys.readouterr().out)
     assert res["kernels"] == 2 and res["read"] == 2 and res["exact"] == 2
     for r in res["rows"]:

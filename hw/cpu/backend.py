@@ -131,6 +131,13 @@ class CpuBackend(Backend):
         return passes + [_LEGALIZE_NAMES]
 
     def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
+        """The C source; under ``options.fp_exact`` it starts with
+        :data:`~polycomp.options.FP_EXACT_C_PRAGMA` (gcc contracts no FMA in it)."""
+        from polycomp.options import FP_EXACT_C_PRAGMA
+        first = FP_EXACT_C_PRAGMA if state.options.fp_exact else ""
+        return first + self._emit(func, state)
+
+    def _emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
         from polycomp.scheduler.chain.codegen import sources_for as chain_sources
 
         from .codegen import emit_c
