@@ -1,6 +1,6 @@
 """Real-GPU benchmark of the tensor-core path (``polycomp bench gpu``).
 
-Where pycuda and a CUDA GPU are present: TFLOP/s of the fp16 GEMM polycomp generates
+Where a CUDA GPU and pycuda or cupy are present: TFLOP/s of the fp16 GEMM polycomp generates
 (mma.m16n8k16, 128x128x32 tiles, 3-stage cp.async pipeline, f32 accumulation) for
 ``M = N = K = 128 * i``, as a ratio to cuBLAS in the same run (through cupy, when it is
 installed), and the fused ``relu(A @ B + bias)`` kernel against the unfused pair (GEMM,
@@ -20,49 +20,46 @@ import numpy as np
 
 def _device_runner(ck):
     """A callable launching ``ck``'s kernels on device arrays (kernel time only)."""
-    import pycuda.driver as drv
-
     from polycomp.hw.cuda.launcher import CudaFunction
-    from polycomp.shapes import eval_int, infer_params
+    from polycomp.shapes import infer_params
     fn = CudaFunction(ck)
 
     def prepare(*host):
         f = fn.func
         arrays = [np.ascontiguousarray(a) for a in host]
         values = infer_params(f.params, f.inputs, arrays, {})
-        dev = {b.name: drv.to_device(a) for b, a in zip(f.inputs, arrays)}
-        for b in list(f.outputs) + list(fn.temps):
-            shape = tuple(eval_int(d, values) for d in b.shape)
-            from polycomp import dtypes as dt
-            dev[b.name] = drv.mem_alloc(max(1, int(np.prod(shape)) *
-                                            np.dtype(dt.to_numpy(b.dtype)).itemsize))
-        from polycomp.hw.cuda.codegen import dynamic_shared
-        launches = []
-        for info, h in zip(fn.kernels, fn.handles):
-            grid = tuple(int(eval_int(g, values)) for g in info.grid)
-            args = [np.int64(values[p.name]) for p in info.params] + \
-                [dev[b.name] for b in info.buffers]
-            smem = info.shared_bytes if dynamic_shared(info) else 0
-            launches.append((h, args, tuple(info.block), grid, smem))
+        dev, _outs = fn.device_arrays(arrays, values)
+        launches = fn.launches(dev, values)
 
         def run():
-            for h, args, block, grid, smem in launches:
-                h(*args, block=block, grid=grid, shared=smem)
-        return run, dev
+            for h, args, grid, block, smem in launches:
+                fn.api.launch(h, args, grid, block, smem)
+        return run, (fn.api, dev)
     return prepare
 
 
-def _time(run, repeat):
-    import pycuda.driver as drv
+def _time(run, repeat, api=None):
+    """Seconds per call of ``run`` (CUDA events through cupy, or pycuda's)."""
     run()
-    drv.Context.synchronize()
-    start, end = drv.Event(), drv.Event()
-    start.record()
+    if api is None or api.name == "pycuda":
+        import pycuda.driver as drv
+        drv.Context.synchronize()
+        start, end = drv.Event(), drv.Event()
+        start.record()
+        for _ in range(repeat):
+            run()
+        end.record()
+        end.synchronize()
+        return start.time_till(end) / 1e3 / repeat
+    import cupy
+    cupy.cuda.runtime.deviceSynchronize()
+    s, e = cupy.cuda.Event(), cupy.cuda.Event()
+    s.record()
     for _ in range(repeat):
         run()
-    end.record()
-    end.synchronize()
-    return start.time_till(end) / 1e3 / repeat
+    e.record()
+    e.synchronize()
+    return cupy.cuda.get_elapsed_time(s, e) / 1e3 / repeat
 
 
 def _bias_relu_kernel():
@@ -91,8 +88,8 @@ def run(sizes, repeat) -> dict:
         b = rng.standard_normal((n, n)).astype(np.float16)
         bias = rng.standard_normal(n).astype(np.float16)
         flops = 2.0 * n ** 3
-        run_g, dev_g = _device_runner(gemm)(a, b)
-        t_gemm = _time(run_g, repeat)
+        run_g, (api, _dev) = _device_runner(gemm)(a, b)
+        t_gemm = _time(run_g, repeat, api)
         row = {"n": n, "polycomp_tflops": flops / t_gemm / 1e12}
         if cupy is not None:
             ca, cb = cupy.asarray(a), cupy.asarray(b)
@@ -111,10 +108,10 @@ def run(sizes, repeat) -> dict:
             row["cublas_tflops"] = flops / t_cublas / 1e12
             row["ratio_to_cublas"] = t_cublas / t_gemm
         run_f, _ = _device_runner(fused)(a, b, bias)
-        t_fused = _time(run_f, repeat)
+        t_fused = _time(run_f, repeat, api)
         c32 = np.zeros((n, n), np.float32)
         run_e, _ = _device_runner(epi)(c32, bias)
-        t_unfused = t_gemm + _time(run_e, repeat)
+        t_unfused = t_gemm + _time(run_e, repeat, api)
         row.update(fused_ms=t_fused * 1e3, unfused_ms=t_unfused * 1e3,
                    fusion_speedup=t_unfused / t_fused)
         rows.append(row)
@@ -129,8 +126,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from polycomp.hw.cuda.launcher import gpu_available
     if not gpu_available():
-        print("polycomp bench gpu: no CUDA GPU available here (pycuda and an NVIDIA driver "
-              "are needed); nothing was measured")
+        print("polycomp bench gpu: no CUDA GPU available here (an NVIDIA driver and pycuda "
+              "or cupy are needed); nothing was measured")
         return 0
     res = run([int(x) for x in args.sizes.split(",") if x], args.repeat)
     if args.json:

@@ -85,7 +85,8 @@ def runner(name: str, dtype: str, path: str):
     """A callable running op ``name`` for ``dtype`` along ``path``: ``"interpreter"``
     (program-order IR), ``"c"`` (gcc + ctypes) or ``"cuda-ir"`` (the CUDA pipeline's IR
     through :func:`polycomp.driver.interpret`), ``"avx2"`` (cpu-avx2, native),
-    ``"simde"`` (cpu-avx512 with SIMDe) or ``"native512"`` (cpu-avx512, native)."""
+    ``"simde"`` (cpu-avx512 with SIMDe), ``"native512"`` (cpu-avx512, native) or ``"gpu"``
+    (the cuda target on a real GPU, through pycuda or cupy)."""
     key = (name, dtype, path)
     if key not in _RUNNERS:
         if path == "interpreter":
@@ -105,6 +106,8 @@ def runner(name: str, dtype: str, path: str):
             _RUNNERS[key] = CFunction(ck.final_ir, build_simde(ck.source))
         elif path == "native512":
             _RUNNERS[key] = build(OPS[name].kernel(dtype), "cpu-avx512")
+        elif path == "gpu":
+            _RUNNERS[key] = build(OPS[name].kernel(dtype), "cuda")
         else:
             raise ValueError(path)
     return _RUNNERS[key]

@@ -1,6 +1,7 @@
-"""Run generated CUDA on a real GPU through pycuda (optional: ``pip install polycomp[gpu]``).
+"""Run generated CUDA on a real GPU through pycuda (``pip install polycomp[gpu]``) or cupy.
 
-pycuda is imported lazily, only when a :class:`CudaFunction` is created, so polycomp
+The device API (pycuda first, else cupy: :func:`device_api`) is imported lazily, only
+when a :class:`CudaFunction` is created, so polycomp
 works (and its tests run) on machines without an NVIDIA driver.  The ``.cu`` that
 codegen emits is compiled to a cubin with nvcc (``-arch=sm_<target.cuda.sm>``), its
 ``extern "C"`` kernels are loaded, and a call launches them in order with the grid
@@ -18,13 +19,122 @@ from polycomp.shapes import eval_int, infer_params
 from .codegen import split_kernels
 
 
-def gpu_available() -> bool:
-    """True if pycuda imports and a CUDA device can be initialised."""
-    try:
+class _PyCuda:
+    """pycuda as the device API of :class:`CudaFunction`."""
+    name = "pycuda"
+
+    def __init__(self):
+        import pycuda.autoinit  # noqa: F401  (creates a context on device 0)
         import pycuda.driver as drv
-        drv.init()
-        return drv.Device.count() > 0
-    except Exception:
+        self.drv = drv
+
+    def compute_capability(self) -> int:
+        major, minor = self.drv.Context.get_device().compute_capability()
+        return 10 * major + minor
+
+    def load(self, cubin: bytes):
+        return self.drv.module_from_buffer(cubin)
+
+    def function(self, module, name: str, dynamic_shared: int):
+        h = module.get_function(name)
+        if dynamic_shared:                       # opt-in beyond 48 KiB of shared memory
+            h.set_attribute(self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            dynamic_shared)
+        return h
+
+    def to_device(self, host: np.ndarray):
+        return self.drv.to_device(host)
+
+    def alloc(self, nbytes: int):
+        return self.drv.mem_alloc(max(1, nbytes))
+
+    def launch(self, fn, args: list, grid: tuple, block: tuple, shared: int) -> None:
+        fn(*args, block=block, grid=grid, shared=shared)
+
+    def synchronize(self) -> None:
+        self.drv.Context.synchronize()
+
+    def to_host(self, host: np.ndarray, dev) -> None:
+        self.drv.memcpy_dtoh(host, dev)
+
+
+class _CuPy:
+    """cupy as the device API of :class:`CudaFunction` (images that ship cupy and no
+    pycuda)."""
+    name = "cupy"
+
+    def __init__(self):
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()      # raises without a driver or device
+        self.cp = cupy
+
+    def compute_capability(self) -> int:
+        return int(self.cp.cuda.Device().compute_capability)
+
+    def load(self, cubin: bytes):
+        import os
+        import tempfile
+        with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+            f.write(cubin)
+        try:
+            return self.cp.RawModule(path=f.name)
+        finally:
+            os.unlink(f.name)
+
+    def function(self, module, name: str, dynamic_shared: int):
+        h = module.get_function(name)
+        if dynamic_shared:
+            h.max_dynamic_shared_size_bytes = dynamic_shared
+        return h
+
+    def to_device(self, host: np.ndarray):
+        # as raw bytes: cupy has no bfloat16, and a kernel sees only the pointer
+        return self.cp.asarray(np.ascontiguousarray(host).reshape(-1).view(np.uint8))
+
+    def alloc(self, nbytes: int):
+        return self.cp.empty(max(1, nbytes), dtype=self.cp.uint8)
+
+    def launch(self, fn, args: list, grid: tuple, block: tuple, shared: int) -> None:
+        fn(grid, block, tuple(args), shared_mem=shared)
+
+    def synchronize(self) -> None:
+        self.cp.cuda.runtime.deviceSynchronize()
+
+    def to_host(self, host: np.ndarray, dev) -> None:
+        host[...] = self.cp.asnumpy(dev).view(host.dtype).reshape(host.shape)
+
+
+def device_api():
+    """The first of pycuda, cupy that imports and finds a CUDA device; TargetError if
+    neither does (the message names both and the simulator)."""
+    errors = []
+    for api in (_PyCuda, _CuPy):
+        try:
+            return api()
+        except Exception as e:  # ImportError, or no driver/device
+            errors.append(f"{api.name}: {type(e).__name__}: {e}"[:200])
+    raise TargetError("running CUDA needs an NVIDIA GPU and pycuda (polycomp[gpu]) or cupy ("
+                      + "; ".join(errors) + "); use polycomp.hw.cuda.simulator.simulate() "
+                      "without one")
+
+
+def device_arch(target_sm: int, device_sm: int) -> int:
+    """The architecture to build a cubin for: the target's (the code may use any feature
+    up to it) on a device of the same major version, else the device's own when it is
+    newer (a cubin runs only on its own major version; sm_80 code is valid sm_90 code).
+    A device older than the target cannot run the code: TargetError."""
+    if device_sm < target_sm:
+        raise TargetError(f"the code is built for sm_{target_sm} and this GPU is "
+                          f"sm_{device_sm}; compile for an older CUDA target")
+    return target_sm if device_sm // 10 == target_sm // 10 else device_sm
+
+
+def gpu_available() -> bool:
+    """True if pycuda or cupy imports and a CUDA device can be initialised."""
+    try:
+        device_api()
+        return True
+    except TargetError:
         return False
 
 
@@ -58,53 +168,58 @@ class CudaFunction:
     """A compiled CUDA kernel sequence callable with numpy arrays (returns numpy)."""
 
     def __init__(self, compiled):
-        try:
-            import pycuda.autoinit  # noqa: F401  (creates a context on device 0)
-            import pycuda.driver as drv
-        except Exception as e:  # ImportError, or no driver/device
-            raise TargetError(f"running CUDA needs pycuda and an NVIDIA GPU ({e}); "
-                              f"use polycomp.hw.cuda.simulator.simulate() without one") from None
-        self.drv = drv
+        from .codegen import dynamic_shared
+        self.api = device_api()
         self.ck = compiled
         self.func = compiled.final_ir
         self.temps, self.kernels = split_kernels(self.func)
-        cubin = compile_cubin(compiled.source, compiled.target.cuda.sm)
-        self.module = drv.module_from_buffer(cubin)
-        self.handles = [self.module.get_function(k.name) for k in self.kernels]
-        from .codegen import dynamic_shared
-        for k, h in zip(self.kernels, self.handles):   # opt-in beyond 48 KiB of shared memory
-            if dynamic_shared(k):
-                h.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                k.shared_bytes)
+        cubin = compile_cubin(compiled.source,
+                              device_arch(compiled.target.cuda.sm, self.api.compute_capability()))
+        self.module = self.api.load(cubin)
+        self.handles = [self.api.function(self.module, k.name,
+                                          k.shared_bytes if dynamic_shared(k) else 0)
+                        for k in self.kernels]
 
-    def __call__(self, *inputs, **params):
-        from .codegen import dynamic_shared
-        drv, f = self.drv, self.func
-        arrays = [np.ascontiguousarray(np.asarray(a)) for a in inputs]
-        for b, a in zip(f.inputs, arrays):
-            if a.dtype != dt.to_numpy(b.dtype):
-                raise TargetError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}")
-        values = infer_params(f.params, f.inputs, arrays, params, outputs=f.outputs)
-        dev = {}
-        for b, a in zip(f.inputs, arrays):
-            dev[b.name] = drv.to_device(a)
+    def device_arrays(self, arrays: list, values: dict) -> tuple[dict, dict]:
+        """Device copies of ``arrays`` (the inputs) and fresh device memory for the
+        outputs and temporaries: ``(device buffers by name, host outputs by name)``."""
+        f = self.func
+        dev = {b.name: self.api.to_device(a) for b, a in zip(f.inputs, arrays)}
         outs = {}
         for b in list(f.outputs) + list(self.temps):
             shape = tuple(eval_int(d, values) for d in b.shape)
             host = np.empty(shape, dtype=dt.to_numpy(b.dtype))
-            dev[b.name] = drv.mem_alloc(max(1, host.nbytes))
+            dev[b.name] = self.api.alloc(host.nbytes)
             if b in f.outputs:
                 outs[b.name] = host
+        return dev, outs
+
+    def launches(self, dev: dict, values: dict) -> list:
+        """``(function, args, grid, block, dynamic shared bytes)`` per non-empty kernel."""
+        from .codegen import dynamic_shared
+        out = []
         for info, fn in zip(self.kernels, self.handles):
             grid = tuple(int(eval_int(g, values)) for g in info.grid)
             if min(grid) <= 0:   # empty iteration domain: nothing to launch
                 continue
             args = ([np.int64(values[p.name]) for p in info.params]
                     + [dev[b.name] for b in info.buffers])
-            fn(*args, block=tuple(info.block), grid=grid, shared=info.shared_bytes
-               if dynamic_shared(info) else 0)
-        drv.Context.synchronize()
+            out.append((fn, args, grid, tuple(info.block),
+                        info.shared_bytes if dynamic_shared(info) else 0))
+        return out
+
+    def __call__(self, *inputs, **params):
+        f = self.func
+        arrays = [np.ascontiguousarray(np.asarray(a)) for a in inputs]
+        for b, a in zip(f.inputs, arrays):
+            if a.dtype != dt.to_numpy(b.dtype):
+                raise TargetError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}")
+        values = infer_params(f.params, f.inputs, arrays, params, outputs=f.outputs)
+        dev, outs = self.device_arrays(arrays, values)
+        for fn, args, grid, block, shared in self.launches(dev, values):
+            self.api.launch(fn, args, grid, block, shared)
+        self.api.synchronize()
         for name, host in outs.items():
-            drv.memcpy_dtoh(host, dev[name])
+            self.api.to_host(host, dev[name])
         res = tuple(outs[b.name] for b in f.outputs)
         return res[0] if len(res) == 1 else res

@@ -560,7 +560,30 @@ def simulate(compiled_or_func, *inputs, strict: bool = True, ir_stage: str = "fi
         sim.add_global(b, arr)
         if b in func.outputs:
             outputs.append(arr)
+    bundle = _bundle_target(compiled_or_func, ir_stage, intrinsics)
+    before = {n: a.copy() for n, a in given.items()} if bundle else {}
     for info in kernels:
         sim.run_kernel(info, values, lane_budget)
     res = tuple(outputs)
+    if bundle:
+        from .gpu_bundle import record_case
+        record_case(compiled_or_func.source, func, kernels, temps, values, before,
+                    {b.name: a for b, a in zip(func.outputs, outputs)}, bundle,
+                    target=_target_name(compiled_or_func))
     return (res[0] if len(res) == 1 else res), report
+
+
+def _target_name(obj) -> str:
+    t = getattr(obj, "target", None)
+    return t if isinstance(t, str) else getattr(t, "name", "")
+
+
+def _bundle_target(obj, ir_stage: str, intrinsics) -> str | None:
+    """The GPU check bundle to record this run in (:mod:`.gpu_bundle`): only a compiled
+    kernel's printed IR with the standard intrinsics, and only when recording is on."""
+    from .gpu_bundle import bundle_dir
+    root = bundle_dir()
+    if root is None or ir_stage != "final" or intrinsics is not None \
+            or not isinstance(getattr(obj, "source", None), str):
+        return None
+    return root

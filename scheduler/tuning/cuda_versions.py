@@ -35,6 +35,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from polycomp import ir
 from polycomp.errors import PolycompInternalError, UsageError
 
@@ -247,7 +249,26 @@ class CudaMultiVersion:
         values = infer_params(f.params, f.inputs, list(arrays), params, outputs=f.outputs)
         i = self.select(**values)
         out, _ = simulate(self.compiled[i], *arrays, **params)
+        self._record_dispatch(arrays, values, out, i)
         return out, i
+
+    def _record_dispatch(self, arrays, values: dict, out, version: int) -> None:
+        """With a GPU check bundle being recorded (:mod:`polycomp.hw.cuda.gpu_bundle`),
+        add this run as a case of the one-object ``.cu``: its host dispatcher must pick
+        ``version`` and reproduce the simulator's output on a real GPU."""
+        from polycomp.hw.cuda.codegen import split_kernels
+        from polycomp.hw.cuda.gpu_bundle import bundle_dir, record_case
+        root = bundle_dir()
+        if root is None:
+            return
+        f = self.func
+        outs = out if isinstance(out, tuple) else (out,)
+        temps, _ = split_kernels(self.compiled[version].final_ir)
+        record_case(self.source, f, [], temps, values,
+                    {b.name: np.ascontiguousarray(a) for b, a in zip(f.inputs, arrays)},
+                    {b.name: o for b, o in zip(f.outputs, outs)}, root,
+                    target=self.target.name,
+                    extra={"select": f"{f.name}__select", "version": str(version)})
 
     def explain(self) -> str:
         s = self.symbols

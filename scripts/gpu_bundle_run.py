@@ -1,0 +1,383 @@
+#!/usr/bin/env python3
+"""Run a GPU check bundle on a real GPU (see polycomp/hw/cuda/gpu_bundle.py).
+
+Needs numpy, cupy and nvcc only — not polycomp — so it runs on a bare GPU machine::
+
+    python3 scripts/gpu_bundle_run.py BUNDLE_DIR --out results.jsonl [--jobs 16]
+
+For every distinct source it builds a shared library (host entry points) and a cubin
+(kernels) with ``nvcc -arch=sm_<cc>``; for every case it runs
+
+* the **host path**: the ``.cu``'s own entry point ``<name>(params..., pointers...)``
+  through ctypes on cupy arrays (its launch configuration, temporaries, dispatch), and,
+  for multi-version sources, checks ``<name>__select`` picks the recorded version;
+* the **kernel path**: each ``__global__`` kernel from the cubin with the recorded grid,
+  block and dynamic shared memory, after checking the host's ``<name>_launch_config``
+  computes the same geometry;
+
+and compares the outputs with the simulator's (``sim:``) or numpy's (``ref:``) arrays:
+NaN and infinity positions must agree, finite values within a tolerance by dtype
+(float32 ``1e-4``, float16 ``1e-2``, bfloat16 ``2e-2``, relative to the element and to
+the output's largest magnitude), integers exactly.  Outputs start as NaN (or 0xAA
+bytes), as in the simulator, so unwritten elements show.  Cases marked ``time`` are also
+timed with CUDA events (kernel path, best and median of ``--repeat`` runs).  One JSON
+line per case goes to ``--out`` as it finishes; a summary is printed at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+TOL = {"float32": 1e-4, "float64": 1e-9, "float16": 1e-2, "bfloat16": 2e-2}
+NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16,
+      "bfloat16": np.uint16, "int8": np.int8, "int32": np.int32, "int64": np.int64,
+      "bool": np.bool_}
+
+
+def _softmax(t):
+    e = np.exp(t - t.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+#: numpy references of the timed cases (inputs as float32, in argument order)
+REFERENCES = {
+    "matmul": lambda x, e: x[0] @ x[1],
+    "bmm_chain": lambda x, e: (x[0].astype(np.float64) @ x[1]) @ x[2],
+    "bmm_softmax_chain": lambda x, e: _softmax(x[0].astype(np.float64) @ x[1]) @ x[2],
+    "attention": lambda x, e: _softmax((x[0].astype(np.float64) @ x[1])
+                                       * float(e["scale"])) @ x[2],
+}
+
+
+def baseline(kind: str, dev_inputs: list, extra: dict, cp):
+    """A library peer of a timed case on the same device, as a callable."""
+    if kind == "cublas":
+        a, b = dev_inputs
+        return lambda: cp.matmul(a, b)
+    if kind == "cupy_bmm_chain":
+        x, y, z = dev_inputs
+        return lambda: cp.matmul(cp.matmul(x, y), z)
+    if kind in ("cupy_bmm_softmax_chain", "cupy_attention"):
+        x, y, z = dev_inputs
+        scale = float(extra.get("scale", 1.0))
+
+        def run():
+            t = cp.matmul(x, y)
+            if kind == "cupy_attention":
+                t *= scale
+            t = cp.exp(t - t.max(-1, keepdims=True))
+            t /= t.sum(-1, keepdims=True)
+            return cp.matmul(t, z)
+        return run
+    raise KeyError(kind)
+
+
+def time_it(fn, cp, repeat: int) -> tuple[float, float]:
+    fn()
+    cp.cuda.runtime.deviceSynchronize()
+    times = []
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    for _ in range(max(1, repeat)):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end))
+    return min(times), float(np.median(times))
+
+
+def build(bundle: str, sm: str, jobs: int) -> dict:
+    """Compile every source to build/<sha>.so and build/<sha>.cubin; return errors."""
+    out = os.path.join(bundle, "build")
+    os.makedirs(out, exist_ok=True)
+    srcs = sorted(glob.glob(os.path.join(bundle, "src", "*.cu")))
+    errors: dict = {}
+
+    def one(src):
+        sha = os.path.basename(src)[:-3]
+        so, cubin = os.path.join(out, sha + ".so"), os.path.join(out, sha + ".cubin")
+        for cmd, dst in (
+                (["nvcc", f"-arch=sm_{sm}", "-O3", "-shared", "-Xcompiler", "-fPIC",
+                  "-o", so, src, "-lcudart"], so),
+                (["nvcc", f"-arch=sm_{sm}", "-O3", "-cubin", "-o", cubin, src], cubin)):
+            if os.path.exists(dst):
+                continue
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                errors[sha] = r.stderr[-2000:]
+                return
+    t0 = time.time()
+    with ThreadPoolExecutor(jobs) as ex:
+        list(ex.map(one, srcs))
+    print(f"built {len(srcs)} sources in {time.time() - t0:.1f} s "
+          f"({len(errors)} failed)", flush=True)
+    return errors
+
+
+def as_float(a: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bfloat16":
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    return a.astype(np.float64)
+
+
+def compare(got: np.ndarray, want: np.ndarray, dtype: str) -> tuple[bool, str]:
+    if got.shape != want.shape:
+        return False, f"shape {got.shape} vs {want.shape}"
+    if dtype not in TOL:
+        bad = int(np.count_nonzero(got != want))
+        return bad == 0, f"{bad} elements differ"
+    g, w = as_float(got, dtype), as_float(want, dtype)
+    gn, wn = np.isnan(g), np.isnan(w)
+    if not np.array_equal(gn, wn):
+        return False, (f"NaN positions differ: gpu {int(gn.sum())}, expected {int(wn.sum())}"
+                       f" (first at {np.argwhere(gn != wn)[0].tolist()})")
+    gi, wi = np.isinf(g), np.isinf(w)
+    if not np.array_equal(gi, wi) or not np.array_equal(g[gi], w[wi]):
+        return False, "infinities differ"
+    fin = ~(wn | wi)
+    if not fin.any():
+        return True, "no finite values"
+    tol = TOL[dtype]
+    scale = max(1.0, float(np.max(np.abs(w[fin]))))
+    err = np.abs(g[fin] - w[fin])
+    lim = tol * (np.abs(w[fin]) + scale)
+    bad = int(np.count_nonzero(err > lim))
+    return bad == 0, f"max abs err {float(err.max()):.3g} (scale {scale:.3g}), {bad} beyond"
+
+
+class Case:
+    def __init__(self, bundle: str, name: str):
+        with open(os.path.join(bundle, "cases", name + ".json")) as f:
+            self.m = json.load(f)
+        self.arrays = dict(np.load(os.path.join(bundle, "cases", name + ".npz")))
+        self.sha = os.path.basename(self.m["source"])[:-3]
+        self.bundle = bundle
+        extra = self.m.get("extra", {})
+        if "gen" in extra:            # timed case: inputs drawn here, reference by numpy
+            rng = np.random.default_rng(int(extra["gen"]))
+            ins = []
+            for spec in self.m["args"]:
+                if spec["role"] == "input":
+                    a = rng.standard_normal(spec["shape"], dtype=np.float32)
+                    if spec["dtype"] == "bfloat16":
+                        a = (a.view(np.uint32) >> 16).astype(np.uint16)
+                    else:
+                        a = a.astype(NP[spec["dtype"]])
+                    self.arrays["in:" + spec["name"]] = a
+                    ins.append(as_float(a, spec["dtype"]).astype(np.float32))
+            outs = [s for s in self.m["args"] if s["role"] != "input"]
+            ref = REFERENCES[extra["ref"]](ins, extra)
+            self.arrays["ref:" + outs[0]["name"]] = ref.astype(NP[outs[0]["dtype"]])
+
+    def fresh(self, cp) -> dict:
+        """Device arrays for the arguments and temporaries, as the simulator starts."""
+        dev = {}
+        for spec in self.m["args"] + self.m["temps"]:
+            given = self.arrays.get("in:" + spec["name"])
+            if given is not None:
+                dev[spec["name"]] = cp.asarray(given)
+                continue
+            a = np.empty(spec["shape"], dtype=NP[spec["dtype"]])
+            if spec["dtype"] in ("float32", "float64", "float16"):
+                a.fill(np.nan)
+            elif spec["dtype"] == "bfloat16":
+                a.fill(0x7FC0)
+            elif spec["dtype"] == "bool":
+                a.fill(True)
+            else:
+                a.view(np.uint8).fill(0xAA)
+            dev[spec["name"]] = cp.asarray(a)
+        return dev
+
+    def check(self, dev, cp) -> list:
+        res = []
+        for spec in self.m["args"]:
+            if spec["role"] == "input":
+                continue
+            want = self.arrays.get("ref:" + spec["name"])
+            if want is None:
+                want = self.arrays["sim:" + spec["name"]]
+            ok, why = compare(cp.asnumpy(dev[spec["name"]]), want, spec["dtype"])
+            res.append((spec["name"], ok, why))
+        return res
+
+
+def run_host(case: Case, lib, cp) -> dict:
+    m = case.m
+    dev = case.fresh(cp)
+    fn = getattr(lib, m["entry"])
+    fn.restype = ctypes.c_int
+    args = [ctypes.c_int64(v) for v in m["params"].values()] + \
+        [ctypes.c_void_p(dev[s["name"]].data.ptr) for s in m["args"]]
+    out: dict = {}
+    sel = m.get("extra", {}).get("select")
+    if sel:
+        f = getattr(lib, sel)
+        f.restype = ctypes.c_int64
+        picked = f(*[ctypes.c_int64(v) for v in m["params"].values()])
+        out["select"] = int(picked)
+        out["select_ok"] = int(picked) == int(m["extra"]["version"])
+    rc = fn(*args)
+    cp.cuda.runtime.deviceSynchronize()
+    out["rc"] = rc
+    out["outputs"] = case.check(dev, cp) if rc == 0 else []
+    out["ok"] = rc == 0 and all(ok for _n, ok, _w in out["outputs"]) and \
+        out.get("select_ok", True)
+    return out
+
+
+def kernel_launches(case: Case, module, cp):
+    m = case.m
+    dev = case.fresh(cp)
+    launches = []
+    for k in m["kernels"]:
+        fn = module.get_function(k["name"])
+        if k["dynamic_shared"]:
+            fn.max_dynamic_shared_size_bytes = k["dynamic_shared"]
+        args = tuple([np.int64(m["params"][p]) for p in k["params"]] +
+                     [dev[b] for b in k["buffers"]])
+        launches.append((fn, tuple(k["grid"]), tuple(k["block"]), args, k["dynamic_shared"]))
+
+    def run():
+        for fn, grid, block, args, smem in launches:
+            if min(grid) > 0:
+                fn(grid, block, args, shared_mem=smem)
+    return run, dev
+
+
+def run_kernels(case: Case, lib, module, cp, repeat: int) -> dict:
+    m = case.m
+    n = len(m["kernels"])
+    cfg = (ctypes.c_longlong * (6 * n))()
+    lc = getattr(lib, m["entry"] + "_launch_config")
+    lc(*[ctypes.c_int64(v) for v in m["params"].values()], cfg)
+    geometry_ok = all(list(cfg[6 * i:6 * i + 3]) == k["grid"] and
+                      list(cfg[6 * i + 3:6 * i + 6]) == k["block"]
+                      for i, k in enumerate(m["kernels"]))
+    run, dev = kernel_launches(case, module, cp)
+    run()
+    cp.cuda.runtime.deviceSynchronize()
+    out: dict = {"geometry_ok": geometry_ok, "outputs": case.check(dev, cp)}
+    out["ok"] = geometry_ok and all(ok for _n, ok, _w in out["outputs"])
+    extra = m.get("extra", {})
+    if extra.get("time"):
+        out["ms_best"], out["ms_median"] = time_it(run, cp, repeat)
+        if extra.get("baseline"):
+            ins = [dev[s["name"]] for s in m["args"] if s["role"] == "input"]
+            peer = baseline(extra["baseline"], ins, extra, cp)
+            out["peer_ms_best"], out["peer_ms_median"] = time_it(peer, cp, repeat)
+    return out
+
+
+def print_timings(path: str) -> None:
+    """The timed cases as a table: kernel path best / median, the peer's, status."""
+    rows = [json.loads(line) for line in open(path)]
+    timed = [r for r in rows if r.get("extra", {}).get("time")]
+    if not timed:
+        return
+    print("| group | shape | variant | ms best | ms median | peer ms best | peer ms median "
+          "| status |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in sorted(timed, key=lambda r: (r["extra"]["group"], r["extra"]["name"],
+                                          r["extra"]["variant"])):
+        k, e = r.get("kernels", {}), r["extra"]
+        print(f"| {e['group']} | {e['name']} | {e['variant']} | {k.get('ms_best', 0):.4f} "
+              f"| {k.get('ms_median', 0):.4f} | {k.get('peer_ms_best', 0):.4f} "
+              f"| {k.get('peer_ms_median', 0):.4f} | {r['status']} |")
+
+
+def dry_run(args) -> int:
+    """Build for sm_90 and load every case (manifest, arrays, expected outputs)."""
+    errors = {} if args.no_build else build(args.bundle, "90", args.jobs)
+    names = sorted(os.path.basename(p)[:-5]
+                   for p in glob.glob(os.path.join(args.bundle, "cases", "*.json")))
+    bad = 0
+    for name in names:
+        case = Case(args.bundle, name)
+        for spec in case.m["args"]:
+            if spec["role"] != "input":
+                want = case.arrays.get("ref:" + spec["name"],
+                                       case.arrays.get("sim:" + spec["name"]))
+                ok, why = compare(want, want, spec["dtype"])
+                bad += not ok
+        if case.sha in errors:
+            bad += 1
+            print(name, errors[case.sha][-500:])
+    print(f"dry run: {len(names)} cases, {len(errors)} build errors, {bad} problems")
+    return 1 if bad else 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("bundle")
+    ap.add_argument("--out", default="gpu_results.jsonl")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--only", default="", help="substring of case names to run")
+    ap.add_argument("--dry", action="store_true",
+                    help="no GPU: build for sm_90 and check every case loads")
+    ap.add_argument("--no-build", action="store_true", help="with --dry: load cases only")
+    args = ap.parse_args(argv)
+    if args.dry:
+        return dry_run(args)
+    import cupy as cp
+    major, minor = cp.cuda.Device(0).compute_capability[0], cp.cuda.Device(0).compute_capability[1:]
+    sm = f"{major}{minor}"
+    print(f"device: {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()} sm_{sm}",
+          flush=True)
+    build_errors = build(args.bundle, sm, args.jobs)
+    names = sorted(os.path.basename(p)[:-5]
+                   for p in glob.glob(os.path.join(args.bundle, "cases", "*.json")))
+    names = [n for n in names if args.only in n]
+    libs: dict = {}
+    mods: dict = {}
+    counts = {"pass": 0, "fail": 0, "error": 0}
+    failures = []
+    with open(args.out, "w") as out:
+        for name in names:
+            rec: dict = {"case": name}
+            try:
+                case = Case(args.bundle, name)
+                rec["test"] = case.m.get("test", "")
+                rec["extra"] = case.m.get("extra", {})
+                if case.sha in build_errors:
+                    raise RuntimeError("nvcc: " + build_errors[case.sha])
+                base = os.path.join(args.bundle, "build", case.sha)
+                if case.sha not in libs:
+                    libs[case.sha] = ctypes.CDLL(base + ".so")
+                    mods[case.sha] = cp.RawModule(path=base + ".cubin")
+                rec["host"] = run_host(case, libs[case.sha], cp)
+                ok = rec["host"]["ok"]
+                if case.m["kernels"]:
+                    rec["kernels"] = run_kernels(case, libs[case.sha], mods[case.sha], cp,
+                                                 args.repeat)
+                    ok = ok and rec["kernels"]["ok"]
+                rec["status"] = "pass" if ok else "fail"
+            except Exception as e:  # record and go on: one broken case must not hide others
+                rec["status"] = "error"
+                rec["error"] = f"{type(e).__name__}: {e}"[-1500:]
+                rec["trace"] = traceback.format_exc()[-1500:]
+            counts[rec["status"]] += 1
+            if rec["status"] != "pass":
+                failures.append(rec)
+            out.write(json.dumps(rec, default=str) + "\n")
+            out.flush()
+    print(f"cases: {len(names)}; " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    print_timings(args.out)
+    for rec in failures[:40]:
+        print(json.dumps(rec, default=str)[:600])
+    return 0 if counts["fail"] == counts["error"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
