@@ -134,9 +134,9 @@ def record_case(source: str, func, kernels, temps, values: dict, given: dict,
     src_rel = f"src/{sha}.cu"
     src_path = os.path.join(root, src_rel)
     if not os.path.exists(src_path):
-        with open(src_path + ".tmp", "w") as f:
+        with open(f"{src_path}.{os.getpid()}.tmp", "w") as f:
             f.write(source)
-        os.replace(src_path + ".tmp", src_path)
+        os.replace(f"{src_path}.{os.getpid()}.tmp", src_path)
 
     def spec(b, role):
         shape = tuple(int(eval_int(d, values)) for d in b.shape)
@@ -166,11 +166,12 @@ def record_case(source: str, func, kernels, temps, values: dict, given: dict,
     arrays = {f"in:{n}": _stored(a, _dtype_of(func, n)) for n, a in given.items()}
     arrays.update({f"sim:{n}": _stored(a, _dtype_of(func, n)) for n, a in outputs.items()})
     base = os.path.join(root, "cases", case)
-    np.savez_compressed(base + ".tmp.npz", **arrays)     # type: ignore[arg-type]
-    os.replace(base + ".tmp.npz", base + ".npz")
-    with open(base + ".json.tmp", "w") as f:
+    tmp = f"{base}.{os.getpid()}.tmp"            # test workers may record the same case
+    np.savez_compressed(tmp + ".npz", **arrays)          # type: ignore[arg-type]
+    os.replace(tmp + ".npz", base + ".npz")
+    with open(tmp + ".json", "w") as f:
         json.dump(asdict(manifest), f, indent=1)
-    os.replace(base + ".json.tmp", base + ".json")
+    os.replace(tmp + ".json", base + ".json")
     return case
 
 

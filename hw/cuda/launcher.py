@@ -72,14 +72,16 @@ class _CuPy:
         return int(self.cp.cuda.Device().compute_capability)
 
     def load(self, cubin: bytes):
+        # cupy loads a module from a file, lazily: the file must outlive the first
+        # get_function, so it lives in a directory owned by this object
         import os
         import tempfile
-        with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        if not hasattr(self, "_dir"):
+            self._dir = tempfile.TemporaryDirectory(prefix="polycomp-cubin-")
+        path = os.path.join(self._dir.name, f"m{len(os.listdir(self._dir.name))}.cubin")
+        with open(path, "wb") as f:
             f.write(cubin)
-        try:
-            return self.cp.RawModule(path=f.name)
-        finally:
-            os.unlink(f.name)
+        return self.cp.RawModule(path=path)
 
     def function(self, module, name: str, dynamic_shared: int):
         h = module.get_function(name)
