@@ -33,6 +33,7 @@ class CudaParams:
     registers_per_thread: int = 255
     max_threads_per_block: int = 1024
     warp_size: int = 32
+    sms: int = 108                     # streaming multiprocessors (A100: 108, H100: 132)
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,13 @@ from polycomp.scheduler.chain.detect import ChainMatch
 
 NAMES = ("bmm_chain", "bmm_softmax_chain", "causal_attention", "masked_attention",
          "mm_relu_chain")
-SMALL = {"chain_tiles": (16, 16)}
+SMALL = {"chain_tiles": (16, 16), "chain": "force"}
+FORCE = {"chain": "force"}     # fused wherever legal: the rule of cuda_gate is tested below
 
 
 @functools.lru_cache(maxsize=None)
 def fused(name: str, small: bool = True):
-    return compile_kernel(getattr(ck, name), "cuda", SMALL if small else None)
+    return compile_kernel(getattr(ck, name), "cuda", SMALL if small else FORCE)
 
 
 def _inputs(name, b, m, k, l, n, rng, nan=False):  # noqa: E741
@@ -184,7 +185,7 @@ def test_golden_tree_cuda(case, goldens):
     from polycomp.scheduler.common.tree import violated_dependences
     from polycomp.state import CompileState
     model = getattr(ck, case).polyhedral_model()
-    ctx = CompileState(model, get_target("cuda"), {})
+    ctx = CompileState(model, get_target("cuda"), FORCE)
     sched = CudaChainFusePass().run(model.initial_schedule, ctx)
     again = isl.Schedule.read_from_str(model.ctx, sched.to_str())
 
@@ -195,3 +196,29 @@ def test_golden_tree_cuda(case, goldens):
     assert same(expected), sched.to_str()
     assert violated_dependences(sched, model.dependences).is_empty()
     assert "chain_fused:48x64" in sched.to_str()
+
+
+@pytest.mark.parametrize("name,shape,target,fuse", [
+    ("attention", (12, 197, 64), "cuda-sm90", True),      # 48 blocks >= 132 / 3
+    ("attention", (1, 197, 64), "cuda-sm90", False),      # 4 blocks
+    ("attention", (8, 1050, 32), "cuda", True),
+    ("bmm+softmax", (1, 512, 64, 64, 256), "cuda", False),  # G10: 8 blocks
+    ("bmm+softmax", (8, 512, 64, 64, 512), "cuda", True),   # G1: 64 blocks
+    ("bmm", (8, 512, 64, 64, 512), "cuda", False),          # nothing between the products
+])
+def test_gate_fuses_where_it_paid_on_a_gpu(name, shape, target, fuse):
+    """Option ``chain=True`` follows scheduler/chain/cuda_gate.py's rule (from H200
+    timings); ``"force"`` fuses every legal chain; the reason is in the notes."""
+    from polycomp.benchmarks.chains import _kernel
+    k = _kernel(name, shape)
+    c = compile_kernel(k, target)
+    assert ("chain-cuda" in c.state.remarks) == fuse
+    if not fuse:
+        assert any("chain not fused" in n for n in c.state.remarks["chain-fuse"])
+        forced = compile_kernel(k, target, {"chain": "force"})
+        assert "chain-cuda" in forced.state.remarks
+
+
+def test_chain_option_values():
+    with pytest.raises(OptionError, match="'force'"):
+        compile_kernel(ck.bmm_chain, "cuda", {"chain": "sometimes"})

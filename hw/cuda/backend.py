@@ -30,13 +30,25 @@ from polycomp.state import CompileState
 from .target import cuda_target
 
 
-def _chain(state: CompileState) -> bool:
-    """The model is one chain of two contractions fused into one kernel
-    (scheduler/chain, docs/fusion.md): the tiled pipeline, option ``chain`` on."""
+def _chain_decision(state: CompileState) -> tuple[bool, str]:
+    """Whether the model is one chain of two contractions fused into one kernel
+    (scheduler/chain, docs/fusion.md: the tiled pipeline, option ``chain`` on, and where
+    it is not ``"force"``, the rule of :mod:`~polycomp.scheduler.chain.cuda_gate`), and
+    why not where a chain was found but is not fused."""
+    from polycomp.scheduler.chain.cuda_codegen import cuda_plan
     from polycomp.scheduler.chain.tree import plan_for
     o = state.cuda_options
-    return (o.chain and o.gpu != "baseline" and not o.isl_scheduler
-            and bool(getattr(state.model.graph, "stages", ())) and plan_for(state)[0] is not None)
+    if not (o.chain and o.gpu != "baseline" and not o.isl_scheduler
+            and bool(getattr(state.model.graph, "stages", ()))):
+        return False, ""
+    if plan_for(state)[0] is None:
+        return False, ""
+    plan, why = cuda_plan(state)
+    return plan is not None, "" if plan is not None else str(why)
+
+
+def _chain(state: CompileState) -> bool:
+    return _chain_decision(state)[0]
 
 
 def _baseline(state: CompileState) -> bool:
@@ -75,9 +87,12 @@ class CudaBackend(Backend):
         from polycomp.scheduler.tensorcore.map import TensorCoreMappingPass
         from polycomp.scheduler.tensorcore.tile import TensorCoreTilingPass
         o = state.cuda_options
-        if _chain(state):
+        fuse_chain, why_not = _chain_decision(state)
+        if fuse_chain:
             from polycomp.scheduler.chain.cuda_codegen import CudaChainFusePass
             return [CudaChainFusePass()]
+        if why_not:
+            state.note("chain-fuse", f"chain not fused: {why_not}")
         if _baseline(state):
             return [GpuBaselineMappingPass()]
         scop = is_c_scop(state)

@@ -21,6 +21,16 @@ class TileOption:
     k: int | None = None
 
 
+def chain_mode(name: str, v: Any) -> bool | str:
+    """Option ``chain``: True (fuse where it pays), False (never) or ``"force"``."""
+    if isinstance(v, str) and v.lower() == "force":
+        return "force"
+    try:
+        return boolean(name, v)
+    except OptionError:
+        raise OptionError(f"option {name} takes True, False or 'force', got {v!r}") from None
+
+
 def tile_option(name: str, v: Any) -> TileOption | None:
     if v is None or isinstance(v, TileOption):
         return v
@@ -104,9 +114,11 @@ class CudaOptions(Options):
     isolate: bool = opt(True, boolean, "separate full tiles from partial ones when unrolling")
     row_stitching: bool = opt(True, boolean,
                               "stitch row reductions with their producers and consumers")
-    chain: bool = opt(True, boolean,
-                      "fuse a float32 chain of two contractions (elementwise stages or a "
-                      "softmax between) into one kernel (scheduler/chain, docs/fusion.md)")
+    chain: bool | str = opt(True, chain_mode,
+                            "fuse a float32 chain of two contractions into one kernel where "
+                            "it pays (a stage between the products and a grid filling a "
+                            "third of the SMs; 'force': whenever legal; scheduler/chain, "
+                            "docs/fusion.md)")
     chain_tiles: tuple[int, ...] | None = opt(None, int_tuple(2),
                                               "tiles (TM, TL) of the fused chain kernel, "
                                               "multiples of 16 (default: the data-movement "

@@ -47,8 +47,8 @@ def cuda_units(sm: int) -> tuple[ComputeUnit, ...]:
     )
 
 
-#: target name -> (SM version, opt-in shared memory per block)
-ARCHITECTURES = {"cuda": (80, 163 * 1024), "cuda-sm90": (90, 227 * 1024)}
+#: target name -> (SM version, opt-in shared memory per block, SMs: A100, H100 SXM)
+ARCHITECTURES = {"cuda": (80, 163 * 1024, 108), "cuda-sm90": (90, 227 * 1024, 132)}
 
 
 def cuda_target(name: str) -> Target:
@@ -56,8 +56,8 @@ def cuda_target(name: str) -> Target:
         name = "cuda"
     if name not in ARCHITECTURES:
         raise TargetError(f"no CUDA target {name!r}; CUDA targets: {', '.join(ARCHITECTURES)}")
-    sm, optin = ARCHITECTURES[name]
+    sm, optin, sms = ARCHITECTURES[name]
     return Target(name=name, kind="cuda", memory=cuda_hierarchy(), units=cuda_units(sm),
-                  cuda=CudaParams(sm=sm, shared_memory_optin=optin,
+                  cuda=CudaParams(sm=sm, shared_memory_optin=optin, sms=sms,
                                   registers_per_thread=REGISTERS_PER_THREAD,
                                   max_threads_per_block=MAX_THREADS_PER_BLOCK))

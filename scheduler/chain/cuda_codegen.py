@@ -22,6 +22,7 @@ import dataclasses
 
 from polycomp import ir
 from polycomp.hw.cuda.target import STATIC_SHARED
+from polycomp.scheduler.chain.cuda_gate import why_not_fuse
 from polycomp.scheduler.chain.cuda_kernel import ALPHA, CudaChainTiles, build_kernel, cuda_tiles
 from polycomp.scheduler.chain.movement_model import plan_levels
 from polycomp.scheduler.chain.plan import ChainPlan
@@ -39,6 +40,10 @@ def cuda_plan(state) -> tuple[ChainPlan, CudaChainTiles] | tuple[None, str]:
     if plan is None:
         return None, why
     tiles = cuda_tiles(plan, STATIC_SHARED, state.cuda_options.chain_tiles)
+    if state.cuda_options.chain != "force":
+        why = why_not_fuse(plan, tiles, state.target.cuda.sms)
+        if why is not None:
+            return None, why
     levels = tuple(plan_levels(plan.dims, [("shared", STATIC_SHARED)], ALPHA,
                                plan.match.has_softmax))
     return dataclasses.replace(plan, levels=levels, level="shared", tm=tiles.tm,
