@@ -69,6 +69,11 @@ def plan_for(state: CompileState) -> tuple[ChainPlan | None, str]:
     if set(m.statements) != {s.name for s in model.statements}:
         others = sorted({s.name for s in model.statements} - set(m.statements))
         return None, f"statements outside the chain: {', '.join(others)}"
+    if m.dtype != "float32" and getattr(state.target, "kind", None) != "cuda":
+        return None, (f"{m.name}: {m.dtype} operands (half-precision chains are fused by the "
+                      f"CUDA targets' Tensor Core kernel only)")
+    if m.dtype != "float32" and not state.cuda_options.tensor_cores:
+        return None, f"{m.name}: {m.dtype} operands and option tensor_cores off"
     plan = make_plan(m, model, state.target)
     if not is_legal(fused_tree(plan, model), model.dependences):
         return None, "the fused tree would violate a dependence"
