@@ -139,9 +139,12 @@ def test_default_tiles_and_one_kernel():
     note = " ".join(c.state.remarks["chain-cuda"])
     assert "Tensor Core" in note and "alpha=16" in note and "T_M=141" in note
     assert c.source.count("__global__ void") == 1 and "cudaMalloc" not in c.source
-    xs = _inputs("causal_attention", "float16", 1, 70, 5, 67, 9, np.random.default_rng(2))
-    out, _ = simulate(c, *xs)
-    _check(out, *_reference("causal_attention", xs), "float16")
+    assert "TM=96 TL=32" in note and "2-stage" in note
+    assert "pc_cp_async_wait<0>" in c.source          # double buffer: wait_group S-2 = 0
+    for shape in ((1, 70, 5, 67, 9), (1, 100, 16, 72, 24)):    # element copies; cp.async
+        xs = _inputs("causal_attention", "float16", *shape, np.random.default_rng(2))
+        out, _ = simulate(c, *xs)
+        _check(out, *_reference("causal_attention", xs), "float16")
 
 
 def test_fused_moves_less_global_memory_than_unfused():

@@ -202,30 +202,49 @@ class _Copy:
 
 
 def _copy(cp: _Copy, dst: ir.Buffer, base: ir.Expr, tx: ir.Var, nt: int) -> ir.Stmt:
-    """The copy over ``nt`` threads, 8-element chunks: one 16-byte ``cp.async`` each
-    (zero-filled past the extents) when the source rows are a multiple of 8 elements,
-    else 8 element copies (zero past the extents)."""
-    q, e = ir.Var("tq"), ir.Var("te")
+    """The copy over ``nt`` threads: 8-element chunks, one 16-byte ``cp.async`` each
+    (zero-filled past the extents), when the source rows are a multiple of 8 elements;
+    else element copies, consecutive threads on consecutive elements of a row (zero past
+    the extents)."""
+    stride = cp.cols + PAD
+    aligned = _eq(cp.col_ext % 8, _i(0))
+    return ir.IfThenElse(aligned, _chunks(cp, dst, base, tx, nt, stride),
+                         _elements(cp, dst, base, tx, nt, stride))
+
+
+def _chunks(cp: _Copy, dst: ir.Buffer, base: ir.Expr, tx: ir.Var, nt: int,
+            stride: int) -> ir.Stmt:
+    q = ir.Var("tq")
     per_row = cp.cols // 8
     n = cp.rows * per_row
     idx = q * nt + tx
     r, c = idx // per_row, idx % per_row * 8
     gr, gc = cp.row0 + r, cp.col0 + c
-    stride = cp.cols + PAD
     inside = gr < cp.row_ext
     nbytes = _sel(inside, ir.max_(ir.min_(cp.col_ext - gc, _i(8)), _i(0)) * 2, _i(0))
     src = ir.Load(cp.src, tuple(cp.index(_sel(inside, gr, _i(0)),
                                          _sel(gc < cp.col_ext, gc, _i(0)))), cp.src.dtype)
-    fast = ptx.cp_async(ir.Load(dst, (base + r * stride + c,), dst.dtype), src, nbytes)
-    ok = inside & (gc + e < cp.col_ext)
-    elem = ir.Load(cp.src, tuple(cp.index(gr, gc + e)), cp.src.dtype)
-    slow = _unrolled(e, 8, ir.Store(dst, (base + r * stride + c + e,),
-                                    _sel(ok, elem, ir.cast(_f(0.0), cp.src.dtype))))
-    aligned = _eq(cp.col_ext % 8, _i(0))
-    body: ir.Stmt = ir.IfThenElse(aligned, fast, slow)
+    body: ir.Stmt = ptx.cp_async(ir.Load(dst, (base + r * stride + c,), dst.dtype), src,
+                                 nbytes)
     if n % nt:
         body = ir.IfThenElse(idx < n, body)
     return _unrolled(q, -(-n // nt), body)
+
+
+def _elements(cp: _Copy, dst: ir.Buffer, base: ir.Expr, tx: ir.Var, nt: int,
+              stride: int) -> ir.Stmt:
+    q = ir.Var("tqe")
+    n = cp.rows * cp.cols
+    idx = q * nt + tx
+    r, c = idx // cp.cols, idx % cp.cols
+    gr, gc = cp.row0 + r, cp.col0 + c
+    ok = (gr < cp.row_ext) & (gc < cp.col_ext)
+    elem = ir.Load(cp.src, tuple(cp.index(gr, gc)), cp.src.dtype)
+    body: ir.Stmt = ir.Store(dst, (base + r * stride + c,),
+                             _sel(ok, elem, ir.cast(_f(0.0), cp.src.dtype)))
+    if n % nt:
+        body = ir.IfThenElse(idx < n, body)
+    return ir.For(q, _i(0), _i(-(-n // nt)), "serial", body)   # rolled: fewer registers
 
 
 # --------------------------------------------------------------------------- the kernel
