@@ -142,3 +142,21 @@ causal_attention_f16 = HALF["float16"]["causal_attention"]
 masked_attention_f16 = HALF["float16"]["masked_attention"]
 attention_k_rows_f16 = HALF["float16"]["attention_k_rows"]
 causal_attention_bf16 = HALF["bfloat16"]["causal_attention"]
+
+
+@pc.tensor_expr
+def attention_f16_out(Q: pc.Tensor[(B, M, K), "float16"], KT: pc.Tensor[(B, K, L), "float16"],
+                      V: pc.Tensor[(B, L, N), "float16"]):
+    """causal_attention_f16 with a float16 output (out_dtype: a cast stage after O)."""
+    t = ops.batch_matmul(Q, KT, name="T")
+    sc = pc.compute((B, M, L), lambda b, i, j: pc.select(j > i, float("-inf"), t[b, i, j] * 0.125),
+                    name="Sc")
+    return ops.batch_matmul(ops.softmax(sc, axis=-1, name="S"), V, out_dtype="float16",
+                            name="O")
+
+
+@pc.tensor_expr
+def bmm_chain_bf16_out(X: pc.Tensor[(B, M, K), "bfloat16"], Y: pc.Tensor[(B, K, L), "bfloat16"],
+                       Z: pc.Tensor[(B, L, N), "bfloat16"]):
+    """bmm_chain in bfloat16 with a bfloat16 output."""
+    return ops.batch_matmul(ops.batch_matmul(X, Y, name="T"), Z, out_dtype="bfloat16", name="O")

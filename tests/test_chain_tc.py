@@ -66,11 +66,13 @@ def _reference(name, xs):
     return ref, bound
 
 
-def _check(out, ref, bound, dtype):
-    assert out.shape == ref.shape and out.dtype == np.float32
+def _check(out, ref, bound, dtype, out_dtype="float32"):
+    assert out.shape == ref.shape and out.dtype == dt.to_numpy(out_dtype)
+    out = out.astype(np.float32)
     assert np.array_equal(np.isnan(out), np.isnan(ref))
     ok = ~np.isnan(ref)
-    tol = 2 * EPS[dtype] * np.nan_to_num(bound) + 1e-4 * (1 + np.abs(np.nan_to_num(ref)))
+    rel = 1e-4 if out_dtype == "float32" else 1e-4 + EPS[out_dtype]   # + the output's rounding
+    tol = 2 * EPS[dtype] * np.nan_to_num(bound) + rel * (1 + np.abs(np.nan_to_num(ref)))
     err = np.abs(np.where(ok, out - ref, 0))
     assert (err <= tol).all(), float((err - tol).max())
 
@@ -106,6 +108,23 @@ def test_tc_ring_paths(name, dtype, shape):
     out, rep = simulate(c, *xs)
     _check(out, *_reference(name, xs), dtype)
     assert len(rep.kernels) == 1
+
+
+@pytest.mark.parametrize("kernel,name,dtype", [
+    ("attention_f16_out", "causal_attention", "float16"),
+    ("bmm_chain_bf16_out", "bmm_chain", "bfloat16")])
+@settings(max_examples=3, deadline=None)
+@given(b=st.integers(1, 2), m=extent, k=st.sampled_from([1, 8, 17]), l=extent,  # noqa: E741
+       n=st.sampled_from([1, 8, 67]), seed=st.integers(0, 2**16))
+def test_half_output(kernel, name, dtype, b, m, k, l, n, seed):  # noqa: E741
+    """``out_dtype=`` float16/bfloat16: the cast stage after O is part of the chain
+    (``ChainMatch.out_cast``) and the kernel stores O rounded to it."""
+    c = compile_kernel(getattr(ck, kernel), "cuda", SMALL)
+    (match,) = detect_chains(getattr(ck, kernel).polyhedral_model())
+    assert match.out_cast and match.out.dtype == dtype and "chain-cuda" in c.state.remarks
+    xs = _inputs(name, dtype, b, m, k, l, n, np.random.default_rng(seed))
+    out, _ = simulate(c, *xs)
+    _check(out, *_reference(name, xs), dtype, dtype)
 
 
 def test_detection_and_why_not():
@@ -179,25 +198,26 @@ def test_tc_cu_compiles_without_spills(target):
                            for r in res), (name, res)
 
 
-@pytest.mark.parametrize("case", ["causal_attention"])
+@pytest.mark.parametrize("case", ["causal_attention_f16", "bmm_chain_bf16_out"])
 def test_golden_tree_tc(case, goldens):
-    """``chain-fuse`` for ``cuda`` on a float16 chain: the fused tree with the Tensor Core
-    kernel's tiles."""
+    """``chain-fuse`` for ``cuda`` on half-precision chains: the fused tree with the Tensor
+    Core kernel's tiles (the output cast after the whole l loop)."""
     import islpy as isl
 
     from polycomp.hw.target import get_target
     from polycomp.scheduler.chain.cuda_codegen import CudaChainFusePass
     from polycomp.scheduler.common.tree import violated_dependences
     from polycomp.state import CompileState
-    model = ck.HALF["float16"][case].polyhedral_model()
+    model = getattr(ck, case).polyhedral_model()
     ctx = CompileState(model, get_target("cuda"), {})
     sched = CudaChainFusePass().run(model.initial_schedule, ctx)
     again = isl.Schedule.read_from_str(model.ctx, sched.to_str())
 
     def same(text):
         return again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
-    expected = goldens.expected(f"test_chain_tc_golden/{case}_f16.chain-fuse.isl",
+    expected = goldens.expected(f"test_chain_tc_golden/{case}.chain-fuse.isl",
                                 sched.to_str(), same)
     assert same(expected), sched.to_str()
     assert violated_dependences(sched, model.dependences).is_empty()
     assert "chain_fused:96x32" in sched.to_str()
+    assert ("O_cast" in sched.to_str()) == case.endswith("_out")

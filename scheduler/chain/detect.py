@@ -20,7 +20,9 @@ What is checked, on the polyhedral model:
   projections ``U[b, m, l, k] -> X[b, m, k]`` ...), accumulated in float32: either
   float32 throughout, or ``X, Y, Z`` all float16 or all bfloat16 read through a widening
   cast to float32 (as ``ops.batch_matmul`` writes a half-precision product; the
-  intermediate and the middle stages are float32).  ``ChainMatch.dtype`` is the operand
+  intermediate and the middle stages are float32; the output is float32, or its
+  float16/bfloat16 cast when an elementwise cast stage of the product follows, as
+  ``out_dtype=`` writes it: ``ChainMatch.out_cast``).  ``ChainMatch.dtype`` is the operand
   dtype; only the CUDA targets fuse half-precision chains (the Tensor Core kernel,
   :mod:`.tc_kernel`), the CPU kernel takes float32 ones (:func:`.tree.plan_for`);
 * the model's flow dependences go from the first contraction's update to the next stage
@@ -72,6 +74,7 @@ class ChainMatch:
     statements: tuple[str, ...]
     y_transposed: bool = False   # Y stored [.., l, k] (attention's K)
     dtype: str = "float32"       # X, Y, Z's dtype: float32, or float16/bfloat16 (Tensor Cores)
+    out_cast: bool = False       # ``out`` is the half-precision cast of the float32 product
 
     @property
     def has_softmax(self) -> bool:
@@ -344,15 +347,37 @@ def _finish(model, stages, j: int, c1: _Contr, prev: ir.Buffer, chain_stages: li
     if c2.a_dtype != "float32":
         return f"the intermediate {prev.name} is {c2.a_dtype} (fused chains keep it float32)"
     chain_stages.append(stages[j])
+    out, out_cast = c2.out, False
+    if c1.a_dtype in _HALF and j + 1 < len(stages) and id(c2.out) not in outs \
+            and _readers(stages, c2.out) == [stages[j + 1]]:
+        cast = _output_cast(stages[j + 1], c2.out, nb)
+        if cast is not None:
+            chain_stages.append(stages[j + 1])
+            out, out_cast = cast, True
     for a, b in zip(chain_stages, chain_stages[1:]):
         if not _flows(model, a, b):
             return f"no flow dependence from {a.name} to {b.name}"
     if not _batch_extents_equal(model, c1, c2):
         return "the batch extents differ"
     names = tuple(s.name for s in model.statements if any(s.stage is c for c in chain_stages))
-    return ChainMatch(chain_stages[0], stages[j], c1.a, c1.b, c2.b, c2.out, c1.out,
+    return ChainMatch(chain_stages[0], stages[j], c1.a, c1.b, c2.b, out, c1.out,
                       elementwise, softmax, nb, tuple(chain_stages), names, c1.b_transposed,
-                      c1.a_dtype)
+                      c1.a_dtype, out_cast)
+
+
+def _output_cast(stage, o: ir.Buffer, nb: int) -> ir.Buffer | None:
+    """``stage`` as ``O16[b, m, n] = cast(O[b, m, n], float16 | bfloat16)`` (what
+    ``ops.batch_matmul(.., out_dtype=...)`` appends): its output, else None."""
+    if stage.reduce_op is not None or stage.output.dtype not in _HALF:
+        return None
+    iters = tuple(stage.iters)
+    body = stage.body
+    if len(iters) != nb + 2 or not (isinstance(body, ir.Cast) and body.dtype in _HALF):
+        return None
+    v = _strip(body.value)
+    if isinstance(v, ir.Load) and v.buffer is o and _exact(v, *iters):
+        return stage.output.buffer
+    return None
 
 
 def _stages(model) -> tuple:

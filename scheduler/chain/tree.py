@@ -159,7 +159,9 @@ def fused_tree(plan: ChainPlan, model) -> isl.Schedule:
         inner = _seq([_filter_node(model, [s], _leaf_band(model, s, nb=nb)) for s in stmts])
     else:
         o_init = next(s for s in stmts if s.stage is m.second and s.kind == "init")
-        rest = [s for s in stmts if s is not o_init]
+        # the output cast (ChainMatch.out_cast) follows the whole l loop
+        after = [s for s in stmts if m.out_cast and s.stage is m.stages[-1]]
+        rest = [s for s in stmts if s is not o_init and s not in after]
 
         def lcoord(s) -> str:
             d = _dims(s)
@@ -170,7 +172,8 @@ def fused_tree(plan: ChainPlan, model) -> isl.Schedule:
             order = [0, 2, 1] if (s.stage is m.second and s.kind == "update") else None
             leaves.append(_filter_node(model, [s], _leaf_band(model, s, order, nb)))
         inner = _seq([_filter_node(model, [o_init], _leaf_band(model, o_init, nb=nb)),
-                      _filter_node(model, rest, lband + "child:\n" + _indent(_seq(leaves), 2))])
+                      _filter_node(model, rest, lband + "child:\n" + _indent(_seq(leaves), 2)),
+                      *(_filter_node(model, [s], _leaf_band(model, s, nb=nb)) for s in after)])
     text = (f'domain: "{model.domain}"\nchild:\n'
             f'  mark: "{MARK}:{plan.tm}x{plan.tl}"\n  child:\n'
             + _indent(top + "child:\n" + _indent(inner, 2), 4))
