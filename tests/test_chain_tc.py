@@ -221,3 +221,25 @@ def test_golden_tree_tc(case, goldens):
     assert violated_dependences(sched, model.dependences).is_empty()
     assert "chain_fused:96x32" in sched.to_str()
     assert ("O_cast" in sched.to_str()) == case.endswith("_out")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("polycomp.hw.cuda.launcher", fromlist=["x"]).gpu_available(),
+                    reason="no NVIDIA GPU / pycuda on this machine")
+@pytest.mark.parametrize("target", ["cuda", "cuda-sm90"])
+@pytest.mark.parametrize("name,dtype,shape", [
+    ("causal_attention", "float16", (3, 197, 64, 197, 64)),     # ViT-B-like, L % 8 != 0
+    ("masked_attention", "bfloat16", (2, 100, 32, 256, 80)),    # cp.async paths
+    ("attention_k_rows", "float16", (2, 77, 72, 130, 24)),      # K > KC: two k chunks
+    ("bmm_chain", "float16", (1, 33, 16, 40, 8))])
+def test_tc_chain_on_gpu(target, name, dtype, shape):
+    """The same kernels on a real GPU (pycuda), against the same reference."""
+    from polycomp.driver import build
+    if target == "cuda-sm90":
+        import pycuda.driver as drv
+        drv.init()
+        if drv.Device(0).compute_capability() < (9, 0):
+            pytest.skip("cuda-sm90 needs an sm_90 GPU")
+    xs = _inputs(name, dtype, *shape, np.random.default_rng(11))
+    out = build(ck.HALF[dtype][name], target)(*xs)
+    _check(np.asarray(out), *_reference(name, xs), dtype)
