@@ -74,8 +74,9 @@ class CudaChainFusePass(Pass):
         if not is_legal(fused, ctx.model.dependences):
             ctx.note(self.name, "no chain fused: the fused tree would violate a dependence")
             return schedule
+        half = isinstance(tiles, TcChainTiles)
         for line in plan.describe()[:1] + plan.describe()[2:]:
-            ctx.note(self.name, line)
+            ctx.note(self.name, line.replace(" floats)", " 16-bit elements)") if half else line)
         where = ("mma accumulator fragments (Tensor Cores, " + plan.match.dtype + ")"
                  if isinstance(tiles, TcChainTiles) else "registers and shared memory")
         ctx.note(self.name, f"block order (b, m, l, k | n): intermediate {plan.match.t.name} "
