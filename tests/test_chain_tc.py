@@ -166,6 +166,26 @@ def test_default_tiles_and_one_kernel():
         _check(out, *_reference("causal_attention", xs), "float16")
 
 
+@pytest.mark.parametrize("dtype,s,d", [("float16", 37, 24), ("bfloat16", 50, 80)])
+def test_constant_shapes_x_resident(dtype, s, d):
+    """Constant K <= 128: one X buffer loaded once per block (not in the ring), KC = K
+    rounded to 16, TN = N rounded to 16 (N <= 80); the bench's attention kernel."""
+    from polycomp.benchmarks.chains_cuda import _kernel
+    c = compile_kernel(_kernel(1, s, d, dtype), "cuda")
+    note = " ".join(c.state.remarks["chain-cuda"])
+    assert "X resident" in note and f"KC={-(-d // 16) * 16} TN={-(-d // 16) * 16}" in note
+    rng = np.random.default_rng(s)
+    h = dt.to_numpy(dtype)
+    q, kt, v = (rng.standard_normal(x).astype(np.float32).astype(h)
+                for x in ((1, s, d), (1, d, s), (1, s, d)))
+    out, _ = simulate(c, q, kt, v)
+    f = [x.astype(np.float32) for x in (q, kt, v)]
+    scale = np.float32(1 / np.sqrt(d))
+    ref = ck.np_softmax((f[0] @ f[1]) * scale) @ f[2]
+    bound = ck.np_softmax((f[0] @ f[1]) * scale) @ np.abs(f[2])
+    _check(out, ref, bound, dtype)
+
+
 def test_fused_moves_less_global_memory_than_unfused():
     xs = _inputs("causal_attention", "float16", 1, 32, 16, 48, 16, np.random.default_rng(1))
     out_f, rep_f = simulate(fused("causal_attention", "float16"), *xs)

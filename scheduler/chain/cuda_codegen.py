@@ -131,7 +131,8 @@ def chain_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
                                  f"f32 accumulators): TM={tiles.tm} TL={tiles.tl} "
                                  f"KC={tiles.kc} TN={tiles.tn}, {tiles.threads} threads "
                                  f"(one warp per 16 rows), {tiles.stages}-stage cp.async "
-                                 f"ring, {tiles.shared_bytes} B shared (model's shared-level "
+                                 f"ring{', X resident' if tiles.x_resident else ''}, "
+                                 f"{tiles.shared_bytes} B shared (model's shared-level "
                                  f"T_M={tiles.model_tm} T_L={tiles.model_tl} in 16-bit "
                                  f"elements, alpha=16)")
         return dataclasses.replace(func, body=body)

@@ -34,7 +34,8 @@ when the source's rows are a multiple of 8 elements (checked at run time, unifor
 block), else 8 element loads stored to shared memory (zero past the extents).  Shared
 rows are padded by 8 elements (16 bytes) so the 8 rows one ``ldmatrix`` phase reads fall
 in distinct bank groups.  The ring holds ``S`` stages of the X chunk (used only when
-``nk > 1``), the Y chunk and the Z tile; item ``q`` lands in stage ``q % S``, Z tile ``j``
+``nk > 1``; a single X buffer when ``K`` is a constant ``<= KC``), the Y chunk and the
+Z tile; item ``q`` lands in stage ``q % S``, Z tile ``j``
 in stage ``j % S`` (issued with item ``(j, 0)``, read at the end of tile ``j``; tile
 ``j + S`` is issued after the barrier of iteration ``(j + S) nk - S + 1 > (j + 1) nk - 1``,
 so never over a tile still read).
@@ -87,6 +88,7 @@ class TcChainTiles:
     y_rows: bool               # Y stored [.., l, k]
     model_tm: int              # the closed form's T_M, T_L (16-bit elements, alpha 16)
     model_tl: int
+    x_resident: bool = False   # K is a constant <= KC: one X buffer, never re-streamed
 
     @property
     def threads(self) -> int:
@@ -105,8 +107,12 @@ class TcChainTiles:
         return self.tl * (self.tn + PAD)
 
     @property
+    def x_stages(self) -> int:
+        return 1 if self.x_resident else self.stages
+
+    @property
     def shared_bytes(self) -> int:
-        return 2 * self.stages * (self.xs + self.ys + self.zs)
+        return 2 * (self.x_stages * self.xs + self.stages * (self.ys + self.zs))
 
     @property
     def acc_floats(self) -> int:
@@ -125,12 +131,13 @@ def tc_tiles(plan: ChainPlan, shared_bytes: int,
     # the model counts 4-byte elements: twice the bytes is the capacity in 16-bit ones
     lp = plan_levels(d, [("shared", 2 * shared_bytes)], ALPHA, m.has_softmax)[0]
     mtm, mtl = lp.tiles.m, lp.tiles.l
-    kc = _round16(d.k) if d.k != BIG and d.k <= 128 else KC_DEFAULT
+    resident = d.k != BIG and d.k <= 128
+    kc = _round16(d.k) if resident else KC_DEFAULT
     tn = _round16(d.n) if d.n != BIG and d.n <= 80 else 64
     y_rows = bool(m.y_transposed)
 
     def make(tm, tl, s):
-        return TcChainTiles(tm, tl, kc, tn, s, m.dtype, y_rows, mtm, mtl)
+        return TcChainTiles(tm, tl, kc, tn, s, m.dtype, y_rows, mtm, mtl, resident)
     if override is not None:
         t = make(override[0], override[1], 2)
         t3 = make(override[0], override[1], 3)
@@ -269,7 +276,7 @@ def build_tc_kernel(plan: ChainPlan, tiles: TcChainTiles, kernel_id: int = 0) ->
     m0, n0 = by * tm, bx * tn
 
     f32, i32 = "float32", "int32"
-    Xs = ir.Buffer("tx_s", dtype, (_i(S * tiles.xs),), "shared")
+    Xs = ir.Buffer("tx_s", dtype, (_i(tiles.x_stages * tiles.xs),), "shared")
     Ys = ir.Buffer("ty_s", dtype, (_i(S * tiles.ys),), "shared")
     Zs = ir.Buffer("tz_s", dtype, (_i(S * tiles.zs),), "shared")
     Sacc = ir.Buffer("tsacc", f32, (_i(tl // 2),), "local")
@@ -303,6 +310,7 @@ def build_tc_kernel(plan: ChainPlan, tiles: TcChainTiles, kernel_id: int = 0) ->
     def issue(q) -> ir.Stmt:
         j, c, s = q // nk, q % nk, q % S
         return ir.seq(
+            None if tiles.x_resident else
             ir.IfThenElse(nk > 1, _copy(x_copy(c), Xs, s * tiles.xs, tx, nt)),
             _copy(y_copy(j, c), Ys, s * tiles.ys, tx, nt),
             ir.IfThenElse(_eq(c, _i(0)), _copy(z_copy(j), Zs, j % S * tiles.zs, tx, nt)))
@@ -316,7 +324,7 @@ def build_tc_kernel(plan: ChainPlan, tiles: TcChainTiles, kernel_id: int = 0) ->
     # ---- first product on the item: Sacc += Xs[xstage] . Ys[stage]
     q = ir.Var("tq_it")
     stage = q % S
-    xbase = _sel(nk > 1, stage, _i(0)) * tiles.xs
+    xbase = _i(0) if tiles.x_resident else _sel(nk > 1, stage, _i(0)) * tiles.xs
     ybase = stage * tiles.ys
     kk, npair = ir.Var("tkk"), ir.Var("tnp")
     xst = kc + PAD
