@@ -7,8 +7,9 @@ stores, the traffic a profiler reports as ``dram``/``lts`` sectors before cachin
 ``ptxas -v`` resources, for ``softmax(Q K^T / sqrt(d)) V`` at AutoGTCO's attention
 shapes ``[batch x heads, sequence, head dim]`` (DETR, ViT-B, ViT-H, SETR):
 
-* ``fused``: the kernel compiled for ``cuda`` (chain fusion, scheduler/chain/cuda_kernel.py:
-  one kernel, the scores never in global memory);
+* ``fused``: the kernel compiled for ``cuda`` (chain fusion, scheduler/chain/cuda_kernel.py
+  for float32 on CUDA cores, scheduler/chain/tc_kernel.py for ``--dtypes float16`` /
+  ``bfloat16`` on Tensor Cores: one kernel, the scores never in global memory);
 * ``unfused``: the same kernel with option ``chain=False`` (the tiled CUDA pipeline: two
   products, the softmax's kernels, the intermediates in global memory).
 
@@ -34,10 +35,27 @@ ATTENTION = {"DETR": (8, 1050, 32), "ViT-B": (12, 197, 64), "ViT-H": (16, 257, 8
              "SETR": (12, 576, 64)}
 
 
-def _kernel(b: int, s: int, d: int):
-    """The attention kernel of ``polycomp bench chains`` at ``(b, s, d)``."""
+def _kernel(b: int, s: int, d: int, dtype: str = "float32"):
+    """The attention kernel of ``polycomp bench chains`` at ``(b, s, d)``; with
+    ``dtype`` float16/bfloat16 the same DSL with half-precision ``Q, K^T, V`` (products
+    accumulated in float32, output float32: the Tensor Core chain kernel)."""
+    import math
+
+    import polycomp as pc
     from polycomp.benchmarks.chains import _kernel as chain_kernel
-    return chain_kernel("attention", (b, s, d))
+    from polycomp.frontend import ops
+    from polycomp.frontend.dsl import Kernel
+    if dtype == "float32":
+        return chain_kernel("attention", (b, s, d))
+    scale = 1.0 / math.sqrt(d)
+
+    def attn(Q, KT, V):
+        t = ops.batch_matmul(Q, KT, name="T")
+        sc = pc.compute((b, s, s), lambda i, j, k: t[i, j, k] * scale, name="Sc")
+        return ops.batch_matmul(ops.softmax(sc, axis=-1, name="S"), V, name="O")
+    shapes = {"Q": (b, s, d), "KT": (b, d, s), "V": (b, s, d)}
+    return Kernel(attn, name="attention_" + dtype,
+                  inputs={k: pc.Tensor[v, dtype] for k, v in shapes.items()})
 
 
 def _ptxas(source: str) -> dict:
@@ -62,39 +80,51 @@ def _traffic(ck, inputs) -> tuple[int, int, Any]:
     return 32 * sectors, len(rep.kernels), out
 
 
-def case(name: str, batch: int, nvcc: bool) -> dict:
+def case(name: str, batch: int, nvcc: bool, dtype: str = "float32") -> dict:
     import numpy as np
 
+    from polycomp import dtypes as dt
     from polycomp.driver import compile_kernel
     from polycomp.hw.cuda.target import STATIC_SHARED
+    from polycomp.scheduler.chain import tc_kernel
     from polycomp.scheduler.chain.cuda_kernel import cuda_tiles, predicted_bytes
     from polycomp.scheduler.chain.tree import plan_for
     full_b, s, d = ATTENTION[name]
     rng = np.random.default_rng(0)
-    q = rng.standard_normal((batch, s, d)).astype(np.float32)
-    kt = rng.standard_normal((batch, d, s)).astype(np.float32)
-    v = rng.standard_normal((batch, s, d)).astype(np.float32)
-    row: dict = {"name": name, "shape": [full_b, s, d], "simulated_batch": batch}
+    h = dt.to_numpy(dtype)
+    q = rng.standard_normal((batch, s, d)).astype(np.float32).astype(h)
+    kt = rng.standard_normal((batch, d, s)).astype(np.float32).astype(h)
+    v = rng.standard_normal((batch, s, d)).astype(np.float32).astype(h)
+    row: dict = {"name": name, "shape": [full_b, s, d], "simulated_batch": batch,
+                 "dtype": dtype}
     t0 = time.perf_counter()
-    fused = compile_kernel(_kernel(batch, s, d), "cuda")
-    unfused = compile_kernel(_kernel(batch, s, d), "cuda", {"chain": False})
+    fused = compile_kernel(_kernel(batch, s, d, dtype), "cuda")
+    unfused = compile_kernel(_kernel(batch, s, d, dtype), "cuda", {"chain": False})
     row["compile_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
     fb, fk, fo = _traffic(fused, (q, kt, v))
     ub, uk, uo = _traffic(unfused, (q, kt, v))
     row["simulate_s"] = round(time.perf_counter() - t0, 1)
     scale = max(1.0, float(np.nanmax(np.abs(uo))))
-    row["outputs_agree"] = bool(np.allclose(fo, uo, rtol=2e-4, atol=2e-4 * scale))
+    # float32: reassociation only; half: P rounded to the input dtype (docs/fusion.md)
+    tol = {"float32": 2e-4, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype]
+    row["outputs_agree"] = bool(np.allclose(fo, uo, rtol=tol, atol=tol * scale))
     flops = batch * 2 * s * s * (d + d)
     row.update(fused_bytes=fb, unfused_bytes=ub, fused_kernels=fk, unfused_kernels=uk,
                fused_bytes_per_flop=fb / flops, unfused_bytes_per_flop=ub / flops,
                traffic_ratio=ub / fb)
-    full = compile_kernel(_kernel(full_b, s, d), "cuda") if full_b != batch else fused
+    full = compile_kernel(_kernel(full_b, s, d, dtype), "cuda") if full_b != batch else fused
     plan, _ = plan_for(full.state)
-    if plan is not None:
+    sizes = {"batch": full_b, "m": s, "n": d, "k": d, "l": s}
+    if plan is not None and dtype == "float32":
         tiles = cuda_tiles(plan, STATIC_SHARED)
-        pb = predicted_bytes(plan, tiles, {"batch": full_b, "m": s, "n": d, "k": d, "l": s})
+        pb = predicted_bytes(plan, tiles, sizes)
         row.update(tiles=[tiles.tm, tiles.tl, tiles.tk, tiles.tn],
+                   predicted_fused_bytes_per_flop=pb / (full_b * 2 * s * s * 2 * d))
+    elif plan is not None:
+        tt = tc_kernel.tc_tiles(plan, STATIC_SHARED)
+        pb = tc_kernel.predicted_bytes(tt, sizes)
+        row.update(tiles=[tt.tm, tt.tl, tt.kc, tt.tn], stages=tt.stages,
                    predicted_fused_bytes_per_flop=pb / (full_b * 2 * s * s * 2 * d))
     if nvcc:
         row["ptxas_fused"] = _ptxas(fused.source)
@@ -103,15 +133,16 @@ def case(name: str, batch: int, nvcc: bool) -> dict:
 
 
 def _table(rows: list[dict]) -> str:
-    out = ["| shape [b, s, d] | tiles TM x TL | fused B/FLOP (predicted) | unfused B/FLOP "
+    out = ["| shape [b, s, d] | dtype | tiles TM x TL | fused B/FLOP (predicted) | unfused B/FLOP "
            "| unfused / fused | kernels | ptxas fused: regs, spills | ptxas unfused: max "
            "regs, spills | outputs agree |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         pf, pu = r.get("ptxas_fused", {}), r.get("ptxas_unfused", {})
         t = r.get("tiles", ["?", "?"])
         out.append(
-            f"| {r['name']} {r['shape']} | {t[0]} x {t[1]} | {r['fused_bytes_per_flop']:.3f} "
+            f"| {r['name']} {r['shape']} | {r.get('dtype', 'float32')} | {t[0]} x {t[1]} | "
+            f"{r['fused_bytes_per_flop']:.3f} "
             f"({r.get('predicted_fused_bytes_per_flop', float('nan')):.3f}) | "
             f"{r['unfused_bytes_per_flop']:.3f} | {r['traffic_ratio']:.2f} | "
             f"{r['fused_kernels']} vs {r['unfused_kernels']} | "
@@ -129,16 +160,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=1,
                     help="batch elements simulated (bytes per FLOP do not depend on it)")
     ap.add_argument("--no-nvcc", action="store_true", help="skip the ptxas figures")
+    ap.add_argument("--dtypes", default="float32,float16",
+                    help="comma-separated: float32 (CUDA cores), float16 / bfloat16 "
+                         "(Tensor Core chain kernel)")
     a = ap.parse_args(argv)
     names = [n for n in ATTENTION if not a.only or n in a.only.split(",")]
     rows = []
-    for n in names:
-        rows.append(case(n, a.batch, not a.no_nvcc))
-        if not a.json:
-            r = rows[-1]
-            print(f"{n}: fused {r['fused_bytes_per_flop']:.3f} B/FLOP, unfused "
-                  f"{r['unfused_bytes_per_flop']:.3f} B/FLOP ({r['compile_s']} s compile, "
-                  f"{r['simulate_s']} s simulation)", flush=True)
+    for dtype in a.dtypes.split(","):
+        for n in names:
+            rows.append(case(n, a.batch, not a.no_nvcc, dtype))
+            if not a.json:
+                r = rows[-1]
+                print(f"{n} {dtype}: fused {r['fused_bytes_per_flop']:.3f} B/FLOP, unfused "
+                      f"{r['unfused_bytes_per_flop']:.3f} B/FLOP ({r['compile_s']} s "
+                      f"compile, {r['simulate_s']} s simulation)", flush=True)
     print(json.dumps(rows, indent=1) if a.json else _table(rows))
     return 0
 

@@ -84,3 +84,79 @@ def reference(name, *arrays):
         x, y, z = arrays
         return np.maximum(x @ y, 0) @ z
     raise KeyError(name)
+
+
+# --------------------------------------------------------------------------- half precision
+# The same chains with float16 / bfloat16 inputs, written exactly as the float32 ones:
+# ops.batch_matmul widens the operands to float32 and accumulates in float32 (as the
+# Tensor Core GEMM path expects), the softmax and the middle stages run in float32, and
+# O is float32.  On "cuda" / "cuda-sm90" they compile to the Tensor Core chain kernel
+# (scheduler/chain/tc_kernel.py); the CPU targets do not fuse them.
+
+def _half_kernels(dtype: str, tag: str) -> dict:
+    @pc.tensor_expr(name=f"bmm_chain_{tag}")
+    def bmm(X: pc.Tensor[(B, M, K), dtype], Y: pc.Tensor[(B, K, L), dtype],
+            Z: pc.Tensor[(B, L, N), dtype]):
+        return ops.batch_matmul(ops.batch_matmul(X, Y, name="T"), Z, name="O")
+
+    @pc.tensor_expr(name=f"causal_attention_{tag}")
+    def causal(Q: pc.Tensor[(B, M, K), dtype], KT: pc.Tensor[(B, K, L), dtype],
+               V: pc.Tensor[(B, L, N), dtype]):
+        t = ops.batch_matmul(Q, KT, name="T")
+        sc = pc.compute((B, M, L),
+                        lambda b, i, j: pc.select(j > i, float("-inf"), t[b, i, j] * 0.125),
+                        name="Sc")
+        return ops.batch_matmul(ops.softmax(sc, axis=-1, name="S"), V, name="O")
+
+    @pc.tensor_expr(name=f"masked_attention_{tag}")
+    def masked(Q: pc.Tensor[(B, M, K), dtype], KT: pc.Tensor[(B, K, L), dtype],
+               V: pc.Tensor[(B, L, N), dtype], mask: pc.Tensor[(M, L), "float32"]):
+        t = ops.batch_matmul(Q, KT, name="T")
+        sc = pc.compute((B, M, L), lambda b, i, j: t[b, i, j] + mask[i, j], name="Sc")
+        return ops.batch_matmul(ops.softmax(sc, axis=-1, name="S"), V, name="O")
+
+    @pc.tensor_expr(name=f"attention_k_rows_{tag}")
+    def k_rows(Q: pc.Tensor[(B, M, K), dtype], Kr: pc.Tensor[(B, L, K), dtype],
+               V: pc.Tensor[(B, L, N), dtype]):
+        """softmax(Q K^T) V with K stored as rows [B, L, K]."""
+        k = pc.reduce_axis(K, "k")
+        t = pc.compute((B, M, L),
+                       lambda b, i, j: pc.sum(pc.cast(Q[b, i, k], "float32")
+                                              * pc.cast(Kr[b, j, k], "float32"), axis=k),
+                       name="T")
+        return ops.batch_matmul(ops.softmax(t, axis=-1, name="S"), V, name="O")
+
+    @pc.tensor_expr(name=f"mm_relu_chain_{tag}")
+    def mm_relu(X: pc.Tensor[(M, K), dtype], Y: pc.Tensor[(K, L), dtype],
+                Z: pc.Tensor[(L, N), dtype]):
+        t = ops.matmul(X, Y, name="T")
+        r = pc.compute((M, L), lambda i, j: pc.max(t[i, j], 0.0), name="R")
+        return ops.matmul(r, Z, name="O")
+    return {"bmm_chain": bmm, "causal_attention": causal, "masked_attention": masked,
+            "attention_k_rows": k_rows, "mm_relu_chain": mm_relu}
+
+
+HALF = {"float16": _half_kernels("float16", "f16"), "bfloat16": _half_kernels("bfloat16", "bf16")}
+bmm_chain_f16 = HALF["float16"]["bmm_chain"]
+causal_attention_f16 = HALF["float16"]["causal_attention"]
+masked_attention_f16 = HALF["float16"]["masked_attention"]
+attention_k_rows_f16 = HALF["float16"]["attention_k_rows"]
+causal_attention_bf16 = HALF["bfloat16"]["causal_attention"]
+
+
+@pc.tensor_expr
+def attention_f16_out(Q: pc.Tensor[(B, M, K), "float16"], KT: pc.Tensor[(B, K, L), "float16"],
+                      V: pc.Tensor[(B, L, N), "float16"]):
+    """causal_attention_f16 with a float16 output (out_dtype: a cast stage after O)."""
+    t = ops.batch_matmul(Q, KT, name="T")
+    sc = pc.compute((B, M, L), lambda b, i, j: pc.select(j > i, float("-inf"), t[b, i, j] * 0.125),
+                    name="Sc")
+    return ops.batch_matmul(ops.softmax(sc, axis=-1, name="S"), V, out_dtype="float16",
+                            name="O")
+
+
+@pc.tensor_expr
+def bmm_chain_bf16_out(X: pc.Tensor[(B, M, K), "bfloat16"], Y: pc.Tensor[(B, K, L), "bfloat16"],
+                       Z: pc.Tensor[(B, L, N), "bfloat16"]):
+    """bmm_chain in bfloat16 with a bfloat16 output."""
+    return ops.batch_matmul(ops.batch_matmul(X, Y, name="T"), Z, out_dtype="bfloat16", name="O")

@@ -18,6 +18,8 @@ call                      PTX
 ``ptx_cp_async_wait``     ``cp.async.wait_group n``
 ``pc_xor``                ``a ^ b`` (integer; pure)
 ``pc_st4``                one 16-byte (float32) / 8-byte (f16, bf16) store of 4 values
+``pc_pack_{f16,bf16}x2``  two floats rounded to f16/bf16 in one 32-bit register (pure;
+                          the first in the low half: an ``mma`` A/B fragment register)
 ========================  ==============================================================
 
 The printed ``.cu`` defines one ``static __device__ __forceinline__`` wrapper per
@@ -32,7 +34,8 @@ from polycomp import ir
 from . import sim_tensorcore  # noqa: F401  (registers the simulator handlers)
 
 NAMES = ("ptx_ldmatrix", "ptx_mma_m16n8k16_f16", "ptx_mma_m16n8k16_bf16", "ptx_cp_async",
-         "ptx_cp_async_commit", "ptx_cp_async_wait", "pc_xor", "pc_st4")
+         "ptx_cp_async_commit", "ptx_cp_async_wait", "pc_xor", "pc_st4", "pc_pack_f16x2",
+         "pc_pack_bf16x2")
 
 
 # --------------------------------------------------------------------------- builders
@@ -78,6 +81,13 @@ def xor(a: ir.Expr, b: ir.Expr) -> ir.Expr:
     return ir.Call("pc_xor", (ir.const(a), ir.const(b)), "int64", pure=True)
 
 
+def pack_half2(lo: ir.Expr, hi: ir.Expr, dtype: str) -> ir.Expr:
+    """``lo``, ``hi`` (float) rounded to ``dtype`` (float16/bfloat16, to nearest even) and
+    packed into one int32 register, ``lo`` in the low half (``__floats2half2_rn``)."""
+    tag = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    return ir.Call(f"pc_pack_{tag}x2", (lo, hi), "int32", pure=True)
+
+
 def is_call(stmt, name: str) -> bool:
     return isinstance(stmt, ir.Evaluate) and isinstance(stmt.value, ir.Call) and \
         stmt.value.name == name
@@ -106,6 +116,8 @@ static __device__ __forceinline__ void pc_cp_async16(void* s, const void* g, int
 static __device__ __forceinline__ void pc_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> static __device__ __forceinline__ void pc_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
 static __device__ __forceinline__ void pc_st4(float* p, float a, float b, float c, float d) { asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "l"(__cvta_generic_to_global(p)), "f"(a), "f"(b), "f"(c), "f"(d) : "memory"); }
+static __device__ __forceinline__ int pc_pack_f16x2(float lo, float hi) { __half2 v = __floats2half2_rn(lo, hi); return *reinterpret_cast<int*>(&v); }
+static __device__ __forceinline__ int pc_pack_bf16x2(float lo, float hi) { __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); return *reinterpret_cast<int*>(&v); }
 static __device__ __forceinline__ void pc_st4_b32x2(void* p, unsigned x, unsigned y) { asm volatile("st.global.v2.b32 [%0], {%1, %2};\n" :: "l"(__cvta_generic_to_global(p)), "r"(x), "r"(y) : "memory"); }
 static __device__ __forceinline__ void pc_st4(__half* p, float a, float b, float c, float d) { __half2 x = __floats2half2_rn(a, b), y = __floats2half2_rn(c, d); pc_st4_b32x2(p, *reinterpret_cast<unsigned*>(&x), *reinterpret_cast<unsigned*>(&y)); }
 static __device__ __forceinline__ void pc_st4(__nv_bfloat16* p, float a, float b, float c, float d) { __nv_bfloat162 x = __floats2bfloat162_rn(a, b), y = __floats2bfloat162_rn(c, d); pc_st4_b32x2(p, *reinterpret_cast<unsigned*>(&x), *reinterpret_cast<unsigned*>(&y)); }
@@ -137,6 +149,8 @@ def print_intrinsic(printer, e: ir.Call) -> str | None:
     if e.name == "pc_st4":
         vals = ", ".join(f"(float)({printer.expr(x)})" for x in a[1:])
         return f"pc_st4({_addr(printer, a[0])}, {vals})"
+    if e.name in ("pc_pack_f16x2", "pc_pack_bf16x2"):
+        return f"{e.name}((float)({printer.expr(a[0])}), (float)({printer.expr(a[1])}))"
     if e.name == "pc_xor":
         return f"(({printer.expr(a[0])}) ^ ({printer.expr(a[1])}))"
     return None

@@ -25,6 +25,8 @@ Registered in :data:`~polycomp.hw.cuda.sim_intrinsics.INTRINSICS` (see
 * ``ptx_cp_async_commit()`` closes the thread's open group; ``ptx_cp_async_wait(n)``
   completes all of the thread's committed groups except the newest ``n`` (their shared
   writes happen then, race-checked as stores of that thread).
+* ``pc_pack_f16x2(lo, hi)`` / ``pc_pack_bf16x2``: both values rounded to the 16-bit
+  type (nearest even) and packed into one int32, ``lo`` in the low half.
 * ``pc_xor(a, b)``: bitwise exclusive or of integers (the shared-memory swizzle).
 * ``pc_st4(dst, v0, v1, v2, v3)``: one vector store of 4 consecutive elements (16 bytes
   of float32, 8 of float16/bfloat16) that must be aligned to its size; counted as one
@@ -181,6 +183,24 @@ def xor(sim, call, active):
     a = np.asarray(sim.eval(call.args[0], active)).astype(np.int64)
     b = np.asarray(sim.eval(call.args[1], active)).astype(np.int64)
     return np.bitwise_xor(a, b)
+
+
+def _pack(sim, call, active, dtype):
+    n = sim.geom.n_lanes
+    lo, hi = (np.broadcast_to(np.asarray(sim.eval(a, active), dtype=np.float32), (n,))
+              for a in call.args)
+    bits = _u16(lo.astype(dt.to_numpy(dtype))) | (_u16(hi.astype(dt.to_numpy(dtype))) << 16)
+    return bits.astype(np.uint32).view(np.int32)
+
+
+@intrinsic("pc_pack_f16x2")
+def pack_f16x2(sim, call, active):
+    return _pack(sim, call, active, "float16")
+
+
+@intrinsic("pc_pack_bf16x2")
+def pack_bf16x2(sim, call, active):
+    return _pack(sim, call, active, "bfloat16")
 
 
 @intrinsic("ptx_ldmatrix")

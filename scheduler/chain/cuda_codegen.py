@@ -4,7 +4,8 @@
 notes on the shared level) and the IR pass ``chain-cuda``.
 
 IR pass ``chain-cuda``: the ``chain_fused`` mark becomes the fused CUDA kernel of
-:mod:`.cuda_kernel` (a ``kernel`` mark around its block and thread loops), and the
+:mod:`.cuda_kernel` (float32 chains, CUDA cores) or :mod:`.tc_kernel` (float16 /
+bfloat16 chains, Tensor Cores) (a ``kernel`` mark around its block and thread loops), and the
 temporaries only the marked nest used (the intermediate, the softmax's arrays) are no
 longer allocated.
 
@@ -19,6 +20,7 @@ float32 tolerance) with no statement outside a kernel, as
 from __future__ import annotations
 
 import dataclasses
+from typing import TypeAlias
 
 from polycomp import ir
 from polycomp.hw.cuda.target import STATIC_SHARED
@@ -26,6 +28,7 @@ from polycomp.scheduler.chain.cuda_gate import why_not_fuse
 from polycomp.scheduler.chain.cuda_kernel import ALPHA, CudaChainTiles, build_kernel, cuda_tiles
 from polycomp.scheduler.chain.movement_model import plan_levels
 from polycomp.scheduler.chain.plan import ChainPlan
+from polycomp.scheduler.chain.tc_kernel import TcChainTiles, build_tc_kernel, tc_tiles
 from polycomp.scheduler.chain.tree import MARK, fused_tree, plan_for
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import is_legal
@@ -33,19 +36,28 @@ from polycomp.scheduler.common.tree import is_legal
 __all__ = ["chain_kernels", "cuda_plan", "CudaChainFusePass"]
 
 
-def cuda_plan(state) -> tuple[ChainPlan, CudaChainTiles] | tuple[None, str]:
+Tiles: TypeAlias = CudaChainTiles | TcChainTiles
+
+
+def cuda_plan(state) -> tuple[ChainPlan, Tiles] | tuple[None, str]:
     """The model's chain plan with the CUDA kernel's tiles (``TM, TL``) and the shared
-    level's optimum (``alpha = 16``) in place of the CPU levels, or None and why not."""
+    level's optimum (``alpha = 16``; in 16-bit elements for the Tensor Core kernel) in
+    place of the CPU levels, or None and why not."""
     plan, why = plan_for(state)
     if plan is None:
         return None, why
-    tiles = cuda_tiles(plan, STATIC_SHARED, state.cuda_options.chain_tiles)
-    if state.cuda_options.chain != "force":
-        why = why_not_fuse(plan, tiles, state.target.cuda.sms)
-        if why is not None:
-            return None, why
-    levels = tuple(plan_levels(plan.dims, [("shared", STATIC_SHARED)], ALPHA,
-                               plan.match.has_softmax))
+    half = plan.match.dtype != "float32"
+    tiles: Tiles
+    if half:
+        tiles = tc_tiles(plan, STATIC_SHARED, state.cuda_options.chain_tiles)
+    else:
+        tiles = cuda_tiles(plan, STATIC_SHARED, state.cuda_options.chain_tiles)
+        if state.cuda_options.chain != "force":      # the float32 kernel's rule
+            why = why_not_fuse(plan, tiles, state.target.cuda.sms)
+            if why is not None:
+                return None, why
+    levels = tuple(plan_levels(plan.dims, [("shared", STATIC_SHARED * (2 if half else 1))],
+                               ALPHA, plan.match.has_softmax))
     return dataclasses.replace(plan, levels=levels, level="shared", tm=tiles.tm,
                                tl=tiles.tl, mr=1, nv=1, vw=1), tiles
 
@@ -62,15 +74,18 @@ class CudaChainFusePass(Pass):
         if plan is None:
             ctx.note(self.name, f"no chain fused: {tiles}")
             return schedule
-        assert isinstance(tiles, CudaChainTiles)
+        assert isinstance(tiles, (CudaChainTiles, TcChainTiles))
         fused = fused_tree(plan, ctx.model)
         if not is_legal(fused, ctx.model.dependences):
             ctx.note(self.name, "no chain fused: the fused tree would violate a dependence")
             return schedule
+        half = isinstance(tiles, TcChainTiles)
         for line in plan.describe()[:1] + plan.describe()[2:]:
-            ctx.note(self.name, line)
+            ctx.note(self.name, line.replace(" floats)", " 16-bit elements)") if half else line)
+        where = ("mma accumulator fragments (Tensor Cores, " + plan.match.dtype + ")"
+                 if isinstance(tiles, TcChainTiles) else "registers and shared memory")
         ctx.note(self.name, f"block order (b, m, l, k | n): intermediate {plan.match.t.name} "
-                            f"tile {tiles.tm} x {tiles.tl} in registers and shared memory "
+                            f"tile {tiles.tm} x {tiles.tl} in {where} "
                             f"(CUDA kernel, {tiles.threads} threads per block)")
         return fused
 
@@ -88,9 +103,10 @@ def _buffers_used(s: ir.Stmt) -> set[str]:
 def chain_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """Replace the ``chain_fused`` mark's nest by the fused kernel (module docstring)."""
     plan, tiles = cuda_plan(state)
-    if plan is None or not isinstance(tiles, CudaChainTiles):
+    if plan is None or not isinstance(tiles, (CudaChainTiles, TcChainTiles)):
         return func
-    kernel = build_kernel(plan, tiles)
+    kernel = build_tc_kernel(plan, tiles) if isinstance(tiles, TcChainTiles) \
+        else build_kernel(plan, tiles)
 
     class _Replace(ir.Mutator):
         count = 0
@@ -115,6 +131,16 @@ def chain_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
             return ir.Allocate(s.buffer, inner)
 
     body = _DropAlloc().visit(body)
+    if isinstance(tiles, TcChainTiles):
+        state.note("chain-cuda", f"fused Tensor Core kernel ({tiles.dtype}, mma.sync m16n8k16, "
+                                 f"f32 accumulators): TM={tiles.tm} TL={tiles.tl} "
+                                 f"KC={tiles.kc} TN={tiles.tn}, {tiles.threads} threads "
+                                 f"(one warp per 16 rows), {tiles.stages}-stage cp.async "
+                                 f"ring{', X resident' if tiles.x_resident else ''}, "
+                                 f"{tiles.shared_bytes} B shared (model's shared-level "
+                                 f"T_M={tiles.model_tm} T_L={tiles.model_tl} in 16-bit "
+                                 f"elements, alpha=16)")
+        return dataclasses.replace(func, body=body)
     state.note("chain-cuda", f"fused CUDA kernel: TM={tiles.tm} TL={tiles.tl} TK={tiles.tk} "
                              f"TN={tiles.tn}, {tiles.threads} threads, {tiles.es}+{tiles.eo} "
                              f"accumulators per thread, {tiles.shared_floats * 4} B shared "

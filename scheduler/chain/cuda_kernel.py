@@ -43,9 +43,9 @@ in ptxas at 256 threads); ``TK = 16``,
 ``TN = 64``.  Option ``chain_tiles=(TM, TL)`` overrides ``TM, TL`` (tests use small
 tiles to get several blocks and ``l`` tiles on tiny shapes).
 
-This is the fp32 CUDA-core kernel; chain detection accepts float32 chains only, so
-Tensor Core (``mma.sync``) micro-kernels and ``cp.async`` staging of ``Y``/``Z`` are not
-used here (docs/fusion.md, CUDA section).
+This is the fp32 CUDA-core kernel for float32 chains; float16/bfloat16 chains get the
+Tensor Core kernel of :mod:`.tc_kernel` (``mma.sync``, ``ldmatrix``, a ``cp.async`` ring;
+docs/fusion.md, "Tensor Core chains").
 """
 from __future__ import annotations
 

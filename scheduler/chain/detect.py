@@ -17,7 +17,14 @@ What is checked, on the polyhedral model:
 
 * both contractions are ``sum`` reductions whose update statements read exactly the
   patterns above (each index *is* the iterator, so the access relations are the
-  projections ``U[b, m, l, k] -> X[b, m, k]`` ...), float32 throughout;
+  projections ``U[b, m, l, k] -> X[b, m, k]`` ...), accumulated in float32: either
+  float32 throughout, or ``X, Y, Z`` all float16 or all bfloat16 read through a widening
+  cast to float32 (as ``ops.batch_matmul`` writes a half-precision product; the
+  intermediate and the middle stages are float32; the output is float32, or its
+  float16/bfloat16 cast when an elementwise cast stage of the product follows, as
+  ``out_dtype=`` writes it: ``ChainMatch.out_cast``).  ``ChainMatch.dtype`` is the operand
+  dtype; only the CUDA targets fuse half-precision chains (the Tensor Core kernel,
+  :mod:`.tc_kernel`), the CPU kernel takes float32 ones (:func:`.tree.plan_for`);
 * the model's flow dependences go from the first contraction's update to the next stage
   (and so on) and from the last middle stage to the second contraction's update: the
   second really consumes the first's output;
@@ -66,6 +73,8 @@ class ChainMatch:
     stages: tuple[object, ...]
     statements: tuple[str, ...]
     y_transposed: bool = False   # Y stored [.., l, k] (attention's K)
+    dtype: str = "float32"       # X, Y, Z's dtype: float32, or float16/bfloat16 (Tensor Cores)
+    out_cast: bool = False       # ``out`` is the half-precision cast of the float32 product
 
     @property
     def has_softmax(self) -> bool:
@@ -98,6 +107,19 @@ class _Contr:
     out: ir.Buffer
     nb: int
     b_transposed: bool = False   # right operand stored (.., c, r)
+    a_dtype: str = "float32"     # the operands' stored dtypes
+    b_dtype: str = "float32"
+
+
+_HALF = ("float16", "bfloat16")
+
+
+def _operand_ok(f) -> bool:
+    """A float32 load, or a float16/bfloat16 load widened to float32."""
+    d = f.load.buffer.dtype
+    if f.widened:
+        return d in _HALF and f.expr.dtype == "float32"
+    return d == "float32"
 
 
 def _contraction(stage, allow_transposed: bool = False) -> _Contr | str:
@@ -115,19 +137,22 @@ def _contraction(stage, allow_transposed: bool = False) -> _Contr | str:
         return f"dtype {stage.output.dtype} (fused chains are float32)"
     *bs, m, n = iters
     r = c.reduce_dims[0]
-    for fa, fb in ((c.a, c.b), (c.b, c.a)):
-        if fa.guard is not None or fb.guard is not None or fa.widened or fb.widened:
-            continue
-        if _exact(fa.load, *bs, m, r) and _exact(fb.load, *bs, r, n):
-            if fa.load.buffer.dtype != "float32" or fb.load.buffer.dtype != "float32":
-                return "operands are not float32"
-            return _Contr(stage, fa.load.buffer, fb.load.buffer, stage.output.buffer, len(bs))
-    for fa, fb in ((c.a, c.b), (c.b, c.a)) if allow_transposed else ():
-        if fa.guard is None and fb.guard is None and not (fa.widened or fb.widened) \
-                and _exact(fa.load, *bs, m, r) and _exact(fb.load, *bs, n, r) \
-                and fa.load.buffer.dtype == fb.load.buffer.dtype == "float32":
+    found_dtype = False
+    for transposed in (False, True) if allow_transposed else (False,):
+        for fa, fb in ((c.a, c.b), (c.b, c.a)):
+            if fa.guard is not None or fb.guard is not None:
+                continue
+            if not (_exact(fa.load, *bs, m, r)
+                    and (_exact(fb.load, *bs, n, r) if transposed
+                         else _exact(fb.load, *bs, r, n))):
+                continue
+            if not (_operand_ok(fa) and _operand_ok(fb)):
+                found_dtype = True
+                continue
             return _Contr(stage, fa.load.buffer, fb.load.buffer, stage.output.buffer, len(bs),
-                          True)
+                          transposed, fa.load.buffer.dtype, fb.load.buffer.dtype)
+    if found_dtype:
+        return "operands are not float32 (nor float16/bfloat16 widened to float32)"
     return "operands are not A[.., m, k] and B[.., k, n]"
 
 
@@ -316,15 +341,43 @@ def _finish(model, stages, j: int, c1: _Contr, prev: ir.Buffer, chain_stages: li
         return f"the stage after the first contraction: {c2}"
     if c2.a is not prev or c2.nb != nb:
         return "the second contraction does not read the intermediate as its left operand"
+    if c1.a_dtype != c1.b_dtype or c2.b_dtype != c1.a_dtype:
+        return (f"mixed operand dtypes X {c1.a_dtype}, Y {c1.b_dtype}, Z {c2.b_dtype} "
+                f"(fused chains take X, Y, Z of one dtype)")
+    if c2.a_dtype != "float32":
+        return f"the intermediate {prev.name} is {c2.a_dtype} (fused chains keep it float32)"
     chain_stages.append(stages[j])
+    out, out_cast = c2.out, False
+    if c1.a_dtype in _HALF and j + 1 < len(stages) and id(c2.out) not in outs \
+            and _readers(stages, c2.out) == [stages[j + 1]]:
+        cast = _output_cast(stages[j + 1], c2.out, nb)
+        if cast is not None:
+            chain_stages.append(stages[j + 1])
+            out, out_cast = cast, True
     for a, b in zip(chain_stages, chain_stages[1:]):
         if not _flows(model, a, b):
             return f"no flow dependence from {a.name} to {b.name}"
     if not _batch_extents_equal(model, c1, c2):
         return "the batch extents differ"
     names = tuple(s.name for s in model.statements if any(s.stage is c for c in chain_stages))
-    return ChainMatch(chain_stages[0], stages[j], c1.a, c1.b, c2.b, c2.out, c1.out,
-                      elementwise, softmax, nb, tuple(chain_stages), names, c1.b_transposed)
+    return ChainMatch(chain_stages[0], stages[j], c1.a, c1.b, c2.b, out, c1.out,
+                      elementwise, softmax, nb, tuple(chain_stages), names, c1.b_transposed,
+                      c1.a_dtype, out_cast)
+
+
+def _output_cast(stage, o: ir.Buffer, nb: int) -> ir.Buffer | None:
+    """``stage`` as ``O16[b, m, n] = cast(O[b, m, n], float16 | bfloat16)`` (what
+    ``ops.batch_matmul(.., out_dtype=...)`` appends): its output, else None."""
+    if stage.reduce_op is not None or stage.output.dtype not in _HALF:
+        return None
+    iters = tuple(stage.iters)
+    body = stage.body
+    if len(iters) != nb + 2 or not (isinstance(body, ir.Cast) and body.dtype in _HALF):
+        return None
+    v = _strip(body.value)
+    if isinstance(v, ir.Load) and v.buffer is o and _exact(v, *iters):
+        return stage.output.buffer
+    return None
 
 
 def _stages(model) -> tuple:

@@ -69,6 +69,11 @@ def plan_for(state: CompileState) -> tuple[ChainPlan | None, str]:
     if set(m.statements) != {s.name for s in model.statements}:
         others = sorted({s.name for s in model.statements} - set(m.statements))
         return None, f"statements outside the chain: {', '.join(others)}"
+    if m.dtype != "float32" and getattr(state.target, "kind", None) != "cuda":
+        return None, (f"{m.name}: {m.dtype} operands (half-precision chains are fused by the "
+                      f"CUDA targets' Tensor Core kernel only)")
+    if m.dtype != "float32" and not state.cuda_options.tensor_cores:
+        return None, f"{m.name}: {m.dtype} operands and option tensor_cores off"
     plan = make_plan(m, model, state.target)
     if not is_legal(fused_tree(plan, model), model.dependences):
         return None, "the fused tree would violate a dependence"
@@ -154,7 +159,9 @@ def fused_tree(plan: ChainPlan, model) -> isl.Schedule:
         inner = _seq([_filter_node(model, [s], _leaf_band(model, s, nb=nb)) for s in stmts])
     else:
         o_init = next(s for s in stmts if s.stage is m.second and s.kind == "init")
-        rest = [s for s in stmts if s is not o_init]
+        # the output cast (ChainMatch.out_cast) follows the whole l loop
+        after = [s for s in stmts if m.out_cast and s.stage is m.stages[-1]]
+        rest = [s for s in stmts if s is not o_init and s not in after]
 
         def lcoord(s) -> str:
             d = _dims(s)
@@ -165,7 +172,8 @@ def fused_tree(plan: ChainPlan, model) -> isl.Schedule:
             order = [0, 2, 1] if (s.stage is m.second and s.kind == "update") else None
             leaves.append(_filter_node(model, [s], _leaf_band(model, s, order, nb)))
         inner = _seq([_filter_node(model, [o_init], _leaf_band(model, o_init, nb=nb)),
-                      _filter_node(model, rest, lband + "child:\n" + _indent(_seq(leaves), 2))])
+                      _filter_node(model, rest, lband + "child:\n" + _indent(_seq(leaves), 2)),
+                      *(_filter_node(model, [s], _leaf_band(model, s, nb=nb)) for s in after)])
     text = (f'domain: "{model.domain}"\nchild:\n'
             f'  mark: "{MARK}:{plan.tm}x{plan.tl}"\n  child:\n'
             + _indent(top + "child:\n" + _indent(inner, 2), 4))
