@@ -14,8 +14,12 @@ cupy for GEMMs, cupy's batched products and softmax for chains), in the same run
   at ``n x n x n``;
 * ``attention``: ``softmax(Q K^T / sqrt(d)) V`` in float32 at AutoGTCO's shapes, fused
   (chain fusion) and unfused (``chain=False``);
-* ``bmm`` / ``bmm+softmax``: Chimera's batch-matmul chains G1, G2, G10, G12 fused and
-  unfused.
+* ``attention-float16`` / ``attention-bfloat16``: the same in 16-bit inputs (the Tensor
+  Core chain kernel against the unfused Tensor Core pipeline, and PyTorch's
+  ``scaled_dot_product_attention``);
+* ``bmm`` / ``bmm+softmax``: Chimera's batch-matmul chains G1, G2, G10, G12 fused (with
+  ``chain="force"``: the rule of scheduler/chain/cuda_gate.py would not fuse some of
+  them) and unfused.
 """
 from __future__ import annotations
 
@@ -70,16 +74,33 @@ def main(argv=None) -> int:
     shapes = dict(list(ATTENTION.items())[:1] if args.quick else ATTENTION.items())
     for name, (b, s, d) in shapes.items():
         k = chain_kernel("attention", (b, s, d))
-        for variant, opts in (("fused", {}), ("unfused", {"chain": False})):
+        for variant, opts in (("fused", {"chain": "force"}), ("unfused", {"chain": False})):
             ck = compile_kernel(k, "cuda", opts)
             add(args.bundle, ck, "attention", name, variant, "attention", "cupy_attention",
                 {"scale": repr(1.0 / math.sqrt(d))})
             n_cases += 1
+    from polycomp.benchmarks.chains_cuda import _kernel as attention_kernel
+    for dtype in ("float16", "bfloat16"):      # the Tensor Core chain kernel
+        for name, (b, s, d) in shapes.items():
+            k = attention_kernel(b, s, d, dtype)
+            variants: list = [("fused", {"chain": "force"}), ("unfused", {"chain": False})]
+            if dtype == "float16":     # smaller row blocks: twice the blocks, 4 warps each
+                variants += [(f"fused-{tm}x{tl}", {"chain": "force", "chain_tiles": (tm, tl)})
+                             for tm, tl in ((64, 32), (64, 64))]
+            for variant, opts in variants:
+                ck = compile_kernel(k, "cuda", opts)
+                add(args.bundle, ck, f"attention-{dtype}", name, variant, "attention",
+                    "torch_sdpa" + ("_bf16" if dtype == "bfloat16" else ""),
+                    {"scale": repr(1.0 / math.sqrt(d)),
+                     # P is rounded to 16 bits before P.V (FlashAttention); the unfused
+                     # pipeline keeps it in float32
+                     "tol": "2e-2" if dtype == "bfloat16" else "4e-3"})
+                n_cases += 1
     chains = dict(list(CHAINS.items())[:1] if args.quick else CHAINS.items())
     for group in ("bmm", "bmm+softmax"):
         for name, shape in chains.items():
             k = chain_kernel(group, shape)
-            for variant, opts in (("fused", {}), ("unfused", {"chain": False})):
+            for variant, opts in (("fused", {"chain": "force"}), ("unfused", {"chain": False})):
                 ck = compile_kernel(k, "cuda", opts)
                 add(args.bundle, ck, group, name, variant,
                     "bmm_softmax_chain" if group == "bmm+softmax" else "bmm_chain",

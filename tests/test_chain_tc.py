@@ -245,7 +245,7 @@ def test_golden_tree_tc(case, goldens):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("polycomp.hw.cuda.launcher", fromlist=["x"]).gpu_available(),
-                    reason="no NVIDIA GPU / pycuda on this machine")
+                    reason="hardware: no NVIDIA GPU (with pycuda or cupy) here")
 @pytest.mark.parametrize("target", ["cuda", "cuda-sm90"])
 @pytest.mark.parametrize("name,dtype,shape", [
     ("causal_attention", "float16", (3, 197, 64, 197, 64)),     # ViT-B-like, L % 8 != 0
@@ -253,13 +253,12 @@ def test_golden_tree_tc(case, goldens):
     ("attention_k_rows", "float16", (2, 77, 72, 130, 24)),      # K > KC: two k chunks
     ("bmm_chain", "float16", (1, 33, 16, 40, 8))])
 def test_tc_chain_on_gpu(target, name, dtype, shape):
-    """The same kernels on a real GPU (pycuda), against the same reference."""
+    """The same kernels on a real GPU (pycuda or cupy), against the same reference."""
     from polycomp.driver import build
     if target == "cuda-sm90":
-        import pycuda.driver as drv
-        drv.init()
-        if drv.Device(0).compute_capability() < (9, 0):
-            pytest.skip("cuda-sm90 needs an sm_90 GPU")
+        from polycomp.hw.cuda.launcher import device_api
+        if device_api().compute_capability() < 90:
+            pytest.skip("hardware: cuda-sm90 needs an sm_90 GPU")
     xs = _inputs(name, dtype, *shape, np.random.default_rng(11))
     out = build(ck.HALF[dtype][name], target)(*xs)
     _check(np.asarray(out), *_reference(name, xs), dtype)
