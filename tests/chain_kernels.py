@@ -84,3 +84,83 @@ def reference(name, *arrays):
         x, y, z = arrays
         return np.maximum(x @ y, 0) @ z
     raise KeyError(name)
+
+
+# --------------------------------------------------------------------------- NPU chains
+# The cube multiplies float16 operands into float32: T and the stages between the
+# products are float32 and P is cast back to float16 before the second product
+# (FlashAttention's P); scheduler/chain/npu_detect.py.
+
+@pc.tensor_expr
+def bmm_chain_f16(X: pc.Tensor[(B, M, K), "float16"], Y: pc.Tensor[(B, K, L), "float16"],
+                  Z: pc.Tensor[(B, L, N), "float16"]):
+    t = ops.batch_matmul(X, Y, name="T")
+    p = pc.compute((B, M, L), lambda b, i, j: pc.cast(t[b, i, j], "float16"), name="P")
+    return ops.batch_matmul(p, Z, name="O")
+
+
+@pc.tensor_expr
+def bmm_softmax_chain_f16(X: pc.Tensor[(B, M, K), "float16"],
+                          Y: pc.Tensor[(B, K, L), "float16"],
+                          Z: pc.Tensor[(B, L, N), "float16"]):
+    s = ops.softmax(ops.batch_matmul(X, Y, name="T"), axis=-1, name="S")
+    p = pc.compute((B, M, L), lambda b, i, j: pc.cast(s[b, i, j], "float16"), name="P")
+    return ops.batch_matmul(p, Z, name="O")
+
+
+@pc.tensor_expr
+def causal_attention_f16(Q: pc.Tensor[(B, M, K), "float16"],
+                         KT: pc.Tensor[(B, K, L), "float16"],
+                         V: pc.Tensor[(B, L, N), "float16"]):
+    t = ops.batch_matmul(Q, KT, name="T")
+    sc = pc.compute((B, M, L), lambda b, i, j: pc.select(j > i, float("-inf"), t[b, i, j] * 0.125),
+                    name="Sc")
+    s = ops.softmax(sc, axis=-1, name="S")
+    p = pc.compute((B, M, L), lambda b, i, j: pc.cast(s[b, i, j], "float16"), name="P")
+    return ops.batch_matmul(p, V, name="O")
+
+
+@pc.tensor_expr
+def masked_attention_f16(Q: pc.Tensor[(B, M, K), "float16"],
+                         KT: pc.Tensor[(B, K, L), "float16"],
+                         V: pc.Tensor[(B, L, N), "float16"],
+                         mask: pc.Tensor[(M, L), "float32"]):
+    t = ops.batch_matmul(Q, KT, name="T")
+    sc = pc.compute((B, M, L), lambda b, i, j: t[b, i, j] + mask[i, j], name="Sc")
+    s = ops.softmax(sc, axis=-1, name="S")
+    p = pc.compute((B, M, L), lambda b, i, j: pc.cast(s[b, i, j], "float16"), name="P")
+    return ops.batch_matmul(p, V, name="O")
+
+
+@pc.tensor_expr
+def mm_relu_chain_f16(X: pc.Tensor[(M, K), "float16"], Y: pc.Tensor[(K, L), "float16"],
+                      Z: pc.Tensor[(L, N), "float16"]):
+    t = ops.matmul(X, Y, name="T")
+    r = pc.compute((M, L), lambda i, j: pc.max(t[i, j], 0.0), name="R")
+    p = pc.compute((M, L), lambda i, j: pc.cast(r[i, j], "float16"), name="P")
+    return ops.matmul(p, Z, name="O")
+
+
+def reference_f16(name, *arrays):
+    """numpy's result of the NPU chain ``name`` (``<name>_f16``): float32 arithmetic on
+    the float16 inputs, P rounded to float16 before the second product as the kernel
+    says."""
+    import numpy as np
+    a = [x.astype(np.float32) for x in arrays]
+    q, k, v = a[:3]
+    t = q @ k
+    if name == "bmm_chain":
+        s = t
+    elif name == "bmm_softmax_chain":
+        s = np_softmax(t)
+    elif name == "causal_attention":
+        t = t * np.float32(0.125)
+        i, j = np.meshgrid(np.arange(t.shape[-2]), np.arange(t.shape[-1]), indexing="ij")
+        s = np_softmax(np.where(j > i, np.float32(-np.inf), t))
+    elif name == "masked_attention":
+        s = np_softmax(t + a[3])
+    elif name == "mm_relu_chain":
+        s = np.maximum(t, 0)
+    else:
+        raise KeyError(name)
+    return s.astype(np.float16).astype(np.float32) @ v
