@@ -24,10 +24,11 @@ class NpuOptions(Options):
                       "elementwise stages or a softmax between) into one cube/vector "
                       "program (scheduler/chain/npu_*, docs/fusion.md)")
     chain_tiles: tuple[int, ...] | None = opt(
-        None, int_tuple(2), "tiles (TM, TL) of the fused chain program, multiples of 16; "
-        "default: the data-movement model's choice")
+        None, int_tuple(None), "tiles (TM, TL) or (TM, TL, TN) of the fused chain program, "
+        "multiples of 16; default: the data-movement model's choice")
 
     def validate(self) -> None:
-        if self.chain_tiles is not None and any(t % 16 for t in self.chain_tiles):
-            raise OptionError(f"option chain_tiles takes two positive multiples of 16 "
-                              f"(TM, TL), got {self.chain_tiles}")
+        if self.chain_tiles is not None and (any(t % 16 for t in self.chain_tiles)
+                                             or len(self.chain_tiles) not in (2, 3)):
+            raise OptionError(f"option chain_tiles takes two or three positive multiples "
+                              f"of 16 (TM, TL[, TN]), got {self.chain_tiles}")

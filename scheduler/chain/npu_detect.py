@@ -22,10 +22,11 @@ calls :func:`detect_npu_chain`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from polycomp import ir
 from polycomp.scheduler.chain import detect as d
-from polycomp.scheduler.chain.detect import ChainMatch, MiddleStage
+from polycomp.scheduler.chain.detect import ChainMatch
 from polycomp.scheduler.common.contraction import match_contraction
 
 __all__ = ["NpuChain", "detect_npu_chain"]
@@ -40,7 +41,7 @@ class NpuChain:
     float32 chain)."""
     match: ChainMatch
     dtype: str
-    cast_stage: object | None
+    cast_stage: Any
 
     @property
     def p(self) -> ir.Buffer:
@@ -87,43 +88,60 @@ def _cast_of(stage, prev: ir.Buffer, nb: int) -> bool:
             and d._exact(body.value, *stage.iters))
 
 
+@dataclass
+class _Middle:
+    """The stages walked between the products."""
+    prev: ir.Buffer
+    j: int
+    chain: list
+    elementwise: list
+    softmax: tuple = ()
+    cast: Any = None
+
+
+def _walk_middle(stages, mid: _Middle, nb: int, outs: set) -> str | None:
+    """Advance ``mid`` over the elementwise stages, the softmax and the cast of ``P``;
+    a reason when the chain breaks."""
+    while mid.j < len(stages):
+        prev, j = mid.prev, mid.j
+        if id(prev) in outs:
+            return f"the intermediate {prev.name} is a kernel output"
+        readers = d._readers(stages, prev)
+        sm = d._softmax(stages, j, prev, nb) if not mid.softmax else None
+        if sm is not None:
+            if not d._softmax_private(stages, sm, readers, outs):
+                return "the softmax's arrays are read outside the chain"
+            mid.softmax = sm
+            mid.chain += list(sm)
+            mid.prev, mid.j = sm[3].output.buffer, j + 4
+            continue
+        if readers != [stages[j]]:
+            return f"{prev.name} is read by {len(readers)} stages, not just the next one"
+        if _cast_of(stages[j], prev, nb):
+            mid.cast = stages[j]
+            mid.chain.append(stages[j])
+            mid.prev, mid.j = stages[j].output.buffer, j + 1
+            return None
+        ew = None if mid.softmax else d._elementwise(stages[j], prev, nb)
+        if ew is None:
+            return None
+        mid.elementwise.append(ew)
+        mid.chain.append(stages[j])
+        mid.prev, mid.j = ew.out, j + 1
+    return None
+
+
 def _match_from(model, stages, i: int) -> NpuChain | str:
     c1 = _product(stages[i])
     if isinstance(c1, str):
         return c1
     outs = {id(t.buffer) for t in model.graph.outputs}
-    prev, j, nb = c1.out, i + 1, c1.nb
-    chain: list = [stages[i]]
-    elementwise: list[MiddleStage] = []
-    softmax: tuple = ()
-    cast = None
-    while j < len(stages):
-        if id(prev) in outs:
-            return f"the intermediate {prev.name} is a kernel output"
-        readers = d._readers(stages, prev)
-        sm = d._softmax(stages, j, prev, nb) if not softmax else None
-        if sm is not None:
-            if not d._softmax_private(stages, sm, readers, outs):
-                return "the softmax's arrays are read outside the chain"
-            softmax = sm
-            chain += list(sm)
-            prev, j = sm[3].output.buffer, j + 4
-            continue
-        if readers != [stages[j]]:
-            return f"{prev.name} is read by {len(readers)} stages, not just the next one"
-        if _cast_of(stages[j], prev, nb):
-            cast = stages[j]
-            chain.append(cast)
-            prev, j = cast.output.buffer, j + 1
-            break
-        if softmax:
-            break
-        ew = d._elementwise(stages[j], prev, nb)
-        if ew is None:
-            break
-        elementwise.append(ew)
-        chain.append(stages[j])
-        prev, j = ew.out, j + 1
+    nb = c1.nb
+    mid = _Middle(c1.out, i + 1, [stages[i]], [])
+    why = _walk_middle(stages, mid, nb, outs)
+    if why is not None:
+        return why
+    prev, j, chain, cast = mid.prev, mid.j, mid.chain, mid.cast
     if j >= len(stages):
         return "no second contraction follows"
     if id(prev) in outs:
@@ -148,7 +166,7 @@ def _match_from(model, stages, i: int) -> NpuChain | str:
         return "the batch extents differ"
     names = tuple(s.name for s in model.statements if any(s.stage is c for c in chain))
     m = ChainMatch(chain[0], stages[j], c1.a, c1.b, c2.b, c2.out, c1.out,
-                   tuple(elementwise), softmax, nb, tuple(chain), names, False)
+                   tuple(mid.elementwise), mid.softmax, nb, tuple(chain), names, False)
     return NpuChain(m, c1.a.dtype, cast)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polycomp.errors import TargetError
+from polycomp.errors import ResourceLimitError, TargetError
 from polycomp.scheduler.chain.npu_detect import NpuChain, detect_npu_chain
 from polycomp.scheduler.chain.npu_plan import NpuChainPlan, npu_chain_plan
 from polycomp.scheduler.chain.npu_program import NpuChainTiles
@@ -51,8 +51,11 @@ def npu_plan_for(state: CompileState) -> tuple[NpuChainPlan | None, str]:
     if not isinstance(ch, NpuChain):
         return None, ch
     try:
-        plan = npu_chain_plan(ch, state.model, state.target, bool(o.double_buffer),
+        plan = npu_chain_plan(ch, state.model, state.target,
+                              bool(getattr(o, "double_buffer", True)),
                               getattr(o, "chain_tiles", None))
+    except ResourceLimitError:
+        raise                       # the user's chain_tiles do not fit
     except TargetError as e:
         return None, str(e)
     return plan, ""

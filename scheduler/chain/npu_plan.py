@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from polycomp.errors import NpuCapacityError, TargetError
+from polycomp.errors import NpuCapacityError, ResourceLimitError, TargetError
 from polycomp.hw.target import Target
 from polycomp.scheduler.chain.movement_model import ChainDims
 from polycomp.scheduler.chain.npu_detect import NpuChain
@@ -150,8 +150,9 @@ def _usage(prog, target: Target) -> tuple[tuple[str, int, int], ...] | None:
 
 def npu_chain_plan(chain: NpuChain, model, target: Target, double_buffer: bool,
                    override: tuple[int, ...] | None = None) -> NpuChainPlan:
-    """The tiles of the module docstring (``override``: ``(TM, TL)`` or ``(TM, TL, TN,
-    k0, KL1)``); raises :class:`TargetError` when no candidate fits."""
+    """The tiles of the module docstring (``override``: ``(TM, TL)`` or ``(TM, TL,
+    TN)``); raises :class:`TargetError` when no candidate fits
+    (:class:`ResourceLimitError` when the overriding tiles do not)."""
     d, sym = _dims(chain, model)
     graph = model.graph
     mp, lp, np_, kp = (_pad(v, 16) for v in (d.m, d.l, d.n, d.k))
@@ -164,15 +165,13 @@ def npu_chain_plan(chain: NpuChain, model, target: Target, double_buffer: bool,
     for tm in sides_m:
         for tl in sides_l:
             k0 = next(k for k in (64, 32, 16) if tl % k == 0)
-            if override is not None and len(override) == 5:
-                options = [NpuChainTiles(*override)]
-            else:
-                options = [NpuChainTiles(tm, tl, tn, k, kl1)
-                           for tn in sorted({min(np_, s) for s in (256, 128, 64, 32, 16)},
-                                            reverse=True)
-                           for k in sorted({k0, 16}, reverse=True)
-                           for kl1 in sorted({min(_pad(kp, k), f * k) for f in (8, 4, 2, 1)},
-                                             reverse=True)]
+            tns = [override[2]] if override is not None and len(override) == 3 else \
+                sorted({min(np_, s) for s in (256, 128, 64, 32, 16)}, reverse=True)
+            options = [NpuChainTiles(tm, tl, tn, k, kl1)
+                       for tn in tns
+                       for k in sorted({k0, 16}, reverse=True)
+                       for kl1 in sorted({min(_pad(kp, k), f * k) for f in (8, 4, 2, 1)},
+                                         reverse=True)]
             for t in options:
                 prog = chain_program("fit", graph, chain, t, double_buffer)
                 use = _usage(prog, target)
@@ -183,6 +182,9 @@ def npu_chain_plan(chain: NpuChain, model, target: Target, double_buffer: bool,
                 if best is None or key < best[0]:
                     best = (key, t, use)
                 break          # the first fitting TN / k0 for this (TM, TL)
+    if best is None and override is not None:
+        raise ResourceLimitError(f"option chain_tiles {override}: the fused chain "
+                                 f"program's buffers do not fit target {target.name}")
     if best is None:
         raise TargetError(f"npu chain {chain.match.name}: no tiles fit the buffers of "
                           f"target {target.name}")

@@ -112,7 +112,10 @@ def chain_program(name: str, graph, chain: NpuChain, t: NpuChainTiles,
     mo, no, lo, ko, ki, kj = (ix(v) for v in ("mo", "no", "lo", "ko", "ki", "kj"))
     m_ext, n_ext = imin(t.tm, M - mo * t.tm), imin(t.tn, N - no * t.tn)
     l_ext, k_ext = imin(t.tl, L - lo * t.tl), imin(t.kl1, K - ko * t.kl1)
-    sl, sk, sj = lo % c, ko % c, ki % c
+
+    def pp(e: Ix) -> Ix:          # the ping-pong copy (always 0 with one copy)
+        return e % c if c > 1 else ix(0)
+    sl, sk, sj, sq = pp(lo), pp(ko), pp(ki), pp(kj)
 
     l1x = LocalBuf("l1X", "L1", cd, t.tm, t.kl1, "NZ", c)
     l1y = LocalBuf("l1Y", "L1", cd, t.kl1, t.tl, "NZ", c)
@@ -190,15 +193,15 @@ def chain_program(name: str, graph, chain: NpuChain, t: NpuChainTiles,
     for b_ix, ext in zip(bidx, X.dims[:nb]):
         tile_no = tile_no * ix(ext) + b_ix
     tile_no = (tile_no * ceildiv(M, t.tm) + mo) * ceildiv(N, t.tn) + no
-    so = sl if m.has_softmax else tile_no % c
+    so = sl if m.has_softmax else pp(tile_no)
     init2 = eq(kj, 0) if m.has_softmax else land(eq(lo, 0), eq(kj, 0))
-    second = (
+    second: tuple = (
         CopyLocal(Slot(ubp, sl), Slot(l1p, sl), pipe="MTE3"),
         CopyIn(GmRegion(Z, (*bidx, lo * t.tl, no * t.tn), (*one, l_ext, n_ext)), Slot(l1z, sl)),
         Loop("kj", ix(t.tl // t.k0), (
-            Load2D(Slot(l1p, sl), Slot(l0p, kj % c), kj * (t.k0 // 16)),
-            Load2D(Slot(l1z, sl), Slot(l0z, kj % c), kj * (t.k0 // 16)),
-            Mmad(Slot(l0o, so), Slot(l0p, kj % c), Slot(l0z, kj % c), init2),
+            Load2D(Slot(l1p, sl), Slot(l0p, sq), kj * (t.k0 // 16)),
+            Load2D(Slot(l1z, sl), Slot(l0z, sq), kj * (t.k0 // 16)),
+            Mmad(Slot(l0o, so), Slot(l0p, sq), Slot(l0z, sq), init2),
         )),
     )
     out_box = GmRegion(O, (*bidx, mo * t.tm, no * t.tn), (*one, m_ext, n_ext))

@@ -39,6 +39,7 @@ def npu_program(model, target: Target, options, schedule=None) -> Program:
     that, phases of them (:mod:`.phases`) when the kernel holds a matmul; its pipe
     flags placed by dependence analysis (:mod:`.sync`)."""
     from polycomp.scheduler.chain.npu_pass import chain_tiles_of
+
     from .sync import place_flags
     tiles = chain_tiles_of(schedule)
     if tiles is not None:         # the npu-chain-fuse pass fused a chain (docs/fusion.md)
