@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from polycomp.errors import TargetError
 from polycomp.hw.npu.program import (
     CopyIn,
@@ -162,28 +164,25 @@ def chain_program(name: str, graph, chain: NpuChain, t: NpuChainTiles,
         oacc = Val("ND", LocalBuf("ubO", "UB", "float32", t.tm, t.tn, "ND"))
         ubpv = LocalBuf("ubPZ", "UB", "float32", t.tm, t.tn, "ND", c)
         bufs += [oacc.buf, ubpv]
-        ninf = float("-inf")
+        ninf, lowest = float("-inf"), float(np.finfo(np.float32).min)
         valid = vec.emit("CompareLT", [vec.keep(vec.l_index()), Val("S", scalar=L)])
         s = vec.emit("Select", [valid, cur, Val("S", scalar=ninf)])
+        # the running max starts at the lowest finite float, not -inf: a row that is all
+        # -inf so far shifts by a finite value (P = 0, alpha = 1) instead of -inf - -inf
         bm = vec.emit("ReduceMax", [vec.keep(s)], "COL", extra=(ix(t.tl),))
         mnew = vec.emit("Max", [vec.keep(mrun), bm])
-        isinf = vec.emit("CompareEQ", [vec.keep(mnew), Val("S", scalar=ninf)])
-        msafe = vec.emit("Select", [isinf, Val("S", scalar=0.0), vec.keep(mnew)])
-        d = vec.emit("Sub", [vec.keep(mrun), vec.keep(msafe)])
-        alpha = vec.emit("Exp", [d])
-        vec.emit("Max", [vec.keep(mrun), mnew], dst=vec.keep(mrun))
-        p = vec.emit("Sub", [s, vec.keep(msafe)])
-        vec.release(msafe)
-        p = vec.emit("Exp", [p])
+        alpha = vec.emit("Exp", [vec.emit("Sub", [vec.keep(mrun), vec.keep(mnew)])])
+        vec.emit("Max", [vec.keep(mrun), vec.keep(mnew)], dst=vec.keep(mrun))
+        p = vec.emit("Exp", [vec.emit("Sub", [s, mnew])])
         bs = vec.emit("ReduceSum", [vec.keep(p)], "COL", extra=(ix(t.tl),))
         la = vec.emit("Mul", [vec.keep(lrun), vec.keep(alpha)])
         vec.emit("Add", [la, bs], dst=vec.keep(lrun))
         vec.emit("Mul", [vec.keep(oacc), alpha], dst=vec.keep(oacc))
         cur = p
-        pre = [VecOp("Duplicate", Slot(mrun.buf), (ninf,), ix(t.tm)),
-               VecOp("Duplicate", Slot(lrun.buf), (0.0,), ix(t.tm)),
-               VecOp("Duplicate", Slot(oacc.buf), (0.0,), ix(t.tm))]
-    elif m.elementwise:
+        pre = [VecOp("Duplicate", Slot(mrun.buf), (lowest,), m_ext),
+               VecOp("Duplicate", Slot(lrun.buf), (0.0,), m_ext),
+               VecOp("Duplicate", Slot(oacc.buf), (0.0,), m_ext)]
+    elif m.elementwise and not vec.zero_safe():
         valid = vec.emit("CompareLT", [vec.keep(vec.l_index()), Val("S", scalar=L)])
         cur = vec.emit("Select", [valid, cur, Val("S", scalar=0.0)])
     vec.emit("Cast", [cur], "ND", dst=Val("ND", ubp))
@@ -207,8 +206,8 @@ def chain_program(name: str, graph, chain: NpuChain, t: NpuChainTiles,
     out_box = GmRegion(O, (*bidx, mo * t.tm, no * t.tn), (*one, m_ext, n_ext))
     if m.has_softmax:
         second += (CopyLocal(Slot(l0o, sl), Slot(ubpv, sl)),
-                   VecOp("Add", Slot(oacc.buf), (Slot(oacc.buf), Slot(ubpv, sl)), ix(t.tm)))
-        post = [VecOp("Div", Slot(oacc.buf), (Slot(oacc.buf), Slot(lrun.buf)), ix(t.tm)),
+                   VecOp("Add", Slot(oacc.buf), (Slot(oacc.buf), Slot(ubpv, sl)), m_ext))
+        post = [VecOp("Div", Slot(oacc.buf), (Slot(oacc.buf), Slot(lrun.buf)), m_ext),
                 CopyOut(Slot(oacc.buf), out_box, pipe="MTE3")]
     else:
         post = [CopyOut(Slot(l0o, so), out_box)]

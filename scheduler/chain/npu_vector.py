@@ -10,8 +10,8 @@ bodies) into vector instructions on UB tiles, per ``(m-block, l-block)``:
 * the iterator ``m`` is ``mo*TM + r`` (a ``COL`` of row numbers), ``l`` is
   ``lo*TL + c`` (a ``ROW`` of column numbers), a batch iterator a scalar: both index
   vectors are made once per program by ``Duplicate`` over a shrinking number of rows
-  (and a ``Transpose`` for the row), as there is no iota instruction in the NPU API
-  this project declares;
+  of a ``COL`` buffer (``TL^2/16 + 4 TL`` vector cycles; and a ``Transpose`` for the
+  row), as there is no iota instruction in the NPU API this project declares;
 * ``+ - * /``, ``min``/``max``, comparisons (0/1 values), ``select``, ``exp``,
   ``tanh``, ``sqrt``, ``abs``, negation and float32 casts become one instruction each.
 
@@ -132,7 +132,7 @@ class TileVec:
             self.release(a)
         out = dst if dst is not None else self.temp(kind)
         assert out.buf is not None
-        self.ops.append(VecOp(op, self.slot(out.buf), srcs, ix(self.tm)))
+        self.ops.append(VecOp(op, self.slot(out.buf), srcs, self.m_ext))
         return out
 
     # ---------------------------------------------------------------- index vectors
@@ -148,12 +148,12 @@ class TileVec:
         return self.row_ids
 
     def _col_numbers(self) -> LocalBuf:
-        """A ROW buffer holding 0..TL-1: TL rows of 16 filled with their row number,
-        transposed."""
+        """A ROW buffer holding 0..TL-1: a COL buffer of TL row numbers, transposed
+        (its column 0 becomes row 0)."""
         if self.col_ids is None:
             from polycomp.hw.npu.program import Loop
-            col = LocalBuf("ubColIdsT", "UB", "float32", self.tl, 16, "ND")
-            row = LocalBuf("ubColIds", "UB", "float32", 1, self.tl, "ROW")
+            col = LocalBuf("ubColIdsT", "UB", "float32", self.tl, 8, "COL")
+            row = LocalBuf("ubColIds", "UB", "float32", 8, self.tl, "ROW")
             self.buffers += [col, row]
             c = ix("c_ids")
             self.pre += [Loop("c_ids", ix(self.tl), (
@@ -177,6 +177,15 @@ class TileVec:
     def keep(self, v: Val) -> Val:
         """``v`` without pool ownership (a cached value read several times)."""
         return Val(v.kind, v.buf, v.scalar, False)
+
+    def zero_safe(self) -> bool:
+        """Do the block's instructions map an all-zero column (``T`` and the inputs
+        past ``L`` are zero-padded) to finite values?  Only then may the columns past
+        ``L`` reach the second product unmasked (their ``Z`` rows are zero)."""
+        safe = {"Add", "Sub", "Mul", "Max", "Min", "Tanh", "Abs", "Cast"}
+        return all(o.op in safe and all(not isinstance(x, float) or np.isfinite(x)
+                                        for x in o.srcs) for o in self.ops) \
+            and self.row_ids is None and self.col_ids is None
 
     def end_block(self) -> None:
         """Release the values cached for one block."""
