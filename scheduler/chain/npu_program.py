@@ -92,131 +92,208 @@ def gm_tensors(graph, chain: NpuChain) -> tuple[GlobalTensor, ...]:
     return (*ins, GlobalTensor(out.name, "float32", _dims(out), is_output=True))
 
 
+@dataclass(frozen=True)
+class _Bufs:
+    """The on-chip buffers of one parity (one block in flight)."""
+    l1x: LocalBuf
+    l1y: LocalBuf
+    l1z: LocalBuf
+    l1p: LocalBuf
+    l0x: LocalBuf
+    l0p: LocalBuf
+    l0y: LocalBuf
+    l0z: LocalBuf
+    l0s: LocalBuf
+    l0o: LocalBuf
+    ubs: LocalBuf
+    ubp: LocalBuf
+    ubpz: LocalBuf
+
+
+def _bufs(p: str, t: NpuChainTiles, cd: str, l0o: LocalBuf | None) -> _Bufs:
+    def b(name: str, level: str, dt: str, r: int, c: int, layout: str) -> LocalBuf:
+        return LocalBuf(f"{name}{p}", level, dt, r, c, layout, 1)
+    return _Bufs(b("l1X", "L1", cd, t.tm, t.kl1, "NZ"), b("l1Y", "L1", cd, t.kl1, t.tl, "NZ"),
+                 b("l1Z", "L1", cd, t.tl, t.tn, "NZ"), b("l1P", "L1", cd, t.tm, t.tl, "NZ"),
+                 b("l0X", "L0A", cd, t.tm, t.k0, "zZ"), b("l0P", "L0A", cd, t.tm, t.k0, "zZ"),
+                 b("l0Y", "L0B", cd, t.k0, t.tl, "nZ"), b("l0Z", "L0B", cd, t.k0, t.tn, "nZ"),
+                 b("l0S", "L0C", "float32", t.tm, t.tl, "NZ"),
+                 l0o or b("l0O", "L0C", "float32", t.tm, t.tn, "NZ"),
+                 b("ubS", "UB", "float32", t.tm, t.tl, "ND"), b("ubP", "UB", cd, t.tm, t.tl, "ND"),
+                 b("ubPZ", "UB", "float32", t.tm, t.tn, "ND"))
+
+
+def _guard(cond: Ix, items) -> tuple:
+    """Each item under its own 0-or-1-trip loop (``cond``: 1 when it runs, <= 0 when
+    not), so that the flag placement sees one pipe per item."""
+    return tuple(Loop("g", cond, (it,)) for it in items)
+
+
+def _when_lt(k: Ix, n: Ix) -> Ix:
+    return imin(imin(1, k + 1), n - k)          # 0 <= k < n
+
+
 def chain_program(name: str, graph, chain: NpuChain, t: NpuChainTiles,
                   double_buffer: bool) -> Program:
-    """The fused program (module docstring), without flags."""
+    """The fused program (module docstring), without flags.
+
+    Software pipelining: with double buffering, the ``l`` blocks run in pairs on two
+    buffer sets (parities ``a``, ``b``) and the loop body is skewed by one block,
+    ``S(2p) ; vector + P.Z (2p-1) ; S(2p+1) ; vector + P.Z (2p)``, so the cube
+    computes the next block's scores before the current block's second product (the
+    pipes are in-order: otherwise the cube would wait for the vector unit every
+    block).  With a softmax, ``O_ub += P.Z`` of block ``k`` is done in the vector work
+    of block ``k + 1`` (before its rescaling; a last virtual block ``k = nL`` does the
+    final one), so the vector unit does not wait for the second product either.  Each
+    block's parts are guarded by 0-or-1-trip loops (``k < nL``)."""
     m = chain.match
     if any(v % 16 for v in (t.tm, t.tl, t.tn, t.k0, t.kl1)) or t.kl1 % t.k0 or t.tl % t.k0:
         raise TargetError(f"npu chain tiles {t}: multiples of 16 with k0 | KL1, k0 | TL")
-    c = 2 if double_buffer else 1
+    P = 2 if double_buffer else 1
+    skew = P - 1
     cd = chain.dtype
     tensors = gm_tensors(graph, chain)
     gm = {g.name: g for g in tensors}
     X, Y, Z, O = gm[m.x.name], gm[m.y.name], gm[m.z.name], gm[m.out.name]
-    if X.dtype != "float32" and X.dtype != cd:
-        raise TargetError(f"npu chain: {X.name} is {X.dtype}")
     nb = m.batch_dims
     M, K = ix(X.dims[-2]), ix(X.dims[-1])
     L, N = ix(Y.dims[-1]), ix(Z.dims[-1])
+    nL = ceildiv(L, t.tl)
     bvars = tuple(f"b{k}" for k in range(nb))
     bidx: tuple[Ix, ...] = tuple(ix(v) for v in bvars)
     one: tuple[Ix, ...] = tuple(ix(1) for _ in bvars)
-    mo, no, lo, ko, ki, kj = (ix(v) for v in ("mo", "no", "lo", "ko", "ki", "kj"))
+    mo, no, lp, ko, ki, kj = (ix(v) for v in ("mo", "no", "lp", "ko", "ki", "kj"))
     m_ext, n_ext = imin(t.tm, M - mo * t.tm), imin(t.tn, N - no * t.tn)
-    l_ext, k_ext = imin(t.tl, L - lo * t.tl), imin(t.kl1, K - ko * t.kl1)
-
-    def pp(e: Ix) -> Ix:          # the ping-pong copy (always 0 with one copy)
-        return e % c if c > 1 else ix(0)
-    sl, sk, sj, sq = pp(lo), pp(ko), pp(ki), pp(kj)
-
-    l1x = LocalBuf("l1X", "L1", cd, t.tm, t.kl1, "NZ", c)
-    l1y = LocalBuf("l1Y", "L1", cd, t.kl1, t.tl, "NZ", c)
-    l1z = LocalBuf("l1Z", "L1", cd, t.tl, t.tn, "NZ", c)
-    l1p = LocalBuf("l1P", "L1", cd, t.tm, t.tl, "NZ", c)
-    l0x = LocalBuf("l0X", "L0A", cd, t.tm, t.k0, "zZ", c)
-    l0p = LocalBuf("l0P", "L0A", cd, t.tm, t.k0, "zZ", c)
-    l0y = LocalBuf("l0Y", "L0B", cd, t.k0, t.tl, "nZ", c)
-    l0z = LocalBuf("l0Z", "L0B", cd, t.k0, t.tn, "nZ", c)
-    l0s = LocalBuf("l0S", "L0C", "float32", t.tm, t.tl, "NZ", c)
-    l0o = LocalBuf("l0O", "L0C", "float32", t.tm, t.tn, "NZ", c)
-    ubs = LocalBuf("ubS", "UB", "float32", t.tm, t.tl, "ND", c)
-    ubp = LocalBuf("ubP", "UB", cd, t.tm, t.tl, "ND", c)
-    bufs: list[LocalBuf] = [l1x, l1y, l1z, l1p, l0x, l0p, l0y, l0z, l0s, l0o, ubs, ubp]
-
-    first = (
-        Loop("ko", ceildiv(K, t.kl1), (
-            CopyIn(GmRegion(X, (*bidx, mo * t.tm, ko * t.kl1), (*one, m_ext, k_ext)),
-                   Slot(l1x, sk)),
-            CopyIn(GmRegion(Y, (*bidx, ko * t.kl1, lo * t.tl), (*one, k_ext, l_ext)),
-                   Slot(l1y, sk)),
-            Loop("ki", ceildiv(k_ext, t.k0), (
-                Load2D(Slot(l1x, sk), Slot(l0x, sj), ki * (t.k0 // 16)),
-                Load2D(Slot(l1y, sk), Slot(l0y, sj), ki * (t.k0 // 16)),
-                Mmad(Slot(l0s, sl), Slot(l0x, sj), Slot(l0y, sj), land(eq(ko, 0), eq(ki, 0))),
-            )))),
-        CopyLocal(Slot(l0s, sl), Slot(ubs, sl)),
-    )
-    vec = TileVec(t.tm, t.tl, c, sl, mo * t.tm, lo * t.tl, m_ext, l_ext, bvars,
+    k_ext = imin(t.kl1, K - ko * t.kl1)
+    soft = m.has_softmax
+    shared_o = None if soft else LocalBuf("l0O", "L0C", "float32", t.tm, t.tn, "NZ", 1)
+    sets = [_bufs("ab"[j] if P > 1 else "", t, cd, shared_o) for j in range(P)]
+    vec = TileVec(t.tm, t.tl, 1, ix(0), mo * t.tm, ix(0), m_ext, ix(0), bvars,
                   {g.name: g for g in tensors if not g.is_output})
-    cur = Val("ND", ubs)
-    for e in m.elementwise:
-        nxt = vec.stage(e.stage.body, e.prev, cur, tuple(e.iters), nb)
-        vec.release(cur)
-        if nxt.kind != "ND" or nxt.buf is None:       # a constant or a vector: broadcast
-            nxt = vec.emit("Add", [nxt, Val("S", scalar=0.0)], "ND") if nxt.kind != "ND" \
-                else nxt
-        cur = nxt
-    pre: list = []
-    post: list = []
-    if m.has_softmax:
-        col = lambda name: vec.new("COL", "float32", name=name)  # noqa: E731
-        mrun, lrun = Val("COL", col("ubRowMax")), Val("COL", col("ubRowSum"))
-        oacc = Val("ND", LocalBuf("ubO", "UB", "float32", t.tm, t.tn, "ND"))
-        ubpv = LocalBuf("ubPZ", "UB", "float32", t.tm, t.tn, "ND", c)
-        bufs += [oacc.buf, ubpv]
-        ninf, lowest = float("-inf"), float(np.finfo(np.float32).min)
+    col = lambda nm: vec.new("COL", "float32", name=nm)  # noqa: E731
+    mrun, lrun = (Val("COL", col("ubRowMax")), Val("COL", col("ubRowSum"))) if soft \
+        else (None, None)
+    oacc = Val("ND", LocalBuf("ubO", "UB", "float32", t.tm, t.tn, "ND")) if soft else None
+    lowest = float(np.finfo(np.float32).min)
+
+    def first(b: _Bufs, k: Ix) -> tuple:
+        l_ext = imin(t.tl, L - k * t.tl)
+        return (Loop("ko", ceildiv(K, t.kl1), (
+            CopyIn(GmRegion(X, (*bidx, mo * t.tm, ko * t.kl1), (*one, m_ext, k_ext)),
+                   Slot(b.l1x)),
+            CopyIn(GmRegion(Y, (*bidx, ko * t.kl1, k * t.tl), (*one, k_ext, l_ext)),
+                   Slot(b.l1y)),
+            Loop("ki", ceildiv(k_ext, t.k0), (
+                Load2D(Slot(b.l1x), Slot(b.l0x), ki * (t.k0 // 16)),
+                Load2D(Slot(b.l1y), Slot(b.l0y), ki * (t.k0 // 16)),
+                Mmad(Slot(b.l0s), Slot(b.l0x), Slot(b.l0y), land(eq(ko, 0), eq(ki, 0))),
+            )))), CopyLocal(Slot(b.l0s), Slot(b.ubs)))
+
+    def _mask_tail(cur: Val, k: Ix, fill: float) -> Val:
+        """Columns past ``L`` of the last block := ``fill``, in place; the Select runs
+        only on that block, and only when ``TL`` does not divide ``L``."""
         valid = vec.emit("CompareLT", [vec.keep(vec.l_index()), Val("S", scalar=L)])
-        s = vec.emit("Select", [valid, cur, Val("S", scalar=ninf)])
-        # the running max starts at the lowest finite float, not -inf: a row that is all
-        # -inf so far shifts by a finite value (P = 0, alpha = 1) instead of -inf - -inf
-        bm = vec.emit("ReduceMax", [vec.keep(s)], "COL", extra=(ix(t.tl),))
-        mnew = vec.emit("Max", [vec.keep(mrun), bm])
-        alpha = vec.emit("Exp", [vec.emit("Sub", [vec.keep(mrun), vec.keep(mnew)])])
-        vec.emit("Max", [vec.keep(mrun), vec.keep(mnew)], dst=vec.keep(mrun))
-        p = vec.emit("Exp", [vec.emit("Sub", [s, mnew])])
-        bs = vec.emit("ReduceSum", [vec.keep(p)], "COL", extra=(ix(t.tl),))
-        la = vec.emit("Mul", [vec.keep(lrun), vec.keep(alpha)])
-        vec.emit("Add", [la, bs], dst=vec.keep(lrun))
-        vec.emit("Mul", [vec.keep(oacc), alpha], dst=vec.keep(oacc))
-        cur = p
-        pre = [VecOp("Duplicate", Slot(mrun.buf), (lowest,), m_ext),
-               VecOp("Duplicate", Slot(lrun.buf), (0.0,), m_ext),
-               VecOp("Duplicate", Slot(oacc.buf), (0.0,), m_ext)]
-    elif m.elementwise and not vec.zero_safe():
-        valid = vec.emit("CompareLT", [vec.keep(vec.l_index()), Val("S", scalar=L)])
-        cur = vec.emit("Select", [valid, cur, Val("S", scalar=0.0)])
-    vec.emit("Cast", [cur], "ND", dst=Val("ND", ubp))
-    vec.end_block()
-    tile_ops = vec.ops
-    tile_no: Ix = ix(0)
-    for b_ix, ext in zip(bidx, X.dims[:nb]):
-        tile_no = tile_no * ix(ext) + b_ix
-    tile_no = (tile_no * ceildiv(M, t.tm) + mo) * ceildiv(N, t.tn) + no
-    so = sl if m.has_softmax else pp(tile_no)
-    init2 = eq(kj, 0) if m.has_softmax else land(eq(lo, 0), eq(kj, 0))
-    second: tuple = (
-        CopyLocal(Slot(ubp, sl), Slot(l1p, sl), pipe="MTE3"),
-        CopyIn(GmRegion(Z, (*bidx, lo * t.tl, no * t.tn), (*one, l_ext, n_ext)), Slot(l1z, sl)),
-        Loop("kj", ix(t.tl // t.k0), (
-            Load2D(Slot(l1p, sl), Slot(l0p, sq), kj * (t.k0 // 16)),
-            Load2D(Slot(l1z, sl), Slot(l0z, sq), kj * (t.k0 // 16)),
-            Mmad(Slot(l0o, so), Slot(l0p, sq), Slot(l0z, sq), init2),
-        )),
-    )
+        vec.emit("Select", [valid, vec.keep(cur), Val("S", scalar=fill)], dst=vec.keep(cur))
+        last = land(eq(k, nL - 1), ix(1) - eq(L % t.tl, 0))
+        vec.ops[-1] = Loop("gt", last, (vec.ops[-1],))
+        return cur
+
+    def vector(b: _Bufs, k: Ix, prev_pz: LocalBuf | None) -> tuple:
+        """(the block's V work up to P and its rescaling, guarded; the add of the
+        previous block's P.Z, guarded by 1 <= k <= nL)."""
+        vec.l_off, vec.l_ext = k * t.tl, imin(t.tl, L - k * t.tl)
+        vec.loads = {}
+        cur = Val("ND", b.ubs)
+        for e in m.elementwise:
+            nxt = vec.stage(e.stage.body, e.prev, cur, tuple(e.iters), nb)
+            vec.release(cur)
+            if nxt.kind != "ND" or nxt.buf is None:
+                nxt = vec.emit("Add", [nxt, Val("S", scalar=0.0)], "ND")
+            cur = nxt
+        tail: list = []
+        if soft:
+            assert mrun is not None and lrun is not None and oacc is not None
+            s = _mask_tail(cur, k, float("-inf"))
+            # the running max starts at the lowest finite float, not -inf: a row that is
+            # all -inf so far shifts by a finite value (P = 0, alpha = 1)
+            bm = vec.emit("ReduceMax", [vec.keep(s)], "COL", extra=(ix(t.tl),))
+            mnew = vec.emit("Max", [vec.keep(mrun), bm])
+            alpha = vec.emit("Exp", [vec.emit("Sub", [vec.keep(mrun), vec.keep(mnew)])])
+            vec.emit("Max", [vec.keep(mrun), vec.keep(mnew)], dst=vec.keep(mrun))
+            p = vec.emit("Exp", [vec.emit("Sub", [s, mnew])])
+            bs = vec.emit("ReduceSum", [vec.keep(p)], "COL", extra=(ix(t.tl),))
+            la = vec.emit("Mul", [vec.keep(lrun), vec.keep(alpha)])
+            vec.emit("Add", [la, bs], dst=vec.keep(lrun))
+            vec.emit("Cast", [p], "ND", dst=Val("ND", b.ubp))
+            n_main = len(vec.ops)
+            vec.emit("Mul", [vec.keep(oacc), alpha], dst=vec.keep(oacc))
+            tail = vec.ops[n_main:]
+            vec.ops = vec.ops[:n_main]
+        else:
+            if m.elementwise and not vec.zero_safe():
+                cur = _mask_tail(cur, k, 0.0)
+            vec.emit("Cast", [cur], "ND", dst=Val("ND", b.ubp))
+        vec.end_block()
+        ops, vec.ops = vec.ops, []
+        run = _when_lt(k, nL)
+        body = _guard(run, (*vec.copy_ins(), *ops))
+        add: tuple = ()
+        if soft and prev_pz is not None:
+            assert oacc is not None and oacc.buf is not None
+            add = _guard(imin(imin(1, k), nL - k + 1), (VecOp(
+                "Add", Slot(oacc.buf), (Slot(oacc.buf), Slot(prev_pz)), m_ext),))
+        return body + add + _guard(run, tail)
+
+    def second(b: _Bufs, k: Ix) -> tuple:
+        l_ext = imin(t.tl, L - k * t.tl)
+        init = eq(kj, 0) if soft else land(eq(k, 0), eq(kj, 0))
+        items: tuple = (
+            CopyLocal(Slot(b.ubp), Slot(b.l1p), pipe="MTE3"),
+            CopyIn(GmRegion(Z, (*bidx, k * t.tl, no * t.tn), (*one, l_ext, n_ext)),
+                   Slot(b.l1z)),
+            Loop("kj", ix(t.tl // t.k0), (
+                Load2D(Slot(b.l1p), Slot(b.l0p), kj * (t.k0 // 16)),
+                Load2D(Slot(b.l1z), Slot(b.l0z), kj * (t.k0 // 16)),
+                Mmad(Slot(b.l0o), Slot(b.l0p), Slot(b.l0z), init),
+            )))
+        if soft:
+            items += (CopyLocal(Slot(b.l0o), Slot(b.ubpz)),)
+        return _guard(_when_lt(k, nL), items)
+
+    body: list = []
+    for j in range(P):
+        kf = lp * P + j                         # the block whose scores are computed
+        kv = lp * P + (j - skew)                # the block whose P goes through V, P.Z
+        bv = sets[(j - skew) % P]
+        prev = sets[(j - skew - 1) % P].ubpz if soft else None
+        body += _guard(_when_lt(kf, nL), first(sets[j], kf))
+        body += [*vector(bv, kv, prev), *second(bv, kv)]
     out_box = GmRegion(O, (*bidx, mo * t.tm, no * t.tn), (*one, m_ext, n_ext))
-    if m.has_softmax:
-        second += (CopyLocal(Slot(l0o, sl), Slot(ubpv, sl)),
-                   VecOp("Add", Slot(oacc.buf), (Slot(oacc.buf), Slot(ubpv, sl)), m_ext))
-        post = [VecOp("Div", Slot(oacc.buf), (Slot(oacc.buf), Slot(lrun.buf)), m_ext),
-                CopyOut(Slot(oacc.buf), out_box, pipe="MTE3")]
+    if soft:
+        assert mrun is not None and lrun is not None and oacc is not None
+        assert mrun.buf is not None and lrun.buf is not None and oacc.buf is not None
+        pre: list = [VecOp("Duplicate", Slot(mrun.buf), (lowest,), m_ext),
+                     VecOp("Duplicate", Slot(lrun.buf), (0.0,), m_ext),
+                     VecOp("Duplicate", Slot(oacc.buf), (0.0,), m_ext)]
+        post: list = [VecOp("Div", Slot(oacc.buf), (Slot(oacc.buf), Slot(lrun.buf)), m_ext),
+                      CopyOut(Slot(oacc.buf), out_box, pipe="MTE3")]
     else:
-        post = [CopyOut(Slot(l0o, so), out_box)]
-    body = (*first, *vec.copy_ins(), *tile_ops, *second)
-    nest: tuple = (*pre, Loop("lo", ceildiv(L, t.tl), body), *post)
+        assert shared_o is not None
+        pre, post = [], [CopyOut(Slot(shared_o), out_box)]
+    trips = ceildiv(nL + 1 + skew, P)
+    nest: tuple = (*pre, Loop("lp", trips, tuple(body)), *post)
     nest = (Loop("no", ceildiv(N, t.tn), nest),)
     nest = (Loop("mo", ceildiv(M, t.tm), nest),)
     for v, ext in reversed(list(zip(bvars, X.dims[:nb]))):
         nest = (Loop(v, ix(ext), nest),)
+    bufs: list[LocalBuf] = []
+    for bs_ in sets:
+        for f in bs_.__dataclass_fields__:
+            b = getattr(bs_, f)
+            if b not in bufs and (soft or f != "ubpz"):
+                bufs.append(b)
+    if oacc is not None and oacc.buf is not None:
+        bufs.append(oacc.buf)
     bufs += [b for b in vec.buffers if b not in bufs]
     return Program(name, "cube", tensors, tuple(bufs), (*vec.pre, *nest),
                    {"TM": t.tm, "TL": t.tl, "TN": t.tn, "k0": t.k0, "KL1": t.kl1})

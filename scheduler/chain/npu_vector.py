@@ -183,7 +183,7 @@ class TileVec:
         past ``L`` are zero-padded) to finite values?  Only then may the columns past
         ``L`` reach the second product unmasked (their ``Z`` rows are zero)."""
         safe = {"Add", "Sub", "Mul", "Max", "Min", "Tanh", "Abs", "Cast"}
-        return all(o.op in safe and all(not isinstance(x, float) or np.isfinite(x)
+        return all(isinstance(o, VecOp) and o.op in safe and all(not isinstance(x, float) or np.isfinite(x)
                                         for x in o.srcs) for o in self.ops) \
             and self.row_ids is None and self.col_ids is None
 
@@ -252,7 +252,7 @@ class TileVec:
             raise TargetError(f"npu chain: {e.buffer.name} indexed by batch iterators only")
         key = (t.name, tuple(pat))
         if key not in self.loads:
-            buf = self.new(kind, "float32", self.copies, name=f"ub_{t.name}{len(self.loads)}")
+            buf = self.new(kind, "float32", self.copies, name=f"ub_{t.name}_{len(self.buffers)}")
             offs, exts = [], []
             for p in pat:
                 o, x = {"m": (self.m_off, self.m_ext), "l": (self.l_off, self.l_ext)}.get(
