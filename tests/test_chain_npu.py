@@ -199,8 +199,10 @@ def test_emitted_source(tmp_path):
            "GM_ADDR tiling_)" in src
     assert src.count("Mmad(") == 4                  # two products x two buffer sets
     assert "DataCopy(l1Pa, ubPa, Nd2NzParams{" in src
-    for op in ("ReduceMax(", "ReduceSum(", "Exp(", "Select(", "Cast(", "Div(ubO, ubO, "
-               "ubRowSum", "for (int64_t lp = 0; lp < CeilDiv(((CeilDiv(L, 16) + 1) + 1), 2)", "SetFlag<HardEvent::MTE3_MTE1>", "WaitFlag<HardEvent::FIX_V>"):
+    for op in ("ReduceMax(", "ReduceSum(", "Exp(", "Select(", "Cast(",
+               "Div(ubO, ubO, ubRowSum", "SetFlag<HardEvent::MTE3_MTE1>",
+               "for (int64_t lp = 0; lp < CeilDiv(((CeilDiv(L, 16) + 1) + 1), 2)",
+               "WaitFlag<HardEvent::FIX_V>"):
         assert op in src, op
     vec = [s.op for s in walk(program_of(ck.state).body) if isinstance(s, VecOp)]
     assert vec.count("Exp") == 4                    # alpha and P, per buffer set

@@ -133,6 +133,145 @@ def _when_lt(k: Ix, n: Ix) -> Ix:
     return imin(imin(1, k + 1), n - k)          # 0 <= k < n
 
 
+class _Chain:
+    """The pieces of the fused program (shared values of :func:`chain_program`)."""
+
+    def __init__(self, name: str, graph, chain: NpuChain, t: NpuChainTiles, parities: int):
+        m = self.m = chain.match
+        self.t, self.P, self.cd = t, parities, chain.dtype
+        self.tensors = gm_tensors(graph, chain)
+        gm = {g.name: g for g in self.tensors}
+        self.X, self.Y, self.Z, self.O = (gm[b.name] for b in (m.x, m.y, m.z, m.out))
+        self.nb = m.batch_dims
+        self.M, self.K = ix(self.X.dims[-2]), ix(self.X.dims[-1])
+        self.L, self.N = ix(self.Y.dims[-1]), ix(self.Z.dims[-1])
+        self.nL = ceildiv(self.L, t.tl)
+        self.bvars = tuple(f"b{k}" for k in range(self.nb))
+        self.bidx: tuple[Ix, ...] = tuple(ix(v) for v in self.bvars)
+        self.one: tuple[Ix, ...] = tuple(ix(1) for _ in self.bvars)
+        mo, no = ix("mo"), ix("no")
+        self.m_ext, self.n_ext = imin(t.tm, self.M - mo * t.tm), imin(t.tn, self.N - no * t.tn)
+        self.soft = m.has_softmax
+        self.shared_o = None if self.soft else \
+            LocalBuf("l0O", "L0C", "float32", t.tm, t.tn, "NZ", 1)
+        self.sets = [_bufs("ab"[j] if parities > 1 else "", t, self.cd, self.shared_o)
+                     for j in range(parities)]
+        self.vec = TileVec(t.tm, t.tl, 1, ix(0), mo * t.tm, ix(0), self.m_ext, ix(0),
+                           self.bvars, {g.name: g for g in self.tensors if not g.is_output})
+        self.mrun = Val("COL", self.vec.new("COL", "float32", name="ubRowMax"))
+        self.lrun = Val("COL", self.vec.new("COL", "float32", name="ubRowSum"))
+        self.oacc = LocalBuf("ubO", "UB", "float32", t.tm, t.tn, "ND")
+        if not self.soft:
+            self.vec.buffers = []
+
+    def first(self, b: _Bufs, k: Ix) -> tuple:
+        """``S(k) = X . Y`` into L0C, then into UB."""
+        t, ko, ki = self.t, ix("ko"), ix("ki")
+        l_ext, k_ext = imin(t.tl, self.L - k * t.tl), imin(t.kl1, self.K - ko * t.kl1)
+        mo = ix("mo")
+        return (Loop("ko", ceildiv(self.K, t.kl1), (
+            CopyIn(GmRegion(self.X, (*self.bidx, mo * t.tm, ko * t.kl1),
+                            (*self.one, self.m_ext, k_ext)), Slot(b.l1x)),
+            CopyIn(GmRegion(self.Y, (*self.bidx, ko * t.kl1, k * t.tl),
+                            (*self.one, k_ext, l_ext)), Slot(b.l1y)),
+            Loop("ki", ceildiv(k_ext, t.k0), (
+                Load2D(Slot(b.l1x), Slot(b.l0x), ki * (t.k0 // 16)),
+                Load2D(Slot(b.l1y), Slot(b.l0y), ki * (t.k0 // 16)),
+                Mmad(Slot(b.l0s), Slot(b.l0x), Slot(b.l0y), land(eq(ko, 0), eq(ki, 0))),
+            )))), CopyLocal(Slot(b.l0s), Slot(b.ubs)))
+
+    def mask_tail(self, cur: Val, k: Ix, fill: float) -> Val:
+        """Columns past ``L`` of the last block := ``fill``, in place; the Select runs
+        only on that block, and only when ``TL`` does not divide ``L``."""
+        vec = self.vec
+        valid = vec.emit("CompareLT", [vec.keep(vec.l_index()), Val("S", scalar=self.L)])
+        vec.emit("Select", [valid, vec.keep(cur), Val("S", scalar=fill)], dst=vec.keep(cur))
+        last = land(eq(k, self.nL - 1), ix(1) - eq(self.L % self.t.tl, 0))
+        vec.ops[-1] = Loop("gt", last, (vec.ops[-1],))
+        return cur
+
+    def softmax(self, b: _Bufs, k: Ix, cur: Val) -> list:
+        """The online softmax of the block; P into ``ubP``; returns the rescaling of
+        ``O_ub`` (run after the previous block's ``P.Z`` is added)."""
+        vec, t, mrun, lrun = self.vec, self.t, self.mrun, self.lrun
+        s = self.mask_tail(cur, k, float("-inf"))
+        # the running max starts at the lowest finite float, not -inf: a row that is all
+        # -inf so far shifts by a finite value (P = 0, alpha = 1)
+        bm = vec.emit("ReduceMax", [vec.keep(s)], "COL", extra=(ix(t.tl),))
+        mnew = vec.emit("Max", [vec.keep(mrun), bm])
+        alpha = vec.emit("Exp", [vec.emit("Sub", [vec.keep(mrun), vec.keep(mnew)])])
+        vec.emit("Max", [vec.keep(mrun), vec.keep(mnew)], dst=vec.keep(mrun))
+        p = vec.emit("Exp", [vec.emit("Sub", [s, mnew])])
+        bs = vec.emit("ReduceSum", [vec.keep(p)], "COL", extra=(ix(t.tl),))
+        la = vec.emit("Mul", [vec.keep(lrun), vec.keep(alpha)])
+        vec.emit("Add", [la, bs], dst=vec.keep(lrun))
+        vec.emit("Cast", [p], "ND", dst=Val("ND", b.ubp))
+        n_main = len(vec.ops)
+        o = Val("ND", self.oacc)
+        vec.emit("Mul", [o, alpha], dst=o)
+        tail = vec.ops[n_main:]
+        vec.ops = vec.ops[:n_main]
+        return tail
+
+    def vector(self, b: _Bufs, k: Ix, prev_pz: LocalBuf | None) -> tuple:
+        """The block's vector work (guarded by ``0 <= k < nL``) and, with a softmax, the
+        add of the previous block's ``P.Z`` (guarded by ``1 <= k <= nL``)."""
+        vec, t, nL = self.vec, self.t, self.nL
+        vec.l_off, vec.l_ext = k * t.tl, imin(t.tl, self.L - k * t.tl)
+        vec.loads = {}
+        cur = Val("ND", b.ubs)
+        for e in self.m.elementwise:
+            nxt = vec.stage(e.stage.body, e.prev, cur, tuple(e.iters), self.nb)
+            vec.release(cur)
+            if nxt.kind != "ND" or nxt.buf is None:
+                nxt = vec.emit("Add", [nxt, Val("S", scalar=0.0)], "ND")
+            cur = nxt
+        tail: list = []
+        if self.soft:
+            tail = self.softmax(b, k, cur)
+        else:
+            if self.m.elementwise and not vec.zero_safe():
+                cur = self.mask_tail(cur, k, 0.0)
+            vec.emit("Cast", [cur], "ND", dst=Val("ND", b.ubp))
+        vec.end_block()
+        ops, vec.ops = vec.ops, []
+        run = _when_lt(k, nL)
+        add: tuple = ()
+        if self.soft and prev_pz is not None:
+            add = _guard(imin(imin(1, k), nL - k + 1), (VecOp(
+                "Add", Slot(self.oacc), (Slot(self.oacc), Slot(prev_pz)), self.m_ext),))
+        return _guard(run, (*vec.copy_ins(), *ops)) + add + _guard(run, tail)
+
+    def second(self, b: _Bufs, k: Ix) -> tuple:
+        """``P.Z`` of the block (into UB with a softmax, else accumulated in L0C)."""
+        t, kj, no = self.t, ix("kj"), ix("no")
+        l_ext = imin(t.tl, self.L - k * t.tl)
+        init = eq(kj, 0) if self.soft else land(eq(k, 0), eq(kj, 0))
+        items: tuple = (
+            CopyLocal(Slot(b.ubp), Slot(b.l1p), pipe="MTE3"),
+            CopyIn(GmRegion(self.Z, (*self.bidx, k * t.tl, no * t.tn),
+                            (*self.one, l_ext, self.n_ext)), Slot(b.l1z)),
+            Loop("kj", ix(t.tl // t.k0), (
+                Load2D(Slot(b.l1p), Slot(b.l0p), kj * (t.k0 // 16)),
+                Load2D(Slot(b.l1z), Slot(b.l0z), kj * (t.k0 // 16)),
+                Mmad(Slot(b.l0o), Slot(b.l0p), Slot(b.l0z), init),
+            )))
+        if self.soft:
+            items += (CopyLocal(Slot(b.l0o), Slot(b.ubpz)),)
+        return _guard(_when_lt(k, self.nL), items)
+
+    def buffers(self) -> tuple[LocalBuf, ...]:
+        out: list[LocalBuf] = []
+        for bs in self.sets:
+            for f in bs.__dataclass_fields__:
+                b = getattr(bs, f)
+                if b not in out and (self.soft or f != "ubpz"):
+                    out.append(b)
+        if self.soft:
+            out.append(self.oacc)
+        return (*out, *(b for b in self.vec.buffers if b not in out))
+
+
 def chain_program(name: str, graph, chain: NpuChain, t: NpuChainTiles,
                   double_buffer: bool) -> Program:
     """The fused program (module docstring), without flags.
@@ -146,154 +285,36 @@ def chain_program(name: str, graph, chain: NpuChain, t: NpuChainTiles,
     of block ``k + 1`` (before its rescaling; a last virtual block ``k = nL`` does the
     final one), so the vector unit does not wait for the second product either.  Each
     block's parts are guarded by 0-or-1-trip loops (``k < nL``)."""
-    m = chain.match
     if any(v % 16 for v in (t.tm, t.tl, t.tn, t.k0, t.kl1)) or t.kl1 % t.k0 or t.tl % t.k0:
         raise TargetError(f"npu chain tiles {t}: multiples of 16 with k0 | KL1, k0 | TL")
     P = 2 if double_buffer else 1
-    skew = P - 1
-    cd = chain.dtype
-    tensors = gm_tensors(graph, chain)
-    gm = {g.name: g for g in tensors}
-    X, Y, Z, O = gm[m.x.name], gm[m.y.name], gm[m.z.name], gm[m.out.name]
-    nb = m.batch_dims
-    M, K = ix(X.dims[-2]), ix(X.dims[-1])
-    L, N = ix(Y.dims[-1]), ix(Z.dims[-1])
-    nL = ceildiv(L, t.tl)
-    bvars = tuple(f"b{k}" for k in range(nb))
-    bidx: tuple[Ix, ...] = tuple(ix(v) for v in bvars)
-    one: tuple[Ix, ...] = tuple(ix(1) for _ in bvars)
-    mo, no, lp, ko, ki, kj = (ix(v) for v in ("mo", "no", "lp", "ko", "ki", "kj"))
-    m_ext, n_ext = imin(t.tm, M - mo * t.tm), imin(t.tn, N - no * t.tn)
-    k_ext = imin(t.kl1, K - ko * t.kl1)
-    soft = m.has_softmax
-    shared_o = None if soft else LocalBuf("l0O", "L0C", "float32", t.tm, t.tn, "NZ", 1)
-    sets = [_bufs("ab"[j] if P > 1 else "", t, cd, shared_o) for j in range(P)]
-    vec = TileVec(t.tm, t.tl, 1, ix(0), mo * t.tm, ix(0), m_ext, ix(0), bvars,
-                  {g.name: g for g in tensors if not g.is_output})
-    col = lambda nm: vec.new("COL", "float32", name=nm)  # noqa: E731
-    mrun, lrun = (Val("COL", col("ubRowMax")), Val("COL", col("ubRowSum"))) if soft \
-        else (None, None)
-    oacc = Val("ND", LocalBuf("ubO", "UB", "float32", t.tm, t.tn, "ND")) if soft else None
-    lowest = float(np.finfo(np.float32).min)
-
-    def first(b: _Bufs, k: Ix) -> tuple:
-        l_ext = imin(t.tl, L - k * t.tl)
-        return (Loop("ko", ceildiv(K, t.kl1), (
-            CopyIn(GmRegion(X, (*bidx, mo * t.tm, ko * t.kl1), (*one, m_ext, k_ext)),
-                   Slot(b.l1x)),
-            CopyIn(GmRegion(Y, (*bidx, ko * t.kl1, k * t.tl), (*one, k_ext, l_ext)),
-                   Slot(b.l1y)),
-            Loop("ki", ceildiv(k_ext, t.k0), (
-                Load2D(Slot(b.l1x), Slot(b.l0x), ki * (t.k0 // 16)),
-                Load2D(Slot(b.l1y), Slot(b.l0y), ki * (t.k0 // 16)),
-                Mmad(Slot(b.l0s), Slot(b.l0x), Slot(b.l0y), land(eq(ko, 0), eq(ki, 0))),
-            )))), CopyLocal(Slot(b.l0s), Slot(b.ubs)))
-
-    def _mask_tail(cur: Val, k: Ix, fill: float) -> Val:
-        """Columns past ``L`` of the last block := ``fill``, in place; the Select runs
-        only on that block, and only when ``TL`` does not divide ``L``."""
-        valid = vec.emit("CompareLT", [vec.keep(vec.l_index()), Val("S", scalar=L)])
-        vec.emit("Select", [valid, vec.keep(cur), Val("S", scalar=fill)], dst=vec.keep(cur))
-        last = land(eq(k, nL - 1), ix(1) - eq(L % t.tl, 0))
-        vec.ops[-1] = Loop("gt", last, (vec.ops[-1],))
-        return cur
-
-    def vector(b: _Bufs, k: Ix, prev_pz: LocalBuf | None) -> tuple:
-        """(the block's V work up to P and its rescaling, guarded; the add of the
-        previous block's P.Z, guarded by 1 <= k <= nL)."""
-        vec.l_off, vec.l_ext = k * t.tl, imin(t.tl, L - k * t.tl)
-        vec.loads = {}
-        cur = Val("ND", b.ubs)
-        for e in m.elementwise:
-            nxt = vec.stage(e.stage.body, e.prev, cur, tuple(e.iters), nb)
-            vec.release(cur)
-            if nxt.kind != "ND" or nxt.buf is None:
-                nxt = vec.emit("Add", [nxt, Val("S", scalar=0.0)], "ND")
-            cur = nxt
-        tail: list = []
-        if soft:
-            assert mrun is not None and lrun is not None and oacc is not None
-            s = _mask_tail(cur, k, float("-inf"))
-            # the running max starts at the lowest finite float, not -inf: a row that is
-            # all -inf so far shifts by a finite value (P = 0, alpha = 1)
-            bm = vec.emit("ReduceMax", [vec.keep(s)], "COL", extra=(ix(t.tl),))
-            mnew = vec.emit("Max", [vec.keep(mrun), bm])
-            alpha = vec.emit("Exp", [vec.emit("Sub", [vec.keep(mrun), vec.keep(mnew)])])
-            vec.emit("Max", [vec.keep(mrun), vec.keep(mnew)], dst=vec.keep(mrun))
-            p = vec.emit("Exp", [vec.emit("Sub", [s, mnew])])
-            bs = vec.emit("ReduceSum", [vec.keep(p)], "COL", extra=(ix(t.tl),))
-            la = vec.emit("Mul", [vec.keep(lrun), vec.keep(alpha)])
-            vec.emit("Add", [la, bs], dst=vec.keep(lrun))
-            vec.emit("Cast", [p], "ND", dst=Val("ND", b.ubp))
-            n_main = len(vec.ops)
-            vec.emit("Mul", [vec.keep(oacc), alpha], dst=vec.keep(oacc))
-            tail = vec.ops[n_main:]
-            vec.ops = vec.ops[:n_main]
-        else:
-            if m.elementwise and not vec.zero_safe():
-                cur = _mask_tail(cur, k, 0.0)
-            vec.emit("Cast", [cur], "ND", dst=Val("ND", b.ubp))
-        vec.end_block()
-        ops, vec.ops = vec.ops, []
-        run = _when_lt(k, nL)
-        body = _guard(run, (*vec.copy_ins(), *ops))
-        add: tuple = ()
-        if soft and prev_pz is not None:
-            assert oacc is not None and oacc.buf is not None
-            add = _guard(imin(imin(1, k), nL - k + 1), (VecOp(
-                "Add", Slot(oacc.buf), (Slot(oacc.buf), Slot(prev_pz)), m_ext),))
-        return body + add + _guard(run, tail)
-
-    def second(b: _Bufs, k: Ix) -> tuple:
-        l_ext = imin(t.tl, L - k * t.tl)
-        init = eq(kj, 0) if soft else land(eq(k, 0), eq(kj, 0))
-        items: tuple = (
-            CopyLocal(Slot(b.ubp), Slot(b.l1p), pipe="MTE3"),
-            CopyIn(GmRegion(Z, (*bidx, k * t.tl, no * t.tn), (*one, l_ext, n_ext)),
-                   Slot(b.l1z)),
-            Loop("kj", ix(t.tl // t.k0), (
-                Load2D(Slot(b.l1p), Slot(b.l0p), kj * (t.k0 // 16)),
-                Load2D(Slot(b.l1z), Slot(b.l0z), kj * (t.k0 // 16)),
-                Mmad(Slot(b.l0o), Slot(b.l0p), Slot(b.l0z), init),
-            )))
-        if soft:
-            items += (CopyLocal(Slot(b.l0o), Slot(b.ubpz)),)
-        return _guard(_when_lt(k, nL), items)
-
+    skew, lp = P - 1, ix("lp")
+    c = _Chain(name, graph, chain, t, P)
     body: list = []
     for j in range(P):
         kf = lp * P + j                         # the block whose scores are computed
         kv = lp * P + (j - skew)                # the block whose P goes through V, P.Z
-        bv = sets[(j - skew) % P]
-        prev = sets[(j - skew - 1) % P].ubpz if soft else None
-        body += _guard(_when_lt(kf, nL), first(sets[j], kf))
-        body += [*vector(bv, kv, prev), *second(bv, kv)]
-    out_box = GmRegion(O, (*bidx, mo * t.tm, no * t.tn), (*one, m_ext, n_ext))
-    if soft:
-        assert mrun is not None and lrun is not None and oacc is not None
-        assert mrun.buf is not None and lrun.buf is not None and oacc.buf is not None
-        pre: list = [VecOp("Duplicate", Slot(mrun.buf), (lowest,), m_ext),
-                     VecOp("Duplicate", Slot(lrun.buf), (0.0,), m_ext),
-                     VecOp("Duplicate", Slot(oacc.buf), (0.0,), m_ext)]
-        post: list = [VecOp("Div", Slot(oacc.buf), (Slot(oacc.buf), Slot(lrun.buf)), m_ext),
-                      CopyOut(Slot(oacc.buf), out_box, pipe="MTE3")]
+        bv = c.sets[(j - skew) % P]
+        prev = c.sets[(j - skew - 1) % P].ubpz if c.soft else None
+        body += _guard(_when_lt(kf, c.nL), c.first(c.sets[j], kf))
+        body += [*c.vector(bv, kv, prev), *c.second(bv, kv)]
+    mo, no = ix("mo"), ix("no")
+    out_box = GmRegion(c.O, (*c.bidx, mo * t.tm, no * t.tn), (*c.one, c.m_ext, c.n_ext))
+    if c.soft:
+        assert c.mrun.buf is not None and c.lrun.buf is not None
+        lowest = float(np.finfo(np.float32).min)
+        pre: list = [VecOp("Duplicate", Slot(c.mrun.buf), (lowest,), c.m_ext),
+                     VecOp("Duplicate", Slot(c.lrun.buf), (0.0,), c.m_ext),
+                     VecOp("Duplicate", Slot(c.oacc), (0.0,), c.m_ext)]
+        post: list = [VecOp("Div", Slot(c.oacc), (Slot(c.oacc), Slot(c.lrun.buf)), c.m_ext),
+                      CopyOut(Slot(c.oacc), out_box, pipe="MTE3")]
     else:
-        assert shared_o is not None
-        pre, post = [], [CopyOut(Slot(shared_o), out_box)]
-    trips = ceildiv(nL + 1 + skew, P)
-    nest: tuple = (*pre, Loop("lp", trips, tuple(body)), *post)
-    nest = (Loop("no", ceildiv(N, t.tn), nest),)
-    nest = (Loop("mo", ceildiv(M, t.tm), nest),)
-    for v, ext in reversed(list(zip(bvars, X.dims[:nb]))):
+        assert c.shared_o is not None
+        pre, post = [], [CopyOut(Slot(c.shared_o), out_box)]
+    nest: tuple = (*pre, Loop("lp", ceildiv(c.nL + 1 + skew, P), tuple(body)), *post)
+    nest = (Loop("no", ceildiv(c.N, t.tn), nest),)
+    nest = (Loop("mo", ceildiv(c.M, t.tm), nest),)
+    for v, ext in reversed(list(zip(c.bvars, c.X.dims[:c.nb]))):
         nest = (Loop(v, ix(ext), nest),)
-    bufs: list[LocalBuf] = []
-    for bs_ in sets:
-        for f in bs_.__dataclass_fields__:
-            b = getattr(bs_, f)
-            if b not in bufs and (soft or f != "ubpz"):
-                bufs.append(b)
-    if oacc is not None and oacc.buf is not None:
-        bufs.append(oacc.buf)
-    bufs += [b for b in vec.buffers if b not in bufs]
-    return Program(name, "cube", tensors, tuple(bufs), (*vec.pre, *nest),
+    return Program(name, "cube", c.tensors, c.buffers(), (*c.vec.pre, *nest),
                    {"TM": t.tm, "TL": t.tl, "TN": t.tn, "k0": t.k0, "KL1": t.kl1})

@@ -183,8 +183,9 @@ class TileVec:
         past ``L`` are zero-padded) to finite values?  Only then may the columns past
         ``L`` reach the second product unmasked (their ``Z`` rows are zero)."""
         safe = {"Add", "Sub", "Mul", "Max", "Min", "Tanh", "Abs", "Cast"}
-        return all(isinstance(o, VecOp) and o.op in safe and all(not isinstance(x, float) or np.isfinite(x)
-                                        for x in o.srcs) for o in self.ops) \
+        return all(isinstance(o, VecOp) and o.op in safe
+                   and all(not isinstance(x, float) or np.isfinite(x) for x in o.srcs)
+                   for o in self.ops) \
             and self.row_ids is None and self.col_ids is None
 
     def end_block(self) -> None:
