@@ -17,7 +17,9 @@ so a candidate fits when the program's buffers — with their ping-pong copies, 
 as the simulator allocates them — fit L1, L0A, L0B, L0C and UB
 (:func:`polycomp.hw.npu.sim.allocate` decides).  The choice is the fitting candidate
 of least predicted traffic (ties: the larger ``TM x TL``, then fewer cube steps);
-``TM, TL`` range over multiples of 16 up to 256 (and the padded extents),
+``TM`` ranges over multiples of 16 up to 256 and ``TL`` over multiples of 64 (a
+vector repeat is 256 B, 64 fp32 values per row of the score tile: a ``TL`` of 96
+would pay 2 repeats for 1.5) up to 256 (or the extents padded to 16),
 ``TN`` is ``N`` padded to 16 when that fits (else the largest fitting multiple of
 16), ``KL1`` is ``K`` padded to ``k0``, at most ``8 k0``, halved until it fits.
 
@@ -68,7 +70,7 @@ class NpuChainPlan:
                 f"products: {mid or 'nothing'}",
                 f"block order (b, m, n | l, k): S tile TM x TL = {t.tm} x {t.tl} in L0C -> UB, "
                 f"TN={t.tn}, k0={t.k0}, KL1={t.kl1} ({self.candidates} candidates fit)",
-                f"  buffers with ping-pong copies: {use}",
+                f"  buffers (two block sets with double buffering): {use}",
                 f"  predicted GM traffic fused {self.fused / 2**20:.2f} MiB vs unfused "
                 f"{self.unfused / 2**20:.2f} MiB (unfused / fused = {ratio:.2f})"]
 
@@ -148,20 +150,13 @@ def _usage(prog, target: Target) -> tuple[tuple[str, int, int], ...] | None:
     return tuple((lv, ends.get(lv, 0), target.capacity(lv)) for lv in LEVELS)
 
 
-def npu_chain_plan(chain: NpuChain, model, target: Target, double_buffer: bool,
-                   override: tuple[int, ...] | None = None) -> NpuChainPlan:
-    """The tiles of the module docstring (``override``: ``(TM, TL)`` or ``(TM, TL,
-    TN)``); raises :class:`TargetError` when no candidate fits
-    (:class:`ResourceLimitError` when the overriding tiles do not)."""
-    d, sym = _dims(chain, model)
-    graph = model.graph
-    mp, lp, np_, kp = (_pad(v, 16) for v in (d.m, d.l, d.n, d.k))
+def _search(chain: NpuChain, model, target: Target, double_buffer: bool,
+            override: tuple[int, ...] | None, d: ChainDims, sides_m: list[int],
+            sides_l: list[int]) -> tuple[tuple | None, int]:
+    """The best fitting candidate over ``sides_m x sides_l`` and how many fit."""
+    np_, kp = _pad(d.n, 16), _pad(d.k, 16)
     best: tuple | None = None
     count = 0
-    sides_m = sorted({min(s, mp) for s in _SIDES}, reverse=True)
-    sides_l = sorted({min(s, lp) for s in _SIDES}, reverse=True)
-    if override is not None:
-        sides_m, sides_l = [override[0]], [override[1]]
     for tm in sides_m:
         for tl in sides_l:
             k0 = next(k for k in (64, 32, 16) if tl % k == 0)
@@ -173,15 +168,36 @@ def npu_chain_plan(chain: NpuChain, model, target: Target, double_buffer: bool,
                        for kl1 in sorted({min(_pad(kp, k), f * k) for f in (8, 4, 2, 1)},
                                          reverse=True)]
             for t in options:
-                prog = chain_program("fit", graph, chain, t, double_buffer)
-                use = _usage(prog, target)
+                use = _usage(chain_program("fit", model.graph, chain, t, double_buffer),
+                             target)
                 if use is None:
                     continue
                 count += 1
                 key = (fused_bytes(chain, d, t), -t.tm * t.tl, -t.tn, -t.k0)
                 if best is None or key < best[0]:
                     best = (key, t, use)
-                break          # the first fitting TN / k0 for this (TM, TL)
+                break          # the first fitting TN / k0 / KL1 for this (TM, TL)
+    return best, count
+
+
+def npu_chain_plan(chain: NpuChain, model, target: Target, double_buffer: bool,
+                   override: tuple[int, ...] | None = None) -> NpuChainPlan:
+    """The tiles of the module docstring (``override``: ``(TM, TL)`` or ``(TM, TL,
+    TN)``); raises :class:`TargetError` when no candidate fits
+    (:class:`ResourceLimitError` when the overriding tiles do not)."""
+    d, sym = _dims(chain, model)
+    mp, lp = _pad(d.m, 16), _pad(d.l, 16)
+    sides_m = sorted({min(s, mp) for s in _SIDES}, reverse=True)
+    # TL: whole vector repeats (256 B = 64 fp32 per row of the S tile), so that no
+    # vector instruction on the S tile pays for a partly used repeat; any multiple of
+    # 16 when none of those fits (small UBs)
+    aligned = sorted({min(s, lp) for s in _SIDES if s % 64 == 0}, reverse=True)
+    rest = sorted({min(s, lp) for s in _SIDES} - set(aligned), reverse=True)
+    if override is not None:
+        sides_m, aligned, rest = [override[0]], [override[1]], []
+    best, count = _search(chain, model, target, double_buffer, override, d, sides_m, aligned)
+    if best is None and rest:
+        best, count = _search(chain, model, target, double_buffer, override, d, sides_m, rest)
     if best is None and override is not None:
         raise ResourceLimitError(f"option chain_tiles {override}: the fused chain "
                                  f"program's buffers do not fit target {target.name}")
