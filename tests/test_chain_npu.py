@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from polycomp.driver import compile_kernel
-from polycomp.errors import NpuRaceError, ResourceLimitError
+from polycomp.errors import NpuRaceError, OptionError, ResourceLimitError
 from polycomp.hw.npu import backend
 from polycomp.hw.npu.backend import program_of, simulate, syntax_check
 from polycomp.hw.npu.program import CopyLocal, Mmad, VecOp, walk
@@ -153,6 +153,8 @@ def test_double_buffer_off_and_tile_option():
     assert t is not None and (t.tm, t.tl, t.tn) == (16, 16, 16)
     with pytest.raises(ResourceLimitError, match=r"chain_tiles \(64, 64\).*npu-lite"):
         _ck("causal_attention", chain_tiles=(64, 64))
+    with pytest.raises(OptionError, match="multiples of 16"):
+        _ck("causal_attention", chain_tiles=(24, 16))
 
 
 @pytest.mark.parametrize("name", ["bmm_chain", "causal_attention"])

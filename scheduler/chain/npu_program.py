@@ -8,28 +8,31 @@ columns of ``O``), for each ``l`` block ``lo`` (``TL`` columns of ``T``)::
         for ki (k0 per step):                                MTE1  L1 -> L0A / L0B
                                                              M     S (+)= X . Y  in L0C
     FIX  S: L0C -> UB (fp32)                ; MTE2  mask tiles -> UB, Z tile -> L1
-    V    middle stages on S; columns past L: -inf (softmax) / 0
+    V    middle stages on S; columns past L (last block): -inf (softmax) / 0
     V    online softmax: m' = max(m, rowmax S), alpha = exp(m - m'), P = exp(S - m'),
-         l = l alpha + rowsum P, O_ub *= alpha          (a row that is all -inf so far
-         shifts by 0, so its P is 0 and its alpha 1-or-0, and a row masked in full ends
-         as 0/0 = NaN, as numpy)
+         l = l alpha + rowsum P, O_ub *= alpha          (m starts at the lowest finite
+         float: a row that is all -inf so far gets P = 0, alpha = 1, and a row masked
+         in full ends as 0/0 = NaN, as numpy)
     V    P -> the cube's dtype (Cast) ; MTE3  UB -> L1 (NZ)
     for ki2 (k0 per step over TL):                           MTE1  P, Z slices -> L0A/L0B
                                                              M     P . Z into L0C
-    softmax: FIX  P.Z: L0C -> UB ; V  O_ub += P.Z     else: the L0C tile accumulates
+    softmax: FIX  P.Z: L0C -> UB ; V  O_ub += P.Z (in the next block's vector work)
+                                                      else: the L0C tile accumulates
   softmax: V O_ub /= l ; MTE3 O_ub -> GM             else: FIX L0C -> GM
 
-Buffers filled by one pipe and read by another are ping-pong copies selected by
-``lo % 2`` (``ko % 2``, ``ki % 2`` for the operand stages; the output tile number for
-L0C without a softmax), so the cube computes block ``lo + 1`` while the vector unit
-works on ``lo``.  The program has no flags: :func:`polycomp.scheduler.npu.sync.place_flags`
-places them (the simulator's race check proves them on every run).
+With double buffering the ``l`` blocks run in pairs on two buffer sets (``l1Xa`` /
+``l1Xb`` ...) and the body is skewed by one block (:func:`chain_program`), so the cube
+computes block ``k + 1``'s scores while the vector unit works on block ``k``; without
+it, one set and no skew.  The program has no flags:
+:func:`polycomp.scheduler.npu.sync.place_flags` places them (the simulator's race
+check proves them on every run).
 
 Assumes: an :class:`~.npu_detect.NpuChain` and tiles that are multiples of 16 with
 ``k0 | KL1``, ``k0 | TL``.  Guarantees: tails are zero-padded on the way in (``X``
-rows, ``Y``/``Z`` columns and rows), columns past ``L`` never reach the second product
-with a non-zero weight, rows past ``M`` and columns past ``N`` are clipped on the way
-out.
+rows, ``Y``/``Z`` columns and rows); columns past ``L`` reach the second product only
+with weight 0 (softmax: set to ``-inf`` first; otherwise when the middle stages could
+map a zero to a non-finite value, set to 0), times the zero rows of ``Z``; rows past
+``M`` and columns past ``N`` are clipped on the way out.
 """
 from __future__ import annotations
 
