@@ -164,3 +164,21 @@ def reference_f16(name, *arrays):
     else:
         raise KeyError(name)
     return s.astype(np.float16).astype(np.float32) @ v
+
+
+def const_chain_f16(b, m, k, l, n, softmax, scale=None):  # noqa: E741
+    """``cast(softmax?(scale? * X Y), fp16) Z`` with constant shapes (as the NPU
+    benchmark's kernels)."""
+    from polycomp.frontend.dsl import Kernel
+
+    def chain(X, Y, Z):
+        t = ops.batch_matmul(X, Y, name="T")
+        if scale is not None:
+            t = pc.compute((b, m, l), lambda i, j, q: t[i, j, q] * scale, name="Sc")
+        if softmax:
+            t = ops.softmax(t, axis=-1, name="S")
+        p = pc.compute((b, m, l), lambda i, j, q: pc.cast(t[i, j, q], "float16"), name="P")
+        return ops.batch_matmul(p, Z, name="O")
+    shapes = {"X": (b, m, k), "Y": (b, k, l), "Z": (b, l, n)}
+    return Kernel(chain, name="const_chain", inputs={v: pc.Tensor[s, "float16"]
+                                                     for v, s in shapes.items()})

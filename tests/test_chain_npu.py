@@ -124,6 +124,30 @@ def test_fully_masked_row_is_nan_and_nan_input():
         _check(name, out, args)
 
 
+@pytest.mark.parametrize("softmax", [True, False])
+def test_constant_shapes_keep_x_in_l1(softmax):
+    """Constant extents (M == L as in self-attention), K held by one L1 stage: X's row
+    block is copied once per m block, outside the l loop; 16 x 16 tiles give several
+    blocks of each loop; the numbers are numpy's."""
+    from polycomp.hw.npu.program import CopyIn, Loop
+    b, m, k, l, n = 2, 37, 20, 37, 19  # noqa: E741
+    ck = compile_kernel(K.const_chain_f16(b, m, k, l, n, softmax, 0.25), "npu-lite",
+                        {"chain_tiles": (16, 16, 16)})
+    prog = program_of(ck.state)
+    mo = next(s for s in walk(prog.body) if isinstance(s, Loop) and s.var == "mo")
+    assert [s.src.tensor.name for s in mo.body if isinstance(s, CopyIn)] == ["X"]
+    assert sum(isinstance(s, CopyIn) and s.src.tensor.name == "X"
+               for s in walk(prog.body)) == 1
+    rng = np.random.default_rng(9)
+    args = [rng.standard_normal(sh).astype(np.float16)
+            for sh in ((b, m, k), (b, k, l), (b, l, n))]
+    a = [v.astype(np.float32) for v in args]
+    t = (a[0] @ a[1]) * np.float32(0.25)
+    ref = (K.np_softmax(t) if softmax else t).astype(np.float16).astype(np.float32) @ a[2]
+    out = simulate(ck, *args)[0]
+    np.testing.assert_allclose(out, ref, rtol=3e-3, atol=3e-3 * (np.abs(ref).max() + 1))
+
+
 def test_unfused_with_chain_off():
     """chain=False: the phases (cube, vector, cube) with the intermediates in GM; same
     numbers, more GM traffic than the fused program.  (The causal mask's iterator

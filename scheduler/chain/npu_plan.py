@@ -9,6 +9,7 @@ intermediate moves nothing), the GM traffic in bytes is, per batch element, with
 ``e`` the cube dtype's size and ``nX = ceil(X / T_X)``::
 
     X: e M K nL nN      Y: e K L nM nN      Z: e L N nM      O: 4 M N
+    (X: e M K when K is a constant that one L1 stage holds: X's row block stays in L1)
     inputs between the products: 4 x (their tile) x the blocks that load them
 
 (``O`` stays in UB or L0C across the ``l`` blocks, so it is written once.)  The
@@ -37,7 +38,7 @@ from polycomp.errors import NpuCapacityError, ResourceLimitError, TargetError
 from polycomp.hw.target import Target
 from polycomp.scheduler.chain.movement_model import ChainDims
 from polycomp.scheduler.chain.npu_detect import NpuChain
-from polycomp.scheduler.chain.npu_program import NpuChainTiles, chain_program
+from polycomp.scheduler.chain.npu_program import NpuChainTiles, chain_program, x_resident
 from polycomp.scheduler.chain.plan import BIG, _extent
 
 __all__ = ["NpuChainPlan", "npu_chain_plan", "fused_bytes", "unfused_bytes"]
@@ -100,10 +101,11 @@ def _input_bytes(chain: NpuChain, d: ChainDims, nm: float, nl: float, nn: float,
     return total
 
 
-def fused_bytes(chain: NpuChain, d: ChainDims, t: NpuChainTiles) -> float:
+def fused_bytes(chain: NpuChain, d: ChainDims, t: NpuChainTiles, k_const: bool) -> float:
     e = 2 if chain.dtype == "float16" else 4
     nm, nl, nn = (math.ceil(d.m / t.tm), math.ceil(d.l / t.tl), math.ceil(d.n / t.tn))
-    per = e * (d.m * d.k * nl * nn + d.k * d.l * nm * nn + d.l * d.n * nm) + 4 * d.m * d.n
+    x = d.m * d.k if x_resident(d.k if k_const else None, t) else d.m * d.k * nl * nn
+    per = e * (x + d.k * d.l * nm * nn + d.l * d.n * nm) + 4 * d.m * d.n
     return d.batch * per + _input_bytes(chain, d, nm, nl, nn, True)
 
 
@@ -151,8 +153,8 @@ def _usage(prog, target: Target) -> tuple[tuple[str, int, int], ...] | None:
 
 
 def _search(chain: NpuChain, model, target: Target, double_buffer: bool,
-            override: tuple[int, ...] | None, d: ChainDims, sides_m: list[int],
-            sides_l: list[int]) -> tuple[tuple | None, int]:
+            override: tuple[int, ...] | None, d: ChainDims, sym: tuple[str, ...],
+            sides_m: list[int], sides_l: list[int]) -> tuple[tuple | None, int]:
     """The best fitting candidate over ``sides_m x sides_l`` and how many fit."""
     np_, kp = _pad(d.n, 16), _pad(d.k, 16)
     best: tuple | None = None
@@ -173,7 +175,8 @@ def _search(chain: NpuChain, model, target: Target, double_buffer: bool,
                 if use is None:
                     continue
                 count += 1
-                key = (fused_bytes(chain, d, t), -t.tm * t.tl, -t.tn, -t.k0)
+                key = (fused_bytes(chain, d, t, "k" not in sym), -t.tm * t.tl, -t.tn,
+                       -t.k0)
                 if best is None or key < best[0]:
                     best = (key, t, use)
                 break          # the first fitting TN / k0 / KL1 for this (TM, TL)
@@ -195,9 +198,11 @@ def npu_chain_plan(chain: NpuChain, model, target: Target, double_buffer: bool,
     rest = sorted({min(s, lp) for s in _SIDES} - set(aligned), reverse=True)
     if override is not None:
         sides_m, aligned, rest = [override[0]], [override[1]], []
-    best, count = _search(chain, model, target, double_buffer, override, d, sides_m, aligned)
+    best, count = _search(chain, model, target, double_buffer, override, d, sym, sides_m,
+                          aligned)
     if best is None and rest:
-        best, count = _search(chain, model, target, double_buffer, override, d, sides_m, rest)
+        best, count = _search(chain, model, target, double_buffer, override, d, sym, sides_m,
+                              rest)
     if best is None and override is not None:
         raise ResourceLimitError(f"option chain_tiles {override}: the fused chain "
                                  f"program's buffers do not fit target {target.name}")
@@ -205,5 +210,5 @@ def npu_chain_plan(chain: NpuChain, model, target: Target, double_buffer: bool,
         raise TargetError(f"npu chain {chain.match.name}: no tiles fit the buffers of "
                           f"target {target.name}")
     _, t, use = best
-    return NpuChainPlan(chain, d, sym, t, use, fused_bytes(chain, d, t),
+    return NpuChainPlan(chain, d, sym, t, use, fused_bytes(chain, d, t, "k" not in sym),
                         unfused_bytes(chain, d, target, double_buffer), count)

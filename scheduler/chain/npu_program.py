@@ -113,10 +113,12 @@ class _Bufs:
     ubpz: LocalBuf
 
 
-def _bufs(p: str, t: NpuChainTiles, cd: str, l0o: LocalBuf | None) -> _Bufs:
+def _bufs(p: str, t: NpuChainTiles, cd: str, l0o: LocalBuf | None,
+          l1x: LocalBuf | None) -> _Bufs:
     def b(name: str, level: str, dt: str, r: int, c: int, layout: str) -> LocalBuf:
         return LocalBuf(f"{name}{p}", level, dt, r, c, layout, 1)
-    return _Bufs(b("l1X", "L1", cd, t.tm, t.kl1, "NZ"), b("l1Y", "L1", cd, t.kl1, t.tl, "NZ"),
+    return _Bufs(l1x or b("l1X", "L1", cd, t.tm, t.kl1, "NZ"),
+                 b("l1Y", "L1", cd, t.kl1, t.tl, "NZ"),
                  b("l1Z", "L1", cd, t.tl, t.tn, "NZ"), b("l1P", "L1", cd, t.tm, t.tl, "NZ"),
                  b("l0X", "L0A", cd, t.tm, t.k0, "zZ"), b("l0P", "L0A", cd, t.tm, t.k0, "zZ"),
                  b("l0Y", "L0B", cd, t.k0, t.tl, "nZ"), b("l0Z", "L0B", cd, t.k0, t.tn, "nZ"),
@@ -124,6 +126,12 @@ def _bufs(p: str, t: NpuChainTiles, cd: str, l0o: LocalBuf | None) -> _Bufs:
                  l0o or b("l0O", "L0C", "float32", t.tm, t.tn, "NZ"),
                  b("ubS", "UB", "float32", t.tm, t.tl, "ND"), b("ubP", "UB", cd, t.tm, t.tl, "ND"),
                  b("ubPZ", "UB", "float32", t.tm, t.tn, "ND"))
+
+
+def x_resident(k: int | None, t: NpuChainTiles) -> bool:
+    """Does X's ``TM x K`` row block stay in L1 across the ``l`` blocks?  (``K`` a
+    constant that one L1 stage holds.)"""
+    return k is not None and k <= t.kl1
 
 
 def _guard(cond: Ix, items) -> tuple:
@@ -157,8 +165,14 @@ class _Chain:
         self.soft = m.has_softmax
         self.shared_o = None if self.soft else \
             LocalBuf("l0O", "L0C", "float32", t.tm, t.tn, "NZ", 1)
-        self.sets = [_bufs("ab"[j] if parities > 1 else "", t, self.cd, self.shared_o)
-                     for j in range(parities)]
+        # X's row block stays in L1 across the l blocks (and n blocks) when one L1
+        # stage holds all of K (a constant extent)
+        kx = self.X.dims[-1]
+        self.x_resident = x_resident(kx if isinstance(kx, int) else None, t)
+        self.shared_x = LocalBuf("l1X", "L1", self.cd, t.tm, t.kl1, "NZ", 1) \
+            if self.x_resident else None
+        self.sets = [_bufs("ab"[j] if parities > 1 else "", t, self.cd, self.shared_o,
+                           self.shared_x) for j in range(parities)]
         self.vec = TileVec(t.tm, t.tl, 1, ix(0), mo * t.tm, ix(0), self.m_ext, ix(0),
                            self.bvars, {g.name: g for g in self.tensors if not g.is_output})
         self.mrun = Val("COL", self.vec.new("COL", "float32", name="ubRowMax"))
@@ -171,10 +185,9 @@ class _Chain:
         """``S(k) = X . Y`` into L0C, then into UB."""
         t, ko, ki = self.t, ix("ko"), ix("ki")
         l_ext, k_ext = imin(t.tl, self.L - k * t.tl), imin(t.kl1, self.K - ko * t.kl1)
-        mo = ix("mo")
+        x_in: tuple = () if self.x_resident else (self.x_copy(ko * t.kl1, k_ext, b.l1x),)
         return (Loop("ko", ceildiv(self.K, t.kl1), (
-            CopyIn(GmRegion(self.X, (*self.bidx, mo * t.tm, ko * t.kl1),
-                            (*self.one, self.m_ext, k_ext)), Slot(b.l1x)),
+            *x_in,
             CopyIn(GmRegion(self.Y, (*self.bidx, ko * t.kl1, k * t.tl),
                             (*self.one, k_ext, l_ext)), Slot(b.l1y)),
             Loop("ki", ceildiv(k_ext, t.k0), (
@@ -182,6 +195,11 @@ class _Chain:
                 Load2D(Slot(b.l1y), Slot(b.l0y), ki * (t.k0 // 16)),
                 Mmad(Slot(b.l0s), Slot(b.l0x), Slot(b.l0y), land(eq(ko, 0), eq(ki, 0))),
             )))), CopyLocal(Slot(b.l0s), Slot(b.ubs)))
+
+    def x_copy(self, k0: Ix, k_ext: Ix, dst: LocalBuf) -> CopyIn:
+        mo, t = ix("mo"), self.t
+        return CopyIn(GmRegion(self.X, (*self.bidx, mo * t.tm, k0),
+                               (*self.one, self.m_ext, k_ext)), Slot(dst))
 
     def mask_tail(self, cur: Val, k: Ix, fill: float) -> Val:
         """Columns past ``L`` of the last block := ``fill``, in place; the Select runs
@@ -316,6 +334,8 @@ def chain_program(name: str, graph, chain: NpuChain, t: NpuChainTiles,
         pre, post = [], [CopyOut(Slot(c.shared_o), out_box)]
     nest: tuple = (*pre, Loop("lp", ceildiv(c.nL + 1 + skew, P), tuple(body)), *post)
     nest = (Loop("no", ceildiv(c.N, t.tn), nest),)
+    if c.shared_x is not None:      # X's row block, once per m block
+        nest = (c.x_copy(ix(0), c.K, c.shared_x), *nest)
     nest = (Loop("mo", ceildiv(c.M, t.tm), nest),)
     for v, ext in reversed(list(zip(c.bvars, c.X.dims[:c.nb]))):
         nest = (Loop(v, ix(ext), nest),)
