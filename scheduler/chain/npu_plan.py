@@ -17,7 +17,9 @@ memory usage ``MU`` is not one number on the NPU: each buffer lives at its own l
 so a candidate fits when the program's buffers — with their ping-pong copies, aligned
 as the simulator allocates them — fit L1, L0A, L0B, L0C and UB
 (:func:`polycomp.hw.npu.sim.allocate` decides).  The choice is the fitting candidate
-of least predicted traffic (ties: the larger ``TM x TL``, then fewer cube steps);
+of least predicted traffic among those with one ``n`` block (several recompute ``S``:
+the model's non-fusible orders, taken only when nothing else fits; ties: the larger
+``TM x TL``, then fewer cube steps);
 ``TM`` ranges over multiples of 16 up to 256 and ``TL`` over multiples of 64 (a
 vector repeat is 256 B, 64 fp32 values per row of the score tile: a ``TL`` of 96
 would pay 2 repeats for 1.5) up to 256 (or the extents padded to 16),
@@ -175,8 +177,10 @@ def _search(chain: NpuChain, model, target: Target, double_buffer: bool,
                 if use is None:
                     continue
                 count += 1
-                key = (fused_bytes(chain, d, t, "k" not in sym), -t.tm * t.tl, -t.tn,
-                       -t.k0)
+                # several n blocks recompute S (a private loop outside a shared one):
+                # only when no candidate without fits, as the model says
+                key = (t.tn < d.n, fused_bytes(chain, d, t, "k" not in sym), -t.tm * t.tl,
+                       -t.tn, -t.k0)
                 if best is None or key < best[0]:
                     best = (key, t, use)
                 break          # the first fitting TN / k0 / KL1 for this (TM, TL)
