@@ -148,6 +148,40 @@ def test_constant_shapes_keep_x_in_l1(softmax):
     np.testing.assert_allclose(out, ref, rtol=3e-3, atol=3e-3 * (np.abs(ref).max() + 1))
 
 
+def test_inputs_between_the_products():
+    """A batched additive mask (an ND tile per block), a bias along l (a ROW) and a
+    scale per row m (a COL) between the products."""
+    import polycomp as pc
+    from polycomp.frontend import ops
+
+    @pc.tensor_expr
+    def masks(Q: pc.Tensor[(K.B, K.M, K.K), "float16"],
+              KT: pc.Tensor[(K.B, K.K, K.L), "float16"],
+              V: pc.Tensor[(K.B, K.L, K.N), "float16"],
+              bm: pc.Tensor[(K.B, K.M, K.L), "float32"], bias: pc.Tensor[(K.L,), "float32"],
+              rs: pc.Tensor[(K.M,), "float32"]):
+        t = ops.batch_matmul(Q, KT, name="T")
+        sc = pc.compute((K.B, K.M, K.L),
+                        lambda b, i, j: (t[b, i, j] + bm[b, i, j] + bias[j]) * rs[i], name="Sc")
+        s = ops.softmax(sc, axis=-1, name="S")
+        p = pc.compute((K.B, K.M, K.L), lambda b, i, j: pc.cast(s[b, i, j], "float16"),
+                       name="P")
+        return ops.batch_matmul(p, V, name="O")
+    ck = compile_kernel(masks, "npu-lite", {"chain_tiles": (16, 16, 16)})
+    assert program_of(ck.state).kind == "cube"
+    rng = np.random.default_rng(10)
+    b, m, k, l, n = 2, 21, 9, 37, 17  # noqa: E741
+    q, kt, v = (rng.standard_normal(sh).astype(np.float16)
+                for sh in ((b, m, k), (b, k, l), (b, l, n)))
+    bm = rng.standard_normal((b, m, l)).astype(np.float32)
+    bias = rng.standard_normal(l).astype(np.float32)
+    rs = (rng.random(m) + 0.5).astype(np.float32)
+    out = simulate(ck, q, kt, v, bm, bias, rs)[0]
+    t = (q.astype(np.float32) @ kt.astype(np.float32) + bm + bias) * rs[:, None]
+    ref = K.np_softmax(t).astype(np.float16).astype(np.float32) @ v.astype(np.float32)
+    np.testing.assert_allclose(out, ref, rtol=3e-3, atol=3e-3 * (np.abs(ref).max() + 1))
+
+
 def test_unfused_with_chain_off():
     """chain=False: the phases (cube, vector, cube) with the intermediates in GM; same
     numbers, more GM traffic than the fused program.  (The causal mask's iterator
