@@ -160,3 +160,100 @@ def bmm_chain_bf16_out(X: pc.Tensor[(B, M, K), "bfloat16"], Y: pc.Tensor[(B, K, 
                        Z: pc.Tensor[(B, L, N), "bfloat16"]):
     """bmm_chain in bfloat16 with a bfloat16 output."""
     return ops.batch_matmul(ops.batch_matmul(X, Y, name="T"), Z, out_dtype="bfloat16", name="O")
+# --------------------------------------------------------------------------- NPU chains
+# The cube multiplies float16 operands into float32: T and the stages between the
+# products are float32 and P is cast back to float16 before the second product
+# (FlashAttention's P); scheduler/chain/npu_detect.py.  (Prefixed ``npu_``: the Tensor
+# Core chains above take the plain ``*_f16`` names; the kernels keep their names.)
+
+@pc.tensor_expr(name="bmm_chain_f16")
+def npu_bmm_chain_f16(X: pc.Tensor[(B, M, K), "float16"], Y: pc.Tensor[(B, K, L), "float16"],
+                  Z: pc.Tensor[(B, L, N), "float16"]):
+    t = ops.batch_matmul(X, Y, name="T")
+    p = pc.compute((B, M, L), lambda b, i, j: pc.cast(t[b, i, j], "float16"), name="P")
+    return ops.batch_matmul(p, Z, name="O")
+
+
+@pc.tensor_expr(name="bmm_softmax_chain_f16")
+def npu_bmm_softmax_chain_f16(X: pc.Tensor[(B, M, K), "float16"],
+                          Y: pc.Tensor[(B, K, L), "float16"],
+                          Z: pc.Tensor[(B, L, N), "float16"]):
+    s = ops.softmax(ops.batch_matmul(X, Y, name="T"), axis=-1, name="S")
+    p = pc.compute((B, M, L), lambda b, i, j: pc.cast(s[b, i, j], "float16"), name="P")
+    return ops.batch_matmul(p, Z, name="O")
+
+
+@pc.tensor_expr(name="causal_attention_f16")
+def npu_causal_attention_f16(Q: pc.Tensor[(B, M, K), "float16"],
+                         KT: pc.Tensor[(B, K, L), "float16"],
+                         V: pc.Tensor[(B, L, N), "float16"]):
+    t = ops.batch_matmul(Q, KT, name="T")
+    sc = pc.compute((B, M, L), lambda b, i, j: pc.select(j > i, float("-inf"), t[b, i, j] * 0.125),
+                    name="Sc")
+    s = ops.softmax(sc, axis=-1, name="S")
+    p = pc.compute((B, M, L), lambda b, i, j: pc.cast(s[b, i, j], "float16"), name="P")
+    return ops.batch_matmul(p, V, name="O")
+
+
+@pc.tensor_expr(name="masked_attention_f16")
+def npu_masked_attention_f16(Q: pc.Tensor[(B, M, K), "float16"],
+                         KT: pc.Tensor[(B, K, L), "float16"],
+                         V: pc.Tensor[(B, L, N), "float16"],
+                         mask: pc.Tensor[(M, L), "float32"]):
+    t = ops.batch_matmul(Q, KT, name="T")
+    sc = pc.compute((B, M, L), lambda b, i, j: t[b, i, j] + mask[i, j], name="Sc")
+    s = ops.softmax(sc, axis=-1, name="S")
+    p = pc.compute((B, M, L), lambda b, i, j: pc.cast(s[b, i, j], "float16"), name="P")
+    return ops.batch_matmul(p, V, name="O")
+
+
+@pc.tensor_expr(name="mm_relu_chain_f16")
+def npu_mm_relu_chain_f16(X: pc.Tensor[(M, K), "float16"], Y: pc.Tensor[(K, L), "float16"],
+                      Z: pc.Tensor[(L, N), "float16"]):
+    t = ops.matmul(X, Y, name="T")
+    r = pc.compute((M, L), lambda i, j: pc.max(t[i, j], 0.0), name="R")
+    p = pc.compute((M, L), lambda i, j: pc.cast(r[i, j], "float16"), name="P")
+    return ops.matmul(p, Z, name="O")
+
+
+def reference_f16(name, *arrays):
+    """numpy's result of the NPU chain ``name`` (``<name>_f16``): float32 arithmetic on
+    the float16 inputs, P rounded to float16 before the second product as the kernel
+    says."""
+    import numpy as np
+    a = [x.astype(np.float32) for x in arrays]
+    q, k, v = a[:3]
+    t = q @ k
+    if name == "bmm_chain":
+        s = t
+    elif name == "bmm_softmax_chain":
+        s = np_softmax(t)
+    elif name == "causal_attention":
+        t = t * np.float32(0.125)
+        i, j = np.meshgrid(np.arange(t.shape[-2]), np.arange(t.shape[-1]), indexing="ij")
+        s = np_softmax(np.where(j > i, np.float32(-np.inf), t))
+    elif name == "masked_attention":
+        s = np_softmax(t + a[3])
+    elif name == "mm_relu_chain":
+        s = np.maximum(t, 0)
+    else:
+        raise KeyError(name)
+    return s.astype(np.float16).astype(np.float32) @ v
+
+
+def const_chain_f16(b, m, k, l, n, softmax, scale=None):  # noqa: E741
+    """``cast(softmax?(scale? * X Y), fp16) Z`` with constant shapes (as the NPU
+    benchmark's kernels)."""
+    from polycomp.frontend.dsl import Kernel
+
+    def chain(X, Y, Z):
+        t = ops.batch_matmul(X, Y, name="T")
+        if scale is not None:
+            t = pc.compute((b, m, l), lambda i, j, q: t[i, j, q] * scale, name="Sc")
+        if softmax:
+            t = ops.softmax(t, axis=-1, name="S")
+        p = pc.compute((b, m, l), lambda i, j, q: pc.cast(t[i, j, q], "float16"), name="P")
+        return ops.batch_matmul(p, Z, name="O")
+    shapes = {"X": (b, m, k), "Y": (b, k, l), "Z": (b, l, n)}
+    return Kernel(chain, name="const_chain", inputs={v: pc.Tensor[s, "float16"]
+                                                     for v, s in shapes.items()})

@@ -15,7 +15,8 @@ namespace AscendC {
 struct half { uint16_t bits; };
 enum class TPosition { GM, A1, B1, A2, B2, CO1, VECCALC };
 enum class HardEvent { MTE2_MTE1, MTE1_MTE2, MTE1_M, M_MTE1, M_FIX, FIX_M,
-                       MTE2_V, V_MTE2, V_MTE3, MTE3_V, FIX_V, V_FIX };
+                       MTE2_V, V_MTE2, V_MTE3, MTE3_V, FIX_V, V_FIX, MTE3_MTE1,
+                       MTE1_MTE3, MTE2_MTE3, MTE3_MTE2 };
 template <typename T> class GlobalTensor {
 public:
     void SetGlobalBuffer(__gm__ T* buffer, uint64_t size);
@@ -39,6 +40,9 @@ struct MmadParams { uint16_t m, n, k; bool cmatrixInitVal; };
 struct FixpipeParams { uint32_t rows, cols, srcRows, dstRowStride; };
 struct DataCopyPadParams { uint32_t rows, cols, srcRowStride, dstRowStride; };
 template <typename T> void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src,
+                                    const Nd2NzParams& params);
+// UB -> L1 (MTE3): a tile re-laid out as fractal NZ (the fused chain's P)
+template <typename T> void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                     const Nd2NzParams& params);
 template <typename T> void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src,
                                        const DataCopyPadParams& params);

@@ -115,8 +115,9 @@ class NpuBackend(Backend):
         return npu_target(name)
 
     def schedule_passes(self, state: CompileState) -> list:
+        from polycomp.scheduler.chain.npu_pass import NpuChainFusePass
         from polycomp.scheduler.npu.tile import NpuCubeTilePass
-        return [NpuCubeTilePass()]
+        return [NpuChainFusePass(), NpuCubeTilePass()]
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         return [body_pass("simplify", simplify)]

@@ -96,6 +96,11 @@ def _instr(s, ind: str) -> list[str]:
         return [f"{ind}DataCopyPad({dst}, {s.src.c()}, DataCopyPadParams{{{args}, "
                 f"(uint32_t){b.cols}, "
                 f"(uint32_t){r.stride().c()}}});"]
+    if isinstance(s, CopyLocal) and s.pipe == "MTE3":     # UB -> L1 (nd2nz)
+        d = s.dst.buf
+        return [f"{ind}DataCopy({s.dst.c()}, {s.src.c()}, Nd2NzParams{{(uint32_t){d.rows}, "
+                f"(uint32_t){d.cols}, (uint32_t){s.src.buf.cols}, (uint32_t){d.rows}, "
+                f"(uint32_t){d.cols}}});"]
     if isinstance(s, CopyLocal):
         d = s.dst.buf
         return [f"{ind}Fixpipe({s.dst.c()}, {s.src.c()}, FixpipeParams{{(uint32_t){d.rows}, "

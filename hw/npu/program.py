@@ -256,7 +256,8 @@ class CopyOut:
 @dataclass(frozen=True)
 class CopyLocal:
     """FIX: an L0C tile (fractal NZ, fp32) -> a UB tile (ND, fp32) for a vector
-    epilogue."""
+    epilogue; or, with ``pipe`` MTE3, a UB tile (ND) -> an L1 tile (fractal NZ) of the
+    same type (a fused chain's ``P`` on its way to the cube)."""
     src: Slot
     dst: Slot
     pipe: str = "FIX"

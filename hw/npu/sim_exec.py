@@ -114,12 +114,12 @@ def _copy_out(sim: Simulator, s: CopyOut, env: dict) -> int:
 
 def _copy_local(sim: Simulator, s: CopyLocal, env: dict) -> int:
     src, dst = s.src.buf, s.dst.buf
-    what = f"Fixpipe {src.name} -> {dst.name}"
+    what = f"{'Fixpipe' if s.pipe == 'FIX' else 'DataCopy'} {src.name} -> {dst.name}"
     nd = from_layout(sim.access(s.pipe, s.src, env, False, what), src.layout)
     out = sim.access(s.pipe, s.dst, env, True, what)
-    if out.shape != nd.shape:
-        raise NpuCapacityError(f"{what}: {nd.shape} into {out.shape}")
-    out[...] = nd.astype(out.dtype)
+    if (dst.rows, dst.cols) != nd.shape:
+        raise NpuCapacityError(f"{what}: {nd.shape} into {(dst.rows, dst.cols)}")
+    out[...] = to_layout(nd.astype(out.dtype), dst.layout)   # UB -> L1 (MTE3): nd2nz
     nbytes = dst.size(env)
     sim.count_bytes(f"{src.level}->{dst.level}", nbytes)
     return sim.p.local_latency + -(-nbytes // sim.p.out_bytes_per_cycle)

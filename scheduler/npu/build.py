@@ -38,7 +38,20 @@ def npu_program(model, target: Target, options, schedule=None) -> Program:
     """The NPU program of ``model``'s kernel: one cube or vector program, or failing
     that, phases of them (:mod:`.phases`) when the kernel holds a matmul; its pipe
     flags placed by dependence analysis (:mod:`.sync`)."""
+    from polycomp.scheduler.chain.npu_pass import chain_tiles_of
+
     from .sync import place_flags
+    tiles = chain_tiles_of(schedule)
+    if tiles is not None:         # the npu-chain-fuse pass fused a chain (docs/fusion.md)
+        from polycomp.scheduler.chain.npu_detect import NpuChain, detect_npu_chain
+        from polycomp.scheduler.chain.npu_program import chain_program
+        chain = detect_npu_chain(model)
+        if not isinstance(chain, NpuChain):
+            raise PolycompInternalError(f"npu: the tree has an npu_chain mark but the "
+                                        f"kernel is no chain: {chain}")
+        name = model.graph.name if hasattr(model.graph, "name") else "kernel"
+        return place_flags(chain_program(name, model.graph, chain, tiles,
+                                         options.double_buffer))
     return place_flags(_build(model, target, options, schedule))
 
 

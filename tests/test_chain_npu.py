@@ -1,0 +1,318 @@
+"""Chain fusion on the NPU targets (scheduler/chain/npu_*): the fused cube/vector
+program against numpy through the NPU simulator (race-checked: every access of a buffer
+by two pipes must be ordered by flags, else NpuRaceError), on hypothesis-drawn shapes
+(extent 1, odd and prime extents, several m-, n- and l-blocks), causal and additive
+masks (a row masked in full -> NaN, as numpy), NaN inputs; the unfused path with
+``chain=False``; each placed flag pair needed; the emitted source; the tree pass's
+goldens; the traffic against the unfused phases."""
+
+import chain_kernels as K
+import islpy as isl
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from polycomp.driver import compile_kernel
+from polycomp.errors import NpuRaceError, OptionError, ResourceLimitError
+from polycomp.hw.npu import backend
+from polycomp.hw.npu.backend import program_of, simulate, syntax_check
+from polycomp.hw.npu.program import CopyLocal, Mmad, VecOp, walk
+from polycomp.hw.target import get_target
+from polycomp.scheduler.chain.npu_detect import NpuChain, detect_npu_chain
+from polycomp.scheduler.chain.npu_pass import NpuChainFusePass, chain_tiles_of
+from polycomp.scheduler.common.tree import violated_dependences
+from polycomp.scheduler.npu.sync import place_flags, plan_flags
+from polycomp.state import CompileState
+
+NAMES = ("bmm_chain", "bmm_softmax_chain", "causal_attention", "masked_attention",
+         "mm_relu_chain")
+_CK: dict = {}
+
+
+def _ck(name: str, **opts):
+    key = (name, tuple(sorted(opts.items())))
+    if key not in _CK:
+        _CK[key] = compile_kernel(getattr(K, "npu_" + name + "_f16"), "npu-lite", opts)
+    return _CK[key]
+
+
+def _inputs(name, b, m, k, l, n, seed, nan=False, masked_row=None):  # noqa: E741
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((b, m, k)).astype(np.float16)
+    y = rng.standard_normal((b, k, l)).astype(np.float16)
+    z = rng.standard_normal((b, l, n)).astype(np.float16)
+    if nan:
+        x[0, m // 2, k // 2] = np.nan
+    args = [x, y, z]
+    if name == "mm_relu_chain":
+        args = [x[0], y[0], z[0]]
+    if name == "masked_attention":
+        mask = np.where(rng.random((m, l)) < 0.3, -np.inf, 0.0).astype(np.float32)
+        mask[:, 0] = 0.0
+        if masked_row is not None:
+            mask[masked_row % m, :] = -np.inf
+        args.append(mask)
+    return args
+
+
+def _check(name, out, args):
+    ref = K.reference_f16(name, *args)
+    a = [v.astype(np.float32) for v in args]
+    # fp16 rounding of P (relative 2^-11; the fused P is rounded before its rescaling)
+    # and the cube's summation order: a bound per element of |P| . |Z|
+    with np.errstate(invalid="ignore"):
+        bound = np.nan_to_num(np.abs(ref) + np.abs(a[2]).max() * 1.0, nan=0.0)
+    assert out.shape == ref.shape and out.dtype == np.float32
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    ok = ~np.isnan(ref)
+    tol = 3e-3 * bound + 1e-3 * np.sqrt(a[0].shape[-1])
+    err = np.abs(out - ref)
+    assert np.all(err[ok] <= tol[ok]), f"{name}: max error {err[ok].max()}"
+
+
+def test_detected_and_fused():
+    for name in NAMES:
+        ck = _ck(name)
+        ch = detect_npu_chain(ck.state.model)
+        assert isinstance(ch, NpuChain) and ch.dtype == "float16", (name, ch)
+        prog = program_of(ck.state)
+        assert prog.kind == "cube" and not prog.workspaces and not prog.phases
+        assert chain_tiles_of(ck.state.npu_schedule) is not None
+        # one program, both products on the cube, P into L1 from UB
+        mm = [s for s in walk(prog.body) if isinstance(s, Mmad)]
+        assert {s.c.buf.name.rstrip("ab") for s in mm} == {"l0S", "l0O"}
+        assert any(isinstance(s, CopyLocal) and s.pipe == "MTE3" for s in walk(prog.body))
+        assert [t.name for t in prog.outputs] == ["O"]
+
+
+@settings(max_examples=10, deadline=None)
+@given(name=st.sampled_from(NAMES), b=st.integers(1, 2), m=st.integers(1, 37),
+       k=st.integers(1, 40), l=st.integers(1, 53), n=st.integers(1, 41),  # noqa: E741
+       seed=st.integers(0, 99), small=st.booleans())
+def test_fused_matches_numpy(name, b, m, k, l, n, seed, small):  # noqa: E741
+    args = _inputs(name, b, m, k, l, n, seed)
+    out, _ = simulate(_ck(name, **({"chain_tiles": (16, 16, 16)} if small else {})), *args)
+    _check(name, out, args)
+
+
+@pytest.mark.parametrize("name", ["bmm_softmax_chain", "causal_attention", "bmm_chain"])
+def test_prime_extents_several_blocks(name):
+    """Primes: 3 m-blocks, 4 l-blocks, 2 n-blocks of 16 x 16 (TN 32) tiles."""
+    args = _inputs(name, 2, 37, 19, 53, 41, 1)
+    ck = _ck(name, chain_tiles=(16, 16, 32))
+    t = chain_tiles_of(ck.state.npu_schedule)
+    assert t is not None and 37 > 2 * t.tm and 53 > 2 * t.tl and 41 > t.tn
+    _check(name, simulate(ck, *args)[0], args)
+
+
+def test_extent_one():
+    for name in ("bmm_softmax_chain", "masked_attention", "mm_relu_chain"):
+        args = _inputs(name, 1, 1, 1, 1, 1, 2)
+        _check(name, simulate(_ck(name), *args)[0], args)
+
+
+def test_fully_masked_row_is_nan_and_nan_input():
+    args = _inputs("masked_attention", 2, 23, 9, 37, 17, 3, masked_row=5)
+    out = simulate(_ck("masked_attention"), *args)[0]
+    assert np.isnan(out[:, 5]).all() and not np.isnan(np.delete(out, 5, axis=1)).any()
+    _check("masked_attention", out, args)
+    for name in ("bmm_softmax_chain", "causal_attention", "bmm_chain"):
+        args = _inputs(name, 1, 19, 7, 29, 5, 4, nan=True)
+        out = simulate(_ck(name), *args)[0]
+        assert np.isnan(out[0, 9]).all()
+        _check(name, out, args)
+
+
+@pytest.mark.parametrize("softmax", [True, False])
+def test_constant_shapes_keep_x_in_l1(softmax):
+    """Constant extents (M == L as in self-attention), K held by one L1 stage: X's row
+    block is copied once per m block, outside the l loop; 16 x 16 tiles give several
+    blocks of each loop; the numbers are numpy's."""
+    from polycomp.hw.npu.program import CopyIn, Loop
+    b, m, k, l, n = 2, 37, 20, 37, 19  # noqa: E741
+    ck = compile_kernel(K.const_chain_f16(b, m, k, l, n, softmax, 0.25), "npu-lite",
+                        {"chain_tiles": (16, 16, 16)})
+    prog = program_of(ck.state)
+    mo = next(s for s in walk(prog.body) if isinstance(s, Loop) and s.var == "mo")
+    assert [s.src.tensor.name for s in mo.body if isinstance(s, CopyIn)] == ["X"]
+    assert sum(isinstance(s, CopyIn) and s.src.tensor.name == "X"
+               for s in walk(prog.body)) == 1
+    rng = np.random.default_rng(9)
+    args = [rng.standard_normal(sh).astype(np.float16)
+            for sh in ((b, m, k), (b, k, l), (b, l, n))]
+    a = [v.astype(np.float32) for v in args]
+    t = (a[0] @ a[1]) * np.float32(0.25)
+    ref = (K.np_softmax(t) if softmax else t).astype(np.float16).astype(np.float32) @ a[2]
+    out = simulate(ck, *args)[0]
+    np.testing.assert_allclose(out, ref, rtol=3e-3, atol=3e-3 * (np.abs(ref).max() + 1))
+
+
+def test_inputs_between_the_products():
+    """A batched additive mask (an ND tile per block), a bias along l (a ROW) and a
+    scale per row m (a COL) between the products."""
+    import polycomp as pc
+    from polycomp.frontend import ops
+
+    @pc.tensor_expr
+    def masks(Q: pc.Tensor[(K.B, K.M, K.K), "float16"],
+              KT: pc.Tensor[(K.B, K.K, K.L), "float16"],
+              V: pc.Tensor[(K.B, K.L, K.N), "float16"],
+              bm: pc.Tensor[(K.B, K.M, K.L), "float32"], bias: pc.Tensor[(K.L,), "float32"],
+              rs: pc.Tensor[(K.M,), "float32"]):
+        t = ops.batch_matmul(Q, KT, name="T")
+        sc = pc.compute((K.B, K.M, K.L),
+                        lambda b, i, j: (t[b, i, j] + bm[b, i, j] + bias[j]) * rs[i], name="Sc")
+        s = ops.softmax(sc, axis=-1, name="S")
+        p = pc.compute((K.B, K.M, K.L), lambda b, i, j: pc.cast(s[b, i, j], "float16"),
+                       name="P")
+        return ops.batch_matmul(p, V, name="O")
+    ck = compile_kernel(masks, "npu-lite", {"chain_tiles": (16, 16, 16)})
+    assert program_of(ck.state).kind == "cube"
+    rng = np.random.default_rng(10)
+    b, m, k, l, n = 2, 21, 9, 37, 17  # noqa: E741
+    q, kt, v = (rng.standard_normal(sh).astype(np.float16)
+                for sh in ((b, m, k), (b, k, l), (b, l, n)))
+    bm = rng.standard_normal((b, m, l)).astype(np.float32)
+    bias = rng.standard_normal(l).astype(np.float32)
+    rs = (rng.random(m) + 0.5).astype(np.float32)
+    out = simulate(ck, q, kt, v, bm, bias, rs)[0]
+    t = (q.astype(np.float32) @ kt.astype(np.float32) + bm + bias) * rs[:, None]
+    ref = K.np_softmax(t).astype(np.float16).astype(np.float32) @ v.astype(np.float32)
+    np.testing.assert_allclose(out, ref, rtol=3e-3, atol=3e-3 * (np.abs(ref).max() + 1))
+
+
+def test_unfused_with_chain_off():
+    """chain=False: the phases (cube, vector, cube) with the intermediates in GM; same
+    numbers, more GM traffic than the fused program.  (The causal mask's iterator
+    values have no unfused vector mapping: that kernel runs on the NPU only fused.)"""
+    for name in ("bmm_softmax_chain", "masked_attention", "bmm_chain"):
+        args = _inputs(name, 2, 13, 11, 29, 9, 5)
+        off = _ck(name, chain=False)
+        prog = program_of(off.state)
+        assert prog.kind == "phased" and prog.workspaces
+        assert "no chain fused: option chain is off" in off.state.notes["npu-chain-fuse"]
+        out_off, rep_off = simulate(off, *args)
+        out_on, rep_on = simulate(_ck(name), *args)
+        _check(name, out_off, args)
+        _check(name, out_on, args)
+
+        def gm(rep):
+            return sum(v for p, v in rep.bytes.items() if "GM" in p)
+        assert gm(rep_on) < gm(rep_off)
+
+
+def test_double_buffer_off_and_tile_option():
+    args = _inputs("causal_attention", 1, 40, 20, 70, 24, 6)
+    for opts in ({"double_buffer": False}, {"chain_tiles": (16, 16, 16)}):
+        ck = _ck("causal_attention", **opts)
+        _check("causal_attention", simulate(ck, *args)[0], args)
+    t = chain_tiles_of(_ck("causal_attention", chain_tiles=(16, 16, 16)).state.npu_schedule)
+    assert t is not None and (t.tm, t.tl, t.tn) == (16, 16, 16)
+    with pytest.raises(ResourceLimitError, match=r"chain_tiles \(64, 64\).*npu-lite"):
+        _ck("causal_attention", chain_tiles=(64, 64))
+    with pytest.raises(OptionError, match="multiples of 16"):
+        _ck("causal_attention", chain_tiles=(24, 16))
+
+
+@pytest.mark.parametrize("name", ["bmm_chain", "causal_attention"])
+def test_each_placed_flag_is_needed(name):
+    """Leaving out any one placed set/wait pair that orders a read after a write
+    (M -> FIX -> V -> MTE3 -> MTE1 -> M, MTE2 -> MTE1) makes the simulator report a
+    race.  Some pairs that order a buffer's reuse (a write after a read, one block
+    later) are also implied by another chain of flags (sync.py does no transitive
+    reduction); those are the only ones whose removal goes unseen."""
+    ck = _ck(name, chain_tiles=(16, 16, 16))
+    args = _inputs(name, 2, 40, 37, 40, 40, 7)      # 3 blocks of each loop, 3 k steps
+    prog = program_of(ck.state)
+    simulate(ck, *args)
+    raced, implied = set(), set()
+    for f in plan_flags(prog.body):
+        backend._PROGRAMS[ck.state] = place_flags(prog, frozenset({f}))
+        try:
+            simulate(ck, *args)
+            if len(f.path) >= 4:        # inside the l loop (b, mo, no, lp); the tile's
+                implied.add((f.src, f.dst, f.carried))   # out-copy is also ordered by
+            #                                 the flags of the guarded last iteration
+        except NpuRaceError as e:
+            assert f"{f.src}->{f.dst}" in str(e)
+            raced.add((f.src, f.dst, f.carried))
+        finally:
+            backend._PROGRAMS[ck.state] = prog
+    war = {("FIX", "M"), ("V", "FIX"), ("MTE3", "V"), ("MTE1", "MTE3"), ("M", "MTE1"),
+           ("MTE1", "MTE2")}
+    assert {(s, d) for s, d, _ in implied} <= war, implied
+    assert {("M", "FIX"), ("FIX", "V"), ("V", "MTE3"), ("MTE3", "MTE1"), ("MTE2", "MTE1"),
+            ("MTE1", "M")} <= {(s, d) for s, d, c in raced if not c}
+    assert ("MTE1", "MTE2", True) in raced
+
+
+def test_emitted_source(tmp_path):
+    """The source is the printer's text of the program: one function of the kernel's
+    arguments only (no workspaces), both products, the UB -> L1 copy of P, the online
+    softmax's instructions and the flags; g++ accepts it against polycomp_npu.h."""
+    ck = _ck("causal_attention")
+    src = ck.source
+    from polycomp.hw.npu.printer import print_program
+    assert src == print_program(program_of(ck.state), ck.target)
+    assert "void causal_attention_f16(GM_ADDR Q_, GM_ADDR KT_, GM_ADDR V_, GM_ADDR O_, " \
+           "GM_ADDR tiling_)" in src
+    assert src.count("Mmad(") == 4                  # two products x two buffer sets
+    assert "DataCopy(l1Pa, ubPa, Nd2NzParams{" in src
+    for op in ("ReduceMax(", "ReduceSum(", "Exp(", "Select(", "Cast(",
+               "Div(ubO, ubO, ubRowSum", "SetFlag<HardEvent::MTE3_MTE1>",
+               "for (int64_t lp = 0; lp < CeilDiv(((CeilDiv(L, 16) + 1) + 1), 2)",
+               "WaitFlag<HardEvent::FIX_V>"):
+        assert op in src, op
+    vec = [s.op for s in walk(program_of(ck.state).body) if isinstance(s, VecOp)]
+    assert vec.count("Exp") == 4                    # alpha and P, per buffer set
+    p = tmp_path / "k.cpp"
+    p.write_text(src)
+    assert "OK" in syntax_check(str(p))
+
+
+GOLDEN = {"npu-lite_bmm_chain_f16": ("bmm_chain", {}),
+          "npu-lite_causal_attention_f16": ("causal_attention", {}),
+          "npu_bmm_softmax_chain_f16": ("bmm_softmax_chain", {"target": "npu"})}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN))
+def test_golden_tree(case, goldens):
+    """npu-chain-fuse: program-order tree in, fused tree out (legal, npu_chain mark)."""
+    name, opts = GOLDEN[case]
+    model = getattr(K, "npu_" + name + "_f16").polyhedral_model()
+    state = CompileState(model, get_target(opts.get("target", "npu-lite")), {})
+
+    def same_as(tree):
+        again = isl.Schedule.read_from_str(model.ctx, tree.to_str())
+        return lambda text: again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
+    tree_in = model.initial_schedule
+    stored_in = goldens.expected(f"{case}.npu-chain-fuse.in.isl", tree_in.to_str(),
+                                 same_as(tree_in))
+    sched = NpuChainFusePass().run(isl.Schedule.read_from_str(model.ctx, stored_in), state)
+    expected = goldens.expected(f"{case}.npu-chain-fuse.out.isl", sched.to_str(),
+                                same_as(sched))
+    assert same_as(sched)(expected)
+    assert violated_dependences(sched, model.dependences).is_empty()
+    assert chain_tiles_of(sched) is not None
+
+
+def test_not_a_chain_keeps_the_phases():
+    """A float16 chain without the cast of P (its second product mixes float32 and
+    float16) is no NPU chain; the reason is noted."""
+    import polycomp as pc
+    from polycomp.frontend import ops
+
+    @pc.tensor_expr
+    def mixed(X: pc.Tensor[(K.B, K.M, K.K), "float16"], Y: pc.Tensor[(K.B, K.K, K.L), "float16"],
+              Z: pc.Tensor[(K.B, K.L, K.N), "float16"]):
+        return ops.batch_matmul(ops.batch_matmul(X, Y, name="T"), Z, name="O")
+    why = detect_npu_chain(mixed.polyhedral_model())
+    assert isinstance(why, str) and "float16" in why
+    ck32 = compile_kernel(K.bmm_softmax_chain, "npu-lite")
+    assert isinstance(detect_npu_chain(ck32.state.model), NpuChain)   # fp32 cube operands
+    rng = np.random.default_rng(8)
+    x, y, z = (rng.standard_normal(s).astype(np.float32) for s in
+               ((2, 21, 13), (2, 13, 33), (2, 33, 9)))
+    np.testing.assert_allclose(simulate(ck32, x, y, z)[0],
+                               K.reference("bmm_softmax_chain", x, y, z), rtol=1e-4, atol=1e-4)
