@@ -236,11 +236,11 @@ def _match_from(model, stages, i: int) -> ConvChainMatch | str:
     chain = [stages[i]]
     middle: list[ConvMiddle] = []
     while True:
+        if j >= len(stages):
+            return "no second convolution follows"
         if id(prev) in outs:
             return f"the intermediate {prev.name} is a kernel output"
         readers = _readers(stages, prev)
-        if j >= len(stages):
-            return "no second convolution follows"
         if readers != [stages[j]]:
             return f"{prev.name} is read by {len(readers)} stages, not just the next one"
         mid = _middle(stages[j], prev)

@@ -254,11 +254,11 @@ def _best(cands, usage, volume, cap: int):
 
 def candidate_tiles(h2: int, w2: int, f1: int, step: int) -> list[ConvTiles]:
     """The tiles the planner considers: ``TH`` in 1..min(H2, 64), ``TW`` the whole row or
-    a power of two below it, ``TF`` the whole of ``F1`` or a multiple of ``step`` (the
-    micro-kernel's rows), at most 16 of them."""
+    a power of two below it, ``TF`` the whole of ``F1``, 1, or a multiple of ``step`` (the
+    micro-kernel's rows), at most 17 of them."""
     ths = list(range(1, min(h2, 64) + 1))
     tws = sorted({w2, *[p for p in (4, 8, 16, 32, 64) if p < w2]})
-    tfs = sorted({f1, *[k * step for k in range(1, 16) if k * step < f1]})
+    tfs = sorted({1, f1, *[k * step for k in range(1, 16) if k * step < f1]})
     return [ConvTiles(a, b, c) for a in ths for b in tws for c in tfs]
 
 
