@@ -254,11 +254,11 @@ def _best(cands, usage, volume, cap: int):
 
 def candidate_tiles(h2: int, w2: int, f1: int, step: int) -> list[ConvTiles]:
     """The tiles the planner considers: ``TH`` in 1..min(H2, 64), ``TW`` the whole row or
-    a power of two below it, ``TF`` the whole of ``F1``, 1, or a multiple of ``step`` (the
-    micro-kernel's rows), at most 17 of them."""
+    a power of two below it, ``TF`` the whole of ``F1`` or a multiple of ``step`` (the
+    micro-kernel's rows: a block fills at least one register block), at most 16 of them."""
     ths = list(range(1, min(h2, 64) + 1))
     tws = sorted({w2, *[p for p in (4, 8, 16, 32, 64) if p < w2]})
-    tfs = sorted({1, f1, *[k * step for k in range(1, 16) if k * step < f1]})
+    tfs = sorted({f1, *[k * step for k in range(1, 16) if k * step < f1]})
     return [ConvTiles(a, b, c) for a in ths for b in tws for c in tfs]
 
 
@@ -393,13 +393,14 @@ def best_fused_tiles(d: ConvChainDims, levels: list[tuple[str, int]], rates: Mac
 
 def brute_force_tiles(d: ConvChainDims, levels: list[tuple[str, int]], rates: MachineRates,
                       step: int, vw: int) -> tuple[ConvTiles, tuple[float, float]]:
-    """Every integer ``TH in 1..H2, TW in 1..W2, TF in 1..F1`` whose block fits the home
-    level: the least predicted fused time (for the tests, on small spaces)."""
+    """Every integer ``TH in 1..H2, TW in 1..W2, TF in min(F1, step)..F1`` (at least a
+    register block's rows) whose block fits the home level: the least predicted fused
+    time (for the tests, on small spaces)."""
     cap = dict(levels)[_home(levels)] // 4
     facts = _level_facts(d, levels, step)
     best: tuple[ConvTiles, tuple[float, float]] | None = None
     for th, tw, tf in itertools.product(range(1, d.h2 + 1), range(1, d.w2 + 1),
-                                        range(1, d.f1 + 1)):
+                                        range(min(d.f1, step), d.f1 + 1)):
         t = ConvTiles(th, tw, tf)
         cost = _fused_cost(d, t, facts, rates, vw, cap)
         if best is None or cost < best[1]:
