@@ -67,9 +67,9 @@ def _kernel(group: str, shape: tuple):
         def convs(X, W1, W2):
             t = ops.conv2d_nchw(X, W1, padding=(k1 - 1) // 2, name="T")
             return ops.conv2d_nchw(ops.relu(t, name="R"), W2, padding=(k2 - 1) // 2, name="O")
-        shapes = {"X": (n, c, hw, hw), "W1": (f1, c, k1, k1), "W2": (f2, f1, k2, k2)}
+        cshapes = {"X": (n, c, hw, hw), "W1": (f1, c, k1, k1), "W2": (f2, f1, k2, k2)}
         return Kernel(convs, name="conv_chain",
-                      inputs={k: pc.Tensor[v, "float32"] for k, v in shapes.items()})
+                      inputs={k: pc.Tensor[v, "float32"] for k, v in cshapes.items()})
     if group == "attention":
         b, s, d = shape
         scale = 1.0 / math.sqrt(d)
