@@ -48,11 +48,13 @@ ATTENTION = {"DETR": (8, 1050, 32), "ViT-B": (12, 197, 64), "ViT-H": (16, 257, 8
 #: conv -> relu -> conv chains, NCHW, stride 1, 'same' padding: name -> (n, C, H=W, F1,
 #: first window, F2, second window).  Chimera's Table 3.6 shapes were not available to us;
 #: these are ResNet-50 bottleneck pairs (3x3 -> 1x1: conv2 -> conv3 of a block; 1x1 ->
-#: 3x3: conv1 -> conv2) and two small-channel (MobileNet-like) layers.
+#: 3x3: conv1 -> conv2), two small-channel (MobileNet-like) layers, and two at batch 8
+#: (an intermediate larger than L2).
 CONV = {"R3-1a": (1, 64, 56, 64, 3, 256, 1), "R3-1b": (1, 128, 28, 128, 3, 512, 1),
         "R3-1c": (1, 256, 14, 256, 3, 1024, 1), "R1-3a": (1, 256, 56, 64, 1, 64, 3),
         "R1-3b": (1, 512, 28, 128, 1, 128, 3), "R1-3c": (1, 1024, 14, 256, 1, 256, 3),
-        "M1-3": (1, 16, 112, 16, 1, 16, 3), "M3-1": (1, 16, 112, 16, 3, 32, 1)}
+        "M1-3": (1, 16, 112, 16, 1, 16, 3), "M3-1": (1, 16, 112, 16, 3, 32, 1),
+        "R3-1a8": (8, 64, 56, 64, 3, 256, 1), "R1-3a8": (8, 256, 56, 64, 1, 64, 3)}
 QUICK = {"G1", "G4", "G10", "ViT-B", "R3-1a", "R1-3a"}
 GROUPS = ("bmm", "bmm+softmax", "attention", "conv")
 

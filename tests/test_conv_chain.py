@@ -158,3 +158,21 @@ def test_model_decides_on_constant_shapes():
     assert not b.fuse and b.decision.fused_flops > b.decision.unfused_flops
     assert a.describe()[-1] == "decision: fuse"
     assert b.describe()[-1] == "decision: keep unfused"
+
+
+def test_benchmark_conv_kernel_is_a_chain_and_its_numpy_peer_agrees():
+    """benchmarks/chains.py's conv group: its kernel is a conv chain, and its numpy peer
+    (im2col + einsum) and the fused kernel give numpy's reference."""
+    from polycomp.benchmarks import chains
+    from polycomp.driver import build
+    from polycomp.scheduler.chain.conv_detect import detect_conv_chains
+    shape = (2, 3, 9, 5, 1, 4, 3)                      # n, C, H=W, F1, k1, F2, k2
+    k = chains._kernel("conv", shape)
+    (m,) = detect_conv_chains(k.polyhedral_model())
+    assert (m.first.kh, m.second.kh, m.second.ph) == (1, 3, 1)
+    xs = _inputs("conv1_relu_conv3", 2, 3, 9, 9, 5, 4, np.random.default_rng(5))
+    ref = ck.conv_reference("conv1_relu_conv3", *xs)
+    peer = chains._np_conv(np.maximum(chains._np_conv(xs[0], xs[1], 0), 0), xs[2], 1)
+    _check(peer.astype(np.float32), ref)
+    with mock.patch.dict(os.environ, {FORCE_ENV: "force"}):
+        _check(build(k, "c")(*xs), ref)
