@@ -59,7 +59,8 @@ class ConvChainPlan:
                f"{d.f1}x{d.h1}x{d.w1} -> {d.k2h}x{d.k2w} -> {d.f2}x{d.h2}x{d.w2}{sym}, "
                f"between: {mid}",
                f"tiles: output {t.th} x {t.tw} pixels, intermediate {t.tf} channels x "
-               f"{t.th + d.k2h - 1} x {t.tw + d.k2w - 1} (halo {d.k2h - 1}, {d.k2w - 1}); "
+               f"{t.th + d.k2h - 1} x {t.tw + d.k2w - 1} (halo: +{d.k2h - 1} rows, "
+               f"+{d.k2w - 1} columns); "
                f"register block {self.mr} x {self.nv} vectors of {self.vw}"]
         for lv in dec.levels:
             note = "" if lv.counted else " (block does not fit: own tiles " \
