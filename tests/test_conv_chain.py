@@ -67,8 +67,9 @@ def _inputs(name, n, c, h, w, f1, f2, rng):
 
 def _check(out, ref):
     assert out.shape == ref.shape
+    assert np.array_equal(np.isnan(out), np.isnan(ref))
     np.testing.assert_allclose(out, ref, rtol=1e-4,
-                               atol=1e-4 * max(1.0, float(np.abs(ref).max(initial=0.0))))
+                               atol=1e-4 * max(1.0, float(np.nanmax(np.abs(ref), initial=0.0))))
 
 
 spatial = st.one_of(st.sampled_from([1, 2, 5, 7, 13]), st.integers(1, 23))
@@ -84,6 +85,21 @@ def test_fused_matches_numpy(name, path, tiles, n, c, h, w, f1, f2, seed):
         h, w = h + 4, w + 4
     xs = _inputs(name, n, c, h, w, f1, f2, np.random.default_rng(seed))
     _check(fused(name, path, tiles)(*xs), ck.conv_reference(name, *xs))
+
+
+@pytest.mark.parametrize("name,path", [("conv1_relu_conv3", "c"),
+                                       ("conv3_bias_relu_conv1", AVX512 or "c")])
+def test_nan_inputs_propagate_as_numpy(name, path):
+    """A NaN input pixel makes every output whose windows reach it NaN (relu keeps NaN,
+    as numpy's maximum); the zero padding of the intermediate stays zero."""
+    rng = np.random.default_rng(7)
+    xs = _inputs(name, 2, 3, 11, 9, 7, 5, rng)
+    xs[0][0, 1, 4, 3] = np.nan
+    xs[0][1, 0, 0, 8] = np.nan                     # at a corner: padded windows
+    with np.errstate(invalid="ignore"):
+        ref = ck.conv_reference(name, *xs)
+    assert np.isnan(ref).any() and not np.isnan(ref).all()
+    _check(fused(name, path, SMALL)(*xs), ref)
 
 
 def test_fused_tree_interprets_to_numpy():

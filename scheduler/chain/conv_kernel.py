@@ -271,9 +271,9 @@ def c_value_conv(e: ir.Expr, prev: ir.Buffer, iters: tuple, names: dict[int, str
             return f"(({ctype})({rec(x.value)}))"
         if isinstance(x, ir.Binary):
             a, b = rec(x.a), rec(x.b)
-            if x.op in ("min", "max"):
+            if x.op in ("min", "max"):     # NaN propagates, as numpy (issue #14)
                 cmp = "<" if x.op == "min" else ">"
-                return f"(({a}) {cmp} ({b}) ? ({a}) : ({b}))"
+                return f"((({a}) {cmp} ({b}) || ({a}) != ({a})) ? ({a}) : ({b}))"
             return f"(({a}) {x.op} ({b}))"
         if isinstance(x, ir.Unary):
             return f"(-({rec(x.a)}))" if x.op == "neg" else f"(!({rec(x.a)}))"
