@@ -47,6 +47,7 @@ prints such a level's volumes under the best tiles that would fit it, for inform
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -412,7 +413,16 @@ def brute_force_tiles(d: ConvChainDims, levels: list[tuple[str, int]], rates: Ma
 def decide(d: ConvChainDims, levels: list[tuple[str, int]], rates: MachineRates,
            step: int, vw: int, tiles: ConvTiles | None = None,
            min_tiles: int = 1) -> ConvDecision:
-    """Tiles (the planner's unless given), per-level volumes and the cost rule's verdict."""
+    """Tiles (the planner's unless given), per-level volumes and the cost rule's verdict
+    (a pure function of its arguments: memoised, as a compile asks for it up to three
+    times — backend, tree pass, code generation)."""
+    return _decide(d, tuple(levels), rates, step, vw, tiles, min_tiles)
+
+
+@functools.lru_cache(maxsize=64)
+def _decide(d: ConvChainDims, levels_t: tuple[tuple[str, int], ...], rates: MachineRates,
+            step: int, vw: int, tiles: ConvTiles | None, min_tiles: int) -> ConvDecision:
+    levels = list(levels_t)
     facts = _level_facts(d, levels, step)
     if tiles is None:
         tiles = best_fused_tiles(d, levels, rates, step, vw, min_tiles, facts)
