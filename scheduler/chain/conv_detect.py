@@ -112,12 +112,13 @@ def _params(model) -> str:
 def _box(model, buf: ir.Buffer) -> isl.Set | None:
     """``{ buf[a0..a3] : 0 <= a2 < H and 0 <= a3 < W }`` (the spatial box of a 4-d array)."""
     from polycomp.affine import to_isl
+    from polycomp.errors import NonAffineIndexError
     from polycomp.model import _isl_names
     names = _isl_names(tuple(model.params), ())
     try:
         h = to_isl(buf.shape[2], names)
         w = to_isl(buf.shape[3], names)
-    except Exception:        # a non-affine extent: no padding check possible
+    except NonAffineIndexError:        # a non-affine extent: no padding check possible
         return None
     return isl.Set.read_from_str(
         model.ctx, f"{_params(model)}{{ {buf.name}[a0, a1, a2, a3] : 0 <= a2 < {h} and "
