@@ -11,7 +11,10 @@ first product ``(batch, M, K) x (batch, K, L)``, second ``(batch, M, L) x (batch
 with nothing (group ``bmm``) or a softmax over ``L`` (group ``bmm+softmax``) between them;
 attention ``softmax(Q K^T / sqrt(d)) V`` at DETR, ViT-B, ViT-H and SETR's shapes
 ``[batch x heads, sequence, head dim]`` (group ``attention``; ``K^T`` is given transposed,
-as the DSL kernel reads it).  Shapes are constants in the kernels.
+as the DSL kernel reads it); conv -> relu -> conv chains (group ``conv``, :data:`CONV`:
+the fused kernel is timed whatever the model decides, and the row says what the model
+decided; numpy is im2col + ``einsum`` on OpenBLAS, torch ``F.conv2d``).  Shapes are
+constants in the kernels.
 
 Timing as ``polycomp bench cpu`` (:func:`polycomp.benchmarks.cpu._timeit`): each side
 warmed up, then all sides alternately in ``repeat`` rounds, each block after a pause; the
@@ -42,14 +45,33 @@ CHAINS = {
 #: AutoGTCO's attention shapes: name -> (batch x heads, sequence, head dim)
 ATTENTION = {"DETR": (8, 1050, 32), "ViT-B": (12, 197, 64), "ViT-H": (16, 257, 80),
              "SETR": (12, 576, 64)}
-QUICK = {"G1", "G4", "G10", "ViT-B"}
-GROUPS = ("bmm", "bmm+softmax", "attention")
+#: conv -> relu -> conv chains, NCHW, stride 1, 'same' padding: name -> (n, C, H=W, F1,
+#: first window, F2, second window).  Chimera's Table 3.6 shapes were not available to us;
+#: these are ResNet-50 bottleneck pairs (3x3 -> 1x1: conv2 -> conv3 of a block; 1x1 ->
+#: 3x3: conv1 -> conv2), two small-channel (MobileNet-like) layers, and two at batch 8
+#: (an intermediate larger than L2).
+CONV = {"R3-1a": (1, 64, 56, 64, 3, 256, 1), "R3-1b": (1, 128, 28, 128, 3, 512, 1),
+        "R3-1c": (1, 256, 14, 256, 3, 1024, 1), "R1-3a": (1, 256, 56, 64, 1, 64, 3),
+        "R1-3b": (1, 512, 28, 128, 1, 128, 3), "R1-3c": (1, 1024, 14, 256, 1, 256, 3),
+        "M1-3": (1, 16, 112, 16, 1, 16, 3), "M3-1": (1, 16, 112, 16, 3, 32, 1),
+        "R3-1a8": (8, 64, 56, 64, 3, 256, 1), "R1-3a8": (8, 256, 56, 64, 1, 64, 3)}
+QUICK = {"G1", "G4", "G10", "ViT-B", "R3-1a", "R1-3a"}
+GROUPS = ("bmm", "bmm+softmax", "attention", "conv")
 
 
 def _kernel(group: str, shape: tuple):
     import polycomp as pc
     from polycomp.frontend import ops
     from polycomp.frontend.dsl import Kernel
+    if group == "conv":
+        n, c, hw, f1, k1, f2, k2 = shape
+
+        def convs(X, W1, W2):
+            t = ops.conv2d_nchw(X, W1, padding=(k1 - 1) // 2, name="T")
+            return ops.conv2d_nchw(ops.relu(t, name="R"), W2, padding=(k2 - 1) // 2, name="O")
+        cshapes = {"X": (n, c, hw, hw), "W1": (f1, c, k1, k1), "W2": (f2, f1, k2, k2)}
+        return Kernel(convs, name="conv_chain",
+                      inputs={k: pc.Tensor[v, "float32"] for k, v in cshapes.items()})
     if group == "attention":
         b, s, d = shape
         scale = 1.0 / math.sqrt(d)
@@ -80,8 +102,82 @@ def _np_softmax(t):
     return e / e.sum(-1, keepdims=True)
 
 
+def _np_conv(x, w, pad: int):
+    """NCHW conv, stride 1, as numpy would: im2col (a sliding-window view) and one
+    tensordot (OpenBLAS)."""
+    import numpy as np
+    if pad:
+        x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    k = w.shape[2]
+    win = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))
+    return np.ascontiguousarray(np.einsum("nchwij,fcij->nfhw", win, w, optimize=True))
+
+
+def _conv_case(name: str, shape: tuple, target: str, repeat: int, threads: int) -> dict:
+    import numpy as np
+
+    from polycomp.benchmarks.cpu import _timeit
+    from polycomp.driver import build, compile_kernel
+    from polycomp.scheduler.chain.conv_plan import FORCE_ENV
+    n, c, hw, f1, k1, f2, k2 = shape
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(np.float32) / 8
+              for s in ((n, c, hw, hw), (f1, c, k1, k1), (f2, f1, k2, k2))]
+    flops = 2.0 * n * hw * hw * (c * k1 * k1 * f1 + f1 * k2 * k2 * f2)
+    kernel = _kernel("conv", shape)
+    model_fuse = "pc_convchain_" in compile_kernel(kernel, target).source
+    old = os.environ.get(FORCE_ENV)
+    os.environ[FORCE_ENV] = "force"          # time the fused kernel whatever the model says
+    try:
+        fused = build(kernel, target)
+        fused_ok = "pc_convchain_" in compile_kernel(kernel, target).source
+    finally:
+        if old is None:
+            del os.environ[FORCE_ENV]
+        else:
+            os.environ[FORCE_ENV] = old
+    unfused = build(kernel, target, {"chain": False})
+
+    def np_fn():
+        x, w1, w2 = arrays
+        return _np_conv(np.maximum(_np_conv(x, w1, (k1 - 1) // 2), 0), w2, (k2 - 1) // 2)
+    ref = np_fn()
+    out = fused(*arrays)
+    err = float(np.max(np.abs(out - ref)) / max(1.0, float(np.max(np.abs(ref)))))
+    fns = [lambda: fused(*arrays), lambda: unfused(*arrays), np_fn]
+    peers = ["unfused", "numpy"]
+    try:
+        import torch
+        import torch.nn.functional as tf
+        torch.set_num_threads(threads)
+        ta = [torch.from_numpy(a) for a in arrays]
+
+        def torch_fn():
+            with torch.no_grad():
+                t = torch.relu(tf.conv2d(ta[0], ta[1], padding=(k1 - 1) // 2))
+                return tf.conv2d(t, ta[2], padding=(k2 - 1) // 2)
+        fns.append(torch_fn)
+        peers.append("torch")
+    except ImportError:
+        pass
+    times = _timeit(fns, repeat)
+    row = {"group": "conv", "case": name, "shape": list(shape), "fused": fused_ok,
+           "model_fuses": model_fuse, "max_rel_err": err, "fused_ms": times[0] * 1e3,
+           "fused_median_ms": times[0].median * 1e3, "fused_GFLOPs": flops / times[0] / 1e9}
+    for p, t in zip(peers, times[1:]):
+        row[f"{p}_ms"] = t * 1e3
+        row[f"x_{p}"] = t / times[0]
+        row[f"x_{p}_median"] = t.median / times[0].median
+    print(f"  conv         {name:5s} fused {row['fused_ms']:8.3f} ms model "
+          f"{'fuse' if model_fuse else 'keep'} "
+          + " ".join(f"x{p} {row[f'x_{p}']:5.2f}" for p in peers), file=sys.stderr, flush=True)
+    return row
+
+
 def _case(group: str, name: str, shape: tuple, target: str, repeat: int, threads: int) -> dict:
     import numpy as np
+    if group == "conv":
+        return _conv_case(name, shape, target, repeat, threads)
 
     from polycomp.benchmarks.cpu import _timeit
     from polycomp.driver import build, compile_kernel
@@ -175,7 +271,7 @@ def run_child(args) -> dict:
     rows = []
     only = set(args.only.split(",")) if args.only else None
     for group in GROUPS:
-        table = ATTENTION if group == "attention" else CHAINS
+        table = ATTENTION if group == "attention" else CONV if group == "conv" else CHAINS
         for name, shape in table.items():
             if args.quick and name not in QUICK:
                 continue
@@ -200,7 +296,8 @@ def format_table(result: dict) -> str:
     out = [f"threads: {result['threads']}; target {result['target']} ({result['isa'] or 'scalar'})",
            "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["group"], r["case"] + ("" if r["fused"] else " (NOT fused)"),
+        model = {True: " (model: fuse)", False: " (model: keep)"}.get(r.get("model_fuses"), "")
+        cells = [r["group"], r["case"] + ("" if r["fused"] else " (NOT fused)") + model,
                  _fmt(r["fused_ms"], 3), _fmt(r["fused_GFLOPs"], 1), _fmt(r.get("unfused_ms"), 3),
                  _fmt(r.get("numpy_ms"), 3)]
         cells += [_fmt(r.get("torch_ms"), 3)] * has_torch
@@ -257,7 +354,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=None, help="timed rounds per case")
     p.add_argument("--target", default="cpu", help="polycomp target (default: cpu)")
     p.add_argument("--only", default=None,
-                   help="comma-separated groups (bmm, bmm+softmax, attention) or cases (G1..)")
+                   help="comma-separated groups (bmm, bmm+softmax, attention, conv) or cases "
+                        "(G1.., R3-1a..)")
     argv = list(argv if argv is not None else sys.argv[1:])
     args = p.parse_args(argv)
     counts = _thread_counts(args.threads)

@@ -257,3 +257,67 @@ def const_chain_f16(b, m, k, l, n, softmax, scale=None):  # noqa: E741
     shapes = {"X": (b, m, k), "Y": (b, k, l), "Z": (b, l, n)}
     return Kernel(chain, name="const_chain", inputs={v: pc.Tensor[s, "float16"]
                                                      for v, s in shapes.items()})
+
+
+# ---- conv chains (scheduler/chain/conv_*.py): NCHW, stride 1, constant windows
+Nb, C, H, W, F1, F2 = pc.sym("Nb C H W F1 F2")
+
+
+@pc.tensor_expr
+def conv3_bias_relu_conv1(X: pc.Tensor[(Nb, C, H, W), "float32"],
+                          W1: pc.Tensor[(F1, C, 3, 3), "float32"],
+                          b1: pc.Tensor[(F1,), "float32"],
+                          W2: pc.Tensor[(F2, F1, 1, 1), "float32"]):
+    """3x3 'same' then bias, relu, then 1x1: no halo."""
+    t = ops.conv2d_nchw(X, W1, padding=1, name="T")
+    s = ops.relu(ops.bias_add(t, b1, axis=1, name="Bi"), name="R")
+    return ops.conv2d_nchw(s, W2, name="O")
+
+
+@pc.tensor_expr
+def conv1_relu_conv3(X: pc.Tensor[(Nb, C, H, W), "float32"],
+                     W1: pc.Tensor[(F1, C, 1, 1), "float32"],
+                     W2: pc.Tensor[(F2, F1, 3, 3), "float32"]):
+    """1x1 then relu then 3x3 'same': the tile of T needs a one-pixel halo."""
+    t = ops.conv2d_nchw(X, W1, name="T")
+    return ops.conv2d_nchw(ops.relu(t, name="R"), W2, padding=1, name="O")
+
+
+@pc.tensor_expr
+def conv3_conv3_valid(X: pc.Tensor[(Nb, C, H, W), "float32"],
+                      W1: pc.Tensor[(F1, C, 3, 3), "float32"],
+                      W2: pc.Tensor[(F2, F1, 3, 3), "float32"]):
+    """3x3 'valid' twice (no padding anywhere; the output is (H-4) x (W-4))."""
+    t = ops.conv2d_nchw(X, W1, name="T")
+    return ops.conv2d_nchw(t, W2, name="O")
+
+
+def np_conv2d(x, w, pad):
+    """NCHW cross-correlation, stride 1, zero padding ``pad`` (float64 accumulation)."""
+    import numpy as np
+    n, c, h, wd = x.shape
+    f, _, kh, kw = w.shape
+    xp = np.zeros((n, c, h + 2 * pad, wd + 2 * pad), np.float64)
+    xp[:, :, pad:pad + h, pad:pad + wd] = x
+    oh, ow = h + 2 * pad - kh + 1, wd + 2 * pad - kw + 1
+    out = np.zeros((n, f, oh, ow), np.float64)
+    for a in range(kh):
+        for b in range(kw):
+            out += np.einsum("nchw,fc->nfhw", xp[:, :, a:a + oh, b:b + ow], w[:, :, a, b])
+    return out
+
+
+def conv_reference(name, *arrays):
+    """numpy's unfused result of the conv-chain kernel ``name`` (float64, then float32)."""
+    import numpy as np
+    if name == "conv3_bias_relu_conv1":
+        x, w1, b1, w2 = arrays
+        t = np.maximum(np_conv2d(x, w1, 1) + b1[None, :, None, None], 0)
+        return np_conv2d(t, w2, 0).astype(np.float32)
+    if name == "conv1_relu_conv3":
+        x, w1, w2 = arrays
+        return np_conv2d(np.maximum(np_conv2d(x, w1, 0), 0), w2, 1).astype(np.float32)
+    if name == "conv3_conv3_valid":
+        x, w1, w2 = arrays
+        return np_conv2d(np_conv2d(x, w1, 0), w2, 0).astype(np.float32)
+    raise KeyError(name)

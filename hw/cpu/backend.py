@@ -65,6 +65,10 @@ class CpuBackend(Backend):
             from polycomp.scheduler.chain.tree import ChainFusePass, plan_for
             if plan_for(state)[0] is not None:     # docs/fusion.md
                 return [ChainFusePass()]
+            from polycomp.scheduler.chain.conv_tree import conv_chain_passes
+            conv = conv_chain_passes(state)        # conv -> conv chains (docs/fusion.md)
+            if conv is not None:
+                return conv
         passes: list[Pass] = []
         if is_c_scop(state.model):   # C SCoPs: scheduler/cpu/scop_*.py
             from polycomp.scheduler.cpu.scop_stencil import ScopStencilPass
@@ -142,14 +146,14 @@ class CpuBackend(Backend):
 
         from .codegen import emit_c
         if not _vector(state):
-            return emit_c(func, extra_header=chain_sources(func))
+            return emit_c(func, extra_header=chain_sources(func, state))
         from .vector_prelude import prelude
         from .vector_printer import printer_for
         t = state.target
         assert t.cpu is not None
         from .lowp import sources_for
         return emit_c(func, printer_for(t.isa, t.cpu.has_fma), prelude(t.isa) + sources_for(func)
-                      + chain_sources(func))
+                      + chain_sources(func, state))
 
     def load(self, ck):
         from .build import CFunction, build_shared

@@ -21,10 +21,6 @@ from polycomp.scheduler.chain.tree import MARK, plan_for
 
 __all__ = ["chain_calls", "sources_for"]
 
-#: generated sources by function name (the emitter prepends those a function calls)
-_SOURCES: dict[str, str] = {}
-
-
 def _c_safe(name: str) -> bool:
     from polycomp.hw.cpu.lowp import _c_safe as safe
     return bool(safe(name))
@@ -109,8 +105,9 @@ def chain_calls(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """Replace the ``chain_fused`` mark's nest by the fused kernel's call (see the module
     docstring); drop allocations nothing uses afterwards."""
     plan, _ = plan_for(state)
-    if plan is None:
-        return func
+    if plan is None:                  # a conv chain? (scheduler/chain/conv_codegen.py)
+        from polycomp.scheduler.chain.conv_codegen import conv_calls
+        return conv_calls(func, state)
     got = _spec_and_args(plan, state.model, state.target.isa)
     if isinstance(got, str):
         state.note("chain", f"fused tree kept as loops: {got}")
@@ -131,7 +128,7 @@ def chain_calls(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     body = r.visit(func.body)
     if not r.count:
         return func
-    _SOURCES[name] = generate(spec)
+    state.generated.add(name, generate(spec))
     used = _buffers_used(body)
 
     class _DropAlloc(ir.Mutator):
@@ -146,12 +143,6 @@ def chain_calls(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     return dataclasses.replace(func, body=body)
 
 
-def sources_for(func: ir.LoweredFunc) -> str:
-    """The C sources of the fused kernels ``func`` calls."""
-    names: list[str] = []
-
-    def visit(n):
-        if isinstance(n, ir.Call) and n.name in _SOURCES and n.name not in names:
-            names.append(n.name)
-    ir.walk(func.body, visit)
-    return "".join(_SOURCES[n] for n in names)
+def sources_for(func: ir.LoweredFunc, state) -> str:
+    """The C sources of the fused kernels ``func`` calls (kept in ``state.generated``)."""
+    return str(state.generated.called_by(func))
