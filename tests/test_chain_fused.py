@@ -139,3 +139,17 @@ def test_golden_tree(case, goldens):
     assert same(expected), sched.to_str()
     assert violated_dependences(sched, model.dependences).is_empty()
     assert "chain_fused" in sched.to_str()
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_relu_between_products_keeps_nan(path):
+    """``max(NaN, 0)`` is NaN in numpy: a NaN in X makes its row of the intermediate NaN,
+    the relu between the products must keep it, and O's row is NaN (issue #14; the
+    scalar C printer once wrote ``a > b ? a : b``, which gives 0)."""
+    rng = np.random.default_rng(5)
+    xs = _inputs("mm_relu_chain", 1, 9, 5, 21, 7, rng)
+    xs[0][3, 2] = np.nan
+    out = fused("mm_relu_chain", path)(*xs)
+    ref = ck.reference("mm_relu_chain", *xs)
+    assert np.isnan(ref[3]).all() and np.isnan(out[3]).all()
+    _check(out, ref)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from polycomp import ir
 from polycomp.scheduler.chain.kernel import _MACROS, _gemm
+from polycomp.scheduler.chain.scalar_c import ScalarC
 
 __all__ = ["ConvKernelSpec", "generate_conv", "conv_function_name", "c_value_conv"]
 
@@ -246,49 +247,20 @@ def c_value_conv(e: ir.Expr, prev: ir.Buffer, iters: tuple, names: dict[int, str
     """``e`` as a C expression in the elementwise loop: ``prev`` at the point is ``v``;
     the iterators ``(n, f, y, x)`` are ``bb, f, y, x``; other loads index their array
     (``names``: buffer id -> parameter name; ``strides``: row-major strides in C)."""
-    cvars = ("bb", "f", "y", "x")
-
-    def var(x) -> str:
-        k = next(i for i, v in enumerate(iters) if v is x)
-        return cvars[k]
-
-    def rec(x) -> str:
-        if isinstance(x, ir.FloatImm):
-            return _float(float(x.value))
-        if isinstance(x, ir.IntImm):
-            return f"((int64_t){int(x.value)})"
-        if isinstance(x, ir.Var):
-            return var(x)
-        if isinstance(x, ir.Load):
-            if x.buffer is prev:
-                return "v"
-            name = names[id(x.buffer)]
-            terms = [f"{var(i)} * {st}" for i, st in zip(x.indices, strides[name])]
-            return f"{name}[{' + '.join(terms) or '0'}]"
-        if isinstance(x, ir.Cast):
-            ctype = {"float32": "float", "int64": "int64_t", "int32": "int32_t",
-                     "bool": "int"}[x.dtype]
-            return f"(({ctype})({rec(x.value)}))"
-        if isinstance(x, ir.Binary):
-            a, b = rec(x.a), rec(x.b)
-            if x.op in ("min", "max"):     # NaN propagates, as numpy (issue #14)
-                cmp = "<" if x.op == "min" else ">"
-                return f"((({a}) {cmp} ({b}) || ({a}) != ({a})) ? ({a}) : ({b}))"
-            return f"(({a}) {x.op} ({b}))"
-        if isinstance(x, ir.Unary):
-            return f"(-({rec(x.a)}))" if x.op == "neg" else f"(!({rec(x.a)}))"
-        if isinstance(x, ir.Select):
-            return f"(({rec(x.cond)}) ? ({rec(x.t)}) : ({rec(x.f)}))"
-        if isinstance(x, ir.Call):
-            fn = {"exp": "expf", "tanh": "tanhf", "sqrt": "sqrtf", "abs": "fabsf"}[x.name]
-            return f"{fn}({', '.join(rec(a) for a in x.args)})"
-        raise ValueError(f"unsupported expression {type(x).__name__}")
-    return rec(e)
+    return _ConvScalarC(prev, iters, names, strides).expr(e)
 
 
-def _float(f: float) -> str:
-    if f != f:
-        return "NAN"
-    if f in (float("inf"), float("-inf")):
-        return "INFINITY" if f > 0 else "(-INFINITY)"
-    return f"{f!r}f"
+class _ConvScalarC(ScalarC):
+    CVARS = ("bb", "f", "y", "x")
+
+    def __init__(self, prev, iters, names, strides):
+        super().__init__(prev)
+        self.iters, self.names, self.strides = iters, names, strides
+
+    def var(self, x: ir.Var) -> str:
+        return self.CVARS[next(i for i, v in enumerate(self.iters) if v is x)]
+
+    def load(self, x: ir.Load) -> str:
+        name = self.names[id(x.buffer)]
+        terms = [f"{self.var(i)} * {st}" for i, st in zip(x.indices, self.strides[name])]
+        return f"{name}[{' + '.join(terms) or '0'}]"

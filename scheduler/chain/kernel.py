@@ -35,6 +35,7 @@ import hashlib
 from dataclasses import dataclass
 
 from polycomp import ir
+from polycomp.scheduler.chain.scalar_c import ScalarC
 
 __all__ = ["KernelSpec", "generate", "function_name"]
 
@@ -303,54 +304,33 @@ def c_value(e: ir.Expr, prev: ir.Buffer, iters: tuple, names: dict[int, str],
     the iterators are ``bb`` (flattened batch), ``m``, ``l``; other loads index their
     array (``names`` maps buffer ids to parameter names, ``strides`` their row-major
     strides as C expressions)."""
-    def rec(x) -> str:
-        if isinstance(x, ir.FloatImm):
-            f = float(x.value)
-            if f != f:
-                return "NAN"
-            if f in (float("inf"), float("-inf")):
-                return "INFINITY" if f > 0 else "(-INFINITY)"
-            return f"{f!r}f"
-        if isinstance(x, ir.IntImm):
-            return f"((int64_t){int(x.value)})"
-        if isinstance(x, ir.Var):
-            k = next(i for i, v in enumerate(iters) if v is x)
-            if k < nb:
-                raise ValueError("a batch iterator outside an index")
-            return "m" if k == nb else "l"
-        if isinstance(x, ir.Load):
-            if x.buffer is prev:
-                return "v"
-            name = names[id(x.buffer)]
-            terms = []
-            for idx, st in zip(x.indices, strides[name]):
-                k = next(i for i, v in enumerate(iters) if v is idx)
-                if k < nb:
-                    continue
+    return _BmmScalarC(prev, iters, names, strides, nb).expr(e)
+
+
+class _BmmScalarC(ScalarC):
+    def __init__(self, prev, iters, names, strides, nb):
+        super().__init__(prev)
+        self.iters, self.names, self.strides, self.nb = iters, names, strides, nb
+
+    def _axis(self, x) -> int:
+        return next(i for i, v in enumerate(self.iters) if v is x)
+
+    def var(self, x: ir.Var) -> str:
+        k = self._axis(x)
+        if k < self.nb:
+            raise ValueError("a batch iterator outside an index")
+        return "m" if k == self.nb else "l"
+
+    def load(self, x: ir.Load) -> str:
+        nb, name = self.nb, self.names[id(x.buffer)]
+        terms = []
+        for idx, st in zip(x.indices, self.strides[name]):
+            k = self._axis(idx)
+            if k >= nb:
                 terms.append(f"{'m' if k == nb else 'l'} * {st}")
-            if any(any(i is v for v in iters[:nb]) for i in x.indices):
-                terms.append(f"bb * {_batch_stride(strides[name], nb)}")
-            return f"{name}[{' + '.join(terms) or '0'}]"
-        if isinstance(x, ir.Cast):
-            inner = rec(x.value)
-            ctype = {"float32": "float", "int64": "int64_t", "int32": "int32_t",
-                     "bool": "int"}[x.dtype]
-            return f"(({ctype})({inner}))"
-        if isinstance(x, ir.Binary):
-            a, b = rec(x.a), rec(x.b)
-            if x.op in ("min", "max"):
-                cmp = "<" if x.op == "min" else ">"
-                return f"(({a}) {cmp} ({b}) ? ({a}) : ({b}))"
-            return f"(({a}) {x.op} ({b}))"
-        if isinstance(x, ir.Unary):
-            return f"(-({rec(x.a)}))" if x.op == "neg" else f"(!({rec(x.a)}))"
-        if isinstance(x, ir.Select):
-            return f"(({rec(x.cond)}) ? ({rec(x.t)}) : ({rec(x.f)}))"
-        if isinstance(x, ir.Call):
-            fn = {"exp": "expf", "tanh": "tanhf", "sqrt": "sqrtf", "abs": "fabsf"}[x.name]
-            return f"{fn}({', '.join(rec(a) for a in x.args)})"
-        raise ValueError(f"unsupported expression {type(x).__name__}")
-    return rec(e)
+        if any(any(i is v for v in self.iters[:nb]) for i in x.indices):
+            terms.append(f"bb * {_batch_stride(self.strides[name], nb)}")
+        return f"{name}[{' + '.join(terms) or '0'}]"
 
 
 def _batch_stride(strides: list[str], nb: int) -> str:
