@@ -20,6 +20,10 @@ cupy for GEMMs, cupy's batched products and softmax for chains), in the same run
 * ``bmm`` / ``bmm+softmax``: Chimera's batch-matmul chains G1, G2, G10, G12 fused (with
   ``chain="force"``: the rule of scheduler/chain/cuda_gate.py would not fuse some of
   them) and unfused.
+
+``--set large``: attention at long sequences (float32 and float16: ``LARGE_ATTENTION``),
+where kernel times are milliseconds and the library peers' launch overhead no longer
+counts, and the batch-matmul chains with float16 inputs (the Tensor Core chain kernel).
 """
 from __future__ import annotations
 
@@ -47,65 +51,112 @@ def add(root: str, ck, group: str, name: str, variant: str, ref: str, baseline: 
                        target=ck.target.name, extra=info)
 
 
+#: long sequences, where kernel time (ms) dwarfs any caller's launch overhead
+LARGE_ATTENTION = {"S2048": (32, 2048, 64), "S4096": (16, 4096, 64),
+                   "S2048-d128": (16, 2048, 128)}
+_TOL16 = {"float16": "4e-3", "bfloat16": "2e-2"}
+
+
+def _half_chain(group: str, shape: tuple, dtype: str):
+    """Chimera's batch-matmul chain with 16-bit inputs (products accumulated in float32:
+    the Tensor Core chain kernel's form), constant shapes."""
+    import polycomp as pc
+    from polycomp.frontend import ops
+    from polycomp.frontend.dsl import Kernel
+    b, m, n, k, l = shape  # noqa: E741
+
+    def chain(X, Y, Z):
+        t = ops.batch_matmul(X, Y, name="T")
+        if group == "bmm+softmax":
+            t = ops.softmax(t, axis=-1, name="S")
+        return ops.batch_matmul(t, Z, name="O")
+    shapes = {"X": (b, m, k), "Y": (b, k, l), "Z": (b, l, n)}
+    return Kernel(chain, name="chain_" + dtype,
+                  inputs={v: pc.Tensor[sh, dtype] for v, sh in shapes.items()})
+
+
+def gemm_cases(root: str, sizes: list) -> int:
+    from polycomp.driver import compile_kernel
+    from polycomp.frontend import ops
+    from polycomp.hw.cuda.codegen import split_kernels
+    from polycomp.hw.cuda.gpu_bundle import record_case
+    ck = compile_kernel(ops.matmul_kernel("float16"), "cuda")
+    f = ck.final_ir
+    temps, kernels = split_kernels(f)
+    for n in sizes:         # symbolic M, N, K: bound through the case's params
+        record_case(ck.source, f, kernels, temps, {p.name: n for p in f.params}, {}, {},
+                    root, target=ck.target.name,
+                    extra={"time": "1", "gen": "0", "ref": "matmul", "baseline": "cublas",
+                           "group": "gemm", "name": f"{n}^3", "variant": "polycomp"})
+    return len(sizes)
+
+
+def attention_cases(root: str, shapes: dict, dtypes: tuple, tile_variants: bool) -> int:
+    from polycomp.benchmarks.chains_cuda import _kernel as attention_kernel
+    from polycomp.driver import compile_kernel
+    n = 0
+    for dtype in dtypes:
+        for name, (b, s, d) in shapes.items():
+            k = attention_kernel(b, s, d, dtype)
+            variants: list = [("fused", {"chain": "force"}), ("unfused", {"chain": False})]
+            if tile_variants and dtype == "float16":   # smaller row blocks: 2x the blocks
+                variants += [(f"fused-{tm}x{tl}", {"chain": "force", "chain_tiles": (tm, tl)})
+                             for tm, tl in ((64, 32), (64, 64))]
+            info = {"scale": repr(1.0 / math.sqrt(d))}
+            if dtype != "float32":
+                # P is rounded to 16 bits before P.V (FlashAttention); unfused keeps float32
+                info["tol"] = _TOL16[dtype]
+            peer = {"float32": "cupy_attention", "float16": "torch_sdpa",
+                    "bfloat16": "torch_sdpa_bf16"}[dtype]
+            group = "attention" if dtype == "float32" else f"attention-{dtype}"
+            for variant, opts in variants:
+                add(root, compile_kernel(k, "cuda", opts), group, name, variant,
+                    "attention", peer, info)
+                n += 1
+    return n
+
+
+def chain_cases(root: str, chains: dict, dtypes: tuple) -> int:
+    from polycomp.benchmarks.chains import _kernel as chain_kernel
+    from polycomp.driver import compile_kernel
+    n = 0
+    for dtype in dtypes:
+        for group in ("bmm", "bmm+softmax"):
+            ref = "bmm_softmax_chain" if group == "bmm+softmax" else "bmm_chain"
+            for name, shape in chains.items():
+                k = chain_kernel(group, shape) if dtype == "float32" else \
+                    _half_chain(group, shape, dtype)
+                info = {} if dtype == "float32" else {"tol": _TOL16[dtype]}
+                label = group if dtype == "float32" else f"{group}-{dtype}"
+                for variant, opts in (("fused", {"chain": "force"}),
+                                      ("unfused", {"chain": False})):
+                    add(root, compile_kernel(k, "cuda", opts), label, name, variant, ref,
+                        "cupy_" + ref, info)
+                    n += 1
+    return n
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("bundle")
     ap.add_argument("--quick", action="store_true", help="one shape per group")
+    ap.add_argument("--set", choices=("standard", "large"), default="standard",
+                    help="standard: the cases above; large: long-sequence attention "
+                         "(float32 and float16) and the float16 batch-matmul chains")
     args = ap.parse_args(argv)
-    from polycomp.benchmarks.chains import _kernel as chain_kernel
     from polycomp.benchmarks.chains_cuda import ATTENTION
-    from polycomp.driver import compile_kernel
-    from polycomp.frontend import ops
-    n_cases = 0
-    gemm = ops.matmul_kernel("float16")
-    for n in ([2048] if args.quick else [1024, 2048, 4096]):
-        ck = compile_kernel(gemm, "cuda")
-        # symbolic M, N, K: bind them through the case's params
-        from polycomp.hw.cuda.codegen import split_kernels
-        from polycomp.hw.cuda.gpu_bundle import record_case
-        f = ck.final_ir
-        temps, kernels = split_kernels(f)
-        values = {p.name: n for p in f.params}
-        record_case(ck.source, f, kernels, temps, values, {}, {}, args.bundle,
-                    target=ck.target.name,
-                    extra={"time": "1", "gen": "0", "ref": "matmul", "baseline": "cublas",
-                           "group": "gemm", "name": f"{n}^3", "variant": "polycomp"})
-        n_cases += 1
-    shapes = dict(list(ATTENTION.items())[:1] if args.quick else ATTENTION.items())
-    for name, (b, s, d) in shapes.items():
-        k = chain_kernel("attention", (b, s, d))
-        for variant, opts in (("fused", {"chain": "force"}), ("unfused", {"chain": False})):
-            ck = compile_kernel(k, "cuda", opts)
-            add(args.bundle, ck, "attention", name, variant, "attention", "cupy_attention",
-                {"scale": repr(1.0 / math.sqrt(d))})
-            n_cases += 1
-    from polycomp.benchmarks.chains_cuda import _kernel as attention_kernel
-    for dtype in ("float16", "bfloat16"):      # the Tensor Core chain kernel
-        for name, (b, s, d) in shapes.items():
-            k = attention_kernel(b, s, d, dtype)
-            variants: list = [("fused", {"chain": "force"}), ("unfused", {"chain": False})]
-            if dtype == "float16":     # smaller row blocks: twice the blocks, 4 warps each
-                variants += [(f"fused-{tm}x{tl}", {"chain": "force", "chain_tiles": (tm, tl)})
-                             for tm, tl in ((64, 32), (64, 64))]
-            for variant, opts in variants:
-                ck = compile_kernel(k, "cuda", opts)
-                add(args.bundle, ck, f"attention-{dtype}", name, variant, "attention",
-                    "torch_sdpa" + ("_bf16" if dtype == "bfloat16" else ""),
-                    {"scale": repr(1.0 / math.sqrt(d)),
-                     # P is rounded to 16 bits before P.V (FlashAttention); the unfused
-                     # pipeline keeps it in float32
-                     "tol": "2e-2" if dtype == "bfloat16" else "4e-3"})
-                n_cases += 1
-    chains = dict(list(CHAINS.items())[:1] if args.quick else CHAINS.items())
-    for group in ("bmm", "bmm+softmax"):
-        for name, shape in chains.items():
-            k = chain_kernel(group, shape)
-            for variant, opts in (("fused", {"chain": "force"}), ("unfused", {"chain": False})):
-                ck = compile_kernel(k, "cuda", opts)
-                add(args.bundle, ck, group, name, variant,
-                    "bmm_softmax_chain" if group == "bmm+softmax" else "bmm_chain",
-                    "cupy_" + ("bmm_softmax_chain" if group == "bmm+softmax" else "bmm_chain"))
-                n_cases += 1
+
+    def first(d: dict) -> dict:
+        return dict(list(d.items())[:1]) if args.quick else d
+    if args.set == "large":
+        n_cases = attention_cases(args.bundle, first(LARGE_ATTENTION), ("float32", "float16"),
+                                  False)
+        n_cases += chain_cases(args.bundle, first(CHAINS), ("float16",))
+    else:
+        n_cases = gemm_cases(args.bundle, [2048] if args.quick else [1024, 2048, 4096])
+        n_cases += attention_cases(args.bundle, first(ATTENTION),
+                                   ("float32", "float16", "bfloat16"), True)
+        n_cases += chain_cases(args.bundle, first(CHAINS), ("float32",))
     print(f"{n_cases} timed cases added to {args.bundle}")
     return 0
 
