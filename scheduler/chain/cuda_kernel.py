@@ -431,17 +431,19 @@ def _combine(O: ir.Buffer, sp: _Split, bshape: tuple, M: ir.Expr, N: ir.Expr,
                     ir.Store(O, (*bidx, gm, gn), ld(Num, _i(0))))
         body = ir.Allocate(Num, body)
     else:
-        m_s, s_s = ld(Mp, sv, *bidx, gm), ld(Sp, sv, *bidx, gm)
+        Ml = ir.Buffer("cc_m", f32, (_i(ns),), "local")      # the m_s, read once
+        m_s, s_s = ld(Ml, sv), ld(Sp, sv, *bidx, gm)
         mx = ld(Mx, _i(0))
         w = ir.Var("cc_w", f32)
-        body = ir.Allocate(Mx, ir.Allocate(Num, ir.Allocate(Den, _seq(
+        body = ir.Allocate(Ml, ir.Allocate(Mx, ir.Allocate(Num, ir.Allocate(Den, _seq(
             ir.Store(Mx, (_i(0),), _f(NEG_INF)),
-            _for(sv, ns, ir.Store(Mx, (_i(0),), _sel(m_s > mx, m_s, mx)), "unrolled"),
+            _for(sv, ns, _seq(ir.Store(Ml, (sv,), ld(Mp, sv, *bidx, gm)),
+                              ir.Store(Mx, (_i(0),), _sel(m_s > mx, m_s, mx))), "unrolled"),
             ir.Store(Num, (_i(0),), _f(0.0)), ir.Store(Den, (_i(0),), _f(0.0)),
             _for(sv, ns, ir.LetStmt(w, _sel(ir.binary("==", mx, _f(NEG_INF)), _f(1.0),
                                              ir.call("exp", m_s - mx)),
                                     _seq(acc(Num, w * o_s), acc(Den, w * s_s))), "unrolled"),
-            ir.Store(O, (*bidx, gm, gn), ld(Num, _i(0)) / ld(Den, _i(0)))))))
+            ir.Store(O, (*bidx, gm, gn), ld(Num, _i(0)) / ld(Den, _i(0))))))))
     body = ir.IfThenElse(i < total, body)
     body = ir.For(ct, _i(0), _i(nt), "gpu_thread", body, (("axis", "x"), ("threads", nt)))
     return ir.For(cb, _i(0), _ceil_div(total, nt), "gpu_block", body, (("axis", "x"),))
