@@ -72,7 +72,7 @@ from polycomp.scheduler.chain.movement_model import plan_levels
 from polycomp.scheduler.chain.plan import ChainPlan
 
 __all__ = ["CudaChainTiles", "cuda_tiles", "split_count", "build_kernel", "THREADS", "ALPHA",
-           "MIN_SPLIT_TILES"]
+           "MIN_SPLIT_TILES", "MAX_SPLITS"]
 
 THREADS = 256
 ALPHA = 16
@@ -81,6 +81,8 @@ KR = 64                        # columns of X kept in shared memory
 TN = 64
 MAX_ACC = 28                   # accumulator floats per thread (Sacc + Oacc)
 MIN_SPLIT_TILES = 2            # l tiles per split at least (split_count)
+MAX_SPLITS = 64                # splits at most (the combining kernel keeps S maxima in
+                               # registers: 80 at S = 64 in ptxas, sm_80, no spills)
 NEG_INF = float("-inf")
 
 
@@ -143,7 +145,8 @@ def split_count(plan: ChainPlan, tm: int, tl: int, sms: int | None) -> int:
     """``S``, the number of blocks that share one ``TM x TN`` tile of ``O`` by splitting
     its ``l`` tiles (flash-decoding): the largest ``S`` with ``blocks * S <= sms`` (the
     grid up to one block per SM; ``blocks = batch * ceil(M/TM) * ceil(N/TN)``) and at
-    least :data:`MIN_SPLIT_TILES` ``l`` tiles per split, then lowered so no split is
+    least :data:`MIN_SPLIT_TILES` ``l`` tiles per split (at most :data:`MAX_SPLITS`
+    splits), then lowered so no split is
     empty (``S = ceil(nl / ceil(nl / S))``, ``nl = ceil(L/TL)``).  1 (the unsplit kernel)
     without ``sms``, with a symbolic batch extent, or where the grid already has more
     than half the SMs in blocks.  Symbolic ``M, N, K, L`` count as the plan's ``BIG``.
@@ -159,7 +162,7 @@ def split_count(plan: ChainPlan, tm: int, tl: int, sms: int | None) -> int:
         return 1
     blocks = d.batch * -(-d.m // tm) * -(-d.n // TN)
     nl = -(-d.l // tl)
-    s = min(sms // blocks, nl // MIN_SPLIT_TILES)
+    s = min(sms // blocks, nl // MIN_SPLIT_TILES, MAX_SPLITS)
     if s <= 1:
         return 1
     return -(-nl // -(-nl // s))
