@@ -200,9 +200,9 @@ def test_golden_tree_cuda(case, goldens):
 
 @pytest.mark.parametrize("name,shape,target,fuse", [
     ("attention", (12, 197, 64), "cuda-sm90", True),      # 48 blocks >= 132 / 3
-    ("attention", (1, 197, 64), "cuda-sm90", False),      # 4 blocks
+    ("attention", (1, 197, 64), "cuda-sm90", False),      # 4 blocks x 3 splits
     ("attention", (8, 1050, 32), "cuda", True),
-    ("bmm+softmax", (1, 512, 64, 64, 256), "cuda", False),  # G10: 8 blocks
+    ("bmm+softmax", (1, 512, 64, 64, 256), "cuda", False),  # G10: 8 blocks x 4 splits
     ("bmm+softmax", (8, 512, 64, 64, 512), "cuda", True),   # G1: 64 blocks
     ("bmm", (8, 512, 64, 64, 512), "cuda", False),          # nothing between the products
 ])

@@ -14,7 +14,9 @@ chain, :func:`~polycomp.scheduler.chain.tree.plan_for`), so the marked nest comp
 chain's output ``O`` from ``X, Y, Z`` (and the elementwise stages' inputs) and writes
 nothing else that outlives it.  Guarantees: the function's body is one ``kernel`` region
 computing the same ``O`` (sums reassociated tile-wise and by the online softmax, within
-float32 tolerance) with no statement outside a kernel, as
+float32 tolerance), or with the ``l`` loop split (:func:`.cuda_kernel.split_count`) two
+kernels (partial tiles in global temporaries, then their combination), with no
+statement outside a kernel, as
 :func:`polycomp.hw.cuda.codegen.split_kernels` expects.
 """
 from __future__ import annotations
@@ -51,7 +53,8 @@ def cuda_plan(state) -> tuple[ChainPlan, Tiles] | tuple[None, str]:
     if half:
         tiles = tc_tiles(plan, STATIC_SHARED, state.cuda_options.chain_tiles)
     else:
-        tiles = cuda_tiles(plan, STATIC_SHARED, state.cuda_options.chain_tiles)
+        tiles = cuda_tiles(plan, STATIC_SHARED, state.cuda_options.chain_tiles,
+                           state.target.cuda.sms)
         if state.cuda_options.chain != "force":      # the float32 kernel's rule
             why = why_not_fuse(plan, tiles, state.target.cuda.sms)
             if why is not None:
@@ -141,9 +144,11 @@ def chain_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
                                  f"T_M={tiles.model_tm} T_L={tiles.model_tl} in 16-bit "
                                  f"elements, alpha=16)")
         return dataclasses.replace(func, body=body)
+    split = (f"; l split in {tiles.splits} blocks per O tile, then a kernel combining "
+             f"them" if tiles.splits > 1 else "")
     state.note("chain-cuda", f"fused CUDA kernel: TM={tiles.tm} TL={tiles.tl} TK={tiles.tk} "
                              f"TN={tiles.tn}, {tiles.threads} threads, {tiles.es}+{tiles.eo} "
                              f"accumulators per thread, {tiles.shared_floats * 4} B shared "
                              f"(model's shared-level T_M={tiles.model_tm} "
-                             f"T_L={tiles.model_tl}, alpha=16)")
+                             f"T_L={tiles.model_tl}, alpha=16){split}")
     return dataclasses.replace(func, body=body)

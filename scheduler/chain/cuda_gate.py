@@ -17,8 +17,20 @@ are close to the fp32 throughput of the whole device.  Measured on an H200 (132 
   blocks): two tiled GEMMs with the intermediate in L2 are faster than one kernel that
   serialises the whole ``L`` loop per block.
 
+Since then the kernel splits the ``l`` loop across blocks when its grid is small
+(flash-decoding, :func:`~.cuda_kernel.split_count`: up to one block per SM, at least
+two ``l`` tiles per split, a second kernel combining the partial tiles), so the grid
+counted here is the split one, ``batch * ceil(M/TM) * ceil(N/TN) * S``.  The split
+kernels have **not been timed on a GPU**; the threshold is the measured one for
+unsplit grids (G10 at ``(1, 512, 64, 64, 256)`` gets ``S = 4``, 32 blocks: still below
+it on both targets; G12 ``S = 6`` on ``cuda``, 96 blocks, and ``S = 8`` on
+``cuda-sm90``, 128 blocks: fused).  Splitting does not change the rule for chains with
+nothing between the products: they lost at 96 unsplit blocks (G2) as well, where the
+grid is not the problem.
+
 So ``chain=True`` (the default) fuses on CUDA when a stage sits between the products
-*and* the fused grid fills at least a third of the SMs (:data:`MIN_SM_FRACTION`);
+*and* the fused grid, after splitting, fills at least a third of the SMs
+(:data:`MIN_SM_FRACTION`);
 ``chain="force"`` fuses whenever the chain is legal (tests, measurements), and
 ``chain=False`` never does.  Symbolic extents count as the plan's ``BIG`` (4096), so a
 kernel of symbolic shape is fused when it has a middle stage.
@@ -35,9 +47,10 @@ MIN_SM_FRACTION = 1 / 3
 
 
 def fused_blocks(plan: ChainPlan, tiles: CudaChainTiles) -> int:
-    """Blocks of the fused kernel's grid: ``batch * ceil(M/TM) * ceil(N/TN)``."""
+    """Blocks of the fused kernel's grid: ``batch * ceil(M/TM) * ceil(N/TN) * S``
+    (``S = tiles.splits``, the ``l`` splits)."""
     d = plan.dims
-    return d.batch * -(-d.m // tiles.tm) * -(-d.n // tiles.tn)
+    return d.batch * -(-d.m // tiles.tm) * -(-d.n // tiles.tn) * tiles.splits
 
 
 def why_not_fuse(plan: ChainPlan, tiles: CudaChainTiles, sms: int) -> str | None:
@@ -50,6 +63,7 @@ def why_not_fuse(plan: ChainPlan, tiles: CudaChainTiles, sms: int) -> str | None
     blocks = fused_blocks(plan, tiles)
     need = -(-sms // int(round(1 / MIN_SM_FRACTION)))
     if blocks < need:
-        return (f"the fused grid has {blocks} blocks for {sms} SMs (at least {need} pay "
+        split = f" ({tiles.splits} l splits)" if tiles.splits > 1 else ""
+        return (f"the fused grid has {blocks} blocks{split} for {sms} SMs (at least {need} pay "
                 f"for the lost parallelism); chain='force' fuses anyway")
     return None

@@ -28,6 +28,17 @@ so the intermediate ``T`` never reaches global memory: its ``TM x TL`` tile live
 registers (accumulation) and shared memory (softmax, second product).  A row masked in
 full ends as ``0 / 0 = NaN``, as numpy's unfused ``exp(x - max) / sum`` does.
 
+Split ``l`` (flash-decoding), when the grid above is small (:func:`split_count`): with
+``S > 1`` splits grid ``z`` covers ``(batch, split)`` (``bz = b * S + s``) and block
+``s`` walks only its ``l`` tiles ``[s * P, min((s + 1) * P, ceil(L/TL)))``, ``P =
+ceil(ceil(L/TL) / S)`` (empty where ``L`` is small at run time: it writes ``O_s = 0,
+m_s = -inf, s_s = 0``).  It writes its unnormalised ``Oacc`` to the global temporary
+``cpart_o[S][b..][M][N]`` and, with a softmax, the first n-block writes its rows'
+running max and sum to ``cpart_m``, ``cpart_s[S][b..][M]``; a second kernel
+(:func:`_combine`, one thread per element of ``O``) merges the partials in the online
+softmax's way (``O = sum_s e^(m_s - Mx) O_s / sum_s e^(m_s - Mx) s_s``, ``Mx = max_s
+m_s``; without a softmax ``O = sum_s O_s``).  ``S = 1`` is the single kernel above.
+
 Element ``e`` of thread ``t`` in a ``R x C`` tile is ``i = e * THREADS + t``, row
 ``i // C``, column ``i % C`` (consecutive threads on consecutive columns: coalesced
 global loads, conflict-free shared rows); the per-thread element loops are ``unrolled``
@@ -41,7 +52,7 @@ arrays fit the static 48 KiB and
 the per-thread accumulators ``ES + EO`` stay at most 28 floats (more spills
 in ptxas at 256 threads); ``TK = 16``,
 ``TN = 64``.  Option ``chain_tiles=(TM, TL)`` overrides ``TM, TL`` (tests use small
-tiles to get several blocks and ``l`` tiles on tiny shapes).
+tiles to get several blocks and ``l`` tiles on tiny shapes, and splits).
 
 This is the fp32 CUDA-core kernel for float32 chains; float16/bfloat16 chains get the
 Tensor Core kernel of :mod:`.tc_kernel` (``mma.sync``, ``ldmatrix``, a ``cp.async`` ring;
@@ -50,15 +61,18 @@ docs/fusion.md, "Tensor Core chains").
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from polycomp import ir
+from polycomp.errors import OptionError
 from polycomp.hw.cuda import ptx
 from polycomp.scheduler.chain.detect import ChainMatch
 from polycomp.scheduler.chain.movement_model import plan_levels
 from polycomp.scheduler.chain.plan import ChainPlan
 
-__all__ = ["CudaChainTiles", "cuda_tiles", "build_kernel", "THREADS", "ALPHA"]
+__all__ = ["CudaChainTiles", "cuda_tiles", "split_count", "build_kernel", "THREADS", "ALPHA",
+           "MIN_SPLIT_TILES", "MAX_SPLITS"]
 
 THREADS = 256
 ALPHA = 16
@@ -66,6 +80,9 @@ TK = 16
 KR = 64                        # columns of X kept in shared memory
 TN = 64
 MAX_ACC = 28                   # accumulator floats per thread (Sacc + Oacc)
+MIN_SPLIT_TILES = 2            # l tiles per split at least (split_count)
+MAX_SPLITS = 64                # splits at most (the combining kernel keeps S maxima in
+                               # registers: 80 at S = 64 in ptxas, sm_80, no spills)
 NEG_INF = float("-inf")
 
 
@@ -79,6 +96,7 @@ class CudaChainTiles:
     threads: int
     model_tm: int              # the closed form's T_M, T_L on the shared level
     model_tl: int
+    splits: int = 1            # S: blocks sharing one O tile's l loop (split_count)
 
     @property
     def shared_floats(self) -> int:
@@ -100,13 +118,18 @@ def _fits(tm: int, tl: int, capacity_floats: int) -> bool:
 
 
 def cuda_tiles(plan: ChainPlan, shared_bytes: int,
-               override: tuple[int, ...] | None = None) -> CudaChainTiles:
-    """See the module docstring; ``override`` is option ``chain_tiles``."""
+               override: tuple[int, ...] | None = None,
+               sms: int | None = None) -> CudaChainTiles:
+    """See the module docstring; ``override`` is option ``chain_tiles``; with the
+    device's SM count ``sms`` the ``l`` loop is split by :func:`split_count` (else
+    ``S = 1``)."""
     cap = shared_bytes // 4
     lp = plan_levels(plan.dims, [("shared", shared_bytes)], ALPHA, plan.match.has_softmax)[0]
     mtm, mtl = lp.tiles.m, lp.tiles.l
     if override is not None:
-        return CudaChainTiles(override[0], override[1], TK, TN, THREADS, mtm, mtl)
+        tm, tl = override[0], override[1]
+        return CudaChainTiles(tm, tl, TK, TN, THREADS, mtm, mtl,
+                              split_count(plan, tm, tl, sms))
     tm = max(16, mtm // 16 * 16)
     tl = max(16, mtl // 16 * 16)
     resident = plan.dims.k <= KR      # X stays in shared memory: TL costs no traffic
@@ -115,7 +138,34 @@ def cuda_tiles(plan: ChainPlan, shared_bytes: int,
             tl -= 16
         else:
             tm -= 16
-    return CudaChainTiles(tm, tl, TK, TN, THREADS, mtm, mtl)
+    return CudaChainTiles(tm, tl, TK, TN, THREADS, mtm, mtl, split_count(plan, tm, tl, sms))
+
+
+def split_count(plan: ChainPlan, tm: int, tl: int, sms: int | None) -> int:
+    """``S``, the number of blocks that share one ``TM x TN`` tile of ``O`` by splitting
+    its ``l`` tiles (flash-decoding): the largest ``S`` with ``blocks * S <= sms`` (the
+    grid up to one block per SM; ``blocks = batch * ceil(M/TM) * ceil(N/TN)``) and at
+    least :data:`MIN_SPLIT_TILES` ``l`` tiles per split (at most :data:`MAX_SPLITS`
+    splits), then lowered so no split is
+    empty (``S = ceil(nl / ceil(nl / S))``, ``nl = ceil(L/TL)``).  1 (the unsplit kernel)
+    without ``sms``, with a symbolic batch extent, or where the grid already has more
+    than half the SMs in blocks.  Symbolic ``M, N, K, L`` count as the plan's ``BIG``.
+    ``POLYCOMP_CHAIN_SPLITS=S`` sets ``S`` (for measurements; the kernel is correct for
+    any ``S >= 1``, empty splits included)."""
+    env = os.environ.get("POLYCOMP_CHAIN_SPLITS", "")
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise OptionError(f"POLYCOMP_CHAIN_SPLITS takes a positive integer, got {env!r}")
+        return int(env)
+    d = plan.dims
+    if sms is None or any(x.startswith("b") for x in plan.symbolic):
+        return 1
+    blocks = d.batch * -(-d.m // tm) * -(-d.n // TN)
+    nl = -(-d.l // tl)
+    s = min(sms // blocks, nl // MIN_SPLIT_TILES, MAX_SPLITS)
+    if s <= 1:
+        return 1
+    return -(-nl // -(-nl // s))
 
 
 # --------------------------------------------------------------------------- IR helpers
@@ -164,7 +214,8 @@ def build_kernel(plan: ChainPlan, tiles: CudaChainTiles, kernel_id: int = 0) -> 
     y_rows = bool(getattr(m, "y_transposed", False))    # Y stored [.., l, k]
     bx, by, bz = ir.Var("cb_n"), ir.Var("cb_m"), ir.Var("cb_b")
     tx = ir.Var("ct")
-    batch, bidx = _batch(bshape, bz)
+    sp = _Split.make(tiles.splits, bz, bshape, M, N, m.has_softmax)
+    z_blocks, bidx, l_first, l_count = _geometry(sp, bz, bshape, _loop_steps(L, tl))
     m0 = by * tm
     n0 = bx * tn
 
@@ -209,7 +260,7 @@ def build_kernel(plan: ChainPlan, tiles: CudaChainTiles, kernel_id: int = 0) -> 
 
     def mac_s(e, r, c):
         return st(Sacc, e, ld(Sacc, e) + ld(Xs, r * KR + k0 * tk + kk) * ld(Ys, kk * tl + c))
-    reload = ir.binary("||", ir.binary("==", l0, _i(0)), K > KR)
+    reload = ir.binary("||", ir.binary("==", l0, l_first), K > KR)
     first = _seq(
         per_elem(tiles.es, tl, lambda e, r, c: st(Sacc, e, _f(0.0))),
         _for(kc, _loop_steps(K, KR), _seq(
@@ -253,11 +304,16 @@ def build_kernel(plan: ChainPlan, tiles: CudaChainTiles, kernel_id: int = 0) -> 
         ir.IfThenElse(aligned, ptx.cp_async_wait(0), cooperative(tl, tn, load_z)), barrier,
         _for(jj, tl, per_elem(tiles.eo, tn, mac_o)), barrier)
 
-    # ---- write-out
+    # ---- write-out: O, or with S > 1 this split's partial O (unnormalised) and, with a
+    # softmax, its rows' running max and sum (_Split)
     def out(e, r, c):
         gm, gn = m0 + r, n0 + c
+        if sp is not None:
+            return ir.IfThenElse((gm < M) & (gn < N),
+                                 st(sp.o, (sp.index, *bidx, gm, gn), ld(Oacc, e)))
         v = ld(Oacc, e) / ld(Rsum, r) if soft else ld(Oacc, e)
         return ir.IfThenElse((gm < M) & (gn < N), st(O, (*bidx, gm, gn), v))
+    stats = _Split.store_stats(sp, bidx, bx, tx, tm, m0 + tx, Rmax, Rsum)
 
     init = [per_elem(tiles.eo, tn, lambda e, r, c: st(Oacc, e, _f(0.0)))]
     if soft:
@@ -266,16 +322,134 @@ def build_kernel(plan: ChainPlan, tiles: CudaChainTiles, kernel_id: int = 0) -> 
         init.append(barrier)
     thread_body = _seq(
         *init,
-        _for(l0, _loop_steps(L, tl), _seq(prefetch_z, first, middle, online, second)),
-        per_elem(tiles.eo, tn, out))
+        _for(l0, l_count, _seq(prefetch_z, first, middle, online, second), start=l_first),
+        per_elem(tiles.eo, tn, out), stats)
     body: ir.Stmt = ir.Allocate(Sacc, ir.Allocate(Oacc, thread_body))
     body = ir.For(tx, _i(0), _i(nt), "gpu_thread", body, (("axis", "x"), ("threads", nt)))
     for buf in (Rsc, Rsum, Rmax, Zs, Ss, Ys, Xs):
         body = ir.Allocate(buf, body)
-    body = ir.For(bz, _i(0), batch, "gpu_block", body, (("axis", "z"),))
+    body = ir.For(bz, _i(0), z_blocks, "gpu_block", body, (("axis", "z"),))
     body = ir.For(by, _i(0), _ceil_div(M, tm), "gpu_block", body, (("axis", "y"),))
     body = ir.For(bx, _i(0), _ceil_div(N, tn), "gpu_block", body, (("axis", "x"),))
-    return ir.AttrStmt("kernel", str(kernel_id), body)
+    main = ir.AttrStmt("kernel", str(kernel_id), body)
+    return _Split.finish(sp, main, O, bshape, M, N, nt, kernel_id)
+
+
+@dataclass(frozen=True)
+class _Split:
+    """Block ``index`` (``0 <= index < ns``) of those sharing one ``O`` tile's ``l`` tiles,
+    and the global temporaries of the partial results: ``o[ns][b..][M][N]``, with a
+    softmax the rows' running max ``m`` and sum ``s`` (``[ns][b..][M]``)."""
+    ns: int
+    index: ir.Expr
+    o: ir.Buffer
+    m: ir.Buffer | None
+    s: ir.Buffer | None
+
+    @staticmethod
+    def make(ns: int, bz: ir.Var, bshape: tuple, M: ir.Expr, N: ir.Expr,
+             soft: bool) -> _Split | None:
+        if ns == 1:
+            return None
+        f32 = "float32"
+
+        def rows(name: str) -> ir.Buffer | None:
+            return ir.Buffer(name, f32, (_i(ns), *bshape, M), "global") if soft else None
+        return _Split(ns, bz % ns, ir.Buffer("cpart_o", f32, (_i(ns), *bshape, M, N), "global"),
+                      rows("cpart_m"), rows("cpart_s"))
+
+    @staticmethod
+    def store_stats(sp: _Split | None, bidx: list, bx: ir.Var, tx: ir.Var, tm: int,
+                    gm: ir.Expr, Rmax: ir.Buffer, Rsum: ir.Buffer) -> ir.Stmt | None:
+        """With splits and a softmax: thread ``tx < TM`` of the first n-block stores its
+        row's max and sum (else nothing)."""
+        if sp is None or sp.m is None or sp.s is None:
+            return None
+        M = sp.m.shape[-1]
+        ok = ir.binary("==", bx, _i(0)) & (tx < tm) & (gm < M)
+        idx = (sp.index, *bidx, gm)
+        return ir.IfThenElse(ok, _seq(ir.Store(sp.m, idx, ir.Load(Rmax, (tx,), Rmax.dtype)),
+                                      ir.Store(sp.s, idx, ir.Load(Rsum, (tx,), Rsum.dtype))))
+
+    @staticmethod
+    def finish(sp: _Split | None, main: ir.Stmt, O: ir.Buffer, bshape: tuple, M: ir.Expr,
+               N: ir.Expr, nt: int, kernel_id: int) -> ir.Stmt:
+        """``main`` unsplit; with splits, ``main`` then the combining kernel, inside the
+        temporaries' Allocates."""
+        if sp is None:
+            return main
+        body = _seq(main, ir.AttrStmt("kernel", str(kernel_id + 1),
+                                      _combine(O, sp, bshape, M, N, nt)))
+        for b in (sp.s, sp.m, sp.o):
+            if b is not None:
+                body = ir.Allocate(b, body)
+        return body
+
+
+def _geometry(sp: _Split | None, bz: ir.Var, bshape: tuple,
+              n_lt: ir.Expr) -> tuple[ir.Expr, list[ir.Expr], ir.Expr, ir.Expr]:
+    """Grid ``z``'s extent, the batch indices, and the block's first ``l`` tile and count:
+    ``z = b`` and all tiles unsplit; ``z = b * S + s`` (split fastest) and tiles ``[s * P,
+    min((s + 1) * P, n_lt))``, ``P = ceil(n_lt / S)``, with splits."""
+    if sp is None:
+        batch, bidx = _batch(bshape, bz)
+        return batch, bidx, _i(0), n_lt
+    batch, bidx = _batch(bshape, bz // sp.ns)
+    per = _ceil_div(n_lt, sp.ns)
+    first = sp.index * per
+    return batch * sp.ns, bidx, first, ir.max_(ir.min_(per, n_lt - first), _i(0))
+
+
+def _combine(O: ir.Buffer, sp: _Split, bshape: tuple, M: ir.Expr, N: ir.Expr,
+             nt: int) -> ir.Stmt:
+    """The second kernel with ``S > 1`` splits: one thread per element ``(b.., m, n)`` of
+    ``O`` (consecutive threads on consecutive ``n``) combines the ``S`` partial tiles.
+    With a softmax, ``O = sum_s w_s O_s / sum_s w_s s_s`` with ``w_s = exp(m_s - Mx)``,
+    ``Mx = max_s m_s``, and ``w_s = 1`` where ``Mx = -inf`` (every split masked in full
+    or empty there: each ``O_s`` is 0 or NaN, each ``s_s`` 0, so the row is ``0 / 0 =
+    NaN`` as the unsplit kernel's); this is the online softmax's merge of the splits in
+    turn, so NaN partials stay NaN.  Without a softmax, ``O = sum_s O_s``."""
+    f32 = "float32"
+    cb, ct, sv = ir.Var("cc_blk"), ir.Var("cc_t"), ir.Var("cc_s")
+    ns, Op, Mp, Sp = sp.ns, sp.o, sp.m, sp.s
+    total: ir.Expr = M * N
+    for e in bshape:
+        total = total * e
+    i = cb * nt + ct
+    gn, row = i % N, i // N
+    gm = row % M
+    _, bidx = _batch(bshape, row // M)
+    Num = ir.Buffer("cc_num", f32, (_i(1),), "local")
+    Den = ir.Buffer("cc_den", f32, (_i(1),), "local")
+    Mx = ir.Buffer("cc_max", f32, (_i(1),), "local")
+
+    def ld(b, *idx):
+        return ir.Load(b, tuple(idx), f32)
+
+    def acc(b, v):
+        return ir.Store(b, (_i(0),), ld(b, _i(0)) + v)
+    o_s = ld(Op, sv, *bidx, gm, gn)
+    if Mp is None or Sp is None:
+        body = _seq(ir.Store(Num, (_i(0),), _f(0.0)), _for(sv, ns, acc(Num, o_s), "unrolled"),
+                    ir.Store(O, (*bidx, gm, gn), ld(Num, _i(0))))
+        body = ir.Allocate(Num, body)
+    else:
+        Ml = ir.Buffer("cc_m", f32, (_i(ns),), "local")      # the m_s, read once
+        m_s, s_s = ld(Ml, sv), ld(Sp, sv, *bidx, gm)
+        mx = ld(Mx, _i(0))
+        w = ir.Var("cc_w", f32)
+        body = ir.Allocate(Ml, ir.Allocate(Mx, ir.Allocate(Num, ir.Allocate(Den, _seq(
+            ir.Store(Mx, (_i(0),), _f(NEG_INF)),
+            _for(sv, ns, _seq(ir.Store(Ml, (sv,), ld(Mp, sv, *bidx, gm)),
+                              ir.Store(Mx, (_i(0),), _sel(m_s > mx, m_s, mx))), "unrolled"),
+            ir.Store(Num, (_i(0),), _f(0.0)), ir.Store(Den, (_i(0),), _f(0.0)),
+            _for(sv, ns, ir.LetStmt(w, _sel(ir.binary("==", mx, _f(NEG_INF)), _f(1.0),
+                                             ir.call("exp", m_s - mx)),
+                                    _seq(acc(Num, w * o_s), acc(Den, w * s_s))), "unrolled"),
+            ir.Store(O, (*bidx, gm, gn), ld(Num, _i(0)) / ld(Den, _i(0))))))))
+    body = ir.IfThenElse(i < total, body)
+    body = ir.For(ct, _i(0), _i(nt), "gpu_thread", body, (("axis", "x"), ("threads", nt)))
+    return ir.For(cb, _i(0), _ceil_div(total, nt), "gpu_block", body, (("axis", "x"),))
 
 
 def _batch(bshape: tuple, bz: ir.Var) -> tuple[ir.Expr, list[ir.Expr]]:
@@ -400,12 +574,17 @@ class _Replace(ir.Mutator):
 def predicted_bytes(plan: ChainPlan, tiles: CudaChainTiles, sizes: dict[str, int]) -> int:
     """Global bytes the kernel reads and writes (float32) at the extents ``sizes``
     (``batch, m, n, k, l``): each ``(n-block, m-block)`` block reads its rows of X once
-    (once per ``l`` tile when ``K > KR``), all of Y and its columns of Z, and writes its
-    part of O once (the benchmark's prediction next to the simulator's count)."""
+    per split (once per ``l`` tile when ``K > KR``), all of Y and its columns of Z, and
+    writes its part of O once (the benchmark's prediction next to the simulator's count);
+    with ``S > 1`` splits the partial tiles are written and read back once, and with a
+    softmax the rows' partial max and sum too."""
     b, mm, n, k, l_ = (sizes[x] for x in ("batch", "m", "n", "k", "l"))
     mb, nbk, lb = math.ceil(mm / tiles.tm), math.ceil(n / tiles.tn), math.ceil(l_ / tiles.tl)
-    x = b * nbk * (lb if k > KR else 1) * mm * k
+    ns = tiles.splits
+    x = b * nbk * (lb if k > KR else ns) * mm * k
     y = b * nbk * mb * k * l_
     z = b * mb * l_ * n
     o = b * mm * n
+    if ns > 1:
+        o += 2 * ns * b * mm * n + (4 * ns * b * mm if plan.match.has_softmax else 0)
     return 4 * (x + y + z + o)
