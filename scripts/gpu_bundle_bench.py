@@ -23,7 +23,8 @@ cupy for GEMMs, cupy's batched products and softmax for chains), in the same run
 
 ``--set large``: attention at long sequences (float32 and float16: ``LARGE_ATTENTION``),
 where kernel times are milliseconds and the library peers' launch overhead no longer
-counts, and the batch-matmul chains with float16 inputs (the Tensor Core chain kernel).
+counts, the batch-matmul chains with float16 inputs (the Tensor Core chain kernel), and
+the float32 kernel's split of ``l`` (``split_cases``).
 """
 from __future__ import annotations
 
@@ -136,6 +137,43 @@ def chain_cases(root: str, chains: dict, dtypes: tuple) -> int:
     return n
 
 
+def split_cases(root: str) -> int:
+    """The float32 kernel's split of ``l`` across blocks (flash-decoding,
+    scheduler/chain/cuda_kernel.py): the model's split count, one split (today's kernel
+    before the split existed) and, for G10, one l-tile per split; fused with ``"force"``
+    so the gate does not decide."""
+    import os
+
+    from polycomp.benchmarks.chains import _kernel as chain_kernel
+    from polycomp.driver import compile_kernel
+    n = 0
+    cases = [("bmm+softmax", "G10", (1, 512, 64, 64, 256), (None, 1, 8)),
+             ("bmm+softmax", "G12", (1, 1024, 64, 64, 512), (None, 1)),
+             ("bmm", "G10", (1, 512, 64, 64, 256), (None, 1)),
+             ("bmm", "G12", (1, 1024, 64, 64, 512), (None, 1)),
+             ("attention", "ViT-B", (12, 197, 64), (None, 1))]
+    for group, name, shape, splits in cases:
+        k = chain_kernel(group, shape)
+        ref = {"bmm+softmax": "bmm_softmax_chain", "bmm": "bmm_chain"}.get(group, "attention")
+        info = {"scale": repr(1.0 / math.sqrt(shape[2]))} if group == "attention" else {}
+        for s in splits:
+            if s is not None:
+                os.environ["POLYCOMP_CHAIN_SPLITS"] = str(s)
+            try:
+                ck = compile_kernel(k, "cuda", {"chain": "force"})
+            finally:
+                os.environ.pop("POLYCOMP_CHAIN_SPLITS", None)
+            note = " ".join(ck.state.remarks.get("chain-cuda", []))
+            variant = "split-model" if s is None else f"split-{s}"
+            add(root, ck, f"split {group}", name, variant, ref, "cupy_" + ref if ref !=
+                "attention" else "cupy_attention", {**info, "note": note[:300]})
+            n += 1
+        add(root, compile_kernel(k, "cuda", {"chain": False}), f"split {group}", name,
+            "unfused", ref, "cupy_" + ref if ref != "attention" else "cupy_attention", info)
+        n += 1
+    return n
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("bundle")
@@ -152,6 +190,7 @@ def main(argv=None) -> int:
         n_cases = attention_cases(args.bundle, first(LARGE_ATTENTION), ("float32", "float16"),
                                   False)
         n_cases += chain_cases(args.bundle, first(CHAINS), ("float16",))
+        n_cases += split_cases(args.bundle)
     else:
         n_cases = gemm_cases(args.bundle, [2048] if args.quick else [1024, 2048, 4096])
         n_cases += attention_cases(args.bundle, first(ATTENTION),
