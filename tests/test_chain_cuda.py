@@ -199,12 +199,15 @@ def test_golden_tree_cuda(case, goldens):
 
 
 @pytest.mark.parametrize("name,shape,target,fuse", [
-    ("attention", (12, 197, 64), "cuda-sm90", True),      # 48 blocks >= 132 / 3
-    ("attention", (1, 197, 64), "cuda-sm90", False),      # 4 blocks x 3 splits
+    ("attention", (12, 197, 64), "cuda-sm90", True),      # 48 blocks, split 2: 96
+    ("attention", (1, 197, 64), "cuda-sm90", False),      # 4 blocks, split 3: 12 < 132 / 5
     ("attention", (8, 1050, 32), "cuda", True),
-    ("bmm+softmax", (1, 512, 64, 64, 256), "cuda", False),  # G10: 8 blocks x 4 splits
+    ("attention", (16, 4096, 64), "cuda", False),         # long rows: L > 2048
+    ("attention", (16, 2048, 128), "cuda-sm90", False),   # 2 n-blocks recompute, L > 512
+    ("bmm+softmax", (1, 512, 64, 64, 256), "cuda", True),   # G10: split 4 ways, 32 blocks
     ("bmm+softmax", (8, 512, 64, 64, 512), "cuda", True),   # G1: 64 blocks
-    ("bmm", (8, 512, 64, 64, 512), "cuda", False),          # nothing between the products
+    ("bmm", (8, 512, 64, 64, 512), "cuda", False),          # nothing between, unsplit
+    ("bmm", (1, 1024, 64, 64, 512), "cuda-sm90", True),     # G12: nothing between, S = 8
 ])
 def test_gate_fuses_where_it_paid_on_a_gpu(name, shape, target, fuse):
     """Option ``chain=True`` follows scheduler/chain/cuda_gate.py's rule (from H200

@@ -108,15 +108,15 @@ def test_split_by_the_rule_on_a_small_grid(k):
 
 
 @pytest.mark.parametrize("shape,target,splits,blocks,fuse", [
-    (G10, "cuda", 4, 32, False),           # 8 blocks, 8 l tiles: 2 per split; < 108 / 3
-    (G10, "cuda-sm90", 4, 32, False),
+    (G10, "cuda", 4, 32, True),            # 8 blocks, 8 l tiles: 2 per split; >= 108 / 5
+    (G10, "cuda-sm90", 4, 32, True),
     (G12, "cuda", 6, 96, True),            # 16 blocks, 16 l tiles: 3, .., 3, 1
     (G12, "cuda-sm90", 8, 128, True),
     ((8, 512, 64, 64, 512), "cuda", 1, 64, True),      # G1: more than half of 108 SMs
 ])
 def test_split_count_and_gate(shape, target, splits, blocks, fuse):
-    """``S`` and the gate on the split grid (scheduler/chain/cuda_gate.py): G12 is fused
-    by ``chain=True`` now, G10 (4 splits, 32 blocks) still is not; the notes say why."""
+    """``S`` and the gate on the split grid (scheduler/chain/cuda_gate.py): G10 and G12
+    are fused by ``chain=True`` once split (both won on an H200 split, lost unsplit)."""
     from polycomp.benchmarks.chains import _kernel
     from polycomp.scheduler.chain.cuda_codegen import cuda_plan
     from polycomp.scheduler.chain.cuda_gate import fused_blocks
