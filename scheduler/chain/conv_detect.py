@@ -37,7 +37,16 @@ from typing import Any
 import islpy as isl
 
 from polycomp import ir
-from polycomp.scheduler.chain.detect import _flows, _loads, _readers, _supported_expr
+from polycomp.scheduler.chain.detect import (
+    _flows,
+    _loads,
+    _readers,
+    _stages,
+    _supported_expr,
+    scan_chains,
+    why_no_chain,
+)
+from polycomp.scheduler.chain.tree import _params
 from polycomp.scheduler.common.contraction import match_contraction
 
 __all__ = ["ConvStage", "ConvChainMatch", "ConvMiddle", "detect_conv_chains",
@@ -99,14 +108,6 @@ class ConvChainMatch:
 
 def _update(model, stage):
     return next((s for s in model.statements if s.stage is stage and s.kind == "update"), None)
-
-
-def _params(model) -> str:
-    n = model.context.dim(isl.dim_type.param)
-    if not n:
-        return ""
-    return "[" + ", ".join(model.context.get_dim_name(isl.dim_type.param, k)
-                           for k in range(n)) + "] -> "
 
 
 def _box(model, buf: ir.Buffer) -> isl.Set | None:
@@ -215,13 +216,6 @@ def _middle(stage, prev: ir.Buffer) -> ConvMiddle | None:
     return ConvMiddle(stage, prev, stage.output.buffer, iters)
 
 
-def _stages(model) -> tuple:
-    stages = getattr(model.graph, "stages", None)
-    if not stages or not all(hasattr(s, "reduce_op") and hasattr(s, "output") for s in stages):
-        return ()
-    return tuple(stages)
-
-
 def _same(a, b) -> bool:
     if isinstance(a, int) or isinstance(b, int):
         return _const(a) == _const(b)
@@ -267,26 +261,15 @@ def _match_from(model, stages, i: int) -> ConvChainMatch | str:
 
 def detect_conv_chains(model) -> list[ConvChainMatch]:
     """Every conv chain of ``model`` (non-overlapping, in program order)."""
-    stages, out, i = _stages(model), [], 0
-    while i < len(stages):
-        m = _match_from(model, stages, i)
-        if isinstance(m, ConvChainMatch):
-            out.append(m)
-            i += len(m.stages)
-        else:
-            i += 1
-    return out
+    stages = _stages(model)
+    return scan_chains(stages, lambda i: _match_from(model, stages, i))
 
 
 def conv_why_not(model) -> list[str]:
     """For each convolution that starts no conv chain, the reason (for ``explain``)."""
     from polycomp.scheduler.common.contraction import contraction_class
-    stages, out = _stages(model), []
-    inside = {id(st) for m in detect_conv_chains(model) for st in m.stages}
-    for i, s in enumerate(stages):
-        if id(s) in inside or not s.reduce_op or contraction_class(s) != "conv":
-            continue
-        m = _match_from(model, stages, i)
-        if isinstance(m, str):
-            out.append(f"{s.name}: {m}")
-    return out
+    stages = _stages(model)
+    return why_no_chain(
+        stages, detect_conv_chains(model),
+        lambda s: bool(s.reduce_op) and contraction_class(s) == "conv",
+        lambda i: _match_from(model, stages, i))

@@ -38,7 +38,7 @@ What is checked, on the polyhedral model:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 from polycomp import ir
 from polycomp.scheduler.common.contraction import match_contraction
@@ -122,9 +122,12 @@ def _operand_ok(f) -> bool:
     return d == "float32"
 
 
-def _contraction(stage, allow_transposed: bool = False) -> _Contr | str:
-    """The product ``out[.., m, c] = sum_r a[.., m, r] * b[.., r, c]`` (with
-    ``allow_transposed``, also ``b`` stored ``[.., c, r]``: ``Q K^T`` with ``K[.., l, k]``)."""
+def _single_axis(stage, why_float32: str) -> tuple[Any, list, Any, Any, Any] | str:
+    """``stage``'s contraction (:func:`match_contraction`) as ``(c, bs, m, n, r)`` when
+    it is a sum of products over one reduction axis ``r`` (not mixed), with at least two
+    output dimensions ``(*bs, m, n)`` and a float32 output; else why not (a float32
+    output missing: ``"dtype .. (<why_float32>)"``).  The operands' access patterns are
+    not checked (the callers' matter)."""
     c = match_contraction(stage)
     if isinstance(c, str):
         return c
@@ -134,9 +137,18 @@ def _contraction(stage, allow_transposed: bool = False) -> _Contr | str:
     if len(iters) < 2:
         return "fewer than two output dimensions"
     if stage.output.dtype != "float32":
-        return f"dtype {stage.output.dtype} (fused chains are float32)"
+        return f"dtype {stage.output.dtype} ({why_float32})"
     *bs, m, n = iters
-    r = c.reduce_dims[0]
+    return c, bs, m, n, c.reduce_dims[0]
+
+
+def _contraction(stage, allow_transposed: bool = False) -> _Contr | str:
+    """The product ``out[.., m, c] = sum_r a[.., m, r] * b[.., r, c]`` (with
+    ``allow_transposed``, also ``b`` stored ``[.., c, r]``: ``Q K^T`` with ``K[.., l, k]``)."""
+    got = _single_axis(stage, "fused chains are float32")
+    if isinstance(got, str):
+        return got
+    c, bs, m, n, r = got
     found_dtype = False
     for transposed in (False, True) if allow_transposed else (False,):
         for fa, fb in ((c.a, c.b), (c.b, c.a)):
@@ -387,12 +399,24 @@ def _stages(model) -> tuple:
     return tuple(stages)
 
 
-def detect_chains(model) -> list[ChainMatch]:
-    """Every chain of ``model`` (non-overlapping, in program order)."""
-    stages, out, i = _stages(model), [], 0
+class _Match(Protocol):
+    @property
+    def stages(self) -> tuple: ...
+
+
+_M = TypeVar("_M", bound=_Match)
+
+
+def scan_chains(stages: Sequence, match_from: Callable[[int], _M | str]) -> list[_M]:
+    """The matches ``match_from(i)`` (a match, or why none starts at stage ``i``) found
+    scanning ``stages`` in program order: after a match, the scan resumes after its
+    ``.stages`` (matches do not overlap).  Assumes a match's ``.stages`` are consecutive
+    ones starting at ``i``."""
+    out: list[_M] = []
+    i = 0
     while i < len(stages):
-        m = _match_from(model, stages, i)
-        if isinstance(m, ChainMatch):
+        m = match_from(i)
+        if not isinstance(m, str):
             out.append(m)
             i += len(m.stages)
         else:
@@ -400,14 +424,32 @@ def detect_chains(model) -> list[ChainMatch]:
     return out
 
 
-def why_not(model) -> list[str]:
-    """For each contraction that starts no chain, the reason (for ``explain``)."""
-    stages, out = _stages(model), []
-    inside = {id(st) for m in detect_chains(model) for st in m.stages}
+def why_no_chain(stages: Sequence, found: Sequence[_Match], starts: Callable[[Any], bool],
+                 match_from: Callable[[int], object]) -> list[str]:
+    """``"<stage>: <why>"`` for each stage that could start a chain (``starts``) but is
+    in none of the ``found`` matches' ``.stages`` and starts none (``match_from`` gives
+    the reason string), in program order (for ``explain``)."""
+    out = []
+    inside = {id(st) for m in found for st in m.stages}
     for i, s in enumerate(stages):
-        if id(s) in inside or isinstance(_contraction(s, allow_transposed=True), str):
+        if id(s) in inside or not starts(s):
             continue
-        m = _match_from(model, stages, i)
+        m = match_from(i)
         if isinstance(m, str):
             out.append(f"{s.name}: {m}")
     return out
+
+
+def detect_chains(model) -> list[ChainMatch]:
+    """Every chain of ``model`` (non-overlapping, in program order)."""
+    stages = _stages(model)
+    return scan_chains(stages, lambda i: _match_from(model, stages, i))
+
+
+def why_not(model) -> list[str]:
+    """For each contraction that starts no chain, the reason (for ``explain``)."""
+    stages = _stages(model)
+    return why_no_chain(
+        stages, detect_chains(model),
+        lambda s: not isinstance(_contraction(s, allow_transposed=True), str),
+        lambda i: _match_from(model, stages, i))

@@ -27,7 +27,6 @@ from typing import Any
 from polycomp import ir
 from polycomp.scheduler.chain import detect as d
 from polycomp.scheduler.chain.detect import ChainMatch
-from polycomp.scheduler.common.contraction import match_contraction
 
 __all__ = ["NpuChain", "detect_npu_chain"]
 
@@ -54,18 +53,10 @@ class NpuChain:
 def _product(stage) -> d._Contr | str:
     """``out[.., m, c] = sum_r a[.., m, r] * b[.., r, c]``, ``a`` and ``b`` of one cube
     dtype (float16 widened to float32, or float32), accumulated in float32."""
-    c = match_contraction(stage)
-    if isinstance(c, str):
-        return c
-    if c.mixed or len(c.reduce_dims) != 1:
-        return "not a single-axis contraction"
-    iters = tuple(stage.iters)
-    if len(iters) < 2:
-        return "fewer than two output dimensions"
-    if stage.output.dtype != "float32":
-        return f"dtype {stage.output.dtype} (the cube accumulates in float32)"
-    *bs, m, n = iters
-    r = c.reduce_dims[0]
+    got = d._single_axis(stage, "the cube accumulates in float32")
+    if isinstance(got, str):
+        return got
+    c, bs, m, n, r = got
     for fa, fb in ((c.a, c.b), (c.b, c.a)):
         if fa.guard is not None or fb.guard is not None:
             continue
