@@ -110,9 +110,12 @@ def _filter(model, stmts) -> str:
     return f"{_params(model)}{{ {body} }}"
 
 
-def _band(model, pieces, coincident: int = 0) -> str:
+def _band(model, pieces, coincident: int | list[int] = 0) -> str:
+    """A permutable band node (YAML) of ``(statement, one expression per member)``
+    ``pieces``; ``coincident``: one flag for every member, or a flag per member."""
     n = len(pieces[0][1])
-    co = ", ".join([str(coincident)] * n)
+    flags = [coincident] * n if isinstance(coincident, int) else coincident
+    co = ", ".join(str(c) for c in flags)
     return (f'schedule: "{_umap(model, pieces)}"\n'
             f"permutable: 1\ncoincident: [ {co} ]\n")
 
@@ -145,6 +148,17 @@ def _filter_node(model, stmts, child: str) -> str:
     return out
 
 
+def marked_schedule(model, mark: str, top: str, inner: str) -> isl.Schedule:
+    """The schedule ``domain -> mark "<mark>" -> <top> -> <inner>`` over ``model``'s
+    whole domain, read by isl from its YAML text: ``top`` a band node (:func:`_band`),
+    ``inner`` the node below it (a sequence, filters, bands).  Legality is the caller's
+    to check (``is_legal``)."""
+    text = (f'domain: "{model.domain}"\nchild:\n'
+            f'  mark: "{mark}"\n  child:\n'
+            + _indent(top + "child:\n" + _indent(inner, 2), 4))
+    return schedule_from_str(text, model.ctx)
+
+
 def fused_tree(plan: ChainPlan, model) -> isl.Schedule:
     """The fused schedule of the module docstring."""
     m: ChainMatch = plan.match
@@ -174,10 +188,7 @@ def fused_tree(plan: ChainPlan, model) -> isl.Schedule:
         inner = _seq([_filter_node(model, [o_init], _leaf_band(model, o_init, nb=nb)),
                       _filter_node(model, rest, lband + "child:\n" + _indent(_seq(leaves), 2)),
                       *(_filter_node(model, [s], _leaf_band(model, s, nb=nb)) for s in after)])
-    text = (f'domain: "{model.domain}"\nchild:\n'
-            f'  mark: "{MARK}:{plan.tm}x{plan.tl}"\n  child:\n'
-            + _indent(top + "child:\n" + _indent(inner, 2), 4))
-    return schedule_from_str(text, model.ctx)
+    return marked_schedule(model, f"{MARK}:{plan.tm}x{plan.tl}", top, inner)
 
 
 class ChainFusePass(Pass):
