@@ -32,16 +32,16 @@ What is checked, on the polyhedral model (isl):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import islpy as isl
 
 from polycomp import ir
 from polycomp.scheduler.chain.detect import (
-    _flows,
+    MiddleStage,
     _loads,
+    _no_flow,
     _readers,
-    _stages,
     _supported_expr,
     scan_chains,
     why_no_chain,
@@ -71,14 +71,9 @@ class ConvStage:
         return self.kh * self.kw
 
 
-@dataclass(frozen=True, eq=False)
-class ConvMiddle:
-    """An elementwise stage between the convolutions: ``out[n, f, y, x] = body`` reading
-    ``prev`` at ``iters``."""
-    stage: Any
-    prev: ir.Buffer
-    out: ir.Buffer
-    iters: tuple[ir.Var, ...]
+#: An elementwise stage between the convolutions: ``out[n, f, y, x] = body`` reading
+#: ``prev`` at ``iters`` (the chains' :class:`~.detect.MiddleStage`).
+ConvMiddle: TypeAlias = MiddleStage
 
 
 @dataclass(frozen=True, eq=False)
@@ -252,24 +247,23 @@ def _match_from(model, stages, i: int) -> ConvChainMatch | str:
     if not _same(c2.w.shape[1], c1.w.shape[0]):
         return "the second convolution's input channels differ from the first's outputs"
     chain.append(stages[j])
-    for a, b in zip(chain, chain[1:]):
-        if not _flows(model, a, b):
-            return f"no flow dependence from {a.name} to {b.name}"
+    why = _no_flow(model, chain)
+    if why is not None:
+        return why
     names = tuple(s.name for s in model.statements if any(s.stage is c for c in chain))
     return ConvChainMatch(c1, c2, tuple(middle), tuple(chain), names)
 
 
 def detect_conv_chains(model) -> list[ConvChainMatch]:
     """Every conv chain of ``model`` (non-overlapping, in program order)."""
-    stages = _stages(model)
-    return scan_chains(stages, lambda i: _match_from(model, stages, i))
+    return scan_chains(model, _match_from)
 
 
 def conv_why_not(model) -> list[str]:
     """For each convolution that starts no conv chain, the reason (for ``explain``)."""
+    return why_no_chain(model, detect_conv_chains(model), _starts_conv, _match_from)
+
+
+def _starts_conv(stage) -> bool:
     from polycomp.scheduler.common.contraction import contraction_class
-    stages = _stages(model)
-    return why_no_chain(
-        stages, detect_conv_chains(model),
-        lambda s: bool(s.reduce_op) and contraction_class(s) == "conv",
-        lambda i: _match_from(model, stages, i))
+    return bool(stage.reduce_op) and contraction_class(stage) == "conv"

@@ -34,7 +34,14 @@ import islpy as isl
 
 from polycomp.scheduler.chain.conv_detect import conv_why_not, detect_conv_chains
 from polycomp.scheduler.chain.conv_plan import ConvChainPlan, make_conv_plan
-from polycomp.scheduler.chain.tree import _band, _dims, _filter_node, _seq, marked_schedule
+from polycomp.scheduler.chain.tree import (
+    _band,
+    _dims,
+    _filter_node,
+    _seq,
+    marked_schedule,
+    only_chain,
+)
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import is_legal
 from polycomp.state import CompileState
@@ -49,16 +56,10 @@ def conv_plan_for(state: CompileState) -> tuple[ConvChainPlan | None, str]:
     """The plan of the model's single conv chain (whatever the decision), or None and
     why there is none."""
     model = state.model
-    chains = detect_conv_chains(model)
-    if not chains:
-        reasons = conv_why_not(model)
-        return None, "; ".join(reasons) if reasons else "no two convolutions in a chain"
-    if len(chains) > 1:
-        return None, f"{len(chains)} conv chains in one kernel (one is fused per kernel)"
-    m = chains[0]
-    if set(m.statements) != {s.name for s in model.statements}:
-        others = sorted({s.name for s in model.statements} - set(m.statements))
-        return None, f"statements outside the conv chain: {', '.join(others)}"
+    m, why = only_chain(model, detect_conv_chains(model), conv_why_not, "conv chain",
+                        "convolutions")
+    if m is None:
+        return None, why
     plan = make_conv_plan(m, model, state.target)
     if not is_legal(conv_fused_tree(plan, model), model.dependences):
         return None, "the fused tree would violate a dependence"

@@ -40,7 +40,7 @@ cannot express.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import islpy as isl
 
@@ -59,16 +59,9 @@ def plan_for(state: CompileState) -> tuple[ChainPlan | None, str]:
     """The plan of the model's single chain, or None and why not."""
     from polycomp.scheduler.chain.detect import why_not
     model = state.model
-    chains = detect_chains(model)
-    if not chains:
-        reasons = why_not(model)
-        return None, "; ".join(reasons) if reasons else "no two contractions in a chain"
-    if len(chains) > 1:
-        return None, f"{len(chains)} chains in one kernel (one is fused per kernel)"
-    m = chains[0]
-    if set(m.statements) != {s.name for s in model.statements}:
-        others = sorted({s.name for s in model.statements} - set(m.statements))
-        return None, f"statements outside the chain: {', '.join(others)}"
+    m, why = only_chain(model, detect_chains(model), why_not, "chain", "contractions")
+    if m is None:
+        return None, why
     if m.dtype != "float32" and getattr(state.target, "kind", None) != "cuda":
         return None, (f"{m.name}: {m.dtype} operands (half-precision chains are fused by the "
                       f"CUDA targets' Tensor Core kernel only)")
@@ -78,6 +71,33 @@ def plan_for(state: CompileState) -> tuple[ChainPlan | None, str]:
     if not is_legal(fused_tree(plan, model), model.dependences):
         return None, "the fused tree would violate a dependence"
     return plan, ""
+
+
+_C = TypeVar("_C", bound="_Chain")
+
+
+class _Chain(Protocol):
+    @property
+    def statements(self) -> tuple[str, ...]: ...
+
+
+def only_chain(model, chains: Sequence[_C], why_not: Callable[[Any], list[str]],
+               kind: str, parts: str) -> tuple[_C | None, str]:
+    """The model's chain when ``chains`` (the ``kind`` chains detected in ``model``) is
+    exactly one that covers every statement of the model (the tree passes fuse a kernel
+    made of the chain alone); else None and why: ``why_not(model)`` joined when there is
+    no chain (``"no two <parts> in a chain"`` when it says nothing), too many chains, or
+    the statements outside the chain."""
+    if not chains:
+        reasons = why_not(model)
+        return None, "; ".join(reasons) if reasons else f"no two {parts} in a chain"
+    if len(chains) > 1:
+        return None, f"{len(chains)} {kind}s in one kernel (one is fused per kernel)"
+    m = chains[0]
+    if set(m.statements) != {s.name for s in model.statements}:
+        others = sorted({s.name for s in model.statements} - set(m.statements))
+        return None, f"statements outside the {kind}: {', '.join(others)}"
+    return m, ""
 
 
 def _dims(stmt) -> list[str]:
