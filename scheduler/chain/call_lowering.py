@@ -2,10 +2,10 @@
 passes (:mod:`.codegen` for batch-matmul chains and :mod:`.conv_codegen` for conv
 chains on the CPU targets, :mod:`.cuda_codegen` on CUDA) share.
 
-* :func:`replace_marked_nest`: the nest under the tree pass's mark becomes one
-  statement (a call of the generated C kernel, or the CUDA kernel's region), and the
-  allocations nothing reads, writes or passes any more (the intermediate, the softmax's
-  arrays) are dropped.
+* :func:`replace_marked_nest` (:func:`lower_to_call` for the C kernels): the nest under
+  the tree pass's mark becomes one statement (a call of the generated C kernel, or the
+  CUDA kernel's region), and the allocations nothing reads, writes or passes any more
+  (the intermediate, the softmax's arrays) are dropped.
 * :func:`stage_inputs`, :func:`input_strides`, :func:`elementwise_lines`: the arrays
   other than the chain's own that the elementwise stages between the two products read
   (a bias, a mask, ...), their row-major strides as C expressions, and the stages as C
@@ -13,28 +13,14 @@ chains on the CPU targets, :mod:`.cuda_codegen` on CUDA) share.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence
+import dataclasses
+from typing import Any, Callable, Sequence
 
 from polycomp import ir
-from polycomp.scheduler.chain.detect import _loads
+from polycomp.scheduler.chain.detect import MiddleStage, _loads
 
-__all__ = ["ElementwiseStage", "buffers_used", "c_safe", "elementwise_lines", "has_mark",
-           "input_strides", "replace_marked_nest", "stage_inputs"]
-
-
-class ElementwiseStage(Protocol):
-    """An elementwise stage of a matched chain (:class:`~.detect.MiddleStage`,
-    :class:`~.conv_detect.ConvMiddle`): ``out[iters] = stage.body``, reading ``prev`` at
-    ``iters``."""
-
-    @property
-    def stage(self) -> Any: ...
-
-    @property
-    def prev(self) -> ir.Buffer: ...
-
-    @property
-    def iters(self) -> tuple[ir.Var, ...]: ...
+__all__ = ["buffers_used", "c_safe", "elementwise_lines", "has_mark",
+           "input_strides", "lower_to_call", "replace_marked_nest", "stage_inputs"]
 
 
 def c_safe(name: str) -> bool:
@@ -103,7 +89,22 @@ def replace_marked_nest(body: ir.Stmt, mark: str, new: ir.Stmt,
     return _DropAlloc().visit(out), r.count
 
 
-def stage_inputs(stages: Sequence[ElementwiseStage]) -> list[ir.Buffer]:
+def lower_to_call(func: ir.LoweredFunc, state, mark: str, name: str, args: tuple,
+                  source: Callable[[], str]) -> ir.LoweredFunc | None:
+    """``func`` with the ``mark`` nests replaced by ``name(args)`` (a call of the
+    generated C function, :func:`replace_marked_nest`, every unused allocation dropped)
+    and ``source()`` recorded as ``name``'s C source in ``state.generated``; None, and
+    nothing recorded, when ``func`` has no such mark.  Assumes ``args`` match the
+    function's parameters (the caller's spec)."""
+    body, count = replace_marked_nest(func.body, mark,
+                                      ir.Evaluate(ir.Call(name, args, "void", pure=False)))
+    if not count:
+        return None
+    state.generated.add(name, source())
+    return dataclasses.replace(func, body=body)
+
+
+def stage_inputs(stages: Sequence[MiddleStage]) -> list[ir.Buffer]:
     """The arrays the elementwise ``stages`` read besides each one's ``prev``: each once
     (by identity), in order of first read (stage order, then the loads' walk order).
     These become extra pointer arguments of the fused kernel, in this order."""
@@ -115,7 +116,7 @@ def stage_inputs(stages: Sequence[ElementwiseStage]) -> list[ir.Buffer]:
     return extra
 
 
-def input_strides(stages: Sequence[ElementwiseStage], buf: ir.Buffer, t_shape: Sequence,
+def input_strides(stages: Sequence[MiddleStage], buf: ir.Buffer, t_shape: Sequence,
                   axis_names: Sequence[str], same: Callable[[Any, Any], bool]
                   ) -> tuple[ir.Load, list[str]] | None:
     """The first load of ``buf`` in ``stages`` and ``buf``'s row-major strides as C
@@ -139,8 +140,8 @@ def input_strides(stages: Sequence[ElementwiseStage], buf: ir.Buffer, t_shape: S
     return ld, [" * ".join(x for x in kinds[p + 1:] if x) or "1" for p in range(len(kinds))]
 
 
-def elementwise_lines(stages: Sequence[ElementwiseStage],
-                      value: Callable[[ElementwiseStage], str]) -> tuple[str, ...] | str:
+def elementwise_lines(stages: Sequence[MiddleStage],
+                      value: Callable[[MiddleStage], str]) -> tuple[str, ...] | str:
     """The C lines ``v = <value(e)>;`` of ``stages`` in order, or why one is not printable
     (the printer's ``ValueError``, ``StopIteration`` or ``KeyError``)."""
     lines = []

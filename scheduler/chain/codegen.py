@@ -12,8 +12,6 @@ in C or an elementwise expression cannot be printed, the nest is kept (a remark 
 """
 from __future__ import annotations
 
-import dataclasses
-
 import islpy as isl
 
 from polycomp import ir
@@ -21,7 +19,7 @@ from polycomp.scheduler.chain.call_lowering import (
     c_safe,
     elementwise_lines,
     input_strides,
-    replace_marked_nest,
+    lower_to_call,
     stage_inputs,
 )
 from polycomp.scheduler.chain.detect import _same_extent
@@ -85,14 +83,12 @@ def chain_calls(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
         return func
     spec, args = got
     name = function_name(spec)
-    body, count = replace_marked_nest(func.body, MARK,
-                                      ir.Evaluate(ir.Call(name, args, "void", pure=False)))
-    if not count:
+    out = lower_to_call(func, state, MARK, name, args, lambda: generate(spec))
+    if out is None:
         return func
-    state.generated.add(name, generate(spec))
     state.note("chain", f"fused kernel {name} (TM={spec.tm}, TL={spec.tl}, isa "
                         f"{spec.isa or 'scalar'})")
-    return dataclasses.replace(func, body=body)
+    return out
 
 
 def sources_for(func: ir.LoweredFunc, state) -> str:

@@ -12,15 +12,13 @@ is kept (a remark says so).  The generated source goes to the compile state
 """
 from __future__ import annotations
 
-import dataclasses
-
 from polycomp import ir
 from polycomp.scheduler.chain.call_lowering import (
     c_safe,
     elementwise_lines,
     has_mark,
     input_strides,
-    replace_marked_nest,
+    lower_to_call,
     stage_inputs,
 )
 from polycomp.scheduler.chain.conv_detect import _same
@@ -89,10 +87,10 @@ def conv_calls(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
         return func
     spec, args = got
     name = conv_function_name(spec)
-    body, _ = replace_marked_nest(func.body, CONV_MARK,
-                                  ir.Evaluate(ir.Call(name, args, "void", pure=False)))
-    state.generated.add(name, generate_conv(spec))
+    out = lower_to_call(func, state, CONV_MARK, name, args, lambda: generate_conv(spec))
+    if out is None:                   # not reached: has_mark above
+        return func
     t = plan.tiles
     state.note("chain", f"fused conv kernel {name} (tile {t.th}x{t.tw}, TF={t.tf}, isa "
                         f"{spec.isa or 'scalar'})")
-    return dataclasses.replace(func, body=body)
+    return out
