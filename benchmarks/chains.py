@@ -59,6 +59,25 @@ QUICK = {"G1", "G4", "G10", "ViT-B", "R3-1a", "R1-3a"}
 GROUPS = ("bmm", "bmm+softmax", "attention", "conv")
 
 
+def attention_kernel(b: int, s: int, d: int, dtype: str = "float32"):
+    """``softmax(Q K^T / sqrt(d)) V`` with ``Q, V: [b, s, d]``, ``K^T: [b, d, s]`` of
+    ``dtype`` (float16/bfloat16: half-precision operands, products accumulated in
+    float32, float32 output), named ``attention`` (``attention_<dtype>`` when not
+    float32)."""
+    import polycomp as pc
+    from polycomp.frontend import ops
+    from polycomp.frontend.dsl import Kernel
+    scale = 1.0 / math.sqrt(d)
+
+    def attn(Q, KT, V):
+        t = ops.batch_matmul(Q, KT, name="T")
+        sc = pc.compute((b, s, s), lambda i, j, k: t[i, j, k] * scale, name="Sc")
+        return ops.batch_matmul(ops.softmax(sc, axis=-1, name="S"), V, name="O")
+    shapes = {"Q": (b, s, d), "KT": (b, d, s), "V": (b, s, d)}
+    return Kernel(attn, name="attention" if dtype == "float32" else "attention_" + dtype,
+                  inputs={k: pc.Tensor[v, dtype] for k, v in shapes.items()})
+
+
 def _kernel(group: str, shape: tuple):
     import polycomp as pc
     from polycomp.frontend import ops
@@ -73,16 +92,7 @@ def _kernel(group: str, shape: tuple):
         return Kernel(convs, name="conv_chain",
                       inputs={k: pc.Tensor[v, "float32"] for k, v in cshapes.items()})
     if group == "attention":
-        b, s, d = shape
-        scale = 1.0 / math.sqrt(d)
-
-        def attn(Q, KT, V):
-            t = ops.batch_matmul(Q, KT, name="T")
-            sc = pc.compute((b, s, s), lambda i, j, k: t[i, j, k] * scale, name="Sc")
-            return ops.batch_matmul(ops.softmax(sc, axis=-1, name="S"), V, name="O")
-        shapes = {"Q": (b, s, d), "KT": (b, d, s), "V": (b, s, d)}
-        return Kernel(attn, name="attention",
-                      inputs={k: pc.Tensor[v, "float32"] for k, v in shapes.items()})
+        return attention_kernel(*shape)
     b, m, n, k, l = shape  # noqa: E741
     softmax = group == "bmm+softmax"
 
@@ -113,10 +123,50 @@ def _np_conv(x, w, pad: int):
     return np.ascontiguousarray(np.einsum("nchwij,fcij->nfhw", win, w, optimize=True))
 
 
-def _conv_case(name: str, shape: tuple, target: str, repeat: int, threads: int) -> dict:
+def _measure(head: dict, flops: float, fused, unfused, np_fn, arrays: list, torch_op,
+             threads: int, repeat: int, note: str = "") -> dict:
+    """One benchmark row: ``head``'s entries, then ``max_rel_err`` (``fused`` against
+    ``np_fn``: max abs difference over ``max(1, max |reference|)``), the fused kernel's
+    best and median time and GFLOP/s (``flops``), and for each peer (``unfused``,
+    ``numpy``, and ``torch`` when it imports: ``torch_op(torch, tensors)`` under
+    ``no_grad`` on ``threads`` threads) its best time and the best and median ratios to
+    the fused kernel, all timed in one :func:`~polycomp.benchmarks.cpu._timeit` run of
+    ``repeat`` rounds.  Prints the row's summary line (``note`` after the time)."""
     import numpy as np
 
     from polycomp.benchmarks.cpu import _timeit
+    ref = np_fn()
+    out = fused(*arrays)
+    err = float(np.max(np.abs(out - ref)) / max(1.0, float(np.max(np.abs(ref)))))
+    fns = [lambda: fused(*arrays), lambda: unfused(*arrays), np_fn]
+    peers = ["unfused", "numpy"]
+    try:
+        import torch
+        torch.set_num_threads(threads)
+        ta = [torch.from_numpy(a) for a in arrays]
+
+        def torch_fn():
+            with torch.no_grad():
+                return torch_op(torch, ta)
+        fns.append(torch_fn)
+        peers.append("torch")
+    except ImportError:
+        pass
+    times = _timeit(fns, repeat)
+    row = {**head, "max_rel_err": err, "fused_ms": times[0] * 1e3,
+           "fused_median_ms": times[0].median * 1e3, "fused_GFLOPs": flops / times[0] / 1e9}
+    for p, t in zip(peers, times[1:]):
+        row[f"{p}_ms"] = t * 1e3
+        row[f"x_{p}"] = t / times[0]
+        row[f"x_{p}_median"] = t.median / times[0].median
+    print(f"  {head['group']:12s} {head['case']:5s} fused {row['fused_ms']:8.3f} ms {note}"
+          + " ".join(f"x{p} {row[f'x_{p}']:5.2f}" for p in peers), file=sys.stderr, flush=True)
+    return row
+
+
+def _conv_case(name: str, shape: tuple, target: str, repeat: int, threads: int) -> dict:
+    import numpy as np
+
     from polycomp.driver import build, compile_kernel
     from polycomp.scheduler.chain.conv_plan import FORCE_ENV
     n, c, hw, f1, k1, f2, k2 = shape
@@ -141,37 +191,15 @@ def _conv_case(name: str, shape: tuple, target: str, repeat: int, threads: int) 
     def np_fn():
         x, w1, w2 = arrays
         return _np_conv(np.maximum(_np_conv(x, w1, (k1 - 1) // 2), 0), w2, (k2 - 1) // 2)
-    ref = np_fn()
-    out = fused(*arrays)
-    err = float(np.max(np.abs(out - ref)) / max(1.0, float(np.max(np.abs(ref)))))
-    fns = [lambda: fused(*arrays), lambda: unfused(*arrays), np_fn]
-    peers = ["unfused", "numpy"]
-    try:
-        import torch
-        import torch.nn.functional as tf
-        torch.set_num_threads(threads)
-        ta = [torch.from_numpy(a) for a in arrays]
 
-        def torch_fn():
-            with torch.no_grad():
-                t = torch.relu(tf.conv2d(ta[0], ta[1], padding=(k1 - 1) // 2))
-                return tf.conv2d(t, ta[2], padding=(k2 - 1) // 2)
-        fns.append(torch_fn)
-        peers.append("torch")
-    except ImportError:
-        pass
-    times = _timeit(fns, repeat)
-    row = {"group": "conv", "case": name, "shape": list(shape), "fused": fused_ok,
-           "model_fuses": model_fuse, "max_rel_err": err, "fused_ms": times[0] * 1e3,
-           "fused_median_ms": times[0].median * 1e3, "fused_GFLOPs": flops / times[0] / 1e9}
-    for p, t in zip(peers, times[1:]):
-        row[f"{p}_ms"] = t * 1e3
-        row[f"x_{p}"] = t / times[0]
-        row[f"x_{p}_median"] = t.median / times[0].median
-    print(f"  conv         {name:5s} fused {row['fused_ms']:8.3f} ms model "
-          f"{'fuse' if model_fuse else 'keep'} "
-          + " ".join(f"x{p} {row[f'x_{p}']:5.2f}" for p in peers), file=sys.stderr, flush=True)
-    return row
+    def torch_op(torch, ta):
+        tf = torch.nn.functional
+        t = torch.relu(tf.conv2d(ta[0], ta[1], padding=(k1 - 1) // 2))
+        return tf.conv2d(t, ta[2], padding=(k2 - 1) // 2)
+    head = {"group": "conv", "case": name, "shape": list(shape), "fused": fused_ok,
+            "model_fuses": model_fuse}
+    return _measure(head, flops, fused, unfused, np_fn, arrays, torch_op, threads, repeat,
+                    f"model {'fuse' if model_fuse else 'keep'} ")
 
 
 def _case(group: str, name: str, shape: tuple, target: str, repeat: int, threads: int) -> dict:
@@ -179,7 +207,6 @@ def _case(group: str, name: str, shape: tuple, target: str, repeat: int, threads
     if group == "conv":
         return _conv_case(name, shape, target, repeat, threads)
 
-    from polycomp.benchmarks.cpu import _timeit
     from polycomp.driver import build, compile_kernel
     rng = np.random.default_rng(0)
     if group == "attention":
@@ -208,40 +235,16 @@ def _case(group: str, name: str, shape: tuple, target: str, repeat: int, threads
     fused_ok = "pc_chain_" in ck.source
     fused = build(kernel, target)
     unfused = build(kernel, target, {"chain": False})
-    ref = np_fn()
-    out = fused(*arrays)
-    err = float(np.max(np.abs(out - ref)) / max(1.0, float(np.max(np.abs(ref)))))
-    fns = [lambda: fused(*arrays), lambda: unfused(*arrays), np_fn]
-    peers = ["unfused", "numpy"]
-    try:
-        import torch
-        torch.set_num_threads(threads)
-        ta = [torch.from_numpy(a) for a in arrays]
-        if group == "attention":
-            def torch_fn():
-                with torch.no_grad():
-                    return torch.bmm(torch.softmax(torch.bmm(ta[0], ta[1]) * float(scale), -1),
-                                     ta[2])
-        else:
-            def torch_fn():
-                with torch.no_grad():
-                    t = torch.bmm(ta[0], ta[1])
-                    return torch.bmm(torch.softmax(t, -1) if sm else t, ta[2])
-        fns.append(torch_fn)
-        peers.append("torch")
-    except ImportError:
-        pass
-    times = _timeit(fns, repeat)
-    row = {"group": group, "case": name, "shape": list(shape), "fused": fused_ok,
-           "max_rel_err": err, "fused_ms": times[0] * 1e3, "fused_median_ms": times[0].median * 1e3,
-           "fused_GFLOPs": flops / times[0] / 1e9}
-    for p, t in zip(peers, times[1:]):
-        row[f"{p}_ms"] = t * 1e3
-        row[f"x_{p}"] = t / times[0]
-        row[f"x_{p}_median"] = t.median / times[0].median
-    print(f"  {group:12s} {name:5s} fused {row['fused_ms']:8.3f} ms "
-          + " ".join(f"x{p} {row[f'x_{p}']:5.2f}" for p in peers), file=sys.stderr, flush=True)
-    return row
+
+    if group == "attention":
+        def torch_op(torch, ta):
+            return torch.bmm(torch.softmax(torch.bmm(ta[0], ta[1]) * float(scale), -1), ta[2])
+    else:
+        def torch_op(torch, ta):
+            t = torch.bmm(ta[0], ta[1])
+            return torch.bmm(torch.softmax(t, -1) if sm else t, ta[2])
+    head = {"group": group, "case": name, "shape": list(shape), "fused": fused_ok}
+    return _measure(head, flops, fused, unfused, np_fn, arrays, torch_op, threads, repeat)
 
 
 def _geomean(xs: list[float]) -> float:

@@ -39,23 +39,8 @@ def _kernel(b: int, s: int, d: int, dtype: str = "float32"):
     """The attention kernel of ``polycomp bench chains`` at ``(b, s, d)``; with
     ``dtype`` float16/bfloat16 the same DSL with half-precision ``Q, K^T, V`` (products
     accumulated in float32, output float32: the Tensor Core chain kernel)."""
-    import math
-
-    import polycomp as pc
-    from polycomp.benchmarks.chains import _kernel as chain_kernel
-    from polycomp.frontend import ops
-    from polycomp.frontend.dsl import Kernel
-    if dtype == "float32":
-        return chain_kernel("attention", (b, s, d))
-    scale = 1.0 / math.sqrt(d)
-
-    def attn(Q, KT, V):
-        t = ops.batch_matmul(Q, KT, name="T")
-        sc = pc.compute((b, s, s), lambda i, j, k: t[i, j, k] * scale, name="Sc")
-        return ops.batch_matmul(ops.softmax(sc, axis=-1, name="S"), V, name="O")
-    shapes = {"Q": (b, s, d), "KT": (b, d, s), "V": (b, s, d)}
-    return Kernel(attn, name="attention_" + dtype,
-                  inputs={k: pc.Tensor[v, dtype] for k, v in shapes.items()})
+    from polycomp.benchmarks.chains import attention_kernel
+    return attention_kernel(b, s, d, dtype)
 
 
 def _ptxas(source: str) -> dict:

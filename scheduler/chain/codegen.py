@@ -15,15 +15,19 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp import ir
+from polycomp.scheduler.chain.call_lowering import (
+    c_safe,
+    elementwise_lines,
+    input_strides,
+    lower_to_call,
+    stage_inputs,
+)
+from polycomp.scheduler.chain.detect import _same_extent
 from polycomp.scheduler.chain.kernel import KernelSpec, c_value, function_name, generate
 from polycomp.scheduler.chain.plan import ChainPlan
 from polycomp.scheduler.chain.tree import MARK, plan_for
 
 __all__ = ["chain_calls", "sources_for"]
-
-def _c_safe(name: str) -> bool:
-    from polycomp.hw.cpu.lowp import _c_safe as safe
-    return bool(safe(name))
 
 
 def _extent_expr(stmt, k: int, model) -> ir.Expr:
@@ -43,62 +47,27 @@ def _spec_and_args(plan: ChainPlan, model, isa: str) -> tuple[KernelSpec, tuple]
         batch = ir.Binary("*", batch, _extent_expr(upd1, k, model), "int64")
     M, L, K = (_extent_expr(upd1, nb + j, model) for j in range(3))
     N = _extent_expr(upd2, nb + 1, model)
-    extra: list[ir.Buffer] = []
-    for e in m.elementwise:
-        for ld in _loads(e.stage.body):
-            if ld.buffer is not e.prev and all(ld.buffer is not b for b in extra):
-                extra.append(ld.buffer)
+    extra = stage_inputs(m.elementwise)
     bufs = (m.x, m.y, m.z, m.out, *extra)
-    if not all(_c_safe(b.name) for b in bufs):
+    if not all(c_safe(b.name) for b in bufs):
         return "an array name the C printer renames"
     names = {id(b): b.name for b in extra}
     strides: dict[str, list[str]] = {}
-    t_shape = m.t.shape
+    # each dimension is one of the stage's iterators (batch ones strided by the kernel)
+    axes = ("",) * nb + ("M", "L")
     for b in extra:
-        # each dimension is one of the stage's iterators; its extent must be the chain's
-        kinds = []
-        e0 = next(e for e in m.elementwise if any(
-            isinstance(n, ir.Load) and n.buffer is b for n in _loads(e.stage.body)))
-        ld = next(n for n in _loads(e0.stage.body) if n.buffer is b)
-        for pos, idx in enumerate(ld.indices):
-            k = next(i for i, v in enumerate(e0.iters) if v is idx)
-            if not ir.structural_equal(b.shape[pos], t_shape[k]) if not isinstance(
-                    b.shape[pos], int) else b.shape[pos] != t_shape[k]:
-                return f"{b.name}'s shape differs from the scores'"
-            kinds.append("b" if k < nb else "M" if k == nb else "L")
-        st = []
-        for pos in range(len(kinds)):
-            later = [x for x in kinds[pos + 1:] if x != "b"]
-            st.append(" * ".join(later) or "1")
-        strides[b.name] = st
-    lines = []
-    try:
-        for e in m.elementwise:
-            lines.append(f"v = {c_value(e.stage.body, e.prev, e.iters, names, strides, nb)};")
-    except (ValueError, StopIteration, KeyError) as exc:
-        return f"elementwise stage not printable ({exc})"
-    spec = KernelSpec(isa, plan.tm, plan.tl, plan.mr, plan.nv, tuple(lines),
+        got = input_strides(m.elementwise, b, m.t.shape, axes, _same_extent)
+        if got is None:
+            return f"{b.name}'s shape differs from the scores'"
+        strides[b.name] = got[1]
+    lines = elementwise_lines(m.elementwise, lambda e: c_value(
+        e.stage.body, e.prev, e.iters, names, strides, nb))
+    if isinstance(lines, str):
+        return lines
+    spec = KernelSpec(isa, plan.tm, plan.tl, plan.mr, plan.nv, lines,
                       tuple(b.name for b in extra), m.has_softmax, m.y_transposed)
     args = (batch, M, N, K, L) + tuple(ir.Var(b.name, "handle") for b in bufs)
     return spec, args
-
-
-def _loads(e: ir.Expr) -> list[ir.Load]:
-    out: list[ir.Load] = []
-    ir.walk(e, lambda n: out.append(n) if isinstance(n, ir.Load) else None)
-    return out
-
-
-def _buffers_used(s: ir.Stmt) -> set[str]:
-    used: set[str] = set()
-
-    def visit(n):
-        if isinstance(n, (ir.Load, ir.Store)):
-            used.add(n.buffer.name)
-        if isinstance(n, ir.Var) and n.dtype == "handle":
-            used.add(n.name)
-    ir.walk(s, visit)
-    return used
 
 
 def chain_calls(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
@@ -114,33 +83,12 @@ def chain_calls(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
         return func
     spec, args = got
     name = function_name(spec)
-
-    class _Replace(ir.Mutator):
-        count = 0
-
-        def visit_AttrStmt(self, s):
-            if s.key != MARK:
-                return self.generic(s)
-            self.count += 1
-            return ir.Evaluate(ir.Call(name, args, "void", pure=False))
-
-    r = _Replace()
-    body = r.visit(func.body)
-    if not r.count:
+    out = lower_to_call(func, state, MARK, name, args, lambda: generate(spec))
+    if out is None:
         return func
-    state.generated.add(name, generate(spec))
-    used = _buffers_used(body)
-
-    class _DropAlloc(ir.Mutator):
-        def visit_Allocate(self, s):
-            inner = self.visit(s.body)
-            return inner if s.buffer.name not in used else ir.Allocate(s.buffer, inner)
-
-    body = _DropAlloc().visit(body)
     state.note("chain", f"fused kernel {name} (TM={spec.tm}, TL={spec.tl}, isa "
                         f"{spec.isa or 'scalar'})")
-    import dataclasses
-    return dataclasses.replace(func, body=body)
+    return out
 
 
 def sources_for(func: ir.LoweredFunc, state) -> str:

@@ -12,10 +12,15 @@ is kept (a remark says so).  The generated source goes to the compile state
 """
 from __future__ import annotations
 
-import dataclasses
-
 from polycomp import ir
-from polycomp.scheduler.chain.codegen import _buffers_used, _c_safe, _loads
+from polycomp.scheduler.chain.call_lowering import (
+    c_safe,
+    elementwise_lines,
+    has_mark,
+    input_strides,
+    lower_to_call,
+    stage_inputs,
+)
 from polycomp.scheduler.chain.conv_detect import _same
 from polycomp.scheduler.chain.conv_kernel import (
     ConvKernelSpec,
@@ -25,6 +30,7 @@ from polycomp.scheduler.chain.conv_kernel import (
 )
 from polycomp.scheduler.chain.conv_plan import ConvChainPlan
 from polycomp.scheduler.chain.conv_tree import CONV_MARK, conv_plan_for
+from polycomp.scheduler.chain.detect import _loads
 
 __all__ = ["conv_calls"]
 
@@ -38,40 +44,28 @@ def _arg(e) -> ir.Expr:
 def _spec_and_args(plan: ConvChainPlan, isa: str) -> tuple[ConvKernelSpec, tuple] | str:
     m = plan.match
     a, b = m.first, m.second
-    extra: list[ir.Buffer] = []
-    for e in m.middle:
-        for ld in _loads(e.stage.body):
-            if ld.buffer is not e.prev and all(ld.buffer is not x for x in extra):
-                extra.append(ld.buffer)
+    extra = stage_inputs(m.middle)
     bufs = (a.x, a.w, b.w, b.out, *extra)
-    if not all(_c_safe(x.name) for x in bufs):
+    if not all(c_safe(x.name) for x in bufs):
         return "an array name the C printer renames"
     names = {id(x): x.name for x in extra}
     strides: dict[str, list[str]] = {}
-    t_shape = m.t.shape
     for x in extra:
-        e0 = next(e for e in m.middle if any(ld.buffer is x for ld in _loads(e.stage.body)))
-        ld = next(n for n in _loads(e0.stage.body) if n.buffer is x)
-        kinds = []
-        for pos, idx in enumerate(ld.indices):
-            k = next(i for i, v in enumerate(e0.iters) if v is idx)
-            if not _same(x.shape[pos], t_shape[k]):
-                return f"{x.name}'s extents differ from the intermediate's"
-            kinds.append(_EXTENT_NAMES[k])
-        strides[x.name] = [" * ".join(kinds[p + 1:]) or "1" for p in range(len(kinds))]
+        got = input_strides(m.middle, x, m.t.shape, _EXTENT_NAMES, _same)
+        if got is None:
+            return f"{x.name}'s extents differ from the intermediate's"
+        ld, strides[x.name] = got
         if any(len({id(v) for v in ld2.indices}) != len(ld2.indices) or not all(
                 ld2.indices[p] is ld.indices[p] for p in range(len(ld.indices)))
                for e in m.middle for ld2 in _loads(e.stage.body) if ld2.buffer is x):
             return f"{x.name} is read at different points"
-    lines = []
-    try:
-        for e in m.middle:
-            lines.append(f"v = {c_value_conv(e.stage.body, e.prev, e.iters, names, strides)};")
-    except (ValueError, StopIteration, KeyError) as exc:
-        return f"elementwise stage not printable ({exc})"
+    lines = elementwise_lines(m.middle, lambda e: c_value_conv(
+        e.stage.body, e.prev, e.iters, names, strides))
+    if isinstance(lines, str):
+        return lines
     t = plan.tiles
     spec = ConvKernelSpec(isa, t.th, t.tw, t.tf, plan.mr, plan.nv, a.kh, a.kw, a.ph, a.pw,
-                          b.kh, b.kw, b.ph, b.pw, tuple(lines), tuple(x.name for x in extra))
+                          b.kh, b.kw, b.ph, b.pw, lines, tuple(x.name for x in extra))
     nb, c, h, w = a.x.shape
     _, f1, h1, w1 = m.t.shape
     _, f2, h2, w2 = b.out.shape
@@ -82,8 +76,7 @@ def _spec_and_args(plan: ConvChainPlan, isa: str) -> tuple[ConvKernelSpec, tuple
 
 def conv_calls(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """Replace the ``conv_chain_fused`` nest by the kernel's call (module docstring)."""
-    if not any(isinstance(n, ir.AttrStmt) and n.key == CONV_MARK
-               for n in _attrs(func.body)):
+    if not has_mark(func.body, CONV_MARK):
         return func
     plan, _ = conv_plan_for(state)
     if plan is None:
@@ -94,30 +87,10 @@ def conv_calls(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
         return func
     spec, args = got
     name = conv_function_name(spec)
-
-    class _Replace(ir.Mutator):
-        def visit_AttrStmt(self, s):
-            if s.key != CONV_MARK:
-                return self.generic(s)
-            return ir.Evaluate(ir.Call(name, args, "void", pure=False))
-
-    body = _Replace().visit(func.body)
-    state.generated.add(name, generate_conv(spec))
-    used = _buffers_used(body)
-
-    class _DropAlloc(ir.Mutator):
-        def visit_Allocate(self, s):
-            inner = self.visit(s.body)
-            return inner if s.buffer.name not in used else ir.Allocate(s.buffer, inner)
-
-    body = _DropAlloc().visit(body)
+    out = lower_to_call(func, state, CONV_MARK, name, args, lambda: generate_conv(spec))
+    if out is None:                   # not reached: has_mark above
+        return func
     t = plan.tiles
     state.note("chain", f"fused conv kernel {name} (tile {t.th}x{t.tw}, TF={t.tf}, isa "
                         f"{spec.isa or 'scalar'})")
-    return dataclasses.replace(func, body=body)
-
-
-def _attrs(s) -> list:
-    out: list = []
-    ir.walk(s, lambda n: out.append(n) if isinstance(n, ir.AttrStmt) else None)
     return out

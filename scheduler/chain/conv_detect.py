@@ -32,12 +32,21 @@ What is checked, on the polyhedral model (isl):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import islpy as isl
 
 from polycomp import ir
-from polycomp.scheduler.chain.detect import _flows, _loads, _readers, _supported_expr
+from polycomp.scheduler.chain.detect import (
+    MiddleStage,
+    _loads,
+    _no_flow,
+    _readers,
+    _supported_expr,
+    scan_chains,
+    why_no_chain,
+)
+from polycomp.scheduler.chain.tree import _params
 from polycomp.scheduler.common.contraction import match_contraction
 
 __all__ = ["ConvStage", "ConvChainMatch", "ConvMiddle", "detect_conv_chains",
@@ -62,14 +71,9 @@ class ConvStage:
         return self.kh * self.kw
 
 
-@dataclass(frozen=True, eq=False)
-class ConvMiddle:
-    """An elementwise stage between the convolutions: ``out[n, f, y, x] = body`` reading
-    ``prev`` at ``iters``."""
-    stage: Any
-    prev: ir.Buffer
-    out: ir.Buffer
-    iters: tuple[ir.Var, ...]
+#: An elementwise stage between the convolutions: ``out[n, f, y, x] = body`` reading
+#: ``prev`` at ``iters`` (the chains' :class:`~.detect.MiddleStage`).
+ConvMiddle: TypeAlias = MiddleStage
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,14 +103,6 @@ class ConvChainMatch:
 
 def _update(model, stage):
     return next((s for s in model.statements if s.stage is stage and s.kind == "update"), None)
-
-
-def _params(model) -> str:
-    n = model.context.dim(isl.dim_type.param)
-    if not n:
-        return ""
-    return "[" + ", ".join(model.context.get_dim_name(isl.dim_type.param, k)
-                           for k in range(n)) + "] -> "
 
 
 def _box(model, buf: ir.Buffer) -> isl.Set | None:
@@ -215,13 +211,6 @@ def _middle(stage, prev: ir.Buffer) -> ConvMiddle | None:
     return ConvMiddle(stage, prev, stage.output.buffer, iters)
 
 
-def _stages(model) -> tuple:
-    stages = getattr(model.graph, "stages", None)
-    if not stages or not all(hasattr(s, "reduce_op") and hasattr(s, "output") for s in stages):
-        return ()
-    return tuple(stages)
-
-
 def _same(a, b) -> bool:
     if isinstance(a, int) or isinstance(b, int):
         return _const(a) == _const(b)
@@ -258,35 +247,23 @@ def _match_from(model, stages, i: int) -> ConvChainMatch | str:
     if not _same(c2.w.shape[1], c1.w.shape[0]):
         return "the second convolution's input channels differ from the first's outputs"
     chain.append(stages[j])
-    for a, b in zip(chain, chain[1:]):
-        if not _flows(model, a, b):
-            return f"no flow dependence from {a.name} to {b.name}"
+    why = _no_flow(model, chain)
+    if why is not None:
+        return why
     names = tuple(s.name for s in model.statements if any(s.stage is c for c in chain))
     return ConvChainMatch(c1, c2, tuple(middle), tuple(chain), names)
 
 
 def detect_conv_chains(model) -> list[ConvChainMatch]:
     """Every conv chain of ``model`` (non-overlapping, in program order)."""
-    stages, out, i = _stages(model), [], 0
-    while i < len(stages):
-        m = _match_from(model, stages, i)
-        if isinstance(m, ConvChainMatch):
-            out.append(m)
-            i += len(m.stages)
-        else:
-            i += 1
-    return out
+    return scan_chains(model, _match_from)
 
 
 def conv_why_not(model) -> list[str]:
     """For each convolution that starts no conv chain, the reason (for ``explain``)."""
+    return why_no_chain(model, detect_conv_chains(model), _starts_conv, _match_from)
+
+
+def _starts_conv(stage) -> bool:
     from polycomp.scheduler.common.contraction import contraction_class
-    stages, out = _stages(model), []
-    inside = {id(st) for m in detect_conv_chains(model) for st in m.stages}
-    for i, s in enumerate(stages):
-        if id(s) in inside or not s.reduce_op or contraction_class(s) != "conv":
-            continue
-        m = _match_from(model, stages, i)
-        if isinstance(m, str):
-            out.append(f"{s.name}: {m}")
-    return out
+    return bool(stage.reduce_op) and contraction_class(stage) == "conv"

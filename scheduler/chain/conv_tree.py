@@ -34,9 +34,16 @@ import islpy as isl
 
 from polycomp.scheduler.chain.conv_detect import conv_why_not, detect_conv_chains
 from polycomp.scheduler.chain.conv_plan import ConvChainPlan, make_conv_plan
-from polycomp.scheduler.chain.tree import _dims, _filter_node, _indent, _params, _seq
+from polycomp.scheduler.chain.tree import (
+    _band,
+    _dims,
+    _filter_node,
+    _seq,
+    marked_schedule,
+    only_chain,
+)
 from polycomp.scheduler.common.pass_base import Pass
-from polycomp.scheduler.common.tree import is_legal, schedule_from_str
+from polycomp.scheduler.common.tree import is_legal
 from polycomp.state import CompileState
 
 __all__ = ["ConvChainFusePass", "CONV_MARK", "conv_fused_tree", "conv_plan_for",
@@ -49,31 +56,14 @@ def conv_plan_for(state: CompileState) -> tuple[ConvChainPlan | None, str]:
     """The plan of the model's single conv chain (whatever the decision), or None and
     why there is none."""
     model = state.model
-    chains = detect_conv_chains(model)
-    if not chains:
-        reasons = conv_why_not(model)
-        return None, "; ".join(reasons) if reasons else "no two convolutions in a chain"
-    if len(chains) > 1:
-        return None, f"{len(chains)} conv chains in one kernel (one is fused per kernel)"
-    m = chains[0]
-    if set(m.statements) != {s.name for s in model.statements}:
-        others = sorted({s.name for s in model.statements} - set(m.statements))
-        return None, f"statements outside the conv chain: {', '.join(others)}"
+    m, why = only_chain(model, detect_conv_chains(model), conv_why_not, "conv chain",
+                        "convolutions")
+    if m is None:
+        return None, why
     plan = make_conv_plan(m, model, state.target)
     if not is_legal(conv_fused_tree(plan, model), model.dependences):
         return None, "the fused tree would violate a dependence"
     return plan, ""
-
-
-def _band(model, pieces, coincident: list[int]) -> str:
-    n = len(pieces[0][1])
-    members = []
-    for k in range(n):
-        body = "; ".join(f"{s.name}[{', '.join(_dims(s))}] -> [({e[k]})]" for s, e in pieces)
-        members.append(f"{{ {body} }}")
-    co = ", ".join(str(c) for c in coincident)
-    return (f'schedule: "{_params(model)}[{", ".join(members)}]"\n'
-            f"permutable: 1\ncoincident: [ {co} ]\n")
 
 
 def conv_fused_tree(plan: ConvChainPlan, model) -> isl.Schedule:
@@ -92,10 +82,7 @@ def conv_fused_tree(plan: ConvChainPlan, model) -> isl.Schedule:
     leaves = [_filter_node(model, [s], _band(model, [(s, _dims(s)[1:])],
                                              [0] * (len(_dims(s)) - 1))) for s in stmts]
     inner = _seq(leaves)
-    text = (f'domain: "{model.domain}"\nchild:\n'
-            f'  mark: "{CONV_MARK}:{t.th}x{t.tw}x{t.tf}"\n  child:\n'
-            + _indent(top + "child:\n" + _indent(inner, 2), 4))
-    return schedule_from_str(text, model.ctx)
+    return marked_schedule(model, f"{CONV_MARK}:{t.th}x{t.tw}x{t.tf}", top, inner)
 
 
 class ConvChainFusePass(Pass):

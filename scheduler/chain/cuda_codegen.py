@@ -26,6 +26,7 @@ from typing import TypeAlias
 
 from polycomp import ir
 from polycomp.hw.cuda.target import STATIC_SHARED
+from polycomp.scheduler.chain.call_lowering import replace_marked_nest
 from polycomp.scheduler.chain.cuda_gate import why_not_fuse
 from polycomp.scheduler.chain.cuda_kernel import ALPHA, CudaChainTiles, build_kernel, cuda_tiles
 from polycomp.scheduler.chain.movement_model import plan_levels
@@ -93,16 +94,6 @@ class CudaChainFusePass(Pass):
         return fused
 
 
-def _buffers_used(s: ir.Stmt) -> set[str]:
-    used: set[str] = set()
-
-    def visit(n):
-        if isinstance(n, (ir.Load, ir.Store)):
-            used.add(n.buffer.name)
-    ir.walk(s, visit)
-    return used
-
-
 def chain_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """Replace the ``chain_fused`` mark's nest by the fused kernel (module docstring)."""
     plan, tiles = cuda_plan(state)
@@ -110,30 +101,11 @@ def chain_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
         return func
     kernel = build_tc_kernel(plan, tiles) if isinstance(tiles, TcChainTiles) \
         else build_kernel(plan, tiles)
-
-    class _Replace(ir.Mutator):
-        count = 0
-
-        def visit_AttrStmt(self, s):
-            if s.key != MARK:
-                return self.generic(s)
-            self.count += 1
-            return kernel
-
-    r = _Replace()
-    body = r.visit(func.body)
-    if r.count != 1:
+    # only global allocations are dropped (shared and local ones stay as they are)
+    body, count = replace_marked_nest(func.body, MARK, kernel,
+                                      lambda b: b.scope == "global")
+    if count != 1:
         return func
-    used = _buffers_used(body)
-
-    class _DropAlloc(ir.Mutator):
-        def visit_Allocate(self, s):
-            inner = self.visit(s.body)
-            if s.buffer.scope == "global" and s.buffer.name not in used:
-                return inner
-            return ir.Allocate(s.buffer, inner)
-
-    body = _DropAlloc().visit(body)
     if isinstance(tiles, TcChainTiles):
         state.note("chain-cuda", f"fused Tensor Core kernel ({tiles.dtype}, mma.sync m16n8k16, "
                                  f"f32 accumulators): TM={tiles.tm} TL={tiles.tl} "

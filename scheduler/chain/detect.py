@@ -38,7 +38,7 @@ What is checked, on the polyhedral model:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 from polycomp import ir
 from polycomp.scheduler.common.contraction import match_contraction
@@ -49,7 +49,8 @@ __all__ = ["ChainMatch", "MiddleStage", "detect_chains", "why_not"]
 @dataclass(frozen=True, eq=False)
 class MiddleStage:
     """One elementwise stage between the contractions: ``out[b, m, l] = body`` where
-    ``body`` reads ``prev`` at ``(b, m, l)`` (``iters``)."""
+    ``body`` reads ``prev`` at ``(b, m, l)`` (``iters``); between two convolutions
+    (:mod:`.conv_detect`), ``out[n, f, y, x]`` likewise."""
     stage: object
     prev: ir.Buffer
     out: ir.Buffer
@@ -122,9 +123,12 @@ def _operand_ok(f) -> bool:
     return d == "float32"
 
 
-def _contraction(stage, allow_transposed: bool = False) -> _Contr | str:
-    """The product ``out[.., m, c] = sum_r a[.., m, r] * b[.., r, c]`` (with
-    ``allow_transposed``, also ``b`` stored ``[.., c, r]``: ``Q K^T`` with ``K[.., l, k]``)."""
+def _single_axis(stage, why_float32: str) -> tuple[Any, list, Any, Any, Any] | str:
+    """``stage``'s contraction (:func:`match_contraction`) as ``(c, bs, m, n, r)`` when
+    it is a sum of products over one reduction axis ``r`` (not mixed), with at least two
+    output dimensions ``(*bs, m, n)`` and a float32 output; else why not (a float32
+    output missing: ``"dtype .. (<why_float32>)"``).  The operands' access patterns are
+    not checked (the callers' matter)."""
     c = match_contraction(stage)
     if isinstance(c, str):
         return c
@@ -134,9 +138,18 @@ def _contraction(stage, allow_transposed: bool = False) -> _Contr | str:
     if len(iters) < 2:
         return "fewer than two output dimensions"
     if stage.output.dtype != "float32":
-        return f"dtype {stage.output.dtype} (fused chains are float32)"
+        return f"dtype {stage.output.dtype} ({why_float32})"
     *bs, m, n = iters
-    r = c.reduce_dims[0]
+    return c, bs, m, n, c.reduce_dims[0]
+
+
+def _contraction(stage, allow_transposed: bool = False) -> _Contr | str:
+    """The product ``out[.., m, c] = sum_r a[.., m, r] * b[.., r, c]`` (with
+    ``allow_transposed``, also ``b`` stored ``[.., c, r]``: ``Q K^T`` with ``K[.., l, k]``)."""
+    got = _single_axis(stage, "fused chains are float32")
+    if isinstance(got, str):
+        return got
+    c, bs, m, n, r = got
     found_dtype = False
     for transposed in (False, True) if allow_transposed else (False,):
         for fa, fb in ((c.a, c.b), (c.b, c.a)):
@@ -281,6 +294,33 @@ def _flows(model, src_stage, dst_stage) -> bool:
                and m.get_tuple_name(isl.dim_type.out) in dst for m in maps(model.flow))
 
 
+def _no_flow(model, chain: Sequence) -> str | None:
+    """Why ``chain`` (stages in order) is no chain of flow dependences: the first
+    consecutive pair without one (:func:`_flows`), or None when every pair has one."""
+    for a, b in zip(chain, chain[1:]):
+        if not _flows(model, a, b):
+            return f"no flow dependence from {a.name} to {b.name}"
+    return None
+
+
+def _second_product(stages, j: int, prev: ir.Buffer, nb: int, outs: set,
+                    product: Callable[[Any], _Contr | str]) -> _Contr | str:
+    """The second contraction ``product(stages[j])`` when it reads the intermediate
+    ``prev`` as its left operand over the same ``nb`` batch dimensions, ``prev`` being no
+    kernel output (``outs``: the outputs' buffer ids) and read by ``stages[j]`` alone;
+    else why not."""
+    if id(prev) in outs:
+        return f"the intermediate {prev.name} is a kernel output"
+    if _readers(stages, prev) != [stages[j]]:
+        return f"{prev.name} is not read by the next stage alone"
+    c2 = product(stages[j])
+    if isinstance(c2, str):
+        return f"the stage after the first contraction: {c2}"
+    if c2.a is not prev or c2.nb != nb:
+        return "the second contraction does not read the intermediate as its left operand"
+    return c2
+
+
 def _batch_extents_equal(model, c1: _Contr, c2: _Contr) -> bool:
     bufs = (c1.a, c1.b, c2.b, c2.out)
     shapes = [tuple(b.shape[:c1.nb]) for b in bufs]
@@ -332,15 +372,9 @@ def _finish(model, stages, j: int, c1: _Contr, prev: ir.Buffer, chain_stages: li
             elementwise: tuple, softmax: tuple, outs: set) -> ChainMatch | str:
     """The second contraction at ``stages[j]`` reading ``prev``, and the model checks."""
     nb = c1.nb
-    if id(prev) in outs:
-        return f"the intermediate {prev.name} is a kernel output"
-    if _readers(stages, prev) != [stages[j]]:
-        return f"{prev.name} is not read by the next stage alone"
-    c2 = _contraction(stages[j])
+    c2 = _second_product(stages, j, prev, nb, outs, _contraction)
     if isinstance(c2, str):
-        return f"the stage after the first contraction: {c2}"
-    if c2.a is not prev or c2.nb != nb:
-        return "the second contraction does not read the intermediate as its left operand"
+        return c2
     if c1.a_dtype != c1.b_dtype or c2.b_dtype != c1.a_dtype:
         return (f"mixed operand dtypes X {c1.a_dtype}, Y {c1.b_dtype}, Z {c2.b_dtype} "
                 f"(fused chains take X, Y, Z of one dtype)")
@@ -354,9 +388,9 @@ def _finish(model, stages, j: int, c1: _Contr, prev: ir.Buffer, chain_stages: li
         if cast is not None:
             chain_stages.append(stages[j + 1])
             out, out_cast = cast, True
-    for a, b in zip(chain_stages, chain_stages[1:]):
-        if not _flows(model, a, b):
-            return f"no flow dependence from {a.name} to {b.name}"
+    why = _no_flow(model, chain_stages)
+    if why is not None:
+        return why
     if not _batch_extents_equal(model, c1, c2):
         return "the batch extents differ"
     names = tuple(s.name for s in model.statements if any(s.stage is c for c in chain_stages))
@@ -387,12 +421,25 @@ def _stages(model) -> tuple:
     return tuple(stages)
 
 
-def detect_chains(model) -> list[ChainMatch]:
-    """Every chain of ``model`` (non-overlapping, in program order)."""
-    stages, out, i = _stages(model), [], 0
+class _Match(Protocol):
+    @property
+    def stages(self) -> tuple: ...
+
+
+_M = TypeVar("_M", bound=_Match)
+
+
+def scan_chains(model, match_from: Callable[[Any, tuple, int], _M | str]) -> list[_M]:
+    """The matches ``match_from(model, stages, i)`` (a match, or why none starts at
+    ``stages[i]``) found scanning the model's stages (:func:`_stages`) in program order:
+    after a match, the scan resumes after its ``.stages`` (matches do not overlap).
+    Assumes a match's ``.stages`` are consecutive ones starting at ``stages[i]``."""
+    stages = _stages(model)
+    out: list[_M] = []
+    i = 0
     while i < len(stages):
-        m = _match_from(model, stages, i)
-        if isinstance(m, ChainMatch):
+        m = match_from(model, stages, i)
+        if not isinstance(m, str):
             out.append(m)
             i += len(m.stages)
         else:
@@ -400,14 +447,33 @@ def detect_chains(model) -> list[ChainMatch]:
     return out
 
 
-def why_not(model) -> list[str]:
-    """For each contraction that starts no chain, the reason (for ``explain``)."""
-    stages, out = _stages(model), []
-    inside = {id(st) for m in detect_chains(model) for st in m.stages}
+def why_no_chain(model, found: Sequence[_Match], starts: Callable[[Any], bool],
+                 match_from: Callable[[Any, tuple, int], object]) -> list[str]:
+    """``"<stage>: <why>"`` for each of the model's stages that could start a chain
+    (``starts``) but is in none of the ``found`` matches' ``.stages`` and starts none
+    (``match_from(model, stages, i)`` gives the reason string), in program order (for
+    ``explain``)."""
+    stages = _stages(model)
+    out = []
+    inside = {id(st) for m in found for st in m.stages}
     for i, s in enumerate(stages):
-        if id(s) in inside or isinstance(_contraction(s, allow_transposed=True), str):
+        if id(s) in inside or not starts(s):
             continue
-        m = _match_from(model, stages, i)
+        m = match_from(model, stages, i)
         if isinstance(m, str):
             out.append(f"{s.name}: {m}")
     return out
+
+
+def detect_chains(model) -> list[ChainMatch]:
+    """Every chain of ``model`` (non-overlapping, in program order)."""
+    return scan_chains(model, _match_from)
+
+
+def why_not(model) -> list[str]:
+    """For each contraction that starts no chain, the reason (for ``explain``)."""
+    return why_no_chain(model, detect_chains(model), _starts_chain, _match_from)
+
+
+def _starts_chain(stage) -> bool:
+    return not isinstance(_contraction(stage, allow_transposed=True), str)

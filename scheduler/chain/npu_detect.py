@@ -27,7 +27,6 @@ from typing import Any
 from polycomp import ir
 from polycomp.scheduler.chain import detect as d
 from polycomp.scheduler.chain.detect import ChainMatch
-from polycomp.scheduler.common.contraction import match_contraction
 
 __all__ = ["NpuChain", "detect_npu_chain"]
 
@@ -54,18 +53,10 @@ class NpuChain:
 def _product(stage) -> d._Contr | str:
     """``out[.., m, c] = sum_r a[.., m, r] * b[.., r, c]``, ``a`` and ``b`` of one cube
     dtype (float16 widened to float32, or float32), accumulated in float32."""
-    c = match_contraction(stage)
-    if isinstance(c, str):
-        return c
-    if c.mixed or len(c.reduce_dims) != 1:
-        return "not a single-axis contraction"
-    iters = tuple(stage.iters)
-    if len(iters) < 2:
-        return "fewer than two output dimensions"
-    if stage.output.dtype != "float32":
-        return f"dtype {stage.output.dtype} (the cube accumulates in float32)"
-    *bs, m, n = iters
-    r = c.reduce_dims[0]
+    got = d._single_axis(stage, "the cube accumulates in float32")
+    if isinstance(got, str):
+        return got
+    c, bs, m, n, r = got
     for fa, fb in ((c.a, c.b), (c.b, c.a)):
         if fa.guard is not None or fb.guard is not None:
             continue
@@ -144,24 +135,18 @@ def _match_from(model, stages, i: int) -> NpuChain | str:
     prev, j, chain, cast = mid.prev, mid.j, mid.chain, mid.cast
     if j >= len(stages):
         return "no second contraction follows"
-    if id(prev) in outs:
-        return f"the intermediate {prev.name} is a kernel output"
-    if d._readers(stages, prev) != [stages[j]]:
-        return f"{prev.name} is not read by the next stage alone"
-    c2 = _product(stages[j])
+    c2 = d._second_product(stages, j, prev, nb, outs, _product)
     if isinstance(c2, str):
-        return f"the stage after the first contraction: {c2}"
-    if c2.a is not prev or c2.nb != nb:
-        return "the second contraction does not read the intermediate as its left operand"
+        return c2
     if c2.b.dtype != c1.a.dtype:
         return f"the operands are {c1.a.dtype} and {c2.b.dtype}; one cube dtype is needed"
     if (cast is None) != (c1.a.dtype == "float32"):
         return ("a float16 chain needs P = cast(S, float16) before the second product"
                 if cast is None else "a float32 chain casts its intermediate")
     chain.append(stages[j])
-    for a, b in zip(chain, chain[1:]):
-        if not d._flows(model, a, b):
-            return f"no flow dependence from {a.name} to {b.name}"
+    why = d._no_flow(model, chain)
+    if why is not None:
+        return why
     if not d._batch_extents_equal(model, c1, c2):
         return "the batch extents differ"
     names = tuple(s.name for s in model.statements if any(s.stage is c for c in chain))

@@ -40,7 +40,7 @@ cannot express.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import islpy as isl
 
@@ -59,16 +59,9 @@ def plan_for(state: CompileState) -> tuple[ChainPlan | None, str]:
     """The plan of the model's single chain, or None and why not."""
     from polycomp.scheduler.chain.detect import why_not
     model = state.model
-    chains = detect_chains(model)
-    if not chains:
-        reasons = why_not(model)
-        return None, "; ".join(reasons) if reasons else "no two contractions in a chain"
-    if len(chains) > 1:
-        return None, f"{len(chains)} chains in one kernel (one is fused per kernel)"
-    m = chains[0]
-    if set(m.statements) != {s.name for s in model.statements}:
-        others = sorted({s.name for s in model.statements} - set(m.statements))
-        return None, f"statements outside the chain: {', '.join(others)}"
+    m, why = only_chain(model, detect_chains(model), why_not, "chain", "contractions")
+    if m is None:
+        return None, why
     if m.dtype != "float32" and getattr(state.target, "kind", None) != "cuda":
         return None, (f"{m.name}: {m.dtype} operands (half-precision chains are fused by the "
                       f"CUDA targets' Tensor Core kernel only)")
@@ -78,6 +71,33 @@ def plan_for(state: CompileState) -> tuple[ChainPlan | None, str]:
     if not is_legal(fused_tree(plan, model), model.dependences):
         return None, "the fused tree would violate a dependence"
     return plan, ""
+
+
+_C = TypeVar("_C", bound="_Chain")
+
+
+class _Chain(Protocol):
+    @property
+    def statements(self) -> tuple[str, ...]: ...
+
+
+def only_chain(model, chains: Sequence[_C], why_not: Callable[[Any], list[str]],
+               kind: str, parts: str) -> tuple[_C | None, str]:
+    """The model's chain when ``chains`` (the ``kind`` chains detected in ``model``) is
+    exactly one that covers every statement of the model (the tree passes fuse a kernel
+    made of the chain alone); else None and why: ``why_not(model)`` joined when there is
+    no chain (``"no two <parts> in a chain"`` when it says nothing), too many chains, or
+    the statements outside the chain."""
+    if not chains:
+        reasons = why_not(model)
+        return None, "; ".join(reasons) if reasons else f"no two {parts} in a chain"
+    if len(chains) > 1:
+        return None, f"{len(chains)} {kind}s in one kernel (one is fused per kernel)"
+    m = chains[0]
+    if set(m.statements) != {s.name for s in model.statements}:
+        others = sorted({s.name for s in model.statements} - set(m.statements))
+        return None, f"statements outside the {kind}: {', '.join(others)}"
+    return m, ""
 
 
 def _dims(stmt) -> list[str]:
@@ -110,9 +130,12 @@ def _filter(model, stmts) -> str:
     return f"{_params(model)}{{ {body} }}"
 
 
-def _band(model, pieces, coincident: int = 0) -> str:
+def _band(model, pieces, coincident: int | list[int] = 0) -> str:
+    """A permutable band node (YAML) of ``(statement, one expression per member)``
+    ``pieces``; ``coincident``: one flag for every member, or a flag per member."""
     n = len(pieces[0][1])
-    co = ", ".join([str(coincident)] * n)
+    flags = [coincident] * n if isinstance(coincident, int) else coincident
+    co = ", ".join(str(c) for c in flags)
     return (f'schedule: "{_umap(model, pieces)}"\n'
             f"permutable: 1\ncoincident: [ {co} ]\n")
 
@@ -145,6 +168,17 @@ def _filter_node(model, stmts, child: str) -> str:
     return out
 
 
+def marked_schedule(model, mark: str, top: str, inner: str) -> isl.Schedule:
+    """The schedule ``domain -> mark "<mark>" -> <top> -> <inner>`` over ``model``'s
+    whole domain, read by isl from its YAML text: ``top`` a band node (:func:`_band`),
+    ``inner`` the node below it (a sequence, filters, bands).  Legality is the caller's
+    to check (``is_legal``)."""
+    text = (f'domain: "{model.domain}"\nchild:\n'
+            f'  mark: "{mark}"\n  child:\n'
+            + _indent(top + "child:\n" + _indent(inner, 2), 4))
+    return schedule_from_str(text, model.ctx)
+
+
 def fused_tree(plan: ChainPlan, model) -> isl.Schedule:
     """The fused schedule of the module docstring."""
     m: ChainMatch = plan.match
@@ -174,10 +208,7 @@ def fused_tree(plan: ChainPlan, model) -> isl.Schedule:
         inner = _seq([_filter_node(model, [o_init], _leaf_band(model, o_init, nb=nb)),
                       _filter_node(model, rest, lband + "child:\n" + _indent(_seq(leaves), 2)),
                       *(_filter_node(model, [s], _leaf_band(model, s, nb=nb)) for s in after)])
-    text = (f'domain: "{model.domain}"\nchild:\n'
-            f'  mark: "{MARK}:{plan.tm}x{plan.tl}"\n  child:\n'
-            + _indent(top + "child:\n" + _indent(inner, 2), 4))
-    return schedule_from_str(text, model.ctx)
+    return marked_schedule(model, f"{MARK}:{plan.tm}x{plan.tl}", top, inner)
 
 
 class ChainFusePass(Pass):
