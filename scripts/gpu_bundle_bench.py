@@ -178,15 +178,26 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("bundle")
     ap.add_argument("--quick", action="store_true", help="one shape per group")
-    ap.add_argument("--set", choices=("standard", "large"), default="standard",
+    ap.add_argument("--set", choices=("standard", "large", "flash"), default="standard",
                     help="standard: the cases above; large: long-sequence attention "
-                         "(float32 and float16) and the float16 batch-matmul chains")
+                         "(float32 and float16), the float16 batch-matmul chains and the "
+                         "float32 split; flash: float16 attention against PyTorch's SDPA "
+                         "on 4-d inputs")
     args = ap.parse_args(argv)
     from polycomp.benchmarks.chains_cuda import ATTENTION
 
     def first(d: dict) -> dict:
         return dict(list(d.items())[:1]) if args.quick else d
-    if args.set == "large":
+    if args.set == "flash":       # the Tensor Core kernel against PyTorch's flash path
+        from polycomp.benchmarks.chains_cuda import _kernel as attention_kernel
+        from polycomp.driver import compile_kernel
+        n_cases = 0
+        for name, (b, sq, d) in {**ATTENTION, **LARGE_ATTENTION}.items():
+            ck = compile_kernel(attention_kernel(b, sq, d, "float16"), "cuda")
+            add(args.bundle, ck, "attention-float16", name, "fused", "attention",
+                "torch_sdpa", {"scale": repr(1.0 / math.sqrt(d)), "tol": _TOL16["float16"]})
+            n_cases += 1
+    elif args.set == "large":
         n_cases = attention_cases(args.bundle, first(LARGE_ATTENTION), ("float32", "float16"),
                                   False)
         n_cases += chain_cases(args.bundle, first(CHAINS), ("float16",))

@@ -102,6 +102,9 @@ def baseline(kind: str, dev_inputs: list, extra: dict, cp):
         if kind == "torch_sdpa_bf16":                  # bf16 travels as its uint16 bits
             q, kt, v = (x.view(torch.bfloat16) for x in (q, kt, v))
         k = kt.transpose(1, 2).contiguous()
+        # 4-d [1, b*h, s, d]: PyTorch takes its flash / memory-efficient kernels only for
+        # 4-d inputs (3-d ones go to the math path)
+        q, k, v = (x.unsqueeze(0) for x in (q, k, v))
         scale = float(extra.get("scale", 1.0))
         f = torch.nn.functional.scaled_dot_product_attention
         return lambda: f(q, k, v, scale=scale)
