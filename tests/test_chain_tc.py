@@ -186,6 +186,31 @@ def test_constant_shapes_x_resident(dtype, s, d):
     _check(out, ref, bound, dtype)
 
 
+@pytest.mark.parametrize("dtype,s,d,dynamic", [("float16", 197, 64, True),
+                                               ("bfloat16", 130, 128, True),
+                                               ("float16", 192, 40, False)])
+def test_wide_tiles(dtype, s, d, dynamic):
+    """Constant K <= 128, N <= 64, M and L >= 128: TM = 128, TL = 64 in a 2-stage ring
+    (tc_kernel.WIDE_*: the H200-timed configuration), past 48 KiB in dynamic shared
+    memory; the last l tile partial (197, 130) or whole (192), against numpy."""
+    from polycomp.benchmarks.chains_cuda import _kernel
+    c = compile_kernel(_kernel(1, s, d, dtype), "cuda")
+    note = " ".join(c.state.remarks["chain-cuda"])
+    assert "TM=128 TL=64" in note and "2-stage" in note, note
+    assert ("pc_dyn_smem" in c.source) == dynamic
+    m = s
+    rng = np.random.default_rng(s + d)
+    h = dt.to_numpy(dtype)
+    q, kt, v = (rng.standard_normal(x).astype(np.float32).astype(h)
+                for x in ((1, m, d), (1, d, m), (1, m, d)))
+    out, _ = simulate(c, q, kt, v)
+    f = [x.astype(np.float32) for x in (q, kt, v)]
+    scale = np.float32(1 / np.sqrt(d))
+    ref = ck.np_softmax((f[0] @ f[1]) * scale) @ f[2]
+    bound = ck.np_softmax((f[0] @ f[1]) * scale) @ np.abs(f[2])
+    _check(out, ref, bound, dtype)
+
+
 def test_fused_moves_less_global_memory_than_unfused():
     xs = _inputs("causal_attention", "float16", 1, 32, 16, 48, 16, np.random.default_rng(1))
     out_f, rep_f = simulate(fused("causal_attention", "float16"), *xs)

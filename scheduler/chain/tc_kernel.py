@@ -72,6 +72,13 @@ ALPHA = 16                    # the mma's k: Chimera's Tensor Core micro-kernel 
 PAD = 8                       # elements of padding per shared row (16 bytes)
 MAX_ACC = 48                  # accumulator floats per thread (Sacc TL/2 + Oacc TN/2; 56 spilled
                               # 8 B on sm_90 at ViT-B)
+#: With a resident X (constant K <= 128), N <= 64 and L >= 64, where the rule below
+#: picks TL < 64: TM = 128, TL = 64 in a 2-stage ring of dynamic shared memory (up to
+#: TL/2 + TN/2 = 64 accumulators, 55-88 KiB).  On an H200 that was 1.10-1.18x faster
+#: than the 48-accumulator, 48 KiB choice (TL = 32, 3 stages) at SETR and at s = 2048,
+#: 4096 (d = 64, 128), with no spills on sm_80/90; TL = 128 was slower (0.73-0.84x).
+WIDE_ACC = 64
+WIDE_SHARED = 96 * 1024
 KC_DEFAULT = 64
 NEG_INF = float("-inf")
 
@@ -142,13 +149,14 @@ def tc_tiles(plan: ChainPlan, shared_bytes: int,
         t = make(override[0], override[1], 2)
         t3 = make(override[0], override[1], 3)
         return t3 if t3.shared_bytes <= shared_bytes else t
+    max_acc, budget = MAX_ACC, shared_bytes
     tm = max(16, min(128, mtm // 16 * 16))
     tl = max(16, min(128, mtl // 16 * 16))
     while True:
         t = make(tm, tl, 2)
-        if t.acc_floats > MAX_ACC and tl > 16:      # registers: only TL counts
+        if t.acc_floats > max_acc and tl > 16:      # registers: only TL counts
             tl -= 16
-        elif t.shared_bytes > shared_bytes and (tm > 16 or tl > 16):
+        elif t.shared_bytes > budget and (tm > 16 or tl > 16):
             if tl >= tm and tl > 16 or tm == 16:
                 tl -= 16
             else:
@@ -156,7 +164,13 @@ def tc_tiles(plan: ChainPlan, shared_bytes: int,
         else:
             break
     t3 = make(tm, tl, 3)
-    return t3 if t3.shared_bytes <= shared_bytes else make(tm, tl, 2)
+    chosen = t3 if t3.shared_bytes <= budget else make(tm, tl, 2)
+    wide = make(128, 64, 2)      # the configuration timed faster on an H200 (WIDE_ACC)
+    if (resident and tn <= 64 and "l" not in plan.symbolic and d.l >= 64
+            and ("m" in plan.symbolic or d.m >= 128) and chosen.tl < 64
+            and wide.acc_floats <= WIDE_ACC and wide.shared_bytes <= WIDE_SHARED):
+        return wide
+    return chosen
 
 
 # --------------------------------------------------------------------------- IR helpers
