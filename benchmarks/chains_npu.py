@@ -46,15 +46,16 @@ DEFAULT = ("DETR", "ViT-B", "ViT-H", "SETR", "G1", "G4", "G6", "G7", "G9", "G10"
 
 
 def _fp16_chain(m: int, k: int, l: int, n: int, softmax: bool, scale: float | None,  # noqa: E741
-                symbolic: bool):
-    """``O = cast(middle(X Y), fp16) Z`` (middle: ``* scale`` and / or a softmax)."""
+                symbolic: bool, batch: int = 1, name: str = "chain"):
+    """``O = cast(middle(X Y), fp16) Z`` (middle: ``* scale`` and / or a softmax), with
+    symbolic sizes or constant ones (``batch`` x ``m, k, l, n``)."""
     import polycomp as pc
     from polycomp.frontend import ops
     from polycomp.frontend.dsl import Kernel
     if symbolic:
         B, M, K, L, N = pc.sym("B M K L N")
     else:
-        B, M, K, L, N = 1, m, k, l, n
+        B, M, K, L, N = batch, m, k, l, n
 
     def chain(X, Y, Z):
         t = ops.batch_matmul(X, Y, name="T")
@@ -65,8 +66,8 @@ def _fp16_chain(m: int, k: int, l: int, n: int, softmax: bool, scale: float | No
         p = pc.compute((B, M, L), lambda b, i, j: pc.cast(t[b, i, j], "float16"), name="P")
         return ops.batch_matmul(p, Z, name="O")
     shapes = {"X": (B, M, K), "Y": (B, K, L), "Z": (B, L, N)}
-    return Kernel(chain, name="chain", inputs={v: pc.Tensor[s, "float16"]
-                                               for v, s in shapes.items()})
+    return Kernel(chain, name=name, inputs={v: pc.Tensor[s, "float16"]
+                                            for v, s in shapes.items()})
 
 
 def _gm(rep) -> int:

@@ -242,21 +242,10 @@ def reference_f16(name, *arrays):
 
 
 def const_chain_f16(b, m, k, l, n, softmax, scale=None):  # noqa: E741
-    """``cast(softmax?(scale? * X Y), fp16) Z`` with constant shapes (as the NPU
-    benchmark's kernels)."""
-    from polycomp.frontend.dsl import Kernel
-
-    def chain(X, Y, Z):
-        t = ops.batch_matmul(X, Y, name="T")
-        if scale is not None:
-            t = pc.compute((b, m, l), lambda i, j, q: t[i, j, q] * scale, name="Sc")
-        if softmax:
-            t = ops.softmax(t, axis=-1, name="S")
-        p = pc.compute((b, m, l), lambda i, j, q: pc.cast(t[i, j, q], "float16"), name="P")
-        return ops.batch_matmul(p, Z, name="O")
-    shapes = {"X": (b, m, k), "Y": (b, k, l), "Z": (b, l, n)}
-    return Kernel(chain, name="const_chain", inputs={v: pc.Tensor[s, "float16"]
-                                                     for v, s in shapes.items()})
+    """``cast(softmax?(scale? * X Y), fp16) Z`` with constant shapes: the NPU
+    benchmark's kernel (benchmarks/chains_npu.py)."""
+    from polycomp.benchmarks.chains_npu import _fp16_chain
+    return _fp16_chain(m, k, l, n, softmax, scale, False, batch=b, name="const_chain")
 
 
 # ---- conv chains (scheduler/chain/conv_*.py): NCHW, stride 1, constant windows
@@ -321,3 +310,37 @@ def conv_reference(name, *arrays):
         x, w1, w2 = arrays
         return np_conv2d(np_conv2d(x, w1, 0), w2, 0).astype(np.float32)
     raise KeyError(name)
+
+
+# --------------------------------------------------------------------------- test helpers
+
+def float32_inputs(name, b, m, k, l, n, rng, nan=False, split_mask=False):  # noqa: E741
+    """Random float32 inputs of the float32 chain ``name`` (X, Y, Z and, for
+    ``masked_attention``, an additive mask with a row masked in full; ``split_mask`` also
+    masks the first half of row 0, so whole ``l`` splits of a row are -inf); ``nan``
+    puts a NaN in ``X``."""
+    import numpy as np
+    f = np.float32
+    if name == "mm_relu_chain":
+        xs = [rng.standard_normal(s).astype(f) for s in ((m, k), (k, l), (l, n))]
+    else:
+        xs = [rng.standard_normal(s).astype(f) for s in ((b, m, k), (b, k, l), (b, l, n))]
+    if name == "masked_attention":
+        mask = np.where(rng.random((m, l)) < 0.3, -np.inf, 0).astype(f)
+        mask[m // 2, :] = -np.inf                      # a row masked in full
+        if split_mask:
+            mask[0, : l // 2] = -np.inf                # a row masked in its first splits
+        xs.append(mask)
+    if nan:
+        xs[0].flat[0] = np.nan
+    return xs
+
+
+def check_float32(out, ref):
+    """``out`` is numpy's ``ref`` for a float32 chain: NaN where it is NaN, else within
+    2e-4 relative to the element and to the largest magnitude."""
+    import numpy as np
+    assert out.shape == ref.shape
+    assert np.array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_allclose(out, ref, rtol=2e-4, atol=2e-4 * max(1.0, np.nanmax(
+        np.abs(ref), initial=0.0)))

@@ -35,25 +35,10 @@ def fused(name: str, small: bool = True):
 
 
 def _inputs(name, b, m, k, l, n, rng, nan=False):  # noqa: E741
-    f = np.float32
-    if name == "mm_relu_chain":
-        xs = [rng.standard_normal(s).astype(f) for s in ((m, k), (k, l), (l, n))]
-    else:
-        xs = [rng.standard_normal(s).astype(f) for s in ((b, m, k), (b, k, l), (b, l, n))]
-    if name == "masked_attention":
-        mask = np.where(rng.random((m, l)) < 0.3, -np.inf, 0).astype(f)
-        mask[m // 2, :] = -np.inf                      # a row masked in full
-        xs.append(mask)
-    if nan:
-        xs[0].flat[0] = np.nan
-    return xs
+    return ck.float32_inputs(name, b, m, k, l, n, rng, nan)
 
 
-def _check(out, ref):
-    assert out.shape == ref.shape
-    assert np.array_equal(np.isnan(out), np.isnan(ref))
-    np.testing.assert_allclose(out, ref, rtol=2e-4, atol=2e-4 * max(1.0, np.nanmax(
-        np.abs(ref), initial=0.0)))
+_check = ck.check_float32
 
 
 extent = st.sampled_from([1, 2, 3, 5, 7, 13, 17, 31, 37])

@@ -51,26 +51,10 @@ def _kernels(c) -> int:
 
 
 def _inputs(name, b, m, k, l, n, rng, nan=False):  # noqa: E741
-    f = np.float32
-    if name == "mm_relu_chain":
-        xs = [rng.standard_normal(s).astype(f) for s in ((m, k), (k, l), (l, n))]
-    else:
-        xs = [rng.standard_normal(s).astype(f) for s in ((b, m, k), (b, k, l), (b, l, n))]
-    if name == "masked_attention":
-        mask = np.where(rng.random((m, l)) < 0.3, -np.inf, 0).astype(f)
-        mask[m // 2, :] = -np.inf                      # a row masked in full
-        mask[0, : l // 2] = -np.inf                    # a row masked in its first splits
-        xs.append(mask)
-    if nan:
-        xs[0].flat[0] = np.nan
-    return xs
+    return ck.float32_inputs(name, b, m, k, l, n, rng, nan, split_mask=True)
 
 
-def _check(out, ref):
-    assert out.shape == ref.shape
-    assert np.array_equal(np.isnan(out), np.isnan(ref))
-    np.testing.assert_allclose(out, ref, rtol=2e-4, atol=2e-4 * max(1.0, np.nanmax(
-        np.abs(ref), initial=0.0)))
+_check = ck.check_float32
 
 
 extent = st.sampled_from([1, 2, 3, 5, 7, 13, 17, 31, 37])
