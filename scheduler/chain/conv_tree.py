@@ -54,7 +54,13 @@ CONV_MARK = "conv_chain_fused"
 
 def conv_plan_for(state: CompileState) -> tuple[ConvChainPlan | None, str]:
     """The plan of the model's single conv chain (whatever the decision), or None and
-    why there is none."""
+    why there is none (computed once per compile: ``state.chain_plans``)."""
+    if state.chain_plans.conv is None:
+        state.chain_plans.conv = _conv_plan_for(state)
+    return state.chain_plans.conv
+
+
+def _conv_plan_for(state: CompileState) -> tuple[ConvChainPlan | None, str]:
     model = state.model
     m, why = only_chain(model, detect_conv_chains(model), conv_why_not, "conv chain",
                         "convolutions")

@@ -56,7 +56,14 @@ MARK = "chain_fused"
 
 
 def plan_for(state: CompileState) -> tuple[ChainPlan | None, str]:
-    """The plan of the model's single chain, or None and why not."""
+    """The plan of the model's single chain, or None and why not (computed once per
+    compile: ``state.chain_plans``)."""
+    if state.chain_plans.contraction is None:
+        state.chain_plans.contraction = _plan_for(state)
+    return state.chain_plans.contraction
+
+
+def _plan_for(state: CompileState) -> tuple[ChainPlan | None, str]:
     from polycomp.scheduler.chain.detect import why_not
     model = state.model
     m, why = only_chain(model, detect_chains(model), why_not, "chain", "contractions")
