@@ -87,7 +87,7 @@ class CudaChainFusePass(Pass):
         for line in plan.describe()[:1] + plan.describe()[2:]:
             ctx.note(self.name, line.replace(" floats)", " 16-bit elements)") if half else line)
         where = ("mma accumulator fragments (Tensor Cores, " + plan.match.dtype + ")"
-                 if isinstance(tiles, TcChainTiles) else "registers and shared memory")
+                 if half else "registers and shared memory")
         ctx.note(self.name, f"block order (b, m, l, k | n): intermediate {plan.match.t.name} "
                             f"tile {tiles.tm} x {tiles.tl} in {where} "
                             f"(CUDA kernel, {tiles.threads} threads per block)")
