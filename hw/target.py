@@ -23,6 +23,9 @@ class CpuParams:
     threads: int = 1
 
 
+CUDA_MAX_THREADS_PER_BLOCK = 1024   # every CUDA architecture's limit
+
+
 @dataclass(frozen=True)
 class CudaParams:
     """Machine parameters of a CUDA target: the SM version and per-block limits
@@ -31,7 +34,7 @@ class CudaParams:
     sm: int = 80
     shared_memory_optin: int = 0
     registers_per_thread: int = 255
-    max_threads_per_block: int = 1024
+    max_threads_per_block: int = CUDA_MAX_THREADS_PER_BLOCK
     warp_size: int = 32
     sms: int = 108                     # streaming multiprocessors (A100: 108, H100: 132)
 

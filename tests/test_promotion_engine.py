@@ -20,6 +20,7 @@ from polycomp.scheduler.common.classify import fusion_groups
 from polycomp.scheduler.common.pattern_schedule import PatternSchedulePass
 from polycomp.scheduler.common.program_order import ProgramOrderPass
 from polycomp.scheduler.cpu.backbone_tile import CpuBackboneTilePass
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.promotion.copies import (
     NameAllocator,
     copy_subtree,
@@ -235,7 +236,7 @@ def test_swizzled_layout_index_is_the_tensorize_swizzle():
     Core kernel, the staging layout's index() is the offset the tensorizer's swizzle
     builds as an IR expression (``_Kernel.swizzle`` with ``pc_xor``)."""
     ck = _tc_compile()
-    plan = ck.state.gpu.tc_plans[0]
+    plan = gpu_kernels(ck.state).tc_plans[0]
     kern = _Kernel(plan, ck.state.model)
     row, chunk, elem = ir.Var("row"), ir.Var("chunk"), ir.Var("elem")
     for buf, d, (rows, width) in ((kern.As, plan.staging.a, (64, 32)),
@@ -255,7 +256,7 @@ def test_tensor_core_plan_carries_shared_staging_decisions():
     (cp.async); the records of As/Bs come from them, the fragments are registers."""
     ck = _tc_compile()
     state = ck.state
-    plan = state.gpu.tc_plans[0]
+    plan = gpu_kernels(state).tc_plans[0]
     rule = state.target.memory.copy_rule("global", "shared", "async")
     assert rule.variant == "async" and "cp.async" in rule.mechanism
     for d, name, sizes in ((plan.staging.a, "A", [64, 32]), (plan.staging.b, "B", [32, 64])):

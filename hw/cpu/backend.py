@@ -24,7 +24,7 @@ from types import MappingProxyType
 
 from polycomp import ir
 from polycomp.hw.clike import legalize_names
-from polycomp.hw.cpu.options import CpuOptions
+from polycomp.hw.options import CpuOptions
 from polycomp.hw.registry import Backend, Runner, register
 from polycomp.hw.target import Target
 from polycomp.lowering.flatten import flatten

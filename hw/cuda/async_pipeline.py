@@ -33,14 +33,15 @@ from __future__ import annotations
 
 from polycomp import ir
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.gpu.state import gpu_kernels
 
 from . import ptx
 
 
 def lower_pipelines(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """See the module docstring; the stages of group ``g``'s ``pipeline:<g>`` loop are
-    ``state.gpu.tc_plans[g].config.stages``."""
-    return func.with_body(_Pipeline(state.gpu.tc_plans).visit(func.body))
+    ``gpu_kernels(state).tc_plans[g].config.stages``."""
+    return func.with_body(_Pipeline(gpu_kernels(state).tc_plans).visit(func.body))
 
 
 class _Pipeline(ir.Mutator):

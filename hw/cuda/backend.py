@@ -18,13 +18,14 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from polycomp import ir
-from polycomp.hw.cuda.options import CudaOptions
+from polycomp.hw.options import CudaOptions
 from polycomp.hw.registry import Backend, Runner, register
 from polycomp.hw.target import Target
 from polycomp.lowering.flatten import flatten
 from polycomp.lowering.ir_pass import IRPass, body_pass, ir_pass
 from polycomp.lowering.simplify import simplify
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.state import CompileState
 
 from .target import cuda_target
@@ -133,7 +134,7 @@ class CudaBackend(Backend):
             passes = [ir_pass("tensorize", tensorize),             # tensor-core kernels only
                       ir_pass("cp-async-pipeline", lower_pipelines),
                       ir_pass("wrap-kernels", wrap_kernels)]
-            if state.gpu.baseline:   # a C SCoP's nests on the baseline mapping
+            if gpu_kernels(state).baseline:   # a C SCoP's nests on the baseline mapping
                 passes.insert(0, ir_pass("map-gpu-loops", map_gpu_loops))
         return passes + [body_pass("simplify", simplify)]
 

@@ -3,9 +3,9 @@
 Assumes: the IR comes from a schedule tree mapped by
 :class:`~polycomp.scheduler.gpu.baseline.GpuBaselineMappingPass` (or a later mapping
 pass using the same marks): under ``AttrStmt("gpu_blocks", "<k>")`` the next
-``state.gpu.baseline[k].block_loops`` loops (a ``let`` stands for a loop isl found to
+``gpu_kernels(state).baseline[k].block_loops`` loops (a ``let`` stands for a loop isl found to
 have one iteration) are the tile loops, and under ``AttrStmt("gpu_threads", "<k>")`` the
-next loops are the point loops of those tiles, ``state.gpu.baseline[k].threads`` wide.
+next loops are the point loops of those tiles, ``gpu_kernels(state).baseline[k].threads`` wide.
 Guarantees: tile loops get kind ``gpu_block`` and point loops kind ``gpu_thread`` with
 an ``axis`` annotation (the innermost loop maps to ``x``) and, for thread loops, the
 ``threads`` block extent.  Loop bounds are unchanged, so executing a mapped loop as a
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from polycomp import ir
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.gpu.state import gpu_kernels
 
 AXES = ("x", "y", "z")
 
@@ -89,8 +90,8 @@ def _after(loop):
 
 def map_gpu_loops(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """Map the loops below the baseline mapping's marks onto blocks and threads, as
-    ``state.gpu.baseline`` records for each kernel."""
-    return func.with_body(_MapGpu(state.gpu.baseline).visit(func.body))
+    ``gpu_kernels(state).baseline`` records for each kernel."""
+    return func.with_body(_MapGpu(gpu_kernels(state).baseline).visit(func.body))
 
 
 class _WrapKernels(ir.Mutator):
@@ -149,7 +150,7 @@ def wrap_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """IR pass for kernels mapped by :class:`~polycomp.scheduler.gpu.map.GpuMappingPass`.
 
     Assumes: block/thread ids are free parameters (``bx<n>``, ``tx<n>``, ...) of the body
-    of each ``kernel:<n>`` mark, with launch geometry in ``state.gpu.launches``.
+    of each ``kernel:<n>`` mark, with launch geometry in ``gpu_kernels(state).launches``.
     Guarantees: each kernel body is wrapped in ``gpu_block`` loops over the grid and
     ``gpu_thread`` loops over the block (x innermost), so the ids become loop variables:
     the IR is closed again (interpretable), and the CUDA printer turns those loops into
@@ -158,5 +159,5 @@ def wrap_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     inside the thread loops).
     """
     model = state.model
-    return func.with_body(_WrapKernels(state.gpu.launches, model.context, model.params,
+    return func.with_body(_WrapKernels(gpu_kernels(state).launches, model.context, model.params,
                                        state.promotions).visit(func.body))

@@ -58,6 +58,7 @@ from polycomp import ir
 from polycomp.errors import PolycompInternalError
 from polycomp.lowering.simplify import linear, simplify
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.promotion.record import Promotion
 
 from . import ptx
@@ -65,9 +66,9 @@ from . import ptx
 
 def tensorize(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """See the module docstring; ``state`` is the compile's
-    :class:`~polycomp.state.CompileState` (Tensor Core plans in ``state.gpu.tc_plans``;
+    :class:`~polycomp.state.CompileState` (Tensor Core plans in ``gpu_kernels(state).tc_plans``;
     the new buffers are appended to ``state.promotions``)."""
-    plans = state.gpu.tc_plans
+    plans = gpu_kernels(state).tc_plans
     if not plans:
         return func
     t = _Tensorizer(plans, state.model)

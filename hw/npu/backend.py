@@ -19,13 +19,13 @@ import numpy as np
 
 from polycomp import ir
 from polycomp.errors import BuildError, TargetError
+from polycomp.hw.options import NpuOptions
 from polycomp.hw.registry import Backend, Runner, register
 from polycomp.hw.target import Target
 from polycomp.lowering.ir_pass import IRPass, body_pass
 from polycomp.lowering.simplify import simplify
 from polycomp.state import CompileState
 
-from .options import NpuOptions
 from .program import Program
 from .target import npu_target
 

@@ -6,7 +6,13 @@ A mark's isl id is ``<kind>`` or ``<kind>:<argument>`` (``kernel:0``,
 ``tile`` / ``block:1``), which the target IR passes match on.  Passes build and read
 marks only through this module: :func:`make` builds one, :func:`name_of` reads a node's,
 :func:`is_kind` tests a name or node, :func:`argument` returns what follows the kind,
-:func:`kernel_of` finds the kernel a node belongs to.
+:func:`index_of` / :func:`attr_index` read the payload index of a ``<kind>:<n>`` mark (on
+a tree node / on the IR attribute it became), :func:`kernel_of` finds the kernel a node
+belongs to.
+
+Data a mark carries lives in typed compile state (``state.slot(...)`` of the area that
+placed it), in a list the mark's ``<n>`` indexes; a mark's name is never a string to
+parse into fields.
 
 | kind | placed by | meaning |
 |------|-----------|---------|
@@ -14,7 +20,7 @@ marks only through this module: :func:`make` builds one, :func:`name_of` reads a
 | ``prologue`` | pattern schedule | the group's prologue stages (e.g. padding) |
 | ``tile:block:<k>`` / ``tile:point`` / ``tile:reduce`` | GPU tiling | block band of group k, point band, K-tile band |
 | ``kernel:<n>`` | GPU mapping, baseline, Tensor Core mapping | the subtree that is CUDA kernel n |
-| ``gpu_blocks:<k>`` / ``gpu_threads:<k>`` | baseline mapping | kernel k's loops mapped to blocks / threads (``state.gpu.baseline[k]``) |
+| ``gpu_blocks:<k>`` / ``gpu_threads:<k>`` | baseline mapping | kernel k's loops mapped to blocks / threads (``gpu_kernels(state).baseline[k]``) |
 | ``copy:<statement>`` | promotion | a promotion copy's loop nest |
 | ``tc:block`` / ``tc:frag`` / ``tc:mma`` / ``pipeline:<stages>`` | Tensor Core tiling | warp tiles, fragments, mma region, cp.async pipeline |
 | ``cpu_parallel`` | CPU passes | the outermost parallel loop of a nest (OpenMP) |
@@ -74,6 +80,21 @@ def argument(name_or_node: str | isl.ScheduleNode, kind: str) -> str:
     name = name_or_node if isinstance(name_or_node, str) else name_of(name_or_node)
     assert name is not None and is_kind(name, kind), (name, kind)
     return name[len(kind) + 1:]
+
+
+def index_of(name_or_node: str | isl.ScheduleNode, kind: str) -> int:
+    """``n`` of a ``<kind>:<n>`` mark: the index of the mark's payload in the typed state
+    of the area that placed it (``state.slot(...)``), as ``kernel:<n>`` indexes the GPU
+    kernel facts.  Payloads are typed objects there, never parsed from the mark's name."""
+    return int(argument(name_or_node, kind))
+
+
+def attr_index(attr, kind: str) -> int | None:
+    """``n`` of the IR attribute a ``<kind>:<n>`` mark became (``AttrStmt(kind, "n")``);
+    None when ``attr`` is another attribute."""
+    if getattr(attr, "key", None) != kind:
+        return None
+    return int(attr.value)
 
 
 def kernel_number(name_or_node: str | isl.ScheduleNode | None) -> int | None:

@@ -102,7 +102,7 @@ import islpy as isl
 
 from polycomp import dtypes as dt
 from polycomp import ir
-from polycomp.hw.cpu.options import CpuOptions
+from polycomp.hw.options import CpuOptions
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.contraction import match_contraction

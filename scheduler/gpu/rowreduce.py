@@ -57,6 +57,7 @@ from polycomp.scheduler.gpu.map import (
     param_upa,
     thread_param,
 )
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.gpu.tile import find_first
 from polycomp.scheduler.promotion.footprint import Box
 from polycomp.scheduler.promotion.record import CopyStmt, Promotion, WarpReduction
@@ -79,7 +80,7 @@ class RowReductionMappingPass(Pass):
         self.rb = rows_per_block
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        launches = ctx.gpu.launches
+        launches = gpu_kernels(ctx).launches
         promos = ctx.promotions
         while True:
             mark = find_first(schedule, lambda n: _is_rowreduce(n) and not _done(n))

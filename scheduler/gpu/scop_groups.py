@@ -61,6 +61,7 @@ from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import band_coincidence, is_legal
 from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.state import CompileState
 
 TILED = "tiled"
@@ -396,7 +397,7 @@ class ScopBaselinePass(Pass):
 
 
 def _baseline_words(ctx: CompileState, k: int) -> str:
-    m = ctx.gpu.baseline[k]
+    m = gpu_kernels(ctx).baseline[k]
     if m.block_loops == 0:
         return "baseline, a single thread (no coincident outer loop)"
     return f"baseline, {m.block_loops} loop(s) on blocks of {m.threads} threads"

@@ -39,6 +39,7 @@ from polycomp.errors import ResourceLimitError, ScheduleError
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import band_coincidence
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.state import CompileState
 
 
@@ -218,9 +219,9 @@ class GpuTilingPass(Pass):
                 continue
             cfg = tile_config_from_options(ctx.cuda_options.tile, kind, band.band_n_member(),
                                            ctx.target)
-            ctx.gpu.tile_configs[k] = cfg
+            gpu_kernels(ctx).tile_configs[k] = cfg
             # the last index of every output dimension (for full-tile isolation)
-            ctx.gpu.output_last[k] = [
+            gpu_kernels(ctx).output_last[k] = [
                 _member_last(band, m) for m in range(band.band_n_member())]
             coinc = band_coincidence(band, ctx.model.dependences)
             node = band.band_tile(_mv(band.band_get_space(), cfg.block, band.get_ctx()))

@@ -45,6 +45,7 @@ from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.map import thread_param
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.promotion.copies import NameAllocator, copy_subtree, needs_sync
 from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
 from polycomp.scheduler.promotion.footprint import (
@@ -120,7 +121,7 @@ class RegisterPromotionPass(Pass):
         for kpath in reversed(paths(schedule.get_root(), is_kernel)):
             kn = node_at(schedule, kpath)
             kernel = marks.kernel_number(kn)
-            launch = None if kernel is None else ctx.gpu.launches.get(kernel)
+            launch = None if kernel is None else gpu_kernels(ctx).launches.get(kernel)
             if kernel is None or launch is None or not launch.thread_params:
                 continue
             bands = paths(kn, lambda n: n.get_type() == isl.schedule_node_type.band)

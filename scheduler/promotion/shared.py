@@ -1,7 +1,7 @@
 """Pass: promote read-only reference groups to shared memory (PPCG-style).
 
 Assumes: the tree of :class:`~polycomp.scheduler.gpu.map.GpuMappingPass`: kernels
-``kernel:<n>`` with launch information in ``ctx.gpu.launches``; a promotion
+``kernel:<n>`` with launch information in ``gpu_kernels(ctx).launches``; a promotion
 *site* is the child of a ``tile:reduce`` band (one tile of the reduction loop) or,
 in kernels without one, the child of the block band.  A site must be *block-level*:
 the statement instances that reach it do not depend on the thread ids (no thread
@@ -56,6 +56,7 @@ from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.map import KernelLaunch, thread_param
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.promotion.copies import (
     NameAllocator,
     copy_subtree,
@@ -182,7 +183,7 @@ class SharedPromotionPass(Pass):
 def _site_at(schedule, path, ctx: CompileState) -> _Site | None:
     node = node_at(schedule, path)
     kernel = marks.kernel_of(node)
-    launch = ctx.gpu.launches.get(kernel)
+    launch = gpu_kernels(ctx).launches.get(kernel)
     if launch is None:
         return None
     prefix = prefix_space_map(node)

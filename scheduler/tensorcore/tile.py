@@ -45,7 +45,7 @@ warp-level code (fragments, ``ldmatrix``, ``mma``, ``cp.async`` copies), so ever
 of the kernel above the marks is executed uniformly by the whole thread block (the
 barriers of the copies need that).  The launch geometry is registered by
 :class:`~polycomp.scheduler.tensorcore.map.TensorCoreMappingPass` only after the generic GPU
-passes ran, so they leave these kernels alone.  ``ctx.gpu.tc_plans[g]`` holds the
+passes ran, so they leave these kernels alone.  ``gpu_kernels(ctx).tc_plans[g]`` holds the
 :class:`TcPlan` (with its staging decisions, also noted as remarks after the group's
 line).
 
@@ -71,6 +71,7 @@ from polycomp.scheduler.common import contraction, marks
 from polycomp.scheduler.common.classify import FusionGroup, fusion_groups
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import mark_coincidence
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.gpu.tile import backbone_marks, nth_backbone, output_band
 from polycomp.scheduler.tensorcore.staging import TcStaging, shared_limit, stage_operands
 from polycomp.state import CompileState
@@ -271,7 +272,7 @@ class TensorCoreTilingPass(Pass):
             return schedule
         groups = fusion_groups(model.graph)
         marks = backbone_marks(schedule)
-        plans = ctx.gpu.tc_plans
+        plans = gpu_kernels(ctx).tc_plans
         for k in range(len(marks)):
             g = _group_at(nth_backbone(schedule, k), groups, model)
             if g is None:

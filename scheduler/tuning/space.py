@@ -52,7 +52,7 @@ class CpuPoint:
     KC: int = 0
 
     def options(self) -> dict[str, Any]:
-        """The :class:`~polycomp.hw.cpu.options.CpuOptions` fields of this point."""
+        """The :class:`~polycomp.hw.options.CpuOptions` fields of this point."""
         o: dict[str, Any] = {"microkernel": self.packing, "parallel": self.parallel}
         if self.packing:
             o["gemm_register"] = (self.MR, self.NI)
