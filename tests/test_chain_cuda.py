@@ -166,7 +166,7 @@ def test_golden_tree_cuda(case, goldens):
     import islpy as isl
 
     from polycomp.hw.target import get_target
-    from polycomp.scheduler.chain.cuda_codegen import CudaChainFusePass
+    from polycomp.scheduler.chain.cuda_tree import CudaChainFusePass
     from polycomp.scheduler.common.tree import violated_dependences
     from polycomp.state import CompileState
     model = getattr(ck, case).polyhedral_model()
