@@ -1,6 +1,7 @@
 """ptxas resources and SASS instruction mix of every CUDA chain kernel, as JSON.
 
 usage: python scripts/chain_resources.py OUT.json [--only SUBSTR] [--sources DIR]
+       python scripts/chain_resources.py --compare BEFORE.json AFTER.json
 
 Compiles the chain benchmark cases (benchmarks/chains.py: bmm and bmm+softmax G1-G12 and
 attention in float32 with ``chain="force"``, attention in float16/bfloat16, bmm and
@@ -10,6 +11,9 @@ sm_80) and ``cuda-sm90`` (built for sm_90), and records per kernel: registers, s
 bytes, stack/spills (``ptxas -v``) and the SASS opcode counts (``cuobjdump -sass``).  Run
 it with two trees' interpreters and compare the files (the chain kernels must keep their
 instruction structure: docs/fusion.md).  ``--sources DIR`` also writes each ``.cu``.
+``--compare`` prints a Markdown table of two such files: per case and target the
+registers, shared bytes and spills of each kernel, the SASS instruction count and the
+opcodes whose counts differ.
 """
 from __future__ import annotations
 
@@ -40,7 +44,47 @@ def cases():
             yield f"sym-{name}-{dt}", lambda k=k: k, {}
 
 
+def compare(before_path: str, after_path: str) -> None:
+    with open(before_path) as f:
+        before = json.load(f)
+    with open(after_path) as f:
+        after = json.load(f)
+    print("| case | target | kernel | regs | smem B | spills | SASS instructions | "
+          "opcodes that differ |")
+    print("|---|---|---|---|---|---|---|---|")
+    same = 0
+    for key in sorted(set(before) | set(after)):
+        case, target = key.rsplit("@", 1)
+        b, a = before.get(key, {}), after.get(key, {})
+        if "error" in b or "error" in a or not a or not b:
+            print(f"| {case} | {target} | - | {b.get('error', '')} | {a.get('error', '')} |||")
+            continue
+        rb = {r[0]: r for r in b["resources"]}
+        ra = {r[0]: r for r in a["resources"]}
+        sb, sa = b["sass"], a["sass"]
+        diff = {op: sa.get(op, 0) - sb.get(op, 0) for op in set(sb) | set(sa)
+                if sa.get(op, 0) != sb.get(op, 0)}
+        ops = ", ".join(f"{op} {d:+d}" for op, d in sorted(diff.items(), key=lambda x: -abs(x[1])))
+        if not diff and rb == ra:
+            same += 1
+        for name in sorted(set(rb) | set(ra)):
+            x, y = rb.get(name), ra.get(name)
+
+            def pair(i, x=x, y=y):
+                u, v = (x[i] if x else "-"), (y[i] if y else "-")
+                return str(u) if u == v else f"{u} -> {v}"
+            spill = pair(4) if (x and x[4]) or (y and y[4]) else "0"
+            print(f"| {case} | {target} | {name} | {pair(1)} | {pair(2)} | {spill} | "
+                  f"{sum(sb.values())} -> {sum(sa.values())} | {ops or 'none'} |")
+            ops = ""
+    print(f"\n{same} of {len(set(before) | set(after))} cases identical in resources and "
+          f"opcode counts")
+
+
 def main() -> None:
+    if sys.argv[1] == "--compare":
+        compare(sys.argv[2], sys.argv[3])
+        return
     from polycomp.driver import compile_kernel
     from polycomp.hw.cuda.sass import compile_cubin, sass_opcodes
     out = sys.argv[1]

@@ -128,6 +128,21 @@ def _steps_in(body: ir.Stmt, prog: CudaChainProgram) -> dict[str, tuple[str, tup
     return found
 
 
+def tile_count(extent: ir.Expr) -> ir.Expr:
+    """The ring loop's trip count as isl generated it, ``floor((x - 1) / c) + 1``, in the
+    form ``floor((x + c - 1) / c)`` (the same integer for every ``x``; one division of a
+    value the printer knows to be non-negative when ``x`` is a size)."""
+    from polycomp.lowering.simplify import simplify
+    e = simplify(extent)
+    if (isinstance(e, ir.Binary) and e.op == "+" and ir.is_const(e.b, 1)
+            and isinstance(e.a, ir.Binary) and e.a.op == "//" and isinstance(e.a.b, ir.IntImm)
+            and e.a.b.value > 0 and isinstance(e.a.a, ir.Binary) and e.a.a.op == "-"
+            and ir.is_const(e.a.a.b, 1)):
+        c = e.a.b.value
+        return (e.a.a.a + (c - 1)) // c
+    return e
+
+
 class _Rings(ir.Mutator):
     def __init__(self, prog: CudaChainProgram, kernel):
         self.prog, self.kernel = prog, kernel
@@ -137,6 +152,7 @@ class _Rings(ir.Mutator):
         if r is None:
             return self.generic(s)
         guards, var, lo, extent, body = _unwrap_loop(s.body)
+        extent = tile_count(extent)
         steps = _steps_in(body, self.prog)
         k = self.kernel
         if isinstance(k, TcChain):

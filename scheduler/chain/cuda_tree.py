@@ -76,7 +76,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import islpy as isl
 
 from polycomp.scheduler.chain.cuda_gate import why_not_fuse
-from polycomp.scheduler.chain.cuda_kernel import ALPHA, CudaChainTiles, cuda_tiles
+from polycomp.scheduler.chain.cuda_kernel import ALPHA, KR, CudaChainTiles, cuda_tiles
 from polycomp.scheduler.chain.detect import ChainMatch
 from polycomp.scheduler.chain.movement_model import plan_levels
 from polycomp.scheduler.chain.plan import ChainPlan
@@ -275,146 +275,165 @@ def program_tree(plan: ChainPlan, tiles: Tiles, model, prog: CudaChainProgram
     """The program tree of the module docstring, the AST context of its block parameters,
     and the same tree without extension nodes (what :func:`checked_dependences` is
     checked on: isl cannot flatten extension nodes).  Records the payloads in ``prog``."""
-    m: ChainMatch = plan.match
-    nb = m.batch_dims
-    tc = isinstance(tiles, TcChainTiles)
-    splits = 1 if tc else tiles.splits
-    tm, tl, tn = tiles.tm, tiles.tl, tiles.tn
-    params = [model.context.get_dim_name(isl.dim_type.param, k)
-              for k in range(model.context.dim(isl.dim_type.param))]
-    t = _Text(params)
-    bparams = _batch_params(nb)
-    block = (N_BLOCK, M_BLOCK, *bparams) + ((SPLIT, L_LO, L_HI) if splits > 1 else ())
-    mine = [s for s in model.statements if s.name in set(m.statements)]
+    return _Program(plan, tiles, model, prog).build()
 
-    def stmt(s) -> _Stmt:
+
+class _Program:
+    """The text of the program tree (:func:`program_tree`), built node by node."""
+
+    def __init__(self, plan: ChainPlan, tiles: Tiles, model, prog: CudaChainProgram):
+        self.plan, self.tiles, self.model, self.prog = plan, tiles, model, prog
+        m = self.m = plan.match
+        self.nb = m.batch_dims
+        self.tc = isinstance(tiles, TcChainTiles)
+        self.splits = 1 if isinstance(tiles, TcChainTiles) else tiles.splits
+        params = [model.context.get_dim_name(isl.dim_type.param, k)
+                  for k in range(model.context.dim(isl.dim_type.param))]
+        self.t = _Text(params)
+        self.bparams = _batch_params(self.nb)
+        self.block = (N_BLOCK, M_BLOCK, *self.bparams) + \
+            ((SPLIT, L_LO, L_HI) if self.splits > 1 else ())
+        self.mine = [s for s in model.statements if s.name in set(m.statements)]
+        self.S = {s.name: self._stmt(s) for s in self.mine}
+        self.first_update = next(s.name for s in self.mine
+                                 if s.stage is m.first and s.kind == "update")
+
+    def _stmt(self, s) -> _Stmt:
+        m, nb = self.m, self.nb
         d = [f"i{k}" for k in range(s.domain.dim(isl.dim_type.set))]
-        over_n = s.stage is m.second or (m.out_cast and s.stage is m.stages[-1])
         if s.stage is m.second and s.kind == "update":
             return _Stmt(s.name, d, nb, nb + 2, nb + 1, [0, 2, 1])
-        if over_n:
+        if s.stage is m.second or (m.out_cast and s.stage is m.stages[-1]):
             return _Stmt(s.name, d, nb, None, nb + 1)
-        lpos = nb + 1 if len(d) > nb + 1 else None
-        return _Stmt(s.name, d, nb, lpos, None)
-    S = {s.name: stmt(s) for s in mine}
+        return _Stmt(s.name, d, nb, nb + 1 if len(d) > nb + 1 else None, None)
 
-    def block_cond(s: _Stmt, ring: bool) -> str:
-        c = [f"{s.dims[k]} = {bparams[k]}" for k in range(nb)]
+    def block_cond(self, s: _Stmt, ring: bool) -> str:
+        """``s``'s instances of the block ``(bx0, by0, bz0..)`` (and, in the ring with
+        splits, of the split's ``l`` tiles)."""
+        tm, tl, tn = self.tiles.tm, self.tiles.tl, self.tiles.tn
+        c = [f"{s.dims[k]} = {self.bparams[k]}" for k in range(self.nb)]
         if s.m is not None:
             c.append(f"{tm}{M_BLOCK} <= {s.dims[s.m]} < {tm}{M_BLOCK} + {tm}")
         if s.n is not None:
             c.append(f"{tn}{N_BLOCK} <= {s.dims[s.n]} < {tn}{N_BLOCK} + {tn}")
-        if ring and splits > 1 and s.l is not None:
+        if ring and self.splits > 1 and s.l is not None:
             c.append(f"{tl}{L_LO} <= {s.dims[s.l]} < {tl}{L_HI}")
         return " and ".join(c)
 
-    second = [s for s in mine if s.stage is m.second]
-    o_init = next(s for s in second if s.kind == "init")
-    o_upd = next(s for s in second if s.kind == "update")
-    soft = [s for s in mine if s.stage in m.softmax]
-    soft_init = [s for s in soft if s.kind == "init"]
-    groups: list[tuple[StepRole, list]] = [
-        (StepRole.FIRST, [s for s in mine if s.stage is m.first]),
-        (StepRole.MIDDLE, [s for s in mine if any(s.stage is e.stage for e in m.elementwise)]),
-        (StepRole.SOFTMAX, [s for s in soft if s.kind != "init"]),
-        (StepRole.SECOND, [o_upd])]
-    ring_stmts = [s for _, g in groups for s in g]
-    cast = [s for s in mine if m.out_cast and s.stage is m.stages[-1]]
+    def step(self, role: StepRole, xs: list[_Stmt], child: str, kernel: int = 0) -> str:
+        self.prog.steps.append(ChainStep(role, kernel, tuple(x.name for x in xs)))
+        name = marks.make(marks.CHAIN_STEP, len(self.prog.steps) - 1).name
+        return _node(f'mark: "{name}"\n', child)
 
-    prog.kernels[0] = ChainKernel("chain", tiles.threads, N_BLOCK, M_BLOCK, bparams,
-                                  SPLIT if splits > 1 else "",
-                                  (L_LO, L_HI) if splits > 1 else None)
+    def filt(self, xs: list[_Stmt], extra: tuple[str, ...] = ()) -> str:
+        return f'filter: "{self.t.union_set([(x, "") for x in xs], extra)}"\n'
 
-    def step(role: StepRole, names: list[str], child: str, kernel: int = 0) -> str:
-        prog.steps.append(ChainStep(role, kernel, tuple(names)))
-        return _node(f'mark: "{marks.make(marks.CHAIN_STEP, len(prog.steps) - 1).name}"\n',
-                     child)
+    def leaf(self, x: _Stmt, chunk: int | None) -> str:
+        """``x``'s band over its own dimensions; the first product's update below the
+        ring's ``k``-chunk band."""
+        leaf = _leaf(self.t, x, self.nb)
+        if chunk is not None and x.name == self.first_update:
+            k = x.dims[self.nb + 2]
+            leaf = _node(self.t.band([(x, [f"floor(({k})/{chunk})"])]), leaf)
+        return leaf
 
-    def filt(xs: list[_Stmt], extra: tuple[str, ...] = ()) -> str:
-        return f'filter: "{t.union_set([(x, "") for x in xs], extra)}"\n'
+    def leaves(self, xs: list[_Stmt], chunk: int | None = None) -> str:
+        if len(xs) == 1:            # the step's filter selects the statement already
+            return self.leaf(xs[0], chunk)
+        return _seq([_node(self.filt([x]), self.leaf(x, chunk)) for x in xs])
 
-    def leaves(xs: list[_Stmt], chunk: int | None = None) -> str:
-        kids = []
-        for x in xs:
-            leaf = _leaf(t, x, nb)
-            if chunk is not None and x.name == first_update:
-                leaf = _node(t.band([(x, [f"floor(({x.dims[nb + 2]})/{chunk})"])]), leaf)
-            kids.append(_node(filt([x]), leaf))
-        return kids[0] if len(kids) == 1 else _seq(kids)
+    def stepped(self, role: StepRole, xs: list[_Stmt], chunk: int | None = None,
+                extra: tuple[str, ...] = ()) -> str:
+        return _node(self.filt(xs, extra), self.step(role, xs, self.leaves(xs, chunk)))
 
-    first_update = next(s.name for s in mine if s.stage is m.first and s.kind == "update")
-    # ---- the kernel's body: accumulators, the ring over l, the write-out
-    init = [S[s.name] for s in (o_init, *soft_init)]
-    body = [_node(filt(init), step(StepRole.ACC_INIT, [x.name for x in init], leaves(init)))]
-    chunk = tiles.kc if tc else 64
-    ring_kids = []
-    for role, g in groups:
-        xs = [S[s.name] for s in g]
-        if xs:
-            ring_kids.append(_node(filt(xs), step(role, [x.name for x in xs], leaves(
-                xs, chunk if role is StepRole.FIRST else None))))
-    ring_x = [S[s.name] for s in ring_stmts]
-    lband = t.band([(x, [f"floor(({x.dims[x.l]})/{tl})"]) for x in ring_x if x.l is not None])
-    streamed = ((m.x.name, m.y.name, m.z.name) if tc and not tiles.x_resident
-                else (m.y.name, m.z.name))
-    prog.rings.append(ChainRing(0, tiles.stages if tc else 1, streamed, chunk))
-    ring = _node(f'mark: "{marks.make(marks.CHAIN_RING, 0).name}"\n',
-                 _node(lband, _seq(ring_kids)))
-    body.append(_node(filt(ring_x), ring))
-    core_body = list(body)
-    nd = o_init.domain.dim(isl.dim_type.set)
-    out_stmt = _Stmt("O_part" if splits > 1 else "O_out", [f"i{k}" for k in range(nd)],
-                     nb, None, nb + 1)
-    wo = [S[s.name] for s in cast] if cast else [out_stmt]
-    write = _node(filt(wo, block), step(StepRole.WRITE_OUT, [x.name for x in wo],
-                                        leaves(wo)))
-    body.append(write)
-    if cast:
-        core_body.append(write)
+    def groups(self) -> list[tuple[StepRole, list[_Stmt]]]:
+        m, S = self.m, self.S
+        soft = [s for s in self.mine if s.stage in m.softmax and s.kind != "init"]
+        return [(StepRole.FIRST, [S[s.name] for s in self.mine if s.stage is m.first]),
+                (StepRole.MIDDLE, [S[s.name] for s in self.mine
+                                   if any(s.stage is e.stage for e in m.elementwise)]),
+                (StepRole.SOFTMAX, [S[s.name] for s in soft]),
+                (StepRole.SECOND, [S[s.name] for s in self.mine
+                                   if s.stage is m.second and s.kind == "update"])]
 
-    # ---- the block filter over the model's statements, the write-out's extension
-    core_x = [S[s.name] for s in mine]
-    ring_names = {s.name for s in ring_stmts}
-    bfilter = t.union_set([(x, block_cond(x, x.name in ring_names)) for x in core_x], block)
-    o_dom = o_init.domain
+    def ring(self) -> tuple[str, list[_Stmt]]:
+        """The ring: its mark over the ``l``-tile band over the steps in it."""
+        m, tiles = self.m, self.tiles
+        chunk = tiles.kc if isinstance(tiles, TcChainTiles) else KR
+        kids, xs = [], []
+        for role, g in self.groups():
+            if g:
+                kids.append(self.stepped(role, g, chunk if role is StepRole.FIRST else None))
+                xs += g
+        lband = self.t.band([(x, [f"floor(({x.dims[x.l]})/{tiles.tl})"]) for x in xs
+                             if x.l is not None])
+        x_streamed = isinstance(tiles, TcChainTiles) and not tiles.x_resident
+        streamed = ((m.x.name,) if x_streamed else ()) + (m.y.name, m.z.name)
+        self.prog.rings.append(ChainRing(0, tiles.stages if isinstance(tiles, TcChainTiles)
+                                         else 1, streamed, chunk))
+        ring = _node(f'mark: "{marks.make(marks.CHAIN_RING, 0).name}"\n',
+                     _node(lband, _seq(kids)))
+        return _node(self.filt(xs), ring), xs
 
-    def extension(name: str, cond: str) -> str:
-        rng = o_dom.set_tuple_name(name)
+    def extension(self, name: str, cond: str) -> str:
+        """``extension { [] -> name[b.., m, n] }`` over ``O``'s box (and ``cond``)."""
+        o_init = next(s for s in self.mine if s.stage is self.m.second and s.kind == "init")
+        rng = o_init.domain.set_tuple_name(name)
         if cond:
-            c = isl.Set.read_from_str(model.ctx, t.union_set(
-                [(_Stmt(name, out_stmt.dims, nb, None, nb + 1), cond)], block))
+            x = _Stmt(name, self.S[o_init.name].dims, self.nb, None, self.nb + 1)
+            c = isl.Set.read_from_str(self.model.ctx, self.t.union_set([(x, cond)], self.block))
             rng = rng.align_params(c.get_space()).intersect(c.align_params(rng.get_space()))
         return f'extension: "{isl.Map.from_range(rng)}"\n'
-    out_ext = "" if cast else extension(out_stmt.name, block_cond(out_stmt, False))
 
-    def kernel0(kbody: list[str], with_ext: bool) -> str:
-        inner = _seq(kbody)
-        if with_ext and out_ext:
-            inner = _node(out_ext, inner)
-        return _node(f'mark: "{marks.make(marks.KERNEL, 0).name}"\n',
-                     _node(f'filter: "{bfilter}"\n', inner))
+    def build(self) -> tuple[isl.Schedule, isl.Set, isl.Schedule]:
+        m, nb, S, prog = self.m, self.nb, self.S, self.prog
+        split = self.splits > 1
+        prog.kernels[0] = ChainKernel("chain", self.tiles.threads, N_BLOCK, M_BLOCK,
+                                      self.bparams, SPLIT if split else "",
+                                      (L_LO, L_HI) if split else None)
+        o_init = next(s for s in self.mine if s.stage is m.second and s.kind == "init")
+        init = [S[o_init.name]] + [S[s.name] for s in self.mine
+                                   if s.stage in m.softmax and s.kind == "init"]
+        body = [self.stepped(StepRole.ACC_INIT, init)]
+        ring, ring_xs = self.ring()
+        body.append(ring)
+        cast = [S[s.name] for s in self.mine if m.out_cast and s.stage is m.stages[-1]]
+        out = _Stmt("O_part" if split else "O_out", S[o_init.name].dims, nb, None, nb + 1)
+        write = self.stepped(StepRole.WRITE_OUT, cast or [out], extra=self.block)
+        core_body = body + ([write] if cast else [])
+        body.append(write)
+        ring_names = {x.name for x in ring_xs}
+        bfilter = self.t.union_set([(x, self.block_cond(x, x.name in ring_names))
+                                    for x in S.values()], self.block)
+        out_ext = "" if cast else self.extension(out.name, self.block_cond(out, False))
 
-    domain = f'domain: "{model.domain}"\n'
-    full = kernel0(body, True)
-    if splits > 1:
-        prog.kernels[1] = ChainKernel("combine", tiles.threads)
-        comb = _Stmt("O_combine", out_stmt.dims, nb, None, nb + 1)
-        k1 = _node(f'mark: "{marks.make(marks.KERNEL, 1).name}"\n',
-                   step(StepRole.COMBINE, [comb.name], t.band([(comb, comb.dims)]), 1))
-        full = _node(extension(comb.name, ""), _seq([
-            _node(filt(core_x), full), _node(filt([comb]), k1)]))
-    tree = schedule_from_str(domain + "child:\n" + _indent(full, 2), model.ctx)
-    core = schedule_from_str(domain + "child:\n" + _indent(kernel0(core_body, False), 2),
-                             model.ctx)
-    return tree, _block_context(tiles, bparams, splits, S, o_init, mine, m, model), core
+        def kernel0(kbody: list[str], ext: str) -> str:
+            inner = _node(ext, _seq(kbody)) if ext else _seq(kbody)
+            return _node(f'mark: "{marks.make(marks.KERNEL, 0).name}"\n',
+                         _node(f'filter: "{bfilter}"\n', inner))
+        full = kernel0(body, out_ext)
+        if split:
+            prog.kernels[1] = ChainKernel("combine", self.tiles.threads)
+            comb = _Stmt("O_combine", out.dims, nb, None, nb + 1)
+            k1 = _node(f'mark: "{marks.make(marks.KERNEL, 1).name}"\n',
+                       self.step(StepRole.COMBINE, [comb], self.t.band([(comb, comb.dims)]), 1))
+            full = _node(self.extension(comb.name, ""), _seq([
+                _node(self.filt(list(S.values())), full), _node(self.filt([comb]), k1)]))
+        domain = f'domain: "{self.model.domain}"\nchild:\n'
+        tree = schedule_from_str(domain + _indent(full, 2), self.model.ctx)
+        core = schedule_from_str(domain + _indent(kernel0(core_body, ""), 2), self.model.ctx)
+        ctx = _block_context(self.tiles, self.bparams, self.splits, S, o_init, self.mine, m,
+                             self.model)
+        return tree, ctx, core
 
 
 def _image(dom: isl.Set, expr: str, name: str, at_most: bool = False) -> isl.Set:
     """``{ : name in { expr(x) : x in dom } }`` as a parameter set (``at_most``: ``name``
     at most one of those values)."""
     from polycomp.scheduler.gpu.map import as_param
-    dims = [dom.get_dim_name(isl.dim_type.set, k) for k in range(dom.dim(isl.dim_type.set))]
-    pnames = dom.get_space().get_var_names(isl.dim_type.param)
+    dims = [str(dom.get_dim_name(isl.dim_type.set, k)) for k in range(dom.dim(isl.dim_type.set))]
+    pnames = [str(dom.get_dim_name(isl.dim_type.param, k))
+              for k in range(dom.dim(isl.dim_type.param))]
     sp = f"[{', '.join(pnames)}] -> " if pnames else ""
     f = isl.Map.read_from_str(dom.get_ctx(), f"{sp}{{ {dom.get_tuple_name()}"
                                              f"[{', '.join(dims)}] -> [{expr}] }}")
