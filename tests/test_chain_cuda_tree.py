@@ -239,3 +239,20 @@ def test_gpu_bundle_records_chain_cases(case, tmp_path, monkeypatch):
                                               if case == "split" else [])
     loaded = runner.Case(str(tmp_path), names[0])
     np.testing.assert_array_equal(loaded.arrays["sim:" + m["args"][-1]["name"]], out)
+
+
+def test_schedule_side_imports_no_backend():
+    """The CUDA chain's schedule side (scheduler/chain: the tree, tiles, gate) reads
+    target data only (hw/target.py, hw/memory.py, hw/options.py), never a backend
+    package; the instruction-level IR is hw/cuda's."""
+    import ast
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parent.parent / "scheduler" / "chain"
+    for name in ("cuda_tree.py", "cuda_kernel.py", "tc_kernel.py", "cuda_gate.py"):
+        tree = ast.parse((root / name).read_text())
+        for node in ast.walk(tree):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for mod in mods:
+                assert not mod.startswith(("polycomp.hw.cuda", "polycomp.hw.cpu",
+                                           "polycomp.hw.npu")), (name, mod)

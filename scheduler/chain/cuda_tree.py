@@ -131,11 +131,14 @@ class ChainRing:
 @dataclass(frozen=True)
 class ChainKernel:
     """The payload of a chain's ``kernel:<n>``: ``chain`` (the fused kernel) or
-    ``combine`` (the split's second kernel); its threads per block and the names of the
-    block parameters its tree uses (``batch`` one per batch dimension, ``split`` and
-    ``l_range`` only with ``S > 1``)."""
+    ``combine`` (the split's second kernel); its threads per block, how the steps use
+    them (``warp_rows``: each warp owns that many rows of the ``m`` tile, the Tensor Core
+    kernel's 16; 0: the threads deal the elements of each tile among them) and the names
+    of the block parameters its tree uses (``batch`` one per batch dimension, ``split``
+    and ``l_range`` only with ``S > 1``)."""
     role: str
     threads: int
+    warp_rows: int = 0
     n_block: str = ""
     m_block: str = ""
     batch: tuple[str, ...] = ()
@@ -388,8 +391,8 @@ class _Program:
     def build(self) -> tuple[isl.Schedule, isl.Set, isl.Schedule]:
         m, nb, S, prog = self.m, self.nb, self.S, self.prog
         split = self.splits > 1
-        prog.kernels[0] = ChainKernel("chain", self.tiles.threads, N_BLOCK, M_BLOCK,
-                                      self.bparams, SPLIT if split else "",
+        prog.kernels[0] = ChainKernel("chain", self.tiles.threads, 16 if self.tc else 0,
+                                      N_BLOCK, M_BLOCK, self.bparams, SPLIT if split else "",
                                       (L_LO, L_HI) if split else None)
         o_init = next(s for s in self.mine if s.stage is m.second and s.kind == "init")
         init = [S[o_init.name]] + [S[s.name] for s in self.mine
