@@ -73,11 +73,12 @@ def _build(state) -> tuple[CudaChainProgram, Any] | None:
     b = state.slot(ChainBuild)
     if b.kernel is None:
         k0 = prog.kernels[0]
+        tc = isinstance(prog.tiles, TcChainTiles)
         bv = BlockVars(ir.Var(k0.n_block), ir.Var(k0.m_block),
                        tuple(ir.Var(p) for p in k0.batch),
-                       ir.Var(k0.split) if k0.split else None, ir.Var("ct"))
+                       ir.Var(k0.split) if k0.split else None, ir.Var("tt" if tc else "ct"))
         b.vars = bv
-        b.kernel = TcChain(prog.plan, prog.tiles, bv) if isinstance(prog.tiles, TcChainTiles) \
+        b.kernel = TcChain(prog.plan, prog.tiles, bv) if tc \
             else SimtChain(prog.plan, prog.tiles, bv)
     return prog, b.kernel
 
@@ -151,24 +152,26 @@ class _Rings(ir.Mutator):
         r = marks.attr_index(s, marks.CHAIN_RING)
         if r is None:
             return self.generic(s)
-        guards, var, lo, extent, body = _unwrap_loop(s.body)
+        guards, _, lo, extent, body = _unwrap_loop(s.body)
         extent = tile_count(extent)
         steps = _steps_in(body, self.prog)
         k = self.kernel
         if isinstance(k, TcChain):
             new = k.ring(extent, steps)
         else:
-            new = _simt_ring(k, var, lo, extent, steps)
+            new = _simt_ring(k, lo, extent, steps)
         for g in reversed(guards):
             new = ir.IfThenElse(g, new)
         return ir.AttrStmt(s.key, s.value, new)
 
 
-def _simt_ring(k: SimtChain, l0: ir.Var, lo: ir.Expr, extent: ir.Expr,
+def _simt_ring(k: SimtChain, lo: ir.Expr, extent: ir.Expr,
                steps: dict[str, tuple[str, tuple[str, ...]]]) -> ir.Stmt:
-    """The float32 ring: the ``l`` loop of the tree with the Z tile's copy issued at the
-    top of each iteration and the steps' micro-kernels (the score tile's store, with the
-    ``MIDDLE`` step's stages where there is one, ends ``FIRST`` otherwise)."""
+    """The float32 ring: the ``l`` loop of the tree (its bounds; a fresh variable, as
+    the steps are rebuilt) with the Z tile's copy issued at the top of each iteration and
+    the steps' micro-kernels (the score tile's store, with the ``MIDDLE`` step's stages
+    where there is one, ends ``FIRST`` otherwise)."""
+    l0 = ir.Var("cl0")
     def mark(role: str, body: ir.Stmt) -> ir.Stmt:
         return ir.AttrStmt(marks.CHAIN_STEP, steps[role][0], body)
     first = k.first(l0, lo)
@@ -266,7 +269,8 @@ class _Wrap(ir.Mutator):
                           (("axis", "x"),))
             return ir.AttrStmt(s.key, s.value, body)
         gx, gy, gz = k.grid()
-        bx, by, bz = ir.Var("cb_n"), ir.Var("cb_m"), ir.Var("cb_b")
+        p = "t" if isinstance(k, TcChain) else "c"
+        bx, by, bz = ir.Var(p + "b_n"), ir.Var(p + "b_m"), ir.Var(p + "b_b")
         table: dict[str, ir.Expr] = {info.n_block: bx, info.m_block: by}
         bshape = k.bshape
         if info.split:
