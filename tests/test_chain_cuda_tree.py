@@ -256,3 +256,32 @@ def test_schedule_side_imports_no_backend():
             for mod in mods:
                 assert not mod.startswith(("polycomp.hw.cuda", "polycomp.hw.cpu",
                                            "polycomp.hw.npu")), (name, mod)
+
+
+@pytest.mark.parametrize("group,shape,dtype", [
+    ("bmm", (1, 1, 1, 1, 1), "float32"),              # every extent 1
+    ("bmm+softmax", (2, 3, 5, 7, 16), "float32"),     # L <= TL: isl leaves no l loop
+    ("attention", (1, 1, 8), "float16"),
+    ("attention", (2, 13, 8), "bfloat16")])
+def test_constant_shapes_with_one_l_tile(group, shape, dtype):
+    """Constant extents where the ring's band has one value (a constant ``L <= TL``):
+    isl substitutes it, the ring is that one tile; numpy's result."""
+    from polycomp import dtypes as pdt
+    from polycomp.benchmarks.chains import _kernel, attention_kernel
+    rng = np.random.default_rng(len(shape))
+    if group == "attention":
+        b, s, d = shape
+        c = compile_kernel(attention_kernel(b, s, d, dtype=dtype), "cuda")
+        h = pdt.to_numpy(dtype)
+        xs = [rng.standard_normal(x).astype(h) for x in ((b, s, d), (b, d, s), (b, s, d))]
+        f = [x.astype(np.float32) for x in xs]
+        ref, tol = ck.np_softmax((f[0] @ f[1]) / np.float32(np.sqrt(d))) @ f[2], 2e-2
+    else:
+        b, m, n, k, l = shape  # noqa: E741
+        c = compile_kernel(_kernel(group, shape), "cuda", FORCE)
+        xs = [rng.standard_normal(x).astype(np.float32) for x in ((b, m, k), (b, k, l), (b, l, n))]
+        ref = ck.reference("bmm_chain" if group == "bmm" else "bmm_softmax_chain", *xs)
+        tol = 2e-4
+    assert "chain-cuda" in c.state.remarks
+    out, _ = simulate(c, *xs)
+    assert np.allclose(out, ref, rtol=tol, atol=tol)

@@ -101,17 +101,21 @@ def _step_of(s: ir.Stmt, prog: CudaChainProgram) -> int | None:
     return marks.attr_index(s, marks.CHAIN_STEP)
 
 
-def _unwrap_loop(s: ir.Stmt) -> tuple[list[ir.Expr], ir.Var, ir.Expr, ir.Expr, ir.Stmt]:
-    """The ring's ``l``-tile loop below uniform guards: ``(guards, var, min, extent,
-    body)`` (a ``LetStmt`` is a loop of one iteration)."""
+def _unwrap_loop(s: ir.Stmt, split: bool) -> tuple[list[ir.Expr], ir.Expr, ir.Expr, ir.Stmt]:
+    """The ring's ``l``-tile loop below uniform guards: ``(guards, min, extent, body)``.
+    A ``LetStmt`` is a loop of one iteration; no loop at all (isl substitutes a band
+    member that has one value on the domain: a constant ``L <= TL``) is the single tile
+    0 of an unsplit ring (the split's tiles ``[bl0, bh0)`` always leave a loop)."""
     guards: list[ir.Expr] = []
     while isinstance(s, ir.IfThenElse) and s.orelse is None:
         guards.append(s.cond)
         s = s.then
     if isinstance(s, ir.For):
-        return guards, s.var, s.min, s.extent, s.body
+        return guards, s.min, s.extent, s.body
     if isinstance(s, ir.LetStmt):
-        return guards, s.var, s.value, ir.IntImm(1), s.body
+        return guards, s.value, ir.IntImm(1), s.body
+    if isinstance(s, (ir.Block, ir.AttrStmt)) and not split:
+        return guards, ir.IntImm(0), ir.IntImm(1), s
     raise PolycompInternalError(f"chain ring: no l-tile loop below the mark ({type(s).__name__})")
 
 
@@ -152,7 +156,8 @@ class _Rings(ir.Mutator):
         r = marks.attr_index(s, marks.CHAIN_RING)
         if r is None:
             return self.generic(s)
-        guards, _, lo, extent, body = _unwrap_loop(s.body)
+        split = self.prog.kernels[self.prog.rings[r].kernel].l_range is not None
+        guards, lo, extent, body = _unwrap_loop(s.body, split)
         extent = tile_count(extent)
         steps = _steps_in(body, self.prog)
         k = self.kernel
