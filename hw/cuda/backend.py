@@ -9,6 +9,11 @@ schedule passes, IR passes and code generation.
   coincident outer loops take the tiled passes, the others the baseline mapping.
 * IR passes: tensorization (``mma.sync``/``ldmatrix``), ``cp.async`` pipelines, kernel
   wrapping (grid/block loops, per-block and per-thread buffers), simplification.
+* A model that is one chain of two contractions (docs/fusion.md) has the schedule pass
+  ``chain-fuse`` alone (:mod:`polycomp.scheduler.chain.cuda_tree`: the kernel's program
+  tree) and the IR passes ``chain-ring``, ``chain-steps``, ``chain-kernels``
+  (:mod:`.chain_passes`: its marks expanded into the micro-kernels of
+  :mod:`.chain_simt` / :mod:`.chain_tc`), then simplification.
 * Code generation: flattening, the CUDA printer.
 
 Options: :class:`polycomp.options.CudaOptions`.
