@@ -59,11 +59,13 @@ __all__ = ["chain_statement_builders", "expand_rings", "expand_steps", "wrap_cha
 @dataclass(eq=False)
 class ChainBuild:
     """The CUDA backend's state of a fused chain (``state.slot(ChainBuild)``): the
-    micro-kernel builder of the program and the block variables its IR uses, made by
-    the first chain pass and shared by the others."""
-    kernel: Any = None                    # SimtChain | TcChain
+    micro-kernel builder of the program, the block variables its IR uses and the
+    combining kernel's block and thread, made by the first chain pass and shared by the
+    others."""
+    kernel: SimtChain | TcChain | None = None
     vars: BlockVars | None = None
-    extra: dict[str, ir.Var] = field(default_factory=dict)
+    combine_block: ir.Var = field(default_factory=lambda: ir.Var("cc_blk"))
+    combine_thread: ir.Var = field(default_factory=lambda: ir.Var("cc_t"))
 
 
 def _build(state) -> tuple[CudaChainProgram, Any] | None:
@@ -97,10 +99,6 @@ def chain_statement_builders(state, var) -> dict:
 
 # --------------------------------------------------------------------------- chain-ring
 
-def _step_of(s: ir.Stmt, prog: CudaChainProgram) -> int | None:
-    return marks.attr_index(s, marks.CHAIN_STEP)
-
-
 def _unwrap_loop(s: ir.Stmt, split: bool) -> tuple[list[ir.Expr], ir.Expr, ir.Expr, ir.Stmt]:
     """The ring's ``l``-tile loop below uniform guards: ``(guards, min, extent, body)``.
     A ``LetStmt`` is a loop of one iteration; no loop at all (isl substitutes a band
@@ -125,7 +123,7 @@ def _steps_in(body: ir.Stmt, prog: CudaChainProgram) -> dict[str, tuple[str, tup
     found: dict[str, tuple[str, tuple[str, ...]]] = {}
     stmts = body.stmts if isinstance(body, ir.Block) else (body,)
     for s in stmts:
-        i = _step_of(s, prog)
+        i = marks.attr_index(s, marks.CHAIN_STEP)
         if i is None:
             raise PolycompInternalError(f"chain ring: {type(s).__name__} beside the steps")
         st = prog.steps[i]
@@ -231,7 +229,7 @@ def expand_steps(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
         return func
     prog, kernel = built
     b = state.slot(ChainBuild)
-    cvars = (b.extra.setdefault("cb", ir.Var("cc_blk")), b.extra.setdefault("ct", ir.Var("cc_t")))
+    cvars = (b.combine_block, b.combine_thread)
     return func.with_body(_Steps(prog, kernel, cvars).visit(func.body))
 
 
@@ -267,7 +265,7 @@ class _Wrap(ir.Mutator):
         info = self.prog.kernels[n]
         nt = info.threads
         if info.role == "combine":
-            cb, ct = self.b.extra["cb"], self.b.extra["ct"]
+            cb, ct = self.b.combine_block, self.b.combine_thread
             body = ir.For(ct, ir.IntImm(0), ir.IntImm(nt), "gpu_thread", s.body,
                           (("axis", "x"), ("threads", nt)))
             body = ir.For(cb, ir.IntImm(0), k.combine_grid(), "gpu_block", body,
