@@ -48,7 +48,7 @@ from polycomp.scheduler.chain.plan import ChainPlan
 
 from . import ptx
 
-__all__ = ["BlockVars", "SimtChain", "elementwise"]
+__all__ = ["BlockVars", "SimtChain", "batch_indices", "ceil_div", "cooperative", "elementwise"]
 
 NEG_INF = float("-inf")
 
@@ -415,7 +415,7 @@ class SimtChain:
         i = cb * nt + ct
         gn, row = i % N, i // N
         gm = row % M
-        bidx = _batch(self.bshape, row // M)
+        bidx = batch_indices(self.bshape, row // M)
         Num = ir.Buffer("cc_num", f32, (_i(1),), "local")
         Den = ir.Buffer("cc_den", f32, (_i(1),), "local")
         Mx = ir.Buffer("cc_max", f32, (_i(1),), "local")
@@ -481,17 +481,12 @@ class SimtChain:
                             nbytes)
 
 
-def _batch(bshape: tuple, bz: ir.Expr) -> list[ir.Expr]:
-    """The batch indices of the flattened batch index ``bz``."""
+def batch_indices(bshape: tuple, bz: ir.Expr) -> list[ir.Expr]:
+    """The batch indices of the flattened batch index ``bz`` (the last dimension
+    fastest): what the kernel wrapping binds the batch parameters to."""
     bidx: list[ir.Expr] = []
     rest: ir.Expr = bz
     for k in reversed(range(len(bshape))):
         bidx.insert(0, rest % bshape[k] if k else rest)
         rest = rest // bshape[k]
     return bidx
-
-
-def batch_indices(bshape: tuple, bz: ir.Expr) -> list[ir.Expr]:
-    """The batch indices of the flattened batch index ``bz`` (the last dimension
-    fastest): what the kernel wrapping binds the batch parameters to."""
-    return _batch(bshape, bz)
