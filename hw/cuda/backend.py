@@ -9,6 +9,11 @@ schedule passes, IR passes and code generation.
   coincident outer loops take the tiled passes, the others the baseline mapping.
 * IR passes: tensorization (``mma.sync``/``ldmatrix``), ``cp.async`` pipelines, kernel
   wrapping (grid/block loops, per-block and per-thread buffers), simplification.
+* A model that is one chain of two contractions (docs/fusion.md) has the schedule pass
+  ``chain-fuse`` alone (:mod:`polycomp.scheduler.chain.cuda_tree`: the kernel's program
+  tree) and the IR passes ``chain-ring``, ``chain-steps``, ``chain-kernels``
+  (:mod:`.chain_passes`: its marks expanded into the micro-kernels of
+  :mod:`.chain_simt` / :mod:`.chain_tc`), then simplification.
 * Code generation: flattening, the CUDA printer.
 
 Options: :class:`polycomp.options.CudaOptions`.
@@ -36,7 +41,7 @@ def _chain_decision(state: CompileState) -> tuple[bool, str]:
     (scheduler/chain, docs/fusion.md: the tiled pipeline, option ``chain`` on, and where
     it is not ``"force"``, the rule of :mod:`~polycomp.scheduler.chain.cuda_gate`), and
     why not where a chain was found but is not fused."""
-    from polycomp.scheduler.chain.cuda_codegen import cuda_plan
+    from polycomp.scheduler.chain.cuda_tree import cuda_plan
     from polycomp.scheduler.chain.tree import plan_for
     o = state.cuda_options
     if not (o.chain and o.gpu != "baseline" and not o.isl_scheduler
@@ -90,7 +95,7 @@ class CudaBackend(Backend):
         o = state.cuda_options
         fuse_chain, why_not = _chain_decision(state)
         if fuse_chain:
-            from polycomp.scheduler.chain.cuda_codegen import CudaChainFusePass
+            from polycomp.scheduler.chain.cuda_tree import CudaChainFusePass
             return [CudaChainFusePass()]
         if why_not:
             state.note("chain-fuse", f"chain not fused: {why_not}")
@@ -116,6 +121,9 @@ class CudaBackend(Backend):
         return passes
 
     def lowering_statements(self, state: CompileState, var) -> dict:
+        if _chain(state):       # the chain program's write-out / combine statements
+            from .chain_passes import chain_statement_builders
+            return chain_statement_builders(state, var)
         if not state.promotions and not state.inlined:
             return {}
         from .promoted import promoted_builders
@@ -123,9 +131,11 @@ class CudaBackend(Backend):
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         from .mapping import map_gpu_loops, wrap_kernels
-        if _chain(state):        # the chain_fused nest becomes the fused kernel
-            from polycomp.scheduler.chain.cuda_codegen import chain_kernels
-            return [ir_pass("chain-cuda", chain_kernels), body_pass("simplify", simplify)]
+        if _chain(state):        # the chain program's marks become its micro-kernels
+            from .chain_passes import expand_rings, expand_steps, wrap_chain_kernels
+            return [ir_pass("chain-ring", expand_rings), ir_pass("chain-steps", expand_steps),
+                    ir_pass("chain-kernels", wrap_chain_kernels),
+                    body_pass("simplify", simplify)]
         if _baseline(state):
             passes = [ir_pass("map-gpu-loops", map_gpu_loops)]
         else:

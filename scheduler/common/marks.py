@@ -28,6 +28,11 @@ parse into fields.
 | ``cpu_pack_request:..`` / ``cpu_pack:..`` | CPU backbone tiling / packing | operand packing |
 | ``npu_cube:<m0>:<n0>:<k0>:<kL1>`` | NPU cube tiling | the 16x16x16 cube instructions of an L0 step and the tiling the NPU program is built with |
 | ``npu_pingpong:<level>`` | NPU cube tiling | the loop below runs over ping-pong (double) buffers of that level |
+| ``chain_step:<n>`` | CUDA chain fusion | a block-level micro-kernel of a fused chain's kernel (``chain_program(state).steps[n]``: its role and statements) |
+| ``chain_ring:<n>`` | CUDA chain fusion | the ``l`` loop below streams its tiles through a ring of shared buffers (``chain_program(state).rings[n]``) |
+
+A fused chain's ``kernel:<n>`` (CUDA) indexes ``chain_program(state).kernels[n]``
+(:mod:`polycomp.scheduler.chain.cuda_tree`).
 """
 from __future__ import annotations
 
@@ -54,6 +59,8 @@ CPU_PACK_REQUEST = "cpu_pack_request"
 CPU_PACK = "cpu_pack"
 NPU_CUBE = "npu_cube"
 NPU_PINGPONG = "npu_pingpong"
+CHAIN_STEP = "chain_step"
+CHAIN_RING = "chain_ring"
 
 
 def make(kind: str, *args: object) -> isl.Id:
