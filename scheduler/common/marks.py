@@ -24,6 +24,7 @@ parse into fields.
 | ``copy:<statement>`` | promotion | a promotion copy's loop nest |
 | ``tc:block`` / ``tc:frag`` / ``tc:mma`` / ``pipeline:<stages>`` | Tensor Core tiling | warp tiles, fragments, mma region, cp.async pipeline |
 | ``cpu_parallel`` | CPU passes | the outermost parallel loop of a nest (OpenMP) |
+| ``cpu_wavefront`` | CPU stencil time tiling | the band below runs tiles by wavefronts: its first member (the wavefront) is sequential, the loop of its second member runs the wavefront's tiles in parallel (OpenMP) |
 | ``cpu_microkernel`` | CPU backbone tiling | the register-tile loop nest of the GEMM micro-kernel |
 | ``cpu_pack_request:..`` / ``cpu_pack:..`` | CPU backbone tiling / packing | operand packing |
 | ``npu_cube:<m0>:<n0>:<k0>:<kL1>`` | NPU cube tiling | the 16x16x16 cube instructions of an L0 step and the tiling the NPU program is built with |
@@ -54,6 +55,7 @@ TC_FRAG = "tc:frag"
 TC_MMA = "tc:mma"
 PIPELINE = "pipeline"
 CPU_PARALLEL = "cpu_parallel"
+CPU_WAVEFRONT = "cpu_wavefront"
 CPU_MICROKERNEL = "cpu_microkernel"
 CPU_PACK_REQUEST = "cpu_pack_request"
 CPU_PACK = "cpu_pack"
