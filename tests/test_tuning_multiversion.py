@@ -320,3 +320,55 @@ def test_cuda_module_host_code_built_by_nvcc(small_cuda_mv, tmp_path):
             getattr(lib, f"matmul_float16__v{i}_launch_config")(*args, want)
             assert list(got) == list(want), v
     assert len(seen) >= 2
+
+
+def test_scalar_c_module_and_thread_counts(tmp_path, monkeypatch):
+    """The scalar C printer path (target ``c``: no vector prelude, no micro-kernel guards)
+    and records of another thread count, which never enter the plan."""
+    monkeypatch.setenv("POLYCOMP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    k = matmul_kernel()
+    h = rec.kernel_hash(k)
+    path = tmp_path / "c.jsonl"
+    rs = [rec.TuningRecord(h, "c", rec.shape_bucket({"N": n, "M": 5, "K": 3}),
+                           {"parallel": n > 8}, 1e-3, {"N": n, "M": 5, "K": 3}, "m", 2)
+          for n in (8, 64)]
+    rs.append(rec.TuningRecord(h, "c", rs[0].bucket, {"fuse": False}, 1e-9, rs[0].shape,
+                               "m", 1))                 # fastest, but on one thread
+    rec.append(str(path), rs)
+    mv = MultiVersionKernel(k, "c", str(path))
+    assert [v.config for v in mv.versions] == [{"parallel": False}, {"parallel": True}]
+    assert "__m256" not in mv.source and "static void matmul_float32__v1(" in mv.source
+    rng = np.random.default_rng(3)
+    for n, m, kk in ((1, 1, 1), (7, 3, 2), (8, 5, 3), (9, 5, 3), (13, 1, 7), (64, 2, 2),
+                     (65, 3, 1)):
+        v = {"N": n, "M": m, "K": kk}
+        assert mv.select_in_artifact(**v) == mv.select(**v) == int(n > 8), v
+        a = rng.standard_normal((n, kk), dtype=np.float32)
+        b = rng.standard_normal((kk, m), dtype=np.float32)
+        np.testing.assert_allclose(mv(a, b), a @ b, rtol=1e-5, atol=1e-5)
+        out, i = mv.execute(a, b)                       # the interpreter, same choice
+        assert i == int(n > 8)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_cuda_dispatch_recorded_for_gpu_bundles(small_cuda_mv, tmp_path, monkeypatch):
+    """With a GPU check bundle being recorded, a dispatch becomes a case of the module's
+    ``.cu`` whose host entry point and ``__select`` scripts/gpu_bundle_run.py calls."""
+    import json
+
+    from polycomp.hw.cuda.gpu_bundle import ENV_VAR
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    mv = small_cuda_mv
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((33, 32)).astype(np.float16)
+    b = rng.standard_normal((32, 40)).astype(np.float16)
+    out, i = mv.simulate(a, b)
+    cases = [json.loads(p.read_text()) for p in (tmp_path / "cases").glob("*.json")]
+    (m,) = [c for c in cases if c.get("extra", {}).get("select")]
+    assert m["entry"] == "matmul_float16" and m["kernels"] == []
+    assert m["extra"] == {"select": "matmul_float16__select", "version": str(i)}
+    assert m["params"] == {"N": 33, "K": 32, "M": 40}
+    assert (tmp_path / m["source"]).read_text() == mv.source
+    np.testing.assert_allclose(out, a.astype(np.float32) @ b.astype(np.float32),
+                               rtol=1e-3, atol=1e-3)
