@@ -105,7 +105,7 @@ def cmd_tune(args) -> int:
           f"{len(recs)} trials in {time.perf_counter() - t0:.1f} s")
     print(f"  space: {spaces[0].about} ({len(spaces[0].points)} points)")
     ok = [r for r in recs if r.ok]
-    if recs[0].config:        # measured runs start with the default config: a model's choice
+    if not spaces[0].measured:                      # the model's choice (CUDA, no GPU)
         r = recs[0]
         print(f"  model's choice: {r.seconds * 1e3:.3f} ms predicted ({r.machine}) "
               f"{r.config}")
