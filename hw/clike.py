@@ -166,6 +166,10 @@ class CLikePrinter:
             return self.intrinsic(e)
         if isinstance(e, ir.Load):
             return self.load_value(e.buffer, self.expr(e.indices[0]))
+        if isinstance(e, ir.FuncCall):    # a function of the same module (dispatchers)
+            args = ", ".join(a.name if isinstance(a, ir.Buffer) else self.expr(a)
+                             for a in e.args)
+            return f"{e.func}({args})"
         raise NotImplementedError(f"{type(self).__name__} cannot print {type(e).__name__}")
 
     def binary(self, e: ir.Binary) -> str:
@@ -253,6 +257,8 @@ class CLikePrinter:
             self.emit(f"{self.expr(s.value)};")
         elif isinstance(s, ir.AttrStmt):
             self.attr(s)
+        elif isinstance(s, ir.Return):
+            self.emit("return;" if s.value is None else f"return {self.expr(s.value)};")
         else:
             raise NotImplementedError(f"{type(self).__name__} cannot print {type(s).__name__}")
 

@@ -142,18 +142,26 @@ class CpuBackend(Backend):
         return first + self._emit(func, state)
 
     def _emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
+        from .codegen import emit_c
+        printer, header = self.printer_and_header(func, state)
+        return emit_c(func, printer, "".join(header))
+
+    def printer_and_header(self, func: ir.LoweredFunc, state: CompileState
+                           ) -> tuple[type, list[str]]:
+        """The printer class of ``func`` and the parts of the header it needs after
+        :data:`~.codegen.C_HEADER` (vector prelude, helper kernels it calls)."""
         from polycomp.scheduler.chain.codegen import sources_for as chain_sources
 
-        from .codegen import emit_c
+        from .codegen import CPrinter
         if not _vector(state):
-            return emit_c(func, extra_header=chain_sources(func, state))
+            return CPrinter, [chain_sources(func, state)]
         from .vector_prelude import prelude
         from .vector_printer import printer_for
         t = state.target
         assert t.cpu is not None
         from .lowp import sources_for
-        return emit_c(func, printer_for(t.isa, t.cpu.has_fma), prelude(t.isa) + sources_for(func)
-                      + chain_sources(func, state))
+        return printer_for(t.isa, t.cpu.has_fma), [prelude(t.isa), sources_for(func),
+                                                   chain_sources(func, state)]
 
     def load(self, ck):
         from .build import CFunction, build_shared
@@ -177,6 +185,28 @@ class CpuBackend(Backend):
         if r.returncode != 0:
             raise BuildError(f"{' '.join(cmd)} failed:\n{r.stderr[-4000:]}")
         return f"checked: {' '.join(cmd[:3])} ... ok"
+
+
+    # ------------------------------------------------------------ tuning, multi-version
+    def tuning_space(self, ck, shape):
+        from .tuning import tuning_space
+        return tuning_space(ck, shape)
+
+    def measure(self, ck, arrays, shape, repeat, threads=None):
+        from .tuning import measure
+        return measure(self, ck, arrays, shape, repeat, threads)
+
+    def multiversion_module(self, versions, selector, comments=()):
+        from .multiversion import multiversion_module
+        return multiversion_module(versions, selector, comments)
+
+    def emit_module(self, module, versions):
+        from .multiversion import emit_module
+        return emit_module(self, module, versions)
+
+    def load_module(self, module, source, versions):
+        from .multiversion import load_module
+        return load_module(module, source)
 
 
 #: Last codegen pass: the kernel's entry point, buffers and variables get names that

@@ -210,5 +210,37 @@ class CudaBackend(Backend):
                 lines.append(f"{entry}: {used}" if entry else used)
         return f"checked: {' '.join(cmd[:3])} ... ok" + "".join(f"\n  {ln}" for ln in lines)
 
+    # ------------------------------------------------------------ tuning, multi-version
+    def tuning_space(self, ck, shape):
+        from .tuning import tuning_space
+        return tuning_space(ck, shape)
+
+    def version_plan(self, kernel, target, records, func):
+        """Tensor Core GEMM versions chosen at run time by the wave model, from the
+        model's records (``polycomp tune -t cuda``)."""
+        from polycomp.scheduler.tuning.cuda_versions import wave_plan
+        return wave_plan(kernel, target, records, func)
+
+    def multiversion_module(self, versions, selector, comments=()):
+        from .multiversion import multiversion_module
+        return multiversion_module(versions, selector, comments)
+
+    def emit_module(self, module, versions):
+        from .multiversion import emit_module
+        return emit_module(module, versions)
+
+    def execute_module(self, module, source, versions, inputs, params):
+        """The selected version in the simulator; with a GPU check bundle being recorded
+        the run becomes a case of the module's ``.cu`` (its dispatcher on a GPU)."""
+        from polycomp.shapes import infer_params
+
+        from .multiversion import record_dispatch
+        out, i = super().execute_module(module, source, versions, inputs, params)
+        f = module.function(module.name).func
+        values = infer_params(f.params, f.inputs, list(inputs), params, outputs=f.outputs)
+        record_dispatch(module, source, i, versions[i], versions[i].target.name, inputs,
+                        values, out)
+        return out, i
+
 
 register(CudaBackend())

@@ -515,7 +515,7 @@ def _lowered(obj, ir_stage: str) -> ir.LoweredFunc:
             raise TargetError(f"simulate() takes a CompiledKernel, a LoweredFunc or a "
                               f"kernel, got {type(obj).__name__}")
         obj = compile_kernel(obj, "cuda")
-    if obj.target.kind != "cuda":
+    if obj.target.cuda is None:            # not a CUDA machine description
         raise TargetError(f"simulate() runs CUDA kernels; {obj.name} was compiled for "
                           f"{obj.target.name}")
     if ir_stage not in ("final", "ir"):
