@@ -217,3 +217,18 @@ def test_source_text_only_in_the_printer():
            for t in _strings(p) if api.search(t)]
     assert not bad, bad
     assert sum(bool(api.search(t)) for t in _strings(ROOT / "hw/npu/printer.py")) > 20
+
+
+def test_npu_docs_name_real_modules_and_run(capsys):
+    """docs/npu.md and the NPU section of docs/fusion.md name modules that exist, and
+    npu.md's Python example runs."""
+    import re
+    npu = (ROOT / "docs/npu.md").read_text()
+    fusion = (ROOT / "docs/fusion.md").read_text()
+    fusion = fusion[fusion.index("## NPU"):]
+    for text in (npu, fusion):
+        for path in set(re.findall(r"`((?:hw|scheduler|tests)/[A-Za-z0-9_/]+\.py)`", text)):
+            assert (ROOT / path).exists(), path
+    for block in re.findall(r"```python\n(.*?)```", npu, re.S):
+        exec(compile(block, "docs/npu.md", "exec"), {"__name__": "doc_npu"})
+    capsys.readouterr()
