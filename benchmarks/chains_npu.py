@@ -108,6 +108,8 @@ def case(name: str, group: str, target: str) -> dict:
     plan = chain_plan_of(ck.schedule, ck.state)
     if plan is None:
         raise RuntimeError(f"{name}: not fused: {ck.notes.get('npu-chain-fuse')}")
+    from polycomp.hw.npu.program import NpuModule
+    assert isinstance(ck.final_ir, NpuModule)
     prog = ck.final_ir.program
     fused, rep = simulate(ck, *args)
     t1 = time.perf_counter()

@@ -1,5 +1,5 @@
-"""Pipe flags placed by dependence analysis (the ``npu-sync`` pass, ``hw/npu/sync.py``): the programs
-as placed run race-free in the simulator, and leaving out any one placed set/wait pair
+"""Pipe flags placed by dependence analysis (the ``npu-sync`` pass, ``hw/npu/sync.py``):
+the programs as placed run race-free in the simulator, and leaving out any one placed set/wait pair
 makes the simulator report a race (or, for a pair that orders a slot's reuse, a race
 on that slot) — so no flag is missing and none is redundant."""
 import dataclasses

@@ -133,7 +133,7 @@ def _outputs(stages) -> set[str]:
 def lower_plans(func: ir.LoweredFunc, plans: NpuPlans, graph: Any) -> Program:
     """The program of the NPU marks of ``func`` (module docstring); ``graph``: the
     kernel's graph."""
-    name = graph.name
+    name = graph.name if hasattr(graph, "name") else "kernel"
     found = npu_marks(func)
     if found.get(marks.NPU_CHAIN):
         p = plans.chains[found[marks.NPU_CHAIN][0]]
