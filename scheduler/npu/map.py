@@ -94,8 +94,7 @@ def _single(graph, target: Target, options, lm: NpuLoweringModel) -> Plan:
             return _conv(graph, conv, target, options, lm)
     c = epilogue_matmul(stages)
     if c is not None:
-        lm.epilogue_ub(graph, stages[0], None, 1)         # or TargetError
-        need = lm.epilogue_ub(graph, stages[0], None, _copies(options))
+        need = lm.epilogue_ub(graph, stages[0], None, _copies(options))  # or TargetError
         tiles = cube_tiles(target, options, _itemsize(c.a.load.dtype), need)
         return CubePlan(stages[0].name, c, False, c.a.load.dtype, graph.outputs[0].dtype,
                         tiles, graph, tuple(s.name for s in stages[1:]))
@@ -123,8 +122,10 @@ def _conv(graph, conv: ConvMatch, target: Target, options, lm: NpuLoweringModel)
 def _cube_phase(sg: SubGraph, c: Contraction, target: Target, options) -> CubePlan:
     s = sg.stages[0]
     a, b = (next(t for t in sg.inputs if t.name == x.load.buffer.name) for x in (c.a, c.b))
-    for t in (a, b, s.output):       # their sizes are tiling data
-        [dim_size(k) for k in tensor_keys(t) if k is not None]
+    for t in (a, b, s.output):       # their sizes are tiling data (or TargetError)
+        for k in tensor_keys(t):
+            if k is not None:
+                dim_size(k)
     _out_dtype_ok(s, s.output.dtype)
     tiles = cube_tiles(target, options, _itemsize(a.dtype))
     return CubePlan(s.name, c, len(a.shape) == 3, a.dtype, s.output.dtype, tiles, sg)
