@@ -8,7 +8,9 @@ A backend is a package under ``hw/`` (``hw/cpu``, ``hw/cuda``) with a
   :class:`~polycomp.hw.target.Target`: memory hierarchy, compute units, parameters);
 * ``options_class``: its typed options (:mod:`polycomp.options`);
 * ``schedule_passes(state)``, ``ir_passes(state)`` (IR the interpreter still runs),
-  ``codegen_passes(state)`` (to the printed IR) and ``emit(func, state)`` (source);
+  ``codegen_passes(state)`` (to the printed IR), ``target_passes(state)`` (a lowering
+  to the backend's own target IR and passes on it, where it has one: the NPU) and
+  ``emit(func, state)`` (source);
 * ``lowering_statements(state, var)``: extra statement builders for lowering (e.g. the
   copy statements of promotions);
 * ``suffix`` of emitted files, ``runner(ck)`` (a callable on numpy arrays and how it
@@ -42,6 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from polycomp.hw.target import Target
     from polycomp.lowering.ir_pass import IRPass
     from polycomp.options import Options
+    from polycomp.pass_manager import TargetPass
     from polycomp.scheduler.common.pass_base import Pass
     from polycomp.scheduler.tuning.multiversion import VersionPlan
     from polycomp.scheduler.tuning.space import Measurement, TuningSpace
@@ -92,6 +95,13 @@ class Backend:
         return []
 
     def codegen_passes(self, state: CompileState) -> list[IRPass]:
+        return []
+
+    def target_passes(self, state: CompileState) -> list[TargetPass]:
+        """Steps on the backend's own target IR after the code-generation passes: the
+        first lowers the LoweredFunc into it, the others rewrite it; ``emit`` prints
+        the result (``CompiledKernel.final_ir``).  None by default: C and CUDA print
+        the LoweredFunc."""
         return []
 
     def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:

@@ -283,7 +283,9 @@ def cmd_explain(args) -> int:
     notes = {k: list(v) for k, v in (ck.notes or {}).items()}
     headers = {"model": "polyhedral model", "schedule": "schedule passes",
                "lower": "lowering (isl AST -> IR)", "ir": "IR passes",
-               "codegen": "code-generation passes", "emit": "emission"}
+               "codegen": "code-generation passes",
+               "target": "target IR (the lowering to the backend's own IR, its passes)",
+               "emit": "emission"}
     stage = None
     for r in ck.records:
         if r.stage != stage:

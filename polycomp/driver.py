@@ -44,7 +44,10 @@ class CompiledKernel:
     model: PolyModel
     schedule: isl.Schedule
     ir: LoweredFunc             # after the target's IR passes (interpretable)
-    final_ir: LoweredFunc       # as printed (flattened)
+    # as printed: the flattened LoweredFunc (C, CUDA), or the backend's own target IR
+    # after its target passes (the NPU's NpuModule, polycomp.hw.npu.program); either
+    # has the kernel's name, params, inputs, outputs and inout
+    final_ir: LoweredFunc | Any
     source: str
     records: list[PassRecord] = field(default_factory=list)
     state: CompileState | None = None
@@ -112,6 +115,7 @@ def _compile(kernel, tgt: Target, backend, opts, pm: PassManager) -> CompiledKer
         statement_hook=lambda var: backend.lowering_statements(state, var)), _func_str)
     func = pm.run_ir(func, state, backend.ir_passes(state), "ir")
     final = pm.run_ir(func, state, backend.codegen_passes(state), "codegen")
+    final = pm.run_target(final, state, backend.target_passes(state))
     source = pm.step("emit", "emit", lambda: backend.emit(final, state), str)
     return CompiledKernel(kernel, tgt, model, schedule, func, final, source, pm.records, state)
 

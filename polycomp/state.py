@@ -75,7 +75,6 @@ class CompileState:
     packs: list[PackedOperand] = field(default_factory=list)
     inlined: dict[str, Any] = field(default_factory=dict)   # array name -> Stage
     ast_context: isl.Set | None = None
-    npu_schedule: isl.Schedule | None = None   # after the NPU passes (the builder reads it)
     generated: GeneratedSources = field(default_factory=GeneratedSources)
     slots: dict[type, Any] = field(default_factory=dict)
 

@@ -26,13 +26,19 @@ parse into fields.
 | ``cpu_parallel`` | CPU passes | the outermost parallel loop of a nest (OpenMP) |
 | ``cpu_microkernel`` | CPU backbone tiling | the register-tile loop nest of the GEMM micro-kernel |
 | ``cpu_pack_request:..`` / ``cpu_pack:..`` | CPU backbone tiling / packing | operand packing |
-| ``npu_cube:<m0>:<n0>:<k0>:<kL1>`` | NPU cube tiling | the 16x16x16 cube instructions of an L0 step and the tiling the NPU program is built with |
-| ``npu_pingpong:<level>`` | NPU cube tiling | the loop below runs over ping-pong (double) buffers of that level |
+| ``npu_cube:<n>`` | NPU mapping, cube tiling | a matmul stage on the cube (above its subtree; after tiling, above the 16x16x16 products of an L0 step); ``npu_plans(state).cubes[n]``: stage, tiles, epilogue |
+| ``npu_pingpong:<n>`` | NPU cube tiling | the loop below rotates ping-pong (double) buffers; ``npu_plans(state).pingpongs[n]``: level, copies |
+| ``npu_conv:<n>`` | NPU mapping | a convolution as implicit GEMM on the cube; ``npu_plans(state).convs[n]`` |
+| ``npu_vector:<n>`` | NPU mapping | stages of vector program n; ``npu_plans(state).vectors[n]``: dimension roles |
+| ``npu_phases:<n>`` | NPU mapping | a kernel of phases joined by GM workspaces; ``npu_plans(state).phases[n]`` |
+| ``npu_chain:<n>`` | NPU chain fusion | a fused chain program; ``npu_plans(state).chains[n]``: tiles, buffer use |
+
 | ``chain_step:<n>`` | CUDA chain fusion | a block-level micro-kernel of a fused chain's kernel (``chain_program(state).steps[n]``: its role and statements) |
 | ``chain_ring:<n>`` | CUDA chain fusion | the ``l`` loop below streams its tiles through a ring of shared buffers (``chain_program(state).rings[n]``) |
 
 A fused chain's ``kernel:<n>`` (CUDA) indexes ``chain_program(state).kernels[n]``
-(:mod:`polycomp.scheduler.chain.cuda_tree`).
+(:mod:`polycomp.scheduler.chain.cuda_tree`); ``npu_plans``:
+:func:`polycomp.scheduler.npu.plan.npu_plans`.
 """
 from __future__ import annotations
 
@@ -61,6 +67,10 @@ NPU_CUBE = "npu_cube"
 NPU_PINGPONG = "npu_pingpong"
 CHAIN_STEP = "chain_step"
 CHAIN_RING = "chain_ring"
+NPU_CONV = "npu_conv"
+NPU_VECTOR = "npu_vector"
+NPU_PHASES = "npu_phases"
+NPU_CHAIN = "npu_chain"
 
 
 def make(kind: str, *args: object) -> isl.Id:
