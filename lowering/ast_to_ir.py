@@ -26,6 +26,7 @@ import islpy as isl
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
 from polycomp.islutil import flatten_range, sets
+from polycomp.model import PolyModel
 
 _OP = isl.ast_expr_op_type
 _BIN = {
@@ -291,7 +292,7 @@ def statement_builders(model) -> dict[str, Callable]:
     return out
 
 
-def lower_schedule(model, schedule: isl.Schedule, extra_statements: dict | None = None,
+def lower_schedule(model: PolyModel, schedule: isl.Schedule, extra_statements: dict | None = None,
                    name: str | None = None, simplify_body: bool = True,
                    extra_context: isl.Set | None = None,
                    statement_hook: Callable[[Callable[[str], ir.Var]], dict] | None = None,
@@ -318,10 +319,8 @@ def lower_schedule(model, schedule: isl.Schedule, extra_statements: dict | None 
         builders.update(statement_hook(lowerer.var))
     builders.update(extra_statements or {})
     body = ir.seq(*[lowerer.stmt(ast) for ast in asts])
-    for t in reversed(model.graph.temporaries):
-        body = ir.Allocate(t.buffer, body)
-    g = model.graph
-    inout = tuple(getattr(g, "inout", ()))  # outputs whose initial contents the caller gives
-    f = ir.LoweredFunc(name or g.name, tuple(model.params), tuple(t.buffer for t in g.inputs),
-                       tuple(t.buffer for t in g.outputs), body, inout)
+    for buf in reversed(model.temporaries):
+        body = ir.Allocate(buf, body)
+    f = ir.LoweredFunc(name or model.name, tuple(model.params), model.live_in, model.live_out,
+                       body, model.inout)
     return f.with_body(simplify(f.body)) if simplify_body else f

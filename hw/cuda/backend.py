@@ -18,6 +18,8 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from polycomp import ir
+from polycomp.frontend.c_model import CScopModel
+from polycomp.frontend.dsl_model import DslModel
 from polycomp.hw.options import CudaOptions
 from polycomp.hw.registry import Backend, Runner, register
 from polycomp.hw.target import Target
@@ -40,7 +42,7 @@ def _chain_decision(state: CompileState) -> tuple[bool, str]:
     from polycomp.scheduler.chain.tree import plan_for
     o = state.cuda_options
     if not (o.chain and o.gpu != "baseline" and not o.isl_scheduler
-            and bool(getattr(state.model.graph, "stages", ()))):
+            and isinstance(state.model, DslModel)):
         return False, ""
     if plan_for(state)[0] is None:
         return False, ""
@@ -79,7 +81,6 @@ class CudaBackend(Backend):
         from polycomp.scheduler.gpu.scop_groups import (
             ScopBaselinePass,
             ScopGroupingPass,
-            is_c_scop,
         )
         from polycomp.scheduler.gpu.tile import GpuTilingPass
         from polycomp.scheduler.gpu.unroll import UnrollPointLoopsPass
@@ -96,7 +97,7 @@ class CudaBackend(Backend):
             state.note("chain-fuse", f"chain not fused: {why_not}")
         if _baseline(state):
             return [GpuBaselineMappingPass()]
-        scop = is_c_scop(state)
+        scop = isinstance(state.model, CScopModel)
         passes: list[Pass]
         if scop:    # per nest: tiled (backbone marks) or baseline (mapped right away)
             passes = [ScopGroupingPass(), ScopBaselinePass()]

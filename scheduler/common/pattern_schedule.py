@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import islpy as isl
 
+from polycomp.frontend.dsl_model import DslModel
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.classify import fusion_groups, row_runs, with_row_runs
 from polycomp.scheduler.common.pass_base import Pass
@@ -57,7 +58,7 @@ class PatternSchedulePass(Pass):
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         m = ctx.model
-        if not getattr(m.graph, "stages", ()):  # no DSL stages (a C SCoP): keep its tree
+        if not isinstance(m, DslModel):  # a C SCoP: keep its tree
             ctx.note(self.name, "no DSL stages: kept the front end's schedule tree")
             return schedule
         groups = fusion_groups(m.graph)

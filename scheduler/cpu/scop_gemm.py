@@ -58,6 +58,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polycomp import ir
+from polycomp.frontend.c_model import CScopModel
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
@@ -77,11 +78,6 @@ from polycomp.scheduler.cpu.backbone_tile import (
 from polycomp.scheduler.promotion.cpu_pack import request_mark
 from polycomp.scheduler.promotion.record import PackRequest
 from polycomp.state import CompileState
-
-
-def is_c_scop(model) -> bool:
-    """Whether ``model`` comes from the C front end (every statement an ``assign``)."""
-    return bool(model.statements) and all(s.kind == "assign" for s in model.statements)
 
 
 @dataclass(frozen=True, eq=False)
@@ -305,7 +301,7 @@ class ScopGemmPass(Pass):
     name = "scop-gemm"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not ctx.target.isa or not is_c_scop(ctx.model):
+        if not ctx.target.isa or not isinstance(ctx.model, CScopModel):
             return schedule
         domain, tree = T.from_schedule(schedule)
         stmts = {s.name: s for s in ctx.model.statements}

@@ -80,11 +80,6 @@ class NestPath:
     reason: str
 
 
-def is_c_scop(state: CompileState) -> bool:
-    """A model without DSL stages (a C SCoP)."""
-    return not getattr(state.model.graph, "stages", ())
-
-
 def nest_roots(schedule: isl.Schedule) -> list[isl.ScheduleNode]:
     """The root node of every top-level nest (the child of each filter of the root's
     sequence, or the root's only child)."""

@@ -66,6 +66,7 @@ import islpy as isl
 from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import ResourceLimitError, ScheduleError
+from polycomp.frontend.dsl_model import DslModel
 from polycomp.model import Statement
 from polycomp.scheduler.common import contraction, marks
 from polycomp.scheduler.common.classify import FusionGroup, fusion_groups
@@ -268,7 +269,7 @@ class TensorCoreTilingPass(Pass):
         if not ctx.cuda_options.tensor_cores:
             return schedule
         model = ctx.model
-        if not getattr(model.graph, "stages", ()):
+        if not isinstance(model, DslModel):
             return schedule
         groups = fusion_groups(model.graph)
         marks = backbone_marks(schedule)
