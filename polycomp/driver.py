@@ -12,12 +12,12 @@ and the typed compile state), so tests and ``polycomp explain`` can look at each
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import islpy as isl
 
 from polycomp import ir
+from polycomp.compiled import CompiledKernel
 from polycomp.errors import (
     PolycompError,
     PolycompInternalError,
@@ -26,48 +26,13 @@ from polycomp.errors import (
     deep_recursion,
 )
 from polycomp.frontend.dsl import Kernel
-from polycomp.hw.registry import Backend, backend_for
+from polycomp.hw.registry import backend_for
 from polycomp.hw.target import Target, get_target
-from polycomp.ir import LoweredFunc
 from polycomp.lowering.ast_to_ir import lower_schedule
-from polycomp.model import PolyModel
 from polycomp.options import Options
-from polycomp.pass_manager import PassManager, PassRecord
+from polycomp.pass_manager import PassManager
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
-
-
-@dataclass(eq=False)
-class CompiledKernel:
-    kernel: Kernel
-    target: Target
-    model: PolyModel
-    schedule: isl.Schedule
-    ir: LoweredFunc             # after the target's IR passes (interpretable)
-    final_ir: LoweredFunc       # as printed (flattened)
-    source: str
-    records: list[PassRecord] = field(default_factory=list)
-    state: CompileState | None = None
-
-    @property
-    def name(self) -> str:
-        return self.final_ir.name
-
-    @property
-    def backend(self) -> Backend:
-        return backend_for(self.target)
-
-    @property
-    def options(self) -> Options:
-        assert self.state is not None
-        return self.state.options
-
-    @property
-    def notes(self) -> dict[str, list[str]]:
-        return self.state.remarks if self.state is not None else {}
-
-    def suffix(self) -> str:
-        return self.backend.suffix
 
 
 def compile_kernel(kernel: Kernel, target: str | Target = "c",

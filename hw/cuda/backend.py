@@ -28,6 +28,7 @@ from polycomp.lowering.ir_pass import IRPass, body_pass, ir_pass
 from polycomp.lowering.simplify import simplify
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.state import gpu_kernels
+from polycomp.scheduler.promotion.record import promotion_state
 from polycomp.state import CompileState
 
 from .target import cuda_target
@@ -117,10 +118,10 @@ class CudaBackend(Backend):
         return passes
 
     def lowering_statements(self, state: CompileState, var) -> dict:
-        if not state.promotions and not state.inlined:
+        if not promotion_state(state).promotions and not state.inlined:
             return {}
         from .promoted import promoted_builders
-        return promoted_builders(state.model, state.promotions, var, state.inlined)
+        return promoted_builders(state.model, promotion_state(state).promotions, var, state.inlined)
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         from .mapping import map_gpu_loops, wrap_kernels

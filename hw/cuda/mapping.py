@@ -16,6 +16,7 @@ from __future__ import annotations
 from polycomp import ir
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.gpu.state import gpu_kernels
+from polycomp.scheduler.promotion.record import promotion_state
 
 AXES = ("x", "y", "z")
 
@@ -160,4 +161,4 @@ def wrap_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """
     model = state.model
     return func.with_body(_WrapKernels(gpu_kernels(state).launches, model.context, model.params,
-                                       state.promotions).visit(func.body))
+                                       promotion_state(state).promotions).visit(func.body))

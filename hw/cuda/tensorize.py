@@ -47,7 +47,7 @@ thread owning its fragment element, or, for the update, inside the warp's ``mma`
 the zero-filled tiles: padding contributes 0), so the results equal the statement
 semantics up to the summation order of the reduction.  Loops above the regions are
 unchanged (uniform in the block), so the barriers are reached by every thread.  The
-new buffers are recorded in ``state.promotions`` for ``wrap_kernels`` to
+new buffers are recorded in ``promotion_state(state).promotions`` for ``wrap_kernels`` to
 allocate (shared per block, fragments per thread): ``As``/``Bs`` from the staging
 decisions (level ``shared``), the fragments at the staging's ``registers`` level.
 """
@@ -59,7 +59,7 @@ from polycomp.errors import PolycompInternalError
 from polycomp.lowering.simplify import linear, simplify
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.gpu.state import gpu_kernels
-from polycomp.scheduler.promotion.record import Promotion
+from polycomp.scheduler.promotion.record import Promotion, promotion_state
 
 from . import ptx
 
@@ -67,13 +67,13 @@ from . import ptx
 def tensorize(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """See the module docstring; ``state`` is the compile's
     :class:`~polycomp.state.CompileState` (Tensor Core plans in ``gpu_kernels(state).tc_plans``;
-    the new buffers are appended to ``state.promotions``)."""
+    the new buffers are appended to ``promotion_state(state).promotions``)."""
     plans = gpu_kernels(state).tc_plans
     if not plans:
         return func
     t = _Tensorizer(plans, state.model)
     body = t.visit(func.body)
-    state.promotions.extend(t.records)
+    promotion_state(state).promotions.extend(t.records)
     return func.with_body(body)
 
 

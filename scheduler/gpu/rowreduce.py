@@ -60,7 +60,7 @@ from polycomp.scheduler.gpu.map import (
 from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.gpu.tile import find_first
 from polycomp.scheduler.promotion.footprint import Box
-from polycomp.scheduler.promotion.record import CopyStmt, Promotion, WarpReduction
+from polycomp.scheduler.promotion.record import CopyStmt, Promotion, WarpReduction, promotion_state
 from polycomp.scheduler.promotion.sites import drop_statements, node_at, paths, prefix_points
 from polycomp.state import CompileState
 
@@ -81,7 +81,7 @@ class RowReductionMappingPass(Pass):
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         launches = gpu_kernels(ctx).launches
-        promos = ctx.promotions
+        promos = promotion_state(ctx).promotions
         while True:
             mark = find_first(schedule, lambda n: _is_rowreduce(n) and not _done(n))
             if mark is None:

@@ -39,7 +39,7 @@ the array and the prologue statements are removed from the tree: the padded tens
 never materialised.
 
 Guarantees: every read of a promoted array below the site reads the shared copy of
-the same element (``ctx.promotions`` records the offsets the lowering uses),
+the same element (``promotion_state(ctx).promotions`` records the offsets the lowering uses),
 the copy completes before any read (barrier) and is not overwritten before all reads
 of the tile completed (barrier), so the kernel computes the same values.  Decisions
 are noted for ``polycomp explain``.
@@ -75,7 +75,7 @@ from polycomp.scheduler.promotion.footprint import (
     pullback,
     statement_prefix,
 )
-from polycomp.scheduler.promotion.record import CopyStmt, Promotion
+from polycomp.scheduler.promotion.record import CopyStmt, Promotion, promotion_state
 from polycomp.scheduler.promotion.reference import ReferenceGroup, read_only_groups
 from polycomp.scheduler.promotion.sites import (
     drop_statements,
@@ -165,7 +165,7 @@ class SharedPromotionPass(Pass):
                 continue
             budget.take(site.kernel, nbytes)
             schedule, promo = _apply(schedule, site, d, names.take(), ctx.model)
-            ctx.promotions.append(promo)
+            promotion_state(ctx).promotions.append(promo)
             ctx.note(self.name, d.remark())
             applied.append(promo)
             name = d.group.name
