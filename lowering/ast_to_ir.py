@@ -7,8 +7,9 @@ and produces IR:
 * ``for`` nodes become :class:`~polycomp.ir.For` with unit stride (a stride ``s`` loop
   becomes ``for t in [0, n): let c = init + s*t``; a degenerate loop becomes a ``let``);
 * ``if`` nodes become :class:`~polycomp.ir.IfThenElse`;
-* ``mark`` nodes become :class:`~polycomp.ir.AttrStmt` (key = mark name before ``:``,
-  value = the text after it) so hardware passes can pattern-match them;
+* ``mark`` nodes become :class:`~polycomp.ir.AttrStmt` (key = the mark's declared kind,
+  value = the payload index after it: :func:`polycomp.scheduler.common.marks.split`) so
+  hardware passes can pattern-match them;
 * user nodes become the statement's ``Store`` (or, for statements registered by
   promotion passes, whatever IR their builder returns) with the statement iterators
   replaced by the AST's argument expressions.
@@ -27,6 +28,7 @@ from polycomp import ir
 from polycomp.errors import PolycompInternalError
 from polycomp.islutil import flatten_range, sets
 from polycomp.model import PolyModel
+from polycomp.scheduler.common import marks
 
 _OP = isl.ast_expr_op_type
 _BIN = {
@@ -227,8 +229,7 @@ class AstLowerer:
             orelse = self.stmt(node.if_get_else_node()) if node.if_has_else_node() else None
             return ir.IfThenElse(self.expr(node.if_get_cond()), then, orelse)
         if t == isl.ast_node_type.mark:
-            name = node.mark_get_id().get_name()
-            key, _, value = name.partition(":")
+            key, value = marks.split(node.mark_get_id().get_name())
             return ir.AttrStmt(key, value, self.stmt(node.mark_get_node()))
         if t == isl.ast_node_type.user:
             return self.user(node.user_get_expr())

@@ -52,6 +52,7 @@ from dataclasses import replace
 
 from polycomp import dtypes as dt
 from polycomp import ir
+from polycomp.scheduler.common import marks
 
 from .simplify import simplify
 from .vectorize_analysis import (  # noqa: F401  (re-exported for the CPU passes)
@@ -285,7 +286,7 @@ def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids):
     if const_n is None or const_n % L:
         if tail == "mask":
             mask = lane_range(ir.IntImm(0), count, L)
-            t = ir.AttrStmt("vector_mask", (count, L), body_at(tail_base, 0, mask))
+            t = ir.AttrStmt(marks.VECTOR_MASK, (count, L), body_at(tail_base, 0, mask))
             tail_stmt = t if const_n is not None else ir.IfThenElse(
                 ir.Binary(">", count, ir.IntImm(0), "bool"), t)
         else:

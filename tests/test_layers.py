@@ -52,10 +52,12 @@ MODULE_LAYERS = {
     "polycomp.version": "base",
     "polycomp.lowering.printer": "base",
     "polycomp.lowering.simplify": "base",
-    # model: the polyhedral model and the schedule-tree helpers the front ends build
-    # their initial trees with
+    # model: the polyhedral model, the schedule-tree helpers the front ends build their
+    # initial trees with, and the declared mark kinds (lowering turns marks into IR
+    # attributes by them)
     "polycomp.model": "model",
     "polycomp.scheduler.common.tree": "model",
+    "polycomp.scheduler.common.marks": "model",
     # pipeline: the contracts every pass and backend is written against: the compile
     # state, the pass interfaces and pass manager, the compile's result, target data
     # and the registry

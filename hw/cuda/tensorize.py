@@ -3,7 +3,7 @@
 Assumes: IR lowered from the tree of
 :class:`~polycomp.scheduler.tensorcore.tile.TensorCoreTilingPass`
 and :class:`~polycomp.scheduler.tensorcore.map.TensorCoreMappingPass`, before
-:func:`~polycomp.hw.cuda.mapping.wrap_kernels`: inside ``AttrStmt("tc", "block:<g>")``
+:func:`~polycomp.hw.cuda.mapping.wrap_kernels`: inside ``AttrStmt("tc:block", "<g>")``
 the isl AST executes, per block tile, ``tc:frag`` regions (the point loops
 ``o_m mod BM``, ``o_n mod BN`` of the init / an epilogue statement) and, inside the
 K-tile loop ``kt`` (below ``AttrStmt("pipeline", S)`` and the loops of the other reduce
@@ -232,11 +232,9 @@ class _Tensorizer(ir.Mutator):
                 return self.generic(s)
             finally:
                 self.pipeline_depth = saved
-        if s.key != marks.TC:
-            return self.generic(s)
-        kind, g = s.value.split(":")
-        k = self.kernel(int(g))
-        if kind == "block":
+        g = marks.attr_index(s, marks.TC_BLOCK)
+        if g is not None:
+            k = self.kernel(g)
             saved = self.block_origin
             self.block_origin = None
             try:
@@ -248,11 +246,13 @@ class _Tensorizer(ir.Mutator):
             finally:
                 self.block_origin = saved
             return ir.AttrStmt(s.key, s.value, body)
-        if kind == "frag":
-            return self.frag(k, s.body)
-        if kind == "mma":
-            return self.mma(k, s.body)
-        raise PolycompInternalError(f"unknown tensor-core mark {s.value}")
+        g = marks.attr_index(s, marks.TC_FRAG)
+        if g is not None:
+            return self.frag(self.kernel(g), s.body)
+        g = marks.attr_index(s, marks.TC_MMA)
+        if g is not None:
+            return self.mma(self.kernel(g), s.body)
+        return self.generic(s)
 
     # ------------------------------------------------------------------ regions
     def frag(self, k, region):
@@ -348,7 +348,7 @@ class _Tensorizer(ir.Mutator):
         kt, red = self._reduce_origin(k)
         stage = ir.IntImm(0) if c.stages == 1 or kt is None else kt % c.stages
         loads = self.copies(k, origin, red, stage)
-        body = [ir.AttrStmt("tc_load", str(k.plan.kernel), loads), ptx.cp_async_commit(),
+        body = [ir.AttrStmt(marks.TC_LOAD, str(k.plan.kernel), loads), ptx.cp_async_commit(),
                 ptx.cp_async_wait(0), ir.barrier()]
         body += self.compute(k, stage)
         body.append(ir.barrier())
@@ -582,12 +582,12 @@ def _origin_store(region):
 def _insert_after_update(body, extra):
     """Insert ``extra`` right after the statement holding the update's loops (the
     innermost statement containing the copies but no ``tc_frag`` region)."""
-    if not _contains(body, "tc_frag"):
+    if not _contains(body, marks.TC_FRAGMENT):
         return ir.seq(body, extra)
     if isinstance(body, ir.Block):
         stmts = list(body.stmts)
         for i, s in enumerate(stmts):
-            if _contains(s, "tc_load"):
+            if _contains(s, marks.TC_LOAD):
                 stmts[i] = _insert_after_update(s, extra)
                 return ir.Block(tuple(stmts))
         raise PolycompInternalError("tensor-core block without its update loop")

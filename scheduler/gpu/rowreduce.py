@@ -1,6 +1,6 @@
 """Pass: map stitched row groups onto warps; reductions in registers and warp shuffles.
 
-Assumes: groups marked ``backbone:rowreduce`` by
+Assumes: groups marked ``backbone:<n>`` of class ``rowreduce`` (``backbones(state)``) by
 :class:`~polycomp.scheduler.common.pattern_schedule.PatternSchedulePass`: a one-member row
 band ``B(i)`` above a sequence of statement filters, each with a band over its own
 inner dimensions (a reduction's reduce axes, a row-wise stage's columns) or none
@@ -49,6 +49,7 @@ from polycomp import ir
 from polycomp.islutil import intersect_params, maps, sets
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.pattern_schedule import backbones
 from polycomp.scheduler.gpu.map import (
     KernelLaunch,
     as_param,
@@ -65,12 +66,12 @@ from polycomp.scheduler.promotion.sites import drop_statements, node_at, paths, 
 from polycomp.state import CompileState
 
 LANES = 32
-ROWREDUCE = "rowreduce"    # the fusion-group kind of ``backbone:rowreduce`` marks
+ROWREDUCE = "rowreduce"    # the fusion-group class of stitched row runs
 LEVEL = "registers"        # the privatised accumulators' memory level
 
 
-def _is_rowreduce(n) -> bool:
-    return marks.is_kind(n, marks.BACKBONE) and marks.argument(n, marks.BACKBONE) == ROWREDUCE
+def _is_rowreduce(n, ctx: CompileState) -> bool:
+    return marks.is_kind(n, marks.BACKBONE) and backbones(ctx).of(n).kind == ROWREDUCE
 
 
 class RowReductionMappingPass(Pass):
@@ -83,7 +84,7 @@ class RowReductionMappingPass(Pass):
         launches = gpu_kernels(ctx).launches
         promos = promotion_state(ctx).promotions
         while True:
-            mark = find_first(schedule, lambda n: _is_rowreduce(n) and not _done(n))
+            mark = find_first(schedule, lambda n: _is_rowreduce(n, ctx) and not _done(n))
             if mark is None:
                 return schedule
             n = len(launches)

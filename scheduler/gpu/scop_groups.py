@@ -59,6 +59,7 @@ from polycomp.islutil import maps, sets
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.pattern_schedule import backbones
 from polycomp.scheduler.common.tree import band_coincidence, is_legal
 from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
 from polycomp.scheduler.gpu.state import gpu_kernels
@@ -364,7 +365,7 @@ class ScopGroupingPass(Pass):
                     if sunk:
                         ctx.note(self.name, f"kernel {index} (loop nest {index}): the band "
                                             f"below the output band sunk into its statements")
-                root = root.insert_mark(marks.make(marks.BACKBONE, path.kind))
+                root = root.insert_mark(backbones(ctx).mark(path.kind))
                 schedule = root.get_schedule()
                 ctx.note(self.name, f"kernel {index} (loop nest {index}): tiled GPU pipeline "
                                     f"({path.kind}): {path.reason}")
