@@ -515,7 +515,8 @@ def _lowered(obj, ir_stage: str) -> ir.LoweredFunc:
             raise TargetError(f"simulate() takes a CompiledKernel, a LoweredFunc or a "
                               f"kernel, got {type(obj).__name__}")
         obj = compile_kernel(obj, "cuda")
-    if obj.target.kind != "cuda":
+    from .backend import CudaBackend
+    if not isinstance(obj.backend, CudaBackend):
         raise TargetError(f"simulate() runs CUDA kernels; {obj.name} was compiled for "
                           f"{obj.target.name}")
     if ir_stage not in ("final", "ir"):

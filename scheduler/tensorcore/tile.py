@@ -67,6 +67,7 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import ResourceLimitError, ScheduleError
 from polycomp.frontend.dsl_model import DslModel
+from polycomp.hw.target import CUDA_MAX_THREADS_PER_BLOCK, CUDA_WARP_SIZE
 from polycomp.model import Statement
 from polycomp.scheduler.common import contraction, marks
 from polycomp.scheduler.common.classify import FusionGroup, fusion_groups
@@ -95,7 +96,7 @@ class TcConfig:
 
     @property
     def threads(self) -> int:
-        return 32 * self.warps[0] * self.warps[1]
+        return CUDA_WARP_SIZE * self.warps[0] * self.warps[1]
 
     def shared_bytes(self, itemsize: int = 2) -> int:
         bm, bn = self.block
@@ -110,7 +111,7 @@ class TcConfig:
             raise ScheduleError(f"tensor-core K tile must be 32 or 64, got {self.k}")
         if not 1 <= self.stages <= 4:
             raise ScheduleError(f"pipeline stages must be 1..4, got {self.stages}")
-        if self.threads > 1024:
+        if self.threads > CUDA_MAX_THREADS_PER_BLOCK:
             raise ResourceLimitError(f"tensor-core tiling uses {self.threads} threads per block")
         return self
 
