@@ -13,8 +13,9 @@ A nest takes the **tiled** path when its subtree starts with a band whose leadin
 members ``o_0 .. o_{n-1}`` (``n >= 1``) are *coincident*: every dependence between two
 instances of the nest has distance 0 on them (:func:`band_coincidence`), and every one
 of them is non-negative over the domain for all parameter values (block ids are
-``floor(o / T) >= 0``).  The band is split after ``o_{n-1}`` and the mark
-``backbone:<class>`` is inserted above the first part (the *output band* of
+``floor(o / T) >= 0``).  The band is split after ``o_{n-1}`` and a mark
+``backbone:<b>`` (payload ``backbones(state).items[b]``: the path kind) is inserted above
+the first part (the *output band* of
 :class:`~polycomp.scheduler.gpu.tile.GpuTilingPass`).  Since the output members have
 distance 0 on every dependence of the nest, each point ``o`` of the output band is
 independent of every other point: tiling them, sinking the point band below any inner

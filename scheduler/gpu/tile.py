@@ -1,7 +1,7 @@
 """Pass: multi-level tiling of each fusion group's output band for the GPU.
 
 Assumes: the tree of :class:`~polycomp.scheduler.common.pattern_schedule.PatternSchedulePass`:
-under each ``backbone:<class>`` mark an (optional prologue sequence and an) output band
+under each ``backbone:<n>`` mark an (optional prologue sequence and an) output band
 ``B(o)`` whose child is a leaf or a sequence of the group's statements, the update
 statement's filter holding a band over the reduce axes ``R(r)``.
 

@@ -1,7 +1,7 @@
 """Pass: hardware-aligned tiling of contraction groups for Tensor Cores (mma.m16n8k16).
 
 Assumes: the tree of :class:`~polycomp.scheduler.common.pattern_schedule.PatternSchedulePass`
-(``backbone:<class>`` mark -> output band ``B(o)`` -> sequence of the group's statements,
+(``backbone:<n>`` mark -> output band ``B(o)`` -> sequence of the group's statements,
 the update's filter holding the reduce band ``R(r)``), and no earlier tiling.
 
 A group is *eligible* (:func:`gemm_view`) when ``options["tensor_cores"]`` is not
