@@ -201,7 +201,7 @@ class _Body:
             if red is not None:
                 p = self.plan
                 old = _acc_ref(red.acc, self.slot, p.lanes, p.dtype)
-                new = ir.Binary(red.op, old, self.w.expr(red.rest), p.dtype)
+                new: ir.Expr = ir.Binary(red.op, old, self.w.expr(red.rest), p.dtype)
                 if self.lane_mask is not None:
                     new = ir.Select(self.lane_mask, new, old, p.dtype)
                 return _acc_store(red.acc, self.slot, p.lanes, new)
@@ -275,7 +275,7 @@ def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids):
     finals = []
     for red in plan.reductions.values():
         s = red.store
-        vec = _acc_ref(red.acc, 0, L, D)
+        vec: ir.Expr = _acc_ref(red.acc, 0, L, D)
         for u in range(1, U):
             vec = ir.Binary(red.op, vec, _acc_ref(red.acc, u, L, D), D)
         old = ir.Load(s.buffer, s.indices, D)

@@ -79,7 +79,7 @@ def _split(body):
 
 def _multistage(loop, load, compute, stages):
     kt, lo, ext = loop.var, loop.min, loop.extent
-    pro = []
+    pro: list[ir.Stmt] = []
     for s in range(stages - 1):
         at = ir.substitute(load, {kt: lo + s})
         pro.append(ir.IfThenElse(ir.IntImm(s) < ext, at))

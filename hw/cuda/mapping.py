@@ -26,7 +26,7 @@ def _take_loops(s, n):
     """Up to n loop levels below s (Fors; a LetStmt counts as a 1-iteration loop).  Fewer
     are found when isl eliminated a loop whose value the context fixes (e.g. the only
     tile of a dimension of at most one tile): that dimension is a single block/thread."""
-    loops = []
+    loops: list[ir.Stmt] = []
     cur = s
     while len(loops) < n and isinstance(cur, (ir.For, ir.LetStmt)):
         loops.append(cur)
@@ -60,7 +60,8 @@ class _MapGpu(ir.Mutator):
                 return ir.AttrStmt(s.key, str(n), self.visit(s.body))
             inner = self.visit(_after(loops[-1]))
             f = len(loops)
-            ka = [("gpu_block", (("axis", AXES[f - 1 - k]),)) for k in range(f)]
+            ka: list[tuple[str, tuple]] = [("gpu_block", (("axis", AXES[f - 1 - k]),))
+                                           for k in range(f)]
             return ir.AttrStmt(s.key, str(n), _rebuild(loops, inner, ka))
         k = marks.attr_index(s, marks.GPU_THREADS)
         if k is not None:

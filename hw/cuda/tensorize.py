@@ -312,7 +312,7 @@ class _Tensorizer(ir.Mutator):
         X = lambda i: ir.Load(k.xch, (_imm(i),), "float32")  # noqa: E731
 
         def make(im, jn):
-            body = []
+            body: list[ir.Stmt] = []
             for r in range(4):
                 idx, row, col = k.element(im, jn, r)
                 coords = self._at(k, origin, row, col)
@@ -561,7 +561,8 @@ class _Redirect(ir.Mutator):
 
 def _origin_store(region):
     """The region's (first) Store and its write indices at the region's first point."""
-    stores, binds = [], {}
+    stores: list[ir.Store] = []
+    binds: dict = {}
 
     def fn(n):
         if isinstance(n, ir.Store) and not stores:
