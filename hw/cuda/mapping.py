@@ -102,10 +102,9 @@ def map_gpu_loops(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
 class _WrapKernels(ir.Mutator):
     """Wrap each ``kernel:<n>`` region in its block/thread loops (see wrap_kernels)."""
 
-    def __init__(self, launches, context, params, promotions, backbones):
+    def __init__(self, launches, context, params, promotions):
         self.launches, self.context, self.params = launches, context, params
         self.promotions = promotions
-        self.backbones = backbones
         self.ids = {name for l in launches.values()
                     for name in l.block_params + l.thread_params}
         self.guards: list = []
@@ -122,9 +121,6 @@ class _WrapKernels(ir.Mutator):
         return self.generic(s)
 
     def visit_AttrStmt(self, s):
-        g = marks.attr_index(s, marks.BACKBONE)
-        if g is not None:   # the printed comment names the group's class
-            return ir.AttrStmt(s.key, self.backbones.items[g].kind, self.visit(s.body))
         n = marks.attr_index(s, marks.KERNEL)
         if n is None or n not in self.launches:
             return self.generic(s)
@@ -170,6 +166,20 @@ def wrap_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     (``backbones(state)``), which the printed comment names.
     """
     model = state.model
-    return func.with_body(_WrapKernels(gpu_kernels(state).launches, model.context, model.params,
-                                       promotion_state(state).promotions,
-                                       backbones(state)).visit(func.body))
+    body = _WrapKernels(gpu_kernels(state).launches, model.context, model.params,
+                        promotion_state(state).promotions).visit(func.body)
+    return func.with_body(_BackboneWords(backbones(state)).visit(body))
+
+
+class _BackboneWords(ir.Mutator):
+    """A ``backbone:<n>`` attribute's value becomes its group's class (the payload in
+    ``backbones(state)``), which the printed comment names."""
+
+    def __init__(self, payloads):
+        self.payloads = payloads
+
+    def visit_AttrStmt(self, s):
+        g = marks.attr_index(s, marks.BACKBONE)
+        if g is None:
+            return self.generic(s)
+        return ir.AttrStmt(s.key, self.payloads.items[g].kind, self.visit(s.body))
