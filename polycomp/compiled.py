@@ -7,12 +7,12 @@ can name it without importing the driver.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import islpy as isl
 
 from polycomp.ir import LoweredFunc
-from polycomp.model import PolyModel
+from polycomp.model import FrontEndKernel, PolyModel
 from polycomp.pass_manager import PassRecord
 from polycomp.state import CompileState
 
@@ -32,7 +32,7 @@ class CompiledKernel:
     (``ir``, what the interpreter or simulator runs) and after code generation
     (``final_ir``, what the source is printed from), the source, the step records and
     the typed compile state."""
-    kernel: Any
+    kernel: FrontEndKernel
     target: Target
     model: PolyModel
     schedule: isl.Schedule

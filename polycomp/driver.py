@@ -25,17 +25,17 @@ from polycomp.errors import (
     UnsupportedConstructError,
     deep_recursion,
 )
-from polycomp.frontend.dsl import Kernel
 from polycomp.hw.registry import backend_for
 from polycomp.hw.target import Target, get_target
 from polycomp.lowering.ast_to_ir import lower_schedule
+from polycomp.model import FrontEndKernel
 from polycomp.options import Options
 from polycomp.pass_manager import PassManager
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 
 
-def compile_kernel(kernel: Kernel, target: str | Target = "c",
+def compile_kernel(kernel: FrontEndKernel, target: str | Target = "c",
                    options: Mapping[str, Any] | Options | None = None,
                    debug: bool = False, dump: bool = False,
                    dump_dir: str | None = None) -> CompiledKernel:
@@ -67,7 +67,7 @@ def compile_kernel(kernel: Kernel, target: str | Target = "c",
         raise PolycompInternalError(f"isl error while compiling {kernel.name}: {e}") from None
 
 
-def _compile(kernel, tgt: Target, backend, opts, pm: PassManager) -> CompiledKernel:
+def _compile(kernel: FrontEndKernel, tgt: Target, backend, opts, pm: PassManager) -> CompiledKernel:
     """The steps of :func:`compile_kernel` (model, schedule, lower, IR, codegen, emit)."""
     model = pm.step("model", "model", kernel.polyhedral_model, str)
     state = CompileState(model, tgt, opts)
@@ -97,7 +97,7 @@ def _func_str(f: ir.LoweredFunc) -> str:
     return func_str(f)
 
 
-def build(kernel: Kernel, target: str | Target = "c",
+def build(kernel: FrontEndKernel, target: str | Target = "c",
           options: Mapping[str, Any] | Options | None = None):
     """Compile and load ``kernel``; returns a callable taking numpy arrays.
 

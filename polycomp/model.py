@@ -33,7 +33,7 @@ import islpy as isl
 from polycomp import ir
 from polycomp.errors import SourceLocation
 
-__all__ = ["Access", "Statement", "KernelSignature", "PolyModel",
+__all__ = ["Access", "Statement", "KernelSignature", "PolyModel", "FrontEndKernel",
            "compute_accesses_and_dependences"]
 
 
@@ -170,6 +170,16 @@ class PolyModel:
         for name in ("flow", "anti", "output"):
             out.append(f"  {name} dependences: {getattr(self, name)}")
         return "\n".join(out)
+
+
+class FrontEndKernel(Protocol):
+    """What the driver compiles: a front end's kernel (a ``@tensor_expr``
+    :class:`~polycomp.frontend.dsl.Kernel`, a C :class:`~polycomp.frontend.c_reader.CKernel`)
+    with a name and a fresh model of itself."""
+    @property
+    def name(self) -> str: ...
+
+    def polyhedral_model(self) -> PolyModel: ...
 
 
 # --------------------------------------------------------------------------- building
