@@ -452,7 +452,7 @@ def run_child(args) -> dict:
                      ("lowp", bench_lowp)):
         if name in only:
             fn(s)
-    unit = rl.unit_for(tgt.isa)
+    unit = rl.unit_for(tgt)
     add_roofline(s.rows, roofs, unit, args.threads)
     return {"info": info, "copy_bandwidth_GBs": copy_bw, "fp32_unit": unit,
             "roofs": roofs.to_json(), "rows": s.rows}

@@ -40,7 +40,7 @@ from polycomp.errors import TargetError
 
 if TYPE_CHECKING:  # pragma: no cover
     from polycomp import ir
-    from polycomp.driver import CompiledKernel
+    from polycomp.compiled import CompiledKernel
     from polycomp.hw.target import Target
     from polycomp.lowering.ir_pass import IRPass
     from polycomp.options import Options

@@ -23,6 +23,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from polycomp import ir
+from polycomp.frontend.c_model import CScopModel
 from polycomp.hw.clike import legalize_names
 from polycomp.hw.options import CpuOptions
 from polycomp.hw.registry import Backend, Runner, register
@@ -58,7 +59,7 @@ class CpuBackend(Backend):
         from polycomp.scheduler.cpu.fuse import CpuFusePass
         from polycomp.scheduler.cpu.parallel import CpuParallelPass
         from polycomp.scheduler.cpu.reduce_interchange import CpuReduceInterchangePass
-        from polycomp.scheduler.cpu.scop_gemm import ScopGemmPass, is_c_scop
+        from polycomp.scheduler.cpu.scop_gemm import ScopGemmPass
         from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
         o, isa = state.cpu_options, state.target.isa
         if o.chain:
@@ -69,8 +70,9 @@ class CpuBackend(Backend):
             conv = conv_chain_passes(state)        # conv -> conv chains (docs/fusion.md)
             if conv is not None:
                 return conv
+        scop = isinstance(state.model, CScopModel)
         passes: list[Pass] = []
-        if is_c_scop(state.model):   # C SCoPs: scheduler/cpu/scop_*.py
+        if scop:   # C SCoPs: scheduler/cpu/scop_*.py
             from polycomp.scheduler.cpu.scop_stencil import ScopStencilPass
             from polycomp.scheduler.cpu.scop_tile import ScopTilePass
             if isa and o.microkernel:
@@ -83,10 +85,10 @@ class CpuBackend(Backend):
             passes += [CpuBackboneTilePass(), CpuPackPass()]
         if isa and o.interchange:
             passes.append(CpuReduceInterchangePass())
-        if o.fuse and not is_c_scop(state.model):   # (DSL stage chains only)
+        if o.fuse and not scop:   # (DSL stage chains only)
             passes.append(CpuFusePass())
         if o.parallel:
-            if is_c_scop(state.model):   # parallel loops below sequential ones too
+            if scop:   # parallel loops below sequential ones too
                 from polycomp.scheduler.cpu.scop_parallel import ScopParallelPass
                 passes.append(ScopParallelPass())
             else:

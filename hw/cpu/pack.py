@@ -4,7 +4,7 @@ read it from there.
 Assumes: the IR straight from the isl AST (not simplified yet: loop iterators still
 carry isl's names ``c0, c1, ...`` = schedule dimensions, degenerate loops are lets), with
 ``AttrStmt("cpu_pack", "<n>")`` marks from :mod:`polycomp.scheduler.promotion.cpu_pack`;
-``state.packs[n]`` is the typed
+``promotion_state(state).packs[n]`` is the typed
 :class:`~polycomp.scheduler.promotion.record.PackedOperand` of the mark: the array, the
 box (sizes ``s``, piecewise offsets ``origin`` on the prefix schedule ``c_0 ..
 c_{d-1}``) and the packed-panel layout (dimension ``p`` in panels of ``w``).
@@ -37,7 +37,7 @@ from polycomp.lowering.ast_to_ir import pw_aff_to_ir
 from polycomp.lowering.simplify import simplify
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.promotion.footprint import Layout
-from polycomp.scheduler.promotion.record import PackedOperand
+from polycomp.scheduler.promotion.record import PackedOperand, promotion_state
 from polycomp.state import CompileState
 
 # --------------------------------------------------------------------------- affine helpers
@@ -111,7 +111,7 @@ class _Packer:
     def __init__(self, func: ir.LoweredFunc, state: CompileState):
         self.func = func
         self.model = state.model
-        self.packs = state.packs
+        self.packs = promotion_state(state).packs
         self.buffers = {b.name: b for b in func.args}
         ir.walk(func.body, self._collect)
         self.allocs: list = []
@@ -292,6 +292,6 @@ class _Redirect(ir.Mutator):
 
 
 def pack(func: ir.LoweredFunc, state: CompileState) -> ir.LoweredFunc:
-    """Realise every ``cpu_pack`` mark of ``func`` from ``state.packs`` (see the module
-    docstring)."""
+    """Realise every ``cpu_pack`` mark of ``func`` from ``promotion_state(state).packs``
+    (see the module docstring)."""
     return _Packer(func, state).run()

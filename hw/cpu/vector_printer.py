@@ -25,6 +25,7 @@ from __future__ import annotations
 from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
+from polycomp.scheduler.common import marks
 
 from .codegen import ALLOC_FAILED_SET, CPrinter
 
@@ -315,7 +316,7 @@ class VectorPrinter(CPrinter):
             self.emit(f"{self.mm(D, L)}_storeu_{self.sfx(D)}({ptr}, {val});")
 
     def attr(self, s: ir.AttrStmt) -> None:
-        if s.key != "vector_mask":
+        if s.key != marks.VECTOR_MASK:
             return super().attr(s)
         count, L = s.value
         D = _first_vector_dtype(s.body) or "float32"

@@ -109,7 +109,7 @@ from polycomp.scheduler.common.contraction import match_contraction
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.promotion.cpu_pack import request_mark
-from polycomp.scheduler.promotion.record import PackRequest
+from polycomp.scheduler.promotion.record import PackRequest, promotion_state
 from polycomp.state import CompileState
 
 
@@ -549,7 +549,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
     :func:`match_epilogue`) runs on each register tile in the last ``k`` tile, just
     after its last micro-kernel.  The packing of ``Y`` (for L2) and ``X`` (for L1) is
     requested by :class:`~polycomp.scheduler.promotion.record.PackRequest` records
-    appended to ``requests`` (``state.pack_requests``), named by their marks."""
+    appended to ``requests`` (``promotion_state(state).pack_requests``), named by their marks."""
     ispace = op.init.domain.get_space()
     zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(ispace))
     u = _tile_affs(sp, op, b, dim_aff(sp, op.k[0]))
@@ -687,7 +687,7 @@ class CpuBackboneTilePass(Pass):
                     isinstance(kids[idx], T.Filter) and isinstance(child, T.Filter):
                 nxt = [stmts[n] for n in T.statements_of(kids[idx].filter) if n in stmts]
                 epi = match_epilogue(op, nxt)
-            new = backbone_tree(op, b, epi, ctx.pack_requests)
+            new = backbone_tree(op, b, epi, promotion_state(ctx).pack_requests)
             ctx.note(self.name, f"{op.update.stage.name}{_form(op)}: register block "
                                 f"{b.MR}x{b.NR} "
                                 f"({b.MR * b.NI} accumulators), tiles MC={b.MC} NC={b.NC} "
