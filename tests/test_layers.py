@@ -64,6 +64,7 @@ MODULE_LAYERS = {
     "polycomp.state": "pipeline",
     "polycomp.pass_manager": "pipeline",
     "polycomp.compiled": "pipeline",
+    "polycomp.tuning_contract": "pipeline",
     "polycomp.scheduler.common.pass_base": "pipeline",
     "polycomp.lowering.ir_pass": "pipeline",
     "polycomp.hw.target": "pipeline",
@@ -76,8 +77,16 @@ MODULE_LAYERS = {
     # driver: kernel -> model -> passes -> source, through the registry (it imports no
     # backend; backends may call it)
     "polycomp.driver": "driver",
-    # app: the command line (benchmarks/ is app too)
+    # the tuner drives compiles: its search and multi-version builders compile each
+    # configuration through the driver (the backends build their modules with them);
+    # its search spaces, guards, records and cost models stay in the scheduler layer
+    "polycomp.scheduler.tuning.multiversion": "driver",
+    "polycomp.scheduler.tuning.cuda_versions": "driver",
+    # app: the command line (benchmarks/ is app too), and the tuner's command
     "polycomp.cli": "app",
+    "polycomp.scheduler.tuning.tune": "app",
+    "polycomp.scheduler.tuning.cli": "app",
+    "polycomp.scheduler.tuning.distributed": "app",
 }
 
 FOLDER_LAYERS = {"polycomp.frontend": "frontend", "polycomp.lowering": "lowering",
@@ -98,36 +107,8 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     ("polycomp.hw.cpu.build", "polycomp.graph.dlpack"): "trust",
     # cpuchain (scheduler/chain, CPU chains): the low-precision GEMM text
     ("polycomp.scheduler.chain.call_lowering", "polycomp.hw.cpu.lowp"): "cpuchain",
-    # cudachain (scheduler/chain, CUDA chains): CUDA target constants, PTX text
-    ("polycomp.scheduler.chain.cuda_codegen", "polycomp.hw.cuda.target"): "cudachain",
-    ("polycomp.scheduler.chain.cuda_kernel", "polycomp.hw.cuda.ptx"): "cudachain",
-    ("polycomp.scheduler.chain.tc_kernel", "polycomp.hw.cuda.ptx"): "cudachain",
-    # npu (scheduler/chain NPU chains, scheduler/npu): the NPU program built in the
-    # scheduler instead of a lowering stage of the backend
-    ("polycomp.scheduler.chain.npu_plan", "polycomp.hw.npu.sim"): "npu",
-    ("polycomp.scheduler.chain.npu_program", "polycomp.hw.npu.program"): "npu",
-    ("polycomp.scheduler.chain.npu_vector", "polycomp.hw.npu.program"): "npu",
-    ("polycomp.scheduler.npu.build", "polycomp.hw.npu.program"): "npu",
-    ("polycomp.scheduler.npu.conv", "polycomp.hw.npu.program"): "npu",
-    ("polycomp.scheduler.npu.cube", "polycomp.hw.npu.program"): "npu",
-    ("polycomp.scheduler.npu.epilogue", "polycomp.hw.npu.program"): "npu",
-    ("polycomp.scheduler.npu.phases", "polycomp.hw.npu.program"): "npu",
-    ("polycomp.scheduler.npu.sync", "polycomp.hw.npu.program"): "npu",
-    ("polycomp.scheduler.npu.vector", "polycomp.hw.npu.program"): "npu",
     # microkernel (scheduler/cpu/backbone_tile.py): the low-precision GEMM matcher
     ("polycomp.scheduler.cpu.backbone_tile", "polycomp.hw.cpu.lowp"): "microkernel",
-    # dispatch (scheduler/tuning): tuning compiles and measures through the driver, the
-    # CLI's loader and the backends instead of asking the backend
-    ("polycomp.scheduler.tuning.cli", "polycomp.cli"): "dispatch",
-    ("polycomp.scheduler.tuning.cli", "polycomp.driver"): "dispatch",
-    ("polycomp.scheduler.tuning.cuda_versions", "polycomp.driver"): "dispatch",
-    ("polycomp.scheduler.tuning.cuda_versions", "polycomp.hw.cuda.codegen"): "dispatch",
-    ("polycomp.scheduler.tuning.cuda_versions", "polycomp.hw.cuda.gpu_bundle"): "dispatch",
-    ("polycomp.scheduler.tuning.cuda_versions", "polycomp.hw.cuda.simulator"): "dispatch",
-    ("polycomp.scheduler.tuning.multiversion", "polycomp.driver"): "dispatch",
-    ("polycomp.scheduler.tuning.multiversion", "polycomp.hw.cpu.build"): "dispatch",
-    ("polycomp.scheduler.tuning.tune", "polycomp.cli"): "dispatch",
-    ("polycomp.scheduler.tuning.tune", "polycomp.driver"): "dispatch",
 }
 
 

@@ -161,13 +161,15 @@ def explain_versions(args, kernel) -> str | None:
     from polycomp.driver import compile_kernel
     from polycomp.hw.target import get_target
 
+    from .multiversion import guard_plan
     from .records import load
     t = get_target(args.target)
     ck = compile_kernel(kernel, t, {})
     try:
         with record_warnings_as_lines():
             records = load(args.records)
-        plan = ck.backend.version_plan(kernel, t, records, ck.final_ir)
+        plan = ck.backend.version_plan(kernel, t, records, ck.final_ir) or \
+            guard_plan(kernel, t, records, ck.final_ir)
     except UsageError as e:
         return f"no multi-version plan: {e}"
     return plan.explain(kernel.name, t.name)
