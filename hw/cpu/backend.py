@@ -118,12 +118,14 @@ class CpuBackend(Backend):
         if not _vector(state):
             return passes + [_LEGALIZE_NAMES]
         from polycomp.lowering.vectorize import vectorize
+        from polycomp.scheduler.cpu.state import cpu_microkernels
 
-        from .lowp import lowp_calls
         from .microkernel import microkernels
+        from .pack import packed_buffers
         passes += [
-            ir_pass("lowp", lowp_calls),
-            ir_pass("microkernels", lambda f, s: microkernels(f, target.vector_lanes)),
+            ir_pass("microkernels", lambda f, s: microkernels(
+                f, target.vector_lanes, cpu_microkernels(s).dots, packed_buffers(s),
+                lambda text: s.note("microkernels", text))),
             ir_pass("vectorize", lambda f, s: vectorize(
                 f, target.vector_lanes, tail=o.tail, reduce_unroll=o.reduce_unroll,
                 reciprocal=o.reciprocal)),
@@ -148,12 +150,11 @@ class CpuBackend(Backend):
         if not _vector(state):
             return emit_c(func, extra_header=chain_sources(func, state))
         from .vector_prelude import prelude
-        from .vector_printer import printer_for
+        from .vector_printer import dot_calls, printer_for
         t = state.target
         assert t.cpu is not None
-        from .lowp import sources_for
-        return emit_c(func, printer_for(t.isa, t.cpu.has_fma), prelude(t.isa) + sources_for(func)
-                      + chain_sources(func, state))
+        return emit_c(func, printer_for(t.isa, t.cpu.has_fma),
+                      prelude(t.isa, dot_calls(func)) + chain_sources(func, state))
 
     def load(self, ck):
         from .build import CFunction, build_shared

@@ -27,6 +27,7 @@ from polycomp import ir
 from polycomp.errors import PolycompInternalError
 
 from .codegen import ALLOC_FAILED_SET, CPrinter
+from .microkernel import BROADCAST_GROUP, DOT_CALLS
 
 _CMP_PRED = {"<": "_CMP_LT_OQ", "<=": "_CMP_LE_OQ", ">": "_CMP_GT_OQ", ">=": "_CMP_GE_OQ",
              "==": "_CMP_EQ_OQ", "!=": "_CMP_NEQ_UQ"}
@@ -47,12 +48,15 @@ class VectorPrinter(CPrinter):
         self.registers: dict = {}        # Buffer -> True (printed as variables)
         self.masks: list = []            # C expressions of the active lane masks
         self.counter = 0
+        self.group_vars: set = set()     # let-bound group vectors (dot tiles)
 
     # ------------------------------------------------------------ vector types
     def width(self, dtype: str, lanes: int) -> int:
         return lanes * (64 if dt.compute_dtype(dtype) == "float64" else 32)
 
     def sfx(self, dtype: str) -> str:
+        if dtype == "int32":
+            return "epi32"
         return "pd" if dt.compute_dtype(dtype) == "float64" else "ps"
 
     def mm(self, dtype: str, lanes: int) -> str:
@@ -65,12 +69,41 @@ class VectorPrinter(CPrinter):
         w = self.width(dtype, lanes)
         if w not in (256, 512):
             raise PolycompInternalError(f"no {w}-bit vectors of {dtype}")
+        if dtype == "int32":
+            return f"__m{w}i"
         return f"__m{w}" + ("d" if self.sfx(dtype) == "pd" else "")
 
     def mask_type(self, dtype: str, lanes: int) -> str:
         if self.width(dtype, lanes) == 512:
-            return "pc_mask16" if self.sfx(dtype) == "ps" else "pc_mask8"
+            return "pc_mask16" if self.sfx(dtype) in ("ps", "epi32") else "pc_mask8"
         return self.vtype(dtype, lanes)
+
+    # ------------------------------------------------------------ dot-product units
+    # (hw/cpu/microkernel.py's dot tiles): a *group vector* holds ``lanes * group``
+    # bfloat16/int8 elements in one 512-bit register (``__m512i``); the dot calls
+    # accumulate into float32/int32 vectors
+    def is_group_vector(self, e) -> bool:
+        if isinstance(e, ir.Call) and e.name == BROADCAST_GROUP:
+            return True
+        if isinstance(e, ir.Var):
+            return e in self.group_vars
+        return isinstance(e, ir.Load) and e.lanes > 1 and e.dtype in GROUP_DTYPES
+
+    def gexpr(self, e) -> str:
+        """A group vector (``__m512i``)."""
+        if isinstance(e, ir.Var):
+            return e.name
+        if isinstance(e, ir.Call) and e.name == BROADCAST_GROUP:
+            ld = e.args[0]
+            return f"pc512_broadcast_group((const void*){self.pointer(ld.buffer, ld.indices[0])})"
+        if isinstance(e, ir.Load):
+            return f"_mm512_loadu_si512((const void*){self.pointer(e.buffer, e.indices[0])})"
+        raise PolycompInternalError(f"no group vector {type(e).__name__}")
+
+    def dot(self, e: ir.Call, L: int) -> str:
+        acc, x, y = e.args
+        return (f"{DOT_HELPERS[e.name]}({self.vexpr(acc, L, e.dtype)}, {self.gexpr(x)}, "
+                f"{self.gexpr(y)})")
 
     # ------------------------------------------------------------ lanes
     def lanes_of(self, e) -> int:
@@ -82,6 +115,10 @@ class VectorPrinter(CPrinter):
             return e.args[2].value
         if isinstance(e, ir.Call) and e.name.startswith("vreduce_"):
             return 1
+        if isinstance(e, ir.Call) and e.name in DOT_HELPERS:
+            return self.lanes_of(e.args[0])
+        if isinstance(e, ir.Call) and e.name == BROADCAST_GROUP:
+            return 512 // dt.bits(e.dtype)
         hit = self._lanes.get(id(e))
         if hit is not None:
             return hit[1]
@@ -147,6 +184,8 @@ class VectorPrinter(CPrinter):
                 return f"{pc}_maskz_loadu_{s}({self.masks[-1]}, {ptr})"
             return f"{mm}_loadu_{s}({ptr})"
         if isinstance(e, ir.Call):
+            if e.name in DOT_HELPERS:
+                return self.dot(e, L)
             if e.name == "vlane_range":
                 return f"{pc}_lane_range_{s}({self.expr(e.args[0])}, {self.expr(e.args[1])})"
             return self.vmath(e, L, D)
@@ -175,7 +214,7 @@ class VectorPrinter(CPrinter):
             if self.width(D, L) == 512:
                 return f"{mm}_cmp_{s}_mask({a}, {b}, {_CMP_PRED[op]})"
             return f"{mm}_cmp_{s}({a}, {b}, {_CMP_PRED[op]})"
-        if self.fma and op in ("+", "-"):
+        if self.fma and op in ("+", "-") and dt.is_float(D):
             for x, y, sign in ((e.a, e.b, 1), (e.b, e.a, -1)):
                 if isinstance(x, ir.Binary) and x.op == "*":
                     p, q = self.vexpr(x.a, L, D), self.vexpr(x.b, L, D)
@@ -284,6 +323,14 @@ class VectorPrinter(CPrinter):
     def stmt(self, s) -> None:
         if isinstance(s, ir.Store) and (s.lanes > 1 or s.buffer in self.registers):
             self.vstore(s)
+        elif isinstance(s, ir.LetStmt) and self.is_group_vector(s.value):
+            self.emit("{")
+            self.level += 1
+            self.group_vars.add(s.var)
+            self.emit(f"const __m512i {s.var.name} = {self.gexpr(s.value)};")
+            self.stmt(s.body)
+            self.level -= 1
+            self.emit("}")
         elif isinstance(s, ir.LetStmt) and self.lanes_of(s.value) > 1:
             L = self.lanes_of(s.value)
             D = self.data_dtype(s.value)
@@ -407,6 +454,22 @@ def _first_vector_dtype(s) -> str | None:
             found.append(n.buffer.dtype)
     ir.walk(s, fn)
     return found[0] if found else None
+
+
+#: the dot-product intrinsics of hw/cpu/microkernel.py -> their helpers in the prelude
+#: (hw/cpu/vector_prelude.py, :func:`~polycomp.hw.cpu.vector_prelude.dot_prelude`)
+DOT_HELPERS = {"dot_bf16": "pc512_dpbf16_ps", "dot_u8s8": "pc512_dpbusd_epi32"}
+assert set(DOT_HELPERS) == set(DOT_CALLS.values())
+GROUP_DTYPES = ("bfloat16", "int8")
+
+
+def dot_calls(func) -> tuple[str, ...]:
+    """The dot-product intrinsics ``func`` calls, in a fixed order (what the prelude of
+    its source must define, see :func:`polycomp.hw.cpu.vector_prelude.prelude`)."""
+    found: set = set()
+    ir.walk(func.body, lambda n: found.add(n.name)
+            if isinstance(n, ir.Call) and n.name in DOT_HELPERS else None)
+    return tuple(n for n in DOT_HELPERS if n in found)
 
 
 def printer_for(isa: str, fma: bool = True):
