@@ -72,6 +72,24 @@ def test_lowp_gemm_simde(kind, shape, seed):
 
 
 @pytest.mark.parametrize("kind", ["bf16", "int8"])
+@pytest.mark.parametrize("tiles", [(12, 64, 20), (6, 128, 7)])
+def test_small_cache_tiles(kind, tiles):
+    """Many k tiles (KC 20, or 7 rounded up to a whole group), several j and i tiles:
+    the partial sums go through C in order, bit for bit the reference's."""
+    M, N, K = 13, 150, 97
+    mode = "native" if lowp.host_has(kind) else "simde"
+    if mode == "simde" and not simde_available():
+        pytest.skip("SIMDe headers (libsimde-dev) missing")
+    A, B = _inputs(kind, M, N, K, 4)
+    C = lowp.build_lowp(_kernel(kind, M, N, K), TARGET, mode, {"gemm_tiles": tiles})(A, B)
+    if kind == "bf16":
+        ref = lowp.reference_bf16(A, B, "odd-first" if mode == "native" else "pair-sum")
+        np.testing.assert_array_equal(C, ref)
+    else:
+        np.testing.assert_array_equal(C, lowp.reference_int8(A, B))
+
+
+@pytest.mark.parametrize("kind", ["bf16", "int8"])
 def test_lowp_gemm_native(kind):
     if not lowp.host_has(kind):
         pytest.skip(f"hardware: this host has no {lowp.feature(kind)} (SIMDe test runs it)")
@@ -88,7 +106,8 @@ def test_int8_edge_values(mode):
     if mode == "simde" and not simde_available():
         pytest.skip("SIMDe headers (libsimde-dev) missing")
     M, N, K = 7, 33, 300
-    f = lowp.build_lowp(_kernel("int8", M, N, K), TARGET, mode)
+    # k tiles of 20: the offset's compensation is per packed block
+    f = lowp.build_lowp(_kernel("int8", M, N, K), TARGET, mode, {"gemm_tiles": (12, 64, 20)})
     rng = np.random.default_rng(3)
     for a, b in ((-128, -128), (-128, 127), (127, 127), (127, -128)):
         A = np.full((M, K), a, np.int8)
@@ -97,12 +116,6 @@ def test_int8_edge_values(mode):
     A = rng.choice(np.array([-128, 127, 0, -1, 1], np.int8), (M, K))
     B = rng.choice(np.array([-128, 127, 0, -1, 1], np.int8), (K, N))
     np.testing.assert_array_equal(f(A, B), lowp.reference_int8(A, B))
-
-
-def _function(asm: str, name: str) -> str:
-    """The disassembly of function ``name`` and its OpenMP outlined parts."""
-    parts = re.split(r"\n(?=[0-9a-f]+ <)", asm)
-    return "\n".join(p for p in parts if re.match(rf"[0-9a-f]+ <{re.escape(name)}[.>]", p))
 
 
 def _loops_with(asm: str, insn: str) -> list[str]:
@@ -121,11 +134,13 @@ def _loops_with(asm: str, insn: str) -> list[str]:
 
 @pytest.mark.parametrize("kind,insn", [("bf16", "vdpbf16ps"), ("int8", "vpdpbusd")])
 def test_native_build_uses_the_dot_instruction(kind, insn):
-    """The 6 x 64 register tile: a k loop of 24 dot instructions on zmm registers, its
-    accumulators in registers (no stack access in the loop)."""
+    """The 6 x 64 register tile (a function of its own): a k loop of 24 dot
+    instructions on zmm registers, its accumulators in registers (no stack access in the
+    loop)."""
     ck = compile_kernel(_kernel(kind, 96, 128, 64), TARGET)
     assert any("low-precision product" in r for r in ck.notes["cpu-backbone-tile"])
-    asm = _function(disassemble(ck.source, lowp.NATIVE_FLAGS), ck.name)
+    asm = disassemble(ck.source, lowp.NATIVE_FLAGS)
+    assert re.search(r"<pc_dot_tile6_\d+>:", asm), "the 6-row tile is a function"
     inner = [lp for lp in _loops_with(asm, insn) if lp.count(insn) == 24]
     assert inner, "no k loop of 24 dot instructions"
     loop = min(inner, key=len)

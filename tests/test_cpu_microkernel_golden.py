@@ -98,10 +98,12 @@ def test_micro_kernel_tiles():
 
 @pytest.mark.parametrize("src", ["bfloat16", "int8"])
 def test_golden_printed_tile(src, goldens):
-    """The vector printer's output for the kernel (the prelude left out: it is the
-    printer's fixed table)."""
+    """The vector printer's output for the kernel: the register tile as a function of
+    its own, then the kernel calling it (the prelude left out: it is the printer's
+    fixed table)."""
     source = _compiled(src).source
-    body = source[source.index(f"\nvoid mm_{src}("):].strip()
+    body = source[source.index("\nstatic __attribute__((noinline)) void pc_dot_tile"):].strip()
+    assert f"\nvoid mm_{src}(" in body
     expected = goldens.expected(f"test_cpu_microkernel_golden/{src}.kernel.c", body)
     assert expected == body
     helper = "pc512_dpbf16_ps" if src == "bfloat16" else "pc512_dpbusd_epi32"

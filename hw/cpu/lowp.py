@@ -56,14 +56,14 @@ def host_has(kind: str) -> bool:
     return {"avx512f", KINDS[kind]} <= cpu_flags()
 
 
-def build_lowp(kernel, target, mode: str = "auto"):
-    """``kernel`` compiled for ``target`` and built ``"native"`` (:data:`NATIVE_FLAGS`:
-    run only where :func:`host_has`), ``"simde"`` (emulated) or ``"auto"`` (native
-    where the host has both units)."""
+def build_lowp(kernel, target, mode: str = "auto", options=None):
+    """``kernel`` compiled for ``target`` (with ``options``) and built ``"native"``
+    (:data:`NATIVE_FLAGS`: run only where :func:`host_has`), ``"simde"`` (emulated) or
+    ``"auto"`` (native where the host has both units)."""
     from polycomp.driver import compile_kernel
     from polycomp.hw.cpu.build import CFunction, build_shared
     from polycomp.hw.cpu.simd_build import build_simde
-    ck = compile_kernel(kernel, target)
+    ck = compile_kernel(kernel, target, options)
     if mode == "auto":
         mode = "native" if all(host_has(k) for k in KINDS) else "simde"
     path = build_shared(ck.source, flags=NATIVE_FLAGS) if mode == "native" \

@@ -1,4 +1,12 @@
-"""IR pass: the register-blocked outer-product micro-kernel.
+"""IR pass: the register-blocked outer-product micro-kernel, one generator for the FMA
+unit (float32/float64, bare ``cpu_microkernel`` marks, below) and the dot-product units
+(bf16 ``vdpbf16ps``, int8 ``vpdpbusd``: ``cpu_microkernel:<n>`` marks whose typed
+payload :class:`~polycomp.scheduler.cpu.state.DotTile` gives the element types, lanes,
+group and register block; see :func:`dot_tile`).  Both build the same tile: ``MR x
+NR/L`` accumulators in a ``register`` buffer loaded from ``C``, a ``k`` loop with the
+``Y`` vectors let-bound and each row's ``X`` broadcast bound around that row's updates,
+one store per accumulator; the FMA tile updates with ``acc + x * y``, the dot tile with
+the unit's intrinsic call over groups of ``k``.
 
 Assumes: flattened, simplified IR; ``AttrStmt("cpu_microkernel")`` marks (from
 :mod:`polycomp.scheduler.cpu.backbone_tile`) whose body, in a full register tile, is
@@ -270,6 +278,11 @@ def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
 DOT_CALLS = {("bfloat16", "bfloat16", "float32"): "dot_bf16",
              ("uint8", "int8", "int32"): "dot_u8s8"}
 BROADCAST_GROUP = "broadcast_group"
+#: the IR attribute around each dot-product register tile: print it as a function of its
+#: own (:meth:`polycomp.hw.cpu.vector_printer.VectorPrinter.outline`)
+OUTLINE = "outline"
+#: the annotation of a dot tile's loop over the groups of ``k``
+DOT_GROUPS = "dot_groups"
 
 
 def dot_call(tile: DotTile) -> str | None:
@@ -505,8 +518,7 @@ def dot_tile(body, tile: DotTile, packed: PackedBuffers, tile_ids: Iterator[int]
                     init = ir.Binary("+", init, ir.Load(
                         sbuf, (ir.Ramp(sb[u], ir.IntImm(1), L),), sbuf.dtype, L), D)
                 loads.append(masked(u, ir.Store(acc, (slot(i, u),), init, L)))
-                stores.append(masked(u, ir.Store(C, (cref(i, u),),
-                                                 ir.Load(acc, (slot(i, u),), D, L), L)))
+                stores.append(ir.Store(C, (cref(i, u),), ir.Load(acc, (slot(i, u),), D, L), L))
         yvars = [ir.Var(f"mk{tid}_y{u}", IN) for u in range(NV)]
         for i in range(rows):
             xv = ir.Var(f"mk{tid}_x{i}", IN)
@@ -522,8 +534,15 @@ def dot_tile(body, tile: DotTile, packed: PackedBuffers, tile_ids: Iterator[int]
         groups = simplify((Ek + (G - 1)) // G)
         k = ir.For(p, ir.IntImm(0), groups, "serial", kbody,
                    ((("coincident", False),) if kk else ()) +
-                   (("microkernel", f"{rows}x{NV * L}"),))
-        return ir.Allocate(acc, ir.seq(*loads, k, *stores))
+                   (("microkernel", f"{rows}x{NV * L}"), (DOT_GROUPS, True)))
+        # the stores: whole vectors where the tile has all its columns (masked stores
+        # here make gcc 12 keep accumulators on the stack inside the k loop)
+        store: ir.Stmt = ir.seq(*(masked(n % NV, x) for n, x in enumerate(stores)))
+        if cols is not None:
+            store = ir.IfThenElse(ir.Binary(">=", cols, ir.IntImm(NV * L), "bool"),
+                                  ir.seq(*stores), store)
+        return ir.AttrStmt(OUTLINE, f"dot_tile{rows}",
+                           ir.Allocate(acc, ir.seq(*loads, k, store)))
     if isinstance(Ei, ir.IntImm):
         return tile_of(Ei.value)
     out: ir.Stmt | None = None

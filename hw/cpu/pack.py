@@ -27,6 +27,17 @@ splits ``e_p - o_p`` into panel and lane with range analysis of the enclosing lo
 ``//`` and ``%``.  When the mark is outside every parallel loop, the copy loop nest is
 wrapped in a ``cpu_parallel`` mark.  The element values and every other access are
 unchanged.
+
+Packings for a dot-product unit (a layout with a *group*, an ``offset``, a
+``compensate``; see :class:`~polycomp.scheduler.promotion.record.PackRequest`) copy with
+:meth:`_Packer.copy_grouped` instead: whole panels and whole groups, zero beyond the
+array (the unit multiplies the padding); an ``offset`` stores ``x ^ -offset`` (the
+unsigned byte ``x + offset``) and the reads decode it (``P ^ -offset``), so values are
+unchanged; ``compensate`` also writes the lanes' column sums ``S = -c * sum y`` and
+rewrites each micro-kernel nest below the mark (:class:`_Compensate`): ``C += S`` over
+the nest's output points, then the product ``(x + c) * y``, which adds the same to every
+output element.  :func:`packed_buffers` records each packed buffer's array and layout
+for the micro-kernel pass.
 """
 from __future__ import annotations
 
@@ -108,6 +119,11 @@ def divmod_ranged(e: ir.Expr, w: int, ranges: dict):
 
 
 # --------------------------------------------------------------------------- the pass
+
+#: the IR attribute around a packing copy of 16-bit floats: each store copies the bits
+#: it loads (or a zero), so the printer may copy them without widening to float and
+#: rounding back (:class:`polycomp.hw.cpu.vector_printer.VectorPrinter`)
+RAW_COPY = "raw_copy"
 
 
 @dataclass(eq=False)
@@ -245,78 +261,98 @@ class _Packer:
 
     def copy_grouped(self, arr, pbuf, layout: Layout, box, origin, slot_idx, offset: int,
                      sums, compensate: int):
-        """The copy of a packing for a dot-product unit: the whole panels (lanes beyond
-        the array zero) and whole groups of the grouped dimension (zero beyond the
-        array), each element ``x`` stored as ``x ^ -offset`` (its byte read unsigned is
-        ``x + offset``); with ``sums``, ``sums[slot, panel, lane] = -compensate * (the
-        sum of the lane's elements over the other dimensions)``.  The array's last
-        dimension is innermost (panel dimension: lanes innermost; grouped dimension:
-        the group innermost)."""
+        """The copy of a packing for a dot-product unit: whole panels (lanes beyond the
+        array zero) and whole groups of the grouped dimension (zero beyond the array),
+        each element ``x`` stored as ``x ^ -offset`` (its byte read unsigned is ``x +
+        offset``); with ``sums``, ``sums[slot, panel, lane] = -compensate * (the sum of
+        the lane's elements over the other dimensions)``.  Per panel: the lanes and
+        groups inside the array without conditions (the array's contiguous dimension
+        read in order: lanes outside the group when it is the panel dimension, inside
+        when it is the grouped one; the ``group`` elements of a lane stored together),
+        then the last, partial group under a condition, then the lanes beyond the array
+        as zeros.  A 16-bit float copy is wrapped in ``AttrStmt("raw_copy")``: the
+        printer copies the stored bits (no widening and rounding back)."""
         p, w = layout.dim, layout.width
         gd, G = (layout.group_dim, layout.group) if layout.group > 1 else (-1, 1)
         n = len(arr.shape)
         c = self.count
         xs = [ir.Var(f"pk{c}_x{d}") for d in range(n)]
-        lo = [simplify(ir.max_(ir.IntImm(0), ir.Unary("neg", origin[d], "int64")))
-              for d in range(n)]
+        # the box starts at the first element read (origin = the footprint's minimum,
+        # and every access of the model stays in bounds): it starts inside the array
+        lo = [ir.IntImm(0)] * n
         hi = [simplify(ir.min_(ir.IntImm(box[d]), arr.shape[d] - origin[d])) for d in range(n)]
         q, lane, pg, g = (ir.Var(f"pk{c}_{v}") for v in ("q", "l", "p", "g"))
         xpos: list = list(xs)
         xpos[p] = q * w + lane
         if gd >= 0:
             xpos[gd] = pg * G + g
-        valid = None
-        for d in (p, gd):
-            if d < 0:
-                continue
-            e = ir.Binary("&&", ir.Binary(">=", xpos[d], lo[d], "bool"),
-                          ir.Binary("<", xpos[d], hi[d], "bool"), "bool")
-            valid = e if valid is None else ir.Binary("&&", valid, e, "bool")
-        assert valid is not None
         idx_arr = tuple(simplify(origin[d] + xpos[d]) for d in range(n))
-        value: ir.Expr = ir.Load(arr, idx_arr, arr.dtype)
-        if offset:
-            value = ir.bitwise("^", value, ir.IntImm(-offset, arr.dtype))
+        load: ir.Expr = ir.Load(arr, idx_arr, arr.dtype)
+        value = ir.bitwise("^", load, ir.IntImm(-offset, arr.dtype)) if offset else load
         zero: ir.Expr = ir.IntImm(0, arr.dtype) if arr.dtype in dt.INTS \
             else ir.FloatImm(0.0, arr.dtype)
         ranges = {lane: (0, w - 1), g: (0, G - 1)}
-        local = layout.index([simplify(x) for x in xpos], lambda e, m: divmod_ranged(e, m, ranges))
-        body: ir.Stmt = ir.Store(pbuf, slot_idx + tuple(local),
-                                 ir.Select(valid, value, zero, arr.dtype))
-        if sums is not None:
-            at = slot_idx + (q, lane)
-            add = ir.Select(valid, ir.Cast(ir.Load(arr, idx_arr, arr.dtype), "int32"),
-                            ir.IntImm(0, "int32"), "int32")
-            body = ir.seq(body, ir.Store(sums, at, ir.Binary(
-                "+", ir.Load(sums, at, "int32"), add, "int32")))
-        others = [d for d in range(n) if d not in (p, gd)]
-
-        def loop(v, ext, b, coincident=True):
-            return ir.For(v, ir.IntImm(0), ext, "serial", b, (("coincident", coincident),))
+        at = slot_idx + tuple(layout.index([simplify(x) for x in xpos],
+                                           lambda e, m: divmod_ranged(e, m, ranges)))
+        at_sum = slot_idx + (q, lane)
         acc = sums is None      # the sums accumulate over the non-panel dimensions
 
-        def lanes(b):
-            return loop(lane, ir.IntImm(w), b)
+        def element(cond=None) -> ir.Stmt:
+            v = value if cond is None else ir.Select(cond, value, zero, arr.dtype)
+            st: ir.Stmt = ir.Store(pbuf, at, v)
+            if sums is not None:
+                add: ir.Expr = ir.Cast(load, "int32")
+                if cond is not None:
+                    add = ir.Select(cond, add, ir.IntImm(0, "int32"), "int32")
+                st = ir.seq(st, ir.Store(sums, at_sum, ir.Binary(
+                    "+", ir.Load(sums, at_sum, "int32"), add, "int32")))
+            return st
+
+        def loop(v, ext, b, coincident=True, mn=None):
+            return ir.For(v, mn if mn is not None else ir.IntImm(0), simplify(ext), "serial",
+                          b, (("coincident", coincident),))
+        others = [d for d in range(n) if d not in (p, gd)]
+
+        def around(b, coincident):
+            for d in reversed(others):
+                b = ir.For(xs[d], lo[d], simplify(hi[d] - lo[d]), "serial", b,
+                           (("coincident", coincident),))
+            return b
+        lanes_q = ir.min_(ir.IntImm(w), hi[p] - q * w)      # the lanes inside the array
         n_q = simplify((hi[p] + (w - 1)) // w)
+        parts: list[ir.Stmt] = []
         if gd < 0:
-            nest = lanes(body)
+            parts.append(around(loop(lane, lanes_q, element()), True))
+            pad = loop(lane, ir.IntImm(w) - lanes_q, ir.Store(pbuf, at, zero), mn=lanes_q)
         else:
-            n_pg = simplify((hi[gd] + (G - 1)) // G)
-            if p == n - 1:      # the panel dimension is contiguous: lanes innermost
-                nest = loop(pg, n_pg, loop(g, ir.IntImm(G), lanes(body), acc), acc)
-            else:               # (the grouped one is): the groups innermost
-                nest = lanes(loop(pg, n_pg, loop(g, ir.IntImm(G), body, acc), acc))
-        for d in reversed(others):
-            nest = ir.For(xs[d], lo[d], simplify(hi[d] - lo[d]), "serial", nest,
-                          (("coincident", acc),))
-        nest = loop(q, n_q, nest)
+            full, n_pg = simplify(hi[gd] // G), simplify((hi[gd] + (G - 1)) // G)
+            last = ir.Binary("<", xpos[gd], hi[gd], "bool")
+
+            def groups(pgs, body):
+                if p == n - 1:      # the panel dimension is contiguous: lanes inside
+                    return loop(pg, pgs, loop(lane, lanes_q, loop(g, ir.IntImm(G), body,
+                                                                  acc)), acc)
+                return loop(lane, lanes_q, loop(pg, pgs, loop(g, ir.IntImm(G), body, acc),
+                                                acc))
+            parts.append(around(groups(full, element()), acc))
+            tail = ir.LetStmt(pg, full, loop(lane, lanes_q, loop(g, ir.IntImm(G),
+                                                                  element(last), acc)))
+            parts.append(ir.IfThenElse(ir.Binary(">", hi[gd] % G, ir.IntImm(0), "bool"),
+                                       around(tail, acc)))
+            pad = loop(pg, n_pg, loop(lane, ir.IntImm(w) - lanes_q, loop(
+                g, ir.IntImm(G), ir.Store(pbuf, at, zero)), mn=lanes_q))
+        if others:
+            pad = around(pad, True)
+        parts.append(pad)
+        nest: ir.Stmt = loop(q, n_q, ir.seq(*parts))
+        if arr.dtype in ("float16", "bfloat16"):
+            nest = ir.AttrStmt(RAW_COPY, "", nest)
         if sums is None:
             return nest
-        at = slot_idx + (q, lane)
         zero_sums = loop(q, n_q, loop(lane, ir.IntImm(w),
-                                      ir.Store(sums, at, ir.IntImm(0, "int32"))))
-        scale = loop(q, n_q, loop(lane, ir.IntImm(w), ir.Store(sums, at, ir.Binary(
-            "*", ir.Load(sums, at, "int32"), ir.IntImm(-compensate, "int32"), "int32"))))
+                                      ir.Store(sums, at_sum, ir.IntImm(0, "int32"))))
+        scale = loop(q, n_q, loop(lane, ir.IntImm(w), ir.Store(sums, at_sum, ir.Binary(
+            "*", ir.Load(sums, at_sum, "int32"), ir.IntImm(-compensate, "int32"), "int32"))))
         return ir.seq(zero_sums, nest, scale)
 
     def copy(self, arr, pbuf, layout: Layout, box, origin, slot_idx):

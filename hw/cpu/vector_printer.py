@@ -27,7 +27,8 @@ from polycomp import ir
 from polycomp.errors import PolycompInternalError
 
 from .codegen import ALLOC_FAILED_SET, CPrinter
-from .microkernel import BROADCAST_GROUP, DOT_CALLS
+from .microkernel import BROADCAST_GROUP, DOT_CALLS, DOT_GROUPS, OUTLINE
+from .pack import RAW_COPY
 
 _CMP_PRED = {"<": "_CMP_LT_OQ", "<=": "_CMP_LE_OQ", ">": "_CMP_GT_OQ", ">=": "_CMP_GE_OQ",
              "==": "_CMP_EQ_OQ", "!=": "_CMP_NEQ_UQ"}
@@ -49,6 +50,8 @@ class VectorPrinter(CPrinter):
         self.masks: list = []            # C expressions of the active lane masks
         self.counter = 0
         self.group_vars: set = set()     # let-bound group vectors (dot tiles)
+        self.functions: list[str] = []   # outlined functions, printed before the kernel
+        self.raw_copy = 0                # inside raw_copy attributes (16-bit bit copies)
 
     # ------------------------------------------------------------ vector types
     def width(self, dtype: str, lanes: int) -> int:
@@ -320,7 +323,26 @@ class VectorPrinter(CPrinter):
         return out
 
     # ------------------------------------------------------------ statements
+    def raw_bits(self, e) -> str | None:
+        """Under a ``raw_copy`` attribute: the stored bits of a 16-bit float value that
+        is a load of the same dtype, +0.0 or a ``select`` of such (None otherwise)."""
+        if isinstance(e, ir.Load) and e.lanes == 1 and e.dtype in ("float16", "bfloat16"):
+            return f"{e.buffer.name}[{self.expr(e.indices[0])}]"
+        if isinstance(e, ir.FloatImm) and e.value == 0.0 and str(e.value)[0] != "-":
+            return "0"
+        if isinstance(e, ir.Select):
+            t, f = self.raw_bits(e.t), self.raw_bits(e.f)
+            if t is not None and f is not None:
+                return f"(({self.expr(e.cond)}) ? {t} : {f})"
+        return None
+
     def stmt(self, s) -> None:
+        if self.raw_copy and isinstance(s, ir.Store) and s.lanes == 1 and \
+                s.buffer.dtype in ("float16", "bfloat16") and s.value.dtype == s.buffer.dtype:
+            raw = self.raw_bits(s.value)
+            if raw is not None:
+                self.emit(f"{s.buffer.name}[{self.expr(s.indices[0])}] = {raw};")
+                return
         if isinstance(s, ir.Store) and (s.lanes > 1 or s.buffer in self.registers):
             self.vstore(s)
         elif isinstance(s, ir.LetStmt) and self.is_group_vector(s.value):
@@ -362,6 +384,14 @@ class VectorPrinter(CPrinter):
             self.emit(f"{self.mm(D, L)}_storeu_{self.sfx(D)}({ptr}, {val});")
 
     def attr(self, s: ir.AttrStmt) -> None:
+        if s.key == OUTLINE:
+            return self.outline(s)
+        if s.key == RAW_COPY:
+            self.raw_copy += 1
+            try:
+                return self.stmt(s.body)
+            finally:
+                self.raw_copy -= 1
         if s.key != "vector_mask":
             return super().attr(s)
         count, L = s.value
@@ -378,6 +408,41 @@ class VectorPrinter(CPrinter):
         self.level -= 1
         self.emit("}")
 
+    def outline(self, s: ir.AttrStmt) -> None:
+        """The body of an :data:`~polycomp.hw.cpu.microkernel.OUTLINE` attribute (a
+        dot-product register tile) as a ``static noinline`` function of its free
+        variables and of the buffers it touches, printed before the kernel
+        (:attr:`functions`, which :func:`~polycomp.hw.cpu.codegen.emit_c` prints), and
+        its call here: the C compiler allocates the tile's 29 vector registers in a
+        small function (inside a large OpenMP region gcc 12 kept some accumulators on
+        the stack, depending on the shape), as hand-written GEMM kernels do."""
+        body = s.body
+        inner: set = set()
+        ir.walk(body, lambda n: inner.add(n.buffer) if isinstance(n, ir.Allocate) else None)
+        bufs: dict = {}
+        stored: set = set()
+
+        def visit(n):
+            if isinstance(n, (ir.Load, ir.Store)) and n.buffer not in inner:
+                bufs.setdefault(n.buffer.name, n.buffer)
+                if isinstance(n, ir.Store):
+                    stored.add(n.buffer.name)
+        ir.walk(body, visit)
+        scalars = [v for v in ir.free_vars(body) if v.dtype != "handle"]
+        self.counter += 1
+        name = f"pc_{s.value or 'tile'}_{len(self.functions) + 1}"
+        p = type(self)()
+        p.nonneg = {v for v in scalars if v in self.nonneg}
+        p.counter = self.counter * 1000
+        p.stmt(body)
+        params = [f"{p.value_type(v.dtype)} {v.name}" for v in scalars]
+        params += [f"{'' if n in stored else 'const '}{p.storage_type(b.dtype)}* restrict {n}"
+                   for n, b in bufs.items()]
+        self.functions.extend(p.functions)
+        self.functions.append(f"static __attribute__((noinline)) void {name}("
+                              f"{', '.join(params)}) {{\n" + "\n".join(p.lines) + "\n}\n")
+        self.emit(f"{name}({', '.join([v.name for v in scalars] + list(bufs))});")
+
     def allocate(self, s: ir.Allocate) -> None:
         if s.buffer.scope == "register":
             self.registers[s.buffer] = True
@@ -390,6 +455,21 @@ class VectorPrinter(CPrinter):
             self.emit("}")
             return
         super().allocate(s)
+
+    def for_loop(self, s: ir.For, body: ir.Stmt) -> None:
+        e = s.extent
+        if s.annotation(DOT_GROUPS, False) and ir.is_const(s.min, 0) and \
+                isinstance(e, ir.Binary) and e.op == "//" and isinstance(e.b, ir.IntImm) \
+                and e.b.value > 0:
+            # a trip count a // c: C's a / c agrees where it is positive and no iteration
+            # runs otherwise (the plain division lets gcc keep the tile in registers)
+            v = s.var.name
+            self.nonneg.add(s.var)
+            self.emit(f"for (int64_t {v} = 0; {v} < ({self.expr(e.a)}) / {e.b.value}; ++{v}) {{")
+            self.block(body)
+            self.emit("}")
+            return
+        super().for_loop(s, body)
 
     def for_(self, s: ir.For) -> None:
         if s.kind == "parallel":

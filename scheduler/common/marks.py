@@ -25,6 +25,7 @@ parse into fields.
 | ``tc:block`` / ``tc:frag`` / ``tc:mma`` / ``pipeline:<stages>`` | Tensor Core tiling | warp tiles, fragments, mma region, cp.async pipeline |
 | ``cpu_parallel`` | CPU passes | the outermost parallel loop of a nest (OpenMP) |
 | ``cpu_microkernel`` | CPU backbone tiling | the register-tile loop nest of the GEMM micro-kernel |
+| ``cpu_microkernel:<n>`` | CPU backbone tiling | the same on a dot-product unit (bf16 ``vdpbf16ps``, int8 ``vpdpbusd``); ``cpu_microkernels(state).dots[n]`` (:mod:`polycomp.scheduler.cpu.state`) is its typed payload |
 | ``cpu_pack_request:..`` / ``cpu_pack:..`` | CPU backbone tiling / packing | operand packing |
 | ``npu_cube:<m0>:<n0>:<k0>:<kL1>`` | NPU cube tiling | the 16x16x16 cube instructions of an L0 step and the tiling the NPU program is built with |
 | ``npu_pingpong:<level>`` | NPU cube tiling | the loop below runs over ping-pong (double) buffers of that level |

@@ -93,6 +93,19 @@ need not fit a cache; a large ``MC`` means the ``Y`` block, packed once per ``i`
 tile, is reused over more rows.  ``MC`` is therefore a thread's whole share of ``i``,
 split further only when its packed ``X`` block would exceed four times L2.  Options
 ``gemm_tiles=(MC, NC, KC)`` and ``gemm_register=(MR, NI)`` override.
+
+Low precision (:func:`match_dot_product`): a GEMM-form backbone whose factors widen
+loads of one dtype to the output dtype, on a target declaring a dot-product unit for
+them (:attr:`~polycomp.hw.memory.ComputeUnit.is_dot`: each of its ``lanes`` accumulator
+lanes adds the products of ``group`` consecutive ``k``; bf16 -> fp32 on AVX512_BF16,
+int8 -> int32 on AVX512_VNNI with ``X`` offset by 128), gets the same GEMM tree with the
+unit's lanes as vectors and ``KC`` a multiple of its group, but: the micro-kernel mark
+is ``cpu_microkernel:<n>``, ``n`` indexing the
+:class:`~polycomp.scheduler.cpu.state.DotTile` recorded in typed state; both pack
+requests group ``k`` (``X``'s with the offset, ``Y``'s compensating it); and no tile is
+isolated (edge tiles are micro-kernels too, whose point loops run to ``min(MR, ..)``
+and ``min(NR, ..)``).  The tree is the fp32 one's with different marks and options, so
+the legality argument above holds unchanged.
 """
 from __future__ import annotations
 
@@ -406,6 +419,11 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
     size = dt.itemsize(op.dtype if dot is None else dot.inputs)
     threads = max(1, target.cpu.threads)
     KC = max(64, min(256, (target.l1_bytes // (4 * MR * size)) // 16 * 16))
+    if dot is not None:
+        # a dot unit does G multiply-adds per lane per instruction: the tile's C is
+        # loaded and stored once per k tile, so k tiles as long as the X panel allows
+        # (a quarter of L1), not the fp32 cap
+        KC = max(64, (target.l1_bytes // (4 * MR * size)) // 16 * 16)
     NC = max(NR, (target.l2_bytes // 2 // (KC * size)) // NR * NR)
     if n_j is not None:
         NC = min(NC, -(-n_j // NR) * NR)
