@@ -357,9 +357,12 @@ def dot_tile(body, tile: DotTile, packed: PackedBuffers, tile_ids: Iterator[int]
           acc[i][u] = dot(acc[i][u], x_i, y_u)
         C[c(i, 16u ..)] = acc[i][u]                           (masked to Ej columns)
 
-    with ``acc`` a register buffer of ``r * ceil(Ej / lanes)`` vectors.  Each output
-    element gets the same products; they are summed per lane group by the unit (in the
-    unit's rounding for bf16; exactly for int8), the padding adding zeros."""
+    with ``acc`` a register buffer of ``r * ceil(Ej / lanes)`` vectors, each variant in
+    an :data:`OUTLINE` attribute (printed as a function of its own), the stores whole
+    vectors where the tile has all its columns (a run-time test where ``Ej`` is not a
+    constant).  Each output element gets the same products; they are summed per lane
+    group by the unit (in the unit's rounding for bf16; exactly for int8), the padding
+    adding zeros."""
     call = dot_call(tile)
     if call is None:
         return None
@@ -428,14 +431,15 @@ def dot_tile(body, tile: DotTile, packed: PackedBuffers, tile_ids: Iterator[int]
             m[jvar] = j
         return simplify(ir.substitute(e, m))
 
-    def consecutive(e, base_k, base, steps) -> bool:
+    def consecutive(e, base, steps) -> bool:
         """``e`` at each ``(k, i, j, offset)`` of ``steps`` is ``base`` + offset."""
         for k, i, j, off in steps:
             d = const_difference(at(e, k, i, j), base)
             if d != off:
                 return False
         return True
-    kp = p * G if kvar is not None else None
+    kg = p * G                      # the k of group p
+    kp = kg if kvar is not None else None
     yidx, xidx = yl.indices[0], xl.indices[0]
     ybase = [at(yidx, kp, None, ir.IntImm(u * L)) for u in range(NV)]
     xbase = [at(xidx, kp, ir.IntImm(i)) for i in range(ub_i)]
@@ -443,17 +447,16 @@ def dot_tile(body, tile: DotTile, packed: PackedBuffers, tile_ids: Iterator[int]
             or any(kvar is not None and kvar in _vars_of(b) or ivar in _vars_of(b)
                    for b in ybase):
         return None
-    kg = p * G                      # the k of group p (where there is a k loop)
     for u in range(NV):
         steps = [(kg + g, None, ir.IntImm(u * L), g) for g in range(1, G)] \
             if kvar is not None else []
         if jj:
             steps += [(kp, None, ir.IntImm(u * L + t), t * G) for t in (1, L - 1)]
-        if not consecutive(yidx, kp, ybase[u], steps):
+        if not consecutive(yidx, ybase[u], steps):
             return None
     if kvar is not None:
         for i in range(ub_i):
-            if not consecutive(xidx, kp, xbase[i],
+            if not consecutive(xidx, xbase[i],
                                [(kg + g, ir.IntImm(i), None, g) for g in range(1, G)]):
                 return None
     # the correction nest: the same output points, C[c] + S[s] with s consecutive in jj
@@ -485,7 +488,7 @@ def dot_tile(body, tile: DotTile, packed: PackedBuffers, tile_ids: Iterator[int]
         sidx = simplify(ir.substitute(sv.b.indices[0], m))
         sbase = [at(sidx, None, None, ir.IntImm(u * L)) for u in range(NV)]
         for u in range(NV):
-            if cj and not consecutive(sidx, None, sbase[u], [
+            if cj and not consecutive(sidx, sbase[u], [
                     (None, None, ir.IntImm(u * L + t), t) for t in (1, L - 1)]):
                 return None
         sums = (sv.b.buffer, sbase)
@@ -503,8 +506,7 @@ def dot_tile(body, tile: DotTile, packed: PackedBuffers, tile_ids: Iterator[int]
         return ir.AttrStmt("vector_mask", (count, L), stmt)
 
     def tile_of(rows: int) -> ir.Stmt:
-        acc = ir.Buffer(f"acc{tid}_{rows}" if cols is not None or not isinstance(Ei, ir.IntImm)
-                        else f"acc{tid}", D, (ir.IntImm(rows * NV * L),), scope="register",
+        acc = ir.Buffer(f"acc{tid}_{rows}", D, (ir.IntImm(rows * NV * L),), scope="register",
                         flat=True)
 
         def slot(i, u):
