@@ -47,7 +47,7 @@ class CpuBackend(Backend):
         "cpu-avx2": "C with AVX2/FMA intrinsics",
         "cpu-avx512": "C with AVX-512 intrinsics (SIMDe where the host lacks it)",
         "cpu-avx512-bf16": "cpu-avx512 declaring the AVX512_BF16 and AVX512_VNNI dot-product "
-                           "units (hw/cpu/lowp.py)",
+                           "units (bf16 / int8 products, docs/cpu_backend.md)",
     })
 
     def make_target(self, name: str) -> Target:
