@@ -18,9 +18,20 @@ the vector IR conventions there) on top of :class:`~polycomp.hw.cpu.codegen.CPri
   compiler keeps it in registers;
 * a ``parallel`` loop whose body starts with ``Allocate`` nodes of loop-invariant size
   becomes ``#pragma omp parallel`` around per-thread allocations and ``#pragma omp for
-  schedule(static)`` (one allocation per thread, not per iteration).
+  schedule(static)`` (one allocation per thread, not per iteration);
+* the dot-product tiles of :mod:`polycomp.hw.cpu.microkernel`: *group vectors*
+  (``lanes * group`` bfloat16/int8 elements, a ``__m512i``: loads, ``broadcast_group``),
+  the ``dot_bf16`` / ``dot_u8s8`` calls (:data:`DOT_HELPERS`, defined by the prelude
+  only in kernels that call them, :func:`dot_calls`), int32 vectors (``__m512i``,
+  ``epi32`` operations and masked loads/stores); an ``outline`` attribute becomes a
+  ``static noinline`` function printed before the kernel (:meth:`VectorPrinter.outline`)
+  and a loop annotated ``dot_groups`` counts its groups with C's ``/``;
+* stores of 16-bit floats under a ``raw_copy`` attribute (packing copies) copy the
+  stored bits instead of widening to float and rounding back.
 """
 from __future__ import annotations
+
+import math
 
 from polycomp import dtypes as dt
 from polycomp import ir
@@ -328,7 +339,7 @@ class VectorPrinter(CPrinter):
         is a load of the same dtype, +0.0 or a ``select`` of such (None otherwise)."""
         if isinstance(e, ir.Load) and e.lanes == 1 and e.dtype in ("float16", "bfloat16"):
             return f"{e.buffer.name}[{self.expr(e.indices[0])}]"
-        if isinstance(e, ir.FloatImm) and e.value == 0.0 and str(e.value)[0] != "-":
+        if isinstance(e, ir.FloatImm) and e.value == 0.0 and math.copysign(1.0, e.value) > 0:
             return "0"
         if isinstance(e, ir.Select):
             t, f = self.raw_bits(e.t), self.raw_bits(e.f)
