@@ -107,8 +107,6 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     ("polycomp.hw.cpu.build", "polycomp.graph.dlpack"): "trust",
     # cpuchain (scheduler/chain, CPU chains): the low-precision GEMM text
     ("polycomp.scheduler.chain.call_lowering", "polycomp.hw.cpu.lowp"): "cpuchain",
-    # microkernel (scheduler/cpu/backbone_tile.py): the low-precision GEMM matcher
-    ("polycomp.scheduler.cpu.backbone_tile", "polycomp.hw.cpu.lowp"): "microkernel",
 }
 
 
