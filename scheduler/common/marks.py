@@ -76,9 +76,9 @@ NPU_CHAIN = "npu_chain"
 #: every declared mark kind, longest first (how :func:`split` finds a name's kind)
 KINDS = tuple(sorted((BACKBONE, PROLOGUE, TILE_BLOCK, TILE_POINT, TILE_REDUCE, KERNEL,
                       GPU_BLOCKS, GPU_THREADS, COPY, TC_BLOCK, TC_FRAG, TC_MMA, PIPELINE,
-                      CPU_PARALLEL, CPU_MICROKERNEL, CPU_PACK_REQUEST, CPU_PACK, NPU_CUBE,
-                      NPU_PINGPONG, NPU_CONV, NPU_VECTOR, NPU_PHASES, NPU_CHAIN, CHAIN_STEP,
-                      CHAIN_RING), key=len, reverse=True))
+                      CPU_PARALLEL, CPU_WAVEFRONT, CPU_MICROKERNEL, CPU_PACK_REQUEST, CPU_PACK,
+                      NPU_CUBE, NPU_PINGPONG, NPU_CONV, NPU_VECTOR, NPU_PHASES, NPU_CHAIN,
+                      CHAIN_STEP, CHAIN_RING), key=len, reverse=True))
 
 # IR attributes that IR passes add (no schedule-tree mark):
 #: the tail of a vectorised loop, ``AttrStmt(VECTOR_MASK, (count, lanes))``
