@@ -288,8 +288,21 @@ def test_stencils_are_time_tiled():
             "fdtd2d_like": ("time-tiled 8x32", "y1 = z1 + t (S_3 + 1), y2 = z2 + t (S_3 + 1)")}
     for name, (tiles, rows) in want.items():
         n = notes(name)
-        assert any(tiles in x and rows in x and "wavefront" in x for x in n["scop-stencil"]), n
+        how = "tiles in sequence" if name == "jacobi1d_like" else "wavefront of tiles in parallel"
+        assert any(tiles in x and rows in x and how in x for x in n["scop-stencil"]), n
         assert "scop-parallel" not in n        # the wavefront's mark is the parallel loop
+
+
+def test_wavefront_tiles_are_the_openmp_loop():
+    """The loop of the wavefront's tiles is the one ``#pragma omp parallel for`` (inside
+    the sequential wavefront loop) in 2-D and 3-D; a 1-D stencil's tiles run in
+    sequence (no parallel region)."""
+    for name in ("jacobi2d_like", "heat3d_like"):
+        src = compile_kernel(kernel(name), "c").source
+        assert src.count("#pragma omp parallel for") == 1, name
+        before = src[:src.index("#pragma omp parallel for")]
+        assert before.count("for (") == 1, name       # only the wavefront loop outside
+    assert "#pragma omp" not in compile_kernel(kernel("jacobi1d_like"), "c").source
 
 
 def test_stencil_schedule_is_fast():

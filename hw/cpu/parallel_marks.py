@@ -11,7 +11,8 @@ loop (no nested parallel regions); the mark is removed.  Loops of constant exten
 left serial (the simplifier removes them).  A ``cpu_wavefront`` mark (the time-tiled
 stencils of :mod:`polycomp.scheduler.cpu.scop_stencil`: a band ``[wavefront, tile, ..]``)
 stands for a ``cpu_parallel`` mark inside the first ``For`` below it (the wavefront
-loop stays serial; the first coincident loop in its body becomes parallel).  Nothing
+loop stays serial; the first loop in its body, the wavefront's tiles, becomes parallel
+when it is coincident; a 1-D stencil's sequential tiles ``[T_0, T_1]`` are not).  Nothing
 else changes, so dependences are preserved.
 """
 from __future__ import annotations

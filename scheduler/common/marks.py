@@ -24,7 +24,7 @@ declared at the end.
 | ``copy:<statement>`` | promotion | a promotion copy's loop nest (the name of the copy statement it schedules) |
 | ``tc:block:<g>`` / ``tc:frag:<g>`` / ``tc:mma:<g>`` / ``pipeline:<g>`` | Tensor Core tiling | warp tiles, fragments, mma region, cp.async pipeline of group g (``gpu_kernels(state).tc_plans[g]``) |
 | ``cpu_parallel`` | CPU passes | the outermost parallel loop of a nest (OpenMP) |
-| ``cpu_wavefront`` | CPU stencil time tiling | the band below runs tiles by wavefronts: its first member (the wavefront) is sequential, the loop of its second member runs the wavefront's tiles in parallel (OpenMP) |
+| ``cpu_wavefront`` | CPU stencil time tiling | the band below runs tiles by wavefronts: its first member (the wavefront) is sequential, the loop of its second member runs the wavefront's tiles in parallel (OpenMP) when it is coincident |
 | ``cpu_microkernel`` | CPU backbone tiling | the register-tile loop nest of the GEMM micro-kernel |
 | ``cpu_microkernel:<n>`` | CPU backbone tiling | the same on a dot-product unit (bf16 ``vdpbf16ps``, int8 ``vpdpbusd``); ``cpu_microkernels(state).dots[n]`` (:mod:`polycomp.scheduler.cpu.state`) is its typed payload |
 | ``cpu_pack_request:<n>`` / ``cpu_pack:<n>`` | CPU backbone tiling / packing | operand packing (``promotion_state(state).pack_requests[n]`` / ``.packs[n]``) |

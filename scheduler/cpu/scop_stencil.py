@@ -43,10 +43,13 @@ dependence has non-negative distances on all members of ``M`` and on every ``T_d
 one whose tiles differ has ``T_0 + T_1`` larger, or equal with ``T_0, T_1`` equal and a
 later ``T_2 ..``; within a tile, at
 equal ``(t, y_1 .., y_{D-1})`` the statements run in textual order, each along
-``y_D``.  The pass checks the whole result with
-:func:`~polycomp.scheduler.common.tree.violated_dependences` and, for the mark, that
-every dependence between instances with equal wavefront has equal ``T_1`` (isl's
-coincidence); if either fails the subtree keeps the program order (with a note).  No
+``y_D``.  With fewer than :data:`PARALLEL_MIN_DIMS` space dimensions the tiles run in
+sequence: the band is ``[T_0, T_1, ..]`` (no wavefront; its ``T_1`` loop carries
+dependences, so the mark makes no loop parallel).  The pass checks the whole result
+with :func:`~polycomp.scheduler.common.tree.violated_dependences` and, when the tiles
+run in parallel, that every dependence between instances with equal wavefront has
+equal ``T_1`` (isl's coincidence); if either fails the subtree keeps the program order
+(with a note).  No
 operation is reordered within an element's computation: results are bitwise those of
 the C loop nest.
 """
@@ -80,6 +83,13 @@ MAX_LOOPS = 4
 #: the L2 of one core for PolyBench's LARGE sizes.
 TILES = {1: (64, 512), 2: (8, 32), 3: (4, 8, 16)}
 
+#: fewest space dimensions for which the tiles of a wavefront run in parallel: a 1-D
+#: stencil's whole run is little work (PolyBench's jacobi-1d at LARGE: 2M updates,
+#: 0.3 ms), less than a fork/join per wavefront costs when the host is busy (0.27 s
+#: measured for its 14 wavefronts), so its tiles run in sequence (the mark then makes
+#: no loop parallel; time tiles still keep a tile's rows in cache)
+PARALLEL_MIN_DIMS = 2
+
 
 def tile_sizes(dims: int) -> tuple[int, ...]:
     """The tile sizes of a stencil with ``dims`` space dimensions (see :data:`TILES`)."""
@@ -107,9 +117,11 @@ def cone_band(stmts: list, deps: isl.UnionMap) -> tuple[list, list] | None:
     return band_members(space, rows), rows
 
 
-def stencil_tree(members: list, names: list[str], filt: isl.UnionSet, sizes: tuple):
-    """The tiled wavefront subtree of the module docstring; returns it with the
-    wavefront and the parallel tile member (for the coincidence check)."""
+def stencil_tree(members: list, names: list[str], filt: isl.UnionSet, sizes: tuple,
+                 parallel: bool = True):
+    """The tiled wavefront subtree of the module docstring (the tiles of a wavefront
+    coincident when ``parallel``); returns it with the wavefront and the tile member
+    ``T_1`` (for the coincidence check)."""
     dims = len(members) - 1
     ntiled = len(members) if dims == 1 else len(members) - 1
     tiles = [floor_member(m, s) for m, s in zip(members[:ntiled], sizes)]
@@ -119,12 +131,14 @@ def stencil_tree(members: list, names: list[str], filt: isl.UnionSet, sizes: tup
         for f in (isl.UnionSet.from_set(s) for name in names
                   for s in sets(filt) if s.get_tuple_name() == name)])
     point = T.Band(members[:-1], seq, permutable=True)
-    wave = tiles[0].add(tiles[1])
     # one band: the wavefront and the tiles together (isl's AST generation projects
     # the floors of separate bands one by one, with a cost that grows with the tile
-    # sizes); the mark makes the second member's loop the parallel one
+    # sizes); the mark makes the second member's loop the parallel one.  Tiles in
+    # sequence need no wavefront: band [T_0, T_1, ..], whose T_1 loop carries the
+    # dependences between the tiles of one time tile, so the mark makes no loop parallel
+    wave = tiles[0].add(tiles[1]) if parallel else tiles[0]
     band = T.Band([wave] + tiles[1:], point, permutable=True,
-                  coincident=[False, True] + [False] * (len(tiles) - 2))
+                  coincident=[False, parallel] + [False] * (len(tiles) - 2))
     return T.Mark(marks.CPU_WAVEFRONT, band), wave, tiles[1]
 
 
@@ -180,9 +194,10 @@ class ScopStencilPass(Pass):
                 continue
             members, rows = got
             sizes = tile_sizes(len(members) - 1)
-            sub, wave, t1 = stencil_tree(members, names, filt, sizes)
+            parallel = len(members) - 1 >= PARALLEL_MIN_DIMS
+            sub, wave, t1 = stencil_tree(members, names, filt, sizes, parallel)
             what = f"{'+'.join(names)}: time-tiled {'x'.join(map(str, sizes))}"
-            if not _coincident(local, wave, t1):
+            if parallel and not _coincident(local, wave, t1):
                 ctx.note(self.name, f"{what}: tiles of a wavefront not independent; kept")
                 continue
             new_kid = T.Filter(child.filter, sub) if isinstance(child, T.Filter) else sub
@@ -198,8 +213,9 @@ class ScopStencilPass(Pass):
             if not isinstance(tree, T.Sequence):
                 tree = new_kid
             changed = True
+            how = "wavefront of tiles in parallel" if parallel else "tiles in sequence"
             ctx.note(self.name, f"{what}, skew from the dependence cone ({_rows_text(rows)}), "
-                                f"wavefront of tiles in parallel, innermost loop per statement")
+                                f"{how}, innermost loop per statement")
         if not changed:
             return schedule
         return T.to_schedule(domain, tree)
