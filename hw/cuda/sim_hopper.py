@@ -762,7 +762,8 @@ def _wgmma(sim, call, active, dtype):
                                f"wgmma (operand {what})")
             reads.append((mem, pos))
             mats.append(vals.reshape(addr.shape))
-        D[k] = mats[0] @ mats[1].T
+        with np.errstate(invalid="ignore", over="ignore"):
+            D[k] = mats[0] @ mats[1].T
     # accumulators: thread 32 w + l, register i
     t = np.arange(WARPGROUP)
     i = np.arange(regs)
@@ -771,7 +772,8 @@ def _wgmma(sim, call, active, dtype):
     prod = D[:, row, col].reshape(-1, regs)                           # (lanes, regs)
     old = dmem.data[dp].astype(np.float64)
     keep = (scale[lanes] != 0)[:, None]
-    dmem.data[dp] = np.where(keep, old + prod, prod).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        dmem.data[dp] = np.where(keep, old + prod, prod).astype(np.float32)
     acc.pending[dp] = True
     for mem, pos in reads:
         np.add.at(_tags(st, mem).wg_reads, pos, 1)

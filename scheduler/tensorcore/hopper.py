@@ -44,14 +44,20 @@ from polycomp.lowering.simplify import linear
 #: stages beyond this gain nothing on sm_90 (the copy latency is hidden)
 MAX_STAGES = 8
 #: registers a producer warpgroup keeps after ``setmaxnreg.dec`` (it only issues copies;
-#: with the printer's 64-bit index arithmetic ptxas spills its tile loop below 72)
-PRODUCER_REGISTERS = 72
+#: with the printer's 64-bit index arithmetic ptxas spills the tile loop of a batched
+#: GEMM below 80); 80 + 2 x 216 fills the 64K register file with two consumers
+PRODUCER_REGISTERS = 80
 #: registers per consumer thread besides its accumulators (addresses, descriptors,
 #: loop state, epilogue temporaries)
 CONSUMER_OVERHEAD = 64
-#: shared bytes per block besides the stages: the barriers (8 B each) and the 1 KiB the
-#: printed kernel may skip to align the stages to the 128-byte swizzle pattern
-RESERVED_SHARED = 1024 + 256
+#: more of them when an epilogue statement calls a math function (erf, exp, tanh: their
+#: evaluation keeps temporaries live beside the accumulators; a GELU epilogue spilled
+#: 368 bytes with 128 accumulators in 216 registers)
+MATH_OVERHEAD = 64
+#: shared bytes per block besides the stages: the barriers (8 B each, their buffer
+#: rounded to the 1 KiB alignment of the stages) and the 1 KiB the printed kernel may skip
+#: to align the stages to the 128-byte swizzle pattern
+RESERVED_SHARED = 1024 + 1024
 
 
 @dataclass(frozen=True)
@@ -222,20 +228,31 @@ def consumer_registers(target, consumers: int) -> int:
     return max(lo, min(hi, cu.registers_per_thread // step * step, per // step * step))
 
 
-def default_tiles(view, ops: tuple[TmaOperand, TmaOperand], unit) -> tuple:
-    """(BM, BN): see the module docstring."""
+def consumer_overhead(view) -> int:
+    """Registers per consumer thread besides the accumulators: :data:`CONSUMER_OVERHEAD`,
+    plus :data:`MATH_OVERHEAD` when an epilogue statement calls a math function."""
+    math: list = []
+    for s in view.epilogue:
+        ir.walk(s.value, lambda n: math.append(n) if isinstance(n, ir.Call)
+                and n.name in ir.MATH_FUNCS else None)
+    return CONSUMER_OVERHEAD + (MATH_OVERHEAD if math else 0)
+
+
+def default_tiles(view, ops: tuple[TmaOperand, TmaOperand], unit, regs: int = 256,
+                  panel: int = 64) -> tuple:
+    """(BM, BN): see the module docstring; ``BN`` at most what leaves the consumer
+    its :func:`consumer_overhead` of ``regs`` registers with ``64 x BN / 128``
+    accumulators."""
     ext = view.out_extents
     m_ext, n_ext = _const(ext[view.m_dim]), _const(ext[view.n_dim])
-    n_max = unit.n_values[-1] if unit.n_values else unit.shape[1]
-    if n_ext is None:
-        bn = n_max
-    else:
-        bn = next((v for v in unit.n_values if v >= n_ext), n_max) if unit.n_values \
-            else n_max
-        if ops[1].mn_major:
-            bn = -(-bn // 64) * 64
+    values = unit.n_values or (unit.shape[1],)
+    if ops[1].mn_major:
+        values = tuple(v for v in values if v % panel == 0) or values
+    fits = [v for v in values if 64 * v // CUDA_WARPGROUP_SIZE + consumer_overhead(view) <= regs]
+    n_max = fits[-1] if fits else values[0]
+    bn = n_max if n_ext is None else next((v for v in fits if v >= n_ext), n_max)
     bm = 64 if m_ext is not None and m_ext <= 64 else 128
-    return bm, min(bn, n_max)
+    return bm, bn
 
 
 def wgmma_config(option, view, ops, target, stage_bytes) -> WgmmaConfig:
@@ -247,7 +264,7 @@ def wgmma_config(option, view, ops, target, stage_bytes) -> WgmmaConfig:
     item = dt.itemsize(view.in_dtype)
     span = max(rule.tensor.swizzles)
     k = span // item
-    bm, bn = default_tiles(view, ops, unit)
+    bm, bn = default_tiles(view, ops, unit, consumer_registers(target, 2), span // item)
     if option is not None and getattr(option, "block", None):
         bm, bn = option.block
     if option is not None and getattr(option, "k", None):
@@ -272,15 +289,18 @@ def wgmma_config(option, view, ops, target, stage_bytes) -> WgmmaConfig:
             raise ScheduleError(f"wgmma tile {what} = {size}: an {what}-major operand is "
                                 f"staged in panels of {span // item}, the tile must be a "
                                 f"multiple")
-    if cfg.accumulators() + CONSUMER_OVERHEAD > regs:
+    over = consumer_overhead(view)
+    if cfg.accumulators() + over > regs:
         raise ResourceLimitError(f"wgmma warpgroup tile {cfg.warp}: {cfg.accumulators()} "
-                                 f"accumulators per thread (+{CONSUMER_OVERHEAD}) exceed the "
-                                 f"{regs} registers a consumer warpgroup gets")
+                                 f"accumulators per thread (+{over}) exceed the {regs} "
+                                 f"registers a consumer warpgroup gets")
     limit = max(target.capacity("shared"), target.cuda.shared_memory_optin)
     per = stage_bytes(cfg)
     fit = (limit - RESERVED_SHARED) // per
     if option is not None and getattr(option, "stages", None):
         stages = int(option.stages)
+        if not 2 <= stages <= MAX_STAGES:
+            raise ScheduleError(f"wgmma pipeline stages must be 2..{MAX_STAGES}, got {stages}")
     else:
         stages = min(MAX_STAGES, fit)
     if stages > fit or stages < 2:

@@ -116,7 +116,7 @@ class TcConfig:
         if self.k not in (32, 64):
             raise ScheduleError(f"tensor-core K tile must be 32 or 64, got {self.k}")
         if not 1 <= self.stages <= 4:
-            raise ScheduleError(f"pipeline stages must be 1..4, got {self.stages}")
+            raise ScheduleError(f"mma.sync pipeline stages must be 1..4, got {self.stages}")
         if self.threads > CUDA_MAX_THREADS_PER_BLOCK:
             raise ResourceLimitError(f"tensor-core tiling uses {self.threads} threads per block")
         return self
