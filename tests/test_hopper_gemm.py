@@ -72,8 +72,11 @@ FACTORIES = {
 }
 
 
+SMALL_TILE = tuple(sorted(SMALL.items()))
+
+
 @functools.lru_cache(maxsize=None)
-def compiled(op, dtype, tile=tuple(sorted(SMALL.items())), target="hopper"):
+def compiled(op, dtype, tile=SMALL_TILE, target="hopper"):
     ck = compile_kernel(FACTORIES[op](dtype), target, {"tc_tile": dict(tile)})
     assert "wgmma" in ck.notes["tc-tiling"][0], ck.notes
     return ck
@@ -195,13 +198,14 @@ def test_bad_wgmma_tiles(tile, err, msg):
 def test_wgmma_tiling_and_mapping_golden(goldens):
     """Tree in (the pattern schedule), tiled tree out; the mapping pass on the tiled tree
     (the tc:persistent mark, no block filters)."""
+    import islpy as isl
+
     from polycomp.islutil import context
     from polycomp.scheduler.common.pattern_schedule import PatternSchedulePass
     from polycomp.scheduler.common.program_order import ProgramOrderPass
     from polycomp.scheduler.tensorcore.map import TensorCoreMappingPass
     from polycomp.scheduler.tensorcore.tile import TensorCoreTilingPass
     from polycomp.state import CompileState
-    import islpy as isl
 
     def same(tree, text):
         r = lambda t: isl.Schedule.read_from_str(context(), t)   # noqa: E731

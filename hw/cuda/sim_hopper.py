@@ -651,8 +651,10 @@ def wgmma_desc(sim, call, active):
     base = smem_address(sim, mem)
     addr = base + off * mem.itemsize
     lbo, sbo, mode = (int(call.args[k].value) for k in (1, 2, 3))
-    return (((addr & 0x3FFFF) >> 4) | (((lbo & 0x3FFFF) >> 4) << 16)
-            | (((sbo & 0x3FFFF) >> 4) << 32) | (mode << 62)).astype(np.int64)
+    const = (((lbo & 0x3FFFF) >> 4) << 16) | (((sbo & 0x3FFFF) >> 4) << 32) | (mode << 62)
+    if const >= 1 << 63:              # the 64-bit pattern as a signed int64
+        const -= 1 << 64
+    return ((addr & 0x3FFFF) >> 4).astype(np.int64) | np.int64(const)
 
 
 def _decode_desc(desc: int):

@@ -585,8 +585,14 @@ def simulate(compiled_or_func, *inputs, strict: bool = True, ir_stage: str = "fi
         from .gpu_bundle import record_case
         record_case(compiled_or_func.source, func, kernels, temps, values, before,
                     {b.name: a for b, a in zip(func.outputs, outputs)}, bundle,
-                    target=_target_name(compiled_or_func))
+                    target=_target_name(compiled_or_func), arch=_target_arch(compiled_or_func))
     return (res[0] if len(res) == 1 else res), report
+
+
+def _target_arch(obj) -> str:
+    """The nvcc architecture of an architecture-specific target (``"90a"``), else ""."""
+    cu = getattr(getattr(obj, "target", None), "cuda", None)
+    return cu.arch if cu is not None and cu.arch_suffix else ""
 
 
 def _target_name(obj) -> str:

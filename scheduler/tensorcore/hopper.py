@@ -284,9 +284,9 @@ def wgmma_config(option, view, ops, target, stage_bytes) -> WgmmaConfig:
     regs = consumer_registers(target, consumers)
     cfg = WgmmaConfig((bm, bn), (wm, wn), k, 2, persistent, span, PRODUCER_REGISTERS, regs)
     cfg.check(unit)
-    for op, size, what in ((ops[0], bm, "M"), (ops[1], bn, "N")):
+    for op, size, what in ((ops[0], wm, "M"), (ops[1], wn, "N")):
         if op.mn_major and size % (span // item):
-            raise ScheduleError(f"wgmma tile {what} = {size}: an {what}-major operand is "
+            raise ScheduleError(f"wgmma warpgroup tile {what} = {size}: an {what}-major operand is "
                                 f"staged in panels of {span // item}, the tile must be a "
                                 f"multiple")
     over = consumer_overhead(view)
