@@ -48,7 +48,7 @@ class CpuBackend(Backend):
         "cpu-avx2": "C with AVX2/FMA intrinsics",
         "cpu-avx512": "C with AVX-512 intrinsics (SIMDe where the host lacks it)",
         "cpu-avx512-bf16": "cpu-avx512 declaring the AVX512_BF16 and AVX512_VNNI dot-product "
-                           "units (hw/cpu/lowp.py)",
+                           "units (bf16 / int8 products, docs/cpu_backend.md)",
     })
 
     def make_target(self, name: str) -> Target:
@@ -120,12 +120,14 @@ class CpuBackend(Backend):
         if not _vector(state):
             return passes + [_LEGALIZE_NAMES]
         from polycomp.lowering.vectorize import vectorize
+        from polycomp.scheduler.cpu.state import cpu_microkernels
 
-        from .lowp import lowp_calls
         from .microkernel import microkernels
+        from .pack import packed_buffers
         passes += [
-            ir_pass("lowp", lowp_calls),
-            ir_pass("microkernels", lambda f, s: microkernels(f, target.vector_lanes)),
+            ir_pass("microkernels", lambda f, s: microkernels(
+                f, target.vector_lanes, cpu_microkernels(s).dots, packed_buffers(s),
+                lambda text: s.note("microkernels", text))),
             ir_pass("vectorize", lambda f, s: vectorize(
                 f, target.vector_lanes, tail=o.tail, reduce_unroll=o.reduce_unroll,
                 reciprocal=o.reciprocal)),
@@ -158,11 +160,10 @@ class CpuBackend(Backend):
         if not _vector(state):
             return CPrinter, [chain_sources(func, state)]
         from .vector_prelude import prelude
-        from .vector_printer import printer_for
+        from .vector_printer import dot_calls, printer_for
         t = state.target
         assert t.cpu is not None
-        from .lowp import sources_for
-        return printer_for(t.isa, t.cpu.has_fma), [prelude(t.isa), sources_for(func),
+        return printer_for(t.isa, t.cpu.has_fma), [prelude(t.isa, dot_calls(func)),
                                                    chain_sources(func, state)]
 
     def load(self, ck):

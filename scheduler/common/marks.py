@@ -26,6 +26,7 @@ declared at the end.
 | ``tc:persistent:<g>`` | Tensor Core mapping (sm_90a) | the block band below is the tile loop nest of a persistent kernel: its iterations are dealt over the grid (``gpu_kernels(state).tc_plans[g]``) |
 | ``cpu_parallel`` | CPU passes | the outermost parallel loop of a nest (OpenMP) |
 | ``cpu_microkernel`` | CPU backbone tiling | the register-tile loop nest of the GEMM micro-kernel |
+| ``cpu_microkernel:<n>`` | CPU backbone tiling | the same on a dot-product unit (bf16 ``vdpbf16ps``, int8 ``vpdpbusd``); ``cpu_microkernels(state).dots[n]`` (:mod:`polycomp.scheduler.cpu.state`) is its typed payload |
 | ``cpu_pack_request:<n>`` / ``cpu_pack:<n>`` | CPU backbone tiling / packing | operand packing (``promotion_state(state).pack_requests[n]`` / ``.packs[n]``) |
 | ``npu_cube:<n>`` | NPU mapping, cube tiling | a matmul stage on the cube (above its subtree; after tiling, above the 16x16x16 products of an L0 step); ``npu_plans(state).cubes[n]``: stage, tiles, epilogue |
 | ``npu_pingpong:<n>`` | NPU cube tiling | the loop below rotates ping-pong (double) buffers; ``npu_plans(state).pingpongs[n]``: level, copies |

@@ -16,12 +16,13 @@ the per-dimension minimum of ``F``, piecewise affine in ``c``; ``s`` the largest
 over all ``c``, a constant).  A promoted request becomes a
 :class:`~polycomp.scheduler.promotion.record.PackedOperand` (that scoped footprint with
 a packed-panel layout: dimension ``dim`` split into panels of ``width``, the in-panel
-index innermost) appended to ``promotion_state(state).packs``, and the mark becomes
-``cpu_pack:<m>`` with ``m`` its index.  The IR packing pass (:mod:`polycomp.hw.cpu.pack`)
-copies that box (clipped to the array) into the packed buffer and redirects the reads below the
-mark to it.  A request whose footprint is empty or unbounded is refused (noted, the
-mark removed; the reads stay on the original array).  The schedule itself is
-unchanged, so it stays legal.
+index innermost) appended to ``promotion_state(state).packs``, and the mark becomes ``cpu_pack:<m>``
+with ``m`` its index (with the request's grouping, element offset and compensation,
+see :class:`~polycomp.scheduler.promotion.record.PackRequest`).  The IR packing pass
+(:mod:`polycomp.hw.cpu.pack`) copies that box (clipped to the array) into the packed
+buffer and redirects the reads below the mark to it.  A request whose footprint is
+empty or unbounded is refused (noted, the mark removed; the reads stay on the original
+array).  The schedule itself is unchanged, so it stays legal.
 """
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def decide(node: isl.ScheduleNode, model, request: PackRequest) -> PromotionDeci
     box = min_box_of(f)
     if box is None:
         return d.refuse(Refusal.UNBOUNDED)
-    d.footprint = ScopedFootprint(group, f, box, Layout.packed_panel(request.dim, request.width))
+    d.footprint = ScopedFootprint(group, f, box, Layout.packed_panel(
+        request.dim, request.width, request.group_dim, request.group))
     return d
 
 
@@ -82,7 +84,8 @@ class CpuPackPass(Pass):
                 node = node.delete()
                 if not d.promoted:
                     return visit(node)
-                promo.packs.append(PackedOperand(d.footprint, request.level))
+                promo.packs.append(PackedOperand(d.footprint, request.level, request.offset,
+                                                request.compensate))
                 node = node.insert_mark(marks.make(marks.CPU_PACK, len(promo.packs) - 1))
             for k in range(node.n_children()):
                 node = visit(node.child(k)).parent()

@@ -103,8 +103,11 @@ class PromotionDecision:
                     f"{lay.width} along dimension {lay.dim}, {span}-byte swizzle "
                     f"({fp.bytes()} bytes; {self.motive}, TMA)")
         if fp.layout.kind == "packed-panel":
+            grouped = (f", groups of {fp.layout.group} along dimension {fp.layout.group_dim}"
+                       if fp.layout.group > 1 else "")
             return (f"packed into {self._level_text()}: box {list(box.sizes)}, panels of "
-                    f"{fp.layout.width} along dimension {fp.layout.dim} ({fp.bytes()} bytes)")
+                    f"{fp.layout.width} along dimension {fp.layout.dim}{grouped} "
+                    f"({fp.bytes()} bytes)")
         return (f"promoted to {self._level_text()} {list(box.sizes)} ({fp.bytes()} bytes; "
                 f"{self.motive})")
 

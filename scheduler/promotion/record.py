@@ -74,11 +74,27 @@ class Promotion:
 @dataclass(frozen=True, eq=False)
 class PackRequest:
     """Pack ``array`` below the request's mark into panels of ``width`` along its
-    dimension ``dim``, a copy meant for memory level ``level`` of the target."""
+    dimension ``dim``, a copy meant for memory level ``level`` of the target.
+
+    For the dot-product units (see :class:`~polycomp.scheduler.promotion.footprint.Layout`):
+    ``group > 1`` splits dimension ``group_dim`` into groups of that many consecutive
+    elements, innermost (the padding up to a whole group, and the lanes of the last
+    panel beyond the array, are zero); ``offset`` (int8 operands of a ``u8 x s8`` unit:
+    128) stores each element ``x`` as the byte of ``x + offset`` read unsigned (``x ^
+    -128`` for 128), the reads below the mark decoding it; ``compensate`` (the other
+    operand of such a product: 128) rewrites every product ``x * y`` below the mark
+    whose ``y`` reads the array into ``(x + compensate) * y`` and adds ``-compensate *
+    (sum of the packed ``y`` over the reduction)`` to the product's output once per
+    micro-kernel (column sums formed while packing), which leaves every result the
+    same."""
     array: ir.Buffer
     dim: int
     width: int
     level: str
+    group_dim: int = -1
+    group: int = 1
+    offset: int = 0
+    compensate: int = 0
 
 
 @dataclass(eq=False)
@@ -88,6 +104,8 @@ class PackedOperand:
     to ``level``.  Its index in ``PromotionState.packs`` is the mark's ``cpu_pack:<n>``."""
     footprint: ScopedFootprint
     level: str
+    offset: int = 0          # see PackRequest
+    compensate: int = 0      # see PackRequest
 
     @property
     def array(self) -> str:
