@@ -23,6 +23,7 @@ from polycomp import dtypes as dt
 from polycomp.driver import compile_kernel
 from polycomp.errors import OptionError, PolycompError, ResourceLimitError, ScheduleError
 from polycomp.frontend import ops
+from polycomp.hw.cuda.codegen import split_kernels
 from polycomp.hw.cuda.sass import compile_cubin, find_tool, has_opcode, sass_opcodes
 from polycomp.hw.cuda.simulator import simulate
 from polycomp.hw.registry import canonical_name
@@ -381,3 +382,27 @@ def test_sm90_targets_unchanged():
 def test_bad_input_is_one_clear_error():
     with pytest.raises(PolycompError, match="option tc_tile has unknown keys"):
         compile_kernel(ops.matmul_kernel("float16"), "hopper", {"tc_tile": {"cluster": 2}})
+
+
+@pytest.mark.nvcc
+def test_launcher_builds_the_host_entry_library(tmp_path, monkeypatch):
+    """The launcher runs TMA kernels through the ``.cu``'s host entry point (their
+    ``CUtensorMap`` parameters are encoded there): ``compile_shared`` builds it for
+    sm_90a, and the library exports the entry point and the tensor-map helpers (loaded,
+    not called: no GPU here)."""
+    import ctypes
+
+    from polycomp.hw.cuda.launcher import compile_shared
+    monkeypatch.setenv("POLYCOMP_CACHE_DIR", str(tmp_path / "cache"))
+    ck = compiled("matmul", "float16")
+    lib = compile_shared(ck.source, "90a")
+    assert lib[:4] == b"\x7fELF"
+    path = tmp_path / "k.so"
+    path.write_bytes(lib)
+    so = ctypes.CDLL(str(path))
+    name = ck.final_ir.name
+    assert all(hasattr(so, s) for s in (name, f"{name}_tensormaps", f"{name}_launch_config"))
+    count = getattr(so, f"{name}_num_tensormaps")
+    count.restype = ctypes.c_int
+    maps = sum(len(k.tensor_maps) for k in split_kernels(ck.final_ir)[1])
+    assert count() == maps >= 2
