@@ -31,7 +31,9 @@ timeout "${BUNDLE_S:-480}" python3 scripts/gpu_bundle_run.py "$BUNDLE" \
     --out "$OUT/hopper.jsonl" --jobs "$(nproc)" --repeat 20 > "$OUT/hopper_log.txt" 2>&1
 echo "rc $?"
 grep -E "^(device|built|cases):" "$OUT/hopper_log.txt"
-grep -E "^\|" "$OUT/hopper_log.txt" > "$OUT/hopper_table.md"
+# the table from the results written so far (also when the run hit BUNDLE_S)
+python3 -c "import sys; sys.path.insert(0, 'scripts'); import gpu_bundle_run as r; \
+r.print_timings('$OUT/hopper.jsonl')" > "$OUT/hopper_table.md"
 cat "$OUT/hopper_table.md"
 grep -E '"status": "(fail|error)"' "$OUT/hopper.jsonl" | head -20 | cut -c1-600
 echo "== done $(( $(date +%s) - T0 )) s"

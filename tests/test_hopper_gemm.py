@@ -406,3 +406,51 @@ def test_launcher_builds_the_host_entry_library(tmp_path, monkeypatch):
     count.restype = ctypes.c_int
     maps = sum(len(k.tensor_maps) for k in split_kernels(ck.final_ir)[1])
     assert count() == maps >= 2
+
+
+@pytest.fixture(scope="module")
+def hopper_mv():
+    """Two sm_90a wgmma versions (one and two consumer warpgroups, persistent or not)
+    in one multi-version module."""
+    from polycomp.scheduler.tuning.cuda_versions import CudaMultiVersion
+    from polycomp.scheduler.tuning.gpu_space import GpuPoint
+    points = [GpuPoint((64, 64), (64, 64), 64, 2, True, True),
+              GpuPoint((128, 64), (64, 64), 64, 3, True, False)]
+    return CudaMultiVersion(ops.matmul_kernel("float16"), "hopper", [64, 256], 64, 64,
+                            points=points)
+
+
+def test_multiversion_module_of_wgmma_versions(hopper_mv, tmp_path, monkeypatch):
+    """Every version of the module matches numpy in the simulator at odd sizes; the
+    dispatch is recorded into a GPU check bundle with the sm_90a architecture."""
+    from polycomp.hw.cuda.gpu_bundle import ENV_VAR
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    rng = np.random.default_rng(5)
+    for ck in hopper_mv.compiled:
+        assert "wgmma" in ck.notes["tc-tiling"][0]
+        a, b = rand(rng, (67, 40), "float16"), rand(rng, (40, 33), "float16")
+        out, rep = simulate(ck, a, b)
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        check(out, a64 @ b64, 40, np.abs(a64) @ np.abs(b64))
+    a, b = rand(rng, (130, 24), "float16"), rand(rng, (24, 17), "float16")
+    out, _ = hopper_mv.simulate(a, b)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    check(out, a64 @ b64, 24, np.abs(a64) @ np.abs(b64))
+    import json
+    import os
+    cases = [json.loads((tmp_path / "cases" / p).read_text())
+             for p in os.listdir(tmp_path / "cases") if p.endswith(".json")]
+    assert cases and all(c["arch"] == "90a" for c in cases)
+
+
+@pytest.mark.nvcc
+def test_multiversion_module_compiles_for_sm90a(hopper_mv, tmp_path):
+    """The one-module ``.cu`` carries the sm_90a helpers of every version (TMA ranks,
+    wgmma forms) and builds with nvcc -arch=sm_90a, no spills."""
+    src = hopper_mv.source
+    assert src.count("#include <cudaTypedefs.h>") == 1
+    for i in range(len(hopper_mv.versions)):
+        assert f"matmul_float16__v{i}_tensormaps" in src
+    _, res = compile_cubin(src, "90a", str(tmp_path))
+    assert len(res) == 2 and all(r.spill_stores == r.spill_loads == r.stack_bytes == 0
+                                 for r in res), res
