@@ -239,8 +239,14 @@ class CudaFunction:
         return dev, outs
 
     def launches(self, dev: dict, values: dict) -> list:
-        """``(function, args, grid, block, dynamic shared bytes)`` per non-empty kernel."""
+        """``(function, args, grid, block, dynamic shared bytes)`` per non-empty kernel
+        (not for kernels with TMA tensor maps: those run through the call, whose host
+        entry point encodes the maps)."""
         from .codegen import dynamic_shared
+        if self.entry is not None:
+            raise TargetError(f"{self.func.name}: kernels with TMA tensor maps "
+                              f"({self.ck.target.name}) launch through the host entry "
+                              f"point; call the function instead")
         out = []
         for info, fn in zip(self.kernels, self.handles):
             grid = tuple(int(eval_int(g, values)) for g in info.grid)
