@@ -454,3 +454,16 @@ def test_multiversion_module_compiles_for_sm90a(hopper_mv, tmp_path):
     _, res = compile_cubin(src, "90a", str(tmp_path))
     assert len(res) == 2 and all(r.spill_stores == r.spill_loads == r.stack_bytes == 0
                                  for r in res), res
+
+
+def test_warp_specialize_kernel_golden(goldens):
+    """IR in (the tiled, mapped GEMM with its bias+relu epilogue), kernel out: the IR
+    pass ``wgmma-warp-specialize`` as the printer writes it (barrier ring, producer
+    role with the TMA and plain-copy paths, consumer roles with wgmma and the epilogue,
+    persistent tile loop)."""
+    ck = compile_kernel(ops.matmul_bias_relu_kernel("float16"), "hopper", {"tc_tile": SMALL})
+    src = ck.source
+    start = src.index('extern "C" __global__')
+    kernel = src[start:src.index('extern "C" void', start)].strip()
+    want = goldens.expected("hopper/matmul_bias_relu_f16.wgmma-warp-specialize.cu", kernel)
+    assert kernel == want
