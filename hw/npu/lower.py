@@ -46,13 +46,12 @@ from polycomp.scheduler.npu.plan import ConvPlan, CubePlan, NpuPlans, npu_plans
 from polycomp.scheduler.npu.view import VectorView, tensor_keys
 from polycomp.state import CompileState
 
-from .lower_chain import chain_program
 from .lower_conv import conv_geom, conv_tensors
 from .lower_cube import CubeGemm, cube_program
 from .lower_epilogue import Frame, build_epilogue, ub_bytes
 from .lower_phases import phased_program
 from .lower_vector import vector_program
-from .program import NpuModule, Program, ix
+from .program import Kernel, NpuModule, ix
 
 #: the mark kinds that map a region of the lowered function to a program, the
 #: outermost mapping first
@@ -97,19 +96,20 @@ def _epilogue_frame(graph, stage, conv: ConvMatch) -> tuple[Frame, list]:
     return frame, extra
 
 
-def _cube(name: str, plan: CubePlan) -> Program:
-    """A (batch) matmul, with its output cast or its vector epilogue."""
+def _cube(name: str, plan: CubePlan) -> Kernel:
+    """A (batch) matmul, with its output cast or its vector epilogue (each vector core
+    takes half the rows of an output tile)."""
     if not plan.epilogue:
         return cube_program(name, plan.in_dtype, plan.out_dtype, plan.batched, plan.tiles)
     graph, c = plan.graph, plan.contraction
     mm = graph.stages[0]
     operands = {c.a.load.buffer.name, c.b.load.buffer.name}
     extra = [t for t in graph.inputs if t.name not in operands]
-    e = build_epilogue(graph, mm, extra, plan.tiles.m0, plan.tiles.n0)
+    e = build_epilogue(graph, mm, extra, plan.tiles.m0 // 2, plan.tiles.n0)
     return cube_program(name, plan.in_dtype, e.out_tensor.dtype, False, plan.tiles, e)
 
 
-def _conv(name: str, plan: ConvPlan) -> Program:
+def _conv(name: str, plan: ConvPlan) -> Kernel:
     """A convolution as implicit GEMM on the cube (:mod:`.lower_conv`), with the
     elementwise stages after it (bias, relu) as a vector epilogue."""
     graph, conv = plan.graph, plan.conv
@@ -130,13 +130,14 @@ def _outputs(stages) -> set[str]:
     return {s.output.name for s in stages}
 
 
-def lower_plans(func: ir.LoweredFunc, plans: NpuPlans, graph: Any) -> Program:
+def lower_plans(func: ir.LoweredFunc, plans: NpuPlans, graph: Any) -> Kernel:
     """The program of the NPU marks of ``func`` (module docstring); ``graph``: the
     kernel's graph."""
     name = graph.name if hasattr(graph, "name") else "kernel"
     found = npu_marks(func)
     if found.get(marks.NPU_CHAIN):
         p = plans.chains[found[marks.NPU_CHAIN][0]]
+        from .lower_chain import chain_program
         prog = chain_program(name, graph, p.chain, p.tiles, p.double_buffer)
         covered = _outputs(p.chain.match.stages)
     elif found.get(marks.NPU_PHASES):
@@ -191,6 +192,7 @@ class LoweringModel:
     def chain_usage(self, graph: Any, chain: NpuChain, tiles: NpuChainTiles,
                     double_buffer: bool,
                     target: Target) -> tuple[tuple[str, int, int], ...] | None:
+        from .lower_chain import chain_program
         from .sim import allocate
         prog = chain_program("fit", graph, chain, tiles, double_buffer)
         try:

@@ -39,36 +39,49 @@ from dataclasses import dataclass
 from polycomp.errors import PolycompInternalError
 
 from .program import (
+    Barrier,
     CopyIm2Col,
     CopyIn,
-    CopyLocal,
     CopyOut,
+    DataCopyNd2Nz,
+    DataCopyPadIn,
+    DataCopyPadOut,
+    FixpipeCall,
     Ix,
+    Kernel,
     Load2D,
+    LoadData2D,
+    LoadData3D,
+    LoadDataTranspose,
     Loop,
     Mmad,
+    MmadCall,
     Program,
     SetFlag,
     Slot,
+    TransData5HD,
+    VecCall,
     VecOp,
     WaitFlag,
     ix,
 )
+from .target import EVENT_IDS
 
 Path = tuple[int, ...]
 
 
 def accesses(s) -> list[tuple[Slot, bool]]:
     """``(slot, is_write)`` of each on-chip operand of instruction ``s``."""
-    if isinstance(s, (CopyIn, CopyIm2Col)):
+    if isinstance(s, (CopyIn, DataCopyNd2Nz, DataCopyPadIn)):
         return [(s.dst, True)]
-    if isinstance(s, (Load2D, CopyLocal)):
+    if isinstance(s, (Load2D, CopyIm2Col, LoadData2D, LoadDataTranspose, LoadData3D,
+                      TransData5HD)):
         return [(s.src, False), (s.dst, True)]
-    if isinstance(s, Mmad):
+    if isinstance(s, (Mmad, MmadCall)):
         return [(s.a, False), (s.b, False), (s.c, True)]
-    if isinstance(s, CopyOut):
+    if isinstance(s, (CopyOut, FixpipeCall, DataCopyPadOut)):
         return [(s.src, False)]
-    if isinstance(s, VecOp):
+    if isinstance(s, (VecOp, VecCall)):
         return [*((x, False) for x in s.srcs if isinstance(x, Slot)), (s.dst, True)]
     return []
 
@@ -79,7 +92,7 @@ def strip_flags(body: tuple) -> tuple:
     for s in body:
         if isinstance(s, Loop):
             out.append(dataclasses.replace(s, body=strip_flags(s.body)))
-        elif not isinstance(s, (SetFlag, WaitFlag)):
+        elif not isinstance(s, (SetFlag, WaitFlag, Barrier)):
             out.append(s)
     return tuple(out)
 
@@ -222,12 +235,71 @@ def plan_flags(body: tuple) -> list[Flag]:
                                                 f.src, f.dst, f.carried, repr(f.slot)))
 
 
+def place_kernel_flags(k: Kernel) -> Kernel:
+    """Every program of ``k`` with its flags (:func:`place_flags`) and its barriers
+    within a pipe (:func:`place_barriers`) placed."""
+    def one(p: Program) -> Program:
+        q = place_flags(p)
+        return dataclasses.replace(q, body=place_barriers(q.body))
+    return k.map_programs(one)
+
+
+#: Mmads accumulating into an L0C tile of fewer than this many 16x16 fractals need a
+#: PipeBarrier<PIPE_M> between them (docs: Mmad, "同步优化说明")
+SMALL_MMAD_FRACTALS = 10
+
+
+def _needs_barrier(s, pipe: str) -> bool:
+    if pipe == "V":
+        return True
+    m, n = s.m, s.n
+    return not (m.is_const() and n.is_const()) or \
+        (m.args[0] // 16) * (n.args[0] // 16) < SMALL_MMAD_FRACTALS
+
+
+def _written(body: tuple, pipes: tuple) -> dict:
+    out: dict = {p: set() for p in pipes}
+    for s in body:
+        if isinstance(s, Loop):
+            for p, w in _written(s.body, pipes).items():
+                out[p] |= w
+        elif getattr(s, "pipe", None) in pipes:
+            out[s.pipe] |= {slot.buf.name for slot, w in accesses(s) if w}
+    return out
+
+
+def place_barriers(body: tuple, pipes: tuple = ("V", "M")) -> tuple:
+    """``body`` with a ``PipeBarrier`` before every vector instruction that reads or
+    writes a buffer an earlier vector instruction wrote since the last barrier (the
+    vector unit is pipelined: the Ascend C docs ask for ``PipeBarrier<PIPE_V>`` between
+    dependent vector instructions), and the same for Mmads accumulating into a small
+    L0C tile (``PipeBarrier<PIPE_M>``, docs: Mmad).  A loop's body starts as if its own
+    writes were pending (the dependence from one iteration to the next)."""
+    def visit(items: tuple, dirty: dict) -> tuple[tuple, dict]:
+        out: list = []
+        for s in items:
+            if isinstance(s, Loop):
+                written = _written(s.body, pipes)
+                entry = {p: dirty[p] | written[p] for p in pipes}
+                inner, after = visit(s.body, entry)
+                out.append(dataclasses.replace(s, body=inner))
+                dirty = {p: dirty[p] | after[p] for p in pipes}
+                continue
+            p = getattr(s, "pipe", None)
+            if p in pipes and not isinstance(s, (SetFlag, WaitFlag, Barrier)):
+                acc = accesses(s)
+                if {slot.buf.name for slot, _ in acc} & dirty[p] and _needs_barrier(s, p):
+                    out.append(Barrier(p))
+                    dirty = {**dirty, p: set()}
+                dirty = {**dirty, p: dirty[p] | {slot.buf.name for slot, w in acc if w}}
+            out.append(s)
+        return tuple(out), dirty
+    return visit(body, {p: set() for p in pipes})[0]
+
+
 def place_flags(prog: Program, skip: frozenset = frozenset()) -> Program:
     """``prog`` with its flags placed by dependence analysis (module docstring);
     ``skip``: flags of :func:`plan_flags` left out (tests inject a missing flag)."""
-    if prog.phases:
-        return dataclasses.replace(prog, phases=tuple(place_flags(p, skip)
-                                                      for p in prog.phases))
     body = strip_flags(prog.body)
     base: dict[tuple[str, str], int] = {}
     ins: dict = {}
@@ -236,6 +308,10 @@ def place_flags(prog: Program, skip: frozenset = frozenset()) -> Program:
     for f in plan_flags(body):
         b = base.get((f.src, f.dst), 0)
         base[(f.src, f.dst)] = b + f.copies
+        if b + f.copies > EVENT_IDS:
+            raise PolycompInternalError(f"npu flag placement: program {prog.name} needs "
+                                        f"more than {EVENT_IDS} event ids for "
+                                        f"{f.src}_{f.dst}")
         if f in skip:
             continue
         ev = f.slot + b if b else f.slot
