@@ -47,6 +47,7 @@ from .program import (
     CopyIm2Col,
     CopyIn,
     CopyOut,
+    DataCopyGm2L1,
     DataCopyNd2Nz,
     DataCopyPadIn,
     DataCopyPadOut,
@@ -77,6 +78,7 @@ from .program import (
     imax,
     imin,
     ix,
+    product,
     simplify_ix,
 )
 from .target import FRACTAL_BYTES, MAX_REPEAT, REPEAT_BYTES
@@ -108,6 +110,13 @@ def _copy_in(s: CopyIn) -> tuple:
                           GmRef(r.tensor, _S(r.linear() + g * 16 * r.stride())), ix(1),
                           imin(16, rows - g * 16), _S(cols), ix(0), _S(r.stride()), ix(16),
                           ix(1), ix(0)),)),)
+    if b.level == "L1" and b.layout == "ND":     # an NC1HWC0 image band: blocks of rows
+        # the box's leading extents are the blocks (channel groups), the rest contiguous
+        blocks = product(r.extents[:2])
+        inner = product(r.extents[2:]) * size
+        full = product(ix(d) for d in r.tensor.dims[2:]) * size
+        return (DataCopyGm2L1(s.dst, src, _S(blocks), _S(_blocks(inner)),
+                              _S(_blocks(full - inner)), ix(0)),)
     if b.level == "UB":
         if b.layout == "COL" or r.split == 0:     # a value per row, one block each
             return (DataCopyPadIn(s.dst, src, _S(rows), ix(size),
@@ -143,7 +152,7 @@ def _load2d(s: Load2D) -> tuple:
     src, dst = s.src.buf, s.dst.buf
     q = c0(src.dtype)                         # elements of a fractal row (32 B)
     frac = FRACTAL_BYTES // src.itemsize      # elements of a fractal
-    assert isinstance(src.rows, int) and isinstance(src.cols, int)
+    assert isinstance(src.rows, int)
     assert isinstance(dst.rows, int) and isinstance(dst.cols, int)
     if dst.level == "L0A":                    # A: NZ (cols/q, rows, q) -> zZ
         mf = dst.rows // 16
@@ -189,8 +198,8 @@ def _mmad(s: Mmad) -> tuple:
 
 def _im2col(s: CopyIm2Col) -> tuple:
     g = s.geom
-    return (LoadData3D(s.dst, s.src, (g.pw, g.pw, g.ph, g.ph), s.h, s.w, s.channels,
-                       s.k_ext, s.p_ext, s.k0, s.p0, g.sw, g.sh, g.kw, g.kh, g.dw, g.dh),)
+    return (LoadData3D(s.dst, s.src, s.pad, s.h, s.w, s.channels, s.k_ext, s.p_ext, s.k0,
+                       s.p0, g.sw, g.sh, g.kw, g.kh, g.dw, g.dh),)
 
 
 # --------------------------------------------------------------------------- vector

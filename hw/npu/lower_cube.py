@@ -37,7 +37,7 @@ from .program import (
     BID,
     BNUM,
     SUB,
-    ConvGeom,
+    CopyIm2Col,
     CopyIn,
     CopyOut,
     CrossSet,
@@ -65,6 +65,7 @@ from .program import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .lower_conv import ConvTensors
     from .lower_epilogue import Epilogue
 
 #: cross-core flag ids of the workspace protocol: tile ready (per slot), slot free
@@ -75,8 +76,8 @@ FWD, BACK = 0, 2
 class CubeGemm:
     """The GEMM the cube program computes: ``c[b?] (m x n) = a[b?] (m x k) @ b[b?] (k x n)``
     over GM tensors (``tensors``: in argument order); ``shared_a``: ``a`` is shared by
-    the batch; ``derived``: sizes the host computes; ``im2col``: ``b`` is the im2col
-    matrix of an NC1HWC0 image (:mod:`.lower_conv`)."""
+    the batch; ``derived``: sizes the host computes; ``conv``: ``b`` is the im2col
+    matrix of an NC1HWC0 image, ``a`` the reordered weights (:mod:`.lower_conv`)."""
     a: GlobalTensor
     b: GlobalTensor
     c: GlobalTensor
@@ -87,7 +88,7 @@ class CubeGemm:
     tensors: tuple
     derived: dict
     shared_a: bool = False
-    im2col: ConvGeom | None = None
+    conv: ConvTensors | None = None
 
 
 def matmul_gemm(a_dtype: str, out_dtype: str, batched: bool) -> CubeGemm:
@@ -117,19 +118,53 @@ class _Cube:
     l0c: LocalBuf
 
 
-def _buffers(a_dtype: str, t: CubeTiles) -> _Cube:
-    return _Cube(LocalBuf("l1A", "L1", a_dtype, t.m0, t.kl1, "NZ", pingpong=True),
-                 LocalBuf("l1B", "L1", a_dtype, t.kl1, t.n0,
-                          "NZ" if a_dtype != "float32" else "ZZ", pingpong=True),
+def _buffers(a_dtype: str, t: CubeTiles, conv: bool = False) -> _Cube:
+    # a convolution's L1 stages hold whole channel groups (KL1, derived by the host) of
+    # the weights and the image band they need (BAND elements, NC1HWC0)
+    l1b = LocalBuf("l1Img", "L1", a_dtype, "BAND", 1, "ND", pingpong=True) if conv else \
+        LocalBuf("l1B", "L1", a_dtype, t.kl1, t.n0, "NZ" if a_dtype != "float32" else "ZZ",
+                 pingpong=True)
+    return _Cube(LocalBuf("l1A", "L1", a_dtype, t.m0, "KL1" if conv else t.kl1, "NZ",
+                          pingpong=True), l1b,
                  LocalBuf("l0A", "L0A", a_dtype, t.m0, t.k0, "zZ", pingpong=True),
                  LocalBuf("l0B", "L0B", a_dtype, t.k0, t.n0, "nZ", pingpong=True),
                  LocalBuf("l0C", "L0C", "float32", t.m0, t.n0, "NZ", pingpong=True))
+
+
+def _conv_k_loops(g: CubeGemm, bufs: _Cube, t: CubeTiles, i: Ix, m_ext: Ix,
+                  n_ext: Ix) -> tuple:
+    """The L1 stages (channel groups: the weights' columns and the image band) and L0
+    steps (LoadData3DV2 into L0B) of one output tile of a convolution."""
+    from .lower_conv import band_copy, band_pad
+    assert g.conv is not None
+    ct = g.conv
+    mo, no, ko, ki = ix("mo"), ix("no"), ix("ko"), ix("ki")
+    kl1 = ix("KL1")
+    k_ext = imin(kl1, g.k - ko * kl1)
+    k_step = imin(t.k0, k_ext - ki * t.k0)
+    lets, copy = band_copy(ct, Slot(bufs.l1b, ko), ko, t.n0, no, n_ext)
+    k_inner = (
+        Load2D(Slot(bufs.l1a, ko), Slot(bufs.l0a, ki), ki * t.k0, k_step),
+        CopyIm2Col(Slot(bufs.l1b, ko), Slot(bufs.l0b, ki), ix("r1") - ix("r0"),
+                   ix(ct.sizes[3]), ix("nc1") * ct.q, ki * t.k0, k_step,
+                   no * t.n0 - ix("yb") * ix("OW"), ix(t.n0), ct.geom, band_pad(ct)),
+        Mmad(Slot(bufs.l0c, i), Slot(bufs.l0a, ki), Slot(bufs.l0b, ki),
+             land(eq(ko, 0), eq(ki, 0)), m_ext, n_ext, k_step),
+    )
+    return (Loop("ko", ceildiv(ix("C1"), ix("NC1")), (
+        *lets,
+        CopyIn(GmRegion(g.a, (mo * t.m0, ko * kl1), (m_ext, k_ext)), Slot(bufs.l1a, ko)),
+        copy,
+        Loop("ki", ceildiv(k_ext, t.k0), k_inner),
+    )),)
 
 
 def _k_loops(g: CubeGemm, bufs: _Cube, t: CubeTiles, i: Ix, bidx: tuple, one: tuple,
              m_ext: Ix, n_ext: Ix, extra_in: tuple = ()) -> tuple:
     """The L1 stages and L0 steps of one output tile (``i``: the rotation counter of the
     L0C tile)."""
+    if g.conv is not None:
+        return _conv_k_loops(g, bufs, t, i, m_ext, n_ext)
     mo, no, ko, ki = ix("mo"), ix("no"), ix("ko"), ix("ki")
     k_ext = imin(t.kl1, g.k - ko * t.kl1)
     k_step = imin(t.k0, k_ext - ki * t.k0)
@@ -165,7 +200,7 @@ def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
     t = tiles
     g = gemm or matmul_gemm(a_dtype, out_dtype, batched)
     batched = g.batch is not None
-    bufs = _buffers(a_dtype, t)
+    bufs = _buffers(a_dtype, t, g.conv is not None)
     mo, no = ix("mo"), ix("no")
     bidx: tuple[Ix, ...] = (ix("b"),) if batched else ()
     one: tuple[Ix, ...] = (ix(1),) if batched else ()
@@ -222,7 +257,8 @@ def _mixed(name: str, g: CubeGemm, t: CubeTiles, bufs: _Cube, e: Epilogue, total
     vec = tuple(VecOp(op, sl(d), tuple(sl(x) if isinstance(x, LocalBuf) else x
                                        for x in srcs), rows) for op, d, srcs in e.ops)
     rows_in = tuple(CopyIn(GmRegion(gt, (no * t.n0,), (n_ext,)) if kind == "ROW" else
-                           GmRegion(gt, (mo * t.m0 + r0,), (rows,), split=0), sl(b))
+                           GmRegion(gt, (mo * t.m0 + r0,), (rows,), split=0,
+                                    row_stride=ix(1)), sl(b))
                     for gt, b, kind in e.rows_in)
     out = CopyOut(sl(e.out), GmRegion(e.out_tensor, (*bidx, mo * t.m0 + r0, no * t.n0),
                                       (*one, rows, n_ext)), pipe="MTE3")

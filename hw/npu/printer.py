@@ -28,6 +28,7 @@ from polycomp.hw.npu.program import (
     Barrier,
     CrossSet,
     CrossWait,
+    DataCopyGm2L1,
     DataCopyNd2Nz,
     DataCopyPadIn,
     DataCopyPadOut,
@@ -174,6 +175,9 @@ def _instr(s, ind: str) -> list[str]:
                                           s.src_d_value, s.dst_c0_stride, s.dst_n_stride,
                                           s.dst_nd_stride))
         return [f"{ind}DataCopy({c_slot(s.dst)}, {_gm(s.src)}, Nd2NzParams({p}));"]
+    if isinstance(s, DataCopyGm2L1):
+        p = ", ".join(c_expr(x) for x in (s.block_count, s.block_len, s.src_gap, s.dst_gap))
+        return [f"{ind}DataCopy({c_slot(s.dst)}, {_gm(s.src)}, DataCopyParams({p}));"]
     if isinstance(s, DataCopyPadIn):
         ct = _CT[s.dst.buf.dtype]
         p = ", ".join(c_expr(x) for x in (s.block_count, s.block_len, s.src_stride,
@@ -195,7 +199,7 @@ def _instr(s, ind: str) -> list[str]:
                 f"LoadData2dTransposeParams({p}, 0));"]
     if isinstance(s, LoadData3D):
         ct = _CT[s.src.buf.dtype]
-        pad = ", ".join(map(str, s.pad))
+        pad = ", ".join(c_expr(x) for x in s.pad)
         p = ", ".join([*(c_expr(x) for x in (s.l1h, s.l1w, s.channel, s.k_ext, s.m_ext,
                                               s.k_start, s.m_start)),
                        str(s.stride_w), str(s.stride_h), c_expr(s.filter_w),

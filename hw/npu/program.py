@@ -303,9 +303,10 @@ class ConvGeom:
 
 @dataclass(frozen=True)
 class CopyIm2Col:
-    """MTE1 (logical): rows ``p0 +: p_ext`` (output positions ``y*OW + z``) and columns
-    ``k0 +: k_ext`` (``(c1, kh, kw, c0)``) of the im2col matrix of the NC1HWC0 image
-    ``src`` (an L1 buffer holding channels ``c1 * C0 ...``) -> L0A (zZ)."""
+    """MTE1 (logical): columns ``p0 +: p_ext`` (output positions ``y * OW + x`` of the
+    window over the image band, padded by ``pad`` = left, right, top, bottom) and rows
+    ``k0 +: k_ext`` (``(c1, kh, kw, c0)``) of the im2col matrix of the NC1HWC0 image band
+    ``src`` in L1 (``h x w`` positions, ``channels`` channels) -> L0B (nZ)."""
     src: Slot
     dst: Slot
     h: Ix
@@ -316,6 +317,7 @@ class CopyIm2Col:
     p0: Ix
     p_ext: Ix
     geom: ConvGeom
+    pad: tuple[Ix, Ix, Ix, Ix]
     pipe: str = "MTE1"
 
 
@@ -396,6 +398,19 @@ class DataCopyNd2Nz:
 
 
 @dataclass(frozen=True)
+class DataCopyGm2L1:
+    """``DataCopy(dst, src, DataCopyParams{blockCount, blockLen, srcGap, dstGap})``: GM ->
+    L1 without a layout change; ``blockLen`` and the gaps in 32-byte blocks."""
+    dst: Slot
+    src: GmRef
+    block_count: Ix
+    block_len: Ix
+    src_gap: Ix
+    dst_gap: Ix
+    pipe: str = "MTE2"
+
+
+@dataclass(frozen=True)
 class DataCopyPadIn:
     """``DataCopyPad(dst, src, DataCopyExtParams{blockCount, blockLen, srcStride,
     dstStride, 0}, DataCopyPadExtParams<T>{false, 0, 0, 0})``: GM -> UB; ``blockLen``
@@ -460,7 +475,7 @@ class LoadData3D:
     L1 -> L0A (zZ)."""
     dst: Slot
     src: Slot
-    pad: tuple[int, int, int, int]          # left, right, top, bottom
+    pad: tuple[Ix, Ix, Ix, Ix]              # left, right, top, bottom
     l1h: Ix
     l1w: Ix
     channel: Ix
@@ -637,9 +652,9 @@ class Loop:
 
 
 LOGICAL = (CopyIn, CopyOut, Load2D, Mmad, VecOp, CopyIm2Col)
-API = (DataCopyNd2Nz, DataCopyPadIn, DataCopyPadOut, LoadData2D, LoadDataTranspose,
+API = (DataCopyNd2Nz, DataCopyGm2L1, DataCopyPadIn, DataCopyPadOut, LoadData2D, LoadDataTranspose,
        LoadData3D, MmadCall, FixpipeCall, VecCall, TransData5HD)
-Instr = Union[CopyIn, CopyOut, Load2D, Mmad, VecOp, CopyIm2Col, DataCopyNd2Nz,
+Instr = Union[CopyIn, CopyOut, Load2D, Mmad, VecOp, CopyIm2Col, DataCopyNd2Nz, DataCopyGm2L1,
               DataCopyPadIn, DataCopyPadOut, LoadData2D, LoadDataTranspose, LoadData3D,
               MmadCall, FixpipeCall, VecCall, TransData5HD, SetFlag, WaitFlag, CrossSet,
               CrossWait, Barrier, Let, Loop]

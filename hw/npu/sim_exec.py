@@ -11,6 +11,7 @@ import numpy as np
 from polycomp.errors import NpuCapacityError, PolycompInternalError
 from polycomp.hw.npu.program import (
     LOGICAL,
+    DataCopyGm2L1,
     DataCopyNd2Nz,
     DataCopyPadIn,
     DataCopyPadOut,
@@ -217,6 +218,29 @@ def _fixpipe(core: Core, s: FixpipeCall, env: dict) -> int:
     return core.p.transfer_latency + -(-nbytes // core.p.out_bytes_per_cycle)
 
 
+def _gm2l1(core: Core, s: DataCopyGm2L1, env: dict) -> int:
+    b = s.dst.buf
+    what = f"DataCopy {s.src.tensor.name} -> {b.name} (DataCopyParams)"
+    count = _range(what, "blockCount", s.block_count.eval(env), 0, 4095)
+    blen = _range(what, "blockLen", s.block_len.eval(env), 0, 65535)
+    sgap = _range(what, "srcGap", s.src_gap.eval(env), 0, 65535)
+    dgap = _range(what, "dstGap", s.dst_gap.eval(env), 0, 65535)
+    if not (count and blen):
+        return core.p.local_latency
+    q = 32 // b.itemsize
+    r = np.arange(count)[:, None]
+    e = np.arange(blen * q)[None, :]
+    sidx = s.src.offset.eval(env) + r * (blen + sgap) * q + e
+    didx = s.dst.offset.eval(env) + r * (blen + dgap) * q + e
+    g = core.gm(s.pipe, s.src.tensor, sidx.ravel(), False, what)
+    dst = core.buffer(s.pipe, s.dst, env, True, what)
+    _check(what, dst, didx, b.name)
+    dst[didx] = g[sidx]
+    nbytes = count * blen * 32
+    core.count_bytes("GM->L1", nbytes)
+    return core.p.transfer_latency + -(-nbytes // core.p.gm_bytes_per_cycle)
+
+
 def _pad_in(core: Core, s: DataCopyPadIn, env: dict) -> int:
     b = s.dst.buf
     size = b.itemsize
@@ -294,7 +318,7 @@ def _load3d(core: Core, s: LoadData3D, env: dict) -> int:
     if k0 % q or (ch % q and ch > q):
         raise NpuCapacityError(f"{what}: kStartPt {k0} / channelSize {ch} not whole "
                                f"{q}-channel groups")
-    pl, pr, pt, pb = s.pad
+    pl, pr, pt, pb = (x.eval(env) for x in s.pad)
     ow = (w + pl + pr - s.dil_w * (fw - 1) - 1) // s.stride_w + 1
     p = m0 + np.arange(-(-mext // 16) * 16)[:, None]          # output positions
     kk = k0 + np.arange(-(-kext // q) * q)[None, :]
@@ -327,6 +351,6 @@ def _load3d(core: Core, s: LoadData3D, env: dict) -> int:
     return core.p.local_latency + -(-nbytes // core.p.l1_bytes_per_cycle)
 
 
-_EXEC = {DataCopyNd2Nz: _nd2nz, LoadData2D: _load2d, LoadDataTranspose: _load_transpose,
+_EXEC = {DataCopyNd2Nz: _nd2nz, DataCopyGm2L1: _gm2l1, LoadData2D: _load2d, LoadDataTranspose: _load_transpose,
          MmadCall: _mmad, FixpipeCall: _fixpipe, DataCopyPadIn: _pad_in,
          DataCopyPadOut: _pad_out, LoadData3D: _load3d, TransData5HD: trans_data}

@@ -43,6 +43,7 @@ from .program import (
     CopyIm2Col,
     CopyIn,
     CopyOut,
+    DataCopyGm2L1,
     DataCopyNd2Nz,
     DataCopyPadIn,
     DataCopyPadOut,
@@ -72,7 +73,7 @@ Path = tuple[int, ...]
 
 def accesses(s) -> list[tuple[Slot, bool]]:
     """``(slot, is_write)`` of each on-chip operand of instruction ``s``."""
-    if isinstance(s, (CopyIn, DataCopyNd2Nz, DataCopyPadIn)):
+    if isinstance(s, (CopyIn, DataCopyNd2Nz, DataCopyPadIn, DataCopyGm2L1)):
         return [(s.dst, True)]
     if isinstance(s, (Load2D, CopyIm2Col, LoadData2D, LoadDataTranspose, LoadData3D,
                       TransData5HD)):
@@ -195,15 +196,17 @@ def _flags_of(buf: str, accs: list) -> set[Flag]:
     return flags
 
 
-def _insert(body: tuple, path: Path, ins: dict) -> tuple:
+def _insert(body: tuple, path: Path, ins: dict, mark: bool = False) -> tuple:
+    """``body`` with the flags of ``ins`` inserted (``mark``: as ``(item index or None,
+    instruction)`` pairs, the index of the original item each came with)."""
     out: list = []
     before, after = ins.get(("b", path), {}), ins.get(("a", path), {})
     for k, s in enumerate(body):
-        out += before.get(k, [])
+        out += [(None, x) if mark else x for x in before.get(k, [])]
         if isinstance(s, Loop):
             s = dataclasses.replace(s, body=_insert(s.body, (*path, k), ins))
-        out.append(s)
-        out += after.get(k, [])
+        out.append((k, s) if mark else s)
+        out += [(None, x) if mark else x for x in after.get(k, [])]
     return tuple(out)
 
 
@@ -299,13 +302,26 @@ def place_barriers(body: tuple, pipes: tuple = ("V", "M")) -> tuple:
 
 def place_flags(prog: Program, skip: frozenset = frozenset()) -> Program:
     """``prog`` with its flags placed by dependence analysis (module docstring);
-    ``skip``: flags of :func:`plan_flags` left out (tests inject a missing flag)."""
+    ``skip``: flags of :func:`plan_flags` left out (tests inject a missing flag).
+
+    Event ids: the flags between top-level items take the first ids of their pipe
+    pair; the flags of each top-level loop the ids after those, the loops one after
+    the other reusing them (a loop's flags are all waited for when it ends: the set
+    before the loop of a dependence carried by one of its loops, one per slot, is
+    placed right before it and the wait right after it)."""
     body = strip_flags(prog.body)
-    base: dict[tuple[str, str], int] = {}
+    flags = plan_flags(body)
+    top: dict[tuple[str, str], int] = {}
+    for f in flags:
+        if not f.path:
+            top[(f.src, f.dst)] = top.get((f.src, f.dst), 0) + f.copies
+    bases: dict[int, dict] = {}
     ins: dict = {}
-    pro: list = []
-    epi: list = []
-    for f in plan_flags(body):
+    pro: dict[int, list] = {}
+    epi: dict[int, list] = {}
+    for f in flags:
+        group = f.path[0] if f.path else -1
+        base = bases.setdefault(group, dict(top) if group >= 0 else {})
         b = base.get((f.src, f.dst), 0)
         base[(f.src, f.dst)] = b + f.copies
         if b + f.copies > EVENT_IDS:
@@ -320,6 +336,13 @@ def place_flags(prog: Program, skip: frozenset = frozenset()) -> Program:
         ins.setdefault(("b", f.path), {}).setdefault(f.before, []).append(
             WaitFlag(f.src, f.dst, ev))
         if f.carried:
-            pro += [SetFlag(f.src, f.dst, ix(b + e)) for e in range(f.copies)]
-            epi += [WaitFlag(f.src, f.dst, ix(b + e)) for e in range(f.copies)]
-    return dataclasses.replace(prog, body=tuple(pro) + _insert(body, (), ins) + tuple(epi))
+            pro.setdefault(group, []).extend(SetFlag(f.src, f.dst, ix(b + e))
+                                             for e in range(f.copies))
+            epi.setdefault(group, []).extend(WaitFlag(f.src, f.dst, ix(b + e))
+                                             for e in range(f.copies))
+    out: list = []
+    for k, item in enumerate(_insert(body, (), ins, mark=True)):
+        out += pro.get(item[0], []) if item[0] is not None else []
+        out.append(item[1])
+        out += epi.get(item[0], []) if item[0] is not None else []
+    return dataclasses.replace(prog, body=tuple(out))
