@@ -366,8 +366,9 @@ class _VecExpander:
         return self.strided("Adds", t, (x, Scalar(0.0)), rows), t
 
     def same_layout(self, api: str, dst: Slot, srcs: tuple, rows: Ix) -> tuple:
-        pre, x = self.broadcast_src(srcs[0], dst, rows, "bc0")
-        return (*pre, VecCall(api, dst, (x,), _count(dst.buf, rows)))
+        pc, x = self.convert(srcs[0], dst, rows)
+        pre, x = self.broadcast_src(x, dst, rows, "bc0")
+        return (*pc, *pre, VecCall(api, dst, (x,), _count(dst.buf, rows)))
 
     def cast(self, dst: Slot, src, rows: Ix) -> tuple:
         if not _is_slot(src):
@@ -379,7 +380,20 @@ class _VecExpander:
         pre, x = self.broadcast_src(src, dst, rows, "bc0")
         return (*pre, VecCall("Cast", dst, (x,), _count(dst.buf, rows), attr=mode))
 
+    def convert(self, x, like: Slot, rows: Ix) -> tuple[tuple, Any]:
+        """``x`` in ``like``'s type (a Cast into a temporary of ``x``'s layout)."""
+        if not _is_slot(x) or x.buf.dtype == like.buf.dtype:
+            return (), x
+        t = Slot(self.temps.get(f"conv_{x.buf.name}", like.buf.dtype, x.buf.rows, x.buf.cols,
+                                x.buf.layout))
+        return self.cast(t, x, rows), t
+
     def binary(self, op: str, dst: Slot, srcs: tuple, rows: Ix) -> tuple:
+        pa, a = self.convert(srcs[0], dst, rows)
+        pb, b = self.convert(srcs[1], dst, rows)
+        return (*pa, *pb, *self._binary(op, dst, (a, b), rows))
+
+    def _binary(self, op: str, dst: Slot, srcs: tuple, rows: Ix) -> tuple:
         a, b = srcs
         if not _is_slot(a) and not _is_slot(b):
             raise PolycompInternalError(f"npu-isa: {op} of two scalars")
@@ -516,20 +530,25 @@ class _VecExpander:
         dt = src.buf.dtype
         lanes = _lanes(dt)
         rb = src.buf.rows
-        tmp = Slot(self.temps.get("fold", dt, rb, lanes))
-        packed = Slot(self.temps.get("packed", dt, 1, align(rb, 8) if isinstance(rb, int)
+        packed = Slot(self.temps.get("packed", dt, 1, -(-rb // 8) * 8 if isinstance(rb, int)
                                      else rb, "PACK"))
         src_rep = _S(ceildiv(ix(src.buf.cols) * src.buf.itemsize, 32))
         first = imin(lanes, n)
-        j = ix(self.var("rj"))
-        out += [VecCall("Adds", tmp, (src, Scalar(0.0)), None,
-                        Rep(first, rows, ((ix(1), ix(8)), (ix(1), src_rep))))]
-        out.append(Loop(j.args[0], _S(ceildiv(n, lanes) - 1), (
-            VecCall(fold, tmp, (tmp, src.at((j + 1) * lanes)), None,
-                    Rep(_S(imin(lanes, n - (j + 1) * lanes)), rows,
-                        ((ix(1), ix(8)), (ix(1), ix(8)), (ix(1), src_rep)))),)))
-        out.append(VecCall("ReduceRepeat", packed, (tmp,), None,
-                           Rep(first, rows, ((ix(0), ix(1)), (ix(1), ix(8)))), attr=kind))
+        if isinstance(src.buf.cols, int) and src.buf.cols <= lanes:    # one repeat a row
+            out.append(VecCall("ReduceRepeat", packed, (src,), None,
+                               Rep(_S(first), rows, ((ix(0), ix(1)), (ix(1), src_rep))),
+                               attr=kind))
+        else:
+            tmp = Slot(self.temps.get("fold", dt, rb, lanes))
+            j = ix(self.var("rj"))
+            out += [VecCall("Adds", tmp, (src, Scalar(0.0)), None,
+                            Rep(first, rows, ((ix(1), ix(8)), (ix(1), src_rep))))]
+            out.append(Loop(j.args[0], _S(ceildiv(n, lanes) - 1), (
+                VecCall(fold, tmp, (tmp, src.at((j + 1) * lanes)), None,
+                        Rep(_S(imin(lanes, n - (j + 1) * lanes)), rows,
+                            ((ix(1), ix(8)), (ix(1), ix(8)), (ix(1), src_rep)))),)))
+            out.append(VecCall("ReduceRepeat", packed, (tmp,), None,
+                               Rep(first, rows, ((ix(0), ix(1)), (ix(1), ix(8)))), attr=kind))
         out.append(VecCall("Brcb", dst, (packed,), None,
                            Rep(ix(0), ceildiv(rows, 8), ((ix(1), ix(8)),))))
         return tuple(out)

@@ -207,17 +207,28 @@ class LoweringModel:
     def chain_usage(self, graph: Any, chain: NpuChain, tiles: NpuChainTiles,
                     double_buffer: bool,
                     target: Target) -> tuple[tuple[str, int, int], ...] | None:
+        """Per level, the bytes the fused kernel's buffers use on their core (the cube
+        core's L1/L0A/L0B/L0C, a vector core's UB) with the temporaries ``npu-isa``
+        adds and the copies double buffering gives them; None when they do not fit."""
+        from .isa import expand_kernel
         from .lower_chain import chain_program
+        from .passes import double_buffer_kernel
         from .sim import allocate
-        prog = chain_program("fit", graph, chain, tiles, double_buffer)
         try:
-            addrs = allocate(prog, target)
-        except NpuCapacityError:
+            k = expand_kernel(chain_program("fit", graph, chain, tiles, double_buffer))
+        except TargetError:
             return None
+        if double_buffer:
+            k = double_buffer_kernel(k)
         ends: dict[str, int] = {}
-        for b in prog.buffers:
-            lv, a = addrs[b.name]
-            ends[lv] = max(ends.get(lv, 0), a + b.size() * b.copies)
+        for prog in k.programs:
+            try:
+                addrs = allocate(prog, target)
+            except NpuCapacityError:
+                return None
+            for b in prog.buffers:
+                lv, a = addrs[b.name]
+                ends[lv] = max(ends.get(lv, 0), a + b.size() * b.copies)
         return tuple((lv, ends.get(lv, 0), target.capacity(lv)) for lv in LEVELS)
 
 

@@ -187,6 +187,7 @@ class Chip:
         self.tracker = GmTracker(gm)
         self.cores: dict[str, Core] = {}
         self.counters: dict[tuple, deque] = {}       # (core id, flag) -> pending sets
+        self.steps = 0                               # cross-core sets so far
         self.rounds: dict[tuple, dict] = {}          # mode 0 / AIV->AIC: sets per core
 
     # ------------------------------------------------------------------ cores
@@ -227,6 +228,7 @@ class Chip:
     def _schedule(self, runners: list) -> None:
         live = list(runners)
         while live:
+            before = self.steps
             progress = False
             nxt = []
             for r in live:
@@ -239,14 +241,15 @@ class Chip:
                     progress = True
                 nxt.append(r)
             live = nxt
-            if live and not progress:
-                names = [r.cid for r in live]
+            if live and not progress and self.steps == before:
+                names = [f"{r.cid} on flag {self.cores[r.cid].waiting}" for r in live]
                 raise NpuRaceError(f"kernel {self.kernel.name}: deadlock -- {len(live)} "
                                    f"cores wait on cross-core flags never set "
-                                   f"({', '.join(map(str, names[:6]))})")
+                                   f"({', '.join(names[:6])})")
 
     # ------------------------------------------------------------------ cross-core flags
     def cross_set(self, core: Core, s: CrossSet, env: dict) -> None:
+        self.steps += 1
         flag = s.flag.eval(env)
         t = core.time[s.pipe] + self.p.cross_latency
         snap = dict(core.clock[s.pipe])
@@ -313,6 +316,7 @@ class Core:
         self.seq = {p: 0 for p in self.pipes}
         self.clock: dict[str, dict] = {p: {} for p in self.pipes}
         self.env: dict = {}
+        self.waiting: int | None = None
 
     # ------------------------------------------------------------------ driver
     def start(self, prog: Program, env: dict, phase: int):
@@ -348,8 +352,10 @@ class Core:
             elif isinstance(s, Let):
                 env[s.var] = s.value.eval(env)
             elif isinstance(s, CrossWait):
+                self.waiting = s.flag.eval(env)
                 while not self.chip.cross_wait(self, s, env):
                     yield "blocked"
+                self.waiting = None
                 yield "ran"
             else:
                 self._instr(s, env)

@@ -74,6 +74,11 @@ def vec_call(core, s: VecCall, env: dict) -> int:
     lanes = 256 // dst_b.itemsize
     # operand index arrays (the destination first)
     tensors = [x for x in s.srcs if isinstance(x, Slot)]
+    if s.api in UNARY or s.api in BINARY or s.api in SCALAR or s.api == "Brcb":
+        for x in tensors:
+            if x.buf.dtype != dst_b.dtype:
+                raise NpuCapacityError(f"{what}: operand {x.buf.name} is {x.buf.dtype}, the "
+                                       f"destination {dst_b.dtype} (one type T per call)")
     if s.api == "Brcb":
         return _brcb(core, s, env, what)
     if s.api == "ReduceRepeat":
