@@ -272,6 +272,9 @@ ASC_UNARY(Reciprocal) ASC_UNARY(Relu)
 // include/basic_api/kernel_operator_vec_vconv_intf.h
 template <typename T, typename U> __aicore__ void Cast(const LocalTensor<T>& dst,
     const LocalTensor<U>& src, const RoundMode& roundMode, const uint32_t count);
+template <typename T, typename U, bool isSetMask = true> __aicore__ void Cast(
+    const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode,
+    const uint64_t mask, const uint8_t repeatTime, const UnaryRepeatParams& repeatParams);
 // include/basic_api/kernel_operator_vec_duplicate_intf.h
 template <typename T> __aicore__ void Duplicate(const LocalTensor<T>& dst,
     const T& scalarValue, const int32_t& count);

@@ -377,6 +377,14 @@ class _VecExpander:
             return self.binary("Add", dst, (src, 0.0), rows)
         mode = "CAST_RINT" if ITEMSIZE[dst.buf.dtype] < ITEMSIZE[src.buf.dtype] else \
             "CAST_NONE"
+        if dst.buf.layout == "COL" and src.buf.layout == "COL":
+            # a value per row: one block per row in either type (a block holds 16 halves
+            # or 8 floats): a repeat per row, every lane of the destination block from
+            # the source block's first lanes
+            qd, qs = c0(dst.buf.dtype), c0(src.buf.dtype)
+            return (VecCall("Cast", dst, (src,), None,
+                            Rep(ix(qd), rows, ((ix(1), ix(1)),
+                                               (ix(0 if qd > qs else 1), ix(1)))), mode),)
         pre, x = self.broadcast_src(src, dst, rows, "bc0")
         return (*pre, VecCall("Cast", dst, (x,), _count(dst.buf, rows), attr=mode))
 

@@ -359,9 +359,9 @@ def chain_program(name: str, graph, chain: NpuChain, t: NpuChainTiles,
     """The fused kernel (module docstring), without in-core flags.  Double buffering is
     the ``npu-double-buffer`` pass's (the rotating buffers are marked ``pingpong``)."""
     if any(v % 16 for v in (t.tm, t.tl, t.tn, t.k0, t.kl1)) or t.kl1 % t.k0 or \
-            t.tl % t.k0 or t.tm % 32:
+            t.tl % t.k0:
         raise TargetError(f"npu chain tiles {t}: multiples of 16 with k0 | KL1, k0 | TL, "
-                          f"TM a multiple of 32 (each vector core takes half its rows)")
+                          f"each vector core takes half the TM rows")
     c = _Chain(name, graph, chain, t)
     ws = tuple(w for w in (c.ws.s, c.ws.p, c.ws.o) if w is not None)
     return Kernel(name, "mix", c.tensors, (Phase(c.cube(), c.vector()),),

@@ -132,9 +132,14 @@ def _vec(s: VecCall) -> str:
                 f"{c_expr(s.rep.mask)}, {c_expr(s.rep.repeat)}, {c_expr(drep)}, "
                 f"{c_expr(sblk)}, {c_expr(srep)}, ReduceOrder::ORDER_ONLY_VALUE);")
     if s.api == "Cast":
-        mode = [f"RoundMode::{s.attr}"]
-        assert s.count is not None
-        return f"Cast({ops[0]}, {ops[1]}, {mode[0]}, {c_expr(s.count)});"
+        mode = f"RoundMode::{s.attr}"
+        if s.count is not None:
+            return f"Cast({ops[0]}, {ops[1]}, {mode}, {c_expr(s.count)});"
+        assert s.rep is not None
+        (db, dr), (sb, sr) = s.rep.strides
+        return (f"Cast({ops[0]}, {ops[1]}, {mode}, {c_expr(s.rep.mask)}, "
+                f"{c_expr(s.rep.repeat)}, UnaryRepeatParams({c_expr(db)}, {c_expr(sb)}, "
+                f"{c_expr(dr)}, {c_expr(sr)}));")
     if s.api in ("Compare", "Compares"):
         assert s.count is not None
         return f"{s.api}({', '.join(ops)}, CMPMODE::{s.attr}, {c_expr(s.count)});"

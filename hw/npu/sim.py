@@ -75,13 +75,20 @@ class SimReport:
     aic: int = 0                   # cube cores used
     aiv: int = 0                   # vector cores used
     core_cycles: int = 0           # the slowest core's own cycles
-    hbm_cycles: int = 0            # GM bytes / the chip's HBM bytes per cycle
+    hbm_cycles: int = 0            # HBM bytes / the chip's HBM bytes per cycle
+    hbm_bytes: int = 0             # bytes crossing HBM (see Chip.run)
     chip_aic: int = 1              # cube cores of the chip (utilisation's peak)
 
     @property
     def cube_utilisation(self) -> float:
         """Cube busy cycles over the chip's cube peak (every cube core, all cycles)."""
         peak = self.cycles * max(1, self.chip_aic)
+        return self.busy["M"] / peak if peak else 0.0
+
+    @property
+    def core_utilisation(self) -> float:
+        """Cube busy cycles over the cube cores the kernel used, all cycles."""
+        peak = self.cycles * max(1, self.aic)
         return self.busy["M"] / peak if peak else 0.0
 
     @property
@@ -94,8 +101,9 @@ class SimReport:
 
     def text(self) -> str:
         lines = [f"cycles {self.cycles} ({self.aic} cube / {self.aiv} vector cores; "
-                 f"bound: {self.bound}: cores {self.core_cycles}, HBM {self.hbm_cycles}), "
-                 f"cube utilisation {100 * self.cube_utilisation:.1f}% of the chip"]
+                 f"bound: {self.bound}: cores {self.core_cycles}, HBM {self.hbm_cycles} for "
+                 f"{self.hbm_bytes} B), cube utilisation {100 * self.cube_utilisation:.1f}% "
+                 f"of the chip's peak"]
         lines.append("  busy: " + ", ".join(f"{p} {v}" for p, v in self.busy.items() if v))
         lines.append("  bytes: " + ", ".join(f"{k} {v}" for k, v in self.bytes.items()))
         return "\n".join(lines)
@@ -147,7 +155,10 @@ class GmTracker:
     def __init__(self, gm: dict):
         self.writer = {k: np.full(v.size, -1, np.int64) for k, v in gm.items()}
         self.reader = {k: np.full(v.size, -1, np.int64) for k, v in gm.items()}
+        self.touched = {k: np.zeros(v.size, bool) for k, v in gm.items()}
+        self.itemsize = {k: v.itemsize for k, v in gm.items()}
         self.table: list[_Access] = []
+        self.first_bytes = 0          # bytes of GM touched for the first time (HBM)
 
     def check(self, core: Core, pipe: str, tensor: str, idx: np.ndarray, write: bool,
               what: str) -> None:
@@ -170,6 +181,11 @@ class GmTracker:
                         f"a flag is missing")
         self.table.append(_Access(me, core.seq[pipe] + 1, what))
         (self.writer if write else self.reader)[tensor][idx] = len(self.table) - 1
+        t = self.touched[tensor]
+        new = np.count_nonzero(~t[idx])
+        if new:
+            t[idx] = True
+            self.first_bytes += int(new) * self.itemsize[tensor]
 
 
 class Chip:
@@ -220,12 +236,27 @@ class Chip:
             raise NpuRaceError(f"kernel {k.name} ends with cross-core flags set and never "
                                f"waited for: {', '.join(sorted(left))}")
         core_cycles = max((max(c.time.values()) for c in self.cores.values()), default=0)
-        hbm = -(-self.report.gm_bytes // self.p.hbm_bytes_per_cycle)
+        # HBM: each GM byte the kernel touches crosses once (the chip's L2 is assumed to
+        # hold the working set: re-reads by other cores or later tiles hit it), unless
+        # the footprint is larger than L2; then every transfer
+        foot = sum(a.nbytes for a in self.gm.values())
+        hbm_bytes = self.tracker.first_bytes if foot <= self.p.l2_bytes else \
+            self.report.gm_bytes
+        self.report.hbm_bytes = hbm_bytes
+        hbm = -(-hbm_bytes // self.p.hbm_bytes_per_cycle)
         self.report.core_cycles, self.report.hbm_cycles = core_cycles, hbm
         self.report.cycles = max(core_cycles, hbm)
         return self.report
 
     def _schedule(self, runners: list) -> None:
+        try:                 # small matmuls per Mmad: BLAS threads only cost here
+            from threadpoolctl import threadpool_limits
+        except ImportError:  # pragma: no cover
+            return self._schedule_all(runners)
+        with threadpool_limits(1):
+            return self._schedule_all(runners)
+
+    def _schedule_all(self, runners: list) -> None:
         live = list(runners)
         while live:
             before = self.steps

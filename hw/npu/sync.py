@@ -10,7 +10,9 @@ The lowering emits its instructions without flags; :func:`place_flags` adds ever
   access of one pipe; consecutive items of one pipe form a *run*;
 * a **dependence** joins a run to a later run of another pipe when one of them writes:
   a read depends on the last write before it, a write on every run since the last
-  write (that write included) — read after write, write after read, write after write;
+  write (that write included) — read after write, write after read, write after write
+  — unless an earlier run of the consumer's pipe depends on that run already (the pipe's
+  own order then carries it);
 * a dependence inside one iteration of ``L`` becomes ``SetFlag<P->Q>(e)`` right after
   the producer run's last item and ``WaitFlag<P->Q>(e)`` right before the consumer
   run's first item (hoisted out of the loops below ``L`` that hold them);
@@ -160,16 +162,22 @@ def _runs(items: list[tuple[int, str, bool]], buf: str) -> list[_Run]:
 
 
 def _deps(runs: list[_Run]) -> list[tuple[int, int]]:
-    """``(i, k)``: run k depends on run i (indices into ``runs``), i < k."""
-    out = []
+    """``(i, k)``: run k depends on run i (indices into ``runs``), i < k, and no run
+    ``j`` of k's pipe between them depends on i already (the pipe runs its instructions
+    in order: the flag ordering ``i`` before ``j`` orders it before ``k`` too)."""
+    out: list[tuple[int, int]] = []
     last_w = None
     for k, r in enumerate(runs):
         if r.writes:
             start = last_w if last_w is not None else 0
-            out += [(i, k) for i in range(start, k) if runs[i].pipe != r.pipe]
+            cand = [i for i in range(start, k) if runs[i].pipe != r.pipe]
             last_w = k
         elif last_w is not None and runs[last_w].pipe != r.pipe:
-            out.append((last_w, k))
+            cand = [last_w]
+        else:
+            cand = []
+        out += [(i, k) for i in cand
+                if not any((i, j) in out and runs[j].pipe == r.pipe for j in range(i + 1, k))]
     return out
 
 

@@ -67,6 +67,7 @@ class NpuParams:
     vector_latency: int = 4             # issue latency of one vector instruction
     cube_fp32_factor: int = 2           # fp32 operands: 16x8 fractals, half the MACs
     hbm_bytes_per_cycle: int = 889      # the whole chip's HBM (1.6 TB/s at 1.8 GHz)
+    l2_bytes: int = 192 * 1024 * 1024   # the chip's L2, which holds a kernel's working set
     flag_latency: int = 0               # cycles of a SetFlag/WaitFlag pair
     cross_latency: int = 100            # cycles of a CrossCoreSetFlag -> WaitFlag
 
@@ -86,15 +87,18 @@ class NpuSpec:
 
 SPECS = {
     # Atlas A2 (910B): kernel_utils_constants.h (__NPU_ARCH__ == 2201): TOTAL_L1_SIZE
-    # 512 KiB - 128 B (KFC reserve), TOTAL_L0C_SIZE 128 KiB, TOTAL_UB_SIZE 192 KiB;
-    # TOTAL_L0A_SIZE / TOTAL_L0B_SIZE 64 KiB; matmul_tiling_base.cpp (ascend910b) the same
+    # 512 KiB - 128 B (KFC reserve), TOTAL_L0C_SIZE 128 KiB, TOTAL_UB_SIZE 192 KiB of
+    # which TOTAL_VEC_LOCAL_SIZE 184 KiB for the kernel (the top 8 KiB is the reserved
+    # UB some calls, Select among them, use); TOTAL_L0A_SIZE / TOTAL_L0B_SIZE 64 KiB;
+    # matmul_tiling_base.cpp (ascend910b) the same
     "npu": NpuSpec(2201, "Atlas A2 (Ascend 910B): 24 AI cores = 24 AIC + 48 AIV",
                    {"L1": 512 * KIB - 128, "L0A": 64 * KIB, "L0B": 64 * KIB,
-                    "L0C": 128 * KIB, "UB": 192 * KIB}, NpuParams()),
+                    "L0C": 128 * KIB, "UB": 184 * KIB}, NpuParams()),
     "npu-lite": NpuSpec(2201, "the A2 structure with tiny buffers and 2 AI cores (tests)",
                         {"L1": 64 * KIB, "L0A": 8 * KIB, "L0B": 8 * KIB,
                          "L0C": 16 * KIB, "UB": 16 * KIB},
-                        NpuParams(aic_cores=2, hbm_bytes_per_cycle=256)),
+                        NpuParams(aic_cores=2, hbm_bytes_per_cycle=256,
+                                  l2_bytes=1024 * 1024)),
 }
 
 

@@ -99,8 +99,10 @@ def vec_call(core, s: VecCall, env: dict) -> int:
         mask, repeat = s.rep.mask.eval(env), s.rep.repeat.eval(env)
         if not 0 <= repeat <= MAX_REPEAT:
             raise NpuCapacityError(f"{what}: repeatTimes {repeat} outside [0, {MAX_REPEAT}]")
-        if not 0 <= mask <= lanes:
-            raise NpuCapacityError(f"{what}: mask {mask} outside [0, {lanes}]")
+        wide = 256 // max(dst_b.itemsize, *(x.buf.itemsize for x in tensors))
+        if not 0 <= mask <= (wide if s.api == "Cast" else lanes):
+            raise NpuCapacityError(f"{what}: mask {mask} outside [0, "
+                                   f"{wide if s.api == 'Cast' else lanes}]")
         for blk, rep in s.rep.strides:
             if not (0 <= blk.eval(env) <= 65535 and 0 <= rep.eval(env) <= 255):
                 raise NpuCapacityError(f"{what}: strides ({blk.eval(env)}, "
