@@ -504,12 +504,13 @@ class _VecExpander:
             c = tc
         m = self.mask_temp(dst.buf)
         nw = _count(dst.buf, rows, whole=True)
-        pre.append(VecCall("Compares", m, (c, Scalar(0.0)), nw, attr="NE"))
         if not _is_slot(t) and not _is_slot(f):
             one = self.tile_temp("sel_t", dst.buf)
             pre.append(VecCall("Duplicate", one, (_scalar(t),), nw))
             t = one
-        if not _is_slot(t):                  # select(c, s, x) = select(!c, x, s)
+        if _is_slot(t):
+            pre.append(VecCall("Compares", m, (c, Scalar(0.0)), nw, attr="NE"))
+        else:                                # select(c, s, x) = select(!c, x, s)
             pre.append(VecCall("Compares", m, (c, Scalar(0.0)), nw, attr="EQ"))
             t, f = f, t
         pt, t = self.broadcast_src(t, dst, rows, "bc1")

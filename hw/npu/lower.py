@@ -31,6 +31,7 @@ place the flags.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -210,25 +211,29 @@ class LoweringModel:
         """Per level, the bytes the fused kernel's buffers use on their core (the cube
         core's L1/L0A/L0B/L0C, a vector core's UB) with the temporaries ``npu-isa``
         adds and the copies double buffering gives them; None when they do not fit."""
-        from .isa import expand_kernel
-        from .lower_chain import chain_program
-        from .passes import double_buffer_kernel
+        from .isa import expand_program
+        from .lower_chain import chain_core_programs
         from .sim import allocate
-        try:
-            k = expand_kernel(chain_program("fit", graph, chain, tiles, double_buffer))
-        except TargetError:
-            return None
-        if double_buffer:
-            k = double_buffer_kernel(k)
+
+        def placed(p: Program, temps: bool) -> Program:
+            # the copies double buffering gives; the vector temporaries npu-isa adds
+            # (the cube core's program gets none)
+            if temps and p.core == "AIV":
+                p = expand_program(p)
+            return dataclasses.replace(p, buffers=tuple(
+                dataclasses.replace(b, copies=2) if double_buffer and b.pingpong else b
+                for b in p.buffers))
         ends: dict[str, int] = {}
-        for prog in k.programs:
-            try:
+        try:
+            for prog in chain_core_programs("fit", graph, chain, tiles):
+                allocate(placed(prog, False), target)    # without the temporaries: cheap
+                prog = placed(prog, True)
                 addrs = allocate(prog, target)
-            except NpuCapacityError:
-                return None
-            for b in prog.buffers:
-                lv, a = addrs[b.name]
-                ends[lv] = max(ends.get(lv, 0), a + b.size() * b.copies)
+                for b in prog.buffers:
+                    lv, a = addrs[b.name]
+                    ends[lv] = max(ends.get(lv, 0), a + b.size() * b.copies)
+        except (TargetError, NpuCapacityError):
+            return None
         return tuple((lv, ends.get(lv, 0), target.capacity(lv)) for lv in LEVELS)
 
 

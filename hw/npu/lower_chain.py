@@ -36,6 +36,7 @@ pass places them; the simulator's race checks prove them, across cores too).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,7 +78,7 @@ from .program import (
     land,
 )
 
-__all__ = ["chain_program", "gm_tensors"]
+__all__ = ["chain_core_programs", "chain_program", "gm_tensors"]
 
 #: cross-core flag ids (a flag id is the receiver's): cube -> vector: S ready, P slot
 #: free, P.Z ready; vector -> cube: S slot free, P ready, P.Z slot free
@@ -354,15 +355,29 @@ class _Chain:
         return cur
 
 
-def chain_program(name: str, graph, chain: NpuChain, t: NpuChainTiles,
-                  double_buffer: bool = True) -> Kernel:
-    """The fused kernel (module docstring), without in-core flags.  Double buffering is
-    the ``npu-double-buffer`` pass's (the rotating buffers are marked ``pingpong``)."""
+def _chain(name: str, graph, chain: NpuChain, t: NpuChainTiles) -> _Chain:
     if any(v % 16 for v in (t.tm, t.tl, t.tn, t.k0, t.kl1)) or t.kl1 % t.k0 or \
             t.tl % t.k0:
         raise TargetError(f"npu chain tiles {t}: multiples of 16 with k0 | KL1, k0 | TL, "
                           f"each vector core takes half the TM rows")
-    c = _Chain(name, graph, chain, t)
+    return _Chain(name, graph, chain, t)
+
+
+def chain_core_programs(name: str, graph, chain: NpuChain,
+                        t: NpuChainTiles) -> Iterator[Program]:
+    """The cube core's program, then the vector cores' (as :func:`chain_program` has
+    them), built one after the other: a fitting check stops at the first that does not
+    fit."""
+    c = _chain(name, graph, chain, t)
+    yield c.cube()
+    yield c.vector()
+
+
+def chain_program(name: str, graph, chain: NpuChain, t: NpuChainTiles,
+                  double_buffer: bool = True) -> Kernel:
+    """The fused kernel (module docstring), without in-core flags.  Double buffering is
+    the ``npu-double-buffer`` pass's (the rotating buffers are marked ``pingpong``)."""
+    c = _chain(name, graph, chain, t)
     ws = tuple(w for w in (c.ws.s, c.ws.p, c.ws.o) if w is not None)
     return Kernel(name, "mix", c.tensors, (Phase(c.cube(), c.vector()),),
                   Tiling((("TM", t.tm), ("TL", t.tl), ("TN", t.tn), ("k0", t.k0),
