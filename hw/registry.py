@@ -40,15 +40,14 @@ from polycomp.errors import TargetError
 
 if TYPE_CHECKING:  # pragma: no cover
     from polycomp import ir
-    from polycomp.driver import CompiledKernel
+    from polycomp.compiled import CompiledKernel
     from polycomp.hw.target import Target
     from polycomp.lowering.ir_pass import IRPass
     from polycomp.options import Options
     from polycomp.pass_manager import TargetPass
     from polycomp.scheduler.common.pass_base import Pass
-    from polycomp.scheduler.tuning.multiversion import VersionPlan
-    from polycomp.scheduler.tuning.space import Measurement, TuningSpace
     from polycomp.state import CompileState
+    from polycomp.tuning_contract import Measurement, TuningSpace, VersionPlan
 
 BUILTIN_BACKENDS = ("polycomp.hw.cpu.backend", "polycomp.hw.cuda.backend",
                     "polycomp.hw.npu.backend")
@@ -146,7 +145,7 @@ class Backend:
         """The configurations ``polycomp tune`` tries for ``ck``'s kernel at ``shape``
         (every size symbol bound): only knobs that change the generated code; no points
         (``about`` says why) when there is nothing to tune."""
-        from polycomp.scheduler.tuning.space import TuningSpace
+        from polycomp.tuning_contract import TuningSpace
         return TuningSpace((), about=f"the {self.family} backend has no tuning space")
 
     def measure(self, ck: CompiledKernel, arrays: list, shape: Mapping[str, int],
@@ -157,12 +156,11 @@ class Backend:
                           f"trials on")
 
     def version_plan(self, kernel, target: Target, records: list,
-                     func: ir.LoweredFunc) -> VersionPlan:
-        """The multi-version plan of ``kernel`` from tuning ``records`` (default: measured
-        records by bucket ranges and shape guards,
+                     func: ir.LoweredFunc) -> VersionPlan | None:
+        """The multi-version plan of ``kernel`` from tuning ``records``, or None for the
+        tuner's default (measured records by bucket ranges and shape guards,
         :func:`polycomp.scheduler.tuning.multiversion.guard_plan`)."""
-        from polycomp.scheduler.tuning.multiversion import guard_plan
-        return guard_plan(kernel, target, records, func)
+        return None
 
     def multiversion_module(self, versions: Sequence[CompiledKernel],
                             selector: ir.LoweredFunc,
