@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import polycomp as pc
 from polycomp.driver import compile_kernel, interpret
-from polycomp.errors import NpuCapacityError, NpuRaceError, TargetError
+from polycomp.errors import BuildError, NpuCapacityError, NpuRaceError, TargetError
 from polycomp.frontend.ops import OPS, batch_matmul_kernel, matmul_kernel
 from polycomp.hw.npu.backend import run_module, simulate, syntax_check
 from polycomp.hw.npu.program import Loop, SetFlag, WaitFlag, walk
@@ -324,6 +324,66 @@ def test_emitted_source_passes_syntax_check(tmp_path):
     assert "OK" in syntax_check(*paths)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on this host")
+def test_every_kernel_and_example_passes_the_api_check(tmp_path):
+    """The stand-in for the vendor compiler: every op-library kernel (each dtype it
+    takes) and every kernel of examples/, compiled for ``npu``, passes ``g++
+    -fsyntax-only`` on the host side (tiling function) and the device side
+    (``__NPU_ARCH__`` 2201) against the A2 API declarations."""
+    from pathlib import Path
+
+    from polycomp.kernel_files import find_kernels, load_module
+    kernels = [(f"{name}_{dt}", spec.kernel(dt)) for name, spec in OPS.items()
+               for dt in ("float16", "float32") if dt in spec.dtypes]
+    for ex in sorted(Path(__file__).parent.parent.glob("examples/*.py")):
+        kernels += [(f"ex_{ex.stem}_{k.name}", k) for k in find_kernels(load_module(str(ex)))]
+    paths = []
+    for name, k in kernels:
+        p = tmp_path / f"{name}.cpp"
+        p.write_text(compile_kernel(k, "npu").source)
+        paths.append(str(p))
+    assert len(paths) > 60
+    assert "host and device: OK" in syntax_check(*paths)
+
+
+#: calls of the old dialect (and typical slips) that the real API does not have: the
+#: declarations must reject each
+NOT_ASCEND_C = {
+    "invented allocator": "auto t = AllocLocal<half>(TPosition::A1, 0, 256);",
+    "5-field Nd2NzParams": "Nd2NzParams p(1, 16, 16, 0, 16);",
+    "4-field MmadParams": "MmadParams p(16, 16, 16, true);",
+    "Mmad with loose sizes": "Mmad(c, u, u, 16, 16, 16, true);",
+    "tensor-scalar Add": "Add(u, u, static_cast<half>(1.0f), 128);",
+    "Cast without RoundMode": "Cast(f, u, 128);",
+    "FIX_V event (not on A2)": "SetFlag<HardEvent::FIX_V>(0);",
+    "3-argument ReduceMax": "ReduceMax(u, u, 128);",
+}
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on this host")
+@pytest.mark.parametrize("what", sorted(NOT_ASCEND_C))
+def test_api_declarations_reject_what_ascend_c_lacks(tmp_path, what):
+    """The check is not vacuous: a kernel body that uses a call the real API lacks (or
+    with the wrong parameter struct) fails it, the same body with a real call passes."""
+    def kernel(line: str) -> str:
+        return ('#include "kernel_operator.h"\nusing namespace AscendC;\n#ifdef __NPU_ARCH__\n'
+                'extern "C" __global__ __aicore__ void k(GM_ADDR x) {\n'
+                '    LocalTensor<half> u(TPosition::VECCALC, 0, 256);\n'
+                '    LocalTensor<float> f(TPosition::VECCALC, 512, 256);\n'
+                '    LocalTensor<float> c(TPosition::CO1, 0, 256);\n'
+                '    GlobalTensor<half> g;\n    g.SetGlobalBuffer((__gm__ half*)x, 256);\n'
+                f'    {line}\n}}\n#endif\n')
+    good = tmp_path / "good.cpp"
+    good.write_text(kernel("Adds(u, u, static_cast<half>(1.0f), 128); "
+                           "Cast(f, u, RoundMode::CAST_NONE, 128);"))
+    assert "OK" in syntax_check(str(good))
+    bad = tmp_path / "bad.cpp"
+    bad.write_text(kernel(NOT_ASCEND_C[what]))
+    with pytest.raises(BuildError, match="rejected"):
+        syntax_check(str(bad))
+
+
 def test_printed_program_golden(goldens):
     src = _ck("matmul", "float16").source
     assert src.strip() == goldens.expected("npu.cube-program.matmul_float16.cpp", src)
@@ -399,7 +459,7 @@ def test_every_flag_pair_is_needed(which):
     simulate(ck, *arrays)                                 # the programs as built are clean
     k = ck.final_ir.program
     n = 0
-    for pi, prog in enumerate(k.programs):
+    for prog in k.programs:
         for src, dst in sorted(_pairs(prog.body)):
             bad = k.map_programs(lambda p, q=prog, a=src, b=dst: dataclasses.replace(
                 p, body=_without_pair(p.body, a, b)) if p is q else p)

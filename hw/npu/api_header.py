@@ -7,9 +7,10 @@ parameter structs and their field counts, template arguments, enum values.
 
 Not a copy of those headers: only the declarations (no definitions), reduced to the
 overloads the printer uses, with the attribute macros (``__aicore__``,
-``__inout_pipe__``...) defined empty and ``inline`` left out (declarations only); ``half`` is a stand-in class (a builtin type of
-the Bisheng compiler).  Compiler builtins the headers rely on (``pipe_t``,
-``QuantMode_t``) are declared as the docs list them.
+``__inout_pipe__``...) defined empty and ``inline`` left out (declarations only);
+``half`` is a stand-in class (a builtin type of the Bisheng compiler).  Compiler
+builtins the headers rely on (``pipe_t``, ``QuantMode_t``) are declared as the docs
+list them.
 
 The file is compiled twice: once as the host sees it (the tiling function) and once
 with ``__NPU_ARCH__`` defined to 2201 (the kernel)."""
@@ -59,7 +60,8 @@ constexpr CoreType g_coreType = AIC;
 #define ASCEND_IS_AIV constexpr(g_coreType == AscendC::AIV)
 // impl/basic_api/common_types.h
 enum class TPosition : uint8_t { GM, A1, A2, B1, B2, C1, C2, CO1, CO2, VECIN, VECOUT, VECCALC,
-                                 LCM = VECCALC, SPM, SHM = SPM, TSCM, C2PIPE2GM, C2PIPE2LOCAL, MAX };
+                                 LCM = VECCALC, SPM, SHM = SPM, TSCM, C2PIPE2GM, C2PIPE2LOCAL,
+                                 MAX };
 // impl/basic_api/kernel_event.h (HardEvent; FIX_V / V_FIX only for __NPU_ARCH__ 5102/3003)
 enum class HardEvent : uint8_t { MTE2_MTE1, MTE1_MTE2, MTE1_M, M_MTE1, MTE2_V, V_MTE2, MTE3_V,
     V_MTE3, M_V, V_M, V_V, MTE3_MTE1, MTE1_MTE3, MTE1_V, MTE2_M, M_MTE2, V_MTE1, M_FIX, FIX_M,

@@ -75,7 +75,6 @@ from .program import (
     align,
     c0,
     ceildiv,
-    imax,
     imin,
     ix,
     product,
@@ -157,7 +156,7 @@ def _load2d(s: Load2D) -> tuple:
     if dst.level == "L0A":                    # A: NZ (cols/q, rows, q) -> zZ
         mf = dst.rows // 16
         kf = ceildiv(s.k_ext, q)              # the step's k fractals (its Mmad reads so)
-        kf0 = _S(s.k_offset // q if isinstance(s.k_offset, Ix) else ix(s.k_offset // q))
+        kf0 = _S(ix(s.k_offset) // q)
         col = src.rows // 16                  # fractals in one fractal column of L1
         if mf <= dst.cols // q:               # one call per fractal row (repeat kf)
             i = ix("fa")
@@ -172,13 +171,14 @@ def _load2d(s: Load2D) -> tuple:
     if src.layout == "ZZ":                    # b32 B: 16x16 squares, transposed
         groups = ceildiv(s.k_ext, 16)
         g = ix("fb")
+        assert isinstance(src.cols, int)
         sq = src.cols // 16                   # squares in one row group
-        k16 = _S(s.k_offset // 16) if isinstance(s.k_offset, Ix) else ix(s.k_offset // 16)
+        k16 = _S(ix(s.k_offset) // 16)
         return (Loop("fb", groups, (
             LoadDataTranspose(s.dst.at(g * 2 * nn * frac), s.src, _S((k16 + g) * sq),
                               ix(nn), ix(1), ix(0), ix(nn - 1)),)),)
     kf = ceildiv(s.k_ext, 16)                 # b16 B: NZ (cols/16, rows, 16) -> nZ
-    kf0 = _S(s.k_offset // 16) if isinstance(s.k_offset, Ix) else ix(s.k_offset // 16)
+    kf0 = _S(ix(s.k_offset) // 16)
     col = src.rows // 16
     i = ix("fb")
     if nn <= dst.rows // 16:                  # one call per n fractal (repeat kf)

@@ -210,7 +210,7 @@ class _Chain:
         p_step = imin(t.k0, l_ext_k - kj * t.k0)
         o_slot = Slot(l0o, qk) if self.soft else Slot(l0o)
         init = eq(kj, 0) if self.soft else land(eq(k, 0), eq(kj, 0))
-        second = (
+        second: tuple = (
             CrossWait(2, ix(P_READY) + slot_k),
             CopyIn(GmRegion(self.ws.p, (ix(BID), slot_k, ix(0), ix(0)),
                             (ix(1), ix(1), self.m_ext, l_ext_k)), Slot(l1p, qk)),
@@ -243,7 +243,7 @@ class _Chain:
         # drain the "slot free" flags the vector cores sent for the last two blocks
         n_mine = ceildiv(self.total() - ix(BID), ix(BNUM))
         last = ix("lastQ")
-        drain = [Let("lastQ", n_mine * self.nL)]
+        drain: list = [Let("lastQ", n_mine * self.nL)]
         drain.append(Loop("d", imin(last, 2),
                           (CrossWait(2, ix(S_FREE) + (last - 1 - ix("d")) % 2),)))
         if self.soft:
@@ -256,7 +256,6 @@ class _Chain:
     def vector(self) -> Program:
         t = self.t
         j = ix("j")
-        k = j - 1
         q = ix("q")
         qk = q - 1
         mo, no = ix("mo"), ix("no")

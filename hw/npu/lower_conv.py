@@ -47,6 +47,7 @@ from .program import (
     ix,
 )
 
+
 def ct_size(dtype: str) -> int:
     return 2 if dtype == "float16" else 4
 

@@ -175,6 +175,11 @@ def _instr(s, ind: str) -> list[str]:
         return [f"{ind}CrossCoreSetFlag<{s.mode}, PIPE_{s.pipe}>({c_expr(s.flag)});"]
     if isinstance(s, CrossWait):
         return [f"{ind}CrossCoreWaitFlag({c_expr(s.flag)});"]
+    return _call(s, ind)
+
+
+def _call(s, ind: str) -> list[str]:
+    """The lines of one data-movement, cube or vector API call."""
     if isinstance(s, DataCopyNd2Nz):
         p = ", ".join(c_expr(x) for x in (s.nd_num, s.n_value, s.d_value, s.src_nd_stride,
                                           s.src_d_value, s.dst_c0_stride, s.dst_n_stride,
@@ -202,6 +207,23 @@ def _instr(s, ind: str) -> list[str]:
                                           s.dst_frac_gap))
         return [f"{ind}LoadDataWithTranspose({c_slot(s.dst)}, {c_slot(s.src)}, "
                 f"LoadData2dTransposeParams({p}, 0));"]
+    if isinstance(s, MmadCall):
+        return [f"{ind}Mmad({c_slot(s.c)}, {c_slot(s.a)}, {c_slot(s.b)}, MmadParams("
+                f"{c_expr(s.m)}, {c_expr(s.n)}, {c_expr(s.k)}, 0, false, "
+                f"static_cast<bool>({c_expr(s.init)})));"]
+    if isinstance(s, FixpipeCall):
+        ct = _CT[s.dst.tensor.dtype]
+        p = ", ".join(c_expr(x) for x in (s.n_size, s.m_size, s.src_stride, s.dst_stride))
+        return [f"{ind}Fixpipe<{ct}, float, CFG_ROW_MAJOR>({_gm(s.dst)}, {c_slot(s.src)}, "
+                f"FixpipeParamsV220({p}, false, QuantMode_t::{s.quant}, 0, 1, 0, 0, 0));"]
+    if isinstance(s, VecCall):
+        return [f"{ind}{_vec(s)}"]
+    return _layout_call(s, ind)
+
+
+def _layout_call(s, ind: str) -> list[str]:
+    """The lines of a call with a local parameter array (``LoadData3DV2``'s pad list,
+    ``TransDataTo5HD``'s address lists)."""
     if isinstance(s, LoadData3D):
         ct = _CT[s.src.buf.dtype]
         pad = ", ".join(c_expr(x) for x in s.pad)
@@ -214,17 +236,6 @@ def _instr(s, ind: str) -> list[str]:
                 f"{ind}    LoadData({c_slot(s.dst)}, {c_slot(s.src)}, LoadData3DParamsV2<{ct}>("
                 f"padList, {p}, false, false, static_cast<{ct}>(0)));",
                 f"{ind}}}"]
-    if isinstance(s, MmadCall):
-        return [f"{ind}Mmad({c_slot(s.c)}, {c_slot(s.a)}, {c_slot(s.b)}, MmadParams("
-                f"{c_expr(s.m)}, {c_expr(s.n)}, {c_expr(s.k)}, 0, false, "
-                f"static_cast<bool>({c_expr(s.init)})));"]
-    if isinstance(s, FixpipeCall):
-        ct = _CT[s.dst.tensor.dtype]
-        p = ", ".join(c_expr(x) for x in (s.n_size, s.m_size, s.src_stride, s.dst_stride))
-        return [f"{ind}Fixpipe<{ct}, float, CFG_ROW_MAJOR>({_gm(s.dst)}, {c_slot(s.src)}, "
-                f"FixpipeParamsV220({p}, false, QuantMode_t::{s.quant}, 0, 1, 0, 0, 0));"]
-    if isinstance(s, VecCall):
-        return [f"{ind}{_vec(s)}"]
     if isinstance(s, TransData5HD):
         ct = _CT[s.src.buf.dtype]
         d = ", ".join(c_slot(s.dst.at(o)) for o in s.dst_offsets)
@@ -314,7 +325,7 @@ def _vector_progs(k: Kernel) -> list[tuple[int, Program]]:
 
 def _tiling_fields(k: Kernel) -> list[str]:
     out = list(k.size_names)
-    for n, p in _vector_progs(k):
+    for n, _p in _vector_progs(k):
         out += [f"TR_{n}", f"CP_{n}", f"TRP_{n}"]
     return out + ["NB"]
 
@@ -427,7 +438,8 @@ def print_kernel(k: Kernel, target) -> str:
            f"see docs/npu.md",
            '#include "kernel_operator.h"', "using namespace AscendC;", "",
            "__aicore__ inline int64_t PcCeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }",
-           "__aicore__ inline int64_t PcAlignUp(int64_t a, int64_t b) { return (a + b - 1) / b * b; }",
+           "__aicore__ inline int64_t PcAlignUp(int64_t a, int64_t b) "
+           "{ return (a + b - 1) / b * b; }",
            "__aicore__ inline int64_t PcMin(int64_t a, int64_t b) { return a < b ? a : b; }",
            "__aicore__ inline int64_t PcMax(int64_t a, int64_t b) { return a > b ? a : b; }",
            "",

@@ -118,7 +118,7 @@ def allocate(prog: Program, target: Target, env: dict | None = None) -> dict:
     for b in prog.buffers:
         lv = target.memory.level(b.level)
         align = max(lv.alignment, ALIGN)
-        (r, c), nbytes = b.shape(env), b.size(env)
+        nbytes = b.size(env)
         addr = -(-used.get(b.level, 0) // align) * align
         end = addr + nbytes * b.copies
         if lv.capacity and end > lv.capacity:

@@ -351,6 +351,7 @@ def _load3d(core: Core, s: LoadData3D, env: dict) -> int:
     return core.p.local_latency + -(-nbytes // core.p.l1_bytes_per_cycle)
 
 
-_EXEC = {DataCopyNd2Nz: _nd2nz, DataCopyGm2L1: _gm2l1, LoadData2D: _load2d, LoadDataTranspose: _load_transpose,
+_EXEC = {DataCopyNd2Nz: _nd2nz, DataCopyGm2L1: _gm2l1, LoadData2D: _load2d,
+         LoadDataTranspose: _load_transpose,
          MmadCall: _mmad, FixpipeCall: _fixpipe, DataCopyPadIn: _pad_in,
          DataCopyPadOut: _pad_out, LoadData3D: _load3d, TransData5HD: trans_data}

@@ -297,7 +297,8 @@ def place_barriers(body: tuple, pipes: tuple = ("V", "M")) -> tuple:
                 dirty = {p: dirty[p] | after[p] for p in pipes}
                 continue
             p = getattr(s, "pipe", None)
-            if p in pipes and not isinstance(s, (SetFlag, WaitFlag, Barrier)):
+            if isinstance(p, str) and p in pipes and \
+                    not isinstance(s, (SetFlag, WaitFlag, Barrier)):
                 acc = accesses(s)
                 if {slot.buf.name for slot, _ in acc} & dirty[p] and _needs_barrier(s, p):
                     out.append(Barrier(p))
@@ -349,7 +350,7 @@ def place_flags(prog: Program, skip: frozenset = frozenset()) -> Program:
             epi.setdefault(group, []).extend(WaitFlag(f.src, f.dst, ix(b + e))
                                              for e in range(f.copies))
     out: list = []
-    for k, item in enumerate(_insert(body, (), ins, mark=True)):
+    for item in _insert(body, (), ins, mark=True):
         out += pro.get(item[0], []) if item[0] is not None else []
         out.append(item[1])
         out += epi.get(item[0], []) if item[0] is not None else []

@@ -67,11 +67,49 @@ def _bits(mask_arr: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return (mask_arr[idx // 8] >> (idx % 8).astype(np.uint8)) & 1
 
 
+def _count_indices(s: VecCall, env: dict, what: str, tensors: list) -> tuple[list, int]:
+    """The element indices of each operand (the destination first) of a first-n call
+    (``count`` elements), and its repeats."""
+    assert s.count is not None
+    dst_b = s.dst.buf
+    n = s.count.eval(env)
+    if n < 0:
+        raise NpuCapacityError(f"{what}: count {n}")
+    if s.api in ("Compare", "Compares") and (n * tensors[0].buf.itemsize) % 256:
+        raise NpuCapacityError(f"{what}: count {n} is not whole 256-byte repeats")
+    idx = [_idx_count(x.offset.eval(env), n) for x in (s.dst, *tensors)]
+    repeats = -(-n * max(dst_b.itemsize, *(x.buf.itemsize for x in tensors), 1) // 256)
+    if s.api in ("Compare", "Compares"):
+        repeats = -(-n * tensors[0].buf.itemsize // 256)
+    return idx, repeats
+
+
+def _repeat_indices(s: VecCall, env: dict, what: str, tensors: list) -> tuple[list, int]:
+    """The element indices of each operand of a repeat-form call (mask, repeatTimes,
+    block and repeat strides, each checked against its field's range), and its repeats."""
+    assert s.rep is not None
+    dst_b = s.dst.buf
+    lanes = 256 // dst_b.itemsize
+    mask, repeat = s.rep.mask.eval(env), s.rep.repeat.eval(env)
+    if not 0 <= repeat <= MAX_REPEAT:
+        raise NpuCapacityError(f"{what}: repeatTimes {repeat} outside [0, {MAX_REPEAT}]")
+    wide = 256 // max(dst_b.itemsize, *(x.buf.itemsize for x in tensors))
+    if not 0 <= mask <= (wide if s.api == "Cast" else lanes):
+        raise NpuCapacityError(f"{what}: mask {mask} outside [0, "
+                               f"{wide if s.api == 'Cast' else lanes}]")
+    for blk, rep in s.rep.strides:
+        if not (0 <= blk.eval(env) <= 65535 and 0 <= rep.eval(env) <= 255):
+            raise NpuCapacityError(f"{what}: strides ({blk.eval(env)}, "
+                                   f"{rep.eval(env)}) outside the uint8 repeat stride")
+    idx = [_idx_rep(x.offset.eval(env), st[0].eval(env), st[1].eval(env), mask, repeat,
+                    32 // x.buf.itemsize)
+           for x, st in zip((s.dst, *tensors), s.rep.strides)]
+    return idx, (repeat if mask else 0)
+
+
 def vec_call(core, s: VecCall, env: dict) -> int:
     what = f"{s.api}{'<' + s.attr + '>' if s.attr else ''} -> {s.dst.buf.name}"
     dst_b = s.dst.buf
-    q = 32 // dst_b.itemsize
-    lanes = 256 // dst_b.itemsize
     # operand index arrays (the destination first)
     tensors = [x for x in s.srcs if isinstance(x, Slot)]
     if s.api in UNARY or s.api in BINARY or s.api in SCALAR or s.api == "Brcb":
@@ -83,36 +121,8 @@ def vec_call(core, s: VecCall, env: dict) -> int:
         return _brcb(core, s, env, what)
     if s.api == "ReduceRepeat":
         return _reduce(core, s, env, what)
-    if s.count is not None:
-        n = s.count.eval(env)
-        if n < 0:
-            raise NpuCapacityError(f"{what}: count {n}")
-        if s.api in ("Compare", "Compares") and (n * tensors[0].buf.itemsize) % 256:
-            raise NpuCapacityError(f"{what}: count {n} is not whole 256-byte repeats")
-        idx = [_idx_count(x.offset.eval(env), n) for x in (s.dst, *tensors)]
-        repeats = -(-n * max(dst_b.itemsize, *(x.buf.itemsize for x in tensors), 1)
-                    // 256)
-        if s.api in ("Compare", "Compares"):
-            repeats = -(-n * tensors[0].buf.itemsize // 256)
-    else:
-        assert s.rep is not None
-        mask, repeat = s.rep.mask.eval(env), s.rep.repeat.eval(env)
-        if not 0 <= repeat <= MAX_REPEAT:
-            raise NpuCapacityError(f"{what}: repeatTimes {repeat} outside [0, {MAX_REPEAT}]")
-        wide = 256 // max(dst_b.itemsize, *(x.buf.itemsize for x in tensors))
-        if not 0 <= mask <= (wide if s.api == "Cast" else lanes):
-            raise NpuCapacityError(f"{what}: mask {mask} outside [0, "
-                                   f"{wide if s.api == 'Cast' else lanes}]")
-        for blk, rep in s.rep.strides:
-            if not (0 <= blk.eval(env) <= 65535 and 0 <= rep.eval(env) <= 255):
-                raise NpuCapacityError(f"{what}: strides ({blk.eval(env)}, "
-                                       f"{rep.eval(env)}) outside the uint8 repeat stride")
-        idx = [_idx_rep(x.offset.eval(env), st[0].eval(env), st[1].eval(env), mask, repeat,
-                        32 // x.buf.itemsize)
-               for x, st in zip((s.dst, *tensors), s.rep.strides)]
-        repeats = repeat
-        if not mask:
-            repeats = 0
+    idx, repeats = (_count_indices if s.count is not None else _repeat_indices)(
+        s, env, what, tensors)
     srcs = []
     k = 0
     for x in s.srcs:
@@ -130,6 +140,15 @@ def vec_call(core, s: VecCall, env: dict) -> int:
     else:
         _check(what, dst, didx, dst_b.name)
 
+    with np.errstate(all="ignore"):
+        _compute(s, srcs, dst, didx, env, what)
+    return core.p.vector_latency + repeats
+
+
+def _compute(s: VecCall, srcs: list, dst: np.ndarray, didx: np.ndarray, env: dict,
+             what: str) -> None:
+    """Apply the call's operation to its operands (``srcs``: (array, indices) pairs or
+    scalars) into ``dst[didx]`` (a bit mask for ``Compare``/``Compares``)."""
     def val(x) -> Any:
         if isinstance(x, tuple):
             a, i = x
@@ -137,33 +156,31 @@ def vec_call(core, s: VecCall, env: dict) -> int:
         if isinstance(x, Scalar):
             return np.float32(x.eval(env))
         raise PolycompInternalError(f"{what}: operand {x!r}")
-    with np.errstate(all="ignore"):
-        if s.api in UNARY:
-            res = UNARY[s.api](val(srcs[0]))
-        elif s.api in BINARY:
-            res = BINARY[s.api](val(srcs[0]), val(srcs[1]))
-        elif s.api in SCALAR:
-            res = SCALAR[s.api](val(srcs[0]), val(srcs[1]))
-        elif s.api == "Cast":
-            res = val(srcs[0])
-        elif s.api == "Duplicate":
-            res = np.broadcast_to(val(srcs[0]), didx.shape)
-        elif s.api in ("Compare", "Compares"):
-            bits = CMP[s.attr](val(srcs[0]), val(srcs[1])).astype(np.uint8).ravel()
-            flat = didx.ravel()
-            out = np.zeros(-(-flat.size // 8) * 8, np.uint8)
-            out[:flat.size] = bits
-            packed = np.packbits(out.reshape(-1, 8), axis=1, bitorder="little").ravel()
-            dst[flat[::8] // 8] = packed
-            return core.p.vector_latency + repeats
-        elif s.api == "Select":
-            m_arr, m_idx = srcs[0]
-            bit = _bits(m_arr, m_idx)
-            res = np.where(bit != 0, val(srcs[1]), val(srcs[2]))
-        else:
-            raise PolycompInternalError(f"NPU simulator: unknown vector call {s.api}")
-        dst[didx] = np.broadcast_to(np.asarray(res, np.float32), didx.shape).astype(dst.dtype)
-    return core.p.vector_latency + repeats
+    if s.api in UNARY:
+        res = UNARY[s.api](val(srcs[0]))
+    elif s.api in BINARY:
+        res = BINARY[s.api](val(srcs[0]), val(srcs[1]))
+    elif s.api in SCALAR:
+        res = SCALAR[s.api](val(srcs[0]), val(srcs[1]))
+    elif s.api == "Cast":
+        res = val(srcs[0])
+    elif s.api == "Duplicate":
+        res = np.broadcast_to(val(srcs[0]), didx.shape)
+    elif s.api in ("Compare", "Compares"):
+        bits = CMP[s.attr](val(srcs[0]), val(srcs[1])).astype(np.uint8).ravel()
+        flat = didx.ravel()
+        out = np.zeros(-(-flat.size // 8) * 8, np.uint8)
+        out[:flat.size] = bits
+        packed = np.packbits(out.reshape(-1, 8), axis=1, bitorder="little").ravel()
+        dst[flat[::8] // 8] = packed
+        return
+    elif s.api == "Select":
+        m_arr, m_idx = srcs[0]
+        bit = _bits(m_arr, m_idx)
+        res = np.where(bit != 0, val(srcs[1]), val(srcs[2]))
+    else:
+        raise PolycompInternalError(f"NPU simulator: unknown vector call {s.api}")
+    dst[didx] = np.broadcast_to(np.asarray(res, np.float32), didx.shape).astype(dst.dtype)
 
 
 def _brcb(core, s: VecCall, env: dict, what: str) -> int:
