@@ -124,7 +124,7 @@ def _vector_ck(name: str, dtype: str, target: str = "npu-lite"):
     return _CK[key]
 
 
-#: matmuls with a vector epilogue (L0C -> UB -> vector unit -> GM)
+#: matmuls with a vector epilogue (L0C -> GM workspace -> UB -> vector unit -> GM)
 EPILOGUE_OPS = ("matmul_bias_relu", "mlp_gelu")
 
 

@@ -1,6 +1,7 @@
 """Vector epilogues of a cube backbone: the elementwise stages after a matmul
 (``relu(A @ B + bias)``, ``gelu(X @ W + b)``) run on each output tile on its way out:
-L0C -> UB (FIX) -> vector unit -> GM (MTE3).
+on the A2 generation L0C -> GM workspace (FIX, on the cube core) -> UB (MTE2, on the
+vector cores) -> vector unit -> GM (MTE3); the hand-over is :mod:`.lower_cube`'s.
 
 Assumes: every stage after the contraction is elementwise over its ``(M, N)`` output
 and reads the contraction's tile at the same indices, row vectors ``(N)`` and scalars.
