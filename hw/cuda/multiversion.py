@@ -23,11 +23,10 @@ then every function in order with the CUDA printer.  GPU check bundles
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from polycomp import ir
 from polycomp.hw.clike import legalize_names
-from polycomp.hw.modules import check_signatures, version_name
+from polycomp.hw.modules import version_functions, version_name
 
 from .codegen import (
     CUDA_HEADER,
@@ -43,14 +42,9 @@ _VERSION = "pc_version"
 
 def multiversion_module(versions: Sequence, selector: ir.LoweredFunc,
                         comments: Sequence[str] = ()) -> ir.LoweredModule:
-    check_signatures(versions)
     base = versions[0].final_ir
     name = base.name
-    fns = []
-    for i, ck in enumerate(versions):
-        f = replace(ck.final_ir, name=version_name(name, i))
-        note = f"version {i}" + (f": {comments[i]}" if i < len(comments) else "")
-        fns.append(ir.ModuleFunction(f, ir.VERSION, "int32", version=i, comment=note))
+    fns = version_functions(versions, comments, "int32")
     fns.append(ir.ModuleFunction(selector, ir.SELECTOR, "int64"))
     sel = ir.Var(_VERSION)
     pick = ir.FuncCall(selector.name, tuple(base.params), "int64")
