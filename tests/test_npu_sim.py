@@ -468,3 +468,16 @@ def test_every_flag_pair_is_needed(which):
                 run_module(ck.final_ir.with_program(bad), ck.target, *arrays)
             n += 1
     assert n >= 4
+
+
+def test_npu_benchmarks_run():
+    """The benchmarks' pieces run on the multi-core model (they broke unseen when the
+    simulator's report changed): a matmul and a row-wise kernel of `bench npu`, one
+    case of `bench chains_npu`."""
+    from polycomp.benchmarks import chains_npu, npu
+    m = npu._matmul(256, True)
+    assert m["cores"] == 4 and m["bound"] in ("cores", "HBM") and m["max_abs_error"] < 0.05
+    r = npu._rowwise("softmax", 512, 256)
+    assert r["vector_cores"] > 1 and r["vs_roofline"] >= 1.0
+    c = chains_npu.case("ViT-B", "attention", "npu")
+    assert c["max_abs_diff"] < 0.05 and c["fused_cycles"] > 0 and c["buffers"] > 0
