@@ -341,9 +341,16 @@ def test_row_loops_prefetch_the_next_row_in_their_busiest_loop():
     assert len(writes) == 4 and all(w[0] == out_name and "1024" in w[1] for w in writes)
     off = compile_kernel(k, "cpu-avx512", {"prefetch": False})
     assert "__builtin_prefetch" not in off.source
-    # symbolic rows, and products (their loads read packed buffers): no prefetch
+    # symbolic rows, and products (their loads read packed buffers): no next-row
+    # prefetch; a product's micro-kernels prefetch their C tile for writing only
     assert "__builtin_prefetch" not in _source(softmax, "cpu-avx512")
-    assert "__builtin_prefetch" not in _source(matmul, "cpu-avx512")
+    mm = _source(matmul, "cpu-avx512")
+    assert not re.findall(r"__builtin_prefetch\(.*, 0, 3\)", mm)
+    assert re.findall(r"__builtin_prefetch\(matmul\w* \+ .*, 1, 3\)", mm)
+    mk = _const_kernel(lambda A, B: ops.matmul(A, B), "mm_pf", A=((64, 64), "float32"),
+                       B=((64, 64), "float32"))
+    assert "__builtin_prefetch" not in compile_kernel(mk, "cpu-avx512",
+                                                      {"prefetch": False}).source
 
 
 @pytest.mark.slow
