@@ -163,7 +163,8 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
             xlets[i] = Widen(lj.var, ir.IntImm(0), D, L).expr(
                 ir.substitute(xf, {li.var: ir.IntImm(i)}))
             xvars[i] = v
-    loads, stores = [], []
+    loads: list[ir.Stmt] = []
+    stores: list[ir.Stmt] = []
     rows: list[ir.Stmt] = []
     # contiguous C: the accumulators start at zero while C's lines are prefetched for
     # writing, and C is added once after the k loop (C's lines arrive during the loop
