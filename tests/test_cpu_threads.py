@@ -106,3 +106,17 @@ def test_without_torch_calls_follow_omp_num_threads_and_wait_passively(policy):
     assert not got["torch"]
     assert got["threads"] == 3
     assert got["policy"] == (policy or "PASSIVE")    # the user's choice is kept
+
+
+def test_the_blocking_is_planned_for_torchs_thread_count():
+    import torch
+
+    from polycomp.hw.cpu.target import cpu_threads
+    from polycomp.hw.target import get_target
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 3):
+            torch.set_num_threads(n)
+            assert cpu_threads() == n and get_target("cpu").cpu.threads == n
+    finally:
+        torch.set_num_threads(before)

@@ -5,7 +5,6 @@ import ctypes
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -13,6 +12,8 @@ import numpy as np
 
 from polycomp import dtypes as dt
 from polycomp.errors import BuildError, ResourceLimitError, user_location
+
+from .target import requested_threads
 
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=gnu11", "-fPIC", "-shared",
                  "-ffp-contract=fast", "-fno-math-errno")
@@ -80,16 +81,11 @@ def quiet_openmp() -> None:
 
 def call_threads() -> int | None:
     """The thread count a kernel call runs its parallel loops with:
-    ``torch.get_num_threads()`` when torch is imported (so kernels follow
-    ``torch.set_num_threads``, also with a torch that bundles its own OpenMP runtime),
-    else ``OMP_NUM_THREADS`` as it is now (also when set after the runtime was loaded);
-    None: the runtime's own default (the CPUs this process may use)."""
-    torch = sys.modules.get("torch")
-    get = getattr(torch, "get_num_threads", None)
-    if get is not None:
-        return max(1, int(get()))
-    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    return int(env) if env.isdigit() and int(env) > 0 else None
+    :func:`polycomp.hw.cpu.target.requested_threads` (``torch.get_num_threads()`` when
+    torch is imported, also with a torch that bundles its own OpenMP runtime, else
+    ``OMP_NUM_THREADS`` as it is now, also when set after the runtime was loaded); None:
+    the runtime's own default (the CPUs this process may use)."""
+    return requested_threads()
 
 
 @dataclass(frozen=True)
