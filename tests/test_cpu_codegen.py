@@ -157,9 +157,12 @@ def test_fused_softmax_is_one_parallel_loop_with_row_buffers():
     # one parallel region, the barrier after the per-thread allocations, its for
     assert [ln.strip() for ln in body.splitlines() if "#pragma omp" in ln] == \
         ["#pragma omp parallel", "#pragma omp barrier", "#pragma omp for schedule(static)"]
-    # the exponentials are one row (M floats) per thread, the row max/sum scalars
-    assert re.search(r"softmax_exp = \(float\*\)aligned_alloc\(64, "
+    # the exponentials are one row (M floats) per thread, from the thread's workspace
+    # (kept between calls), the row max/sum scalars
+    assert re.search(r"pc_ws = \(char\*\)pc_ws_take\("
                      r"\(\(sizeof\(float\) \* \(size_t\)\(M\)", body)
+    assert "softmax_exp = (float*)(pc_ws ? pc_ws + 0 : NULL)" in body
+    assert "pc_ws_give(pc_ws, pc_ws_kept);" in body
     assert "float softmax_max[1]" in body and "float softmax_sum[1]" in body
 
 

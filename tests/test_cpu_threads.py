@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import polycomp as pc
-from polycomp.driver import build
+from polycomp.driver import build, compile_kernel
 from polycomp.frontend import ops
 from polycomp.frontend.dsl import Kernel
 from polycomp.hw.cpu.build import call_threads
@@ -79,7 +79,7 @@ _CHILD = textwrap.dedent("""
     import json, os, sys
     import numpy as np
     import polycomp as pc
-    from polycomp.driver import build
+    from polycomp.driver import build, compile_kernel
     from polycomp.frontend import ops
     from polycomp.frontend.dsl import Kernel
     k = Kernel(lambda A, B: ops.matmul(A, B), name="mm_threads_env",
@@ -120,3 +120,65 @@ def test_the_blocking_is_planned_for_torchs_thread_count():
             assert cpu_threads() == n and get_target("cpu").cpu.threads == n
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_thread_workspace_is_kept_between_calls_and_never_shared():
+    """``pc_ws_take`` (C header): the same block for the next region of the thread, a
+    separate allocation while the block is taken or above ``PC_WS_KEEP``, a larger block
+    when a region needs more."""
+    import ctypes
+
+    from polycomp.hw.cpu.build import build_shared
+    from polycomp.hw.cpu.codegen import C_HEADER
+    src = C_HEADER + """
+int pc_ws_check(void) {
+  int k1, k2, k3, k4, k5, bad = 0;
+  char* a = (char*)pc_ws_take(1000, &k1);
+  char* b = (char*)pc_ws_take(1000, &k2);          /* a is taken: another block */
+  bad |= (!k1) | (k2 << 1) | ((a == b) << 2) | ((((uintptr_t)a) & 63) != 0) << 3;
+  pc_ws_give(b, k2);
+  pc_ws_give(a, k1);
+  char* c = (char*)pc_ws_take(800, &k3);           /* kept: the same block again */
+  bad |= ((c != a) << 4) | ((!k3) << 5);
+  pc_ws_give(c, k3);
+  char* d = (char*)pc_ws_take(PC_WS_KEEP + 64, &k4); /* too large to keep */
+  bad |= (k4 << 6) | ((d == NULL) << 7);
+  pc_ws_give(d, k4);
+  char* e = (char*)pc_ws_take(200000, &k5);        /* grows */
+  bad |= ((!k5) << 8);
+  memset(e, 1, 200000);
+  pc_ws_give(e, k5);
+  return bad;
+}
+"""
+    lib = ctypes.CDLL(build_shared(src))
+    assert lib.pc_ws_check() == 0
+
+
+def test_workspace_kernels_match_numpy_as_sizes_grow_and_shrink_and_across_threads():
+    import threading
+
+    M, N, K = pc.sym("M N K")
+    k = Kernel(lambda A, B: ops.matmul(A, B), name="mm_ws",
+               inputs={"A": pc.Tensor[(M, K), "float32"], "B": pc.Tensor[(K, N), "float32"]})
+    ck = compile_kernel(k, "cpu")
+    assert "pc_ws_take(" in ck.source      # the packed panels come from the workspace
+    f = ck.backend.load(ck)
+    rng = np.random.default_rng(5)
+
+    def check(m, n, kk, errors):
+        A = rng.standard_normal((m, kk), dtype=np.float32)
+        B = rng.standard_normal((kk, n), dtype=np.float32)
+        got = f(A, B)
+        if not np.allclose(got, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-3):
+            errors.append((m, n, kk))
+    errors: list = []
+    for shape in [(7, 5, 3), (131, 257, 300), (13, 17, 1), (300, 97, 1031), (1, 1, 1)]:
+        check(*shape, errors)
+    threads = [threading.Thread(target=lambda s=s: [check(*s, errors) for _ in range(3)])
+               for s in [(97, 130, 513), (64, 257, 100)]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
