@@ -4,7 +4,24 @@
 Parameters and buffers become constants (``nn.Linear`` weights are stored transposed so
 the contraction reads them row-major); ``size()`` / ``shape`` results are sympy
 expressions, so ``x.view(B * S, H)`` keeps its relation to ``B`` and ``S``.  An op with no
-mapping raises :class:`UnsupportedOpError` listing every unsupported op of the graph.
+mapping raises :class:`UnsupportedOpError` listing every unsupported op of the graph (and
+naming the nodes, so that the Dynamo backend can run just those eagerly).
+
+Semantics kept from eager PyTorch:
+
+* **in-place ops** are made functional first (:mod:`.functionalize`); an updated input
+  is written back after each call (``Graph.mutations``);
+* **dtypes**: inputs keep their dtype (float16/bfloat16/float32/float64, int8/int32/
+  int64, bool; anything else is unsupported); binary ops follow torch's promotion
+  (``torch.result_type``: an int tensor plus a Python float is float32, a float16 tensor
+  times a Python float stays float16, true division of integers is float32) by explicit
+  ``cast`` nodes; ``.float()``, ``.to(dtype)``, ``.type_as(t)`` are casts.  Where Dynamo
+  recorded the dtype and rank of a node (its example value), the imported value is
+  checked against them: a disagreement makes that op run eagerly (never a silently
+  different dtype);
+* **training mode**: ``dropout`` with ``training=True`` and ``p > 0`` is random, so it
+  runs eagerly (it is the identity in eval mode); ``batch_norm`` in training mode updates
+  its running statistics (the functionalisation refuses it: the graph runs eagerly).
 """
 from __future__ import annotations
 
@@ -15,15 +32,42 @@ from typing import Any, Sequence
 import numpy as np
 import sympy
 
-from polycomp.errors import UnsupportedOpError
+from polycomp.errors import PolycompError, UnsupportedOpError
 
 from .ir import Graph, GraphBuilder, Value, dim
 
 _SCALAR = (int, float, sympy.Expr)
 
+# torch dtype name -> polycomp dtype name (the dtypes a graph value may have)
+TORCH_DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16",
+                "torch.float32": "float32", "torch.float64": "float64",
+                "torch.int8": "int8", "torch.int32": "int32", "torch.int64": "int64",
+                "torch.bool": "bool"}
+
+
+def pdtype(torch_dtype: Any) -> str:
+    """The polycomp dtype of a torch dtype, or :class:`UnsupportedOpError`."""
+    d = TORCH_DTYPES.get(str(torch_dtype))
+    if d is None:
+        raise UnsupportedOpError(f"dtype {torch_dtype} (polycomp graphs take "
+                                 f"{', '.join(TORCH_DTYPES.values())})")
+    return d
+
+
+def torch_dtype(d: str):
+    import torch
+    return getattr(torch, d)
+
 
 def _np(t) -> np.ndarray:
-    return t.detach().cpu().contiguous().numpy().copy()
+    """A copy of a (CPU) torch tensor as a numpy array (bfloat16 through its bits)."""
+    import torch
+    t = t.detach().cpu().resolve_neg().resolve_conj().contiguous()
+    pdtype(t.dtype)
+    if t.dtype == torch.bfloat16:
+        from polycomp.dtypes import to_numpy
+        return t.view(torch.int16).numpy().copy().view(to_numpy("bfloat16"))
+    return t.numpy().copy()
 
 
 def _fetch_attr(gm, target: str):
@@ -31,6 +75,13 @@ def _fetch_attr(gm, target: str):
     for part in target.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+_CAST_METHODS = {"float": "float32", "double": "float64", "half": "float16",
+                 "bfloat16": "bfloat16", "long": "int64", "int": "int32", "bool": "bool",
+                 "char": "int8"}
+_DROPOUTS = ("dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d",
+             "dropout3d")
 
 
 class _Importer:
@@ -42,26 +93,32 @@ class _Importer:
         self.env: dict[Any, Any] = {}
         self.unsupported: list[str] = []
         self.unsupported_nodes: list[str] = []
-        self._consts: dict[int, Value] = {}
+        self._consts: dict[Any, Value] = {}
+        self.scalars: dict[Value, Any] = {}  # 0-d inputs with a real example: its value
         nn = torch.nn
         self.modules = {nn.Linear: self._linear_mod, nn.LayerNorm: self._ln_mod,
                         nn.GELU: lambda m, x: self.g.gelu(x, approximate=m.approximate),
                         nn.ReLU: lambda m, x: self.g.relu(x), nn.Tanh: lambda m, x: self.g.tanh(x),
-                        nn.Softmax: lambda m, x: self.g.softmax(x, axis=m.dim),
-                        nn.Dropout: lambda m, x: x, nn.Identity: lambda m, x: x}
+                        nn.Softmax: lambda m, x: self.softmax(x, m.dim),
+                        nn.Dropout: lambda m, x: self.dropout(x, m.p, m.training),
+                        nn.Identity: lambda m, x: x}
         self.functions = {
-            operator.add: "add", torch.add: "add", operator.iadd: "add",
-            operator.sub: "sub", torch.sub: "sub", operator.mul: "mul", torch.mul: "mul",
-            operator.truediv: "div", torch.div: "div", operator.matmul: "matmul",
-            torch.matmul: "matmul", torch.bmm: "matmul", F.linear: "linear",
-            F.gelu: "gelu", F.relu: "relu", torch.relu: "relu", torch.tanh: "tanh",
-            torch.exp: "exp", torch.sigmoid: "sigmoid", torch.rsqrt: "rsqrt",
-            torch.sqrt: "sqrt", torch.erf: "erf", F.softmax: "softmax",
-            torch.softmax: "softmax", F.layer_norm: "layer_norm", F.dropout: "identity",
+            operator.add: "add", torch.add: "add", operator.sub: "sub", torch.sub: "sub",
+            operator.mul: "mul", torch.mul: "mul", operator.truediv: "div", torch.div: "div",
+            torch.true_divide: "div", operator.matmul: "matmul", torch.matmul: "matmul",
+            torch.bmm: "matmul", F.linear: "linear", F.gelu: "gelu", F.relu: "relu",
+            torch.relu: "relu", torch.tanh: "tanh", torch.exp: "exp", torch.sigmoid: "sigmoid",
+            torch.rsqrt: "rsqrt", torch.sqrt: "sqrt", torch.erf: "erf", F.softmax: "softmax",
+            torch.softmax: "softmax", F.layer_norm: "layer_norm", F.dropout: "dropout",
+            torch.dropout: "dropout", F.alpha_dropout: "dropout",
+            F.feature_alpha_dropout: "dropout", F.dropout1d: "dropout", F.dropout2d: "dropout",
+            F.dropout3d: "dropout",
             torch.transpose: "transpose", torch.permute: "permute", torch.reshape: "reshape",
             operator.getitem: "getitem", operator.floordiv: "floordiv", math.sqrt: "msqrt",
             torch.neg: "neg", operator.neg: "neg", torch.narrow: "narrow",
-            torch._C._nn.linear: "linear",
+            torch._C._nn.linear: "linear", torch.sum: "sum", torch.mean: "mean",
+            torch.amax: "amax", torch.maximum: "maximum", torch.clone: "identity",
+            torch.Tensor.contiguous: "identity",
         }
 
     # ------------------------------------------------------------------ helpers
@@ -81,34 +138,128 @@ class _Importer:
             return self.const(a)
         return a
 
+    def cast(self, x: Value, d: str) -> Value:
+        return x if x.dtype == d else self.g.cast(x, dtype=d)
+
+    def _dummy(self, x):
+        """A stand-in for ``torch.result_type``: a tensor of x's dtype and rank, or the
+        Python scalar."""
+        if isinstance(x, Value):
+            return self.torch.empty((1,) * len(x.shape), dtype=torch_dtype(x.dtype))
+        if isinstance(x, sympy.Expr):
+            if not x.is_number:
+                raise UnsupportedOpError("arithmetic between a tensor and a symbolic size")
+            return int(x) if x.is_integer else float(x)
+        if isinstance(x, (bool, int, float)):
+            return x
+        raise UnsupportedOpError(f"an operand of type {type(x).__name__}")
+
+    def result_dtype(self, a, b) -> str:
+        return pdtype(self.torch.result_type(self._dummy(a), self._dummy(b)))
+
+    def item(self, x: Value):
+        """``t.item()`` of a 0-d input (Dynamo passes unspecialised Python floats, such as
+        a layer norm's ``eps``, as 0-d tensors): the example's value, guarded -- a call
+        with another value is refused by the runtime's value guard."""
+        if x not in self.scalars:
+            raise UnsupportedOpError(".item() of a computed tensor (a data-dependent value)")
+        v = self.scalars[x]
+        self.g.graph.value_guards.append((x, v))
+        return v
+
     def _linear_mod(self, m, x):
         return self.linear(x, m.weight, m.bias)
 
     def linear(self, x, w, b):
         g = self.g
         if isinstance(w, Value):  # a weight that is a graph input: (N, K), read transposed
-            y = g.matmul(x, g.transpose(w, dim0=0, dim1=1))
+            y = self.matmul(x, g.transpose(w, dim0=0, dim1=1))
         else:
             key = ("T", id(w))
             if key not in self._consts:
                 self._consts[key] = g.constant("wT", _np(w).T.copy())  # type: ignore[index]
-            y = g.matmul(x, self._consts[key])  # type: ignore[index]
+            y = self.matmul(x, self._consts[key])  # type: ignore[index]
         if b is not None:
-            y = g.add(y, b if isinstance(b, Value) else self.const(b))
+            y = self.binary("add", y, b if isinstance(b, Value) else self.const(b))
         return y
 
-    def _ln_mod(self, m, x):
-        return self.g.layernorm(x, self.const(m.weight), self.const(m.bias), eps=m.eps)
+    def matmul(self, a, b):
+        if not (isinstance(a, Value) and isinstance(b, Value)):
+            raise UnsupportedOpError("matmul of a non-tensor")
+        if a.dtype != b.dtype:  # torch refuses mixed dtypes
+            raise UnsupportedOpError(f"matmul of {a.dtype} and {b.dtype}")
+        return self.g.matmul(a, b)
 
-    def binary(self, op: str, a, b):
+    def _ln_mod(self, m, x):
+        return self.layer_norm(x, m.normalized_shape, m.weight, m.bias, m.eps)
+
+    def layer_norm(self, x, shape, w, b, eps):
+        if len(tuple(shape)) != 1 or w is None or b is None:
+            raise UnsupportedOpError("layer_norm over several axes or without an affine")
+        w = w if isinstance(w, Value) else self.const(w)
+        b = b if isinstance(b, Value) else self.const(b)
+        if not (x.dtype == w.dtype == b.dtype):
+            raise UnsupportedOpError(f"layer_norm of {x.dtype} with {w.dtype} weights")
+        return self.g.layernorm(x, w, b, eps=eps)
+
+    def softmax(self, x, axis, dtype=None):
+        if dtype is not None:
+            x = self.cast(x, pdtype(dtype))
+        return self.g.softmax(x, axis=axis)
+
+    def dropout(self, x, p, training):
+        if training and p > 0:
+            raise UnsupportedOpError("dropout in training mode (random, runs eagerly; it is "
+                                     "the identity in eval mode)")
+        return x
+
+    def binary(self, op: str, a, b, alpha=1):
+        if alpha != 1:
+            raise UnsupportedOpError(f"{op} with alpha={alpha}")
         if isinstance(a, _SCALAR) and isinstance(b, _SCALAR):
             return {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
                     "div": operator.truediv}[op](a, b)
+        d = self.result_dtype(a, b)
+        if op == "div" and d not in ("float16", "bfloat16", "float32", "float64"):
+            d = pdtype(self.torch.get_default_dtype())
+        if d == "bool":
+            raise UnsupportedOpError(f"{op} of bool tensors")
         if isinstance(b, _SCALAR):
-            return self.g.op(op, a, scalar=float(b))
+            return self.g.op(op, self.cast(a, d), scalar=_number(b))
         if isinstance(a, _SCALAR):
-            return self.g.op(op, b, scalar=float(a), reverse=True)
-        return self.g.op(op, a, b)
+            return self.g.op(op, self.cast(b, d), scalar=_number(a), reverse=True)
+        return self.g.op(op, self.cast(a, d), self.cast(b, d))
+
+    def unary(self, op: str, x, **attrs):
+        if not isinstance(x, Value):
+            raise UnsupportedOpError(f"{op} of a {type(x).__name__}")
+        return self.g.op(op, x, **attrs)
+
+    def reduce(self, op: str, x, dim_=None, keepdim=False, dtype=None):
+        if dim_ is None or (isinstance(dim_, (tuple, list)) and len(dim_) != 1):
+            raise UnsupportedOpError(f"{op} over several axes (or all of them)")
+        axis = dim_[0] if isinstance(dim_, (tuple, list)) else dim_
+        if dtype is not None:
+            x = self.cast(x, pdtype(dtype))
+        return self.g.op(op, x, axis=axis, keepdim=bool(keepdim))
+
+    def to(self, x, args, kwargs):
+        """``x.to(...)`` / ``x.type(...)``: a cast, or nothing (``.to("cpu")``)."""
+        torch = self.torch
+        target = None
+        for a in (*args, kwargs.get("dtype"), kwargs.get("device")):
+            if isinstance(a, torch.dtype):
+                target = pdtype(a)
+            elif isinstance(a, Value):
+                target = a.dtype
+            elif isinstance(a, (str, torch.device)):
+                dev = torch.device(a) if not (isinstance(a, str) and a.startswith("torch.")) \
+                    else None
+                if dev is None:  # .type("torch.FloatTensor")
+                    raise UnsupportedOpError(f".type({a!r})")
+                if dev.type != "cpu":
+                    raise UnsupportedOpError(f".to({a!r}): polycomp graphs run on the CPU")
+        return x if target is None else self.cast(x, target)
 
     def getitem(self, x, idx):
         if not isinstance(x, Value):
@@ -121,7 +272,11 @@ class _Importer:
                 continue
             if s.step not in (None, 1):
                 raise UnsupportedOpError("strided slicing")
-            x = self.g.slice(x, axis=axis, start=s.start or 0, end=s.stop)
+            start = s.start or 0
+            if not isinstance(start, int) or start < 0 or (
+                    isinstance(s.stop, int) and s.stop < 0):
+                raise UnsupportedOpError("slicing with a negative or symbolic start")
+            x = self.g.slice(x, axis=axis, start=start, end=s.stop)
         return x
 
     # ------------------------------------------------------------------ dispatch
@@ -145,18 +300,30 @@ class _Importer:
     def function(self, name: str, args, kwargs):
         g = self.g
         if name in ("add", "sub", "mul", "div"):
-            return self.binary(name, args[0], args[1])
+            if name == "div" and kwargs.get("rounding_mode") is not None:
+                raise UnsupportedOpError(f"div with rounding_mode={kwargs['rounding_mode']!r}")
+            b = args[1] if len(args) > 1 else kwargs.get("other")
+            return self.binary(name, args[0], b, kwargs.get("alpha", 1))
+        if name == "maximum":
+            return self.binary_values("maximum", args[0], args[1])
         if name == "linear":
             return self.linear(args[0], args[1], args[2] if len(args) > 2 else kwargs.get("bias"))
         if name == "gelu":
-            return g.gelu(args[0], approximate=kwargs.get("approximate", "none"))
+            return self.unary("gelu", args[0], approximate=kwargs.get("approximate", "none"))
         if name == "softmax":
-            return g.softmax(args[0], axis=kwargs.get("dim", args[1] if len(args) > 1 else -1))
+            return self.softmax(args[0], kwargs.get("dim", args[1] if len(args) > 1 else -1),
+                                kwargs.get("dtype", args[2] if len(args) > 2 else None))
         if name == "layer_norm":
-            w, b = (args[2], args[3]) if len(args) > 3 else (kwargs.get("weight"),
-                                                             kwargs.get("bias"))
+            shape = args[1] if len(args) > 1 else kwargs["normalized_shape"]
+            w = args[2] if len(args) > 2 else kwargs.get("weight")
+            b = args[3] if len(args) > 3 else kwargs.get("bias")
             eps = args[4] if len(args) > 4 else kwargs.get("eps", 1e-5)
-            return g.layernorm(args[0], w, b, eps=eps)
+            return self.layer_norm(args[0], shape, w, b, eps)
+        if name == "dropout":
+            p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+            training = args[2] if len(args) > 2 else kwargs.get("training", kwargs.get(
+                "train", True))
+            return self.dropout(args[0], p, training)
         if name == "narrow":
             x, axis, start, length = args[:4]
             return g.slice(x, axis=axis, start=start, end=start + length)
@@ -171,37 +338,82 @@ class _Importer:
         if name == "getitem":
             return self.getitem(args[0], args[1])
         if name == "floordiv":
+            if isinstance(args[0], Value) or isinstance(args[1], Value):
+                raise UnsupportedOpError("floor division of tensors")
             return args[0] // args[1]
         if name == "msqrt":
             return math.sqrt(args[0])
         if name == "matmul":
-            return g.matmul(args[0], args[1])
-        return g.op(name, args[0])
+            return self.matmul(args[0], args[1])
+        if name in ("sum", "mean", "amax"):
+            return self.reduce(name, args[0], kwargs.get("dim", args[1] if len(args) > 1
+                                                         else None),
+                               kwargs.get("keepdim", args[2] if len(args) > 2 else False),
+                               kwargs.get("dtype"))
+        return self.unary(name, args[0])
+
+    def binary_values(self, op: str, a, b):
+        if not (isinstance(a, Value) and isinstance(b, Value)):
+            raise UnsupportedOpError(f"{op} with a non-tensor operand")
+        d = self.result_dtype(a, b)
+        return self.g.op(op, self.cast(a, d), self.cast(b, d))
 
     def method(self, name: str, args, kwargs):
         g = self.g
         x = args[0]
         if name == "size":
             return x.shape[args[1]] if len(args) > 1 else tuple(x.shape)
+        if name == "dim" and isinstance(x, Value):
+            return len(x.shape)
+        if not isinstance(x, Value):
+            if name == "item" and isinstance(x, _SCALAR):
+                return x
+            raise UnsupportedOpError(f"method .{name}() of a {type(x).__name__}")
+        if name == "item":
+            return self.item(x)
         if name in ("view", "reshape"):
             shape = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else args[1:]
+            if len(args) == 2 and not isinstance(args[1], (tuple, list, int, sympy.Expr)):
+                raise UnsupportedOpError(f".{name}() with a {type(args[1]).__name__}")
             return g.reshape(x, shape=tuple(shape))
         if name == "transpose":
             return g.transpose(x, dim0=args[1], dim1=args[2])
         if name == "permute":
             perm = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else args[1:]
             return g.permute(x, perm=tuple(perm))
-        if name == "item" and isinstance(x, _SCALAR):
+        if name in ("contiguous", "clone", "detach"):
             return x
-        if name in ("contiguous", "float"):
-            return x
+        if name in _CAST_METHODS:
+            return self.cast(x, _CAST_METHODS[name])
+        if name in ("to", "type"):
+            return self.to(x, args[1:], kwargs)
+        if name == "type_as":
+            return self.cast(x, args[1].dtype)
         if name == "softmax":
-            return g.softmax(x, axis=kwargs.get("dim", args[1] if len(args) > 1 else -1))
+            return self.softmax(x, kwargs.get("dim", args[1] if len(args) > 1 else -1),
+                                kwargs.get("dtype"))
         if name in ("add", "sub", "mul", "div"):
-            return self.binary(name, x, args[1])
-        if name in ("relu", "tanh", "exp", "sigmoid", "sqrt", "rsqrt"):
+            if name == "div" and kwargs.get("rounding_mode") is not None:
+                raise UnsupportedOpError(f"div with rounding_mode={kwargs['rounding_mode']!r}")
+            b = args[1] if len(args) > 1 else kwargs.get("other")
+            return self.binary(name, x, b, kwargs.get("alpha", 1))
+        if name in ("relu", "tanh", "exp", "sigmoid", "sqrt", "rsqrt", "neg"):
             return g.op(name, x)
+        if name in ("sum", "mean", "amax"):
+            return self.reduce(name, x, kwargs.get("dim", args[1] if len(args) > 1 else None),
+                               kwargs.get("keepdim", args[2] if len(args) > 2 else False),
+                               kwargs.get("dtype"))
         raise UnsupportedOpError(f"method .{name}()")
+
+
+def _is_fake(t) -> bool:
+    return type(t).__name__ in ("FakeTensor", "FunctionalTensor") or t.device.type == "meta"
+
+
+def _number(s) -> int | float:
+    if isinstance(s, sympy.Expr):
+        return int(s) if s.is_integer else float(s)
+    return s
 
 
 def _symdim(d) -> Any:
@@ -215,11 +427,36 @@ def _symdim(d) -> Any:
     return expr.xreplace({x: dim(str(x)) for x in expr.free_symbols})
 
 
+def _check_against_example(n, value) -> None:
+    """The imported value must have the dtype and rank torch recorded for the node."""
+    import torch
+    if "example_value" not in n.meta:  # a node the functionalisation added
+        return
+    ex = n.meta["example_value"]
+    if not isinstance(ex, torch.Tensor):
+        if isinstance(value, Value):
+            raise UnsupportedOpError(f"{n.name}: polycomp made a tensor of what torch "
+                                     f"records as {type(ex).__name__} (import disagrees)")
+        return
+    if not isinstance(value, Value):
+        raise UnsupportedOpError(f"{n.name}: a {type(value).__name__} where torch has a "
+                                 f"tensor (import disagrees)")
+    want = TORCH_DTYPES.get(str(ex.dtype))
+    if want != value.dtype or ex.ndim != len(value.shape or ()):
+        raise UnsupportedOpError(f"{n.name}: import disagrees with torch: {value.dtype} rank "
+                                 f"{len(value.shape or ())} vs {ex.dtype} rank {ex.ndim}")
+
+
 def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
               example_inputs: Sequence | None = None, name: str = "fx") -> Graph:
     """Import ``gm``.  Input shapes come from ``input_shapes`` (dims may be names such as
     ``"B"``) or from ``example_inputs`` (a SymInt extent, as Dynamo's ``dynamic=True``
-    gives, becomes the symbol of the same name; an ``nn.Parameter`` becomes a constant)."""
+    gives, becomes the symbol of the same name; an ``nn.Parameter`` becomes a constant).
+    In-place ops are made functional (:func:`.functionalize.functionalize`); updated
+    inputs are written back by the runtime (``Graph.mutations``)."""
+    from .functionalize import functionalize
+    fn = functionalize(gm, example_inputs)
+    gm = fn.gm
     imp = _Importer(gm, name)
     torch = imp.torch
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -227,18 +464,33 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
     for k, n in enumerate(placeholders):
         ex = example_inputs[k] if example_inputs is not None else n.meta.get("example_value")
         if isinstance(ex, torch.nn.Parameter):
-            imp.env[n] = imp.const(ex)
+            try:
+                imp.env[n] = imp.const(ex)
+            except UnsupportedOpError as e:
+                imp.unsupported.append(f"parameter {n.name}: {e.message}")
+                imp.env[n] = None
         elif isinstance(ex, torch.SymInt):
             imp.env[n] = _symdim(ex)
-        elif isinstance(ex, int):
+        elif isinstance(ex, (int, float)):
             imp.env[n] = ex
-        elif isinstance(ex, torch.Tensor) and ex.ndim == 0:  # Dynamo's dynamic float attrs
-            imp.env[n] = float(ex)
         else:
             fake = n.meta.get("example_value", ex)  # Dynamo: SymInt extents live here
+            if fake is None and ex is None and input_shapes is None:
+                raise UnsupportedOpError(f"input {n.name}: no shape (pass input_shapes)")
             shape = input_shapes[k] if input_shapes is not None else \
                 [_symdim(d) for d in fake.shape]
-            imp.env[n] = imp.g.input(n.name, shape)
+            dtype = "float32"
+            src = fake if fake is not None else ex
+            if src is not None and hasattr(src, "dtype"):
+                try:
+                    dtype = pdtype(src.dtype)
+                except UnsupportedOpError as e:
+                    imp.unsupported.append(f"input {n.name}: {e.message}")
+                    imp.env[n] = None
+                    continue
+            imp.env[n] = imp.g.input(n.name, shape, dtype)
+            if isinstance(ex, torch.Tensor) and ex.ndim == 0 and not _is_fake(ex):
+                imp.scalars[imp.env[n]] = ex.item()
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             continue
@@ -247,27 +499,47 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
             outputs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             continue
         if n.op == "get_attr":
-            imp.env[n] = imp.const(_fetch_attr(gm, n.target))
+            try:
+                imp.env[n] = imp.const(_fetch_attr(gm, n.target))
+            except UnsupportedOpError as e:
+                imp.unsupported.append(f"attribute {n.target}: {e.message}")
+                imp.unsupported_nodes.append(n.name)
+                imp.env[n] = None
+            continue
+        deps: list = []
+        torch.fx.node.map_arg((n.args, n.kwargs), deps.append)
+        if any(imp.env.get(d) is None for d in deps):  # fed by an op that runs eagerly: a
+            imp.env[n] = None                         # piece of its own after a split
             continue
         try:
-            imp.env[n] = imp.call(n.op, n.target, imp.val(n.args), imp.val(n.kwargs))
-        except UnsupportedOpError as e:
-            imp.unsupported.append(e.message)
+            v = imp.call(n.op, n.target, imp.val(n.args), imp.val(n.kwargs))
+            _check_against_example(n, v)
+            imp.env[n] = v
+        except PolycompError as e:
+            imp.unsupported.append(e.message.splitlines()[0])
             imp.unsupported_nodes.append(n.name)
             imp.env[n] = None
-        except TypeError as e:  # an input of this op is already unsupported
-            if "got None" not in str(e):
-                imp.unsupported.append(f"{n.op} {n.target} ({e})")
-            imp.env[n] = None
-        except (KeyError, AttributeError) as e:
-            imp.unsupported.append(f"{n.op} {n.target} ({e})")
+        except (TypeError, KeyError, AttributeError, IndexError, ValueError) as e:
+            imp.unsupported.append(f"{n.op} {getattr(n.target, '__name__', n.target)} "
+                                   f"({type(e).__name__}: {e})")
+            imp.unsupported_nodes.append(n.name)
             imp.env[n] = None
     if imp.unsupported:
         err = UnsupportedOpError("unsupported ops: " + ", ".join(dict.fromkeys(imp.unsupported)))
         err.nodes = list(imp.unsupported_nodes)  # type: ignore[attr-defined]
         raise err
     outs = [imp.val(o) for o in outputs]
-    return imp.g.build(*outs)
+    for o in outs:
+        if not isinstance(o, Value):
+            raise UnsupportedOpError(f"the graph returns a {type(o).__name__}, not a tensor")
+    values = outs[:fn.n_outputs]
+    phs = [imp.env[p] for p in placeholders]
+    mutations = [(phs[k], new) for k, new in zip(fn.mutated, outs[fn.n_outputs:])]
+    for v, _ in mutations:
+        if not isinstance(v, Value) or not v.is_input:
+            raise UnsupportedOpError("an in-place update of a parameter (captured as a "
+                                     "constant)")
+    return imp.g.build(*values, mutations=[(v, new) for v, new in mutations if new is not v])
 
 
 def import_module(module, input_shapes: Sequence[Sequence], name: str | None = None) -> Graph:
