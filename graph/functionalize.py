@@ -65,6 +65,10 @@ FRESH = frozenset({
     "truediv", "floordiv", "mod", "and_", "or_", "xor", "invert", "lshift", "rshift",
 })
 
+FRESH_MODULES = frozenset({"Linear", "LayerNorm", "GELU", "ReLU", "Tanh", "Softmax", "Sigmoid",
+                           "SiLU", "Conv1d", "Conv2d", "BatchNorm1d", "BatchNorm2d",
+                           "Embedding", "ReLU6", "Hardtanh", "LeakyReLU"})
+
 # in-place methods that change a tensor's metadata: fine on an intermediate (functional
 # form), impossible to write back into a caller's tensor
 METADATA_INPLACE = frozenset({"unsqueeze_", "squeeze_", "transpose_", "t_", "swapdims_",
@@ -155,7 +159,7 @@ class _Pass:
         if n.op in ("placeholder", "get_attr"):
             return True
         if n.op == "call_module":
-            return False
+            return type(self.gm.get_submodule(n.target)).__name__ in FRESH_MODULES
         name = _name(n.target)
         if name in ("dropout", "alpha_dropout", "feature_alpha_dropout"):  # x in eval mode
             return False
@@ -228,9 +232,8 @@ class _Pass:
         self.changed = True
 
     def inplace_of(self, n):
-        """(mutated argument index or None, functional op, target, cast_back, metadata)
-        for an in-place node, else None."""
-        torch = self.torch
+        """(functional op, target, cast_back, metadata) for an in-place node, else None;
+        :class:`UnsupportedOpError` for an update that cannot be made functional."""
         if n.op == "call_function" and n.target in INPLACE_OPERATORS:
             if n.args and _is_node(n.args[0]) and self.tensorish(self.val[n.args[0]]):
                 return ("call_function", INPLACE_OPERATORS[n.target], True, False)
@@ -242,33 +245,39 @@ class _Pass:
             raise UnsupportedOpError(f"{_name(n.target)}(..., out=...) writes its result into "
                                      f"an existing tensor")
         if n.op == "call_method" and _is_inplace_name(n.target):
-            name = n.target
-            if name in SPECIAL_METHODS:
-                return ("call_function", SPECIAL_METHODS[name], False, False)
-            base = getattr(torch.Tensor, name[:-1], None)
-            if name == "requires_grad_" or not callable(base):
-                raise UnsupportedOpError(f".{name}(): an in-place op without an out-of-place "
-                                         f"form")
-            return ("call_method", name[:-1], True, name in METADATA_INPLACE)
+            return self._inplace_method(n.target)
         if n.op == "call_function":
-            name = _name(n.target)
-            if name in ("batch_norm", "instance_norm") and _training_norm(n):
-                raise UnsupportedOpError(f"{name} in training mode updates its running "
-                                         f"statistics in place")
-            if _is_inplace_name(name):
-                for ns in (torch, torch.nn.functional, torch.Tensor):
-                    if getattr(ns, name, None) is n.target:  # torch.relu_, F.relu_, ...
-                        fn = getattr(ns, name[:-1], None)
-                        if not callable(fn):
-                            raise UnsupportedOpError(f"{name}(): an in-place op without an "
-                                                     f"out-of-place form")
-                        return ("call_function", fn, True, name in METADATA_INPLACE)
-            if _inplace_kwarg(n):
-                return ("call_function", n.target, False, False)
+            return self._inplace_function(n)
         if n.op == "call_module":
             m = self.gm.get_submodule(n.target)
             if getattr(m, "inplace", False) is True:
                 return ("call_module", n.target, False, False)
+        return None
+
+    def _inplace_method(self, name: str):
+        if name in SPECIAL_METHODS:
+            return ("call_function", SPECIAL_METHODS[name], False, False)
+        base = getattr(self.torch.Tensor, name[:-1], None)
+        if name == "requires_grad_" or not callable(base):
+            raise UnsupportedOpError(f".{name}(): an in-place op without an out-of-place form")
+        return ("call_method", name[:-1], True, name in METADATA_INPLACE)
+
+    def _inplace_function(self, n):
+        torch = self.torch
+        name = _name(n.target)
+        if name in ("batch_norm", "instance_norm") and _training_norm(n):
+            raise UnsupportedOpError(f"{name} in training mode updates its running "
+                                     f"statistics in place")
+        if _is_inplace_name(name):
+            for ns in (torch, torch.nn.functional, torch.Tensor):
+                if getattr(ns, name, None) is n.target:  # torch.relu_, F.relu_, ...
+                    fn = getattr(ns, name[:-1], None)
+                    if not callable(fn):
+                        raise UnsupportedOpError(f"{name}(): an in-place op without an "
+                                                 f"out-of-place form")
+                    return ("call_function", fn, True, name in METADATA_INPLACE)
+        if _inplace_kwarg(n):
+            return ("call_function", n.target, False, False)
         return None
 
     # ------------------------------------------------------------------ the pass

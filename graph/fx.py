@@ -95,6 +95,7 @@ class _Importer:
         self.unsupported_nodes: list[str] = []
         self._consts: dict[Any, Value] = {}
         self.scalars: dict[Value, Any] = {}  # 0-d inputs with a real example: its value
+        self._handlers: dict[str, Any] = {}
         nn = torch.nn
         self.modules = {nn.Linear: self._linear_mod, nn.LayerNorm: self._ln_mod,
                         nn.GELU: lambda m, x: self.g.gelu(x, approximate=m.approximate),
@@ -297,60 +298,93 @@ class _Importer:
             raise UnsupportedOpError(f"function {sym}")
         return self.function(name, args, kwargs)
 
+    # Handlers by op name, shared by functions (``torch.softmax(x, -1)``) and methods
+    # (``x.softmax(-1)``: the tensor is args[0]); each takes (name, args, kwargs).
     def function(self, name: str, args, kwargs):
-        g = self.g
-        if name in ("add", "sub", "mul", "div"):
-            if name == "div" and kwargs.get("rounding_mode") is not None:
-                raise UnsupportedOpError(f"div with rounding_mode={kwargs['rounding_mode']!r}")
-            b = args[1] if len(args) > 1 else kwargs.get("other")
-            return self.binary(name, args[0], b, kwargs.get("alpha", 1))
-        if name == "maximum":
-            return self.binary_values("maximum", args[0], args[1])
-        if name == "linear":
-            return self.linear(args[0], args[1], args[2] if len(args) > 2 else kwargs.get("bias"))
-        if name == "gelu":
-            return self.unary("gelu", args[0], approximate=kwargs.get("approximate", "none"))
-        if name == "softmax":
-            return self.softmax(args[0], kwargs.get("dim", args[1] if len(args) > 1 else -1),
-                                kwargs.get("dtype", args[2] if len(args) > 2 else None))
-        if name == "layer_norm":
-            shape = args[1] if len(args) > 1 else kwargs["normalized_shape"]
-            w = args[2] if len(args) > 2 else kwargs.get("weight")
-            b = args[3] if len(args) > 3 else kwargs.get("bias")
-            eps = args[4] if len(args) > 4 else kwargs.get("eps", 1e-5)
-            return self.layer_norm(args[0], shape, w, b, eps)
-        if name == "dropout":
-            p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-            training = args[2] if len(args) > 2 else kwargs.get("training", kwargs.get(
-                "train", True))
-            return self.dropout(args[0], p, training)
-        if name == "narrow":
-            x, axis, start, length = args[:4]
-            return g.slice(x, axis=axis, start=start, end=start + length)
-        if name == "identity":
-            return args[0]
-        if name == "transpose":
-            return g.transpose(args[0], dim0=args[1], dim1=args[2])
-        if name == "permute":
-            return g.permute(args[0], perm=tuple(args[1]))
-        if name == "reshape":
-            return g.reshape(args[0], shape=tuple(args[1]))
-        if name == "getitem":
-            return self.getitem(args[0], args[1])
-        if name == "floordiv":
-            if isinstance(args[0], Value) or isinstance(args[1], Value):
-                raise UnsupportedOpError("floor division of tensors")
-            return args[0] // args[1]
-        if name == "msqrt":
-            return math.sqrt(args[0])
-        if name == "matmul":
-            return self.matmul(args[0], args[1])
-        if name in ("sum", "mean", "amax"):
-            return self.reduce(name, args[0], kwargs.get("dim", args[1] if len(args) > 1
-                                                         else None),
-                               kwargs.get("keepdim", args[2] if len(args) > 2 else False),
-                               kwargs.get("dtype"))
-        return self.unary(name, args[0])
+        h = self.handlers.get(name)
+        return h(name, args, kwargs) if h is not None else self.unary(name, args[0])
+
+    def method(self, name: str, args, kwargs):
+        x = args[0]
+        if name == "size":
+            return x.shape[args[1]] if len(args) > 1 else tuple(x.shape)
+        if not isinstance(x, Value):
+            if name == "item" and isinstance(x, _SCALAR):
+                return x
+            raise UnsupportedOpError(f"method .{name}() of a {type(x).__name__}")
+        if name in _CAST_METHODS:
+            return self.cast(x, _CAST_METHODS[name])
+        h = self.handlers.get(name)
+        if h is None or name in _NOT_METHODS:
+            raise UnsupportedOpError(f"method .{name}()")
+        return h(name, args, kwargs)
+
+    @property
+    def handlers(self) -> dict[str, Any]:
+        h = self._handlers
+        if not h:
+            for k in ("add", "sub", "mul", "div"):
+                h[k] = self._h_arith
+            for k in ("relu", "tanh", "exp", "sigmoid", "sqrt", "rsqrt", "neg"):
+                h[k] = lambda name, a, kw: self.unary(name, a[0])
+            for k in ("sum", "mean", "amax"):
+                h[k] = self._h_reduce
+            for k in ("contiguous", "clone", "detach", "identity"):
+                h[k] = lambda name, a, kw: a[0]
+            h.update(maximum=lambda name, a, kw: self.binary_values(name, a[0], a[1]),
+                     linear=lambda name, a, kw: self.linear(
+                         a[0], a[1], a[2] if len(a) > 2 else kw.get("bias")),
+                     gelu=lambda name, a, kw: self.unary(
+                         name, a[0], approximate=kw.get("approximate", "none")),
+                     softmax=lambda name, a, kw: self.softmax(
+                         a[0], _arg(a, kw, 1, "dim", -1), _arg(a, kw, 2, "dtype", None)),
+                     layer_norm=self._h_layer_norm, dropout=self._h_dropout,
+                     narrow=lambda name, a, kw: self.g.slice(a[0], axis=a[1], start=a[2],
+                                                             end=a[2] + a[3]),
+                     transpose=lambda name, a, kw: self.g.transpose(a[0], dim0=a[1],
+                                                                    dim1=a[2]),
+                     permute=lambda name, a, kw: self.g.permute(a[0], perm=_varargs(a)),
+                     reshape=self._h_reshape, view=self._h_reshape,
+                     getitem=lambda name, a, kw: self.getitem(a[0], a[1]),
+                     floordiv=self._h_floordiv, msqrt=lambda name, a, kw: math.sqrt(a[0]),
+                     matmul=lambda name, a, kw: self.matmul(a[0], a[1]),
+                     dim=lambda name, a, kw: len(a[0].shape),
+                     item=lambda name, a, kw: self.item(a[0]),
+                     to=lambda name, a, kw: self.to(a[0], a[1:], kw),
+                     type=lambda name, a, kw: self.to(a[0], a[1:], kw),
+                     type_as=lambda name, a, kw: self.cast(a[0], a[1].dtype))
+        return h
+
+    def _h_arith(self, name, args, kwargs):
+        if name == "div" and kwargs.get("rounding_mode") is not None:
+            raise UnsupportedOpError(f"div with rounding_mode={kwargs['rounding_mode']!r}")
+        return self.binary(name, args[0], _arg(args, kwargs, 1, "other", None),
+                           kwargs.get("alpha", 1))
+
+    def _h_reduce(self, name, args, kwargs):
+        return self.reduce(name, args[0], _arg(args, kwargs, 1, "dim", None),
+                           _arg(args, kwargs, 2, "keepdim", False), kwargs.get("dtype"))
+
+    def _h_layer_norm(self, name, args, kwargs):
+        return self.layer_norm(args[0], _arg(args, kwargs, 1, "normalized_shape", None),
+                               _arg(args, kwargs, 2, "weight", None),
+                               _arg(args, kwargs, 3, "bias", None),
+                               _arg(args, kwargs, 4, "eps", 1e-5))
+
+    def _h_dropout(self, name, args, kwargs):
+        training = kwargs.get("train", True)  # torch.dropout(x, p, train)
+        return self.dropout(args[0], _arg(args, kwargs, 1, "p", 0.5),
+                            _arg(args, kwargs, 2, "training", training))
+
+    def _h_reshape(self, name, args, kwargs):
+        if len(args) == 2 and not isinstance(args[1], (tuple, list, int, sympy.Expr)):
+            raise UnsupportedOpError(f"{name} to a {type(args[1]).__name__}")
+        return self.g.reshape(args[0], shape=_varargs(args))
+
+    def _h_floordiv(self, name, args, kwargs):
+        if isinstance(args[0], Value) or isinstance(args[1], Value):
+            raise UnsupportedOpError("floor division of tensors")
+        return args[0] // args[1]
 
     def binary_values(self, op: str, a, b):
         if not (isinstance(a, Value) and isinstance(b, Value)):
@@ -358,52 +392,22 @@ class _Importer:
         d = self.result_dtype(a, b)
         return self.g.op(op, self.cast(a, d), self.cast(b, d))
 
-    def method(self, name: str, args, kwargs):
-        g = self.g
-        x = args[0]
-        if name == "size":
-            return x.shape[args[1]] if len(args) > 1 else tuple(x.shape)
-        if name == "dim" and isinstance(x, Value):
-            return len(x.shape)
-        if not isinstance(x, Value):
-            if name == "item" and isinstance(x, _SCALAR):
-                return x
-            raise UnsupportedOpError(f"method .{name}() of a {type(x).__name__}")
-        if name == "item":
-            return self.item(x)
-        if name in ("view", "reshape"):
-            shape = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else args[1:]
-            if len(args) == 2 and not isinstance(args[1], (tuple, list, int, sympy.Expr)):
-                raise UnsupportedOpError(f".{name}() with a {type(args[1]).__name__}")
-            return g.reshape(x, shape=tuple(shape))
-        if name == "transpose":
-            return g.transpose(x, dim0=args[1], dim1=args[2])
-        if name == "permute":
-            perm = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else args[1:]
-            return g.permute(x, perm=tuple(perm))
-        if name in ("contiguous", "clone", "detach"):
-            return x
-        if name in _CAST_METHODS:
-            return self.cast(x, _CAST_METHODS[name])
-        if name in ("to", "type"):
-            return self.to(x, args[1:], kwargs)
-        if name == "type_as":
-            return self.cast(x, args[1].dtype)
-        if name == "softmax":
-            return self.softmax(x, kwargs.get("dim", args[1] if len(args) > 1 else -1),
-                                kwargs.get("dtype"))
-        if name in ("add", "sub", "mul", "div"):
-            if name == "div" and kwargs.get("rounding_mode") is not None:
-                raise UnsupportedOpError(f"div with rounding_mode={kwargs['rounding_mode']!r}")
-            b = args[1] if len(args) > 1 else kwargs.get("other")
-            return self.binary(name, x, b, kwargs.get("alpha", 1))
-        if name in ("relu", "tanh", "exp", "sigmoid", "sqrt", "rsqrt", "neg"):
-            return g.op(name, x)
-        if name in ("sum", "mean", "amax"):
-            return self.reduce(name, x, kwargs.get("dim", args[1] if len(args) > 1 else None),
-                               kwargs.get("keepdim", args[2] if len(args) > 2 else False),
-                               kwargs.get("dtype"))
-        raise UnsupportedOpError(f"method .{name}()")
+
+# handlers that are functions only (``x.linear()`` is no method)
+_NOT_METHODS = ("linear", "layer_norm", "dropout", "narrow", "getitem", "floordiv", "msqrt",
+                "identity", "maximum", "matmul")
+
+
+def _arg(args, kwargs, k: int, name: str, default):
+    """Argument ``k`` (or keyword ``name``) of a call."""
+    return args[k] if len(args) > k else kwargs.get(name, default)
+
+
+def _varargs(args) -> tuple:
+    """``x.view(2, 3)`` or ``x.view((2, 3))`` -> ``(2, 3)``."""
+    if len(args) == 2 and isinstance(args[1], (tuple, list)):
+        return tuple(args[1])
+    return tuple(args[1:])
 
 
 def _is_fake(t) -> bool:
@@ -458,72 +462,22 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
     fn = functionalize(gm, example_inputs)
     gm = fn.gm
     imp = _Importer(gm, name)
-    torch = imp.torch
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    outputs: list = []
     for k, n in enumerate(placeholders):
         ex = example_inputs[k] if example_inputs is not None else n.meta.get("example_value")
-        if isinstance(ex, torch.nn.Parameter):
-            try:
-                imp.env[n] = imp.const(ex)
-            except UnsupportedOpError as e:
-                imp.unsupported.append(f"parameter {n.name}: {e.message}")
-                imp.env[n] = None
-        elif isinstance(ex, torch.SymInt):
-            imp.env[n] = _symdim(ex)
-        elif isinstance(ex, (int, float)):
-            imp.env[n] = ex
-        else:
-            fake = n.meta.get("example_value", ex)  # Dynamo: SymInt extents live here
-            if fake is None and ex is None and input_shapes is None:
-                raise UnsupportedOpError(f"input {n.name}: no shape (pass input_shapes)")
-            shape = input_shapes[k] if input_shapes is not None else \
-                [_symdim(d) for d in fake.shape]
-            dtype = "float32"
-            src = fake if fake is not None else ex
-            if src is not None and hasattr(src, "dtype"):
-                try:
-                    dtype = pdtype(src.dtype)
-                except UnsupportedOpError as e:
-                    imp.unsupported.append(f"input {n.name}: {e.message}")
-                    imp.env[n] = None
-                    continue
-            imp.env[n] = imp.g.input(n.name, shape, dtype)
-            if isinstance(ex, torch.Tensor) and ex.ndim == 0 and not _is_fake(ex):
-                imp.scalars[imp.env[n]] = ex.item()
+        try:
+            imp.env[n] = _placeholder(imp, n, ex, None if input_shapes is None
+                                      else input_shapes[k])
+        except UnsupportedOpError as e:
+            imp.unsupported.append(f"input {n.name}: {e.message}")
+            imp.env[n] = None
+    outputs: list = []
     for n in gm.graph.nodes:
-        if n.op == "placeholder":
-            continue
         if n.op == "output":
             outs = n.args[0]
             outputs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-            continue
-        if n.op == "get_attr":
-            try:
-                imp.env[n] = imp.const(_fetch_attr(gm, n.target))
-            except UnsupportedOpError as e:
-                imp.unsupported.append(f"attribute {n.target}: {e.message}")
-                imp.unsupported_nodes.append(n.name)
-                imp.env[n] = None
-            continue
-        deps: list = []
-        torch.fx.node.map_arg((n.args, n.kwargs), deps.append)
-        if any(imp.env.get(d) is None for d in deps):  # fed by an op that runs eagerly: a
-            imp.env[n] = None                         # piece of its own after a split
-            continue
-        try:
-            v = imp.call(n.op, n.target, imp.val(n.args), imp.val(n.kwargs))
-            _check_against_example(n, v)
-            imp.env[n] = v
-        except PolycompError as e:
-            imp.unsupported.append(e.message.splitlines()[0])
-            imp.unsupported_nodes.append(n.name)
-            imp.env[n] = None
-        except (TypeError, KeyError, AttributeError, IndexError, ValueError) as e:
-            imp.unsupported.append(f"{n.op} {getattr(n.target, '__name__', n.target)} "
-                                   f"({type(e).__name__}: {e})")
-            imp.unsupported_nodes.append(n.name)
-            imp.env[n] = None
+        elif n.op != "placeholder":
+            _import_node(imp, gm, n)
     if imp.unsupported:
         err = UnsupportedOpError("unsupported ops: " + ", ".join(dict.fromkeys(imp.unsupported)))
         err.nodes = list(imp.unsupported_nodes)  # type: ignore[attr-defined]
@@ -532,14 +486,66 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
     for o in outs:
         if not isinstance(o, Value):
             raise UnsupportedOpError(f"the graph returns a {type(o).__name__}, not a tensor")
-    values = outs[:fn.n_outputs]
     phs = [imp.env[p] for p in placeholders]
     mutations = [(phs[k], new) for k, new in zip(fn.mutated, outs[fn.n_outputs:])]
     for v, _ in mutations:
         if not isinstance(v, Value) or not v.is_input:
             raise UnsupportedOpError("an in-place update of a parameter (captured as a "
                                      "constant)")
-    return imp.g.build(*values, mutations=[(v, new) for v, new in mutations if new is not v])
+    return imp.g.build(*outs[:fn.n_outputs],
+                       mutations=[(v, new) for v, new in mutations if new is not v])
+
+
+def _placeholder(imp: _Importer, n, ex, shape):
+    """The graph value (or Python number) of placeholder ``n``; ``ex`` is its example."""
+    torch = imp.torch
+    if isinstance(ex, torch.nn.Parameter):
+        return imp.const(ex)
+    if isinstance(ex, torch.SymInt):
+        return _symdim(ex)
+    if isinstance(ex, (int, float)):
+        return ex
+    fake = n.meta.get("example_value", ex)  # Dynamo: SymInt extents live here
+    if shape is None and not hasattr(fake, "shape"):
+        raise UnsupportedOpError(f"a {type(fake).__name__}, not a tensor")
+    if shape is None:
+        shape = [_symdim(d) for d in fake.shape]
+    src = fake if fake is not None else ex
+    dtype = pdtype(src.dtype) if src is not None and hasattr(src, "dtype") else "float32"
+    v = imp.g.input(n.name, shape, dtype)
+    if isinstance(ex, torch.Tensor) and ex.ndim == 0 and not _is_fake(ex):
+        imp.scalars[v] = ex.item()
+    return v
+
+
+def _import_node(imp: _Importer, gm, n) -> None:
+    """Import one node into ``imp.env`` (None: it runs eagerly; its reason and name are
+    recorded in ``imp.unsupported`` / ``imp.unsupported_nodes``)."""
+    imp.env[n] = None
+    if n.op == "get_attr":
+        try:
+            imp.env[n] = imp.const(_fetch_attr(gm, n.target))
+        except UnsupportedOpError as e:
+            imp.unsupported.append(f"attribute {n.target}: {e.message}")
+            imp.unsupported_nodes.append(n.name)
+        return
+    deps: list = []
+    imp.torch.fx.node.map_arg((n.args, n.kwargs), deps.append)
+    if any(imp.env.get(d) is None for d in deps):  # fed by an op that runs eagerly: a
+        if n.target is operator.getitem:          # piece of its own after a split, but
+            imp.unsupported_nodes.append(n.name)  # unpacking stays with its op
+        return
+    try:
+        v = imp.call(n.op, n.target, imp.val(n.args), imp.val(n.kwargs))
+        _check_against_example(n, v)
+        imp.env[n] = v
+    except PolycompError as e:
+        imp.unsupported.append(e.message.splitlines()[0])
+        imp.unsupported_nodes.append(n.name)
+    except (TypeError, KeyError, AttributeError, IndexError, ValueError) as e:
+        imp.unsupported.append(f"{n.op} {getattr(n.target, '__name__', n.target)} "
+                               f"({type(e).__name__}: {e})")
+        imp.unsupported_nodes.append(n.name)
 
 
 def import_module(module, input_shapes: Sequence[Sequence], name: str | None = None) -> Graph:
