@@ -11,6 +11,10 @@ torch-level ops the importer reads.
   out-of-place op may promote (``int_tensor.add_(0.5)`` keeps int).
   ``y.copy_(s)``, ``y.fill_(v)``, ``y.zero_()`` become :func:`copy`, :func:`fill`,
   :func:`zero` below.
+  Whether a value is a view comes from Dynamo's example values (its ``_base`` is an
+  argument or the argument's base, or it is the very tensor of an argument:
+  ``x.float()`` of a float32 ``x``); a graph without them
+  (``symbolic_trace``) is judged conservatively (:data:`FRESH`).
 * A mutated graph *input* gets its final value as an extra graph output; the caller
   (the Dynamo backend, or the graph runtime through ``Graph.mutations``) writes it back
   into the caller's tensor after the call, so the caller sees eager's mutation.
@@ -20,8 +24,7 @@ runs eagerly, with the message as its reason), never a silently different result
 
 * an in-place op on a *view* (``x[0].add_(1)``, ``x.view(-1).mul_(2)``, item assignment
   ``x[0] = v``), or on a tensor whose views are used after the mutation -- the update
-  would have to reach every alias.  "View" is judged conservatively: the result of any
-  op not known to return fresh storage (:data:`FRESH`) may alias its tensor arguments;
+  would have to reach every alias;
 * an in-place op that changes metadata (``unsqueeze_``, ``resize_``, ``set_``) on an
   input, an op without an out-of-place form (``uniform_``), an ``out=`` argument;
 * an update of a parameter (captured as a constant) or a module attribute (``get_attr``);
@@ -156,8 +159,15 @@ class _Pass:
         return not args or any(self.tensorish(a) for a in args)
 
     def fresh(self, n) -> bool:
+        """Does (new) node ``n`` return new storage?  From Dynamo's example values where
+        they exist (a view, or one of the arguments itself, e.g. ``x.float()`` of a
+        float32 ``x``), else from the op (:data:`FRESH`)."""
         if n.op in ("placeholder", "get_attr"):
             return True
+        ex = _example(n)
+        args = [_example(a) for a in _nodes(n.args, n.kwargs)]
+        if isinstance(ex, self.torch.Tensor) and all(a is not None for a in args):
+            return not any(_aliases(ex, a) for a in args if isinstance(a, self.torch.Tensor))
         if n.op == "call_module":
             return type(self.gm.get_submodule(n.target)).__name__ in FRESH_MODULES
         name = _name(n.target)
@@ -327,6 +337,16 @@ class _Pass:
         name = f"{target.replace('.', '_')}_functional"
         self.gm.add_submodule(name, m)
         return name
+
+
+def _aliases(ex, a) -> bool:
+    """Does example tensor ``ex`` share storage with argument example ``a``?  (A view
+    whose base is a temporary inside the op, as ``matmul`` of a 3-d and a 2-d tensor
+    returns, is new storage.)"""
+    if ex is a:
+        return True
+    b = ex._base
+    return b is not None and (b is a or (a._base is not None and b is a._base))
 
 
 def _is_node(a) -> bool:

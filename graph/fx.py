@@ -223,8 +223,8 @@ class _Importer:
         d = self.result_dtype(a, b)
         if op == "div" and d not in ("float16", "bfloat16", "float32", "float64"):
             d = pdtype(self.torch.get_default_dtype())
-        if d == "bool":
-            raise UnsupportedOpError(f"{op} of bool tensors")
+        if d == "bool" and op == "sub":
+            raise UnsupportedOpError("sub of bool tensors")
         if isinstance(b, _SCALAR):
             return self.g.op(op, self.cast(a, d), scalar=_number(b))
         if isinstance(a, _SCALAR):
@@ -472,11 +472,12 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
             imp.unsupported.append(f"input {n.name}: {e.message}")
             imp.env[n] = None
     outputs: list = []
+    live = _live_nodes(gm)
     for n in gm.graph.nodes:
         if n.op == "output":
             outs = n.args[0]
             outputs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-        elif n.op != "placeholder":
+        elif n.op != "placeholder" and n in live:  # dead code is not imported
             _import_node(imp, gm, n)
     if imp.unsupported:
         err = UnsupportedOpError("unsupported ops: " + ", ".join(dict.fromkeys(imp.unsupported)))
@@ -494,6 +495,20 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
                                      "constant)")
     return imp.g.build(*outs[:fn.n_outputs],
                        mutations=[(v, new) for v, new in mutations if new is not v])
+
+
+def _live_nodes(gm) -> set:
+    """The nodes the outputs depend on (the graph is functional: nothing else counts)."""
+    import torch.fx as fx
+    live: set = set()
+    stack = [n for n in gm.graph.nodes if n.op == "output"]
+    while stack:
+        n = stack.pop()
+        if n in live:
+            continue
+        live.add(n)
+        fx.node.map_arg((n.args, n.kwargs), stack.append)
+    return live
 
 
 def _placeholder(imp: _Importer, n, ex, shape):

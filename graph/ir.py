@@ -196,7 +196,8 @@ class GraphBuilder:
               mutations: Sequence[tuple[Value, Value]] = ()) -> Graph:
         """Finish the graph: ``outputs`` are what a call returns; ``mutations`` pairs
         (input, new value) are written back into those inputs after each call (an
-        in-place update of an input, as eager PyTorch does it).  Runs shape propagation."""
+        in-place update of an input, as eager PyTorch does it).  Nodes no output depends
+        on are dropped (a kernel computes only what is used); runs shape propagation."""
         from .shapes import propagate
         g = self.graph
         g.outputs, g.n_results = list(outputs), len(outputs)
@@ -206,5 +207,15 @@ class GraphBuilder:
             if new not in g.outputs:
                 g.outputs.append(new)
             g.mutations.append((v, g.outputs.index(new)))
+        live: set[Node] = set()
+        stack = list(g.outputs)
+        while stack:
+            p = stack.pop().producer
+            if p is not None and p not in live:
+                live.add(p)
+                stack.extend(p.inputs)
+        g.nodes = [n for n in g.nodes if n in live]
+        used = {v for n in g.nodes for v in n.inputs} | set(g.outputs)
+        g.constants = [c for c in g.constants if c in used]
         propagate(g)
         return g

@@ -102,9 +102,9 @@ def _binary_dtype(node: Node) -> str:
         d = dt.promote(d, v.dtype)
     if node.op == "div":
         return _float_dtype(d)
-    if d == "bool" and node.op != "maximum":
-        raise DTypeError(f"{node.op} {node.name!r}: arithmetic on bool tensors; cast them to "
-                         f"a number type first", node.location)
+    if d == "bool" and node.op == "sub":
+        raise DTypeError(f"sub {node.name!r}: subtraction of bool tensors; cast them to a "
+                         f"number type first", node.location)
     return d
 
 
@@ -116,13 +116,20 @@ def _scalar(node: Node, d: str):
     if isinstance(s, float) and not float(s).is_integer():
         raise DTypeError(f"{node.op} {node.name!r}: the scalar {s} does not fit {d}",
                          node.location)
+    if d == "bool":
+        return ir.const(bool(s))
     return ir.const(int(s), d)
 
 
+# on bool operands (torch): + is logical or, * logical and, maximum is or
+_BOOL_BIN = {"add": lambda a, b: ir.bitwise("|", a, b), "mul": lambda a, b: ir.bitwise("&", a, b),
+             "maximum": lambda a, b: ir.bitwise("|", a, b)}
+
+
 def _binary_lower(node: Node, ins, shape):
-    f = _BIN[node.op]
-    n = len(shape)
     d = node.output.dtype
+    f = _BOOL_BIN[node.op] if d == "bool" else _BIN[node.op]
+    n = len(shape)
     if len(ins) == 1:
         s = _scalar(node, d)
         if node.attrs.get("reverse"):
