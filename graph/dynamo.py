@@ -117,7 +117,7 @@ def _compile(gm, example_inputs, target: str, strict: bool, report: Report):
 
         def inner(*args):
             xs = [args[k] for k in picks]
-            if not cg.values_hold(xs):  # a 0-d input read as a number changed: eager
+            if not _guards_hold(cg, args, xs):  # a value read at compile time changed
                 return gm.forward(*args)
             res = cg(*xs)
             return tuple(res) if isinstance(res, tuple) else (res,)
@@ -200,12 +200,18 @@ def _compiled_module(cg, torch, examples, eager):
     class Compiled(torch.nn.Module):
         def forward(self, *args):
             xs = [args[k] for k in picks]
-            if not cg.values_hold(xs):  # a 0-d input read as a number changed
+            if not _guards_hold(cg, args, xs):  # a value read at compile time changed
                 return eager(*args)
             return cg(*xs)
     m = Compiled()
     m.compiled_graph = cg
     return m
+
+
+def _guards_hold(cg, args, xs) -> bool:
+    """Do the numbers read at compile time still hold (the non-tensor arguments, the 0-d
+    inputs and size expressions read as numbers)?"""
+    return all(args[k] == v for k, v in cg.graph.arg_guards) and cg.values_hold(xs)
 
 
 def register() -> None:

@@ -95,6 +95,8 @@ class _Importer:
         self.unsupported_nodes: list[str] = []
         self._consts: dict[Any, Value] = {}
         self.scalars: dict[Value, Any] = {}  # 0-d inputs with a real example: its value
+        self.hints: dict[sympy.Symbol, int] = {}  # dim symbol -> its size in the example
+        self.arg_guards: list[tuple[int, Any]] = []  # placeholder k read as a number
         self._handlers: dict[str, Any] = {}
         nn = torch.nn
         self.modules = {nn.Linear: self._linear_mod, nn.LayerNorm: self._ln_mod,
@@ -116,6 +118,7 @@ class _Importer:
             F.dropout3d: "dropout",
             torch.transpose: "transpose", torch.permute: "permute", torch.reshape: "reshape",
             operator.getitem: "getitem", operator.floordiv: "floordiv", math.sqrt: "msqrt",
+            operator.pow: "pow", torch.pow: "pow", getattr(torch, "_sym_sqrt", math.sqrt): "msqrt",
             torch.neg: "neg", operator.neg: "neg", torch.narrow: "narrow",
             torch._C._nn.linear: "linear", torch.sum: "sum", torch.mean: "mean",
             torch.amax: "amax", torch.maximum: "maximum", torch.clone: "identity",
@@ -148,12 +151,25 @@ class _Importer:
         if isinstance(x, Value):
             return self.torch.empty((1,) * len(x.shape), dtype=torch_dtype(x.dtype))
         if isinstance(x, sympy.Expr):
-            if not x.is_number:
-                raise UnsupportedOpError("arithmetic between a tensor and a symbolic size")
-            return int(x) if x.is_integer else float(x)
+            return 1 if x.is_integer else _number(x)  # (only its kind matters here)
         if isinstance(x, (bool, int, float)):
             return x
         raise UnsupportedOpError(f"an operand of type {type(x).__name__}")
+
+    def number(self, x):
+        """A scalar operand of a tensor op: a number, an integer size expression over the
+        dims (``x * S``: it becomes a kernel parameter), or -- for another expression
+        (``x / math.sqrt(D)`` under dynamic shapes) -- its value in the example, guarded
+        per call (``Graph.expr_guards``)."""
+        if not isinstance(x, sympy.Expr) or x.is_number or x.is_integer:
+            return x
+        v = x.xreplace(self.hints)
+        if not v.is_number:
+            raise UnsupportedOpError(f"arithmetic between a tensor and the size {x} (no "
+                                     f"example value)")
+        v = int(v) if v.is_integer else float(v)
+        self.g.graph.expr_guards.append((x, v))
+        return v
 
     def result_dtype(self, a, b) -> str:
         return pdtype(self.torch.result_type(self._dummy(a), self._dummy(b)))
@@ -220,6 +236,7 @@ class _Importer:
         if isinstance(a, _SCALAR) and isinstance(b, _SCALAR):
             return {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
                     "div": operator.truediv}[op](a, b)
+        a, b = self.number(a), self.number(b)
         d = self.result_dtype(a, b)
         if op == "div" and d not in ("float16", "bfloat16", "float32", "float64"):
             d = pdtype(self.torch.get_default_dtype())
@@ -346,7 +363,7 @@ class _Importer:
                      permute=lambda name, a, kw: self.g.permute(a[0], perm=_varargs(a)),
                      reshape=self._h_reshape, view=self._h_reshape,
                      getitem=lambda name, a, kw: self.getitem(a[0], a[1]),
-                     floordiv=self._h_floordiv, msqrt=lambda name, a, kw: math.sqrt(a[0]),
+                     floordiv=self._h_floordiv, msqrt=self._h_msqrt, pow=self._h_pow,
                      matmul=lambda name, a, kw: self.matmul(a[0], a[1]),
                      dim=lambda name, a, kw: len(a[0].shape),
                      item=lambda name, a, kw: self.item(a[0]),
@@ -381,6 +398,27 @@ class _Importer:
             raise UnsupportedOpError(f"{name} to a {type(args[1]).__name__}")
         return self.g.reshape(args[0], shape=_varargs(args))
 
+    def _h_msqrt(self, name, args, kwargs):
+        x = args[0]
+        return sympy.sqrt(x) if isinstance(x, sympy.Expr) else math.sqrt(x)
+
+    def _h_pow(self, name, args, kwargs):
+        """``a ** b`` of numbers (sizes stay sympy), or of a tensor by 1, 2, 0.5, -0.5."""
+        x, e = args[0], args[1] if len(args) > 1 else kwargs["exponent"]
+        if isinstance(x, _SCALAR) and isinstance(e, _SCALAR):
+            return x ** e
+        if not isinstance(x, Value) or isinstance(e, Value):
+            raise UnsupportedOpError("pow of a number by a tensor, or of two tensors")
+        e = self.number(e)
+        if e == 1:
+            return self.cast(x, self.result_dtype(x, e))
+        if e == 2:
+            return self.binary("mul", x, x)
+        if e in (0.5, -0.5):
+            y = self.cast(x, self.result_dtype(x, e))
+            return self.g.op("sqrt" if e > 0 else "rsqrt", y)
+        raise UnsupportedOpError(f"pow by {e}")
+
     def _h_floordiv(self, name, args, kwargs):
         if isinstance(args[0], Value) or isinstance(args[1], Value):
             raise UnsupportedOpError("floor division of tensors")
@@ -395,7 +433,7 @@ class _Importer:
 
 # handlers that are functions only (``x.linear()`` is no method)
 _NOT_METHODS = ("linear", "layer_norm", "dropout", "narrow", "getitem", "floordiv", "msqrt",
-                "identity", "maximum", "matmul")
+                "identity", "maximum", "matmul")  # (``x.pow(2)`` is a method too)
 
 
 def _arg(args, kwargs, k: int, name: str, default):
@@ -414,8 +452,9 @@ def _is_fake(t) -> bool:
     return type(t).__name__ in ("FakeTensor", "FunctionalTensor") or t.device.type == "meta"
 
 
-def _number(s) -> int | float:
-    if isinstance(s, sympy.Expr):
+def _number(s):
+    """A number (sympy numbers as Python ones); an integer size expression stays."""
+    if isinstance(s, sympy.Expr) and s.is_number:
         return int(s) if s.is_integer else float(s)
     return s
 
@@ -466,7 +505,7 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
     for k, n in enumerate(placeholders):
         ex = example_inputs[k] if example_inputs is not None else n.meta.get("example_value")
         try:
-            imp.env[n] = _placeholder(imp, n, ex, None if input_shapes is None
+            imp.env[n] = _placeholder(imp, k, n, ex, None if input_shapes is None
                                       else input_shapes[k])
         except UnsupportedOpError as e:
             imp.unsupported.append(f"input {n.name}: {e.message}")
@@ -484,17 +523,27 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
         err.nodes = list(imp.unsupported_nodes)  # type: ignore[attr-defined]
         raise err
     outs = [imp.val(o) for o in outputs]
-    for o in outs:
-        if not isinstance(o, Value):
+    scalars = []
+    for k, o in enumerate(outs[:fn.n_outputs]):
+        if isinstance(o, (int, sympy.Expr)) and not isinstance(o, bool) and (
+                not isinstance(o, sympy.Expr) or o.is_integer):
+            scalars.append((k, sympy.sympify(o)))  # a size: evaluated per call
+        elif not isinstance(o, Value):
             raise UnsupportedOpError(f"the graph returns a {type(o).__name__}, not a tensor")
+    for o in outs[fn.n_outputs:]:
+        if not isinstance(o, Value):
+            raise UnsupportedOpError("an in-place update of a non-tensor")
     phs = [imp.env[p] for p in placeholders]
     mutations = [(phs[k], new) for k, new in zip(fn.mutated, outs[fn.n_outputs:])]
     for v, _ in mutations:
         if not isinstance(v, Value) or not v.is_input:
             raise UnsupportedOpError("an in-place update of a parameter (captured as a "
                                      "constant)")
-    return imp.g.build(*outs[:fn.n_outputs],
-                       mutations=[(v, new) for v, new in mutations if new is not v])
+    g = imp.g.build(*[o for o in outs[:fn.n_outputs] if isinstance(o, Value)],
+                    mutations=[(v, new) for v, new in mutations if new is not v])
+    g.scalar_results = scalars
+    g.arg_guards = imp.arg_guards
+    return g
 
 
 def _live_nodes(gm) -> set:
@@ -511,15 +560,23 @@ def _live_nodes(gm) -> set:
     return live
 
 
-def _placeholder(imp: _Importer, n, ex, shape):
+def _placeholder(imp: _Importer, k: int, n, ex, shape):
     """The graph value (or Python number) of placeholder ``n``; ``ex`` is its example."""
     torch = imp.torch
     if isinstance(ex, torch.nn.Parameter):
         return imp.const(ex)
     if isinstance(ex, torch.SymInt):
-        return _symdim(ex)
-    if isinstance(ex, (int, float)):
-        return ex
+        d = _symdim(ex)
+        hint = getattr(ex.node, "hint", None)
+        if isinstance(d, sympy.Symbol) and isinstance(hint, int):
+            imp.hints[d] = hint
+        return d
+    if isinstance(ex, (int, float, torch.SymFloat)):  # a number handed in (a piece of a
+        v = ex if not isinstance(ex, torch.SymFloat) else ex.node.hint  # split graph):
+        if not isinstance(v, (int, float)):                        # its value now, and
+            raise UnsupportedOpError("a number without an example value")  # a guard
+        imp.arg_guards.append((k, v))
+        return v
     fake = n.meta.get("example_value", ex)  # Dynamo: SymInt extents live here
     if shape is None and not hasattr(fake, "shape"):
         raise UnsupportedOpError(f"a {type(fake).__name__}, not a tensor")
@@ -528,8 +585,12 @@ def _placeholder(imp: _Importer, n, ex, shape):
     src = fake if fake is not None else ex
     dtype = pdtype(src.dtype) if src is not None and hasattr(src, "dtype") else "float32"
     v = imp.g.input(n.name, shape, dtype)
-    if isinstance(ex, torch.Tensor) and ex.ndim == 0 and not _is_fake(ex):
-        imp.scalars[v] = ex.item()
+    if isinstance(ex, torch.Tensor) and not _is_fake(ex):
+        if ex.ndim == 0:
+            imp.scalars[v] = ex.item()
+        for d, size in zip(v.shape, ex.shape):
+            if isinstance(d, sympy.Symbol):
+                imp.hints.setdefault(d, int(size))
     return v
 
 

@@ -94,9 +94,19 @@ class Graph:
     # The caller's results are ``outputs[:n_results]`` (the rest only feed mutations).
     mutations: list[tuple[Value, int]] = field(default_factory=list)
     n_results: int | None = None  # None: every output is a result
-    # 0-d inputs whose value was read at compile time (``eps.item()``): (input, value);
-    # the runtime refuses a call with another value (CompiledGraph.values_hold)
+    # Values read at compile time, checked per call (CompiledGraph.values_hold; the
+    # runtime refuses a call where one differs): 0-d inputs read as numbers
+    # (``eps.item()``) as (input, value), and size expressions used as numbers
+    # (``x / math.sqrt(D)`` under dynamic shapes) as (expr over the dims, value).
     value_guards: list[tuple[Value, Any]] = field(default_factory=list)
+    expr_guards: list[tuple[Any, Any]] = field(default_factory=list)
+    # Results that are numbers (a size a piece of a split graph hands on): (position
+    # among the results, sympy expression over the dims), evaluated per call.
+    scalar_results: list[tuple[int, Any]] = field(default_factory=list)
+    # Numbers the torch.fx importer read from the caller's non-tensor arguments (a piece
+    # of a split graph is handed a float): (argument position, value); the Dynamo
+    # backend runs the piece eagerly when a call brings another value.
+    arg_guards: list[tuple[int, Any]] = field(default_factory=list)
 
     @property
     def results(self) -> list[Value]:

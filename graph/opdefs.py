@@ -109,8 +109,11 @@ def _binary_dtype(node: Node) -> str:
 
 
 def _scalar(node: Node, d: str):
-    """The node's Python scalar operand as a constant of dtype ``d``."""
+    """The node's scalar operand (a Python number, or a size parameter: an ``ir.Expr``)
+    as an expression of dtype ``d``."""
     s = node.attrs["scalar"]
+    if isinstance(s, ir.Expr):
+        return _as(s, d)
     if dt.is_float(d):
         return ir.const(float(s), d)
     if isinstance(s, float) and not float(s).is_integer():

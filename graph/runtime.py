@@ -84,6 +84,7 @@ class CompiledGraph:
         self.kernel_count = kernels
         self.target = target
         self.plan = plan_buffers(self.graph, steps)
+        _check_dims_bound(self.graph)
 
     def bind(self, arrays: list[np.ndarray]) -> dict[sympy.Symbol, int]:
         """Shape guards: bind every dim symbol from the inputs and check each extent, each
@@ -123,14 +124,29 @@ class CompiledGraph:
                 raise ArgumentError(f"input {v.name!r} was read as {want!r} when the graph was "
                                     f"compiled (a 0-d tensor used as a number), got {got!r}: "
                                     f"compile again", user_location())
+        for e, want in g.expr_guards:
+            got = _number(e, env)
+            if not _same_value(got, want):
+                raise ArgumentError(f"the size expression {e} was {want!r} when the graph was "
+                                    f"compiled (used as a number), it is {got!r} for "
+                                    f"{_fmt(env)}: compile again", user_location())
         return env
 
     def values_hold(self, inputs: list[Any]) -> bool:
-        """Do the 0-d inputs read at compile time (``graph.value_guards``) still hold the
-        values read then?  (For the Dynamo backend, before a call: else it runs eagerly.)"""
+        """Do the values read at compile time (``graph.value_guards``, ``expr_guards``)
+        still hold?  (For the Dynamo backend, before a call: else it runs eagerly.)"""
         g = self.graph
-        return all(_same_value(inputs[g.inputs.index(v)].item(), want)
-                   for v, want in g.value_guards)
+        if not all(_same_value(inputs[g.inputs.index(v)].item(), want)
+                   for v, want in g.value_guards):
+            return False
+        if not g.expr_guards:
+            return True
+        env: dict = {}
+        for v, a in zip(g.inputs, inputs):
+            for d, n in zip(v.shape, a.shape):
+                if isinstance(d, sympy.Symbol):
+                    env.setdefault(d, int(n))
+        return all(_same_value(_number(e, env), want) for e, want in g.expr_guards)
 
     def __call__(self, *inputs: Any, out: Any = None):
         from .dlpack import from_caller, to_caller
@@ -138,15 +154,23 @@ class CompiledGraph:
         arrays, kind = from_caller(inputs, [v.name for v in g.inputs])
         outs = list(out) if isinstance(out, (list, tuple)) else ([out] if out is not None
                                                                   else None)
-        result = self.run(arrays, None if outs is None else from_caller(outs,
-                                                                        written=True)[0])
+        result, env = self._execute(arrays, None if outs is None else from_caller(
+            outs, written=True)[0])
         if outs is not None:
             return out
-        return to_caller(result if len(result) != 1 else result[0], kind)
+        result = to_caller(result, kind)
+        if g.scalar_results:
+            result = list(result)
+            for k, e in g.scalar_results:
+                result.insert(k, _number(e, env))
+        return tuple(result) if len(result) != 1 else result[0]
 
     def run(self, arrays: list[np.ndarray], outs: list[np.ndarray] | None = None) -> list:
         """Run the steps on numpy arrays; returns the results (``graph.results``) and
         writes the graph's input mutations back into ``arrays``."""
+        return self._execute(arrays, outs)[0]
+
+    def _execute(self, arrays: list[np.ndarray], outs: list[np.ndarray] | None):
         env = self.bind(arrays)
         g = self.graph
         if outs is not None and len(outs) != len(g.results):
@@ -191,7 +215,7 @@ class CompiledGraph:
                 raise ArgumentError(f"input {v.name!r} is updated in place by the graph but "
                                     f"the array passed is read-only", user_location())
             np.copyto(a, res[k])
-        return res[:len(g.results)]
+        return res[:len(g.results)], env
 
     def _slots(self, env) -> list[np.ndarray]:
         need = [0] * self.plan.nslots
@@ -210,6 +234,33 @@ def _view(slot: np.ndarray, v: Value, env) -> np.ndarray:
 
 def _ev(e, env) -> int:
     return int(sympy.sympify(e).xreplace(env)) if not isinstance(e, int) else e
+
+
+def _check_dims_bound(g: Graph) -> None:
+    """Every dim symbol the graph uses must be bound by a call: be an input's extent (a
+    size handed in as a number from elsewhere could not be read); else a clear error at
+    compile time, not a failure at run time."""
+    bound = {d for v in g.inputs for d in v.shape if isinstance(d, sympy.Symbol)}
+    used: set = set()
+    for v in [*g.inputs, *(n.output for n in g.nodes)]:
+        for d in v.shape:
+            used |= sympy.sympify(d).free_symbols
+    for e, _ in [*g.expr_guards, *g.scalar_results]:
+        used |= sympy.sympify(e).free_symbols
+    for n in g.nodes:
+        if isinstance(n.attrs.get("scalar"), sympy.Expr):
+            used |= n.attrs["scalar"].free_symbols
+    free = sorted(map(str, used - bound))
+    if free:
+        from polycomp.errors import UnsupportedOpError
+        raise UnsupportedOpError(f"graph {g.name!r}: the size(s) {', '.join(free)} are not "
+                                 f"the extent of any input, so a call cannot bind them")
+
+
+def _number(e, env) -> int | float:
+    """A size expression (or number) evaluated for the bound dims, as a Python number."""
+    v = sympy.sympify(sympy.sympify(e).xreplace(env))
+    return int(v) if v.is_integer else float(v)
 
 
 def _same_value(a, b) -> bool:

@@ -429,3 +429,60 @@ def test_internal_errors_run_eagerly_not_crash(monkeypatch, capsys):
         torch._dynamo.reset()
         torch.compile(lambda x: x.relu() + 2, backend="polycomp",
                       options={"strict": True})(x)
+
+
+# ----------------------------------------------------------------------- dynamic shapes
+
+def test_sizes_used_as_numbers_under_dynamic_shapes():
+    import math
+
+    def f(x):
+        B, S, D = x.shape
+        y = torch.relu(x)
+        return y / math.sqrt(D) + S, y.view(B * S, D) * S, x.size(1)
+    torch._dynamo.reset()
+    rec = Recorder()
+    cf = torch.compile(f, backend=rec, dynamic=True)
+    for shape in ((2, 3, 4), (3, 5, 4), (2, 6, 9)):  # D changes last: sqrt(D) is guarded
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            out, ref = cf(x), f(x)
+        torch.testing.assert_close(out[0], ref[0])
+        torch.testing.assert_close(out[1], ref[1])
+        assert out[2] == ref[2]
+    assert rec.compiled == 1 and rec.eager == [] and len(rec.reports) == 1
+
+
+class _PreLN(nn.Module):
+    """issue 27: qkv(...).split(d, -1), views, ** 0.5, gelu under dynamic=True."""
+
+    def __init__(self, d=16, h=2):
+        super().__init__()
+        self.d, self.h = d, h
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.f1, self.f2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        B, S, D = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(self.d, -1)
+        q = q.view(B, S, self.h, D // self.h).transpose(1, 2)
+        k = k.view(B, S, self.h, D // self.h).transpose(1, 2)
+        v = v.view(B, S, self.h, D // self.h).transpose(1, 2)
+        a = torch.softmax(q @ k.transpose(-1, -2) / (D // self.h) ** 0.5, -1)
+        x = x + self.o((a @ v).transpose(1, 2).reshape(B, S, D))
+        return x + self.f2(F.gelu(self.f1(self.ln2(x))))
+
+
+def test_dynamic_pre_ln_block_with_split_compiles_around_it():
+    torch.manual_seed(0)
+    m = _PreLN().eval()
+    torch._dynamo.reset()
+    rec = Recorder()
+    cm = torch.compile(m, backend=rec, dynamic=True)
+    with torch.no_grad():
+        for b, s in ((2, 5), (3, 7), (2, 4)):
+            x = torch.randn(b, s, 16)
+            torch.testing.assert_close(cm(x), m(x), rtol=1e-4, atol=1e-5)
+    assert rec.eager and all("split" in e for e in rec.eager)
+    assert all(r.compiled == r.pieces - 1 for r in rec.reports)  # only .split is eager
