@@ -486,3 +486,40 @@ def test_dynamic_pre_ln_block_with_split_compiles_around_it():
             torch.testing.assert_close(cm(x), m(x), rtol=1e-4, atol=1e-5)
     assert rec.eager and all("split" in e for e in rec.eager)
     assert all(r.compiled == r.pieces - 1 for r in rec.reports)  # only .split is eager
+
+
+# ----------------------------------------------------------------------- fuzzer findings
+
+def _dead_code(x, w):
+    _ = x @ w             # unused: no kernel may be built for it
+    v2 = torch.softmax(w, 1)
+    return torch.sigmoid(v2),
+
+
+def _inplace_on_fresh_values(x, a, w):
+    v = x.double()        # int64 -> float64: a new tensor, not a view of x
+    v.sub_(1)
+    m = torch.matmul(a, w)  # 3-d @ 2-d: a view of a temporary inside matmul
+    m *= m
+    return v, m
+
+
+def _bool_arithmetic(a, b):
+    return a + b, a * b, torch.maximum(a, b), (a + b).float() * 2
+
+
+@pytest.mark.parametrize("f, make", [
+    (_dead_code, lambda: (torch.randn(3, 4), torch.randn(4, 5))),
+    (_inplace_on_fresh_values, lambda: (torch.arange(6).reshape(2, 3), torch.randn(2, 3, 4),
+                                        torch.randn(4, 5))),
+    (_bool_arithmetic, lambda: (torch.rand(4, 5) > 0.5, torch.rand(5) > 0.5)),
+])
+def test_fuzzer_findings_compile_and_match(f, make):
+    cf, rec = _compile(f)
+    args = make()
+    with torch.no_grad():
+        out, ref = cf(*[a.clone() for a in args]), f(*[a.clone() for a in args])
+    for o, r in zip(out, ref):
+        assert o.dtype == r.dtype
+        torch.testing.assert_close(o, r)
+    assert rec.compiled == 1 and rec.eager == []
