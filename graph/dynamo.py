@@ -17,6 +17,11 @@ decided once, at compile time (a failure at run time is a bug):
    pieces between them are compiled;
 4. anything else that fails (a bug in polycomp) makes the graph run eagerly.
 
+Parameters are compiled in as constants; a call that finds one updated since (its
+version counter or storage changed: ``load_state_dict``, an optimizer step under
+``no_grad``) compiles the graph again first (one line on stderr), so no call computes
+with stale weights.
+
 Every eager decision prints one line on stderr beginning with ``polycomp: running``
 and stating the reason; the callable returned carries it (``polycomp_report``).  With
 ``dynamic=True`` one compilation serves every value of Dynamo's symbolic sizes;
@@ -55,21 +60,53 @@ def polycomp_backend(gm, example_inputs, **kwargs):
     opts = dict(kwargs.get("options") or {})  # torch.compile(..., options={"target": "c"})
     target, strict = opts.pop("target", TARGET), bool(opts.pop("strict", False))
     report = Report()
+    inner = _compile_or_eager(gm, example_inputs, target, strict, report)
+    params = _Parameters(example_inputs)
+    state = {"inner": inner}
+
+    def run(*args):
+        if params.changed(args):  # weights updated in place since they were captured
+            report.say("parameters changed since the graph was compiled (their values are "
+                       "compiled in): compiling it again")
+            state["inner"] = _compile_or_eager(gm, args, target, strict, report)
+            params.snapshot(args)
+        return state["inner"](*args)
+    run.polycomp_report = report  # type: ignore[attr-defined]
+    run.compiled_graph = getattr(inner, "compiled_graph", None)  # type: ignore[attr-defined]
+    return run
+
+
+def _compile_or_eager(gm, example_inputs, target: str, strict: bool, report: Report):
     try:
-        inner = _compile(gm, example_inputs, target, strict, report)
+        return _compile(gm, example_inputs, target, strict, report)
     except Exception as e:  # a polycomp bug: never a crash of the user's model
         if strict:
             raise
         report.compiled = 0
         report.say(f"running a graph eagerly: internal error ({type(e).__name__}: "
                    f"{str(e).splitlines()[0] if str(e) else ''}); please report it")
-        inner = gm.forward
+        return gm.forward
 
-    def run(*args):
-        return inner(*args)
-    run.polycomp_report = report  # type: ignore[attr-defined]
-    run.compiled_graph = getattr(inner, "compiled_graph", None)  # type: ignore[attr-defined]
-    return run
+
+class _Parameters:
+    """The parameters Dynamo hands the graph (captured as constants at compile time) and
+    their version counters and storage: an in-place update (``optimizer.step()`` under
+    ``no_grad``, ``load_state_dict``) or a new ``.data`` shows as a change."""
+
+    def __init__(self, example_inputs):
+        import torch
+        self.positions = [k for k, ex in enumerate(example_inputs)
+                          if isinstance(ex, torch.nn.Parameter)]
+        self.snapshot(example_inputs)
+
+    def _state(self, args) -> list:
+        return [(args[k]._version, args[k].data_ptr()) for k in self.positions]
+
+    def snapshot(self, args) -> None:
+        self.seen = self._state(args)
+
+    def changed(self, args) -> bool:
+        return bool(self.positions) and self._state(args) != self.seen
 
 
 def _grad_needed(example_inputs) -> bool:

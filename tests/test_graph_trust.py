@@ -523,3 +523,18 @@ def test_fuzzer_findings_compile_and_match(f, make):
         assert o.dtype == r.dtype
         torch.testing.assert_close(o, r)
     assert rec.compiled == 1 and rec.eager == []
+
+
+def test_updated_parameters_are_not_stale():
+    torch.manual_seed(0)
+    lin = nn.Linear(6, 4).eval()
+    cf, rec = _compile(lambda x: torch.relu(lin(x)))
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(cf(x), torch.relu(lin(x)))
+        lin.weight.mul_(-2)                           # in place (an optimizer step)
+        torch.testing.assert_close(cf(x), torch.relu(lin(x)))
+        lin.load_state_dict({"weight": torch.randn(4, 6), "bias": torch.randn(4)})
+        torch.testing.assert_close(cf(x), torch.relu(lin(x)))
+        torch.testing.assert_close(cf(x), torch.relu(lin(x)))  # no further recompile
+    assert sum("parameters changed" in e for e in rec.eager) == 2
