@@ -249,6 +249,8 @@ class _Importer:
         return self.g.op(op, self.cast(a, d), self.cast(b, d))
 
     def unary(self, op: str, x, **attrs):
+        if op == "neg" and isinstance(x, _SCALAR):  # -S of a size
+            return -x
         if not isinstance(x, Value):
             raise UnsupportedOpError(f"{op} of a {type(x).__name__}")
         return self.g.op(op, x, **attrs)
@@ -525,9 +527,10 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
     outs = [imp.val(o) for o in outputs]
     scalars = []
     for k, o in enumerate(outs[:fn.n_outputs]):
-        if isinstance(o, (int, sympy.Expr)) and not isinstance(o, bool) and (
-                not isinstance(o, sympy.Expr) or o.is_integer):
+        if _is_size(o):
             scalars.append((k, sympy.sympify(o)))  # a size: evaluated per call
+        elif isinstance(o, tuple) and all(_is_size(d) for d in o):
+            scalars.append((k, tuple(sympy.sympify(d) for d in o)))  # a shape
         elif not isinstance(o, Value):
             raise UnsupportedOpError(f"the graph returns a {type(o).__name__}, not a tensor")
     for o in outs[fn.n_outputs:]:
@@ -544,6 +547,11 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
     g.scalar_results = scalars
     g.arg_guards = imp.arg_guards
     return g
+
+
+def _is_size(o) -> bool:
+    return isinstance(o, (int, sympy.Expr)) and not isinstance(o, bool) and (
+        not isinstance(o, sympy.Expr) or bool(o.is_integer))
 
 
 def _live_nodes(gm) -> set:
@@ -571,6 +579,11 @@ def _placeholder(imp: _Importer, k: int, n, ex, shape):
         if isinstance(d, sympy.Symbol) and isinstance(hint, int):
             imp.hints[d] = hint
         return d
+    if isinstance(ex, (tuple, list)) and all(isinstance(d, (int, torch.SymInt)) for d in ex):
+        if all(isinstance(d, int) for d in ex):  # a shape handed in (x.size() of a piece
+            imp.arg_guards.append((k, tuple(ex)))  # before): its value, guarded
+            return tuple(ex)
+        return tuple(_symdim(d) for d in ex)  # sizes of Dynamo's symbols
     if isinstance(ex, (int, float, torch.SymFloat)):  # a number handed in (a piece of a
         v = ex if not isinstance(ex, torch.SymFloat) else ex.node.hint  # split graph):
         if not isinstance(v, (int, float)):                        # its value now, and

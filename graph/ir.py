@@ -100,8 +100,9 @@ class Graph:
     # (``x / math.sqrt(D)`` under dynamic shapes) as (expr over the dims, value).
     value_guards: list[tuple[Value, Any]] = field(default_factory=list)
     expr_guards: list[tuple[Any, Any]] = field(default_factory=list)
-    # Results that are numbers (a size a piece of a split graph hands on): (position
-    # among the results, sympy expression over the dims), evaluated per call.
+    # Results that are numbers (a size, or a shape, a piece of a split graph hands on):
+    # (position among the results, sympy expression over the dims or a tuple of them),
+    # evaluated per call.
     scalar_results: list[tuple[int, Any]] = field(default_factory=list)
     # Numbers the torch.fx importer read from the caller's non-tensor arguments (a piece
     # of a split graph is handed a float): (argument position, value); the Dynamo

@@ -162,7 +162,8 @@ class CompiledGraph:
         if g.scalar_results:
             result = list(result)
             for k, e in g.scalar_results:
-                result.insert(k, _number(e, env))
+                result.insert(k, tuple(_number(d, env) for d in e) if isinstance(e, tuple)
+                              else _number(e, env))
         return tuple(result) if len(result) != 1 else result[0]
 
     def run(self, arrays: list[np.ndarray], outs: list[np.ndarray] | None = None) -> list:
@@ -245,8 +246,11 @@ def _check_dims_bound(g: Graph) -> None:
     for v in [*g.inputs, *(n.output for n in g.nodes)]:
         for d in v.shape:
             used |= sympy.sympify(d).free_symbols
-    for e, _ in [*g.expr_guards, *g.scalar_results]:
+    for e, _ in g.expr_guards:
         used |= sympy.sympify(e).free_symbols
+    for _, e in g.scalar_results:
+        for d in (e if isinstance(e, tuple) else (e,)):
+            used |= sympy.sympify(d).free_symbols
     for n in g.nodes:
         if isinstance(n.attrs.get("scalar"), sympy.Expr):
             used |= n.attrs["scalar"].free_symbols

@@ -538,3 +538,24 @@ def test_updated_parameters_are_not_stale():
         torch.testing.assert_close(cf(x), torch.relu(lin(x)))
         torch.testing.assert_close(cf(x), torch.relu(lin(x)))  # no further recompile
     assert sum("parameters changed" in e for e in rec.eager) == 2
+
+
+def _shape_across_pieces(x):
+    s = x.size()
+    h = (x * 2).relu()
+    y = torch.cumsum(h, 1)   # runs eagerly: the pieces before and after hand on s and S
+    return (y * 2).reshape(-1).view(s) + h, s[1]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_pieces_of_a_split_graph_hand_on_shapes(dynamic):
+    torch._dynamo.reset()
+    rec = Recorder()
+    cf = torch.compile(_shape_across_pieces, backend=rec, dynamic=dynamic)
+    for shape in ((2, 3), (3, 5)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            out, ref = cf(x), _shape_across_pieces(x)
+        torch.testing.assert_close(out[0], ref[0])
+        assert out[1] == ref[1]
+    assert all(r.compiled == 2 and r.pieces == 3 for r in rec.reports)
