@@ -145,10 +145,11 @@ class _Pass:
 
     # ------------------------------------------------------------------ analysis
     def tensorish(self, n) -> bool:
-        """Is the (new) node a tensor?  From Dynamo's example value where there is one."""
+        """Is the (new) node a tensor, or a tuple of them (``split``)?  From Dynamo's
+        example value where there is one."""
         ex = _example(n)
         if ex is not None:
-            return isinstance(ex, self.torch.Tensor)
+            return bool(_tensors([ex]))
         if n.op in ("placeholder", "get_attr"):
             return True
         name = _name(n.target)
@@ -167,7 +168,7 @@ class _Pass:
         ex = _example(n)
         args = [_example(a) for a in _nodes(n.args, n.kwargs)]
         if isinstance(ex, self.torch.Tensor) and all(a is not None for a in args):
-            return not any(_aliases(ex, a) for a in args if isinstance(a, self.torch.Tensor))
+            return not any(_aliases(ex, a) for a in _tensors(args))
         if n.op == "call_module":
             return type(self.gm.get_submodule(n.target)).__name__ in FRESH_MODULES
         name = _name(n.target)
@@ -337,6 +338,18 @@ class _Pass:
         name = f"{target.replace('.', '_')}_functional"
         self.gm.add_submodule(name, m)
         return name
+
+
+def _tensors(xs) -> list:
+    """The tensors in ``xs`` and in the tuples/lists it holds (``split``'s result)."""
+    import torch
+    out: list = []
+    for x in xs:
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, (tuple, list)):
+            out += _tensors(x)
+    return out
 
 
 def _aliases(ex, a) -> bool:

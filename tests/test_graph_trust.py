@@ -155,7 +155,15 @@ def _setitem(x):
     return y + x
 
 
-@pytest.mark.parametrize("f", [_view_then_mutate, _mutate_a_view, _setitem])
+def _mutate_a_split_piece(x):
+    qkv = x * 2
+    q, k = qkv.split(2, -1)  # q and k are views of qkv
+    q.add_(1)
+    return qkv + 0, k * 1
+
+
+@pytest.mark.parametrize("f", [_view_then_mutate, _mutate_a_view, _setitem,
+                               _mutate_a_split_piece])
 def test_mutation_through_views_runs_eagerly_with_a_reason(f, capsys):
     cf, rec = _compile(f)
     ref_args, args = _twins(torch.randn(3, 4))
@@ -163,6 +171,7 @@ def test_mutation_through_views_runs_eagerly_with_a_reason(f, capsys):
         ref, out = f(*ref_args), cf(*args)
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(args[0], ref_args[0])
+    assert rec.compiled == 0
     assert rec.compiled == 0 and len(rec.eager) == 1
     assert "view" in rec.eager[0]
     assert capsys.readouterr().err.count("polycomp: running") == 1
