@@ -6,9 +6,10 @@ torch ops drawn from the set the graph importer supports (elementwise arithmetic
 tensors and Python scalars and broadcasting, the unary functions, casts, ``matmul`` /
 ``linear`` with parameters or input weights, ``softmax``, ``layer_norm``, single-axis
 ``sum`` / ``mean`` / ``amax``, and the views ``view`` / ``reshape`` / ``transpose`` /
-``permute`` / slicing / ``narrow`` / ``contiguous``), in-place ops (``add_``, ``mul_``,
-``relu_``, ``+=``, ``F.relu(inplace=True)``) on intermediates and on inputs, and one to
-three outputs.  Inputs are float32, float64, int64 and bool tensors of small shapes
+``permute`` / slicing / ``narrow`` / ``contiguous``; rarely ``split`` / ``chunk``, which
+run eagerly), in-place ops (``add_``, ``mul_``, ``relu_``, ``+=``,
+``F.relu(inplace=True)``) on intermediates, on inputs and on views, and one to three
+outputs.  Inputs are float32, float64, int64 and bool tensors of small shapes
 whose extents come from a short list (so that kernels repeat across programs and the
 gcc cache serves them).
 
@@ -319,9 +320,22 @@ class Gen:
         o = repr(self.scalar(t)) if other is None or self.rng.random() < 0.4 else other
         self.statement(form.format(v=v, o=o), v, "inplace")
 
+    def op_split(self) -> None:
+        """``split`` / ``chunk`` (views in a tuple; the importer runs them eagerly, so the
+        program may be split -- what matters is aliasing: in-place ops on a piece)."""
+        v = self.pick(lambda t: t.dim() >= 1 and t.shape[-1] >= 2)
+        if v is None or self.rng.random() < 0.7:  # rare: it splits the compiled graph
+            return
+        n = self.t(v).shape[-1]
+        a = self.rng.randrange(1, n)
+        expr = self.rng.choice((f"{v}.split({a}, -1)[0]", f"torch.chunk({v}, 2, -1)[1]",
+                                f"{v}.split([{a}, {n - a}], -1)[1]"))
+        if self.emit(expr, "split", v in self.exact):
+            self.may_fall_back = True
+
     OPS = (("op_unary", 4), ("op_binary", 6), ("op_cast", 1), ("op_matmul", 2),
            ("op_reduce", 2), ("op_softmax", 1), ("op_layer_norm", 1), ("op_view", 3),
-           ("op_inplace", 2))
+           ("op_inplace", 2), ("op_split", 1))
 
     def program(self, n_ops: int) -> Program:
         for _ in range(self.rng.choice((1, 1, 2))):
