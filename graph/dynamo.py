@@ -136,11 +136,15 @@ def _compile(gm, example_inputs, target: str, strict: bool, report: Report):
         if not nodes:  # not a node's fault (an output, an input dtype): all eager
             report.say(f"running a graph eagerly: {e.message}")
             return gm.forward
-        inner, report.compiled, report.pieces, why = _split(fgm, nodes, target,
-                                                            example_inputs, strict)
-        extra = f"; {why}" if why else ""
-        report.say(f"running eagerly: {e.message} ({report.compiled} of {report.pieces} "
-                   f"pieces of the graph compiled by polycomp{extra})")
+        ops = list(getattr(e, "reasons", [e.message]))
+        other: list[str] = []
+        split, report.compiled, report.pieces = _split(fgm, nodes, target, example_inputs,
+                                                       strict, ops, other)
+        inner = split.forward
+        extra = "".join(f"; {w}" for w in dict.fromkeys(other))
+        report.say(f"running eagerly: unsupported ops: {', '.join(dict.fromkeys(ops))} "
+                   f"({report.compiled} of {report.pieces} pieces of the graph compiled by "
+                   f"polycomp{extra})")
     except PolycompError as e:
         if strict and "disagrees" in e.message:
             raise
@@ -186,10 +190,14 @@ def _writing_back(inner, mutated: list[int], n_out: int, gm):
     return run
 
 
-def _split(gm: Any, bad: list[str], target: str, example_inputs: Any, strict: bool):
+def _split(gm: Any, bad: list[str], target: str, example_inputs: Any, strict: bool,
+           ops: list[str], other: list[str], depth: int = 0):
     """Split ``gm`` (functional: no in-place ops) at the unsupported nodes (``torch.fx``
     ``split_module``): the runs of supported nodes are compiled by polycomp, the rest
-    runs eagerly.  A run that does not compile stays eager too (its reason is returned)."""
+    runs eagerly.  A run in which the import finds more unsupported nodes (fed by one
+    that runs eagerly, they were not tried before) is split again at them; a run that
+    does not compile stays eager.  Returns (the split module, pieces compiled, pieces);
+    the unsupported ops found are added to ``ops``, other reasons to ``other``."""
     import torch
     from torch.fx.passes.split_module import split_module
     ids: dict[str, int] = {}
@@ -204,11 +212,10 @@ def _split(gm: Any, bad: list[str], target: str, example_inputs: Any, strict: bo
         ids[n.name], prev = part, ok
         compiled_part[part] = ok
     if not any(compiled_part.values()):
-        return gm.forward, 0, 1, ""
+        return gm, 0, 1
     split = split_module(gm, gm, lambda n: ids[n.name])
     real = {n.name: ex for n, ex in zip(gm.graph.find_nodes(op="placeholder"), example_inputs)}
-    done = 0
-    why: list[str] = []
+    done, pieces = 0, len(list(split.named_children()))
     sub: Any
     for name, sub in list(split.named_children()):
         k = int(name.rsplit("_", 1)[-1])
@@ -222,11 +229,19 @@ def _split(gm: Any, bad: list[str], target: str, example_inputs: Any, strict: bo
         except PolycompError as e:
             if strict and "disagrees" in e.message:
                 raise
-            why.append(f"{name}: {e.message.splitlines()[0]}")
+            nodes = getattr(e, "nodes", None)
+            if nodes and depth < 8:  # split this run again at what its import found
+                ops += getattr(e, "reasons", [])
+                inner, d, p = _split(sub, nodes, target, exs, strict, ops, other, depth + 1)
+                if d:
+                    setattr(split, name, inner)
+                    done, pieces = done + d, pieces + p - 1
+            else:
+                other.append(e.message.splitlines()[0])
             continue
         setattr(split, name, _compiled_module(cg, torch, exs, sub))
         done += 1
-    return split.forward, done, len(list(split.named_children())), "; ".join(why)
+    return split, done, pieces
 
 
 def _compiled_module(cg, torch, examples, eager):

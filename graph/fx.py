@@ -405,7 +405,8 @@ class _Importer:
         return sympy.sqrt(x) if isinstance(x, sympy.Expr) else math.sqrt(x)
 
     def _h_pow(self, name, args, kwargs):
-        """``a ** b`` of numbers (sizes stay sympy), or of a tensor by 1, 2, 0.5, -0.5."""
+        """``a ** b`` of numbers (sizes stay sympy), or of a tensor by 1, 2, 3, 4 (products),
+        0.5, -0.5 (``sqrt``, ``rsqrt``)."""
         x, e = args[0], args[1] if len(args) > 1 else kwargs["exponent"]
         if isinstance(x, _SCALAR) and isinstance(e, _SCALAR):
             return x ** e
@@ -414,8 +415,12 @@ class _Importer:
         e = self.number(e)
         if e == 1:
             return self.cast(x, self.result_dtype(x, e))
-        if e == 2:
-            return self.binary("mul", x, x)
+        if e in (2, 3, 4):
+            y = self.cast(x, self.result_dtype(x, e))
+            acc = y
+            for _ in range(int(e) - 1):
+                acc = self.binary("mul", acc, y)
+            return acc
         if e in (0.5, -0.5):
             y = self.cast(x, self.result_dtype(x, e))
             return self.g.op("sqrt" if e > 0 else "rsqrt", y)
@@ -521,8 +526,10 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
         elif n.op != "placeholder" and n in live:  # dead code is not imported
             _import_node(imp, gm, n)
     if imp.unsupported:
-        err = UnsupportedOpError("unsupported ops: " + ", ".join(dict.fromkeys(imp.unsupported)))
+        reasons = list(dict.fromkeys(imp.unsupported))
+        err = UnsupportedOpError("unsupported ops: " + ", ".join(reasons))
         err.nodes = list(imp.unsupported_nodes)  # type: ignore[attr-defined]
+        err.reasons = reasons  # type: ignore[attr-defined]
         raise err
     outs = [imp.val(o) for o in outputs]
     scalars = []

@@ -567,3 +567,21 @@ def test_pieces_of_a_split_graph_hand_on_shapes(dynamic):
         torch.testing.assert_close(out[0], ref[0])
         assert out[1] == ref[1]
     assert all(r.compiled == 2 and r.pieces == 3 for r in rec.reports)
+
+
+def _two_eager_ops_in_a_row(x):
+    y = torch.cumsum(x, 1)           # runs eagerly
+    z = (y * 2).relu() ** 3
+    w = torch.cumprod(z, 1)          # also eager: the first import did not reach it
+    return (w + 1).exp()
+
+
+def test_a_piece_with_another_unsupported_op_is_split_again(capsys):
+    cf, rec = _compile(_two_eager_ops_in_a_row)
+    x = torch.rand(3, 4) * 0.5
+    with torch.no_grad():
+        torch.testing.assert_close(cf(x), _two_eager_ops_in_a_row(x))
+    (r,) = rec.reports
+    assert (r.compiled, r.pieces) == (2, 4)
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and "cumsum" in line and "cumprod" in line
