@@ -138,6 +138,10 @@ class _Importer:
             return self.env[a]
         if isinstance(a, (list, tuple)):
             return type(a)(self.val(x) for x in a)
+        if isinstance(a, dict):  # keyword arguments (a Node may be one)
+            return {k: self.val(x) for k, x in a.items()}
+        if isinstance(a, slice):  # x[:, 0:s0]: a bound may be a size node
+            return slice(self.val(a.start), self.val(a.stop), self.val(a.step))
         if isinstance(a, self.torch.Tensor):
             return self.const(a)
         return a
@@ -534,8 +538,8 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
     outs = [imp.val(o) for o in outputs]
     scalars = []
     for k, o in enumerate(outs[:fn.n_outputs]):
-        if _is_size(o):
-            scalars.append((k, sympy.sympify(o)))  # a size: evaluated per call
+        if _is_size(o) or _is_read_number(o):  # a size: evaluated per call; a number
+            scalars.append((k, sympy.sympify(o)))  # read at compile time (guarded)
         elif isinstance(o, tuple) and all(_is_size(d) for d in o):
             scalars.append((k, tuple(sympy.sympify(d) for d in o)))  # a shape
         elif not isinstance(o, Value):
@@ -554,6 +558,12 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
     g.scalar_results = scalars
     g.arg_guards = imp.arg_guards
     return g
+
+
+def _is_read_number(o) -> bool:
+    """A Python number the graph returns: a value read at compile time (``t.item()`` of
+    a 0-d input, guarded by ``value_guards``) or a constant."""
+    return isinstance(o, (int, float)) and not isinstance(o, bool)
 
 
 def _is_size(o) -> bool:

@@ -84,7 +84,7 @@ class CompiledGraph:
         self.kernel_count = kernels
         self.target = target
         self.plan = plan_buffers(self.graph, steps)
-        _check_dims_bound(self.graph)
+        check_dims_bound(self.graph)
 
     def bind(self, arrays: list[np.ndarray]) -> dict[sympy.Symbol, int]:
         """Shape guards: bind every dim symbol from the inputs and check each extent, each
@@ -237,7 +237,7 @@ def _ev(e, env) -> int:
     return int(sympy.sympify(e).xreplace(env)) if not isinstance(e, int) else e
 
 
-def _check_dims_bound(g: Graph) -> None:
+def check_dims_bound(g: Graph) -> None:
     """Every dim symbol the graph uses must be bound by a call: be an input's extent (a
     size handed in as a number from elsewhere could not be read); else a clear error at
     compile time, not a failure at run time."""

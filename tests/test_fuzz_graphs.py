@@ -17,8 +17,10 @@ with fresh inputs of the same shapes; each call must give what eager gives:
   purpose) nor uses ``split`` (not in the importer's set) must be compiled as one piece:
   no eager op, no split.
 
-``POLYCOMP_GRAPH_FUZZ_N`` programs (default 240) in ``CHUNKS`` tests (for pytest-xdist);
-``POLYCOMP_GRAPH_FUZZ_SEED`` shifts the seeds.  A failure prints the seed and the
+``POLYCOMP_GRAPH_FUZZ_N`` programs (default 240) in ``CHUNKS`` tests (for pytest-xdist):
+the first ``FAST_CHUNKS`` (60 programs and the regression seeds, about 20 s of CPU) are
+in the fast lane (``-m "not slow"``), the others are marked ``slow`` -- ``.ci/run`` runs
+both, all 240.  ``POLYCOMP_GRAPH_FUZZ_SEED`` shifts the seeds.  A failure prints the seed and the
 program's source; ``check_program(make_program(seed))`` replays it.
 """
 from __future__ import annotations
@@ -36,6 +38,7 @@ from fuzz_graphs import Program, make_program  # noqa: E402
 N = int(os.environ.get("POLYCOMP_GRAPH_FUZZ_N", "240"))
 SEED0 = int(os.environ.get("POLYCOMP_GRAPH_FUZZ_SEED", "0"))
 CHUNKS = 8
+FAST_CHUNKS = 2  # chunks outside `slow`: the fast lane's share of the programs
 TOL = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-10, 1e-12)}
 REGRESSION_SEEDS: list[int] = [347, 1029]  # bool + bool; in-place on a 3-d matmul
 
@@ -144,7 +147,8 @@ def _seeds(chunk: int) -> list[int]:
     return [SEED0 + s for s in range(N) if s % CHUNKS == chunk]
 
 
-@pytest.mark.parametrize("chunk", range(CHUNKS))
+@pytest.mark.parametrize("chunk", [
+    pytest.param(c, marks=() if c < FAST_CHUNKS else pytest.mark.slow) for c in range(CHUNKS)])
 def test_random_graphs_match_eager(chunk, capsys):
     failures = []
     for seed in _seeds(chunk) + (REGRESSION_SEEDS if chunk == 0 else []):

@@ -585,3 +585,80 @@ def test_a_piece_with_another_unsupported_op_is_split_again(capsys):
     assert (r.compiled, r.pieces) == (2, 4)
     line = capsys.readouterr().err.strip()
     assert "\n" not in line and "cumsum" in line and "cumprod" in line
+
+
+# ----------------------------------------------------------------------- Hugging Face findings
+
+class _PositionSlice(nn.Module):
+    """BERT's ``position_ids[:, 0:seq_length]`` of a buffer: under ``dynamic=True`` the
+    slice's stop is a size node of the graph (a SymInt), not a number."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("pos", torch.arange(16.0).view(1, 16))
+
+    def forward(self, x):
+        return x * 2 + self.pos[:, :x.shape[1]]
+
+
+def test_slice_bound_by_a_size_node_compiles():
+    torch._dynamo.reset()
+    rec = Recorder()
+    m = _PositionSlice()
+    cm = torch.compile(m, backend=rec, dynamic=True)
+    for b, s in ((2, 5), (3, 7), (2, 11)):
+        x = torch.randn(b, s)
+        with torch.no_grad():
+            torch.testing.assert_close(cm(x), m(x))
+    assert rec.eager == [] and all(r.compiled == r.pieces == 1 for r in rec.reports)
+
+
+class _UnboundSize(nn.Module):
+    """The piece before ``cumsum`` (eager) slices a buffer by ``ids``'s length but does not
+    take ``ids`` itself: no input of that piece binds the size."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("pos", torch.arange(16.0).view(1, 16))
+
+    def forward(self, x):
+        p = self.pos[:, :x.shape[1]] * 3
+        return torch.cumsum(p, 1) + 1
+
+
+def test_a_piece_whose_size_no_input_binds_runs_eagerly_with_a_reason(capsys):
+    torch._dynamo.reset()
+    reports = []
+
+    def backend(gm, ex):  # strict: an internal error fails the test
+        fn = polycomp_backend(gm, ex, options={"target": "c", "strict": True})
+        reports.append(fn.polycomp_report)
+        return fn
+    m = _UnboundSize()
+    cm = torch.compile(m, backend=backend, dynamic=True)
+    for s in (5, 7, 9):
+        x = torch.randn(2, s)
+        with torch.no_grad():
+            torch.testing.assert_close(cm(x), m(x))
+    said = capsys.readouterr().err
+    assert all("internal error" not in r for rep in reports for r in rep.eager), said
+    assert any("cumsum" in r for rep in reports for r in rep.eager)
+
+
+def test_a_graph_may_return_a_number_read_at_compile_time():
+    """``eps.item()`` (Dynamo hands unspecialised floats over as 0-d tensors): a piece of a
+    split graph returns it to the next piece; the value is guarded."""
+    from polycomp.graph.fx import import_fx
+
+    class F(nn.Module):
+        def forward(self, x, t):
+            return torch.relu(x), t.item()
+    gm = torch.fx.symbolic_trace(F())
+    eps = torch.tensor(1e-5, dtype=torch.float64)
+    cg = compile_graph(import_fx(gm, example_inputs=[torch.randn(4), eps]), "c")
+    x = torch.randn(4)
+    y, v = cg(x, eps)
+    torch.testing.assert_close(y, torch.relu(x))
+    assert isinstance(v, float) and v == 1e-5
+    with pytest.raises(ArgumentError, match="compile again"):
+        cg(x, torch.tensor(2e-5, dtype=torch.float64))
