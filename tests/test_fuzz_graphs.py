@@ -18,7 +18,7 @@ with fresh inputs of the same shapes; each call must give what eager gives:
   no eager op, no split.
 
 ``POLYCOMP_GRAPH_FUZZ_N`` programs (default 240) in ``CHUNKS`` tests (for pytest-xdist):
-the first ``FAST_CHUNKS`` (60 programs and the regression seeds, about 20 s of CPU) are
+the first ``FAST_CHUNKS`` (60 programs and the regression seeds, about 26 s of CPU) are
 in the fast lane (``-m "not slow"``), the others are marked ``slow`` -- ``.ci/run`` runs
 both, all 240.  ``POLYCOMP_GRAPH_FUZZ_SEED`` shifts the seeds.  A failure prints the seed and the
 program's source; ``check_program(make_program(seed))`` replays it.
