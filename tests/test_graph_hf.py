@@ -1,10 +1,10 @@
 """Hugging Face models through ``torch.compile(model, backend="polycomp")`` against eager.
 
-``BertModel`` and ``GPT2Model`` with 2 layers, built by ``transformers`` from a config with
-random weights (nothing is downloaded), eval mode, ``torch.no_grad()``, ``dynamic=True``:
-several batch sizes and sequence lengths, with a padding attention mask, must match eager
-(fp32, rtol 1e-4).  The backend runs with ``strict`` (an internal error or an import that
-disagrees with torch fails the test instead of running eagerly); what polycomp cannot
+``BertModel``, ``GPT2Model`` and ``ViTModel`` with 2 layers, built by ``transformers`` from a
+config with random weights (nothing is downloaded), eval mode, ``torch.no_grad()``,
+``dynamic=True``: several batch sizes and sequence lengths (text: with a padding attention
+mask) must match eager (fp32, rtol 1e-4).  The backend runs with ``strict`` (an internal
+error or an import that disagrees with torch fails the test instead of running eagerly); what polycomp cannot
 compile runs eagerly, decided at compile time with one ``polycomp: running ...`` line.
 Slow (a minute or more per model on a shared 2-core host: Dynamo's tracing, and each
 compiled piece built by gcc).
@@ -41,7 +41,22 @@ def _gpt2(t):
                                     n_positions=64, bos_token_id=0, eos_token_id=0))
 
 
-MODELS = {"bert": _bert, "gpt2": _gpt2}
+def _vit(t):
+    return t.ViTModel(t.ViTConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                  intermediate_size=128, image_size=32, patch_size=8))
+
+
+def _text(b, s):
+    mask = torch.ones(b, s, dtype=torch.long)
+    mask[-1, s // 2:] = 0  # the last sequence is padded
+    return {"input_ids": torch.randint(0, VOCAB, (b, s)), "attention_mask": mask}
+
+
+def _image(b, s):
+    return {"pixel_values": torch.randn(b, 3, 32, 32)}
+
+
+MODELS = {"bert": (_bert, _text), "gpt2": (_gpt2, _text), "vit": (_vit, _image)}
 
 
 @pytest.mark.slow
@@ -50,7 +65,8 @@ def test_hugging_face_model_matches_eager(name, monkeypatch, capsys):
     from polycomp.graph.dynamo import polycomp_backend
     t = _transformers(monkeypatch)
     torch.manual_seed(0)
-    m = MODELS[name](t).eval()
+    build, make = MODELS[name]
+    m = build(t).eval()
     reports = []
 
     def backend(gm, example_inputs):
@@ -60,13 +76,11 @@ def test_hugging_face_model_matches_eager(name, monkeypatch, capsys):
     torch._dynamo.reset()
     cm = torch.compile(m, backend=backend, dynamic=True)
     for b, s in ((1, 8), (2, 13), (3, 5)):
-        ids = torch.randint(0, VOCAB, (b, s))
-        mask = torch.ones(b, s, dtype=torch.long)
-        mask[-1, s // 2:] = 0  # the last sequence is padded
+        args = make(b, s)
         with torch.no_grad():
-            ref = m(input_ids=ids, attention_mask=mask).last_hidden_state
+            ref = m(**args).last_hidden_state
             compiled_before = len(reports)
-            got = cm(input_ids=ids, attention_mask=mask).last_hidden_state
+            got = cm(**args).last_hidden_state
         torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
         assert not torch.isnan(got).any()
         # eager decisions are made when a graph is compiled, never at a later call
