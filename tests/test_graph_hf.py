@@ -4,8 +4,9 @@
 config with random weights (nothing is downloaded), eval mode, ``torch.no_grad()``,
 ``dynamic=True``: several batch sizes and sequence lengths (text: with a padding attention
 mask) must match eager (fp32, rtol 1e-4).  The backend runs with ``strict`` (an internal
-error or an import that disagrees with torch fails the test instead of running eagerly); what polycomp cannot
-compile runs eagerly, decided at compile time with one ``polycomp: running ...`` line.
+error or an import that disagrees with torch fails the test instead of running eagerly);
+what polycomp cannot compile runs eagerly, decided at compile time with one
+``polycomp: running ...`` line.
 Slow (a minute or more per model on a shared 2-core host: Dynamo's tracing, and each
 compiled piece built by gcc).
 """
