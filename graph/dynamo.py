@@ -249,7 +249,8 @@ def _compiled_module(cg, torch, examples, eager):
     picks = [k for k, ex in enumerate(examples)
              if isinstance(ex, torch.Tensor) and not isinstance(ex, torch.nn.Parameter)]
 
-    class Compiled(torch.nn.Module):
+    # torch is the module the caller imported (lazily): mypy sees a parameter
+    class Compiled(torch.nn.Module):  # type: ignore[name-defined]
         def forward(self, *args):
             xs = [args[k] for k in picks]
             if not _guards_hold(cg, args, xs):  # a value read at compile time changed

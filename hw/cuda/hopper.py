@@ -323,6 +323,7 @@ class _Hopper(_Tensorizer):
             if self.mode == "producer":
                 return out
             k = self._kernel
+            assert k is not None and self.nk is not None
             last = self._slot(k, self.nk - 1)[0]
             return ir.AttrStmt(MAINLOOP, str(k.plan.kernel), ir.seq(
                 hp.wgmma_fence_operand(ir.Load(k.acc, (_imm(0),), "float32"), k.regs_count),
@@ -333,6 +334,7 @@ class _Hopper(_Tensorizer):
 
     def _slot(self, k, kt_rel):
         """(stage, parity) of K tile ``kt_rel`` (0-based) of the current tile."""
+        assert self.nk is not None
         r = self.j * self.nk + kt_rel
         return simplify(r % k.cfg.stages), simplify((r // k.cfg.stages) % 2)
 
