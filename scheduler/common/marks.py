@@ -30,6 +30,7 @@ parse into fields.
 | ``npu_pingpong:<level>`` | NPU cube tiling | the loop below runs over ping-pong (double) buffers of that level |
 | ``chain_step:<n>`` | CUDA chain fusion | a block-level micro-kernel of a fused chain's kernel (``chain_program(state).steps[n]``: its role and statements) |
 | ``chain_ring:<n>`` | CUDA chain fusion | the ``l`` loop below streams its tiles through a ring of shared buffers (``chain_program(state).rings[n]``) |
+| ``row_vector:<n>`` | row-reduction mapping | the loop below runs over consecutive columns accessed as one aligned vector (``row_kernels(state).vectors[n]``, :mod:`polycomp.scheduler.gpu.rowstate`) |
 
 A fused chain's ``kernel:<n>`` (CUDA) indexes ``chain_program(state).kernels[n]``
 (:mod:`polycomp.scheduler.chain.cuda_tree`).
@@ -61,6 +62,7 @@ NPU_CUBE = "npu_cube"
 NPU_PINGPONG = "npu_pingpong"
 CHAIN_STEP = "chain_step"
 CHAIN_RING = "chain_ring"
+ROW_VECTOR = "row_vector"
 
 
 def make(kind: str, *args: object) -> isl.Id:
