@@ -80,6 +80,9 @@ BARRIER_S = 150e-9
 ISSUE_RATE = 4 * 32 * 1.7e9
 INSTR_PER_ELEMENT = 4
 INSTR_PER_STEP = 3
+#: the innermost row extent the model assumes when it is symbolic (rows of 2-d and 3-d
+#: row groups: a sequence length)
+INNER_ROWS = 128
 #: per-SM limits
 THREADS_PER_SM = 2048
 BLOCKS_PER_SM = 32
@@ -140,7 +143,8 @@ class RowShape:
     ``itemsize`` (largest element size of an array the columns index), ``passes`` (how
     many statements read the row's inputs from memory), ``in_arrays`` / ``out_arrays``
     (row-long arrays read / written per row), ``reductions`` (row reductions, each one
-    combine), ``vector_ok`` (every access is unit-stride in the column, so vectors
+    combine), ``rank`` (row dimensions) and ``inner_rows`` (the extent of the innermost
+    one, None when symbolic), ``vector_ok`` (every access is unit-stride in the column, so vectors
     apply when the width allows), ``cache_ok`` (one column dimension: the row can be
     kept in registers)."""
     rows: int | None
@@ -153,6 +157,17 @@ class RowShape:
     vector_ok: bool = True
     cache_ok: bool = True
     bound: int | None = None
+    inner_rows: int | None = None
+    rank: int = 1
+
+    @property
+    def block_rows(self) -> int:
+        """The extent of the innermost row dimension (the one blocks pack ``R`` rows
+        of; the outer row dimensions are grid dimensions): all rows for one row
+        dimension, :data:`INNER_ROWS` when symbolic."""
+        if self.rank == 1:
+            return self.rows if self.rows is not None else 1 << 30
+        return self.inner_rows if self.inner_rows is not None else INNER_ROWS
 
     @property
     def known_width(self) -> int | None:
@@ -207,7 +222,10 @@ def estimate(m: RowMapping, shape: RowShape, target) -> RowCost:
     regs = BASE_REGISTERS + cache_regs
     per_sm = max(1, min(BLOCKS_PER_SM, THREADS_PER_SM // b,
                         REGISTERS_PER_SM // (b * -(-regs // 8) * 8)))
-    blocks = -(-rows // m.rows)
+    inner = min(shape.block_rows, rows)
+    per_block = -(-inner // m.rows)                   # blocks per innermost row run
+    blocks = per_block * max(1, rows // inner)
+    fill = inner / (per_block * m.rows)              # block rows that have a row
     reads = 1 if m.cache else shape.passes
     # sectors: a warp request touches, per row, min(T, 32) * V * itemsize contiguous
     # bytes; below a 32-byte sector the rest of each sector is moved for nothing
@@ -234,25 +252,39 @@ def estimate(m: RowMapping, shape: RowShape, target) -> RowCost:
         if n == wave_blocks and left > wave_blocks:          # the same for every full wave
             full = left // wave_blocks
             seconds += full * _wave(n, m, per_sm, sms, flight_bytes, row_bytes, bw, reads,
-                                    combine, instr)
+                                    combine, instr, fill)
             left -= full * wave_blocks
             continue
         seconds += _wave(n, m, per_sm, sms, flight_bytes, row_bytes, bw, reads, combine,
-                         instr)
+                         instr, fill)
         left -= n
     return RowCost(seconds, waves, blocks, per_sm, per_sm * b / THREADS_PER_SM,
                    per_sm * b * flight_bytes, regs, int(total))
 
 
-def _wave(n, m, per_sm, sms, flight_bytes, row_bytes, bw, reads, combine, instr) -> float:
+def _wave(n, m, per_sm, sms, flight_bytes, row_bytes, bw, reads, combine, instr,
+          fill) -> float:
     """One wave of ``n`` blocks (see :func:`estimate`); ``instr``: thread instructions
-    per row."""
+    per row; ``fill``: the share of block rows that have a row."""
     active = min(sms, n)
     resident = min(per_sm, -(-n // sms))
-    per_sm_bw = min(SM_SHARE * bw / sms, resident * m.block_threads * flight_bytes / LATENCY)
+    busy = resident * m.block_threads * fill
+    per_sm_bw = min(SM_SHARE * bw / sms, busy * flight_bytes / LATENCY)
     rate = min(bw, active * per_sm_bw)
-    return max(n * m.rows * row_bytes / rate, reads * LATENCY + combine,
+    return max(n * m.rows * fill * row_bytes / rate, reads * LATENCY + combine,
                n * m.rows * instr / (active * ISSUE_RATE))
+
+
+def block_rows(t: int, shape: RowShape) -> int:
+    """``R`` for ``T = t``: 256 threads per block, fewer rows when the innermost row
+    extent is smaller (down to a warp's worth of threads); 1 above a warp."""
+    if t > WARP:
+        return 1
+    r = max(1, BLOCK_THREADS // t)
+    need = 1
+    while need < shape.block_rows:
+        need *= 2
+    return max(min(r, need), max(1, WARP // t))
 
 
 def candidates(shape: RowShape, target, vector: int | None = None,
@@ -265,7 +297,7 @@ def candidates(shape: RowShape, target, vector: int | None = None,
     out = []
     t = 1
     while t <= MAX_THREADS:
-        rows = max(1, BLOCK_THREADS // t) if t <= WARP else 1
+        rows = block_rows(t, shape)
         if width is not None and t > 1 and (t // 2) * v >= width:
             break                           # half the threads would already cover a row
         for c in ((False, True) if cache is None else (cache,)):
@@ -288,11 +320,11 @@ def choose(shape: RowShape, target, fixed=None) -> tuple[RowMapping, RowCost]:
     cache = fixed.cache if fixed is not None else None
     if shape.known_width is None and (fixed is None or fixed.threads is None):
         m = RowMapping(WARP, (fixed.rows if fixed is not None and fixed.rows else
-                              BLOCK_THREADS // WARP), vec or 1)
+                              block_rows(WARP, shape)), vec or 1)
         return m, estimate(m, shape, target)
     if fixed is not None and fixed.threads is not None:
         t = fixed.threads
-        rows = fixed.rows or (max(1, BLOCK_THREADS // t) if t <= WARP else 1)
+        rows = fixed.rows or block_rows(t, shape)
         v = vec if vec is not None else vector_width(shape.width, shape.itemsize,
                                                      shape.vector_ok)
         width = shape.known_width

@@ -527,16 +527,18 @@ class _ShapeScan:
             self.cache_ok = False
         nreduce = sum(1 for s in stmts if s.kind == "update")
         return RowShape(rows=_rows(stmts, self.rank), width=width, itemsize=self.itemsize,
+                        inner_rows=_rows(stmts, self.rank, self.rank - 1), rank=self.rank,
                         passes=max(1, self.passes), in_arrays=max(1, len(self.ins)),
                         out_arrays=len(self.outs), reductions=max(1, nreduce),
                         vector_ok=self.vector_ok, cache_ok=self.cache_ok)
 
 
-def _rows(stmts, rank) -> int | None:
-    """The number of rows (the product of the row extents) when constant."""
+def _rows(stmts, rank, first: int = 0) -> int | None:
+    """The number of rows (the product of the row extents from dimension ``first``)
+    when constant."""
     total = 1
     s = stmts[0]
-    for d in range(rank):
+    for d in range(first, rank):
         hi = s.domain.dim_max(d)
         if not hi.is_cst():
             return None
