@@ -139,6 +139,13 @@ class RowReductionMappingPass(Pass):
             raise OptionError(f"option row_map.vector {mapping.vector}: a column access of "
                               f"kernel {n} is not unit-stride in the row (or its rows are "
                               f"not {mapping.vector}-aligned)")
+        if mapping.vector * shape.itemsize > 16:
+            raise OptionError(f"option row_map.vector {mapping.vector}: {mapping.vector} "
+                              f"elements of {shape.itemsize} bytes are more than one 16-byte "
+                              f"access")
+        if mapping.vector > 1 and shape.width is not None and shape.width % mapping.vector:
+            raise OptionError(f"option row_map.vector {mapping.vector}: kernel {n}'s rows have "
+                              f"{shape.width} columns, not a multiple of {mapping.vector}")
         rec = RowKernel(mapping, shape, cost)
         row_kernels(ctx).kernels[n] = rec
         kctx = self._assumptions(rec, info, ictx)
@@ -188,6 +195,7 @@ class RowReductionMappingPass(Pass):
         of the vector and within the bound), recorded for the run-time check."""
         m = rec.mapping
         w = info.width_param
+        rec.symbol = w if rec.shape.width is None else None
         cond = isl.Set.read_from_str(ictx, "{ : }")
         if rec.shape.width is not None or w is None:
             return cond
@@ -300,7 +308,7 @@ class RowReductionMappingPass(Pass):
             tree = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext))
             if buf.name in live_out or readers_outside:
                 st = f"store_{buf.name}_{k}"
-                promo.copies[st] = CopyStmt("store_lane0", 1)
+                promo.copies[st] = CopyStmt("store_lane0", rows.dim(isl.dim_type.set))
                 ident = isl.Map.identity(isl.Space.map_from_set(rows.get_space())) \
                     .intersect_domain(rows)
                 ext2 = ident.range_product(ident).flatten_range() \

@@ -53,7 +53,8 @@ class RowKernel:
     mapping: RowMapping
     shape: RowShape
     cost: RowCost
-    width_param: str | None = None
+    symbol: str | None = None          # the symbolic row length's parameter, if one
+    width_param: str | None = None     # set when the code assumes something of it
     multiple_of: int = 1
     bound: int | None = None
 
