@@ -113,7 +113,7 @@ def row_version_plan(kernel, target, buckets=BUCKETS) -> tuple[RowVersionPlan, A
                          f"whose row length is one size symbol (found {len(rks)} row "
                          f"groups)")
     rk = rks[0]
-    symbol: str = rk.symbol
+    symbol = str(rk.symbol)
     shape = rk.shape
     vmax = max(1, VECTOR_BYTES // shape.itemsize) if shape.vector_ok else 1
     versions: list[RowVersion] = []
