@@ -202,9 +202,10 @@ def vector_width(width: int | None, itemsize: int, vector_ok: bool) -> int:
     return v
 
 
-def cache_fits(m: RowMapping, width: int, itemsize: int) -> bool:
-    """Does a thread's share of a row fit the cache budget of :data:`CACHE_REGISTERS`?"""
-    return m.per_thread(width) * m.vector * itemsize <= CACHE_REGISTERS * 4
+def cache_fits(m: RowMapping, width: int, itemsize: int, arrays: int = 1) -> bool:
+    """Does a thread's share of ``arrays`` rows fit the cache budget of
+    :data:`CACHE_REGISTERS`?"""
+    return arrays * m.per_thread(width) * m.vector * itemsize <= CACHE_REGISTERS * 4
 
 
 def estimate(m: RowMapping, shape: RowShape, target) -> RowCost:
@@ -218,7 +219,8 @@ def estimate(m: RowMapping, shape: RowShape, target) -> RowCost:
     rows = shape.rows if shape.rows is not None else 4 * sms * THREADS_PER_SM
     b = m.block_threads
     per_thread = m.per_thread(width)
-    cache_regs = -(-per_thread * m.vector * shape.itemsize // 4) if m.cache else 0
+    cache_regs = -(-shape.in_arrays * per_thread * m.vector * shape.itemsize // 4) \
+        if m.cache else 0
     regs = BASE_REGISTERS + cache_regs
     per_sm = max(1, min(BLOCKS_PER_SM, THREADS_PER_SM // b,
                         REGISTERS_PER_SM // (b * -(-regs // 8) * 8)))
@@ -303,7 +305,7 @@ def candidates(shape: RowShape, target, vector: int | None = None,
         for c in ((False, True) if cache is None else (cache,)):
             m = RowMapping(t, rows, v, c, shape.bound if shape.width is None else None)
             if c and not (shape.cache_ok and width is not None and shape.passes > 1
-                          and cache_fits(m, width, shape.itemsize)):
+                          and cache_fits(m, width, shape.itemsize, shape.in_arrays)):
                 continue
             out.append(m)
         t *= 2
@@ -329,7 +331,8 @@ def choose(shape: RowShape, target, fixed=None) -> tuple[RowMapping, RowCost]:
                                                      shape.vector_ok)
         width = shape.known_width
         c = (cache is None or cache) and width is not None and shape.cache_ok and \
-            shape.passes > 1 and cache_fits(RowMapping(t, rows, v), width, shape.itemsize)
+            shape.passes > 1 and \
+            cache_fits(RowMapping(t, rows, v), width, shape.itemsize, shape.in_arrays)
         if cache and not c:
             why = "its length is not bounded" if width is None else \
                 "nothing reads it twice" if not (shape.cache_ok and shape.passes > 1) else \
