@@ -428,7 +428,7 @@ def print_peer_timings(rows: list) -> None:
         peers = k.get("peers", {})
         ours = k.get("ms_best", 0) or float("nan")
 
-        def ms(kind):
+        def ms(kind, peers=peers):
             p = next((v for n, v in peers.items() if n.startswith(kind)), None)
             return p[0] if isinstance(p, list) else float("nan")
         eager = ms(f"torch_{e['ref']}")

@@ -35,7 +35,7 @@ def test_block_row_groups_are_one_kernel_each(name):
         wanted = ops.count("layernorm") + ops.count("softmax")
         rks = row_kernels(ck.state).kernels
         assert len(rks) == wanted, (ops, ck.notes.get("pattern-schedule"))
-        for k, rk in rks.items():
+        for rk in rks.values():
             m_ = rk.mapping
             assert 1 <= m_.threads <= 1024
             if rk.shape.width == HIDDEN:           # layernorm over the hidden size
