@@ -158,7 +158,7 @@ MAPS = [{"threads": 1}, {"threads": 2, "vector": 2}, {"threads": 4, "vector": 4}
         {"threads": 8, "cache": False}, {"threads": 16, "vector": 4, "cache": True},
         {"threads": 32, "vector": 4, "cache": True}, {"threads": 32, "cache": False},
         {"threads": 64, "vector": 2}, {"threads": 128, "vector": 4, "cache": True},
-        {"threads": 1024, "cache": True}]
+        {"threads": 256, "vector": 4, "cache": False}, {"threads": 1024, "cache": True}]
 
 
 def _fits(row_map, width):
@@ -190,11 +190,16 @@ def test_model_mapping_widths(kind, w):
 
 @pytest.mark.parametrize("kind", ["softmax", "layernorm", "max", "sum"])
 @pytest.mark.parametrize("row_map", [None, {"threads": 4, "vector": 4},
-                                     {"threads": 64, "vector": 4}],
-                         ids=["model", "packed", "block"])
+                                     {"threads": 64, "vector": 4},
+                                     {"threads": 8, "cache": False},
+                                     {"threads": 128, "vector": 4, "cache": False}],
+                         ids=["model", "packed", "block", "packed-online", "block-online"])
 def test_special_rows(kind, row_map):
     """Rows of NaN, of -inf, with one +inf, with one NaN, of zeros: numpy's answers
-    (NaN where numpy's is NaN)."""
+    (NaN where numpy's is NaN), for the two-pass softmax over registers and the online
+    one over memory alike."""
+    if kind in ("max", "sum") and row_map and row_map.get("cache") is False:
+        row_map = {k: v for k, v in row_map.items() if k != "cache"}
     _check(kind, (7, 40), row_map=row_map, special=True)
 
 
@@ -223,6 +228,33 @@ def test_stitched_bias_gelu_and_sum():
     """A row-wise bias, its gelu (an output) and its row sum in one kernel."""
     ck = _check("bias_gelu_sum", (9, 40))
     assert len(gpu_kernels(ck.state).launches) == 1
+
+
+# ---------------------------------------------------------------- the online softmax
+
+@pytest.mark.parametrize("kind,rows,width,row_map", [
+    ("softmax", (SYM,), SYM, None),                            # the symbolic default
+    ("softmax", (9,), 64, {"threads": 16, "cache": False}),
+    ("softmax", (3,), 1000, {"threads": 128, "vector": 4, "cache": False}),
+    ("softmax", (SYM, SYM), 33, {"threads": 8, "cache": False})])
+def test_online_max_and_sum(kind, rows, width, row_map):
+    """An uncached softmax computes its maximum and sum in one pass (the row is read
+    twice, not three times): one combine of (max, sum) pairs, legal in debug mode
+    against the rewritten statements' dependences; NaN/inf rows as numpy."""
+    rm = tuple(sorted(row_map.items())) if row_map else None
+    ck = _compiled(kind, rows, width, rm)
+    rk = row_kernels(ck.state)
+    assert len(rk.online) == 1
+    assert any("one pass" in n for n in ck.notes["gpu-row-reduction"])
+    m = rk.kernels[0].mapping
+    steps = int(np.log2(m.segment)) + (int(np.log2(m.warps_per_row)) if m.threads > 32 else 0)
+    assert ck.source.count("__shfl_xor_sync") == 2 * steps        # one pair combine
+    assert ck.source.count("__syncthreads") == (1 if m.threads > 32 else 0)
+    shape = tuple(5 if r == SYM else r for r in rows) + (37 if width == SYM else width,)
+    _check(kind, shape, rows=rows, width=width, row_map=dict(row_map) if row_map else None,
+           special=True)
+    opts = {"row_map": dict(row_map)} if row_map else None
+    compile_kernel(kernel(kind, rows, width), "cuda", opts, debug=True)   # legal
 
 
 # ------------------------------------------------------------------- symbolic lengths
@@ -312,7 +344,9 @@ NVCC = [("softmax", (4096,), 4096, None), ("softmax", (64,), 30000, None),
         ("sum", (8192,), 1024, None), ("softmax", (SYM,), SYM, None),
         ("softmax", (SYM,), SYM, (("bound", 1024), ("cache", True), ("threads", 32),
                                    ("vector", 4))),
-        ("layernorm", (SYM, SYM), 768, None), ("softmax", (SYM,), 4096, None)]
+        ("layernorm", (SYM, SYM), 768, None), ("softmax", (SYM,), 4096, None),
+        ("softmax", (64,), 4096, (("cache", False), ("threads", 256), ("vector", 4))),
+        ("softmax", (512,), 100, (("cache", False), ("threads", 8)))]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")

@@ -130,7 +130,7 @@ class CudaBackend(Backend):
         from .promoted import promoted_builders
         from .rowreduce import row_builders
         out = promoted_builders(state.model, state.promotions, var, state.inlined)
-        out.update(row_builders(state, var))       # register row caches' loads
+        out.update(row_builders(state, var, out))  # row caches' loads, online sums
         return out
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:

@@ -24,9 +24,12 @@
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.affine import aff_to_ir
+from polycomp.errors import PolycompInternalError
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.gpu.rowstate import row_kernels
 
@@ -56,22 +59,27 @@ def _butterfly(local: ir.Buffer, zero: tuple, combine: str, width: int,
     return out
 
 
+def _segment_mask(w, params) -> ir.Expr:
+    full = ir.IntImm(FULL_MASK, "int64")
+    if w.width >= WARP or w.warps > 1:
+        return full
+    row = params[w.row_param]
+    seg = ir.Binary("*", ir.IntImm(w.width, "int64"),
+                    ir.Binary("%", row, ir.IntImm(WARP // w.width, "int64"), "int64"), "int64")
+    return ir.Binary("<<", ir.IntImm((1 << w.width) - 1, "int64"), seg, "int64")
+
+
 def allreduce(promo, params) -> ir.Stmt:
     """The ``warp_allreduce`` statement of ``promo`` (a privatised reduction with its
     :class:`~polycomp.scheduler.promotion.record.WarpReduction`); see the module
     docstring.  ``params`` maps parameter names to their IR values (thread ids)."""
     w = promo.warp
+    if w.online_max is not None:
+        return _online_allreduce(promo, params)
     local = promo.local
     zero = tuple(ir.IntImm(0) for _ in local.shape)
     full = ir.IntImm(FULL_MASK, "int64")
-    if w.width >= WARP or w.warps > 1:
-        mask: ir.Expr = full
-    else:
-        row = params[w.row_param]
-        seg = ir.Binary("*", ir.IntImm(w.width, "int64"),
-                        ir.Binary("%", row, ir.IntImm(WARP // w.width, "int64"), "int64"),
-                        "int64")
-        mask = ir.Binary("<<", ir.IntImm((1 << w.width) - 1, "int64"), seg, "int64")
+    mask = _segment_mask(w, params)
     out = _butterfly(local, zero, w.combine, w.width, mask)
     if w.warps > 1:
         lane = params[w.lane_param]
@@ -87,13 +95,119 @@ def allreduce(promo, params) -> ir.Stmt:
     return ir.Block(tuple(out))
 
 
+# --------------------------------------------------------------------------- online pairs
+
+NEG_INF = float("-inf")
+
+
+def _rescale(a: ir.Expr, mn: ir.Expr, dtype: str) -> ir.Expr:
+    """``(mn == -inf) ? 0 : exp(a - mn)``: the weight of a sum relative to ``a`` once the
+    maximum is ``mn`` (``-inf`` rows keep a zero sum; ``+inf`` and NaN propagate)."""
+    return ir.Select(ir.Binary("==", mn, ir.FloatImm(NEG_INF, dtype), "bool"),
+                     ir.FloatImm(0.0, dtype),
+                     ir.Call("exp", (ir.Binary("-", a, mn, dtype),), dtype), dtype)
+
+
+def _as(e: ir.Expr, dtype: str) -> ir.Expr:
+    return e if e.dtype == dtype else ir.Cast(e, dtype)
+
+
+def online_value(stmt: ir.Stmt, max_local: ir.Buffer) -> ir.Stmt:
+    """The online form of a sum update ``s = s + exp(A - m)`` (``m`` read from
+    ``max_local``, the running maximum updated right after):
+    ``s = s * f(m, mn) + f(A, mn)`` with ``mn = max(m, A)`` and ``f`` :func:`_rescale`."""
+    if not isinstance(stmt, ir.Store):
+        raise PolycompInternalError("online sum: the update is not one store")
+    v = stmt.value
+    ex = v.b if isinstance(v, ir.Binary) and v.op == "+" else None
+    d = ex.args[0] if isinstance(ex, ir.Call) and ex.name == "exp" else None
+    if not (isinstance(v, ir.Binary) and isinstance(ex, ir.Call) and
+            isinstance(d, ir.Binary) and d.op == "-"):
+        raise PolycompInternalError(f"online sum: unexpected update {v}")
+    acc = ex.dtype
+    a, m = d.a, d.b
+    inner = m.value if isinstance(m, ir.Cast) else m
+    if not (isinstance(inner, ir.Load) and inner.buffer.name == max_local.name):
+        raise PolycompInternalError("online sum: the exponent does not subtract the maximum")
+    # the element and the new maximum in Lets: their loads stay outside the selects
+    av = ir.Var(f"{stmt.buffer.name}_a", acc)
+    mn = ir.Var(f"{stmt.buffer.name}_mn", acc)
+    value = ir.Binary("+", ir.Binary("*", _as(v.a, acc), _rescale(_as(m, acc), mn, acc), acc),
+                      _rescale(av, mn, acc), acc)
+    return ir.LetStmt(av, _as(a, acc), ir.LetStmt(
+        mn, ir.Binary("max", _as(m, acc), av, acc),
+        ir.Store(stmt.buffer, stmt.indices, _as(value, v.dtype), stmt.lanes)))
+
+
+def _online_step(m_loc, s_loc, zero, mask, off, name) -> ir.Stmt:
+    """One butterfly step of a (max, sum) pair: the other lane's pair combined."""
+    acc = s_loc.dtype
+    m = ir.Load(m_loc, zero, m_loc.dtype)
+    s = ir.Load(s_loc, zero, s_loc.dtype)
+    mo = ir.Var(f"{name}_mo", m_loc.dtype)
+    so = ir.Var(f"{name}_so", s_loc.dtype)
+    mn = ir.Var(f"{name}_mn", m_loc.dtype)
+    mc = _as(mn, acc)
+    body = ir.seq(
+        ir.Store(s_loc, zero, ir.Binary("+", ir.Binary("*", s, _rescale(_as(m, acc), mc, acc), acc),
+                                        ir.Binary("*", so, _rescale(_as(mo, acc), mc, acc), acc),
+                                        acc)),
+        ir.Store(m_loc, zero, mn))
+    return ir.LetStmt(mo, _shfl(mask, m, off, m_loc.dtype),
+                      ir.LetStmt(so, _shfl(mask, s, off, s_loc.dtype),
+                                 ir.LetStmt(mn, ir.Binary("max", m, mo, m_loc.dtype), body)))
+
+
+def _pair_butterfly(m_loc, s_loc, zero, width, mask, name) -> list[ir.Stmt]:
+    out = []
+    off = width // 2
+    while off >= 1:
+        out.append(_online_step(m_loc, s_loc, zero, mask, off, f"{name}{off}"))
+        off //= 2
+    return out
+
+
+def _online_allreduce(promo, params) -> ir.Stmt:
+    """The pair combine of an online max-and-sum (:mod:`polycomp.scheduler.gpu.rowonline`):
+    butterflies of ``(m, s)`` pairs, ``m = max(m, m')``, ``s = s f(m) + s' f(m')``."""
+    w = promo.warp
+    s_loc, m_loc = promo.local, w.online_max
+    zero = tuple(ir.IntImm(0) for _ in s_loc.shape)
+    name = f"row{s_loc.name}"
+    out = _pair_butterfly(m_loc, s_loc, zero, w.width, _segment_mask(w, params), name)
+    if w.warps > 1:
+        lane = params[w.lane_param]
+        lane_in_warp = ir.Binary("%", lane, ir.IntImm(WARP, "int64"), "int64")
+        warp = ir.Binary("//", lane, ir.IntImm(WARP, "int64"), "int64")
+        first = ir.Binary("==", lane_in_warp, ir.IntImm(0, "int64"), "bool")
+        out.append(ir.IfThenElse(first, ir.seq(
+            ir.Store(w.online_scratch, (warp,), ir.Load(m_loc, zero, m_loc.dtype)),
+            ir.Store(w.scratch, (warp,), ir.Load(s_loc, zero, s_loc.dtype)))))
+        out.append(ir.barrier())
+        pick = ir.Binary("%", lane_in_warp, ir.IntImm(w.warps, "int64"), "int64")
+        out.append(ir.Store(m_loc, zero, ir.Load(w.online_scratch, (pick,), m_loc.dtype)))
+        out.append(ir.Store(s_loc, zero, ir.Load(w.scratch, (pick,), s_loc.dtype)))
+        out.extend(_pair_butterfly(m_loc, s_loc, zero, w.warps,
+                                   ir.IntImm(FULL_MASK, "int64"), name + "w"))
+    return ir.Block(tuple(out))
+
+
 # --------------------------------------------------------------------------- row caches
 
 
-def row_builders(state, var) -> dict:
-    """Statement builders (name -> fn(args) -> Stmt) of the register caches' loads."""
+def row_builders(state, var, existing: dict | None = None) -> dict:
+    """Statement builders (name -> fn(args) -> Stmt) of the register caches' loads, and
+    of the online sums (``existing[name]`` rewritten by :func:`online_value`)."""
     params = _Params(var)
-    out = {}
+    out: dict[str, Callable[..., ir.Stmt]] = {}
+    for pair in row_kernels(state).online:
+        base = (existing or {}).get(pair.sum_stmt)
+        if base is None:
+            raise PolycompInternalError(f"online sum {pair.sum_stmt} has no builder")
+
+        def make_online(args, base=base, pair=pair):
+            return online_value(base(args), pair.max_local)
+        out[pair.sum_stmt] = make_online
     for c in row_kernels(state).caches:
         def make(args, c=c):
             idx = aff_to_ir(c.index, args, params)
@@ -321,11 +435,13 @@ def print_vector_loop(p, s: ir.For) -> None:
                 self.guarded -= 1
 
         def visit_Select(self, n):
+            c = self.visit(n.cond)                  # the condition is always evaluated
             self.guarded += 1
             try:
-                return self.generic(n)
+                t, f = self.visit(n.t), self.visit(n.f)
             finally:
                 self.guarded -= 1
+            return ir.Select(c, t, f, n.dtype)
 
         def visit_Load(self, e):
             base = None if self.guarded else _unit_stride(e.indices, s.var)

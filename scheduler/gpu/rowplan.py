@@ -25,8 +25,8 @@ sums).  :class:`RowMapping` says how its rows and columns go onto CUDA threads:
   once.  Needs a row length bounded by a constant (``W``, or the version's ``bound``).
 
 The cost model (:func:`estimate`) is stated in docs/rowreduce.md.  In short, for a
-kernel moving ``bytes`` (inputs read once per pass, or once when cached, outputs written
-once) in ``blocks = ceil(N / R)`` blocks of ``B = T R`` threads:
+kernel moving ``bytes`` (inputs read once per pass, or once when cached, one pass
+fewer for an online max-and-sum, outputs written once) in ``blocks = ceil(N / R)`` blocks of ``B = T R`` threads:
 
 * occupancy: ``P = min(32, 2048 / B, 65536 / (B * regs))`` blocks per SM, ``regs =
   32 + cache registers``;
@@ -144,9 +144,10 @@ class RowShape:
     many statements read the row's inputs from memory), ``in_arrays`` / ``out_arrays``
     (row-long arrays read / written per row), ``reductions`` (row reductions, each one
     combine), ``rank`` (row dimensions) and ``inner_rows`` (the extent of the innermost
-    one, None when symbolic), ``vector_ok`` (every access is unit-stride in the column, so vectors
-    apply when the width allows), ``cache_ok`` (one column dimension: the row can be
-    kept in registers)."""
+    one, None when symbolic), ``online`` (a maximum and a sum of exponentials that an
+    uncached mapping computes in one pass), ``vector_ok`` (every access is unit-stride in
+    the column, so vectors apply when the width allows), ``cache_ok`` (one column
+    dimension: the row can be kept in registers)."""
     rows: int | None
     width: int | None
     itemsize: int
@@ -159,6 +160,7 @@ class RowShape:
     bound: int | None = None
     inner_rows: int | None = None
     rank: int = 1
+    online: bool = False
 
     @property
     def block_rows(self) -> int:
@@ -228,7 +230,7 @@ def estimate(m: RowMapping, shape: RowShape, target) -> RowCost:
     per_block = -(-inner // m.rows)                   # blocks per innermost row run
     blocks = per_block * max(1, rows // inner)
     fill = inner / (per_block * m.rows)              # block rows that have a row
-    reads = 1 if m.cache else shape.passes
+    reads = 1 if m.cache else max(1, shape.passes - (1 if shape.online else 0))
     # sectors: a warp request touches, per row, min(T, 32) * V * itemsize contiguous
     # bytes; below a 32-byte sector the rest of each sector is moved for nothing
     chunk = m.segment * m.vector * shape.itemsize

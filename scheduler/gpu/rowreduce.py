@@ -81,8 +81,15 @@ from polycomp.scheduler.gpu.map import (
     param_upa,
     thread_param,
 )
+from polycomp.scheduler.gpu.rowonline import find_online_pair, fuse_online, online_dependences
 from polycomp.scheduler.gpu.rowplan import RowMapping, RowShape, choose
-from polycomp.scheduler.gpu.rowstate import RowCache, RowKernel, RowVector, row_kernels
+from polycomp.scheduler.gpu.rowstate import (
+    OnlinePair,
+    RowCache,
+    RowKernel,
+    RowVector,
+    row_kernels,
+)
 from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.gpu.tile import find_first
 from polycomp.scheduler.promotion.copies import root_of
@@ -131,6 +138,11 @@ class RowReductionMappingPass(Pass):
         schedule = mark.insert_mark(marks.make(marks.KERNEL, n)).get_schedule()
         schedule = self._inline_rowwise(schedule, n, ctx)
         shape, info = row_shape(schedule, n, ctx, rank)
+        names = _kernel_statement_names(schedule, n)
+        stmts = [s for s in ctx.model.statements if s.name in names]
+        pair = find_online_pair(stmts, ctx.inlined, _sequence_order(schedule, n))
+        if pair is not None:
+            shape = replace(shape, online=True)
         fixed = ctx.cuda_options.row_map
         if fixed is not None and fixed.bound is not None and shape.width is None:
             shape = replace(shape, bound=fixed.bound)
@@ -180,9 +192,16 @@ class RowReductionMappingPass(Pass):
             ictx, f"[{ty}, {tx}] -> {{ : 0 <= {ty} < {mapping.rows} and "
                   f"0 <= {tx} < {mapping.threads} }}"))
         schedule = band.insert_filter(filt.intersect(dom)).get_schedule()
-        names = _kernel_statement_names(schedule, n)
+        if pair is not None and not mapping.cache:     # max and sum in one pass
+            dropped = {s.name for s in stmts if s.write.name in ctx.inlined}
+            schedule = fuse_online(_row_sequence(schedule, n), pair, dropped).get_schedule()
+            online_dependences(ctx.model, pair)
+            ctx.note(self.name, f"kernel {n}: {pair[0].write.name} and {pair[1].write.name} "
+                                f"in one pass (online max and sum)")
+        else:
+            pair = None
         schedule = self._deal_columns(schedule, n, mapping, ctx, tx)
-        schedule = self._privatise(schedule, n, mapping, ctx, tx, ty, names)
+        schedule = self._privatise(schedule, n, mapping, ctx, tx, ty, names, pair)
         if mapping.cache:
             schedule = self._cache(schedule, n, mapping, ctx, tx, info, rank, names)
         launch = KernelLaunch(grid, (mapping.threads, mapping.rows, 1), tuple(bparams),
@@ -267,12 +286,13 @@ class RowReductionMappingPass(Pass):
             schedule = ob.get_schedule()
 
     # ------------------------------------------------------------------ reductions
-    def _privatise(self, schedule, n, m: RowMapping, ctx, tx, ty, names):
+    def _privatise(self, schedule, n, m: RowMapping, ctx, tx, ty, names, pair=None):
         model = ctx.model
         promos = ctx.promotions
         stmts = [s for s in model.statements if s.name in names]
         reductions = [s for s in stmts if s.kind == "update"]
         live_out = {b.name for b in model.live_out}
+        made: dict[str, Promotion] = {}
         for upd in reductions:
             buf = upd.write
             k = len(promos)
@@ -286,38 +306,54 @@ class RowReductionMappingPass(Pass):
                     ls = isl.LocalSpace.from_space(sp)
                     promo.offsets[s.name] = [isl.Aff.var_on_domain(ls, isl.dim_type.set, d)
                                              for d in range(rank)]
-            inlined = ctx.inlined
-            readers_outside = any(a.kind == "read" and a.buffer.name == buf.name
-                                  for s in model.statements
-                                  if s.name not in names and s.write.name not in inlined
-                                  for a in s.accesses)
             scratch = None
             if m.threads > LANES:
                 scratch = ir.Buffer(f"{buf.name}_warps{k}", buf.dtype,
                                     (ir.IntImm(m.warps_per_row),), "shared")
+            online = {}
+            if pair is not None and upd is pair[1]:
+                mx = made[pair[0].name]
+                online = {"online_max": mx.local, "online_scratch": mx.warp.scratch}
+                row_kernels(ctx).online.append(OnlinePair(n, pair[0].name, upd.name, mx.local))
             promo.warp = WarpReduction(COMBINE[upd.value.op], tx, width=m.segment,
-                                       row_param=ty, warps=m.warps_per_row, scratch=scratch)
-            # graft the combine (and thread 0's store) after the update's band
-            seq_child = _statement_filter(schedule, upd.name).child(0)   # the lane filter
+                                       row_param=ty, warps=m.warps_per_row, scratch=scratch,
+                                       **online)
+            promos.append(promo)
+            made[upd.name] = promo
+        inlined = ctx.inlined
+        for upd in reductions:
+            if pair is not None and upd is pair[0]:
+                continue                     # combined with its sum, as a pair
+            group = [upd] if pair is None or upd is not pair[1] else [pair[0], upd]
+            # graft the combine (and thread 0's stores) after the update's band
+            seq_child = _statement_filter(schedule, {s.name for s in group}).child(0)
             prefix = seq_child.get_prefix_schedule_union_map()
             rows = _drop_ids(prefix_points(prefix).coalesce(), [tx])
-            ar = f"allreduce_{buf.name}_{k}"
+            promo = made[upd.name]
+            k = promos.index(promo)
+            ar = f"allreduce_{upd.write.name}_{k}"
             promo.copies[ar] = CopyStmt("warp_allreduce", 1)
             ext = isl.Map.from_domain_and_range(
                 rows, isl.Set.read_from_str(rows.get_ctx(), f"{{ {ar}[] }}"))
             tree = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext))
-            if buf.name in live_out or readers_outside:
-                st = f"store_{buf.name}_{k}"
-                promo.copies[st] = CopyStmt("store_lane0", rows.dim(isl.dim_type.set))
-                ident = isl.Map.identity(isl.Space.map_from_set(rows.get_space())) \
-                    .intersect_domain(rows)
-                ext2 = ident.range_product(ident).flatten_range() \
-                    .set_tuple_name(isl.dim_type.out, st)
-                tree2 = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext2))
-                seq_child = seq_child.graft_after(tree2)
+            for r in group:
+                buf = r.write
+                readers_outside = any(a.kind == "read" and a.buffer.name == buf.name
+                                      for s in model.statements
+                                      if s.name not in names and s.write.name not in inlined
+                                      for a in s.accesses)
+                if buf.name in live_out or readers_outside:
+                    pr = made[r.name]
+                    st = f"store_{buf.name}_{promos.index(pr)}"
+                    pr.copies[st] = CopyStmt("store_lane0", rows.dim(isl.dim_type.set))
+                    ident = isl.Map.identity(isl.Space.map_from_set(rows.get_space())) \
+                        .intersect_domain(rows)
+                    ext2 = ident.range_product(ident).flatten_range() \
+                        .set_tuple_name(isl.dim_type.out, st)
+                    tree2 = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext2))
+                    seq_child = seq_child.graft_after(tree2)
             seq_child = seq_child.graft_after(tree)
             schedule = seq_child.get_schedule()
-            promos.append(promo)
         return schedule
 
     # ------------------------------------------------------------------ register cache
@@ -664,11 +700,20 @@ def _kernel_statement_names(schedule: isl.Schedule, n: int) -> set[str]:
     return {m.get_tuple_name(isl.dim_type.in_) for m in maps(sub)}
 
 
-def _statement_filter(schedule: isl.Schedule, name: str) -> isl.ScheduleNode:
-    """The first filter node that selects exactly statement ``name``."""
+def _statement_filter(schedule: isl.Schedule, names: set[str]) -> isl.ScheduleNode:
+    """The first filter node that selects exactly the statements ``names``."""
     path = paths(schedule.get_root(), lambda x: x.get_type() == isl.schedule_node_type.filter
-                 and _filter_names(x) == {name})[0]
+                 and _filter_names(x) == names)[0]
     return node_at(schedule, path)
+
+
+def _sequence_order(schedule: isl.Schedule, n: int) -> list[str]:
+    """The statements of kernel ``n``'s row sequence, in order (one name per child)."""
+    seq = _row_sequence(schedule, n)
+    out = []
+    for k in range(seq.n_children()):
+        out.extend(sorted(_filter_names(seq.child(k))))
+    return out
 
 
 def _filter_names(n) -> set:

@@ -1,7 +1,8 @@
 """The typed compile state of row-reduction kernels (:mod:`.rowreduce`): per kernel its
 :class:`~polycomp.scheduler.gpu.rowplan.RowMapping`, the model's estimate and the
 preconditions a symbolic row length must meet; the vector loops the ``row_vector:<n>``
-marks index; the register row caches and their load statements.  The mapping pass
+marks index; the register row caches and their load statements; the online max-and-sum
+pairs.  The mapping pass
 records them; the CUDA backend's IR passes and lowering read them
 (:mod:`polycomp.hw.cuda.rowreduce`)."""
 from __future__ import annotations
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from polycomp.scheduler.gpu.rowplan import RowCost, RowMapping, RowShape
     from polycomp.state import CompileState
 
-__all__ = ["RowKernel", "RowVector", "RowCache", "RowKernels", "row_kernels"]
+__all__ = ["RowKernel", "RowVector", "RowCache", "OnlinePair", "RowKernels", "row_kernels"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,17 @@ class RowCache:
     rank: int                      # the number of row dimensions
 
 
+@dataclass(frozen=True)
+class OnlinePair:
+    """A row maximum and a sum of ``exp(. - max)`` computed in one pass
+    (:mod:`polycomp.scheduler.gpu.rowonline`): lowering rewrites ``sum_stmt``'s update
+    to the online form reading ``max_local``, the running maximum."""
+    kernel: int
+    max_stmt: str
+    sum_stmt: str
+    max_local: ir.Buffer
+
+
 @dataclass(eq=False)
 class RowKernel:
     """One row-reduction kernel: its mapping, the shape the model saw and its estimate,
@@ -65,6 +77,7 @@ class RowKernels:
     kernels: dict[int, RowKernel] = field(default_factory=dict)
     vectors: list[RowVector] = field(default_factory=list)
     caches: list[RowCache] = field(default_factory=list)
+    online: list[OnlinePair] = field(default_factory=list)
 
 
 def row_kernels(state: CompileState) -> RowKernels:
