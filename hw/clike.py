@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from polycomp import dtypes as dt
 from polycomp import ir
+from polycomp.lowering.printer import attr_words
 
 from .c_reserved import RESERVED_GLOBALS, RESERVED_MACROS
 
@@ -282,7 +283,8 @@ class CLikePrinter:
         self.emit("}")
 
     def attr(self, s: ir.AttrStmt) -> None:
-        self.emit(f"// {s.key}{': ' + str(s.value) if s.value else ''}")
+        head, rest = attr_words(s)
+        self.emit(f"// {head}{': ' + rest if rest else ''}")
         self.stmt(s.body)
 
     def allocate(self, s: ir.Allocate) -> None:

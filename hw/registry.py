@@ -8,7 +8,9 @@ A backend is a package under ``hw/`` (``hw/cpu``, ``hw/cuda``) with a
   :class:`~polycomp.hw.target.Target`: memory hierarchy, compute units, parameters);
 * ``options_class``: its typed options (:mod:`polycomp.options`);
 * ``schedule_passes(state)``, ``ir_passes(state)`` (IR the interpreter still runs),
-  ``codegen_passes(state)`` (to the printed IR) and ``emit(func, state)`` (source);
+  ``codegen_passes(state)`` (to the printed IR), ``target_passes(state)`` (a lowering
+  to the backend's own target IR and passes on it, where it has one: the NPU) and
+  ``emit(func, state)`` (source);
 * ``lowering_statements(state, var)``: extra statement builders for lowering (e.g. the
   copy statements of promotions);
 * ``suffix`` of emitted files, ``runner(ck)`` (a callable on numpy arrays and how it
@@ -38,14 +40,14 @@ from polycomp.errors import TargetError
 
 if TYPE_CHECKING:  # pragma: no cover
     from polycomp import ir
-    from polycomp.driver import CompiledKernel
+    from polycomp.compiled import CompiledKernel
     from polycomp.hw.target import Target
     from polycomp.lowering.ir_pass import IRPass
     from polycomp.options import Options
+    from polycomp.pass_manager import TargetPass
     from polycomp.scheduler.common.pass_base import Pass
-    from polycomp.scheduler.tuning.multiversion import VersionPlan
-    from polycomp.scheduler.tuning.space import Measurement, TuningSpace
     from polycomp.state import CompileState
+    from polycomp.tuning_contract import Measurement, TuningSpace, VersionPlan
 
 BUILTIN_BACKENDS = ("polycomp.hw.cpu.backend", "polycomp.hw.cuda.backend",
                     "polycomp.hw.npu.backend")
@@ -94,6 +96,13 @@ class Backend:
     def codegen_passes(self, state: CompileState) -> list[IRPass]:
         return []
 
+    def target_passes(self, state: CompileState) -> list[TargetPass]:
+        """Steps on the backend's own target IR after the code-generation passes: the
+        first lowers the LoweredFunc into it, the others rewrite it; ``emit`` prints
+        the result (``CompiledKernel.final_ir``).  None by default: C and CUDA print
+        the LoweredFunc."""
+        return []
+
     def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
         raise NotImplementedError
 
@@ -136,7 +145,7 @@ class Backend:
         """The configurations ``polycomp tune`` tries for ``ck``'s kernel at ``shape``
         (every size symbol bound): only knobs that change the generated code; no points
         (``about`` says why) when there is nothing to tune."""
-        from polycomp.scheduler.tuning.space import TuningSpace
+        from polycomp.tuning_contract import TuningSpace
         return TuningSpace((), about=f"the {self.family} backend has no tuning space")
 
     def measure(self, ck: CompiledKernel, arrays: list, shape: Mapping[str, int],
@@ -147,12 +156,11 @@ class Backend:
                           f"trials on")
 
     def version_plan(self, kernel, target: Target, records: list,
-                     func: ir.LoweredFunc) -> VersionPlan:
-        """The multi-version plan of ``kernel`` from tuning ``records`` (default: measured
-        records by bucket ranges and shape guards,
+                     func: ir.LoweredFunc) -> VersionPlan | None:
+        """The multi-version plan of ``kernel`` from tuning ``records``, or None for the
+        tuner's default (measured records by bucket ranges and shape guards,
         :func:`polycomp.scheduler.tuning.multiversion.guard_plan`)."""
-        from polycomp.scheduler.tuning.multiversion import guard_plan
-        return guard_plan(kernel, target, records, func)
+        return None
 
     def multiversion_module(self, versions: Sequence[CompiledKernel],
                             selector: ir.LoweredFunc,

@@ -51,6 +51,16 @@ def _vector_or_call_str(e) -> str:
     return f"<{name}>"
 
 
+def attr_words(s: ir.AttrStmt) -> tuple[str, str]:
+    """``(head, rest)`` of an attribute's comment ``// head: rest``: the mark's name
+    (``<kind>:<value>``) split after its first word, as isl prints it (``tile:block`` /
+    ``0`` -> ``tile`` / ``block:0``); a value that is no text prints whole."""
+    if not isinstance(s.value, str):
+        return s.key, str(s.value) if s.value else ""
+    head, _, rest = (f"{s.key}:{s.value}" if s.value else s.key).partition(":")
+    return head, rest
+
+
 def stmt_str(s, indent: int = 0) -> str:
     """Print a statement tree, two spaces per level."""
     pad = "  " * indent
@@ -82,7 +92,8 @@ def stmt_str(s, indent: int = 0) -> str:
     if isinstance(s, ir.Evaluate):
         return f"{pad}{expr_str(s.value)}\n"
     if isinstance(s, ir.AttrStmt):
-        return f"{pad}// {s.key}: {s.value}\n" + stmt_str(s.body, indent)
+        head, rest = attr_words(s)
+        return f"{pad}// {head}: {rest}\n" + stmt_str(s.body, indent)
     if isinstance(s, ir.Return):
         return f"{pad}return{'' if s.value is None else ' ' + expr_str(s.value)}\n"
     return f"{pad}<{type(s).__name__}>\n"

@@ -4,7 +4,7 @@ per class), the CUDA side (hw/cuda/rowreduce.py: combine, vector loops, register
 row-length checks), checked in the strict simulator against numpy on odd, prime,
 extent-1 and symbolic shapes with NaN / infinity rows, compiled by nvcc for sm_80 and
 sm_90 (ptxas: no spills; SASS: 128-bit accesses, shuffles, barriers where expected), and
-the multi-version dispatch of symbolic row lengths (scheduler/gpu/row_versions.py)."""
+the multi-version dispatch of symbolic row lengths (scheduler/tuning/row_versions.py)."""
 from __future__ import annotations
 
 import functools
@@ -137,6 +137,10 @@ def _check(kind, shape, rows=None, width=None, row_map=None, dtype="float32",
     width = width if width is not None else shape[-1]
     key = tuple(sorted(row_map.items())) if row_map else None
     ck = _compiled(kind, tuple(rows), width, key, dtype)
+    start = ck.source.index("__global__")
+    kernels = ck.source[start:ck.source.index('extern "C"', start)]
+    for buf in ck.state.inlined:       # recomputed where read: never stored or read back
+        assert f" {buf}[" not in kernels and f"({buf}[" not in kernels, buf
     args = inputs(kind, shape, seed, dtype, special)
     expected = reference(kind, args)
     for stage in stages:
@@ -257,6 +261,25 @@ def test_online_max_and_sum(kind, rows, width, row_map):
     compile_kernel(kernel(kind, rows, width), "cuda", opts, debug=True)   # legal
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_online_sixteen_bit(dtype):
+    """The online pair of 16-bit rows: the running maximum and sum in float."""
+    ck = _check("softmax", (6, 296), row_map={"threads": 32, "vector": 8, "cache": False},
+                dtype=dtype, special=True)
+    assert len(row_kernels(ck.state).online) == 1
+
+
+@pytest.mark.parametrize("kind,row_map", [("softmax", {"threads": 32, "cache": True}),
+                                          ("layernorm", {"threads": 32, "cache": False}),
+                                          ("max", {"threads": 32})])
+def test_no_online_pair(kind, row_map):
+    """A cached softmax (the row is read from registers anyway), a layernorm (no sum of
+    ``exp(. - max)``) and a lone maximum keep their reductions apart."""
+    ck = _check(kind, (5, 64), row_map=row_map)
+    assert row_kernels(ck.state).online == []
+    assert not any("one pass" in n for n in ck.notes.get("gpu-row-reduction", []))
+
+
 # ------------------------------------------------------------------- symbolic lengths
 
 def test_symbolic_width_with_assumptions_checks_them():
@@ -295,7 +318,7 @@ def test_multiversion_by_row_length():
     """One module: a version per row-length bucket (vector versions guarded by ``M mod
     4``), the selector IR in Python and the Python rule agree, every version checked
     against numpy in the simulator."""
-    from polycomp.scheduler.gpu.row_versions import RowMultiVersion
+    from polycomp.scheduler.tuning.row_versions import RowMultiVersion
     mv = RowMultiVersion(kernel("softmax", (SYM,), SYM), "cuda", buckets=(32, 256, 2048))
     plan = mv.plan
     assert plan.symbol == "M"

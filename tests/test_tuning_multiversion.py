@@ -372,3 +372,30 @@ def test_cuda_dispatch_recorded_for_gpu_bundles(small_cuda_mv, tmp_path, monkeyp
     assert (tmp_path / m["source"]).read_text() == mv.source
     np.testing.assert_allclose(out, a.astype(np.float32) @ b.astype(np.float32),
                                rtol=1e-3, atol=1e-3)
+
+
+def test_dot_tile_versions_outline_their_tiles_apart(tmp_path, monkeypatch):
+    """Two int8 versions on a dot-product target: each version's outlined register tiles
+    (the vector printer's ``static noinline`` functions) are printed in the module under
+    that version's own names, and the one object runs each version exactly."""
+    import re
+
+    from polycomp.hw.cpu.build import CFunction
+    from polycomp.hw.cpu.simd_build import build_simde
+    from polycomp.scheduler.tuning.multiversion import GuardPlan, MultiVersion, Version
+    monkeypatch.setenv("POLYCOMP_CACHE_DIR", str(tmp_path / "cache"))
+    k = matmul_kernel("int8")
+    plan = GuardPlan("N", (Version(0, 16, {"gemm_register": [2, 1], "parallel": False}, 1.0),
+                           Version(16, None, {"gemm_register": [6, 1], "parallel": False},
+                                   float("nan"), fallback=True)))
+    mv = MultiVersion(k, "cpu-avx512-bf16", plan)
+    defined = re.findall(r"static __attribute__\(\(noinline\)\) void (\w+)\(", mv.source)
+    assert defined and len(defined) == len(set(defined)), defined
+    assert {d.split("_")[1] for d in defined} == {"v0", "v1"}, defined
+    lib = CFunction(mv.module.function(mv.module.name).func, build_simde(mv.source))
+    rng = np.random.default_rng(5)
+    for n, m, kk in ((3, 17, 9), (16, 5, 4), (17, 33, 13), (40, 1, 1)):
+        a = rng.integers(-128, 128, (n, kk), dtype=np.int8)
+        b = rng.integers(-128, 128, (kk, m), dtype=np.int8)
+        assert mv.select(N=n, M=m, K=kk) == int(n > 16)
+        np.testing.assert_array_equal(lib(a, b), a.astype(np.int32) @ b.astype(np.int32))

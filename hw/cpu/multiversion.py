@@ -89,8 +89,11 @@ def emit_module(backend, module: ir.LoweredModule, versions: Sequence) -> str:
            f"and dispatcher (one module) */\n" + C_HEADER + "".join(header)]
     for mf in module.functions:
         p = printers.get(mf.version, CPrinter)() if mf.role == ir.VERSION else CPrinter()
+        if hasattr(p, "outline_prefix"):     # outlined register tiles, named per version
+            p.outline_prefix = f"pc_v{mf.version}"
         p.stmt(mf.func.body)
         comment = f"/* {mf.comment} */\n" if mf.comment else ""
+        out += getattr(p, "functions", [])
         out.append(comment + _host_signature(mf, p) + " {\n" + "\n".join(p.lines) + "\n}\n")
     return "\n".join(out)
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from polycomp import ir
+from polycomp.frontend.c_model import CScopModel
+from polycomp.frontend.dsl_model import DslModel
 from polycomp.hw.options import CudaOptions
 from polycomp.hw.registry import Backend, Runner, register
 from polycomp.hw.target import Target
@@ -32,6 +34,7 @@ from polycomp.lowering.ir_pass import IRPass, body_pass, ir_pass
 from polycomp.lowering.simplify import simplify
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.state import gpu_kernels
+from polycomp.scheduler.promotion.record import promotion_state
 from polycomp.state import CompileState
 
 from .target import cuda_target
@@ -46,7 +49,7 @@ def _chain_decision(state: CompileState) -> tuple[bool, str]:
     from polycomp.scheduler.chain.tree import plan_for
     o = state.cuda_options
     if not (o.chain and o.gpu != "baseline" and not o.isl_scheduler
-            and bool(getattr(state.model.graph, "stages", ()))):
+            and isinstance(state.model, DslModel)):
         return False, ""
     if plan_for(state)[0] is None:
         return False, ""
@@ -85,7 +88,6 @@ class CudaBackend(Backend):
         from polycomp.scheduler.gpu.scop_groups import (
             ScopBaselinePass,
             ScopGroupingPass,
-            is_c_scop,
         )
         from polycomp.scheduler.gpu.tile import GpuTilingPass
         from polycomp.scheduler.gpu.unroll import UnrollPointLoopsPass
@@ -102,7 +104,7 @@ class CudaBackend(Backend):
             state.note("chain-fuse", f"chain not fused: {why_not}")
         if _baseline(state):
             return [GpuBaselineMappingPass()]
-        scop = is_c_scop(state)
+        scop = isinstance(state.model, CScopModel)
         passes: list[Pass]
         if scop:    # per nest: tiled (backbone marks) or baseline (mapped right away)
             passes = [ScopGroupingPass(), ScopBaselinePass()]
@@ -125,11 +127,12 @@ class CudaBackend(Backend):
         if _chain(state):       # the chain program's write-out / combine statements
             from .chain_passes import chain_statement_builders
             return chain_statement_builders(state, var)
-        if not state.promotions and not state.inlined:
+        if not promotion_state(state).promotions and not state.inlined:
             return {}
         from .promoted import promoted_builders
         from .rowreduce import row_builders
-        out = promoted_builders(state.model, state.promotions, var, state.inlined)
+        out = promoted_builders(state.model, promotion_state(state).promotions, var,
+                                state.inlined)
         out.update(row_builders(state, var, out))  # row caches' loads, online sums
         return out
 

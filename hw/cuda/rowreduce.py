@@ -32,6 +32,7 @@ from polycomp.affine import aff_to_ir
 from polycomp.errors import PolycompInternalError
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.gpu.rowstate import row_kernels
+from polycomp.scheduler.promotion.record import promotion_state
 
 FULL_MASK = 0xFFFFFFFF
 WARP = 32
@@ -237,14 +238,15 @@ class _RowKernels(ir.Mutator):
         self.rk = row_kernels(state)
         self.params = {p.name: p for p in state.model.params}
         self.scratch: dict[int, list] = {}
-        for p in state.promotions:
+        for p in promotion_state(state).promotions:
             if p.warp is not None and p.warp.scratch is not None:
                 self.scratch.setdefault(p.kernel, []).append(p.warp.scratch)
 
     def visit_AttrStmt(self, s):
-        if s.key == marks.ROW_VECTOR:
+        k = marks.attr_index(s, marks.ROW_VECTOR)
+        if k is not None:
             body = self.visit(s.body)
-            vec = self.rk.vectors[int(s.value)]
+            vec = self.rk.vectors[k]
             from polycomp.lowering.simplify import simplify as simplify_expr
             if isinstance(body, ir.For) and ir.is_const(simplify_expr(body.extent), vec.width) \
                     and ir.is_const(simplify_expr(body.min), 0):

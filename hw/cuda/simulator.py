@@ -317,7 +317,7 @@ class Simulator(Interpreter):
     # ------------------------------------------------------------- memory
     def allocate(self, s, st):
         b = s.buffer
-        shape = []
+        dims: list[int] = []
         for d in b.shape:
             v = self.expr(d, st, st.mask)
             if np.ndim(v):
@@ -325,8 +325,8 @@ class Simulator(Interpreter):
                 if vals.size and not np.all(vals == vals[0]):
                     self.fail(f"allocation of {b.name} has a thread-dependent size")
                 v = vals[0] if vals.size else 0
-            shape.append(int(v))
-        shape = tuple(shape)
+            dims.append(int(v))
+        shape = tuple(dims)
         mem = self._static.get(s)
         if mem is None or mem.shape != shape:
             if b.scope == "shared":

@@ -39,10 +39,10 @@ returned with a note).  Its shape (``TM, TL, TN`` the tiles; ``[..]`` band membe
 with each step's statements below their mark in a sequence of ``filter -> band`` over
 their own dimensions (a step of one statement: its band alone; ``T_update`` below a band
 ``[floor(k/KC)]``: the ``k`` chunks, ``KC`` of the Tensor Core ring, ``KR = 64`` columns
-of ``X`` staged at a time by the float32 kernel; ``O_update`` as ``[m, l, n]``).  Steps without statements (no elementwise
-stage, no softmax) are left out.  With ``S > 1`` splits of ``l`` (float32 kernel,
-:func:`~.cuda_kernel.split_count`), the write-out stores the split's partial tile
-(``O_part``) and a second kernel combines them::
+of ``X`` staged at a time by the float32 kernel; ``O_update`` as ``[m, l, n]``).  Steps
+without statements (no elementwise stage, no softmax) are left out.  With ``S > 1``
+splits of ``l`` (float32 kernel, :func:`~.cuda_kernel.split_count`), the write-out
+stores the split's partial tile (``O_part``) and a second kernel combines them::
 
     domain
       extension { [] -> O_combine[b.., m, n] }

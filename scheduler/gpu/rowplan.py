@@ -1,9 +1,9 @@
 """The thread mapping of a row-reduction kernel, chosen from its shape by a cost model
 (AStitch's adaptive thread mapping: packing short rows, splitting long ones).
 
-A stitched row group (``backbone:rowreduce``) computes, for every row, reductions over
-the row's columns and the row-wise stages that read them (softmax, layernorm, row
-sums).  :class:`RowMapping` says how its rows and columns go onto CUDA threads:
+A stitched row group (a ``backbone:<n>`` of class ``rowreduce``) computes, for every
+row, reductions over the row's columns and the row-wise stages that read them (softmax,
+layernorm, row sums).  :class:`RowMapping` says how its rows and columns go onto CUDA threads:
 
 * ``threads`` ``T`` per row (a power of two): column ``c`` of a row goes to thread
   ``floor(c / V) mod T`` of the row, so consecutive threads read consecutive ``V``-column
@@ -26,7 +26,8 @@ sums).  :class:`RowMapping` says how its rows and columns go onto CUDA threads:
 
 The cost model (:func:`estimate`) is stated in docs/rowreduce.md.  In short, for a
 kernel moving ``bytes`` (inputs read once per pass, or once when cached, one pass
-fewer for an online max-and-sum, outputs written once) in ``blocks = ceil(N / R)`` blocks of ``B = T R`` threads:
+fewer for an online max-and-sum, outputs written once) in ``blocks = ceil(N / R)``
+blocks of ``B = T R`` threads:
 
 * occupancy: ``P = min(32, 2048 / B, 65536 / (B * regs))`` blocks per SM, ``regs =
   32 + cache registers``;
@@ -319,7 +320,7 @@ def choose(shape: RowShape, target, fixed=None) -> tuple[RowMapping, RowCost]:
     :class:`~polycomp.hw.options.RowMapOption`, are taken as given).  A symbolic row
     length without a bound takes the warp class (``T = 32``, ``R = 8``, scalar columns),
     which suits the widest range of lengths; the multi-version dispatch
-    (:mod:`.row_versions`) picks by the length at run time instead."""
+    (:mod:`polycomp.scheduler.tuning.row_versions`) picks by the length at run time instead."""
     vec = fixed.vector if fixed is not None else None
     cache = fixed.cache if fixed is not None else None
     if shape.known_width is None and (fixed is None or fixed.threads is None):

@@ -1,6 +1,6 @@
 """Pass: map stitched row groups onto CUDA threads with a mapping chosen from the shape.
 
-Assumes: groups marked ``backbone:rowreduce`` by
+Assumes: groups marked ``backbone:<n>`` of class ``rowreduce`` (``backbones(state)``) by
 :class:`~polycomp.scheduler.common.pattern_schedule.PatternSchedulePass`: a row band
 ``B(r_0, .., r_{k-1})`` (``k <= 3`` row dimensions) above a sequence of statement
 filters, each with a band over its own inner dimensions (a reduction's reduce axes, a
@@ -44,9 +44,9 @@ values) are recomputed where they are read (``ctx.inlined``) instead of being st
 
 For a symbolic row length ``W`` the kernel may assume ``W mod V = 0`` and ``W <=
 bound`` (``row_map`` with ``vector``/``bound``, as the multi-version dispatch of
-:mod:`.row_versions` compiles its versions): the AST context is restricted accordingly
-and the kernel checks both at run time (``row_kernels(ctx).kernels[n]``; the CUDA IR
-pass traps when they fail).
+:mod:`polycomp.scheduler.tuning.row_versions` compiles its versions): the AST context
+is restricted accordingly and the kernel checks both at run time
+(``row_kernels(ctx).kernels[n]``; the CUDA IR pass traps when they fail).
 
 Guarantees: a row is processed by the ``T`` threads of one block row, whose threads
 cover every column once (the filters partition the columns by ``floor(c/V) mod T``);
@@ -73,6 +73,7 @@ from polycomp.errors import OptionError
 from polycomp.islutil import intersect_params, maps, sets
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.pattern_schedule import backbones
 from polycomp.scheduler.gpu.map import (
     KernelLaunch,
     as_param,
@@ -94,27 +95,28 @@ from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.gpu.tile import find_first
 from polycomp.scheduler.promotion.copies import root_of
 from polycomp.scheduler.promotion.footprint import Box
-from polycomp.scheduler.promotion.record import CopyStmt, Promotion, WarpReduction
+from polycomp.scheduler.promotion.record import CopyStmt, Promotion, WarpReduction, promotion_state
 from polycomp.scheduler.promotion.sites import drop_statements, node_at, paths, prefix_points
 from polycomp.state import CompileState
 
-LANES = 32
-ROWREDUCE = "rowreduce"    # the fusion-group kind of ``backbone:rowreduce`` marks
+ROWREDUCE = "rowreduce"    # the fusion-group class of stitched row runs
 LEVEL = "registers"        # the privatised accumulators' memory level
 COMBINE = {"+": "+", "max": "max", "min": "min"}
 
 
-def _is_rowreduce(n) -> bool:
-    return marks.is_kind(n, marks.BACKBONE) and marks.argument(n, marks.BACKBONE) == ROWREDUCE
+def _is_rowreduce(n, ctx: CompileState) -> bool:
+    return marks.is_kind(n, marks.BACKBONE) and backbones(ctx).of(n).kind == ROWREDUCE
 
 
 class RowReductionMappingPass(Pass):
     name = "gpu-row-reduction"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
+        assert ctx.target.cuda is not None, ctx.target.name
+        self.lanes = ctx.target.cuda.warp_size    # a warp's lanes take a row's columns
         launches = gpu_kernels(ctx).launches
         while True:
-            mark = find_first(schedule, lambda n: _is_rowreduce(n) and not _done(n))
+            mark = find_first(schedule, lambda n: _is_rowreduce(n, ctx) and not _done(n))
             if mark is None:
                 return schedule
             n = len(launches)
@@ -193,7 +195,8 @@ class RowReductionMappingPass(Pass):
                   f"0 <= {tx} < {mapping.threads} }}"))
         schedule = band.insert_filter(filt.intersect(dom)).get_schedule()
         if pair is not None and not mapping.cache:     # max and sum in one pass
-            dropped = {s.name for s in stmts if s.write.name in ctx.inlined}
+            # the statements of inlined arrays (already out of ``names``) keep empty filters
+            dropped = {s.name for s in ctx.model.statements if s.write.name in ctx.inlined}
             schedule = fuse_online(_row_sequence(schedule, n), pair, dropped).get_schedule()
             online_dependences(ctx.model, pair)
             ctx.note(self.name, f"kernel {n}: {pair[0].write.name} and {pair[1].write.name} "
@@ -288,7 +291,7 @@ class RowReductionMappingPass(Pass):
     # ------------------------------------------------------------------ reductions
     def _privatise(self, schedule, n, m: RowMapping, ctx, tx, ty, names, pair=None):
         model = ctx.model
-        promos = ctx.promotions
+        promos = promotion_state(ctx).promotions
         stmts = [s for s in model.statements if s.name in names]
         reductions = [s for s in stmts if s.kind == "update"]
         live_out = {b.name for b in model.live_out}
@@ -307,7 +310,7 @@ class RowReductionMappingPass(Pass):
                     promo.offsets[s.name] = [isl.Aff.var_on_domain(ls, isl.dim_type.set, d)
                                              for d in range(rank)]
             scratch = None
-            if m.threads > LANES:
+            if m.threads > self.lanes:
                 scratch = ir.Buffer(f"{buf.name}_warps{k}", buf.dtype,
                                     (ir.IntImm(m.warps_per_row),), "shared")
             online = {}
@@ -366,7 +369,7 @@ class RowReductionMappingPass(Pass):
         assert width is not None, "a cached row needs a bounded row length"
         per_thread = m.per_thread(width) * m.vector
         for arr in info.cacheable:
-            k = len(ctx.promotions)
+            k = len(promotion_state(ctx).promotions)
             local = ir.Buffer(f"{arr.name}_row{k}", arr.dtype,
                               (ir.IntImm(1),) * rank + (ir.IntImm(per_thread),), "local")
             load = f"rowload_{arr.name}_{k}"
@@ -410,7 +413,7 @@ class RowReductionMappingPass(Pass):
                 self._load_tree(fmap, m, tx, rank, rk, n)) \
                 .get_schedule()
             rk.caches.append(RowCache(arr, local, n, load, index, rank))
-            ctx.promotions.append(promo)
+            promotion_state(ctx).promotions.append(promo)
             ctx.note(self.name, f"kernel {n}: {arr.name} kept in registers "
                                 f"({per_thread} per thread), read once per row")
         return schedule

@@ -63,25 +63,25 @@ def options_with_records(args, kernel, opts: dict) -> dict:
     path = getattr(args, "records", None)
     if not path:
         return opts
-    from polycomp.cli import _parse_shapes
+    from polycomp.kernel_files import parse_shapes
 
     from .records import options_from_records
-    shape = _parse_shapes(getattr(args, "shape", None)) or None
+    shape = parse_shapes(getattr(args, "shape", None)) or None
     with record_warnings_as_lines():
         recorded = options_from_records(kernel, args.target, path, shape)
     return {**recorded, **opts}
 
 
 def cmd_tune(args) -> int:
-    from polycomp.cli import _compile_options, _parse_shapes, load_kernels, pick_kernel
+    from polycomp.kernel_files import compile_options, load_kernels, parse_shapes, pick_kernel
 
     from .tune import tune
     if args.budget < 1:
         raise UsageError(f"--budget takes N >= 1, got {args.budget}")
     _, kernels = load_kernels(args.file)
     kernel = pick_kernel(kernels, args.kernel, args.file)
-    shape = _parse_shapes(args.shape)
-    if _compile_options(args):
+    shape = parse_shapes(args.shape)
+    if compile_options(args):
         raise UsageError("polycomp tune chooses the options itself: drop -O/--tile")
     bar = None
     if not args.no_progress:
@@ -161,13 +161,15 @@ def explain_versions(args, kernel) -> str | None:
     from polycomp.driver import compile_kernel
     from polycomp.hw.target import get_target
 
+    from .multiversion import guard_plan
     from .records import load
     t = get_target(args.target)
     ck = compile_kernel(kernel, t, {})
     try:
         with record_warnings_as_lines():
             records = load(args.records)
-        plan = ck.backend.version_plan(kernel, t, records, ck.final_ir)
+        plan = ck.backend.version_plan(kernel, t, records, ck.final_ir) or \
+            guard_plan(kernel, t, records, ck.final_ir)
     except UsageError as e:
         return f"no multi-version plan: {e}"
     return plan.explain(kernel.name, t.name)

@@ -38,10 +38,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from polycomp import ir
 from polycomp.errors import UsageError
+from polycomp.tuning_contract import VersionPlan
 
 from . import guards as gd
 from .guards import Guard
@@ -207,18 +208,6 @@ def first_true_selector(func: ir.LoweredFunc, conditions: Sequence[ir.Expr]
     return ir.LoweredFunc(selector_name(func), func.params, (), (), ir.seq(*body))
 
 
-class VersionPlan(Protocol):
-    """A plan of versions: their configurations, the selector and an explanation."""
-
-    def configs(self) -> list[dict[str, Any]]: ...
-
-    def selector(self, func: ir.LoweredFunc) -> ir.LoweredFunc: ...
-
-    def comments(self) -> list[str]: ...
-
-    def explain(self, name: str, target: str) -> str: ...
-
-
 @dataclass(frozen=True)
 class GuardPlan:
     """Versions from measured records, chosen by bucket ranges and shape guards."""
@@ -247,7 +236,7 @@ class GuardPlan:
 def guard_plan(kernel, target, records: list[TuningRecord], func: ir.LoweredFunc
                ) -> GuardPlan:
     """The guard plan of ``kernel`` on ``target`` (a Target) from ``records``, for the
-    compiled kernel ``func`` (``Backend.version_plan``'s default)."""
+    compiled kernel ``func`` (used where ``Backend.version_plan`` offers none)."""
     sym, versions = plan_versions(records, kernel_hash(kernel), target.name, func, target,
                                   wanted_threads(target))
     return GuardPlan(sym, tuple(versions))
@@ -330,7 +319,9 @@ class MultiVersionKernel(MultiVersion):
         from polycomp.hw.target import get_target
         t = get_target(target)
         base = compile_kernel(kernel, t, {})
-        plan = base.backend.version_plan(kernel, t, load(records_paths), base.final_ir)
+        recs = load(records_paths)
+        plan = base.backend.version_plan(kernel, t, recs, base.final_ir) or \
+            guard_plan(kernel, t, recs, base.final_ir)
         super().__init__(kernel, t, plan, {config_key({}): base})
         if isinstance(plan, GuardPlan):
             self.symbol, self.versions = plan.symbol, list(plan.versions)

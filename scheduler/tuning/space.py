@@ -29,63 +29,14 @@ A point turns into target options with :meth:`CpuPoint.options`.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from polycomp import dtypes as dt
+from polycomp.tuning_contract import Measurement, OptionPoint, TuningPoint, TuningSpace
 
+__all__ = ["Measurement", "OptionPoint", "TuningPoint", "TuningSpace"]  # re-exported
 
-class TuningPoint(Protocol):
-    """One configuration of a search space."""
-
-    def options(self) -> dict[str, Any]: ...
-
-    def label(self) -> str: ...
-
-    def knobs(self) -> tuple[tuple[str, Any], ...]: ...
-
-
-@dataclass(frozen=True)
-class OptionPoint:
-    """A point that is a plain set of option values (e.g. ``parallel`` alone)."""
-    values: tuple[tuple[str, Any], ...]
-
-    def options(self) -> dict[str, Any]:
-        return dict(self.values)
-
-    def label(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in self.values) or "default"
-
-    def knobs(self) -> tuple[tuple[str, Any], ...]:
-        return self.values
-
-
-@dataclass(frozen=True)
-class TuningSpace:
-    """What a backend offers ``polycomp tune`` for one compiled kernel at one shape.
-
-    ``points``: every configuration, each changing the generated code (knobs that do
-    not change it are left out; no points: nothing to tune, ``about`` says why).
-    ``measured``: trials are timed on this machine (``Backend.measure``, with
-    ``threads`` OpenMP threads where that applies); otherwise ``model`` ranks the points
-    (fastest first, with the predicted seconds) and ``model_name`` says so in the
-    records."""
-    points: tuple = ()
-    measured: bool = True
-    threads: int | None = None
-    model: Callable[[], list[tuple[float, Any]]] | None = None
-    model_name: str = ""
-    about: str = ""
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One measured trial: the best of its timed runs, its outputs and the thread
-    count it actually ran with (None: not a threaded CPU run)."""
-    seconds: float
-    outputs: tuple
-    threads: int | None = None
 
 #: reduction-depth choices (multiples of 16: whole unrolled ``k`` steps)
 KC_CHOICES = (32, 64, 128, 192, 256, 384, 512)

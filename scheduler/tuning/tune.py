@@ -61,8 +61,8 @@ def measure_config(kernel, target, config: dict, shape: Mapping[str, int], repea
                    threads: int | None = None, seed: int = 0) -> Measurement:
     """Compile ``kernel`` with ``config`` and time it on random inputs through the
     target's backend (``Backend.measure``)."""
-    from polycomp.cli import random_inputs
     from polycomp.driver import compile_kernel
+    from polycomp.kernel_files import random_inputs
     ck = compile_kernel(kernel, target, config)
     arrays = random_inputs(ck.final_ir, dict(shape), seed)
     return ck.backend.measure(ck, arrays, dict(shape), repeat, threads)

@@ -1,17 +1,19 @@
 """Multi-version row kernels: one version per row-length bucket, chosen at run time by
 the row length (DISC's multi-versioned kernels with host dispatch, through the
-multi-version module of :mod:`polycomp.scheduler.tuning.multiversion`).
+multi-version module of :mod:`polycomp.scheduler.tuning.multiversion`; a builder of the
+driver layer, as :mod:`.cuda_versions`: it compiles each version through the driver).
 
 A row group whose row length ``W`` is symbolic cannot be mapped by its length at compile
-time.  :func:`row_version_plan` asks the cost model (:mod:`.rowplan`) for the best
-mapping at each bucket bound ``hi`` of ``W`` (:data:`BUCKETS`), twice: with the widest
-vector (``V = 16 / itemsize`` columns per access, guarded by ``W mod V = 0``) and with
-scalar columns.  Each version is compiled with the option ``row_map`` (its threads, rows,
-vector, register cache and ``bound = hi``: isl generates its code for ``W <= hi``, the
-cache holds ``ceil(hi / (V T)) V`` registers, and the kernel traps if called outside
-its assumptions).  Adjacent buckets whose mapping is the same share one version.  A last
-version has no guard: a block of 1024 threads per row, uncached, scalar columns (rows
-longer than the last bucket, or of a length no vector version divides).
+time. :func:`row_version_plan` asks the cost model
+(:mod:`polycomp.scheduler.gpu.rowplan`) for the best mapping at each bucket bound ``hi``
+of ``W`` (:data:`BUCKETS`), twice: with the widest vector (``V = 16 / itemsize`` columns
+per access, guarded by ``W mod V = 0``) and with scalar columns. Each version is
+compiled with the option ``row_map`` (its threads, rows, vector, register cache and
+``bound = hi``: isl generates its code for ``W <= hi``, the cache holds ``ceil(hi / (V
+T)) V`` registers, and the kernel traps if called outside its assumptions). Adjacent
+buckets whose mapping is the same share one version. A last version has no guard: a
+block of 1024 threads per row, uncached, scalar columns (rows longer than the last
+bucket, or of a length no vector version divides).
 
 The rule is "the first version whose guard holds": guards ``lo < W <= hi`` (and
 ``W mod V = 0``), vector versions first.  :class:`RowVersionPlan` is a
@@ -103,8 +105,7 @@ def row_version_plan(kernel, target, buckets=BUCKETS) -> tuple[RowVersionPlan, A
     whose row length is a symbol."""
     from polycomp.driver import compile_kernel
     from polycomp.hw.target import get_target
-
-    from .rowstate import row_kernels
+    from polycomp.scheduler.gpu.rowstate import row_kernels
     t = get_target(target)
     base = compile_kernel(kernel, t)
     rks = list(row_kernels(base.state).kernels.values()) if base.state else []
