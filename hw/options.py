@@ -220,6 +220,9 @@ class CudaOptions(Options):
                             "it pays (a stage between the products and a grid filling a "
                             "third of the SMs; 'force': whenever legal; scheduler/chain, "
                             "docs/fusion.md)")
+    row_online: bool = opt(True, boolean,
+                           "an uncached softmax row's maximum and sum in one pass (online "
+                           "max-and-sum, docs/rowreduce.md)")
     row_map: RowMapOption | None = opt(None, row_map_option,
                                        "thread mapping of row reductions ({'threads', "
                                        "'rows', 'vector', 'cache', 'bound'}; default: the "

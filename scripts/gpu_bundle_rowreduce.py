@@ -16,7 +16,8 @@ copy's).  Variants:
 * ``before``: the mapping before issue #26 (a warp per row, 8 rows per block, scalar
   columns, every pass reading the row from memory);
 * ``T<n>...``: other mappings forced with the option ``row_map``, to check the model's
-  choice against them.
+  choice against them (``-uncached``: a softmax's maximum and sum in one online pass;
+  ``-2pass``: the same mapping with ``row_online=False``).
 
 Groups (float32 unless named): ``softmax``, ``layernorm``, ``row_sum``, ``row_max`` at
 the issue's shapes; ``bias_residual_layernorm``, ``scale_mask_softmax`` and
@@ -29,6 +30,8 @@ import sys
 
 TARGET = "cuda-sm90"
 BEFORE = {"threads": 32, "rows": 8, "vector": 1, "cache": False}
+#: options of the ``before`` variant: its mapping, the maximum and the sum in two passes
+BEFORE_OPTS = {"row_map": BEFORE, "row_online": False}
 
 SOFTMAX = {"12288x128": (12288, 128), "8192x1024": (8192, 1024),
            "4096x4096": (4096, 4096), "64x30000": (64, 30000), "750000x32": (750000, 32)}
@@ -45,7 +48,9 @@ ALTERNATIVES = {
     ("softmax", "4096x4096"): {"T256": {"threads": 256, "vector": 4},
                                "T1024": {"threads": 1024, "vector": 4},
                                "T128-uncached": {"threads": 128, "vector": 4, "cache": False}},
-    ("softmax", "64x30000"): {"T512-uncached": {"threads": 512, "vector": 4, "cache": False}},
+    ("softmax", "64x30000"): {"T512-uncached": {"threads": 512, "vector": 4, "cache": False},
+                              "T512-uncached-2pass": ({"threads": 512, "vector": 4,
+                                                       "cache": False}, False)},
     ("softmax", "750000x32"): {"T8": {"threads": 8, "vector": 4},
                                "T32": {"threads": 32, "vector": 1}},
     ("layernorm", "8192x768"): {"T64": {"threads": 64, "vector": 4},
@@ -137,11 +142,13 @@ def cases(root: str, quick: bool = False) -> int:
 
     def one(group, ref, make, name, shape, extra=None, dtype_tol=None):
         nonlocal n
-        variants = {"model": None, "before": BEFORE}
+        variants: dict = {"model": None, "before": BEFORE_OPTS}
         if not quick:
-            variants.update(ALTERNATIVES.get((group, name), {}))
-        for variant, rm in variants.items():
-            opts = {"row_map": rm} if rm else None
+            for v, rm in ALTERNATIVES.get((group, name), {}).items():
+                # a mapping, or (a mapping, row_online)
+                variants[v] = {"row_map": rm[0], "row_online": rm[1]} \
+                    if isinstance(rm, tuple) else {"row_map": rm}
+        for variant, opts in variants.items():
             ck = compile_kernel(make(*shape), TARGET, opts)
             info = dict(extra or {})
             if dtype_tol:

@@ -280,6 +280,20 @@ def test_no_online_pair(kind, row_map):
     assert not any("one pass" in n for n in ck.notes.get("gpu-row-reduction", []))
 
 
+def test_row_online_off():
+    """``row_online=False``: the uncached softmax's maximum and sum stay two passes
+    (the GPU bundle's ``before``), one combine each, numpy's answers."""
+    rm = {"threads": 16, "cache": False}
+    ck = compile_kernel(kernel("softmax", (9,), 64), "cuda",
+                        {"row_map": rm, "row_online": False})
+    assert row_kernels(ck.state).online == []
+    assert ck.source.count("__shfl_xor_sync") == 2 * 4            # two combines of 4 steps
+    args = inputs("softmax", (9, 64), 0, "float32", True)
+    out, rep = simulate(ck, *args)
+    np.testing.assert_allclose(out, reference("softmax", args)[0], rtol=1e-5, atol=1e-6)
+    assert rep.ok, rep.summary()
+
+
 # ------------------------------------------------------------------- symbolic lengths
 
 def test_symbolic_width_with_assumptions_checks_them():

@@ -142,7 +142,8 @@ class RowReductionMappingPass(Pass):
         shape, info = row_shape(schedule, n, ctx, rank)
         names = _kernel_statement_names(schedule, n)
         stmts = [s for s in ctx.model.statements if s.name in names]
-        pair = find_online_pair(stmts, ctx.inlined, _sequence_order(schedule, n))
+        pair = find_online_pair(stmts, ctx.inlined, _sequence_order(schedule, n)) \
+            if ctx.cuda_options.row_online else None
         if pair is not None:
             shape = replace(shape, online=True)
         fixed = ctx.cuda_options.row_map
