@@ -240,7 +240,9 @@ def test_stitched_bias_gelu_and_sum():
     ("softmax", (SYM,), SYM, None),                            # the symbolic default
     ("softmax", (9,), 64, {"threads": 16, "cache": False}),
     ("softmax", (3,), 1000, {"threads": 128, "vector": 4, "cache": False}),
-    ("softmax", (SYM, SYM), 33, {"threads": 8, "cache": False})])
+    ("softmax", (SYM, SYM), 33, {"threads": 8, "cache": False}),
+    ("softmax", (7,), 1, {"threads": 1, "cache": False}),          # extent 1, one thread
+    ("softmax", (4,), 97, {"threads": 32, "cache": False})])       # a prime width
 def test_online_max_and_sum(kind, rows, width, row_map):
     """An uncached softmax computes its maximum and sum in one pass (the row is read
     twice, not three times): one combine of (max, sum) pairs, legal in debug mode
