@@ -194,6 +194,7 @@ class RowReductionMappingPass(Pass):
         kctx = intersect_params(kctx, isl.Set.read_from_str(
             ictx, f"[{ty}, {tx}] -> {{ : 0 <= {ty} < {mapping.rows} and "
                   f"0 <= {tx} < {mapping.threads} }}"))
+        assert filt is not None  # a row has at least one dimension
         schedule = band.insert_filter(filt.intersect(dom)).get_schedule()
         if pair is not None and not mapping.cache:     # max and sum in one pass
             # the statements of inlined arrays (already out of ``names``) keep empty filters
