@@ -128,12 +128,17 @@ def _copy_in(s: CopyIn) -> tuple:
     raise PolycompInternalError(f"npu-isa: no copy GM -> {b.level} ({b.layout})")
 
 
+#: Fixpipe's ``quantPre`` per output type (L0C holds fp32, or int32 for int8 operands)
+_QUANT = {"float16": "F322F16", "bfloat16": "F322BF16", "float32": "NoQuant",
+          "int32": "NoQuant"}
+
+
 def _copy_out(s: CopyOut) -> tuple:
     b, r = s.src.buf, s.dst
     rows, cols = r.matrix()
     dst = GmRef(r.tensor, r.linear())
     if s.pipe == "FIX":
-        quant = "F322F16" if r.tensor.dtype == "float16" else "NoQuant"
+        quant = _QUANT[r.tensor.dtype]
         return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
                             quant),)
     size = b.itemsize
@@ -178,6 +183,15 @@ def _load2d(s: Load2D) -> tuple:
         return (Loop("fb", groups, (
             LoadDataTranspose(s.dst.at(g * 2 * nn * frac), s.src, _S((k16 + g) * sq),
                               ix(nn), ix(1), ix(0), ix(nn - 1)),)),)
+    if src.itemsize == 1:                     # b8 B: NZ (cols/32, rows, 32): 32x32
+        kq = ceildiv(s.k_ext, 32)             # squares, transposed into two nZ fractals
+        g = ix("fb")                          # each; one call per k fractal row
+        n32 = dst.cols // 32                  # (repeat over the n squares)
+        k32 = _S(ix(s.k_offset) // 32)
+        col = src.rows // 32                  # squares in one fractal column of L1
+        return (Loop("fb", kq, (
+            LoadDataTranspose(s.dst.at(g * nn * frac), s.src, _S(k32 + g), ix(n32),
+                              ix(col), ix(1), ix(0)),)),)
     kf = ceildiv(s.k_ext, 16)                 # b16 B: NZ (cols/16, rows, 16) -> nZ
     kf0 = _S(ix(s.k_offset) // 16)
     col = src.rows // 16
