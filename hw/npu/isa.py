@@ -280,10 +280,13 @@ def _pitch(ops) -> Ix:
     """The widest row pitch, in 32-byte blocks, of the row-major (``ND``) tiles among
     ``ops``: the repeat stride a one-repeat-per-row call gives them."""
     out: Ix | None = None
+    seen: set[Ix] = set()
     for x in ops:
         if _is_slot(x) and x.buf.layout == "ND":
             p = _S(ceildiv(ix(x.buf.cols) * x.buf.itemsize, 32))
-            out = p if out is None else _S(imax(out, p))
+            if p not in seen:
+                seen.add(p)
+                out = p if out is None else _S(imax(out, p))
     return out if out is not None else ix(0)
 
 

@@ -215,7 +215,8 @@ def _call(s, ind: str) -> list[str]:
     if isinstance(s, FixpipeCall):
         ct = _CT[s.dst.tensor.dtype]
         p = ", ".join(c_expr(x) for x in (s.n_size, s.m_size, s.src_stride, s.dst_stride))
-        return [f"{ind}Fixpipe<{ct}, {_CT[s.src.buf.dtype]}, CFG_ROW_MAJOR>({_gm(s.dst)}, {c_slot(s.src)}, "
+        st = _CT[s.src.buf.dtype]
+        return [f"{ind}Fixpipe<{ct}, {st}, CFG_ROW_MAJOR>({_gm(s.dst)}, {c_slot(s.src)}, "
                 f"FixpipeParamsV220({p}, false, QuantMode_t::{s.quant}, 0, 1, 0, 0, 0));"]
     if isinstance(s, VecCall):
         return [f"{ind}{_vec(s)}"]
