@@ -1,0 +1,128 @@
+"""CUDA from C with host loops (issue #28 item 1): a nest whose outer loop carries a
+dependence (a stencil's time loop) becomes a host loop of kernel launches, each parallel
+nest below it with its own grid and block.
+
+* every stencil of tests/c_scop_kernels through the CUDA simulator (the launches the
+  host program makes, host loops iterated) against ``gcc -O0 -ffp-contract=off``,
+  bitwise (the simulator evaluates each IEEE operation of the C statement in its order);
+* no kernel of the parallel stencils runs on a 1x1 grid of one thread;
+* golden trees of ``gpu-baseline-mapping`` (tree in, tree out) for the host loops;
+* the printed ``.cu`` (host loop in the host entry point) compiles with nvcc.
+"""
+from __future__ import annotations
+
+import subprocess
+
+import islpy as isl
+import numpy as np
+import pytest
+from test_c_scop_schedule import SIZES, as_tuple, gcc_o0, kernel, random_arrays, run_gcc
+
+from polycomp.driver import compile_kernel
+from polycomp.hw.cuda.codegen import HostLoop, host_program, launch_sequence, program_kernels
+from polycomp.hw.cuda.simulator import simulate
+from polycomp.hw.target import get_target
+from polycomp.islutil import context
+from polycomp.scheduler.gpu.scop_groups import ScopBaselinePass, ScopGroupingPass
+from polycomp.state import CompileState
+
+STENCILS = ("jacobi1d_like", "jacobi2d_like", "heat3d_like", "fdtd2d_like", "seidel_like")
+#: stencils with a parallel loop below the time loop (seidel's sweep has none without
+#: skewing: it stays one kernel)
+PARALLEL = ("jacobi1d_like", "jacobi2d_like", "heat3d_like", "fdtd2d_like")
+
+_CK: dict = {}
+
+
+def compiled(name: str):
+    if name not in _CK:
+        _CK[name] = compile_kernel(kernel(name), "cuda")
+    return _CK[name]
+
+
+@pytest.mark.parametrize("name,sizes", [(n, s) for n in STENCILS for s in SIZES[n]],
+                         ids=lambda v: v if isinstance(v, str) else
+                         "-".join(f"{a}{b}" for a, b in v.items()))
+def test_stencil_on_the_simulator_is_bitwise_gcc_o0(name, sizes, tmp_path_factory):
+    k = kernel(name)
+    arrays = random_arrays(k, sizes, seed=len(name) + 7)
+    ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
+    args = [arrays[n] for n in list(k.inputs) + list(k.outputs)]
+    got, report = simulate(compiled(name), *args, **{p: sizes[p] for p in k.params})
+    for n, g in zip(k.outputs, as_tuple(got)):
+        np.testing.assert_array_equal(g, ref[n], err_msg=f"{name} {n}")
+    if name in PARALLEL:   # one launch per nest below the time loop and time step
+        steps = sizes.get("tsteps", sizes.get("tmax"))
+        nests = len(program_kernels(host_program(compiled(name).final_ir)[1]))
+        assert len(report.kernels) == steps * nests
+
+
+@pytest.mark.parametrize("name", PARALLEL)
+def test_no_single_thread_kernel(name):
+    """The time loop is a host loop; every kernel below it has a grid of blocks of
+    several threads (PPCG's mapping), none a 1x1 grid of one thread."""
+    ck = compiled(name)
+    temps, program = host_program(ck.final_ir)
+    assert len(program) == 1 and isinstance(program[0], HostLoop)
+    kernels = program_kernels(program)
+    assert len(kernels) >= 2
+    for info in kernels:
+        assert info.block[0] * info.block[1] * info.block[2] > 1, info.name
+        assert program[0].var in info.params          # the time step is a parameter
+    sizes = SIZES[name][0]
+    for info, env in launch_sequence(program, dict(sizes)):
+        from polycomp.shapes import eval_int
+        grid = [int(eval_int(g, env)) for g in info.grid]
+        assert grid[0] * grid[1] * grid[2] * info.block[0] * info.block[1] * info.block[2] > 1
+    assert "host loop" in " ".join(ck.notes["gpu-baseline-mapping"])
+    assert "single thread" not in " ".join(ck.notes["gpu-baseline-mapping"])
+
+
+def test_sequential_sweep_stays_one_kernel():
+    """seidel's in-place sweep has no parallel loop below its time loop (without a
+    wavefront skew): no host loop, one kernel (launches per step would only add cost)."""
+    temps, program = host_program(compiled("seidel_like").final_ir)
+    assert len(program) == 1 and not isinstance(program[0], HostLoop)
+
+
+def test_host_entry_point_loops_over_time():
+    src = compiled("jacobi1d_like").source
+    host = src[src.index('extern "C" int jacobi1d_like('):]
+    assert "for (int64_t c0 = 0; c0 < 0 + (tsteps); c0++) {" in host
+    assert host.count("<<<") == 2 and "jacobi1d_like_k1<<<" in host
+    assert ", c0, A, B);" in host
+
+
+@pytest.mark.parametrize("name", ["jacobi1d_like", "fdtd2d_like", "heat3d_like"])
+def test_host_loop_golden(name, goldens):
+    """Tree in / tree out of ``gpu-baseline-mapping`` with host loops
+    (``tests/golden/c_host_<name>.gpu-baseline-mapping.{in,out}.isl``): the time band
+    is outside every ``kernel`` mark, each nest below it has its own kernel mark with
+    ``gpu_blocks``/``gpu_threads`` marks."""
+    model = kernel(name).polyhedral_model()
+    ctx = CompileState(model, get_target("cuda"), {})
+    sched = ScopGroupingPass().run(model.initial_schedule, ctx)
+
+    def same(a, text):
+        read = lambda t: isl.Schedule.read_from_str(context(), t)  # noqa: E731
+        return read(a.to_str()).plain_is_equal(read(text))
+    stored_in = goldens.expected(f"c_host_{name}.gpu-baseline-mapping.in.isl", sched.to_str(),
+                                 lambda s: same(sched, s))
+    assert same(sched, stored_in)
+    out = ScopBaselinePass().run(isl.Schedule.read_from_str(context(), stored_in), ctx)
+    stored_out = goldens.expected(f"c_host_{name}.gpu-baseline-mapping.out.isl", out.to_str(),
+                                  lambda s: same(out, s))
+    assert same(out, stored_out)
+    host = out.get_root().child(0)
+    assert host.get_type() == isl.schedule_node_type.band    # the time band, on the host
+    assert host.band_n_member() == 1 and not host.band_member_get_coincident(0)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", STENCILS)
+def test_nvcc_compiles_host_loops(name, tmp_path):
+    cu = tmp_path / "k.cu"
+    cu.write_text(compiled(name).source)
+    r = subprocess.run(["nvcc", "-arch=sm_80", "-c", "-o", str(tmp_path / "k.o"), str(cu)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
