@@ -19,7 +19,14 @@ import pytest
 from test_c_scop_schedule import SIZES, as_tuple, gcc_o0, kernel, random_arrays, run_gcc
 
 from polycomp.driver import compile_kernel
-from polycomp.hw.cuda.codegen import HostLoop, host_program, launch_sequence, program_kernels
+from polycomp.frontend.c_reader import read_c_kernel
+from polycomp.hw.cuda.codegen import (
+    HostLoop,
+    depends_on_host_loop,
+    host_program,
+    launch_sequence,
+    program_kernels,
+)
 from polycomp.hw.cuda.simulator import simulate
 from polycomp.hw.target import get_target
 from polycomp.islutil import context
@@ -123,6 +130,64 @@ def test_host_loop_golden(name, goldens):
 def test_nvcc_compiles_host_loops(name, tmp_path):
     cu = tmp_path / "k.cu"
     cu.write_text(compiled(name).source)
+    r = subprocess.run(["nvcc", "-arch=sm_80", "-c", "-o", str(tmp_path / "k.o"), str(cu)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+# --------------------------------------------------------------------------- pivot loops
+
+LU_RIGHT = r"""
+void lu_right(int n, double A[n][n]) {
+  for (int k = 0; k < n; k++) {
+    for (int j = k + 1; j < n; j++)
+      A[k][j] = A[k][j] / A[k][k];
+    for (int i = k + 1; i < n; i++)
+      for (int j = k + 1; j < n; j++)
+        A[i][j] = A[i][j] - A[i][k] * A[k][j];
+  }
+}
+"""
+
+
+def _lu_right():
+    if "lu_right" not in _CK:
+        _CK["lu_right"] = compile_kernel(read_c_kernel(LU_RIGHT), "cuda")
+    return _CK["lu_right"]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 37])
+def test_pivot_loop_is_a_host_loop_with_shrinking_grids(n, tmp_path):
+    """A right-looking LU: the pivot loop ``k`` is a host loop; the row scaling and the
+    trailing update are kernels whose grids shrink with ``k`` (computed in the host
+    loop); bitwise gcc -O0's result on the simulator."""
+    import ctypes
+    ck = _lu_right()
+    temps, program = host_program(ck.final_ir)
+    assert len(program) == 1 and isinstance(program[0], HostLoop)
+    k0, k1 = program_kernels(program)
+    assert k0.block == [256, 1, 1] and k1.block == [16, 16, 1]
+    assert depends_on_host_loop(k1, k1.grid[0]) and depends_on_host_loop(k1, k1.grid[1])
+    assert "cfg[6] = -1;  /* varies with a host loop */" in ck.source
+    src = tmp_path / "lu.c"
+    src.write_text(LU_RIGHT)
+    so = tmp_path / "lu.so"
+    subprocess.run(["gcc", "-O0", "-ffp-contract=off", "-fPIC", "-shared", "-o", str(so),
+                    str(src)], check=True)
+    rng = np.random.default_rng(n)
+    a = rng.uniform(0.5, 1.5, (n, n)) + n * np.eye(n)
+    ref = a.copy()
+    ctypes.CDLL(str(so)).lu_right(ctypes.c_int(n), ctypes.c_void_p(ref.ctypes.data))
+    got, report = simulate(ck, a.copy(), n=n)
+    np.testing.assert_array_equal(got, ref)
+    launched = [r for r in report.kernels if min(r.grid) > 0]
+    assert all(r.grid[0] * r.block[0] * r.block[1] > 1 for r in launched)
+
+
+@pytest.mark.nvcc
+def test_nvcc_compiles_pivot_loop(tmp_path):
+    cu = tmp_path / "k.cu"
+    cu.write_text(_lu_right().source)
     r = subprocess.run(["nvcc", "-arch=sm_80", "-c", "-o", str(tmp_path / "k.o"), str(cu)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -8,10 +8,13 @@ The emitted ``.cu`` is self-contained:
   guarded by ``threadIdx.<axis> < extent``;
 * ``extern "C" void <name>_launch_config(params..., long long* cfg)`` writes
   ``grid.x, grid.y, grid.z, block.x, block.y, block.z`` for each kernel, computed from the
-  symbolic sizes;
+  symbolic sizes (-1 for an extent that varies with a host loop variable);
 * ``extern "C" int <name>(params..., device pointers...)`` allocates the global
   temporaries, launches the kernels in order on the default stream and returns the
-  first CUDA error (0 on success).
+  first CUDA error (0 on success).  Sequential loops outside the kernels (a stencil's
+  time loop, a pivot loop: :class:`HostLoop`) are host loops around the launches; their
+  variables are extra ``int64_t`` parameters of the kernels below them and may appear
+  in those kernels' grids.
 """
 from __future__ import annotations
 
@@ -229,6 +232,12 @@ def host_program(func: ir.LoweredFunc) -> tuple[list, list]:
     return temps, program
 
 
+def depends_on_host_loop(info: KernelInfo, e: ir.Expr) -> bool:
+    """Does ``e`` (a grid extent of ``info``) depend on a host loop variable (a pivot
+    loop's triangular nest: ``<name>_launch_config`` writes -1 for it)?"""
+    return any(not v.is_param for v in ir.free_vars(e))
+
+
 def program_kernels(program: list) -> list:
     """The kernels of a host program, each once, in program order."""
     out: list = []
@@ -276,7 +285,7 @@ def _geometry(info: KernelInfo) -> None:
         if isinstance(n, ir.For) and n.kind == "gpu_block":
             ax = _AXIS[n.annotation("axis")]
             for v in ir.free_vars(n.extent):
-                if not v.is_param:   # (host loop variables included: see launch_config)
+                if not v.is_param and v not in info.params:   # sizes, host loop variables
                     raise TargetError(f"kernel {info.name}: the number of blocks on axis "
                                       f"{n.annotation('axis')} depends on {v.name}")
             info.grid[ax] = n.extent
@@ -425,6 +434,9 @@ def _host_code(func, temps, program) -> str:
     lines.append(f'extern "C" void {func.name}_launch_config({cfg_sig}) {{')
     for k, info in enumerate(kernels):
         for a in range(3):
+            if depends_on_host_loop(info, info.grid[a]):
+                lines.append(f"  cfg[{6 * k + a}] = -1;  /* varies with a host loop */")
+                continue
             lines.append(f"  cfg[{6 * k + a}] = (long long)({p.expr(info.grid[a])});")
         for a in range(3):
             lines.append(f"  cfg[{6 * k + 3 + a}] = {info.block[a]};")

@@ -53,8 +53,7 @@ from polycomp.lowering.interpreter import Interpreter, InterpreterState, store_v
 from polycomp.shapes import checked_arguments, eval_int
 
 from . import sim_hopper, sim_tensorcore  # noqa: F401  (register their intrinsics)
-from .codegen import KernelInfo, has_host_control, host_program, launch_sequence, \
-    program_kernels
+from .codegen import KernelInfo, has_host_control, host_program, launch_sequence, program_kernels
 from .sim_counters import global_sectors, shared_wavefronts
 from .sim_intrinsics import ATTR_HANDLERS, INTRINSICS, WARP
 from .sim_memory import GlobalMemory, LocalMemory, SharedMemory, poisoned

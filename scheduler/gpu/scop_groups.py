@@ -387,12 +387,12 @@ class ScopBaselinePass(Pass):
     own, recursively (a host loop inside a host loop), so each gets its own grid and
     block.  Taken only when (:func:`host_loop_ok`) some band below has a coincident outer
     member given ``h`` (else one kernel on a single thread is cheaper than a launch per
-    iteration) and the range of every mapped member below does not depend on ``h`` (a
-    CUDA grid is computed once from the sizes).  Legal: the host loop runs its
-    iterations in order and the launches inside one iteration in program order, with a
-    global synchronisation between launches, so the execution order of dependent
-    instances is the schedule's; inside each kernel the baseline mapping's guarantees
-    hold (its coincidence is computed with ``h`` in the prefix schedule).  The kernel
+    iteration); a kernel's grid may depend on ``h`` (a pivot loop's shrinking
+    triangle: the baseline maps members whose range is a box for each ``h``).  Legal:
+    the host loop runs its iterations in order and the launches inside one iteration
+    in program order, with a global synchronisation between launches, so the execution
+    order of dependent instances is the schedule's; inside each kernel the baseline
+    mapping's guarantees hold (its coincidence is computed with ``h`` in the prefix schedule).  The kernel
     numbers of the nests below a host loop are ``c`` for the first and fresh numbers
     (after every nest's) for the others.
     """
@@ -478,37 +478,14 @@ def _parallel_below(node: isl.ScheduleNode, deps: isl.UnionMap) -> bool:
     return False
 
 
-def _grid_independent(node: isl.ScheduleNode) -> bool:
-    """The range of the band at ``node``'s outer member (``h``) together with every
-    band member below it forms a product: the values of the members below do not
-    depend on ``h`` (checked per statement, on ``h`` and all band members below)."""
-    dom = node.get_domain()
-    h = node.band_get_partial_schedule_union_map()
-    below = node.child(0)
-    if node.band_n_member() > 1:
-        split = node.band_split(1)
-        h, below = split.band_get_partial_schedule_union_map(), split.child(0)
-    sub = below.get_subtree_schedule_union_map()
-    if sub.is_empty():
-        return True
-    for m in maps(h.intersect_domain(dom).flat_range_product(sub)):
-        r = m.range()
-        total = r.dim(isl.dim_type.set)
-        outer = r.project_out(isl.dim_type.set, 1, total - 1)
-        inner = r.project_out(isl.dim_type.set, 0, 1)
-        if not r.is_equal(outer.flat_product(inner)):
-            return False
-    return True
-
-
 def host_loop_ok(node: isl.ScheduleNode, deps: isl.UnionMap) -> bool:
     """Should the outer member of the band at ``node`` become a host loop (see
-    :class:`ScopBaselinePass`)?  Its outer member carries a dependence, something
-    below it is parallel, and the ranges below do not depend on it."""
+    :class:`ScopBaselinePass`)?  Its outer member carries a dependence and something
+    below it is parallel."""
     if node.get_type() != isl.schedule_node_type.band or _leading_coincident(node, deps):
         return False
     below = node.band_split(1).child(0) if node.band_n_member() > 1 else node.child(0)
-    return _parallel_below(below, deps) and _grid_independent(node)
+    return _parallel_below(below, deps)
 
 
 def _baseline_words(ctx: CompileState, k: int) -> str:
