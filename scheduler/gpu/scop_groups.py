@@ -392,9 +392,9 @@ class ScopBaselinePass(Pass):
     the host loop runs its iterations in order and the launches inside one iteration
     in program order, with a global synchronisation between launches, so the execution
     order of dependent instances is the schedule's; inside each kernel the baseline
-    mapping's guarantees hold (its coincidence is computed with ``h`` in the prefix schedule).  The kernel
-    numbers of the nests below a host loop are ``c`` for the first and fresh numbers
-    (after every nest's) for the others.
+    mapping's guarantees hold (its coincidence is computed with ``h`` in the prefix
+    schedule).  The kernel numbers of the nests below a host loop are ``c`` for the
+    first and fresh numbers (after every nest's) for the others.
     """
     name = "gpu-baseline-mapping"
 
