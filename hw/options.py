@@ -95,6 +95,61 @@ def tile_option(name: str, v: Any) -> TileOption | None:
 
 
 @dataclass(frozen=True)
+class RowMapOption:
+    """Option ``row_map``: the thread mapping of row-reduction kernels
+    (:mod:`polycomp.scheduler.gpu.rowplan`; missing fields are the cost model's choice).
+    ``threads`` per row (a power of two, at most 1024), ``rows`` per block (1 when
+    ``threads > 32``), ``vector``: consecutive columns per access (1, 2, 4, 8 or 16, at
+    most 16 bytes), ``cache``: keep the row's inputs in registers between the passes of
+    the group, ``bound``: the largest row length the kernel handles (a symbolic row
+    length; the multi-version selector guarantees it, a kernel called past it traps)."""
+    threads: int | None = None
+    rows: int | None = None
+    vector: int | None = None
+    cache: bool | None = None
+    bound: int | None = None
+
+
+_ROW_MAP_KEYS = ("threads", "rows", "vector", "cache", "bound")
+
+
+def row_map_option(name: str, v: Any) -> RowMapOption | None:
+    if v is None or isinstance(v, RowMapOption):
+        return v
+    if all(hasattr(v, a) for a in _ROW_MAP_KEYS) and not isinstance(v, Mapping):
+        v = {a: getattr(v, a) for a in _ROW_MAP_KEYS}          # a RowMapping
+    if not isinstance(v, Mapping):
+        raise OptionError(f"option {name} takes a dict with keys {', '.join(_ROW_MAP_KEYS)}; "
+                          f"got {v!r}")
+    bad = set(v) - set(_ROW_MAP_KEYS)
+    if bad:
+        raise OptionError(f"option {name} has unknown keys {sorted(bad)}; valid keys: "
+                          f"{', '.join(_ROW_MAP_KEYS)}")
+
+    def num(key):
+        x = v.get(key)
+        return None if x is None else positive_int(f"{name}.{key}", x)
+    cache = v.get("cache")
+    o = RowMapOption(num("threads"), num("rows"), num("vector"),
+                     None if cache is None else boolean(f"{name}.cache", cache), num("bound"))
+    if o.threads is not None and (o.threads > CUDA_MAX_THREADS_PER_BLOCK
+                                  or o.threads & (o.threads - 1)):
+        raise OptionError(f"option {name}.threads takes a power of two up to "
+                          f"{CUDA_MAX_THREADS_PER_BLOCK}, got {o.threads}")
+    if o.vector is not None and o.vector not in (1, 2, 4, 8, 16):
+        raise OptionError(f"option {name}.vector takes 1, 2, 4, 8 or 16, got {o.vector}")
+    if o.rows is not None and o.rows > 1 and o.threads is not None and o.threads > 32:
+        raise OptionError(f"option {name}: rows {o.rows} per block with {o.threads} threads "
+                          f"per row; a row wider than a warp takes a block of its own (rows 1)")
+    if o.rows is not None and o.threads is not None and \
+            o.rows * o.threads > CUDA_MAX_THREADS_PER_BLOCK:
+        raise OptionError(f"option {name}: {o.rows} rows of {o.threads} threads is "
+                          f"{o.rows * o.threads} threads per block; CUDA allows "
+                          f"{CUDA_MAX_THREADS_PER_BLOCK}")
+    return o
+
+
+@dataclass(frozen=True)
 class TensorCoreTileOption:
     """Tensor Core tiles: block (M, N), warp (M, N) (on sm_90a the consumer warpgroup's
     tile), K tile, pipeline stages, swizzle, and on sm_90a a persistent grid."""
@@ -171,6 +226,13 @@ class CudaOptions(Options):
                             "it pays (a stage between the products and a grid filling a "
                             "third of the SMs; 'force': whenever legal; scheduler/chain, "
                             "docs/fusion.md)")
+    row_online: bool = opt(True, boolean,
+                           "an uncached softmax row's maximum and sum in one pass (online "
+                           "max-and-sum, docs/rowreduce.md)")
+    row_map: RowMapOption | None = opt(None, row_map_option,
+                                       "thread mapping of row reductions ({'threads', "
+                                       "'rows', 'vector', 'cache', 'bound'}; default: the "
+                                       "cost model's choice, docs/rowreduce.md)")
     chain_tiles: tuple[int, ...] | None = opt(None, int_tuple(2),
                                               "tiles (TM, TL) of the fused chain kernel, "
                                               "multiples of 16 (default: the data-movement "

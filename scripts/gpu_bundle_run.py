@@ -59,6 +59,41 @@ REFERENCES = {
     "attention": lambda x, e: _softmax((x[0].astype(_ref_dtype(x)) @ x[1])
                                        * float(e["scale"])) @ x[2],
 }
+
+
+def _erf(x):
+    try:
+        from scipy.special import erf
+        return erf(x)
+    except ImportError:                       # pragma: no cover - scipy is usually there
+        import math
+        return np.vectorize(math.erf)(x)
+
+
+def _layernorm(x, g, b, eps):
+    d = x - x.mean(-1, keepdims=True)
+    return d / np.sqrt((d * d).mean(-1, keepdims=True) + eps) * g + b
+
+
+def _tiled_mask(x, mask):
+    """``mask[i % S, c]`` for the rows ``i`` of ``x`` (BERT's additive attention mask)."""
+    return np.tile(mask, (x.shape[0] // mask.shape[0], 1))
+
+
+# row reductions and their stitched groups (scripts/gpu_bundle_rowreduce.py)
+REFERENCES.update({
+    "softmax": lambda x, e: _softmax(x[0].astype(np.float64)),
+    "layernorm": lambda x, e: _layernorm(x[0].astype(np.float64), x[1], x[2],
+                                         float(e.get("eps", 1e-5))),
+    "row_sum": lambda x, e: x[0].astype(np.float64).sum(-1),
+    "row_max": lambda x, e: x[0].max(-1),
+    "bias_residual_layernorm": lambda x, e: _layernorm(
+        x[0].astype(np.float64) + x[1] + x[2], x[3], x[4], float(e.get("eps", 1e-5))),
+    "scale_mask_softmax": lambda x, e: _softmax(
+        x[0].astype(np.float64) * float(e["scale"]) + _tiled_mask(x[0], x[1])),
+    "bias_gelu": lambda x, e: (lambda y: 0.5 * y * (1.0 + _erf(y / np.sqrt(2.0))))(
+        x[0].astype(np.float64) + x[1]),
+})
 _REF_CACHE: dict = {}
 
 
@@ -116,7 +151,61 @@ def baseline(kind: str, dev_inputs: list, extra: dict, cp):
         scale = float(extra.get("scale", 1.0))
         f = torch.nn.functional.scaled_dot_product_attention
         return lambda: f(q, k, v, scale=scale)
+    if kind.startswith(("torch_compile_", "torch_")):      # row reductions' torch peers
+        return _torch_peer(kind, dev_inputs, extra)
+    if kind == "copy":                 # a device-to-device copy moving the same bytes
+        total = int(extra["bytes"])
+        src = cp.empty(max(1, total // 8), dtype=cp.float32)
+        src.fill(1.0)
+        dst = cp.empty_like(src)
+        return lambda: cp.copyto(dst, src)
     raise KeyError(kind)
+
+
+def _torch_fn(ref: str, extra: dict):
+    """The computation of timed case ``ref`` in torch (the same as REFERENCES[ref])."""
+    import torch
+    import torch.nn.functional as F
+    eps = float(extra.get("eps", 1e-5))
+    if ref == "softmax":
+        return lambda x: torch.softmax(x, -1)
+    if ref == "layernorm":
+        return lambda x, g, b: F.layer_norm(x, x.shape[-1:], g, b, eps)
+    if ref == "row_sum":
+        return lambda x: x.sum(-1)
+    if ref == "row_max":
+        return lambda x: x.amax(-1)
+    if ref == "bias_residual_layernorm":
+        return lambda x, b, r, g, beta: F.layer_norm(x + b + r, x.shape[-1:], g, beta, eps)
+    if ref == "scale_mask_softmax":
+        scale = float(extra["scale"])
+
+        def sms(x, mask):
+            s = mask.shape[0]
+            y = x.view(-1, s, s) * scale + mask
+            return torch.softmax(y, -1).view(x.shape)
+        return sms
+    if ref == "bias_gelu":
+        return lambda x, b: F.gelu(x + b)
+    raise KeyError(ref)
+
+
+def _torch_peer(kind: str, dev_inputs: list, extra: dict):
+    import torch
+    compiled = kind.startswith("torch_compile_")
+    ref = kind[len("torch_compile_"):] if compiled else kind[len("torch_"):]
+    fn = _torch_fn(ref, extra)
+    if compiled:
+        fn = torch.compile(fn)          # the default mode (inductor)
+    ins = [torch.from_dlpack(x) for x in dev_inputs]
+    return lambda: fn(*ins)
+
+
+def case_bytes(m: dict) -> int:
+    """Bytes of the case's arguments (inputs read, outputs written once each)."""
+    size = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1,
+            "int32": 4, "int64": 8, "bool": 1}
+    return sum(int(np.prod(s["shape"])) * size[s["dtype"]] for s in m["args"])
 
 
 def time_it(fn, cp, repeat: int) -> tuple[float, float]:
@@ -424,17 +513,56 @@ def run_kernels(case: Case, lib, module, cp, repeat: int) -> dict:
     extra = m.get("extra", {})
     if extra.get("time"):
         out["ms_best"], out["ms_median"] = time_it(run, cp, repeat)
+        out["bytes"] = case_bytes(m)
+        out["gbps"] = out["bytes"] / (out["ms_best"] * 1e6)
         if extra.get("baseline"):
             ins = [dev[s["name"]] for s in m["args"] if s["role"] == "input"]
-            peer = baseline(extra["baseline"], ins, extra, cp)
-            out["peer_ms_best"], out["peer_ms_median"] = time_it(peer, cp, repeat)
+            peers: dict = {}
+            for kind in extra["baseline"].split(","):
+                try:           # one peer failing (no torch, no triton) must not hide others
+                    peer = baseline(kind, ins, dict(extra, bytes=out["bytes"]), cp)
+                    peers[kind] = list(time_it(peer, cp, repeat))
+                except Exception as e:  # noqa: BLE001
+                    peers[kind] = f"{type(e).__name__}: {e}"[:300]
+            out["peers"] = peers
+            first = peers[extra["baseline"].split(",")[0]]
+            if isinstance(first, list):
+                out["peer_ms_best"], out["peer_ms_median"] = first
     return out
+
+
+def print_peer_timings(rows: list) -> None:
+    """Timed cases with several peers (row reductions): ours, each peer, the ratio
+    (peer time / ours, > 1: ours is faster) and GB/s against the copy's."""
+    print("| group | shape | variant | ms best | GB/s | copy GB/s | torch eager ms "
+          "| torch.compile ms | eager/ours | compile/ours | status |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: (r["extra"]["group"], r["extra"]["name"],
+                                         r["extra"]["variant"])):
+        k, e = r.get("kernels", {}), r["extra"]
+        peers = k.get("peers", {})
+        ours = k.get("ms_best", 0) or float("nan")
+
+        def ms(kind, peers=peers):
+            p = next((v for n, v in peers.items() if n.startswith(kind)), None)
+            return p[0] if isinstance(p, list) else float("nan")
+        eager = ms(f"torch_{e['ref']}")
+        comp = ms("torch_compile_")
+        copy = ms("copy")
+        copy_gbps = k.get("bytes", 0) / (copy * 1e6) if copy == copy else float("nan")
+        print(f"| {e['group']} | {e['name']} | {e['variant']} | {ours:.4f} "
+              f"| {k.get('gbps', 0):.0f} | {copy_gbps:.0f} | {eager:.4f} | {comp:.4f} "
+              f"| {eager / ours:.2f} | {comp / ours:.2f} | {r['status']} |")
 
 
 def print_timings(path: str) -> None:
     """The timed cases as a table: kernel path best / median, the peer's, status."""
     rows = [json.loads(line) for line in open(path)]
     timed = [r for r in rows if r.get("extra", {}).get("time")]
+    multi = [r for r in timed if "," in r["extra"].get("baseline", "")]
+    timed = [r for r in timed if r not in multi]
+    if multi:
+        print_peer_timings(multi)
     if not timed:
         return
     print("| group | shape | variant | ms best | ms median | peer ms best | peer ms median "

@@ -85,6 +85,7 @@ MODULE_LAYERS = {
     # its search spaces, guards, records and cost models stay in the scheduler layer
     "polycomp.scheduler.tuning.multiversion": "driver",
     "polycomp.scheduler.tuning.cuda_versions": "driver",
+    "polycomp.scheduler.tuning.row_versions": "driver",
     "polycomp.scheduler.tuning.tune": "driver",
     "polycomp.scheduler.tuning.distributed": "driver",
     # app: the command line (benchmarks/ is app too), and the tuner's command

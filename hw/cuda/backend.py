@@ -8,7 +8,8 @@ schedule passes, IR passes and code generation.
   SCoPs) choose per loop nest (:mod:`polycomp.scheduler.gpu.scop_groups`): nests with
   coincident outer loops take the tiled passes, the others the baseline mapping.
 * IR passes: tensorization (``mma.sync``/``ldmatrix``), ``cp.async`` pipelines, kernel
-  wrapping (grid/block loops, per-block and per-thread buffers), simplification.
+  wrapping (grid/block loops, per-block and per-thread buffers), row-reduction kernels
+  (vector loops, shared scratch, row-length checks: :mod:`.rowreduce`), simplification.
 * A model that is one chain of two contractions (docs/fusion.md) has the schedule pass
   ``chain-fuse`` alone (:mod:`polycomp.scheduler.chain.cuda_tree`: the kernel's program
   tree) and the IR passes ``chain-ring``, ``chain-steps``, ``chain-kernels``
@@ -136,7 +137,11 @@ class CudaBackend(Backend):
         if not promotion_state(state).promotions and not state.inlined:
             return {}
         from .promoted import promoted_builders
-        return promoted_builders(state.model, promotion_state(state).promotions, var, state.inlined)
+        from .rowreduce import row_builders
+        out = promoted_builders(state.model, promotion_state(state).promotions, var,
+                                state.inlined)
+        out.update(row_builders(state, var, out))  # row caches' loads, online sums
+        return out
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         from .mapping import map_gpu_loops, wrap_kernels
@@ -149,10 +154,12 @@ class CudaBackend(Backend):
             passes = [ir_pass("map-gpu-loops", map_gpu_loops)]
         else:
             from .async_pipeline import lower_pipelines
+            from .rowreduce import lower_row_kernels
             from .tensorize import tensorize
             passes = [ir_pass("tensorize", tensorize),             # tensor-core kernels only
                       ir_pass("cp-async-pipeline", lower_pipelines),
-                      ir_pass("wrap-kernels", wrap_kernels)]
+                      ir_pass("wrap-kernels", wrap_kernels),
+                      ir_pass("row-kernels", lower_row_kernels)]   # row-reduction kernels only
             if _wgmma_plans(state):   # sm_90a: TMA producer / wgmma consumers (hopper.py)
                 from .hopper import warp_specialize
                 passes.insert(0, ir_pass("wgmma-warp-specialize", warp_specialize))

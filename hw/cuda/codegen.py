@@ -119,6 +119,10 @@ class CudaPrinter(CLikePrinter):
             return
         if s.kind == "unrolled":
             self.emit("#pragma unroll")
+        if s.kind == "vectorized" and s.annotation("vector") is not None:
+            from .rowreduce import print_vector_loop  # aligned 16-byte row accesses
+            print_vector_loop(self, s)
+            return
         super().for_(s)
 
     dynamic_smem = False      # set per kernel: shared arrays carved from extern memory

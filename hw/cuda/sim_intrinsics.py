@@ -135,6 +135,18 @@ def syncwarp(sim, call, active):
     return 0
 
 
+@intrinsic("__trap")
+def trap(sim, call, active):
+    """``__trap()``: the kernel aborts (a check of its code's assumptions failed)."""
+    if active.any():
+        j = int(np.argmax(active))
+        sim.fail(f"__trap() executed by {sim.geom.describe(j)}: an assumption of the "
+                 f"kernel's code does not hold for these sizes (a row-length check: the "
+                 f"kernel was compiled for row lengths that are a multiple of its vector "
+                 f"width and within its bound)")
+    return 0
+
+
 # --------------------------------------------------------------------------- shuffles
 
 

@@ -76,7 +76,12 @@ from .sim_report import (  # noqa: F401
 __all__ = ["simulate", "Simulator", "LaneGeometry", "SimReport", "SimulatorError",
            "LaunchError", "OutOfBoundsError", "BarrierDivergenceError",
            "SharedMemoryRaceError", "WarpSyncError", "GlobalMemoryRaceError",
-           "GlobalWriteConflictError"]
+           "GlobalWriteConflictError", "MisalignedAccessError"]
+
+class MisalignedAccessError(SimulatorError):
+    """A vector access (``V`` consecutive elements in one instruction) that does not
+    start at a multiple of ``V`` elements: a misaligned-address fault on the GPU."""
+
 
 DEFAULT_LANE_BUDGET = 1 << 16
 GLOBAL_RACE_MAX_ELEMENTS = 1 << 21     # larger buffers are not race-tracked (memory)
@@ -263,7 +268,31 @@ class Simulator(Interpreter):
     def for_(self, s, st):
         if s.kind in ("gpu_block", "gpu_thread"):
             return self._gpu_for(s, st)
+        if s.kind == "vectorized" and s.annotation("vector") is not None:
+            self._vector_alignment(s, st)
         return super().for_(s, st)
+
+    def _vector_alignment(self, s, st) -> None:
+        """A vector loop (row kernels, :mod:`.rowreduce`): the accesses codegen prints as
+        ``V``-element vectors must start at a multiple of ``V`` elements (buffers are
+        256-byte aligned), else the GPU faults (misaligned address)."""
+        from .rowreduce import vector_accesses, vector_width
+        v = vector_width(s)
+        active = self._active(st.mask)
+        if not active.any() or not v or v == 1:
+            return
+        loads, stores = vector_accesses(s)
+        for what, accesses in (("load", loads), ("store", stores)):
+            for buf, base in accesses:
+                mem = self._memory(buf, what)
+                off = self._offsets(mem, buf, base, st, active, f"vector {what}")
+                bad = active & (off % v != 0)
+                if bad.any():
+                    j = int(np.argmax(bad))
+                    raise MisalignedAccessError(
+                        f"kernel {self.stats.name}: {v}-element vector {what} of {buf.name} "
+                        f"by {self.geom.describe(j)} starts at element {int(off[j])}, not a "
+                        f"multiple of {v} ({v * mem.itemsize}-byte alignment)")
 
     def _gpu_for(self, s, st):
         g = self.geom

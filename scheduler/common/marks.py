@@ -37,6 +37,7 @@ declared at the end.
 | ``npu_chain:<n>`` | NPU chain fusion | a fused chain program; ``npu_plans(state).chains[n]``: tiles, buffer use |
 | ``chain_step:<n>`` | CUDA chain fusion | a block-level micro-kernel of a fused chain's kernel (``chain_program(state).steps[n]``: its role and statements) |
 | ``chain_ring:<n>`` | CUDA chain fusion | the ``l`` loop below streams its tiles through a ring of shared buffers (``chain_program(state).rings[n]``) |
+| ``row_vector:<n>`` | row-reduction mapping | the loop below runs over consecutive columns accessed as one aligned vector (``row_kernels(state).vectors[n]``, :mod:`polycomp.scheduler.gpu.rowstate`) |
 
 A fused chain's ``kernel:<n>`` (CUDA) indexes ``chain_program(state).kernels[n]``
 (:mod:`polycomp.scheduler.chain.cuda_tree`); ``npu_plans``:
@@ -74,13 +75,14 @@ NPU_CONV = "npu_conv"
 NPU_VECTOR = "npu_vector"
 NPU_PHASES = "npu_phases"
 NPU_CHAIN = "npu_chain"
+ROW_VECTOR = "row_vector"
 
 #: every declared mark kind, longest first (how :func:`split` finds a name's kind)
 KINDS = tuple(sorted((BACKBONE, PROLOGUE, TILE_BLOCK, TILE_POINT, TILE_REDUCE, KERNEL,
                       GPU_BLOCKS, GPU_THREADS, COPY, TC_BLOCK, TC_FRAG, TC_MMA, TC_PERSISTENT,
                       PIPELINE, CPU_PARALLEL, CPU_WAVEFRONT, CPU_MICROKERNEL, CPU_PACK_REQUEST,
                       CPU_PACK, NPU_CUBE, NPU_PINGPONG, NPU_CONV, NPU_VECTOR, NPU_PHASES,
-                      NPU_CHAIN, CHAIN_STEP, CHAIN_RING), key=len, reverse=True))
+                      NPU_CHAIN, CHAIN_STEP, CHAIN_RING, ROW_VECTOR), key=len, reverse=True))
 
 # IR attributes that IR passes add (no schedule-tree mark):
 #: the tail of a vectorised loop, ``AttrStmt(VECTOR_MASK, (count, lanes))``
