@@ -191,3 +191,53 @@ def test_nvcc_compiles_pivot_loop(tmp_path):
     r = subprocess.run(["nvcc", "-arch=sm_80", "-c", "-o", str(tmp_path / "k.o"), str(cu)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+MIXED = r"""
+void mixed(int T, int N, float A[N][N], float B[N][N], float C[N][N], float x[N]) {
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < N; j++)
+      for (int k = 0; k < N; k++)
+        C[i][j] += A[i][k] * B[k][j];
+  for (int t = 0; t < T; t++) {
+    for (int i = 1; i < N - 1; i++)
+      x[i] = 0.5f * (x[i - 1] + x[i + 1]) + C[i][i];
+    for (int i = 1; i < N - 1; i++)
+      for (int j = 0; j < N; j++)
+        A[i][j] = A[i][j] + x[i] * 0.25f;
+  }
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < N; j++)
+      B[i][j] = A[i][j] * 2.0f;
+}
+"""
+
+
+@pytest.mark.parametrize("t,n", [(3, 37), (1, 1), (2, 3)])
+def test_host_loop_between_tiled_nests(t, n, tmp_path):
+    """A host loop between two tiled nests: kernel numbers stay distinct (the tiled
+    nests take the free numbers in tree order), the launches run in program order (the
+    recurrence on ``x`` in a one-thread kernel per step, the update on a 2-D grid);
+    bitwise gcc -O0 on the simulator."""
+    import ctypes
+    ck = compile_kernel(read_c_kernel(MIXED), "cuda")
+    temps, program = host_program(ck.final_ir)
+    assert [type(s).__name__ for s in program] == ["KernelInfo", "HostLoop", "KernelInfo"]
+    assert len({k.name for k in program_kernels(program)}) == 4
+    src = tmp_path / "m.c"
+    src.write_text(MIXED)
+    so = tmp_path / "m.so"
+    subprocess.run(["gcc", "-O0", "-ffp-contract=off", "-fPIC", "-shared", "-o", str(so),
+                    str(src)], check=True)
+    rng = np.random.default_rng(n)
+    arrs = [rng.uniform(0.5, 1.5, s).astype(np.float32) for s in [(n, n)] * 3 + [(n,)]]
+    ref = [a.copy() for a in arrs]
+    ctypes.CDLL(str(so)).mixed(ctypes.c_int(t), ctypes.c_int(n),
+                               *[ctypes.c_void_p(a.ctypes.data) for a in ref])
+    k = read_c_kernel(MIXED)
+    named = dict(zip("ABCx", arrs))
+    got = as_tuple(simulate(ck, *[named[a] for a in list(k.inputs) + list(k.outputs)],
+                            T=t, N=n)[0])
+    want = dict(zip("ABCx", ref))
+    for name, g in zip(k.outputs, got):
+        np.testing.assert_array_equal(g, want[name], err_msg=name)
