@@ -241,3 +241,49 @@ def test_host_loop_between_tiled_nests(t, n, tmp_path):
     want = dict(zip("ABCx", ref))
     for name, g in zip(k.outputs, got):
         np.testing.assert_array_equal(g, want[name], err_msg=name)
+
+
+DOITGEN = r"""
+void doitgen(int nr, int nq, int np, double A[nr][nq][np], double C4[np][np], double sum[np]) {
+  for (int r = 0; r < nr; r++)
+    for (int q = 0; q < nq; q++) {
+      for (int p = 0; p < np; p++) {
+        sum[p] = 0.0;
+        for (int s = 0; s < np; s++)
+          sum[p] += A[r][q][s] * C4[s][p];
+      }
+      for (int p = 0; p < np; p++)
+        A[r][q][p] = sum[p];
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("nr,nq,np_", [(3, 5, 7), (1, 1, 1), (2, 3, 261)])
+def test_nested_host_loops_doitgen(nr, nq, np_, tmp_path):
+    """doitgen's ``sum`` is shared by all ``(r, q)`` (not privatised): ``r`` and ``q``
+    become nested host loops, each ``p`` nest a kernel on blocks of 256 threads (a
+    second block at np = 261); bitwise gcc -O0 on the simulator."""
+    import ctypes
+    ck = compile_kernel(read_c_kernel(DOITGEN), "cuda")
+    temps, program = host_program(ck.final_ir)
+    assert len(program) == 1 and isinstance(program[0], HostLoop)
+    inner = program[0].body
+    assert len(inner) == 1 and isinstance(inner[0], HostLoop)
+    assert all(k.block == [256, 1, 1] for k in program_kernels(program))
+    src = tmp_path / "d.c"
+    src.write_text(DOITGEN)
+    so = tmp_path / "d.so"
+    subprocess.run(["gcc", "-O0", "-ffp-contract=off", "-fPIC", "-shared", "-o", str(so),
+                    str(src)], check=True)
+    rng = np.random.default_rng(np_)
+    arrs = {"A": rng.uniform(0.5, 1.5, (nr, nq, np_)), "C4": rng.uniform(0.5, 1.5, (np_, np_)),
+            "sum": rng.uniform(0.5, 1.5, (np_,))}
+    ref = {n: a.copy() for n, a in arrs.items()}
+    ctypes.CDLL(str(so)).doitgen(ctypes.c_int(nr), ctypes.c_int(nq), ctypes.c_int(np_),
+                                 *[ctypes.c_void_p(ref[n].ctypes.data) for n in ("A", "C4", "sum")])
+    k = read_c_kernel(DOITGEN)
+    got = as_tuple(simulate(ck, *[arrs[a].copy() for a in list(k.inputs) + list(k.outputs)],
+                            nr=nr, nq=nq, np=np_)[0])
+    for name, g in zip(k.outputs, got):
+        np.testing.assert_array_equal(g, ref[name], err_msg=name)
