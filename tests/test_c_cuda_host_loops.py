@@ -30,13 +30,14 @@ from polycomp.hw.cuda.codegen import (
 from polycomp.hw.cuda.simulator import simulate
 from polycomp.hw.target import get_target
 from polycomp.islutil import context
+from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.gpu.scop_groups import ScopBaselinePass, ScopGroupingPass
 from polycomp.state import CompileState
 
 STENCILS = ("jacobi1d_like", "jacobi2d_like", "heat3d_like", "fdtd2d_like", "seidel_like")
-#: stencils with a parallel loop below the time loop (seidel's sweep has none without
-#: skewing: it stays one kernel)
-PARALLEL = ("jacobi1d_like", "jacobi2d_like", "heat3d_like", "fdtd2d_like")
+#: stencils whose host loop is the time loop (seidel's in-place sweep has no parallel
+#: loop below it: its host loop is a wavefront)
+TIME_LOOP = ("jacobi1d_like", "jacobi2d_like", "heat3d_like", "fdtd2d_like")
 
 _CK: dict = {}
 
@@ -58,21 +59,21 @@ def test_stencil_on_the_simulator_is_bitwise_gcc_o0(name, sizes, tmp_path_factor
     got, report = simulate(compiled(name), *args, **{p: sizes[p] for p in k.params})
     for n, g in zip(k.outputs, as_tuple(got)):
         np.testing.assert_array_equal(g, ref[n], err_msg=f"{name} {n}")
-    if name in PARALLEL:   # one launch per nest below the time loop and time step
+    if name in TIME_LOOP:   # one launch per nest below the time loop and time step
         steps = sizes.get("tsteps", sizes.get("tmax"))
         nests = len(program_kernels(host_program(compiled(name).final_ir)[1]))
         assert len(report.kernels) == steps * nests
 
 
-@pytest.mark.parametrize("name", PARALLEL)
+@pytest.mark.parametrize("name", STENCILS)
 def test_no_single_thread_kernel(name):
-    """The time loop is a host loop; every kernel below it has a grid of blocks of
-    several threads (PPCG's mapping), none a 1x1 grid of one thread."""
+    """The time loop (seidel: the wavefront) is a host loop; every kernel below it has a
+    grid of blocks of several threads (PPCG's mapping), none a 1x1 grid of one thread."""
     ck = compiled(name)
     temps, program = host_program(ck.final_ir)
     assert len(program) == 1 and isinstance(program[0], HostLoop)
     kernels = program_kernels(program)
-    assert len(kernels) >= 2
+    assert len(kernels) >= (1 if name == "seidel_like" else 2)
     for info in kernels:
         assert info.block[0] * info.block[1] * info.block[2] > 1, info.name
         assert program[0].var in info.params          # the time step is a parameter
@@ -85,11 +86,28 @@ def test_no_single_thread_kernel(name):
     assert "single thread" not in " ".join(ck.notes["gpu-baseline-mapping"])
 
 
-def test_sequential_sweep_stays_one_kernel():
-    """seidel's in-place sweep has no parallel loop below its time loop (without a
-    wavefront skew): no host loop, one kernel (launches per step would only add cost)."""
-    temps, program = host_program(compiled("seidel_like").final_ir)
-    assert len(program) == 1 and not isinstance(program[0], HostLoop)
+@pytest.mark.parametrize("sizes", [dict(tsteps=5, n=23), dict(tsteps=2, n=3),
+                                   dict(tsteps=3, n=300)])
+def test_seidel_runs_as_a_wavefront(sizes, tmp_path_factory):
+    """seidel's in-place sweep carries a dependence on each of its loops: the band
+    becomes ``(w, i, t)`` with ``w = 2t + i + j`` (every dependence increases ``w``), ``w``
+    a host loop, ``i`` on threads (a second block at n = 300), ``t`` a loop per thread;
+    one launch per wavefront; bitwise gcc -O0 on the simulator."""
+    from polycomp.shapes import eval_int
+    ck = compiled("seidel_like")
+    notes = " ".join(ck.notes["gpu-baseline-mapping"])
+    assert "wavefront w = 2*m0 + m1 + m2 of S_0" in notes
+    temps, program = host_program(ck.final_ir)
+    loop = program[0]
+    assert isinstance(loop, HostLoop)
+    k = kernel("seidel_like")
+    arrays = random_arrays(k, sizes, seed=11)
+    ref = run_gcc("seidel_like", gcc_o0("seidel_like", tmp_path_factory), sizes, arrays)
+    got, report = simulate(ck, arrays["A"], **sizes)
+    np.testing.assert_array_equal(got, ref["A"])
+    assert len(report.kernels) == int(eval_int(loop.extent, sizes))
+    if sizes["n"] == 300:
+        assert max(r.grid[0] for r in report.kernels) == 2
 
 
 def test_host_entry_point_loops_over_time():
@@ -100,12 +118,13 @@ def test_host_entry_point_loops_over_time():
     assert ", c0, A, B);" in host
 
 
-@pytest.mark.parametrize("name", ["jacobi1d_like", "fdtd2d_like", "heat3d_like"])
+@pytest.mark.parametrize("name", ["jacobi1d_like", "fdtd2d_like", "heat3d_like", "seidel_like"])
 def test_host_loop_golden(name, goldens):
     """Tree in / tree out of ``gpu-baseline-mapping`` with host loops
     (``tests/golden/c_host_<name>.gpu-baseline-mapping.{in,out}.isl``): the time band
-    is outside every ``kernel`` mark, each nest below it has its own kernel mark with
-    ``gpu_blocks``/``gpu_threads`` marks."""
+    (seidel: the wavefront ``2t + i + j``) is outside every ``kernel`` mark, each nest
+    below it has its own kernel mark with ``gpu_blocks``/``gpu_threads`` marks; the
+    output respects every dependence."""
     model = kernel(name).polyhedral_model()
     ctx = CompileState(model, get_target("cuda"), {})
     sched = ScopGroupingPass().run(model.initial_schedule, ctx)
@@ -123,6 +142,7 @@ def test_host_loop_golden(name, goldens):
     host = out.get_root().child(0)
     assert host.get_type() == isl.schedule_node_type.band    # the time band, on the host
     assert host.band_n_member() == 1 and not host.band_member_get_coincident(0)
+    assert violated_dependences(out, model.dependences).is_empty()
 
 
 @pytest.mark.nvcc

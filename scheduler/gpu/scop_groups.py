@@ -420,6 +420,12 @@ class ScopBaselinePass(Pass):
 
     def _map(self, node, base, deps, ctx, depth: int):
         """Map the subtree at ``node`` (host loop or kernel); return a node in it."""
+        if not _parallel_below(node, deps):     # else: one thread; try a wavefront
+            wave = wavefront_band(node, deps)
+            if wave is not None and host_loop_ok(wave[0], deps):
+                node = wave[0]
+                ctx.note(self.name, f"wavefront {wave[1]} of {_statement_names(node)} "
+                                    f"(every member carried a dependence)")
         if host_loop_ok(node, deps):
             if node.band_n_member() > 1:
                 node = node.band_split(1)
@@ -438,6 +444,49 @@ class ScopBaselinePass(Pass):
         node = base._map_stage(node, deps, ctx, k)
         ctx.note(self.name, f"kernel {k}: {_baseline_words(ctx, k)}")
         return node
+
+
+def wavefront_band(node: isl.ScheduleNode, deps: isl.UnionMap
+                   ) -> tuple[isl.ScheduleNode, str] | None:
+    """A band whose every member carries a dependence (seidel-2d's in-place sweep),
+    rewritten as ``(w, rest)``: ``w = h·(members)`` with ``h·Δ >= 1`` for every
+    dependence distance ``Δ`` of the band (:func:`~polycomp.scheduler.common.cone.
+    wavefront`), then the members but one ``d`` with ``h_d = 1`` (the band stays
+    unimodular, so each statement's schedule stays injective), the outermost member
+    last (its extent, a time loop's, is usually the smallest).  Legal: ``w`` strictly
+    increases along every dependence, so the new band respects them all and instances
+    with equal ``w`` are independent (every other member is coincident below ``w``).
+    None when the band does not carry every dependence of its subtree, or no ``h``
+    with small coefficients exists.  Returns the new band and ``h`` in words."""
+    from polycomp.scheduler.common.cone import wavefront
+    if node.get_type() != isl.schedule_node_type.band or node.band_n_member() < 2:
+        return None
+    dom = node.get_domain()
+    deps = deps.intersect_domain(dom).intersect_range(dom)
+    if deps.is_empty():
+        return None
+    pm = node.band_get_partial_schedule_union_map()
+    deltas = sets(deps.apply_domain(pm).apply_range(pm).deltas())
+    if len(deltas) != 1:
+        return None
+    h = wavefront(deltas[0])
+    if h is None:
+        return None
+    n = node.band_n_member()
+    d = max(m for m in range(n) if h[m] == 1)
+    mupa = node.band_get_partial_schedule()
+    w = None
+    for m in range(n):
+        if h[m]:
+            term = mupa.get_union_pw_aff(m).scale_val(isl.Val.int_from_si(node.get_ctx(), h[m]))
+            w = term if w is None else w.add(term)
+    assert w is not None, "h has a coefficient 1"
+    rest = [m for m in range(1, n) if m != d] + ([0] if d != 0 else [])
+    new = mupa.set_union_pw_aff(0, w)
+    for k, m in enumerate(rest):
+        new = new.set_union_pw_aff(k + 1, mupa.get_union_pw_aff(m))
+    words = " + ".join(f"{c}*m{m}" if c != 1 else f"m{m}" for m, c in enumerate(h) if c)
+    return node.delete().insert_partial_schedule(new), f"w = {words}"
 
 
 def _ancestor(node, up: int):
