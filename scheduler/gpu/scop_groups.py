@@ -395,6 +395,10 @@ class ScopBaselinePass(Pass):
     mapping's guarantees hold (its coincidence is computed with ``h`` in the prefix
     schedule).  The kernel numbers of the nests below a host loop are ``c`` for the
     first and fresh numbers (after every nest's) for the others.
+
+    A subtree with no parallel band at all whose band carries every dependence of it
+    (seidel-2d) is first rewritten by :func:`wavefront_band`, whose outer member then
+    becomes the host loop.
     """
     name = "gpu-baseline-mapping"
 
