@@ -307,3 +307,19 @@ def test_nested_host_loops_doitgen(nr, nq, np_, tmp_path):
                             nr=nr, nq=nq, np=np_)[0])
     for name, g in zip(k.outputs, got):
         np.testing.assert_array_equal(g, ref[name], err_msg=name)
+
+
+def test_launcher_iterates_the_host_loop():
+    """``CudaFunction.launches`` (the pycuda path) makes the host program's launches:
+    per time step both kernels, the step passed as the scalar after the sizes."""
+    from polycomp.hw.cuda.launcher import CudaFunction
+    ck = compiled("jacobi1d_like")
+    fn = CudaFunction.__new__(CudaFunction)      # no device: the handles are stand-ins
+    fn.ck, fn.func, fn.entry = ck, ck.final_ir, None
+    fn.temps, fn.program = host_program(fn.func)
+    fn.kernels = program_kernels(fn.program)
+    fn.handles = ["k0", "k1"]
+    out = fn.launches({"A": "dA", "B": "dB"}, {"tsteps": 3, "n": 600})
+    assert [(h, [int(a) for a in args[:3]]) for h, args, *_ in out] == [
+        (k, [3, 600, t]) for t in range(3) for k in ("k0", "k1")]
+    assert all(grid == (3, 1, 1) and block == (256, 1, 1) for _, _, grid, block, _ in out)
