@@ -64,7 +64,7 @@ class CpuBackend(Backend):
         if o.chain:
             from polycomp.scheduler.chain.tree import ChainFusePass, plan_for
             if plan_for(state)[0] is not None:     # docs/fusion.md
-                return [ChainFusePass()]
+                return [ChainFusePass(), CpuPackPass()]
             from polycomp.scheduler.chain.conv_tree import conv_chain_passes
             conv = conv_chain_passes(state)        # conv -> conv chains (docs/fusion.md)
             if conv is not None:
@@ -93,23 +93,32 @@ class CpuBackend(Backend):
                 passes.append(CpuParallelPass())
         return passes
 
+    def lowering_statements(self, state: CompileState, var) -> dict:
+        """The builders of the fused chains' own statements (the online softmax's,
+        docs/fusion.md); none for other kernels."""
+        from polycomp.scheduler.chain.plan import chain_plans
+        return chain_plans(state).statement_builders()
+
     def ir_passes(self, state: CompileState) -> list[IRPass]:
+        from .local_tile import localize
         from .pack import pack
         from .parallel_marks import parallelize_marked
         passes = [ir_pass("pack", pack),  # before simplify
+                  ir_pass("local-tiles", localize),  # before simplify
                   body_pass("simplify", simplify)]
         if state.cpu_options.parallel:
             passes.append(ir_pass("omp-parallel", lambda f, s: parallelize_marked(f)))
         return passes
 
     def codegen_passes(self, state: CompileState) -> list[IRPass]:
-        from polycomp.scheduler.chain.codegen import chain_calls
-
         from .contract import contract
         from .hoist_alloc import hoist_allocations
         from .scalar_replace import scalar_replace
         o, target = state.cpu_options, state.target
-        passes: list[IRPass] = [ir_pass("chain", chain_calls)] if o.chain else []
+        passes: list[IRPass] = []
+        if o.chain:   # (conv chains: still the C kernel of scheduler/chain/conv_kernel.py)
+            from polycomp.scheduler.chain.conv_codegen import conv_calls
+            passes.append(ir_pass("chain", conv_calls))
         if o.contract:
             passes += [ir_pass("contract", lambda f, s: contract(f)),
                        ir_pass("hoist-alloc", lambda f, s: hoist_allocations(f)),

@@ -28,6 +28,9 @@ parse into fields.
 | ``cpu_pack_request:..`` / ``cpu_pack:..`` | CPU backbone tiling / packing | operand packing |
 | ``npu_cube:<m0>:<n0>:<k0>:<kL1>`` | NPU cube tiling | the 16x16x16 cube instructions of an L0 step and the tiling the NPU program is built with |
 | ``npu_pingpong:<level>`` | NPU cube tiling | the loop below runs over ping-pong (double) buffers of that level |
+| ``chain_fused:<n>`` | chain fusion (``scheduler/chain``) | the fused program of a chain of two contractions (``chain_plans(state).programs[n]``) |
+| ``conv_chain_fused:<n>`` | conv-chain fusion (``scheduler/chain``) | the fused program of two convolutions (``chain_plans(state).programs[n]``) |
+| ``cpu_local:<n>`` | chain fusion (CPU) | temporaries private to the subtree, stored in per-thread tile buffers (``local_tiles(state).records[n]``) |
 """
 from __future__ import annotations
 
@@ -54,6 +57,9 @@ CPU_PACK_REQUEST = "cpu_pack_request"
 CPU_PACK = "cpu_pack"
 NPU_CUBE = "npu_cube"
 NPU_PINGPONG = "npu_pingpong"
+CHAIN_FUSED = "chain_fused"
+CONV_CHAIN_FUSED = "conv_chain_fused"
+CPU_LOCAL = "cpu_local"
 
 
 def make(kind: str, *args: object) -> isl.Id:

@@ -1,0 +1,126 @@
+"""Tile-local temporaries: arrays private to a subtree stored in a per-thread tile buffer.
+
+A fused chain produces its intermediate (``T``, the elementwise stages' arrays, the
+softmax's exponentials) one tile at a time and consumes each tile inside the same
+iteration of the enclosing loops; the row statistics of an online softmax likewise live
+for one row block.  The schedule says so: every access of such an array by the
+statements below a mark node ``cpu_local:<n>`` stays inside one box per iteration of
+the loops above the mark.  This module computes that box with the promotion engine's
+footprints and records it as a :class:`LocalTile` (typed compile state,
+:class:`LocalTiles`, indexed by the mark's ``<n>``); the CPU IR pass
+:mod:`polycomp.hw.cpu.local_tile` allocates the box-sized buffer at the mark and
+redirects every load and store of the arrays to it.
+
+Assumes (checked by :func:`decide_local_tiles`): every access of each array of a record
+is made by a statement instance below the mark (so nothing outside the subtree reads a
+value the local buffer no longer holds), and the arrays of one record have boxes of the
+same sizes (they share storage; see :class:`LocalTile`).
+
+Guarantees: the record's ``origin`` is the box offset, a piecewise affine function of
+the prefix schedule at the mark (``c_0 .. c_{d-1}``, the AST's loop iterators), and
+``sizes`` the box's constant extents; an access ``A[x]`` below the mark touches
+``origin(c) <= x < origin(c) + sizes``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from polycomp import ir
+from polycomp.scheduler.common import marks
+from polycomp.scheduler.promotion.footprint import footprint, min_box_of, prefix_space_map
+
+__all__ = ["LocalTile", "LocalTiles", "local_tiles", "local_mark", "decide_local_tiles"]
+
+
+@dataclass(eq=False)
+class LocalTile:
+    """Arrays ``arrays`` (temporaries, in program order) stored in one per-thread buffer
+    of ``sizes`` below the mark ``cpu_local:<n>``.  Several arrays share the buffer when
+    each is produced from the previous one at the same point and nothing reads the
+    previous one afterwards (a chain's ``T -> Sc -> P``: the statement that writes the
+    next array reads the element it overwrites first, and no later statement reads it).
+    ``origin`` (``{ [c_0..c_{d-1}] -> [o_0..] }``, set by :func:`decide_local_tiles`) is
+    the box offset on the prefix schedule at the mark."""
+    arrays: tuple[ir.Buffer, ...]
+    name: str
+    origin: isl.MultiPwAff | None = None
+    sizes: tuple[int, ...] = ()
+
+    @property
+    def dtype(self) -> str:
+        return self.arrays[0].dtype
+
+
+@dataclass(eq=False)
+class LocalTiles:
+    """The tile-local records of a compile (``state.slot(LocalTiles)``); the mark
+    ``cpu_local:<n>`` names ``records[n]``, a list of the records realised at that
+    mark."""
+    records: list[list[LocalTile]] = field(default_factory=list)
+
+
+def local_tiles(state) -> LocalTiles:
+    return state.slot(LocalTiles)
+
+
+def local_mark(state, tiles: list[LocalTile]) -> str:
+    """Record ``tiles`` (to be realised at one mark) and return the mark's name."""
+    recs = local_tiles(state).records
+    recs.append(tiles)
+    return marks.make(marks.CPU_LOCAL, len(recs) - 1).get_name()
+
+
+def decide_local_tiles(schedule: isl.Schedule, state, model_statements) -> str | None:
+    """Fill the ``origin``/``sizes`` of every record of the ``cpu_local`` marks in
+    ``schedule`` from the footprints of ``model_statements``' accesses below each mark;
+    None, or why a record cannot be realised (an access outside the subtree, an
+    unbounded box, boxes of different sizes in one record)."""
+    why: list[str] = []
+
+    def visit(node: isl.ScheduleNode) -> bool:
+        if marks.is_kind(node, marks.CPU_LOCAL):
+            n = marks.index_of(node, marks.CPU_LOCAL)
+            below = node.child(0)
+            err = _decide(below, local_tiles(state).records[n], model_statements)
+            if err:
+                why.append(err)
+        return True
+    schedule.get_root().foreach_descendant_top_down(visit)
+    return "; ".join(why) or None
+
+
+def _decide(node: isl.ScheduleNode, tiles: list[LocalTile], statements) -> str | None:
+    domain = node.get_domain()
+    prefix = prefix_space_map(node)
+    for t in tiles:
+        sizes = None
+        for buf in t.arrays:
+            acc = isl.UnionMap.empty(domain.get_space())
+            for s in statements:
+                for a in s.accesses:
+                    if a.buffer.name == buf.name:
+                        acc = acc.union(isl.UnionMap.from_map(a.relation))
+            if not acc.domain().is_subset(domain):
+                return f"{buf.name} is accessed outside the local scope"
+            f = footprint(prefix, acc)
+            if f is None:
+                return f"{buf.name} is not accessed in the local scope"
+            box = min_box_of(f)
+            if box is None:
+                return f"{buf.name}'s footprint is unbounded"
+            if sizes is not None and tuple(box.sizes) != sizes:
+                return f"{buf.name}'s tile {box.sizes} differs from {list(sizes)}"
+            if sizes is None:
+                sizes = tuple(box.sizes)
+                space = isl.Space.map_from_domain_and_range(
+                    f.domain().get_space(),
+                    isl.Space.set_alloc(f.get_ctx(), 0, len(sizes)).align_params(f.get_space()))
+                lst = isl.PwAffList.alloc(f.get_ctx(), len(sizes))
+                for pa in box.offsets:
+                    lst = lst.add(pa)
+                t.origin = isl.MultiPwAff.from_pw_aff_list(space, lst)
+        assert sizes is not None
+        t.sizes = sizes
+    return None
