@@ -116,9 +116,6 @@ class CpuBackend(Backend):
         from .scalar_replace import scalar_replace
         o, target = state.cpu_options, state.target
         passes: list[IRPass] = []
-        if o.chain:   # (conv chains: still the C kernel of scheduler/chain/conv_kernel.py)
-            from polycomp.scheduler.chain.conv_codegen import conv_calls
-            passes.append(ir_pass("chain", conv_calls))
         if o.contract:
             passes += [ir_pass("contract", lambda f, s: contract(f)),
                        ir_pass("hoist-alloc", lambda f, s: hoist_allocations(f)),
@@ -151,18 +148,15 @@ class CpuBackend(Backend):
         return first + self._emit(func, state)
 
     def _emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
-        from polycomp.scheduler.chain.codegen import sources_for as chain_sources
-
         from .codegen import emit_c
         if not _vector(state):
-            return emit_c(func, extra_header=chain_sources(func, state))
+            return emit_c(func)
         from .vector_prelude import prelude
         from .vector_printer import printer_for
         t = state.target
         assert t.cpu is not None
         from .lowp import sources_for
-        return emit_c(func, printer_for(t.isa, t.cpu.has_fma), prelude(t.isa) + sources_for(func)
-                      + chain_sources(func, state))
+        return emit_c(func, printer_for(t.isa, t.cpu.has_fma), prelude(t.isa) + sources_for(func))
 
     def load(self, ck):
         from .build import CFunction, build_shared

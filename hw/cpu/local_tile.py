@@ -93,6 +93,8 @@ class _Localizer:
         self.records = local_tiles(state).records
         self.moved: set[str] = set()
         self.allocs: list[ir.Buffer] = []
+        # a mark the AST repeats (full and partial tiles) reuses its records' buffers
+        self.made: dict[int, list[ir.Buffer]] = {}
 
     # env: name -> Var of the enclosing iterators; loops: the enclosing loops and whether
     # their iterations may run concurrently (coincident, parallel, or below cpu_parallel)
@@ -130,14 +132,27 @@ class _Localizer:
             origin = origin_to_ir(t.origin, env, self.model)
             if origin is None:
                 return body
-            shape = tuple(lp.extent for lp in slots) + tuple(ir.IntImm(n) for n in t.sizes)
-            local = ir.Buffer(t.name, t.dtype, shape)
-            self.allocs.append(local)
+            shape = tuple(lp.extent for lp in slots) + tuple(t.sizes)
+            local = self._buffer(t, shape)
             slot = tuple(simplify(lp.var - lp.min) for lp in slots)
             for a in t.arrays:
                 table[a.name] = (local, origin, slot)
         self.moved.update(table)
         return _Redirect(table).visit(body)
+
+    def _buffer(self, t: LocalTile, shape: tuple) -> ir.Buffer:
+        """The buffer of record ``t`` with ``shape``: the one made at an earlier copy of
+        the mark when the shapes agree, else a new one."""
+        made = self.made.setdefault(id(t), [])
+        for b in made:
+            if len(b.shape) == len(shape) and all(
+                    ir.structural_equal(x, y) for x, y in zip(b.shape, shape)):
+                return b
+        name = t.name if not made else f"{t.name}_{len(made) + 1}"
+        local = ir.Buffer(name, t.dtype, shape)
+        made.append(local)
+        self.allocs.append(local)
+        return local
 
 
 class _DropMoved(ir.Mutator):

@@ -30,24 +30,16 @@ intermediate block itself, the halo included, so its tiles are independent (Open
 """
 from __future__ import annotations
 
-import islpy as isl
-
 from polycomp.scheduler.chain.conv_detect import conv_why_not, detect_conv_chains
 from polycomp.scheduler.chain.conv_plan import ConvChainPlan, make_conv_plan
 from polycomp.scheduler.chain.plan import chain_plans
 from polycomp.scheduler.chain.tree import (
-    _band,
-    _dims,
-    _filter_node,
-    _seq,
-    marked_schedule,
     only_chain,
 )
 from polycomp.scheduler.common.pass_base import Pass
-from polycomp.scheduler.common.tree import is_legal
 from polycomp.state import CompileState
 
-__all__ = ["ConvChainFusePass", "CONV_MARK", "conv_fused_tree", "conv_plan_for",
+__all__ = ["ConvChainFusePass", "CONV_MARK", "conv_plan_for",
            "conv_chain_passes"]
 
 CONV_MARK = "conv_chain_fused"
@@ -67,29 +59,7 @@ def _conv_plan_for(state: CompileState) -> tuple[ConvChainPlan | None, str]:
                         "convolutions")
     if m is None:
         return None, why
-    plan = make_conv_plan(m, model, state.target)
-    if not is_legal(conv_fused_tree(plan, model), model.dependences):
-        return None, "the fused tree would violate a dependence"
-    return plan, ""
-
-
-def conv_fused_tree(plan: ConvChainPlan, model) -> isl.Schedule:
-    """The fused schedule of the module docstring."""
-    m, t = plan.match, plan.tiles
-    b = m.second
-    sh, sw = b.ph - (b.kh - 1), b.pw - (b.kw - 1)
-    stmts = [s for s in model.statements if s.name in set(m.statements)]
-
-    def outer(s) -> list[str]:
-        n, _, y, x = _dims(s)[:4]
-        if s.stage is b.stage:
-            return [n, f"floor(({y})/{t.th})", f"floor(({x})/{t.tw})"]
-        return [n, f"floor(({y} + {sh})/{t.th})", f"floor(({x} + {sw})/{t.tw})"]
-    top = _band(model, [(s, outer(s)) for s in stmts], [1, 0, 0])
-    leaves = [_filter_node(model, [s], _band(model, [(s, _dims(s)[1:])],
-                                             [0] * (len(_dims(s)) - 1))) for s in stmts]
-    inner = _seq(leaves)
-    return marked_schedule(model, f"{CONV_MARK}:{t.th}x{t.tw}x{t.tf}", top, inner)
+    return make_conv_plan(m, model, state.target), ""
 
 
 class ConvChainFusePass(Pass):
@@ -97,13 +67,21 @@ class ConvChainFusePass(Pass):
     name = "conv-chain-fuse"
 
     def run(self, schedule, ctx: CompileState):
+        from polycomp.scheduler.chain.conv_program import conv_program
+        from polycomp.scheduler.chain.program import adopt
         plan, why = conv_plan_for(ctx)
         if plan is None or not plan.fuse:
             ctx.note(self.name, f"no conv chain fused: {why or 'the model predicts no gain'}")
             return schedule
+        programs = chain_plans(ctx).programs
+        prog = conv_program(plan, ctx, len(programs))
+        if isinstance(prog, str):
+            ctx.note(self.name, f"no conv chain fused: {prog}")
+            return schedule
+        adopt(ctx, prog)
         for line in plan.describe():
             ctx.note(self.name, line)
-        return conv_fused_tree(plan, ctx.model)     # legal: checked by conv_plan_for
+        return prog.schedule
 
 
 def conv_chain_passes(state: CompileState) -> list[Pass] | None:

@@ -17,9 +17,11 @@ value the local buffer no longer holds), and the arrays of one record have boxes
 same sizes (they share storage; see :class:`LocalTile`).
 
 Guarantees: the record's ``origin`` is the box offset, a piecewise affine function of
-the prefix schedule at the mark (``c_0 .. c_{d-1}``, the AST's loop iterators), and
-``sizes`` the box's constant extents; an access ``A[x]`` below the mark touches
-``origin(c) <= x < origin(c) + sizes``.
+the prefix schedule at the mark (``c_0 .. c_{d-1}``, the AST's loop iterators), the
+per-dimension minimum of the footprint, and ``sizes`` the box's extents, the largest
+extent over all prefix points (constants, or functions of the kernel's symbols when a
+dimension's extent is one: a tile over all input channels ``C``); an access ``A[x]``
+below the mark touches ``origin(c) <= x < origin(c) + sizes``.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ import islpy as isl
 
 from polycomp import ir
 from polycomp.scheduler.common import marks
-from polycomp.scheduler.promotion.footprint import footprint, min_box_of, prefix_space_map
+from polycomp.scheduler.promotion.footprint import footprint, prefix_space_map
 
 __all__ = ["LocalTile", "LocalTiles", "local_tiles", "local_mark", "decide_local_tiles"]
 
@@ -46,7 +48,7 @@ class LocalTile:
     arrays: tuple[ir.Buffer, ...]
     name: str
     origin: isl.MultiPwAff | None = None
-    sizes: tuple[int, ...] = ()
+    sizes: tuple[ir.Expr, ...] = ()
 
     @property
     def dtype(self) -> str:
@@ -83,7 +85,8 @@ def decide_local_tiles(schedule: isl.Schedule, state, model_statements) -> str |
         if marks.is_kind(node, marks.CPU_LOCAL):
             n = marks.index_of(node, marks.CPU_LOCAL)
             below = node.child(0)
-            err = _decide(below, local_tiles(state).records[n], model_statements)
+            err = _decide(below, local_tiles(state).records[n], model_statements,
+                          state.model.params)
             if err:
                 why.append(err)
         return True
@@ -91,11 +94,11 @@ def decide_local_tiles(schedule: isl.Schedule, state, model_statements) -> str |
     return "; ".join(why) or None
 
 
-def _decide(node: isl.ScheduleNode, tiles: list[LocalTile], statements) -> str | None:
+def _decide(node: isl.ScheduleNode, tiles: list[LocalTile], statements, params) -> str | None:
     domain = node.get_domain()
     prefix = prefix_space_map(node)
     for t in tiles:
-        sizes = None
+        union = None          # the arrays' footprints as one array's (they share storage)
         for buf in t.arrays:
             acc = isl.UnionMap.empty(domain.get_space())
             for s in statements:
@@ -107,20 +110,43 @@ def _decide(node: isl.ScheduleNode, tiles: list[LocalTile], statements) -> str |
             f = footprint(prefix, acc)
             if f is None:
                 return f"{buf.name} is not accessed in the local scope"
-            box = min_box_of(f)
-            if box is None:
-                return f"{buf.name}'s footprint is unbounded"
-            if sizes is not None and tuple(box.sizes) != sizes:
-                return f"{buf.name}'s tile {box.sizes} differs from {list(sizes)}"
-            if sizes is None:
-                sizes = tuple(box.sizes)
-                space = isl.Space.map_from_domain_and_range(
-                    f.domain().get_space(),
-                    isl.Space.set_alloc(f.get_ctx(), 0, len(sizes)).align_params(f.get_space()))
-                lst = isl.PwAffList.alloc(f.get_ctx(), len(sizes))
-                for pa in box.offsets:
-                    lst = lst.add(pa)
-                t.origin = isl.MultiPwAff.from_pw_aff_list(space, lst)
-        assert sizes is not None
-        t.sizes = sizes
+            f = f.set_tuple_name(isl.dim_type.out, t.arrays[0].name)
+            if union is not None and not union.get_space().is_equal(f.get_space()):
+                return f"{buf.name} is not indexed as {t.arrays[0].name}"
+            union = f if union is None else union.union(f).coalesce()
+        assert union is not None
+        box = _box(union, params)
+        if box is None:
+            return f"{t.arrays[0].name}'s footprint is unbounded"
+        t.origin, t.sizes = box
     return None
+
+
+def _box(f: isl.Map, params) -> tuple[isl.MultiPwAff, tuple[ir.Expr, ...]] | None:
+    """The box of the footprint ``f = { [p] -> A[a] }``: the per-dimension minimum of
+    ``a`` (a function of ``p``) and the largest extent over all ``p`` (a function of the
+    parameters, as IR); None when an extent is unbounded."""
+    from polycomp.lowering.ast_to_ir import pw_aff_to_ir
+    from polycomp.lowering.simplify import simplify
+    ctx = f.get_ctx()
+    n = f.dim(isl.dim_type.out)
+    lst = isl.PwAffList.alloc(ctx, n)
+    sizes = []
+    for d in range(n):
+        lo, hi = f.dim_min(d), f.dim_max(d)
+        ext = hi.sub(lo).add_constant_val(isl.Val.one(ctx))
+        rng = isl.Map.from_pw_aff(ext).range()
+        if not rng.is_bounded():
+            return None
+        mx = rng.dim_max(0).coalesce()
+        if mx.is_cst():
+            v = ext.max_val()
+            if not v.is_int():
+                return None
+            sizes.append(ir.IntImm(int(v.to_python())))
+        else:
+            sizes.append(simplify(pw_aff_to_ir(mx, rng.params(), tuple(params))))
+        lst = lst.add(lo)
+    space = isl.Space.map_from_domain_and_range(
+        f.domain().get_space(), isl.Space.set_alloc(ctx, 0, n).align_params(f.get_space()))
+    return isl.MultiPwAff.from_pw_aff_list(space, lst), tuple(sizes)

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from polycomp import ir
-from polycomp.model import PolyModel, Statement, compute_accesses_and_dependences
+from polycomp.model import PolyModel, Statement
 
 __all__ = ["OnlineSoftmax", "online_softmax"]
 
@@ -80,17 +80,6 @@ class OnlineSoftmax:
         return (r["mx_init"].write, r["save"].write, r["scale"].write, r["sm_init"].write)
 
 
-def _fresh(model, base: str) -> str:
-    """A statement/array name not used by ``model`` (``base``, else ``base_1``, ...)."""
-    used = {s.name for s in model.statements} | {
-        b.name for s in model.statements for b in (s.write, *(a.buffer for a in s.accesses))}
-    name, k = base, 0
-    while name in used:
-        k += 1
-        name = f"{base}_{k}"
-    return name
-
-
 class _Replace(ir.Mutator):
     def __init__(self, fn):
         self.fn = fn
@@ -104,7 +93,7 @@ class _Replace(ir.Mutator):
 def online_softmax(match, model, tl: int) -> OnlineSoftmax:
     """The online program of ``match`` (a chain with a softmax) for ``l`` tiles of
     ``tl`` columns (module docstring)."""
-    from polycomp.model import _ModelBuilder
+    from polycomp.scheduler.chain.statements import StatementMaker, program_model
     nb = match.batch_dims
     by_stage: dict[int, list[Statement]] = {}
     for s in model.statements:
@@ -120,20 +109,17 @@ def online_softmax(match, model, tl: int) -> OnlineSoftmax:
     names = set(match.statements)
     kept = [s for s in model.statements if s.name in names and s not in (ex, dv, o_upd)]
 
-    b = _ModelBuilder(model.graph, model.ctx)
-    b._context = model.context
+    mk = StatementMaker(model)
     f32 = "float32"
     mx, sm, o, exb = mx_init.write, sm_init.write, o_init.write, ex.write
     row_idx = tuple(mx_init.write_indices)             # (b.., m)
-    mo = ir.Buffer(_fresh(model, f"{mx.name}_prev"), f32, mx.shape)
-    cb = ir.Buffer(_fresh(model, f"{mx.name}_scale"), f32, mx.shape)
+    mo = mk.buffer(f"{mx.name}_prev", mx.shape)
+    cb = mk.buffer(f"{mx.name}_scale", mx.shape)
     lt = ir.Var("lt", "int64")
     l_ext = match.t.shape[-1]
-    n_tiles = ir.Binary("//", ir.Binary("+", l_ext if isinstance(l_ext, ir.Expr)
-                                        else ir.IntImm(l_ext), ir.IntImm(tl - 1), "int64"),
+    n_tiles = ir.Binary("//", ir.Binary("+", l_ext, ir.IntImm(tl - 1), "int64"),
                         ir.IntImm(tl), "int64")
-    row_bounds = [(ir.IntImm(0), d if isinstance(d, ir.Expr) else ir.IntImm(d))
-                  for d in mx.shape]
+    row_bounds = [(ir.IntImm(0), d) for d in mx.shape]
     tile_bound = (ir.IntImm(0), n_tiles)
 
     def load(buf, idx):
@@ -144,57 +130,44 @@ def online_softmax(match, model, tl: int) -> OnlineSoftmax:
         return ir.Select(ir.Binary("==", m_, ir.FloatImm(_NEG_INF, f32), "bool"),
                          ir.FloatImm(0.0, f32), m_, f32)
 
-    def add(role, name, stage, kind, iters, bounds, out, out_idx, value) -> Statement:
-        b.add_statement(name, stage, kind, tuple(iters), list(bounds), out, tuple(out_idx),
-                        value, stage.location)
-        s = b.statements[-1]
-        s.domain = s.domain.intersect_params(model.context)
-        for a in s.accesses:
-            a.relation = a.relation.intersect_params(model.context)
-            a.index_relation = (a.index_relation if a.index_relation is not None
-                                else a.relation).intersect_params(model.context)
-        roles[role] = s
-        return s
-
     roles: dict[str, Statement] = {"mx_init": mx_init, "mx_update": mx_upd,
                                    "sm_init": sm_init, "sm_update": sm_upd,
                                    "O_init": o_init}
+    new: dict[str, Statement] = {}
+
+    def add(role, base, stage, kind, iters, bounds, out, out_idx, value) -> None:
+        s = mk.make(base, stage, kind, iters, bounds, out, out_idx, value)
+        roles[role] = new[s.name] = s
+
     row_iters = tuple(mx_init.iters)
-    add("save", _fresh(model, f"{mxs.name}_save"), mxs, "compute", (*row_iters, lt),
+    add("save", f"{mxs.name}_save", mxs, "compute", (*row_iters, lt),
         [*row_bounds, tile_bound], mo, row_idx, load(mx, row_idx))
-    add("scale", _fresh(model, f"{mxs.name}_rescale"), mxs, "compute", (*row_iters, lt),
+    add("scale", f"{mxs.name}_rescale", mxs, "compute", (*row_iters, lt),
         [*row_bounds, tile_bound], cb, row_idx,
         ir.Call("exp", (ir.Binary("-", load(mo, row_idx), safe_max(row_idx), f32),), f32))
-    add("sm_rescale", _fresh(model, f"{sms.name}_rescale"), sms, "compute", (*row_iters, lt),
+    add("sm_rescale", f"{sms.name}_rescale", sms, "compute", (*row_iters, lt),
         [*row_bounds, tile_bound], sm, row_idx,
         ir.Binary("*", load(sm, row_idx), load(cb, row_idx), f32))
     ex_value = _Replace(lambda e, idx: safe_max(idx) if e.buffer is mx else None).visit(ex.value)
-    add("ex", _fresh(model, f"{ex.name}_online"), exs, "compute", ex.iters,
-        _bounds(ex), exb, ex.write_indices, ex_value)
+    add("ex", f"{ex.name}_online", exs, "compute", ex.iters, _bounds(ex), exb,
+        ex.write_indices, ex_value)
     o_idx = tuple(o_init.write_indices)                 # (b.., m, n)
     o_rows = o_idx[:nb + 1]
     o_bounds = _bounds(o_init)
-    add("O_rescale", _fresh(model, f"{o_init.stage.name}_rescale"), match.second, "compute",
+    add("O_rescale", f"{o_init.stage.name}_rescale", match.second, "compute",
         (*o_init.iters, lt), [*o_bounds, tile_bound], o, o_idx,
         ir.Binary("*", load(o, o_idx), load(cb, o_rows), f32))
     upd_value = _Replace(lambda e, idx: load(exb, idx) if e.buffer is dv.write else None
                          ).visit(o_upd.value)
-    add("O_update", _fresh(model, f"{o_upd.name}_online"), match.second, "update",
-        o_upd.iters, _bounds(o_upd), o, o_upd.write_indices, upd_value)
-    add("O_normalise", _fresh(model, f"{o_init.stage.name}_normalise"), match.second,
-        "compute", o_init.iters, o_bounds, o, o_idx,
+    add("O_update", f"{o_upd.name}_online", match.second, "update", o_upd.iters,
+        _bounds(o_upd), o, o_upd.write_indices, upd_value)
+    add("O_normalise", f"{o_init.stage.name}_normalise", match.second, "compute",
+        o_init.iters, o_bounds, o, o_idx,
         ir.Binary("/", load(o, o_idx), load(sm, o_rows), f32))
-    new = {s.name: s for s in b.statements}
     prog = OnlineSoftmax(kept, new, roles=roles)
     roles.update({"T_init": stmt(match.first, "init"), "T_update": stmt(match.first, "update")})
     prog.reference = _reference(prog, match, model, tl)
-    dom = isl.UnionSet.empty(model.context.get_space())
-    for s in prog.statements:
-        dom = dom.union(isl.UnionSet.from_set(s.domain))
-    pm = PolyModel(model.graph, model.ctx, model.params, model.context, prog.statements,
-                   dom, prog.reference)
-    compute_accesses_and_dependences(pm)
-    prog.model = pm
+    prog.model = program_model(model, prog.statements, prog.reference)
     return prog
 
 

@@ -55,13 +55,14 @@ from typing import Callable, Sequence
 
 import islpy as isl
 
+from polycomp.model import PolyModel
 from polycomp.scheduler.chain.local import LocalTile, decide_local_tiles, local_mark
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.tree import is_legal
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import isolate_full_tiles
 
-__all__ = ["ChainProgram", "cpu_program", "upa", "members", "universe", "band"]
+__all__ = ["ChainProgram", "adopt", "cpu_program", "upa", "members", "universe", "band"]
 
 
 @dataclass(eq=False)
@@ -73,7 +74,21 @@ class ChainProgram:
     statements: list
     new: dict = field(default_factory=dict)
     dependences: isl.UnionMap | None = None
-    model: object = None          # the online program's PolyModel (None: the model's)
+    model: PolyModel | None = None    # the program's own model (None: the kernel's)
+
+
+def adopt(state, prog: ChainProgram) -> None:
+    """Record ``prog`` as the compile's fused program (``chain_plans(state).programs``,
+    from which lowering builds its statements); when it runs statements of its own, the
+    dependences of its model join the model's, which lowering (loop coincidence) and
+    the pass manager's legality checks read."""
+    from polycomp.scheduler.chain.plan import chain_plans
+    chain_plans(state).programs.append(prog)
+    if prog.model is not None:
+        m, pm = state.model, prog.model
+        m.flow = m.flow.union(pm.flow).coalesce()
+        m.anti = m.anti.union(pm.anti).coalesce()
+        m.output = m.output.union(pm.output).coalesce()
 
 
 def _dims(stmt) -> list[str]:
@@ -121,13 +136,13 @@ def band(ms, child=None, coincident=None, options=None) -> T.Band:
 def register_tiles(model, update, init, row: Callable, col: Callable, red: Callable,
                    rows: int, cols: int, mr: int, nr: int, prefix: Callable) -> T.Band:
     """The register tiles of a product ``C[row, col] += ..`` (statement ``update``,
-    reduction dimension ``red``) in a ``rows x cols`` block (0: no block, the whole
+    reduction dimensions ``red``) in a ``rows x cols`` block (0: no block, the whole
     extent): ``band [floor((row mod rows)/mr), floor((col mod cols)/nr)]`` with the full
     ``mr x nr`` tiles isolated (isl generates them with constant bounds: the
     micro-kernel's pattern) -> [sequence: ``init`` on the tile, then] ``mark
-    cpu_microkernel -> band [red] -> band [row mod mr, col mod nr]``.  ``row``, ``col``,
-    ``red`` and ``prefix`` (the outer band members) give isl expressions per statement;
-    ``init`` (or None) has the same ``row``/``col``."""
+    cpu_microkernel -> band [red..] -> band [row mod mr, col mod nr]``.  ``row``,
+    ``col`` and ``prefix`` (the outer band members), ``red`` (a list) give isl
+    expressions per statement; ``init`` (or None) has the same ``row``/``col``."""
     def tile(s):
         r, c = row(s), col(s)
         rr = f"({r}) mod {rows}" if rows else r
@@ -140,7 +155,7 @@ def register_tiles(model, update, init, row: Callable, col: Callable, red: Calla
     iso = isolate_full_tiles(members(model, [update], prefix), members(model, [update], tile),
                              members(model, [update], point), (mr, nr), update.domain)
     micro = T.Mark(marks.CPU_MICROKERNEL,
-                   band(members(model, [update], lambda s: [red(s)]),
+                   band(members(model, [update], red),
                         band(members(model, [update], point), coincident=[1, 1])))
     body: object = micro
     if init is not None:
@@ -195,6 +210,10 @@ class _Builder:
         self.ew = [s for s in self.stmts if any(s.stage is e.stage for e in m.elementwise)]
         self.per_tile = (r["save"], r["scale"], r["sm_rescale"], r["O_rescale"]) \
             if online is not None else ()
+        from polycomp.scheduler.chain.statements import StatementMaker
+        self.names = StatementMaker(model)      # names of the local buffers
+        self.names.taken |= {s.name for s in self.stmts} | {
+            x.buffer.name for s in self.stmts for x in s.accesses}
 
     # the dimensions of a statement, as isl expressions on its i0, i1, ..
     def mdim(self, s) -> str:
@@ -225,7 +244,7 @@ class _Builder:
         from polycomp.scheduler.promotion.record import PackRequest
         p, nb = self.plan, self.nb
         out: object = register_tiles(self.model, self.t_upd, self.t_init, self.mdim,
-                                     self.ldim, lambda s: _dims(s)[nb + 2], p.tm, p.tl,
+                                     self.ldim, lambda s: [_dims(s)[nb + 2]], p.tm, p.tl,
                                      p.mr, p.nr, self.prefix)
         if self.match.y_transposed and self.state.target.isa:
             req = PackRequest(self.match.y, nb, p.nr, "L1")
@@ -254,7 +273,7 @@ class _Builder:
     def second_product(self) -> T.Filter:
         p, rescale = self.plan, self.r.get("O_rescale")
         out = register_tiles(self.model, self.o_upd, rescale, self.mdim, self.ndim,
-                             lambda s: f"({self.ldim(s)}) mod {p.tl}", p.tm, 0, p.mr, p.nr2,
+                             lambda s: [f"({self.ldim(s)}) mod {p.tl}"], p.tm, 0, p.mr, p.nr2,
                              self.prefix)
         return T.Filter(universe([self.o_upd] + ([rescale] if rescale else [])), out)
 
@@ -263,7 +282,8 @@ class _Builder:
         tile_arrays = (m.t, *(e.out for e in m.elementwise))
         if online is not None:
             tile_arrays += (r["ex"].write,)
-        tile_mark = local_mark(self.state, [LocalTile(tile_arrays, f"{m.t.name}_tile")])
+        tile_mark = local_mark(self.state, [LocalTile(tile_arrays,
+                                                      self.names.fresh(f"{m.t.name}_tile"))])
         once = [self.o_init] + ([r["mx_init"], r["sm_init"], r["O_normalise"]]
                                 if online is not None else [])
         tiled = [s for s in self.stmts if s not in once]
@@ -276,7 +296,8 @@ class _Builder:
             body = T.Sequence([init_o, per_tile])
         else:
             inits, norm = [r["mx_init"], r["sm_init"]], r["O_normalise"]
-            rows = [LocalTile((a,), f"{a.name}_row") for a in online.row_arrays]
+            rows = [LocalTile((a,), self.names.fresh(f"{a.name}_row"))
+                    for a in online.row_arrays]
             body = T.Mark(local_mark(self.state, rows), T.Sequence([
                 T.Filter(universe(inits), self.rows_band(inits, False)), init_o, per_tile,
                 T.Filter(universe([norm]), self.rows_band([norm], True))]))

@@ -223,7 +223,7 @@ class ChainFusePass(Pass):
     name = "chain-fuse"
 
     def run(self, schedule, ctx: CompileState):
-        from polycomp.scheduler.chain.program import cpu_program
+        from polycomp.scheduler.chain.program import adopt, cpu_program
         plan, why = plan_for(ctx)
         if plan is None:
             ctx.note(self.name, f"no chain fused: {why}")
@@ -233,15 +233,7 @@ class ChainFusePass(Pass):
         if isinstance(prog, str):
             ctx.note(self.name, f"no chain fused: {prog}")
             return schedule
-        programs.append(prog)
-        if prog.model is not None:
-            # the program's own statements (the online softmax's): their dependences
-            # join the model's, which lowering (loop coincidence) and the pass manager's
-            # checks read
-            m = ctx.model
-            m.flow = m.flow.union(prog.model.flow).coalesce()
-            m.anti = m.anti.union(prog.model.anti).coalesce()
-            m.output = m.output.union(prog.model.output).coalesce()
+        adopt(ctx, prog)
         for line in plan.describe():
             ctx.note(self.name, line)
         return prog.schedule
