@@ -1,5 +1,5 @@
-"""IR pass: realise ``cpu_local`` marks — temporaries private to a subtree live in a
-per-thread tile buffer.
+"""IR pass ``local-tiles``: realise ``cpu_local`` marks — temporaries private to a subtree
+live in a tile-sized buffer.
 
 Assumes: the IR straight from the isl AST (not simplified yet: loop iterators still carry
 isl's names ``c0, c1, ...`` = schedule dimensions, degenerate loops are lets), with
@@ -7,16 +7,21 @@ isl's names ``c0, c1, ...`` = schedule dimensions, degenerate loops are lets), w
 ``local_tiles(state).records[n]`` (:mod:`polycomp.scheduler.chain.local`): arrays whose
 every access lies below the mark, inside a box ``origin(c_0..c_{d-1}) + [0, sizes)``.
 
-Guarantees: at each mark, with ``o`` the origin evaluated on the loops around it, the
-body becomes ``Allocate(local, body')`` where every ``Load``/``Store`` of an array of a
-record indexes ``local[x - o]`` instead of ``A[x]`` (arrays of one record share
-``local``, see :class:`~polycomp.scheduler.chain.local.LocalTile`); the ``Allocate`` of
-such an array (made by lowering around the whole body) is dropped, since nothing else
-accesses it.  Each access below the mark touches the same element of the box in every
-execution of the body, which the body fully writes before reading (the arrays are
-temporaries produced below the mark), so every read returns the value it read before.
-The hoisting pass later moves a heap buffer to the top of the enclosing parallel loop's
-body (one allocation per thread).  Nothing else changes.
+Guarantees: each record gets a new global buffer ``local`` (allocated around the whole
+body, as lowering allocates temporaries): one leading *slot* dimension per enclosing
+loop that may run concurrently (annotated coincident, parallel, or below a
+``cpu_parallel`` mark), indexed by that loop's iteration, then the box; below the mark,
+with ``o`` the origin evaluated on the loops around it, every ``Load``/``Store`` of an
+array of the record indexes ``local[slot, x - o]`` instead of ``A[x]`` (arrays of one
+record share ``local``, see :class:`~polycomp.scheduler.chain.local.LocalTile`; copies
+of a mark that isl's AST repeats share it too), and the ``Allocate`` of such an array is
+dropped, since nothing else accesses it.  Each iteration of the loops around the mark
+touches only its own slot and box, which the statements below fully write before they
+read (the arrays are temporaries produced below the mark), so every read returns the
+value it read before and concurrent iterations never share storage.  The contraction
+pass later drops the slot dimensions (one buffer per iteration) and the hoisting pass
+moves a heap buffer to the top of the parallel loop's body (one per thread), as for
+packed operands.  Nothing else changes.
 """
 from __future__ import annotations
 

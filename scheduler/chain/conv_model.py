@@ -1,6 +1,6 @@
 """The data-movement and time model of a fused conv chain (after Chimera, thesis ch. 3).
 
-The fused kernel (:mod:`.conv_kernel`) runs, per image ``n``, the block nest
+The fused program (:mod:`.conv_program`) runs, per image ``n``, the block nest
 
     for spatial tile (ty, tx) of TH x TW output pixels        loop "s"
       for f-block of TF intermediate channels                 loop "f" (shared)

@@ -28,8 +28,8 @@ parse into fields.
 | ``cpu_pack_request:..`` / ``cpu_pack:..`` | CPU backbone tiling / packing | operand packing |
 | ``npu_cube:<m0>:<n0>:<k0>:<kL1>`` | NPU cube tiling | the 16x16x16 cube instructions of an L0 step and the tiling the NPU program is built with |
 | ``npu_pingpong:<level>`` | NPU cube tiling | the loop below runs over ping-pong (double) buffers of that level |
-| ``chain_fused:<n>`` | chain fusion (``scheduler/chain``) | the fused program of a chain of two contractions (``chain_plans(state).programs[n]``) |
-| ``conv_chain_fused:<n>`` | conv-chain fusion (``scheduler/chain``) | the fused program of two convolutions (``chain_plans(state).programs[n]``) |
+| ``chain_fused:<n>`` | chain fusion, CPU (``scheduler/chain/program.py``) | the fused program of a chain of two contractions (``chain_plans(state).programs[n]``); the CUDA and NPU chain passes mark their trees ``chain_fused:<TM>x<TL>`` (``tree.fused_tree``), which their code generation replaces |
+| ``conv_chain_fused:<n>`` | conv-chain fusion, CPU (``scheduler/chain/conv_program.py``) | the fused program of two convolutions (``chain_plans(state).programs[n]``) |
 | ``cpu_local:<n>`` | chain fusion (CPU) | temporaries private to the subtree, stored in per-thread tile buffers (``local_tiles(state).records[n]``) |
 """
 from __future__ import annotations
