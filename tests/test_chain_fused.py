@@ -108,7 +108,8 @@ def test_masked_rows(path):
 
 
 def test_fused_tree_interprets_to_numpy():
-    """The fused tree itself (the IR before the kernel call replaces it) computes the chain."""
+    """The fused program's IR (after the IR passes: tile-local buffers with one slot per
+    concurrent iteration) computes the chain in the interpreter."""
     rng = np.random.default_rng(2)
     for kern, name in ((ck.bmm_chain, "bmm_chain"), (ck.causal_attention, "causal_attention")):
         c = compile_kernel(kern, "c")

@@ -104,8 +104,8 @@ def test_nan_inputs_propagate_as_numpy(name, path):
 
 
 def test_fused_tree_interprets_to_numpy():
-    """The fused tree itself (the IR before the kernel call replaces it) computes the
-    chain: each intermediate instance in the first tile that reads it."""
+    """The fused program's IR (recomputed halos, im2col copies, tile-local buffers)
+    computes the chain in the interpreter."""
     rng = np.random.default_rng(3)
     for name in ("conv1_relu_conv3", "conv3_bias_relu_conv1"):
         with mock.patch.dict(os.environ, {FORCE_ENV: "force", TILES_ENV: "2x3x4"}):

@@ -124,8 +124,9 @@ def _decide(node: isl.ScheduleNode, tiles: list[LocalTile], statements, params) 
 
 def _box(f: isl.Map, params) -> tuple[isl.MultiPwAff, tuple[ir.Expr, ...]] | None:
     """The box of the footprint ``f = { [p] -> A[a] }``: the per-dimension minimum of
-    ``a`` (a function of ``p``) and the largest extent over all ``p`` (a function of the
-    parameters, as IR); None when an extent is unbounded."""
+    ``a`` (a function of ``p``) and the largest extent over all ``p``: a constant when
+    it is bounded over all symbol values too (a tile of ``TM`` rows), else a function of
+    the symbols (as IR: all ``C`` input channels); None when an extent is unbounded."""
     from polycomp.lowering.ast_to_ir import pw_aff_to_ir
     from polycomp.lowering.simplify import simplify
     ctx = f.get_ctx()
@@ -135,16 +136,14 @@ def _box(f: isl.Map, params) -> tuple[isl.MultiPwAff, tuple[ir.Expr, ...]] | Non
     for d in range(n):
         lo, hi = f.dim_min(d), f.dim_max(d)
         ext = hi.sub(lo).add_constant_val(isl.Val.one(ctx))
-        rng = isl.Map.from_pw_aff(ext).range()
-        if not rng.is_bounded():
-            return None
-        mx = rng.dim_max(0).coalesce()
-        if mx.is_cst():
-            v = ext.max_val()
-            if not v.is_int():
-                return None
+        v = ext.max_val()                  # over the prefix points and the symbols
+        if v.is_int():
             sizes.append(ir.IntImm(int(v.to_python())))
-        else:
+        else:                              # a function of the symbols
+            rng = isl.Map.from_pw_aff(ext).range()
+            if not rng.is_bounded():
+                return None
+            mx = rng.dim_max(0).coalesce()
             sizes.append(simplify(pw_aff_to_ir(mx, rng.params(), tuple(params))))
         lst = lst.add(lo)
     space = isl.Space.map_from_domain_and_range(
