@@ -132,3 +132,35 @@ def test_conv_codegen_realises_the_marks():
     with mock.patch.dict(os.environ, {FORCE_ENV: "force"}):
         c = compile_kernel(ck.conv1_relu_conv3, "cpu-avx512")
     assert chain_plans(c.state).programs and c.final_ir.counts.microkernels >= 2
+
+
+@pytest.mark.parametrize("group,shape", [("attention", (2, 70, 16)),
+                                         ("bmm", (1, 37, 21, 16, 70))])
+def test_constant_shapes_with_a_column_tail(group, shape):
+    """Constant extents whose L is no multiple of the register block's columns (70 = 64 +
+    6 on AVX-512, 4 x 16 + 6 on AVX2): the last 6 columns of T are register tiles of
+    their own, in the micro-kernel too; the kernel still matches numpy."""
+    import math
+
+    import numpy as np
+
+    from polycomp.benchmarks import chains
+    from polycomp.hw.cpu.build import CFunction, build_shared
+    from polycomp.hw.cpu.simd_build import AVX512_FLAGS, build_simde, has_native_avx512
+    k = chains._kernel(group, shape)
+    c = compile_kernel(k, "cpu-avx512")
+    assert chain_plans(c.state).programs and c.final_ir.counts.microkernels >= 3
+    lib = build_shared(c.source, flags=AVX512_FLAGS) if has_native_avx512() \
+        else build_simde(c.source)
+    rng = np.random.default_rng(0)
+    if group == "attention":
+        b, s, d = shape
+        xs = [rng.standard_normal(x).astype(np.float32) for x in ((b, s, d), (b, d, s),
+                                                                  (b, s, d))]
+        ref = chains._np_softmax((xs[0] @ xs[1]) * np.float32(1 / math.sqrt(d))) @ xs[2]
+    else:
+        b, m, n, kk, ll = shape
+        xs = [rng.standard_normal(x).astype(np.float32)
+              for x in ((b, m, kk), (b, kk, ll), (b, ll, n))]
+        ref = (xs[0] @ xs[1]) @ xs[2]
+    np.testing.assert_allclose(CFunction(c.final_ir, lib)(*xs), ref, rtol=2e-4, atol=2e-4)

@@ -116,6 +116,13 @@ def members(model, stmts, exprs: Callable) -> list[isl.UnionPwAff]:
     return [upa(model, [(s, e[k]) for s, e in per]) for k in range(len(per[0][1]))]
 
 
+def restricted(model, stmts, cond: Callable) -> isl.UnionSet:
+    """The filter of the instances of ``stmts`` satisfying ``cond(s)`` (an isl
+    constraint on the statement's dimensions ``i0, i1, ..``)."""
+    body = "; ".join(f"{s.name}[{', '.join(_dims(s))}] : {cond(s)}" for s in stmts)
+    return isl.UnionSet.read_from_str(model.ctx, f"{_params(model)}{{ {body} }}")
+
+
 def universe(stmts) -> isl.UnionSet:
     """The filter of every instance of ``stmts``."""
     u = None
@@ -134,7 +141,8 @@ def band(ms, child=None, coincident=None, options=None) -> T.Band:
 
 
 def register_tiles(model, update, init, row: Callable, col: Callable, red: Callable,
-                   rows: int, cols: int, mr: int, nr: int, prefix: Callable) -> T.Band:
+                   rows: int, cols: int, mr: int, nr: int, prefix: Callable,
+                   domain: isl.Set | None = None) -> T.Band:
     """The register tiles of a product ``C[row, col] += ..`` (statement ``update``,
     reduction dimensions ``red``) in a ``rows x cols`` block (0: no block, the whole
     extent): ``band [floor((row mod rows)/mr), floor((col mod cols)/nr)]`` with the full
@@ -142,7 +150,8 @@ def register_tiles(model, update, init, row: Callable, col: Callable, red: Calla
     micro-kernel's pattern) -> [sequence: ``init`` on the tile, then] ``mark
     cpu_microkernel -> band [red..] -> band [row mod mr, col mod nr]``.  ``row``,
     ``col`` and ``prefix`` (the outer band members), ``red`` (a list) give isl
-    expressions per statement; ``init`` (or None) has the same ``row``/``col``."""
+    expressions per statement; ``init`` (or None) has the same ``row``/``col``;
+    ``domain``: the update's instances the band runs (default: all)."""
     def tile(s):
         r, c = row(s), col(s)
         rr = f"({r}) mod {rows}" if rows else r
@@ -153,7 +162,8 @@ def register_tiles(model, update, init, row: Callable, col: Callable, red: Calla
         return [f"({row(s)}) mod {mr}", f"({col(s)}) mod {nr}"]
     stmts = [update] if init is None else [init, update]
     iso = isolate_full_tiles(members(model, [update], prefix), members(model, [update], tile),
-                             members(model, [update], point), (mr, nr), update.domain)
+                             members(model, [update], point), (mr, nr),
+                             update.domain if domain is None else domain)
     micro = T.Mark(marks.CPU_MICROKERNEL,
                    band(members(model, [update], red),
                         band(members(model, [update], point), coincident=[1, 1])))
@@ -239,17 +249,36 @@ class _Builder:
         return band(members(self.model, stmts, f), child, coincident=[1] * (1 + cols))
 
     def first_product(self):
-        """T's tile, ``Y`` packed in panels when it is stored ``[.., l, k]``."""
+        """T's tile, ``Y`` packed in panels when it is stored ``[.., l, k]``.  With a
+        constant ``L`` that is not a multiple of ``NR``, the last ``L mod NR`` columns
+        (in the last ``l`` tile) are register tiles of their own width, so that isl
+        generates them with constant bounds too (the micro-kernel's pattern)."""
         from polycomp.scheduler.promotion.cpu_pack import request_mark
         from polycomp.scheduler.promotion.record import PackRequest
-        p, nb = self.plan, self.nb
-        out: object = register_tiles(self.model, self.t_upd, self.t_init, self.mdim,
-                                     self.ldim, lambda s: [_dims(s)[nb + 2]], p.tm, p.tl,
-                                     p.mr, p.nr, self.prefix)
+        p, nb, model = self.plan, self.nb, self.model
+        stmts = [self.t_init, self.t_upd]
+
+        def tiles(cols, nr, col=self.ldim, domain=None):
+            return register_tiles(model, self.t_upd, self.t_init, self.mdim, col,
+                                  lambda s: [_dims(s)[nb + 2]], p.tm, cols, p.mr, nr,
+                                  self.prefix, domain)
+        out: object = tiles(p.tl, p.nr)
+        n_l = None if "l" in p.symbolic else p.dims.l
+        if n_l is not None and n_l > p.nr and n_l % p.nr >= 2:
+            main = n_l - n_l % p.nr
+            low = restricted(model, stmts, lambda s: f"{self.ldim(s)} < {main}")
+            high = restricted(model, stmts, lambda s: f"{self.ldim(s)} >= {main}")
+            dom = self.t_upd.domain.intersect(isl.Set.read_from_str(
+                model.ctx, f"{_params(model)}{{ {self.t_upd.name}[{', '.join(_dims(self.t_upd))}]"
+                           f" : {self.ldim(self.t_upd)} >= {main} }}"))
+            out = T.Sequence([
+                T.Filter(low, tiles(p.tl, p.nr)),
+                T.Filter(high, tiles(0, n_l % p.nr, lambda s: f"({self.ldim(s)}) - {main}",
+                                     dom))])
         if self.match.y_transposed and self.state.target.isa:
             req = PackRequest(self.match.y, nb, p.nr, "L1")
             out = T.Mark(request_mark(self.state.pack_requests, req), out)
-        return T.Filter(universe([self.t_init, self.t_upd]), out)
+        return T.Filter(universe(stmts), out)
 
     def stages(self) -> list[T.Filter]:
         """The elementwise stages on the tile, with a softmax a row at a time."""
