@@ -61,7 +61,12 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp import ir
-from polycomp.scheduler.chain.local import LocalTile, decide_local_tiles, local_mark
+from polycomp.scheduler.chain.local import (
+    LocalTile,
+    decide_local_tiles,
+    local_mark,
+    sharing_is_legal,
+)
 from polycomp.scheduler.chain.program import (
     ChainProgram,
     band,
@@ -147,6 +152,8 @@ def conv_program(plan, state, index: int) -> ChainProgram | str:
     why = decide_local_tiles(schedule, state, prog)
     if why is not None:
         return why
+    if not sharing_is_legal(schedule, state, prog, b.reference()):
+        return "the tile-local buffers' sharing would violate a dependence"
     del model
     return ChainProgram(schedule, prog, {s.name: s for s in prog}, b.pm.dependences, b.pm)
 

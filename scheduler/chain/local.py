@@ -8,17 +8,19 @@ statements below a mark node ``cpu_local:<n>`` stays inside one box per iteratio
 the loops above the mark.  This module computes that box with the promotion engine's
 footprints and records it as a :class:`LocalTile` (typed compile state,
 :class:`LocalTiles`, indexed by the mark's ``<n>``); the CPU IR pass
-:mod:`polycomp.hw.cpu.local_tile` allocates the box-sized buffer at the mark and
-redirects every load and store of the arrays to it.
+:mod:`polycomp.hw.cpu.local_tile` gives it a box-sized buffer per concurrent iteration
+and redirects every load and store of the arrays to it.
 
-Assumes (checked by :func:`decide_local_tiles`): every access of each array of a record
-is made by a statement instance below the mark (so nothing outside the subtree reads a
-value the local buffer no longer holds), and the arrays of one record have boxes of the
-same sizes (they share storage; see :class:`LocalTile`).
+Assumes: the arrays of one record are indexed alike (one shape) and may share storage
+(see :class:`LocalTile`: the passes that place a record guarantee it).  Checked by
+:func:`decide_local_tiles`: every access of each array of a record is made by a
+statement instance below the mark (so nothing outside the subtree reads a value the
+local buffer no longer holds), and the footprint is bounded.
 
 Guarantees: the record's ``origin`` is the box offset, a piecewise affine function of
 the prefix schedule at the mark (``c_0 .. c_{d-1}``, the AST's loop iterators), the
-per-dimension minimum of the footprint, and ``sizes`` the box's extents, the largest
+per-dimension minimum of the record's arrays' footprints (their union), and ``sizes``
+the box's extents, the largest
 extent over all prefix points (constants, or functions of the kernel's symbols when a
 dimension's extent is one: a tile over all input channels ``C``); an access ``A[x]``
 below the mark touches ``origin(c) <= x < origin(c) + sizes``.
@@ -33,7 +35,8 @@ from polycomp import ir
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.promotion.footprint import footprint, prefix_space_map
 
-__all__ = ["LocalTile", "LocalTiles", "local_tiles", "local_mark", "decide_local_tiles"]
+__all__ = ["LocalTile", "LocalTiles", "local_tiles", "local_mark", "decide_local_tiles",
+           "sharing_is_legal"]
 
 
 @dataclass(eq=False)
@@ -149,3 +152,30 @@ def _box(f: isl.Map, params) -> tuple[isl.MultiPwAff, tuple[ir.Expr, ...]] | Non
     space = isl.Space.map_from_domain_and_range(
         f.domain().get_space(), isl.Space.set_alloc(ctx, 0, n).align_params(f.get_space()))
     return isl.MultiPwAff.from_pw_aff_list(space, lst), tuple(sizes)
+
+
+def sharing_is_legal(schedule: isl.Schedule, state, statements, reference: isl.Schedule
+                     ) -> bool:
+    """Whether ``schedule`` keeps every dependence of ``statements`` once the arrays of
+    each record of ``state`` are one array (the storage they share): the dependences of
+    the program with those arrays renamed, as isl derives them under its ``reference``
+    order (in which the renamed program computes the same values: each array of a
+    record is produced from the previous one at the same point, which nothing reads
+    afterwards)."""
+    import dataclasses
+
+    from polycomp.scheduler.chain.statements import program_model
+    from polycomp.scheduler.common.tree import is_legal
+    rename = {a.name: t.arrays[0].name for rec in local_tiles(state).records for t in rec
+              for a in t.arrays[1:]}
+    if not rename:
+        return True
+
+    def renamed(m: isl.Map) -> isl.Map:
+        name = m.get_tuple_name(isl.dim_type.out)
+        return m.set_tuple_name(isl.dim_type.out, rename[name]) if name in rename else m
+    stmts = [dataclasses.replace(s, accesses=[dataclasses.replace(
+        a, relation=renamed(a.relation),
+        index_relation=None if a.index_relation is None else renamed(a.index_relation))
+        for a in s.accesses]) for s in statements]
+    return is_legal(schedule, program_model(state.model, stmts, reference).dependences)

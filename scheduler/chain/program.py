@@ -40,13 +40,16 @@ at a time, vectorised along ``l``) in place, and multiplies it into the ``TM x N
 block of ``O`` (micro-kernel, ``O`` rescaled in the same register tile first); the
 statements with a softmax are those of :mod:`.online`.  ``T``'s tile and the
 intermediates after it share one buffer (:class:`~.local.LocalTile`); the row
-statistics another.
+statistics another.  With a constant ``L`` that is no multiple of ``NR``, the first
+product's last ``L mod NR`` columns are a register band of their own (a second filter
+under its sequence), so that they too get constant bounds.
 
-Legality: every band is checked by isl against the program's dependences (the model's,
-or with a softmax the online program's, :func:`program_is_legal`) before the tree is
-used.  The register bands are tilings of permutable bands whose only dependences are
-the products' accumulations (carried by the reduction loops inside) and the row-wise
-ones (inside a row of the block).
+Legality: :func:`cpu_program` checks the whole tree with isl against the dependences of
+the statements it runs (the model's, or with a softmax the online program's) and
+returns no program otherwise.  Why it holds: the row-block band is coincident (rows
+only depend on themselves), the ``l`` tiles run in order, and the register bands tile
+permutable bands whose only dependences are the products' accumulations (carried by the
+reduction loops inside them) and the row-wise ones (inside a row of the block).
 """
 from __future__ import annotations
 
@@ -56,7 +59,12 @@ from typing import Callable, Sequence
 import islpy as isl
 
 from polycomp.model import PolyModel
-from polycomp.scheduler.chain.local import LocalTile, decide_local_tiles, local_mark
+from polycomp.scheduler.chain.local import (
+    LocalTile,
+    decide_local_tiles,
+    local_mark,
+    sharing_is_legal,
+)
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.tree import is_legal
 from polycomp.scheduler.cpu import tree as T
@@ -195,6 +203,9 @@ def cpu_program(plan, state, index: int) -> ChainProgram | str:
     why = decide_local_tiles(schedule, state, b.stmts)
     if why is not None:
         return why
+    reference = online.reference if online is not None else model.initial_schedule
+    if not sharing_is_legal(schedule, state, b.stmts, reference):
+        return "the tile-local buffers' sharing would violate a dependence"
     if online is None:
         return ChainProgram(schedule, b.stmts, {}, deps)
     return ChainProgram(schedule, b.stmts, dict(online.new), deps, online.model)
