@@ -171,11 +171,15 @@ def sharing_is_legal(schedule: isl.Schedule, state, statements, reference: isl.S
     if not rename:
         return True
 
+    shared = set(rename) | set(rename.values())
+
     def renamed(m: isl.Map) -> isl.Map:
         name = m.get_tuple_name(isl.dim_type.out)
         return m.set_tuple_name(isl.dim_type.out, rename[name]) if name in rename else m
+    # only the shared arrays' dependences change (isl's dataflow analysis is per array)
     stmts = [dataclasses.replace(s, accesses=[dataclasses.replace(
         a, relation=renamed(a.relation),
         index_relation=None if a.index_relation is None else renamed(a.index_relation))
-        for a in s.accesses]) for s in statements]
+        for a in s.accesses if a.buffer.name in shared]) for s in statements]
+    stmts = [s for s in stmts if s.accesses]
     return is_legal(schedule, program_model(state.model, stmts, reference).dependences)

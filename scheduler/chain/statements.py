@@ -68,6 +68,7 @@ class StatementMaker:
         s.domain = s.domain.intersect_params(ctx)
         if restrict is not None:
             s.domain = restrict(s.domain)
+        s.domain = s.domain.coalesce()
         for a in s.accesses:
             a.relation = a.relation.intersect_params(ctx).intersect_domain(s.domain)
             a.index_relation = (a.index_relation if a.index_relation is not None
