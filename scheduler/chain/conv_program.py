@@ -178,6 +178,10 @@ class _ConvBuilder:
                                         "g", "q", "a2", "b2", "i2", "j2")}
         self.v = v
         nty, ntx = _cdiv(h2, t.th), _cdiv(w2, t.tw)
+        # constant tile counts: the tiles of an image are one loop (OpenMP's iterations)
+        self.ntiles = None
+        if isinstance(h2, ir.IntImm) and isinstance(w2, ir.IntImm):
+            self.ntiles = (-(-h2.value // t.th), -(-w2.value // t.tw))
         tile_iters = (v["n"], v["ty"], v["tx"])
         tile_bounds = [(0, nb), (0, nty), (0, ntx)]
         tile_shape = (nb, nty, ntx)
@@ -331,7 +335,7 @@ class _ConvBuilder:
         d = self._dims
 
         def tile3(s):
-            return d(s)[:3]
+            return self._tiles(s)
 
         def fblock(s):          # the f-block of a statement of the block
             return [f"floor(({d(s)[5 if s is self.ou else 3]})/{tf})"]
@@ -362,4 +366,15 @@ class _ConvBuilder:
             T.Filter(universe([self.oi]), self._band([self.oi], 3)),
             T.Filter(universe(in_block), fband),
             T.Filter(universe([self.os]), self._band([self.os], 3))]))
-        return T.Mark(marks.CPU_PARALLEL, self._band(self.stmts, 0, 3, body))
+        outer = members(model, self.stmts, self._tiles)
+        return T.Mark(marks.CPU_PARALLEL, band(outer, body, coincident=[1] * len(outer)))
+
+    def _tiles(self, s) -> list[str]:
+        """The tile band's members on ``s``: ``[n, ty, tx]``, or with constant tile counts
+        ``nty x ntx`` the one member ``nty ntx n + ntx ty + tx`` (all tiles of the batch
+        in one loop, so that its iterations spread evenly over the threads)."""
+        n, ty, tx = self._dims(s)[:3]
+        if self.ntiles is None:
+            return [n, ty, tx]
+        nty, ntx = self.ntiles
+        return [f"{nty * ntx}*{n} + {ntx}*{ty} + {tx}"]
