@@ -24,6 +24,7 @@ class CpuParams:
 
 
 CUDA_MAX_THREADS_PER_BLOCK = 1024   # every CUDA architecture's limit
+CUDA_WARP_SIZE = 32                 # threads of a warp (and of a warp-level mma.sync)
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class CudaParams:
     shared_memory_optin: int = 0
     registers_per_thread: int = 255
     max_threads_per_block: int = CUDA_MAX_THREADS_PER_BLOCK
-    warp_size: int = 32
+    warp_size: int = CUDA_WARP_SIZE
     sms: int = 108                     # streaming multiprocessors (A100: 108, H100: 132)
 
 

@@ -33,6 +33,7 @@ from polycomp.hw.target import get_target
 from polycomp.islutil import context
 from polycomp.scheduler.gpu.scop_groups import ScopBaselinePass, ScopGroupingPass
 from polycomp.scheduler.gpu.state import gpu_kernels
+from polycomp.scheduler.promotion.record import promotion_state
 from polycomp.state import CompileState
 
 _COMPILED: dict = {}
@@ -118,13 +119,13 @@ def test_contraction_is_tiled_and_promoted():
     k, ck = compiled(GEMM)
     cfg = gpu_kernels(ck.state).tile_configs[0]
     assert (cfg.block, cfg.threads, cfg.k) == ((64, 64), (16, 16), 16)
-    levels = {p.array.name: p.level for p in ck.state.promotions}
+    levels = {p.array.name: p.level for p in promotion_state(ck.state).promotions}
     # (the one-element alpha is reused by every instance: promoted too)
     assert levels == {"A": "shared", "B": "shared", "C": "registers", "alpha": "shared"}
-    c_reg = next(p for p in ck.state.promotions if p.array.name == "C")
+    c_reg = next(p for p in promotion_state(ck.state).promotions if p.array.name == "C")
     assert any(c.kind == "copy_in" for c in c_reg.copies.values())
     _, base = compiled(GEMM, (("gpu", "baseline"),))
-    assert not base.state.promotions and not gpu_kernels(base.state).launches
+    assert not promotion_state(base.state).promotions and not gpu_kernels(base.state).launches
     sizes = {"NI": 37, "NJ": 41, "NK": 43}
     arrays = arrays_for(GEMM, sizes, 0)
     args = [arrays[a] for a in k.inputs + k.outputs]
@@ -141,7 +142,7 @@ def test_k_outside_j_gets_the_same_tiles_and_promotions():
     assert ck.state.remarks["scop-gpu-groups"][1] == (
         "kernel 0 (loop nest 0): the band below the output band sunk into its statements")
     assert gpu_kernels(ck.state).tile_configs[0].k == 16
-    levels = {p.array.name: p.level for p in ck.state.promotions}
+    levels = {p.array.name: p.level for p in promotion_state(ck.state).promotions}
     assert levels == {"A": "shared", "B": "shared", "C": "registers"}
 
 

@@ -33,6 +33,7 @@ from polycomp.frontend import ops
 from polycomp.hw.cuda.codegen import split_kernels
 from polycomp.hw.cuda.simulator import simulate
 from polycomp.scheduler.gpu.state import gpu_kernels
+from polycomp.scheduler.promotion.record import promotion_state
 
 SYM = "sym"          # a symbolic extent (N for rows, M for the row length)
 KINDS = ("sum", "max", "softmax", "layernorm", "two_outputs", "dead_sum", "mean_out")
@@ -183,8 +184,8 @@ def test_privatised_accumulators_are_register_records(kind):
     promotion of its kernel carrying the warp butterfly (no register *tile*: the point
     loop unrolling does not take it for one), and its kernel is a ``kernel:<n>`` mark."""
     ck = _compiled(kind, SYM, 32)
-    records = [p for p in ck.state.promotions if p.warp is not None]
-    assert records, ck.state.promotions
+    records = [p for p in promotion_state(ck.state).promotions if p.warp is not None]
+    assert records, promotion_state(ck.state).promotions
     for p in records:
         assert p.level == "registers" and p.local.scope == "local"
         assert [e.value for e in p.local.shape] == [1]

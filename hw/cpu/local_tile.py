@@ -114,8 +114,9 @@ class _Localizer:
             return replace(s, body=self.stmt(s.body, env2, loops, par))
         if isinstance(s, ir.AttrStmt):
             body = self.stmt(s.body, env, loops, par or s.key == marks.CPU_PARALLEL)
-            if s.key == marks.CPU_LOCAL:
-                return self.localize(self.records[int(s.value)], body, env, loops)
+            n = marks.attr_index(s, marks.CPU_LOCAL)
+            if n is not None:
+                return self.localize(self.records[n], body, env, loops)
             return ir.AttrStmt(s.key, s.value, body)
         if isinstance(s, ir.Block):
             return ir.Block(tuple(self.stmt(x, env, loops, par) for x in s.stmts))

@@ -49,9 +49,10 @@ class _Pipeline(ir.Mutator):
         self.plans = plans        # group -> TcPlan
 
     def visit_AttrStmt(self, s):
-        if s.key != marks.PIPELINE:
+        g = marks.attr_index(s, marks.PIPELINE)
+        if g is None:
             return self.generic(s)
-        stages = self.plans[int(s.value)].config.stages
+        stages = self.plans[g].config.stages
         text = str(stages)        # the printed comment says how many stages
         body = self.visit(s.body)
         if stages < 2 or not isinstance(body, ir.For):
@@ -68,7 +69,7 @@ def _split(body):
     if not isinstance(body, ir.Block):
         return None
     st = list(body.stmts)
-    if len(st) < 5 or not (isinstance(st[0], ir.AttrStmt) and st[0].key == "tc_load"):
+    if len(st) < 5 or not (isinstance(st[0], ir.AttrStmt) and st[0].key == marks.TC_LOAD):
         return None
     if not (ptx.is_call(st[1], "ptx_cp_async_commit") and ptx.is_call(st[2], "ptx_cp_async_wait")
             and ir.is_barrier(st[3]) and ir.is_barrier(st[-1])):
@@ -78,7 +79,7 @@ def _split(body):
 
 def _multistage(loop, load, compute, stages):
     kt, lo, ext = loop.var, loop.min, loop.extent
-    pro = []
+    pro: list[ir.Stmt] = []
     for s in range(stages - 1):
         at = ir.substitute(load, {kt: lo + s})
         pro.append(ir.IfThenElse(ir.IntImm(s) < ext, at))

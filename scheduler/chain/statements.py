@@ -2,14 +2,15 @@
 
 The fused programs of :mod:`.online` (the online softmax) and :mod:`.conv_program`
 (recomputed halos, im2col copies, a local accumulator) run statements the model does not
-have.  They are built here exactly as :mod:`polycomp.model` builds a stage's statements —
-a box domain from ``(lower bound, extent)`` pairs (isl parameters for symbols), access
-relations from the IR of the value (``select`` conditions restricting the reads they
-guard), every access checked to stay in its array's bounds — optionally restricted to a
-subset of the box.  :func:`program_model` wraps a program's statements and its
-*reference order* (the schedule that defines the program's semantics) in a
-:class:`~polycomp.model.PolyModel`, whose dependences isl derives as for any model: the
-fused tree of the program must satisfy them.
+have.  They are built here exactly as :mod:`polycomp.frontend.dsl_model` builds a stage's
+statements — a box domain from ``(lower bound, extent)`` pairs (isl parameters for
+symbols), access relations from the IR of the value (``select`` conditions restricting
+the reads they guard), every access checked to stay in its array's bounds — optionally
+restricted to a subset of the box.  :func:`program_model` wraps a program's statements
+and its *reference order* (the schedule that defines the program's semantics) in a
+:class:`~polycomp.frontend.dsl_model.DslModel` (chains are DSL programs), whose
+dependences isl derives as for any model: the fused tree of the program must satisfy
+them.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from typing import Callable, Sequence
 import islpy as isl
 
 from polycomp import ir
-from polycomp.model import PolyModel, Statement, compute_accesses_and_dependences
+from polycomp.frontend.dsl_model import DslModel
+from polycomp.model import Statement, compute_accesses_and_dependences
 
 __all__ = ["StatementMaker", "program_model"]
 
@@ -28,7 +30,7 @@ class StatementMaker:
     the model (nor an earlier made one) has."""
 
     def __init__(self, model):
-        from polycomp.model import _ModelBuilder
+        from polycomp.frontend.dsl_model import _ModelBuilder
         self.model = model
         self._b = _ModelBuilder(model.graph, model.ctx)
         self._b._context = model.context
@@ -76,14 +78,14 @@ class StatementMaker:
         return s
 
 
-def program_model(model, statements: Sequence[Statement], reference: isl.Schedule) -> PolyModel:
+def program_model(model, statements: Sequence[Statement], reference: isl.Schedule) -> DslModel:
     """The model of a program made of ``statements`` whose semantics is the order
     ``reference``: the same graph, parameters and context as ``model``, the accesses and
     dependences isl derives (:func:`polycomp.model.compute_accesses_and_dependences`)."""
     dom = isl.UnionSet.empty(model.context.get_space())
     for s in statements:
         dom = dom.union(isl.UnionSet.from_set(s.domain))
-    pm = PolyModel(model.graph, model.ctx, model.params, model.context, list(statements),
+    pm = DslModel(model.graph, model.ctx, model.params, model.context, list(statements),
                    dom, reference)
     compute_accesses_and_dependences(pm)
     return pm

@@ -13,18 +13,19 @@ plus its own, whose dependences join the model's).  It satisfies every dependenc
 statements it runs (checked with isl; otherwise the input is returned unchanged with a
 remark).
 
-:func:`fused_tree` is the CUDA and NPU chain passes' tree (:mod:`.cuda_codegen`,
-:mod:`.npu_pass`) over the model's statements::
+:func:`fused_tree` is the NPU chain pass's tree (:mod:`.npu_pass`; it also checks the
+legality of every target's plan, :func:`plan_for`) over the model's statements::
 
-    domain -> mark "chain_fused:<TM>x<TL>" -> band [b.., floor(m/TM)]  (permutable, coincident)
+    domain -> mark "chain_fused" -> band [b.., floor(m/TM)]  (permutable, coincident)
       -> sequence
            filter O_init -> band [m, n]
            filter rest   -> band [floor(l/TL)] -> sequence T_init [m, l] ; T_update
                             [m, l, k] ; E.. [m, l] ; O_update [m, l, n]
 
 (with a softmax: ``band [b.., floor(m/TM)] -> sequence`` of every statement, row blocks
-of ``TM`` rows), the block order Chimera's ``(m, l, k | n)``; their code generation
-replaces the marked nest by the target's kernel.
+of ``TM`` rows), the block order Chimera's ``(m, l, k | n)``; the NPU pass marks it
+``npu_chain:<n>`` below the ``chain_fused`` mark, and the NPU lowering builds its program
+from that plan.
 """
 from __future__ import annotations
 
@@ -204,7 +205,7 @@ def fused_tree(plan: ChainPlan, model) -> isl.Schedule:
         inner = _seq([_filter_node(model, [o_init], _leaf_band(model, o_init, nb=nb)),
                       _filter_node(model, rest, lband + "child:\n" + _indent(_seq(leaves), 2)),
                       *(_filter_node(model, [s], _leaf_band(model, s, nb=nb)) for s in after)])
-    return marked_schedule(model, f"{MARK}:{plan.tm}x{plan.tl}", top, inner)
+    return marked_schedule(model, MARK, top, inner)
 
 
 class ChainFusePass(Pass):

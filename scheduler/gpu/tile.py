@@ -1,7 +1,7 @@
 """Pass: multi-level tiling of each fusion group's output band for the GPU.
 
 Assumes: the tree of :class:`~polycomp.scheduler.common.pattern_schedule.PatternSchedulePass`:
-under each ``backbone:<class>`` mark an (optional prologue sequence and an) output band
+under each ``backbone:<n>`` mark an (optional prologue sequence and an) output band
 ``B(o)`` whose child is a leaf or a sequence of the group's statements, the update
 statement's filter holding a band over the reduce axes ``R(r)``.
 
@@ -38,6 +38,7 @@ import islpy as isl
 from polycomp.errors import ResourceLimitError, ScheduleError
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.pattern_schedule import backbones
 from polycomp.scheduler.common.tree import band_coincidence
 from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.state import CompileState
@@ -207,7 +208,7 @@ class GpuTilingPass(Pass):
     name = "gpu-tiling"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        kinds = [marks.argument(m, marks.BACKBONE) for m in backbone_marks(schedule)]
+        kinds = [backbones(ctx).of(m).kind for m in backbone_marks(schedule)]
         reduce_tiles = {}
         # 1. block tiles of every group's output band
         for k, kind in enumerate(kinds):
@@ -286,5 +287,5 @@ def tile_group_of(node) -> int:
     while n.has_parent():
         n = n.parent()
         if marks.is_kind(n, marks.TILE_BLOCK):
-            return int(marks.argument(n, marks.TILE_BLOCK))
+            return marks.index_of(n, marks.TILE_BLOCK)
     return -1

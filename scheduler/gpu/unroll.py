@@ -28,6 +28,7 @@ from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.gpu.tile import find_first, is_marked
+from polycomp.scheduler.promotion.record import promotion_state
 from polycomp.scheduler.promotion.registers import LEVEL as REGISTERS
 from polycomp.state import CompileState
 
@@ -50,7 +51,7 @@ def _kernel_has_register_tile(band, ctx) -> bool:
     to the ``registers`` level; a privatised warp reduction is no tile)?"""
     k = marks.kernel_of(band)
     return any(p.kernel == k and p.level == REGISTERS and p.warp is None
-               for p in ctx.promotions)
+               for p in promotion_state(ctx).promotions)
 
 
 def _full_tile(band, ctx):
