@@ -34,6 +34,7 @@ from polycomp.lowering.ast_to_ir import pw_aff_to_ir
 from polycomp.lowering.simplify import simplify
 from polycomp.scheduler.chain.local import LocalTile, local_tiles
 from polycomp.scheduler.common import marks
+from polycomp.state import CompileState
 
 __all__ = ["localize", "origin_to_ir"]
 
@@ -93,7 +94,7 @@ class _Redirect(ir.Mutator):
 
 
 class _Localizer:
-    def __init__(self, func: ir.LoweredFunc, state):
+    def __init__(self, func: ir.LoweredFunc, state: CompileState):
         self.model = state.model
         self.records = local_tiles(state).records
         self.moved: set[str] = set()
@@ -172,7 +173,7 @@ class _DropMoved(ir.Mutator):
         return ir.Allocate(s.buffer, body)
 
 
-def localize(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
+def localize(func: ir.LoweredFunc, state: CompileState) -> ir.LoweredFunc:
     """Realise every ``cpu_local`` mark of ``func`` (see the module docstring)."""
     if not local_tiles(state).records:
         return func

@@ -78,6 +78,7 @@ from polycomp.scheduler.chain.statements import StatementMaker, program_model
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.tree import is_legal
 from polycomp.scheduler.cpu import tree as T
+from polycomp.state import CompileState
 
 __all__ = ["conv_program"]
 
@@ -139,7 +140,7 @@ class _Subst(ir.Mutator):
         return ir.Load(e.buffer, idx, e.dtype, e.lanes)
 
 
-def conv_program(plan, state, index: int) -> ChainProgram | str:
+def conv_program(plan, state: CompileState, index: int) -> ChainProgram | str:
     """The fused program of the conv chain ``plan`` (module docstring), its mark
     ``conv_chain_fused:<index>``; or why there is none."""
     b = _ConvBuilder(plan, state)
@@ -159,7 +160,7 @@ def conv_program(plan, state, index: int) -> ChainProgram | str:
 
 
 class _ConvBuilder:
-    def __init__(self, plan, state):
+    def __init__(self, plan, state: CompileState):
         self.plan, self.state = plan, state
         self.model = model = state.model
         m = self.match = plan.match
@@ -258,8 +259,8 @@ class _ConvBuilder:
                                _add(_mul(self.tw, v["i2"]), v["j2"])),
                               load(last, (*tidx, v["f"], src)))
             stmts.append(self.wc)
-            red_iters, red_bounds = (v["f"], v["a2"], v["b2"]), [(0, f1), (0, c2.kh),
-                                                                 (0, c2.kw)]
+            red_iters: tuple[ir.Var, ...] = (v["f"], v["a2"], v["b2"])
+            red_bounds = [(0, f1), (0, c2.kh), (0, c2.kw)]
             operand = load(scol, (*tidx, v["f"], v["a2"], v["b2"], q))
             weight = load(c2.w, (v["g"], v["f"], v["a2"], v["b2"]))
         else:

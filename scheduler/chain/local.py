@@ -34,6 +34,7 @@ import islpy as isl
 from polycomp import ir
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.promotion.footprint import footprint, prefix_space_map
+from polycomp.state import CompileState
 
 __all__ = ["LocalTile", "LocalTiles", "local_tiles", "local_mark", "decide_local_tiles",
            "sharing_is_legal"]
@@ -66,18 +67,18 @@ class LocalTiles:
     records: list[list[LocalTile]] = field(default_factory=list)
 
 
-def local_tiles(state) -> LocalTiles:
+def local_tiles(state: CompileState) -> LocalTiles:
     return state.slot(LocalTiles)
 
 
-def local_mark(state, tiles: list[LocalTile]) -> str:
+def local_mark(state: CompileState, tiles: list[LocalTile]) -> str:
     """Record ``tiles`` (to be realised at one mark) and return the mark's name."""
     recs = local_tiles(state).records
     recs.append(tiles)
     return marks.make(marks.CPU_LOCAL, len(recs) - 1).get_name()
 
 
-def decide_local_tiles(schedule: isl.Schedule, state, model_statements) -> str | None:
+def decide_local_tiles(schedule: isl.Schedule, state: CompileState, model_statements) -> str | None:
     """Fill the ``origin``/``sizes`` of every record of the ``cpu_local`` marks in
     ``schedule`` from the footprints of ``model_statements``' accesses below each mark;
     None, or why a record cannot be realised (an access outside the subtree, an
@@ -154,7 +155,8 @@ def _box(f: isl.Map, params) -> tuple[isl.MultiPwAff, tuple[ir.Expr, ...]] | Non
     return isl.MultiPwAff.from_pw_aff_list(space, lst), tuple(sizes)
 
 
-def sharing_is_legal(schedule: isl.Schedule, state, statements, reference: isl.Schedule
+def sharing_is_legal(schedule: isl.Schedule, state: CompileState, statements,
+                     reference: isl.Schedule
                      ) -> bool:
     """Whether ``schedule`` keeps every dependence of ``statements`` once the arrays of
     each record of ``state`` are one array (the storage they share): the dependences of

@@ -65,10 +65,12 @@ from polycomp.scheduler.chain.local import (
     local_mark,
     sharing_is_legal,
 )
+from polycomp.scheduler.chain.plan import ChainPlan
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.tree import is_legal
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import isolate_full_tiles
+from polycomp.state import CompileState
 
 __all__ = ["ChainProgram", "adopt", "cpu_program", "upa", "members", "universe", "band"]
 
@@ -85,7 +87,7 @@ class ChainProgram:
     model: PolyModel | None = None    # the program's own model (None: the kernel's)
 
 
-def adopt(state, prog: ChainProgram) -> None:
+def adopt(state: CompileState, prog: ChainProgram) -> None:
     """Record ``prog`` as the compile's fused program (``chain_plans(state).programs``,
     from which lowering builds its statements); when it runs statements of its own, the
     dependences of its model join the model's, which lowering (loop coincidence) and
@@ -183,7 +185,7 @@ def register_tiles(model, update, init, row: Callable, col: Callable, red: Calla
     return band(members(model, stmts, tile), body, coincident=[1, 1], options=iso)
 
 
-def cpu_program(plan, state, index: int) -> ChainProgram | str:
+def cpu_program(plan: ChainPlan, state: CompileState, index: int) -> ChainProgram | str:
     """The fused program of ``plan`` on ``state``'s CPU target (module docstring), its
     mark ``chain_fused:<index>``, with its ``cpu_local`` records decided; or why there is
     none (the tree would violate a dependence, a local tile cannot be realised)."""
@@ -214,7 +216,7 @@ def cpu_program(plan, state, index: int) -> ChainProgram | str:
 class _Builder:
     """The parts of the tree of :func:`cpu_program` (module docstring)."""
 
-    def __init__(self, plan, state, online):
+    def __init__(self, plan: ChainPlan, state: CompileState, online):
         self.plan, self.state, self.online = plan, state, online
         self.model = model = state.model
         m = self.match = plan.match
@@ -265,7 +267,7 @@ class _Builder:
         (in the last ``l`` tile) are register tiles of their own width, so that isl
         generates them with constant bounds too (the micro-kernel's pattern)."""
         from polycomp.scheduler.promotion.cpu_pack import request_mark
-        from polycomp.scheduler.promotion.record import PackRequest
+        from polycomp.scheduler.promotion.record import PackRequest, promotion_state
         p, nb, model = self.plan, self.nb, self.model
         stmts = [self.t_init, self.t_upd]
 
@@ -288,7 +290,7 @@ class _Builder:
                                      dom))])
         if self.match.y_transposed and self.state.target.isa:
             req = PackRequest(self.match.y, nb, p.nr, "L1")
-            out = T.Mark(request_mark(self.state.pack_requests, req), out)
+            out = T.Mark(request_mark(promotion_state(self.state).pack_requests, req), out)
         return T.Filter(universe(stmts), out)
 
     def stages(self) -> list[T.Filter]:
