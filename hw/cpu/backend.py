@@ -1,7 +1,9 @@
 """The C backend (targets ``c``, ``cpu``, ``cpu-avx2``, ``cpu-avx512``): registration,
 schedule passes, IR passes and code generation.
 
-* Schedule passes (after program order): for C SCoPs ``scop-gemm``, ``scop-stencil``,
+* Schedule passes (after program order): for a fusible chain ``chain-fuse`` (the fused
+  program is the schedule tree, :mod:`polycomp.scheduler.chain.program` /
+  ``conv_program``) and ``cpu-pack``; for C SCoPs ``scop-gemm``, ``scop-stencil``,
   ``scop-tile`` (:mod:`polycomp.scheduler.cpu.scop_gemm` and its neighbours) and
   ``scop-parallel`` instead of ``cpu-fuse`` and ``cpu-parallel``;
   ``cpu-backbone-tile`` and ``cpu-pack`` (vector
@@ -9,7 +11,8 @@ schedule passes, IR passes and code generation.
   requests and micro-kernel marks), ``cpu-reduce-interchange`` (vector targets: column
   reductions), ``cpu-fuse``, ``cpu-parallel``.
 * IR passes (interpretable): packing (:mod:`.pack`, before simplification, while the
-  loops still carry isl's iterator names), simplification, ``cpu_parallel`` marks to
+  loops still carry isl's iterator names), the fused chains' tile-local buffers
+  (:mod:`.local_tile`), simplification, ``cpu_parallel`` marks to
   OpenMP loops.
 * Code-generation passes: contraction of temporaries, per-thread heap buffers, scalar
   replacement, flattening; for vector targets the micro-kernels, the vectoriser
