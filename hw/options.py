@@ -1,6 +1,6 @@
 """The compile options of the built-in target families, as data: :class:`CpuOptions`
 (``c``, ``cpu``, ``cpu-avx2``, ``cpu-avx512``), :class:`CudaOptions` (``cuda``,
-``cuda-sm90``) and :class:`NpuOptions` (``npu``, ``npu-lite``); see
+``cuda-sm90``, ``cuda-sm90a``) and :class:`NpuOptions` (``npu``, ``npu-lite``); see
 :mod:`polycomp.options` for how options are checked.
 
 They live beside :mod:`polycomp.hw.target` and :mod:`polycomp.hw.memory` rather than in
@@ -96,12 +96,14 @@ def tile_option(name: str, v: Any) -> TileOption | None:
 
 @dataclass(frozen=True)
 class TensorCoreTileOption:
-    """Tensor Core tiles: block (M, N), warp (M, N), K tile, pipeline stages, swizzle."""
+    """Tensor Core tiles: block (M, N), warp (M, N) (on sm_90a the consumer warpgroup's
+    tile), K tile, pipeline stages, swizzle, and on sm_90a a persistent grid."""
     block: tuple[int, ...] | None = None
     warp: tuple[int, ...] | None = None
     k: int | None = None
     stages: int | None = None
     swizzle: bool | None = None
+    persistent: bool | None = None
 
 
 def tc_tile_option(name: str, v: Any) -> TensorCoreTileOption | None:
@@ -113,21 +115,23 @@ def tc_tile_option(name: str, v: Any) -> TensorCoreTileOption | None:
     if not isinstance(v, Mapping):
         raise OptionError(f"option {name} takes a dict with keys block, warp, k, stages, "
                           f"swizzle; got {v!r}")
-    bad = set(v) - {"block", "warp", "k", "stages", "swizzle"}
+    bad = set(v) - {"block", "warp", "k", "stages", "swizzle", "persistent"}
     if bad:
         raise OptionError(f"option {name} has unknown keys {sorted(bad)}; valid keys: "
-                          f"block, warp, k, stages, swizzle")
-    k, st, sw = v.get("k"), v.get("stages"), v.get("swizzle")
+                          f"block, warp, k, stages, swizzle, persistent")
+    k, st, sw, pe = v.get("k"), v.get("stages"), v.get("swizzle"), v.get("persistent")
     opt = TensorCoreTileOption(int_tuple(2)(f"{name}.block", v.get("block")),
                                int_tuple(2)(f"{name}.warp", v.get("warp")),
                                None if k is None else positive_int(f"{name}.k", k),
                                None if st is None else positive_int(f"{name}.stages", st),
-                               None if sw is None else boolean(f"{name}.swizzle", sw))
+                               None if sw is None else boolean(f"{name}.swizzle", sw),
+                               None if pe is None else boolean(f"{name}.persistent", pe))
     if opt.k is not None and opt.k not in (32, 64):
         raise OptionError(f"option {name}.k takes 32 or 64 (the K tile of the mma "
                           f"pipeline), got {opt.k}")
-    if opt.stages is not None and not 1 <= opt.stages <= 4:
-        raise OptionError(f"option {name}.stages takes 1..4, got {opt.stages}")
+    if opt.stages is not None and not 1 <= opt.stages <= 8:
+        raise OptionError(f"option {name}.stages takes 1..8 (1..4 for mma.sync, 2..8 "
+                          f"for sm_90a wgmma), got {opt.stages}")
     if opt.warp is not None and any(w % 16 for w in opt.warp):
         raise OptionError(f"option {name}.warp takes multiples of 16, got {opt.warp}")
     if opt.block is not None and opt.warp is not None and \
@@ -139,7 +143,7 @@ def tc_tile_option(name: str, v: Any) -> TensorCoreTileOption | None:
 
 @dataclass(frozen=True)
 class CudaOptions(Options):
-    """Options of the CUDA targets (``cuda``, ``cuda-sm90``)."""
+    """Options of the CUDA targets (``cuda``, ``cuda-sm90``, ``cuda-sm90a``)."""
 
     family: ClassVar[str] = "cuda"
 
@@ -154,7 +158,9 @@ class CudaOptions(Options):
     tensor_cores: bool = opt(True, boolean, "f16/bf16 contractions on Tensor Cores")
     tc_tile: TensorCoreTileOption | None = opt(None, tc_tile_option,
                                                "Tensor Core tiles ({'block', 'warp', 'k', "
-                                               "'stages', 'swizzle'})")
+                                               "'stages', 'swizzle', 'persistent'}; on "
+                                               "sm_90a warp is the consumer warpgroup "
+                                               "tile)")
     promote: bool = opt(True, boolean, "shared-memory and register promotion")
     unroll: bool = opt(True, boolean, "unroll point loops of constant trip count")
     isolate: bool = opt(True, boolean, "separate full tiles from partial ones when unrolling")

@@ -238,7 +238,8 @@ class _Micro(ir.Mutator):
         m = _match(s.body)
         if m is not None:
             try:
-                out = _tile(*m, self.lanes_of, self.tile_ids)
+                lk, li, lj, st, rest = m
+                out = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids)
             except Unvectorizable:   # left to the generic path
                 out = None
             if out is not None:

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from dataclasses import replace
 
 from polycomp import ir
 from polycomp.errors import UsageError
-from polycomp.hw.modules import check_signatures, version_name
+from polycomp.hw.modules import version_functions, version_name
 from polycomp.hw.registry import ModuleLibrary
 
 from .codegen import C_HEADER, CPrinter, signature
@@ -33,14 +32,9 @@ _VERSION = "pc_version"
 
 def multiversion_module(versions: Sequence, selector: ir.LoweredFunc,
                         comments: Sequence[str] = ()) -> ir.LoweredModule:
-    check_signatures(versions)
     base = versions[0].final_ir
     name = base.name
-    fns = []
-    for i, ck in enumerate(versions):
-        f = replace(ck.final_ir, name=version_name(name, i))
-        note = f"version {i}" + (f": {comments[i]}" if i < len(comments) else "")
-        fns.append(ir.ModuleFunction(f, ir.VERSION, exported=False, version=i, comment=note))
+    fns = version_functions(versions, comments, exported=False)
     fns.append(ir.ModuleFunction(selector, ir.SELECTOR, "int64",
                                  comment="selector: the version to run at these sizes"))
     sel = ir.Var(_VERSION)

@@ -60,6 +60,12 @@ def _chain(state: CompileState) -> bool:
     return _chain_decision(state)[0]
 
 
+def _wgmma_plans(state: CompileState) -> bool:
+    """Whether a Tensor Core group of the compile has an sm_90a ``wgmma`` plan."""
+    from polycomp.scheduler.tensorcore.hopper import is_wgmma
+    return any(is_wgmma(p.config) for p in gpu_kernels(state).tc_plans.values())
+
+
 def _baseline(state: CompileState) -> bool:
     """The untiled baseline mapping for the whole kernel (asked for)."""
     return state.cuda_options.gpu == "baseline"
@@ -67,13 +73,14 @@ def _baseline(state: CompileState) -> bool:
 
 class CudaBackend(Backend):
     family = "cuda"
-    names = ("cuda", "cuda-sm90")
-    aliases = MappingProxyType({"cuda-sm80": "cuda"})
+    names = ("cuda", "cuda-sm90", "cuda-sm90a")
+    aliases = MappingProxyType({"cuda-sm80": "cuda", "hopper": "cuda-sm90a"})
     options_class = CudaOptions
     suffix = ".cu"
     descriptions = MappingProxyType({
         "cuda": "CUDA C++ for sm_80 (A100-class)",
         "cuda-sm90": "CUDA C++ for sm_90 (H100-class)",
+        "cuda-sm90a": "CUDA C++ for sm_90a (H100/H200: wgmma, TMA, mbarrier pipelines)",
     })
 
     def make_target(self, name: str) -> Target:
@@ -146,6 +153,9 @@ class CudaBackend(Backend):
             passes = [ir_pass("tensorize", tensorize),             # tensor-core kernels only
                       ir_pass("cp-async-pipeline", lower_pipelines),
                       ir_pass("wrap-kernels", wrap_kernels)]
+            if _wgmma_plans(state):   # sm_90a: TMA producer / wgmma consumers (hopper.py)
+                from .hopper import warp_specialize
+                passes.insert(0, ir_pass("wgmma-warp-specialize", warp_specialize))
             if gpu_kernels(state).baseline:   # a C SCoP's nests on the baseline mapping
                 passes.insert(0, ir_pass("map-gpu-loops", map_gpu_loops))
         return passes + [body_pass("simplify", simplify)]
@@ -198,7 +208,7 @@ class CudaBackend(Backend):
             raise BuildError("--check needs nvcc on PATH")
         assert ck.target.cuda is not None
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = ["nvcc", f"-arch=sm_{ck.target.cuda.sm}", "-cubin", "-Xptxas", "-v",
+            cmd = ["nvcc", f"-arch=sm_{ck.target.cuda.arch}", "-cubin", "-Xptxas", "-v",
                    "-o", os.path.join(tmp, "k.cubin"), path]
             r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:

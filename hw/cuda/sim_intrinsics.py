@@ -39,6 +39,10 @@ WARP = 32
 FULL_MASK = 0xFFFFFFFF
 
 INTRINSICS: dict[str, Callable] = {}
+#: IR attributes with execution semantics: ``key -> handler(sim, attr_stmt, state)`` (the
+#: warp-specialised roles of sm_90a kernels, :mod:`.sim_hopper`); other attributes only
+#: run their body
+ATTR_HANDLERS: dict[str, Callable] = {}
 
 
 def intrinsic(*names: str):

@@ -52,9 +52,10 @@ from polycomp.errors import TargetError
 from polycomp.lowering.interpreter import Interpreter, InterpreterState, store_value
 from polycomp.shapes import checked_arguments, eval_int
 
+from . import sim_hopper, sim_tensorcore  # noqa: F401  (register their intrinsics)
 from .codegen import KernelInfo, split_kernels
 from .sim_counters import global_sectors, shared_wavefronts
-from .sim_intrinsics import INTRINSICS, WARP
+from .sim_intrinsics import ATTR_HANDLERS, INTRINSICS, WARP
 from .sim_memory import GlobalMemory, LocalMemory, SharedMemory, poisoned
 from .sim_races import GlobalRaceTracker, same_values
 from .sim_report import (  # noqa: F401
@@ -152,6 +153,8 @@ class Simulator(Interpreter):
         # extension point: hook(sim, mem, pos, offsets, active, write) is called for
         # every ordinary shared load/store (e.g. cp.async: is the element in flight?)
         self.shared_access_hooks: list = []
+        # the same for local (per-thread register) loads/stores (wgmma accumulators)
+        self.local_access_hooks: list = []
         # barriers passed, per block slot (allocated per launch)
         self.block_epoch: np.ndarray = None  # type: ignore[assignment]
         self.intrinsics = dict(INTRINSICS if intrinsics is None else intrinsics)
@@ -244,6 +247,13 @@ class Simulator(Interpreter):
         return int(np.count_nonzero(self._active(mask)))
 
     # ------------------------------------------------------------- loops
+    def stmt(self, s, st):
+        if type(s) is ir.AttrStmt:      # attributes with execution semantics (warp roles)
+            handler = ATTR_HANDLERS.get(s.key)
+            if handler is not None:
+                return handler(self, s, st)
+        return super().stmt(s, st)
+
     def lane_parallel(self, s) -> bool:
         return False          # lanes are threads; other loops run inside each thread
 
@@ -433,6 +443,9 @@ class Simulator(Interpreter):
         if mem.scope == "shared":
             for hook in self.shared_access_hooks:
                 hook(self, mem, pos, offsets, active, False)
+        elif mem.scope == "local":
+            for hook in self.local_access_hooks:
+                hook(self, mem, pos, offsets, active, False)
         if mem.scope == "shared" or (self.global_races and mem.scope == "global"):
             self._race_check(mem, pos, offsets, active)
         return values.astype(dt.to_numpy(dt.compute_dtype(e.dtype)), copy=False)
@@ -449,6 +462,9 @@ class Simulator(Interpreter):
         p = pos[lanes]
         if mem.scope == "shared":
             for hook in self.shared_access_hooks:
+                hook(self, mem, pos, offsets, active, True)
+        elif mem.scope == "local":
+            for hook in self.local_access_hooks:
                 hook(self, mem, pos, offsets, active, True)
         if mem.scope == "shared" or (self.global_races and mem.scope == "global"):
             new = store_value(np.broadcast_to(np.asarray(value), (self.geom.n_lanes,)),
@@ -569,8 +585,14 @@ def simulate(compiled_or_func, *inputs, strict: bool = True, ir_stage: str = "fi
         from .gpu_bundle import record_case
         record_case(compiled_or_func.source, func, kernels, temps, values, before,
                     {b.name: a for b, a in zip(func.outputs, outputs)}, bundle,
-                    target=_target_name(compiled_or_func))
+                    target=_target_name(compiled_or_func), arch=_target_arch(compiled_or_func))
     return (res[0] if len(res) == 1 else res), report
+
+
+def _target_arch(obj) -> str:
+    """The nvcc architecture of an architecture-specific target (``"90a"``), else ""."""
+    cu = getattr(getattr(obj, "target", None), "cuda", None)
+    return cu.arch if cu is not None and cu.arch_suffix else ""
 
 
 def _target_name(obj) -> str:

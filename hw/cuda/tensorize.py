@@ -68,8 +68,9 @@ def tensorize(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """See the module docstring; ``state`` is the compile's
     :class:`~polycomp.state.CompileState` (Tensor Core plans in ``gpu_kernels(state).tc_plans``;
     the new buffers are appended to ``promotion_state(state).promotions``)."""
-    plans = gpu_kernels(state).tc_plans
-    if not plans:
+    from polycomp.scheduler.tensorcore.hopper import is_wgmma
+    plans = {g: p for g, p in gpu_kernels(state).tc_plans.items() if not is_wgmma(p.config)}
+    if not plans:     # (sm_90a wgmma plans: hw/cuda/hopper.py)
         return func
     t = _Tensorizer(plans, state.model)
     body = t.visit(func.body)

@@ -22,7 +22,8 @@ declared at the end.
 | ``kernel:<n>`` | GPU mapping, baseline, Tensor Core mapping | the subtree that is CUDA kernel n (``gpu_kernels(state).launches[n]``) |
 | ``gpu_blocks:<k>`` / ``gpu_threads:<k>`` | baseline mapping | kernel k's loops mapped to blocks / threads (``gpu_kernels(state).baseline[k]``) |
 | ``copy:<statement>`` | promotion | a promotion copy's loop nest (the name of the copy statement it schedules) |
-| ``tc:block:<g>`` / ``tc:frag:<g>`` / ``tc:mma:<g>`` / ``pipeline:<g>`` | Tensor Core tiling | warp tiles, fragments, mma region, cp.async pipeline of group g (``gpu_kernels(state).tc_plans[g]``) |
+| ``tc:block:<g>`` / ``tc:frag:<g>`` / ``tc:mma:<g>`` / ``pipeline:<g>`` | Tensor Core tiling | warp tiles, fragments, mma region, cp.async pipeline of group g (``gpu_kernels(state).tc_plans[g]``; on sm_90a the ``wgmma`` plan: ``pipeline`` is its mbarrier ring of TMA stages) |
+| ``tc:persistent:<g>`` | Tensor Core mapping (sm_90a) | the block band below is the tile loop nest of a persistent kernel: its iterations are dealt over the grid (``gpu_kernels(state).tc_plans[g]``) |
 | ``cpu_parallel`` | CPU passes | the outermost parallel loop of a nest (OpenMP) |
 | ``cpu_microkernel`` | CPU backbone tiling | the register-tile loop nest of the GEMM micro-kernel |
 | ``cpu_microkernel:<n>`` | CPU backbone tiling | the same on a dot-product unit (bf16 ``vdpbf16ps``, int8 ``vpdpbusd``); ``cpu_microkernels(state).dots[n]`` (:mod:`polycomp.scheduler.cpu.state`) is its typed payload |
@@ -60,6 +61,7 @@ COPY = "copy"
 TC_BLOCK = "tc:block"
 TC_FRAG = "tc:frag"
 TC_MMA = "tc:mma"
+TC_PERSISTENT = "tc:persistent"
 PIPELINE = "pipeline"
 CPU_PARALLEL = "cpu_parallel"
 CPU_MICROKERNEL = "cpu_microkernel"
@@ -79,7 +81,8 @@ CPU_LOCAL = "cpu_local"
 
 #: every declared mark kind, longest first (how :func:`split` finds a name's kind)
 KINDS = tuple(sorted((BACKBONE, PROLOGUE, TILE_BLOCK, TILE_POINT, TILE_REDUCE, KERNEL,
-                      GPU_BLOCKS, GPU_THREADS, COPY, TC_BLOCK, TC_FRAG, TC_MMA, PIPELINE,
+                      GPU_BLOCKS, GPU_THREADS, COPY, TC_BLOCK, TC_FRAG, TC_MMA, TC_PERSISTENT,
+                      PIPELINE,
                       CPU_PARALLEL, CPU_MICROKERNEL, CPU_PACK_REQUEST, CPU_PACK, NPU_CUBE,
                       NPU_PINGPONG, NPU_CONV, NPU_VECTOR, NPU_PHASES, NPU_CHAIN, CHAIN_STEP,
                       CHAIN_RING, CHAIN_FUSED, CONV_CHAIN_FUSED, CPU_LOCAL), key=len, reverse=True))
@@ -94,6 +97,10 @@ TC_LOAD = "tc_load"
 #: a rewritten ``tc:frag`` region, ``AttrStmt(TC_FRAGMENT, "<statement>")``
 #: (hw/cuda/tensorize.py)
 TC_FRAGMENT = "tc_frag"
+#: warp-specialised roles, ``AttrStmt(WARP_ROLES, "<kernel>", Block[IfThenElse(role_i,
+#: body_i), ...])``: disjoint thread sets that run concurrently and synchronise through
+#: mbarriers only (hw/cuda/hopper.py; the simulator runs each role as a coroutine)
+WARP_ROLES = "warp_roles"
 
 
 def make(kind: str, *args: object) -> isl.Id:
