@@ -81,7 +81,7 @@ from polycomp.scheduler.promotion.record import Promotion, promotion_state
 from polycomp.scheduler.tensorcore.hopper import is_wgmma
 
 from . import ptx_hopper as hp
-from .tensorize import _and, _imm, _Kernel, _origin_store, _Tensorizer
+from .tensorize import _and, _imm, _Kernel, _origin_store, _Tensorizer, epilogue_registers
 
 #: the consumer's main loop (an IR attribute of this pass: where the store of the
 #: accumulators goes after)
@@ -137,19 +137,8 @@ class _HopperKernel(_Kernel):
         self.As = ir.Buffer(f"As{n}", v.in_dtype, tuple(_imm(e) for e in fa.shape), "shared")
         self.Bs = ir.Buffer(f"Bs{n}", v.in_dtype, tuple(_imm(e) for e in fb.shape), "shared")
         self.bars = ir.Buffer(f"bar{n}", "int64", (_imm(2 * c.stages),), "shared")
-        group = [v.init, v.update] + v.epilogue
-        outside = {b.name for b in model.live_out}
-        for s in model.statements:
-            if s not in group:
-                outside |= {a.buffer.name for a in s.reads}
-        self.c_buf = v.stage.output.buffer
-        self.c_outside = self.c_buf.name in outside
-        self.regs = {self.c_buf.name: self.acc}
-        for s in v.epilogue:
-            b = s.write
-            if b.name not in outside and b.name not in self.regs:
-                self.regs[b.name] = ir.Buffer(f"{b.name}_frag{n}", b.dtype,
-                                              (_imm(self.regs_count),), "local")
+        self.c_buf, self.c_outside, self.regs = epilogue_registers(v, model, self.acc, n,
+                                                                   self.regs_count)
         self.res = ir.Buffer(f"res{n}", "float32", (_imm(4),), "local")
         self.xch = ir.Buffer(f"xch{n}", "float32", (_imm(2),), "local")
         self.buffers = [self.acc, self.As, self.Bs, self.bars, self.res, self.xch] + \

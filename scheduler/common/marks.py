@@ -25,6 +25,7 @@ declared at the end.
 | ``tc:block:<g>`` / ``tc:frag:<g>`` / ``tc:mma:<g>`` / ``pipeline:<g>`` | Tensor Core tiling | warp tiles, fragments, mma region, cp.async pipeline of group g (``gpu_kernels(state).tc_plans[g]``; on sm_90a the ``wgmma`` plan: ``pipeline`` is its mbarrier ring of TMA stages) |
 | ``tc:persistent:<g>`` | Tensor Core mapping (sm_90a) | the block band below is the tile loop nest of a persistent kernel: its iterations are dealt over the grid (``gpu_kernels(state).tc_plans[g]``) |
 | ``cpu_parallel`` | CPU passes | the outermost parallel loop of a nest (OpenMP) |
+| ``cpu_wavefront`` | CPU stencil time tiling | the band below runs tiles by wavefronts: its first member (the wavefront) is sequential, the loop of its second member runs the wavefront's tiles in parallel (OpenMP) when it is coincident |
 | ``cpu_microkernel`` | CPU backbone tiling | the register-tile loop nest of the GEMM micro-kernel |
 | ``cpu_microkernel:<n>`` | CPU backbone tiling | the same on a dot-product unit (bf16 ``vdpbf16ps``, int8 ``vpdpbusd``); ``cpu_microkernels(state).dots[n]`` (:mod:`polycomp.scheduler.cpu.state`) is its typed payload |
 | ``cpu_pack_request:<n>`` / ``cpu_pack:<n>`` | CPU backbone tiling / packing | operand packing (``promotion_state(state).pack_requests[n]`` / ``.packs[n]``) |
@@ -64,6 +65,7 @@ TC_MMA = "tc:mma"
 TC_PERSISTENT = "tc:persistent"
 PIPELINE = "pipeline"
 CPU_PARALLEL = "cpu_parallel"
+CPU_WAVEFRONT = "cpu_wavefront"
 CPU_MICROKERNEL = "cpu_microkernel"
 CPU_PACK_REQUEST = "cpu_pack_request"
 CPU_PACK = "cpu_pack"
@@ -82,10 +84,10 @@ CPU_LOCAL = "cpu_local"
 #: every declared mark kind, longest first (how :func:`split` finds a name's kind)
 KINDS = tuple(sorted((BACKBONE, PROLOGUE, TILE_BLOCK, TILE_POINT, TILE_REDUCE, KERNEL,
                       GPU_BLOCKS, GPU_THREADS, COPY, TC_BLOCK, TC_FRAG, TC_MMA, TC_PERSISTENT,
-                      PIPELINE,
-                      CPU_PARALLEL, CPU_MICROKERNEL, CPU_PACK_REQUEST, CPU_PACK, NPU_CUBE,
-                      NPU_PINGPONG, NPU_CONV, NPU_VECTOR, NPU_PHASES, NPU_CHAIN, CHAIN_STEP,
-                      CHAIN_RING, CHAIN_FUSED, CONV_CHAIN_FUSED, CPU_LOCAL), key=len, reverse=True))
+                      PIPELINE, CPU_PARALLEL, CPU_WAVEFRONT, CPU_MICROKERNEL, CPU_PACK_REQUEST,
+                      CPU_PACK, NPU_CUBE, NPU_PINGPONG, NPU_CONV, NPU_VECTOR, NPU_PHASES,
+                      NPU_CHAIN, CHAIN_STEP, CHAIN_RING, CHAIN_FUSED, CONV_CHAIN_FUSED,
+                      CPU_LOCAL), key=len, reverse=True))
 
 # IR attributes that IR passes add (no schedule-tree mark):
 #: the tail of a vectorised loop, ``AttrStmt(VECTOR_MASK, (count, lanes))``
