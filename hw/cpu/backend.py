@@ -136,7 +136,7 @@ class CpuBackend(Backend):
         passes += [
             ir_pass("microkernels", lambda f, s: microkernels(
                 f, target.vector_lanes, cpu_microkernels(s).dots, packed_buffers(s),
-                lambda text: s.note("microkernels", text))),
+                lambda text: s.note("microkernels", text), prefetch=o.prefetch)),
             ir_pass("vectorize", lambda f, s: vectorize(
                 f, target.vector_lanes, tail=o.tail, reduce_unroll=o.reduce_unroll,
                 reciprocal=o.reciprocal)),

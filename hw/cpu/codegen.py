@@ -5,7 +5,9 @@ T* restrict <outputs>...)`` with global temporaries ``malloc``ed (64-byte aligne
 their lifetime, loops of kind ``parallel`` as ``#pragma omp parallel for
 schedule(static)``, ``vectorized`` loops as ``#pragma omp simd`` and ``unrolled`` loops
 with ``#pragma GCC unroll``.  Vector intrinsics (AVX2/AVX-512) are printed by the
-vectorize pass's printer extension (:mod:`polycomp.hw.cpu.vector_printer`).
+vectorize pass's printer extension (:mod:`polycomp.hw.cpu.vector_printer`), which also
+takes the per-thread buffers of a parallel region from the thread's workspace
+(``pc_ws_take`` / ``pc_ws_give`` below: kept between calls).
 """
 from __future__ import annotations
 
@@ -23,6 +25,35 @@ static inline float pc_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16;
 static inline uint16_t pc_f32_to_bf16(float f) { uint32_t u; memcpy(&u, &f, 4); if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }
 /* set when an allocation of a temporary fails; the caller checks and clears it */
 int pc_alloc_failed = 0;
+#include <pthread.h>
+/* each thread's workspace for the per-thread buffers of parallel regions (packed GEMM
+   panels), kept between calls up to PC_WS_KEEP bytes: a buffer malloc'ed and freed per
+   call was page-faulted in again at each call in the OpenMP workers (their arenas trim
+   the heap top); freed when the thread exits */
+#define PC_WS_KEEP ((size_t)4 << 20)
+static __thread char* pc_ws_base;
+static __thread size_t pc_ws_cap;
+static __thread int pc_ws_busy;
+static pthread_key_t pc_ws_key;
+static pthread_once_t pc_ws_once = PTHREAD_ONCE_INIT;
+static void pc_ws_make_key(void) { (void)pthread_key_create(&pc_ws_key, free); }
+static __attribute__((unused)) void* pc_ws_take(size_t bytes, int* kept) {
+  *kept = 0;
+  if (bytes <= PC_WS_KEEP && !pc_ws_busy) {
+    if (pc_ws_cap < bytes) {
+      free(pc_ws_base);
+      pc_ws_base = (char*)aligned_alloc(64, bytes);
+      pc_ws_cap = pc_ws_base ? bytes : 0;
+      (void)pthread_once(&pc_ws_once, pc_ws_make_key);
+      (void)pthread_setspecific(pc_ws_key, pc_ws_base);
+    }
+    if (pc_ws_base) { pc_ws_busy = 1; *kept = 1; return pc_ws_base; }
+  }
+  return aligned_alloc(64, bytes);
+}
+static __attribute__((unused)) void pc_ws_give(void* p, int kept) {
+  if (kept) pc_ws_busy = 0; else free(p);
+}
 """ + C_PRELUDE
 
 #: The C statement that records a failed allocation (read by

@@ -61,6 +61,7 @@ from polycomp import dtypes as dt
 from polycomp import ir
 
 from . import sim_hopper  # noqa: F401  (registers the simulator handlers)
+from .ptx import calls_any
 
 NAMES = ("ptx_mbarrier_init", "ptx_fence_mbarrier_init", "ptx_mbarrier_arrive",
          "ptx_mbarrier_arrive_tx", "ptx_mbarrier_wait", "ptx_tma_load",
@@ -160,23 +161,12 @@ def setmaxnreg(increase: bool, count: int) -> ir.Stmt:
     return _effect("ptx_setmaxnreg", _i32(int(increase)), _i32(count))
 
 
-def is_call(stmt, name: str) -> bool:
-    return isinstance(stmt, ir.Evaluate) and isinstance(stmt.value, ir.Call) and \
-        stmt.value.name == name
-
-
 def uses_hopper(node) -> bool:
-    found = []
-    ir.walk(node, lambda n: found.append(1) if isinstance(n, ir.Call) and n.name in NAMES
-            else None)
-    return bool(found)
+    return calls_any(node, NAMES)
 
 
 def uses_call(node, name: str) -> bool:
-    found = []
-    ir.walk(node, lambda n: found.append(1) if isinstance(n, ir.Call) and n.name == name
-            else None)
-    return bool(found)
+    return calls_any(node, (name,))
 
 
 # --------------------------------------------------------------------------- tensor maps
