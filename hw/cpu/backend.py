@@ -149,8 +149,8 @@ class CpuBackend(Backend):
 
     def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
         """The C source; under ``options.fp_exact`` it starts with
-        :data:`~polycomp.options.FP_EXACT_C_PRAGMA` (gcc contracts no FMA in it)."""
-        from polycomp.options import FP_EXACT_C_PRAGMA
+        :data:`~polycomp.hw.cpu.codegen.FP_EXACT_C_PRAGMA` (gcc contracts no FMA in it)."""
+        from .codegen import FP_EXACT_C_PRAGMA
         first = FP_EXACT_C_PRAGMA if state.options.fp_exact else ""
         return first + self._emit(func, state)
 
@@ -210,7 +210,7 @@ class CpuBackend(Backend):
         return multiversion_module(versions, selector, comments)
 
     def emit_module(self, module, versions):
-        from .multiversion import emit_module
+        from .codegen import emit_module
         return emit_module(self, module, versions)
 
     def load_module(self, module, source, versions):
