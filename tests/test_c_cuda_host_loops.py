@@ -323,3 +323,27 @@ def test_launcher_iterates_the_host_loop():
     assert [(h, [int(a) for a in args[:3]]) for h, args, *_ in out] == [
         (k, [3, 600, t]) for t in range(3) for k in ("k0", "k1")]
     assert all(grid == (3, 1, 1) and block == (256, 1, 1) for _, _, grid, block, _ in out)
+
+
+def test_host_condition_around_launches():
+    """A condition on the sizes outside every kernel (as isl may hoist one) is a
+    :class:`HostIf` of the host program: printed around the host loop in the ``.cu``,
+    evaluated by the simulator's launch sequence (no launch when it is false)."""
+    from polycomp import ir
+    from polycomp.hw.cuda.codegen import HostIf, emit_cuda
+    f = compiled("jacobi1d_like").final_ir
+    n = next(p for p in f.params if p.name == "n")
+    g = f.with_body(ir.IfThenElse(n >= ir.IntImm(5), f.body))
+    temps, program = host_program(g)
+    assert len(program) == 1 and isinstance(program[0], HostIf)
+    assert isinstance(program[0].then[0], HostLoop)
+    assert len(list(launch_sequence(program, {"tsteps": 3, "n": 4}))) == 0
+    assert len(list(launch_sequence(program, {"tsteps": 3, "n": 6}))) == 6
+    assert "  if ((n >= 5)) {\n    for (int64_t c0" in emit_cuda(g)
+    a = np.linspace(0.5, 1.5, 6)
+    b = np.zeros(6)
+    got_a, got_b = simulate(g, a.copy(), b.copy(), tsteps=2, n=6)[0]
+    ref_a, ref_b = simulate(f, a.copy(), b.copy(), tsteps=2, n=6)[0]
+    np.testing.assert_array_equal(got_a, ref_a)
+    got_a, _ = simulate(g, a[:4].copy(), b[:4].copy(), tsteps=2, n=4)[0]
+    np.testing.assert_array_equal(got_a, a[:4])     # condition false: nothing ran

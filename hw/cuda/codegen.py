@@ -261,6 +261,25 @@ def has_host_control(program: list) -> bool:
     return any(not isinstance(step, KernelInfo) for step in program)
 
 
+def host_condition(e: ir.Expr, values: dict) -> bool:
+    """The value of a host condition (comparisons of integer expressions of the sizes
+    and host loop variables, joined by ``&&``/``||``/``!``)."""
+    from polycomp.shapes import eval_int
+    if isinstance(e, ir.Binary) and e.op in ir.LOGIC_OPS:
+        a = host_condition(e.a, values)
+        return (a and host_condition(e.b, values)) if e.op == "&&" else \
+            (a or host_condition(e.b, values))
+    if isinstance(e, ir.Binary) and e.op in ir.CMP_OPS:
+        a, b = int(eval_int(e.a, values)), int(eval_int(e.b, values))
+        return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b,
+                "!=": a != b}[e.op]
+    if isinstance(e, ir.Unary) and e.op == "!":
+        return not host_condition(e.a, values)
+    if isinstance(e, ir.IntImm):
+        return bool(e.value)
+    raise TargetError(f"host condition {e} is not a comparison of sizes")
+
+
 def launch_sequence(program: list, values: dict):
     """Yield ``(kernel, values)`` for every launch the host program makes, in order:
     host loops iterated and conditions evaluated with the sizes ``values`` (the loop
@@ -272,7 +291,7 @@ def launch_sequence(program: list, values: dict):
             for v in range(lo, lo + int(eval_int(step.extent, values))):
                 yield from launch_sequence(step.body, {**values, step.var.name: v})
         elif isinstance(step, HostIf):
-            taken = step.then if int(eval_int(step.cond, values)) else step.orelse
+            taken = step.then if host_condition(step.cond, values) else step.orelse
             yield from launch_sequence(taken, values)
         else:
             yield step, values
