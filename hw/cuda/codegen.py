@@ -266,9 +266,9 @@ def host_condition(e: ir.Expr, values: dict) -> bool:
     and host loop variables, joined by ``&&``/``||``/``!``)."""
     from polycomp.shapes import eval_int
     if isinstance(e, ir.Binary) and e.op in ir.LOGIC_OPS:
-        a = host_condition(e.a, values)
-        return (a and host_condition(e.b, values)) if e.op == "&&" else \
-            (a or host_condition(e.b, values))
+        first = host_condition(e.a, values)
+        return (first and host_condition(e.b, values)) if e.op == "&&" else \
+            (first or host_condition(e.b, values))
     if isinstance(e, ir.Binary) and e.op in ir.CMP_OPS:
         a, b = int(eval_int(e.a, values)), int(eval_int(e.b, values))
         return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b,
