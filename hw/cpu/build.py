@@ -11,8 +11,11 @@ import numpy as np
 from polycomp import dtypes as dt
 from polycomp.errors import BuildError, ResourceLimitError, user_location
 
+#: ``-fwrapv``: signed integer overflow wraps (numpy's semantics, docs/dsl.md "Integer
+#: arithmetic"); the printers already compute data arithmetic without signed overflow,
+#: this covers every other signed operation gcc could otherwise assume never overflows.
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=gnu11", "-fPIC", "-shared",
-                 "-ffp-contract=fast", "-fno-math-errno")
+                 "-ffp-contract=fast", "-fno-math-errno", "-fwrapv")
 
 
 def cache_dir() -> str:
