@@ -74,6 +74,11 @@ def load_module(path: str):
     except SyntaxError as e:
         loc = SourceLocation(e.filename or path, e.lineno or 0, e.text or "")
         raise UsageError(f"{path} has a syntax error: {e.msg}", loc) from e
+    except SystemExit as e:   # a BaseException: it would end polycomp with its status
+        raise UsageError(f"{path} called sys.exit({e.code!r}) while loading; polycomp "
+                         f"imports the file to find its kernels: put the script part "
+                         f"under `if __name__ == \"__main__\":`",
+                         _innermost_location(e, full)) from e
     except Exception as e:
         raise UsageError(f"{path} raised {type(e).__name__} while loading: {e}",
                          _innermost_location(e, full)) from e
@@ -245,17 +250,36 @@ def _compile(args, dump: bool = False):
 # --------------------------------------------------------------------------- compile
 
 
+def _check_output_path(out: str) -> None:
+    """Reject ``-o`` values that cannot name the output file, before compiling."""
+    if out.endswith(("/", os.sep)) or os.path.isdir(out):
+        raise UsageError(f"-o {out}: is a directory; -o takes the output file's name "
+                         f"(e.g. {os.path.join(out, 'kernel.c')}), or '-' for stdout")
+
+
+def _write_output(out: str, text: str) -> None:
+    """Write ``text`` to ``out`` (creating its folder); an OS error is a UsageError."""
+    try:
+        parent = os.path.dirname(out)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with open(out, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise UsageError(f"-o {out}: cannot write the output file: "
+                         f"{e.strerror or type(e).__name__}") from None
+
+
 def cmd_compile(args) -> int:
+    if args.output not in (None, "-"):
+        _check_output_path(args.output)
     _, _, kernel, ck = _compile(args)
     if args.output == "-":
         sys.stdout.write(ck.source)
         return 0
     out = args.output or os.path.join("build", kernel.name + ck.suffix())
-    parent = os.path.dirname(out)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    with open(out, "w") as f:
-        f.write(ck.source)
+    _check_output_path(out)
+    _write_output(out, ck.source)
     print(f"wrote {out} (kernel {kernel.name}, target {ck.target.name}, "
           f"{ck.source.count(chr(10))} lines)")
     if args.check:
@@ -381,6 +405,41 @@ def _parse_shapes(items) -> dict:
     return out
 
 
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.3g} GB" if n >= 1e7 else f"{n} bytes"
+
+
+def check_run_memory(func, params: dict) -> None:
+    """Refuse sizes up front, before any input is generated: a buffer whose bytes int64
+    indexing cannot address is an :class:`ArgumentError`; inputs, outputs and the
+    float64 draw of the largest float input that together exceed this machine's memory
+    are a :class:`ResourceLimitError` (docs/errors.md)."""
+    from polycomp.errors import ArgumentError, ResourceLimitError
+    from polycomp.lowering.printer import expr_str
+    from polycomp.shapes import MAX_BUFFER_BYTES, _physical_memory, buffer_bytes, caller_arrays
+    sizes = " ".join(f"{k}={v}" for k, v in params.items())
+    bufs = list(caller_arrays(func)) + [b for b in func.outputs if b not in caller_arrays(func)]
+    need: list[tuple[str, int]] = []
+    draw = 0
+    for b in bufs:
+        n = buffer_bytes(b, params)
+        if n > MAX_BUFFER_BYTES:
+            shape = "(" + ", ".join(expr_str(d) for d in b.shape) + ")"
+            raise ArgumentError(f"--shape {sizes}: {b.name} of shape {shape} would have {n} "
+                                f"bytes, more than a kernel can index (2**62)")
+        need.append((b.name, n))
+        if dt.is_float(b.dtype) and b in caller_arrays(func):
+            draw = max(draw, n // dt.itemsize(b.dtype) * 8)   # standard_normal's float64
+    total = sum(n for _, n in need) + draw
+    mem = _physical_memory()
+    if total > mem:
+        parts = ", ".join(f"{name} {_gb(n)}" for name, n in need)
+        raise ResourceLimitError(f"--shape {sizes}: the inputs and outputs of {func.name} "
+                                 f"need {_gb(total)} ({parts}, and {_gb(draw)} to draw the "
+                                 f"random inputs), more than this machine's memory "
+                                 f"({_gb(mem)})")
+
+
 def random_inputs(func, params: dict, seed: int = 0) -> list:
     """Random numpy arrays for the arrays a caller passes to a lowered function: its
     inputs, then the initial contents of its in-out outputs
@@ -494,6 +553,7 @@ def cmd_run(args) -> int:
                                  f"dimension(s) {', '.join(missing)}: pass "
                                  + " ".join(f"--shape {n}=..." for n in missing))
     params = {n: given[n] for n in names}
+    check_run_memory(f, params)
     arrays = random_inputs(f, params, args.seed)
     runner = ck.backend.runner(ck)
     run, how, timed = runner.call, runner.how, runner.native

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shlex
 import shutil
 import subprocess
 
@@ -27,10 +28,45 @@ def cache_dir() -> str:
 
 
 def compiler() -> str:
+    """``$CC`` (default ``gcc``), checked: a command, possibly with arguments
+    (``CC="ccache gcc"``), whose first word ``PATH`` finds.  :func:`compiler_command`
+    gives it as the argument list to run."""
     cc = os.environ.get("CC", "gcc")
-    if shutil.which(cc) is None:
-        raise BuildError(f"C compiler {cc!r} not found (set CC)")
+    compiler_command(cc)
     return cc
+
+
+def compiler_command(cc: str | None = None) -> list[str]:
+    """The words of the C compiler command ``cc`` (default ``$CC`` or ``gcc``), split as
+    a shell would; a :class:`BuildError` if it is empty, malformed or not found."""
+    cc = os.environ.get("CC", "gcc") if cc is None else cc
+    try:
+        words = shlex.split(cc)
+    except ValueError as e:
+        raise BuildError(f"C compiler command CC={cc!r} cannot be split into words: {e}") \
+            from None
+    if not words:
+        raise BuildError("the C compiler command CC is empty (set CC, e.g. CC=gcc)")
+    if shutil.which(words[0]) is None:
+        raise BuildError(f"C compiler {words[0]!r} (CC={cc!r}) not found (set CC)")
+    return words
+
+
+def run_compiler(cmd: list[str], out: str, what: str = "generated C") -> None:
+    """Run the compiler command ``cmd`` that must write ``out``: a failure, or a
+    "success" that wrote nothing (``CC=/bin/true``), is a :class:`BuildError`."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        raise BuildError(f"cannot run the C compiler ({' '.join(cmd[:1])}): "
+                         f"{e.strerror or e}") from None
+    if r.returncode != 0:
+        raise BuildError(f"{os.path.basename(cmd[0])} failed on {what} "
+                         f"({' '.join(cmd)}):\n{r.stderr[-4000:]}")
+    if not os.path.isfile(out) or os.path.getsize(out) == 0:
+        raise BuildError(f"the C compiler {' '.join(cmd[:1])!s} exited with status 0 but "
+                         f"wrote no {os.path.basename(out)} ({' '.join(cmd)}); is CC a C "
+                         f"compiler?")
 
 
 def build_shared(source: str, flags=DEFAULT_FLAGS, include_dirs=(), libs=("-lm",)) -> str:
@@ -45,10 +81,9 @@ def build_shared(source: str, flags=DEFAULT_FLAGS, include_dirs=(), libs=("-lm",
         src = os.path.join(os.path.dirname(out), "kernel.c")
         with open(src, "w") as f:
             f.write(source)
-        cmd = [cc, *flags, *[f"-I{d}" for d in include_dirs], src, "-o", out, *libs]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise BuildError(f"gcc failed on generated C ({' '.join(cmd)}):\n{r.stderr[-4000:]}")
+        cmd = [*compiler_command(cc), *flags, *[f"-I{d}" for d in include_dirs], src,
+               "-o", out, *libs]
+        run_compiler(cmd, out)
 
     return get_cache().get_or_build(key, ".so", gcc, kind="c-so")
 
