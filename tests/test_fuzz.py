@@ -98,8 +98,8 @@ def test_differential_fuzzer():
     seeds = range(first, first + -(-n_programs // PROGRAMS_PER_CASE))
     failures: list[str] = []
     npu = 0
-    # spawn, not fork: this process has run OpenMP kernels (and torch), and a forked
-    # child that calls libgomp again deadlocks
+    # spawn: fresh workers (polycomp's kernels are fork-safe, tests/test_trust_fork.py,
+    # but torch's own OpenMP runtime in this process need not be)
     with ProcessPoolExecutor(max_workers=2, mp_context=mp.get_context("spawn")) as pool:
         for fails, n in pool.map(run_case, seeds):
             failures += fails

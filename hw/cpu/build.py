@@ -19,6 +19,54 @@ DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=gnu11", "-fPIC", "-sh
                  "-ffp-contract=fast", "-fno-math-errno", "-fwrapv")
 
 
+# --------------------------------------------------------------------------- fork safety
+
+
+def _openmp_runtime() -> ctypes.CDLL | None:
+    """GNU libgomp if this process has loaded it (a kernel ran), else None."""
+    try:
+        return ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return None
+
+
+def _pause_function(lib: ctypes.CDLL):
+    """libgomp's ``omp_pause_resource_all`` (OpenMP 5.0, GCC >= 11), or None."""
+    f = getattr(lib, "omp_pause_resource_all", None)
+    if f is not None:
+        f.argtypes, f.restype = [ctypes.c_int], ctypes.c_int
+    return f
+
+
+def release_openmp_threads() -> None:
+    """Before ``fork``: libgomp's worker threads do not survive a fork, and a child that
+    reaches a parallel region would wait for them forever (a ``multiprocessing`` pool
+    with the fork start method after a kernel ran).  ``omp_pause_resource_all(
+    omp_pause_soft)`` ends this thread's pool, so the child starts its own; the parent
+    re-creates its pool at its next parallel region (a few hundred microseconds)."""
+    lib = _openmp_runtime()
+    pause = _pause_function(lib) if lib is not None else None
+    if pause is not None:
+        pause(1)   # omp_pause_soft
+
+
+def openmp_after_fork_in_child() -> None:
+    """In a forked child whose libgomp cannot release its pool before the fork (no
+    ``omp_pause_resource_all``): run parallel regions on one thread, which never touches
+    the parent's dead workers."""
+    lib = _openmp_runtime()
+    if lib is not None and _pause_function(lib) is None:
+        lib.omp_set_num_threads(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=release_openmp_threads,
+                        after_in_child=openmp_after_fork_in_child)
+
+
+# --------------------------------------------------------------------------- building
+
+
 def cache_dir() -> str:
     """The kernel cache's directory (created); see :mod:`polycomp.cache`."""
     from polycomp.cache import default_dir
