@@ -105,6 +105,11 @@ class StatementDependences:
             dst = m.get_tuple_name(isl.dim_type.out)
             self.by_source.setdefault(src, []).append((dst, m))
 
+    def between(self, sources: set[str], sinks: set[str]) -> isl.UnionMap:
+        """The dependences from a statement in ``sources`` to one in ``sinks``."""
+        return union_all([m for src in sources for dst, m in self.by_source.get(src, ())
+                          if dst in sinks], self.space)
+
     def among(self, names: set[str]) -> isl.UnionMap:
         """The dependences whose source and sink are both statements in ``names``."""
         return union_all([m for src in names for dst, m in self.by_source.get(src, ())
@@ -127,10 +132,11 @@ def _aligned(a: isl.Map, b: isl.Map) -> tuple[isl.Map, isl.Map]:
     return a, b.align_params(a.get_space())
 
 
-def _per_dependence(deps: isl.UnionMap, f: isl.UnionMap):
+def _per_dependence(deps: isl.UnionMap, f):
     """``(dependence map, f of its source, f of its sink)`` for each map of ``deps``
-    whose two statements ``f`` schedules (the others drop out, as in a composition)."""
-    per = statement_maps(f)
+    whose two statements ``f`` schedules (the others drop out, as in a composition);
+    ``f`` is a union map or its :func:`statement_maps`."""
+    per = f if isinstance(f, dict) else statement_maps(f)
     for m in maps(deps):
         fs = per.get(m.get_tuple_name(isl.dim_type.in_))
         ft = per.get(m.get_tuple_name(isl.dim_type.out))
@@ -138,7 +144,7 @@ def _per_dependence(deps: isl.UnionMap, f: isl.UnionMap):
             yield m, fs, ft
 
 
-def restrict_equal(deps: isl.UnionMap, f: isl.UnionMap) -> isl.UnionMap:
+def restrict_equal(deps: isl.UnionMap, f) -> isl.UnionMap:
     """The dependences ``x -> y`` of ``deps`` with ``f(x) = f(y)`` (endpoints that ``f``
     does not schedule drop out).
 
@@ -159,7 +165,7 @@ def restrict_equal(deps: isl.UnionMap, f: isl.UnionMap) -> isl.UnionMap:
     return union_all(out, deps.get_space())
 
 
-def some_differ(deps: isl.UnionMap, f: isl.UnionMap, decreasing_only: bool = False) -> bool:
+def some_differ(deps: isl.UnionMap, f, decreasing_only: bool = False) -> bool:
     """Is there a dependence ``x -> y`` of ``deps`` with ``f(x) != f(y)`` (with
     ``decreasing_only``: ``f(x) >lex f(y)``, a negative distance)?  Emptiness tests on
     each dependence map intersected with ``f(x) <lex f(y)`` and ``f(x) >lex f(y)``

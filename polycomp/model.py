@@ -418,15 +418,16 @@ def _dataflow(sink: isl.UnionMap, must: isl.UnionMap | None, may: isl.UnionMap |
         return analyse(sink, {k: maps(a) for k, a in accesses.items() if a is not None}) \
             .get_may_dependence()
     grouped = {k: _by_group(a, group_of) for k, a in accesses.items() if a is not None}
+    with_sources = sorted({p for g in grouped.values() for p in g}, reverse=True)
     out = []
     for q, sinks in sorted(_by_group(sink, group_of).items()):
         remaining = union_all(sinks, space)
-        for p in range(q, -1, -1):
+        for p in with_sources:          # the groups with an access, latest first
+            if p > q:
+                continue
             if remaining.is_empty():
                 break
             srcs = {k: g.get(p, []) for k, g in grouped.items()}
-            if not any(srcs.values()):
-                continue
             f = analyse(remaining, srcs)
             out.append(f.get_may_dependence())
             remaining = f.get_may_no_source()   # no must source or kill yet: go on

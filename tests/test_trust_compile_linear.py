@@ -233,3 +233,133 @@ def test_deep_two_trip_nest_compiles_quickly():
 def test_large_programs_compile_within_bounds(case, bound):
     compile_kernel(make_case("c-stmts-1"), "c")
     assert _seconds(case) < bound
+
+
+# ------------------------------------------------------------------ DSL chains
+
+
+class _SequentialPlacer:
+    """Contraction as it was: one temporary at a time, each descending through the
+    Allocates placed before it (the reference of the batched placement)."""
+
+    def __init__(self):
+        from polycomp.hw.cpu import contract as C
+        self.C = C
+        self.p = C._Placer()
+
+    def place(self, node, buf):
+        from dataclasses import replace
+
+        from polycomp import ir
+        C, touches = self.C, self.p.touched.touches
+        if isinstance(node, ir.For):
+            d = self.p.contract_dim(node, buf)
+            if d is not None:
+                shape = buf.shape[:d] + buf.shape[d + 1:]
+                nb = ir.Buffer(buf.name, buf.dtype, shape, C._scope(shape, buf.dtype), buf.flat)
+                body = C._Drop({id(buf): (buf, nb, d)}, self.p.touched).visit(node.body)
+                return replace(node, body=self.place(body, nb))
+            return ir.Allocate(buf, node)
+        if isinstance(node, ir.Block):
+            inside = [k for k, s in enumerate(node.stmts) if touches(s, buf)]
+            if len(inside) == 1:
+                stmts = list(node.stmts)
+                stmts[inside[0]] = self.place(stmts[inside[0]], buf)
+                return ir.Block(tuple(stmts))
+            return ir.Allocate(buf, node)
+        if isinstance(node, (ir.LetStmt, ir.AttrStmt, ir.Allocate)):
+            return replace(node, body=self.place(node.body, buf))
+        if isinstance(node, ir.IfThenElse):
+            if node.orelse is None or not touches(node.orelse, buf):
+                return replace(node, then=self.place(node.then, buf))
+            if not touches(node.then, buf):
+                return replace(node, orelse=self.place(node.orelse, buf))
+        return ir.Allocate(buf, node)
+
+
+def _sequential_contract(func):
+    from polycomp import ir
+    body, temps = func.body, []
+    while isinstance(body, ir.Allocate) and body.buffer.scope == "global":
+        temps.append(body.buffer)
+        body = body.body
+    s = _SequentialPlacer()
+    for buf in temps:
+        if s.p.touched.touches(body, buf):
+            body = s.place(body, buf)
+    return func.with_body(body)
+
+
+def _old_scalar_replace(func):
+    from dataclasses import replace
+
+    from polycomp import ir
+    from polycomp.hw.cpu.scalar_replace import _scalar
+
+    def accesses(node, buf):
+        out = []
+        ir.walk(node, lambda n: out.append(n)
+                if isinstance(n, (ir.Load, ir.Store)) and n.buffer is buf else None)
+        return out
+
+    class Loads(ir.Mutator):
+        def __init__(self, buf, var):
+            self.buf, self.var = buf, var
+
+        def visit_Load(self, e):
+            return self.var if e.buffer is self.buf else self.generic(e)
+
+    def rep(buf, body):
+        stmts = list(body.stmts) if isinstance(body, ir.Block) else [body]
+        for k, s in enumerate(stmts):
+            acc = accesses(s, buf)
+            if not acc:
+                continue
+            if not (isinstance(s, ir.Store) and s.buffer is buf and len(acc) == 1):
+                return None
+            rest = stmts[k + 1:]
+            if any(isinstance(a, ir.Store) for r in rest for a in accesses(r, buf)):
+                return None
+            var = ir.Var(buf.name, buf.dtype)
+            tail = Loads(buf, var).visit(ir.seq(*rest)) if rest else ir.Block(())
+            return ir.seq(*stmts[:k], ir.LetStmt(var, s.value, tail))
+        return None
+
+    class SR(ir.Mutator):
+        def visit_Allocate(self, s):
+            body = self.visit(s.body)
+            if _scalar(s.buffer):
+                out = rep(s.buffer, body)
+                if out is not None:
+                    return out
+            return s if body is s.body else replace(s, body=body)
+    return func.with_body(SR().visit(func.body))
+
+
+@pytest.mark.parametrize("kernel, target", [
+    (lambda: make_case("dsl-chain-30"), "c"), (lambda: make_case("dsl-chain-30"), "cpu-avx2"),
+    (lambda: ops.OPS["softmax"].factory("float32"), "cpu-avx2"),
+    (lambda: ops.OPS["layernorm"].factory("float32"), "c"),
+    (lambda: ops.OPS["attention"].factory("float32"), "cpu-avx512"),
+    (lambda: ops.OPS["conv2d_bias_relu"].factory("float32"), "c"),
+])
+def test_batched_contraction_and_scalar_replacement_equal_the_sequential_ones(
+        kernel, target, monkeypatch):
+    import hashlib
+
+    from polycomp.hw.cpu import contract as C
+    from polycomp.hw.cpu import scalar_replace as S
+
+    def digest():
+        return hashlib.sha1(compile_kernel(kernel(), target).source.encode()).hexdigest()
+    fast = digest()
+    monkeypatch.setattr(C, "contract", _sequential_contract)
+    monkeypatch.setattr(S, "scalar_replace", _old_scalar_replace)
+    assert digest() == fast
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target, bound", [("c", 60), ("cpu-avx2", 90)])
+def test_long_dsl_chain_compiles_within_bounds(target, bound):
+    compile_kernel(make_case("c-stmts-1"), target)
+    assert _seconds("dsl-chain-400", target) < bound
