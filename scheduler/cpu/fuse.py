@@ -46,7 +46,13 @@ from polycomp.state import CompileState
 
 
 def _filter_union(children) -> isl.UnionSet:
-    return union_all([c.filter for c in children], children[0].filter.get_space())
+    """The union of the children's filters (pairwise: no growing union copied per
+    child)."""
+    us = [c.filter for c in children]
+    while len(us) > 1:
+        us = [us[k].union(us[k + 1]) if k + 1 < len(us) else us[k]
+              for k in range(0, len(us), 2)]
+    return us[0]
 
 
 def _outer(child):
