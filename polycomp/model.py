@@ -83,6 +83,20 @@ class PolyModel:
     flow: isl.UnionMap = None  # type: ignore[assignment]
     anti: isl.UnionMap = None  # type: ignore[assignment]
     output: isl.UnionMap = None  # type: ignore[assignment]
+    # the flat program order (initial schedule) of each statement, filled with the
+    # dependences: see :meth:`program_order`
+    order_of: dict = field(default_factory=dict, repr=False)
+
+    def program_order(self, names) -> isl.UnionMap:
+        """The initial schedule as a flat map, restricted to the statements ``names``:
+        a dataflow analysis of a few statements under it costs what they need, while
+        one under the schedule tree costs time in the size of the whole tree (per
+        analysis: quadratic in the statements when every kernel group asks)."""
+        if not self.order_of:
+            for om in maps(self.initial_schedule.get_map()):
+                self.order_of.setdefault(om.get_tuple_name(isl.dim_type.in_), []).append(om)
+        return union_all([m for n in names for m in self.order_of.get(n, ())],
+                         self.context.get_space())
 
     @property
     def dependences(self) -> isl.UnionMap:
@@ -482,6 +496,7 @@ def compute_accesses_and_dependences(m: PolyModel) -> None:
     order_of: dict[str, list[isl.Map]] = {}
     for om in maps(order):
         order_of.setdefault(om.get_tuple_name(isl.dim_type.in_), []).append(om)
+    m.order_of = order_of
     groups = _top_level_groups(m.initial_schedule)
     flow, anti, out = [], [], []
     for array in sorted(per_array):

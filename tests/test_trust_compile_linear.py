@@ -363,3 +363,68 @@ def test_batched_contraction_and_scalar_replacement_equal_the_sequential_ones(
 def test_long_dsl_chain_compiles_within_bounds(target, bound):
     compile_kernel(make_case("c-stmts-1"), target)
     assert _seconds("dsl-chain-400", target) < bound
+
+
+# ------------------------------------------------------------------ CUDA promotion
+
+
+def _old_reads_from_outside(model, refs, stmts):
+    from polycomp.scheduler.promotion.registers import _stmt_set
+    reads = _stmt_set(model, [r.stmt for r in refs if r.is_read])
+    if not model.flow.intersect_range(reads).subtract_domain(_stmt_set(model, stmts)).is_empty():
+        return True
+    space = model.context.get_space()
+    sink, source = isl.UnionMap.empty(space), isl.UnionMap.empty(space)
+    for r in refs:
+        um = isl.UnionMap.from_map(r.access.relation)
+        if r.is_read:
+            sink = sink.union(um)
+        else:
+            source = source.union(um)
+    if sink.is_empty():
+        return False
+    flow = isl.UnionAccessInfo.from_sink(sink).set_must_source(source) \
+        .set_schedule(model.initial_schedule).compute_flow()
+    return not flow.get_may_no_source().is_empty()
+
+
+def _old_has_reuse(prefix, accesses):
+    same_elem = accesses.apply_range(accesses.reverse())
+    same_prefix = prefix.apply_range(prefix.reverse())
+    return not same_elem.intersect(same_prefix).subtract(accesses.domain().identity()).is_empty()
+
+
+@pytest.mark.parametrize("kernel", [
+    lambda: make_case("c-stmts-8"), lambda: make_case("c-inplace-4"),
+    lambda: read_c_kernel(_MIXED), lambda: ops.OPS["matmul_bias_relu"].factory("float32"),
+    lambda: ops.OPS["batch_matmul"].factory("float32"),
+    lambda: ops.OPS["conv2d"].factory("float32"),
+])
+def test_cuda_promotion_tests_equal_the_whole_program_ones(kernel, monkeypatch):
+    """The register promotion's "reads a value from before the kernel" analysis runs
+    under the program order of the group's statements (not the whole schedule tree:
+    quadratic in the statements), and the reuse test composes the prefix of the
+    accessing statements only; the answers are those of the whole-program versions."""
+    from polycomp.scheduler.promotion import footprint as FP
+    from polycomp.scheduler.promotion import registers as R
+    calls = []
+    real_reads, real_reuse = R._reads_from_outside, FP.has_reuse
+
+    def reads(model, refs, stmts):
+        got = real_reads(model, refs, stmts)
+        assert got == _old_reads_from_outside(model, refs, stmts)
+        calls.append(got)
+        return got
+
+    def reuse(prefix, accesses):
+        got = real_reuse(prefix, accesses)
+        assert got == _old_has_reuse(prefix, accesses)
+        calls.append(got)
+        return got
+    monkeypatch.setattr(R, "_reads_from_outside", reads)
+    monkeypatch.setattr(FP, "has_reuse", reuse)
+    for mod in list(__import__("sys").modules.values()):
+        if getattr(mod, "has_reuse", None) is real_reuse and mod is not FP:
+            monkeypatch.setattr(mod, "has_reuse", reuse)
+    compile_kernel(kernel(), "cuda")
+    assert calls
