@@ -92,8 +92,8 @@ def _unfused(m, k, l, n, softmax, scale, target, args):  # noqa: E741
 
 def case(name: str, group: str, target: str) -> dict:
     from polycomp.driver import compile_kernel
-    from polycomp.hw.npu.backend import program_of, simulate
-    from polycomp.scheduler.chain.npu_pass import npu_plan_for
+    from polycomp.hw.npu.backend import simulate
+    from polycomp.scheduler.chain.npu_pass import chain_plan_of
     if group == "attention":
         _, s, d = ATTENTION[name]
         m, k, l, n, softmax, scale = s, d, s, d, True, 1.0 / math.sqrt(d)  # noqa: E741
@@ -105,10 +105,12 @@ def case(name: str, group: str, target: str) -> dict:
             for sh in ((1, m, k), (1, k, l), (1, l, n))]
     t0 = time.perf_counter()
     ck = compile_kernel(_fp16_chain(m, k, l, n, softmax, scale, False), target)
-    plan, why = npu_plan_for(ck.state)
+    plan = chain_plan_of(ck.schedule, ck.state)
     if plan is None:
-        raise RuntimeError(f"{name}: not fused: {why}")
-    prog = program_of(ck.state)
+        raise RuntimeError(f"{name}: not fused: {ck.notes.get('npu-chain-fuse')}")
+    from polycomp.hw.npu.program import NpuModule
+    assert isinstance(ck.final_ir, NpuModule)
+    prog = ck.final_ir.program
     fused, rep = simulate(ck, *args)
     t1 = time.perf_counter()
     unf, u_cycles, u_bytes, u_busy = _unfused(m, k, l, n, softmax, scale, target, args)

@@ -200,15 +200,17 @@ def bench_batch_matmul(s: Suite):
 
 def bench_lowp(s: Suite, n: int | None = None, mode: str = "native"):
     """bf16 (vdpbf16ps) and int8 (vpdpbusd) GEMM against our own fp32 GEMM of the same
-    shape (the peer column), as a fraction of the dot unit's measured peak; rows say
-    "not available" where the host lacks the unit (SIMDe emulation is not timed)."""
+    shape (the peer column), as a fraction of the dot unit's measured peak: the DSL
+    products ``C = A @ B`` (bfloat16 -> float32, int8 -> int32) compiled for the suite's
+    target, which must declare the unit (``cpu`` on a host with it, or
+    ``cpu-avx512-bf16``); rows say "not available" where the host lacks the unit
+    (``mode="simde"`` runs the SIMDe build instead, for tests: not a timing)."""
     import numpy as np
 
     from polycomp import dtypes as dt
     from polycomp.benchmarks import cpu_roofline as rl
     from polycomp.frontend import ops
     from polycomp.hw.cpu import lowp
-    from polycomp.hw.target import get_target
     n = n or (512 if s.quick else 1024)
     units = {"bf16": rl.UNITS[3].name, "int8": rl.UNITS[4].name}
     rng = np.random.default_rng(5)
@@ -217,7 +219,7 @@ def bench_lowp(s: Suite, n: int | None = None, mode: str = "native"):
         case = f"{kind} GEMM {n}x{n}x{n}"
         if not lowp.host_has(kind):
             s.rows.append({"group": "lowp", "case": case, "peer": "ours fp32",
-                           "not_available": f"host lacks {lowp.KINDS[kind][1]}"})
+                           "not_available": f"host lacks {lowp.feature(kind)}"})
             print(f"  lowp       {case:34s} not available", file=sys.stderr, flush=True)
             continue
         if f32 is None:
@@ -226,19 +228,21 @@ def bench_lowp(s: Suite, n: int | None = None, mode: str = "native"):
             f32 = _build(k, s.target)
             A32 = rng.standard_normal((n, n), dtype=np.float32)
             C32 = np.empty((n, n), np.float32)
-        g = lowp.for_target(kind, n, n, n, get_target(s.target))
-        f = lowp.build(g, mode)
+        src = lowp.input_dtype(kind)
+        k = _kernel(lambda A, B: ops.matmul(A, B), f"{kind}gemm{n}", A=((n, n), src),
+                    B=((n, n), src))
+        f = lowp.build_lowp(k, s.target, mode)
         if kind == "bf16":
             A = A32.astype(dt.to_numpy("bfloat16"))
             C = np.empty((n, n), np.float32)
-            ref = lowp.reference_bf16(A[:8], A, "odd-first")
+            ref = lowp.reference_bf16(A[:8], A, "odd-first" if mode == "native" else "pair-sum")
         else:
             A = rng.integers(-128, 128, (n, n)).astype(np.int8)
             C = np.empty((n, n), np.int32)
             ref = lowp.reference_int8(A[:8], A)
-        f(A, A, out=C)
+        f(A, A, out=[C])
         assert np.allclose(C[:8], ref, rtol=1e-5, atol=1e-3), case
-        t_ours, t_f32 = _timeit([lambda: f(A, A, out=C), lambda: f32(A32, A32, out=[C32])],
+        t_ours, t_f32 = _timeit([lambda: f(A, A, out=[C]), lambda: f32(A32, A32, out=[C32])],
                                 s.repeat)
         row = s.add("lowp", case, t_ours, t_f32, "ours fp32", 2 * n ** 3, "GFLOP/s",
                     traffic=3 * n * n * (2 if kind == "bf16" else 1))
@@ -452,7 +456,7 @@ def run_child(args) -> dict:
                      ("lowp", bench_lowp)):
         if name in only:
             fn(s)
-    unit = rl.unit_for(tgt.isa)
+    unit = rl.unit_for(tgt)
     add_roofline(s.rows, roofs, unit, args.threads)
     return {"info": info, "copy_bandwidth_GBs": copy_bw, "fp32_unit": unit,
             "roofs": roofs.to_json(), "rows": s.rows}

@@ -52,6 +52,7 @@ class Unit:
     gcc_target: str
     body: str       # C statements of one round: CHAINS updates of acc0..acc{CHAINS-1}
     decl: str       # C declarations of acc0.. and the operands
+    bits: int = 512  # vector width
 
 
 def _chains(fmt: str) -> str:
@@ -69,11 +70,11 @@ UNITS = (
     Unit("fp32 FMA 128-bit", ("fma",), 8, "avx2,fma",
          _chains("acc{i} = _mm_fmadd_ps(acc{i}, m, a);"),
          _decl("__m128", "_mm_set1_ps((float)(seed + {i}))",
-               "__m128 m = _mm_set1_ps(0.999f), a = _mm_set1_ps(1e-3f);")),
+               "__m128 m = _mm_set1_ps(0.999f), a = _mm_set1_ps(1e-3f);"), 128),
     Unit("fp32 FMA 256-bit", ("avx2", "fma"), 16, "avx2,fma",
          _chains("acc{i} = _mm256_fmadd_ps(acc{i}, m, a);"),
          _decl("__m256", "_mm256_set1_ps((float)(seed + {i}))",
-               "__m256 m = _mm256_set1_ps(0.999f), a = _mm256_set1_ps(1e-3f);")),
+               "__m256 m = _mm256_set1_ps(0.999f), a = _mm256_set1_ps(1e-3f);"), 256),
     Unit("fp32 FMA 512-bit", ("avx512f",), 32, "avx512f",
          _chains("acc{i} = _mm512_fmadd_ps(acc{i}, m, a);"),
          _decl("__m512", "_mm512_set1_ps((float)(seed + {i}))",
@@ -350,9 +351,13 @@ def measure(threads: tuple[int, ...], copy_bytes: int, rounds: int = 5) -> Roofs
     return Roofs(peaks, bw, tuple(threads), clock)
 
 
-def unit_for(isa: str) -> str:
-    """The fp32 unit a target of ``isa`` computes on."""
-    return {"avx512": UNITS[2].name, "avx2": UNITS[1].name}.get(isa, UNITS[0].name)
+def unit_for(target) -> str:
+    """The fp32 unit a C target computes on: the FMA unit of its vector width
+    (``target.cpu.vector_bits``; the 128-bit one for scalar C, which gcc vectorises
+    with SSE)."""
+    bits = target.cpu.vector_bits if target.cpu is not None else 0
+    fp32 = [u for u in UNITS if u.name.startswith("fp32")]
+    return next((u.name for u in fp32 if u.bits == bits), fp32[0].name)
 
 
 def format_roofs(r: Roofs) -> str:

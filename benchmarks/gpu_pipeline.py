@@ -50,7 +50,8 @@ def _ptxas(source: str, sm: int = 80) -> dict:
 def _footprint_bytes_per_flop(ck, n: int) -> float:
     """Loads of the tiled kernel at n^3 from its promotion boxes (one load per element
     of each box per tile), plus the epilogue's direct loads (none for plain matmul)."""
-    promos = ck.state.promotions
+    from polycomp.scheduler.promotion.record import promotion_state
+    promos = promotion_state(ck.state).promotions
     tiles_ij = (-(-n // 64)) ** 2
     k_tiles = -(-n // 16)
     per_tile = sum(p.box.elements() * 4 for p in promos if p.local.scope == "shared")

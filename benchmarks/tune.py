@@ -80,7 +80,7 @@ def run_case(layer: str, L: int, args, history: list | None = None) -> dict:
     for r in recs:
         best = min(best, r.seconds)
         curve.append(best)
-    tuned = min(recs, key=lambda r: r.seconds)
+    tuned = min((r for r in recs if r.ok), key=lambda r: r.seconds)
     space = cpu_space(get_target(args.target), GemmShape(32 * L, M, K))
     if args.sample:
         step = max(1, len(space) // args.sample)
@@ -89,7 +89,8 @@ def run_case(layer: str, L: int, args, history: list | None = None) -> dict:
         pts = [p.options() for p in space]
     if tuned.config not in pts:
         pts.append(tuned.config)
-    space_best = min(safe_measure(kernel, args.target, c, shape, args.repeat)[0] for c in pts)
+    space_best = min(safe_measure(kernel, args.target, c, shape, args.repeat).seconds
+                     for c in pts)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((32 * L, K), dtype=np.float32)
     b = rng.standard_normal((K, M), dtype=np.float32)

@@ -1,4 +1,5 @@
-"""The polyhedral model of a C SCoP (:class:`~polycomp.frontend.c_reader.CProgram`).
+"""The polyhedral model of a C SCoP (:class:`~polycomp.frontend.c_reader.CProgram`):
+a :class:`CScopModel`.
 
 Guarantees, in isl terms:
 
@@ -28,6 +29,8 @@ Guarantees, in isl terms:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import islpy as isl
 
 from polycomp import ir
@@ -39,12 +42,23 @@ from polycomp.model import Access, PolyModel, Statement, compute_accesses_and_de
 from polycomp.scheduler.common.tree import map_bands
 
 from .c_expr import affine_pieces, cond_text, guarded, isl_name, param_prefix
-from .c_program import CIf, CLoop, CProgram, CSeq, CStmt
+from .c_program import CGraph, CIf, CLoop, CProgram, CSeq, CStmt
 
-__all__ = ["build_c_model", "size_local_arrays", "extent_of"]
+__all__ = ["CScopModel", "build_c_model", "size_local_arrays", "extent_of"]
 
 
-def build_c_model(program: CProgram) -> PolyModel:
+@dataclass(eq=False)
+class CScopModel(PolyModel):
+    """The model of a C SCoP: ``graph`` is its :class:`~polycomp.frontend.c_program.CGraph`
+    (no stages; every statement an ``assign``; every output in-out)."""
+    graph: CGraph
+
+    @property
+    def inout(self) -> tuple[str, ...]:
+        return self.graph.inout
+
+
+def build_c_model(program: CProgram) -> CScopModel:
     """Build the :class:`~polycomp.model.PolyModel` of a C SCoP (see the module doc)."""
     ctx = polycomp_context()
     g = program.graph
@@ -57,8 +71,8 @@ def build_c_model(program: CProgram) -> PolyModel:
         by_name = {s.name: s for s in stmts}
         schedule = _schedule(program.tree, by_name)
         # (a SCoP without statements has no schedule tree)
-        model = PolyModel(g, ctx, g.params, context, stmts, domain,
-                          schedule)  # type: ignore[arg-type]
+        model = CScopModel(g, ctx, g.params, context, stmts, domain,
+                           schedule)  # type: ignore[arg-type]
         compute_accesses_and_dependences(model)
         model.initial_schedule = _mark_permutable(schedule,  # type: ignore[arg-type]
                                                   model.dependences)

@@ -63,7 +63,7 @@ from polycomp.errors import (
 
 from .c_expand import expand_scalars
 from .c_expr import MATH_FUNCTIONS
-from .c_model import size_local_arrays
+from .c_model import CScopModel, size_local_arrays
 from .c_program import (
     CArray,
     CGraph,
@@ -107,8 +107,9 @@ class CKernel:
 
     ``params`` are the names of its integer size parameters, ``inputs`` the arrays it
     only reads and ``outputs`` the arrays it writes (in-out), each in C parameter order.
-    ``polyhedral_model()`` builds the :class:`~polycomp.model.PolyModel` the driver
-    compiles; ``model.initial_schedule`` is the schedule tree of the C loop structure.
+    ``polyhedral_model()`` builds the :class:`~polycomp.frontend.c_model.CScopModel` the
+    driver compiles; ``model.initial_schedule`` is the schedule tree of the C loop
+    structure.
     """
 
     def __init__(self, program: CProgram):
@@ -134,8 +135,8 @@ class CKernel:
     def statements(self) -> list:
         return self.program.statements
 
-    def polyhedral_model(self):
-        """A fresh :class:`~polycomp.model.PolyModel` of this kernel."""
+    def polyhedral_model(self) -> CScopModel:
+        """A fresh :class:`~polycomp.frontend.c_model.CScopModel` of this kernel."""
         from .c_model import build_c_model
         return build_c_model(self.program)
 

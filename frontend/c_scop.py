@@ -63,7 +63,7 @@ class ScopReader(ExprReader):
         self.written: set = set()
         self.scalar_params: set = set()          # read-only scalars passed by value
         self.locals: dict[str, CArray] = {}      # local scalars (0-d) and local arrays
-        self.ctx = None
+        self.ctx: isl.Context | None = None      # set by read()
 
     def reject_dollar_identifiers(self) -> None:
         """gcc accepts ``$`` in identifiers; polycomp's model cannot name them."""
@@ -149,7 +149,7 @@ class ScopReader(ExprReader):
                              f"declare its shape as a C99 VLA parameter, e.g. "
                              f"`float {name}[restrict N][M]`")
         if isinstance(t, c_ast.ArrayDecl):
-            dims = []
+            dims: list = []
             while isinstance(t, c_ast.ArrayDecl):
                 if t.dim is None:
                     raise ShapeMismatchError(
@@ -314,7 +314,7 @@ class ScopReader(ExprReader):
                              "give each local variable its own name")
         if name in ISL_KEYWORDS:
             self.unsupported(f"local variable name {name!r}", d, "rename it")
-        dims = []
+        dims: list = []
         while isinstance(t, c_ast.ArrayDecl):
             if t.dim is None:
                 raise ShapeMismatchError(f"local array {name!r} has no extent in dimension "
@@ -443,6 +443,7 @@ class ScopReader(ExprReader):
         stays false once it is false (an upper bound for an increasing loop, a lower
         bound for a decreasing one), so its iterations are exactly the points of the
         domain.  Checked with isl: if ``cond`` holds at ``i + step`` it holds at ``i``."""
+        assert self.ctx is not None
         names = self.names(scope)
         dims = ", ".join(names[v] for v in scope.loops)
         prefix = param_prefix(self.params.values())

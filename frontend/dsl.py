@@ -17,7 +17,7 @@ import itertools
 import re
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from polycomp import dtypes as dt
 from polycomp import ir
@@ -38,6 +38,9 @@ from polycomp.errors import (
 )
 
 from .buffer_view import BufferView
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .dsl_model import DslModel
 
 __all__ = ["sym", "Tensor", "tensor_expr", "compute", "reduce_axis", "sum", "max", "min",
            "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs", "sigmoid", "select",
@@ -604,10 +607,10 @@ class Kernel:
     def __repr__(self):
         return f"<polycomp kernel {self.name}>"
 
-    def polyhedral_model(self):
-        """The :class:`~polycomp.model.PolyModel` the driver compiles (front ends other
-        than the DSL, e.g. the C SCoP reader, provide the same method)."""
-        from polycomp.model import build_model
+    def polyhedral_model(self) -> DslModel:
+        """The :class:`~polycomp.frontend.dsl_model.DslModel` the driver compiles (front
+        ends other than the DSL, e.g. the C SCoP reader, provide the same method)."""
+        from .dsl_model import build_model
         return build_model(self.graph)
 
     @property

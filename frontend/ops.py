@@ -793,7 +793,7 @@ def _ref_bias_add(x, bias):
 
 def _ref_reduce(op, axis):
     def ref(x):
-        f = {"sum": np.sum, "max": np.max, "min": np.min}[op]
+        f = getattr(np, op)      # np.sum, np.max, np.min
         v = _np_acc(x) if op == "sum" else _f64(x)
         return f(v, axis=axis)
     return ref
@@ -847,7 +847,7 @@ def _ref_conv2d(stride, padding, dilation):
 
 def _ref_reduce3d(op, axis, keepdims):
     def ref(x):
-        f = {"sum": np.sum, "max": np.max, "min": np.min}[op]
+        f = getattr(np, op)      # np.sum, np.max, np.min
         v = _np_acc(x) if op == "sum" else _f64(x)
         return f(v, axis=axis, keepdims=keepdims)
     return ref

@@ -14,7 +14,7 @@ def explain_file(path: str, write: Callable[[str], object], dump_dir: str | None
     """Explain the graphs of ``path``; False when it defines kernels or no graph."""
     if not path.endswith(".py"):
         return False
-    from polycomp.cli import find_kernels, load_module
+    from polycomp.kernel_files import find_kernels, load_module
     mod = load_module(path)
     graphs = [v for v in vars(mod).values() if isinstance(v, Graph)]
     if not graphs or find_kernels(mod):

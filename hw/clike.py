@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from polycomp import dtypes as dt
 from polycomp import ir
+from polycomp.lowering.printer import attr_words
 
 from .c_reserved import RESERVED_GLOBALS, RESERVED_MACROS
 
@@ -187,6 +188,10 @@ class CLikePrinter:
             return self.intrinsic(e)
         if isinstance(e, ir.Load):
             return self.load_value(e.buffer, self.expr(e.indices[0]))
+        if isinstance(e, ir.FuncCall):    # a function of the same module (dispatchers)
+            args = ", ".join(a.name if isinstance(a, ir.Buffer) else self.expr(a)
+                             for a in e.args)
+            return f"{e.func}({args})"
         raise NotImplementedError(f"{type(self).__name__} cannot print {type(e).__name__}")
 
     def binary(self, e: ir.Binary) -> str:
@@ -285,6 +290,8 @@ class CLikePrinter:
             self.emit(f"{self.expr(s.value)};")
         elif isinstance(s, ir.AttrStmt):
             self.attr(s)
+        elif isinstance(s, ir.Return):
+            self.emit("return;" if s.value is None else f"return {self.expr(s.value)};")
         else:
             raise NotImplementedError(f"{type(self).__name__} cannot print {type(s).__name__}")
 
@@ -308,7 +315,8 @@ class CLikePrinter:
         self.emit("}")
 
     def attr(self, s: ir.AttrStmt) -> None:
-        self.emit(f"// {s.key}{': ' + str(s.value) if s.value else ''}")
+        head, rest = attr_words(s)
+        self.emit(f"// {head}{': ' + rest if rest else ''}")
         self.stmt(s.body)
 
     def allocate(self, s: ir.Allocate) -> None:

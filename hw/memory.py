@@ -45,12 +45,25 @@ class CopyRule:
 class ComputeUnit:
     """A compute unit and its intrinsic: ``shape`` is (M, N, K) for matrix units, the
     lane count for vector units; ``dtypes`` the operand types it takes (accumulator
-    after ``->``)."""
+    after ``->``), as text.
+
+    A *dot-product* unit (a vector unit whose lanes each add a dot product of a group
+    of elements to an accumulator: AVX512_BF16 ``vdpbf16ps``, AVX512_VNNI ``vpdpbusd``)
+    has ``shape = (lanes, group)`` and says what it multiplies in typed fields:
+    ``operands`` (the dtypes of the broadcast and the vector operand, in that order)
+    and ``accumulator`` (the lanes' dtype); passes choose such units by these fields."""
     name: str
     kind: str              # "matrix" | "vector" | "scalar"
     shape: tuple[int, ...]
     dtypes: tuple[str, ...]
     note: str = ""
+    operands: tuple[str, ...] = ()
+    accumulator: str = ""
+
+    @property
+    def is_dot(self) -> bool:
+        """A dot-product unit (``shape = (lanes, group)``, typed operands)."""
+        return self.kind == "vector" and len(self.shape) == 2 and bool(self.accumulator)
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,21 @@ A backend is a package under ``hw/`` (``hw/cpu``, ``hw/cuda``) with a
   :class:`~polycomp.hw.target.Target`: memory hierarchy, compute units, parameters);
 * ``options_class``: its typed options (:mod:`polycomp.options`);
 * ``schedule_passes(state)``, ``ir_passes(state)`` (IR the interpreter still runs),
-  ``codegen_passes(state)`` (to the printed IR) and ``emit(func, state)`` (source);
+  ``codegen_passes(state)`` (to the printed IR), ``target_passes(state)`` (a lowering
+  to the backend's own target IR and passes on it, where it has one: the NPU) and
+  ``emit(func, state)`` (source);
 * ``lowering_statements(state, var)``: extra statement builders for lowering (e.g. the
   copy statements of promotions);
 * ``suffix`` of emitted files, ``runner(ck)`` (a callable on numpy arrays and how it
   runs), ``execute(ck, inputs, params)`` (the reference semantics of the target IR:
   interpreter or simulator) and ``check(path, ck)`` (compile the emitted file with the
-  vendor compiler, return a report).
+  vendor compiler, return a report);
+* tuning (docs/tuning.md): ``tuning_space(ck, shape)`` (the configurations worth trying,
+  only knobs that change the code), ``measure(ck, arrays, shape, repeat, threads)``;
+  multi-version kernels: ``version_plan`` (which rule picks a version),
+  ``multiversion_module`` (versions, selector and dispatchers as one
+  :class:`~polycomp.ir.LoweredModule`), ``emit_module`` (printed once),
+  ``load_module`` and ``execute_module``.
 
 Built-in backends are imported on first use; others register through the
 ``polycomp.targets`` entry-point group (a module that calls :func:`register`).
@@ -23,7 +31,7 @@ See docs/architecture.md, "Adding a target".
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -32,12 +40,14 @@ from polycomp.errors import TargetError
 
 if TYPE_CHECKING:  # pragma: no cover
     from polycomp import ir
-    from polycomp.driver import CompiledKernel
+    from polycomp.compiled import CompiledKernel
     from polycomp.hw.target import Target
     from polycomp.lowering.ir_pass import IRPass
     from polycomp.options import Options
+    from polycomp.pass_manager import TargetPass
     from polycomp.scheduler.common.pass_base import Pass
     from polycomp.state import CompileState
+    from polycomp.tuning_contract import Measurement, TuningSpace, VersionPlan
 
 BUILTIN_BACKENDS = ("polycomp.hw.cpu.backend", "polycomp.hw.cuda.backend",
                     "polycomp.hw.npu.backend")
@@ -51,6 +61,16 @@ class Runner:
     call: Callable
     how: str
     native: bool
+
+
+@dataclass(frozen=True)
+class ModuleLibrary:
+    """A loaded multi-version module (``Backend.load_module``): ``call(*arrays,
+    **sizes)`` runs its dispatcher entry point, ``select(sizes)`` asks its own selector
+    which version runs at those sizes."""
+    call: Callable
+    select: Callable[[Mapping[str, int]], int]
+    how: str
 
 
 class Backend:
@@ -74,6 +94,13 @@ class Backend:
         return []
 
     def codegen_passes(self, state: CompileState) -> list[IRPass]:
+        return []
+
+    def target_passes(self, state: CompileState) -> list[TargetPass]:
+        """Steps on the backend's own target IR after the code-generation passes: the
+        first lowers the LoweredFunc into it, the others rewrite it; ``emit`` prints
+        the result (``CompiledKernel.final_ir``).  None by default: C and CUDA print
+        the LoweredFunc."""
         return []
 
     def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
@@ -112,6 +139,62 @@ class Backend:
     def check(self, path: str, ck: CompiledKernel) -> str:
         raise TargetError(f"--check is not available for target {ck.target.name}: its "
                           f"backend has no compiler to check the emitted file with")
+
+    # ------------------------------------------------------------ tuning (docs/tuning.md)
+    def tuning_space(self, ck: CompiledKernel, shape: Mapping[str, int]) -> TuningSpace:
+        """The configurations ``polycomp tune`` tries for ``ck``'s kernel at ``shape``
+        (every size symbol bound): only knobs that change the generated code; no points
+        (``about`` says why) when there is nothing to tune."""
+        from polycomp.tuning_contract import TuningSpace
+        return TuningSpace((), about=f"the {self.family} backend has no tuning space")
+
+    def measure(self, ck: CompiledKernel, arrays: list, shape: Mapping[str, int],
+                repeat: int, threads: int | None = None) -> Measurement:
+        """Time ``ck`` natively on ``arrays`` (best of ``repeat`` runs after one
+        warm-up), with ``threads`` threads where the target runs threads."""
+        raise TargetError(f"target {ck.target.name} has no native runner to time "
+                          f"trials on")
+
+    def version_plan(self, kernel, target: Target, records: list,
+                     func: ir.LoweredFunc) -> VersionPlan | None:
+        """The multi-version plan of ``kernel`` from tuning ``records``, or None for the
+        tuner's default (measured records by bucket ranges and shape guards,
+        :func:`polycomp.scheduler.tuning.multiversion.guard_plan`)."""
+        return None
+
+    def multiversion_module(self, versions: Sequence[CompiledKernel],
+                            selector: ir.LoweredFunc,
+                            comments: Sequence[str] = ()) -> ir.LoweredModule:
+        """One module of the compiled ``versions`` (one kernel, one target, same
+        signature), the ``selector`` (returns the version index) and dispatchers with the
+        kernel's entry points."""
+        raise TargetError(f"the {self.family} backend makes no multi-version modules")
+
+    def emit_module(self, module: ir.LoweredModule,
+                    versions: Sequence[CompiledKernel]) -> str:
+        """The source of ``module`` (one translation unit), printed by this backend's
+        printer; ``versions`` are the compiled kernels its versions came from."""
+        raise TargetError(f"the {self.family} backend prints no multi-version modules")
+
+    def load_module(self, module: ir.LoweredModule, source: str,
+                    versions: Sequence[CompiledKernel]) -> ModuleLibrary:
+        """Build and load ``source`` (the printed ``module``) natively."""
+        raise TargetError(f"the {self.family} backend cannot load a multi-version module "
+                          f"here")
+
+    def execute_module(self, module: ir.LoweredModule, source: str,
+                       versions: Sequence[CompiledKernel], inputs: tuple, params: dict):
+        """(outputs, version index): the version ``module``'s selector picks, run with
+        the reference semantics of :meth:`execute`."""
+        from polycomp.lowering.host_eval import call_host
+        from polycomp.shapes import infer_params
+        f = module.function(module.name).func
+        values = infer_params(f.params, f.inputs, list(inputs), params, outputs=f.outputs)
+        i = call_host(module.selector, values, module)
+        if i is None or not 0 <= i < len(versions):
+            raise TargetError(f"{module.name}: no version's guard holds for "
+                              f"{', '.join(f'{k}={v}' for k, v in sorted(values.items()))}")
+        return self.execute(versions[i], inputs, params), i
 
 
 _BACKENDS: dict[str, Backend] = {}        # family -> backend

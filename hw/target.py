@@ -23,6 +23,10 @@ class CpuParams:
     threads: int = 1
 
 
+CUDA_MAX_THREADS_PER_BLOCK = 1024   # every CUDA architecture's limit
+CUDA_WARP_SIZE = 32                 # threads of a warp (and of a warp-level mma.sync)
+
+
 @dataclass(frozen=True)
 class CudaParams:
     """Machine parameters of a CUDA target: the SM version and per-block limits
@@ -31,8 +35,8 @@ class CudaParams:
     sm: int = 80
     shared_memory_optin: int = 0
     registers_per_thread: int = 255
-    max_threads_per_block: int = 1024
-    warp_size: int = 32
+    max_threads_per_block: int = CUDA_MAX_THREADS_PER_BLOCK
+    warp_size: int = CUDA_WARP_SIZE
     sms: int = 108                     # streaming multiprocessors (A100: 108, H100: 132)
 
 

@@ -7,8 +7,9 @@ and produces IR:
 * ``for`` nodes become :class:`~polycomp.ir.For` with unit stride (a stride ``s`` loop
   becomes ``for t in [0, n): let c = init + s*t``; a degenerate loop becomes a ``let``);
 * ``if`` nodes become :class:`~polycomp.ir.IfThenElse`;
-* ``mark`` nodes become :class:`~polycomp.ir.AttrStmt` (key = mark name before ``:``,
-  value = the text after it) so hardware passes can pattern-match them;
+* ``mark`` nodes become :class:`~polycomp.ir.AttrStmt` (key = the mark's declared kind,
+  value = the payload index after it: :func:`polycomp.scheduler.common.marks.split`) so
+  hardware passes can pattern-match them;
 * user nodes become the statement's ``Store`` (or, for statements registered by
   promotion passes, whatever IR their builder returns) with the statement iterators
   replaced by the AST's argument expressions.
@@ -34,6 +35,8 @@ from polycomp.islutil import (
     some_differ,
     tuple_names,
 )
+from polycomp.model import PolyModel
+from polycomp.scheduler.common import marks
 
 _OP = isl.ast_expr_op_type
 _BIN = {
@@ -238,8 +241,7 @@ class AstLowerer:
             orelse = self.stmt(node.if_get_else_node()) if node.if_has_else_node() else None
             return ir.IfThenElse(self.expr(node.if_get_cond()), then, orelse)
         if t == isl.ast_node_type.mark:
-            name = node.mark_get_id().get_name()
-            key, _, value = name.partition(":")
+            key, value = marks.split(node.mark_get_id().get_name())
             return ir.AttrStmt(key, value, self.stmt(node.mark_get_node()))
         if t == isl.ast_node_type.user:
             return self.user(node.user_get_expr())
@@ -303,7 +305,7 @@ def statement_builders(model) -> dict[str, Callable]:
     return out
 
 
-def lower_schedule(model, schedule: isl.Schedule, extra_statements: dict | None = None,
+def lower_schedule(model: PolyModel, schedule: isl.Schedule, extra_statements: dict | None = None,
                    name: str | None = None, simplify_body: bool = True,
                    extra_context: isl.Set | None = None,
                    statement_hook: Callable[[Callable[[str], ir.Var]], dict] | None = None,
@@ -330,10 +332,8 @@ def lower_schedule(model, schedule: isl.Schedule, extra_statements: dict | None 
         builders.update(statement_hook(lowerer.var))
     builders.update(extra_statements or {})
     body = ir.seq(*[lowerer.stmt(ast) for ast in asts])
-    for t in reversed(model.graph.temporaries):
-        body = ir.Allocate(t.buffer, body)
-    g = model.graph
-    inout = tuple(getattr(g, "inout", ()))  # outputs whose initial contents the caller gives
-    f = ir.LoweredFunc(name or g.name, tuple(model.params), tuple(t.buffer for t in g.inputs),
-                       tuple(t.buffer for t in g.outputs), body, inout)
+    for buf in reversed(model.temporaries):
+        body = ir.Allocate(buf, body)
+    f = ir.LoweredFunc(name or model.name, tuple(model.params), model.live_in, model.live_out,
+                       body, model.inout)
     return f.with_body(simplify(f.body)) if simplify_body else f

@@ -34,14 +34,31 @@ def expr_str(e, parent_prec: int = 0) -> str:
     if isinstance(e, ir.Load):
         lanes = f"<x{e.lanes}>" if e.lanes > 1 else ""
         return f"{e.buffer.name}[{', '.join(expr_str(i) for i in e.indices)}]{lanes}"
+    return _vector_or_call_str(e)
+
+
+def _vector_or_call_str(e) -> str:
     if isinstance(e, ir.Ramp):
         return f"ramp({expr_str(e.base)}, {expr_str(e.stride)}, {e.lanes})"
     if isinstance(e, ir.Broadcast):
         return f"x{e.lanes}({expr_str(e.value)})"
+    if isinstance(e, ir.FuncCall):
+        args = ", ".join(a.name if isinstance(a, ir.Buffer) else expr_str(a) for a in e.args)
+        return f"{e.func}({args})"
     name = type(e).__name__
     if hasattr(e, "op") and hasattr(e, "body"):  # frontend Reduce
         return f"{e.op}({expr_str(e.body)}, axis=[{', '.join(a.name for a in e.axes)}])"
     return f"<{name}>"
+
+
+def attr_words(s: ir.AttrStmt) -> tuple[str, str]:
+    """``(head, rest)`` of an attribute's comment ``// head: rest``: the mark's name
+    (``<kind>:<value>``) split after its first word, as isl prints it (``tile:block`` /
+    ``0`` -> ``tile`` / ``block:0``); a value that is no text prints whole."""
+    if not isinstance(s.value, str):
+        return s.key, str(s.value) if s.value else ""
+    head, _, rest = (f"{s.key}:{s.value}" if s.value else s.key).partition(":")
+    return head, rest
 
 
 def stmt_str(s, indent: int = 0) -> str:
@@ -75,7 +92,10 @@ def stmt_str(s, indent: int = 0) -> str:
     if isinstance(s, ir.Evaluate):
         return f"{pad}{expr_str(s.value)}\n"
     if isinstance(s, ir.AttrStmt):
-        return f"{pad}// {s.key}: {s.value}\n" + stmt_str(s.body, indent)
+        head, rest = attr_words(s)
+        return f"{pad}// {head}: {rest}\n" + stmt_str(s.body, indent)
+    if isinstance(s, ir.Return):
+        return f"{pad}return{'' if s.value is None else ' ' + expr_str(s.value)}\n"
     return f"{pad}<{type(s).__name__}>\n"
 
 
@@ -85,3 +105,14 @@ def func_str(f) -> str:
     args = ", ".join(f"{b.name}: {b.dtype}[{', '.join(expr_str(d) for d in b.shape)}]"
                      for b in f.args)
     return f"func {f.name}({params}; {args}):\n" + stmt_str(f.body, 1)
+
+
+def module_str(m) -> str:
+    """Print a :class:`polycomp.ir.LoweredModule`: every function with its role."""
+    out = [f"module {m.name}:"]
+    for mf in m.functions:
+        tail = f" -> {mf.result}" if mf.result != "void" else ""
+        out.append(f"# {mf.role}{'' if mf.exported else ' (internal)'}{tail}"
+                   f"{': ' + mf.comment if mf.comment else ''}")
+        out.append(func_str(mf.func).rstrip("\n"))
+    return "\n".join(out) + "\n"

@@ -52,6 +52,7 @@ from dataclasses import replace
 
 from polycomp import dtypes as dt
 from polycomp import ir
+from polycomp.scheduler.common import marks
 
 from .simplify import simplify
 from .vectorize_analysis import (  # noqa: F401  (re-exported for the CPU passes)
@@ -200,7 +201,7 @@ class _Body:
             if red is not None:
                 p = self.plan
                 old = _acc_ref(red.acc, self.slot, p.lanes, p.dtype)
-                new = ir.Binary(red.op, old, self.w.expr(red.rest), p.dtype)
+                new: ir.Expr = ir.Binary(red.op, old, self.w.expr(red.rest), p.dtype)
                 if self.lane_mask is not None:
                     new = ir.Select(self.lane_mask, new, old, p.dtype)
                 return _acc_store(red.acc, self.slot, p.lanes, new)
@@ -274,7 +275,7 @@ def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids):
     finals = []
     for red in plan.reductions.values():
         s = red.store
-        vec = _acc_ref(red.acc, 0, L, D)
+        vec: ir.Expr = _acc_ref(red.acc, 0, L, D)
         for u in range(1, U):
             vec = ir.Binary(red.op, vec, _acc_ref(red.acc, u, L, D), D)
         old = ir.Load(s.buffer, s.indices, D)
@@ -285,7 +286,7 @@ def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids):
     if const_n is None or const_n % L:
         if tail == "mask":
             mask = lane_range(ir.IntImm(0), count, L)
-            t = ir.AttrStmt("vector_mask", (count, L), body_at(tail_base, 0, mask))
+            t = ir.AttrStmt(marks.VECTOR_MASK, (count, L), body_at(tail_base, 0, mask))
             tail_stmt = t if const_n is not None else ir.IfThenElse(
                 ir.Binary(">", count, ir.IntImm(0), "bool"), t)
         else:

@@ -24,5 +24,4 @@ from .frontend.dsl import (  # noqa: F401
     tensor_expr,
     where,
 )
-
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401

@@ -132,7 +132,7 @@ def _fsync_dir(path: str) -> None:
 def make_key(kind: str, *parts: str) -> str:
     """The cache key of an artifact of ``kind`` built from ``parts`` (source, compiler,
     flags...); polycomp's version is always part of it."""
-    from polycomp import __version__
+    from polycomp.version import __version__
     text = "\0".join([kind, __version__, *parts])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 

@@ -12,12 +12,12 @@ and the typed compile state), so tests and ``polycomp explain`` can look at each
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import islpy as isl
 
 from polycomp import ir
+from polycomp.compiled import CompiledKernel
 from polycomp.errors import (
     PolycompError,
     PolycompInternalError,
@@ -25,52 +25,17 @@ from polycomp.errors import (
     UnsupportedConstructError,
     deep_recursion,
 )
-from polycomp.frontend.dsl import Kernel
-from polycomp.hw.registry import Backend, backend_for
+from polycomp.hw.registry import backend_for
 from polycomp.hw.target import Target, get_target
-from polycomp.ir import LoweredFunc
 from polycomp.lowering.ast_to_ir import lower_schedule
-from polycomp.model import PolyModel
+from polycomp.model import FrontEndKernel
 from polycomp.options import Options
-from polycomp.pass_manager import PassManager, PassRecord
+from polycomp.pass_manager import PassManager
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 
 
-@dataclass(eq=False)
-class CompiledKernel:
-    kernel: Kernel
-    target: Target
-    model: PolyModel
-    schedule: isl.Schedule
-    ir: LoweredFunc             # after the target's IR passes (interpretable)
-    final_ir: LoweredFunc       # as printed (flattened)
-    source: str
-    records: list[PassRecord] = field(default_factory=list)
-    state: CompileState | None = None
-
-    @property
-    def name(self) -> str:
-        return self.final_ir.name
-
-    @property
-    def backend(self) -> Backend:
-        return backend_for(self.target)
-
-    @property
-    def options(self) -> Options:
-        assert self.state is not None
-        return self.state.options
-
-    @property
-    def notes(self) -> dict[str, list[str]]:
-        return self.state.remarks if self.state is not None else {}
-
-    def suffix(self) -> str:
-        return self.backend.suffix
-
-
-def compile_kernel(kernel: Kernel, target: str | Target = "c",
+def compile_kernel(kernel: FrontEndKernel, target: str | Target = "c",
                    options: Mapping[str, Any] | Options | None = None,
                    debug: bool = False, dump: bool = False,
                    dump_dir: str | None = None) -> CompiledKernel:
@@ -102,7 +67,7 @@ def compile_kernel(kernel: Kernel, target: str | Target = "c",
         raise PolycompInternalError(f"isl error while compiling {kernel.name}: {e}") from None
 
 
-def _compile(kernel, tgt: Target, backend, opts, pm: PassManager) -> CompiledKernel:
+def _compile(kernel: FrontEndKernel, tgt: Target, backend, opts, pm: PassManager) -> CompiledKernel:
     """The steps of :func:`compile_kernel` (model, schedule, lower, IR, codegen, emit)."""
     model = pm.step("model", "model", kernel.polyhedral_model, str)
     state = CompileState(model, tgt, opts)
@@ -112,6 +77,7 @@ def _compile(kernel, tgt: Target, backend, opts, pm: PassManager) -> CompiledKer
         statement_hook=lambda var: backend.lowering_statements(state, var)), _func_str)
     func = pm.run_ir(func, state, backend.ir_passes(state), "ir")
     final = pm.run_ir(func, state, backend.codegen_passes(state), "codegen")
+    final = pm.run_target(final, state, backend.target_passes(state))
     source = pm.step("emit", "emit", lambda: backend.emit(final, state), str)
     return CompiledKernel(kernel, tgt, model, schedule, func, final, source, pm.records, state)
 
@@ -132,7 +98,7 @@ def _func_str(f: ir.LoweredFunc) -> str:
     return func_str(f)
 
 
-def build(kernel: Kernel, target: str | Target = "c",
+def build(kernel: FrontEndKernel, target: str | Target = "c",
           options: Mapping[str, Any] | Options | None = None):
     """Compile and load ``kernel``; returns a callable taking numpy arrays.
 

@@ -171,6 +171,17 @@ class Call(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class FuncCall(Expr):
+    """A call of another function of the same :class:`LoweredModule` (a dispatcher
+    calling a version or the selector).  ``args`` are expressions (size parameters) and
+    :class:`Buffer` s (passed by address), in the callee's parameter order; ``dtype`` is
+    the callee's result type (``"void"``: none, the call is a statement)."""
+    func: str
+    args: tuple
+    dtype: str = "void"
+
+
+@dataclass(frozen=True, eq=False)
 class Load(Expr):
     buffer: "Buffer"
     indices: tuple
@@ -300,6 +311,13 @@ class AttrStmt(Stmt):
     key: str
     value: Any
     body: Stmt
+
+
+@dataclass(frozen=True, eq=False)
+class Return(Stmt):
+    """Leave the function (of a :class:`LoweredModule`), giving ``value`` (None: a
+    function without a result)."""
+    value: Expr | None = None
 
 
 # --------------------------------------------------------------------------- builders
@@ -550,6 +568,8 @@ _CHILDREN: dict[type, Callable[[Any], tuple]] = {
     Allocate: lambda n: (n.body,),
     Evaluate: lambda n: (n.value,),
     AttrStmt: lambda n: (n.body,),
+    FuncCall: lambda n: tuple(a for a in n.args if isinstance(a, Expr)),
+    Return: lambda n: (n.value,) if n.value is not None else (),
     IntImm: lambda n: (),
     FloatImm: lambda n: (),
     Var: lambda n: (),
@@ -589,6 +609,10 @@ def _children_of_subclass(node) -> tuple:
         return (node.value,)
     if isinstance(node, AttrStmt):
         return (node.body,)
+    if isinstance(node, FuncCall):
+        return tuple(a for a in node.args if isinstance(a, Expr))
+    if isinstance(node, Return):
+        return (node.value,) if node.value is not None else ()
     return ()
 
 
@@ -701,6 +725,14 @@ class Mutator:
         if isinstance(node, AttrStmt):
             b = self.visit(node.body)
             return node if b is node.body else AttrStmt(node.key, node.value, b)
+        if isinstance(node, FuncCall):
+            args = tuple(self.visit(a) if isinstance(a, Expr) else a for a in node.args)
+            if all(x is y for x, y in zip(args, node.args)):
+                return node
+            return replace(node, args=args)
+        if isinstance(node, Return):
+            v = self.visit(node.value)
+            return node if v is node.value else Return(v)
         return node
 
 
@@ -843,3 +875,59 @@ class LoweredFunc:
     def counted(self, **counts: int) -> "LoweredFunc":
         """A copy whose :class:`CodegenCounts` has these fields set."""
         return replace(self, counts=replace(self.counts, **counts))
+
+
+# --------------------------------------------------------------------------- modules
+
+#: roles of a :class:`ModuleFunction`
+VERSION = "version"        # a compiled kernel (one configuration), printed as the backend
+#                            prints a kernel (C: a function; CUDA: its kernels and launcher)
+SELECTOR = "selector"      # host code: returns the index of the version to run
+DISPATCH = "dispatch"      # host code with a kernel entry point's signature: calls the
+#                            selected version
+MODULE_ROLES = (VERSION, SELECTOR, DISPATCH)
+
+
+@dataclass(frozen=True, eq=False)
+class ModuleFunction:
+    """One function of a :class:`LoweredModule`: ``func`` in a ``role`` (one of
+    :data:`MODULE_ROLES`).  ``result`` is the dtype its ``Return`` gives (``"void"``:
+    none); ``exported``: visible outside the module (C: not ``static``); ``version``:
+    for a ``version``, its index in the list of compiled kernels the module was built
+    from; ``comment``: one line the printer puts above it."""
+    func: LoweredFunc
+    role: str
+    result: str = "void"
+    exported: bool = True
+    version: int = -1
+    comment: str = ""
+
+    def __post_init__(self):
+        if self.role not in MODULE_ROLES:
+            raise ValueError(f"module function {self.func.name}: role {self.role!r} is not "
+                             f"one of {MODULE_ROLES}")
+
+
+@dataclass(frozen=True, eq=False)
+class LoweredModule:
+    """Several functions printed as ONE translation unit by a backend's printer: the
+    versions of a multi-version kernel, its selector and its dispatchers
+    (``Backend.multiversion_module``).  Functions call each other with
+    :class:`FuncCall`; ``name`` is the kernel's entry point."""
+    name: str
+    functions: tuple[ModuleFunction, ...]
+    comment: str = ""
+
+    def of_role(self, role: str) -> tuple[ModuleFunction, ...]:
+        return tuple(f for f in self.functions if f.role == role)
+
+    def function(self, name: str) -> ModuleFunction:
+        for f in self.functions:
+            if f.func.name == name:
+                return f
+        raise KeyError(f"module {self.name} has no function {name}")
+
+    @property
+    def selector(self) -> LoweredFunc:
+        (sel,) = self.of_role(SELECTOR)
+        return sel.func

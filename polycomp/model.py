@@ -1,30 +1,41 @@
-"""The polyhedral model of a traced kernel: statements, domains, accesses, dependences.
+"""The polyhedral model of a kernel: statements, domains, accesses, dependences.
 
-One statement per stage; a reduction stage becomes two statements, ``<stage>_init``
-(``out[i] = identity``) and ``<stage>_update`` (``out[i] = out[i] op body[i, r]``).
-Every statement has a parametric isl domain (symbolic dimensions are isl parameters;
+A :class:`PolyModel` is what every front end produces and every later step reads: its
+statements, each with a parametric isl domain (symbolic dimensions are isl parameters;
 the context states every parameter and every declared extent is >= 1), tagged
 read/write access relations (one tag per textual reference, as in PPCG:
-``[S[i] -> S_ref0[]] -> A[...]``), and the model holds the flow, anti and output
-dependences that ``isl.UnionAccessInfo.compute_flow`` derives under program order.
-Reads guarded by an affine ``select`` condition are restricted to that condition.
-Arrays stay multi-dimensional here.
+``[S[i] -> S_ref0[]] -> A[...]``), the initial schedule tree, and the flow, anti and
+output dependences that ``isl.UnionAccessInfo.compute_flow`` derives under it
+(:func:`compute_accesses_and_dependences`).  Arrays stay multi-dimensional here.
+
+A model has one of two typed origins, one subclass each, made by its front end:
+
+* :class:`polycomp.frontend.dsl_model.DslModel` — a traced ``@tensor_expr`` program
+  (``graph`` is its :class:`~polycomp.frontend.dsl.KernelGraph`, with stages; one
+  statement per stage, a reduction split into ``<stage>_init`` and ``<stage>_update``);
+* :class:`polycomp.frontend.c_model.CScopModel` — a C SCoP (``graph`` is its
+  :class:`~polycomp.frontend.c_program.CGraph`; one ``assign`` statement per C
+  assignment; the outputs are in-out).
+
+Passes that depend on the origin test it with ``isinstance(model, DslModel)`` /
+``isinstance(model, CScopModel)`` (and then read the typed ``graph``); everything else
+reads the :class:`KernelSignature` every front end's graph provides.  This module
+imports no front end: the front ends sit above the model.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import islpy as isl
 
 from polycomp import ir
-from polycomp.affine import and_conditions, cond_to_isl, to_isl
-from polycomp.errors import PolycompInternalError, ShapeMismatchError
-from polycomp.frontend.dsl import load_location
+from polycomp.errors import SourceLocation
 from polycomp.islutil import maps, sets, tuple_names, union_all
 
-__all__ = ["Access", "Statement", "PolyModel", "build_model"]
+__all__ = ["Access", "Statement", "KernelSignature", "PolyModel", "FrontEndKernel",
+           "compute_accesses_and_dependences"]
 
 
 @dataclass(eq=False)
@@ -45,8 +56,8 @@ class Access:
 class Statement:
     """``write = value`` executed once for each point of ``domain``."""
     name: str
-    stage: Any                # the front end's Stage (DSL) or statement (C loop nests)
-    kind: str                 # "compute" | "init" | "update"
+    stage: Any                # the front end's Stage (DSL) or CStatementSource (C)
+    kind: str                 # "compute" | "init" | "update" (DSL) | "assign" (C)
     iters: tuple              # ir.Var per domain dimension (stage iters, then reduce axes)
     domain: isl.Set
     write: ir.Buffer
@@ -66,10 +77,37 @@ class Statement:
         return ir.Store(self.write, self.write_indices, self.value)
 
 
+class KernelArray(Protocol):
+    """An array of a kernel's signature (a DSL ``Tensor``, a C ``CArray``)."""
+    @property
+    def buffer(self) -> ir.Buffer: ...
+
+
+class KernelSignature(Protocol):
+    """What every front end's graph provides (the DSL's ``KernelGraph``, the C reader's
+    ``CGraph``): the kernel's name, parameters (``ir.Var``, ``is_param``), input and
+    output arrays in argument order, temporaries (arrays that are no output, allocated
+    by the kernel) and the source location."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def params(self) -> tuple: ...
+    @property
+    def inputs(self) -> tuple[KernelArray, ...]: ...
+    @property
+    def outputs(self) -> tuple[KernelArray, ...]: ...
+    @property
+    def temporaries(self) -> tuple[KernelArray, ...]: ...
+    @property
+    def location(self) -> SourceLocation | None: ...
+
+
 @dataclass(eq=False)
 class PolyModel:
-    """Statements plus the derived isl objects of one kernel."""
-    graph: Any                     # KernelGraph (or a front end's equivalent)
+    """Statements plus the derived isl objects of one kernel (see the module doc; made
+    as a :class:`~polycomp.frontend.dsl_model.DslModel` or a
+    :class:`~polycomp.frontend.c_model.CScopModel`)."""
+    graph: KernelSignature
     ctx: isl.Context
     params: tuple
     context: isl.Set
@@ -99,17 +137,32 @@ class PolyModel:
                          self.context.get_space())
 
     @property
+    def name(self) -> str:
+        return self.graph.name
+
+    @property
     def dependences(self) -> isl.UnionMap:
         """All dependences (flow | anti | output) between statement instances."""
         return self.flow.union(self.anti).union(self.output)
 
     @property
-    def live_in(self) -> tuple:
+    def live_in(self) -> tuple[ir.Buffer, ...]:
         return tuple(t.buffer for t in self.graph.inputs)
 
     @property
-    def live_out(self) -> tuple:
+    def live_out(self) -> tuple[ir.Buffer, ...]:
         return tuple(t.buffer for t in self.graph.outputs)
+
+    @property
+    def temporaries(self) -> tuple[ir.Buffer, ...]:
+        """Arrays the kernel allocates itself (no input or output)."""
+        return tuple(t.buffer for t in self.graph.temporaries)
+
+    @property
+    def inout(self) -> tuple[str, ...]:
+        """Names of the outputs whose initial contents the caller gives (none for a DSL
+        program: it writes every output element; every output of a C SCoP)."""
+        return ()
 
     def statement(self, name: str) -> Statement:
         for s in self.statements:
@@ -119,7 +172,7 @@ class PolyModel:
 
     def __str__(self) -> str:
         from polycomp.lowering.printer import expr_str
-        out = [f"kernel {self.graph.name}",
+        out = [f"kernel {self.name}",
                f"  context: {self.context}",
                f"  live-in: {', '.join(b.name for b in self.live_in)}",
                f"  live-out: {', '.join(b.name for b in self.live_out)}"]
@@ -132,6 +185,16 @@ class PolyModel:
         for name in ("flow", "anti", "output"):
             out.append(f"  {name} dependences: {getattr(self, name)}")
         return "\n".join(out)
+
+
+class FrontEndKernel(Protocol):
+    """What the driver compiles: a front end's kernel (a ``@tensor_expr``
+    :class:`~polycomp.frontend.dsl.Kernel`, a C :class:`~polycomp.frontend.c_reader.CKernel`)
+    with a name and a fresh model of itself."""
+    @property
+    def name(self) -> str: ...
+
+    def polyhedral_model(self) -> PolyModel: ...
 
 
 # --------------------------------------------------------------------------- building
@@ -167,195 +230,6 @@ def _isl_names(params, iters) -> dict:
 
 def _param_prefix(params) -> str:
     return "[" + ", ".join(p.name for p in params) + "] -> " if params else ""
-
-
-def _box(stmt_name, iters, bounds, names, params, loc) -> str:
-    cons = []
-    for v, (lo, ext) in zip(iters, bounds):
-        lo_s = to_isl(lo, names, "lower bound", loc)
-        ext_s = to_isl(ext, names, "extent", loc)
-        cons.append(f"{lo_s} <= {names[v]} < {lo_s} + {ext_s}")
-    dims = ", ".join(names[v] for v in iters)
-    body = " and ".join(cons)
-    return f"{_param_prefix(params)}{{ {stmt_name}[{dims}]" + (f" : {body} }}" if body else " }")
-
-
-class _ModelBuilder:
-    def __init__(self, graph, ctx):
-        self.graph = graph
-        self.ctx = ctx
-        self.params = graph.params
-        self.statements: list[Statement] = []
-        self._context: isl.Set | None = None
-
-    def context(self) -> isl.Set:
-        names = {p: p.name for p in self.params}
-        cons = [f"{p.name} >= 1" for p in self.params]
-        seen = set()
-        for buf in ([t.buffer for t in self.graph.inputs]
-                    + [s.output.buffer for s in self.graph.stages]):
-            for d in buf.shape:
-                if not isinstance(d, ir.IntImm):
-                    c = to_isl(d, names, f"extent of {buf.name}")
-                    if c not in seen:
-                        seen.add(c)
-                        cons.append(f"{c} >= 1")
-        for s in self.graph.stages:
-            for a in s.reduce_axes:
-                if not isinstance(a.extent, ir.IntImm):
-                    cons.append(f"{to_isl(a.extent, names, 'reduce extent', a.location)} >= 1")
-        text = f"{_param_prefix(self.params)}{{ : {' and '.join(cons)} }}" if cons else "{ : }"
-        return isl.Set.read_from_str(self.ctx, text)
-
-    def build(self):
-        for stage in self.graph.stages:
-            self.add_stage(stage)
-
-    def add_stage(self, stage):
-        loc = stage.location
-        out = stage.output.buffer
-        spatial = [(ir.IntImm(0), d) for d in out.shape]
-        if not stage.is_reduction:
-            self.add_statement(stage.name, stage, "compute", stage.iters, spatial, out,
-                               stage.iters, stage.body, loc)
-            return
-        from polycomp.frontend.dsl import identity
-        ident = identity(stage.reduce_op, out.dtype)
-        self.add_statement(f"{stage.name}_init", stage, "init", stage.iters, spatial, out,
-                           stage.iters, ident, loc)
-        iters = tuple(stage.iters) + tuple(a.var for a in stage.reduce_axes)
-        bounds = spatial + [(a.lo, a.extent) for a in stage.reduce_axes]
-        acc = ir.Load(out, tuple(stage.iters), out.dtype)
-        op = {"sum": "+", "max": "max", "min": "min"}[stage.reduce_op]
-        value = ir.Binary(op, acc, stage.body, out.dtype)
-        self.add_statement(f"{stage.name}_update", stage, "update", iters, bounds, out,
-                           stage.iters, value, loc)
-
-    def add_statement(self, name, stage, kind, iters, bounds, out, out_idx, value, loc):
-        names = _isl_names(self.params, iters)
-        try:
-            domain = isl.Set.read_from_str(self.ctx, _box(name, iters, bounds, names,
-                                                          self.params, loc))
-        except isl.Error as e:  # pragma: no cover - _box only emits affine text
-            raise PolycompInternalError(f"isl rejected the domain of {name}: {e}", loc) from e
-        stmt = Statement(name, stage, kind, tuple(iters), domain, out, tuple(out_idx), value)
-        counter = [0]
-
-        def access(kind_, buf, indices, guard, where=None):
-            tag = f"{name}_ref{counter[0]}"
-            counter[0] += 1
-            if len(indices) != len(buf.shape):
-                raise ShapeMismatchError(f"{buf.name} indexed with {len(indices)} indices",
-                                         loc)
-            idx = ", ".join(to_isl(i, names, f"index of {buf.name}", loc) for i in indices)
-            dims = ", ".join(names[v] for v in iters)
-            cond = f" : {guard}" if guard else ""
-            text = f"{_param_prefix(self.params)}{{ {name}[{dims}] -> {buf.name}[{idx}]{cond} }}"
-            rel = isl.Map.read_from_str(self.ctx, text).intersect_domain(domain)
-            unguarded = rel if not guard else isl.Map.read_from_str(
-                self.ctx, f"{_param_prefix(self.params)}{{ {name}[{dims}] -> {buf.name}[{idx}] }}"
-            ).intersect_domain(domain)
-            stmt.accesses.append(Access(tag, buf, tuple(indices), kind_, rel, where, unguarded))
-
-        def collect(e, guard):
-            if isinstance(e, ir.Select):
-                collect(e.cond, guard)
-                c = cond_to_isl(e.cond, names, loc)
-                nc = cond_to_isl(_negate(e.cond), names, loc) if c is not None else None
-                collect(e.t, and_conditions(guard, c))
-                collect(e.f, and_conditions(guard, nc))
-                return
-            if isinstance(e, ir.Load):
-                for i in e.indices:
-                    collect(i, guard)
-                access("read", e.buffer, e.indices, guard, load_location(e))
-                return
-            for c in ir.children(e):
-                collect(c, guard)
-
-        collect(value, None)
-        access("write", out, tuple(out_idx), None)
-        self._check_in_bounds(stmt, loc)
-        self.statements.append(stmt)
-
-    def _check_in_bounds(self, stmt, loc):
-        """Every access must stay inside its array's extents (for all parameter values)."""
-        from polycomp.lowering.printer import expr_str
-        for a in stmt.accesses:
-            buf = a.buffer
-            names = {p: p.name for p in self.params}
-            dims = [f"o{k}" for k in range(len(buf.shape))]
-            cons = [f"0 <= {d} < {to_isl(e, names, 'extent')}" for d, e in zip(dims, buf.shape)]
-            text = (f"{_param_prefix(self.params)}{{ {buf.name}[{', '.join(dims)}]"
-                    + (f" : {' and '.join(cons)} }}" if cons else " }"))
-            extent = isl.Set.read_from_str(self.ctx, text)
-            touched = a.relation.range().intersect_params(self._context)
-            if not touched.is_subset(extent):
-                bad = touched.subtract(extent)
-                idx = ", ".join(expr_str(i) for i in a.indices)
-                raise ShapeMismatchError(
-                    f"{stmt.stage.name}: {a.kind} of {buf.name}[{idx}] goes out of bounds "
-                    f"(shape ({', '.join(expr_str(d) for d in buf.shape)})); e.g. elements "
-                    f"{bad.sample_point() if not bad.is_empty() else bad}; guard it with "
-                    f"select() or fix the index", a.location or loc)
-
-
-def _negate(c: ir.Expr) -> ir.Expr:
-    """The negation of an affine condition, pushed down to comparisons."""
-    if isinstance(c, ir.Binary):
-        flip = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
-        if c.op in flip:
-            return ir.Binary(flip[c.op], c.a, c.b, "bool")
-        if c.op == "&&":
-            return ir.Binary("||", _negate(c.a), _negate(c.b), "bool")
-        if c.op == "||":
-            return ir.Binary("&&", _negate(c.a), _negate(c.b), "bool")
-    if isinstance(c, ir.Unary) and c.op == "!":
-        return c.a
-    if isinstance(c, ir.IntImm):
-        return ir.IntImm(0 if c.value else 1, "bool")
-    return ir.Unary("!", c, "bool")
-
-
-def program_order_schedule(model_ctx, statements, domain) -> isl.Schedule:
-    """The initial schedule tree: stages in program order, loops in index order.
-
-    ``domain`` → ``sequence`` over stages (omitted for one stage) → per stage a band
-    over its output dimensions (shared by the init and update statements of a
-    reduction) → for a reduction, ``sequence [init, update]`` with a band over the
-    reduce axes under the update filter.
-    """
-    from polycomp.scheduler.common.tree import build_program_order
-    return build_program_order(statements, domain)
-
-
-def build_model(graph, ctx: isl.Context | None = None) -> PolyModel:
-    """Build the polyhedral model of a traced :class:`KernelGraph`."""
-    from polycomp.islutil import context as _polycomp_ctx
-    ctx = ctx or _polycomp_ctx()
-    b = _ModelBuilder(graph, ctx)
-    try:
-        b._context = b.context()
-        b.build()
-    except isl.Error as e:
-        raise PolycompInternalError(f"isl error while building the model of "
-                                    f"{graph.name}: {e}", graph.location) from None
-    context = b._context
-    assert context is not None
-    stmts = [s for s in b.statements]
-    for s in stmts:
-        s.domain = s.domain.intersect_params(context)
-        for a in s.accesses:
-            a.relation = a.relation.intersect_params(context)
-            a.index_relation = (a.index_relation if a.index_relation is not None
-                                else a.relation).intersect_params(context)
-    domain = isl.UnionSet.empty(context.get_space())
-    for s in stmts:
-        domain = domain.union(isl.UnionSet.from_set(s.domain))
-    schedule = program_order_schedule(ctx, stmts, domain)
-    model = PolyModel(graph, ctx, graph.params, context, stmts, domain, schedule)
-    compute_accesses_and_dependences(model)
-    return model
 
 
 def _tag(rel: isl.Map, tag: str) -> isl.Map:

@@ -1,7 +1,8 @@
 """Typed, validated compile options: the base class and the value checks.
 
-Each target family declares its options class in its backend package
-(:mod:`polycomp.hw.cpu.options`, :mod:`polycomp.hw.cuda.options`).
+The built-in target families declare their options classes in
+:mod:`polycomp.hw.options` (target data that schedule passes read); a backend names its
+class as ``Backend.options_class``.
 
 ``compile_kernel(k, target, options={...})`` (and ``polycomp compile -O KEY=VALUE``)
 accepts a mapping; the target's options class turns it into a frozen dataclass and

@@ -1,12 +1,14 @@
 """One pass manager for every step of a compile: schedule passes, lowering, IR passes,
-code-generation passes and emission.
+code-generation passes, the steps on a backend's own target IR (:class:`TargetPass`:
+the NPU's lowering to its program and that program's passes) and emission.
 
 Each step is timed and recorded as a :class:`PassRecord` (``polycomp explain`` prints
 the table).  With ``dump=True`` each record keeps the step's output as text: the
-schedule tree after a schedule pass, the IR after lowering and each IR pass, the source
-after emission.  With ``dump_dir`` the same texts are written as numbered files
-(``00-model.model``, ``01-initial.tree``, ``07-lower.ir``, ``15-emit.cu``; the numbered files of an
-earlier compile in that folder are removed first) so two compiles can be diffed.
+schedule tree after a schedule pass, the IR after lowering and each IR pass, the
+target IR after each target step (``str`` of it), the source after emission.  With
+``dump_dir`` the same texts are written as numbered files (``00-model.model``,
+``01-initial.tree``, ``07-lower.ir``, ``15-emit.cu``; the numbered files of an earlier
+compile in that folder are removed first) so two compiles can be diffed.
 With ``debug=True`` every schedule pass's output is checked for legality: each
 flow/anti/output dependence of the model must remain lexicographically positive under
 the new schedule, else :class:`~polycomp.errors.IllegalScheduleError` names the pass and
@@ -20,7 +22,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import islpy as isl
 
@@ -37,13 +39,30 @@ T = TypeVar("T")
 
 # The kinds of step, in pipeline order, and the suffix of their dump files.
 STAGES = {"model": "model", "schedule": "tree", "lower": "ir", "ir": "ir", "codegen": "ir",
-          "emit": "src"}
+          "target": "ir", "emit": "src"}
+
+
+class TargetPass:
+    """A step on a backend's own target-level IR, after the code-generation passes
+    (``Backend.target_passes``): the first takes the :class:`~polycomp.ir.LoweredFunc`
+    and lowers it into the target IR (as MLIR's dialect conversion or TVM's lowering
+    to intrinsics would), the others rewrite that IR; the last one's result is
+    ``CompiledKernel.final_ir``, which ``emit`` prints.  ``str()`` of the IR is its
+    dump.  Subclasses set ``name`` and document what they assume and guarantee."""
+    name: str = "target-pass"
+
+    def run(self, ir_in: Any, state: CompileState) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<target pass {self.name}>"
 
 
 @dataclass
 class PassRecord:
     """What one step did: its name, its stage (``model``, ``schedule``, ``lower``, ``ir``,
-    ``codegen``, ``emit``), the time it took and (when dumping) its output as text."""
+    ``codegen``, ``target``, ``emit``), the time it took and (when dumping) its output as
+    text."""
     name: str
     seconds: float
     tree: str | None            # the step's output text (tree, IR or source)
@@ -137,6 +156,15 @@ class PassManager:
         for p in passes:
             func = self.step(p.name, stage, functools.partial(p.run, func, state), func_str)
         return func
+
+    def run_target(self, ir_in: Any, state: CompileState,
+                   passes: Sequence[TargetPass]) -> Any:
+        """Run ``passes`` (:class:`TargetPass`) in order, each a timed step of stage
+        ``target`` dumped as ``str()`` of its result."""
+        out = ir_in
+        for p in passes:
+            out = self.step(p.name, "target", functools.partial(p.run, out, state), str)
+        return out
 
     def timing_table(self) -> str:
         return "\n".join(f"  {r.name:28s} {r.seconds * 1e3:8.2f} ms" for r in self.records)

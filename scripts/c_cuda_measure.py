@@ -123,6 +123,7 @@ def measure(name: str, src: str, macros: dict[str, int], workdir: str,
     from polycomp.driver import compile_kernel
     from polycomp.frontend.c_reader import read_c_kernel
     from polycomp.hw.cuda.simulator import simulate
+    from polycomp.scheduler.promotion.record import promotion_state
     from polycomp.shapes import eval_int
     row: dict = {"kernel": name}
     try:
@@ -173,7 +174,7 @@ def measure(name: str, src: str, macros: dict[str, int], workdir: str,
                 "B" if "baseline" in n else "T:" + n.split("(")[2].split(")")[0][:4]
                 for n in notes)
             row["promoted" if label == "tiled" else "isl_promoted"] = sorted(
-                f"{p.array.name}:{p.level[:3]}" for p in ck.state.promotions)
+                f"{p.array.name}:{p.level[:3]}" for p in promotion_state(ck.state).promotions)
         row[f"{label}_ptxas"] = ptxas(ck.source)
         t0 = time.perf_counter()
         try:

@@ -32,6 +32,8 @@ from polycomp.hw.cuda.simulator import simulate
 from polycomp.hw.target import get_target
 from polycomp.islutil import context
 from polycomp.scheduler.gpu.scop_groups import ScopBaselinePass, ScopGroupingPass
+from polycomp.scheduler.gpu.state import gpu_kernels
+from polycomp.scheduler.promotion.record import promotion_state
 from polycomp.state import CompileState
 
 _COMPILED: dict = {}
@@ -51,10 +53,10 @@ def paths_taken(ck) -> tuple[str, ...]:
              if "tiled GPU pipeline" in n or "baseline mapping" in n]
     out = []
     for k in range(len(notes)):
-        if k in ck.state.gpu.baseline:
+        if k in gpu_kernels(ck.state).baseline:
             out.append("baseline")
         else:
-            assert k in ck.state.gpu.launches
+            assert k in gpu_kernels(ck.state).launches
             out.append("tiled:" + notes[k].split("(")[2].split(")")[0])
     return tuple(out)
 
@@ -115,15 +117,15 @@ def test_contraction_is_tiled_and_promoted():
     memory, C in per-thread registers (loaded first: C is in-out), as for a DSL matmul;
     the simulator sees far fewer global loads than the baseline's."""
     k, ck = compiled(GEMM)
-    cfg = ck.state.gpu.tile_configs[0]
+    cfg = gpu_kernels(ck.state).tile_configs[0]
     assert (cfg.block, cfg.threads, cfg.k) == ((64, 64), (16, 16), 16)
-    levels = {p.array.name: p.level for p in ck.state.promotions}
+    levels = {p.array.name: p.level for p in promotion_state(ck.state).promotions}
     # (the one-element alpha is reused by every instance: promoted too)
     assert levels == {"A": "shared", "B": "shared", "C": "registers", "alpha": "shared"}
-    c_reg = next(p for p in ck.state.promotions if p.array.name == "C")
+    c_reg = next(p for p in promotion_state(ck.state).promotions if p.array.name == "C")
     assert any(c.kind == "copy_in" for c in c_reg.copies.values())
     _, base = compiled(GEMM, (("gpu", "baseline"),))
-    assert not base.state.promotions and not base.state.gpu.launches
+    assert not promotion_state(base.state).promotions and not gpu_kernels(base.state).launches
     sizes = {"NI": 37, "NJ": 41, "NK": 43}
     arrays = arrays_for(GEMM, sizes, 0)
     args = [arrays[a] for a in k.inputs + k.outputs]
@@ -139,8 +141,8 @@ def test_k_outside_j_gets_the_same_tiles_and_promotions():
     _, ck = compiled(GEMM_KJ)
     assert ck.state.remarks["scop-gpu-groups"][1] == (
         "kernel 0 (loop nest 0): the band below the output band sunk into its statements")
-    assert ck.state.gpu.tile_configs[0].k == 16
-    levels = {p.array.name: p.level for p in ck.state.promotions}
+    assert gpu_kernels(ck.state).tile_configs[0].k == 16
+    levels = {p.array.name: p.level for p in promotion_state(ck.state).promotions}
     assert levels == {"A": "shared", "B": "shared", "C": "registers"}
 
 
@@ -148,7 +150,7 @@ def test_split_band_keeps_inner_dependence():
     """scan3: the k loop carries a dependence, so only (p, q) are tiled and mapped; k
     stays a sequential loop inside each thread."""
     k, ck = compiled(SCAN3)
-    assert ck.state.gpu.tile_configs[0].block == (32, 32)
+    assert gpu_kernels(ck.state).tile_configs[0].block == (32, 32)
     check_against_gcc(SCAN3, ck, k, {"P": 3, "Q": 35, "R": 7}, 1)
 
 
@@ -178,7 +180,7 @@ def test_isl_schedule_distributes_a_nest_without_common_parallel_loop():
     assert ck.state.remarks["scop-gpu-groups"][0] == (
         "isl's scheduler (outer coincidence) chosen: 4 of 4 statements in tiled nests (4 "
         "in contractions), 1 (0) with the input schedule")
-    assert not ck.state.gpu.baseline
+    assert not gpu_kernels(ck.state).baseline
 
 
 @pytest.mark.parametrize("case", [GEMM, BICG, STENCIL], ids=["gemm", "bicg", "stencil"])

@@ -325,7 +325,7 @@ def test_scalar_not_expanded_when_unsafe(body):
 def test_fp_exact_option():
     from polycomp.driver import compile_kernel
     from polycomp.errors import OptionError
-    from polycomp.hw.cpu.options import CpuOptions
+    from polycomp.hw.options import CpuOptions
     o = CpuOptions.from_mapping({"fp_exact": True})
     assert (o.vectorize, o.microkernel, o.reciprocal) == (False, False, False)
     assert CpuOptions().fp_exact is False and CpuOptions().vectorize is True

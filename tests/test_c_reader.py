@@ -30,6 +30,7 @@ from polycomp.hw.target import get_target
 from polycomp.lowering.interpreter import run_func
 from polycomp.scheduler.common.program_order import ProgramOrderPass
 from polycomp.scheduler.common.tree import tree_str
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.state import CompileState
 
 # --------------------------------------------------------------------------- kernels
@@ -760,7 +761,7 @@ def test_triangular_nest_baseline_cuda_maps_outer_member_only(tmp_path):
     # only i is mapped (j stays a loop inside each thread)
     ck = compile_kernel(kernel(TRIANGLE), "cuda", {"gpu": "baseline"}, debug=True)
     assert "gpu_blocks:0" in tree_str(ck.schedule)
-    assert ck.state.gpu.baseline[0].block_loops == 1
+    assert gpu_kernels(ck.state).baseline[0].block_loops == 1
     rng = np.random.default_rng(5)
     for n in (1, 2, 17):
         L, R = rand(rng, n, n), rand(rng, n, n)

@@ -102,8 +102,8 @@ def test_split_count_and_gate(shape, target, splits, blocks, fuse):
     """``S`` and the gate on the split grid (scheduler/chain/cuda_gate.py): G10 and G12
     are fused by ``chain=True`` once split (both won on an H200 split, lost unsplit)."""
     from polycomp.benchmarks.chains import _kernel
-    from polycomp.scheduler.chain.cuda_codegen import cuda_plan
     from polycomp.scheduler.chain.cuda_gate import fused_blocks
+    from polycomp.scheduler.chain.cuda_tree import cuda_plan
     k = _kernel("bmm+softmax", shape)
     c = _compile(k, target)
     assert ("chain-cuda" in c.state.remarks) == fuse

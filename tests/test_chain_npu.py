@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 
 from polycomp.driver import compile_kernel
 from polycomp.errors import NpuRaceError, OptionError, ResourceLimitError
-from polycomp.hw.npu import backend
-from polycomp.hw.npu.backend import program_of, simulate, syntax_check
+from polycomp.hw.npu.backend import run_module, simulate, syntax_check
+from polycomp.hw.npu.lower import LoweringModel
 from polycomp.hw.npu.program import CopyLocal, Mmad, VecOp, walk
+from polycomp.hw.npu.sync import place_flags, plan_flags
 from polycomp.hw.target import get_target
 from polycomp.scheduler.chain.npu_detect import NpuChain, detect_npu_chain
-from polycomp.scheduler.chain.npu_pass import NpuChainFusePass, chain_tiles_of
+from polycomp.scheduler.chain.npu_pass import NpuChainFusePass, chain_plan_of
 from polycomp.scheduler.common.tree import violated_dependences
-from polycomp.scheduler.npu.sync import place_flags, plan_flags
 from polycomp.state import CompileState
 
 NAMES = ("bmm_chain", "bmm_softmax_chain", "causal_attention", "masked_attention",
@@ -76,9 +76,9 @@ def test_detected_and_fused():
         ck = _ck(name)
         ch = detect_npu_chain(ck.state.model)
         assert isinstance(ch, NpuChain) and ch.dtype == "float16", (name, ch)
-        prog = program_of(ck.state)
+        prog = ck.final_ir.program
         assert prog.kind == "cube" and not prog.workspaces and not prog.phases
-        assert chain_tiles_of(ck.state.npu_schedule) is not None
+        assert chain_plan_of(ck.schedule, ck.state) is not None
         # one program, both products on the cube, P into L1 from UB
         mm = [s for s in walk(prog.body) if isinstance(s, Mmad)]
         assert {s.c.buf.name.rstrip("ab") for s in mm} == {"l0S", "l0O"}
@@ -101,8 +101,10 @@ def test_prime_extents_several_blocks(name):
     """Primes: 3 m-blocks, 4 l-blocks, 2 n-blocks of 16 x 16 (TN 32) tiles."""
     args = _inputs(name, 2, 37, 19, 53, 41, 1)
     ck = _ck(name, chain_tiles=(16, 16, 32))
-    t = chain_tiles_of(ck.state.npu_schedule)
-    assert t is not None and 37 > 2 * t.tm and 53 > 2 * t.tl and 41 > t.tn
+    plan = chain_plan_of(ck.schedule, ck.state)
+    assert plan is not None
+    t = plan.tiles
+    assert 37 > 2 * t.tm and 53 > 2 * t.tl and 41 > t.tn
     _check(name, simulate(ck, *args)[0], args)
 
 
@@ -133,7 +135,7 @@ def test_constant_shapes_keep_x_in_l1(softmax):
     b, m, k, l, n = 2, 37, 20, 37, 19  # noqa: E741
     ck = compile_kernel(K.const_chain_f16(b, m, k, l, n, softmax, 0.25), "npu-lite",
                         {"chain_tiles": (16, 16, 16)})
-    prog = program_of(ck.state)
+    prog = ck.final_ir.program
     mo = next(s for s in walk(prog.body) if isinstance(s, Loop) and s.var == "mo")
     assert [s.src.tensor.name for s in mo.body if isinstance(s, CopyIn)] == ["X"]
     assert sum(isinstance(s, CopyIn) and s.src.tensor.name == "X"
@@ -168,7 +170,7 @@ def test_inputs_between_the_products():
                        name="P")
         return ops.batch_matmul(p, V, name="O")
     ck = compile_kernel(masks, "npu-lite", {"chain_tiles": (16, 16, 16)})
-    assert program_of(ck.state).kind == "cube"
+    assert ck.final_ir.program.kind == "cube"
     rng = np.random.default_rng(10)
     b, m, k, l, n = 2, 21, 9, 37, 17  # noqa: E741
     q, kt, v = (rng.standard_normal(sh).astype(np.float16)
@@ -189,7 +191,7 @@ def test_unfused_with_chain_off():
     for name in ("bmm_softmax_chain", "masked_attention", "bmm_chain"):
         args = _inputs(name, 2, 13, 11, 29, 9, 5)
         off = _ck(name, chain=False)
-        prog = program_of(off.state)
+        prog = off.final_ir.program
         assert prog.kind == "phased" and prog.workspaces
         assert "no chain fused: option chain is off" in off.state.notes["npu-chain-fuse"]
         out_off, rep_off = simulate(off, *args)
@@ -207,8 +209,9 @@ def test_double_buffer_off_and_tile_option():
     for opts in ({"double_buffer": False}, {"chain_tiles": (16, 16, 16)}):
         ck = _ck("causal_attention", **opts)
         _check("causal_attention", simulate(ck, *args)[0], args)
-    t = chain_tiles_of(_ck("causal_attention", chain_tiles=(16, 16, 16)).state.npu_schedule)
-    assert t is not None and (t.tm, t.tl, t.tn) == (16, 16, 16)
+    ck = _ck("causal_attention", chain_tiles=(16, 16, 16))
+    plan = chain_plan_of(ck.schedule, ck.state)
+    assert plan is not None and (plan.tiles.tm, plan.tiles.tl, plan.tiles.tn) == (16, 16, 16)
     with pytest.raises(ResourceLimitError, match=r"chain_tiles \(64, 64\).*npu-lite"):
         _ck("causal_attention", chain_tiles=(64, 64))
     with pytest.raises(OptionError, match="multiples of 16"):
@@ -224,21 +227,19 @@ def test_each_placed_flag_is_needed(name):
     reduction); those are the only ones whose removal goes unseen."""
     ck = _ck(name, chain_tiles=(16, 16, 16))
     args = _inputs(name, 2, 40, 37, 40, 40, 7)      # 3 blocks of each loop, 3 k steps
-    prog = program_of(ck.state)
+    prog = ck.final_ir.program
     simulate(ck, *args)
     raced, implied = set(), set()
     for f in plan_flags(prog.body):
-        backend._PROGRAMS[ck.state] = place_flags(prog, frozenset({f}))
         try:
-            simulate(ck, *args)
+            run_module(ck.final_ir.with_program(place_flags(prog, frozenset({f}))), ck.target,
+                       *args)
             if len(f.path) >= 4:        # inside the l loop (b, mo, no, lp); the tile's
                 implied.add((f.src, f.dst, f.carried))   # out-copy is also ordered by
             #                                 the flags of the guarded last iteration
         except NpuRaceError as e:
             assert f"{f.src}->{f.dst}" in str(e)
             raced.add((f.src, f.dst, f.carried))
-        finally:
-            backend._PROGRAMS[ck.state] = prog
     war = {("FIX", "M"), ("V", "FIX"), ("MTE3", "V"), ("MTE1", "MTE3"), ("M", "MTE1"),
            ("MTE1", "MTE2")}
     assert {(s, d) for s, d, _ in implied} <= war, implied
@@ -253,8 +254,8 @@ def test_emitted_source(tmp_path):
     softmax's instructions and the flags; g++ accepts it against polycomp_npu.h."""
     ck = _ck("causal_attention")
     src = ck.source
-    from polycomp.hw.npu.printer import print_program
-    assert src == print_program(program_of(ck.state), ck.target)
+    from polycomp.hw.npu.printer import print_module
+    assert src == print_module(ck.final_ir, ck.target)
     assert "void causal_attention_f16(GM_ADDR Q_, GM_ADDR KT_, GM_ADDR V_, GM_ADDR O_, " \
            "GM_ADDR tiling_)" in src
     assert src.count("Mmad(") == 4                  # two products x two buffer sets
@@ -264,22 +265,25 @@ def test_emitted_source(tmp_path):
                "for (int64_t lp = 0; lp < CeilDiv(((CeilDiv(L, 16) + 1) + 1), 2)",
                "WaitFlag<HardEvent::FIX_V>"):
         assert op in src, op
-    vec = [s.op for s in walk(program_of(ck.state).body) if isinstance(s, VecOp)]
+    vec = [s.op for s in walk(ck.final_ir.program.body) if isinstance(s, VecOp)]
     assert vec.count("Exp") == 4                    # alpha and P, per buffer set
     p = tmp_path / "k.cpp"
     p.write_text(src)
     assert "OK" in syntax_check(str(p))
 
 
-GOLDEN = {"npu-lite_bmm_chain_f16": ("bmm_chain", {}),
-          "npu-lite_causal_attention_f16": ("causal_attention", {}),
-          "npu_bmm_softmax_chain_f16": ("bmm_softmax_chain", {"target": "npu"})}
+#: case -> (kernel, options, the plan's tiles (TM, TL, TN, k0, KL1))
+GOLDEN = {"npu-lite_bmm_chain_f16": ("bmm_chain", {}, (16, 64, 64, 16, 128)),
+          "npu-lite_causal_attention_f16": ("causal_attention", {}, (16, 16, 32, 16, 128)),
+          "npu_bmm_softmax_chain_f16": ("bmm_softmax_chain", {"target": "npu"},
+                                        (32, 256, 256, 16, 128))}
 
 
 @pytest.mark.parametrize("case", sorted(GOLDEN))
 def test_golden_tree(case, goldens):
-    """npu-chain-fuse: program-order tree in, fused tree out (legal, npu_chain mark)."""
-    name, opts = GOLDEN[case]
+    """npu-chain-fuse: program-order tree in, fused tree out (legal, an ``npu_chain:0``
+    mark whose plan in the compile state holds the tiles)."""
+    name, opts, tiles = GOLDEN[case]
     model = getattr(K, "npu_" + name + "_f16").polyhedral_model()
     state = CompileState(model, get_target(opts.get("target", "npu-lite")), {})
 
@@ -289,12 +293,16 @@ def test_golden_tree(case, goldens):
     tree_in = model.initial_schedule
     stored_in = goldens.expected(f"{case}.npu-chain-fuse.in.isl", tree_in.to_str(),
                                  same_as(tree_in))
-    sched = NpuChainFusePass().run(isl.Schedule.read_from_str(model.ctx, stored_in), state)
+    sched = NpuChainFusePass(LoweringModel()).run(
+        isl.Schedule.read_from_str(model.ctx, stored_in), state)
     expected = goldens.expected(f"{case}.npu-chain-fuse.out.isl", sched.to_str(),
                                 same_as(sched))
     assert same_as(sched)(expected)
     assert violated_dependences(sched, model.dependences).is_empty()
-    assert chain_tiles_of(sched) is not None
+    plan = chain_plan_of(sched, state)
+    assert plan is not None and plan.chain.match.name == "T->O"
+    t = plan.tiles
+    assert (t.tm, t.tl, t.tn, t.k0, t.kl1) == tiles
 
 
 def test_not_a_chain_keeps_the_phases():

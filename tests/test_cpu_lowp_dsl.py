@@ -1,9 +1,11 @@
 """Low-precision products reached from the DSL through ``compile_kernel``: a bfloat16
-matmul (fp32 accumulation) and an int8 one (int32, the +128 offset correction) compiled
-for ``cpu-avx512-bf16`` call the symbolic ``vdpbf16ps`` / ``vpdpbusd`` kernel of
-hw/cpu/lowp.py (one build serves every shape: tails of the 16 lanes and of the k groups,
-odd sizes, extent 1), checked bit for bit through SIMDe (natively where the host has the
-units) against numpy references with the unit's rounding; the native build's
+matmul (fp32 accumulation) and an int8 one (int32, the +128 offset compensated by the
+packed operand's column sums) compiled for ``cpu-avx512-bf16`` come out of the pipeline
+as register tiles of ``vdpbf16ps`` / ``vpdpbusd`` intrinsic calls (one build serves
+every shape: tails of the 16 lanes and of the k groups, odd sizes, extent 1), checked
+bit for bit through SIMDe (natively where the host has the units) against numpy
+references with the unit's rounding; every operator of the library with a bf16/int8
+product is checked against its numpy reference on the same target; the native build's
 disassembly shows the instructions; other CPU targets compile the same kernels through
 the ordinary fp32 / int32 path."""
 import functools
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 from polycomp import dtypes as dt
 from polycomp.driver import compile_kernel
 from polycomp.frontend import ops
+from polycomp.frontend.ops import OPS
 from polycomp.hw.cpu import lowp
 from polycomp.hw.cpu.build import CFunction, build_shared
 from polycomp.hw.cpu.simd_build import build_simde, disassemble, simde_available
@@ -68,15 +71,17 @@ def _same(C, ref):
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
-def test_dsl_matmul_calls_the_symbolic_kernel(name):
+def test_dsl_matmul_uses_the_dot_unit(name):
+    """The product is a register tile of the unit's intrinsic in the kernel itself (no
+    helper kernel beside it): 6 rows x 4 vectors, one variant per row count."""
     ck = _compiled(name)
     kind = name[:4]
-    assert re.search(rf"\n  +pc_lowp_{kind}_6x4\((N, M, K, K, M, M, A, B|N, M, D, D, M, M, X, W), "
-                     rf"matmul\w*\);", ck.source)
-    assert f"static void pc_lowp_{kind}_6x4(" in ck.source
-    insn = "_mm512_dpbf16_ps" if kind == "bf16" else "_mm512_dpbusd_epi32"
-    assert ck.source.count(insn) == 6 * 4 * 7 // 2       # mk1..mk6: 4 per row
+    helper = "pc512_dpbf16_ps" if kind == "bf16" else "pc512_dpbusd_epi32"
+    assert ck.source.count(helper + "(") == 1 + 4 * (6 + 5 + 4 + 3 + 2 + 1)
+    assert "pc_lowp" not in ck.source
     assert any("low-precision product" in r for r in ck.notes["cpu-backbone-tile"])
+    assert "microkernels" not in ck.notes       # no tile left to the generic path
+    assert ck.final_ir.counts.microkernels == 1
 
 
 @pytest.mark.skipif(not simde_available(), reason="SIMDe headers (libsimde-dev) missing")
@@ -92,10 +97,10 @@ def test_dsl_lowp_simde(name, M, N, K, seed):
 def test_dsl_lowp_native(name):
     kind = name[:4]
     if not lowp.host_has(kind):
-        pytest.skip(f"hardware: this host has no {lowp.KINDS[kind][1]} (SIMDe test runs it)")
+        pytest.skip(f"hardware: this host has no {lowp.feature(kind)} (SIMDe test runs it)")
     ck = _compiled(name)
     f = CFunction(ck.final_ir, build_shared(ck.source, flags=lowp.NATIVE_FLAGS))
-    for M, N, K in ((1, 1, 1), (13, 130, 33), (6, 64, 64)):
+    for M, N, K in ((1, 1, 1), (13, 130, 33), (6, 64, 64), (1, 97, 515), (61, 1, 3)):
         A, B = _inputs(name, M, N, K, 0)
         _same(f(A, B), _reference(name, A, B, "odd-first"))
 
@@ -120,26 +125,68 @@ def test_dsl_lowp_before_an_epilogue_stage_simde(M, N, K, seed):
 
 @pytest.mark.parametrize("name,insn", [("bf16", "vdpbf16ps"), ("int8", "vpdpbusd")])
 def test_dsl_native_build_uses_the_dot_instruction(name, insn):
+    """The k loop of the 6-row variant: 24 dot instructions on zmm registers, the
+    accumulators in registers (symbolic shapes; test_cpu_lowp.py has constant ones)."""
     asm = disassemble(_compiled(name).source, lowp.NATIVE_FLAGS)
-    m = re.search(rf"<pc_lowp_{name}_6x4_mk6(\.\w+\.\d+)?>:", asm)
-    assert m, "the 6-row micro-kernel is in the library"
-    body = asm[m.end():asm.find(">:\n", m.end())]
-    assert body.count(insn) == 24 and "zmm" in body
-    loop = _loop_around(body, insn)          # the k loop: accumulators in registers
-    assert loop.count(insn) == 24
+    loops = [lp for lp in _loops_with(asm, insn) if lp.count(insn) == 24]
+    assert loops, "no k loop of 24 dot instructions"
+    loop = min(loops, key=len)
+    assert "zmm" in loop
     assert not [ln for ln in loop.splitlines() if "mm" in ln and ("rsp" in ln or "rbp)" in ln)]
 
 
-def _loop_around(asm: str, insn: str) -> str:
-    """From the target of the first backward jump after ``insn`` to that jump."""
+def _loops_with(asm: str, insn: str) -> list[str]:
+    """Every loop (from the target of a backward jump to the jump) holding ``insn``."""
     lines = [ln for ln in asm.splitlines() if re.match(r"\s+[0-9a-f]+:\t", ln)]
     addr = [int(ln.split(":")[0], 16) for ln in lines]
-    first = next(i for i, ln in enumerate(lines) if insn in ln)
-    for i in range(first, len(lines)):
-        j = re.search(r"\tj\w+\s+([0-9a-f]+) <", lines[i])
-        if j and int(j.group(1), 16) <= addr[first]:
-            return "\n".join(lines[addr.index(int(j.group(1), 16)):i + 1])
-    raise AssertionError(f"no loop around {insn}")
+    out = []
+    for i, ln in enumerate(lines):
+        m = re.search(r"\tj\w+\s+([0-9a-f]+) <", ln)
+        if m and int(m.group(1), 16) <= addr[i] and int(m.group(1), 16) in addr:
+            body = lines[addr.index(int(m.group(1), 16)):i + 1]
+            if any(insn in b for b in body):
+                out.append("\n".join(body))
+    return out
+
+
+#: every operator of the library with a product of bf16/int8 arrays
+DOT_OPS = [(n, d) for n, spec in OPS.items() for d in spec.dtypes
+           if d in ("bfloat16", "int8") and spec.kind in ("matmul", "composite")]
+
+
+@pytest.mark.parametrize("name,dtype", DOT_OPS, ids=[f"{n}-{d}" for n, d in DOT_OPS])
+@settings(max_examples=3, deadline=None)
+@given(data=st.data())
+def test_library_products_on_the_dot_units(name, dtype, data):
+    """Each library operator whose product goes to a dot unit, against its numpy
+    reference on drawn symbolic shapes (native where the host has both units, else
+    SIMDe)."""
+    from ops_helpers import check_close, extent
+    ck = _compiled_op(name, dtype)
+    if not any("low-precision product" in r for r in ck.notes.get("cpu-backbone-tile", ())):
+        return          # no product of the unit's form in this operator
+    assert "microkernels" not in ck.notes, ck.notes["microkernels"]
+    spec = OPS[name]
+    shapes = spec.shapes(lambda lo, hi: data.draw(extent(lo, hi)))
+    seed = data.draw(st.integers(0, 2 ** 32 - 1), label="seed")
+    xs = spec.inputs(np.random.default_rng(seed), shapes, dtype)
+    check_close(_built_op(name, dtype)(*xs), spec.reference(*xs), spec, dtype, shapes,
+                f"{name}[{dtype}] on the dot units")
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_op(name: str, dtype: str):
+    return compile_kernel(OPS[name].kernel(dtype), "cpu-avx512-bf16")
+
+
+@functools.lru_cache(maxsize=None)
+def _built_op(name: str, dtype: str):
+    ck = _compiled_op(name, dtype)
+    if lowp.host_has("bf16") and lowp.host_has("int8"):
+        return CFunction(ck.final_ir, build_shared(ck.source, flags=lowp.NATIVE_FLAGS))
+    if not simde_available():
+        pytest.skip("SIMDe headers (libsimde-dev) missing and no native units")
+    return CFunction(ck.final_ir, build_simde(ck.source))
 
 
 @pytest.mark.parametrize("target", ["cpu-avx512", "cpu-avx2"])

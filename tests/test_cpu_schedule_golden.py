@@ -20,6 +20,7 @@ from polycomp.scheduler.cpu.fuse import CpuFusePass
 from polycomp.scheduler.cpu.parallel import CpuParallelPass
 from polycomp.scheduler.cpu.reduce_interchange import CpuReduceInterchangePass
 from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
+from polycomp.scheduler.promotion.record import promotion_state
 from polycomp.state import CompileState
 
 N, M, K = pc.sym("N M K")
@@ -61,6 +62,24 @@ def matmul_bias_relu(A: pc.Tensor[(N, K), "float32"], B: pc.Tensor[(K, M), "floa
 
 
 @pc.tensor_expr
+def matmul_bf16(A: pc.Tensor[(N, K), "bfloat16"], B: pc.Tensor[(K, M), "bfloat16"]):
+    """A product on the AVX512_BF16 unit (pairs of k per fp32 lane)."""
+    k = pc.reduce_axis(K, "k")
+    return pc.compute((N, M), lambda i, j: pc.sum(pc.cast(A[i, k], "float32")
+                                                  * pc.cast(B[k, j], "float32"), axis=k),
+                      name="C")
+
+
+@pc.tensor_expr
+def matmul_int8(A: pc.Tensor[(N, K), "int8"], B: pc.Tensor[(K, M), "int8"]):
+    """A product on the AVX512_VNNI unit (quads of k per int32 lane, u8 x s8)."""
+    k = pc.reduce_axis(K, "k")
+    return pc.compute((N, M), lambda i, j: pc.sum(pc.cast(A[i, k], "int32")
+                                                  * pc.cast(B[k, j], "int32"), axis=k),
+                      name="C")
+
+
+@pc.tensor_expr
 def colsum(x: pc.Tensor[(N, M), "float32"]):
     r = pc.reduce_axis(N, "r")
     return pc.compute((M,), lambda j: pc.sum(x[r, j], axis=r), name="cs")
@@ -68,6 +87,9 @@ def colsum(x: pc.Tensor[(N, M), "float32"]):
 
 _AVX512 = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
 TARGET = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threads=2))
+_DOT = get_target("cpu-avx512-bf16").with_capacities(L1=32 * 1024, L2=1024 * 1024)
+#: the same with the dot-product units (the low-precision cases)
+TARGET_DOT = dataclasses.replace(_DOT, cpu=dataclasses.replace(_DOT.cpu, threads=2))
 
 # case -> (kernel, passes); the expected tree is tests/golden/test_cpu_schedule_golden/<case>.isl
 CASES = {
@@ -79,14 +101,17 @@ CASES = {
     "matmul_backbone": (matmul, [CpuBackboneTilePass]),
     "matmul_pack": (matmul, [CpuBackboneTilePass, CpuPackPass]),
     "matmul_epilogue": (matmul_bias_relu, [CpuBackboneTilePass]),
+    # dot-product tiles: no isolation, cpu_microkernel:<n>, grouped pack requests
+    "matmul_bf16_dot": (matmul_bf16, [CpuBackboneTilePass, CpuPackPass], TARGET_DOT),
+    "matmul_int8_dot": (matmul_int8, [CpuBackboneTilePass, CpuPackPass], TARGET_DOT),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_golden_tree(case, goldens):
-    kernel, passes = CASES[case]
+    kernel, passes, *target = CASES[case]
     model = kernel.polyhedral_model()
-    ctx = CompileState(model, TARGET, {})
+    ctx = CompileState(model, target[0] if target else TARGET, {})
     sched = model.initial_schedule
     for p in passes:
         sched = p().run(sched, ctx)
@@ -97,6 +122,51 @@ def test_golden_tree(case, goldens):
     expected = goldens.expected(f"test_cpu_schedule_golden/{case}.isl", sched.to_str(), same)
     assert same(expected), f"{case}:\n{sched.to_str()}"
     assert violated_dependences(sched, model.dependences).is_empty()
+
+
+def test_dot_tiles_record_their_payloads():
+    """The dot-product cases mark their micro-kernels ``cpu_microkernel:<n>`` with the
+    tile's payload in typed state, and request grouped (and, for int8, offset and
+    compensated) packings."""
+    from polycomp.scheduler.common import marks
+    from polycomp.scheduler.cpu.state import cpu_microkernels
+    for kernel, inputs, acc, group, offset in ((matmul_bf16, "bfloat16", "float32", 2, 0),
+                                               (matmul_int8, "int8", "int32", 4, 128)):
+        model = kernel.polyhedral_model()
+        ctx = CompileState(model, TARGET_DOT, {})
+        sched = CpuBackboneTilePass().run(model.initial_schedule, ctx)
+        (tile,) = cpu_microkernels(ctx).dots
+        assert _mark_names(sched, marks.CPU_MICROKERNEL) == [f"{marks.CPU_MICROKERNEL}:0"]
+        assert (tile.inputs, tile.accumulator, tile.group, tile.offset, tile.lanes) == \
+            (inputs, acc, group, offset, 16)
+        assert (tile.mr, tile.nr, tile.x_array, tile.y_array) == (6, 64, "A", "B")
+        y, x = promotion_state(ctx).pack_requests
+        assert (y.array.name, y.dim, y.width, y.group_dim, y.group, y.compensate) == \
+            ("B", 1, 64, 0, group, offset)
+        assert (x.array.name, x.dim, x.width, x.group_dim, x.group, x.offset) == \
+            ("A", 0, 6, 1, group, offset)
+        assert any("low-precision product" in r for r in ctx.notes["cpu-backbone-tile"])
+
+
+def _mark_names(sched, kind: str) -> list:
+    from polycomp.scheduler.common import marks
+    names: list = []
+
+    def visit(node):
+        name = marks.name_of(node)
+        if marks.is_kind(name, kind):
+            names.append(name)
+        return node
+    sched.get_root().map_descendant_bottom_up(visit)
+    return names
+
+
+def test_dot_products_need_the_unit():
+    """Without the unit (cpu-avx512) a bf16 product keeps its program-order subtree."""
+    model = matmul_bf16.polyhedral_model()
+    ctx = CompileState(model, TARGET, {})
+    assert CpuBackboneTilePass().run(model.initial_schedule, ctx).plain_is_equal(
+        model.initial_schedule)
 
 
 def test_fuse_keeps_unfusable_stages_apart():

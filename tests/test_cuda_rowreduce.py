@@ -32,6 +32,8 @@ from polycomp.driver import compile_kernel, interpret
 from polycomp.frontend import ops
 from polycomp.hw.cuda.codegen import split_kernels
 from polycomp.hw.cuda.simulator import simulate
+from polycomp.scheduler.gpu.state import gpu_kernels
+from polycomp.scheduler.promotion.record import promotion_state
 
 SYM = "sym"          # a symbolic extent (N for rows, M for the row length)
 KINDS = ("sum", "max", "softmax", "layernorm", "two_outputs", "dead_sum", "mean_out")
@@ -168,7 +170,7 @@ def test_issue_real_shapes_are_warp_synchronous(kind, n, w):
     shared copy and no barrier; the same row length is simulated with fewer rows."""
     ck = _compiled(kind, n, w)
     _row_kernel_is_warp_synchronous(ck)
-    launch = ck.state.gpu.launches[0]
+    launch = gpu_kernels(ck.state).launches[0]
     assert launch.block == (32, 8, 1)
     assert str(launch.grid[0]) == f"{{ [({-(-n // 8)})] }}"
     small = 13 if w <= 32 else 9
@@ -182,12 +184,12 @@ def test_privatised_accumulators_are_register_records(kind):
     promotion of its kernel carrying the warp butterfly (no register *tile*: the point
     loop unrolling does not take it for one), and its kernel is a ``kernel:<n>`` mark."""
     ck = _compiled(kind, SYM, 32)
-    records = [p for p in ck.state.promotions if p.warp is not None]
-    assert records, ck.state.promotions
+    records = [p for p in promotion_state(ck.state).promotions if p.warp is not None]
+    assert records, promotion_state(ck.state).promotions
     for p in records:
         assert p.level == "registers" and p.local.scope == "local"
         assert [e.value for e in p.local.shape] == [1]
-        assert p.kernel in ck.state.gpu.launches
+        assert p.kernel in gpu_kernels(ck.state).launches
         assert any(c.kind == "warp_allreduce" for c in p.copies.values())
     assert "unroll-point-loops" not in ck.notes
 

@@ -55,3 +55,47 @@ def test_every_doc_page_is_linked_from_the_readme():
     for page in sorted(os.listdir(os.path.join(ROOT, "docs"))):
         if page.endswith(".md"):
             assert f"(docs/{page})" in readme, f"README does not link docs/{page}"
+
+
+def package_folders() -> list[str]:
+    """Every folder of the repository a reader must find in the layouts: the top-level
+    folders (hidden ones, build products and the virtual environment aside) and every
+    Python package below them (a folder with an ``__init__.py``), as ``path/``."""
+    skip = {"build", "dist", "__pycache__"}
+    out = []
+    for name in sorted(os.listdir(ROOT)):
+        path = os.path.join(ROOT, name)
+        if not os.path.isdir(path) or name.startswith(".") or name in skip \
+                or name.endswith(".egg-info"):
+            continue
+        out.append(f"{name}/")
+        for dirpath, dirnames, files in os.walk(path):
+            dirnames[:] = sorted(d for d in dirnames if d not in skip and not d.startswith("."))
+            if dirpath != path and "__init__.py" in files:
+                out.append(os.path.relpath(dirpath, ROOT).replace(os.sep, "/") + "/")
+    return out
+
+
+def test_package_folders_are_found():
+    folders = package_folders()
+    for f in ("polycomp/", "graph/", "scheduler/chain/", "scheduler/npu/", "scheduler/tuning/",
+              "hw/npu/", "scripts/", "benchmarks/", "tests/"):
+        assert f in folders, f
+
+
+def test_readme_layout_lists_every_package_folder():
+    text = read("README.md")
+    layout = re.search(r"## Repository layout\n.*?```\n(.*?)```", text, re.S)
+    assert layout, "README.md has no layout block under '## Repository layout'"
+    listed = [ln.split()[0] for ln in layout.group(1).splitlines() if ln and not ln[0].isspace()]
+    missing = [f for f in package_folders() if f not in listed]
+    assert not missing, f"README.md's layout has no line for {missing}"
+    assert len(listed) == len(set(listed)), "a folder has two lines in README.md's layout"
+
+
+def test_architecture_table_lists_every_package_folder():
+    text = read("docs/architecture.md")
+    rows = re.findall(r"^\| `([^`]+/)` \|", text, re.M)
+    missing = [f for f in package_folders() if f not in rows]
+    assert not missing, f"docs/architecture.md's layout table has no row for {missing}"
+    assert len(rows) == len(set(rows)), "a folder has two rows in docs/architecture.md"

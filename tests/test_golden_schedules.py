@@ -28,6 +28,7 @@ from polycomp.scheduler.common.isl_scheduler import IslSchedulerPass
 from polycomp.scheduler.common.program_order import ProgramOrderPass
 from polycomp.scheduler.common.tree import is_legal, tree_str
 from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.state import CompileState
 
 N, M, K = pc.sym("N M K")
@@ -263,7 +264,8 @@ def test_dump_records_a_tree_per_pass():
     assert "gpu_blocks:0" in pm.records[-1].tree and "gpu_threads:0" in pm.records[-1].tree
     state = CompileState(matmul_relu.polyhedral_model(), get_target("cuda"), {})
     GpuBaselineMappingPass().run(parse(pm.records[2].tree), state)   # recorded, typed
-    assert state.gpu.baseline[0].block_loops == 2 and len(state.gpu.baseline[0].threads) == 2
+    baseline = gpu_kernels(state).baseline[0]
+    assert baseline.block_loops == 2 and len(baseline.threads) == 2
 
 
 def test_no_dump_records_no_trees():

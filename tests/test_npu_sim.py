@@ -15,7 +15,7 @@ import polycomp as pc
 from polycomp.driver import compile_kernel, interpret
 from polycomp.errors import NpuCapacityError, NpuRaceError, TargetError
 from polycomp.frontend.ops import OPS, batch_matmul_kernel, matmul_kernel
-from polycomp.hw.npu.backend import program_of, simulate, syntax_check
+from polycomp.hw.npu.backend import simulate, syntax_check
 from polycomp.hw.npu.program import Loop, SetFlag, WaitFlag, walk
 from polycomp.hw.npu.sim import Simulator
 
@@ -70,7 +70,7 @@ def _drop_waits(body: tuple, src: str, dst: str) -> tuple:
 
 def test_missing_wait_is_a_race():
     ck = _ck("matmul", "float16")
-    prog = program_of(ck.state)
+    prog = ck.final_ir.program
     bad = dataclasses.replace(prog, body=_drop_waits(prog.body, "MTE2", "MTE1"))
     a = np.ones((40, 70), np.float16)
     b = np.ones((70, 50), np.float16)
@@ -187,7 +187,7 @@ def test_conv_implicit_gemm_matches_numpy(name, dtype, target, seed):
     shapes = spec.shapes(lambda lo, hi: int(rng.integers(lo, hi + 1)))
     arrays = spec.inputs(rng, shapes, dtype)
     ck = _vector_ck(name, dtype, target)
-    assert program_of(ck.state).kind == "cube"
+    assert ck.final_ir.program.kind == "cube"
     ref = interpret(spec.kernel(dtype), *arrays)
     out = interpret(ck, *arrays)
     assert out.dtype == ref.dtype and out.shape == ref.shape
@@ -204,7 +204,7 @@ def test_attention_phases_match_numpy(target, seed):
     shapes = spec.shapes(lambda lo, hi: int(rng.integers(lo, min(hi, 40) + 1)))
     arrays = spec.inputs(rng, shapes, "float32")
     ck = _vector_ck("attention", "float32", target)
-    prog = program_of(ck.state)
+    prog = ck.final_ir.program
     assert [p.kind for p in prog.phases] == ["vector", "cube", "vector", "cube"]
     assert [t.name for t in prog.workspaces] == ["transpose", "scores", "softmax"]
     out = interpret(ck, *arrays)
@@ -359,16 +359,16 @@ def test_every_flag_pair_is_needed(which):
         gm = {"x": x, "softmax": np.zeros_like(x)}
         sizes = {"N": 40, "M": 70, "TR": 8, "CP": 80}
     else:
-        from polycomp.scheduler.npu.vector import vector_tiling
+        from polycomp.hw.npu.lower_vector import vector_tiling
         ck = _vector_ck(which, "float32")
         x = np.ones((3, 40, 21), np.float32)
         out_shape = (1, 40, 1) if which.startswith("reduce") else x.shape
         gm = {"x": x, ck.final_ir.outputs[0].name: np.zeros(out_shape, np.float32)}
         sizes = {"A": 3, "B": 40, "C": 21}
-        sizes.update(vector_tiling(program_of(ck.state), sizes,
+        sizes.update(vector_tiling(ck.final_ir.program, sizes,
                                    16384 if which == "softmax_3d_1" else 2048))
         assert sizes["TR"] < 21 if which == "softmax_3d_1" else sizes["TR"] < 40   # tails
-    prog = program_of(ck.state)
+    prog = ck.final_ir.program
     Simulator(prog, ck.target).run(dict(gm), sizes)       # the program as built is clean
     pairs = _pairs(prog.body)
     assert len(pairs) >= 4

@@ -1,5 +1,5 @@
-"""Pipe flags placed by dependence analysis (``scheduler/npu/sync.py``): the programs
-as placed run race-free in the simulator, and leaving out any one placed set/wait pair
+"""Pipe flags placed by dependence analysis (the ``npu-sync`` pass, ``hw/npu/sync.py``):
+the programs as placed run race-free in the simulator, and leaving out any one placed set/wait pair
 makes the simulator report a race (or, for a pair that orders a slot's reuse, a race
 on that slot) — so no flag is missing and none is redundant."""
 import dataclasses
@@ -10,8 +10,8 @@ import pytest
 from polycomp.driver import compile_kernel
 from polycomp.errors import NpuRaceError
 from polycomp.frontend.ops import OPS
-from polycomp.hw.npu.backend import program_of, simulate
-from polycomp.scheduler.npu.sync import place_flags, plan_flags
+from polycomp.hw.npu.backend import run_module, simulate
+from polycomp.hw.npu.sync import place_flags, plan_flags
 
 #: (op, dtype, target, input shapes): cube, cube + epilogue, vector (plain, transposed
 #: boxes, carried reduction), implicit-GEMM conv with an epilogue, phases
@@ -35,21 +35,16 @@ def test_each_placed_flag_is_needed(case):
     ck = compile_kernel(OPS[op].kernel(dtype), target)
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(s).astype(dtype) for s in shapes]
-    prog = program_of(ck.state)
+    prog = ck.final_ir.program
     simulate(ck, *arrays)                                # as placed: no race
     phases = prog.phases or (prog,)
-    from polycomp.hw.npu import backend
     n = 0
     for k, ph in enumerate(phases):
         for f in plan_flags(ph.body):
             bad_phase = place_flags(ph, frozenset({f}))
             bad = bad_phase if not prog.phases else dataclasses.replace(prog, phases=tuple(
                 bad_phase if j == k else p for j, p in enumerate(phases)))
-            backend._PROGRAMS[ck.state] = bad
-            try:
-                with pytest.raises(NpuRaceError, match=f"race on .*{f.src}->{f.dst}"):
-                    simulate(ck, *arrays)
-            finally:
-                backend._PROGRAMS[ck.state] = prog
+            with pytest.raises(NpuRaceError, match=f"race on .*{f.src}->{f.dst}"):
+                run_module(ck.final_ir.with_program(bad), ck.target, *arrays)
             n += 1
     assert n >= 4

@@ -20,6 +20,7 @@ from polycomp.scheduler.common.classify import fusion_groups
 from polycomp.scheduler.common.pattern_schedule import PatternSchedulePass
 from polycomp.scheduler.common.program_order import ProgramOrderPass
 from polycomp.scheduler.cpu.backbone_tile import CpuBackboneTilePass
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.promotion.copies import (
     NameAllocator,
     copy_subtree,
@@ -36,7 +37,7 @@ from polycomp.scheduler.promotion.footprint import (
     has_reuse,
     strided_box_of,
 )
-from polycomp.scheduler.promotion.record import PackedOperand, PackRequest
+from polycomp.scheduler.promotion.record import PackedOperand, PackRequest, promotion_state
 from polycomp.scheduler.promotion.reference import (
     array_references,
     make_group,
@@ -235,7 +236,7 @@ def test_swizzled_layout_index_is_the_tensorize_swizzle():
     Core kernel, the staging layout's index() is the offset the tensorizer's swizzle
     builds as an IR expression (``_Kernel.swizzle`` with ``pc_xor``)."""
     ck = _tc_compile()
-    plan = ck.state.gpu.tc_plans[0]
+    plan = gpu_kernels(ck.state).tc_plans[0]
     kern = _Kernel(plan, ck.state.model)
     row, chunk, elem = ir.Var("row"), ir.Var("chunk"), ir.Var("elem")
     for buf, d, (rows, width) in ((kern.As, plan.staging.a, (64, 32)),
@@ -255,7 +256,7 @@ def test_tensor_core_plan_carries_shared_staging_decisions():
     (cp.async); the records of As/Bs come from them, the fragments are registers."""
     ck = _tc_compile()
     state = ck.state
-    plan = state.gpu.tc_plans[0]
+    plan = gpu_kernels(state).tc_plans[0]
     rule = state.target.memory.copy_rule("global", "shared", "async")
     assert rule.variant == "async" and "cp.async" in rule.mechanism
     for d, name, sizes in ((plan.staging.a, "A", [64, 32]), (plan.staging.b, "B", [32, 64])):
@@ -268,7 +269,8 @@ def test_tensor_core_plan_carries_shared_staging_decisions():
         assert d.remark() in ck.notes["tc-tiling"]
     assert sum(d.footprint.bytes() for d in plan.staging.decisions) == \
         plan.config.shared_bytes(2)
-    levels = {p.local.name: p.level for p in state.promotions if p.kernel == plan.kernel}
+    levels = {p.local.name: p.level for p in promotion_state(state).promotions
+              if p.kernel == plan.kernel}
     assert levels[f"As{plan.kernel}"] == levels[f"Bs{plan.kernel}"] == "shared"
     assert levels[f"acc{plan.kernel}"] == levels[f"afrag{plan.kernel}"] == "registers"
 
@@ -337,9 +339,9 @@ def test_promotion_records_carry_their_memory_level():
     from polycomp.driver import compile_kernel
     ck = compile_kernel(matmul, "cuda")
     memory = ck.state.target.memory
-    levels = {p.array.name: p.level for p in ck.state.promotions}
+    levels = {p.array.name: p.level for p in promotion_state(ck.state).promotions}
     assert levels == {"A": "shared", "B": "shared", "C": "registers"}
-    for p in ck.state.promotions:
+    for p in promotion_state(ck.state).promotions:
         assert memory.level(p.level).scope == p.local.scope and p.warp is None
     # unrolled point loops: the register tile is indexed by constants only
     indices = re.findall(r"C_reg2\[([^\]]*)\]", ck.source)
@@ -388,15 +390,15 @@ def test_cpu_pack_records_round_trip_without_strings(monkeypatch):
     model = matmul.polyhedral_model()
     state = CompileState(model, _cpu_target(), {})
     sched = CpuBackboneTilePass().run(model.initial_schedule, state)
-    reqs = state.pack_requests
+    reqs = promotion_state(state).pack_requests
     assert [(r.array.name, r.dim, r.width, r.level) for r in reqs] == [("B", 1, 64, "L2"),
                                                                        ("A", 0, 6, "L1")]
     assert "cpu_pack_request:0" in sched.to_str() and "cpu_pack_request:1" in sched.to_str()
     sched = CpuPackPass().run(sched, state)
     text = sched.to_str()
     assert "cpu_pack:0" in text and "cpu_pack:1" in text and "|" not in text
-    assert all(isinstance(p, PackedOperand) for p in state.packs)
-    b, a = state.packs
+    assert all(isinstance(p, PackedOperand) for p in promotion_state(state).packs)
+    b, a = promotion_state(state).packs
     assert (b.array, b.level, a.array, a.level) == ("B", "L2", "A", "L1")
     assert b.footprint.box.sizes == [256, 512] and a.footprint.box.sizes == [192, 256]
     assert b.footprint.layout == Layout.packed_panel(1, 64)
@@ -420,9 +422,9 @@ def test_a_request_without_reads_is_refused_and_noted(monkeypatch):
     state = CompileState(model, _cpu_target(), {})
     sched = CpuBackboneTilePass().run(model.initial_schedule, state)
     z = ir.Buffer("Z", "float32", (ir.IntImm(4), ir.IntImm(4)))   # read by no statement
-    state.pack_requests[0] = PackRequest(z, 1, 64, "L2")
+    promotion_state(state).pack_requests[0] = PackRequest(z, 1, 64, "L2")
     out = CpuPackPass().run(sched, state)
-    assert [p.array for p in state.packs] == ["A"]
+    assert [p.array for p in promotion_state(state).packs] == ["A"]
     assert "cpu_pack:0" in out.to_str() and "cpu_pack_request" not in out.to_str()
     assert state.notes["cpu-pack"][0] == \
         "below 3 outer loops: Z not promoted to L2: empty footprint"

@@ -10,9 +10,8 @@ from polycomp import cli
 from polycomp.driver import compile_kernel, interpret
 from polycomp.errors import OptionError, TargetError
 from polycomp.frontend.ops import matmul_kernel, softmax_kernel
-from polycomp.hw.cpu.options import CpuOptions
-from polycomp.hw.cuda.options import CudaOptions
 from polycomp.hw.memory import ComputeUnit, CopyRule, MemoryHierarchy, MemoryLevel
+from polycomp.hw.options import CpuOptions, CudaOptions
 from polycomp.hw.registry import (
     Backend,
     backend_for_name,

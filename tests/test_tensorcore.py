@@ -27,6 +27,7 @@ from polycomp.hw.target import get_target
 from polycomp.islutil import context
 from polycomp.scheduler.common.pattern_schedule import PatternSchedulePass
 from polycomp.scheduler.common.program_order import ProgramOrderPass
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.tensorcore.map import TensorCoreMappingPass
 from polycomp.scheduler.tensorcore.tile import TensorCoreTilingPass
 from polycomp.state import CompileState
@@ -227,12 +228,12 @@ def test_tc_tiling_and_mapping_golden():
     sched = PatternSchedulePass().run(sched, ctx)
     tiled = TensorCoreTilingPass().run(sched, ctx)
     _golden("tc_tiling.matmul_f16.out.isl", tiled)
-    plan = ctx.gpu.tc_plans[0]
+    plan = gpu_kernels(ctx).tc_plans[0]
     assert plan.config.k == 32 and plan.view.in_dtype == "float16"
-    assert not ctx.gpu.launches                   # generic passes must not see the kernel yet
+    assert not gpu_kernels(ctx).launches        # generic passes must not see the kernel yet
     mapped = TensorCoreMappingPass().run(tiled, ctx)
     _golden("tc_mapping.matmul_f16.out.isl", mapped)
-    launch = ctx.gpu.launches[plan.kernel]
+    launch = gpu_kernels(ctx).launches[plan.kernel]
     assert launch.block == (32, 2, 2) and launch.block_params == ("bx1", "by1")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from polycomp.hw.cuda.options import tc_tile_option
+from polycomp.hw.options import tc_tile_option
 from polycomp.hw.target import get_target
 from polycomp.scheduler.tuning.gpu_space import (
     blocks_per_sm,

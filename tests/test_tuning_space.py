@@ -63,7 +63,7 @@ def test_space_follows_the_target_data():
 
 
 def test_point_options_are_accepted_by_the_target():
-    from polycomp.hw.cpu.options import CpuOptions
+    from polycomp.hw.options import CpuOptions
     for p in cpu_space(get_target("cpu-avx2"), BERT)[::97]:
         o = CpuOptions(**p.options())
         assert o.microkernel == p.packing

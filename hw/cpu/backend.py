@@ -23,8 +23,9 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from polycomp import ir
+from polycomp.frontend.c_model import CScopModel
 from polycomp.hw.clike import legalize_names
-from polycomp.hw.cpu.options import CpuOptions
+from polycomp.hw.options import CpuOptions
 from polycomp.hw.registry import Backend, Runner, register
 from polycomp.hw.target import Target
 from polycomp.lowering.flatten import flatten
@@ -47,7 +48,7 @@ class CpuBackend(Backend):
         "cpu-avx2": "C with AVX2/FMA intrinsics",
         "cpu-avx512": "C with AVX-512 intrinsics (SIMDe where the host lacks it)",
         "cpu-avx512-bf16": "cpu-avx512 declaring the AVX512_BF16 and AVX512_VNNI dot-product "
-                           "units (hw/cpu/lowp.py)",
+                           "units (bf16 / int8 products, docs/cpu_backend.md)",
     })
 
     def make_target(self, name: str) -> Target:
@@ -58,7 +59,7 @@ class CpuBackend(Backend):
         from polycomp.scheduler.cpu.fuse import CpuFusePass
         from polycomp.scheduler.cpu.parallel import CpuParallelPass
         from polycomp.scheduler.cpu.reduce_interchange import CpuReduceInterchangePass
-        from polycomp.scheduler.cpu.scop_gemm import ScopGemmPass, is_c_scop
+        from polycomp.scheduler.cpu.scop_gemm import ScopGemmPass
         from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
         o, isa = state.cpu_options, state.target.isa
         if o.chain:
@@ -69,8 +70,9 @@ class CpuBackend(Backend):
             conv = conv_chain_passes(state)        # conv -> conv chains (docs/fusion.md)
             if conv is not None:
                 return conv
+        scop = isinstance(state.model, CScopModel)
         passes: list[Pass] = []
-        if is_c_scop(state.model):   # C SCoPs: scheduler/cpu/scop_*.py
+        if scop:   # C SCoPs: scheduler/cpu/scop_*.py
             from polycomp.scheduler.cpu.scop_stencil import ScopStencilPass
             from polycomp.scheduler.cpu.scop_tile import ScopTilePass
             if isa and o.microkernel:
@@ -83,10 +85,10 @@ class CpuBackend(Backend):
             passes += [CpuBackboneTilePass(), CpuPackPass()]
         if isa and o.interchange:
             passes.append(CpuReduceInterchangePass())
-        if o.fuse and not is_c_scop(state.model):   # (DSL stage chains only)
+        if o.fuse and not scop:   # (DSL stage chains only)
             passes.append(CpuFusePass())
         if o.parallel:
-            if is_c_scop(state.model):   # parallel loops below sequential ones too
+            if scop:   # parallel loops below sequential ones too
                 from polycomp.scheduler.cpu.scop_parallel import ScopParallelPass
                 passes.append(ScopParallelPass())
             else:
@@ -118,12 +120,14 @@ class CpuBackend(Backend):
         if not _vector(state):
             return passes + [_LEGALIZE_NAMES]
         from polycomp.lowering.vectorize import vectorize
+        from polycomp.scheduler.cpu.state import cpu_microkernels
 
-        from .lowp import lowp_calls
         from .microkernel import microkernels
+        from .pack import packed_buffers
         passes += [
-            ir_pass("lowp", lowp_calls),
-            ir_pass("microkernels", lambda f, s: microkernels(f, target.vector_lanes)),
+            ir_pass("microkernels", lambda f, s: microkernels(
+                f, target.vector_lanes, cpu_microkernels(s).dots, packed_buffers(s),
+                lambda text: s.note("microkernels", text))),
             ir_pass("vectorize", lambda f, s: vectorize(
                 f, target.vector_lanes, tail=o.tail, reduce_unroll=o.reduce_unroll,
                 reciprocal=o.reciprocal)),
@@ -142,18 +146,25 @@ class CpuBackend(Backend):
         return first + self._emit(func, state)
 
     def _emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
+        from .codegen import emit_c
+        printer, header = self.printer_and_header(func, state)
+        return emit_c(func, printer, "".join(header))
+
+    def printer_and_header(self, func: ir.LoweredFunc, state: CompileState
+                           ) -> tuple[type, list[str]]:
+        """The printer class of ``func`` and the parts of the header it needs after
+        :data:`~.codegen.C_HEADER` (vector prelude, helper kernels it calls)."""
         from polycomp.scheduler.chain.codegen import sources_for as chain_sources
 
-        from .codegen import emit_c
+        from .codegen import CPrinter
         if not _vector(state):
-            return emit_c(func, extra_header=chain_sources(func, state))
+            return CPrinter, [chain_sources(func, state)]
         from .vector_prelude import prelude
-        from .vector_printer import printer_for
+        from .vector_printer import dot_calls, printer_for
         t = state.target
         assert t.cpu is not None
-        from .lowp import sources_for
-        return emit_c(func, printer_for(t.isa, t.cpu.has_fma), prelude(t.isa) + sources_for(func)
-                      + chain_sources(func, state))
+        return printer_for(t.isa, t.cpu.has_fma), [prelude(t.isa, dot_calls(func)),
+                                                   chain_sources(func, state)]
 
     def load(self, ck):
         from .build import CFunction, build_shared
@@ -172,6 +183,28 @@ class CpuBackend(Backend):
             cmd = [*compiler_command(), *flags, "-c", "-o", os.path.join(tmp, "k.o"), path]
             run_compiler(cmd, os.path.join(tmp, "k.o"), path)
         return f"checked: {' '.join(cmd[:3])} ... ok"
+
+
+    # ------------------------------------------------------------ tuning, multi-version
+    def tuning_space(self, ck, shape):
+        from .tuning import tuning_space
+        return tuning_space(ck, shape)
+
+    def measure(self, ck, arrays, shape, repeat, threads=None):
+        from .tuning import measure
+        return measure(self, ck, arrays, shape, repeat, threads)
+
+    def multiversion_module(self, versions, selector, comments=()):
+        from .multiversion import multiversion_module
+        return multiversion_module(versions, selector, comments)
+
+    def emit_module(self, module, versions):
+        from .multiversion import emit_module
+        return emit_module(self, module, versions)
+
+    def load_module(self, module, source, versions):
+        from .multiversion import load_module
+        return load_module(module, source)
 
 
 #: Last codegen pass: the kernel's entry point, buffers and variables get names that

@@ -151,7 +151,7 @@ class CFunction:
         """``inputs`` are the kernel's inputs followed by the initial contents of its
         in-out outputs (:func:`polycomp.shapes.caller_arrays`); those are copied, not
         modified."""
-        from polycomp.graph.dlpack import call_with_dlpack, needs_conversion
+        from polycomp.dlpack import call_with_dlpack, needs_conversion
         if needs_conversion(inputs, out):  # torch & co. through DLPack, zero-copy
             return call_with_dlpack(self, inputs, out, params)
         from polycomp.shapes import check_buffers_fit, checked_arguments, checked_outputs, eval_int

@@ -1,4 +1,12 @@
-"""IR pass: the register-blocked outer-product micro-kernel.
+"""IR pass: the register-blocked outer-product micro-kernel, one generator for the FMA
+unit (float32/float64, bare ``cpu_microkernel`` marks, below) and the dot-product units
+(bf16 ``vdpbf16ps``, int8 ``vpdpbusd``: ``cpu_microkernel:<n>`` marks whose typed
+payload :class:`~polycomp.scheduler.cpu.state.DotTile` gives the element types, lanes,
+group and register block; see :func:`dot_tile`).  Both build the same tile: ``MR x
+NR/L`` accumulators in a ``register`` buffer loaded from ``C``, a ``k`` loop with the
+``Y`` vectors let-bound and each row's ``X`` broadcast bound around that row's updates,
+one store per accumulator; the FMA tile updates with ``acc + x * y``, the dot tile with
+the unit's intrinsic call over groups of ``k``.
 
 Assumes: flattened, simplified IR; ``AttrStmt("cpu_microkernel")`` marks (from
 :mod:`polycomp.scheduler.cpu.backbone_tile`) whose body, in a full register tile, is
@@ -26,10 +34,10 @@ bit-identical to the scalar loop up to FMA contraction.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from polycomp import ir
-from polycomp.lowering.simplify import simplify
+from polycomp.lowering.simplify import const_difference, simplify, upper_bound
 from polycomp.lowering.vectorize import (
     Unvectorizable,
     Widen,
@@ -39,6 +47,9 @@ from polycomp.lowering.vectorize import (
     uses,
 )
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.cpu.state import DotTile
+
+from .pack import PackedBuffers
 
 
 def _match(body):
@@ -199,14 +210,31 @@ def _reads(e, buf) -> bool:
 
 
 class _Micro(ir.Mutator):
-    def __init__(self, lanes_of):
+    def __init__(self, lanes_of, dots: Sequence[DotTile] = (),
+                 packed: PackedBuffers | None = None, note=None):
         self.lanes_of = lanes_of
+        self.dots, self.packed = dots, packed or PackedBuffers()
+        self.note = note
         self.count = 0
         self.tile_ids = itertools.count(1)     # register-tile names, per function
 
     def visit_AttrStmt(self, s):
         if s.key != marks.CPU_MICROKERNEL:
             return self.generic(s)
+        if s.value not in ("", None):          # cpu_microkernel:<n>: a dot-product tile
+            n = marks.attr_index(s, marks.CPU_MICROKERNEL)
+            out = None
+            if n is not None and 0 <= n < len(self.dots):
+                out = dot_tile(s.body, self.dots[n], self.packed, self.tile_ids)
+            if out is not None:
+                self.count += 1
+                return out
+            if self.note is not None:
+                what = f"{self.dots[n].update} ({self.dots[n].unit})" \
+                    if n is not None and 0 <= n < len(self.dots) else f"mark {s.value}"
+                self.note(f"dot-product tile of {what} not formed (the nest is not of the "
+                          f"expected form): left to the generic path")
+            return self.visit(s.body)
         m = _match(s.body)
         if m is not None:
             try:
@@ -219,8 +247,308 @@ class _Micro(ir.Mutator):
         return self.visit(s.body)
 
 
-def microkernels(func: ir.LoweredFunc, lanes_of) -> ir.LoweredFunc:
-    m = _Micro(lanes_of)
+def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
+                 packed: PackedBuffers | None = None, note=None) -> ir.LoweredFunc:
+    """The pass (see the module docstring): ``lanes_of(dtype)`` gives the vector lanes;
+    ``dots`` are the payloads of the ``cpu_microkernel:<n>`` marks
+    (:func:`polycomp.scheduler.cpu.state.cpu_microkernels`) and ``packed`` says what
+    the packing pass made (:func:`polycomp.hw.cpu.pack.packed_buffers`); ``note(text)``
+    is told about each dot-product nest left to the generic path."""
+    m = _Micro(lanes_of, dots, packed, note)
     out = func.with_body(m.visit(func.body))
     out = out.counted(microkernels=m.count)
+    return out
+
+
+# --------------------------------------------------------------------------- dot tiles
+#
+# The IR intrinsics of a dot-product tile (printed by hw/cpu/vector_printer.py):
+#
+# * ``dot_bf16(acc, x, y)`` (float32 x lanes): each lane of ``acc`` plus the two
+#   products of the bf16 pair in the same 32-bit lane of ``x`` and ``y``
+#   (``vdpbf16ps``);
+# * ``dot_u8s8(acc, x, y)`` (int32 x lanes): each lane plus the four products of the
+#   unsigned bytes of ``x`` and the signed bytes of ``y`` in that lane (``vpdpbusd``);
+# * ``broadcast_group(load)``: the ``group`` elements of a ``group``-lane load, repeated
+#   in every 32-bit lane (``x``: one row of the tile's broadcast operand).
+#
+# ``x`` and ``y`` are *group vectors*: ``lanes * group`` elements of the input dtype
+# (a 512-bit register), element ``l * group + g`` the ``g``-th value of ``k`` of lane ``l``.
+
+DOT_CALLS = {("bfloat16", "bfloat16", "float32"): "dot_bf16",
+             ("uint8", "int8", "int32"): "dot_u8s8"}
+BROADCAST_GROUP = "broadcast_group"
+#: the IR attribute around each dot-product register tile: print it as a function of its
+#: own (:meth:`polycomp.hw.cpu.vector_printer.VectorPrinter.outline`)
+OUTLINE = "outline"
+#: the annotation of a dot tile's loop over the groups of ``k``
+DOT_GROUPS = "dot_groups"
+
+
+def dot_call(tile: DotTile) -> str | None:
+    """The IR intrinsic of ``tile``'s unit, or None where there is none."""
+    return DOT_CALLS.get((*tile.operands, tile.accumulator))
+
+
+def _loops_to_store(node):
+    """``(loops outermost first, store)`` of a perfect nest of For loops around one
+    Store, or None."""
+    loops = []
+    while isinstance(node, ir.For):
+        loops.append(node)
+        node = node.body
+    return (loops, node) if isinstance(node, ir.Store) and node.lanes == 1 else None
+
+
+def _operand(e, tile: DotTile, role: int):
+    """The packed load of dot operand ``role`` (0: ``x``, 1: ``y``) in the factor ``e``
+    of the product, or None: ``cast(load)`` for an operand of the inputs' dtype;
+    ``cast(load ^ -offset) + offset`` (the unsigned byte of the packed element, see
+    :mod:`polycomp.hw.cpu.pack`) for the unsigned operand of the inputs' width."""
+    want = tile.operands[role]
+    acc = tile.accumulator
+    if want == tile.inputs:
+        if isinstance(e, ir.Cast) and e.dtype == acc and isinstance(e.value, ir.Load) and \
+                e.value.dtype == tile.inputs:
+            return e.value
+        return None
+    if role != 0 or want != "u" + tile.inputs or not tile.offset:
+        return None
+    if not (isinstance(e, ir.Binary) and e.op == "+" and e.dtype == acc):
+        return None
+    for c, v in ((e.b, e.a), (e.a, e.b)):
+        if ir.is_const(c, tile.offset) and isinstance(v, ir.Cast) and v.dtype == acc:
+            x = v.value
+            if isinstance(x, ir.Binary) and x.op == "^" and isinstance(x.a, ir.Load) and \
+                    ir.is_const(x.b, -tile.offset) and x.a.dtype == tile.inputs:
+                return x.a
+    return None
+
+
+def _vars_of(e) -> set:
+    return set(ir.free_vars(e))
+
+
+def dot_tile(body, tile: DotTile, packed: PackedBuffers, tile_ids: Iterator[int]):
+    """The register tile of a ``cpu_microkernel:<n>`` nest on a dot-product unit, or None
+    (the nest is then left to the generic path).
+
+    Assumes (flattened, simplified IR; :mod:`polycomp.scheduler.cpu.backbone_tile`'s dot
+    tree, :mod:`polycomp.hw.cpu.pack`'s grouped packing): ``body`` is an optional
+    *correction* nest ``for ii, jj: C[c] = C[c] + S[s]`` (the column sums of a
+    compensated packing) followed by
+
+        for kk in [0, Ek):  for ii in [0, Ei):  for jj in [0, Ej):
+          C[c] = C[c] + X * Y
+
+    (loops of extent 1 may be gone) with ``Ei <= mr``, ``Ej <= nr``, ``X`` / ``Y``
+    reading the packings of the tile's broadcast / vector array (``packed``: grouped
+    panels of ``mr`` / ``nr`` lanes), in which the ``group`` values ``kk = group*p + g``
+    of a row ``ii`` of ``X`` are consecutive, and the ``lanes`` columns ``jj = 16u + l``
+    of ``Y`` are consecutive groups (checked on the index expressions along the loops
+    that are there); padding of the last group and of the last panel's lanes is zero.
+
+    Guarantees: per row count ``r`` (``r = Ei``, or one variant per ``r <= mr`` chosen by
+    ``Ei`` at run time)
+
+        acc[i][u] = C[c(i, 16u ..)] (+ S[s(16u ..)])        (masked to Ej columns)
+        for p in [0, ceil(Ek / group)):
+          y_u = Y's group vector at (p, 16u);  per row i: x_i = broadcast_group(X at (i, p))
+          acc[i][u] = dot(acc[i][u], x_i, y_u)
+        C[c(i, 16u ..)] = acc[i][u]                           (masked to Ej columns)
+
+    with ``acc`` a register buffer of ``r * ceil(Ej / lanes)`` vectors, each variant in
+    an :data:`OUTLINE` attribute (printed as a function of its own), the stores whole
+    vectors where the tile has all its columns (a run-time test where ``Ej`` is not a
+    constant).  Each output element gets the same products; they are summed per lane
+    group by the unit (in the unit's rounding for bf16; exactly for int8), the padding
+    adding zeros."""
+    call = dot_call(tile)
+    if call is None:
+        return None
+    L, G = tile.lanes, tile.group
+    stmts = list(body.stmts) if isinstance(body, ir.Block) else [body]
+    if len(stmts) not in (1, 2):
+        return None
+    main = _loops_to_store(stmts[-1])
+    corr = _loops_to_store(stmts[0]) if len(stmts) == 2 else None
+    if main is None or (len(stmts) == 2 and corr is None):
+        return None
+    loops, st = main
+    C = st.buffer
+    if C.dtype != tile.accumulator:
+        return None
+    c = st.indices[0]
+    v = st.value
+    if not (isinstance(v, ir.Binary) and v.op == "+" and isinstance(v.a, ir.Load)
+            and v.a.buffer is C and ir.structural_equal(v.a.indices[0], c)
+            and isinstance(v.b, ir.Binary) and v.b.op == "*"):
+        return None
+    xl = yl = None
+    for fx, fy in ((v.b.a, v.b.b), (v.b.b, v.b.a)):
+        a, b = _operand(fx, tile, 0), _operand(fy, tile, 1)
+        if a is not None and b is not None and \
+                packed.arrays.get(a.buffer.name) == tile.x_array and \
+                packed.arrays.get(b.buffer.name) == tile.y_array:
+            xl, yl = a, b
+            break
+    if xl is None or yl is None:
+        return None
+    for buf, width in ((xl.buffer, tile.mr), (yl.buffer, tile.nr)):
+        lay = packed.layouts.get(buf.name)
+        if lay is None or lay.kind != "packed-panel" or lay.group != G or lay.width != width:
+            return None
+    if any(not ir.is_const(lp.min, 0) for lp in loops):
+        return None
+    cv = _vars_of(c)
+    kk = [lp for lp in loops if lp.var not in cv]
+    ii = [lp for lp in loops if lp.var in cv and lp.var in _vars_of(xl.indices[0])]
+    jj = [lp for lp in loops if lp.var in cv and lp.var in _vars_of(yl.indices[0])]
+    if len(kk) > 1 or len(ii) > 1 or len(jj) > 1 or len(kk) + len(ii) + len(jj) != len(loops):
+        return None
+    if ii and ii[0].var in _vars_of(yl.indices[0]) or jj and jj[0].var in _vars_of(xl.indices[0]):
+        return None
+    one = ir.IntImm(1)
+    kvar = kk[0].var if kk else None
+    ivar = ii[0].var if ii else ir.Var("mk_row")
+    jvar = jj[0].var if jj else ir.Var("mk_col")
+    Ek, Ei, Ej = (lp[0].extent if lp else one for lp in (kk, ii, jj))
+    ub_i, ub_j = upper_bound(Ei), upper_bound(Ej)
+    if ub_i is None or ub_j is None or not (1 <= ub_i <= tile.mr) or not (1 <= ub_j <= tile.nr):
+        return None
+    NV = -(-ub_j // L)
+    if ub_i * NV + NV + 1 > 2 * 32:
+        return None
+    p = ir.Var("mk_p")
+
+    def at(e, k, i=None, j=None):
+        m = {}
+        if kvar is not None and k is not None:
+            m[kvar] = k
+        if i is not None:
+            m[ivar] = i
+        if j is not None:
+            m[jvar] = j
+        return simplify(ir.substitute(e, m))
+
+    def consecutive(e, base, steps) -> bool:
+        """``e`` at each ``(k, i, j, offset)`` of ``steps`` is ``base`` + offset."""
+        for k, i, j, off in steps:
+            d = const_difference(at(e, k, i, j), base)
+            if d != off:
+                return False
+        return True
+    kg = p * G                      # the k of group p
+    kp = kg if kvar is not None else None
+    yidx, xidx = yl.indices[0], xl.indices[0]
+    ybase = [at(yidx, kp, None, ir.IntImm(u * L)) for u in range(NV)]
+    xbase = [at(xidx, kp, ir.IntImm(i)) for i in range(ub_i)]
+    if any(kvar is not None and kvar in _vars_of(b) or jvar in _vars_of(b) for b in xbase) \
+            or any(kvar is not None and kvar in _vars_of(b) or ivar in _vars_of(b)
+                   for b in ybase):
+        return None
+    for u in range(NV):
+        steps = [(kg + g, None, ir.IntImm(u * L), g) for g in range(1, G)] \
+            if kvar is not None else []
+        if jj:
+            steps += [(kp, None, ir.IntImm(u * L + t), t * G) for t in (1, L - 1)]
+        if not consecutive(yidx, ybase[u], steps):
+            return None
+    if kvar is not None:
+        for i in range(ub_i):
+            if not consecutive(xidx, xbase[i],
+                               [(kg + g, ir.IntImm(i), None, g) for g in range(1, G)]):
+                return None
+    # the correction nest: the same output points, C[c] + S[s] with s consecutive in jj
+    sums = None
+    if corr is not None:
+        cloops, cst = corr
+        sv = cst.value
+        if cst.buffer is not C or not (isinstance(sv, ir.Binary) and sv.op == "+"
+                                       and isinstance(sv.a, ir.Load) and sv.a.buffer is C
+                                       and isinstance(sv.b, ir.Load)):
+            return None
+        cvars = _vars_of(cst.indices[0])
+        ci = [lp for lp in cloops if lp.var in cvars and lp.var not in _vars_of(sv.b.indices[0])]
+        cj = [lp for lp in cloops if lp.var in _vars_of(sv.b.indices[0])]
+        if len(ci) + len(cj) != len(cloops) or len(ci) != len(ii) or len(cj) != len(jj):
+            return None
+        if any(not ir.is_const(lp.min, 0) for lp in cloops):
+            return None
+        if (ci and not ir.structural_equal(ci[0].extent, Ei)) or \
+                (cj and not ir.structural_equal(cj[0].extent, Ej)):
+            return None
+        m = {}
+        if ci:
+            m[ci[0].var] = ivar
+        if cj:
+            m[cj[0].var] = jvar
+        if not ir.structural_equal(simplify(ir.substitute(cst.indices[0], m)), c):
+            return None
+        sidx = simplify(ir.substitute(sv.b.indices[0], m))
+        sbase = [at(sidx, None, None, ir.IntImm(u * L)) for u in range(NV)]
+        for u in range(NV):
+            if cj and not consecutive(sidx, sbase[u], [
+                    (None, None, ir.IntImm(u * L + t), t) for t in (1, L - 1)]):
+                return None
+        sums = (sv.b.buffer, sbase)
+    tid = next(tile_ids)
+    D, IN = tile.accumulator, tile.inputs
+    cols = None if isinstance(Ej, ir.IntImm) else Ej
+
+    def cref(i, u):
+        return ir.Ramp(at(c, None, ir.IntImm(i), ir.IntImm(u * L)), ir.IntImm(1), L)
+
+    def masked(u, stmt):
+        if cols is None and (u + 1) * L <= ub_j:
+            return stmt
+        count = simplify((cols if cols is not None else ir.IntImm(ub_j)) - u * L)
+        return ir.AttrStmt("vector_mask", (count, L), stmt)
+
+    def tile_of(rows: int) -> ir.Stmt:
+        acc = ir.Buffer(f"acc{tid}_{rows}", D, (ir.IntImm(rows * NV * L),), scope="register",
+                        flat=True)
+
+        def slot(i, u):
+            return ir.Ramp(ir.IntImm((i * NV + u) * L), ir.IntImm(1), L)
+        loads, stores, rowsb = [], [], []
+        for i in range(rows):
+            for u in range(NV):
+                init: ir.Expr = ir.Load(C, (cref(i, u),), D, L)
+                if sums is not None:
+                    sbuf, sb = sums
+                    init = ir.Binary("+", init, ir.Load(
+                        sbuf, (ir.Ramp(sb[u], ir.IntImm(1), L),), sbuf.dtype, L), D)
+                loads.append(masked(u, ir.Store(acc, (slot(i, u),), init, L)))
+                stores.append(ir.Store(C, (cref(i, u),), ir.Load(acc, (slot(i, u),), D, L), L))
+        yvars = [ir.Var(f"mk{tid}_y{u}", IN) for u in range(NV)]
+        for i in range(rows):
+            xv = ir.Var(f"mk{tid}_x{i}", IN)
+            xval = ir.Call(BROADCAST_GROUP, (ir.Load(
+                xl.buffer, (ir.Ramp(xbase[i], ir.IntImm(1), G),), IN, G),), IN)
+            ups = [ir.Store(acc, (slot(i, u),), ir.Call(call, (
+                ir.Load(acc, (slot(i, u),), D, L), xv, yvars[u]), D), L) for u in range(NV)]
+            rowsb.append(ir.LetStmt(xv, xval, ir.seq(*ups)))
+        kbody: ir.Stmt = ir.seq(*rowsb)
+        for u in reversed(range(NV)):
+            kbody = ir.LetStmt(yvars[u], ir.Load(yl.buffer, (ir.Ramp(
+                ybase[u], ir.IntImm(1), L * G),), IN, L * G), kbody)
+        groups = simplify((Ek + (G - 1)) // G)
+        k = ir.For(p, ir.IntImm(0), groups, "serial", kbody,
+                   ((("coincident", False),) if kk else ()) +
+                   (("microkernel", f"{rows}x{NV * L}"), (DOT_GROUPS, True)))
+        # the stores: whole vectors where the tile has all its columns (masked stores
+        # here make gcc 12 keep accumulators on the stack inside the k loop)
+        store: ir.Stmt = ir.seq(*(masked(n % NV, x) for n, x in enumerate(stores)))
+        if cols is not None:
+            store = ir.IfThenElse(ir.Binary(">=", cols, ir.IntImm(NV * L), "bool"),
+                                  ir.seq(*stores), store)
+        return ir.AttrStmt(OUTLINE, f"dot_tile{rows}",
+                           ir.Allocate(acc, ir.seq(*loads, k, store)))
+    if isinstance(Ei, ir.IntImm):
+        return tile_of(Ei.value)
+    out: ir.Stmt | None = None
+    for r in range(1, ub_i + 1):
+        cond = ir.Binary("==" if r < ub_i else ">=", Ei, ir.IntImm(r), "bool")
+        out = ir.IfThenElse(cond, tile_of(r), out)
     return out

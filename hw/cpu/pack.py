@@ -4,7 +4,7 @@ read it from there.
 Assumes: the IR straight from the isl AST (not simplified yet: loop iterators still
 carry isl's names ``c0, c1, ...`` = schedule dimensions, degenerate loops are lets), with
 ``AttrStmt("cpu_pack", "<n>")`` marks from :mod:`polycomp.scheduler.promotion.cpu_pack`;
-``state.packs[n]`` is the typed
+``promotion_state(state).packs[n]`` is the typed
 :class:`~polycomp.scheduler.promotion.record.PackedOperand` of the mark: the array, the
 box (sizes ``s``, piecewise offsets ``origin`` on the prefix schedule ``c_0 ..
 c_{d-1}``) and the packed-panel layout (dimension ``p`` in panels of ``w``).
@@ -27,17 +27,31 @@ splits ``e_p - o_p`` into panel and lane with range analysis of the enclosing lo
 ``//`` and ``%``.  When the mark is outside every parallel loop, the copy loop nest is
 wrapped in a ``cpu_parallel`` mark.  The element values and every other access are
 unchanged.
+
+Packings for a dot-product unit (a layout with a *group*, an ``offset``, a
+``compensate``; see :class:`~polycomp.scheduler.promotion.record.PackRequest`) copy with
+:meth:`_Packer.copy_grouped` instead: whole panels and whole groups, zero beyond the
+array (the unit multiplies the padding); an ``offset`` stores ``x ^ -offset`` (the
+unsigned byte ``x + offset``) and the reads decode it (``P ^ -offset``), so values are
+unchanged; ``compensate`` also writes the lanes' column sums ``S = -c * sum y`` and
+rewrites each micro-kernel nest below the mark (:class:`_Compensate`): ``C += S`` over
+the nest's output points, then the product ``(x + c) * y``, which adds the same to every
+output element.  :func:`packed_buffers` records each packed buffer's array and layout
+for the micro-kernel pass.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import islpy as isl
 
+from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.lowering.ast_to_ir import pw_aff_to_ir
 from polycomp.lowering.simplify import simplify
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.promotion.footprint import Layout
-from polycomp.scheduler.promotion.record import PackedOperand
+from polycomp.scheduler.promotion.record import PackedOperand, promotion_state
 from polycomp.state import CompileState
 
 # --------------------------------------------------------------------------- affine helpers
@@ -106,12 +120,31 @@ def divmod_ranged(e: ir.Expr, w: int, ranges: dict):
 
 # --------------------------------------------------------------------------- the pass
 
+#: the IR attribute around a packing copy of 16-bit floats: each store copies the bits
+#: it loads (or a zero), so the printer may copy them without widening to float and
+#: rounding back (:class:`polycomp.hw.cpu.vector_printer.VectorPrinter`)
+RAW_COPY = "raw_copy"
+
+
+@dataclass(eq=False)
+class PackedBuffers:
+    """What the packing pass made, for the code-generation passes, by packed buffer
+    name (names are unique in a function): the array it holds and its layout."""
+    arrays: dict[str, str] = field(default_factory=dict)
+    layouts: dict[str, Layout] = field(default_factory=dict)
+
+
+def packed_buffers(state: CompileState) -> PackedBuffers:
+    """The packed buffers of ``state``'s compile (the C backend's typed state)."""
+    return state.slot(PackedBuffers)
+
 
 class _Packer:
     def __init__(self, func: ir.LoweredFunc, state: CompileState):
         self.func = func
         self.model = state.model
-        self.packs = state.packs
+        self.packs = promotion_state(state).packs
+        self.made = packed_buffers(state)
         self.buffers = {b.name: b for b in func.args}
         ir.walk(func.body, self._collect)
         self.allocs: list = []
@@ -203,12 +236,124 @@ class _Packer:
         shape = tuple(lp.extent for lp in slots) + tuple(ir.IntImm(n) for n in fp.shape)
         pbuf = ir.Buffer(f"{arr.name}_pk{self.count}", arr.dtype, shape)
         self.allocs.append(pbuf)
+        self.made.arrays[pbuf.name] = arr.name
+        self.made.layouts[pbuf.name] = fp.layout
         slot_idx = tuple(ir.Binary("-", lp.var, lp.min, "int64") for lp in slots)
-        copy = self.copy(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx)
+        sums = None
+        if spec.compensate:
+            # the column sums of the packed block: one int32 per lane of each panel
+            p, w = fp.layout.dim, fp.layout.width
+            sums = ir.Buffer(f"{arr.name}_pk{self.count}_sum", "int32", tuple(
+                lp.extent for lp in slots) + (ir.IntImm(-(-fp.box.sizes[p] // w)), ir.IntImm(w)))
+            self.allocs.append(sums)
+        if fp.layout.group > 1 or spec.offset or sums is not None:
+            copy = self.copy_grouped(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx,
+                                     spec.offset, sums, spec.compensate)
+        else:
+            copy = self.copy(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx)
         if not par:
             copy = ir.AttrStmt(marks.CPU_PARALLEL, "", copy)
-        body = _Redirect(arr, pbuf, fp.layout, origin, slot_idx).visit(body)
+        body = _Redirect(arr, pbuf, fp.layout, origin, slot_idx, spec.offset).visit(body)
+        if sums is not None:
+            body = _Compensate(pbuf, sums, len(slot_idx), len(arr.shape),
+                               spec.compensate).visit(body)
         return ir.seq(copy, body)
+
+    def copy_grouped(self, arr, pbuf, layout: Layout, box, origin, slot_idx, offset: int,
+                     sums, compensate: int):
+        """The copy of a packing for a dot-product unit: whole panels (lanes beyond the
+        array zero) and whole groups of the grouped dimension (zero beyond the array),
+        each element ``x`` stored as ``x ^ -offset`` (its byte read unsigned is ``x +
+        offset``); with ``sums``, ``sums[slot, panel, lane] = -compensate * (the sum of
+        the lane's elements over the other dimensions)``.  Per panel: the lanes and
+        groups inside the array without conditions (the array's contiguous dimension
+        read in order: lanes outside the group when it is the panel dimension, inside
+        when it is the grouped one; the ``group`` elements of a lane stored together),
+        then the last, partial group under a condition, then the lanes beyond the array
+        as zeros.  A 16-bit float copy is wrapped in ``AttrStmt("raw_copy")``: the
+        printer copies the stored bits (no widening and rounding back)."""
+        p, w = layout.dim, layout.width
+        gd, G = (layout.group_dim, layout.group) if layout.group > 1 else (-1, 1)
+        n = len(arr.shape)
+        c = self.count
+        xs = [ir.Var(f"pk{c}_x{d}") for d in range(n)]
+        # the box starts at the first element read (origin = the footprint's minimum,
+        # and every access of the model stays in bounds): it starts inside the array
+        lo = [ir.IntImm(0)] * n
+        hi = [simplify(ir.min_(ir.IntImm(box[d]), arr.shape[d] - origin[d])) for d in range(n)]
+        q, lane, pg, g = (ir.Var(f"pk{c}_{v}") for v in ("q", "l", "p", "g"))
+        xpos: list = list(xs)
+        xpos[p] = q * w + lane
+        if gd >= 0:
+            xpos[gd] = pg * G + g
+        idx_arr = tuple(simplify(origin[d] + xpos[d]) for d in range(n))
+        load: ir.Expr = ir.Load(arr, idx_arr, arr.dtype)
+        value = ir.bitwise("^", load, ir.IntImm(-offset, arr.dtype)) if offset else load
+        zero: ir.Expr = ir.IntImm(0, arr.dtype) if arr.dtype in dt.INTS \
+            else ir.FloatImm(0.0, arr.dtype)
+        ranges = {lane: (0, w - 1), g: (0, G - 1)}
+        at = slot_idx + tuple(layout.index([simplify(x) for x in xpos],
+                                           lambda e, m: divmod_ranged(e, m, ranges)))
+        at_sum = slot_idx + (q, lane)
+        acc = sums is None      # the sums accumulate over the non-panel dimensions
+
+        def element(cond=None) -> ir.Stmt:
+            v = value if cond is None else ir.Select(cond, value, zero, arr.dtype)
+            st: ir.Stmt = ir.Store(pbuf, at, v)
+            if sums is not None:
+                add: ir.Expr = ir.Cast(load, "int32")
+                if cond is not None:
+                    add = ir.Select(cond, add, ir.IntImm(0, "int32"), "int32")
+                st = ir.seq(st, ir.Store(sums, at_sum, ir.Binary(
+                    "+", ir.Load(sums, at_sum, "int32"), add, "int32")))
+            return st
+
+        def loop(v, ext, b, coincident=True, mn=None):
+            return ir.For(v, mn if mn is not None else ir.IntImm(0), simplify(ext), "serial",
+                          b, (("coincident", coincident),))
+        others = [d for d in range(n) if d not in (p, gd)]
+
+        def around(b, coincident):
+            for d in reversed(others):
+                b = ir.For(xs[d], lo[d], simplify(hi[d] - lo[d]), "serial", b,
+                           (("coincident", coincident),))
+            return b
+        lanes_q = ir.min_(ir.IntImm(w), hi[p] - q * w)      # the lanes inside the array
+        n_q = simplify((hi[p] + (w - 1)) // w)
+        parts: list[ir.Stmt] = []
+        if gd < 0:
+            parts.append(around(loop(lane, lanes_q, element()), True))
+            pad = loop(lane, ir.IntImm(w) - lanes_q, ir.Store(pbuf, at, zero), mn=lanes_q)
+        else:
+            full, n_pg = simplify(hi[gd] // G), simplify((hi[gd] + (G - 1)) // G)
+            last = ir.Binary("<", xpos[gd], hi[gd], "bool")
+
+            def groups(pgs, body):
+                if p == n - 1:      # the panel dimension is contiguous: lanes inside
+                    return loop(pg, pgs, loop(lane, lanes_q, loop(g, ir.IntImm(G), body,
+                                                                  acc)), acc)
+                return loop(lane, lanes_q, loop(pg, pgs, loop(g, ir.IntImm(G), body, acc),
+                                                acc))
+            parts.append(around(groups(full, element()), acc))
+            tail = ir.LetStmt(pg, full, loop(lane, lanes_q, loop(g, ir.IntImm(G),
+                                                                  element(last), acc)))
+            parts.append(ir.IfThenElse(ir.Binary(">", hi[gd] % G, ir.IntImm(0), "bool"),
+                                       around(tail, acc)))
+            pad = loop(pg, n_pg, loop(lane, ir.IntImm(w) - lanes_q, loop(
+                g, ir.IntImm(G), ir.Store(pbuf, at, zero)), mn=lanes_q))
+        if others:
+            pad = around(pad, True)
+        parts.append(pad)
+        nest: ir.Stmt = loop(q, n_q, ir.seq(*parts))
+        if arr.dtype in ("float16", "bfloat16"):
+            nest = ir.AttrStmt(RAW_COPY, "", nest)
+        if sums is None:
+            return nest
+        zero_sums = loop(q, n_q, loop(lane, ir.IntImm(w),
+                                      ir.Store(sums, at_sum, ir.IntImm(0, "int32"))))
+        scale = loop(q, n_q, loop(lane, ir.IntImm(w), ir.Store(sums, at_sum, ir.Binary(
+            "*", ir.Load(sums, at_sum, "int32"), ir.IntImm(-compensate, "int32"), "int32"))))
+        return ir.seq(zero_sums, nest, scale)
 
     def copy(self, arr, pbuf, layout: Layout, box, origin, slot_idx):
         """The loop nest filling the packed buffer (panel, other dimensions, lane)."""
@@ -263,11 +408,14 @@ class _Packer:
 
 
 class _Redirect(ir.Mutator):
-    """Reads of ``arr`` below the mark -> the packed buffer (ranges of loops tracked)."""
+    """Reads of ``arr`` below the mark -> the packed buffer (ranges of loops tracked);
+    with an ``offset``, the packed element decoded (``P ^ -offset``, see
+    :meth:`_Packer.copy_grouped`)."""
 
-    def __init__(self, arr, pbuf, layout: Layout, origin, slot_idx):
+    def __init__(self, arr, pbuf, layout: Layout, origin, slot_idx, offset: int = 0):
         self.arr, self.pbuf, self.layout = arr, pbuf, layout
         self.origin, self.slot = origin, slot_idx
+        self.offset = offset
         self.ranges: dict = {}
 
     def visit_For(self, s):
@@ -288,10 +436,99 @@ class _Redirect(ir.Mutator):
             return ir.Load(e.buffer, idx, e.dtype, e.lanes)
         rel = [simplify(idx[d] - self.origin[d]) for d in range(len(idx))]
         new = self.slot + self.layout.index(rel, lambda x, w: divmod_ranged(x, w, self.ranges))
-        return ir.Load(self.pbuf, new, e.dtype, e.lanes)
+        out: ir.Expr = ir.Load(self.pbuf, new, e.dtype, e.lanes)
+        if self.offset:
+            out = ir.bitwise("^", out, ir.IntImm(-self.offset, e.dtype))
+        return out
+
+
+class _Compensate(ir.Mutator):
+    """Below a packing with column sums (``compensate`` = c): in each micro-kernel nest
+    (``AttrStmt cpu_microkernel``) whose one store is ``C[o] = C[o] + x * y`` with ``y``
+    reading the packed buffer, the product becomes ``(x + c) * y`` and a nest over the
+    same output points, ``C[o] = C[o] + sums[slot, panel, lane]`` (``sums = -c * sum of
+    y``, see :meth:`_Packer.copy_grouped`), runs first: per output element the nest adds
+    ``sum (x + c) y - c sum y = sum x y`` as before.  A nest of another shape is left
+    as it is (its values are unchanged either way)."""
+
+    def __init__(self, pbuf, sums, n_slots: int, ndim: int, c: int):
+        self.pbuf, self.sums, self.ns, self.ndim, self.c = pbuf, sums, n_slots, ndim, c
+
+    def visit_AttrStmt(self, s):
+        if s.key != marks.CPU_MICROKERNEL:
+            return self.generic(s)
+        stores: list = []
+        ir.walk(s.body, lambda n: stores.append(n) if isinstance(n, ir.Store) else None)
+        if len(stores) != 1:
+            return s
+        st = stores[0]
+        v = st.value
+        if not (isinstance(v, ir.Binary) and v.op == "+" and isinstance(v.a, ir.Load)
+                and v.a.buffer is st.buffer and isinstance(v.b, ir.Binary) and v.b.op == "*"):
+            return s
+        prod = v.b
+        y_load = x = y = None
+        for xx, yy in ((prod.a, prod.b), (prod.b, prod.a)):
+            ys = [n for n in _loads(yy) if n.buffer is self.pbuf]
+            if len(ys) == 1 and not [n for n in _loads(xx) if n.buffer is self.pbuf]:
+                y_load, x, y = ys[0], xx, yy
+                break
+        if y_load is None or x is None or y is None:
+            return s
+        ns = self.ns
+        at = tuple(y_load.indices[:ns]) + (y_load.indices[ns], y_load.indices[ns + self.ndim])
+        kept = {v for ix in st.indices for v in ir.free_vars(ix)}
+        at_vars = {v for ix in at for v in ir.free_vars(ix)}
+        fresh: dict = {}
+
+        def correction(node):
+            """The loops around the store that its output index uses (not the reduction
+            loops), with fresh iterators, around ``C[o] += sums[..]``."""
+            if isinstance(node, ir.For):
+                inner = correction(node.body)
+                if inner is None:
+                    return None
+                if node.var not in kept:
+                    return None if node.var in at_vars else inner
+                nv = fresh.setdefault(node.var, ir.Var(node.var.name + "_cs", node.var.dtype))
+                return ir.For(nv, node.min, node.extent, node.kind, inner, node.annotations)
+            if isinstance(node, ir.LetStmt):
+                inner = correction(node.body)
+                return None if inner is None else ir.LetStmt(node.var, node.value, inner)
+            if node is st:
+                add = ir.Load(self.sums, at, "int32")
+                return ir.Store(st.buffer, st.indices, ir.Binary(
+                    "+", ir.Load(st.buffer, st.indices, st.buffer.dtype), ir.Cast(
+                        add, st.buffer.dtype) if st.buffer.dtype != "int32" else add,
+                    st.buffer.dtype))
+            return None
+        corr = correction(s.body)
+        if corr is None:
+            return s
+        corr = ir.substitute(corr, fresh)
+        c = ir.IntImm(self.c, x.dtype)
+        new_prod = ir.Binary("*", ir.Binary("+", x, c, x.dtype), y, prod.dtype)
+        new_store = ir.Store(st.buffer, st.indices, ir.Binary("+", v.a, new_prod, v.dtype),
+                             st.lanes)
+        body = _ReplaceStmt(st, new_store).visit(s.body)
+        return ir.AttrStmt(s.key, s.value, ir.seq(corr, body))
+
+
+class _ReplaceStmt(ir.Mutator):
+    def __init__(self, old, new):
+        self.old, self.new = old, new
+
+    def visit_Store(self, s):
+        return self.new if s is self.old else s
+
+
+def _loads(e) -> list:
+    out: list = []
+    ir.walk(e, lambda n: out.append(n) if isinstance(n, ir.Load) else None)
+    return out
 
 
 def pack(func: ir.LoweredFunc, state: CompileState) -> ir.LoweredFunc:
-    """Realise every ``cpu_pack`` mark of ``func`` from ``state.packs`` (see the module
-    docstring)."""
+    """Realise every ``cpu_pack`` mark of ``func`` from ``promotion_state(state).packs``
+    (see the module docstring)."""
     return _Packer(func, state).run()

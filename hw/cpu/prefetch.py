@@ -172,7 +172,7 @@ class _Prefetch(ir.Mutator):
         if len(passes) < 2:
             return s
         bound = _bound_inside(s.body)
-        rows = {}
+        rows: dict = {}
         for v in vloops:
             for row in _rows(v, s.var, self.inputs, self.outputs, bound):
                 key = (row.buffer, row.write)

@@ -98,15 +98,17 @@ def cpu_hierarchy(vector_bits: int, vector_registers: int) -> MemoryHierarchy:
 
 #: the AVX-512 dot-product units: feature flag (/proc/cpuinfo spelling) -> unit.  Shape
 #: (lanes, k per lane): each 32-bit lane multiplies a group of consecutive k values
-#: (hw/cpu/lowp.py packs the operands so)
+#: (the packing of scheduler/cpu/backbone_tile.py's dot tiles groups them so)
 DOT_UNITS = {
     "avx512_bf16": ComputeUnit("AVX512_BF16 vdpbf16ps", "vector", (16, 2),
                                ("bfloat16 -> float32",),
-                               "16 fp32 lanes, each += a pair of exact bf16 products"),
+                               "16 fp32 lanes, each += a pair of exact bf16 products",
+                               operands=("bfloat16", "bfloat16"), accumulator="float32"),
     "avx512_vnni": ComputeUnit("AVX512_VNNI vpdpbusd", "vector", (16, 4),
                                ("uint8 x int8 -> int32",),
                                "16 int32 lanes, each += four u8 x s8 products "
-                               "(int8 x int8 via the +128 offset correction)"),
+                               "(int8 x int8 via the +128 offset correction)",
+                               operands=("uint8", "int8"), accumulator="int32"),
 }
 
 

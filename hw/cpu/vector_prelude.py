@@ -452,13 +452,65 @@ VECTOR_MATH_F32 = ("exp", "log", "tanh", "erf", "sigmoid")
 VECTOR_MATH = ("exp", "log", "tanh", "erf", "sigmoid", "sqrt", "rsqrt", "abs", "floor", "ceil")
 
 
-def prelude(isa: str) -> str:
-    """The C helpers for ``isa`` (``avx2`` or ``avx512``), after the scalar header."""
+# ---------------------------------------------------------------- dot-product units
+
+#: what the dot-product intrinsics of hw/cpu/microkernel.py need: the macro a native
+#: build must define, the ISA named in the SIMDe fallback's comment, and the helpers
+_DOT_UNITS = {
+    "dot_bf16": ("__AVX512BF16__", "AVX512_BF16", r"""
+PC_VINLINE __m512 pc512_dpbf16_ps(__m512 acc, __m512i x, __m512i y) {
+  __m512bh a, b; memcpy(&a, &x, sizeof a); memcpy(&b, &y, sizeof b);
+  return _mm512_dpbf16_ps(acc, a, b);
+}
+"""),
+    "dot_u8s8": ("__AVX512VNNI__", "AVX512_VNNI", r"""
+/* the accumulator is a tied operand of vpdpbusd: with gcc 12's coalescing of SSA names
+   the micro-kernel keeps stack copies of most accumulators inside its k loop
+   (tests/test_cpu_lowp*.py check there are none; bf16 tiles do better without this) */
+#pragma GCC optimize ("no-tree-coalesce-vars")
+PC_VINLINE __m512i pc512_dpbusd_epi32(__m512i acc, __m512i x, __m512i y) { return _mm512_dpbusd_epi32(acc, x, y); }
+PC_VINLINE pc_mask16 pc512_lane_range_epi32(int64_t lo, int64_t hi) { return pc512_lane_range_ps(lo, hi); }
+#if !defined(PC_SIMDE)
+PC_VINLINE __m512i pc512_maskz_loadu_epi32(pc_mask16 m, const int32_t* p) { return _mm512_maskz_loadu_epi32(m, p); }
+PC_VINLINE void pc512_mask_storeu_epi32(int32_t* p, pc_mask16 m, __m512i v) { _mm512_mask_storeu_epi32(p, m, v); }
+#else
+PC_VINLINE __m512i pc512_maskz_loadu_epi32(pc_mask16 m, const int32_t* p) {
+  int32_t t[16] __attribute__((aligned(64))) = {0};
+  for (int l = 0; l < 16; ++l) if ((m >> l) & 1) t[l] = p[l];
+  return _mm512_load_si512((const void*)t);
+}
+PC_VINLINE void pc512_mask_storeu_epi32(int32_t* p, pc_mask16 m, __m512i v) {
+  int32_t t[16] __attribute__((aligned(64)));
+  _mm512_store_si512((void*)t, v);
+  for (int l = 0; l < 16; ++l) if ((m >> l) & 1) p[l] = t[l];
+}
+#endif
+"""),
+}
+
+_DOT_COMMON = r"""
+/* ---- AVX-512 dot-product units: a group vector is 16 lanes of a pair of bf16 or a
+   quad of int8 values (__m512i) ---- */
+PC_VINLINE __m512i pc512_broadcast_group(const void* p) { int32_t w; memcpy(&w, p, sizeof w); return _mm512_set1_epi32(w); }
+"""
+
+
+def prelude(isa: str, dots: tuple[str, ...] = ()) -> str:
+    """The C helpers for ``isa`` (``avx2`` or ``avx512``), after the scalar header; with
+    ``dots`` (the dot-product intrinsics a kernel calls,
+    :func:`polycomp.hw.cpu.vector_printer.dot_calls`) also theirs, and a native build
+    then needs their extensions too (SIMDe emulates the whole kernel otherwise)."""
     if isa not in ("avx2", "avx512"):
         return ""
     cond = "defined(__AVX512F__)" if isa == "avx512" else "defined(__AVX2__) && defined(__FMA__)"
-    header = _HEADER.replace("PC_NATIVE_CONDITION", cond).replace("PC_ISA_NAME", isa.upper())
+    name = isa.upper()
+    if dots and isa == "avx512":
+        cond += "".join(f" && defined({_DOT_UNITS[d][0]})" for d in dots)
+        name += "".join(f" + {_DOT_UNITS[d][1]}" for d in dots)
+    header = _HEADER.replace("PC_NATIVE_CONDITION", cond).replace("PC_ISA_NAME", name)
     out = [header, _AVX2, _MATH_TEMPLATE.replace("W", "256"), _LANEWISE, _lanewise(256)]
     if isa == "avx512":
         out += [_AVX512, _MATH_TEMPLATE.replace("W", "512"), _lanewise(512)]
+        if dots:
+            out += [_DOT_COMMON] + [_DOT_UNITS[d][2] for d in dots]
     return "".join(out)

@@ -18,15 +18,29 @@ the vector IR conventions there) on top of :class:`~polycomp.hw.cpu.codegen.CPri
   compiler keeps it in registers;
 * a ``parallel`` loop whose body starts with ``Allocate`` nodes of loop-invariant size
   becomes ``#pragma omp parallel`` around per-thread allocations and ``#pragma omp for
-  schedule(static)`` (one allocation per thread, not per iteration).
+  schedule(static)`` (one allocation per thread, not per iteration);
+* the dot-product tiles of :mod:`polycomp.hw.cpu.microkernel`: *group vectors*
+  (``lanes * group`` bfloat16/int8 elements, a ``__m512i``: loads, ``broadcast_group``),
+  the ``dot_bf16`` / ``dot_u8s8`` calls (:data:`DOT_HELPERS`, defined by the prelude
+  only in kernels that call them, :func:`dot_calls`), int32 vectors (``__m512i``,
+  ``epi32`` operations and masked loads/stores); an ``outline`` attribute becomes a
+  ``static noinline`` function printed before the kernel (:meth:`VectorPrinter.outline`)
+  and a loop annotated ``dot_groups`` counts its groups with C's ``/``;
+* stores of 16-bit floats under a ``raw_copy`` attribute (packing copies) copy the
+  stored bits instead of widening to float and rounding back.
 """
 from __future__ import annotations
+
+import math
 
 from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
+from polycomp.scheduler.common import marks
 
 from .codegen import ALLOC_FAILED_SET, CPrinter
+from .microkernel import BROADCAST_GROUP, DOT_CALLS, DOT_GROUPS, OUTLINE
+from .pack import RAW_COPY
 
 _CMP_PRED = {"<": "_CMP_LT_OQ", "<=": "_CMP_LE_OQ", ">": "_CMP_GT_OQ", ">=": "_CMP_GE_OQ",
              "==": "_CMP_EQ_OQ", "!=": "_CMP_NEQ_UQ"}
@@ -47,12 +61,20 @@ class VectorPrinter(CPrinter):
         self.registers: dict = {}        # Buffer -> True (printed as variables)
         self.masks: list = []            # C expressions of the active lane masks
         self.counter = 0
+        self.group_vars: set = set()     # let-bound group vectors (dot tiles)
+        self.functions: list[str] = []   # outlined functions, printed before the kernel
+        # the outlined functions' name prefix (a multi-version module gives each version
+        # its own, hw/cpu/multiversion.py)
+        self.outline_prefix = "pc"
+        self.raw_copy = 0                # inside raw_copy attributes (16-bit bit copies)
 
     # ------------------------------------------------------------ vector types
     def width(self, dtype: str, lanes: int) -> int:
         return lanes * (64 if dt.compute_dtype(dtype) == "float64" else 32)
 
     def sfx(self, dtype: str) -> str:
+        if dtype == "int32":
+            return "epi32"
         return "pd" if dt.compute_dtype(dtype) == "float64" else "ps"
 
     def mm(self, dtype: str, lanes: int) -> str:
@@ -65,12 +87,41 @@ class VectorPrinter(CPrinter):
         w = self.width(dtype, lanes)
         if w not in (256, 512):
             raise PolycompInternalError(f"no {w}-bit vectors of {dtype}")
+        if dtype == "int32":
+            return f"__m{w}i"
         return f"__m{w}" + ("d" if self.sfx(dtype) == "pd" else "")
 
     def mask_type(self, dtype: str, lanes: int) -> str:
         if self.width(dtype, lanes) == 512:
-            return "pc_mask16" if self.sfx(dtype) == "ps" else "pc_mask8"
+            return "pc_mask16" if self.sfx(dtype) in ("ps", "epi32") else "pc_mask8"
         return self.vtype(dtype, lanes)
+
+    # ------------------------------------------------------------ dot-product units
+    # (hw/cpu/microkernel.py's dot tiles): a *group vector* holds ``lanes * group``
+    # bfloat16/int8 elements in one 512-bit register (``__m512i``); the dot calls
+    # accumulate into float32/int32 vectors
+    def is_group_vector(self, e) -> bool:
+        if isinstance(e, ir.Call) and e.name == BROADCAST_GROUP:
+            return True
+        if isinstance(e, ir.Var):
+            return e in self.group_vars
+        return isinstance(e, ir.Load) and e.lanes > 1 and e.dtype in GROUP_DTYPES
+
+    def gexpr(self, e) -> str:
+        """A group vector (``__m512i``)."""
+        if isinstance(e, ir.Var):
+            return e.name
+        if isinstance(e, ir.Call) and e.name == BROADCAST_GROUP:
+            ld = e.args[0]
+            return f"pc512_broadcast_group((const void*){self.pointer(ld.buffer, ld.indices[0])})"
+        if isinstance(e, ir.Load):
+            return f"_mm512_loadu_si512((const void*){self.pointer(e.buffer, e.indices[0])})"
+        raise PolycompInternalError(f"no group vector {type(e).__name__}")
+
+    def dot(self, e: ir.Call, L: int) -> str:
+        acc, x, y = e.args
+        return (f"{DOT_HELPERS[e.name]}({self.vexpr(acc, L, e.dtype)}, {self.gexpr(x)}, "
+                f"{self.gexpr(y)})")
 
     # ------------------------------------------------------------ lanes
     def lanes_of(self, e) -> int:
@@ -82,6 +133,10 @@ class VectorPrinter(CPrinter):
             return e.args[2].value
         if isinstance(e, ir.Call) and e.name.startswith("vreduce_"):
             return 1
+        if isinstance(e, ir.Call) and e.name in DOT_HELPERS:
+            return self.lanes_of(e.args[0])
+        if isinstance(e, ir.Call) and e.name == BROADCAST_GROUP:
+            return 512 // dt.bits(e.dtype)
         hit = self._lanes.get(id(e))
         if hit is not None:
             return hit[1]
@@ -147,6 +202,8 @@ class VectorPrinter(CPrinter):
                 return f"{pc}_maskz_loadu_{s}({self.masks[-1]}, {ptr})"
             return f"{mm}_loadu_{s}({ptr})"
         if isinstance(e, ir.Call):
+            if e.name in DOT_HELPERS:
+                return self.dot(e, L)
             if e.name == "vlane_range":
                 return f"{pc}_lane_range_{s}({self.expr(e.args[0])}, {self.expr(e.args[1])})"
             return self.vmath(e, L, D)
@@ -175,7 +232,7 @@ class VectorPrinter(CPrinter):
             if self.width(D, L) == 512:
                 return f"{mm}_cmp_{s}_mask({a}, {b}, {_CMP_PRED[op]})"
             return f"{mm}_cmp_{s}({a}, {b}, {_CMP_PRED[op]})"
-        if self.fma and op in ("+", "-"):
+        if self.fma and op in ("+", "-") and dt.is_float(D):
             for x, y, sign in ((e.a, e.b, 1), (e.b, e.a, -1)):
                 if isinstance(x, ir.Binary) and x.op == "*":
                     p, q = self.vexpr(x.a, L, D), self.vexpr(x.b, L, D)
@@ -281,9 +338,36 @@ class VectorPrinter(CPrinter):
         return out
 
     # ------------------------------------------------------------ statements
+    def raw_bits(self, e) -> str | None:
+        """Under a ``raw_copy`` attribute: the stored bits of a 16-bit float value that
+        is a load of the same dtype, +0.0 or a ``select`` of such (None otherwise)."""
+        if isinstance(e, ir.Load) and e.lanes == 1 and e.dtype in ("float16", "bfloat16"):
+            return f"{e.buffer.name}[{self.expr(e.indices[0])}]"
+        if isinstance(e, ir.FloatImm) and e.value == 0.0 and math.copysign(1.0, e.value) > 0:
+            return "0"
+        if isinstance(e, ir.Select):
+            t, f = self.raw_bits(e.t), self.raw_bits(e.f)
+            if t is not None and f is not None:
+                return f"(({self.expr(e.cond)}) ? {t} : {f})"
+        return None
+
     def stmt(self, s) -> None:
+        if self.raw_copy and isinstance(s, ir.Store) and s.lanes == 1 and \
+                s.buffer.dtype in ("float16", "bfloat16") and s.value.dtype == s.buffer.dtype:
+            raw = self.raw_bits(s.value)
+            if raw is not None:
+                self.emit(f"{s.buffer.name}[{self.expr(s.indices[0])}] = {raw};")
+                return
         if isinstance(s, ir.Store) and (s.lanes > 1 or s.buffer in self.registers):
             self.vstore(s)
+        elif isinstance(s, ir.LetStmt) and self.is_group_vector(s.value):
+            self.emit("{")
+            self.level += 1
+            self.group_vars.add(s.var)
+            self.emit(f"const __m512i {s.var.name} = {self.gexpr(s.value)};")
+            self.stmt(s.body)
+            self.level -= 1
+            self.emit("}")
         elif isinstance(s, ir.LetStmt) and self.lanes_of(s.value) > 1:
             L = self.lanes_of(s.value)
             D = self.data_dtype(s.value)
@@ -315,7 +399,15 @@ class VectorPrinter(CPrinter):
             self.emit(f"{self.mm(D, L)}_storeu_{self.sfx(D)}({ptr}, {val});")
 
     def attr(self, s: ir.AttrStmt) -> None:
-        if s.key != "vector_mask":
+        if s.key == OUTLINE:
+            return self.outline(s)
+        if s.key == RAW_COPY:
+            self.raw_copy += 1
+            try:
+                return self.stmt(s.body)
+            finally:
+                self.raw_copy -= 1
+        if s.key != marks.VECTOR_MASK:
             return super().attr(s)
         count, L = s.value
         D = _first_vector_dtype(s.body) or "float32"
@@ -331,6 +423,42 @@ class VectorPrinter(CPrinter):
         self.level -= 1
         self.emit("}")
 
+    def outline(self, s: ir.AttrStmt) -> None:
+        """The body of an :data:`~polycomp.hw.cpu.microkernel.OUTLINE` attribute (a
+        dot-product register tile) as a ``static noinline`` function of its free
+        variables and of the buffers it touches, printed before the kernel
+        (:attr:`functions`, which :func:`~polycomp.hw.cpu.codegen.emit_c` prints), and
+        its call here: the C compiler allocates the tile's 29 vector registers in a
+        small function (inside a large OpenMP region gcc 12 kept some accumulators on
+        the stack, depending on the shape), as hand-written GEMM kernels do."""
+        body = s.body
+        inner: set = set()
+        ir.walk(body, lambda n: inner.add(n.buffer) if isinstance(n, ir.Allocate) else None)
+        bufs: dict = {}
+        stored: set = set()
+
+        def visit(n):
+            if isinstance(n, (ir.Load, ir.Store)) and n.buffer not in inner:
+                bufs.setdefault(n.buffer.name, n.buffer)
+                if isinstance(n, ir.Store):
+                    stored.add(n.buffer.name)
+        ir.walk(body, visit)
+        scalars = [v for v in ir.free_vars(body) if v.dtype != "handle"]
+        self.counter += 1
+        name = f"{self.outline_prefix}_{s.value or 'tile'}_{len(self.functions) + 1}"
+        p = type(self)()
+        p.outline_prefix = self.outline_prefix
+        p.nonneg = {v for v in scalars if v in self.nonneg}
+        p.counter = self.counter * 1000
+        p.stmt(body)
+        params = [f"{p.value_type(v.dtype)} {v.name}" for v in scalars]
+        params += [f"{'' if n in stored else 'const '}{p.storage_type(b.dtype)}* restrict {n}"
+                   for n, b in bufs.items()]
+        self.functions.extend(p.functions)
+        self.functions.append(f"static __attribute__((noinline)) void {name}("
+                              f"{', '.join(params)}) {{\n" + "\n".join(p.lines) + "\n}\n")
+        self.emit(f"{name}({', '.join([v.name for v in scalars] + list(bufs))});")
+
     def allocate(self, s: ir.Allocate) -> None:
         if s.buffer.scope == "register":
             self.registers[s.buffer] = True
@@ -343,6 +471,21 @@ class VectorPrinter(CPrinter):
             self.emit("}")
             return
         super().allocate(s)
+
+    def for_loop(self, s: ir.For, body: ir.Stmt) -> None:
+        e = s.extent
+        if s.annotation(DOT_GROUPS, False) and ir.is_const(s.min, 0) and \
+                isinstance(e, ir.Binary) and e.op == "//" and isinstance(e.b, ir.IntImm) \
+                and e.b.value > 0:
+            # a trip count a // c: C's a / c agrees where it is positive and no iteration
+            # runs otherwise (the plain division lets gcc keep the tile in registers)
+            v = s.var.name
+            self.nonneg.add(s.var)
+            self.emit(f"for (int64_t {v} = 0; {v} < ({self.expr(e.a)}) / {e.b.value}; ++{v}) {{")
+            self.block(body)
+            self.emit("}")
+            return
+        super().for_loop(s, body)
 
     def for_(self, s: ir.For) -> None:
         if s.kind == "parallel":
@@ -407,6 +550,22 @@ def _first_vector_dtype(s) -> str | None:
             found.append(n.buffer.dtype)
     ir.walk(s, fn)
     return found[0] if found else None
+
+
+#: the dot-product intrinsics of hw/cpu/microkernel.py -> their helpers in the prelude
+#: (hw/cpu/vector_prelude.py, :func:`~polycomp.hw.cpu.vector_prelude.dot_prelude`)
+DOT_HELPERS = {"dot_bf16": "pc512_dpbf16_ps", "dot_u8s8": "pc512_dpbusd_epi32"}
+assert set(DOT_HELPERS) == set(DOT_CALLS.values())
+GROUP_DTYPES = ("bfloat16", "int8")
+
+
+def dot_calls(func) -> tuple[str, ...]:
+    """The dot-product intrinsics ``func`` calls, in a fixed order (what the prelude of
+    its source must define, see :func:`polycomp.hw.cpu.vector_prelude.prelude`)."""
+    found: set = set()
+    ir.walk(func.body, lambda n: found.add(n.name)
+            if isinstance(n, ir.Call) and n.name in DOT_HELPERS else None)
+    return tuple(n for n in DOT_HELPERS if n in found)
 
 
 def printer_for(isa: str, fma: bool = True):

@@ -33,14 +33,15 @@ from __future__ import annotations
 
 from polycomp import ir
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.gpu.state import gpu_kernels
 
 from . import ptx
 
 
 def lower_pipelines(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """See the module docstring; the stages of group ``g``'s ``pipeline:<g>`` loop are
-    ``state.gpu.tc_plans[g].config.stages``."""
-    return func.with_body(_Pipeline(state.gpu.tc_plans).visit(func.body))
+    ``gpu_kernels(state).tc_plans[g].config.stages``."""
+    return func.with_body(_Pipeline(gpu_kernels(state).tc_plans).visit(func.body))
 
 
 class _Pipeline(ir.Mutator):
@@ -48,9 +49,10 @@ class _Pipeline(ir.Mutator):
         self.plans = plans        # group -> TcPlan
 
     def visit_AttrStmt(self, s):
-        if s.key != marks.PIPELINE:
+        g = marks.attr_index(s, marks.PIPELINE)
+        if g is None:
             return self.generic(s)
-        stages = self.plans[int(s.value)].config.stages
+        stages = self.plans[g].config.stages
         text = str(stages)        # the printed comment says how many stages
         body = self.visit(s.body)
         if stages < 2 or not isinstance(body, ir.For):
@@ -67,7 +69,7 @@ def _split(body):
     if not isinstance(body, ir.Block):
         return None
     st = list(body.stmts)
-    if len(st) < 5 or not (isinstance(st[0], ir.AttrStmt) and st[0].key == "tc_load"):
+    if len(st) < 5 or not (isinstance(st[0], ir.AttrStmt) and st[0].key == marks.TC_LOAD):
         return None
     if not (ptx.is_call(st[1], "ptx_cp_async_commit") and ptx.is_call(st[2], "ptx_cp_async_wait")
             and ir.is_barrier(st[3]) and ir.is_barrier(st[-1])):
@@ -77,7 +79,7 @@ def _split(body):
 
 def _multistage(loop, load, compute, stages):
     kt, lo, ext = loop.var, loop.min, loop.extent
-    pro = []
+    pro: list[ir.Stmt] = []
     for s in range(stages - 1):
         at = ir.substitute(load, {kt: lo + s})
         pro.append(ir.IfThenElse(ir.IntImm(s) < ext, at))

@@ -9,6 +9,11 @@ schedule passes, IR passes and code generation.
   coincident outer loops take the tiled passes, the others the baseline mapping.
 * IR passes: tensorization (``mma.sync``/``ldmatrix``), ``cp.async`` pipelines, kernel
   wrapping (grid/block loops, per-block and per-thread buffers), simplification.
+* A model that is one chain of two contractions (docs/fusion.md) has the schedule pass
+  ``chain-fuse`` alone (:mod:`polycomp.scheduler.chain.cuda_tree`: the kernel's program
+  tree) and the IR passes ``chain-ring``, ``chain-steps``, ``chain-kernels``
+  (:mod:`.chain_passes`: its marks expanded into the micro-kernels of
+  :mod:`.chain_simt` / :mod:`.chain_tc`), then simplification.
 * Code generation: flattening, the CUDA printer.
 
 Options: :class:`polycomp.options.CudaOptions`.
@@ -18,13 +23,17 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from polycomp import ir
-from polycomp.hw.cuda.options import CudaOptions
+from polycomp.frontend.c_model import CScopModel
+from polycomp.frontend.dsl_model import DslModel
+from polycomp.hw.options import CudaOptions
 from polycomp.hw.registry import Backend, Runner, register
 from polycomp.hw.target import Target
 from polycomp.lowering.flatten import flatten
 from polycomp.lowering.ir_pass import IRPass, body_pass, ir_pass
 from polycomp.lowering.simplify import simplify
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.gpu.state import gpu_kernels
+from polycomp.scheduler.promotion.record import promotion_state
 from polycomp.state import CompileState
 
 from .target import cuda_target
@@ -35,11 +44,11 @@ def _chain_decision(state: CompileState) -> tuple[bool, str]:
     (scheduler/chain, docs/fusion.md: the tiled pipeline, option ``chain`` on, and where
     it is not ``"force"``, the rule of :mod:`~polycomp.scheduler.chain.cuda_gate`), and
     why not where a chain was found but is not fused."""
-    from polycomp.scheduler.chain.cuda_codegen import cuda_plan
+    from polycomp.scheduler.chain.cuda_tree import cuda_plan
     from polycomp.scheduler.chain.tree import plan_for
     o = state.cuda_options
     if not (o.chain and o.gpu != "baseline" and not o.isl_scheduler
-            and bool(getattr(state.model.graph, "stages", ()))):
+            and isinstance(state.model, DslModel)):
         return False, ""
     if plan_for(state)[0] is None:
         return False, ""
@@ -78,7 +87,6 @@ class CudaBackend(Backend):
         from polycomp.scheduler.gpu.scop_groups import (
             ScopBaselinePass,
             ScopGroupingPass,
-            is_c_scop,
         )
         from polycomp.scheduler.gpu.tile import GpuTilingPass
         from polycomp.scheduler.gpu.unroll import UnrollPointLoopsPass
@@ -89,13 +97,13 @@ class CudaBackend(Backend):
         o = state.cuda_options
         fuse_chain, why_not = _chain_decision(state)
         if fuse_chain:
-            from polycomp.scheduler.chain.cuda_codegen import CudaChainFusePass
+            from polycomp.scheduler.chain.cuda_tree import CudaChainFusePass
             return [CudaChainFusePass()]
         if why_not:
             state.note("chain-fuse", f"chain not fused: {why_not}")
         if _baseline(state):
             return [GpuBaselineMappingPass()]
-        scop = is_c_scop(state)
+        scop = isinstance(state.model, CScopModel)
         passes: list[Pass]
         if scop:    # per nest: tiled (backbone marks) or baseline (mapped right away)
             passes = [ScopGroupingPass(), ScopBaselinePass()]
@@ -115,16 +123,21 @@ class CudaBackend(Backend):
         return passes
 
     def lowering_statements(self, state: CompileState, var) -> dict:
-        if not state.promotions and not state.inlined:
+        if _chain(state):       # the chain program's write-out / combine statements
+            from .chain_passes import chain_statement_builders
+            return chain_statement_builders(state, var)
+        if not promotion_state(state).promotions and not state.inlined:
             return {}
         from .promoted import promoted_builders
-        return promoted_builders(state.model, state.promotions, var, state.inlined)
+        return promoted_builders(state.model, promotion_state(state).promotions, var, state.inlined)
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         from .mapping import map_gpu_loops, wrap_kernels
-        if _chain(state):        # the chain_fused nest becomes the fused kernel
-            from polycomp.scheduler.chain.cuda_codegen import chain_kernels
-            return [ir_pass("chain-cuda", chain_kernels), body_pass("simplify", simplify)]
+        if _chain(state):        # the chain program's marks become its micro-kernels
+            from .chain_passes import expand_rings, expand_steps, wrap_chain_kernels
+            return [ir_pass("chain-ring", expand_rings), ir_pass("chain-steps", expand_steps),
+                    ir_pass("chain-kernels", wrap_chain_kernels),
+                    body_pass("simplify", simplify)]
         if _baseline(state):
             passes = [ir_pass("map-gpu-loops", map_gpu_loops)]
         else:
@@ -133,7 +146,7 @@ class CudaBackend(Backend):
             passes = [ir_pass("tensorize", tensorize),             # tensor-core kernels only
                       ir_pass("cp-async-pipeline", lower_pipelines),
                       ir_pass("wrap-kernels", wrap_kernels)]
-            if state.gpu.baseline:   # a C SCoP's nests on the baseline mapping
+            if gpu_kernels(state).baseline:   # a C SCoP's nests on the baseline mapping
                 passes.insert(0, ir_pass("map-gpu-loops", map_gpu_loops))
         return passes + [body_pass("simplify", simplify)]
 
@@ -198,6 +211,38 @@ class CudaBackend(Backend):
                 used = ln.split(":", 1)[-1].strip()
                 lines.append(f"{entry}: {used}" if entry else used)
         return f"checked: {' '.join(cmd[:3])} ... ok" + "".join(f"\n  {ln}" for ln in lines)
+
+    # ------------------------------------------------------------ tuning, multi-version
+    def tuning_space(self, ck, shape):
+        from .tuning import tuning_space
+        return tuning_space(ck, shape)
+
+    def version_plan(self, kernel, target, records, func):
+        """Tensor Core GEMM versions chosen at run time by the wave model, from the
+        model's records (``polycomp tune -t cuda``)."""
+        from polycomp.scheduler.tuning.cuda_versions import wave_plan
+        return wave_plan(kernel, target, records, func)
+
+    def multiversion_module(self, versions, selector, comments=()):
+        from .multiversion import multiversion_module
+        return multiversion_module(versions, selector, comments)
+
+    def emit_module(self, module, versions):
+        from .multiversion import emit_module
+        return emit_module(module, versions)
+
+    def execute_module(self, module, source, versions, inputs, params):
+        """The selected version in the simulator; with a GPU check bundle being recorded
+        the run becomes a case of the module's ``.cu`` (its dispatcher on a GPU)."""
+        from polycomp.shapes import infer_params
+
+        from .multiversion import record_dispatch
+        out, i = super().execute_module(module, source, versions, inputs, params)
+        f = module.function(module.name).func
+        values = infer_params(f.params, f.inputs, list(inputs), params, outputs=f.outputs)
+        record_dispatch(module, source, i, versions[i], versions[i].target.name, inputs,
+                        values, out)
+        return out, i
 
 
 register(CudaBackend())

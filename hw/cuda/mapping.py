@@ -3,9 +3,9 @@
 Assumes: the IR comes from a schedule tree mapped by
 :class:`~polycomp.scheduler.gpu.baseline.GpuBaselineMappingPass` (or a later mapping
 pass using the same marks): under ``AttrStmt("gpu_blocks", "<k>")`` the next
-``state.gpu.baseline[k].block_loops`` loops (a ``let`` stands for a loop isl found to
+``gpu_kernels(state).baseline[k].block_loops`` loops (a ``let`` stands for a loop isl found to
 have one iteration) are the tile loops, and under ``AttrStmt("gpu_threads", "<k>")`` the
-next loops are the point loops of those tiles, ``state.gpu.baseline[k].threads`` wide.
+next loops are the point loops of those tiles, ``gpu_kernels(state).baseline[k].threads`` wide.
 Guarantees: tile loops get kind ``gpu_block`` and point loops kind ``gpu_thread`` with
 an ``axis`` annotation (the innermost loop maps to ``x``) and, for thread loops, the
 ``threads`` block extent.  Loop bounds are unchanged, so executing a mapped loop as a
@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from polycomp import ir
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.common.pattern_schedule import backbones
+from polycomp.scheduler.gpu.state import gpu_kernels
+from polycomp.scheduler.promotion.record import promotion_state
 
 AXES = ("x", "y", "z")
 
@@ -23,7 +26,7 @@ def _take_loops(s, n):
     """Up to n loop levels below s (Fors; a LetStmt counts as a 1-iteration loop).  Fewer
     are found when isl eliminated a loop whose value the context fixes (e.g. the only
     tile of a dimension of at most one tile): that dimension is a single block/thread."""
-    loops = []
+    loops: list[ir.Stmt] = []
     cur = s
     while len(loops) < n and isinstance(cur, (ir.For, ir.LetStmt)):
         loops.append(cur)
@@ -47,8 +50,9 @@ class _MapGpu(ir.Mutator):
 
     def visit_AttrStmt(self, s):
         # the mapped marks keep, as their printed comment, what was mapped
-        if s.key == marks.GPU_BLOCKS:
-            n = self.baseline[int(s.value)].block_loops
+        k = marks.attr_index(s, marks.GPU_BLOCKS)
+        if k is not None:
+            n = self.baseline[k].block_loops
             if n == 0:
                 return ir.AttrStmt(s.key, "0", self.visit(s.body))
             loops = _take_loops(s.body, n)
@@ -56,10 +60,12 @@ class _MapGpu(ir.Mutator):
                 return ir.AttrStmt(s.key, str(n), self.visit(s.body))
             inner = self.visit(_after(loops[-1]))
             f = len(loops)
-            ka = [("gpu_block", (("axis", AXES[f - 1 - k]),)) for k in range(f)]
+            ka: list[tuple[str, tuple]] = [("gpu_block", (("axis", AXES[f - 1 - k]),))
+                                           for k in range(f)]
             return ir.AttrStmt(s.key, str(n), _rebuild(loops, inner, ka))
-        if s.key == marks.GPU_THREADS:
-            sizes = list(self.baseline[int(s.value)].threads)
+        k = marks.attr_index(s, marks.GPU_THREADS)
+        if k is not None:
+            sizes = list(self.baseline[k].threads)
             n = len(sizes)
             text = ",".join(map(str, sizes))
             loops = _take_loops(s.body, n)
@@ -89,8 +95,8 @@ def _after(loop):
 
 def map_gpu_loops(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """Map the loops below the baseline mapping's marks onto blocks and threads, as
-    ``state.gpu.baseline`` records for each kernel."""
-    return func.with_body(_MapGpu(state.gpu.baseline).visit(func.body))
+    ``gpu_kernels(state).baseline`` records for each kernel."""
+    return func.with_body(_MapGpu(gpu_kernels(state).baseline).visit(func.body))
 
 
 class _WrapKernels(ir.Mutator):
@@ -115,17 +121,18 @@ class _WrapKernels(ir.Mutator):
         return self.generic(s)
 
     def visit_AttrStmt(self, s):
-        if s.key != "kernel" or int(s.value) not in self.launches:
+        n = marks.attr_index(s, marks.KERNEL)
+        if n is None or n not in self.launches:
             return self.generic(s)
         from polycomp.lowering.ast_to_ir import pw_aff_to_ir
-        launch = self.launches[int(s.value)]
+        launch = self.launches[n]
         body = s.body
         mine_ids = set(launch.block_params + launch.thread_params)
         for g in reversed(self.guards):
             if {v.name for v in ir.free_vars(g)} & mine_ids:
                 body = ir.IfThenElse(g, body)
         free = {v.name: v for v in ir.free_vars(body)}
-        mine = [p.local for p in self.promotions if p.kernel == int(s.value)]
+        mine = [p.local for p in self.promotions if p.kernel == n]
         for buf in mine:
             if buf.scope == "local":      # per-thread: inside the thread loops
                 body = ir.Allocate(buf, body)
@@ -149,14 +156,30 @@ def wrap_kernels(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """IR pass for kernels mapped by :class:`~polycomp.scheduler.gpu.map.GpuMappingPass`.
 
     Assumes: block/thread ids are free parameters (``bx<n>``, ``tx<n>``, ...) of the body
-    of each ``kernel:<n>`` mark, with launch geometry in ``state.gpu.launches``.
+    of each ``kernel:<n>`` mark, with launch geometry in ``gpu_kernels(state).launches``.
     Guarantees: each kernel body is wrapped in ``gpu_block`` loops over the grid and
     ``gpu_thread`` loops over the block (x innermost), so the ids become loop variables:
     the IR is closed again (interpretable), and the CUDA printer turns those loops into
     ``blockIdx``/``threadIdx``.  Promoted buffers of the kernel are allocated per block
     (``shared``: between the block and the thread loops) or per thread (``local``:
-    inside the thread loops).
+    inside the thread loops).  A ``backbone:<n>`` mark's value becomes its group's class
+    (``backbones(state)``), which the printed comment names.
     """
     model = state.model
-    return func.with_body(_WrapKernels(state.gpu.launches, model.context, model.params,
-                                       state.promotions).visit(func.body))
+    body = _WrapKernels(gpu_kernels(state).launches, model.context, model.params,
+                        promotion_state(state).promotions).visit(func.body)
+    return func.with_body(_BackboneWords(backbones(state)).visit(body))
+
+
+class _BackboneWords(ir.Mutator):
+    """A ``backbone:<n>`` attribute's value becomes its group's class (the payload in
+    ``backbones(state)``), which the printed comment names."""
+
+    def __init__(self, payloads):
+        self.payloads = payloads
+
+    def visit_AttrStmt(self, s):
+        g = marks.attr_index(s, marks.BACKBONE)
+        if g is None:
+            return self.generic(s)
+        return ir.AttrStmt(s.key, self.payloads.items[g].kind, self.visit(s.body))

@@ -3,7 +3,7 @@
 The promotion passes (:mod:`polycomp.scheduler.promotion.shared`,
 :mod:`polycomp.scheduler.promotion.registers`, :mod:`polycomp.scheduler.gpu.rowreduce`)
 leave :class:`~polycomp.scheduler.promotion.record.Promotion` records in
-``state.promotions``, each copy statement typed by a
+``promotion_state(state).promotions``, each copy statement typed by a
 :class:`~polycomp.scheduler.promotion.record.CopyStmt`.  Here:
 
 * an instance of a promoted statement accesses ``local[(idx - offset) // stride]``

@@ -288,7 +288,7 @@ class Simulator(Interpreter):
     # ------------------------------------------------------------- memory
     def allocate(self, s, st):
         b = s.buffer
-        shape = []
+        dims: list[int] = []
         for d in b.shape:
             v = self.expr(d, st, st.mask)
             if np.ndim(v):
@@ -296,8 +296,8 @@ class Simulator(Interpreter):
                 if vals.size and not np.all(vals == vals[0]):
                     self.fail(f"allocation of {b.name} has a thread-dependent size")
                 v = vals[0] if vals.size else 0
-            shape.append(int(v))
-        shape = tuple(shape)
+            dims.append(int(v))
+        shape = tuple(dims)
         mem = self._static.get(s)
         if mem is None or mem.shape != shape:
             if b.scope == "shared":
@@ -515,7 +515,7 @@ def _lowered(obj, ir_stage: str) -> ir.LoweredFunc:
             raise TargetError(f"simulate() takes a CompiledKernel, a LoweredFunc or a "
                               f"kernel, got {type(obj).__name__}")
         obj = compile_kernel(obj, "cuda")
-    if obj.target.kind != "cuda":
+    if obj.target.cuda is None:            # not a CUDA machine description
         raise TargetError(f"simulate() runs CUDA kernels; {obj.name} was compiled for "
                           f"{obj.target.name}")
     if ir_stage not in ("final", "ir"):

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from polycomp.errors import TargetError
 from polycomp.hw.memory import ComputeUnit, CopyRule, MemoryHierarchy, MemoryLevel
-from polycomp.hw.target import CudaParams, Target
+from polycomp.hw.target import CUDA_MAX_THREADS_PER_BLOCK, CudaParams, Target
 
 STATIC_SHARED = 48 * 1024          # static __shared__ per block (more by dynamic opt-in)
-MAX_THREADS_PER_BLOCK = 1024
+MAX_THREADS_PER_BLOCK = CUDA_MAX_THREADS_PER_BLOCK
 REGISTERS_PER_THREAD = 255
 
 

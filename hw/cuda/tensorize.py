@@ -3,7 +3,7 @@
 Assumes: IR lowered from the tree of
 :class:`~polycomp.scheduler.tensorcore.tile.TensorCoreTilingPass`
 and :class:`~polycomp.scheduler.tensorcore.map.TensorCoreMappingPass`, before
-:func:`~polycomp.hw.cuda.mapping.wrap_kernels`: inside ``AttrStmt("tc", "block:<g>")``
+:func:`~polycomp.hw.cuda.mapping.wrap_kernels`: inside ``AttrStmt("tc:block", "<g>")``
 the isl AST executes, per block tile, ``tc:frag`` regions (the point loops
 ``o_m mod BM``, ``o_n mod BN`` of the init / an epilogue statement) and, inside the
 K-tile loop ``kt`` (below ``AttrStmt("pipeline", S)`` and the loops of the other reduce
@@ -47,7 +47,7 @@ thread owning its fragment element, or, for the update, inside the warp's ``mma`
 the zero-filled tiles: padding contributes 0), so the results equal the statement
 semantics up to the summation order of the reduction.  Loops above the regions are
 unchanged (uniform in the block), so the barriers are reached by every thread.  The
-new buffers are recorded in ``state.promotions`` for ``wrap_kernels`` to
+new buffers are recorded in ``promotion_state(state).promotions`` for ``wrap_kernels`` to
 allocate (shared per block, fragments per thread): ``As``/``Bs`` from the staging
 decisions (level ``shared``), the fragments at the staging's ``registers`` level.
 """
@@ -58,21 +58,22 @@ from polycomp import ir
 from polycomp.errors import PolycompInternalError
 from polycomp.lowering.simplify import linear, simplify
 from polycomp.scheduler.common import marks
-from polycomp.scheduler.promotion.record import Promotion
+from polycomp.scheduler.gpu.state import gpu_kernels
+from polycomp.scheduler.promotion.record import Promotion, promotion_state
 
 from . import ptx
 
 
 def tensorize(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """See the module docstring; ``state`` is the compile's
-    :class:`~polycomp.state.CompileState` (Tensor Core plans in ``state.gpu.tc_plans``;
-    the new buffers are appended to ``state.promotions``)."""
-    plans = state.gpu.tc_plans
+    :class:`~polycomp.state.CompileState` (Tensor Core plans in ``gpu_kernels(state).tc_plans``;
+    the new buffers are appended to ``promotion_state(state).promotions``)."""
+    plans = gpu_kernels(state).tc_plans
     if not plans:
         return func
     t = _Tensorizer(plans, state.model)
     body = t.visit(func.body)
-    state.promotions.extend(t.records)
+    promotion_state(state).promotions.extend(t.records)
     return func.with_body(body)
 
 
@@ -231,11 +232,9 @@ class _Tensorizer(ir.Mutator):
                 return self.generic(s)
             finally:
                 self.pipeline_depth = saved
-        if s.key != marks.TC:
-            return self.generic(s)
-        kind, g = s.value.split(":")
-        k = self.kernel(int(g))
-        if kind == "block":
+        g = marks.attr_index(s, marks.TC_BLOCK)
+        if g is not None:
+            k = self.kernel(g)
             saved = self.block_origin
             self.block_origin = None
             try:
@@ -247,11 +246,13 @@ class _Tensorizer(ir.Mutator):
             finally:
                 self.block_origin = saved
             return ir.AttrStmt(s.key, s.value, body)
-        if kind == "frag":
-            return self.frag(k, s.body)
-        if kind == "mma":
-            return self.mma(k, s.body)
-        raise PolycompInternalError(f"unknown tensor-core mark {s.value}")
+        g = marks.attr_index(s, marks.TC_FRAG)
+        if g is not None:
+            return self.frag(self.kernel(g), s.body)
+        g = marks.attr_index(s, marks.TC_MMA)
+        if g is not None:
+            return self.mma(self.kernel(g), s.body)
+        return self.generic(s)
 
     # ------------------------------------------------------------------ regions
     def frag(self, k, region):
@@ -311,7 +312,7 @@ class _Tensorizer(ir.Mutator):
         X = lambda i: ir.Load(k.xch, (_imm(i),), "float32")  # noqa: E731
 
         def make(im, jn):
-            body = []
+            body: list[ir.Stmt] = []
             for r in range(4):
                 idx, row, col = k.element(im, jn, r)
                 coords = self._at(k, origin, row, col)
@@ -347,7 +348,7 @@ class _Tensorizer(ir.Mutator):
         kt, red = self._reduce_origin(k)
         stage = ir.IntImm(0) if c.stages == 1 or kt is None else kt % c.stages
         loads = self.copies(k, origin, red, stage)
-        body = [ir.AttrStmt("tc_load", str(k.plan.kernel), loads), ptx.cp_async_commit(),
+        body = [ir.AttrStmt(marks.TC_LOAD, str(k.plan.kernel), loads), ptx.cp_async_commit(),
                 ptx.cp_async_wait(0), ir.barrier()]
         body += self.compute(k, stage)
         body.append(ir.barrier())
@@ -560,7 +561,8 @@ class _Redirect(ir.Mutator):
 
 def _origin_store(region):
     """The region's (first) Store and its write indices at the region's first point."""
-    stores, binds = [], {}
+    stores: list[ir.Store] = []
+    binds: dict = {}
 
     def fn(n):
         if isinstance(n, ir.Store) and not stores:
@@ -581,12 +583,12 @@ def _origin_store(region):
 def _insert_after_update(body, extra):
     """Insert ``extra`` right after the statement holding the update's loops (the
     innermost statement containing the copies but no ``tc_frag`` region)."""
-    if not _contains(body, "tc_frag"):
+    if not _contains(body, marks.TC_FRAGMENT):
         return ir.seq(body, extra)
     if isinstance(body, ir.Block):
         stmts = list(body.stmts)
         for i, s in enumerate(stmts):
-            if _contains(s, "tc_load"):
+            if _contains(s, marks.TC_LOAD):
                 stmts[i] = _insert_after_update(s, extra)
                 return ir.Block(tuple(stmts))
         raise PolycompInternalError("tensor-core block without its update loop")

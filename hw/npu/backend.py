@@ -1,83 +1,84 @@
-"""The NPU backend (targets ``npu`` and ``npu-lite``): registration, the NPU program,
-the Ascend C-style printer, the simulator as executor and ``g++ -fsyntax-only`` as
-checker.
+"""The NPU backend (targets ``npu`` and ``npu-lite``): registration, the pipeline, the
+Ascend C-style printer, the simulator as executor and ``g++ -fsyntax-only`` as checker.
 
-The schedule and IR pipeline is the common one (program order, lowering,
-simplification); the backend then builds the NPU program from the kernel's model
-(:func:`polycomp.scheduler.npu.build.npu_program`), prints it (``emit``) and runs the
-same object in the simulator (``execute``)."""
+The pipeline: program order, the NPU schedule passes (``npu-chain-fuse``, ``npu-map``,
+``npu-cube-tile``: marks and typed plans, :mod:`polycomp.scheduler.npu.plan`), lowering
+(isl AST -> IR) and simplification, then the NPU's own IR — the lowering stage
+``npu-lower`` (:mod:`.lower`) and the NPU IR passes ``npu-double-buffer`` and
+``npu-sync`` (:mod:`.passes`), all run, timed and dumped by the pass manager.  Their
+result, an :class:`~.program.NpuModule`, is ``CompiledKernel.final_ir``: ``emit``
+prints it (:mod:`.printer`) and ``execute`` runs it in the simulator (:mod:`.sim`)."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
 import tempfile
-import weakref
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
 from polycomp import ir
 from polycomp.errors import BuildError, TargetError
+from polycomp.hw.options import NpuOptions
 from polycomp.hw.registry import Backend, Runner, register
 from polycomp.hw.target import Target
 from polycomp.lowering.ir_pass import IRPass, body_pass
 from polycomp.lowering.simplify import simplify
+from polycomp.pass_manager import TargetPass
 from polycomp.state import CompileState
 
-from .options import NpuOptions
-from .program import Program
+from .program import NpuModule
 from .target import npu_target
 
-_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-
-def program_of(state: CompileState) -> Program:
-    """The NPU program of a compile (built once per compile state)."""
-    if state not in _PROGRAMS:
-        from polycomp.scheduler.npu.build import npu_program
-        _PROGRAMS[state] = npu_program(state.model, state.target, state.options,
-                                       state.npu_schedule)
-    return _PROGRAMS[state]
-
-
-def _bind(ck, prog: Program, arrays) -> tuple[dict, dict]:
+def _bind(mod: NpuModule, arrays) -> tuple[dict, dict]:
     """The sizes read from the arguments' shapes (checked against each other and the
     kernel's constant extents) and the GM arrays in the program's types."""
+    prog = mod.program
     ins = prog.inputs
     sizes: dict[str, int] = {}
     gm = {}
-    for t, k, a in zip(ins, ck.state.model.graph.inputs, arrays):
+    for t, k, a in zip(ins, mod.inputs, arrays):
         a = np.asarray(a)
         for e, n in zip(k.shape, a.shape):
             if isinstance(e, ir.IntImm) and e.value != n:
-                raise TargetError(f"argument {t.name} of {ck.name}: shape {a.shape} does "
+                raise TargetError(f"argument {t.name} of {mod.name}: shape {a.shape} does "
                                   f"not match its declared constant extent {e.value}")
         shape = t.view or t.dims
         if a.ndim != len(shape):
-            raise TargetError(f"argument {t.name} of {ck.name}: {len(shape)}-d expected, "
+            raise TargetError(f"argument {t.name} of {mod.name}: {len(shape)}-d expected, "
                               f"got shape {a.shape}")
         for d, n in zip(shape, a.shape):
             if isinstance(d, int):
                 if n != d:
-                    raise TargetError(f"argument {t.name} of {ck.name}: a dimension of "
+                    raise TargetError(f"argument {t.name} of {mod.name}: a dimension of "
                                       f"size {d} expected, got shape {a.shape}")
             elif sizes.setdefault(d, n) != n:
-                raise TargetError(f"argument {t.name} of {ck.name}: size {d} is "
+                raise TargetError(f"argument {t.name} of {mod.name}: size {d} is "
                                   f"{sizes[d]} elsewhere, {n} here")
         gm[t.name] = a.astype(np.dtype(t.dtype), copy=False)
     return sizes, gm
 
 
 def simulate(ck, *arrays):
-    """Run ``ck``'s NPU program on numpy ``arrays`` (the kernel's inputs in order):
-    ``(outputs, SimReport)``."""
+    """Run ``ck``'s NPU IR (``ck.final_ir``, what its source is printed from) on numpy
+    ``arrays`` (the kernel's inputs in order): ``(outputs, SimReport)``."""
+    return run_module(ck.final_ir, ck.target, *arrays)
+
+
+def run_module(mod: NpuModule, target: Target, *arrays):
+    """Run the NPU IR ``mod`` on ``target``'s simulator: ``(outputs, SimReport)``."""
+    from .lower_vector import vector_tiling
     from .sim import SimReport, Simulator
-    prog = program_of(ck.state)
+    if not isinstance(mod, NpuModule):
+        raise TargetError(f"the NPU simulator runs NPU IR, got {type(mod).__name__}")
+    prog = mod.program
     ins = prog.inputs
     if len(arrays) != len(ins):
-        raise TargetError(f"kernel {ck.name} takes {len(ins)} arrays, got {len(arrays)}")
-    sizes, gm = _bind(ck, prog, arrays)
+        raise TargetError(f"kernel {mod.name} takes {len(ins)} arrays, got {len(arrays)}")
+    sizes, gm = _bind(mod, arrays)
     for name, e in prog.derived.items():
         sizes[name] = e.eval(sizes)
 
@@ -92,9 +93,8 @@ def simulate(ck, *arrays):
     for phase in prog.phases or (prog,):
         env = dict(sizes)
         if phase.kind == "vector":
-            from polycomp.scheduler.npu.vector import vector_tiling
-            env.update(vector_tiling(phase, env, ck.target.capacity("UB")))
-        sim = Simulator(phase, ck.target)
+            env.update(vector_tiling(phase, env, target.capacity("UB")))
+        sim = Simulator(phase, target)
         sim.time = {p: report.cycles for p in sim.time}     # a barrier of every pipe
         report = report.then(sim.run(gm, env))
     outs = tuple(gm[t.name].reshape(dims(t.view or t.dims)) for t in prog.outputs)
@@ -116,15 +116,26 @@ class NpuBackend(Backend):
 
     def schedule_passes(self, state: CompileState) -> list:
         from polycomp.scheduler.chain.npu_pass import NpuChainFusePass
+        from polycomp.scheduler.npu.map import NpuMapPass
         from polycomp.scheduler.npu.tile import NpuCubeTilePass
-        return [NpuChainFusePass(), NpuCubeTilePass()]
+
+        from .lower import LoweringModel
+        model = LoweringModel()
+        return [NpuChainFusePass(model), NpuMapPass(model), NpuCubeTilePass()]
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         return [body_pass("simplify", simplify)]
 
-    def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
-        from .printer import print_program
-        return print_program(program_of(state), state.target)
+    def target_passes(self, state: CompileState) -> list[TargetPass]:
+        from .lower import NpuLowerPass
+        from .passes import npu_passes
+        return [NpuLowerPass(), *npu_passes()]
+
+    def emit(self, func: Any, state: CompileState) -> str:
+        from .printer import print_module
+        if not isinstance(func, NpuModule):
+            raise TargetError(f"the NPU printer prints NPU IR, got {type(func).__name__}")
+        return print_module(func, state.target)
 
     def execute(self, ck, inputs: tuple, params: dict):
         return simulate(ck, *inputs)[0]

@@ -1,7 +1,10 @@
-"""Ascend C-style source printed from an NPU :class:`~polycomp.hw.npu.program.Program`
-(the object the simulator runs): one ``__aicore__`` kernel with ``GlobalTensor``
-arguments, ``LocalTensor`` buffers at the simulator's addresses, the instruction body
-with its loops, and the host-side tiling data as a struct."""
+"""Ascend C-style source printed from the NPU IR (:class:`~polycomp.hw.npu.program.NpuModule`,
+``CompiledKernel.final_ir``, the object the simulator runs): one ``__aicore__`` kernel
+with ``GlobalTensor`` arguments, ``LocalTensor`` buffers at the simulator's addresses,
+the instruction body with its loops, and the host-side tiling data as a struct.
+
+Every piece of source text of the NPU targets is made here: index expressions
+(:func:`c_expr`), buffer slots, instructions, declarations."""
 from __future__ import annotations
 
 from polycomp.hw.npu.program import (
@@ -16,8 +19,10 @@ from polycomp.hw.npu.program import (
     LocalBuf,
     Loop,
     Mmad,
+    NpuModule,
     Program,
     SetFlag,
+    Slot,
     VecOp,
     WaitFlag,
     ix,
@@ -25,6 +30,28 @@ from polycomp.hw.npu.program import (
 
 _CT = {"float16": "half", "float32": "float"}
 _POS = {"L1": "A1", "L0A": "A2", "L0B": "B2", "L0C": "CO1", "UB": "VECCALC"}
+_C_OPS = {"+": "+", "-": "-", "*": "*", "floordiv": "/", "mod": "%", "==": "==", "and": "&&"}
+_C_FUNCS = {"ceildiv": "CeilDiv", "min": "Min"}
+
+
+def c_expr(e: Ix) -> str:
+    """An index expression as C (``CeilDiv``/``Min`` from the API header)."""
+    op, a = e.op, e.args
+    if op == "const":
+        return str(a[0])
+    if op == "var":
+        return a[0]
+    x, y = c_expr(a[0]), c_expr(a[1])
+    if op in _C_FUNCS:
+        return f"{_C_FUNCS[op]}({x}, {y})"
+    return f"({x} {_C_OPS[op]} {y})"
+
+
+def c_slot(s: Slot) -> str:
+    """A buffer copy as C: the buffer, or the array element of its copy."""
+    if s.buf.copies == 1:
+        return s.buf.name
+    return f"{s.buf.name}[{c_expr(s.index)}]"
 
 
 def _linear(r: GmRegion) -> Ix:
@@ -38,7 +65,7 @@ def _rows_cols(r: GmRegion, b: LocalBuf) -> tuple[str, str]:
     """Rows and columns of a box as C: its leading extents flattened are the rows, its
     last ``split`` extents the columns (extent-1 dimensions left out)."""
     def prod(exts) -> str:
-        parts = [e.c() for e in exts if not (e.op == "const" and e.args[0] == 1)]
+        parts = [c_expr(e) for e in exts if not (e.op == "const" and e.args[0] == 1)]
         return " * ".join(parts) if parts else "1"
     cut = len(r.extents) - r.split
     return prod(r.extents[:cut]), prod(r.extents[cut:])
@@ -50,64 +77,68 @@ def _dims_product(t: GlobalTensor) -> str:
 
 def _instr(s, ind: str) -> list[str]:
     if isinstance(s, Loop):
-        out = [f"{ind}for (int64_t {s.var} = 0; {s.var} < {s.extent.c()}; ++{s.var}) {{"]
+        out = [f"{ind}for (int64_t {s.var} = 0; {s.var} < {c_expr(s.extent)}; ++{s.var}) {{"]
         for x in s.body:
             out += _instr(x, ind + "    ")
         return out + [f"{ind}}}"]
     if isinstance(s, (SetFlag, WaitFlag)):
         return [f"{ind}{type(s).__name__}<HardEvent::{s.src_pipe}_{s.dst_pipe}>"
-                f"({s.event.c()});"]
+                f"({c_expr(s.event)});"]
     if isinstance(s, CopyIn):
         b, r = s.dst.buf, s.src
         rows, cols = _rows_cols(r, b)
-        stride = r.stride().c()
-        src = f"g{r.tensor.name}[{_linear(r).c()}]"
+        stride = c_expr(r.stride())
+        src = f"g{r.tensor.name}[{c_expr(_linear(r))}]"
         if b.level == "L1":
-            return [f"{ind}DataCopy({s.dst.c()}, {src}, Nd2NzParams{{(uint32_t){rows}, "
+            return [f"{ind}DataCopy({c_slot(s.dst)}, {src}, Nd2NzParams{{(uint32_t){rows}, "
                     f"(uint32_t){cols}, (uint32_t){stride}, (uint32_t){b.rows}, "
                     f"(uint32_t){b.cols}}});"]
-        return [f"{ind}DataCopyPad({s.dst.c()}, {src}, DataCopyPadParams{{(uint32_t){rows}, "
+        return [f"{ind}DataCopyPad({c_slot(s.dst)}, {src}, DataCopyPadParams{{(uint32_t){rows}, "
                 f"(uint32_t){cols}, (uint32_t){stride}, (uint32_t){b.cols}}});"]
     if isinstance(s, CopyIm2Col):
         g, d = s.geom, s.dst.buf
         img = " * ".join(str(x) for x in s.src.dims[1:])
-        return [f"{ind}DataCopy({s.dst.c()}, g{s.src.name}[{s.n.c()} * {img}], Im2ColParams{{"
-                f"(uint32_t)({s.k0.c()}), (uint32_t){s.k_ext.c()}, (uint32_t)({s.p0.c()}), "
-                f"(uint32_t){s.p_ext.c()}, (uint32_t){s.src.dims[2]}, "
-                f"(uint32_t){s.src.dims[3]}, (uint32_t){g.kh.c()}, (uint32_t){g.kw.c()}, "
-                f"(uint32_t){g.ow.c()}, {g.sh}, {g.sw}, {g.ph}, {g.pw}, {g.dh}, {g.dw}, "
+        return [f"{ind}DataCopy({c_slot(s.dst)}, g{s.src.name}[{c_expr(s.n)} * {img}], "
+                f"Im2ColParams{{(uint32_t)({c_expr(s.k0)}), (uint32_t){c_expr(s.k_ext)}, "
+                f"(uint32_t)({c_expr(s.p0)}), (uint32_t){c_expr(s.p_ext)}, "
+                f"(uint32_t){s.src.dims[2]}, (uint32_t){s.src.dims[3]}, "
+                f"(uint32_t){c_expr(g.kh)}, (uint32_t){c_expr(g.kw)}, "
+                f"(uint32_t){c_expr(g.ow)}, {g.sh}, {g.sw}, {g.ph}, {g.pw}, {g.dh}, {g.dw}, "
                 f"(uint32_t){d.rows}, (uint32_t){d.cols}}});"]
     if isinstance(s, Load2D):
         d = s.dst.buf
         rep = (d.rows // 16) * (d.cols // 16)
-        return [f"{ind}LoadData({s.dst.c()}, {s.src.c()}, LoadData2DParams{{"
-                f"(uint32_t)({s.k_offset.c()}), {rep}, {str(d.level == 'L0B').lower()}}});"]
+        return [f"{ind}LoadData({c_slot(s.dst)}, {c_slot(s.src)}, LoadData2DParams{{"
+                f"(uint32_t)({c_expr(s.k_offset)}), {rep}, {str(d.level == 'L0B').lower()}}});"]
     if isinstance(s, Mmad):
-        return [f"{ind}Mmad({s.c.c()}, {s.a.c()}, {s.b.c()}, MmadParams{{{s.a.buf.rows}, "
-                f"{s.b.buf.cols}, {s.a.buf.cols}, (bool)({s.init.c()})}});"]
+        return [f"{ind}Mmad({c_slot(s.c)}, {c_slot(s.a)}, {c_slot(s.b)}, "
+                f"MmadParams{{{s.a.buf.rows}, {s.b.buf.cols}, {s.a.buf.cols}, "
+                f"(bool)({c_expr(s.init)})}});"]
     if isinstance(s, CopyOut):
         r, b = s.dst, s.src.buf
-        dst = f"g{r.tensor.name}[{_linear(r).c()}]"
+        dst = f"g{r.tensor.name}[{c_expr(_linear(r))}]"
         rows, cols = _rows_cols(r, b)
         args = f"(uint32_t){rows}, (uint32_t){cols}"
         if s.pipe == "FIX":
-            return [f"{ind}Fixpipe({dst}, {s.src.c()}, FixpipeParams{{{args}, (uint32_t){b.rows}, "
-                    f"(uint32_t){r.stride().c()}}});"]
-        return [f"{ind}DataCopyPad({dst}, {s.src.c()}, DataCopyPadParams{{{args}, "
+            return [f"{ind}Fixpipe({dst}, {c_slot(s.src)}, FixpipeParams{{{args}, "
+                    f"(uint32_t){b.rows}, (uint32_t){c_expr(r.stride())}}});"]
+        return [f"{ind}DataCopyPad({dst}, {c_slot(s.src)}, DataCopyPadParams{{{args}, "
                 f"(uint32_t){b.cols}, "
-                f"(uint32_t){r.stride().c()}}});"]
+                f"(uint32_t){c_expr(r.stride())}}});"]
     if isinstance(s, CopyLocal) and s.pipe == "MTE3":     # UB -> L1 (nd2nz)
         d = s.dst.buf
-        return [f"{ind}DataCopy({s.dst.c()}, {s.src.c()}, Nd2NzParams{{(uint32_t){d.rows}, "
+        return [f"{ind}DataCopy({c_slot(s.dst)}, {c_slot(s.src)}, Nd2NzParams{{(uint32_t){d.rows}, "
                 f"(uint32_t){d.cols}, (uint32_t){s.src.buf.cols}, (uint32_t){d.rows}, "
                 f"(uint32_t){d.cols}}});"]
     if isinstance(s, CopyLocal):
         d = s.dst.buf
-        return [f"{ind}Fixpipe({s.dst.c()}, {s.src.c()}, FixpipeParams{{(uint32_t){d.rows}, "
-                f"(uint32_t){d.cols}, (uint32_t){s.src.buf.rows}, (uint32_t){d.cols}}});"]
+        return [f"{ind}Fixpipe({c_slot(s.dst)}, {c_slot(s.src)}, FixpipeParams{{"
+                f"(uint32_t){d.rows}, (uint32_t){d.cols}, (uint32_t){s.src.buf.rows}, "
+                f"(uint32_t){d.cols}}});"]
     if isinstance(s, VecOp):
-        srcs = ", ".join(x.c() if hasattr(x, "c") else _scalar(x) for x in s.srcs)
-        return [f"{ind}{s.op}({s.dst.c()}, {srcs}, (uint32_t)({s.rows.c()}));"]
+        srcs = ", ".join(c_slot(x) if isinstance(x, Slot) else c_expr(x) if isinstance(x, Ix)
+                         else _scalar(x) for x in s.srcs)
+        return [f"{ind}{s.op}({c_slot(s.dst)}, {srcs}, (uint32_t)({c_expr(s.rows)}));"]
     raise TypeError(type(s).__name__)
 
 
@@ -151,12 +182,14 @@ def _addresses(p: Program, target) -> tuple[dict[str, str], list[str]]:
 
 
 def _tiling_comment(p: Program) -> str:
+    t = p.tiling
     if p.kind == "cube":
         return "// host-side tiling data: the sizes; constant tiles " + \
-            ", ".join(f"{k}={v}" for k, v in p.tiling.items() if k != "derived") + \
-            "".join(f"; {k} = {v.c()}" for k, v in p.derived.items())
-    return (f"// host-side tiling data: the sizes, TR rows of {p.tiling['rows'].c()} per UB "
-            f"tile, rows of {p.tiling['cols'].c()} padded to CP elements"
+            ", ".join(f"{k}={v}" for k, v in t.tiles) + \
+            "".join(f"; {k} = {c_expr(v)}" for k, v in t.derived)
+    assert t.rows is not None and t.cols is not None
+    return (f"// host-side tiling data: the sizes, TR rows of {c_expr(t.rows)} per UB "
+            f"tile, rows of {c_expr(t.cols)} padded to CP elements"
             + (", TRP = TR padded to 16" if any(b.cols == "TRP" for b in p.buffers) else ""))
 
 
@@ -195,6 +228,11 @@ def _phased(p: Program, target) -> list[str]:
         if k + 1 < len(p.phases):
             out.append("    PipeBarrier<PIPE_ALL>();")
     return out
+
+
+def print_module(m: NpuModule, target) -> str:
+    """The source of ``m`` (what ``emit`` returns)."""
+    return print_program(m.program, target)
 
 
 def print_program(p: Program, target) -> str:

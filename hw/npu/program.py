@@ -1,20 +1,26 @@
-"""The NPU-level program: typed instructions on typed buffers.
+"""The NPU-level IR: typed instructions on typed buffers.
 
-One :class:`Program` is built per compiled kernel (by :mod:`polycomp.scheduler.npu`);
-the simulator (:mod:`.sim`) executes it and the printer (:mod:`.printer`) prints it as
-Ascend C-style source — the same object, not a re-derivation.
+The lowering stage ``npu-lower`` (:mod:`.lower`) turns a kernel's lowered function and
+the typed plans its schedule passes recorded into one :class:`NpuModule`; the NPU IR
+passes (:mod:`.passes`: double buffering, flag placement) rewrite it; it is
+``CompiledKernel.final_ir``: the simulator (:mod:`.sim`) executes it and the printer
+(:mod:`.printer`) prints it as Ascend C-style source — the same object, not a
+re-derivation.  ``str(module)`` is its text form (:mod:`.ir_text`), which
+``polycomp explain`` and ``--dump-dir`` show after each step.
 
 * Index expressions (:class:`Ix`) are small integer expressions over loop variables and
-  the host-side tiling data (the kernel's sizes), printable as C and evaluable.
+  the host-side tiling data (the kernel's sizes), evaluable; the printer prints them
+  as C.
 * :class:`LocalBuf` is an on-chip buffer at one level, with its element type, its
-  logical 2-d tile shape, its layout (``ND``; ``NZ``/``zZ``/``nZ`` fractal) and its
-  number of ping-pong copies.  :class:`Slot` is one copy, chosen by an expression.
+  logical 2-d tile shape, its layout (``ND``; ``NZ``/``zZ``/``nZ`` fractal), its
+  number of copies and whether it may be double-buffered.  :class:`Slot` is one copy,
+  chosen by an expression.
 * Instructions name their pipe; flags order pipes (``SetFlag``/``WaitFlag``).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Union
 
 # --------------------------------------------------------------------------- Ix
@@ -47,17 +53,6 @@ class Ix:
         x, y = a[0].eval(env), a[1].eval(env)
         return _BINOPS[op](x, y)
 
-    def c(self) -> str:
-        op, a = self.op, self.args
-        if op == "const":
-            return str(a[0])
-        if op == "var":
-            return a[0]
-        x, y = a[0].c(), a[1].c()
-        if op in _C_FUNCS:
-            return f"{_C_FUNCS[op]}({x}, {y})"
-        return f"({x} {_C_OPS[op]} {y})"
-
 
 IxLike = Union[Ix, int, str]
 
@@ -67,8 +62,6 @@ _BINOPS: dict[str, Callable[[int, int], int]] = {
     "mod": lambda x, y: x % y, "min": min, "==": lambda x, y: int(x == y),
     "and": lambda x, y: int(bool(x) and bool(y)),
 }
-_C_OPS = {"+": "+", "-": "-", "*": "*", "floordiv": "/", "mod": "%", "==": "==", "and": "&&"}
-_C_FUNCS = {"ceildiv": "CeilDiv", "min": "Min"}
 
 
 def ix(v: IxLike) -> Ix:
@@ -122,7 +115,10 @@ class GlobalTensor:
 @dataclass(frozen=True)
 class LocalBuf:
     """An on-chip buffer: ``rows x cols`` elements of ``dtype`` at ``level`` in
-    ``layout``, ``copies`` ping-pong copies."""
+    ``layout``, ``copies`` copies.  ``pingpong``: the builder addresses it with a
+    rotation counter (its slots' index) and another pipe fills or drains it, so the
+    double-buffering pass (:mod:`.passes`) may give it two copies selected by
+    ``counter % 2``."""
     name: str
     level: str
     dtype: str
@@ -130,6 +126,7 @@ class LocalBuf:
     cols: int | str
     layout: str = "ND"     # ND | NZ | zZ | nZ; UB: ND tile, COL (a value per row), ROW
     copies: int = 1
+    pingpong: bool = False
 
     @property
     def itemsize(self) -> int:
@@ -155,11 +152,6 @@ class Slot:
     """Copy ``index`` of ``buf`` (0 when it has one copy)."""
     buf: LocalBuf
     index: Ix = field(default_factory=lambda: ix(0))
-
-    def c(self) -> str:
-        if self.buf.copies == 1:
-            return self.buf.name
-        return f"{self.buf.name}[{self.index.c()}]"
 
 
 @dataclass(frozen=True)
@@ -308,6 +300,18 @@ Instr = Union[CopyIn, CopyIm2Col, Load2D, Mmad, CopyOut, CopyLocal, VecOp, SetFl
 
 
 @dataclass(frozen=True)
+class Tiling:
+    """The host-side tiling data of a program besides the kernel's sizes: its constant
+    tile sizes (in print order), the sizes the host derives from the arguments'
+    (``name``, expression) and, for a vector program, the row count and row length the
+    host tiles UB by (``TR`` rows of ``CP`` padded elements, chosen at run time)."""
+    tiles: tuple[tuple[str, int], ...] = ()
+    derived: tuple[tuple[str, Ix], ...] = ()
+    rows: Ix | None = None
+    cols: Ix | None = None
+
+
+@dataclass(frozen=True)
 class Program:
     """A kernel for one AI core: GM arguments, on-chip buffers, the body, the tiling
     data (sizes read from the arguments' shapes by the host) and what it computes."""
@@ -316,9 +320,9 @@ class Program:
     tensors: tuple[GlobalTensor, ...]
     buffers: tuple[LocalBuf, ...]
     body: tuple
-    tiling: dict = field(default_factory=dict)   # constant tile sizes, for the printer
-    phases: tuple = ()          # "phased": programs run one after the other
-    workspaces: tuple = ()      # "phased": GM tensors between phases (host-allocated)
+    tiling: Tiling = field(default_factory=Tiling)
+    phases: tuple[Program, ...] = ()   # "phased": programs run one after the other
+    workspaces: tuple[GlobalTensor, ...] = ()   # "phased": GM tensors between phases
 
     @property
     def inputs(self) -> tuple[GlobalTensor, ...]:
@@ -338,9 +342,34 @@ class Program:
         return tuple(names) + tuple(self.derived)
 
     @property
-    def derived(self) -> dict:
+    def derived(self) -> dict[str, Ix]:
         """Sizes the host computes from the arguments' (``name: Ix``)."""
-        return self.tiling.get("derived", {})
+        return dict(self.tiling.derived)
+
+
+@dataclass(frozen=True)
+class NpuModule:
+    """The NPU IR of one compiled kernel (``CompiledKernel.final_ir``): the signature the
+    host sees — the lowered function's name, size parameters and argument buffers (as
+    :class:`polycomp.ir.LoweredFunc` has them, so callers bind arrays the same way on
+    every target) — and the device program for the AI core."""
+    name: str
+    params: tuple
+    inputs: tuple
+    outputs: tuple
+    inout: tuple[str, ...]
+    program: Program
+
+    @property
+    def args(self) -> tuple:
+        return self.inputs + self.outputs
+
+    def with_program(self, program: Program) -> NpuModule:
+        return replace(self, program=program)
+
+    def __str__(self) -> str:
+        from .ir_text import module_text
+        return module_text(self)
 
 
 def walk(body: tuple):
@@ -349,3 +378,21 @@ def walk(body: tuple):
         yield s
         if isinstance(s, Loop):
             yield from walk(s.body)
+
+
+def map_slots(body: tuple, fn: Callable[[Slot], Slot]) -> tuple:
+    """``body`` with every on-chip operand (a :class:`Slot`) replaced by ``fn(slot)``."""
+    out: list = []
+    for s in body:
+        if isinstance(s, Loop):
+            out.append(replace(s, body=map_slots(s.body, fn)))
+            continue
+        changes: dict[str, object] = {}
+        for f in fields(s):
+            v = getattr(s, f.name)
+            if isinstance(v, Slot):
+                changes[f.name] = fn(v)
+            elif f.name == "srcs":
+                changes[f.name] = tuple(fn(x) if isinstance(x, Slot) else x for x in v)
+        out.append(replace(s, **changes) if changes else s)
+    return tuple(out)

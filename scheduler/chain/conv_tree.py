@@ -34,6 +34,7 @@ import islpy as isl
 
 from polycomp.scheduler.chain.conv_detect import conv_why_not, detect_conv_chains
 from polycomp.scheduler.chain.conv_plan import ConvChainPlan, make_conv_plan
+from polycomp.scheduler.chain.plan import chain_plans
 from polycomp.scheduler.chain.tree import (
     _band,
     _dims,
@@ -54,10 +55,10 @@ CONV_MARK = "conv_chain_fused"
 
 def conv_plan_for(state: CompileState) -> tuple[ConvChainPlan | None, str]:
     """The plan of the model's single conv chain (whatever the decision), or None and
-    why there is none (computed once per compile: ``state.chain_plans``)."""
-    if state.chain_plans.conv is None:
-        state.chain_plans.conv = _conv_plan_for(state)
-    return state.chain_plans.conv
+    why there is none (computed once per compile: ``ChainPlans``)."""
+    if chain_plans(state).conv is None:
+        chain_plans(state).conv = _conv_plan_for(state)
+    return chain_plans(state).conv
 
 
 def _conv_plan_for(state: CompileState) -> tuple[ConvChainPlan | None, str]:

@@ -12,15 +12,16 @@ note).  It is :func:`~.tree.fused_tree` with the NPU plan's ``TM x TL``
 (:mod:`.npu_plan`) and one more mark under ``chain_fused``::
 
     domain -> mark "chain_fused:TMxTL"
-      -> mark "npu_chain:TM:TL:TN:k0:KL1"
+      -> mark "npu_chain:<n>"                 (npu_plans(state).chains[n]: the plan)
         -> band [b.., floor(m/TM)]           (permutable, coincident)
           -> sequence ...                     (tree.py: l blocks of TL without a
                                                softmax; whole rows with one)
 
-The NPU program builder (:func:`polycomp.scheduler.npu.build.npu_program`) reads the
-tiles from the ``npu_chain`` mark (``CompileState.npu_schedule``) and builds the fused
-program of :mod:`.npu_program`, which also splits ``l`` with a softmax (online
-rescaling: the reassociation the statement-level tree cannot express, as on the CPU).
+The NPU lowering (``npu-lower``, :mod:`polycomp.hw.npu.lower_chain`) finds the
+``npu_chain`` mark in the lowered function and builds the fused program from the plan,
+which also splits ``l`` with a softmax (online rescaling: the reassociation the
+statement-level tree cannot express, as on the CPU).  Which tiles fit is asked of the
+:class:`~polycomp.scheduler.npu.plan.NpuLoweringModel` the backend gives the pass.
 """
 from __future__ import annotations
 
@@ -29,31 +30,29 @@ import islpy as isl
 from polycomp.errors import ResourceLimitError, TargetError
 from polycomp.scheduler.chain.npu_detect import NpuChain, detect_npu_chain
 from polycomp.scheduler.chain.npu_plan import NpuChainPlan, npu_chain_plan
-from polycomp.scheduler.chain.npu_program import NpuChainTiles
 from polycomp.scheduler.chain.plan import ChainPlan
 from polycomp.scheduler.chain.tree import fused_tree
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import is_legal
+from polycomp.scheduler.npu.plan import NpuLoweringModel, NpuPlans, npu_plans
 from polycomp.state import CompileState
 
-__all__ = ["NPU_CHAIN", "NpuChainFusePass", "npu_plan_for", "npu_fused_tree", "chain_tiles_of"]
-
-NPU_CHAIN = "npu_chain"
+__all__ = ["NpuChainFusePass", "npu_plan_for", "npu_fused_tree", "chain_plan_of"]
 
 
-def npu_plan_for(state: CompileState) -> tuple[NpuChainPlan | None, str]:
+def npu_plan_for(state: CompileState,
+                 lowering: NpuLoweringModel) -> tuple[NpuChainPlan | None, str]:
     """The plan of the model's NPU chain, or None and why not."""
-    o = state.options
-    if not getattr(o, "chain", True):
+    o = state.npu_options
+    if not o.chain:
         return None, "option chain is off"
     ch = detect_npu_chain(state.model)
     if not isinstance(ch, NpuChain):
         return None, ch
     try:
-        plan = npu_chain_plan(ch, state.model, state.target,
-                              bool(getattr(o, "double_buffer", True)),
-                              getattr(o, "chain_tiles", None))
+        plan = npu_chain_plan(ch, state.model, state.target, o.double_buffer,
+                              o.chain_tiles, lowering)
     except ResourceLimitError:
         raise                       # the user's chain_tiles do not fit
     except TargetError as e:
@@ -61,44 +60,46 @@ def npu_plan_for(state: CompileState) -> tuple[NpuChainPlan | None, str]:
     return plan, ""
 
 
-def npu_fused_tree(plan: NpuChainPlan, model) -> isl.Schedule:
-    """The tree of the module docstring."""
+def npu_fused_tree(plan: NpuChainPlan, model, index: int) -> isl.Schedule:
+    """The tree of the module docstring (``index``: the plan's in ``NpuPlans.chains``)."""
     t = plan.tiles
     cp = ChainPlan(plan.chain.match, plan.dims, plan.symbolic, (), "L0C", t.tm, t.tl, 1, 1, 16)
     tree = fused_tree(cp, model)
     node = tree.get_root().child(0).child(0)
-    node = node.insert_mark(marks.make(NPU_CHAIN, t.tm, t.tl, t.tn, t.k0, t.kl1))
+    node = node.insert_mark(marks.make(marks.NPU_CHAIN, index))
     return node.get_schedule()
 
 
-def chain_tiles_of(schedule: isl.Schedule | None) -> NpuChainTiles | None:
-    """The tiles in ``schedule``'s ``npu_chain`` mark (None: no mark)."""
-    if schedule is None:
-        return None
-    found: list[NpuChainTiles] = []
+def chain_plan_of(schedule: isl.Schedule, state: CompileState) -> NpuChainPlan | None:
+    """The plan of ``schedule``'s ``npu_chain:<n>`` mark (None: no mark)."""
+    found: list[int] = []
 
     def visit(node: isl.ScheduleNode) -> bool:
-        if marks.is_kind(node, NPU_CHAIN):
-            found.append(NpuChainTiles(*(int(v) for v in
-                                         marks.argument(node, NPU_CHAIN).split(":"))))
+        if marks.is_kind(node, marks.NPU_CHAIN):
+            found.append(marks.index_of(node, marks.NPU_CHAIN))
         return True
     schedule.get_root().foreach_descendant_top_down(visit)
-    return found[0] if found else None
+    return npu_plans(state).chains[found[0]] if found else None
 
 
 class NpuChainFusePass(Pass):
     """See the module docstring."""
     name = "npu-chain-fuse"
 
+    def __init__(self, lowering: NpuLoweringModel):
+        self.lowering = lowering
+
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        plan, why = npu_plan_for(ctx)
+        plan, why = npu_plan_for(ctx, self.lowering)
         if plan is None:
             ctx.note(self.name, f"no chain fused: {why}")
             return schedule
-        tree = npu_fused_tree(plan, ctx.model)
+        chains = npu_plans(ctx).chains
+        tree = npu_fused_tree(plan, ctx.model, len(chains))
         if not is_legal(tree, ctx.model.dependences):
             ctx.note(self.name, "no chain fused: the fused tree would violate a dependence")
             return schedule
+        NpuPlans.push(chains, plan)
         for line in plan.describe():
             ctx.note(self.name, line)
         return tree

@@ -1,6 +1,7 @@
 """Tiles of a fused NPU chain from the data-movement model on the NPU's memory levels.
 
-The fused program (:mod:`.npu_program`) runs the block order ``(b, m, n | l, k)``:
+The fused program (built by the NPU lowering, :mod:`polycomp.hw.npu.lower_chain`)
+runs the block order ``(b, m, n | l, k)``:
 ``TM x TL`` score tiles, ``TN`` columns of ``O`` per block (one block when ``N <=
 TN``: no recomputation), ``KL1`` columns of ``X`` per L1 stage, ``k0`` per cube step.
 With the model of :mod:`.movement_model` (a tile is reloaded once per iteration of
@@ -15,8 +16,9 @@ intermediate moves nothing), the GM traffic in bytes is, per batch element, with
 (``O`` stays in UB or L0C across the ``l`` blocks, so it is written once.)  The
 memory usage ``MU`` is not one number on the NPU: each buffer lives at its own level,
 so a candidate fits when the program's buffers — with their ping-pong copies, aligned
-as the simulator allocates them — fit L1, L0A, L0B, L0C and UB
-(:func:`polycomp.hw.npu.sim.allocate` decides).  The choice is the fitting candidate
+as the simulator allocates them — fit L1, L0A, L0B, L0C and UB (the NPU lowering
+decides: ``NpuLoweringModel.chain_usage``, :mod:`polycomp.scheduler.npu.plan`).  The
+choice is the fitting candidate
 of least predicted traffic among those with one ``n`` block (several recompute ``S``:
 the model's non-fusible orders, taken only when nothing else fits; ties: the larger
 ``TM x TL``, then fewer cube steps);
@@ -35,22 +37,45 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from polycomp.errors import NpuCapacityError, ResourceLimitError, TargetError
+from polycomp.errors import ResourceLimitError, TargetError
 from polycomp.hw.target import Target
 from polycomp.scheduler.chain.movement_model import ChainDims
 from polycomp.scheduler.chain.npu_detect import NpuChain
-from polycomp.scheduler.chain.npu_program import NpuChainTiles, chain_program, x_resident
 from polycomp.scheduler.chain.plan import BIG, _extent
 
-__all__ = ["NpuChainPlan", "npu_chain_plan", "fused_bytes", "unfused_bytes"]
+if TYPE_CHECKING:  # pragma: no cover
+    from polycomp.scheduler.npu.plan import NpuLoweringModel
+
+__all__ = ["NpuChainPlan", "NpuChainTiles", "npu_chain_plan", "fused_bytes",
+           "unfused_bytes", "x_resident"]
 
 _SIDES = (256, 192, 128, 96, 64, 48, 32, 16)
 LEVELS = ("L1", "L0A", "L0B", "L0C", "UB")
 
 
+@dataclass(frozen=True)
+class NpuChainTiles:
+    """``TM x TL`` score tile (L0C, UB), ``TN`` columns of ``O`` per block, ``k0`` per
+    cube step, ``KL1`` columns of ``X`` per L1 stage."""
+    tm: int
+    tl: int
+    tn: int
+    k0: int
+    kl1: int
+
+
+def x_resident(k: int | None, t: NpuChainTiles) -> bool:
+    """Does X's ``TM x K`` row block stay in L1 across the ``l`` blocks?  (``K`` a
+    constant that one L1 stage holds.)"""
+    return k is not None and k <= t.kl1
+
+
 @dataclass(frozen=True, eq=False)
 class NpuChainPlan:
+    """The plan of a fused chain (the payload of ``npu_chain:<n>``): the chain, its
+    extents, the tiles and what they use and move, the double buffering asked for."""
     chain: NpuChain
     dims: ChainDims
     symbolic: tuple[str, ...]
@@ -59,6 +84,7 @@ class NpuChainPlan:
     fused: float                                # predicted GM bytes
     unfused: float
     candidates: int
+    double_buffer: bool = True
 
     def describe(self) -> list[str]:
         d, m, t = self.dims, self.chain.match, self.tiles
@@ -141,22 +167,10 @@ def _dims(chain: NpuChain, model) -> tuple[ChainDims, tuple[str, ...]]:
     return ChainDims(*(ext[k] or BIG for k in ("m", "n", "k", "l")), batch=batch), tuple(sym)
 
 
-def _usage(prog, target: Target) -> tuple[tuple[str, int, int], ...] | None:
-    from polycomp.hw.npu.sim import allocate
-    try:
-        addrs = allocate(prog, target)
-    except NpuCapacityError:
-        return None
-    ends: dict[str, int] = {}
-    for b in prog.buffers:
-        lv, a = addrs[b.name]
-        ends[lv] = max(ends.get(lv, 0), a + b.size() * b.copies)
-    return tuple((lv, ends.get(lv, 0), target.capacity(lv)) for lv in LEVELS)
-
-
 def _search(chain: NpuChain, model, target: Target, double_buffer: bool,
             override: tuple[int, ...] | None, d: ChainDims, sym: tuple[str, ...],
-            sides_m: list[int], sides_l: list[int]) -> tuple[tuple | None, int]:
+            sides_m: list[int], sides_l: list[int],
+            lowering: NpuLoweringModel) -> tuple[tuple | None, int]:
     """The best fitting candidate over ``sides_m x sides_l`` and how many fit."""
     np_, kp = _pad(d.n, 16), _pad(d.k, 16)
     best: tuple | None = None
@@ -172,8 +186,7 @@ def _search(chain: NpuChain, model, target: Target, double_buffer: bool,
                        for kl1 in sorted({min(_pad(kp, k), f * k) for f in (8, 4, 2, 1)},
                                          reverse=True)]
             for t in options:
-                use = _usage(chain_program("fit", model.graph, chain, t, double_buffer),
-                             target)
+                use = lowering.chain_usage(model.graph, chain, t, double_buffer, target)
                 if use is None:
                     continue
                 count += 1
@@ -188,10 +201,11 @@ def _search(chain: NpuChain, model, target: Target, double_buffer: bool,
 
 
 def npu_chain_plan(chain: NpuChain, model, target: Target, double_buffer: bool,
-                   override: tuple[int, ...] | None = None) -> NpuChainPlan:
+                   override: tuple[int, ...] | None,
+                   lowering: NpuLoweringModel) -> NpuChainPlan:
     """The tiles of the module docstring (``override``: ``(TM, TL)`` or ``(TM, TL,
-    TN)``); raises :class:`TargetError` when no candidate fits
-    (:class:`ResourceLimitError` when the overriding tiles do not)."""
+    TN)``; ``lowering`` says which candidates fit); raises :class:`TargetError` when
+    no candidate fits (:class:`ResourceLimitError` when the overriding tiles do not)."""
     d, sym = _dims(chain, model)
     mp, lp = _pad(d.m, 16), _pad(d.l, 16)
     sides_m = sorted({min(s, mp) for s in _SIDES}, reverse=True)
@@ -203,10 +217,10 @@ def npu_chain_plan(chain: NpuChain, model, target: Target, double_buffer: bool,
     if override is not None:
         sides_m, aligned, rest = [override[0]], [override[1]], []
     best, count = _search(chain, model, target, double_buffer, override, d, sym, sides_m,
-                          aligned)
+                          aligned, lowering)
     if best is None and rest:
         best, count = _search(chain, model, target, double_buffer, override, d, sym, sides_m,
-                              rest)
+                              rest, lowering)
     if best is None and override is not None:
         raise ResourceLimitError(f"option chain_tiles {override}: the fused chain "
                                  f"program's buffers do not fit target {target.name}")
@@ -215,4 +229,4 @@ def npu_chain_plan(chain: NpuChain, model, target: Target, double_buffer: bool,
                           f"target {target.name}")
     _, t, use = best
     return NpuChainPlan(chain, d, sym, t, use, fused_bytes(chain, d, t, "k" not in sym),
-                        unfused_bytes(chain, d, target, double_buffer), count)
+                        unfused_bytes(chain, d, target, double_buffer), count, double_buffer)

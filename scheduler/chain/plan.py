@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from polycomp.scheduler.chain.detect import ChainMatch
 from polycomp.scheduler.chain.movement_model import ChainDims, LevelPlan, plan_levels
 
-__all__ = ["ChainPlan", "make_plan", "register_block", "BIG"]
+__all__ = ["ChainPlan", "ChainPlans", "chain_plans", "make_plan", "register_block", "BIG"]
 
 #: extent assumed for a symbolic dimension when sizing tiles
 BIG = 4096
@@ -45,6 +46,22 @@ class ChainPlan:
                        f"{lp.fused * 4 / 2**20:.2f} MiB vs unfused "
                        f"{lp.unfused * 4 / 2**20:.2f} MiB (unfused / fused = {ratio:.2f})")
         return out
+
+
+@dataclass(eq=False)
+class ChainPlans:
+    """The chain plans of a compile (typed compile state, ``state.slot(ChainPlans)``),
+    computed once: the backend's choice of passes, the fusion pass and the
+    code-generation pass all ask for them, and each computation detects the chain on the
+    model and checks the fused tree's legality with isl.  ``(plan or None, why not)``,
+    None until first asked."""
+    contraction: tuple[Any, str] | None = None    # tree.plan_for
+    conv: tuple[Any, str] | None = None           # conv_tree.conv_plan_for
+
+
+def chain_plans(state) -> ChainPlans:
+    """The chain plans of ``state``'s compile."""
+    return state.slot(ChainPlans)
 
 
 def register_block(isa: str) -> tuple[int, int, int]:

@@ -45,7 +45,7 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 import islpy as isl
 
 from polycomp.scheduler.chain.detect import ChainMatch, detect_chains
-from polycomp.scheduler.chain.plan import ChainPlan, make_plan
+from polycomp.scheduler.chain.plan import ChainPlan, chain_plans, make_plan
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import is_legal, schedule_from_str
 from polycomp.state import CompileState
@@ -57,10 +57,10 @@ MARK = "chain_fused"
 
 def plan_for(state: CompileState) -> tuple[ChainPlan | None, str]:
     """The plan of the model's single chain, or None and why not (computed once per
-    compile: ``state.chain_plans``)."""
-    if state.chain_plans.contraction is None:
-        state.chain_plans.contraction = _plan_for(state)
-    return state.chain_plans.contraction
+    compile: ``ChainPlans``)."""
+    if chain_plans(state).contraction is None:
+        chain_plans(state).contraction = _plan_for(state)
+    return chain_plans(state).contraction
 
 
 def _plan_for(state: CompileState) -> tuple[ChainPlan | None, str]:

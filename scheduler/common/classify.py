@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from polycomp import ir
+from polycomp.frontend.dsl import KernelGraph
 from polycomp.scheduler.common.contraction import contraction_class, iterators_of, loads_of
 
 CLASSES = ("contraction", "conv", "reduce", "pad", "transpose", "broadcast", "elementwise")
@@ -94,7 +95,7 @@ def _same_shape(a, b) -> bool:
     return len(sa) == len(sb) and all(x is y or const_difference(x, y) == 0 for x, y in zip(sa, sb))
 
 
-def fusion_groups(graph) -> list[FusionGroup]:
+def fusion_groups(graph: KernelGraph) -> list[FusionGroup]:
     """Partition the stages of ``graph`` into fusion groups, in program order."""
     stages = list(graph.stages)
     kinds = {s: classify_stage(s) for s in stages}
@@ -176,7 +177,7 @@ def _row_compatible(stage, producer, rank) -> bool:
     return True
 
 
-def row_runs(graph, rank: int = 1) -> list[RowRun]:
+def row_runs(graph: KernelGraph, rank: int = 1) -> list[RowRun]:
     """Maximal runs of at least two stages, or a single reduction, over ``rank`` rows
     that contain a reduction (see :class:`RowRun`)."""
     from polycomp.lowering.simplify import const_difference

@@ -1,27 +1,44 @@
 """Every schedule-tree mark polycomp uses, in one place.
 
-A mark's isl id is ``<kind>`` or ``<kind>:<argument>`` (``kernel:0``,
-``backbone:contraction``, ``tile:block:1``).  Lowering turns a mark into an
-``AttrStmt(key=<first part>, value=<the rest>)`` (``kernel`` / ``0``,
-``tile`` / ``block:1``), which the target IR passes match on.  Passes build and read
-marks only through this module: :func:`make` builds one, :func:`name_of` reads a node's,
-:func:`is_kind` tests a name or node, :func:`argument` returns what follows the kind,
-:func:`kernel_of` finds the kernel a node belongs to.
+A mark's isl id is ``<kind>`` or ``<kind>:<n>`` (``kernel:0``, ``tile:block:1``): a
+declared kind (the constants below; a kind may itself contain a ``:``, as
+``tile:block``), then, for marks that carry data, ``n``, the index of the mark's payload
+in typed compile state (``state.slot(...)`` of the area that placed it, e.g.
+``gpu_kernels(state).launches[n]`` for ``kernel:<n>``).  A mark's name is never a string
+to parse into fields: passes build and read marks only through this module —
+:func:`make` builds one, :func:`name_of` reads a node's, :func:`is_kind` tests a name or
+node, :func:`index_of` reads the payload index (on a tree node), :func:`kernel_of`
+finds the kernel a node belongs to.  Lowering turns a mark into
+``AttrStmt(key=<kind>, value=<the rest>)`` (:func:`split`: ``tile:block:1`` becomes
+``tile:block`` / ``1``), which the target IR passes match on (:func:`attr_index` reads
+``n`` back).  The few IR attributes that IR passes add themselves (no tree mark) are
+declared at the end.
 
-| kind | placed by | meaning |
+| kind | placed by | meaning (payload) |
 |------|-----------|---------|
-| ``backbone:<class>`` | pattern schedule | a fusion group's subtree, by operator class |
+| ``backbone:<n>`` | pattern schedule, C-nest grouping | a fusion group's subtree (``backbones(state).items[n]``: its operator class) |
 | ``prologue`` | pattern schedule | the group's prologue stages (e.g. padding) |
-| ``tile:block:<k>`` / ``tile:point`` / ``tile:reduce`` | GPU tiling | block band of group k, point band, K-tile band |
-| ``kernel:<n>`` | GPU mapping, baseline, Tensor Core mapping | the subtree that is CUDA kernel n |
-| ``gpu_blocks:<k>`` / ``gpu_threads:<k>`` | baseline mapping | kernel k's loops mapped to blocks / threads (``state.gpu.baseline[k]``) |
-| ``copy:<statement>`` | promotion | a promotion copy's loop nest |
-| ``tc:block`` / ``tc:frag`` / ``tc:mma`` / ``pipeline:<stages>`` | Tensor Core tiling | warp tiles, fragments, mma region, cp.async pipeline |
+| ``tile:block:<k>`` / ``tile:point`` / ``tile:reduce`` | GPU tiling | block band of group k (``gpu_kernels(state).tile_configs[k]``), point band, K-tile band |
+| ``kernel:<n>`` | GPU mapping, baseline, Tensor Core mapping | the subtree that is CUDA kernel n (``gpu_kernels(state).launches[n]``) |
+| ``gpu_blocks:<k>`` / ``gpu_threads:<k>`` | baseline mapping | kernel k's loops mapped to blocks / threads (``gpu_kernels(state).baseline[k]``) |
+| ``copy:<statement>`` | promotion | a promotion copy's loop nest (the name of the copy statement it schedules) |
+| ``tc:block:<g>`` / ``tc:frag:<g>`` / ``tc:mma:<g>`` / ``pipeline:<g>`` | Tensor Core tiling | warp tiles, fragments, mma region, cp.async pipeline of group g (``gpu_kernels(state).tc_plans[g]``) |
 | ``cpu_parallel`` | CPU passes | the outermost parallel loop of a nest (OpenMP) |
 | ``cpu_microkernel`` | CPU backbone tiling | the register-tile loop nest of the GEMM micro-kernel |
-| ``cpu_pack_request:..`` / ``cpu_pack:..`` | CPU backbone tiling / packing | operand packing |
-| ``npu_cube:<m0>:<n0>:<k0>:<kL1>`` | NPU cube tiling | the 16x16x16 cube instructions of an L0 step and the tiling the NPU program is built with |
-| ``npu_pingpong:<level>`` | NPU cube tiling | the loop below runs over ping-pong (double) buffers of that level |
+| ``cpu_microkernel:<n>`` | CPU backbone tiling | the same on a dot-product unit (bf16 ``vdpbf16ps``, int8 ``vpdpbusd``); ``cpu_microkernels(state).dots[n]`` (:mod:`polycomp.scheduler.cpu.state`) is its typed payload |
+| ``cpu_pack_request:<n>`` / ``cpu_pack:<n>`` | CPU backbone tiling / packing | operand packing (``promotion_state(state).pack_requests[n]`` / ``.packs[n]``) |
+| ``npu_cube:<n>`` | NPU mapping, cube tiling | a matmul stage on the cube (above its subtree; after tiling, above the 16x16x16 products of an L0 step); ``npu_plans(state).cubes[n]``: stage, tiles, epilogue |
+| ``npu_pingpong:<n>`` | NPU cube tiling | the loop below rotates ping-pong (double) buffers; ``npu_plans(state).pingpongs[n]``: level, copies |
+| ``npu_conv:<n>`` | NPU mapping | a convolution as implicit GEMM on the cube; ``npu_plans(state).convs[n]`` |
+| ``npu_vector:<n>`` | NPU mapping | stages of vector program n; ``npu_plans(state).vectors[n]``: dimension roles |
+| ``npu_phases:<n>`` | NPU mapping | a kernel of phases joined by GM workspaces; ``npu_plans(state).phases[n]`` |
+| ``npu_chain:<n>`` | NPU chain fusion | a fused chain program; ``npu_plans(state).chains[n]``: tiles, buffer use |
+| ``chain_step:<n>`` | CUDA chain fusion | a block-level micro-kernel of a fused chain's kernel (``chain_program(state).steps[n]``: its role and statements) |
+| ``chain_ring:<n>`` | CUDA chain fusion | the ``l`` loop below streams its tiles through a ring of shared buffers (``chain_program(state).rings[n]``) |
+
+A fused chain's ``kernel:<n>`` (CUDA) indexes ``chain_program(state).kernels[n]``
+(:mod:`polycomp.scheduler.chain.cuda_tree`); ``npu_plans``:
+:func:`polycomp.scheduler.npu.plan.npu_plans`.
 """
 from __future__ import annotations
 
@@ -37,7 +54,6 @@ KERNEL = "kernel"
 GPU_BLOCKS = "gpu_blocks"
 GPU_THREADS = "gpu_threads"
 COPY = "copy"
-TC = "tc"                      # the IR key of the tc:* marks
 TC_BLOCK = "tc:block"
 TC_FRAG = "tc:frag"
 TC_MMA = "tc:mma"
@@ -48,6 +64,30 @@ CPU_PACK_REQUEST = "cpu_pack_request"
 CPU_PACK = "cpu_pack"
 NPU_CUBE = "npu_cube"
 NPU_PINGPONG = "npu_pingpong"
+CHAIN_STEP = "chain_step"
+CHAIN_RING = "chain_ring"
+NPU_CONV = "npu_conv"
+NPU_VECTOR = "npu_vector"
+NPU_PHASES = "npu_phases"
+NPU_CHAIN = "npu_chain"
+
+#: every declared mark kind, longest first (how :func:`split` finds a name's kind)
+KINDS = tuple(sorted((BACKBONE, PROLOGUE, TILE_BLOCK, TILE_POINT, TILE_REDUCE, KERNEL,
+                      GPU_BLOCKS, GPU_THREADS, COPY, TC_BLOCK, TC_FRAG, TC_MMA, PIPELINE,
+                      CPU_PARALLEL, CPU_MICROKERNEL, CPU_PACK_REQUEST, CPU_PACK, NPU_CUBE,
+                      NPU_PINGPONG, NPU_CONV, NPU_VECTOR, NPU_PHASES, NPU_CHAIN, CHAIN_STEP,
+                      CHAIN_RING), key=len, reverse=True))
+
+# IR attributes that IR passes add (no schedule-tree mark):
+#: the tail of a vectorised loop, ``AttrStmt(VECTOR_MASK, (count, lanes))``
+#: (lowering/vectorize.py, the CPU micro-kernel; the vector printer masks its stores)
+VECTOR_MASK = "vector_mask"
+#: a Tensor Core K step's operand-tile copies, ``AttrStmt(TC_LOAD, "<kernel>")``
+#: (hw/cuda/tensorize.py; hw/cuda/async_pipeline.py pipelines them)
+TC_LOAD = "tc_load"
+#: a rewritten ``tc:frag`` region, ``AttrStmt(TC_FRAGMENT, "<statement>")``
+#: (hw/cuda/tensorize.py)
+TC_FRAGMENT = "tc_frag"
 
 
 def make(kind: str, *args: object) -> isl.Id:
@@ -69,6 +109,18 @@ def is_kind(name_or_node: str | isl.ScheduleNode | None, kind: str) -> bool:
     return name is not None and (name == kind or name.startswith(kind + ":"))
 
 
+def split(name: str) -> tuple[str, str]:
+    """``(kind, rest)`` of a mark's name: the longest declared kind the name is or starts
+    with (then ``:``), and what follows (``tile:block:1`` -> ``("tile:block", "1")``).
+    A name of no declared kind splits at its first ``:`` (marks other areas still
+    declare in their own modules)."""
+    for kind in KINDS:
+        if name == kind or name.startswith(kind + ":"):
+            return kind, name[len(kind) + 1:]
+    kind, _, rest = name.partition(":")
+    return kind, rest
+
+
 def argument(name_or_node: str | isl.ScheduleNode, kind: str) -> str:
     """What follows ``kind:`` in the mark's name ("" for a bare ``kind``)."""
     name = name_or_node if isinstance(name_or_node, str) else name_of(name_or_node)
@@ -76,11 +128,26 @@ def argument(name_or_node: str | isl.ScheduleNode, kind: str) -> str:
     return name[len(kind) + 1:]
 
 
+def index_of(name_or_node: str | isl.ScheduleNode, kind: str) -> int:
+    """``n`` of a ``<kind>:<n>`` mark: the index of the mark's payload in the typed state
+    of the area that placed it (``state.slot(...)``), as ``kernel:<n>`` indexes the GPU
+    kernel facts.  Payloads are typed objects there, never parsed from the mark's name."""
+    return int(argument(name_or_node, kind))
+
+
+def attr_index(attr, kind: str) -> int | None:
+    """``n`` of the IR attribute a ``<kind>:<n>`` mark became (``AttrStmt(kind, "n")``,
+    see :func:`split`); None when ``attr`` is another attribute."""
+    if getattr(attr, "key", None) != kind:
+        return None
+    return int(attr.value)
+
+
 def kernel_number(name_or_node: str | isl.ScheduleNode | None) -> int | None:
     """``n`` of a ``kernel:<n>`` mark; None for anything else."""
-    if not is_kind(name_or_node, KERNEL):
+    if name_or_node is None or not is_kind(name_or_node, KERNEL):
         return None
-    return int(argument(name_or_node, KERNEL))  # type: ignore[arg-type]
+    return index_of(name_or_node, KERNEL)
 
 
 def kernel_of(node: isl.ScheduleNode) -> int | None:

@@ -15,7 +15,8 @@ per statement (``g`` = group position, ``p`` = position inside the group):
 i.e. ``domain -> sequence(groups) -> [sequence(prologue, body)] -> band(o)`` (permutable,
 members marked coincident where :func:`band_coincidence` proves it) ``-> sequence(init,
 update -> band(r), epilogue...)``; the group's root filter is preceded by a mark
-``backbone:<class>``.  (Epilogue statements are not marked: isl cannot read back a mark
+``backbone:<n>`` whose payload, the group's operator class, is ``backbones(state)[n]``
+(:class:`Backbones`).  (Epilogue statements are not marked: isl cannot read back a mark
 directly above a leaf; the pass notes list them.)  The epilogue is thus pulled out of
 the reduction loops but kept under the common output band (TSCompiler Fig. 7e/8c), so a
 later tiling of that band tiles the epilogue with the backbone.
@@ -23,7 +24,7 @@ later tiling of that band tiles the epilogue with the backbone.
 *Row stitching* (AStitch's regional scheme): a run of stages over the same rows ``R``
 — reductions to ``R`` and row-wise stages ``R x J`` reading run members only at the row
 or at their own point (:func:`~polycomp.scheduler.common.classify.row_runs`) — becomes one
-group ``backbone:rowreduce``: a band over ``R`` above the sequence of all its statements,
+group of class ``rowreduce``: a band over ``R`` above the sequence of all its statements,
 each with a band over its own inner (reduce or row-wise) dimensions.  Every read of a run
 member is at the same row, so the consumer's per-row read footprint is contained in the
 producer's per-row write footprint.
@@ -37,8 +38,11 @@ is handled by the isl scheduler pass instead.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import islpy as isl
 
+from polycomp.frontend.dsl_model import DslModel
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.classify import fusion_groups, row_runs, with_row_runs
 from polycomp.scheduler.common.pass_base import Pass
@@ -52,12 +56,42 @@ from polycomp.scheduler.common.tree import (
 from polycomp.state import CompileState
 
 
+@dataclass(frozen=True)
+class Backbone:
+    """The payload of a ``backbone:<n>`` mark: ``kind``, the operator class of the group
+    below it (a DSL fusion group's class: ``matmul``, ``conv``, ``reduce``,
+    ``elementwise``, ``rowreduce``, ...; a C loop nest's path kind: ``contraction``,
+    ``elementwise``)."""
+    kind: str
+
+
+@dataclass(eq=False)
+class Backbones:
+    """The payloads of a compile's ``backbone:<n>`` marks, indexed by ``n`` (a slot of the
+    compile state; the passes that place backbone marks add them here)."""
+    items: list[Backbone] = field(default_factory=list)
+
+    def mark(self, kind: str) -> isl.Id:
+        """A new ``backbone:<n>`` mark for a group of class ``kind``."""
+        self.items.append(Backbone(kind))
+        return marks.make(marks.BACKBONE, len(self.items) - 1)
+
+    def of(self, node_or_name: isl.ScheduleNode | str) -> Backbone:
+        """The payload of a ``backbone:<n>`` mark (a node or its name)."""
+        return self.items[marks.index_of(node_or_name, marks.BACKBONE)]
+
+
+def backbones(state: CompileState) -> Backbones:
+    """The backbone marks' payloads of ``state``'s compile."""
+    return state.slot(Backbones)
+
+
 class PatternSchedulePass(Pass):
     name = "pattern-schedule"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         m = ctx.model
-        if not getattr(m.graph, "stages", ()):  # no DSL stages (a C SCoP): keep its tree
+        if not isinstance(m, DslModel):  # a C SCoP: keep its tree
             ctx.note(self.name, "no DSL stages: kept the front end's schedule tree")
             return schedule
         groups = fusion_groups(m.graph)
@@ -119,7 +153,7 @@ class PatternSchedulePass(Pass):
         return True
 
     def _group(self, node, g, by_stage, ictx, deps, ctx):
-        node = node.insert_mark(marks.make(marks.BACKBONE, g.kind)).child(0)
+        node = node.insert_mark(backbones(ctx).mark(g.kind)).child(0)
         if g.prologue:
             pro = [s for st in g.prologue for s in by_stage[st]]
             body = [s for st in g.stages for s in by_stage[st]]

@@ -93,6 +93,19 @@ need not fit a cache; a large ``MC`` means the ``Y`` block, packed once per ``i`
 tile, is reused over more rows.  ``MC`` is therefore a thread's whole share of ``i``,
 split further only when its packed ``X`` block would exceed four times L2.  Options
 ``gemm_tiles=(MC, NC, KC)`` and ``gemm_register=(MR, NI)`` override.
+
+Low precision (:func:`match_dot_product`): a GEMM-form backbone whose factors widen
+loads of one dtype to the output dtype, on a target declaring a dot-product unit for
+them (:attr:`~polycomp.hw.memory.ComputeUnit.is_dot`: each of its ``lanes`` accumulator
+lanes adds the products of ``group`` consecutive ``k``; bf16 -> fp32 on AVX512_BF16,
+int8 -> int32 on AVX512_VNNI with ``X`` offset by 128), gets the same GEMM tree with the
+unit's lanes as vectors and ``KC`` a multiple of its group, but: the micro-kernel mark
+is ``cpu_microkernel:<n>``, ``n`` indexing the
+:class:`~polycomp.scheduler.cpu.state.DotTile` recorded in typed state; both pack
+requests group ``k`` (``X``'s with the offset, ``Y``'s compensating it); and no tile is
+isolated (edge tiles are micro-kernels too, whose point loops run to ``min(MR, ..)``
+and ``min(NR, ..)``).  The tree is the fp32 one's with different marks and options, so
+the legality argument above holds unchanged.
 """
 from __future__ import annotations
 
@@ -102,14 +115,16 @@ import islpy as isl
 
 from polycomp import dtypes as dt
 from polycomp import ir
-from polycomp.hw.cpu.options import CpuOptions
+from polycomp.hw.memory import ComputeUnit
+from polycomp.hw.options import CpuOptions
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.contraction import match_contraction
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.cpu import tree as T
+from polycomp.scheduler.cpu.state import DotTile, cpu_microkernels
 from polycomp.scheduler.promotion.cpu_pack import request_mark
-from polycomp.scheduler.promotion.record import PackRequest
+from polycomp.scheduler.promotion.record import PackRequest, promotion_state
 from polycomp.state import CompileState
 
 
@@ -159,19 +174,26 @@ def match_outer_product(statements) -> OuterProduct | None:
     axis and ``Y[.., j]``.  Direct form (convolutions): several reduce axes and/or
     ``Y[.., j + r]`` possibly under a padding ``select``; the operands are read in place.
     """
+    def same_float(dtype, c) -> bool:
+        return dtype in ("float32", "float64") and c.a.load.dtype == dtype and \
+            c.b.load.dtype == dtype
+    return _outer_product(statements, same_float)
+
+
+def _outer_product(statements, factors_ok) -> OuterProduct | None:
+    """:func:`match_outer_product` with the dtype condition ``factors_ok(output dtype,
+    contraction)``."""
     if len(statements) != 2 or statements[0].kind != "init" or statements[1].kind != "update":
         return None
     init, upd = statements
     stage = upd.stage
     dtype = upd.write.dtype
-    if dtype not in ("float32", "float64"):
-        return None
     val = upd.value
     if not (isinstance(val, ir.Binary) and val.op == "+" and isinstance(val.a, ir.Load)
             and val.a.buffer is upd.write):
         return None
     c = match_contraction(stage)
-    if isinstance(c, str) or c.a.load.dtype != dtype or c.b.load.dtype != dtype:
+    if isinstance(c, str) or not factors_ok(dtype, c):
         return None
     a, ga, b, gb = c.a.load, c.a.guard is not None, c.b.load, c.b.guard is not None
     spatial = list(stage.iters)
@@ -200,6 +222,79 @@ def match_outer_product(statements) -> OuterProduct | None:
                             list(range(len(spatial), len(spatial) + len(red))), x, y, dtype,
                             direct)
     return None
+
+
+@dataclass(frozen=True, eq=False)
+class DotProduct:
+    """A GEMM-form backbone for a dot-product unit (:func:`match_dot_product`): the
+    outer product, the unit (``shape = (lanes, group)``), the arrays' element dtype and
+    the offset ``X``'s packing adds (see :class:`~polycomp.scheduler.cpu.state.DotTile`)."""
+    op: OuterProduct
+    unit: ComputeUnit
+    inputs: str
+    offset: int
+
+    @property
+    def lanes(self) -> int:
+        return self.unit.shape[0]
+
+    @property
+    def group(self) -> int:
+        return self.unit.shape[1]
+
+
+def dot_unit(target, inputs: str, accumulator: str) -> tuple[ComputeUnit, int] | None:
+    """A dot-product unit of ``target`` (:attr:`ComputeUnit.is_dot`) that accumulates
+    products of two ``inputs`` arrays in ``accumulator``, and the offset the broadcast
+    operand needs: 0 where the unit takes ``inputs`` for both operands, ``2^(bits-1)``
+    where it takes the unsigned type of the same width for the broadcast one (int8 on a
+    ``uint8 x int8`` unit: 128, the other operand's column sums compensate)."""
+    for u in target.units:
+        if not u.is_dot or u.accumulator != accumulator or len(u.operands) != 2:
+            continue
+        xo, yo = u.operands
+        if yo != inputs:
+            continue
+        if xo == inputs:
+            return u, 0
+        if inputs in dt.INTS and xo == "u" + inputs:
+            return u, 1 << (dt.bits(inputs) - 1)
+    return None
+
+
+def match_dot_product(statements, target) -> DotProduct | None:
+    """The GEMM-form outer product of ``C[.., i, j] += cast(X[.., i, .., k]) *
+    cast(Y[.., k, j])`` (a reduction stage's init and update) whose factors widen
+    loads of one dtype to the output dtype where ``target`` declares a dot-product unit
+    for them (:func:`dot_unit`: bfloat16 -> float32 on AVX512_BF16, int8 -> int32 on
+    AVX512_VNNI); None otherwise (the stage then takes the ordinary path)."""
+    found: list = []
+
+    def widened(dtype, c) -> bool:
+        if c.a.guard is not None or c.b.guard is not None:
+            return False
+        src = c.a.load.dtype
+        if c.b.load.dtype != src or src == dtype:
+            return False
+        for f in (c.a, c.b):
+            if not (isinstance(f.expr, ir.Cast) and f.expr.dtype == dtype
+                    and f.expr.value is f.load):
+                return False
+        unit = dot_unit(target, src, dtype)
+        if unit is None:
+            return False
+        found.append((src, *unit))
+        return True
+    op = _outer_product(statements, widened)
+    if op is None or op.direct or not found:
+        return None
+    k = op.update.iters[op.k[0]]
+    for load in (op.x, op.y):        # k is one index of each operand, unit stride
+        uses = [ix for ix in load.indices if k in loop_vars(ix)]
+        if len(uses) != 1 or uses[0] is not k:
+            return None
+    src, unit, offset = found[0]
+    return DotProduct(op, unit, src, offset)
 
 
 def match_channel_form(op: OuterProduct) -> OuterProduct | None:
@@ -303,8 +398,13 @@ def _extent(domain: isl.Set, pos: int) -> int | None:
     return None
 
 
-def choose_blocking(op: OuterProduct, target, options: CpuOptions) -> Blocking:
-    L = target.vector_lanes(op.dtype)
+def choose_blocking(op: OuterProduct, target, options: CpuOptions,
+                    dot: DotProduct | None = None) -> Blocking:
+    """The blocking of the module docstring; for a product on a dot-product unit
+    (``dot``) the vectors are the unit's accumulators (its lanes), the packed panels'
+    elements are the inputs (their size sets ``KC`` and ``NC``), and ``KC`` is a
+    multiple of the unit's group (each ``k`` tile starts a group)."""
+    L = target.vector_lanes(op.dtype) if dot is None else dot.lanes
     dom = op.update.domain
     n_j = _extent(dom, op.j)
     if options.gemm_register:
@@ -316,9 +416,14 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions) -> Blocking:
             NI = max(1, n_j // L)
             MR = min(16, (target.cpu.vector_registers - NI - 1) // NI)
     NR = NI * L
-    size = dt.itemsize(op.dtype)
+    size = dt.itemsize(op.dtype if dot is None else dot.inputs)
     threads = max(1, target.cpu.threads)
     KC = max(64, min(256, (target.l1_bytes // (4 * MR * size)) // 16 * 16))
+    if dot is not None:
+        # a dot unit does G multiply-adds per lane per instruction: the tile's C is
+        # loaded and stored once per k tile, so k tiles as long as the X panel allows
+        # (a quarter of L1), not the fp32 cap
+        KC = max(64, (target.l1_bytes // (4 * MR * size)) // 16 * 16)
     NC = max(NR, (target.l2_bytes // 2 // (KC * size)) // NR * NR)
     if n_j is not None:
         NC = min(NC, -(-n_j // NR) * NR)
@@ -345,6 +450,8 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions) -> Blocking:
     tiles = options.gemm_tiles
     if tiles:
         MC, NC, KC = tiles
+    if dot is not None:
+        KC = -(-KC // dot.group) * dot.group
     batch_iters = 1
     known = True
     for t in op.batch:
@@ -541,7 +648,8 @@ def _last_k_tile(op: OuterProduct, b: Blocking, space: isl.Space) -> isl.PwAff:
     return last.scale_down_val(isl.Val.int_from_si(space.get_ctx(), b.KC)).floor()
 
 
-def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
+def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
+              dot: DotProduct | None = None, micro_mark: str = marks.CPU_MICROKERNEL):
     """Matmul-like backbones: cache tiles, packed operands, the micro-kernel; the init
     zeroes each register tile of ``C`` in the first ``k`` tile, just before the
     micro-kernel accumulates into it (``C`` is written once per pass, not zeroed in a
@@ -549,7 +657,16 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
     :func:`match_epilogue`) runs on each register tile in the last ``k`` tile, just
     after its last micro-kernel.  The packing of ``Y`` (for L2) and ``X`` (for L1) is
     requested by :class:`~polycomp.scheduler.promotion.record.PackRequest` records
-    appended to ``requests`` (``state.pack_requests``), named by their marks."""
+    appended to ``requests`` (``promotion_state(state).pack_requests``), named by their marks.
+
+    For a product on a dot-product unit (``dot``; the micro-kernel mark is then
+    ``micro_mark``, ``cpu_microkernel:<n>``) both packings also group ``k`` by the unit's
+    group, ``X``'s with the unit's offset and ``Y``'s compensating it (see
+    :class:`~polycomp.scheduler.promotion.record.PackRequest`), and the register tiles
+    are not isolated: every tile, partial ones at the edges included, is the
+    micro-kernel's (its point loops run to ``min(MR, ..)`` and ``min(NR, ..)``; the
+    micro-kernel masks the columns and has a variant per row count), so every output
+    element is summed by the unit in the same way."""
     ispace = op.init.domain.get_space()
     zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(ispace))
     u = _tile_affs(sp, op, b, dim_aff(sp, op.k[0]))
@@ -572,9 +689,9 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
     order = ("it", "kt", "jt") if k_outer else ("it", "jt", "kt")
     upd_prefix = [to_upa(a) for a in u["batch"]] + [to_upa(u[n]) for n in order]
     iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
-                             (b.MR, b.NR), op.update.domain)
+                             (b.MR, b.NR), op.update.domain) if dot is None else None
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
-    micro = T.Mark(marks.CPU_MICROKERNEL, T.Band([kk], point, permutable=True))
+    micro = T.Mark(micro_mark, T.Band([kk], point, permutable=True))
     zero_tile = T.Band([to_upa(z["ii"]), to_upa(z["jj"])], permutable=True,
                        coincident=[True, True])
     steps = [T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), zero_tile),
@@ -588,8 +705,17 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None):
     x_dim = _pos_of(op.x, op.update.iters[op.i])
     y_dim = len(op.y.indices) - 1
     requests = [] if requests is None else requests
-    mark_y = request_mark(requests, PackRequest(op.y.buffer, y_dim, b.NR, "L2"))
-    mark_x = request_mark(requests, PackRequest(op.x.buffer, x_dim, b.MR, "L1"))
+    if dot is None:
+        mark_y = request_mark(requests, PackRequest(op.y.buffer, y_dim, b.NR, "L2"))
+        mark_x = request_mark(requests, PackRequest(op.x.buffer, x_dim, b.MR, "L1"))
+    else:
+        k = op.update.iters[op.k[0]]
+        mark_y = request_mark(requests, PackRequest(
+            op.y.buffer, y_dim, b.NR, "L2", group_dim=_pos_of(op.y, k), group=dot.group,
+            compensate=dot.offset))
+        mark_x = request_mark(requests, PackRequest(
+            op.x.buffer, x_dim, b.MR, "L1", group_dim=_pos_of(op.x, k), group=dot.group,
+            offset=dot.offset))
     if k_outer:     # X's block packed once per k tile, Y's per (k tile, j tile)
         outer = T.Band([kt], T.Mark(mark_x, T.Band([jt], T.Mark(mark_y, regs),
                                                    coincident=[True])))
@@ -645,7 +771,10 @@ def _split_name(b: Blocking) -> str:
     return "batch" if b.parallel_batch else "j tiles" if b.parallel_j else "i tiles"
 
 
-def _form(op: OuterProduct) -> str:
+def _form(op: OuterProduct, dot: DotProduct | None = None) -> str:
+    if dot is not None:
+        return (f" (low-precision product: {dot.inputs} on the {dot.unit.name} unit, "
+                f"k in groups of {dot.group})")
     return "" if not op.direct else " (direct, channel form)" if op.channel else " (direct)"
 
 
@@ -666,29 +795,26 @@ class CpuBackboneTilePass(Pass):
             idx += 1
             filt = child.filter if isinstance(child, T.Filter) else domain
             names = sorted(T.statements_of(filt), key=order.index)
-            low = self._lowp(child, [stmts[n] for n in names if n in stmts], ctx)
-            if low is not None:
-                if isinstance(child, T.Filter):
-                    child.child = low
-                else:
-                    tree = low
-                changed = True
+            sts = [stmts[n] for n in names if n in stmts]
+            dot = match_dot_product(sts, ctx.target)
+            op = dot.op if dot is not None else match_outer_product(sts)
+            if op is None or (dot is None and ctx.target.vector_lanes(op.dtype) <= 1):
                 continue
-            op = match_outer_product([stmts[n] for n in names if n in stmts])
-            if op is None or ctx.target.vector_lanes(op.dtype) <= 1:
-                continue
-            ch = match_channel_form(op)
+            ch = match_channel_form(op) if dot is None else None
             if use_channel_form(ch, ctx.target):
                 assert ch is not None
                 op = ch
-            b = choose_blocking(op, ctx.target, ctx.cpu_options)
+            b = choose_blocking(op, ctx.target, ctx.cpu_options, dot)
             epi = None
             if ctx.cpu_options.gemm_epilogue and idx < len(kids) and \
                     isinstance(kids[idx], T.Filter) and isinstance(child, T.Filter):
                 nxt = [stmts[n] for n in T.statements_of(kids[idx].filter) if n in stmts]
                 epi = match_epilogue(op, nxt)
-            new = backbone_tree(op, b, epi, ctx.pack_requests)
-            ctx.note(self.name, f"{op.update.stage.name}{_form(op)}: register block "
+            if dot is None:
+                new = backbone_tree(op, b, epi, promotion_state(ctx).pack_requests)
+            else:
+                new = self._dot_tree(dot, b, epi, ctx)
+            ctx.note(self.name, f"{op.update.stage.name}{_form(op, dot)}: register block "
                                 f"{b.MR}x{b.NR} "
                                 f"({b.MR * b.NI} accumulators), tiles MC={b.MC} NC={b.NC} "
                                 f"KC={b.KC}, parallel over "
@@ -707,19 +833,16 @@ class CpuBackboneTilePass(Pass):
             return schedule
         return T.to_schedule(domain, tree)
 
-    def _lowp(self, child, statements, ctx: CompileState):
-        """A low-precision product (:func:`polycomp.hw.cpu.lowp.match_lowp`: bf16 or int8
-        inputs on a target declaring the dot-product unit) keeps its program-order
-        subtree under a ``cpu_microkernel:lowp:<kind>:<update>`` mark, which the
-        code-generation pass :func:`polycomp.hw.cpu.lowp.lowp_calls` replaces by the call
-        of the symbolic ``vdpbf16ps`` / ``vpdpbusd`` kernel (its own packing, register
-        block and threads)."""
-        from polycomp.hw.cpu import lowp
-        m = lowp.match_lowp(statements, ctx.target)
-        if m is None:
-            return None
-        name = marks.make(marks.CPU_MICROKERNEL, lowp.MARK_ARG, m.kind, m.update.name)
-        sub = child.child if isinstance(child, T.Filter) else child
-        ctx.note(self.name, f"{m.update.stage.name}: low-precision product ({m.kind}) on the "
-                            f"{lowp.KINDS[m.kind][1]} unit (hw/cpu/lowp.py)")
-        return T.Mark(name.get_name(), sub)
+    @staticmethod
+    def _dot_tree(dot: DotProduct, b: Blocking, epi, ctx: CompileState):
+        """The GEMM tree of a product on a dot-product unit, its micro-kernel marked
+        ``cpu_microkernel:<n>`` with the :class:`~polycomp.scheduler.cpu.state.DotTile`
+        recorded as payload ``n``."""
+        op = dot.op
+        x_op, y_op = dot.unit.operands
+        n = cpu_microkernels(ctx).add(DotTile(
+            op.update.name, dot.unit.name, (x_op, y_op), dot.inputs, op.dtype, dot.lanes,
+            dot.group, dot.offset, b.MR, b.NR, op.x.buffer.name, op.y.buffer.name))
+        return gemm_tree(op, b, op.update.domain.get_space(), epi,
+                         promotion_state(ctx).pack_requests, dot,
+                         marks.make(marks.CPU_MICROKERNEL, n).get_name())

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polycomp import ir
+from polycomp.frontend.c_model import CScopModel
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
@@ -75,13 +76,8 @@ from polycomp.scheduler.cpu.backbone_tile import (
     to_upa,
 )
 from polycomp.scheduler.promotion.cpu_pack import request_mark
-from polycomp.scheduler.promotion.record import PackRequest
+from polycomp.scheduler.promotion.record import PackRequest, promotion_state
 from polycomp.state import CompileState
-
-
-def is_c_scop(model) -> bool:
-    """Whether ``model`` comes from the C front end (every statement an ``assign``)."""
-    return bool(model.statements) and all(s.kind == "assign" for s in model.statements)
 
 
 @dataclass(frozen=True, eq=False)
@@ -258,7 +254,7 @@ def _affs(space: isl.Space, pos: dict, b: Blocking, k: isl.Aff | None) -> dict:
 
 def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list):
     """The subtree of the module docstring for ``g`` (pack requests appended to
-    ``requests``, i.e. ``state.pack_requests``)."""
+    ``requests``, i.e. ``promotion_state(state).pack_requests``)."""
     sp = g.update.domain.get_space()
     u = _affs(sp, g.upd_pos, b, dim_aff(sp, g.upd_pos["k"]))
     parts = [u]
@@ -305,7 +301,7 @@ class ScopGemmPass(Pass):
     name = "scop-gemm"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not ctx.target.isa or not is_c_scop(ctx.model):
+        if not ctx.target.isa or not isinstance(ctx.model, CScopModel):
             return schedule
         domain, tree = T.from_schedule(schedule)
         stmts = {s.name: s for s in ctx.model.statements}
@@ -322,7 +318,7 @@ class ScopGemmPass(Pass):
             if ctx.target.vector_lanes(g.dtype) <= 1:
                 continue
             b = choose_blocking(g.outer_product(), ctx.target, ctx.cpu_options)
-            requests = list(ctx.pack_requests)
+            requests = list(promotion_state(ctx).pack_requests)
             new = scop_gemm_tree(g, b, requests)
             trial_kids = list(kids)
             trial_kids[idx] = T.Filter(child.filter, new) if isinstance(child, T.Filter) \
@@ -335,7 +331,7 @@ class ScopGemmPass(Pass):
                 ctx.note(self.name, f"{g.update.name}: GEMM-like but the tiled tree would "
                                     f"violate a dependence; program order kept")
                 continue
-            ctx.pack_requests[:] = requests
+            promotion_state(ctx).pack_requests[:] = requests
             kids[idx] = trial_kids[idx]
             if not isinstance(tree, T.Sequence):
                 tree = kids[idx]

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import islpy as isl
 
+from polycomp.frontend.c_model import CScopModel
 from polycomp.islutil import StatementDependences, restrict_equal, some_differ, tuple_names
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
-from polycomp.scheduler.cpu.scop_gemm import is_c_scop
 from polycomp.state import CompileState
 
 _T = isl.schedule_node_type
@@ -80,7 +80,7 @@ class ScopParallelPass(Pass):
     name = "scop-parallel"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not is_c_scop(ctx.model) or not ctx.cpu_options.parallel:
+        if not isinstance(ctx.model, CScopModel) or not ctx.cpu_options.parallel:
             return schedule
         deps = StatementDependences(ctx.model.dependences)
         found: list[str] = []

@@ -44,13 +44,13 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp import ir
+from polycomp.frontend.c_model import CScopModel
 from polycomp.islutil import sets
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.parallel import has_mark
-from polycomp.scheduler.cpu.scop_gemm import is_c_scop
 from polycomp.scheduler.cpu.scop_tile import floor_member
 from polycomp.state import CompileState
 
@@ -118,7 +118,7 @@ class ScopStencilPass(Pass):
     name = "scop-stencil"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not is_c_scop(ctx.model) or not ctx.cpu_options.parallel:
+        if not isinstance(ctx.model, CScopModel) or not ctx.cpu_options.parallel:
             return schedule
         domain, tree = T.from_schedule(schedule)
         order = [s.name for s in ctx.model.statements]

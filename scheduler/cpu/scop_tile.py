@@ -58,12 +58,12 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp import ir
+from polycomp.frontend.c_model import CScopModel
 from polycomp.islutil import sets
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import floor_div_aff
-from polycomp.scheduler.cpu.scop_gemm import is_c_scop
 from polycomp.state import CompileState
 
 #: tile extent of the vector (innermost) member, in elements
@@ -299,7 +299,7 @@ class ScopTilePass(Pass):
     name = "scop-tile"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not ctx.target.isa or not is_c_scop(ctx.model):
+        if not ctx.target.isa or not isinstance(ctx.model, CScopModel):
             return schedule
         stmts = {s.name: s for s in ctx.model.statements}
         deps = ctx.model.dependences

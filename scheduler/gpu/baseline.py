@@ -29,6 +29,7 @@ from polycomp.islutil import sets
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import band_coincidence
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.state import CompileState
 
 DEFAULT_BLOCK = {1: (256,), 2: (16, 16), 3: (4, 8, 8)}
@@ -46,7 +47,7 @@ def _stage_roots(schedule: isl.Schedule) -> list[int]:
 class BaselineMapping:
     """How kernel ``k``'s loops are mapped: the first ``block_loops`` loops below the
     ``gpu_blocks:<k>`` mark onto blocks, the point loops below ``gpu_threads:<k>`` onto
-    ``threads`` threads per dimension (``state.gpu.baseline[k]``)."""
+    ``threads`` threads per dimension (``gpu_kernels(state).baseline[k]``)."""
     block_loops: int
     threads: tuple[int, ...]
 
@@ -67,7 +68,7 @@ class GpuBaselineMappingPass(Pass):
 
     def _map_stage(self, node, deps, ctx, k):
         node = node.insert_mark(marks.make(marks.KERNEL, k)).child(0)
-        ctx.gpu.baseline[k] = BaselineMapping(0, ())
+        gpu_kernels(ctx).baseline[k] = BaselineMapping(0, ())
         if node.get_type() != isl.schedule_node_type.band:
             return node.insert_mark(marks.make(marks.GPU_BLOCKS, k))
         coinc = band_coincidence(node, deps)
@@ -91,7 +92,7 @@ class GpuBaselineMappingPass(Pass):
         node = node.band_tile(mv)  # tile band, child = point band
         node = _atomic(node).child(0)
         node = _atomic(node).parent()
-        ctx.gpu.baseline[k] = BaselineMapping(n, tuple(sizes))
+        gpu_kernels(ctx).baseline[k] = BaselineMapping(n, tuple(sizes))
         node = node.insert_mark(marks.make(marks.GPU_BLOCKS, k)).child(0)
         return node.child(0).insert_mark(marks.make(marks.GPU_THREADS, k))
 

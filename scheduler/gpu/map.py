@@ -2,7 +2,7 @@
 
 Assumes: the tree of :class:`~polycomp.scheduler.gpu.tile.GpuTilingPass`: each tiled
 group has a ``tile:block:<k>`` mark above its block band; below, ``tile:point`` marks
-sit above the point bands; ``ctx.gpu.tile_configs[k]`` holds the thread block.
+sit above the point bands; ``gpu_kernels(ctx).tile_configs[k]`` holds the thread block.
 
 For every tiled group (one CUDA kernel each, in tree order ``n = 0, 1, ...``):
 
@@ -20,7 +20,7 @@ For every tiled group (one CUDA kernel each, in tree order ``n = 0, 1, ...``):
   and barriers require.
   (Parameter ids come from :func:`polycomp.islutil.param_id`: islpy's ``isl.Id`` would
   be a different parameter for isl.)
-* ``ctx.gpu.launches[n]`` records the grid (isl ``PwAff`` number of blocks per
+* ``gpu_kernels(ctx).launches[n]`` records the grid (isl ``PwAff`` number of blocks per
   axis, from the block band's range over the domain) and the block size, and
   ``ctx.ast_context`` is intersected with the parameter ranges
   ``0 <= b < grid``, ``0 <= t < block`` (AST generation takes them as its context; isl's
@@ -44,6 +44,7 @@ from polycomp.errors import ScheduleError
 from polycomp.islutil import intersect_params, param_id, pieces
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.gpu.tile import find_first, is_marked
 from polycomp.state import CompileState
 
@@ -144,9 +145,9 @@ class GpuMappingPass(Pass):
     name = "gpu-mapping"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        launches = ctx.gpu.launches
-        cfgs = ctx.gpu.tile_configs
-        taken = set(launches) | set(ctx.gpu.baseline)  # numbers of kernels mapped before
+        launches = gpu_kernels(ctx).launches
+        cfgs = gpu_kernels(ctx).tile_configs
+        taken = set(launches) | set(gpu_kernels(ctx).baseline)  # numbers of kernels mapped before
         n = _free_number(taken, 0)
         while True:
             mark = find_first(schedule, lambda x: marks.is_kind(x, marks.TILE_BLOCK)
@@ -230,7 +231,7 @@ class GpuMappingPass(Pass):
             schedule = pt.insert_filter(tf).get_schedule()
         launch = KernelLaunch(grid, tuple(block), tuple(bparams), tuple(tparams))
         k = int(marks.argument(mark, marks.TILE_BLOCK))
-        last = self._ctx.gpu.output_last.get(k)
+        last = gpu_kernels(self._ctx).output_last.get(k)
         if last is not None:
             launch.full_tile = self._full_tile_condition(cfg, last, mapped, bparams)
         return schedule, launch, ctx_set
@@ -245,7 +246,7 @@ class GpuMappingPass(Pass):
         for k, c in enumerate(children):
             if not _contains_kernel(c):
                 positions.append(k)
-        launches = ctx.gpu.launches
+        launches = gpu_kernels(ctx).launches
         ictx = schedule.get_ctx()
         for k in positions:
             root = schedule.get_root().child(0)

@@ -1,6 +1,6 @@
 """Pass: map stitched row groups onto warps; reductions in registers and warp shuffles.
 
-Assumes: groups marked ``backbone:rowreduce`` by
+Assumes: groups marked ``backbone:<n>`` of class ``rowreduce`` (``backbones(state)``) by
 :class:`~polycomp.scheduler.common.pattern_schedule.PatternSchedulePass`: a one-member row
 band ``B(i)`` above a sequence of statement filters, each with a band over its own
 inner dimensions (a reduction's reduce axes, a row-wise stage's columns) or none
@@ -46,9 +46,11 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp import ir
+from polycomp.hw.target import CUDA_WARP_SIZE
 from polycomp.islutil import intersect_params, maps, sets
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.pattern_schedule import backbones
 from polycomp.scheduler.gpu.map import (
     KernelLaunch,
     as_param,
@@ -57,19 +59,19 @@ from polycomp.scheduler.gpu.map import (
     param_upa,
     thread_param,
 )
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.gpu.tile import find_first
 from polycomp.scheduler.promotion.footprint import Box
-from polycomp.scheduler.promotion.record import CopyStmt, Promotion, WarpReduction
+from polycomp.scheduler.promotion.record import CopyStmt, Promotion, WarpReduction, promotion_state
 from polycomp.scheduler.promotion.sites import drop_statements, node_at, paths, prefix_points
 from polycomp.state import CompileState
 
-LANES = 32
-ROWREDUCE = "rowreduce"    # the fusion-group kind of ``backbone:rowreduce`` marks
+ROWREDUCE = "rowreduce"    # the fusion-group class of stitched row runs
 LEVEL = "registers"        # the privatised accumulators' memory level
 
 
-def _is_rowreduce(n) -> bool:
-    return marks.is_kind(n, marks.BACKBONE) and marks.argument(n, marks.BACKBONE) == ROWREDUCE
+def _is_rowreduce(n, ctx: CompileState) -> bool:
+    return marks.is_kind(n, marks.BACKBONE) and backbones(ctx).of(n).kind == ROWREDUCE
 
 
 class RowReductionMappingPass(Pass):
@@ -77,12 +79,15 @@ class RowReductionMappingPass(Pass):
 
     def __init__(self, rows_per_block: int = 8):
         self.rb = rows_per_block
+        self.lanes = CUDA_WARP_SIZE
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        launches = ctx.gpu.launches
-        promos = ctx.promotions
+        assert ctx.target.cuda is not None, ctx.target.name
+        self.lanes = ctx.target.cuda.warp_size    # a warp's lanes take a row's columns
+        launches = gpu_kernels(ctx).launches
+        promos = promotion_state(ctx).promotions
         while True:
-            mark = find_first(schedule, lambda n: _is_rowreduce(n) and not _done(n))
+            mark = find_first(schedule, lambda n: _is_rowreduce(n, ctx) and not _done(n))
             if mark is None:
                 return schedule
             n = len(launches)
@@ -90,7 +95,7 @@ class RowReductionMappingPass(Pass):
             launches[n] = launch
             ctx.restrict_ast_context(kctx)
             ctx.note(self.name, f"kernel {n}: rows -> {self.rb} warps per block, columns -> "
-                                f"{LANES} lanes; grid {[str(g) for g in launch.grid]}")
+                                f"{self.lanes} lanes; grid {[str(g) for g in launch.grid]}")
 
     def _map(self, mark, n, ctx, promos):
         ictx = mark.get_ctx()
@@ -105,7 +110,7 @@ class RowReductionMappingPass(Pass):
         grid = last_row.div(isl.PwAff.val_on_domain(last_row.domain(), rb)).floor() \
             .add_constant_val(isl.Val.one(ictx))
         kctx = isl.Set.read_from_str(
-            ictx, f"[{ty}, {tx}] -> {{ : 0 <= {ty} < {self.rb} and 0 <= {tx} < {LANES} }}")
+            ictx, f"[{ty}, {tx}] -> {{ : 0 <= {ty} < {self.rb} and 0 <= {tx} < {self.lanes} }}")
         blocks = as_param(_block_range(rng, self.rb, ictx), bx)
         kctx = intersect_params(kctx, blocks)
         row = band.band_get_partial_schedule().get_union_pw_aff(0)
@@ -122,11 +127,11 @@ class RowReductionMappingPass(Pass):
                 break
             m = inner.band_n_member() - 1
             upa = inner.band_get_partial_schedule().get_union_pw_aff(m)
-            lane = upa.mod_val(isl.Val.int_from_si(ictx, LANES)).sub(
+            lane = upa.mod_val(isl.Val.int_from_si(ictx, self.lanes)).sub(
                 param_upa(inner.get_domain(), tx)).zero_union_set()
             schedule = inner.insert_filter(lane).get_schedule()
         schedule = self._privatise(schedule, n, ctx, promos, tx)
-        return schedule, KernelLaunch([grid], (LANES, self.rb, 1), (bx,), (tx, ty)), kctx
+        return schedule, KernelLaunch([grid], (self.lanes, self.rb, 1), (bx,), (tx, ty)), kctx
 
     def _inline_rowwise(self, schedule, n, ctx):
         """Row-wise temporaries of the group that only the group reads are recomputed

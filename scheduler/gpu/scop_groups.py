@@ -13,8 +13,9 @@ A nest takes the **tiled** path when its subtree starts with a band whose leadin
 members ``o_0 .. o_{n-1}`` (``n >= 1``) are *coincident*: every dependence between two
 instances of the nest has distance 0 on them (:func:`band_coincidence`), and every one
 of them is non-negative over the domain for all parameter values (block ids are
-``floor(o / T) >= 0``).  The band is split after ``o_{n-1}`` and the mark
-``backbone:<class>`` is inserted above the first part (the *output band* of
+``floor(o / T) >= 0``).  The band is split after ``o_{n-1}`` and a mark
+``backbone:<b>`` (payload ``backbones(state).items[b]``: the path kind) is inserted above
+the first part (the *output band* of
 :class:`~polycomp.scheduler.gpu.tile.GpuTilingPass`).  Since the output members have
 distance 0 on every dependence of the nest, each point ``o`` of the output band is
 independent of every other point: tiling them, sinking the point band below any inner
@@ -59,8 +60,10 @@ from polycomp.islutil import maps, sets
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.pattern_schedule import backbones
 from polycomp.scheduler.common.tree import band_coincidence, is_legal
 from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.state import CompileState
 
 TILED = "tiled"
@@ -77,11 +80,6 @@ class NestPath:
     kind: str
     members: int
     reason: str
-
-
-def is_c_scop(state: CompileState) -> bool:
-    """A model without DSL stages (a C SCoP)."""
-    return not getattr(state.model.graph, "stages", ())
 
 
 def nest_roots(schedule: isl.Schedule) -> list[isl.ScheduleNode]:
@@ -368,7 +366,7 @@ class ScopGroupingPass(Pass):
                     if sunk:
                         ctx.note(self.name, f"kernel {index} (loop nest {index}): the band "
                                             f"below the output band sunk into its statements")
-                root = root.insert_mark(marks.make(marks.BACKBONE, path.kind))
+                root = root.insert_mark(backbones(ctx).mark(path.kind))
                 schedule = root.get_schedule()
                 ctx.note(self.name, f"kernel {index} (loop nest {index}): tiled GPU pipeline "
                                     f"({path.kind}): {path.reason}")
@@ -396,7 +394,7 @@ class ScopBaselinePass(Pass):
 
 
 def _baseline_words(ctx: CompileState, k: int) -> str:
-    m = ctx.gpu.baseline[k]
+    m = gpu_kernels(ctx).baseline[k]
     if m.block_loops == 0:
         return "baseline, a single thread (no coincident outer loop)"
     return f"baseline, {m.block_loops} loop(s) on blocks of {m.threads} threads"

@@ -1,7 +1,7 @@
 """Pass: multi-level tiling of each fusion group's output band for the GPU.
 
 Assumes: the tree of :class:`~polycomp.scheduler.common.pattern_schedule.PatternSchedulePass`:
-under each ``backbone:<class>`` mark an (optional prologue sequence and an) output band
+under each ``backbone:<n>`` mark an (optional prologue sequence and an) output band
 ``B(o)`` whose child is a leaf or a sequence of the group's statements, the update
 statement's filter holding a band over the reduce axes ``R(r)``.
 
@@ -38,7 +38,9 @@ import islpy as isl
 from polycomp.errors import ResourceLimitError, ScheduleError
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.common.pattern_schedule import backbones
 from polycomp.scheduler.common.tree import band_coincidence
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.state import CompileState
 
 
@@ -206,7 +208,7 @@ class GpuTilingPass(Pass):
     name = "gpu-tiling"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        kinds = [marks.argument(m, marks.BACKBONE) for m in backbone_marks(schedule)]
+        kinds = [backbones(ctx).of(m).kind for m in backbone_marks(schedule)]
         reduce_tiles = {}
         # 1. block tiles of every group's output band
         for k, kind in enumerate(kinds):
@@ -218,9 +220,9 @@ class GpuTilingPass(Pass):
                 continue
             cfg = tile_config_from_options(ctx.cuda_options.tile, kind, band.band_n_member(),
                                            ctx.target)
-            ctx.gpu.tile_configs[k] = cfg
+            gpu_kernels(ctx).tile_configs[k] = cfg
             # the last index of every output dimension (for full-tile isolation)
-            ctx.gpu.output_last[k] = [
+            gpu_kernels(ctx).output_last[k] = [
                 _member_last(band, m) for m in range(band.band_n_member())]
             coinc = band_coincidence(band, ctx.model.dependences)
             node = band.band_tile(_mv(band.band_get_space(), cfg.block, band.get_ctx()))
@@ -285,5 +287,5 @@ def tile_group_of(node) -> int:
     while n.has_parent():
         n = n.parent()
         if marks.is_kind(n, marks.TILE_BLOCK):
-            return int(marks.argument(n, marks.TILE_BLOCK))
+            return marks.index_of(n, marks.TILE_BLOCK)
     return -1

@@ -2,7 +2,7 @@
 
 Assumes: the tree after GPU mapping and promotion: point bands below their
 ``tile:point`` mark and thread filter, tile configurations in
-``ctx.gpu.tile_configs`` (copy loops are unrolled by the promotion pass that
+``gpu_kernels(ctx).tile_configs`` (copy loops are unrolled by the promotion pass that
 creates them).
 
 For every point band of a kernel with a register tile (register promotion) whose
@@ -26,7 +26,9 @@ import islpy as isl
 
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.gpu.tile import find_first, is_marked
+from polycomp.scheduler.promotion.record import promotion_state
 from polycomp.scheduler.promotion.registers import LEVEL as REGISTERS
 from polycomp.state import CompileState
 
@@ -49,7 +51,7 @@ def _kernel_has_register_tile(band, ctx) -> bool:
     to the ``registers`` level; a privatised warp reduction is no tile)?"""
     k = marks.kernel_of(band)
     return any(p.kernel == k and p.level == REGISTERS and p.warp is None
-               for p in ctx.promotions)
+               for p in promotion_state(ctx).promotions)
 
 
 def _full_tile(band, ctx):
@@ -58,7 +60,7 @@ def _full_tile(band, ctx):
     while x.has_parent():
         x = x.parent()
         if marks.is_kind(x, marks.KERNEL):
-            launch = ctx.gpu.launches.get(marks.kernel_number(x))
+            launch = gpu_kernels(ctx).launches.get(marks.kernel_number(x))
             return getattr(launch, "full_tile", None)
     return None
 
@@ -102,7 +104,7 @@ class UnrollPointLoopsPass(Pass):
             done.add(_key(node))
             if not _kernel_has_register_tile(node, ctx):
                 continue   # nothing to gain: no register tile indexed by these loops
-            trips = _trip_bound(node, ctx.gpu.tile_configs)
+            trips = _trip_bound(node, gpu_kernels(ctx).tile_configs)
             if trips is None or trips > self.max_unroll:
                 ctx.note(self.name,
                          f"band {_key(node)} kept as loops ({trips} iterations per thread)")

@@ -7,17 +7,20 @@ product ``out[n] (F x OH*OW) = Wt (F x C*KH*KW) @ im2col(X[n]) (C*KH*KW x OH*OW)
 * the left operand is the weight tensor seen as an ``(F, KD)`` matrix (``KD = C*KH*KW``,
   a contiguous view: no copy);
 * the right operand is never materialised: the GM -> L1 copy of each ``kL1 x n0`` tile
-  (:class:`~polycomp.hw.npu.program.CopyIm2Col`) gathers its elements from X by the
-  im2col addressing — row ``k = (c, kh, kw)``, column ``p = (y, z)`` — with zeros
-  outside the image, into the fractal NZ layout like any B tile;
+  gathers its elements from X by the im2col addressing — row ``k = (c, kh, kw)``,
+  column ``p = (y, z)`` — with zeros outside the image, into the fractal NZ layout like
+  any B tile;
 * the output is ``(N, F, P)`` with ``P = OH*OW``: the NCHW result, written by FIX.
 
-The cube program (:mod:`.cube`) is the batched matmul's, over ``n``.
+This module recognises the convolution (:func:`match_conv`) for the ``npu-map`` pass;
+the NPU lowering (:mod:`polycomp.hw.npu.lower_conv`) builds the program, the batched
+matmul's over ``n``.
 
 Assumes: the stage is the sum of ``[cast](select(guard, [cast] X[...], 0)) *
 [cast] Wt[f, c, kh, kw]`` with the indices above (``guard``, when present, is X's
-bounds: checked on sample points) and float16/float32 operands.  Guarantees: the
-result of the convolution for every shape (tails zero-padded like the matmul's).
+bounds: checked on sample points) and float16/float32 operands.  Guarantees: a match
+names the operands, the window (strides, paddings, dilations) and sizes the host can
+compute (symbols, constants, ``+ - * //``).
 """
 from __future__ import annotations
 
@@ -27,20 +30,19 @@ from typing import Any
 
 from polycomp import ir
 from polycomp.errors import TargetError
-from polycomp.hw.npu.program import ConvGeom, GlobalTensor, Ix, ix
 from polycomp.lowering.simplify import simplify
 from polycomp.scheduler.common.contraction import Contraction, match_contraction
 
 
-def to_ix(e) -> Ix:
-    """An integer size expression (symbols, constants, + - * //) as an :class:`Ix`."""
-    if isinstance(e, ir.Var):
-        return ix(e.name)
-    if isinstance(e, ir.IntImm):
-        return ix(int(e.value))
+def check_size(e) -> ir.Expr:
+    """``e`` when it is an integer size expression the host can compute (symbols,
+    constants, + - * //), else a :class:`TargetError`."""
+    if isinstance(e, (ir.Var, ir.IntImm)):
+        return e
     if isinstance(e, ir.Binary) and e.op in ("+", "-", "*", "//"):
-        a, b = to_ix(e.a), to_ix(e.b)
-        return Ix("floordiv" if e.op == "//" else e.op, (a, b))
+        check_size(e.a)
+        check_size(e.b)
+        return e
     raise TargetError(f"npu: the size expression {e} has no host tiling form")
 
 
@@ -62,12 +64,27 @@ def _affine(e, out_v, red_v) -> tuple[int, int, int]:
 
 
 @dataclass(frozen=True)
+class ConvWindow:
+    """Strides, paddings and dilations of a 2-d convolution window (rows, columns)."""
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    dh: int
+    dw: int
+
+
+@dataclass(frozen=True)
 class ConvMatch:
+    """A conv2d NCHW stage: its image and weight tensors, window, the output's extents
+    ``oh``/``ow`` and the window's ``kh``/``kw`` (host-computable size expressions)."""
     x: Any               # the image tensor (N, C, H, W)
     w: Any               # the weight tensor (F, C, KH, KW)
-    geom: ConvGeom
-    oh: Ix
-    ow: Ix
+    window: ConvWindow
+    oh: ir.Expr
+    ow: ir.Expr
+    kh: ir.Expr
+    kw: ir.Expr
     dtype: str
 
 
@@ -100,11 +117,11 @@ def match_conv(stage, inputs) -> ConvMatch | None:
         _check_guard(img.guard, xi, (y, rh, z, rw), (H, Wd), stage.name)
     elif oh_ or ow_:
         raise TargetError(f"npu: conv {stage.name} reads outside X without a padding guard")
-    oh = to_ix(stage.output.shape[2])
-    ow = to_ix(stage.output.shape[3])
-    geom = ConvGeom(sh, sw, -oh_, -ow_, dh, dw, to_ix(wtt.shape[2]), to_ix(wtt.shape[3]),
-                    ix("OW"))
-    return ConvMatch(xt, wtt, geom, oh, ow, img.load.dtype)
+    oh = check_size(stage.output.shape[2])
+    ow = check_size(stage.output.shape[3])
+    kh, kw = check_size(wtt.shape[2]), check_size(wtt.shape[3])
+    return ConvMatch(xt, wtt, ConvWindow(sh, sw, -oh_, -ow_, dh, dw), oh, ow, kh, kw,
+                     img.load.dtype)
 
 
 def _check_guard(guard, xi, its, hw, name: str) -> None:
@@ -122,21 +139,10 @@ def _check_guard(guard, xi, its, hw, name: str) -> None:
                                   f"bounds")
 
 
-def conv_tensors(m: ConvMatch, out_name: str, out_dtype: str):
-    """``(A, B, C, derived sizes)``: Wt as ``(F, KD)``, X as is, the output as
-    ``(N, F, P)``; the host derives KD, OH, OW and P."""
-    def size(e) -> str | int:
-        if isinstance(e, ir.Var):
-            return e.name
-        if isinstance(e, ir.IntImm):
-            return int(e.value)
-        raise TargetError(f"npu: conv operand extent {e} is neither a symbol nor a constant")
-    names = [size(e) for e in (*m.x.shape, *m.w.shape)]
-    N, C, H, W, F, _, KH, KW = names
-    a = GlobalTensor(m.w.name, m.dtype, (F, "KD"), view=(F, C, KH, KW))
-    b = GlobalTensor(m.x.name, m.dtype, (N, C, H, W))
-    c = GlobalTensor(out_name, out_dtype, (N, F, "P"), is_output=True,
-                     view=(N, F, "OH", "OW"))
-    derived = {"KD": ix(C) * ix(KH) * ix(KW), "OH": m.oh, "OW": m.ow,
-               "P": ix("OH") * ix("OW")}
-    return a, b, c, derived, (N, C, H, W, F, KH, KW)
+def check_extents(m: ConvMatch) -> None:
+    """The operands' extents must be symbols or constants (the host passes them as
+    tiling data); else a :class:`TargetError`."""
+    for e in (*m.x.shape, *m.w.shape):
+        if not isinstance(e, (ir.Var, ir.IntImm)):
+            raise TargetError(f"npu: conv operand extent {e} is neither a symbol nor a "
+                              f"constant")

@@ -1,28 +1,30 @@
-"""Pass: multi-level tiling of a matmul backbone for the cube, as a schedule tree.
+"""Pass ``npu-cube-tile``: multi-level tiling of a matmul backbone for the cube, as a
+schedule tree.
 
-Assumes: the program-order tree, in which the (batch) matmul stage ``S`` (statements
-``S_init[b?, i, j]`` and ``S_update[b?, i, j, k]``, a stage the cube path takes: see
-:mod:`.build`) is the subtree ``band[b?, i, j] -> sequence[init, update -> band[k]]``
-(under its filter when the kernel has other stages).
+Assumes: the tree after ``npu-map``, in which each ``npu_cube:<n>`` mark sits above the
+program-order subtree ``band[b?, i, j] -> sequence[init, update -> band[k]]`` of a
+(batch) matmul stage ``S`` (statements ``S_init[b?, i, j]`` and ``S_update[b?, i, j,
+k]``); ``npu_plans(state).cubes[n]`` (:class:`~.plan.CubePlan`) holds its tiles, fitted
+to L0A/L0B/L0C/L1 (and UB for a vector epilogue) by :func:`~.cube.fit_cube_tiles` or
+given by option ``cube_tile``.
 
-Guarantees: that subtree becomes, with the tile sizes fitted to L0A/L0B/L0C/L1 (and UB
-for a vector epilogue) by :func:`~.cube.fit_cube_tiles` (or the ``cube_tile`` option)::
+Guarantees: the mark and that subtree become::
 
     band[b?, floor(i/m0), floor(j/n0)]                 output tiles (L0C), permutable
       sequence
         filter init:   band[i mod m0, j mod n0]
         filter update: band[floor(k/kL1)]              L1 stages
-          mark npu_pingpong:L1                         (double buffering)
+          mark npu_pingpong:<p>                        (double buffering: PingPong L1)
             band[floor((k mod kL1)/k0)]                L0A/L0B steps
-              mark npu_pingpong:L0                     (double buffering)
-                mark npu_cube:m0:n0:k0:kL1
+              mark npu_pingpong:<q>                    (double buffering: PingPong L0)
+                mark npu_cube:<n>
                   band[i mod m0, j mod n0, k mod k0]   the cube's fractal products
 
 Legality: the init of ``C[i, j]`` precedes its updates (the same output tile, the
 earlier sequence child); the updates of one ``C[i, j]`` keep their ``k`` order (``k``
 tile, then ``k`` step, then ``k mod k0``, all lexicographic); different ``C[i, j]`` are
-independent.  The NPU program builder (:func:`tiles_of`) reads the tiling from the
-``npu_cube`` mark of this tree (``CompileState.npu_schedule``).
+independent.  The NPU lowering finds ``npu_cube:<n>`` in the lowered function and
+builds the cube program with the plan's tiles.
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 
 from .cube import CubeTiles
+from .map import find_mark, iter_marks
+from .plan import NpuPlans, PingPong, npu_plans
 
 
 def _params(schedule: isl.Schedule) -> str:
@@ -47,28 +51,13 @@ def _mupa(ctx: isl.Context, params: str, members: list[dict[str, str]]) -> isl.M
     return isl.MultiUnionPwAff.read_from_str(ctx, f"{params} -> [" + ", ".join(parts) + "]")
 
 
-def _stage_node(schedule: isl.Schedule, update: str) -> isl.ScheduleNode | None:
-    """The node right below the filter of the stage holding ``update`` (the domain's
-    child for a one-stage kernel)."""
-    node = schedule.get_root().child(0)
-    if node.get_type() != isl.schedule_node_type.sequence:
-        return node
-    for k in range(node.n_children()):
-        f = node.child(k)
-        sets = f.filter_get_filter().get_set_list()
-        if any(sets.get_at(i).get_tuple_name() == update for i in range(sets.n_set())):
-            return f.child(0)
-    return None
-
-
-def tile_cube(schedule: isl.Schedule, stage: str, batched: bool, t: CubeTiles,
-              double_buffer: bool) -> isl.Schedule:
-    """The tree with ``stage``'s subtree tiled for the cube (module docstring)."""
+def tile_cube(node: isl.ScheduleNode, stage: str, batched: bool, t: CubeTiles,
+              mark: int, pingpong: tuple[int, int] | None) -> isl.Schedule:
+    """The tree of ``node`` (the ``npu_cube:<mark>`` mark above ``stage``'s subtree)
+    with that subtree tiled for the cube (module docstring); ``pingpong``: the indices
+    of the L1 and L0 ``npu_pingpong`` marks (None: single buffers)."""
     init, upd = f"{stage}_init", f"{stage}_update"
-    node = _stage_node(schedule, upd)
-    if node is None:
-        return schedule
-    p = _params(schedule)
+    p = _params(node.get_schedule())
     bi, bu = ("b, i, j", "b, i, j, k") if batched else ("i, j", "i, j, k")
     si, su = f"{init}[{bi}]", f"{upd}[{bu}]"
     node = node.cut()
@@ -87,29 +76,14 @@ def tile_cube(schedule: isl.Schedule, stage: str, batched: bool, t: CubeTiles,
     node = node.parent().parent().child(1).child(0)
     node = node.insert_partial_schedule(_mupa(ctx, p, [{su: f"i mod {t.m0}"}, {su: f"j mod {t.n0}"},
                                                   {su: f"k mod {t.k0}"}]))
-    node = node.insert_mark(marks.make(marks.NPU_CUBE, t.m0, t.n0, t.k0, t.kl1))
-    if double_buffer:
-        node = node.insert_mark(marks.make(marks.NPU_PINGPONG, "L0"))
+    node = node.insert_mark(marks.make(marks.NPU_CUBE, mark))
+    if pingpong is not None:
+        node = node.insert_mark(marks.make(marks.NPU_PINGPONG, pingpong[1]))
     node = node.insert_partial_schedule(_mupa(ctx, p, [{su: f"floor((k mod {t.kl1})/{t.k0})"}]))
-    if double_buffer:
-        node = node.insert_mark(marks.make(marks.NPU_PINGPONG, "L1"))
+    if pingpong is not None:
+        node = node.insert_mark(marks.make(marks.NPU_PINGPONG, pingpong[0]))
     node = node.insert_partial_schedule(_mupa(ctx, p, [{su: f"floor(k/{t.kl1})"}]))
     return node.get_schedule()
-
-
-def tiles_of(schedule: isl.Schedule | None) -> CubeTiles | None:
-    """The cube tiling recorded in ``schedule``'s ``npu_cube`` mark (None: no mark)."""
-    if schedule is None:
-        return None
-    found: list[CubeTiles] = []
-
-    def visit(node: isl.ScheduleNode) -> bool:
-        if marks.is_kind(node, marks.NPU_CUBE):
-            found.append(CubeTiles(*(int(v) for v in
-                                     marks.argument(node, marks.NPU_CUBE).split(":"))))
-        return True
-    schedule.get_root().foreach_descendant_top_down(visit)
-    return found[0] if found else None
 
 
 class NpuCubeTilePass(Pass):
@@ -117,13 +91,16 @@ class NpuCubeTilePass(Pass):
     name = "npu-cube-tile"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        from .build import cube_plan
-        plan = cube_plan(ctx.model, ctx.target, ctx.options)
-        if plan is not None:
-            stage, batched, tiles = plan
-            db = bool(getattr(ctx.options, "double_buffer", True))
-            schedule = tile_cube(schedule, stage, batched, tiles, db)
-            ctx.note(self.name, f"{stage}: output tiles {tiles.m0}x{tiles.n0} (L0C), k steps "
-                                f"of {tiles.k0} (L0A/L0B), L1 stages of {tiles.kl1}")
-        ctx.npu_schedule = schedule
+        plans = npu_plans(ctx)
+        db = ctx.npu_options.double_buffer
+        for n in list(iter_marks(schedule, marks.NPU_CUBE)):
+            node = find_mark(schedule, marks.NPU_CUBE, n)
+            assert node is not None
+            plan = plans.cubes[n]
+            pp = (NpuPlans.push(plans.pingpongs, PingPong("L1", 2)),
+                  NpuPlans.push(plans.pingpongs, PingPong("L0", 2))) if db else None
+            schedule = tile_cube(node, plan.stage, plan.batched, plan.tiles, n, pp)
+            t = plan.tiles
+            ctx.note(self.name, f"{plan.stage}: output tiles {t.m0}x{t.n0} (L0C), k steps of "
+                                f"{t.k0} (L0A/L0B), L1 stages of {t.kl1}")
         return schedule

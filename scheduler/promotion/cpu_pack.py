@@ -1,9 +1,10 @@
 """Pass: operand packing as promotion to a packed buffer (footprints of pack requests).
 
 Assumes: marks ``cpu_pack_request:<n>`` (placed by
-:mod:`polycomp.scheduler.cpu.backbone_tile`, which recorded ``state.pack_requests[n]``:
-a :class:`~polycomp.scheduler.promotion.record.PackRequest` for an array, a panel
-dimension and width, and a memory level) above the subtrees that should read the array
+:mod:`polycomp.scheduler.cpu.backbone_tile`, which recorded
+``promotion_state(state).pack_requests[n]``: a
+:class:`~polycomp.scheduler.promotion.record.PackRequest` for an array, a panel dimension
+and width, and a memory level) above the subtrees that should read the array
 from a packed copy; ``state.model`` holds the statements' access relations.
 
 Guarantees: each request is decided by the promotion engine.  With ``P`` the prefix
@@ -15,12 +16,13 @@ the per-dimension minimum of ``F``, piecewise affine in ``c``; ``s`` the largest
 over all ``c``, a constant).  A promoted request becomes a
 :class:`~polycomp.scheduler.promotion.record.PackedOperand` (that scoped footprint with
 a packed-panel layout: dimension ``dim`` split into panels of ``width``, the in-panel
-index innermost) appended to ``state.packs``, and the mark becomes ``cpu_pack:<m>``
-with ``m`` its index.  The IR packing pass (:mod:`polycomp.hw.cpu.pack`) copies that
-box (clipped to the array) into the packed buffer and redirects the reads below the
-mark to it.  A request whose footprint is empty or unbounded is refused (noted, the
-mark removed; the reads stay on the original array).  The schedule itself is
-unchanged, so it stays legal.
+index innermost) appended to ``promotion_state(state).packs``, and the mark becomes ``cpu_pack:<m>``
+with ``m`` its index (with the request's grouping, element offset and compensation,
+see :class:`~polycomp.scheduler.promotion.record.PackRequest`).  The IR packing pass
+(:mod:`polycomp.hw.cpu.pack`) copies that box (clipped to the array) into the packed
+buffer and redirects the reads below the mark to it.  A request whose footprint is
+empty or unbounded is refused (noted, the mark removed; the reads stay on the original
+array).  The schedule itself is unchanged, so it stays legal.
 """
 from __future__ import annotations
 
@@ -31,14 +33,14 @@ from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
 from polycomp.scheduler.promotion.footprint import Layout, ScopedFootprint, min_box_of
-from polycomp.scheduler.promotion.record import PackedOperand, PackRequest
+from polycomp.scheduler.promotion.record import PackedOperand, PackRequest, promotion_state
 from polycomp.scheduler.promotion.reference import guarded_read_group
 from polycomp.state import CompileState
 
 
 def request_mark(requests: list[PackRequest], request: PackRequest) -> str:
-    """Record ``request`` in ``requests`` (``state.pack_requests``); the name of the mark
-    naming it (``cpu_pack_request:<its index>``)."""
+    """Record ``request`` in ``requests`` (``promotion_state(state).pack_requests``); the
+    name of the mark naming it (``cpu_pack_request:<its index>``)."""
     requests.append(request)
     return marks.make(marks.CPU_PACK_REQUEST, len(requests) - 1).get_name()
 
@@ -59,7 +61,8 @@ def decide(node: isl.ScheduleNode, model, request: PackRequest) -> PromotionDeci
     box = min_box_of(f)
     if box is None:
         return d.refuse(Refusal.UNBOUNDED)
-    d.footprint = ScopedFootprint(group, f, box, Layout.packed_panel(request.dim, request.width))
+    d.footprint = ScopedFootprint(group, f, box, Layout.packed_panel(
+        request.dim, request.width, request.group_dim, request.group))
     return d
 
 
@@ -71,16 +74,19 @@ class CpuPackPass(Pass):
     name = "cpu-pack"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
+        promo = promotion_state(ctx)
+
         def visit(node):
             if marks.is_kind(node, marks.CPU_PACK_REQUEST):
-                request = ctx.pack_requests[int(marks.argument(node, marks.CPU_PACK_REQUEST))]
+                request = promo.pack_requests[marks.index_of(node, marks.CPU_PACK_REQUEST)]
                 d = decide(node.child(0), ctx.model, request)
                 ctx.note(self.name, d.remark())
                 node = node.delete()
                 if not d.promoted:
                     return visit(node)
-                ctx.packs.append(PackedOperand(d.footprint, request.level))
-                node = node.insert_mark(marks.make(marks.CPU_PACK, len(ctx.packs) - 1))
+                promo.packs.append(PackedOperand(d.footprint, request.level, request.offset,
+                                                request.compensate))
+                node = node.insert_mark(marks.make(marks.CPU_PACK, len(promo.packs) - 1))
             for k in range(node.n_children()):
                 node = visit(node.child(k)).parent()
             return node

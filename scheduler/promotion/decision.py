@@ -95,8 +95,11 @@ class PromotionDecision:
                     f"{fp.layout.stages} stage(s), swizzled ({fp.bytes()} bytes; "
                     f"{self.motive}{via})")
         if fp.layout.kind == "packed-panel":
+            grouped = (f", groups of {fp.layout.group} along dimension {fp.layout.group_dim}"
+                       if fp.layout.group > 1 else "")
             return (f"packed into {self._level_text()}: box {list(box.sizes)}, panels of "
-                    f"{fp.layout.width} along dimension {fp.layout.dim} ({fp.bytes()} bytes)")
+                    f"{fp.layout.width} along dimension {fp.layout.dim}{grouped} "
+                    f"({fp.bytes()} bytes)")
         return (f"promoted to {self._level_text()} {list(box.sizes)} ({fp.bytes()} bytes; "
                 f"{self.motive})")
 

@@ -62,6 +62,12 @@ class Layout:
       index of ``x`` is ``(x_dim // width, x_0, .., x_{dim-1}, x_{dim+1}, .., x_dim mod
       width)`` — the in-panel lane innermost, so a micro-kernel walking ``x_dim`` inside a
       panel reads consecutive memory;
+      with a *group* (``group > 1`` along ``group_dim``, a dimension other than ``dim``),
+      that dimension is further split into groups of ``group`` consecutive elements and
+      the in-group index goes innermost, after the lane: ``(x_dim // width, ..,
+      x_g // group, .., x_dim mod width, x_g mod group)`` — the packing of the
+      dot-product units (``vdpbf16ps``: pairs of ``k`` per 32-bit lane, ``vpdpbusd``:
+      quads), where one lane of a panel is the ``group`` values of ``k`` it multiplies;
     * ``swizzled`` (Tensor Core staging, :meth:`swizzled`): a 2-d box ``rows x width``
       stored ``stages`` times, ``shape = (stages, rows * width)``; a row is cut into
       chunks of ``chunk`` elements (16 bytes) and the chunk ``c`` of row ``x_0`` is
@@ -80,14 +86,21 @@ class Layout:
     stages: int = 1        # swizzled: the number of copies of the tile (pipeline stages)
     chunk: int = 0         # swizzled: elements per 16-byte chunk
     xor: bool = True       # swizzled: False keeps the rows linear (stage dimension kept)
+    group_dim: int = -1    # packed-panel: the dimension split into groups (-1: none)
+    group: int = 1         # packed-panel: elements per group (innermost, after the lane)
 
     @staticmethod
     def row_major() -> Layout:
         return Layout()
 
     @staticmethod
-    def packed_panel(dim: int, width: int) -> Layout:
-        return Layout("packed-panel", dim, width)
+    def packed_panel(dim: int, width: int, group_dim: int = -1, group: int = 1) -> Layout:
+        if group > 1 and (group_dim < 0 or group_dim == dim):
+            raise PolycompInternalError(f"a packed panel along dimension {dim} groups "
+                                        f"dimension {group_dim}: it must be another one")
+        if group <= 1:
+            return Layout("packed-panel", dim, width)
+        return Layout("packed-panel", dim, width, group_dim=group_dim, group=group)
 
     @staticmethod
     def swizzled(width: int, chunk: int, stages: int, xor: bool = True) -> Layout:
@@ -99,8 +112,11 @@ class Layout:
         if self.kind == "row-major":
             return tuple(sizes)
         if self.kind == "packed-panel":
-            p, w = self.dim, self.width
+            p, w, g = self.dim, self.width, self.group
             panels = -(-sizes[p] // w)
+            if g > 1:
+                return (panels,) + tuple(-(-b // g) if d == self.group_dim else b
+                                         for d, b in enumerate(sizes) if d != p) + (w, g)
             return (panels,) + tuple(b for d, b in enumerate(sizes) if d != p) + (w,)
         if self.kind == "swizzled":
             if self.chunk <= 0 or len(sizes) != 2 or sizes[1] != self.width \
@@ -120,8 +136,12 @@ class Layout:
         if self.kind == "row-major":
             return tuple(rel)
         if self.kind == "packed-panel":
-            p, w = self.dim, self.width
+            p, w, g = self.dim, self.width, self.group
             q, r = (split or divmod)(rel[p], w)
+            if g > 1:
+                gq, gr = (split or divmod)(rel[self.group_dim], g)
+                return (q,) + tuple(gq if d == self.group_dim else rel[d]
+                                    for d in range(len(rel)) if d != p) + (r, gr)
             return (q,) + tuple(rel[d] for d in range(len(rel)) if d != p) + (r,)
         if self.kind == "swizzled":
             chunk, elem = (split or divmod)(rel[1], self.chunk)

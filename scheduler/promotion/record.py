@@ -1,23 +1,29 @@
-"""The typed records lowering consumes: applied promotions and packed operands.
+"""The typed records lowering consumes: applied promotions and packed operands, kept in
+the promotion engine's slot of the compile state, :class:`PromotionState`
+(``promotion_state(state)``).
 
 * :class:`Promotion` — one group promoted to a local buffer on a GPU (shared memory,
   registers, Tensor Core staging buffers, privatised warp reductions), kept in
-  ``state.promotions``; :mod:`polycomp.hw.cuda.promoted` rewrites the promoted
-  statements and builds the copy statements from it.
+  ``promotion_state(state).promotions``; :mod:`polycomp.hw.cuda.promoted` rewrites the
+  promoted statements and builds the copy statements from it.
 * :class:`PackRequest` / :class:`PackedOperand` — CPU packing: a request placed by
-  the backbone tiling (``state.pack_requests``, mark ``cpu_pack_request:<n>``) and the
-  footprint the pack pass computed for it (``state.packs``, mark ``cpu_pack:<n>``),
-  which :mod:`polycomp.hw.cpu.pack` realises.  Marks carry only the index.
+  the backbone tiling (``promotion_state(state).pack_requests``, mark
+  ``cpu_pack_request:<n>``) and the footprint the pack pass computed for it
+  (``promotion_state(state).packs``, mark ``cpu_pack:<n>``), which
+  :mod:`polycomp.hw.cpu.pack` realises.  Marks carry only the index.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import islpy as isl
 
 from polycomp import ir
 from polycomp.scheduler.promotion.footprint import Box, ScopedFootprint
+
+if TYPE_CHECKING:  # pragma: no cover
+    from polycomp.state import CompileState
 
 CopyKind = Literal["copy_in", "copy_out", "sync", "warp_allreduce", "store_lane0"]
 
@@ -68,21 +74,54 @@ class Promotion:
 @dataclass(frozen=True, eq=False)
 class PackRequest:
     """Pack ``array`` below the request's mark into panels of ``width`` along its
-    dimension ``dim``, a copy meant for memory level ``level`` of the target."""
+    dimension ``dim``, a copy meant for memory level ``level`` of the target.
+
+    For the dot-product units (see :class:`~polycomp.scheduler.promotion.footprint.Layout`):
+    ``group > 1`` splits dimension ``group_dim`` into groups of that many consecutive
+    elements, innermost (the padding up to a whole group, and the lanes of the last
+    panel beyond the array, are zero); ``offset`` (int8 operands of a ``u8 x s8`` unit:
+    128) stores each element ``x`` as the byte of ``x + offset`` read unsigned (``x ^
+    -128`` for 128), the reads below the mark decoding it; ``compensate`` (the other
+    operand of such a product: 128) rewrites every product ``x * y`` below the mark
+    whose ``y`` reads the array into ``(x + compensate) * y`` and adds ``-compensate *
+    (sum of the packed ``y`` over the reduction)`` to the product's output once per
+    micro-kernel (column sums formed while packing), which leaves every result the
+    same."""
     array: ir.Buffer
     dim: int
     width: int
     level: str
+    group_dim: int = -1
+    group: int = 1
+    offset: int = 0
+    compensate: int = 0
 
 
 @dataclass(eq=False)
 class PackedOperand:
     """A packing the pack pass decided: ``footprint`` (group of the array's reads below
     the mark, box with piecewise offsets ``origin(p)``, packed-panel layout) for a copy
-    to ``level``.  Its index in ``state.packs`` is the mark's ``cpu_pack:<n>``."""
+    to ``level``.  Its index in ``PromotionState.packs`` is the mark's ``cpu_pack:<n>``."""
     footprint: ScopedFootprint
     level: str
+    offset: int = 0          # see PackRequest
+    compensate: int = 0      # see PackRequest
 
     @property
     def array(self) -> str:
         return self.footprint.group.name
+
+
+@dataclass(eq=False)
+class PromotionState:
+    """The promotion engine's typed state of one compile (a slot of the compile state):
+    the promotions applied (GPU), and the CPU packing requests and packed operands
+    (indexed by the ``cpu_pack_request:<n>`` / ``cpu_pack:<n>`` marks)."""
+    promotions: list[Promotion] = field(default_factory=list)
+    pack_requests: list[PackRequest] = field(default_factory=list)
+    packs: list[PackedOperand] = field(default_factory=list)
+
+
+def promotion_state(state: CompileState) -> PromotionState:
+    """The promotion engine's state of ``state``'s compile."""
+    return state.slot(PromotionState)

@@ -45,6 +45,7 @@ from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.map import thread_param
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.promotion.copies import NameAllocator, copy_subtree, needs_sync
 from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
 from polycomp.scheduler.promotion.footprint import (
@@ -56,7 +57,7 @@ from polycomp.scheduler.promotion.footprint import (
     statement_prefix,
     strided_box_of,
 )
-from polycomp.scheduler.promotion.record import CopyStmt, Promotion
+from polycomp.scheduler.promotion.record import CopyStmt, Promotion, promotion_state
 from polycomp.scheduler.promotion.reference import (
     Reference,
     array_references,
@@ -116,11 +117,11 @@ class RegisterPromotionPass(Pass):
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         # the register buffers are numbered after every promotion recorded so far
-        names = NameAllocator(len(ctx.promotions))
+        names = NameAllocator(len(promotion_state(ctx).promotions))
         for kpath in reversed(paths(schedule.get_root(), is_kernel)):
             kn = node_at(schedule, kpath)
             kernel = marks.kernel_number(kn)
-            launch = None if kernel is None else ctx.gpu.launches.get(kernel)
+            launch = None if kernel is None else gpu_kernels(ctx).launches.get(kernel)
             if kernel is None or launch is None or not launch.thread_params:
                 continue
             bands = paths(kn, lambda n: n.get_type() == isl.schedule_node_type.band)
@@ -133,7 +134,7 @@ class RegisterPromotionPass(Pass):
 
     def _kernel(self, schedule, site: _Site, ctx: CompileState, names: NameAllocator):
         budget = _Budget(self.max_per_array, self.max_per_kernel)
-        already = {p.array.name for p in ctx.promotions if p.kernel == site.kernel}
+        already = {p.array.name for p in promotion_state(ctx).promotions if p.kernel == site.kernel}
         for buf in written_arrays(site.stmts):
             if buf.name in already:   # privatised by an earlier pass (row reductions)
                 continue
@@ -175,7 +176,7 @@ class RegisterPromotionPass(Pass):
             name = f"store_{buf.name}_{k}"
             node = node.graft_after(copy_subtree(prefix_set, rel, name, align=True))
             promo.copies[name] = CopyStmt("copy_out", n_prefix)
-        ctx.promotions.append(promo)
+        promotion_state(ctx).promotions.append(promo)
         ctx.note(self.name, d.remark())
         return node.get_schedule()
 

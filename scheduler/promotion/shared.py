@@ -1,7 +1,7 @@
 """Pass: promote read-only reference groups to shared memory (PPCG-style).
 
 Assumes: the tree of :class:`~polycomp.scheduler.gpu.map.GpuMappingPass`: kernels
-``kernel:<n>`` with launch information in ``ctx.gpu.launches``; a promotion
+``kernel:<n>`` with launch information in ``gpu_kernels(ctx).launches``; a promotion
 *site* is the child of a ``tile:reduce`` band (one tile of the reduction loop) or,
 in kernels without one, the child of the block band.  A site must be *block-level*:
 the statement instances that reach it do not depend on the thread ids (no thread
@@ -39,7 +39,7 @@ the array and the prologue statements are removed from the tree: the padded tens
 never materialised.
 
 Guarantees: every read of a promoted array below the site reads the shared copy of
-the same element (``ctx.promotions`` records the offsets the lowering uses),
+the same element (``promotion_state(ctx).promotions`` records the offsets the lowering uses),
 the copy completes before any read (barrier) and is not overwritten before all reads
 of the tile completed (barrier), so the kernel computes the same values.  Decisions
 are noted for ``polycomp explain``.
@@ -51,11 +51,13 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from polycomp import ir
+from polycomp.frontend.dsl_model import DslModel
 from polycomp.islutil import param_id, sets
-from polycomp.model import Statement
+from polycomp.model import PolyModel, Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.map import KernelLaunch, thread_param
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.promotion.copies import (
     NameAllocator,
     copy_subtree,
@@ -73,7 +75,7 @@ from polycomp.scheduler.promotion.footprint import (
     pullback,
     statement_prefix,
 )
-from polycomp.scheduler.promotion.record import CopyStmt, Promotion
+from polycomp.scheduler.promotion.record import CopyStmt, Promotion, promotion_state
 from polycomp.scheduler.promotion.reference import ReferenceGroup, read_only_groups
 from polycomp.scheduler.promotion.sites import (
     drop_statements,
@@ -163,7 +165,7 @@ class SharedPromotionPass(Pass):
                 continue
             budget.take(site.kernel, nbytes)
             schedule, promo = _apply(schedule, site, d, names.take(), ctx.model)
-            ctx.promotions.append(promo)
+            promotion_state(ctx).promotions.append(promo)
             ctx.note(self.name, d.remark())
             applied.append(promo)
             name = d.group.name
@@ -182,7 +184,7 @@ class SharedPromotionPass(Pass):
 def _site_at(schedule, path, ctx: CompileState) -> _Site | None:
     node = node_at(schedule, path)
     kernel = marks.kernel_of(node)
-    launch = ctx.gpu.launches.get(kernel)
+    launch = gpu_kernels(ctx).launches.get(kernel)
     if launch is None:
         return None
     prefix = prefix_space_map(node)
@@ -260,12 +262,15 @@ def _barriers(schedule, site: _Site, applied: list[Promotion], k: int):
     return node.get_schedule()
 
 
-def _fusable_prologue_producers(model, site_stmts) -> dict:
+def _fusable_prologue_producers(model: PolyModel, site_stmts) -> dict:
     """Arrays produced by a prologue stage (see classify.fusion_groups) that only the
     statements of this site read and that are not kernel outputs: their promotion copy
-    can evaluate the producer instead of loading the array."""
+    can evaluate the producer instead of loading the array (DSL programs only: a C SCoP
+    has no stages)."""
     from polycomp.scheduler.common.classify import fusion_groups
-    out = {}
+    out: dict = {}
+    if not isinstance(model, DslModel):
+        return out
     names = {s.name for s in site_stmts}
     live_out = {b.name for b in model.live_out}
     for g in fusion_groups(model.graph):

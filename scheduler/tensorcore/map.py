@@ -3,12 +3,12 @@
 Assumes: the tree of :class:`~polycomp.scheduler.tensorcore.tile.TensorCoreTilingPass` (after
 the generic GPU passes, which skip these kernels because they have no launch yet):
 ``kernel:<n>`` -> ``tc:block:<g>`` -> block band, with the :class:`TcPlan` of group ``g``
-in ``ctx.gpu.tc_plans``.
+in ``gpu_kernels(ctx).tc_plans``.
 
 For each plan: the last (at most three) coincident block-band members ``b_m`` are mapped
 to block parameters ``bx<n>`` (innermost), ``by<n>``, ``bz<n>`` by the filter
 ``{ S : b_m(S) = b<axis><n> }`` right above the block band (as
-:class:`~polycomp.scheduler.gpu.map.GpuMappingPass` does); ``ctx.gpu.launches[n]``
+:class:`~polycomp.scheduler.gpu.map.GpuMappingPass` does); ``gpu_kernels(ctx).launches[n]``
 gets the grid (isl ``PwAff`` ``1 + max b_m`` over the domain) and the thread block
 ``(32, warps along N, warps along M)`` with thread parameters ``tx<n>`` (lane),
 ``ty<n>``, ``tz<n>`` (warp coordinates), which only the tensorized IR uses;
@@ -26,6 +26,7 @@ from polycomp.errors import ScheduleError
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.map import KernelLaunch, map_block_members, thread_param
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.gpu.tile import find_first
 from polycomp.state import CompileState
 
@@ -34,8 +35,8 @@ class TensorCoreMappingPass(Pass):
     name = "tc-mapping"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        plans = ctx.gpu.tc_plans
-        launches = ctx.gpu.launches
+        plans = gpu_kernels(ctx).tc_plans
+        launches = gpu_kernels(ctx).launches
         for g, plan in sorted(plans.items()):
             block_mark = marks.make(marks.TC_BLOCK, g).get_name()
             mark = find_first(schedule, lambda x, name=block_mark: marks.name_of(x) == name)

@@ -1,7 +1,7 @@
 """Pass: hardware-aligned tiling of contraction groups for Tensor Cores (mma.m16n8k16).
 
 Assumes: the tree of :class:`~polycomp.scheduler.common.pattern_schedule.PatternSchedulePass`
-(``backbone:<class>`` mark -> output band ``B(o)`` -> sequence of the group's statements,
+(``backbone:<n>`` mark -> output band ``B(o)`` -> sequence of the group's statements,
 the update's filter holding the reduce band ``R(r)``), and no earlier tiling.
 
 A group is *eligible* (:func:`gemm_view`) when ``options["tensor_cores"]`` is not
@@ -45,7 +45,7 @@ warp-level code (fragments, ``ldmatrix``, ``mma``, ``cp.async`` copies), so ever
 of the kernel above the marks is executed uniformly by the whole thread block (the
 barriers of the copies need that).  The launch geometry is registered by
 :class:`~polycomp.scheduler.tensorcore.map.TensorCoreMappingPass` only after the generic GPU
-passes ran, so they leave these kernels alone.  ``ctx.gpu.tc_plans[g]`` holds the
+passes ran, so they leave these kernels alone.  ``gpu_kernels(ctx).tc_plans[g]`` holds the
 :class:`TcPlan` (with its staging decisions, also noted as remarks after the group's
 line).
 
@@ -66,11 +66,14 @@ import islpy as isl
 from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import ResourceLimitError, ScheduleError
+from polycomp.frontend.dsl_model import DslModel
+from polycomp.hw.target import CUDA_MAX_THREADS_PER_BLOCK, CUDA_WARP_SIZE
 from polycomp.model import Statement
 from polycomp.scheduler.common import contraction, marks
 from polycomp.scheduler.common.classify import FusionGroup, fusion_groups
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import mark_coincidence
+from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.gpu.tile import backbone_marks, nth_backbone, output_band
 from polycomp.scheduler.tensorcore.staging import TcStaging, shared_limit, stage_operands
 from polycomp.state import CompileState
@@ -93,7 +96,7 @@ class TcConfig:
 
     @property
     def threads(self) -> int:
-        return 32 * self.warps[0] * self.warps[1]
+        return CUDA_WARP_SIZE * self.warps[0] * self.warps[1]
 
     def shared_bytes(self, itemsize: int = 2) -> int:
         bm, bn = self.block
@@ -108,7 +111,7 @@ class TcConfig:
             raise ScheduleError(f"tensor-core K tile must be 32 or 64, got {self.k}")
         if not 1 <= self.stages <= 4:
             raise ScheduleError(f"pipeline stages must be 1..4, got {self.stages}")
-        if self.threads > 1024:
+        if self.threads > CUDA_MAX_THREADS_PER_BLOCK:
             raise ResourceLimitError(f"tensor-core tiling uses {self.threads} threads per block")
         return self
 
@@ -267,11 +270,11 @@ class TensorCoreTilingPass(Pass):
         if not ctx.cuda_options.tensor_cores:
             return schedule
         model = ctx.model
-        if not getattr(model.graph, "stages", ()):
+        if not isinstance(model, DslModel):
             return schedule
         groups = fusion_groups(model.graph)
         marks = backbone_marks(schedule)
-        plans = ctx.gpu.tc_plans
+        plans = gpu_kernels(ctx).tc_plans
         for k in range(len(marks)):
             g = _group_at(nth_backbone(schedule, k), groups, model)
             if g is None:

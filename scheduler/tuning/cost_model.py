@@ -169,12 +169,16 @@ class CostModel:
         return self
 
     def fit_records(self, records, func, kernel: str | None = None) -> CostModel:
-        """:meth:`fit` on tuning records of this target (optionally one kernel hash);
+        """:meth:`fit` on tuning records of this target (optionally one kernel hash)
+        measured with the thread count this process runs kernels with;
         ``func`` (the kernel's lowered function) reads each record's ``shape`` as
         :func:`gemm_dims`."""
+        from .records import same_threads, wanted_threads
+        threads = wanted_threads(self.target)
         samples = []
         for r in records:
-            if r.target != self.target.name or (kernel and r.kernel != kernel):
+            if r.target != self.target.name or (kernel and r.kernel != kernel) \
+                    or not same_threads(r, threads):     # other thread counts: not comparable
                 continue
             try:
                 samples.append((point_of(r.config), gemm_dims(func, r.shape), float(r.seconds)))

@@ -1,5 +1,5 @@
-"""Multi-version CUDA GEMM kernels: several Tensor Core kernels in ONE ``.cu`` with a
-host-side selection rule, the wave model (issue #12 item 4, GPU).
+"""Multi-version GPU GEMM kernels: several Tensor Core kernels in ONE module with a
+host-side selection rule, the wave model (issue #12 item 4, GPU; issue #22 item 3).
 
 Versions: the analytic model's choice (:func:`.gpu_space.rank`) at each bucket of the
 rows symbol (e.g. BERT's ``32·L``), distinct configurations once.  The host rule is
@@ -15,32 +15,33 @@ constants, fewer than four warps per SM leaving the tensor pipes part idle):
                blocks * steps * (BM + BN) * k * 2 / BW)``
 
 and the host launches the version with the smallest ``t_v`` (the first on ties).  Times
-are integers (femtoseconds, ``int64``), so the Python evaluation
-(:meth:`CudaMultiVersion.select`) and the C one (:func:`select_c`) agree exactly; tests
-compile the C with gcc and compare both choices at every bucket boundary without a GPU.
+are integers (femtoseconds, ``int64``).  The rule is an IR function
+(:func:`wave_selector`: ``<name>__select`` over the size symbols, the ``T_v`` as local
+tables), which the backend prints into the module and
+:mod:`polycomp.lowering.host_eval` evaluates in Python; :func:`select` states the same
+rule independently in Python, and tests compare the three (Python, the IR in Python, the
+IR printed as C and built with gcc) at every bucket boundary without a GPU.
 The rule is coarser than the ranking model (no partial pipeline overlap, no
 occupancy-dependent bandwidth share), so it can pick another version than the per-bucket
 choice; ``polycomp bench tune --gpu-table`` lists both (docs/tuning.md).
 
-The ``.cu`` (:func:`multiversion_cu`): the shared header (CUDA includes, PTX helpers)
-once; version ``i``'s kernels, launcher and launch-config functions renamed
-``<name>__v<i>...``; ``<name>__select(<params>)``; and ``<name>(...)`` /
-``<name>_launch_config(...)`` with the single-version signatures, dispatching on the
-selection.  Tests compile it with ``nvcc -arch=sm_80 -cubin`` and run every version in the
-GPU-semantics simulator against numpy.  No GPU was lent while this was written: the
-constants are the model's (datasheet peaks), not measurements.
+The artifact is the CUDA backend's module (``hw/cuda/multiversion.py``): the shared
+header (CUDA includes, PTX helpers) once; version ``i``'s kernels, launcher and
+launch-config function as the function ``<name>__v<i>``; ``<name>__select(<params>)``; and
+``<name>(...)`` / ``<name>_launch_config(...)`` with the single-version signatures,
+calling the selected version.  Tests compile it with ``nvcc -arch=sm_80 -cubin`` and run
+every version in the GPU-semantics simulator against numpy.  No GPU was lent while this
+was written: the constants are the model's (datasheet peaks), not measurements.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-import numpy as np
-
 from polycomp import ir
-from polycomp.errors import PolycompInternalError, UsageError
+from polycomp.errors import UsageError
 
 from .gpu_space import GpuPoint, blocks_per_sm, predict_seconds, rank
+from .multiversion import MultiVersion, config_key, selector_name
 
 
 @dataclass(frozen=True)
@@ -142,137 +143,78 @@ def select(versions: list[CudaVersion], rows: int, cols: int, depth: int) -> int
     return best
 
 
-def select_c(name: str, params: list[str], syms: GemmSymbols,
-             versions: list[CudaVersion]) -> str:
-    """``int64_t <name>__select(int64_t <params>...)``: :func:`select` in plain C
-    (``int64_t`` only)."""
-    psig = ", ".join(f"int64_t {p}" for p in params)
-    lines = [f"int64_t {name}__select({psig}) {{",
-             *[f"  (void){p};" for p in params if p not in (syms.rows, syms.cols, syms.depth)],
-             "  int64_t best = 0, best_t = 0;"]
+def _ceil_div(a: ir.Expr, b: int) -> ir.Expr:
+    return ir.Binary("//", ir.Binary("+", a, ir.IntImm(b - 1), "int64"), ir.IntImm(b),
+                     "int64")
+
+
+def _int(op: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return ir.Binary(op, a, b, "int64")
+
+
+def wave_selector(func: ir.LoweredFunc, syms: GemmSymbols,
+                  versions: list[CudaVersion]) -> ir.LoweredFunc:
+    """``<name>__select(<size symbols>)``: :func:`select` as IR (``int64`` only).  Per
+    version a block computes ``t_v`` from its table ``T_v`` (a local array); the
+    smallest time so far and its version live in a two-element local array."""
+    params = {p.name: p for p in func.params}
+    try:
+        rows, cols, depth = (params[x] for x in (syms.rows, syms.cols, syms.depth))
+    except KeyError as e:
+        raise UsageError(f"{func.name}: no size symbol {e} for the wave-model rule") from None
+    best = ir.Buffer("pc_best", "int64", (ir.IntImm(2),), scope="local")
+    blocks_of = []
     for i, v in enumerate(versions):
         bm, bn = v.point.block
-        lines += [
-            f"  {{ /* v{i}: {v.point.label()} */",
-            f"    static const int64_t S[{len(v.share_fs)}] = "
-            f"{{{', '.join(str(x) for x in v.share_fs)}}};",
-            f"    int64_t blocks = (({syms.rows} + {bm - 1}) / {bm}) * "
-            f"(({syms.cols} + {bn - 1}) / {bn});",
-            f"    int64_t steps = ({syms.depth} + {v.point.k - 1}) / {v.point.k};",
-            f"    int64_t q = blocks / {v.blocks_per_wave}, r = blocks % {v.blocks_per_wave};",
-            f"    int64_t compute = steps * (q * S[{v.per_sm}] + S[(r + {v.sms - 1}) / {v.sms}]);",
-            f"    int64_t traffic = blocks * steps * {v.bytes_per_step} * {v.fs_per_byte};",
-            "    int64_t t = compute > traffic ? compute : traffic;",
-            f"    if ({'1' if i == 0 else 't < best_t'}) {{ best = {i}; best_t = t; }}",
-            "  }"]
-    lines += ["  return best;", "}"]
-    return "\n".join(lines)
-
-
-def _rename(source: str, name: str, new: str) -> str:
-    pat = re.compile(rf"\b{re.escape(name)}(_k\d+|_launch_config|_num_kernels)?\b")
-    return pat.sub(lambda m: new + (m.group(1) or ""), source)
-
-
-def multiversion_cu(compiled: list, syms: GemmSymbols, versions: list[CudaVersion]) -> str:
-    """One ``.cu`` holding every version of ``compiled`` (CompiledKernels of one kernel for
-    one CUDA target, in the order of ``versions``) and the wave-model dispatcher."""
-    func = compiled[0].final_ir
-    name = func.name
-    header = ""
-    bodies = []
-    for i, ck in enumerate(compiled):
-        src = ck.source
-        at = src.find('extern "C"')
-        if at < 0:
-            raise PolycompInternalError(f"multi-version {name}: no extern \"C\" function")
-        head = src[:at].split("\n", 1)[1]           # drop the "generated by" line
+        table = ir.Buffer(f"pc_T{i}", "int64", (ir.IntImm(len(v.share_fs)),), scope="local")
+        blocks = ir.Var(f"pc_blocks{i}")
+        steps = ir.Var(f"pc_steps{i}")
+        t = ir.Var(f"pc_t{i}")
+        w = ir.IntImm(v.blocks_per_wave)
+        last = _ceil_div(_int("%", blocks, w), v.sms)           # busiest SM, last wave
+        compute = _int("*", steps, _int("+", _int("*", _int("//", blocks, w),
+                                                  ir.IntImm(v.share_fs[v.per_sm])),
+                                        ir.Load(table, (last,), "int64")))
+        traffic = _int("*", _int("*", blocks, steps),
+                       ir.IntImm(v.bytes_per_step * v.fs_per_byte))
         if i == 0:
-            header = head
-        elif head != header:
-            raise PolycompInternalError(f"multi-version {name}: version {i} has another "
-                                        f"header than version 0")
-        bodies.append(f"// version {i}: {versions[i].point.label()}\n" +
-                      _rename(src[at:], name, f"{name}__v{i}"))
-    params = [p.name for p in func.params]
-    p_args = ", ".join(params)
-    host = re.search(rf'extern "C" int {re.escape(name)}\(([^)]*)\)', compiled[0].source)
-    if host is None:
-        raise PolycompInternalError(f"multi-version {name}: no host launcher")
-    sig = host.group(1)
-    call_args = ", ".join(a.strip().split()[-1].lstrip("*") for a in sig.split(","))
-    psig = ", ".join(f"int64_t {p}" for p in params)
-    out = [f"// generated by polycomp: kernel {name}, {len(compiled)} versions "
-           f"(wave-model dispatch)", header.rstrip("\n"), *bodies,
-           'extern "C" ' + select_c(name, params, syms, versions), ""]
-    out.append(f'extern "C" int {name}({sig}) {{')
-    out.append(f"  switch ({name}__select({p_args})) {{")
-    out += [f"  case {i}: return {name}__v{i}({call_args});" for i in range(len(compiled))]
-    out.append("  default: return -1;\n  }\n}\n")
-    out.append(f'extern "C" void {name}_launch_config({psig}, long long* cfg) {{')
-    out.append(f"  switch ({name}__select({p_args})) {{")
-    out += [f"  case {i}: {name}__v{i}_launch_config({p_args}, cfg); return;"
-            for i in range(len(compiled))]
-    out.append("  default: return;\n  }\n}")
-    return "\n".join(out) + "\n"
+            keep = ir.seq(ir.Store(best, (ir.IntImm(0),), ir.IntImm(0)),
+                          ir.Store(best, (ir.IntImm(1),), t))
+        else:
+            keep = ir.IfThenElse(
+                ir.Binary("<", t, ir.Load(best, (ir.IntImm(1),), "int64"), "bool"),
+                ir.seq(ir.Store(best, (ir.IntImm(0),), ir.IntImm(i)),
+                       ir.Store(best, (ir.IntImm(1),), t)))
+        body = ir.LetStmt(
+            blocks, _int("*", _ceil_div(rows, bm), _ceil_div(cols, bn)),
+            ir.LetStmt(steps, _ceil_div(depth, v.point.k),
+                       ir.LetStmt(t, _int("max", compute, traffic), keep)))
+        stores = [ir.Store(table, (ir.IntImm(n),), ir.IntImm(x))
+                  for n, x in enumerate(v.share_fs)]
+        blocks_of.append(ir.Allocate(table, ir.seq(*stores, body)))
+    result = ir.Return(ir.Load(best, (ir.IntImm(0),), "int64"))
+    return ir.LoweredFunc(selector_name(func), func.params, (), (),
+                          ir.Allocate(best, ir.seq(*blocks_of, result)))
 
 
-class CudaMultiVersion:
-    """Every version of a Tensor Core GEMM ``kernel`` on a CUDA ``target`` and the one
-    ``.cu`` holding them (:attr:`source`)."""
+@dataclass(frozen=True)
+class WavePlan:
+    """Versions of a Tensor Core GEMM chosen at run time by the wave model."""
+    versions: tuple[CudaVersion, ...]
+    symbols: GemmSymbols
 
-    def __init__(self, kernel, target, row_buckets, cols: int, depth: int,
-                 space: list[GpuPoint] | None = None, points: list[GpuPoint] | None = None):
-        from polycomp.driver import compile_kernel
-        from polycomp.hw.target import get_target
-        t = get_target(target)
-        if t.kind != "cuda":
-            raise UsageError(f"CudaMultiVersion builds CUDA targets; {t.name} is not one")
-        self.kernel, self.target = kernel, t
-        self.versions = plan_cuda_versions(t, row_buckets, cols, depth, space, points)
-        self.compiled = [compile_kernel(kernel, t, v.point.options()) for v in self.versions]
-        self.func = self.compiled[0].final_ir
-        self.symbols = gemm_symbols(self.func)
-        self.source = multiversion_cu(self.compiled, self.symbols, self.versions)
+    def configs(self) -> list[dict]:
+        return [v.point.options() for v in self.versions]
 
-    def select(self, **values: int) -> int:
+    def selector(self, func: ir.LoweredFunc) -> ir.LoweredFunc:
+        return wave_selector(func, self.symbols, list(self.versions))
+
+    def comments(self) -> list[str]:
+        return [v.point.label() for v in self.versions]
+
+    def explain(self, name: str, target: str) -> str:
         s = self.symbols
-        return select(self.versions, int(values[s.rows]), int(values[s.cols]),
-                      int(values[s.depth]))
-
-    def simulate(self, *arrays, **params):
-        """(outputs, version index) of the selected version in the GPU-semantics
-        simulator."""
-        from polycomp.hw.cuda.simulator import simulate
-        from polycomp.shapes import infer_params
-        f = self.func
-        values = infer_params(f.params, f.inputs, list(arrays), params, outputs=f.outputs)
-        i = self.select(**values)
-        out, _ = simulate(self.compiled[i], *arrays, **params)
-        self._record_dispatch(arrays, values, out, i)
-        return out, i
-
-    def _record_dispatch(self, arrays, values: dict, out, version: int) -> None:
-        """With a GPU check bundle being recorded (:mod:`polycomp.hw.cuda.gpu_bundle`),
-        add this run as a case of the one-object ``.cu``: its host dispatcher must pick
-        ``version`` and reproduce the simulator's output on a real GPU."""
-        from polycomp.hw.cuda.codegen import split_kernels
-        from polycomp.hw.cuda.gpu_bundle import bundle_dir, record_case
-        root = bundle_dir()
-        if root is None:
-            return
-        f = self.func
-        outs = out if isinstance(out, tuple) else (out,)
-        temps, _ = split_kernels(self.compiled[version].final_ir)
-        record_case(self.source, f, [], temps, values,
-                    {b.name: np.ascontiguousarray(a) for b, a in zip(f.inputs, arrays)},
-                    {b.name: o for b, o in zip(f.outputs, outs)}, root,
-                    target=self.target.name,
-                    extra={"select": f"{f.name}__select", "version": str(version)})
-
-    def explain(self) -> str:
-        s = self.symbols
-        lines = [f"multi-version CUDA kernel {self.func.name} on {self.target.name}: "
+        lines = [f"multi-version CUDA kernel {name} on {target}: "
                  f"{len(self.versions)} versions in one .cu",
                  f"rule: argmin_v max(steps * (T_v[P_v] * floor(blocks / W_v) + "
                  f"T_v[ceil((blocks mod W_v) / SMs)]), blocks * steps * (BM+BN) * k * 2 / BW) "
@@ -286,23 +228,44 @@ class CudaMultiVersion:
                          f"{list(v.buckets)}")
         return "\n".join(lines)
 
+    def select(self, values: dict[str, int]) -> int:
+        s = self.symbols
+        return select(list(self.versions), int(values[s.rows]), int(values[s.cols]),
+                      int(values[s.depth]))
 
-def model_records(kernel, target, shape: dict[str, int]) -> list:
-    """``polycomp tune`` on a CUDA target without a GPU: one record of the analytic
-    model's choice at ``shape`` (``seconds`` is the model's prediction, ``machine`` says
-    so), for ``explain --records`` and multi-version plans."""
-    from polycomp.driver import compile_kernel
 
-    from .records import TuningRecord, kernel_hash, shape_bucket
-    syms = gemm_symbols(compile_kernel(kernel, target, {}).final_ir)
-    try:
-        rows, cols, depth = (int(shape[x]) for x in (syms.rows, syms.cols, syms.depth))
-    except KeyError as e:
-        raise UsageError(f"--shape must bind {syms.rows}, {syms.cols} and {syms.depth} "
-                         f"(missing {e})") from None
-    sec, p = rank(target, rows, cols, depth, top=1)[0]
-    return [TuningRecord(kernel_hash(kernel), target.name, shape_bucket(shape), p.options(),
-                         sec, dict(shape), f"wave-model (not measured) sm_{target.cuda.sm}")]
+
+class CudaMultiVersion(MultiVersion):
+    """Every version of a Tensor Core GEMM ``kernel`` on a CUDA ``target`` and the one
+    ``.cu`` holding them (:attr:`source`, printed from :attr:`module`)."""
+
+    def __init__(self, kernel, target, row_buckets, cols: int, depth: int,
+                 space: list[GpuPoint] | None = None, points: list[GpuPoint] | None = None):
+        from polycomp.driver import compile_kernel
+        from polycomp.hw.target import get_target
+        t = get_target(target)
+        if t.cuda is None:
+            raise UsageError(f"CudaMultiVersion builds targets with a CUDA machine "
+                             f"description; {t.name} has none")
+        versions = plan_cuda_versions(t, row_buckets, cols, depth, space, points)
+        first = versions[0].point.options()
+        base = compile_kernel(kernel, t, first)
+        self.symbols = gemm_symbols(base.final_ir)
+        self.versions = versions
+        super().__init__(kernel, t, WavePlan(tuple(versions), self.symbols),
+                         {config_key(first): base})
+
+    def select_model(self, **values: int) -> int:
+        """The rule stated in Python (:func:`select`), independent of the IR."""
+        s = self.symbols
+        return select(self.versions, int(values[s.rows]), int(values[s.cols]),
+                      int(values[s.depth]))
+
+    def simulate(self, *arrays, **params):
+        """(outputs, version index) of the selected version in the GPU-semantics
+        simulator (the backend's ``execute_module``; with a GPU check bundle being
+        recorded, the run becomes a case of the one-module ``.cu``)."""
+        return self.execute(*arrays, **params)
 
 
 def _point(config: dict) -> GpuPoint:
@@ -311,22 +274,25 @@ def _point(config: dict) -> GpuPoint:
                     int(tc["stages"]), bool(tc.get("swizzle", True)))
 
 
-def explain_cuda_plan(kernel, target, records) -> str:
-    """The CUDA plan for ``explain --records``: the versions are the distinct ``tc_tile``
-    configs of this kernel's records on this target (``polycomp tune -t cuda`` writes the
-    model's choice per shape), in order of their rows; the rule is the wave model."""
+def wave_plan(kernel, target, records, func: ir.LoweredFunc) -> WavePlan:
+    """The wave-model plan of ``kernel`` on ``target`` from its records
+    (``polycomp tune -t cuda`` writes the model's choice per shape): the versions are the
+    distinct ``tc_tile`` configs in order of their rows (``Backend.version_plan`` of the
+    CUDA backend)."""
     from .records import kernel_hash
     mine = [r for r in records if r.kernel == kernel_hash(kernel) and r.target == target.name
-            and "tc_tile" in r.config]
+            and r.ok and "tc_tile" in r.config]
     if not mine:
-        return f"no multi-version plan: no tc_tile records of this kernel on {target.name}"
+        raise UsageError(f"no tc_tile records of this kernel on {target.name}")
+    syms = gemm_symbols(func)
     try:
-        from polycomp.driver import compile_kernel
-        syms = gemm_symbols(compile_kernel(kernel, target, {}).final_ir)
         mine.sort(key=lambda r: r.shape[syms.rows])
         points = list(dict.fromkeys(_point(r.config) for r in mine))
         last = mine[-1].shape
-        return CudaMultiVersion(kernel, target, [], last[syms.cols], last[syms.depth],
-                                points=points).explain()
-    except (UsageError, KeyError, TypeError, ValueError) as e:
-        return f"no multi-version plan: {e}"
+        versions = plan_cuda_versions(target, [], last[syms.cols], last[syms.depth],
+                                      points=points)
+    except (KeyError, TypeError, ValueError) as e:
+        raise UsageError(f"tc_tile records without the sizes of {syms.rows}, {syms.cols} "
+                         f"and {syms.depth}: {e}") from None
+    return WavePlan(tuple(versions), syms)
+

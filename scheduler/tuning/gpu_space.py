@@ -68,6 +68,11 @@ class GpuPoint:
         return (f"b{self.block[0]}x{self.block[1]}-w{self.warp[0]}x{self.warp[1]}"
                 f"-k{self.k}-s{self.stages}")
 
+    def knobs(self) -> tuple[tuple[str, object], ...]:
+        return (("block", f"{self.block[0]}x{self.block[1]}"),
+                ("warp", f"{self.warp[0]}x{self.warp[1]}"), ("k", self.k),
+                ("stages", self.stages), ("swizzle", self.swizzle))
+
 
 def mma_shape(target) -> tuple[int, int, int]:
     for u in target.units:

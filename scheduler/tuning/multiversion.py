@@ -1,9 +1,22 @@
-"""Multi-version CPU kernels: several tuned versions as several C functions in ONE shared
-object, chosen by a host-side dispatcher in that object at call time (issue #12 item 4).
+"""Multi-version kernels: several tuned versions of one kernel and the rule that picks
+one at call time, as functions of ONE IR module (issue #12 item 4, issue #22 item 3).
 
-Plan (:func:`plan_versions`), from tuning records of one kernel and target that differ in
-the bucket of one symbol (the *dispatch symbol*, e.g. ``N`` = 32·L rows of BERT's dense
-layers):
+Tuning (this package) makes the **plan**: which configurations become versions and the
+**selector**, an IR function over the kernel's size symbols that returns the index of the
+version to run (:class:`GuardPlan` here; the GPU wave model in :mod:`.cuda_versions`).
+The target's **backend** makes and prints the **module** (``Backend.multiversion_module``
+/ ``emit_module`` in :mod:`polycomp.hw.registry`): the versions (each compiled kernel's
+final IR, renamed ``<name>__v<i>``), the selector ``<name>__select`` and dispatchers with
+the kernel's own entry points that call the selected version, all in one
+:class:`polycomp.ir.LoweredModule` printed once by the backend's printer.  Nothing is
+renamed or cut out of printed source.  :meth:`MultiVersion.select` evaluates the
+module's selector IR in Python (:mod:`polycomp.lowering.host_eval`), so the Python answer
+is the artifact's by construction; tests still compare it with the compiled artifact and
+with an independent Python statement of the rule (:func:`select`).
+
+The guard plan (:func:`plan_versions`), from tuning records of one kernel and target that
+differ in the bucket of one symbol (the *dispatch symbol*, e.g. ``N`` = 32·L rows of
+BERT's dense layers):
 
 * bucket ranges: version ``i`` covers ``bucket[i-1] < N <= bucket[i]`` (the first from 0,
   the last unbounded) with the fastest recorded config of ``bucket[i]``; adjacent buckets
@@ -17,26 +30,27 @@ layers):
 * the fallback: the compiler's default configuration (trial 0 of every tuning run), with
   no guard, last.
 
-The rule is "the first version whose guard holds" (:mod:`.guards`).  The artifact
-(:func:`multiversion_source`): the shared header of the versions once, each version's
-entry point as ``static void <name>__v<i>(...)``, ``int64_t <name>__select(<params>)``
-(the rule, in C) and ``void <name>(...)`` with the kernel's own signature, which calls the
-selected version; so the one ``.so`` is called exactly like a single-version build.
-:class:`MultiVersionKernel` builds it through the kernel cache and also evaluates the rule
-in Python (:meth:`MultiVersionKernel.select`) so tests compare both at every boundary.
+The rule is "the first version whose guard holds" (:mod:`.guards`: each guard is an IR
+expression; the selector returns ``i`` under the first that holds).
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from polycomp import ir
-from polycomp.errors import PolycompInternalError, UsageError
+from polycomp.errors import UsageError
+from polycomp.tuning_contract import VersionPlan
 
 from . import guards as gd
 from .guards import Guard
-from .records import TuningRecord, kernel_hash, load
+from .records import TuningRecord, kernel_hash, load, same_threads, wanted_threads
+
+#: the selector of kernel ``k`` is the function ``k__select`` (GPU check bundles and
+#: ``MultiVersion.select_in_artifact`` call it by this name)
+SELECT_SUFFIX = "__select"
 
 
 @dataclass(frozen=True)
@@ -56,9 +70,22 @@ class Version:
     def guard(self, symbol: str) -> str:
         return gd.text(self.guards(symbol))
 
+    def condition(self, symbol: str, params: Mapping[str, ir.Var]) -> ir.Expr:
+        """The guard as an IR expression over the kernel's size parameters."""
+        return gd.condition(self.guards(symbol), params)
+
 
 def _bucket_dict(bucket: str) -> dict[str, int]:
-    return {k: int(v) for k, v in (p.split("=") for p in bucket.split(",") if p)}
+    out = {}
+    for p in bucket.split(","):
+        if not p:
+            continue
+        k, _, v = p.partition("=")
+        try:
+            out[k] = int(v)
+        except ValueError:
+            raise UsageError(f"tuning record bucket {bucket!r} is not NAME=INT,...") from None
+    return out
 
 
 def shape_guards(config: dict[str, Any], func: ir.LoweredFunc, target
@@ -78,6 +105,8 @@ def shape_guards(config: dict[str, Any], func: ir.LoweredFunc, target
     if len(dims) > 1:
         checks.append((dims[0], Guard("", lo=mr - 1)))
     for d, g in checks:
+        if g.multiple_of == 1 and (g.lo is None or g.lo < 1):
+            continue                 # holds for every extent >= 1: no guard
         if isinstance(d, ir.Var):
             out_guards.append(Guard(d.name, g.lo, g.hi, g.multiple_of))
         elif isinstance(d, ir.IntImm) and not Guard("x", g.lo, g.hi, g.multiple_of).holds(
@@ -87,15 +116,17 @@ def shape_guards(config: dict[str, Any], func: ir.LoweredFunc, target
 
 
 def plan_versions(records: list[TuningRecord], kernel: str, target: str,
-                  func: ir.LoweredFunc | None = None, target_obj=None
-                  ) -> tuple[str, list[Version]]:
-    """(dispatch symbol, versions) from ``records`` of ``kernel`` (its hash) on
-    ``target``; with ``func`` (the compiled kernel's IR) and ``target_obj`` the packed
-    versions get their shape guards and a fallback version is appended."""
-    mine = [r for r in records if r.kernel == kernel and r.target == target
-            and r.seconds != float("inf")]
+                  func: ir.LoweredFunc | None = None, target_obj=None,
+                  threads: int | None = None) -> tuple[str, list[Version]]:
+    """(dispatch symbol, versions) from the successful ``records`` of ``kernel`` (its
+    hash) on ``target`` measured with ``threads``; with ``func`` (the compiled kernel's
+    IR) and ``target_obj`` the packed versions get their shape guards and a fallback
+    version is appended."""
+    mine = [r for r in records if r.kernel == kernel and r.target == target and r.ok
+            and same_threads(r, threads)]
     if not mine:
-        raise UsageError(f"no tuning records for kernel {kernel} on {target}")
+        raise UsageError(f"no tuning records for kernel {kernel} on {target}"
+                         + (f" with {threads} threads" if threads else ""))
     buckets = {r.bucket: _bucket_dict(r.bucket) for r in mine}
     syms = sorted({s for b in buckets.values() for s in b})
     varying = [s for s in syms if len({b.get(s) for b in buckets.values()}) > 1]
@@ -103,6 +134,9 @@ def plan_versions(records: list[TuningRecord], kernel: str, target: str,
         raise UsageError(f"records vary in several symbols ({', '.join(varying)}); "
                          f"multi-version dispatch takes one")
     sym = varying[0] if varying else (syms[0] if syms else "")
+    if func is not None and sym and sym not in {p.name for p in func.params}:
+        raise UsageError(f"the records dispatch on {sym}, which kernel {func.name} has no "
+                         f"size symbol of")
     best: dict[int, TuningRecord] = {}
     for r in mine:
         v = buckets[r.bucket].get(sym, 1)
@@ -142,7 +176,8 @@ def plan_versions(records: list[TuningRecord], kernel: str, target: str,
 
 
 def select(symbol: str, versions: list[Version], values: dict[str, int]) -> int:
-    """The index of the first version whose guard holds for ``values``."""
+    """The index of the first version whose guard holds for ``values`` (the rule in
+    Python, independent of the selector IR)."""
     for i, v in enumerate(versions):
         if gd.all_hold(v.guards(symbol), values):
             return i
@@ -151,98 +186,145 @@ def select(symbol: str, versions: list[Version], values: dict[str, int]) -> int:
                      f"the records leave {symbol} <= 0 uncovered")
 
 
-def split_entry(source: str, name: str) -> tuple[str, str]:
-    """(header, entry definition) of a C source printed by
-    :func:`polycomp.hw.cpu.codegen.emit_c` (the entry point is defined last)."""
-    at = source.rfind(f"\nvoid {name}(")
-    if at < 0:
-        raise PolycompInternalError(f"multi-version: no definition of {name}() in the "
-                                    f"generated C")
-    return source[:at], source[at + 1:]
+# --------------------------------------------------------------------------- selectors
 
 
-def multiversion_source(compiled: list, conditions: list[str]) -> str:
-    """One C translation unit from the compiled versions (CompiledKernels of one kernel
-    and target) and their C guard conditions (``conditions[-1]`` must be ``"1"`` or
-    every binding must satisfy one of them)."""
-    first = compiled[0].final_ir
-    name = first.name
-    header, entry0 = split_entry(compiled[0].source, name)
-    sig = entry0[:entry0.index("{")].strip()
-    parts = [header.rstrip("\n"), ""]
-    for i, ck in enumerate(compiled):
-        h, entry = split_entry(ck.source, ck.final_ir.name)
-        if h != header or entry[:entry.index("{")].strip() != sig:
-            raise PolycompInternalError(f"multi-version {name}: version {i} has another "
-                                        f"header or signature than version 0")
-        parts.append(f"/* version {i} */\nstatic " +
-                     entry.replace(f"void {name}(", f"void {name}__v{i}(", 1))
-    params = [p.name for p in first.params]
-    args = params + [b.name for b in first.inputs] + [b.name for b in first.outputs]
-    psig = ", ".join(f"int64_t {p}" for p in params) or "void"
-    sel = [f"int64_t {name}__select({psig}) {{"]
-    for i, cond in enumerate(conditions):
-        sel.append(f"  if ({cond}) return {i};")
-    sel.append("  return -1;\n}")
-    for p in params:                 # a symbol no guard reads
-        sel.insert(1, f"  (void){p};")
-    call = [sig + " {", f"  switch ({name}__select({', '.join(params)})) {{"]
-    for i in range(len(compiled)):
-        call.append(f"  case {i}: {name}__v{i}({', '.join(args)}); break;")
-    call.append("  default: break;\n  }\n}")
-    return "\n".join(parts + ["/* dispatcher: the first version whose guard holds */",
-                              "\n".join(sel), "\n".join(call)]) + "\n"
+def selector_name(func: ir.LoweredFunc) -> str:
+    return func.name + SELECT_SUFFIX
 
 
-class MultiVersionKernel:
-    """One shared object holding every version of ``kernel`` and its dispatcher; calling
-    it runs the version whose guard holds (chosen inside the object)."""
+def first_true_selector(func: ir.LoweredFunc, conditions: Sequence[ir.Expr]
+                        ) -> ir.LoweredFunc:
+    """``<name>__select(<size symbols>)``: returns ``i`` for the first ``conditions[i]``
+    that holds, ``-1`` when none does (IR over ``func``'s parameters)."""
+    body: list[ir.Stmt] = []
+    for i, c in enumerate(conditions):
+        if ir.is_const(c, 1):
+            body.append(ir.Return(ir.IntImm(i)))
+            break
+        body.append(ir.IfThenElse(c, ir.Return(ir.IntImm(i))))
+    else:
+        body.append(ir.Return(ir.IntImm(-1)))
+    return ir.LoweredFunc(selector_name(func), func.params, (), (), ir.seq(*body))
 
-    def __init__(self, kernel, target, records_paths):
-        import ctypes
 
+@dataclass(frozen=True)
+class GuardPlan:
+    """Versions from measured records, chosen by bucket ranges and shape guards."""
+    symbol: str
+    versions: tuple[Version, ...]
+
+    def configs(self) -> list[dict[str, Any]]:
+        return [v.config for v in self.versions]
+
+    def selector(self, func: ir.LoweredFunc) -> ir.LoweredFunc:
+        params = {p.name: p for p in func.params}
+        return first_true_selector(func, [v.condition(self.symbol, params)
+                                          for v in self.versions])
+
+    def comments(self) -> list[str]:
+        return [f"{v.guard(self.symbol)}" + (" (fallback)" if v.fallback else "")
+                for v in self.versions]
+
+    def explain(self, name: str, target: str) -> str:
+        return explain_plan(name, target, self.symbol, list(self.versions), one_object=True)
+
+    def select(self, values: dict[str, int]) -> int:
+        return select(self.symbol, list(self.versions), values)
+
+
+def guard_plan(kernel, target, records: list[TuningRecord], func: ir.LoweredFunc
+               ) -> GuardPlan:
+    """The guard plan of ``kernel`` on ``target`` (a Target) from ``records``, for the
+    compiled kernel ``func`` (used where ``Backend.version_plan`` offers none)."""
+    sym, versions = plan_versions(records, kernel_hash(kernel), target.name, func, target,
+                                  wanted_threads(target))
+    return GuardPlan(sym, tuple(versions))
+
+
+# --------------------------------------------------------------------------- artifacts
+
+
+class MultiVersion:
+    """The versions of ``plan`` compiled for ``target``, the one module the target's
+    backend makes of them (:attr:`module`, :attr:`source`), the rule in Python
+    (:meth:`select`) and, where the backend can load it, the artifact."""
+
+    def __init__(self, kernel, target, plan: VersionPlan,
+                 precompiled: Mapping[str, Any] | None = None):
         from polycomp.driver import compile_kernel
-        from polycomp.hw.cpu.build import CFunction, build_shared
         from polycomp.hw.target import get_target
-        self.kernel = kernel
         t = get_target(target)
-        if t.kind != "c":
-            raise UsageError(f"MultiVersionKernel builds C targets; {t.name} is not one "
-                             f"(CUDA: scheduler/tuning/cuda_versions.py)")
-        self.target = t.name
-        base = compile_kernel(kernel, t, {})
-        self.symbol, self.versions = plan_versions(
-            load(records_paths), kernel_hash(kernel), t.name, base.final_ir, t)
-        cks: dict[str, Any] = {}
+        self.kernel, self.target, self.plan = kernel, t, plan
+        cks: dict[str, Any] = dict(precompiled or {})
         compiled = []
-        for v in self.versions:
-            key = json.dumps(v.config, sort_keys=True)
+        for cfg in plan.configs():
+            key = config_key(cfg)
             if key not in cks:
-                cks[key] = base if not v.config else compile_kernel(kernel, t, v.config)
+                cks[key] = compile_kernel(kernel, t, cfg)
             compiled.append(cks[key])
-        self.func = base.final_ir
-        self.source = multiversion_source(
-            compiled, [gd.c_condition(v.guards(self.symbol)) for v in self.versions])
-        self.path = build_shared(self.source)
-        self.function = CFunction(self.func, self.path)
-        self._select = getattr(self.function.lib, f"{self.func.name}__select")
-        self._select.restype = ctypes.c_int64
-        self._select.argtypes = [ctypes.c_int64] * len(self.func.params)
+        if not compiled:
+            raise UsageError(f"multi-version {kernel.name}: the plan has no versions")
+        self.compiled = compiled
+        self.func = compiled[0].final_ir
+        self.backend = compiled[0].backend
+        self.module: ir.LoweredModule = self.backend.multiversion_module(
+            compiled, plan.selector(self.func), plan.comments())
+        self.source: str = self.backend.emit_module(self.module, compiled)
+        self._library = None
 
     def select(self, **values: int) -> int:
-        """The version the rule picks for ``values`` (every size symbol), in Python."""
-        return select(self.symbol, self.versions, values)
+        """The version the module's selector picks for ``values`` (every size symbol):
+        its IR evaluated in Python."""
+        from polycomp.lowering.host_eval import call_host
+        r = call_host(self.module.selector, values, self.module)
+        return -1 if r is None else int(r)
+
+    def library(self):
+        """The loaded artifact (``Backend.load_module``: built once)."""
+        if self._library is None:
+            self._library = self.backend.load_module(self.module, self.source, self.compiled)
+        return self._library
 
     def select_in_artifact(self, **values: int) -> int:
-        """The version the shared object's own dispatcher picks for ``values``."""
-        return int(self._select(*[int(values[p.name]) for p in self.func.params]))
+        """The version the artifact's own selector picks for ``values``."""
+        return int(self.library().select(values))
 
     def __call__(self, *arrays, **params):
-        return self.function(*arrays, **params)
+        return self.library().call(*arrays, **params)
+
+    def execute(self, *arrays, **params):
+        """(outputs, version index): the selected version run with the target's
+        reference semantics (``Backend.execute_module``: interpreter, simulator)."""
+        return self.backend.execute_module(self.module, self.source, self.compiled,
+                                           arrays, params)
 
     def explain(self) -> str:
-        return explain_plan(self.kernel.name, self.target, self.symbol, self.versions,
-                            one_object=True)
+        return self.plan.explain(self.kernel.name, self.target.name)
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+class MultiVersionKernel(MultiVersion):
+    """One artifact holding every version of ``kernel`` planned from the tuning records
+    in ``records_paths`` (the target's backend chooses the plan, ``Backend.version_plan``:
+    measured records by bucket guards, CUDA model records by the wave model), and its
+    dispatcher; calling it runs the version whose guard holds (chosen inside the
+    artifact)."""
+
+    def __init__(self, kernel, target, records_paths):
+        from polycomp.driver import compile_kernel
+        from polycomp.hw.target import get_target
+        t = get_target(target)
+        base = compile_kernel(kernel, t, {})
+        recs = load(records_paths)
+        plan = base.backend.version_plan(kernel, t, recs, base.final_ir) or \
+            guard_plan(kernel, t, recs, base.final_ir)
+        super().__init__(kernel, t, plan, {config_key({}): base})
+        if isinstance(plan, GuardPlan):
+            self.symbol, self.versions = plan.symbol, list(plan.versions)
 
 
 def explain_plan(name: str, target: str, symbol: str, versions: list[Version],

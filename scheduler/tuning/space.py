@@ -1,4 +1,11 @@
-"""Search spaces generated from a target's data (issue #12 item 1).
+"""Search spaces generated from a target's data (issue #12 item 1), and the types a
+backend answers ``polycomp tune`` with (:class:`TuningSpace`, :class:`Measurement`,
+``Backend.tuning_space`` / ``Backend.measure`` in :mod:`polycomp.hw.registry`).
+
+A point of any space has ``options()`` (the target options it stands for), ``label()``
+and ``knobs()``: ``(name, value)`` pairs in a fixed order, the values optuna can sample
+(bool, int, str); the tuner's sampler walks the knobs in that order, choosing each among
+the values the earlier choices leave (:mod:`.tune`).
 
 CPU GEMM space for a product ``(M, K) x (K, N)`` of ``dtype`` on a C target ``t``.  Every
 point is valid *by construction* (nothing is generated and then filtered by a trial):
@@ -26,6 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from polycomp import dtypes as dt
+from polycomp.tuning_contract import Measurement, OptionPoint, TuningPoint, TuningSpace
+
+__all__ = ["Measurement", "OptionPoint", "TuningPoint", "TuningSpace"]  # re-exported
+
 
 #: reduction-depth choices (multiples of 16: whole unrolled ``k`` steps)
 KC_CHOICES = (32, 64, 128, 192, 256, 384, 512)
@@ -52,7 +63,7 @@ class CpuPoint:
     KC: int = 0
 
     def options(self) -> dict[str, Any]:
-        """The :class:`~polycomp.hw.cpu.options.CpuOptions` fields of this point."""
+        """The :class:`~polycomp.hw.options.CpuOptions` fields of this point."""
         o: dict[str, Any] = {"microkernel": self.packing, "parallel": self.parallel}
         if self.packing:
             o["gemm_register"] = (self.MR, self.NI)
@@ -64,6 +75,12 @@ class CpuPoint:
             return f"nopack{'-par' if self.parallel else ''}"
         return (f"r{self.MR}x{self.NI}-t{self.MC}x{self.NC}x{self.KC}"
                 f"{'-par' if self.parallel else ''}")
+
+    def knobs(self) -> tuple[tuple[str, Any], ...]:
+        """Packing, parallel, register block, then ``KC``, ``NC``, ``MC``."""
+        return (("packing", self.packing), ("parallel", self.parallel),
+                ("reg", f"{self.MR}x{self.NI}"), ("KC", self.KC), ("NC", self.NC),
+                ("MC", self.MC))
 
 
 def register_blocks(registers: int) -> list[tuple[int, int]]:

@@ -1,1 +1,1 @@
-{ domain: "[N, M] -> { Y[i, j] : N > 0 and M > 0 and 0 <= i < N and 0 <= j < M }", child: { mark: "backbone:broadcast", child: { schedule: "[N, M] -> [{ Y[i, j] -> [(i)] }, { Y[i, j] -> [(j)] }]", permutable: 1, coincident: [ 1, 1 ] } } }
+{ domain: "[N, M] -> { Y[i, j] : N > 0 and M > 0 and 0 <= i < N and 0 <= j < M }", child: { mark: "backbone:0", child: { schedule: "[N, M] -> [{ Y[i, j] -> [(i)] }, { Y[i, j] -> [(j)] }]", permutable: 1, coincident: [ 1, 1 ] } } }

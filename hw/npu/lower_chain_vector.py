@@ -24,12 +24,14 @@ temporary is touched by the vector pipe only (no flags).  Anything else raises
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
 from polycomp import ir
 from polycomp.errors import TargetError
-from polycomp.hw.npu.program import CopyIn, GlobalTensor, GmRegion, Ix, LocalBuf, Slot, VecOp, ix
+
+from .program import CopyIn, GlobalTensor, GmRegion, Ix, LocalBuf, Loop, Slot, VecOp, ix
 
 __all__ = ["TileVec", "Val", "InputTile"]
 
@@ -119,7 +121,7 @@ class TileVec:
         if all(a.kind == "S" for a in args) and dst is None:
             if all(isinstance(a.scalar, float) for a in args) and op in _FOLD:
                 with np.errstate(all="ignore"):
-                    v = _FOLD[op](*(np.float32(a.scalar) for a in args))
+                    v = _FOLD[op](*(np.float32(cast(float, a.scalar)) for a in args))
                 return Val("S", scalar=float(np.float32(v)))
             args = [self.emit("Duplicate", [args[0]], "COL"), *args[1:]]
         kinds = {a.kind for a in args}
@@ -139,7 +141,6 @@ class TileVec:
     def _row_numbers(self) -> LocalBuf:
         """A COL buffer holding 0..TM-1 (made once per program)."""
         if self.row_ids is None:
-            from polycomp.hw.npu.program import Loop
             b = self.new("COL", "float32", name="ubRowIds")
             r = ix("r_ids")
             self.pre.append(Loop("r_ids", ix(self.tm), (
@@ -151,7 +152,6 @@ class TileVec:
         """A ROW buffer holding 0..TL-1: a COL buffer of TL row numbers, transposed
         (its column 0 becomes row 0)."""
         if self.col_ids is None:
-            from polycomp.hw.npu.program import Loop
             col = LocalBuf("ubColIdsT", "UB", "float32", self.tl, 8, "COL")
             row = LocalBuf("ubColIds", "UB", "float32", 8, self.tl, "ROW")
             self.buffers += [col, row]

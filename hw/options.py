@@ -1,5 +1,14 @@
-"""Options of the CUDA targets (``cuda``, ``cuda-sm90``); see :mod:`polycomp.options`
-for how options are checked."""
+"""The compile options of the built-in target families, as data: :class:`CpuOptions`
+(``c``, ``cpu``, ``cpu-avx2``, ``cpu-avx512``), :class:`CudaOptions` (``cuda``,
+``cuda-sm90``) and :class:`NpuOptions` (``npu``, ``npu-lite``); see
+:mod:`polycomp.options` for how options are checked.
+
+They live beside :mod:`polycomp.hw.target` and :mod:`polycomp.hw.memory` rather than in
+the backend packages because the schedule passes of ``scheduler/`` read them, and
+``scheduler/`` depends on target data only, never on a backend package.  A backend
+declares its class as ``Backend.options_class``; a plug-in backend whose passes live in
+its own package may keep its options class there.
+"""
 from __future__ import annotations
 
 import math
@@ -8,8 +17,45 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from polycomp.errors import OptionError
-from polycomp.hw.cuda.target import MAX_THREADS_PER_BLOCK
+from polycomp.hw.target import CUDA_MAX_THREADS_PER_BLOCK
 from polycomp.options import Options, boolean, int_tuple, one_of, opt, positive_int
+
+# --------------------------------------------------------------------------- CPU
+
+
+@dataclass(frozen=True)
+class CpuOptions(Options):
+    """Options of the C targets (``c``, ``cpu``, ``cpu-avx2``, ``cpu-avx512``)."""
+
+    family: ClassVar[str] = "cpu"
+
+    parallel: bool = opt(True, boolean, "OpenMP-parallel outer loops")
+    fuse: bool = opt(True, boolean, "fuse chains of memory-bound stages")
+    chain: bool = opt(True, boolean,
+                      "fuse a chain of two contractions (with elementwise stages or a "
+                      "softmax between) into one kernel (scheduler/chain, docs/fusion.md)")
+    microkernel: bool = opt(True, boolean,
+                            "tile matmul/conv backbones for the register micro-kernel and pack "
+                            "their operands (vector targets)")
+    interchange: bool = opt(True, boolean, "interchange column reductions (vector targets)")
+    contract: bool = opt(True, boolean, "contract temporaries to the loops that use them")
+    vectorize: bool = opt(True, boolean, "emit AVX2/AVX-512 intrinsics (vector targets)")
+    tail: str = opt("mask", one_of("mask", "scalar"),
+                    "how the last n mod L iterations of a vector loop run")
+    reduce_unroll: int = opt(4, positive_int, "vector accumulators per reduction")
+    reciprocal: bool = opt(True, boolean,
+                           "divide by a loop-invariant value as a multiply by its reciprocal")
+    prefetch: bool = opt(True, boolean,
+                         "prefetch the next row in row-wise loop nests")
+    gemm_tiles: tuple[int, ...] | None = opt(None, int_tuple(3),
+                                             "GEMM cache blocking (MC, NC, KC)")
+    gemm_register: tuple[int, ...] | None = opt(None, int_tuple(2),
+                                                "GEMM register block (MR, vectors per row)")
+    gemm_epilogue: bool = opt(True, boolean,
+                              "run an elementwise stage after a product on each register tile")
+
+
+# -------------------------------------------------------------------------- CUDA
 
 
 @dataclass(frozen=True)
@@ -133,6 +179,35 @@ class CudaOptions(Options):
                               "gpu='baseline' use option block (threads per block)")
         for what, sizes in (("block", self.block),
                             ("tile.threads", self.tile.threads if self.tile else None)):
-            if sizes is not None and math.prod(sizes) > MAX_THREADS_PER_BLOCK:
+            if sizes is not None and math.prod(sizes) > CUDA_MAX_THREADS_PER_BLOCK:
                 raise OptionError(f"option {what} {sizes} asks for {math.prod(sizes)} threads "
-                                  f"per block; CUDA allows {MAX_THREADS_PER_BLOCK}")
+                                  f"per block; CUDA allows {CUDA_MAX_THREADS_PER_BLOCK}")
+
+
+# --------------------------------------------------------------------------- NPU
+
+
+@dataclass(frozen=True)
+class NpuOptions(Options):
+    """Options of the NPU targets."""
+
+    family: ClassVar[str] = "npu"
+
+    double_buffer: bool = opt(True, boolean,
+                              "ping-pong L1/L0/L0C/UB buffers so the pipes overlap")
+    cube_tile: tuple[int, ...] | None = opt(
+        None, int_tuple(4), "cube tiling (m0, n0, k0, kL1), multiples of 16; default: "
+        "the largest that fits L0A/L0B/L0C/L1")
+    chain: bool = opt(True, boolean,
+                      "fuse a chain of two contractions (fp16 or fp32 cube operands; "
+                      "elementwise stages or a softmax between) into one cube/vector "
+                      "program (scheduler/chain/npu_*, docs/fusion.md)")
+    chain_tiles: tuple[int, ...] | None = opt(
+        None, int_tuple(None), "tiles (TM, TL) or (TM, TL, TN) of the fused chain program, "
+        "multiples of 16; default: the data-movement model's choice")
+
+    def validate(self) -> None:
+        if self.chain_tiles is not None and (any(t % 16 for t in self.chain_tiles)
+                                             or len(self.chain_tiles) not in (2, 3)):
+            raise OptionError(f"option chain_tiles takes two or three positive multiples "
+                              f"of 16 (TM, TL[, TN]), got {self.chain_tiles}")

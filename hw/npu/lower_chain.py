@@ -1,5 +1,5 @@
-"""The fused NPU program of a chain: both products on the cube, the middle stages and the
-online softmax on the vector unit, the intermediate never in GM.
+"""Lowering of a fused chain plan to the NPU IR: both products on the cube, the middle
+stages and the online softmax on the vector unit, the intermediate never in GM.
 
 Per batch element ``b``, row block ``mo`` (``TM`` rows) and column block ``no`` (``TN``
 columns of ``O``), for each ``l`` block ``lo`` (``TL`` columns of ``T``)::
@@ -23,16 +23,17 @@ columns of ``O``), for each ``l`` block ``lo`` (``TL`` columns of ``T``)::
 With double buffering the ``l`` blocks run in pairs on two buffer sets (``l1Xa`` /
 ``l1Xb`` ...) and the body is skewed by one block (:func:`chain_program`), so the cube
 computes block ``k + 1``'s scores while the vector unit works on block ``k``; without
-it, one set and no skew.  The program has no flags:
-:func:`polycomp.scheduler.npu.sync.place_flags` places them (the simulator's race
-check proves them on every run).
+it, one set and no skew (this double buffering is structural, so the builder does it,
+not the double-buffering pass).  The program has no flags: the ``npu-sync`` pass
+(:func:`polycomp.hw.npu.sync.place_flags`) places them (the simulator's race check
+proves them on every run).
 
-Assumes: an :class:`~.npu_detect.NpuChain` and tiles that are multiples of 16 with
-``k0 | KL1``, ``k0 | TL``.  Guarantees: tails are zero-padded on the way in (``X``
-rows, ``Y``/``Z`` columns and rows); columns past ``L`` reach the second product only
-with weight 0 (softmax: set to ``-inf`` first; otherwise when the middle stages could
-map a zero to a non-finite value, set to 0), times the zero rows of ``Z``; rows past
-``M`` and columns past ``N`` are clipped on the way out.
+Assumes: an :class:`~polycomp.scheduler.chain.npu_detect.NpuChain` and tiles that are
+multiples of 16 with ``k0 | KL1``, ``k0 | TL``.  Guarantees: tails are zero-padded on
+the way in (``X`` rows, ``Y``/``Z`` columns and rows); columns past ``L`` reach the
+second product only with weight 0 (softmax: set to ``-inf`` first; otherwise when the
+middle stages could map a zero to a non-finite value, set to 0), times the zero rows of
+``Z``; rows past ``M`` and columns past ``N`` are clipped on the way out.
 """
 from __future__ import annotations
 
@@ -41,7 +42,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from polycomp.errors import TargetError
-from polycomp.hw.npu.program import (
+from polycomp.scheduler.chain.npu_detect import NpuChain
+from polycomp.scheduler.chain.npu_plan import NpuChainTiles, x_resident
+from polycomp.scheduler.npu.view import dim_key, dim_size
+
+from .lower_chain_vector import TileVec, Val
+from .program import (
     CopyIn,
     CopyLocal,
     CopyOut,
@@ -54,6 +60,7 @@ from polycomp.hw.npu.program import (
     Mmad,
     Program,
     Slot,
+    Tiling,
     VecOp,
     ceildiv,
     eq,
@@ -61,22 +68,8 @@ from polycomp.hw.npu.program import (
     ix,
     land,
 )
-from polycomp.scheduler.chain.npu_detect import NpuChain
-from polycomp.scheduler.chain.npu_vector import TileVec, Val
-from polycomp.scheduler.npu.view import dim_key, dim_size
 
-__all__ = ["NpuChainTiles", "chain_program", "gm_tensors"]
-
-
-@dataclass(frozen=True)
-class NpuChainTiles:
-    """``TM x TL`` score tile (L0C, UB), ``TN`` columns of ``O`` per block, ``k0`` per
-    cube step, ``KL1`` columns of ``X`` per L1 stage."""
-    tm: int
-    tl: int
-    tn: int
-    k0: int
-    kl1: int
+__all__ = ["chain_program", "gm_tensors"]
 
 
 def _dims(t) -> tuple[str | int, ...]:
@@ -126,12 +119,6 @@ def _bufs(p: str, t: NpuChainTiles, cd: str, l0o: LocalBuf | None,
                  l0o or b("l0O", "L0C", "float32", t.tm, t.tn, "NZ"),
                  b("ubS", "UB", "float32", t.tm, t.tl, "ND"), b("ubP", "UB", cd, t.tm, t.tl, "ND"),
                  b("ubPZ", "UB", "float32", t.tm, t.tn, "ND"))
-
-
-def x_resident(k: int | None, t: NpuChainTiles) -> bool:
-    """Does X's ``TM x K`` row block stay in L1 across the ``l`` blocks?  (``K`` a
-    constant that one L1 stage holds.)"""
-    return k is not None and k <= t.kl1
 
 
 def _guard(cond: Ix, items) -> tuple:
@@ -340,4 +327,5 @@ def chain_program(name: str, graph, chain: NpuChain, t: NpuChainTiles,
     for v, ext in reversed(list(zip(c.bvars, c.X.dims[:c.nb]))):
         nest = (Loop(v, ix(ext), nest),)
     return Program(name, "cube", c.tensors, c.buffers(), (*c.vec.pre, *nest),
-                   {"TM": t.tm, "TL": t.tl, "TN": t.tn, "k0": t.k0, "KL1": t.kl1})
+                   Tiling((("TM", t.tm), ("TL", t.tl), ("TN", t.tn), ("k0", t.k0),
+                           ("KL1", t.kl1))))

@@ -1,7 +1,8 @@
-"""Pipe synchronisation placed by dependence analysis between pipes.
+"""Pipe synchronisation placed by dependence analysis between pipes (the NPU IR pass
+``npu-sync``, :mod:`.passes`).
 
-The program builders emit their instructions without flags; :func:`place_flags` adds
-every ``SetFlag``/``WaitFlag`` the program needs, and no other:
+The lowering emits its instructions without flags; :func:`place_flags` adds every
+``SetFlag``/``WaitFlag`` the program needs, and no other:
 
 * the accesses of each on-chip buffer (reads and writes, per instruction and pipe)
   are grouped at their **innermost common loop** ``L`` (the top level when none): each
@@ -36,7 +37,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from polycomp.errors import PolycompInternalError
-from polycomp.hw.npu.program import (
+
+from .program import (
     CopyIm2Col,
     CopyIn,
     CopyLocal,

@@ -5,18 +5,19 @@ L0C -> UB (FIX) -> vector unit -> GM (MTE3).
 Assumes: every stage after the contraction is elementwise over its ``(M, N)`` output
 and reads the contraction's tile at the same indices, row vectors ``(N)`` and scalars.
 Guarantees: the UB buffers of the epilogue (accumulator tile, temporaries, output tile
-and row vectors, ping-pong where another pipe touches them) are sized by the cube tile
-and counted in the tile fit (:func:`ub_bytes`).
+and row vectors; marked ``pingpong`` where another pipe touches them) are sized by the
+cube tile and counted in the tile fit (:func:`ub_bytes`, which the ``npu-map`` pass
+asks for through :class:`~polycomp.hw.npu.lower.LoweringModel`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from polycomp.errors import TargetError
-from polycomp.hw.npu.program import GlobalTensor, LocalBuf
+from polycomp.scheduler.npu.view import VectorView, dim_key, tensor_keys
 
-from .vector import Val, _Builder, _stage, ping_pong
-from .view import VectorView, dim_key, tensor_keys
+from .lower_vector import Val, _Builder, _stage, ping_pong
+from .program import GlobalTensor, LocalBuf
 
 
 @dataclass(frozen=True)
@@ -51,10 +52,10 @@ class Epilogue:
 
 
 def build_epilogue(graph, mm_stage, extra_inputs, rows: int | str, cols: int | str,
-                   copies: int, frame: Frame | None = None) -> Epilogue:
+                   frame: Frame | None = None) -> Epilogue:
     fr = frame or matmul_frame(mm_stage)
-    bld = _Builder(graph.name, copies, fr.view, tile_rows=rows, tile_cols=cols)
-    acc = bld.new("ND", "float32", copies)
+    bld = _Builder(graph.name, fr.view, tile_rows=rows, tile_cols=cols)
+    acc = bld.new("ND", "float32", pingpong=True)
     bld.values[mm_stage.name] = Val("ND", acc)
     bld.keys[mm_stage.name] = tensor_keys(mm_stage.output)
     rows_in = []
@@ -66,7 +67,7 @@ def build_epilogue(graph, mm_stage, extra_inputs, rows: int | str, cols: int | s
         if kind is None or dims is None or t.dtype not in ("float16", "float32"):
             raise TargetError(f"npu: epilogue input {t.name}: only float vectors along "
                               f"the output's rows or columns are mapped")
-        b = bld.new(kind, t.dtype, copies)
+        b = bld.new(kind, t.dtype, pingpong=True)
         bld.inputs[t.name] = Val(kind, b)
         bld.keys[t.name] = keys
         rows_in.append((GlobalTensor(t.name, t.dtype, dims), b, kind))
@@ -84,10 +85,12 @@ def build_epilogue(graph, mm_stage, extra_inputs, rows: int | str, cols: int | s
 
 
 def ub_bytes(graph, mm_stage, extra_inputs, copies: int, frame: Frame | None = None):
-    """``(m0, n0) -> UB bytes`` of the epilogue's buffers for an ``m0 x n0`` tile."""
-    e = build_epilogue(graph, mm_stage, extra_inputs, "TR", "CP", copies, frame)
+    """``(m0, n0) -> UB bytes`` of the epilogue's buffers for an ``m0 x n0`` tile, its
+    ping-pong buffers with ``copies`` copies."""
+    e = build_epilogue(graph, mm_stage, extra_inputs, "TR", "CP", frame)
 
     def need(m0: int, n0: int) -> int:
         env = {"TR": m0, "CP": n0}
-        return sum(-(-b.size(env) // 32) * 32 * b.copies for b in e.buffers)
+        return sum(-(-b.size(env) // 32) * 32 * (copies if b.pingpong else b.copies)
+                   for b in e.buffers)
     return need

@@ -1,4 +1,4 @@
-"""Vector-unit mapping of memory-bound kernels into an NPU program.
+"""Lowering of a vector plan (memory-bound stages on the vector unit) to the NPU IR.
 
 Assumes: the kernel's dimensions take the roles of :mod:`.view` — batch loops, a row
 dimension tiled by ``TR`` rows, a column group held whole in a tile row (padded to
@@ -15,9 +15,11 @@ axis) through a staging tile of ``CP x TRP`` elements (``TRP``: ``TR`` rounded u
 row ``(row)`` per tile.  The host tiling sets ``TR`` to as many rows as UB holds with
 every buffer (ping-pong copies included).  Reductions read only the valid columns; a
 carried reduction accumulates into the tile's result from its identity
-(``Duplicate``).  Input tiles and output tiles are ping-pong buffers selected by the
-tile (inside carried loops: the load) number; temporaries are touched by the vector
-pipe only.  The program has no flags: :mod:`.sync` places them.
+(``Duplicate``).  Input tiles and output tiles are marked ``pingpong`` with the tile
+(inside carried loops: the load) number as their rotation counter, for the
+double-buffering pass; temporaries are touched by the vector pipe only.  The program
+has no flags: :mod:`.sync` places them.  The dimension roles come from
+:mod:`polycomp.scheduler.npu.view` (the ``npu-map`` pass records them).
 """
 from __future__ import annotations
 
@@ -25,7 +27,15 @@ from dataclasses import dataclass, field
 
 from polycomp import ir
 from polycomp.errors import NpuCapacityError, TargetError
-from polycomp.hw.npu.program import (
+from polycomp.scheduler.npu.view import (
+    VectorView,
+    choose_view,
+    dim_size,
+    stage_vars,
+    tensor_keys,
+)
+
+from .program import (
     CopyIn,
     CopyOut,
     GlobalTensor,
@@ -35,14 +45,13 @@ from polycomp.hw.npu.program import (
     Loop,
     Program,
     Slot,
+    Tiling,
     VecOp,
     ceildiv,
     imin,
     ix,
     product,
 )
-
-from .view import VectorView, choose_view, dim_size, stage_vars, tensor_keys
 
 _BIN = {"+": "Add", "-": "Sub", "*": "Mul", "/": "Div", "max": "Max", "min": "Min",
         ">": "CompareGT", ">=": "CompareGE", "<": "CompareLT", "<=": "CompareLE",
@@ -76,7 +85,6 @@ class GmAccess:
 @dataclass
 class _Builder:
     name: str
-    copies: int
     view: VectorView
     buffers: list[LocalBuf] = field(default_factory=list)
     ops: list = field(default_factory=list)
@@ -92,16 +100,16 @@ class _Builder:
     def C(self) -> Ix:
         return product(dim_size(k) for k in self.view.cols)
 
-    def new(self, kind: str, dtype: str, copies: int = 1) -> LocalBuf:
+    def new(self, kind: str, dtype: str, pingpong: bool = False) -> LocalBuf:
         cols = 32 // {"float16": 2, "float32": 4}[dtype] if kind == "COL" else self.tile_cols
         b = LocalBuf(f"ub{len(self.buffers)}", "UB", dtype,
-                     1 if kind == "ROW" else self.tile_rows, cols, kind, copies)
+                     1 if kind == "ROW" else self.tile_rows, cols, kind, pingpong=pingpong)
         self.buffers.append(b)
         return b
 
-    def staging(self, dtype: str, copies: int) -> LocalBuf:
-        """A ``CP x TRP`` tile: a transposed box on its way in or out."""
-        b = LocalBuf(f"ub{len(self.buffers)}", "UB", dtype, "CP", "TRP", "ND", copies)
+    def staging(self, dtype: str) -> LocalBuf:
+        """A ``CP x TRP`` tile: a transposed box on its way in or out (ping-pong)."""
+        b = LocalBuf(f"ub{len(self.buffers)}", "UB", dtype, "CP", "TRP", "ND", pingpong=True)
         self.buffers.append(b)
         return b
 
@@ -279,22 +287,22 @@ def _setup(bld: _Builder, graph) -> tuple[list[GlobalTensor], list[_Load], list[
             b = bld.new("ROW", t.dtype)
             row_loads.append(_Load(g, b, acc))
         elif acc.transposed:
-            st = bld.staging(t.dtype, bld.copies)
+            st = bld.staging(t.dtype)
             b = bld.new("ND", t.dtype)
             bld.ops.append(("Transpose", b, (st,)))
             loads.append(_Load(g, st, acc))
         else:
-            b = bld.new(acc.kind, t.dtype, bld.copies)
+            b = bld.new(acc.kind, t.dtype, pingpong=True)
             loads.append(_Load(g, b, acc))
         bld.inputs[t.name] = Val(acc.kind, b)
     return tensors, loads, row_loads
 
 
 def ping_pong(bld: _Builder, v: Val) -> LocalBuf:
-    """Give the buffer of ``v`` (an output tile, read by MTE3) ``bld.copies`` copies."""
+    """Mark the buffer of ``v`` (an output tile, read by MTE3) ``pingpong``."""
     assert v.buf is not None
     ob = LocalBuf(v.buf.name, "UB", v.buf.dtype, v.buf.rows, v.buf.cols, v.buf.layout,
-                  bld.copies)
+                  pingpong=True)
     bld.buffers[bld.buffers.index(v.buf)] = ob
 
     def sub(x):
@@ -347,12 +355,12 @@ def _loads(stages) -> set:
     return out
 
 
-def vector_program(graph, double_buffer: bool) -> Program:
-    """The vector program of ``graph``; see the module docstring."""
-    c = 2 if double_buffer else 1
-    view = choose_view(graph)
+def vector_program(graph, view: VectorView | None = None) -> Program:
+    """The vector program of ``graph`` with the dimension roles ``view`` (default:
+    :func:`~polycomp.scheduler.npu.view.choose_view`'s); see the module docstring."""
+    view = view or choose_view(graph)
     _check_carried(graph, view)
-    bld = _Builder(graph.name, c, view)
+    bld = _Builder(graph.name, view)
     tensors, loads, row_loads = _setup(bld, graph)
     for s in graph.stages:
         _stage(bld, s)
@@ -373,14 +381,14 @@ def vector_program(graph, double_buffer: bool) -> Program:
             raise TargetError(f"npu: output {o.name} is a {v.kind} value written as "
                               f"{acc.kind}; not mapped")
         if acc.transposed:
-            ob = bld.staging(o.dtype, c)
+            ob = bld.staging(o.dtype)
             bld.ops.append(("Transpose", ob, (v.buf,)))
         else:
             ob = ping_pong(bld, v)
         outs.append((g, ob, _region(g, keys, acc, view, t * TR, rows)))
 
-    # counters: n = the tile (over batch loops and row tiles), l = the load (n and the
-    # carried loops); ping-pong slots and flag events follow them
+    # rotation counters: n = the tile (over batch loops and row tiles), l = the load (n
+    # and the carried loops); ping-pong slots and flag events follow them
     n: Ix | None = None
     for k in view.batch:
         n = ix(f"i_{k}") if n is None else n * ix(dim_size(k)) + ix(f"i_{k}")
@@ -389,12 +397,11 @@ def vector_program(graph, double_buffer: bool) -> Program:
     for k in view.carried:
         ld = ld * ix(dim_size(k)) + ix(f"i_{k}")
     loaded = {ld_.buf.name for ld_ in loads}
-    so, sl = n % c, ld % c
 
     def slot(b) -> Slot:
-        if b.copies == 1:
+        if not b.pingpong:
             return Slot(b)
-        return Slot(b, sl if b.name in loaded else so)
+        return Slot(b, ld if b.name in loaded else n)
 
     def vec(ops) -> tuple:
         return tuple(VecOp(op, slot(b), tuple(slot(x) if isinstance(x, LocalBuf) else x
@@ -417,7 +424,7 @@ def vector_program(graph, double_buffer: bool) -> Program:
                                 tuple(ix(d) for d in x.tensor.dims), x.access.split,
                                 x.access.row_stride), Slot(x.buf)) for x in row_loads)
     return Program(graph.name, "vector", tuple(tensors), tuple(bld.buffers), pro + loop,
-                   {"rows": R, "cols": bld.C})
+                   Tiling(rows=R, cols=bld.C))
 
 
 def _ub_bytes(prog: Program, env: dict) -> int:
@@ -428,7 +435,9 @@ def vector_tiling(prog: Program, sizes: dict, ub_capacity: int) -> dict:
     """Host tiling of a vector program: ``CP`` (the row length padded to 16 elements),
     ``TR`` (rows per tile: as many as UB holds, at most R) and ``TRP`` (``TR`` padded
     to 16, the columns of a staging tile)."""
-    R, C = prog.tiling["rows"].eval(sizes), prog.tiling["cols"].eval(sizes)
+    rows, cols = prog.tiling.rows, prog.tiling.cols
+    assert rows is not None and cols is not None, prog.name
+    R, C = rows.eval(sizes), cols.eval(sizes)
     cp = -(-C // 16) * 16
 
     def env(tr: int) -> dict:

@@ -1,0 +1,215 @@
+"""The lowering stage ``npu-lower``: the lowered function and the NPU schedule passes'
+plans -> the NPU IR (an :class:`~.program.NpuModule`), as a dialect conversion.
+
+Assumes: ``func`` is the kernel's lowered function (isl AST -> IR) of a tree the NPU
+schedule passes marked: its NPU marks became ``AttrStmt(<kind>, "<n>")`` nodes
+(:func:`polycomp.scheduler.common.marks.attr_index`), and ``npu_plans(state)``
+(:mod:`polycomp.scheduler.npu.plan`) holds their payloads.  Each marked region is
+converted to NPU instructions by the builder of its kind, from its typed plan:
+
+| mark | plan (:mod:`polycomp.scheduler.npu.plan`) | builder |
+|------|------|---------|
+| ``npu_chain:<n>`` | ``NpuChainPlan`` | :mod:`.lower_chain`, :mod:`.lower_chain_vector` |
+| ``npu_phases:<n>`` | ``PhasesPlan`` | :mod:`.lower_phases` |
+| ``npu_conv:<n>`` | ``ConvPlan`` | :mod:`.lower_conv`, :mod:`.lower_cube`, :mod:`.lower_epilogue` |
+| ``npu_cube:<n>`` | ``CubePlan`` | :mod:`.lower_cube`, :mod:`.lower_epilogue` |
+| ``npu_vector:<n>`` | ``VectorPlan`` | :mod:`.lower_vector` |
+
+The instruction loops are the tiled tree's (``mo / no`` output tiles, ``ko`` L1 stages,
+``ki`` L0 steps for the cube; the row tiles of the vector unit, whose size ``TR`` the
+host picks at run time); each marked region of the AST becomes one program.
+
+Guarantees: an :class:`~.program.NpuModule` with the lowered function's signature and
+one program (a phased program for ``npu_phases``); every statement of ``func`` lies in
+a region a plan covers (else :class:`~polycomp.errors.PolycompInternalError`).  The
+program has one copy of each buffer (those another pipe fills or drains are marked
+``pingpong``) and no flags: the NPU IR passes (:mod:`.passes`) double-buffer it and
+place the flags.
+
+:class:`LoweringModel` answers the schedule passes' questions about candidate mappings
+(:class:`~polycomp.scheduler.npu.plan.NpuLoweringModel`) with the same builders.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from polycomp import ir
+from polycomp.errors import NpuCapacityError, PolycompInternalError, TargetError
+from polycomp.hw.target import Target
+from polycomp.pass_manager import TargetPass
+from polycomp.scheduler.chain.npu_detect import NpuChain
+from polycomp.scheduler.chain.npu_plan import LEVELS, NpuChainTiles
+from polycomp.scheduler.common import marks
+from polycomp.scheduler.npu.conv import ConvMatch
+from polycomp.scheduler.npu.plan import ConvPlan, CubePlan, NpuPlans, npu_plans
+from polycomp.scheduler.npu.view import VectorView, tensor_keys
+from polycomp.state import CompileState
+
+from .lower_chain import chain_program
+from .lower_conv import conv_geom, conv_tensors
+from .lower_cube import CubeGemm, cube_program
+from .lower_epilogue import Frame, build_epilogue, ub_bytes
+from .lower_phases import phased_program
+from .lower_vector import vector_program
+from .program import NpuModule, Program, ix
+
+#: the mark kinds that map a region of the lowered function to a program, the
+#: outermost mapping first
+MAPPING_MARKS = (marks.NPU_CHAIN, marks.NPU_PHASES, marks.NPU_CONV, marks.NPU_CUBE,
+                 marks.NPU_VECTOR)
+
+
+def npu_marks(func: ir.LoweredFunc) -> dict[str, list[int]]:
+    """``{kind: [n, ...]}`` of the NPU mapping marks in ``func`` (first occurrence
+    order)."""
+    found: dict[str, list[int]] = {}
+
+    def visit(node) -> None:
+        if isinstance(node, ir.AttrStmt):
+            for kind in MAPPING_MARKS:
+                n = marks.attr_index(node, kind)
+                if n is not None and n not in found.setdefault(kind, []):
+                    found[kind].append(n)
+    ir.walk(func.body, visit)
+    return found
+
+
+def _stored(func: ir.LoweredFunc) -> set[str]:
+    """The arrays the statements of ``func`` write."""
+    out: set[str] = set()
+
+    def visit(node) -> None:
+        if isinstance(node, ir.Store):
+            out.add(node.buffer.name)
+    ir.walk(func.body, visit)
+    return out
+
+
+def _epilogue_frame(graph, stage, conv: ConvMatch) -> tuple[Frame, list]:
+    """The frame of a convolution's vector epilogue: the output's ``(N, F, OH, OW)``
+    seen as the GEMM's ``(F, P)`` rows and columns, per image; and its other inputs."""
+    nk, fk, ohk, owk = (str(k) for k in tensor_keys(stage.output))
+    a, _, _, _, (N, *_rest) = conv_tensors(conv, stage.output.name, "float32")
+    frame = Frame(VectorView(fk, (ohk, owk), (nk,), ()), None, (a.dims[0],),
+                  (N, a.dims[0], "P"), (N, a.dims[0], "OH", "OW"))
+    extra = [t for t in graph.inputs if t.name not in (conv.w.name, conv.x.name)]
+    return frame, extra
+
+
+def _cube(name: str, plan: CubePlan) -> Program:
+    """A (batch) matmul, with its output cast or its vector epilogue."""
+    if not plan.epilogue:
+        return cube_program(name, plan.in_dtype, plan.out_dtype, plan.batched, plan.tiles)
+    graph, c = plan.graph, plan.contraction
+    mm = graph.stages[0]
+    operands = {c.a.load.buffer.name, c.b.load.buffer.name}
+    extra = [t for t in graph.inputs if t.name not in operands]
+    e = build_epilogue(graph, mm, extra, plan.tiles.m0, plan.tiles.n0)
+    return cube_program(name, plan.in_dtype, e.out_tensor.dtype, False, plan.tiles, e)
+
+
+def _conv(name: str, plan: ConvPlan) -> Program:
+    """A convolution as implicit GEMM on the cube (:mod:`.lower_conv`), with the
+    elementwise stages after it (bias, relu) as a vector epilogue."""
+    graph, conv = plan.graph, plan.conv
+    stage = graph.stages[0]
+    out_dt = stage.output.dtype if not plan.epilogue else "float32"
+    a, b, c, derived, (N, *_rest) = conv_tensors(conv, stage.output.name, out_dt)
+    gemm = CubeGemm(a, b, c, ix(a.dims[0]), ix("P"), ix("KD"), ix(N), (b, a, c), derived,
+                    conv_geom(conv))
+    epi = None
+    if plan.epilogue:
+        frame, extra = _epilogue_frame(graph, stage, conv)
+        epi = build_epilogue(graph, stage, extra, plan.tiles.m0, plan.tiles.n0, frame)
+        out_dt = epi.out_tensor.dtype
+    return cube_program(name, conv.dtype, out_dt, True, plan.tiles, epi, gemm=gemm)
+
+
+def _outputs(stages) -> set[str]:
+    return {s.output.name for s in stages}
+
+
+def lower_plans(func: ir.LoweredFunc, plans: NpuPlans, graph: Any) -> Program:
+    """The program of the NPU marks of ``func`` (module docstring); ``graph``: the
+    kernel's graph."""
+    name = graph.name if hasattr(graph, "name") else "kernel"
+    found = npu_marks(func)
+    if found.get(marks.NPU_CHAIN):
+        p = plans.chains[found[marks.NPU_CHAIN][0]]
+        prog = chain_program(name, graph, p.chain, p.tiles, p.double_buffer)
+        covered = _outputs(p.chain.match.stages)
+    elif found.get(marks.NPU_PHASES):
+        ph = plans.phases[found[marks.NPU_PHASES][0]]
+        prog, covered = phased_program(ph), _outputs(ph.graph.stages)
+    elif found.get(marks.NPU_CONV):
+        cv = plans.convs[found[marks.NPU_CONV][0]]
+        prog, covered = _conv(name, cv), _outputs(cv.graph.stages)
+    elif found.get(marks.NPU_CUBE):
+        cb = plans.cubes[found[marks.NPU_CUBE][0]]
+        prog, covered = _cube(name, cb), _outputs(cb.graph.stages)
+    elif found.get(marks.NPU_VECTOR):
+        vp = plans.vectors[found[marks.NPU_VECTOR][0]]
+        prog, covered = vector_program(vp.graph, vp.view), _outputs(vp.graph.stages)
+    else:
+        raise PolycompInternalError(f"npu-lower: {func.name} has no NPU mapping mark "
+                                    f"(the NPU schedule passes did not run)")
+    left = _stored(func) - covered
+    if left:
+        raise PolycompInternalError(f"npu-lower: {func.name} writes {', '.join(sorted(left))} "
+                                    f"outside every NPU plan")
+    return prog
+
+
+class NpuLowerPass(TargetPass):
+    """See the module docstring."""
+    name = "npu-lower"
+
+    def run(self, func: Any, state: CompileState) -> NpuModule:
+        assert isinstance(func, ir.LoweredFunc), type(func).__name__
+        prog = lower_plans(func, npu_plans(state), state.model.graph)
+        return NpuModule(func.name, func.params, func.inputs, func.outputs, func.inout, prog)
+
+
+class LoweringModel:
+    """The NPU lowering's answers to the schedule passes
+    (:class:`~polycomp.scheduler.npu.plan.NpuLoweringModel`), from the builders
+    themselves: what they would build is what is measured."""
+
+    def epilogue_ub(self, graph: Any, stage: Any, conv: ConvMatch | None,
+                    copies: int) -> Callable[[int, int], int]:
+        if conv is None:
+            c_names = _operands(stage)
+            extra = [t for t in graph.inputs if t.name not in c_names]
+            return ub_bytes(graph, stage, extra, copies)
+        frame, extra = _epilogue_frame(graph, stage, conv)
+        return ub_bytes(graph, stage, extra, copies, frame)
+
+    def check_vector(self, graph: Any) -> None:
+        vector_program(graph)
+
+    def chain_usage(self, graph: Any, chain: NpuChain, tiles: NpuChainTiles,
+                    double_buffer: bool,
+                    target: Target) -> tuple[tuple[str, int, int], ...] | None:
+        from .sim import allocate
+        prog = chain_program("fit", graph, chain, tiles, double_buffer)
+        try:
+            addrs = allocate(prog, target)
+        except NpuCapacityError:
+            return None
+        ends: dict[str, int] = {}
+        for b in prog.buffers:
+            lv, a = addrs[b.name]
+            ends[lv] = max(ends.get(lv, 0), a + b.size() * b.copies)
+        return tuple((lv, ends.get(lv, 0), target.capacity(lv)) for lv in LEVELS)
+
+
+def _operands(stage) -> set[str]:
+    from polycomp.scheduler.common.contraction import Contraction, match_contraction
+    c = match_contraction(stage)
+    if not isinstance(c, Contraction):
+        raise TargetError(f"npu: {stage.name} is no contraction")
+    return {c.a.load.buffer.name, c.b.load.buffer.name}
+
+
+__all__ = ["NpuLowerPass", "LoweringModel", "lower_plans", "npu_marks"]

@@ -1,0 +1,77 @@
+"""The NPU IR passes: rewrites of an :class:`~.program.NpuModule` that the pass manager
+runs after the lowering stage ``npu-lower`` (:mod:`.lower`), timed and dumped like
+every other step (``polycomp explain -t npu`` shows the NPU IR after each).
+
+* ``npu-double-buffer`` (option ``double_buffer``): every buffer the lowering marked
+  ``pingpong`` — its slots indexed by a rotation counter (an L1 stage ``ko``, an L0
+  step ``ki``, an output tile, a vector tile or load) — gets two copies, slot ``counter
+  % 2``, so that the pipe filling one copy overlaps the pipe working on the other.
+  Assumes: one slot index per buffer (its counter), a new value of the counter per
+  iteration of the loop that fills the buffer.  Guarantees: the same instructions on
+  the same data; only buffer copies and slot indices change (the tile sizes the
+  schedule passes fitted already count both copies).  The fused chain program double
+  buffers by construction (two buffer sets and a skewed loop, :mod:`.lower_chain`) and
+  has no ``pingpong`` buffers.
+* ``npu-sync``: the ``SetFlag``/``WaitFlag`` pairs between pipes, placed by dependence
+  analysis on the buffers' slots (:mod:`.sync`, whose docstring states what it assumes
+  and guarantees); the simulator's race check proves them on every run.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from polycomp.pass_manager import TargetPass
+from polycomp.state import CompileState
+
+from .program import LocalBuf, NpuModule, Program, Slot, map_slots
+from .sync import place_flags
+
+
+class NpuPass(TargetPass):
+    """A rewrite of the NPU IR: ``run_program`` on the module's program."""
+
+    def run(self, mod: Any, state: CompileState) -> NpuModule:
+        assert isinstance(mod, NpuModule), type(mod).__name__
+        return mod.with_program(self.run_program(mod.program, state))
+
+    def run_program(self, prog: Program, state: CompileState) -> Program:
+        raise NotImplementedError
+
+
+def double_buffer(prog: Program, copies: int = 2) -> Program:
+    """``prog`` with every ``pingpong`` buffer in ``copies`` copies (module docstring)."""
+    if prog.phases:
+        return dataclasses.replace(prog, phases=tuple(double_buffer(p, copies)
+                                                      for p in prog.phases))
+    new: dict[str, LocalBuf] = {b.name: dataclasses.replace(b, copies=copies)
+                                for b in prog.buffers if b.pingpong and b.copies == 1}
+    if not new:
+        return prog
+
+    def slot(s: Slot) -> Slot:
+        b = new.get(s.buf.name)
+        return s if b is None else Slot(b, s.index % copies)
+    return dataclasses.replace(prog, buffers=tuple(new.get(b.name, b) for b in prog.buffers),
+                               body=map_slots(prog.body, slot))
+
+
+class NpuDoubleBufferPass(NpuPass):
+    """See the module docstring."""
+    name = "npu-double-buffer"
+
+    def run_program(self, prog: Program, state: CompileState) -> Program:
+        return double_buffer(prog) if state.npu_options.double_buffer else prog
+
+
+class NpuSyncPass(NpuPass):
+    """See the module docstring."""
+    name = "npu-sync"
+
+    def run_program(self, prog: Program, state: CompileState) -> Program:
+        return place_flags(prog)
+
+
+def npu_passes() -> list[NpuPass]:
+    """The NPU IR passes, in order (flags after double buffering: they follow slots)."""
+    return [NpuDoubleBufferPass(), NpuSyncPass()]

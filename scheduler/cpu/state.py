@@ -1,0 +1,61 @@
+"""The CPU pipeline's typed compile state: the payloads of ``cpu_microkernel:<n>`` marks.
+
+A bare ``cpu_microkernel`` mark (float32/float64 GEMMs and convolutions, on the FMA
+unit) carries nothing: the micro-kernel pass reads the element type from the IR.  A
+GEMM tiled for a *dot-product* unit (``vdpbf16ps``, ``vpdpbusd``: each accumulator
+lane adds the products of a group of ``k`` values) is marked ``cpu_microkernel:<n>``
+by :mod:`polycomp.scheduler.cpu.backbone_tile`, and ``<n>`` indexes the
+:class:`DotTile` it recorded here (``cpu_microkernels(state).dots[n]``); the IR
+micro-kernel pass (:mod:`polycomp.hw.cpu.microkernel`) reads it from there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from polycomp.state import CompileState
+
+__all__ = ["CpuMicroKernels", "DotTile", "cpu_microkernels"]
+
+
+@dataclass(frozen=True)
+class DotTile:
+    """The register tile of one product on a dot-product unit.
+
+    ``update``: the product's update statement; ``unit``: the unit's name (the target's
+    :class:`~polycomp.hw.memory.ComputeUnit`); ``operands``: the dtypes the unit
+    multiplies (broadcast operand ``X``, vector operand ``Y``); ``inputs``: the arrays'
+    element dtype; ``accumulator``: the lanes' dtype (the product's output dtype);
+    ``lanes`` accumulator lanes per vector and ``group`` values of ``k`` per lane (the
+    unit's shape); ``offset``: what ``X``'s packing added to each element (128 for
+    int8 on a ``u8 x s8`` unit, 0 otherwise); ``mr`` x ``nr``: the register block
+    (``nr`` a multiple of ``lanes``)."""
+    update: str
+    unit: str
+    operands: tuple[str, str]
+    inputs: str
+    accumulator: str
+    lanes: int
+    group: int
+    offset: int
+    mr: int
+    nr: int
+    x_array: str
+    y_array: str
+
+
+@dataclass(eq=False)
+class CpuMicroKernels:
+    """The dot-product tiles of a compile, indexed by their marks' ``<n>``."""
+    dots: list[DotTile] = field(default_factory=list)
+
+    def add(self, tile: DotTile) -> int:
+        """Record ``tile``; its index (the mark's ``<n>``)."""
+        self.dots.append(tile)
+        return len(self.dots) - 1
+
+
+def cpu_microkernels(state: CompileState) -> CpuMicroKernels:
+    """The micro-kernel payloads of ``state``'s compile."""
+    return state.slot(CpuMicroKernels)

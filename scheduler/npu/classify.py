@@ -1,0 +1,42 @@
+"""Which stages the cube takes: plain (batch) matmul contractions, with the output
+cast or a vector epilogue after them (used by the ``npu-map`` pass, :mod:`.map`).
+"""
+from __future__ import annotations
+
+from polycomp import ir
+from polycomp.scheduler.common.contraction import Contraction, match_contraction
+
+
+def is_matmul(c: Contraction) -> bool:
+    """``out[b?, i, j] = sum_k a[b?, i, k] * b[b?, k, j]`` with plain iterators."""
+    if len(c.reduce_dims) != 1 or len(c.out_dims) not in (2, 3) or c.a.guard or c.b.guard:
+        return False
+    *bd, i, j = c.out_dims
+    k = c.reduce_dims[0]
+    return list(c.a.load.indices) == [*bd, i, k] and list(c.b.load.indices) == [*bd, k, j] \
+        and c.a.load.dtype in ("float16", "float32") and c.a.load.dtype == c.b.load.dtype
+
+
+def is_cast_of(s, producer) -> bool:
+    """``s`` is ``cast(producer[iters])`` (the output cast of a matmul): the cube path
+    casts on the way out of L0C."""
+    b = s.body
+    return not s.is_reduction and isinstance(b, ir.Cast) and isinstance(b.value, ir.Load) \
+        and b.value.buffer.name == producer.name and list(b.value.indices) == list(s.iters)
+
+
+def plain_matmul(stages) -> Contraction | None:
+    if 1 <= len(stages) <= 2 and stages[0].is_reduction and \
+            (len(stages) == 1 or is_cast_of(stages[1], stages[0])):
+        c = match_contraction(stages[0])
+        if isinstance(c, Contraction) and is_matmul(c):
+            return c
+    return None
+
+
+def epilogue_matmul(stages) -> Contraction | None:
+    if len(stages) > 1 and stages[0].is_reduction:
+        c = match_contraction(stages[0])
+        if isinstance(c, Contraction) and is_matmul(c) and len(c.out_dims) == 2:
+            return c
+    return None
