@@ -20,7 +20,7 @@ two agree).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import islpy as isl
 
@@ -29,6 +29,7 @@ from polycomp.errors import PolycompInternalError
 from polycomp.islutil import (
     StatementDependences,
     flatten_range,
+    intersect_params,
     maps,
     project_range,
     restrict_equal,
@@ -89,7 +90,9 @@ def build_ast(schedule: isl.Schedule, context: isl.Set,
 
 
 def build_ast_parts(schedule: isl.Schedule, context: isl.Set,
-                    dependences: isl.UnionMap | None = None) -> list[isl.AstNode]:
+                    dependences: isl.UnionMap | None = None,
+                    split: tuple[isl.Set, Sequence[isl.Set]] | None = None,
+                    ) -> list[isl.AstNode]:
     """The isl AST of ``schedule`` under ``context`` (see :func:`build_ast`) as a list of
     ASTs to be executed in order.
 
@@ -101,8 +104,19 @@ def build_ast_parts(schedule: isl.Schedule, context: isl.Set,
     concatenation of its children's ASTs, and the projected context states the same
     about the child's parameters as the full one, so the result executes the same
     instances in the same order; it saves isl from carrying every other kernel's
-    parameter constraints through the generation of each kernel.  Otherwise: one AST."""
-    parts = _independent_parts(schedule, context)
+    parameter constraints through the generation of each kernel.  Otherwise: one AST.
+
+    ``split``: ``(base, parts)`` with ``context = base ∩ parts[0] ∩ parts[1] ...`` (the
+    model's context and each GPU kernel's block/thread ranges).  Projecting the whole
+    context once per child costs time in its size, which grows with the kernels (one
+    dense basic set over every kernel's parameters: cubic in the number of loop nests,
+    100 independent C nests on ``cuda`` took minutes); see :func:`_split_contexts` for
+    the projection part by part, which gives the same sets."""
+    parts = None
+    if split is not None:
+        parts = _split_contexts(schedule, *split)
+    if parts is None:
+        parts = _independent_parts(schedule, context)
     index = StatementDependences(dependences) if dependences is not None else None
     if parts is None:
         return [build_ast(schedule, context, index)]
@@ -162,6 +176,67 @@ def _independent_parts(schedule: isl.Schedule, context: isl.Set):
                 reduced = True
         parts.append((child.filter_get_filter(), ctx))
     return parts if reduced else None
+
+
+def _split_contexts(schedule: isl.Schedule, base: isl.Set, parts: Sequence[isl.Set]):
+    """:func:`_independent_parts` of the context ``base ∩ parts[0] ∩ ...`` computed part by
+    part, or None where the shortcut does not apply (then the caller projects the
+    whole context).
+
+    Let ``C`` be the parameters of the schedule's domain (every child keeps them),
+    ``K_i = C ∪`` the parameters child ``i``'s subtree uses, and ``P_j`` the parameters
+    of part ``j`` outside ``C``.  When ``base`` has no parameter outside ``C`` and the
+    ``P_j`` are pairwise disjoint, each eliminated parameter occurs in exactly one part,
+    so projecting the conjunction onto ``K_i`` is the conjunction of the projections:
+    ``base``, every part with ``P_j ⊆ K_i`` whole, and every other part projected onto
+    ``C`` (it must then have ``P_j ∩ K_i = ∅``; otherwise: None).  A whole part implies
+    its own projection, so the projections of all parts (``Q``, computed once, over
+    ``C`` only) are intersected for every child: each child costs its own parts and
+    ``Q``, not the size of the whole context."""
+    root = schedule.get_root()
+    if not parts or root.n_children() != 1 or \
+            root.child(0).get_type() != isl.schedule_node_type.sequence:
+        return None
+    seq = root.child(0)
+    if seq.n_children() < 2:
+        return None
+    common = _param_names(schedule.get_domain())
+    if not _param_names(base) <= common:
+        return None
+    private: list[set] = []
+    seen: set = set()
+    for part in parts:
+        p = _param_names(part) - common
+        if p & seen:
+            return None
+        seen |= p
+        private.append(p)
+    q = base
+    for part in parts:
+        q = intersect_params(q, _project_params(part, common))
+    out, reduced = [], False
+    for i in range(seq.n_children()):
+        child = seq.child(i)
+        keep = common | _subtree_params(child)
+        ctx = q
+        for part, p in zip(parts, private):
+            if p <= keep:
+                ctx = intersect_params(ctx, part)
+            elif p & keep:
+                return None
+            else:
+                reduced = True
+        out.append((child.filter_get_filter(), ctx))
+    return out if reduced else None
+
+
+def _project_params(s: isl.Set, keep: set) -> isl.Set:
+    """``s`` with its parameters outside ``keep`` projected out."""
+    sp = s.get_space()
+    for k in reversed(range(sp.dim(isl.dim_type.param))):
+        if sp.get_dim_name(isl.dim_type.param, k) not in keep:
+            s = s.project_out(isl.dim_type.param, k, 1)
+    return s
 
 
 def _loop_is_coincident(build: isl.AstBuild, index: StatementDependences) -> bool:
@@ -308,13 +383,16 @@ def statement_builders(model) -> dict[str, Callable]:
 def lower_schedule(model: PolyModel, schedule: isl.Schedule, extra_statements: dict | None = None,
                    name: str | None = None, simplify_body: bool = True,
                    extra_context: isl.Set | None = None,
+                   context_parts: Sequence[isl.Set] = (),
                    statement_hook: Callable[[Callable[[str], ir.Var]], dict] | None = None,
                    ) -> ir.LoweredFunc:
     """Lower ``schedule`` of ``model`` to a :class:`~polycomp.ir.LoweredFunc`.
 
     Temporaries (stages that are not outputs) are allocated in global scope around
     the whole body.  ``extra_context`` adds parameter constraints for AST generation
-    (passes that introduce parameters, e.g. GPU block/thread ids, provide it);
+    (passes that introduce parameters, e.g. GPU block/thread ids, provide it), and
+    ``context_parts`` the sets it is the intersection of, if known (AST generation
+    then projects the context part by part: :func:`build_ast_parts`);
     ``statement_hook(var)`` returns statement builders that replace or add to the
     model's (a target's promoted statements and copies, see
     :meth:`polycomp.hw.registry.Backend.lowering_statements`); ``var(name)`` gives the
@@ -325,7 +403,8 @@ def lower_schedule(model: PolyModel, schedule: isl.Schedule, extra_statements: d
     if extra_context is not None:  # e.g. ranges of block/thread parameters
         context = context.align_params(extra_context.get_space())
         context = context.intersect(extra_context.align_params(context.get_space()))
-    asts = build_ast_parts(schedule, context, model.dependences)
+    split = (model.context, tuple(context_parts)) if context_parts else None
+    asts = build_ast_parts(schedule, context, model.dependences, split)
     builders = statement_builders(model)
     lowerer = AstLowerer(builders, model.params)
     if statement_hook is not None:
