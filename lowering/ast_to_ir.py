@@ -29,6 +29,7 @@ from polycomp.errors import PolycompInternalError
 from polycomp.islutil import (
     StatementDependences,
     flatten_range,
+    intersect_all_params,
     intersect_params,
     maps,
     project_range,
@@ -89,7 +90,7 @@ def build_ast(schedule: isl.Schedule, context: isl.Set,
     return node
 
 
-def build_ast_parts(schedule: isl.Schedule, context: isl.Set,
+def build_ast_parts(schedule: isl.Schedule, context: isl.Set | None,
                     dependences: isl.UnionMap | None = None,
                     split: tuple[isl.Set, Sequence[isl.Set]] | None = None,
                     ) -> list[isl.AstNode]:
@@ -107,7 +108,8 @@ def build_ast_parts(schedule: isl.Schedule, context: isl.Set,
     parameter constraints through the generation of each kernel.  Otherwise: one AST.
 
     ``split``: ``(base, parts)`` with ``context = base ∩ parts[0] ∩ parts[1] ...`` (the
-    model's context and each GPU kernel's block/thread ranges).  Projecting the whole
+    model's context and each GPU kernel's block/thread ranges; ``context`` may then be
+    None: it is computed only where needed).  Projecting the whole
     context once per child costs time in its size, which grows with the kernels (one
     dense basic set over every kernel's parameters: cubic in the number of loop nests,
     100 independent C nests on ``cuda`` took minutes); see :func:`_split_contexts` for
@@ -116,9 +118,13 @@ def build_ast_parts(schedule: isl.Schedule, context: isl.Set,
     if split is not None:
         parts = _split_contexts(schedule, *split)
     if parts is None:
+        if context is None:
+            assert split is not None
+            context = _whole_context(*split)
         parts = _independent_parts(schedule, context)
     index = StatementDependences(dependences) if dependences is not None else None
     if parts is None:
+        assert context is not None
         return [build_ast(schedule, context, index)]
     return [build_ast(schedule.intersect_domain(filt), ctx, index) for filt, ctx in parts]
 
@@ -228,6 +234,16 @@ def _split_contexts(schedule: isl.Schedule, base: isl.Set, parts: Sequence[isl.S
                 reduced = True
         out.append((child.filter_get_filter(), ctx))
     return out if reduced else None
+
+
+def _whole_context(base: isl.Set, parts: Sequence[isl.Set]) -> isl.Set:
+    """``base ∩ parts[0] ∩ ...``, the parameters of ``parts`` first (their order decides
+    the AST's parameter order, as when the parts were intersected as they came)."""
+    extra = intersect_all_params(parts)
+    if extra is None:
+        return base
+    context = base.align_params(extra.get_space())
+    return context.intersect(extra.align_params(context.get_space()))
 
 
 def _project_params(s: isl.Set, keep: set) -> isl.Set:
@@ -390,20 +406,24 @@ def lower_schedule(model: PolyModel, schedule: isl.Schedule, extra_statements: d
 
     Temporaries (stages that are not outputs) are allocated in global scope around
     the whole body.  ``extra_context`` adds parameter constraints for AST generation
-    (passes that introduce parameters, e.g. GPU block/thread ids, provide it), and
-    ``context_parts`` the sets it is the intersection of, if known (AST generation
-    then projects the context part by part: :func:`build_ast_parts`);
+    (passes that introduce parameters, e.g. GPU block/thread ids, provide it);
+    ``context_parts`` adds several such sets (one per GPU kernel:
+    ``CompileState.ast_context_parts``), which AST generation projects part by part
+    and intersects only where it needs the whole context (:func:`build_ast_parts`);
     ``statement_hook(var)`` returns statement builders that replace or add to the
     model's (a target's promoted statements and copies, see
     :meth:`polycomp.hw.registry.Backend.lowering_statements`); ``var(name)`` gives the
     IR variable of an AST iterator or parameter.
     """
     from .simplify import simplify
-    context = model.context
+    split: tuple[isl.Set, Sequence[isl.Set]] | None = None
+    context: isl.Set | None = model.context
     if extra_context is not None:  # e.g. ranges of block/thread parameters
-        context = context.align_params(extra_context.get_space())
-        context = context.intersect(extra_context.align_params(context.get_space()))
-    split = (model.context, tuple(context_parts)) if context_parts else None
+        context = _whole_context(model.context, [extra_context])
+    if context_parts:
+        split = (model.context, tuple(context_parts) + (
+            (extra_context,) if extra_context is not None else ()))
+        context = None      # computed where needed (see build_ast_parts)
     asts = build_ast_parts(schedule, context, model.dependences, split)
     builders = statement_builders(model)
     lowerer = AstLowerer(builders, model.params)

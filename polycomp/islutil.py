@@ -51,6 +51,15 @@ def intersect_params(a: isl.Set, b: isl.Set) -> isl.Set:
     return a.intersect(b)
 
 
+def intersect_all_params(parts) -> isl.Set | None:
+    """``parts[0] ∩ parts[1] ∩ ...`` by :func:`intersect_params`, left to right (the
+    parameters in the order the parts introduce them); None for no parts."""
+    out = None
+    for p in parts:
+        out = p if out is None else intersect_params(out, p)
+    return out
+
+
 def param_id(ctx: isl.Context, name: str) -> isl.Id:
     """The isl id of parameter ``name`` as the parser makes it.
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import islpy as isl
 
-from polycomp.islutil import intersect_params
+from polycomp.islutil import intersect_all_params
 
 if TYPE_CHECKING:  # pragma: no cover
     from polycomp.hw.options import CpuOptions, CudaOptions, NpuOptions
@@ -68,10 +68,9 @@ class CompileState:
     options: Options = None  # type: ignore[assignment]
     remarks: dict[str, list[str]] = field(default_factory=dict)
     inlined: dict[str, Any] = field(default_factory=dict)   # array name -> Stage
-    ast_context: isl.Set | None = None
-    # the constraint sets ``ast_context`` is the intersection of, in the order given
-    # (lowering projects them one by one: see :func:`polycomp.lowering.ast_to_ir.
-    # build_ast_parts`)
+    # parameter constraint sets for AST generation, in the order given; ``ast_context``
+    # is their intersection (lowering projects them part by part: see
+    # :func:`polycomp.lowering.ast_to_ir.build_ast_parts`)
     ast_context_parts: list[isl.Set] = field(default_factory=list)
     generated: GeneratedSources = field(default_factory=GeneratedSources)
     slots: dict[type, Any] = field(default_factory=dict)
@@ -121,8 +120,12 @@ class CompileState:
         return self.remarks
 
     def restrict_ast_context(self, constraints: isl.Set) -> None:
-        """Intersect the AST context with parameter ``constraints`` (kept as one part of
-        ``ast_context_parts`` too)."""
+        """Intersect the AST context with parameter ``constraints`` (one more part of
+        ``ast_context_parts``; nothing is intersected here: one GPU kernel after the
+        other, the intersection grew with every kernel and cost time in its size)."""
         self.ast_context_parts.append(constraints)
-        self.ast_context = constraints if self.ast_context is None \
-            else intersect_params(self.ast_context, constraints)
+
+    @property
+    def ast_context(self) -> isl.Set | None:
+        """The intersection of ``ast_context_parts`` (None when there are none)."""
+        return intersect_all_params(self.ast_context_parts)

@@ -476,4 +476,4 @@ def test_split_contexts_are_used_for_independent_nests(monkeypatch):
 
 def test_independent_nests_on_cuda_compile_quickly():
     compile_kernel(make_case("c-stmts-1"), "cuda")      # imports
-    assert _seconds("c-nests-60", "cuda") < 20         # was 50 s (cubic), now 1.7 s
+    assert _seconds("c-nests-100", "cuda") < 30        # c-nests-60: 50 s before (cubic)
