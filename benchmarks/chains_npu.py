@@ -4,8 +4,11 @@
 No NPU here: every figure comes from the cycle-level NPU simulator
 (:mod:`polycomp.hw.npu.sim`, cycle model and its assumptions in docs/npu.md) running
 the programs the emitted source is printed from, fp16 operands with fp32
-accumulation, one batch element per case (the programs loop over the batch, so cycles
-and traffic are linear in it; the full batches take minutes per case on this host):
+accumulation, one batch element per case by default, or each case's own batch with
+``--full-batch``.  On the multi-core chip the batch matters: the fused program splits
+its ``(b, m, n)`` blocks over the cube cores, so one batch element of a short sequence
+leaves most cores idle (ViT-B: 2 of 24), while the unfused programs split each
+product's output tiles:
 
 * ``fused``: the chain compiled for ``npu`` with chain fusion (scheduler/chain/npu_*:
   one cube/vector program, the scores never in GM), constant shapes;
@@ -41,7 +44,7 @@ CHAINS = {
     "G7": (12, 208, 64, 64, 208), "G8": (16, 208, 64, 64, 208), "G9": (16, 208, 80, 80, 208),
     "G10": (1, 512, 64, 64, 256), "G11": (1, 768, 64, 64, 384), "G12": (1, 1024, 64, 64, 512),
 }
-#: G1-G3, G4-G5, G7-G8 differ only in the batch, which the simulator runs one of
+#: G1-G3, G4-G5, G7-G8 differ only in the batch (the same rows without --full-batch)
 DEFAULT = ("DETR", "ViT-B", "ViT-H", "SETR", "G1", "G4", "G6", "G7", "G9", "G10", "G11", "G12")
 
 
@@ -86,25 +89,26 @@ def _unfused(m, k, l, n, softmax, scale, target, args):  # noqa: E741
     x, y, z = args
     t, r1 = simulate(compile_kernel(batch_matmul_kernel("float16", "float16"), target), x, y)
     out, r2 = simulate(compile_kernel(batch_matmul_kernel("float16"), target), t, z)
-    both = r1.then(r2)
-    return out, r1.cycles + r2.cycles, _gm(r1) + _gm(r2), both.busy
+    busy = {p: r1.busy.get(p, 0) + r2.busy.get(p, 0) for p in {*r1.busy, *r2.busy}}
+    return out, r1.cycles + r2.cycles, _gm(r1) + _gm(r2), busy
 
 
-def case(name: str, group: str, target: str) -> dict:
+def case(name: str, group: str, target: str, full_batch: bool = False) -> dict:
     from polycomp.driver import compile_kernel
     from polycomp.hw.npu.backend import simulate
     from polycomp.scheduler.chain.npu_pass import chain_plan_of
     if group == "attention":
-        _, s, d = ATTENTION[name]
+        batch, s, d = ATTENTION[name]
         m, k, l, n, softmax, scale = s, d, s, d, True, 1.0 / math.sqrt(d)  # noqa: E741
     else:
-        _, m, n, k, l = CHAINS[name]  # noqa: E741
+        batch, m, n, k, l = CHAINS[name]  # noqa: E741
         softmax, scale = group == "bmm+softmax", None
+    bt = batch if full_batch else 1
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(sh).astype(np.float16) * (0.5 if softmax else 0.25)
-            for sh in ((1, m, k), (1, k, l), (1, l, n))]
+            for sh in ((bt, m, k), (bt, k, l), (bt, l, n))]
     t0 = time.perf_counter()
-    ck = compile_kernel(_fp16_chain(m, k, l, n, softmax, scale, False), target)
+    ck = compile_kernel(_fp16_chain(m, k, l, n, softmax, scale, False, batch=bt), target)
     plan = chain_plan_of(ck.schedule, ck.state)
     if plan is None:
         raise RuntimeError(f"{name}: not fused: {ck.notes.get('npu-chain-fuse')}")
@@ -117,7 +121,7 @@ def case(name: str, group: str, target: str) -> dict:
     t2 = time.perf_counter()
     flops = 2 * m * l * (k + n)
     t = plan.tiles
-    return {"group": group, "case": name, "shape (M, K, L, N)": [m, k, l, n],
+    return {"group": group, "case": name, "batch": bt, "shape (M, K, L, N)": [m, k, l, n],
             "tiles": f"{t.tm}x{t.tl} TN={t.tn} k0={t.k0} KL1={t.kl1}",
             "fused_cycles": rep.cycles, "unfused_cycles": u_cycles,
             "cycles_unfused_over_fused": round(u_cycles / rep.cycles, 3),
@@ -128,29 +132,30 @@ def case(name: str, group: str, target: str) -> dict:
             "fused_busy": {p: v for p, v in rep.busy.items() if v},
             "unfused_busy": {p: v for p, v in u_busy.items() if v},
             "flops": flops, "max_abs_diff": float(np.nanmax(np.abs(fused - unf))),
-            "buffers": len(prog.buffers),
+            "buffers": sum(len(p.buffers) for p in prog.programs),
             "sim_seconds": [round(t1 - t0, 1), round(t2 - t1, 1)]}
 
 
-def run(only: list[str], target: str) -> list[dict]:
+def run(only: list[str], target: str, full_batch: bool = False) -> list[dict]:
     rows = []
     for name in only:
         groups = ["attention"] if name in ATTENTION else ["bmm", "bmm+softmax"]
         for g in groups:
-            rows.append(case(name, g, target))
+            rows.append(case(name, g, target, full_batch))
     return rows
 
 
 def _table(rows: list[dict], target: str) -> str:
-    head = ("| group | case | M, K, L, N | tiles | fused cycles | unfused cycles | "
+    head = ("| group | case | batch | M, K, L, N | tiles | fused cycles | unfused cycles | "
             "x cycles | fused GM MiB (predicted) | unfused GM MiB | x bytes | fused cube util "
             "| max abs diff |")
-    lines = [f"target {target}, NPU simulator, fp16 operands / fp32 accumulation, one batch "
-             f"element; x = unfused / fused", "", head,
+    lines = [f"target {target}, NPU simulator, fp16 operands / fp32 accumulation; "
+             f"x = unfused / fused", "", head,
              "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         lines.append(
-            f"| {r['group']} | {r['case']} | {', '.join(map(str, r['shape (M, K, L, N)']))} "
+            f"| {r['group']} | {r['case']} | {r['batch']} | "
+            f"{', '.join(map(str, r['shape (M, K, L, N)']))} "
             f"| {r['tiles']} | {r['fused_cycles']} | {r['unfused_cycles']} | "
             f"{r['cycles_unfused_over_fused']:.2f} | {r['fused_gm_bytes'] / 2**20:.2f} "
             f"({r['predicted_fused_bytes'] / 2**20:.2f}) | {r['unfused_gm_bytes'] / 2**20:.2f}"
@@ -172,13 +177,15 @@ def main(argv=None) -> int:
                     help="comma-separated cases (attention: DETR, ViT-B, ViT-H, SETR; "
                          "chains G1-G12)")
     ap.add_argument("--target", default="npu", choices=("npu", "npu-lite"))
+    ap.add_argument("--full-batch", action="store_true",
+                    help="each case's own batch (default: one batch element)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     names = [s.strip() for s in a.only.split(",") if s.strip()]
     bad = [s for s in names if s not in ATTENTION and s not in CHAINS]
     if bad:
         ap.error(f"unknown case(s) {', '.join(bad)}")
-    rows = run(names, a.target)
+    rows = run(names, a.target, a.full_batch)
     print(json.dumps(rows, indent=2) if a.json else _table(rows, a.target))
     return 0
 

@@ -22,7 +22,12 @@ its ``main``.  Per kernel:
 * **vs Polly**: the same against ``clang -O3 -march=native -mllvm -polly -mllvm
   -polly-parallel`` when a clang with Polly is installed ("not available" otherwise);
 * **compile_s**: seconds of ``compile_kernel(k, "cpu")`` (model to C source; gcc's own
-  build of the generated C is not included).
+  build of the generated C is not included);
+* **vs peer** (``--peer-c DIR``): the same against another polycomp build's generated C
+  for the kernel, ``DIR/<name>.c`` (written by ``--dump-c DIR`` run under another
+  checkout, e.g. ``main``: the same entry point), built with the same gcc flags and timed
+  in the same run: ``peer time / polycomp time``, best and median — how this build
+  compares with that one without a second process on a shared host.
 """
 from __future__ import annotations
 
@@ -84,6 +89,9 @@ class Row:
     speedup_median: float | None = None
     vs_polly: float | None = None
     rel_err: float | None = None
+    peer_s: tuple = ()
+    vs_peer: float | None = None
+    vs_peer_median: float | None = None
 
 
 # --------------------------------------------------------------------------- sources
@@ -221,12 +229,34 @@ class Compiled:
         from polycomp.hw.registry import backend_for
         self.f = backend_for(ck.target).load(ck)
         self.k = k
+        self.source = ck.source
 
     def args(self, work: dict) -> list:
         g = self.k.graph   # the entry point's arguments in this order (its own
         # names may be legalised: PolyBench's `_fict_` is not a valid C name there)
         return ([ctypes.c_int64(work[p.name]) for p in g.params] +
                 [work[a.name].ctypes.data for a in g.inputs + g.outputs])
+
+
+class Peer(Compiled):
+    """Another polycomp build's generated C for the kernel (``--peer-c``), built with
+    the flags polycomp builds its own C with; same entry point and arguments."""
+
+    def __init__(self, k, path: str):
+        from polycomp.hw.cpu.build import build_shared
+        with open(path) as f:
+            src = f.read()
+        m = re.search(r"^void\s+(\w+)\s*\(", src, re.M)
+        if m is None:
+            raise PolybenchError(f"{path}: no entry point")
+        lib = ctypes.CDLL(build_shared(src))
+        self.cfunc = getattr(lib, m.group(1))
+        self.cfunc.restype = None
+        g = k.graph
+        self.cfunc.argtypes = [ctypes.c_int64] * len(g.params) + \
+            [ctypes.c_void_p] * (len(g.inputs) + len(g.outputs))
+        self.k = k
+        self.compile_s = 0.0
 
 
 def fresh(data: dict, into: dict | None = None) -> dict:
@@ -315,7 +345,8 @@ def check_exact(k, pk_mini: PolyKernel, targets, workdir: str) -> dict:
 
 
 def bench_kernel(name: str, path: str, pb: str, dataset: str, rounds: int,
-                 workdir: str, polly: str | None, exact_targets=("c", "cpu")) -> Row:
+                 workdir: str, polly: str | None, exact_targets=("c", "cpu"),
+                 peer_dir: str | None = None) -> Row:
     from polycomp.frontend.c_reader import read_c_kernel
     row = Row(name)
     try:
@@ -335,8 +366,23 @@ def bench_kernel(name: str, path: str, pb: str, dataset: str, rounds: int,
         want = run_once(gcc.fn, gcc.args, data)
         got = run_once(c.f.cfunc, c.args, data)
         row.rel_err = max((rel_err(got[n], want[n]) for n in k.outputs), default=0.0)
-        row.gcc_s = timed(gcc.fn, gcc.args, data, rounds)
-        row.polycomp_s = timed(c.f.cfunc, c.args, data, rounds)
+        peer = None
+        if peer_dir is not None and os.path.isfile(os.path.join(peer_dir, f"{name}.c")):
+            peer = Peer(k, os.path.join(peer_dir, f"{name}.c"))
+        if peer is None:
+            row.gcc_s = timed(gcc.fn, gcc.args, data, rounds)
+            row.polycomp_s = timed(c.f.cfunc, c.args, data, rounds)
+        else:   # interleaved rounds: the host's load drifts alike for all three
+            g, p, q = [], [], []
+            for _ in range(rounds):
+                g.append(timed(gcc.fn, gcc.args, data, 1)[0])
+                p.append(timed(c.f.cfunc, c.args, data, 1)[0])
+                q.append(timed(peer.cfunc, peer.args, data, 1)[0])
+            row.gcc_s = (min(g), statistics.median(g))
+            row.polycomp_s = (min(p), statistics.median(p))
+            row.peer_s = (min(q), statistics.median(q))
+            row.vs_peer = row.peer_s[0] / row.polycomp_s[0]
+            row.vs_peer_median = row.peer_s[1] / row.polycomp_s[1]
         row.speedup = row.gcc_s[0] / row.polycomp_s[0]
         row.speedup_median = row.gcc_s[1] / row.polycomp_s[1]
         if polly is not None:
@@ -348,8 +394,26 @@ def bench_kernel(name: str, path: str, pb: str, dataset: str, rounds: int,
     return row
 
 
+def dump_sources(pb: str, dataset: str, out: str, kernels=None) -> list[str]:
+    """Write ``compile_kernel(k, "cpu").source`` of every selected kernel to
+    ``out/<name>.c`` (the sources ``--peer-c`` times against); returns the names."""
+    from polycomp.driver import compile_kernel
+    from polycomp.frontend.c_reader import read_c_kernel
+    os.makedirs(out, exist_ok=True)
+    done = []
+    for name, path in find_kernels(pb):
+        if kernels and name not in kernels:
+            continue
+        pk = extract(path, pb, dataset)
+        src = compile_kernel(read_c_kernel(pk.source, pk.func), "cpu").source
+        with open(os.path.join(out, f"{name}.c"), "w") as f:
+            f.write(src)
+        done.append(name)
+    return done
+
+
 def _run_kernels(pb: str, dataset: str, rounds: int, kernels, progress,
-                 polly: str | None) -> list:
+                 polly: str | None, peer_dir: str | None = None) -> list:
     """The rows of the selected kernels (``OMP_NUM_THREADS`` already set)."""
     found = find_kernels(pb)
     if kernels:
@@ -360,7 +424,8 @@ def _run_kernels(pb: str, dataset: str, rounds: int, kernels, progress,
     rows: list = []
     with tempfile.TemporaryDirectory(prefix="polycomp-polybench-") as workdir:
         for name, path in found:
-            row = bench_kernel(name, path, pb, dataset, rounds, workdir, polly)
+            row = bench_kernel(name, path, pb, dataset, rounds, workdir, polly,
+                               peer_dir=peer_dir)
             rows.append(row)
             if progress is not None:
                 progress(row)
@@ -368,7 +433,7 @@ def _run_kernels(pb: str, dataset: str, rounds: int, kernels, progress,
 
 
 def run(pb: str, dataset: str = "MINI", threads: int = 2, rounds: int = 5,
-        kernels=None, progress=None) -> dict:
+        kernels=None, progress=None, peer_dir: str | None = None) -> dict:
     """The suite's result (see the module doc); ``progress(row)`` after each kernel."""
     if not os.path.isdir(pb):
         raise PolybenchError(f"no PolyBench folder at {pb!r}. " + HOW_TO_GET)
@@ -378,7 +443,7 @@ def run(pb: str, dataset: str = "MINI", threads: int = 2, rounds: int = 5,
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)   # the polycomp builds' thread count
     try:
-        rows = _run_kernels(pb, dataset, rounds, kernels, progress, polly)
+        rows = _run_kernels(pb, dataset, rounds, kernels, progress, polly, peer_dir)
     finally:  # leave the caller's environment as it was (it sets targets' thread counts)
         if saved is None:
             os.environ.pop("OMP_NUM_THREADS", None)
@@ -386,8 +451,11 @@ def run(pb: str, dataset: str = "MINI", threads: int = 2, rounds: int = 5,
             os.environ["OMP_NUM_THREADS"] = saved
     sp = [r.speedup for r in rows if r.speedup]
     vp = [r.vs_polly for r in rows if r.vs_polly]
+    vq = [r.vs_peer for r in rows if r.vs_peer]
     return {"dataset": dataset, "threads": threads, "rounds": rounds,
-            "polly": polly or "not available", "rows": [r.__dict__ for r in rows],
+            "polly": polly or "not available", "peer": peer_dir or "",
+            "geomean_vs_peer": math.exp(sum(map(math.log, vq)) / len(vq)) if vq else None,
+            "rows": [r.__dict__ for r in rows],
             "read": sum(r.read for r in rows), "kernels": len(rows),
             "exact": sum(all(v is True for v in r.exact.values()) and bool(r.exact)
                          for r in rows),
@@ -400,22 +468,26 @@ def _fmt(x, spec=".2f"):
 
 
 def table(result: dict) -> str:
+    peer = bool(result.get("peer"))
     lines = [f"PolyBench/C at {result['dataset']}, {result['threads']} threads, "
-             f"{result['rounds']} rounds; Polly: {result['polly']}",
+             f"{result['rounds']} rounds; Polly: {result['polly']}"
+             + (f"; peer: {result['peer']}" if peer else ""),
              "| kernel | read | exact (c, cpu) at MINI | speedup vs gcc -O3 (best / median) "
-             "| vs Polly | rel err | compile s |",
-             "|---|---|---|---|---|---|---|"]
+             "| vs Polly | rel err | compile s |" + (" vs peer (best / median) |" if peer else ""),
+             "|---|---|---|---|---|---|---|" + ("---|" if peer else "")]
     for r in result["rows"]:
         ex = ", ".join("yes" if v is True else ("no" if v is False else "error")
                        for v in r["exact"].values()) or "-"
         sp = (f"{_fmt(r['speedup'])} / {_fmt(r['speedup_median'])}"
               if r["speedup"] is not None else ("error" if r["error"] else "-"))
         vp = _fmt(r["vs_polly"]) if result["polly"] != "not available" else "not available"
+        vq = (f" {_fmt(r.get('vs_peer'))} / {_fmt(r.get('vs_peer_median'))} |" if peer else "")
         lines.append(f"| {r['name']} | {'yes' if r['read'] else 'no'} | {ex} | {sp} | {vp} | "
-                     f"{_fmt(r['rel_err'], '.1e')} | {_fmt(r['compile_s'])} |")
+                     f"{_fmt(r['rel_err'], '.1e')} | {_fmt(r['compile_s'])} |" + vq)
     lines.append(f"read {result['read']}/{result['kernels']}, exact {result['exact']}/"
                  f"{result['kernels']}, geomean speedup vs gcc -O3: "
-                 f"{_fmt(result['geomean_speedup'])}")
+                 f"{_fmt(result['geomean_speedup'])}"
+                 + (f", vs peer: {_fmt(result.get('geomean_vs_peer'))}" if peer else ""))
     errs = [f"{r['name']}: {r['error']}" for r in result["rows"] if r["error"]]
     errs += [f"{r['name']} exact {t}: {v}" for r in result["rows"]
              for t, v in r["exact"].items() if isinstance(v, str)]
@@ -432,14 +504,27 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--kernels", default="", help="comma-separated kernel names")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--peer-c", metavar="DIR", default=None,
+                    help="time DIR/<kernel>.c (another build's generated C) in the same run")
+    ap.add_argument("--dump-c", metavar="DIR", default=None,
+                    help="only write this build's generated C of each kernel to DIR")
     a = ap.parse_args(argv)
     if not a.polybench:
         print("polycomp bench polybench: --polybench DIR is required. " + HOW_TO_GET,
               file=sys.stderr)
         return 2
     kernels = [x for x in a.kernels.split(",") if x] or None
+    if a.dump_c:
+        try:
+            names = dump_sources(a.polybench, a.dataset, a.dump_c, kernels)
+        except PolybenchError as e:
+            print(f"polycomp bench polybench: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {len(names)} sources to {a.dump_c}")
+        return 0
     try:
         res = run(a.polybench, a.dataset, a.threads, max(1, a.rounds), kernels,
+                  peer_dir=a.peer_c,
                   progress=lambda r: print(
                       f"  {r.name}: read={r.read} exact={r.exact} speedup={_fmt(r.speedup)} "
                       f"polycomp={r.polycomp_s} gcc={r.gcc_s}", file=sys.stderr, flush=True))

@@ -12,7 +12,7 @@ from polycomp.driver import build, compile_kernel, interpret
 from .ir import Graph
 from .lower import group_kernel
 from .partition import Group, Partition, partition
-from .runtime import CompiledGraph, Step
+from .runtime import CompiledGraph, Step, check_dims_bound
 from .shapes import propagate
 
 
@@ -71,6 +71,7 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     target's executor (the CUDA simulator for ``cuda``) instead of a built binary."""
     if any(v.shape is None for n in graph.nodes for v in (n.output,)):
         propagate(graph)
+    check_dims_bound(graph)  # before the partition's cost model evaluates any extent
     part = partition(graph, fuse=fuse)
     part.groups = _topo_groups(part)
     built: dict[str, object] = {}

@@ -4,7 +4,24 @@
 Parameters and buffers become constants (``nn.Linear`` weights are stored transposed so
 the contraction reads them row-major); ``size()`` / ``shape`` results are sympy
 expressions, so ``x.view(B * S, H)`` keeps its relation to ``B`` and ``S``.  An op with no
-mapping raises :class:`UnsupportedOpError` listing every unsupported op of the graph.
+mapping raises :class:`UnsupportedOpError` listing every unsupported op of the graph (and
+naming the nodes, so that the Dynamo backend can run just those eagerly).
+
+Semantics kept from eager PyTorch:
+
+* **in-place ops** are made functional first (:mod:`.functionalize`); an updated input
+  is written back after each call (``Graph.mutations``);
+* **dtypes**: inputs keep their dtype (float16/bfloat16/float32/float64, int8/int32/
+  int64, bool; anything else is unsupported); binary ops follow torch's promotion
+  (``torch.result_type``: an int tensor plus a Python float is float32, a float16 tensor
+  times a Python float stays float16, true division of integers is float32) by explicit
+  ``cast`` nodes; ``.float()``, ``.to(dtype)``, ``.type_as(t)`` are casts.  Where Dynamo
+  recorded the dtype and rank of a node (its example value), the imported value is
+  checked against them: a disagreement makes that op run eagerly (never a silently
+  different dtype);
+* **training mode**: ``dropout`` with ``training=True`` and ``p > 0`` is random, so it
+  runs eagerly (it is the identity in eval mode); ``batch_norm`` in training mode updates
+  its running statistics (the functionalisation refuses it: the graph runs eagerly).
 """
 from __future__ import annotations
 
@@ -15,15 +32,42 @@ from typing import Any, Sequence
 import numpy as np
 import sympy
 
-from polycomp.errors import UnsupportedOpError
+from polycomp.errors import PolycompError, UnsupportedOpError
 
 from .ir import Graph, GraphBuilder, Value, dim
 
 _SCALAR = (int, float, sympy.Expr)
 
+# torch dtype name -> polycomp dtype name (the dtypes a graph value may have)
+TORCH_DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16",
+                "torch.float32": "float32", "torch.float64": "float64",
+                "torch.int8": "int8", "torch.int32": "int32", "torch.int64": "int64",
+                "torch.bool": "bool"}
+
+
+def pdtype(torch_dtype: Any) -> str:
+    """The polycomp dtype of a torch dtype, or :class:`UnsupportedOpError`."""
+    d = TORCH_DTYPES.get(str(torch_dtype))
+    if d is None:
+        raise UnsupportedOpError(f"dtype {torch_dtype} (polycomp graphs take "
+                                 f"{', '.join(TORCH_DTYPES.values())})")
+    return d
+
+
+def torch_dtype(d: str):
+    import torch
+    return getattr(torch, d)
+
 
 def _np(t) -> np.ndarray:
-    return t.detach().cpu().contiguous().numpy().copy()
+    """A copy of a (CPU) torch tensor as a numpy array (bfloat16 through its bits)."""
+    import torch
+    t = t.detach().cpu().resolve_neg().resolve_conj().contiguous()
+    pdtype(t.dtype)
+    if t.dtype == torch.bfloat16:
+        from polycomp.dtypes import to_numpy
+        return t.view(torch.int16).numpy().copy().view(to_numpy("bfloat16"))
+    return t.numpy().copy()
 
 
 def _fetch_attr(gm, target: str):
@@ -31,6 +75,13 @@ def _fetch_attr(gm, target: str):
     for part in target.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+_CAST_METHODS = {"float": "float32", "double": "float64", "half": "float16",
+                 "bfloat16": "bfloat16", "long": "int64", "int": "int32", "bool": "bool",
+                 "char": "int8"}
+_DROPOUTS = ("dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d",
+             "dropout3d")
 
 
 class _Importer:
@@ -42,26 +93,36 @@ class _Importer:
         self.env: dict[Any, Any] = {}
         self.unsupported: list[str] = []
         self.unsupported_nodes: list[str] = []
-        self._consts: dict[int, Value] = {}
+        self._consts: dict[Any, Value] = {}
+        self.scalars: dict[Value, Any] = {}  # 0-d inputs with a real example: its value
+        self.hints: dict[sympy.Symbol, int] = {}  # dim symbol -> its size in the example
+        self.arg_guards: list[tuple[int, Any]] = []  # placeholder k read as a number
+        self._handlers: dict[str, Any] = {}
         nn = torch.nn
         self.modules = {nn.Linear: self._linear_mod, nn.LayerNorm: self._ln_mod,
                         nn.GELU: lambda m, x: self.g.gelu(x, approximate=m.approximate),
                         nn.ReLU: lambda m, x: self.g.relu(x), nn.Tanh: lambda m, x: self.g.tanh(x),
-                        nn.Softmax: lambda m, x: self.g.softmax(x, axis=m.dim),
-                        nn.Dropout: lambda m, x: x, nn.Identity: lambda m, x: x}
+                        nn.Softmax: lambda m, x: self.softmax(x, m.dim),
+                        nn.Dropout: lambda m, x: self.dropout(x, m.p, m.training),
+                        nn.Identity: lambda m, x: x}
         self.functions = {
-            operator.add: "add", torch.add: "add", operator.iadd: "add",
-            operator.sub: "sub", torch.sub: "sub", operator.mul: "mul", torch.mul: "mul",
-            operator.truediv: "div", torch.div: "div", operator.matmul: "matmul",
-            torch.matmul: "matmul", torch.bmm: "matmul", F.linear: "linear",
-            F.gelu: "gelu", F.relu: "relu", torch.relu: "relu", torch.tanh: "tanh",
-            torch.exp: "exp", torch.sigmoid: "sigmoid", torch.rsqrt: "rsqrt",
-            torch.sqrt: "sqrt", torch.erf: "erf", F.softmax: "softmax",
-            torch.softmax: "softmax", F.layer_norm: "layer_norm", F.dropout: "identity",
+            operator.add: "add", torch.add: "add", operator.sub: "sub", torch.sub: "sub",
+            operator.mul: "mul", torch.mul: "mul", operator.truediv: "div", torch.div: "div",
+            torch.true_divide: "div", operator.matmul: "matmul", torch.matmul: "matmul",
+            torch.bmm: "matmul", F.linear: "linear", F.gelu: "gelu", F.relu: "relu",
+            torch.relu: "relu", torch.tanh: "tanh", torch.exp: "exp", torch.sigmoid: "sigmoid",
+            torch.rsqrt: "rsqrt", torch.sqrt: "sqrt", torch.erf: "erf", F.softmax: "softmax",
+            torch.softmax: "softmax", F.layer_norm: "layer_norm", F.dropout: "dropout",
+            torch.dropout: "dropout", F.alpha_dropout: "dropout",
+            F.feature_alpha_dropout: "dropout", F.dropout1d: "dropout", F.dropout2d: "dropout",
+            F.dropout3d: "dropout",
             torch.transpose: "transpose", torch.permute: "permute", torch.reshape: "reshape",
             operator.getitem: "getitem", operator.floordiv: "floordiv", math.sqrt: "msqrt",
+            operator.pow: "pow", torch.pow: "pow", getattr(torch, "_sym_sqrt", math.sqrt): "msqrt",
             torch.neg: "neg", operator.neg: "neg", torch.narrow: "narrow",
-            torch._C._nn.linear: "linear",
+            torch._C._nn.linear: "linear", torch.sum: "sum", torch.mean: "mean",
+            torch.amax: "amax", torch.maximum: "maximum", torch.clone: "identity",
+            torch.Tensor.contiguous: "identity",
         }
 
     # ------------------------------------------------------------------ helpers
@@ -77,9 +138,55 @@ class _Importer:
             return self.env[a]
         if isinstance(a, (list, tuple)):
             return type(a)(self.val(x) for x in a)
+        if isinstance(a, dict):  # keyword arguments (a Node may be one)
+            return {k: self.val(x) for k, x in a.items()}
+        if isinstance(a, slice):  # x[:, 0:s0]: a bound may be a size node
+            return slice(self.val(a.start), self.val(a.stop), self.val(a.step))
         if isinstance(a, self.torch.Tensor):
             return self.const(a)
         return a
+
+    def cast(self, x: Value, d: str) -> Value:
+        return x if x.dtype == d else self.g.cast(x, dtype=d)
+
+    def _dummy(self, x):
+        """A stand-in for ``torch.result_type``: a tensor of x's dtype and rank, or the
+        Python scalar."""
+        if isinstance(x, Value):
+            return self.torch.empty((1,) * len(x.shape), dtype=torch_dtype(x.dtype))
+        if isinstance(x, sympy.Expr):
+            return 1 if x.is_integer else _number(x)  # (only its kind matters here)
+        if isinstance(x, (bool, int, float)):
+            return x
+        raise UnsupportedOpError(f"an operand of type {type(x).__name__}")
+
+    def number(self, x):
+        """A scalar operand of a tensor op: a number, an integer size expression over the
+        dims (``x * S``: it becomes a kernel parameter), or -- for another expression
+        (``x / math.sqrt(D)`` under dynamic shapes) -- its value in the example, guarded
+        per call (``Graph.expr_guards``)."""
+        if not isinstance(x, sympy.Expr) or x.is_number or x.is_integer:
+            return x
+        v = x.xreplace(self.hints)
+        if not v.is_number:
+            raise UnsupportedOpError(f"arithmetic between a tensor and the size {x} (no "
+                                     f"example value)")
+        v = int(v) if v.is_integer else float(v)
+        self.g.graph.expr_guards.append((x, v))
+        return v
+
+    def result_dtype(self, a, b) -> str:
+        return pdtype(self.torch.result_type(self._dummy(a), self._dummy(b)))
+
+    def item(self, x: Value):
+        """``t.item()`` of a 0-d input (Dynamo passes unspecialised Python floats, such as
+        a layer norm's ``eps``, as 0-d tensors): the example's value, guarded -- a call
+        with another value is refused by the runtime's value guard."""
+        if x not in self.scalars:
+            raise UnsupportedOpError(".item() of a computed tensor (a data-dependent value)")
+        v = self.scalars[x]
+        self.g.graph.value_guards.append((x, v))
+        return v
 
     def _linear_mod(self, m, x):
         return self.linear(x, m.weight, m.bias)
@@ -87,28 +194,96 @@ class _Importer:
     def linear(self, x, w, b):
         g = self.g
         if isinstance(w, Value):  # a weight that is a graph input: (N, K), read transposed
-            y = g.matmul(x, g.transpose(w, dim0=0, dim1=1))
+            y = self.matmul(x, g.transpose(w, dim0=0, dim1=1))
         else:
             key = ("T", id(w))
             if key not in self._consts:
                 self._consts[key] = g.constant("wT", _np(w).T.copy())  # type: ignore[index]
-            y = g.matmul(x, self._consts[key])  # type: ignore[index]
+            y = self.matmul(x, self._consts[key])  # type: ignore[index]
         if b is not None:
-            y = g.add(y, b if isinstance(b, Value) else self.const(b))
+            y = self.binary("add", y, b if isinstance(b, Value) else self.const(b))
         return y
 
-    def _ln_mod(self, m, x):
-        return self.g.layernorm(x, self.const(m.weight), self.const(m.bias), eps=m.eps)
+    def matmul(self, a, b):
+        if not (isinstance(a, Value) and isinstance(b, Value)):
+            raise UnsupportedOpError("matmul of a non-tensor")
+        if a.dtype != b.dtype:  # torch refuses mixed dtypes
+            raise UnsupportedOpError(f"matmul of {a.dtype} and {b.dtype}")
+        return self.g.matmul(a, b)
 
-    def binary(self, op: str, a, b):
+    def _ln_mod(self, m, x):
+        return self.layer_norm(x, m.normalized_shape, m.weight, m.bias, m.eps)
+
+    def layer_norm(self, x, shape, w, b, eps):
+        if len(tuple(shape)) != 1 or w is None or b is None:
+            raise UnsupportedOpError("layer_norm over several axes or without an affine")
+        w = w if isinstance(w, Value) else self.const(w)
+        b = b if isinstance(b, Value) else self.const(b)
+        if not (x.dtype == w.dtype == b.dtype):
+            raise UnsupportedOpError(f"layer_norm of {x.dtype} with {w.dtype} weights")
+        return self.g.layernorm(x, w, b, eps=eps)
+
+    def softmax(self, x, axis, dtype=None):
+        if dtype is not None:
+            x = self.cast(x, pdtype(dtype))
+        return self.g.softmax(x, axis=axis)
+
+    def dropout(self, x, p, training):
+        if training and p > 0:
+            raise UnsupportedOpError("dropout in training mode (random, runs eagerly; it is "
+                                     "the identity in eval mode)")
+        return x
+
+    def binary(self, op: str, a, b, alpha=1):
+        if alpha != 1:
+            raise UnsupportedOpError(f"{op} with alpha={alpha}")
         if isinstance(a, _SCALAR) and isinstance(b, _SCALAR):
             return {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
                     "div": operator.truediv}[op](a, b)
+        a, b = self.number(a), self.number(b)
+        d = self.result_dtype(a, b)
+        if op == "div" and d not in ("float16", "bfloat16", "float32", "float64"):
+            d = pdtype(self.torch.get_default_dtype())
+        if d == "bool" and op == "sub":
+            raise UnsupportedOpError("sub of bool tensors")
         if isinstance(b, _SCALAR):
-            return self.g.op(op, a, scalar=float(b))
+            return self.g.op(op, self.cast(a, d), scalar=_number(b))
         if isinstance(a, _SCALAR):
-            return self.g.op(op, b, scalar=float(a), reverse=True)
-        return self.g.op(op, a, b)
+            return self.g.op(op, self.cast(b, d), scalar=_number(a), reverse=True)
+        return self.g.op(op, self.cast(a, d), self.cast(b, d))
+
+    def unary(self, op: str, x, **attrs):
+        if op == "neg" and isinstance(x, _SCALAR):  # -S of a size
+            return -x
+        if not isinstance(x, Value):
+            raise UnsupportedOpError(f"{op} of a {type(x).__name__}")
+        return self.g.op(op, x, **attrs)
+
+    def reduce(self, op: str, x, dim_=None, keepdim=False, dtype=None):
+        if dim_ is None or (isinstance(dim_, (tuple, list)) and len(dim_) != 1):
+            raise UnsupportedOpError(f"{op} over several axes (or all of them)")
+        axis = dim_[0] if isinstance(dim_, (tuple, list)) else dim_
+        if dtype is not None:
+            x = self.cast(x, pdtype(dtype))
+        return self.g.op(op, x, axis=axis, keepdim=bool(keepdim))
+
+    def to(self, x, args, kwargs):
+        """``x.to(...)`` / ``x.type(...)``: a cast, or nothing (``.to("cpu")``)."""
+        torch = self.torch
+        target = None
+        for a in (*args, kwargs.get("dtype"), kwargs.get("device")):
+            if isinstance(a, torch.dtype):
+                target = pdtype(a)
+            elif isinstance(a, Value):
+                target = a.dtype
+            elif isinstance(a, (str, torch.device)):
+                dev = torch.device(a) if not (isinstance(a, str) and a.startswith("torch.")) \
+                    else None
+                if dev is None:  # .type("torch.FloatTensor")
+                    raise UnsupportedOpError(f".type({a!r})")
+                if dev.type != "cpu":
+                    raise UnsupportedOpError(f".to({a!r}): polycomp graphs run on the CPU")
+        return x if target is None else self.cast(x, target)
 
     def getitem(self, x, idx):
         if not isinstance(x, Value):
@@ -121,7 +296,11 @@ class _Importer:
                 continue
             if s.step not in (None, 1):
                 raise UnsupportedOpError("strided slicing")
-            x = self.g.slice(x, axis=axis, start=s.start or 0, end=s.stop)
+            start = s.start or 0
+            if not isinstance(start, int) or start < 0 or (
+                    isinstance(s.stop, int) and s.stop < 0):
+                raise UnsupportedOpError("slicing with a negative or symbolic start")
+            x = self.g.slice(x, axis=axis, start=start, end=s.stop)
         return x
 
     # ------------------------------------------------------------------ dispatch
@@ -142,66 +321,153 @@ class _Importer:
             raise UnsupportedOpError(f"function {sym}")
         return self.function(name, args, kwargs)
 
+    # Handlers by op name, shared by functions (``torch.softmax(x, -1)``) and methods
+    # (``x.softmax(-1)``: the tensor is args[0]); each takes (name, args, kwargs).
     def function(self, name: str, args, kwargs):
-        g = self.g
-        if name in ("add", "sub", "mul", "div"):
-            return self.binary(name, args[0], args[1])
-        if name == "linear":
-            return self.linear(args[0], args[1], args[2] if len(args) > 2 else kwargs.get("bias"))
-        if name == "gelu":
-            return g.gelu(args[0], approximate=kwargs.get("approximate", "none"))
-        if name == "softmax":
-            return g.softmax(args[0], axis=kwargs.get("dim", args[1] if len(args) > 1 else -1))
-        if name == "layer_norm":
-            w, b = (args[2], args[3]) if len(args) > 3 else (kwargs.get("weight"),
-                                                             kwargs.get("bias"))
-            eps = args[4] if len(args) > 4 else kwargs.get("eps", 1e-5)
-            return g.layernorm(args[0], w, b, eps=eps)
-        if name == "narrow":
-            x, axis, start, length = args[:4]
-            return g.slice(x, axis=axis, start=start, end=start + length)
-        if name == "identity":
-            return args[0]
-        if name == "transpose":
-            return g.transpose(args[0], dim0=args[1], dim1=args[2])
-        if name == "permute":
-            return g.permute(args[0], perm=tuple(args[1]))
-        if name == "reshape":
-            return g.reshape(args[0], shape=tuple(args[1]))
-        if name == "getitem":
-            return self.getitem(args[0], args[1])
-        if name == "floordiv":
-            return args[0] // args[1]
-        if name == "msqrt":
-            return math.sqrt(args[0])
-        if name == "matmul":
-            return g.matmul(args[0], args[1])
-        return g.op(name, args[0])
+        h = self.handlers.get(name)
+        return h(name, args, kwargs) if h is not None else self.unary(name, args[0])
 
     def method(self, name: str, args, kwargs):
-        g = self.g
         x = args[0]
         if name == "size":
             return x.shape[args[1]] if len(args) > 1 else tuple(x.shape)
-        if name in ("view", "reshape"):
-            shape = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else args[1:]
-            return g.reshape(x, shape=tuple(shape))
-        if name == "transpose":
-            return g.transpose(x, dim0=args[1], dim1=args[2])
-        if name == "permute":
-            perm = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else args[1:]
-            return g.permute(x, perm=tuple(perm))
-        if name == "item" and isinstance(x, _SCALAR):
-            return x
-        if name in ("contiguous", "float"):
-            return x
-        if name == "softmax":
-            return g.softmax(x, axis=kwargs.get("dim", args[1] if len(args) > 1 else -1))
-        if name in ("add", "sub", "mul", "div"):
-            return self.binary(name, x, args[1])
-        if name in ("relu", "tanh", "exp", "sigmoid", "sqrt", "rsqrt"):
-            return g.op(name, x)
-        raise UnsupportedOpError(f"method .{name}()")
+        if not isinstance(x, Value):
+            if name == "item" and isinstance(x, _SCALAR):
+                return x
+            raise UnsupportedOpError(f"method .{name}() of a {type(x).__name__}")
+        if name in _CAST_METHODS:
+            return self.cast(x, _CAST_METHODS[name])
+        h = self.handlers.get(name)
+        if h is None or name in _NOT_METHODS:
+            raise UnsupportedOpError(f"method .{name}()")
+        return h(name, args, kwargs)
+
+    @property
+    def handlers(self) -> dict[str, Any]:
+        h = self._handlers
+        if not h:
+            for k in ("add", "sub", "mul", "div"):
+                h[k] = self._h_arith
+            for k in ("relu", "tanh", "exp", "sigmoid", "sqrt", "rsqrt", "neg"):
+                h[k] = lambda name, a, kw: self.unary(name, a[0])
+            for k in ("sum", "mean", "amax"):
+                h[k] = self._h_reduce
+            for k in ("contiguous", "clone", "detach", "identity"):
+                h[k] = lambda name, a, kw: a[0]
+            h.update(maximum=lambda name, a, kw: self.binary_values(name, a[0], a[1]),
+                     linear=lambda name, a, kw: self.linear(
+                         a[0], a[1], a[2] if len(a) > 2 else kw.get("bias")),
+                     gelu=lambda name, a, kw: self.unary(
+                         name, a[0], approximate=kw.get("approximate", "none")),
+                     softmax=lambda name, a, kw: self.softmax(
+                         a[0], _arg(a, kw, 1, "dim", -1), _arg(a, kw, 2, "dtype", None)),
+                     layer_norm=self._h_layer_norm, dropout=self._h_dropout,
+                     narrow=lambda name, a, kw: self.g.slice(a[0], axis=a[1], start=a[2],
+                                                             end=a[2] + a[3]),
+                     transpose=lambda name, a, kw: self.g.transpose(a[0], dim0=a[1],
+                                                                    dim1=a[2]),
+                     permute=lambda name, a, kw: self.g.permute(a[0], perm=_varargs(a)),
+                     reshape=self._h_reshape, view=self._h_reshape,
+                     getitem=lambda name, a, kw: self.getitem(a[0], a[1]),
+                     floordiv=self._h_floordiv, msqrt=self._h_msqrt, pow=self._h_pow,
+                     matmul=lambda name, a, kw: self.matmul(a[0], a[1]),
+                     dim=lambda name, a, kw: len(a[0].shape),
+                     item=lambda name, a, kw: self.item(a[0]),
+                     to=lambda name, a, kw: self.to(a[0], a[1:], kw),
+                     type=lambda name, a, kw: self.to(a[0], a[1:], kw),
+                     type_as=lambda name, a, kw: self.cast(a[0], a[1].dtype))
+        return h
+
+    def _h_arith(self, name, args, kwargs):
+        if name == "div" and kwargs.get("rounding_mode") is not None:
+            raise UnsupportedOpError(f"div with rounding_mode={kwargs['rounding_mode']!r}")
+        return self.binary(name, args[0], _arg(args, kwargs, 1, "other", None),
+                           kwargs.get("alpha", 1))
+
+    def _h_reduce(self, name, args, kwargs):
+        return self.reduce(name, args[0], _arg(args, kwargs, 1, "dim", None),
+                           _arg(args, kwargs, 2, "keepdim", False), kwargs.get("dtype"))
+
+    def _h_layer_norm(self, name, args, kwargs):
+        return self.layer_norm(args[0], _arg(args, kwargs, 1, "normalized_shape", None),
+                               _arg(args, kwargs, 2, "weight", None),
+                               _arg(args, kwargs, 3, "bias", None),
+                               _arg(args, kwargs, 4, "eps", 1e-5))
+
+    def _h_dropout(self, name, args, kwargs):
+        training = kwargs.get("train", True)  # torch.dropout(x, p, train)
+        return self.dropout(args[0], _arg(args, kwargs, 1, "p", 0.5),
+                            _arg(args, kwargs, 2, "training", training))
+
+    def _h_reshape(self, name, args, kwargs):
+        if len(args) == 2 and not isinstance(args[1], (tuple, list, int, sympy.Expr)):
+            raise UnsupportedOpError(f"{name} to a {type(args[1]).__name__}")
+        return self.g.reshape(args[0], shape=_varargs(args))
+
+    def _h_msqrt(self, name, args, kwargs):
+        x = args[0]
+        return sympy.sqrt(x) if isinstance(x, sympy.Expr) else math.sqrt(x)
+
+    def _h_pow(self, name, args, kwargs):
+        """``a ** b`` of numbers (sizes stay sympy), or of a tensor by 1, 2, 3, 4 (products),
+        0.5, -0.5 (``sqrt``, ``rsqrt``)."""
+        x, e = args[0], args[1] if len(args) > 1 else kwargs["exponent"]
+        if isinstance(x, _SCALAR) and isinstance(e, _SCALAR):
+            return x ** e
+        if not isinstance(x, Value) or isinstance(e, Value):
+            raise UnsupportedOpError("pow of a number by a tensor, or of two tensors")
+        e = self.number(e)
+        if e == 1:
+            return self.cast(x, self.result_dtype(x, e))
+        if e in (2, 3, 4):
+            y = self.cast(x, self.result_dtype(x, e))
+            acc = y
+            for _ in range(int(e) - 1):
+                acc = self.binary("mul", acc, y)
+            return acc
+        if e in (0.5, -0.5):
+            y = self.cast(x, self.result_dtype(x, e))
+            return self.g.op("sqrt" if e > 0 else "rsqrt", y)
+        raise UnsupportedOpError(f"pow by {e}")
+
+    def _h_floordiv(self, name, args, kwargs):
+        if isinstance(args[0], Value) or isinstance(args[1], Value):
+            raise UnsupportedOpError("floor division of tensors")
+        return args[0] // args[1]
+
+    def binary_values(self, op: str, a, b):
+        if not (isinstance(a, Value) and isinstance(b, Value)):
+            raise UnsupportedOpError(f"{op} with a non-tensor operand")
+        d = self.result_dtype(a, b)
+        return self.g.op(op, self.cast(a, d), self.cast(b, d))
+
+
+# handlers that are functions only (``x.linear()`` is no method)
+_NOT_METHODS = ("linear", "layer_norm", "dropout", "narrow", "getitem", "floordiv", "msqrt",
+                "identity", "maximum", "matmul")  # (``x.pow(2)`` is a method too)
+
+
+def _arg(args, kwargs, k: int, name: str, default):
+    """Argument ``k`` (or keyword ``name``) of a call."""
+    return args[k] if len(args) > k else kwargs.get(name, default)
+
+
+def _varargs(args) -> tuple:
+    """``x.view(2, 3)`` or ``x.view((2, 3))`` -> ``(2, 3)``."""
+    if len(args) == 2 and isinstance(args[1], (tuple, list)):
+        return tuple(args[1])
+    return tuple(args[1:])
+
+
+def _is_fake(t) -> bool:
+    return type(t).__name__ in ("FakeTensor", "FunctionalTensor") or t.device.type == "meta"
+
+
+def _number(s):
+    """A number (sympy numbers as Python ones); an integer size expression stays."""
+    if isinstance(s, sympy.Expr) and s.is_number:
+        return int(s) if s.is_integer else float(s)
+    return s
 
 
 def _symdim(d) -> Any:
@@ -215,59 +481,177 @@ def _symdim(d) -> Any:
     return expr.xreplace({x: dim(str(x)) for x in expr.free_symbols})
 
 
+def _check_against_example(n, value) -> None:
+    """The imported value must have the dtype and rank torch recorded for the node."""
+    import torch
+    if "example_value" not in n.meta:  # a node the functionalisation added
+        return
+    ex = n.meta["example_value"]
+    if not isinstance(ex, torch.Tensor):
+        if isinstance(value, Value):
+            raise UnsupportedOpError(f"{n.name}: polycomp made a tensor of what torch "
+                                     f"records as {type(ex).__name__} (import disagrees)")
+        return
+    if not isinstance(value, Value):
+        raise UnsupportedOpError(f"{n.name}: a {type(value).__name__} where torch has a "
+                                 f"tensor (import disagrees)")
+    want = TORCH_DTYPES.get(str(ex.dtype))
+    if want != value.dtype or ex.ndim != len(value.shape or ()):
+        raise UnsupportedOpError(f"{n.name}: import disagrees with torch: {value.dtype} rank "
+                                 f"{len(value.shape or ())} vs {ex.dtype} rank {ex.ndim}")
+
+
 def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
               example_inputs: Sequence | None = None, name: str = "fx") -> Graph:
     """Import ``gm``.  Input shapes come from ``input_shapes`` (dims may be names such as
     ``"B"``) or from ``example_inputs`` (a SymInt extent, as Dynamo's ``dynamic=True``
-    gives, becomes the symbol of the same name; an ``nn.Parameter`` becomes a constant)."""
+    gives, becomes the symbol of the same name; an ``nn.Parameter`` becomes a constant).
+    In-place ops are made functional (:func:`.functionalize.functionalize`); updated
+    inputs are written back by the runtime (``Graph.mutations``)."""
+    from .functionalize import functionalize
+    fn = functionalize(gm, example_inputs)
+    gm = fn.gm
     imp = _Importer(gm, name)
-    torch = imp.torch
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    outputs: list = []
     for k, n in enumerate(placeholders):
         ex = example_inputs[k] if example_inputs is not None else n.meta.get("example_value")
-        if isinstance(ex, torch.nn.Parameter):
-            imp.env[n] = imp.const(ex)
-        elif isinstance(ex, torch.SymInt):
-            imp.env[n] = _symdim(ex)
-        elif isinstance(ex, int):
-            imp.env[n] = ex
-        elif isinstance(ex, torch.Tensor) and ex.ndim == 0:  # Dynamo's dynamic float attrs
-            imp.env[n] = float(ex)
-        else:
-            fake = n.meta.get("example_value", ex)  # Dynamo: SymInt extents live here
-            shape = input_shapes[k] if input_shapes is not None else \
-                [_symdim(d) for d in fake.shape]
-            imp.env[n] = imp.g.input(n.name, shape)
+        try:
+            imp.env[n] = _placeholder(imp, k, n, ex, None if input_shapes is None
+                                      else input_shapes[k])
+        except UnsupportedOpError as e:
+            imp.unsupported.append(f"input {n.name}: {e.message}")
+            imp.env[n] = None
+    outputs: list = []
+    live = _live_nodes(gm)
     for n in gm.graph.nodes:
-        if n.op == "placeholder":
-            continue
         if n.op == "output":
             outs = n.args[0]
             outputs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-            continue
-        if n.op == "get_attr":
-            imp.env[n] = imp.const(_fetch_attr(gm, n.target))
-            continue
-        try:
-            imp.env[n] = imp.call(n.op, n.target, imp.val(n.args), imp.val(n.kwargs))
-        except UnsupportedOpError as e:
-            imp.unsupported.append(e.message)
-            imp.unsupported_nodes.append(n.name)
-            imp.env[n] = None
-        except TypeError as e:  # an input of this op is already unsupported
-            if "got None" not in str(e):
-                imp.unsupported.append(f"{n.op} {n.target} ({e})")
-            imp.env[n] = None
-        except (KeyError, AttributeError) as e:
-            imp.unsupported.append(f"{n.op} {n.target} ({e})")
-            imp.env[n] = None
+        elif n.op != "placeholder" and n in live:  # dead code is not imported
+            _import_node(imp, gm, n)
     if imp.unsupported:
-        err = UnsupportedOpError("unsupported ops: " + ", ".join(dict.fromkeys(imp.unsupported)))
+        reasons = list(dict.fromkeys(imp.unsupported))
+        err = UnsupportedOpError("unsupported ops: " + ", ".join(reasons))
         err.nodes = list(imp.unsupported_nodes)  # type: ignore[attr-defined]
+        err.reasons = reasons  # type: ignore[attr-defined]
         raise err
     outs = [imp.val(o) for o in outputs]
-    return imp.g.build(*outs)
+    scalars = []
+    for k, o in enumerate(outs[:fn.n_outputs]):
+        if _is_size(o) or _is_read_number(o):  # a size: evaluated per call; a number
+            scalars.append((k, sympy.sympify(o)))  # read at compile time (guarded)
+        elif isinstance(o, tuple) and all(_is_size(d) for d in o):
+            scalars.append((k, tuple(sympy.sympify(d) for d in o)))  # a shape
+        elif not isinstance(o, Value):
+            raise UnsupportedOpError(f"the graph returns a {type(o).__name__}, not a tensor")
+    for o in outs[fn.n_outputs:]:
+        if not isinstance(o, Value):
+            raise UnsupportedOpError("an in-place update of a non-tensor")
+    phs = [imp.env[p] for p in placeholders]
+    mutations = [(phs[k], new) for k, new in zip(fn.mutated, outs[fn.n_outputs:])]
+    for v, _ in mutations:
+        if not isinstance(v, Value) or not v.is_input:
+            raise UnsupportedOpError("an in-place update of a parameter (captured as a "
+                                     "constant)")
+    g = imp.g.build(*[o for o in outs[:fn.n_outputs] if isinstance(o, Value)],
+                    mutations=[(v, new) for v, new in mutations if new is not v])
+    g.scalar_results = scalars
+    g.arg_guards = imp.arg_guards
+    return g
+
+
+def _is_read_number(o) -> bool:
+    """A Python number the graph returns: a value read at compile time (``t.item()`` of
+    a 0-d input, guarded by ``value_guards``) or a constant."""
+    return isinstance(o, (int, float)) and not isinstance(o, bool)
+
+
+def _is_size(o) -> bool:
+    return isinstance(o, (int, sympy.Expr)) and not isinstance(o, bool) and (
+        not isinstance(o, sympy.Expr) or bool(o.is_integer))
+
+
+def _live_nodes(gm) -> set:
+    """The nodes the outputs depend on (the graph is functional: nothing else counts)."""
+    import torch.fx as fx
+    live: set = set()
+    stack = [n for n in gm.graph.nodes if n.op == "output"]
+    while stack:
+        n = stack.pop()
+        if n in live:
+            continue
+        live.add(n)
+        fx.node.map_arg((n.args, n.kwargs), stack.append)
+    return live
+
+
+def _placeholder(imp: _Importer, k: int, n, ex, shape):
+    """The graph value (or Python number) of placeholder ``n``; ``ex`` is its example."""
+    torch = imp.torch
+    if isinstance(ex, torch.nn.Parameter):
+        return imp.const(ex)
+    if isinstance(ex, torch.SymInt):
+        d = _symdim(ex)
+        hint = getattr(ex.node, "hint", None)
+        if isinstance(d, sympy.Symbol) and isinstance(hint, int):
+            imp.hints[d] = hint
+        return d
+    if isinstance(ex, (tuple, list)) and all(isinstance(d, (int, torch.SymInt)) for d in ex):
+        if all(isinstance(d, int) for d in ex):  # a shape handed in (x.size() of a piece
+            imp.arg_guards.append((k, tuple(ex)))  # before): its value, guarded
+            return tuple(ex)
+        return tuple(_symdim(d) for d in ex)  # sizes of Dynamo's symbols
+    if isinstance(ex, (int, float, torch.SymFloat)):  # a number handed in (a piece of a
+        v = ex if not isinstance(ex, torch.SymFloat) else ex.node.hint  # split graph):
+        if not isinstance(v, (int, float)):                        # its value now, and
+            raise UnsupportedOpError("a number without an example value")  # a guard
+        imp.arg_guards.append((k, v))
+        return v
+    fake = n.meta.get("example_value", ex)  # Dynamo: SymInt extents live here
+    if shape is None and not hasattr(fake, "shape"):
+        raise UnsupportedOpError(f"a {type(fake).__name__}, not a tensor")
+    if shape is None:
+        shape = [_symdim(d) for d in fake.shape]
+    src = fake if fake is not None else ex
+    dtype = pdtype(src.dtype) if src is not None and hasattr(src, "dtype") else "float32"
+    v = imp.g.input(n.name, shape, dtype)
+    if isinstance(ex, torch.Tensor) and not _is_fake(ex):
+        if ex.ndim == 0:
+            imp.scalars[v] = ex.item()
+        for d, size in zip(v.shape, ex.shape):
+            if isinstance(d, sympy.Symbol):
+                imp.hints.setdefault(d, int(size))
+    return v
+
+
+def _import_node(imp: _Importer, gm, n) -> None:
+    """Import one node into ``imp.env`` (None: it runs eagerly; its reason and name are
+    recorded in ``imp.unsupported`` / ``imp.unsupported_nodes``)."""
+    imp.env[n] = None
+    if n.op == "get_attr":
+        try:
+            imp.env[n] = imp.const(_fetch_attr(gm, n.target))
+        except UnsupportedOpError as e:
+            imp.unsupported.append(f"attribute {n.target}: {e.message}")
+            imp.unsupported_nodes.append(n.name)
+        return
+    deps: list = []
+    imp.torch.fx.node.map_arg((n.args, n.kwargs), deps.append)
+    if any(imp.env.get(d) is None for d in deps):  # fed by an op that runs eagerly: a
+        if n.target is operator.getitem:          # piece of its own after a split, but
+            imp.unsupported_nodes.append(n.name)  # unpacking stays with its op
+        return
+    try:
+        v = imp.call(n.op, n.target, imp.val(n.args), imp.val(n.kwargs))
+        _check_against_example(n, v)
+        imp.env[n] = v
+    except PolycompError as e:
+        imp.unsupported.append(e.message.splitlines()[0])
+        imp.unsupported_nodes.append(n.name)
+    except (TypeError, KeyError, AttributeError, IndexError, ValueError) as e:
+        imp.unsupported.append(f"{n.op} {getattr(n.target, '__name__', n.target)} "
+                               f"({type(e).__name__}: {e})")
+        imp.unsupported_nodes.append(n.name)
 
 
 def import_module(module, input_shapes: Sequence[Sequence], name: str | None = None) -> Graph:

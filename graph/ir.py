@@ -89,6 +89,30 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     outputs: list[Value] = field(default_factory=list)
     constraints: Any = None  # shapes.Constraints after propagation
+    # In-place updates of inputs (``x.mul_(2)`` on a graph input): (input, index k in
+    # ``outputs``) -- after a call the runtime writes ``outputs[k]`` into that input.
+    # The caller's results are ``outputs[:n_results]`` (the rest only feed mutations).
+    mutations: list[tuple[Value, int]] = field(default_factory=list)
+    n_results: int | None = None  # None: every output is a result
+    # Values read at compile time, checked per call (CompiledGraph.values_hold; the
+    # runtime refuses a call where one differs): 0-d inputs read as numbers
+    # (``eps.item()``) as (input, value), and size expressions used as numbers
+    # (``x / math.sqrt(D)`` under dynamic shapes) as (expr over the dims, value).
+    value_guards: list[tuple[Value, Any]] = field(default_factory=list)
+    expr_guards: list[tuple[Any, Any]] = field(default_factory=list)
+    # Results that are numbers (a size, or a shape, a piece of a split graph hands on):
+    # (position among the results, sympy expression over the dims or a tuple of them),
+    # evaluated per call.
+    scalar_results: list[tuple[int, Any]] = field(default_factory=list)
+    # Numbers the torch.fx importer read from the caller's non-tensor arguments (a piece
+    # of a split graph is handed a float): (argument position, value); the Dynamo
+    # backend runs the piece eagerly when a call brings another value.
+    arg_guards: list[tuple[int, Any]] = field(default_factory=list)
+
+    @property
+    def results(self) -> list[Value]:
+        """The values a call returns (``outputs`` less those that only feed mutations)."""
+        return self.outputs if self.n_results is None else self.outputs[:self.n_results]
 
     def consumers(self) -> dict[Value, list[Node]]:
         out: dict[Value, list[Node]] = {}
@@ -109,7 +133,8 @@ class Graph:
     def __str__(self) -> str:
         lines = [f"graph {self.name}({', '.join(repr(v) for v in self.inputs)})"]
         lines += [f"  {n!r}  # {shape_str(n.output.shape)}" for n in self.nodes]
-        lines.append(f"  return {', '.join('%' + v.name for v in self.outputs)}")
+        lines.append(f"  return {', '.join('%' + v.name for v in self.results)}")
+        lines += [f"  {v.name} <- %{self.outputs[k].name}" for v, k in self.mutations]
         return "\n".join(lines)
 
 
@@ -138,7 +163,9 @@ class GraphBuilder:
         return name
 
     def input(self, name: str, shape: Sequence, dtype: str = "float32") -> Value:
-        v = Value(self._fresh(name), dtype, tuple(dim(d) for d in shape), is_input=True)
+        from polycomp.dtypes import canonical
+        v = Value(self._fresh(name), canonical(dtype), tuple(dim(d) for d in shape),
+                  is_input=True)
         self.graph.inputs.append(v)
         return v
 
@@ -162,6 +189,7 @@ class GraphBuilder:
         out = Value(nname, inputs[0].dtype if inputs else "float32")
         node = Node(op, nname, list(inputs), dict(attrs), out, user_location())
         out.producer = node
+        out.dtype = OPS[op].dtype(node)
         self.graph.nodes.append(node)
         if all(v.shape is not None for v in inputs):  # eager propagation: sizes are usable
             from .shapes import Constraints
@@ -175,8 +203,30 @@ class GraphBuilder:
             return lambda *a, **k: self.op(op, *a, **k)
         raise AttributeError(op)
 
-    def build(self, *outputs: Value) -> Graph:
+    def build(self, *outputs: Value,
+              mutations: Sequence[tuple[Value, Value]] = ()) -> Graph:
+        """Finish the graph: ``outputs`` are what a call returns; ``mutations`` pairs
+        (input, new value) are written back into those inputs after each call (an
+        in-place update of an input, as eager PyTorch does it).  Nodes no output depends
+        on are dropped (a kernel computes only what is used); runs shape propagation."""
         from .shapes import propagate
-        self.graph.outputs = list(outputs)
-        propagate(self.graph)
-        return self.graph
+        g = self.graph
+        g.outputs, g.n_results = list(outputs), len(outputs)
+        for v, new in mutations:
+            if not v.is_input:
+                raise TypeError(f"only graph inputs can be mutated, not {v!r}")
+            if new not in g.outputs:
+                g.outputs.append(new)
+            g.mutations.append((v, g.outputs.index(new)))
+        live: set[Node] = set()
+        stack = list(g.outputs)
+        while stack:
+            p = stack.pop().producer
+            if p is not None and p not in live:
+                live.add(p)
+                stack.extend(p.inputs)
+        g.nodes = [n for n in g.nodes if n in live]
+        used = {v for n in g.nodes for v in n.inputs} | set(g.outputs)
+        g.constants = [c for c in g.constants if c in used]
+        propagate(g)
+        return g

@@ -10,7 +10,7 @@ outside the group; every operator contributes its stages (:mod:`polycomp.graph.o
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sympy
 
@@ -83,7 +83,11 @@ def group_kernel(part: Partition, group: Group) -> GroupKernel:
     def fn(*args):
         env: dict[Value, Tensor] = dict(zip(inputs, args))
         for n in group.nodes:
-            env[n.output] = OPS[n.op].lower(n, [env[v] for v in n.inputs],
+            node = n
+            s = n.attrs.get("scalar")
+            if isinstance(s, sympy.Expr) and s.free_symbols:  # x * S: a size parameter
+                node = replace(n, attrs={**n.attrs, "scalar": pm.to_ir(s)})
+            env[n.output] = OPS[n.op].lower(node, [env[v] for v in n.inputs],
                                             pm.shape(n.output.shape))
         return tuple(env[v] for v in outputs)
 

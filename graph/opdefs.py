@@ -10,7 +10,15 @@ Fusion classes (TSCompiler / AStitch vocabulary):
   executed by the runtime as a zero-copy reshape of a contiguous buffer.
 
 Lowerings receive the input :class:`~polycomp.frontend.dsl.Tensor` s of the kernel being
-traced and return the stage computing the node's output.
+traced and return the stage computing the node's output, in the node's dtype.
+
+Dtypes: each op has a dtype rule (:attr:`OpDef.dtype`).  Binary elementwise ops compute
+in the promoted dtype of their operands (their loads are cast to it; a ``cast`` node
+converts explicitly -- the torch importer inserts them to follow torch's promotion);
+``div`` and the transcendental unary ops give float32 for integer inputs; ``sum`` of
+bool / int8 / int32 gives int64 (as torch).  Contractions and sums over float16 /
+bfloat16 accumulate in float32 (one extra cast stage stores the result), as
+``softmax`` and ``layernorm`` of the operator library do.
 """
 from __future__ import annotations
 
@@ -19,8 +27,9 @@ from typing import Callable
 
 import sympy
 
+from polycomp import dtypes as dt
 from polycomp import ir
-from polycomp.errors import ShapeMismatchError
+from polycomp.errors import DTypeError, ShapeMismatchError
 from polycomp.frontend import dsl, ops
 
 from .ir import Node, Shape, numel
@@ -29,12 +38,17 @@ from .shapes import Constraint, Constraints, broadcast, mismatch
 ShapeRule = Callable[[Node, Constraints], Shape]
 
 
+def _dtype_first(node: Node) -> str:
+    return node.inputs[0].dtype if node.inputs else "float32"
+
+
 @dataclass(frozen=True)
 class OpDef:
     kind: str
     shape: ShapeRule
     lower: Callable  # (node, ins: list[dsl.Tensor], out_shape: tuple[ir.Expr]) -> dsl.Tensor
     flops_per_elem: float = 1.0
+    dtype: Callable[[Node], str] = _dtype_first  # the output's dtype
 
 
 def _axis(node: Node, axis: int, ndim: int) -> int:
@@ -51,9 +65,19 @@ def _bload(x: dsl.Tensor, idx: tuple, out_ndim: int):
     return x[tuple(0 if ir.is_const(d, 1) else idx[off + k] for k, d in enumerate(x.shape))]
 
 
-def _compute(shape, f, name: str) -> dsl.Tensor:
+def _compute(shape, f, name: str, dtype: str | None = None) -> dsl.Tensor:
     """``compute`` with an index function taking the index tuple."""
-    return dsl.compute(shape, ops._indexed(len(shape), f), name=name)
+    return dsl.compute(shape, ops._indexed(len(shape), f), name=name, dtype=dtype)
+
+
+def _as(e, dtype: str):
+    """``e`` converted to ``dtype`` (a no-op when it has it)."""
+    return ir.cast(e, dtype)
+
+
+def _float_dtype(d: str) -> str:
+    """torch: a float op on an integer or bool tensor computes in the default float."""
+    return d if dt.is_float(d) else "float32"
 
 
 def _name(node: Node) -> str:
@@ -72,16 +96,51 @@ def _binary_shape(node: Node, cs: Constraints) -> Shape:
     return broadcast(node, cs, node.inputs[0], node.inputs[1])
 
 
+def _binary_dtype(node: Node) -> str:
+    d = node.inputs[0].dtype
+    for v in node.inputs[1:]:
+        d = dt.promote(d, v.dtype)
+    if node.op == "div":
+        return _float_dtype(d)
+    if d == "bool" and node.op == "sub":
+        raise DTypeError(f"sub {node.name!r}: subtraction of bool tensors; cast them to a "
+                         f"number type first", node.location)
+    return d
+
+
+def _scalar(node: Node, d: str):
+    """The node's scalar operand (a Python number, or a size parameter: an ``ir.Expr``)
+    as an expression of dtype ``d``."""
+    s = node.attrs["scalar"]
+    if isinstance(s, ir.Expr):
+        return _as(s, d)
+    if dt.is_float(d):
+        return ir.const(float(s), d)
+    if isinstance(s, float) and not float(s).is_integer():
+        raise DTypeError(f"{node.op} {node.name!r}: the scalar {s} does not fit {d}",
+                         node.location)
+    if d == "bool":
+        return ir.const(bool(s))
+    return ir.const(int(s), d)
+
+
+# on bool operands (torch): + is logical or, * logical and, maximum is or
+_BOOL_BIN = {"add": lambda a, b: ir.bitwise("|", a, b), "mul": lambda a, b: ir.bitwise("&", a, b),
+             "maximum": lambda a, b: ir.bitwise("|", a, b)}
+
+
 def _binary_lower(node: Node, ins, shape):
-    f = _BIN[node.op]
+    d = node.output.dtype
+    f = _BOOL_BIN[node.op] if d == "bool" else _BIN[node.op]
     n = len(shape)
     if len(ins) == 1:
-        s = node.attrs["scalar"]
+        s = _scalar(node, d)
         if node.attrs.get("reverse"):
-            return _compute(shape, lambda i: f(s, ins[0][i]), name=_name(node))
-        return _compute(shape, lambda i: f(ins[0][i], s), name=_name(node))
+            return _compute(shape, lambda i: f(s, _as(ins[0][i], d)), name=_name(node), dtype=d)
+        return _compute(shape, lambda i: f(_as(ins[0][i], d), s), name=_name(node), dtype=d)
     a, b = ins
-    return _compute(shape, lambda i: f(_bload(a, i, n), _bload(b, i, n)), name=_name(node))
+    return _compute(shape, lambda i: f(_as(_bload(a, i, n), d), _as(_bload(b, i, n), d)),
+                    name=_name(node), dtype=d)
 
 
 def _gelu(x, approximate: str):
@@ -90,20 +149,44 @@ def _gelu(x, approximate: str):
     return 0.5 * x * (1.0 + dsl.erf(x * 0.7071067811865476))
 
 
-_UN = {"relu": lambda x, a: ir.max_(x, 0.0), "tanh": lambda x, a: dsl.tanh(x),
+_UN = {"relu": lambda x, a: ir.max_(x, 0), "tanh": lambda x, a: dsl.tanh(x),
        "exp": lambda x, a: dsl.exp(x), "sigmoid": lambda x, a: dsl.sigmoid(x),
        "neg": lambda x, a: -x, "sqrt": lambda x, a: dsl.sqrt(x),
        "rsqrt": lambda x, a: dsl.rsqrt(x), "erf": lambda x, a: dsl.erf(x),
        "gelu": lambda x, a: _gelu(x, a.get("approximate", "none"))}
 
 
+_FLOAT_UN = ("tanh", "exp", "sigmoid", "sqrt", "rsqrt", "erf", "gelu")
+
+
 def _same_shape(node: Node, cs: Constraints) -> Shape:
     return node.inputs[0].shape
 
 
+def _unary_dtype(node: Node) -> str:
+    d = node.inputs[0].dtype
+    if node.op in _FLOAT_UN:
+        return _float_dtype(d)
+    if d == "bool":
+        raise DTypeError(f"{node.op} {node.name!r}: not defined on bool tensors",
+                         node.location)
+    return d
+
+
 def _unary_lower(node: Node, ins, shape):
     f = _UN[node.op]
-    return _compute(shape, lambda i: f(ins[0][i], node.attrs), name=_name(node))
+    d = node.output.dtype
+    return _compute(shape, lambda i: f(_as(ins[0][i], d), node.attrs), name=_name(node),
+                    dtype=d)
+
+
+def _cast_dtype(node: Node) -> str:
+    return dt.canonical(node.attrs["dtype"])
+
+
+def _cast_lower(node: Node, ins, shape):
+    d = node.output.dtype
+    return _compute(shape, lambda i: _as(ins[0][i], d), name=_name(node), dtype=d)
 
 
 # --------------------------------------------------------------------- injective
@@ -235,15 +318,32 @@ def _matmul_shape(node: Node, cs: Constraints) -> Shape:
     return lead + (sa[-2], sb[-1])
 
 
+def _matmul_dtype(node: Node) -> str:
+    d = dt.promote(node.inputs[0].dtype, node.inputs[1].dtype)
+    if d == "bool":
+        raise DTypeError(f"matmul {node.name!r}: not defined on bool tensors", node.location)
+    return d
+
+
+def _finish(node: Node, t: dsl.Tensor, shape) -> dsl.Tensor:
+    """``t`` (accumulated in a wider dtype) stored in the node's dtype: an extra stage."""
+    d = node.output.dtype
+    if t.dtype == d:
+        return t
+    return _compute(shape, lambda i: _as(t[i], d), name=_name(node), dtype=d)
+
+
 def _matmul_lower(node: Node, ins, shape):
     a, b = ins
     k = dsl.reduce_axis(a.shape[-1], f"k_{node.name}")
     nb = b.ndim
+    acc = ops.accumulation_dtype(node.output.dtype)
 
     def body(i):
         bi = (k, i[-1]) if nb == 2 else tuple(i[:-2]) + (k, i[-1])
-        return dsl.sum(a[tuple(i[:-1]) + (k,)] * b[bi], axis=k)
-    return _compute(shape, body, name=_name(node))
+        return dsl.sum(_as(a[tuple(i[:-1]) + (k,)], acc) * _as(b[bi], acc), axis=k)
+    name = _name(node) if acc == node.output.dtype else _name(node) + "_acc"
+    return _finish(node, _compute(shape, body, name=name, dtype=acc), shape)
 
 
 # --------------------------------------------------------------------- reductions
@@ -272,37 +372,51 @@ def _reduce_shape(node: Node, cs: Constraints) -> Shape:
     return tuple(d for k, d in enumerate(s) if k != a)
 
 
+def _reduce_dtype(node: Node) -> str:
+    d = node.inputs[0].dtype
+    if node.op == "sum" and d in ("bool", "int8", "int32"):
+        return "int64"
+    if node.op == "mean" and not dt.is_float(d):
+        raise DTypeError(f"mean {node.name!r}: needs a float tensor, got {d}", node.location)
+    return d
+
+
 def _reduce_lower(node: Node, ins, shape):
     x = ins[0]
     a = _axis(node, node.attrs.get("axis", -1), x.ndim)
     keep = node.attrs.get("keepdim", False)
     r = dsl.reduce_axis(x.shape[a], f"r_{node.name}")
     red = {"sum": dsl.sum, "mean": dsl.sum, "amax": dsl.max}[node.op]
+    acc = node.output.dtype if node.op == "amax" else ops.accumulation_dtype(node.output.dtype)
 
     def body(i):
         rest = tuple(i[:a]) + (r,) + tuple(i[a + 1:] if keep else i[a:])
-        return red(x[rest], axis=r)
+        return red(_as(x[rest], acc), axis=r)
     if node.op != "mean":
-        return _compute(shape, body, name=_name(node))
-    s = _compute(shape, body, name=_name(node) + "_sum")
-    n = dsl.cast(x.shape[a], "float32")
-    return _compute(shape, lambda i: s[i] / n, name=_name(node))
+        name = _name(node) if acc == node.output.dtype else _name(node) + "_acc"
+        return _finish(node, _compute(shape, body, name=name, dtype=acc), shape)
+    s = _compute(shape, body, name=_name(node) + "_sum", dtype=acc)
+    n = dsl.cast(x.shape[a], acc)
+    name = _name(node) if acc == node.output.dtype else _name(node) + "_acc"
+    return _finish(node, _compute(shape, lambda i: s[i] / n, name=name, dtype=acc), shape)
 
 
 OPS: dict[str, OpDef] = {
-    **{k: OpDef("elementwise", _binary_shape, _binary_lower) for k in _BIN},
-    **{k: OpDef("elementwise", _same_shape, _unary_lower, 8.0 if k in ("gelu", "erf") else 1.0)
+    **{k: OpDef("elementwise", _binary_shape, _binary_lower, dtype=_binary_dtype) for k in _BIN},
+    **{k: OpDef("elementwise", _same_shape, _unary_lower, 8.0 if k in ("gelu", "erf") else 1.0,
+                dtype=_unary_dtype)
        for k in _UN},
+    "cast": OpDef("elementwise", _same_shape, _cast_lower, 0.0, dtype=_cast_dtype),
     "transpose": OpDef("injective", _permute_shape, _permute_lower, 0.0),
     "permute": OpDef("injective", _permute_shape, _permute_lower, 0.0),
     "slice": OpDef("injective", _slice_shape, _slice_lower, 0.0),
     "reshape": OpDef("injective", _reshape_shape, _reshape_lower, 0.0),
-    "matmul": OpDef("backbone", _matmul_shape, _matmul_lower),
+    "matmul": OpDef("backbone", _matmul_shape, _matmul_lower, dtype=_matmul_dtype),
     "softmax": OpDef("reduce", _same_shape, _softmax_lower, 5.0),
     "layernorm": OpDef("reduce", _layernorm_shape, _layernorm_lower, 8.0),
-    "sum": OpDef("reduce", _reduce_shape, _reduce_lower),
-    "mean": OpDef("reduce", _reduce_shape, _reduce_lower),
-    "amax": OpDef("reduce", _reduce_shape, _reduce_lower),
+    "sum": OpDef("reduce", _reduce_shape, _reduce_lower, dtype=_reduce_dtype),
+    "mean": OpDef("reduce", _reduce_shape, _reduce_lower, dtype=_reduce_dtype),
+    "amax": OpDef("reduce", _reduce_shape, _reduce_lower, dtype=_reduce_dtype),
 }
 
 

@@ -16,7 +16,8 @@ from typing import Any, Callable
 import numpy as np
 import sympy
 
-from polycomp.errors import ShapeMismatchError, user_location
+from polycomp import dtypes as dt
+from polycomp.errors import ArgumentError, PolycompError, ShapeMismatchError, user_location
 
 from .ir import Graph, Value, numel, shape_str
 from .partition import Group, Partition
@@ -83,60 +84,117 @@ class CompiledGraph:
         self.kernel_count = kernels
         self.target = target
         self.plan = plan_buffers(self.graph, steps)
+        check_dims_bound(self.graph)
 
     def bind(self, arrays: list[np.ndarray]) -> dict[sympy.Symbol, int]:
-        """Shape guards: bind every dim symbol from the inputs and check each extent and
-        each recorded constraint once."""
+        """Shape guards: bind every dim symbol from the inputs and check each extent, each
+        dtype and each recorded constraint once."""
         g = self.graph
         if len(arrays) != len(g.inputs):
             raise ShapeMismatchError(f"graph {g.name!r} takes {len(g.inputs)} input(s), got "
                                      f"{len(arrays)}", user_location())
         env: dict[sympy.Symbol, int] = {}
-        for v, a in zip(g.inputs, arrays):
+        for k, (v, a) in enumerate(zip(g.inputs, arrays)):
             if a.ndim != len(v.shape):
-                raise ShapeMismatchError(f"input {v.name!r} must have shape "
-                                         f"{shape_str(v.shape)}, got {a.shape}", user_location())
+                raise ShapeMismatchError(f"input {v.name!r} (argument {k + 1}) must have "
+                                         f"shape {shape_str(v.shape)}, got {a.shape}",
+                                         user_location())
             for d, n in zip(v.shape, a.shape):
                 if isinstance(d, sympy.Symbol) and d not in env:
                     env[d] = int(n)
-        for v, a in zip(g.inputs, arrays):
+        for k, (v, a) in enumerate(zip(g.inputs, arrays)):
             want = tuple(_ev(d, env) for d in v.shape)
-            if want != a.shape or str(a.dtype) != v.dtype:
+            if want != a.shape:
+                bound = f" = {want} for {_fmt(env)}" if env else ""
                 raise ShapeMismatchError(
-                    f"input {v.name!r} must be {v.dtype} {shape_str(v.shape)} = {want} with "
-                    f"{_fmt(env)}, got {a.dtype} {a.shape}", user_location())
+                    f"input {v.name!r} (argument {k + 1}) must have shape "
+                    f"{shape_str(v.shape)}{bound}, got {a.shape}", user_location())
+            if _dtype_name(a) != v.dtype:
+                raise ArgumentError(f"input {v.name!r} (argument {k + 1}) must be {v.dtype}, "
+                                    f"got {_dtype_name(a)} (the graph was compiled for "
+                                    f"{v.dtype}: cast the input or compile again)",
+                                    user_location())
         for c in (g.constraints.recorded if g.constraints else ()):
             if _ev(c.lhs, env) != _ev(c.rhs, env):
                 raise ShapeMismatchError(f"shape constraint {c} fails for {_fmt(env)}",
                                          user_location())
+        for v, want in g.value_guards:
+            got = arrays[g.inputs.index(v)].item()
+            if not _same_value(got, want):
+                raise ArgumentError(f"input {v.name!r} was read as {want!r} when the graph was "
+                                    f"compiled (a 0-d tensor used as a number), got {got!r}: "
+                                    f"compile again", user_location())
+        for e, want in g.expr_guards:
+            got = _number(e, env)
+            if not _same_value(got, want):
+                raise ArgumentError(f"the size expression {e} was {want!r} when the graph was "
+                                    f"compiled (used as a number), it is {got!r} for "
+                                    f"{_fmt(env)}: compile again", user_location())
         return env
+
+    def values_hold(self, inputs: list[Any]) -> bool:
+        """Do the values read at compile time (``graph.value_guards``, ``expr_guards``)
+        still hold?  (For the Dynamo backend, before a call: else it runs eagerly.)"""
+        g = self.graph
+        if not all(_same_value(inputs[g.inputs.index(v)].item(), want)
+                   for v, want in g.value_guards):
+            return False
+        if not g.expr_guards:
+            return True
+        env: dict = {}
+        for v, a in zip(g.inputs, inputs):
+            for d, n in zip(v.shape, a.shape):
+                if isinstance(d, sympy.Symbol):
+                    env.setdefault(d, int(n))
+        return all(_same_value(_number(e, env), want) for e, want in g.expr_guards)
 
     def __call__(self, *inputs: Any, out: Any = None):
         from .dlpack import from_caller, to_caller
-        arrays, kind = from_caller(inputs)
+        g = self.graph
+        arrays, kind = from_caller(inputs, [v.name for v in g.inputs])
         outs = list(out) if isinstance(out, (list, tuple)) else ([out] if out is not None
                                                                   else None)
-        result = self.run(arrays, None if outs is None else from_caller(outs)[0])
+        result, env = self._execute(arrays, None if outs is None else from_caller(
+            outs, written=True)[0])
         if outs is not None:
             return out
-        return to_caller(result if len(result) > 1 else result[0], kind)
+        result = to_caller(result, kind)
+        if g.scalar_results:
+            result = list(result)
+            for k, e in g.scalar_results:
+                result.insert(k, tuple(_number(d, env) for d in e) if isinstance(e, tuple)
+                              else _number(e, env))
+        return tuple(result) if len(result) != 1 else result[0]
 
     def run(self, arrays: list[np.ndarray], outs: list[np.ndarray] | None = None) -> list:
+        """Run the steps on numpy arrays; returns the results (``graph.results``) and
+        writes the graph's input mutations back into ``arrays``."""
+        return self._execute(arrays, outs)[0]
+
+    def _execute(self, arrays: list[np.ndarray], outs: list[np.ndarray] | None):
         env = self.bind(arrays)
         g = self.graph
+        if outs is not None and len(outs) != len(g.results):
+            raise ArgumentError(f"graph {g.name!r} returns {len(g.results)} value(s), got "
+                                f"{len(outs)} out= array(s)", user_location())
         vals: dict[Value, np.ndarray] = dict(zip(g.inputs, arrays))
         vals.update({c: c.const for c in g.constants})  # type: ignore[misc]
         slots = self._slots(env)
+        fresh: set[int] = set()  # outputs that are inputs/constants: returned as copies
         for k, v in enumerate(g.outputs):
             shape = tuple(_ev(d, env) for d in v.shape)
-            if outs is not None:
+            if outs is not None and k < len(outs):
                 o = outs[k]
                 if o.shape != shape or str(o.dtype) != v.dtype or not o.flags.c_contiguous:
                     raise ShapeMismatchError(f"out[{k}] must be a C-contiguous {v.dtype} "
                                              f"array of shape {shape}", user_location())
+                if v in vals:
+                    np.copyto(o, vals[v])
                 vals[v] = o
             elif v not in vals:
-                vals[v] = np.empty(shape, v.dtype)
+                vals[v] = np.empty(shape, dt.to_numpy(v.dtype))
+            elif v.const is not None or v.is_input:
+                fresh.add(k)
         for s in self.steps:
             if s.fn is None:
                 src, dst = s.inputs[0], s.outputs[0]
@@ -151,13 +209,20 @@ class CompiledGraph:
                     vals[v] = _view(slots[self.plan.slot_of[v]], v, env)
             params = {name: _ev(e, env) for name, e in s.params.items()}
             s.fn(*[vals[v] for v in s.inputs], out=[vals[v] for v in s.outputs], **params)
-        return [vals[v] for v in g.outputs]
+        res = [vals[v].copy() if k in fresh else vals[v] for k, v in enumerate(g.outputs)]
+        for v, k in g.mutations:  # in-place updates of inputs, after every read of them
+            a = arrays[g.inputs.index(v)]
+            if not a.flags.writeable:
+                raise ArgumentError(f"input {v.name!r} is updated in place by the graph but "
+                                    f"the array passed is read-only", user_location())
+            np.copyto(a, res[k])
+        return res[:len(g.results)], env
 
     def _slots(self, env) -> list[np.ndarray]:
         need = [0] * self.plan.nslots
         for v, k in self.plan.slot_of.items():
             need[k] = max(need[k], numel(v.shape, env))
-        return [np.empty(n, dtype=d) for n, d in zip(need, self.plan.dtypes)]
+        return [np.empty(n, dtype=dt.to_numpy(d)) for n, d in zip(need, self.plan.dtypes)]
 
     def explain(self) -> str:
         return self.partition.explain()
@@ -170,6 +235,47 @@ def _view(slot: np.ndarray, v: Value, env) -> np.ndarray:
 
 def _ev(e, env) -> int:
     return int(sympy.sympify(e).xreplace(env)) if not isinstance(e, int) else e
+
+
+def check_dims_bound(g: Graph) -> None:
+    """Every dim symbol the graph uses must be bound by a call: be an input's extent (a
+    size handed in as a number from elsewhere could not be read); else a clear error at
+    compile time, not a failure at run time."""
+    bound = {d for v in g.inputs for d in v.shape if isinstance(d, sympy.Symbol)}
+    used: set = set()
+    for v in [*g.inputs, *(n.output for n in g.nodes)]:
+        for d in v.shape:
+            used |= sympy.sympify(d).free_symbols
+    for e, _ in g.expr_guards:
+        used |= sympy.sympify(e).free_symbols
+    for _, e in g.scalar_results:
+        for d in (e if isinstance(e, tuple) else (e,)):
+            used |= sympy.sympify(d).free_symbols
+    for n in g.nodes:
+        if isinstance(n.attrs.get("scalar"), sympy.Expr):
+            used |= n.attrs["scalar"].free_symbols
+    free = sorted(map(str, used - bound))
+    if free:
+        from polycomp.errors import UnsupportedOpError
+        raise UnsupportedOpError(f"graph {g.name!r}: the size(s) {', '.join(free)} are not "
+                                 f"the extent of any input, so a call cannot bind them")
+
+
+def _number(e, env) -> int | float:
+    """A size expression (or number) evaluated for the bound dims, as a Python number."""
+    v = sympy.sympify(sympy.sympify(e).xreplace(env))
+    return int(v) if v.is_integer else float(v)
+
+
+def _same_value(a, b) -> bool:
+    return a == b or (a != a and b != b)  # NaN equals NaN here
+
+
+def _dtype_name(a: np.ndarray) -> str:
+    try:
+        return dt.canonical(a.dtype)
+    except PolycompError:
+        return str(a.dtype)
 
 
 def _fmt(env) -> str:

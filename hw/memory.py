@@ -39,6 +39,37 @@ class CopyRule:
     mechanism: str
     sync: str = ""
     variant: str = ""      # "" the default form; e.g. "async" for cp.async pipelines
+    tensor: TensorCopy | None = None   # a tiled bulk-tensor copy engine's rules (TMA)
+
+
+@dataclass(frozen=True)
+class TensorCopy:
+    """The rules of a tiled *tensor copy* (a copy engine that moves a box of a tensor
+    between global and shared memory from a descriptor, e.g. CUDA's tensor memory
+    accelerator, ``cp.async.bulk.tensor``): the box may have ``max_rank`` dimensions of
+    at most ``max_box`` elements each, its innermost dimension a multiple of
+    ``inner_multiple`` bytes; the global base address must be aligned to
+    ``global_alignment`` bytes and every stride of the tensor (bytes) be a multiple of
+    ``stride_multiple``; the shared destination is written in one of the ``swizzles``
+    (the span, in bytes, of the 16-byte-chunk XOR pattern; 0: rows kept linear; the
+    innermost box dimension may not exceed the span), starting at an address aligned to
+    ``pattern_alignment[span]`` bytes (where the pattern repeats); elements outside the
+    tensor read as ``oob_fill``; completion is signalled by ``completion`` (a transaction
+    count on a barrier)."""
+    swizzles: tuple[int, ...] = (0, 32, 64, 128)
+    max_rank: int = 5
+    max_box: int = 256
+    inner_multiple: int = 16
+    global_alignment: int = 16
+    stride_multiple: int = 16
+    pattern_alignment: tuple[tuple[int, int], ...] = ((0, 128), (32, 256), (64, 512),
+                                                      (128, 1024))
+    oob_fill: str = "zero"
+    completion: str = "mbarrier complete_tx (bytes)"
+
+    def alignment(self, span: int) -> int:
+        """The shared-memory alignment of a box written with swizzle span ``span``."""
+        return dict(self.pattern_alignment)[span]
 
 
 @dataclass(frozen=True)
@@ -57,6 +88,8 @@ class ComputeUnit:
     shape: tuple[int, ...]
     dtypes: tuple[str, ...]
     note: str = ""
+    threads: int = 0       # threads issuing one instruction together (0: not stated)
+    n_values: tuple[int, ...] = ()   # the N an instruction may take (0..: only shape[1])
     operands: tuple[str, ...] = ()
     accumulator: str = ""
 

@@ -1,6 +1,6 @@
 """The compile options of the built-in target families, as data: :class:`CpuOptions`
 (``c``, ``cpu``, ``cpu-avx2``, ``cpu-avx512``), :class:`CudaOptions` (``cuda``,
-``cuda-sm90``) and :class:`NpuOptions` (``npu``, ``npu-lite``); see
+``cuda-sm90``, ``cuda-sm90a``) and :class:`NpuOptions` (``npu``, ``npu-lite``); see
 :mod:`polycomp.options` for how options are checked.
 
 They live beside :mod:`polycomp.hw.target` and :mod:`polycomp.hw.memory` rather than in
@@ -95,13 +95,70 @@ def tile_option(name: str, v: Any) -> TileOption | None:
 
 
 @dataclass(frozen=True)
+class RowMapOption:
+    """Option ``row_map``: the thread mapping of row-reduction kernels
+    (:mod:`polycomp.scheduler.gpu.rowplan`; missing fields are the cost model's choice).
+    ``threads`` per row (a power of two, at most 1024), ``rows`` per block (1 when
+    ``threads > 32``), ``vector``: consecutive columns per access (1, 2, 4, 8 or 16, at
+    most 16 bytes), ``cache``: keep the row's inputs in registers between the passes of
+    the group, ``bound``: the largest row length the kernel handles (a symbolic row
+    length; the multi-version selector guarantees it, a kernel called past it traps)."""
+    threads: int | None = None
+    rows: int | None = None
+    vector: int | None = None
+    cache: bool | None = None
+    bound: int | None = None
+
+
+_ROW_MAP_KEYS = ("threads", "rows", "vector", "cache", "bound")
+
+
+def row_map_option(name: str, v: Any) -> RowMapOption | None:
+    if v is None or isinstance(v, RowMapOption):
+        return v
+    if all(hasattr(v, a) for a in _ROW_MAP_KEYS) and not isinstance(v, Mapping):
+        v = {a: getattr(v, a) for a in _ROW_MAP_KEYS}          # a RowMapping
+    if not isinstance(v, Mapping):
+        raise OptionError(f"option {name} takes a dict with keys {', '.join(_ROW_MAP_KEYS)}; "
+                          f"got {v!r}")
+    bad = set(v) - set(_ROW_MAP_KEYS)
+    if bad:
+        raise OptionError(f"option {name} has unknown keys {sorted(bad)}; valid keys: "
+                          f"{', '.join(_ROW_MAP_KEYS)}")
+
+    def num(key):
+        x = v.get(key)
+        return None if x is None else positive_int(f"{name}.{key}", x)
+    cache = v.get("cache")
+    o = RowMapOption(num("threads"), num("rows"), num("vector"),
+                     None if cache is None else boolean(f"{name}.cache", cache), num("bound"))
+    if o.threads is not None and (o.threads > CUDA_MAX_THREADS_PER_BLOCK
+                                  or o.threads & (o.threads - 1)):
+        raise OptionError(f"option {name}.threads takes a power of two up to "
+                          f"{CUDA_MAX_THREADS_PER_BLOCK}, got {o.threads}")
+    if o.vector is not None and o.vector not in (1, 2, 4, 8, 16):
+        raise OptionError(f"option {name}.vector takes 1, 2, 4, 8 or 16, got {o.vector}")
+    if o.rows is not None and o.rows > 1 and o.threads is not None and o.threads > 32:
+        raise OptionError(f"option {name}: rows {o.rows} per block with {o.threads} threads "
+                          f"per row; a row wider than a warp takes a block of its own (rows 1)")
+    if o.rows is not None and o.threads is not None and \
+            o.rows * o.threads > CUDA_MAX_THREADS_PER_BLOCK:
+        raise OptionError(f"option {name}: {o.rows} rows of {o.threads} threads is "
+                          f"{o.rows * o.threads} threads per block; CUDA allows "
+                          f"{CUDA_MAX_THREADS_PER_BLOCK}")
+    return o
+
+
+@dataclass(frozen=True)
 class TensorCoreTileOption:
-    """Tensor Core tiles: block (M, N), warp (M, N), K tile, pipeline stages, swizzle."""
+    """Tensor Core tiles: block (M, N), warp (M, N) (on sm_90a the consumer warpgroup's
+    tile), K tile, pipeline stages, swizzle, and on sm_90a a persistent grid."""
     block: tuple[int, ...] | None = None
     warp: tuple[int, ...] | None = None
     k: int | None = None
     stages: int | None = None
     swizzle: bool | None = None
+    persistent: bool | None = None
 
 
 def tc_tile_option(name: str, v: Any) -> TensorCoreTileOption | None:
@@ -113,21 +170,23 @@ def tc_tile_option(name: str, v: Any) -> TensorCoreTileOption | None:
     if not isinstance(v, Mapping):
         raise OptionError(f"option {name} takes a dict with keys block, warp, k, stages, "
                           f"swizzle; got {v!r}")
-    bad = set(v) - {"block", "warp", "k", "stages", "swizzle"}
+    bad = set(v) - {"block", "warp", "k", "stages", "swizzle", "persistent"}
     if bad:
         raise OptionError(f"option {name} has unknown keys {sorted(bad)}; valid keys: "
-                          f"block, warp, k, stages, swizzle")
-    k, st, sw = v.get("k"), v.get("stages"), v.get("swizzle")
+                          f"block, warp, k, stages, swizzle, persistent")
+    k, st, sw, pe = v.get("k"), v.get("stages"), v.get("swizzle"), v.get("persistent")
     opt = TensorCoreTileOption(int_tuple(2)(f"{name}.block", v.get("block")),
                                int_tuple(2)(f"{name}.warp", v.get("warp")),
                                None if k is None else positive_int(f"{name}.k", k),
                                None if st is None else positive_int(f"{name}.stages", st),
-                               None if sw is None else boolean(f"{name}.swizzle", sw))
+                               None if sw is None else boolean(f"{name}.swizzle", sw),
+                               None if pe is None else boolean(f"{name}.persistent", pe))
     if opt.k is not None and opt.k not in (32, 64):
         raise OptionError(f"option {name}.k takes 32 or 64 (the K tile of the mma "
                           f"pipeline), got {opt.k}")
-    if opt.stages is not None and not 1 <= opt.stages <= 4:
-        raise OptionError(f"option {name}.stages takes 1..4, got {opt.stages}")
+    if opt.stages is not None and not 1 <= opt.stages <= 8:
+        raise OptionError(f"option {name}.stages takes 1..8 (1..4 for mma.sync, 2..8 "
+                          f"for sm_90a wgmma), got {opt.stages}")
     if opt.warp is not None and any(w % 16 for w in opt.warp):
         raise OptionError(f"option {name}.warp takes multiples of 16, got {opt.warp}")
     if opt.block is not None and opt.warp is not None and \
@@ -139,7 +198,7 @@ def tc_tile_option(name: str, v: Any) -> TensorCoreTileOption | None:
 
 @dataclass(frozen=True)
 class CudaOptions(Options):
-    """Options of the CUDA targets (``cuda``, ``cuda-sm90``)."""
+    """Options of the CUDA targets (``cuda``, ``cuda-sm90``, ``cuda-sm90a``)."""
 
     family: ClassVar[str] = "cuda"
 
@@ -154,7 +213,9 @@ class CudaOptions(Options):
     tensor_cores: bool = opt(True, boolean, "f16/bf16 contractions on Tensor Cores")
     tc_tile: TensorCoreTileOption | None = opt(None, tc_tile_option,
                                                "Tensor Core tiles ({'block', 'warp', 'k', "
-                                               "'stages', 'swizzle'})")
+                                               "'stages', 'swizzle', 'persistent'}; on "
+                                               "sm_90a warp is the consumer warpgroup "
+                                               "tile)")
     promote: bool = opt(True, boolean, "shared-memory and register promotion")
     unroll: bool = opt(True, boolean, "unroll point loops of constant trip count")
     isolate: bool = opt(True, boolean, "separate full tiles from partial ones when unrolling")
@@ -165,6 +226,13 @@ class CudaOptions(Options):
                             "it pays (a stage between the products and a grid filling a "
                             "third of the SMs; 'force': whenever legal; scheduler/chain, "
                             "docs/fusion.md)")
+    row_online: bool = opt(True, boolean,
+                           "an uncached softmax row's maximum and sum in one pass (online "
+                           "max-and-sum, docs/rowreduce.md)")
+    row_map: RowMapOption | None = opt(None, row_map_option,
+                                       "thread mapping of row reductions ({'threads', "
+                                       "'rows', 'vector', 'cache', 'bound'}; default: the "
+                                       "cost model's choice, docs/rowreduce.md)")
     chain_tiles: tuple[int, ...] | None = opt(None, int_tuple(2),
                                               "tiles (TM, TL) of the fused chain kernel, "
                                               "multiples of 16 (default: the data-movement "

@@ -25,19 +25,32 @@ class CpuParams:
 
 CUDA_MAX_THREADS_PER_BLOCK = 1024   # every CUDA architecture's limit
 CUDA_WARP_SIZE = 32                 # threads of a warp (and of a warp-level mma.sync)
+CUDA_WARPGROUP_SIZE = 128           # threads of a warpgroup (sm_90a wgmma): 4 aligned warps
 
 
 @dataclass(frozen=True)
 class CudaParams:
     """Machine parameters of a CUDA target: the SM version and per-block limits
     (``shared_memory_optin``: the larger dynamic shared-memory limit a kernel may opt
-    into)."""
+    into).  ``arch_suffix`` ``"a"`` names the architecture-specific feature set
+    (``sm_90a``: ``wgmma``, ``setmaxnreg``); ``max_cluster`` the blocks of a portable
+    thread-block cluster (1: no clusters); ``register_realloc`` the ``(min, max, step)``
+    per-thread register counts ``setmaxnreg`` may move a warpgroup to (empty: none)."""
     sm: int = 80
     shared_memory_optin: int = 0
     registers_per_thread: int = 255
     max_threads_per_block: int = CUDA_MAX_THREADS_PER_BLOCK
     warp_size: int = CUDA_WARP_SIZE
     sms: int = 108                     # streaming multiprocessors (A100: 108, H100: 132)
+    arch_suffix: str = ""
+    registers_per_sm: int = 65536
+    max_cluster: int = 1
+    register_realloc: tuple[int, ...] = ()
+
+    @property
+    def arch(self) -> str:
+        """The nvcc architecture name without ``sm_`` (``"80"``, ``"90a"``)."""
+        return f"{self.sm}{self.arch_suffix}"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,13 @@ cupy for GEMMs, cupy's batched products and softmax for chains), in the same run
   ``chain="force"``: the rule of scheduler/chain/cuda_gate.py would not fuse some of
   them) and unfused.
 
+``--set hopper``: the sm_90a GEMMs (target ``cuda-sm90a``: TMA, mbarrier ring, wgmma,
+persistent grid; ``hopper_cases``): f16 and bf16 with float32 and 16-bit outputs at
+``n^3`` (1024..8192) and at transformer shapes (M = tokens 128..8192, N/K 768..12288),
+with tile variants at a few of them, against ``torch.matmul`` (cuBLAS, 16-bit output) in
+the same process; the sm_80 kernel of target ``cuda`` at ``n^3`` for comparison.  The
+references of these large products are computed on the GPU (cuBLAS float32).
+
 ``--set large``: attention at long sequences (float32 and float16: ``LARGE_ATTENTION``),
 where kernel times are milliseconds and the library peers' launch overhead no longer
 counts, the batch-matmul chains with float16 inputs (the Tensor Core chain kernel), and
@@ -90,6 +97,76 @@ def gemm_cases(root: str, sizes: list) -> int:
                     extra={"time": "1", "gen": "0", "ref": "matmul", "baseline": "cublas",
                            "group": "gemm", "name": f"{n}^3", "variant": "polycomp"})
     return len(sizes)
+
+
+#: transformer GEMM shapes (N, K) of a layer: attention projections and MLP (BERT/ViT-B
+#: 768, GPT-style 4096 and its 3x / 4x widths), at M = tokens
+TRANSFORMER_NK = {"qkv768": (2304, 768), "proj768": (768, 768), "mlp-up768": (3072, 768),
+                  "mlp-down768": (768, 3072), "proj4096": (4096, 4096),
+                  "mlp-up4096": (12288, 4096), "mlp-down4096": (4096, 12288)}
+TOKENS = (128, 512, 2048, 8192)
+#: tile variants timed beside the default at a few shapes (the tuner's knobs)
+HOPPER_VARIANTS = {"128x128": {"block": (128, 128)},
+                   "128x128-np": {"block": (128, 128), "persistent": False},
+                   "64x256": {"block": (64, 256)}}
+
+
+def hopper_cases(root: str, quick: bool = False) -> int:
+    """Timed sm_90a GEMM cases (see the module docstring); one source per kernel (the
+    sizes are symbolic: every shape is a case of the same source)."""
+    from polycomp.driver import compile_kernel
+    from polycomp.frontend import ops
+    from polycomp.hw.cuda.codegen import split_kernels
+    from polycomp.hw.cuda.gpu_bundle import record_case
+
+    def record(ck, shapes, group, variant, peer, tol=None):
+        f = ck.final_ir
+        temps, kernels = split_kernels(f)
+        arch = ck.target.cuda.arch if ck.target.cuda.arch_suffix else ""
+        n = 0
+        for name, (m, nn, k) in shapes.items():
+            params = {"N": m, "M": nn, "K": k}
+            extra = {"time": "1", "gen": "0", "ref": "matmul", "ref_device": "1",
+                     "baseline": peer, "group": group, "name": name, "variant": variant,
+                     "flops": str(2 * m * nn * k)}
+            if tol:
+                extra["tol"] = tol
+            record_case(ck.source, f, kernels, temps,
+                        {p.name: params[p.name] for p in f.params}, {}, {}, root,
+                        target=ck.target.name, extra=extra, arch=arch)
+            n += 1
+        return n
+    cube = {f"{n}^3": (n, n, n) for n in ((2048,) if quick else (1024, 2048, 4096, 8192))}
+    tf = {f"M{m}-{name}": (m, nn, k) for m in ((512,) if quick else TOKENS)
+          for name, (nn, k) in (list(TRANSFORMER_NK.items())[:2] if quick
+                                else TRANSFORMER_NK.items())}
+    n_cases = 0
+    for dtype in ("float16", "bfloat16"):
+        peer = "torch_matmul" if dtype == "float16" else "torch_matmul_bf16"
+        tag = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+        for out, label in ((None, "f32 out"), (dtype, f"{tag} out")):
+            ck = compile_kernel(ops.matmul_kernel(dtype, out_dtype=out), "hopper")
+            tol = None if out is None else "2e-2"
+            n_cases += record(ck, cube, f"gemm-{tag} sm_90a", f"polycomp {label}", peer, tol)
+            if out is not None:
+                n_cases += record(ck, tf, f"gemm-{tag} transformer sm_90a",
+                                  f"polycomp {label}", peer, tol)
+    if not quick:        # tile variants (f16, 16-bit out) at a few shapes
+        few_cube = {k: v for k, v in cube.items() if k in ("2048^3", "8192^3")}
+        few_tf = {k: v for k, v in tf.items() if k.startswith(("M512-", "M8192-"))
+                  and k.endswith(("proj768", "mlp-up4096"))}
+        for variant, tile in HOPPER_VARIANTS.items():
+            ck = compile_kernel(ops.matmul_kernel("float16", out_dtype="float16"), "hopper",
+                                {"tc_tile": tile})
+            n_cases += record(ck, few_cube, "gemm-f16 sm_90a", f"polycomp f16 out {variant}",
+                              "torch_matmul", "2e-2")
+            n_cases += record(ck, few_tf, "gemm-f16 transformer sm_90a",
+                              f"polycomp f16 out {variant}", "torch_matmul", "2e-2")
+        # the sm_80 kernel (mma.sync, cp.async) of target cuda, as before this target
+        ck = compile_kernel(ops.matmul_kernel("float16"), "cuda")
+        n_cases += record(ck, cube, "gemm-f16 sm_90a", "polycomp f32 out (cuda: sm_80 code)",
+                          "torch_matmul")
+    return n_cases
 
 
 def attention_cases(root: str, shapes: dict, dtypes: tuple, tile_variants: bool) -> int:
@@ -178,17 +255,20 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("bundle")
     ap.add_argument("--quick", action="store_true", help="one shape per group")
-    ap.add_argument("--set", choices=("standard", "large", "flash"), default="standard",
+    ap.add_argument("--set", choices=("standard", "large", "flash", "hopper"),
+                    default="standard",
                     help="standard: the cases above; large: long-sequence attention "
                          "(float32 and float16), the float16 batch-matmul chains and the "
                          "float32 split; flash: float16 attention against PyTorch's SDPA "
-                         "on 4-d inputs")
+                         "on 4-d inputs; hopper: sm_90a GEMMs against torch.matmul")
     args = ap.parse_args(argv)
     from polycomp.benchmarks.chains_cuda import ATTENTION
 
     def first(d: dict) -> dict:
         return dict(list(d.items())[:1]) if args.quick else d
-    if args.set == "flash":       # the Tensor Core kernel against PyTorch's flash path
+    if args.set == "hopper":      # sm_90a GEMMs against torch.matmul (cuBLAS)
+        n_cases = hopper_cases(args.bundle, args.quick)
+    elif args.set == "flash":       # the Tensor Core kernel against PyTorch's flash path
         from polycomp.benchmarks.chains_cuda import _kernel as attention_kernel
         from polycomp.driver import compile_kernel
         n_cases = 0

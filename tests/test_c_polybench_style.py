@@ -355,3 +355,21 @@ def test_block_scoped_locals_are_separate_variables():
     np.testing.assert_array_equal(build(k, "c")(0.5, a), want)
     with pytest.raises(UnsupportedConstructError, match="already declared"):
         read_c_kernel("void f(int N, double A[N]) { double t; double t; t = 1; A[0] = t; }")
+
+
+def test_bench_polybench_against_a_peer_build(tmp_path, capsys):
+    """``--dump-c DIR`` writes each kernel's generated C; ``--peer-c DIR`` times that C
+    beside this build in the same run (here the same build: a ratio near 1)."""
+    _fake_polybench(tmp_path / "pb")
+    peer = tmp_path / "peer"
+    assert pb.main(["--polybench", str(tmp_path / "pb"), "--dataset", "SMALL",
+                    "--kernels", "local_arrays", "--dump-c", str(peer)]) == 0
+    assert "wrote 1 sources" in capsys.readouterr().out
+    assert "void kernel_local_arrays(" in (peer / "local_arrays.c").read_text()
+    assert pb.main(["--polybench", str(tmp_path / "pb"), "--dataset", "SMALL", "--rounds", "3",
+                    "--threads", "1", "--kernels", "local_arrays", "--peer-c", str(peer),
+                    "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    r, = res["rows"]
+    assert res["peer"] == str(peer) and len(r["peer_s"]) == 2 and r["vs_peer"] > 0
+    assert res["geomean_vs_peer"] == pytest.approx(r["vs_peer"])

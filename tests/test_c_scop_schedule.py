@@ -55,6 +55,21 @@ SIZES = {
     "seidel_like": [dict(tsteps=5, n=23), dict(tsteps=2, n=3)],
     "trmm_like": [dict(m=13, n=29)],
     "symm_like": [dict(m=11, n=37)],
+    "jacobi1d_like": [dict(tsteps=4, n=29), dict(tsteps=1, n=5)],
+    "heat3d_like": [dict(tsteps=3, n=11), dict(tsteps=1, n=3)],
+    "fdtd2d_like": [dict(tmax=3, nx=13, ny=17), dict(tmax=1, nx=1, ny=1)],
+}
+
+#: the time-tiled stencils at sizes that span several tiles in time and in space (tile
+#: sizes ``scop_stencil.TILES``: 64x512 in 1-D, 8x32 in 2-D, 4x8x16 in 3-D), odd and
+#: prime extents, and one time step
+STENCIL_SIZES = {
+    "jacobi1d_like": [dict(tsteps=131, n=1031), dict(tsteps=1, n=3)],
+    "jacobi2d_like": [dict(tsteps=19, n=71), dict(tsteps=1, n=3)],
+    "seidel_like": [dict(tsteps=17, n=67), dict(tsteps=2, n=3)],
+    "heat3d_like": [dict(tsteps=9, n=23), dict(tsteps=1, n=3)],
+    "fdtd2d_like": [dict(tmax=13, nx=37, ny=71), dict(tmax=1, nx=1, ny=1),
+                    dict(tmax=9, nx=2, ny=41)],
 }
 
 
@@ -136,6 +151,34 @@ def test_scheduled_kernel_matches_gcc_o0(name, sizes, tmp_path_factory):
         np.testing.assert_allclose(g, ref[n], rtol=1e-6, atol=0, err_msg=f"{name} {n}")
 
 
+@pytest.mark.parametrize("name,sizes", [(n, s) for n, ss in STENCIL_SIZES.items() for s in ss],
+                         ids=lambda v: v if isinstance(v, str) else
+                         "-".join(f"{a}{b}" for a, b in v.items()))
+@pytest.mark.parametrize("target", ["cpu", "c"])
+def test_time_tiled_stencil_is_bitwise_gcc_o0(name, sizes, target, tmp_path_factory):
+    """``fp_exact``: the time-tiled, parallel wavefront build computes every element with
+    the C nest's operations in the C nest's order, so it is bitwise gcc -O0's result
+    (NaN edge values included: a NaN spreads through the same elements)."""
+    k = kernel(name)
+    arrays = random_arrays(k, sizes, seed=7)
+    for a in arrays.values():                    # a NaN and a huge value where present
+        if a.size > 4:
+            a.flat[a.size // 3] = np.nan
+            a.flat[a.size // 2] = 1e300
+    ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
+    ck = compile_kernel(k, target, {"fp_exact": True})
+    assert any("time-tiled" in x for x in ck.notes.get("scop-stencil", [])), ck.notes
+    args = [arrays[n].copy() for n in list(k.inputs) + list(k.outputs)]
+    got = as_tuple(build(k, target, {"fp_exact": True})(
+        *args, **{p: sizes[p] for p in k.params}))
+    for n, g in zip(k.outputs, got):
+        w = ref[n]
+        assert g.shape == w.shape and np.array_equal(np.isnan(g), np.isnan(w)), n
+        ok = ~np.isnan(w)
+        assert np.array_equal(g[ok].view(np.uint64), w[ok].view(np.uint64)), \
+            f"{name} {sizes} {n}: {int((g[ok] != w[ok]).sum())} elements differ"
+
+
 # ----------------------------------------------------------------------------- goldens
 
 # case -> (kernel, pass classes run before, the pass under test)
@@ -150,6 +193,9 @@ GOLDEN = {
     "jacobi2d_like": ("jacobi2d_like", [ScopGemmPass, ScopTilePass], ScopParallelPass),
     "jacobi2d_like_stencil": ("jacobi2d_like", [ScopGemmPass], ScopStencilPass),
     "seidel_like": ("seidel_like", [ScopGemmPass], ScopStencilPass),
+    "jacobi1d_like_stencil": ("jacobi1d_like", [ScopGemmPass], ScopStencilPass),
+    "heat3d_like_stencil": ("heat3d_like", [ScopGemmPass], ScopStencilPass),
+    "fdtd2d_like_stencil": ("fdtd2d_like", [ScopGemmPass], ScopStencilPass),
 }
 
 
@@ -233,10 +279,51 @@ def test_parallel_second_member_of_a_band():
 
 
 def test_stencils_are_time_tiled():
-    for name in ("jacobi2d_like", "seidel_like"):
+    """The skew of each stencil is read off its dependence cone (the rows in the note),
+    the band tiled over time and space, the wavefront's tiles parallel."""
+    want = {"jacobi1d_like": ("time-tiled 64x512", "y1 = z1 + 2t (S_1 + 1)"),
+            "jacobi2d_like": ("time-tiled 8x32", "y1 = z1 + 2t (S_1 + 1), y2 = z2 + 2t (S_1 + 1)"),
+            "seidel_like": ("time-tiled 8x32", "y1 = z1 + t, y2 = z2 + t"),   # 5 points
+            "heat3d_like": ("time-tiled 4x8x16", "y3 = z3 + 2t (S_1 + 1)"),
+            "fdtd2d_like": ("time-tiled 8x32", "y1 = z1 + t (S_3 + 1), y2 = z2 + t (S_3 + 1)")}
+    for name, (tiles, rows) in want.items():
         n = notes(name)
-        assert any("time-tiled 8x32" in x and "wavefront" in x for x in n["scop-stencil"]), n
+        how = "tiles in sequence" if name == "jacobi1d_like" else "wavefront of tiles in parallel"
+        assert any(tiles in x and rows in x and how in x for x in n["scop-stencil"]), n
         assert "scop-parallel" not in n        # the wavefront's mark is the parallel loop
+
+
+def test_wavefront_tiles_are_the_openmp_loop():
+    """The loop of the wavefront's tiles is the one ``#pragma omp parallel for`` (inside
+    the sequential wavefront loop) in 2-D and 3-D; a 1-D stencil's tiles run in
+    sequence (no parallel region)."""
+    for name in ("jacobi2d_like", "heat3d_like"):
+        src = compile_kernel(kernel(name), "c").source
+        assert src.count("#pragma omp parallel for") == 1, name
+        before = src[:src.index("#pragma omp parallel for")]
+        assert before.count("for (") == 1, name       # only the wavefront loop outside
+    assert "#pragma omp" not in compile_kernel(kernel("jacobi1d_like"), "c").source
+
+
+def test_stencil_schedule_is_fast():
+    """The band comes from the dependence cone, not isl's scheduler (about 10 s on
+    heat-3d's four loops): the pass takes well under a second on each stencil."""
+    import time
+    for name in ("heat3d_like", "fdtd2d_like", "seidel_like"):
+        model = kernel(name).polyhedral_model()
+        ctx = CompileState(model, TARGET, {})
+        sched = ScopGemmPass().run(model.initial_schedule, ctx)
+        t0 = time.perf_counter()
+        out = ScopStencilPass().run(sched, ctx)
+        took = time.perf_counter() - t0
+        assert not out.plain_is_equal(sched), name
+        assert took < 1.0, f"{name}: scop-stencil took {took:.2f} s"
+
+
+def test_stencil_not_tiled_when_time_indexes_the_write():
+    """A loop whose iterator subscripts the written element is no time loop (LU's
+    pivot row): the stencil pass leaves it alone."""
+    assert "scop-stencil" not in notes("lu_like")
 
 
 def test_scalar_c_target_keeps_loops_but_parallelises():

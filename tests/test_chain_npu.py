@@ -6,6 +6,8 @@ masks (a row masked in full -> NaN, as numpy), NaN inputs; the unfused path with
 ``chain=False``; each placed flag pair needed; the emitted source; the tree pass's
 goldens; the traffic against the unfused phases."""
 
+import dataclasses
+
 import chain_kernels as K
 import islpy as isl
 import numpy as np
@@ -17,8 +19,18 @@ from polycomp.driver import compile_kernel
 from polycomp.errors import NpuRaceError, OptionError, ResourceLimitError
 from polycomp.hw.npu.backend import run_module, simulate, syntax_check
 from polycomp.hw.npu.lower import LoweringModel
-from polycomp.hw.npu.program import CopyLocal, Mmad, VecOp, walk
-from polycomp.hw.npu.sync import place_flags, plan_flags
+from polycomp.hw.npu.program import (
+    CrossSet,
+    CrossWait,
+    DataCopyNd2Nz,
+    DataCopyPadOut,
+    FixpipeCall,
+    Loop,
+    MmadCall,
+    VecCall,
+    walk,
+)
+from polycomp.hw.npu.sync import place_barriers, place_flags, plan_flags, strip_flags
 from polycomp.hw.target import get_target
 from polycomp.scheduler.chain.npu_detect import NpuChain, detect_npu_chain
 from polycomp.scheduler.chain.npu_pass import NpuChainFusePass, chain_plan_of
@@ -72,18 +84,35 @@ def _check(name, out, args):
 
 
 def test_detected_and_fused():
+    """One mixed kernel of one phase: both products on the cube core, S to the vector
+    cores through the GM workspace wsS (Fixpipe), P back through wsP (DataCopyPad, then
+    Nd2Nz into L1), P.Z through wsO when a softmax rescales it; each hand-over a cross-
+    core flag one way and a "slot free" flag back."""
     for name in NAMES:
         ck = _ck(name)
         ch = detect_npu_chain(ck.state.model)
         assert isinstance(ch, NpuChain) and ch.dtype == "float16", (name, ch)
-        prog = ck.final_ir.program
-        assert prog.kind == "cube" and not prog.workspaces and not prog.phases
+        k = ck.final_ir.program
+        soft = "softmax" in name or "attention" in name
+        assert k.kind == "mix" and len(k.phases) == 1
+        assert [w.name for w in k.workspaces] == ["wsS", "wsP"] + (["wsO"] if soft else [])
         assert chain_plan_of(ck.schedule, ck.state) is not None
-        # one program, both products on the cube, P into L1 from UB
-        mm = [s for s in walk(prog.body) if isinstance(s, Mmad)]
-        assert {s.c.buf.name.rstrip("ab") for s in mm} == {"l0S", "l0O"}
-        assert any(isinstance(s, CopyLocal) and s.pipe == "MTE3" for s in walk(prog.body))
-        assert [t.name for t in prog.outputs] == ["O"]
+        aic, aiv = k.phases[0].aic, k.phases[0].aiv
+        assert aic is not None and aiv is not None
+        mm = [s for s in walk(aic.body) if isinstance(s, MmadCall)]
+        assert {s.c.buf.name for s in mm} == {"l0S", "l0O"}
+        assert not any(isinstance(s, (MmadCall, FixpipeCall)) for s in walk(aiv.body))
+        assert {s.dst.tensor.name for s in walk(aic.body) if isinstance(s, FixpipeCall)} \
+            == ({"wsS", "wsO"} if soft else {"wsS", "O"})
+        assert any(isinstance(s, DataCopyNd2Nz) and s.src.tensor.name == "wsP"
+                   for s in walk(aic.body))
+        assert any(isinstance(s, DataCopyPadOut) and s.dst.tensor.name == "wsP"
+                   for s in walk(aiv.body))
+        for prog in (aic, aiv):                     # mode 2: within the AIC's group
+            cross = [s for s in walk(prog.body) if isinstance(s, (CrossSet, CrossWait))]
+            assert {type(s) for s in cross} == {CrossSet, CrossWait}
+            assert {s.mode for s in cross} == {2}
+        assert [t.name for t in k.outputs] == ["O"]
 
 
 @settings(max_examples=10, deadline=None)
@@ -129,17 +158,18 @@ def test_fully_masked_row_is_nan_and_nan_input():
 @pytest.mark.parametrize("softmax", [True, False])
 def test_constant_shapes_keep_x_in_l1(softmax):
     """Constant extents (M == L as in self-attention), K held by one L1 stage: X's row
-    block is copied once per m block, outside the l loop; 16 x 16 tiles give several
-    blocks of each loop; the numbers are numpy's."""
-    from polycomp.hw.npu.program import CopyIn, Loop
+    block is copied once per block of work (the cube core's loop ``i`` over its blocks),
+    outside the l loop; 16 x 16 tiles give several blocks of each loop; the numbers are
+    numpy's."""
     b, m, k, l, n = 2, 37, 20, 37, 19  # noqa: E741
     ck = compile_kernel(K.const_chain_f16(b, m, k, l, n, softmax, 0.25), "npu-lite",
                         {"chain_tiles": (16, 16, 16)})
-    prog = ck.final_ir.program
-    mo = next(s for s in walk(prog.body) if isinstance(s, Loop) and s.var == "mo")
-    assert [s.src.tensor.name for s in mo.body if isinstance(s, CopyIn)] == ["X"]
-    assert sum(isinstance(s, CopyIn) and s.src.tensor.name == "X"
-               for s in walk(prog.body)) == 1
+    aic = ck.final_ir.program.phases[0].aic
+    assert aic is not None
+    blocks = next(s for s in aic.body if isinstance(s, Loop) and s.var == "i")
+    assert [s.src.tensor.name for s in blocks.body if isinstance(s, DataCopyNd2Nz)] == ["X"]
+    assert sum(isinstance(s, DataCopyNd2Nz) and s.src.tensor.name == "X"
+               for s in walk(aic.body)) == 1
     rng = np.random.default_rng(9)
     args = [rng.standard_normal(sh).astype(np.float16)
             for sh in ((b, m, k), (b, k, l), (b, l, n))]
@@ -170,7 +200,7 @@ def test_inputs_between_the_products():
                        name="P")
         return ops.batch_matmul(p, V, name="O")
     ck = compile_kernel(masks, "npu-lite", {"chain_tiles": (16, 16, 16)})
-    assert ck.final_ir.program.kind == "cube"
+    assert ck.final_ir.program.kind == "mix" and ck.final_ir.program.workspaces
     rng = np.random.default_rng(10)
     b, m, k, l, n = 2, 21, 9, 37, 17  # noqa: E741
     q, kt, v = (rng.standard_normal(sh).astype(np.float16)
@@ -186,22 +216,27 @@ def test_inputs_between_the_products():
 
 def test_unfused_with_chain_off():
     """chain=False: the phases (cube, vector, cube) with the intermediates in GM; same
-    numbers, more GM traffic than the fused program.  (The causal mask's iterator
-    values have no unfused vector mapping: that kernel runs on the NPU only fused.)"""
-    for name in ("bmm_softmax_chain", "masked_attention", "bmm_chain"):
-        args = _inputs(name, 2, 13, 11, 29, 9, 5)
+    numbers.  Fused, the intermediates still cross GM on A2 (cube and vector cores share
+    no buffer), but only through per-block workspaces that stay in L2: the bytes
+    crossing HBM drop once the intermediate T outgrows them.  (The causal mask's
+    iterator values have no unfused vector mapping: that kernel runs on the NPU only
+    fused; the unfused bmm_chain's elementwise phase takes M x L values per row, so it
+    gets a small shape on npu-lite.)"""
+    for name, shape in (("bmm_softmax_chain", (2, 40, 16, 61, 16)),
+                        ("masked_attention", (2, 40, 16, 61, 16)),
+                        ("bmm_chain", (2, 13, 11, 29, 9))):
+        args = _inputs(name, *shape, 5)
         off = _ck(name, chain=False)
         prog = off.final_ir.program
-        assert prog.kind == "phased" and prog.workspaces
+        assert len(prog.phases) >= 3 and prog.workspaces
         assert "no chain fused: option chain is off" in off.state.notes["npu-chain-fuse"]
         out_off, rep_off = simulate(off, *args)
         out_on, rep_on = simulate(_ck(name), *args)
         _check(name, out_off, args)
         _check(name, out_on, args)
-
-        def gm(rep):
-            return sum(v for p, v in rep.bytes.items() if "GM" in p)
-        assert gm(rep_on) < gm(rep_off)
+        assert rep_on.hbm_bytes <= rep_off.hbm_bytes
+        if name != "bmm_chain":
+            assert rep_on.hbm_bytes < 0.95 * rep_off.hbm_bytes
 
 
 def test_double_buffer_off_and_tile_option():
@@ -220,53 +255,98 @@ def test_double_buffer_off_and_tile_option():
 
 @pytest.mark.parametrize("name", ["bmm_chain", "causal_attention"])
 def test_each_placed_flag_is_needed(name):
-    """Leaving out any one placed set/wait pair that orders a read after a write
-    (M -> FIX -> V -> MTE3 -> MTE1 -> M, MTE2 -> MTE1) makes the simulator report a
-    race.  Some pairs that order a buffer's reuse (a write after a read, one block
-    later) are also implied by another chain of flags (sync.py does no transitive
-    reduction); those are the only ones whose removal goes unseen."""
+    """Leaving out any one placed set/wait pair of the cube core's or the vector cores'
+    program that orders a read after a write (M -> FIX, MTE2 -> MTE1, MTE1 -> M on the
+    cube core; MTE2 -> V, V -> MTE3 on the vector cores) makes the simulator report a
+    race.  A pair that orders a buffer's reuse two l blocks later (a write after a read,
+    carried) may also be implied by the cross-core hand-overs between them (the cube
+    core waits for the vector cores' "slot free" flags, and CrossCoreWaitFlag holds
+    every pipe of the core on this generation; sync.py sees one program at a time):
+    those are the only ones whose removal may go unseen."""
     ck = _ck(name, chain_tiles=(16, 16, 16))
     args = _inputs(name, 2, 40, 37, 40, 40, 7)      # 3 blocks of each loop, 3 k steps
-    prog = ck.final_ir.program
+    kernel = ck.final_ir.program
     simulate(ck, *args)
     raced, implied = set(), set()
-    for f in plan_flags(prog.body):
-        try:
-            run_module(ck.final_ir.with_program(place_flags(prog, frozenset({f}))), ck.target,
-                       *args)
-            if len(f.path) >= 4:        # inside the l loop (b, mo, no, lp); the tile's
-                implied.add((f.src, f.dst, f.carried))   # out-copy is also ordered by
-            #                                 the flags of the guarded last iteration
-        except NpuRaceError as e:
-            assert f"{f.src}->{f.dst}" in str(e)
-            raced.add((f.src, f.dst, f.carried))
-    war = {("FIX", "M"), ("V", "FIX"), ("MTE3", "V"), ("MTE1", "MTE3"), ("M", "MTE1"),
-           ("MTE1", "MTE2")}
-    assert {(s, d) for s, d, _ in implied} <= war, implied
-    assert {("M", "FIX"), ("FIX", "V"), ("V", "MTE3"), ("MTE3", "MTE1"), ("MTE2", "MTE1"),
-            ("MTE1", "M")} <= {(s, d) for s, d, c in raced if not c}
-    assert ("MTE1", "MTE2", True) in raced
+    for prog in kernel.programs:
+        for f in plan_flags(strip_flags(prog.body)):
+            def drop(p, f=f, prog=prog):
+                if p is not prog:
+                    return p
+                q = place_flags(p, frozenset({f}))
+                return dataclasses.replace(q, body=place_barriers(q.body))
+            key = (prog.core, f.src, f.dst, f.carried)
+            try:
+                run_module(ck.final_ir.with_program(kernel.map_programs(drop)), ck.target,
+                           *args)
+                implied.add(key)
+            except NpuRaceError as e:
+                assert f"{f.src}->{f.dst}" in str(e)
+                raced.add(key)
+    war = {("AIC", "FIX", "M"), ("AIC", "MTE1", "MTE2"), ("AIV", "V", "MTE2"),
+           ("AIV", "MTE3", "V")}
+    assert all(c and (core, s, d) in war for core, s, d, c in implied), implied
+    assert {("AIC", "M", "FIX"), ("AIC", "MTE2", "MTE1"), ("AIC", "MTE1", "M"),
+            ("AIV", "MTE2", "V"), ("AIV", "V", "MTE3")} <= \
+        {(core, s, d) for core, s, d, c in raced if not c}
+    assert ("AIC", "MTE1", "MTE2", True) in raced and ("AIC", "M", "MTE1", True) in raced
+
+
+def test_each_cross_core_wait_is_needed():
+    """Leaving out any one CrossCoreWaitFlag of the fused kernel makes the simulator
+    report a race on a GM workspace (the hand-over it orders), a flag counter left set
+    at the end, or a counter set past its limit -- never a silent run."""
+    ck = _ck("causal_attention", chain_tiles=(16, 16, 16))
+    args = _inputs("causal_attention", 2, 40, 37, 40, 40, 7)
+    kernel = ck.final_ir.program
+    n = 0
+    for prog in kernel.programs:
+        waits = [s for s in walk(prog.body) if isinstance(s, CrossWait)]
+        for w in waits:
+            def drop(p, w=w, prog=prog):
+                return dataclasses.replace(p, body=_without(p.body, w)) if p is prog else p
+            with pytest.raises(NpuRaceError, match="race on GM ws|never waited|saturates"):
+                run_module(ck.final_ir.with_program(kernel.map_programs(drop)), ck.target,
+                           *args)
+            n += 1
+    assert n >= 8
+
+
+def _without(body: tuple, x) -> tuple:
+    out = []
+    for s in body:
+        if s is x:
+            continue
+        out.append(dataclasses.replace(s, body=_without(s.body, x))
+                   if isinstance(s, Loop) else s)
+    return tuple(out)
 
 
 def test_emitted_source(tmp_path):
-    """The source is the printer's text of the program: one function of the kernel's
-    arguments only (no workspaces), both products, the UB -> L1 copy of P, the online
-    softmax's instructions and the flags; g++ accepts it against polycomp_npu.h."""
+    """The source is the printer's text of the kernel: one mixed (AIC + 2 AIV) kernel
+    function of the arguments, the workspace and the tiling; both products on the cube
+    core, the hand-overs through the workspaces with cross-core flags, the online
+    softmax's instructions on the vector cores; g++ accepts it against the declarations
+    of the Ascend C API the repository carries."""
     ck = _ck("causal_attention")
     src = ck.source
     from polycomp.hw.npu.printer import print_module
     assert src == print_module(ck.final_ir, ck.target)
-    assert "void causal_attention_f16(GM_ADDR Q_, GM_ADDR KT_, GM_ADDR V_, GM_ADDR O_, " \
-           "GM_ADDR tiling_)" in src
-    assert src.count("Mmad(") == 4                  # two products x two buffer sets
-    assert "DataCopy(l1Pa, ubPa, Nd2NzParams{" in src
-    for op in ("ReduceMax(", "ReduceSum(", "Exp(", "Select(", "Cast(",
-               "Div(ubO, ubO, ubRowSum", "SetFlag<HardEvent::MTE3_MTE1>",
-               "for (int64_t lp = 0; lp < CeilDiv(((CeilDiv(L, 16) + 1) + 1), 2)",
-               "WaitFlag<HardEvent::FIX_V>"):
+    assert 'extern "C" __global__ __aicore__ void causal_attention_f16(GM_ADDR Q_, ' \
+           "GM_ADDR KT_, GM_ADDR V_, GM_ADDR O_, GM_ADDR workspace, GM_ADDR tiling)" in src
+    assert "KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);" in src
+    assert src.count("Mmad(") == 2                  # S = X.Y and P.Z
+    assert "if ASCEND_IS_AIC {" in src and "if ASCEND_IS_AIV {" in src
+    for op in ("Fixpipe<float, float, CFG_ROW_MAJOR>(gwsS[", "DataCopyPad(ubS[",
+               "DataCopyPad(gwsP[", "DataCopy(l1P[",
+               "Nd2NzParams(", "CrossCoreSetFlag<2, PIPE_FIX>(", "CrossCoreWaitFlag(",
+               "CrossCoreSetFlag<2, PIPE_MTE3>(", "ReduceRepeat<ReduceType::MAX>(",
+               "ReduceRepeat<ReduceType::SUM>(", "Exp(", "Select(", "Cast(",
+               "Brcb(", "SetFlag<HardEvent::MTE3_V>", "GetUserWorkspace(workspace)"):
         assert op in src, op
-    vec = [s.op for s in walk(ck.final_ir.program.body) if isinstance(s, VecOp)]
-    assert vec.count("Exp") == 4                    # alpha and P, per buffer set
+    vec = [s.api for s in walk(ck.final_ir.program.phases[0].aiv.body)
+           if isinstance(s, VecCall)]
+    assert vec.count("Exp") == 2                    # alpha and P
     p = tmp_path / "k.cpp"
     p.write_text(src)
     assert "OK" in syntax_check(str(p))
@@ -274,7 +354,7 @@ def test_emitted_source(tmp_path):
 
 #: case -> (kernel, options, the plan's tiles (TM, TL, TN, k0, KL1))
 GOLDEN = {"npu-lite_bmm_chain_f16": ("bmm_chain", {}, (16, 64, 64, 16, 128)),
-          "npu-lite_causal_attention_f16": ("causal_attention", {}, (16, 16, 32, 16, 128)),
+          "npu-lite_causal_attention_f16": ("causal_attention", {}, (16, 16, 64, 16, 128)),
           "npu_bmm_softmax_chain_f16": ("bmm_softmax_chain", {"target": "npu"},
                                         (32, 256, 256, 16, 128))}
 

@@ -157,9 +157,12 @@ def test_fused_softmax_is_one_parallel_loop_with_row_buffers():
     # one parallel region, the barrier after the per-thread allocations, its for
     assert [ln.strip() for ln in body.splitlines() if "#pragma omp" in ln] == \
         ["#pragma omp parallel", "#pragma omp barrier", "#pragma omp for schedule(static)"]
-    # the exponentials are one row (M floats) per thread, the row max/sum scalars
-    assert re.search(r"softmax_exp = \(float\*\)aligned_alloc\(64, "
+    # the exponentials are one row (M floats) per thread, from the thread's workspace
+    # (kept between calls), the row max/sum scalars
+    assert re.search(r"pc_ws = \(char\*\)pc_ws_take\("
                      r"\(\(sizeof\(float\) \* \(size_t\)\(M\)", body)
+    assert "softmax_exp = (float*)(pc_ws ? pc_ws + 0 : NULL)" in body
+    assert "pc_ws_give(pc_ws, pc_ws_kept);" in body
     assert "float softmax_max[1]" in body and "float softmax_sum[1]" in body
 
 
@@ -341,9 +344,16 @@ def test_row_loops_prefetch_the_next_row_in_their_busiest_loop():
     assert len(writes) == 4 and all(w[0] == out_name and "1024" in w[1] for w in writes)
     off = compile_kernel(k, "cpu-avx512", {"prefetch": False})
     assert "__builtin_prefetch" not in off.source
-    # symbolic rows, and products (their loads read packed buffers): no prefetch
+    # symbolic rows, and products (their loads read packed buffers): no next-row
+    # prefetch; a product's micro-kernels prefetch their C tile for writing only
     assert "__builtin_prefetch" not in _source(softmax, "cpu-avx512")
-    assert "__builtin_prefetch" not in _source(matmul, "cpu-avx512")
+    mm = _source(matmul, "cpu-avx512")
+    assert not re.findall(r"__builtin_prefetch\(.*, 0, 3\)", mm)
+    assert re.findall(r"__builtin_prefetch\(matmul\w* \+ .*, 1, 3\)", mm)
+    mk = _const_kernel(lambda A, B: ops.matmul(A, B), "mm_pf", A=((64, 64), "float32"),
+                       B=((64, 64), "float32"))
+    assert "__builtin_prefetch" not in compile_kernel(mk, "cpu-avx512",
+                                                      {"prefetch": False}).source
 
 
 @pytest.mark.slow

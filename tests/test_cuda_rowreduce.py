@@ -32,6 +32,7 @@ from polycomp.driver import compile_kernel, interpret
 from polycomp.frontend import ops
 from polycomp.hw.cuda.codegen import split_kernels
 from polycomp.hw.cuda.simulator import simulate
+from polycomp.scheduler.gpu.rowstate import row_kernels
 from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.promotion.record import promotion_state
 
@@ -137,13 +138,24 @@ def _check(kind: str, n: int, w: int, const_rows: bool, const_width: bool, seed:
 
 
 def _row_kernel_is_warp_synchronous(ck) -> None:
-    """The row-reduction kernel uses no block-level shared memory and no barrier: a row
-    is one warp's, combined by warp shuffles."""
+    """The row-reduction kernel uses shared memory and barriers only when a row spans
+    several warps (the block class: one scratch element per warp and reduction, one
+    barrier per reduction); rows of a warp or less are combined by warp shuffles alone
+    (none for one thread per row)."""
     notes = ck.notes.get("gpu-row-reduction", [])
     assert notes, f"{ck.name}: no row-reduction kernel ({ck.notes})"
-    assert "__shfl_xor_sync" in ck.source
-    assert "__shared__" not in ck.source
-    assert "__syncthreads" not in ck.source
+    rks = row_kernels(ck.state).kernels
+    assert rks
+    m = next(iter(rks.values())).mapping
+    if m.threads > 1:
+        assert "__shfl_xor_sync" in ck.source
+    if m.threads <= 32:
+        assert "__shared__" not in ck.source
+        assert "__syncthreads" not in ck.source
+    else:
+        assert m.rows == 1
+        assert ck.source.count("__syncthreads") == sum(
+            1 for p in ck.state.promotions if p.warp is not None)
 
 
 # ------------------------------------------------------------------ the issue's cases
@@ -166,13 +178,15 @@ def test_issue_row_sum_of_32_wide_rows(n):
 @pytest.mark.parametrize("kind,n,w", [("layernorm", 8192, 768), ("sum", 750000, 32),
                                       ("softmax", 8192, 768)])
 def test_issue_real_shapes_are_warp_synchronous(kind, n, w):
-    """The shapes of the report compile to one warp per row (8 rows per block) with no
-    shared copy and no barrier; the same row length is simulated with fewer rows."""
+    """The shapes of the report compile to the row mapping the cost model chooses (no
+    shared copy; shared memory only for a block-class combine), with the launch that
+    mapping implies; the same row length is simulated with fewer rows."""
     ck = _compiled(kind, n, w)
     _row_kernel_is_warp_synchronous(ck)
+    m = row_kernels(ck.state).kernels[0].mapping
     launch = gpu_kernels(ck.state).launches[0]
-    assert launch.block == (32, 8, 1)
-    assert str(launch.grid[0]) == f"{{ [({-(-n // 8)})] }}"
+    assert launch.block == (m.threads, m.rows, 1)
+    assert str(launch.grid[0]) == f"{{ [({-(-n // m.rows)})] }}"
     small = 13 if w <= 32 else 9
     _check(kind, small, w, const_rows=False, const_width=True)
     _check(kind, small, w, const_rows=True, const_width=True)

@@ -24,11 +24,22 @@ def test_readme_opens_with_the_two_commands():
     lines = [ln for ln in text.splitlines() if ln.strip()]
     assert lines[0].startswith("# ") and lines[1] == "```sh"   # right under the title
     first = re.search(r"```sh\n(.*?)```", text, re.S)
-    assert first.group(1).splitlines() == [
-        'pip install -e ".[test]" && polycomp compile examples/matmul_relu.py --target cuda '
-        '-o build/matmul_relu.cu',
-        "python -m pytest -n 2",
-    ]
+    install, test = first.group(1).splitlines()
+    # the first installs only what compiling needs (no test extras: no torch) and compiles
+    assert install == ("pip install -e . && polycomp compile examples/matmul_relu.py "
+                       "--target cuda -o build/matmul_relu.cu")
+    # the second installs the test extras with the CPU torch build and runs the suite
+    assert test.startswith('pip install -e ".[test]" ') and "whl/cpu" in test
+    assert test.endswith("&& python -m pytest -n 2")
+    # the prerequisites outside pip are named
+    assert "libsimde-dev" in text
+
+
+def test_ci_runs_the_readme_test_command():
+    """.ci/run ends with README's test command (after installing the same extras)."""
+    ci = [ln for ln in read(".ci/run").splitlines() if ln.strip() and not ln.startswith("#")]
+    assert ci[-1] == "python -m pytest -n 2"
+    assert any('pip install -q -e ".[test]"' in ln for ln in ci)
 
 
 @pytest.mark.parametrize("doc", DOCS)

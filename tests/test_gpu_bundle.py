@@ -108,3 +108,54 @@ def test_device_arch():
     assert device_arch(80, 90) == 90 and device_arch(90, 100) == 100   # newer major: the device
     with pytest.raises(TargetError, match="sm_90"):
         device_arch(90, 80)
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location(
+        "gpu_bundle_bench", os.path.join(ROOT, "scripts", "gpu_bundle_bench.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_hopper_case_records_arch_and_tensor_maps(tmp_path, monkeypatch):
+    """A simulated cuda-sm90a GEMM is recorded with its architecture (the runner builds
+    it for sm_90a) and the count of its kernels' TMA tensor maps (the runner gets them
+    from the source's ``<entry>_tensormaps``)."""
+    from polycomp.frontend import ops
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    ck = compile_kernel(ops.matmul_kernel("float16"), "hopper",
+                        {"tc_tile": {"block": (64, 64), "warp": (64, 64), "stages": 2}})
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((70, 33)).astype(np.float16)
+    b = rng.standard_normal((33, 65)).astype(np.float16)
+    out, _ = simulate(ck, a, b)
+    np.testing.assert_allclose(out, a.astype(np.float32) @ b.astype(np.float32),
+                               rtol=1e-2, atol=1e-2)
+    (case,) = [p[:-5] for p in os.listdir(tmp_path / "cases") if p.endswith(".json")]
+    m = json.loads((tmp_path / "cases" / f"{case}.json").read_text())
+    assert m["arch"] == "90a" and m["target"] == "cuda-sm90a"
+    assert sum(k["tensormaps"] for k in m["kernels"]) >= 2        # A and B at least
+    assert f"{m['entry']}_tensormaps" in ck.source
+    run = _runner()
+    sha = os.path.basename(m["source"])[:-3]
+    assert run.source_archs(str(tmp_path)) == {sha: "90a"}
+    assert run.arch_flags("90", "90a") == ["-gencode=arch=compute_90a,code=sm_90a"]
+    assert run.arch_flags("90", "") == ["-arch=sm_90"]
+    with pytest.raises(RuntimeError, match="needs sm_90a"):
+        run.arch_flags("80", "90a")
+
+
+@pytest.mark.slow
+def test_hopper_bench_cases_load(tmp_path):
+    """``--set hopper --quick``: timed sm_90a GEMM cases whose matmul reference is
+    left to the GPU (ref_device); every case loads in the runner."""
+    n = _bench().hopper_cases(str(tmp_path), quick=True)
+    names = sorted(p[:-5] for p in os.listdir(tmp_path / "cases") if p.endswith(".json"))
+    assert n == len(names) == 8     # per dtype: 2048^3 with f32 and 16-bit out, 2 transformer
+    run = _runner()
+    for name in names:
+        case = run.Case(str(tmp_path), name)
+        assert case.m["arch"] == "90a" and case.m["extra"]["ref_device"] == "1"
+        assert case.ref_pending is not None and int(case.m["extra"]["flops"]) > 0
+        assert case.m["extra"]["baseline"] in ("torch_matmul", "torch_matmul_bf16")

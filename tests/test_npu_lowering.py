@@ -20,12 +20,12 @@ from polycomp.driver import compile_kernel
 from polycomp.frontend.ops import OPS
 from polycomp.hw.npu.backend import run_module, simulate
 from polycomp.hw.npu.ir_text import module_text
-from polycomp.hw.npu.passes import NpuDoubleBufferPass, double_buffer
+from polycomp.hw.npu.passes import NpuDoubleBufferPass, double_buffer_kernel
 from polycomp.hw.npu.printer import print_module
 from polycomp.hw.npu.program import NpuModule, SetFlag, WaitFlag, walk
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("npu-lower", "npu-double-buffer", "npu-sync")
+STEPS = ("npu-lower", "npu-isa", "npu-double-buffer", "npu-sync")
 
 #: case -> (kernel maker, target): a cube program, a vector program, a cube program
 #: with a vector epilogue, an implicit-GEMM convolution, phases, a fused chain
@@ -69,11 +69,13 @@ def test_npu_ir_goldens(case, goldens):
 def test_flags_come_from_the_sync_pass():
     """Only ``npu-sync`` adds flags; ``npu-double-buffer`` adds copies only."""
     ck = _ck("matmul_f16")
-    lowered, doubled = (r.tree for r in ck.records if r.name in STEPS[:2])
-    assert "set_flag" not in lowered and "set_flag" not in doubled
-    assert " x2" not in lowered and lowered.count(" x2 pingpong") == 0
+    trees = {r.name: r.tree for r in ck.records if r.stage == "target"}
+    lowered, isa, doubled = (trees[s] for s in STEPS[:3])
+    assert all("set_flag" not in t for t in (lowered, isa, doubled))
+    assert " x2" not in lowered and " x2" not in isa
     assert doubled.count(" x2 pingpong") == 5              # l1A, l1B, l0A, l0B, l0C
-    assert any(isinstance(s, SetFlag) for s in walk(ck.final_ir.program.body))
+    assert any(isinstance(s, SetFlag) for p in ck.final_ir.program.programs
+               for s in walk(p.body))
 
 
 def test_double_buffer_pass():
@@ -83,20 +85,26 @@ def test_double_buffer_pass():
     ck = compile_kernel(OPS["matmul_bias_relu"].kernel("float16"), "npu-lite",
                         {"double_buffer": False, "cube_tile": (16, 32, 32, 64)})
     single = ck.final_ir.program
-    assert all(b.copies == 1 for b in single.buffers)
+    assert single.kind == "mix" and all(b.copies == 1 for p in single.programs
+                                        for b in p.buffers)
     assert NpuDoubleBufferPass().run(ck.final_ir, ck.state) == ck.final_ir   # option off
-    from polycomp.hw.npu.sync import place_flags, strip_flags
-    doubled = double_buffer(dataclasses.replace(single, body=strip_flags(single.body)))
-    for b, d in zip(single.buffers, doubled.buffers):
-        assert (d.copies, d.name) == (2 if b.pingpong else 1, b.name)
-    assert sum(b.pingpong for b in single.buffers) >= 7    # 5 cube, acc, bias, out
-    slots = {(s.buf.name, repr(s.index)) for s in _slots(doubled.body) if s.buf.copies == 2}
-    assert slots and all("'mod'" in i and "2" in i for _, i in slots)
+    from polycomp.hw.npu.sync import place_kernel_flags, strip_flags
+    doubled = double_buffer_kernel(single.map_programs(
+        lambda p: dataclasses.replace(p, body=strip_flags(p.body))))
+    for one, two in zip(single.programs, doubled.programs):
+        assert one.core == two.core
+        for b, d in zip(one.buffers, two.buffers):
+            assert (d.copies, d.name) == (2 if b.pingpong else 1, b.name)
+        slots = {(s.buf.name, repr(s.index)) for s in _slots(two.body) if s.buf.copies == 2}
+        assert slots and all("'mod'" in i and "2" in i for _, i in slots)
+    # 5 cube buffers on the AIC; the accumulator tile, the bias and the output on the AIV
+    assert [sum(b.pingpong for b in p.buffers) for p in single.programs] == [5, 3]
     rng = np.random.default_rng(0)
     a, b, bias = (rng.standard_normal(s).astype(np.float16) for s in ((40, 150), (150, 70),
                                                                        (70,)))
     one, _ = simulate(ck, a, b, bias)
-    two, _ = run_module(ck.final_ir.with_program(place_flags(doubled)), ck.target, a, b, bias)
+    two, _ = run_module(ck.final_ir.with_program(place_kernel_flags(doubled)), ck.target,
+                        a, b, bias)
     np.testing.assert_array_equal(one, two)
 
 
@@ -113,10 +121,12 @@ def _slots(body):
 def test_no_flags_without_sync_pass():
     """The lowering's program is flag-free; the sync pass's output balances them."""
     ck = _ck("softmax_f16")
-    prog = ck.final_ir.program
-    sets = sum(isinstance(s, SetFlag) for s in walk(prog.body))
-    waits = sum(isinstance(s, WaitFlag) for s in walk(prog.body))
-    assert sets == waits > 0
+    trees = {r.name: r.tree for r in ck.records if r.stage == "target"}
+    assert all("set_flag" not in trees[s] for s in STEPS[:3])
+    for prog in ck.final_ir.program.programs:
+        sets = sum(isinstance(s, SetFlag) for s in walk(prog.body))
+        waits = sum(isinstance(s, WaitFlag) for s in walk(prog.body))
+        assert sets == waits > 0
 
 
 def test_explain_and_dump_dir_show_the_npu_ir(tmp_path):

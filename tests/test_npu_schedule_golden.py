@@ -32,7 +32,7 @@ from polycomp.state import CompileState
 #: case -> (op, dtype, target, options, {mark kind: count}, the cube plans' tiles)
 CASES = {
     "npu_matmul_f16": ("matmul", "float16", "npu", {}, {"npu_cube": 1},
-                       [(128, 256, 64, 512)]),
+                       [(128, 128, 64, 256)]),        # two 64 KiB L0C tiles fill 128 KiB
     "npu_matmul_f16_single_buffer": ("matmul", "float16", "npu", {"double_buffer": False},
                                      {"npu_cube": 1}, [(128, 256, 64, 512)]),
     "npu-lite_batch_matmul_f32": ("batch_matmul", "float32", "npu-lite", {},
@@ -40,7 +40,7 @@ CASES = {
     "npu-lite_matmul_cast_f16": ("matmul_same_dtype", "float16", "npu-lite", {},
                                  {"npu_cube": 1}, [(64, 32, 32, 128)]),
     "npu_matmul_bias_relu_f32": ("matmul_bias_relu", "float32", "npu", {}, {"npu_cube": 1},
-                                 [(128, 64, 64, 512)]),                  # the UB fit
+                                 [(128, 128, 64, 128)]),         # L0A/L0B/L1 fit
     "npu_softmax_untouched": ("softmax", "float16", "npu", {}, {"npu_vector": 1}, []),
     "npu-lite_conv2d_bias_relu_f16": ("conv2d_bias_relu", "float16", "npu-lite", {},
                                       {"npu_conv": 1}, []),

@@ -11,39 +11,46 @@ from polycomp.driver import compile_kernel
 from polycomp.errors import NpuRaceError
 from polycomp.frontend.ops import OPS
 from polycomp.hw.npu.backend import run_module, simulate
-from polycomp.hw.npu.sync import place_flags, plan_flags
+from polycomp.hw.npu.sync import place_barriers, place_flags, plan_flags, strip_flags
 
 #: (op, dtype, target, input shapes): cube, cube + epilogue, vector (plain, transposed
-#: boxes, carried reduction), implicit-GEMM conv with an epilogue, phases
+#: boxes, carried reduction), implicit-GEMM conv with an epilogue, phases; each large
+#: enough that every core of ``npu-lite`` runs three tiles or more of each loop (a flag
+#: carried from one tile to the one two later only matters from the third on)
 CASES = {
-    "matmul": ("matmul", "float16", "npu-lite", [(40, 150), (150, 70)]),
+    "matmul": ("matmul", "float16", "npu-lite", [(40, 150), (150, 200)]),
     "matmul_bias_relu": ("matmul_bias_relu", "float16", "npu-lite",
-                         [(40, 150), (150, 70), (70,)]),
-    "softmax": ("softmax", "float16", "npu-lite", [(40, 70)]),
-    "softmax_3d_1": ("softmax_3d_1", "float32", "npu-lite", [(3, 20, 21)]),
+                         [(40, 150), (150, 200), (200,)]),
+    "softmax": ("softmax", "float16", "npu-lite", [(300, 70)]),
+    "softmax_3d_1": ("softmax_3d_1", "float32", "npu-lite", [(3, 7, 400)]),
     "reduce_sum_3d_02_keep": ("reduce_sum_3d_02_keep", "float32", "npu-lite",
                               [(3, 600, 21)]),
     "conv2d_bias_relu": ("conv2d_bias_relu", "float16", "npu-lite",
-                         [(2, 3, 13, 13), (5, 3, 3, 3), (5,)]),
-    "attention": ("attention", "float32", "npu-lite", [(3, 9, 5), (3, 11, 5), (3, 11, 5)]),
+                         [(2, 3, 23, 23), (37, 3, 3, 3), (37,)]),
+    "attention": ("attention", "float32", "npu-lite",
+                  [(16, 40, 5), (16, 50, 5), (16, 50, 5)]),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_placed_flag_is_needed(case):
+    """Every program of the kernel (each phase's AIC and AIV programs), one flag at a
+    time left out: the simulator reports a race between exactly that pipe pair."""
     op, dtype, target, shapes = CASES[case]
     ck = compile_kernel(OPS[op].kernel(dtype), target)
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(s).astype(dtype) for s in shapes]
-    prog = ck.final_ir.program
+    kernel = ck.final_ir.program
     simulate(ck, *arrays)                                # as placed: no race
-    phases = prog.phases or (prog,)
     n = 0
-    for k, ph in enumerate(phases):
-        for f in plan_flags(ph.body):
-            bad_phase = place_flags(ph, frozenset({f}))
-            bad = bad_phase if not prog.phases else dataclasses.replace(prog, phases=tuple(
-                bad_phase if j == k else p for j, p in enumerate(phases)))
+    for prog in kernel.programs:
+        for f in plan_flags(strip_flags(prog.body)):
+            def drop(p, f=f, prog=prog):
+                if p is not prog:
+                    return p
+                q = place_flags(p, frozenset({f}))
+                return dataclasses.replace(q, body=place_barriers(q.body))
+            bad = kernel.map_programs(drop)
             with pytest.raises(NpuRaceError, match=f"race on .*{f.src}->{f.dst}"):
                 run_module(ck.final_ir.with_program(bad), ck.target, *arrays)
             n += 1

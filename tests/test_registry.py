@@ -208,7 +208,7 @@ def test_bad_options_are_rejected_with_the_valid_ones(target, options, message):
     (CudaOptions, {"tile": {"threads": (64, 32)}}, "asks for 2048 threads"),
     (CudaOptions, {"gpu": "baseline", "tile": {"k": 8}}, "option tile applies to the tiled"),
     (CudaOptions, {"tc_tile": {"k": 16}}, "option tc_tile.k takes 32 or 64"),
-    (CudaOptions, {"tc_tile": {"stages": 9}}, "option tc_tile.stages takes 1..4"),
+    (CudaOptions, {"tc_tile": {"stages": 9}}, "option tc_tile.stages takes 1..8"),
     (CudaOptions, {"tc_tile": {"block": (64, 64), "warp": (48, 32)}}, "must divide"),
 ])
 def test_options_objects_built_directly_are_checked(cls, kwargs, message):

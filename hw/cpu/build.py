@@ -6,11 +6,15 @@ import os
 import shlex
 import shutil
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from polycomp import dtypes as dt
 from polycomp.errors import BuildError, ResourceLimitError, user_location
+
+from .target import requested_threads
 
 #: ``-fwrapv``: signed integer overflow wraps (numpy's semantics, docs/dsl.md "Integer
 #: arithmetic"); the printers already compute data arithmetic without signed overflow,
@@ -136,12 +140,79 @@ def build_shared(source: str, flags=DEFAULT_FLAGS, include_dirs=(), libs=("-lm",
     return get_cache().get_or_build(key, ".so", gcc, kind="c-so")
 
 
+#: the OpenMP runtime's library name (libgomp: gcc's ``-fopenmp``)
+OPENMP_LIB = "libgomp.so.1"
+
+
+def quiet_openmp() -> None:
+    """Make the OpenMP runtime wait passively (no spinning between kernels) when it is
+    not loaded yet and the user chose no policy: sets ``OMP_WAIT_POLICY=PASSIVE`` in this
+    process's environment, which libgomp reads once, when it is loaded.
+
+    libgomp's default keeps each idle worker spinning for ~300000 iterations after every
+    parallel region; between the short kernels of a model that takes the cores the next
+    kernel (or torch, or another process on a shared machine) needs (issue 27: 2-thread
+    runs 5-26x slower).  A user's ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is kept; a
+    runtime that is already loaded (torch imported first, linking the same libgomp) keeps
+    the policy it started with (docs/cpu_backend.md, *Threads*)."""
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return
+    try:
+        ctypes.CDLL(OPENMP_LIB, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+        return                                  # loaded: its policy is fixed
+    except (OSError, AttributeError):
+        pass
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
+def call_threads() -> int | None:
+    """The thread count a kernel call runs its parallel loops with:
+    :func:`polycomp.hw.cpu.target.requested_threads` (``torch.get_num_threads()`` when
+    torch is imported, also with a torch that bundles its own OpenMP runtime, else
+    ``OMP_NUM_THREADS`` as it is now, also when set after the runtime was loaded); None:
+    the runtime's own default (the CPUs this process may use)."""
+    return requested_threads()
+
+
+@dataclass(frozen=True)
+class OpenMPControls:
+    """``omp_get_max_threads`` / ``omp_set_num_threads`` of the OpenMP runtime a
+    library uses (both act on the calling thread's ``nthreads-var``)."""
+    get: Callable[[], int]
+    set: Callable[[int], None]
+
+    def ensure(self, threads: int) -> None:
+        """Run the calling thread's next parallel regions with ``threads`` threads."""
+        if self.get() != threads:
+            self.set(threads)
+
+
+def openmp_controls(lib: ctypes.CDLL | None) -> OpenMPControls | None:
+    """The :class:`OpenMPControls` of the runtime ``lib`` links (found through its
+    dependencies), or of libgomp when ``lib`` is None; None without an OpenMP runtime."""
+    try:
+        h = lib if lib is not None else ctypes.CDLL(OPENMP_LIB)
+        get, set_ = h.omp_get_max_threads, h.omp_set_num_threads
+    except (OSError, AttributeError):
+        return None
+    get.restype, get.argtypes = ctypes.c_int, []
+    set_.restype, set_.argtypes = None, [ctypes.c_int]
+    return OpenMPControls(get, set_)
+
+
 class CFunction:
-    """A compiled kernel: call it with numpy arrays, get the outputs back."""
+    """A compiled kernel: call it with numpy arrays, get the outputs back.
+
+    Each call runs the parallel loops with ``threads`` threads when set (the tuner's
+    trials), else with :func:`call_threads` (torch's count, or ``OMP_NUM_THREADS``);
+    the library is loaded after :func:`quiet_openmp`."""
 
     def __init__(self, func, lib_path: str):
         self.func = func
+        quiet_openmp()
         self.lib = ctypes.CDLL(lib_path)
+        self.openmp = openmp_controls(self.lib)
+        self.threads: int | None = None
         self.cfunc = getattr(self.lib, func.name)
         self.cfunc.restype = None
         self.cfunc.argtypes = [ctypes.c_int64] * len(func.params) + \
@@ -171,6 +242,9 @@ class CFunction:
         failed = self._alloc_failed()
         if failed is not None:
             failed.value = 0
+        threads = self.threads or call_threads()
+        if threads is not None and self.openmp is not None:
+            self.openmp.ensure(threads)
         self.cfunc(*args)
         if failed is not None and failed.value:
             failed.value = 0

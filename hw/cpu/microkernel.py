@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 
+from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.lowering.simplify import const_difference, simplify, upper_bound
 from polycomp.lowering.vectorize import (
@@ -50,6 +51,9 @@ from polycomp.scheduler.common import marks
 from polycomp.scheduler.cpu.state import DotTile
 
 from .pack import PackedBuffers
+
+#: bytes of a cache line (one prefetch each)
+LINE_BYTES = 64
 
 
 def _match(body):
@@ -79,9 +83,10 @@ def _match(body):
     return None
 
 
-def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int]):
+def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True):
     """The register tile of the module docstring, or None; ``tile_ids`` numbers the
-    tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...)."""
+    tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...); ``prefetch``:
+    prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop."""
     L = lanes_of(st.buffer.dtype)
     MR, NR = li.extent.value, lj.extent.value
     if L <= 1 or NR < 2 or not ir.is_const(li.min, 0) or not ir.is_const(lj.min, 0):
@@ -158,15 +163,37 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int]):
             xlets[i] = Widen(lj.var, ir.IntImm(0), D, L).expr(
                 ir.substitute(xf, {li.var: ir.IntImm(i)}))
             xvars[i] = v
-    loads, stores = [], []
+    loads: list[ir.Stmt] = []
+    stores: list[ir.Stmt] = []
     rows: list[ir.Stmt] = []
+    # contiguous C: the accumulators start at zero while C's lines are prefetched for
+    # writing, and C is added once after the k loop (C's lines arrive during the loop
+    # instead of stalling its first FMAs: a GEMM's C tile is in L3 or memory at each k
+    # tile); strided C (a convolution's channel form) keeps the load before the loop
+    from_zero = lane_buf is None
+    if from_zero and prefetch:
+        esize = dt.itemsize(D)
+        for i in range(MR):
+            offs = sorted({*range(0, NR, max(1, LINE_BYTES // esize)), NR - 1})
+            for o in offs:
+                at = simplify(ir.substitute(c, {li.var: ir.IntImm(i), lj.var: ir.IntImm(o)}))
+                loads.append(ir.Evaluate(ir.Call(
+                    "prefetch", (ir.Load(st.buffer, (at,), D), ir.IntImm(1)), "int32",
+                    pure=False)))
     for i in range(MR):
         updates = []
         for u in range(NV):
-            loads.append(ir.Store(acc, (slot(i, u),),
-                                  masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)), L))
-            store: ir.Stmt = ir.Store(st.buffer, (cref(i, u),),
-                                      ir.Load(acc, (slot(i, u),), D, L), L)
+            if from_zero:
+                loads.append(ir.Store(acc, (slot(i, u),),
+                                      ir.Broadcast(ir.FloatImm(0.0, D), L, D), L))
+                total: ir.Expr = ir.Binary(
+                    "+", masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)),
+                    ir.Load(acc, (slot(i, u),), D, L), D)
+            else:
+                loads.append(ir.Store(acc, (slot(i, u),),
+                                      masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)), L))
+                total = ir.Load(acc, (slot(i, u),), D, L)
+            store: ir.Stmt = ir.Store(st.buffer, (cref(i, u),), total, L)
             if lane_buf is not None:
                 store = strided_store(i, u, last if u == NV - 1 else L)
             elif u == NV - 1 and last < L:
@@ -211,8 +238,9 @@ def _reads(e, buf) -> bool:
 
 class _Micro(ir.Mutator):
     def __init__(self, lanes_of, dots: Sequence[DotTile] = (),
-                 packed: PackedBuffers | None = None, note=None):
+                 packed: PackedBuffers | None = None, note=None, prefetch: bool = True):
         self.lanes_of = lanes_of
+        self.prefetch = prefetch
         self.dots, self.packed = dots, packed or PackedBuffers()
         self.note = note
         self.count = 0
@@ -238,7 +266,8 @@ class _Micro(ir.Mutator):
         m = _match(s.body)
         if m is not None:
             try:
-                out = _tile(*m, self.lanes_of, self.tile_ids)
+                lk, li, lj, st, rest = m
+                out = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids, self.prefetch)
             except Unvectorizable:   # left to the generic path
                 out = None
             if out is not None:
@@ -248,13 +277,15 @@ class _Micro(ir.Mutator):
 
 
 def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
-                 packed: PackedBuffers | None = None, note=None) -> ir.LoweredFunc:
+                 packed: PackedBuffers | None = None, note=None,
+                 prefetch: bool = True) -> ir.LoweredFunc:
     """The pass (see the module docstring): ``lanes_of(dtype)`` gives the vector lanes;
     ``dots`` are the payloads of the ``cpu_microkernel:<n>`` marks
     (:func:`polycomp.scheduler.cpu.state.cpu_microkernels`) and ``packed`` says what
     the packing pass made (:func:`polycomp.hw.cpu.pack.packed_buffers`); ``note(text)``
-    is told about each dot-product nest left to the generic path."""
-    m = _Micro(lanes_of, dots, packed, note)
+    is told about each dot-product nest left to the generic path; ``prefetch`` (option
+    ``prefetch``): the FMA tiles prefetch their ``C`` lines."""
+    m = _Micro(lanes_of, dots, packed, note, prefetch)
     out = func.with_body(m.visit(func.body))
     out = out.counted(microkernels=m.count)
     return out

@@ -8,8 +8,12 @@ it is annotated ``coincident`` (isl's AST carries no loop for a marked band memb
 single value, so the first loop below can be an inner one that carries a dependence:
 then nothing below the mark becomes parallel) and does not lie inside another parallel
 loop (no nested parallel regions); the mark is removed.  Loops of constant extent 1 are
-left serial (the simplifier removes them).  Nothing else changes, so dependences are
-preserved.
+left serial (the simplifier removes them).  A ``cpu_wavefront`` mark (the time-tiled
+stencils of :mod:`polycomp.scheduler.cpu.scop_stencil`: a band ``[wavefront, tile, ..]``)
+stands for a ``cpu_parallel`` mark inside the first ``For`` below it (the wavefront
+loop stays serial; the first loop in its body, the wavefront's tiles, becomes parallel
+when it is coincident; a 1-D stencil's sequential tiles ``[T_0, T_1]`` are not).  Nothing
+else changes, so dependences are preserved.
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ class _Marks(ir.Mutator):
         self.inside = 0
 
     def visit_AttrStmt(self, s):
+        if s.key == marks.CPU_WAVEFRONT:
+            return self.visit(_wavefront(s.body))
         if s.key != marks.CPU_PARALLEL:
             return self.generic(s)
         self.want += 1
@@ -53,6 +59,18 @@ class _Marks(ir.Mutator):
         out = self.generic(s)
         self.want = saved
         return out
+
+
+def _wavefront(s):
+    """The body of a ``cpu_wavefront`` mark with a ``cpu_parallel`` mark placed inside
+    its first (wavefront) loop."""
+    if isinstance(s, ir.For):
+        return replace(s, body=ir.AttrStmt(marks.CPU_PARALLEL, "", s.body))
+    if isinstance(s, ir.IfThenElse) and s.orelse is None:
+        return replace(s, then=_wavefront(s.then))
+    if isinstance(s, (ir.LetStmt, ir.AttrStmt)):
+        return replace(s, body=_wavefront(s.body))
+    return ir.AttrStmt(marks.CPU_PARALLEL, "", s)     # no wavefront loop: one wavefront
 
 
 def parallelize_marked(func: ir.LoweredFunc) -> ir.LoweredFunc:

@@ -132,12 +132,12 @@ class _ScalarReplace(ir.Mutator):
         chain of ``n`` stages has ``n`` scalar temporaries)."""
         first: dict[int, int] = {}
         last_store: dict[int, int] = {}
-        for k, st in enumerate(stmts):
+        for j, st in enumerate(stmts):
             loads, stores = self.uses.of(st)
             for i in loads | stores:
-                first.setdefault(i, k)
+                first.setdefault(i, j)
             for i in stores:
-                last_store[i] = k
+                last_store[i] = j
         cut, let, out = len(stmts), None, None
         for a in reversed(chain):
             buf = a.buffer

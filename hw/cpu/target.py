@@ -11,6 +11,7 @@ synchronisation beyond program order (the parallel loop's iterations own their s
 from __future__ import annotations
 
 import os
+import sys
 
 from polycomp.errors import TargetError
 from polycomp.hw.memory import ComputeUnit, CopyRule, MemoryHierarchy, MemoryLevel
@@ -50,12 +51,25 @@ def cache_sizes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, i
     return out
 
 
-def cpu_threads() -> int:
-    """Threads generated code runs with: ``OMP_NUM_THREADS`` when set, else the CPUs this
-    process may run on."""
+def requested_threads() -> int | None:
+    """The thread count this process asks for: ``torch.get_num_threads()`` when torch is
+    imported (kernels follow ``torch.set_num_threads``), else ``OMP_NUM_THREADS`` as it
+    is now; None when neither says."""
+    torch = sys.modules.get("torch")
+    get = getattr(torch, "get_num_threads", None)
+    if get is not None:
+        return max(1, int(get()))
     env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
+    return int(env) if env.isdigit() and int(env) > 0 else None
+
+
+def cpu_threads() -> int:
+    """Threads generated code runs with (the blocking is planned for it, and each call
+    sets it: :class:`polycomp.hw.cpu.build.CFunction`): :func:`requested_threads`, else
+    the CPUs this process may run on."""
+    asked = requested_threads()
+    if asked is not None:
+        return asked
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1

@@ -9,13 +9,13 @@ turning it over changes the source (kernels with parallel loops), else nothing.
 
 A trial is the kernel built by gcc, run once to warm up, then timed ``repeat`` times
 (the best counts), with the OpenMP thread count the tuning process runs kernels with
-(``target.cpu.threads``): set in the timing thread through libgomp's
-``omp_set_num_threads`` where it differs (Ray workers start with ``OMP_NUM_THREADS=1``),
-and the count it actually ran with (``omp_get_max_threads``) goes into the record.
+(``target.cpu.threads``): the loaded kernel's ``threads``
+(:class:`polycomp.hw.cpu.build.CFunction`: ``omp_set_num_threads`` in the timing thread
+before each call; Ray workers start with ``OMP_NUM_THREADS=1``), and the count it
+actually ran with (``omp_get_max_threads``) goes into the record.
 """
 from __future__ import annotations
 
-import ctypes
 import time
 from collections.abc import Mapping
 
@@ -48,37 +48,22 @@ def tuning_space(ck, shape: Mapping[str, int]) -> TuningSpace:
                                  f"backbone, parallel to kernels with parallel loops")
 
 
-def _omp(lib):
-    """(omp_get_max_threads, omp_set_num_threads) of the OpenMP runtime the kernel's
-    library uses (through its dependencies), or libgomp's; None without one."""
-    for handle in (lib, None):
-        try:
-            h = handle if handle is not None else ctypes.CDLL("libgomp.so.1")
-            return h.omp_get_max_threads, h.omp_set_num_threads
-        except (OSError, AttributeError):
-            continue
-    return None
-
-
 def measure(backend, ck, arrays: list, shape: Mapping[str, int], repeat: int,
             threads: int | None = None) -> Measurement:
     f = backend.load(ck)
-    omp = _omp(f.lib)
-    ran, before = threads, None
-    if omp is not None:
-        get, set_ = omp
-        if threads and get() != threads:
-            before = int(get())
-            set_(int(threads))
-        ran = int(get())
+    omp = f.openmp
+    before = int(omp.get()) if omp is not None else None
+    if threads:
+        f.threads = int(threads)
     try:
         out = f(*arrays, **shape)
+        ran = int(omp.get()) if omp is not None else threads
         best = float("inf")
         for _ in range(max(1, repeat)):
             t0 = time.perf_counter()
             f(*arrays, **shape)
             best = min(best, time.perf_counter() - t0)
     finally:
-        if before is not None and omp is not None:
-            omp[1](before)                  # this thread's setting as it was
+        if omp is not None and before is not None:
+            omp.set(before)                 # this thread's setting as it was
     return Measurement(best, out if isinstance(out, tuple) else (out,), ran)

@@ -494,8 +494,7 @@ class VectorPrinter(CPrinter):
                 self.emit("#pragma omp parallel")
                 self.emit("{")
                 self.level += 1
-                for a in allocs:
-                    self.open_allocation(a.buffer)
+                self.open_workspace([a.buffer for a in allocs])
                 # every thread takes the same branch (the flag is read after a barrier):
                 # a failed allocation in any thread skips the loop in all of them
                 self.emit("#pragma omp barrier")
@@ -505,22 +504,32 @@ class VectorPrinter(CPrinter):
                 self.for_loop(s, body)
                 self.level -= 1
                 self.emit("}")
-                for a in reversed(allocs):
-                    self.close_allocation(a.buffer)
+                self.emit("pc_ws_give(pc_ws, pc_ws_kept);")
                 self.level -= 1
                 self.emit("}")
                 return
         super().for_(s)
 
-    def open_allocation(self, b: ir.Buffer) -> None:
-        size = self.expr(ir.shape_product(b.shape))
-        ty = self.storage_type(b.dtype)
-        self.emit(f"{ty}* restrict {b.name} = ({ty}*)aligned_alloc(64, "
-                  f"((sizeof({ty}) * (size_t)({size}) + 63) / 64) * 64);")
-        self.emit(f"if ({b.name} == NULL) {ALLOC_FAILED_SET}")
-
-    def close_allocation(self, b: ir.Buffer) -> None:
-        self.emit(f"free({b.name});")
+    def open_workspace(self, bufs: list[ir.Buffer]) -> None:
+        """Each thread's buffers of a parallel region, carved from one block of its
+        workspace (``pc_ws_take`` of the C header: kept between calls up to
+        ``PC_WS_KEEP`` bytes, else allocated; 64-byte aligned each); the region's end
+        gives the block back (``pc_ws_give``).  One region per function level: no
+        nested parallel regions."""
+        sizes = []
+        for b in bufs:
+            ty = self.storage_type(b.dtype)
+            size = self.expr(ir.shape_product(b.shape))
+            sizes.append(f"((sizeof({ty}) * (size_t)({size}) + 63) / 64) * 64")
+        self.emit("int pc_ws_kept;")
+        self.emit(f"char* pc_ws = (char*)pc_ws_take({' + '.join(sizes)}, &pc_ws_kept);")
+        self.emit(f"if (pc_ws == NULL) {ALLOC_FAILED_SET}")
+        offset: list[str] = []
+        for b, size in zip(bufs, sizes):
+            ty = self.storage_type(b.dtype)
+            at = " + ".join(offset) if offset else "0"
+            self.emit(f"{ty}* restrict {b.name} = ({ty}*)(pc_ws ? pc_ws + {at} : NULL);")
+            offset.append(size)
 
 
 def _leading_allocations(loop: ir.For):

@@ -42,6 +42,7 @@ def lower_pipelines(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """See the module docstring; the stages of group ``g``'s ``pipeline:<g>`` loop are
     ``gpu_kernels(state).tc_plans[g].config.stages``."""
     return func.with_body(_Pipeline(gpu_kernels(state).tc_plans).visit(func.body))
+    # (a wgmma plan's pipeline mark is consumed by hw/cuda/hopper.py: none is left here)
 
 
 class _Pipeline(ir.Mutator):

@@ -8,7 +8,8 @@ schedule passes, IR passes and code generation.
   SCoPs) choose per loop nest (:mod:`polycomp.scheduler.gpu.scop_groups`): nests with
   coincident outer loops take the tiled passes, the others the baseline mapping.
 * IR passes: tensorization (``mma.sync``/``ldmatrix``), ``cp.async`` pipelines, kernel
-  wrapping (grid/block loops, per-block and per-thread buffers), simplification.
+  wrapping (grid/block loops, per-block and per-thread buffers), row-reduction kernels
+  (vector loops, shared scratch, row-length checks: :mod:`.rowreduce`), simplification.
 * A model that is one chain of two contractions (docs/fusion.md) has the schedule pass
   ``chain-fuse`` alone (:mod:`polycomp.scheduler.chain.cuda_tree`: the kernel's program
   tree) and the IR passes ``chain-ring``, ``chain-steps``, ``chain-kernels``
@@ -60,6 +61,12 @@ def _chain(state: CompileState) -> bool:
     return _chain_decision(state)[0]
 
 
+def _wgmma_plans(state: CompileState) -> bool:
+    """Whether a Tensor Core group of the compile has an sm_90a ``wgmma`` plan."""
+    from polycomp.scheduler.tensorcore.hopper import is_wgmma
+    return any(is_wgmma(p.config) for p in gpu_kernels(state).tc_plans.values())
+
+
 def _baseline(state: CompileState) -> bool:
     """The untiled baseline mapping for the whole kernel (asked for)."""
     return state.cuda_options.gpu == "baseline"
@@ -67,13 +74,14 @@ def _baseline(state: CompileState) -> bool:
 
 class CudaBackend(Backend):
     family = "cuda"
-    names = ("cuda", "cuda-sm90")
-    aliases = MappingProxyType({"cuda-sm80": "cuda"})
+    names = ("cuda", "cuda-sm90", "cuda-sm90a")
+    aliases = MappingProxyType({"cuda-sm80": "cuda", "hopper": "cuda-sm90a"})
     options_class = CudaOptions
     suffix = ".cu"
     descriptions = MappingProxyType({
         "cuda": "CUDA C++ for sm_80 (A100-class)",
         "cuda-sm90": "CUDA C++ for sm_90 (H100-class)",
+        "cuda-sm90a": "CUDA C++ for sm_90a (H100/H200: wgmma, TMA, mbarrier pipelines)",
     })
 
     def make_target(self, name: str) -> Target:
@@ -129,7 +137,11 @@ class CudaBackend(Backend):
         if not promotion_state(state).promotions and not state.inlined:
             return {}
         from .promoted import promoted_builders
-        return promoted_builders(state.model, promotion_state(state).promotions, var, state.inlined)
+        from .rowreduce import row_builders
+        out = promoted_builders(state.model, promotion_state(state).promotions, var,
+                                state.inlined)
+        out.update(row_builders(state, var, out))  # row caches' loads, online sums
+        return out
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         from .mapping import map_gpu_loops, wrap_kernels
@@ -142,10 +154,15 @@ class CudaBackend(Backend):
             passes = [ir_pass("map-gpu-loops", map_gpu_loops)]
         else:
             from .async_pipeline import lower_pipelines
+            from .rowreduce import lower_row_kernels
             from .tensorize import tensorize
             passes = [ir_pass("tensorize", tensorize),             # tensor-core kernels only
                       ir_pass("cp-async-pipeline", lower_pipelines),
-                      ir_pass("wrap-kernels", wrap_kernels)]
+                      ir_pass("wrap-kernels", wrap_kernels),
+                      ir_pass("row-kernels", lower_row_kernels)]   # row-reduction kernels only
+            if _wgmma_plans(state):   # sm_90a: TMA producer / wgmma consumers (hopper.py)
+                from .hopper import warp_specialize
+                passes.insert(0, ir_pass("wgmma-warp-specialize", warp_specialize))
             if gpu_kernels(state).baseline:   # a C SCoP's nests on the baseline mapping
                 passes.insert(0, ir_pass("map-gpu-loops", map_gpu_loops))
         return passes + [body_pass("simplify", simplify)]
@@ -198,7 +215,7 @@ class CudaBackend(Backend):
             raise BuildError("--check needs nvcc on PATH")
         assert ck.target.cuda is not None
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = ["nvcc", f"-arch=sm_{ck.target.cuda.sm}", "-cubin", "-Xptxas", "-v",
+            cmd = ["nvcc", f"-arch=sm_{ck.target.cuda.arch}", "-cubin", "-Xptxas", "-v",
                    "-o", os.path.join(tmp, "k.cubin"), path]
             r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
@@ -228,7 +245,7 @@ class CudaBackend(Backend):
         return multiversion_module(versions, selector, comments)
 
     def emit_module(self, module, versions):
-        from .multiversion import emit_module
+        from .codegen import emit_module
         return emit_module(module, versions)
 
     def execute_module(self, module, source, versions, inputs, params):

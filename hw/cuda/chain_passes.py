@@ -261,10 +261,12 @@ class _Wrap(ir.Mutator):
         if n is None or n not in self.prog.kernels:
             return self.generic(s)
         k, bv = self.b.kernel, self.b.vars
-        assert bv is not None
+        assert k is not None and bv is not None
         info = self.prog.kernels[n]
         nt = info.threads
-        if info.role == "combine":
+        body: ir.Stmt
+        if info.role == "combine":  # split-L combine kernels exist for SIMT chains only
+            assert isinstance(k, SimtChain)
             cb, ct = self.b.combine_block, self.b.combine_thread
             body = ir.For(ct, ir.IntImm(0), ir.IntImm(nt), "gpu_thread", s.body,
                           (("axis", "x"), ("threads", nt)))
@@ -276,7 +278,8 @@ class _Wrap(ir.Mutator):
         bx, by, bz = ir.Var(p + "b_n"), ir.Var(p + "b_m"), ir.Var(p + "b_b")
         table: dict[str, ir.Expr] = {info.n_block: bx, info.m_block: by}
         bshape = k.bshape
-        if info.split:
+        if info.split:  # split-L (SIMT chains only)
+            assert isinstance(k, SimtChain) and k.sp is not None
             ns = k.sp.ns
             split = bz % ns
             table[info.split] = split

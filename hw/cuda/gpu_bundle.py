@@ -64,13 +64,16 @@ class BufferSpec:
 class KernelLaunch:
     """One ``__global__`` kernel in launch order: its name, the grid and block the
     simulator used, the dynamic shared memory it asks for (0: static only) and its
-    argument list (the parameters by name, then the buffers by name)."""
+    argument list (the parameters by name, then the buffers by name, then
+    ``tensormaps`` TMA tensor maps: the runner gets them from the source's
+    ``<entry>_tensormaps``, in kernel order)."""
     name: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     dynamic_shared: int
     params: tuple[str, ...]
     buffers: tuple[str, ...]
+    tensormaps: int = 0
 
 
 @dataclass
@@ -86,6 +89,7 @@ class CaseManifest:
     test: str = ""               # the pytest node that recorded it, where known
     target: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    arch: str = ""               # nvcc architecture the source needs ("90a"), else ""
 
 
 def bundle_dir() -> str | None:
@@ -113,13 +117,14 @@ def _note_skip(root: str, why: str) -> None:
 
 def record_case(source: str, func, kernels, temps, values: dict, given: dict,
                 outputs: dict, root: str, target: str = "",
-                extra: dict[str, str] | None = None) -> str | None:
+                extra: dict[str, str] | None = None, arch: str = "") -> str | None:
     """Write one case into the bundle ``root``: ``source`` is the ``.cu`` whose host
     entry point ``func.name`` computes ``func`` (a LoweredFunc for a CUDA target) with
     ``kernels`` (KernelInfos; empty: the runner checks the host path only) and global
     ``temps``.  ``given`` holds the caller's arrays by buffer name as they were *before*
-    the run, ``outputs`` the simulator's final output arrays by name.  Returns the case
-    name, or None where it was not recorded (too big, bundle full)."""
+    the run, ``outputs`` the simulator's final output arrays by name; ``arch`` the nvcc
+    architecture the source needs where it is architecture-specific (``"90a"``).
+    Returns the case name, or None where it was not recorded (too big, bundle full)."""
     from .codegen import dynamic_shared
     case_bytes = sum(a.nbytes for a in given.values()) + sum(a.nbytes for a in outputs.values())
     if case_bytes > MAX_CASE_BYTES:
@@ -152,7 +157,8 @@ def record_case(source: str, func, kernels, temps, values: dict, given: dict,
         tuple(int(eval_int(g, values)) for g in info.grid),        # type: ignore[arg-type]
         tuple(int(x) for x in info.block),                          # type: ignore[arg-type]
         info.shared_bytes if dynamic_shared(info) else 0,
-        tuple(p.name for p in info.params), tuple(b.name for b in info.buffers))
+        tuple(p.name for p in info.params), tuple(b.name for b in info.buffers),
+        len(info.tensor_maps))
         for info in kernels]
     test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
     key = hashlib.sha256(repr((sha, sorted(values.items()), test,
@@ -162,7 +168,7 @@ def record_case(source: str, func, kernels, temps, values: dict, given: dict,
     manifest = CaseManifest(case, src_rel, func.name,
                             {p.name: int(values[p.name]) for p in func.params},
                             args, [spec(b, "temp") for b in temps], launches, test,
-                            target, dict(extra or {}))
+                            target, dict(extra or {}), arch)
     arrays = {f"in:{n}": _stored(a, _dtype_of(func, n)) for n, a in given.items()}
     arrays.update({f"sim:{n}": _stored(a, _dtype_of(func, n)) for n, a in outputs.items()})
     base = os.path.join(root, "cases", case)

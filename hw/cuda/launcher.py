@@ -6,7 +6,11 @@ works (and its tests run) on machines without an NVIDIA driver.  The ``.cu`` tha
 codegen emits is compiled to a cubin with nvcc (``-arch=sm_<target.cuda.sm>``), its
 ``extern "C"`` kernels are loaded, and a call launches them in order with the grid
 computed from the symbolic sizes — the same geometry the host launcher in the ``.cu``
-uses and the simulator executes.
+uses and the simulator executes.  Kernels with TMA tensor maps (target ``cuda-sm90a``)
+take ``__grid_constant__ CUtensorMap`` parameters that only the ``.cu``'s host code
+encodes: their ``.cu`` is built as a shared library instead (``nvcc -shared``, for
+``sm_<target.cuda.arch>``) and its host entry point is called through ctypes with the
+device pointers.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from polycomp import dtypes as dt
 from polycomp.errors import BuildError, TargetError
 from polycomp.shapes import eval_int, infer_params
 
-from .codegen import split_kernels
+from .codegen import host_program, launch_sequence, program_kernels
 
 
 class _PyCuda:
@@ -56,6 +60,9 @@ class _PyCuda:
 
     def to_host(self, host: np.ndarray, dev) -> None:
         self.drv.memcpy_dtoh(host, dev)
+
+    def pointer(self, dev) -> int:
+        return int(dev)
 
 
 class _CuPy:
@@ -105,6 +112,9 @@ class _CuPy:
     def to_host(self, host: np.ndarray, dev) -> None:
         host[...] = self.cp.asnumpy(dev).view(host.dtype).reshape(host.shape)
 
+    def pointer(self, dev) -> int:
+        return int(dev.data.ptr)
+
 
 def device_api():
     """The first of pycuda, cupy that imports and finds a CUDA device; TargetError if
@@ -149,6 +159,34 @@ def compile_cubin(source: str, sm: int) -> bytes:
                                           kind="cubin")
 
 
+def compile_shared(source: str, arch: str) -> bytes:
+    """The shared library (host entry points and kernels) of ``source`` for
+    ``sm_<arch>`` (``"90a"``: ``-gencode=arch=compute_90a,code=sm_90a``), memoised in
+    the kernel cache."""
+    from polycomp.cache import compiler_version, get_cache, make_key
+    key = make_key("cuda-so", source, arch, compiler_version("nvcc"))
+    return get_cache().get_or_build_bytes(key, ".so", lambda: _nvcc_shared(source, arch),
+                                          kind="cuda-so")
+
+
+def _nvcc_shared(source: str, arch: str) -> bytes:
+    import os
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        cu = os.path.join(tmp, "k.cu")
+        out = os.path.join(tmp, "k.so")
+        with open(cu, "w") as f:
+            f.write(source)
+        r = subprocess.run(["nvcc", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-O3",
+                            "-shared", "-Xcompiler", "-fPIC", "-o", out, cu, "-lcudart"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BuildError(f"nvcc failed on generated CUDA:\n{r.stderr[-4000:]}")
+        with open(out, "rb") as f:
+            return f.read()
+
+
 def _nvcc_cubin(source: str, sm: int) -> bytes:
     import os
     import subprocess
@@ -174,7 +212,12 @@ class CudaFunction:
         self.api = device_api()
         self.ck = compiled
         self.func = compiled.final_ir
-        self.temps, self.kernels = split_kernels(self.func)
+        self.temps, self.program = host_program(self.func)
+        self.kernels = program_kernels(self.program)
+        self.entry = None
+        if any(k.tensor_maps for k in self.kernels):   # sm_90a TMA: the host entry point
+            self.entry = self._host_entry(compiled)
+            return
         cubin = compile_cubin(compiled.source,
                               device_arch(compiled.target.cuda.sm, self.api.compute_capability()))
         self.module = self.api.load(cubin)
@@ -197,18 +240,45 @@ class CudaFunction:
         return dev, outs
 
     def launches(self, dev: dict, values: dict) -> list:
-        """``(function, args, grid, block, dynamic shared bytes)`` per non-empty kernel."""
+        """``(function, args, grid, block, dynamic shared bytes)`` per non-empty kernel
+        (not for kernels with TMA tensor maps: those run through the call, whose host
+        entry point encodes the maps)."""
         from .codegen import dynamic_shared
+        if self.entry is not None:
+            raise TargetError(f"{self.func.name}: kernels with TMA tensor maps "
+                              f"({self.ck.target.name}) launch through the host entry "
+                              f"point; call the function instead")
         out = []
-        for info, fn in zip(self.kernels, self.handles):
-            grid = tuple(int(eval_int(g, values)) for g in info.grid)
+        handle = {info.name: fn for info, fn in zip(self.kernels, self.handles)}
+        for info, env in launch_sequence(self.program, values):   # host loops iterated
+            fn = handle[info.name]
+            grid = tuple(int(eval_int(g, env)) for g in info.grid)
             if min(grid) <= 0:   # empty iteration domain: nothing to launch
                 continue
-            args = ([np.int64(values[p.name]) for p in info.params]
+            args = ([np.int64(env[p.name]) for p in info.params]
                     + [dev[b.name] for b in info.buffers])
             out.append((fn, args, grid, tuple(info.block),
                         info.shared_bytes if dynamic_shared(info) else 0))
         return out
+
+    def _host_entry(self, compiled):
+        """The ``.cu``'s host entry point, from a shared library (see the module
+        docstring)."""
+        import ctypes
+        import os
+        import tempfile
+        cu = compiled.target.cuda
+        if self.api.compute_capability() != cu.sm:
+            raise TargetError(f"{compiled.target.name} code runs on sm_{cu.arch} GPUs only; "
+                              f"this GPU is sm_{self.api.compute_capability()}")
+        lib = compile_shared(compiled.source, cu.arch)
+        self._dir = tempfile.TemporaryDirectory(prefix="polycomp-so-")
+        path = os.path.join(self._dir.name, "k.so")
+        with open(path, "wb") as f:
+            f.write(lib)
+        fn = getattr(ctypes.CDLL(path), self.func.name)
+        fn.restype = ctypes.c_int
+        return fn
 
     def __call__(self, *inputs, **params):
         f = self.func
@@ -218,8 +288,15 @@ class CudaFunction:
                 raise TargetError(f"argument {b.name!r} must be {b.dtype}, got {a.dtype}")
         values = infer_params(f.params, f.inputs, arrays, params, outputs=f.outputs)
         dev, outs = self.device_arrays(arrays, values)
-        for fn, args, grid, block, shared in self.launches(dev, values):
-            self.api.launch(fn, args, grid, block, shared)
+        if self.entry is not None:
+            import ctypes
+            rc = self.entry(*[ctypes.c_int64(values[p.name]) for p in f.params],
+                            *[ctypes.c_void_p(self.api.pointer(dev[b.name])) for b in f.args])
+            if rc != 0:
+                raise TargetError(f"{f.name}: the host entry point returned CUDA error {rc}")
+        else:
+            for fn, args, grid, block, shared in self.launches(dev, values):
+                self.api.launch(fn, args, grid, block, shared)
         self.api.synchronize()
         for name, host in outs.items():
             self.api.to_host(host, dev[name])

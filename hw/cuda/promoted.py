@@ -13,9 +13,10 @@ leave :class:`~polycomp.scheduler.promotion.record.Promotion` records in
   producer, the producer's expression at ``a``) into ``local``; ``copy_out`` statements
   store ``local`` back into ``array``; ``sync`` statements are barriers;
   for the CUDA-only part of a record (``promo.warp``, a privatised reduction),
-  ``warp_allreduce`` statements combine a privatised accumulator across the 32 lanes
-  of a warp with a ``__shfl_xor_sync`` butterfly; ``store_lane0`` statements have lane
-  0 store it.
+  ``warp_allreduce`` statements combine a privatised accumulator across the threads of
+  a row (:func:`polycomp.hw.cuda.rowreduce.allreduce`: a ``__shfl_xor_sync`` butterfly
+  over the row's lanes, through shared memory across the warps of a longer row);
+  ``store_lane0`` statements have the row's thread 0 store it.
 """
 from __future__ import annotations
 
@@ -122,15 +123,9 @@ def _copy_builder(p: Promotion, copy: CopyStmt, params):
         if kind == "copy_out":
             return ir.Store(p.array, a, ir.Load(p.local, lidx, p.array.dtype))
         zero = tuple(ir.IntImm(0) for _ in p.local.shape)
-        if kind == "warp_allreduce":   # butterfly: every lane ends with the warp's result
-            v = ir.Load(p.local, zero, p.local.dtype)
-            out = []
-            for off in (16, 8, 4, 2, 1):
-                args = (ir.IntImm(0xFFFFFFFF, "int64"), v, ir.IntImm(off, "int32"))
-                other = ir.Call("__shfl_xor_sync", args, p.local.dtype, pure=False)
-                combined = ir.Binary(p.warp.combine, v, other, p.local.dtype)
-                out.append(ir.Store(p.local, zero, combined))
-            return ir.Block(tuple(out))
+        if kind == "warp_allreduce":   # butterfly: every lane ends with the row's result
+            from .rowreduce import allreduce
+            return allreduce(p, params)
         if kind == "store_lane0":
             lane = params[p.warp.lane_param]
             return ir.IfThenElse(ir.Binary("==", lane, ir.IntImm(0), "bool"),

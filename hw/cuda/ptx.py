@@ -93,11 +93,16 @@ def is_call(stmt, name: str) -> bool:
         stmt.value.name == name
 
 
-def uses_ptx(node) -> bool:
+def calls_any(node, names) -> bool:
+    """Whether IR ``node`` calls a function named in ``names``."""
     found = []
-    ir.walk(node, lambda n: found.append(1) if isinstance(n, ir.Call) and n.name in NAMES
+    ir.walk(node, lambda n: found.append(1) if isinstance(n, ir.Call) and n.name in names
             else None)
     return bool(found)
+
+
+def uses_ptx(node) -> bool:
+    return calls_any(node, NAMES)
 
 
 # --------------------------------------------------------------------------- printing

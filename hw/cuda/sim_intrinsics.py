@@ -39,6 +39,10 @@ WARP = 32
 FULL_MASK = 0xFFFFFFFF
 
 INTRINSICS: dict[str, Callable] = {}
+#: IR attributes with execution semantics: ``key -> handler(sim, attr_stmt, state)`` (the
+#: warp-specialised roles of sm_90a kernels, :mod:`.sim_hopper`); other attributes only
+#: run their body
+ATTR_HANDLERS: dict[str, Callable] = {}
 
 
 def intrinsic(*names: str):
@@ -128,6 +132,18 @@ def syncwarp(sim, call, active):
     synced = active.reshape(g.n_blocks, g.warps_per_block, WARP).any(axis=2)
     for mem in sim.live_shared():
         mem.tracker.reset_warps(synced)
+    return 0
+
+
+@intrinsic("__trap")
+def trap(sim, call, active):
+    """``__trap()``: the kernel aborts (a check of its code's assumptions failed)."""
+    if active.any():
+        j = int(np.argmax(active))
+        sim.fail(f"__trap() executed by {sim.geom.describe(j)}: an assumption of the "
+                 f"kernel's code does not hold for these sizes (a row-length check: the "
+                 f"kernel was compiled for row lengths that are a multiple of its vector "
+                 f"width and within its bound)")
     return 0
 
 

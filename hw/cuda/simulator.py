@@ -52,9 +52,10 @@ from polycomp.errors import TargetError
 from polycomp.lowering.interpreter import Interpreter, InterpreterState, store_value
 from polycomp.shapes import checked_arguments, eval_int
 
-from .codegen import KernelInfo, split_kernels
+from . import sim_hopper, sim_tensorcore  # noqa: F401  (register their intrinsics)
+from .codegen import KernelInfo, has_host_control, host_program, launch_sequence, program_kernels
 from .sim_counters import global_sectors, shared_wavefronts
-from .sim_intrinsics import INTRINSICS, WARP
+from .sim_intrinsics import ATTR_HANDLERS, INTRINSICS, WARP
 from .sim_memory import GlobalMemory, LocalMemory, SharedMemory, poisoned
 from .sim_races import GlobalRaceTracker, same_values
 from .sim_report import (  # noqa: F401
@@ -75,7 +76,12 @@ from .sim_report import (  # noqa: F401
 __all__ = ["simulate", "Simulator", "LaneGeometry", "SimReport", "SimulatorError",
            "LaunchError", "OutOfBoundsError", "BarrierDivergenceError",
            "SharedMemoryRaceError", "WarpSyncError", "GlobalMemoryRaceError",
-           "GlobalWriteConflictError"]
+           "GlobalWriteConflictError", "MisalignedAccessError"]
+
+class MisalignedAccessError(SimulatorError):
+    """A vector access (``V`` consecutive elements in one instruction) that does not
+    start at a multiple of ``V`` elements: a misaligned-address fault on the GPU."""
+
 
 DEFAULT_LANE_BUDGET = 1 << 16
 GLOBAL_RACE_MAX_ELEMENTS = 1 << 21     # larger buffers are not race-tracked (memory)
@@ -152,6 +158,8 @@ class Simulator(Interpreter):
         # extension point: hook(sim, mem, pos, offsets, active, write) is called for
         # every ordinary shared load/store (e.g. cp.async: is the element in flight?)
         self.shared_access_hooks: list = []
+        # the same for local (per-thread register) loads/stores (wgmma accumulators)
+        self.local_access_hooks: list = []
         # barriers passed, per block slot (allocated per launch)
         self.block_epoch: np.ndarray = None  # type: ignore[assignment]
         self.intrinsics = dict(INTRINSICS if intrinsics is None else intrinsics)
@@ -193,7 +201,7 @@ class Simulator(Interpreter):
         total = grid[0] * grid[1] * grid[2]
         stride = -(-(block[0] * block[1] * block[2]) // WARP) * WARP
         chunk = max(1, lane_budget // stride)
-        env = {p: int(params[p.name]) for p in self.func.params}
+        env = {p: int(params[p.name]) for p in info.params}   # sizes, host loop vars
         self._global_trackers = {}
         self._stored_globals = _stored_buffer_names(info.body) if self.global_races else set()
         for first in range(0, total, chunk):
@@ -244,6 +252,13 @@ class Simulator(Interpreter):
         return int(np.count_nonzero(self._active(mask)))
 
     # ------------------------------------------------------------- loops
+    def stmt(self, s, st):
+        if type(s) is ir.AttrStmt:      # attributes with execution semantics (warp roles)
+            handler = ATTR_HANDLERS.get(s.key)
+            if handler is not None:
+                return handler(self, s, st)
+        return super().stmt(s, st)
+
     def lane_parallel(self, s) -> bool:
         return False          # lanes are threads; other loops run inside each thread
 
@@ -253,7 +268,31 @@ class Simulator(Interpreter):
     def for_(self, s, st):
         if s.kind in ("gpu_block", "gpu_thread"):
             return self._gpu_for(s, st)
+        if s.kind == "vectorized" and s.annotation("vector") is not None:
+            self._vector_alignment(s, st)
         return super().for_(s, st)
+
+    def _vector_alignment(self, s, st) -> None:
+        """A vector loop (row kernels, :mod:`.rowreduce`): the accesses codegen prints as
+        ``V``-element vectors must start at a multiple of ``V`` elements (buffers are
+        256-byte aligned), else the GPU faults (misaligned address)."""
+        from .rowreduce import vector_accesses, vector_width
+        v = vector_width(s)
+        active = self._active(st.mask)
+        if not active.any() or not v or v == 1:
+            return
+        loads, stores = vector_accesses(s)
+        for what, accesses in (("load", loads), ("store", stores)):
+            for buf, base in accesses:
+                mem = self._memory(buf, what)
+                off = self._offsets(mem, buf, base, st, active, f"vector {what}")
+                bad = active & (off % v != 0)
+                if bad.any():
+                    j = int(np.argmax(bad))
+                    raise MisalignedAccessError(
+                        f"kernel {self.stats.name}: {v}-element vector {what} of {buf.name} "
+                        f"by {self.geom.describe(j)} starts at element {int(off[j])}, not a "
+                        f"multiple of {v} ({v * mem.itemsize}-byte alignment)")
 
     def _gpu_for(self, s, st):
         g = self.geom
@@ -433,6 +472,9 @@ class Simulator(Interpreter):
         if mem.scope == "shared":
             for hook in self.shared_access_hooks:
                 hook(self, mem, pos, offsets, active, False)
+        elif mem.scope == "local":
+            for hook in self.local_access_hooks:
+                hook(self, mem, pos, offsets, active, False)
         if mem.scope == "shared" or (self.global_races and mem.scope == "global"):
             self._race_check(mem, pos, offsets, active)
         return values.astype(dt.to_numpy(dt.compute_dtype(e.dtype)), copy=False)
@@ -449,6 +491,9 @@ class Simulator(Interpreter):
         p = pos[lanes]
         if mem.scope == "shared":
             for hook in self.shared_access_hooks:
+                hook(self, mem, pos, offsets, active, True)
+        elif mem.scope == "local":
+            for hook in self.local_access_hooks:
                 hook(self, mem, pos, offsets, active, True)
         if mem.scope == "shared" or (self.global_races and mem.scope == "global"):
             new = store_value(np.broadcast_to(np.asarray(value), (self.geom.n_lanes,)),
@@ -545,7 +590,8 @@ def simulate(compiled_or_func, *inputs, strict: bool = True, ir_stage: str = "fi
     func = _lowered(compiled_or_func, ir_stage)
     expected, arrays, values = checked_arguments(func, inputs, params, copy=True)
     given = {b.name: a for b, a in zip(expected, arrays)}
-    temps, kernels = split_kernels(func)
+    temps, program = host_program(func)
+    kernels = program_kernels(program)
     report = SimReport(func.name)
     sim = Simulator(func, report, strict=strict, poison=poison, intrinsics=intrinsics,
                     global_races=global_races)
@@ -562,15 +608,23 @@ def simulate(compiled_or_func, *inputs, strict: bool = True, ir_stage: str = "fi
             outputs.append(arr)
     bundle = _bundle_target(compiled_or_func, ir_stage, intrinsics)
     before = {n: a.copy() for n, a in given.items()} if bundle else {}
-    for info in kernels:
-        sim.run_kernel(info, values, lane_budget)
+    for info, env in launch_sequence(program, values):   # host loops iterated
+        sim.run_kernel(info, env, lane_budget)
     res = tuple(outputs)
     if bundle:
         from .gpu_bundle import record_case
-        record_case(compiled_or_func.source, func, kernels, temps, values, before,
+        # a host program with loops is checked through its host entry point only
+        record_case(compiled_or_func.source, func,
+                    [] if has_host_control(program) else kernels, temps, values, before,
                     {b.name: a for b, a in zip(func.outputs, outputs)}, bundle,
-                    target=_target_name(compiled_or_func))
+                    target=_target_name(compiled_or_func), arch=_target_arch(compiled_or_func))
     return (res[0] if len(res) == 1 else res), report
+
+
+def _target_arch(obj) -> str:
+    """The nvcc architecture of an architecture-specific target (``"90a"``), else ""."""
+    cu = getattr(getattr(obj, "target", None), "cuda", None)
+    return cu.arch if cu is not None and cu.arch_suffix else ""
 
 
 def _target_name(obj) -> str:

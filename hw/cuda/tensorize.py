@@ -68,8 +68,9 @@ def tensorize(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """See the module docstring; ``state`` is the compile's
     :class:`~polycomp.state.CompileState` (Tensor Core plans in ``gpu_kernels(state).tc_plans``;
     the new buffers are appended to ``promotion_state(state).promotions``)."""
-    plans = gpu_kernels(state).tc_plans
-    if not plans:
+    from polycomp.scheduler.tensorcore.hopper import is_wgmma
+    plans = {g: p for g, p in gpu_kernels(state).tc_plans.items() if not is_wgmma(p.config)}
+    if not plans:     # (sm_90a wgmma plans: hw/cuda/hopper.py)
         return func
     t = _Tensorizer(plans, state.model)
     body = t.visit(func.body)
@@ -92,6 +93,26 @@ def _and(*cs):
             continue
         out = c if out is None else ir.Binary("&&", out, c, "bool")
     return out if out is not None else ir.IntImm(1, "bool")
+
+
+def epilogue_registers(v, model, acc: ir.Buffer, n: int, count: int
+                       ) -> tuple[ir.Buffer, bool, dict[str, ir.Buffer]]:
+    """Where the product and its epilogue live in a tensor-core kernel ``n`` (view ``v``):
+    ``(C, C is read outside, registers)``: the accumulator ``acc`` holds C, and each
+    epilogue result that no statement outside the group reads (and the program does not
+    return) gets ``count`` registers per thread (``<name>_frag<n>``)."""
+    group = [v.init, v.update] + v.epilogue
+    outside = {b.name for b in model.live_out}
+    for s in model.statements:
+        if s not in group:
+            outside |= {a.buffer.name for a in s.reads}
+    c_buf = v.stage.output.buffer
+    regs = {c_buf.name: acc}
+    for s in v.epilogue:
+        b = s.write
+        if b.name not in outside and b.name not in regs:
+            regs[b.name] = ir.Buffer(f"{b.name}_frag{n}", b.dtype, (_imm(count),), "local")
+    return c_buf, c_buf.name in outside, regs
 
 
 class _Kernel:
@@ -120,19 +141,8 @@ class _Kernel:
                             tuple(_imm(e) for e in staging.footprint(staging.a).shape), "shared")
         self.Bs = ir.Buffer(f"Bs{n}", v.in_dtype,
                             tuple(_imm(e) for e in staging.footprint(staging.b).shape), "shared")
-        group = [v.init, v.update] + v.epilogue
-        outside = {b.name for b in model.live_out}
-        for s in model.statements:
-            if s not in group:
-                outside |= {a.buffer.name for a in s.reads}
-        self.c_buf = v.stage.output.buffer
-        self.c_outside = self.c_buf.name in outside
-        self.regs = {self.c_buf.name: self.acc}
-        for s in v.epilogue:
-            b = s.write
-            if b.name not in outside and b.name not in self.regs:
-                self.regs[b.name] = ir.Buffer(f"{b.name}_frag{n}", b.dtype, (_imm(nfrag),),
-                                              "local")
+        self.c_buf, self.c_outside, self.regs = epilogue_registers(v, model, self.acc, n,
+                                                                   nfrag)
         self.res = ir.Buffer(f"res{n}", "float32", (_imm(4),), "local")
         self.xch = ir.Buffer(f"xch{n}", "float32", (_imm(2),), "local")
         self.buffers = [self.acc, self.afrag, self.bfrag, self.As, self.Bs, self.res,

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -29,8 +30,8 @@ from polycomp.lowering.simplify import simplify
 from polycomp.pass_manager import TargetPass
 from polycomp.state import CompileState
 
-from .program import NpuModule
-from .target import npu_target
+from .program import Kernel, NpuModule
+from .target import npu_params, npu_target
 
 
 def _bind(mod: NpuModule, arrays) -> tuple[dict, dict]:
@@ -58,7 +59,7 @@ def _bind(mod: NpuModule, arrays) -> tuple[dict, dict]:
             elif sizes.setdefault(d, n) != n:
                 raise TargetError(f"argument {t.name} of {mod.name}: size {d} is "
                                   f"{sizes[d]} elsewhere, {n} here")
-        gm[t.name] = a.astype(np.dtype(t.dtype), copy=False)
+        gm[t.name] = np.ascontiguousarray(a, dtype=np.dtype(t.dtype))
     return sizes, gm
 
 
@@ -68,36 +69,70 @@ def simulate(ck, *arrays):
     return run_module(ck.final_ir, ck.target, *arrays)
 
 
+@dataclass(frozen=True)
+class HostTiling:
+    """What the host tiling computes for one call: the sizes (the arguments' and the
+    derived ones), each vector program's UB tiling, the number of blocks and the
+    workspaces' shapes."""
+    sizes: dict
+    programs: dict                  # id(program) -> its tiling values (TR, CP, TRP)
+    blocks: int
+    workspaces: dict                # name -> shape
+
+
+def host_tiling(kernel: Kernel, target: Target, sizes: dict) -> HostTiling:
+    """The host side of a call of ``kernel`` with the argument sizes ``sizes`` (what the
+    printed tiling function computes)."""
+    from .lower_vector import vector_tiling
+    p = npu_params(target)
+    sizes = dict(sizes)
+    for name, e in kernel.derived.items():
+        sizes[name] = e.eval(sizes)
+    progs = {}
+    for prog in kernel.programs:
+        if prog.core == "AIV" and prog.tiling.rows is not None:
+            progs[id(prog)] = vector_tiling(prog, sizes, target.capacity("UB"))
+    env = dict(sizes)
+    if kernel.kind == "aiv" and progs:
+        env.update(next(iter(progs.values())))
+    cores = p.aiv_cores if kernel.kind == "aiv" else p.aic_cores
+    blocks = max(1, min(cores, kernel.blocks.eval(env)))
+    env["NB"] = blocks
+    ws = {t.name: tuple(d if isinstance(d, int) else env[d] for d in t.dims)
+          for t in kernel.workspaces}
+    return HostTiling(sizes, progs, blocks, ws)
+
+
 def run_module(mod: NpuModule, target: Target, *arrays):
     """Run the NPU IR ``mod`` on ``target``'s simulator: ``(outputs, SimReport)``."""
-    from .lower_vector import vector_tiling
-    from .sim import SimReport, Simulator
+    from .program import API, LOGICAL, walk
+    from .sim import Chip
     if not isinstance(mod, NpuModule):
         raise TargetError(f"the NPU simulator runs NPU IR, got {type(mod).__name__}")
-    prog = mod.program
-    ins = prog.inputs
+    k = mod.program
+    ins = k.inputs
     if len(arrays) != len(ins):
         raise TargetError(f"kernel {mod.name} takes {len(ins)} arrays, got {len(arrays)}")
     sizes, gm = _bind(mod, arrays)
-    for name, e in prog.derived.items():
-        sizes[name] = e.eval(sizes)
+    host = host_tiling(k, target, sizes)
+    sizes = host.sizes
 
     def dims(ds) -> tuple[int, ...]:
         return tuple(d if isinstance(d, int) else sizes[d] for d in ds)
     for t in ins:
         if t.view is not None:
             gm[t.name] = gm[t.name].reshape(dims(t.dims))
-    for t in (*prog.outputs, *prog.workspaces):
+    for t in k.outputs:
         gm[t.name] = np.zeros(dims(t.dims), np.dtype(t.dtype))
-    report = SimReport()
-    for phase in prog.phases or (prog,):
-        env = dict(sizes)
-        if phase.kind == "vector":
-            env.update(vector_tiling(phase, env, target.capacity("UB")))
-        sim = Simulator(phase, target)
-        sim.time = {p: report.cycles for p in sim.time}     # a barrier of every pipe
-        report = report.then(sim.run(gm, env))
-    outs = tuple(gm[t.name].reshape(dims(t.view or t.dims)) for t in prog.outputs)
+    for t in k.workspaces:
+        gm[t.name] = np.full(host.workspaces[t.name], np.nan, np.dtype(t.dtype))
+    for prog in k.programs:
+        if any(isinstance(s, LOGICAL) and not isinstance(s, API) for s in walk(prog.body)):
+            raise TargetError(f"kernel {mod.name}: program {prog.name} holds logical "
+                              f"instructions; the simulator runs API calls (npu-isa)")
+    chip = Chip(k, target, gm, sizes, host.blocks, tilings=host.programs)
+    report = chip.run()
+    outs = tuple(gm[t.name].reshape(dims(t.view or t.dims)) for t in k.outputs)
     return (outs[0] if len(outs) == 1 else outs), report
 
 
@@ -107,8 +142,8 @@ class NpuBackend(Backend):
     options_class = NpuOptions
     suffix = ".cpp"
     descriptions = MappingProxyType({
-        "npu": "Ascend 910-class AI core: Ascend C-style source, cycle-level simulator",
-        "npu-lite": "the npu core with small buffers (tests: tiling, tails, capacity)",
+        "npu": "Atlas A2 (Ascend 910B, __NPU_ARCH__ 2201): Ascend C source, chip simulator",
+        "npu-lite": "the A2 structure with tiny buffers and 2 AI cores (tests)",
     })
 
     def make_target(self, name: str) -> Target:
@@ -153,17 +188,22 @@ class NpuBackend(Backend):
 
 
 def syntax_check(*paths: str) -> str:
-    """``g++ -fsyntax-only`` of emitted files against ``polycomp_npu.h`` (one run)."""
+    """``g++ -fsyntax-only`` of emitted files against the declarations of the A2 API
+    (``kernel_operator.h``, :mod:`.api_header`): once as the host compiles them (the
+    tiling function) and once as the device does (``__NPU_ARCH__`` 2201: the kernel)."""
     from .api_header import HEADER
     with tempfile.TemporaryDirectory() as d:
-        with open(os.path.join(d, "polycomp_npu.h"), "w") as f:
+        with open(os.path.join(d, "kernel_operator.h"), "w") as f:
             f.write(HEADER)
-        r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", d, *paths],
-                           capture_output=True, text=True)
-    if r.returncode:
-        raise BuildError(f"g++ -fsyntax-only rejected {', '.join(paths)}:\n"
-                         f"{r.stderr[-3000:]}")
-    return "g++ -fsyntax-only against polycomp_npu.h: OK"
+        for flags in ([], ["-D__NPU_ARCH__=2201"]):
+            r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", *flags, "-I", d,
+                                *paths], capture_output=True, text=True)
+            if r.returncode:
+                side = "device" if flags else "host"
+                raise BuildError(f"g++ -fsyntax-only ({side} side) rejected "
+                                 f"{', '.join(paths)}:\n{r.stderr[-3000:]}")
+    return ("g++ -fsyntax-only against the A2 (__NPU_ARCH__ 2201) API declarations, host "
+            "and device: OK")
 
 
 register(NpuBackend())

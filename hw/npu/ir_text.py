@@ -1,25 +1,37 @@
 """The text form of the NPU IR (``str(module)``): what ``polycomp explain -t npu`` and
 ``--dump-dir`` show after ``npu-lower`` and each NPU IR pass, and what the golden tests
-compare.  One line per instruction, its pipe first; loops indent their bodies.  (The
-Ascend C-style source is the printer's, :mod:`.printer`.)"""
+compare.  One line per instruction, its pipe first; loops indent their bodies; API
+calls show their parameters by name.  (The Ascend C source is the printer's,
+:mod:`.printer`.)"""
 from __future__ import annotations
 
+from dataclasses import fields
+
 from .program import (
+    API,
+    Barrier,
     CopyIm2Col,
     CopyIn,
-    CopyLocal,
     CopyOut,
+    CrossSet,
+    CrossWait,
     GlobalTensor,
+    GmRef,
     GmRegion,
     Ix,
+    Kernel,
+    Let,
     Load2D,
     LocalBuf,
     Loop,
     Mmad,
     NpuModule,
     Program,
+    Rep,
+    Scalar,
     SetFlag,
     Slot,
+    VecCall,
     VecOp,
     WaitFlag,
 )
@@ -35,17 +47,20 @@ def ix_text(e: Ix) -> str:
     if op == "var":
         return str(a[0])
     x, y = ix_text(a[0]), ix_text(a[1])
-    if op in ("ceildiv", "min"):
+    if op in ("ceildiv", "min", "max"):
         return f"{op}({x}, {y})"
-    wrap = [f"({t})" if s.op not in ("const", "var", "ceildiv", "min") else t
+    wrap = [f"({t})" if s.op not in ("const", "var", "ceildiv", "min", "max") else t
             for s, t in ((a[0], x), (a[1], y))]
     return f"{wrap[0]} {_INFIX[op]} {wrap[1]}"
 
 
 def _slot(s: Slot) -> str:
-    if s.buf.copies == 1 and s.index.op == "const" and s.index.args[0] == 0:
-        return s.buf.name
-    return f"{s.buf.name}[{ix_text(s.index)}]"
+    out = s.buf.name
+    if not (s.buf.copies == 1 and s.index.is_const(0)):
+        out += f"[{ix_text(s.index)}]"
+    if not s.offset.is_const(0):
+        out += f"@{ix_text(s.offset)}"
+    return out
 
 
 def _box(r: GmRegion) -> str:
@@ -59,40 +74,83 @@ def _box(r: GmRegion) -> str:
 def _operand(x) -> str:
     if isinstance(x, Slot):
         return _slot(x)
+    if isinstance(x, GmRef):
+        return f"{x.tensor.name}@{ix_text(x.offset)}"
     if isinstance(x, Ix):
         return ix_text(x)
+    if isinstance(x, Scalar):
+        v = ix_text(x.value) if isinstance(x.value, Ix) else repr(float(x.value))
+        v = f"1/{v}" if x.inv else v
+        return f"-{v}" if x.neg else v
     return repr(float(x))
+
+
+def _api(s) -> str:
+    """An API call with its parameters by name."""
+    name = type(s).__name__
+    if isinstance(s, VecCall):
+        name = s.api + (f"<{s.attr}>" if s.attr else "")
+        args = [_operand(s.dst), *(_operand(x) for x in s.srcs)]
+        if s.count is not None:
+            args.append(f"count {ix_text(s.count)}")
+        if s.rep is not None:
+            r: Rep = s.rep
+            st = " ".join(f"{ix_text(b)}/{ix_text(p)}" for b, p in r.strides)
+            args.append(f"mask {ix_text(r.mask)} x{ix_text(r.repeat)} strides {st}")
+        return f"{name} {', '.join(args)}"
+    parts = []
+    for f in fields(s):
+        if f.name == "pipe":
+            continue
+        v = getattr(s, f.name)
+        if isinstance(v, (Slot, GmRef, Ix, Scalar)):
+            parts.append(f"{f.name}={_operand(v)}")
+        elif isinstance(v, tuple) and v and isinstance(v[0], Ix):
+            parts.append(f"{f.name}=[{', '.join(ix_text(x) for x in v)}]")
+        else:
+            parts.append(f"{f.name}={v}")
+    return f"{name} {' '.join(parts)}"
 
 
 def _instr(s, ind: str) -> list[str]:
     if isinstance(s, Loop):
-        return [f"{ind}for {s.var} < {ix_text(s.extent)}:",
+        start = "" if s.start.is_const(0) else f"{ix_text(s.start)} +: "
+        return [f"{ind}for {s.var} < {start}{ix_text(s.extent)}:",
                 *(line for x in s.body for line in _instr(x, ind + "  "))]
+    if isinstance(s, Let):
+        return [f"{ind}S    {s.var} = {ix_text(s.value)}"]
     if isinstance(s, SetFlag):
         return [f"{ind}{s.pipe:4s} set_flag {s.src_pipe}->{s.dst_pipe} {ix_text(s.event)}"]
     if isinstance(s, WaitFlag):
         return [f"{ind}{s.pipe:4s} wait_flag {s.src_pipe}->{s.dst_pipe} {ix_text(s.event)}"]
+    if isinstance(s, Barrier):
+        return [f"{ind}{s.pipe:4s} pipe_barrier"]
+    if isinstance(s, CrossSet):
+        return [f"{ind}{s.pipe:4s} cross_set mode {s.mode} flag {ix_text(s.flag)}"]
+    if isinstance(s, CrossWait):
+        return [f"{ind}S    cross_wait mode {s.mode} flag {ix_text(s.flag)}"]
     if isinstance(s, CopyIn):
         return [f"{ind}{s.pipe:4s} copy_in {_slot(s.dst)} <- {_box(s.src)}"]
     if isinstance(s, CopyIm2Col):
         g = s.geom
-        return [f"{ind}{s.pipe:4s} im2col {_slot(s.dst)} <- {s.src.name}[{ix_text(s.n)}] "
+        return [f"{ind}{s.pipe:4s} im2col {_slot(s.dst)} <- {_slot(s.src)} "
+                f"image {ix_text(s.h)}x{ix_text(s.w)}x{ix_text(s.channels)} "
                 f"k {ix_text(s.k0)} +: {ix_text(s.k_ext)}, p {ix_text(s.p0)} +: "
                 f"{ix_text(s.p_ext)}; window {ix_text(g.kh)}x{ix_text(g.kw)} stride "
-                f"{g.sh},{g.sw} pad {g.ph},{g.pw} dilation {g.dh},{g.dw} ow {ix_text(g.ow)}"]
+                f"{g.sh},{g.sw} pad {g.ph},{g.pw} dilation {g.dh},{g.dw}"]
     if isinstance(s, Load2D):
-        return [f"{ind}{s.pipe:4s} load2d {_slot(s.dst)} <- {_slot(s.src)} at fractal "
-                f"{ix_text(s.k_offset)}"]
+        return [f"{ind}{s.pipe:4s} load2d {_slot(s.dst)} <- {_slot(s.src)} k "
+                f"{ix_text(s.k_offset)} +: {ix_text(s.k_ext)}"]
     if isinstance(s, Mmad):
         return [f"{ind}{s.pipe:4s} mmad {_slot(s.c)} += {_slot(s.a)} x {_slot(s.b)} "
-                f"(init when {ix_text(s.init)})"]
+                f"(init when {ix_text(s.init)}; k {ix_text(s.k)})"]
     if isinstance(s, CopyOut):
         return [f"{ind}{s.pipe:4s} copy_out {_box(s.dst)} <- {_slot(s.src)}"]
-    if isinstance(s, CopyLocal):
-        return [f"{ind}{s.pipe:4s} copy {_slot(s.dst)} <- {_slot(s.src)}"]
     if isinstance(s, VecOp):
         return [f"{ind}{s.pipe:4s} {s.op} {_slot(s.dst)} <- "
                 f"{', '.join(_operand(x) for x in s.srcs)}; rows {ix_text(s.rows)}"]
+    if isinstance(s, API):
+        return [f"{ind}{s.pipe:4s} {_api(s)}"]
     raise TypeError(type(s).__name__)
 
 
@@ -108,26 +166,33 @@ def _buffer(b: LocalBuf) -> str:
 
 
 def program_text(p: Program, ind: str = "") -> list[str]:
-    out = [f"{ind}program {p.name} ({p.kind})",
-           f"{ind}  tensors: " + ", ".join(_tensor(t) for t in p.tensors)]
-    if p.workspaces:
-        out.append(f"{ind}  workspaces: " + ", ".join(_tensor(t) for t in p.workspaces))
+    out = [f"{ind}{p.core} program {p.name}"]
     t = p.tiling
-    tiling = [f"{k}={v}" for k, v in t.tiles] + [f"{k}={ix_text(v)}" for k, v in t.derived]
     if t.rows is not None and t.cols is not None:
-        tiling += [f"rows {ix_text(t.rows)}", f"row length {ix_text(t.cols)}"]
-    if tiling:
-        out.append(f"{ind}  tiling: " + ", ".join(tiling))
+        out.append(f"{ind}  tiling: rows {ix_text(t.rows)}, row length {ix_text(t.cols)}")
     if p.buffers:
         out.append(f"{ind}  buffers:")
         out += [f"{ind}    {_buffer(b)}" for b in p.buffers]
-    for k, ph in enumerate(p.phases):
-        out.append(f"{ind}  phase {k}:")
-        out += program_text(ph, ind + "    ")
     if p.body:
         out.append(f"{ind}  body:")
         for s in p.body:
             out += _instr(s, ind + "    ")
+    return out
+
+
+def kernel_text(k: Kernel) -> list[str]:
+    out = [f"kernel {k.name} ({k.kind}; blocks {ix_text(k.blocks)})",
+           "  tensors: " + ", ".join(_tensor(t) for t in k.tensors)]
+    if k.workspaces:
+        out.append("  workspaces: " + ", ".join(_tensor(t) for t in k.workspaces))
+    t = k.tiling
+    tiling = [f"{a}={v}" for a, v in t.tiles] + [f"{a}={ix_text(v)}" for a, v in t.derived]
+    if tiling:
+        out.append("  tiling: " + ", ".join(tiling))
+    for n, ph in enumerate(k.phases):
+        out.append(f"  phase {n} ({ph.label}):")
+        for p in ph.programs:
+            out += program_text(p, "    ")
     return out
 
 
@@ -139,4 +204,4 @@ def module_text(m: NpuModule) -> str:
         return f"{b.name}: {b.dtype}[{shape}]"
     sig = (f"npu.module {m.name}({', '.join(p.name for p in m.params)}; "
            f"{', '.join(buf(b) for b in m.inputs)} -> {', '.join(buf(b) for b in m.outputs)})")
-    return "\n".join([sig, *program_text(m.program)]) + "\n"
+    return "\n".join([sig, *kernel_text(m.program)]) + "\n"

@@ -31,6 +31,7 @@ place the flags.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -46,13 +47,12 @@ from polycomp.scheduler.npu.plan import ConvPlan, CubePlan, NpuPlans, npu_plans
 from polycomp.scheduler.npu.view import VectorView, tensor_keys
 from polycomp.state import CompileState
 
-from .lower_chain import chain_program
-from .lower_conv import conv_geom, conv_tensors
+from .lower_conv import ConvTensors, prep_program
 from .lower_cube import CubeGemm, cube_program
 from .lower_epilogue import Frame, build_epilogue, ub_bytes
-from .lower_phases import phased_program
+from .lower_phases import barrier, phased_program
 from .lower_vector import vector_program
-from .program import NpuModule, Program, ix
+from .program import Kernel, NpuModule, Phase, Program, imax, ix
 
 #: the mark kinds that map a region of the lowered function to a program, the
 #: outermost mapping first
@@ -90,53 +90,70 @@ def _epilogue_frame(graph, stage, conv: ConvMatch) -> tuple[Frame, list]:
     """The frame of a convolution's vector epilogue: the output's ``(N, F, OH, OW)``
     seen as the GEMM's ``(F, P)`` rows and columns, per image; and its other inputs."""
     nk, fk, ohk, owk = (str(k) for k in tensor_keys(stage.output))
-    a, _, _, _, (N, *_rest) = conv_tensors(conv, stage.output.name, "float32")
-    frame = Frame(VectorView(fk, (ohk, owk), (nk,), ()), None, (a.dims[0],),
-                  (N, a.dims[0], "P"), (N, a.dims[0], "OH", "OW"))
+    ct = ConvTensors(conv, stage.output.name, "float32", 16, 16)
+    N, F = ct.sizes[0], ct.sizes[4]
+    frame = Frame(VectorView(fk, (ohk, owk), (nk,), ()), None, (F,),
+                  (N, F, "P"), (N, F, "OH", "OW"))
     extra = [t for t in graph.inputs if t.name not in (conv.w.name, conv.x.name)]
     return frame, extra
 
 
-def _cube(name: str, plan: CubePlan) -> Program:
-    """A (batch) matmul, with its output cast or its vector epilogue."""
+def _cube(name: str, plan: CubePlan) -> Kernel:
+    """A (batch) matmul, with its output cast or its vector epilogue (each vector core
+    takes half the rows of an output tile)."""
     if not plan.epilogue:
         return cube_program(name, plan.in_dtype, plan.out_dtype, plan.batched, plan.tiles)
     graph, c = plan.graph, plan.contraction
     mm = graph.stages[0]
     operands = {c.a.load.buffer.name, c.b.load.buffer.name}
     extra = [t for t in graph.inputs if t.name not in operands]
-    e = build_epilogue(graph, mm, extra, plan.tiles.m0, plan.tiles.n0)
+    e = build_epilogue(graph, mm, extra, plan.tiles.m0 // 2, plan.tiles.n0)
     return cube_program(name, plan.in_dtype, e.out_tensor.dtype, False, plan.tiles, e)
 
 
-def _conv(name: str, plan: ConvPlan) -> Program:
-    """A convolution as implicit GEMM on the cube (:mod:`.lower_conv`), with the
-    elementwise stages after it (bias, relu) as a vector epilogue."""
+def _conv(name: str, plan: ConvPlan, target: Target) -> Kernel:
+    """A convolution as implicit GEMM on the cube (:mod:`.lower_conv`): the vector cores
+    convert X and W to NC1HWC0 workspaces, then the cube cores run the GEMM through
+    LoadData3DV2, with the elementwise stages after it (bias, relu) as a vector
+    epilogue."""
     graph, conv = plan.graph, plan.conv
     stage = graph.stages[0]
+    t = plan.tiles
     out_dt = stage.output.dtype if not plan.epilogue else "float32"
-    a, b, c, derived, (N, *_rest) = conv_tensors(conv, stage.output.name, out_dt)
-    gemm = CubeGemm(a, b, c, ix(a.dims[0]), ix("P"), ix("KD"), ix(N), (b, a, c), derived,
-                    conv_geom(conv))
+    ct = ConvTensors(conv, stage.output.name, out_dt, t.kl1, t.n0, t.m0,
+                     target.capacity("L1"))
+    N, F = ct.sizes[0], ct.sizes[4]
+    gemm = CubeGemm(ct.wh, ct.xh, ct.out, ix(F), ix("P"), ix("KDP"), ix(N),
+                    (ct.x, ct.w, ct.out), ct.derived, shared_a=True, conv=ct)
     epi = None
     if plan.epilogue:
         frame, extra = _epilogue_frame(graph, stage, conv)
-        epi = build_epilogue(graph, stage, extra, plan.tiles.m0, plan.tiles.n0, frame)
-        out_dt = epi.out_tensor.dtype
-    return cube_program(name, conv.dtype, out_dt, True, plan.tiles, epi, gemm=gemm)
+        epi = build_epilogue(graph, stage, extra, t.m0 // 2, t.n0, frame)
+    main = cube_program(name, conv.dtype, epi.out_tensor.dtype if epi else out_dt, True, t,
+                        epi, gemm=gemm)
+    prep, units = prep_program(name, ct, target.capacity("UB"))
+    ph = main.phases[0]
+    aic0 = Program(f"{name}_5hd", "AIC", (), barrier("AIC"))
+    prep = Program(prep.name, prep.core, prep.buffers, prep.body + barrier("AIV"))
+    aic = ph.aic
+    aiv = ph.aiv or Program(name, "AIV", (), ())
+    tensors = (ct.x, ct.w, *main.tensors[2:])
+    return Kernel(name, "mix", tensors, (Phase(aic0, prep), Phase(aic, aiv)), main.tiling,
+                  (ct.xh, ct.wh, *main.workspaces), imax(main.blocks, (units + 1) // 2))
 
 
 def _outputs(stages) -> set[str]:
     return {s.output.name for s in stages}
 
 
-def lower_plans(func: ir.LoweredFunc, plans: NpuPlans, graph: Any) -> Program:
+def lower_plans(func: ir.LoweredFunc, plans: NpuPlans, graph: Any, target: Target) -> Kernel:
     """The program of the NPU marks of ``func`` (module docstring); ``graph``: the
     kernel's graph."""
     name = graph.name if hasattr(graph, "name") else "kernel"
     found = npu_marks(func)
     if found.get(marks.NPU_CHAIN):
         p = plans.chains[found[marks.NPU_CHAIN][0]]
+        from .lower_chain import chain_program
         prog = chain_program(name, graph, p.chain, p.tiles, p.double_buffer)
         covered = _outputs(p.chain.match.stages)
     elif found.get(marks.NPU_PHASES):
@@ -144,7 +161,7 @@ def lower_plans(func: ir.LoweredFunc, plans: NpuPlans, graph: Any) -> Program:
         prog, covered = phased_program(ph), _outputs(ph.graph.stages)
     elif found.get(marks.NPU_CONV):
         cv = plans.convs[found[marks.NPU_CONV][0]]
-        prog, covered = _conv(name, cv), _outputs(cv.graph.stages)
+        prog, covered = _conv(name, cv, target), _outputs(cv.graph.stages)
     elif found.get(marks.NPU_CUBE):
         cb = plans.cubes[found[marks.NPU_CUBE][0]]
         prog, covered = _cube(name, cb), _outputs(cb.graph.stages)
@@ -167,7 +184,7 @@ class NpuLowerPass(TargetPass):
 
     def run(self, func: Any, state: CompileState) -> NpuModule:
         assert isinstance(func, ir.LoweredFunc), type(func).__name__
-        prog = lower_plans(func, npu_plans(state), state.model.graph)
+        prog = lower_plans(func, npu_plans(state), state.model.graph, state.target)
         return NpuModule(func.name, func.params, func.inputs, func.outputs, func.inout, prog)
 
 
@@ -191,16 +208,32 @@ class LoweringModel:
     def chain_usage(self, graph: Any, chain: NpuChain, tiles: NpuChainTiles,
                     double_buffer: bool,
                     target: Target) -> tuple[tuple[str, int, int], ...] | None:
+        """Per level, the bytes the fused kernel's buffers use on their core (the cube
+        core's L1/L0A/L0B/L0C, a vector core's UB) with the temporaries ``npu-isa``
+        adds and the copies double buffering gives them; None when they do not fit."""
+        from .isa import expand_program
+        from .lower_chain import chain_core_programs
         from .sim import allocate
-        prog = chain_program("fit", graph, chain, tiles, double_buffer)
-        try:
-            addrs = allocate(prog, target)
-        except NpuCapacityError:
-            return None
+
+        def placed(p: Program, temps: bool) -> Program:
+            # the copies double buffering gives; the vector temporaries npu-isa adds
+            # (the cube core's program gets none)
+            if temps and p.core == "AIV":
+                p = expand_program(p)
+            return dataclasses.replace(p, buffers=tuple(
+                dataclasses.replace(b, copies=2) if double_buffer and b.pingpong else b
+                for b in p.buffers))
         ends: dict[str, int] = {}
-        for b in prog.buffers:
-            lv, a = addrs[b.name]
-            ends[lv] = max(ends.get(lv, 0), a + b.size() * b.copies)
+        try:
+            for prog in chain_core_programs("fit", graph, chain, tiles):
+                allocate(placed(prog, False), target)    # without the temporaries: cheap
+                prog = placed(prog, True)
+                addrs = allocate(prog, target)
+                for b in prog.buffers:
+                    lv, a = addrs[b.name]
+                    ends[lv] = max(ends.get(lv, 0), a + b.size() * b.copies)
+        except (TargetError, NpuCapacityError):
+            return None
         return tuple((lv, ends.get(lv, 0), target.capacity(lv)) for lv in LEVELS)
 
 

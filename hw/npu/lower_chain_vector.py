@@ -31,7 +31,19 @@ import numpy as np
 from polycomp import ir
 from polycomp.errors import TargetError
 
-from .program import CopyIn, GlobalTensor, GmRegion, Ix, LocalBuf, Loop, Slot, VecOp, ix
+from .program import (
+    CopyIn,
+    GlobalTensor,
+    GmRegion,
+    Ix,
+    LocalBuf,
+    Loop,
+    Scalar,
+    Slot,
+    VecCall,
+    VecOp,
+    ix,
+)
 
 __all__ = ["TileVec", "Val", "InputTile"]
 
@@ -60,12 +72,14 @@ class Val:
 @dataclass(frozen=True)
 class InputTile:
     """An input's tile for one block: the GM box (offsets/extents as index
-    expressions of the block), the UB buffer (ping-pong) and its kind."""
+    expressions of the block), the UB buffer (ping-pong) and its kind; ``row_stride``
+    the GM elements between consecutive rows (``m``)."""
     tensor: GlobalTensor
     buf: LocalBuf
     kind: str
     offsets: tuple[Ix, ...]
     extents: tuple[Ix, ...]
+    row_stride: Ix
 
 
 @dataclass
@@ -111,7 +125,7 @@ class TileVec:
             self.free.setdefault((v.kind, v.buf.dtype), []).append(v.buf)
 
     def slot(self, b: LocalBuf) -> Slot:
-        return Slot(b, self.pp if b.copies > 1 else ix(0))
+        return Slot(b, self.pp if b.pingpong or b.copies > 1 else ix(0))
 
     # ---------------------------------------------------------------- ops
     def emit(self, op: str, args: list[Val], kind: str | None = None,
@@ -149,16 +163,15 @@ class TileVec:
         return self.row_ids
 
     def _col_numbers(self) -> LocalBuf:
-        """A ROW buffer holding 0..TL-1: a COL buffer of TL row numbers, transposed
-        (its column 0 becomes row 0)."""
+        """A ROW buffer holding 0..TL-1: ``Duplicate`` of ``TL - 1 - c`` over its first
+        ``TL - c`` elements for c = 0, 1, ... (element e keeps the last value written)."""
         if self.col_ids is None:
-            col = LocalBuf("ubColIdsT", "UB", "float32", self.tl, 8, "COL")
-            row = LocalBuf("ubColIds", "UB", "float32", 8, self.tl, "ROW")
-            self.buffers += [col, row]
+            row = LocalBuf("ubColIds", "UB", "float32", 1, self.tl, "ROW")
+            self.buffers.append(row)
             c = ix("c_ids")
             self.pre += [Loop("c_ids", ix(self.tl), (
-                VecOp("Duplicate", Slot(col), (ix(self.tl - 1) - c,), ix(self.tl) - c),)),
-                VecOp("Transpose", Slot(row), (Slot(col),), ix(1))]
+                VecCall("Duplicate", Slot(row), (Scalar(ix(self.tl - 1) - c),),
+                        ix(self.tl) - c),))]
             self.col_ids = row
         return self.col_ids
 
@@ -253,14 +266,21 @@ class TileVec:
             raise TargetError(f"npu chain: {e.buffer.name} indexed by batch iterators only")
         key = (t.name, tuple(pat))
         if key not in self.loads:
-            buf = self.new(kind, "float32", self.copies, name=f"ub_{t.name}_{len(self.buffers)}")
+            buf = self.new(kind, "float32", name=f"ub_{t.name}_{len(self.buffers)}")
+            buf = LocalBuf(buf.name, buf.level, buf.dtype, buf.rows, buf.cols, buf.layout,
+                           pingpong=True)
+            self.buffers[-1] = buf
             offs, exts = [], []
             for p in pat:
                 o, x = {"m": (self.m_off, self.m_ext), "l": (self.l_off, self.l_ext)}.get(
                     p[0], (ix(self.batch_vars[p[1]]), ix(1)))
                 offs.append(o)
                 exts.append(x)
-            self.loads[key] = InputTile(t, buf, kind, tuple(offs), tuple(exts))
+            mpos = names.index("m") if "m" in names else len(names) - 1
+            stride = ix(1)
+            for d in t.dims[mpos + 1:]:
+                stride = stride * ix(d)
+            self.loads[key] = InputTile(t, buf, kind, tuple(offs), tuple(exts), stride)
         return Val(kind, self.loads[key].buf)
 
     def copy_ins(self) -> tuple:
@@ -268,7 +288,8 @@ class TileVec:
         out = []
         for it in self.loads.values():
             split = 0 if it.kind == "COL" else 1
-            out.append(CopyIn(GmRegion(it.tensor, it.offsets, it.extents, split),
+            out.append(CopyIn(GmRegion(it.tensor, it.offsets, it.extents, split,
+                                       it.row_stride if it.kind != "ROW" else None),
                               self.slot(it.buf)))
         return tuple(out)
 

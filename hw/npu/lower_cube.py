@@ -1,17 +1,30 @@
-"""Lowering of a cube plan (a matmul, batch_matmul or convolution backbone with the
-tiles the schedule passes chose) to the NPU IR: fractal re-tiling on the copies, the
-loops of the tiled tree (``b / mo / no`` output tiles, ``ko`` L1 stages, ``ki`` L0
-steps), the output cast or a vector epilogue.
+"""Lowering of a cube plan (a matmul or batch_matmul backbone with the tiles the
+schedule passes chose) to the NPU IR: the cube cores' program -- fractal re-tiling on
+the copies, the loops of the tiled tree (``ko`` L1 stages, ``ki`` L0 steps) over the
+output tiles this core owns -- and, with a vector epilogue, the vector cores' program.
+
+Work split over the chip: the output tiles ``(b, mo, no)`` are numbered and core
+``bid`` of ``bnum`` takes tiles ``bid, bid + bnum, ...`` (``GetBlockIdx()`` /
+``GetBlockNum()``); the kernel can use as many blocks as there are tiles.
+
+With an epilogue (A2: cube and vector are separate cores, joined by GM) the kernel is
+mixed (``KERNEL_TYPE_MIX_AIC_1_2``): the cube core writes each output tile (fp32) to its
+own slot of a GM workspace (two slots per block, alternating), tells the two vector
+cores of its block (``CrossCoreSetFlag<2, PIPE_FIX>``), and before it overwrites a
+slot waits until both have read it (``CrossCoreSetFlag<2, PIPE_MTE2>`` from each,
+``CrossCoreWaitFlag`` on the cube core); each vector core takes half of the tile's
+rows (``GetSubBlockIdx()``), runs the epilogue and writes its rows of the output.
 
 Assumes: one sum-reduction stage ``C[b?, i, j] = sum_k A[b?, i, k] * B[b?, k, j]``
-(operands float16 or float32, accumulation float32), as
-:func:`polycomp.scheduler.common.contraction.match_contraction` recognises it, and
-tiles that fit their levels (:func:`polycomp.scheduler.npu.cube.fit_cube_tiles`; the
-simulator and the printer check the allocation again).  Guarantees: tails are
-zero-padded on the way in and clipped on the way out.  The program has one copy of
-each buffer and no flags: its L1, L0 and L0C buffers (and the epilogue's UB tiles) are
-marked ``pingpong`` with their rotation counters (``ko``, ``ki``, the output tile
-number) as slot indices, for the double-buffering pass; :mod:`.sync` places the flags.
+(operands float16 or float32, accumulation float32), tiles that fit their levels
+(:func:`polycomp.scheduler.npu.cube.fit_cube_tiles`; the simulator and the printer
+check the allocation again).  Guarantees: tails are padded on the way in (the Mmad
+reads only the valid ``k``; rows and columns past the valid ones are computed from
+whatever the buffers held and clipped on the way out).  The programs have one copy of
+each buffer and no in-core flags: the L1, L0 and L0C buffers (and the epilogue's UB
+tiles) are marked ``pingpong`` with their rotation counters as slot indices, for the
+double-buffering pass; :mod:`.sync` places the flags.  The cross-core flags are the
+builder's (the workspace protocol above).
 """
 from __future__ import annotations
 
@@ -21,39 +34,50 @@ from typing import TYPE_CHECKING
 from polycomp.scheduler.npu.cube import CubeTiles
 
 from .program import (
-    ConvGeom,
+    BID,
+    BNUM,
+    SUB,
     CopyIm2Col,
     CopyIn,
-    CopyLocal,
     CopyOut,
+    CrossSet,
+    CrossWait,
     GlobalTensor,
     GmRegion,
     Ix,
+    Kernel,
+    Let,
     Load2D,
     LocalBuf,
     Loop,
     Mmad,
+    Phase,
     Program,
     Slot,
     Tiling,
     VecOp,
     ceildiv,
     eq,
+    imax,
     imin,
     ix,
     land,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .lower_conv import ConvTensors
     from .lower_epilogue import Epilogue
+
+#: cross-core flag ids of the workspace protocol: tile ready (per slot), slot free
+FWD, BACK = 0, 2
 
 
 @dataclass(frozen=True)
 class CubeGemm:
     """The GEMM the cube program computes: ``c[b?] (m x n) = a[b?] (m x k) @ b[b?] (k x n)``
-    over GM tensors (``tensors``: in argument order); ``im2col``: ``b`` is an image
-    read through the im2col addressing of a convolution (:mod:`.conv`), ``a`` shared by
-    the batch; ``derived``: sizes the host computes."""
+    over GM tensors (``tensors``: in argument order); ``shared_a``: ``a`` is shared by
+    the batch; ``derived``: sizes the host computes; ``conv``: ``b`` is the im2col
+    matrix of an NC1HWC0 image, ``a`` the reordered weights (:mod:`.lower_conv`)."""
     a: GlobalTensor
     b: GlobalTensor
     c: GlobalTensor
@@ -63,7 +87,8 @@ class CubeGemm:
     batch: Ix | None
     tensors: tuple
     derived: dict
-    im2col: ConvGeom | None = None
+    shared_a: bool = False
+    conv: ConvTensors | None = None
 
 
 def matmul_gemm(a_dtype: str, out_dtype: str, batched: bool) -> CubeGemm:
@@ -75,79 +100,174 @@ def matmul_gemm(a_dtype: str, out_dtype: str, batched: bool) -> CubeGemm:
                     (A, B, C), {})
 
 
-def _epilogue_tail(e: Epilogue, l0c: Slot, u: Ix, bidx: tuple, one: tuple,
-                   m_ext: Ix, n_ext: Ix, mo: Ix, no: Ix, t: CubeTiles) -> tuple:
-    """L0C -> UB (FIX), row vectors in (MTE2), the vector ops, the tile out (MTE3);
-    ``u``: the output tile number, the rotation counter of the epilogue's ping-pong
-    tiles."""
-    def slot(b: LocalBuf) -> Slot:
-        return Slot(b, u if b.pingpong else ix(0))
+def tile_walk(total: Ix, body: tuple, lets: tuple, var: str = "i") -> tuple:
+    """``body`` for every tile of ``total`` this core owns (``bid, bid + bnum, ...``):
+    loop ``var`` over this core's tiles, ``tile`` its number, ``lets`` the tile's
+    coordinates."""
+    return (Loop(var, ceildiv(total - ix(BID), ix(BNUM)),
+                 (Let("tile", ix(var) * ix(BNUM) + ix(BID)), *lets, *body)),)
 
-    vec = tuple(VecOp(op, slot(d), tuple(slot(x) if isinstance(x, LocalBuf) else x
-                                         for x in srcs), m_ext) for op, d, srcs in e.ops)
-    rows_in = tuple(CopyIn(GmRegion(g, (no * t.n0,), (n_ext,)) if kind == "ROW" else
-                           GmRegion(g, (mo * t.m0,), (m_ext,), split=0), slot(b))
-                    for g, b, kind in e.rows_in)
-    return (CopyLocal(l0c, slot(e.acc)), *rows_in, *vec,
-            CopyOut(slot(e.out), GmRegion(e.out_tensor, (*bidx, mo * t.m0, no * t.n0),
-                                          (*one, m_ext, n_ext)), pipe="MTE3"))
+
+@dataclass(frozen=True)
+class _Cube:
+    """The pieces of a cube program."""
+    l1a: LocalBuf
+    l1b: LocalBuf
+    l0a: LocalBuf
+    l0b: LocalBuf
+    l0c: LocalBuf
+
+
+def _buffers(a_dtype: str, t: CubeTiles, conv: bool = False) -> _Cube:
+    # a convolution's L1 stages hold whole channel groups (KL1, derived by the host) of
+    # the weights and the image band they need (BAND elements, NC1HWC0)
+    l1b = LocalBuf("l1Img", "L1", a_dtype, "BAND", 1, "ND", pingpong=True) if conv else \
+        LocalBuf("l1B", "L1", a_dtype, t.kl1, t.n0, "NZ" if a_dtype != "float32" else "ZZ",
+                 pingpong=True)
+    return _Cube(LocalBuf("l1A", "L1", a_dtype, t.m0, "KL1" if conv else t.kl1, "NZ",
+                          pingpong=True), l1b,
+                 LocalBuf("l0A", "L0A", a_dtype, t.m0, t.k0, "zZ", pingpong=True),
+                 LocalBuf("l0B", "L0B", a_dtype, t.k0, t.n0, "nZ", pingpong=True),
+                 LocalBuf("l0C", "L0C", "float32", t.m0, t.n0, "NZ", pingpong=True))
+
+
+def _conv_k_loops(g: CubeGemm, bufs: _Cube, t: CubeTiles, i: Ix, m_ext: Ix,
+                  n_ext: Ix) -> tuple:
+    """The L1 stages (channel groups: the weights' columns and the image band) and L0
+    steps (LoadData3DV2 into L0B) of one output tile of a convolution."""
+    from .lower_conv import band_copy, band_pad
+    assert g.conv is not None
+    ct = g.conv
+    mo, no, ko, ki = ix("mo"), ix("no"), ix("ko"), ix("ki")
+    kl1 = ix("KL1")
+    k_ext = imin(kl1, g.k - ko * kl1)
+    k_step = imin(t.k0, k_ext - ki * t.k0)
+    lets, copy = band_copy(ct, Slot(bufs.l1b, ko), ko, t.n0, no, n_ext)
+    k_inner = (
+        Load2D(Slot(bufs.l1a, ko), Slot(bufs.l0a, ki), ki * t.k0, k_step),
+        CopyIm2Col(Slot(bufs.l1b, ko), Slot(bufs.l0b, ki), ix("r1") - ix("r0"),
+                   ix(ct.sizes[3]), ix("nc1") * ct.q, ki * t.k0, k_step,
+                   no * t.n0 - ix("yb") * ix("OW"), ix(t.n0), ct.geom, band_pad(ct)),
+        Mmad(Slot(bufs.l0c, i), Slot(bufs.l0a, ki), Slot(bufs.l0b, ki),
+             land(eq(ko, 0), eq(ki, 0)), m_ext, n_ext, k_step),
+    )
+    return (Loop("ko", ceildiv(ix("C1"), ix("NC1")), (
+        *lets,
+        CopyIn(GmRegion(g.a, (mo * t.m0, ko * kl1), (m_ext, k_ext)), Slot(bufs.l1a, ko)),
+        copy,
+        Loop("ki", ceildiv(k_ext, t.k0), k_inner),
+    )),)
+
+
+def _k_loops(g: CubeGemm, bufs: _Cube, t: CubeTiles, i: Ix, bidx: tuple, one: tuple,
+             m_ext: Ix, n_ext: Ix, extra_in: tuple = ()) -> tuple:
+    """The L1 stages and L0 steps of one output tile (``i``: the rotation counter of the
+    L0C tile)."""
+    if g.conv is not None:
+        return _conv_k_loops(g, bufs, t, i, m_ext, n_ext)
+    mo, no, ko, ki = ix("mo"), ix("no"), ix("ko"), ix("ki")
+    k_ext = imin(t.kl1, g.k - ko * t.kl1)
+    k_step = imin(t.k0, k_ext - ki * t.k0)
+    a_b, a_one = ((), ()) if g.shared_a else (bidx, one)
+    k_inner = (
+        Load2D(Slot(bufs.l1a, ko), Slot(bufs.l0a, ki), ki * t.k0, k_step),
+        Load2D(Slot(bufs.l1b, ko), Slot(bufs.l0b, ki), ki * t.k0, k_step),
+        Mmad(Slot(bufs.l0c, i), Slot(bufs.l0a, ki), Slot(bufs.l0b, ki),
+             land(eq(ko, 0), eq(ki, 0)), m_ext, n_ext, k_step),
+    )
+    return (Loop("ko", ceildiv(g.k, t.kl1), (
+        CopyIn(GmRegion(g.a, (*a_b, mo * t.m0, ko * t.kl1), (*a_one, m_ext, k_ext)),
+               Slot(bufs.l1a, ko)),
+        *extra_in,
+        CopyIn(GmRegion(g.b, (*bidx, ko * t.kl1, no * t.n0), (*one, k_ext, n_ext)),
+               Slot(bufs.l1b, ko)),
+        Loop("ki", ceildiv(k_ext, t.k0), k_inner),
+    )),)
+
+
+def _tile_lets(g: CubeGemm, t: CubeTiles) -> tuple:
+    nm, nn = ceildiv(g.m, t.m0), ceildiv(g.n, t.n0)
+    lets: tuple = (Let("mo", (ix("tile") // nn) % nm), Let("no", ix("tile") % nn))
+    if g.batch is not None:
+        lets = (Let("b", ix("tile") // (nm * nn)), *lets)
+    return lets
 
 
 def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
                  tiles: CubeTiles, epilogue: Epilogue | None = None,
-                 gemm: CubeGemm | None = None) -> Program:
-    """The program of ``C = A @ B`` (per batch) for the cube; see the module docstring."""
+                 gemm: CubeGemm | None = None) -> Kernel:
+    """The kernel of ``C = A @ B`` (per batch) on the cube cores (module docstring)."""
     t = tiles
     g = gemm or matmul_gemm(a_dtype, out_dtype, batched)
-    A, B, C = g.a, g.b, g.c
     batched = g.batch is not None
-    l1a = LocalBuf("l1A", "L1", a_dtype, t.m0, t.kl1, "NZ", pingpong=True)
-    l1b = LocalBuf("l1B", "L1", a_dtype, t.kl1, t.n0, "NZ", pingpong=True)
-    l0a = LocalBuf("l0A", "L0A", a_dtype, t.m0, t.k0, "zZ", pingpong=True)
-    l0b = LocalBuf("l0B", "L0B", a_dtype, t.k0, t.n0, "nZ", pingpong=True)
-    l0c = LocalBuf("l0C", "L0C", "float32", t.m0, t.n0, "NZ", pingpong=True)
-
-    M, N, K = g.m, g.n, g.k
-    mo, no, ko, ki = ix("mo"), ix("no"), ix("ko"), ix("ki")
+    bufs = _buffers(a_dtype, t, g.conv is not None)
+    mo, no = ix("mo"), ix("no")
     bidx: tuple[Ix, ...] = (ix("b"),) if batched else ()
     one: tuple[Ix, ...] = (ix(1),) if batched else ()
-    a_b, a_one = ((), ()) if g.im2col else (bidx, one)
-    tile_no = (ix("b") * ceildiv(M, t.m0) + mo) * ceildiv(N, t.n0) + no if batched \
-        else mo * ceildiv(N, t.n0) + no
-    s1, s0, cs = ko, ki, tile_no          # rotation counters (the double-buffering pass)
-    m_ext, n_ext = imin(t.m0, M - mo * t.m0), imin(t.n0, N - no * t.n0)
-    k_ext = imin(t.kl1, K - ko * t.kl1)
-
-    k_inner = (
-        Load2D(Slot(l1a, s1), Slot(l0a, s0), ki * (t.k0 // 16)),
-        Load2D(Slot(l1b, s1), Slot(l0b, s0), ki * (t.k0 // 16)),
-        Mmad(Slot(l0c, cs), Slot(l0a, s0), Slot(l0b, s0), land(eq(ko, 0), eq(ki, 0))),
-    )
-    k_outer = (
-        CopyIn(GmRegion(A, (*a_b, mo * t.m0, ko * t.kl1), (*a_one, m_ext, k_ext)),
-               Slot(l1a, s1)),
-        CopyIm2Col(B, ix("b"), ko * t.kl1, k_ext, no * t.n0, n_ext, g.im2col, Slot(l1b, s1))
-        if g.im2col else
-        CopyIn(GmRegion(B, (*bidx, ko * t.kl1, no * t.n0), (*one, k_ext, n_ext)),
-               Slot(l1b, s1)),
-        Loop("ki", ceildiv(k_ext, t.k0), k_inner),
-    )
-    if epilogue is None:
-        tail: tuple = (CopyOut(Slot(l0c, cs), GmRegion(C, (*bidx, mo * t.m0, no * t.n0),
-                                                      (*one, m_ext, n_ext))),)
-    else:
-        tail = _epilogue_tail(epilogue, Slot(l0c, cs), cs, bidx, one, m_ext, n_ext, mo, no, t)
-    tile = (Loop("ko", ceildiv(K, t.kl1), k_outer), *tail)
-    nest: tuple = (Loop("mo", ceildiv(M, t.m0), (Loop("no", ceildiv(N, t.n0), tile),)),)
+    m_ext, n_ext = imin(t.m0, g.m - mo * t.m0), imin(t.n0, g.n - no * t.n0)
+    i = ix("i")
+    total = ceildiv(g.m, t.m0) * ceildiv(g.n, t.n0)
     if batched:
         assert g.batch is not None
-        nest = (Loop("b", g.batch, nest),)
-    tensors: tuple = g.tensors
-    buffers: tuple = (l1a, l1b, l0a, l0b, l0c)
-    if epilogue is not None:
-        tensors = (*g.tensors[:-1], *(v for v, _, _ in epilogue.rows_in),
-                   epilogue.out_tensor)
-        buffers += epilogue.buffers
-    return Program(name, "cube", tensors, buffers, nest,
-                   Tiling((("m0", t.m0), ("n0", t.n0), ("k0", t.k0), ("kL1", t.kl1)),
-                          tuple(g.derived.items())))
+        total = g.batch * total
+    body = _k_loops(g, bufs, t, i, bidx, one, m_ext, n_ext)
+    tiling = Tiling((("m0", t.m0), ("n0", t.n0), ("k0", t.k0), ("kL1", t.kl1)),
+                    tuple(g.derived.items()))
+    cube_bufs = (bufs.l1a, bufs.l1b, bufs.l0a, bufs.l0b, bufs.l0c)
+    if epilogue is None:
+        tail = (CopyOut(Slot(bufs.l0c, i), GmRegion(g.c, (*bidx, mo * t.m0, no * t.n0),
+                                                    (*one, m_ext, n_ext))),)
+        aic = Program(name, "AIC", cube_bufs,
+                      tile_walk(total, (*body, *tail), _tile_lets(g, t)))
+        return Kernel(name, "aic", g.tensors, (Phase(aic, None),), tiling, (), total)
+    return _mixed(name, g, t, bufs, epilogue, total, body, tiling, cube_bufs)
+
+
+def _mixed(name: str, g: CubeGemm, t: CubeTiles, bufs: _Cube, e: Epilogue, total: Ix,
+           body: tuple, tiling: Tiling, cube_bufs: tuple) -> Kernel:
+    """The cube program writing each tile to a workspace slot, and the vector program
+    running the epilogue on half of it (module docstring)."""
+    i, mo, no = ix("i"), ix("mo"), ix("no")
+    batched = g.batch is not None
+    bidx: tuple[Ix, ...] = (ix("b"),) if batched else ()
+    one: tuple[Ix, ...] = (ix(1),) if batched else ()
+    m_ext, n_ext = imin(t.m0, g.m - mo * t.m0), imin(t.n0, g.n - no * t.n0)
+    ws = GlobalTensor("ws", "float32", ("NB", 2, t.m0, t.n0))
+    slot = i % 2
+    # cube core: wait for the slot to be free (two tiles ago), write it, tell the AIVs
+    aic_tail = (
+        Loop("w", imin(imax(i - 1, 0), 1), (CrossWait(2, ix(BACK) + slot),)),
+        CopyOut(Slot(bufs.l0c, i), GmRegion(ws, (ix(BID), slot, ix(0), ix(0)),
+                                            (ix(1), ix(1), m_ext, n_ext))),
+        CrossSet(2, "FIX", ix(FWD) + slot),
+    )
+    n_mine = ceildiv(total - ix(BID), ix(BNUM))
+    drain = (Loop("d", imin(n_mine, 2), (CrossWait(2, ix(BACK) + (n_mine - 1 - ix("d")) % 2),)),)
+    aic = Program(name, "AIC", cube_bufs,
+                  tile_walk(total, (*body, *aic_tail), _tile_lets(g, t)) + drain)
+    # vector cores: block bid // 2 takes the tiles of its cube core; half the rows each
+    half = t.m0 // 2
+    r0 = ix(SUB) * half
+    rows = imax(imin(half, m_ext - r0), 0)
+    acc_in = CopyIn(GmRegion(ws, (ix("blk"), slot, r0, ix(0)), (ix(1), ix(1), rows, n_ext)),
+                    Slot(e.acc, i))
+
+    def sl(b: LocalBuf) -> Slot:
+        return Slot(b, i if b.pingpong else ix(0))
+    vec = tuple(VecOp(op, sl(d), tuple(sl(x) if isinstance(x, LocalBuf) else x
+                                       for x in srcs), rows) for op, d, srcs in e.ops)
+    rows_in = tuple(CopyIn(GmRegion(gt, (no * t.n0,), (n_ext,)) if kind == "ROW" else
+                           GmRegion(gt, (mo * t.m0 + r0,), (rows,), split=0,
+                                    row_stride=ix(1)), sl(b))
+                    for gt, b, kind in e.rows_in)
+    out = CopyOut(sl(e.out), GmRegion(e.out_tensor, (*bidx, mo * t.m0 + r0, no * t.n0),
+                                      (*one, rows, n_ext)), pipe="MTE3")
+    aiv_body = (CrossWait(2, ix(FWD) + slot), acc_in, CrossSet(2, "MTE2", ix(BACK) + slot),
+                *rows_in, *vec, out)
+    aiv_walk = (Let("blk", ix(BID) // 2),
+                Loop("i", ceildiv(total - ix("blk"), ix(BNUM) // 2),
+                     (Let("tile", i * (ix(BNUM) // 2) + ix("blk")), *_tile_lets(g, t),
+                      *aiv_body)))
+    aiv = Program(name, "AIV", e.buffers, aiv_walk)
+    tensors = (*g.tensors[:-1], *(v for v, _, _ in e.rows_in), e.out_tensor)
+    return Kernel(name, "mix", tensors, (Phase(aic, aiv),), tiling, (ws,), total)

@@ -1,6 +1,7 @@
 """Vector epilogues of a cube backbone: the elementwise stages after a matmul
 (``relu(A @ B + bias)``, ``gelu(X @ W + b)``) run on each output tile on its way out:
-L0C -> UB (FIX) -> vector unit -> GM (MTE3).
+on the A2 generation L0C -> GM workspace (FIX, on the cube core) -> UB (MTE2, on the
+vector cores) -> vector unit -> GM (MTE3); the hand-over is :mod:`.lower_cube`'s.
 
 Assumes: every stage after the contraction is elementwise over its ``(M, N)`` output
 and reads the contraction's tile at the same indices, row vectors ``(N)`` and scalars.
@@ -85,12 +86,17 @@ def build_epilogue(graph, mm_stage, extra_inputs, rows: int | str, cols: int | s
 
 
 def ub_bytes(graph, mm_stage, extra_inputs, copies: int, frame: Frame | None = None):
-    """``(m0, n0) -> UB bytes`` of the epilogue's buffers for an ``m0 x n0`` tile, its
-    ping-pong buffers with ``copies`` copies."""
+    """``(m0, n0) -> UB bytes`` of one vector core's buffers for an ``m0 x n0`` output
+    tile (each vector core takes ``m0 / 2`` rows), its rotating buffers with ``copies``
+    copies, the temporaries ``npu-isa`` adds included."""
+    from .isa import expand_program
+    from .program import Program, Slot, VecOp, ix
     e = build_epilogue(graph, mm_stage, extra_inputs, "TR", "CP", frame)
+    ops = tuple(VecOp(op, Slot(d), tuple(Slot(x) if isinstance(x, LocalBuf) else x
+                                         for x in srcs), ix("TR")) for op, d, srcs in e.ops)
+    prog = expand_program(Program("fit", "AIV", e.buffers, ops))
 
     def need(m0: int, n0: int) -> int:
-        env = {"TR": m0, "CP": n0}
-        return sum(-(-b.size(env) // 32) * 32 * (copies if b.pingpong else b.copies)
-                   for b in e.buffers)
+        env = {"TR": max(1, m0 // 2), "CP": n0}
+        return sum(b.size(env) * (copies if b.pingpong else b.copies) for b in prog.buffers)
     return need

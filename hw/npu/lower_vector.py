@@ -23,6 +23,7 @@ has no flags: :mod:`.sync` places them.  The dimension roles come from
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from polycomp import ir
@@ -35,22 +36,28 @@ from polycomp.scheduler.npu.view import (
     tensor_keys,
 )
 
+from .lower_cube import tile_walk
 from .program import (
     CopyIn,
     CopyOut,
     GlobalTensor,
     GmRegion,
     Ix,
+    Kernel,
+    Let,
     LocalBuf,
     Loop,
+    Phase,
     Program,
     Slot,
     Tiling,
+    VecCall,
     VecOp,
     ceildiv,
     imin,
     ix,
     product,
+    walk,
 )
 
 _BIN = {"+": "Add", "-": "Sub", "*": "Mul", "/": "Div", "max": "Max", "min": "Min",
@@ -355,7 +362,32 @@ def _loads(stages) -> set:
     return out
 
 
-def vector_program(graph, view: VectorView | None = None) -> Program:
+def _widen_staged(bld: _Builder) -> None:
+    """With a transposed box, tiles have ``TRP`` rows (``TR`` rounded up to 16): a
+    transpose writes whole 16-row bands."""
+    if not any(b.cols == "TRP" for b in bld.buffers):
+        return
+    wide = {b.name: dataclasses.replace(b, rows="TRP") for b in bld.buffers
+            if b.layout == "ND" and b.rows == "TR"}
+
+    def sub(x):
+        return wide.get(x.name, x) if isinstance(x, LocalBuf) else x
+    bld.buffers = [sub(b) for b in bld.buffers]
+    bld.ops = [(op, sub(b), tuple(sub(x) for x in srcs)) for op, b, srcs in bld.ops]
+    bld.pre_ops = [(op, sub(b), tuple(sub(x) for x in srcs)) for op, b, srcs in bld.pre_ops]
+
+
+@dataclass(frozen=True)
+class VectorPart:
+    """The vector cores' program of a kernel or phase, the GM tensors it reads and
+    writes (in argument order) and the number of row tiles (the work it splits over
+    the cores)."""
+    program: Program
+    tensors: tuple[GlobalTensor, ...]
+    tiles: Ix
+
+
+def vector_part(graph, view: VectorView | None = None) -> VectorPart:
     """The vector program of ``graph`` with the dimension roles ``view`` (default:
     :func:`~polycomp.scheduler.npu.view.choose_view`'s); see the module docstring."""
     view = view or choose_view(graph)
@@ -386,13 +418,23 @@ def vector_program(graph, view: VectorView | None = None) -> Program:
         else:
             ob = ping_pong(bld, v)
         outs.append((g, ob, _region(g, keys, acc, view, t * TR, rows)))
+    _widen_staged(bld)
+    outs = [(g, next(b for b in bld.buffers if b.name == ob.name), r) for g, ob, r in outs]
+    loads = [_Load(x.tensor, next(b for b in bld.buffers if b.name == x.buf.name), x.access)
+             for x in loads]
 
-    # rotation counters: n = the tile (over batch loops and row tiles), l = the load (n
-    # and the carried loops); ping-pong slots and flag events follow them
-    n: Ix | None = None
-    for k in view.batch:
-        n = ix(f"i_{k}") if n is None else n * ix(dim_size(k)) + ix(f"i_{k}")
-    n = t if n is None else n * ceildiv(R, TR) + t
+    # the row tiles over the batch loops, numbered; this core takes every bnum-th one;
+    # rotation counters: n = this core's tile count, l = its load count (n and the
+    # carried loops); ping-pong slots and flag events follow them
+    n_t = ceildiv(R, TR)
+    total: Ix = n_t
+    lets: list = [Let("t", ix("tile") % n_t)]
+    stride: Ix = n_t
+    for k in reversed(view.batch):
+        lets.append(Let(f"i_{k}", (ix("tile") // stride) % ix(dim_size(k))))
+        stride = stride * ix(dim_size(k))
+        total = total * ix(dim_size(k))
+    n = ix("i")
     ld: Ix = n
     for k in view.carried:
         ld = ld * ix(dim_size(k)) + ix(f"i_{k}")
@@ -417,28 +459,67 @@ def vector_program(graph, view: VectorView | None = None) -> Program:
         for k in reversed(view.carried):
             nest = (Loop(f"i_{k}", ix(dim_size(k)), nest),)
         body = (*vec(bld.pre_ops), *nest, *post, *copy_out)
-    loop: tuple = (Loop("t", ceildiv(R, TR), body),)
-    for k in reversed(view.batch):
-        loop = (Loop(f"i_{k}", ix(dim_size(k)), loop),)
+    loop = tile_walk(total, body, tuple(lets))
+    row_bufs = {x.buf.name: next(b for b in bld.buffers if b.name == x.buf.name)
+                for x in row_loads}
     pro = tuple(CopyIn(GmRegion(x.tensor, (ix(0),) * len(x.tensor.dims),
                                 tuple(ix(d) for d in x.tensor.dims), x.access.split,
-                                x.access.row_stride), Slot(x.buf)) for x in row_loads)
-    return Program(graph.name, "vector", tuple(tensors), tuple(bld.buffers), pro + loop,
+                                x.access.row_stride), Slot(row_bufs[x.buf.name]))
+                for x in row_loads)
+    prog = Program(graph.name, "AIV", tuple(bld.buffers), pro + loop,
                    Tiling(rows=R, cols=bld.C))
+    return VectorPart(prog, tuple(tensors), total)
+
+
+def vector_program(graph, view: VectorView | None = None) -> Kernel:
+    """The vector-only kernel of ``graph`` (``KERNEL_TYPE_AIV_ONLY``): its row tiles
+    over every vector core."""
+    part = vector_part(graph, view)
+    return Kernel(graph.name, "aiv", part.tensors, (Phase(None, part.program),),
+                  Tiling(), (), part.tiles)
 
 
 def _ub_bytes(prog: Program, env: dict) -> int:
-    return sum(-(-b.size(env) // 32) * 32 * b.copies for b in prog.buffers)
+    return sum(b.size(env) * b.copies for b in prog.buffers)
+
+
+#: the most rows of a vector tile: one repeat per row, at most 255 repeats per call
+MAX_TILE_ROWS = 255
+
+
+def _mentions(e: Ix, name: str) -> bool:
+    if e.op == "var":
+        return e.args[0] == name
+    return any(isinstance(a, Ix) and _mentions(a, name) for a in e.args)
+
+
+def _row_strides(body: tuple) -> bool:
+    """Whether a repeat-form vector call of ``body`` strides by a row of the tile (its
+    repeat stride, a uint8 count of 32-byte blocks, then limits the row length)."""
+    for s in walk(body):
+        if isinstance(s, VecCall) and s.rep is not None and \
+                any(_mentions(x, "CP") for st in s.rep.strides for x in st):
+            return True
+    return False
 
 
 def vector_tiling(prog: Program, sizes: dict, ub_capacity: int) -> dict:
-    """Host tiling of a vector program: ``CP`` (the row length padded to 16 elements),
-    ``TR`` (rows per tile: as many as UB holds, at most R) and ``TRP`` (``TR`` padded
-    to 16, the columns of a staging tile)."""
+    """Host tiling of a vector program (after ``npu-isa``: its temporaries count too):
+    ``CP`` (the row length padded to 16 elements), ``TR`` (rows per tile: as many as UB
+    holds, at most R and at most 255) and ``TRP`` (``TR`` padded to 16, the columns of a
+    staging tile).  A row longer than a vector repeat stride spans (255 data blocks;
+    when a repeat-form call strides by rows) or than UB holds raises
+    :class:`NpuCapacityError`."""
     rows, cols = prog.tiling.rows, prog.tiling.cols
     assert rows is not None and cols is not None, prog.name
     R, C = rows.eval(sizes), cols.eval(sizes)
     cp = -(-C // 16) * 16
+    widest = max((b.itemsize for b in prog.buffers if b.cols == "CP"), default=2)
+    if cp * widest // 32 > 255 and _row_strides(prog.body):
+        raise NpuCapacityError(f"npu: kernel {prog.name}: a row of {C} elements spans "
+                               f"{cp * widest // 32} data blocks of {widest}-byte values; "
+                               f"a vector repeat stride spans at most 255 (rows longer "
+                               f"than {255 * 32 // widest} elements are not mapped)")
 
     def env(tr: int) -> dict:
         return {**sizes, "CP": cp, "TR": tr, "TRP": -(-tr // 16) * 16}
@@ -446,7 +527,7 @@ def vector_tiling(prog: Program, sizes: dict, ub_capacity: int) -> dict:
         raise NpuCapacityError(f"npu: kernel {prog.name}: one row of {C} elements needs "
                                f"{_ub_bytes(prog, env(1))} B of UB with its "
                                f"{len(prog.buffers)} buffers; UB holds {ub_capacity} B")
-    lo, hi = 1, max(1, R)
+    lo, hi = 1, max(1, min(R, MAX_TILE_ROWS))
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if _ub_bytes(prog, env(mid)) <= ub_capacity else (lo, mid - 1)

@@ -2,6 +2,8 @@
 runs after the lowering stage ``npu-lower`` (:mod:`.lower`), timed and dumped like
 every other step (``polycomp explain -t npu`` shows the NPU IR after each).
 
+* ``npu-isa``: every logical instruction becomes the Ascend C API calls that implement
+  it (:mod:`.isa`, whose docstring states what it assumes and guarantees).
 * ``npu-double-buffer`` (option ``double_buffer``): every buffer the lowering marked
   ``pingpong`` — its slots indexed by a rotation counter (an L1 stage ``ko``, an L0
   step ``ki``, an output tile, a vector tile or load) — gets two copies, slot ``counter
@@ -24,26 +26,28 @@ from typing import Any
 from polycomp.pass_manager import TargetPass
 from polycomp.state import CompileState
 
-from .program import LocalBuf, NpuModule, Program, Slot, map_slots
-from .sync import place_flags
+from .isa import NpuIsaPass
+from .program import Kernel, LocalBuf, NpuModule, Program, Slot, map_slots
+from .sync import place_kernel_flags
 
 
 class NpuPass(TargetPass):
-    """A rewrite of the NPU IR: ``run_program`` on the module's program."""
+    """A rewrite of the NPU IR: ``run_kernel`` on the module's kernel."""
 
     def run(self, mod: Any, state: CompileState) -> NpuModule:
         assert isinstance(mod, NpuModule), type(mod).__name__
-        return mod.with_program(self.run_program(mod.program, state))
+        return mod.with_program(self.run_kernel(mod.program, state))
 
-    def run_program(self, prog: Program, state: CompileState) -> Program:
+    def run_kernel(self, k: Kernel, state: CompileState) -> Kernel:
         raise NotImplementedError
+
+
+def double_buffer_kernel(k: Kernel, copies: int = 2) -> Kernel:
+    return k.map_programs(lambda p: double_buffer(p, copies))
 
 
 def double_buffer(prog: Program, copies: int = 2) -> Program:
     """``prog`` with every ``pingpong`` buffer in ``copies`` copies (module docstring)."""
-    if prog.phases:
-        return dataclasses.replace(prog, phases=tuple(double_buffer(p, copies)
-                                                      for p in prog.phases))
     new: dict[str, LocalBuf] = {b.name: dataclasses.replace(b, copies=copies)
                                 for b in prog.buffers if b.pingpong and b.copies == 1}
     if not new:
@@ -51,7 +55,7 @@ def double_buffer(prog: Program, copies: int = 2) -> Program:
 
     def slot(s: Slot) -> Slot:
         b = new.get(s.buf.name)
-        return s if b is None else Slot(b, s.index % copies)
+        return s if b is None else dataclasses.replace(s, buf=b, index=s.index % copies)
     return dataclasses.replace(prog, buffers=tuple(new.get(b.name, b) for b in prog.buffers),
                                body=map_slots(prog.body, slot))
 
@@ -60,18 +64,19 @@ class NpuDoubleBufferPass(NpuPass):
     """See the module docstring."""
     name = "npu-double-buffer"
 
-    def run_program(self, prog: Program, state: CompileState) -> Program:
-        return double_buffer(prog) if state.npu_options.double_buffer else prog
+    def run_kernel(self, k: Kernel, state: CompileState) -> Kernel:
+        return double_buffer_kernel(k) if state.npu_options.double_buffer else k
 
 
 class NpuSyncPass(NpuPass):
     """See the module docstring."""
     name = "npu-sync"
 
-    def run_program(self, prog: Program, state: CompileState) -> Program:
-        return place_flags(prog)
+    def run_kernel(self, k: Kernel, state: CompileState) -> Kernel:
+        return place_kernel_flags(k)
 
 
-def npu_passes() -> list[NpuPass]:
-    """The NPU IR passes, in order (flags after double buffering: they follow slots)."""
-    return [NpuDoubleBufferPass(), NpuSyncPass()]
+def npu_passes() -> list[TargetPass]:
+    """The NPU IR passes, in order (the API calls first; flags after double buffering:
+    they follow slots)."""
+    return [NpuIsaPass(), NpuDoubleBufferPass(), NpuSyncPass()]

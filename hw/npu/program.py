@@ -1,21 +1,38 @@
-"""The NPU-level IR: typed instructions on typed buffers.
+"""The NPU-level IR: typed instructions on typed buffers, per core kind, per phase.
 
 The lowering stage ``npu-lower`` (:mod:`.lower`) turns a kernel's lowered function and
 the typed plans its schedule passes recorded into one :class:`NpuModule`; the NPU IR
-passes (:mod:`.passes`: double buffering, flag placement) rewrite it; it is
-``CompiledKernel.final_ir``: the simulator (:mod:`.sim`) executes it and the printer
-(:mod:`.printer`) prints it as Ascend C-style source — the same object, not a
-re-derivation.  ``str(module)`` is its text form (:mod:`.ir_text`), which
-``polycomp explain`` and ``--dump-dir`` show after each step.
+passes (:mod:`.passes`) rewrite it: ``npu-isa`` replaces every *logical* instruction by
+the Ascend C API calls of the A2 generation that implement it (with their real
+parameter structs), ``npu-double-buffer`` doubles the rotating buffers, ``npu-sync``
+places the flags.  The result is ``CompiledKernel.final_ir``: the simulator
+(:mod:`.sim`) executes exactly those API calls and the printer (:mod:`.printer`) prints
+exactly them.  ``str(module)`` is its text form (:mod:`.ir_text`).
 
-* Index expressions (:class:`Ix`) are small integer expressions over loop variables and
-  the host-side tiling data (the kernel's sizes), evaluable; the printer prints them
-  as C.
-* :class:`LocalBuf` is an on-chip buffer at one level, with its element type, its
-  logical 2-d tile shape, its layout (``ND``; ``NZ``/``zZ``/``nZ`` fractal), its
-  number of copies and whether it may be double-buffered.  :class:`Slot` is one copy,
-  chosen by an expression.
-* Instructions name their pipe; flags order pipes (``SetFlag``/``WaitFlag``).
+Structure (the A2 generation: cube and vector are separate cores):
+
+* :class:`Kernel` -- the kernel: its GM arguments, GM workspaces, host tiling data, the
+  number of blocks it can use, and its phases; ``kind`` is its kernel type
+  (``aic``: cube cores only, ``aiv``: vector cores only, ``mix``: one cube core and two
+  vector cores per block, ``KERNEL_TYPE_MIX_AIC_1_2``).
+* :class:`Phase` -- what the cube cores (``aic``) and the vector cores (``aiv``) run; the
+  phases run one after the other (each ends with a cross-core barrier in its bodies).
+* :class:`Program` -- the program of one core kind in one phase: its on-chip buffers
+  and body.  Every core of that kind runs it with its own ``bid`` (``GetBlockIdx()``)
+  among ``bnum`` cores; a vector core of a mixed kernel also has ``sub``
+  (``GetSubBlockIdx()``).
+
+Index expressions (:class:`Ix`) are over loop variables, the core index variables and
+the host tiling data (the kernel's sizes and sizes derived from them).
+
+Logical instructions (what the lowering builds; ``npu-isa`` expands them):
+:class:`CopyIn`, :class:`CopyOut`, :class:`Load2D`, :class:`Mmad`, :class:`VecOp`,
+:class:`CopyIm2Col`.  API instructions (what is printed and simulated):
+:class:`DataCopyNd2Nz`, :class:`DataCopyPadIn`, :class:`DataCopyPadOut`,
+:class:`LoadData2D`, :class:`LoadDataTranspose`, :class:`LoadData3D`,
+:class:`MmadCall`, :class:`FixpipeCall`, :class:`VecCall`, :class:`TransData5HD`;
+and on both levels :class:`SetFlag`/:class:`WaitFlag`, :class:`CrossSet`/
+:class:`CrossWait`, :class:`Loop`, :class:`Let`.
 """
 from __future__ import annotations
 
@@ -28,21 +45,34 @@ from typing import Union
 
 @dataclass(frozen=True)
 class Ix:
-    """An integer expression: ``op`` in const/var/+/-/*/floordiv/ceildiv/mod/min/==/and."""
+    """An integer expression: ``op`` in const/var/+/-/*/floordiv/ceildiv/mod/min/max/
+    ==/and."""
     op: str
     args: tuple = ()
 
     def __add__(self, o: IxLike) -> Ix:
         return Ix("+", (self, ix(o)))
 
+    def __radd__(self, o: IxLike) -> Ix:
+        return Ix("+", (ix(o), self))
+
     def __sub__(self, o: IxLike) -> Ix:
         return Ix("-", (self, ix(o)))
+
+    def __rsub__(self, o: IxLike) -> Ix:
+        return Ix("-", (ix(o), self))
 
     def __mul__(self, o: IxLike) -> Ix:
         return Ix("*", (self, ix(o)))
 
+    def __rmul__(self, o: IxLike) -> Ix:
+        return Ix("*", (ix(o), self))
+
     def __mod__(self, o: IxLike) -> Ix:
         return Ix("mod", (self, ix(o)))
+
+    def __floordiv__(self, o: IxLike) -> Ix:
+        return Ix("floordiv", (self, ix(o)))
 
     def eval(self, env: dict) -> int:
         op, a = self.op, self.args
@@ -53,13 +83,16 @@ class Ix:
         x, y = a[0].eval(env), a[1].eval(env)
         return _BINOPS[op](x, y)
 
+    def is_const(self, v: int | None = None) -> bool:
+        return self.op == "const" and (v is None or self.args[0] == v)
+
 
 IxLike = Union[Ix, int, str]
 
 _BINOPS: dict[str, Callable[[int, int], int]] = {
     "+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y,
     "floordiv": lambda x, y: x // y, "ceildiv": lambda x, y: -(-x // y),
-    "mod": lambda x, y: x % y, "min": min, "==": lambda x, y: int(x == y),
+    "mod": lambda x, y: x % y, "min": min, "max": max, "==": lambda x, y: int(x == y),
     "and": lambda x, y: int(bool(x) and bool(y)),
 }
 
@@ -84,8 +117,17 @@ def ceildiv(a: IxLike, b: IxLike) -> Ix:
     return Ix("ceildiv", (ix(a), ix(b)))
 
 
+def align(a: IxLike, b: int) -> Ix:
+    """``a`` rounded up to a multiple of ``b``."""
+    return ceildiv(a, b) * b
+
+
 def imin(a: IxLike, b: IxLike) -> Ix:
     return Ix("min", (ix(a), ix(b)))
+
+
+def imax(a: IxLike, b: IxLike) -> Ix:
+    return Ix("max", (ix(a), ix(b)))
 
 
 def eq(a: IxLike, b: IxLike) -> Ix:
@@ -96,20 +138,52 @@ def land(a: IxLike, b: IxLike) -> Ix:
     return Ix("and", (ix(a), ix(b)))
 
 
+def simplify_ix(e: Ix) -> Ix:
+    """Constant folding and the identities ``x + 0``, ``x - x``, ``x * 1``, ``x * 0``."""
+    if e.op in ("const", "var"):
+        return e
+    a, b = (simplify_ix(x) for x in e.args)
+    if a.is_const() and b.is_const():
+        return ix(_BINOPS[e.op](a.args[0], b.args[0]))
+    if e.op == "-" and a == b:
+        return ix(0)
+    if e.op == "+" and a.is_const(0):
+        return b
+    if e.op in ("+", "-") and b.is_const(0):
+        return a
+    if e.op == "*" and (a.is_const(0) or b.is_const(0)):
+        return ix(0)
+    if e.op == "*" and a.is_const(1):
+        return b
+    if e.op in ("*", "floordiv", "ceildiv") and b.is_const(1):
+        return a
+    return Ix(e.op, (a, b))
+
+
+#: the index variables of a core: its block index and the number of blocks of its kind
+#: (``GetBlockIdx()`` / ``GetBlockNum()`` times the vector cores per block), and on a
+#: vector core of a mixed kernel its index within its block (``GetSubBlockIdx()``)
+BID, BNUM, SUB = "bid", "bnum", "sub"
+
 # --------------------------------------------------------------------------- buffers
+
+ITEMSIZE = {"float16": 2, "float32": 4, "uint8": 1}
 
 
 @dataclass(frozen=True)
 class GlobalTensor:
-    """A kernel argument in GM: ``dims`` names the tiling-data sizes of its shape (1 for
-    a broadcast dimension; ``view``: the argument's shape when the program sees it
-    reshaped)."""
+    """A kernel argument or workspace in GM: ``dims`` names the tiling-data sizes of its
+    shape (1 for a broadcast dimension; ``view``: the argument's shape when the program
+    sees it reshaped)."""
     name: str
     dtype: str
     dims: tuple[str | int, ...]
     is_output: bool = False
-    view: tuple[str | int, ...] | None = None   # the argument's own shape, when ``dims``
-    #                                              is a contiguous reshape of it
+    view: tuple[str | int, ...] | None = None
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self.dtype]
 
 
 @dataclass(frozen=True)
@@ -117,30 +191,41 @@ class LocalBuf:
     """An on-chip buffer: ``rows x cols`` elements of ``dtype`` at ``level`` in
     ``layout``, ``copies`` copies.  ``pingpong``: the builder addresses it with a
     rotation counter (its slots' index) and another pipe fills or drains it, so the
-    double-buffering pass (:mod:`.passes`) may give it two copies selected by
-    ``counter % 2``."""
+    double-buffering pass may give it two copies selected by ``counter % 2``.
+
+    Layouts: ``ND`` a row-major tile; on L1 ``NZ`` (fractal columns of 32 bytes over
+    the padded rows) and ``ZZ`` (row groups of 16, each its fractals in a row: the fp32
+    right operand on its way through LoadDataWithTranspose); ``zZ`` on L0A, ``nZ`` on
+    L0B, ``NZ`` on L0C; on UB ``COL`` one value per row in a 32-byte block of its own,
+    ``ROW`` one row, ``MASK`` a bit mask (uint8), ``PACK`` values side by side."""
     name: str
     level: str
     dtype: str
     rows: int | str        # a str names a host tiling value (vector tiles)
     cols: int | str
-    layout: str = "ND"     # ND | NZ | zZ | nZ; UB: ND tile, COL (a value per row), ROW
+    layout: str = "ND"
     copies: int = 1
     pingpong: bool = False
 
     @property
     def itemsize(self) -> int:
-        return {"float16": 2, "float32": 4}[self.dtype]
+        return ITEMSIZE[self.dtype]
 
     def shape(self, env: dict | None = None) -> tuple[int, int]:
         def get(v: int | str) -> int:
             return v if isinstance(v, int) else (env or {})[v]
         return get(self.rows), get(self.cols)
 
-    def size(self, env: dict | None = None) -> int:
-        """Bytes of one copy."""
+    def elements(self, env: dict | None = None) -> int:
         r, c = self.shape(env)
-        return r * c * self.itemsize
+        return r * c
+
+    def size(self, env: dict | None = None) -> int:
+        """Bytes of one copy (UB buffers are rounded up to whole 256-byte repeats: a
+        comparison runs over whole repeats)."""
+        n = self.elements(env) * self.itemsize
+        q = 256 if self.level == "UB" else 32
+        return -(-n // q) * q
 
     @property
     def nbytes(self) -> int:
@@ -149,15 +234,20 @@ class LocalBuf:
 
 @dataclass(frozen=True)
 class Slot:
-    """Copy ``index`` of ``buf`` (0 when it has one copy)."""
+    """Copy ``index`` of ``buf`` (0 when it has one copy), from element ``offset`` on
+    (``LocalTensor[offset]``)."""
     buf: LocalBuf
     index: Ix = field(default_factory=lambda: ix(0))
+    offset: Ix = field(default_factory=lambda: ix(0))
+
+    def at(self, offset: IxLike) -> Slot:
+        return Slot(self.buf, self.index, simplify_ix(self.offset + ix(offset)))
 
 
 @dataclass(frozen=True)
 class GmRegion:
     """The box of ``tensor`` at ``offsets`` (per dim) of ``extents`` (the valid part;
-    a local tile beyond it is padded with zeros on the way in and not written back).
+    a local tile beyond it is padded on the way in and not written back).
 
     The box is seen as a 2-d matrix: its last ``split`` dimensions flattened are the
     columns, the others flattened the rows (``split`` 0: one value per row); consecutive
@@ -173,8 +263,27 @@ class GmRegion:
             return self.row_stride
         return ix(self.tensor.dims[-1]) if self.tensor.dims else ix(1)
 
+    def linear(self) -> Ix:
+        """The element offset of the box's first element."""
+        off: Ix = ix(0)
+        for d, o in zip(self.tensor.dims, self.offsets):
+            off = off * ix(d) + o
+        return simplify_ix(off)
 
-# --------------------------------------------------------------------------- instructions
+    def matrix(self) -> tuple[Ix, Ix]:
+        """(rows, columns) of the box seen as a matrix."""
+        cut = len(self.extents) - self.split
+        return product(self.extents[:cut]), product(self.extents[cut:])
+
+
+@dataclass(frozen=True)
+class GmRef:
+    """``tensor[offset]`` (``GlobalTensor`` indexing, in elements)."""
+    tensor: GlobalTensor
+    offset: Ix
+
+
+# --------------------------------------------------------------------------- logical
 
 
 @dataclass(frozen=True)
@@ -194,24 +303,28 @@ class ConvGeom:
 
 @dataclass(frozen=True)
 class CopyIm2Col:
-    """MTE2: the ``k_ext x p_ext`` tile at ``(k0, p0)`` of the im2col matrix of image
-    ``n`` of ``src`` (``(N, C, H, W)``; row ``k = (c, kh, kw)`` over ``KH x KW``
-    windows, column ``p = (y, z)`` over ``OW`` output columns) -> an L1 tile (fractal
-    NZ), zeros outside the image and beyond the extents."""
-    src: GlobalTensor
-    n: Ix
+    """MTE1 (logical): columns ``p0 +: p_ext`` (output positions ``y * OW + x`` of the
+    window over the image band, padded by ``pad`` = left, right, top, bottom) and rows
+    ``k0 +: k_ext`` (``(c1, kh, kw, c0)``) of the im2col matrix of the NC1HWC0 image band
+    ``src`` in L1 (``h x w`` positions, ``channels`` channels) -> L0B (nZ)."""
+    src: Slot
+    dst: Slot
+    h: Ix
+    w: Ix
+    channels: Ix
     k0: Ix
     k_ext: Ix
     p0: Ix
     p_ext: Ix
     geom: ConvGeom
-    dst: Slot
-    pipe: str = "MTE2"
+    pad: tuple[Ix, Ix, Ix, Ix]
+    pipe: str = "MTE1"
 
 
 @dataclass(frozen=True)
 class CopyIn:
-    """MTE2: GM box -> L1 (``nd2nz``: fractal NZ) or UB (ND rows padded to 32 B)."""
+    """MTE2 (logical): GM box -> L1 (fractal NZ / ZZ) or UB (rows padded to 32 B; a
+    COL buffer gets one value per row, broadcast over its block)."""
     src: GmRegion
     dst: Slot
     pipe: str = "MTE2"
@@ -219,52 +332,252 @@ class CopyIn:
 
 @dataclass(frozen=True)
 class Load2D:
-    """MTE1: the ``k0``-column (A) or ``k0``-row (B) slice starting at fractal column
-    / row ``k_offset`` of an L1 tile -> L0A (zZ) or L0B (nZ, transposed fractals)."""
+    """MTE1 (logical): the ``k_ext``-wide k step at fractal ``k_offset`` of an L1 tile
+    -> L0A (zZ; A) or L0B (nZ; B), laid out for a Mmad of ``k_ext``."""
     src: Slot
     dst: Slot
     k_offset: Ix
+    k_ext: Ix
     pipe: str = "MTE1"
 
 
 @dataclass(frozen=True)
 class Mmad:
-    """M: ``c (+)= a @ b`` on fractal tiles (``init``: overwrite instead of add)."""
+    """M (logical): ``c (+)= a @ b`` over ``m x n`` (valid) outputs and ``k`` (valid)
+    products (``init``: overwrite instead of add)."""
     c: Slot
     a: Slot
     b: Slot
     init: Ix
+    m: Ix
+    n: Ix
+    k: Ix
     pipe: str = "M"
 
 
 @dataclass(frozen=True)
 class CopyOut:
-    """FIX (from L0C, nz2nd with cast) or MTE3 (from UB): local tile -> GM box."""
+    """FIX (from L0C: the ``m x n`` tile of a Mmad of ``m`` rows, nz2nd with the cast)
+    or MTE3 (from UB) (logical): local tile -> GM box."""
     src: Slot
     dst: GmRegion
     pipe: str = "FIX"
 
 
 @dataclass(frozen=True)
-class CopyLocal:
-    """FIX: an L0C tile (fractal NZ, fp32) -> a UB tile (ND, fp32) for a vector
-    epilogue; or, with ``pipe`` MTE3, a UB tile (ND) -> an L1 tile (fractal NZ) of the
-    same type (a fused chain's ``P`` on its way to the cube)."""
-    src: Slot
-    dst: Slot
-    pipe: str = "FIX"
-
-
-@dataclass(frozen=True)
 class VecOp:
-    """V: one vector instruction over ``rows`` rows of a UB tile (repeat = rows x
-    ceil(row bytes / 256)); ``op`` in the table of :mod:`.vector_ops`; ``srcs`` are
-    slots or a float scalar; reductions write one value per row."""
+    """V (logical): one vector operation over ``rows`` rows of UB tiles; ``op`` in the
+    table of :mod:`.vector_ops`; ``srcs`` are slots or a scalar (a float or an index
+    expression); reductions take the number of valid columns as their last source and
+    write a COL value."""
     op: str
     dst: Slot
     srcs: tuple
     rows: Ix
     pipe: str = "V"
+
+
+# --------------------------------------------------------------------------- API calls
+
+
+@dataclass(frozen=True)
+class DataCopyNd2Nz:
+    """``DataCopy(dst, src, Nd2NzParams{ndNum, nValue, dValue, srcNdMatrixStride,
+    srcDValue, dstNzC0Stride, dstNzNStride, dstNzMatrixStride})``: GM (ND) -> L1 (NZ)."""
+    dst: Slot
+    src: GmRef
+    nd_num: Ix
+    n_value: Ix
+    d_value: Ix
+    src_nd_stride: Ix
+    src_d_value: Ix
+    dst_c0_stride: Ix
+    dst_n_stride: Ix
+    dst_nd_stride: Ix
+    pipe: str = "MTE2"
+
+
+@dataclass(frozen=True)
+class DataCopyGm2L1:
+    """``DataCopy(dst, src, DataCopyParams{blockCount, blockLen, srcGap, dstGap})``: GM ->
+    L1 without a layout change; ``blockLen`` and the gaps in 32-byte blocks."""
+    dst: Slot
+    src: GmRef
+    block_count: Ix
+    block_len: Ix
+    src_gap: Ix
+    dst_gap: Ix
+    pipe: str = "MTE2"
+
+
+@dataclass(frozen=True)
+class DataCopyPadIn:
+    """``DataCopyPad(dst, src, DataCopyExtParams{blockCount, blockLen, srcStride,
+    dstStride, 0}, DataCopyPadExtParams<T>{false, 0, 0, 0})``: GM -> UB; ``blockLen``
+    and ``srcStride`` in bytes, ``dstStride`` in 32-byte blocks."""
+    dst: Slot
+    src: GmRef
+    block_count: Ix
+    block_len: Ix
+    src_stride: Ix
+    dst_stride: Ix
+    pipe: str = "MTE2"
+
+
+@dataclass(frozen=True)
+class DataCopyPadOut:
+    """``DataCopyPad(dst, src, DataCopyExtParams{blockCount, blockLen, srcStride,
+    dstStride, 0})``: UB -> GM; ``srcStride`` in 32-byte blocks, ``dstStride`` in
+    bytes."""
+    dst: GmRef
+    src: Slot
+    block_count: Ix
+    block_len: Ix
+    src_stride: Ix
+    dst_stride: Ix
+    pipe: str = "MTE3"
+
+
+@dataclass(frozen=True)
+class LoadData2D:
+    """``LoadData(dst, src, LoadData2DParams{startIndex, repeatTimes, srcStride, 0,
+    dstGap, ifTranspose, 0})``: 512-byte fractals L1 -> L0A/L0B."""
+    dst: Slot
+    src: Slot
+    start: Ix
+    repeat: Ix
+    src_stride: Ix
+    dst_gap: Ix
+    transpose: bool
+    pipe: str = "MTE1"
+
+
+@dataclass(frozen=True)
+class LoadDataTranspose:
+    """``LoadDataWithTranspose(dst, src, LoadData2dTransposeParams{startIndex,
+    repeatTimes, srcStride, dstGap, dstFracGap, 0})``: b32 16x16 squares (two 16x8
+    fractals) transposed L1 -> L0B."""
+    dst: Slot
+    src: Slot
+    start: Ix
+    repeat: Ix
+    src_stride: Ix
+    dst_gap: Ix
+    dst_frac_gap: Ix
+    pipe: str = "MTE1"
+
+
+@dataclass(frozen=True)
+class LoadData3D:
+    """``LoadData(dst, src, LoadData3DParamsV2<T>{padList, l1H, l1W, channelSize,
+    kExtension, mExtension, kStartPt, mStartPt, strideW, strideH, filterW, filterH,
+    dilationFilterW, dilationFilterH, false, false, 0})``: im2col of an NC1HWC0 image in
+    L1 -> L0A (zZ)."""
+    dst: Slot
+    src: Slot
+    pad: tuple[Ix, Ix, Ix, Ix]              # left, right, top, bottom
+    l1h: Ix
+    l1w: Ix
+    channel: Ix
+    k_ext: Ix
+    m_ext: Ix
+    k_start: Ix
+    m_start: Ix
+    stride_w: int
+    stride_h: int
+    filter_w: Ix
+    filter_h: Ix
+    dil_w: int
+    dil_h: int
+    pipe: str = "MTE1"
+
+
+@dataclass(frozen=True)
+class MmadCall:
+    """``Mmad(c, a, b, MmadParams{m, n, k, 0, false, cmatrixInitVal})``."""
+    c: Slot
+    a: Slot
+    b: Slot
+    m: Ix
+    n: Ix
+    k: Ix
+    init: Ix
+    pipe: str = "M"
+
+
+@dataclass(frozen=True)
+class FixpipeCall:
+    """``Fixpipe<T, float, CFG_ROW_MAJOR>(dst, src, FixpipeParamsV220{nSize, mSize,
+    srcStride, dstStride, false, quantPre, 0, 1, 0, 0, 0})``: L0C (NZ) -> GM (ND) with
+    the cast ``quant`` (``NoQuant``: fp32, ``F322F16``: fp16)."""
+    dst: GmRef
+    src: Slot
+    n_size: Ix
+    m_size: Ix
+    src_stride: Ix
+    dst_stride: Ix
+    quant: str
+    pipe: str = "FIX"
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A scalar operand of a vector call: ``value`` (a float constant or a host tiling
+    value, converted to the operand's type), negated (``neg``) and/or inverted
+    (``inv``: ``1 / value``)."""
+    value: float | Ix
+    neg: bool = False
+    inv: bool = False
+
+    def eval(self, env: dict) -> float:
+        v = float(self.value.eval(env)) if isinstance(self.value, Ix) else float(self.value)
+        if self.inv:
+            v = 1.0 / v if v != 0 else float("inf")
+        return -v if self.neg else v
+
+
+@dataclass(frozen=True)
+class Rep:
+    """The repeat form of a vector call: ``mask`` (continuous mode: the first ``mask``
+    elements of each 256-byte repeat), ``repeat`` times, and per operand (the
+    destination first) its (data-block stride, repeat stride) in 32-byte blocks."""
+    mask: Ix
+    repeat: Ix
+    strides: tuple[tuple[Ix, Ix], ...]
+
+
+@dataclass(frozen=True)
+class VecCall:
+    """One vector API call (pipe V): ``api`` (``Add``, ``Adds``, ``Exp``, ``Cast``,
+    ``Duplicate``, ``Brcb``, ``ReduceRepeat``, ``Compare``, ``Compares``, ``Select``...),
+    its destination and sources (slots, a float or an index expression), and either
+    ``count`` (the first n elements) or ``rep``; ``attr`` the mode template/enum
+    argument (a RoundMode, CMPMODE, SELMODE or ReduceType)."""
+    api: str
+    dst: Slot
+    srcs: tuple
+    count: Ix | None = None
+    rep: Rep | None = None
+    attr: str = ""
+    pipe: str = "V"
+
+
+@dataclass(frozen=True)
+class TransData5HD:
+    """``TransDataTo5HD<T>(dstList, srcList, TransDataTo5HDParams{false, false,
+    repeatTimes, dstRepStride, srcRepStride})`` with the 16 addresses
+    ``dst[dst_offsets[i]]`` / ``src[src_offsets[i]]``."""
+    dst: Slot
+    dst_offsets: tuple[Ix, ...]
+    src: Slot
+    src_offsets: tuple[Ix, ...]
+    repeat: Ix
+    dst_rep: Ix
+    src_rep: Ix
+    pipe: str = "V"
+
+
+# --------------------------------------------------------------------------- control
 
 
 @dataclass(frozen=True)
@@ -290,21 +603,69 @@ class WaitFlag:
 
 
 @dataclass(frozen=True)
+class CrossSet:
+    """``CrossCoreSetFlag<mode, PIPE_<pipe>>(flag)``: after the pipe's earlier
+    instructions, report to the other cores of the mode (0: every core of this kind,
+    2: the cube core and the vector cores of one block)."""
+    mode: int
+    pipe: str
+    flag: Ix
+
+
+@dataclass(frozen=True)
+class CrossWait:
+    """``CrossCoreWaitFlag<mode>(flag)``: no later instruction of this core issues before
+    the flag's counter is set (and it is decremented)."""
+    mode: int
+    flag: Ix
+
+    @property
+    def pipe(self) -> str:
+        return "S"
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """``PipeBarrier<PIPE_<pipe>>()``: the pipe's later instructions start after its
+    earlier ones are done (within one pipe: a vector instruction reading what the one
+    before it wrote; Mmads accumulating into one small L0C tile)."""
+    pipe: str
+
+
+@dataclass(frozen=True)
+class Let:
+    """A scalar: ``const int64_t var = value;``."""
+    var: str
+    value: Ix
+
+    @property
+    def pipe(self) -> str:
+        return "S"
+
+
+@dataclass(frozen=True)
 class Loop:
     var: str
     extent: Ix
     body: tuple
+    start: Ix = field(default_factory=lambda: ix(0))
 
 
-Instr = Union[CopyIn, CopyIm2Col, Load2D, Mmad, CopyOut, CopyLocal, VecOp, SetFlag, WaitFlag, Loop]
+LOGICAL = (CopyIn, CopyOut, Load2D, Mmad, VecOp, CopyIm2Col)
+API = (DataCopyNd2Nz, DataCopyGm2L1, DataCopyPadIn, DataCopyPadOut, LoadData2D, LoadDataTranspose,
+       LoadData3D, MmadCall, FixpipeCall, VecCall, TransData5HD)
+Instr = Union[CopyIn, CopyOut, Load2D, Mmad, VecOp, CopyIm2Col, DataCopyNd2Nz, DataCopyGm2L1,
+              DataCopyPadIn, DataCopyPadOut, LoadData2D, LoadDataTranspose, LoadData3D,
+              MmadCall, FixpipeCall, VecCall, TransData5HD, SetFlag, WaitFlag, CrossSet,
+              CrossWait, Barrier, Let, Loop]
 
 
 @dataclass(frozen=True)
 class Tiling:
-    """The host-side tiling data of a program besides the kernel's sizes: its constant
-    tile sizes (in print order), the sizes the host derives from the arguments'
-    (``name``, expression) and, for a vector program, the row count and row length the
-    host tiles UB by (``TR`` rows of ``CP`` padded elements, chosen at run time)."""
+    """Host-side tiling data besides the kernel's sizes: constant tile sizes (in print
+    order), sizes the host derives from the arguments' (``name``, expression) and, for a
+    vector program, the row count and row length the host tiles UB by (``TR`` rows of
+    ``CP`` padded elements, chosen at run time)."""
     tiles: tuple[tuple[str, int], ...] = ()
     derived: tuple[tuple[str, Ix], ...] = ()
     rows: Ix | None = None
@@ -313,16 +674,48 @@ class Tiling:
 
 @dataclass(frozen=True)
 class Program:
-    """A kernel for one AI core: GM arguments, on-chip buffers, the body, the tiling
-    data (sizes read from the arguments' shapes by the host) and what it computes."""
+    """The program of one core kind (``core``: ``AIC`` or ``AIV``) in one phase: its
+    on-chip buffers and body, and (a vector program) its UB tiling."""
     name: str
-    kind: str                          # "cube" | "vector" | "phased"
-    tensors: tuple[GlobalTensor, ...]
+    core: str
     buffers: tuple[LocalBuf, ...]
     body: tuple
     tiling: Tiling = field(default_factory=Tiling)
-    phases: tuple[Program, ...] = ()   # "phased": programs run one after the other
-    workspaces: tuple[GlobalTensor, ...] = ()   # "phased": GM tensors between phases
+
+    @property
+    def kind(self) -> str:
+        return "cube" if self.core == "AIC" else "vector"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase: the cube cores' and the vector cores' programs (None: that kind has
+    nothing to do in this phase but the barrier)."""
+    aic: Program | None
+    aiv: Program | None
+
+    @property
+    def programs(self) -> tuple[Program, ...]:
+        return tuple(p for p in (self.aic, self.aiv) if p is not None)
+
+    @property
+    def label(self) -> str:
+        return "+".join(p.kind for p in self.programs)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A kernel for the chip (see the module docstring): GM arguments, workspaces (GM
+    scratch the host allocates; a dimension ``NB`` is the number of blocks), the host
+    tiling, the number of blocks it has work for (``numBlocks`` is the least of that and
+    the cores of its kind) and its phases."""
+    name: str
+    kind: str                          # "aic" | "aiv" | "mix"
+    tensors: tuple[GlobalTensor, ...]
+    phases: tuple[Phase, ...]
+    tiling: Tiling = field(default_factory=Tiling)
+    workspaces: tuple[GlobalTensor, ...] = ()
+    blocks: Ix = field(default_factory=lambda: ix(1))
 
     @property
     def inputs(self) -> tuple[GlobalTensor, ...]:
@@ -331,6 +724,10 @@ class Program:
     @property
     def outputs(self) -> tuple[GlobalTensor, ...]:
         return tuple(t for t in self.tensors if t.is_output)
+
+    @property
+    def programs(self) -> tuple[Program, ...]:
+        return tuple(p for ph in self.phases for p in ph.programs)
 
     @property
     def size_names(self) -> tuple[str, ...]:
@@ -346,25 +743,30 @@ class Program:
         """Sizes the host computes from the arguments' (``name: Ix``)."""
         return dict(self.tiling.derived)
 
+    def map_programs(self, fn: Callable[[Program], Program]) -> Kernel:
+        return replace(self, phases=tuple(
+            Phase(fn(ph.aic) if ph.aic is not None else None,
+                  fn(ph.aiv) if ph.aiv is not None else None) for ph in self.phases))
+
 
 @dataclass(frozen=True)
 class NpuModule:
     """The NPU IR of one compiled kernel (``CompiledKernel.final_ir``): the signature the
-    host sees — the lowered function's name, size parameters and argument buffers (as
+    host sees -- the lowered function's name, size parameters and argument buffers (as
     :class:`polycomp.ir.LoweredFunc` has them, so callers bind arrays the same way on
-    every target) — and the device program for the AI core."""
+    every target) -- and the kernel."""
     name: str
     params: tuple
     inputs: tuple
     outputs: tuple
     inout: tuple[str, ...]
-    program: Program
+    program: Kernel
 
     @property
     def args(self) -> tuple:
         return self.inputs + self.outputs
 
-    def with_program(self, program: Program) -> NpuModule:
+    def with_program(self, program: Kernel) -> NpuModule:
         return replace(self, program=program)
 
     def __str__(self) -> str:
@@ -396,3 +798,8 @@ def map_slots(body: tuple, fn: Callable[[Slot], Slot]) -> tuple:
                 changes[f.name] = tuple(fn(x) if isinstance(x, Slot) else x for x in v)
         out.append(replace(s, **changes) if changes else s)
     return tuple(out)
+
+
+def c0(dtype: str) -> int:
+    """Elements of one 32-byte data block (the fractal width on L1/L0A)."""
+    return 32 // ITEMSIZE[dtype]

@@ -1,153 +1,357 @@
-"""Semantics and cycle cost of each NPU instruction (used by :mod:`.sim`)."""
+"""Semantics and cycle cost of each Ascend C API call the NPU IR holds (used by
+:mod:`.sim`): what the call does to flat buffers, from its parameters, as the
+asc-devkit documentation describes it (docs/npu.md lists the sources).
+
+Logical instructions are not executed: the simulator runs what the printer prints
+(``npu-isa`` has expanded them)."""
 from __future__ import annotations
 
 import numpy as np
 
 from polycomp.errors import NpuCapacityError, PolycompInternalError
 from polycomp.hw.npu.program import (
-    CopyIm2Col,
-    CopyIn,
-    CopyLocal,
-    CopyOut,
-    Load2D,
-    Mmad,
-    VecOp,
+    LOGICAL,
+    DataCopyGm2L1,
+    DataCopyNd2Nz,
+    DataCopyPadIn,
+    DataCopyPadOut,
+    FixpipeCall,
+    LoadData2D,
+    LoadData3D,
+    LoadDataTranspose,
+    MmadCall,
+    TransData5HD,
+    VecCall,
 )
-from polycomp.hw.npu.target import ALIGN
+from polycomp.hw.npu.target import ALIGN, FRACTAL_BYTES, MAX_REPEAT
 
-from .sim import Simulator, from_layout, to_layout
-from .vector_ops import vec_cycles, vec_execute
+from .sim import Core
+from .vector_ops import trans_data, vec_call
 
 
 def _burst(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
 
-def _as_matrix(a: np.ndarray, split: int) -> np.ndarray:
-    """A GM box as rows x columns: its last ``split`` dimensions are the columns."""
-    cols = int(np.prod(a.shape[len(a.shape) - split:])) if split else 1
-    return a.reshape(-1, cols) if a.size else a.reshape(0, cols)
+def _range(what: str, name: str, v: int, lo: int, hi: int) -> int:
+    if not lo <= v <= hi:
+        raise NpuCapacityError(f"{what}: {name} = {v} outside its range [{lo}, {hi}]")
+    return v
 
 
-def execute(sim: Simulator, s, env: dict) -> int:
-    if isinstance(s, CopyIn):
-        return _copy_in(sim, s, env)
-    if isinstance(s, CopyIm2Col):
-        return _im2col(sim, s, env)
-    if isinstance(s, Load2D):
-        return _load2d(sim, s, env)
-    if isinstance(s, Mmad):
-        return _mmad(sim, s, env)
-    if isinstance(s, CopyOut):
-        return _copy_out(sim, s, env)
-    if isinstance(s, CopyLocal):
-        return _copy_local(sim, s, env)
-    if isinstance(s, VecOp):
-        return vec_execute(sim, s, env) and vec_cycles(sim, s, env)
-    raise PolycompInternalError(f"NPU simulator: unknown instruction {type(s).__name__}")
+def _check(what: str, arr: np.ndarray, idx: np.ndarray, name: str) -> None:
+    if idx.size and (idx.min() < 0 or idx.max() >= arr.size):
+        raise NpuCapacityError(f"{what}: elements [{idx.min()}, {idx.max()}] of buffer "
+                               f"{name} outside its {arr.size}")
 
 
-def _copy_in(sim: Simulator, s: CopyIn, env: dict) -> int:
+def execute(core: Core, s, env: dict) -> int:
+    if isinstance(s, LOGICAL):
+        raise PolycompInternalError(f"NPU simulator: {type(s).__name__} is a logical "
+                                    f"instruction (run the npu-isa pass)")
+    if isinstance(s, VecCall):
+        return vec_call(core, s, env)
+    fn = _EXEC.get(type(s))
+    if fn is None:
+        raise PolycompInternalError(f"NPU simulator: unknown instruction {type(s).__name__}")
+    return fn(core, s, env)
+
+
+def _nd2nz(core: Core, s: DataCopyNd2Nz, env: dict) -> int:
     b = s.dst.buf
-    arr, box = sim.region(s.src, env)
-    tile = _as_matrix(arr[box], s.src.split)
-    r, c = tile.shape
-    br, bc = b.shape(env)
-    if r > br or c > bc:
-        raise NpuCapacityError(f"DataCopy of {r}x{c} elements of {s.src.tensor.name} into "
-                               f"{b.name} ({br}x{bc})")
-    nd = np.zeros((br, bc), np.dtype(b.dtype))
-    nd[:r, :c] = tile
-    dst = sim.access(s.pipe, s.dst, env, True, f"DataCopy {s.src.tensor.name} -> {b.name}")
-    dst[...] = to_layout(nd, b.layout)
-    nbytes = r * _burst(c * b.itemsize) if s.src.split else _burst(r * b.itemsize)
-    sim.count_bytes(f"GM->{b.level}", nbytes)
-    return sim.p.transfer_latency + -(-nbytes // sim.p.gm_bytes_per_cycle)
+    what = f"DataCopy {s.src.tensor.name} -> {b.name} (Nd2NzParams)"
+    v = {f: getattr(s, f).eval(env) for f in ("nd_num", "n_value", "d_value",
+                                               "src_nd_stride", "src_d_value",
+                                               "dst_c0_stride", "dst_n_stride",
+                                               "dst_nd_stride")}
+    nd = _range(what, "ndNum", v["nd_num"], 0, 4095)
+    n = _range(what, "nValue", v["n_value"], 0, 16384)
+    d = _range(what, "dValue", v["d_value"], 0, 65535)
+    _range(what, "srcNdMatrixStride", v["src_nd_stride"], 0, 65535)
+    _range(what, "srcDValue", v["src_d_value"], 1, 65535)
+    _range(what, "dstNzC0Stride", v["dst_c0_stride"], 1, 16384)
+    _range(what, "dstNzNStride", v["dst_n_stride"], 1, 16384)
+    _range(what, "dstNzMatrixStride", v["dst_nd_stride"], 0, 16384)
+    if not (nd and n and d):
+        return core.p.local_latency
+    q = 32 // b.itemsize
+    dpad = -(-d // q) * q
+    k, r, c = np.meshgrid(np.arange(nd), np.arange(n), np.arange(dpad), indexing="ij")
+    src_off = s.src.offset.eval(env)
+    dst_off = s.dst.offset.eval(env)
+    didx = (dst_off + k * v["dst_nd_stride"] + (c // q) * v["dst_c0_stride"] * q
+            + r * v["dst_n_stride"] * q + c % q)
+    valid = c < d
+    sidx = src_off + k * v["src_nd_stride"] + r * v["src_d_value"] + c
+    g = core.gm(s.pipe, s.src.tensor, sidx[valid], False, what)
+    dst = core.buffer(s.pipe, s.dst, env, True, what)
+    _check(what, dst, didx, b.name)
+    vals = np.zeros(didx.shape, dst.dtype)
+    vals[valid] = g[sidx[valid]]
+    dst[didx] = vals
+    nbytes = nd * n * _burst(d * b.itemsize)
+    core.count_bytes("GM->L1", nbytes)
+    return core.p.transfer_latency + -(-nbytes // core.p.gm_bytes_per_cycle)
 
 
-def _load2d(sim: Simulator, s: Load2D, env: dict) -> int:
-    src, dst = s.src.buf, s.dst.buf
-    k = s.k_offset.eval(env) * 16
-    what = f"LoadData {src.name} -> {dst.name}"
-    nd = from_layout(sim.access(s.pipe, s.src, env, False, what), src.layout)
-    part = nd[:, k:k + dst.cols] if dst.level == "L0A" else nd[k:k + dst.rows, :]
-    if part.shape != (dst.rows, dst.cols):
-        raise NpuCapacityError(f"{what}: slice {part.shape} at fractal {k // 16} does not "
-                               f"fill {dst.name} ({dst.rows}x{dst.cols})")
-    sim.access(s.pipe, s.dst, env, True, what)[...] = to_layout(part, dst.layout)
-    sim.count_bytes(f"L1->{dst.level}", dst.nbytes)
-    return sim.p.local_latency + -(-dst.nbytes // sim.p.l1_bytes_per_cycle)
+def _load2d(core: Core, s: LoadData2D, env: dict) -> int:
+    src_b, dst_b = s.src.buf, s.dst.buf
+    what = f"LoadData {src_b.name} -> {dst_b.name}"
+    rep = _range(what, "repeatTimes", s.repeat.eval(env), 0, MAX_REPEAT)
+    if s.transpose and src_b.itemsize != 2:
+        raise NpuCapacityError(f"{what}: ifTranspose takes b16 data only, not {src_b.dtype}")
+    if not rep:
+        return core.p.local_latency
+    f = FRACTAL_BYTES // src_b.itemsize
+    start, stride, gap = (x.eval(env) for x in (s.start, s.src_stride, s.dst_gap))
+    i = np.arange(rep)[:, None]
+    e = np.arange(f)[None, :]
+    sidx = s.src.offset.eval(env) + (start + i * stride) * f + e
+    didx = s.dst.offset.eval(env) + i * (1 + gap) * f + e
+    src = core.buffer(s.pipe, s.src, env, False, what)
+    _check(what, src, sidx, src_b.name)
+    vals = src[sidx]
+    if s.transpose:
+        vals = vals.reshape(rep, 16, 16).transpose(0, 2, 1).reshape(rep, f)
+    dst = core.buffer(s.pipe, s.dst, env, True, what)
+    _check(what, dst, didx, dst_b.name)
+    dst[didx] = vals
+    nbytes = rep * FRACTAL_BYTES
+    core.count_bytes(f"L1->{dst_b.level}", nbytes)
+    return core.p.local_latency + -(-nbytes // core.p.l1_bytes_per_cycle)
 
 
-def _mmad(sim: Simulator, s: Mmad, env: dict) -> int:
+def _load_transpose(core: Core, s: LoadDataTranspose, env: dict) -> int:
+    src_b, dst_b = s.src.buf, s.dst.buf
+    what = f"LoadDataWithTranspose {src_b.name} -> {dst_b.name}"
+    if src_b.itemsize != 4:
+        raise PolycompInternalError(f"{what}: only the b32 form is modelled")
+    rep = _range(what, "repeatTimes", s.repeat.eval(env), 0, MAX_REPEAT)
+    if not rep:
+        return core.p.local_latency
+    start, stride, gap, fgap = (x.eval(env) for x in (s.start, s.src_stride, s.dst_gap,
+                                                      s.dst_frac_gap))
+    f = 128                                           # a 16x8 fp32 fractal
+    i = np.arange(rep)[:, None]
+    sidx = s.src.offset.eval(env) + (start + i * stride) * 2 * f + np.arange(2 * f)[None, :]
+    src = core.buffer(s.pipe, s.src, env, False, what)
+    _check(what, src, sidx, src_b.name)
+    sq = src[sidx].reshape(rep, 2, 16, 8)             # two 16x8 fractals side by side
+    m = np.concatenate([sq[:, 0], sq[:, 1]], axis=2)  # 16 x 16 (rows k, columns n)
+    t = m.transpose(0, 2, 1)                          # rows n, columns k
+    first = s.dst.offset.eval(env) + i * (1 + gap) * f
+    second = first + (1 + fgap) * f
+    e = np.arange(f)[None, :]
+    dst = core.buffer(s.pipe, s.dst, env, True, what)
+    for base, part in ((first, t[:, :, :8]), (second, t[:, :, 8:])):
+        idx = base + e
+        _check(what, dst, idx, dst_b.name)
+        dst[idx] = part.reshape(rep, f)
+    nbytes = rep * 2 * FRACTAL_BYTES
+    core.count_bytes(f"L1->{dst_b.level}", nbytes)
+    return core.p.local_latency + -(-nbytes // core.p.l1_bytes_per_cycle)
+
+
+def _mmad(core: Core, s: MmadCall, env: dict) -> int:
     a_b, b_b, c_b = s.a.buf, s.b.buf, s.c.buf
     what = f"Mmad {c_b.name} += {a_b.name} x {b_b.name}"
-    a = from_layout(sim.access(s.pipe, s.a, env, False, what), a_b.layout)
-    b = from_layout(sim.access(s.pipe, s.b, env, False, what), b_b.layout)
+    m = _range(what, "m", s.m.eval(env), 0, 4095)
+    n = _range(what, "n", s.n.eval(env), 0, 4095)
+    k = _range(what, "k", s.k.eval(env), 0, 4095)
+    if not (m and n and k):
+        return 1
+    if m == 1:
+        raise NpuCapacityError(f"{what}: m = 1 switches the cube to GEMV (L0A read as ND)")
+    q = 32 // a_b.itemsize                            # C0 of the operands
+    f = 16 * q
+    mf, nf, kf = -(-m // 16), -(-n // 16), -(-k // q)
+    mm = np.arange(mf * 16)[:, None]
+    kk = np.arange(k)[None, :]
+    aidx = s.a.offset.eval(env) + ((mm // 16) * kf + kk // q) * f + (mm % 16) * q + kk % q
+    kk2 = np.arange(k)[:, None]
+    nn = np.arange(nf * 16)[None, :]
+    bidx = s.b.offset.eval(env) + ((kk2 // q) * nf + nn // 16) * f + (nn % 16) * q + kk2 % q
+    a = core.buffer(s.pipe, s.a, env, False, what)
+    b = core.buffer(s.pipe, s.b, env, False, what)
+    _check(what, a, aidx, a_b.name)
+    _check(what, b, bidx, b_b.name)
+    with np.errstate(all="ignore"):
+        prod = a[aidx].astype(np.float32) @ b[bidx].astype(np.float32)
     init = bool(s.init.eval(env))
-    c_arr = sim.access(s.pipe, s.c, env, True, what)
-    prod = a.astype(np.float32) @ b.astype(np.float32)
-    acc = prod if init else from_layout(c_arr, c_b.layout) + prod
-    c_arr[...] = to_layout(acc.astype(np.float32), c_b.layout)
-    ops = (a_b.rows // 16) * (b_b.cols // 16) * (a_b.cols // 16)
-    return ops * (sim.p.cube_fp32_factor if a_b.dtype == "float32" else 1)
+    c = core.buffer(s.pipe, s.c, env, True, what)
+    if (m // 16) * (n // 16) < 10:       # docs: small Mmads need PipeBarrier<PIPE_M>
+        k_c = s.c.index.eval(env) if c_b.copies > 1 else 0
+        core.in_pipe("M", (c_b.name, k_c), core.seq["M"] + 1, True, what)
+    m16 = mf * 16
+    cm = np.arange(m16)[:, None]
+    cn = np.arange(nf * 16)[None, :]
+    cidx = s.c.offset.eval(env) + (cn // 16) * m16 * 16 + cm * 16 + cn % 16
+    _check(what, c, cidx, c_b.name)
+    with np.errstate(all="ignore"):
+        c[cidx] = prod if init else c[cidx] + prod
+    ops = mf * nf * -(-k // 16)
+    return ops * (core.p.cube_fp32_factor if a_b.itemsize == 4 else 1)
 
 
-def _copy_out(sim: Simulator, s: CopyOut, env: dict) -> int:
+def _fixpipe(core: Core, s: FixpipeCall, env: dict) -> int:
     b = s.src.buf
-    arr, box = sim.region(s.dst, env)
-    what = f"{'Fixpipe' if s.pipe == 'FIX' else 'DataCopy'} {b.name} -> {s.dst.tensor.name}"
-    nd = from_layout(sim.access(s.pipe, s.src, env, False, what), b.layout)
-    shape = arr[box].shape
-    r, c = _as_matrix(arr[box], s.dst.split).shape
-    if b.layout == "COL":     # one value per row (column 0)
-        if c != 1:
-            raise NpuCapacityError(f"{what}: a value per row written to a {r}x{c} box")
-        arr[box] = nd[:r, 0].astype(arr.dtype).reshape(shape)
-    else:
-        arr[box] = nd[:r, :c].astype(arr.dtype).reshape(shape)
-    nbytes = r * _burst(c * arr.dtype.itemsize) if s.dst.split else \
-        _burst(r * arr.dtype.itemsize)
-    sim.count_bytes(f"{b.level}->GM", nbytes)
-    return sim.p.transfer_latency + -(-nbytes // sim.p.out_bytes_per_cycle)
+    what = f"Fixpipe {b.name} -> {s.dst.tensor.name}"
+    n, m = s.n_size.eval(env), s.m_size.eval(env)
+    if not (n and m):
+        return core.p.local_latency
+    src_stride, dst_stride = s.src_stride.eval(env), s.dst_stride.eval(env)
+    mm = np.arange(m)[:, None]
+    nn = np.arange(n)[None, :]
+    sidx = s.src.offset.eval(env) + (nn // 16) * src_stride * 16 + mm * 16 + nn % 16
+    src = core.buffer(s.pipe, s.src, env, False, what)
+    _check(what, src, sidx, b.name)
+    didx = s.dst.offset.eval(env) + mm * dst_stride + nn
+    g = core.gm(s.pipe, s.dst.tensor, didx.ravel(), True, what)
+    out_dt = np.float16 if s.quant == "F322F16" else np.float32
+    if np.dtype(out_dt) != g.dtype:
+        raise NpuCapacityError(f"{what}: quantPre {s.quant} writes {np.dtype(out_dt)} into "
+                               f"{g.dtype}")
+    with np.errstate(all="ignore"):
+        g[didx] = src[sidx].astype(out_dt)
+    nbytes = m * _burst(n * g.itemsize)
+    core.count_bytes("L0C->GM", nbytes)
+    return core.p.transfer_latency + -(-nbytes // core.p.out_bytes_per_cycle)
 
 
-def _copy_local(sim: Simulator, s: CopyLocal, env: dict) -> int:
-    src, dst = s.src.buf, s.dst.buf
-    what = f"{'Fixpipe' if s.pipe == 'FIX' else 'DataCopy'} {src.name} -> {dst.name}"
-    nd = from_layout(sim.access(s.pipe, s.src, env, False, what), src.layout)
-    out = sim.access(s.pipe, s.dst, env, True, what)
-    if (dst.rows, dst.cols) != nd.shape:
-        raise NpuCapacityError(f"{what}: {nd.shape} into {(dst.rows, dst.cols)}")
-    out[...] = to_layout(nd.astype(out.dtype), dst.layout)   # UB -> L1 (MTE3): nd2nz
-    nbytes = dst.size(env)
-    sim.count_bytes(f"{src.level}->{dst.level}", nbytes)
-    return sim.p.local_latency + -(-nbytes // sim.p.out_bytes_per_cycle)
+def _gm2l1(core: Core, s: DataCopyGm2L1, env: dict) -> int:
+    b = s.dst.buf
+    what = f"DataCopy {s.src.tensor.name} -> {b.name} (DataCopyParams)"
+    count = _range(what, "blockCount", s.block_count.eval(env), 0, 4095)
+    blen = _range(what, "blockLen", s.block_len.eval(env), 0, 65535)
+    sgap = _range(what, "srcGap", s.src_gap.eval(env), 0, 65535)
+    dgap = _range(what, "dstGap", s.dst_gap.eval(env), 0, 65535)
+    if not (count and blen):
+        return core.p.local_latency
+    q = 32 // b.itemsize
+    r = np.arange(count)[:, None]
+    e = np.arange(blen * q)[None, :]
+    sidx = s.src.offset.eval(env) + r * (blen + sgap) * q + e
+    didx = s.dst.offset.eval(env) + r * (blen + dgap) * q + e
+    g = core.gm(s.pipe, s.src.tensor, sidx.ravel(), False, what)
+    dst = core.buffer(s.pipe, s.dst, env, True, what)
+    _check(what, dst, didx, b.name)
+    dst[didx] = g[sidx]
+    nbytes = count * blen * 32
+    core.count_bytes("GM->L1", nbytes)
+    return core.p.transfer_latency + -(-nbytes // core.p.gm_bytes_per_cycle)
 
 
-def _im2col(sim: Simulator, s: CopyIm2Col, env: dict) -> int:
-    """The gather of an im2col tile: row k = (c, kh, kw), column p = (y, z)."""
-    b, g = s.dst.buf, s.geom
-    x = sim.gm[s.src.name]
-    _, _, H, W = x.shape
-    KH, KW, OW = g.kh.eval(env), g.kw.eval(env), g.ow.eval(env)
-    n, k0, ke, p0, pe = (v.eval(env) for v in (s.n, s.k0, s.k_ext, s.p0, s.p_ext))
-    br, bc = b.shape(env)
-    if ke > br or pe > bc:
-        raise NpuCapacityError(f"im2col copy of {ke}x{pe} elements into {b.name} ({br}x{bc})")
-    k = np.arange(k0, k0 + ke)[:, None]
-    p = np.arange(p0, p0 + pe)[None, :]
-    c, kh, kw = k // (KH * KW), (k // KW) % KH, k % KW
-    h = (p // OW) * g.sh + kh * g.dh - g.ph
-    w = (p % OW) * g.sw + kw * g.dw - g.pw
-    inside = (h >= 0) & (h < H) & (w >= 0) & (w < W)
-    vals = x[n, c, np.clip(h, 0, H - 1), np.clip(w, 0, W - 1)]
-    nd = np.zeros((br, bc), np.dtype(b.dtype))
-    nd[:ke, :pe] = np.where(inside, vals, 0)
-    dst = sim.access(s.pipe, s.dst, env, True, f"Im2Col {s.src.name} -> {b.name}")
-    dst[...] = to_layout(nd, b.layout)
-    # bursts: a run of output columns in one image row is contiguous in X for stride 1
-    run = min(pe, OW) if g.sw == 1 else 1
-    nbytes = ke * -(-pe // run) * _burst(run * b.itemsize)
-    sim.count_bytes(f"GM->{b.level}", nbytes)
-    return sim.p.transfer_latency + -(-nbytes // sim.p.gm_bytes_per_cycle)
+def _pad_in(core: Core, s: DataCopyPadIn, env: dict) -> int:
+    b = s.dst.buf
+    size = b.itemsize
+    what = f"DataCopyPad {s.src.tensor.name} -> {b.name}"
+    count = _range(what, "blockCount", s.block_count.eval(env), 0, 4095)
+    blen = _range(what, "blockLen", s.block_len.eval(env), 0, 2097151)
+    sstride, dstride = s.src_stride.eval(env), s.dst_stride.eval(env)
+    if blen % size or sstride % size:
+        raise NpuCapacityError(f"{what}: blockLen {blen} / srcStride {sstride} not a "
+                               f"multiple of the element size")
+    if not (count and blen):
+        return core.p.local_latency
+    per = blen // size
+    blocks = -(-blen // 32)
+    q = 32 // size
+    r = np.arange(count)[:, None]
+    e = np.arange(blocks * q)[None, :]
+    sidx = s.src.offset.eval(env) + r * (per + sstride // size) + np.minimum(e, per - 1)
+    # past the block's data: the pad fill repeats the block's first element
+    sidx = np.where(e < per, sidx, s.src.offset.eval(env) + r * (per + sstride // size))
+    g = core.gm(s.pipe, s.src.tensor, sidx[:, :per].ravel(), False, what)
+    didx = s.dst.offset.eval(env) + r * (blocks + dstride) * q + e
+    dst = core.buffer(s.pipe, s.dst, env, True, what)
+    _check(what, dst, didx, b.name)
+    dst[didx] = g[sidx]
+    nbytes = count * blocks * 32
+    core.count_bytes("GM->UB", nbytes)
+    return core.p.transfer_latency + -(-nbytes // core.p.gm_bytes_per_cycle)
+
+
+def _pad_out(core: Core, s: DataCopyPadOut, env: dict) -> int:
+    b = s.src.buf
+    size = b.itemsize
+    what = f"DataCopyPad {b.name} -> {s.dst.tensor.name}"
+    count = _range(what, "blockCount", s.block_count.eval(env), 0, 4095)
+    blen = _range(what, "blockLen", s.block_len.eval(env), 0, 2097151)
+    sstride, dstride = s.src_stride.eval(env), s.dst_stride.eval(env)
+    if blen % size or dstride % size:
+        raise NpuCapacityError(f"{what}: blockLen {blen} / dstStride {dstride} not a "
+                               f"multiple of the element size")
+    if not (count and blen):
+        return core.p.local_latency
+    per = blen // size
+    blocks = -(-blen // 32)
+    q = 32 // size
+    r = np.arange(count)[:, None]
+    e = np.arange(per)[None, :]
+    sidx = s.src.offset.eval(env) + r * (blocks + sstride) * q + e
+    src = core.buffer(s.pipe, s.src, env, False, what)
+    _check(what, src, sidx, b.name)
+    didx = s.dst.offset.eval(env) + r * (per + dstride // size) + e
+    g = core.gm(s.pipe, s.dst.tensor, didx.ravel(), True, what)
+    if g.dtype != src.dtype:
+        raise NpuCapacityError(f"{what}: {src.dtype} into {g.dtype}")
+    g[didx] = src[sidx]
+    nbytes = count * _burst(blen)
+    core.count_bytes("UB->GM", nbytes)
+    return core.p.transfer_latency + -(-nbytes // core.p.out_bytes_per_cycle)
+
+
+def _load3d(core: Core, s: LoadData3D, env: dict) -> int:
+    """im2col of the NC1HWC0 image in L1 (``l1h x l1w``, ``channel`` channels) -> L0A
+    (zZ) or L0B (nZ, the transposed matrix): rows ``m_start +: m_ext`` (output
+    positions of the window over the padded image), columns ``k_start +: k_ext``
+    (``(c1, kh, kw, c0)``)."""
+    src_b, dst_b = s.src.buf, s.dst.buf
+    what = f"LoadData3D {src_b.name} -> {dst_b.name}"
+    q = 32 // src_b.itemsize
+    h, w, ch = s.l1h.eval(env), s.l1w.eval(env), s.channel.eval(env)
+    kext, mext = s.k_ext.eval(env), s.m_ext.eval(env)
+    k0, m0 = s.k_start.eval(env), s.m_start.eval(env)
+    fh, fw = s.filter_h.eval(env), s.filter_w.eval(env)
+    if not (h and w and ch and kext and mext):
+        return core.p.local_latency
+    if k0 % q or (ch % q and ch > q):
+        raise NpuCapacityError(f"{what}: kStartPt {k0} / channelSize {ch} not whole "
+                               f"{q}-channel groups")
+    pl, pr, pt, pb = (x.eval(env) for x in s.pad)
+    ow = (w + pl + pr - s.dil_w * (fw - 1) - 1) // s.stride_w + 1
+    p = m0 + np.arange(-(-mext // 16) * 16)[:, None]          # output positions
+    kk = k0 + np.arange(-(-kext // q) * q)[None, :]
+    c1, rest = kk // (fh * fw * q), kk % (fh * fw * q)
+    kh, kw, cc = rest // (fw * q), (rest // q) % fw, rest % q
+    y = (p // ow) * s.stride_h + kh * s.dil_h - pt
+    x = (p % ow) * s.stride_w + kw * s.dil_w - pl
+    inside = (y >= 0) & (y < h) & (x >= 0) & (x < w) & (c1 * q + cc < max(ch, q))
+    sidx = s.src.offset.eval(env) + ((c1 * h + np.clip(y, 0, h - 1)) * w
+                                     + np.clip(x, 0, w - 1)) * q + cc
+    src = core.buffer(s.pipe, s.src, env, False, what)
+    _check(what, src, sidx[inside], src_b.name)
+    vals = np.where(inside, src[np.where(inside, sidx, 0)], 0).astype(src.dtype)
+    mf, kf = vals.shape[0] // 16, vals.shape[1] // q
+    f = 16 * q
+    if dst_b.level == "L0A":          # zZ: fractal (i, j) at i*kf + j, rows of q
+        pi = np.arange(mf * 16)[:, None]
+        ki = np.arange(kf * q)[None, :]
+        didx = ((pi // 16) * kf + ki // q) * f + (pi % 16) * q + ki % q
+    else:                             # nZ of the transposed matrix (k rows, p columns)
+        pi = np.arange(mf * 16)[:, None]
+        ki = np.arange(kf * q)[None, :]
+        didx = ((ki // q) * mf + pi // 16) * f + (pi % 16) * q + ki % q
+    didx = didx + s.dst.offset.eval(env)
+    dst = core.buffer(s.pipe, s.dst, env, True, what)
+    _check(what, dst, didx, dst_b.name)
+    dst[didx] = vals
+    nbytes = vals.size * src_b.itemsize
+    core.count_bytes(f"L1->{dst_b.level}", nbytes)
+    return core.p.local_latency + -(-nbytes // core.p.l1_bytes_per_cycle)
+
+
+_EXEC = {DataCopyNd2Nz: _nd2nz, DataCopyGm2L1: _gm2l1, LoadData2D: _load2d,
+         LoadDataTranspose: _load_transpose,
+         MmadCall: _mmad, FixpipeCall: _fixpipe, DataCopyPadIn: _pad_in,
+         DataCopyPadOut: _pad_out, LoadData3D: _load3d, TransData5HD: trans_data}

@@ -10,7 +10,9 @@ The lowering emits its instructions without flags; :func:`place_flags` adds ever
   access of one pipe; consecutive items of one pipe form a *run*;
 * a **dependence** joins a run to a later run of another pipe when one of them writes:
   a read depends on the last write before it, a write on every run since the last
-  write (that write included) — read after write, write after read, write after write;
+  write (that write included) — read after write, write after read, write after write
+  — unless an earlier run of the consumer's pipe depends on that run already (the pipe's
+  own order then carries it);
 * a dependence inside one iteration of ``L`` becomes ``SetFlag<P->Q>(e)`` right after
   the producer run's last item and ``WaitFlag<P->Q>(e)`` right before the consumer
   run's first item (hoisted out of the loops below ``L`` that hold them);
@@ -39,36 +41,50 @@ from dataclasses import dataclass
 from polycomp.errors import PolycompInternalError
 
 from .program import (
+    Barrier,
     CopyIm2Col,
     CopyIn,
-    CopyLocal,
     CopyOut,
+    DataCopyGm2L1,
+    DataCopyNd2Nz,
+    DataCopyPadIn,
+    DataCopyPadOut,
+    FixpipeCall,
     Ix,
+    Kernel,
     Load2D,
+    LoadData2D,
+    LoadData3D,
+    LoadDataTranspose,
     Loop,
     Mmad,
+    MmadCall,
     Program,
     SetFlag,
     Slot,
+    TransData5HD,
+    VecCall,
     VecOp,
     WaitFlag,
     ix,
 )
+from .target import EVENT_IDS
 
 Path = tuple[int, ...]
 
 
 def accesses(s) -> list[tuple[Slot, bool]]:
     """``(slot, is_write)`` of each on-chip operand of instruction ``s``."""
-    if isinstance(s, (CopyIn, CopyIm2Col)):
+    if isinstance(s, (CopyIn, DataCopyNd2Nz, DataCopyPadIn, DataCopyGm2L1)):
         return [(s.dst, True)]
-    if isinstance(s, (Load2D, CopyLocal)):
+    if isinstance(s, (Load2D, CopyIm2Col, LoadData2D, LoadDataTranspose, LoadData3D,
+                      TransData5HD)):
         return [(s.src, False), (s.dst, True)]
-    if isinstance(s, Mmad):
+    if isinstance(s, (Mmad, MmadCall)):
         return [(s.a, False), (s.b, False), (s.c, True)]
-    if isinstance(s, CopyOut):
+    if isinstance(s, (CopyOut, FixpipeCall, DataCopyPadOut)):
         return [(s.src, False)]
-    if isinstance(s, VecOp):
+    if isinstance(s, (VecOp, VecCall)):
         return [*((x, False) for x in s.srcs if isinstance(x, Slot)), (s.dst, True)]
     return []
 
@@ -79,7 +95,7 @@ def strip_flags(body: tuple) -> tuple:
     for s in body:
         if isinstance(s, Loop):
             out.append(dataclasses.replace(s, body=strip_flags(s.body)))
-        elif not isinstance(s, (SetFlag, WaitFlag)):
+        elif not isinstance(s, (SetFlag, WaitFlag, Barrier)):
             out.append(s)
     return tuple(out)
 
@@ -146,16 +162,22 @@ def _runs(items: list[tuple[int, str, bool]], buf: str) -> list[_Run]:
 
 
 def _deps(runs: list[_Run]) -> list[tuple[int, int]]:
-    """``(i, k)``: run k depends on run i (indices into ``runs``), i < k."""
-    out = []
+    """``(i, k)``: run k depends on run i (indices into ``runs``), i < k, and no run
+    ``j`` of k's pipe between them depends on i already (the pipe runs its instructions
+    in order: the flag ordering ``i`` before ``j`` orders it before ``k`` too)."""
+    out: list[tuple[int, int]] = []
     last_w = None
     for k, r in enumerate(runs):
         if r.writes:
             start = last_w if last_w is not None else 0
-            out += [(i, k) for i in range(start, k) if runs[i].pipe != r.pipe]
+            cand = [i for i in range(start, k) if runs[i].pipe != r.pipe]
             last_w = k
         elif last_w is not None and runs[last_w].pipe != r.pipe:
-            out.append((last_w, k))
+            cand = [last_w]
+        else:
+            cand = []
+        out += [(i, k) for i in cand
+                if not any((i, j) in out and runs[j].pipe == r.pipe for j in range(i + 1, k))]
     return out
 
 
@@ -182,15 +204,17 @@ def _flags_of(buf: str, accs: list) -> set[Flag]:
     return flags
 
 
-def _insert(body: tuple, path: Path, ins: dict) -> tuple:
+def _insert(body: tuple, path: Path, ins: dict, mark: bool = False) -> tuple:
+    """``body`` with the flags of ``ins`` inserted (``mark``: as ``(item index or None,
+    instruction)`` pairs, the index of the original item each came with)."""
     out: list = []
     before, after = ins.get(("b", path), {}), ins.get(("a", path), {})
     for k, s in enumerate(body):
-        out += before.get(k, [])
+        out += [(None, x) if mark else x for x in before.get(k, [])]
         if isinstance(s, Loop):
             s = dataclasses.replace(s, body=_insert(s.body, (*path, k), ins))
-        out.append(s)
-        out += after.get(k, [])
+        out.append((k, s) if mark else s)
+        out += [(None, x) if mark else x for x in after.get(k, [])]
     return tuple(out)
 
 
@@ -222,20 +246,97 @@ def plan_flags(body: tuple) -> list[Flag]:
                                                 f.src, f.dst, f.carried, repr(f.slot)))
 
 
+def place_kernel_flags(k: Kernel) -> Kernel:
+    """Every program of ``k`` with its flags (:func:`place_flags`) and its barriers
+    within a pipe (:func:`place_barriers`) placed."""
+    def one(p: Program) -> Program:
+        q = place_flags(p)
+        return dataclasses.replace(q, body=place_barriers(q.body))
+    return k.map_programs(one)
+
+
+#: Mmads accumulating into an L0C tile of fewer than this many 16x16 fractals need a
+#: PipeBarrier<PIPE_M> between them (docs: Mmad, "同步优化说明")
+SMALL_MMAD_FRACTALS = 10
+
+
+def _needs_barrier(s, pipe: str) -> bool:
+    if pipe == "V":
+        return True
+    m, n = s.m, s.n
+    return not (m.is_const() and n.is_const()) or \
+        (m.args[0] // 16) * (n.args[0] // 16) < SMALL_MMAD_FRACTALS
+
+
+def _written(body: tuple, pipes: tuple) -> dict:
+    out: dict = {p: set() for p in pipes}
+    for s in body:
+        if isinstance(s, Loop):
+            for p, w in _written(s.body, pipes).items():
+                out[p] |= w
+        elif getattr(s, "pipe", None) in pipes:
+            out[s.pipe] |= {slot.buf.name for slot, w in accesses(s) if w}
+    return out
+
+
+def place_barriers(body: tuple, pipes: tuple = ("V", "M")) -> tuple:
+    """``body`` with a ``PipeBarrier`` before every vector instruction that reads or
+    writes a buffer an earlier vector instruction wrote since the last barrier (the
+    vector unit is pipelined: the Ascend C docs ask for ``PipeBarrier<PIPE_V>`` between
+    dependent vector instructions), and the same for Mmads accumulating into a small
+    L0C tile (``PipeBarrier<PIPE_M>``, docs: Mmad).  A loop's body starts as if its own
+    writes were pending (the dependence from one iteration to the next)."""
+    def visit(items: tuple, dirty: dict) -> tuple[tuple, dict]:
+        out: list = []
+        for s in items:
+            if isinstance(s, Loop):
+                written = _written(s.body, pipes)
+                entry = {p: dirty[p] | written[p] for p in pipes}
+                inner, after = visit(s.body, entry)
+                out.append(dataclasses.replace(s, body=inner))
+                dirty = {p: dirty[p] | after[p] for p in pipes}
+                continue
+            p = getattr(s, "pipe", None)
+            if isinstance(p, str) and p in pipes and \
+                    not isinstance(s, (SetFlag, WaitFlag, Barrier)):
+                acc = accesses(s)
+                if {slot.buf.name for slot, _ in acc} & dirty[p] and _needs_barrier(s, p):
+                    out.append(Barrier(p))
+                    dirty = {**dirty, p: set()}
+                dirty = {**dirty, p: dirty[p] | {slot.buf.name for slot, w in acc if w}}
+            out.append(s)
+        return tuple(out), dirty
+    return visit(body, {p: set() for p in pipes})[0]
+
+
 def place_flags(prog: Program, skip: frozenset = frozenset()) -> Program:
     """``prog`` with its flags placed by dependence analysis (module docstring);
-    ``skip``: flags of :func:`plan_flags` left out (tests inject a missing flag)."""
-    if prog.phases:
-        return dataclasses.replace(prog, phases=tuple(place_flags(p, skip)
-                                                      for p in prog.phases))
+    ``skip``: flags of :func:`plan_flags` left out (tests inject a missing flag).
+
+    Event ids: the flags between top-level items take the first ids of their pipe
+    pair; the flags of each top-level loop the ids after those, the loops one after
+    the other reusing them (a loop's flags are all waited for when it ends: the set
+    before the loop of a dependence carried by one of its loops, one per slot, is
+    placed right before it and the wait right after it)."""
     body = strip_flags(prog.body)
-    base: dict[tuple[str, str], int] = {}
+    flags = plan_flags(body)
+    top: dict[tuple[str, str], int] = {}
+    for f in flags:
+        if not f.path:
+            top[(f.src, f.dst)] = top.get((f.src, f.dst), 0) + f.copies
+    bases: dict[int, dict] = {}
     ins: dict = {}
-    pro: list = []
-    epi: list = []
-    for f in plan_flags(body):
+    pro: dict[int, list] = {}
+    epi: dict[int, list] = {}
+    for f in flags:
+        group = f.path[0] if f.path else -1
+        base = bases.setdefault(group, dict(top) if group >= 0 else {})
         b = base.get((f.src, f.dst), 0)
         base[(f.src, f.dst)] = b + f.copies
+        if b + f.copies > EVENT_IDS:
+            raise PolycompInternalError(f"npu flag placement: program {prog.name} needs "
+                                        f"more than {EVENT_IDS} event ids for "
+                                        f"{f.src}_{f.dst}")
         if f in skip:
             continue
         ev = f.slot + b if b else f.slot
@@ -244,6 +345,13 @@ def place_flags(prog: Program, skip: frozenset = frozenset()) -> Program:
         ins.setdefault(("b", f.path), {}).setdefault(f.before, []).append(
             WaitFlag(f.src, f.dst, ev))
         if f.carried:
-            pro += [SetFlag(f.src, f.dst, ix(b + e)) for e in range(f.copies)]
-            epi += [WaitFlag(f.src, f.dst, ix(b + e)) for e in range(f.copies)]
-    return dataclasses.replace(prog, body=tuple(pro) + _insert(body, (), ins) + tuple(epi))
+            pro.setdefault(group, []).extend(SetFlag(f.src, f.dst, ix(b + e))
+                                             for e in range(f.copies))
+            epi.setdefault(group, []).extend(WaitFlag(f.src, f.dst, ix(b + e))
+                                             for e in range(f.copies))
+    out: list = []
+    for item in _insert(body, (), ins, mark=True):
+        out += pro.get(item[0], []) if item[0] is not None else []
+        out.append(item[1])
+        out += epi.get(item[0], []) if item[0] is not None else []
+    return dataclasses.replace(prog, body=tuple(out))

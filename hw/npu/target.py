@@ -1,99 +1,152 @@
-"""The NPU targets as data: an Ascend 910-class AI core (``npu``) and a smaller variant
-with the same structure and shrunken buffers (``npu-lite``, for tests that must
-exercise tiling, tails and capacity limits on small shapes).
+"""The NPU targets as data: the Atlas A2 generation (Ascend 910B, ``__NPU_ARCH__`` 2201)
+and a shrunken variant of it for tests.
 
-Levels: ``GM`` (off-chip) -> ``L1`` -> ``L0A``/``L0B`` (cube operands, fractal) ->
-cube -> ``L0C`` (fp32 accumulators, fractal NZ) -> GM; ``GM`` <-> ``UB`` (unified buffer
-of the vector unit).  Every on-chip address and every transfer is in 32-byte blocks.
-Pipes: MTE2 (GM -> L1/UB), MTE1 (L1 -> L0A/L0B, load-2D), M (cube), V (vector), FIX
-(L0C -> GM), MTE3 (UB -> GM); they run concurrently and are ordered by set/wait flags.
+* ``npu`` -- one Atlas A2 chip (910B-class): 24 AI cores, each one cube core (AIC: L1,
+  L0A, L0B, L0C; pipes MTE2, MTE1, M, FIX) and two vector cores (AIV: UB; pipes MTE2, V,
+  MTE3), all sharing HBM.  Cube and vector cores are separate cores on this generation:
+  a cube result reaches the vector unit only through GM (there is no L0C -> UB and no
+  UB -> L1 path; ``Fixpipe`` writes GM or L1).
+* ``npu-lite`` -- the same chip structure with tiny buffers (L1 64 KiB, L0A/L0B 8 KiB,
+  L0C 16 KiB, UB 16 KiB) and 2 AI cores, so that tests exercise tiling, tails, several
+  cores and capacity limits on small shapes.  It models no product.
 
-The cycle figures (:class:`NpuParams`) are the simulator's model, chosen from public
-descriptions of the 910 core (1 cube op of 16x16x16 fp16 per cycle, 256 B per vector
-cycle); the transfer bandwidths are assumptions stated in docs/npu.md.
+Every number and its source is in docs/npu.md ("The machine model").  Capacities,
+alignments, the repeat limit and the event ids are the A2 figures of the public
+asc-devkit headers and docs; the cycle figures (:class:`NpuParams`) are the simulator's
+model, partly assumptions (stated there).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from polycomp.errors import TargetError
 from polycomp.hw.memory import ComputeUnit, CopyRule, MemoryHierarchy, MemoryLevel
 from polycomp.hw.target import Target
 
 KIB = 1024
-ALIGN = 32          # bytes: addresses and transfer lengths of on-chip buffers
-FRACTAL = 16        # rows/cols of one fractal tile (fp16)
+ALIGN = 32          # bytes: one data block; UB / L1 addresses and transfer granules
+FRACTAL = 16        # rows of one fractal (16 x 32 bytes = 512 B)
+FRACTAL_BYTES = 512
+REPEAT_BYTES = 256  # one vector repeat: 8 data blocks
+MAX_REPEAT = 255    # repeatTimes of every vector / load instruction (uint8)
+#: pipes of each core kind (docs: the "核内同步" overview)
+AIC_PIPES = ("MTE2", "MTE1", "M", "FIX")
+AIV_PIPES = ("MTE2", "V", "MTE3")
 PIPES = ("MTE2", "MTE1", "M", "V", "FIX", "MTE3")
+#: the HardEvent pairs of the A2 generation between the pipes this backend uses: those
+#: of ``HardEventAic`` (cube core) and ``HardEventAiv`` (vector core) in kernel_event.h
+#: (``FIX_V`` / ``V_FIX`` exist only for __NPU_ARCH__ 5102 / 3003, not here)
+AIC_EVENTS = frozenset({
+    ("MTE2", "MTE1"), ("MTE1", "MTE2"), ("MTE1", "M"), ("M", "MTE1"), ("MTE2", "M"),
+    ("M", "MTE2"), ("M", "FIX"), ("FIX", "M"), ("MTE2", "FIX"), ("FIX", "MTE2"),
+    ("MTE1", "FIX"), ("FIX", "MTE1")})
+AIV_EVENTS = frozenset({
+    ("MTE2", "V"), ("V", "MTE2"), ("MTE3", "V"), ("V", "MTE3"), ("MTE3", "MTE2"),
+    ("MTE2", "MTE3")})
+HARD_EVENTS = AIC_EVENTS | AIV_EVENTS
+#: event ids a static-tensor kernel may use per HardEvent (ids 6 and 7 are reserved)
+EVENT_IDS = 6
+#: cross-core flag ids (CrossCoreSetFlag modes 0/1/2: 0-15; SyncAll keeps 11-14)
+CROSS_FLAG_IDS = 11
+CROSS_FLAG_MAX = 15  # a flag's counter saturates at 15 pending sets
 
 
 @dataclass(frozen=True)
 class NpuParams:
-    """The simulator's cycle model of one AI core: bytes per cycle of each transfer
-    pipe, fixed start-up latency per transfer, vector bytes per cycle and vector
-    instruction latency, cube fractal ops per cycle (16x16x16 fp16)."""
-    gm_bytes_per_cycle: int = 128       # MTE2 GM -> L1/UB (through L2)
-    out_bytes_per_cycle: int = 128      # FIX L0C -> GM, MTE3 UB -> GM
+    """The simulator's model of one chip: the cores, and the cycle figures of one core
+    (bytes per cycle of each transfer pipe, start-up latencies, vector bytes per repeat,
+    cube fractal ops per cycle) and of the shared HBM."""
+    aic_cores: int = 24                 # cube cores (AI cores)
+    aiv_per_aic: int = 2                # vector cores per AI core
+    gm_bytes_per_cycle: int = 128       # MTE2 GM -> L1/UB of one core
+    out_bytes_per_cycle: int = 128      # FIX L0C -> GM, MTE3 UB -> GM of one core
     l1_bytes_per_cycle: int = 256       # MTE1 L1 -> L0A/L0B
     transfer_latency: int = 64          # cycles before the first byte of a GM transfer
     local_latency: int = 8              # cycles before the first byte of an on-chip copy
     vector_bytes_per_cycle: int = 256   # one vector repeat
     vector_latency: int = 4             # issue latency of one vector instruction
-    cube_fp32_factor: int = 2           # fp32 operands take twice the cube cycles
+    cube_fp32_factor: int = 2           # fp32 operands: 16x8 fractals, half the MACs
+    hbm_bytes_per_cycle: int = 889      # the whole chip's HBM (1.6 TB/s at 1.8 GHz)
+    l2_bytes: int = 192 * 1024 * 1024   # the chip's L2, which holds a kernel's working set
+    flag_latency: int = 0               # cycles of a SetFlag/WaitFlag pair
+    cross_latency: int = 100            # cycles of a CrossCoreSetFlag -> WaitFlag
+
+    @property
+    def aiv_cores(self) -> int:
+        return self.aic_cores * self.aiv_per_aic
 
 
 @dataclass(frozen=True)
 class NpuSpec:
-    capacities: dict
-    params: NpuParams
+    """One target: its capacities per core (bytes) and its model parameters."""
+    arch: int                            # __NPU_ARCH__
+    product: str
+    capacities: dict = field(default_factory=dict)
+    params: NpuParams = field(default_factory=NpuParams)
 
 
 SPECS = {
-    "npu": NpuSpec({"L1": 1024 * KIB, "L0A": 64 * KIB, "L0B": 64 * KIB,
-                    "L0C": 256 * KIB, "UB": 256 * KIB}, NpuParams()),
-    "npu-lite": NpuSpec({"L1": 64 * KIB, "L0A": 8 * KIB, "L0B": 8 * KIB,
-                         "L0C": 16 * KIB, "UB": 16 * KIB}, NpuParams()),
+    # Atlas A2 (910B): kernel_utils_constants.h (__NPU_ARCH__ == 2201): TOTAL_L1_SIZE
+    # 512 KiB - 128 B (KFC reserve), TOTAL_L0C_SIZE 128 KiB, TOTAL_UB_SIZE 192 KiB of
+    # which TOTAL_VEC_LOCAL_SIZE 184 KiB for the kernel (the top 8 KiB is the reserved
+    # UB some calls, Select among them, use); TOTAL_L0A_SIZE / TOTAL_L0B_SIZE 64 KiB;
+    # matmul_tiling_base.cpp (ascend910b) the same
+    "npu": NpuSpec(2201, "Atlas A2 (Ascend 910B): 24 AI cores = 24 AIC + 48 AIV",
+                   {"L1": 512 * KIB - 128, "L0A": 64 * KIB, "L0B": 64 * KIB,
+                    "L0C": 128 * KIB, "UB": 184 * KIB}, NpuParams()),
+    "npu-lite": NpuSpec(2201, "the A2 structure with tiny buffers and 2 AI cores (tests)",
+                        {"L1": 64 * KIB, "L0A": 8 * KIB, "L0B": 8 * KIB,
+                         "L0C": 16 * KIB, "UB": 16 * KIB},
+                        NpuParams(aic_cores=2, hbm_bytes_per_cycle=256,
+                                  l2_bytes=1024 * 1024)),
 }
 
 
 def npu_hierarchy(cap: dict, p: NpuParams) -> MemoryHierarchy:
     return MemoryHierarchy(
         levels=(
-            MemoryLevel("GM", "global", 0, ALIGN, ("host", "core"), "off-chip global memory"),
-            MemoryLevel("L1", "npu_l1", cap["L1"], ALIGN, ("MTE2", "MTE1"),
-                        "cube operand staging, fractal NZ"),
-            MemoryLevel("L0A", "npu_l0a", cap["L0A"], 512, ("MTE1", "cube"),
-                        "left cube operand, fractal zZ (512 B = one 16x16 fp16 tile)"),
-            MemoryLevel("L0B", "npu_l0b", cap["L0B"], 512, ("MTE1", "cube"),
-                        "right cube operand, fractal nZ"),
-            MemoryLevel("L0C", "npu_l0c", cap["L0C"], 1024, ("cube", "FIX"),
-                        "fp32 accumulators, fractal NZ"),
+            MemoryLevel("GM", "global", 0, ALIGN, ("host", "AIC", "AIV"),
+                        "HBM, shared by every core"),
+            MemoryLevel("L1", "npu_l1", cap["L1"], ALIGN, ("MTE2", "MTE1", "FIX"),
+                        "AIC: cube operand staging (TPosition A1/B1), fractal NZ"),
+            MemoryLevel("L0A", "npu_l0a", cap["L0A"], FRACTAL_BYTES, ("MTE1", "M"),
+                        "AIC: left cube operand (A2), fractal zZ (512 B fractals)"),
+            MemoryLevel("L0B", "npu_l0b", cap["L0B"], FRACTAL_BYTES, ("MTE1", "M"),
+                        "AIC: right cube operand (B2), fractal nZ"),
+            MemoryLevel("L0C", "npu_l0c", cap["L0C"], 1024, ("M", "FIX"),
+                        "AIC: accumulators (CO1), fractal NZ, fp32"),
             MemoryLevel("UB", "npu_ub", cap["UB"], ALIGN, ("MTE2", "V", "MTE3"),
-                        "unified buffer of the vector unit"),
+                        "AIV: unified buffer of each vector core (VECCALC)"),
         ),
         copies=(
-            CopyRule("GM", "L1", f"MTE2 DataCopy nd2nz ({p.gm_bytes_per_cycle} B/cycle)",
-                     "SetFlag/WaitFlag MTE2->MTE1"),
-            CopyRule("L1", "L0A", f"MTE1 LoadData 2D zZ ({p.l1_bytes_per_cycle} B/cycle)",
-                     "SetFlag/WaitFlag MTE1->M"),
-            CopyRule("L1", "L0B", f"MTE1 LoadData 2D nZ, transposing "
-                     f"({p.l1_bytes_per_cycle} B/cycle)", "SetFlag/WaitFlag MTE1->M"),
-            CopyRule("L0C", "GM", f"FIX Fixpipe nz2nd with cast ({p.out_bytes_per_cycle} "
-                     f"B/cycle)", "SetFlag/WaitFlag M->FIX"),
-            CopyRule("GM", "UB", f"MTE2 DataCopyPad, 32 B blocks ({p.gm_bytes_per_cycle} "
-                     f"B/cycle)", "SetFlag/WaitFlag MTE2->V"),
+            CopyRule("GM", "L1", f"MTE2 DataCopy + Nd2NzParams ({p.gm_bytes_per_cycle} "
+                     f"B/cycle)", "SetFlag/WaitFlag MTE2_MTE1"),
+            CopyRule("L1", "L0A", f"MTE1 LoadData + LoadData2DParams "
+                     f"({p.l1_bytes_per_cycle} B/cycle)", "SetFlag/WaitFlag MTE1_M"),
+            CopyRule("L1", "L0B", f"MTE1 LoadData (ifTranspose, b16) or "
+                     f"LoadDataWithTranspose (b32) ({p.l1_bytes_per_cycle} B/cycle)",
+                     "SetFlag/WaitFlag MTE1_M"),
+            CopyRule("L0C", "GM", f"FIX Fixpipe + FixpipeParamsV220, CFG_ROW_MAJOR "
+                     f"({p.out_bytes_per_cycle} B/cycle)", "SetFlag/WaitFlag M_FIX"),
+            CopyRule("GM", "UB", f"MTE2 DataCopyPad + DataCopyExtParams "
+                     f"({p.gm_bytes_per_cycle} B/cycle)", "SetFlag/WaitFlag MTE2_V"),
             CopyRule("UB", "GM", f"MTE3 DataCopyPad ({p.out_bytes_per_cycle} B/cycle)",
-                     "SetFlag/WaitFlag V->MTE3"),
+                     "SetFlag/WaitFlag V_MTE3"),
+            CopyRule("L0C", "UB", "through GM: Fixpipe to a workspace, "
+                     "CrossCoreSetFlag<2, PIPE_FIX>, DataCopyPad on the AIV",
+                     "CrossCoreSetFlag / CrossCoreWaitFlag mode 2"),
         ))
 
 
 def npu_units(p: NpuParams) -> tuple[ComputeUnit, ...]:
     return (
         ComputeUnit("cube", "matrix", (16, 16, 16), ("float16->float32", "float32->float32"),
-                    f"1 fractal op per cycle (fp32 operands: 1/{p.cube_fp32_factor})"),
-        ComputeUnit("vector", "vector", (128,),
-                    ("float16", "float32"),
-                    f"{p.vector_bytes_per_cycle} B per repeat: 128 fp16 / 64 fp32 lanes, "
-                    f"repeat/stride/mask"),
+                    f"AIC: 1 fractal op per cycle (fp32 operands: 1/{p.cube_fp32_factor}); "
+                    f"{p.aic_cores} per chip"),
+        ComputeUnit("vector", "vector", (128,), ("float16", "float32"),
+                    f"AIV: {p.vector_bytes_per_cycle} B per repeat (128 fp16 / 64 fp32 lanes), "
+                    f"mask/repeat/stride, at most {MAX_REPEAT} repeats; "
+                    f"{p.aiv_cores} per chip"),
         ComputeUnit("scalar", "scalar", (1,), ("all",), "address and loop control"),
     )
 
@@ -103,7 +156,15 @@ def npu_target(name: str) -> Target:
     if spec is None:
         raise TargetError(f"no NPU target {name!r}; NPU targets: {', '.join(SPECS)}")
     return Target(name=name, kind="npu", memory=npu_hierarchy(spec.capacities, spec.params),
-                  units=npu_units(spec.params), features=("cube", "vector", "fractal"))
+                  units=npu_units(spec.params),
+                  features=("cube", "vector", "fractal", f"npu_arch_{spec.arch}", "aic_aiv"))
+
+
+def npu_spec(target: Target) -> NpuSpec:
+    spec = SPECS.get(target.name)
+    if spec is None:
+        raise TargetError(f"no NPU target {target.name!r}")
+    return spec
 
 
 def npu_params(target: Target) -> NpuParams:

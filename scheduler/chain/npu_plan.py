@@ -13,7 +13,10 @@ intermediate moves nothing), the GM traffic in bytes is, per batch element, with
     (X: e M K when K is a constant that one L1 stage holds: X's row block stays in L1)
     inputs between the products: 4 x (their tile) x the blocks that load them
 
-(``O`` stays in UB or L0C across the ``l`` blocks, so it is written once.)  The
+(``O`` stays in UB or L0C across the ``l`` blocks, so it is written once.  On the A2
+generation the score, ``P`` and ``P Z`` tiles pass between the cube and vector cores
+through a small per-block GM workspace of two slots, which stays in L2: the model
+counts the HBM traffic and leaves those transfers out.)  The
 memory usage ``MU`` is not one number on the NPU: each buffer lives at its own level,
 so a candidate fits when the program's buffers — with their ping-pong copies, aligned
 as the simulator allocates them — fit L1, L0A, L0B, L0C and UB (the NPU lowering
@@ -97,8 +100,8 @@ class NpuChainPlan:
         return [f"chain {m.name} ({self.chain.dtype} cube operands, fp32 accumulation): "
                 f"batch {d.batch} x (M={d.m}, K={d.k}, L={d.l}, N={d.n}){sym}, between the "
                 f"products: {mid or 'nothing'}",
-                f"block order (b, m, n | l, k): S tile TM x TL = {t.tm} x {t.tl} in L0C -> UB, "
-                f"TN={t.tn}, k0={t.k0}, KL1={t.kl1} ({self.candidates} candidates fit)",
+                f"block order (b, m, n | l, k): S tile TM x TL = {t.tm} x {t.tl} via a GM "
+                f"workspace, TN={t.tn}, k0={t.k0}, KL1={t.kl1} ({self.candidates} candidates fit)",
                 f"  buffers (two block sets with double buffering): {use}",
                 f"  predicted GM traffic fused {self.fused / 2**20:.2f} MiB vs unfused "
                 f"{self.unfused / 2**20:.2f} MiB (unfused / fused = {ratio:.2f})"]

@@ -22,8 +22,10 @@ declared at the end.
 | ``kernel:<n>`` | GPU mapping, baseline, Tensor Core mapping | the subtree that is CUDA kernel n (``gpu_kernels(state).launches[n]``) |
 | ``gpu_blocks:<k>`` / ``gpu_threads:<k>`` | baseline mapping | kernel k's loops mapped to blocks / threads (``gpu_kernels(state).baseline[k]``) |
 | ``copy:<statement>`` | promotion | a promotion copy's loop nest (the name of the copy statement it schedules) |
-| ``tc:block:<g>`` / ``tc:frag:<g>`` / ``tc:mma:<g>`` / ``pipeline:<g>`` | Tensor Core tiling | warp tiles, fragments, mma region, cp.async pipeline of group g (``gpu_kernels(state).tc_plans[g]``) |
+| ``tc:block:<g>`` / ``tc:frag:<g>`` / ``tc:mma:<g>`` / ``pipeline:<g>`` | Tensor Core tiling | warp tiles, fragments, mma region, cp.async pipeline of group g (``gpu_kernels(state).tc_plans[g]``; on sm_90a the ``wgmma`` plan: ``pipeline`` is its mbarrier ring of TMA stages) |
+| ``tc:persistent:<g>`` | Tensor Core mapping (sm_90a) | the block band below is the tile loop nest of a persistent kernel: its iterations are dealt over the grid (``gpu_kernels(state).tc_plans[g]``) |
 | ``cpu_parallel`` | CPU passes | the outermost parallel loop of a nest (OpenMP) |
+| ``cpu_wavefront`` | CPU stencil time tiling | the band below runs tiles by wavefronts: its first member (the wavefront) is sequential, the loop of its second member runs the wavefront's tiles in parallel (OpenMP) when it is coincident |
 | ``cpu_microkernel`` | CPU backbone tiling | the register-tile loop nest of the GEMM micro-kernel |
 | ``cpu_microkernel:<n>`` | CPU backbone tiling | the same on a dot-product unit (bf16 ``vdpbf16ps``, int8 ``vpdpbusd``); ``cpu_microkernels(state).dots[n]`` (:mod:`polycomp.scheduler.cpu.state`) is its typed payload |
 | ``cpu_pack_request:<n>`` / ``cpu_pack:<n>`` | CPU backbone tiling / packing | operand packing (``promotion_state(state).pack_requests[n]`` / ``.packs[n]``) |
@@ -33,8 +35,12 @@ declared at the end.
 | ``npu_vector:<n>`` | NPU mapping | stages of vector program n; ``npu_plans(state).vectors[n]``: dimension roles |
 | ``npu_phases:<n>`` | NPU mapping | a kernel of phases joined by GM workspaces; ``npu_plans(state).phases[n]`` |
 | ``npu_chain:<n>`` | NPU chain fusion | a fused chain program; ``npu_plans(state).chains[n]``: tiles, buffer use |
+| ``chain_fused:<n>`` | chain fusion, CPU (``scheduler/chain/program.py``) | the fused program of a chain of two contractions (``chain_plans(state).programs[n]``); the NPU chain pass's tree (``tree.fused_tree``) carries a plain ``chain_fused`` mark (no payload) above its ``npu_chain:<n>`` |
+| ``conv_chain_fused:<n>`` | conv-chain fusion, CPU (``scheduler/chain/conv_program.py``) | the fused program of two convolutions (``chain_plans(state).programs[n]``) |
+| ``cpu_local:<n>`` | chain fusion (CPU) | temporaries private to the subtree, stored in per-thread tile buffers (``local_tiles(state).records[n]``) |
 | ``chain_step:<n>`` | CUDA chain fusion | a block-level micro-kernel of a fused chain's kernel (``chain_program(state).steps[n]``: its role and statements) |
 | ``chain_ring:<n>`` | CUDA chain fusion | the ``l`` loop below streams its tiles through a ring of shared buffers (``chain_program(state).rings[n]``) |
+| ``row_vector:<n>`` | row-reduction mapping | the loop below runs over consecutive columns accessed as one aligned vector (``row_kernels(state).vectors[n]``, :mod:`polycomp.scheduler.gpu.rowstate`) |
 
 A fused chain's ``kernel:<n>`` (CUDA) indexes ``chain_program(state).kernels[n]``
 (:mod:`polycomp.scheduler.chain.cuda_tree`); ``npu_plans``:
@@ -57,8 +63,10 @@ COPY = "copy"
 TC_BLOCK = "tc:block"
 TC_FRAG = "tc:frag"
 TC_MMA = "tc:mma"
+TC_PERSISTENT = "tc:persistent"
 PIPELINE = "pipeline"
 CPU_PARALLEL = "cpu_parallel"
+CPU_WAVEFRONT = "cpu_wavefront"
 CPU_MICROKERNEL = "cpu_microkernel"
 CPU_PACK_REQUEST = "cpu_pack_request"
 CPU_PACK = "cpu_pack"
@@ -70,13 +78,18 @@ NPU_CONV = "npu_conv"
 NPU_VECTOR = "npu_vector"
 NPU_PHASES = "npu_phases"
 NPU_CHAIN = "npu_chain"
+ROW_VECTOR = "row_vector"
+CHAIN_FUSED = "chain_fused"
+CONV_CHAIN_FUSED = "conv_chain_fused"
+CPU_LOCAL = "cpu_local"
 
 #: every declared mark kind, longest first (how :func:`split` finds a name's kind)
 KINDS = tuple(sorted((BACKBONE, PROLOGUE, TILE_BLOCK, TILE_POINT, TILE_REDUCE, KERNEL,
-                      GPU_BLOCKS, GPU_THREADS, COPY, TC_BLOCK, TC_FRAG, TC_MMA, PIPELINE,
-                      CPU_PARALLEL, CPU_MICROKERNEL, CPU_PACK_REQUEST, CPU_PACK, NPU_CUBE,
-                      NPU_PINGPONG, NPU_CONV, NPU_VECTOR, NPU_PHASES, NPU_CHAIN, CHAIN_STEP,
-                      CHAIN_RING), key=len, reverse=True))
+                      GPU_BLOCKS, GPU_THREADS, COPY, TC_BLOCK, TC_FRAG, TC_MMA, TC_PERSISTENT,
+                      PIPELINE, CPU_PARALLEL, CPU_WAVEFRONT, CPU_MICROKERNEL, CPU_PACK_REQUEST,
+                      CPU_PACK, NPU_CUBE, NPU_PINGPONG, NPU_CONV, NPU_VECTOR, NPU_PHASES,
+                      NPU_CHAIN, CHAIN_STEP, CHAIN_RING, ROW_VECTOR, CHAIN_FUSED,
+                      CONV_CHAIN_FUSED, CPU_LOCAL), key=len, reverse=True))
 
 # IR attributes that IR passes add (no schedule-tree mark):
 #: the tail of a vectorised loop, ``AttrStmt(VECTOR_MASK, (count, lanes))``
@@ -88,6 +101,10 @@ TC_LOAD = "tc_load"
 #: a rewritten ``tc:frag`` region, ``AttrStmt(TC_FRAGMENT, "<statement>")``
 #: (hw/cuda/tensorize.py)
 TC_FRAGMENT = "tc_frag"
+#: warp-specialised roles, ``AttrStmt(WARP_ROLES, "<kernel>", Block[IfThenElse(role_i,
+#: body_i), ...])``: disjoint thread sets that run concurrently and synchronise through
+#: mbarriers only (hw/cuda/hopper.py; the simulator runs each role as a coroutine)
+WARP_ROLES = "warp_roles"
 
 
 def make(kind: str, *args: object) -> isl.Id:

@@ -22,6 +22,7 @@ the reduction loops but kept under the common output band (TSCompiler Fig. 7e/8c
 later tiling of that band tiles the epilogue with the backbone.
 
 *Row stitching* (AStitch's regional scheme): a run of stages over the same rows ``R``
+(one to three dimensions, e.g. ``B x S`` for a layernorm over ``(B, S, H)``)
 — reductions to ``R`` and row-wise stages ``R x J`` reading run members only at the row
 or at their own point (:func:`~polycomp.scheduler.common.classify.row_runs`) — becomes one
 group of class ``rowreduce``: a band over ``R`` above the sequence of all its statements,
@@ -86,6 +87,29 @@ def backbones(state: CompileState) -> Backbones:
     return state.slot(Backbones)
 
 
+def _trimmed(run, groups):
+    """A run of two- or three-dimensional rows as a row group may take it: without the
+    stages at either end that belong to a fusion group reaching outside the run (a
+    product's epilogue, e.g. the bias and residual additions before a layernorm, stays
+    with the product's kernel), and only when its reductions are no contractions (a
+    batched product's output points are no rows); None when nothing is left to stitch."""
+    from polycomp.scheduler.common.classify import RowRun
+    owner = {st: g for g in groups for st in g.prologue + g.stages}
+    stages = list(run.stages)
+
+    def inside(st):
+        g = owner.get(st)
+        return g is not None and set(g.prologue + g.stages) <= set(stages)
+    while stages and not inside(stages[0]):
+        stages.pop(0)
+    while stages and not inside(stages[-1]):
+        stages.pop()
+    if not any(st.is_reduction for st in stages) or any(
+            owner[st].kind in ("contraction", "conv") for st in stages if st.is_reduction):
+        return None
+    return RowRun(stages, run.rank)
+
+
 class PatternSchedulePass(Pass):
     name = "pattern-schedule"
 
@@ -96,7 +120,14 @@ class PatternSchedulePass(Pass):
             return schedule
         groups = fusion_groups(m.graph)
         if ctx.cuda_options.row_stitching:
-            runs = [r for r in row_runs(m.graph) if self._stitchable(m, r, ctx)]
+            runs: list = [r for r in row_runs(m.graph) if self._stitchable(m, r, ctx)]
+            for rank in (2, 3):         # rows of two or three dimensions (B x S x ...)
+                taken = {st for r in runs for st in r.stages}
+                for r in row_runs(m.graph, rank):
+                    r = _trimmed(r, groups)
+                    if r is not None and not taken & set(r.stages) and \
+                            self._stitchable(m, r, ctx):
+                        runs.append(r)
             groups = with_row_runs(groups, runs)
         by_stage: dict = {}
         for s in m.statements:

@@ -43,7 +43,7 @@ def _has_parallel_mark(node: isl.ScheduleNode) -> bool:
     found = []
 
     def fn(n):
-        if marks.is_kind(n, marks.CPU_PARALLEL):
+        if marks.is_kind(n, marks.CPU_PARALLEL) or marks.is_kind(n, marks.CPU_WAVEFRONT):
             found.append(n)
             return False
         return True
@@ -87,7 +87,8 @@ class ScopParallelPass(Pass):
 
         def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
             t = node.get_type()
-            if t == _T.mark and marks.is_kind(node, marks.CPU_PARALLEL):
+            if t == _T.mark and (marks.is_kind(node, marks.CPU_PARALLEL)
+                                 or marks.is_kind(node, marks.CPU_WAVEFRONT)):
                 return node
             if t == _T.band:
                 m = parallel_member(node, deps)

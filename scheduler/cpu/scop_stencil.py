@@ -1,43 +1,57 @@
-"""Pass ``scop-stencil``: time tiling of stencils in C SCoPs, with a wavefront of
-tiles run in parallel (Pluto's diamond-free, skewed tiling).
+"""Pass ``scop-stencil``: time tiling of stencils in C SCoPs, the skew read off the
+dependence cone (Pluto's parallelogram tiles), with a wavefront of tiles in parallel.
 
-In ``for t: for i: for j:`` stencils (jacobi-2d, heat-3d, fdtd-2d, seidel-2d) the time
-loop carries dependences, so only the space loops of one time step can run in parallel
-and every time step streams the arrays through memory once.  isl's scheduler (validity,
-proximity and coincidence = the dependences) finds a skewed, fully permutable band
-(jacobi-2d: ``[t, 2t + i, 2t + j]``); tiling it reuses each tile for several time steps,
-and tiles on one anti-diagonal of the tile grid are independent.
+In ``for t: { for i: for j: B = f(A); for i: for j: A = f(B); }`` stencils (jacobi-1d/2d,
+heat-3d, fdtd-2d, seidel-2d) the time loop carries dependences, so only the space loops
+of one time step can run in parallel and every time step streams the arrays through
+memory once.  A skewed, fully permutable band over time and space can be tiled: a tile
+then runs several time steps on data that stays in cache, and the tiles on one
+anti-diagonal of the tile grid are independent.
+
+The band is not searched by isl's scheduler (seconds on three loops, about 10 s on
+heat-3d's four) but built from the dependence cone (:mod:`polycomp.scheduler.common.
+cone`): the statements of the nest are embedded in one space ``[t, z_1 .. z_D]`` (``z``
+= the written element's subscripts), the distance vectors of the dependences between
+each pair of statements form isl sets, and each skew row ``y_d = z_d + Σ_{e<d}
+c_{d,e}·(t, z)_e + o_d[S]`` takes the smallest non-negative coefficients (by sum) for
+which statement offsets ``o_d`` exist (difference constraints, solved as longest
+paths) that make every distance component ``>= 0`` (jacobi-2d: ``(t, 2t + i, 2t + j)``
+and ``(t, 2t + i + 1, 2t + j + 1)`` for the second statement; fdtd-2d: ``t + i``,
+``t + i + 1`` for ``hz``; seidel-2d: ``(t, t + i, 2t + i + j)``).
 
 Assumes: the program-order tree (``domain -> sequence`` of top-level filters, or one
 subtree) after ``scop-gemm``; ``ctx.model.dependences`` holds every dependence.
 
 A top-level subtree is a *stencil* when its statements share their outermost loop (the
-time loop) and write no element whose subscripts use it, it has no ``cpu_parallel``
-mark, all its
-statements have at least two loops and the deepest exactly :data:`MAX_LOOPS` = 3 (time
-and two space loops; a 1-D stencil's time step is too little work, and isl's scheduler
-takes seconds on four loops), and isl's schedule of its statements (dependences restricted
-to them) is one permutable band of ``n >= 3`` members (a leaf below) whose first member
-is not coincident.  With ``f_0 .. f_{n-1}`` its members, tile sizes ``s`` (time, then
-space: :data:`TILES`), ``T_d = floor(f_d / s_d)`` for ``d < n - 1``, the subtree becomes
+time loop), write no element whose subscripts use it, each has at least one more loop,
+the deepest at most :data:`MAX_LOOPS` (time and three space loops), it has no
+``cpu_parallel`` mark, and :func:`~polycomp.scheduler.common.cone.skew_band` finds the
+rows.  With the band ``M = (t, y_1 .. y_D)``, tile sizes ``s`` (:func:`tile_sizes`:
+time steps, then space), ``T_d = floor(M_d / s_d)`` over the tiled members (all but
+``y_D`` when ``D >= 2``, all of them when ``D = 1``), the subtree becomes
 
-    band[T_0 + T_1]                                 (the wavefront, sequential)
-      mark cpu_parallel
-        band[T_1, .., T_{n-2}]                      (tiles of one wavefront: parallel)
-          band[f_0, .., f_{n-2}]                    (points of a tile)
-            sequence                                (statements in textual order)
-              filter S: band[f_{n-1}]               (innermost: unit stride, vectorised)
+    mark cpu_wavefront
+      band[T_0 + T_1, T_1, .., T_last]              (wavefront: sequential; its tiles
+                                                     T_1: parallel; T_2 ..: sequential)
+        band[t, y_1 .., y_{D-1}]                    (points of a tile)
+          sequence                                  (statements in textual order)
+            filter S: band[y_D]                     (innermost: unit stride, vectorised)
 
-Legality (isl terms): the band is permutable, so every dependence between its
-instances has non-negative distances on all ``f_d`` and thus on all ``T_d``; one whose
-tiles differ has ``T_0 + T_1`` larger, or equal with ``T_0, T_1`` equal and a later
-``T_2 ..``; within a tile the points keep isl's order except that, at equal ``f_0 ..
-f_{n-2}``, the statements run one after the other instead of interleaved along
-``f_{n-1}``.  The pass checks the whole result with
-:func:`~polycomp.scheduler.common.tree.violated_dependences` and, for the mark, that
-every dependence between instances with equal wavefront has equal ``T_1`` (isl's
-coincidence, so the tiles of one wavefront may run in any order); if either fails the
-subtree keeps the program order (with a note).
+Legality (isl terms): every distance component of ``(t, y)`` is ``>= 0`` (the rows'
+search requires it of every dependence, statement offsets included), so every
+dependence has non-negative distances on all members of ``M`` and on every ``T_d``;
+one whose tiles differ has ``T_0 + T_1`` larger, or equal with ``T_0, T_1`` equal and a
+later ``T_2 ..``; within a tile, at
+equal ``(t, y_1 .., y_{D-1})`` the statements run in textual order, each along
+``y_D``.  With fewer than :data:`PARALLEL_MIN_DIMS` space dimensions the tiles run in
+sequence: the band is ``[T_0, T_1, ..]`` (no wavefront; its ``T_1`` loop carries
+dependences, so the mark makes no loop parallel).  The pass checks the whole result
+with :func:`~polycomp.scheduler.common.tree.violated_dependences` and, when the tiles
+run in parallel, that every dependence between instances with equal wavefront has
+equal ``T_1`` (isl's coincidence); if either fails the subtree keeps the program order
+(with a note).  No
+operation is reordered within an element's computation: results are bitwise those of
+the C loop nest.
 """
 from __future__ import annotations
 
@@ -47,6 +61,12 @@ from polycomp import ir
 from polycomp.frontend.c_model import CScopModel
 from polycomp.islutil import sets
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.common.cone import (
+    band_members,
+    embedding,
+    pair_distances,
+    skew_band,
+)
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu import tree as T
@@ -54,30 +74,26 @@ from polycomp.scheduler.cpu.parallel import has_mark
 from polycomp.scheduler.cpu.scop_tile import floor_member
 from polycomp.state import CompileState
 
-#: loops of the deepest statement: isl's scheduler takes about 10 s on heat-3d's four
-#: (time and three space loops), so deeper stencils keep their per-time-step parallel
-#: loops (``scop-parallel``)
-MAX_LOOPS = 3
+#: loops of the deepest statement (time and three space loops: heat-3d)
+MAX_LOOPS = 4
 
-#: tile sizes of the tiled members (time first), by their count: the footprint of a
-#: tile, (space + 2 * time) rows (planes) of every array, stays within about 1 MiB
-#: for PolyBench's LARGE rows
-TILES = {2: (8, 32)}
+#: tile sizes by the number of space dimensions ``D``: time steps, then the tiled space
+#: members (``y_1`` only for ``D = 1``; ``y_1 .. y_{D-1}`` otherwise, ``y_D`` runs whole
+#: rows).  A tile's footprint, (space + 2·slope·time) rows of each array, stays within
+#: the L2 of one core for PolyBench's LARGE sizes.
+TILES = {1: (64, 512), 2: (8, 32), 3: (4, 8, 16)}
+
+#: fewest space dimensions for which the tiles of a wavefront run in parallel: a 1-D
+#: stencil's whole run is little work (PolyBench's jacobi-1d at LARGE: 2M updates,
+#: 0.3 ms), less than a fork/join per wavefront costs when the host is busy (0.27 s
+#: measured for its 14 wavefronts), so its tiles run in sequence (the mark then makes
+#: no loop parallel; time tiles still keep a tile's rows in cache)
+PARALLEL_MIN_DIMS = 2
 
 
-def isl_band(filt: isl.UnionSet, ctx: CompileState) -> tuple[list, isl.ScheduleNode] | None:
-    """The members of the single permutable band isl's scheduler gives the statements
-    of ``filt`` (and the band node), or None when it gives anything else."""
-    m = ctx.model
-    deps = m.dependences.intersect_domain(filt).intersect_range(filt)
-    sc = isl.ScheduleConstraints.on_domain(filt).set_context(m.context)
-    sc = sc.set_validity(deps).set_proximity(deps).set_coincidence(deps)
-    node = sc.compute_schedule().get_root().child(0)
-    if node.get_type() != isl.schedule_node_type.band or not node.band_get_permutable():
-        return None
-    if node.child(0).get_type() != isl.schedule_node_type.leaf:
-        return None
-    return T.members(node), node
+def tile_sizes(dims: int) -> tuple[int, ...]:
+    """The tile sizes of a stencil with ``dims`` space dimensions (see :data:`TILES`)."""
+    return TILES[dims]
 
 
 def _coincident(deps: isl.UnionMap, outer: isl.UnionPwAff, member: isl.UnionPwAff) -> bool:
@@ -86,20 +102,44 @@ def _coincident(deps: isl.UnionMap, outer: isl.UnionPwAff, member: isl.UnionPwAf
     return deps.intersect(w.apply_range(w.reverse())).is_subset(m.apply_range(m.reverse()))
 
 
-def stencil_tree(members: list, names: list[str], filt: isl.UnionSet):
-    """The tiled wavefront subtree of the module docstring."""
-    n = len(members)
-    sizes = TILES[n - 1]
-    tiles = [floor_member(m, s) for m, s in zip(members[:n - 1], sizes)]
-    inner = members[n - 1]
+def cone_band(stmts: list, deps: isl.UnionMap) -> tuple[list, list] | None:
+    """``(members, rows)``: the skewed band ``(t, y_1 .. y_D)`` of the statements
+    ``stmts`` (textual order, sharing the time loop) over the dependences ``deps``
+    among them, and its :class:`~polycomp.scheduler.common.cone.SkewRow` rows over
+    ``(t, z_1 .. z_D)``; None when the cone gives none."""
+    space = embedding(stmts)
+    if space is None:
+        return None
+    pairs = pair_distances(deps, space.embed)
+    rows = skew_band(pairs, space.order, space.dims)
+    if rows is None:
+        return None
+    return band_members(space, rows), rows
+
+
+def stencil_tree(members: list, names: list[str], filt: isl.UnionSet, sizes: tuple,
+                 parallel: bool = True):
+    """The tiled wavefront subtree of the module docstring (the tiles of a wavefront
+    coincident when ``parallel``); returns it with the wavefront and the tile member
+    ``T_1`` (for the coincidence check)."""
+    dims = len(members) - 1
+    ntiled = len(members) if dims == 1 else len(members) - 1
+    tiles = [floor_member(m, s) for m, s in zip(members[:ntiled], sizes)]
+    inner = members[-1]
     seq = T.Sequence([
         T.Filter(f, T.Band([inner.intersect_domain(f)], permutable=True))
         for f in (isl.UnionSet.from_set(s) for name in names
                   for s in sets(filt) if s.get_tuple_name() == name)])
-    point = T.Band(members[:n - 1], seq, permutable=True)
-    wave = tiles[0].add(tiles[1])
-    par = T.Band(tiles[1:], point, permutable=True, coincident=[True] + [False] * (n - 3))
-    return T.Band([wave], T.Mark(marks.CPU_PARALLEL, par)), wave, tiles[1]
+    point = T.Band(members[:-1], seq, permutable=True)
+    # one band: the wavefront and the tiles together (isl's AST generation projects
+    # the floors of separate bands one by one, with a cost that grows with the tile
+    # sizes); the mark makes the second member's loop the parallel one.  Tiles in
+    # sequence need no wavefront: band [T_0, T_1, ..], whose T_1 loop carries the
+    # dependences between the tiles of one time tile, so the mark makes no loop parallel
+    wave = tiles[0].add(tiles[1]) if parallel else tiles[0]
+    band = T.Band([wave] + tiles[1:], point, permutable=True,
+                  coincident=[False, parallel] + [False] * (len(tiles) - 2))
+    return T.Mark(marks.CPU_WAVEFRONT, band), wave, tiles[1]
 
 
 def _time_loop_outside(ctx: CompileState, names: list[str]) -> bool:
@@ -111,6 +151,18 @@ def _time_loop_outside(ctx: CompileState, names: list[str]) -> bool:
     if len(firsts) != 1 or any(not s.iters for s in stmts):
         return False
     return not any(s.iters[0] in ir.free_vars(ix) for s in stmts for ix in s.write_indices)
+
+
+def _rows_text(rows: list) -> str:
+    """The skew rows in words: ``y1 = z1 + t (S_1 + 1)`` style."""
+    names = ["t"] + [f"z{d}" for d in range(1, len(rows[0].coeffs))]
+    out = []
+    for d, row in enumerate(rows[1:], start=1):
+        terms = [names[d]] + [(f"{c}{names[e]}" if c > 1 else names[e])
+                              for e, c in enumerate(row.coeffs[:d]) if c]
+        shifts = ", ".join(f"{n} + {o}" for n, o in row.offsets)
+        out.append(f"y{d} = {' + '.join(terms)}" + (f" ({shifts})" if shifts else ""))
+    return ", ".join(out)
 
 
 class ScopStencilPass(Pass):
@@ -126,27 +178,26 @@ class ScopStencilPass(Pass):
         deps = ctx.model.dependences
         changed = False
         for idx, child in enumerate(kids):
-            if has_mark(child, marks.CPU_PARALLEL):
+            if has_mark(child, marks.CPU_PARALLEL) or has_mark(child, marks.CPU_WAVEFRONT):
                 continue
             filt = child.filter if isinstance(child, T.Filter) else domain
             ss = sets(filt)
             dims = [s.dim(isl.dim_type.set) for s in ss]
-            if not dims or min(dims) < 2 or max(dims) != MAX_LOOPS:
+            if not dims or min(dims) < 2 or max(dims) > MAX_LOOPS:
                 continue
             names = sorted((s.get_tuple_name() for s in ss), key=order.index)
             if not _time_loop_outside(ctx, names):
                 continue
-            got = isl_band(filt, ctx)
+            local = deps.intersect_domain(filt).intersect_range(filt)
+            got = cone_band([ctx.model.statement(n) for n in names], local)
             if got is None:
                 continue
-            members, node = got
-            if len(members) < 3 or len(members) - 1 not in TILES or \
-                    node.band_member_get_coincident(0):
-                continue
-            sub, wave, t1 = stencil_tree(members, names, filt)
-            local = deps.intersect_domain(filt).intersect_range(filt)
-            what = f"{'+'.join(names)}: time-tiled {'x'.join(map(str, TILES[len(members) - 1]))}"
-            if not _coincident(local, wave, t1):
+            members, rows = got
+            sizes = tile_sizes(len(members) - 1)
+            parallel = len(members) - 1 >= PARALLEL_MIN_DIMS
+            sub, wave, t1 = stencil_tree(members, names, filt, sizes, parallel)
+            what = f"{'+'.join(names)}: time-tiled {'x'.join(map(str, sizes))}"
+            if parallel and not _coincident(local, wave, t1):
                 ctx.note(self.name, f"{what}: tiles of a wavefront not independent; kept")
                 continue
             new_kid = T.Filter(child.filter, sub) if isinstance(child, T.Filter) else sub
@@ -162,9 +213,9 @@ class ScopStencilPass(Pass):
             if not isinstance(tree, T.Sequence):
                 tree = new_kid
             changed = True
-            ctx.note(self.name, f"{what} on isl's band {T.mupa_of(members)}, wavefront "
-                                f"of tiles in parallel, innermost loop per statement")
+            how = "wavefront of tiles in parallel" if parallel else "tiles in sequence"
+            ctx.note(self.name, f"{what}, skew from the dependence cone ({_rows_text(rows)}), "
+                                f"{how}, innermost loop per statement")
         if not changed:
             return schedule
         return T.to_schedule(domain, tree)
-

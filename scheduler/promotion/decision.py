@@ -15,6 +15,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from polycomp import dtypes as dt
 from polycomp.errors import PolycompInternalError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -94,6 +95,13 @@ class PromotionDecision:
             return (f"staged in {self._level_text()}: box {list(box.sizes)} x "
                     f"{fp.layout.stages} stage(s), swizzled ({fp.bytes()} bytes; "
                     f"{self.motive}{via})")
+        if fp.layout.kind == "tma-swizzled":
+            lay = fp.layout
+            span = lay.width * dt.itemsize(self.group.array.dtype)
+            return (f"staged in {self._level_text()}: box {list(box.sizes)} x {lay.stages} "
+                    f"stage(s), {box.sizes[lay.dim] // lay.width} panel(s) of {lay.rows} x "
+                    f"{lay.width} along dimension {lay.dim}, {span}-byte swizzle "
+                    f"({fp.bytes()} bytes; {self.motive}, TMA)")
         if fp.layout.kind == "packed-panel":
             grouped = (f", groups of {fp.layout.group} along dimension {fp.layout.group_dim}"
                        if fp.layout.group > 1 else "")

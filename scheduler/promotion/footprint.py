@@ -49,7 +49,7 @@ class Box:
         return n
 
 
-LayoutKind = Literal["row-major", "packed-panel", "swizzled", "fractal"]
+LayoutKind = Literal["row-major", "packed-panel", "swizzled", "tma-swizzled", "fractal"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,15 @@ class Layout:
       is at ``(s, x_0 * width + (x_1 / chunk ^ key) * chunk + x_1 mod chunk)``.  Since
       ``key`` only flips bits below the chunk count, the map is a bijection of the
       stage's ``rows * width`` elements;
+    * ``tma-swizzled`` (tensor-copy staging, :meth:`tma_swizzled`): a 2-d box
+      ``sizes`` whose dimension ``dim`` is the contiguous one, stored ``stages`` times as
+      the tensor copy engine writes it: that dimension cut into panels of ``width``
+      elements (one swizzle span), each panel ``rows = sizes[1 - dim]`` rows of
+      ``width``, the 16-byte chunks of row ``x`` XORed with the key of the span (the
+      ``swizzled`` rule: ``x mod 8`` for 8 chunks, ``(x / 2) mod 4`` for 4, ``(x / 4)
+      mod 2`` for 2): element ``x`` with ``c = x_dim``, ``r = x_{1-dim}`` of stage ``s``
+      is at ``(s, (c / width) * rows * width + r * width + ((c mod width) / chunk ^
+      key(r)) * chunk + c mod chunk)``;
     * ``fractal``: declared for NPU fractal tiles; no use of the engine produces it
       yet (asking for its shape is an error).
     """
@@ -86,6 +95,7 @@ class Layout:
     stages: int = 1        # swizzled: the number of copies of the tile (pipeline stages)
     chunk: int = 0         # swizzled: elements per 16-byte chunk
     xor: bool = True       # swizzled: False keeps the rows linear (stage dimension kept)
+    rows: int = 0          # tma-swizzled: rows of a panel (the other box dimension)
     group_dim: int = -1    # packed-panel: the dimension split into groups (-1: none)
     group: int = 1         # packed-panel: elements per group (innermost, after the lane)
 
@@ -107,6 +117,18 @@ class Layout:
         """Rows of ``width`` elements in chunks of ``chunk``, ``stages`` copies."""
         return Layout("swizzled", 1, width, stages, chunk, xor)
 
+    @staticmethod
+    def tma_swizzled(dim: int, width: int, rows: int, chunk: int, stages: int,
+                     xor: bool = True) -> Layout:
+        """Panels of ``width`` elements along box dimension ``dim`` (contiguous), each
+        ``rows`` rows, swizzled by 16-byte chunks of ``chunk`` elements, ``stages``
+        copies (see the class docstring)."""
+        return Layout("tma-swizzled", dim, width, stages, chunk, xor, rows)
+
+    def panel_elements(self) -> int:
+        """tma-swizzled: the elements of one panel (``rows * width``)."""
+        return self.rows * self.width
+
     def shape(self, sizes: Sequence[int]) -> tuple[int, ...]:
         """The local buffer's shape for a box of ``sizes``."""
         if self.kind == "row-major":
@@ -124,6 +146,13 @@ class Layout:
                 raise PolycompInternalError(
                     f"a swizzled layout of rows of {self.width} in chunks of {self.chunk} "
                     f"does not hold a box {list(sizes)}")
+            return (self.stages, sizes[0] * sizes[1])
+        if self.kind == "tma-swizzled":
+            if self.chunk <= 0 or len(sizes) != 2 or sizes[1 - self.dim] != self.rows \
+                    or sizes[self.dim] % self.width or self.width % self.chunk:
+                raise PolycompInternalError(
+                    f"a tma-swizzled layout of panels of {self.rows} x {self.width} does not "
+                    f"hold a box {list(sizes)}")
             return (self.stages, sizes[0] * sizes[1])
         raise PolycompInternalError(f"layout {self.kind} is declared but not implemented")
 
@@ -146,7 +175,21 @@ class Layout:
         if self.kind == "swizzled":
             chunk, elem = (split or divmod)(rel[1], self.chunk)
             return (0, self.swizzled_offset(rel[0], chunk, elem))
+        if self.kind == "tma-swizzled":
+            return (0, self.tma_offset(rel[1 - self.dim], rel[self.dim], split))
         raise PolycompInternalError(f"layout {self.kind} is declared but not implemented")
+
+    def tma_offset(self, row, col, split: Callable | None = None,
+                   xor: Callable | None = None):
+        """tma-swizzled: the offset within a stage of the element in row ``row`` and
+        contiguous coordinate ``col`` (ints, or IR expressions with ``split`` and
+        ``xor`` as in :meth:`index` / :meth:`swizzled_offset`)."""
+        if self.kind != "tma-swizzled":
+            raise PolycompInternalError(f"a {self.kind} layout has no tma offset")
+        panel, c = (split or divmod)(col, self.width)
+        chunk, elem = (split or divmod)(c, self.chunk)
+        inner = Layout("swizzled", 1, self.width, 1, self.chunk, self.xor)
+        return panel * self.panel_elements() + inner.swizzled_offset(row, chunk, elem, xor)
 
     def swizzled_offset(self, row, chunk, elem, xor: Callable | None = None):
         """The offset within a stage of element ``elem`` of chunk ``chunk`` of row

@@ -39,11 +39,23 @@ class CopyStmt:
 
 @dataclass(frozen=True)
 class WarpReduction:
-    """CUDA only — a reduction privatised per lane (:mod:`polycomp.scheduler.gpu.rowreduce`):
-    the lanes' partial results are combined with ``combine`` (``+``, ``max``, ``min``)
-    by a shuffle butterfly, and lane ``lane_param == 0`` stores the result."""
+    """CUDA only — a reduction privatised per thread (:mod:`polycomp.scheduler.gpu.rowreduce`):
+    the threads' partial results are combined with ``combine`` (``+``, ``max``, ``min``)
+    by a shuffle butterfly over ``width`` lanes (a power of two; below 32 the member
+    mask is the row's segment of the warp, found from the block-row parameter
+    ``row_param``), for ``warps > 1`` then through the shared array ``scratch`` (one
+    element per warp) and a butterfly over the warps; thread ``lane_param == 0`` stores
+    the result.  ``online_max``: this is the sum of an online max-and-sum pair
+    (:mod:`polycomp.scheduler.gpu.rowonline`), combined as a pair with that running
+    maximum (``online_scratch``: the maximum's shared array)."""
     combine: str
     lane_param: str
+    width: int = 32
+    row_param: str = ""
+    warps: int = 1
+    scratch: ir.Buffer | None = None
+    online_max: ir.Buffer | None = None
+    online_scratch: ir.Buffer | None = None
 
 
 @dataclass(eq=False)

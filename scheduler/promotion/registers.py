@@ -136,8 +136,8 @@ class RegisterPromotionPass(Pass):
         budget = _Budget(self.max_per_array, self.max_per_kernel)
         already = {p.array.name for p in promotion_state(ctx).promotions if p.kernel == site.kernel}
         for buf in written_arrays(site.stmts):
-            if buf.name in already:   # privatised by an earlier pass (row reductions)
-                continue
+            if buf.name in already or buf.name in ctx.inlined:
+                continue   # privatised or recomputed where read (row reductions)
             d = decide(buf, site, budget, ctx.model)
             if not d.promoted:
                 ctx.note(self.name, d.remark())

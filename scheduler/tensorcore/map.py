@@ -17,6 +17,15 @@ gets the grid (isl ``PwAff`` ``1 + max b_m`` over the domain) and the thread blo
 Guarantees: each block-tile instance set is executed by exactly one block (the filters
 partition the instances over the block parameters, which range over the grid); the
 order inside a block is unchanged.
+
+A ``wgmma`` plan (sm_90a, :mod:`polycomp.scheduler.tensorcore.hopper`) is not mapped by
+filters: the mark ``tc:persistent:<g>`` goes between ``tc:block:<g>`` and the block
+band, whose members stay loops (the AST enumerates every block tile); its launch has no
+block parameters (``hw/cuda/hopper.py`` deals the tile loop nest's iterations over a
+persistent grid of ``min(tiles, SMs)`` blocks) and the thread block ``(128, 1 +
+consumers, 1)``: ``tx<n>`` the thread in its warpgroup, ``ty<n>`` the warpgroup (0 the
+producer).  Guarantees: the tree below is unchanged (every tile is still executed,
+once, in the AST's order, by whichever block the IR pass deals it to).
 """
 from __future__ import annotations
 
@@ -28,6 +37,7 @@ from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.gpu.map import KernelLaunch, map_block_members, thread_param
 from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.gpu.tile import find_first
+from polycomp.scheduler.tensorcore.hopper import is_wgmma
 from polycomp.state import CompileState
 
 
@@ -42,6 +52,18 @@ class TensorCoreMappingPass(Pass):
             mark = find_first(schedule, lambda x, name=block_mark: marks.name_of(x) == name)
             if mark is None:
                 raise ScheduleError(f"tensor-core group {g} lost its tc:block mark")
+            if is_wgmma(plan.config):
+                schedule = mark.child(0).insert_mark(
+                    marks.make(marks.TC_PERSISTENT, g)).get_schedule()
+                cfg = plan.config
+                n = plan.kernel
+                launches[n] = KernelLaunch([], (128, 1 + cfg.consumers, 1), (),
+                                           tuple(thread_param(a, n) for a in range(3)))
+                grid = "persistent grid of min(tiles, SMs)" if cfg.persistent else \
+                    "one block per tile"
+                ctx.note(self.name, f"kernel {n}: {grid}, block (128, {1 + cfg.consumers}, "
+                                    f"1) (1 producer + {cfg.consumers} consumer warpgroups)")
+                continue
             schedule, launch, kctx = self._map(mark.child(0), plan)
             launches[plan.kernel] = launch
             ctx.restrict_ast_context(kctx)

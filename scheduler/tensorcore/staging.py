@@ -119,6 +119,53 @@ def stage_operands(schedule: isl.Schedule, plan, target) -> TcStaging:
     return TcStaging(out[0], out[1])
 
 
+def stage_operands_tma(schedule: isl.Schedule, plan, target,
+                       stages: int | None = None) -> TcStaging:
+    """The staging decisions of a ``wgmma`` plan (:mod:`.hopper`): the footprints as in
+    :func:`stage_operands` (boxes ``BM x KT`` of ``A`` and ``KT x BN`` of ``B`` in the
+    GEMM view's coordinates), each stored as the tensor copy engine writes it, a
+    ``tma-swizzled`` layout: panels of one swizzle span (``k`` elements for the
+    ``swizzle`` span of the plan) along the operand's contiguous GEMM dimension (K, or
+    M/N for an MN-major operand), ``stages`` copies (the plan's, or 1: the per-stage
+    footprint the plan's stage count is computed from), level ``shared`` by the
+    target's copy rule global -> shared ``tma``; refused over budget as in
+    :func:`stage_operands`."""
+    view, cfg = plan.view, plan.config
+    a_op, b_op = plan.tma
+    node = _mma_node(schedule, plan.group)
+    prefix = prefix_space_map(node).intersect_domain(
+        isl.UnionSet.from_set(view.update.domain))
+    nout = len(view.stage.iters)
+    kd = nout + view.k_dim
+    bm, bn = cfg.block
+    item = dt.itemsize(view.in_dtype)
+    width = cfg.swizzle // item
+    chunk = CHUNK_BYTES // item
+    nst = cfg.stages if stages is None else stages
+    rule = target.memory.copy_rule("global", "shared", "tma")
+    scope = f"kernel {plan.kernel}"
+    limit = shared_limit(target)
+    out = []
+    used = 0
+    # A: box (m, k), contiguous k (dim 1) or m (dim 0); B: box (k, n), n (dim 1) or k (0)
+    for factor, dims, sizes, cdim in (
+            (view.a, (view.m_dim, kd), (bm, cfg.k), 0 if a_op.mn_major else 1),
+            (view.b, (kd, view.n_dim), (cfg.k, bn), 1 if b_op.mn_major else 0)):
+        group = _factor_group(view.update, factor.load)
+        rel = footprint(prefix, group.access)
+        box = _gemm_box(prefix, view.update, dims, sizes)
+        if rel is None or box is None:
+            raise PolycompInternalError(f"{group.name}: no TMA staging footprint")
+        layout = Layout.tma_swizzled(cdim, width, sizes[1 - cdim], chunk, nst)
+        fp = ScopedFootprint(group, rel, box, layout)
+        d = PromotionDecision(group, "shared", scope, fp, motive="wgmma operand", copy=rule)
+        used += fp.bytes()
+        if used > limit:
+            d.refuse(Refusal.OVER_BUDGET, used, limit)
+        out.append(d)
+    return TcStaging(out[0], out[1])
+
+
 def _mma_node(schedule: isl.Schedule, group: int) -> isl.ScheduleNode:
     name = marks.make(marks.TC_MMA, group).get_name()
     found = paths(schedule.get_root(), lambda n: marks.name_of(n) == name)

@@ -75,7 +75,13 @@ from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import mark_coincidence
 from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.scheduler.gpu.tile import backbone_marks, nth_backbone, output_band
-from polycomp.scheduler.tensorcore.staging import TcStaging, shared_limit, stage_operands
+from polycomp.scheduler.tensorcore import hopper
+from polycomp.scheduler.tensorcore.staging import (
+    TcStaging,
+    shared_limit,
+    stage_operands,
+    stage_operands_tma,
+)
 from polycomp.state import CompileState
 
 TC_DTYPES = ("float16", "bfloat16")
@@ -110,7 +116,7 @@ class TcConfig:
         if self.k not in (32, 64):
             raise ScheduleError(f"tensor-core K tile must be 32 or 64, got {self.k}")
         if not 1 <= self.stages <= 4:
-            raise ScheduleError(f"pipeline stages must be 1..4, got {self.stages}")
+            raise ScheduleError(f"mma.sync pipeline stages must be 1..4, got {self.stages}")
         if self.threads > CUDA_MAX_THREADS_PER_BLOCK:
             raise ResourceLimitError(f"tensor-core tiling uses {self.threads} threads per block")
         return self
@@ -180,6 +186,8 @@ class TcPlan:
     group: int
     notes: list = field(default_factory=list)
     staging: TcStaging | None = None
+    # sm_90a wgmma plans (config a WgmmaConfig): the TMA forms of A and B
+    tma: tuple | None = None
 
 
 def _factor(f: contraction.Factor) -> Factor | None:
@@ -284,6 +292,14 @@ class TensorCoreTilingPass(Pass):
                 if g.kind in ("contraction", "conv"):
                     ctx.note(self.name, f"group {k} ({g.backbone.name}): no tensor cores: {view}")
                 continue
+            if hopper.wgmma_unit(ctx.target) is not None:
+                ops = hopper.tma_operands(view, model)
+                if not isinstance(ops, str):
+                    schedule = self._tile_wgmma(schedule, k, g, view, ops, ctx,
+                                                len(marks) + len(plans))
+                    continue
+                ctx.note(self.name, f"group {k} ({g.backbone.name}): no wgmma: {ops}; "
+                                    f"mma.sync")
             cfg = tc_config(ctx.cuda_options.tc_tile, view)
             need = cfg.shared_bytes(dt.itemsize(view.in_dtype))
             plan = TcPlan(view, cfg, len(marks) + len(plans), k)
@@ -307,6 +323,46 @@ class TensorCoreTilingPass(Pass):
                                 f"{view.stage.reduce_axes[view.k_dim].var.name}")
             for d in plan.staging.decisions:
                 ctx.note(self.name, d.remark())
+        return schedule
+
+    def _tile_wgmma(self, schedule, k, g, view, ops, ctx, kernel):
+        """The sm_90a form (:mod:`.hopper`): the same tree, a ``wgmma`` plan whose
+        stages come from the per-stage footprint of the staging decisions."""
+        target = ctx.target
+        opt = ctx.cuda_options.tc_tile
+
+        def stage_bytes(cfg):
+            trial = TcPlan(view, cfg, kernel, k, tma=ops)
+            tiled = self._tile(schedule, k, trial, ctx)
+            return sum(d.footprint.bytes() for d in
+                       stage_operands_tma(tiled, trial, target, stages=1).decisions)
+        cfg = hopper.wgmma_config(opt, view, ops, target, stage_bytes)
+        plan = TcPlan(view, cfg, kernel, k, tma=ops)
+        schedule = self._tile(schedule, k, plan, ctx)
+        plan.staging = stage_operands_tma(schedule, plan, target)
+        if plan.staging.refused:
+            for d in plan.staging.refused:
+                ctx.note(self.name, d.remark())
+            raise ResourceLimitError(f"wgmma tiling of {g.backbone.name}: the staged tiles "
+                                     f"exceed {target.name}'s shared memory")
+        gpu_kernels(ctx).tc_plans[k] = plan
+        st = view.stage
+        cm, cn = cfg.warps
+        ctx.note(self.name, f"group {k} ({g.backbone.name}): tensor cores {view.in_dtype} "
+                            f"wgmma.m64n{cfg.warp[1]}k16, block {cfg.block}, {cfg.consumers} "
+                            f"consumer warpgroup(s) ({cm}x{cn}) of {cfg.warp} + 1 producer "
+                            f"(TMA), K tile {cfg.k}, {cfg.stages} stage(s) of "
+                            f"{cfg.stage_bytes(dt.itemsize(view.in_dtype))} B in an mbarrier "
+                            f"ring, {cfg.swizzle}-byte swizzle, "
+                            f"{'persistent' if cfg.persistent else 'one tile per block'}, "
+                            f"registers {cfg.producer_registers}/{cfg.consumer_registers} "
+                            f"(setmaxnreg); M = {st.iters[view.m_dim].name}, N = "
+                            f"{st.iters[view.n_dim].name}, K = "
+                            f"{st.reduce_axes[view.k_dim].var.name}; A "
+                            f"{'M' if ops[0].mn_major else 'K'}-major, B "
+                            f"{'N' if ops[1].mn_major else 'K'}-major")
+        for d in plan.staging.decisions:
+            ctx.note(self.name, d.remark())
         return schedule
 
     def _tile(self, schedule, k, plan, ctx):

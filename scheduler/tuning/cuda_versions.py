@@ -270,8 +270,10 @@ class CudaMultiVersion(MultiVersion):
 
 def _point(config: dict) -> GpuPoint:
     tc = config["tc_tile"]
+    pe = tc.get("persistent")
     return GpuPoint(tuple(tc["block"]), tuple(tc["warp"]), int(tc["k"]),   # type: ignore[arg-type]
-                    int(tc["stages"]), bool(tc.get("swizzle", True)))
+                    int(tc["stages"]), bool(tc.get("swizzle", True)),
+                    None if pe is None else bool(pe))
 
 
 def wave_plan(kernel, target, records, func: ir.LoweredFunc) -> WavePlan:
