@@ -54,13 +54,21 @@ def release_openmp_threads() -> None:
         pause(1)   # omp_pause_soft
 
 
+#: process state, not a cache: True in a forked child whose libgomp could not release
+#: its pool before the fork (every kernel call there runs on one thread)
+_one_thread_after_fork = False
+
+
 def openmp_after_fork_in_child() -> None:
     """In a forked child whose libgomp cannot release its pool before the fork (no
     ``omp_pause_resource_all``): run parallel regions on one thread, which never touches
-    the parent's dead workers."""
+    the parent's dead workers (also against the per-call thread count of
+    :meth:`CFunction.__call__`, which would otherwise raise it again)."""
+    global _one_thread_after_fork
     lib = _openmp_runtime()
     if lib is not None and _pause_function(lib) is None:
         lib.omp_set_num_threads(1)
+        _one_thread_after_fork = True
 
 
 if hasattr(os, "register_at_fork"):
@@ -242,7 +250,7 @@ class CFunction:
         failed = self._alloc_failed()
         if failed is not None:
             failed.value = 0
-        threads = self.threads or call_threads()
+        threads = 1 if _one_thread_after_fork else self.threads or call_threads()
         if threads is not None and self.openmp is not None:
             self.openmp.ensure(threads)
         self.cfunc(*args)
