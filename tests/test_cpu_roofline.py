@@ -3,6 +3,8 @@ int8 dot-product units as their native instructions), runs the units this machin
 reports the others as not available, and the roof of a kernel is the smaller of the
 compute peak and intensity x bandwidth.  Timings are never asserted beyond being
 positive."""
+import time
+
 import pytest
 
 from polycomp.benchmarks import cpu as bench
@@ -142,13 +144,20 @@ def test_measured_fp32_roofs_match_the_documented_issue_width():
              and rl.available(u)]
     best: dict[str, float] = {}
     clock = 0.0
-    for _ in range(4):
+    # best of short rounds until every roof is within reach, for at most 15 s: on a
+    # loaded machine (load 9 on 2 cores) a round of 4 often loses the core for a probe
+    # (the upper bound is the one a wrong probe breaks: merged chains gave 1.5x)
+    deadline = time.monotonic() + 15
+    for k_round in range(200):
         clock = max(clock, rl.clock_ghz(rounds=3, min_time=0.01))
         for k in units:
             name = rl.UNITS[k].name
             best[name] = max(best.get(name, 0.0), rl.fma_peak(k, 1, rounds=3, min_time=0.01))
-    roofs = rl.Roofs({(u, 1): v for u, v in best.items()}, {1: 1.0}, (1,), clock)
-    ratios = rl.check_against_documented(roofs, core)
+        roofs = rl.Roofs({(u, 1): v for u, v in best.items()}, {1: 1.0}, (1,), clock)
+        ratios = rl.check_against_documented(roofs, core)
+        if k_round >= 3 and (all(r >= 0.9 for r in ratios.values())
+                             or time.monotonic() > deadline):
+            break
     assert set(ratios) == {rl.UNITS[k].name for k in units}
     for unit, ratio in ratios.items():
         assert 0.9 <= ratio <= 1.1, (unit, best[unit], clock, ratio)
