@@ -236,10 +236,13 @@ class CLikePrinter:
             return f"({shifted})"
         return f"((({b}) >= 0 && ({b}) < {bits}) ? {shifted} : ({t})((({a}) < 0) ? -1 : 0))"
 
+    #: pure calls that are index arithmetic when their arguments are (see is_index)
+    index_calls: frozenset = frozenset()
+
     def is_index(self, e) -> bool:
         """Index arithmetic (never overflows, printed plainly) rather than data (wraps)."""
         from polycomp.lowering.simplify import is_index
-        return is_index(e, self.data_vars)
+        return is_index(e, self.data_vars, self.index_calls, selects=True)
 
     def narrow_int_binary(self, e: ir.Binary) -> str:
         """int8/int32 ``+ - * // %``: computed in int64 (no C overflow UB, no int

@@ -48,13 +48,16 @@ def wrap(v: int, dtype: str) -> int:
     return v - m if v >= m >> 1 else v
 
 
-def is_index(e, data_vars=frozenset()) -> bool:
+def is_index(e, data_vars=frozenset(), index_calls=frozenset(), selects=False) -> bool:
     """Whether ``e`` is index arithmetic: int64, built from integer constants and int64
     Vars (iterators, symbols, lets of index values; not those in ``data_vars``) with
     ``+ - * // % min max`` and negation.  polycomp's contract is that such expressions
     never overflow (sizes and indices stay far from ``2**63``), so comparisons of them
     may be decided by their difference; loads, casts, calls and selects are data, which
-    wraps (see the module docstring)."""
+    wraps (see the module docstring).  ``index_calls``: names of pure calls that are
+    index arithmetic of index arguments too (a backend's printer: the CUDA swizzle's
+    ``pc_xor``); with ``selects``, a select of two index values is one (the printers:
+    it cannot overflow; the simplifier keeps selects as data atoms)."""
     if e.dtype != "int64":
         return False
     if isinstance(e, ir.IntImm):
@@ -62,9 +65,15 @@ def is_index(e, data_vars=frozenset()) -> bool:
     if isinstance(e, ir.Var):
         return e not in data_vars
     if isinstance(e, ir.Binary) and e.op in ("+", "-", "*", "//", "%", "min", "max"):
-        return is_index(e.a, data_vars) and is_index(e.b, data_vars)
+        return is_index(e.a, data_vars, index_calls, selects) and \
+            is_index(e.b, data_vars, index_calls, selects)
     if isinstance(e, ir.Unary) and e.op == "neg":
-        return is_index(e.a, data_vars)
+        return is_index(e.a, data_vars, index_calls, selects)
+    if isinstance(e, ir.Call) and e.name in index_calls:
+        return all(is_index(a, data_vars, index_calls, selects) for a in e.args)
+    if selects and isinstance(e, ir.Select):
+        return is_index(e.t, data_vars, index_calls, selects) and \
+            is_index(e.f, data_vars, index_calls, selects)
     return False
 
 
