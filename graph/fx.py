@@ -130,7 +130,7 @@ class _Importer:
             torch.where: "where", torch.masked_fill: "masked_fill",
             operator.lt: "lt", operator.le: "le", operator.gt: "gt", operator.ge: "ge",
             torch.lt: "lt", torch.le: "le", torch.gt: "gt", torch.ge: "ge",
-            torch.eq: "eq", torch.ne: "ne",
+            torch.eq: "eq", torch.ne: "ne", operator.eq: "eq", operator.ne: "ne",
         }
 
     # ------------------------------------------------------------------ helpers
