@@ -297,7 +297,27 @@ class _Importer:
         if not isinstance(x, Value):
             return x[idx]
         idx = idx if isinstance(idx, tuple) else (idx,)
-        for axis, s in enumerate(idx):
+        axis = -1
+        for s in idx:
+            axis += 1
+            if s is None:  # x[:, None]: a new axis of extent 1
+                shape = list(x.shape)
+                shape.insert(axis, 1)
+                x = self.g.reshape(x, shape=tuple(shape))
+                continue
+            if isinstance(s, int) and not isinstance(s, bool):  # x[:, 0]: the axis goes
+                n = x.shape[axis] if axis < len(x.shape) else None
+                if n is None or not (n.is_Integer or s >= 0):
+                    raise UnsupportedOpError(f"tensor indexing with {s} of the extent {n}")
+                k = s + int(n) if s < 0 else s
+                if n.is_Integer and not 0 <= k < int(n):
+                    raise UnsupportedOpError(f"index {s} out of range for the extent {n}")
+                # (a symbolic extent: the slice records k + 1 <= n, a per-call guard)
+                x = self.g.slice(x, axis=axis, start=k, end=k + 1)
+                x = self.g.reshape(x, shape=tuple(d for j, d in enumerate(x.shape)
+                                                  if j != axis))
+                axis -= 1
+                continue
             if s is Ellipsis or not isinstance(s, slice):
                 raise UnsupportedOpError(f"tensor indexing with {s!r}")
             if s == slice(None):
@@ -521,8 +541,10 @@ class _Importer:
         start, step = _number(sympy.sympify(start)), _number(sympy.sympify(step))
         if not isinstance(start, int) or not isinstance(step, int) or step == 0:
             raise UnsupportedOpError("arange with a symbolic start or step")
-        if step != 1 and not sympy.sympify(end).is_number:
-            raise UnsupportedOpError("arange with a symbolic end and a step other than 1")
+        n = sympy.ceiling((sympy.sympify(end) - start) / step)
+        if not n.is_number and n.has(sympy.ceiling, sympy.floor):
+            raise UnsupportedOpError(f"arange whose length {n} is not a polynomial in the "
+                                     f"sizes")
         d = kwargs.get("dtype")
         return self.g.iota(start=start, end=end, step=step,
                            dtype=pdtype(d) if d is not None else "int64")
