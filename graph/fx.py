@@ -705,8 +705,9 @@ class _Importer:
 
 
 # handlers that are functions only (``x.linear()`` is no method)
+# (``x.pow(2)`` is a method too; ``x.where(cond, y)`` is ``torch.where(cond, x, y)``)
 _NOT_METHODS = ("linear", "layer_norm", "dropout", "narrow", "getitem", "floordiv", "msqrt",
-                "identity", "maximum", "matmul", "cat", "arange", "sdpa")  # (``x.pow(2)`` is a method too)
+                "identity", "maximum", "matmul", "cat", "arange", "sdpa", "where")
 
 
 def _np_dtype(d: str):

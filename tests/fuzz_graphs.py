@@ -369,7 +369,7 @@ class Gen:
         for _ in range(self.rng.choice((1, 2))):
             shape = list(t.shape)
             shape[ax] = self.rng.choice(EXTENTS)
-            same = self.pick(lambda o: tuple(o.shape) == tuple(shape))
+            same = self.pick(lambda o, sh=tuple(shape): tuple(o.shape) == sh)
             parts.append(same if same is not None and self.rng.random() < 0.5 else
                          self.new_input(tuple(shape), self.rng.choice(
                              (torch.float32, torch.float32, torch.int64))))
