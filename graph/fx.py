@@ -131,6 +131,9 @@ class _Importer:
             operator.lt: "lt", operator.le: "le", operator.gt: "gt", operator.ge: "ge",
             torch.lt: "lt", torch.le: "le", torch.gt: "gt", torch.ge: "ge",
             torch.eq: "eq", torch.ne: "ne", operator.eq: "eq", operator.ne: "ne",
+            operator.and_: "and_", operator.or_: "or_", torch.logical_and: "and_",
+            torch.logical_or: "or_", torch.ones: "ones", torch.zeros: "zeros",
+            torch.full: "full", torch.Size: "Size", torch.empty: "empty",
         }
 
     # ------------------------------------------------------------------ helpers
@@ -414,7 +417,53 @@ class _Importer:
                          a[1], _arg(a, kw, 2, "value", None), a[0], keep=True))
             for k in ("lt", "le", "gt", "ge", "eq", "ne"):
                 h[k] = self._h_compare
+            for k in ("and_", "or_", "logical_and", "logical_or"):
+                h[k] = self._h_logical
+            for k in ("ones", "zeros", "full", "new_ones", "new_zeros", "new_full", "empty",
+                      "new_empty"):
+                h[k] = self._h_full
+            h["Size"] = lambda name, a, kw: tuple(a[0])
         return h
+
+    def _h_logical(self, name, args, kwargs):
+        """``a & b`` / ``a | b`` (and ``logical_and`` / ``logical_or``) of bool tensors."""
+        a, b = args[0], args[1]
+        if not all(isinstance(v, Value) and v.dtype == "bool" for v in (a, b)):
+            raise UnsupportedOpError(f"{name.rstrip('_')} of tensors that are not both bool")
+        return self.g.op("mul" if "and" in name else "add", a, b)
+
+    def _h_full(self, name, args, kwargs):
+        """``ones / zeros / full(size, [value])`` and ``x.new_ones(size)`` etc.: a
+        one-element constant expanded to the (possibly symbolic) size (``empty``: zeros,
+        its contents are unspecified; an empty one is a constant of no elements)."""
+        rest = list(args[1:]) if name.startswith("new_") else list(args)
+        src = args[0] if name.startswith("new_") else None
+        if name.endswith("full"):
+            value = rest.pop() if len(rest) >= 2 else kwargs.get("fill_value")
+        else:
+            value = 1 if name.endswith("ones") else 0
+        size = rest[0] if len(rest) == 1 and isinstance(rest[0], (tuple, list)) else rest
+        size = tuple(kwargs.get("size", size))
+        if isinstance(value, Value) or not all(
+                isinstance(d, (int, sympy.Expr)) for d in size):
+            raise UnsupportedOpError(f"{name} of a size or value that is a tensor")
+        value = self.number(value)
+        d = kwargs.get("dtype")
+        if d is not None:
+            dtype = pdtype(d)
+        elif src is not None:
+            dtype = src.dtype
+        elif isinstance(value, bool):
+            dtype = "bool"
+        elif isinstance(value, int) and name.endswith("full"):
+            dtype = "int64"
+        else:
+            dtype = pdtype(self.torch.get_default_dtype())
+        if any(isinstance(n, int) and n == 0 for n in size) and all(
+                isinstance(n, int) for n in size):
+            return self.g.constant("c", np.zeros(size, dtype=_np_dtype(dtype)))
+        c = self.g.constant("c", np.full((1,) * len(size), value, dtype=_np_dtype(dtype)))
+        return self.expand(c, size) if size else self.g.reshape(c, shape=())
 
     def _h_addmm(self, name, args, kwargs):
         """``addmm(input, m1, m2, beta=1, alpha=1)`` / ``baddbmm``: ``beta * input +
@@ -478,6 +527,9 @@ class _Importer:
         d = xs[0].dtype
         for v in xs[1:]:
             d = self.result_dtype(self.cast(xs[0], d), v)
+        # torch skips 1-d empty operands (an empty KV cache) whatever the other ranks
+        kept = [v for v in xs if not (len(v.shape) == 1 and v.shape[0] == 0)]
+        xs = kept or xs[:1]
         if len(xs) == 1:
             return self.cast(xs[0], d)
         return self.g.cat(*[self.cast(v, d) for v in xs], axis=axis)

@@ -258,3 +258,22 @@ def test_indexing_with_none_and_integers():
     def g(x):  # a negative index needs an integer extent
         return x[-1], x[:, -1, 1:]
     _check(g, [((2, 5, 3),), ((3, 1, 4),)], dynamic=False)
+
+
+def test_full_ones_zeros_logical_and_cat_of_an_empty_cache():
+    def f(x, m):
+        b, s = m.shape
+        ones = m.new_ones((b, s))
+        z = torch.zeros(b, s, 3)
+        fl = torch.full((1, s), 2.5)
+        both = (m > 0) & (ones > 0)
+        either = torch.logical_or(m > 0, x.sum(-1) > 0) | (m > 0)
+        cache = torch.empty(0)
+        kv = torch.cat([cache, x], dim=-2)  # torch skips the 1-d empty tensor
+        return ones, z, fl, both, either, kv, x + z
+
+    def make(s, g):
+        b, n = s
+        m = torch.randint(0, 2, (b, n), generator=g)
+        return [torch.randn(b, n, 3, generator=g), m]
+    _check(f, [(2, 5), (1, 1), (3, 7)], make=make)
