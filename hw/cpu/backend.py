@@ -95,6 +95,10 @@ class CpuBackend(Backend):
                 passes.append(CpuParallelPass())
         return passes
 
+    def lowering_statements(self, state: CompileState, var) -> dict:
+        from .pack import aliased_statement_builders
+        return aliased_statement_builders(state, var)
+
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         from .pack import pack
         from .parallel_marks import parallelize_marked

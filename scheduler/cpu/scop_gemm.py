@@ -7,12 +7,18 @@ each top-level child of the program-order tree, the statement pair of a GEMM
 
 * an *update* ``U[b.., i, j, k]``: ``W[b.., i, j] = W[b.., i, j] + X * Y`` where the
   write subscripts are distinct plain iterators (``j`` the last), ``k`` the one domain
-  dimension not among them, ``Y`` a load whose last subscript is exactly ``j`` and
-  which does not use ``i``, ``X`` an expression (a load times loop-invariant factors:
-  ``alpha * A[i][k]``) that does not use ``j``; ``X``'s array and ``Y``'s array are two
-  arrays the child does not write, ``W`` a third; float32/float64 throughout.  The
-  domain is a box (``dom = proj_i(dom) x proj_j(dom) x proj_k(dom) ..``), so each
-  element's first update is in the first ``k`` tile.
+  dimension not among them, ``Y`` a load with exactly ``j`` in one subscript (the
+  last: ``B[k][j]``, or another: the transposed ``B[j][k]``, packed in panels along
+  that dimension) and no ``i``, ``X`` an expression (a load times loop-invariant
+  factors: ``alpha * A[i][k]``) that does not use ``j``; ``X``'s and ``Y``'s arrays are
+  not written in the child (one array for both is allowed when they are two distinct
+  references, syrk's ``A[i][k] * A[j][k]``: each reference is packed on its own,
+  ``PackRequest.reference``), ``W`` another; float32/float64 throughout.  The domain
+  is the product of its output points and its ``k`` range (``dom = proj_{b,i,j}(dom) x
+  proj_k(dom)``): every element reduces over the same ``k`` range, so its first update
+  is in the first ``k`` tile it meets; the output points may form any set (syrk's
+  triangle ``j <= i``: the register tiles wholly inside it are isolated for the
+  micro-kernel, the ones crossing the diagonal take the generic nest).
 * an optional *init* ``I[b.., i, j]`` (in the same child, textually before the
   update): ``W[b.., i, j] = f`` reading ``W`` at most at its own point, whose domain is
   the update's projected onto the write dimensions (``C[i][j] = 0``,
@@ -42,8 +48,8 @@ count, L1 and L2 capacities, threads),
 
 Legality (isl terms): for a fixed ``(b, i, j)`` the updates run in increasing ``k``
 (``floor(k/KC)`` then ``k mod KC`` is lexicographically monotone in ``k``) and the
-init instance precedes them (same tile, ``kt = 0``, earlier sequence child; the box
-domain puts the first ``k`` in tile 0); instances of different ``(b, i, j)`` touch
+init instance precedes them (``kt = 0`` is at or before every update's tile, same
+``jt`` and register tile, earlier sequence child); instances of different ``(b, i, j)`` touch
 different ``W`` elements and only read ``X``/``Y`` arrays nobody in the child writes.
 So every flow/anti/output dependence stays lexicographically positive and each
 element receives the same additions in the same order: results are bitwise those of
@@ -117,17 +123,36 @@ def _factor_terms(e: ir.Expr) -> list[ir.Expr]:
     return [e]
 
 
-def _is_box(domain: isl.Set) -> bool:
-    """Whether ``domain`` is the product of its one-dimensional projections."""
+def _tag(s: Statement, ld: ir.Load) -> str | None:
+    """The access tag of the read reference ``ld`` of ``s``."""
+    for a in s.reads:
+        if a.buffer is ld.buffer and len(a.indices) == len(ld.indices) and all(
+                ir.structural_equal(x, y) for x, y in zip(a.indices, ld.indices)):
+            return a.tag
+    return None
+
+
+def _j_dim(y: ir.Load, j: ir.Var) -> int | None:
+    """The subscript of ``y`` that is exactly ``j`` when no other one uses ``j``."""
+    dims = [d for d, ix in enumerate(y.indices) if j in loop_vars(ix)]
+    if len(dims) == 1 and ir.structural_equal(y.indices[dims[0]], j):
+        return dims[0]
+    return None
+
+
+def _separable(domain: isl.Set, kp: int) -> bool:
+    """Whether ``domain`` is the product of its projection without dimension ``kp`` and
+    its projection on ``kp`` (for ``k``: every output point ``(b.., i, j)`` reduces over
+    the same ``k`` range, while the output points themselves may form any set, a
+    triangle ``j <= i`` as in syrk; for ``j``: the ``j`` range is the same in every row)."""
     n = domain.dim(isl.dim_type.set)
-    box = isl.Set.universe(domain.get_space())
-    for d in range(n):
-        proj = domain.project_out(isl.dim_type.set, d + 1, n - d - 1) \
-            .project_out(isl.dim_type.set, 0, d)
-        box = box.intersect(proj.insert_dims(isl.dim_type.set, 0, d)
-                            .add_dims(isl.dim_type.set, n - d - 1)
-                            .set_tuple_name(domain.get_tuple_name()))
-    return box.is_equal(domain)
+    name = domain.get_tuple_name()
+    outer = domain.project_out(isl.dim_type.set, kp, 1).insert_dims(isl.dim_type.set, kp, 1)
+    kproj = domain.project_out(isl.dim_type.set, kp + 1, n - kp - 1) \
+        .project_out(isl.dim_type.set, 0, kp).insert_dims(isl.dim_type.set, 0, kp) \
+        .add_dims(isl.dim_type.set, n - kp - 1)
+    prod = outer.set_tuple_name(name).intersect(kproj.set_tuple_name(name))
+    return prod.is_equal(domain)
 
 
 def _match_update(s: Statement) -> tuple[dict, ir.Load, ir.Load] | str:
@@ -154,16 +179,18 @@ def _match_update(s: Statement) -> tuple[dict, ir.Load, ir.Load] | str:
         return "the product reads the accumulated array"
     j = w[-1]
     terms = _factor_terms(rest)
-    ys = [t for t in terms if isinstance(t, ir.Load) and t.indices and
-          ir.structural_equal(t.indices[-1], j) and t.dtype == s.write.dtype]
+    ys = [t for t in terms if isinstance(t, ir.Load) and t.dtype == s.write.dtype and
+          _j_dim(t, j) is not None]
+    # Y[.., j] (unit stride in j) first, then a transposed Y[j, ..]
+    ys.sort(key=lambda t: _j_dim(t, j) != len(t.indices) - 1)
     for y in ys:
-        if any(j in loop_vars(ix) for ix in y.indices[:-1]):
-            continue
         others = [t for t in terms if t is not y]
         if any(j in loop_vars(t) for t in others):
             continue
         xl = [ld for t in others for ld in _loads(t) if k in loop_vars(ld)]
-        if len(xl) != 1 or xl[0].dtype != s.write.dtype or xl[0].buffer is y.buffer:
+        if len(xl) != 1 or xl[0].dtype != s.write.dtype:
+            continue
+        if xl[0].buffer is y.buffer and (_tag(s, xl[0]) is None or _tag(s, y) is None):
             continue
         x = xl[0]
         xv = set().union(*(loop_vars(ix) for ix in x.indices))
@@ -178,7 +205,7 @@ def _match_update(s: Statement) -> tuple[dict, ir.Load, ir.Load] | str:
         pos = {"i": iters.index(i), "j": iters.index(j), "k": iters.index(k),
                "b": [iters.index(b) for b in batch]}
         return pos, x, y
-    return "no operand Y[.., j] (unit stride in j) with X free of j"
+    return "no operand Y indexed by j in one subscript with X free of j"
 
 
 def _match_init(s: Statement, upd: Statement, upd_pos: dict) -> dict | None:
@@ -225,8 +252,8 @@ def match_scop_gemm(statements: list[Statement], written_elsewhere=()) -> ScopGe
     if isinstance(m, str):
         return m
     pos, x, y = m
-    if not _is_box(upd.domain):
-        return "the loop nest is not rectangular"
+    if not _separable(upd.domain, pos["k"]):
+        return "the reduction range depends on the output point"
     init = None
     ipos = None
     if len(statements) == 2:
@@ -286,10 +313,21 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list):
     regs = T.Band([ir_, jr], body, permutable=True, coincident=[True, True], options=iso)
     x_dim = next((d for d, ix in enumerate(g.x.indices)
                   if g.update.iters[g.upd_pos["i"]] in loop_vars(ix)), 0)
-    mark_y = request_mark(requests, PackRequest(g.y.buffer, len(g.y.indices) - 1, b.NR, "L2"))
-    mark_x = request_mark(requests, PackRequest(g.x.buffer, x_dim, b.MR, "L1"))
+    y_dim = _j_dim(g.y, g.update.iters[g.upd_pos["j"]])
+    assert y_dim is not None
+    # one array for both operands (syrk's A[i][k] * A[j][k]): each reference packed alone
+    same = g.x.buffer is g.y.buffer
+    y_ref = (_tag(g.update, g.y) or "") if same else ""
+    x_ref = (_tag(g.update, g.x) or "") if same else ""
+    mark_y = request_mark(requests, PackRequest(g.y.buffer, y_dim, b.NR, "L2",
+                                                reference=y_ref))
+    mark_x = request_mark(requests, PackRequest(g.x.buffer, x_dim, b.MR, "L1",
+                                                reference=x_ref))
+    # the j tiles are coincident, but in a triangle their number varies with i: a loop
+    # not marked so needs no slot of its own in the packed Y buffer (cpu-pack)
+    rect = _separable(g.update.domain, g.upd_pos["j"])
     outer = T.Band([kt], T.Mark(mark_x, T.Band([jt], T.Mark(mark_y, regs),
-                                                coincident=[True])))
+                                                coincident=[rect])))
     outer = T.Band([it], outer, permutable=True, coincident=[True])
     if batch:
         outer = T.Band(batch, outer, permutable=True, coincident=[True] * len(batch))
