@@ -51,6 +51,7 @@ SIZES = {
     "syrk_ab": [dict(n=53, m=17), dict(n=7, m=3), dict(n=1, m=1)],
     "syrk_aa": [dict(n=53, m=17), dict(n=211, m=7), dict(n=1, m=1)],
     "gemm_ktri": [dict(ni=23, nj=41)],
+    "syr2k_like": [dict(n=59, m=13), dict(n=2, m=1)],
     "mvt_t": [dict(n=37), dict(n=1)],
     "lu_like": [dict(n=19)],
     "jacobi2d_like": [dict(tsteps=3, n=17), dict(tsteps=1, n=3)],
@@ -190,6 +191,7 @@ GOLDEN = {
     "mm2_f32": ("mm2_f32", [], ScopGemmPass),
     "gemm_bt": ("gemm_bt", [], ScopGemmPass),
     "syrk_aa": ("syrk_aa", [], ScopGemmPass),
+    "syr2k_like": ("syr2k_like", [], ScopGemmPass),
     "mvt_t": ("mvt_t", [ScopGemmPass], ScopTilePass),
     "lu_like_tile": ("lu_like", [ScopGemmPass], ScopTilePass),
     "rowmix": ("rowmix", [ScopGemmPass], ScopTilePass),
@@ -256,14 +258,16 @@ def test_transposed_operand_is_a_gemm():
 def test_syrk_triangle_and_one_array_for_both_operands():
     """syrk: the triangle ``j <= i`` (init and update) is matched; ``A[i][k]`` and
     ``A[j][k]`` are packed each on its own (one reference per packing), and the built
-    kernel's micro-kernel reads both packed buffers."""
-    for name in ("syrk_aa", "syrk_ab"):
+    kernel's micro-kernel reads both packed buffers; syr2k's sum of two products: four
+    references, four packings."""
+    for name, n_packs in (("syrk_aa", 2), ("syrk_ab", 2), ("syr2k_like", 4)):
         ck = compile_kernel(kernel(name), TARGET)
         n = ck.notes
-        assert any("(init S_0): GEMM C += A" in x for x in n["scop-gemm"]), n
+        assert any("(init S_0): GEMM C += " in x for x in n["scop-gemm"]), n
         packs = [x for x in n["cpu-pack"] if "packed into" in x]
-        assert len(packs) == 2, n
-        micro = [ln for ln in ck.source.splitlines() if "mk1_y0 =" in ln or "mk1_x0 =" in ln]
+        assert len(packs) == n_packs, n
+        micro = [ln for ln in ck.source.splitlines() if "mk1_y0 =" in ln or "mk1_x0 =" in ln
+                 or "acc1_v0 = _mm512_add_pd(acc1_v0" in ln]
         assert micro and all("_pk" in ln for ln in micro), micro
 
 

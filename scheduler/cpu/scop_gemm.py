@@ -90,7 +90,8 @@ from polycomp.state import CompileState
 class ScopGemm:
     """A matched GEMM: the update and optional init statements, the positions of
     ``i``, ``j``, ``k`` and the batch dimensions in each one's domain, and the loads
-    of the two operands (``x``: without ``j``; ``y``: ``j`` last)."""
+    of the two operands (``x``: without ``j``; ``y``: with ``j`` in one subscript) of
+    each product."""
     update: Statement
     init: Statement | None
     upd_pos: dict            # "i", "j", "k" -> position; "b" -> list of positions
@@ -98,6 +99,8 @@ class ScopGemm:
     x: ir.Load
     y: ir.Load
     dtype: str
+    #: every product ``(X, Y)`` of the update's sum (syr2k: two), ``(x, y)`` first
+    pairs: tuple = ()
 
     def outer_product(self) -> OuterProduct:
         """The :class:`OuterProduct` view :func:`choose_blocking` sizes."""
@@ -155,7 +158,7 @@ def _separable(domain: isl.Set, kp: int) -> bool:
     return prod.is_equal(domain)
 
 
-def _match_update(s: Statement) -> tuple[dict, ir.Load, ir.Load] | str:
+def _match_update(s: Statement) -> tuple[dict, tuple] | str:
     iters = tuple(s.iters)
     if s.write.dtype not in ("float32", "float64"):
         return "not float32/float64"
@@ -178,7 +181,36 @@ def _match_update(s: Statement) -> tuple[dict, ir.Load, ir.Load] | str:
     if any(ld.buffer is s.write for ld in _loads(rest)):
         return "the product reads the accumulated array"
     j = w[-1]
-    terms = _factor_terms(rest)
+    pairs = []
+    pos: dict | None = None
+    for summand in _sum_terms(rest):
+        m = _match_product(s, summand, w, j, k)
+        if m is None:
+            return "no operand Y indexed by j in one subscript with X free of j"
+        p, x, y = m
+        if pos is not None and p != pos:
+            return "the products of the sum have different output rows"
+        pos = p
+        pairs.append((x, y))
+    assert pos is not None
+    refs = [ld for xy in pairs for ld in xy]
+    for ld in refs:
+        if any(o is not ld and o.buffer is ld.buffer for o in refs) and _tag(s, ld) is None:
+            return "an operand read twice at the same element"
+    return pos, tuple(pairs)
+
+
+def _sum_terms(e: ir.Expr) -> list[ir.Expr]:
+    """The summands of a sum tree ``a + b + c`` (one term if not a sum)."""
+    if isinstance(e, ir.Binary) and e.op == "+":
+        return _sum_terms(e.a) + _sum_terms(e.b)
+    return [e]
+
+
+def _match_product(s: Statement, e: ir.Expr, w: list, j: ir.Var, k: ir.Var):
+    """``(positions, X, Y)`` of one product ``X * Y`` (times loop-invariant factors)."""
+    iters = tuple(s.iters)
+    terms = _factor_terms(e)
     ys = [t for t in terms if isinstance(t, ir.Load) and t.dtype == s.write.dtype and
           _j_dim(t, j) is not None]
     # Y[.., j] (unit stride in j) first, then a transposed Y[j, ..]
@@ -189,8 +221,6 @@ def _match_update(s: Statement) -> tuple[dict, ir.Load, ir.Load] | str:
             continue
         xl = [ld for t in others for ld in _loads(t) if k in loop_vars(ld)]
         if len(xl) != 1 or xl[0].dtype != s.write.dtype:
-            continue
-        if xl[0].buffer is y.buffer and (_tag(s, xl[0]) is None or _tag(s, y) is None):
             continue
         x = xl[0]
         xv = set().union(*(loop_vars(ix) for ix in x.indices))
@@ -205,7 +235,7 @@ def _match_update(s: Statement) -> tuple[dict, ir.Load, ir.Load] | str:
         pos = {"i": iters.index(i), "j": iters.index(j), "k": iters.index(k),
                "b": [iters.index(b) for b in batch]}
         return pos, x, y
-    return "no operand Y indexed by j in one subscript with X free of j"
+    return None
 
 
 def _match_init(s: Statement, upd: Statement, upd_pos: dict) -> dict | None:
@@ -251,7 +281,8 @@ def match_scop_gemm(statements: list[Statement], written_elsewhere=()) -> ScopGe
     m = _match_update(upd)
     if isinstance(m, str):
         return m
-    pos, x, y = m
+    pos, pairs = m
+    x, y = pairs[0]
     if not _separable(upd.domain, pos["k"]):
         return "the reduction range depends on the output point"
     init = None
@@ -262,9 +293,9 @@ def match_scop_gemm(statements: list[Statement], written_elsewhere=()) -> ScopGe
         if ipos is None:
             return "the other statement is not an init of the accumulated element"
     written = {s.write.name for s in statements}
-    if x.buffer.name in written or y.buffer.name in written:
+    if any(ld.buffer.name in written for xy in pairs for ld in xy):
         return "an operand is written in the same loop nest"
-    return ScopGemm(upd, init, pos, ipos, x, y, upd.write.dtype)
+    return ScopGemm(upd, init, pos, ipos, x, y, upd.write.dtype, pairs)
 
 
 def _affs(space: isl.Space, pos: dict, b: Blocking, k: isl.Aff | None) -> dict:
@@ -311,23 +342,37 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list):
                      zero_tile),
             T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), micro)])
     regs = T.Band([ir_, jr], body, permutable=True, coincident=[True, True], options=iso)
-    x_dim = next((d for d, ix in enumerate(g.x.indices)
-                  if g.update.iters[g.upd_pos["i"]] in loop_vars(ix)), 0)
-    y_dim = _j_dim(g.y, g.update.iters[g.upd_pos["j"]])
-    assert y_dim is not None
-    # one array for both operands (syrk's A[i][k] * A[j][k]): each reference packed alone
-    same = g.x.buffer is g.y.buffer
-    y_ref = (_tag(g.update, g.y) or "") if same else ""
-    x_ref = (_tag(g.update, g.x) or "") if same else ""
-    mark_y = request_mark(requests, PackRequest(g.y.buffer, y_dim, b.NR, "L2",
-                                                reference=y_ref))
-    mark_x = request_mark(requests, PackRequest(g.x.buffer, x_dim, b.MR, "L1",
-                                                reference=x_ref))
+    # one request per operand reference; an array read by several of them (syrk's
+    # A[i][k] * A[j][k], syr2k's two products) is packed per reference
+    refs = [ld for xy in g.pairs for ld in xy]
+    vi, vj = g.update.iters[g.upd_pos["i"]], g.update.iters[g.upd_pos["j"]]
+
+    def ref_tag(ld: ir.Load) -> str:
+        shared = any(o is not ld and o.buffer is ld.buffer for o in refs)
+        return (_tag(g.update, ld) or "") if shared else ""
+
+    def request(ld: ir.Load, dim: int, width: int, level: str) -> str:
+        return request_mark(requests, PackRequest(ld.buffer, dim, width, level,
+                                                  reference=ref_tag(ld)))
+    y_marks = []
+    for _, y in g.pairs:
+        y_dim = _j_dim(y, vj)
+        assert y_dim is not None
+        y_marks.append(request(y, y_dim, b.NR, "L2"))
+    x_marks = []
+    for x, _ in g.pairs:
+        x_dim = next((d for d, ix in enumerate(x.indices) if vi in loop_vars(ix)), 0)
+        x_marks.append(request(x, x_dim, b.MR, "L1"))
+    inner: object = regs
+    for mk in reversed(y_marks):
+        inner = T.Mark(mk, inner)
     # the j tiles are coincident, but in a triangle their number varies with i: a loop
     # not marked so needs no slot of its own in the packed Y buffer (cpu-pack)
     rect = _separable(g.update.domain, g.upd_pos["j"])
-    outer = T.Band([kt], T.Mark(mark_x, T.Band([jt], T.Mark(mark_y, regs),
-                                                coincident=[rect])))
+    jband: object = T.Band([jt], inner, coincident=[rect])
+    for mk in reversed(x_marks):
+        jband = T.Mark(mk, jband)
+    outer = T.Band([kt], jband)
     outer = T.Band([it], outer, permutable=True, coincident=[True])
     if batch:
         outer = T.Band(batch, outer, permutable=True, coincident=[True] * len(batch))
@@ -375,11 +420,13 @@ class ScopGemmPass(Pass):
                 tree = kids[idx]
             changed = True
             init = f" (init {g.init.name})" if g.init is not None else ""
+            prods = " + ".join(f"{x.buffer.name} * {y.buffer.name}" for x, y in g.pairs)
+            xs = ", ".join(x.buffer.name for x, _ in g.pairs)
+            ys = ", ".join(y.buffer.name for _, y in g.pairs)
             ctx.note(self.name, f"{g.update.name}{init}: GEMM {g.update.write.name} += "
-                                f"{g.x.buffer.name} * {g.y.buffer.name}; register block "
+                                f"{prods}; register block "
                                 f"{b.MR}x{b.NR}, tiles MC={b.MC} NC={b.NC} KC={b.KC}, packed "
-                                f"{g.x.buffer.name} (L1) and {g.y.buffer.name} (L2), "
-                                f"parallel over i tiles")
+                                f"{xs} (L1) and {ys} (L2), parallel over i tiles")
         if not changed:
             return schedule
         return T.to_schedule(domain, tree)
