@@ -164,6 +164,12 @@ def _measure(head: dict, flops: float, fused, unfused, np_fn, arrays: list, torc
     return row
 
 
+def _fused(ck) -> bool:
+    """Whether the compiled kernel ``ck`` is a fused chain program (docs/fusion.md)."""
+    from polycomp.scheduler.chain.plan import chain_plans
+    return bool(chain_plans(ck.state).programs)
+
+
 def _conv_case(name: str, shape: tuple, target: str, repeat: int, threads: int) -> dict:
     import numpy as np
 
@@ -175,12 +181,12 @@ def _conv_case(name: str, shape: tuple, target: str, repeat: int, threads: int) 
               for s in ((n, c, hw, hw), (f1, c, k1, k1), (f2, f1, k2, k2))]
     flops = 2.0 * n * hw * hw * (c * k1 * k1 * f1 + f1 * k2 * k2 * f2)
     kernel = _kernel("conv", shape)
-    model_fuse = "pc_convchain_" in compile_kernel(kernel, target).source
+    model_fuse = _fused(compile_kernel(kernel, target))
     old = os.environ.get(FORCE_ENV)
     os.environ[FORCE_ENV] = "force"          # time the fused kernel whatever the model says
     try:
         fused = build(kernel, target)
-        fused_ok = "pc_convchain_" in compile_kernel(kernel, target).source
+        fused_ok = _fused(compile_kernel(kernel, target))
     finally:
         if old is None:
             del os.environ[FORCE_ENV]
@@ -232,7 +238,7 @@ def _case(group: str, name: str, shape: tuple, target: str, repeat: int, threads
             return (_np_softmax(t) if sm else t) @ z
     kernel = _kernel(group, shape)
     ck = compile_kernel(kernel, target)
-    fused_ok = "pc_chain_" in ck.source
+    fused_ok = _fused(ck)
     fused = build(kernel, target)
     unfused = build(kernel, target, {"chain": False})
 

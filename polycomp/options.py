@@ -108,9 +108,6 @@ FP_EXACT_OVERRIDES: dict[str, Any] = {"vectorize": False, "microkernel": False,
 #: Target families that implement ``fp_exact`` (elsewhere it is an OptionError).
 FP_EXACT_FAMILIES = ("cpu",)
 
-#: First line of generated C under ``fp_exact``: gcc then contracts no ``a*b + c`` into
-#: an FMA in this file whatever ``-ffp-contract`` the build passes.
-FP_EXACT_C_PRAGMA = '#pragma GCC optimize ("fp-contract=off")\n'
 
 
 @dataclass(frozen=True)

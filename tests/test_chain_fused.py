@@ -18,8 +18,9 @@ from polycomp.hw.cpu.build import DEFAULT_FLAGS, CFunction, build_shared
 from polycomp.hw.cpu.simd_build import AVX512_FLAGS, build_simde, has_native_avx512, simde_available
 from polycomp.hw.cpu.target import cpu_flags
 from polycomp.hw.target import get_target
+from polycomp.scheduler.chain.plan import chain_plans
 from polycomp.scheduler.chain.tree import ChainFusePass
-from polycomp.scheduler.common.tree import violated_dependences
+from polycomp.scheduler.common.tree import tree_str, violated_dependences
 from polycomp.state import CompileState
 
 HAS_AVX2 = {"avx2", "fma"} <= cpu_flags()
@@ -42,7 +43,7 @@ CASES += [(k, AVX512) for k in ("causal_attention", "masked_attention", "attenti
 def fused(name: str, path: str):
     target = {"c": "c", "avx2": "cpu-avx2"}.get(path, "cpu-avx512")
     ck_ = compile_kernel(KERNELS[name][0], target)
-    assert "pc_chain_" in ck_.source, ck_.state.remarks
+    assert chain_plans(ck_.state).programs, ck_.state.remarks
     if path == "simde":
         lib = build_simde(ck_.source)
     else:
@@ -107,7 +108,8 @@ def test_masked_rows(path):
 
 
 def test_fused_tree_interprets_to_numpy():
-    """The fused tree itself (the IR before the kernel call replaces it) computes the chain."""
+    """The fused program's IR (after the IR passes: tile-local buffers with one slot per
+    concurrent iteration) computes the chain in the interpreter."""
     rng = np.random.default_rng(2)
     for kern, name in ((ck.bmm_chain, "bmm_chain"), (ck.causal_attention, "causal_attention")):
         c = compile_kernel(kern, "c")
@@ -119,26 +121,35 @@ def test_fused_tree_interprets_to_numpy():
 
 def test_option_off_keeps_separate_kernels():
     c = compile_kernel(ck.bmm_chain, "cpu-avx2", {"chain": False})
-    assert "pc_chain_" not in c.source
+    assert not chain_plans(c.state).programs
 
 
 _T = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
 TARGET = dataclasses.replace(_T, cpu=dataclasses.replace(_T.cpu, threads=2))
 
 
-@pytest.mark.parametrize("case", ["bmm_chain", "causal_attention", "mm_relu_chain"])
+@pytest.mark.parametrize("case", ["bmm_chain", "causal_attention", "mm_relu_chain",
+                                  "attention_k_rows"])
 def test_golden_tree(case, goldens):
+    """chain-fuse: the program-order tree in, the fused program's tree out (row blocks,
+    l tiles, register tiles with micro-kernel marks, tile-local buffers; with a softmax
+    the online program's statements), legal for the model's dependences and the online
+    program's (which join them)."""
     model = KERNELS[case][0].polyhedral_model()
     ctx = CompileState(model, TARGET, {})
-    sched = ChainFusePass().run(model.initial_schedule, ctx)
-    again = isl.Schedule.read_from_str(model.ctx, sched.to_str())
 
-    def same(text):
-        return again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
-    expected = goldens.expected(f"test_chain_golden/{case}.chain-fuse.isl", sched.to_str(), same)
-    assert same(expected), sched.to_str()
+    def same_as(tree):
+        again = isl.Schedule.read_from_str(model.ctx, tree.to_str())
+        return lambda text: again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
+    tree_in = model.initial_schedule
+    stored_in = goldens.expected(f"test_chain_golden/{case}.chain-fuse.in.isl",
+                                 tree_str(tree_in), same_as(tree_in))
+    sched = ChainFusePass().run(isl.Schedule.read_from_str(model.ctx, stored_in), ctx)
+    expected = goldens.expected(f"test_chain_golden/{case}.chain-fuse.out.isl",
+                                tree_str(sched), same_as(sched))
+    assert same_as(sched)(expected), tree_str(sched)
     assert violated_dependences(sched, model.dependences).is_empty()
-    assert "chain_fused" in sched.to_str()
+    assert "chain_fused:0" in sched.to_str() and "cpu_microkernel" in sched.to_str()
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -22,7 +22,8 @@ from polycomp.hw.cpu.target import cpu_flags
 from polycomp.hw.target import get_target
 from polycomp.scheduler.chain.conv_plan import FORCE_ENV, TILES_ENV
 from polycomp.scheduler.chain.conv_tree import ConvChainFusePass, conv_plan_for
-from polycomp.scheduler.common.tree import violated_dependences
+from polycomp.scheduler.chain.plan import chain_plans
+from polycomp.scheduler.common.tree import tree_str, violated_dependences
 from polycomp.state import CompileState
 
 HAS_AVX2 = {"avx2", "fma"} <= cpu_flags()
@@ -44,7 +45,7 @@ def fused(name: str, path: str, tiles: str):
     env = {FORCE_ENV: "force", **({TILES_ENV: tiles} if tiles else {})}
     with mock.patch.dict(os.environ, env):
         c = compile_kernel(KERNELS[name], target)
-    assert "pc_convchain_" in c.source, c.state.remarks
+    assert chain_plans(c.state).programs, c.state.remarks
     if path == "simde":
         lib = build_simde(c.source)
     else:
@@ -103,8 +104,8 @@ def test_nan_inputs_propagate_as_numpy(name, path):
 
 
 def test_fused_tree_interprets_to_numpy():
-    """The fused tree itself (the IR before the kernel call replaces it) computes the
-    chain: each intermediate instance in the first tile that reads it."""
+    """The fused program's IR (recomputed halos, im2col copies, tile-local buffers)
+    computes the chain in the interpreter."""
     rng = np.random.default_rng(3)
     for name in ("conv1_relu_conv3", "conv3_bias_relu_conv1"):
         with mock.patch.dict(os.environ, {FORCE_ENV: "force", TILES_ENV: "2x3x4"}):
@@ -119,10 +120,10 @@ def test_option_off_and_model_off_keep_separate_kernels():
     xs = _inputs("conv1_relu_conv3", 1, 3, 6, 5, 4, 2, rng)
     with mock.patch.dict(os.environ, {FORCE_ENV: "force"}):
         c = compile_kernel(ck.conv1_relu_conv3, "cpu-avx2", {"chain": False})
-    assert "pc_convchain_" not in c.source
+    assert not chain_plans(c.state).programs
     with mock.patch.dict(os.environ, {FORCE_ENV: "off"}):
         c2 = compile_kernel(ck.conv1_relu_conv3, "cpu-avx2")
-    assert "pc_convchain_" not in c2.source
+    assert not chain_plans(c2.state).programs
     assert any("keep unfused" in t for t in c2.state.remarks["conv-chain-fuse"])
     for comp in (c, c2):
         f = CFunction(comp.final_ir, build_shared(comp.source))
@@ -136,19 +137,26 @@ TARGET = dataclasses.replace(_T, cpu=dataclasses.replace(_T.cpu, threads=2))
 
 @pytest.mark.parametrize("case", list(KERNELS))
 def test_golden_tree(case, goldens):
+    """conv-chain-fuse: the program-order tree in, the fused program's tree out (output
+    tiles, the im2col copies, register-tiled products with micro-kernel marks, the
+    recomputed intermediate in a tile-local buffer), legal for the program's
+    dependences (which join the model's)."""
     model = KERNELS[case].polyhedral_model()
     ctx = CompileState(model, TARGET, {})
-    with mock.patch.dict(os.environ, {FORCE_ENV: "force"}):
-        sched = ConvChainFusePass().run(model.initial_schedule, ctx)
-    again = isl.Schedule.read_from_str(model.ctx, sched.to_str())
 
-    def same(text):
-        return again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
-    expected = goldens.expected(f"test_conv_chain_golden/{case}.conv-chain-fuse.isl",
-                                sched.to_str(), same)
-    assert same(expected), sched.to_str()
+    def same_as(tree):
+        again = isl.Schedule.read_from_str(model.ctx, tree.to_str())
+        return lambda text: again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
+    tree_in = model.initial_schedule
+    stored_in = goldens.expected(f"test_conv_chain_golden/{case}.conv-chain-fuse.in.isl",
+                                 tree_str(tree_in), same_as(tree_in))
+    with mock.patch.dict(os.environ, {FORCE_ENV: "force"}):
+        sched = ConvChainFusePass().run(isl.Schedule.read_from_str(model.ctx, stored_in), ctx)
+    expected = goldens.expected(f"test_conv_chain_golden/{case}.conv-chain-fuse.out.isl",
+                                tree_str(sched), same_as(sched))
+    assert same_as(sched)(expected), tree_str(sched)
     assert violated_dependences(sched, model.dependences).is_empty()
-    assert "conv_chain_fused" in sched.to_str()
+    assert "conv_chain_fused:0" in sched.to_str() and "cpu_microkernel" in sched.to_str()
 
 
 def test_model_decides_on_constant_shapes():

@@ -125,7 +125,8 @@ def test_planner_matches_brute_force(dims):
     """The planner's candidates (TH <= 64, TW the row or a power of two, TF the whole or a
     multiple of the register rows) against every integer tile: the planner's predicted
     time is within 5% of the brute-force optimum; both blocks fit the home level (L2)."""
-    rates = MachineRates.for_isa("avx2")
+    from polycomp.hw.target import get_target
+    rates = MachineRates.for_target(get_target("cpu-avx2"))
     plan = best_fused_tiles(dims, LEVELS, rates, 2, 8)
     best, cost = brute_force_tiles(dims, LEVELS, rates, 2, 8)
     cap = 24 * 1024 // 4

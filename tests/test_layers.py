@@ -107,8 +107,6 @@ SCHEDULER_HW = {"polycomp.hw.target", "polycomp.hw.memory", "polycomp.hw.options
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     # trust (hw/cpu/build.py): torch tensors through the graph layer's DLPack helpers
     ("polycomp.hw.cpu.build", "polycomp.graph.dlpack"): "trust",
-    # cpuchain (scheduler/chain, CPU chains): the low-precision GEMM text
-    ("polycomp.scheduler.chain.call_lowering", "polycomp.hw.cpu.lowp"): "cpuchain",
 }
 
 

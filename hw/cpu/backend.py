@@ -1,7 +1,9 @@
 """The C backend (targets ``c``, ``cpu``, ``cpu-avx2``, ``cpu-avx512``): registration,
 schedule passes, IR passes and code generation.
 
-* Schedule passes (after program order): for C SCoPs ``scop-gemm``, ``scop-stencil``,
+* Schedule passes (after program order): for a fusible chain ``chain-fuse`` (the fused
+  program is the schedule tree, :mod:`polycomp.scheduler.chain.program` /
+  ``conv_program``) and ``cpu-pack``; for C SCoPs ``scop-gemm``, ``scop-stencil``,
   ``scop-tile`` (:mod:`polycomp.scheduler.cpu.scop_gemm` and its neighbours) and
   ``scop-parallel`` instead of ``cpu-fuse`` and ``cpu-parallel``;
   ``cpu-backbone-tile`` and ``cpu-pack`` (vector
@@ -9,7 +11,8 @@ schedule passes, IR passes and code generation.
   requests and micro-kernel marks), ``cpu-reduce-interchange`` (vector targets: column
   reductions), ``cpu-fuse``, ``cpu-parallel``.
 * IR passes (interpretable): packing (:mod:`.pack`, before simplification, while the
-  loops still carry isl's iterator names), simplification, ``cpu_parallel`` marks to
+  loops still carry isl's iterator names), the fused chains' tile-local buffers
+  (:mod:`.local_tile`), simplification, ``cpu_parallel`` marks to
   OpenMP loops.
 * Code-generation passes: contraction of temporaries, per-thread heap buffers, scalar
   replacement, flattening; for vector targets the micro-kernels, the vectoriser
@@ -65,7 +68,7 @@ class CpuBackend(Backend):
         if o.chain:
             from polycomp.scheduler.chain.tree import ChainFusePass, plan_for
             if plan_for(state)[0] is not None:     # docs/fusion.md
-                return [ChainFusePass()]
+                return [ChainFusePass(), CpuPackPass()]
             from polycomp.scheduler.chain.conv_tree import conv_chain_passes
             conv = conv_chain_passes(state)        # conv -> conv chains (docs/fusion.md)
             if conv is not None:
@@ -96,26 +99,33 @@ class CpuBackend(Backend):
         return passes
 
     def lowering_statements(self, state: CompileState, var) -> dict:
+        """The builders of the fused chains' own statements (the online softmax's,
+        docs/fusion.md) and of the statements reading a reference packed on its own
+        (:func:`polycomp.hw.cpu.pack.aliased_statement_builders`)."""
+        from polycomp.scheduler.chain.plan import chain_plans
+
         from .pack import aliased_statement_builders
-        return aliased_statement_builders(state, var)
+        out = dict(chain_plans(state).statement_builders())
+        out.update(aliased_statement_builders(state, var))
+        return out
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:
+        from .local_tile import localize
         from .pack import pack
         from .parallel_marks import parallelize_marked
         passes = [ir_pass("pack", pack),  # before simplify
+                  ir_pass("local-tiles", localize),  # before simplify
                   body_pass("simplify", simplify)]
         if state.cpu_options.parallel:
             passes.append(ir_pass("omp-parallel", lambda f, s: parallelize_marked(f)))
         return passes
 
     def codegen_passes(self, state: CompileState) -> list[IRPass]:
-        from polycomp.scheduler.chain.codegen import chain_calls
-
         from .contract import contract
         from .hoist_alloc import hoist_allocations
         from .scalar_replace import scalar_replace
         o, target = state.cpu_options, state.target
-        passes: list[IRPass] = [ir_pass("chain", chain_calls)] if o.chain else []
+        passes: list[IRPass] = []
         if o.contract:
             passes += [ir_pass("contract", lambda f, s: contract(f)),
                        ir_pass("hoist-alloc", lambda f, s: hoist_allocations(f)),
@@ -144,8 +154,8 @@ class CpuBackend(Backend):
 
     def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
         """The C source; under ``options.fp_exact`` it starts with
-        :data:`~polycomp.options.FP_EXACT_C_PRAGMA` (gcc contracts no FMA in it)."""
-        from polycomp.options import FP_EXACT_C_PRAGMA
+        :data:`~polycomp.hw.cpu.codegen.FP_EXACT_C_PRAGMA` (gcc contracts no FMA in it)."""
+        from .codegen import FP_EXACT_C_PRAGMA
         first = FP_EXACT_C_PRAGMA if state.options.fp_exact else ""
         return first + self._emit(func, state)
 
@@ -157,18 +167,15 @@ class CpuBackend(Backend):
     def printer_and_header(self, func: ir.LoweredFunc, state: CompileState
                            ) -> tuple[type, list[str]]:
         """The printer class of ``func`` and the parts of the header it needs after
-        :data:`~.codegen.C_HEADER` (vector prelude, helper kernels it calls)."""
-        from polycomp.scheduler.chain.codegen import sources_for as chain_sources
-
+        :data:`~.codegen.C_HEADER` (the vector prelude with the dot tiles it calls)."""
         from .codegen import CPrinter
         if not _vector(state):
-            return CPrinter, [chain_sources(func, state)]
+            return CPrinter, []
         from .vector_prelude import prelude
         from .vector_printer import dot_calls, printer_for
         t = state.target
         assert t.cpu is not None
-        return printer_for(t.isa, t.cpu.has_fma), [prelude(t.isa, dot_calls(func)),
-                                                   chain_sources(func, state)]
+        return printer_for(t.isa, t.cpu.has_fma), [prelude(t.isa, dot_calls(func))]
 
     def load(self, ck):
         from .build import CFunction, build_shared
@@ -208,7 +215,7 @@ class CpuBackend(Backend):
         return multiversion_module(versions, selector, comments)
 
     def emit_module(self, module, versions):
-        from .multiversion import emit_module
+        from .codegen import emit_module
         return emit_module(self, module, versions)
 
     def load_module(self, module, source, versions):

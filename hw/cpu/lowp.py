@@ -107,10 +107,3 @@ def reference_bf16(A, B, pair_order: str = "odd-first") -> np.ndarray:
 def reference_int8(A, B) -> np.ndarray:
     """``A @ B`` of int8 matrices in int32 (exact)."""
     return A.astype(np.int32) @ B.astype(np.int32)
-
-
-def _c_safe(name: str) -> bool:
-    """Kept as is by :func:`polycomp.hw.clike.legalize_names` (kept for
-    ``scheduler/chain/call_lowering.py``, which imports it; not used here)."""
-    from polycomp.hw.clike import C_RESERVED, _is_safe
-    return bool(_is_safe(name, C_RESERVED))

@@ -245,7 +245,7 @@ class CudaBackend(Backend):
         return multiversion_module(versions, selector, comments)
 
     def emit_module(self, module, versions):
-        from .multiversion import emit_module
+        from .codegen import emit_module
         return emit_module(module, versions)
 
     def execute_module(self, module, source, versions, inputs, params):

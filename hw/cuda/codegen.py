@@ -8,13 +8,17 @@ The emitted ``.cu`` is self-contained:
   guarded by ``threadIdx.<axis> < extent``;
 * ``extern "C" void <name>_launch_config(params..., long long* cfg)`` writes
   ``grid.x, grid.y, grid.z, block.x, block.y, block.z`` for each kernel, computed from the
-  symbolic sizes;
+  symbolic sizes (-1 for an extent that varies with a host loop variable);
 * ``extern "C" int <name>(params..., device pointers...)`` allocates the global
   temporaries, launches the kernels in order on the default stream and returns the
-  first CUDA error (0 on success).
+  first CUDA error (0 on success).  Sequential loops outside the kernels (a stencil's
+  time loop, a pivot loop: :class:`HostLoop`) are host loops around the launches; their
+  variables are extra ``int64_t`` parameters of the kernels below them and may appear
+  in those kernels' grids.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from polycomp import dtypes as dt
@@ -155,39 +159,149 @@ def _min_nonneg(s, printer):
 # --------------------------------------------------------------------------- kernels
 
 
-def split_kernels(func: ir.LoweredFunc) -> tuple[list, list[KernelInfo]]:
-    """Peel the global Allocates and collect the kernels (``kernel`` marks), in order.
+@dataclass
+class HostLoop:
+    """A sequential loop of the host code (``for var in [min, min + extent)``) around
+    kernel launches: a stencil's time loop, a factorisation's pivot loop.  Its variable
+    is an extra scalar parameter of every kernel below (:attr:`KernelInfo.params`)."""
+    var: ir.Var
+    min: ir.Expr
+    extent: ir.Expr
+    body: list
 
-    Outside kernels only Blocks, Allocates and marks may appear (host code does not
-    compute); a statement outside any kernel mark becomes a kernel of its own.
+
+@dataclass
+class HostIf:
+    """A host-side condition (on sizes and host loop variables) around launches."""
+    cond: ir.Expr
+    then: list
+    orelse: list
+
+
+def _has_kernel(s) -> bool:
+    found: list = []
+    ir.walk(s, lambda n: found.append(1) if isinstance(n, ir.AttrStmt)
+            and n.key == marks.KERNEL else None)
+    return bool(found)
+
+
+def host_program(func: ir.LoweredFunc) -> tuple[list, list]:
+    """The global temporaries and the host program of ``func``: a list of steps, each a
+    :class:`KernelInfo` (one launch), a :class:`HostLoop` or a :class:`HostIf` (with
+    steps inside), in execution order.
+
+    Outside kernels only Blocks, Allocates, marks, and serial loops and conditions that
+    hold kernel marks may appear (host code computes loop bounds and conditions only); a
+    statement outside any kernel mark that holds none becomes a kernel of its own.  A
+    kernel's parameters are the function's sizes, then the variables of the host loops
+    around it (outermost first).
     """
     temps: list = []
-    bodies: list = []
-
-    def collect(s):
-        if isinstance(s, ir.Allocate):
-            temps.append(s.buffer)
-            collect(s.body)
-        elif isinstance(s, ir.Block):
-            for x in s.stmts:
-                collect(x)
-        elif isinstance(s, ir.AttrStmt) and s.key == marks.KERNEL:
-            bodies.append(s.body)
-        elif isinstance(s, ir.AttrStmt):
-            collect(s.body)
-        else:
-            bodies.append(s)
-    collect(func.body)
     kernels: list = []
-    for body in bodies:
+
+    def kernel(body, host_vars) -> KernelInfo:
         info = KernelInfo(f"{func.name}_k{len(kernels)}", body)
+        info.params = tuple(func.params) + tuple(host_vars)
         _geometry(info)
         kernels.append(info)
+        return info
+
+    def collect(s, host_vars, out):
+        if isinstance(s, ir.Allocate) and not host_vars:
+            temps.append(s.buffer)
+            collect(s.body, host_vars, out)
+        elif isinstance(s, ir.Block):
+            for x in s.stmts:
+                collect(x, host_vars, out)
+        elif isinstance(s, ir.AttrStmt) and s.key == marks.KERNEL:
+            out.append(kernel(s.body, host_vars))
+        elif isinstance(s, ir.AttrStmt):
+            collect(s.body, host_vars, out)
+        elif isinstance(s, ir.For) and s.kind == "serial" and _has_kernel(s.body):
+            loop = HostLoop(s.var, s.min, s.extent, [])
+            collect(s.body, host_vars + [s.var], loop.body)
+            out.append(loop)
+        elif isinstance(s, ir.IfThenElse) and _has_kernel(s):
+            cond = HostIf(s.cond, [], [])
+            collect(s.then, host_vars, cond.then)
+            if s.orelse is not None:
+                collect(s.orelse, host_vars, cond.orelse)
+            out.append(cond)
+        else:
+            out.append(kernel(s, host_vars))
+    program: list = []
+    collect(func.body, [], program)
     for info in kernels:
-        info.params = tuple(v for v in func.params)
         used = {b.name for b in ir.buffers_of(info.body)}
         info.buffers = tuple(b for b in func.args + tuple(temps) if b.name in used)
-    return temps, kernels
+    return temps, program
+
+
+def depends_on_host_loop(info: KernelInfo, e: ir.Expr) -> bool:
+    """Does ``e`` (a grid extent of ``info``) depend on a host loop variable (a pivot
+    loop's triangular nest: ``<name>_launch_config`` writes -1 for it)?"""
+    return any(not v.is_param for v in ir.free_vars(e))
+
+
+def program_kernels(program: list) -> list:
+    """The kernels of a host program, each once, in program order."""
+    out: list = []
+    for step in program:
+        if isinstance(step, HostLoop):
+            out += program_kernels(step.body)
+        elif isinstance(step, HostIf):
+            out += program_kernels(step.then) + program_kernels(step.orelse)
+        else:
+            out.append(step)
+    return out
+
+
+def has_host_control(program: list) -> bool:
+    """Does the host program hold loops or conditions (not only a list of launches)?"""
+    return any(not isinstance(step, KernelInfo) for step in program)
+
+
+def host_condition(e: ir.Expr, values: dict) -> bool:
+    """The value of a host condition (comparisons of integer expressions of the sizes
+    and host loop variables, joined by ``&&``/``||``/``!``)."""
+    from polycomp.shapes import eval_int
+    if isinstance(e, ir.Binary) and e.op in ir.LOGIC_OPS:
+        first = host_condition(e.a, values)
+        return (first and host_condition(e.b, values)) if e.op == "&&" else \
+            (first or host_condition(e.b, values))
+    if isinstance(e, ir.Binary) and e.op in ir.CMP_OPS:
+        a, b = int(eval_int(e.a, values)), int(eval_int(e.b, values))
+        return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b,
+                "!=": a != b}[e.op]
+    if isinstance(e, ir.Unary) and e.op == "!":
+        return not host_condition(e.a, values)
+    if isinstance(e, ir.IntImm):
+        return bool(e.value)
+    raise TargetError(f"host condition {e} is not a comparison of sizes")
+
+
+def launch_sequence(program: list, values: dict):
+    """Yield ``(kernel, values)`` for every launch the host program makes, in order:
+    host loops iterated and conditions evaluated with the sizes ``values`` (the loop
+    variables added to each launch's values)."""
+    from polycomp.shapes import eval_int
+    for step in program:
+        if isinstance(step, HostLoop):
+            lo = int(eval_int(step.min, values))
+            for v in range(lo, lo + int(eval_int(step.extent, values))):
+                yield from launch_sequence(step.body, {**values, step.var.name: v})
+        elif isinstance(step, HostIf):
+            taken = step.then if host_condition(step.cond, values) else step.orelse
+            yield from launch_sequence(taken, values)
+        else:
+            yield step, values
+
+
+def split_kernels(func: ir.LoweredFunc) -> tuple[list, list[KernelInfo]]:
+    """Peel the global Allocates and collect the kernels (``kernel`` marks), in order,
+    each once (host loops around them: :func:`host_program`)."""
+    temps, program = host_program(func)
+    return temps, program_kernels(program)
 
 
 def _geometry(info: KernelInfo) -> None:
@@ -195,7 +309,7 @@ def _geometry(info: KernelInfo) -> None:
         if isinstance(n, ir.For) and n.kind == "gpu_block":
             ax = _AXIS[n.annotation("axis")]
             for v in ir.free_vars(n.extent):
-                if not v.is_param:
+                if not v.is_param and v not in info.params:   # sizes, host loop variables
                     raise TargetError(f"kernel {info.name}: the number of blocks on axis "
                                       f"{n.annotation('axis')} depends on {v.name}")
             info.grid[ax] = n.extent
@@ -288,7 +402,8 @@ def function_sources(func: ir.LoweredFunc) -> list[str]:
     launcher) of a legalized ``func``, in the order :func:`emit_cuda` prints them after
     the header (multi-version modules print several functions this way,
     :mod:`.multiversion`)."""
-    temps, kernels = split_kernels(func)
+    temps, program = host_program(func)
+    kernels = program_kernels(program)
     out = []
     for info in kernels:
         p = CudaPrinter()
@@ -310,7 +425,7 @@ def function_sources(func: ir.LoweredFunc) -> list[str]:
                        f"pc_dyn_smem) & {a - 1}u)) & {a - 1}u);")
         out.extend(p.lines)
         out.append("}\n")
-    out.append(_host_code(func, temps, kernels))
+    out.append(_host_code(func, temps, program))
     return out
 
 
@@ -334,7 +449,8 @@ def host_args(func: ir.LoweredFunc, p: CudaPrinter) -> list[str]:
         for b in func.args]
 
 
-def _host_code(func, temps, kernels) -> str:
+def _host_code(func, temps, program) -> str:
+    kernels = program_kernels(program)
     p = CudaPrinter()
     params = [f"int64_t {v.name}" for v in func.params]
     lines = []
@@ -342,6 +458,9 @@ def _host_code(func, temps, kernels) -> str:
     lines.append(f'extern "C" void {func.name}_launch_config({cfg_sig}) {{')
     for k, info in enumerate(kernels):
         for a in range(3):
+            if depends_on_host_loop(info, info.grid[a]):
+                lines.append(f"  cfg[{6 * k + a}] = -1;  /* varies with a host loop */")
+                continue
             lines.append(f"  cfg[{6 * k + a}] = (long long)({p.expr(info.grid[a])});")
         for a in range(3):
             lines.append(f"  cfg[{6 * k + 3 + a}] = {info.block[a]};")
@@ -370,29 +489,94 @@ def _host_code(func, temps, kernels) -> str:
         lines.append(f"  {ty}* {b.name} = 0;")
         lines.append(f"  err = cudaMalloc((void**)&{b.name}, sizeof({ty}) * (size_t)({size}));")
         lines.append("  if (err != cudaSuccess) return (int)err;")
-    first_map = 0
+    first_map = {}
     for info in kernels:
-        g = ", ".join(f"(unsigned)({p.expr(x)})" for x in info.grid)
-        b = ", ".join(str(x) for x in info.block)
-        call_args = [v.name for v in info.params] + [
-            f"({p.storage_type(x.dtype)}*){x.name}" if x in func.inputs else x.name
-            for x in info.buffers]
-        call_args += [f"pc_maps[{first_map + i}]" for i in range(len(info.tensor_maps))]
-        first_map += len(info.tensor_maps)
-        grid_vals = [p.expr(x) for x in info.grid]
-        nonempty = " && ".join(f"({x}) > 0" for x in grid_vals if x != "1") or "1"
-        smem = ""
-        if dynamic_shared(info):
-            smem = f", {info.shared_bytes}"
-            lines.append(f"  err = cudaFuncSetAttribute({info.name}, "
-                         f"cudaFuncAttributeMaxDynamicSharedMemorySize, {info.shared_bytes});")
-            lines.append("  if (err != cudaSuccess) return (int)err;")
-        lines.append(f"  if ({nonempty})  /* an empty iteration domain launches nothing */")
-        lines.append(f"    {info.name}<<<dim3({g}), dim3({b}){smem}>>>({', '.join(call_args)});")
-        lines.append("  err = cudaGetLastError();")
-        lines.append("  if (err != cudaSuccess) return (int)err;")
+        first_map[info.name] = sum(len(k.tensor_maps) for k in kernels[:kernels.index(info)])
+    _host_steps(func, program, p, first_map, lines, 1)
     for b in temps:
         lines.append(f"  cudaFree({b.name});")
     lines.append("  return (int)cudaDeviceSynchronize();")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _host_steps(func, steps, p: CudaPrinter, first_map: dict, lines: list, level: int) -> None:
+    """Print the launches of the host program ``steps`` (loops and conditions around
+    them) into ``lines`` at indentation ``level``."""
+    pad = "  " * level
+    for step in steps:
+        if isinstance(step, HostLoop):
+            v, lo = step.var.name, p.expr(step.min)
+            lines.append(f"{pad}for (int64_t {v} = {lo}; {v} < {lo} + ({p.expr(step.extent)}); "
+                         f"{v}++) {{")
+            _host_steps(func, step.body, p, first_map, lines, level + 1)
+            lines.append(f"{pad}}}")
+            continue
+        if isinstance(step, HostIf):
+            lines.append(f"{pad}if ({p.expr(step.cond)}) {{")
+            _host_steps(func, step.then, p, first_map, lines, level + 1)
+            if step.orelse:
+                lines.append(f"{pad}}} else {{")
+                _host_steps(func, step.orelse, p, first_map, lines, level + 1)
+            lines.append(f"{pad}}}")
+            continue
+        info = step
+        g = ", ".join(f"(unsigned)({p.expr(x)})" for x in info.grid)
+        b = ", ".join(str(x) for x in info.block)
+        call_args = [v.name for v in info.params] + [
+            f"({p.storage_type(x.dtype)}*){x.name}" if x in func.inputs else x.name
+            for x in info.buffers]
+        call_args += [f"pc_maps[{first_map[info.name] + i}]"
+                      for i in range(len(info.tensor_maps))]
+        grid_vals = [p.expr(x) for x in info.grid]
+        nonempty = " && ".join(f"({x}) > 0" for x in grid_vals if x != "1") or "1"
+        smem = ""
+        if dynamic_shared(info):
+            smem = f", {info.shared_bytes}"
+            lines.append(f"{pad}err = cudaFuncSetAttribute({info.name}, "
+                         f"cudaFuncAttributeMaxDynamicSharedMemorySize, {info.shared_bytes});")
+            lines.append(f"{pad}if (err != cudaSuccess) return (int)err;")
+        lines.append(f"{pad}if ({nonempty})  /* an empty iteration domain launches nothing */")
+        lines.append(f"{pad}  {info.name}<<<dim3({g}), dim3({b}){smem}>>>({', '.join(call_args)});")
+        lines.append(f"{pad}err = cudaGetLastError();")
+        lines.append(f"{pad}if (err != cudaSuccess) return (int)err;")
+
+
+# ------------------------------------------------------------ multi-version modules
+
+
+def _result_type(p: CudaPrinter, dtype: str) -> str:
+    if dtype == "void":
+        return "void"
+    return "int64_t" if dtype == "int64" else p.storage_type(dtype)
+
+
+def host_function(mf: ir.ModuleFunction) -> list[str]:
+    """An ``extern "C"`` host function of the module (selector, dispatcher)."""
+    p = CudaPrinter()
+    p.stmt(mf.func.body)
+    args = ", ".join(host_args(mf.func, p)) or "void"
+    head = f'extern "C" {_result_type(p, mf.result)} {mf.func.name}({args}) {{'
+    return [head, *p.lines, "}\n"]
+
+
+def emit_module(module: ir.LoweredModule, versions: Sequence) -> str:
+    from .ptx import PTX_PRELUDE, uses_ptx
+    n = len(module.of_role(ir.VERSION))
+    out = [f"// generated by polycomp: kernel {module.name}, {n} versions, their selector "
+           f"and dispatchers (one module)", CUDA_HEADER]
+    from .ptx_hopper import prelude, uses_hopper
+    bodies = [mf.func.body for mf in module.of_role(ir.VERSION)]
+    hopper = any(uses_hopper(b) for b in bodies)
+    if hopper or any(uses_ptx(b) for b in bodies):
+        out.append(PTX_PRELUDE)
+    if hopper:     # sm_90a versions: the device helpers every version's forms need
+        out.append(prelude(ir.Block(tuple(bodies))))
+    for mf in module.functions:
+        if mf.comment:
+            out.append(f"// {mf.comment}")
+        if mf.role == ir.VERSION:
+            out.extend(function_sources(legalize_names(mf.func, taken=kernel_function_names)))
+        else:
+            out.extend(host_function(mf))
+    return "\n".join(out)

@@ -20,7 +20,7 @@ from polycomp import dtypes as dt
 from polycomp.errors import BuildError, TargetError
 from polycomp.shapes import eval_int, infer_params
 
-from .codegen import split_kernels
+from .codegen import host_program, launch_sequence, program_kernels
 
 
 class _PyCuda:
@@ -212,7 +212,8 @@ class CudaFunction:
         self.api = device_api()
         self.ck = compiled
         self.func = compiled.final_ir
-        self.temps, self.kernels = split_kernels(self.func)
+        self.temps, self.program = host_program(self.func)
+        self.kernels = program_kernels(self.program)
         self.entry = None
         if any(k.tensor_maps for k in self.kernels):   # sm_90a TMA: the host entry point
             self.entry = self._host_entry(compiled)
@@ -248,11 +249,13 @@ class CudaFunction:
                               f"({self.ck.target.name}) launch through the host entry "
                               f"point; call the function instead")
         out = []
-        for info, fn in zip(self.kernels, self.handles):
-            grid = tuple(int(eval_int(g, values)) for g in info.grid)
+        handle = {info.name: fn for info, fn in zip(self.kernels, self.handles)}
+        for info, env in launch_sequence(self.program, values):   # host loops iterated
+            fn = handle[info.name]
+            grid = tuple(int(eval_int(g, env)) for g in info.grid)
             if min(grid) <= 0:   # empty iteration domain: nothing to launch
                 continue
-            args = ([np.int64(values[p.name]) for p in info.params]
+            args = ([np.int64(env[p.name]) for p in info.params]
                     + [dev[b.name] for b in info.buffers])
             out.append((fn, args, grid, tuple(info.block),
                         info.shared_bytes if dynamic_shared(info) else 0))

@@ -53,7 +53,7 @@ from polycomp.lowering.interpreter import Interpreter, InterpreterState, store_v
 from polycomp.shapes import checked_arguments, eval_int
 
 from . import sim_hopper, sim_tensorcore  # noqa: F401  (register their intrinsics)
-from .codegen import KernelInfo, split_kernels
+from .codegen import KernelInfo, has_host_control, host_program, launch_sequence, program_kernels
 from .sim_counters import global_sectors, shared_wavefronts
 from .sim_intrinsics import ATTR_HANDLERS, INTRINSICS, WARP
 from .sim_memory import GlobalMemory, LocalMemory, SharedMemory, poisoned
@@ -201,7 +201,7 @@ class Simulator(Interpreter):
         total = grid[0] * grid[1] * grid[2]
         stride = -(-(block[0] * block[1] * block[2]) // WARP) * WARP
         chunk = max(1, lane_budget // stride)
-        env = {p: int(params[p.name]) for p in self.func.params}
+        env = {p: int(params[p.name]) for p in info.params}   # sizes, host loop vars
         self._global_trackers = {}
         self._stored_globals = _stored_buffer_names(info.body) if self.global_races else set()
         for first in range(0, total, chunk):
@@ -590,7 +590,8 @@ def simulate(compiled_or_func, *inputs, strict: bool = True, ir_stage: str = "fi
     func = _lowered(compiled_or_func, ir_stage)
     expected, arrays, values = checked_arguments(func, inputs, params, copy=True)
     given = {b.name: a for b, a in zip(expected, arrays)}
-    temps, kernels = split_kernels(func)
+    temps, program = host_program(func)
+    kernels = program_kernels(program)
     report = SimReport(func.name)
     sim = Simulator(func, report, strict=strict, poison=poison, intrinsics=intrinsics,
                     global_races=global_races)
@@ -607,12 +608,14 @@ def simulate(compiled_or_func, *inputs, strict: bool = True, ir_stage: str = "fi
             outputs.append(arr)
     bundle = _bundle_target(compiled_or_func, ir_stage, intrinsics)
     before = {n: a.copy() for n, a in given.items()} if bundle else {}
-    for info in kernels:
-        sim.run_kernel(info, values, lane_budget)
+    for info, env in launch_sequence(program, values):   # host loops iterated
+        sim.run_kernel(info, env, lane_budget)
     res = tuple(outputs)
     if bundle:
         from .gpu_bundle import record_case
-        record_case(compiled_or_func.source, func, kernels, temps, values, before,
+        # a host program with loops is checked through its host entry point only
+        record_case(compiled_or_func.source, func,
+                    [] if has_host_control(program) else kernels, temps, values, before,
                     {b.name: a for b, a in zip(func.outputs, outputs)}, bundle,
                     target=_target_name(compiled_or_func), arch=_target_arch(compiled_or_func))
     return (res[0] if len(res) == 1 else res), report

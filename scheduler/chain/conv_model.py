@@ -1,6 +1,6 @@
 """The data-movement and time model of a fused conv chain (after Chimera, thesis ch. 3).
 
-The fused kernel (:mod:`.conv_kernel`) runs, per image ``n``, the block nest
+The fused program (:mod:`.conv_program`) runs, per image ``n``, the block nest
 
     for spatial tile (ty, tx) of TH x TW output pixels        loop "s"
       for f-block of TF intermediate channels                 loop "f" (shared)
@@ -110,9 +110,11 @@ class MachineRates:
     into: tuple[tuple[str, float], ...] = (("L1", 64.0), ("L2", 32.0), ("L3", 8.0))
 
     @staticmethod
-    def for_isa(isa: str) -> MachineRates:
-        lanes = {"avx512": 16, "avx2": 8}.get(isa, 4)   # c: what gcc's SSE code reaches
-        return MachineRates(flops=4.0 * lanes)
+    def for_target(target) -> MachineRates:
+        """Nominal rates of ``target``: two FMA pipes of its float32 vector width (4
+        lanes for scalar C: what gcc's SSE code reaches)."""
+        lanes = target.vector_lanes("float32")
+        return MachineRates(flops=4.0 * (lanes if lanes > 1 else 4))
 
     def bandwidth(self, level: str) -> float | None:
         return dict(self.into).get(level)

@@ -107,7 +107,7 @@ def make_conv_plan(match: ConvChainMatch, model, target) -> ConvChainPlan:
         w2 = w1 + 2 * b.pw - b.kw + 1
     dims = ConvChainDims(n, c, max(1, h), max(1, w), f1, h1, w1, f2, max(1, h2), max(1, w2),
                          a.kh, a.kw, b.kh, b.kw, a.ph, a.pw, b.ph, b.pw)
-    mr, nv, vw = register_block(target.isa)
+    mr, nv, vw = register_block(target)
     levels = [(lv.name, lv.capacity) for lv in target.memory.levels
               if lv.name in ("L1", "L2", "L3") and lv.capacity > 0]
     threads = target.cpu.threads if target.cpu is not None else 1
@@ -116,7 +116,7 @@ def make_conv_plan(match: ConvChainMatch, model, target) -> ConvChainPlan:
     if env:
         th, tw, tf = (int(v) for v in env.lower().split("x"))
         tiles = ConvTiles(th, tw, tf)
-    dec = decide(dims, levels, MachineRates.for_isa(target.isa), mr, vw, tiles,
+    dec = decide(dims, levels, MachineRates.for_target(target), mr, vw, tiles,
                  min_tiles=threads)
     forced = os.environ.get(FORCE_ENV, "").strip().lower()
     return ConvChainPlan(match, dims, tuple(sym), dec,

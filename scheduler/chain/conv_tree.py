@@ -1,56 +1,32 @@
-"""Pass ``conv-chain-fuse``: one schedule tree for a chain of two convolutions.
+"""Pass ``conv-chain-fuse``: a chain of two convolutions as one fused program.
 
 Assumes: ``ctx.model``'s statements are exactly one conv chain found by
-:func:`~polycomp.scheduler.chain.conv_detect.detect_conv_chains`: ``T_init[n, f, y, x]``,
-``T_update[n, f, y, x, c, kh, kw]``, elementwise ``E[n, f, y, x]``, ``O_init[n, g, y, x]``,
-``O_update[n, g, y, x, f, kh, kw]`` (the second convolution reads the last of ``T, E..``
-at ``(y + kh - p2h, x + kw - p2w)``); the input schedule is any legal schedule of them.
+:func:`~polycomp.scheduler.chain.conv_detect.detect_conv_chains` (``T = conv(X, W1)``,
+elementwise ``E..``, ``O = conv(T or E_last, W2)``, stride 1, constant windows) and the
+plan (:mod:`.conv_plan`, the data-movement model's decision or ``POLYCOMP_CONV_CHAIN``)
+says fuse; the input schedule is any legal schedule of the model's statements.
 
-Guarantees: the output schedule covers the same statement instances and satisfies every
-dependence of the model (checked with isl by :func:`conv_plan_for`; otherwise the chain
-is not fused and the input schedule stays).  Its shape, with ``TH, TW, TF`` from the plan
-and ``sh = p2h - (KH2 - 1)``, ``sw = p2w - (KW2 - 1)``::
-
-    domain -> mark "conv_chain_fused:THxTWxTF"
-      -> band [n, floor(y/TH), floor(x/TW)]       for O_init, O_update
-              [n, floor((y+sh)/TH), floor((x+sw)/TW)]   for T_init, T_update, E..
-         (permutable; n coincident)
-        -> sequence T_init [f, y, x]; T_update [f, y, x, c, kh, kw]; E.. [f, y, x];
-                    O_init [g, y, x]; O_update [g, y, x, f, kh, kw]
-
-i.e. an instance of ``T`` (or ``E``) at ``(y, x)`` runs in the first output tile that
-reads it — the smallest output row reading row ``y`` is ``y + sh`` — so every tile finds
-the intermediate rows and columns it reads computed by itself or an earlier tile (each
-dependence has non-negative distances on the band).  Statement instances run once: the
-tree cannot express the fused kernel's halo *recomputation* (a schedule maps each
-instance to one date); the code-generation pass replaces the marked nest by the kernel
-(:mod:`.conv_kernel`), which computes each tile's ``TF x (TH + KH2 - 1) x (TW + KW2 - 1)``
-intermediate block itself, the halo included, so its tiles are independent (OpenMP over
-``n x tiles``).  The tree, lowered and interpreted, computes the chain (the tests check it).
+Guarantees: the output schedule is the fused program of :mod:`.conv_program` over its
+own statements (the model's are replaced: the intermediate is recomputed per output
+tile, halo included, so tiles are independent), with the ``conv_chain_fused:<n>`` mark
+naming it (``chain_plans(ctx).programs[n]``) and its dependences joined to the model's;
+isl checks the tree against them (otherwise the input schedule stays, with a remark).
+:func:`conv_chain_passes` is the CPU backend's hook deciding whether the pass runs.
 """
 from __future__ import annotations
-
-import islpy as isl
 
 from polycomp.scheduler.chain.conv_detect import conv_why_not, detect_conv_chains
 from polycomp.scheduler.chain.conv_plan import ConvChainPlan, make_conv_plan
 from polycomp.scheduler.chain.plan import chain_plans
-from polycomp.scheduler.chain.tree import (
-    _band,
-    _dims,
-    _filter_node,
-    _seq,
-    marked_schedule,
-    only_chain,
-)
+from polycomp.scheduler.chain.tree import only_chain
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
-from polycomp.scheduler.common.tree import is_legal
 from polycomp.state import CompileState
 
-__all__ = ["ConvChainFusePass", "CONV_MARK", "conv_fused_tree", "conv_plan_for",
+__all__ = ["ConvChainFusePass", "CONV_MARK", "conv_plan_for",
            "conv_chain_passes"]
 
-CONV_MARK = "conv_chain_fused"
+CONV_MARK = marks.CONV_CHAIN_FUSED
 
 
 def conv_plan_for(state: CompileState) -> tuple[ConvChainPlan | None, str]:
@@ -67,29 +43,7 @@ def _conv_plan_for(state: CompileState) -> tuple[ConvChainPlan | None, str]:
                         "convolutions")
     if m is None:
         return None, why
-    plan = make_conv_plan(m, model, state.target)
-    if not is_legal(conv_fused_tree(plan, model), model.dependences):
-        return None, "the fused tree would violate a dependence"
-    return plan, ""
-
-
-def conv_fused_tree(plan: ConvChainPlan, model) -> isl.Schedule:
-    """The fused schedule of the module docstring."""
-    m, t = plan.match, plan.tiles
-    b = m.second
-    sh, sw = b.ph - (b.kh - 1), b.pw - (b.kw - 1)
-    stmts = [s for s in model.statements if s.name in set(m.statements)]
-
-    def outer(s) -> list[str]:
-        n, _, y, x = _dims(s)[:4]
-        if s.stage is b.stage:
-            return [n, f"floor(({y})/{t.th})", f"floor(({x})/{t.tw})"]
-        return [n, f"floor(({y} + {sh})/{t.th})", f"floor(({x} + {sw})/{t.tw})"]
-    top = _band(model, [(s, outer(s)) for s in stmts], [1, 0, 0])
-    leaves = [_filter_node(model, [s], _band(model, [(s, _dims(s)[1:])],
-                                             [0] * (len(_dims(s)) - 1))) for s in stmts]
-    inner = _seq(leaves)
-    return marked_schedule(model, f"{CONV_MARK}:{t.th}x{t.tw}x{t.tf}", top, inner)
+    return make_conv_plan(m, model, state.target), ""
 
 
 class ConvChainFusePass(Pass):
@@ -97,13 +51,21 @@ class ConvChainFusePass(Pass):
     name = "conv-chain-fuse"
 
     def run(self, schedule, ctx: CompileState):
+        from polycomp.scheduler.chain.conv_program import conv_program
+        from polycomp.scheduler.chain.program import adopt
         plan, why = conv_plan_for(ctx)
         if plan is None or not plan.fuse:
             ctx.note(self.name, f"no conv chain fused: {why or 'the model predicts no gain'}")
             return schedule
+        programs = chain_plans(ctx).programs
+        prog = conv_program(plan, ctx, len(programs))
+        if isinstance(prog, str):
+            ctx.note(self.name, f"no conv chain fused: {prog}")
+            return schedule
+        adopt(ctx, prog)
         for line in plan.describe():
             ctx.note(self.name, line)
-        return conv_fused_tree(plan, ctx.model)     # legal: checked by conv_plan_for
+        return prog.schedule
 
 
 def conv_chain_passes(state: CompileState) -> list[Pass] | None:

@@ -208,9 +208,11 @@ _OPS = {"+", "-", "*", "/", "min", "max", "<", "<=", ">", ">=", "==", "!=", "&&"
 
 
 def _supported_expr(e: ir.Expr, prev: ir.Buffer) -> bool:
-    """Expressions the fused kernel's elementwise code can print (see kernel.py)."""
+    """Expressions fused between the products: what every chain target evaluates (the
+    CUDA and NPU chain kernels build the stages' code themselves; on the CPU targets the
+    stages are statements of the fused program, lowered like any other)."""
     if isinstance(e, ir.Var):
-        return not e.is_param       # symbols are not passed to the fused kernel
+        return not e.is_param       # (the CUDA and NPU chain kernels take no symbols)
     if isinstance(e, (ir.FloatImm, ir.IntImm, ir.Load)):
         return True
     if isinstance(e, ir.Cast):

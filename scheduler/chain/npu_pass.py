@@ -11,7 +11,7 @@ every dependence of the model (isl checks it; otherwise the input is returned wi
 note).  It is :func:`~.tree.fused_tree` with the NPU plan's ``TM x TL``
 (:mod:`.npu_plan`) and one more mark under ``chain_fused``::
 
-    domain -> mark "chain_fused:TMxTL"
+    domain -> mark "chain_fused"
       -> mark "npu_chain:<n>"                 (npu_plans(state).chains[n]: the plan)
         -> band [b.., floor(m/TM)]           (permutable, coincident)
           -> sequence ...                     (tree.py: l blocks of TL without a

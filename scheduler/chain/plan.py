@@ -4,7 +4,7 @@ and the kernel's tiles (typed; shared by the schedule pass, code generation and
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from polycomp.scheduler.chain.detect import ChainMatch
@@ -28,6 +28,12 @@ class ChainPlan:
     mr: int
     nv: int
     vw: int
+    nr2: int = 0                    # columns of the second product's register block (CPU)
+
+    @property
+    def nr(self) -> int:
+        """Columns of the first product's register block (``nv`` vectors of ``vw``)."""
+        return self.nv * self.vw
 
     def describe(self) -> list[str]:
         d, m = self.dims, self.match
@@ -51,12 +57,28 @@ class ChainPlan:
 @dataclass(eq=False)
 class ChainPlans:
     """The chain plans of a compile (typed compile state, ``state.slot(ChainPlans)``),
-    computed once: the backend's choice of passes, the fusion pass and the
-    code-generation pass all ask for them, and each computation detects the chain on the
-    model and checks the fused tree's legality with isl.  ``(plan or None, why not)``,
-    None until first asked."""
+    computed once: the backend's choice of passes, the fusion pass and code generation
+    all ask for them, and each computation detects the chain on the model and checks the
+    fused tree's legality with isl.  ``(plan or None, why not)``, None until first asked.
+    ``programs``: the fused CPU programs (:class:`~.program.ChainProgram`,
+    :class:`~.conv_program.ConvChainProgram`) whose mark ``chain_fused:<n>`` /
+    ``conv_chain_fused:<n>`` is their index here; lowering builds their new statements
+    (:meth:`statement_builders`)."""
     contraction: tuple[Any, str] | None = None    # tree.plan_for
     conv: tuple[Any, str] | None = None           # conv_tree.conv_plan_for
+    programs: list[Any] = field(default_factory=list)
+
+    def statement_builders(self) -> dict[str, Any]:
+        """Lowering's builders of the programs' new statements: ``name -> fn(args)``
+        instantiating the statement's store at the AST's coordinates."""
+        from polycomp import ir
+        out: dict[str, Any] = {}
+        for p in self.programs:
+            for name, s in p.new.items():
+                def make(args, s=s):
+                    return ir.substitute(s.store(), dict(zip(s.iters, args)))
+                out[name] = make
+        return out
 
 
 def chain_plans(state) -> ChainPlans:
@@ -64,10 +86,14 @@ def chain_plans(state) -> ChainPlans:
     return state.slot(ChainPlans)
 
 
-def register_block(isa: str) -> tuple[int, int, int]:
-    """``(MR, NV, lanes)``: rows x vectors of accumulators (``MR*NV + NV + 1`` registers
-    at most: 6 x 4 zmm of 32, 6 x 2 ymm of 16; 4 x 4 scalars for ``c``)."""
-    return {"avx512": (6, 4, 16), "avx2": (6, 2, 8)}.get(isa, (4, 4, 1))
+def register_block(target) -> tuple[int, int, int]:
+    """``(MR, NV, lanes)`` of ``target``: rows x vectors of float32 accumulators of the
+    CPU micro-kernel for its vector register file
+    (:func:`polycomp.scheduler.cpu.backbone_tile.register_block`: 6 x 4 zmm of 32, 6 x 2
+    ymm of 16) and the vector width in floats (1: scalar C)."""
+    from polycomp.scheduler.cpu.backbone_tile import register_block as block
+    mr, nv = block(target.cpu.vector_registers if target.cpu is not None else 16)
+    return mr, nv, max(1, target.vector_lanes("float32"))
 
 
 def _extent(stmt, k: int) -> int | None:
@@ -104,7 +130,8 @@ def make_plan(match: ChainMatch, model, target) -> ChainPlan:
         batch *= e if e is not None else 1
     dims = ChainDims(*(ext[d] if ext[d] is not None else BIG for d in ("m", "n", "k", "l")),
                      batch=batch)
-    mr, nv, vw = register_block(target.isa)
+    mr, nv, vw = register_block(target)
+    nr = nv * vw
     levels = [(lv.name, lv.capacity) for lv in target.memory.levels
               if lv.name in ("L1", "L2", "L3") and lv.capacity > 0]
     alpha = max(vw, 4)
@@ -112,11 +139,15 @@ def make_plan(match: ChainMatch, model, target) -> ChainPlan:
     l1 = next((p for p in plans if p.level == "L1"), plans[0] if plans else None)
     t = l1.tiles if l1 is not None else None
     tm = max(mr, (t.m // mr) * mr) if t else 4 * mr
-    tl = max(vw, (t.l // vw) * vw) if t else 8 * vw
+    tl = max(nr, (t.l // nr) * nr) if t else 8 * vw
     env = os.environ.get("POLYCOMP_CHAIN_TILES", "")
     if env:
         a, b = env.lower().split("x")
         tm, tl = int(a), int(b)
+    # the second product's register block: the whole row of O when it is narrower
+    nr2 = nr
+    if ext["n"] is not None:
+        nr2 = max(vw, min(nr, -(-ext["n"] // vw) * vw))
     return ChainPlan(match, dims, tuple(sym), tuple(plans), l1.level if l1 else "L1",
-                     tm, tl, mr, nv, vw)
+                     tm, tl, mr, nv, vw, nr2)
 

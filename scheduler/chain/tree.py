@@ -1,42 +1,31 @@
-"""Pass ``chain-fuse``: one schedule tree for a chain of two contractions.
+"""Pass ``chain-fuse`` (CPU targets) and the chain plan every target starts from.
 
-Assumes: ``ctx.model`` is a model whose statements are exactly one chain found by
-:func:`~polycomp.scheduler.chain.detect.detect_chains` (``T = X . Y``, optional
-elementwise stages / softmax, ``O = S . Z`` over ``nb`` leading batch dimensions; the
-statements' first ``nb`` domain dimensions are the batch, the next one is ``m``); the
-input schedule is any legal schedule of those statements (program order).
+:class:`ChainFusePass` — assumes: ``ctx.model``'s statements are exactly one chain
+found by :func:`~polycomp.scheduler.chain.detect.detect_chains` (``T = X . Y``,
+optional elementwise stages / softmax, ``O = S . Z`` over ``nb`` leading batch
+dimensions), float32, and :func:`plan_for` gave a plan; the input schedule is any legal
+schedule of those statements (program order).  Guarantees: the output schedule is the
+fused *program* of :mod:`.program` — the tree code generation lowers, with the
+``chain_fused:<n>`` mark naming it (``chain_plans(ctx).programs[n]``): without a softmax
+over the model's statements, with one over the online program's (:mod:`.online`: the
+model's statements minus the softmax's exponential, quotient and the second update,
+plus its own, whose dependences join the model's).  It satisfies every dependence of the
+statements it runs (checked with isl; otherwise the input is returned unchanged with a
+remark).
 
-Guarantees: the output schedule is over the same statement instances and satisfies every
-dependence of the model (checked with isl before it is returned; otherwise the input is
-returned unchanged with a remark).  Its shape, with ``TM, TL`` from the plan
-(:mod:`.plan`):
+:func:`fused_tree` is the NPU chain pass's tree (:mod:`.npu_pass`; it also checks the
+legality of every target's plan, :func:`plan_for`) over the model's statements::
 
-* without a softmax::
+    domain -> mark "chain_fused" -> band [b.., floor(m/TM)]  (permutable, coincident)
+      -> sequence
+           filter O_init -> band [m, n]
+           filter rest   -> band [floor(l/TL)] -> sequence T_init [m, l] ; T_update
+                            [m, l, k] ; E.. [m, l] ; O_update [m, l, n]
 
-      domain -> mark "chain_fused" -> band [b.., floor(m/TM)]  (permutable, coincident)
-        -> sequence
-             filter O_init -> band [m, n]
-             filter rest   -> band [floor(l/TL)]     (l of T_*, elementwise; the
-                                                      reduction index of O_update)
-                -> sequence T_init [m, l] ; T_update [m, l, k] ; E.. [m, l] ;
-                            O_update [m, l, n]
-
-  so the intermediate needed by one ``(b, m-block, l-block)`` is one ``TM x TL`` tile,
-  produced and consumed inside the block (the first product's loops ``m, l, k``, the
-  second's ``m, l, n``: Chimera's order ``(m, l, k | n)``);
-* with a softmax between (the row max needs the whole row, so ``l`` cannot be split
-  with the model's statements)::
-
-      domain -> mark "chain_fused" -> band [b.., floor(m/TM)]
-        -> sequence of every statement in program order, each -> band over its other dims
-
-  i.e. row blocks of ``TM`` rows: the intermediates of one block are ``TM x L``.
-
-The ``chain_fused`` mark (``chain_fused:<TM>x<TL>``) tells code generation
-(:mod:`.codegen`) to emit the fused kernel (:mod:`.kernel`), which executes the same
-block order and, with a softmax, also splits ``l`` into ``TL`` tiles with online
-rescaling — a reassociation of the max and the sums that the statement-level tree
-cannot express.
+(with a softmax: ``band [b.., floor(m/TM)] -> sequence`` of every statement, row blocks
+of ``TM`` rows), the block order Chimera's ``(m, l, k | n)``; the NPU pass marks it
+``npu_chain:<n>`` below the ``chain_fused`` mark, and the NPU lowering builds its program
+from that plan.
 """
 from __future__ import annotations
 
@@ -46,13 +35,14 @@ import islpy as isl
 
 from polycomp.scheduler.chain.detect import ChainMatch, detect_chains
 from polycomp.scheduler.chain.plan import ChainPlan, chain_plans, make_plan
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import is_legal, schedule_from_str
 from polycomp.state import CompileState
 
 __all__ = ["ChainFusePass", "MARK", "fused_tree", "plan_for"]
 
-MARK = "chain_fused"
+MARK = marks.CHAIN_FUSED
 
 
 def plan_for(state: CompileState) -> tuple[ChainPlan | None, str]:
@@ -215,7 +205,7 @@ def fused_tree(plan: ChainPlan, model) -> isl.Schedule:
         inner = _seq([_filter_node(model, [o_init], _leaf_band(model, o_init, nb=nb)),
                       _filter_node(model, rest, lband + "child:\n" + _indent(_seq(leaves), 2)),
                       *(_filter_node(model, [s], _leaf_band(model, s, nb=nb)) for s in after)])
-    return marked_schedule(model, f"{MARK}:{plan.tm}x{plan.tl}", top, inner)
+    return marked_schedule(model, MARK, top, inner)
 
 
 class ChainFusePass(Pass):
@@ -223,11 +213,17 @@ class ChainFusePass(Pass):
     name = "chain-fuse"
 
     def run(self, schedule, ctx: CompileState):
+        from polycomp.scheduler.chain.program import adopt, cpu_program
         plan, why = plan_for(ctx)
         if plan is None:
             ctx.note(self.name, f"no chain fused: {why}")
             return schedule
-        fused = fused_tree(plan, ctx.model)      # legal: checked by plan_for
+        programs = chain_plans(ctx).programs
+        prog = cpu_program(plan, ctx, len(programs))
+        if isinstance(prog, str):
+            ctx.note(self.name, f"no chain fused: {prog}")
+            return schedule
+        adopt(ctx, prog)
         for line in plan.describe():
             ctx.note(self.name, line)
-        return fused
+        return prog.schedule

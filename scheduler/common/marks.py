@@ -35,6 +35,9 @@ declared at the end.
 | ``npu_vector:<n>`` | NPU mapping | stages of vector program n; ``npu_plans(state).vectors[n]``: dimension roles |
 | ``npu_phases:<n>`` | NPU mapping | a kernel of phases joined by GM workspaces; ``npu_plans(state).phases[n]`` |
 | ``npu_chain:<n>`` | NPU chain fusion | a fused chain program; ``npu_plans(state).chains[n]``: tiles, buffer use |
+| ``chain_fused:<n>`` | chain fusion, CPU (``scheduler/chain/program.py``) | the fused program of a chain of two contractions (``chain_plans(state).programs[n]``); the NPU chain pass's tree (``tree.fused_tree``) carries a plain ``chain_fused`` mark (no payload) above its ``npu_chain:<n>`` |
+| ``conv_chain_fused:<n>`` | conv-chain fusion, CPU (``scheduler/chain/conv_program.py``) | the fused program of two convolutions (``chain_plans(state).programs[n]``) |
+| ``cpu_local:<n>`` | chain fusion (CPU) | temporaries private to the subtree, stored in per-thread tile buffers (``local_tiles(state).records[n]``) |
 | ``chain_step:<n>`` | CUDA chain fusion | a block-level micro-kernel of a fused chain's kernel (``chain_program(state).steps[n]``: its role and statements) |
 | ``chain_ring:<n>`` | CUDA chain fusion | the ``l`` loop below streams its tiles through a ring of shared buffers (``chain_program(state).rings[n]``) |
 | ``row_vector:<n>`` | row-reduction mapping | the loop below runs over consecutive columns accessed as one aligned vector (``row_kernels(state).vectors[n]``, :mod:`polycomp.scheduler.gpu.rowstate`) |
@@ -76,13 +79,17 @@ NPU_VECTOR = "npu_vector"
 NPU_PHASES = "npu_phases"
 NPU_CHAIN = "npu_chain"
 ROW_VECTOR = "row_vector"
+CHAIN_FUSED = "chain_fused"
+CONV_CHAIN_FUSED = "conv_chain_fused"
+CPU_LOCAL = "cpu_local"
 
 #: every declared mark kind, longest first (how :func:`split` finds a name's kind)
 KINDS = tuple(sorted((BACKBONE, PROLOGUE, TILE_BLOCK, TILE_POINT, TILE_REDUCE, KERNEL,
                       GPU_BLOCKS, GPU_THREADS, COPY, TC_BLOCK, TC_FRAG, TC_MMA, TC_PERSISTENT,
                       PIPELINE, CPU_PARALLEL, CPU_WAVEFRONT, CPU_MICROKERNEL, CPU_PACK_REQUEST,
                       CPU_PACK, NPU_CUBE, NPU_PINGPONG, NPU_CONV, NPU_VECTOR, NPU_PHASES,
-                      NPU_CHAIN, CHAIN_STEP, CHAIN_RING, ROW_VECTOR), key=len, reverse=True))
+                      NPU_CHAIN, CHAIN_STEP, CHAIN_RING, ROW_VECTOR, CHAIN_FUSED,
+                      CONV_CHAIN_FUSED, CPU_LOCAL), key=len, reverse=True))
 
 # IR attributes that IR passes add (no schedule-tree mark):
 #: the tail of a vectorised loop, ``AttrStmt(VECTOR_MASK, (count, lanes))``

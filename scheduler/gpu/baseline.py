@@ -9,7 +9,8 @@ stages).  In each, the leading coincident members of the outer band (at most 3, 
 innermost first onto x) are split off and tiled with ``ctx.options.block`` (default
 16x16 for two members, 256 for one, 8x8x4 for three): the tile band is marked
 ``gpu_blocks:<n>`` and the point band ``gpu_threads:<sizes>``.  Only members whose
-joint range over the domain is a box are mapped (a triangular nest maps its outer
+joint range over the domain is a box (for each value of the outer schedule, e.g. a
+host loop's variable) are mapped (a triangular nest maps its outer
 member only), since a CUDA grid cannot depend on the block index; both bands are
 generated atomically (isl's AST generator emits one loop per member, with guards
 inside, instead of separating it into several loops), since the mapping turns each
@@ -98,22 +99,29 @@ class GpuBaselineMappingPass(Pass):
 
 
 def _rectangular(node: isl.ScheduleNode, n: int) -> bool:
-    """Is the range of the band's first ``n`` members over its domain a box (for all
-    parameter values)?  Only then is the number of tiles along one member independent
-    of the tile index along another, as a CUDA grid requires."""
+    """Is the range of the band's first ``n`` members over its domain a box for every
+    value of the outer schedule (prefix: a host loop's variable, for all parameter
+    values)?  Only then is the number of tiles along one member independent of the tile
+    index along another, as a CUDA grid requires (it may depend on a host loop)."""
     um = node.band_get_partial_schedule_union_map().intersect_domain(node.get_domain())
-    ranges = sets(um.range())
+    prefix = node.get_prefix_schedule_union_map().intersect_domain(node.get_domain())
+    ranges = sets(prefix.flat_range_product(um).range())
     if not ranges:
         return True
-    r = ranges[0]
-    total = r.dim(isl.dim_type.set)
-    r = r.project_out(isl.dim_type.set, n, total - n)
-    box = None
-    for k in range(n):
-        rk = r.project_out(isl.dim_type.set, k + 1, n - k - 1).project_out(isl.dim_type.set, 0, k)
-        box = rk if box is None else box.flat_product(rk)
-    assert box is not None, "a band of at least one member"
-    return box.is_equal(r)
+    for r in ranges:
+        total = r.dim(isl.dim_type.set)
+        p = total - node.band_n_member()
+        r = r.project_out(isl.dim_type.set, p + n, total - p - n)
+        box = None
+        for k in range(n):     # (prefix, member k), the other members unconstrained
+            rk = r.project_out(isl.dim_type.set, p + k + 1, n - k - 1)
+            rk = rk.project_out(isl.dim_type.set, p, k)
+            rk = rk.insert_dims(isl.dim_type.set, p, k).add_dims(isl.dim_type.set, n - k - 1)
+            box = rk if box is None else box.intersect(rk)
+        assert box is not None, "a band of at least one member"
+        if not box.is_equal(r):
+            return False
+    return True
 
 
 def _atomic(node: isl.ScheduleNode) -> isl.ScheduleNode:

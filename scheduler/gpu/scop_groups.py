@@ -378,19 +378,167 @@ class ScopGroupingPass(Pass):
 
 class ScopBaselinePass(Pass):
     """The baseline mapping (:class:`GpuBaselineMappingPass`) of the nests that
-    :class:`ScopGroupingPass` left unmarked; nest ``c`` becomes kernel ``c``."""
+    :class:`ScopGroupingPass` left unmarked; nest ``c`` becomes kernel ``c``.
+
+    A nest whose outer loop carries a dependence (a stencil's time loop) but holds
+    parallel loops below it becomes a *host loop* of launches (as PPCG does): its outer
+    band member ``h`` is split off and left outside every ``kernel`` mark, and each nest
+    below it (each filter of a sequence below, or the rest of the band) is mapped on its
+    own, recursively (a host loop inside a host loop), so each gets its own grid and
+    block.  Taken only when (:func:`host_loop_ok`) some band below has a coincident outer
+    member given ``h`` (else one kernel on a single thread is cheaper than a launch per
+    iteration); a kernel's grid may depend on ``h`` (a pivot loop's shrinking
+    triangle: the baseline maps members whose range is a box for each ``h``).  Legal:
+    the host loop runs its iterations in order and the launches inside one iteration
+    in program order, with a global synchronisation between launches, so the execution
+    order of dependent instances is the schedule's; inside each kernel the baseline
+    mapping's guarantees hold (its coincidence is computed with ``h`` in the prefix
+    schedule).  The kernel numbers of the nests below a host loop are ``c`` for the
+    first and fresh numbers (after every nest's) for the others.
+
+    A subtree with no parallel band at all whose band carries every dependence of it
+    (seidel-2d) is first rewritten by :func:`wavefront_band`, whose outer member then
+    becomes the host loop.
+    """
     name = "gpu-baseline-mapping"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         base = GpuBaselineMappingPass()
         deps = ctx.model.dependences
-        for index in range(len(nest_roots(schedule))):
+        count = len(nest_roots(schedule))
+        self._next = count
+        for index in range(count):
             root = nest_roots(schedule)[index]
             if marks.is_kind(root, marks.BACKBONE):
                 continue
-            schedule = base._map_stage(root, deps, ctx, index).get_schedule()
-            ctx.note(self.name, f"kernel {index}: {_baseline_words(ctx, index)}")
+            self._first: int | None = index
+            schedule = self._map(root, base, deps, ctx, 0).get_schedule()
         return schedule
+
+    def _number(self) -> int:
+        if self._first is not None:
+            k, self._first = self._first, None
+            return k
+        self._next += 1
+        return self._next - 1
+
+    def _map(self, node, base, deps, ctx, depth: int):
+        """Map the subtree at ``node`` (host loop or kernel); return a node in it."""
+        if not _parallel_below(node, deps):     # else: one thread; try a wavefront
+            wave = wavefront_band(node, deps)
+            if wave is not None and host_loop_ok(wave[0], deps):
+                node = wave[0]
+                ctx.note(self.name, f"wavefront {wave[1]} of {_statement_names(node)} "
+                                    f"(every member carried a dependence)")
+        if host_loop_ok(node, deps):
+            if node.band_n_member() > 1:
+                node = node.band_split(1)
+            node = node.band_member_set_coincident(0, 0)
+            ctx.note(self.name, f"host loop (depth {depth}) over the outer loop of "
+                                f"{_statement_names(node)}: one launch per iteration")
+            child = node.child(0)
+            if child.get_type() in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
+                for k in range(child.n_children()):
+                    child = self._map(child.child(k).child(0), base, deps, ctx,
+                                      depth + 1)
+                    child = _ancestor(child, child.get_tree_depth() - node.get_tree_depth() - 1)
+                return child.parent()
+            return self._map(child, base, deps, ctx, depth + 1).parent()
+        k = self._number()
+        node = base._map_stage(node, deps, ctx, k)
+        ctx.note(self.name, f"kernel {k}: {_baseline_words(ctx, k)}")
+        return node
+
+
+def wavefront_band(node: isl.ScheduleNode, deps: isl.UnionMap
+                   ) -> tuple[isl.ScheduleNode, str] | None:
+    """A band whose every member carries a dependence (seidel-2d's in-place sweep),
+    rewritten as ``(w, rest)``: ``w = h·(members)`` with ``h·Δ >= 1`` for every
+    dependence distance ``Δ`` of the band (:func:`~polycomp.scheduler.common.cone.
+    wavefront`), then the members but one ``d`` with ``h_d = 1`` (the band stays
+    unimodular, so each statement's schedule stays injective), the outermost member
+    last (its extent, a time loop's, is usually the smallest).  Legal: ``w`` strictly
+    increases along every dependence, so the new band respects them all and instances
+    with equal ``w`` are independent (every other member is coincident below ``w``).
+    None when the band does not carry every dependence of its subtree, or no ``h``
+    with small coefficients exists.  Returns the new band and ``h`` in words."""
+    from polycomp.scheduler.common.cone import wavefront
+    if node.get_type() != isl.schedule_node_type.band or node.band_n_member() < 2:
+        return None
+    dom = node.get_domain()
+    deps = deps.intersect_domain(dom).intersect_range(dom)
+    if deps.is_empty():
+        return None
+    pm = node.band_get_partial_schedule_union_map()
+    deltas = sets(deps.apply_domain(pm).apply_range(pm).deltas())
+    if len(deltas) != 1:
+        return None
+    h = wavefront(deltas[0])
+    if h is None:
+        return None
+    n = node.band_n_member()
+    d = max(m for m in range(n) if h[m] == 1)
+    mupa = node.band_get_partial_schedule()
+    w = None
+    for m in range(n):
+        if h[m]:
+            term = mupa.get_union_pw_aff(m).scale_val(isl.Val.int_from_si(node.get_ctx(), h[m]))
+            w = term if w is None else w.add(term)
+    assert w is not None, "h has a coefficient 1"
+    rest = [m for m in range(1, n) if m != d] + ([0] if d != 0 else [])
+    new = mupa.set_union_pw_aff(0, w)
+    for k, m in enumerate(rest):
+        new = new.set_union_pw_aff(k + 1, mupa.get_union_pw_aff(m))
+    words = " + ".join(f"{c}*m{m}" if c != 1 else f"m{m}" for m, c in enumerate(h) if c)
+    return node.delete().insert_partial_schedule(new), f"w = {words}"
+
+
+def _ancestor(node, up: int):
+    for _ in range(up):
+        node = node.parent()
+    return node
+
+
+def _statement_names(node) -> str:
+    return ", ".join(sorted(x.get_tuple_name() for x in sets(node.get_domain())))
+
+
+def _leading_coincident(node: isl.ScheduleNode, deps: isl.UnionMap) -> int:
+    """The number of leading coincident members of the band at ``node`` (given its
+    prefix schedule), at most 3, that the baseline mapping would map."""
+    coinc = band_coincidence(node, deps)
+    n = 0
+    while n < len(coinc) and coinc[n] and n < 3:
+        n += 1
+    return n
+
+
+def _parallel_below(node: isl.ScheduleNode, deps: isl.UnionMap) -> bool:
+    """Some band in the subtree at ``node`` (looking through sequences, sets and
+    filters, and through non-coincident outer members) has a coincident member."""
+    t = node.get_type()
+    if t == isl.schedule_node_type.band:
+        if _leading_coincident(node, deps):
+            return True
+        if node.band_n_member() > 1:
+            return _parallel_below(node.band_split(1).child(0), deps)
+        return _parallel_below(node.child(0), deps)
+    if t in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
+        return any(_parallel_below(node.child(k).child(0), deps)
+                   for k in range(node.n_children()))
+    if t in (isl.schedule_node_type.filter, isl.schedule_node_type.mark):
+        return _parallel_below(node.child(0), deps)
+    return False
+
+
+def host_loop_ok(node: isl.ScheduleNode, deps: isl.UnionMap) -> bool:
+    """Should the outer member of the band at ``node`` become a host loop (see
+    :class:`ScopBaselinePass`)?  Its outer member carries a dependence and something
+    below it is parallel."""
+    if node.get_type() != isl.schedule_node_type.band or _leading_coincident(node, deps):
+        return False
+    below = node.band_split(1).child(0) if node.band_n_member() > 1 else node.child(0)
+    return _parallel_below(below, deps)
 
 
 def _baseline_words(ctx: CompileState, k: int) -> str:

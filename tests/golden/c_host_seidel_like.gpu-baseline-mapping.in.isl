@@ -1,0 +1,1 @@
+{ domain: "[tsteps, n] -> { S_0[t, i, j] : tsteps > 0 and n > 0 and 0 <= t < tsteps and 0 < i <= -2 + n and 0 < j <= -2 + n }", child: { schedule: "[{ S_0[t, i, j] -> [(t)] }, { S_0[t, i, j] -> [(i)] }, { S_0[t, i, j] -> [(j)] }]" } }
