@@ -181,6 +181,7 @@ def _match_update(s: Statement) -> tuple[dict, tuple] | str:
     if any(ld.buffer is s.write for ld in _loads(rest)):
         return "the product reads the accumulated array"
     j = w[-1]
+    assert j is not None
     pairs = []
     pos: dict | None = None
     for summand in _sum_terms(rest):
