@@ -3,8 +3,10 @@ against the same product through numpy (OpenBLAS), timed in one process:
 ``python -m benchmarks.polybench_blas --polybench DIR [--dataset LARGE] [--rounds 7]
 [--kernels gemm,syrk] [--peer-c DIR]``.
 
-Rounds interleave polycomp, numpy (and a peer build's generated C, ``--peer-c`` as in
-``polycomp bench polybench``), so the host's load drifts alike for all; each line prints
+Rounds interleave polycomp, a peer build's generated C (``--peer-c`` as in ``polycomp
+bench polybench``) and numpy, so the host's load drifts alike for all, with a pause of
+``SETTLE_S`` before each call (OpenBLAS's threads keep spinning a little after a call,
+which would slow whatever runs next); each line prints
 best and median seconds and ``numpy time / polycomp time`` (above 1: polycomp faster).
 numpy's formulations compute the whole result (syrk/syr2k: the full square, of which
 PolyBench updates the lower triangle; numpy's ``A @ A.T`` calls BLAS ``?syrk``), and
@@ -23,6 +25,9 @@ import time
 import numpy as np
 
 from benchmarks.polybench import Compiled, Peer, extract, find_kernels, fresh, make_data
+
+#: seconds of pause before each timed call (lets the previous call's threads go idle)
+SETTLE_S = 0.1
 
 
 def _numpy(name: str, d: dict):
@@ -55,17 +60,20 @@ def bench(name: str, path: str, pb: str, dataset: str, rounds: int, peer_dir) ->
     ts: dict[str, list[float]] = {"polycomp": [], "numpy": [], "peer": []}
     for _ in range(rounds):
         fresh(data, work)
+        time.sleep(SETTLE_S)
         t0 = time.perf_counter()
         c.f.cfunc(*c.args(work))
         ts["polycomp"].append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        fn()
-        ts["numpy"].append(time.perf_counter() - t0)
         if peer is not None:
             fresh(data, work)
+            time.sleep(SETTLE_S)
             t0 = time.perf_counter()
             peer.cfunc(*peer.args(work))
             ts["peer"].append(time.perf_counter() - t0)
+        time.sleep(SETTLE_S)
+        t0 = time.perf_counter()
+        fn()
+        ts["numpy"].append(time.perf_counter() - t0)
     best = {n: min(v) for n, v in ts.items() if v}
     med = {n: statistics.median(v) for n, v in ts.items() if v}
     line = (f"{name} {dataset}: polycomp {best['polycomp']:.4f}/{med['polycomp']:.4f} s, "
