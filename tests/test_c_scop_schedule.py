@@ -372,3 +372,22 @@ def test_explain_prints_the_choices(capsys):
     main(["explain", "-t", "cpu", str(KERNELS / "gemm_ikj.c")])
     out = capsys.readouterr().out
     assert "note [scop-gemm]" in out and "GEMM C += A * B" in out
+
+
+@pytest.mark.parametrize("name", ["syrk_aa", "syr2k_like"])
+def test_packed_triangle_propagates_nan_like_gcc(name, tmp_path_factory):
+    """A NaN and a huge value in an operand of the per-reference packed triangle reach
+    exactly the elements gcc -O0's loop nest gives them (full and diagonal tiles)."""
+    k = kernel(name)
+    sizes = dict(n=47, m=11)
+    arrays = random_arrays(k, sizes, seed=3)
+    arrays["A"][29, 4] = np.nan        # row 29: C[29][:30] and C[29:][29]
+    arrays["A"][3, 7] = 1e300
+    ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
+    args = [arrays[n].copy() for n in list(k.inputs) + list(k.outputs)]
+    got, = as_tuple(build(k, "cpu")(*args, **{p: sizes[p] for p in k.params}))
+    want = ref["C"]
+    assert np.isnan(want).any() and np.array_equal(np.isnan(got), np.isnan(want))
+    ok = np.isfinite(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6, atol=0)
+    assert np.array_equal(np.isinf(got), np.isinf(want))
