@@ -100,9 +100,14 @@ class CpuBackend(Backend):
 
     def lowering_statements(self, state: CompileState, var) -> dict:
         """The builders of the fused chains' own statements (the online softmax's,
-        docs/fusion.md); none for other kernels."""
+        docs/fusion.md) and of the statements reading a reference packed on its own
+        (:func:`polycomp.hw.cpu.pack.aliased_statement_builders`)."""
         from polycomp.scheduler.chain.plan import chain_plans
-        return chain_plans(state).statement_builders()
+
+        from .pack import aliased_statement_builders
+        out = dict(chain_plans(state).statement_builders())
+        out.update(aliased_statement_builders(state, var))
+        return out
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         from .local_tile import localize
