@@ -436,3 +436,33 @@ def lower_schedule(model: PolyModel, schedule: isl.Schedule, extra_statements: d
     f = ir.LoweredFunc(name or model.name, tuple(model.params), model.live_in, model.live_out,
                        body, model.inout)
     return f.with_body(simplify(f.body)) if simplify_body else f
+
+
+def origin_to_ir(origin: isl.MultiPwAff, env: dict, model) -> list[ir.Expr] | None:
+    """``origin`` (a function of the prefix schedule ``c_0..``) as IR on the enclosing
+    loops' variables ``env`` (by name); a dimension isl generated no loop for (a single
+    value) takes that value from the origin's domain.  None when one cannot be read."""
+    from .simplify import simplify
+    out = []
+    n_in = origin.dim(isl.dim_type.in_)
+    params = list(model.params)
+    fixed = {}
+    for k in range(n_in):
+        v = env.get(f"c{k}")
+        if v is None:
+            val = origin.domain().plain_get_val_if_fixed(isl.dim_type.set, k)
+            if not val.is_int():
+                return None
+            v = ir.Var(f"c{k}")
+            fixed[v] = ir.IntImm(int(val.to_python()))
+        params.append(v)
+    for d in range(origin.dim(isl.dim_type.out)):
+        pa = origin.get_pw_aff(d)
+        nparam = pa.dim(isl.dim_type.param)
+        pa = pa.move_dims(isl.dim_type.param, nparam, isl.dim_type.in_, 0, n_in)
+        for k in range(n_in):
+            pa = pa.set_dim_id(isl.dim_type.param, nparam + k, isl.Id(f"c{k}"))
+        pa = pa.project_domain_on_params()
+        out.append(simplify(ir.substitute(pw_aff_to_ir(pa, model.context, tuple(params)),
+                                          fixed)))
+    return out

@@ -50,7 +50,7 @@ import islpy as isl
 
 from polycomp import dtypes as dt
 from polycomp import ir
-from polycomp.lowering.ast_to_ir import pw_aff_to_ir
+from polycomp.lowering.ast_to_ir import origin_to_ir
 from polycomp.lowering.simplify import simplify
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.promotion.footprint import Layout
@@ -211,31 +211,7 @@ class _Packer:
         return s
 
     def origin(self, origin: isl.MultiPwAff, env) -> list | None:
-        out = []
-        n_in = origin.dim(isl.dim_type.in_)
-        params = list(self.model.params)
-        fixed = {}
-        for k in range(n_in):
-            v = env.get(f"c{k}")
-            if v is None:
-                # isl generated no loop for a dimension with a single value: take that
-                # value from the origin's domain
-                val = origin.domain().plain_get_val_if_fixed(isl.dim_type.set, k)
-                if not val.is_int():
-                    return None
-                v = ir.Var(f"c{k}")
-                fixed[v] = ir.IntImm(int(val.to_python()))
-            params.append(v)
-        for d in range(origin.dim(isl.dim_type.out)):
-            pa = origin.get_pw_aff(d)
-            nparam = pa.dim(isl.dim_type.param)
-            pa = pa.move_dims(isl.dim_type.param, nparam, isl.dim_type.in_, 0, n_in)
-            for k in range(n_in):
-                pa = pa.set_dim_id(isl.dim_type.param, nparam + k, isl.Id(f"c{k}"))
-            pa = pa.project_domain_on_params()
-            out.append(simplify(ir.substitute(pw_aff_to_ir(pa, self.model.context, tuple(params)),
-                                              fixed)))
-        return out
+        return origin_to_ir(origin, env, self.model)
 
     def pack(self, s: ir.AttrStmt, env, loops, par):
         spec: PackedOperand = self.packs[int(s.value)]
