@@ -6,10 +6,21 @@ not the compiler) built with gcc: per vector unit, ``CHAINS`` independent chains
 unit's multiply-add instruction per thread (enough to cover the FMA latency times the
 number of FMA pipes on current x86 cores), ``iters`` rounds, in an OpenMP region of
 ``t`` threads; FLOP per instruction = 2 x lanes (the bf16 dot product counts 2 x 32
-per 512-bit instruction, the u8 x s8 one 2 x 64 integer operations).  Units the machine
-lacks (``/proc/cpuinfo``) are reported as not available and never executed.  The copy
-probe is a parallel ``memcpy`` of a buffer far larger than the last-level cache, each
-thread copying its contiguous share (bytes read + bytes written per second).
+per 512-bit instruction, the u8 x s8 one 2 x 64 integer operations).  Each chain starts
+from its own value (``seed + i``, with ``seed`` a run-time argument): chains that all
+started from one value computed the same numbers, and gcc merged the twelve into one
+(two ``vfmadd`` per round instead of twelve), so the probe timed one latency-bound
+chain and counted twelve -- on Zen 3 it reported 141 GFLOP/s per core where the two
+256-bit FMA pipes allow 92.  Units the machine lacks (``/proc/cpuinfo``) are reported
+as not available and never executed.  The copy probe is a parallel ``memcpy`` of a
+buffer far larger than the last-level cache, each thread copying its contiguous share
+(bytes read + bytes written per second).
+
+Each measured fp32 roof is checked against the core's documented issue width
+(:func:`documented_core`: FMA pipes x lanes x 2 FLOP per cycle) times its clock, which
+the probe measures with a chain of dependent integer additions (one cycle each on every
+x86 core): :func:`check_against_documented` gives the ratio, and ``polycomp bench cpu``
+prints it next to the roofs.
 
 Roofline: a kernel doing ``flops`` operations on ``bytes`` of compulsory traffic
 (inputs read once, outputs written once) is bounded by
@@ -27,6 +38,8 @@ from dataclasses import dataclass
 
 #: independent accumulator chains per thread (latency 4-5 cycles x 2 FMA pipes, +margin)
 CHAINS = 12
+#: dependent additions per round of the clock probe
+ADDS_PER_ROUND = 200
 
 
 @dataclass(frozen=True)
@@ -46,32 +59,34 @@ def _chains(fmt: str) -> str:
     return " ".join(fmt.format(i=i) for i in range(CHAINS))
 
 
-def _decl(vt: str, zero: str, ops: str) -> str:
-    accs = " ".join(f"{vt} acc{i} = {zero};" for i in range(CHAINS))
+def _decl(vt: str, init: str, ops: str) -> str:
+    """Declarations of the chains, chain ``i`` starting from ``init`` with ``{i}`` filled
+    in (distinct values: identical chains are merged by the compiler), and the operands."""
+    accs = " ".join(f"{vt} acc{i} = {init.format(i=i)};" for i in range(CHAINS))
     return f"{accs} {ops}"
 
 
 UNITS = (
     Unit("fp32 FMA 128-bit", ("fma",), 8, "avx2,fma",
          _chains("acc{i} = _mm_fmadd_ps(acc{i}, m, a);"),
-         _decl("__m128", "_mm_set1_ps((float)seed)",
+         _decl("__m128", "_mm_set1_ps((float)(seed + {i}))",
                "__m128 m = _mm_set1_ps(0.999f), a = _mm_set1_ps(1e-3f);"), 128),
     Unit("fp32 FMA 256-bit", ("avx2", "fma"), 16, "avx2,fma",
          _chains("acc{i} = _mm256_fmadd_ps(acc{i}, m, a);"),
-         _decl("__m256", "_mm256_set1_ps((float)seed)",
+         _decl("__m256", "_mm256_set1_ps((float)(seed + {i}))",
                "__m256 m = _mm256_set1_ps(0.999f), a = _mm256_set1_ps(1e-3f);"), 256),
     Unit("fp32 FMA 512-bit", ("avx512f",), 32, "avx512f",
          _chains("acc{i} = _mm512_fmadd_ps(acc{i}, m, a);"),
-         _decl("__m512", "_mm512_set1_ps((float)seed)",
+         _decl("__m512", "_mm512_set1_ps((float)(seed + {i}))",
                "__m512 m = _mm512_set1_ps(0.999f), a = _mm512_set1_ps(1e-3f);")),
     Unit("bf16 dot 512-bit (vdpbf16ps)", ("avx512f", "avx512_bf16"), 64, "avx512f,avx512bf16",
          _chains("acc{i} = _mm512_dpbf16_ps(acc{i}, a, b);"),
-         _decl("__m512", "_mm512_set1_ps((float)seed)",
+         _decl("__m512", "_mm512_set1_ps((float)(seed + {i}))",
                "__m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), "
                "b = (__m512bh)_mm512_set1_epi16(0x3a80);")),
     Unit("int8 dot 512-bit (vpdpbusd)", ("avx512f", "avx512_vnni"), 128, "avx512f,avx512vnni",
          _chains("acc{i} = _mm512_dpbusd_epi32(acc{i}, a, b);"),
-         _decl("__m512i", "_mm512_set1_epi32((int)seed)",
+         _decl("__m512i", "_mm512_set1_epi32((int)(seed + {i}))",
                "__m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(-1);")),
 )
 
@@ -100,6 +115,14 @@ def probe_source() -> str:
     parts = ["#include <immintrin.h>\n#include <omp.h>\n#include <string.h>\n"
              "#include <stddef.h>\n"]
     parts += [_unit_fn(k, u) for k, u in enumerate(UNITS)]
+    adds = "\\n\\t".join(["add $1, %0"] * ADDS_PER_ROUND)
+    parts.append(f"""
+/* the clock: ADDS_PER_ROUND dependent integer additions per round, one cycle each */
+__attribute__((noinline)) long pc_add_chain(long iters, long x) {{
+  for (long r = 0; r < iters; ++r) __asm__ volatile("{adds}" : "+r"(x));
+  return x;
+}}
+""")
     parts.append("""
 void pc_copy(char* dst, const char* src, long n, int threads) {
   #pragma omp parallel num_threads(threads)
@@ -127,6 +150,8 @@ def _lib() -> ctypes.CDLL:
         for k in range(len(UNITS)):
             f = getattr(lib, f"pc_peak_{k}")
             f.restype, f.argtypes = ctypes.c_double, [ctypes.c_long, ctypes.c_int]
+        lib.pc_add_chain.restype = ctypes.c_long
+        lib.pc_add_chain.argtypes = [ctypes.c_long, ctypes.c_long]
         lib.pc_copy.restype = None
         lib.pc_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
         _LIB = lib
@@ -164,6 +189,90 @@ def fma_peak(unit: int, threads: int, rounds: int = 5, min_time: float = 0.05) -
     return _best_rate(lambda: f(iters, threads), work, rounds, min_time) / 1e9
 
 
+def clock_ghz(rounds: int = 5, min_time: float = 0.02) -> float:
+    """This core's clock in GHz, measured: dependent integer additions (latency one cycle
+    on every x86 core) per second, the best of ``rounds`` calls of about ``min_time``."""
+    f = _lib().pc_add_chain
+    iters = 1 << 10
+    while True:
+        t0 = time.perf_counter()
+        f(iters, 1)
+        if time.perf_counter() - t0 >= min_time / 2 or iters > 1 << 30:
+            break
+        iters *= 2
+    return _best_rate(lambda: f(iters, 1), iters * ADDS_PER_ROUND, rounds, min_time) / 1e9
+
+
+@dataclass(frozen=True)
+class Core:
+    """A core's documented multiply-add issue width: fp32 FLOP per cycle of each fp32
+    FMA unit of :data:`UNITS` (``2 x lanes x instructions per cycle``) and the source."""
+    name: str
+    flop_per_cycle: dict[str, int]
+    source: str
+
+
+_ZEN_256 = "2 FMA pipes (FP0, FP1), 256 bits wide"
+#: (vendor, family, model ranges) -> documented FMA issue width.  AMD's Software
+#: Optimization Guides: Zen 2 (17h models 30h+), Zen 3 (19h models 00h-0Fh, 20h-5Fh) and
+#: Zen 4 (19h models 10h-1Fh, 60h-7Fh, A0h-AFh) issue two 256-bit FMAs per cycle; Zen 4
+#: executes a 512-bit FMA as two halves on both pipes (one per cycle); Zen 5 (1Ah)
+#: has two 512-bit FMA pipes.
+_CORES = (
+    ("AuthenticAMD", 0x17, ((0x30, 0xff),),
+     Core("Zen 2", {"fp32 FMA 128-bit": 16, "fp32 FMA 256-bit": 32}, _ZEN_256)),
+    ("AuthenticAMD", 0x19, ((0x00, 0x0f), (0x20, 0x5f)),
+     Core("Zen 3", {"fp32 FMA 128-bit": 16, "fp32 FMA 256-bit": 32}, _ZEN_256)),
+    ("AuthenticAMD", 0x19, ((0x10, 0x1f), (0x60, 0x7f), (0xa0, 0xaf)),
+     Core("Zen 4", {"fp32 FMA 128-bit": 16, "fp32 FMA 256-bit": 32, "fp32 FMA 512-bit": 32},
+          _ZEN_256 + "; a 512-bit FMA runs as two halves on both (one per cycle)")),
+    ("AuthenticAMD", 0x1a, ((0x00, 0xff),),
+     Core("Zen 5", {"fp32 FMA 128-bit": 16, "fp32 FMA 256-bit": 32, "fp32 FMA 512-bit": 64},
+          "2 FMA pipes, 512 bits wide")),
+)
+
+
+def _cpuinfo_field(name: str, text: str) -> str | None:
+    import re
+    m = re.search(rf"^{name}\s*:\s*(.*)$", text, re.M)
+    return m.group(1).strip() if m else None
+
+
+def documented_core(cpuinfo: str | None = None) -> Core | None:
+    """The documented FMA issue width of this machine's core (``/proc/cpuinfo``: vendor,
+    family, model), or None for a core not in the table."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return None
+    vendor = _cpuinfo_field("vendor_id", cpuinfo)
+    try:
+        family = int(_cpuinfo_field("cpu family", cpuinfo) or "")
+        model = int(_cpuinfo_field("model", cpuinfo) or "")
+    except ValueError:
+        return None
+    for v, fam, ranges, core in _CORES:
+        if v == vendor and fam == family and any(lo <= model <= hi for lo, hi in ranges):
+            return core
+    return None
+
+
+def check_against_documented(roofs: "Roofs", core: Core | None = None) -> dict[str, float]:
+    """``{unit: measured 1-thread peak / (documented FLOP per cycle x measured clock)}``
+    for the fp32 units of ``roofs`` that the core's documentation covers."""
+    core = documented_core() if core is None else core
+    if core is None or not roofs.clock_GHz:
+        return {}
+    out = {}
+    for unit, per_cycle in core.flop_per_cycle.items():
+        p = roofs.peak(unit, 1)
+        if p is not None:
+            out[unit] = p / (per_cycle * roofs.clock_GHz)
+    return out
+
+
 def copy_bandwidth(nbytes: int, threads: int, rounds: int = 5) -> float:
     """Measured copy bandwidth, GB/s of bytes read + written, of ``nbytes`` buffers."""
     import numpy as np
@@ -184,16 +293,19 @@ class Roofs:
     peaks: dict[tuple[str, int], float | None]
     copy_GBs: dict[int, float]
     threads: tuple[int, ...]
+    clock_GHz: float | None = None      # measured (dependent additions), 1 thread
 
     def to_json(self) -> dict:
         return {"threads": list(self.threads),
                 "peaks": [[u, t, v] for (u, t), v in self.peaks.items()],
-                "copy_GBs": [[t, v] for t, v in self.copy_GBs.items()]}
+                "copy_GBs": [[t, v] for t, v in self.copy_GBs.items()],
+                "clock_GHz": self.clock_GHz}
 
     @staticmethod
     def from_json(d: dict) -> Roofs:
         return Roofs({(u, int(t)): v for u, t, v in d["peaks"]},
-                     {int(t): v for t, v in d["copy_GBs"]}, tuple(d["threads"]))
+                     {int(t): v for t, v in d["copy_GBs"]}, tuple(d["threads"]),
+                     d.get("clock_GHz"))
 
     def peak(self, unit: str, threads: int) -> float | None:
         """The measured peak of ``unit`` on ``threads`` threads (None: no such unit)."""
@@ -230,11 +342,13 @@ class Roofs:
 
 def measure(threads: tuple[int, ...], copy_bytes: int, rounds: int = 5) -> Roofs:
     peaks: dict[tuple[str, int], float | None] = {}
+    clock = clock_ghz(rounds)
     for k, u in enumerate(UNITS):
         for t in threads:
             peaks[(u.name, t)] = fma_peak(k, t, rounds) if available(u) else None
+    clock = max(clock, clock_ghz(rounds))   # before and after: the best of both
     bw = {t: copy_bandwidth(copy_bytes, t, rounds) for t in threads}
-    return Roofs(peaks, bw, tuple(threads))
+    return Roofs(peaks, bw, tuple(threads), clock)
 
 
 def unit_for(target) -> str:
@@ -258,4 +372,22 @@ def format_roofs(r: Roofs) -> str:
         lines.append(f"| {u.name} | " + " | ".join(cells) + " |")
     lines.append("| copy bandwidth (memcpy, read+write) | " +
                  " | ".join(f"{r.copy_GBs[t]:.1f} GB/s" for t in r.threads) + " |")
+    lines += documented_lines(r)
     return "\n".join(lines)
+
+
+def documented_lines(r: Roofs, core: Core | None = None) -> list[str]:
+    """The check of the 1-thread fp32 roofs against the core's documented issue width
+    at the measured clock (empty for a core not in :data:`_CORES`)."""
+    core = documented_core() if core is None else core
+    ratios = check_against_documented(r, core)
+    if core is None or not ratios or not r.clock_GHz:
+        return []
+    out = ["", f"documented peak: {core.name} ({core.source}) at the measured clock "
+           f"{r.clock_GHz:.2f} GHz (dependent integer additions):"]
+    for unit, ratio in ratios.items():
+        doc = core.flop_per_cycle[unit] * r.clock_GHz
+        flag = "" if abs(ratio - 1) <= 0.10 else "  <- more than 10% off"
+        out.append(f"  {unit}: {core.flop_per_cycle[unit]} FLOP/cycle = {doc:.1f} GFLOP/s "
+                   f"per core; measured {r.peak(unit, 1):.1f} ({ratio:.0%}){flag}")
+    return out

@@ -20,6 +20,7 @@ from polycomp import ir
 from polycomp.affine import and_conditions, to_isl
 from polycomp.errors import (
     NonAffineIndexError,
+    PolycompError,
     ShapeMismatchError,
     SourceLocation,
     UnknownSymbolError,
@@ -115,6 +116,37 @@ class ExprReader:
             return None
         return source_location(c.file, c.line, self.lines, self.filename)
 
+    def c_files(self) -> set:
+        """The files the function's nodes come from (the C file, included headers)."""
+        files = getattr(self, "_c_files", None)
+        if files is None:
+            files = {self.filename}
+            stack = [getattr(self, "func", None)]
+            while stack:
+                n = stack.pop()
+                if n is None:
+                    continue
+                c = getattr(n, "coord", None)
+                if c is not None and c.file:
+                    files.add(c.file)
+                stack.extend(child for _, child in n.children())
+            self._c_files = files
+        return files
+
+    def relocate(self, e: PolycompError, node) -> PolycompError:
+        """``e`` at ``node``'s C line when it names no line of the C source: the IR
+        builders (``ir.binary`` checking that a literal fits its dtype, ...) locate
+        their errors at the Python caller, which for C input is polycomp's caller."""
+        loc = e.location
+        if loc is not None and loc.filename in self.c_files():
+            return e
+        here = self.loc(node)
+        if here is None:
+            return e
+        e.location = here
+        e.args = (f"{e.message}\n  at {here}",)
+        return e
+
     def unsupported(self, what, node, hint="") -> NoReturn:
         raise UnsupportedConstructError(
             f"{what} is not supported in a SCoP of C function {self.name!r}"
@@ -200,7 +232,14 @@ class ExprReader:
 
     def expr(self, node, scope, affine=False):
         """IR for a C expression; integer and float literals stay Python numbers until
-        they meet a typed operand (weak typing)."""
+        they meet a typed operand (weak typing).  An error is located at the innermost
+        C expression that raised it (:meth:`relocate`)."""
+        try:
+            return self._expr(node, scope, affine)
+        except PolycompError as e:
+            raise self.relocate(e, node) from None
+
+    def _expr(self, node, scope, affine=False):
         from pycparser import c_ast
         loc = self.loc(node)
         if isinstance(node, c_ast.Constant):

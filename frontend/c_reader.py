@@ -54,7 +54,12 @@ import re
 import shutil
 import subprocess
 
-from polycomp.errors import UnknownSymbolError, UnsupportedConstructError, deep_recursion
+from polycomp.errors import (
+    SourceLocation,
+    UnknownSymbolError,
+    UnsupportedConstructError,
+    deep_recursion,
+)
 
 from .c_expand import expand_scalars
 from .c_expr import MATH_FUNCTIONS
@@ -233,15 +238,27 @@ def _preprocess(source: str, filename: str, include_dirs) -> str:
     cc = os.environ.get("CC", "gcc")
     if shutil.which(cc) is None:
         raise CParseError(f"the C front end needs a C preprocessor: {cc!r} not found (set CC)")
+    if "\0" in source:
+        raise CParseError(f"{filename} is not C source text: it contains NUL bytes (a "
+                          f"binary file?)")
     body = _SYSTEM_INCLUDE.sub("", source)
     text = _PRELUDE + f'#line 1 "{_c_string(filename)}"\n' + body
     cmd = [cc, "-E", "-nostdinc", "-x", "c", "-std=gnu11"]
     for d in include_dirs:
         cmd += ["-I", d]
-    r = subprocess.run(cmd + ["-"], input=text, capture_output=True, text=True)
+    r = subprocess.run(cmd + ["-"], input=text.encode("utf-8", "surrogateescape"),
+                       capture_output=True)
+    # included headers are bytes too: what is not UTF-8 (a Latin-1 string) is replaced,
+    # as in the C file itself; a binary file is refused below with a clear message
+    err = r.stderr.decode("utf-8", "replace")
     if r.returncode != 0:
-        raise CParseError(f"the C preprocessor rejected {filename}:\n{r.stderr.strip()[-2000:]}")
-    return r.stdout
+        raise CParseError(f"the C preprocessor rejected {filename}:\n{err.strip()[-2000:]}")
+    binary = re.search(r"^(.*?):(\d+):\d+: warning: null character", err, re.M)
+    if binary:
+        raise CParseError(f"{binary.group(1)} is not C source text: it contains NUL "
+                          f"bytes (a binary file?)",
+                          SourceLocation(binary.group(1), int(binary.group(2))))
+    return r.stdout.decode("utf-8", "replace")
 
 def _c_string(s: str) -> str:
     """``s`` as the contents of a C string literal (a file name with a newline or a

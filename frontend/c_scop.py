@@ -19,6 +19,7 @@ from polycomp.affine import to_isl
 from polycomp.errors import (
     DTypeError,
     NonAffineIndexError,
+    PolycompError,
     ShapeMismatchError,
     UnknownSymbolError,
     UnsupportedConstructError,
@@ -111,7 +112,10 @@ class ScopReader(ExprReader):
                 continue
             if isinstance(p, c_ast.EllipsisParam):
                 self.unsupported("a variadic parameter list", p)
-            order.append(self.parameter(p))
+            try:
+                order.append(self.parameter(p))
+            except PolycompError as e:
+                raise self.relocate(e, p) from None
         top = Scope()
         before, items = self.scop_items(top)
         tree = self.block(items, top)
@@ -230,7 +234,7 @@ class ScopReader(ExprReader):
                     self.unsupported(f"the initialised declaration {it.name!r} after "
                                      f"#pragma endscop", it, "polycomp compiles only the "
                                      "SCoP; move it ahead of #pragma scop")
-                st = self.declaration(it, top)
+                st = self.statement(it, top)
                 if st is not None:
                     before.append(st)
             elif isinstance(it, (c_ast.Pragma, c_ast.EmptyStatement)) or \
@@ -253,6 +257,14 @@ class ScopReader(ExprReader):
         return CSeq(out)
 
     def statement(self, node, scope):
+        """The tree of one C statement; an error that names no C line gets this
+        statement's (:meth:`relocate`)."""
+        try:
+            return self._statement(node, scope)
+        except PolycompError as e:
+            raise self.relocate(e, node) from None
+
+    def _statement(self, node, scope):
         from pycparser import c_ast
         if isinstance(node, c_ast.Compound):
             return self.block(node.block_items or [], scope, nested=True)

@@ -123,6 +123,17 @@ class _Importer:
             torch._C._nn.linear: "linear", torch.sum: "sum", torch.mean: "mean",
             torch.amax: "amax", torch.maximum: "maximum", torch.clone: "identity",
             torch.Tensor.contiguous: "identity",
+            torch.addmm: "addmm", torch.baddbmm: "baddbmm", torch.unsqueeze: "unsqueeze",
+            torch.flatten: "flatten", torch.cat: "cat", torch.concat: "cat",
+            torch.concatenate: "cat", torch.split: "split", torch.chunk: "chunk",
+            torch.arange: "arange", F.scaled_dot_product_attention: "sdpa",
+            torch.where: "where", torch.masked_fill: "masked_fill",
+            operator.lt: "lt", operator.le: "le", operator.gt: "gt", operator.ge: "ge",
+            torch.lt: "lt", torch.le: "le", torch.gt: "gt", torch.ge: "ge",
+            torch.eq: "eq", torch.ne: "ne", operator.eq: "eq", operator.ne: "ne",
+            operator.and_: "and_", operator.or_: "or_", torch.logical_and: "and_",
+            torch.logical_or: "or_", torch.ones: "ones", torch.zeros: "zeros",
+            torch.full: "full", torch.Size: "Size", torch.empty: "empty",
         }
 
     # ------------------------------------------------------------------ helpers
@@ -289,7 +300,27 @@ class _Importer:
         if not isinstance(x, Value):
             return x[idx]
         idx = idx if isinstance(idx, tuple) else (idx,)
-        for axis, s in enumerate(idx):
+        axis = -1
+        for s in idx:
+            axis += 1
+            if s is None:  # x[:, None]: a new axis of extent 1
+                shape = list(x.shape)
+                shape.insert(axis, 1)
+                x = self.g.reshape(x, shape=tuple(shape))
+                continue
+            if isinstance(s, int) and not isinstance(s, bool):  # x[:, 0]: the axis goes
+                n = x.shape[axis] if axis < len(x.shape) else None
+                if n is None or not (n.is_Integer or s >= 0):
+                    raise UnsupportedOpError(f"tensor indexing with {s} of the extent {n}")
+                k = s + int(n) if s < 0 else s
+                if n.is_Integer and not 0 <= k < int(n):
+                    raise UnsupportedOpError(f"index {s} out of range for the extent {n}")
+                # (a symbolic extent: the slice records k + 1 <= n, a per-call guard)
+                x = self.g.slice(x, axis=axis, start=k, end=k + 1)
+                x = self.g.reshape(x, shape=tuple(d for j, d in enumerate(x.shape)
+                                                  if j != axis))
+                axis -= 1
+                continue
             if s is Ellipsis or not isinstance(s, slice):
                 raise UnsupportedOpError(f"tensor indexing with {s!r}")
             if s == slice(None):
@@ -375,8 +406,291 @@ class _Importer:
                      item=lambda name, a, kw: self.item(a[0]),
                      to=lambda name, a, kw: self.to(a[0], a[1:], kw),
                      type=lambda name, a, kw: self.to(a[0], a[1:], kw),
-                     type_as=lambda name, a, kw: self.cast(a[0], a[1].dtype))
+                     type_as=lambda name, a, kw: self.cast(a[0], a[1].dtype),
+                     addmm=self._h_addmm, baddbmm=self._h_addmm,
+                     unsqueeze=self._h_unsqueeze, flatten=self._h_flatten,
+                     expand=lambda name, a, kw: self.expand(a[0], _varargs(a)),
+                     expand_as=lambda name, a, kw: self.expand(a[0], a[1].shape),
+                     cat=self._h_cat, split=self._h_split, chunk=self._h_chunk,
+                     arange=self._h_arange, sdpa=self._h_sdpa, where=self._h_where,
+                     masked_fill=lambda name, a, kw: self.where(
+                         a[1], _arg(a, kw, 2, "value", None), a[0], keep=True))
+            for k in ("lt", "le", "gt", "ge", "eq", "ne"):
+                h[k] = self._h_compare
+            for k in ("and_", "or_", "logical_and", "logical_or"):
+                h[k] = self._h_logical
+            for k in ("ones", "zeros", "full", "new_ones", "new_zeros", "new_full", "empty",
+                      "new_empty"):
+                h[k] = self._h_full
+            h["Size"] = lambda name, a, kw: tuple(a[0])
         return h
+
+    def _h_logical(self, name, args, kwargs):
+        """``a & b`` / ``a | b`` (and ``logical_and`` / ``logical_or``) of bool tensors."""
+        a, b = args[0], args[1]
+        if not all(isinstance(v, Value) and v.dtype == "bool" for v in (a, b)):
+            raise UnsupportedOpError(f"{name.rstrip('_')} of tensors that are not both bool")
+        return self.g.op("mul" if "and" in name else "add", a, b)
+
+    def _h_full(self, name, args, kwargs):
+        """``ones / zeros / full(size, [value])`` and ``x.new_ones(size)`` etc.: a
+        one-element constant expanded to the (possibly symbolic) size (``empty``: zeros,
+        its contents are unspecified; an empty one is a constant of no elements)."""
+        rest = list(args[1:]) if name.startswith("new_") else list(args)
+        src = args[0] if name.startswith("new_") else None
+        if name.endswith("full"):
+            value = rest.pop() if len(rest) >= 2 else kwargs.get("fill_value")
+        else:
+            value = 1 if name.endswith("ones") else 0
+        size = rest[0] if len(rest) == 1 and isinstance(rest[0], (tuple, list)) else rest
+        size = tuple(kwargs.get("size", size))
+        if isinstance(value, Value) or not all(
+                isinstance(d, (int, sympy.Expr)) for d in size):
+            raise UnsupportedOpError(f"{name} of a size or value that is a tensor")
+        value = self.number(value)
+        d = kwargs.get("dtype")
+        if d is not None:
+            dtype = pdtype(d)
+        elif src is not None:
+            dtype = src.dtype
+        elif isinstance(value, bool):
+            dtype = "bool"
+        elif isinstance(value, int) and name.endswith("full"):
+            dtype = "int64"
+        else:
+            dtype = pdtype(self.torch.get_default_dtype())
+        if any(isinstance(n, int) and n == 0 for n in size) and all(
+                isinstance(n, int) for n in size):
+            return self.g.constant("c", np.zeros(size, dtype=_np_dtype(dtype)))
+        c = self.g.constant("c", np.full((1,) * len(size), value, dtype=_np_dtype(dtype)))
+        return self.expand(c, size) if size else self.g.reshape(c, shape=())
+
+    def _h_addmm(self, name, args, kwargs):
+        """``addmm(input, m1, m2, beta=1, alpha=1)`` / ``baddbmm``: ``beta * input +
+        alpha * (m1 @ m2)`` (torch needs one dtype for all three)."""
+        inp, a, b = args[:3]
+        beta, alpha = _arg(args, kwargs, 3, "beta", 1), _arg(args, kwargs, 4, "alpha", 1)
+        if not all(isinstance(v, Value) for v in (inp, a, b)) or len(
+                {inp.dtype, a.dtype, b.dtype}) != 1:
+            raise UnsupportedOpError(f"{name} of mixed dtypes or non-tensors")
+        if name == "addmm" and (len(a.shape) != 2 or len(b.shape) != 2):
+            raise UnsupportedOpError("addmm of operands that are not matrices")
+        if name == "baddbmm" and (len(a.shape) != 3 or len(b.shape) != 3):
+            raise UnsupportedOpError("baddbmm of operands that are not 3-d")
+        y = self.matmul(a, b)
+        if alpha != 1:
+            y = self.binary("mul", y, alpha)
+        if beta == 0:  # torch: input is ignored (nan and inf in it are not propagated)
+            return self.expand(y, y.shape)
+        return self.binary("add", y, inp if beta == 1 else self.binary("mul", inp, beta))
+
+    def _h_unsqueeze(self, name, args, kwargs):
+        x, d = args[0], _arg(args, kwargs, 1, "dim", None)
+        n = len(x.shape)
+        a = d + n + 1 if d < 0 else d
+        if not 0 <= a <= n:
+            raise UnsupportedOpError(f"unsqueeze dim {d} out of range for rank {n}")
+        shape = list(x.shape)
+        shape.insert(a, 1)
+        return self.g.reshape(x, shape=tuple(shape))
+
+    def _h_flatten(self, name, args, kwargs):
+        x = args[0]
+        n = len(x.shape)
+        lo = _arg(args, kwargs, 1, "start_dim", 0)
+        hi = _arg(args, kwargs, 2, "end_dim", -1)
+        lo, hi = (v + n if v < 0 else v for v in (lo, hi))
+        if n == 0:
+            return self.g.reshape(x, shape=(1,))
+        if not 0 <= lo <= hi < n:
+            raise UnsupportedOpError(f"flatten({lo}, {hi}) of rank {n}")
+        if lo == hi:
+            return x
+        shape = (*x.shape[:lo], sympy.Mul(*x.shape[lo:hi + 1]), *x.shape[hi + 1:])
+        return self.g.reshape(x, shape=shape)
+
+    def expand(self, x, sizes):
+        if not isinstance(x, Value):
+            raise UnsupportedOpError(f"expand of a {type(x).__name__}")
+        sizes = tuple(sympy.Integer(-1) if isinstance(d, int) and d == -1 else d
+                      for d in sizes)
+        for d in sizes:
+            if not isinstance(d, (int, sympy.Expr)) or (isinstance(d, int) and d < -1):
+                raise UnsupportedOpError(f"expand to the size {d!r}")
+        return self.g.expand(x, shape=sizes)
+
+    def _h_cat(self, name, args, kwargs):
+        xs = list(_arg(args, kwargs, 0, "tensors", ()))
+        axis = _arg(args, kwargs, 1, "dim", 0)
+        if not xs or not all(isinstance(v, Value) for v in xs):
+            raise UnsupportedOpError("cat of non-tensors")
+        d = xs[0].dtype
+        for v in xs[1:]:
+            d = self.result_dtype(self.cast(xs[0], d), v)
+        # torch skips 1-d empty operands (an empty KV cache) whatever the other ranks
+        kept = [v for v in xs if not (len(v.shape) == 1 and v.shape[0] == 0)]
+        xs = kept or xs[:1]
+        if len(xs) == 1:
+            return self.cast(xs[0], d)
+        return self.g.cat(*[self.cast(v, d) for v in xs], axis=axis)
+
+    def _sections(self, x, sizes, axis):
+        n = len(x.shape)
+        a = axis + n if axis < 0 else axis
+        if not 0 <= a < n:
+            raise UnsupportedOpError(f"split dim {axis} out of range for rank {n}")
+        out, start = [], 0
+        for sz in sizes:
+            if not isinstance(start, int):
+                raise UnsupportedOpError("split with symbolic section starts")
+            out.append(self.g.slice(x, axis=a, start=start, end=start + sz))
+            start = start + sz
+        if sympy.simplify(sympy.sympify(start) - x.shape[a]) != 0:
+            raise UnsupportedOpError(f"split sections sum to {start}, not {x.shape[a]}")
+        return tuple(out)
+
+    def _h_split(self, name, args, kwargs):
+        x = args[0]
+        size = _arg(args, kwargs, 1, "split_size_or_sections",
+                    kwargs.get("split_size", kwargs.get("split_size_or_sections")))
+        axis = _arg(args, kwargs, 2, "dim", 0)
+        n = len(x.shape)
+        ext = x.shape[axis + n if axis < 0 else axis] if -n <= axis < n else None
+        if isinstance(size, (list, tuple)):
+            return self._sections(x, list(size), axis)
+        if ext is None or not ext.is_Integer or not isinstance(size, int) or size <= 0:
+            raise UnsupportedOpError(f"split by {size!r} of the extent {ext} (needs integers)")
+        e = int(ext)
+        return self._sections(x, [min(size, e - k) for k in range(0, e, size)] or [0], axis)
+
+    def _h_chunk(self, name, args, kwargs):
+        x, k = args[0], _arg(args, kwargs, 1, "chunks", None)
+        axis = _arg(args, kwargs, 2, "dim", 0)
+        n = len(x.shape)
+        if not -n <= axis < n:
+            raise UnsupportedOpError(f"chunk dim {axis} out of range for rank {n}")
+        ext = x.shape[axis + n if axis < 0 else axis]
+        if not ext.is_Integer or not isinstance(k, int) or k <= 0:
+            raise UnsupportedOpError(f"chunk of the extent {ext} into {k!r} (needs integers)")
+        e = int(ext)
+        size = -(-e // k) if e else 1
+        return self._sections(x, [min(size, e - j) for j in range(0, e, size)] or [0], axis)
+
+    def _h_arange(self, name, args, kwargs):
+        """``arange([start,] end[, step])``: integer bounds (``end`` may be a size)."""
+        nums = [a for a in args if not isinstance(a, Value)]
+        if len(nums) == 1:
+            start, end, step = 0, nums[0], 1
+        else:
+            start, end = nums[0], nums[1]
+            step = nums[2] if len(nums) > 2 else 1
+        start = kwargs.get("start", start)
+        end = kwargs.get("end", end)
+        step = kwargs.get("step", step)
+        for v in (start, end, step):
+            if not (isinstance(v, int) or (isinstance(v, sympy.Expr) and v.is_integer)):
+                raise UnsupportedOpError(f"arange with the bound {v!r} (integer bounds only)")
+        start, step = _number(sympy.sympify(start)), _number(sympy.sympify(step))
+        if not isinstance(start, int) or not isinstance(step, int) or step == 0:
+            raise UnsupportedOpError("arange with a symbolic start or step")
+        n = sympy.ceiling((sympy.sympify(end) - start) / step)
+        if not n.is_number and n.has(sympy.ceiling, sympy.floor):
+            raise UnsupportedOpError(f"arange whose length {n} is not a polynomial in the "
+                                     f"sizes")
+        d = kwargs.get("dtype")
+        return self.g.iota(start=start, end=end, step=step,
+                           dtype=pdtype(d) if d is not None else "int64")
+
+    def _h_sdpa(self, name, args, kwargs):
+        """``scaled_dot_product_attention`` composed from graph ops: ``softmax(q k^T *
+        scale + mask) v`` (a bool mask and ``is_causal`` keep the selected scores and set
+        the others to -inf, as torch's math reference does)."""
+        q, k, v = args[:3]
+        mask = _arg(args, kwargs, 3, "attn_mask", None)
+        p = _arg(args, kwargs, 4, "dropout_p", 0.0)
+        causal = _arg(args, kwargs, 5, "is_causal", False)
+        scale = kwargs.get("scale")
+        if p:
+            raise UnsupportedOpError("scaled_dot_product_attention with dropout_p > 0")
+        if kwargs.get("enable_gqa"):
+            raise UnsupportedOpError("scaled_dot_product_attention with enable_gqa")
+        if not all(isinstance(t, Value) for t in (q, k, v)) or len(
+                {q.dtype, k.dtype, v.dtype}) != 1 or q.dtype not in ("float32", "float64"):
+            raise UnsupportedOpError("scaled_dot_product_attention needs q, k, v of one "
+                                     "float32/float64 dtype")
+        if not len(q.shape) == len(k.shape) == len(v.shape) >= 2:
+            raise UnsupportedOpError("scaled_dot_product_attention of unequal ranks")
+        if causal and mask is not None:
+            raise UnsupportedOpError("scaled_dot_product_attention with both a mask and "
+                                     "is_causal")
+        g = self.g
+        if scale is None:
+            scale = 1.0 / sympy.sqrt(q.shape[-1])
+        scale = self.number(sympy.sympify(scale))
+        n = len(k.shape)
+        s = self.matmul(q, g.transpose(k, dim0=n - 2, dim1=n - 1))
+        s = g.op("mul", s, scalar=float(scale))
+        ninf = g.constant("ninf", np.full((1,), -np.inf, dtype=s.dtype))
+        if causal:
+            rows = g.reshape(g.iota(start=0, end=q.shape[-2], step=1, dtype="int64"),
+                             shape=(q.shape[-2], 1))
+            cols = g.reshape(g.iota(start=0, end=k.shape[-2], step=1, dtype="int64"),
+                             shape=(1, k.shape[-2]))
+            s = g.where(g.le(cols, rows), s, ninf)
+        elif mask is not None:
+            if not isinstance(mask, Value):
+                raise UnsupportedOpError("scaled_dot_product_attention with a non-tensor mask")
+            if mask.dtype == "bool":
+                s = g.where(mask, s, ninf)
+            elif mask.dtype == s.dtype:
+                s = g.add(s, mask)
+            else:
+                raise UnsupportedOpError(f"attention mask of {mask.dtype} for {s.dtype}")
+        p = g.softmax(s, axis=-1)
+        if mask is not None:  # torch's CPU kernel: a row with every score -inf gives 0
+            m = g.amax(s, axis=-1, keepdim=True)
+            zero = g.constant("zero", np.zeros((1,), dtype=s.dtype))
+            p = g.where(g.ne(m, ninf), p, zero)
+        return self.matmul(p, v)
+
+    def where(self, cond, a, b, keep: bool = False):
+        """``torch.where(cond, a, b)`` (promoted as torch does); ``keep``: masked_fill,
+        the result has ``b``'s dtype."""
+        if not isinstance(cond, Value) or cond.dtype != "bool":
+            raise UnsupportedOpError("where / masked_fill with a condition that is not a "
+                                     "bool tensor")
+        if not isinstance(a, Value) and not isinstance(b, Value):
+            raise UnsupportedOpError("where of two numbers")
+        a, b = self.number(a), self.number(b)
+        d = b.dtype if keep and isinstance(b, Value) else self.result_dtype(a, b)
+        vals = []
+        for x in (a, b):
+            if isinstance(x, Value):
+                vals.append(self.cast(x, d))
+            else:
+                vals.append(self.g.constant("c", np.full((1,), x, dtype=_np_dtype(d))))
+        return self.g.where(cond, *vals)
+
+    def _h_where(self, name, args, kwargs):
+        if len(args) + len(kwargs) < 3:
+            raise UnsupportedOpError("where(cond) with one argument (data-dependent shape)")
+        return self.where(args[0], _arg(args, kwargs, 1, "input", None),
+                          _arg(args, kwargs, 2, "other", None))
+
+    def _h_compare(self, name, args, kwargs):
+        a, b = args[0], _arg(args, kwargs, 1, "other", None)
+        if isinstance(a, _SCALAR) and isinstance(b, _SCALAR):
+            f = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+                 "eq": operator.eq, "ne": operator.ne}[name]
+            return f(a, b)
+        a, b = self.number(a), self.number(b)
+        d = self.result_dtype(a, b)
+        if isinstance(b, _SCALAR):
+            return self.g.op(name, self.cast(a, d), scalar=_number(b))
+        if isinstance(a, _SCALAR):
+            flip = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+            return self.g.op(flip[name], self.cast(b, d), scalar=_number(a))
+        return self.g.op(name, self.cast(a, d), self.cast(b, d))
 
     def _h_arith(self, name, args, kwargs):
         if name == "div" and kwargs.get("rounding_mode") is not None:
@@ -443,8 +757,14 @@ class _Importer:
 
 
 # handlers that are functions only (``x.linear()`` is no method)
+# (``x.pow(2)`` is a method too; ``x.where(cond, y)`` is ``torch.where(cond, x, y)``)
 _NOT_METHODS = ("linear", "layer_norm", "dropout", "narrow", "getitem", "floordiv", "msqrt",
-                "identity", "maximum", "matmul")  # (``x.pow(2)`` is a method too)
+                "identity", "maximum", "matmul", "cat", "arange", "sdpa", "where")
+
+
+def _np_dtype(d: str):
+    from polycomp.dtypes import to_numpy
+    return to_numpy(d)
 
 
 def _arg(args, kwargs, k: int, name: str, default):

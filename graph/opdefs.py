@@ -32,7 +32,7 @@ from polycomp import ir
 from polycomp.errors import DTypeError, ShapeMismatchError
 from polycomp.frontend import dsl, ops
 
-from .ir import Node, Shape, numel
+from .ir import Node, Shape, dim, numel
 from .shapes import Constraint, Constraints, broadcast, mismatch
 
 ShapeRule = Callable[[Node, Constraints], Shape]
@@ -300,6 +300,146 @@ def _reshape_lower(node: Node, ins, shape):
     return _compute(shape, body, name=_name(node))
 
 
+def _expand_shape(node: Node, cs: Constraints) -> Shape:
+    """``x.expand(*shape)``: new leading axes, ``-1`` keeps an extent, an extent 1
+    stretches; any other extent must equal the target (a constraint when symbolic)."""
+    x = node.inputs[0]
+    src = tuple(x.shape)
+    target = [sympy.Integer(-1) if d == -1 else dim(d) for d in node.attrs["shape"]]
+    lead = len(target) - len(src)
+    if lead < 0:
+        raise ShapeMismatchError(f"expand {node.name!r}: target rank {len(target)} below "
+                                 f"the input's {len(src)}", node.location)
+    out = []
+    for k, t in enumerate(target):
+        if k < lead:
+            if t == -1:
+                raise ShapeMismatchError(f"expand {node.name!r}: -1 for a new leading axis",
+                                         node.location)
+            out.append(t)
+            continue
+        d = src[k - lead]
+        if t == -1 or t == d:
+            out.append(d)
+        elif d == 1:
+            out.append(t)
+        else:
+            out.append(cs.equal(d, t, node, x, x, f"expand axis {k}"))
+    return tuple(out)
+
+
+def _expand_lower(node: Node, ins, shape):
+    x = ins[0]
+    lead = len(shape) - x.ndim
+    return _compute(shape, lambda i: x[tuple(
+        0 if ir.is_const(d, 1) else i[lead + k] for k, d in enumerate(x.shape))],
+        name=_name(node))
+
+
+def _cat_shape(node: Node, cs: Constraints) -> Shape:
+    """``torch.cat`` along ``axis``: equal ranks, the other extents agree, the axis sums."""
+    xs = node.inputs
+    nd = len(xs[0].shape)
+    a = _axis(node, node.attrs["axis"], nd)
+    out = list(xs[0].shape)
+    for v in xs[1:]:
+        if len(v.shape) != nd:
+            raise mismatch(node, xs[0], v, "cat needs equal ranks")
+        for k in range(nd):
+            if k != a:
+                out[k] = cs.equal(out[k], v.shape[k], node, xs[0], v, f"cat axis {k}")
+    out[a] = sympy.Add(*[v.shape[a] for v in xs])
+    return tuple(out)
+
+
+def _cat_dtype(node: Node) -> str:
+    d = node.inputs[0].dtype
+    for v in node.inputs[1:]:
+        d = dt.promote(d, v.dtype)
+    return d
+
+
+def _cat_lower(node: Node, ins, shape):
+    """A chain of selects on the axis index; each operand's load is clamped into its own
+    extent (in bounds whichever branch is taken)."""
+    d = node.output.dtype
+    a = _axis(node, node.attrs["axis"], len(shape))
+
+    def body(i):
+        offs = []
+        o: object = ir.const(0, "int64")
+        for t in ins:
+            offs.append(o)
+            o = t.shape[a] + o  # type: ignore[operator]
+
+        def load(j):
+            t = ins[j]
+            loc = i[a] - offs[j] if j else i[a]
+            loc = ir.max_(ir.min_(loc, t.shape[a] - 1), 0) if len(ins) > 1 else loc
+            return _as(t[tuple(loc if k == a else v for k, v in enumerate(i))], d)
+        e = load(len(ins) - 1)
+        for j in range(len(ins) - 2, -1, -1):
+            e = ir.select(ir.binary("<", i[a], offs[j + 1]), load(j), e)
+        return e
+    return _compute(shape, body, name=_name(node), dtype=d)
+
+
+def _iota_shape(node: Node, cs: Constraints) -> Shape:
+    """``arange(start, end, step)``: ``ceil((end - start) / step)`` elements."""
+    start, end, step = (dim(node.attrs[k]) for k in ("start", "end", "step"))
+    n = sympy.ceiling((end - start) / step)
+    if n.is_number:
+        n = sympy.Integer(max(int(n), 0))
+    return (n,)
+
+
+def _iota_lower(node: Node, ins, shape):
+    d = node.output.dtype
+    st, step = node.attrs["start"], node.attrs["step"]
+    return _compute(shape, lambda i: _as(i[0] * step + st if step != 1 else i[0] + st, d),
+                    name=_name(node), dtype=d)
+
+
+def _where_shape(node: Node, cs: Constraints) -> Shape:
+    c, a, b = node.inputs
+    ab = broadcast(node, cs, a, b)
+    tmp = type(a)("_ab", a.dtype, ab)
+    return broadcast(node, cs, c, tmp)
+
+
+def _where_dtype(node: Node) -> str:
+    c, a, b = node.inputs
+    if c.dtype != "bool":
+        raise DTypeError(f"where {node.name!r}: the condition must be bool, got {c.dtype}",
+                         node.location)
+    return dt.promote(a.dtype, b.dtype)
+
+
+def _where_lower(node: Node, ins, shape):
+    d = node.output.dtype
+    n = len(shape)
+    c, a, b = ins
+    return _compute(shape, lambda i: ir.select(_bload(c, i, n), _as(_bload(a, i, n), d),
+                                               _as(_bload(b, i, n), d)),
+                    name=_name(node), dtype=d)
+
+
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def _cmp_lower(node: Node, ins, shape):
+    d = dt.promote(ins[0].dtype, ins[1].dtype) if len(ins) == 2 else ins[0].dtype
+    op, n = _CMP[node.op], len(shape)
+    if len(ins) == 1:
+        s = _scalar(node, d)
+        return _compute(shape, lambda i: ir.binary(op, _as(ins[0][i], d), s),
+                        name=_name(node), dtype="bool")
+    a, b = ins
+    return _compute(shape, lambda i: ir.binary(op, _as(_bload(a, i, n), d),
+                                               _as(_bload(b, i, n), d)),
+                    name=_name(node), dtype="bool")
+
+
 # --------------------------------------------------------------------- backbone
 
 
@@ -411,6 +551,13 @@ OPS: dict[str, OpDef] = {
     "permute": OpDef("injective", _permute_shape, _permute_lower, 0.0),
     "slice": OpDef("injective", _slice_shape, _slice_lower, 0.0),
     "reshape": OpDef("injective", _reshape_shape, _reshape_lower, 0.0),
+    "expand": OpDef("injective", _expand_shape, _expand_lower, 0.0),
+    "cat": OpDef("injective", _cat_shape, _cat_lower, 0.0, dtype=_cat_dtype),
+    "iota": OpDef("injective", _iota_shape, _iota_lower, 0.0,
+                  dtype=lambda n: dt.canonical(n.attrs["dtype"])),
+    "where": OpDef("elementwise", _where_shape, _where_lower, dtype=_where_dtype),
+    **{k: OpDef("elementwise", _binary_shape, _cmp_lower, dtype=lambda n: "bool")
+       for k in _CMP},
     "matmul": OpDef("backbone", _matmul_shape, _matmul_lower, dtype=_matmul_dtype),
     "softmax": OpDef("reduce", _same_shape, _softmax_lower, 5.0),
     "layernorm": OpDef("reduce", _layernorm_shape, _layernorm_lower, 8.0),
@@ -431,4 +578,5 @@ def flops(node: Node, env: dict) -> float:
     if node.op == "matmul":
         k = int(node.inputs[0].shape[-1].xreplace(env))
         return 2.0 * numel(node.output.shape, env) * k
-    return OPS[node.op].flops_per_elem * numel(node.inputs[0].shape, env)
+    src = node.inputs[0] if node.inputs else node.output
+    return OPS[node.op].flops_per_elem * numel(src.shape, env)

@@ -4,7 +4,10 @@ Prints flattened IR (see :mod:`polycomp.lowering.flatten`).  Values of dtype
 float16/bfloat16 are computed as ``float`` and converted on load and store (the
 dtypes module's semantics); int8/int32 arithmetic is carried out in ``int64_t`` and
 wrapped to its dtype after every operation (numpy's and the interpreter's semantics,
-without C's undefined signed overflow); integer index arithmetic is ``int64_t``; ``//`` and ``%``
+without C's undefined signed overflow); int64 data ``+ - *`` and negation are computed
+on ``unsigned long long`` and converted back (two's complement wrap-around, the same
+bits with and without ``-fwrapv``: nvcc has no such flag); integer index arithmetic
+(:func:`polycomp.lowering.simplify.is_index`, which never overflows) is plain ``int64_t``; ``//`` and ``%``
 print as the floor-division helpers from :data:`C_PRELUDE` unless both operands are
 provably non-negative constants or the divisor is a positive constant and the
 dividend is known non-negative.
@@ -24,6 +27,7 @@ C_PRELUDE = r"""
 /* numpy's integer semantics: x // 0 == x % 0 == 0, INT64_MIN // -1 wraps (C: undefined, a trap) */
 PC_INLINE int64_t pc_floordiv(int64_t a, int64_t b) { if (b == 0) return 0; if (b == -1) return (int64_t)(0ull - (uint64_t)a); int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 PC_INLINE int64_t pc_floormod(int64_t a, int64_t b) { if (b == 0 || b == -1) return 0; int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+PC_INLINE int64_t pc_abs_i64(int64_t a) { return a < 0 ? (int64_t)(0ull - (uint64_t)a) : a; }
 PC_INLINE int64_t pc_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 PC_INLINE int64_t pc_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 PC_INLINE float pc_min_f32(float a, float b) { return (a < b || a != a) ? a : b; }
@@ -62,6 +66,8 @@ class CLikePrinter:
         self.lines: list[str] = []
         self.level = 1
         self.nonneg: set = set()
+        # int64 lets bound to data: their arithmetic wraps (printed unsigned)
+        self.data_vars: set = set()
 
     # --------------------------------------------------------------- types
     def value_type(self, dtype: str) -> str:
@@ -122,8 +128,10 @@ class CLikePrinter:
     def math_call(self, name: str, args: list[str], dtype: str) -> str:
         d = dt.compute_dtype(dtype)
         if not dt.is_float(d):
-            if name == "abs":
-                return f"llabs({args[0]})"
+            if name == "abs":   # numpy: abs(INT_MIN) == INT_MIN (llabs: undefined)
+                if dtype in _NARROW_INTS:
+                    return f"(({self.types[dtype]})pc_abs_i64({args[0]}))"
+                return f"pc_abs_i64({args[0]})"
             raise NotImplementedError(f"integer {name}")
         table = _MATH_F64 if d == "float64" else _MATH_F32
         one = "1.0" if d == "float64" else "1.0f"
@@ -139,14 +147,29 @@ class CLikePrinter:
         return f"{e.name}({args})"
 
     # --------------------------------------------------------------- exprs
+    def int_literal(self, e: ir.IntImm) -> str:
+        if e.dtype == "bool":
+            return "true" if e.value else "false"
+        v = e.value
+        if v == -2 ** 63:   # the literal 9223372036854775808 has no signed type
+            return "(-INT64_C(9223372036854775807) - 1)"
+        if abs(v) >= 2 ** 31:
+            return f"INT64_C({v})"
+        return str(v) if v >= 0 else f"({v})"
+
+    def unary(self, e: ir.Unary) -> str:
+        a = self.expr(e.a)
+        if e.op != "neg":
+            return f"(!{a})"
+        if e.dtype in _NARROW_INTS:
+            return f"(({self.types[e.dtype]})(-(int64_t)({a})))"
+        if e.dtype == "int64" and not self.is_index(e):   # -INT64_MIN wraps (numpy)
+            return f"(({self.types['int64']})(0ull - ({_UNSIGNED['int64']})({a})))"
+        return f"(-{a})"
+
     def expr(self, e) -> str:
         if isinstance(e, ir.IntImm):
-            if e.dtype == "bool":
-                return "true" if e.value else "false"
-            v = e.value
-            if abs(v) >= 2 ** 31:
-                return f"INT64_C({v})"
-            return str(v) if v >= 0 else f"({v})"
+            return self.int_literal(e)
         if isinstance(e, ir.FloatImm):
             return self.float_literal(e.value, e.dtype)
         if isinstance(e, ir.Var):
@@ -154,9 +177,7 @@ class CLikePrinter:
         if isinstance(e, ir.Binary):
             return self.binary(e)
         if isinstance(e, ir.Unary):
-            if e.op == "neg" and e.dtype in _NARROW_INTS:
-                return f"(({self.types[e.dtype]})(-(int64_t)({self.expr(e.a)})))"
-            return f"(-{self.expr(e.a)})" if e.op == "neg" else f"(!{self.expr(e.a)})"
+            return self.unary(e)
         if isinstance(e, ir.Select):
             return f"(({self.expr(e.cond)}) ? ({self.expr(e.t)}) : ({self.expr(e.f)}))"
         if isinstance(e, ir.Cast):
@@ -178,6 +199,10 @@ class CLikePrinter:
             return self.bitwise(e)
         if e.dtype in _NARROW_INTS and e.op in ("+", "-", "*", "//", "%"):
             return self.narrow_int_binary(e)
+        if e.dtype == "int64" and e.op in ("+", "-", "*") and not self.is_index(e):
+            u = _UNSIGNED["int64"]
+            return (f"(({self.types['int64']})(({u})({self.expr(e.a)}) {e.op} "
+                    f"({u})({self.expr(e.b)})))")
         a, b = self.expr(e.a), self.expr(e.b)
         if e.op in ("min", "max"):
             return f"pc_{e.op}_{_suffix(e.dtype)}({a}, {b})"
@@ -210,6 +235,14 @@ class CLikePrinter:
         if isinstance(e.b, ir.IntImm) and 0 <= e.b.value < bits:
             return f"({shifted})"
         return f"((({b}) >= 0 && ({b}) < {bits}) ? {shifted} : ({t})((({a}) < 0) ? -1 : 0))"
+
+    #: pure calls that are index arithmetic when their arguments are (see is_index)
+    index_calls: frozenset = frozenset()
+
+    def is_index(self, e) -> bool:
+        """Index arithmetic (never overflows, printed plainly) rather than data (wraps)."""
+        from polycomp.lowering.simplify import is_index
+        return is_index(e, self.data_vars, self.index_calls, selects=True)
 
     def narrow_int_binary(self, e: ir.Binary) -> str:
         """int8/int32 ``+ - * // %``: computed in int64 (no C overflow UB, no int
@@ -248,6 +281,8 @@ class CLikePrinter:
             self.level += 1
             if nonnegative(s.value, self.nonneg):
                 self.nonneg.add(s.var)
+            if s.var.dtype == "int64" and not self.is_index(s.value):
+                self.data_vars.add(s.var)
             self.emit(f"const {self.value_type(s.var.dtype)} {s.var.name} = {self.expr(s.value)};")
             self.stmt(s.body)
             self.level -= 1

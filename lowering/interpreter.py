@@ -145,7 +145,8 @@ class Interpreter:
             elif e.dtype in dt.INTS and dt.is_float(e.value.dtype):
                 with np.errstate(all="ignore"):
                     v = np.trunc(v)
-            return np.asarray(v).astype(nd) if np.ndim(v) else nd.type(v)
+            with np.errstate(all="ignore"):   # out of range: numpy's (and the CPU's) value
+                return np.asarray(v).astype(nd) if np.ndim(v) else nd.type(v)
         if t is ir.Call:
             return self.call(e, st, mask)
         if t is ir.Load:

@@ -8,9 +8,29 @@ constant are decided.  Statements: loops of extent 1 become substitutions, loops
 constant extent <= 0 and ``if`` with a constant-false condition disappear, lets of
 affine values are substituted, nested blocks are flattened.
 
-The simplifier never changes floating-point evaluation order.
+Integer semantics (docs/dsl.md, "Integer arithmetic"): every integer dtype wraps around
+like numpy (two's complement modulo ``2**bits``).  The rewrites keep that:
+
+* the normal form is a ring identity modulo ``2**bits``, so it holds for any value:
+  coefficients and constants are reduced to the dtype (``x + 127 + 1`` of int8 is
+  ``x - 128``), and a sub-expression of another width is an atom (it wraps at its own
+  width, so ``(int32 x + 1) + int64 y`` is not ``x + y + 1``);
+* constant folding wraps to the dtype (``INT64_MAX + 1`` folds to ``INT64_MIN``) and
+  follows numpy for ``//`` and ``%`` by zero (0);
+* the order-dependent decisions -- ``< <= > >=``, ``min``/``max`` and the ``//``/``%``
+  rules -- assume the values do not wrap, which holds only for *index arithmetic*:
+  int64 expressions over iterators, symbols and constants (:func:`is_index`; polycomp
+  keeps sizes and indices far from ``2**63``).  On data (a load, a call, a cast, a
+  let-bound value) ``A[i] + 1 > A[i]`` stays a comparison: it is false at
+  ``INT64_MAX``.  ``==``/``!=`` of a constant difference are decided on data too
+  (``a - b == d`` modulo ``2**bits`` is exact).
+
+The simplifier never changes floating-point evaluation order, and never decides a
+float comparison (``x + 1 > x`` is false at inf, NaN and 1e20).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from polycomp import dtypes as dt
 from polycomp import ir
@@ -18,14 +38,59 @@ from polycomp import ir
 # --------------------------------------------------------------------------- linear forms
 
 
-def linear(e):
-    """(terms: dict atom->coeff (insertion ordered), const) or None if not integer."""
+def wrap(v: int, dtype: str) -> int:
+    """``v`` as a value of the integer ``dtype``: two's complement modulo ``2**bits``
+    (numpy's wrap-around); other dtypes pass ``v`` through."""
+    if dtype not in dt.INTS:
+        return v
+    m = 1 << dt.bits(dtype)
+    v &= m - 1
+    return v - m if v >= m >> 1 else v
+
+
+def is_index(e, data_vars=frozenset(), index_calls=frozenset(), selects=False) -> bool:
+    """Whether ``e`` is index arithmetic: int64, built from integer constants and int64
+    Vars (iterators, symbols, lets of index values; not those in ``data_vars``) with
+    ``+ - * // % min max`` and negation.  polycomp's contract is that such expressions
+    never overflow (sizes and indices stay far from ``2**63``), so comparisons of them
+    may be decided by their difference; loads, casts, calls and selects are data, which
+    wraps (see the module docstring).  ``index_calls``: names of pure calls that are
+    index arithmetic of index arguments too (a backend's printer: the CUDA swizzle's
+    ``pc_xor``); with ``selects``, a select of two index values is one (the printers:
+    it cannot overflow; the simplifier keeps selects as data atoms)."""
+    if e.dtype != "int64":
+        return False
+    if isinstance(e, ir.IntImm):
+        return True
+    if isinstance(e, ir.Var):
+        return e not in data_vars
+    if isinstance(e, ir.Binary) and e.op in ("+", "-", "*", "//", "%", "min", "max"):
+        return is_index(e.a, data_vars, index_calls, selects) and \
+            is_index(e.b, data_vars, index_calls, selects)
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        return is_index(e.a, data_vars, index_calls, selects)
+    if isinstance(e, ir.Call) and e.name in index_calls:
+        return all(is_index(a, data_vars, index_calls, selects) for a in e.args)
+    if selects and isinstance(e, ir.Select):
+        return is_index(e.t, data_vars, index_calls, selects) and \
+            is_index(e.f, data_vars, index_calls, selects)
+    return False
+
+
+def linear(e, dtype: str | None = None):
+    """(terms: dict atom->coeff (insertion ordered), const) of ``e`` as a ``dtype``
+    value (default its own), or None if not integer.  The form is exact modulo
+    ``2**bits``; a sub-expression of another integer dtype is an atom."""
     if e.dtype not in dt.INTS:
         return None
+    if dtype is None:
+        dtype = e.dtype
     if isinstance(e, ir.IntImm):
         return {}, e.value
+    if e.dtype != dtype:
+        return {e: 1}, 0
     if isinstance(e, ir.Binary) and e.op in ("+", "-"):
-        a, b = linear(e.a), linear(e.b)
+        a, b = linear(e.a, dtype), linear(e.b, dtype)
         if a is None or b is None:
             return None
         s = -1 if e.op == "-" else 1
@@ -34,7 +99,7 @@ def linear(e):
             terms[k] = terms.get(k, 0) + s * c
         return terms, a[1] + s * b[1]
     if isinstance(e, ir.Binary) and e.op == "*":
-        a, b = linear(e.a), linear(e.b)
+        a, b = linear(e.a, dtype), linear(e.b, dtype)
         if a is None or b is None:
             return None
         if not a[0]:
@@ -44,7 +109,7 @@ def linear(e):
             return {k: v * c for k, v in a[0].items()}, a[1] * c
         return {e: 1}, 0
     if isinstance(e, ir.Unary) and e.op == "neg":
-        a = linear(e.a)
+        a = linear(e.a, dtype)
         if a is None:
             return None
         return {k: -v for k, v in a[0].items()}, -a[1]
@@ -58,12 +123,16 @@ def _key(atom):
 
 
 def _from_linear(terms, const, dtype) -> ir.Expr:
+    """The expression of a linear form; coefficients and the constant are reduced to
+    ``dtype`` (exact modulo ``2**bits``; the dtype's minimum is added, never negated)."""
+    lowest = -(1 << (dt.bits(dtype) - 1))
     pos: list[tuple[ir.Expr, int]] = []
     neg: list[tuple[ir.Expr, int]] = []
     for atom, c in terms.items():
+        c = wrap(c, dtype)
         if c == 0:
             continue
-        (pos if c > 0 else neg).append((atom, abs(c)))
+        (pos if c > 0 or c == lowest else neg).append((atom, abs(c) if c != lowest else c))
     out = None
 
     def term(atom, c):
@@ -74,9 +143,10 @@ def _from_linear(terms, const, dtype) -> ir.Expr:
     for atom, c in neg:
         t = term(atom, c)
         out = ir.Binary("-", out, t, dtype) if out is not None else ir.Unary("neg", t, dtype)
+    const = wrap(const, dtype)
     if out is None:
         return ir.IntImm(const, dtype)
-    if const > 0:
+    if const > 0 or const == lowest:
         out = ir.Binary("+", out, ir.IntImm(const, dtype), dtype)
     elif const < 0:
         out = ir.Binary("-", out, ir.IntImm(-const, dtype), dtype)
@@ -114,11 +184,13 @@ def const_difference(a: ir.Expr, b: ir.Expr):
 
 
 def _fold(op, a, b):
+    """``a op b`` of two integer constants, exact (the caller wraps it to the dtype);
+    ``//`` and ``%`` by zero give 0 (numpy)."""
     if op == "+": return a + b
     if op == "-": return a - b
     if op == "*": return a * b
-    if op == "//": return a // b if b else None
-    if op == "%": return a % b if b else None
+    if op == "//": return a // b if b else 0
+    if op == "%": return a % b if b else 0
     if op == "min": return min(a, b)
     if op == "max": return max(a, b)
     if op == "<": return a < b
@@ -151,6 +223,11 @@ class Simplifier(ir.Mutator):
         self.bounds: dict = {}
         # id(simplified allocation chain) -> (that node, the buffers it uses)
         self._uses: dict = {}
+        # int64 Vars let-bound to data (their arithmetic wraps: not index arithmetic)
+        self.data_vars: set = set()
+
+    def _index(self, *es) -> bool:
+        return all(is_index(e, self.data_vars) for e in es)
 
     def _buffers(self, node) -> set:
         """The buffers loaded, stored or allocated in ``node`` (as :func:`ir.buffers_of`),
@@ -197,7 +274,7 @@ class Simplifier(ir.Mutator):
                 return ir.IntImm(int(bool(v)), "bool")
             v = _fold(op, a.value, b.value)
             if v is not None:
-                return ir.IntImm(int(v), e.dtype)
+                return ir.IntImm(wrap(int(v), e.dtype), e.dtype)
         if op in ("&&", "||"):
             for x, y in ((a, b), (b, a)):
                 if isinstance(x, ir.IntImm):
@@ -210,11 +287,12 @@ class Simplifier(ir.Mutator):
                 lin = linear(ir.Binary(op, a, b, e.dtype))
                 if lin is not None:
                     return _from_linear(_merge_atoms(lin[0]), lin[1], e.dtype)
-            if op in ("min", "max"):
+            if op in ("min", "max") and self._index(a, b):
                 d = const_difference(a, b)
                 if d is not None:
                     return (a if d <= 0 else b) if op == "min" else (a if d >= 0 else b)
-            if op in ("//", "%") and isinstance(b, ir.IntImm) and b.value > 0:
+            if op in ("//", "%") and isinstance(b, ir.IntImm) and b.value > 0 \
+                    and self._index(a):
                 lin = linear(a)
                 sp = self._split_div((_merge_atoms(lin[0]), lin[1]), b.value) if lin else None
                 if sp is not None:
@@ -224,7 +302,7 @@ class Simplifier(ir.Mutator):
             if op == "//" and isinstance(b, ir.IntImm):
                 if b.value == 1:
                     return a
-                lin = linear(a)
+                lin = linear(a) if self._index(a) else None
                 if lin is not None and b.value > 0 and \
                         all(c % b.value == 0 for c in lin[0].values()):
                     # (b*x + c) // b == x + c // b
@@ -233,15 +311,18 @@ class Simplifier(ir.Mutator):
             if op == "%" and isinstance(b, ir.IntImm):
                 if b.value == 1:
                     return ir.IntImm(0, e.dtype)
-                lin = linear(a)
+                lin = linear(a) if self._index(a) else None
                 if lin is not None and b.value > 0 and \
                         all(c % b.value == 0 for c in lin[0].values()):
                     return ir.IntImm(lin[1] % b.value, e.dtype)
         if e.dtype == "bool" and op in ("<", "<=", ">", ">=", "==", "!=") \
                 and a.dtype in dt.INTS and b.dtype in dt.INTS:
             d = const_difference(a, b)
-            if d is not None:
+            if d is not None and self._index(a, b):
                 return ir.IntImm(int(_fold(op, d, 0)), "bool")
+            if d is not None and op in ("==", "!=") and a.dtype == b.dtype:
+                # exact modulo 2**bits: a == b iff a - b wraps to 0
+                return ir.IntImm(int(_fold(op, wrap(d, a.dtype), 0)), "bool")
         if dt.is_float(e.dtype):
             # only exact identities: x*1, x+0 is not exact for -0.0, skip it
             if op == "*" and ir.is_const(b, 1.0):
@@ -255,7 +336,7 @@ class Simplifier(ir.Mutator):
     def visit_Unary(self, e):
         a = self.visit(e.a)
         if e.op == "neg" and isinstance(a, ir.IntImm):
-            return ir.IntImm(-a.value, a.dtype)
+            return ir.IntImm(wrap(-a.value, a.dtype), a.dtype)
         if e.op == "neg" and isinstance(a, ir.FloatImm):
             return ir.FloatImm(-a.value, a.dtype)
         if e.op == "!" and isinstance(a, ir.IntImm):
@@ -275,10 +356,12 @@ class Simplifier(ir.Mutator):
         v = self.visit(e.value)
         if v.dtype == e.dtype:
             return v
-        if isinstance(v, ir.IntImm) and dt.is_float(e.dtype):
-            return ir.FloatImm(float(v.value), e.dtype)
+        if isinstance(v, ir.IntImm) and e.dtype in ("float32", "float64"):
+            # rounded once, to the target type (float(int) then float32 rounds twice)
+            return ir.FloatImm(float(np.asarray(v.value, np.int64).astype(dt.to_numpy(e.dtype))),
+                               e.dtype)
         if isinstance(v, ir.IntImm) and e.dtype in dt.INTS:
-            return ir.IntImm(v.value, e.dtype)
+            return ir.IntImm(wrap(v.value, e.dtype), e.dtype)
         if isinstance(v, ir.FloatImm) and dt.is_float(e.dtype) and \
                 e.dtype in ("float32", "float64"):
             return ir.FloatImm(v.value, e.dtype)
@@ -318,6 +401,8 @@ class Simplifier(ir.Mutator):
         v = self.visit(s.value)
         if v.dtype in dt.INTS and linear(v) is not None and _is_cheap(v):
             return self.visit(ir.substitute(s.body, {s.var: v}))
+        if not self._index(v):
+            self.data_vars.add(s.var)
         b = self.visit(s.body)
         if b is None:
             return None

@@ -43,6 +43,7 @@ import functools
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -91,17 +92,23 @@ def _warn_once(message: str) -> None:
 
 
 def compiler_version(exe: str) -> str:
-    """The compiler's identity in every key built with ``exe``: the resolved path of the
-    executable ``PATH`` finds for it and its ``--version`` text."""
-    found = shutil.which(exe)
-    real = os.path.realpath(found) if found else exe
-    return f"{real}\n{_version_text(real)}"
+    """The compiler's identity in every key built with ``exe`` (a command, possibly with
+    arguments: ``ccache gcc``): the resolved path of the executable ``PATH`` finds for
+    its first word, its other words, and the ``--version`` text of the command."""
+    try:
+        words = shlex.split(exe) or [exe]
+    except ValueError:
+        words = [exe]
+    found = shutil.which(words[0])
+    real = os.path.realpath(found) if found else words[0]
+    cmd = (real, *words[1:])
+    return f"{' '.join(cmd)}\n{_version_text(cmd)}"
 
 
 @functools.lru_cache(maxsize=None)
-def _version_text(real: str) -> str:
+def _version_text(cmd: tuple[str, ...]) -> str:
     try:
-        r = subprocess.run([real, "--version"], capture_output=True, text=True, timeout=60)
+        r = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=60)
         return (r.stdout or r.stderr).strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"

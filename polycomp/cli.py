@@ -32,14 +32,15 @@ from typing import Any
 import numpy as np
 
 from polycomp.errors import PolycompError, UnknownSymbolError, UsageError
-from polycomp.kernel_files import compile_options as _compile_options
 from polycomp.kernel_files import (
+    check_run_memory,
     find_kernels,
     load_kernels,
     load_module,
     pick_kernel,
     random_inputs,
 )
+from polycomp.kernel_files import compile_options as _compile_options
 from polycomp.kernel_files import parse_shapes as _parse_shapes
 
 __all__ = ["main", "load_module", "find_kernels", "pick_kernel", "random_inputs", "compare"]
@@ -109,17 +110,36 @@ def _compile(args, dump: bool = False):
 # --------------------------------------------------------------------------- compile
 
 
+def _check_output_path(out: str) -> None:
+    """Reject ``-o`` values that cannot name the output file, before compiling."""
+    if out.endswith(("/", os.sep)) or os.path.isdir(out):
+        raise UsageError(f"-o {out}: is a directory; -o takes the output file's name "
+                         f"(e.g. {os.path.join(out, 'kernel.c')}), or '-' for stdout")
+
+
+def _write_output(out: str, text: str) -> None:
+    """Write ``text`` to ``out`` (creating its folder); an OS error is a UsageError."""
+    try:
+        parent = os.path.dirname(out)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with open(out, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise UsageError(f"-o {out}: cannot write the output file: "
+                         f"{e.strerror or type(e).__name__}") from None
+
+
 def cmd_compile(args) -> int:
+    if args.output not in (None, "-"):
+        _check_output_path(args.output)
     _, _, kernel, ck = _compile(args)
     if args.output == "-":
         sys.stdout.write(ck.source)
         return 0
     out = args.output or os.path.join("build", kernel.name + ck.suffix())
-    parent = os.path.dirname(out)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    with open(out, "w") as f:
-        f.write(ck.source)
+    _check_output_path(out)
+    _write_output(out, ck.source)
     print(f"wrote {out} (kernel {kernel.name}, target {ck.target.name}, "
           f"{ck.source.count(chr(10))} lines)")
     if args.check:
@@ -316,6 +336,7 @@ def cmd_run(args) -> int:
                                  f"dimension(s) {', '.join(missing)}: pass "
                                  + " ".join(f"--shape {n}=..." for n in missing))
     params = {n: given[n] for n in names}
+    check_run_memory(f, params)
     arrays = random_inputs(f, params, args.seed)
     runner = ck.backend.runner(ck)
     run, how, timed = runner.call, runner.how, runner.native

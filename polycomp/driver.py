@@ -73,7 +73,8 @@ def _compile(kernel: FrontEndKernel, tgt: Target, backend, opts, pm: PassManager
     state = CompileState(model, tgt, opts)
     schedule = pm.run(model.initial_schedule, state, schedule_passes(state))
     func = pm.step("lower", "lower", lambda: lower_schedule(
-        model, schedule, simplify_body=False, extra_context=state.ast_context,
+        model, schedule, simplify_body=False,
+        context_parts=state.ast_context_parts,
         statement_hook=lambda var: backend.lowering_statements(state, var)), _func_str)
     func = pm.run_ir(func, state, backend.ir_passes(state), "ir")
     final = pm.run_ir(func, state, backend.codegen_passes(state), "codegen")

@@ -19,7 +19,7 @@ from polycomp import dtypes as dt
 from polycomp.errors import PolycompError, SourceLocation, UsageError
 
 __all__ = ["load_module", "find_kernels", "pick_kernel", "load_kernels", "parse_shapes",
-           "compile_options", "random_inputs"]
+           "compile_options", "random_inputs", "check_run_memory"]
 
 
 def load_module(path: str):
@@ -44,6 +44,11 @@ def load_module(path: str):
     except SyntaxError as e:
         loc = SourceLocation(e.filename or path, e.lineno or 0, e.text or "")
         raise UsageError(f"{path} has a syntax error: {e.msg}", loc) from e
+    except SystemExit as e:   # a BaseException: it would end polycomp with its status
+        raise UsageError(f"{path} called sys.exit({e.code!r}) while loading; polycomp "
+                         f"imports the file to find its kernels: put the script part "
+                         f"under `if __name__ == \"__main__\":`",
+                         _innermost_location(e, full)) from e
     except Exception as e:
         raise UsageError(f"{path} raised {type(e).__name__} while loading: {e}",
                          _innermost_location(e, full)) from e
@@ -183,6 +188,41 @@ def parse_shapes(items) -> dict:
                 raise UsageError(f"--shape {key}={n}: symbolic dimensions are >= 1")
             out[key] = n
     return out
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.3g} GB" if n >= 1e7 else f"{n} bytes"
+
+
+def check_run_memory(func, params: dict) -> None:
+    """Refuse sizes up front, before any input is generated: a buffer whose bytes int64
+    indexing cannot address is an :class:`ArgumentError`; inputs, outputs and the
+    float64 draw of the largest float input that together exceed this machine's memory
+    are a :class:`ResourceLimitError` (docs/errors.md)."""
+    from polycomp.errors import ArgumentError, ResourceLimitError
+    from polycomp.lowering.printer import expr_str
+    from polycomp.shapes import MAX_BUFFER_BYTES, _physical_memory, buffer_bytes, caller_arrays
+    sizes = " ".join(f"{k}={v}" for k, v in params.items())
+    bufs = list(caller_arrays(func)) + [b for b in func.outputs if b not in caller_arrays(func)]
+    need: list[tuple[str, int]] = []
+    draw = 0
+    for b in bufs:
+        n = buffer_bytes(b, params)
+        if n > MAX_BUFFER_BYTES:
+            shape = "(" + ", ".join(expr_str(d) for d in b.shape) + ")"
+            raise ArgumentError(f"--shape {sizes}: {b.name} of shape {shape} would have {n} "
+                                f"bytes, more than a kernel can index (2**62)")
+        need.append((b.name, n))
+        if dt.is_float(b.dtype) and b in caller_arrays(func):
+            draw = max(draw, n // dt.itemsize(b.dtype) * 8)   # standard_normal's float64
+    total = sum(n for _, n in need) + draw
+    mem = _physical_memory()
+    if total > mem:
+        parts = ", ".join(f"{name} {_gb(n)}" for name, n in need)
+        raise ResourceLimitError(f"--shape {sizes}: the inputs and outputs of {func.name} "
+                                 f"need {_gb(total)} ({parts}, and {_gb(draw)} to draw the "
+                                 f"random inputs), more than this machine's memory "
+                                 f"({_gb(mem)})")
 
 
 def random_inputs(func, params: dict, seed: int = 0) -> list:

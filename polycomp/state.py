@@ -15,7 +15,8 @@ record what later steps need in typed fields — never in a free dict:
   :class:`polycomp.scheduler.promotion.record.PromotionState`), so this module imports
   nothing above it (no scheduler, no backend) and needs no edit for a new area;
 * ``inlined``: arrays recomputed where they are read instead of being stored;
-* ``ast_context``: parameter constraints for AST generation (block/thread id ranges);
+* ``ast_context``: parameter constraints for AST generation (block/thread id ranges),
+  and ``ast_context_parts``, the sets it intersects (one per GPU kernel);
 * ``remarks``: the decisions passes explain (``polycomp explain`` prints them).
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import islpy as isl
 
-from polycomp.islutil import intersect_params
+from polycomp.islutil import intersect_all_params
 
 if TYPE_CHECKING:  # pragma: no cover
     from polycomp.hw.options import CpuOptions, CudaOptions, NpuOptions
@@ -45,7 +46,10 @@ class CompileState:
     options: Options = None  # type: ignore[assignment]
     remarks: dict[str, list[str]] = field(default_factory=dict)
     inlined: dict[str, Any] = field(default_factory=dict)   # array name -> Stage
-    ast_context: isl.Set | None = None
+    # parameter constraint sets for AST generation, in the order given; ``ast_context``
+    # is their intersection (lowering projects them part by part: see
+    # :func:`polycomp.lowering.ast_to_ir.build_ast_parts`)
+    ast_context_parts: list[isl.Set] = field(default_factory=list)
     slots: dict[type, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -93,6 +97,12 @@ class CompileState:
         return self.remarks
 
     def restrict_ast_context(self, constraints: isl.Set) -> None:
-        """Intersect the AST context with parameter ``constraints``."""
-        self.ast_context = constraints if self.ast_context is None \
-            else intersect_params(self.ast_context, constraints)
+        """Intersect the AST context with parameter ``constraints`` (one more part of
+        ``ast_context_parts``; nothing is intersected here: one GPU kernel after the
+        other, the intersection grew with every kernel and cost time in its size)."""
+        self.ast_context_parts.append(constraints)
+
+    @property
+    def ast_context(self) -> isl.Set | None:
+        """The intersection of ``ast_context_parts`` (None when there are none)."""
+        return intersect_all_params(self.ast_context_parts)

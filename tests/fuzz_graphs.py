@@ -6,8 +6,9 @@ torch ops drawn from the set the graph importer supports (elementwise arithmetic
 tensors and Python scalars and broadcasting, the unary functions, casts, ``matmul`` /
 ``linear`` with parameters or input weights, ``softmax``, ``layer_norm``, single-axis
 ``sum`` / ``mean`` / ``amax``, and the views ``view`` / ``reshape`` / ``transpose`` /
-``permute`` / slicing / ``narrow`` / ``contiguous``; rarely ``split`` / ``chunk``, which
-run eagerly), in-place ops (``add_``, ``mul_``, ``relu_``, ``+=``,
+``permute`` / slicing / ``narrow`` / ``contiguous`` / ``split`` / ``chunk`` /
+``unsqueeze`` / ``flatten`` / ``expand``, ``cat``, comparisons, ``where`` /
+``masked_fill``, ``addmm``), in-place ops (``add_``, ``mul_``, ``relu_``, ``+=``,
 ``F.relu(inplace=True)``) on intermediates, on inputs and on views, and one to three
 outputs.  Inputs are float32, float64, int64 and bool tensors of small shapes
 whose extents come from a short list (so that kernels repeat across programs and the
@@ -321,21 +322,91 @@ class Gen:
         self.statement(form.format(v=v, o=o), v, "inplace")
 
     def op_split(self) -> None:
-        """``split`` / ``chunk`` (views in a tuple; the importer runs them eagerly, so the
-        program may be split -- what matters is aliasing: in-place ops on a piece)."""
+        """``split`` / ``chunk`` (slices handed out in a tuple)."""
         v = self.pick(lambda t: t.dim() >= 1 and t.shape[-1] >= 2)
-        if v is None or self.rng.random() < 0.7:  # rare: it splits the compiled graph
+        if v is None:
             return
-        n = self.t(v).shape[-1]
+        t = self.t(v)
+        ax = self.rng.randrange(-t.dim(), 0)
+        n = t.shape[ax]
+        if n < 2:
+            return
         a = self.rng.randrange(1, n)
-        expr = self.rng.choice((f"{v}.split({a}, -1)[0]", f"torch.chunk({v}, 2, -1)[1]",
-                                f"{v}.split([{a}, {n - a}], -1)[1]"))
-        if self.emit(expr, "split", v in self.exact):
-            self.may_fall_back = True
+        k = self.rng.randrange(2, n + 1)
+        expr = self.rng.choice((f"{v}.split({a}, {ax})[-1]", f"torch.chunk({v}, {k}, {ax})[0]",
+                                f"{v}.split([{a}, {n - a}], dim={ax})[1]",
+                                f"{v}.chunk({k}, dim={ax})[-1]"))
+        self.emit(expr, "split", v in self.exact)
 
+    def op_shape(self) -> None:
+        """``unsqueeze`` / ``flatten`` / ``expand`` (negative dims included)."""
+        v = self.pick(lambda t: t.dim() >= 1)
+        if v is None:
+            return
+        t = self.t(v)
+        r = self.rng.random()
+        if r < 0.35:
+            d = self.rng.randrange(-t.dim() - 1, t.dim() + 1)
+            self.emit(f"{v}.unsqueeze({d})", "unsqueeze", v in self.exact)
+        elif r < 0.65:
+            lo = self.rng.randrange(-t.dim(), t.dim())
+            self.emit(f"torch.flatten({v}, {lo})", "flatten", v in self.exact)
+        else:
+            sizes = [self.rng.choice((-1, d)) if d != 1 else self.rng.choice((1, 3, 5))
+                     for d in t.shape]
+            if self.rng.random() < 0.5:
+                sizes.insert(0, self.rng.choice((1, 2, 3)))
+            self.emit(f"{v}.expand({', '.join(map(str, sizes))})", "expand", v in self.exact)
+
+    def op_cat(self) -> None:
+        """``torch.cat`` of two or three tensors (dtypes promoted as torch does)."""
+        v = self.pick(lambda t: t.dim() >= 1)
+        if v is None:
+            return
+        t = self.t(v)
+        ax = self.rng.randrange(-t.dim(), t.dim())
+        parts = [v]
+        for _ in range(self.rng.choice((1, 2))):
+            shape = list(t.shape)
+            shape[ax] = self.rng.choice(EXTENTS)
+            same = self.pick(lambda o, sh=tuple(shape): tuple(o.shape) == sh)
+            parts.append(same if same is not None and self.rng.random() < 0.5 else
+                         self.new_input(tuple(shape), self.rng.choice(
+                             (torch.float32, torch.float32, torch.int64))))
+        exact = all(p in self.exact for p in parts)
+        self.emit(f"torch.cat([{', '.join(parts)}], {ax})", "cat", exact)
+
+    def op_where(self) -> None:
+        """comparisons, ``torch.where``, ``masked_fill``."""
+        v = self.pick(lambda t: t.dtype != torch.bool)
+        if v is None:
+            return
+        t = self.t(v)
+        cmp = self.rng.choice(("<", ">", "<=", ">=", "==", "!="))
+        c = self.emit(f"{v} {cmp} {self.scalar(t)!r}", "compare", True)
+        if c is None:
+            return
+        o = self.pick(lambda u: _broadcastable(u.shape, t.shape) and u.dtype != torch.bool)
+        if self.rng.random() < 0.5 and o is not None:
+            self.emit(f"torch.where({c}, {v}, {o})", "where",
+                      v in self.exact and o in self.exact)
+        else:
+            self.emit(f"{v}.masked_fill({c}, {self.scalar(t)!r})", "masked_fill",
+                      v in self.exact)
+
+    def op_addmm(self) -> None:
+        """``torch.addmm`` with a parameter matrix and bias (GPT-2's Conv1D)."""
+        v = self.pick(lambda t: t.dim() == 2 and t.dtype == torch.float32)
+        if v is None:
+            return
+        k, m = self.t(v).shape[-1], self.rng.choice(EXTENTS)
+        w, b = self.new_param((k, m)), self.new_param((m,))
+        extra = self.rng.choice(("", ", beta=0.5", ", alpha=2.0", ", beta=2.0, alpha=0.5"))
+        self.emit(f"torch.addmm({b}, {v}, {w}{extra})", "addmm")
     OPS = (("op_unary", 4), ("op_binary", 6), ("op_cast", 1), ("op_matmul", 2),
            ("op_reduce", 2), ("op_softmax", 1), ("op_layer_norm", 1), ("op_view", 3),
-           ("op_inplace", 2), ("op_split", 1))
+           ("op_inplace", 2), ("op_split", 1), ("op_shape", 1), ("op_cat", 1),
+           ("op_where", 1), ("op_addmm", 1))
 
     def program(self, n_ops: int) -> Program:
         for _ in range(self.rng.choice((1, 1, 2))):

@@ -1,11 +1,17 @@
 """Random DSL programs with a numpy reference, for the differential fuzzer.
 
-A *program* is a short chain of stages over 2-d float32 (or int32) tensors of shape
-``(R, C)``: elementwise ops with the inputs, row/column broadcasts, shifted reads under
-an affine ``select`` (zero padding at the border), a transpose, a row reduction
-(``sum``/``max``/``min``) and a contraction with an epilogue.  Each stage is built twice
-from the same random choices: once as DSL (``pc.compute``) and once as numpy (float64),
-so the reference is independent of every polycomp path.
+A *program* is a short chain of stages over 2-d float32 (or int8/int32/int64) tensors of
+shape ``(R, C)``: elementwise ops with the inputs, row/column broadcasts, shifted reads
+under an affine ``select`` (zero padding at the border), a transpose, a row reduction
+(``sum``/``max``/``min``) and a contraction with an epilogue; integer programs also get
+comparisons of overflowing expressions (``select(x + k > x, ..)``, ``x * x >= 0``).
+Each stage is built twice from the same random choices: once as DSL (``pc.compute``)
+and once as numpy (float64 for floats; for integers the case's dtype, which wraps
+around as the DSL must, see docs/dsl.md "Integer arithmetic"), so the reference is
+independent of every polycomp path.
+
+Integer inputs are small values with, in most cases, edge values mixed in: the dtype's
+MIN, MAX, MAX-1, -1 and 0.
 
 A *case* bundles several independent programs into one kernel (one output each) over
 shared inputs, so that one compilation per backend checks many programs; shapes are
@@ -53,7 +59,8 @@ class CaseBuilder:
     def leaf(self, name: str) -> Value:
         axes = {"A": ("R", "C"), "B": ("R", "C"), "u": ("R",), "v": ("C",),
                 "W": ("C", "K")}[name]
-        v = Value(axes, None, self.inputs[name].astype(np.float64))
+        v = Value(axes, None, self.inputs[name].astype(np.float64) if self.floating
+                  else self.inputs[name].copy())
         v.build = lambda env, name=name: env[name]
         return v
 
@@ -75,9 +82,14 @@ class CaseBuilder:
             options += ["transpose", "reduce"]
             if x.axes == ("R", "C"):
                 options.append("contract")
+        if not self.floating:
+            options += ["cmp", "cmp"]
         kind = self.rng.choice(options)
         prog.steps.append(kind)
-        return getattr(self, kind)(prog, x)
+        out = getattr(self, kind)(prog, x)
+        if not self.floating:   # numpy upcasts some results (sum): wrap to the dtype
+            out.ref = out.ref.astype(self.dtype)
+        return out
 
     def _binary(self):
         ops = [("+", lambda a, b: a + b, np.add), ("-", lambda a, b: a - b, np.subtract),
@@ -136,6 +148,36 @@ class CaseBuilder:
                 return pc.select(ij[axis] >= 1, xt[tuple(prev)], 0) + xt[ij]
             return pc.compute(self.shape(x.axes), _indexed(len(x.axes), body))
         return self._memo(Value(x.axes, build, ref))
+
+    def cmp(self, prog: Program, x: Value) -> Value:
+        """A comparison of an expression that overflows at the edges (integers):
+        ``select(x + k > x, x, -x)``, ``select(x - k < 0, x, k)`` or
+        ``select(x * x >= 0, x, 1)``, with ``k`` from 1, MAX and MIN + 1."""
+        info = np.iinfo(self.dtype)
+        k = self.rng.choice([1, int(info.max), int(info.min) + 1])
+        form = self.rng.randrange(3)
+        prog.steps[-1] = f"cmp(form {form}, k={k})"
+        kk = np.array(k, self.dtype)
+        with np.errstate(all="ignore"):
+            if form == 0:
+                ref = np.where(x.ref + kk > x.ref, x.ref, -x.ref)
+            elif form == 1:
+                ref = np.where(x.ref - kk < 0, x.ref, kk)
+            else:
+                ref = np.where(x.ref * x.ref >= 0, x.ref, np.array(1, self.dtype))
+
+        def build(env, x=x, form=form, k=k):
+            xt = x.build(env)
+
+            def body(ij):
+                v = xt[ij]
+                if form == 0:
+                    return pc.select(v + k > v, v, -v)
+                if form == 1:
+                    return pc.select(v - k < 0, v, k)
+                return pc.select(v * v >= 0, v, 1)
+            return pc.compute(self.shape(x.axes), _indexed(len(x.axes), body))
+        return self._memo(Value(x.axes, build, ref.astype(self.dtype)))
 
     def transpose(self, prog: Program, x: Value) -> Value:
         axes = (x.axes[1], x.axes[0])
@@ -227,19 +269,36 @@ class Case:
     dtype: str
     symbolic: bool
     sizes: dict[str, int]
+    edges: bool = False           # integer inputs with MIN, MAX, MAX-1, -1, 0 mixed in
 
     def describe(self, k: int) -> str:
         p = self.programs[k]
         return (f"seed {self.seed}, program {k}: {' -> '.join(p.steps)}; sizes {self.sizes}, "
-                f"{'symbolic' if self.symbolic else 'constant'} shapes, {self.dtype}")
+                f"{'symbolic' if self.symbolic else 'constant'} shapes, {self.dtype}"
+                f"{' with edge values' if self.edges else ''}")
+
+
+#: integer dtypes of the integer cases, and the chance that a case mixes in edge values
+INT_DTYPES = ("int8", "int32", "int64")
+EDGE_CASES = 0.75
+
+
+def int_edges(dtype: str) -> list[int]:
+    """MIN, MAX, MAX-1, -1 and 0 of ``dtype``."""
+    info = np.iinfo(dtype)
+    return [int(info.min), int(info.max), int(info.max) - 1, -1, 0]
 
 
 def make_case(seed: int, n_programs: int = 6) -> Case:
     rng = random.Random(seed)
-    dtype = "float32" if rng.random() < 0.8 else "int32"
+    dtype = "float32" if rng.random() < 0.8 else "int"
     sizes = {a: rng.choice(EXTENTS) for a in "RCK"}
     symbolic = rng.random() < 0.5
     nrng = np.random.default_rng(seed)
+    edges = False
+    if dtype == "int":   # drawn after the float cases' draws: their seeds keep their programs
+        dtype = rng.choice(INT_DTYPES)
+        edges = rng.random() < EDGE_CASES
     shapes = {"A": ("R", "C"), "B": ("R", "C"), "u": ("R",), "v": ("C",), "W": ("C", "K")}
     inputs = {}
     for name, axes in shapes.items():
@@ -249,7 +308,10 @@ def make_case(seed: int, n_programs: int = 6) -> Case:
             if rng.random() < 0.15 and arr.size:      # NaN where it matters
                 arr.flat[rng.randrange(arr.size)] = np.nan
         else:
-            arr = nrng.integers(-9, 10, shape).astype(np.int32)
+            arr = nrng.integers(-9, 10, shape).astype(dtype)
+            if edges and arr.size:       # a quarter of the elements at the edges
+                where = nrng.random(shape) < 0.25
+                arr[where] = nrng.choice(np.array(int_edges(dtype), dtype), int(where.sum()))
         inputs[name] = arr
     builder = CaseBuilder(rng, sizes, dtype, inputs)
     syms = dict(zip("RCK", pc.sym("R C K"))) if symbolic else {}
@@ -265,7 +327,8 @@ def make_case(seed: int, n_programs: int = 6) -> Case:
         return tuple(p.out.build(env) for p in programs)
     fuzz_kernel.__annotations__ = {n: ann(n) for n in names}
     kernel = pc.tensor_expr(fuzz_kernel, name=f"fuzz{seed}")
-    return Case(seed, kernel, [inputs[n] for n in names], programs, dtype, symbolic, sizes)
+    return Case(seed, kernel, [inputs[n] for n in names], programs, dtype, symbolic, sizes,
+                edges)
 
 
 def check_outputs(case: Case, outs, backend: str) -> list[str]:
@@ -274,11 +337,12 @@ def check_outputs(case: Case, outs, backend: str) -> list[str]:
     failures = []
     for k, (p, got) in enumerate(zip(case.programs, outs)):
         ref = p.out.ref
-        got = np.asarray(got, dtype=np.float64)
-        if case.dtype == "int32":
-            want = ref.astype(np.int64).astype(np.int32)   # int32 wrap, as numpy
-            ok = np.array_equal(got.astype(np.int32), want)
+        if case.dtype in INT_DTYPES:   # exact, in the dtype (no float64 detour for int64)
+            got = np.asarray(got)
+            ok = got.shape == ref.shape and got.dtype == np.dtype(case.dtype) and \
+                np.array_equal(got, ref.astype(case.dtype))
         else:
+            got = np.asarray(got, dtype=np.float64)
             tol = 1e-4 + 4e-6 * p.reduction_length
             scale = np.nanmax(np.abs(ref)) if np.isfinite(ref).any() else 1.0
             ok = got.shape == ref.shape and np.allclose(

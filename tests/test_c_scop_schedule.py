@@ -47,7 +47,11 @@ SIZES = {
     "gemm_ikj": [dict(ni=13, nj=67, nk=11), dict(ni=1, nj=1, nk=1)],
     "mm2_f32": [dict(ni=7, nj=37, nk=5, nl=41)],
     "batch_gemm": [dict(nb=3, ni=7, nj=33, nk=5)],
-    "gemm_bt": [dict(ni=5, nj=9, nk=7)],
+    "gemm_bt": [dict(ni=5, nj=9, nk=7), dict(ni=29, nj=71, nk=13)],
+    "syrk_ab": [dict(n=53, m=17), dict(n=7, m=3), dict(n=1, m=1)],
+    "syrk_aa": [dict(n=53, m=17), dict(n=211, m=7), dict(n=1, m=1)],
+    "gemm_ktri": [dict(ni=23, nj=41)],
+    "syr2k_like": [dict(n=59, m=13), dict(n=2, m=1)],
     "mvt_t": [dict(n=37), dict(n=1)],
     "lu_like": [dict(n=19)],
     "jacobi2d_like": [dict(tsteps=3, n=17), dict(tsteps=1, n=3)],
@@ -185,6 +189,9 @@ def test_time_tiled_stencil_is_bitwise_gcc_o0(name, sizes, target, tmp_path_fact
 GOLDEN = {
     "gemm_ikj": ("gemm_ikj", [], ScopGemmPass),
     "mm2_f32": ("mm2_f32", [], ScopGemmPass),
+    "gemm_bt": ("gemm_bt", [], ScopGemmPass),
+    "syrk_aa": ("syrk_aa", [], ScopGemmPass),
+    "syr2k_like": ("syr2k_like", [], ScopGemmPass),
     "mvt_t": ("mvt_t", [ScopGemmPass], ScopTilePass),
     "lu_like_tile": ("lu_like", [ScopGemmPass], ScopTilePass),
     "rowmix": ("rowmix", [ScopGemmPass], ScopTilePass),
@@ -239,11 +246,35 @@ def test_gemm_with_batch_dimension():
     assert any("GEMM C += A * B" in x for x in notes("batch_gemm")["scop-gemm"])
 
 
-def test_transposed_operand_is_not_a_gemm():
+def test_transposed_operand_is_a_gemm():
+    """``B[j][k]`` (j not the last subscript) is packed in panels along its dimension 0."""
     n = notes("gemm_bt")
-    assert any("no GEMM" in x for x in n["scop-gemm"]), n
+    assert any("GEMM C += A * B" in x for x in n["scop-gemm"]), n
+    assert any("B packed into L2" in x and "along dimension 0" in x for x in n["cpu-pack"]), n
     m = match_scop_gemm([s for s in kernel("gemm_bt").polyhedral_model().statements])
-    assert isinstance(m, str) and "unit stride" in m
+    assert not isinstance(m, str) and m.y.buffer.name == "B"
+
+
+def test_syrk_triangle_and_one_array_for_both_operands():
+    """syrk: the triangle ``j <= i`` (init and update) is matched; ``A[i][k]`` and
+    ``A[j][k]`` are packed each on its own (one reference per packing), and the built
+    kernel's micro-kernel reads both packed buffers; syr2k's sum of two products: four
+    references, four packings."""
+    for name, n_packs in (("syrk_aa", 2), ("syrk_ab", 2), ("syr2k_like", 4)):
+        ck = compile_kernel(kernel(name), TARGET)
+        n = ck.notes
+        assert any("(init S_0): GEMM C += " in x for x in n["scop-gemm"]), n
+        packs = [x for x in n["cpu-pack"] if "packed into" in x]
+        assert len(packs) == n_packs, n
+        micro = [ln for ln in ck.source.splitlines() if "mk1_y0 =" in ln or "mk1_x0 =" in ln
+                 or "acc1_v0 = _mm512_add_pd(acc1_v0" in ln]
+        assert micro and all("_pk" in ln for ln in micro), micro
+
+
+def test_reduction_range_varying_with_the_output_is_not_a_gemm():
+    """``k <= i``: the reduction range depends on the output row, no micro-kernel."""
+    m = match_scop_gemm([s for s in kernel("gemm_ktri").polyhedral_model().statements])
+    assert m == "the reduction range depends on the output point", m
 
 
 def test_tile_and_parallel_notes():
@@ -341,3 +372,22 @@ def test_explain_prints_the_choices(capsys):
     main(["explain", "-t", "cpu", str(KERNELS / "gemm_ikj.c")])
     out = capsys.readouterr().out
     assert "note [scop-gemm]" in out and "GEMM C += A * B" in out
+
+
+@pytest.mark.parametrize("name", ["syrk_aa", "syr2k_like"])
+def test_packed_triangle_propagates_nan_like_gcc(name, tmp_path_factory):
+    """A NaN and a huge value in an operand of the per-reference packed triangle reach
+    exactly the elements gcc -O0's loop nest gives them (full and diagonal tiles)."""
+    k = kernel(name)
+    sizes = dict(n=47, m=11)
+    arrays = random_arrays(k, sizes, seed=3)
+    arrays["A"][29, 4] = np.nan        # row 29: C[29][:30] and C[29:][29]
+    arrays["A"][3, 7] = 1e300
+    ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
+    args = [arrays[n].copy() for n in list(k.inputs) + list(k.outputs)]
+    got, = as_tuple(build(k, "cpu")(*args, **{p: sizes[p] for p in k.params}))
+    want = ref["C"]
+    assert np.isnan(want).any() and np.array_equal(np.isnan(got), np.isnan(want))
+    ok = np.isfinite(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6, atol=0)
+    assert np.array_equal(np.isinf(got), np.isinf(want))

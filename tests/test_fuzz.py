@@ -98,8 +98,8 @@ def test_differential_fuzzer():
     seeds = range(first, first + -(-n_programs // PROGRAMS_PER_CASE))
     failures: list[str] = []
     npu = 0
-    # spawn, not fork: this process has run OpenMP kernels (and torch), and a forked
-    # child that calls libgomp again deadlocks
+    # spawn: fresh workers (polycomp's kernels are fork-safe, tests/test_trust_fork.py,
+    # but torch's own OpenMP runtime in this process need not be)
     with ProcessPoolExecutor(max_workers=2, mp_context=mp.get_context("spawn")) as pool:
         for fails, n in pool.map(run_case, seeds):
             failures += fails
@@ -107,6 +107,25 @@ def test_differential_fuzzer():
     assert not failures, f"{len(failures)} failure(s):\n" + "\n".join(failures[:40])
     assert len(seeds) * PROGRAMS_PER_CASE >= n_programs
     print(f"{len(seeds) * PROGRAMS_PER_CASE} programs; the NPU took {npu}")
+
+
+#: Integer cases with edge values (MIN, MAX, MAX-1, -1, 0) and overflowing comparisons,
+#: two per dtype (int32, int64, int8): five of them found the wrong answers of issue #24 before
+#: integer semantics were made numpy's everywhere (docs/dsl.md "Integer arithmetic").
+INT_EDGE_SEEDS = [5009, 5038, 5010, 5016, 5034, 5048]
+
+
+@pytest.mark.slow
+def test_integer_edge_fuzzer():
+    from fuzz_programs import make_case
+    for seed in INT_EDGE_SEEDS:
+        case = make_case(seed, 1)
+        assert case.dtype != "float32" and case.edges, seed
+    failures: list[str] = []
+    with ProcessPoolExecutor(max_workers=2, mp_context=mp.get_context("spawn")) as pool:
+        for fails, _ in pool.map(run_case, INT_EDGE_SEEDS):
+            failures += fails
+    assert not failures, f"{len(failures)} failure(s):\n" + "\n".join(failures[:40])
 
 
 #: Seeds whose cases once failed (minimised cases live in the focused test files):

@@ -13,9 +13,8 @@ with fresh inputs of the same shapes; each call must give what eager gives:
   float32 is: polycomp must be as accurate as eager, never less; NaN where eager has
   NaN, the same infinities;
 * the inputs mutated exactly as eager mutates them;
-* and a program that neither updates a view in place (what polycomp runs eagerly on
-  purpose) nor uses ``split`` (not in the importer's set) must be compiled as one piece:
-  no eager op, no split.
+* and a program that does not update a view in place (what polycomp runs eagerly on
+  purpose) must be compiled as one piece: no eager op, no split.
 
 ``POLYCOMP_GRAPH_FUZZ_N`` programs (default 240) in ``CHUNKS`` tests (for pytest-xdist):
 the first ``FAST_CHUNKS`` (60 programs and the regression seeds, about 26 s of CPU) are

@@ -28,18 +28,39 @@ void k(int N, float A[N], float B[N], float C[N]) {
 
 
 def _whole_program(m):
+    """One analysis over the whole program; anti dependences end at the first write
+    after the read (writes kill, issue #24: see polycomp.model)."""
     sched = m.initial_schedule
 
-    def flow(sink, must=None, may=None):
+    def flow(sink, must=None, may=None, kill=None):
         info = isl.UnionAccessInfo.from_sink(sink)
         info = info.set_must_source(must) if must is not None else info.set_may_source(may)
+        if kill is not None:
+            info = info.set_kill(kill)
         return info.set_schedule(sched).compute_flow().get_may_dependence()
-    return (flow(m.reads, must=m.writes), flow(m.writes, may=m.reads),
+    return (flow(m.reads, must=m.writes), flow(m.writes, may=m.reads, kill=m.writes),
             flow(m.writes, must=m.writes))
+
+
+_MIXED = """
+void k(int N, float A[N], float B[N], float C[N]) {
+  for (int i = 1; i < N; i++) {
+    A[i] = A[i - 1] + B[i]; B[i] = A[i] * C[i]; C[i] = B[i - 1] + A[i];
+  }
+  for (int i = 0; i < N; i++) A[i] = A[i] + C[N - 1 - i];
+  for (int i = 0; 2 * i < N; i++) A[2 * i] = B[i];
+  for (int i = 0; i < N; i++) C[i] = A[i] + A[N - 1 - i];
+  for (int i = 0; i < N; i++) { B[i] = C[i]; A[i] = B[i] * 2; }
+  A[0] = B[N - 1];
+}
+"""
 
 
 @pytest.mark.parametrize("kernel", [
     lambda: read_c_kernel(_TWO_ARRAYS), lambda: read_c_kernel(c_statements(7)),
+    lambda: read_c_kernel(_MIXED), lambda: make_case("c-inplace-6"),
+    lambda: make_case("c-depth2-5"),
+    lambda: read_c_kernel(c_statements(5, own_loops=True)),
     lambda: ops.OPS["softmax"].factory("float32"),
     lambda: ops.OPS["layernorm"].factory("float32"),
     lambda: ops.OPS["matmul_bias_relu"].factory("float32"),

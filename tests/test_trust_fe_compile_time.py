@@ -48,14 +48,19 @@ def _shifted(n: int):
 
 
 class _FullCheckFuser(F._Fuser):
-    """The check as it was: all dependences among group + [nxt], the whole outer map."""
+    """The check as it was: all dependences among group + [nxt] (all of the program's
+    dependences intersected with the group, issue #14), the whole outer map composed
+    with its inverse (issue #24: the fuser now tests each dependence by emptiness)."""
 
-    def fusable(self, group, nxt, same_prefix, coincident_only, outer):
-        members = group + [nxt]
+    def fusable(self, group, nxt, prefix, coincident_only, outer):
+        members = group.members + [nxt]
         dom = F._filter_union(members)
-        deps = self._deps(dom, dom, same_prefix)
+        deps = self.deps.intersect_domain(dom).intersect_range(dom)
+        if prefix is not None:
+            deps = deps.intersect(prefix.apply_range(prefix.reverse()))
         if deps.is_empty():
             return True, True
+        outer = outer[0]
         if deps.is_subset(outer.apply_range(outer.reverse())):
             return True, True
         if coincident_only:

@@ -100,9 +100,14 @@ class CpuBackend(Backend):
 
     def lowering_statements(self, state: CompileState, var) -> dict:
         """The builders of the fused chains' own statements (the online softmax's,
-        docs/fusion.md); none for other kernels."""
+        docs/fusion.md) and of the statements reading a reference packed on its own
+        (:func:`polycomp.hw.cpu.pack.aliased_statement_builders`)."""
         from polycomp.scheduler.chain.plan import chain_plans
-        return chain_plans(state).statement_builders()
+
+        from .pack import aliased_statement_builders
+        out = dict(chain_plans(state).statement_builders())
+        out.update(aliased_statement_builders(state, var))
+        return out
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:
         from .local_tile import localize
@@ -181,18 +186,13 @@ class CpuBackend(Backend):
 
     def check(self, path: str, ck) -> str:
         import os
-        import subprocess
         import tempfile
 
-        from polycomp.errors import BuildError
-
-        from .build import DEFAULT_FLAGS, compiler
+        from .build import DEFAULT_FLAGS, compiler_command, run_compiler
         with tempfile.TemporaryDirectory() as tmp:
             flags = [f for f in DEFAULT_FLAGS if f != "-shared"]
-            cmd = [compiler(), *flags, "-c", "-o", os.path.join(tmp, "k.o"), path]
-            r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise BuildError(f"{' '.join(cmd)} failed:\n{r.stderr[-4000:]}")
+            cmd = [*compiler_command(), *flags, "-c", "-o", os.path.join(tmp, "k.o"), path]
+            run_compiler(cmd, os.path.join(tmp, "k.o"), path)
         return f"checked: {' '.join(cmd[:3])} ... ok"
 
 

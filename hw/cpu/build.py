@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -15,8 +16,67 @@ from polycomp.errors import BuildError, ResourceLimitError, user_location
 
 from .target import requested_threads
 
+#: ``-fwrapv``: signed integer overflow wraps (numpy's semantics, docs/dsl.md "Integer
+#: arithmetic"); the printers already compute data arithmetic without signed overflow,
+#: this covers every other signed operation gcc could otherwise assume never overflows.
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=gnu11", "-fPIC", "-shared",
-                 "-ffp-contract=fast", "-fno-math-errno")
+                 "-ffp-contract=fast", "-fno-math-errno", "-fwrapv")
+
+
+# --------------------------------------------------------------------------- fork safety
+
+
+def _openmp_runtime() -> ctypes.CDLL | None:
+    """GNU libgomp if this process has loaded it (a kernel ran), else None."""
+    try:
+        return ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return None
+
+
+def _pause_function(lib: ctypes.CDLL):
+    """libgomp's ``omp_pause_resource_all`` (OpenMP 5.0, GCC >= 11), or None."""
+    f = getattr(lib, "omp_pause_resource_all", None)
+    if f is not None:
+        f.argtypes, f.restype = [ctypes.c_int], ctypes.c_int
+    return f
+
+
+def release_openmp_threads() -> None:
+    """Before ``fork``: libgomp's worker threads do not survive a fork, and a child that
+    reaches a parallel region would wait for them forever (a ``multiprocessing`` pool
+    with the fork start method after a kernel ran).  ``omp_pause_resource_all(
+    omp_pause_soft)`` ends this thread's pool, so the child starts its own; the parent
+    re-creates its pool at its next parallel region (a few hundred microseconds)."""
+    lib = _openmp_runtime()
+    pause = _pause_function(lib) if lib is not None else None
+    if pause is not None:
+        pause(1)   # omp_pause_soft
+
+
+#: process state, not a cache: True in a forked child whose libgomp could not release
+#: its pool before the fork (every kernel call there runs on one thread)
+_one_thread_after_fork = False
+
+
+def openmp_after_fork_in_child() -> None:
+    """In a forked child whose libgomp cannot release its pool before the fork (no
+    ``omp_pause_resource_all``): run parallel regions on one thread, which never touches
+    the parent's dead workers (also against the per-call thread count of
+    :meth:`CFunction.__call__`, which would otherwise raise it again)."""
+    global _one_thread_after_fork
+    lib = _openmp_runtime()
+    if lib is not None and _pause_function(lib) is None:
+        lib.omp_set_num_threads(1)
+        _one_thread_after_fork = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=release_openmp_threads,
+                        after_in_child=openmp_after_fork_in_child)
+
+
+# --------------------------------------------------------------------------- building
 
 
 def cache_dir() -> str:
@@ -28,10 +88,45 @@ def cache_dir() -> str:
 
 
 def compiler() -> str:
+    """``$CC`` (default ``gcc``), checked: a command, possibly with arguments
+    (``CC="ccache gcc"``), whose first word ``PATH`` finds.  :func:`compiler_command`
+    gives it as the argument list to run."""
     cc = os.environ.get("CC", "gcc")
-    if shutil.which(cc) is None:
-        raise BuildError(f"C compiler {cc!r} not found (set CC)")
+    compiler_command(cc)
     return cc
+
+
+def compiler_command(cc: str | None = None) -> list[str]:
+    """The words of the C compiler command ``cc`` (default ``$CC`` or ``gcc``), split as
+    a shell would; a :class:`BuildError` if it is empty, malformed or not found."""
+    cc = os.environ.get("CC", "gcc") if cc is None else cc
+    try:
+        words = shlex.split(cc)
+    except ValueError as e:
+        raise BuildError(f"C compiler command CC={cc!r} cannot be split into words: {e}") \
+            from None
+    if not words:
+        raise BuildError("the C compiler command CC is empty (set CC, e.g. CC=gcc)")
+    if shutil.which(words[0]) is None:
+        raise BuildError(f"C compiler {words[0]!r} (CC={cc!r}) not found (set CC)")
+    return words
+
+
+def run_compiler(cmd: list[str], out: str, what: str = "generated C") -> None:
+    """Run the compiler command ``cmd`` that must write ``out``: a failure, or a
+    "success" that wrote nothing (``CC=/bin/true``), is a :class:`BuildError`."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        raise BuildError(f"cannot run the C compiler ({' '.join(cmd[:1])}): "
+                         f"{e.strerror or e}") from None
+    if r.returncode != 0:
+        raise BuildError(f"{os.path.basename(cmd[0])} failed on {what} "
+                         f"({' '.join(cmd)}):\n{r.stderr[-4000:]}")
+    if not os.path.isfile(out) or os.path.getsize(out) == 0:
+        raise BuildError(f"the C compiler {' '.join(cmd[:1])!s} exited with status 0 but "
+                         f"wrote no {os.path.basename(out)} ({' '.join(cmd)}); is CC a C "
+                         f"compiler?")
 
 
 def build_shared(source: str, flags=DEFAULT_FLAGS, include_dirs=(), libs=("-lm",)) -> str:
@@ -46,10 +141,9 @@ def build_shared(source: str, flags=DEFAULT_FLAGS, include_dirs=(), libs=("-lm",
         src = os.path.join(os.path.dirname(out), "kernel.c")
         with open(src, "w") as f:
             f.write(source)
-        cmd = [cc, *flags, *[f"-I{d}" for d in include_dirs], src, "-o", out, *libs]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise BuildError(f"gcc failed on generated C ({' '.join(cmd)}):\n{r.stderr[-4000:]}")
+        cmd = [*compiler_command(cc), *flags, *[f"-I{d}" for d in include_dirs], src,
+               "-o", out, *libs]
+        run_compiler(cmd, out)
 
     return get_cache().get_or_build(key, ".so", gcc, kind="c-so")
 
@@ -136,7 +230,7 @@ class CFunction:
         """``inputs`` are the kernel's inputs followed by the initial contents of its
         in-out outputs (:func:`polycomp.shapes.caller_arrays`); those are copied, not
         modified."""
-        from polycomp.graph.dlpack import call_with_dlpack, needs_conversion
+        from polycomp.dlpack import call_with_dlpack, needs_conversion
         if needs_conversion(inputs, out):  # torch & co. through DLPack, zero-copy
             return call_with_dlpack(self, inputs, out, params)
         from polycomp.shapes import check_buffers_fit, checked_arguments, checked_outputs, eval_int
@@ -156,7 +250,7 @@ class CFunction:
         failed = self._alloc_failed()
         if failed is not None:
             failed.value = 0
-        threads = self.threads or call_threads()
+        threads = 1 if _one_thread_after_fork else self.threads or call_threads()
         if threads is not None and self.openmp is not None:
             self.openmp.ensure(threads)
         self.cfunc(*args)

@@ -79,30 +79,35 @@ class _Touched:
 
 
 class _Drop(ir.Mutator):
-    """Rewrite accesses of ``old`` to ``new`` without index ``dim`` (subtrees that do
-    not access ``old`` are returned as they are)."""
+    """Rewrite accesses of each buffer ``old`` of ``drops`` (``id(old) -> (old, new,
+    dim)``) to ``new`` without index ``dim`` (subtrees that access none of them are
+    returned as they are: one traversal for all the buffers a loop contracts)."""
 
-    def __init__(self, old, new, dim, touched: _Touched):
-        self.old, self.new, self.dim = old, new, dim
+    def __init__(self, drops: dict, touched: _Touched):
+        self.drops = drops
         self.touched = touched
 
     def visit(self, node):
-        if node is None or not self.touched.touches(node, self.old):
+        if node is None or not (self.touched.ids(node) & self.drops.keys()):
             return node
         return super().visit(node)
 
     def visit_Load(self, e):
         idx = tuple(self.visit(i) for i in e.indices)
-        if e.buffer is not self.old:
+        hit = self.drops.get(id(e.buffer))
+        if hit is None or hit[0] is not e.buffer:
             return e if all(a is b for a, b in zip(idx, e.indices)) else replace(e, indices=idx)
-        return ir.Load(self.new, idx[:self.dim] + idx[self.dim + 1:], e.dtype, e.lanes)
+        _, new, dim = hit
+        return ir.Load(new, idx[:dim] + idx[dim + 1:], e.dtype, e.lanes)
 
     def visit_Store(self, s):
         idx = tuple(self.visit(i) for i in s.indices)
         v = self.visit(s.value)
-        if s.buffer is not self.old:
+        hit = self.drops.get(id(s.buffer))
+        if hit is None or hit[0] is not s.buffer:
             return replace(s, indices=idx, value=v)
-        return ir.Store(self.new, idx[:self.dim] + idx[self.dim + 1:], v, s.lanes)
+        _, new, dim = hit
+        return ir.Store(new, idx[:dim] + idx[dim + 1:], v, s.lanes)
 
 
 def _scope(shape, dtype) -> str:
@@ -132,42 +137,93 @@ class _Placer:
                 return d
         return None
 
-    def place(self, node, buf: ir.Buffer) -> tuple[ir.Stmt, tuple]:
-        """``node`` with the storage of ``buf`` (which only ``node`` touches) contracted
-        as far as possible: the new node (containing the one Allocate of ``buf``, or of
-        its contraction) and the shape that Allocate gives the buffer."""
-        touches = self.touched.touches
+    def place(self, node, bufs: list) -> ir.Stmt:
+        """``node`` with the storage of each buffer of ``bufs`` (which only ``node``
+        touches) contracted as far as possible: the new node, containing one Allocate
+        of each buffer or of its contraction; of two Allocates that end up around the
+        same node, the one of the earlier buffer is outside.
+
+        All buffers are placed in one descent (a buffer's placement does not depend on
+        another's: contraction rewrites only that buffer's accesses): placing them one
+        at a time descended through the Allocates placed before, once per buffer
+        (quadratic in a fused chain's ``n`` temporaries, which all end up in the
+        chain's loop body)."""
+        if not bufs:
+            return node
         if isinstance(node, ir.For):
-            d = self.contract_dim(node, buf)
-            if d is not None:
-                shape = buf.shape[:d] + buf.shape[d + 1:]
-                nb = ir.Buffer(buf.name, buf.dtype, shape, _scope(shape, buf.dtype), buf.flat)
-                body, placed = self.place(_Drop(buf, nb, d, self.touched).visit(node.body), nb)
-                return replace(node, body=body), placed
-            # The loop's iterations may pass values of ``buf`` to each other (a shifted
-            # read ``T[v - 1]``, an accumulation over ``v``): storage allocated inside
-            # its body would not outlive one iteration, so the buffer is allocated here,
-            # around the loop, with the shape it has reached.
-            return ir.Allocate(buf, node), tuple(buf.shape)
+            return self._place_for(node, bufs)
         if isinstance(node, ir.Block):
-            inside = [k for k, s in enumerate(node.stmts) if touches(s, buf)]
-            if len(inside) == 1:
-                k = inside[0]
-                stmts = list(node.stmts)
-                stmts[k], placed = self.place(stmts[k], buf)
-                return ir.Block(tuple(stmts)), placed
-            return ir.Allocate(buf, node), tuple(buf.shape)
+            return self._place_block(node, bufs)
         if isinstance(node, (ir.LetStmt, ir.AttrStmt, ir.Allocate)):
-            body, placed = self.place(node.body, buf)
-            return replace(node, body=body), placed
+            return replace(node, body=self.place(node.body, bufs))
         if isinstance(node, ir.IfThenElse):
+            return self._place_if(node, bufs)
+        return _allocate(bufs, node)
+
+    def _place_for(self, node: ir.For, bufs: list) -> ir.Stmt:
+        inner, here, drops = [], [], {}
+        for buf in bufs:
+            d = self.contract_dim(node, buf)
+            if d is None:
+                # The loop's iterations may pass values of ``buf`` to each other (a
+                # shifted read ``T[v - 1]``, an accumulation over ``v``): storage
+                # allocated inside its body would not outlive one iteration, so the
+                # buffer is allocated here, around the loop.
+                here.append(buf)
+                continue
+            shape = buf.shape[:d] + buf.shape[d + 1:]
+            nb = ir.Buffer(buf.name, buf.dtype, shape, _scope(shape, buf.dtype), buf.flat)
+            drops[id(buf)] = (buf, nb, d)
+            inner.append(nb)
+        body = _Drop(drops, self.touched).visit(node.body) if drops else node.body
+        return _allocate(here, replace(node, body=self.place(body, inner)))
+
+    def _place_block(self, node: ir.Block, bufs: list) -> ir.Stmt:
+        """A buffer that one statement touches goes into it; others around the block
+        (which statements touch which buffer: one pass over the statements)."""
+        want = {id(b) for b in bufs}
+        where: dict[int, list[int]] = {}
+        for k, st in enumerate(node.stmts):
+            for i in self.touched.ids(st) & want:
+                where.setdefault(i, []).append(k)
+        into: dict[int, list] = {}
+        here = []
+        for buf in bufs:
+            ks = where.get(id(buf), [])
+            if len(ks) == 1:
+                into.setdefault(ks[0], []).append(buf)
+            else:
+                here.append(buf)
+        if not into:
+            return _allocate(here, node)
+        stmts = list(node.stmts)
+        for k, bs in into.items():
+            stmts[k] = self.place(stmts[k], bs)
+        return _allocate(here, ir.Block(tuple(stmts)))
+
+    def _place_if(self, node: ir.IfThenElse, bufs: list) -> ir.Stmt:
+        touches = self.touched.touches
+        then, orelse, here = [], [], []
+        for buf in bufs:
             if node.orelse is None or not touches(node.orelse, buf):
-                then, placed = self.place(node.then, buf)
-                return replace(node, then=then), placed
-            if not touches(node.then, buf):
-                orelse, placed = self.place(node.orelse, buf)
-                return replace(node, orelse=orelse), placed
-        return ir.Allocate(buf, node), tuple(buf.shape)
+                then.append(buf)
+            elif not touches(node.then, buf):
+                orelse.append(buf)
+            else:
+                here.append(buf)
+        out = node
+        if then:
+            out = replace(out, then=self.place(node.then, then))
+        if orelse:
+            out = replace(out, orelse=self.place(node.orelse, orelse))
+        return _allocate(here, out)
+
+
+def _allocate(bufs: list, node) -> ir.Stmt:
+    """``node`` inside an Allocate of each of ``bufs``, the first outermost."""
+    for buf in reversed(bufs):
+        node = ir.Allocate(buf, node)
+    return node
 
 
 def contract(func: ir.LoweredFunc) -> ir.LoweredFunc:
@@ -178,7 +234,5 @@ def contract(func: ir.LoweredFunc) -> ir.LoweredFunc:
         temps.append(body.buffer)
         body = body.body
     placer = _Placer()
-    for buf in temps:
-        if placer.touched.touches(body, buf):
-            body, _ = placer.place(body, buf)
-    return func.with_body(body)
+    return func.with_body(placer.place(body, [b for b in temps
+                                              if placer.touched.touches(body, b)]))

@@ -27,45 +27,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import islpy as isl
-
 from polycomp import ir
-from polycomp.lowering.ast_to_ir import pw_aff_to_ir
+from polycomp.lowering.ast_to_ir import origin_to_ir
 from polycomp.lowering.simplify import simplify
 from polycomp.scheduler.chain.local import LocalTile, local_tiles
 from polycomp.scheduler.common import marks
 from polycomp.state import CompileState
 
 __all__ = ["localize", "origin_to_ir"]
-
-def origin_to_ir(origin: isl.MultiPwAff, env: dict, model) -> list[ir.Expr] | None:
-    """``origin`` (a function of the prefix schedule ``c_0..``) as IR on the enclosing
-    loops' variables ``env`` (by name); a dimension isl generated no loop for (a single
-    value) takes that value from the origin's domain.  None when one cannot be read."""
-    out = []
-    n_in = origin.dim(isl.dim_type.in_)
-    params = list(model.params)
-    fixed = {}
-    for k in range(n_in):
-        v = env.get(f"c{k}")
-        if v is None:
-            val = origin.domain().plain_get_val_if_fixed(isl.dim_type.set, k)
-            if not val.is_int():
-                return None
-            v = ir.Var(f"c{k}")
-            fixed[v] = ir.IntImm(int(val.to_python()))
-        params.append(v)
-    for d in range(origin.dim(isl.dim_type.out)):
-        pa = origin.get_pw_aff(d)
-        nparam = pa.dim(isl.dim_type.param)
-        pa = pa.move_dims(isl.dim_type.param, nparam, isl.dim_type.in_, 0, n_in)
-        for k in range(n_in):
-            pa = pa.set_dim_id(isl.dim_type.param, nparam + k, isl.Id(f"c{k}"))
-        pa = pa.project_domain_on_params()
-        out.append(simplify(ir.substitute(pw_aff_to_ir(pa, model.context, tuple(params)),
-                                          fixed)))
-    return out
-
 
 class _Redirect(ir.Mutator):
     """Accesses of the records' arrays -> their local buffers at ``index - origin``."""

@@ -18,7 +18,10 @@ around it, the body becomes
 
 ``P`` is a new global buffer: one leading *slot* dimension per enclosing loop that may run
 in parallel (annotated coincident or marked ``cpu_parallel``), indexed by that loop's
-iteration, so concurrent iterations never share a copy (the contraction pass later
+iteration, so concurrent iterations never share a copy (a coincident loop whose
+extent varies with an outer loop gets no slot when it is not the loop right below a
+``cpu_parallel`` mark, the one ``omp-parallel`` may make parallel: a triangle's ``j``
+tiles run in sequence inside a thread; the contraction pass later
 gives each thread its own, smaller buffer), then the panel layout.  Reads below the
 mark only touch elements of the footprint, which the box contains and the copy
 filled in this iteration, so every read returns the value it read before.  ``layout``
@@ -47,7 +50,7 @@ import islpy as isl
 
 from polycomp import dtypes as dt
 from polycomp import ir
-from polycomp.lowering.ast_to_ir import pw_aff_to_ir
+from polycomp.lowering.ast_to_ir import origin_to_ir
 from polycomp.lowering.simplify import simplify
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.promotion.footprint import Layout
@@ -143,6 +146,11 @@ def packed_buffers(state: CompileState) -> PackedBuffers:
     return state.slot(PackedBuffers)
 
 
+#: ``par`` right below a ``cpu_parallel`` mark (parallel_marks: the first ``For`` there
+#: becomes an OpenMP loop when coincident, no loop inside it does)
+_MARK = "mark"
+
+
 class _Packer:
     def __init__(self, func: ir.LoweredFunc, state: CompileState):
         self.func = func
@@ -152,6 +160,7 @@ class _Packer:
         self.buffers = {b.name: b for b in func.args}
         ir.walk(func.body, self._collect)
         self.allocs: list = []
+        self.claimed: set = set()    # ids of the loops omp-parallel may make parallel
         self.count = 0
         import os
         order = os.environ.get("POLYCOMP_PACK_ORDER", "rows4")
@@ -163,28 +172,35 @@ class _Packer:
 
     def run(self):
         body = self.stmt(self.func.body, {}, [], False)
+        aliases = {id(p.alias): self.buffers[p.array] for p in self.packs
+                   if p.alias is not None and p.array in self.buffers}
+        if aliases:     # loads of one-reference packings left unpacked: the array again
+            body = _Unalias(aliases).visit(body)
         for b in self.allocs:
             body = ir.Allocate(b, body)
         return self.func.with_body(body)
 
     # env: name -> Var of enclosing iterators; loops: enclosing For and whether they
     # may run concurrently (coincident, or parallel); par: below a cpu_parallel mark
+    # (MARK right below it: the next For is the one omp-parallel may make parallel)
     def stmt(self, s, env, loops, par):
         if isinstance(s, ir.For):
             env2 = dict(env, **{s.var.name: s.var})
-            p = bool(s.annotation("coincident", False)) or par or s.kind == "parallel"
+            coincident = bool(s.annotation("coincident", False))
+            p = coincident or bool(par) or s.kind == "parallel"
+            if s.kind == "parallel" or (par is _MARK and coincident):
+                self.claimed.add(id(s))
             return ir.For(s.var, s.min, s.extent, s.kind,
                           self.stmt(s.body, env2, loops + [(s, p)],
-                                    par or s.kind == "parallel"), s.annotations)
+                                    bool(par) or s.kind == "parallel"), s.annotations)
         if isinstance(s, ir.LetStmt):
             env2 = dict(env, **{s.var.name: s.var})
             return ir.LetStmt(s.var, s.value, self.stmt(s.body, env2, loops, par))
         if isinstance(s, ir.AttrStmt):
             if s.key == marks.CPU_PACK:
                 return self.pack(s, env, loops, par)
-            return ir.AttrStmt(s.key, s.value,
-                               self.stmt(s.body, env, loops,
-                                         par or s.key == marks.CPU_PARALLEL))
+            mark = _MARK if s.key == marks.CPU_PARALLEL and not par else par
+            return ir.AttrStmt(s.key, s.value, self.stmt(s.body, env, loops, mark))
         if isinstance(s, ir.Block):
             return ir.Block(tuple(self.stmt(x, env, loops, par) for x in s.stmts))
         if isinstance(s, ir.IfThenElse):
@@ -195,31 +211,7 @@ class _Packer:
         return s
 
     def origin(self, origin: isl.MultiPwAff, env) -> list | None:
-        out = []
-        n_in = origin.dim(isl.dim_type.in_)
-        params = list(self.model.params)
-        fixed = {}
-        for k in range(n_in):
-            v = env.get(f"c{k}")
-            if v is None:
-                # isl generated no loop for a dimension with a single value: take that
-                # value from the origin's domain
-                val = origin.domain().plain_get_val_if_fixed(isl.dim_type.set, k)
-                if not val.is_int():
-                    return None
-                v = ir.Var(f"c{k}")
-                fixed[v] = ir.IntImm(int(val.to_python()))
-            params.append(v)
-        for d in range(origin.dim(isl.dim_type.out)):
-            pa = origin.get_pw_aff(d)
-            nparam = pa.dim(isl.dim_type.param)
-            pa = pa.move_dims(isl.dim_type.param, nparam, isl.dim_type.in_, 0, n_in)
-            for k in range(n_in):
-                pa = pa.set_dim_id(isl.dim_type.param, nparam + k, isl.Id(f"c{k}"))
-            pa = pa.project_domain_on_params()
-            out.append(simplify(ir.substitute(pw_aff_to_ir(pa, self.model.context, tuple(params)),
-                                              fixed)))
-        return out
+        return origin_to_ir(origin, env, self.model)
 
     def pack(self, s: ir.AttrStmt, env, loops, par):
         spec: PackedOperand = self.packs[int(s.value)]
@@ -231,11 +223,18 @@ class _Packer:
         origin = self.origin(fp.origin(), env)
         if origin is None or len(origin) != len(arr.shape):
             return body
-        slots = [lp for lp, p in loops if p]
-        for lp in slots:
-            inner = {x.var for x, _ in loops}
+        slots = []
+        inner = {x.var for x, _ in loops}
+        for lp, p in loops:
+            if not p:
+                continue
             if any(v in inner for v in ir.free_vars(lp.extent)):
-                return body   # slot extent varies with an outer loop: do not pack
+                if id(lp) in self.claimed:
+                    return body   # slot extent varies with an outer loop: do not pack
+                # (a triangle's j tiles: coincident, but no thread runs them
+                # concurrently, so they share the copy of the parallel loop around)
+                continue
+            slots.append(lp)
         self.count += 1
         shape = tuple(lp.extent for lp in slots) + tuple(ir.IntImm(n) for n in fp.shape)
         pbuf = ir.Buffer(f"{arr.name}_pk{self.count}", arr.dtype, shape)
@@ -257,7 +256,8 @@ class _Packer:
             copy = self.copy(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx)
         if not par:
             copy = ir.AttrStmt(marks.CPU_PARALLEL, "", copy)
-        body = _Redirect(arr, pbuf, fp.layout, origin, slot_idx, spec.offset).visit(body)
+        body = _Redirect(spec.alias or arr, pbuf, fp.layout, origin, slot_idx,
+                         spec.offset).visit(body)
         if sums is not None:
             body = _Compensate(pbuf, sums, len(slot_idx), len(arr.shape),
                                spec.compensate).visit(body)
@@ -462,6 +462,60 @@ class _Redirect(ir.Mutator):
         if self.offset:
             out = ir.bitwise("^", out, ir.IntImm(-self.offset, e.dtype))
         return out
+
+
+class _Unalias(ir.Mutator):
+    """Loads of a one-reference packing's alias buffer (:class:`PackedOperand` ``alias``)
+    that no packing redirected (a branch outside the mark, a refused copy) -> loads of
+    the array itself."""
+
+    def __init__(self, aliases: dict):
+        self.aliases = aliases
+
+    def visit_Load(self, e):
+        idx = tuple(self.visit(i) for i in e.indices)
+        return ir.Load(self.aliases.get(id(e.buffer), e.buffer), idx, e.dtype, e.lanes)
+
+
+class _Alias(ir.Mutator):
+    """Loads of the references in ``swaps`` (``(Access, alias buffer)``) -> the alias."""
+
+    def __init__(self, swaps: list):
+        self.swaps = swaps
+
+    def visit_Load(self, e):
+        for a, alias in self.swaps:
+            if e.buffer is a.buffer and len(e.indices) == len(a.indices) and all(
+                    ir.structural_equal(x, y) for x, y in zip(e.indices, a.indices)):
+                return ir.Load(alias, e.indices, e.dtype, e.lanes)
+        return e
+
+
+def aliased_statement_builders(state: CompileState, var) -> dict:
+    """Statement builders for lowering (:meth:`Backend.lowering_statements`): each
+    statement with a reference packed on its own (a :class:`PackedOperand` with an
+    ``alias``) reads that reference from the alias buffer (same array, a distinct
+    object), so :class:`_Redirect` of that packing rewrites exactly its loads; every
+    other statement is left to the model's builders."""
+    packs = [p for p in promotion_state(state).packs if p.alias is not None]
+    if not packs:
+        return {}
+    out = {}
+    for st in state.model.statements:
+        swaps = []
+        for p in packs:
+            for a in st.reads:
+                if a.tag == p.reference:
+                    swaps.append((a, p.alias))
+        if not swaps:
+            continue
+
+        def make(args, st=st, swaps=swaps):
+            value = _Alias(swaps).visit(st.value)
+            return ir.substitute(ir.Store(st.write, st.write_indices, value),
+                                 dict(zip(st.iters, args)))
+        out[st.name] = make
+    return out
 
 
 class _Compensate(ir.Mutator):

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from polycomp import dtypes as dt
-from polycomp.errors import BuildError, PolycompError
+from polycomp.errors import PolycompError
 
-from .build import DEFAULT_FLAGS, compiler
+from .build import DEFAULT_FLAGS, compiler, compiler_command, run_compiler
 
 #: the sanitizer build: the target's usual flags less optimisation level and -shared/-fPIC.
 #: ``-O0``: every access stays in the code for ASan to check, and gcc builds a large
@@ -139,9 +139,9 @@ def precompiled_header_flags() -> tuple:
                 with open(header, "w") as f:
                     f.write("".join(f"#include <{h}>\n" for h in PCH_HEADERS))
                 tmp = f"{header}.{os.getpid()}.gch"
-                r = subprocess.run([cc, *SAN_FLAGS, "-x", "c-header", header, "-o", tmp],
-                                   capture_output=True, text=True)
-                if r.returncode == 0:
+                r = subprocess.run([*compiler_command(cc), *SAN_FLAGS, "-x", "c-header",
+                                    header, "-o", tmp], capture_output=True, text=True)
+                if r.returncode == 0 and os.path.isfile(tmp):
                     os.replace(tmp, header + ".gch")
             if os.path.exists(header + ".gch"):
                 flags = ("-I", d, "-include", "pc_san.h")
@@ -157,10 +157,9 @@ def build_sanitized(func, source: str, path: str) -> str:
     src = path + ".c"
     with open(src, "w") as f:
         f.write(source + harness_source(func))
-    cmd = [compiler(), *SAN_FLAGS, *precompiled_header_flags(), src, "-o", path, "-lm"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise BuildError(f"{' '.join(cmd)} failed:\n{r.stderr[-4000:]}")
+    cmd = [*compiler_command(), *SAN_FLAGS, *precompiled_header_flags(), src, "-o", path,
+           "-lm"]
+    run_compiler(cmd, path, "the sanitizer build")
     return path
 
 

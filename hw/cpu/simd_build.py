@@ -21,7 +21,7 @@ import tempfile
 from polycomp.errors import BuildError
 from polycomp.hw.cpu.target import cpu_flags
 
-from .build import DEFAULT_FLAGS, build_shared, cache_dir, compiler
+from .build import DEFAULT_FLAGS, build_shared, cache_dir, compiler, compiler_command, run_compiler
 
 SIMDE_INCLUDE = "/usr/include"
 
@@ -75,9 +75,9 @@ def _simde_pch() -> str | None:
         with open(th, "w") as f:
             f.write(_PCH_HEADER)
         flags = [f for f in SIMDE_FLAGS if f != "-shared"]
-        r = subprocess.run([compiler(), *flags, "-x", "c-header", th, "-o", th + ".gch"],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
+        r = subprocess.run([*compiler_command(), *flags, "-x", "c-header", th, "-o",
+                            th + ".gch"], capture_output=True, text=True)
+        if r.returncode != 0 or not os.path.isfile(th + ".gch"):
             return None
         if not os.path.exists(header):
             os.replace(th, header)
@@ -101,15 +101,13 @@ def disassemble(source: str, flags=AVX512_FLAGS) -> str:
     objdump = shutil.which("objdump")
     if objdump is None:
         raise BuildError("objdump not found (binutils)")
-    cc = compiler()
+    cc = compiler_command()
     flags = tuple(f for f in flags if f not in ("-shared",)) + ("-c",)
     with tempfile.TemporaryDirectory() as tmp:
         src, obj = os.path.join(tmp, "k.c"), os.path.join(tmp, "k.o")
         with open(src, "w") as f:
             f.write(source)
-        r = subprocess.run([cc, *flags, src, "-o", obj], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise BuildError(f"gcc failed: {r.stderr[-3000:]}")
+        run_compiler([*cc, *flags, src, "-o", obj], obj, "the source to disassemble")
         r = subprocess.run([objdump, "-d", "--no-show-raw-insn", obj], capture_output=True,
                            text=True)
         if r.returncode != 0:

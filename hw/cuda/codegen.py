@@ -60,6 +60,8 @@ _AXIS = {"x": 0, "y": 1, "z": 2}
 
 class CudaPrinter(CLikePrinter):
     types = dt.CUDA_TYPES
+    # the shared-memory swizzle ``pc_xor`` of index values is an index (hw/cuda/ptx.py)
+    index_calls = frozenset({"pc_xor"})
 
     def value_type(self, dtype):
         if dtype in ("int8", "int32", "int64"):

@@ -77,7 +77,7 @@ def promoted_builders(model, promotions, var, inlined: dict | None = None) -> di
     ``var(name)`` returns the IR Var of an isl parameter (model symbols and block/thread
     ids); ``inlined`` maps arrays that are never stored to the stage computing them: a
     load of one becomes the stage's expression (recomputation instead of storage)."""
-    params = _ParamLookup(var)
+    params = ParamLookup(var)
     inlined = inlined or {}
     by_stmt: dict = {}
     for p in promotions:
@@ -134,7 +134,10 @@ def _copy_builder(p: Promotion, copy: CopyStmt, params):
     return make
 
 
-class _ParamLookup(dict):
+class ParamLookup(dict):
+    """Every name is a parameter: ``lookup[name]`` is ``var(name)`` (the IR variable the
+    copy code uses for a schedule parameter of the promoted group)."""
+
     def __init__(self, var):
         super().__init__()
         self.var = var

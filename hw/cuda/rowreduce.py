@@ -34,6 +34,8 @@ from polycomp.scheduler.common import marks
 from polycomp.scheduler.gpu.rowstate import row_kernels
 from polycomp.scheduler.promotion.record import promotion_state
 
+from .promoted import ParamLookup
+
 FULL_MASK = 0xFFFFFFFF
 WARP = 32
 TRAP = "__trap"
@@ -199,7 +201,7 @@ def _online_allreduce(promo, params) -> ir.Stmt:
 def row_builders(state, var, existing: dict | None = None) -> dict:
     """Statement builders (name -> fn(args) -> Stmt) of the register caches' loads, and
     of the online sums (``existing[name]`` rewritten by :func:`online_value`)."""
-    params = _Params(var)
+    params = ParamLookup(var)
     out: dict[str, Callable[..., ir.Stmt]] = {}
     for pair in row_kernels(state).online:
         base = (existing or {}).get(pair.sum_stmt)
@@ -218,16 +220,6 @@ def row_builders(state, var, existing: dict | None = None) -> dict:
     return out
 
 
-class _Params(dict):
-    def __init__(self, var):
-        super().__init__()
-        self.var = var
-
-    def __contains__(self, name):
-        return True
-
-    def __getitem__(self, name):
-        return self.var(name)
 
 
 # --------------------------------------------------------------------------- IR pass

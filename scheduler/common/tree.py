@@ -14,7 +14,7 @@ from collections import OrderedDict
 
 import islpy as isl
 
-from polycomp.islutil import sets
+from polycomp.islutil import restrict_equal, sets, some_differ
 
 
 def union_set_list(ctx, sets) -> isl.UnionSetList:
@@ -154,28 +154,31 @@ def is_legal(schedule: isl.Schedule, deps: isl.UnionMap) -> bool:
 def band_coincidence(node: isl.ScheduleNode, deps: isl.UnionMap) -> list[bool]:
     """For each member of the band at ``node``: does every dependence between instances
     in this subtree with equal outer schedule (prefix and earlier members) have distance
-    0 on it?  Such members can run in parallel (map to blocks/threads, OpenMP)."""
+    0 on it?  Such members can run in parallel (map to blocks/threads, OpenMP).
+
+    Tested dependence by dependence (:func:`~polycomp.islutil.restrict_equal`,
+    :func:`~polycomp.islutil.some_differ`: intersections and emptiness tests), not by
+    composing the prefix and each member with their inverses, which pair every two
+    statements of the band (quadratic in a fused chain of stages)."""
     prefix = node.get_prefix_schedule_union_map()
-    partial = node.band_get_partial_schedule_union_map()
     dom = node.get_domain()
     deps = deps.intersect_domain(dom).intersect_range(dom)
     n = node.band_n_member()
     if deps.is_empty():
         return [True] * n
     # dependences whose prefix schedules are equal
-    same_prefix = prefix.apply_range(prefix.reverse()) if not prefix.is_empty() else None
-    if same_prefix is not None:
-        deps = deps.intersect(same_prefix)
+    if not prefix.is_empty():
+        deps = restrict_equal(deps, prefix)
     out = []
     mupa = node.band_get_partial_schedule()
     equal_so_far = deps
     for k in range(n):
-        upa = mupa.get_union_pw_aff(k)
-        mk = isl.UnionMap.from_union_pw_aff(upa)
-        same_k = mk.apply_range(mk.reverse())
-        out.append(equal_so_far.is_subset(same_k))
-        equal_so_far = equal_so_far.intersect(same_k)
-    del partial
+        mk = isl.UnionMap.from_union_pw_aff(mupa.get_union_pw_aff(k))
+        covered = mk.domain()
+        whole = equal_so_far.domain().is_subset(covered) and \
+            equal_so_far.range().is_subset(covered)
+        out.append(whole and not some_differ(equal_so_far, mk))
+        equal_so_far = restrict_equal(equal_so_far, mk)
     return out
 
 

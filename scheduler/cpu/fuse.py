@@ -32,16 +32,27 @@ from __future__ import annotations
 
 import islpy as isl
 
+from polycomp.islutil import (
+    StatementDependences,
+    restrict_equal,
+    some_differ,
+    statement_maps,
+    tuple_names,
+    union_all,
+)
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.cpu import tree as T
 from polycomp.state import CompileState
 
 
 def _filter_union(children) -> isl.UnionSet:
-    out = children[0].filter
-    for c in children[1:]:
-        out = out.union(c.filter)
-    return out
+    """The union of the children's filters (pairwise: no growing union copied per
+    child)."""
+    us = [c.filter for c in children]
+    while len(us) > 1:
+        us = [us[k].union(us[k + 1]) if k + 1 < len(us) else us[k]
+              for k in range(0, len(us), 2)]
+    return us[0]
 
 
 def _outer(child):
@@ -75,89 +86,125 @@ def _splice(children) -> list:
     return out
 
 
+class _Group:
+    """A fusion group as it grows: its children, the union of their filters, the names
+    of their statements and the union of their first band members (kept up to date
+    member by member, so that a step costs what the new member needs)."""
+
+    def __init__(self, first):
+        self.members = [first]
+        self.dom = first.filter
+        self.names = tuple_names(first.filter)
+        self.outer = _outer_map(first)
+        self.outer_maps = statement_maps(self.outer)
+        self.coincident = True
+
+    def with_outer(self, nxt) -> tuple[isl.UnionMap, dict]:
+        """The first members of the group and ``nxt``: as a union map and per
+        statement (:func:`~polycomp.islutil.statement_maps`, grown, not rebuilt)."""
+        om = _outer_map(nxt)
+        return self.outer.union(om), {**self.outer_maps, **statement_maps(om)}
+
+    def add(self, nxt, outer: tuple[isl.UnionMap, dict], coincident: bool) -> None:
+        self.members.append(nxt)
+        self.dom = self.dom.union(nxt.filter)
+        self.names |= tuple_names(nxt.filter)
+        self.outer, self.outer_maps = outer
+        self.coincident = self.coincident and coincident
+
+
 class _Fuser:
     def __init__(self, deps: isl.UnionMap):
         self.deps = deps
+        self.index = StatementDependences(deps)
 
-    def _deps(self, a: isl.UnionSet, b: isl.UnionSet, same_prefix):
-        d = self.deps.intersect_domain(a).intersect_range(b)
-        return d.intersect(same_prefix) if same_prefix is not None else d
+    def _deps(self, a: isl.UnionSet, b: isl.UnionSet, prefix, names_a=None, names_b=None):
+        """The dependences from instances in ``a`` to instances in ``b`` with equal
+        ``prefix`` values (the enclosing fused loops; None at the top level).  Only
+        the dependence maps between the statements of ``a`` and ``b`` are looked at
+        (:class:`~polycomp.islutil.StatementDependences`), and the prefix test is an
+        intersection per dependence (:func:`~polycomp.islutil.restrict_equal`), never
+        the composition of the prefix with its inverse over every pair of statements."""
+        na = tuple_names(a) if names_a is None else names_a
+        nb = tuple_names(b) if names_b is None else names_b
+        d = self.index.between(na, nb).intersect_domain(a).intersect_range(b)
+        return restrict_equal(d, prefix) if prefix is not None else d
 
-    def linked(self, x, group, same_prefix) -> bool:
-        g = _filter_union(group)
-        return not (self._deps(x.filter, g, same_prefix).is_empty()
-                    and self._deps(g, x.filter, same_prefix).is_empty())
+    def linked(self, x, group: _Group, prefix) -> bool:
+        nx = tuple_names(x.filter)
+        return not (self._deps(x.filter, group.dom, prefix, nx, group.names).is_empty()
+                    and self._deps(group.dom, x.filter, prefix, group.names, nx).is_empty())
 
-    def fusable(self, group, nxt, same_prefix, coincident_only: bool,
-                outer: isl.UnionMap) -> tuple[bool, bool]:
+    def fusable(self, group: _Group, nxt, prefix, coincident_only: bool,
+                outer: tuple[isl.UnionMap, dict]) -> tuple[bool, bool]:
         """(legal, coincident) of fusing ``nxt`` into ``group`` on the union of first
-        members, ``outer`` being that union (as a map) over ``group + [nxt]``.
+        members, ``outer`` being that union over the group and ``nxt`` (as a union map
+        and per statement, :meth:`_Group.with_outer`).
 
         Both conditions hold pointwise, dependence by dependence, so only the
-        dependences that involve ``nxt`` are checked when ``group`` has more than one
-        member: the ones among ``group`` were checked when it grew (the caller ANDs the
+        dependences that involve ``nxt`` are checked when the group has more than one
+        member: the ones among the group were checked when it grew (the group ANDs the
         coincidence flags).  A group of one has its own dependences checked here too.
-        This keeps the greedy fusion of n stages from redoing O(n) unions per step."""
-        if len(group) == 1:
-            dom = _filter_union(group + [nxt])
-            deps = self._deps(dom, dom, same_prefix)
+        Coincident: no dependence has different ``outer`` values at its ends; legal
+        otherwise (inner levels): none has ``outer(source) > outer(sink)``
+        (:func:`~polycomp.islutil.some_differ`, emptiness tests per dependence)."""
+        nn = tuple_names(nxt.filter)
+        if len(group.members) == 1:
+            dom = group.dom.union(nxt.filter)
+            names = group.names | nn
+            deps = self._deps(dom, dom, prefix, names, names)
         else:
-            dom = _filter_union(group).union(nxt.filter)
-            deps = self._deps(dom, nxt.filter, same_prefix).union(
-                self._deps(nxt.filter, dom, same_prefix))
+            deps = union_all([self._deps(group.dom, nxt.filter, prefix, group.names, nn),
+                              self._deps(nxt.filter, group.dom, prefix, nn, group.names),
+                              self._deps(nxt.filter, nxt.filter, prefix, nn, nn)],
+                             self.deps.get_space())
         if deps.is_empty():
             return True, True
-        # outer restricted to the sources / sinks: the same relations on deps, without
-        # composing every pair of the group's statements
-        src, snk = outer.intersect_domain(deps.domain()), outer.intersect_domain(deps.range())
-        if deps.is_subset(src.apply_range(snk.reverse())):
+        per_statement = outer[1]
+        if not some_differ(deps, per_statement):
             return True, True
         if coincident_only:
             return False, False
-        pairs = src.reverse().apply_range(deps).apply_range(snk)   # o(src) -> o(sink)
-        le = isl.UnionMap.from_map(isl.Map.lex_le(isl.Space.set_alloc(dom.get_ctx(), 0, 1)
-                                                  .align_params(pairs.get_space())))
-        return pairs.is_subset(le), False
+        return not some_differ(deps, per_statement, decreasing_only=True), False
 
     def sequence(self, seq: T.Sequence, prefix: isl.UnionMap | None) -> T.Sequence:
         if seq.kind != "sequence":
             return seq
         inner = prefix is not None
-        same_prefix = prefix.apply_range(prefix.reverse()) if prefix is not None else None
         kids = _splice(seq.children) if inner else list(seq.children)
+        position = {id(c): k for k, c in enumerate(kids)}
         out, k = [], 0
         while k < len(kids):
             if _outer(kids[k]) is None:
                 out.append(kids[k])
                 k += 1
                 continue
-            group, hoisted, coinc = [kids[k]], [], True
-            group_outer = _outer_map(kids[k])
+            group, hoisted = _Group(kids[k]), []
             j = k + 1
             while j < len(kids):
                 nxt = kids[j]
                 if _outer(nxt) is None:
-                    if inner and not self.linked(nxt, group, same_prefix):
+                    if inner and not self.linked(nxt, group, prefix):
                         hoisted.append(nxt)
                         j += 1
                         continue
                     break
-                outer = group_outer.union(_outer_map(nxt))
-                ok, c = self.fusable(group, nxt, same_prefix, not inner, outer)
+                outer = group.with_outer(nxt)
+                ok, c = self.fusable(group, nxt, prefix, not inner, outer)
                 if not ok:
                     break
-                group.append(nxt)
-                group_outer = outer
-                coinc = coinc and c
+                group.add(nxt, outer, c)
                 j += 1
             # leaves after the last member were not passed: they stay where they were
-            passed = [h for h in hoisted if kids.index(h) < kids.index(group[-1])]
-            kept = [h for h in hoisted if h not in passed]
-            k = kids.index(group[-1]) + 1
+            last = position[id(group.members[-1])]
+            passed = [h for h in hoisted if position[id(h)] < last]
+            kept = [h for h in hoisted if position[id(h)] > last]
+            k = last + 1
             out.extend(passed)
-            out.append(group[0] if len(group) == 1 else self.fuse(group, prefix, coinc))
+            out.append(group.members[0] if len(group.members) == 1 else
+                       self.fuse(group.members, prefix, group.coincident))
             out.extend(kept)
-            k = max(k, max((kids.index(h) + 1 for h in kept), default=k))
+            k = max(k, max((position[id(h)] + 1 for h in kept), default=k))
         return T.Sequence(out, seq.kind)
 
     def fuse(self, group, prefix, coincident: bool) -> T.Filter:

@@ -7,12 +7,18 @@ each top-level child of the program-order tree, the statement pair of a GEMM
 
 * an *update* ``U[b.., i, j, k]``: ``W[b.., i, j] = W[b.., i, j] + X * Y`` where the
   write subscripts are distinct plain iterators (``j`` the last), ``k`` the one domain
-  dimension not among them, ``Y`` a load whose last subscript is exactly ``j`` and
-  which does not use ``i``, ``X`` an expression (a load times loop-invariant factors:
-  ``alpha * A[i][k]``) that does not use ``j``; ``X``'s array and ``Y``'s array are two
-  arrays the child does not write, ``W`` a third; float32/float64 throughout.  The
-  domain is a box (``dom = proj_i(dom) x proj_j(dom) x proj_k(dom) ..``), so each
-  element's first update is in the first ``k`` tile.
+  dimension not among them, ``Y`` a load with exactly ``j`` in one subscript (the
+  last: ``B[k][j]``, or another: the transposed ``B[j][k]``, packed in panels along
+  that dimension) and no ``i``, ``X`` an expression (a load times loop-invariant
+  factors: ``alpha * A[i][k]``) that does not use ``j``; ``X``'s and ``Y``'s arrays are
+  not written in the child (one array for both is allowed when they are two distinct
+  references, syrk's ``A[i][k] * A[j][k]``: each reference is packed on its own,
+  ``PackRequest.reference``), ``W`` another; float32/float64 throughout.  The domain
+  is the product of its output points and its ``k`` range (``dom = proj_{b,i,j}(dom) x
+  proj_k(dom)``): every element reduces over the same ``k`` range, so its first update
+  is in the first ``k`` tile it meets; the output points may form any set (syrk's
+  triangle ``j <= i``: the register tiles wholly inside it are isolated for the
+  micro-kernel, the ones crossing the diagonal take the generic nest).
 * an optional *init* ``I[b.., i, j]`` (in the same child, textually before the
   update): ``W[b.., i, j] = f`` reading ``W`` at most at its own point, whose domain is
   the update's projected onto the write dimensions (``C[i][j] = 0``,
@@ -42,8 +48,8 @@ count, L1 and L2 capacities, threads),
 
 Legality (isl terms): for a fixed ``(b, i, j)`` the updates run in increasing ``k``
 (``floor(k/KC)`` then ``k mod KC`` is lexicographically monotone in ``k``) and the
-init instance precedes them (same tile, ``kt = 0``, earlier sequence child; the box
-domain puts the first ``k`` in tile 0); instances of different ``(b, i, j)`` touch
+init instance precedes them (``kt = 0`` is at or before every update's tile, same
+``jt`` and register tile, earlier sequence child); instances of different ``(b, i, j)`` touch
 different ``W`` elements and only read ``X``/``Y`` arrays nobody in the child writes.
 So every flow/anti/output dependence stays lexicographically positive and each
 element receives the same additions in the same order: results are bitwise those of
@@ -84,7 +90,8 @@ from polycomp.state import CompileState
 class ScopGemm:
     """A matched GEMM: the update and optional init statements, the positions of
     ``i``, ``j``, ``k`` and the batch dimensions in each one's domain, and the loads
-    of the two operands (``x``: without ``j``; ``y``: ``j`` last)."""
+    of the two operands (``x``: without ``j``; ``y``: with ``j`` in one subscript) of
+    each product."""
     update: Statement
     init: Statement | None
     upd_pos: dict            # "i", "j", "k" -> position; "b" -> list of positions
@@ -92,6 +99,8 @@ class ScopGemm:
     x: ir.Load
     y: ir.Load
     dtype: str
+    #: every product ``(X, Y)`` of the update's sum (syr2k: two), ``(x, y)`` first
+    pairs: tuple = ()
 
     def outer_product(self) -> OuterProduct:
         """The :class:`OuterProduct` view :func:`choose_blocking` sizes."""
@@ -117,20 +126,39 @@ def _factor_terms(e: ir.Expr) -> list[ir.Expr]:
     return [e]
 
 
-def _is_box(domain: isl.Set) -> bool:
-    """Whether ``domain`` is the product of its one-dimensional projections."""
+def _tag(s: Statement, ld: ir.Load) -> str | None:
+    """The access tag of the read reference ``ld`` of ``s``."""
+    for a in s.reads:
+        if a.buffer is ld.buffer and len(a.indices) == len(ld.indices) and all(
+                ir.structural_equal(x, y) for x, y in zip(a.indices, ld.indices)):
+            return a.tag
+    return None
+
+
+def _j_dim(y: ir.Load, j: ir.Var) -> int | None:
+    """The subscript of ``y`` that is exactly ``j`` when no other one uses ``j``."""
+    dims = [d for d, ix in enumerate(y.indices) if j in loop_vars(ix)]
+    if len(dims) == 1 and ir.structural_equal(y.indices[dims[0]], j):
+        return dims[0]
+    return None
+
+
+def _separable(domain: isl.Set, kp: int) -> bool:
+    """Whether ``domain`` is the product of its projection without dimension ``kp`` and
+    its projection on ``kp`` (for ``k``: every output point ``(b.., i, j)`` reduces over
+    the same ``k`` range, while the output points themselves may form any set, a
+    triangle ``j <= i`` as in syrk; for ``j``: the ``j`` range is the same in every row)."""
     n = domain.dim(isl.dim_type.set)
-    box = isl.Set.universe(domain.get_space())
-    for d in range(n):
-        proj = domain.project_out(isl.dim_type.set, d + 1, n - d - 1) \
-            .project_out(isl.dim_type.set, 0, d)
-        box = box.intersect(proj.insert_dims(isl.dim_type.set, 0, d)
-                            .add_dims(isl.dim_type.set, n - d - 1)
-                            .set_tuple_name(domain.get_tuple_name()))
-    return box.is_equal(domain)
+    name = domain.get_tuple_name()
+    outer = domain.project_out(isl.dim_type.set, kp, 1).insert_dims(isl.dim_type.set, kp, 1)
+    kproj = domain.project_out(isl.dim_type.set, kp + 1, n - kp - 1) \
+        .project_out(isl.dim_type.set, 0, kp).insert_dims(isl.dim_type.set, 0, kp) \
+        .add_dims(isl.dim_type.set, n - kp - 1)
+    prod = outer.set_tuple_name(name).intersect(kproj.set_tuple_name(name))
+    return prod.is_equal(domain)
 
 
-def _match_update(s: Statement) -> tuple[dict, ir.Load, ir.Load] | str:
+def _match_update(s: Statement) -> tuple[dict, tuple] | str:
     iters = tuple(s.iters)
     if s.write.dtype not in ("float32", "float64"):
         return "not float32/float64"
@@ -153,17 +181,47 @@ def _match_update(s: Statement) -> tuple[dict, ir.Load, ir.Load] | str:
     if any(ld.buffer is s.write for ld in _loads(rest)):
         return "the product reads the accumulated array"
     j = w[-1]
-    terms = _factor_terms(rest)
-    ys = [t for t in terms if isinstance(t, ir.Load) and t.indices and
-          ir.structural_equal(t.indices[-1], j) and t.dtype == s.write.dtype]
+    assert j is not None
+    pairs = []
+    pos: dict | None = None
+    for summand in _sum_terms(rest):
+        m = _match_product(s, summand, w, j, k)
+        if m is None:
+            return "no operand Y indexed by j in one subscript with X free of j"
+        p, x, y = m
+        if pos is not None and p != pos:
+            return "the products of the sum have different output rows"
+        pos = p
+        pairs.append((x, y))
+    assert pos is not None
+    refs = [ld for xy in pairs for ld in xy]
+    for ld in refs:
+        if any(o is not ld and o.buffer is ld.buffer for o in refs) and _tag(s, ld) is None:
+            return "an operand read twice at the same element"
+    return pos, tuple(pairs)
+
+
+def _sum_terms(e: ir.Expr) -> list[ir.Expr]:
+    """The summands of a sum tree ``a + b + c`` (one term if not a sum)."""
+    if isinstance(e, ir.Binary) and e.op == "+":
+        return _sum_terms(e.a) + _sum_terms(e.b)
+    return [e]
+
+
+def _match_product(s: Statement, e: ir.Expr, w: list, j: ir.Var, k: ir.Var):
+    """``(positions, X, Y)`` of one product ``X * Y`` (times loop-invariant factors)."""
+    iters = tuple(s.iters)
+    terms = _factor_terms(e)
+    ys = [t for t in terms if isinstance(t, ir.Load) and t.dtype == s.write.dtype and
+          _j_dim(t, j) is not None]
+    # Y[.., j] (unit stride in j) first, then a transposed Y[j, ..]
+    ys.sort(key=lambda t: _j_dim(t, j) != len(t.indices) - 1)
     for y in ys:
-        if any(j in loop_vars(ix) for ix in y.indices[:-1]):
-            continue
         others = [t for t in terms if t is not y]
         if any(j in loop_vars(t) for t in others):
             continue
         xl = [ld for t in others for ld in _loads(t) if k in loop_vars(ld)]
-        if len(xl) != 1 or xl[0].dtype != s.write.dtype or xl[0].buffer is y.buffer:
+        if len(xl) != 1 or xl[0].dtype != s.write.dtype:
             continue
         x = xl[0]
         xv = set().union(*(loop_vars(ix) for ix in x.indices))
@@ -178,7 +236,7 @@ def _match_update(s: Statement) -> tuple[dict, ir.Load, ir.Load] | str:
         pos = {"i": iters.index(i), "j": iters.index(j), "k": iters.index(k),
                "b": [iters.index(b) for b in batch]}
         return pos, x, y
-    return "no operand Y[.., j] (unit stride in j) with X free of j"
+    return None
 
 
 def _match_init(s: Statement, upd: Statement, upd_pos: dict) -> dict | None:
@@ -224,9 +282,10 @@ def match_scop_gemm(statements: list[Statement], written_elsewhere=()) -> ScopGe
     m = _match_update(upd)
     if isinstance(m, str):
         return m
-    pos, x, y = m
-    if not _is_box(upd.domain):
-        return "the loop nest is not rectangular"
+    pos, pairs = m
+    x, y = pairs[0]
+    if not _separable(upd.domain, pos["k"]):
+        return "the reduction range depends on the output point"
     init = None
     ipos = None
     if len(statements) == 2:
@@ -235,9 +294,9 @@ def match_scop_gemm(statements: list[Statement], written_elsewhere=()) -> ScopGe
         if ipos is None:
             return "the other statement is not an init of the accumulated element"
     written = {s.write.name for s in statements}
-    if x.buffer.name in written or y.buffer.name in written:
+    if any(ld.buffer.name in written for xy in pairs for ld in xy):
         return "an operand is written in the same loop nest"
-    return ScopGemm(upd, init, pos, ipos, x, y, upd.write.dtype)
+    return ScopGemm(upd, init, pos, ipos, x, y, upd.write.dtype, pairs)
 
 
 def _affs(space: isl.Space, pos: dict, b: Blocking, k: isl.Aff | None) -> dict:
@@ -284,12 +343,37 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list):
                      zero_tile),
             T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), micro)])
     regs = T.Band([ir_, jr], body, permutable=True, coincident=[True, True], options=iso)
-    x_dim = next((d for d, ix in enumerate(g.x.indices)
-                  if g.update.iters[g.upd_pos["i"]] in loop_vars(ix)), 0)
-    mark_y = request_mark(requests, PackRequest(g.y.buffer, len(g.y.indices) - 1, b.NR, "L2"))
-    mark_x = request_mark(requests, PackRequest(g.x.buffer, x_dim, b.MR, "L1"))
-    outer = T.Band([kt], T.Mark(mark_x, T.Band([jt], T.Mark(mark_y, regs),
-                                                coincident=[True])))
+    # one request per operand reference; an array read by several of them (syrk's
+    # A[i][k] * A[j][k], syr2k's two products) is packed per reference
+    refs = [ld for xy in g.pairs for ld in xy]
+    vi, vj = g.update.iters[g.upd_pos["i"]], g.update.iters[g.upd_pos["j"]]
+
+    def ref_tag(ld: ir.Load) -> str:
+        shared = any(o is not ld and o.buffer is ld.buffer for o in refs)
+        return (_tag(g.update, ld) or "") if shared else ""
+
+    def request(ld: ir.Load, dim: int, width: int, level: str) -> str:
+        return request_mark(requests, PackRequest(ld.buffer, dim, width, level,
+                                                  reference=ref_tag(ld)))
+    y_marks = []
+    for _, y in g.pairs:
+        y_dim = _j_dim(y, vj)
+        assert y_dim is not None
+        y_marks.append(request(y, y_dim, b.NR, "L2"))
+    x_marks = []
+    for x, _ in g.pairs:
+        x_dim = next((d for d, ix in enumerate(x.indices) if vi in loop_vars(ix)), 0)
+        x_marks.append(request(x, x_dim, b.MR, "L1"))
+    inner: object = regs
+    for mk in reversed(y_marks):
+        inner = T.Mark(mk, inner)
+    # the j tiles are coincident, but in a triangle their number varies with i: a loop
+    # not marked so needs no slot of its own in the packed Y buffer (cpu-pack)
+    rect = _separable(g.update.domain, g.upd_pos["j"])
+    jband: object = T.Band([jt], inner, coincident=[rect])
+    for mk in reversed(x_marks):
+        jband = T.Mark(mk, jband)
+    outer = T.Band([kt], jband)
     outer = T.Band([it], outer, permutable=True, coincident=[True])
     if batch:
         outer = T.Band(batch, outer, permutable=True, coincident=[True] * len(batch))
@@ -337,11 +421,13 @@ class ScopGemmPass(Pass):
                 tree = kids[idx]
             changed = True
             init = f" (init {g.init.name})" if g.init is not None else ""
+            prods = " + ".join(f"{x.buffer.name} * {y.buffer.name}" for x, y in g.pairs)
+            xs = ", ".join(x.buffer.name for x, _ in g.pairs)
+            ys = ", ".join(y.buffer.name for _, y in g.pairs)
             ctx.note(self.name, f"{g.update.name}{init}: GEMM {g.update.write.name} += "
-                                f"{g.x.buffer.name} * {g.y.buffer.name}; register block "
+                                f"{prods}; register block "
                                 f"{b.MR}x{b.NR}, tiles MC={b.MC} NC={b.NC} KC={b.KC}, packed "
-                                f"{g.x.buffer.name} (L1) and {g.y.buffer.name} (L2), "
-                                f"parallel over i tiles")
+                                f"{xs} (L1) and {ys} (L2), parallel over i tiles")
         if not changed:
             return schedule
         return T.to_schedule(domain, tree)

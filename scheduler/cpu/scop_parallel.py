@@ -31,6 +31,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp.frontend.c_model import CScopModel
+from polycomp.islutil import StatementDependences, restrict_equal, some_differ, tuple_names
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
@@ -50,23 +51,27 @@ def _has_parallel_mark(node: isl.ScheduleNode) -> bool:
     return bool(found)
 
 
-def parallel_member(node: isl.ScheduleNode, deps: isl.UnionMap) -> int | None:
+def parallel_member(node: isl.ScheduleNode,
+                    deps: isl.UnionMap | StatementDependences) -> int | None:
     """The first member of the band at ``node`` that carries no dependence between
-    instances with equal outer schedule (see the module docstring), or None."""
+    instances with equal outer schedule (see the module docstring), or None.  Only the
+    dependences among the band's statements are looked at, and each test is an
+    intersection or emptiness test on the dependence relations
+    (:func:`~polycomp.islutil.restrict_equal`, :func:`~polycomp.islutil.some_differ`)."""
+    index = deps if isinstance(deps, StatementDependences) else StatementDependences(deps)
     dom = node.get_domain()
-    d = deps.intersect_domain(dom).intersect_range(dom)
+    d = index.among(tuple_names(dom)).intersect_domain(dom).intersect_range(dom)
     prefix = node.get_prefix_schedule_union_map().intersect_domain(dom)
     if not prefix.is_empty():
-        d = d.intersect(prefix.apply_range(prefix.reverse()))
+        d = restrict_equal(d, prefix)
     mupa = node.band_get_partial_schedule()
     for m in range(node.band_n_member()):
         if d.is_empty():
             return m
         f = isl.UnionMap.from_union_pw_aff(mupa.get_union_pw_aff(m)).intersect_domain(dom)
-        same = f.apply_range(f.reverse())
-        if d.is_subset(same):
+        if not some_differ(d, f):
             return m
-        d = d.intersect(same)
+        d = restrict_equal(d, f)
     return None
 
 
@@ -77,7 +82,7 @@ class ScopParallelPass(Pass):
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         if not isinstance(ctx.model, CScopModel) or not ctx.cpu_options.parallel:
             return schedule
-        deps = ctx.model.dependences
+        deps = StatementDependences(ctx.model.dependences)
         found: list[str] = []
 
         def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:

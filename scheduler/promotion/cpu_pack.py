@@ -22,12 +22,17 @@ see :class:`~polycomp.scheduler.promotion.record.PackRequest`).  The IR packing 
 (:mod:`polycomp.hw.cpu.pack`) copies that box (clipped to the array) into the packed
 buffer and redirects the reads below the mark to it.  A request whose footprint is
 empty or unbounded is refused (noted, the mark removed; the reads stay on the original
-array).  The schedule itself is unchanged, so it stays legal.
+array).  A request of one reference (``PackRequest.reference``) groups that reference
+only, and its packing gets an *alias*: a distinct buffer object with the array's name
+that the reference reads in the lowered IR (the CPU backend's statement builders), so
+the IR packing redirects that reference's loads and no other.  The schedule itself is
+unchanged, so it stays legal.
 """
 from __future__ import annotations
 
 import islpy as isl
 
+from polycomp import ir
 from polycomp.islutil import maps
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
@@ -49,7 +54,7 @@ def decide(node: isl.ScheduleNode, model, request: PackRequest) -> PromotionDeci
     """The packing decision for ``request`` at ``node`` (the request mark's child)."""
     domain = node.get_domain()
     prefix = node.get_prefix_schedule_union_map().intersect_domain(domain)
-    group = guarded_read_group(model.statements, request.array, domain)
+    group = guarded_read_group(model.statements, request.array, domain, request.reference)
     scope = f"below {prefix_depth(node)} outer loops"
     d = PromotionDecision(group, request.level, scope)
     ms = maps(prefix.reverse().apply_range(group.access))
@@ -84,8 +89,11 @@ class CpuPackPass(Pass):
                 node = node.delete()
                 if not d.promoted:
                     return visit(node)
+                a = request.array
+                alias = ir.Buffer(a.name, a.dtype, a.shape, a.scope, a.flat) \
+                    if request.reference else None
                 promo.packs.append(PackedOperand(d.footprint, request.level, request.offset,
-                                                request.compensate))
+                                                request.compensate, alias, request.reference))
                 node = node.insert_mark(marks.make(marks.CPU_PACK, len(promo.packs) - 1))
             for k in range(node.n_children()):
                 node = visit(node.child(k)).parent()

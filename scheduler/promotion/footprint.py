@@ -389,8 +389,12 @@ def statement_prefix(prefix: isl.UnionMap, stmt_name: str) -> isl.MultiAff | Non
 
 
 def has_reuse(prefix: isl.UnionMap, accesses: isl.UnionMap) -> bool:
-    """Do two different instances with the same prefix access the same element?"""
+    """Do two different instances with the same prefix access the same element?  (The
+    prefix is restricted to the accessing statements first: composed with its inverse
+    over every statement of the kernel it paired all of them, quadratic in a kernel
+    of many statements.)"""
     same_elem = accesses.apply_range(accesses.reverse())
+    prefix = prefix.intersect_domain(accesses.domain())
     same_prefix = prefix.apply_range(prefix.reverse())
     pairs = same_elem.intersect(same_prefix).subtract(accesses.domain().identity())
     return not pairs.is_empty()

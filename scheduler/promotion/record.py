@@ -98,7 +98,12 @@ class PackRequest:
     whose ``y`` reads the array into ``(x + compensate) * y`` and adds ``-compensate *
     (sum of the packed ``y`` over the reduction)`` to the product's output once per
     micro-kernel (column sums formed while packing), which leaves every result the
-    same."""
+    same.
+
+    ``reference`` (an :class:`~polycomp.model.Access` tag, empty for all) restricts the
+    request to that one read reference of the array: the other reads of the array
+    below the mark keep reading it (syrk's ``A[i][k]`` and ``A[j][k]``, each packed in
+    its own panels)."""
     array: ir.Buffer
     dim: int
     width: int
@@ -107,6 +112,7 @@ class PackRequest:
     group: int = 1
     offset: int = 0
     compensate: int = 0
+    reference: str = ""
 
 
 @dataclass(eq=False)
@@ -118,6 +124,11 @@ class PackedOperand:
     level: str
     offset: int = 0          # see PackRequest
     compensate: int = 0      # see PackRequest
+    #: for a request of one reference: the buffer (the array's name, a distinct object)
+    #: that reference reads in the lowered IR, so the IR packing redirects exactly its
+    #: loads (:meth:`polycomp.hw.cpu.backend.CpuBackend.lowering_statements`)
+    alias: ir.Buffer | None = None
+    reference: str = ""
 
     @property
     def array(self) -> str:

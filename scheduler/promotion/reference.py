@@ -119,11 +119,13 @@ def read_only_groups(stmts: Iterable[Statement], domain: isl.UnionSet,
 
 
 def guarded_read_group(stmts: Iterable[Statement], array: ir.Buffer,
-                       domain: isl.UnionSet) -> ReferenceGroup:
-    """All read references of ``array`` in ``stmts`` with their *guarded* access
-    relations (``relation``: only the elements actually read), restricted to ``domain``
-    (CPU packing copies exactly the elements the scope reads)."""
-    refs = tuple(Reference(s, a) for s in stmts for a in s.reads if a.buffer.name == array.name)
+                       domain: isl.UnionSet, tag: str = "") -> ReferenceGroup:
+    """All read references of ``array`` in ``stmts`` (only the one whose access tag is
+    ``tag`` when given) with their *guarded* access relations (``relation``: only the
+    elements actually read), restricted to ``domain`` (CPU packing copies exactly the
+    elements the scope reads)."""
+    refs = tuple(Reference(s, a) for s in stmts for a in s.reads
+                 if a.buffer.name == array.name and (not tag or a.tag == tag))
     acc = isl.UnionMap.empty(domain.get_space())
     for r in refs:
         acc = acc.union(isl.UnionMap.from_map(r.access.relation))

@@ -1,0 +1,107 @@
+"""PolyBench's BLAS-3 kernels (gemm, syrk, syr2k) through polycomp's ``cpu`` target
+against the same product through numpy (OpenBLAS), timed in one process:
+``python -m benchmarks.polybench_blas --polybench DIR [--dataset LARGE] [--rounds 7]
+[--kernels gemm,syrk] [--peer-c DIR]``.
+
+Rounds interleave polycomp, a peer build's generated C (``--peer-c`` as in ``polycomp
+bench polybench``) and numpy, so the host's load drifts alike for all, with a pause of
+``SETTLE_S`` before each call (OpenBLAS's threads keep spinning a little after a call,
+which would slow whatever runs next); each line prints
+best and median seconds and ``numpy time / polycomp time`` (above 1: polycomp faster).
+numpy's formulations compute the whole result (syrk/syr2k: the full square, of which
+PolyBench updates the lower triangle; numpy's ``A @ A.T`` calls BLAS ``?syrk``), and
+its thread count is OpenBLAS's (run under ``env -u OPENBLAS_CORETYPE
+OMP_NUM_THREADS=2`` to compare like with like).  The results are checked against
+numpy's on the updated triangle.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+from benchmarks.polybench import Compiled, Peer, extract, find_kernels, fresh, make_data
+
+#: seconds of pause before each timed call (lets the previous call's threads go idle)
+SETTLE_S = 0.1
+
+
+def _numpy(name: str, d: dict):
+    """The numpy formulation of ``name`` on the arrays of ``d`` (a callable) and the
+    mask of the output elements PolyBench's kernel updates."""
+    al, be = d["alpha"], d["beta"]
+    if name == "gemm":
+        A, B, C = d["A"], d["B"], d["C"]
+        return (lambda: al * (A @ B) + be * C), np.ones(C.shape, bool)
+    A, C = d["A"], d["C"]
+    tri = np.tril(np.ones(C.shape, bool))
+    if name == "syrk":
+        return (lambda: al * (A @ A.T) + be * C), tri
+    B = d["B"]
+    return (lambda: al * (A @ B.T) + al * (B @ A.T) + be * C), tri
+
+
+def bench(name: str, path: str, pb: str, dataset: str, rounds: int, peer_dir) -> str:
+    from polycomp.frontend.c_reader import read_c_kernel
+    pk = extract(path, pb, dataset)
+    k = read_c_kernel(pk.source, pk.func)
+    data = make_data(k, pk)
+    c = Compiled(k, "cpu", None)
+    peer = Peer(k, os.path.join(peer_dir, f"{name}.c")) if peer_dir else None
+    work = fresh(data)
+    fn, mask = _numpy(name, fresh(data))
+    want = fn()
+    c.f.cfunc(*c.args(work))
+    err = float(np.max(np.abs(work["C"] - want)[mask] / np.abs(want[mask])))
+    ts: dict[str, list[float]] = {"polycomp": [], "numpy": [], "peer": []}
+    for _ in range(rounds):
+        fresh(data, work)
+        time.sleep(SETTLE_S)
+        t0 = time.perf_counter()
+        c.f.cfunc(*c.args(work))
+        ts["polycomp"].append(time.perf_counter() - t0)
+        if peer is not None:
+            fresh(data, work)
+            time.sleep(SETTLE_S)
+            t0 = time.perf_counter()
+            peer.cfunc(*peer.args(work))
+            ts["peer"].append(time.perf_counter() - t0)
+        time.sleep(SETTLE_S)
+        t0 = time.perf_counter()
+        fn()
+        ts["numpy"].append(time.perf_counter() - t0)
+    best = {n: min(v) for n, v in ts.items() if v}
+    med = {n: statistics.median(v) for n, v in ts.items() if v}
+    line = (f"{name} {dataset}: polycomp {best['polycomp']:.4f}/{med['polycomp']:.4f} s, "
+            f"numpy {best['numpy']:.4f}/{med['numpy']:.4f} s (best/median); numpy/polycomp "
+            f"{best['numpy'] / best['polycomp']:.2f} / {med['numpy'] / med['polycomp']:.2f}")
+    if peer is not None:
+        line += (f"; peer/polycomp {best['peer'] / best['polycomp']:.2f} / "
+                 f"{med['peer'] / med['polycomp']:.2f}")
+    return line + f"; max rel err vs numpy {err:.1e}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--polybench", default=os.environ.get("POLYBENCH_DIR"))
+    ap.add_argument("--dataset", default="LARGE")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--kernels", default="gemm,syrk,syr2k")
+    ap.add_argument("--peer-c", default=None)
+    a = ap.parse_args(argv)
+    if not a.polybench:
+        ap.error("--polybench DIR (an unpacked PolyBench/C 4.2.1) or $POLYBENCH_DIR")
+    paths = dict(find_kernels(a.polybench))
+    with tempfile.TemporaryDirectory():
+        for name in a.kernels.split(","):
+            print(bench(name, paths[name], a.polybench, a.dataset, a.rounds, a.peer_c),
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+{ domain: "[ni, nj, nk] -> { S_0[i, j, k] : 0 <= i < ni and 0 <= j < nj and 0 <= k < nk }", child: { schedule: "[{ S_0[i, j, k] -> [(i)] }, { S_0[i, j, k] -> [(j)] }, { S_0[i, j, k] -> [(k)] }]", permutable: 1 } }
