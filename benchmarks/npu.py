@@ -1,9 +1,10 @@
 """NPU simulator figures (one A2 chip, every core): cube utilisation of fp16 matmul with
-and without double buffering, of an implicit-GEMM convolution (against the matmul of
-the same GEMM shape) and of attention (four phases), softmax/layernorm against their
-roofline (HBM, per-core MTE, per-core vector work).
+and without double buffering, of int8 and bf16 matmul, of an implicit-GEMM convolution
+(against the matmul of the same GEMM shape) and of attention (four phases),
+softmax/layernorm against their roofline (HBM, per-core MTE, per-core vector work),
+also over rows longer than a vector repeat stride spans.
 
-``polycomp bench npu [--json] [--size N] [--rows R --cols C]``.  Every figure comes
+``polycomp bench npu [--json] [--size N] [--rows R --cols C] [--no-long-rows]``.  Every figure comes
 from the cycle-level simulator (:mod:`polycomp.hw.npu.sim`) running the program the
 emitted source is printed from; the model's parameters are in
 :mod:`polycomp.hw.npu.target` and docs/npu.md.
@@ -16,20 +17,26 @@ import time
 
 import numpy as np
 
+_SHORT = {"float16": "fp16", "bfloat16": "bf16", "int8": "int8"}
 
-def _matmul(n: int, double_buffer: bool) -> dict:
+
+def _matmul(n: int, double_buffer: bool, dtype: str = "float16") -> dict:
+    from polycomp import dtypes
     from polycomp.driver import compile_kernel
     from polycomp.frontend.ops import matmul_kernel
     from polycomp.hw.npu.backend import simulate
-    ck = compile_kernel(matmul_kernel("float16"), "npu", {"double_buffer": double_buffer})
+    ck = compile_kernel(matmul_kernel(dtype), "npu", {"double_buffer": double_buffer})
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((n, n)).astype(np.float16)
-    b = rng.standard_normal((n, n)).astype(np.float16)
+    if dtype == "int8":
+        a, b = (rng.integers(-128, 128, (n, n)).astype(np.int8) for _ in range(2))
+    else:
+        a, b = (rng.standard_normal((n, n)).astype(dtypes.to_numpy(dtype)) for _ in range(2))
     t0 = time.perf_counter()
     out, rep = simulate(ck, a, b)
     wall = time.perf_counter() - t0
-    err = float(np.max(np.abs(out - a.astype(np.float32) @ b.astype(np.float32))))
-    return {"kernel": f"matmul fp16 {n}^3", "double_buffer": double_buffer,
+    acc = np.int64 if dtype == "int8" else np.float32
+    err = float(np.max(np.abs(out.astype(np.float64) - a.astype(acc) @ b.astype(acc))))
+    return {"kernel": f"matmul {_SHORT[dtype]} {n}^3", "double_buffer": double_buffer,
             "cycles": rep.cycles, "cube_utilisation": round(rep.cube_utilisation, 4),
             "cores": rep.aic, "bound": rep.bound, "hbm_cycles": rep.hbm_cycles,
             "busy": {k: v for k, v in rep.busy.items() if v}, "bytes": rep.bytes,
@@ -105,8 +112,16 @@ def _rowwise(kind: str, rows: int, cols: int) -> dict:
             "sim_seconds": round(wall, 2)}
 
 
-def run(size: int, rows: int, cols: int) -> dict:
-    return {"matmul": [_matmul(size, True), _matmul(size, False)],
+def run(size: int, rows: int, cols: int, long_rows: bool = True) -> dict:
+    r = _run(size, rows, cols)
+    if long_rows:       # rows longer than a repeat stride spans (fp32 temporaries)
+        r["rowwise"] += [_rowwise("softmax", 4096, 4096), _rowwise("layernorm", 8192, 4096)]
+    return r
+
+
+def _run(size: int, rows: int, cols: int) -> dict:
+    return {"matmul": [_matmul(size, True), _matmul(size, False),
+                       _matmul(size, True, "int8"), _matmul(size, True, "bfloat16")],
             "conv": _conv(256, 30, 256), "attention": [_attention(4, 256, 64)],
             "rowwise": [_rowwise("softmax", rows, cols), _rowwise("layernorm", rows, cols),
                         # reduced over axis 0 (transposed through UB; 256 rows: a
@@ -141,8 +156,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--cols", type=int, default=1024)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-long-rows", action="store_true",
+                    help="leave out softmax (4096, 4096) and layernorm (8192, 4096) "
+                         "(about 4 minutes of simulation)")
     a = ap.parse_args(argv)
-    r = run(a.size, a.rows, a.cols)
+    r = run(a.size, a.rows, a.cols, not a.no_long_rows)
     print(json.dumps(r, indent=2) if a.json else _table(r))
     return 0
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from polycomp.driver import compile_kernel
-from polycomp.frontend.ops import OPS
+from polycomp.frontend.ops import OPS, matmul_kernel
 from polycomp.hw.npu.backend import run_module, simulate
 from polycomp.hw.npu.ir_text import module_text
 from polycomp.hw.npu.passes import NpuDoubleBufferPass, double_buffer_kernel
@@ -25,7 +25,7 @@ from polycomp.hw.npu.printer import print_module
 from polycomp.hw.npu.program import NpuModule, SetFlag, WaitFlag, walk
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("npu-lower", "npu-isa", "npu-double-buffer", "npu-sync")
+STEPS = ("npu-lower", "npu-isa", "npu-ub-reuse", "npu-double-buffer", "npu-sync")
 
 #: case -> (kernel maker, target): a cube program, a vector program, a cube program
 #: with a vector epilogue, an implicit-GEMM convolution, phases, a fused chain
@@ -36,6 +36,9 @@ CASES = {
     "conv2d_s2_p1_f16": (lambda: OPS["conv2d_s2_p1"].kernel("float16"), "npu-lite"),
     "attention_f32": (lambda: OPS["attention"].kernel("float32"), "npu-lite"),
     "bmm_chain_f16": (lambda: K.npu_bmm_chain_f16, "npu-lite"),
+    "matmul_i8": (lambda: OPS["matmul"].kernel("int8"), "npu-lite"),
+    "matmul_bf16": (lambda: matmul_kernel("bfloat16", "bfloat16"), "npu-lite"),
+    "layernorm_f16": (lambda: OPS["layernorm"].kernel("float16"), "npu"),
 }
 _CK: dict = {}
 
@@ -70,7 +73,7 @@ def test_flags_come_from_the_sync_pass():
     """Only ``npu-sync`` adds flags; ``npu-double-buffer`` adds copies only."""
     ck = _ck("matmul_f16")
     trees = {r.name: r.tree for r in ck.records if r.stage == "target"}
-    lowered, isa, doubled = (trees[s] for s in STEPS[:3])
+    lowered, isa, doubled = (trees[s] for s in ("npu-lower", "npu-isa", "npu-double-buffer"))
     assert all("set_flag" not in t for t in (lowered, isa, doubled))
     assert " x2" not in lowered and " x2" not in isa
     assert doubled.count(" x2 pingpong") == 5              # l1A, l1B, l0A, l0B, l0C

@@ -19,6 +19,7 @@ HEADER = r"""#pragma once
 #include <cstdint>
 #include <cstddef>
 #include <algorithm>
+#include <type_traits>
 // ---- compiler / macro layer (impl/basic_api/kernel_macros.h, impl/utils/sys_macros.h)
 #define __aicore__
 #define __global__
@@ -45,6 +46,12 @@ enum QuantMode_t { NoQuant, F322F16, F322BF16, DEQF16, VDEQF16, QF322B8_PRE, VQF
 struct half {                                    // stand-in for the builtin half type
     half() = default;
     half(float v);
+    operator float() const;
+    uint16_t bits;
+};
+struct bfloat16_t {                              // stand-in for the builtin bfloat16_t
+    bfloat16_t() = default;
+    bfloat16_t(float v);
     operator float() const;
     uint16_t bits;
 };
@@ -236,11 +243,31 @@ template <typename T> __aicore__ void LoadData(const LocalTensor<T>& dst,
     const LocalTensor<T>& src, const LoadData3DParamsV2<T>& loadDataParams);
 template <typename T> __aicore__ void LoadDataWithTranspose(const LocalTensor<T>& dst,
     const LocalTensor<T>& src, const LoadData2dTransposeParams& loadDataParams);
-template <typename T, typename U, typename S> __aicore__ void Mmad(
+// the type combinations of __NPU_ARCH__ 2201 (impl/basic_api/dav_c220/
+// kernel_operator_mm_impl.h, MmadCal's SupportType check; int4b_t left out)
+template <typename T, typename U, typename S> struct PcMmadTypes { static constexpr bool ok =
+    (std::is_same<T, int32_t>::value && std::is_same<U, int8_t>::value &&
+     std::is_same<S, int8_t>::value) ||
+    (std::is_same<T, float>::value && std::is_same<U, S>::value &&
+     (std::is_same<U, half>::value || std::is_same<U, float>::value ||
+      std::is_same<U, bfloat16_t>::value)); };
+template <typename T, typename U, typename S,
+          typename = typename std::enable_if<PcMmadTypes<T, U, S>::ok>::type>
+__aicore__ void Mmad(
     const LocalTensor<T>& dst, const LocalTensor<U>& fm, const LocalTensor<S>& filter,
     const MmadParams& mmadParams);
 // include/basic_api/kernel_operator_fixpipe_intf.h (__NPU_ARCH__ 2201: L0C -> GM)
-template <typename T, typename U, const FixpipeConfig& config = CFG_ROW_MAJOR>
+// the (src, dst) types of the L0C -> GM form on 2201 (impl/basic_api/dav_c220/
+// kernel_operator_fixpipe_impl.h, FixpipeL0C2GMCal's SupportType check)
+template <typename U, typename T> struct PcFixpipeTypes { static constexpr bool ok =
+    (std::is_same<U, float>::value && (std::is_same<T, int8_t>::value ||
+      std::is_same<T, uint8_t>::value || std::is_same<T, half>::value ||
+      std::is_same<T, bfloat16_t>::value || std::is_same<T, float>::value)) ||
+    (std::is_same<U, int32_t>::value && (std::is_same<T, int8_t>::value ||
+      std::is_same<T, uint8_t>::value || std::is_same<T, half>::value ||
+      std::is_same<T, int32_t>::value)); };
+template <typename T, typename U, const FixpipeConfig& config = CFG_ROW_MAJOR,
+          typename = typename std::enable_if<PcFixpipeTypes<U, T>::ok>::type>
 __aicore__ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src,
                                const FixpipeParamsV220& intriParams);
 

@@ -75,6 +75,7 @@ from .program import (
     align,
     c0,
     ceildiv,
+    imax,
     imin,
     ix,
     product,
@@ -127,12 +128,17 @@ def _copy_in(s: CopyIn) -> tuple:
     raise PolycompInternalError(f"npu-isa: no copy GM -> {b.level} ({b.layout})")
 
 
+#: Fixpipe's ``quantPre`` per output type (L0C holds fp32, or int32 for int8 operands)
+_QUANT = {"float16": "F322F16", "bfloat16": "F322BF16", "float32": "NoQuant",
+          "int32": "NoQuant"}
+
+
 def _copy_out(s: CopyOut) -> tuple:
     b, r = s.src.buf, s.dst
     rows, cols = r.matrix()
     dst = GmRef(r.tensor, r.linear())
     if s.pipe == "FIX":
-        quant = "F322F16" if r.tensor.dtype == "float16" else "NoQuant"
+        quant = _QUANT[r.tensor.dtype]
         return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
                             quant),)
     size = b.itemsize
@@ -177,6 +183,15 @@ def _load2d(s: Load2D) -> tuple:
         return (Loop("fb", groups, (
             LoadDataTranspose(s.dst.at(g * 2 * nn * frac), s.src, _S((k16 + g) * sq),
                               ix(nn), ix(1), ix(0), ix(nn - 1)),)),)
+    if src.itemsize == 1:                     # b8 B: NZ (cols/32, rows, 32): 32x32
+        kq = ceildiv(s.k_ext, 32)             # squares, transposed into two nZ fractals
+        g = ix("fb")                          # each; one call per k fractal row
+        n32 = dst.cols // 32                  # (repeat over the n squares)
+        k32 = _S(ix(s.k_offset) // 32)
+        col = src.rows // 32                  # squares in one fractal column of L1
+        return (Loop("fb", kq, (
+            LoadDataTranspose(s.dst.at(g * nn * frac), s.src, _S(k32 + g), ix(n32),
+                              ix(col), ix(1), ix(0)),)),)
     kf = ceildiv(s.k_ext, 16)                 # b16 B: NZ (cols/16, rows, 16) -> nZ
     kf0 = _S(ix(s.k_offset) // 16)
     col = src.rows // 16
@@ -261,6 +276,31 @@ def _scalar(x, neg: bool = False, inv: bool = False) -> Scalar:
     return Scalar(x if isinstance(x, Ix) else float(x), neg, inv)
 
 
+def _pitch(ops) -> Ix:
+    """The widest row pitch, in 32-byte blocks, of the row-major (``ND``) tiles among
+    ``ops``: the repeat stride a one-repeat-per-row call gives them."""
+    out: Ix | None = None
+    seen: set[Ix] = set()
+    for x in ops:
+        if _is_slot(x) and x.buf.layout == "ND":
+            p = _S(ceildiv(ix(x.buf.cols) * x.buf.itemsize, 32))
+            if p not in seen:
+                seen.add(p)
+                out = p if out is None else _S(imax(out, p))
+    return out if out is not None else ix(0)
+
+
+def _by_pitch(pitch: Ix, short: tuple, long: tuple) -> tuple:
+    """``short`` (one repeat per row: its repeat stride is ``pitch``) where ``pitch``
+    fits the 8-bit repeat stride, else ``long`` (row by row): chosen here when the
+    pitch is a constant, else at run time by two guard loops of 0 or 1 iterations
+    (the row length is the host's ``CP``)."""
+    if pitch.is_const():
+        return short if pitch.args[0] <= MAX_REPEAT else long
+    lg = _S(imin(1, imax(0, pitch - MAX_REPEAT)))
+    return (Loop("rs", _S(1 - lg), short), Loop("rl", lg, long))
+
+
 class _VecExpander:
     """Expands the logical vector operations of one program (see the module
     docstring)."""
@@ -315,7 +355,51 @@ class _VecExpander:
                          for r0 in range(0, n, MAX_REPEAT))
         else:
             body = (call(ix(0), rows),)
-        return (Loop(j.args[0], ceildiv(cols, lanes), body),)
+        short = (Loop(j.args[0], ceildiv(cols, lanes), body),)
+        long = self.strided_long(api, dst, srcs, rows, attr)
+        return _by_pitch(_pitch(ops), short, long)
+
+    def strided_long(self, api: str, dst: Slot, srcs: tuple, rows: Ix, attr: str) -> tuple:
+        """The form of :meth:`strided` for rows longer than a repeat stride spans (more
+        than 255 data blocks): one row at a time, the row's 256-byte column chunks as
+        the repeats (at most 255 a call; the partial last chunk a call of its own)."""
+        b = dst.buf
+        lanes = _lanes(b.dtype)
+        cols = ix(b.cols)
+        r = ix(self.var("lr"))
+        g = ix(self.var("lg"))
+        ops = [dst, *srcs]
+        full = cols // lanes
+        tail = cols % lanes
+
+        def strides(x) -> tuple[Ix, Ix]:
+            if not _is_slot(x):
+                return (ix(0), ix(0))
+            if x.buf.layout == "COL":                 # the row's value block, repeated
+                return (ix(0), ix(0))
+            return (ix(1), ix(8))                     # ROW, ND: chunk after chunk
+
+        def at(x, c: Ix):
+            if not _is_slot(x):
+                return x
+            lay = x.buf.layout
+            if lay == "COL":
+                return x.at(r * c0(x.buf.dtype))
+            if lay == "ROW":
+                return x.at(c)
+            return x.at(r * ix(x.buf.cols) + c)
+
+        def call(c: Ix, mask: Ix, n: Ix) -> VecCall:
+            return VecCall(api, at(dst, c), tuple(at(x, c) for x in srcs), None,
+                           Rep(mask, n, tuple(strides(x) for x in ops
+                                              if _is_slot(x) or x is dst)), attr)
+        t = ix(self.var("lt"))
+        c_full = _S(g * (MAX_REPEAT * lanes))
+        return (Loop(r.args[0], rows, (
+            Loop(g.args[0], _S(ceildiv(full, MAX_REPEAT)), (
+                call(c_full, ix(lanes), _S(imin(MAX_REPEAT, full - g * MAX_REPEAT))),)),
+            Loop(t.args[0], _S(imin(1, tail)), (
+                call(_S(full * lanes), _S(tail), ix(1)),)))),)
 
     def tile_temp(self, role: str, like: LocalBuf, dtype: str | None = None) -> Slot:
         return Slot(self.temps.get(role, dtype or like.dtype, like.rows, like.cols,
@@ -550,12 +634,27 @@ class _VecExpander:
         else:
             tmp = Slot(self.temps.get("fold", dt, rb, lanes))
             j = ix(self.var("rj"))
-            out += [VecCall("Adds", tmp, (src, Scalar(0.0)), None,
-                            Rep(first, rows, ((ix(1), ix(8)), (ix(1), src_rep))))]
-            out.append(Loop(j.args[0], _S(ceildiv(n, lanes) - 1), (
-                VecCall(fold, tmp, (tmp, src.at((j + 1) * lanes)), None,
-                        Rep(_S(imin(lanes, n - (j + 1) * lanes)), rows,
-                            ((ix(1), ix(8)), (ix(1), ix(8)), (ix(1), src_rep)))),)))
+            short = (VecCall("Adds", tmp, (src, Scalar(0.0)), None,
+                             Rep(first, rows, ((ix(1), ix(8)), (ix(1), src_rep)))),
+                     Loop(j.args[0], _S(ceildiv(n, lanes) - 1), (
+                         VecCall(fold, tmp, (tmp, src.at((j + 1) * lanes)), None,
+                                 Rep(_S(imin(lanes, n - (j + 1) * lanes)), rows,
+                                     ((ix(1), ix(8)), (ix(1), ix(8)), (ix(1), src_rep)))),)))
+            # a row longer than a repeat stride spans: the fold row by row, one
+            # repeat a call (the chunks of a row depend on each other)
+            r = ix(self.var("lr"))
+            jl = ix(self.var("rj"))
+            row = r * ix(src.buf.cols)
+            one = ((ix(1), ix(0)), (ix(1), ix(0)))
+            long = (Loop(r.args[0], rows, (
+                VecCall("Adds", tmp.at(r * lanes), (src.at(row), Scalar(0.0)), None,
+                        Rep(first, ix(1), one)),
+                Loop(jl.args[0], _S(ceildiv(n, lanes) - 1), (
+                    VecCall(fold, tmp.at(r * lanes),
+                            (tmp.at(r * lanes), src.at(_S(row + (jl + 1) * lanes))), None,
+                            Rep(_S(imin(lanes, n - (jl + 1) * lanes)), ix(1),
+                                ((ix(1), ix(0)), (ix(1), ix(0)), (ix(1), ix(0))))),)))),)
+            out += _by_pitch(src_rep, short, long)
             out.append(VecCall("ReduceRepeat", packed, (tmp,), None,
                                Rep(first, rows, ((ix(0), ix(1)), (ix(1), ix(8)))), attr=kind))
         out.append(VecCall("Brcb", dst, (packed,), None,

@@ -16,7 +16,8 @@ slot waits until both have read it (``CrossCoreSetFlag<2, PIPE_MTE2>`` from each
 rows (``GetSubBlockIdx()``), runs the epilogue and writes its rows of the output.
 
 Assumes: one sum-reduction stage ``C[b?, i, j] = sum_k A[b?, i, k] * B[b?, k, j]``
-(operands float16 or float32, accumulation float32), tiles that fit their levels
+(operands float16, bfloat16 or float32, accumulation float32; int8, accumulation
+int32), tiles that fit their levels
 (:func:`polycomp.scheduler.npu.cube.fit_cube_tiles`; the simulator and the printer
 check the allocation again).  Guarantees: tails are padded on the way in (the Mmad
 reads only the valid ``k``; rows and columns past the valid ones are computed from
@@ -128,7 +129,8 @@ def _buffers(a_dtype: str, t: CubeTiles, conv: bool = False) -> _Cube:
                           pingpong=True), l1b,
                  LocalBuf("l0A", "L0A", a_dtype, t.m0, t.k0, "zZ", pingpong=True),
                  LocalBuf("l0B", "L0B", a_dtype, t.k0, t.n0, "nZ", pingpong=True),
-                 LocalBuf("l0C", "L0C", "float32", t.m0, t.n0, "NZ", pingpong=True))
+                 LocalBuf("l0C", "L0C", "int32" if a_dtype == "int8" else "float32",
+                          t.m0, t.n0, "NZ", pingpong=True))
 
 
 def _conv_k_loops(g: CubeGemm, bufs: _Cube, t: CubeTiles, i: Ix, m_ext: Ix,

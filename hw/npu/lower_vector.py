@@ -51,13 +51,11 @@ from .program import (
     Program,
     Slot,
     Tiling,
-    VecCall,
     VecOp,
     ceildiv,
     imin,
     ix,
     product,
-    walk,
 )
 
 _BIN = {"+": "Add", "-": "Sub", "*": "Mul", "/": "Div", "max": "Max", "min": "Min",
@@ -487,40 +485,17 @@ def _ub_bytes(prog: Program, env: dict) -> int:
 MAX_TILE_ROWS = 255
 
 
-def _mentions(e: Ix, name: str) -> bool:
-    if e.op == "var":
-        return e.args[0] == name
-    return any(isinstance(a, Ix) and _mentions(a, name) for a in e.args)
-
-
-def _row_strides(body: tuple) -> bool:
-    """Whether a repeat-form vector call of ``body`` strides by a row of the tile (its
-    repeat stride, a uint8 count of 32-byte blocks, then limits the row length)."""
-    for s in walk(body):
-        if isinstance(s, VecCall) and s.rep is not None and \
-                any(_mentions(x, "CP") for st in s.rep.strides for x in st):
-            return True
-    return False
-
-
 def vector_tiling(prog: Program, sizes: dict, ub_capacity: int) -> dict:
     """Host tiling of a vector program (after ``npu-isa``: its temporaries count too):
     ``CP`` (the row length padded to 16 elements), ``TR`` (rows per tile: as many as UB
     holds, at most R and at most 255) and ``TRP`` (``TR`` padded to 16, the columns of a
-    staging tile).  A row longer than a vector repeat stride spans (255 data blocks;
-    when a repeat-form call strides by rows) or than UB holds raises
-    :class:`NpuCapacityError`."""
+    staging tile).  A row longer than UB holds raises :class:`NpuCapacityError` (rows
+    longer than a repeat stride spans, 255 data blocks, take ``npu-isa``'s row-by-row
+    form)."""
     rows, cols = prog.tiling.rows, prog.tiling.cols
     assert rows is not None and cols is not None, prog.name
     R, C = rows.eval(sizes), cols.eval(sizes)
     cp = -(-C // 16) * 16
-    widest = max((b.itemsize for b in prog.buffers if b.cols == "CP"), default=2)
-    if cp * widest // 32 > 255 and _row_strides(prog.body):
-        raise NpuCapacityError(f"npu: kernel {prog.name}: a row of {C} elements spans "
-                               f"{cp * widest // 32} data blocks of {widest}-byte values; "
-                               f"a vector repeat stride spans at most 255 (rows longer "
-                               f"than {255 * 32 // widest} elements are not mapped)")
-
     def env(tr: int) -> dict:
         return {**sizes, "CP": cp, "TR": tr, "TRP": -(-tr // 16) * 16}
     if _ub_bytes(prog, env(1)) > ub_capacity:

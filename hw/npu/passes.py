@@ -4,6 +4,8 @@ every other step (``polycomp explain -t npu`` shows the NPU IR after each).
 
 * ``npu-isa``: every logical instruction becomes the Ascend C API calls that implement
   it (:mod:`.isa`, whose docstring states what it assumes and guarantees).
+* ``npu-ub-reuse``: UB tiles of the vector pipe whose live ranges do not overlap share
+  storage (:mod:`.ub_reuse`, whose docstring states what it assumes and guarantees).
 * ``npu-double-buffer`` (option ``double_buffer``): every buffer the lowering marked
   ``pingpong`` — its slots indexed by a rotation counter (an L1 stage ``ko``, an L0
   step ``ki``, an output tile, a vector tile or load) — gets two copies, slot ``counter
@@ -29,6 +31,7 @@ from polycomp.state import CompileState
 from .isa import NpuIsaPass
 from .program import Kernel, LocalBuf, NpuModule, Program, Slot, map_slots
 from .sync import place_kernel_flags
+from .ub_reuse import reuse_kernel
 
 
 class NpuPass(TargetPass):
@@ -60,6 +63,14 @@ def double_buffer(prog: Program, copies: int = 2) -> Program:
                                body=map_slots(prog.body, slot))
 
 
+class NpuUbReusePass(NpuPass):
+    """See :mod:`.ub_reuse`."""
+    name = "npu-ub-reuse"
+
+    def run_kernel(self, k: Kernel, state: CompileState) -> Kernel:
+        return reuse_kernel(k)
+
+
 class NpuDoubleBufferPass(NpuPass):
     """See the module docstring."""
     name = "npu-double-buffer"
@@ -79,4 +90,4 @@ class NpuSyncPass(NpuPass):
 def npu_passes() -> list[TargetPass]:
     """The NPU IR passes, in order (the API calls first; flags after double buffering:
     they follow slots)."""
-    return [NpuIsaPass(), NpuDoubleBufferPass(), NpuSyncPass()]
+    return [NpuIsaPass(), NpuUbReusePass(), NpuDoubleBufferPass(), NpuSyncPass()]

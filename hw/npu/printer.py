@@ -57,7 +57,8 @@ from polycomp.hw.npu.program import (
 
 from .target import npu_params, npu_spec
 
-_CT = {"float16": "half", "float32": "float", "uint8": "uint8_t"}
+_CT = {"float16": "half", "float32": "float", "uint8": "uint8_t", "int8": "int8_t",
+       "int32": "int32_t", "bfloat16": "bfloat16_t"}
 _C_OPS = {"+": "+", "-": "-", "*": "*", "floordiv": "/", "mod": "%", "==": "==", "and": "&&"}
 _C_FUNCS = {"ceildiv": "PcCeilDiv", "min": "PcMin", "max": "PcMax"}
 _KTYPE = {"aic": "KERNEL_TYPE_AIC_ONLY", "aiv": "KERNEL_TYPE_AIV_ONLY",
@@ -214,7 +215,8 @@ def _call(s, ind: str) -> list[str]:
     if isinstance(s, FixpipeCall):
         ct = _CT[s.dst.tensor.dtype]
         p = ", ".join(c_expr(x) for x in (s.n_size, s.m_size, s.src_stride, s.dst_stride))
-        return [f"{ind}Fixpipe<{ct}, float, CFG_ROW_MAJOR>({_gm(s.dst)}, {c_slot(s.src)}, "
+        st = _CT[s.src.buf.dtype]
+        return [f"{ind}Fixpipe<{ct}, {st}, CFG_ROW_MAJOR>({_gm(s.dst)}, {c_slot(s.src)}, "
                 f"FixpipeParamsV220({p}, false, QuantMode_t::{s.quant}, 0, 1, 0, 0, 0));"]
     if isinstance(s, VecCall):
         return [f"{ind}{_vec(s)}"]

@@ -167,7 +167,7 @@ BID, BNUM, SUB = "bid", "bnum", "sub"
 
 # --------------------------------------------------------------------------- buffers
 
-ITEMSIZE = {"float16": 2, "float32": 4, "uint8": 1}
+ITEMSIZE = {"float16": 2, "float32": 4, "uint8": 1, "int8": 1, "int32": 4, "bfloat16": 2}
 
 
 @dataclass(frozen=True)

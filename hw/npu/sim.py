@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from polycomp import dtypes
 from polycomp.errors import NpuCapacityError, NpuRaceError
 from polycomp.hw.npu.program import (
     BID,
@@ -506,7 +507,9 @@ def _fresh(b: LocalBuf, env: dict) -> np.ndarray:
     n = b.size(env) // b.itemsize
     if b.dtype == "uint8":
         return np.zeros(n, np.uint8)
-    return np.full(n, np.nan, np.dtype(b.dtype))
+    if b.dtype in ("int8", "int32"):     # no NaN: a value read unwritten shows as extreme
+        return np.full(n, np.iinfo(b.dtype).min, np.dtype(b.dtype))
+    return np.full(n, np.nan, dtypes.to_numpy(b.dtype))
 
 
 def _flag_name(key: tuple) -> str:

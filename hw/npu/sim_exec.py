@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from polycomp import dtypes
 from polycomp.errors import NpuCapacityError, PolycompInternalError
 from polycomp.hw.npu.program import (
     LOGICAL,
@@ -124,11 +125,13 @@ def _load2d(core: Core, s: LoadData2D, env: dict) -> int:
 def _load_transpose(core: Core, s: LoadDataTranspose, env: dict) -> int:
     src_b, dst_b = s.src.buf, s.dst.buf
     what = f"LoadDataWithTranspose {src_b.name} -> {dst_b.name}"
-    if src_b.itemsize != 4:
-        raise PolycompInternalError(f"{what}: only the b32 form is modelled")
+    if src_b.itemsize not in (1, 4):
+        raise PolycompInternalError(f"{what}: only the b8 and b32 forms are modelled")
     rep = _range(what, "repeatTimes", s.repeat.eval(env), 0, MAX_REPEAT)
     if not rep:
         return core.p.local_latency
+    if src_b.itemsize == 1:
+        return _load_transpose_b8(core, s, env, rep, what)
     start, stride, gap, fgap = (x.eval(env) for x in (s.start, s.src_stride, s.dst_gap,
                                                       s.dst_frac_gap))
     f = 128                                           # a 16x8 fp32 fractal
@@ -152,6 +155,38 @@ def _load_transpose(core: Core, s: LoadDataTranspose, env: dict) -> int:
     return core.p.local_latency + -(-nbytes // core.p.l1_bytes_per_cycle)
 
 
+def _load_transpose_b8(core: Core, s: LoadDataTranspose, env: dict, rep: int,
+                       what: str) -> int:
+    """The b8 form: each repeat takes a 32 x 32 square (two 16 x 32 fractals, one under
+    the other, 1 KiB: square ``start + i * srcStride``) and writes its transpose as two
+    16 x 32 fractals (rows 0-15, then 16-31 of the transpose), the second
+    ``dstFracGap`` fractals after the first, repeats ``dstGap`` fractals apart."""
+    start, stride, gap, fgap = (x.eval(env) for x in (s.start, s.src_stride, s.dst_gap,
+                                                      s.dst_frac_gap))
+    f = 512                                           # a 16x32 int8 fractal
+    i = np.arange(rep)[:, None]
+    sidx = s.src.offset.eval(env) + (start + i * stride) * 2 * f + np.arange(2 * f)[None, :]
+    src = core.buffer(s.pipe, s.src, env, False, what)
+    _check(what, src, sidx, s.src.buf.name)
+    t = src[sidx].reshape(rep, 32, 32).transpose(0, 2, 1)
+    first = s.dst.offset.eval(env) + i * (1 + gap) * f
+    second = first + (1 + fgap) * f
+    e = np.arange(f)[None, :]
+    dst = core.buffer(s.pipe, s.dst, env, True, what)
+    for base, part in ((first, t[:, :16]), (second, t[:, 16:])):
+        idx = base + e
+        _check(what, dst, idx, s.dst.buf.name)
+        dst[idx] = part.reshape(rep, f)
+    nbytes = rep * 2 * FRACTAL_BYTES
+    core.count_bytes(f"L1->{s.dst.buf.level}", nbytes)
+    return core.p.local_latency + -(-nbytes // core.p.l1_bytes_per_cycle)
+
+
+#: Mmad's type combinations on the A2 generation (dst, operands)
+_MMAD_TYPES = {("float32", "float16"), ("float32", "bfloat16"), ("float32", "float32"),
+               ("int32", "int8")}
+
+
 def _mmad(core: Core, s: MmadCall, env: dict) -> int:
     a_b, b_b, c_b = s.a.buf, s.b.buf, s.c.buf
     what = f"Mmad {c_b.name} += {a_b.name} x {b_b.name}"
@@ -162,6 +197,9 @@ def _mmad(core: Core, s: MmadCall, env: dict) -> int:
         return 1
     if m == 1:
         raise NpuCapacityError(f"{what}: m = 1 switches the cube to GEMV (L0A read as ND)")
+    if (c_b.dtype, a_b.dtype) not in _MMAD_TYPES or a_b.dtype != b_b.dtype:
+        raise NpuCapacityError(f"{what}: Mmad has no {c_b.dtype} <- {a_b.dtype} x "
+                               f"{b_b.dtype} form on this generation")
     q = 32 // a_b.itemsize                            # C0 of the operands
     f = 16 * q
     mf, nf, kf = -(-m // 16), -(-n // 16), -(-k // q)
@@ -175,8 +213,9 @@ def _mmad(core: Core, s: MmadCall, env: dict) -> int:
     b = core.buffer(s.pipe, s.b, env, False, what)
     _check(what, a, aidx, a_b.name)
     _check(what, b, bidx, b_b.name)
+    acc = np.int64 if c_b.dtype == "int32" else np.float32
     with np.errstate(all="ignore"):
-        prod = a[aidx].astype(np.float32) @ b[bidx].astype(np.float32)
+        prod = a[aidx].astype(acc) @ b[bidx].astype(acc)
     init = bool(s.init.eval(env))
     c = core.buffer(s.pipe, s.c, env, True, what)
     if (m // 16) * (n // 16) < 10:       # docs: small Mmads need PipeBarrier<PIPE_M>
@@ -188,9 +227,21 @@ def _mmad(core: Core, s: MmadCall, env: dict) -> int:
     cidx = s.c.offset.eval(env) + (cn // 16) * m16 * 16 + cm * 16 + cn % 16
     _check(what, c, cidx, c_b.name)
     with np.errstate(all="ignore"):
-        c[cidx] = prod if init else c[cidx] + prod
-    ops = mf * nf * -(-k // 16)
+        if c_b.dtype == "int32":          # wraps around as the int32 accumulator does
+            c[cidx] = (prod if init else c[cidx].astype(np.int64) + prod).astype(np.int32)
+        else:
+            c[cidx] = prod if init else c[cidx] + prod
+    # one 16 x 16 x (32 bytes of k) product per cycle: 16 k of b16, 32 of int8; fp32
+    # operands take cube_fp32_factor cycles per 16 k
+    ops = mf * nf * -(-k // max(16, q))
     return ops * (core.p.cube_fp32_factor if a_b.itemsize == 4 else 1)
+
+
+#: what Fixpipe writes per (quantPre, L0C type)
+_QUANT_OUT = {("F322F16", "float32"): np.dtype(np.float16),
+              ("F322BF16", "float32"): dtypes.to_numpy("bfloat16"),
+              ("NoQuant", "float32"): np.dtype(np.float32),
+              ("NoQuant", "int32"): np.dtype(np.int32)}
 
 
 def _fixpipe(core: Core, s: FixpipeCall, env: dict) -> int:
@@ -207,7 +258,9 @@ def _fixpipe(core: Core, s: FixpipeCall, env: dict) -> int:
     _check(what, src, sidx, b.name)
     didx = s.dst.offset.eval(env) + mm * dst_stride + nn
     g = core.gm(s.pipe, s.dst.tensor, didx.ravel(), True, what)
-    out_dt = np.float16 if s.quant == "F322F16" else np.float32
+    out_dt = _QUANT_OUT.get((s.quant, b.dtype))
+    if out_dt is None:
+        raise NpuCapacityError(f"{what}: quantPre {s.quant} is not modelled from {b.dtype}")
     if np.dtype(out_dt) != g.dtype:
         raise NpuCapacityError(f"{what}: quantPre {s.quant} writes {np.dtype(out_dt)} into "
                                f"{g.dtype}")

@@ -6,6 +6,11 @@ from __future__ import annotations
 from polycomp import ir
 from polycomp.scheduler.common.contraction import Contraction, match_contraction
 
+#: the cube's operand types on the A2 generation (``Mmad``'s type combinations for
+#: ``__NPU_ARCH__`` 2201: int8 x int8 -> int32, half x half, bfloat16 x bfloat16 and
+#: float x float -> float; ``impl/basic_api/dav_c220/kernel_operator_mm_impl.h``)
+CUBE_IN = ("float16", "float32", "bfloat16", "int8")
+
 
 def is_matmul(c: Contraction) -> bool:
     """``out[b?, i, j] = sum_k a[b?, i, k] * b[b?, k, j]`` with plain iterators."""
@@ -14,7 +19,7 @@ def is_matmul(c: Contraction) -> bool:
     *bd, i, j = c.out_dims
     k = c.reduce_dims[0]
     return list(c.a.load.indices) == [*bd, i, k] and list(c.b.load.indices) == [*bd, k, j] \
-        and c.a.load.dtype in ("float16", "float32") and c.a.load.dtype == c.b.load.dtype
+        and c.a.load.dtype in CUBE_IN and c.a.load.dtype == c.b.load.dtype
 
 
 def is_cast_of(s, producer) -> bool:

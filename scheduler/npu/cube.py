@@ -26,17 +26,20 @@ def fit_cube_tiles(target: Target, itemsize: int, copies: int,
                    ub_need: Callable[[int, int], int] | None = None) -> CubeTiles:
     """The largest tiles (output tile area first, then k0, then kL1) whose buffers fit
     L0A, L0B, L0C (fp32) and L1 with ``copies`` ping-pong copies each (and UB, for a
-    vector epilogue needing ``ub_need(m0, n0)`` bytes)."""
+    vector epilogue needing ``ub_need(m0, n0)`` bytes).  8-bit operands take ``k0`` and
+    ``n0`` in multiples of 32 (a fractal row holds 32 of them; the right operand is
+    transposed by 32 x 32 squares)."""
     cap = target.capacity
+    q = _quantum(itemsize)
     best: CubeTiles | None = None
     for m0 in (128, 64, 32, 16):
         for n0 in (256, 128, 64, 32, 16):
-            if m0 * n0 * 4 * copies > cap("L0C"):
+            if n0 % q or m0 * n0 * 4 * copies > cap("L0C"):
                 continue
             if ub_need is not None and ub_need(m0, n0) > cap("UB"):
                 continue
             for k0 in (64, 32, 16):
-                if m0 * k0 * itemsize * copies > cap("L0A") or \
+                if k0 % q or m0 * k0 * itemsize * copies > cap("L0A") or \
                         k0 * n0 * itemsize * copies > cap("L0B"):
                     continue
                 kl1 = next((k0 * f for f in (8, 4, 2, 1)
@@ -53,10 +56,19 @@ def fit_cube_tiles(target: Target, itemsize: int, copies: int,
     return best
 
 
-def check_tiles(t: CubeTiles) -> CubeTiles:
+def _quantum(itemsize: int) -> int:
+    """The multiple ``k0``, ``kL1`` and ``n0`` take: 16, or 32 for 8-bit operands."""
+    return 32 if itemsize == 1 else 16
+
+
+def check_tiles(t: CubeTiles, itemsize: int = 2) -> CubeTiles:
     if any(v % 16 for v in (t.m0, t.n0, t.k0, t.kl1)) or t.kl1 % t.k0:
         raise ResourceLimitError(f"cube_tile {tuple(vars(t).values())}: every size must be "
                                  f"a multiple of 16 and kL1 a multiple of k0")
+    q = _quantum(itemsize)
+    if any(v % q for v in (t.n0, t.k0, t.kl1)):
+        raise ResourceLimitError(f"cube_tile {tuple(vars(t).values())}: with 8-bit operands "
+                                 f"n0, k0 and kL1 must be multiples of {q}")
     return t
 
 
@@ -65,5 +77,5 @@ def cube_tiles(target: Target, options, itemsize: int,
     """The tiles of option ``cube_tile`` (checked), else the largest that fit with the
     copies option ``double_buffer`` asks for."""
     if options.cube_tile:
-        return check_tiles(CubeTiles(*options.cube_tile))
+        return check_tiles(CubeTiles(*options.cube_tile), itemsize)
     return fit_cube_tiles(target, itemsize, 2 if options.double_buffer else 1, ub_need)

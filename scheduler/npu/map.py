@@ -61,23 +61,37 @@ from .plan import (
 )
 from .view import choose_view, dim_size, tensor_keys
 
-_CUBE_OUT = ("float16", "float32")
+#: what ``Fixpipe`` writes from L0C on the A2 generation, per cube operand type (its
+#: ``quantPre``: ``F322F16``, ``F322BF16``, ``NoQuant``; the int8 outputs ``REQ8`` /
+#: ``DEQF16`` with a scale are not built)
+_CUBE_OUT = {"float16": ("float16", "float32"), "float32": ("float16", "float32"),
+             "bfloat16": ("bfloat16", "float32"), "int8": ("int32",)}
 
 Plan = CubePlan | ConvPlan | VectorPlan
 
 
 def _itemsize(dtype: str) -> int:
-    return 2 if dtype == "float16" else 4
+    return {"float16": 2, "bfloat16": 2, "int8": 1}.get(dtype, 4)
 
 
 def _copies(options) -> int:
     return 2 if options.double_buffer else 1
 
 
-def _out_dtype_ok(stage, dtype: str) -> None:
-    if dtype not in _CUBE_OUT:
-        raise TargetError(f"npu: {stage.name} writes {dtype}; the cube path writes float16 "
-                          f"or float32")
+def _out_dtype_ok(stage, dtype: str, in_dtype: str = "float16") -> None:
+    outs = _CUBE_OUT.get(in_dtype, ())
+    if dtype not in outs:
+        raise TargetError(f"npu: {stage.name} writes {dtype} from {in_dtype} operands; the "
+                          f"cube path writes {' or '.join(outs)} from {in_dtype} (Fixpipe "
+                          f"quantPre on the A2 generation)")
+
+
+def _float_cube(stage, in_dtype: str, what: str) -> None:
+    """int8 operands take the plain (batch) matmul only (no epilogue, convolution or
+    phases: their workspaces and vector stages are float)."""
+    if in_dtype == "int8":
+        raise TargetError(f"npu: {stage.name}: int8 operands {what}; the int8 cube path "
+                          f"is a plain (batch) matmul with an int32 result")
 
 
 def _single(graph, target: Target, options, lm: NpuLoweringModel) -> Plan:
@@ -86,7 +100,7 @@ def _single(graph, target: Target, options, lm: NpuLoweringModel) -> Plan:
     if c is not None:
         in_dt, out_dt = c.a.load.dtype, stages[-1].output.dtype
         tiles = cube_tiles(target, options, _itemsize(in_dt))
-        _out_dtype_ok(stages[0], out_dt)
+        _out_dtype_ok(stages[0], out_dt, in_dt)
         return CubePlan(stages[0].name, c, len(c.out_dims) == 3, in_dt, out_dt, tiles, graph)
     if stages and stages[0].is_reduction:
         conv = match_conv(stages[0], graph.inputs)
@@ -94,6 +108,10 @@ def _single(graph, target: Target, options, lm: NpuLoweringModel) -> Plan:
             return _conv(graph, conv, target, options, lm)
     c = epilogue_matmul(stages)
     if c is not None:
+        _float_cube(stages[0], c.a.load.dtype, "with a vector epilogue")
+        if c.a.load.dtype == "bfloat16":
+            raise TargetError(f"npu: {stages[0].name}: bfloat16 operands with a vector "
+                              f"epilogue; the epilogue's vector mapping takes float16/float32")
         need = lm.epilogue_ub(graph, stages[0], None, _copies(options))  # or TargetError
         tiles = cube_tiles(target, options, _itemsize(c.a.load.dtype), need)
         return CubePlan(stages[0].name, c, False, c.a.load.dtype, graph.outputs[0].dtype,
@@ -126,7 +144,8 @@ def _cube_phase(sg: SubGraph, c: Contraction, target: Target, options) -> CubePl
         for k in tensor_keys(t):
             if k is not None:
                 dim_size(k)
-    _out_dtype_ok(s, s.output.dtype)
+    _float_cube(s, a.dtype, "in a kernel of several phases")
+    _out_dtype_ok(s, s.output.dtype, a.dtype)
     tiles = cube_tiles(target, options, _itemsize(a.dtype))
     return CubePlan(s.name, c, len(a.shape) == 3, a.dtype, s.output.dtype, tiles, sg)
 

@@ -47,8 +47,8 @@ inline uint32_t attention_float32_Tiling(const int64_t* sizes, uint32_t aicNum, 
     {   // phase 2: UB tiling (rows of CP elements, TR rows, at most 255; UB 16384 B)
         const int64_t cp = PcAlignUp(M, 16);
         int64_t tr = PcMax(PcMin(N, 255), 1);
-        while (tr > 1 && (2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { --tr; }
-        if ((2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { return 0; }
+        while (tr > 1 && (2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { --tr; }
+        if ((2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { return 0; }
         t->TR_2 = tr; t->CP_2 = cp; t->TRP_2 = PcAlignUp(tr, 16);
     }
     const int64_t NB = PcMax(1, PcMin(static_cast<int64_t>(aicNum), PcMax(1073741824, (Bt * (PcCeilDiv(N, 64) * PcCeilDiv(D, 32))))));
@@ -273,21 +273,15 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
             const uint32_t ub1_addr = PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 4, 256), 32);
             const uint32_t ub2_addr = PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
             const uint32_t ub3_addr = PcAlignUp(ub2_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
-            const uint32_t ub4_addr = PcAlignUp(ub3_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
-            const uint32_t ub5_addr = PcAlignUp(ub4_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
-            const uint32_t ub6_addr = PcAlignUp(ub5_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
-            const uint32_t ub7_addr = PcAlignUp(ub6_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
-            const uint32_t ub8_addr = PcAlignUp(ub7_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
+            const uint32_t ub5_addr = PcAlignUp(ub3_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
+            const uint32_t ub8_addr = PcAlignUp(ub5_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
             const uint32_t vt0_addr = PcAlignUp(ub8_addr + 2 * PcAlignUp(TR * CP * 4, 256), 32);
             const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 4, 256), 32);
             LocalTensor<float> ub0[2] = {LocalTensor<float>(TPosition::VECCALC, ub0_addr, TR * CP), LocalTensor<float>(TPosition::VECCALC, ub0_addr + 1 * PcAlignUp(TR * CP * 4, 256), TR * CP)};  // UB ND, ping-pong
             LocalTensor<float> ub1(TPosition::VECCALC, ub1_addr, TR * 8);  // UB COL
             LocalTensor<float> ub2(TPosition::VECCALC, ub2_addr, TR * 8);  // UB COL
             LocalTensor<float> ub3(TPosition::VECCALC, ub3_addr, TR * CP);  // UB ND
-            LocalTensor<float> ub4(TPosition::VECCALC, ub4_addr, TR * 8);  // UB COL
             LocalTensor<float> ub5(TPosition::VECCALC, ub5_addr, TR * CP);  // UB ND
-            LocalTensor<float> ub6(TPosition::VECCALC, ub6_addr, TR * CP);  // UB ND
-            LocalTensor<float> ub7(TPosition::VECCALC, ub7_addr, TR * 8);  // UB COL
             LocalTensor<float> ub8[2] = {LocalTensor<float>(TPosition::VECCALC, ub8_addr, TR * CP), LocalTensor<float>(TPosition::VECCALC, ub8_addr + 1 * PcAlignUp(TR * CP * 4, 256), TR * CP)};  // UB ND, ping-pong
             LocalTensor<float> vt0(TPosition::VECCALC, vt0_addr, 1 * TR);  // UB PACK
             LocalTensor<float> vt1(TPosition::VECCALC, vt1_addr, TR * 64);  // UB ND
@@ -307,41 +301,107 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 PipeBarrier<PIPE_V>();
                 Rsqrt(ub2, ub1, (PcMin(TR, (N - (t * TR))) * 8));
                 WaitFlag<HardEvent::MTE2_V>((i % 2));
-                for (int64_t cj1 = 0; cj1 < PcCeilDiv(CP, 64); ++cj1) {
-                    PipeBarrier<PIPE_V>();
-                    Mul(ub3[(cj1 * 64)], ub0[(i % 2)][(cj1 * 64)], ub2, PcMin(64, (CP - (cj1 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                    for (int64_t cj1 = 0; cj1 < PcCeilDiv(CP, 64); ++cj1) {
+                        PipeBarrier<PIPE_V>();
+                        Mul(ub3[(cj1 * 64)], ub0[(i % 2)][(cj1 * 64)], ub2, PcMin(64, (CP - (cj1 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                    }
+                }
+                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t lr2 = 0; lr2 < PcMin(TR, (N - (t * TR))); ++lr2) {
+                        for (int64_t lg3 = 0; lg3 < PcCeilDiv((CP / 64), 255); ++lg3) {
+                            PipeBarrier<PIPE_V>();
+                            Mul(ub3[((lr2 * CP) + (lg3 * 16320))], ub0[(i % 2)][((lr2 * CP) + (lg3 * 16320))], ub2[(lr2 * 8)], 64, PcMin(255, ((CP / 64) - (lg3 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                        for (int64_t lt4 = 0; lt4 < PcMin(1, (CP % 64)); ++lt4) {
+                            PipeBarrier<PIPE_V>();
+                            Mul(ub3[((lr2 * CP) + ((CP / 64) * 64))], ub0[(i % 2)][((lr2 * CP) + ((CP / 64) * 64))], ub2[(lr2 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                    }
                 }
                 SetFlag<HardEvent::V_MTE2>((i % 2));
-                PipeBarrier<PIPE_V>();
-                Adds(vt1, ub3, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                for (int64_t rj2 = 0; rj2 < (PcCeilDiv(M, 64) - 1); ++rj2) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
                     PipeBarrier<PIPE_V>();
-                    Max(vt1, vt1, ub3[((rj2 + 1) * 64)], PcMin(64, (M - ((rj2 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                    Adds(vt1, ub3, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
+                    for (int64_t rj5 = 0; rj5 < (PcCeilDiv(M, 64) - 1); ++rj5) {
+                        PipeBarrier<PIPE_V>();
+                        Max(vt1, vt1, ub3[((rj5 + 1) * 64)], PcMin(64, (M - ((rj5 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                    }
+                }
+                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t lr6 = 0; lr6 < PcMin(TR, (N - (t * TR))); ++lr6) {
+                        PipeBarrier<PIPE_V>();
+                        Adds(vt1[(lr6 * 64)], ub3[(lr6 * CP)], static_cast<float>(0.0), PcMin(64, M), 1, UnaryRepeatParams(1, 1, 0, 0));
+                        for (int64_t rj7 = 0; rj7 < (PcCeilDiv(M, 64) - 1); ++rj7) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt1[(lr6 * 64)], vt1[(lr6 * 64)], ub3[((lr6 * CP) + ((rj7 + 1) * 64))], PcMin(64, (M - ((rj7 + 1) * 64))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                        }
+                    }
                 }
                 PipeBarrier<PIPE_V>();
                 ReduceRepeat<ReduceType::MAX>(vt0, vt1, PcMin(64, M), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                 PipeBarrier<PIPE_V>();
-                Brcb(ub4, vt0, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
-                for (int64_t cj3 = 0; cj3 < PcCeilDiv(CP, 64); ++cj3) {
-                    PipeBarrier<PIPE_V>();
-                    Sub(ub5[(cj3 * 64)], ub3[(cj3 * 64)], ub4, PcMin(64, (CP - (cj3 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                Brcb(ub1, vt0, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
+                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                    for (int64_t cj8 = 0; cj8 < PcCeilDiv(CP, 64); ++cj8) {
+                        PipeBarrier<PIPE_V>();
+                        Sub(ub5[(cj8 * 64)], ub3[(cj8 * 64)], ub1, PcMin(64, (CP - (cj8 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                    }
+                }
+                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t lr9 = 0; lr9 < PcMin(TR, (N - (t * TR))); ++lr9) {
+                        for (int64_t lg10 = 0; lg10 < PcCeilDiv((CP / 64), 255); ++lg10) {
+                            PipeBarrier<PIPE_V>();
+                            Sub(ub5[((lr9 * CP) + (lg10 * 16320))], ub3[((lr9 * CP) + (lg10 * 16320))], ub1[(lr9 * 8)], 64, PcMin(255, ((CP / 64) - (lg10 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                        for (int64_t lt11 = 0; lt11 < PcMin(1, (CP % 64)); ++lt11) {
+                            PipeBarrier<PIPE_V>();
+                            Sub(ub5[((lr9 * CP) + ((CP / 64) * 64))], ub3[((lr9 * CP) + ((CP / 64) * 64))], ub1[(lr9 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                    }
                 }
                 PipeBarrier<PIPE_V>();
-                Exp(ub6, ub5, (PcMin(TR, (N - (t * TR))) * CP));
-                PipeBarrier<PIPE_V>();
-                Adds(vt1, ub6, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                for (int64_t rj4 = 0; rj4 < (PcCeilDiv(M, 64) - 1); ++rj4) {
+                Exp(ub3, ub5, (PcMin(TR, (N - (t * TR))) * CP));
+                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
                     PipeBarrier<PIPE_V>();
-                    Add(vt1, vt1, ub6[((rj4 + 1) * 64)], PcMin(64, (M - ((rj4 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                    Adds(vt1, ub3, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
+                    for (int64_t rj12 = 0; rj12 < (PcCeilDiv(M, 64) - 1); ++rj12) {
+                        PipeBarrier<PIPE_V>();
+                        Add(vt1, vt1, ub3[((rj12 + 1) * 64)], PcMin(64, (M - ((rj12 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                    }
+                }
+                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t lr13 = 0; lr13 < PcMin(TR, (N - (t * TR))); ++lr13) {
+                        PipeBarrier<PIPE_V>();
+                        Adds(vt1[(lr13 * 64)], ub3[(lr13 * CP)], static_cast<float>(0.0), PcMin(64, M), 1, UnaryRepeatParams(1, 1, 0, 0));
+                        for (int64_t rj14 = 0; rj14 < (PcCeilDiv(M, 64) - 1); ++rj14) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt1[(lr13 * 64)], vt1[(lr13 * 64)], ub3[((lr13 * CP) + ((rj14 + 1) * 64))], PcMin(64, (M - ((rj14 + 1) * 64))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                        }
+                    }
                 }
                 PipeBarrier<PIPE_V>();
                 ReduceRepeat<ReduceType::SUM>(vt0, vt1, PcMin(64, M), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                 PipeBarrier<PIPE_V>();
-                Brcb(ub7, vt0, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
+                Brcb(ub1, vt0, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
                 WaitFlag<HardEvent::MTE3_V>((i % 2));
-                for (int64_t cj5 = 0; cj5 < PcCeilDiv(CP, 64); ++cj5) {
-                    PipeBarrier<PIPE_V>();
-                    Div(ub8[(i % 2)][(cj5 * 64)], ub6[(cj5 * 64)], ub7, PcMin(64, (CP - (cj5 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                    for (int64_t cj15 = 0; cj15 < PcCeilDiv(CP, 64); ++cj15) {
+                        PipeBarrier<PIPE_V>();
+                        Div(ub8[(i % 2)][(cj15 * 64)], ub3[(cj15 * 64)], ub1, PcMin(64, (CP - (cj15 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                    }
+                }
+                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t lr16 = 0; lr16 < PcMin(TR, (N - (t * TR))); ++lr16) {
+                        for (int64_t lg17 = 0; lg17 < PcCeilDiv((CP / 64), 255); ++lg17) {
+                            PipeBarrier<PIPE_V>();
+                            Div(ub8[(i % 2)][((lr16 * CP) + (lg17 * 16320))], ub3[((lr16 * CP) + (lg17 * 16320))], ub1[(lr16 * 8)], 64, PcMin(255, ((CP / 64) - (lg17 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                        for (int64_t lt18 = 0; lt18 < PcMin(1, (CP % 64)); ++lt18) {
+                            PipeBarrier<PIPE_V>();
+                            Div(ub8[(i % 2)][((lr16 * CP) + ((CP / 64) * 64))], ub3[((lr16 * CP) + ((CP / 64) * 64))], ub1[(lr16 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                    }
                 }
                 SetFlag<HardEvent::V_MTE3>((i % 2));
                 WaitFlag<HardEvent::V_MTE3>((i % 2));

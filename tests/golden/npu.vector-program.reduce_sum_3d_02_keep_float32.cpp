@@ -90,11 +90,23 @@ extern "C" __global__ __aicore__ void reduce3d_sum_02_keep_float32(GM_ADDR x_, G
                     DataCopyPad(ub0[(((i * A) + i_A) % 2)], gx[(((i_A * B) + (t * TR)) * C)], DataCopyExtParams(PcMin(TR, (B - (t * TR))), (C * 4), 0, PcCeilDiv(((CP * 4) - (PcCeilDiv((C * 4), 32) * 32)), 32), 0), DataCopyPadExtParams<float>(false, 0, 0, static_cast<float>(0)));
                     SetFlag<HardEvent::MTE2_V>((((i * A) + i_A) % 2));
                     WaitFlag<HardEvent::MTE2_V>((((i * A) + i_A) % 2));
-                    PipeBarrier<PIPE_V>();
-                    Adds(vt1, ub0[(((i * A) + i_A) % 2)], static_cast<float>(0.0), PcMin(64, C), PcMin(TR, (B - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                    for (int64_t rj1 = 0; rj1 < (PcCeilDiv(C, 64) - 1); ++rj1) {
+                    for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
                         PipeBarrier<PIPE_V>();
-                        Add(vt1, vt1, ub0[(((i * A) + i_A) % 2)][((rj1 + 1) * 64)], PcMin(64, (C - ((rj1 + 1) * 64))), PcMin(TR, (B - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                        Adds(vt1, ub0[(((i * A) + i_A) % 2)], static_cast<float>(0.0), PcMin(64, C), PcMin(TR, (B - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
+                        for (int64_t rj1 = 0; rj1 < (PcCeilDiv(C, 64) - 1); ++rj1) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt1, vt1, ub0[(((i * A) + i_A) % 2)][((rj1 + 1) * 64)], PcMin(64, (C - ((rj1 + 1) * 64))), PcMin(TR, (B - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                        }
+                    }
+                    for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                        for (int64_t lr2 = 0; lr2 < PcMin(TR, (B - (t * TR))); ++lr2) {
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt1[(lr2 * 64)], ub0[(((i * A) + i_A) % 2)][(lr2 * CP)], static_cast<float>(0.0), PcMin(64, C), 1, UnaryRepeatParams(1, 1, 0, 0));
+                            for (int64_t rj3 = 0; rj3 < (PcCeilDiv(C, 64) - 1); ++rj3) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt1[(lr2 * 64)], vt1[(lr2 * 64)], ub0[(((i * A) + i_A) % 2)][((lr2 * CP) + ((rj3 + 1) * 64))], PcMin(64, (C - ((rj3 + 1) * 64))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                            }
+                        }
                     }
                     SetFlag<HardEvent::V_MTE2>((((i * A) + i_A) % 2));
                     PipeBarrier<PIPE_V>();

@@ -34,8 +34,8 @@ inline uint32_t softmax3d_1_float32_Tiling(const int64_t* sizes, uint32_t aicNum
     {   // phase 0: UB tiling (rows of CP elements, TR rows, at most 255; UB 188416 B)
         const int64_t cp = PcAlignUp(B, 16);
         int64_t tr = PcMax(PcMin(C, 255), 1);
-        while (tr > 1 && (2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256)) > 188416) { --tr; }
-        if ((2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256)) > 188416) { return 0; }
+        while (tr > 1 && (2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256)) > 188416) { --tr; }
+        if ((2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256)) > 188416) { return 0; }
         t->TR_0 = tr; t->CP_0 = cp; t->TRP_0 = PcAlignUp(tr, 16);
     }
     const int64_t NB = PcMax(1, PcMin(static_cast<int64_t>(aivNum), (PcCeilDiv(C, t->TR_0) * A)));
@@ -69,19 +69,13 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
             const uint32_t ub1_addr = PcAlignUp(ub0_addr + 2 * PcAlignUp(CP * TRP * 4, 256), 32);
             const uint32_t ub2_addr = PcAlignUp(ub1_addr + 1 * PcAlignUp(TRP * CP * 4, 256), 32);
             const uint32_t ub3_addr = PcAlignUp(ub2_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
-            const uint32_t ub4_addr = PcAlignUp(ub3_addr + 1 * PcAlignUp(TRP * CP * 4, 256), 32);
-            const uint32_t ub5_addr = PcAlignUp(ub4_addr + 1 * PcAlignUp(TRP * CP * 4, 256), 32);
-            const uint32_t ub6_addr = PcAlignUp(ub5_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
-            const uint32_t ub7_addr = PcAlignUp(ub6_addr + 1 * PcAlignUp(TRP * CP * 4, 256), 32);
+            const uint32_t ub7_addr = PcAlignUp(ub3_addr + 1 * PcAlignUp(TRP * CP * 4, 256), 32);
             const uint32_t vt0_addr = PcAlignUp(ub7_addr + 2 * PcAlignUp(CP * TRP * 4, 256), 32);
             const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TRP * 4, 256), 32);
             LocalTensor<float> ub0[2] = {LocalTensor<float>(TPosition::VECCALC, ub0_addr, CP * TRP), LocalTensor<float>(TPosition::VECCALC, ub0_addr + 1 * PcAlignUp(CP * TRP * 4, 256), CP * TRP)};  // UB ND, ping-pong
             LocalTensor<float> ub1(TPosition::VECCALC, ub1_addr, TRP * CP);  // UB ND
             LocalTensor<float> ub2(TPosition::VECCALC, ub2_addr, TR * 8);  // UB COL
             LocalTensor<float> ub3(TPosition::VECCALC, ub3_addr, TRP * CP);  // UB ND
-            LocalTensor<float> ub4(TPosition::VECCALC, ub4_addr, TRP * CP);  // UB ND
-            LocalTensor<float> ub5(TPosition::VECCALC, ub5_addr, TR * 8);  // UB COL
-            LocalTensor<float> ub6(TPosition::VECCALC, ub6_addr, TRP * CP);  // UB ND
             LocalTensor<float> ub7[2] = {LocalTensor<float>(TPosition::VECCALC, ub7_addr, CP * TRP), LocalTensor<float>(TPosition::VECCALC, ub7_addr + 1 * PcAlignUp(CP * TRP * 4, 256), CP * TRP)};  // UB ND, ping-pong
             LocalTensor<float> vt0(TPosition::VECCALC, vt0_addr, 1 * TRP);  // UB PACK
             LocalTensor<float> vt1(TPosition::VECCALC, vt1_addr, TRP * 64);  // UB ND
@@ -106,42 +100,94 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
                     }
                 }
                 SetFlag<HardEvent::V_MTE2>((i % 2));
-                PipeBarrier<PIPE_V>();
-                Adds(vt1, ub1, static_cast<float>(0.0), PcMin(64, B), PcMin(TR, (C - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                for (int64_t rj2 = 0; rj2 < (PcCeilDiv(B, 64) - 1); ++rj2) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
                     PipeBarrier<PIPE_V>();
-                    Max(vt1, vt1, ub1[((rj2 + 1) * 64)], PcMin(64, (B - ((rj2 + 1) * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                    Adds(vt1, ub1, static_cast<float>(0.0), PcMin(64, B), PcMin(TR, (C - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
+                    for (int64_t rj2 = 0; rj2 < (PcCeilDiv(B, 64) - 1); ++rj2) {
+                        PipeBarrier<PIPE_V>();
+                        Max(vt1, vt1, ub1[((rj2 + 1) * 64)], PcMin(64, (B - ((rj2 + 1) * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                    }
+                }
+                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t lr3 = 0; lr3 < PcMin(TR, (C - (t * TR))); ++lr3) {
+                        PipeBarrier<PIPE_V>();
+                        Adds(vt1[(lr3 * 64)], ub1[(lr3 * CP)], static_cast<float>(0.0), PcMin(64, B), 1, UnaryRepeatParams(1, 1, 0, 0));
+                        for (int64_t rj4 = 0; rj4 < (PcCeilDiv(B, 64) - 1); ++rj4) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt1[(lr3 * 64)], vt1[(lr3 * 64)], ub1[((lr3 * CP) + ((rj4 + 1) * 64))], PcMin(64, (B - ((rj4 + 1) * 64))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                        }
+                    }
                 }
                 PipeBarrier<PIPE_V>();
                 ReduceRepeat<ReduceType::MAX>(vt0, vt1, PcMin(64, B), PcMin(TR, (C - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                 PipeBarrier<PIPE_V>();
                 Brcb(ub2, vt0, PcCeilDiv(PcMin(TR, (C - (t * TR))), 8), BrcbRepeatParams(1, 8));
-                for (int64_t cj3 = 0; cj3 < PcCeilDiv(CP, 64); ++cj3) {
-                    PipeBarrier<PIPE_V>();
-                    Sub(ub3[(cj3 * 64)], ub1[(cj3 * 64)], ub2, PcMin(64, (CP - (cj3 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                    for (int64_t cj5 = 0; cj5 < PcCeilDiv(CP, 64); ++cj5) {
+                        PipeBarrier<PIPE_V>();
+                        Sub(ub3[(cj5 * 64)], ub1[(cj5 * 64)], ub2, PcMin(64, (CP - (cj5 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                    }
+                }
+                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t lr6 = 0; lr6 < PcMin(TR, (C - (t * TR))); ++lr6) {
+                        for (int64_t lg7 = 0; lg7 < PcCeilDiv((CP / 64), 255); ++lg7) {
+                            PipeBarrier<PIPE_V>();
+                            Sub(ub3[((lr6 * CP) + (lg7 * 16320))], ub1[((lr6 * CP) + (lg7 * 16320))], ub2[(lr6 * 8)], 64, PcMin(255, ((CP / 64) - (lg7 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                        for (int64_t lt8 = 0; lt8 < PcMin(1, (CP % 64)); ++lt8) {
+                            PipeBarrier<PIPE_V>();
+                            Sub(ub3[((lr6 * CP) + ((CP / 64) * 64))], ub1[((lr6 * CP) + ((CP / 64) * 64))], ub2[(lr6 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                    }
                 }
                 PipeBarrier<PIPE_V>();
-                Exp(ub4, ub3, (PcMin(TR, (C - (t * TR))) * CP));
-                PipeBarrier<PIPE_V>();
-                Adds(vt1, ub4, static_cast<float>(0.0), PcMin(64, B), PcMin(TR, (C - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                for (int64_t rj4 = 0; rj4 < (PcCeilDiv(B, 64) - 1); ++rj4) {
+                Exp(ub1, ub3, (PcMin(TR, (C - (t * TR))) * CP));
+                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
                     PipeBarrier<PIPE_V>();
-                    Add(vt1, vt1, ub4[((rj4 + 1) * 64)], PcMin(64, (B - ((rj4 + 1) * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                    Adds(vt1, ub1, static_cast<float>(0.0), PcMin(64, B), PcMin(TR, (C - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
+                    for (int64_t rj9 = 0; rj9 < (PcCeilDiv(B, 64) - 1); ++rj9) {
+                        PipeBarrier<PIPE_V>();
+                        Add(vt1, vt1, ub1[((rj9 + 1) * 64)], PcMin(64, (B - ((rj9 + 1) * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                    }
+                }
+                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t lr10 = 0; lr10 < PcMin(TR, (C - (t * TR))); ++lr10) {
+                        PipeBarrier<PIPE_V>();
+                        Adds(vt1[(lr10 * 64)], ub1[(lr10 * CP)], static_cast<float>(0.0), PcMin(64, B), 1, UnaryRepeatParams(1, 1, 0, 0));
+                        for (int64_t rj11 = 0; rj11 < (PcCeilDiv(B, 64) - 1); ++rj11) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt1[(lr10 * 64)], vt1[(lr10 * 64)], ub1[((lr10 * CP) + ((rj11 + 1) * 64))], PcMin(64, (B - ((rj11 + 1) * 64))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                        }
+                    }
                 }
                 PipeBarrier<PIPE_V>();
                 ReduceRepeat<ReduceType::SUM>(vt0, vt1, PcMin(64, B), PcMin(TR, (C - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                 PipeBarrier<PIPE_V>();
-                Brcb(ub5, vt0, PcCeilDiv(PcMin(TR, (C - (t * TR))), 8), BrcbRepeatParams(1, 8));
-                for (int64_t cj5 = 0; cj5 < PcCeilDiv(CP, 64); ++cj5) {
-                    PipeBarrier<PIPE_V>();
-                    Div(ub6[(cj5 * 64)], ub4[(cj5 * 64)], ub5, PcMin(64, (CP - (cj5 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                Brcb(ub2, vt0, PcCeilDiv(PcMin(TR, (C - (t * TR))), 8), BrcbRepeatParams(1, 8));
+                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                    for (int64_t cj12 = 0; cj12 < PcCeilDiv(CP, 64); ++cj12) {
+                        PipeBarrier<PIPE_V>();
+                        Div(ub3[(cj12 * 64)], ub1[(cj12 * 64)], ub2, PcMin(64, (CP - (cj12 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                    }
+                }
+                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t lr13 = 0; lr13 < PcMin(TR, (C - (t * TR))); ++lr13) {
+                        for (int64_t lg14 = 0; lg14 < PcCeilDiv((CP / 64), 255); ++lg14) {
+                            PipeBarrier<PIPE_V>();
+                            Div(ub3[((lr13 * CP) + (lg14 * 16320))], ub1[((lr13 * CP) + (lg14 * 16320))], ub2[(lr13 * 8)], 64, PcMin(255, ((CP / 64) - (lg14 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                        for (int64_t lt15 = 0; lt15 < PcMin(1, (CP % 64)); ++lt15) {
+                            PipeBarrier<PIPE_V>();
+                            Div(ub3[((lr13 * CP) + ((CP / 64) * 64))], ub1[((lr13 * CP) + ((CP / 64) * 64))], ub2[(lr13 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                    }
                 }
                 WaitFlag<HardEvent::MTE3_V>((i % 2));
-                for (int64_t tb6 = 0; tb6 < PcCeilDiv(TRP, 16); ++tb6) {
+                for (int64_t tb16 = 0; tb16 < PcCeilDiv(TRP, 16); ++tb16) {
                     PipeBarrier<PIPE_V>();
                     {
-                        LocalTensor<float> dstList[NCHW_CONV_ADDR_LIST_SIZE] = {ub7[(i % 2)][(tb6 * 16)], ub7[(i % 2)][((tb6 * 16) + 8)], ub7[(i % 2)][(TRP + (tb6 * 16))], ub7[(i % 2)][((TRP + (tb6 * 16)) + 8)], ub7[(i % 2)][((2 * TRP) + (tb6 * 16))], ub7[(i % 2)][(((2 * TRP) + (tb6 * 16)) + 8)], ub7[(i % 2)][((3 * TRP) + (tb6 * 16))], ub7[(i % 2)][(((3 * TRP) + (tb6 * 16)) + 8)], ub7[(i % 2)][((4 * TRP) + (tb6 * 16))], ub7[(i % 2)][(((4 * TRP) + (tb6 * 16)) + 8)], ub7[(i % 2)][((5 * TRP) + (tb6 * 16))], ub7[(i % 2)][(((5 * TRP) + (tb6 * 16)) + 8)], ub7[(i % 2)][((6 * TRP) + (tb6 * 16))], ub7[(i % 2)][(((6 * TRP) + (tb6 * 16)) + 8)], ub7[(i % 2)][((7 * TRP) + (tb6 * 16))], ub7[(i % 2)][(((7 * TRP) + (tb6 * 16)) + 8)]};
-                        LocalTensor<float> srcList[NCHW_CONV_ADDR_LIST_SIZE] = {ub6[((tb6 * 16) * CP)], ub6[(((tb6 * 16) + 1) * CP)], ub6[(((tb6 * 16) + 2) * CP)], ub6[(((tb6 * 16) + 3) * CP)], ub6[(((tb6 * 16) + 4) * CP)], ub6[(((tb6 * 16) + 5) * CP)], ub6[(((tb6 * 16) + 6) * CP)], ub6[(((tb6 * 16) + 7) * CP)], ub6[(((tb6 * 16) + 8) * CP)], ub6[(((tb6 * 16) + 9) * CP)], ub6[(((tb6 * 16) + 10) * CP)], ub6[(((tb6 * 16) + 11) * CP)], ub6[(((tb6 * 16) + 12) * CP)], ub6[(((tb6 * 16) + 13) * CP)], ub6[(((tb6 * 16) + 14) * CP)], ub6[(((tb6 * 16) + 15) * CP)]};
+                        LocalTensor<float> dstList[NCHW_CONV_ADDR_LIST_SIZE] = {ub7[(i % 2)][(tb16 * 16)], ub7[(i % 2)][((tb16 * 16) + 8)], ub7[(i % 2)][(TRP + (tb16 * 16))], ub7[(i % 2)][((TRP + (tb16 * 16)) + 8)], ub7[(i % 2)][((2 * TRP) + (tb16 * 16))], ub7[(i % 2)][(((2 * TRP) + (tb16 * 16)) + 8)], ub7[(i % 2)][((3 * TRP) + (tb16 * 16))], ub7[(i % 2)][(((3 * TRP) + (tb16 * 16)) + 8)], ub7[(i % 2)][((4 * TRP) + (tb16 * 16))], ub7[(i % 2)][(((4 * TRP) + (tb16 * 16)) + 8)], ub7[(i % 2)][((5 * TRP) + (tb16 * 16))], ub7[(i % 2)][(((5 * TRP) + (tb16 * 16)) + 8)], ub7[(i % 2)][((6 * TRP) + (tb16 * 16))], ub7[(i % 2)][(((6 * TRP) + (tb16 * 16)) + 8)], ub7[(i % 2)][((7 * TRP) + (tb16 * 16))], ub7[(i % 2)][(((7 * TRP) + (tb16 * 16)) + 8)]};
+                        LocalTensor<float> srcList[NCHW_CONV_ADDR_LIST_SIZE] = {ub3[((tb16 * 16) * CP)], ub3[(((tb16 * 16) + 1) * CP)], ub3[(((tb16 * 16) + 2) * CP)], ub3[(((tb16 * 16) + 3) * CP)], ub3[(((tb16 * 16) + 4) * CP)], ub3[(((tb16 * 16) + 5) * CP)], ub3[(((tb16 * 16) + 6) * CP)], ub3[(((tb16 * 16) + 7) * CP)], ub3[(((tb16 * 16) + 8) * CP)], ub3[(((tb16 * 16) + 9) * CP)], ub3[(((tb16 * 16) + 10) * CP)], ub3[(((tb16 * 16) + 11) * CP)], ub3[(((tb16 * 16) + 12) * CP)], ub3[(((tb16 * 16) + 13) * CP)], ub3[(((tb16 * 16) + 14) * CP)], ub3[(((tb16 * 16) + 15) * CP)]};
                         TransDataTo5HD<float>(dstList, srcList, TransDataTo5HDParams(false, false, PcCeilDiv(CP, 8), (PcCeilDiv(((TRP * 8) * 4), 32) * PcMin((PcCeilDiv(CP, 8) - 1), 1)), PcMin((PcCeilDiv(CP, 8) - 1), 1)));
                     }
                 }

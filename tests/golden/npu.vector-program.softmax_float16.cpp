@@ -31,8 +31,8 @@ inline uint32_t softmax_m1_float16_Tiling(const int64_t* sizes, uint32_t aicNum,
     {   // phase 0: UB tiling (rows of CP elements, TR rows, at most 255; UB 16384 B)
         const int64_t cp = PcAlignUp(M, 16);
         int64_t tr = PcMax(PcMin(N, 255), 1);
-        while (tr > 1 && (2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { --tr; }
-        if ((2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { return 0; }
+        while (tr > 1 && (2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { --tr; }
+        if ((2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { return 0; }
         t->TR_0 = tr; t->CP_0 = cp; t->TRP_0 = PcAlignUp(tr, 16);
     }
     const int64_t NB = PcMax(1, PcMin(static_cast<int64_t>(aivNum), PcCeilDiv(N, t->TR_0)));
@@ -66,10 +66,7 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
             const uint32_t ub2_addr = PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 16 * 2, 256), 32);
             const uint32_t ub3_addr = PcAlignUp(ub2_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
             const uint32_t ub4_addr = PcAlignUp(ub3_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
-            const uint32_t ub5_addr = PcAlignUp(ub4_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
-            const uint32_t ub6_addr = PcAlignUp(ub5_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
-            const uint32_t ub7_addr = PcAlignUp(ub6_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
-            const uint32_t ub8_addr = PcAlignUp(ub7_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
+            const uint32_t ub8_addr = PcAlignUp(ub4_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
             const uint32_t vt0_addr = PcAlignUp(ub8_addr + 2 * PcAlignUp(TR * CP * 2, 256), 32);
             const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 2, 256), 32);
             const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TR * 128 * 2, 256), 32);
@@ -79,9 +76,6 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
             LocalTensor<float> ub2(TPosition::VECCALC, ub2_addr, TR * CP);  // UB ND
             LocalTensor<float> ub3(TPosition::VECCALC, ub3_addr, TR * 8);  // UB COL
             LocalTensor<float> ub4(TPosition::VECCALC, ub4_addr, TR * CP);  // UB ND
-            LocalTensor<float> ub5(TPosition::VECCALC, ub5_addr, TR * CP);  // UB ND
-            LocalTensor<float> ub6(TPosition::VECCALC, ub6_addr, TR * 8);  // UB COL
-            LocalTensor<float> ub7(TPosition::VECCALC, ub7_addr, TR * CP);  // UB ND
             LocalTensor<half> ub8[2] = {LocalTensor<half>(TPosition::VECCALC, ub8_addr, TR * CP), LocalTensor<half>(TPosition::VECCALC, ub8_addr + 1 * PcAlignUp(TR * CP * 2, 256), TR * CP)};  // UB ND, ping-pong
             LocalTensor<half> vt0(TPosition::VECCALC, vt0_addr, 1 * TR);  // UB PACK
             LocalTensor<half> vt1(TPosition::VECCALC, vt1_addr, TR * 128);  // UB ND
@@ -98,11 +92,23 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                 DataCopyPad(ub0[(i % 2)], gx[((t * TR) * M)], DataCopyExtParams(PcMin(TR, (N - (t * TR))), (M * 2), 0, PcCeilDiv(((CP * 2) - (PcCeilDiv((M * 2), 32) * 32)), 32), 0), DataCopyPadExtParams<half>(false, 0, 0, static_cast<half>(0)));
                 SetFlag<HardEvent::MTE2_V>((i % 2));
                 WaitFlag<HardEvent::MTE2_V>((i % 2));
-                PipeBarrier<PIPE_V>();
-                Adds(vt1, ub0[(i % 2)], static_cast<half>(0.0), PcMin(128, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 2), 32)));
-                for (int64_t rj1 = 0; rj1 < (PcCeilDiv(M, 128) - 1); ++rj1) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 2), 32) - 255)))); ++rs) {
                     PipeBarrier<PIPE_V>();
-                    Max(vt1, vt1, ub0[(i % 2)][((rj1 + 1) * 128)], PcMin(128, (M - ((rj1 + 1) * 128))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 2), 32)));
+                    Adds(vt1, ub0[(i % 2)], static_cast<half>(0.0), PcMin(128, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 2), 32)));
+                    for (int64_t rj1 = 0; rj1 < (PcCeilDiv(M, 128) - 1); ++rj1) {
+                        PipeBarrier<PIPE_V>();
+                        Max(vt1, vt1, ub0[(i % 2)][((rj1 + 1) * 128)], PcMin(128, (M - ((rj1 + 1) * 128))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 2), 32)));
+                    }
+                }
+                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 2), 32) - 255))); ++rl) {
+                    for (int64_t lr2 = 0; lr2 < PcMin(TR, (N - (t * TR))); ++lr2) {
+                        PipeBarrier<PIPE_V>();
+                        Adds(vt1[(lr2 * 128)], ub0[(i % 2)][(lr2 * CP)], static_cast<half>(0.0), PcMin(128, M), 1, UnaryRepeatParams(1, 1, 0, 0));
+                        for (int64_t rj3 = 0; rj3 < (PcCeilDiv(M, 128) - 1); ++rj3) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt1[(lr2 * 128)], vt1[(lr2 * 128)], ub0[(i % 2)][((lr2 * CP) + ((rj3 + 1) * 128))], PcMin(128, (M - ((rj3 + 1) * 128))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                        }
+                    }
                 }
                 PipeBarrier<PIPE_V>();
                 ReduceRepeat<ReduceType::MAX>(vt0, vt1, PcMin(128, M), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
@@ -112,29 +118,69 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                 SetFlag<HardEvent::V_MTE2>((i % 2));
                 PipeBarrier<PIPE_V>();
                 Cast(ub3, ub1, RoundMode::CAST_NONE, 8, PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 1, 1));
-                for (int64_t cj2 = 0; cj2 < PcCeilDiv(CP, 64); ++cj2) {
-                    PipeBarrier<PIPE_V>();
-                    Sub(ub4[(cj2 * 64)], ub2[(cj2 * 64)], ub3, PcMin(64, (CP - (cj2 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                    for (int64_t cj4 = 0; cj4 < PcCeilDiv(CP, 64); ++cj4) {
+                        PipeBarrier<PIPE_V>();
+                        Sub(ub4[(cj4 * 64)], ub2[(cj4 * 64)], ub3, PcMin(64, (CP - (cj4 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                    }
+                }
+                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t lr5 = 0; lr5 < PcMin(TR, (N - (t * TR))); ++lr5) {
+                        for (int64_t lg6 = 0; lg6 < PcCeilDiv((CP / 64), 255); ++lg6) {
+                            PipeBarrier<PIPE_V>();
+                            Sub(ub4[((lr5 * CP) + (lg6 * 16320))], ub2[((lr5 * CP) + (lg6 * 16320))], ub3[(lr5 * 8)], 64, PcMin(255, ((CP / 64) - (lg6 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                        for (int64_t lt7 = 0; lt7 < PcMin(1, (CP % 64)); ++lt7) {
+                            PipeBarrier<PIPE_V>();
+                            Sub(ub4[((lr5 * CP) + ((CP / 64) * 64))], ub2[((lr5 * CP) + ((CP / 64) * 64))], ub3[(lr5 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                    }
                 }
                 PipeBarrier<PIPE_V>();
-                Exp(ub5, ub4, (PcMin(TR, (N - (t * TR))) * CP));
-                PipeBarrier<PIPE_V>();
-                Adds(vt3, ub5, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                for (int64_t rj3 = 0; rj3 < (PcCeilDiv(M, 64) - 1); ++rj3) {
+                Exp(ub2, ub4, (PcMin(TR, (N - (t * TR))) * CP));
+                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
                     PipeBarrier<PIPE_V>();
-                    Add(vt3, vt3, ub5[((rj3 + 1) * 64)], PcMin(64, (M - ((rj3 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                    Adds(vt3, ub2, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
+                    for (int64_t rj8 = 0; rj8 < (PcCeilDiv(M, 64) - 1); ++rj8) {
+                        PipeBarrier<PIPE_V>();
+                        Add(vt3, vt3, ub2[((rj8 + 1) * 64)], PcMin(64, (M - ((rj8 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                    }
+                }
+                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t lr9 = 0; lr9 < PcMin(TR, (N - (t * TR))); ++lr9) {
+                        PipeBarrier<PIPE_V>();
+                        Adds(vt3[(lr9 * 64)], ub2[(lr9 * CP)], static_cast<float>(0.0), PcMin(64, M), 1, UnaryRepeatParams(1, 1, 0, 0));
+                        for (int64_t rj10 = 0; rj10 < (PcCeilDiv(M, 64) - 1); ++rj10) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt3[(lr9 * 64)], vt3[(lr9 * 64)], ub2[((lr9 * CP) + ((rj10 + 1) * 64))], PcMin(64, (M - ((rj10 + 1) * 64))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                        }
+                    }
                 }
                 PipeBarrier<PIPE_V>();
                 ReduceRepeat<ReduceType::SUM>(vt2, vt3, PcMin(64, M), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                 PipeBarrier<PIPE_V>();
-                Brcb(ub6, vt2, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
-                for (int64_t cj4 = 0; cj4 < PcCeilDiv(CP, 64); ++cj4) {
-                    PipeBarrier<PIPE_V>();
-                    Div(ub7[(cj4 * 64)], ub5[(cj4 * 64)], ub6, PcMin(64, (CP - (cj4 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                Brcb(ub3, vt2, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
+                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                    for (int64_t cj11 = 0; cj11 < PcCeilDiv(CP, 64); ++cj11) {
+                        PipeBarrier<PIPE_V>();
+                        Div(ub4[(cj11 * 64)], ub2[(cj11 * 64)], ub3, PcMin(64, (CP - (cj11 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                    }
+                }
+                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t lr12 = 0; lr12 < PcMin(TR, (N - (t * TR))); ++lr12) {
+                        for (int64_t lg13 = 0; lg13 < PcCeilDiv((CP / 64), 255); ++lg13) {
+                            PipeBarrier<PIPE_V>();
+                            Div(ub4[((lr12 * CP) + (lg13 * 16320))], ub2[((lr12 * CP) + (lg13 * 16320))], ub3[(lr12 * 8)], 64, PcMin(255, ((CP / 64) - (lg13 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                        for (int64_t lt14 = 0; lt14 < PcMin(1, (CP % 64)); ++lt14) {
+                            PipeBarrier<PIPE_V>();
+                            Div(ub4[((lr12 * CP) + ((CP / 64) * 64))], ub2[((lr12 * CP) + ((CP / 64) * 64))], ub3[(lr12 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                        }
+                    }
                 }
                 WaitFlag<HardEvent::MTE3_V>((i % 2));
                 PipeBarrier<PIPE_V>();
-                Cast(ub8[(i % 2)], ub7, RoundMode::CAST_RINT, (PcMin(TR, (N - (t * TR))) * CP));
+                Cast(ub8[(i % 2)], ub4, RoundMode::CAST_RINT, (PcMin(TR, (N - (t * TR))) * CP));
                 SetFlag<HardEvent::V_MTE3>((i % 2));
                 WaitFlag<HardEvent::V_MTE3>((i % 2));
                 DataCopyPad(gsoftmax[((t * TR) * M)], ub8[(i % 2)], DataCopyExtParams(PcMin(TR, (N - (t * TR))), (M * 2), PcCeilDiv(((CP * 2) - (PcCeilDiv((M * 2), 32) * 32)), 32), 0, 0));
