@@ -149,7 +149,7 @@ class CompiledGraph:
         return all(_same_value(_number(e, env), want) for e, want in g.expr_guards)
 
     def __call__(self, *inputs: Any, out: Any = None):
-        from .dlpack import from_caller, to_caller
+        from polycomp.dlpack import from_caller, to_caller
         g = self.graph
         arrays, kind = from_caller(inputs, [v.name for v in g.inputs])
         outs = list(out) if isinstance(out, (list, tuple)) else ([out] if out is not None

@@ -162,6 +162,33 @@ def imports_of(name: str, path: str, known: dict) -> set[str]:
     return out
 
 
+def missing_imports(name: str, path: str, known: dict) -> list[str]:
+    """The package modules ``name`` imports that do not exist (``from .gone import f``,
+    ``import polycomp.gone``): such an import fails only when its line runs, and imports
+    inside functions run late."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")
+                up = up[:len(up) - (node.level - 1)]
+                base = ".".join(up + ([base] if base else []))
+            # ``from pkg import mod`` names a module or an attribute of pkg: pkg must exist
+            mods = [base]
+        else:
+            continue
+        for m in mods:
+            if (m == "polycomp" or m.startswith("polycomp.")) and m not in known:
+                out.append(f"{name}:{node.lineno} imports {m}")
+    return out
+
+
 def import_graph() -> dict[str, set[str]]:
     known = modules()
     return {name: imports_of(name, path, known) for name, path in known.items()}
@@ -257,6 +284,12 @@ def test_every_module_has_a_layer():
         assert layer_of(m) in LAYERS, m
     stale = [m for m in MODULE_LAYERS if m not in modules()]
     assert not stale, f"MODULE_LAYERS names modules that do not exist: {stale}"
+
+
+def test_every_package_import_names_a_module():
+    known = modules()
+    missing = [m for name, path in known.items() for m in missing_imports(name, path, known)]
+    assert not missing, "imports of modules that do not exist:\n  " + "\n  ".join(missing)
 
 
 def test_imports_follow_the_layers(graph):
