@@ -171,6 +171,11 @@ class PolyModel:
         raise KeyError(name)
 
     def __str__(self) -> str:
+        return self.text()
+
+    def text(self, dependences: bool = True) -> str:
+        """The model as text: statements, domains, accesses and (``dependences``) the
+        flow, anti and output dependences."""
         from polycomp.lowering.printer import expr_str
         out = [f"kernel {self.name}",
                f"  context: {self.context}",
@@ -182,8 +187,9 @@ class PolyModel:
             out.append(f"    domain: {s.domain}")
             for a in s.accesses:
                 out.append(f"    {a.kind:5s} {a.tag}: {a.relation}")
-        for name in ("flow", "anti", "output"):
-            out.append(f"  {name} dependences: {getattr(self, name)}")
+        if dependences:
+            for name in ("flow", "anti", "output"):
+                out.append(f"  {name} dependences: {getattr(self, name)}")
         return "\n".join(out)
 
 

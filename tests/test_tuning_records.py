@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import textwrap
 
 import pytest
@@ -157,6 +158,9 @@ def test_records_of_another_thread_count_never_mix(files, monkeypatch):
     fast_one_thread = {"parallel": True}
     f.write_text(_line(kernel=h, seconds=1e-6, config=fast_one_thread, threads=1) + "\n"
                  + _line(kernel=h, seconds=1e-3, config=GOOD, threads=2) + "\n")
+    # the thread count follows torch when torch is imported (hw/cpu/target.py
+    # requested_threads); here the process without torch, where OMP_NUM_THREADS decides
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert rec.options_from_records(k, "cpu-avx2", str(f), SHAPE) == GOOD
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
