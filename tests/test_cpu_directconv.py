@@ -15,7 +15,7 @@ from polycomp.frontend import ops
 from polycomp.frontend.dsl import Kernel
 from polycomp.frontend.ops import _ref_conv2d
 from polycomp.hw.cpu.build import CFunction, build_shared
-from polycomp.hw.cpu.simd_build import build_simde, simde_available
+from polycomp.hw.cpu.simd_build import build_simde
 from polycomp.hw.cpu.target import cpu_flags
 from polycomp.hw.target import get_target
 from polycomp.scheduler.common.tree import violated_dependences
@@ -97,7 +97,6 @@ def test_channel_form_avx2(shape, seed):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not simde_available(), reason="SIMDe headers (libsimde-dev) missing")
 @settings(max_examples=2, deadline=None)
 @given(shape=_CONV, seed=st.integers(0, 2 ** 31))
 def test_channel_form_avx512_simde(shape, seed):

@@ -84,7 +84,6 @@ def test_dsl_matmul_uses_the_dot_unit(name):
     assert ck.final_ir.counts.microkernels == 1
 
 
-@pytest.mark.skipif(not simde_available(), reason="SIMDe headers (libsimde-dev) missing")
 @pytest.mark.parametrize("name", ["bf16", "bf16-cast", "int8"])
 @settings(max_examples=6, deadline=None)
 @given(M=EXTENT, N=EXTENT, K=EXTENT, seed=st.integers(0, 2 ** 31))
@@ -105,7 +104,6 @@ def test_dsl_lowp_native(name):
         _same(f(A, B), _reference(name, A, B, "odd-first"))
 
 
-@pytest.mark.skipif(not simde_available(), reason="SIMDe headers (libsimde-dev) missing")
 @settings(max_examples=4, deadline=None)
 @given(M=EXTENT, N=EXTENT, K=EXTENT, seed=st.integers(0, 2 ** 31))
 def test_dsl_lowp_before_an_epilogue_stage_simde(M, N, K, seed):
