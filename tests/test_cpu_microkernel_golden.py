@@ -114,9 +114,7 @@ def test_golden_printed_tile(src, goldens):
 def test_printed_tile_runs(src):
     A, B = _inputs(src, 1)
     mode = "native" if lowp.host_has("bf16") and lowp.host_has("int8") else "simde"
-    from polycomp.hw.cpu.simd_build import simde_available
-    if mode == "simde" and not simde_available():
-        pytest.skip("SIMDe headers (libsimde-dev) missing and no native units")
+    # without the units the SIMDe build runs it (libsimde-dev is a test prerequisite)
     C = lowp.build_lowp(_kernel(src), TARGET, mode)(A, B)
     if src == "int8":
         np.testing.assert_array_equal(C, lowp.reference_int8(A, B))
