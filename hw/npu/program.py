@@ -665,11 +665,14 @@ class Tiling:
     """Host-side tiling data besides the kernel's sizes: constant tile sizes (in print
     order), sizes the host derives from the arguments' (``name``, expression) and, for a
     vector program, the row count and row length the host tiles UB by (``TR`` rows of
-    ``CP`` padded elements, chosen at run time)."""
+    ``CP`` padded elements, chosen at run time).  ``long``: the program also has the
+    long-row form (a row split into chunks of ``CW`` elements, chosen by the host with
+    ``LR`` = 1 when one row of ``CP`` elements does not fit UB)."""
     tiles: tuple[tuple[str, int], ...] = ()
     derived: tuple[tuple[str, Ix], ...] = ()
     rows: Ix | None = None
     cols: Ix | None = None
+    long: bool = False
 
 
 @dataclass(frozen=True)
