@@ -158,3 +158,43 @@ def test_long_row_sources_pass_the_api_check(tmp_path):
         p.write_text(ck.source)
         paths.append(str(p))
     assert "OK" in syntax_check(*paths)
+
+
+def test_printed_host_tiling_matches_the_simulators(tmp_path):
+    """The emitted host tiling function (C, compiled with g++ and run) fills the same
+    TR / CP / LR / CW and numBlocks as the simulator's host tiling, for rows that fit
+    and rows that take chunks, on both targets."""
+    import subprocess
+
+    from polycomp.hw.npu.api_header import HEADER
+    from polycomp.hw.npu.target import npu_params
+    cases = [("npu-lite", (3, 3001)), ("npu-lite", (300, 70)), ("npu", (4096, 32000)),
+             ("npu", (4096, 1024)), ("npu", (7, 100000))]
+    for target in ("npu-lite", "npu"):
+        ck = compile_kernel(softmax_kernel(dtype="float16"), target)
+        name = ck.final_ir.name
+        (tmp_path / "kernel_operator.h").write_text(HEADER)
+        (tmp_path / "k.cpp").write_text(ck.source)
+        shapes = [s for t, s in cases if t == target]
+        p = ck.final_ir.program
+        cores = npu_params(ck.target)
+        main = ['#include "k.cpp"', "#include <cstdio>", "int main() {",
+                f"    {name}_TilingData t; uint64_t ws;"]
+        for n, m in shapes:
+            main += [f"    {{ int64_t s[2] = {{{n}, {m}}};",
+                     f"      uint32_t nb = {name}_Tiling(s, {cores.aic_cores}, "
+                     f"{cores.aiv_cores}, &t, &ws);",
+                     '      printf("%u %lld %lld %lld %lld\\n", nb, (long long)t.TR_0, '
+                     '(long long)t.CP_0, (long long)t.LR_0, (long long)t.CW_0); }']
+        main += ["    return 0;", "}"]
+        (tmp_path / "main.cpp").write_text("\n".join(main) + "\n")
+        exe = tmp_path / "main"
+        subprocess.run(["g++", "-std=c++17", "-I", str(tmp_path), "-o", str(exe),
+                        str(tmp_path / "main.cpp")], check=True, capture_output=True)
+        got = subprocess.run([str(exe)], check=True, capture_output=True,
+                             text=True).stdout.split("\n")
+        for (n, m), line in zip(shapes, got):
+            ht = host_tiling(p, ck.target, {"N": n, "M": m})
+            t = next(iter(ht.programs.values()))
+            assert line.split() == [str(v) for v in (ht.blocks, t["TR"], t["CP"], t["LR"],
+                                                     t["CW"])], (target, n, m, line)

@@ -91,7 +91,11 @@ def host_tiling(kernel: Kernel, target: Target, sizes: dict) -> HostTiling:
     progs = {}
     for prog in kernel.programs:
         if prog.core == "AIV" and prog.tiling.rows is not None:
-            progs[id(prog)] = vector_tiling(prog, sizes, target.capacity("UB"))
+            # a vector-only kernel's tiles are its blocks: balance them over the cores
+            aiv = kernel.kind == "aiv"
+            progs[id(prog)] = vector_tiling(prog, sizes, target.capacity("UB"),
+                                            p.aiv_cores if aiv else 0,
+                                            kernel.blocks if aiv else None)
     env = dict(sizes)
     if kernel.kind == "aiv" and progs:
         env.update(next(iter(progs.values())))

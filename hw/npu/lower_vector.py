@@ -504,7 +504,8 @@ MAX_TILE_ROWS = 255
 LONG_CHUNK = 256
 
 
-def vector_tiling(prog: Program, sizes: dict, ub_capacity: int) -> dict:
+def vector_tiling(prog: Program, sizes: dict, ub_capacity: int, cores: int = 0,
+                  tiles: Ix | None = None) -> dict:
     """Host tiling of a vector program (after ``npu-isa``: its temporaries count too):
     ``CP`` (the row length padded to 16 elements), ``TR`` (rows per tile: as many as UB
     holds, at most R and at most 255) and ``TRP`` (``TR`` padded to 16, the columns of a
@@ -513,7 +514,10 @@ def vector_tiling(prog: Program, sizes: dict, ub_capacity: int) -> dict:
     elements does not fit UB, ``LR`` = 1, ``CP`` = 0 (the one-tile form's buffers are
     empty), ``CW`` = the row length padded to 16 but at most :data:`LONG_CHUNK`, halved
     until a row fits, and ``TR`` as many rows of ``CW`` as fit; else ``LR`` = ``CW`` =
-    0.  A row that fits neither way raises :class:`NpuCapacityError` (rows longer than
+    0.  With ``cores`` and the kernel's tile count ``tiles`` (an expression of ``TR``),
+    ``TR`` is then the one at most that many rows that gives the busiest core the
+    fewest rows (``ceildiv(tiles, cores) * TR``; the largest such ``TR``), so that
+    the cores' shares differ by a tile of fewer rows.  A row that fits neither way raises :class:`NpuCapacityError` (rows longer than
     a repeat stride spans, 255 data blocks, take ``npu-isa``'s row-by-row form)."""
     rows, cols = prog.tiling.rows, prog.tiling.cols
     assert rows is not None and cols is not None, prog.name
@@ -551,4 +555,11 @@ def vector_tiling(prog: Program, sizes: dict, ub_capacity: int) -> dict:
                                f"{len(prog.buffers)} buffers; UB holds {ub_capacity} B "
                                f"(rows are split into chunks only for a single row "
                                f"dimension read directly, without carried reductions)")
+    if cores and tiles is not None:
+        best, cost = out["TR"], None
+        for tr in range(out["TR"], 0, -1):
+            c = -(-tiles.eval({**out, "TR": tr}) // cores) * tr
+            if cost is None or c < cost:
+                best, cost = tr, c
+        out = {**out, "TR": best, "TRP": -(-best // 16) * 16}
     return {k: out[k] for k in ("CP", "TR", "TRP", "LR", "CW") if k in out}
