@@ -517,8 +517,9 @@ def vector_tiling(prog: Program, sizes: dict, ub_capacity: int, cores: int = 0,
     0.  With ``cores`` and the kernel's tile count ``tiles`` (an expression of ``TR``),
     ``TR`` is then the one at most that many rows that gives the busiest core the
     fewest rows (``ceildiv(tiles, cores) * TR``; the largest such ``TR``), so that
-    the cores' shares differ by a tile of fewer rows.  A row that fits neither way raises :class:`NpuCapacityError` (rows longer than
-    a repeat stride spans, 255 data blocks, take ``npu-isa``'s row-by-row form)."""
+    the cores' shares differ by a tile of fewer rows.  A row that fits neither way
+    raises :class:`NpuCapacityError` (rows longer than a repeat stride spans, 255 data
+    blocks, take ``npu-isa``'s row-by-row form)."""
     rows, cols = prog.tiling.rows, prog.tiling.cols
     assert rows is not None and cols is not None, prog.name
     R, C = rows.eval(sizes), cols.eval(sizes)
