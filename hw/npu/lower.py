@@ -193,6 +193,15 @@ class LoweringModel:
     (:class:`~polycomp.scheduler.npu.plan.NpuLoweringModel`), from the builders
     themselves: what they would build is what is measured."""
 
+    def chain_cycles(self, chain: NpuChain, dims: Any, tiles: NpuChainTiles,
+                     target: Target) -> tuple[int, int]:
+        """Predicted cycles ``(fused, unfused)`` of a chain on ``target``'s chip
+        (:mod:`.chain_cost`)."""
+        from .chain_cost import fused_cycles, unfused_cycles
+        from .target import npu_params
+        p = npu_params(target)
+        return fused_cycles(chain, dims, tiles, p), unfused_cycles(chain, dims, p)
+
     def epilogue_ub(self, graph: Any, stage: Any, conv: ConvMatch | None,
                     copies: int) -> Callable[[int, int], int]:
         if conv is None:

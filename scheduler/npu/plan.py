@@ -157,6 +157,12 @@ class NpuLoweringModel(Protocol):
         mapping does not take ``graph`` (a kernel or a phase)."""
         ...
 
+    def chain_cycles(self, chain: NpuChain, dims: Any, tiles: NpuChainTiles,
+                     target: Target) -> tuple[int, int]:
+        """Predicted cycles ``(fused, unfused)`` of the chain with extents ``dims``
+        (a :class:`~polycomp.scheduler.chain.movement_model.ChainDims`) on ``target``."""
+        ...
+
     def chain_usage(self, graph: Any, chain: NpuChain, tiles: NpuChainTiles,
                     double_buffer: bool,
                     target: Target) -> tuple[tuple[str, int, int], ...] | None:
