@@ -129,7 +129,9 @@ def run_module(mod: NpuModule, target: Target, *arrays):
     for t in k.outputs:
         gm[t.name] = np.zeros(dims(t.dims), np.dtype(t.dtype))
     for t in k.workspaces:
-        gm[t.name] = np.full(host.workspaces[t.name], np.nan, np.dtype(t.dtype))
+        dt = np.dtype(t.dtype)        # NaN (or the lowest integer): unwritten shows
+        gm[t.name] = np.full(host.workspaces[t.name],
+                             np.nan if dt.kind == "f" else np.iinfo(dt).min, dt)
     for prog in k.programs:
         if any(isinstance(s, LOGICAL) and not isinstance(s, API) for s in walk(prog.body)):
             raise TargetError(f"kernel {mod.name}: program {prog.name} holds logical "

@@ -101,6 +101,9 @@ def _epilogue_frame(graph, stage, conv: ConvMatch) -> tuple[Frame, list]:
 def _cube(name: str, plan: CubePlan) -> Kernel:
     """A (batch) matmul, with its output cast or its vector epilogue (each vector core
     takes half the rows of an output tile)."""
+    if plan.deq_scale is not None:        # int32 -> fp16 with the scale, by Fixpipe
+        return cube_program(name, plan.in_dtype, "float16", False, plan.tiles,
+                            deq=plan.deq_scale)
     if not plan.epilogue:
         return cube_program(name, plan.in_dtype, plan.out_dtype, plan.batched, plan.tiles)
     graph, c = plan.graph, plan.contraction

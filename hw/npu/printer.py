@@ -217,8 +217,10 @@ def _call(s, ind: str) -> list[str]:
         ct = _CT[s.dst.tensor.dtype]
         p = ", ".join(c_expr(x) for x in (s.n_size, s.m_size, s.src_stride, s.dst_stride))
         st = _CT[s.src.buf.dtype]
+        deq = "" if s.deq is None else f"  // deqScalar: the bits of scale {s.deq!r}f"
         return [f"{ind}Fixpipe<{ct}, {st}, CFG_ROW_MAJOR>({_gm(s.dst)}, {c_slot(s.src)}, "
-                f"FixpipeParamsV220({p}, false, QuantMode_t::{s.quant}, 0, 1, 0, 0, 0));"]
+                f"FixpipeParamsV220({p}, false, QuantMode_t::{s.quant}, {s.deq_scalar}, 1, "
+                f"0, 0, 0));{deq}"]
     if isinstance(s, VecCall):
         return [f"{ind}{_vec(s)}"]
     return _layout_call(s, ind)

@@ -71,6 +71,10 @@ class CubePlan:
     tiles: CubeTiles
     graph: Any
     epilogue: tuple[str, ...] = ()
+    #: int8 operands: the constant per-tensor scale of the one epilogue stage
+    #: ``cast(cast(C, float32) * scale, float16)``, applied by Fixpipe (``DEQF16``)
+    #: instead of a vector epilogue
+    deq_scale: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
