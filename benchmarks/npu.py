@@ -36,9 +36,15 @@ def _matmul(n: int, double_buffer: bool, dtype: str = "float16") -> dict:
     wall = time.perf_counter() - t0
     acc = np.int64 if dtype == "int8" else np.float32
     err = float(np.max(np.abs(out.astype(np.float64) - a.astype(acc) @ b.astype(acc))))
+    # the roofline: the chip's cube peak for this work, HBM and L2 at their bandwidths
+    from polycomp.hw.npu.target import NpuParams
+    cube_peak = -(-rep.busy["M"] // NpuParams().aic_cores)
+    roof = max(cube_peak, rep.hbm_cycles, rep.l2_cycles)
     return {"kernel": f"matmul {_SHORT[dtype]} {n}^3", "double_buffer": double_buffer,
             "cycles": rep.cycles, "cube_utilisation": round(rep.cube_utilisation, 4),
             "cores": rep.aic, "bound": rep.bound, "hbm_cycles": rep.hbm_cycles,
+            "l2_cycles": rep.l2_cycles, "roofline_cycles": roof,
+            "vs_roofline": round(rep.cycles / roof, 3),
             "busy": {k: v for k, v in rep.busy.items() if v}, "bytes": rep.bytes,
             "max_abs_error": err, "sim_seconds": round(wall, 2)}
 
@@ -102,7 +108,7 @@ def _rowwise(kind: str, rows: int, cols: int) -> dict:
     mte = max(rep.bytes.get("GM->UB", 0) / p.gm_bytes_per_cycle,
               rep.bytes.get("UB->GM", 0) / p.out_bytes_per_cycle) / cores
     vec = rep.busy["V"] / cores
-    roof = max(mte, vec, rep.hbm_cycles)
+    roof = max(mte, vec, rep.hbm_cycles, rep.l2_cycles)
     # the least HBM time: every input read once, every output written once
     least = -(-sum(a.nbytes for a in args) * 2 // p.hbm_bytes_per_cycle) if kind != \
         "layernorm" else -(-(2 * args[0].nbytes + 2 * args[1].nbytes) // p.hbm_bytes_per_cycle)
@@ -138,11 +144,13 @@ def _run(size: int, rows: int, cols: int) -> dict:
 def _table(r: dict) -> str:
     lines = ["NPU simulator (target npu: one A2 chip; cycle model in docs/npu.md)", "",
              f"{'kernel':28s} {'double buf':>10s} {'cores':>5s} {'cycles':>10s} "
-             f"{'cube util':>9s} {'bound':>6s}"]
+             f"{'cube util':>9s} {'bound':>6s} {'HBM':>8s} {'L2':>8s} {'roofline':>9s} "
+             f"{'/roofline':>9s}"]
     for m in r["matmul"]:
         lines.append(f"{m['kernel']:28s} {str(m['double_buffer']):>10s} {m['cores']:>5d} "
                      f"{m['cycles']:>10d} {100 * m['cube_utilisation']:>8.1f}% "
-                     f"{m['bound']:>6s}")
+                     f"{m['bound']:>6s} {m['hbm_cycles']:>8d} {m['l2_cycles']:>8d} "
+                     f"{m['roofline_cycles']:>9d} {m['vs_roofline']:>9.2f}")
     lines += ["", f"{'kernel':62s} {'cycles':>10s} {'cube util':>9s}"]
     for m in r["conv"] + r["attention"]:
         lines.append(f"{m['kernel']:62s} {m['cycles']:>10d} "
