@@ -423,6 +423,11 @@ def test_cycle_model_declines_a_losing_fusion():
     g4 = compile_kernel(K.const_chain_f16(12, 256, 64, 256, 64, True), "npu")
     plan = chain_plan_of(g4.schedule, g4.state)
     assert plan is not None and plan.cycles is not None and plan.cycles[0] < plan.cycles[1]
+    # G1 (M == L constant): predicted to lose, but the phased program does not map
+    # (two dimensions of T of the same extent), so it is fused rather than refused
+    g1 = compile_kernel(K.const_chain_f16(8, 512, 64, 512, 64, False), "npu")
+    plan = chain_plan_of(g1.schedule, g1.state)
+    assert plan is not None and plan.cycles is not None and plan.cycles[0] > plan.cycles[1]
 
 
 @pytest.mark.slow

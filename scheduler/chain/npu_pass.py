@@ -38,6 +38,7 @@ from polycomp.scheduler.chain.tree import fused_tree
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import is_legal
+from polycomp.scheduler.npu.map import plan_kernel
 from polycomp.scheduler.npu.plan import NpuLoweringModel, NpuPlans, npu_plans
 from polycomp.state import CompileState
 
@@ -64,6 +65,10 @@ def npu_plan_for(state: CompileState,
         fused, unfused = lowering.chain_cycles(ch, plan.dims, plan.tiles, state.target)
         plan = dataclasses.replace(plan, cycles=(fused, unfused))
         if fused > unfused and o.chain_cost and o.chain_tiles is None:
+            try:        # only where the phased program maps (else fusing is the way)
+                plan_kernel(state.model.graph, state.target, o, lowering)
+            except TargetError:
+                return plan, ""
             return None, (f"keep unfused: the A2 cycle model predicts {fused} cycles "
                           f"fused vs {unfused} unfused (option chain_cost=False fuses)")
     return plan, ""
