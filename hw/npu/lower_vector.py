@@ -515,9 +515,9 @@ def vector_tiling(prog: Program, sizes: dict, ub_capacity: int, cores: int = 0,
     empty), ``CW`` = the row length padded to 16 but at most :data:`LONG_CHUNK`, halved
     until a row fits, and ``TR`` as many rows of ``CW`` as fit; else ``LR`` = ``CW`` =
     0.  With ``cores`` and the kernel's tile count ``tiles`` (an expression of ``TR``),
-    ``TR`` is then the one at most that many rows that gives the busiest core the
-    fewest rows (``ceildiv(tiles, cores) * TR``; the largest such ``TR``), so that
-    the cores' shares differ by a tile of fewer rows.  A row that fits neither way
+    ``TR`` is then the smallest that keeps the busiest core's number of tiles
+    (``ceildiv(tiles, cores)``, the instructions it issues): its rows, the work, shrink
+    and the cores' shares even out.  A row that fits neither way
     raises :class:`NpuCapacityError` (rows longer than a repeat stride spans, 255 data
     blocks, take ``npu-isa``'s row-by-row form)."""
     rows, cols = prog.tiling.rows, prog.tiling.cols
@@ -557,10 +557,10 @@ def vector_tiling(prog: Program, sizes: dict, ub_capacity: int, cores: int = 0,
                                f"(rows are split into chunks only for a single row "
                                f"dimension read directly, without carried reductions)")
     if cores and tiles is not None:
-        best, cost = out["TR"], None
-        for tr in range(out["TR"], 0, -1):
-            c = -(-tiles.eval({**out, "TR": tr}) // cores) * tr
-            if cost is None or c < cost:
-                best, cost = tr, c
+        def rounds(tr: int) -> int:
+            return -(-tiles.eval({**out, "TR": tr}) // cores)
+        best, k = out["TR"], rounds(out["TR"])
+        while best > 1 and rounds(best - 1) == k:
+            best -= 1
         out = {**out, "TR": best, "TRP": -(-best // 16) * 16}
     return {k: out[k] for k in ("CP", "TR", "TRP", "LR", "CW") if k in out}

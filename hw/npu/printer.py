@@ -386,15 +386,17 @@ def _host(k: Kernel, target) -> list[str]:
         out += [f"        while (tr > 1 && ({need}) > {ub}) {{ --tr; }}",
                 f"        if (({need}) > {ub}) {{ return 0; }}"]
         if k.kind == "aiv":     # the fewest rows on the busiest core (lower_vector.py)
-            tiles = c_expr(k.blocks, {"TR": "r", **{v: v.lower() for v in ("CP", "CW")}})
-            out += ["        {   // balance the row tiles over the vector cores",
-                    "            int64_t best = tr, cost = -1;",
-                    "            for (int64_t r = tr; r >= 1; --r) {",
-                    f"                const int64_t c = PcCeilDiv({tiles}, "
-                    f"static_cast<int64_t>(aivNum)) * r;",
-                    "                if (cost < 0 || c < cost) { cost = c; best = r; }",
+            def rounds(v: str) -> str:
+                tiles = c_expr(k.blocks, {"TR": v, "CP": "cp", "CW": "cw"})
+                return f"PcCeilDiv({tiles}, static_cast<int64_t>(aivNum))"
+            out += ["        {   // balance the row tiles over the vector cores: the fewest",
+                    "            // rows per tile that keep the busiest core's tile count",
+                    f"            const int64_t pcRounds = {rounds('tr')};",
+                    "            while (tr > 1) {",
+                    "                const int64_t pcTr1 = tr - 1;",
+                    f"                if ({rounds('pcTr1')} != pcRounds) {{ break; }}",
+                    "                tr = pcTr1;",
                     "            }",
-                    "            tr = best;",
                     "        }"]
         out += [
                 f"        t->TR_{n} = tr; t->CP_{n} = cp; t->TRP_{n} = PcAlignUp(tr, 16);"
