@@ -142,14 +142,23 @@ def match_update(s: Statement) -> FactorUpdate | None:
     return None
 
 
-def _step(s: Statement, u: FactorUpdate | None, B: int) -> isl.PwAff | None:
-    """The step of ``s``'s instances (module docstring), or None when it has none."""
+def _reads(s: Statement, buf: ir.Buffer) -> bool:
+    return any(a.buffer is buf for a in s.reads)
+
+
+def _step(s: Statement, u: FactorUpdate | None, B: int, inits: bool = False) \
+        -> isl.PwAff | None:
+    """The step of ``s``'s instances (module docstring), or None when it has none;
+    ``inits``: ``s`` writes an array that an update accumulates into without reading
+    it (ludcmp's ``w = A[i][j]`` before ``w -= ...``): step 0."""
     sp = s.domain.get_space()
     ls = isl.LocalSpace.from_space(sp)
     iters = tuple(s.iters)
 
     def var(p: int) -> isl.PwAff:
         return isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, p))
+    if inits:
+        return isl.PwAff.from_aff(isl.Aff.zero_on_domain(ls)).intersect_domain(s.domain)
     if u is not None:
         e = var(u.pos["k"])
     else:
@@ -222,8 +231,8 @@ def match_factor(statements: list[Statement]) -> list[FactorUpdate] | str:
     ups = [u for u in (match_update(s) for s in statements) if u is not None]
     if not ups:
         return "no update W[i][j] -= X[i][k] * Y[k][j] of the written array"
-    if any(u.x.buffer is not u.stmt.write or u.y.buffer is not u.stmt.write for u in ups):
-        return "the product's operands are not the updated array"
+    if any(u.x.buffer is not u.y.buffer for u in ups):
+        return "the product's operands are two arrays"
     return ups
 
 
@@ -291,7 +300,9 @@ class ScopFactorPass(Pass):
         steps = []
         own = {}
         for s in group:
-            st = _step(s, by_stmt.get(s.name), B)
+            init = s.name not in by_stmt and not _reads(s, s.write) and any(
+                u.stmt.write is s.write and u.x.buffer is not s.write for u in ups)
+            st = _step(s, by_stmt.get(s.name), B, init)
             if st is None:
                 return f"no step for {s.name}"
             own[s.name] = isl.UnionPwAff.from_pw_aff(st)
