@@ -391,11 +391,11 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     jband: object = T.Band([jt], inner, coincident=[rect])
     for mk in reversed(x_marks):
         jband = T.Mark(mk, jband)
-    outer = T.Band([kt], jband) if "kt" in tiles else jband
-    outer = T.Band([it], outer, permutable=True, coincident=[True])
+    top: object = T.Band([kt], jband) if "kt" in tiles else jband
+    top = T.Band([it], top, permutable=True, coincident=[True])
     if batch:
-        outer = T.Band(batch, outer, permutable=True, coincident=[True] * len(batch))
-    return outer if parallel_regs else T.Mark(marks.CPU_PARALLEL, outer)
+        top = T.Band(batch, top, permutable=True, coincident=[True] * len(batch))
+    return top if parallel_regs else T.Mark(marks.CPU_PARALLEL, top)
 
 
 class ScopGemmPass(Pass):
