@@ -33,8 +33,17 @@ other instance.  The child's subtree ``S`` becomes
 
     band[step]                                   (sequential)
       sequence
-        filter panel:  S                         (the C order, restricted)
-        filter T_U:    the scop-gemm subtree of U over T_U   (one per update)
+        filter panel - R:  S                    (the C order, restricted)
+        filter panel & R:  [mark cpu_parallel] S (the rows beyond the block)
+        filter T_U:        the scop-gemm subtree of U over T_U   (one per update)
+
+where ``R = { s : row(s) >= B*step(s) + B }`` (``row``: the first write subscript; LU's
+and Cholesky's column panel below the diagonal block, ``A[i][j] /= A[j][j]`` and its
+updates for ``i`` beyond the block).  The ``cpu_parallel`` mark is placed when the
+first member of ``S``'s top band (the C row loop) carries no dependence between
+instances of ``panel & R`` in one step (isl's coincidence: each such row reads only its
+own row and the block's rows).  When the split tree would violate a dependence, the
+tree without it (``filter panel: S``) is tried.
 
 with the scop-gemm subtree of :func:`polycomp.scheduler.cpu.scop_gemm.scop_gemm_tree`
 (``KC = B``, so ``floor(k/KC)`` is the step: in ``T_U`` the ``k`` range of every
@@ -74,6 +83,7 @@ import islpy as isl
 from polycomp import ir
 from polycomp.frontend.c_model import CScopModel
 from polycomp.model import Statement
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu import tree as T
@@ -226,6 +236,48 @@ def _origin(u: FactorUpdate, t: isl.Set, B: int, blk: Blocking) -> tuple[tuple, 
     return (b0, b0), dataclasses.replace(blk, MC=mc, NC=mc)
 
 
+def _row_beyond(s: Statement, step: isl.UnionPwAff, B: int) -> isl.Set | None:
+    """The instances of ``s`` whose written row (first subscript, a plain iterator) lies
+    beyond their step's block: ``row >= B*step + B``."""
+    iters = tuple(s.iters)
+    if not s.write_indices:
+        return None
+    r = _plain(s.write_indices[0], iters)
+    if r is None:
+        return None
+    sp = s.domain.get_space()
+    row = isl.PwAff.from_aff(isl.Aff.var_on_domain(isl.LocalSpace.from_space(sp),
+                                                   isl.dim_type.set, iters.index(r)))
+    pw = [p for p in _pieces(step)
+          if p.get_domain_space().get_tuple_name(isl.dim_type.set) == s.name]
+    if len(pw) != 1:
+        return None
+    v = isl.Val.int_from_si(sp.get_ctx(), B)
+    d = row.sub(pw[0].scale_val(v).add_constant_val(v))
+    return d.nonneg_set().intersect(s.domain)
+
+
+def _rows_parallel(sub, step: isl.UnionPwAff, below: isl.UnionSet,
+                   deps: isl.UnionMap) -> bool:
+    """Whether the first member ``f`` of ``sub``'s top band (a band: the C nest's row
+    loop) carries no dependence between instances of ``below`` in one step: every such
+    dependence ``a -> b`` with ``step(a) = step(b)`` has ``f(a) = f(b)`` (isl's
+    coincidence)."""
+    if not isinstance(sub, T.Band):
+        return False
+    f = T.band_to_union_map([sub.members[0]])
+    st = T.band_to_union_map([step])
+    d = deps.intersect_domain(below).intersect_range(below)
+    d = d.intersect(st.apply_range(st.reverse()))
+    return d.is_subset(f.apply_range(f.reverse()))
+
+
+def _pieces(upa: isl.UnionPwAff) -> list:
+    out: list = []
+    upa.foreach_pw_aff(out.append)
+    return out
+
+
 def match_factor(statements: list[Statement]) -> list[FactorUpdate] | str:
     """The updates of one top-level child (see the module docstring), or why none."""
     ups = [u for u in (match_update(s) for s in statements) if u is not None]
@@ -258,21 +310,29 @@ class ScopFactorPass(Pass):
                 continue
             if ctx.target.vector_lanes(ups[0].stmt.write.dtype) <= 1:
                 continue
-            new = self._tree(ups, group, sub, filt, ctx)
+            deps = ctx.model.dependences.intersect_domain(filt).intersect_range(filt)
+            legal = None
+            for split in (True, False):
+                new = self._tree(ups, group, sub, filt, ctx, split)
+                if isinstance(new, str):
+                    break
+                tree_new, requests, B, blk = new
+                trial_kids = list(kids)
+                trial_kids[idx] = T.Filter(child.filter, tree_new) \
+                    if isinstance(child, T.Filter) else tree_new
+                trial = T.to_schedule(domain, T.Sequence(trial_kids, tree.kind)
+                                      if isinstance(tree, T.Sequence) else trial_kids[0])
+                if violated_dependences(trial, deps).is_empty():
+                    legal = split
+                    break
             if isinstance(new, str):
                 ctx.note(self.name, f"{'+'.join(names)}: not blocked ({new})")
                 continue
-            tree_new, requests, B, blk = new
-            trial_kids = list(kids)
-            trial_kids[idx] = T.Filter(child.filter, tree_new) \
-                if isinstance(child, T.Filter) else tree_new
-            trial = T.to_schedule(domain, T.Sequence(trial_kids, tree.kind)
-                                  if isinstance(tree, T.Sequence) else trial_kids[0])
-            deps = ctx.model.dependences.intersect_domain(filt).intersect_range(filt)
-            if not violated_dependences(trial, deps).is_empty():
+            if legal is None:
                 ctx.note(self.name, f"{'+'.join(names)}: the blocked right-looking order "
                                     f"would violate a dependence; program order kept")
                 continue
+            split_note = " (rows beyond the block after the block rows)" if legal else ""
             promotion_state(ctx).pack_requests[:] = requests
             kids[idx] = trial_kids[idx]
             if not isinstance(tree, T.Sequence):
@@ -282,14 +342,14 @@ class ScopFactorPass(Pass):
                                 f"step; trailing update of "
                                 f"{', '.join(u.stmt.name for u in ups)} on the micro-kernel "
                                 f"(register block {blk.MR}x{blk.NR}, MC={blk.MC} "
-                                f"NC={blk.NC}), panel in the C order")
+                                f"NC={blk.NC}), panel in the C order{split_note}")
         if not changed:
             return schedule
         return T.to_schedule(domain, tree)
 
     @staticmethod
     def _tree(ups: list[FactorUpdate], group: list[Statement], sub, filt: isl.UnionSet,
-              ctx: CompileState):
+              ctx: CompileState, split: bool):
         u0 = ups[0]
         op = OuterProduct(None, u0.stmt, [], u0.pos["i"], u0.pos["j"], [u0.pos["k"]],
                           u0.x, u0.y, u0.stmt.write.dtype, False)
@@ -324,5 +384,18 @@ class ScopFactorPass(Pass):
         if not parts:
             return "no trailing update"
         panel = filt.subtract(trailing)
-        seq = T.Sequence([T.Filter(panel, sub), *parts])
+        first = [T.Filter(panel, sub)]
+        if split:   # the block's rows, then the rows beyond it (each row on its own)
+            below = isl.UnionSet.empty(filt.get_space())
+            for s in group:
+                r = _row_beyond(s, own[s.name], B)
+                if r is not None:
+                    below = below.union(isl.UnionSet.from_set(r))
+            below = panel.intersect(below)
+            if not below.is_empty():
+                rows: object = sub
+                if _rows_parallel(sub, step, below, ctx.model.dependences):
+                    rows = T.Mark(marks.CPU_PARALLEL, sub)
+                first = [T.Filter(panel.subtract(below), sub), T.Filter(below, rows)]
+        seq = T.Sequence([*first, *parts])
         return T.Band([step], seq), requests, B, blk
