@@ -204,12 +204,15 @@ class _Importer:
 
     def linear(self, x, w, b):
         g = self.g
+        if isinstance(w, Value) and w.const is not None and len(w.shape) == 2:
+            w = w.const  # a parameter Dynamo lifted (a constant): transposed once, below
         if isinstance(w, Value):  # a weight that is a graph input: (N, K), read transposed
             y = self.matmul(x, g.transpose(w, dim0=0, dim1=1))
         else:
             key = ("T", id(w))
             if key not in self._consts:
-                self._consts[key] = g.constant("wT", _np(w).T.copy())  # type: ignore[index]
+                wn = w if isinstance(w, np.ndarray) else _np(w)
+                self._consts[key] = g.constant("wT", wn.T.copy())  # type: ignore[index]
             y = self.matmul(x, self._consts[key])  # type: ignore[index]
         if b is not None:
             y = self.binary("add", y, b if isinstance(b, Value) else self.const(b))
