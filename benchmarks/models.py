@@ -200,7 +200,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--rounds", type=int, default=3, help="timed calls per side (default 3)")
     p.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
-    p.add_argument("--only", default="", help=f"cases, comma-separated ({', '.join(c.name for c in CASES)})")
+    p.add_argument("--only", default="",
+                   help=f"cases, comma-separated ({', '.join(c.name for c in CASES)})")
     p.add_argument("--full", action="store_true",
                    help="every case (default: " + ", ".join(QUICK) + ")")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile's inductor")
@@ -223,7 +224,8 @@ def main(argv=None) -> int:
                 print(f"{c.name} threads={t}: eager {_fmt(r['eager_median_ms'])} ms, "
                       f"polycomp {_fmt(r['polycomp_median_ms'])} ms, inductor "
                       f"{_fmt(r['inductor_median_ms'])} ms (medians); "
-                      f"{r['polycomp_report']}{'; ' + r['inductor_note'] if r['inductor_note'] else ''}",
+                      f"{r['polycomp_report']}"
+                      f"{'; ' + r['inductor_note'] if r['inductor_note'] else ''}",
                       flush=True)
     meta = {"command": "polycomp bench models " + " ".join(argv if argv is not None
                                                            else sys.argv[1:]),

@@ -145,3 +145,49 @@ def test_sdpa_nan_input_propagates_only_to_its_rows():
     np.testing.assert_allclose(got, ref, rtol=2e-4, atol=2e-5, equal_nan=True)
     assert np.isnan(got[0, 1, 2]).all() and not np.isnan(got[0, 0]).any()
     assert np.isnan(got).sum() == 4
+
+
+class _Block(torch.nn.Module):
+    """Heads split from a projection, SDPA with a padding (row) mask, heads merged, a
+    second projection: BERT's self-attention shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+        self.out = torch.nn.Linear(8, 8)
+
+    def forward(self, x, m):
+        h = self.qkv(x)
+        q, k, v = (h[:, :, 8 * j:8 * j + 8].reshape(2, -1, 2, 4).transpose(1, 2)
+                   for j in range(3))
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        return self.out(a.transpose(1, 2).reshape(2, -1, 8)) + x
+
+
+def test_attention_group_takes_no_prologue_or_epilogue():
+    """The projections keep their epilogues (bias, head split) and prologues (head
+    merge); the chain group is the attention node alone; the result matches torch."""
+    torch.manual_seed(0)
+    blk = _Block().eval()
+    graph = import_module(blk, [(2, "S", 8), (2, 1, 1, "S")])
+    part, chains = _chain_groups(graph)
+    assert len(chains) == 1 and [n.op for n in chains[0].nodes] == ["attention"]
+    assert chains[0].nodes[0].attrs["rowless"]
+    owner = {n.output: g for g in part.groups for n in g.nodes}
+    att = chains[0].nodes[0]
+    for v in att.inputs[:3]:   # q, k, v: written by their projection's group
+        assert any(n.op == "matmul" for n in owner[v].nodes)
+
+
+@pytest.mark.slow
+def test_attention_block_matches_torch():
+    torch.manual_seed(0)
+    blk = _Block().eval()
+    graph = import_module(blk, [(2, "S", 8), (2, 1, 1, "S")])
+    cg = compile_graph(graph, target="c")
+    x = torch.randn(2, 5, 8)
+    m = torch.zeros(2, 1, 1, 5)
+    m[1, ..., 3:] = float("-inf")
+    with torch.no_grad():
+        ref = blk(x, m).numpy()
+    np.testing.assert_allclose(cg(x.numpy(), m.numpy()), ref, rtol=2e-4, atol=2e-5)

@@ -16,9 +16,11 @@ Subtrees whose first member is not coincident (e.g. a reduction over the outermo
 dimension) stay sequential.  A band whose first member takes a single value on the
 subtree's domain (a batch of 1 with constant shapes: a loop of one iteration) and whose
 second member is coincident is split after the first member and the mark put on the
-second (otherwise the whole subtree would run on one thread).  A subtree that has a mark
-already (a GEMM with its epilogue fused below a batch loop) gets marks on the unmarked
-children of its sequences (:func:`_mark_beside`), never below a ``cpu_parallel`` mark.
+second (otherwise the whole subtree would run on one thread); a band of one such member
+gets no mark, the first band below it (or each child of a sequence below it) does.  A
+subtree that has a mark already (a GEMM with its epilogue fused below a batch loop) gets
+marks on the unmarked children of its sequences (:func:`_mark_beside`), never below a
+``cpu_parallel`` mark.
 """
 from __future__ import annotations
 
@@ -90,6 +92,10 @@ def _mark_first_band(tree, domain, deps):
         split = _split_unit_member(tree, domain, deps)
         if split is not None:
             return split, True
+        if len(tree.members) == 1 and _single_value(tree.members[0], domain):
+            tree.child, n = _below_unit(tree.child, domain, deps)
+            if n:
+                return tree, n
         if member_is_coincident(tree.members[0], domain, deps):
             tree.coincident[0] = True
             return T.Mark(MARK, tree), True
@@ -101,6 +107,15 @@ def _mark_first_band(tree, domain, deps):
         tree.child, done = _mark_first_band(tree.child, domain, deps)
         return tree, done
     return tree, False
+
+
+def _below_unit(tree, domain, deps) -> tuple[object, int]:
+    """Marks below a band of one single-valued member (a loop of one iteration): on the
+    first band below, or on each child of a sequence below."""
+    if isinstance(tree, T.Sequence):
+        return _mark_beside(tree, domain, deps)
+    new, done = _mark_first_band(tree, domain, deps)
+    return new, int(done)
 
 
 def _mark_beside(tree, domain, deps) -> tuple[object, int]:
