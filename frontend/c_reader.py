@@ -61,7 +61,7 @@ from polycomp.errors import (
     deep_recursion,
 )
 
-from .c_expand import expand_scalars
+from .c_expand import expand_arrays, expand_scalars
 from .c_expr import MATH_FUNCTIONS
 from .c_model import CScopModel, size_local_arrays
 from .c_program import (
@@ -198,6 +198,7 @@ def _read_c_kernels(source: str, filename: str, include_dirs) -> list[CKernel]:
         program = ScopReader(f, filename, lines, typedefs).read()
         size_local_arrays(program)
         expand_scalars(program)
+        expand_arrays(program)
         k = CKernel(program)
         k.polyhedral_model()  # report model-level errors (out-of-bounds accesses) now
         out.append(k)

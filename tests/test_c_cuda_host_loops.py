@@ -279,18 +279,22 @@ void doitgen(int nr, int nq, int np, double A[nr][nq][np], double C4[np][np], do
 """
 
 
-@pytest.mark.parametrize("nr,nq,np_", [(3, 5, 7), (1, 1, 1), (2, 3, 261)])
-def test_nested_host_loops_doitgen(nr, nq, np_, tmp_path):
-    """doitgen's ``sum`` is shared by all ``(r, q)`` (not privatised): ``r`` and ``q``
-    become nested host loops, each ``p`` nest a kernel on blocks of 256 threads (a
-    second block at np = 261); bitwise gcc -O0 on the simulator."""
+@pytest.mark.parametrize("nr,nq,np_", [(3, 5, 7), (1, 1, 1), (2, 3, 29), (37, 33, 5)])
+def test_privatised_doitgen(nr, nq, np_, tmp_path):
+    """doitgen's ``sum[p]`` is written before it is read in each ``(r, q)`` iteration:
+    the front end privatises it (``sum_priv[r][q][p]``, a local array) and copies the
+    last iteration's values back to the parameter ``sum``; ``r`` and ``q`` are then
+    coincident and map onto a 2-D grid of blocks of 32x8 threads (no host loop, no
+    single-thread kernel); the copy-out is a second kernel; bitwise gcc -O0 on the
+    simulator, ``sum`` included."""
     import ctypes
     ck = compile_kernel(read_c_kernel(DOITGEN), "cuda")
     temps, program = host_program(ck.final_ir)
-    assert len(program) == 1 and isinstance(program[0], HostLoop)
-    inner = program[0].body
-    assert len(inner) == 1 and isinstance(inner[0], HostLoop)
-    assert all(k.block == [256, 1, 1] for k in program_kernels(program))
+    assert [t.name for t in temps] == ["sum_priv"]
+    assert not any(isinstance(s, HostLoop) for s in program)
+    k0, k1 = program_kernels(program)
+    assert len(k0.grid) == 3 and k0.block[0] * k0.block[1] > 1 and k1.block[0] > 1
+    assert "2 coincident outer member(s)" in " ".join(ck.notes["scop-gpu-groups"])
     src = tmp_path / "d.c"
     src.write_text(DOITGEN)
     so = tmp_path / "d.so"
