@@ -241,6 +241,7 @@ def test_scalar_parameters_on_cuda(ni, nj, nk, tmp_path):
     np.testing.assert_array_equal(got, ref)
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("src", [DOITGEN, ROWTMP, GEMM_AB])
 def test_nvcc_compiles(src, tmp_path):
