@@ -234,10 +234,11 @@ def expand_arrays(program: CProgram) -> None:
       statements inside ``L_k`` with equal ``L_0 .. L_{k-1}`` and different ``L_k``
       touch one element of another array with at least one write (otherwise the
       expansion would cost memory for no parallelism: durbin's ``z``);
-    * an array parameter keeps its final contents: a copy-out statement after the SCoP
-      sets each element the SCoP writes from the copy of the last iteration that
-      writes it (``sum[p] = sum_priv[nr - 1][nq - 1][p]``), when those last iterations
-      are one affine function of the parameters on one convex set of elements without
+    * an array parameter keeps its final contents: a copy-out statement at the end of
+      the innermost expanded loop's body, in the last iteration that writes the
+      elements, sets each element the SCoP writes from its copy (``if (r == nr - 1 &&
+      q == nq - 1) for c: sum[c] = sum_priv[r][q][c]``), when that last iteration is
+      one affine function of the parameters on one convex set of elements without
       existentials and the loops increase; otherwise the array is left alone.
     """
     g = program.graph
@@ -265,7 +266,7 @@ def expand_arrays(program: CProgram) -> None:
         if not is_temp:
             if any(steps.get(v, 1) < 0 for v in idx):
                 continue
-            copy = _copy_out(model, by_name, users, buf, new, len(idx), program)
+            copy = _copy_out(model, by_name, users, buf, new, idx, program)
             if copy is None:
                 continue
         for cs in users:
@@ -277,9 +278,10 @@ def expand_arrays(program: CProgram) -> None:
             g.temporaries = tuple(g.temporaries) + (priv,)
             assert copy is not None
             program.statements.append(copy[0])
-            tree = program.tree
-            program.tree = CSeq(list(tree.children) + [copy[1]]) if isinstance(tree, CSeq) \
-                else CSeq([tree, copy[1]])
+            loop = _loop_of(program.tree, idx[-1])
+            assert loop is not None
+            loop.body = CSeq(list(loop.body.children) + [copy[1]]) \
+                if isinstance(loop.body, CSeq) else CSeq([loop.body, copy[1]])
         model = build_c_model(program)
 
 
@@ -338,14 +340,33 @@ def _equal_prefix(m: isl.Map, k: int) -> isl.Map:
     return m
 
 
-def _copy_out(model, by_name, users, buf: ir.Buffer, new: ir.Buffer, n: int,
+def _loop_of(node, var):
+    """The :class:`CLoop` of iterator ``var`` in the loop tree (None: none)."""
+    if isinstance(node, CLoop):
+        return node if node.var is var else _loop_of(node.body, var)
+    kids = node.children if isinstance(node, CSeq) else \
+        [node.then, node.orelse] if isinstance(node, CIf) else []
+    for c in kids:
+        found = _loop_of(c, var) if c is not None else None
+        if found is not None:
+            return found
+    return None
+
+
+def _copy_out(model, by_name, users, buf: ir.Buffer, new: ir.Buffer, idx: tuple,
               program: CProgram):
-    """``(CStmt, loop nest)`` setting each element of ``buf`` the SCoP writes from its
-    last writer's copy in ``new`` (None when that is not one affine function of the
-    parameters on one convex set of elements)."""
+    """``(CStmt, loop nest)`` of the copy-out of ``buf``: at the end of the body of the
+    innermost expanded loop, in the last iteration ``idx = last`` of the expanded loops
+    that writes the elements, each element of ``buf`` the SCoP writes is set from its
+    copy in ``new`` (``if (r == nr - 1 && q == nq - 1) for p: sum[p] =
+    sum_priv[r][q][p]``; inside the loops, so every access to ``new`` indexes its leading
+    dimensions with those loops' iterators and the CPU ``contract`` pass makes it one
+    array per iteration).  None when the last writing iteration is not one affine
+    function of the parameters on one convex set of elements without existentials."""
     from .c_expr import isl_name
     from .c_model import _aff_to_ir
     g = program.graph
+    n = len(idx)
     last = None
     for cs in users:
         if cs.write is not buf:
@@ -368,39 +389,55 @@ def _copy_out(model, by_name, users, buf: ir.Buffer, new: ir.Buffer, n: int,
     if len(bsets) != 1 or bsets[0].dim(isl.dim_type.div):
         return None
     params = {isl_name(p.name): p for p in g.params}
-    firsts = []
+    names = {p: isl_name(p.name) for p in g.params}
+    outer = next(cs for cs in users if all(v in cs.isl_names for v in idx))
+    for v in idx:
+        names[v] = outer.isl_names[v]
+    cons = []
     for k in range(n):
         aff = where.get_aff(k)
         if any(not aff.get_coefficient_val(isl.dim_type.in_, d).is_zero()
-               for d in range(aff.dim(isl.dim_type.in_))):
+               for d in range(aff.dim(isl.dim_type.in_))) or \
+                not aff.get_denominator_val().is_one():
             return None
-        e = _aff_to_ir(aff.drop_dims(isl.dim_type.in_, 0, aff.dim(isl.dim_type.in_)), params)
-        if e is None:
+        aff = aff.drop_dims(isl.dim_type.in_, 0, aff.dim(isl.dim_type.in_))
+        if _aff_to_ir(aff, params) is None:
             return None
-        firsts.append(e)
-    taken = set(params)
-    iters, names = [], dict(zip(g.params, params))
-    names = {p: isl_name(p.name) for p in g.params}
+        cons.append(f"{names[idx[k]]} = {_aff_text(aff)}")
+    taken = set(params) | set(names.values())
+    iters = []
     for d in range(len(buf.shape)):
         nm, j = f"{buf.name}_c{d}", 0
         while isl_name(nm) in taken:
             j += 1
             nm = f"{buf.name}_c{d}_{j}"
-        taken.add(nm)
+        taken.add(isl_name(nm))
         v = ir.Var(nm)
         iters.append(v)
         names[v] = isl_name(nm)
-    cons = " and ".join(_constraint_text(c, [names[v] for v in iters])
-                        for c in bsets[0].get_constraints()) or "true"
-    value = ir.Load(new, tuple(firsts) + tuple(iters), buf.dtype)
+    cons += [_constraint_text(c, [names[v] for v in iters]) for c in bsets[0].get_constraints()]
+    value = ir.Load(new, tuple(idx) + tuple(iters), buf.dtype)
     sname = f"S_{len(program.statements)}"
-    src = CStatementSource(sname, None, f"{buf.name}[...] = {new.name}[last iteration][...]"
-                           " (copy-out of a privatised array)", tuple(iters))
-    stmt = CStmt(sname, tuple(iters), names, (cons,), buf, tuple(iters), value, src)
+    src = CStatementSource(sname, None, f"{buf.name}[...] = {new.name}[...] in the last "
+                           f"iteration (copy-out of a privatised array)",
+                           tuple(idx) + tuple(iters))
+    stmt = CStmt(sname, tuple(idx) + tuple(iters), names, tuple(cons), buf, tuple(iters),
+                 value, src)
     nest: object = stmt
     for d in reversed(range(len(iters))):
-        nest = CLoop(iters[d], d, 1, nest)
+        nest = CLoop(iters[d], n + d, 1, nest)
     return stmt, nest
+
+
+def _aff_text(aff: isl.Aff) -> str:
+    """An integer affine function of the parameters as isl text."""
+    terms = []
+    for k in range(aff.dim(isl.dim_type.param)):
+        v = int(aff.get_coefficient_val(isl.dim_type.param, k).to_python())
+        if v:
+            terms.append(f"{v}*{aff.get_dim_name(isl.dim_type.param, k)}")
+    terms.append(str(int(aff.get_constant_val().to_python())))
+    return "(" + " + ".join(terms) + ")"
 
 
 def _constraint_text(c: isl.Constraint, dims: list) -> str:
