@@ -24,6 +24,9 @@ SCoP (``compute_flow`` under the program order: no read of an uninitialised valu
 
 A scalar that does not meet the conditions is left as it is (its real dependences
 then constrain the schedule).
+
+:func:`expand_arrays` does the same for arrays (privatisation: doitgen's ``sum[p]``),
+with a copy-out for array parameters; see its docstring.
 """
 from __future__ import annotations
 
