@@ -79,6 +79,25 @@ def _math(name, args, dtype):
     raise InterpreterError(f"the interpreter has no implementation of call {name!r}")
 
 
+def gather_index(value, extent, mask=None):
+    """:data:`polycomp.ir.GATHER_INDEX`: ``value`` (a scalar or one per lane), checked
+    against ``[0, extent)`` on the active lanes (``mask``); an index outside is an
+    :class:`~polycomp.errors.IndexOutOfRangeError`, inactive lanes read index 0."""
+    from polycomp.errors import IndexOutOfRangeError
+    v = np.asarray(value, dtype=np.int64)
+    n = int(extent)
+    bad = (v < 0) | (v >= n)
+    active = bad if mask is None else bad & np.asarray(mask, dtype=bool)
+    if np.any(active):
+        first = int(v.reshape(-1)[int(np.argmax(np.broadcast_to(active, v.shape).reshape(-1)))]
+                    if v.ndim else v)
+        raise IndexOutOfRangeError(
+            f"gather index {first} is out of range [0, {n}) of the indexed dimension")
+    if v.ndim == 0:
+        return np.int64(v)
+    return np.where(bad, 0, v)
+
+
 class InterpreterState:
     __slots__ = ("env", "buffers", "lanes", "mask")
 
@@ -157,6 +176,8 @@ class Interpreter:
         """A ``Call``: the math functions.  Hook: executors of target IR (the CUDA
         simulator) override it to add intrinsics such as barriers and warp shuffles."""
         args = [self.expr(a, st, mask) for a in e.args]
+        if e.name == ir.GATHER_INDEX:
+            return gather_index(args[0], args[1], mask)
         return _math(e.name, args, e.dtype)
 
     def binary(self, e, st, mask):
