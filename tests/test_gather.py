@@ -13,6 +13,7 @@ import pytest
 import polycomp as pc
 from polycomp.driver import build, compile_kernel, interpret
 from polycomp.errors import IndexOutOfRangeError, TargetError
+from polycomp.hw.cuda.launcher import gpu_available
 from polycomp.hw.cuda.simulator import simulate
 
 V, D, N, M = pc.sym("V D N M")
@@ -57,6 +58,13 @@ def gather_temp(table: pc.Tensor[(V, D), "float32"], idx: pc.Tensor[(N,), "int32
     T = pc.compute((V, D), lambda v, d: table[v, d] + 1.0, name="T")
     J = pc.compute((N,), lambda i: idx[i] + 1, name="J")
     return pc.compute((N, D), lambda i, j: T[J[i], j], name="out")
+
+
+@pc.tensor_expr
+def guarded(table: pc.Tensor[(V, D), "float32"], idx: pc.Tensor[(N,), "int64"]):
+    # a select whose data-dependent condition excludes the bad indices: no error
+    return pc.compute((N, D), lambda i, j: pc.select((idx[i] >= 0) & (idx[i] < V),
+                                                     table[idx[i], j], 0.0), name="out")
 
 
 CPU = ["c", "cpu-avx2"]
@@ -219,3 +227,31 @@ def test_cuda_simulator_and_nvcc(tmp_path):
 def test_npu_refuses_a_gather():
     with pytest.raises(TargetError, match="npu: out gathers from table"):
         compile_kernel(EMB["int64"], "npu")
+
+
+def test_a_guarded_gather_checks_only_the_indices_it_reads():
+    rng = _rng(8)
+    t = rng.standard_normal((7, 19)).astype(np.float32)
+    ix = np.array([0, 7, -3, 6, 100, -(2 ** 63)])
+    ref = np.where(((ix >= 0) & (ix < 7))[:, None], t[np.clip(ix, 0, 6)], 0)
+    np.testing.assert_array_equal(interpret(guarded, t, ix), ref)
+    for target in CPU:
+        np.testing.assert_array_equal(build(guarded, target)(t, ix), ref)
+    np.testing.assert_array_equal(simulate(compile_kernel(guarded, "cuda"), t, ix)[0], ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(),
+                    reason="hardware: no NVIDIA GPU (with pycuda or cupy) here")
+def test_cuda_gather_on_the_gpu():
+    f = build(EMB["int64"], "cuda")
+    rng = _rng(9)
+    for v, d, n in SHAPES:
+        t = rng.standard_normal((v, d)).astype(np.float32)
+        ix = _indices(rng, v, n, np.int64)
+        np.testing.assert_array_equal(f(t, ix), t[ix])
+    ix[-1] = v                                   # the device flag: raised after the call
+    with pytest.raises(IndexOutOfRangeError):
+        f(t, ix)
+    ix[-1] = 0                                   # and cleared for the next one
+    np.testing.assert_array_equal(f(t, ix), t[ix])
