@@ -196,8 +196,7 @@ def test_out_of_range_int32_index_in_the_vector_loop_raises():
         build(take_last, "cpu-avx2")(X, jx)
 
 
-def test_cuda_simulator_and_nvcc(tmp_path):
-    import subprocess
+def test_cuda_simulator():
     rng = _rng(7)
     ck_e, ck_l, ck_m = (compile_kernel(k, "cuda") for k in (EMB["int32"], take_last,
                                                              emb_matmul))
@@ -217,6 +216,11 @@ def test_cuda_simulator_and_nvcc(tmp_path):
     ix[-1] = v
     with pytest.raises(IndexOutOfRangeError):
         simulate(ck_e, t, ix)
+
+
+def test_nvcc_compiles_the_gather(tmp_path):
+    import subprocess
+    ck_m = compile_kernel(emb_matmul, "cuda")
     cu = tmp_path / "k.cu"
     cu.write_text(ck_m.source)
     r = subprocess.run(["nvcc", "-arch=sm_80", "-cubin", "-o", str(tmp_path / "k.cubin"),
@@ -255,3 +259,16 @@ def test_cuda_gather_on_the_gpu():
         f(t, ix)
     ix[-1] = 0                                   # and cleared for the next one
     np.testing.assert_array_equal(f(t, ix), t[ix])
+
+
+def test_computed_table_and_bag_on_cuda_simulator_and_avx512():
+    rng = _rng(10)
+    t = rng.standard_normal((19, 5)).astype(np.float32)
+    ix = rng.integers(-1, 18, 23).astype(np.int32)
+    bag = rng.integers(0, 19, (4, 6))
+    out, _ = simulate(compile_kernel(gather_temp, "cuda"), t, ix)
+    np.testing.assert_array_equal(out, (t + 1)[ix + 1])
+    out, _ = simulate(compile_kernel(bag_sum, "cuda"), t, bag)
+    np.testing.assert_allclose(out, t[bag].sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(build(gather_temp, "cpu-avx512")(t, ix), (t + 1)[ix + 1])
+    np.testing.assert_array_equal(build(EMB["int32"], "cpu-avx512")(t, ix + 1), t[ix + 1])
