@@ -218,6 +218,7 @@ def test_cuda_simulator():
         simulate(ck_e, t, ix)
 
 
+@pytest.mark.nvcc
 def test_nvcc_compiles_the_gather(tmp_path):
     import subprocess
     ck_m = compile_kernel(emb_matmul, "cuda")

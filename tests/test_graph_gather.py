@@ -189,3 +189,36 @@ def test_onnx_gather_and_gather_elements():
         np.testing.assert_array_equal(e, w[ids])
         np.testing.assert_array_equal(ge, np.take_along_axis(x, j % 7, 1))
         np.testing.assert_array_equal(gk, x[:, -1])
+
+
+def test_onnx_export_of_an_embedding_model_imports_and_matches():
+    import io
+    import warnings
+
+    onnx = pytest.importorskip("onnx")
+
+    from polycomp.graph.onnx_import import import_onnx
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.proj = nn.Embedding(31, 8), nn.Linear(8, 4)
+
+        def forward(self, ids):
+            return torch.relu(self.proj(self.emb(ids)))
+    torch.manual_seed(0)
+    m = M().eval()
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, (torch.randint(0, 31, (2, 5)),), f, dynamo=False,
+                          input_names=["ids"], output_names=["y"], opset_version=17,
+                          dynamic_axes={"ids": {0: "B", 1: "S"}, "y": {0: "B", 1: "S"}})
+    graph = import_onnx(onnx.load_from_string(f.getvalue()), "emb")
+    assert graph.inputs[0].dtype == "int64"
+    cg = compile_graph(graph, "c")
+    for b, s in ((2, 3), (1, 1), (3, 7)):
+        ids = torch.randint(0, 31, (b, s))
+        ids[0, 0] = 30
+        with torch.no_grad():
+            torch.testing.assert_close(cg(ids), m(ids), rtol=1e-5, atol=1e-5)
