@@ -106,6 +106,7 @@ def test_builder_rejects_float_indices():
 
 # --------------------------------------------------------------------- torch.fx / Dynamo
 
+@pytest.mark.slow      # Dynamo traces and gcc builds: ~5 s or more on a loaded 2-core host
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
 def test_embedding_function_and_module(dtype):
     emb = nn.Embedding(17, 6)
@@ -117,6 +118,7 @@ def test_embedding_function_and_module(dtype):
                          [:17].contiguous()))
 
 
+@pytest.mark.slow
 def test_index_select_gather_and_tensor_indexing():
     def f(x, i, j, k, p):
         return (torch.index_select(x, 1, j), x.index_select(0, p.view(-1)),
