@@ -795,6 +795,22 @@ def is_gather_index(e) -> bool:
     return isinstance(e, Call) and e.name == GATHER_INDEX
 
 
+def gathered_buffers(node) -> list[str]:
+    """Names of the buffers ``node`` loads with a :func:`gather_index` in an index (for
+    the run-time error message), in first-use order."""
+    seen: dict[str, None] = {}
+
+    def fn(n):
+        if isinstance(n, Load):
+            found: list = []
+            for i in n.indices:
+                walk(i, lambda m: found.append(m) if is_gather_index(m) else None)
+            if found:
+                seen.setdefault(n.buffer.name, None)
+    walk(node, fn)
+    return list(seen)
+
+
 def reads_data(node) -> bool:
     """``node`` loads a tensor element somewhere (a data-dependent expression)."""
     found = []

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from polycomp import dtypes as dt
+from polycomp import ir
 from polycomp.errors import BuildError, IndexOutOfRangeError, ResourceLimitError, user_location
 
 from .target import requested_threads
@@ -260,8 +261,9 @@ class CFunction:
         if index_error is not None and index_error.value:
             index_error.value = 0
             raise IndexOutOfRangeError(
-                f"{f.name}: a gather index is out of range of the dimension it indexes "
-                f"(sizes {', '.join(f'{k}={v}' for k, v in values.items())}); the kernel read "
+                f"{f.name}: a gather index into {', '.join(ir.gathered_buffers(f.body))} is "
+                f"out of range of the dimension it indexes (sizes "
+                f"{', '.join(f'{k}={v}' for k, v in values.items())}); the kernel read "
                 f"element 0 instead and its outputs are not valid", user_location())
         if failed is not None and failed.value:
             failed.value = 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from polycomp import dtypes as dt
+from polycomp import ir
 from polycomp.errors import BuildError, TargetError
 from polycomp.shapes import eval_int, infer_params
 
@@ -320,7 +321,8 @@ class CudaFunction:
             if gathers and self.api.swap_flag(self.module, "pc_index_error"):
                 from polycomp.errors import IndexOutOfRangeError
                 raise IndexOutOfRangeError(
-                    f"{f.name}: a gather index is out of range of the dimension it indexes "
+                    f"{f.name}: a gather index into {', '.join(ir.gathered_buffers(f.body))} "
+                    f"is out of range of the dimension it indexes "
                     f"(sizes {', '.join(f'{k}={v}' for k, v in values.items())}); the kernel "
                     f"read element 0 instead and its outputs are not valid")
         self.api.synchronize()
