@@ -339,24 +339,24 @@ class _Importer:
         return x
 
     def advanced_index(self, x, idx: tuple):
-        """``x[..., idx_1, ..., idx_m, ...]`` with integer index tensors (after ``None``
-        and integer entries were applied to ``x``): the ``index`` op along their axes,
-        negative indices counted from the end (torch's semantics); ``:`` keeps an axis.
-        Bool masks (data-dependent shapes), ``...`` and slices with bounds beside a
-        tensor index are not supported."""
-        axes, tensors, axis = [], [], -1
-        for s in idx:
-            axis += 1
+        """``x[..., idx_1, ..., idx_m, ...]`` with integer index tensors: the slices
+        beside them first (they keep their axes), then the ``index`` op along the
+        tensors' axes, negative indices counted from the end (torch's semantics).  Bool
+        masks (data-dependent shapes), ``None``, integers and ``...`` beside a tensor
+        index are not supported."""
+        axes, tensors = [], []
+        for axis, s in enumerate(idx):
             if isinstance(s, Value):
                 if s.dtype not in ("int32", "int64"):
                     raise UnsupportedOpError(f"tensor indexing with a {s.dtype} tensor "
                                              f"(a mask: its result's shape depends on data)")
                 axes.append(axis)
                 tensors.append(s)
-            elif s != slice(None):
+            elif not isinstance(s, slice):
                 raise UnsupportedOpError(f"tensor indexing mixing index tensors with {s!r}")
-        if axis >= len(x.shape):
+        if len(idx) > len(x.shape):
             raise UnsupportedOpError(f"too many indices for a tensor of rank {len(x.shape)}")
+        x = self.getitem(x, tuple(slice(None) if isinstance(s, Value) else s for s in idx))
         return self.g.index(x, *tensors, axes=tuple(axes), wrap=True)
 
     def _h_embedding(self, name, args, kwargs):
