@@ -811,6 +811,13 @@ def gathered_buffers(node) -> list[str]:
     return list(seen)
 
 
+def gathered_into(func) -> str:
+    """`` into A, B`` naming the arrays ``func`` (a LoweredFunc) gathers from, or ``""``
+    (a dispatcher that only calls its versions): for the run-time error message."""
+    names = gathered_buffers(func.body)
+    return f" into {', '.join(names)}" if names else ""
+
+
 def reads_data(node) -> bool:
     """``node`` loads a tensor element somewhere (a data-dependent expression)."""
     found = []

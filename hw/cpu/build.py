@@ -261,8 +261,8 @@ class CFunction:
         if index_error is not None and index_error.value:
             index_error.value = 0
             raise IndexOutOfRangeError(
-                f"{f.name}: a gather index into {', '.join(ir.gathered_buffers(f.body))} is "
-                f"out of range of the dimension it indexes (sizes "
+                f"{f.name}: a gather index{ir.gathered_into(f)} is out of range of the "
+                f"dimension it indexes (sizes "
                 f"{', '.join(f'{k}={v}' for k, v in values.items())}); the kernel read "
                 f"element 0 instead and its outputs are not valid", user_location())
         if failed is not None and failed.value:

@@ -321,8 +321,8 @@ class CudaFunction:
             if gathers and self.api.swap_flag(self.module, "pc_index_error"):
                 from polycomp.errors import IndexOutOfRangeError
                 raise IndexOutOfRangeError(
-                    f"{f.name}: a gather index into {', '.join(ir.gathered_buffers(f.body))} "
-                    f"is out of range of the dimension it indexes "
+                    f"{f.name}: a gather index{ir.gathered_into(f)} is out of range of "
+                    f"the dimension it indexes "
                     f"(sizes {', '.join(f'{k}={v}' for k, v in values.items())}); the kernel "
                     f"read element 0 instead and its outputs are not valid")
         self.api.synchronize()
