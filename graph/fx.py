@@ -430,23 +430,10 @@ class _Importer:
         eps = float(self.number(eps))
         bshape = (c,) + (1,) * (len(x.shape) - 2)
         if all(v is None or v.const is not None for v in vals):
-            mu, va, wt, bi = (None if v is None else v.const.astype(np.float64)  # type: ignore
-                              for v in vals)
-            scale = 1.0 / np.sqrt(va + eps)  # type: ignore[operator]
-            if wt is not None:
-                scale = scale * wt
-            shift = -mu * scale  # type: ignore[operator]
-            if bi is not None:
-                shift = shift + bi
-            if not c.is_Integer or scale.shape != (int(c),):
-                raise UnsupportedOpError(f"batch_norm statistics of shape {scale.shape} for "
-                                         f"{c} channels")
-            folded = self._fold_into_conv(x, scale, shift)
-            if folded is not None:
-                return folded
-            nd = _np_dtype(x.dtype)
-            y = self.g.mul(x, self.g.constant("bn_scale", scale.reshape(bshape).astype(nd)))
-            return self.g.add(y, self.g.constant("bn_shift", shift.reshape(bshape).astype(nd)))
+            if not c.is_Integer:
+                raise UnsupportedOpError(f"batch_norm of the symbolic channel extent {c}")
+            return batch_norm_constant(self.g, x, *(None if v is None else v.const
+                                                    for v in vals), eps)
         g = self.g
         mean_v, var_v, w_v, b_v = (None if v is None else self.cast(v, x.dtype) for v in vals)
         inv = g.rsqrt(g.op("add", var_v, scalar=eps))
@@ -454,21 +441,6 @@ class _Importer:
             inv = g.mul(inv, w_v)
         y = g.mul(g.sub(x, g.reshape(mean_v, shape=bshape)), g.reshape(inv, shape=bshape))
         return g.add(y, g.reshape(b_v, shape=bshape)) if b_v is not None else y
-
-    def _fold_into_conv(self, x: Value, scale, shift) -> Value | None:
-        """A new ``conv2d`` computing ``conv(x) * scale[f] + shift[f]`` when ``x`` is a
-        convolution with constant weights (and bias): ``w[f] * scale[f]``, ``b[f] *
-        scale[f] + shift[f]``.  The old convolution is dropped when nothing else uses it."""
-        p = x.producer
-        if p is None or p.op != "conv2d" or any(v.const is None for v in p.inputs[1:]):
-            return None
-        w = p.inputs[1].const
-        nd = w.dtype  # type: ignore[union-attr]
-        w2 = (w.astype(np.float64) * scale[:, None, None, None]).astype(nd)  # type: ignore
-        b0 = p.inputs[2].const.astype(np.float64) if len(p.inputs) > 2 else 0.0  # type: ignore
-        b2 = (b0 * scale + shift).astype(nd)
-        return self.g.conv2d(p.inputs[0], self.g.constant("w_bn", w2),
-                             self.g.constant("b_bn", b2), **p.attrs)
 
     def _h_pool(self, name, args, kwargs):
         x, k = args[0], _arg(args, kwargs, 1, "kernel_size", None)
@@ -992,6 +964,37 @@ _NOT_METHODS = ("linear", "layer_norm", "dropout", "narrow", "getitem", "floordi
 def _np_dtype(d: str):
     from polycomp.dtypes import to_numpy
     return to_numpy(d)
+
+
+def batch_norm_constant(g: GraphBuilder, x: Value, mean, var, w, b, eps: float) -> Value:
+    """Eval-mode batch norm with constant statistics (numpy arrays; ``w`` / ``b`` may be
+    None): ``x * scale + shift`` per channel (axis 1), ``scale = w / sqrt(var + eps)``,
+    ``shift = b - mean * scale`` computed in float64.  When ``x`` is a convolution with
+    constant weights (and bias) the result is a new convolution with weights ``w[f] *
+    scale[f]`` and bias ``b[f] * scale[f] + shift[f]`` (the old one is dropped when
+    nothing else uses it); shared by the torch.fx and ONNX importers."""
+    c = int(x.shape[1])
+    scale = 1.0 / np.sqrt(np.asarray(var, np.float64).reshape(-1) + eps)
+    if w is not None:
+        scale = scale * np.asarray(w, np.float64).reshape(-1)
+    shift = -np.asarray(mean, np.float64).reshape(-1) * scale
+    if b is not None:
+        shift = shift + np.asarray(b, np.float64).reshape(-1)
+    if scale.shape != (c,) or shift.shape != (c,):
+        raise UnsupportedOpError(f"batch_norm statistics of shape {scale.shape} for {c} "
+                                 f"channels")
+    p = x.producer
+    if p is not None and p.op == "conv2d" and all(v.const is not None for v in p.inputs[1:]):
+        wc = p.inputs[1].const
+        nd = wc.dtype  # type: ignore[union-attr]
+        w2 = (wc.astype(np.float64) * scale[:, None, None, None]).astype(nd)  # type: ignore
+        b0 = p.inputs[2].const.astype(np.float64) if len(p.inputs) > 2 else 0.0  # type: ignore
+        return g.conv2d(p.inputs[0], g.constant("w_bn", w2),
+                        g.constant("b_bn", (b0 * scale + shift).astype(nd)), **p.attrs)
+    bshape = (c,) + (1,) * (len(x.shape) - 2)
+    nd = _np_dtype(x.dtype)
+    y = g.mul(x, g.constant("bn_scale", scale.reshape(bshape).astype(nd)))
+    return g.add(y, g.constant("bn_shift", shift.reshape(bshape).astype(nd)))
 
 
 def _pair(v) -> tuple[int, int]:
