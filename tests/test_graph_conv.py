@@ -253,6 +253,18 @@ class SmallNet(nn.Module):
         return self.head(torch.flatten(x, 1))
 
 
+def test_dynamo_conv_bn_relu6_one_kernel_statistics_captured():
+    """The batch-norm statistics (module buffers) are constants folded into the
+    convolution, not arguments of the compiled graph: one kernel, conv2d -> hardtanh."""
+    m = _randomised(nn.Sequential(nn.Conv2d(3, 5, 3, 2, 1, bias=False), nn.BatchNorm2d(5),
+                                  nn.ReLU6()))
+    rec = _compile_and_check(m, [(1, 3, 11, 7)])
+    assert not rec.eager, rec.eager
+    assert rec.compiled_ops() == ["conv2d", "hardtanh"]
+    assert len(rec.fns[0].compiled_graph.graph.inputs) == 1  # x only
+
+
+@pytest.mark.slow
 def test_dynamo_small_convnet_fully_compiled_static_and_dynamic():
     m = _randomised(SmallNet())
     rec = _compile_and_check(m, [(1, 3, 17, 13), (2, 3, 23, 19)])  # 2nd: automatic dynamic
@@ -267,6 +279,7 @@ def test_dynamo_small_convnet_fully_compiled_static_and_dynamic():
     assert [v.name for v in cg.graph.inputs] == ["l_x_"]
 
 
+@pytest.mark.slow
 def test_dynamo_batch_norm_buffers_updated_recompile():
     torch._dynamo.reset()
     m = _randomised(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)))
