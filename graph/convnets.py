@@ -17,6 +17,7 @@ def _randomise_bn(model, seed: int) -> None:
     for m in model.modules():
         if isinstance(m, torch.nn.BatchNorm2d):
             c = m.num_features
+            assert m.running_mean is not None and m.running_var is not None
             with torch.no_grad():
                 m.running_mean.copy_(torch.rand(c, generator=g) * 0.4 - 0.2)
                 m.running_var.copy_(torch.rand(c, generator=g) * 0.5 + 0.75)

@@ -432,10 +432,11 @@ class _Importer:
         if all(v is None or v.const is not None for v in vals):
             if not c.is_Integer:
                 raise UnsupportedOpError(f"batch_norm of the symbolic channel extent {c}")
-            return batch_norm_constant(self.g, x, *(None if v is None else v.const
-                                                    for v in vals), eps)
+            mu, va, wt, bi = (None if v is None else v.const for v in vals)
+            return batch_norm_constant(self.g, x, mu, va, wt, bi, eps)
         g = self.g
         mean_v, var_v, w_v, b_v = (None if v is None else self.cast(v, x.dtype) for v in vals)
+        assert mean_v is not None and var_v is not None
         inv = g.rsqrt(g.op("add", var_v, scalar=eps))
         if w_v is not None:
             inv = g.mul(inv, w_v)

@@ -740,7 +740,7 @@ def _adaptive_lower(node: Node, ins, shape):
     oh, ow = node.attrs["out"]
     H, W = x.shape[2], x.shape[3]
     axes = []
-    spans = []
+    spans: list[tuple[int, int] | None] = []
     for size, o, tag in ((H, oh, "h"), (W, ow, "w")):
         if o == 1:
             spans.append(None)
