@@ -279,7 +279,6 @@ def test_dynamo_small_convnet_fully_compiled_static_and_dynamic():
     assert [v.name for v in cg.graph.inputs] == ["l_x_"]
 
 
-@pytest.mark.slow
 def test_dynamo_batch_norm_buffers_updated_recompile():
     torch._dynamo.reset()
     m = _randomised(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)))
