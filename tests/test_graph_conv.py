@@ -439,3 +439,22 @@ def test_onnx_batch_normalization_standalone():
     x = torch.randn(1, 3, 4, 5)
     with torch.no_grad():
         np.testing.assert_allclose(cg(x.numpy()), m(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16"])
+def test_builder_conv_pool_other_float_dtypes(dtype):
+    """float64 computes in float64; float16 accumulates in float32 and rounds once."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 4, 7, 6)).astype(dtype)
+    w = rng.standard_normal((6, 2, 3, 3)).astype(dtype)
+    g = GraphBuilder("convdt")
+    xv = g.input("x", (1, 4, 7, 6), dtype)
+    c = g.conv2d(xv, g.constant("w", w), stride=(2, 1), padding=(1, 1), groups=2)
+    y = g.avg_pool2d(c, kernel=(2, 2), stride=(1, 1), padding=(0, 0), count_include_pad=True)
+    got = compile_graph(g.build(y), "c")(x)
+    assert got.dtype == np.dtype(dtype)
+    ref = ref_conv2d(x.astype(np.float64), w.astype(np.float64), None, (2, 1), (1, 1),
+                     groups=2).astype(dtype).astype(np.float64)
+    ref = (ref[:, :, :-1, :-1] + ref[:, :, 1:, :-1] + ref[:, :, :-1, 1:] + ref[:, :, 1:, 1:]) / 4
+    tol = 1e-12 if dtype == "float64" else 3e-3
+    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=tol, atol=tol)
