@@ -458,3 +458,18 @@ def test_builder_conv_pool_other_float_dtypes(dtype):
     ref = (ref[:, :, :-1, :-1] + ref[:, :, 1:, :-1] + ref[:, :, :-1, 1:] + ref[:, :, 1:, 1:]) / 4
     tol = 1e-12 if dtype == "float64" else 3e-3
     np.testing.assert_allclose(got.astype(np.float64), ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.slow
+def test_onnx_resnet18_style_reduced_matches_eager():
+    m = resnet18(width=8, blocks=(1, 1, 1, 1), num_classes=10)
+    proto, import_onnx = _onnx_graph(m, (1, 3, 32, 32), {"x": {0: "N"}, "y": {0: "N"}})
+    graph = import_onnx(proto, "resnet")
+    assert [n.op for n in graph.nodes].count("conv2d") == _n_convs(m)
+    assert "batch_norm" not in [n.op for n in graph.nodes]
+    cg = compile_graph(graph, "c")
+    for n in (1, 2):
+        x = torch.randn(n, 3, 32, 32)
+        with torch.no_grad():
+            torch.testing.assert_close(torch.as_tensor(cg(x.numpy())), m(x), rtol=1e-4,
+                                       atol=1e-5)
