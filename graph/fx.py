@@ -225,12 +225,15 @@ class _Importer:
 
     def linear(self, x, w, b):
         g = self.g
+        if isinstance(w, Value) and w.const is not None and len(w.shape) == 2:
+            w = w.const  # a parameter Dynamo lifted (a constant): transposed once, below
         if isinstance(w, Value):  # a weight that is a graph input: (N, K), read transposed
             y = self.matmul(x, g.transpose(w, dim0=0, dim1=1))
         else:
             key = ("T", id(w))
             if key not in self._consts:
-                self._consts[key] = g.constant("wT", _np(w).T.copy())  # type: ignore[index]
+                wn = w if isinstance(w, np.ndarray) else _np(w)
+                self._consts[key] = g.constant("wT", wn.T.copy())  # type: ignore[index]
             y = self.matmul(x, self._consts[key])  # type: ignore[index]
         if b is not None:
             y = self.binary("add", y, b if isinstance(b, Value) else self.const(b))
@@ -825,6 +828,10 @@ class _Importer:
         if scale is None:
             scale = 1.0 / sympy.sqrt(q.shape[-1])
         scale = self.number(sympy.sympify(scale))
+        if isinstance(mask, Value) and mask.dtype not in ("bool", q.dtype):
+            raise UnsupportedOpError(f"attention mask of {mask.dtype} for {q.dtype}")
+        if _same_batch(q, k, v):
+            return self._sdpa_chain(q, k, v, mask, bool(causal), float(scale))
         n = len(k.shape)
         s = self.matmul(q, g.transpose(k, dim0=n - 2, dim1=n - 1))
         s = g.op("mul", s, scalar=float(scale))
@@ -850,6 +857,48 @@ class _Importer:
             zero = g.constant("zero", np.zeros((1,), dtype=s.dtype))
             p = g.where(g.ne(m, ninf), p, zero)
         return self.matmul(p, v)
+
+    def _sdpa_chain(self, q: Value, k: Value, v: Value, mask, causal: bool,
+                    scale: float) -> Value:
+        """``scaled_dot_product_attention`` as one ``attention`` node: the chain the CPU
+        and CUDA chain fusion (``scheduler/chain``) turn into one kernel with an online
+        softmax.  A bool mask becomes the additive ``where(mask, 0, -inf)``; the mask is
+        reshaped (zero-copy) so that the chain reads it by its iterators alone: no leading
+        axes of extent 1 (``(1, 1, L, S)`` -> ``(L, S)``, a row mask ``(.., 1, S)`` ->
+        ``(.., S)`` read for every row), batch axes of extent 1 where q has more expanded
+        to q's (``(B, 1, L, S)`` -> ``(B, H, L, S)``, an extra pass over the mask).  With a
+        mask, a row whose every score is -inf gives 0 as torch's CPU kernel does, not the
+        softmax's NaN: ``where(amax(mask) != -inf, attention, 0)`` (from the mask alone:
+        finite scores cannot make a row -inf)."""
+        g = self.g
+        if mask is None:
+            return g.op("attention", q, k, v, scale=scale, causal=causal)
+        if not isinstance(mask, Value):
+            raise UnsupportedOpError("scaled_dot_product_attention with a non-tensor mask")
+        d = q.dtype
+        ninf = g.constant("ninf", np.full((1,), -np.inf, dtype=_np_dtype(d)))
+        zero = g.constant("zero", np.zeros((1,), dtype=_np_dtype(d)))
+        mf = g.where(mask, zero, ninf) if mask.dtype == "bool" else mask
+        n, ms = len(q.shape), tuple(mask.shape)
+        if len(ms) > n:
+            raise UnsupportedOpError("scaled_dot_product_attention with a mask of higher "
+                                     "rank than q")
+        ms = (sympy.Integer(1),) * (n - len(ms)) + ms
+        rowless = ms[-2] == 1 and q.shape[-2] != 1
+        keep = ms[-1:] if rowless else ms[-2:]
+
+        def reshape(x: Value, shape: tuple) -> Value:
+            same = len(x.shape) == len(shape) and all(
+                sympy.simplify(a - b) == 0 for a, b in zip(x.shape, shape))
+            return x if same else g.reshape(x, shape=shape)
+        if all(e == 1 for e in ms[:-2]):
+            mc = reshape(mf, keep)
+        else:
+            full = tuple(q.shape[:-2]) + (ms[-2], ms[-1])
+            mc = reshape(g.expand(reshape(mf, ms), shape=full), tuple(q.shape[:-2]) + keep)
+        att = g.op("attention", q, k, v, mc, scale=scale, causal=causal, rowless=rowless)
+        rowok = g.ne(g.amax(mf, axis=-1, keepdim=True), ninf)
+        return g.where(rowok, att, zero)
 
     def where(self, cond, a, b, keep: bool = False):
         """``torch.where(cond, a, b)`` (promoted as torch does); ``keep``: masked_fill,
@@ -1019,6 +1068,16 @@ def _ceil_extent(size, k: int, s: int, p: int, d: int):
     if e.is_number and (int(e) - 1) * s >= size + p:
         e = e - 1
     return e
+
+
+def _same_batch(q: Value, k: Value, v: Value) -> bool:
+    """q, k, v of one float32/float64 dtype and rank with the same batch extents (no
+    broadcasting between them): what the ``attention`` node takes."""
+    if not len(q.shape) == len(k.shape) == len(v.shape) >= 2:
+        return False
+    return q.dtype in ("float32", "float64") and all(
+        sympy.simplify(a - b) == 0 and sympy.simplify(a - c) == 0
+        for a, b, c in zip(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
 
 
 def _arg(args, kwargs, k: int, name: str, default):

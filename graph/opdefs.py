@@ -4,6 +4,8 @@ lowering to ``@tensor_expr`` stages and a FLOP estimate.
 Fusion classes (TSCompiler / AStitch vocabulary):
 
 * ``backbone``  compute-intensive contractions (``matmul``): one per fused kernel;
+* ``chain``     ``attention`` (``softmax(q k^T * scale + mask) v``): a kernel of its own,
+  written as the chain the CPU/CUDA chain fusion (``scheduler/chain``) recognises;
 * ``reduce``    reductions (``softmax``, ``layernorm``, ``sum``, ``mean``, ``amax``);
 * ``elementwise`` / ``injective``: memory-intensive ops stitched around the others;
 * ``view``      a ``reshape`` whose index map is not quasi-affine (``(B, S, H) -> (B*S, H)``):
@@ -803,6 +805,70 @@ def _conv_dtype(node: Node) -> str:
             raise DTypeError(f"conv2d {node.name!r}: input {d} with {v.name!r} {v.dtype}",
                              node.location)
     return d
+# --------------------------------------------------------------------- attention (chain)
+
+
+def _attention_shape(node: Node, cs: Constraints) -> Shape:
+    """``attention(q, k, v[, mask])``: ``q (*b, L, E)``, ``k (*b, S, E)``, ``v (*b, S,
+    Ev)`` -> ``(*b, L, Ev)`` (equal ranks and batch extents, no broadcasting); the
+    additive ``mask`` broadcasts to ``(*b, L, S)``, or to ``(*b, S)`` with ``rowless``."""
+    q, k, v = node.inputs[:3]
+    if not len(q.shape) == len(k.shape) == len(v.shape) >= 2:
+        raise mismatch(node, q, k, "attention needs q, k, v of one rank >= 2")
+    cs.equal(q.shape[-1], k.shape[-1], node, q, k, "head dim of q and k")
+    cs.equal(k.shape[-2], v.shape[-2], node, k, v, "key length of k and v")
+    lead = tuple(cs.equal(cs.equal(x, y, node, q, k, f"batch axis {j}"), z, node, q, v,
+                          f"batch axis {j}")
+                 for j, (x, y, z) in enumerate(zip(q.shape[:-2], k.shape[:-2], v.shape[:-2])))
+    if len(node.inputs) > 3:
+        m = node.inputs[3]
+        full = lead + ((k.shape[-2],) if node.attrs.get("rowless") else
+                       (q.shape[-2], k.shape[-2]))
+        broadcast(node, cs, m, type(m)("_scores", m.dtype, full))
+    return lead + (q.shape[-2], v.shape[-1])
+
+
+def _attention_dtype(node: Node) -> str:
+    ds = {v.dtype for v in node.inputs}
+    d = node.inputs[0].dtype
+    if len(ds) != 1 or not dt.is_float(d):
+        raise DTypeError(f"attention {node.name!r}: q, k, v (and the mask) must share one "
+                         f"float dtype, got {', '.join(sorted(ds))}", node.location)
+    return d
+
+
+def _attention_lower(node: Node, ins, shape):
+    """Attention as the chain :mod:`polycomp.scheduler.chain.detect` fuses: ``T = q .
+    k^T`` (``k`` read as stored, ``[.., l, r]``), one elementwise stage (scale, the
+    additive mask, the causal ``select``), the op library's softmax over ``l``, ``O = P .
+    v``.  The chain is fusible when the mask is indexed by iterators only (no broadcast
+    extent 1 other than a missing leading axis), as the torch importer arranges."""
+    q, k, v = ins[:3]
+    mask = ins[3] if len(ins) > 3 else None
+    d = node.output.dtype
+    n = len(shape)
+    r = dsl.reduce_axis(q.shape[-1], f"k_{node.name}")
+    sshape = tuple(shape[:-1]) + (k.shape[-2],)
+    t = _compute(sshape, lambda i: dsl.sum(q[tuple(i[:-1]) + (r,)]
+                                           * k[tuple(i[:-2]) + (i[-1], r)], axis=r),
+                 name=_name(node) + "_t", dtype=d)
+    scale = ir.const(float(node.attrs["scale"]), d)
+    rowless = bool(node.attrs.get("rowless"))
+
+    def score(i):
+        e = t[i] * scale
+        if mask is not None:
+            e = e + _bload(mask, tuple(i[:-2]) + (i[-1],) if rowless else i,
+                           n - 1 if rowless else n)
+        if node.attrs.get("causal"):
+            e = ir.select(ir.binary("<=", i[-1], i[-2]), e, ir.const(float("-inf"), d))
+        return e
+    sc = _compute(sshape, score, name=_name(node) + "_s", dtype=d)
+    p = ops.softmax(sc, -1, name=_name(node) + "_p")
+    l_ = dsl.reduce_axis(k.shape[-2], f"l_{node.name}")
+    return _compute(shape, lambda i: dsl.sum(p[tuple(i[:-1]) + (l_,)]
+                                             * v[tuple(i[:-2]) + (l_, i[-1])], axis=l_),
+                    name=_name(node), dtype=d)
 
 
 OPS: dict[str, OpDef] = {
@@ -833,6 +899,8 @@ OPS: dict[str, OpDef] = {
     "avg_pool2d": OpDef("reduce", _pool_shape, _pool_lower, dtype=_float_only),
     "adaptive_avg_pool2d": OpDef("reduce", _adaptive_shape, _adaptive_lower,
                                  dtype=_float_only),
+    "attention": OpDef("chain", _attention_shape, _attention_lower, 5.0,
+                       dtype=_attention_dtype),
 }
 
 
@@ -853,5 +921,10 @@ def flops(node: Node, env: dict) -> float:
     if node.op in ("max_pool2d", "avg_pool2d"):
         kh, kw = _pair_attr(node, "kernel")
         return float(numel(node.output.shape, env) * kh * kw)
+    if node.op == "attention":  # two products over the (*b, L, S) scores, the softmax
+        q, k_, v = node.inputs[:3]
+        scores = numel(q.shape[:-1], env) * int(k_.shape[-2].xreplace(env))
+        return scores * (2.0 * int(q.shape[-1].xreplace(env))
+                         + 2.0 * int(v.shape[-1].xreplace(env)) + 5.0)
     src = node.inputs[0] if node.inputs else node.output
     return OPS[node.op].flops_per_elem * numel(src.shape, env)
