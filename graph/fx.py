@@ -155,6 +155,8 @@ class _Importer:
             torch._C._nn.adaptive_avg_pool2d: "adaptive_avg_pool2d",
             F.hardtanh: "hardtanh", F.relu6: "relu6", torch.clamp: "clamp",
             torch.clip: "clamp",
+            F.embedding: "embedding", torch.embedding: "embedding",
+            torch.index_select: "index_select", torch.gather: "gather",
         }
 
     # ------------------------------------------------------------------ helpers
@@ -324,6 +326,8 @@ class _Importer:
         if not isinstance(x, Value):
             return x[idx]
         idx = idx if isinstance(idx, tuple) else (idx,)
+        if any(isinstance(s, Value) for s in idx):    # x[idx]: advanced indexing (a gather)
+            return self.advanced_index(x, idx)
         axis = -1
         for s in idx:
             axis += 1
@@ -524,6 +528,59 @@ class _Importer:
         return self.hardtanh(x, -math.inf if lo is None else lo,
                              math.inf if hi is None else hi)
 
+    def advanced_index(self, x, idx: tuple):
+        """``x[..., idx_1, ..., idx_m, ...]`` with integer index tensors: the slices
+        beside them first (they keep their axes), then the ``index`` op along the
+        tensors' axes, negative indices counted from the end (torch's semantics).  Bool
+        masks (data-dependent shapes), ``None``, integers and ``...`` beside a tensor
+        index are not supported."""
+        axes, tensors = [], []
+        for axis, s in enumerate(idx):
+            if isinstance(s, Value):
+                if s.dtype not in ("int32", "int64"):
+                    raise UnsupportedOpError(f"tensor indexing with a {s.dtype} tensor "
+                                             f"(a mask: its result's shape depends on data)")
+                axes.append(axis)
+                tensors.append(s)
+            elif not isinstance(s, slice):
+                raise UnsupportedOpError(f"tensor indexing mixing index tensors with {s!r}")
+        if len(idx) > len(x.shape):
+            raise UnsupportedOpError(f"too many indices for a tensor of rank {len(x.shape)}")
+        x = self.getitem(x, tuple(slice(None) if isinstance(s, Value) else s for s in idx))
+        return self.g.index(x, *tensors, axes=tuple(axes), wrap=True)
+
+    def _h_embedding(self, name, args, kwargs):
+        """``F.embedding(input, weight, padding_idx, max_norm, ...)``: rows of ``weight``
+        (``padding_idx`` only affects gradients; ``max_norm`` renormalises the weight in
+        place: eager)."""
+        idx, w = args[0], args[1]
+        if _arg(args, kwargs, 3, "max_norm", None) is not None:
+            raise UnsupportedOpError("embedding with max_norm (it updates the weight)")
+        w = w if isinstance(w, Value) else self.const(w)
+        if not isinstance(idx, Value) or idx.dtype not in ("int32", "int64"):
+            raise UnsupportedOpError("embedding of indices that are not an int tensor")
+        return self.g.index(w, idx, axes=(0,))
+
+    def _h_index_select(self, name, args, kwargs):
+        x, d, idx = args[0], _arg(args, kwargs, 1, "dim", 0), _arg(args, kwargs, 2, "index",
+                                                                      None)
+        if not (isinstance(x, Value) and isinstance(idx, Value)) or len(idx.shape) > 1:
+            raise UnsupportedOpError("index_select needs a tensor and a 1-d index tensor")
+        if len(idx.shape) == 0:
+            idx = self.g.reshape(idx, shape=(1,))
+        return self.g.index(x, idx, axes=(d,))
+
+    def _h_gather(self, name, args, kwargs):
+        x, d, idx = args[0], _arg(args, kwargs, 1, "dim", 0), _arg(args, kwargs, 2, "index",
+                                                                      None)
+        if kwargs.get("sparse_grad"):
+            raise UnsupportedOpError("gather with sparse_grad")
+        if not (isinstance(x, Value) and isinstance(idx, Value)):
+            raise UnsupportedOpError("gather of non-tensors")
+        if len(x.shape) != len(idx.shape):
+            raise UnsupportedOpError("gather with an index of another rank")
+        return self.g.gather(x, idx, axis=d)
+
     # ------------------------------------------------------------------ dispatch
     def call(self, kind: str, target, args, kwargs):
         if kind == "call_module":
@@ -602,6 +659,8 @@ class _Importer:
                      expand=lambda name, a, kw: self.expand(a[0], _varargs(a)),
                      expand_as=lambda name, a, kw: self.expand(a[0], a[1].shape),
                      cat=self._h_cat, split=self._h_split, chunk=self._h_chunk,
+                     embedding=self._h_embedding, index_select=self._h_index_select,
+                     gather=self._h_gather,
                      arange=self._h_arange, sdpa=self._h_sdpa, where=self._h_where,
                      masked_fill=lambda name, a, kw: self.where(
                          a[1], _arg(a, kw, 2, "value", None), a[0], keep=True),
@@ -1006,9 +1065,9 @@ class _Importer:
 # handlers that are functions only (``x.linear()`` is no method)
 # (``x.pow(2)`` is a method too; ``x.where(cond, y)`` is ``torch.where(cond, x, y)``)
 _NOT_METHODS = ("linear", "layer_norm", "dropout", "narrow", "getitem", "floordiv", "msqrt",
-                "identity", "maximum", "matmul", "cat", "arange", "sdpa", "where", "conv2d",
-                "batch_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "hardtanh",
-                "relu6")
+                "identity", "maximum", "matmul", "cat", "arange", "sdpa", "where", "embedding",
+                "conv2d", "batch_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+                "hardtanh", "relu6")
 
 
 def _np_dtype(d: str):

@@ -394,6 +394,116 @@ def _cat_lower(node: Node, ins, shape):
     return _compute(shape, body, name=_name(node), dtype=d)
 
 
+# --------------------------------------------------------------------- gathers
+#
+# ``index``: numpy / torch advanced indexing ``x[..., idx_1, ..., idx_m, ...]`` along the
+# axes ``attrs["axes"]`` (one index tensor each, broadcast together to a shape B); the
+# indexed axes are replaced by B where they are adjacent, else B comes first (numpy's
+# rule).  ``embedding(idx, w)`` is ``index(w, idx, axes=(0,))``, ``index_select(x, d,
+# idx)`` ``index(x, idx, axes=(d,))``, ONNX ``Gather`` the same with ``wrap``.
+# ``gather``: torch.gather / ONNX GatherElements, ``out[i] = x[i with i[axis] replaced by
+# idx[i]]`` (``out`` has ``idx``'s shape).  ``wrap``: a negative index counts from the end
+# (torch's tensor indexing, ONNX); without it a negative index is out of range.  Indices
+# outside the extent raise IndexOutOfRangeError at run time (the DSL's gather_index).
+
+
+def _index_dtype_check(node: Node, idx) -> None:
+    for v in idx:
+        if v.dtype not in ("int32", "int64"):
+            raise DTypeError(f"{node.op} {node.name!r}: index tensor {v.name!r} is {v.dtype}; "
+                             f"indices are int32 or int64", node.location)
+
+
+def _index_axes(node: Node, ndim: int) -> tuple[int, ...]:
+    axes = tuple(_axis(node, a, ndim) for a in node.attrs["axes"])
+    if len(axes) != len(node.inputs) - 1 or len(set(axes)) != len(axes) or not axes:
+        raise ShapeMismatchError(f"index {node.name!r}: one index tensor per indexed axis, "
+                                 f"each axis once (axes {axes})", node.location)
+    return axes
+
+
+def _adjacent(axes: tuple[int, ...]) -> bool:
+    return list(axes) == list(range(axes[0], axes[0] + len(axes)))
+
+
+def _index_shape(node: Node, cs: Constraints) -> Shape:
+    x, idx = node.inputs[0], node.inputs[1:]
+    _index_dtype_check(node, idx)
+    axes = _index_axes(node, len(x.shape))
+    b: Shape = tuple(idx[0].shape)
+    for v in idx[1:]:
+        b = broadcast(node, cs, type(v)("_b", v.dtype, b), v)
+    rest = [d for k, d in enumerate(x.shape) if k not in axes]
+    if _adjacent(axes):
+        a0 = axes[0]
+        return tuple(x.shape[:a0]) + tuple(b) + tuple(x.shape[axes[-1] + 1:])
+    return tuple(b) + tuple(rest)
+
+
+def _index_value(node: Node, v, extent):
+    """An index read from a tensor as int64, negative ones counted from the end when the
+    node wraps (the DSL turns it into a checked gather index)."""
+    v = _as(v, "int64")
+    if node.attrs.get("wrap"):
+        return ir.select(ir.binary("<", v, 0), v + extent, v)
+    return v
+
+
+def _index_lower(node: Node, ins, shape):
+    x, idx = ins[0], ins[1:]
+    axes = _index_axes(node, x.ndim)
+    nb = len(shape) - (x.ndim - len(axes))
+    start = axes[0] if _adjacent(axes) else 0
+
+    def body(i):
+        b = tuple(i[start:start + nb])
+        rest = iter(tuple(i[:start]) + tuple(i[start + nb:]))
+        at = []
+        for a in range(x.ndim):
+            if a in axes:
+                t = idx[axes.index(a)]
+                at.append(_index_value(node, _bload(t, b, nb), x.shape[a]))
+            else:
+                at.append(next(rest))
+        return x[tuple(at)]
+    return _compute(shape, body, name=_name(node))
+
+
+def _gather_shape(node: Node, cs: Constraints) -> Shape:
+    x, idx = node.inputs
+    _index_dtype_check(node, [idx])
+    if len(x.shape) != len(idx.shape):
+        raise mismatch(node, x, idx, "gather needs an index of the input's rank")
+    a = _axis(node, node.attrs["axis"], len(x.shape))
+    for k, (dx, di) in enumerate(zip(x.shape, idx.shape)):
+        diff = sympy.sympify(dx - di)
+        if k == a or diff == 0:
+            continue
+        if diff.is_number:
+            if int(diff) < 0:
+                raise mismatch(node, x, idx, f"gather: index extent {di} above {dx} on "
+                                             f"axis {k}")
+        else:       # torch: index.size(k) <= input.size(k), checked per call
+            cs.recorded.append(Constraint(sympy.Min(di, dx), di,
+                                          f"gather {node.name!r}: index within {x.name!r} "
+                                          f"on axis {k}"))
+    return tuple(idx.shape)
+
+
+def _gather_lower(node: Node, ins, shape):
+    x, idx = ins
+    a = _axis(node, node.attrs["axis"], x.ndim)
+
+    def at(i, k):
+        if k == a:
+            return _index_value(node, idx[i], x.shape[a])
+        if ir.structural_equal(ir.const(x.shape[k]), ir.const(shape[k])):
+            return i[k]
+        return ir.min_(i[k], x.shape[k] - 1)   # provably in bounds for isl (the constraint)
+    return _compute(shape, lambda i: x[tuple(at(i, k) for k in range(len(i)))],
+                    name=_name(node))
+
+
 def _iota_shape(node: Node, cs: Constraints) -> Shape:
     """``arange(start, end, step)``: ``ceil((end - start) / step)`` elements."""
     start, end, step = (dim(node.attrs[k]) for k in ("start", "end", "step"))
@@ -885,6 +995,8 @@ OPS: dict[str, OpDef] = {
     "cat": OpDef("injective", _cat_shape, _cat_lower, 0.0, dtype=_cat_dtype),
     "iota": OpDef("injective", _iota_shape, _iota_lower, 0.0,
                   dtype=lambda n: dt.canonical(n.attrs["dtype"])),
+    "index": OpDef("injective", _index_shape, _index_lower, 0.0),
+    "gather": OpDef("injective", _gather_shape, _gather_lower, 0.0),
     "where": OpDef("elementwise", _where_shape, _where_lower, dtype=_where_dtype),
     **{k: OpDef("elementwise", _binary_shape, _cmp_lower, dtype=lambda n: "bool")
        for k in _CMP},
