@@ -71,7 +71,7 @@ def _match(body):
         # a one-row tile: the simplifier removed the row loop, li is a reduction loop
         lk = lk + [li]
         li = ir.For(ir.Var("mk_row"), ir.IntImm(0), ir.IntImm(1), "serial", lj)
-    if not lk or not (isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm)):
+    if not lk or upper_bound(li.extent) is None or upper_bound(lj.extent) is None:
         return None
     v = st.value
     if not (isinstance(v, ir.Binary) and v.op == "+"):
@@ -86,14 +86,51 @@ def _match(body):
 def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True):
     """The register tile of the module docstring, or None; ``tile_ids`` numbers the
     tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...); ``prefetch``:
-    prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop."""
+    prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop.
+
+    Point loops with run-time extents ``Ei = min(MR, ..)``, ``Ej = min(NR, ..)`` (the
+    unisolated tiles of a product with symbolic sizes,
+    :func:`polycomp.scheduler.cpu.backbone_tile.partial_tiles`; ``MR``, ``NR`` their
+    constant upper bounds) become ``if (Ei == MR && Ej == NR) <full tile> else if (Ei
+    == 1) <1-row tile> ... else <MR-row tile>``, the partial variants masking every
+    vector of ``Y`` and ``C`` to the ``Ej`` columns (masked lanes read nothing and are
+    not stored)."""
+    if isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm):
+        return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
+                           li.extent.value, lj.extent.value)
+    MR, NR = upper_bound(li.extent), upper_bound(lj.extent)
+    if MR is None or NR is None or MR < 1 or NR < 2:
+        return None
+    full = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR)
+    if full is None:
+        return None
+    cols = None if isinstance(lj.extent, ir.IntImm) else lj.extent
+    out: ir.Stmt | None = None
+    for r in range(MR, 0, -1):
+        part = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, r, NR, cols)
+        if part is None:
+            return None
+        if out is None:
+            out = part
+        else:
+            out = ir.IfThenElse(ir.Binary("==", li.extent, ir.IntImm(r), "bool"), part, out)
+    whole = ir.Binary("==", li.extent, ir.IntImm(MR), "bool")
+    if cols is not None:
+        whole = ir.Binary("&&", whole, ir.Binary("==", cols, ir.IntImm(NR), "bool"), "bool")
+    return ir.IfThenElse(whole, full, out)
+
+
+def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool,
+                MR: int, NR: int, cols: ir.Expr | None = None):
+    """The tile of ``MR x NR`` constant extents (``cols``: a run-time column count
+    ``<= NR`` that masks every vector)."""
     L = lanes_of(st.buffer.dtype)
-    MR, NR = li.extent.value, lj.extent.value
     if L <= 1 or NR < 2 or not ir.is_const(li.min, 0) or not ir.is_const(lj.min, 0):
         return None
     c = st.indices[0]
     cstride = index_coeff(c, lj.var)
-    if not isinstance(cstride, int) or cstride < 1 or any(uses(c, k.var) for k in lk):
+    if not isinstance(cstride, int) or cstride < 1 or any(uses(c, k.var) for k in lk) or \
+            (cols is not None and cstride != 1):
         return None
     if _reads(rest, st.buffer):
         return None
@@ -112,11 +149,18 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
         return None
     tid = next(tile_ids)
 
+    def count(u) -> ir.Expr | None:
+        """The columns of vector ``u`` stored (None: all ``L``)."""
+        if cols is not None:
+            return simplify(cols - u * L)
+        return None if u < NV - 1 or last == L else ir.IntImm(last)
+
     def masked(u, e):
         """Lanes beyond the tile's NR columns are neither read nor computed."""
-        if u < NV - 1 or last == L:
+        n = count(u)
+        if n is None:
             return e
-        return ir.Select(lane_range(ir.IntImm(0), ir.IntImm(last), L), e,
+        return ir.Select(lane_range(ir.IntImm(0), n, L), e,
                          ir.Broadcast(ir.FloatImm(0.0, D), L, D), D)
     acc = ir.Buffer(f"acc{tid}", D, (ir.IntImm(MR * NV * L),), scope="register",
                     flat=True)
@@ -196,8 +240,8 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
             store: ir.Stmt = ir.Store(st.buffer, (cref(i, u),), total, L)
             if lane_buf is not None:
                 store = strided_store(i, u, last if u == NV - 1 else L)
-            elif u == NV - 1 and last < L:
-                store = ir.AttrStmt("vector_mask", (ir.IntImm(last), L), store)
+            elif count(u) is not None:
+                store = ir.AttrStmt("vector_mask", (count(u), L), store)
             stores.append(store)
             if yf is not None:
                 r = ir.Binary("*", xvars[i], yvars[u], D)

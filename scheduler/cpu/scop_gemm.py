@@ -77,6 +77,7 @@ from polycomp.scheduler.cpu.backbone_tile import (
     dim_aff,
     floor_div_aff,
     isolate_full_tiles,
+    partial_tiles,
     loop_vars,
     mod_aff,
     to_upa,
@@ -329,8 +330,13 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list):
     kk = to_upa(mod_aff(dim_aff(sp, g.upd_pos["k"]), b.KC))
     ii, jj = to_upa(u["ii"]), to_upa(u["jj"])
     upd_prefix = [to_upa(a) for a in u["b"]] + [to_upa(u[n]) for n in ("it", "kt", "jt")]
-    iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
-                             (b.MR, b.NR), g.update.domain)
+    dom, ip, jp = g.update.domain, g.upd_pos["i"], g.upd_pos["j"]
+    # symbolic sizes over a rectangle: every register tile, partial ones included, is the
+    # micro-kernel's (backbone_tile.partial_tiles); a triangle (syrk) isolates its full
+    # tiles, the ones crossing the diagonal take the generic nest
+    boxed = partial_tiles(dom, ip, jp) and _separable(dom, ip) and _separable(dom, jp)
+    iso = None if boxed else isolate_full_tiles(
+        upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj], (b.MR, b.NR), dom)
     micro = T.Mark(marks.CPU_MICROKERNEL,
                    T.Band([kk], T.Band([ii, jj], permutable=True, coincident=[True, True]),
                           permutable=True))
