@@ -89,6 +89,20 @@ def _linear(e):
     return None
 
 
+def _nonneg(e, loops) -> bool:
+    """Whether ``e`` is ``sum(c * v) + c0`` with every ``c``, ``c0 >= 0`` and every ``v``
+    the variable of one of the For ``loops`` whose minimum is a constant ``>= 0`` (so
+    ``e >= 0`` wherever it is evaluated below them)."""
+    lin = _linear(simplify(e))
+    if lin is None:
+        return False
+    terms, const = lin
+    mins = {lp.var: lp.min for lp in loops}
+    return const >= 0 and all(
+        c >= 0 and v in mins and isinstance(mins[v], ir.IntImm) and mins[v].value >= 0
+        for v, c in terms.items())
+
+
 def _build(terms: dict, const: int) -> ir.Expr:
     out: ir.Expr = ir.IntImm(const)
     for v, c in terms.items():
@@ -253,7 +267,8 @@ class _Packer:
             copy = self.copy_grouped(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx,
                                      spec.offset, sums, spec.compensate)
         else:
-            copy = self.copy(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx)
+            copy = self.copy(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx,
+                             [lp for lp, _ in loops])
         if not par:
             copy = ir.AttrStmt(marks.CPU_PARALLEL, "", copy)
         body = _Redirect(spec.alias or arr, pbuf, fp.layout, origin, slot_idx,
@@ -359,12 +374,16 @@ class _Packer:
             "*", ir.Load(sums, at_sum, "int32"), ir.IntImm(-compensate, "int32"), "int32"))))
         return ir.seq(zero_sums, nest, scale)
 
-    def copy(self, arr, pbuf, layout: Layout, box, origin, slot_idx):
-        """The loop nest filling the packed buffer (panel, other dimensions, lane)."""
+    def copy(self, arr, pbuf, layout: Layout, box, origin, slot_idx, loops=()):
+        """The loop nest filling the packed buffer (panel, other dimensions, lane);
+        ``loops``: the For loops around the mark (an origin that is a non-negative
+        combination of loop variables counting up from non-negative minimums starts
+        the copy at 0, not at ``max(0, -origin)``)."""
         p, w = layout.dim, layout.width
         n = len(arr.shape)
         xs = [ir.Var(f"pk{self.count}_x{d}") for d in range(n)]
-        lo = [simplify(ir.max_(ir.IntImm(0), ir.Unary("neg", origin[d], "int64")))
+        lo = [ir.IntImm(0) if _nonneg(origin[d], loops) else
+              simplify(ir.max_(ir.IntImm(0), ir.Unary("neg", origin[d], "int64")))
               for d in range(n)]
         hi = [simplify(ir.min_(ir.IntImm(box[d]), arr.shape[d] - origin[d])) for d in range(n)]
         q = ir.Var(f"pk{self.count}_q")
