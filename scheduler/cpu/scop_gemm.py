@@ -77,9 +77,9 @@ from polycomp.scheduler.cpu.backbone_tile import (
     dim_aff,
     floor_div_aff,
     isolate_full_tiles,
-    partial_tiles,
     loop_vars,
     mod_aff,
+    partial_tiles,
     to_upa,
 )
 from polycomp.scheduler.promotion.cpu_pack import request_mark
