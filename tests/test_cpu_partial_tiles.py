@@ -109,3 +109,40 @@ def test_c_gemm_with_parameter_sizes_has_no_scalar_edge(target):
         got = f(*args, ni=ni, nj=nj, nk=nk)
         got = got[0] if isinstance(got, tuple) else got
         assert np.allclose(got, want, rtol=1e-12, atol=1e-12), (ni, nj, nk)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_c_gemm_packs_alpha_times_a(target):
+    """PolyBench's ``alpha * A[i][k] * B[k][j]``: the packed panel holds ``alpha * A``
+    (the same rounding as the product in the loop), the micro-kernel broadcasts it
+    straight from the panel."""
+    from polycomp.frontend.c_reader import read_c_kernel
+    src = compile_kernel(read_c_kernel(GEMM_C, "gemm"), target).source
+    assert re.search(r"A_pk\d+\[[^\]]+\] = \(alpha\[0\] \* A\[", src)
+    assert not re.search(r"set1_pd\(\(alpha\[0\]", src)
+
+
+def test_common_factor_only_when_every_read_is_scaled():
+    from polycomp import ir
+    from polycomp.hw.cpu.pack import _common_factor, _Unscale
+    A = ir.Buffer("A", "float64", (ir.IntImm(8),))
+    B = ir.Buffer("B", "float64", (ir.IntImm(8),))
+    al = ir.Buffer("alpha", "float64", ())
+    C = ir.Buffer("C", "float64", (ir.IntImm(8),))
+    i = ir.Var("i")
+    a, b = ir.Load(A, (i,), "float64"), ir.Load(B, (i,), "float64")
+    f = ir.Load(al, (ir.IntImm(0),), "float64")
+    scaled = ir.Binary("*", ir.Binary("*", f, a, "float64"), b, "float64")
+    loop = ir.For(i, ir.IntImm(0), ir.IntImm(8), "serial", ir.Store(C, (i,), scaled))
+    got = _common_factor(loop, A, loop)
+    assert got is not None and ir.structural_equal(got, f)
+    out = _Unscale(A, f).visit(loop)
+    assert ir.structural_equal(out.body.value, ir.Binary("*", a, b, "float64"))
+    # one bare read of A: not foldable
+    mixed = ir.Store(C, (i,), ir.Binary("+", scaled, a, "float64"))
+    assert _common_factor(mixed, A, mixed) is None
+    # a factor written in the function, or one that varies with the loop: not invariant
+    written = ir.Block((ir.Store(al, (ir.IntImm(0),), b), ir.Store(C, (i,), scaled)))
+    assert _common_factor(written, A, written) is None
+    varying = ir.Store(C, (i,), ir.Binary("*", ir.Binary("*", b, a, "float64"), b, "float64"))
+    assert _common_factor(varying, A, varying) is None
