@@ -17,8 +17,12 @@ Assumes: flattened, simplified IR; ``AttrStmt("cpu_microkernel")`` marks (from
           C[c] = C[c] + R                     (c affine, coefficient 1 in jj, free of k)
 
 where ``R`` vectorises along ``jj`` (:mod:`polycomp.lowering.vectorize`'s conditions;
-for matmul ``R = Ap[..ii..] * Bp[..jj..]``).  Marks over other bodies (the partial tiles
-isl generates at the edges) are dropped and left to the generic vectoriser.
+for matmul ``R = Ap[..ii..] * Bp[..jj..]``); the point loops may instead run to
+``min(MR, ..)`` / ``min(NR, ..)`` (the unisolated tiles of a product with symbolic
+sizes: a run-time choice between the full tile and a variant per row count whose
+vectors are masked to the tile's columns, see :func:`_tile`).  Marks over other bodies
+(the partial tiles isl generates at the edges of an isolated band) are dropped and left
+to the generic vectoriser.
 
 Guarantees: the tile becomes
 
@@ -91,10 +95,12 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
     Point loops with run-time extents ``Ei = min(MR, ..)``, ``Ej = min(NR, ..)`` (the
     unisolated tiles of a product with symbolic sizes,
     :func:`polycomp.scheduler.cpu.backbone_tile.partial_tiles`; ``MR``, ``NR`` their
-    constant upper bounds) become ``if (Ei == MR && Ej == NR) <full tile> else if (Ei
-    == 1) <1-row tile> ... else <MR-row tile>``, the partial variants masking every
-    vector of ``Y`` and ``C`` to the ``Ej`` columns (masked lanes read nothing and are
-    not stored)."""
+    constant upper bounds) become ``if (Ei == MR && Ej == NR) <full tile> else <partial
+    tile>``: the partial tile masks every vector of ``Y`` and ``C`` to the ``Ej``
+    columns (masked lanes read nothing and are not stored), its rows ``i >= Ei``
+    broadcast row ``Ei - 1``'s ``X`` (an element that exists) and are not stored.  One
+    partial variant, not one per row count: the kernel's C stays about half as long
+    (gcc's build time of a symbolic product)."""
     if isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm):
         return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
                            li.extent.value, lj.extent.value)
@@ -105,33 +111,39 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
     if full is None:
         return None
     cols = None if isinstance(lj.extent, ir.IntImm) else lj.extent
-    out: ir.Stmt | None = None
-    for r in range(MR, 0, -1):
-        part = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, r, NR, cols)
-        if part is None:
-            return None
-        if out is None:
-            out = part
-        else:
-            out = ir.IfThenElse(ir.Binary("==", li.extent, ir.IntImm(r), "bool"), part, out)
-    whole = ir.Binary("==", li.extent, ir.IntImm(MR), "bool")
-    if cols is not None:
-        whole = ir.Binary("&&", whole, ir.Binary("==", cols, ir.IntImm(NR), "bool"), "bool")
-    return ir.IfThenElse(whole, full, out)
+    rows = None if isinstance(li.extent, ir.IntImm) else li.extent
+    part = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR, cols, rows)
+    if part is None:
+        return None
+    whole: ir.Expr | None = None
+    for ext, n in ((rows, MR), (cols, NR)):
+        if ext is not None:
+            eq = ir.Binary("==", ext, ir.IntImm(n), "bool")
+            whole = eq if whole is None else ir.Binary("&&", whole, eq, "bool")
+    assert whole is not None
+    return ir.IfThenElse(whole, full, part)
 
 
 def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool,
-                MR: int, NR: int, cols: ir.Expr | None = None):
+                MR: int, NR: int, cols: ir.Expr | None = None, rows: ir.Expr | None = None):
     """The tile of ``MR x NR`` constant extents (``cols``: a run-time column count
-    ``<= NR`` that masks every vector)."""
+    ``<= NR`` that masks every vector; ``rows``: a run-time row count ``1 <= rows <=
+    MR``: row ``i`` reads ``X`` at row ``min(i, rows - 1)``, only rows ``< rows`` are
+    stored)."""
     L = lanes_of(st.buffer.dtype)
     if L <= 1 or NR < 2 or not ir.is_const(li.min, 0) or not ir.is_const(lj.min, 0):
         return None
     c = st.indices[0]
     cstride = index_coeff(c, lj.var)
     if not isinstance(cstride, int) or cstride < 1 or any(uses(c, k.var) for k in lk) or \
-            (cols is not None and cstride != 1):
+            ((cols is not None or rows is not None) and cstride != 1):
         return None
+
+    def row(i: int) -> ir.Expr:
+        """The row of ``X`` that tile row ``i`` reads."""
+        if rows is None or i == 0:
+            return ir.IntImm(i)
+        return simplify(ir.min_(ir.IntImm(i), rows - 1))
     if _reads(rest, st.buffer):
         return None
     probe = lj
@@ -205,11 +217,11 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
         for i in range(MR):
             v = ir.Var(f"mk{tid}_x{i}", D)
             xlets[i] = Widen(lj.var, ir.IntImm(0), D, L).expr(
-                ir.substitute(xf, {li.var: ir.IntImm(i)}))
+                ir.substitute(xf, {li.var: row(i)}))
             xvars[i] = v
     loads: list[ir.Stmt] = []
     stores: list[ir.Stmt] = []
-    rows: list[ir.Stmt] = []
+    row_stmts: list[ir.Stmt] = []
     # contiguous C: the accumulators start at zero while C's lines are prefetched for
     # writing, and C is added once after the k loop (C's lines arrive during the loop
     # instead of stalling its first FMAs: a GEMM's C tile is in L3 or memory at each k
@@ -226,6 +238,7 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
                     pure=False)))
     for i in range(MR):
         updates = []
+        row_first = len(stores)
         for u in range(NV):
             if from_zero:
                 loads.append(ir.Store(acc, (slot(i, u),),
@@ -247,12 +260,15 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
                 r = ir.Binary("*", xvars[i], yvars[u], D)
             else:
                 w = Widen(lj.var, ir.IntImm(u * L), D, L)
-                r = masked(u, w.expr(ir.substitute(rest, {li.var: ir.IntImm(i)})))
+                r = masked(u, w.expr(ir.substitute(rest, {li.var: row(i)})))
             updates.append(ir.Store(acc, (slot(i, u),),
                                     ir.Binary("+", ir.Load(acc, (slot(i, u),), D, L), r, D), L))
-        row = ir.seq(*updates)
-        rows.append(ir.LetStmt(xvars[i], xlets[i], row) if i in xlets else row)
-    body = ir.seq(*rows)
+        rstmt = ir.seq(*updates)
+        row_stmts.append(ir.LetStmt(xvars[i], xlets[i], rstmt) if i in xlets else rstmt)
+        if rows is not None and i > 0:     # rows past the tile's: computed, not stored
+            stores[row_first:] = [ir.IfThenElse(ir.Binary("<", ir.IntImm(i), rows, "bool"),
+                                                ir.seq(*stores[row_first:]))]
+    body = ir.seq(*row_stmts)
     for v, val in reversed(ylets):
         body = ir.LetStmt(v, val, body)
     for k in reversed(lk):

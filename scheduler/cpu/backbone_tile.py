@@ -76,7 +76,9 @@ at least as many iterations as threads (or is symbolic), else on the ``i`` tile 
 region (each thread packs the blocks it uses, no barrier inside), which matters on busy
 machines where every fork/join waits for the slowest thread. The isolate option makes
 isl generate the full ``MR x NR`` tiles separately, with constant point-loop bounds (the
-micro-kernel), and the partial tiles at the edges as generic loops.  The channel form
+micro-kernel), and the partial tiles at the edges as generic loops; where the extent of
+``i`` or ``j`` is symbolic the GEMM form is not isolated (:func:`partial_tiles`): every
+register tile, partial ones included, is the micro-kernel's.  The channel form
 orders the reduce loops window first: the dependences between the updates of one
 output element (the accumulation) then run in another order, i.e. the sum is
 reassociated (as the vectoriser's multiple accumulators do); every other dependence is

@@ -41,6 +41,8 @@ count, L1 and L2 capacities, threads),
           band[floor(j/NC)]
             mark cpu_pack_request (Y's array, panels of NR along j, L2)
               band[floor((i mod MC)/MR), floor((j mod NC)/NR)]  isolate: full tiles
+                                   (not isolated for symbolic sizes over a rectangle:
+                                    backbone_tile.partial_tiles)
                 sequence
                   filter init:   band[i mod MR, j mod NR]
                   filter update: mark cpu_microkernel -> band[k mod KC]
