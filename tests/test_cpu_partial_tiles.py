@@ -1,10 +1,10 @@
 """Products with symbolic sizes: every register tile, the partial ones at the edges
 included, is the micro-kernel's (scheduler/cpu/backbone_tile.partial_tiles,
 hw/cpu/microkernel.py): a run-time test picks the full tile or the partial one, whose
-vectors are masked to the tile's columns and whose extra rows are not stored.  Results
-against numpy on odd, prime and extent-1 shapes (fp32 and fp64, several ``k`` tiles), NaN in the edge
-rows and columns, the IR's tile count, and the C front end's PolyBench-style gemm with
-parameter sizes (no scalar edge loop left)."""
+vectors are masked to the tile's columns and whose extra rows are not stored.
+Results against numpy on odd, prime and extent-1 shapes (fp32 and fp64, several
+``k`` tiles), NaN in the edge rows and columns, the IR's tile count, and the C front
+end's PolyBench-style gemm with parameter sizes (no scalar edge loop left)."""
 import re
 
 import numpy as np
