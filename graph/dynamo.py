@@ -160,7 +160,7 @@ def _compile(gm, example_inputs, target: str, strict: bool, report: Report):
             xs = [args[k] for k in picks]
             if not _guards_hold(cg, args, xs):  # a value read at compile time changed
                 return gm.forward(*args)
-            res = cg(*xs)
+            res = _torch_results(cg(*xs))
             return tuple(res) if isinstance(res, tuple) else (res,)
         inner.compiled_graph = cg  # type: ignore[attr-defined]
     if not fn.mutated:
@@ -244,6 +244,17 @@ def _split(gm: Any, bad: list[str], target: str, example_inputs: Any, strict: bo
     return split, done, pieces
 
 
+def _torch_results(res):
+    """A piece's results as torch tensors: a piece with no tensor input (position ids
+    from ``arange`` with constant shapes) gets numpy arrays back from the runtime."""
+    import numpy as np
+
+    from polycomp.dlpack import to_caller
+    if isinstance(res, tuple):
+        return tuple(to_caller(r, "torch") if isinstance(r, np.ndarray) else r for r in res)
+    return to_caller(res, "torch") if isinstance(res, np.ndarray) else res
+
+
 def _compiled_module(cg, torch, examples, eager):
     """A compiled piece in place of a split submodule (same calling convention)."""
     picks = [k for k, ex in enumerate(examples)
@@ -255,7 +266,7 @@ def _compiled_module(cg, torch, examples, eager):
             xs = [args[k] for k in picks]
             if not _guards_hold(cg, args, xs):  # a value read at compile time changed
                 return eager(*args)
-            return cg(*xs)
+            return _torch_results(cg(*xs))
     m = Compiled()
     m.compiled_graph = cg
     return m

@@ -134,6 +134,8 @@ class _Importer:
             operator.and_: "and_", operator.or_: "or_", torch.logical_and: "and_",
             torch.logical_or: "or_", torch.ones: "ones", torch.zeros: "zeros",
             torch.full: "full", torch.Size: "Size", torch.empty: "empty",
+            F.embedding: "embedding", torch.embedding: "embedding",
+            torch.index_select: "index_select", torch.gather: "gather",
         }
 
     # ------------------------------------------------------------------ helpers
@@ -204,12 +206,15 @@ class _Importer:
 
     def linear(self, x, w, b):
         g = self.g
+        if isinstance(w, Value) and w.const is not None and len(w.shape) == 2:
+            w = w.const  # a parameter Dynamo lifted (a constant): transposed once, below
         if isinstance(w, Value):  # a weight that is a graph input: (N, K), read transposed
             y = self.matmul(x, g.transpose(w, dim0=0, dim1=1))
         else:
             key = ("T", id(w))
             if key not in self._consts:
-                self._consts[key] = g.constant("wT", _np(w).T.copy())  # type: ignore[index]
+                wn = w if isinstance(w, np.ndarray) else _np(w)
+                self._consts[key] = g.constant("wT", wn.T.copy())  # type: ignore[index]
             y = self.matmul(x, self._consts[key])  # type: ignore[index]
         if b is not None:
             y = self.binary("add", y, b if isinstance(b, Value) else self.const(b))
@@ -300,6 +305,8 @@ class _Importer:
         if not isinstance(x, Value):
             return x[idx]
         idx = idx if isinstance(idx, tuple) else (idx,)
+        if any(isinstance(s, Value) for s in idx):    # x[idx]: advanced indexing (a gather)
+            return self.advanced_index(x, idx)
         axis = -1
         for s in idx:
             axis += 1
@@ -333,6 +340,59 @@ class _Importer:
                 raise UnsupportedOpError("slicing with a negative or symbolic start")
             x = self.g.slice(x, axis=axis, start=start, end=s.stop)
         return x
+
+    def advanced_index(self, x, idx: tuple):
+        """``x[..., idx_1, ..., idx_m, ...]`` with integer index tensors: the slices
+        beside them first (they keep their axes), then the ``index`` op along the
+        tensors' axes, negative indices counted from the end (torch's semantics).  Bool
+        masks (data-dependent shapes), ``None``, integers and ``...`` beside a tensor
+        index are not supported."""
+        axes, tensors = [], []
+        for axis, s in enumerate(idx):
+            if isinstance(s, Value):
+                if s.dtype not in ("int32", "int64"):
+                    raise UnsupportedOpError(f"tensor indexing with a {s.dtype} tensor "
+                                             f"(a mask: its result's shape depends on data)")
+                axes.append(axis)
+                tensors.append(s)
+            elif not isinstance(s, slice):
+                raise UnsupportedOpError(f"tensor indexing mixing index tensors with {s!r}")
+        if len(idx) > len(x.shape):
+            raise UnsupportedOpError(f"too many indices for a tensor of rank {len(x.shape)}")
+        x = self.getitem(x, tuple(slice(None) if isinstance(s, Value) else s for s in idx))
+        return self.g.index(x, *tensors, axes=tuple(axes), wrap=True)
+
+    def _h_embedding(self, name, args, kwargs):
+        """``F.embedding(input, weight, padding_idx, max_norm, ...)``: rows of ``weight``
+        (``padding_idx`` only affects gradients; ``max_norm`` renormalises the weight in
+        place: eager)."""
+        idx, w = args[0], args[1]
+        if _arg(args, kwargs, 3, "max_norm", None) is not None:
+            raise UnsupportedOpError("embedding with max_norm (it updates the weight)")
+        w = w if isinstance(w, Value) else self.const(w)
+        if not isinstance(idx, Value) or idx.dtype not in ("int32", "int64"):
+            raise UnsupportedOpError("embedding of indices that are not an int tensor")
+        return self.g.index(w, idx, axes=(0,))
+
+    def _h_index_select(self, name, args, kwargs):
+        x, d, idx = args[0], _arg(args, kwargs, 1, "dim", 0), _arg(args, kwargs, 2, "index",
+                                                                      None)
+        if not (isinstance(x, Value) and isinstance(idx, Value)) or len(idx.shape) > 1:
+            raise UnsupportedOpError("index_select needs a tensor and a 1-d index tensor")
+        if len(idx.shape) == 0:
+            idx = self.g.reshape(idx, shape=(1,))
+        return self.g.index(x, idx, axes=(d,))
+
+    def _h_gather(self, name, args, kwargs):
+        x, d, idx = args[0], _arg(args, kwargs, 1, "dim", 0), _arg(args, kwargs, 2, "index",
+                                                                      None)
+        if kwargs.get("sparse_grad"):
+            raise UnsupportedOpError("gather with sparse_grad")
+        if not (isinstance(x, Value) and isinstance(idx, Value)):
+            raise UnsupportedOpError("gather of non-tensors")
+        if len(x.shape) != len(idx.shape):
+            raise UnsupportedOpError("gather with an index of another rank")
+        return self.g.gather(x, idx, axis=d)
 
     # ------------------------------------------------------------------ dispatch
     def call(self, kind: str, target, args, kwargs):
@@ -412,6 +472,8 @@ class _Importer:
                      expand=lambda name, a, kw: self.expand(a[0], _varargs(a)),
                      expand_as=lambda name, a, kw: self.expand(a[0], a[1].shape),
                      cat=self._h_cat, split=self._h_split, chunk=self._h_chunk,
+                     embedding=self._h_embedding, index_select=self._h_index_select,
+                     gather=self._h_gather,
                      arange=self._h_arange, sdpa=self._h_sdpa, where=self._h_where,
                      masked_fill=lambda name, a, kw: self.where(
                          a[1], _arg(a, kw, 2, "value", None), a[0], keep=True))
@@ -627,6 +689,10 @@ class _Importer:
         if scale is None:
             scale = 1.0 / sympy.sqrt(q.shape[-1])
         scale = self.number(sympy.sympify(scale))
+        if isinstance(mask, Value) and mask.dtype not in ("bool", q.dtype):
+            raise UnsupportedOpError(f"attention mask of {mask.dtype} for {q.dtype}")
+        if _same_batch(q, k, v):
+            return self._sdpa_chain(q, k, v, mask, bool(causal), float(scale))
         n = len(k.shape)
         s = self.matmul(q, g.transpose(k, dim0=n - 2, dim1=n - 1))
         s = g.op("mul", s, scalar=float(scale))
@@ -652,6 +718,48 @@ class _Importer:
             zero = g.constant("zero", np.zeros((1,), dtype=s.dtype))
             p = g.where(g.ne(m, ninf), p, zero)
         return self.matmul(p, v)
+
+    def _sdpa_chain(self, q: Value, k: Value, v: Value, mask, causal: bool,
+                    scale: float) -> Value:
+        """``scaled_dot_product_attention`` as one ``attention`` node: the chain the CPU
+        and CUDA chain fusion (``scheduler/chain``) turn into one kernel with an online
+        softmax.  A bool mask becomes the additive ``where(mask, 0, -inf)``; the mask is
+        reshaped (zero-copy) so that the chain reads it by its iterators alone: no leading
+        axes of extent 1 (``(1, 1, L, S)`` -> ``(L, S)``, a row mask ``(.., 1, S)`` ->
+        ``(.., S)`` read for every row), batch axes of extent 1 where q has more expanded
+        to q's (``(B, 1, L, S)`` -> ``(B, H, L, S)``, an extra pass over the mask).  With a
+        mask, a row whose every score is -inf gives 0 as torch's CPU kernel does, not the
+        softmax's NaN: ``where(amax(mask) != -inf, attention, 0)`` (from the mask alone:
+        finite scores cannot make a row -inf)."""
+        g = self.g
+        if mask is None:
+            return g.op("attention", q, k, v, scale=scale, causal=causal)
+        if not isinstance(mask, Value):
+            raise UnsupportedOpError("scaled_dot_product_attention with a non-tensor mask")
+        d = q.dtype
+        ninf = g.constant("ninf", np.full((1,), -np.inf, dtype=_np_dtype(d)))
+        zero = g.constant("zero", np.zeros((1,), dtype=_np_dtype(d)))
+        mf = g.where(mask, zero, ninf) if mask.dtype == "bool" else mask
+        n, ms = len(q.shape), tuple(mask.shape)
+        if len(ms) > n:
+            raise UnsupportedOpError("scaled_dot_product_attention with a mask of higher "
+                                     "rank than q")
+        ms = (sympy.Integer(1),) * (n - len(ms)) + ms
+        rowless = ms[-2] == 1 and q.shape[-2] != 1
+        keep = ms[-1:] if rowless else ms[-2:]
+
+        def reshape(x: Value, shape: tuple) -> Value:
+            same = len(x.shape) == len(shape) and all(
+                sympy.simplify(a - b) == 0 for a, b in zip(x.shape, shape))
+            return x if same else g.reshape(x, shape=shape)
+        if all(e == 1 for e in ms[:-2]):
+            mc = reshape(mf, keep)
+        else:
+            full = tuple(q.shape[:-2]) + (ms[-2], ms[-1])
+            mc = reshape(g.expand(reshape(mf, ms), shape=full), tuple(q.shape[:-2]) + keep)
+        att = g.op("attention", q, k, v, mc, scale=scale, causal=causal, rowless=rowless)
+        rowok = g.ne(g.amax(mf, axis=-1, keepdim=True), ninf)
+        return g.where(rowok, att, zero)
 
     def where(self, cond, a, b, keep: bool = False):
         """``torch.where(cond, a, b)`` (promoted as torch does); ``keep``: masked_fill,
@@ -759,12 +867,22 @@ class _Importer:
 # handlers that are functions only (``x.linear()`` is no method)
 # (``x.pow(2)`` is a method too; ``x.where(cond, y)`` is ``torch.where(cond, x, y)``)
 _NOT_METHODS = ("linear", "layer_norm", "dropout", "narrow", "getitem", "floordiv", "msqrt",
-                "identity", "maximum", "matmul", "cat", "arange", "sdpa", "where")
+                "identity", "maximum", "matmul", "cat", "arange", "sdpa", "where", "embedding")
 
 
 def _np_dtype(d: str):
     from polycomp.dtypes import to_numpy
     return to_numpy(d)
+
+
+def _same_batch(q: Value, k: Value, v: Value) -> bool:
+    """q, k, v of one float32/float64 dtype and rank with the same batch extents (no
+    broadcasting between them): what the ``attention`` node takes."""
+    if not len(q.shape) == len(k.shape) == len(v.shape) >= 2:
+        return False
+    return q.dtype in ("float32", "float64") and all(
+        sympy.simplify(a - b) == 0 and sympy.simplify(a - c) == 0
+        for a, b, c in zip(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
 
 
 def _arg(args, kwargs, k: int, name: str, default):

@@ -4,7 +4,9 @@
 Symbolic input extents (``dim_param`` such as ``"B"``, ``"S"``) become the graph's dims;
 shape arithmetic (``Shape``, ``Gather``, ``Unsqueeze``, ``Concat``, ``Constant``) is
 evaluated at import as sympy expressions, so ``Reshape`` keeps the relation to ``B``
-and ``S``.  Initializers become constants.  Ops with no mapping raise
+and ``S``; ``Gather`` / ``GatherElements`` of tensors are the graph's ``index`` /
+``gather`` ops (negative indices count from the end).  Inputs keep their element type
+(``int64`` token ids).  Initializers become constants.  Ops with no mapping raise
 :class:`UnsupportedOpError` listing all of them.
 """
 from __future__ import annotations
@@ -95,6 +97,22 @@ class _OnnxImporter:
             return out
         return None
 
+    def gather(self, op: str, ins: list[Any], at: dict[str, Any]) -> Value:
+        """``Gather`` (the graph's ``index`` along ``axis``) and ``GatherElements``
+        (``gather``); indices may be negative (from the end, as ONNX says)."""
+        g = self.g
+        x, idx = self.tensor(ins[0]), ins[1]
+        if not isinstance(idx, Value):
+            arr = np.asarray(idx, np.int64)
+            idx = g.constant("idx", arr.reshape(-1))   # (a 0-d one: reshaped back)
+            idx = g.reshape(idx, shape=arr.shape) if arr.ndim != 1 else idx
+        if idx.dtype not in ("int32", "int64"):
+            raise UnsupportedOpError(f"ONNX op {op} with {idx.dtype} indices")
+        axis = int(at.get("axis", 0))
+        if op == "Gather":
+            return g.index(x, idx, axes=(axis,), wrap=True)
+        return g.gather(x, idx, axis=axis, wrap=True)
+
     def tensor_op(self, op: str, ins: list[Any], at: dict[str, Any]) -> Any:
         g = self.g
         if op == "Reshape":
@@ -124,6 +142,8 @@ class _OnnxImporter:
             for a, st, en in zip(axes, starts, ends):
                 x = g.slice(x, axis=int(a), start=int(st), end=en)
             return x
+        if op in ("Gather", "GatherElements"):
+            return self.gather(op, ins, at)
         if op == "Transpose":
             return g.permute(ins[0], perm=tuple(at["perm"]))
         if op == "Pow" and np.asarray(ins[1]).size == 1 and float(np.asarray(ins[1])) in (2, 3):
@@ -148,7 +168,9 @@ def import_onnx(model: Any, name: str | None = None) -> Graph:
             continue
         shape = [dim(d.dim_param) if d.dim_param else int(d.dim_value)
                  for d in i.type.tensor_type.shape.dim]
-        imp.env[i.name] = imp.g.input(i.name, shape)
+        elem = i.type.tensor_type.elem_type
+        dtype = str(onnx.helper.tensor_dtype_to_np_dtype(elem)) if elem else "float32"
+        imp.env[i.name] = imp.g.input(i.name, shape, dtype)
     bad: list[str] = []
     for n in model.graph.node:
         try:

@@ -4,6 +4,8 @@ lowering to ``@tensor_expr`` stages and a FLOP estimate.
 Fusion classes (TSCompiler / AStitch vocabulary):
 
 * ``backbone``  compute-intensive contractions (``matmul``): one per fused kernel;
+* ``chain``     ``attention`` (``softmax(q k^T * scale + mask) v``): a kernel of its own,
+  written as the chain the CPU/CUDA chain fusion (``scheduler/chain``) recognises;
 * ``reduce``    reductions (``softmax``, ``layernorm``, ``sum``, ``mean``, ``amax``);
 * ``elementwise`` / ``injective``: memory-intensive ops stitched around the others;
 * ``view``      a ``reshape`` whose index map is not quasi-affine (``(B, S, H) -> (B*S, H)``):
@@ -384,6 +386,116 @@ def _cat_lower(node: Node, ins, shape):
     return _compute(shape, body, name=_name(node), dtype=d)
 
 
+# --------------------------------------------------------------------- gathers
+#
+# ``index``: numpy / torch advanced indexing ``x[..., idx_1, ..., idx_m, ...]`` along the
+# axes ``attrs["axes"]`` (one index tensor each, broadcast together to a shape B); the
+# indexed axes are replaced by B where they are adjacent, else B comes first (numpy's
+# rule).  ``embedding(idx, w)`` is ``index(w, idx, axes=(0,))``, ``index_select(x, d,
+# idx)`` ``index(x, idx, axes=(d,))``, ONNX ``Gather`` the same with ``wrap``.
+# ``gather``: torch.gather / ONNX GatherElements, ``out[i] = x[i with i[axis] replaced by
+# idx[i]]`` (``out`` has ``idx``'s shape).  ``wrap``: a negative index counts from the end
+# (torch's tensor indexing, ONNX); without it a negative index is out of range.  Indices
+# outside the extent raise IndexOutOfRangeError at run time (the DSL's gather_index).
+
+
+def _index_dtype_check(node: Node, idx) -> None:
+    for v in idx:
+        if v.dtype not in ("int32", "int64"):
+            raise DTypeError(f"{node.op} {node.name!r}: index tensor {v.name!r} is {v.dtype}; "
+                             f"indices are int32 or int64", node.location)
+
+
+def _index_axes(node: Node, ndim: int) -> tuple[int, ...]:
+    axes = tuple(_axis(node, a, ndim) for a in node.attrs["axes"])
+    if len(axes) != len(node.inputs) - 1 or len(set(axes)) != len(axes) or not axes:
+        raise ShapeMismatchError(f"index {node.name!r}: one index tensor per indexed axis, "
+                                 f"each axis once (axes {axes})", node.location)
+    return axes
+
+
+def _adjacent(axes: tuple[int, ...]) -> bool:
+    return list(axes) == list(range(axes[0], axes[0] + len(axes)))
+
+
+def _index_shape(node: Node, cs: Constraints) -> Shape:
+    x, idx = node.inputs[0], node.inputs[1:]
+    _index_dtype_check(node, idx)
+    axes = _index_axes(node, len(x.shape))
+    b: Shape = tuple(idx[0].shape)
+    for v in idx[1:]:
+        b = broadcast(node, cs, type(v)("_b", v.dtype, b), v)
+    rest = [d for k, d in enumerate(x.shape) if k not in axes]
+    if _adjacent(axes):
+        a0 = axes[0]
+        return tuple(x.shape[:a0]) + tuple(b) + tuple(x.shape[axes[-1] + 1:])
+    return tuple(b) + tuple(rest)
+
+
+def _index_value(node: Node, v, extent):
+    """An index read from a tensor as int64, negative ones counted from the end when the
+    node wraps (the DSL turns it into a checked gather index)."""
+    v = _as(v, "int64")
+    if node.attrs.get("wrap"):
+        return ir.select(ir.binary("<", v, 0), v + extent, v)
+    return v
+
+
+def _index_lower(node: Node, ins, shape):
+    x, idx = ins[0], ins[1:]
+    axes = _index_axes(node, x.ndim)
+    nb = len(shape) - (x.ndim - len(axes))
+    start = axes[0] if _adjacent(axes) else 0
+
+    def body(i):
+        b = tuple(i[start:start + nb])
+        rest = iter(tuple(i[:start]) + tuple(i[start + nb:]))
+        at = []
+        for a in range(x.ndim):
+            if a in axes:
+                t = idx[axes.index(a)]
+                at.append(_index_value(node, _bload(t, b, nb), x.shape[a]))
+            else:
+                at.append(next(rest))
+        return x[tuple(at)]
+    return _compute(shape, body, name=_name(node))
+
+
+def _gather_shape(node: Node, cs: Constraints) -> Shape:
+    x, idx = node.inputs
+    _index_dtype_check(node, [idx])
+    if len(x.shape) != len(idx.shape):
+        raise mismatch(node, x, idx, "gather needs an index of the input's rank")
+    a = _axis(node, node.attrs["axis"], len(x.shape))
+    for k, (dx, di) in enumerate(zip(x.shape, idx.shape)):
+        diff = sympy.sympify(dx - di)
+        if k == a or diff == 0:
+            continue
+        if diff.is_number:
+            if int(diff) < 0:
+                raise mismatch(node, x, idx, f"gather: index extent {di} above {dx} on "
+                                             f"axis {k}")
+        else:       # torch: index.size(k) <= input.size(k), checked per call
+            cs.recorded.append(Constraint(sympy.Min(di, dx), di,
+                                          f"gather {node.name!r}: index within {x.name!r} "
+                                          f"on axis {k}"))
+    return tuple(idx.shape)
+
+
+def _gather_lower(node: Node, ins, shape):
+    x, idx = ins
+    a = _axis(node, node.attrs["axis"], x.ndim)
+
+    def at(i, k):
+        if k == a:
+            return _index_value(node, idx[i], x.shape[a])
+        if ir.structural_equal(ir.const(x.shape[k]), ir.const(shape[k])):
+            return i[k]
+        return ir.min_(i[k], x.shape[k] - 1)   # provably in bounds for isl (the constraint)
+    return _compute(shape, lambda i: x[tuple(at(i, k) for k in range(len(i)))],
+                    name=_name(node))
+
+
 def _iota_shape(node: Node, cs: Constraints) -> Shape:
     """``arange(start, end, step)``: ``ceil((end - start) / step)`` elements."""
     start, end, step = (dim(node.attrs[k]) for k in ("start", "end", "step"))
@@ -541,6 +653,72 @@ def _reduce_lower(node: Node, ins, shape):
     return _finish(node, _compute(shape, lambda i: s[i] / n, name=name, dtype=acc), shape)
 
 
+# --------------------------------------------------------------------- attention (chain)
+
+
+def _attention_shape(node: Node, cs: Constraints) -> Shape:
+    """``attention(q, k, v[, mask])``: ``q (*b, L, E)``, ``k (*b, S, E)``, ``v (*b, S,
+    Ev)`` -> ``(*b, L, Ev)`` (equal ranks and batch extents, no broadcasting); the
+    additive ``mask`` broadcasts to ``(*b, L, S)``, or to ``(*b, S)`` with ``rowless``."""
+    q, k, v = node.inputs[:3]
+    if not len(q.shape) == len(k.shape) == len(v.shape) >= 2:
+        raise mismatch(node, q, k, "attention needs q, k, v of one rank >= 2")
+    cs.equal(q.shape[-1], k.shape[-1], node, q, k, "head dim of q and k")
+    cs.equal(k.shape[-2], v.shape[-2], node, k, v, "key length of k and v")
+    lead = tuple(cs.equal(cs.equal(x, y, node, q, k, f"batch axis {j}"), z, node, q, v,
+                          f"batch axis {j}")
+                 for j, (x, y, z) in enumerate(zip(q.shape[:-2], k.shape[:-2], v.shape[:-2])))
+    if len(node.inputs) > 3:
+        m = node.inputs[3]
+        full = lead + ((k.shape[-2],) if node.attrs.get("rowless") else
+                       (q.shape[-2], k.shape[-2]))
+        broadcast(node, cs, m, type(m)("_scores", m.dtype, full))
+    return lead + (q.shape[-2], v.shape[-1])
+
+
+def _attention_dtype(node: Node) -> str:
+    ds = {v.dtype for v in node.inputs}
+    d = node.inputs[0].dtype
+    if len(ds) != 1 or not dt.is_float(d):
+        raise DTypeError(f"attention {node.name!r}: q, k, v (and the mask) must share one "
+                         f"float dtype, got {', '.join(sorted(ds))}", node.location)
+    return d
+
+
+def _attention_lower(node: Node, ins, shape):
+    """Attention as the chain :mod:`polycomp.scheduler.chain.detect` fuses: ``T = q .
+    k^T`` (``k`` read as stored, ``[.., l, r]``), one elementwise stage (scale, the
+    additive mask, the causal ``select``), the op library's softmax over ``l``, ``O = P .
+    v``.  The chain is fusible when the mask is indexed by iterators only (no broadcast
+    extent 1 other than a missing leading axis), as the torch importer arranges."""
+    q, k, v = ins[:3]
+    mask = ins[3] if len(ins) > 3 else None
+    d = node.output.dtype
+    n = len(shape)
+    r = dsl.reduce_axis(q.shape[-1], f"k_{node.name}")
+    sshape = tuple(shape[:-1]) + (k.shape[-2],)
+    t = _compute(sshape, lambda i: dsl.sum(q[tuple(i[:-1]) + (r,)]
+                                           * k[tuple(i[:-2]) + (i[-1], r)], axis=r),
+                 name=_name(node) + "_t", dtype=d)
+    scale = ir.const(float(node.attrs["scale"]), d)
+    rowless = bool(node.attrs.get("rowless"))
+
+    def score(i):
+        e = t[i] * scale
+        if mask is not None:
+            e = e + _bload(mask, tuple(i[:-2]) + (i[-1],) if rowless else i,
+                           n - 1 if rowless else n)
+        if node.attrs.get("causal"):
+            e = ir.select(ir.binary("<=", i[-1], i[-2]), e, ir.const(float("-inf"), d))
+        return e
+    sc = _compute(sshape, score, name=_name(node) + "_s", dtype=d)
+    p = ops.softmax(sc, -1, name=_name(node) + "_p")
+    l_ = dsl.reduce_axis(k.shape[-2], f"l_{node.name}")
+    return _compute(shape, lambda i: dsl.sum(p[tuple(i[:-1]) + (l_,)]
+                                             * v[tuple(i[:-2]) + (l_, i[-1])], axis=l_),
+                    name=_name(node), dtype=d)
+
+
 OPS: dict[str, OpDef] = {
     **{k: OpDef("elementwise", _binary_shape, _binary_lower, dtype=_binary_dtype) for k in _BIN},
     **{k: OpDef("elementwise", _same_shape, _unary_lower, 8.0 if k in ("gelu", "erf") else 1.0,
@@ -555,6 +733,8 @@ OPS: dict[str, OpDef] = {
     "cat": OpDef("injective", _cat_shape, _cat_lower, 0.0, dtype=_cat_dtype),
     "iota": OpDef("injective", _iota_shape, _iota_lower, 0.0,
                   dtype=lambda n: dt.canonical(n.attrs["dtype"])),
+    "index": OpDef("injective", _index_shape, _index_lower, 0.0),
+    "gather": OpDef("injective", _gather_shape, _gather_lower, 0.0),
     "where": OpDef("elementwise", _where_shape, _where_lower, dtype=_where_dtype),
     **{k: OpDef("elementwise", _binary_shape, _cmp_lower, dtype=lambda n: "bool")
        for k in _CMP},
@@ -564,6 +744,8 @@ OPS: dict[str, OpDef] = {
     "sum": OpDef("reduce", _reduce_shape, _reduce_lower, dtype=_reduce_dtype),
     "mean": OpDef("reduce", _reduce_shape, _reduce_lower, dtype=_reduce_dtype),
     "amax": OpDef("reduce", _reduce_shape, _reduce_lower, dtype=_reduce_dtype),
+    "attention": OpDef("chain", _attention_shape, _attention_lower, 5.0,
+                       dtype=_attention_dtype),
 }
 
 
@@ -578,5 +760,10 @@ def flops(node: Node, env: dict) -> float:
     if node.op == "matmul":
         k = int(node.inputs[0].shape[-1].xreplace(env))
         return 2.0 * numel(node.output.shape, env) * k
+    if node.op == "attention":  # two products over the (*b, L, S) scores, the softmax
+        q, k_, v = node.inputs[:3]
+        scores = numel(q.shape[:-1], env) * int(k_.shape[-2].xreplace(env))
+        return scores * (2.0 * int(q.shape[-1].xreplace(env))
+                         + 2.0 * int(v.shape[-1].xreplace(env)) + 5.0)
     src = node.inputs[0] if node.inputs else node.output
     return OPS[node.op].flops_per_elem * numel(src.shape, env)
