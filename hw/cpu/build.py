@@ -222,6 +222,9 @@ class CFunction:
         self.lib = ctypes.CDLL(lib_path)
         self.openmp = openmp_controls(self.lib)
         self.threads: int | None = None
+        # a kernel without symbolic sizes has the same buffer sizes at every call: their
+        # fit (check_buffers_fit) is checked at the first call only
+        self._sizes_fit = False
         self.cfunc = getattr(self.lib, func.name)
         self.cfunc.restype = None
         self.cfunc.argtypes = [ctypes.c_int64] * len(func.params) + \
@@ -237,7 +240,9 @@ class CFunction:
         from polycomp.shapes import check_buffers_fit, checked_arguments, checked_outputs, eval_int
         f = self.func
         expected, arrays, values = checked_arguments(f, inputs, params)
-        check_buffers_fit(f, values)
+        if not self._sizes_fit:
+            check_buffers_fit(f, values)
+            self._sizes_fit = not f.params
         arrays = [np.ascontiguousarray(a) for a in arrays]
         initial = {b.name: a for b, a in zip(expected[len(f.inputs):], arrays[len(f.inputs):])}
         shapes = [tuple(eval_int(d, values) for d in b.shape) for b in f.outputs]

@@ -76,7 +76,9 @@ at least as many iterations as threads (or is symbolic), else on the ``i`` tile 
 region (each thread packs the blocks it uses, no barrier inside), which matters on busy
 machines where every fork/join waits for the slowest thread. The isolate option makes
 isl generate the full ``MR x NR`` tiles separately, with constant point-loop bounds (the
-micro-kernel), and the partial tiles at the edges as generic loops.  The channel form
+micro-kernel), and the partial tiles at the edges as generic loops; where the extent of
+``i`` or ``j`` is symbolic the GEMM form is not isolated (:func:`partial_tiles`): every
+register tile, partial ones included, is the micro-kernel's.  The channel form
 orders the reduce loops window first: the dependences between the updates of one
 output element (the accumulation) then run in another order, i.e. the sum is
 reassociated (as the vectoriser's multiple accumulators do); every other dependence is
@@ -689,7 +691,8 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     order = ("it", "kt", "jt") if k_outer else ("it", "jt", "kt")
     upd_prefix = [to_upa(a) for a in u["batch"]] + [to_upa(u[n]) for n in order]
     iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
-                             (b.MR, b.NR), op.update.domain) if dot is None else None
+                             (b.MR, b.NR), op.update.domain) \
+        if dot is None and not partial_tiles(op.update.domain, op.i, op.j) else None
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
     micro = T.Mark(micro_mark, T.Band([kk], point, permutable=True))
     zero_tile = T.Band([to_upa(z["ii"]), to_upa(z["jj"])], permutable=True,
@@ -732,6 +735,18 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
         if b.parallel_batch:
             outer = T.Mark(marks.CPU_PARALLEL, outer)
     return outer
+
+
+def partial_tiles(domain: isl.Set, i: int, j: int) -> bool:
+    """Whether the register tiles are left unisolated (the micro-kernel then takes the
+    edge tiles too, see :mod:`polycomp.hw.cpu.microkernel`): where the extent of ``i``
+    or ``j`` is not a compile-time constant (symbolic sizes, e.g. PolyBench's ``ni``,
+    ``nj`` parameters).  isl's pieces for the partial tiles of an isolated band then
+    have the tile loop eliminated and index the packed panels through ``floor``/``mod``
+    of the size parameters, which neither the micro-kernel nor the vectoriser can use:
+    the partial column tile ran as scalar code (a third of PolyBench gemm's time at
+    LARGE, ``nj mod 32 = 12``)."""
+    return _extent(domain, i) is None or _extent(domain, j) is None
 
 
 def x_block_once(b: Blocking) -> bool:

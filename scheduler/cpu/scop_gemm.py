@@ -41,6 +41,8 @@ count, L1 and L2 capacities, threads),
           band[floor(j/NC)]
             mark cpu_pack_request (Y's array, panels of NR along j, L2)
               band[floor((i mod MC)/MR), floor((j mod NC)/NR)]  isolate: full tiles
+                                   (not isolated for symbolic sizes over a rectangle:
+                                    backbone_tile.partial_tiles)
                 sequence
                   filter init:   band[i mod MR, j mod NR]
                   filter update: mark cpu_microkernel -> band[k mod KC]
@@ -79,6 +81,7 @@ from polycomp.scheduler.cpu.backbone_tile import (
     isolate_full_tiles,
     loop_vars,
     mod_aff,
+    partial_tiles,
     to_upa,
 )
 from polycomp.scheduler.promotion.cpu_pack import request_mark
@@ -344,8 +347,13 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     # must be functions of the generated loops)
     tiles = ("it", "kt", "jt") if not outer else ("it", "jt")
     upd_prefix = list(outer) + [to_upa(a) for a in u["b"]] + [to_upa(u[n]) for n in tiles]
-    iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
-                             (b.MR, b.NR), g.update.domain)
+    dom, ip, jp = g.update.domain, g.upd_pos["i"], g.upd_pos["j"]
+    # symbolic sizes over a rectangle: every register tile, partial ones included, is the
+    # micro-kernel's (backbone_tile.partial_tiles); a triangle (syrk) isolates its full
+    # tiles, the ones crossing the diagonal take the generic nest
+    boxed = partial_tiles(dom, ip, jp) and _separable(dom, ip) and _separable(dom, jp)
+    iso = None if boxed else isolate_full_tiles(
+        upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj], (b.MR, b.NR), dom)
     micro = T.Mark(marks.CPU_MICROKERNEL,
                    T.Band([kk], T.Band([ii, jj], permutable=True, coincident=[True, True]),
                           permutable=True))
