@@ -39,7 +39,7 @@ from polycomp.errors import PolycompError, UnsupportedOpError
 
 from .compile import compile_graph
 from .functionalize import functionalize
-from .fx import import_fx
+from .fx import import_fx, is_module_buffer
 
 TARGET = "cpu"
 
@@ -61,7 +61,7 @@ def polycomp_backend(gm, example_inputs, **kwargs):
     target, strict = opts.pop("target", TARGET), bool(opts.pop("strict", False))
     report = Report()
     inner = _compile_or_eager(gm, example_inputs, target, strict, report)
-    params = _Parameters(example_inputs)
+    params = _Parameters(example_inputs, gm)
     state = {"inner": inner}
 
     def run(*args):
@@ -93,10 +93,13 @@ class _Parameters:
     their version counters and storage: an in-place update (``optimizer.step()`` under
     ``no_grad``, ``load_state_dict``) or a new ``.data`` shows as a change."""
 
-    def __init__(self, example_inputs):
+    def __init__(self, example_inputs, gm=None):
         import torch
+        phs = list(gm.graph.find_nodes(op="placeholder")) if gm is not None else []
         self.positions = [k for k, ex in enumerate(example_inputs)
-                          if isinstance(ex, torch.nn.Parameter)]
+                          if isinstance(ex, torch.nn.Parameter) or (
+                              k < len(phs) and isinstance(ex, torch.Tensor)
+                              and is_module_buffer(phs[k]))]
         self.snapshot(example_inputs)
 
     def _state(self, args) -> list:
@@ -154,7 +157,8 @@ def _compile(gm, example_inputs, target: str, strict: bool, report: Report):
     else:
         report.compiled = 1
         picks = [k for k, ex in enumerate(example_inputs)
-                 if isinstance(ex, torch.Tensor) and not isinstance(ex, torch.nn.Parameter)]
+                 if isinstance(ex, torch.Tensor) and not isinstance(ex, torch.nn.Parameter)
+                 and k not in graph.captured_args]
 
         def inner(*args):
             xs = [args[k] for k in picks]
@@ -258,7 +262,8 @@ def _torch_results(res):
 def _compiled_module(cg, torch, examples, eager):
     """A compiled piece in place of a split submodule (same calling convention)."""
     picks = [k for k, ex in enumerate(examples)
-             if isinstance(ex, torch.Tensor) and not isinstance(ex, torch.nn.Parameter)]
+             if isinstance(ex, torch.Tensor) and not isinstance(ex, torch.nn.Parameter)
+             and k not in cg.graph.captured_args]
 
     # torch is the module the caller imported (lazily): mypy sees a parameter
     class Compiled(torch.nn.Module):  # type: ignore[name-defined]

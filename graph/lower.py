@@ -48,6 +48,10 @@ class ParamMap:
             return acc
         if isinstance(e, sympy.Mul) and len(e.args) == 2 and e.args[0].is_Integer:
             return int(e.args[0]) * self.to_ir(e.args[1])
+        if isinstance(e, sympy.floor):  # floor(affine / d): a convolution's output extent
+            num, den = sympy.fraction(sympy.together(e.args[0]))
+            if den.is_Integer and int(den) > 0 and sympy.Poly(num).is_linear:
+                return self.to_ir(sympy.expand(num)) // int(den)
         if e not in self._vars:
             name = str(e) if isinstance(e, sympy.Symbol) else f"d{len(self._vars)}"
             self._vars[e] = ir.Var(name, "int64", is_param=True)
