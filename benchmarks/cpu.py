@@ -119,27 +119,36 @@ class Suite:
 # --------------------------------------------------------------------------- cases
 
 
-def bench_sgemm(s: Suite):
+def bench_sgemm(s: Suite, dtype: str = "float32"):
+    """``A @ B`` against numpy (OpenBLAS ``sgemm`` / ``dgemm``), constant shapes."""
     import numpy as np
 
     from polycomp.frontend import ops
+    group, tag, size = ("sgemm", "fp32", 4) if dtype == "float32" else ("dgemm", "fp64", 8)
     sizes = [(n, n, n) for n in ((512, 1024) if s.quick else (256, 512, 1024, 2048))]
-    sizes += [] if s.quick else BERT_L1
+    sizes += [] if s.quick or dtype != "float32" else BERT_L1
     rng = np.random.default_rng(0)
     for m, n, kk in sizes:
-        k = _kernel(lambda A, B: ops.matmul(A, B), f"sgemm{m}_{n}_{kk}",
-                    A=((m, kk), "float32"), B=((kk, n), "float32"))
+        k = _kernel(lambda A, B: ops.matmul(A, B), f"{group}{m}_{n}_{kk}",
+                    A=((m, kk), dtype), B=((kk, n), dtype))
         f = _build(k, s.target)
-        A = rng.standard_normal((m, kk), dtype=np.float32)
-        B = rng.standard_normal((kk, n), dtype=np.float32)
-        C = np.empty((m, n), np.float32)
+        A = rng.standard_normal((m, kk)).astype(dtype)
+        B = rng.standard_normal((kk, n)).astype(dtype)
+        C = np.empty((m, n), dtype)
         f(A, B, out=[C])
         err = float(np.max(np.abs(C - A @ B)))
-        assert err < 1e-3 * kk ** 0.5, f"sgemm {m}x{n}x{kk}: max error {err}"
+        assert err < 1e-3 * kk ** 0.5, f"{group} {m}x{n}x{kk}: max error {err}"
         t_ours, t_np = _timeit([lambda: f(A, B, out=[C]), lambda: np.matmul(A, B, out=C)],
                                s.repeat)
-        s.add("sgemm", f"{m}x{n}x{kk} fp32" + (" (BERT L=1)" if m == 32 else ""), t_ours,
-              t_np, "numpy", 2 * m * n * kk, "GFLOP/s", traffic=4 * (m * kk + kk * n + m * n))
+        row = s.add(group, f"{m}x{n}x{kk} {tag}" + (" (BERT L=1)" if m == 32 else ""), t_ours,
+                    t_np, "numpy", 2 * m * n * kk, "GFLOP/s",
+                    traffic=size * (m * kk + kk * n + m * n))
+        if dtype == "float64":
+            row["flop_cost"] = 2     # an fp64 FMA does half the fp32 unit's lanes
+
+
+def bench_dgemm(s: Suite):
+    bench_sgemm(s, "float64")
 
 
 #: BERT-large products at sequence length 1 (batch 32): (M, N, K) of the QKV/output
@@ -409,17 +418,21 @@ def machine_info(tgt) -> dict:
             "l1": tgt.l1_bytes, "l2": tgt.l2_bytes, "l3": tgt.l3_bytes}
 
 
-GROUPS = ("stream", "memory", "sgemm", "mm_bias_relu", "batch_mm", "conv2d", "lowp")
+GROUPS = ("stream", "memory", "sgemm", "dgemm", "mm_bias_relu", "batch_mm", "conv2d", "lowp")
 
 
 def add_roofline(rows: list[dict], roofs, unit: str, threads: int) -> None:
     """Each row's roof (``min(peak of unit, intensity x copy bandwidth)`` for compute
     rows, the copy bandwidth for memory-bound ones) and ours / the peer's fraction of
-    it (``of_roof`` / ``peer_of_roof``)."""
+    it (``of_roof`` / ``peer_of_roof``); a row's ``flop_cost`` (fp64: 2) divides the
+    unit's fp32 peak."""
     for r in rows:
         if "work" in r and "GFLOP/s" in r:
-            roof, name = roofs.roof(r.get("roof_unit", unit), threads, r["work"],
+            w = r.get("flop_cost", 1)
+            roof, name = roofs.roof(r.get("roof_unit", unit), threads, r["work"] * w,
                                     r.get("traffic"))
+            if roof and w != 1:
+                roof, name = roof / w, f"{name} / {w} (fp64)"
             perf = "GFLOP/s"
         elif "GB/s" in r:
             roof, name, perf = roofs.bandwidth_roof(threads), "copy BW", "GB/s"
@@ -451,7 +464,8 @@ def run_child(args) -> dict:
     copy_bw = bench_stream(s, stream_bytes) if only & {"stream", "memory"} else None
     if "memory" in only and copy_bw is not None:
         bench_memory_bound(s, copy_bw)
-    for name, fn in (("sgemm", bench_sgemm), ("mm_bias_relu", bench_matmul_bias_relu),
+    for name, fn in (("sgemm", bench_sgemm), ("dgemm", bench_dgemm),
+                     ("mm_bias_relu", bench_matmul_bias_relu),
                      ("batch_mm", bench_batch_matmul), ("conv2d", bench_conv2d),
                      ("lowp", bench_lowp)):
         if name in only:

@@ -508,12 +508,32 @@ def main(argv=None) -> int:
                     help="time DIR/<kernel>.c (another build's generated C) in the same run")
     ap.add_argument("--dump-c", metavar="DIR", default=None,
                     help="only write this build's generated C of each kernel to DIR")
+    ap.add_argument("--target", default="cpu", choices=("cpu", "cuda"),
+                    help="cuda: the CUDA target on a GPU (benchmarks/polybench_cuda.py)")
     a = ap.parse_args(argv)
     if not a.polybench:
         print("polycomp bench polybench: --polybench DIR is required. " + HOW_TO_GET,
               file=sys.stderr)
         return 2
     kernels = [x for x in a.kernels.split(",") if x] or None
+    if a.target == "cuda":
+        from benchmarks.polybench_cuda import run_cuda, table_cuda
+        try:
+            res = run_cuda(a.polybench, a.dataset, max(1, a.rounds), kernels,
+                           progress=lambda r: print(f"  {r.name}: {r.paths} min threads "
+                                                    f"{r.min_threads} {r.error}",
+                                                    file=sys.stderr, flush=True))
+        except PolybenchError as e:
+            print(f"polycomp bench polybench: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps(res, indent=1) if a.json else table_cuda(res))
+        if not res["gpu"]:
+            print("polycomp bench polybench --target cuda: no GPU (pycuda or cupy and a "
+                  "CUDA device); the static columns only. On a machine without one, "
+                  "scripts/c_cuda_measure.py --bundle checks the kernels on the simulator "
+                  "and packs a GPU check bundle", file=sys.stderr)
+            return 2
+        return 0
     if a.dump_c:
         try:
             names = dump_sources(a.polybench, a.dataset, a.dump_c, kernels)

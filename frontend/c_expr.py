@@ -43,7 +43,13 @@ ELEMENT_TYPES = {
     # plain char is signed on the x86-64 and AArch64-Linux ABIs polycomp targets' gcc uses
     ("char",): "int8",
     ("_Bool",): "bool", ("bool",): "bool",
+    # the half-precision types of gcc and clang (the reader's prelude declares them as
+    # typedef names for pycparser; they stay these words)
+    ("_Float16",): "float16", ("__fp16",): "float16",
 }
+
+#: the words of the half-precision element types
+HALF_WORDS = ("_Float16", "__fp16")
 
 #: integer dtypes C promotes to ``int`` before arithmetic
 _PROMOTED_TO_INT = ("int8", "bool")

@@ -61,8 +61,8 @@ from polycomp.errors import (
     deep_recursion,
 )
 
-from .c_expand import expand_scalars
-from .c_expr import MATH_FUNCTIONS
+from .c_expand import expand_arrays, expand_scalars
+from .c_expr import HALF_WORDS, MATH_FUNCTIONS
 from .c_model import CScopModel, size_local_arrays
 from .c_program import (
     CArray,
@@ -87,6 +87,7 @@ typedef long long int64_t; typedef unsigned char uint8_t; typedef unsigned short
 typedef unsigned int uint32_t; typedef unsigned long long uint64_t;
 typedef unsigned long size_t; typedef long ptrdiff_t; typedef long ssize_t;
 typedef long intptr_t; typedef _Bool bool;
+typedef float _Float16; typedef float __fp16;
 #define __restrict restrict
 #define __restrict__ restrict
 #define INFINITY (__builtin_inff())
@@ -198,6 +199,7 @@ def _read_c_kernels(source: str, filename: str, include_dirs) -> list[CKernel]:
         program = ScopReader(f, filename, lines, typedefs).read()
         size_local_arrays(program)
         expand_scalars(program)
+        expand_arrays(program)
         k = CKernel(program)
         k.polyhedral_model()  # report model-level errors (out-of-bounds accesses) now
         out.append(k)
@@ -212,6 +214,8 @@ def _typedefs(tu) -> dict:
     from .c_expr import resolve_typedefs, type_words
     out: dict = {}
     for e in tu.ext:
+        if isinstance(e, c_ast.Typedef) and e.name in HALF_WORDS:
+            continue        # the prelude's stand-ins: kept as the element type's word
         if isinstance(e, c_ast.Typedef) and isinstance(e.type, c_ast.TypeDecl) and \
                 isinstance(e.type.type, c_ast.IdentifierType):
             out[e.name] = resolve_typedefs(type_words(e.type), out)

@@ -178,7 +178,10 @@ class Tensor(BufferView):
                 raise NonAffineIndexError(
                     f"index {k} of {self.name!r} is not an integer expression", loc)
             i = ir.const(i)
-            _check_affine(i, f"index {k} of {self.name}", loc)
+            if ir.reads_data(i):        # a gather: the index is read from a tensor
+                i = ir.gather_index(i, self.buffer.shape[k])
+            else:
+                _check_affine(i, f"index {k} of {self.name}", loc)
             out.append(i)
         load = ir.Load(self.buffer, tuple(out), self.dtype)
         if loc is not None:

@@ -14,6 +14,12 @@
   that condition (``index_relation`` keeps the unguarded relation); every access is
   checked to stay inside its array (:class:`~polycomp.errors.ShapeMismatchError`
   naming the user's line);
+* a gather (an index read from a tensor, ``table[idx[i], j]``, carried in the IR as
+  :func:`polycomp.ir.gather_index`) is a *may*-access: its relation maps each instance to
+  the whole extent of every indirect dimension (``S[i, j] -> table[g, j] : 0 <= g < V``),
+  an over-approximation under which the dependences stay sound; ``Access.indirect``
+  lists those dimensions, and the index tensor's own read (``idx[i]``) is an ordinary
+  affine access of the same statement;
 * the initial schedule tree is program order
   (:func:`polycomp.scheduler.common.tree.build_program_order`), and the dependences
   come from :func:`polycomp.model.compute_accesses_and_dependences` under it.
@@ -125,15 +131,32 @@ class _ModelBuilder:
             if len(indices) != len(buf.shape):
                 raise ShapeMismatchError(f"{buf.name} indexed with {len(indices)} indices",
                                          loc)
-            idx = ", ".join(to_isl(i, names, f"index of {buf.name}", loc) for i in indices)
+            # a gather index (data-dependent) may be any element of its dimension: the
+            # relation over-approximates it by the whole extent (PPCG's may-access)
+            indirect = tuple(k for k, i in enumerate(indices) if ir.reads_data(i))
+            pnames = {p: p.name for p in self.params}
+            idx_parts, ranges = [], []
+            for k, i in enumerate(indices):
+                if k in indirect:
+                    v = f"pc_gather{k}"
+                    idx_parts.append(v)
+                    ranges.append(f"0 <= {v} < "
+                                  f"{to_isl(buf.shape[k], pnames, f'extent of {buf.name}', loc)}")
+                else:
+                    idx_parts.append(to_isl(i, names, f"index of {buf.name}", loc))
+            idx = ", ".join(idx_parts)
             dims = ", ".join(names[v] for v in iters)
-            cond = f" : {guard}" if guard else ""
+            full = and_conditions(guard, " and ".join(ranges) or None)
+            cond = f" : {full}" if full else ""
             text = f"{_param_prefix(self.params)}{{ {name}[{dims}] -> {buf.name}[{idx}]{cond} }}"
             rel = isl.Map.read_from_str(self.ctx, text).intersect_domain(domain)
+            ucond = f" : {' and '.join(ranges)}" if ranges else ""
             unguarded = rel if not guard else isl.Map.read_from_str(
-                self.ctx, f"{_param_prefix(self.params)}{{ {name}[{dims}] -> {buf.name}[{idx}] }}"
+                self.ctx,
+                f"{_param_prefix(self.params)}{{ {name}[{dims}] -> {buf.name}[{idx}]{ucond} }}"
             ).intersect_domain(domain)
-            stmt.accesses.append(Access(tag, buf, tuple(indices), kind_, rel, where, unguarded))
+            stmt.accesses.append(Access(tag, buf, tuple(indices), kind_, rel, where, unguarded,
+                                        indirect))
 
         def collect(e, guard):
             if isinstance(e, ir.Select):

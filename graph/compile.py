@@ -86,5 +86,5 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
             built[gk.key] = Simulated(compile_kernel(gk.kernel, target, opts)) if simulate \
                 else build(gk.kernel, target, options=opts)
         steps.append(Step(g, built[gk.key], gk.inputs, gk.outputs,  # type: ignore[arg-type]
-                          dict(gk.params.exprs)))
+                          dict(gk.params.exprs), dict(gk.arg_shapes)))
     return CompiledGraph(part, steps, len(built), target)

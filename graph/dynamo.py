@@ -39,7 +39,7 @@ from polycomp.errors import PolycompError, UnsupportedOpError
 
 from .compile import compile_graph
 from .functionalize import functionalize
-from .fx import import_fx
+from .fx import import_fx, is_module_buffer
 
 TARGET = "cpu"
 
@@ -61,7 +61,7 @@ def polycomp_backend(gm, example_inputs, **kwargs):
     target, strict = opts.pop("target", TARGET), bool(opts.pop("strict", False))
     report = Report()
     inner = _compile_or_eager(gm, example_inputs, target, strict, report)
-    params = _Parameters(example_inputs)
+    params = _Parameters(example_inputs, gm)
     state = {"inner": inner}
 
     def run(*args):
@@ -93,10 +93,13 @@ class _Parameters:
     their version counters and storage: an in-place update (``optimizer.step()`` under
     ``no_grad``, ``load_state_dict``) or a new ``.data`` shows as a change."""
 
-    def __init__(self, example_inputs):
+    def __init__(self, example_inputs, gm=None):
         import torch
+        phs = list(gm.graph.find_nodes(op="placeholder")) if gm is not None else []
         self.positions = [k for k, ex in enumerate(example_inputs)
-                          if isinstance(ex, torch.nn.Parameter)]
+                          if isinstance(ex, torch.nn.Parameter) or (
+                              k < len(phs) and isinstance(ex, torch.Tensor)
+                              and is_module_buffer(phs[k]))]
         self.snapshot(example_inputs)
 
     def _state(self, args) -> list:
@@ -154,13 +157,14 @@ def _compile(gm, example_inputs, target: str, strict: bool, report: Report):
     else:
         report.compiled = 1
         picks = [k for k, ex in enumerate(example_inputs)
-                 if isinstance(ex, torch.Tensor) and not isinstance(ex, torch.nn.Parameter)]
+                 if isinstance(ex, torch.Tensor) and not isinstance(ex, torch.nn.Parameter)
+                 and k not in graph.captured_args]
 
         def inner(*args):
             xs = [args[k] for k in picks]
             if not _guards_hold(cg, args, xs):  # a value read at compile time changed
                 return gm.forward(*args)
-            res = cg(*xs)
+            res = _torch_results(cg(*xs))
             return tuple(res) if isinstance(res, tuple) else (res,)
         inner.compiled_graph = cg  # type: ignore[attr-defined]
     if not fn.mutated:
@@ -244,10 +248,22 @@ def _split(gm: Any, bad: list[str], target: str, example_inputs: Any, strict: bo
     return split, done, pieces
 
 
+def _torch_results(res):
+    """A piece's results as torch tensors: a piece with no tensor input (position ids
+    from ``arange`` with constant shapes) gets numpy arrays back from the runtime."""
+    import numpy as np
+
+    from polycomp.dlpack import to_caller
+    if isinstance(res, tuple):
+        return tuple(to_caller(r, "torch") if isinstance(r, np.ndarray) else r for r in res)
+    return to_caller(res, "torch") if isinstance(res, np.ndarray) else res
+
+
 def _compiled_module(cg, torch, examples, eager):
     """A compiled piece in place of a split submodule (same calling convention)."""
     picks = [k for k, ex in enumerate(examples)
-             if isinstance(ex, torch.Tensor) and not isinstance(ex, torch.nn.Parameter)]
+             if isinstance(ex, torch.Tensor) and not isinstance(ex, torch.nn.Parameter)
+             and k not in cg.graph.captured_args]
 
     # torch is the module the caller imported (lazily): mypy sees a parameter
     class Compiled(torch.nn.Module):  # type: ignore[name-defined]
@@ -255,7 +271,7 @@ def _compiled_module(cg, torch, examples, eager):
             xs = [args[k] for k in picks]
             if not _guards_hold(cg, args, xs):  # a value read at compile time changed
                 return eager(*args)
-            return cg(*xs)
+            return _torch_results(cg(*xs))
     m = Compiled()
     m.compiled_graph = cg
     return m

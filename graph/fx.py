@@ -35,6 +35,7 @@ import sympy
 from polycomp.errors import PolycompError, UnsupportedOpError
 
 from .ir import Graph, GraphBuilder, Value, dim
+from .opdefs import window_extent
 
 _SCALAR = (int, float, sympy.Expr)
 
@@ -104,7 +105,21 @@ class _Importer:
                         nn.ReLU: lambda m, x: self.g.relu(x), nn.Tanh: lambda m, x: self.g.tanh(x),
                         nn.Softmax: lambda m, x: self.softmax(x, m.dim),
                         nn.Dropout: lambda m, x: self.dropout(x, m.p, m.training),
-                        nn.Identity: lambda m, x: x}
+                        nn.Identity: lambda m, x: x,
+                        nn.Conv2d: self._conv_mod, nn.BatchNorm2d: self._bn_mod,
+                        nn.BatchNorm1d: self._bn_mod,
+                        nn.ReLU6: lambda m, x: self.hardtanh(x, 0.0, 6.0),
+                        nn.Hardtanh: lambda m, x: self.hardtanh(x, m.min_val, m.max_val),
+                        nn.MaxPool2d: lambda m, x: self.pool(
+                            "max_pool2d", x, m.kernel_size, m.stride, m.padding, m.dilation,
+                            m.ceil_mode, return_indices=m.return_indices),
+                        nn.AvgPool2d: lambda m, x: self.pool(
+                            "avg_pool2d", x, m.kernel_size, m.stride, m.padding, 1,
+                            m.ceil_mode, m.count_include_pad, m.divisor_override),
+                        nn.AdaptiveAvgPool2d: lambda m, x: self.adaptive_avg_pool(
+                            x, m.output_size),
+                        nn.Flatten: lambda m, x: self._h_flatten(
+                            "flatten", (x, m.start_dim, m.end_dim), {})}
         self.functions = {
             operator.add: "add", torch.add: "add", operator.sub: "sub", torch.sub: "sub",
             operator.mul: "mul", torch.mul: "mul", operator.truediv: "div", torch.div: "div",
@@ -134,6 +149,14 @@ class _Importer:
             operator.and_: "and_", operator.or_: "or_", torch.logical_and: "and_",
             torch.logical_or: "or_", torch.ones: "ones", torch.zeros: "zeros",
             torch.full: "full", torch.Size: "Size", torch.empty: "empty",
+            torch.conv2d: "conv2d", F.conv2d: "conv2d", F.batch_norm: "batch_norm",
+            F.max_pool2d: "max_pool2d", torch.max_pool2d: "max_pool2d",
+            F.avg_pool2d: "avg_pool2d", F.adaptive_avg_pool2d: "adaptive_avg_pool2d",
+            torch._C._nn.adaptive_avg_pool2d: "adaptive_avg_pool2d",
+            F.hardtanh: "hardtanh", F.relu6: "relu6", torch.clamp: "clamp",
+            torch.clip: "clamp",
+            F.embedding: "embedding", torch.embedding: "embedding",
+            torch.index_select: "index_select", torch.gather: "gather",
         }
 
     # ------------------------------------------------------------------ helpers
@@ -204,12 +227,15 @@ class _Importer:
 
     def linear(self, x, w, b):
         g = self.g
+        if isinstance(w, Value) and w.const is not None and len(w.shape) == 2:
+            w = w.const  # a parameter Dynamo lifted (a constant): transposed once, below
         if isinstance(w, Value):  # a weight that is a graph input: (N, K), read transposed
             y = self.matmul(x, g.transpose(w, dim0=0, dim1=1))
         else:
             key = ("T", id(w))
             if key not in self._consts:
-                self._consts[key] = g.constant("wT", _np(w).T.copy())  # type: ignore[index]
+                wn = w if isinstance(w, np.ndarray) else _np(w)
+                self._consts[key] = g.constant("wT", wn.T.copy())  # type: ignore[index]
             y = self.matmul(x, self._consts[key])  # type: ignore[index]
         if b is not None:
             y = self.binary("add", y, b if isinstance(b, Value) else self.const(b))
@@ -300,6 +326,8 @@ class _Importer:
         if not isinstance(x, Value):
             return x[idx]
         idx = idx if isinstance(idx, tuple) else (idx,)
+        if any(isinstance(s, Value) for s in idx):    # x[idx]: advanced indexing (a gather)
+            return self.advanced_index(x, idx)
         axis = -1
         for s in idx:
             axis += 1
@@ -333,6 +361,225 @@ class _Importer:
                 raise UnsupportedOpError("slicing with a negative or symbolic start")
             x = self.g.slice(x, axis=axis, start=start, end=s.stop)
         return x
+
+    # ------------------------------------------------------------------ convolutional nets
+    def _conv_mod(self, m, x):
+        if m.padding_mode != "zeros":
+            raise UnsupportedOpError(f"Conv2d with padding_mode={m.padding_mode!r}")
+        return self.conv2d(x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups)
+
+    def _h_conv2d(self, name, args, kwargs):
+        return self.conv2d(args[0], _arg(args, kwargs, 1, "weight", None),
+                           _arg(args, kwargs, 2, "bias", None),
+                           _arg(args, kwargs, 3, "stride", 1),
+                           _arg(args, kwargs, 4, "padding", 0),
+                           _arg(args, kwargs, 5, "dilation", 1),
+                           _arg(args, kwargs, 6, "groups", 1))
+
+    def conv2d(self, x, w, b, stride, padding, dilation, groups):
+        """``conv2d`` of a batched NCHW tensor (bias, stride, padding -- ``"valid"``, or
+        ``"same"`` with an even total --, dilation, groups)."""
+        w = self.val(w) if not isinstance(w, Value) else w
+        b = self.val(b) if b is not None and not isinstance(b, Value) else b
+        if not all(isinstance(v, Value) for v in (x, w)) or (
+                b is not None and not isinstance(b, Value)):
+            raise UnsupportedOpError("conv2d of a non-tensor")
+        if len(x.shape) != 4:
+            raise UnsupportedOpError(f"conv2d of a rank-{len(x.shape)} input (batched NCHW "
+                                     f"only)")
+        if len({v.dtype for v in (x, w, b) if v is not None}) != 1:
+            raise UnsupportedOpError("conv2d of mixed dtypes")
+        st, dl = _pair(stride), _pair(dilation)
+        if isinstance(padding, str):
+            if padding == "valid":
+                pd = (0, 0)
+            else:
+                tot = [d * (int(k) - 1) for d, k in zip(dl, w.shape[2:])]
+                if padding != "same" or any(t % 2 for t in tot):
+                    raise UnsupportedOpError(f"conv2d with padding={padding!r} (asymmetric)")
+                pd = (tot[0] // 2, tot[1] // 2)
+        else:
+            pd = _pair(padding)
+        if not isinstance(groups, int):
+            raise UnsupportedOpError(f"conv2d with groups={groups!r}")
+        ins = [x, w] + ([b] if b is not None else [])
+        return self.g.conv2d(*ins, stride=st, padding=pd, dilation=dl, groups=groups)
+
+    def _bn_mod(self, m, x):
+        return self.batch_norm(x, m.running_mean, m.running_var, m.weight, m.bias,
+                               m.training or not m.track_running_stats, m.eps)
+
+    def _h_batch_norm(self, name, args, kwargs):
+        return self.batch_norm(args[0], _arg(args, kwargs, 1, "running_mean", None),
+                               _arg(args, kwargs, 2, "running_var", None),
+                               _arg(args, kwargs, 3, "weight", None),
+                               _arg(args, kwargs, 4, "bias", None),
+                               _arg(args, kwargs, 5, "training", False),
+                               _arg(args, kwargs, 7, "eps", 1e-5))
+
+    def batch_norm(self, x, mean, var, w, b, training, eps):
+        """Eval-mode ``batch_norm``: with constant statistics the per-channel affine
+        ``x * scale + shift`` (``scale = w / sqrt(var + eps)``, ``shift = b - mean *
+        scale``, computed at compile time in float64), folded into the weights and bias of
+        the convolution that produces ``x`` when there is one; with statistics that are
+        graph inputs, the same formula as graph ops."""
+        if training or mean is None or var is None:
+            raise UnsupportedOpError("batch_norm in training mode (it normalises with the "
+                                     "batch's statistics and updates the running ones)")
+        vals = [self.val(t) if t is not None and not isinstance(t, Value) else t
+                for t in (mean, var, w, b)]
+        if not isinstance(x, Value) or len(x.shape) < 2 or not all(
+                v is None or isinstance(v, Value) for v in vals):
+            raise UnsupportedOpError("batch_norm of a non-tensor or of rank < 2")
+        if x.dtype not in ("float16", "bfloat16", "float32", "float64"):
+            raise UnsupportedOpError(f"batch_norm of {x.dtype}")
+        c = x.shape[1]
+        eps = float(self.number(eps))
+        bshape = (c,) + (1,) * (len(x.shape) - 2)
+        if all(v is None or v.const is not None for v in vals):
+            if not c.is_Integer:
+                raise UnsupportedOpError(f"batch_norm of the symbolic channel extent {c}")
+            mu, va, wt, bi = (None if v is None else v.const for v in vals)
+            return batch_norm_constant(self.g, x, mu, va, wt, bi, eps)
+        g = self.g
+        mean_v, var_v, w_v, b_v = (None if v is None else self.cast(v, x.dtype) for v in vals)
+        assert mean_v is not None and var_v is not None
+        inv = g.rsqrt(g.op("add", var_v, scalar=eps))
+        if w_v is not None:
+            inv = g.mul(inv, w_v)
+        y = g.mul(g.sub(x, g.reshape(mean_v, shape=bshape)), g.reshape(inv, shape=bshape))
+        return g.add(y, g.reshape(b_v, shape=bshape)) if b_v is not None else y
+
+    def _h_pool(self, name, args, kwargs):
+        x, k = args[0], _arg(args, kwargs, 1, "kernel_size", None)
+        stride = _arg(args, kwargs, 2, "stride", None)
+        pad = _arg(args, kwargs, 3, "padding", 0)
+        if name == "max_pool2d":
+            return self.pool(name, x, k, stride, pad, _arg(args, kwargs, 4, "dilation", 1),
+                             _arg(args, kwargs, 5, "ceil_mode", False),
+                             return_indices=_arg(args, kwargs, 6, "return_indices", False))
+        return self.pool(name, x, k, stride, pad, 1, _arg(args, kwargs, 4, "ceil_mode", False),
+                         _arg(args, kwargs, 5, "count_include_pad", True),
+                         _arg(args, kwargs, 6, "divisor_override", None))
+
+    def pool(self, op, x, kernel, stride, padding, dilation, ceil_mode,
+             count_include_pad=True, divisor=None, return_indices=False):
+        if not isinstance(x, Value) or len(x.shape) != 4:
+            raise UnsupportedOpError(f"{op} of a non-tensor or an unbatched input")
+        if x.dtype not in ("float16", "bfloat16", "float32", "float64"):
+            raise UnsupportedOpError(f"{op} of {x.dtype}")
+        if return_indices:
+            raise UnsupportedOpError(f"{op} with return_indices=True")
+        kh, kw = _pair(kernel)
+        st = _pair(stride) if stride not in (None, (), []) else (kh, kw)
+        pd, dl = _pair(padding), _pair(dilation)
+        if any(2 * p > k for p, k in zip(pd, (kh, kw))):
+            raise UnsupportedOpError(f"{op} with padding {pd} over half the window")
+        if ceil_mode:
+            for size, k, s, p, d in zip(x.shape[2:], (kh, kw), st, pd, dl):
+                floor_ext = window_extent(size, k, s, p, d)
+                ceil_ext = _ceil_extent(size, k, s, p, d)
+                if floor_ext != ceil_ext:
+                    raise UnsupportedOpError(f"{op} with ceil_mode=True where it changes the "
+                                             f"output extent ({size} -> {ceil_ext})")
+        attrs: dict[str, Any] = dict(kernel=(kh, kw), stride=st, padding=pd)
+        if op == "max_pool2d":
+            attrs["dilation"] = dl
+        else:
+            attrs["count_include_pad"] = bool(count_include_pad)
+            if divisor is not None:
+                attrs["divisor"] = int(divisor)
+        return self.g.op(op, x, **attrs)
+
+    def adaptive_avg_pool(self, x, out):
+        if not isinstance(x, Value) or len(x.shape) != 4:
+            raise UnsupportedOpError("adaptive_avg_pool2d of a non-tensor or an unbatched "
+                                     "input")
+        if x.dtype not in ("float16", "bfloat16", "float32", "float64"):
+            raise UnsupportedOpError(f"adaptive_avg_pool2d of {x.dtype}")
+        o = (out, out) if not isinstance(out, (tuple, list)) else tuple(out)
+        sizes = []
+        for size, e in zip(x.shape[2:], o):
+            if e is None:
+                if not size.is_Integer:
+                    raise UnsupportedOpError(f"adaptive_avg_pool2d keeping the symbolic "
+                                             f"extent {size}")
+                e = int(size)
+            if not isinstance(e, int) or e < 1:
+                raise UnsupportedOpError(f"adaptive_avg_pool2d to the size {e!r}")
+            if e != 1 and not size.is_Integer:
+                raise UnsupportedOpError(
+                    f"adaptive_avg_pool2d to {e} of the symbolic extent {size} (the bins "
+                    f"floor(i*{size}/{e}) are not affine; output 1 or integer extents)")
+            sizes.append(e)
+        return self.g.adaptive_avg_pool2d(x, out=tuple(sizes))
+
+    def hardtanh(self, x, lo, hi):
+        if not isinstance(x, Value) or x.dtype not in ("float16", "bfloat16", "float32",
+                                                       "float64"):
+            raise UnsupportedOpError("hardtanh / relu6 / clamp of a non-float tensor")
+        if not all(isinstance(v, (int, float)) for v in (lo, hi)):
+            raise UnsupportedOpError("hardtanh / clamp with tensor bounds")
+        return self.g.hardtanh(x, lo=float(lo), hi=float(hi))
+
+    def clamp(self, x, lo, hi):
+        if lo is None and hi is None:
+            raise UnsupportedOpError("clamp without bounds")
+        return self.hardtanh(x, -math.inf if lo is None else lo,
+                             math.inf if hi is None else hi)
+
+    def advanced_index(self, x, idx: tuple):
+        """``x[..., idx_1, ..., idx_m, ...]`` with integer index tensors: the slices
+        beside them first (they keep their axes), then the ``index`` op along the
+        tensors' axes, negative indices counted from the end (torch's semantics).  Bool
+        masks (data-dependent shapes), ``None``, integers and ``...`` beside a tensor
+        index are not supported."""
+        axes, tensors = [], []
+        for axis, s in enumerate(idx):
+            if isinstance(s, Value):
+                if s.dtype not in ("int32", "int64"):
+                    raise UnsupportedOpError(f"tensor indexing with a {s.dtype} tensor "
+                                             f"(a mask: its result's shape depends on data)")
+                axes.append(axis)
+                tensors.append(s)
+            elif not isinstance(s, slice):
+                raise UnsupportedOpError(f"tensor indexing mixing index tensors with {s!r}")
+        if len(idx) > len(x.shape):
+            raise UnsupportedOpError(f"too many indices for a tensor of rank {len(x.shape)}")
+        x = self.getitem(x, tuple(slice(None) if isinstance(s, Value) else s for s in idx))
+        return self.g.index(x, *tensors, axes=tuple(axes), wrap=True)
+
+    def _h_embedding(self, name, args, kwargs):
+        """``F.embedding(input, weight, padding_idx, max_norm, ...)``: rows of ``weight``
+        (``padding_idx`` only affects gradients; ``max_norm`` renormalises the weight in
+        place: eager)."""
+        idx, w = args[0], args[1]
+        if _arg(args, kwargs, 3, "max_norm", None) is not None:
+            raise UnsupportedOpError("embedding with max_norm (it updates the weight)")
+        w = w if isinstance(w, Value) else self.const(w)
+        if not isinstance(idx, Value) or idx.dtype not in ("int32", "int64"):
+            raise UnsupportedOpError("embedding of indices that are not an int tensor")
+        return self.g.index(w, idx, axes=(0,))
+
+    def _h_index_select(self, name, args, kwargs):
+        x, d, idx = args[0], _arg(args, kwargs, 1, "dim", 0), _arg(args, kwargs, 2, "index",
+                                                                      None)
+        if not (isinstance(x, Value) and isinstance(idx, Value)) or len(idx.shape) > 1:
+            raise UnsupportedOpError("index_select needs a tensor and a 1-d index tensor")
+        if len(idx.shape) == 0:
+            idx = self.g.reshape(idx, shape=(1,))
+        return self.g.index(x, idx, axes=(d,))
+
+    def _h_gather(self, name, args, kwargs):
+        x, d, idx = args[0], _arg(args, kwargs, 1, "dim", 0), _arg(args, kwargs, 2, "index",
+                                                                      None)
+        if kwargs.get("sparse_grad"):
+            raise UnsupportedOpError("gather with sparse_grad")
+        if not (isinstance(x, Value) and isinstance(idx, Value)):
+            raise UnsupportedOpError("gather of non-tensors")
+        if len(x.shape) != len(idx.shape):
+            raise UnsupportedOpError("gather with an index of another rank")
+        return self.g.gather(x, idx, axis=d)
 
     # ------------------------------------------------------------------ dispatch
     def call(self, kind: str, target, args, kwargs):
@@ -412,9 +659,22 @@ class _Importer:
                      expand=lambda name, a, kw: self.expand(a[0], _varargs(a)),
                      expand_as=lambda name, a, kw: self.expand(a[0], a[1].shape),
                      cat=self._h_cat, split=self._h_split, chunk=self._h_chunk,
+                     embedding=self._h_embedding, index_select=self._h_index_select,
+                     gather=self._h_gather,
                      arange=self._h_arange, sdpa=self._h_sdpa, where=self._h_where,
                      masked_fill=lambda name, a, kw: self.where(
-                         a[1], _arg(a, kw, 2, "value", None), a[0], keep=True))
+                         a[1], _arg(a, kw, 2, "value", None), a[0], keep=True),
+                     conv2d=self._h_conv2d, batch_norm=self._h_batch_norm,
+                     max_pool2d=self._h_pool, avg_pool2d=self._h_pool,
+                     adaptive_avg_pool2d=lambda name, a, kw: self.adaptive_avg_pool(
+                         a[0], _arg(a, kw, 1, "output_size", None)),
+                     hardtanh=lambda name, a, kw: self.hardtanh(
+                         a[0], _arg(a, kw, 1, "min_val", -1.0), _arg(a, kw, 2, "max_val", 1.0)),
+                     relu6=lambda name, a, kw: self.hardtanh(a[0], 0.0, 6.0),
+                     clamp=lambda name, a, kw: self.clamp(
+                         a[0], _arg(a, kw, 1, "min", None), _arg(a, kw, 2, "max", None)),
+                     clip=lambda name, a, kw: self.clamp(
+                         a[0], _arg(a, kw, 1, "min", None), _arg(a, kw, 2, "max", None)))
             for k in ("lt", "le", "gt", "ge", "eq", "ne"):
                 h[k] = self._h_compare
             for k in ("and_", "or_", "logical_and", "logical_or"):
@@ -627,6 +887,10 @@ class _Importer:
         if scale is None:
             scale = 1.0 / sympy.sqrt(q.shape[-1])
         scale = self.number(sympy.sympify(scale))
+        if isinstance(mask, Value) and mask.dtype not in ("bool", q.dtype):
+            raise UnsupportedOpError(f"attention mask of {mask.dtype} for {q.dtype}")
+        if _same_batch(q, k, v):
+            return self._sdpa_chain(q, k, v, mask, bool(causal), float(scale))
         n = len(k.shape)
         s = self.matmul(q, g.transpose(k, dim0=n - 2, dim1=n - 1))
         s = g.op("mul", s, scalar=float(scale))
@@ -652,6 +916,48 @@ class _Importer:
             zero = g.constant("zero", np.zeros((1,), dtype=s.dtype))
             p = g.where(g.ne(m, ninf), p, zero)
         return self.matmul(p, v)
+
+    def _sdpa_chain(self, q: Value, k: Value, v: Value, mask, causal: bool,
+                    scale: float) -> Value:
+        """``scaled_dot_product_attention`` as one ``attention`` node: the chain the CPU
+        and CUDA chain fusion (``scheduler/chain``) turn into one kernel with an online
+        softmax.  A bool mask becomes the additive ``where(mask, 0, -inf)``; the mask is
+        reshaped (zero-copy) so that the chain reads it by its iterators alone: no leading
+        axes of extent 1 (``(1, 1, L, S)`` -> ``(L, S)``, a row mask ``(.., 1, S)`` ->
+        ``(.., S)`` read for every row), batch axes of extent 1 where q has more expanded
+        to q's (``(B, 1, L, S)`` -> ``(B, H, L, S)``, an extra pass over the mask).  With a
+        mask, a row whose every score is -inf gives 0 as torch's CPU kernel does, not the
+        softmax's NaN: ``where(amax(mask) != -inf, attention, 0)`` (from the mask alone:
+        finite scores cannot make a row -inf)."""
+        g = self.g
+        if mask is None:
+            return g.op("attention", q, k, v, scale=scale, causal=causal)
+        if not isinstance(mask, Value):
+            raise UnsupportedOpError("scaled_dot_product_attention with a non-tensor mask")
+        d = q.dtype
+        ninf = g.constant("ninf", np.full((1,), -np.inf, dtype=_np_dtype(d)))
+        zero = g.constant("zero", np.zeros((1,), dtype=_np_dtype(d)))
+        mf = g.where(mask, zero, ninf) if mask.dtype == "bool" else mask
+        n, ms = len(q.shape), tuple(mask.shape)
+        if len(ms) > n:
+            raise UnsupportedOpError("scaled_dot_product_attention with a mask of higher "
+                                     "rank than q")
+        ms = (sympy.Integer(1),) * (n - len(ms)) + ms
+        rowless = ms[-2] == 1 and q.shape[-2] != 1
+        keep = ms[-1:] if rowless else ms[-2:]
+
+        def reshape(x: Value, shape: tuple) -> Value:
+            same = len(x.shape) == len(shape) and all(
+                sympy.simplify(a - b) == 0 for a, b in zip(x.shape, shape))
+            return x if same else g.reshape(x, shape=shape)
+        if all(e == 1 for e in ms[:-2]):
+            mc = reshape(mf, keep)
+        else:
+            full = tuple(q.shape[:-2]) + (ms[-2], ms[-1])
+            mc = reshape(g.expand(reshape(mf, ms), shape=full), tuple(q.shape[:-2]) + keep)
+        att = g.op("attention", q, k, v, mc, scale=scale, causal=causal, rowless=rowless)
+        rowok = g.ne(g.amax(mf, axis=-1, keepdim=True), ninf)
+        return g.where(rowok, att, zero)
 
     def where(self, cond, a, b, keep: bool = False):
         """``torch.where(cond, a, b)`` (promoted as torch does); ``keep``: masked_fill,
@@ -759,12 +1065,78 @@ class _Importer:
 # handlers that are functions only (``x.linear()`` is no method)
 # (``x.pow(2)`` is a method too; ``x.where(cond, y)`` is ``torch.where(cond, x, y)``)
 _NOT_METHODS = ("linear", "layer_norm", "dropout", "narrow", "getitem", "floordiv", "msqrt",
-                "identity", "maximum", "matmul", "cat", "arange", "sdpa", "where")
+                "identity", "maximum", "matmul", "cat", "arange", "sdpa", "where", "embedding",
+                "conv2d", "batch_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+                "hardtanh", "relu6")
 
 
 def _np_dtype(d: str):
     from polycomp.dtypes import to_numpy
     return to_numpy(d)
+
+
+def batch_norm_constant(g: GraphBuilder, x: Value, mean, var, w, b, eps: float) -> Value:
+    """Eval-mode batch norm with constant statistics (numpy arrays; ``w`` / ``b`` may be
+    None): ``x * scale + shift`` per channel (axis 1), ``scale = w / sqrt(var + eps)``,
+    ``shift = b - mean * scale`` computed in float64.  When ``x`` is a convolution with
+    constant weights (and bias) the result is a new convolution with weights ``w[f] *
+    scale[f]`` and bias ``b[f] * scale[f] + shift[f]`` (the old one is dropped when
+    nothing else uses it); shared by the torch.fx and ONNX importers."""
+    c = int(x.shape[1])
+    scale = 1.0 / np.sqrt(np.asarray(var, np.float64).reshape(-1) + eps)
+    if w is not None:
+        scale = scale * np.asarray(w, np.float64).reshape(-1)
+    shift = -np.asarray(mean, np.float64).reshape(-1) * scale
+    if b is not None:
+        shift = shift + np.asarray(b, np.float64).reshape(-1)
+    if scale.shape != (c,) or shift.shape != (c,):
+        raise UnsupportedOpError(f"batch_norm statistics of shape {scale.shape} for {c} "
+                                 f"channels")
+    p = x.producer
+    if p is not None and p.op == "conv2d" and all(v.const is not None for v in p.inputs[1:]):
+        wc = p.inputs[1].const
+        nd = wc.dtype  # type: ignore[union-attr]
+        w2 = (wc.astype(np.float64) * scale[:, None, None, None]).astype(nd)  # type: ignore
+        b0 = p.inputs[2].const.astype(np.float64) if len(p.inputs) > 2 else 0.0  # type: ignore
+        return g.conv2d(p.inputs[0], g.constant("w_bn", w2),
+                        g.constant("b_bn", (b0 * scale + shift).astype(nd)), **p.attrs)
+    bshape = (c,) + (1,) * (len(x.shape) - 2)
+    nd = _np_dtype(x.dtype)
+    y = g.mul(x, g.constant("bn_scale", scale.reshape(bshape).astype(nd)))
+    return g.add(y, g.constant("bn_shift", shift.reshape(bshape).astype(nd)))
+
+
+def _pair(v) -> tuple[int, int]:
+    """An int or a pair (torch's ``_pair``) as a pair of ints."""
+    if isinstance(v, (list, tuple)):
+        if len(v) == 1:
+            v = (v[0], v[0])
+        if len(v) != 2 or not all(isinstance(e, int) for e in v):
+            raise UnsupportedOpError(f"a window parameter {v!r} (two integers)")
+        return int(v[0]), int(v[1])
+    if not isinstance(v, int):
+        raise UnsupportedOpError(f"a window parameter {v!r} (an integer)")
+    return int(v), int(v)
+
+
+def _ceil_extent(size, k: int, s: int, p: int, d: int):
+    """torch's ``ceil_mode=True`` output extent (the last window must start inside the
+    input or its left padding)."""
+    size = sympy.sympify(size)
+    e = sympy.ceiling((size + 2 * p - d * (k - 1) - 1) / s) + 1
+    if e.is_number and (int(e) - 1) * s >= size + p:
+        e = e - 1
+    return e
+
+
+def _same_batch(q: Value, k: Value, v: Value) -> bool:
+    """q, k, v of one float32/float64 dtype and rank with the same batch extents (no
+    broadcasting between them): what the ``attention`` node takes."""
+    if not len(q.shape) == len(k.shape) == len(v.shape) >= 2:
+        return False
+    return q.dtype in ("float32", "float64") and all(
+        sympy.simplify(a - b) == 0 and sympy.simplify(a - c) == 0
+        for a, b, c in zip(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
 
 
 def _arg(args, kwargs, k: int, name: str, default):
@@ -905,10 +1277,34 @@ def _live_nodes(gm) -> set:
     return live
 
 
+def is_module_buffer(n) -> bool:
+    """Is placeholder ``n`` a module buffer (Dynamo's source ``..._buffers['name']``)?"""
+    ga = n.meta.get("grapharg")
+    src = getattr(ga, "source", None)
+    while src is not None:
+        if getattr(src, "member", None) == "_buffers":
+            return True
+        src = getattr(src, "base", None)
+    return False
+
+
+def captured_buffer(n, ex) -> bool:
+    """A module buffer read only by ``batch_norm`` (its running statistics): captured as
+    a constant like a parameter (so eval-mode batch norm folds into the convolution);
+    the Dynamo backend watches it for updates as it watches parameters."""
+    import torch
+    if not isinstance(ex, torch.Tensor) or _is_fake(ex) or not is_module_buffer(n):
+        return False
+    return bool(n.users) and all(
+        u.op == "call_function" and getattr(u.target, "__name__", "") == "batch_norm"
+        for u in n.users)
+
+
 def _placeholder(imp: _Importer, k: int, n, ex, shape):
     """The graph value (or Python number) of placeholder ``n``; ``ex`` is its example."""
     torch = imp.torch
-    if isinstance(ex, torch.nn.Parameter):
+    if isinstance(ex, torch.nn.Parameter) or captured_buffer(n, ex):
+        imp.g.graph.captured_args.append(k)
         return imp.const(ex)
     if isinstance(ex, torch.SymInt):
         d = _symdim(ex)

@@ -108,6 +108,9 @@ class Graph:
     # of a split graph is handed a float): (argument position, value); the Dynamo
     # backend runs the piece eagerly when a call brings another value.
     arg_guards: list[tuple[int, Any]] = field(default_factory=list)
+    # Positions of the torch.fx importer's placeholders captured as constants (parameters,
+    # batch-norm running statistics): the Dynamo backend does not pass them to a call.
+    captured_args: list[int] = field(default_factory=list)
 
     @property
     def results(self) -> list[Value]:

@@ -6,6 +6,14 @@ product of symbols (``B*S``, not affine in isl) becomes a parameter of its own w
 the runtime evaluates from the bound dims.  The kernel's inputs are the group's external
 values (graph inputs, constants, other groups' outputs) and its outputs the values used
 outside the group; every operator contributes its stages (:mod:`polycomp.graph.opdefs`).
+
+*Row flattening* (:func:`row_flat`): a group whose backbone is a linear layer -- ``(*P, K)
+x (K, N)`` with a 2-D right operand and ``len(P) >= 2`` -- and whose other operators are
+row-wise (elementwise, ``layernorm``, ``softmax`` over the last axis) is lowered over the
+flattened rows: every value of shape ``(*P, X)`` becomes ``(prod(P), X)`` (``B*S`` is one
+parameter), so the kernel holds one GEMM with ``M = prod(P)`` and no batch loop around it
+(the weight panel is packed once per call, not once per batch element).  The runtime
+hands the kernel zero-copy reshapes of its contiguous arguments (:attr:`GroupKernel.arg_shapes`).
 """
 from __future__ import annotations
 
@@ -17,7 +25,7 @@ import sympy
 from polycomp import ir
 from polycomp.frontend.dsl import Kernel, Tensor
 
-from .ir import Value
+from .ir import Node, Shape, Value
 from .opdefs import OPS
 from .partition import Group, Partition
 
@@ -40,6 +48,10 @@ class ParamMap:
             return acc
         if isinstance(e, sympy.Mul) and len(e.args) == 2 and e.args[0].is_Integer:
             return int(e.args[0]) * self.to_ir(e.args[1])
+        if isinstance(e, sympy.floor):  # floor(affine / d): a convolution's output extent
+            num, den = sympy.fraction(sympy.together(e.args[0]))
+            if den.is_Integer and int(den) > 0 and sympy.Poly(num).is_linear:
+                return self.to_ir(sympy.expand(num)) // int(den)
         if e not in self._vars:
             name = str(e) if isinstance(e, sympy.Symbol) else f"d{len(self._vars)}"
             self._vars[e] = ir.Var(name, "int64", is_param=True)
@@ -57,6 +69,9 @@ class GroupKernel:
     outputs: list[Value]
     params: ParamMap
     key: str
+    # graph value -> the shape the kernel declares for it (row-flattened groups only;
+    # the runtime passes a zero-copy reshape of the array)
+    arg_shapes: dict[Value, Shape] = field(default_factory=dict)
 
 
 def _argname(v: Value) -> str:
@@ -75,20 +90,95 @@ def structural_key(group: Group, inputs: list[Value], outputs: list[Value]) -> s
     return "|".join(parts)
 
 
+_ROW_OPS = frozenset({"layernorm"})  # reductions over the last axis, whatever the rank
+
+
+def row_flat(group: Group) -> dict[Value, Shape] | None:
+    """The flattened shape of every value a group reads or writes when the group can run
+    over flattened rows, else ``None``.
+
+    Assumes shapes are propagated.  The group qualifies when it holds a ``matmul`` of an
+    operand ``(*P, K)`` (``len(P) >= 2``) by a 2-D operand, and every other value it
+    touches is a *row value* ``(*P, X)`` (becomes ``(prod(P), X)``), a value whose
+    leading extents are all 1 (``(1, .., 1, X)`` -> ``(1, X)``, a broadcast), a value of
+    rank <= 1 (broadcast along the last axis), or a 2-D right operand of a matmul; and
+    every operator is elementwise, a matmul of that form, ``layernorm``, or a
+    ``softmax`` over the last axis.  Guarantees: every operator computes the same
+    elements on the flattened shapes (no operator reads across rows except along the
+    last axis, which is kept)."""
+    lead: tuple | None = None
+    for n in group.nodes:
+        if n.op == "matmul" and len(n.inputs[1].shape) == 2 and len(n.inputs[0].shape) >= 3:
+            lead = tuple(n.inputs[0].shape[:-1])
+            break
+    if lead is None:
+        return None
+    p = len(lead)
+    rows = sympy.Mul(*lead)
+    flat: dict[Value, Shape] = {}
+
+    def fits(v: Value) -> bool:
+        s = tuple(v.shape)
+        if len(s) <= 1:
+            return True
+        if len(s) == p + 1 and s[:p] == lead:
+            flat[v] = (rows, s[-1])
+            return True
+        if len(s) == p + 1 and all(d == 1 for d in s[:p]):
+            flat[v] = (sympy.Integer(1), s[-1])
+            return True
+        return False
+
+    if not _row_wise(group, p):
+        return None
+    for n in group.nodes:
+        vals = list(n.inputs) if n.op != "matmul" else [n.inputs[0]]
+        if not all(fits(v) for v in [*vals, n.output]):
+            return None
+        if n.op != "matmul" and len(n.output.shape) != p + 1:
+            return None  # a rank-1 result of rank-1 operands: not a row value
+    return flat
+
+
+def _row_wise(group: Group, p: int) -> bool:
+    """Every operator of ``group`` is row-wise for rows of rank ``p`` (see :func:`row_flat`)."""
+    for n in group.nodes:
+        if n.op == "matmul":
+            if len(n.inputs[1].shape) != 2 or len(n.inputs[0].shape) != p + 1:
+                return False
+        elif n.op == "softmax":
+            if n.attrs.get("axis", -1) not in (-1, p):
+                return False
+        elif OPS[n.op].kind != "elementwise" and n.op not in _ROW_OPS:
+            return False
+    return True
+
+
+def _flat_node(n: Node) -> Node:
+    if n.op == "softmax":
+        return replace(n, attrs={**n.attrs, "axis": -1})
+    return n
+
+
 def group_kernel(part: Partition, group: Group) -> GroupKernel:
     inputs, outputs = part.inputs_of(group), part.outputs_of(group)
     pm = ParamMap()
-    types = {_argname(v): Tensor[pm.shape(v.shape), v.dtype] for v in inputs}  # type: ignore
+    flat = row_flat(group) or {}
+
+    def shape_of(v: Value) -> Shape:
+        return flat.get(v, v.shape)
+    types = {_argname(v): Tensor[pm.shape(shape_of(v)), v.dtype]  # type: ignore
+             for v in inputs}
 
     def fn(*args):
         env: dict[Value, Tensor] = dict(zip(inputs, args))
         for n in group.nodes:
-            node = n
+            node = _flat_node(n) if flat else n
             s = n.attrs.get("scalar")
             if isinstance(s, sympy.Expr) and s.free_symbols:  # x * S: a size parameter
-                node = replace(n, attrs={**n.attrs, "scalar": pm.to_ir(s)})
+                node = replace(node, attrs={**node.attrs, "scalar": pm.to_ir(s)})
             env[n.output] = OPS[n.op].lower(node, [env[v] for v in n.inputs],
-                                            pm.shape(n.output.shape))
+                                            pm.shape(shape_of(n.output)))
         return tuple(env[v] for v in outputs)
 
     fn.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -97,8 +187,10 @@ def group_kernel(part: Partition, group: Group) -> GroupKernel:
     kernel = Kernel(fn, f"{_clean(part.graph.name)}_{group.name}", types)
     _ = kernel.graph  # trace now: errors surface at compile time
     for v in outputs:  # output extents may introduce parameters (B*S from a matmul)
-        pm.shape(v.shape)
-    return GroupKernel(kernel, inputs, outputs, pm, structural_key(group, inputs, outputs))
+        pm.shape(shape_of(v))
+    key = structural_key(group, inputs, outputs) + ("|rows" if flat else "")
+    args = {v: flat[v] for v in [*inputs, *outputs] if v in flat}
+    return GroupKernel(kernel, inputs, outputs, pm, key, args)
 
 
 def _clean(name: str) -> str:

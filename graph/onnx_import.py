@@ -4,7 +4,9 @@
 Symbolic input extents (``dim_param`` such as ``"B"``, ``"S"``) become the graph's dims;
 shape arithmetic (``Shape``, ``Gather``, ``Unsqueeze``, ``Concat``, ``Constant``) is
 evaluated at import as sympy expressions, so ``Reshape`` keeps the relation to ``B``
-and ``S``.  Initializers become constants.  Ops with no mapping raise
+and ``S``; ``Gather`` / ``GatherElements`` of tensors are the graph's ``index`` /
+``gather`` ops (negative indices count from the end).  Inputs keep their element type
+(``int64`` token ids).  Initializers become constants.  Ops with no mapping raise
 :class:`UnsupportedOpError` listing all of them.
 """
 from __future__ import annotations
@@ -21,6 +23,11 @@ from .ir import Graph, GraphBuilder, Value, dim
 _BIN = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}
 _UN = {"Erf": "erf", "Tanh": "tanh", "Relu": "relu", "Sqrt": "sqrt", "Exp": "exp",
        "Sigmoid": "sigmoid", "Neg": "neg"}
+
+
+# ONNX TensorProto element types -> numpy
+_ONNX_DTYPES = {1: np.float32, 3: np.int8, 6: np.int32, 7: np.int64, 9: np.bool_,
+                10: np.float16, 11: np.float64}
 
 
 class _ShapeVal(list):
@@ -83,6 +90,8 @@ class _OnnxImporter:
             return nh.to_array(at["value"])
         if op == "Shape":
             return _ShapeVal(ins[0].shape)
+        if op == "Cast" and not isinstance(ins[0], (Value, list)):  # a constant (Clip bounds)
+            return np.asarray(ins[0]).astype(_ONNX_DTYPES.get(int(at["to"]), np.float32))
         if op == "Gather" and isinstance(ins[0], _ShapeVal):
             idx = np.asarray(ins[1])
             return ins[0][int(idx)] if idx.ndim == 0 else _ShapeVal(ins[0][int(i)] for i in idx)
@@ -94,6 +103,22 @@ class _OnnxImporter:
                 out.extend(x if isinstance(x, list) else np.asarray(x).reshape(-1).tolist())
             return out
         return None
+
+    def gather(self, op: str, ins: list[Any], at: dict[str, Any]) -> Value:
+        """``Gather`` (the graph's ``index`` along ``axis``) and ``GatherElements``
+        (``gather``); indices may be negative (from the end, as ONNX says)."""
+        g = self.g
+        x, idx = self.tensor(ins[0]), ins[1]
+        if not isinstance(idx, Value):
+            arr = np.asarray(idx, np.int64)
+            idx = g.constant("idx", arr.reshape(-1))   # (a 0-d one: reshaped back)
+            idx = g.reshape(idx, shape=arr.shape) if arr.ndim != 1 else idx
+        if idx.dtype not in ("int32", "int64"):
+            raise UnsupportedOpError(f"ONNX op {op} with {idx.dtype} indices")
+        axis = int(at.get("axis", 0))
+        if op == "Gather":
+            return g.index(x, idx, axes=(axis,), wrap=True)
+        return g.gather(x, idx, axis=axis, wrap=True)
 
     def tensor_op(self, op: str, ins: list[Any], at: dict[str, Any]) -> Any:
         g = self.g
@@ -124,13 +149,112 @@ class _OnnxImporter:
             for a, st, en in zip(axes, starts, ends):
                 x = g.slice(x, axis=int(a), start=int(st), end=en)
             return x
+        if op in ("Gather", "GatherElements"):
+            return self.gather(op, ins, at)
         if op == "Transpose":
             return g.permute(ins[0], perm=tuple(at["perm"]))
         if op == "Pow" and np.asarray(ins[1]).size == 1 and float(np.asarray(ins[1])) in (2, 3):
             x = ins[0]
             y = g.mul(x, x)
             return g.mul(y, x) if float(np.asarray(ins[1])) == 3 else y
+        conv = self.conv_op(op, ins, at)
+        if conv is not None:
+            return conv
         raise UnsupportedOpError(f"ONNX op {op}")
+
+    def conv_op(self, op: str, ins: list[Any], at: dict[str, Any]) -> Any:
+        """Convolutional-network ops (``Conv``, ``BatchNormalization`` in inference mode --
+        folded into the convolution as the torch.fx importer does --, ``MaxPool``,
+        ``AveragePool``, ``GlobalAveragePool``, ``Flatten``, ``Gemm``, ``Clip``), else
+        None."""
+        g = self.g
+        if op == "Conv":
+            x, w = ins[0], self.tensor(ins[1])
+            if len(x.shape) != 4:
+                raise UnsupportedOpError("ONNX op Conv that is not 2-d")
+            pads = _window(op, at, 2)
+            ins3 = [x, w] + ([self.tensor(ins[2])] if len(ins) > 2 and ins[2] is not None
+                             else [])
+            return g.conv2d(*ins3, stride=tuple(at.get("strides", (1, 1))), padding=pads,
+                            dilation=tuple(at.get("dilations", (1, 1))),
+                            groups=int(at.get("group", 1)))
+        if op == "BatchNormalization":
+            if at.get("training_mode", 0):
+                raise UnsupportedOpError("ONNX op BatchNormalization in training mode")
+            from .fx import batch_norm_constant
+            x = ins[0]
+            arrs = [_const_array(v) for v in ins[1:5]]
+            if any(a is None for a in arrs) or not x.shape[1].is_Integer:
+                raise UnsupportedOpError("ONNX op BatchNormalization with statistics that "
+                                         "are not initializers")
+            sc, b, mean, var = arrs
+            return batch_norm_constant(g, x, mean, var, sc, b, float(at.get("epsilon", 1e-5)))
+        if op in ("MaxPool", "AveragePool"):
+            return self.pool(op, ins, at)
+        if op == "GlobalAveragePool":
+            return g.adaptive_avg_pool2d(ins[0], out=(1, 1))
+        if op == "Flatten":
+            x = ins[0]
+            a = int(at.get("axis", 1))
+            a = a + len(x.shape) if a < 0 else a
+            return g.reshape(x, shape=(sympy.Mul(*x.shape[:a]), sympy.Mul(*x.shape[a:])))
+        if op == "Gemm":
+            return self.gemm(ins, at)
+        if op == "Clip":
+            lo = ins[1] if len(ins) > 1 and ins[1] is not None else at.get("min", -np.inf)
+            hi = ins[2] if len(ins) > 2 and ins[2] is not None else at.get("max", np.inf)
+            if isinstance(lo, Value) or isinstance(hi, Value):
+                raise UnsupportedOpError("ONNX op Clip with tensor bounds")
+            return g.hardtanh(ins[0], lo=float(np.asarray(lo)), hi=float(np.asarray(hi)))
+        return None
+
+    def pool(self, op: str, ins: list[Any], at: dict[str, Any]) -> Value:
+        if at.get("ceil_mode", 0) or len(ins[0].shape) != 4:
+            raise UnsupportedOpError(f"ONNX op {op} with ceil_mode or not 2-d")
+        attrs: dict[str, Any] = dict(kernel=tuple(at["kernel_shape"]),
+                                     stride=tuple(at.get("strides", (1, 1))),
+                                     padding=_window(op, at, 2))
+        if op == "MaxPool":
+            attrs["dilation"] = tuple(at.get("dilations", (1, 1)))
+            return self.g.max_pool2d(ins[0], **attrs)
+        attrs["count_include_pad"] = bool(at.get("count_include_pad", 0))
+        return self.g.avg_pool2d(ins[0], **attrs)
+
+    def gemm(self, ins: list[Any], at: dict[str, Any]) -> Value:
+        """``alpha * A' B' + beta * C`` (a constant ``B`` is transposed at import)."""
+        g = self.g
+        a, b = ins[0], ins[1]
+        if at.get("transA", 0):
+            a = g.transpose(a, dim0=0, dim1=1)
+        if isinstance(b, Value) and b.const is not None and at.get("transB", 0):
+            b = g.constant("wT", np.ascontiguousarray(b.const.T))
+        elif at.get("transB", 0):
+            b = g.transpose(self.tensor(b), dim0=0, dim1=1)
+        y = g.matmul(a, self.tensor(b))
+        alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
+        if alpha != 1.0:
+            y = g.op("mul", y, scalar=alpha)
+        if len(ins) > 2 and ins[2] is not None and beta != 0.0:
+            c = self.tensor(ins[2])
+            y = g.add(y, c if beta == 1.0 else g.op("mul", c, scalar=beta))
+        return y
+
+
+def _window(op: str, at: dict[str, Any], nd: int) -> tuple:
+    """The symmetric padding of an ONNX window op (``pads`` is begins then ends)."""
+    if at.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
+        raise UnsupportedOpError(f"ONNX op {op} with auto_pad={at['auto_pad']!r}")
+    pads = list(at.get("pads", [0] * 2 * nd))
+    if pads[:nd] != pads[nd:]:
+        raise UnsupportedOpError(f"ONNX op {op} with asymmetric pads {pads}")
+    return tuple(int(p) for p in pads[:nd])
+
+
+def _const_array(v: Any):
+    """An initializer's array (a constant value or a small numpy array), else None."""
+    if isinstance(v, Value):
+        return v.const
+    return None if v is None else np.asarray(v)
 
 
 def import_onnx(model: Any, name: str | None = None) -> Graph:
@@ -148,7 +272,9 @@ def import_onnx(model: Any, name: str | None = None) -> Graph:
             continue
         shape = [dim(d.dim_param) if d.dim_param else int(d.dim_value)
                  for d in i.type.tensor_type.shape.dim]
-        imp.env[i.name] = imp.g.input(i.name, shape)
+        elem = i.type.tensor_type.elem_type
+        dtype = str(onnx.helper.tensor_dtype_to_np_dtype(elem)) if elem else "float32"
+        imp.env[i.name] = imp.g.input(i.name, shape, dtype)
     bad: list[str] = []
     for n in model.graph.node:
         try:

@@ -4,6 +4,8 @@ lowering to ``@tensor_expr`` stages and a FLOP estimate.
 Fusion classes (TSCompiler / AStitch vocabulary):
 
 * ``backbone``  compute-intensive contractions (``matmul``): one per fused kernel;
+* ``chain``     ``attention`` (``softmax(q k^T * scale + mask) v``): a kernel of its own,
+  written as the chain the CPU/CUDA chain fusion (``scheduler/chain``) recognises;
 * ``reduce``    reductions (``softmax``, ``layernorm``, ``sum``, ``mean``, ``amax``);
 * ``elementwise`` / ``injective``: memory-intensive ops stitched around the others;
 * ``view``      a ``reshape`` whose index map is not quasi-affine (``(B, S, H) -> (B*S, H)``):
@@ -25,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import sympy
 
 from polycomp import dtypes as dt
@@ -153,7 +156,14 @@ _UN = {"relu": lambda x, a: ir.max_(x, 0), "tanh": lambda x, a: dsl.tanh(x),
        "exp": lambda x, a: dsl.exp(x), "sigmoid": lambda x, a: dsl.sigmoid(x),
        "neg": lambda x, a: -x, "sqrt": lambda x, a: dsl.sqrt(x),
        "rsqrt": lambda x, a: dsl.rsqrt(x), "erf": lambda x, a: dsl.erf(x),
-       "gelu": lambda x, a: _gelu(x, a.get("approximate", "none"))}
+       "gelu": lambda x, a: _gelu(x, a.get("approximate", "none")),
+       "hardtanh": lambda x, a: _hardtanh(x, a["lo"], a["hi"])}
+
+
+def _hardtanh(x, lo: float, hi: float):
+    """``min(max(x, lo), hi)`` (relu6 is ``hardtanh(0, 6)``); NaN stays NaN as in torch."""
+    c = ir.min_(ir.max_(x, ir.const(lo, x.dtype)), ir.const(hi, x.dtype))
+    return ir.select(ir.binary("!=", x, x), x, c)
 
 
 _FLOAT_UN = ("tanh", "exp", "sigmoid", "sqrt", "rsqrt", "erf", "gelu")
@@ -384,6 +394,116 @@ def _cat_lower(node: Node, ins, shape):
     return _compute(shape, body, name=_name(node), dtype=d)
 
 
+# --------------------------------------------------------------------- gathers
+#
+# ``index``: numpy / torch advanced indexing ``x[..., idx_1, ..., idx_m, ...]`` along the
+# axes ``attrs["axes"]`` (one index tensor each, broadcast together to a shape B); the
+# indexed axes are replaced by B where they are adjacent, else B comes first (numpy's
+# rule).  ``embedding(idx, w)`` is ``index(w, idx, axes=(0,))``, ``index_select(x, d,
+# idx)`` ``index(x, idx, axes=(d,))``, ONNX ``Gather`` the same with ``wrap``.
+# ``gather``: torch.gather / ONNX GatherElements, ``out[i] = x[i with i[axis] replaced by
+# idx[i]]`` (``out`` has ``idx``'s shape).  ``wrap``: a negative index counts from the end
+# (torch's tensor indexing, ONNX); without it a negative index is out of range.  Indices
+# outside the extent raise IndexOutOfRangeError at run time (the DSL's gather_index).
+
+
+def _index_dtype_check(node: Node, idx) -> None:
+    for v in idx:
+        if v.dtype not in ("int32", "int64"):
+            raise DTypeError(f"{node.op} {node.name!r}: index tensor {v.name!r} is {v.dtype}; "
+                             f"indices are int32 or int64", node.location)
+
+
+def _index_axes(node: Node, ndim: int) -> tuple[int, ...]:
+    axes = tuple(_axis(node, a, ndim) for a in node.attrs["axes"])
+    if len(axes) != len(node.inputs) - 1 or len(set(axes)) != len(axes) or not axes:
+        raise ShapeMismatchError(f"index {node.name!r}: one index tensor per indexed axis, "
+                                 f"each axis once (axes {axes})", node.location)
+    return axes
+
+
+def _adjacent(axes: tuple[int, ...]) -> bool:
+    return list(axes) == list(range(axes[0], axes[0] + len(axes)))
+
+
+def _index_shape(node: Node, cs: Constraints) -> Shape:
+    x, idx = node.inputs[0], node.inputs[1:]
+    _index_dtype_check(node, idx)
+    axes = _index_axes(node, len(x.shape))
+    b: Shape = tuple(idx[0].shape)
+    for v in idx[1:]:
+        b = broadcast(node, cs, type(v)("_b", v.dtype, b), v)
+    rest = [d for k, d in enumerate(x.shape) if k not in axes]
+    if _adjacent(axes):
+        a0 = axes[0]
+        return tuple(x.shape[:a0]) + tuple(b) + tuple(x.shape[axes[-1] + 1:])
+    return tuple(b) + tuple(rest)
+
+
+def _index_value(node: Node, v, extent):
+    """An index read from a tensor as int64, negative ones counted from the end when the
+    node wraps (the DSL turns it into a checked gather index)."""
+    v = _as(v, "int64")
+    if node.attrs.get("wrap"):
+        return ir.select(ir.binary("<", v, 0), v + extent, v)
+    return v
+
+
+def _index_lower(node: Node, ins, shape):
+    x, idx = ins[0], ins[1:]
+    axes = _index_axes(node, x.ndim)
+    nb = len(shape) - (x.ndim - len(axes))
+    start = axes[0] if _adjacent(axes) else 0
+
+    def body(i):
+        b = tuple(i[start:start + nb])
+        rest = iter(tuple(i[:start]) + tuple(i[start + nb:]))
+        at = []
+        for a in range(x.ndim):
+            if a in axes:
+                t = idx[axes.index(a)]
+                at.append(_index_value(node, _bload(t, b, nb), x.shape[a]))
+            else:
+                at.append(next(rest))
+        return x[tuple(at)]
+    return _compute(shape, body, name=_name(node))
+
+
+def _gather_shape(node: Node, cs: Constraints) -> Shape:
+    x, idx = node.inputs
+    _index_dtype_check(node, [idx])
+    if len(x.shape) != len(idx.shape):
+        raise mismatch(node, x, idx, "gather needs an index of the input's rank")
+    a = _axis(node, node.attrs["axis"], len(x.shape))
+    for k, (dx, di) in enumerate(zip(x.shape, idx.shape)):
+        diff = sympy.sympify(dx - di)
+        if k == a or diff == 0:
+            continue
+        if diff.is_number:
+            if int(diff) < 0:
+                raise mismatch(node, x, idx, f"gather: index extent {di} above {dx} on "
+                                             f"axis {k}")
+        else:       # torch: index.size(k) <= input.size(k), checked per call
+            cs.recorded.append(Constraint(sympy.Min(di, dx), di,
+                                          f"gather {node.name!r}: index within {x.name!r} "
+                                          f"on axis {k}"))
+    return tuple(idx.shape)
+
+
+def _gather_lower(node: Node, ins, shape):
+    x, idx = ins
+    a = _axis(node, node.attrs["axis"], x.ndim)
+
+    def at(i, k):
+        if k == a:
+            return _index_value(node, idx[i], x.shape[a])
+        if ir.structural_equal(ir.const(x.shape[k]), ir.const(shape[k])):
+            return i[k]
+        return ir.min_(i[k], x.shape[k] - 1)   # provably in bounds for isl (the constraint)
+    return _compute(shape, lambda i: x[tuple(at(i, k) for k in range(len(i)))],
+                    name=_name(node))
+
+
 def _iota_shape(node: Node, cs: Constraints) -> Shape:
     """``arange(start, end, step)``: ``ceil((end - start) / step)`` elements."""
     start, end, step = (dim(node.attrs[k]) for k in ("start", "end", "step"))
@@ -541,6 +661,326 @@ def _reduce_lower(node: Node, ins, shape):
     return _finish(node, _compute(shape, lambda i: s[i] / n, name=name, dtype=acc), shape)
 
 
+# --------------------------------------------------------------------- convolution, pooling
+
+
+def _pair_attr(node: Node, key: str) -> tuple[int, int]:
+    v = node.attrs.get(key, 1 if key in ("stride", "dilation") else 0)
+    a, b = (v, v) if isinstance(v, int) else tuple(v)
+    return int(a), int(b)
+
+
+def window_extent(size, k: int, s: int, p: int, d: int):
+    """``floor((size + 2p - d(k - 1) - 1) / s) + 1`` (torch's output extent; sympy, so a
+    symbolic ``size`` gives a floor expression the lowering turns into a division)."""
+    e = sympy.sympify(size) + 2 * p - d * (k - 1) - 1
+    return sympy.floor(e / s) + 1 if s != 1 else e + 1
+
+
+def _window_shape(node: Node, x, kh: int, kw: int) -> tuple:
+    (sh, sw), (ph, pw), (dh, dw) = (_pair_attr(node, k) for k in ("stride", "padding",
+                                                                    "dilation"))
+    oh = window_extent(x.shape[2], kh, sh, ph, dh)
+    ow = window_extent(x.shape[3], kw, sw, pw, dw)
+    for o in (oh, ow):
+        if o.is_number and int(o) < 1:
+            raise ShapeMismatchError(f"{node.op} {node.name!r}: the window does not fit the "
+                                     f"input {x.name!r} {tuple(map(str, x.shape))} (output "
+                                     f"extent {o})", node.location)
+    return oh, ow
+
+
+def _conv_shape(node: Node, cs: Constraints) -> Shape:
+    """``conv2d(x (N, C, H, W), w (F, C/groups, KH, KW)[, b (F,)])``."""
+    x, w = node.inputs[0], node.inputs[1]
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        raise mismatch(node, x, w, "conv2d needs x (N, C, H, W) and w (F, C/groups, KH, KW)")
+    g = int(node.attrs.get("groups", 1))
+    f, cg, kh, kw = w.shape
+    if not all(d.is_Integer for d in (f, cg, kh, kw)):
+        raise mismatch(node, x, w, "conv2d needs integer weight extents")
+    if int(f) % g:
+        raise mismatch(node, x, w, f"{f} output channels are not a multiple of groups={g}")
+    cs.equal(x.shape[1], cg * g, node, x, w, "input channels (C == groups * w.shape[1])")
+    if len(node.inputs) > 2:
+        b = node.inputs[2]
+        if len(b.shape) != 1:
+            raise mismatch(node, w, b, "conv2d bias must be 1-d")
+        cs.equal(b.shape[0], f, node, w, b, "bias extent")
+    oh, ow = _window_shape(node, x, int(kh), int(kw))
+    return (x.shape[0], f, oh, ow)
+
+
+def _int(e) -> int:
+    """An integer extent of a traced tensor (``ir.IntImm`` or int)."""
+    return int(getattr(e, "value", e))
+
+
+def _inside(h, v, x: dsl.Tensor):
+    return (h >= 0) & (h < x.shape[2]) & (v >= 0) & (v < x.shape[3])
+
+
+def _conv_lower(node: Node, ins, shape):
+    """Groups 1: the op library's ``conv2d_nchw`` (the form the CPU backend's direct
+    convolution recognises).  Grouped / depthwise: input channel ``(f // (F/g)) * (C/g) +
+    c`` (depthwise with multiplier 1: ``f``), the window loops only when ``C/g == 1``."""
+    x, w = ins[0], ins[1]
+    g = int(node.attrs.get("groups", 1))
+    stride, pad, dil = (_pair_attr(node, k) for k in ("stride", "padding", "dilation"))
+    d = node.output.dtype
+    acc = ops.accumulation_dtype(d)
+    has_bias = len(ins) > 2
+    nm = _name(node) + ("_conv" if has_bias or acc != d else "")
+    if g == 1:
+        t = ops.conv2d_nchw(x, w, stride, pad, dil, out_dtype=acc, name=nm)
+    else:
+        (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
+        F, cg, KH, KW = (_int(e) for e in w.shape)
+        fo = F // g
+        rh = dsl.reduce_axis(KH, f"rh_{node.name}")
+        rw = dsl.reduce_axis(KW, f"rw_{node.name}")
+        rc = dsl.reduce_axis(cg, f"rc_{node.name}") if cg > 1 else None
+        zero = ir.const(0.0, acc)
+
+        def body(n, f, y, z):
+            h = y * sh + rh * dh - ph
+            v = z * sw + rw * dw - pw
+            c = f if fo == 1 else f // fo
+            if rc is not None:
+                c = c * cg + rc
+            xv = _as(x[n, c, h, v], acc)
+            if ph or pw:
+                xv = ir.select(_inside(h, v, x), xv, zero)
+            wv = _as(w[f, rc if rc is not None else 0, rh, rw], acc)
+            axes = [rh, rw] if rc is None else [rc, rh, rw]
+            return dsl.sum(xv * wv, axis=axes)
+        t = dsl.compute(shape, body, name=nm, dtype=acc)
+    if has_bias:
+        b = ins[2]
+        t = dsl.compute(t.shape, lambda n, f, y, z: t[n, f, y, z] + _as(b[f], acc),
+                        name=_name(node) + ("_bias" if acc != d else ""), dtype=acc)
+    return _finish(node, t, t.shape)
+
+
+def _pool_shape(node: Node, cs: Constraints) -> Shape:
+    x = node.inputs[0]
+    if len(x.shape) != 4:
+        raise ShapeMismatchError(f"{node.op} {node.name!r}: needs (N, C, H, W), got "
+                                 f"{x.name!r} of rank {len(x.shape)}", node.location)
+    kh, kw = _pair_attr(node, "kernel")
+    oh, ow = _window_shape(node, x, kh, kw)
+    return (x.shape[0], x.shape[1], oh, ow)
+
+
+def _pool_lower(node: Node, ins, shape):
+    """``max_pool2d``: max over the window of the in-bounds values (padding is -inf, as
+    torch).  ``avg_pool2d``: the window's sum divided by ``divisor`` if given, else by
+    ``KH*KW`` (``count_include_pad`` or no padding), else by the in-bounds count
+    ``(min(h0 + KH, H) - max(h0, 0)) * (...)``."""
+    x = ins[0]
+    kh, kw = _pair_attr(node, "kernel")
+    (sh, sw), (ph, pw), (dh, dw) = (_pair_attr(node, k) for k in ("stride", "padding",
+                                                                    "dilation"))
+    d = node.output.dtype
+    acc = d if node.op == "max_pool2d" else ops.accumulation_dtype(d)
+    rh = dsl.reduce_axis(kh, f"rh_{node.name}")
+    rw = dsl.reduce_axis(kw, f"rw_{node.name}")
+    is_max = node.op == "max_pool2d"
+    fill = ir.const(-np.inf if is_max else 0.0, acc)
+
+    def body(n, c, y, z):
+        h = y * sh + rh * dh - ph
+        v = z * sw + rw * dw - pw
+        xv = _as(x[n, c, h, v], acc)
+        if ph or pw:
+            xv = ir.select(_inside(h, v, x), xv, fill)
+        return (dsl.max if is_max else dsl.sum)(xv, axis=[rh, rw])
+    nm = _name(node) if is_max else _name(node) + "_sum"
+    t = dsl.compute(shape, body, name=nm, dtype=acc)
+    if is_max:
+        return t
+    div = node.attrs.get("divisor")
+    if div is None and (node.attrs.get("count_include_pad", True) or not (ph or pw)):
+        div = kh * kw
+    if div is not None:
+        inv = ir.const(1.0 / float(div), acc)
+        out = dsl.compute(shape, lambda n, c, y, z: t[n, c, y, z] * inv,
+                          name=_name(node) + ("_acc" if acc != d else ""), dtype=acc)
+    else:
+        H, W = x.shape[2], x.shape[3]
+
+        def avg(n, c, y, z):
+            h0, v0 = y * sh - ph, z * sw - pw
+            ch = ir.min_(h0 + kh, H) - ir.max_(h0, 0)
+            cw = ir.min_(v0 + kw, W) - ir.max_(v0, 0)
+            return t[n, c, y, z] / _as(ch * cw, acc)
+        out = dsl.compute(shape, avg, name=_name(node) + ("_acc" if acc != d else ""),
+                          dtype=acc)
+    return _finish(node, out, shape)
+
+
+def adaptive_bins(size: int, out: int) -> tuple[list[int], list[int]]:
+    """torch's adaptive pooling bins: ``[floor(i*size/out), ceil((i+1)*size/out))``."""
+    starts = [(i * size) // out for i in range(out)]
+    ends = [-(-((i + 1) * size) // out) for i in range(out)]
+    return starts, ends
+
+
+def _adaptive_shape(node: Node, cs: Constraints) -> Shape:
+    x = node.inputs[0]
+    if len(x.shape) != 4:
+        raise ShapeMismatchError(f"adaptive_avg_pool2d {node.name!r}: needs (N, C, H, W), "
+                                 f"got {x.name!r} of rank {len(x.shape)}", node.location)
+    oh, ow = node.attrs["out"]
+    for size, o in ((x.shape[2], oh), (x.shape[3], ow)):
+        if o != 1 and not size.is_Integer:
+            raise ShapeMismatchError(
+                f"adaptive_avg_pool2d {node.name!r}: output extent {o} of the symbolic "
+                f"extent {size}: the bins floor(i*{size}/{o}) are not affine (only output 1 "
+                f"or an integer input extent)", node.location)
+    return (x.shape[0], x.shape[1], sympy.Integer(oh), sympy.Integer(ow))
+
+
+def _adaptive_lower(node: Node, ins, shape):
+    """Output 1: the sum over the whole (possibly symbolic) plane divided by ``H*W``.
+    Otherwise (integer extents) the bins of :func:`adaptive_bins`: a window of the widest
+    bin's extent at ``start(i) = (i*H) // OH`` (quasi-affine), values past the bin's end
+    ``((i+1)*H + OH - 1) // OH`` masked, divided by the bin's size."""
+    x = ins[0]
+    d = node.output.dtype
+    acc = ops.accumulation_dtype(d)
+    oh, ow = node.attrs["out"]
+    H, W = x.shape[2], x.shape[3]
+    axes = []
+    spans: list[tuple[int, int] | None] = []
+    for size, o, tag in ((H, oh, "h"), (W, ow, "w")):
+        if o == 1:
+            spans.append(None)
+            axes.append(dsl.reduce_axis(size, f"r{tag}_{node.name}"))
+        else:
+            st, en = adaptive_bins(_int(size), o)
+            spans.append((_int(size), o))
+            axes.append(dsl.reduce_axis(max(e - s for s, e in zip(st, en)),
+                                        f"r{tag}_{node.name}"))
+    zero = ir.const(0.0, acc)
+
+    def bounds(i, span):
+        size, o = span
+        return (i * size) // o, ((i + 1) * size + (o - 1)) // o
+
+    def body(n, c, y, z):
+        idx, conds = [], []
+        for i, r, span, size in ((y, axes[0], spans[0], H), (z, axes[1], spans[1], W)):
+            if span is None:
+                idx.append(r)
+                continue
+            lo, hi = bounds(i, span)
+            if span[0] % span[1]:
+                idx.append(ir.min_(lo + r, size - 1))
+                conds.append(lo + r < hi)
+            else:
+                idx.append(lo + r)
+        xv = _as(x[n, c, idx[0], idx[1]], acc)
+        if conds:
+            cond = conds[0] if len(conds) == 1 else conds[0] & conds[1]
+            xv = ir.select(cond, xv, zero)
+        return dsl.sum(xv, axis=axes)
+    t = dsl.compute(shape, body, name=_name(node) + "_sum", dtype=acc)
+
+    def avg(n, c, y, z):
+        cnt = []
+        for i, span, size in ((y, spans[0], H), (z, spans[1], W)):
+            if span is None:
+                cnt.append(size)
+            else:
+                lo, hi = bounds(i, span)
+                cnt.append(hi - lo)
+        return t[n, c, y, z] / _as(cnt[0] * cnt[1], acc)
+    out = dsl.compute(shape, avg, name=_name(node) + ("_acc" if acc != d else ""), dtype=acc)
+    return _finish(node, out, shape)
+
+
+def _float_only(node: Node) -> str:
+    d = node.inputs[0].dtype
+    if not dt.is_float(d):
+        raise DTypeError(f"{node.op} {node.name!r}: needs a float tensor, got {d}",
+                         node.location)
+    return d
+
+
+def _conv_dtype(node: Node) -> str:
+    d = _float_only(node)
+    for v in node.inputs[1:]:
+        if v.dtype != d:
+            raise DTypeError(f"conv2d {node.name!r}: input {d} with {v.name!r} {v.dtype}",
+                             node.location)
+    return d
+# --------------------------------------------------------------------- attention (chain)
+
+
+def _attention_shape(node: Node, cs: Constraints) -> Shape:
+    """``attention(q, k, v[, mask])``: ``q (*b, L, E)``, ``k (*b, S, E)``, ``v (*b, S,
+    Ev)`` -> ``(*b, L, Ev)`` (equal ranks and batch extents, no broadcasting); the
+    additive ``mask`` broadcasts to ``(*b, L, S)``, or to ``(*b, S)`` with ``rowless``."""
+    q, k, v = node.inputs[:3]
+    if not len(q.shape) == len(k.shape) == len(v.shape) >= 2:
+        raise mismatch(node, q, k, "attention needs q, k, v of one rank >= 2")
+    cs.equal(q.shape[-1], k.shape[-1], node, q, k, "head dim of q and k")
+    cs.equal(k.shape[-2], v.shape[-2], node, k, v, "key length of k and v")
+    lead = tuple(cs.equal(cs.equal(x, y, node, q, k, f"batch axis {j}"), z, node, q, v,
+                          f"batch axis {j}")
+                 for j, (x, y, z) in enumerate(zip(q.shape[:-2], k.shape[:-2], v.shape[:-2])))
+    if len(node.inputs) > 3:
+        m = node.inputs[3]
+        full = lead + ((k.shape[-2],) if node.attrs.get("rowless") else
+                       (q.shape[-2], k.shape[-2]))
+        broadcast(node, cs, m, type(m)("_scores", m.dtype, full))
+    return lead + (q.shape[-2], v.shape[-1])
+
+
+def _attention_dtype(node: Node) -> str:
+    ds = {v.dtype for v in node.inputs}
+    d = node.inputs[0].dtype
+    if len(ds) != 1 or not dt.is_float(d):
+        raise DTypeError(f"attention {node.name!r}: q, k, v (and the mask) must share one "
+                         f"float dtype, got {', '.join(sorted(ds))}", node.location)
+    return d
+
+
+def _attention_lower(node: Node, ins, shape):
+    """Attention as the chain :mod:`polycomp.scheduler.chain.detect` fuses: ``T = q .
+    k^T`` (``k`` read as stored, ``[.., l, r]``), one elementwise stage (scale, the
+    additive mask, the causal ``select``), the op library's softmax over ``l``, ``O = P .
+    v``.  The chain is fusible when the mask is indexed by iterators only (no broadcast
+    extent 1 other than a missing leading axis), as the torch importer arranges."""
+    q, k, v = ins[:3]
+    mask = ins[3] if len(ins) > 3 else None
+    d = node.output.dtype
+    n = len(shape)
+    r = dsl.reduce_axis(q.shape[-1], f"k_{node.name}")
+    sshape = tuple(shape[:-1]) + (k.shape[-2],)
+    t = _compute(sshape, lambda i: dsl.sum(q[tuple(i[:-1]) + (r,)]
+                                           * k[tuple(i[:-2]) + (i[-1], r)], axis=r),
+                 name=_name(node) + "_t", dtype=d)
+    scale = ir.const(float(node.attrs["scale"]), d)
+    rowless = bool(node.attrs.get("rowless"))
+
+    def score(i):
+        e = t[i] * scale
+        if mask is not None:
+            e = e + _bload(mask, tuple(i[:-2]) + (i[-1],) if rowless else i,
+                           n - 1 if rowless else n)
+        if node.attrs.get("causal"):
+            e = ir.select(ir.binary("<=", i[-1], i[-2]), e, ir.const(float("-inf"), d))
+        return e
+    sc = _compute(sshape, score, name=_name(node) + "_s", dtype=d)
+    p = ops.softmax(sc, -1, name=_name(node) + "_p")
+    l_ = dsl.reduce_axis(k.shape[-2], f"l_{node.name}")
+    return _compute(shape, lambda i: dsl.sum(p[tuple(i[:-1]) + (l_,)]
+                                             * v[tuple(i[:-2]) + (l_, i[-1])], axis=l_),
+                    name=_name(node), dtype=d)
+
+
 OPS: dict[str, OpDef] = {
     **{k: OpDef("elementwise", _binary_shape, _binary_lower, dtype=_binary_dtype) for k in _BIN},
     **{k: OpDef("elementwise", _same_shape, _unary_lower, 8.0 if k in ("gelu", "erf") else 1.0,
@@ -555,6 +995,8 @@ OPS: dict[str, OpDef] = {
     "cat": OpDef("injective", _cat_shape, _cat_lower, 0.0, dtype=_cat_dtype),
     "iota": OpDef("injective", _iota_shape, _iota_lower, 0.0,
                   dtype=lambda n: dt.canonical(n.attrs["dtype"])),
+    "index": OpDef("injective", _index_shape, _index_lower, 0.0),
+    "gather": OpDef("injective", _gather_shape, _gather_lower, 0.0),
     "where": OpDef("elementwise", _where_shape, _where_lower, dtype=_where_dtype),
     **{k: OpDef("elementwise", _binary_shape, _cmp_lower, dtype=lambda n: "bool")
        for k in _CMP},
@@ -564,6 +1006,13 @@ OPS: dict[str, OpDef] = {
     "sum": OpDef("reduce", _reduce_shape, _reduce_lower, dtype=_reduce_dtype),
     "mean": OpDef("reduce", _reduce_shape, _reduce_lower, dtype=_reduce_dtype),
     "amax": OpDef("reduce", _reduce_shape, _reduce_lower, dtype=_reduce_dtype),
+    "conv2d": OpDef("backbone", _conv_shape, _conv_lower, dtype=_conv_dtype),
+    "max_pool2d": OpDef("reduce", _pool_shape, _pool_lower, dtype=_float_only),
+    "avg_pool2d": OpDef("reduce", _pool_shape, _pool_lower, dtype=_float_only),
+    "adaptive_avg_pool2d": OpDef("reduce", _adaptive_shape, _adaptive_lower,
+                                 dtype=_float_only),
+    "attention": OpDef("chain", _attention_shape, _attention_lower, 5.0,
+                       dtype=_attention_dtype),
 }
 
 
@@ -578,5 +1027,16 @@ def flops(node: Node, env: dict) -> float:
     if node.op == "matmul":
         k = int(node.inputs[0].shape[-1].xreplace(env))
         return 2.0 * numel(node.output.shape, env) * k
+    if node.op == "conv2d":
+        _, cg, kh, kw = (int(e) for e in node.inputs[1].shape)
+        return 2.0 * numel(node.output.shape, env) * cg * kh * kw
+    if node.op in ("max_pool2d", "avg_pool2d"):
+        kh, kw = _pair_attr(node, "kernel")
+        return float(numel(node.output.shape, env) * kh * kw)
+    if node.op == "attention":  # two products over the (*b, L, S) scores, the softmax
+        q, k_, v = node.inputs[:3]
+        scores = numel(q.shape[:-1], env) * int(k_.shape[-2].xreplace(env))
+        return scores * (2.0 * int(q.shape[-1].xreplace(env))
+                         + 2.0 * int(v.shape[-1].xreplace(env)) + 5.0)
     src = node.inputs[0] if node.inputs else node.output
     return OPS[node.op].flops_per_elem * numel(src.shape, env)

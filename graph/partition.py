@@ -10,7 +10,9 @@ Phases (TSCompiler's prioritised fusion, AStitch's stitching, AutoGTCO's DP):
 2. **reduce**: every remaining reduction seeds a group with its elementwise prologue and
    epilogue (the dominant op of an AStitch subgraph);
 3. **stitch**: the rest are singleton memory-intensive groups; a non-affine reshape is a
-   ``view`` group (zero-copy at runtime);
+   ``view`` group (zero-copy at runtime); an ``attention`` node is a ``chain`` group of
+   its own (its kernel must be the chain alone for ``scheduler/chain`` to fuse it: it
+   takes no prologue or epilogue and never merges);
 4. **DP**: over groups in topological order, ``best[i] = min_j best[j] + cost(g_j..g_i-1)``
    where a merged group is legal when it holds at most one backbone, no view, at most
    ``MAX_NODES`` operators, and stays convex (no path leaves it and comes back).
@@ -174,7 +176,8 @@ def partition(graph: Graph, fuse: bool = True) -> Partition:
         if n in free:
             nk = kind_of(n)
             groups.append(Group("view" if nk == "view" else
-                                {"backbone": "backbone", "reduce": "reduce"}.get(nk, "stitch"),
+                                {"backbone": "backbone", "reduce": "reduce",
+                                 "chain": "chain"}.get(nk, "stitch"),
                                 [n]))
     groups.sort(key=lambda g: order[g.nodes[0]])
     if fuse:
@@ -187,11 +190,11 @@ def partition(graph: Graph, fuse: bool = True) -> Partition:
 
 def _merge_kind(gs: list[Group]) -> str | None:
     kinds = [g.kind for g in gs]
-    if "view" in kinds and len(gs) > 1:
-        return None
+    if ("view" in kinds or "chain" in kinds) and len(gs) > 1:
+        return None   # a view is no kernel; a chain kernel is the chain alone
     if kinds.count("backbone") > 1:
         return None
-    for k in ("backbone", "reduce", "view"):
+    for k in ("backbone", "reduce", "view", "chain"):
         if k in kinds:
             return k
     return "stitch"

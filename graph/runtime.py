@@ -30,6 +30,9 @@ class Step:
     inputs: list[Value]
     outputs: list[Value]
     params: dict[str, sympy.Expr]
+    # values the kernel reads or writes under another shape (row-flattened groups,
+    # graph/lower.py ``row_flat``): passed as zero-copy reshapes of contiguous arrays
+    arg_shapes: dict[Value, tuple] = field(default_factory=dict)
 
 
 @dataclass
@@ -208,7 +211,7 @@ class CompiledGraph:
                 if v not in vals:
                     vals[v] = _view(slots[self.plan.slot_of[v]], v, env)
             params = {name: _ev(e, env) for name, e in s.params.items()}
-            s.fn(*[vals[v] for v in s.inputs], out=[vals[v] for v in s.outputs], **params)
+            _call(s, vals, env, params)
         res = [vals[v].copy() if k in fresh else vals[v] for k, v in enumerate(g.outputs)]
         for v, k in g.mutations:  # in-place updates of inputs, after every read of them
             a = arrays[g.inputs.index(v)]
@@ -225,7 +228,40 @@ class CompiledGraph:
         return [np.empty(n, dtype=dt.to_numpy(d)) for n, d in zip(need, self.plan.dtypes)]
 
     def explain(self) -> str:
-        return self.partition.explain()
+        """The partition, then one line per row-flattened kernel (``graph/lower.py``
+        ``row_flat``: its GEMM runs over ``prod(P)`` rows, no batch loop around it)."""
+        lines = [self.partition.explain()]
+        for s in self.steps:
+            if s.arg_shapes:
+                vs = ", ".join(f"{v.name}{shape_str(v.shape)} as {shape_str(sh)}"
+                               for v, sh in s.arg_shapes.items())
+                lines.append(f"  {s.group.name}: over flattened rows: {vs}")
+        return "\n".join(lines)
+
+
+def _call(s: Step, vals: dict, env, params: dict) -> None:
+    """Call a step's kernel; the values in ``s.arg_shapes`` (a row-flattened kernel) are
+    reshaped to the kernel's shapes (views of contiguous arrays; an output that is not
+    contiguous is computed into a temporary and copied back)."""
+    def shaped(v: Value) -> np.ndarray:
+        a = vals[v]
+        if v not in s.arg_shapes:
+            return a
+        return a.reshape(tuple(_ev(d, env) for d in s.arg_shapes[v]))
+    outs = []
+    back = []
+    for v in s.outputs:
+        o = vals[v]
+        if v in s.arg_shapes and not o.flags.c_contiguous:
+            t = np.empty(o.shape, o.dtype)
+            back.append((o, t))
+            o = t
+        outs.append(o if v not in s.arg_shapes
+                    else o.reshape(tuple(_ev(d, env) for d in s.arg_shapes[v])))
+    assert s.fn is not None  # view steps are handled by the caller
+    s.fn(*[shaped(v) for v in s.inputs], out=outs, **params)
+    for o, t in back:
+        np.copyto(o, t)
 
 
 def _view(slot: np.ndarray, v: Value, env) -> np.ndarray:

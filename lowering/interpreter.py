@@ -28,7 +28,7 @@ import numpy as np
 
 from polycomp import dtypes as dt
 from polycomp import ir
-from polycomp.errors import PolycompError
+from polycomp.errors import IndexOutOfRangeError, PolycompError, user_location
 
 _PARALLEL_KINDS = ("parallel", "vectorized", "gpu_block", "gpu_thread", "gpu_warp")
 
@@ -77,6 +77,23 @@ def _math(name, args, dtype):
             one = np.asarray(1, dtype=np.asarray(x).dtype)
             return one / (one + np.exp(-x))
     raise InterpreterError(f"the interpreter has no implementation of call {name!r}")
+
+
+def gather_index(value, extent, mask=None):
+    """:data:`polycomp.ir.GATHER_INDEX`: ``value`` (a scalar or one per lane), checked
+    against ``[0, extent)`` on the active lanes (``mask``); an index outside is an
+    :class:`~polycomp.errors.IndexOutOfRangeError`, inactive lanes read index 0."""
+    v = np.asarray(value, dtype=np.int64)
+    n = int(extent)
+    bad = (v < 0) | (v >= n)
+    active = bad if mask is None else bad & np.asarray(mask, dtype=bool)
+    if np.any(active):
+        first = int(np.broadcast_to(v, np.shape(active))[active].reshape(-1)[0])
+        raise IndexOutOfRangeError(
+            f"gather index {first} is out of range [0, {n}) of the indexed dimension")
+    if v.ndim == 0:
+        return np.int64(v)
+    return np.where(bad, 0, v)
 
 
 class InterpreterState:
@@ -157,6 +174,8 @@ class Interpreter:
         """A ``Call``: the math functions.  Hook: executors of target IR (the CUDA
         simulator) override it to add intrinsics such as barriers and warp shuffles."""
         args = [self.expr(a, st, mask) for a in e.args]
+        if e.name == ir.GATHER_INDEX:
+            return gather_index(args[0], args[1], mask)
         return _math(e.name, args, e.dtype)
 
     def binary(self, e, st, mask):
@@ -198,7 +217,13 @@ class Interpreter:
         arr = st.buffers.get(buf)
         if arr is None:
             raise InterpreterError(f"{what} of {buf.name!r}, which is not allocated here")
-        idx = [self.expr(i, st, mask) for i in indices]
+        idx = []
+        for k, i in enumerate(indices):
+            try:
+                idx.append(self.expr(i, st, mask))
+            except IndexOutOfRangeError as e:     # a gather index: name the array
+                raise IndexOutOfRangeError(f"{what} of {buf.name}, index {k}: {e.message}",
+                                           user_location()) from None
         if buf.flat:
             if len(idx) != 1:
                 raise InterpreterError(f"flat buffer {buf.name!r} accessed with {len(idx)} indices")

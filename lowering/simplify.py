@@ -57,7 +57,8 @@ def is_index(e, data_vars=frozenset(), index_calls=frozenset(), selects=False) -
     wraps (see the module docstring).  ``index_calls``: names of pure calls that are
     index arithmetic of index arguments too (a backend's printer: the CUDA swizzle's
     ``pc_xor``); with ``selects``, a select of two index values is one (the printers:
-    it cannot overflow; the simplifier keeps selects as data atoms)."""
+    it cannot overflow; the simplifier keeps selects as data atoms).  A gather index
+    (:func:`polycomp.ir.gather_index`) is an index value: it lies in ``[0, extent)``."""
     if e.dtype != "int64":
         return False
     if isinstance(e, ir.IntImm):
@@ -69,6 +70,8 @@ def is_index(e, data_vars=frozenset(), index_calls=frozenset(), selects=False) -
             is_index(e.b, data_vars, index_calls, selects)
     if isinstance(e, ir.Unary) and e.op == "neg":
         return is_index(e.a, data_vars, index_calls, selects)
+    if ir.is_gather_index(e):       # a checked gather index: in [0, extent)
+        return True
     if isinstance(e, ir.Call) and e.name in index_calls:
         return all(is_index(a, data_vars, index_calls, selects) for a in e.args)
     if selects and isinstance(e, ir.Select):

@@ -142,6 +142,12 @@ class ArgumentError(PolycompError):
     arrays that are missing, read-only or overlap each other."""
 
 
+class IndexOutOfRangeError(ArgumentError, IndexError):
+    """A gather (``table[idx[i], j]``) read an index outside ``[0, extent)`` of the
+    indexed dimension at run time; the generated code never reads outside the array, it
+    records the fault and the runtime raises this after the call."""
+
+
 class UsageError(PolycompError):
     """Bad command-line input: a missing file, an unknown kernel name, a malformed option,
     or a user file that fails to load."""
@@ -156,7 +162,7 @@ class UnsupportedOpError(UnsupportedConstructError):
     compile; the message names the operator."""
 
 
-__all__ += ["UnsupportedOpError", "ArgumentError", "UserCodeError"]
+__all__ += ["UnsupportedOpError", "ArgumentError", "UserCodeError", "IndexOutOfRangeError"]
 
 
 def location_of_exception(exc: BaseException) -> "SourceLocation | None":

@@ -776,6 +776,59 @@ def free_vars(node) -> list:
     return list(seen)
 
 
+#: The intrinsic that carries a data-dependent (gather) index: ``gather_index(v, n)`` is
+#: ``v`` when ``0 <= v < n``; otherwise the access is out of range, which the interpreter
+#: and the simulators raise as :class:`~polycomp.errors.IndexOutOfRangeError` and the
+#: generated code records in a flag that the runtime raises after the call (the load
+#: itself reads element 0 of that dimension, never outside the array).
+GATHER_INDEX = "gather_index"
+
+
+def gather_index(value: Expr, extent: Expr) -> Expr:
+    """The checked int64 index ``gather_index(int64(value), extent)`` (see
+    :data:`GATHER_INDEX`)."""
+    return Call(GATHER_INDEX, (cast(value, "int64"), cast(extent, "int64")), "int64")
+
+
+def is_gather_index(e) -> bool:
+    """``e`` is a :func:`gather_index` call."""
+    return isinstance(e, Call) and e.name == GATHER_INDEX
+
+
+def gathered_buffers(node) -> list[str]:
+    """Names of the buffers ``node`` loads with a :func:`gather_index` in an index (for
+    the run-time error message), in first-use order."""
+    seen: dict[str, None] = {}
+
+    def fn(n):
+        if isinstance(n, Load):
+            found: list = []
+            for i in n.indices:
+                walk(i, lambda m: found.append(m) if is_gather_index(m) else None)
+            if found:
+                seen.setdefault(n.buffer.name, None)
+    walk(node, fn)
+    return list(seen)
+
+
+def gathered_into(func) -> str:
+    """`` into A, B`` naming the arrays ``func`` (a LoweredFunc) gathers from, or ``""``
+    (a dispatcher that only calls its versions): for the run-time error message."""
+    names = gathered_buffers(func.body)
+    return f" into {', '.join(names)}" if names else ""
+
+
+def reads_data(node) -> bool:
+    """``node`` loads a tensor element somewhere (a data-dependent expression)."""
+    found = []
+
+    def fn(n):
+        if isinstance(n, Load):
+            found.append(n)
+    walk(node, fn)
+    return bool(found)
+
+
 def buffers_of(node) -> list:
     """Buffers loaded or stored in ``node`` (first-use order)."""
     seen: dict = {}

@@ -50,6 +50,10 @@ class Access:
     # S[i] -> buffer[...] without the guard (the window a promotion copies, e.g. a padded
     # convolution input)
     index_relation: isl.Map = None  # type: ignore[assignment]
+    # the dimensions indexed by data (a gather, ``table[idx[i], j]``: ``(0,)``); the
+    # relation maps them to the whole extent (a may-access).  Passes that derive
+    # footprints, strides or copies from ``indices`` must skip such an access's array.
+    indirect: tuple = ()
 
 
 @dataclass(eq=False)

@@ -143,6 +143,11 @@ def buffer_bytes(buf, values: dict) -> int:
     return n
 
 
+#: outputs up to this size are not checked against the machine's memory (every machine
+#: that runs a kernel has that much)
+SMALL_OUTPUT_BYTES = 1 << 24
+
+
 def _physical_memory() -> int:
     import os
     try:
@@ -155,17 +160,21 @@ def check_buffers_fit(func, values: dict) -> None:
     """Every argument buffer of ``func`` has a size that int64 index arithmetic can
     address, and the outputs polycomp allocates fit this machine's memory."""
     from polycomp.lowering.printer import expr_str
-    mem = _physical_memory()
+
+    def shape(buf) -> str:     # for the messages only (printing costs per call)
+        return "(" + ", ".join(expr_str(d) for d in buf.shape) + ")"
     for buf in tuple(func.inputs) + tuple(func.outputs):
         nbytes = buffer_bytes(buf, values)
-        shape = "(" + ", ".join(expr_str(d) for d in buf.shape) + ")"
         if nbytes > MAX_BUFFER_BYTES:
-            raise ArgumentError(f"{buf.name!r} of shape {shape} would have {nbytes} bytes for "
-                                f"these sizes: more than a kernel can index", user_location())
-        if buf in func.outputs and nbytes > mem:
-            raise ResourceLimitError(f"output {buf.name!r} of shape {shape} needs {nbytes} bytes,"
-                                     f" more than this machine's memory ({mem})",
-                                     user_location())
+            raise ArgumentError(f"{buf.name!r} of shape {shape(buf)} would have {nbytes} bytes "
+                                f"for these sizes: more than a kernel can index", user_location())
+        # the machine's memory is asked only for outputs that could exceed it
+        if nbytes > SMALL_OUTPUT_BYTES and buf in func.outputs:
+            mem = _physical_memory()
+            if nbytes > mem:
+                raise ResourceLimitError(f"output {buf.name!r} of shape {shape(buf)} needs "
+                                         f"{nbytes} bytes, more than this machine's memory "
+                                         f"({mem})", user_location())
 
 
 def checked_outputs(func, out, shapes: list, dtypes: list, inputs: list) -> tuple[list, list]:

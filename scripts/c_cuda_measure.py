@@ -16,7 +16,16 @@ For each ``*.c`` kernel under DIR: the file is preprocessed with ``gcc -E -P
 * ``nvcc -arch=sm_80 -cubin -Xptxas -v``: the largest register count over the kernels and
   the spill bytes (stores + loads);
 * the simulator's global traffic (bytes loaded + stored) per floating-point operation,
-  baseline and tiled.
+  baseline and tiled;
+* the threads of the least parallel launch (1: a single-thread kernel).
+
+``--quick`` compiles the default path only and skips ptxas; ``--bundle B`` records every
+simulated run in the GPU check bundle ``B`` (:mod:`polycomp.hw.cuda.gpu_bundle`: the
+``.cu``, the sizes, the caller's arrays and the simulator's outputs), which
+``python3 scripts/gpu_bundle_run.py B --out results.jsonl`` replays on a GPU machine
+(numpy, cupy and nvcc there; no polycomp, no islpy): the C front end's check bundle::
+
+    python scripts/c_cuda_measure.py --polybench DIR --scale 9 --quick --bundle /tmp/cb
 """
 from __future__ import annotations
 
@@ -119,7 +128,7 @@ def ptxas(source: str) -> dict:
 
 
 def measure(name: str, src: str, macros: dict[str, int], workdir: str,
-            isl_too: bool = False) -> dict:
+            isl_too: bool = False, quick: bool = False) -> dict:
     from polycomp.driver import compile_kernel
     from polycomp.frontend.c_reader import read_c_kernel
     from polycomp.hw.cuda.simulator import simulate
@@ -152,15 +161,21 @@ def measure(name: str, src: str, macros: dict[str, int], workdir: str,
     args = []
     for decl in order.split(","):
         pname = re.findall(r"\w+", decl.split("[")[0])[-1]
-        args.append(ctypes.c_int(sizes[pname]) if pname in params
-                    else ref[pname].ctypes.data_as(ctypes.c_void_p))
+        if pname in params:
+            args.append(ctypes.c_int(sizes[pname]))
+        elif ref[pname].ndim == 0:       # alpha, beta: a floating-point scalar by value
+            by_value = ctypes.c_float if ref[pname].dtype == np.float32 else ctypes.c_double
+            args.append(by_value(float(ref[pname])))
+        else:
+            args.append(ref[pname].ctypes.data_as(ctypes.c_void_p))
     fn.restype = None
     fn(*args)
     call = [arrays[a] for a in k.inputs + k.outputs]
     nflop = flops(k.polyhedral_model(), sizes)
     row["sizes"] = sizes
     row["flops"] = nflop
-    configs: list[tuple[str, dict]] = [("tiled", {}), ("baseline", {"gpu": "baseline"})]
+    configs: list[tuple[str, dict]] = [("tiled", {})] if quick else \
+        [("tiled", {}), ("baseline", {"gpu": "baseline"})]
     if isl_too:
         configs.append(("isl", {"isl_scheduler": True}))
     for label, opts in configs:
@@ -175,7 +190,8 @@ def measure(name: str, src: str, macros: dict[str, int], workdir: str,
                 for n in notes)
             row["promoted" if label == "tiled" else "isl_promoted"] = sorted(
                 f"{p.array.name}:{p.level[:3]}" for p in promotion_state(ck.state).promotions)
-        row[f"{label}_ptxas"] = ptxas(ck.source)
+        if not quick:
+            row[f"{label}_ptxas"] = ptxas(ck.source)
         t0 = time.perf_counter()
         try:
             got, rep = simulate(ck, *call, **sizes)
@@ -207,7 +223,15 @@ def main(argv=None) -> int:
     ap.add_argument("--isl", action="store_true",
                     help="also compile with isl's scheduler (option isl_scheduler)")
     ap.add_argument("--json", default="", help="write the rows to this file")
+    ap.add_argument("--quick", action="store_true",
+                    help="the default compile only (no gpu='baseline' one), no ptxas")
+    ap.add_argument("--bundle", default="",
+                    help="record every simulated run in this GPU check bundle directory "
+                         "(run it on a GPU with scripts/gpu_bundle_run.py)")
     a = ap.parse_args(argv)
+    if a.bundle:
+        from polycomp.hw.cuda.gpu_bundle import ENV_VAR
+        os.environ[ENV_VAR] = os.path.abspath(a.bundle)
     paths = sorted(p for p in glob.glob(f"{a.polybench}/**/*.c", recursive=True)
                    if "utilities" not in p)
     only = set(filter(None, a.only.split(",")))
@@ -222,7 +246,7 @@ def main(argv=None) -> int:
                 name, src = extract(path, a.polybench, macros)
             except ValueError:       # e.g. medley/nussinov/Nussinov.orig.c
                 continue
-            row = measure(name, src, macros, work, a.isl)
+            row = measure(name, src, macros, work, a.isl, a.quick)
             rows.append(row)
             print(json.dumps(row), flush=True)
     if a.json:

@@ -236,14 +236,19 @@ void mixed(int T, int N, float A[N][N], float B[N][N], float C[N][N], float x[N]
 @pytest.mark.parametrize("t,n", [(3, 37), (1, 1), (2, 3)])
 def test_host_loop_between_tiled_nests(t, n, tmp_path):
     """A host loop between two tiled nests: kernel numbers stay distinct (the tiled
-    nests take the free numbers in tree order), the launches run in program order (the
-    recurrence on ``x`` in a one-thread kernel per step, the update on a 2-D grid);
-    bitwise gcc -O0 on the simulator."""
+    nests take the free numbers in tree order), the launches run in program order.  The
+    program order would run the recurrence on ``x`` in a one-thread kernel per step, so
+    isl's scheduler (outer coincidence) is asked and its skewed ``(t, i)`` nest taken: a
+    host loop over wavefronts with one parallel kernel for both statements; bitwise
+    gcc -O0 on the simulator."""
     import ctypes
     ck = compile_kernel(read_c_kernel(MIXED), "cuda")
     temps, program = host_program(ck.final_ir)
     assert [type(s).__name__ for s in program] == ["KernelInfo", "HostLoop", "KernelInfo"]
-    assert len({k.name for k in program_kernels(program)}) == 4
+    names = [k.name for k in program_kernels(program)]
+    assert len(set(names)) == len(names) == 3
+    assert "isl's scheduler (outer coincidence) chosen: 0 statement(s) on a single thread" \
+        in " ".join(ck.notes["scop-gpu-groups"])
     src = tmp_path / "m.c"
     src.write_text(MIXED)
     so = tmp_path / "m.so"
@@ -279,18 +284,22 @@ void doitgen(int nr, int nq, int np, double A[nr][nq][np], double C4[np][np], do
 """
 
 
-@pytest.mark.parametrize("nr,nq,np_", [(3, 5, 7), (1, 1, 1), (2, 3, 261)])
-def test_nested_host_loops_doitgen(nr, nq, np_, tmp_path):
-    """doitgen's ``sum`` is shared by all ``(r, q)`` (not privatised): ``r`` and ``q``
-    become nested host loops, each ``p`` nest a kernel on blocks of 256 threads (a
-    second block at np = 261); bitwise gcc -O0 on the simulator."""
+@pytest.mark.parametrize("nr,nq,np_", [(3, 5, 7), (1, 1, 1), (2, 3, 29), (37, 33, 5)])
+def test_privatised_doitgen(nr, nq, np_, tmp_path):
+    """doitgen's ``sum[p]`` is written before it is read in each ``(r, q)`` iteration:
+    the front end privatises it (``sum_priv[r][q][p]``, a local array) and copies the
+    last iteration's values back to the parameter ``sum`` (in that iteration); ``r``
+    and ``q`` are then coincident and map onto a 2-D grid of blocks of 32x8 threads
+    (one kernel, no host loop, no single-thread kernel); bitwise gcc -O0 on the
+    simulator, ``sum`` included."""
     import ctypes
     ck = compile_kernel(read_c_kernel(DOITGEN), "cuda")
     temps, program = host_program(ck.final_ir)
-    assert len(program) == 1 and isinstance(program[0], HostLoop)
-    inner = program[0].body
-    assert len(inner) == 1 and isinstance(inner[0], HostLoop)
-    assert all(k.block == [256, 1, 1] for k in program_kernels(program))
+    assert [t.name for t in temps] == ["sum_priv"]
+    assert not any(isinstance(s, HostLoop) for s in program)
+    k0, = program_kernels(program)
+    assert len(k0.grid) == 3 and k0.block[0] * k0.block[1] > 1
+    assert "2 coincident outer member(s)" in " ".join(ck.notes["scop-gpu-groups"])
     src = tmp_path / "d.c"
     src.write_text(DOITGEN)
     so = tmp_path / "d.so"
@@ -347,3 +356,55 @@ def test_host_condition_around_launches():
     np.testing.assert_array_equal(got_a, ref_a)
     got_a, _ = simulate(g, a[:4].copy(), b[:4].copy(), tsteps=2, n=4)[0]
     np.testing.assert_array_equal(got_a, a[:4])     # condition false: nothing ran
+
+
+# --------------------------------------------------------------------------- lu_like
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 37])
+def test_lu_like_has_no_single_thread_kernel(n, tmp_path_factory):
+    """PolyBench's lu (``tests/c_scop_kernels/lu_like.c``, the row-by-row form): in
+    program order the row recurrence ``j < i`` would run on one thread per ``i``;
+    ``scop-gpu-groups`` asks isl's scheduler (outer coincidence) and takes its tree,
+    whose outer loop is a host loop with a parallel kernel below (256 threads a
+    block); bitwise gcc -O0 on the simulator."""
+    ck = compiled("lu_like")
+    notes = " ".join(ck.notes["scop-gpu-groups"])
+    assert "isl's scheduler (outer coincidence) chosen: 0 statement(s) on a single" in notes
+    assert "single thread" not in " ".join(ck.notes["gpu-baseline-mapping"])
+    temps, program = host_program(ck.final_ir)
+    assert len(program) == 1 and isinstance(program[0], HostLoop)
+    assert all(k.block[0] * k.block[1] * k.block[2] > 1 for k in program_kernels(program))
+    sizes = {"n": n}
+    k = kernel("lu_like")
+    rng = np.random.default_rng(n)
+    a = rng.uniform(0.5, 1.5, (n, n)) + n * np.eye(n)
+    ref = run_gcc("lu_like", gcc_o0("lu_like", tmp_path_factory), sizes, {"A": a.copy()})
+    got, report = simulate(ck, a.copy(), n=n)
+    np.testing.assert_array_equal(got, ref["A"])
+    assert k.outputs == ("A",)
+
+
+def test_lu_like_groups_golden(goldens):
+    """Tree in (program order) / tree out of ``scop-gpu-groups`` for lu_like
+    (``tests/golden/c_host_lu_like.scop-gpu-groups.{in,out}.isl``): isl's tree, whose
+    outer band member carries the dependences and whose inner loops are parallel; it
+    respects every dependence."""
+    model = kernel("lu_like").polyhedral_model()
+    ctx = CompileState(model, get_target("cuda"), {})
+
+    def same(a, text):
+        read = lambda t: isl.Schedule.read_from_str(context(), t)  # noqa: E731
+        return read(a.to_str()).plain_is_equal(read(text))
+    sched = model.initial_schedule
+    stored_in = goldens.expected("c_host_lu_like.scop-gpu-groups.in.isl", sched.to_str(),
+                                 lambda s: same(sched, s))
+    assert same(sched, stored_in)
+    out = ScopGroupingPass().run(isl.Schedule.read_from_str(context(), stored_in), ctx)
+    stored_out = goldens.expected("c_host_lu_like.scop-gpu-groups.out.isl", out.to_str(),
+                                  lambda s: same(out, s))
+    assert same(out, stored_out)
+    assert violated_dependences(out, model.dependences).is_empty()
+    from polycomp.scheduler.gpu.scop_groups import serial_statements
+    assert serial_statements(model.initial_schedule, model) == 2
+    assert serial_statements(out, model) == 0

@@ -373,3 +373,21 @@ def test_bench_polybench_against_a_peer_build(tmp_path, capsys):
     r, = res["rows"]
     assert res["peer"] == str(peer) and len(r["peer_s"]) == 2 and r["vs_peer"] > 0
     assert res["geomean_vs_peer"] == pytest.approx(r["vs_peer"])
+
+
+def test_bench_polybench_target_cuda_without_a_gpu(tmp_path, capsys, monkeypatch):
+    """``--target cuda``: per kernel the path choice, the launches of the host program
+    and the threads of the least parallel one (computed without a GPU); with no GPU the
+    command says so and exits with 2 after those columns."""
+    import polycomp.hw.cuda.launcher as launcher
+    monkeypatch.setattr(launcher, "gpu_available", lambda: False)
+    _fake_polybench(tmp_path)
+    assert pb.main(["--polybench", str(tmp_path), "--dataset", "SMALL", "--target", "cuda",
+                    "--json"]) == 2
+    out = capsys.readouterr()
+    res = json.loads(out.out)
+    assert res["kernels"] == 2 and res["read"] == 2 and res["gpu"] is False
+    for r in res["rows"]:
+        assert r["error"] == "no GPU" and r["launches"] >= 1 and r["min_threads"] >= 1
+        assert r["paths"]
+    assert "no GPU" in out.err and "c_cuda_measure.py --bundle" in out.err

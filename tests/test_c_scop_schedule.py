@@ -31,6 +31,8 @@ from polycomp.driver import build, compile_kernel, interpret
 from polycomp.frontend.c_reader import load_c_kernels
 from polycomp.hw.target import get_target
 from polycomp.scheduler.common.tree import violated_dependences
+from polycomp.scheduler.cpu import scop_factor
+from polycomp.scheduler.cpu.scop_factor import ScopFactorPass
 from polycomp.scheduler.cpu.scop_gemm import ScopGemmPass, match_scop_gemm
 from polycomp.scheduler.cpu.scop_parallel import ScopParallelPass
 from polycomp.scheduler.cpu.scop_stencil import ScopStencilPass
@@ -54,6 +56,9 @@ SIZES = {
     "syr2k_like": [dict(n=59, m=13), dict(n=2, m=1)],
     "mvt_t": [dict(n=37), dict(n=1)],
     "lu_like": [dict(n=19)],
+    "cholesky_like": [dict(n=19), dict(n=1)],
+    "ludcmp_like": [dict(n=17)],
+    "lu_nofactor": [dict(n=7)],
     "jacobi2d_like": [dict(tsteps=3, n=17), dict(tsteps=1, n=3)],
     "rowmix": [dict(nr=5, np=43)],
     "seidel_like": [dict(tsteps=5, n=23), dict(tsteps=2, n=3)],
@@ -116,8 +121,10 @@ def random_arrays(k, sizes: dict, seed: int) -> dict[str, np.ndarray]:
     for name, b in zip(list(k.inputs) + list(k.outputs), list(f.inputs) + list(f.outputs)):
         shape = tuple(eval_int(d, sizes) for d in b.shape)
         a = rng.uniform(0.5, 1.5, size=shape).astype(dt.to_numpy(b.dtype))
-        if name == "A" and k.name == "lu_like":     # diagonally dominant: stable pivots
-            a += np.eye(shape[0], dtype=a.dtype) * shape[0]
+        if name == "A" and k.name in ("lu_like", "ludcmp_like", "lu_nofactor"):
+            a += np.eye(shape[0], dtype=a.dtype) * shape[0]   # diagonally dominant
+        if name == "A" and k.name == "cholesky_like":          # symmetric positive definite
+            a = (a @ a.T / shape[0] + np.eye(shape[0])).astype(a.dtype)
         out[name] = a
     return out
 
@@ -193,6 +200,9 @@ GOLDEN = {
     "syrk_aa": ("syrk_aa", [], ScopGemmPass),
     "syr2k_like": ("syr2k_like", [], ScopGemmPass),
     "mvt_t": ("mvt_t", [ScopGemmPass], ScopTilePass),
+    "lu_like_factor": ("lu_like", [], ScopFactorPass),
+    "cholesky_like_factor": ("cholesky_like", [], ScopFactorPass),
+    "ludcmp_like_factor": ("ludcmp_like", [], ScopFactorPass),
     "lu_like_tile": ("lu_like", [ScopGemmPass], ScopTilePass),
     "rowmix": ("rowmix", [ScopGemmPass], ScopTilePass),
     "symm_like": ("symm_like", [ScopGemmPass], ScopTilePass),
@@ -286,8 +296,9 @@ def test_tile_and_parallel_notes():
     lu = notes("lu_like")["scop-tile"]        # distributing the pivot loop is illegal
     assert any("would violate a dependence, kept" in x for x in lu), lu
     assert any("S_2: band of 2 tiled" in x for x in lu), lu
-    lp = notes("lu_like")["scop-parallel"]
-    assert len(lp) == 1 and "depth 1 of S_2" in lp[0], lp     # below the pivot loop
+    # scop-factor's blocked tree carries its own cpu_parallel marks (the trailing
+    # update's register tiles): scop-parallel adds none below the pivot loop
+    assert not notes("lu_like").get("scop-parallel"), notes("lu_like")
 
 
 def test_partial_distribution_of_a_multi_statement_band():
@@ -391,3 +402,61 @@ def test_packed_triangle_propagates_nan_like_gcc(name, tmp_path_factory):
     ok = np.isfinite(want)
     np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6, atol=0)
     assert np.array_equal(np.isinf(got), np.isinf(want))
+
+
+# ----------------------------------------------------------------------------- factorisations
+
+FACTOR_SIZES = {"lu_like": (1, 2, 64, 65, 131, 200), "cholesky_like": (1, 3, 65, 197),
+                "ludcmp_like": (1, 66, 150)}
+
+
+def test_factorisations_are_blocked_right_looking():
+    """lu, Cholesky and ludcmp's factorisation (its accumulator ``w`` expanded): one step
+    band of 64 pivots, the trailing update of each update statement on the packed
+    micro-kernel (FMA tiles in the built kernel); the update over the whole ``k`` range
+    (rows read before they are updated) keeps the C order."""
+    for name, updates in (("lu_like", "S_0, S_2"), ("cholesky_like", "S_0"),
+                          ("ludcmp_like", "S_1, S_4")):
+        ck = compile_kernel(kernel(name), TARGET)
+        n = ck.notes["scop-factor"]
+        assert any("blocked right-looking, 64 pivots a step" in x and
+                   f"trailing update of {updates} on the micro-kernel" in x for x in n), n
+        assert ck.final_ir.counts.microkernels >= 1, (name, ck.final_ir.counts)
+        assert any("A packed into L1" in x for x in ck.notes["cpu-pack"]), ck.notes
+    n = notes("lu_nofactor")["scop-factor"]
+    assert any("would violate a dependence; program order kept" in x for x in n), n
+
+
+@pytest.mark.parametrize("name", sorted(FACTOR_SIZES))
+def test_blocked_order_is_the_c_order_per_element(name, monkeypatch, tmp_path_factory):
+    """With 8 pivots a step, 19 rows span three steps: the interpreted schedule (the
+    blocked order, every update of an element in increasing ``k``) is bitwise gcc
+    -O0's result."""
+    monkeypatch.setattr(scop_factor, "BLOCK", 8)
+    k = kernel(name)
+    sizes = dict(n=19)
+    arrays = random_arrays(k, sizes, seed=3)
+    ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
+    ck = compile_kernel(k, TARGET, debug=True)
+    assert any("8 pivots a step" in x for x in ck.notes["scop-factor"]), ck.notes
+    got = as_tuple(interpret(ck, *[arrays[n] for n in list(k.inputs) + list(k.outputs)],
+                             n=19))
+    for n, g in zip(k.outputs, got):
+        assert np.array_equal(g, ref[n]), f"{name} {n}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FACTOR_SIZES))
+def test_blocked_factorisation_matches_gcc_o0(name, tmp_path_factory):
+    """The built kernel at sizes of one, several and partial steps (FMA contraction in
+    the micro-kernel: 1e-12 relative to the largest element)."""
+    k = kernel(name)
+    fn = build(k, TARGET)
+    for n in FACTOR_SIZES[name]:
+        arrays = random_arrays(k, dict(n=n), seed=n)
+        ref = run_gcc(name, gcc_o0(name, tmp_path_factory), dict(n=n), arrays)
+        got = as_tuple(fn(*[arrays[x].copy() for x in list(k.inputs) + list(k.outputs)],
+                          n=n))
+        for out, g in zip(k.outputs, got):
+            w = ref[out]
+            assert np.abs(g - w).max() <= 1e-12 * max(1.0, np.abs(w).max()), (name, n, out)

@@ -64,3 +64,17 @@ def test_machine_info_comes_from_the_target():
     info = bench.machine_info(get_target("cpu-avx512"))
     assert info["isa"] == "avx512" and info["vector_bits"] == 512
     assert info["l1"] == get_target("cpu-avx512").memory.capacity("L1") > 0
+
+
+def test_fp64_rows_get_half_the_fp32_roof():
+    class Roofs:
+        def roof(self, unit, threads, work, traffic):
+            return min(100.0, work / traffic), unit
+
+    rows = [{"group": g, "work": 1000.0, "traffic": 1.0, "GFLOP/s": 40.0, "peer_GFLOP/s": 45.0}
+            for g in ("sgemm", "dgemm")]
+    rows[1]["flop_cost"] = 2
+    bench.add_roofline(rows, Roofs(), "fp32 FMA 512-bit", 1)
+    assert rows[0]["roof_value"] == 100.0 and rows[0]["of_roof"] == 0.4
+    assert rows[1]["roof_value"] == 50.0 and rows[1]["of_roof"] == 0.8
+    assert "fp64" in rows[1]["roof"] and "dgemm" in bench.GROUPS

@@ -76,7 +76,8 @@ def _check_conv(path, shape, seed):
     ck = compile_kernel(kern, "cpu-avx2" if path == "avx2" else "cpu-avx512")
     notes = " ".join(ck.notes.get("cpu-backbone-tile", []))
     lanes = 8 if path == "avx2" else 16
-    assert ("channel form" in notes) == (f >= lanes), notes
+    pointwise = k == 1 and stride == 1  # 1x1 stride 1: the width form (pointwise_unit_stride)
+    assert ("channel form" in notes) == (f >= lanes and not pointwise), notes
     if c * k * k > 1:         # (no reduce loop left otherwise: plain vector code)
         assert ck.final_ir.counts.microkernels >= 1
     lib = build_simde(ck.source) if path == "simde" else build_shared(ck.source)
@@ -101,3 +102,11 @@ def test_channel_form_avx2(shape, seed):
 @given(shape=_CONV, seed=st.integers(0, 2 ** 31))
 def test_channel_form_avx512_simde(shape, seed):
     _check_conv("simde", shape, seed)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+def test_pointwise_stride1_keeps_the_width_form():
+    """A 1x1 stride-1 convolution (MobileNet's expansions and projections) runs in the
+    width form (rows of the input contiguous), a 1x1 stride-2 one in the channel form."""
+    _check_conv("avx2", (5, 17, 6, (1, 1, 0)), 0)
+    _check_conv("avx2", (5, 17, 6, (1, 2, 0)), 1)

@@ -85,6 +85,15 @@ def colsum(x: pc.Tensor[(N, M), "float32"]):
     return pc.compute((M,), lambda j: pc.sum(x[r, j], axis=r), name="cs")
 
 
+@pc.tensor_expr
+def depthwise(x: pc.Tensor[(N, 8, 12, 11), "float32"], w: pc.Tensor[(8, 3, 3), "float32"]):
+    """A depthwise 3x3 convolution (stride 1 along rows, 2 along columns): a sliding
+    window along the output row, exchanged so that the row is the innermost loop."""
+    rh, rw = pc.reduce_axis(3, "rh"), pc.reduce_axis(3, "rw")
+    return pc.compute((N, 8, 10, 5), lambda n, c, y, z: pc.sum(
+        x[n, c, y + rh, 2 * z + rw] * w[c, rh, rw], axis=[rh, rw]), name="dw")
+
+
 _AVX512 = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
 TARGET = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threads=2))
 _DOT = get_target("cpu-avx512-bf16").with_capacities(L1=32 * 1024, L2=1024 * 1024)
@@ -98,6 +107,7 @@ CASES = {
     "colmax_fuse": (colmax_then_scale, [CpuFusePass]),
     "softmax_parallel": (softmax, [CpuFusePass, CpuParallelPass]),
     "colsum_interchange": (colsum, [CpuReduceInterchangePass, CpuParallelPass]),
+    "depthwise_interchange": (depthwise, [CpuReduceInterchangePass, CpuParallelPass]),
     "matmul_backbone": (matmul, [CpuBackboneTilePass]),
     "matmul_pack": (matmul, [CpuBackboneTilePass, CpuPackPass]),
     "matmul_epilogue": (matmul_bias_relu, [CpuBackboneTilePass]),

@@ -79,6 +79,8 @@ class CpuBackend(Backend):
             from polycomp.scheduler.cpu.scop_stencil import ScopStencilPass
             from polycomp.scheduler.cpu.scop_tile import ScopTilePass
             if isa and o.microkernel:
+                from polycomp.scheduler.cpu.scop_factor import ScopFactorPass
+                passes.append(ScopFactorPass())     # LU / Cholesky: right-looking blocks
                 passes.append(ScopGemmPass())       # GEMM-like nests: micro-kernel
             if o.parallel:
                 passes.append(ScopStencilPass())    # stencils: time tiles, wavefronts
@@ -137,8 +139,10 @@ class CpuBackend(Backend):
         from polycomp.scheduler.cpu.state import cpu_microkernels
 
         from .microkernel import microkernels
+        from .negate_update import negate_updates
         from .pack import packed_buffers
         passes += [
+            ir_pass("negate-updates", lambda f, s: negate_updates(f)),
             ir_pass("microkernels", lambda f, s: microkernels(
                 f, target.vector_lanes, cpu_microkernels(s).dots, packed_buffers(s),
                 lambda text: s.note("microkernels", text), prefetch=o.prefetch)),

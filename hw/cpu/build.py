@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from polycomp import dtypes as dt
-from polycomp.errors import BuildError, ResourceLimitError, user_location
+from polycomp import ir
+from polycomp.errors import BuildError, IndexOutOfRangeError, ResourceLimitError, user_location
 
 from .target import requested_threads
 
@@ -221,6 +222,9 @@ class CFunction:
         self.lib = ctypes.CDLL(lib_path)
         self.openmp = openmp_controls(self.lib)
         self.threads: int | None = None
+        # a kernel without symbolic sizes has the same buffer sizes at every call: their
+        # fit (check_buffers_fit) is checked at the first call only
+        self._sizes_fit = False
         self.cfunc = getattr(self.lib, func.name)
         self.cfunc.restype = None
         self.cfunc.argtypes = [ctypes.c_int64] * len(func.params) + \
@@ -236,7 +240,9 @@ class CFunction:
         from polycomp.shapes import check_buffers_fit, checked_arguments, checked_outputs, eval_int
         f = self.func
         expected, arrays, values = checked_arguments(f, inputs, params)
-        check_buffers_fit(f, values)
+        if not self._sizes_fit:
+            check_buffers_fit(f, values)
+            self._sizes_fit = not f.params
         arrays = [np.ascontiguousarray(a) for a in arrays]
         initial = {b.name: a for b, a in zip(expected[len(f.inputs):], arrays[len(f.inputs):])}
         shapes = [tuple(eval_int(d, values) for d in b.shape) for b in f.outputs]
@@ -253,7 +259,17 @@ class CFunction:
         threads = 1 if _one_thread_after_fork else self.threads or call_threads()
         if threads is not None and self.openmp is not None:
             self.openmp.ensure(threads)
+        index_error = self._flag("pc_index_error")
+        if index_error is not None:
+            index_error.value = 0
         self.cfunc(*args)
+        if index_error is not None and index_error.value:
+            index_error.value = 0
+            raise IndexOutOfRangeError(
+                f"{f.name}: a gather index{ir.gathered_into(f)} is out of range of the "
+                f"dimension it indexes (sizes "
+                f"{', '.join(f'{k}={v}' for k, v in values.items())}); the kernel read "
+                f"element 0 instead and its outputs are not valid", user_location())
         if failed is not None and failed.value:
             failed.value = 0
             raise ResourceLimitError(
@@ -261,6 +277,13 @@ class CFunction:
                 f"({', '.join(f'{k}={v}' for k, v in values.items())}): out of memory",
                 user_location())
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _flag(self, name: str):
+        """The library's int flag ``name`` (:mod:`polycomp.hw.cpu.codegen`), or None."""
+        try:
+            return ctypes.c_int.in_dll(self.lib, name)
+        except ValueError:
+            return None
 
     def _alloc_failed(self):
         """The library's ``pc_alloc_failed`` flag (see :mod:`polycomp.hw.cpu.codegen`), or

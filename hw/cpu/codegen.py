@@ -32,6 +32,10 @@ static inline float pc_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16;
 static inline uint16_t pc_f32_to_bf16(float f) { uint32_t u; memcpy(&u, &f, 4); if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }
 /* set when an allocation of a temporary fails; the caller checks and clears it */
 int pc_alloc_failed = 0;
+/* set when a gather index is outside its dimension (the load reads element 0 instead);
+   the caller checks and clears it (IndexOutOfRangeError) */
+int pc_index_error = 0;
+PC_INLINE int64_t pc_gather_index(int64_t v, int64_t n) { if (__builtin_expect((uint64_t)v < (uint64_t)n, 1)) return v; __atomic_store_n(&pc_index_error, 1, __ATOMIC_RELAXED); return 0; }
 #include <pthread.h>
 /* each thread's workspace for the per-thread buffers of parallel regions (packed GEMM
    panels), kept between calls up to PC_WS_KEEP bytes: a buffer malloc'ed and freed per
@@ -85,6 +89,8 @@ class CPrinter(CLikePrinter):
             at, write = e.args
             return (f"__builtin_prefetch({at.buffer.name} + {self.expr(at.indices[0])}, "
                     f"{write.value}, 3)")
+        if e.name == ir.GATHER_INDEX:  # checked: see C_HEADER's pc_gather_index
+            return f"pc_gather_index({self.expr(e.args[0])}, {self.expr(e.args[1])})"
         return super().intrinsic(e)
 
     def allocate(self, s: ir.Allocate) -> None:

@@ -17,8 +17,12 @@ Assumes: flattened, simplified IR; ``AttrStmt("cpu_microkernel")`` marks (from
           C[c] = C[c] + R                     (c affine, coefficient 1 in jj, free of k)
 
 where ``R`` vectorises along ``jj`` (:mod:`polycomp.lowering.vectorize`'s conditions;
-for matmul ``R = Ap[..ii..] * Bp[..jj..]``).  Marks over other bodies (the partial tiles
-isl generates at the edges) are dropped and left to the generic vectoriser.
+for matmul ``R = Ap[..ii..] * Bp[..jj..]``); the point loops may instead run to
+``min(MR, ..)`` / ``min(NR, ..)`` (the unisolated tiles of a product with symbolic
+sizes: a run-time choice between the full tile and a variant per row count whose
+vectors are masked to the tile's columns, see :func:`_tile`).  Marks over other bodies
+(the partial tiles isl generates at the edges of an isolated band) are dropped and left
+to the generic vectoriser.
 
 Guarantees: the tile becomes
 
@@ -71,7 +75,7 @@ def _match(body):
         # a one-row tile: the simplifier removed the row loop, li is a reduction loop
         lk = lk + [li]
         li = ir.For(ir.Var("mk_row"), ir.IntImm(0), ir.IntImm(1), "serial", lj)
-    if not lk or not (isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm)):
+    if not lk or upper_bound(li.extent) is None or upper_bound(lj.extent) is None:
         return None
     v = st.value
     if not (isinstance(v, ir.Binary) and v.op == "+"):
@@ -86,15 +90,60 @@ def _match(body):
 def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True):
     """The register tile of the module docstring, or None; ``tile_ids`` numbers the
     tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...); ``prefetch``:
-    prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop."""
+    prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop.
+
+    Point loops with run-time extents ``Ei = min(MR, ..)``, ``Ej = min(NR, ..)`` (the
+    unisolated tiles of a product with symbolic sizes,
+    :func:`polycomp.scheduler.cpu.backbone_tile.partial_tiles`; ``MR``, ``NR`` their
+    constant upper bounds) become ``if (Ei == MR && Ej == NR) <full tile> else <partial
+    tile>``: the partial tile masks every vector of ``Y`` and ``C`` to the ``Ej``
+    columns (masked lanes read nothing and are not stored), its rows ``i >= Ei``
+    broadcast row ``Ei - 1``'s ``X`` (an element that exists) and are not stored.  One
+    partial variant, not one per row count: the kernel's C stays about half as long
+    (gcc's build time of a symbolic product)."""
+    if isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm):
+        return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
+                           li.extent.value, lj.extent.value)
+    MR, NR = upper_bound(li.extent), upper_bound(lj.extent)
+    if MR is None or NR is None or MR < 1 or NR < 2:
+        return None
+    full = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR)
+    if full is None:
+        return None
+    cols = None if isinstance(lj.extent, ir.IntImm) else lj.extent
+    rows = None if isinstance(li.extent, ir.IntImm) else li.extent
+    part = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR, cols, rows)
+    if part is None:
+        return None
+    whole: ir.Expr | None = None
+    for ext, n in ((rows, MR), (cols, NR)):
+        if ext is not None:
+            eq = ir.Binary("==", ext, ir.IntImm(n), "bool")
+            whole = eq if whole is None else ir.Binary("&&", whole, eq, "bool")
+    assert whole is not None
+    return ir.IfThenElse(whole, full, part)
+
+
+def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool,
+                MR: int, NR: int, cols: ir.Expr | None = None, rows: ir.Expr | None = None):
+    """The tile of ``MR x NR`` constant extents (``cols``: a run-time column count
+    ``<= NR`` that masks every vector; ``rows``: a run-time row count ``1 <= rows <=
+    MR``: row ``i`` reads ``X`` at row ``min(i, rows - 1)``, only rows ``< rows`` are
+    stored)."""
     L = lanes_of(st.buffer.dtype)
-    MR, NR = li.extent.value, lj.extent.value
     if L <= 1 or NR < 2 or not ir.is_const(li.min, 0) or not ir.is_const(lj.min, 0):
         return None
     c = st.indices[0]
     cstride = index_coeff(c, lj.var)
-    if not isinstance(cstride, int) or cstride < 1 or any(uses(c, k.var) for k in lk):
+    if not isinstance(cstride, int) or cstride < 1 or any(uses(c, k.var) for k in lk) or \
+            ((cols is not None or rows is not None) and cstride != 1):
         return None
+
+    def row(i: int) -> ir.Expr:
+        """The row of ``X`` that tile row ``i`` reads."""
+        if rows is None or i == 0:
+            return ir.IntImm(i)
+        return simplify(ir.min_(ir.IntImm(i), rows - 1))
     if _reads(rest, st.buffer):
         return None
     probe = lj
@@ -112,11 +161,18 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
         return None
     tid = next(tile_ids)
 
+    def count(u) -> ir.Expr | None:
+        """The columns of vector ``u`` stored (None: all ``L``)."""
+        if cols is not None:
+            return simplify(cols - u * L)
+        return None if u < NV - 1 or last == L else ir.IntImm(last)
+
     def masked(u, e):
         """Lanes beyond the tile's NR columns are neither read nor computed."""
-        if u < NV - 1 or last == L:
+        n = count(u)
+        if n is None:
             return e
-        return ir.Select(lane_range(ir.IntImm(0), ir.IntImm(last), L), e,
+        return ir.Select(lane_range(ir.IntImm(0), n, L), e,
                          ir.Broadcast(ir.FloatImm(0.0, D), L, D), D)
     acc = ir.Buffer(f"acc{tid}", D, (ir.IntImm(MR * NV * L),), scope="register",
                     flat=True)
@@ -161,11 +217,11 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
         for i in range(MR):
             v = ir.Var(f"mk{tid}_x{i}", D)
             xlets[i] = Widen(lj.var, ir.IntImm(0), D, L).expr(
-                ir.substitute(xf, {li.var: ir.IntImm(i)}))
+                ir.substitute(xf, {li.var: row(i)}))
             xvars[i] = v
     loads: list[ir.Stmt] = []
     stores: list[ir.Stmt] = []
-    rows: list[ir.Stmt] = []
+    row_stmts: list[ir.Stmt] = []
     # contiguous C: the accumulators start at zero while C's lines are prefetched for
     # writing, and C is added once after the k loop (C's lines arrive during the loop
     # instead of stalling its first FMAs: a GEMM's C tile is in L3 or memory at each k
@@ -182,6 +238,7 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
                     pure=False)))
     for i in range(MR):
         updates = []
+        row_first = len(stores)
         for u in range(NV):
             if from_zero:
                 loads.append(ir.Store(acc, (slot(i, u),),
@@ -196,19 +253,22 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
             store: ir.Stmt = ir.Store(st.buffer, (cref(i, u),), total, L)
             if lane_buf is not None:
                 store = strided_store(i, u, last if u == NV - 1 else L)
-            elif u == NV - 1 and last < L:
-                store = ir.AttrStmt("vector_mask", (ir.IntImm(last), L), store)
+            elif count(u) is not None:
+                store = ir.AttrStmt("vector_mask", (count(u), L), store)
             stores.append(store)
             if yf is not None:
                 r = ir.Binary("*", xvars[i], yvars[u], D)
             else:
                 w = Widen(lj.var, ir.IntImm(u * L), D, L)
-                r = masked(u, w.expr(ir.substitute(rest, {li.var: ir.IntImm(i)})))
+                r = masked(u, w.expr(ir.substitute(rest, {li.var: row(i)})))
             updates.append(ir.Store(acc, (slot(i, u),),
                                     ir.Binary("+", ir.Load(acc, (slot(i, u),), D, L), r, D), L))
-        row = ir.seq(*updates)
-        rows.append(ir.LetStmt(xvars[i], xlets[i], row) if i in xlets else row)
-    body = ir.seq(*rows)
+        rstmt = ir.seq(*updates)
+        row_stmts.append(ir.LetStmt(xvars[i], xlets[i], rstmt) if i in xlets else rstmt)
+        if rows is not None and i > 0:     # rows past the tile's: computed, not stored
+            stores[row_first:] = [ir.IfThenElse(ir.Binary("<", ir.IntImm(i), rows, "bool"),
+                                                ir.seq(*stores[row_first:]))]
+    body = ir.seq(*row_stmts)
     for v, val in reversed(ylets):
         body = ir.LetStmt(v, val, body)
     for k in reversed(lk):

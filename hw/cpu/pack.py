@@ -89,6 +89,20 @@ def _linear(e):
     return None
 
 
+def _nonneg(e, loops) -> bool:
+    """Whether ``e`` is ``sum(c * v) + c0`` with every ``c``, ``c0 >= 0`` and every ``v``
+    the variable of one of the For ``loops`` whose minimum is a constant ``>= 0`` (so
+    ``e >= 0`` wherever it is evaluated below them)."""
+    lin = _linear(simplify(e))
+    if lin is None:
+        return False
+    terms, const = lin
+    mins = {lp.var: lp.min for lp in loops}
+    return const >= 0 and all(
+        c >= 0 and v in mins and isinstance(mins[v], ir.IntImm) and mins[v].value >= 0
+        for v, c in terms.items())
+
+
 def _build(terms: dict, const: int) -> ir.Expr:
     out: ir.Expr = ir.IntImm(const)
     for v, c in terms.items():
@@ -253,7 +267,11 @@ class _Packer:
             copy = self.copy_grouped(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx,
                                      spec.offset, sums, spec.compensate)
         else:
-            copy = self.copy(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx)
+            scale = _common_factor(body, spec.alias or arr, self.func.body)
+            if scale is not None:     # every read is f * A[e]: pack f * A, read P
+                body = _Unscale(spec.alias or arr, scale).visit(body)
+            copy = self.copy(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx,
+                             [lp for lp, _ in loops], scale)
         if not par:
             copy = ir.AttrStmt(marks.CPU_PARALLEL, "", copy)
         body = _Redirect(spec.alias or arr, pbuf, fp.layout, origin, slot_idx,
@@ -359,12 +377,17 @@ class _Packer:
             "*", ir.Load(sums, at_sum, "int32"), ir.IntImm(-compensate, "int32"), "int32"))))
         return ir.seq(zero_sums, nest, scale)
 
-    def copy(self, arr, pbuf, layout: Layout, box, origin, slot_idx):
-        """The loop nest filling the packed buffer (panel, other dimensions, lane)."""
+    def copy(self, arr, pbuf, layout: Layout, box, origin, slot_idx, loops=(), scale=None):
+        """The loop nest filling the packed buffer (panel, other dimensions, lane);
+        ``loops``: the For loops around the mark (an origin that is a non-negative
+        combination of loop variables counting up from non-negative minimums starts
+        the copy at 0, not at ``max(0, -origin)``); ``scale``: the factor each element
+        is multiplied by (see :func:`_common_factor`)."""
         p, w = layout.dim, layout.width
         n = len(arr.shape)
         xs = [ir.Var(f"pk{self.count}_x{d}") for d in range(n)]
-        lo = [simplify(ir.max_(ir.IntImm(0), ir.Unary("neg", origin[d], "int64")))
+        lo = [ir.IntImm(0) if _nonneg(origin[d], loops) else
+              simplify(ir.max_(ir.IntImm(0), ir.Unary("neg", origin[d], "int64")))
               for d in range(n)]
         hi = [simplify(ir.min_(ir.IntImm(box[d]), arr.shape[d] - origin[d])) for d in range(n)]
         q = ir.Var(f"pk{self.count}_q")
@@ -372,7 +395,10 @@ class _Packer:
         xp = q * w + lane
         idx_arr = tuple(simplify(origin[d] + (xp if d == p else xs[d])) for d in range(n))
         idx_p = slot_idx + (q,) + tuple(xs[d] for d in range(n) if d != p) + (lane,)
-        st = ir.Store(pbuf, idx_p, ir.Load(arr, idx_arr, arr.dtype))
+        value: ir.Expr = ir.Load(arr, idx_arr, arr.dtype)
+        if scale is not None:
+            value = ir.Binary("*", scale, value, arr.dtype)
+        st = ir.Store(pbuf, idx_p, value)
         lane_lo = simplify(ir.max_(lo[p] - q * w, ir.IntImm(0)))
         lane_hi = simplify(ir.min_(ir.IntImm(w), hi[p] - q * w))
         def lane_loop(b):
@@ -462,6 +488,65 @@ class _Redirect(ir.Mutator):
         if self.offset:
             out = ir.bitwise("^", out, ir.IntImm(-self.offset, e.dtype))
         return out
+
+
+def _invariant_scalar(e, stored: set) -> bool:
+    """``e`` is a scalar with no loop variable, reading only buffers nothing stores to
+    (``alpha[0]``): the same value wherever in the function it is evaluated."""
+    if getattr(e, "lanes", 1) != 1 or ir.free_vars(e):
+        return False
+    ok = [True]
+
+    def visit(n):
+        if isinstance(n, ir.Load) and n.buffer.name in stored:
+            ok[0] = False
+        elif isinstance(n, ir.Call) and not n.pure:
+            ok[0] = False
+    ir.walk(e, visit)
+    return ok[0]
+
+
+def _common_factor(body, arr, func_body):
+    """The factor ``f`` when every read of ``arr`` in ``body`` is an operand of a
+    product ``f * arr[e]`` (or ``arr[e] * f``) with the same loop-invariant scalar ``f``
+    (PolyBench gemm's ``alpha * A[i][k]``), else None.  Packing ``f * A`` then reading
+    the packed element in place of the product gives every use the same value, bit for
+    bit (one rounding, the same one), and takes a scalar multiply and a broadcast
+    from a register out of each row of the micro-kernel's ``k`` loop."""
+    stored = set()
+    ir.walk(func_body, lambda n: stored.add(n.buffer.name) if isinstance(n, ir.Store) else None)
+    loads, scaled, factors = [0], [0], []
+
+    def visit(n):
+        if isinstance(n, ir.Load) and n.buffer is arr:
+            loads[0] += 1
+        elif isinstance(n, ir.Binary) and n.op == "*" and n.dtype == arr.dtype:
+            for a, f in ((n.a, n.b), (n.b, n.a)):
+                if isinstance(a, ir.Load) and a.buffer is arr and a.lanes == 1 and \
+                        _invariant_scalar(f, stored):
+                    scaled[0] += 1
+                    factors.append(f)
+                    break
+    ir.walk(body, visit)
+    if not factors or scaled[0] != loads[0] or \
+            any(not ir.structural_equal(f, factors[0]) for f in factors[1:]):
+        return None
+    return factors[0]
+
+
+class _Unscale(ir.Mutator):
+    """``f * arr[e]`` -> ``arr[e]`` (its packed read then holds ``f * arr[e]``)."""
+
+    def __init__(self, arr, factor):
+        self.arr, self.factor = arr, factor
+
+    def visit_Binary(self, e):
+        if e.op == "*":
+            for a, f in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(a, ir.Load) and a.buffer is self.arr and \
+                        ir.structural_equal(f, self.factor):
+                    return a
+        return self.generic(e)
 
 
 class _Unalias(ir.Mutator):

@@ -35,7 +35,16 @@ CUDA_HEADER = r"""#pragma nv_diag_suppress 177
 #include <stdint.h>
 #include <math.h>
 #define PC_INLINE static __host__ __device__ __forceinline__
-""" + C_PRELUDE
+""" + C_PRELUDE + r"""/* set when a gather index is outside its dimension (the load reads element 0
+   instead); the launcher clears it before and checks it after the kernels
+   (IndexOutOfRangeError) */
+__device__ int pc_index_error = 0;
+static __device__ __forceinline__ int64_t pc_gather_index(int64_t v, int64_t n) {
+  if ((unsigned long long)v < (unsigned long long)n) return v;
+  pc_index_error = 1;
+  return 0;
+}
+"""
 
 
 @dataclass
@@ -85,6 +94,8 @@ class CudaPrinter(CLikePrinter):
     tensor_maps: dict = {}    # set per sm_90a kernel: TMA key -> CUtensorMap parameter
 
     def intrinsic(self, e):
+        if e.name == ir.GATHER_INDEX:  # checked: see CUDA_HEADER's pc_gather_index
+            return f"pc_gather_index({self.expr(e.args[0])}, {self.expr(e.args[1])})"
         from .ptx import print_intrinsic  # Tensor Core / cp.async PTX (inline asm)
         text = print_intrinsic(self, e)
         if text is None and e.name.startswith(("ptx_", "pc_wgmma")):

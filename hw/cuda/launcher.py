@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from polycomp import dtypes as dt
+from polycomp import ir
 from polycomp.errors import BuildError, TargetError
 from polycomp.shapes import eval_int, infer_params
 
@@ -48,6 +49,14 @@ class _PyCuda:
 
     def to_device(self, host: np.ndarray):
         return self.drv.to_device(host)
+
+    def swap_flag(self, module, name: str) -> int:
+        """The module's ``__device__ int name``, set to 0."""
+        ptr, _ = module.get_global(name)
+        host = np.zeros(1, np.int32)
+        self.drv.memcpy_dtoh(host, ptr)
+        self.drv.memcpy_htod(ptr, np.zeros(1, np.int32))
+        return int(host[0])
 
     def alloc(self, nbytes: int):
         return self.drv.mem_alloc(max(1, nbytes))
@@ -95,6 +104,15 @@ class _CuPy:
         if dynamic_shared:
             h.max_dynamic_shared_size_bytes = dynamic_shared
         return h
+
+    def swap_flag(self, module, name: str) -> int:
+        """The module's ``__device__ int name``, set to 0."""
+        mp = module.get_global(name)
+        host = np.zeros(1, np.int32)
+        mp.copy_to_host(host.ctypes.data, 4)
+        zero = np.zeros(1, np.int32)
+        mp.copy_from_host(zero.ctypes.data, 4)
+        return int(host[0])
 
     def to_device(self, host: np.ndarray):
         # as raw bytes: cupy has no bfloat16, and a kernel sees only the pointer
@@ -295,8 +313,18 @@ class CudaFunction:
             if rc != 0:
                 raise TargetError(f"{f.name}: the host entry point returned CUDA error {rc}")
         else:
+            gathers = "pc_gather_index(" in self.ck.source
+            if gathers:
+                self.api.swap_flag(self.module, "pc_index_error")
             for fn, args, grid, block, shared in self.launches(dev, values):
                 self.api.launch(fn, args, grid, block, shared)
+            if gathers and self.api.swap_flag(self.module, "pc_index_error"):
+                from polycomp.errors import IndexOutOfRangeError
+                raise IndexOutOfRangeError(
+                    f"{f.name}: a gather index{ir.gathered_into(f)} is out of range of "
+                    f"the dimension it indexes "
+                    f"(sizes {', '.join(f'{k}={v}' for k, v in values.items())}); the kernel "
+                    f"read element 0 instead and its outputs are not valid")
         self.api.synchronize()
         for name, host in outs.items():
             self.api.to_host(host, dev[name])

@@ -147,6 +147,18 @@ def trap(sim, call, active):
     return 0
 
 
+@intrinsic("gather_index")
+def gather_index(sim, call, active):
+    """:data:`polycomp.ir.GATHER_INDEX`: the index read by a gather, checked against
+    its dimension in the active threads (out of range: ``IndexOutOfRangeError``, what the
+    compiled kernel reports through ``pc_index_error``); inactive threads read 0."""
+    from polycomp.lowering.interpreter import gather_index as check
+    value = _lanes(sim, sim.eval(call.args[0], active))
+    extent = sim.eval(call.args[1], active)
+    n = int(np.asarray(extent).reshape(-1)[0]) if np.ndim(extent) else int(extent)
+    return check(value, n, active)
+
+
 # --------------------------------------------------------------------------- shuffles
 
 

@@ -161,6 +161,7 @@ class NpuBackend(Backend):
         from polycomp.scheduler.npu.tile import NpuCubeTilePass
 
         from .lower import LoweringModel
+        _refuse_gathers(state)
         model = LoweringModel()
         return [NpuChainFusePass(model), NpuMapPass(model), NpuCubeTilePass()]
 
@@ -213,3 +214,15 @@ def syntax_check(*paths: str) -> str:
 
 
 register(NpuBackend())
+
+
+def _refuse_gathers(state: CompileState) -> None:
+    """The NPU target has no indirect load: a gather (an access with data-dependent
+    indices, ``Access.indirect``) is a TargetError naming the stage and its line."""
+    for st in state.model.statements:
+        for a in st.accesses:
+            if a.indirect:
+                raise TargetError(
+                    f"npu: {st.name} gathers from {a.buffer.name} (an index read from a "
+                    f"tensor); the NPU target has no indirect load: compile it for a CPU or "
+                    f"CUDA target", a.location or getattr(st.stage, "location", None))

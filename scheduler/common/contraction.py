@@ -73,8 +73,8 @@ def factor_of(e: ir.Expr) -> Factor | None:
         guard, inner = inner.cond, inner.t
         while isinstance(inner, ir.Cast):
             inner = inner.value
-    if not isinstance(inner, ir.Load):
-        return None
+    if not isinstance(inner, ir.Load) or any(ir.reads_data(ix) for ix in inner.indices):
+        return None                 # a gather is no GEMM operand (no packing, no panels)
     dims = frozenset().union(*(iterators_of(ix) for ix in inner.indices)) \
         if inner.indices else frozenset()
     return Factor(e, inner, guard, frozenset(dims))

@@ -76,7 +76,9 @@ at least as many iterations as threads (or is symbolic), else on the ``i`` tile 
 region (each thread packs the blocks it uses, no barrier inside), which matters on busy
 machines where every fork/join waits for the slowest thread. The isolate option makes
 isl generate the full ``MR x NR`` tiles separately, with constant point-loop bounds (the
-micro-kernel), and the partial tiles at the edges as generic loops.  The channel form
+micro-kernel), and the partial tiles at the edges as generic loops; where the extent of
+``i`` or ``j`` is symbolic the GEMM form is not isolated (:func:`partial_tiles`): every
+register tile, partial ones included, is the micro-kernel's.  The channel form
 orders the reduce loops window first: the dependences between the updates of one
 output element (the accumulation) then run in another order, i.e. the sum is
 reassociated (as the vectoriser's multiple accumulators do); every other dependence is
@@ -689,7 +691,8 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     order = ("it", "kt", "jt") if k_outer else ("it", "jt", "kt")
     upd_prefix = [to_upa(a) for a in u["batch"]] + [to_upa(u[n]) for n in order]
     iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
-                             (b.MR, b.NR), op.update.domain) if dot is None else None
+                             (b.MR, b.NR), op.update.domain) \
+        if dot is None and not partial_tiles(op.update.domain, op.i, op.j) else None
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
     micro = T.Mark(micro_mark, T.Band([kk], point, permutable=True))
     zero_tile = T.Band([to_upa(z["ii"]), to_upa(z["jj"])], permutable=True,
@@ -734,6 +737,18 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     return outer
 
 
+def partial_tiles(domain: isl.Set, i: int, j: int) -> bool:
+    """Whether the register tiles are left unisolated (the micro-kernel then takes the
+    edge tiles too, see :mod:`polycomp.hw.cpu.microkernel`): where the extent of ``i``
+    or ``j`` is not a compile-time constant (symbolic sizes, e.g. PolyBench's ``ni``,
+    ``nj`` parameters).  isl's pieces for the partial tiles of an isolated band then
+    have the tile loop eliminated and index the packed panels through ``floor``/``mod``
+    of the size parameters, which neither the micro-kernel nor the vectoriser can use:
+    the partial column tile ran as scalar code (a third of PolyBench gemm's time at
+    LARGE, ``nj mod 32 = 12``)."""
+    return _extent(domain, i) is None or _extent(domain, j) is None
+
+
 def x_block_once(b: Blocking) -> bool:
     """Whether the GEMM tree runs its ``k`` tiles outside its ``j`` tiles, so that the
     ``MC x KC`` block of ``X`` is packed once per ``k`` tile instead of once per ``(j
@@ -752,13 +767,34 @@ def _pos_of(load: ir.Load, var) -> int:
     return 0
 
 
-def use_channel_form(ch: OuterProduct | None, target) -> bool:
+def pointwise_unit_stride(op: OuterProduct | None) -> bool:
+    """A direct backbone in its width form whose row operand ``Y`` reads the output row
+    contiguously with a 1-wide window (a 1x1 convolution of stride 1: a product of the
+    weights with the input rows).  Its width form beats the channel form, whose
+    accumulators are loaded and stored one output plane apart, with only ``C`` FMAs
+    per accumulator in between (1 thread, AVX-512 host: 16->96 channels at 112x112
+    0.76 vs 18.9 ms, 576->96 at 14x14 0.31 vs 1.52 ms, 960->160 at 7x7 0.40 vs 0.63 ms;
+    strided 1x1 and 3x3 convolutions keep the channel form, which wins there)."""
+    if op is None or not op.direct or op.channel:
+        return False
+    it = op.update.iters
+    last = op.y.indices[-1]
+    if not unit_stride_in(last, it[op.j]):
+        return False
+    dom = op.update.domain
+    return all(_extent(dom, d) == 1 for d in op.k if it[d] in loop_vars(last))
+
+
+def use_channel_form(ch: OuterProduct | None, target, width: OuterProduct | None = None) -> bool:
     """Whether a direct backbone runs in its channel form ``ch``: where it matches, the
     output channels and every reduce extent are constants (the packed weight panel
-    has a constant box) and there are at least as many channels as vector lanes.
+    has a constant box), there are at least as many channels as vector lanes, and the
+    width form ``width`` is not a 1x1 convolution of stride 1 (:func:`pointwise_unit_stride`).
     ``POLYCOMP_CONV_FORM=width`` keeps the width form (for comparisons)."""
     import os
     if ch is None or os.environ.get("POLYCOMP_CONV_FORM", "channel") != "channel":
+        return False
+    if pointwise_unit_stride(width):
         return False
     dom = ch.update.domain
     n_f = _extent(dom, ch.j)
@@ -801,7 +837,7 @@ class CpuBackboneTilePass(Pass):
             if op is None or (dot is None and ctx.target.vector_lanes(op.dtype) <= 1):
                 continue
             ch = match_channel_form(op) if dot is None else None
-            if use_channel_form(ch, ctx.target):
+            if use_channel_form(ch, ctx.target, op):
                 assert ch is not None
                 op = ch
             b = choose_blocking(op, ctx.target, ctx.cpu_options, dot)

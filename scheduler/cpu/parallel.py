@@ -13,7 +13,14 @@ chunks of iterations per thread, so threads write disjoint, contiguous ranges of
 output (no false sharing except at chunk boundaries).  Marks do not change the
 schedule, so it stays legal; the parallel loop is dependence-free by coincidence.
 Subtrees whose first member is not coincident (e.g. a reduction over the outermost
-dimension) stay sequential.
+dimension) stay sequential.  A band whose first member takes a single value on the
+subtree's domain (a batch of 1 with constant shapes: a loop of one iteration) and whose
+second member is coincident is split after the first member and the mark put on the
+second (otherwise the whole subtree would run on one thread); a band of one such member
+gets no mark, the first band below it (or each child of a sequence below it) does.  A
+subtree that has a mark already (a GEMM with its epilogue fused below a batch loop) gets
+marks on the unmarked children of its sequences (:func:`_mark_beside`), never below a
+``cpu_parallel`` mark.
 """
 from __future__ import annotations
 
@@ -53,9 +60,42 @@ def member_is_coincident(member: isl.UnionPwAff, domain: isl.UnionSet,
     return not some_differ(deps, m)
 
 
+def _single_value(member: isl.UnionPwAff, domain: isl.UnionSet) -> bool:
+    """Does ``member`` take one value on ``domain`` (a leading extent-1 axis, e.g. a
+    batch of 1 with constant shapes)?  Symbolic extents never do."""
+    vals = isl.UnionMap.from_union_pw_aff(member).intersect_domain(domain).range()
+    if vals.is_empty():
+        return False
+    return isl.Set.from_union_set(vals).is_singleton()
+
+
+def _split_unit_member(tree, domain, deps):
+    """A band whose first member takes one value and whose second is coincident, split
+    after the first member with the mark on the rest (the loop of one iteration is no
+    parallel loop); else None.  Splitting a permutable band keeps its schedule."""
+    if (len(tree.members) < 2 or tree.options is not None
+            or not _single_value(tree.members[0], domain)
+            or not member_is_coincident(tree.members[1], domain, deps)):
+        return None
+    lt = tree.loop_types
+    inner = T.Band(tree.members[1:], tree.child, tree.permutable, tree.coincident[1:],
+                   None, lt[1:] if lt is not None else None)
+    inner.coincident[0] = True
+    return T.Band(tree.members[:1], T.Mark(MARK, inner), tree.permutable,
+                  tree.coincident[:1], None, lt[:1] if lt is not None else None)
+
+
 def _mark_first_band(tree, domain, deps):
-    """``tree`` with a cpu_parallel mark above its first band, if coincident."""
+    """``tree`` with a cpu_parallel mark above its first band, if coincident (above the
+    band's second member when the first takes a single value)."""
     if isinstance(tree, T.Band):
+        split = _split_unit_member(tree, domain, deps)
+        if split is not None:
+            return split, True
+        if len(tree.members) == 1 and _single_value(tree.members[0], domain):
+            tree.child, n = _below_unit(tree.child, domain, deps)
+            if n:
+                return tree, n
         if member_is_coincident(tree.members[0], domain, deps):
             tree.coincident[0] = True
             return T.Mark(MARK, tree), True
@@ -69,6 +109,45 @@ def _mark_first_band(tree, domain, deps):
     return tree, False
 
 
+def _below_unit(tree, domain, deps) -> tuple[object, int]:
+    """Marks below a band of one single-valued member (a loop of one iteration): on the
+    first band below, or on each child of a sequence below."""
+    if isinstance(tree, T.Sequence):
+        return _mark_beside(tree, domain, deps)
+    new, done = _mark_first_band(tree, domain, deps)
+    return new, int(done)
+
+
+def _mark_beside(tree, domain, deps) -> tuple[object, int]:
+    """In a subtree that has a ``cpu_parallel`` mark somewhere, the stages of a sequence
+    beside the marked one (a GEMM's fused epilogue after the GEMM below a serial batch
+    loop): each child of such a sequence without a mark gets one above its first band
+    (:func:`_mark_first_band`).  Never below a ``cpu_parallel`` mark (no nested parallel
+    loops)."""
+    if isinstance(tree, T.Mark):
+        if marks.is_kind(tree.name, MARK):
+            return tree, 0
+        tree.child, n = _mark_beside(tree.child, domain, deps)
+        return tree, n
+    if isinstance(tree, T.Filter):
+        tree.child, n = _mark_beside(tree.child, tree.filter, deps)
+        return tree, n
+    if isinstance(tree, T.Band):
+        tree.child, n = _mark_beside(tree.child, domain, deps)
+        return tree, n
+    if isinstance(tree, T.Sequence):
+        total = 0
+        for k, c in enumerate(tree.children):
+            dom = getattr(c, "filter", domain)
+            if has_mark(c, MARK):
+                tree.children[k], n = _mark_beside(c, dom, deps)
+            else:
+                tree.children[k], n = _mark_first_band(c, dom, deps)
+            total += n
+        return tree, total
+    return tree, 0
+
+
 class CpuParallelPass(Pass):
     name = "cpu-parallel"
 
@@ -78,10 +157,11 @@ class CpuParallelPass(Pass):
         kids = T.stage_children(tree)
         marked = 0
         for k, child in enumerate(kids):
+            dom = domain if child is tree else getattr(child, "filter", domain)
             if has_mark(child, MARK):
-                continue
-            new, done = _mark_first_band(child, domain if child is tree else
-                                         getattr(child, "filter", domain), deps)
+                new, done = _mark_beside(child, dom, deps)
+            else:
+                new, done = _mark_first_band(child, dom, deps)
             marked += done
             if child is tree:
                 tree = new

@@ -9,7 +9,13 @@ Assumes: the program-order subtree of a reduction stage under its filter (``band
 sequence[init, update -> band[r]]``, or the update's band alone for a 0-d output), and
 ``ctx.model``.  A stage qualifies when its last output dimension ``j`` is the
 (unit-stride) last index of some load of the update and no reduce dimension appears in
-the last index of any load: the reduce loop is then not the contiguous one.
+the last index of any load: the reduce loop is then not the contiguous one.  It also
+qualifies as a *sliding window* (a depthwise convolution ``sum_{rh, rw} x[n, f, s*y + rh,
+s*z + rw] * w[f, rh, rw]``, a pooling window): some load's last index is ``s*j + r`` (a
+constant stride ``s``, a reduce variable ``r``), every load reading ``j`` reads it only
+in its last index, and the rest do not vary with ``j`` (:func:`window_qualifies`); the
+exchange then turns the 3-wide reduction vectorised along ``rw`` into vectors along the
+output row ``z`` with the window loops outside (a direct depthwise convolution).
 
 Guarantees: the subtree becomes
 
@@ -58,9 +64,34 @@ def qualifies(init, update) -> bool:
     j = stage.iters[-1]
     red = {a.var for a in stage.reduce_axes}
     loads = [ld for ld in _loads(update.value) if ld.buffer is not update.write and ld.indices]
+    if window_qualifies(j, red, loads):
+        return True
     if not any(unit_stride_in(ld.indices[-1], j) for ld in loads):
         return False
     return not any(loop_vars(ld.indices[-1]) & red for ld in loads)
+
+
+def window_qualifies(j, red: set, loads: list) -> bool:
+    """A sliding window along ``j`` (a depthwise convolution or a pooling window:
+    ``x[.., s*j + r]`` with a constant stride ``s >= 1`` and a reduce variable ``r``):
+    some load's last index holds ``j`` and a reduce variable, every load that reads ``j``
+    reads it in its last index only (with a constant stride), and the others do not vary
+    with ``j`` at all (weights ``w[f, r]``: one value per vector).  Exchanged, the
+    innermost loop walks ``j``: ``s``-strided loads and a unit-stride update."""
+    from polycomp.lowering.vectorize import affine_in
+    window = False
+    for ld in loads:
+        *lead, last = ld.indices
+        if any(j in loop_vars(e) for e in lead):
+            return False
+        vs = loop_vars(last)
+        if j not in vs:
+            continue
+        a = affine_in(last, j)
+        if a is None or not isinstance(a[0], int) or a[0] < 1:
+            return False
+        window = window or bool(vs & red)
+    return window
 
 
 def interchanged(init, update):

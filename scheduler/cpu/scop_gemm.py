@@ -41,6 +41,8 @@ count, L1 and L2 capacities, threads),
           band[floor(j/NC)]
             mark cpu_pack_request (Y's array, panels of NR along j, L2)
               band[floor((i mod MC)/MR), floor((j mod NC)/NR)]  isolate: full tiles
+                                   (not isolated for symbolic sizes over a rectangle:
+                                    backbone_tile.partial_tiles)
                 sequence
                   filter init:   band[i mod MR, j mod NR]
                   filter update: mark cpu_microkernel -> band[k mod KC]
@@ -79,6 +81,7 @@ from polycomp.scheduler.cpu.backbone_tile import (
     isolate_full_tiles,
     loop_vars,
     mod_aff,
+    partial_tiles,
     to_upa,
 )
 from polycomp.scheduler.promotion.cpu_pack import request_mark
@@ -299,8 +302,11 @@ def match_scop_gemm(statements: list[Statement], written_elsewhere=()) -> ScopGe
     return ScopGemm(upd, init, pos, ipos, x, y, upd.write.dtype, pairs)
 
 
-def _affs(space: isl.Space, pos: dict, b: Blocking, k: isl.Aff | None) -> dict:
+def _affs(space: isl.Space, pos: dict, b: Blocking, k: isl.Aff | None,
+          origin: tuple = ()) -> dict:
     i, j = dim_aff(space, pos["i"]), dim_aff(space, pos["j"])
+    if origin:     # tiles counted from (oi, oj) on
+        i, j = i.sub(origin[0]), j.sub(origin[1])
     zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(space))
     kk = zero if k is None else k
     return {"b": [dim_aff(space, t) for t in pos["b"]],
@@ -311,11 +317,19 @@ def _affs(space: isl.Space, pos: dict, b: Blocking, k: isl.Aff | None) -> dict:
             "ii": mod_aff(i, b.MR), "jj": mod_aff(j, b.NR)}
 
 
-def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list):
+def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
+                   parallel_regs: bool = False, origin: tuple = ()):
     """The subtree of the module docstring for ``g`` (pack requests appended to
-    ``requests``, i.e. ``promotion_state(state).pack_requests``)."""
+    ``requests``, i.e. ``promotion_state(state).pack_requests``); ``outer``: the
+    members (UnionPwAff on the update) of the bands the subtree will sit below, which
+    the isolate option of the register tiles names first; ``parallel_regs``: the
+    ``cpu_parallel`` mark right above the register-tile band instead of at the top
+    (threads split one block's register tiles and share its packed copies: for a
+    subtree below a sequential loop that the ``i`` tiles' range varies with);
+    ``origin``: affs ``(oi, oj)`` on the update's domain (no init) from which the ``i``
+    and ``j`` tiles are counted (``floor((i - oi)/MC)``, ...; default 0)."""
     sp = g.update.domain.get_space()
-    u = _affs(sp, g.upd_pos, b, dim_aff(sp, g.upd_pos["k"]))
+    u = _affs(sp, g.upd_pos, b, dim_aff(sp, g.upd_pos["k"]), origin)
     parts = [u]
     if g.init is not None:
         assert g.init_pos is not None
@@ -328,9 +342,18 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list):
     it, kt, jt, ir_, jr = (member(n) for n in ("it", "kt", "jt", "ir", "jr"))
     kk = to_upa(mod_aff(dim_aff(sp, g.upd_pos["k"]), b.KC))
     ii, jj = to_upa(u["ii"]), to_upa(u["jj"])
-    upd_prefix = [to_upa(a) for a in u["b"]] + [to_upa(u[n]) for n in ("it", "kt", "jt")]
-    iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
-                             (b.MR, b.NR), g.update.domain)
+    # with outer bands that fix the k block (scop-factor's steps: KC = the block) the
+    # kt band is left out (isl would generate no loop for it, and the packs' origins
+    # must be functions of the generated loops)
+    tiles = ("it", "kt", "jt") if not outer else ("it", "jt")
+    upd_prefix = list(outer) + [to_upa(a) for a in u["b"]] + [to_upa(u[n]) for n in tiles]
+    dom, ip, jp = g.update.domain, g.upd_pos["i"], g.upd_pos["j"]
+    # symbolic sizes over a rectangle: every register tile, partial ones included, is the
+    # micro-kernel's (backbone_tile.partial_tiles); a triangle (syrk) isolates its full
+    # tiles, the ones crossing the diagonal take the generic nest
+    boxed = partial_tiles(dom, ip, jp) and _separable(dom, ip) and _separable(dom, jp)
+    iso = None if boxed else isolate_full_tiles(
+        upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj], (b.MR, b.NR), dom)
     micro = T.Mark(marks.CPU_MICROKERNEL,
                    T.Band([kk], T.Band([ii, jj], permutable=True, coincident=[True, True]),
                           permutable=True))
@@ -342,7 +365,10 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list):
             T.Filter(isl.UnionSet.from_set(isl.Set.universe(g.init.domain.get_space())),
                      zero_tile),
             T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), micro)])
-    regs = T.Band([ir_, jr], body, permutable=True, coincident=[True, True], options=iso)
+    regs: object = T.Band([ir_, jr], body, permutable=True, coincident=[True, True],
+                          options=iso)
+    if parallel_regs:
+        regs = T.Mark(marks.CPU_PARALLEL, regs)
     # one request per operand reference; an array read by several of them (syrk's
     # A[i][k] * A[j][k], syr2k's two products) is packed per reference
     refs = [ld for xy in g.pairs for ld in xy]
@@ -373,11 +399,11 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list):
     jband: object = T.Band([jt], inner, coincident=[rect])
     for mk in reversed(x_marks):
         jband = T.Mark(mk, jband)
-    outer = T.Band([kt], jband)
-    outer = T.Band([it], outer, permutable=True, coincident=[True])
+    top: object = T.Band([kt], jband) if "kt" in tiles else jband
+    top = T.Band([it], top, permutable=True, coincident=[True])
     if batch:
-        outer = T.Band(batch, outer, permutable=True, coincident=[True] * len(batch))
-    return T.Mark(marks.CPU_PARALLEL, outer)
+        top = T.Band(batch, top, permutable=True, coincident=[True] * len(batch))
+    return top if parallel_regs else T.Mark(marks.CPU_PARALLEL, top)
 
 
 class ScopGemmPass(Pass):

@@ -201,6 +201,40 @@ def distributable_baseline_nest(schedule: isl.Schedule, model) -> bool:
     return False
 
 
+#: isl's scheduler is asked for a better tree of a SCoP with a single-thread nest only
+#: up to this many statements (its search time grows fast with them)
+SERIAL_RETRY_STATEMENTS = 6
+
+
+def serial_statements(schedule: isl.Schedule, model) -> int:
+    """How many statements the baseline mapping would run on a single thread: those of
+    baseline nests below no coincident band member, no host loop and no wavefront band
+    (as :class:`ScopBaselinePass` maps them)."""
+    deps = model.dependences
+
+    def count(node) -> int:
+        t = node.get_type()
+        if t == isl.schedule_node_type.band:
+            if _leading_coincident(node, deps):
+                return 0
+            if host_loop_ok(node, deps):
+                return count(node.band_split(1).child(0) if node.band_n_member() > 1
+                             else node.child(0))
+            if wavefront_band(node, deps) is not None:
+                return 0
+            return len(sets(node.get_domain()))
+        if t in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
+            return sum(count(node.child(k).child(0)) for k in range(node.n_children()))
+        if t in (isl.schedule_node_type.filter, isl.schedule_node_type.mark):
+            return count(node.child(0))
+        return len(sets(node.get_domain()))
+    out = 0
+    for index, root in enumerate(nest_roots(schedule)):
+        if choose_path(root, index, model).path != TILED:
+            out += count(root)
+    return out
+
+
 @dataclass(frozen=True, order=True)
 class TreeScore:
     """How well a tree suits the tiled pipeline: statements in tiled nests, then
@@ -339,6 +373,16 @@ class ScopGroupingPass(Pass):
                                     f"in tiled nests ({theirs.contraction} in contractions), "
                                     f"{mine.tiled} ({mine.contraction}) with the input "
                                     f"schedule")
+                schedule = alt
+        serial = serial_statements(schedule, model)
+        if serial and len(model.statements) <= SERIAL_RETRY_STATEMENTS:
+            alt = outer_coincident_schedule(model, schedule.get_domain())
+            theirs, mine = tree_score(alt, model), tree_score(schedule, model)
+            fewer = serial_statements(alt, model)
+            if fewer < serial and theirs >= mine:
+                ctx.note(self.name, f"isl's scheduler (outer coincidence) chosen: "
+                                    f"{fewer} statement(s) on a single thread, {serial} with "
+                                    f"the input schedule")
                 schedule = alt
         for index in range(len(nest_roots(schedule))):
             root = nest_roots(schedule)[index]

@@ -33,6 +33,7 @@ class Refusal(enum.Enum):
     NO_REUSE = "no reuse"
     NO_STRIDED_BOX = "no strided box"
     EMPTY = "empty footprint"
+    SCALAR = "a zero-dimensional array (one value, read through the cache)"
 
 
 # how remarks name a level

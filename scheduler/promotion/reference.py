@@ -17,6 +17,9 @@ Grouping functions here build groups for the uses of the engine:
   *bijective per thread*: every reference indexes the array with exactly the
   statement's output-band iterators, so a cyclic thread mapping of that band gives
   each element to exactly one thread.
+
+Arrays read by a gather (an access with ``Access.indirect``, ``table[idx[i], j]``) are
+in no group: their relation is a may-access over whole dimensions, not a footprint.
 """
 from __future__ import annotations
 
@@ -110,12 +113,22 @@ def read_only_groups(stmts: Iterable[Statement], domain: isl.UnionSet,
     references, with the union access restricted to ``domain`` (the scope's instances).
     Groups come in the order of the arrays' first reads."""
     by_array: dict[str, tuple[ir.Buffer, list[Reference]]] = {}
+    stmts = list(stmts)
+    gathered = indirect_arrays(stmts)
     for s in stmts:
         for a in s.reads:
-            if a.buffer.name in written:
+            if a.buffer.name in written or a.buffer.name in gathered:
                 continue
             by_array.setdefault(a.buffer.name, (a.buffer, []))[1].append(Reference(s, a))
     return [make_group(buf, refs, domain) for buf, refs in by_array.values()]
+
+
+def indirect_arrays(stmts: Iterable[Statement]) -> set[str]:
+    """The arrays some access of ``stmts`` indexes with data (a gather,
+    ``Access.indirect``): their access relations are may-accesses over whole dimensions,
+    so no box, copy or index rewrite may be derived from them; every grouping here
+    leaves them out (they stay in global memory, read in place)."""
+    return {a.buffer.name for s in stmts for a in s.accesses if a.indirect}
 
 
 def guarded_read_group(stmts: Iterable[Statement], array: ir.Buffer,
@@ -124,6 +137,9 @@ def guarded_read_group(stmts: Iterable[Statement], array: ir.Buffer,
     ``tag`` when given) with their *guarded* access relations (``relation``: only the
     elements actually read), restricted to ``domain`` (CPU packing copies exactly the
     elements the scope reads)."""
+    stmts = list(stmts)
+    if array.name in indirect_arrays(stmts):
+        raise PolycompInternalError(f"packing {array.name}, which is read by a gather")
     refs = tuple(Reference(s, a) for s in stmts for a in s.reads
                  if a.buffer.name == array.name and (not tag or a.tag == tag))
     acc = isl.UnionMap.empty(domain.get_space())
@@ -142,7 +158,11 @@ def written_arrays(stmts: Iterable[Statement]) -> list[ir.Buffer]:
 
 
 def array_references(stmts: Iterable[Statement], array: str) -> list[Reference]:
-    """Every reference (read or write) to ``array`` in ``stmts``."""
+    """Every reference (read or write) to ``array`` in ``stmts``; none when ``array``
+    is read by a gather (:func:`indirect_arrays`: never promoted)."""
+    stmts = list(stmts)
+    if array in indirect_arrays(stmts):
+        return []
     return [Reference(s, a) for s in stmts for a in s.accesses if a.buffer.name == array]
 
 

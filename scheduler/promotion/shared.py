@@ -193,11 +193,14 @@ def _site_at(schedule, path, ctx: CompileState) -> _Site | None:
 
 
 def decide(group: ReferenceGroup, site: _Site) -> PromotionDecision:
-    """Promote ``group`` to shared memory at ``site``?  Refused when the footprint of the
+    """Promote ``group`` to shared memory at ``site``?  Refused for a zero-dimensional
+    array (one value: nothing to tile), when the footprint of the
     block (thread ids eliminated) has no constant-size box, or when the group has no
     reuse within a tile and its global accesses are coalesced anyway; the budget is
     checked by the caller, over all groups of the kernel."""
     d = PromotionDecision(group, LEVEL, site.scope)
+    if not group.array.shape:     # PolyBench's alpha, beta: a 0-d input
+        return d.refuse(Refusal.SCALAR)
     f = footprint(site.prefix, group.access)
     if f is None:
         return d.refuse(Refusal.EMPTY)

@@ -1,0 +1,475 @@
+"""Convolutional networks through the graph layer (issue 27 items 1 and 3): ``conv2d``
+(bias, stride, padding, dilation, groups, depthwise), eval-mode ``batch_norm`` (folded
+into the convolution's weights at compile time, or a per-channel affine), max / average /
+adaptive-average pooling, hardtanh / relu6 / clamp and flatten -- through the builder
+(against numpy), the torch.fx importer and ``torch.compile(backend="polycomp")`` (against
+eager torch) on odd / prime channel counts and spatial sizes, stride 2, extent-1 batches
+and dynamic sizes; training-mode batch norm is refused with its reason.  ResNet-18- and
+MobileNet-V2-style networks (:mod:`polycomp.graph.convnets`) compile with every
+convolution, batch norm and pooling compiled (reduced widths here; full size marked
+slow)."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from polycomp.graph import GraphBuilder, compile_graph
+from polycomp.graph.convnets import mobilenet_v2, resnet18
+from polycomp.graph.dynamo import polycomp_backend
+from polycomp.graph.fx import import_module
+
+
+def ref_conv2d(x, w, b=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    """numpy: NCHW cross-correlation with zero padding, per group an einsum."""
+    n, c, h, wd = x.shape
+    f, cg, kh, kw = w.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    xp = np.zeros((n, c, h + 2 * ph, wd + 2 * pw), np.float64)
+    xp[:, :, ph:ph + h, pw:pw + wd] = x
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((n, f, oh, ow), np.float64)
+    fo = f // groups
+    for g in range(groups):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        ws = w[g * fo:(g + 1) * fo].astype(np.float64)
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh,
+                           j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                out[:, g * fo:(g + 1) * fo] += np.einsum("nchw,fc->nfhw", patch, ws[:, :, i, j])
+    if b is not None:
+        out += b[None, :, None, None]
+    return out
+
+
+CONV_CASES = [  # (N, C, H, W), (F, KH, KW), stride, padding, dilation, groups
+    ((1, 3, 7, 5), (5, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+    ((2, 5, 11, 13), (7, 3, 3), (2, 2), (1, 1), (1, 1), 1),
+    ((1, 3, 9, 8), (4, 2, 3), (2, 1), (0, 2), (2, 1), 1),
+    ((2, 6, 9, 7), (9, 3, 3), (1, 2), (1, 1), (1, 1), 3),
+    ((1, 7, 13, 11), (7, 3, 3), (2, 2), (1, 1), (1, 1), 7),     # depthwise
+    ((1, 3, 5, 6), (6, 3, 3), (1, 1), (1, 1), (1, 1), 3),       # depthwise, multiplier 2
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[0]}-{c[1]}-s{c[2]}-g{c[5]}")
+def test_builder_conv2d_against_numpy(case):
+    xs, (f, kh, kw), stride, pad, dil, groups = case
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((f, xs[1] // groups, kh, kw)).astype(np.float32)
+    b = rng.standard_normal(f).astype(np.float32)
+    g = GraphBuilder("conv")
+    xv = g.input("x", ("N",) + xs[1:])
+    y = g.conv2d(xv, g.constant("w", w), g.constant("b", b), stride=stride, padding=pad,
+                 dilation=dil, groups=groups)
+    cg = compile_graph(g.build(y), "c")
+    got = cg(x)
+    np.testing.assert_allclose(got, ref_conv2d(x, w, b, stride, pad, dil, groups),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_builder_conv2d_symbolic_spatial_extents_one_compilation():
+    """H and W symbolic: the output extents are floor expressions (kernel parameters)."""
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    g = GraphBuilder("convsym")
+    xv = g.input("x", ("N", 3, "H", "W"))
+    y = g.relu(g.conv2d(xv, g.constant("w", w), stride=(2, 2), padding=(1, 1)))
+    graph = g.build(y)
+    assert "floor" in str(y.shape[2])
+    cg = compile_graph(graph, "c")
+    for shape in ((1, 3, 7, 5), (2, 3, 12, 9), (1, 3, 1, 1)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(cg(x), np.maximum(ref_conv2d(x, w, None, (2, 2), (1, 1)), 0),
+                                   rtol=1e-4, atol=1e-4)
+
+
+POOL_CASES = [
+    ("max", dict(kernel_size=3, stride=2, padding=1), (2, 3, 11, 9)),
+    ("max", dict(kernel_size=2, stride=1, padding=0, dilation=2), (1, 5, 7, 6)),
+    ("avg", dict(kernel_size=3, stride=2, padding=1), (1, 3, 9, 7)),
+    ("avg", dict(kernel_size=3, stride=2, padding=1, count_include_pad=False), (2, 3, 9, 7)),
+    ("avg", dict(kernel_size=2, stride=2, divisor_override=3), (1, 2, 5, 8)),
+]
+
+
+@pytest.mark.parametrize("case", POOL_CASES, ids=lambda c: f"{c[0]}-{len(c[1])}-{c[2]}")
+def test_pooling_against_torch(case):
+    kind, kw, shape = case
+    f = F.max_pool2d if kind == "max" else F.avg_pool2d
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3))
+    g = GraphBuilder("pool")
+    xv = g.input("x", shape)
+    attrs = dict(kernel=kw["kernel_size"], stride=(kw["stride"],) * 2,
+                 padding=(kw.get("padding", 0),) * 2)
+    if kind == "max":
+        attrs["dilation"] = (kw.get("dilation", 1),) * 2
+        y = g.max_pool2d(xv, **attrs)
+    else:
+        attrs["count_include_pad"] = kw.get("count_include_pad", True)
+        if "divisor_override" in kw:
+            attrs["divisor"] = kw["divisor_override"]
+        y = g.avg_pool2d(xv, **attrs)
+    got = compile_graph(g.build(y), "c")(x.numpy())
+    np.testing.assert_allclose(got, f(x, **kw).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,out", [((2, 3, 7, 5), (3, 2)), ((1, 4, 8, 6), (2, 3)),
+                                       ((1, 3, 5, 5), (1, 1)), ((1, 2, 3, 4), (5, 7))])
+def test_adaptive_avg_pool_against_torch(shape, out):
+    """Integer extents: any output size (bins not dividing evenly are masked windows)."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(4))
+    g = GraphBuilder("apool")
+    y = g.adaptive_avg_pool2d(g.input("x", shape), out=out)
+    got = compile_graph(g.build(y), "c")(x.numpy())
+    np.testing.assert_allclose(got, F.adaptive_avg_pool2d(x, out).numpy(), rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------- torch.fx importer
+
+
+def _randomised(model):
+    g = torch.Generator().manual_seed(5)
+    for m in model.modules():
+        if isinstance(m, (nn.BatchNorm2d, nn.BatchNorm1d)):
+            with torch.no_grad():
+                m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.3)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.bias.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+    return model.eval()
+
+
+def test_fx_conv_bn_folds_into_the_convolution():
+    torch.manual_seed(0)
+    m = _randomised(nn.Sequential(nn.Conv2d(3, 5, 3, 2, 1), nn.BatchNorm2d(5), nn.ReLU6(),
+                                  nn.Conv2d(5, 5, 3, 1, 1, groups=5, bias=False),
+                                  nn.BatchNorm2d(5), nn.Flatten()))
+    graph = import_module(m, [("N", 3, 9, 7)])
+    assert [n.op for n in graph.nodes] == ["conv2d", "hardtanh", "conv2d", "reshape"]
+    assert all(len(n.inputs) == 3 for n in graph.nodes if n.op == "conv2d")  # folded bias
+    cg = compile_graph(graph, "c")
+    for n in (1, 3):
+        x = torch.randn(n, 3, 9, 7)
+        with torch.no_grad():
+            np.testing.assert_allclose(cg(x.numpy()), m(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_fx_standalone_batch_norm_is_a_per_channel_affine():
+    """Batch norm of an input or after an add (nothing to fold into), 2-d and 4-d."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm2d(3)
+            self.bn1 = nn.BatchNorm1d(7)
+
+        def forward(self, x, y, z):
+            return self.bn(x + y), self.bn1(z)
+    m = _randomised(M())
+    graph = import_module(m, [(2, 3, 5, 4), (2, 3, 5, 4), ("B", 7)])
+    assert "conv2d" not in [n.op for n in graph.nodes]
+    cg = compile_graph(graph, "c")
+    x, y, z = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4), torch.randn(1, 7)
+    a, b = cg(x.numpy(), y.numpy(), z.numpy())
+    with torch.no_grad():
+        ra, rb = m(x, y, z)
+    np.testing.assert_allclose(a, ra.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b, rb.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_fx_hardtanh_relu6_clamp_keep_nan_and_edges():
+    class M(nn.Module):
+        def forward(self, x):
+            return F.relu6(x), F.hardtanh(x, -0.5, 2.0), torch.clamp(x, min=0.25), \
+                x.clamp(max=1.0)
+    x = torch.tensor([[float("nan"), -7.0, -0.5, 0.0, 2.0, 6.0, 6.5, float("inf"),
+                       -float("inf"), 0.3]])
+    cg = compile_graph(import_module(M(), [(1, 10)]), "c")
+    for got, ref in zip(cg(x.numpy()), M()(x)):
+        np.testing.assert_array_equal(got, ref.numpy())
+
+
+# --------------------------------------------------------------------- torch.compile
+
+
+class Recorder:
+    def __init__(self, target="c"):
+        self.fns, self.target = [], target
+
+    def __call__(self, gm, example_inputs):
+        fn = polycomp_backend(gm, example_inputs, options={"target": self.target,
+                                                           "strict": True})
+        self.fns.append(fn)
+        return fn
+
+    @property
+    def eager(self):
+        return [line for f in self.fns for line in f.polycomp_report.eager]
+
+    def compiled_ops(self) -> list[str]:
+        """The ops of every compiled group (the partition the backend built)."""
+        return [n.op for f in self.fns if f.compiled_graph is not None
+                for g in f.compiled_graph.partition.groups for n in g.nodes]
+
+
+def _compile_and_check(model, shapes, target="c", dynamic=None, rtol=1e-4):
+    torch._dynamo.reset()
+    rec = Recorder(target)
+    cm = torch.compile(model, backend=rec, dynamic=dynamic)
+    gen = torch.Generator().manual_seed(6)
+    for s in shapes:
+        x = torch.randn(s, generator=gen)
+        with torch.no_grad():
+            ref, got = model(x), cm(x)
+        assert got.shape == ref.shape
+        torch.testing.assert_close(got, ref, rtol=rtol, atol=rtol * max(1.0, ref.abs().max()))
+    return rec
+
+
+def _n_convs(model) -> int:
+    return sum(isinstance(m, nn.Conv2d) for m in model.modules())
+
+
+class SmallNet(nn.Module):
+    """Stem conv + bn + relu6, max pool, depthwise and grouped convs, avg pool, adaptive
+    average pool, flatten and linear: every op of this file's table."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 6, 3, 2, 1, bias=False), nn.BatchNorm2d(6),
+                                  nn.ReLU6(inplace=True), nn.MaxPool2d(3, 2, 1))
+        self.dw = nn.Sequential(nn.Conv2d(6, 6, 3, 1, 1, groups=6, bias=False),
+                                nn.BatchNorm2d(6), nn.Hardtanh(0.0, 6.0))
+        self.gc = nn.Conv2d(6, 9, 1, groups=3)
+        self.pool = nn.AvgPool2d(2, 1)
+        self.head = nn.Linear(9, 5)
+
+    def forward(self, x):
+        x = self.gc(self.dw(self.stem(x)) + x[:, :1, :1, :1])
+        x = F.adaptive_avg_pool2d(self.pool(x), 1)
+        return self.head(torch.flatten(x, 1))
+
+
+def test_dynamo_conv_bn_relu6_one_kernel_statistics_captured():
+    """The batch-norm statistics (module buffers) are constants folded into the
+    convolution, not arguments of the compiled graph: one kernel, conv2d -> hardtanh."""
+    m = _randomised(nn.Sequential(nn.Conv2d(3, 5, 3, 2, 1, bias=False), nn.BatchNorm2d(5),
+                                  nn.ReLU6()))
+    rec = _compile_and_check(m, [(1, 3, 11, 7)])
+    assert not rec.eager, rec.eager
+    assert rec.compiled_ops() == ["conv2d", "hardtanh"]
+    assert len(rec.fns[0].compiled_graph.graph.inputs) == 1  # x only
+
+
+@pytest.mark.slow
+def test_dynamo_small_convnet_fully_compiled_static_and_dynamic():
+    m = _randomised(SmallNet())
+    rec = _compile_and_check(m, [(1, 3, 17, 13), (2, 3, 23, 19)])  # 2nd: automatic dynamic
+    assert not rec.eager, rec.eager
+    assert all(f.polycomp_report.compiled == f.polycomp_report.pieces for f in rec.fns)
+    ops = rec.compiled_ops()
+    assert "batch_norm" not in ops and ops.count("conv2d") >= _n_convs(m)
+    for op in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "hardtanh"):
+        assert op in ops
+    # the batch-norm statistics are constants, not arguments of the compiled graph
+    cg = rec.fns[-1].compiled_graph
+    assert [v.name for v in cg.graph.inputs] == ["l_x_"]
+
+
+def test_dynamo_batch_norm_buffers_updated_recompile():
+    torch._dynamo.reset()
+    m = _randomised(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)))
+    rec = Recorder()
+    cm = torch.compile(m, backend=rec)
+    x = torch.randn(1, 3, 6, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(cm(x), m(x))
+        m[1].running_mean.add_(1.0)  # an in-place update of a folded statistic
+        torch.testing.assert_close(cm(x), m(x))
+    assert any("changed" in line for line in rec.eager)
+
+
+def test_dynamo_training_batch_norm_runs_eagerly_with_reason():
+    torch._dynamo.reset()
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
+    ref = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
+    ref.load_state_dict(m.state_dict())
+    rec = Recorder()
+    x = torch.randn(2, 3, 6, 5)
+    with torch.no_grad():
+        got = torch.compile(m, backend=rec)(x)
+        want = ref(x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(m[1].running_mean, ref[1].running_mean)  # stats updated
+    assert any("batch_norm in training mode" in line for line in rec.eager), rec.eager
+
+
+def test_dynamo_adaptive_pool_of_symbolic_extent_is_refused_with_reason():
+    torch._dynamo.reset()
+
+    class M(nn.Module):
+        def forward(self, x):
+            return F.adaptive_avg_pool2d(torch.relu(x), (2, 2))
+    rec = Recorder()
+    cm = torch.compile(M(), backend=rec, dynamic=True)
+    x = torch.randn(1, 2, 7, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(cm(x), M()(x))
+    assert any("adaptive_avg_pool2d to 2 of the symbolic extent" in line
+               for line in rec.eager), rec.eager
+
+
+def test_dynamo_max_pool_ceil_mode_that_changes_the_extent_runs_eagerly():
+    torch._dynamo.reset()
+    rec = Recorder()
+    m = nn.MaxPool2d(2, 2, ceil_mode=True)
+    x = torch.randn(1, 2, 7, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(m, backend=rec)(x), m(x))
+    assert any("ceil_mode=True" in line for line in rec.eager), rec.eager
+
+
+# --------------------------------------------------------------------- the two networks
+
+
+def _check_network(model, shapes, target):
+    rec = _compile_and_check(model, shapes, target)
+    assert not rec.eager, rec.eager
+    assert all(f.polycomp_report.compiled == f.polycomp_report.pieces for f in rec.fns)
+    ops = rec.compiled_ops()
+    # every convolution is compiled (batch norm folded in: there is none left), and the
+    # pools and activations too
+    assert ops.count("conv2d") == _n_convs(model) * len(rec.fns), ops
+    assert "batch_norm" not in ops
+    return ops
+
+
+TINY_MOBILENET = dict(width_mult=0.5, settings=((1, 8, 1, 1), (6, 12, 2, 2), (6, 16, 1, 2)),
+                      last_channel=32, num_classes=10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["c", "cpu"])
+def test_resnet18_style_reduced_matches_eager(target):
+    m = resnet18(width=8, blocks=(1, 1, 1, 1), num_classes=10)
+    ops = _check_network(m, [(1, 3, 32, 32), (2, 3, 64, 64)], target)
+    assert "max_pool2d" in ops and "adaptive_avg_pool2d" in ops
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["c", "cpu"])
+def test_mobilenet_v2_style_reduced_matches_eager(target):
+    m = mobilenet_v2(**TINY_MOBILENET)
+    ops = _check_network(m, [(1, 3, 32, 32), (2, 3, 64, 64)], target)
+    assert "hardtanh" in ops and "adaptive_avg_pool2d" in ops
+
+
+@pytest.mark.slow
+def test_resnet18_full_size_matches_eager():
+    _check_network(resnet18(), [(1, 3, 224, 224)], "cpu")
+
+
+@pytest.mark.slow
+def test_mobilenet_v2_full_size_matches_eager():
+    _check_network(mobilenet_v2(), [(1, 3, 224, 224)], "cpu")
+
+
+# --------------------------------------------------------------------- ONNX
+
+
+def _onnx_graph(model, shape, dynamic_axes=None, train_bn=False):
+    import io
+    import warnings
+
+    import onnx
+
+    from polycomp.graph.onnx_import import import_onnx
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(shape),), f, dynamo=False, input_names=["x"],
+                          output_names=["y"], opset_version=17,
+                          dynamic_axes=dynamic_axes or {},
+                          do_constant_folding=False)
+    return onnx.load_from_string(f.getvalue()), import_onnx
+
+
+class OnnxNet(nn.Module):
+    """Conv + BatchNormalization (not folded by the exporter), Clip, MaxPool, AveragePool
+    (count_include_pad=False), depthwise Conv, GlobalAveragePool, Flatten, Gemm."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 5, 3, 2, 1, bias=False)
+        self.bn = nn.BatchNorm2d(5)
+        self.dw = nn.Conv2d(5, 5, 3, 1, 1, groups=5)
+        self.bn2 = nn.BatchNorm2d(5)
+        self.fc = nn.Linear(5, 7)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu6(self.bn(self.c1(x))), 3, 2, 1)
+        x = F.avg_pool2d(self.bn2(self.dw(x)), 3, 1, 1, count_include_pad=False)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def test_onnx_convnet_imports_and_matches_eager():
+    m = _randomised(OnnxNet())
+    proto, import_onnx = _onnx_graph(m, (2, 3, 15, 13), {"x": {0: "N"}, "y": {0: "N"}})
+    ops = {n.op_type for n in proto.graph.node}
+    assert {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Gemm",
+            "Clip"} <= ops, ops
+    graph = import_onnx(proto, "onnxnet")
+    assert "batch_norm" not in [n.op for n in graph.nodes]
+    cg = compile_graph(graph, "c")
+    for n in (1, 3):
+        x = torch.randn(n, 3, 15, 13)
+        with torch.no_grad():
+            torch.testing.assert_close(torch.as_tensor(cg(x.numpy())), m(x), rtol=1e-4,
+                                       atol=1e-5)
+
+
+def test_onnx_batch_normalization_standalone():
+    m = _randomised(nn.Sequential(nn.BatchNorm2d(3)))
+    proto, import_onnx = _onnx_graph(m, (1, 3, 4, 5))
+    assert "BatchNormalization" in {n.op_type for n in proto.graph.node}
+    cg = compile_graph(import_onnx(proto), "c")
+    x = torch.randn(1, 3, 4, 5)
+    with torch.no_grad():
+        np.testing.assert_allclose(cg(x.numpy()), m(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16"])
+def test_builder_conv_pool_other_float_dtypes(dtype):
+    """float64 computes in float64; float16 accumulates in float32 and rounds once."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 4, 7, 6)).astype(dtype)
+    w = rng.standard_normal((6, 2, 3, 3)).astype(dtype)
+    g = GraphBuilder("convdt")
+    xv = g.input("x", (1, 4, 7, 6), dtype)
+    c = g.conv2d(xv, g.constant("w", w), stride=(2, 1), padding=(1, 1), groups=2)
+    y = g.avg_pool2d(c, kernel=(2, 2), stride=(1, 1), padding=(0, 0), count_include_pad=True)
+    got = compile_graph(g.build(y), "c")(x)
+    assert got.dtype == np.dtype(dtype)
+    ref = ref_conv2d(x.astype(np.float64), w.astype(np.float64), None, (2, 1), (1, 1),
+                     groups=2).astype(dtype).astype(np.float64)
+    ref = (ref[:, :, :-1, :-1] + ref[:, :, 1:, :-1] + ref[:, :, :-1, 1:] + ref[:, :, 1:, 1:]) / 4
+    tol = 1e-12 if dtype == "float64" else 3e-3
+    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.slow
+def test_onnx_resnet18_style_reduced_matches_eager():
+    m = resnet18(width=8, blocks=(1, 1, 1, 1), num_classes=10)
+    proto, import_onnx = _onnx_graph(m, (1, 3, 32, 32), {"x": {0: "N"}, "y": {0: "N"}})
+    graph = import_onnx(proto, "resnet")
+    assert [n.op for n in graph.nodes].count("conv2d") == _n_convs(m)
+    assert "batch_norm" not in [n.op for n in graph.nodes]
+    cg = compile_graph(graph, "c")
+    for n in (1, 2):
+        x = torch.randn(n, 3, 32, 32)
+        with torch.no_grad():
+            torch.testing.assert_close(torch.as_tensor(cg(x.numpy())), m(x), rtol=1e-4,
+                                       atol=1e-5)
