@@ -173,7 +173,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-long-rows", action="store_true",
                     help="leave out softmax (4096, 4096), layernorm (8192, 4096) and "
-                         "softmax (4096, 32000) (about 10 minutes of simulation)")
+                         "softmax (4096, 32000) (about 16 minutes of simulation)")
     a = ap.parse_args(argv)
     r = run(a.size, a.rows, a.cols, not a.no_long_rows)
     print(json.dumps(r, indent=2) if a.json else _table(r))
