@@ -273,6 +273,11 @@ class NpuOptions(Options):
     chain_tiles: tuple[int, ...] | None = opt(
         None, int_tuple(None), "tiles (TM, TL) or (TM, TL, TN) of the fused chain program, "
         "multiples of 16; default: the data-movement model's choice")
+    chain_cost: bool = opt(True, boolean,
+                           "decline a chain fusion that the A2 cycle model predicts slower "
+                           "than the phased program (constant shapes, no iterator values "
+                           "between the products, no chain_tiles given); off: fuse "
+                           "whenever tiles fit")
 
     def validate(self) -> None:
         if self.chain_tiles is not None and (any(t % 16 for t in self.chain_tiles)

@@ -284,10 +284,18 @@ def test_constant_shapes():
 
 
 def test_row_too_long_for_ub_is_reported():
-    ck = _vector_ck("softmax", "float32")
-    x = np.zeros((4, 1500), np.float32)
+    """A row longer than UB runs in chunks (tests/test_npu_longrow_chunks.py) where the
+    plan has a chunked form; a transposed box (a column group of a leading axis) has
+    none, and says so."""
+    from polycomp.frontend.ops import softmax3d_kernel
+    ck = compile_kernel(softmax3d_kernel(1, "float32"), "npu-lite")
+    x = np.zeros((2, 1500, 3), np.float32)
     with pytest.raises(NpuCapacityError, match=r"one row of 1500 elements needs \d+ B of UB"):
         interpret(ck, x)
+    x = np.random.default_rng(2).standard_normal((4, 1500)).astype(np.float32)
+    y = interpret(_vector_ck("softmax", "float32"), x)
+    ref = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(y, ref / ref.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
 def test_double_buffering_overlaps_pipes():

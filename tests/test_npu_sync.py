@@ -29,7 +29,24 @@ CASES = {
                          [(2, 3, 23, 23), (37, 3, 3, 3), (37,)]),
     "attention": ("attention", "float32", "npu-lite",
                   [(16, 40, 5), (16, 50, 5), (16, 50, 5)]),
+    # rows longer than UB: the chunked form (two passes; three with gamma/beta chunks)
+    "softmax_long": ("softmax", "float16", "npu-lite", [(12, 1100)]),
+    "layernorm_long": ("layernorm", "float16", "npu-lite", [(12, 700), (700,), (700,)]),
 }
+
+
+def _not_taken(prog, ck, arrays) -> set[int]:
+    """The top-level guard loop (``ls`` / ``ll``) of a vector program with the long-row
+    form that this call does not run (its flags cannot be shown needed by it)."""
+    from polycomp.hw.npu.backend import _bind, host_tiling
+    from polycomp.hw.npu.program import Loop
+    body = strip_flags(prog.body)
+    if not prog.tiling.long:
+        return set()
+    sizes, _ = _bind(ck.final_ir, arrays)
+    lr = host_tiling(ck.final_ir.program, ck.target, sizes).programs[id(prog)]["LR"]
+    return {k for k, s in enumerate(body)
+            if isinstance(s, Loop) and s.var == ("ll" if lr == 0 else "ls")}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -44,7 +61,10 @@ def test_each_placed_flag_is_needed(case):
     simulate(ck, *arrays)                                # as placed: no race
     n = 0
     for prog in kernel.programs:
+        skip = _not_taken(prog, ck, arrays)
         for f in plan_flags(strip_flags(prog.body)):
+            if f.path and f.path[0] in skip:
+                continue
             def drop(p, f=f, prog=prog):
                 if p is not prog:
                     return p

@@ -91,7 +91,11 @@ def host_tiling(kernel: Kernel, target: Target, sizes: dict) -> HostTiling:
     progs = {}
     for prog in kernel.programs:
         if prog.core == "AIV" and prog.tiling.rows is not None:
-            progs[id(prog)] = vector_tiling(prog, sizes, target.capacity("UB"))
+            # a vector-only kernel's tiles are its blocks: balance them over the cores
+            aiv = kernel.kind == "aiv"
+            progs[id(prog)] = vector_tiling(prog, sizes, target.capacity("UB"),
+                                            p.aiv_cores if aiv else 0,
+                                            kernel.blocks if aiv else None)
     env = dict(sizes)
     if kernel.kind == "aiv" and progs:
         env.update(next(iter(progs.values())))
@@ -125,7 +129,9 @@ def run_module(mod: NpuModule, target: Target, *arrays):
     for t in k.outputs:
         gm[t.name] = np.zeros(dims(t.dims), np.dtype(t.dtype))
     for t in k.workspaces:
-        gm[t.name] = np.full(host.workspaces[t.name], np.nan, np.dtype(t.dtype))
+        dt = np.dtype(t.dtype)        # NaN (or the lowest integer): unwritten shows
+        gm[t.name] = np.full(host.workspaces[t.name],
+                             np.nan if dt.kind == "f" else np.iinfo(dt).min, dt)
     for prog in k.programs:
         if any(isinstance(s, LOGICAL) and not isinstance(s, API) for s in walk(prog.body)):
             raise TargetError(f"kernel {mod.name}: program {prog.name} holds logical "

@@ -100,9 +100,9 @@ def _api(s) -> str:
         return f"{name} {', '.join(args)}"
     parts = []
     for f in fields(s):
-        if f.name == "pipe":
-            continue
         v = getattr(s, f.name)
+        if f.name == "pipe" or (v is None and f.default is None):    # an unset option
+            continue
         if isinstance(v, (Slot, GmRef, Ix, Scalar)):
             parts.append(f"{f.name}={_operand(v)}")
         elif isinstance(v, tuple) and v and isinstance(v[0], Ix):

@@ -138,6 +138,9 @@ def _copy_out(s: CopyOut) -> tuple:
     rows, cols = r.matrix()
     dst = GmRef(r.tensor, r.linear())
     if s.pipe == "FIX":
+        if s.scale is not None:      # int32 -> fp16 x scale
+            return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
+                                "DEQF16", deq=s.scale),)
         quant = _QUANT[r.tensor.dtype]
         return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
                             quant),)
@@ -459,8 +462,9 @@ class _VecExpander:
             return (VecCall("Duplicate", dst, (_scalar(src),), _count(dst.buf, rows)),)
         if src.buf.dtype == dst.buf.dtype:
             return self.binary("Add", dst, (src, 0.0), rows)
-        mode = "CAST_RINT" if ITEMSIZE[dst.buf.dtype] < ITEMSIZE[src.buf.dtype] else \
-            "CAST_NONE"
+        # narrowing, and int32 -> float (not every int32 is a float): round to nearest
+        mode = "CAST_RINT" if ITEMSIZE[dst.buf.dtype] < ITEMSIZE[src.buf.dtype] or \
+            src.buf.dtype == "int32" else "CAST_NONE"
         if dst.buf.layout == "COL" and src.buf.layout == "COL":
             # a value per row: one block per row in either type (a block holds 16 halves
             # or 8 floats): a repeat per row, every lane of the destination block from

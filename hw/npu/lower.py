@@ -101,6 +101,9 @@ def _epilogue_frame(graph, stage, conv: ConvMatch) -> tuple[Frame, list]:
 def _cube(name: str, plan: CubePlan) -> Kernel:
     """A (batch) matmul, with its output cast or its vector epilogue (each vector core
     takes half the rows of an output tile)."""
+    if plan.deq_scale is not None:        # int32 -> fp16 with the scale, by Fixpipe
+        return cube_program(name, plan.in_dtype, "float16", False, plan.tiles,
+                            deq=plan.deq_scale)
     if not plan.epilogue:
         return cube_program(name, plan.in_dtype, plan.out_dtype, plan.batched, plan.tiles)
     graph, c = plan.graph, plan.contraction
@@ -192,6 +195,15 @@ class LoweringModel:
     """The NPU lowering's answers to the schedule passes
     (:class:`~polycomp.scheduler.npu.plan.NpuLoweringModel`), from the builders
     themselves: what they would build is what is measured."""
+
+    def chain_cycles(self, chain: NpuChain, dims: Any, tiles: NpuChainTiles,
+                     target: Target) -> tuple[int, int]:
+        """Predicted cycles ``(fused, unfused)`` of a chain on ``target``'s chip
+        (:mod:`.chain_cost`)."""
+        from .chain_cost import fused_cycles, unfused_cycles
+        from .target import npu_params
+        p = npu_params(target)
+        return fused_cycles(chain, dims, tiles, p), unfused_cycles(chain, dims, p)
 
     def epilogue_ub(self, graph: Any, stage: Any, conv: ConvMatch | None,
                     copies: int) -> Callable[[int, int], int]:

@@ -197,8 +197,9 @@ def _tile_lets(g: CubeGemm, t: CubeTiles) -> tuple:
 
 def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
                  tiles: CubeTiles, epilogue: Epilogue | None = None,
-                 gemm: CubeGemm | None = None) -> Kernel:
-    """The kernel of ``C = A @ B`` (per batch) on the cube cores (module docstring)."""
+                 gemm: CubeGemm | None = None, deq: float | None = None) -> Kernel:
+    """The kernel of ``C = A @ B`` (per batch) on the cube cores (module docstring);
+    ``deq``: int32 accumulators written as fp16 times this scale (Fixpipe ``DEQF16``)."""
     t = tiles
     g = gemm or matmul_gemm(a_dtype, out_dtype, batched)
     batched = g.batch is not None
@@ -218,7 +219,7 @@ def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
     cube_bufs = (bufs.l1a, bufs.l1b, bufs.l0a, bufs.l0b, bufs.l0c)
     if epilogue is None:
         tail = (CopyOut(Slot(bufs.l0c, i), GmRegion(g.c, (*bidx, mo * t.m0, no * t.n0),
-                                                    (*one, m_ext, n_ext))),)
+                                                    (*one, m_ext, n_ext)), scale=deq),)
         aic = Program(name, "AIC", cube_bufs,
                       tile_walk(total, (*body, *tail), _tile_lets(g, t)))
         return Kernel(name, "aic", g.tensors, (Phase(aic, None),), tiling, (), total)
@@ -234,7 +235,7 @@ def _mixed(name: str, g: CubeGemm, t: CubeTiles, bufs: _Cube, e: Epilogue, total
     bidx: tuple[Ix, ...] = (ix("b"),) if batched else ()
     one: tuple[Ix, ...] = (ix(1),) if batched else ()
     m_ext, n_ext = imin(t.m0, g.m - mo * t.m0), imin(t.n0, g.n - no * t.n0)
-    ws = GlobalTensor("ws", "float32", ("NB", 2, t.m0, t.n0))
+    ws = GlobalTensor("ws", e.acc.dtype, ("NB", 2, t.m0, t.n0))
     slot = i % 2
     # cube core: wait for the slot to be free (two tiles ago), write it, tell the AIVs
     aic_tail = (

@@ -56,7 +56,10 @@ def build_epilogue(graph, mm_stage, extra_inputs, rows: int | str, cols: int | s
                    frame: Frame | None = None) -> Epilogue:
     fr = frame or matmul_frame(mm_stage)
     bld = _Builder(graph.name, fr.view, tile_rows=rows, tile_cols=cols)
-    acc = bld.new("ND", "float32", pingpong=True)
+    # the L0C tile as Fixpipe writes it: fp32, or int32 from int8 operands (the
+    # epilogue's casts dequantise it)
+    acc_dtype = "int32" if mm_stage.output.dtype == "int32" else "float32"
+    acc = bld.new("ND", acc_dtype, pingpong=True)
     bld.values[mm_stage.name] = Val("ND", acc)
     bld.keys[mm_stage.name] = tensor_keys(mm_stage.output)
     rows_in = []

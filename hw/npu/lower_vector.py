@@ -100,6 +100,7 @@ class _Builder:
     tile_cols: int | str = "CP"
     pre_ops: list = field(default_factory=list)    # before the carried loops
     carry_end: int = 0                             # ops[:carry_end] run inside them
+    prefix: str = "ub"                             # of the buffers' names
 
     @property
     def C(self) -> Ix:
@@ -107,14 +108,15 @@ class _Builder:
 
     def new(self, kind: str, dtype: str, pingpong: bool = False) -> LocalBuf:
         cols = 32 // {"float16": 2, "float32": 4}[dtype] if kind == "COL" else self.tile_cols
-        b = LocalBuf(f"ub{len(self.buffers)}", "UB", dtype,
+        b = LocalBuf(f"{self.prefix}{len(self.buffers)}", "UB", dtype,
                      1 if kind == "ROW" else self.tile_rows, cols, kind, pingpong=pingpong)
         self.buffers.append(b)
         return b
 
     def staging(self, dtype: str) -> LocalBuf:
         """A ``CP x TRP`` tile: a transposed box on its way in or out (ping-pong)."""
-        b = LocalBuf(f"ub{len(self.buffers)}", "UB", dtype, "CP", "TRP", "ND", pingpong=True)
+        b = LocalBuf(f"{self.prefix}{len(self.buffers)}", "UB", dtype, "CP", "TRP", "ND",
+                     pingpong=True)
         self.buffers.append(b)
         return b
 
@@ -385,9 +387,11 @@ class VectorPart:
     tiles: Ix
 
 
-def vector_part(graph, view: VectorView | None = None) -> VectorPart:
+def vector_part(graph, view: VectorView | None = None, long: bool = False) -> VectorPart:
     """The vector program of ``graph`` with the dimension roles ``view`` (default:
-    :func:`~polycomp.scheduler.npu.view.choose_view`'s); see the module docstring."""
+    :func:`~polycomp.scheduler.npu.view.choose_view`'s); see the module docstring.
+    ``long``: with the long-row form too (:mod:`.lower_longrow`) where the plan allows
+    it, the host choosing between the two forms at run time."""
     view = view or choose_view(graph)
     _check_carried(graph, view)
     bld = _Builder(graph.name, view)
@@ -464,15 +468,25 @@ def vector_part(graph, view: VectorView | None = None) -> VectorPart:
                                 tuple(ix(d) for d in x.tensor.dims), x.access.split,
                                 x.access.row_stride), Slot(row_bufs[x.buf.name]))
                 for x in row_loads)
-    prog = Program(graph.name, "AIV", tuple(bld.buffers), pro + loop,
-                   Tiling(rows=R, cols=bld.C))
+    from .lower_longrow import long_rows
+    lf = long_rows(graph, view) if long else None
+    if lf is None:
+        prog = Program(graph.name, "AIV", tuple(bld.buffers), pro + loop,
+                       Tiling(rows=R, cols=bld.C))
+        return VectorPart(prog, tuple(tensors), total)
+    # two forms, chosen by the host (LR): whole rows in a tile, or rows in chunks
+    LR = ix("LR")
+    body2 = (Loop("ls", 1 - LR, pro + loop),
+             Loop("ll", LR, tile_walk(total, lf.body, tuple(lets))))
+    prog = Program(graph.name, "AIV", tuple(bld.buffers) + lf.buffers, body2,
+                   Tiling(rows=R, cols=bld.C, long=True))
     return VectorPart(prog, tuple(tensors), total)
 
 
 def vector_program(graph, view: VectorView | None = None) -> Kernel:
     """The vector-only kernel of ``graph`` (``KERNEL_TYPE_AIV_ONLY``): its row tiles
     over every vector core."""
-    part = vector_part(graph, view)
+    part = vector_part(graph, view, long=True)
     return Kernel(graph.name, "aiv", part.tensors, (Phase(None, part.program),),
                   Tiling(), (), part.tiles)
 
@@ -485,25 +499,68 @@ def _ub_bytes(prog: Program, env: dict) -> int:
 MAX_TILE_ROWS = 255
 
 
-def vector_tiling(prog: Program, sizes: dict, ub_capacity: int) -> dict:
+#: the widest chunk of the long-row form, in elements (then halved until a row fits):
+#: narrow chunks leave many rows to a tile, so each call has many repeats
+LONG_CHUNK = 256
+
+
+def vector_tiling(prog: Program, sizes: dict, ub_capacity: int, cores: int = 0,
+                  tiles: Ix | None = None) -> dict:
     """Host tiling of a vector program (after ``npu-isa``: its temporaries count too):
     ``CP`` (the row length padded to 16 elements), ``TR`` (rows per tile: as many as UB
     holds, at most R and at most 255) and ``TRP`` (``TR`` padded to 16, the columns of a
-    staging tile).  A row longer than UB holds raises :class:`NpuCapacityError` (rows
-    longer than a repeat stride spans, 255 data blocks, take ``npu-isa``'s row-by-row
-    form)."""
+    staging tile).  A program with the long-row form (``prog.tiling.long``) also gets
+    ``LR`` (1: rows in chunks) and ``CW`` (the chunk width): where one row of ``CP``
+    elements does not fit UB, ``LR`` = 1, ``CP`` = 0 (the one-tile form's buffers are
+    empty), ``CW`` = the row length padded to 16 but at most :data:`LONG_CHUNK`, halved
+    until a row fits, and ``TR`` as many rows of ``CW`` as fit; else ``LR`` = ``CW`` =
+    0.  With ``cores`` and the kernel's tile count ``tiles`` (an expression of ``TR``),
+    ``TR`` is then the smallest that keeps the busiest core's number of tiles
+    (``ceildiv(tiles, cores)``, the instructions it issues): its rows, the work, shrink
+    and the cores' shares even out.  A row that fits neither way
+    raises :class:`NpuCapacityError` (rows longer than a repeat stride spans, 255 data
+    blocks, take ``npu-isa``'s row-by-row form)."""
     rows, cols = prog.tiling.rows, prog.tiling.cols
     assert rows is not None and cols is not None, prog.name
     R, C = rows.eval(sizes), cols.eval(sizes)
     cp = -(-C // 16) * 16
-    def env(tr: int) -> dict:
-        return {**sizes, "CP": cp, "TR": tr, "TRP": -(-tr // 16) * 16}
-    if _ub_bytes(prog, env(1)) > ub_capacity:
+    long = prog.tiling.long
+
+    def env(tr: int, cp: int = cp, cw: int = 0) -> dict:
+        out = {**sizes, "CP": cp, "TR": tr, "TRP": -(-tr // 16) * 16}
+        return {**out, "LR": int(cw > 0), "CW": cw} if long else out
+
+    def rows_fitting(**kw) -> int:
+        lo, hi = 1, max(1, min(R, MAX_TILE_ROWS))
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if _ub_bytes(prog, env(mid, **kw)) <= ub_capacity \
+                else (lo, mid - 1)
+        return lo
+
+    if _ub_bytes(prog, env(1)) <= ub_capacity:
+        tr = rows_fitting()
+        out = env(tr)
+    elif long:
+        cw = min(cp, LONG_CHUNK)
+        while cw > 16 and _ub_bytes(prog, env(1, 0, cw)) > ub_capacity:
+            cw = max(16, cw // 32 * 16)
+        if _ub_bytes(prog, env(1, 0, cw)) > ub_capacity:
+            raise NpuCapacityError(f"npu: kernel {prog.name}: a chunk of one row of 16 "
+                                   f"elements needs {_ub_bytes(prog, env(1, 0, cw))} B of "
+                                   f"UB; UB holds {ub_capacity} B")
+        out = env(rows_fitting(cp=0, cw=cw), 0, cw)
+    else:
         raise NpuCapacityError(f"npu: kernel {prog.name}: one row of {C} elements needs "
                                f"{_ub_bytes(prog, env(1))} B of UB with its "
-                               f"{len(prog.buffers)} buffers; UB holds {ub_capacity} B")
-    lo, hi = 1, max(1, min(R, MAX_TILE_ROWS))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if _ub_bytes(prog, env(mid)) <= ub_capacity else (lo, mid - 1)
-    return {"CP": cp, "TR": lo, "TRP": -(-lo // 16) * 16}
+                               f"{len(prog.buffers)} buffers; UB holds {ub_capacity} B "
+                               f"(rows are split into chunks only for a single row "
+                               f"dimension read directly, without carried reductions)")
+    if cores and tiles is not None:
+        def rounds(tr: int) -> int:
+            return -(-tiles.eval({**out, "TR": tr}) // cores)
+        best, k = out["TR"], rounds(out["TR"])
+        while best > 1 and rounds(best - 1) == k:
+            best -= 1
+        out = {**out, "TR": best, "TRP": -(-best // 16) * 16}
+    return {k: out[k] for k in ("CP", "TR", "TRP", "LR", "CW") if k in out}

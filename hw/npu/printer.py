@@ -55,6 +55,7 @@ from polycomp.hw.npu.program import (
     walk,
 )
 
+from .lower_vector import LONG_CHUNK
 from .target import npu_params, npu_spec
 
 _CT = {"float16": "half", "float32": "float", "uint8": "uint8_t", "int8": "int8_t",
@@ -216,8 +217,10 @@ def _call(s, ind: str) -> list[str]:
         ct = _CT[s.dst.tensor.dtype]
         p = ", ".join(c_expr(x) for x in (s.n_size, s.m_size, s.src_stride, s.dst_stride))
         st = _CT[s.src.buf.dtype]
+        deq = "" if s.deq is None else f"  // deqScalar: the bits of scale {s.deq!r}f"
         return [f"{ind}Fixpipe<{ct}, {st}, CFG_ROW_MAJOR>({_gm(s.dst)}, {c_slot(s.src)}, "
-                f"FixpipeParamsV220({p}, false, QuantMode_t::{s.quant}, 0, 1, 0, 0, 0));"]
+                f"FixpipeParamsV220({p}, false, QuantMode_t::{s.quant}, {s.deq_scalar}, 1, "
+                f"0, 0, 0));{deq}"]
     if isinstance(s, VecCall):
         return [f"{ind}{_vec(s)}"]
     return _layout_call(s, ind)
@@ -327,9 +330,14 @@ def _vector_progs(k: Kernel) -> list[tuple[int, Program]]:
 
 def _tiling_fields(k: Kernel) -> list[str]:
     out = list(k.size_names)
-    for n, _p in _vector_progs(k):
-        out += [f"TR_{n}", f"CP_{n}", f"TRP_{n}"]
+    for n, p in _vector_progs(k):
+        out += [f"{v}_{n}" for v in _tiling_values(p)]
     return out + ["NB"]
+
+
+def _tiling_values(p: Program) -> tuple[str, ...]:
+    """The host tiling values of a vector program (``LR``, ``CW``: its long-row form)."""
+    return ("TR", "CP", "TRP", "LR", "CW") if p.tiling.long else ("TR", "CP", "TRP")
 
 
 def _host(k: Kernel, target) -> list[str]:
@@ -354,20 +362,48 @@ def _host(k: Kernel, target) -> list[str]:
     env_names: dict[str, str] = {}
     for n, p in _vector_progs(k):
         assert p.tiling.rows is not None and p.tiling.cols is not None
-        names = {"TR": "tr", "CP": "cp", "TRP": "PcAlignUp(tr, 16)"}
+        names = {"TR": "tr", "CP": "cp", "TRP": "PcAlignUp(tr, 16)", "CW": "cw"}
         need = " + ".join(f"{b.copies} * PcAlignUp({_dim(b.rows, names)} * "
                           f"{_dim(b.cols, names)} * {b.itemsize}, 256)"
                           for b in p.buffers) or "0"
-        out += [f"    {{   // phase {n}: UB tiling (rows of CP elements, TR rows, at most "
-                f"255; UB {ub} B)",
-                f"        const int64_t cp = PcAlignUp({c_expr(p.tiling.cols)}, 16);",
-                f"        int64_t tr = PcMax(PcMin({c_expr(p.tiling.rows)}, 255), 1);",
-                f"        while (tr > 1 && ({need}) > {ub}) {{ --tr; }}",
-                f"        if (({need}) > {ub}) {{ return 0; }}",
-                f"        t->TR_{n} = tr; t->CP_{n} = cp; t->TRP_{n} = PcAlignUp(tr, 16);",
+        rows = f"PcMax(PcMin({c_expr(p.tiling.rows)}, 255), 1)"
+        head = f"    {{   // phase {n}: UB tiling (rows of CP elements, TR rows, at most " \
+               f"255; UB {ub} B)"
+        if not p.tiling.long:
+            out += [head,
+                    f"        const int64_t cp = PcAlignUp({c_expr(p.tiling.cols)}, 16);",
+                    f"        int64_t tr = {rows};"]
+        else:       # a row that does not fit: chunks of cw elements (lower_vector.py)
+            out += [head,
+                    f"        int64_t cp = PcAlignUp({c_expr(p.tiling.cols)}, 16);",
+                    "        int64_t tr = 1, cw = 0, lr = 0;",
+                    f"        if (({need}) > {ub}) {{   // rows in chunks of CW elements",
+                    f"            lr = 1; cw = PcMin(cp, {LONG_CHUNK}); cp = 0;",
+                    f"            while (cw > 16 && ({need}) > {ub}) {{ "
+                    f"cw = PcMax(16, cw / 32 * 16); }}",
+                    "        }",
+                    f"        tr = {rows};"]
+        out += [f"        while (tr > 1 && ({need}) > {ub}) {{ --tr; }}",
+                f"        if (({need}) > {ub}) {{ return 0; }}"]
+        if k.kind == "aiv":     # the fewest rows on the busiest core (lower_vector.py)
+            def rounds(v: str) -> str:
+                tiles = c_expr(k.blocks, {"TR": v, "CP": "cp", "CW": "cw"})
+                return f"PcCeilDiv({tiles}, static_cast<int64_t>(aivNum))"
+            out += ["        {   // balance the row tiles over the vector cores: the fewest",
+                    "            // rows per tile that keep the busiest core's tile count",
+                    f"            const int64_t pcRounds = {rounds('tr')};",
+                    "            while (tr > 1) {",
+                    "                const int64_t pcTr1 = tr - 1;",
+                    f"                if ({rounds('pcTr1')} != pcRounds) {{ break; }}",
+                    "                tr = pcTr1;",
+                    "            }",
+                    "        }"]
+        out += [
+                f"        t->TR_{n} = tr; t->CP_{n} = cp; t->TRP_{n} = PcAlignUp(tr, 16);"
+                + (f" t->LR_{n} = lr; t->CW_{n} = cw;" if p.tiling.long else ""),
                 "    }"]
         if k.kind == "aiv":
-            env_names = {"TR": f"t->TR_{n}", "CP": f"t->CP_{n}", "TRP": f"t->TRP_{n}"}
+            env_names = {v: f"t->{v}_{n}" for v in _tiling_values(p)}
     cores = "aivNum" if k.kind == "aiv" else "aicNum"
     out.append(f"    const int64_t NB = PcMax(1, PcMin(static_cast<int64_t>({cores}), "
                f"{c_expr(k.blocks, env_names)}));")
@@ -418,7 +454,7 @@ def _core(k: Kernel, core: str, target) -> list[str]:
         body = [f"        {{   // phase {n} ({ph.label})"]
         if p.core == "AIV" and p.tiling.rows is not None:
             body += [f"            const int64_t {v} = tilingData.{v}_{n};"
-                     for v in ("TR", "CP", "TRP")]
+                     for v in _tiling_values(p)]
         body += _program(p, target, "            ")
         out += body + ["        }"]
     out.append("    }")

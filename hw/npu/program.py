@@ -362,6 +362,7 @@ class CopyOut:
     src: Slot
     dst: GmRegion
     pipe: str = "FIX"
+    scale: float | None = None     # FIX from int32: fp16 of value x scale (DEQF16)
 
 
 @dataclass(frozen=True)
@@ -509,7 +510,8 @@ class MmadCall:
 class FixpipeCall:
     """``Fixpipe<T, float, CFG_ROW_MAJOR>(dst, src, FixpipeParamsV220{nSize, mSize,
     srcStride, dstStride, false, quantPre, 0, 1, 0, 0, 0})``: L0C (NZ) -> GM (ND) with
-    the cast ``quant`` (``NoQuant``: fp32, ``F322F16``: fp16)."""
+    the cast ``quant`` (``NoQuant``: fp32, ``F322F16``: fp16, ``DEQF16``: int32 to fp16
+    times the scale ``deq``, passed as ``deqScalar``: the float's bits)."""
     dst: GmRef
     src: Slot
     n_size: Ix
@@ -518,6 +520,16 @@ class FixpipeCall:
     dst_stride: Ix
     quant: str
     pipe: str = "FIX"
+    deq: float | None = None
+
+    @property
+    def deq_scalar(self) -> int:
+        """``deqScalar`` as the docs build it: ``static_cast<uint64_t>(*reinterpret_cast<
+        int32_t*>(&scale))`` (0 without a scale)."""
+        if self.deq is None:
+            return 0
+        import struct
+        return struct.unpack("<i", struct.pack("<f", self.deq))[0]
 
 
 @dataclass(frozen=True)
@@ -665,11 +677,14 @@ class Tiling:
     """Host-side tiling data besides the kernel's sizes: constant tile sizes (in print
     order), sizes the host derives from the arguments' (``name``, expression) and, for a
     vector program, the row count and row length the host tiles UB by (``TR`` rows of
-    ``CP`` padded elements, chosen at run time)."""
+    ``CP`` padded elements, chosen at run time).  ``long``: the program also has the
+    long-row form (a row split into chunks of ``CW`` elements, chosen by the host with
+    ``LR`` = 1 when one row of ``CP`` elements does not fit UB)."""
     tiles: tuple[tuple[str, int], ...] = ()
     derived: tuple[tuple[str, Ix], ...] = ()
     rows: Ix | None = None
     cols: Ix | None = None
+    long: bool = False
 
 
 @dataclass(frozen=True)

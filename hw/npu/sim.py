@@ -78,6 +78,8 @@ class SimReport:
     core_cycles: int = 0           # the slowest core's own cycles
     hbm_cycles: int = 0            # HBM bytes / the chip's HBM bytes per cycle
     hbm_bytes: int = 0             # bytes crossing HBM (see Chip.run)
+    l2_cycles: int = 0             # all GM transfers at the L2's bandwidth
+    l2_hit_bytes: int = 0          # GM reads served by the L2
     chip_aic: int = 1              # cube cores of the chip (utilisation's peak)
 
     @property
@@ -98,13 +100,16 @@ class SimReport:
 
     @property
     def bound(self) -> str:
-        return "HBM" if self.hbm_cycles >= self.core_cycles else "cores"
+        if self.hbm_cycles >= max(self.core_cycles, self.l2_cycles):
+            return "HBM"
+        return "L2" if self.l2_cycles > self.core_cycles else "cores"
 
     def text(self) -> str:
         lines = [f"cycles {self.cycles} ({self.aic} cube / {self.aiv} vector cores; "
                  f"bound: {self.bound}: cores {self.core_cycles}, HBM {self.hbm_cycles} for "
-                 f"{self.hbm_bytes} B), cube utilisation {100 * self.cube_utilisation:.1f}% "
-                 f"of the chip's peak"]
+                 f"{self.hbm_bytes} B, L2 {self.l2_cycles} ({self.l2_hit_bytes} B of reads "
+                 f"hit)), cube utilisation {100 * self.cube_utilisation:.1f}% of the chip's "
+                 f"peak"]
         lines.append("  busy: " + ", ".join(f"{p} {v}" for p, v in self.busy.items() if v))
         lines.append("  bytes: " + ", ".join(f"{k} {v}" for k, v in self.bytes.items()))
         return "\n".join(lines)
@@ -151,15 +156,50 @@ class _Runner:
 
 class GmTracker:
     """The last writer and last reader of every GM element (ids into a table of
-    accesses), for race checks across pipes and cores."""
+    accesses), for race checks across pipes and cores; and the L2 between the cores
+    and HBM: a GM read hits when its line (``l2_line`` bytes) was accessed less than
+    ``l2_bytes`` of GM traffic ago (the reuse distance of an LRU cache, bounded by the
+    bytes moved in between rather than the distinct ones), else it misses and crosses
+    HBM; every GM byte written crosses HBM once (write-back)."""
 
-    def __init__(self, gm: dict):
+    def __init__(self, gm: dict, l2_bytes: int = 0, line: int = 512):
         self.writer = {k: np.full(v.size, -1, np.int64) for k, v in gm.items()}
         self.reader = {k: np.full(v.size, -1, np.int64) for k, v in gm.items()}
-        self.touched = {k: np.zeros(v.size, bool) for k, v in gm.items()}
+        self.written = {k: np.zeros(v.size, bool) for k, v in gm.items()}
         self.itemsize = {k: v.itemsize for k, v in gm.items()}
+        self.nbytes = {k: v.nbytes for k, v in gm.items()}
         self.table: list[_Access] = []
-        self.first_bytes = 0          # bytes of GM touched for the first time (HBM)
+        self.l2, self.line = l2_bytes, line
+        self.last = {k: np.full(-(-v.nbytes // line), -1, np.int64) for k, v in gm.items()}
+        self.stream = 0               # GM bytes moved so far (the L2's clock)
+        self.read_miss = 0            # bytes read from HBM
+        self.write_bytes = 0          # bytes written back to HBM
+        self.read_hit = 0             # bytes read from L2
+
+    def l2_access(self, tensor: str, idx: np.ndarray, write: bool) -> None:
+        """Account one transfer of elements ``idx`` of ``tensor`` in the L2 model."""
+        size = self.itemsize[tensor]
+        lines = (idx * size) // self.line
+        ul, inv = np.unique(lines, return_inverse=True)
+        last = self.last[tensor][ul]
+        hit = (last >= 0) & (self.stream - last <= self.l2)
+        if write:
+            w = self.written[tensor]
+            new = np.count_nonzero(~w[idx])
+            if new:
+                w[idx] = True
+                self.write_bytes += int(new) * size
+        else:             # a missed line comes from HBM whole (up to the tensor's end)
+            ml = ul[~hit]
+            nbytes = self.nbytes[tensor]
+            self.read_miss += int(np.minimum(self.line, nbytes - ml * self.line).sum())
+            self.read_hit += int(np.count_nonzero(hit[inv.ravel()])) * size
+        self.last[tensor][ul] = self.stream
+        self.stream += idx.size * size
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.read_miss + self.write_bytes
 
     def check(self, core: Core, pipe: str, tensor: str, idx: np.ndarray, write: bool,
               what: str) -> None:
@@ -182,11 +222,7 @@ class GmTracker:
                         f"a flag is missing")
         self.table.append(_Access(me, core.seq[pipe] + 1, what))
         (self.writer if write else self.reader)[tensor][idx] = len(self.table) - 1
-        t = self.touched[tensor]
-        new = np.count_nonzero(~t[idx])
-        if new:
-            t[idx] = True
-            self.first_bytes += int(new) * self.itemsize[tensor]
+        self.l2_access(tensor, idx, write)
 
 
 class Chip:
@@ -201,7 +237,7 @@ class Chip:
         self.p = params or npu_params(target)
         self.blocks = blocks
         self.report = SimReport(chip_aic=self.p.aic_cores)
-        self.tracker = GmTracker(gm)
+        self.tracker = GmTracker(gm, self.p.l2_bytes, self.p.l2_line)
         self.cores: dict[str, Core] = {}
         self.counters: dict[tuple, deque] = {}       # (core id, flag) -> pending sets
         self.steps = 0                               # cross-core sets so far
@@ -236,17 +272,18 @@ class Chip:
         if left:
             raise NpuRaceError(f"kernel {k.name} ends with cross-core flags set and never "
                                f"waited for: {', '.join(sorted(left))}")
-        core_cycles = max((max(c.time.values()) for c in self.cores.values()), default=0)
-        # HBM: each GM byte the kernel touches crosses once (the chip's L2 is assumed to
-        # hold the working set: re-reads by other cores or later tiles hit it), unless
-        # the footprint is larger than L2; then every transfer
-        foot = sum(a.nbytes for a in self.gm.values())
-        hbm_bytes = self.tracker.first_bytes if foot <= self.p.l2_bytes else \
-            self.report.gm_bytes
+        core_cycles = max((max(*c.time.values(), c.stime) for c in self.cores.values()),
+                          default=0)
+        # HBM: the L2 model's read misses and write-backs (GmTracker); L2: every GM
+        # transfer of every core at the L2's bandwidth
+        hbm_bytes = self.tracker.hbm_bytes
         self.report.hbm_bytes = hbm_bytes
+        self.report.l2_hit_bytes = self.tracker.read_hit
         hbm = -(-hbm_bytes // self.p.hbm_bytes_per_cycle)
+        l2 = -(-self.report.gm_bytes // self.p.l2_bytes_per_cycle)
         self.report.core_cycles, self.report.hbm_cycles = core_cycles, hbm
-        self.report.cycles = max(core_cycles, hbm)
+        self.report.l2_cycles = l2
+        self.report.cycles = max(core_cycles, hbm, l2)
         return self.report
 
     def _schedule(self, runners: list) -> None:
@@ -345,6 +382,7 @@ class Core:
         self.p = chip.p
         self.pipes = AIC_PIPES if kind == "AIC" else AIV_PIPES
         self.time = {p: 0 for p in self.pipes}
+        self.stime = 0            # the scalar unit: every instruction is issued by it
         self.seq = {p: 0 for p in self.pipes}
         self.clock: dict[str, dict] = {p: {} for p in self.pipes}
         self.env: dict = {}
@@ -379,10 +417,12 @@ class Core:
                 first = s.start.eval(env)
                 for v in range(first, first + max(0, n)):
                     env[s.var] = v
+                    self.stime += self.p.scalar_op
                     yield from self._block(s.body, env)
                 env.pop(s.var, None)
             elif isinstance(s, Let):
                 env[s.var] = s.value.eval(env)
+                self.stime += self.p.scalar_op
             elif isinstance(s, CrossWait):
                 self.waiting = s.flag.eval(env)
                 while not self.chip.cross_wait(self, s, env):
@@ -393,6 +433,7 @@ class Core:
                 self._instr(s, env)
 
     def _instr(self, s, env: dict) -> None:
+        self.stime += self.p.scalar_issue
         if isinstance(s, SetFlag):
             self._set(s, env)
         elif isinstance(s, WaitFlag):
@@ -415,7 +456,8 @@ class Core:
     def _issue(self, pipe: str, cycles: int) -> None:
         self.seq[pipe] += 1
         self.clock[pipe][(self.cid, pipe)] = self.seq[pipe]
-        self.time[pipe] += cycles
+        # a pipe starts an instruction once the scalar unit has issued it
+        self.time[pipe] = max(self.time[pipe], self.stime) + cycles
         r = self.chip.report
         r.busy[pipe] += cycles
         r.instructions[pipe] += 1

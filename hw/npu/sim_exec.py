@@ -241,7 +241,8 @@ def _mmad(core: Core, s: MmadCall, env: dict) -> int:
 _QUANT_OUT = {("F322F16", "float32"): np.dtype(np.float16),
               ("F322BF16", "float32"): dtypes.to_numpy("bfloat16"),
               ("NoQuant", "float32"): np.dtype(np.float32),
-              ("NoQuant", "int32"): np.dtype(np.int32)}
+              ("NoQuant", "int32"): np.dtype(np.int32),
+              ("DEQF16", "int32"): np.dtype(np.float16)}
 
 
 def _fixpipe(core: Core, s: FixpipeCall, env: dict) -> int:
@@ -265,7 +266,11 @@ def _fixpipe(core: Core, s: FixpipeCall, env: dict) -> int:
         raise NpuCapacityError(f"{what}: quantPre {s.quant} writes {np.dtype(out_dt)} into "
                                f"{g.dtype}")
     with np.errstate(all="ignore"):
-        g[didx] = src[sidx].astype(out_dt)
+        if s.quant == "DEQF16":      # the int32 value times the scale, rounded to fp16
+            assert s.deq is not None
+            g[didx] = (src[sidx].astype(np.float32) * np.float32(s.deq)).astype(out_dt)
+        else:
+            g[didx] = src[sidx].astype(out_dt)
     nbytes = m * _burst(n * g.itemsize)
     core.count_bytes("L0C->GM", nbytes)
     return core.p.transfer_latency + -(-nbytes // core.p.out_bytes_per_cycle)

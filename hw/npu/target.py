@@ -67,8 +67,12 @@ class NpuParams:
     vector_latency: int = 4             # issue latency of one vector instruction
     cube_fp32_factor: int = 2           # fp32 operands: 16x8 fractals, half the MACs
     hbm_bytes_per_cycle: int = 889      # the whole chip's HBM (1.6 TB/s at 1.8 GHz)
-    l2_bytes: int = 192 * 1024 * 1024   # the chip's L2, which holds a kernel's working set
+    l2_bytes: int = 192 * 1024 * 1024   # the chip's L2 between the cores and HBM
+    l2_line: int = 512                  # the L2 model's line (hit / miss granularity)
+    l2_bytes_per_cycle: int = 3584      # the L2's bandwidth to all cores (an assumption)
     flag_latency: int = 0               # cycles of a SetFlag/WaitFlag pair
+    scalar_issue: int = 1               # scalar unit: issuing one instruction (flags too)
+    scalar_op: int = 1                  # scalar unit: a Let, a loop iteration
     cross_latency: int = 100            # cycles of a CrossCoreSetFlag -> WaitFlag
 
     @property

@@ -25,8 +25,11 @@ statement-level tree cannot express, as on the CPU).  Which tiles fit is asked o
 """
 from __future__ import annotations
 
+import dataclasses
+
 import islpy as isl
 
+from polycomp import ir
 from polycomp.errors import ResourceLimitError, TargetError
 from polycomp.scheduler.chain.npu_detect import NpuChain, detect_npu_chain
 from polycomp.scheduler.chain.npu_plan import NpuChainPlan, npu_chain_plan
@@ -35,6 +38,7 @@ from polycomp.scheduler.chain.tree import fused_tree
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import is_legal
+from polycomp.scheduler.npu.map import plan_kernel
 from polycomp.scheduler.npu.plan import NpuLoweringModel, NpuPlans, npu_plans
 from polycomp.state import CompileState
 
@@ -57,7 +61,30 @@ def npu_plan_for(state: CompileState,
         raise                       # the user's chain_tiles do not fit
     except TargetError as e:
         return None, str(e)
+    if not plan.symbolic and not _uses_iterators(ch):
+        fused, unfused = lowering.chain_cycles(ch, plan.dims, plan.tiles, state.target)
+        plan = dataclasses.replace(plan, cycles=(fused, unfused))
+        if fused > unfused and o.chain_cost and o.chain_tiles is None:
+            try:        # only where the phased program maps (else fusing is the way)
+                plan_kernel(state.model.graph, state.target, o, lowering)
+            except TargetError:
+                return plan, ""
+            return None, (f"keep unfused: the A2 cycle model predicts {fused} cycles "
+                          f"fused vs {unfused} unfused (option chain_cost=False fuses)")
     return plan, ""
+
+
+def _uses_iterators(ch: NpuChain) -> bool:
+    """Does a stage between the products use an iterator's value (a causal mask)?  The
+    phased program has no iota for it, so such a chain is fused whatever it costs."""
+    def values(e, names: set) -> bool:       # an iterator outside a load's indices
+        if isinstance(e, ir.Var):
+            return e.name in names
+        if isinstance(e, ir.Load):
+            return False
+        return any(values(c, names) for c in ir.children(e))
+    return any(values(st.body, {v.name for v in st.iters}) for st in ch.match.stages
+               if st is not ch.match.first and st is not ch.match.second)
 
 
 def npu_fused_tree(plan: NpuChainPlan, model, index: int) -> isl.Schedule:

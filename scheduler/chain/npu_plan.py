@@ -88,6 +88,7 @@ class NpuChainPlan:
     unfused: float
     candidates: int
     double_buffer: bool = True
+    cycles: tuple[int, int] | None = None       # the A2 cycle model: (fused, unfused)
 
     def describe(self) -> list[str]:
         d, m, t = self.dims, self.chain.match, self.tiles
@@ -104,7 +105,9 @@ class NpuChainPlan:
                 f"workspace, TN={t.tn}, k0={t.k0}, KL1={t.kl1} ({self.candidates} candidates fit)",
                 f"  buffers (two block sets with double buffering): {use}",
                 f"  predicted GM traffic fused {self.fused / 2**20:.2f} MiB vs unfused "
-                f"{self.unfused / 2**20:.2f} MiB (unfused / fused = {ratio:.2f})"]
+                f"{self.unfused / 2**20:.2f} MiB (unfused / fused = {ratio:.2f})",
+                *([f"  A2 cycle model: fused {self.cycles[0]} vs unfused {self.cycles[1]} "
+                   f"cycles"] if self.cycles else [])]
 
 
 def _pad(v: int, q: int) -> int:

@@ -39,6 +39,32 @@ def plain_matmul(stages) -> Contraction | None:
     return None
 
 
+def dequant_scale(stages) -> float | None:
+    """The constant ``s`` of an int32 matmul stage followed by exactly one stage
+    ``out[i, j] = cast(cast(C[i, j], float32) * s, float16)`` (or ``s * ...``): the
+    per-tensor dequantisation Fixpipe applies on its way out (``DEQF16``); None for
+    anything else."""
+    if len(stages) != 2 or stages[0].output.dtype != "int32" or \
+            stages[1].output.dtype != "float16" or stages[1].is_reduction:
+        return None
+    e, s = stages[1].body, stages[1]
+    if not (isinstance(e, ir.Cast) and e.dtype == "float16" and isinstance(e.value, ir.Binary)
+            and e.value.op == "*"):
+        return None
+    a, b = e.value.a, e.value.b
+    if isinstance(a, ir.FloatImm):
+        a, b = b, a
+    if not (isinstance(b, ir.FloatImm) and isinstance(a, ir.Cast) and a.dtype == "float32"
+            and isinstance(a.value, ir.Load) and a.value.buffer.name == stages[0].name):
+        return None
+    idx = a.value.indices
+    iters = [v.name for v in s.iters]
+    if len(idx) != len(iters) or any(not isinstance(i, ir.Var) or i.name != n
+                                     for i, n in zip(idx, iters)):
+        return None
+    return float(b.value)
+
+
 def epilogue_matmul(stages) -> Contraction | None:
     if len(stages) > 1 and stages[0].is_reduction:
         c = match_contraction(stages[0])

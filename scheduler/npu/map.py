@@ -45,7 +45,7 @@ from polycomp.scheduler.common.contraction import Contraction, match_contraction
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 
-from .classify import epilogue_matmul, is_matmul, plain_matmul
+from .classify import dequant_scale, epilogue_matmul, is_matmul, plain_matmul
 from .conv import ConvMatch, check_extents, match_conv
 from .cube import cube_tiles
 from .phases import SubGraph, split_phases
@@ -107,8 +107,15 @@ def _single(graph, target: Target, options, lm: NpuLoweringModel) -> Plan:
         if conv is not None:
             return _conv(graph, conv, target, options, lm)
     c = epilogue_matmul(stages)
+    scale = dequant_scale(stages) if c is not None and c.a.load.dtype == "int8" else None
+    if c is not None and scale is not None:      # Fixpipe dequantises: cube only
+        tiles = cube_tiles(target, options, _itemsize("int8"))
+        return CubePlan(stages[0].name, c, False, "int8", "float16", tiles, graph,
+                        (stages[1].name,), deq_scale=scale)
     if c is not None:
-        _float_cube(stages[0], c.a.load.dtype, "with a vector epilogue")
+        if c.a.load.dtype == "int8" and stages[0].output.dtype != "int32":
+            raise TargetError(f"npu: {stages[0].name}: int8 operands accumulate in int32; "
+                              f"{stages[0].name} is {stages[0].output.dtype}")
         if c.a.load.dtype == "bfloat16":
             raise TargetError(f"npu: {stages[0].name}: bfloat16 operands with a vector "
                               f"epilogue; the epilogue's vector mapping takes float16/float32")
@@ -286,6 +293,8 @@ def _describe(plan: Plan | PhasesPlan) -> str:
     if isinstance(plan, CubePlan):
         t = plan.tiles
         epi = f" with a vector epilogue ({', '.join(plan.epilogue)})" if plan.epilogue else ""
+        if plan.deq_scale is not None:
+            epi = f" dequantised by Fixpipe (DEQF16, scale {plan.deq_scale:g})"
         return (f"{plan.stage}: cube{epi}; output tiles {t.m0}x{t.n0} (L0C), k steps of "
                 f"{t.k0} (L0A/L0B), L1 stages of {t.kl1}")
     if isinstance(plan, ConvPlan):

@@ -71,6 +71,10 @@ class CubePlan:
     tiles: CubeTiles
     graph: Any
     epilogue: tuple[str, ...] = ()
+    #: int8 operands: the constant per-tensor scale of the one epilogue stage
+    #: ``cast(cast(C, float32) * scale, float16)``, applied by Fixpipe (``DEQF16``)
+    #: instead of a vector epilogue
+    deq_scale: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -155,6 +159,12 @@ class NpuLoweringModel(Protocol):
     def check_vector(self, graph: Any) -> None:
         """A :class:`~polycomp.errors.TargetError` naming the stage when the vector
         mapping does not take ``graph`` (a kernel or a phase)."""
+        ...
+
+    def chain_cycles(self, chain: NpuChain, dims: Any, tiles: NpuChainTiles,
+                     target: Target) -> tuple[int, int]:
+        """Predicted cycles ``(fused, unfused)`` of the chain with extents ``dims``
+        (a :class:`~polycomp.scheduler.chain.movement_model.ChainDims`) on ``target``."""
         ...
 
     def chain_usage(self, graph: Any, chain: NpuChain, tiles: NpuChainTiles,

@@ -36,6 +36,15 @@ inline uint32_t reduce3d_sum_02_keep_float32_Tiling(const int64_t* sizes, uint32
         int64_t tr = PcMax(PcMin(B, 255), 1);
         while (tr > 1 && (2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 2 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 188416) { --tr; }
         if ((2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 2 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 188416) { return 0; }
+        {   // balance the row tiles over the vector cores: the fewest
+            // rows per tile that keep the busiest core's tile count
+            const int64_t pcRounds = PcCeilDiv(PcCeilDiv(B, tr), static_cast<int64_t>(aivNum));
+            while (tr > 1) {
+                const int64_t pcTr1 = tr - 1;
+                if (PcCeilDiv(PcCeilDiv(B, pcTr1), static_cast<int64_t>(aivNum)) != pcRounds) { break; }
+                tr = pcTr1;
+            }
+        }
         t->TR_0 = tr; t->CP_0 = cp; t->TRP_0 = PcAlignUp(tr, 16);
     }
     const int64_t NB = PcMax(1, PcMin(static_cast<int64_t>(aivNum), PcCeilDiv(B, t->TR_0)));

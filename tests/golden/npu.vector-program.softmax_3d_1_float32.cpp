@@ -36,6 +36,15 @@ inline uint32_t softmax3d_1_float32_Tiling(const int64_t* sizes, uint32_t aicNum
         int64_t tr = PcMax(PcMin(C, 255), 1);
         while (tr > 1 && (2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256)) > 188416) { --tr; }
         if ((2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256)) > 188416) { return 0; }
+        {   // balance the row tiles over the vector cores: the fewest
+            // rows per tile that keep the busiest core's tile count
+            const int64_t pcRounds = PcCeilDiv((PcCeilDiv(C, tr) * A), static_cast<int64_t>(aivNum));
+            while (tr > 1) {
+                const int64_t pcTr1 = tr - 1;
+                if (PcCeilDiv((PcCeilDiv(C, pcTr1) * A), static_cast<int64_t>(aivNum)) != pcRounds) { break; }
+                tr = pcTr1;
+            }
+        }
         t->TR_0 = tr; t->CP_0 = cp; t->TRP_0 = PcAlignUp(tr, 16);
     }
     const int64_t NB = PcMax(1, PcMin(static_cast<int64_t>(aivNum), (PcCeilDiv(C, t->TR_0) * A)));

@@ -15,6 +15,8 @@ struct softmax_m1_float16_TilingData {
     int64_t TR_0;
     int64_t CP_0;
     int64_t TRP_0;
+    int64_t LR_0;
+    int64_t CW_0;
     int64_t NB;
 };
 
@@ -29,11 +31,25 @@ inline uint32_t softmax_m1_float16_Tiling(const int64_t* sizes, uint32_t aicNum,
     const int64_t M = sizes[1];
     t->M = M;
     {   // phase 0: UB tiling (rows of CP elements, TR rows, at most 255; UB 16384 B)
-        const int64_t cp = PcAlignUp(M, 16);
-        int64_t tr = PcMax(PcMin(N, 255), 1);
-        while (tr > 1 && (2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { --tr; }
-        if ((2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { return 0; }
-        t->TR_0 = tr; t->CP_0 = cp; t->TRP_0 = PcAlignUp(tr, 16);
+        int64_t cp = PcAlignUp(M, 16);
+        int64_t tr = 1, cw = 0, lr = 0;
+        if ((2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) {   // rows in chunks of CW elements
+            lr = 1; cw = PcMin(cp, 256); cp = 0;
+            while (cw > 16 && (2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { cw = PcMax(16, cw / 32 * 16); }
+        }
+        tr = PcMax(PcMin(N, 255), 1);
+        while (tr > 1 && (2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { --tr; }
+        if ((2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { return 0; }
+        {   // balance the row tiles over the vector cores: the fewest
+            // rows per tile that keep the busiest core's tile count
+            const int64_t pcRounds = PcCeilDiv(PcCeilDiv(N, tr), static_cast<int64_t>(aivNum));
+            while (tr > 1) {
+                const int64_t pcTr1 = tr - 1;
+                if (PcCeilDiv(PcCeilDiv(N, pcTr1), static_cast<int64_t>(aivNum)) != pcRounds) { break; }
+                tr = pcTr1;
+            }
+        }
+        t->TR_0 = tr; t->CP_0 = cp; t->TRP_0 = PcAlignUp(tr, 16); t->LR_0 = lr; t->CW_0 = cw;
     }
     const int64_t NB = PcMax(1, PcMin(static_cast<int64_t>(aivNum), PcCeilDiv(N, t->TR_0)));
     t->NB = NB;
@@ -61,13 +77,27 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
             const int64_t TR = tilingData.TR_0;
             const int64_t CP = tilingData.CP_0;
             const int64_t TRP = tilingData.TRP_0;
+            const int64_t LR = tilingData.LR_0;
+            const int64_t CW = tilingData.CW_0;
             const uint32_t ub0_addr = PcAlignUp(0, 32);
             const uint32_t ub1_addr = PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 2, 256), 32);
             const uint32_t ub2_addr = PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 16 * 2, 256), 32);
             const uint32_t ub3_addr = PcAlignUp(ub2_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
             const uint32_t ub4_addr = PcAlignUp(ub3_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
             const uint32_t ub8_addr = PcAlignUp(ub4_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
-            const uint32_t vt0_addr = PcAlignUp(ub8_addr + 2 * PcAlignUp(TR * CP * 2, 256), 32);
+            const uint32_t ul0_addr = PcAlignUp(ub8_addr + 2 * PcAlignUp(TR * CP * 2, 256), 32);
+            const uint32_t ul2_addr = PcAlignUp(ul0_addr + 2 * PcAlignUp(TR * CW * 2, 256), 32);
+            const uint32_t ul4_addr = PcAlignUp(ul2_addr + 1 * PcAlignUp(TR * CW * 4, 256), 32);
+            const uint32_t ul5_addr = PcAlignUp(ul4_addr + 1 * PcAlignUp(TR * CW * 4, 256), 32);
+            const uint32_t ul6_addr = PcAlignUp(ul5_addr + 1 * PcAlignUp(TR * CW * 4, 256), 32);
+            const uint32_t ul7_addr = PcAlignUp(ul6_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
+            const uint32_t ul8_addr = PcAlignUp(ul7_addr + 1 * PcAlignUp(TR * CW * 4, 256), 32);
+            const uint32_t ul9_addr = PcAlignUp(ul8_addr + 2 * PcAlignUp(TR * CW * 2, 256), 32);
+            const uint32_t ul10_addr = PcAlignUp(ul9_addr + 1 * PcAlignUp(TR * 16 * 2, 256), 32);
+            const uint32_t ul11_addr = PcAlignUp(ul10_addr + 1 * PcAlignUp(TR * 16 * 2, 256), 32);
+            const uint32_t ul12_addr = PcAlignUp(ul11_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
+            const uint32_t ul0_p1_addr = PcAlignUp(ul12_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
+            const uint32_t vt0_addr = PcAlignUp(ul0_p1_addr + 2 * PcAlignUp(TR * CW * 2, 256), 32);
             const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 2, 256), 32);
             const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TR * 128 * 2, 256), 32);
             const uint32_t vt3_addr = PcAlignUp(vt2_addr + 1 * PcAlignUp(1 * TR * 4, 256), 32);
@@ -77,6 +107,18 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
             LocalTensor<float> ub3(TPosition::VECCALC, ub3_addr, TR * 8);  // UB COL
             LocalTensor<float> ub4(TPosition::VECCALC, ub4_addr, TR * CP);  // UB ND
             LocalTensor<half> ub8[2] = {LocalTensor<half>(TPosition::VECCALC, ub8_addr, TR * CP), LocalTensor<half>(TPosition::VECCALC, ub8_addr + 1 * PcAlignUp(TR * CP * 2, 256), TR * CP)};  // UB ND, ping-pong
+            LocalTensor<half> ul0[2] = {LocalTensor<half>(TPosition::VECCALC, ul0_addr, TR * CW), LocalTensor<half>(TPosition::VECCALC, ul0_addr + 1 * PcAlignUp(TR * CW * 2, 256), TR * CW)};  // UB ND, ping-pong
+            LocalTensor<float> ul2(TPosition::VECCALC, ul2_addr, TR * CW);  // UB ND
+            LocalTensor<float> ul4(TPosition::VECCALC, ul4_addr, TR * CW);  // UB ND
+            LocalTensor<float> ul5(TPosition::VECCALC, ul5_addr, TR * CW);  // UB ND
+            LocalTensor<float> ul6(TPosition::VECCALC, ul6_addr, TR * 8);  // UB COL
+            LocalTensor<float> ul7(TPosition::VECCALC, ul7_addr, TR * CW);  // UB ND
+            LocalTensor<half> ul8[2] = {LocalTensor<half>(TPosition::VECCALC, ul8_addr, TR * CW), LocalTensor<half>(TPosition::VECCALC, ul8_addr + 1 * PcAlignUp(TR * CW * 2, 256), TR * CW)};  // UB ND, ping-pong
+            LocalTensor<half> ul9(TPosition::VECCALC, ul9_addr, TR * 16);  // UB COL
+            LocalTensor<half> ul10(TPosition::VECCALC, ul10_addr, TR * 16);  // UB COL
+            LocalTensor<float> ul11(TPosition::VECCALC, ul11_addr, TR * 8);  // UB COL
+            LocalTensor<float> ul12(TPosition::VECCALC, ul12_addr, TR * 8);  // UB COL
+            LocalTensor<half> ul0_p1[2] = {LocalTensor<half>(TPosition::VECCALC, ul0_p1_addr, TR * CW), LocalTensor<half>(TPosition::VECCALC, ul0_p1_addr + 1 * PcAlignUp(TR * CW * 2, 256), TR * CW)};  // UB ND, ping-pong
             LocalTensor<half> vt0(TPosition::VECCALC, vt0_addr, 1 * TR);  // UB PACK
             LocalTensor<half> vt1(TPosition::VECCALC, vt1_addr, TR * 128);  // UB ND
             LocalTensor<float> vt2(TPosition::VECCALC, vt2_addr, 1 * TR);  // UB PACK
@@ -85,109 +127,278 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
             SetFlag<HardEvent::V_MTE2>(1);
             SetFlag<HardEvent::MTE3_V>(0);
             SetFlag<HardEvent::MTE3_V>(1);
-            for (int64_t i = 0; i < PcCeilDiv((PcCeilDiv(N, TR) - bid), bnum); ++i) {
-                const int64_t tile = ((i * bnum) + bid);
-                const int64_t t = (tile % PcCeilDiv(N, TR));
-                WaitFlag<HardEvent::V_MTE2>((i % 2));
-                DataCopyPad(ub0[(i % 2)], gx[((t * TR) * M)], DataCopyExtParams(PcMin(TR, (N - (t * TR))), (M * 2), 0, PcCeilDiv(((CP * 2) - (PcCeilDiv((M * 2), 32) * 32)), 32), 0), DataCopyPadExtParams<half>(false, 0, 0, static_cast<half>(0)));
-                SetFlag<HardEvent::MTE2_V>((i % 2));
-                WaitFlag<HardEvent::MTE2_V>((i % 2));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 2), 32) - 255)))); ++rs) {
+            for (int64_t ls = 0; ls < (1 - LR); ++ls) {
+                for (int64_t i = 0; i < PcCeilDiv((PcCeilDiv(N, TR) - bid), bnum); ++i) {
+                    const int64_t tile = ((i * bnum) + bid);
+                    const int64_t t = (tile % PcCeilDiv(N, TR));
+                    WaitFlag<HardEvent::V_MTE2>((i % 2));
+                    DataCopyPad(ub0[(i % 2)], gx[((t * TR) * M)], DataCopyExtParams(PcMin(TR, (N - (t * TR))), (M * 2), 0, PcCeilDiv(((CP * 2) - (PcCeilDiv((M * 2), 32) * 32)), 32), 0), DataCopyPadExtParams<half>(false, 0, 0, static_cast<half>(0)));
+                    SetFlag<HardEvent::MTE2_V>((i % 2));
+                    WaitFlag<HardEvent::MTE2_V>((i % 2));
+                    for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 2), 32) - 255)))); ++rs) {
+                        PipeBarrier<PIPE_V>();
+                        Adds(vt1, ub0[(i % 2)], static_cast<half>(0.0), PcMin(128, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 2), 32)));
+                        for (int64_t rj1 = 0; rj1 < (PcCeilDiv(M, 128) - 1); ++rj1) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt1, vt1, ub0[(i % 2)][((rj1 + 1) * 128)], PcMin(128, (M - ((rj1 + 1) * 128))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 2), 32)));
+                        }
+                    }
+                    for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 2), 32) - 255))); ++rl) {
+                        for (int64_t lr2 = 0; lr2 < PcMin(TR, (N - (t * TR))); ++lr2) {
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt1[(lr2 * 128)], ub0[(i % 2)][(lr2 * CP)], static_cast<half>(0.0), PcMin(128, M), 1, UnaryRepeatParams(1, 1, 0, 0));
+                            for (int64_t rj3 = 0; rj3 < (PcCeilDiv(M, 128) - 1); ++rj3) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt1[(lr2 * 128)], vt1[(lr2 * 128)], ub0[(i % 2)][((lr2 * CP) + ((rj3 + 1) * 128))], PcMin(128, (M - ((rj3 + 1) * 128))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                            }
+                        }
+                    }
                     PipeBarrier<PIPE_V>();
-                    Adds(vt1, ub0[(i % 2)], static_cast<half>(0.0), PcMin(128, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 2), 32)));
-                    for (int64_t rj1 = 0; rj1 < (PcCeilDiv(M, 128) - 1); ++rj1) {
-                        PipeBarrier<PIPE_V>();
-                        Max(vt1, vt1, ub0[(i % 2)][((rj1 + 1) * 128)], PcMin(128, (M - ((rj1 + 1) * 128))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 2), 32)));
-                    }
-                }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 2), 32) - 255))); ++rl) {
-                    for (int64_t lr2 = 0; lr2 < PcMin(TR, (N - (t * TR))); ++lr2) {
-                        PipeBarrier<PIPE_V>();
-                        Adds(vt1[(lr2 * 128)], ub0[(i % 2)][(lr2 * CP)], static_cast<half>(0.0), PcMin(128, M), 1, UnaryRepeatParams(1, 1, 0, 0));
-                        for (int64_t rj3 = 0; rj3 < (PcCeilDiv(M, 128) - 1); ++rj3) {
-                            PipeBarrier<PIPE_V>();
-                            Max(vt1[(lr2 * 128)], vt1[(lr2 * 128)], ub0[(i % 2)][((lr2 * CP) + ((rj3 + 1) * 128))], PcMin(128, (M - ((rj3 + 1) * 128))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
-                        }
-                    }
-                }
-                PipeBarrier<PIPE_V>();
-                ReduceRepeat<ReduceType::MAX>(vt0, vt1, PcMin(128, M), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
-                PipeBarrier<PIPE_V>();
-                Brcb(ub1, vt0, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
-                Cast(ub2, ub0[(i % 2)], RoundMode::CAST_NONE, (PcMin(TR, (N - (t * TR))) * CP));
-                SetFlag<HardEvent::V_MTE2>((i % 2));
-                PipeBarrier<PIPE_V>();
-                Cast(ub3, ub1, RoundMode::CAST_NONE, 8, PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 1, 1));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
-                    for (int64_t cj4 = 0; cj4 < PcCeilDiv(CP, 64); ++cj4) {
-                        PipeBarrier<PIPE_V>();
-                        Sub(ub4[(cj4 * 64)], ub2[(cj4 * 64)], ub3, PcMin(64, (CP - (cj4 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
-                    }
-                }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
-                    for (int64_t lr5 = 0; lr5 < PcMin(TR, (N - (t * TR))); ++lr5) {
-                        for (int64_t lg6 = 0; lg6 < PcCeilDiv((CP / 64), 255); ++lg6) {
-                            PipeBarrier<PIPE_V>();
-                            Sub(ub4[((lr5 * CP) + (lg6 * 16320))], ub2[((lr5 * CP) + (lg6 * 16320))], ub3[(lr5 * 8)], 64, PcMin(255, ((CP / 64) - (lg6 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
-                        }
-                        for (int64_t lt7 = 0; lt7 < PcMin(1, (CP % 64)); ++lt7) {
-                            PipeBarrier<PIPE_V>();
-                            Sub(ub4[((lr5 * CP) + ((CP / 64) * 64))], ub2[((lr5 * CP) + ((CP / 64) * 64))], ub3[(lr5 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
-                        }
-                    }
-                }
-                PipeBarrier<PIPE_V>();
-                Exp(ub2, ub4, (PcMin(TR, (N - (t * TR))) * CP));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                    ReduceRepeat<ReduceType::MAX>(vt0, vt1, PcMin(128, M), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                     PipeBarrier<PIPE_V>();
-                    Adds(vt3, ub2, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                    for (int64_t rj8 = 0; rj8 < (PcCeilDiv(M, 64) - 1); ++rj8) {
-                        PipeBarrier<PIPE_V>();
-                        Add(vt3, vt3, ub2[((rj8 + 1) * 64)], PcMin(64, (M - ((rj8 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
-                    }
-                }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
-                    for (int64_t lr9 = 0; lr9 < PcMin(TR, (N - (t * TR))); ++lr9) {
-                        PipeBarrier<PIPE_V>();
-                        Adds(vt3[(lr9 * 64)], ub2[(lr9 * CP)], static_cast<float>(0.0), PcMin(64, M), 1, UnaryRepeatParams(1, 1, 0, 0));
-                        for (int64_t rj10 = 0; rj10 < (PcCeilDiv(M, 64) - 1); ++rj10) {
+                    Brcb(ub1, vt0, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
+                    Cast(ub2, ub0[(i % 2)], RoundMode::CAST_NONE, (PcMin(TR, (N - (t * TR))) * CP));
+                    SetFlag<HardEvent::V_MTE2>((i % 2));
+                    PipeBarrier<PIPE_V>();
+                    Cast(ub3, ub1, RoundMode::CAST_NONE, 8, PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 1, 1));
+                    for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                        for (int64_t cj4 = 0; cj4 < PcCeilDiv(CP, 64); ++cj4) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3[(lr9 * 64)], vt3[(lr9 * 64)], ub2[((lr9 * CP) + ((rj10 + 1) * 64))], PcMin(64, (M - ((rj10 + 1) * 64))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                            Sub(ub4[(cj4 * 64)], ub2[(cj4 * 64)], ub3, PcMin(64, (CP - (cj4 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                         }
                     }
-                }
-                PipeBarrier<PIPE_V>();
-                ReduceRepeat<ReduceType::SUM>(vt2, vt3, PcMin(64, M), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
-                PipeBarrier<PIPE_V>();
-                Brcb(ub3, vt2, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
-                    for (int64_t cj11 = 0; cj11 < PcCeilDiv(CP, 64); ++cj11) {
+                    for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                        for (int64_t lr5 = 0; lr5 < PcMin(TR, (N - (t * TR))); ++lr5) {
+                            for (int64_t lg6 = 0; lg6 < PcCeilDiv((CP / 64), 255); ++lg6) {
+                                PipeBarrier<PIPE_V>();
+                                Sub(ub4[((lr5 * CP) + (lg6 * 16320))], ub2[((lr5 * CP) + (lg6 * 16320))], ub3[(lr5 * 8)], 64, PcMin(255, ((CP / 64) - (lg6 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            }
+                            for (int64_t lt7 = 0; lt7 < PcMin(1, (CP % 64)); ++lt7) {
+                                PipeBarrier<PIPE_V>();
+                                Sub(ub4[((lr5 * CP) + ((CP / 64) * 64))], ub2[((lr5 * CP) + ((CP / 64) * 64))], ub3[(lr5 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            }
+                        }
+                    }
+                    PipeBarrier<PIPE_V>();
+                    Exp(ub2, ub4, (PcMin(TR, (N - (t * TR))) * CP));
+                    for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
                         PipeBarrier<PIPE_V>();
-                        Div(ub4[(cj11 * 64)], ub2[(cj11 * 64)], ub3, PcMin(64, (CP - (cj11 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
-                    }
-                }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
-                    for (int64_t lr12 = 0; lr12 < PcMin(TR, (N - (t * TR))); ++lr12) {
-                        for (int64_t lg13 = 0; lg13 < PcCeilDiv((CP / 64), 255); ++lg13) {
+                        Adds(vt3, ub2, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
+                        for (int64_t rj8 = 0; rj8 < (PcCeilDiv(M, 64) - 1); ++rj8) {
                             PipeBarrier<PIPE_V>();
-                            Div(ub4[((lr12 * CP) + (lg13 * 16320))], ub2[((lr12 * CP) + (lg13 * 16320))], ub3[(lr12 * 8)], 64, PcMin(255, ((CP / 64) - (lg13 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
-                        }
-                        for (int64_t lt14 = 0; lt14 < PcMin(1, (CP % 64)); ++lt14) {
-                            PipeBarrier<PIPE_V>();
-                            Div(ub4[((lr12 * CP) + ((CP / 64) * 64))], ub2[((lr12 * CP) + ((CP / 64) * 64))], ub3[(lr12 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Add(vt3, vt3, ub2[((rj8 + 1) * 64)], PcMin(64, (M - ((rj8 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
                         }
                     }
+                    for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                        for (int64_t lr9 = 0; lr9 < PcMin(TR, (N - (t * TR))); ++lr9) {
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt3[(lr9 * 64)], ub2[(lr9 * CP)], static_cast<float>(0.0), PcMin(64, M), 1, UnaryRepeatParams(1, 1, 0, 0));
+                            for (int64_t rj10 = 0; rj10 < (PcCeilDiv(M, 64) - 1); ++rj10) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt3[(lr9 * 64)], vt3[(lr9 * 64)], ub2[((lr9 * CP) + ((rj10 + 1) * 64))], PcMin(64, (M - ((rj10 + 1) * 64))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                            }
+                        }
+                    }
+                    PipeBarrier<PIPE_V>();
+                    ReduceRepeat<ReduceType::SUM>(vt2, vt3, PcMin(64, M), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
+                    PipeBarrier<PIPE_V>();
+                    Brcb(ub3, vt2, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
+                    for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                        for (int64_t cj11 = 0; cj11 < PcCeilDiv(CP, 64); ++cj11) {
+                            PipeBarrier<PIPE_V>();
+                            Div(ub4[(cj11 * 64)], ub2[(cj11 * 64)], ub3, PcMin(64, (CP - (cj11 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                        }
+                    }
+                    for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                        for (int64_t lr12 = 0; lr12 < PcMin(TR, (N - (t * TR))); ++lr12) {
+                            for (int64_t lg13 = 0; lg13 < PcCeilDiv((CP / 64), 255); ++lg13) {
+                                PipeBarrier<PIPE_V>();
+                                Div(ub4[((lr12 * CP) + (lg13 * 16320))], ub2[((lr12 * CP) + (lg13 * 16320))], ub3[(lr12 * 8)], 64, PcMin(255, ((CP / 64) - (lg13 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            }
+                            for (int64_t lt14 = 0; lt14 < PcMin(1, (CP % 64)); ++lt14) {
+                                PipeBarrier<PIPE_V>();
+                                Div(ub4[((lr12 * CP) + ((CP / 64) * 64))], ub2[((lr12 * CP) + ((CP / 64) * 64))], ub3[(lr12 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            }
+                        }
+                    }
+                    WaitFlag<HardEvent::MTE3_V>((i % 2));
+                    PipeBarrier<PIPE_V>();
+                    Cast(ub8[(i % 2)], ub4, RoundMode::CAST_RINT, (PcMin(TR, (N - (t * TR))) * CP));
+                    SetFlag<HardEvent::V_MTE3>((i % 2));
+                    WaitFlag<HardEvent::V_MTE3>((i % 2));
+                    DataCopyPad(gsoftmax[((t * TR) * M)], ub8[(i % 2)], DataCopyExtParams(PcMin(TR, (N - (t * TR))), (M * 2), PcCeilDiv(((CP * 2) - (PcCeilDiv((M * 2), 32) * 32)), 32), 0, 0));
+                    SetFlag<HardEvent::MTE3_V>((i % 2));
                 }
-                WaitFlag<HardEvent::MTE3_V>((i % 2));
-                PipeBarrier<PIPE_V>();
-                Cast(ub8[(i % 2)], ub4, RoundMode::CAST_RINT, (PcMin(TR, (N - (t * TR))) * CP));
-                SetFlag<HardEvent::V_MTE3>((i % 2));
-                WaitFlag<HardEvent::V_MTE3>((i % 2));
-                DataCopyPad(gsoftmax[((t * TR) * M)], ub8[(i % 2)], DataCopyExtParams(PcMin(TR, (N - (t * TR))), (M * 2), PcCeilDiv(((CP * 2) - (PcCeilDiv((M * 2), 32) * 32)), 32), 0, 0));
-                SetFlag<HardEvent::MTE3_V>((i % 2));
             }
             WaitFlag<HardEvent::V_MTE2>(0);
             WaitFlag<HardEvent::V_MTE2>(1);
+            WaitFlag<HardEvent::MTE3_V>(0);
+            WaitFlag<HardEvent::MTE3_V>(1);
+            SetFlag<HardEvent::V_MTE2>(0);
+            SetFlag<HardEvent::V_MTE2>(1);
+            SetFlag<HardEvent::V_MTE2>(2);
+            SetFlag<HardEvent::V_MTE2>(3);
+            SetFlag<HardEvent::MTE3_V>(0);
+            SetFlag<HardEvent::MTE3_V>(1);
+            for (int64_t ll = 0; ll < LR; ++ll) {
+                for (int64_t i = 0; i < PcCeilDiv((PcCeilDiv(N, TR) - bid), bnum); ++i) {
+                    const int64_t tile = ((i * bnum) + bid);
+                    const int64_t t = (tile % PcCeilDiv(N, TR));
+                    PipeBarrier<PIPE_V>();
+                    Duplicate(ub1, static_cast<half>(-__builtin_huge_val()), (PcMin(TR, (N - (t * TR))) * 16));
+                    Duplicate(ub3, static_cast<float>(-3.4028234663852886e+38), (PcMin(TR, (N - (t * TR))) * 8));
+                    Duplicate(ul6, static_cast<float>(0.0), (PcMin(TR, (N - (t * TR))) * 8));
+                    for (int64_t c1 = 0; c1 < PcCeilDiv(M, CW); ++c1) {
+                        WaitFlag<HardEvent::V_MTE2>((((i * PcCeilDiv(M, CW)) + c1) % 2));
+                        DataCopyPad(ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)], gx[(((t * TR) * M) + (c1 * CW))], DataCopyExtParams(PcMin(TR, (N - (t * TR))), (PcMin(CW, (M - (c1 * CW))) * 2), ((M - PcMin(CW, (M - (c1 * CW)))) * 2), PcCeilDiv(((CW * 2) - (PcCeilDiv((PcMin(CW, (M - (c1 * CW))) * 2), 32) * 32)), 32), 0), DataCopyPadExtParams<half>(false, 0, 0, static_cast<half>(0)));
+                        SetFlag<HardEvent::MTE2_V>((((i * PcCeilDiv(M, CW)) + c1) % 2));
+                        WaitFlag<HardEvent::MTE2_V>((((i * PcCeilDiv(M, CW)) + c1) % 2));
+                        PipeBarrier<PIPE_V>();
+                        Cast(ul2, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)], RoundMode::CAST_NONE, (PcMin(TR, (N - (t * TR))) * CW));
+                        for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CW * 2), 32) - 255)))); ++rs) {
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt1, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)], static_cast<half>(0.0), PcMin(128, PcMin(CW, (M - (c1 * CW)))), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CW * 2), 32)));
+                            for (int64_t rj15 = 0; rj15 < (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 128) - 1); ++rj15) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt1, vt1, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((rj15 + 1) * 128)], PcMin(128, (PcMin(CW, (M - (c1 * CW))) - ((rj15 + 1) * 128))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CW * 2), 32)));
+                            }
+                        }
+                        for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CW * 2), 32) - 255))); ++rl) {
+                            for (int64_t lr16 = 0; lr16 < PcMin(TR, (N - (t * TR))); ++lr16) {
+                                PipeBarrier<PIPE_V>();
+                                Adds(vt1[(lr16 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(lr16 * CW)], static_cast<half>(0.0), PcMin(128, PcMin(CW, (M - (c1 * CW)))), 1, UnaryRepeatParams(1, 1, 0, 0));
+                                for (int64_t rj17 = 0; rj17 < (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 128) - 1); ++rj17) {
+                                    PipeBarrier<PIPE_V>();
+                                    Max(vt1[(lr16 * 128)], vt1[(lr16 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((lr16 * CW) + ((rj17 + 1) * 128))], PcMin(128, (PcMin(CW, (M - (c1 * CW))) - ((rj17 + 1) * 128))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                                }
+                            }
+                        }
+                        SetFlag<HardEvent::V_MTE2>((((i * PcCeilDiv(M, CW)) + c1) % 2));
+                        PipeBarrier<PIPE_V>();
+                        ReduceRepeat<ReduceType::MAX>(vt0, vt1, PcMin(128, PcMin(CW, (M - (c1 * CW)))), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
+                        PipeBarrier<PIPE_V>();
+                        Brcb(ul9, vt0, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
+                        PipeBarrier<PIPE_V>();
+                        Max(ul10, ub1, ul9, (PcMin(TR, (N - (t * TR))) * 16));
+                        PipeBarrier<PIPE_V>();
+                        Cast(ul11, ul10, RoundMode::CAST_NONE, 8, PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 1, 1));
+                        PipeBarrier<PIPE_V>();
+                        Maxs(ul12, ul11, static_cast<float>(-3.4028234663852886e+38), (PcMin(TR, (N - (t * TR))) * 8));
+                        PipeBarrier<PIPE_V>();
+                        Sub(ul11, ub3, ul12, (PcMin(TR, (N - (t * TR))) * 8));
+                        PipeBarrier<PIPE_V>();
+                        Exp(ul11, ul11, (PcMin(TR, (N - (t * TR))) * 8));
+                        PipeBarrier<PIPE_V>();
+                        Mul(ul6, ul6, ul11, (PcMin(TR, (N - (t * TR))) * 8));
+                        for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255)))); ++rs) {
+                            for (int64_t cj18 = 0; cj18 < PcCeilDiv(CW, 64); ++cj18) {
+                                PipeBarrier<PIPE_V>();
+                                Sub(ul4[(cj18 * 64)], ul2[(cj18 * 64)], ul12, PcMin(64, (CW - (cj18 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
+                            }
+                        }
+                        for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))); ++rl) {
+                            for (int64_t lr19 = 0; lr19 < PcMin(TR, (N - (t * TR))); ++lr19) {
+                                for (int64_t lg20 = 0; lg20 < PcCeilDiv((CW / 64), 255); ++lg20) {
+                                    PipeBarrier<PIPE_V>();
+                                    Sub(ul4[((lr19 * CW) + (lg20 * 16320))], ul2[((lr19 * CW) + (lg20 * 16320))], ul12[(lr19 * 8)], 64, PcMin(255, ((CW / 64) - (lg20 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                }
+                                for (int64_t lt21 = 0; lt21 < PcMin(1, (CW % 64)); ++lt21) {
+                                    PipeBarrier<PIPE_V>();
+                                    Sub(ul4[((lr19 * CW) + ((CW / 64) * 64))], ul2[((lr19 * CW) + ((CW / 64) * 64))], ul12[(lr19 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                }
+                            }
+                        }
+                        PipeBarrier<PIPE_V>();
+                        Exp(ul5, ul4, (PcMin(TR, (N - (t * TR))) * CW));
+                        for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255)))); ++rs) {
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt3, ul5, static_cast<float>(0.0), PcMin(64, PcMin(CW, (M - (c1 * CW)))), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CW * 4), 32)));
+                            for (int64_t rj22 = 0; rj22 < (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 64) - 1); ++rj22) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt3, vt3, ul5[((rj22 + 1) * 64)], PcMin(64, (PcMin(CW, (M - (c1 * CW))) - ((rj22 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CW * 4), 32)));
+                            }
+                        }
+                        for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))); ++rl) {
+                            for (int64_t lr23 = 0; lr23 < PcMin(TR, (N - (t * TR))); ++lr23) {
+                                PipeBarrier<PIPE_V>();
+                                Adds(vt3[(lr23 * 64)], ul5[(lr23 * CW)], static_cast<float>(0.0), PcMin(64, PcMin(CW, (M - (c1 * CW)))), 1, UnaryRepeatParams(1, 1, 0, 0));
+                                for (int64_t rj24 = 0; rj24 < (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 64) - 1); ++rj24) {
+                                    PipeBarrier<PIPE_V>();
+                                    Add(vt3[(lr23 * 64)], vt3[(lr23 * 64)], ul5[((lr23 * CW) + ((rj24 + 1) * 64))], PcMin(64, (PcMin(CW, (M - (c1 * CW))) - ((rj24 + 1) * 64))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                                }
+                            }
+                        }
+                        PipeBarrier<PIPE_V>();
+                        ReduceRepeat<ReduceType::SUM>(vt2, vt3, PcMin(64, PcMin(CW, (M - (c1 * CW)))), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
+                        PipeBarrier<PIPE_V>();
+                        Brcb(ul11, vt2, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
+                        PipeBarrier<PIPE_V>();
+                        Add(ul6, ul6, ul11, (PcMin(TR, (N - (t * TR))) * 8));
+                        Adds(ub1, ul10, static_cast<half>(0.0), (PcMin(TR, (N - (t * TR))) * 16));
+                        Adds(ub3, ul12, static_cast<float>(0.0), (PcMin(TR, (N - (t * TR))) * 8));
+                    }
+                    PipeBarrier<PIPE_V>();
+                    Cast(ub3, ub1, RoundMode::CAST_NONE, 8, PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 1, 1));
+                    for (int64_t cf = 0; cf < PcCeilDiv(M, CW); ++cf) {
+                        WaitFlag<HardEvent::V_MTE2>(((((i * PcCeilDiv(M, CW)) + cf) % 2) + 2));
+                        DataCopyPad(ul0[(((i * PcCeilDiv(M, CW)) + cf) % 2)], gx[(((t * TR) * M) + (cf * CW))], DataCopyExtParams(PcMin(TR, (N - (t * TR))), (PcMin(CW, (M - (cf * CW))) * 2), ((M - PcMin(CW, (M - (cf * CW)))) * 2), PcCeilDiv(((CW * 2) - (PcCeilDiv((PcMin(CW, (M - (cf * CW))) * 2), 32) * 32)), 32), 0), DataCopyPadExtParams<half>(false, 0, 0, static_cast<half>(0)));
+                        SetFlag<HardEvent::MTE2_V>(((((i * PcCeilDiv(M, CW)) + cf) % 2) + 2));
+                        WaitFlag<HardEvent::MTE2_V>(((((i * PcCeilDiv(M, CW)) + cf) % 2) + 2));
+                        PipeBarrier<PIPE_V>();
+                        Cast(ul2, ul0[(((i * PcCeilDiv(M, CW)) + cf) % 2)], RoundMode::CAST_NONE, (PcMin(TR, (N - (t * TR))) * CW));
+                        SetFlag<HardEvent::V_MTE2>(((((i * PcCeilDiv(M, CW)) + cf) % 2) + 2));
+                        for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255)))); ++rs) {
+                            for (int64_t cj25 = 0; cj25 < PcCeilDiv(CW, 64); ++cj25) {
+                                PipeBarrier<PIPE_V>();
+                                Sub(ul4[(cj25 * 64)], ul2[(cj25 * 64)], ub3, PcMin(64, (CW - (cj25 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
+                            }
+                        }
+                        for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))); ++rl) {
+                            for (int64_t lr26 = 0; lr26 < PcMin(TR, (N - (t * TR))); ++lr26) {
+                                for (int64_t lg27 = 0; lg27 < PcCeilDiv((CW / 64), 255); ++lg27) {
+                                    PipeBarrier<PIPE_V>();
+                                    Sub(ul4[((lr26 * CW) + (lg27 * 16320))], ul2[((lr26 * CW) + (lg27 * 16320))], ub3[(lr26 * 8)], 64, PcMin(255, ((CW / 64) - (lg27 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                }
+                                for (int64_t lt28 = 0; lt28 < PcMin(1, (CW % 64)); ++lt28) {
+                                    PipeBarrier<PIPE_V>();
+                                    Sub(ul4[((lr26 * CW) + ((CW / 64) * 64))], ul2[((lr26 * CW) + ((CW / 64) * 64))], ub3[(lr26 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                }
+                            }
+                        }
+                        PipeBarrier<PIPE_V>();
+                        Exp(ul5, ul4, (PcMin(TR, (N - (t * TR))) * CW));
+                        for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255)))); ++rs) {
+                            for (int64_t cj29 = 0; cj29 < PcCeilDiv(CW, 64); ++cj29) {
+                                PipeBarrier<PIPE_V>();
+                                Div(ul7[(cj29 * 64)], ul5[(cj29 * 64)], ul6, PcMin(64, (CW - (cj29 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
+                            }
+                        }
+                        for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))); ++rl) {
+                            for (int64_t lr30 = 0; lr30 < PcMin(TR, (N - (t * TR))); ++lr30) {
+                                for (int64_t lg31 = 0; lg31 < PcCeilDiv((CW / 64), 255); ++lg31) {
+                                    PipeBarrier<PIPE_V>();
+                                    Div(ul7[((lr30 * CW) + (lg31 * 16320))], ul5[((lr30 * CW) + (lg31 * 16320))], ul6[(lr30 * 8)], 64, PcMin(255, ((CW / 64) - (lg31 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                }
+                                for (int64_t lt32 = 0; lt32 < PcMin(1, (CW % 64)); ++lt32) {
+                                    PipeBarrier<PIPE_V>();
+                                    Div(ul7[((lr30 * CW) + ((CW / 64) * 64))], ul5[((lr30 * CW) + ((CW / 64) * 64))], ul6[(lr30 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                }
+                            }
+                        }
+                        WaitFlag<HardEvent::MTE3_V>((((i * PcCeilDiv(M, CW)) + cf) % 2));
+                        PipeBarrier<PIPE_V>();
+                        Cast(ul8[(((i * PcCeilDiv(M, CW)) + cf) % 2)], ul7, RoundMode::CAST_RINT, (PcMin(TR, (N - (t * TR))) * CW));
+                        SetFlag<HardEvent::V_MTE3>((((i * PcCeilDiv(M, CW)) + cf) % 2));
+                        WaitFlag<HardEvent::V_MTE3>((((i * PcCeilDiv(M, CW)) + cf) % 2));
+                        DataCopyPad(gsoftmax[(((t * TR) * M) + (cf * CW))], ul8[(((i * PcCeilDiv(M, CW)) + cf) % 2)], DataCopyExtParams(PcMin(TR, (N - (t * TR))), (PcMin(CW, (M - (cf * CW))) * 2), PcCeilDiv(((CW * 2) - (PcCeilDiv((PcMin(CW, (M - (cf * CW))) * 2), 32) * 32)), 32), ((M - PcMin(CW, (M - (cf * CW)))) * 2), 0));
+                        SetFlag<HardEvent::MTE3_V>((((i * PcCeilDiv(M, CW)) + cf) % 2));
+                    }
+                }
+            }
+            WaitFlag<HardEvent::V_MTE2>(0);
+            WaitFlag<HardEvent::V_MTE2>(1);
+            WaitFlag<HardEvent::V_MTE2>(2);
+            WaitFlag<HardEvent::V_MTE2>(3);
             WaitFlag<HardEvent::MTE3_V>(0);
             WaitFlag<HardEvent::MTE3_V>(1);
         }
