@@ -36,7 +36,7 @@ def _numpy(name: str, d: dict):
     """The numpy formulation of ``name`` on the arrays of ``d`` (a callable), the
     mask of the output elements PolyBench's kernel updates and the output's name."""
     if name == "trmm":
-        from scipy.linalg import blas    # (heavy, optional: imported for trmm only)
+        from scipy.linalg import blas  # (heavy, optional: imported for trmm only)
         af, bf = np.asfortranarray(d["A"]), np.asfortranarray(d["B"])
         a = float(np.ravel(d["alpha"])[0])
         return (lambda: blas.dtrmm(a, af, bf, side=0, lower=1, trans_a=1, diag=1)), \

@@ -172,10 +172,9 @@ def _packs_safe(g: ScopGemm, t: isl.Set, B: int) -> bool:
     s = g.update
     d = _names(s)
     i = d[g.upd_pos["i"]]
-    st = _read(s, f"{{ {s.name}[{', '.join(d)}] -> [q] : {B}q <= {i} < {B}q + {B} }}")
-    assert isinstance(st, isl.Map)
-    st = st.intersect_domain(t)
-    st = isl.UnionMap.from_map(st.intersect_domain(t))
+    smap = _read(s, f"{{ {s.name}[{', '.join(d)}] -> [q] : {B}q <= {i} < {B}q + {B} }}")
+    assert isinstance(smap, isl.Map)
+    st = isl.UnionMap.from_map(smap.intersect_domain(t))
 
     def per_step(rel: isl.Map) -> isl.UnionMap:
         return st.reverse().apply_range(isl.UnionMap.from_map(rel))
@@ -188,6 +187,14 @@ def _packs_safe(g: ScopGemm, t: isl.Set, B: int) -> bool:
             if not per_step(w.relation).intersect(per_step(r)).is_empty():
                 return False
     return True
+
+
+def _union(ss: list[Statement], space: isl.Space) -> isl.UnionSet:
+    """The union of the domains of ``ss``."""
+    out = isl.UnionSet.empty(space)
+    for s in ss:
+        out = out.union(isl.UnionSet.from_set(s.domain))
+    return out
 
 
 class ScopTrmmPass(Pass):
@@ -233,17 +240,12 @@ class ScopTrmmPass(Pass):
             requests = list(promotion_state(ctx).pack_requests)
             gt = dataclasses.replace(g, update=dataclasses.replace(g.update, domain=t))
             gemm = scop_gemm_tree(gt, blk, requests, (own,), True, (oi, zero), k_tiles=True)
-
-            def part(ss: list[Statement]) -> isl.UnionSet:
-                out = isl.UnionSet.empty(filt.get_space())
-                for s in ss:
-                    out = out.union(isl.UnionSet.from_set(s.domain))
-                return out
-            head = part(before).union(isl.UnionSet.from_set(g.update.domain).subtract(
+            space = filt.get_space()
+            head = _union(before, space).union(isl.UnionSet.from_set(g.update.domain).subtract(
                 isl.UnionSet.from_set(t)))
             kids_new: list = [T.Filter(head, sub), T.Filter(isl.UnionSet.from_set(t), gemm)]
             if after:
-                kids_new.append(T.Filter(part(after), sub))
+                kids_new.append(T.Filter(_union(after, space), sub))
             new = T.Band([step], T.Sequence(kids_new))
             trial_kids = list(kids)
             trial_kids[idx] = T.Filter(child.filter, new) if isinstance(child, T.Filter) \
