@@ -314,10 +314,15 @@ def test_partial_distribution_of_a_multi_statement_band():
 
 
 def test_parallel_second_member_of_a_band():
-    """trmm (distributed and tiled by scop-tile first): the update's tile band
-    [i, j, k] is split before j, which is marked; the scaling's own loop nest is
-    parallel at its first loop."""
-    n = notes("trmm_like")["scop-parallel"]
+    """trmm without ``scop-trmm`` (distributed and tiled by scop-tile first): the
+    update's tile band [i, j, k] is split before j, which is marked; the scaling's own
+    loop nest is parallel at its first loop."""
+    model = kernel("trmm_like").polyhedral_model()
+    ctx = CompileState(model, TARGET, {})
+    sched = model.initial_schedule
+    for p in (ScopGemmPass, ScopTilePass, ScopParallelPass):
+        sched = p().run(sched, ctx)
+    n = ctx.notes["scop-parallel"]
     assert sorted(n) == ["parallel (OpenMP): loop at depth 0 of S_1",
                          "parallel (OpenMP): loop at depth 1 of S_0"], n
 
