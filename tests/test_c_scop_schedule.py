@@ -486,9 +486,14 @@ def test_trmm_rows_below_reach_the_micro_kernel():
     pack = ck.notes["cpu-pack"]
     assert any("A packed into L1" in x for x in pack) and \
         any("B packed into L2" in x for x in pack), pack
-    # not a trmm: syrk (no row read below), lu (the factor passes' shape)
+    # not a trmm: lu's two updates; a GEMM whose reduction range does not depend on the
+    # row stays scop-gemm's (gemm, syrk's triangle of outputs)
     assert isinstance(match_trmm(list(kernel("lu_nofactor").polyhedral_model()
                                       .statements)), str)
+    for name in ("gemm_ikj", "syrk_aa", "gemm_bt"):
+        m = match_trmm(list(kernel(name).polyhedral_model().statements))
+        assert m == "the reduction range does not depend on the row (scop-gemm's GEMM)", m
+        assert any("GEMM" in x for x in notes(name)["scop-gemm"]), name
 
 
 def test_trmm_not_blocked_when_the_rows_below_are_written_first():

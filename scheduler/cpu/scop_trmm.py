@@ -17,7 +17,8 @@ two distinct plain iterators, ``k`` the third one, ``Y`` a load with ``j`` in on
 subscript (:func:`polycomp.scheduler.cpu.scop_gemm._match_product`; ``Y`` may be ``W``
 itself, ``B[k][j]``), ``X`` free of ``j`` and not ``W``; float32/float64.  Every other
 statement of the child writes with its first subscript a plain iterator ``r`` (its
-*row*).
+*row*).  A reduction range that does not depend on the output point is
+:mod:`.scop_gemm`'s plain GEMM and is left to it.
 
 Schedule: with ``B`` the block of rows (the micro-kernel's ``KC``: a multiple of ``MR``, at most
 :data:`BLOCK`), every instance gets the step ``floor(row/B)`` (``row = i`` for ``U``).
@@ -64,7 +65,12 @@ from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import choose_blocking, dim_aff, floor_div_aff
-from polycomp.scheduler.cpu.scop_gemm import ScopGemm, _match_product, scop_gemm_tree
+from polycomp.scheduler.cpu.scop_gemm import (
+    ScopGemm,
+    _match_product,
+    _separable,
+    scop_gemm_tree,
+)
 from polycomp.scheduler.promotion.record import promotion_state
 from polycomp.state import CompileState
 
@@ -113,6 +119,8 @@ def match_trmm(statements: list[Statement]) -> tuple[ScopGemm, list, list] | str
     if len(ups) != 1:
         return "not one update W[i][j] += X * Y"
     n, g = ups[0]
+    if _separable(g.update.domain, g.upd_pos["k"]):
+        return "the reduction range does not depend on the row (scop-gemm's GEMM)"
     for s in statements:
         if not s.write_indices or _plain(s.write_indices[0], tuple(s.iters)) is None:
             return f"{s.name} does not write a row at a plain iterator"
