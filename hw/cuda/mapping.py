@@ -3,14 +3,17 @@
 Assumes: the IR comes from a schedule tree mapped by
 :class:`~polycomp.scheduler.gpu.baseline.GpuBaselineMappingPass` (or a later mapping
 pass using the same marks): under ``AttrStmt("gpu_blocks", "<k>")`` the next
-``gpu_kernels(state).baseline[k].block_loops`` loops (a ``let`` stands for a loop isl found to
-have one iteration) are the tile loops, and under ``AttrStmt("gpu_threads", "<k>")`` the
-next loops are the point loops of those tiles, ``gpu_kernels(state).baseline[k].threads`` wide (a shared-memory copy grafted before
+``gpu_kernels(state).baseline[k].block_loops`` loops (a ``let`` stands for a loop isl
+found to have one iteration) are the tile loops, and under ``AttrStmt("gpu_threads",
+"<k>")`` the next loops are the point loops of those tiles,
+``gpu_kernels(state).baseline[k].threads`` wide (a shared-memory copy grafted before
 the kernel's ``gpu_threads`` mark has its own ``gpu_threads:<k>`` mark above its point
-loops).  Guarantees: tile loops get kind ``gpu_block`` and point loops kind ``gpu_thread`` with
-an ``axis`` annotation (the innermost loop maps to ``x``) and, for thread loops, the
-``threads`` block extent.  Loop bounds are unchanged, so executing a mapped loop as a
-loop (the interpreter does) gives the same result as the unmapped IR.
+loops).  Guarantees: tile loops get kind ``gpu_block`` and point loops kind
+``gpu_thread`` with an ``axis`` annotation (the innermost loop maps to ``x``) and, for
+thread loops, the ``threads`` block extent; the kernel's shared buffers
+(``promotion_state(state).promotions``) are allocated inside its block loops.  Loop
+bounds are unchanged, so executing a mapped loop as a loop (the interpreter does) gives
+the same result as the unmapped IR.
 """
 from __future__ import annotations
 

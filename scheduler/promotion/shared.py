@@ -11,7 +11,16 @@ mapping"): the first band of a row-reduction kernel
 (:class:`~polycomp.scheduler.gpu.rowreduce.RowReductionMappingPass`) is one warp's
 row, so a box there would be one warp's footprint in a block-wide buffer, copied by
 the threads the block-wide copy filter picks and followed by a barrier under the
-per-row guard.
+per-row guard.  A kernel of :class:`~polycomp.scheduler.gpu.baseline.GpuBaselineMappingPass`
+(C SCoPs: a stencil's nests below a host loop) has no launch record and no thread
+parameters: its site is its ``gpu_threads`` mark (the prefix is the host loops and the
+block band, the threads are the point loops below the mark), and its copy is
+:func:`~polycomp.scheduler.promotion.copies.thread_tiled_copy_subtree` (the box tiled by
+the block, the points below a ``gpu_threads:<n>`` mark of the copy) instead of the
+linear thread filter; a box of lower rank than the block is refused ("fewer array
+dimensions than thread dimensions").  This is PPCG's rule for stencil halos: the
+block's footprint ``{ [p] -> A[a] }`` (jacobi-2d: the block plus a one-wide halo) is a
+fixed box and elements are read by several threads.
 
 For each array that is only read by the statements below a site (arrays written in
 the kernel are left to register promotion), all its references there form one group
