@@ -62,6 +62,23 @@ least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]
 band instead of the ``i``-tile band (``MC`` = all rows, ``NC`` at most a thread's share
 of the columns).
 
+With several planned threads and a constant ``i`` extent above ``MC`` (the ``i`` tiles
+being the parallel loop, fp32/fp64 only; :func:`shared_y_panel`) the GEMM tree takes
+the *shared-panel* (GotoBLAS / BLIS) order instead, so each ``KC x NC`` block of ``Y``
+is packed once per call for all threads, not once per ``i`` tile:
+
+    [band[batch..]]                     (not parallel: fewer batch iterations than threads)
+      band[floor(j/NC), floor(k/KC)]    (neither coincident: one Y block at a time)
+        mark cpu_pack_request (Y)       (outside every parallel loop: the packing pass
+                                         makes its copy a parallel loop of its own)
+          mark cpu_parallel -> band[floor(i/MC)]
+            mark cpu_pack_request (X)   (per i tile)
+              band[ir, jr] -> sequence[init, micro-kernel, epilogue] as above
+
+(two fork/joins per ``(j, k)`` tile: the copy of ``Y``, then the ``i`` tiles; the
+end of the first is the barrier that publishes the block before any thread reads it,
+the end of the second keeps the next copy from overwriting it while it is read).
+
 Legality: the only dependences into the update statements from the init are on the same
 output element ``C[s]``, whose init instance comes first in both trees (a separate
 earlier filter, or the same tile at ``k`` tile 0 and the earlier sequence child); the
@@ -74,7 +91,11 @@ lexicographically positive. ``cpu_parallel`` sits on the batch band when the bat
 at least as many iterations as threads (or is symbolic), else on the ``i`` tile band
 (coincident: ``C`` rows are disjoint); either way the whole product is one parallel
 region (each thread packs the blocks it uses, no barrier inside), which matters on busy
-machines where every fork/join waits for the slowest thread. The isolate option makes
+machines where every fork/join waits for the slowest thread.  The shared-panel order
+is the same permutable band in another member order (``jt, kt, it``; init at ``k``
+tile 0 and epilogue at the last ``k`` tile as before, both inside the same ``(j, k,
+i)`` tile as the updates of their ``C`` elements), and its parallel ``i`` tiles write
+disjoint rows of ``C``. The isolate option makes
 isl generate the full ``MR x NR`` tiles separately, with constant point-loop bounds (the
 micro-kernel), and the partial tiles at the edges as generic loops; where the extent of
 ``i`` or ``j`` is symbolic the GEMM form is not isolated (:func:`partial_tiles`): every
