@@ -152,3 +152,12 @@ def test_shared_form_only_with_several_row_blocks():
     ck = compile_kernel(_matmul(512, 64, 64, "one_thread"), _target("avx2", 1),
                         {"gemm_tiles": (12, 32, 16)})
     assert "shared packed" not in " ".join(" ".join(v) for v in ck.notes.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [p for p in PATHS if p != "avx2"])
+@settings(max_examples=2, deadline=None)
+@given(m=st.sampled_from([13, 37]), n=st.sampled_from([1, 71, 130]),
+       k=st.sampled_from([1, 67]), seed=st.integers(0, 2 ** 31))
+def test_shared_packed_y_block_avx512(path, m, n, k, seed):
+    _check_shared(path, m, n, k, seed, (12, 64, 16))
