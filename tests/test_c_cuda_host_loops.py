@@ -61,8 +61,23 @@ def test_stencil_on_the_simulator_is_bitwise_gcc_o0(name, sizes, tmp_path_factor
         np.testing.assert_array_equal(g, ref[n], err_msg=f"{name} {n}")
     if name in TIME_LOOP:   # one launch per nest below the time loop and time step
         steps = sizes.get("tsteps", sizes.get("tmax"))
-        nests = len(program_kernels(host_program(compiled(name).final_ir)[1]))
-        assert len(report.kernels) == steps * nests
+        program = host_program(compiled(name).final_ir)[1]
+        nests = len(program_kernels(program))
+        # (isl may hoist a nest's emptiness, e.g. fdtd-2d's ``nx >= 2``, above its launch)
+        made = list(launch_sequence(program, dict(sizes)))
+        assert len(report.kernels) == len(made) <= steps * nests
+        if min(v for k, v in sizes.items() if k not in ("tsteps", "tmax")) >= 3:
+            assert len(made) == steps * nests
+
+
+def _unguarded(program):
+    """The host program below the size conditions isl hoisted above everything (``if (n
+    >= 3)``: with a shared-memory copy in the kernels isl may hoist the emptiness of
+    the iteration domain above the host loop)."""
+    from polycomp.hw.cuda.codegen import HostIf
+    while len(program) == 1 and isinstance(program[0], HostIf) and not program[0].orelse:
+        program = program[0].then
+    return program
 
 
 @pytest.mark.parametrize("name", STENCILS)
@@ -71,6 +86,7 @@ def test_no_single_thread_kernel(name):
     grid of blocks of several threads (PPCG's mapping), none a 1x1 grid of one thread."""
     ck = compiled(name)
     temps, program = host_program(ck.final_ir)
+    program = _unguarded(program)
     assert len(program) == 1 and isinstance(program[0], HostLoop)
     kernels = program_kernels(program)
     assert len(kernels) >= (1 if name == "seidel_like" else 2)
@@ -345,10 +361,11 @@ def test_host_condition_around_launches():
     g = f.with_body(ir.IfThenElse(n >= ir.IntImm(5), f.body))
     temps, program = host_program(g)
     assert len(program) == 1 and isinstance(program[0], HostIf)
-    assert isinstance(program[0].then[0], HostLoop)
+    assert isinstance(_unguarded(program[0].then)[0], HostLoop)
     assert len(list(launch_sequence(program, {"tsteps": 3, "n": 4}))) == 0
     assert len(list(launch_sequence(program, {"tsteps": 3, "n": 6}))) == 6
-    assert "  if ((n >= 5)) {\n    for (int64_t c0" in emit_cuda(g)
+    text = emit_cuda(g)
+    assert "  if ((n >= 5)) {\n    " in text and "for (int64_t c0" in text.split("n >= 5")[1]
     a = np.linspace(0.5, 1.5, 6)
     b = np.zeros(6)
     got_a, got_b = simulate(g, a.copy(), b.copy(), tsteps=2, n=6)[0]

@@ -3,13 +3,17 @@
 Assumes: the IR comes from a schedule tree mapped by
 :class:`~polycomp.scheduler.gpu.baseline.GpuBaselineMappingPass` (or a later mapping
 pass using the same marks): under ``AttrStmt("gpu_blocks", "<k>")`` the next
-``gpu_kernels(state).baseline[k].block_loops`` loops (a ``let`` stands for a loop isl found to
-have one iteration) are the tile loops, and under ``AttrStmt("gpu_threads", "<k>")`` the
-next loops are the point loops of those tiles, ``gpu_kernels(state).baseline[k].threads`` wide.
-Guarantees: tile loops get kind ``gpu_block`` and point loops kind ``gpu_thread`` with
-an ``axis`` annotation (the innermost loop maps to ``x``) and, for thread loops, the
-``threads`` block extent.  Loop bounds are unchanged, so executing a mapped loop as a
-loop (the interpreter does) gives the same result as the unmapped IR.
+``gpu_kernels(state).baseline[k].block_loops`` loops (a ``let`` stands for a loop isl
+found to have one iteration) are the tile loops, and under ``AttrStmt("gpu_threads",
+"<k>")`` the next loops are the point loops of those tiles,
+``gpu_kernels(state).baseline[k].threads`` wide (a shared-memory copy grafted before
+the kernel's ``gpu_threads`` mark has its own ``gpu_threads:<k>`` mark above its point
+loops).  Guarantees: tile loops get kind ``gpu_block`` and point loops kind
+``gpu_thread`` with an ``axis`` annotation (the innermost loop maps to ``x``) and, for
+thread loops, the ``threads`` block extent; the kernel's shared buffers
+(``promotion_state(state).promotions``) are allocated inside its block loops.  Loop
+bounds are unchanged, so executing a mapped loop as a loop (the interpreter does) gives
+the same result as the unmapped IR.
 """
 from __future__ import annotations
 
@@ -45,8 +49,9 @@ def _rebuild(loops, inner, kinds_axes):
 
 
 class _MapGpu(ir.Mutator):
-    def __init__(self, baseline: dict):
+    def __init__(self, baseline: dict, promotions: list):
         self.baseline = baseline     # kernel number -> BaselineMapping
+        self.promotions = promotions
 
     def visit_AttrStmt(self, s):
         # the mapped marks keep, as their printed comment, what was mapped
@@ -59,6 +64,9 @@ class _MapGpu(ir.Mutator):
             if not loops:
                 return ir.AttrStmt(s.key, str(n), self.visit(s.body))
             inner = self.visit(_after(loops[-1]))
+            for p in self.promotions:   # shared buffers: per block, inside the block loops
+                if p.kernel == k and p.local.scope == "shared":
+                    inner = ir.Allocate(p.local, inner)
             f = len(loops)
             ka: list[tuple[str, tuple]] = [("gpu_block", (("axis", AXES[f - 1 - k]),))
                                            for k in range(f)]
@@ -96,7 +104,8 @@ def _after(loop):
 def map_gpu_loops(func: ir.LoweredFunc, state) -> ir.LoweredFunc:
     """Map the loops below the baseline mapping's marks onto blocks and threads, as
     ``gpu_kernels(state).baseline`` records for each kernel."""
-    return func.with_body(_MapGpu(gpu_kernels(state).baseline).visit(func.body))
+    return func.with_body(_MapGpu(gpu_kernels(state).baseline,
+                                  promotion_state(state).promotions).visit(func.body))
 
 
 class _WrapKernels(ir.Mutator):

@@ -87,3 +87,60 @@ def sync_subtree(prefix_set: isl.Set, name: str) -> isl.ScheduleNode:
     m = isl.Map.from_domain_and_range(
         prefix_set, isl.Set.read_from_str(prefix_set.get_ctx(), f"{{ {name}[] }}"))
     return isl.ScheduleNode.from_extension(isl.UnionMap.from_map(m))
+
+
+def thread_tiled_copy_subtree(prefix_set: isl.Set, rel: isl.Map, name: str,
+                              local: Callable[[isl.Set], list[isl.Aff]],
+                              threads: tuple[int, ...], kernel: int) -> isl.ScheduleNode:
+    """The extension subtree copying ``rel(p)`` for every ``p`` in ``prefix_set``, its
+    instances dealt to the threads of a block mapped as the baseline mapping does
+    (:class:`~polycomp.scheduler.gpu.baseline.GpuBaselineMappingPass`, the IR pass
+    ``hw/cuda/mapping.py``: the loops right below a ``gpu_threads:<kernel>`` mark are
+    the thread loops).  ``local(copy domain)`` gives the local coordinates
+    ``l_d = a_d - offset_d(p)`` (``0 <= l_d < size_d``) of a copy instance; with ``m =
+    len(threads)`` (at most the box's rank) the last ``m`` are tiled by ``threads``:
+
+        extension { [p] -> name[p, a] : a in rel(p) }
+          mark copy:<name>
+            band [l_0, .., l_(r-m-1), floor(l_(r-m) / T_0), ..]   (loops of every thread)
+              mark gpu_threads:<kernel>
+                band [l_(r-m) mod T_0, ..]                        (atomic: one loop each)
+
+    so thread ``t`` copies the elements whose point coordinates equal ``t``: each
+    element is copied by exactly one thread, and consecutive threads along x copy
+    consecutive elements of the innermost dimension (coalesced loads, conflict-free
+    stores)."""
+    ident = isl.Map.identity(isl.Space.map_from_set(prefix_set.get_space())) \
+        .intersect_domain(prefix_set)
+    ext = ident.range_product(rel).flatten_range().set_tuple_name(isl.dim_type.out, name)
+    cdom = ext.range()
+    affs = local(cdom)
+    m = len(threads)
+    ictx = cdom.get_ctx()
+    outer = affs[:len(affs) - m]
+    inner = []
+    for aff, t in zip(affs[len(affs) - m:], threads):
+        tv = isl.Val.int_from_si(ictx, t)
+        outer.append(aff.scale_down_val(tv).floor())
+        inner.append(aff.mod_val(tv))
+
+    def band(lst: list[isl.Aff]) -> isl.MultiUnionPwAff:
+        for a in lst[1:]:
+            lst = [x.align_params(a.get_space()) for x in lst]
+        dom = lst[0].get_domain_space()
+        lst = [x.align_params(dom) for x in lst]
+        al = isl.AffList.alloc(ictx, len(lst))
+        for a in lst:
+            al = al.add(a)
+        rng = isl.Space.set_from_params(dom.params()).add_dims(isl.dim_type.set, len(lst))
+        ma = isl.MultiAff.from_aff_list(isl.Space.map_from_domain_and_range(dom, rng), al)
+        return isl.MultiUnionPwAff.from_union_map(isl.UnionMap.from_map(isl.Map.from_multi_aff(ma)))
+
+    leaf = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext)).child(0)
+    node = leaf.insert_partial_schedule(band(inner))
+    for k in range(node.band_n_member()):
+        node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.atomic)
+    node = node.insert_mark(marks.make(marks.GPU_THREADS, kernel))
+    node = node.insert_partial_schedule(band(outer))
+    node = node.insert_mark(marks.make(marks.COPY, name))
+    return root_of(node)

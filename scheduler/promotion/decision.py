@@ -34,6 +34,8 @@ class Refusal(enum.Enum):
     NO_STRIDED_BOX = "no strided box"
     EMPTY = "empty footprint"
     SCALAR = "a zero-dimensional array (one value, read through the cache)"
+    COPY_RANK = ("fewer array dimensions than thread dimensions (a baseline kernel's copy "
+                 "is dealt to its threads dimension by dimension)")
 
 
 # how remarks name a level

@@ -11,7 +11,16 @@ mapping"): the first band of a row-reduction kernel
 (:class:`~polycomp.scheduler.gpu.rowreduce.RowReductionMappingPass`) is one warp's
 row, so a box there would be one warp's footprint in a block-wide buffer, copied by
 the threads the block-wide copy filter picks and followed by a barrier under the
-per-row guard.
+per-row guard.  A kernel of :class:`~polycomp.scheduler.gpu.baseline.GpuBaselineMappingPass`
+(C SCoPs: a stencil's nests below a host loop) has no launch record and no thread
+parameters: its site is its ``gpu_threads`` mark (the prefix is the host loops and the
+block band, the threads are the point loops below the mark), and its copy is
+:func:`~polycomp.scheduler.promotion.copies.thread_tiled_copy_subtree` (the box tiled by
+the block, the points below a ``gpu_threads:<n>`` mark of the copy) instead of the
+linear thread filter; a box of lower rank than the block is refused ("fewer array
+dimensions than thread dimensions").  This is PPCG's rule for stencil halos: the
+block's footprint ``{ [p] -> A[a] }`` (jacobi-2d: the block plus a one-wide halo) is a
+fixed box and elements are read by several threads.
 
 For each array that is only read by the statements below a site (arrays written in
 the kernel are left to register promotion), all its references there form one group
@@ -63,6 +72,7 @@ from polycomp.scheduler.promotion.copies import (
     copy_subtree,
     needs_sync,
     sync_subtree,
+    thread_tiled_copy_subtree,
 )
 from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
 from polycomp.scheduler.promotion.footprint import (
@@ -100,11 +110,12 @@ class _Site:
     schedule ``{ S[i] -> [p] }`` of the instances below it and their statements."""
     path: tuple[int, ...]
     kernel: int
-    launch: KernelLaunch
+    launch: KernelLaunch | None     # None: a baseline kernel (``threads`` below)
     prefix: isl.UnionMap
     domain: isl.UnionSet
     stmts: list[Statement]
     written: set[str]          # arrays written anywhere in the kernel
+    threads: tuple[int, ...] = ()   # a baseline kernel's block (outermost first)
 
     @property
     def scope(self) -> str:
@@ -185,11 +196,16 @@ def _site_at(schedule, path, ctx: CompileState) -> _Site | None:
     node = node_at(schedule, path)
     kernel = marks.kernel_of(node)
     launch = gpu_kernels(ctx).launches.get(kernel)
-    if launch is None:
-        return None
+    threads: tuple[int, ...] = ()
+    if launch is None:      # a baseline kernel: the site must be its gpu_threads mark
+        base = gpu_kernels(ctx).baseline.get(kernel)
+        if base is None or not base.threads or not marks.is_kind(node, marks.GPU_THREADS):
+            return None
+        threads = base.threads
     prefix = prefix_space_map(node)
     return _Site(path, kernel, launch, prefix, node.get_domain(),
-                 statements_below(prefix, ctx.model), _written_in_kernel(node, ctx.model))
+                 statements_below(prefix, ctx.model), _written_in_kernel(node, ctx.model),
+                 threads)
 
 
 def decide(group: ReferenceGroup, site: _Site) -> PromotionDecision:
@@ -208,6 +224,8 @@ def decide(group: ReferenceGroup, site: _Site) -> PromotionDecision:
     box = box_of(f)
     if box is None:
         return d.refuse(Refusal.UNBOUNDED)
+    if site.launch is None and len(box.sizes) < len(site.threads):
+        return d.refuse(Refusal.COPY_RANK)
     reuse = has_reuse(_drop_thread_params_u(site.prefix, site.kernel),
                       _drop_thread_params_u(group.access, site.kernel))
     coalesced = all(_coalesced(r.stmt, r.access) for r in group.refs)
@@ -239,6 +257,12 @@ def _apply(schedule, site: _Site, d: PromotionDecision, k: int, model):
     copy_name = f"copy_{buf.name}_{k}"
     promo.copies[copy_name] = CopyStmt("copy_in", n_prefix)
     launch = site.launch
+    if launch is None:      # baseline: tiled by the block, the tile's points on threads
+        tree = thread_tiled_copy_subtree(
+            prefix_set, rel, copy_name, lambda cdom: _local_affs(cdom, n_prefix, box),
+            site.threads, site.kernel)
+        node = node_at(schedule, site.path).graft_before(tree)
+        return node.get_schedule(), promo
     nthreads = launch.block[0] * launch.block[1] * launch.block[2]
     per_thread = -(-box.elements() // nthreads)
     tree = copy_subtree(prefix_set, rel, copy_name,
@@ -296,25 +320,13 @@ def _linear_copy_filter(cdom: isl.Set, np_: int, box, launch, kernel) -> isl.Uni
     stores of a warp hit 32 consecutive words (no bank conflict)."""
     if not launch.thread_params:
         return None
-    sp = cdom.get_space()
-    ls = isl.LocalSpace.from_space(sp)
+    ls = isl.LocalSpace.from_space(cdom.get_space())
     ictx = cdom.get_ctx()
-    prefix_vars = isl.AffList.alloc(ictx, np_)
-    for i in range(np_):
-        prefix_vars = prefix_vars.add(isl.Aff.var_on_domain(ls, isl.dim_type.set, i))
-    nd = len(box.sizes)
     flat = isl.Aff.zero_on_domain(ls)
-    for d in range(nd):
+    for d, term in enumerate(_local_affs(cdom, np_, box)):
         coef = 1
         for s2 in box.sizes[d + 1:]:
             coef *= s2
-        off = box.offsets[d]
-        proj_space = isl.Space.map_from_domain_and_range(
-            sp, isl.Space.set_from_params(sp.params()).add_dims(isl.dim_type.set, np_))
-        proj = isl.MultiAff.from_aff_list(proj_space.align_params(off.get_space()),
-                                          _aligned_list(prefix_vars, off.get_space(), ictx))
-        off_c = off.align_params(proj.get_space()).pullback_multi_aff(proj)
-        term = _aligned(isl.Aff.var_on_domain(ls, isl.dim_type.set, np_ + d), off_c, "sub")
         flat = _aligned(flat, term.scale_val(isl.Val.int_from_si(ictx, coef)), "add")
     total = launch.block[0] * launch.block[1] * launch.block[2]
     tid = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(flat.get_domain_space()))
@@ -330,6 +342,26 @@ def _linear_copy_filter(cdom: isl.Set, np_: int, box, launch, kernel) -> isl.Uni
         scale *= launch.block[axis]
     cond = _aligned(flat.mod_val(isl.Val.int_from_si(ictx, total)), tid, "sub").zero_basic_set()
     return isl.UnionSet.from_set(isl.Set.from_basic_set(cond))
+
+
+def _local_affs(cdom: isl.Set, np_: int, box) -> list[isl.Aff]:
+    """``l_d = a_d - offset_d(p)`` on the copy domain ``copy[p, a]`` (``np_`` prefix
+    dimensions): the coordinates of a copy instance in the local buffer."""
+    sp = cdom.get_space()
+    ls = isl.LocalSpace.from_space(sp)
+    ictx = cdom.get_ctx()
+    prefix_vars = isl.AffList.alloc(ictx, np_)
+    for i in range(np_):
+        prefix_vars = prefix_vars.add(isl.Aff.var_on_domain(ls, isl.dim_type.set, i))
+    out = []
+    for d, off in enumerate(box.offsets):
+        proj_space = isl.Space.map_from_domain_and_range(
+            sp, isl.Space.set_from_params(sp.params()).add_dims(isl.dim_type.set, np_))
+        proj = isl.MultiAff.from_aff_list(proj_space.align_params(off.get_space()),
+                                          _aligned_list(prefix_vars, off.get_space(), ictx))
+        off_c = off.align_params(proj.get_space()).pullback_multi_aff(proj)
+        out.append(_aligned(isl.Aff.var_on_domain(ls, isl.dim_type.set, np_ + d), off_c, "sub"))
+    return out
 
 
 def _aligned(a: isl.Aff, b: isl.Aff, op: str) -> isl.Aff:
