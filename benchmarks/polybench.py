@@ -111,6 +111,18 @@ def find_kernels(pb: str) -> list[tuple[str, str]]:
     return out
 
 
+def select_kernels(pb: str, kernels=None) -> list[tuple[str, str]]:
+    """:func:`find_kernels` restricted to ``kernels`` (all when empty); an unknown name is a
+    :class:`PolybenchError`."""
+    found = find_kernels(pb)
+    if kernels:
+        unknown = set(kernels) - {n for n, _ in found}
+        if unknown:
+            raise PolybenchError(f"no kernel {', '.join(sorted(unknown))} in {pb}")
+        found = [(n, p) for n, p in found if n in kernels]
+    return found
+
+
 def extract(path: str, pb: str, dataset: str) -> PolyKernel:
     """The ``kernel_*`` function of ``path`` with macros expanded (see the module doc)."""
     cmd = ["gcc", "-E", "-P", "-DPOLYBENCH_USE_C99_PROTO", f"-D{dataset}_DATASET",
@@ -415,12 +427,7 @@ def dump_sources(pb: str, dataset: str, out: str, kernels=None) -> list[str]:
 def _run_kernels(pb: str, dataset: str, rounds: int, kernels, progress,
                  polly: str | None, peer_dir: str | None = None) -> list:
     """The rows of the selected kernels (``OMP_NUM_THREADS`` already set)."""
-    found = find_kernels(pb)
-    if kernels:
-        unknown = set(kernels) - {n for n, _ in found}
-        if unknown:
-            raise PolybenchError(f"no kernel {', '.join(sorted(unknown))} in {pb}")
-        found = [(n, p) for n, p in found if n in kernels]
+    found = select_kernels(pb, kernels)
     rows: list = []
     with tempfile.TemporaryDirectory(prefix="polycomp-polybench-") as workdir:
         for name, path in found:

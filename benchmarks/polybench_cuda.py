@@ -31,14 +31,13 @@ import numpy as np
 from benchmarks.polybench import (
     REF_FLAGS,
     Compiled,
-    PolybenchError,
     Reference,
     extract,
-    find_kernels,
     fresh,
     make_data,
     rel_err,
     run_once,
+    select_kernels,
     timed,
 )
 
@@ -145,12 +144,7 @@ def bench_kernel_cuda(name: str, path: str, pb: str, dataset: str, rounds: int,
 
 def run_cuda(pb: str, dataset: str, rounds: int, kernels=None, progress=None) -> dict:
     from polycomp.hw.cuda.launcher import gpu_available
-    found = find_kernels(pb)
-    if kernels:
-        unknown = set(kernels) - {n for n, _ in found}
-        if unknown:
-            raise PolybenchError(f"no kernel {', '.join(sorted(unknown))} in {pb}")
-        found = [(n, p) for n, p in found if n in kernels]
+    found = select_kernels(pb, kernels)
     gpu = gpu_available()
     rows = []
     with tempfile.TemporaryDirectory(prefix="polycomp-polybench-cuda-") as workdir:

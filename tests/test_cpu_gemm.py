@@ -111,3 +111,53 @@ def test_many_rows_keep_the_i_split():
     ck = compile_kernel(_matmul(512, 64, 64, "bigm"), _target("avx2", 2))
     notes = " ".join(" ".join(v) for v in ck.notes.values())
     assert "parallel over i tiles" in notes
+
+
+def _check_shared(path, m, n, k, seed, tiles):
+    """A product whose rows span several ``MC`` blocks at 2 planned threads: each
+    ``KC x NC`` block of ``B`` is packed once for both threads (the note says so), the
+    row tiles split over the threads inside it; right at 1 and 2 threads."""
+    ck = compile_kernel(_matmul(m, n, k, f"shared_{m}_{n}_{k}"), _target(path, 2),
+                        {"gemm_tiles": tiles})
+    notes = " ".join(" ".join(v) for v in ck.notes.values())
+    assert "shared packed Y block" in notes, notes
+    # the row tiles and (blocks of 4 rows of B: several when k >= 8) the copy
+    assert ck.source.count("#pragma omp parallel for") >= (2 if k >= 8 else 1)
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    lib = build_shared(ck.source, flags=AVX512_FLAGS if path == "native512" else
+                       DEFAULT_FLAGS) if path != "simde" else build_simde(ck.source)
+    for threads in (1, 2):
+        f = CFunction(ck.final_ir, lib)
+        f.threads = threads
+        np.testing.assert_allclose(f(A, B), A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+@settings(max_examples=6, deadline=None)
+@given(m=st.sampled_from([13, 25, 37, 61]), n=st.sampled_from([1, 16, 17, 47, 64]),
+       k=st.sampled_from([1, 3, 31, 67]), seed=st.integers(0, 2 ** 31))
+def test_shared_packed_y_block_avx2(m, n, k, seed):
+    """Several row blocks (``MC`` = 12 < m), several j and k blocks, tails, extent 1."""
+    _check_shared("avx2", m, n, k, seed, (12, 32, 16))
+
+
+def test_shared_form_only_with_several_row_blocks():
+    """``M <= MC`` keeps the per-thread form; so does a 1-thread plan."""
+    ck = compile_kernel(_matmul(12, 64, 64, "one_block"), _target("avx2", 2),
+                        {"gemm_tiles": (12, 32, 16)})
+    notes = " ".join(" ".join(v) for v in ck.notes.values())
+    assert "shared packed" not in notes and "parallel over i tiles" in notes
+    ck = compile_kernel(_matmul(512, 64, 64, "one_thread"), _target("avx2", 1),
+                        {"gemm_tiles": (12, 32, 16)})
+    assert "shared packed" not in " ".join(" ".join(v) for v in ck.notes.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [p for p in PATHS if p != "avx2"])
+@settings(max_examples=2, deadline=None)
+@given(m=st.sampled_from([13, 37]), n=st.sampled_from([1, 71, 130]),
+       k=st.sampled_from([1, 67]), seed=st.integers(0, 2 ** 31))
+def test_shared_packed_y_block_avx512(path, m, n, k, seed):
+    _check_shared(path, m, n, k, seed, (12, 64, 16))

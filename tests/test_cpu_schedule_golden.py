@@ -80,6 +80,13 @@ def matmul_int8(A: pc.Tensor[(N, K), "int8"], B: pc.Tensor[(K, M), "int8"]):
 
 
 @pc.tensor_expr
+def matmul_const(A: pc.Tensor[(100, 72), "float32"], B: pc.Tensor[(72, 80), "float32"]):
+    """Constant sizes, 100 rows > MC = 54 at 2 threads: the shared packed Y block."""
+    k = pc.reduce_axis(72, "k")
+    return pc.compute((100, 80), lambda i, j: pc.sum(A[i, k] * B[k, j], axis=k), name="C")
+
+
+@pc.tensor_expr
 def colsum(x: pc.Tensor[(N, M), "float32"]):
     r = pc.reduce_axis(N, "r")
     return pc.compute((M,), lambda j: pc.sum(x[r, j], axis=r), name="cs")
@@ -111,6 +118,8 @@ CASES = {
     "matmul_backbone": (matmul, [CpuBackboneTilePass]),
     "matmul_pack": (matmul, [CpuBackboneTilePass, CpuPackPass]),
     "matmul_epilogue": (matmul_bias_relu, [CpuBackboneTilePass]),
+    # jt -> kt -> pack Y (once, all threads) -> parallel i tiles -> pack X
+    "matmul_shared_pack": (matmul_const, [CpuBackboneTilePass, CpuPackPass]),
     # dot-product tiles: no isolation, cpu_microkernel:<n>, grouped pack requests
     "matmul_bf16_dot": (matmul_bf16, [CpuBackboneTilePass, CpuPackPass], TARGET_DOT),
     "matmul_int8_dot": (matmul_int8, [CpuBackboneTilePass, CpuPackPass], TARGET_DOT),

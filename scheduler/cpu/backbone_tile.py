@@ -62,6 +62,23 @@ least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]
 band instead of the ``i``-tile band (``MC`` = all rows, ``NC`` at most a thread's share
 of the columns).
 
+With several planned threads and a constant ``i`` extent above ``MC`` (the ``i`` tiles
+being the parallel loop, fp32/fp64 only; :func:`shared_y_panel`) the GEMM tree takes
+the *shared-panel* (GotoBLAS / BLIS) order instead, so each ``KC x NC`` block of ``Y``
+is packed once per call for all threads, not once per ``i`` tile:
+
+    [band[batch..]]                     (not parallel: fewer batch iterations than threads)
+      band[floor(j/NC), floor(k/KC)]    (neither coincident: one Y block at a time)
+        mark cpu_pack_request (Y)       (outside every parallel loop: the packing pass
+                                         makes its copy a parallel loop of its own)
+          mark cpu_parallel -> band[floor(i/MC)]
+            mark cpu_pack_request (X)   (per i tile)
+              band[ir, jr] -> sequence[init, micro-kernel, epilogue] as above
+
+(two fork/joins per ``(j, k)`` tile: the copy of ``Y``, then the ``i`` tiles; the
+end of the first is the barrier that publishes the block before any thread reads it,
+the end of the second keeps the next copy from overwriting it while it is read).
+
 Legality: the only dependences into the update statements from the init are on the same
 output element ``C[s]``, whose init instance comes first in both trees (a separate
 earlier filter, or the same tile at ``k`` tile 0 and the earlier sequence child); the
@@ -74,7 +91,11 @@ lexicographically positive. ``cpu_parallel`` sits on the batch band when the bat
 at least as many iterations as threads (or is symbolic), else on the ``i`` tile band
 (coincident: ``C`` rows are disjoint); either way the whole product is one parallel
 region (each thread packs the blocks it uses, no barrier inside), which matters on busy
-machines where every fork/join waits for the slowest thread. The isolate option makes
+machines where every fork/join waits for the slowest thread.  The shared-panel order
+is the same permutable band in another member order (``jt, kt, it``; init at ``k``
+tile 0 and epilogue at the last ``k`` tile as before, both inside the same ``(j, k,
+i)`` tile as the updates of their ``C`` elements), and its parallel ``i`` tiles write
+disjoint rows of ``C``. The isolate option makes
 isl generate the full ``MR x NR`` tiles separately, with constant point-loop bounds (the
 micro-kernel), and the partial tiles at the edges as generic loops; where the extent of
 ``i`` or ``j`` is symbolic the GEMM form is not isolated (:func:`partial_tiles`): every
@@ -371,6 +392,7 @@ class Blocking:
     KC: int
     parallel_batch: bool
     parallel_j: bool = False     # threads split the j tiles (few rows: BERT at L = 1)
+    shared_y: bool = False       # Y block packed once per (j, k) tile for all threads
 
     @property
     def NR(self) -> int:
@@ -463,7 +485,27 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
         else:
             batch_iters *= e
     parallel_batch = bool(op.batch) and (not known or batch_iters >= threads)
-    return Blocking(MR, NI, L, MC, NC, KC, parallel_batch, parallel_j and not parallel_batch)
+    b = Blocking(MR, NI, L, MC, NC, KC, parallel_batch, parallel_j and not parallel_batch)
+    b.shared_y = dot is None and not op.direct and threads > 1 and \
+        shared_y_panel(b, n_i)
+    return b
+
+
+def shared_y_panel(b: Blocking, n_i: int | None) -> bool:
+    """Whether the GEMM tree packs each ``KC x NC`` block of ``Y`` once, for all
+    threads, and splits the ``i`` tiles over the threads inside it (the GotoBLAS / BLIS
+    order ``jt -> kt -> pack Y -> parallel it -> pack X``): when the ``i`` tiles are the
+    parallel loop and ``i`` spans several ``MC`` blocks (``M > MC``, a constant).  The
+    per-thread form packs the whole of ``Y`` once per ``i`` tile (each thread its own
+    copy, two ``L2 / 2`` blocks competing for an L2 that SMT siblings share); the shared
+    form packs it once per call, the copy split over the threads, at the price of one
+    fork/join for the copy and one for the row tiles per ``(j, k)`` tile and of packing
+    ``X`` once per ``(j, k, i)`` tile.  ``POLYCOMP_GEMM_SHARED=0`` keeps the per-thread
+    form (for comparisons)."""
+    import os
+    if os.environ.get("POLYCOMP_GEMM_SHARED", "1") == "0":
+        return False
+    return not b.parallel_batch and not b.parallel_j and n_i is not None and n_i > b.MC
 
 
 # --------------------------------------------------------------------------- tree
@@ -688,7 +730,8 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     kk = to_upa(mod_aff(dim_aff(sp, op.k[0]), b.KC))
     ii, jj = to_upa(u["ii"]), to_upa(u["jj"])
     k_outer = x_block_once(b)
-    order = ("it", "kt", "jt") if k_outer else ("it", "jt", "kt")
+    order = ("jt", "kt", "it") if b.shared_y else \
+        ("it", "kt", "jt") if k_outer else ("it", "jt", "kt")
     upd_prefix = [to_upa(a) for a in u["batch"]] + [to_upa(u[n]) for n in order]
     iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
                              (b.MR, b.NR), op.update.domain) \
@@ -719,6 +762,15 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
         mark_x = request_mark(requests, PackRequest(
             op.x.buffer, x_dim, b.MR, "L1", group_dim=_pos_of(op.x, k), group=dot.group,
             offset=dot.offset))
+    if b.shared_y:  # Y's block packed once per (j tile, k tile) for all threads
+        inner = T.Mark(marks.CPU_PARALLEL, T.Band([it], T.Mark(mark_x, regs),
+                                                  permutable=True, coincident=[True]))
+        # j tiles not coincident: the packed Y block needs no slot per j tile
+        outer = T.Band([jt, kt], T.Mark(mark_y, inner), permutable=True,
+                       coincident=[False, False])
+        if batch:
+            outer = T.Band(batch, outer, permutable=True, coincident=[False] * len(batch))
+        return outer
     if k_outer:     # X's block packed once per k tile, Y's per (k tile, j tile)
         outer = T.Band([kt], T.Mark(mark_x, T.Band([jt], T.Mark(mark_y, regs),
                                                    coincident=[True])))
@@ -804,7 +856,8 @@ def use_channel_form(ch: OuterProduct | None, target, width: OuterProduct | None
 
 
 def _split_name(b: Blocking) -> str:
-    return "batch" if b.parallel_batch else "j tiles" if b.parallel_j else "i tiles"
+    return "batch" if b.parallel_batch else "j tiles" if b.parallel_j else \
+        "i tiles inside each shared packed Y block" if b.shared_y else "i tiles"
 
 
 def _form(op: OuterProduct, dot: DotProduct | None = None) -> str:
