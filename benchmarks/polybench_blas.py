@@ -1,4 +1,4 @@
-"""PolyBench's BLAS-3 kernels (gemm, syrk, syr2k) through polycomp's ``cpu`` target
+"""PolyBench's BLAS-3 kernels (gemm, syrk, syr2k, trmm) through polycomp's ``cpu`` target
 against the same product through numpy (OpenBLAS), timed in one process:
 ``python -m benchmarks.polybench_blas --polybench DIR [--dataset LARGE] [--rounds 7]
 [--kernels gemm,syrk] [--peer-c DIR]``.
@@ -9,7 +9,9 @@ bench polybench``) and numpy, so the host's load drifts alike for all, with a pa
 which would slow whatever runs next); each line prints
 best and median seconds and ``numpy time / polycomp time`` (above 1: polycomp faster).
 numpy's formulations compute the whole result (syrk/syr2k: the full square, of which
-PolyBench updates the lower triangle; numpy's ``A @ A.T`` calls BLAS ``?syrk``), and
+PolyBench updates the lower triangle; numpy's ``A @ A.T`` calls BLAS ``?syrk``; trmm:
+scipy's BLAS ``dtrmm``, ``alpha * A^T B`` with ``A`` unit lower triangular, on
+Fortran-ordered copies made outside the timed call), and
 its thread count is OpenBLAS's (run under ``env -u OPENBLAS_CORETYPE
 OMP_NUM_THREADS=2`` to compare like with like).  The results are checked against
 numpy's on the updated triangle.
@@ -31,18 +33,24 @@ SETTLE_S = 0.1
 
 
 def _numpy(name: str, d: dict):
-    """The numpy formulation of ``name`` on the arrays of ``d`` (a callable) and the
-    mask of the output elements PolyBench's kernel updates."""
+    """The numpy formulation of ``name`` on the arrays of ``d`` (a callable), the
+    mask of the output elements PolyBench's kernel updates and the output's name."""
+    if name == "trmm":
+        from scipy.linalg import blas  # (heavy, optional: imported for trmm only)
+        af, bf = np.asfortranarray(d["A"]), np.asfortranarray(d["B"])
+        a = float(np.ravel(d["alpha"])[0])
+        return (lambda: blas.dtrmm(a, af, bf, side=0, lower=1, trans_a=1, diag=1)), \
+            np.ones(d["B"].shape, bool), "B"
     al, be = d["alpha"], d["beta"]
     if name == "gemm":
         A, B, C = d["A"], d["B"], d["C"]
-        return (lambda: al * (A @ B) + be * C), np.ones(C.shape, bool)
+        return (lambda: al * (A @ B) + be * C), np.ones(C.shape, bool), "C"
     A, C = d["A"], d["C"]
     tri = np.tril(np.ones(C.shape, bool))
     if name == "syrk":
-        return (lambda: al * (A @ A.T) + be * C), tri
+        return (lambda: al * (A @ A.T) + be * C), tri, "C"
     B = d["B"]
-    return (lambda: al * (A @ B.T) + al * (B @ A.T) + be * C), tri
+    return (lambda: al * (A @ B.T) + al * (B @ A.T) + be * C), tri, "C"
 
 
 def bench(name: str, path: str, pb: str, dataset: str, rounds: int, peer_dir) -> str:
@@ -53,10 +61,10 @@ def bench(name: str, path: str, pb: str, dataset: str, rounds: int, peer_dir) ->
     c = Compiled(k, "cpu", None)
     peer = Peer(k, os.path.join(peer_dir, f"{name}.c")) if peer_dir else None
     work = fresh(data)
-    fn, mask = _numpy(name, fresh(data))
+    fn, mask, out = _numpy(name, fresh(data))
     want = fn()
     c.f.cfunc(*c.args(work))
-    err = float(np.max(np.abs(work["C"] - want)[mask] / np.abs(want[mask])))
+    err = float(np.max(np.abs(work[out] - want)[mask] / np.abs(want[mask])))
     ts: dict[str, list[float]] = {"polycomp": [], "numpy": [], "peer": []}
     for _ in range(rounds):
         fresh(data, work)

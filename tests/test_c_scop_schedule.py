@@ -31,12 +31,13 @@ from polycomp.driver import build, compile_kernel, interpret
 from polycomp.frontend.c_reader import load_c_kernels
 from polycomp.hw.target import get_target
 from polycomp.scheduler.common.tree import violated_dependences
-from polycomp.scheduler.cpu import scop_factor
+from polycomp.scheduler.cpu import scop_factor, scop_trmm
 from polycomp.scheduler.cpu.scop_factor import ScopFactorPass
 from polycomp.scheduler.cpu.scop_gemm import ScopGemmPass, match_scop_gemm
 from polycomp.scheduler.cpu.scop_parallel import ScopParallelPass
 from polycomp.scheduler.cpu.scop_stencil import ScopStencilPass
 from polycomp.scheduler.cpu.scop_tile import ScopTilePass
+from polycomp.scheduler.cpu.scop_trmm import ScopTrmmPass, match_trmm
 from polycomp.state import CompileState
 
 KERNELS = Path(__file__).parent / "c_scop_kernels"
@@ -203,6 +204,7 @@ GOLDEN = {
     "lu_like_factor": ("lu_like", [], ScopFactorPass),
     "cholesky_like_factor": ("cholesky_like", [], ScopFactorPass),
     "ludcmp_like_factor": ("ludcmp_like", [], ScopFactorPass),
+    "trmm_like_trmm": ("trmm_like", [], ScopTrmmPass),
     "lu_like_tile": ("lu_like", [ScopGemmPass], ScopTilePass),
     "rowmix": ("rowmix", [ScopGemmPass], ScopTilePass),
     "symm_like": ("symm_like", [ScopGemmPass], ScopTilePass),
@@ -312,10 +314,15 @@ def test_partial_distribution_of_a_multi_statement_band():
 
 
 def test_parallel_second_member_of_a_band():
-    """trmm (distributed and tiled by scop-tile first): the update's tile band
-    [i, j, k] is split before j, which is marked; the scaling's own loop nest is
-    parallel at its first loop."""
-    n = notes("trmm_like")["scop-parallel"]
+    """trmm without ``scop-trmm`` (distributed and tiled by scop-tile first): the
+    update's tile band [i, j, k] is split before j, which is marked; the scaling's own
+    loop nest is parallel at its first loop."""
+    model = kernel("trmm_like").polyhedral_model()
+    ctx = CompileState(model, TARGET, {})
+    sched = model.initial_schedule
+    for p in (ScopGemmPass, ScopTilePass, ScopParallelPass):
+        sched = p().run(sched, ctx)
+    n = ctx.notes["scop-parallel"]
     assert sorted(n) == ["parallel (OpenMP): loop at depth 0 of S_1",
                          "parallel (OpenMP): loop at depth 1 of S_0"], n
 
@@ -460,3 +467,88 @@ def test_blocked_factorisation_matches_gcc_o0(name, tmp_path_factory):
         for out, g in zip(k.outputs, got):
             w = ref[out]
             assert np.abs(g - w).max() <= 1e-12 * max(1.0, np.abs(w).max()), (name, n, out)
+
+
+# ----------------------------------------------------------------------------- trmm
+
+TRMM_SIZES = [dict(m=1, n=1), dict(m=13, n=29), dict(m=61, n=37), dict(m=131, n=71),
+              dict(m=200, n=5)]
+
+
+def test_trmm_rows_below_reach_the_micro_kernel():
+    """trmm's ``B[i][j] += A[k][i] * B[k][j]`` (``k > i``): row blocks of 60 (a multiple
+    of MR = 6), the products with the rows below the block on the micro-kernel, ``A``
+    and the ``B[k][j]`` reference packed (``B[i][j]``, accumulated, is not)."""
+    ck = compile_kernel(kernel("trmm_like"), TARGET)
+    n = ck.notes["scop-trmm"]
+    assert any("row-blocked, 60 rows a step" in x and "B += A * B" in x for x in n), n
+    assert ck.final_ir.counts.microkernels >= 1, ck.final_ir.counts
+    pack = ck.notes["cpu-pack"]
+    assert any("A packed into L1" in x for x in pack) and \
+        any("B packed into L2" in x for x in pack), pack
+    # not a trmm: lu's two updates; a GEMM whose reduction range does not depend on the
+    # row stays scop-gemm's (gemm, syrk's triangle of outputs)
+    assert isinstance(match_trmm(list(kernel("lu_nofactor").polyhedral_model()
+                                      .statements)), str)
+    for name in ("gemm_ikj", "syrk_aa", "gemm_bt"):
+        m = match_trmm(list(kernel(name).polyhedral_model().statements))
+        assert m == "the reduction range does not depend on the row (scop-gemm's GEMM)", m
+        assert any("GEMM" in x for x in notes(name)["scop-gemm"]), name
+
+
+def test_trmm_not_blocked_when_the_rows_below_are_written_first():
+    """The same nest with the rows walked upwards (``i`` from ``m - 1`` down): row ``i``
+    reads rows below that are already updated, so the packed copy would hold the C
+    order's values only if blocks ran bottom-up; the isl check keeps the program order."""
+    src = KERNELS / "trmm_like.c"
+    text = src.read_text().replace("for (i = 0; i < m; i++)",
+                                   "for (i = m - 1; i >= 0; i--)")
+    assert text != src.read_text()
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "trmm_like.c"
+        p.write_text(text)
+        k, = load_c_kernels(str(p))
+        n = compile_kernel(k, TARGET).notes.get("scop-trmm", [])
+    assert any("program order kept" in x for x in n), n
+
+
+@pytest.mark.parametrize("sizes", [dict(m=1, n=1), dict(m=31, n=13)],
+                         ids=lambda v: f"m{v['m']}n{v['n']}")
+def test_trmm_blocked_order_is_the_c_order(sizes, monkeypatch, tmp_path_factory):
+    """With blocks of 12 rows, 31 rows span three steps (the last partial): the
+    interpreted blocked schedule keeps every element's sum in the C order (the in-block
+    ``k`` first, then the rows below in increasing ``k``), bitwise gcc -O0; the built
+    kernel (FMA in the micro-kernel) within 1e-13 of the largest element."""
+    monkeypatch.setattr(scop_trmm, "BLOCK", 12)
+    name = "trmm_like"
+    k = kernel(name)
+    arrays = random_arrays(k, sizes, seed=sizes["m"])
+    ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
+    ck = compile_kernel(k, TARGET, debug=True)
+    assert any("12 rows a step" in x for x in ck.notes["scop-trmm"]), ck.notes
+
+    def args():
+        return [arrays[x].copy() for x in list(k.inputs) + list(k.outputs)]
+    got = as_tuple(interpret(ck, *args(), **sizes))
+    assert np.array_equal(got[0], ref["B"])
+    got = as_tuple(build(k, TARGET)(*args(), **sizes))
+    w = ref["B"]
+    assert np.abs(got[0] - w).max() <= 1e-13 * max(1.0, np.abs(w).max())
+
+
+@pytest.mark.slow
+def test_trmm_blocked_kernel_matches_gcc_o0(tmp_path_factory):
+    """The built kernel (60 rows a step) at one row, one partial block and several
+    blocks with a partial last one: 1e-13 relative to the largest element (the sums
+    keep the C order; FMA contraction in the micro-kernel)."""
+    name = "trmm_like"
+    k = kernel(name)
+    fn = build(k, TARGET)
+    for sizes in TRMM_SIZES:
+        arrays = random_arrays(k, sizes, seed=sizes["m"])
+        ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
+        got = as_tuple(fn(*[arrays[x].copy() for x in list(k.inputs) + list(k.outputs)],
+                          **sizes))
+        w = ref["B"]
+        assert np.abs(got[0] - w).max() <= 1e-13 * max(1.0, np.abs(w).max()), sizes

@@ -81,6 +81,8 @@ class CpuBackend(Backend):
             if isa and o.microkernel:
                 from polycomp.scheduler.cpu.scop_factor import ScopFactorPass
                 passes.append(ScopFactorPass())     # LU / Cholesky: right-looking blocks
+                from polycomp.scheduler.cpu.scop_trmm import ScopTrmmPass
+                passes.append(ScopTrmmPass())       # trmm: row blocks, GEMM below
                 passes.append(ScopGemmPass())       # GEMM-like nests: micro-kernel
             if o.parallel:
                 passes.append(ScopStencilPass())    # stencils: time tiles, wavefronts

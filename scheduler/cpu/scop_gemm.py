@@ -318,7 +318,7 @@ def _affs(space: isl.Space, pos: dict, b: Blocking, k: isl.Aff | None,
 
 
 def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
-                   parallel_regs: bool = False, origin: tuple = ()):
+                   parallel_regs: bool = False, origin: tuple = (), k_tiles: bool = False):
     """The subtree of the module docstring for ``g`` (pack requests appended to
     ``requests``, i.e. ``promotion_state(state).pack_requests``); ``outer``: the
     members (UnionPwAff on the update) of the bands the subtree will sit below, which
@@ -327,7 +327,10 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     (threads split one block's register tiles and share its packed copies: for a
     subtree below a sequential loop that the ``i`` tiles' range varies with);
     ``origin``: affs ``(oi, oj)`` on the update's domain (no init) from which the ``i``
-    and ``j`` tiles are counted (``floor((i - oi)/MC)``, ...; default 0)."""
+    and ``j`` tiles are counted (``floor((i - oi)/MC)``, ...; default 0); ``k_tiles``:
+    keep the ``floor(k/KC)`` band below ``outer`` (outer bands that do not fix the ``k``
+    block, :mod:`.scop_trmm`'s row steps; the caller makes every step's ``k`` range
+    start at a multiple of ``KC``)."""
     sp = g.update.domain.get_space()
     u = _affs(sp, g.upd_pos, b, dim_aff(sp, g.upd_pos["k"]), origin)
     parts = [u]
@@ -345,7 +348,7 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     # with outer bands that fix the k block (scop-factor's steps: KC = the block) the
     # kt band is left out (isl would generate no loop for it, and the packs' origins
     # must be functions of the generated loops)
-    tiles = ("it", "kt", "jt") if not outer else ("it", "jt")
+    tiles = ("it", "kt", "jt") if not outer or k_tiles else ("it", "jt")
     upd_prefix = list(outer) + [to_upa(a) for a in u["b"]] + [to_upa(u[n]) for n in tiles]
     dom, ip, jp = g.update.domain, g.upd_pos["i"], g.upd_pos["j"]
     # symbolic sizes over a rectangle: every register tile, partial ones included, is the
@@ -370,12 +373,14 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     if parallel_regs:
         regs = T.Mark(marks.CPU_PARALLEL, regs)
     # one request per operand reference; an array read by several of them (syrk's
-    # A[i][k] * A[j][k], syr2k's two products) is packed per reference
+    # A[i][k] * A[j][k], syr2k's two products) or also accumulated into (trmm's B[k][j]
+    # beside B[i][j], scop_trmm) is packed per reference
     refs = [ld for xy in g.pairs for ld in xy]
     vi, vj = g.update.iters[g.upd_pos["i"]], g.update.iters[g.upd_pos["j"]]
 
     def ref_tag(ld: ir.Load) -> str:
-        shared = any(o is not ld and o.buffer is ld.buffer for o in refs)
+        shared = ld.buffer is g.update.write or \
+            any(o is not ld and o.buffer is ld.buffer for o in refs)
         return (_tag(g.update, ld) or "") if shared else ""
 
     def request(ld: ir.Load, dim: int, width: int, level: str) -> str:
