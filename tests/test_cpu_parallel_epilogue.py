@@ -37,7 +37,8 @@ def _parallel_marks(ck) -> list[str]:
 def _check(kernel, w, b, shape, target="c"):
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     got = build(kernel, target)(x, w, b)
-    np.testing.assert_allclose(got, np.maximum(x @ w + b, 0).transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
+    want = np.maximum(x @ w + b, 0).transpose(0, 2, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_epilogue_beside_a_tiled_gemm_gets_its_own_parallel_mark():
