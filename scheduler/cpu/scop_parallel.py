@@ -127,7 +127,9 @@ def _loops_inside(node: isl.ScheduleNode, m: int) -> int:
     upper bound on the loops of the statement's own nest that remain)."""
     from polycomp.islutil import sets
     depth = node.get_schedule_depth() + m
-    return max(s.dim(isl.dim_type.set) for s in sets(node.get_domain())) - depth
+    # (a band below a filter that keeps none of its statements encloses no loop)
+    return max((s.dim(isl.dim_type.set) for s in sets(node.get_domain())),
+               default=depth) - depth
 
 
 def worth_a_fork(node: isl.ScheduleNode, m: int) -> bool:
