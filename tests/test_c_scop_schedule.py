@@ -31,7 +31,7 @@ from polycomp.driver import build, compile_kernel, interpret
 from polycomp.frontend.c_reader import load_c_kernels
 from polycomp.hw.target import get_target
 from polycomp.scheduler.common.tree import violated_dependences
-from polycomp.scheduler.cpu import scop_factor, scop_trmm
+from polycomp.scheduler.cpu import scop_factor, scop_symm, scop_trmm
 from polycomp.scheduler.cpu.scop_factor import ScopFactorPass
 from polycomp.scheduler.cpu.scop_gemm import ScopGemmPass, match_scop_gemm
 from polycomp.scheduler.cpu.scop_parallel import ScopParallelPass
@@ -305,10 +305,12 @@ def test_tile_and_parallel_notes():
     assert not notes("lu_like").get("scop-parallel"), notes("lu_like")
 
 
-def test_partial_distribution_of_a_multi_statement_band():
-    """symm: distributing the whole ``[i, j]`` band is illegal (the final update of row
-    ``i`` feeds the column sweep of row ``i + 1``); keeping ``i`` and distributing ``j``
-    is legal, and the merged ``[j, k]`` band over two statements gets ``j`` innermost."""
+def test_partial_distribution_of_a_multi_statement_band(monkeypatch):
+    """symm (scop-symm's split turned off): distributing the whole ``[i, j]`` band is
+    illegal (the final update of row ``i`` feeds the column sweep of row ``i + 1``);
+    keeping ``i`` and distributing ``j`` is legal, and the merged ``[j, k]`` band over
+    two statements gets ``j`` innermost."""
+    monkeypatch.setattr(scop_symm, "match_symm", lambda statements: "turned off")
     n = notes("symm_like")["scop-tile"]
     assert any("would violate a dependence, kept" in x for x in n), n
     assert any("(outer 1 member(s) kept)" in x for x in n), n
