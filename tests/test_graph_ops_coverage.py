@@ -277,3 +277,38 @@ def test_full_ones_zeros_logical_and_cat_of_an_empty_cache():
         m = torch.randint(0, 2, (b, n), generator=g)
         return [torch.randn(b, n, 3, generator=g), m]
     _check(f, [(2, 5), (1, 1), (3, 7)], make=make)
+
+
+def test_torch_tensor_of_python_data_is_a_constant():
+    """``torch.tensor`` of numbers / nested lists (GPT-2's empty KV cache
+    ``torch.tensor([])`` that ``cat`` skips), with torch's dtype rules and ``dtype=``; a
+    0-d tensor of a size is a kernel parameter."""
+    def f(x, m):
+        s = x.shape[1]
+        cache = torch.tensor([], dtype=torch.float32)
+        kv = torch.cat([cache, x], dim=-2)
+        w = torch.tensor([[1.5, -2.0, 0.25]])       # float32 (the default dtype)
+        i = torch.tensor([3, -1, 7])                # int64
+        b = torch.tensor([True, False, True])       # bool
+        h = torch.tensor(2, dtype=torch.float64)    # 0-d
+        n = torch.tensor(s)                         # 0-d int64 of a size
+        return kv * w, m + i, (m > 0) & b, x * h, m * n, torch.as_tensor([[0.5], [2.0]])
+
+    def make(s, g):
+        b, n = s
+        return [torch.randn(b, n, 3, generator=g), torch.randint(-5, 5, (b, 3), generator=g)]
+    _check(f, [(2, 5), (1, 1), (3, 7)], make=make)
+
+
+def test_torch_tensor_of_a_tensor_runs_eagerly_with_a_reason():
+    """A list holding size expressions (``[s0 / 3, s0]``) is not a constant: eager, said."""
+    def f(x):
+        return x + torch.tensor([x.shape[0] / 3.0, x.shape[0]])
+    torch._dynamo.reset()
+    rec = Recorder(strict=False)
+    cf = torch.compile(f, backend=rec, dynamic=True)
+    for n in (6, 7):
+        x = torch.randn(n, 2)
+        with torch.no_grad():
+            torch.testing.assert_close(cf(x), f(x))
+    assert any("tensor of data that is not Python numbers" in e for e in rec.eager), rec.eager
