@@ -256,8 +256,11 @@ class _Importer:
         return self.layer_norm(x, m.normalized_shape, m.weight, m.bias, m.eps)
 
     def layer_norm(self, x, shape, w, b, eps):
-        if len(tuple(shape)) != 1 or w is None or b is None:
-            raise UnsupportedOpError("layer_norm over several axes or without an affine")
+        if len(tuple(shape)) != 1:
+            raise UnsupportedOpError("layer_norm over several axes")
+        td = torch_dtype(x.dtype)  # no affine: weight 1, bias 0 over the normalised axis
+        w = self._h_full("ones", (tuple(shape),), {"dtype": td}) if w is None else w
+        b = self._h_full("zeros", (tuple(shape),), {"dtype": td}) if b is None else b
         w = w if isinstance(w, Value) else self.const(w)
         b = b if isinstance(b, Value) else self.const(b)
         if not (x.dtype == w.dtype == b.dtype):
@@ -332,6 +335,10 @@ class _Importer:
         idx = idx if isinstance(idx, tuple) else (idx,)
         if any(isinstance(s, Value) for s in idx):    # x[idx]: advanced indexing (a gather)
             return self.advanced_index(x, idx)
+        if sum(s is Ellipsis for s in idx) == 1:  # x[..., :3]: ``...`` is the full slices
+            k = idx.index(Ellipsis)
+            fill = len(x.shape) - sum(s is not None and s is not Ellipsis for s in idx)
+            idx = idx[:k] + (slice(None),) * max(fill, 0) + idx[k + 1:]
         axis = -1
         for s in idx:
             axis += 1

@@ -367,3 +367,18 @@ def test_half_and_bfloat16_accumulate_in_float32(dt):
     assert not rec.eager, rec.eager
     assert all(t.dtype == dt for t in (s, mean, mm, sm))
     assert (s == 4096).all() and (mean == 1).all() and (mm == 4096).all() and (sm == 1).all()
+
+
+
+def test_ellipsis_indexing():
+    def f(x):
+        return x[1:, ..., None, :3] * 2
+    _check(f, [((2, 4, 5),), ((3, 1, 5),)])
+
+
+def test_layer_norm_without_affine():
+    ln = nn.LayerNorm(5, elementwise_affine=False)
+
+    def f(x):
+        return F.layer_norm(x, (x.shape[-1],), eps=1e-3), ln(x) * 2
+    _check(f, [((2, 4, 5),), ((3, 7, 5),)])
