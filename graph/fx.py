@@ -149,6 +149,8 @@ class _Importer:
             operator.and_: "and_", operator.or_: "or_", torch.logical_and: "and_",
             torch.logical_or: "or_", torch.ones: "ones", torch.zeros: "zeros",
             torch.full: "full", torch.Size: "Size", torch.empty: "empty",
+            torch.tensor: "tensor", torch.as_tensor: "tensor",
+            torch.scalar_tensor: "scalar_tensor",
             torch.conv2d: "conv2d", F.conv2d: "conv2d", F.batch_norm: "batch_norm",
             F.max_pool2d: "max_pool2d", torch.max_pool2d: "max_pool2d",
             F.avg_pool2d: "avg_pool2d", F.adaptive_avg_pool2d: "adaptive_avg_pool2d",
@@ -158,6 +160,8 @@ class _Importer:
             F.embedding: "embedding", torch.embedding: "embedding",
             torch.index_select: "index_select", torch.gather: "gather",
         }
+        import torch._refs  # Dynamo records torch.tensor(<a SymInt>) as torch._refs.tensor
+        self.functions[torch._refs.tensor] = "tensor"
 
     # ------------------------------------------------------------------ helpers
     def const(self, t) -> Value:
@@ -252,8 +256,11 @@ class _Importer:
         return self.layer_norm(x, m.normalized_shape, m.weight, m.bias, m.eps)
 
     def layer_norm(self, x, shape, w, b, eps):
-        if len(tuple(shape)) != 1 or w is None or b is None:
-            raise UnsupportedOpError("layer_norm over several axes or without an affine")
+        if len(tuple(shape)) != 1:
+            raise UnsupportedOpError("layer_norm over several axes")
+        td = torch_dtype(x.dtype)  # no affine: weight 1, bias 0 over the normalised axis
+        w = self._h_full("ones", (tuple(shape),), {"dtype": td}) if w is None else w
+        b = self._h_full("zeros", (tuple(shape),), {"dtype": td}) if b is None else b
         w = w if isinstance(w, Value) else self.const(w)
         b = b if isinstance(b, Value) else self.const(b)
         if not (x.dtype == w.dtype == b.dtype):
@@ -328,6 +335,10 @@ class _Importer:
         idx = idx if isinstance(idx, tuple) else (idx,)
         if any(isinstance(s, Value) for s in idx):    # x[idx]: advanced indexing (a gather)
             return self.advanced_index(x, idx)
+        if sum(s is Ellipsis for s in idx) == 1:  # x[..., :3]: ``...`` is the full slices
+            k = idx.index(Ellipsis)
+            fill = len(x.shape) - sum(s is not None and s is not Ellipsis for s in idx)
+            idx = idx[:k] + (slice(None),) * max(fill, 0) + idx[k + 1:]
         axis = -1
         for s in idx:
             axis += 1
@@ -683,6 +694,7 @@ class _Importer:
                       "new_empty"):
                 h[k] = self._h_full
             h["Size"] = lambda name, a, kw: tuple(a[0])
+            h["tensor"] = h["scalar_tensor"] = self._h_tensor
         return h
 
     def _h_logical(self, name, args, kwargs):
@@ -724,6 +736,43 @@ class _Importer:
             return self.g.constant("c", np.zeros(size, dtype=_np_dtype(dtype)))
         c = self.g.constant("c", np.full((1,) * len(size), value, dtype=_np_dtype(dtype)))
         return self.expand(c, size) if size else self.g.reshape(c, shape=())
+
+    def _h_tensor(self, name, args, kwargs):
+        """``torch.tensor(data)`` / ``as_tensor`` / ``scalar_tensor`` of Python numbers or
+        nested lists of them (``torch.tensor([])``: GPT-2's empty KV cache, which ``cat``
+        then skips): a graph constant built by torch itself (so the dtype is torch's:
+        int64 for ints, bool, the default float dtype, or ``dtype=``).  A 0-d tensor of an
+        integer size expression is ``0 + s`` (``s`` a kernel parameter); data holding
+        tensors or other size expressions runs eagerly."""
+        data = _arg(args, kwargs, 0, "data", None)
+        d = kwargs.get("dtype")
+        if isinstance(data, sympy.Expr) and not data.is_number:
+            if not data.is_integer:
+                raise UnsupportedOpError(f"{name} of the size expression {data} (not an "
+                                         f"integer)")
+            zero = self._h_tensor(name, (0,), {"dtype": d if d is not None else
+                                               self.torch.int64})
+            return self.binary("add", zero, data)  # 0 + s: s is a kernel parameter
+
+        def plain(x) -> bool:
+            if isinstance(x, (list, tuple)):
+                return all(plain(y) for y in x)
+            return isinstance(x, (bool, int, float)) or (
+                isinstance(x, sympy.Expr) and x.is_number)
+        if not plain(data):
+            raise UnsupportedOpError(f"{name} of data that is not Python numbers "
+                                     f"(tensors or size expressions)")
+
+        def py(x):
+            if isinstance(x, (list, tuple)):
+                return [py(y) for y in x]
+            if isinstance(x, sympy.Expr):
+                return int(x) if x.is_integer else float(x)
+            return x
+        t = self.torch.tensor(py(data), dtype=d)
+        if t.ndim == 0:  # a graph constant has at least one axis: reshaped to 0-d
+            return self.g.reshape(self.g.constant("c", _np(t.reshape(1))), shape=())
+        return self.g.constant("c", _np(t))
 
     def _h_addmm(self, name, args, kwargs):
         """``addmm(input, m1, m2, beta=1, alpha=1)`` / ``baddbmm``: ``beta * input +

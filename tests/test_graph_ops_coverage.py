@@ -277,3 +277,108 @@ def test_full_ones_zeros_logical_and_cat_of_an_empty_cache():
         m = torch.randint(0, 2, (b, n), generator=g)
         return [torch.randn(b, n, 3, generator=g), m]
     _check(f, [(2, 5), (1, 1), (3, 7)], make=make)
+
+
+def test_torch_tensor_of_python_data_is_a_constant():
+    """``torch.tensor`` of numbers / nested lists (GPT-2's empty KV cache
+    ``torch.tensor([])`` that ``cat`` skips), with torch's dtype rules and ``dtype=``; a
+    0-d tensor of a size is a kernel parameter."""
+    def f(x, m):
+        s = x.shape[1]
+        cache = torch.tensor([], dtype=torch.float32)
+        kv = torch.cat([cache, x], dim=-2)
+        w = torch.tensor([[1.5, -2.0, 0.25]])       # float32 (the default dtype)
+        i = torch.tensor([3, -1, 7])                # int64
+        b = torch.tensor([True, False, True])       # bool
+        h = torch.tensor(2, dtype=torch.float64)    # 0-d
+        n = torch.tensor(s)                         # 0-d int64 of a size
+        return kv * w, m + i, (m > 0) & b, x * h, m * n, torch.as_tensor([[0.5], [2.0]])
+
+    def make(s, g):
+        b, n = s
+        return [torch.randn(b, n, 3, generator=g), torch.randint(-5, 5, (b, 3), generator=g)]
+    _check(f, [(2, 5), (1, 1), (3, 7)], make=make)
+
+
+def test_torch_tensor_of_a_tensor_runs_eagerly_with_a_reason():
+    """A list holding size expressions (``[s0 / 3, s0]``) is not a constant: eager, said."""
+    def f(x):
+        return x + torch.tensor([x.shape[0] / 3.0, x.shape[0]])
+    torch._dynamo.reset()
+    rec = Recorder(strict=False)
+    cf = torch.compile(f, backend=rec, dynamic=True)
+    for n in (6, 7):
+        x = torch.randn(n, 2)
+        with torch.no_grad():
+            torch.testing.assert_close(cf(x), f(x))
+    assert any("tensor of data that is not Python numbers" in e for e in rec.eager), rec.eager
+
+
+
+class _Block(nn.Module):
+    """linear, layer norm, softmax, gelu."""
+    def __init__(self, d=24, h=40):
+        super().__init__()
+        self.ln, self.l1, self.l2 = nn.LayerNorm(d), nn.Linear(d, h), nn.Linear(h, d)
+
+    def forward(self, x):
+        y = self.ln(x)
+        a = torch.softmax(y @ y.transpose(-1, -2) * 0.2, -1) @ y
+        return x + self.l2(F.gelu(self.l1(a)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
+def test_half_and_bfloat16_block_against_float32(dt):
+    """A block cast to float16 / bfloat16 against eager float32 of the same (rounded)
+    weights: within the storage rounding of the low dtype, and equal to eager in the low
+    dtype to that rounding (slow: ~11 s on a loaded 2-core host)."""
+    torch.manual_seed(0)
+    m = _Block().eval().to(dt)
+    m32 = _Block().eval()
+    m32.load_state_dict({k: v.float() for k, v in m.state_dict().items()})
+    torch._dynamo.reset()
+    rec = Recorder()
+    cm = torch.compile(m, backend=rec, dynamic=True)
+    tol = 1e-2 if dt == torch.float16 else 6e-2
+    for shape in ((2, 7, 24), (1, 13, 24)):
+        x = torch.randn(*shape).to(dt)
+        with torch.no_grad():
+            got, ref, low = cm(x), m32(x.float()), m(x)
+        assert got.dtype == dt and not torch.isnan(got).any()
+        torch.testing.assert_close(got.float(), ref, rtol=tol, atol=tol)
+        torch.testing.assert_close(got, low, rtol=tol, atol=tol)
+    assert not rec.eager, rec.eager
+
+
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
+def test_half_and_bfloat16_accumulate_in_float32(dt):
+    """4096 ones summed, averaged and multiplied (matmul) give exactly 4096 / 1 / 4096 in
+    float16 and bfloat16: a float16 accumulator would stop at 2048, a bfloat16 one at 256;
+    softmax over the 4096 stays exact too."""
+    def f(ones):
+        return (ones.sum(-1), ones.mean(-1), ones @ ones.transpose(0, 1),
+                torch.softmax(ones, -1) * 4096)
+    torch._dynamo.reset()
+    rec = Recorder()
+    cf = torch.compile(f, backend=rec, dynamic=False)
+    with torch.no_grad():
+        s, mean, mm, sm = cf(torch.ones(3, 4096, dtype=dt))
+    assert not rec.eager, rec.eager
+    assert all(t.dtype == dt for t in (s, mean, mm, sm))
+    assert (s == 4096).all() and (mean == 1).all() and (mm == 4096).all() and (sm == 1).all()
+
+
+
+def test_ellipsis_indexing():
+    def f(x):
+        return x[1:, ..., None, :3] * 2
+    _check(f, [((2, 4, 5),), ((3, 1, 5),)])
+
+
+def test_layer_norm_without_affine():
+    ln = nn.LayerNorm(5, elementwise_affine=False)
+
+    def f(x):
+        return F.layer_norm(x, (x.shape[-1],), eps=1e-3), ln(x) * 2
+    _check(f, [((2, 4, 5),), ((3, 7, 5),)])
