@@ -1,4 +1,4 @@
-"""PolyBench's BLAS-3 kernels (gemm, syrk, syr2k, trmm) through polycomp's ``cpu`` target
+"""PolyBench's BLAS-3 kernels (gemm, syrk, syr2k, trmm, symm) through polycomp's ``cpu`` target
 against the same product through numpy (OpenBLAS), timed in one process:
 ``python -m benchmarks.polybench_blas --polybench DIR [--dataset LARGE] [--rounds 7]
 [--kernels gemm,syrk] [--peer-c DIR]``.
@@ -11,7 +11,8 @@ best and median seconds and ``numpy time / polycomp time`` (above 1: polycomp fa
 numpy's formulations compute the whole result (syrk/syr2k: the full square, of which
 PolyBench updates the lower triangle; numpy's ``A @ A.T`` calls BLAS ``?syrk``; trmm:
 scipy's BLAS ``dtrmm``, ``alpha * A^T B`` with ``A`` unit lower triangular, on
-Fortran-ordered copies made outside the timed call), and
+Fortran-ordered copies made outside the timed call; symm: scipy's ``dsymm``, ``alpha * A B +
+beta * C`` reading ``A``'s lower triangle, on Fortran-ordered copies), and
 its thread count is OpenBLAS's (run under ``env -u OPENBLAS_CORETYPE
 OMP_NUM_THREADS=2`` to compare like with like).  The results are checked against
 numpy's on the updated triangle.
@@ -41,6 +42,12 @@ def _numpy(name: str, d: dict):
         a = float(np.ravel(d["alpha"])[0])
         return (lambda: blas.dtrmm(a, af, bf, side=0, lower=1, trans_a=1, diag=1)), \
             np.ones(d["B"].shape, bool), "B"
+    if name == "symm":
+        from scipy.linalg import blas  # (heavy, optional: imported for symm only)
+        af, bf, cf = (np.asfortranarray(d[x]) for x in "ABC")
+        sa, sb = (float(np.ravel(d[x])[0]) for x in ("alpha", "beta"))
+        return (lambda: blas.dsymm(sa, af, bf, sb, cf, side=0, lower=1)), \
+            np.ones(d["C"].shape, bool), "C"
     al, be = d["alpha"], d["beta"]
     if name == "gemm":
         A, B, C = d["A"], d["B"], d["C"]

@@ -31,11 +31,12 @@ from polycomp.driver import build, compile_kernel, interpret
 from polycomp.frontend.c_reader import load_c_kernels
 from polycomp.hw.target import get_target
 from polycomp.scheduler.common.tree import violated_dependences
-from polycomp.scheduler.cpu import scop_factor, scop_trmm
+from polycomp.scheduler.cpu import scop_factor, scop_symm, scop_trmm
 from polycomp.scheduler.cpu.scop_factor import ScopFactorPass
 from polycomp.scheduler.cpu.scop_gemm import ScopGemmPass, match_scop_gemm
 from polycomp.scheduler.cpu.scop_parallel import ScopParallelPass
 from polycomp.scheduler.cpu.scop_stencil import ScopStencilPass
+from polycomp.scheduler.cpu.scop_symm import ScopSymmPass, match_symm
 from polycomp.scheduler.cpu.scop_tile import ScopTilePass
 from polycomp.scheduler.cpu.scop_trmm import ScopTrmmPass, match_trmm
 from polycomp.state import CompileState
@@ -205,6 +206,7 @@ GOLDEN = {
     "cholesky_like_factor": ("cholesky_like", [], ScopFactorPass),
     "ludcmp_like_factor": ("ludcmp_like", [], ScopFactorPass),
     "trmm_like_trmm": ("trmm_like", [], ScopTrmmPass),
+    "symm_like_symm": ("symm_like", [], ScopSymmPass),
     "lu_like_tile": ("lu_like", [ScopGemmPass], ScopTilePass),
     "rowmix": ("rowmix", [ScopGemmPass], ScopTilePass),
     "symm_like": ("symm_like", [ScopGemmPass], ScopTilePass),
@@ -303,10 +305,12 @@ def test_tile_and_parallel_notes():
     assert not notes("lu_like").get("scop-parallel"), notes("lu_like")
 
 
-def test_partial_distribution_of_a_multi_statement_band():
-    """symm: distributing the whole ``[i, j]`` band is illegal (the final update of row
-    ``i`` feeds the column sweep of row ``i + 1``); keeping ``i`` and distributing ``j``
-    is legal, and the merged ``[j, k]`` band over two statements gets ``j`` innermost."""
+def test_partial_distribution_of_a_multi_statement_band(monkeypatch):
+    """symm (scop-symm's split turned off): distributing the whole ``[i, j]`` band is
+    illegal (the final update of row ``i`` feeds the column sweep of row ``i + 1``);
+    keeping ``i`` and distributing ``j`` is legal, and the merged ``[j, k]`` band over
+    two statements gets ``j`` innermost."""
+    monkeypatch.setattr(scop_symm, "match_symm", lambda statements: "turned off")
     n = notes("symm_like")["scop-tile"]
     assert any("would violate a dependence, kept" in x for x in n), n
     assert any("(outer 1 member(s) kept)" in x for x in n), n
@@ -552,3 +556,68 @@ def test_trmm_blocked_kernel_matches_gcc_o0(tmp_path_factory):
                           **sizes))
         w = ref["B"]
         assert np.abs(got[0] - w).max() <= 1e-13 * max(1.0, np.abs(w).max()), sizes
+
+
+# ----------------------------------------------------------------------------- symm
+
+
+def test_symm_split_reaches_the_micro_kernel():
+    """symm: phase 1 ``acc[i][j] += A[i][k] * B[k][j]`` (``k < i``: the rectangle left
+    of the block on the micro-kernel), phase 2 the ``C[i][j]`` statement, phase 3 the
+    mirror ``C[k][j] += A[i][k] * B[i][j]`` (``i > k``: the rows below on the
+    micro-kernel); two micro-kernel nests, scop-trmm and scop-gemm leave it alone."""
+    ck = compile_kernel(kernel("symm_like"), TARGET)
+    n = ck.notes["scop-symm"]
+    assert any("split in three phases, 60 rows a step" in x and "acc += A * B" in x
+               and "C += A * B" in x for x in n), n
+    assert ck.final_ir.counts.microkernels == 2, ck.final_ir.counts
+    assert "scop-trmm" not in ck.notes, ck.notes
+    assert match_trmm(list(kernel("symm_like").polyhedral_model().statements)) == \
+        "not one update W[i][j] += X * Y"
+    # not a symm: trmm's one update; GEMMs whose reduction range does not depend on the row
+    assert match_symm(list(kernel("trmm_like").polyhedral_model().statements)) == \
+        "not two updates W[i][j] += X * Y"
+    for name in ("gemm_ikj", "syrk_aa", "gemm_bt", "syr2k_like", "trmm_like"):
+        assert isinstance(match_symm(list(kernel(name).polyhedral_model().statements)),
+                          str), name
+        assert "scop-symm" not in notes(name), name
+
+
+def _symm_check(sizes, tmp_path_factory, interpreted: bool):
+    name = "symm_like"
+    k = kernel(name)
+    arrays = random_arrays(k, sizes, seed=sizes["m"] + 7)
+    ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
+
+    def args():
+        return [arrays[x].copy() for x in list(k.inputs) + list(k.outputs)]
+    if interpreted:
+        ck = compile_kernel(k, TARGET, debug=True)
+        assert any("12 rows a step" in x for x in ck.notes["scop-symm"]), ck.notes
+        got = as_tuple(interpret(ck, *args(), **sizes))
+        assert np.array_equal(got[0], ref["C"]), sizes
+    got = as_tuple(build(k, TARGET)(*args(), **sizes))
+    w = ref["C"]
+    assert np.abs(got[0] - w).max() <= 1e-13 * max(1.0, np.abs(w).max()), sizes
+
+
+@pytest.mark.parametrize("sizes", [dict(m=1, n=1), dict(m=31, n=13)],
+                         ids=lambda v: f"m{v['m']}n{v['n']}")
+def test_symm_split_order_is_the_c_order(sizes, monkeypatch, tmp_path_factory):
+    """With blocks of 12 rows, 31 rows span three steps (the last partial): the
+    interpreted three-phase schedule keeps every element's sums in the C order (phase
+    1: the rectangle then the block, ``k`` increasing; phase 3: the block then the rows
+    below, ``i`` increasing), bitwise gcc -O0; the built kernel (FMA in the
+    micro-kernel) within 1e-13 of the largest element."""
+    monkeypatch.setattr(scop_trmm, "BLOCK", 12)
+    _symm_check(sizes, tmp_path_factory, True)
+
+
+@pytest.mark.slow
+def test_symm_split_kernel_matches_gcc_o0(tmp_path_factory):
+    """The built kernel (60 rows a step) at one row, one partial block, a prime number
+    of rows over several blocks, and a thin matrix: 1e-13 relative to the largest
+    element."""
+    for sizes in (dict(m=1, n=1), dict(m=13, n=29), dict(m=61, n=37),
+                  dict(m=131, n=71), dict(m=200, n=5)):
+        _symm_check(sizes, tmp_path_factory, False)

@@ -83,6 +83,8 @@ class CpuBackend(Backend):
                 passes.append(ScopFactorPass())     # LU / Cholesky: right-looking blocks
                 from polycomp.scheduler.cpu.scop_trmm import ScopTrmmPass
                 passes.append(ScopTrmmPass())       # trmm: row blocks, GEMM below
+                from polycomp.scheduler.cpu.scop_symm import ScopSymmPass
+                passes.append(ScopSymmPass())       # symm: three phases, GEMMs
                 passes.append(ScopGemmPass())       # GEMM-like nests: micro-kernel
             if o.parallel:
                 passes.append(ScopStencilPass())    # stencils: time tiles, wavefronts

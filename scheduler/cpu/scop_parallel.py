@@ -16,7 +16,9 @@ member ``m`` is *parallel* when ``D`` is a subset of ``f_m^-1 . f_m`` (every suc
 dependence has distance 0 on it; isl's coincidence).  The first parallel member of a
 band gets a ``cpu_parallel`` mark directly above it (the band is split before ``m``
 when ``m > 0``; splitting changes no schedule value), and nothing below it is marked;
-a band with no parallel member is left alone and its subtree is searched.  A parallel
+a band with no parallel member, or with a ``cpu_parallel`` mark below it (threads
+already split inside by the pass that built it), is left alone and its subtree is
+searched.  A parallel
 member that encloses fewer than ``MIN_LOOPS_INSIDE`` loops (``s[i] = 0``), or not more
 loops than enclose it (:func:`worth_a_fork`), is not marked and its subtree not searched
 (too little work per fork/join: it runs on one thread).  For C SCoPs this pass
@@ -90,7 +92,9 @@ class ScopParallelPass(Pass):
             if t == _T.mark and (marks.is_kind(node, marks.CPU_PARALLEL)
                                  or marks.is_kind(node, marks.CPU_WAVEFRONT)):
                 return node
-            if t == _T.band:
+            # a band above a subtree a pass already split between the threads (the
+            # register tiles of scop-symm's unequal row steps) is left alone
+            if t == _T.band and not _has_parallel_mark(node):
                 m = parallel_member(node, deps)
                 if m is not None and not worth_a_fork(node, m):
                     return node          # little work per fork/join
@@ -127,7 +131,9 @@ def _loops_inside(node: isl.ScheduleNode, m: int) -> int:
     upper bound on the loops of the statement's own nest that remain)."""
     from polycomp.islutil import sets
     depth = node.get_schedule_depth() + m
-    return max(s.dim(isl.dim_type.set) for s in sets(node.get_domain())) - depth
+    # (a band below a filter that keeps none of its statements encloses no loop)
+    return max((s.dim(isl.dim_type.set) for s in sets(node.get_domain())),
+               default=depth) - depth
 
 
 def worth_a_fork(node: isl.ScheduleNode, m: int) -> bool:
