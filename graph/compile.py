@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from polycomp.driver import build, compile_kernel, interpret
+from polycomp.hw.registry import backend_for_name
 
 from .ir import Graph
 from .lower import group_kernel
@@ -76,11 +77,14 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     part.groups = _topo_groups(part)
     built: dict[str, object] = {}
     steps = []
+    # rows flattened for the C/CPU family (the packed GEMM then has no batch loop around
+    # it); the CUDA row-reduction mapping plans N-d rows (grid y/z over the outer ones)
+    flat_rows = backend_for_name(target).family == "c"
     for g in part.groups:
         if g.kind == "view":
             steps.append(Step(g, None, part.inputs_of(g), part.outputs_of(g), {}))
             continue
-        gk = group_kernel(part, g)
+        gk = group_kernel(part, g, flatten_rows=flat_rows)
         if gk.key not in built:
             opts = _group_options(g, target, options)
             built[gk.key] = Simulated(compile_kernel(gk.kernel, target, opts)) if simulate \

@@ -160,10 +160,12 @@ def _flat_node(n: Node) -> Node:
     return n
 
 
-def group_kernel(part: Partition, group: Group) -> GroupKernel:
+def group_kernel(part: Partition, group: Group, flatten_rows: bool = True) -> GroupKernel:
+    """The group as one multi-stage kernel; ``flatten_rows`` lowers a qualifying group over
+    flattened rows (:func:`row_flat`)."""
     inputs, outputs = part.inputs_of(group), part.outputs_of(group)
     pm = ParamMap()
-    flat = row_flat(group) or {}
+    flat = (row_flat(group) if flatten_rows else None) or {}
 
     def shape_of(v: Value) -> Shape:
         return flat.get(v, v.shape)
