@@ -94,6 +94,7 @@ from polycomp.scheduler.cpu.backbone_tile import (
     loop_vars,
 )
 from polycomp.scheduler.cpu.scop_gemm import ScopGemm, scop_gemm_tree
+from polycomp.scheduler.cpu.scop_stages import ScopStages
 from polycomp.scheduler.promotion.record import promotion_state
 from polycomp.state import CompileState
 
@@ -295,16 +296,12 @@ class ScopFactorPass(Pass):
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         if not ctx.target.isa or not isinstance(ctx.model, CScopModel):
             return schedule
-        domain, tree = T.from_schedule(schedule)
-        stmts = {s.name: s for s in ctx.model.statements}
-        order = [s.name for s in ctx.model.statements]
-        kids = T.stage_children(tree)
-        changed = False
-        for idx, child in enumerate(kids):
-            filt = child.filter if isinstance(child, T.Filter) else domain
-            sub = child.child if isinstance(child, T.Filter) else child
-            names = sorted(T.statements_of(filt), key=order.index)
-            group = [stmts[n] for n in names if n in stmts]
+        stages = ScopStages(schedule, ctx.model.statements)
+        for st in stages:
+            filt = st.filter
+            sub = st.sub
+            names = st.names
+            group = st.group
             ups = match_factor(group)
             if isinstance(ups, str):
                 continue
@@ -317,11 +314,7 @@ class ScopFactorPass(Pass):
                 if isinstance(new, str):
                     break
                 tree_new, requests, B, blk = new
-                trial_kids = list(kids)
-                trial_kids[idx] = T.Filter(child.filter, tree_new) \
-                    if isinstance(child, T.Filter) else tree_new
-                trial = T.to_schedule(domain, T.Sequence(trial_kids, tree.kind)
-                                      if isinstance(tree, T.Sequence) else trial_kids[0])
+                trial = stages.trial(st, tree_new)
                 if violated_dependences(trial, deps).is_empty():
                     legal = split
                     break
@@ -334,18 +327,13 @@ class ScopFactorPass(Pass):
                 continue
             split_note = " (rows beyond the block after the block rows)" if legal else ""
             promotion_state(ctx).pack_requests[:] = requests
-            kids[idx] = trial_kids[idx]
-            if not isinstance(tree, T.Sequence):
-                tree = kids[idx]
-            changed = True
+            stages.replace(st, tree_new)
             ctx.note(self.name, f"{'+'.join(names)}: blocked right-looking, {B} pivots a "
                                 f"step; trailing update of "
                                 f"{', '.join(u.stmt.name for u in ups)} on the micro-kernel "
                                 f"(register block {blk.MR}x{blk.NR}, MC={blk.MC} "
                                 f"NC={blk.NC}), panel in the C order{split_note}")
-        if not changed:
-            return schedule
-        return T.to_schedule(domain, tree)
+        return stages.schedule()
 
     @staticmethod
     def _tree(ups: list[FactorUpdate], group: list[Statement], sub, filt: isl.UnionSet,

@@ -84,6 +84,7 @@ from polycomp.scheduler.cpu.backbone_tile import (
     partial_tiles,
     to_upa,
 )
+from polycomp.scheduler.cpu.scop_stages import ScopStages
 from polycomp.scheduler.promotion.cpu_pack import request_mark
 from polycomp.scheduler.promotion.record import PackRequest, promotion_state
 from polycomp.state import CompileState
@@ -418,15 +419,11 @@ class ScopGemmPass(Pass):
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         if not ctx.target.isa or not isinstance(ctx.model, CScopModel):
             return schedule
-        domain, tree = T.from_schedule(schedule)
-        stmts = {s.name: s for s in ctx.model.statements}
-        order = [s.name for s in ctx.model.statements]
-        kids = T.stage_children(tree)
-        changed = False
-        for idx, child in enumerate(kids):
-            filt = child.filter if isinstance(child, T.Filter) else domain
-            names = sorted(T.statements_of(filt), key=order.index)
-            g = match_scop_gemm([stmts[n] for n in names if n in stmts])
+        stages = ScopStages(schedule, ctx.model.statements)
+        for st in stages:
+            filt = st.filter
+            names = st.names
+            g = match_scop_gemm(st.group)
             if isinstance(g, str):
                 ctx.note(self.name, f"{'+'.join(names)}: no GEMM ({g})")
                 continue
@@ -435,11 +432,7 @@ class ScopGemmPass(Pass):
             b = choose_blocking(g.outer_product(), ctx.target, ctx.cpu_options)
             requests = list(promotion_state(ctx).pack_requests)
             new = scop_gemm_tree(g, b, requests)
-            trial_kids = list(kids)
-            trial_kids[idx] = T.Filter(child.filter, new) if isinstance(child, T.Filter) \
-                else new
-            trial = T.to_schedule(domain, T.Sequence(trial_kids, tree.kind)
-                                  if isinstance(tree, T.Sequence) else trial_kids[0])
+            trial = stages.trial(st, new)
             sub = filt
             deps = ctx.model.dependences.intersect_domain(sub).intersect_range(sub)
             if not violated_dependences(trial, deps).is_empty():
@@ -447,10 +440,7 @@ class ScopGemmPass(Pass):
                                     f"violate a dependence; program order kept")
                 continue
             promotion_state(ctx).pack_requests[:] = requests
-            kids[idx] = trial_kids[idx]
-            if not isinstance(tree, T.Sequence):
-                tree = kids[idx]
-            changed = True
+            stages.replace(st, new)
             init = f" (init {g.init.name})" if g.init is not None else ""
             prods = " + ".join(f"{x.buffer.name} * {y.buffer.name}" for x, y in g.pairs)
             xs = ", ".join(x.buffer.name for x, _ in g.pairs)
@@ -459,6 +449,4 @@ class ScopGemmPass(Pass):
                                 f"{prods}; register block "
                                 f"{b.MR}x{b.NR}, tiles MC={b.MC} NC={b.NC} KC={b.KC}, packed "
                                 f"{xs} (L1) and {ys} (L2), parallel over i tiles")
-        if not changed:
-            return schedule
-        return T.to_schedule(domain, tree)
+        return stages.schedule()

@@ -62,6 +62,7 @@ from polycomp.scheduler.cpu import scop_trmm
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import choose_blocking, dim_aff, floor_div_aff
 from polycomp.scheduler.cpu.scop_gemm import ScopGemm, _separable, scop_gemm_tree
+from polycomp.scheduler.cpu.scop_stages import ScopStages
 from polycomp.scheduler.cpu.scop_trmm import (
     _names,
     _packs_safe,
@@ -133,16 +134,12 @@ class ScopSymmPass(Pass):
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         if not ctx.target.isa or not isinstance(ctx.model, CScopModel):
             return schedule
-        domain, tree = T.from_schedule(schedule)
-        stmts = {s.name: s for s in ctx.model.statements}
-        order = [s.name for s in ctx.model.statements]
-        kids = T.stage_children(tree)
-        changed = False
-        for idx, child in enumerate(kids):
-            filt = child.filter if isinstance(child, T.Filter) else domain
-            sub = child.child if isinstance(child, T.Filter) else child
-            names = sorted(T.statements_of(filt), key=order.index)
-            group = [stmts[n] for n in names if n in stmts]
+        stages = ScopStages(schedule, ctx.model.statements)
+        for st in stages:
+            filt = st.filter
+            sub = st.sub
+            names = st.names
+            group = st.group
             m = match_symm(group)
             if isinstance(m, str):
                 continue
@@ -195,21 +192,14 @@ class ScopSymmPass(Pass):
                 top.append(T.Filter(_union(fin, space), sub))
             top.append(phases[1])
             new = T.Sequence(top)
-            trial_kids = list(kids)
-            trial_kids[idx] = T.Filter(child.filter, new) if isinstance(child, T.Filter) \
-                else new
-            trial = T.to_schedule(domain, T.Sequence(trial_kids, tree.kind)
-                                  if isinstance(tree, T.Sequence) else trial_kids[0])
+            trial = stages.trial(st, new)
             deps = ctx.model.dependences.intersect_domain(filt).intersect_range(filt)
             if not violated_dependences(trial, deps).is_empty():
                 ctx.note(self.name, f"{'+'.join(names)}: the three-phase order would "
                                     f"violate a dependence; program order kept")
                 continue
             promotion_state(ctx).pack_requests[:] = requests
-            kids[idx] = trial_kids[idx]
-            if not isinstance(tree, T.Sequence):
-                tree = kids[idx]
-            changed = True
+            stages.replace(st, new)
             ctx.note(self.name, f"{'+'.join(names)}: split in three phases, {B} rows a "
                                 f"step; {p.update.name} ({p.update.write.name} += "
                                 f"{p.x.buffer.name} * {p.y.buffer.name}, rows above) and "
@@ -218,6 +208,4 @@ class ScopSymmPass(Pass):
                                 f"on the micro-kernel (register block {blk.MR}x{blk.NR}, "
                                 f"MC={blk.MC} NC={blk.NC} KC={blk.KC}), the blocks in "
                                 f"the C order")
-        if not changed:
-            return schedule
-        return T.to_schedule(domain, tree)
+        return stages.schedule()

@@ -71,6 +71,7 @@ from polycomp.scheduler.cpu.scop_gemm import (
     _separable,
     scop_gemm_tree,
 )
+from polycomp.scheduler.cpu.scop_stages import ScopStages
 from polycomp.scheduler.promotion.record import promotion_state
 from polycomp.state import CompileState
 
@@ -212,16 +213,12 @@ class ScopTrmmPass(Pass):
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         if not ctx.target.isa or not isinstance(ctx.model, CScopModel):
             return schedule
-        domain, tree = T.from_schedule(schedule)
-        stmts = {s.name: s for s in ctx.model.statements}
-        order = [s.name for s in ctx.model.statements]
-        kids = T.stage_children(tree)
-        changed = False
-        for idx, child in enumerate(kids):
-            filt = child.filter if isinstance(child, T.Filter) else domain
-            sub = child.child if isinstance(child, T.Filter) else child
-            names = sorted(T.statements_of(filt), key=order.index)
-            group = [stmts[n] for n in names if n in stmts]
+        stages = ScopStages(schedule, ctx.model.statements)
+        for st in stages:
+            filt = st.filter
+            sub = st.sub
+            names = st.names
+            group = st.group
             m = match_trmm(group)
             if isinstance(m, str):
                 continue
@@ -255,27 +252,18 @@ class ScopTrmmPass(Pass):
             if after:
                 kids_new.append(T.Filter(_union(after, space), sub))
             new = T.Band([step], T.Sequence(kids_new))
-            trial_kids = list(kids)
-            trial_kids[idx] = T.Filter(child.filter, new) if isinstance(child, T.Filter) \
-                else new
-            trial = T.to_schedule(domain, T.Sequence(trial_kids, tree.kind)
-                                  if isinstance(tree, T.Sequence) else trial_kids[0])
+            trial = stages.trial(st, new)
             deps = ctx.model.dependences.intersect_domain(filt).intersect_range(filt)
             if not violated_dependences(trial, deps).is_empty():
                 ctx.note(self.name, f"{'+'.join(names)}: the row-blocked order would "
                                     f"violate a dependence; program order kept")
                 continue
             promotion_state(ctx).pack_requests[:] = requests
-            kids[idx] = trial_kids[idx]
-            if not isinstance(tree, T.Sequence):
-                tree = kids[idx]
-            changed = True
+            stages.replace(st, new)
             ctx.note(self.name, f"{'+'.join(names)}: row-blocked, {B} rows a step; "
                                 f"products with the rows below of {g.update.name} on the "
                                 f"micro-kernel ({g.update.write.name} += {g.x.buffer.name} * "
                                 f"{g.y.buffer.name}, register block {blk.MR}x{blk.NR}, "
                                 f"MC={blk.MC} NC={blk.NC} KC={blk.KC}), the block in the "
                                 f"C order")
-        if not changed:
-            return schedule
-        return T.to_schedule(domain, tree)
+        return stages.schedule()
