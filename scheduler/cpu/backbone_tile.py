@@ -393,6 +393,7 @@ class Blocking:
     parallel_batch: bool
     parallel_j: bool = False     # threads split the j tiles (few rows: BERT at L = 1)
     shared_y: bool = False       # Y block packed once per (j, k) tile for all threads
+    prepacked_y: bool = False    # Y is an input the caller packed once (option prepack)
 
     @property
     def NR(self) -> int:
@@ -509,6 +510,40 @@ def shared_y_panel(b: Blocking, n_i: int | None) -> bool:
 
 
 # --------------------------------------------------------------------------- tree
+
+
+def prepacked_y(op: OuterProduct, statements, options: CpuOptions) -> bool:
+    """Whether the GEMM-form backbone ``op`` reads its ``Y`` pre-packed (option
+    ``prepack``): ``Y`` is a kernel input named in the option, of constant extents, read
+    as ``Y[k, j]`` (2-d, the reduce dimension then ``j``) and by no other reference of
+    any statement (its one read is the update's, below the pack mark).  The caller then
+    hands in ``Layout.packed_panel(1, NR).pack(Y)``, the whole array in the ``NR``-wide
+    column panels the micro-kernel reads (panel ``j // NR``, row ``k``, lane ``j mod
+    NR``): the kernel copies nothing, and the ``KC x NR`` slice of a panel that a
+    micro-kernel reads is contiguous as in a per-call packed block."""
+    y = op.y
+    if op.direct or y.buffer.name not in options.prepack or len(y.indices) != 2 or             len(op.k) != 1:
+        return False
+    if any(not isinstance(d, (int, ir.IntImm)) for d in y.buffer.shape):
+        return False
+    it = op.update.iters
+    if not (isinstance(y.indices[0], ir.Var) and y.indices[0] is it[op.k[0]]
+            and isinstance(y.indices[1], ir.Var) and y.indices[1] is it[op.j]):
+        return False
+    reads = 0
+    name = y.buffer.name
+
+    def count(n):
+        nonlocal reads
+        if isinstance(n, ir.Load) and n.buffer.name == name:
+            reads += 1
+    for st in statements:
+        if st.write.name == name:
+            return False
+        ir.walk(st.value, count)
+        for ix in st.write_indices:
+            ir.walk(ix, count)
+    return reads == 1
 
 
 def dim_aff(space: isl.Space, pos: int) -> isl.Aff:
@@ -752,7 +787,8 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     y_dim = len(op.y.indices) - 1
     requests = [] if requests is None else requests
     if dot is None:
-        mark_y = request_mark(requests, PackRequest(op.y.buffer, y_dim, b.NR, "L2"))
+        mark_y = request_mark(requests, PackRequest(op.y.buffer, y_dim, b.NR, "L2",
+                                                    prepacked=b.prepacked_y))
         mark_x = request_mark(requests, PackRequest(op.x.buffer, x_dim, b.MR, "L1"))
     else:
         k = op.update.iters[op.k[0]]
@@ -894,6 +930,10 @@ class CpuBackboneTilePass(Pass):
                 assert ch is not None
                 op = ch
             b = choose_blocking(op, ctx.target, ctx.cpu_options, dot)
+            if dot is None and prepacked_y(op, ctx.model.statements, ctx.cpu_options):
+                # nothing to copy: each thread reads its (k, j) blocks of the packed
+                # input, no shared block and no fork/join per block
+                b.prepacked_y, b.shared_y = True, False
             epi = None
             if ctx.cpu_options.gemm_epilogue and idx < len(kids) and \
                     isinstance(kids[idx], T.Filter) and isinstance(child, T.Filter):
@@ -908,6 +948,8 @@ class CpuBackboneTilePass(Pass):
                                 f"({b.MR * b.NI} accumulators), tiles MC={b.MC} NC={b.NC} "
                                 f"KC={b.KC}, parallel over "
                                 f"{_split_name(b)}"
+                                + (f"; {op.y.buffer.name} read pre-packed (panels of {b.NR})"
+                                   if b.prepacked_y else "")
                                 + (f"; epilogue {epi.stage.name} on each register tile"
                                    if epi is not None else ""))
             if epi is not None:          # the epilogue's stage joins the backbone's subtree

@@ -156,6 +156,23 @@ class Layout:
             return (self.stages, sizes[0] * sizes[1])
         raise PolycompInternalError(f"layout {self.kind} is declared but not implemented")
 
+    def pack(self, a):
+        """A whole numpy array ``a`` (the box = ``a``'s extents, origin 0) placed in this
+        packed-panel layout, as :meth:`index` places each element: ``out[index(x)] =
+        a[x]``, the lanes of the last panel beyond ``a`` zero.  The copy a caller makes
+        once for a pre-packed operand (:class:`~polycomp.scheduler.promotion.record.
+        PrepackedInput`)."""
+        import numpy as np
+        if self.kind != "packed-panel" or self.group > 1:
+            raise PolycompInternalError(f"a {self.kind} layout (group {self.group}) has no "
+                                        f"whole-array packing")
+        p, w = self.dim, self.width
+        q = self.shape(a.shape)[0]
+        pad = [(0, 0)] * a.ndim
+        pad[p] = (0, q * w - a.shape[p])
+        b = np.pad(a, pad).reshape(a.shape[:p] + (q, w) + a.shape[p + 1:])
+        return np.ascontiguousarray(np.moveaxis(np.moveaxis(b, p, 0), p + 1, -1))
+
     def index(self, rel: Sequence, split: Callable | None = None) -> tuple:
         """The local index of the element at box-relative index ``rel``; ``split(e, w)``
         returns ``(e // w, e mod w)`` (Python's ``divmod`` by default; the IR passes
