@@ -74,7 +74,8 @@ class GroupKernel:
     arg_shapes: dict[Value, Shape] = field(default_factory=dict)
 
 
-def _argname(v: Value) -> str:
+def argname(v: Value) -> str:
+    """The kernel argument name of graph value ``v``."""
     return f"t_{v.name}"
 
 
@@ -169,7 +170,7 @@ def group_kernel(part: Partition, group: Group, flatten_rows: bool = True) -> Gr
 
     def shape_of(v: Value) -> Shape:
         return flat.get(v, v.shape)
-    types = {_argname(v): Tensor[pm.shape(shape_of(v)), v.dtype]  # type: ignore
+    types = {argname(v): Tensor[pm.shape(shape_of(v)), v.dtype]  # type: ignore
              for v in inputs}
 
     def fn(*args):
