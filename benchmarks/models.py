@@ -15,7 +15,9 @@ eager, and polycomp's report (pieces compiled, what ran eagerly).
 ``OMP_WAIT_POLICY=PASSIVE`` is set before libgomp loads (spinning OpenMP workers of two
 runtimes, torch's and the kernels', starve each other on a loaded host).  Cheap by
 default (3 rounds, the 2-layer models at batch 1); ``--full`` adds BERT 12 layers and
-batch 8, ``--rounds`` more rounds.
+batch 8, ``--rounds`` more rounds.  ``--prepack-off`` also times polycomp compiled with
+``POLYCOMP_PREPACK=0`` (weights packed on every call instead of once at compile time),
+interleaved with the others: the gain of compile-time packing, best and median.
 """
 from __future__ import annotations
 
@@ -57,6 +59,8 @@ class Row:
     eager_ms: list[float] = field(default_factory=list)
     polycomp_ms: list[float] = field(default_factory=list)
     inductor_ms: list[float] = field(default_factory=list)
+    # --prepack-off: polycomp compiled with POLYCOMP_PREPACK=0 (weights packed per call)
+    unpacked_ms: list[float] = field(default_factory=list)
     max_rel_err: float = float("nan")
     polycomp_report: str = ""
     inductor_note: str = ""
@@ -73,6 +77,10 @@ class Row:
                  speedup_vs_eager_median=em / pm if pm else None,
                  speedup_vs_inductor_best=ib / pb if (pb and ib) else None,
                  speedup_vs_inductor_median=im / pm if (pm and im) else None)
+        ub, um = bm(self.unpacked_ms)
+        d.update(unpacked_best_ms=ub, unpacked_median_ms=um,
+                 prepack_gain_best=ub / pb if (pb and ub) else None,
+                 prepack_gain_median=um / pm if (pm and um) else None)
         return d
 
 
@@ -116,7 +124,8 @@ def _timed(f: Callable[[], Any]) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
-def run_case(case: Case, threads: int, rounds: int, inductor: bool) -> Row:
+def run_case(case: Case, threads: int, rounds: int, inductor: bool,
+             prepack_off: bool = False) -> Row:
     import torch
 
     from polycomp.graph.dynamo import polycomp_backend
@@ -136,6 +145,18 @@ def run_case(case: Case, threads: int, rounds: int, inductor: bool) -> Row:
         ref = _out(m(**x))
         got = _out(pc(**x))  # compiles
         row.max_rel_err = float((got - ref).abs().max() / ref.abs().max())
+        unpacked = None
+        if prepack_off:  # the same model compiled again, weights packed on every call
+            before = os.environ.get("POLYCOMP_PREPACK")
+            os.environ["POLYCOMP_PREPACK"] = "0"
+            try:
+                unpacked = torch.compile(m, backend=backend, dynamic=False)
+                unpacked(**x)
+            finally:
+                if before is None:
+                    os.environ.pop("POLYCOMP_PREPACK")
+                else:
+                    os.environ["POLYCOMP_PREPACK"] = before
         if inductor:
             try:
                 ind = torch.compile(m, dynamic=False)
@@ -147,6 +168,8 @@ def run_case(case: Case, threads: int, rounds: int, inductor: bool) -> Row:
         for _ in range(rounds):  # interleaved
             row.eager_ms.append(_timed(lambda: m(**x)))
             row.polycomp_ms.append(_timed(lambda: pc(**x)))
+            if unpacked is not None:
+                row.unpacked_ms.append(_timed(lambda: unpacked(**x)))
             if ind is not None:
                 row.inductor_ms.append(_timed(lambda: ind(**x)))
     comp = sum(r.compiled for r in reports)
@@ -205,6 +228,8 @@ def main(argv=None) -> int:
     p.add_argument("--full", action="store_true",
                    help="every case (default: " + ", ".join(QUICK) + ")")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile's inductor")
+    p.add_argument("--prepack-off", action="store_true",
+                   help="also time polycomp with POLYCOMP_PREPACK=0 (weights packed per call)")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before libgomp loads
     names = [s for s in args.only.split(",") if s] or (
@@ -218,12 +243,17 @@ def main(argv=None) -> int:
         if c.name not in names:
             continue
         for t in threads:
-            r = run_case(c, t, args.rounds, not args.no_inductor).summary()
+            r = run_case(c, t, args.rounds, not args.no_inductor, args.prepack_off).summary()
             rows.append(r)
             if not args.json:
                 print(f"{c.name} threads={t}: eager {_fmt(r['eager_median_ms'])} ms, "
                       f"polycomp {_fmt(r['polycomp_median_ms'])} ms, inductor "
-                      f"{_fmt(r['inductor_median_ms'])} ms (medians); "
+                      f"{_fmt(r['inductor_median_ms'])} ms"
+                      + (f", without prepack {_fmt(r['unpacked_median_ms'])} ms (gain "
+                         f"{_fmt(r['prepack_gain_best'], '.2f')}x best / "
+                         f"{_fmt(r['prepack_gain_median'], '.2f')}x median)"
+                         if r["unpacked_ms"] else "")
+                      + " (medians); "
                       f"{r['polycomp_report']}"
                       f"{'; ' + r['inductor_note'] if r['inductor_note'] else ''}",
                       flush=True)

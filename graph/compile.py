@@ -81,14 +81,16 @@ def _group_options(g: Group, inputs: list[Value], target: str,
     return out
 
 
-def _prepack(ck: Any, inputs: list[Value], packed: dict[Value, np.ndarray]) -> dict:
+def _prepack(ck: Any, names: list[str], inputs: list[Value],
+             packed: dict[Value, np.ndarray]) -> dict:
     """The inputs ``ck`` reads pre-packed (:func:`prepacked_inputs`), each constant
     packed once in the layout the kernel reads (shared by the steps of the same
-    constant): ``{value: packed array}`` for the step's call."""
+    constant): ``{value: packed array}`` for the step's call.  ``names``: the kernel's
+    argument names, in the order of ``inputs`` (a kernel built for an identical group
+    has the first group's names)."""
     out = {}
-    by_name = {argname(v): v for v in inputs}
     for rec in prepacked_inputs(ck.state):
-        v = by_name[rec.name]
+        v = inputs[names.index(rec.name)]
         if v not in packed:
             assert v.const is not None  # the option names constants only
             packed[v] = rec.pack(np.asarray(v.const))
@@ -121,7 +123,7 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     check_dims_bound(graph)  # before the partition's cost model evaluates any extent
     part = partition(graph, fuse=fuse)
     part.groups = _topo_groups(part)
-    built: dict[str, tuple[object, Any]] = {}
+    built: dict[str, tuple[object, Any, list[str]]] = {}
     packed: dict[Value, np.ndarray] = {}   # constants packed once (weights)
     steps = []
     # rows flattened for the C/CPU family (the packed GEMM then has no batch loop around
@@ -135,9 +137,10 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
         if gk.key not in built:
             opts = _group_options(g, gk.inputs, target, options)
             ck = compile_kernel(gk.kernel, target, opts)
-            built[gk.key] = (Simulated(ck) if simulate else ck.backend.load(ck), ck)
-        fn, ck = built[gk.key]
+            built[gk.key] = (Simulated(ck) if simulate else ck.backend.load(ck), ck,
+                             [argname(v) for v in gk.inputs])
+        fn, ck, names = built[gk.key]
         steps.append(Step(g, fn, gk.inputs, gk.outputs,  # type: ignore[arg-type]
                           dict(gk.params.exprs), dict(gk.arg_shapes),
-                          _prepack(ck, gk.inputs, packed)))
+                          _prepack(ck, names, gk.inputs, packed)))
     return CompiledGraph(part, steps, len(built), target)
