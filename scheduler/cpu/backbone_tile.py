@@ -607,18 +607,24 @@ def isolate_full_tiles(prefix: list, tile: list, point: list, sizes: tuple,
     return isl.UnionSet.from_set(m.wrap().set_tuple_name("isolate"))
 
 
-def match_epilogue(op: OuterProduct, statements) -> Statement | None:
+def match_epilogue(op: OuterProduct, statements, before: tuple = ()) -> Statement | None:
     """The statement of the stage after a GEMM-form backbone that can run on each
     register tile of its output ``C`` right after the tile's last micro-kernel: a
     single elementwise (``compute``) statement with the domain of ``C``'s init that
     reads ``C`` only at its own point, writes another array at its own point (bias,
     activation, scaling, a cast) and reads neither operand of the product (their
-    packing footprints would grow to cover its reads).  None otherwise."""
+    packing footprints would grow to cover its reads).  None otherwise.
+
+    ``before``: the epilogue statements already matched (a chain: ``gelu(C + b) + r``
+    lowered as one stage per operator): the statement may then read ``C`` or any of
+    their outputs, each only at its own point, and must read at least one of them; it
+    writes none of the arrays the backbone or those statements read or write."""
     if op.direct or len(statements) != 1:
         return None
     e = statements[0]
     c = op.update.write
-    if e.kind != "compute" or e.write is c or len(e.iters) != len(op.init.iters):
+    own = {c.name} | {p.write.name for p in before}
+    if e.kind != "compute" or e.write.name in own or len(e.iters) != len(op.init.iters):
         return None
 
     def at_own_point(indices) -> bool:
@@ -633,11 +639,17 @@ def match_epilogue(op: OuterProduct, statements) -> Statement | None:
         return None
     loads = []
     ir.walk(e.value, lambda n: loads.append(n) if isinstance(n, ir.Load) else None)
-    reads = [r for r in loads if r.buffer is c]
+    reads = [r for r in loads if r.buffer.name in own]
     if not same or not reads or not all(at_own_point(r.indices) for r in reads):
         return None
     if any(r.buffer in (op.x.buffer, op.y.buffer) for r in loads):
         return None             # (a residual A + A @ B) would widen the packed blocks
+    read_before: set = set()
+    for p in (op.update, *before):
+        ir.walk(p.value, lambda n: read_before.add(n.buffer.name)
+                if isinstance(n, ir.Load) else None)
+    if e.write.name in read_before or e.write.name in (op.x.buffer.name, op.y.buffer.name):
+        return None
     return e
 
 
@@ -751,11 +763,15 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     u = _tile_affs(sp, op, b, dim_aff(sp, op.k[0]))
     z = _tile_affs(ispace, op, b, zero)
     parts = [z]
-    if epilogue is not None:
-        espace = epilogue.domain.get_space()
+    epilogues = [] if epilogue is None else list(epilogue) \
+        if isinstance(epilogue, (list, tuple)) else [epilogue]
+    eparts = []
+    for ep in epilogues:
+        espace = ep.domain.get_space()
         e = _tile_affs(espace, op, b, None)
         e["kt"] = _last_k_tile(op, b, espace)
         parts.append(e)
+        eparts.append((espace, e))
 
     stmts = [u] + parts         # one band member over the update, init (and epilogue)
     batch = [T.union_members([to_upa(q["batch"][d]) for q in stmts])
@@ -777,7 +793,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
                        coincident=[True, True])
     steps = [T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), zero_tile),
              T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), micro)]
-    if epilogue is not None:
+    for espace, e in eparts:    # the epilogue chain, in order, on the tile
         steps.append(T.Filter(isl.UnionSet.from_set(isl.Set.universe(espace)),
                               T.Band([to_upa(e["ii"]), to_upa(e["jj"])], permutable=True,
                                      coincident=[True, True])))
@@ -934,11 +950,15 @@ class CpuBackboneTilePass(Pass):
                 # nothing to copy: each thread reads its (k, j) blocks of the packed
                 # input, no shared block and no fork/join per block
                 b.prepacked_y, b.shared_y = True, False
-            epi = None
-            if ctx.cpu_options.gemm_epilogue and idx < len(kids) and \
-                    isinstance(kids[idx], T.Filter) and isinstance(child, T.Filter):
-                nxt = [stmts[n] for n in T.statements_of(kids[idx].filter) if n in stmts]
-                epi = match_epilogue(op, nxt)
+            epi: list = []      # the epilogue chain: one statement per following stage
+            while ctx.cpu_options.gemm_epilogue and idx + len(epi) < len(kids) and \
+                    isinstance(kids[idx + len(epi)], T.Filter) and isinstance(child, T.Filter):
+                nxt = [stmts[n] for n in T.statements_of(kids[idx + len(epi)].filter)
+                       if n in stmts]
+                e1 = match_epilogue(op, nxt, tuple(epi))
+                if e1 is None:
+                    break
+                epi.append(e1)
             if dot is None:
                 new = backbone_tree(op, b, epi, promotion_state(ctx).pack_requests)
             else:
@@ -950,9 +970,9 @@ class CpuBackboneTilePass(Pass):
                                 f"{_split_name(b)}"
                                 + (f"; {op.y.buffer.name} read pre-packed (panels of {b.NR})"
                                    if b.prepacked_y else "")
-                                + (f"; epilogue {epi.stage.name} on each register tile"
-                                   if epi is not None else ""))
-            if epi is not None:          # the epilogue's stage joins the backbone's subtree
+                                + (f"; epilogue {', '.join(e.stage.name for e in epi)} on each "
+                                   f"register tile" if epi else ""))
+            for _ in epi:          # the epilogue's stages join the backbone's subtree
                 child.filter = child.filter.union(kids[idx].filter)
                 del kids[idx]
             if isinstance(child, T.Filter):
