@@ -79,12 +79,26 @@ is packed once per call for all threads, not once per ``i`` tile:
 end of the first is the barrier that publishes the block before any thread reads it,
 the end of the second keeps the next copy from overwriting it while it is read).
 
+*Epilogue chain*: after the first epilogue stage, each following stage that
+:func:`match_epilogue` accepts with the chain so far (reads ``C`` or the chain's outputs
+only at its own point, neither operand, writes nothing the backbone or the chain reads)
+joins too, as one more filter after the micro-kernel: ``sequence[init, micro-kernel,
+e_1, .., e_n]`` on each register tile (bias, gelu and a residual add lowered as three
+stages all run while the tile is in L1).
+
+*Pre-packed* ``Y`` (option ``prepack``, :func:`prepacked_y`): the tree is unchanged;
+the ``Y`` request carries ``prepacked=True`` and the IR packing reads the input in the
+panel layout instead of copying it (:mod:`polycomp.hw.cpu.pack`), so the shared-panel
+order above costs one fork/join per ``(j, k)`` tile, not two.
+
 Legality: the only dependences into the update statements from the init are on the same
 output element ``C[s]``, whose init instance comes first in both trees (a separate
 earlier filter, or the same tile at ``k`` tile 0 and the earlier sequence child); the
 epilogue instance of ``C[s]`` reads only ``C[s]`` and comes after all its updates (the
 same tile at the last ``k`` tile, the later sequence child), and writes an array no
-statement of the backbone touches. The
+statement of the backbone touches; the ``n``-th statement of a chain reads only the
+point ``s`` of ``C`` and of the earlier chain statements' outputs, all written earlier in
+the same tile (earlier sequence children), and writes an array none of them reads. The
 update band is permutable (the only dependences between updates are on the same
 ``C[s]``, carried by ``k``), so any tiling and member order keeps every dependence
 lexicographically positive. ``cpu_parallel`` sits on the batch band when the batch has
@@ -522,7 +536,8 @@ def prepacked_y(op: OuterProduct, statements, options: CpuOptions) -> bool:
     NR``): the kernel copies nothing, and the ``KC x NR`` slice of a panel that a
     micro-kernel reads is contiguous as in a per-call packed block."""
     y = op.y
-    if op.direct or y.buffer.name not in options.prepack or len(y.indices) != 2 or             len(op.k) != 1:
+    if op.direct or y.buffer.name not in options.prepack or len(y.indices) != 2 or \
+            len(op.k) != 1:
         return False
     if any(not isinstance(d, (int, ir.IntImm)) for d in y.buffer.shape):
         return False
