@@ -179,6 +179,7 @@ class _Packer:
         self.func = func
         self.model = state.model
         self.packs = promotion_state(state).packs
+        self.records = promotion_state(state).prepacked
         self.made = packed_buffers(state)
         self.buffers = {b.name: b for b in func.args}
         ir.walk(func.body, self._collect)
@@ -204,6 +205,12 @@ class _Packer:
             body = _Unalias(aliases).visit(body)
         for b in self.allocs:
             body = ir.Allocate(b, body)
+        for rec in self.records:    # a pre-packed input no mark reached (an empty product)
+            arr = self.buffers.get(rec.name)
+            if rec.name not in self.prepacked and arr is not None:
+                self.prepacked[rec.name] = (arr, ir.Buffer(
+                    arr.name, arr.dtype, tuple(ir.IntImm(n) for n in rec.packed_shape),
+                    arr.scope))
         if not self.prepacked:
             return self.func.with_body(body)
         old = {id(a): p for a, p in self.prepacked.values()}
