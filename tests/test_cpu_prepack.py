@@ -161,3 +161,22 @@ def test_dynamo_linear_weights_prepacked_and_repacked_on_update():
         assert cg is not None and any(s.packed for s in cg.steps)
         lin.weight.mul_(-3)
         torch.testing.assert_close(cf(x), lin(x))
+
+
+@pytest.mark.slow
+def test_identical_groups_share_a_kernel_and_pack_their_own_weights():
+    """Two linear layers of the same shapes (one kernel built for both) each pass their
+    own packed weight; float64 weights pack and compute as float64."""
+    for dtype, tol in (("float32", 1e-5), ("float64", 1e-12)):
+        w1, w2 = (RNG.standard_normal((24, 40)).astype(dtype) for _ in range(2))
+        g = GraphBuilder(f"pp_two_{dtype}")
+        x = g.input("x", (9, 24), dtype)
+        graph = g.build(g.matmul(x, g.constant("w1", w1)), g.matmul(x, g.constant("w2", w2)))
+        cg = compile_graph(graph, "cpu")
+        assert cg.kernel_count == 1
+        packed = [a for s in cg.steps for a in s.packed.values()]
+        assert len(packed) == 2 and packed[0].dtype == dtype
+        xa = RNG.standard_normal((9, 24)).astype(dtype)
+        o1, o2 = cg(xa)
+        np.testing.assert_allclose(o1, xa @ w1, rtol=tol, atol=tol * 10)
+        np.testing.assert_allclose(o2, xa @ w2, rtol=tol, atol=tol * 10)
