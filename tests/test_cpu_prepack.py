@@ -122,7 +122,7 @@ def test_graph_weights_packed_at_compile_time(lead, k, n, binds, monkeypatch):
     gelu = k == 83
     cg = compile_graph(_linear_graph(lead, k, n, w, b, f"ppg_on_{tag}", gelu), "cpu")
     packed = [a for s in cg.steps for a in s.packed.values()]
-    assert len(packed) == 1 and packed[0].shape[1] == k
+    assert len(packed) == 1 and sorted(packed[0][packed[0] != 0]) == sorted(w[w != 0])
     monkeypatch.setenv("POLYCOMP_PREPACK", "0")
     cg_off = compile_graph(_linear_graph(lead, k, n, w, b, f"ppg_off_{tag}", gelu), "cpu")
     assert all(not s.packed for s in cg_off.steps)

@@ -60,7 +60,7 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
 from polycomp.lowering.ast_to_ir import origin_to_ir
-from polycomp.lowering.simplify import simplify
+from polycomp.lowering.simplify import simplify, upper_bound
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.promotion.footprint import Layout
 from polycomp.scheduler.promotion.record import PackedOperand, promotion_state
@@ -317,11 +317,11 @@ class _Packer:
         of ``arr`` below the mark read the argument that replaces it, the whole array in
         the packing's layout (origin 0: ``A[e]`` -> ``P[layout(e)]``, the panel and
         lane split with the loops' ranges)."""
-        lay = spec.footprint.layout
+        rec = next(r for r in self.records if r.name == arr.name)
+        lay = rec.layout
         got = self.prepacked.get(arr.name)
         if got is None:
-            shape = lay.shape([_extent_of(d) for d in arr.shape])
-            pbuf = ir.Buffer(arr.name, arr.dtype, tuple(ir.IntImm(n) for n in shape),
+            pbuf = ir.Buffer(arr.name, arr.dtype, tuple(ir.IntImm(n) for n in rec.packed_shape),
                              arr.scope)
             self.prepacked[arr.name] = (arr, pbuf)
             self.made.arrays[pbuf.name] = arr.name
@@ -329,7 +329,7 @@ class _Packer:
         else:
             pbuf = got[1]
         zero = [ir.IntImm(0)] * len(arr.shape)
-        return _Redirect(spec.alias or arr, pbuf, lay, zero, ()).visit(body)
+        return _Redirect(spec.alias or arr, pbuf, lay, zero, (), bounded=True).visit(body)
 
     def copy_grouped(self, arr, pbuf, layout: Layout, box, origin, slot_idx, offset: int,
                      sums, compensate: int):
@@ -505,21 +505,15 @@ class _Packer:
         return ir.For(q, ir.IntImm(0), n_q, "serial", body, (("coincident", True),))
 
 
-def _extent_of(d) -> int:
-    if isinstance(d, int):
-        return d
-    if isinstance(d, ir.IntImm):
-        return d.value
-    raise PolycompInternalError(f"a pre-packed input has the symbolic extent {d}")
-
-
 class _Redirect(ir.Mutator):
     """Reads of ``arr`` below the mark -> the packed buffer (ranges of loops tracked);
     with an ``offset``, the packed element decoded (``P ^ -offset``, see
     :meth:`_Packer.copy_grouped`)."""
 
-    def __init__(self, arr, pbuf, layout: Layout, origin, slot_idx, offset: int = 0):
+    def __init__(self, arr, pbuf, layout: Layout, origin, slot_idx, offset: int = 0,
+                 bounded: bool = False):
         self.arr, self.pbuf, self.layout = arr, pbuf, layout
+        self.bounded = bounded   # ranges also from loops of bounded, non-constant extent
         self.origin, self.slot = origin, slot_idx
         self.offset = offset
         self.ranges: dict = {}
@@ -527,8 +521,11 @@ class _Redirect(ir.Mutator):
     def visit_For(self, s):
         mn, ext = simplify(s.min), simplify(s.extent)
         saved = self.ranges.get(s.var)
-        if isinstance(mn, ir.IntImm) and isinstance(ext, ir.IntImm) and ext.value > 0:
-            self.ranges[s.var] = (mn.value, mn.value + ext.value - 1)
+        # a pre-packed read: min(NR, n - ..) at an edge is at most NR iterations
+        ub = upper_bound(ext) if self.bounded else \
+            (ext.value if isinstance(ext, ir.IntImm) else None)
+        if isinstance(mn, ir.IntImm) and ub is not None and ub > 0:
+            self.ranges[s.var] = (mn.value, mn.value + ub - 1)
         body = self.visit(s.body)
         if saved is None:
             self.ranges.pop(s.var, None)

@@ -531,10 +531,11 @@ def prepacked_y(op: OuterProduct, statements, options: CpuOptions) -> bool:
     ``prepack``): ``Y`` is a kernel input named in the option, of constant extents, read
     as ``Y[k, j]`` (2-d, the reduce dimension then ``j``) and by no other reference of
     any statement (its one read is the update's, below the pack mark).  The caller then
-    hands in ``Layout.packed_panel(1, NR).pack(Y)``, the whole array in the ``NR``-wide
-    column panels the micro-kernel reads (panel ``j // NR``, row ``k``, lane ``j mod
-    NR``): the kernel copies nothing, and the ``KC x NR`` slice of a panel that a
-    micro-kernel reads is contiguous as in a per-call packed block."""
+    hands in ``Layout.packed_tiles(1, NR, KC, NC).pack(Y)``: the whole array in the
+    tree's ``KC x NC`` blocks, each in the ``NR``-wide column panels the micro-kernel
+    reads, laid out exactly as the per-call packed block (``Layout.packed_panel(1, NR)``
+    without tiles when ``NC`` is not a multiple of ``NR``): the kernel copies nothing and
+    reads the same addresses pattern as from its own copy."""
     y = op.y
     if op.direct or y.buffer.name not in options.prepack or len(y.indices) != 2 or \
             len(op.k) != 1:
@@ -818,8 +819,9 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     y_dim = len(op.y.indices) - 1
     requests = [] if requests is None else requests
     if dot is None:
-        mark_y = request_mark(requests, PackRequest(op.y.buffer, y_dim, b.NR, "L2",
-                                                    prepacked=b.prepacked_y))
+        mark_y = request_mark(requests, PackRequest(
+            op.y.buffer, y_dim, b.NR, "L2", prepacked=b.prepacked_y,
+            tiles=(b.KC, b.NC) if b.prepacked_y and b.NC % b.NR == 0 else ()))
         mark_x = request_mark(requests, PackRequest(op.x.buffer, x_dim, b.MR, "L1"))
     else:
         k = op.update.iters[op.k[0]]

@@ -82,12 +82,15 @@ def decide(node: isl.ScheduleNode, model, request: PackRequest) -> PromotionDeci
 
 def record_prepacked(records: list[PrepackedInput], request: PackRequest) -> None:
     """Append the :class:`PrepackedInput` of a pre-packed request (once per array: the
-    whole array in ``Layout.packed_panel(dim, width)``; its extents are constants)."""
+    whole array in ``Layout.packed_panel(dim, width)``, or in the request's cache tiles,
+    ``Layout.packed_tiles``; its extents are constants)."""
     a = request.array
     if any(r.name == a.name for r in records):
         return
     shape = tuple(static_extents(a) or ())
-    records.append(PrepackedInput(a.name, shape, Layout.packed_panel(request.dim, request.width)))
+    lay = Layout.packed_tiles(request.dim, request.width, *request.tiles) if request.tiles \
+        else Layout.packed_panel(request.dim, request.width)
+    records.append(PrepackedInput(a.name, shape, lay))
 
 
 def static_extents(a: ir.Buffer) -> list[int] | None:

@@ -117,9 +117,13 @@ class PackRequest:
     compensate: int = 0
     reference: str = ""
     #: the array is a kernel input the caller hands in already packed in
-    #: ``Layout.packed_panel(dim, width)`` over its whole extent (option ``prepack``):
+    #: ``Layout.packed_panel(dim, width)`` (or ``Layout.packed_tiles``) over its whole
+    #: extent (option ``prepack``):
     #: nothing is copied, the reads below the mark read the input in that layout
     prepacked: bool = False
+    #: with ``prepacked``: the whole array in cache tiles ``(T_other, T_dim)`` (the GEMM's
+    #: ``KC x NC`` blocks, :meth:`Layout.packed_tiles`), () for plain panels
+    tiles: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
