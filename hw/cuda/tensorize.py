@@ -539,9 +539,14 @@ class _Tensorizer(ir.Mutator):
 
 
 def _vector_store_ok(stmt, view) -> bool:
-    """Does ``stmt`` store ``out[o]`` at its own output point (N innermost)?"""
+    """Does ``stmt`` store ``out[o]`` at its own output point (N innermost), without
+    reading ``out`` (an in-out ``C`` of a C GEMM nest: a lane's quad store would write
+    elements another lane read, ordered only by the shuffle)?"""
     idx = stmt.write_indices
-    return len(idx) == len(view.stage.iters) and \
+    reads: list = []
+    ir.walk(stmt.value, lambda e: reads.append(e) if isinstance(e, ir.Load)
+            and e.buffer.name == stmt.write.name else None)
+    return not reads and len(idx) == len(view.stage.iters) and \
         all(i is v for i, v in zip(idx, stmt.iters[:len(idx)]))
 
 
