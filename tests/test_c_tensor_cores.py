@@ -144,6 +144,45 @@ def test_simulator_matches_numpy_sm90a(name):
     assert np.all(np.abs(got - ref) <= tol), np.abs(got - ref).max()
 
 
+MIX = r"""
+void mix(int M, int N, int K, float alpha, float C[M][N], _Float16 A[M][K], _Float16 B[K][N],
+         float D[M][N]) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      C[i][j] = 1.0f;
+  for (int i = 0; i < M; i++)
+    for (int k = 0; k < K; k++)
+      for (int j = 0; j < N; j++)
+        C[i][j] += alpha * A[i][k] * B[k][j];
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      D[i][j] = C[i][j] * 2.0f;
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cuda", "cuda-sm90a"])
+def test_fused_nests_with_an_epilogue(target):
+    """isl's scheduler fuses the three nests into one (scop-gpu-groups): the scaling
+    before and the elementwise statement after the update stay in the Tensor Core
+    kernel (``D`` computed from the final ``C`` by the thread owning the element; the
+    simulator's race check would catch a quad store of ``C`` read by another lane)."""
+    ck = compile_kernel(read_c_kernel(MIX), target)
+    assert "Tensor Cores:" in " ".join(ck.notes["scop-tensor-cores"])
+    (view,) = tensor_core_views(ck.state).views.values()
+    assert [s.name for s in view.epilogue] == ["S_1_tc_out", "S_2"]
+    m, n, kk = 20, 33, 50
+    rng = np.random.default_rng(1)
+    A = rng.uniform(-1, 1, (m, kk)).astype(np.float16)
+    B = rng.uniform(-1, 1, (kk, n)).astype(np.float16)
+    C = rng.uniform(-1, 1, (m, n)).astype(np.float32)
+    (c, d), _ = simulate(ck, np.float32(0.5), A, B, C, np.zeros((m, n), np.float32),
+                         M=m, N=n, K=kk)
+    ref = 1.0 + 0.5 * (A.astype(np.float32) @ B.astype(np.float32))
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d, 2 * ref, rtol=1e-5, atol=1e-5)
+
+
 def test_constant_sizes():
     src = """void f(float C[24][40], _Float16 A[24][17], _Float16 B[17][40]) {
       for (int i = 0; i < 24; i++) for (int j = 0; j < 40; j++)
@@ -215,7 +254,7 @@ FALLBACKS = [
     ("scaling after", _HEAD.format(c="float", a="_Float16", ka="K")
      + "for (int i = 0; i < M; i++) for (int j = 0; j < N; j++) { "
        "for (int k = 0; k < K; k++) C[i][j] += A[i][k] * B[k][j]; C[i][j] *= 2.0f; } }",
-     "comes after the update"),
+     "after the update writes C again"),
     ("three operands", _HEAD.format(c="float", a="_Float16", ka="K") + _LOOP.format(inc="++")
      + "C[i][j] += A[i][k] * B[k][j] * A[i][k]; }", "not a product of two array elements"),
 ]

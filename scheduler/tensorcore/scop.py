@@ -19,14 +19,20 @@ A nest *matches* (:func:`match_scop_gemm`) when its statements are
   (zero-dimensional arrays, constants);
 * and optionally, before it, one *scale* statement ``S0`` over the box of ``(m, n)``
   writing ``C[m][n]`` from ``C[m][n]`` (its own element), scalars and constants only
-  (PolyBench's ``C[i][j] *= beta``, or ``C[i][j] = 0``).
+  (PolyBench's ``C[i][j] *= beta``, or ``C[i][j] = 0``), running (isl) before every
+  update of its element;
+* and optionally, after it, up to :data:`MAX_EPILOGUE` elementwise statements over the
+  same ``(m, n)`` box, each writing its own element of an array nothing before it in
+  the nest wrote and reading arrays at that element only, none running (isl) before an
+  update of its element: isl's scheduler fuses a following ``D = f(C)`` nest in.
 
 ``C`` is ``float`` or ``_Float16``; anything else (integer types, ``double``, other
 reads) does not match and the nest keeps the CUDA-core tiled path with a note naming
 the reason.
 
 Rewrite of a matching nest (the model's statements ``S0``, ``U`` are replaced; the
-other statements and their accesses are unchanged; dependences are recomputed):
+other statements and their accesses are unchanged; the dependences are recomputed
+under the rewritten tree, which becomes the new model's ``initial_schedule``):
 
 * ``U_tc_init[m, n]: T[m, n] = 0`` (``T`` a float32 accumulator that only the Tensor
   Core fragments hold: no memory is allocated for it),
@@ -34,11 +40,12 @@ other statements and their accesses are unchanged; dependences are recomputed):
   with the iterators permuted to ``(m, n, k)``, its access relations ``U``'s composed
   with that permutation,
 * ``U_tc_out[m, n]: C[m][n] = c0 + s * T[m, n]`` with ``c0`` the scale statement's
-  value (``C[m][n]`` without one), rounded to ``C``'s type once;
+  value (``C[m][n]`` without one), rounded to ``C``'s type once, then the elementwise
+  statements after the update, unchanged;
 
 and the nest's subtree becomes the tree the Tensor Core tiling reads for a DSL
 contraction: ``backbone:<n>`` -> band ``[m, n]`` -> sequence (init, update -> band
-``[k]``, epilogue).  ``tensor_core_views(state)`` holds the
+``[k]``, the epilogue statements).  ``tensor_core_views(state)`` holds the
 :class:`~polycomp.scheduler.tensorcore.tile.GemmView` of each rewritten nest, keyed by
 its backbone mark's name.
 
@@ -70,6 +77,9 @@ from polycomp.state import CompileState
 
 TC_DTYPES = ("float16", "bfloat16")
 C_DTYPES = ("float32", "float16")
+#: Elementwise statements after the update that a matched nest may hold (isl's
+#: scheduler fuses a following ``D[i][j] = f(C[i][j])`` nest into the GEMM nest).
+MAX_EPILOGUE = 4
 
 
 @dataclass(frozen=True)
@@ -116,6 +126,7 @@ class ScopGemm:
     factor: list             # the scalar factors s
     in_dtype: str
     extents: tuple           # ir extents of m, n, k
+    epilogue: list = field(default_factory=list)   # statements after the update
 
 
 @dataclass(eq=False)
@@ -196,10 +207,13 @@ def _access(stmt: Statement, buffer_name: str, kind: str):
 def match_scop_gemm(stmts: list, model) -> ScopGemm | str:
     """The GEMM form of a nest's statements (program order), or why it has none."""
     upd = [s for s in stmts if len(s.iters) == 3]
-    if len(upd) != 1 or len(stmts) > 2:
-        return "not one update statement in a 3-deep loop nest (and at most one scaling)"
+    if len(upd) != 1 or len(stmts) - stmts.index(upd[0]) > 1 + MAX_EPILOGUE \
+            or stmts.index(upd[0]) > 1:
+        return (f"not one update statement in a 3-deep loop nest (at most one scaling "
+                f"before it, {MAX_EPILOGUE} elementwise statements after it)")
     u = upd[0]
-    scale = next((s for s in stmts if s is not u), None)
+    scale = stmts[0] if stmts[0] is not u else None
+    after = stmts[stmts.index(u) + 1:]
     c = u.write
     if c.dtype not in C_DTYPES:
         return f"{c.name} is {c.dtype} (Tensor Cores accumulate float or _Float16 outputs)"
@@ -225,18 +239,22 @@ def match_scop_gemm(stmts: list, model) -> ScopGemm | str:
     if bad:
         return bad
     if scale is not None:
-        if stmts.index(scale) > stmts.index(u):
-            return f"statement {scale.name} comes after the update"
         bad = _scale_problem(scale, u, c, (m, n)) or _scale_after_update(scale, u, model)
         if bad:
             return bad
+    written = {c.name, a.buffer.name, b.buffer.name}
+    for e in after:
+        bad = _epilogue_problem(e, u, written, (m, n), model)
+        if bad:
+            return bad
+        written.add(e.write.name)
     params = {p.name: p for p in model.params}
     try:
         ir_ext = tuple(_single_aff_ir(e, params) for e in ext)
     except PolycompError as e:     # a bound whose parameters have no IR value
         return f"a loop bound has no IR form ({e})"
     return ScopGemm(u, scale, c, m, n, k, a, b, scalars, a.dtype,
-                    (ir_ext[m], ir_ext[n], ir_ext[k]))
+                    (ir_ext[m], ir_ext[n], ir_ext[k]), after)
 
 
 def _own_load(e: ir.Expr, c: ir.Buffer, widx: tuple) -> bool:
@@ -308,24 +326,55 @@ def _single_aff_ir(pw: isl.PwAff, params: dict) -> ir.Expr:
 
 
 def _scale_problem(s: Statement, u: Statement, c: ir.Buffer, mn: tuple) -> str | None:
-    if s.write is not c or len(s.iters) != 2:
-        return f"statement {s.name} (line of the scaling) does not write {c.name}[m][n]"
-    if not all(a is b for a, b in zip(s.write_indices, s.iters)):
-        return f"statement {s.name} does not write its own element of {c.name}"
+    """The scaling writes ``C[m][n]`` from its own element and scalars, over the update's
+    ``(m, n)`` box."""
+    if s.write is not c:
+        return f"statement {s.name} before the update does not write {c.name}"
+    bad: list = []
+    ir.walk(s.value, lambda e: bad.append(e.buffer.name) if isinstance(e, ir.Load)
+            and e.indices and e.buffer is not c else None)
+    if bad:
+        return f"statement {s.name} reads {bad[0]} (a scaling reads only {c.name} and scalars)"
+    return _own_point_problem(s, u, mn, "the scaling")
+
+
+def _own_point_problem(s: Statement, u: Statement, mn: tuple, what: str) -> str | None:
+    """``s`` writes its own element ``X[m][n]`` (its iterators in that order), reads
+    arrays at that element only, and its domain is the update's ``(m, n)`` box."""
+    if len(s.iters) != 2 or not all(a is b for a, b in zip(s.write_indices, s.iters)) \
+            or len(s.write_indices) != 2:
+        return f"statement {s.name} ({what}) does not write element [m][n] of its array"
     bad: list = []
 
     def fn(e):
-        if isinstance(e, ir.Load) and e.indices and not (
-                e.buffer is c and _same_point(e, tuple(s.write_indices))):
+        if isinstance(e, ir.Load) and e.indices and not _same_point(e, tuple(s.iters)):
             bad.append(e.buffer.name)
     ir.walk(s.value, fn)
     if bad:
-        return f"statement {s.name} reads {bad[0]} (a scaling reads only {c.name} and scalars)"
-    # the scaling's domain, in (m, n) order, is the update's projected on (m, n)
+        return f"statement {s.name} ({what}) reads {bad[0]} at another element"
     want = _permute_set(u.domain, (mn[0], mn[1], 3 - mn[0] - mn[1]), s.name)
     want = want.project_out(isl.dim_type.set, 2, 1).set_tuple_name(s.name)
     if not s.domain.is_equal(want):
-        return f"statement {s.name} does not scale exactly the elements the update writes"
+        return f"statement {s.name} ({what}) does not cover exactly the elements of the update"
+    return None
+
+
+def _epilogue_problem(e: Statement, u: Statement, written: set, mn: tuple, model
+                      ) -> str | None:
+    """A statement after the update: elementwise over the update's ``(m, n)`` box,
+    writing an array that nothing before it in the nest wrote or read as an operand,
+    and (isl) running after every update of the element it reads."""
+    if e.write.name in written:
+        return f"statement {e.name} after the update writes {e.write.name} again"
+    bad = _own_point_problem(e, u, mn, "after the update")
+    if bad:
+        return bad
+    sm = model.initial_schedule.get_map()
+    wu = isl.UnionMap.from_map(_access(u, u.write.name, "write")[0].relation)
+    pt = _projection(e, (0, 1), u.write.name)                    # E[m, n] -> C[m, n]
+    same = isl.UnionMap.from_map(pt).apply_range(wu.reverse())   # E -> U on one element
+    if not same.intersect(sm.lex_lt_union_map(sm)).is_empty():
+        return f"statement {e.name} runs before an update of its element"
     return None
 
 
@@ -371,7 +420,8 @@ def _accesses(stmt: Statement, location) -> list:
 
 
 def rewrite(model, g: ScopGemm, tag: str):
-    """``(new model, init, update, epilogue, accumulator)`` (module docstring)."""
+    """``(new model, init, update, epilogue, accumulator)`` (module docstring); the
+    caller sets the new model's tree and computes its dependences."""
     u = g.update
     mv, nv, kv = u.iters[g.m], u.iters[g.n], u.iters[g.k]
     acc = ir.Buffer(f"{g.c.name}_acc{tag}", "float32", (g.extents[0], g.extents[1]))
@@ -414,12 +464,14 @@ def rewrite(model, g: ScopGemm, tag: str):
                 stmts += [init, upd, out]
             continue
         stmts.append(s)
+    for e in g.epilogue:          # (kept as they are, after the rewritten update)
+        stmts.remove(e)
+        stmts.insert(stmts.index(out) + 1 + g.epilogue.index(e), e)
     new.statements = stmts
     domain = isl.UnionSet.empty(model.context.get_space())
     for s in stmts:
         domain = domain.union(isl.UnionSet.from_set(s.domain))
-    new.domain = domain
-    compute_accesses_and_dependences(new)
+    new.domain = domain     # (dependences: once the tree holds the new statements)
     return new, init, upd, out, acc
 
 
@@ -490,22 +542,23 @@ class _Replacement:
     new_sets: list
 
 
-def _nest_tree(mark_id, model, init, upd, out):
-    """The replacement of a nest: ``backbone`` -> ``[m, n]`` -> (init, update -> [k], out)."""
+def _nest_tree(mark_id, model, init, upd, tail):
+    """The replacement of a nest: ``backbone`` -> ``[m, n]`` -> sequence (init, update ->
+    ``[k]``, the epilogue statements ``tail`` in order)."""
     prm = "[" + ", ".join(p.name for p in model.params) + "] -> " if model.params else ""
 
     def mupa(text):
         um = isl.UnionMap.read_from_str(model.ctx, prm + "{ " + text + " }")
         return isl.MultiUnionPwAff.from_union_map(um)
-    outer = mupa(f"{init.name}[m, n] -> [m, n]; {upd.name}[m, n, k] -> [m, n]; "
-                 f"{out.name}[m, n] -> [m, n]")
+    outer = mupa("; ".join([f"{upd.name}[m, n, k] -> [m, n]"] +
+                           [f"{s.name}[m, n] -> [m, n]" for s in [init] + tail]))
     inner = mupa(f"{upd.name}[m, n, k] -> [k]")
 
     def build(dst):
         n = dst.insert_mark(mark_id).child(0)
         n = n.insert_partial_schedule(outer).child(0)
-        filters = isl.UnionSetList.alloc(dst.get_ctx(), 3)
-        for s in (init, upd, out):
+        filters = isl.UnionSetList.alloc(dst.get_ctx(), 2 + len(tail))
+        for s in [init, upd] + tail:
             filters = filters.add(isl.UnionSet.from_set(s.domain))
         n = n.insert_sequence(filters)
         n = n.child(1).child(0).insert_partial_schedule(inner)
@@ -556,9 +609,11 @@ class ScopTensorCorePass(Pass):
         staged = []
         for index, mark_id, g in matched:
             model, init, upd, out, acc = rewrite(model, g, str(index))
-            replace[mark_id.get_name()] = _nest_tree(mark_id, model, init, upd, out)
+            replace[mark_id.get_name()] = _nest_tree(mark_id, model, init, upd,
+                                                     [out] + g.epilogue)
             gone |= {g.update.name} | ({g.scale.name} if g.scale is not None else set())
-            new_sets += [init.domain, upd.domain, out.domain]
+            gone |= {e.name for e in g.epilogue}
+            new_sets += [init.domain, upd.domain, out.domain] + [e.domain for e in g.epilogue]
             staged.append((index, mark_id, g, init, upd, out, acc))
         try:
             new = isl.Schedule.from_domain(model.domain)
@@ -568,6 +623,8 @@ class ScopTensorCorePass(Pass):
         except (_Unsupported, isl.Error) as e:
             ctx.note(self.name, f"no Tensor Cores: the tree cannot be rewritten ({e})")
             return schedule
+        model.initial_schedule = new      # the order the dependences are computed under
+        compute_accesses_and_dependences(model)
         ctx.model = model
         for index, mark_id, g, init, upd, out, acc in staged:
             mv, nv, kv = upd.iters
@@ -577,8 +634,9 @@ class ScopTensorCorePass(Pass):
             prod = upd.value.b
             fa = Factor(prod.a, prod.a.value, None, set(g.a.indices))
             fb = Factor(prod.b, prod.b.value, None, set(g.b.indices))
-            views.views[mark_id.get_name()] = GemmView(ScopGroup(st), st, init, upd, [out],
-                                                       fa, fb, 0, 1, 0, g.in_dtype)
+            views.views[mark_id.get_name()] = GemmView(ScopGroup(st), st, init, upd,
+                                                       [out] + g.epilogue, fa, fb, 0, 1, 0,
+                                                       g.in_dtype)
             scal = " * ".join(_text(f) for f in g.factor)
             ctx.note(self.name, f"loop nest {index}: Tensor Cores: "
                                 f"{g.c.name}[{mv.name}][{nv.name}] = "
