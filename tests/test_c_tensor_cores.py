@@ -138,6 +138,20 @@ def test_simulator_matches_numpy(name, m, n, kk):
     assert np.all(np.abs(got - ref) <= tol), np.abs(got - ref).max()
 
 
+SMALL_TILES = (("tc_tile", (("block", (64, 64)), ("warp", (32, 32)), ("k", 32),
+                             ("stages", 2))),)
+
+
+@pytest.mark.parametrize("name", ["poly", "hgemm_t"])
+def test_several_blocks_and_k_tiles(name):
+    """64x64 block tiles: a 2x2 grid with partial tiles on both edges, two K tiles."""
+    opts = tuple((k, dict(v) if isinstance(v, tuple) else v) for k, v in SMALL_TILES)
+    ck = compile_kernel(read_c_kernel(KERNELS[name]), "cuda", dict(opts))
+    assert "block (64, 64)" in " ".join(ck.notes["tc-tiling"])
+    got, ref, tol = run_case(name, ck, 70, 65, 33, seed=11)
+    assert np.all(np.abs(got - ref) <= tol), np.abs(got - ref).max()
+
+
 @pytest.mark.parametrize("name", ["poly", "hgemm_t"])
 def test_simulator_matches_numpy_sm90a(name):
     got, ref, tol = run_case(name, compiled(name, "cuda-sm90a"), 33, 17, 40, seed=3)
@@ -317,3 +331,17 @@ def test_nvcc_compiles(name, target, arch, tmp_path):
     r = subprocess.run(["nvcc", f"-arch={arch}", "-cubin", "-O3", "-o",
                         str(tmp_path / "k.cubin"), str(cu)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_fp_exact_cubin_has_no_fma(tmp_path):
+    """The launcher's build of an ``fp_exact`` kernel (``nvcc -fmad=false``): no FFMA in
+    the SASS of the CUDA-core GEMM, where the default build contracts ``c + a*b``."""
+    from polycomp.hw.cuda.launcher import compile_cubin, nvcc_flags
+    from polycomp.hw.cuda.sass import has_opcode, sass_opcodes
+    assert "-fmad=false" in nvcc_flags(False) and "-fmad=false" not in nvcc_flags(True)
+    src = compiled("poly", "cuda", (("fp_exact", True),)).source
+    exact = sass_opcodes(compile_cubin(src, 80, fmad=False), str(tmp_path))
+    fused = sass_opcodes(compile_cubin(src, 80), str(tmp_path))
+    assert has_opcode(fused, "FFMA") and not has_opcode(exact, "FFMA"), (exact, fused)
