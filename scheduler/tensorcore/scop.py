@@ -424,7 +424,11 @@ def rewrite(model, g: ScopGemm, tag: str):
     caller sets the new model's tree and computes its dependences."""
     u = g.update
     mv, nv, kv = u.iters[g.m], u.iters[g.n], u.iters[g.k]
-    acc = ir.Buffer(f"{g.c.name}_acc{tag}", "float32", (g.extents[0], g.extents[1]))
+    taken = {b.name for s in model.statements for b in [s.write] + [a.buffer for a in s.reads]}
+    name = f"{g.c.name}_acc{tag}"
+    while name in taken:          # (a user array of that name)
+        name += "_"
+    acc = ir.Buffer(name, "float32", (g.extents[0], g.extents[1]))
     location = next((a.location for a in u.accesses), None)
     dom3 = _permute_set(u.domain, (g.m, g.n, g.k), f"{u.name}_tc")
     dom2 = dom3.project_out(isl.dim_type.set, 2, 1)

@@ -16,6 +16,11 @@ axis (channels for a convolution).  Every output dimension must be used by a fac
 and reduce axes keep tile 1 (implicit GEMM: a convolution's ``n, y`` and filter window
 ``kh, kw`` are loops around the GEMM tiles).
 
+On a C SCoP the GEMM views are those of the nests that
+:class:`~polycomp.scheduler.tensorcore.scop.ScopTensorCorePass` rewrote (same tree shape,
+one reduce axis; kernel numbers after every nest's, see
+:func:`~polycomp.scheduler.tensorcore.scop.scop_kernel_base`).
+
 Configuration (``options["tc_tile"]``, a :class:`TcConfig` or a dict with ``block``,
 ``warp``, ``k``, ``stages``, ``swizzle``): the tile tuple ⟨block BM x BN⟩⟨warp WM x WN⟩
 ⟨instruction 16 x 8 x 16⟩ with BM, BN multiples of WM, WN, WM a multiple of 16, WN of 16,
