@@ -169,7 +169,9 @@ def run_case(case: Case, threads: int, rounds: int, inductor: bool,
             before = os.environ.get("POLYCOMP_PREPACK")
             os.environ["POLYCOMP_PREPACK"] = "0"
             try:
-                unpacked = torch.compile(m, backend=backend, dynamic=False)
+                # another backend object: Dynamo reuses a compiled frame for the same one
+                unpacked = torch.compile(m, backend=lambda gm, ex: backend(gm, ex),
+                                         dynamic=False)
                 unpacked(**x)
             finally:
                 if before is None:
