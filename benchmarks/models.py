@@ -170,7 +170,8 @@ def run_case(case: Case, threads: int, rounds: int, inductor: bool,
             os.environ["POLYCOMP_PREPACK"] = "0"
             try:
                 # another backend object: Dynamo reuses a compiled frame for the same one
-                unpacked = torch.compile(m, backend=lambda gm, ex: backend(gm, ex),
+                # (its report is not polycomp's: not appended to reports)
+                unpacked = torch.compile(m, backend=lambda gm, ex: polycomp_backend(gm, ex),
                                          dynamic=False)
                 unpacked(**x)
             finally:
