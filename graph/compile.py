@@ -50,10 +50,14 @@ def _topo_groups(part: Partition) -> list[Group]:
 
 
 # The GEMM register block for weight GEMMs (a matmul whose right operand is a constant)
-# on CPU targets: 4 rows x 3 vectors measured 1.5x faster than the backend's default on
-# BERT's three weight shapes (768x3072, 3072x768, 768x768 at 128 rows, 2 threads), but
-# 2.5x slower on attention's Q K^T (contraction 64), which keeps the default.
+# on CPU targets.  16 vector registers (AVX2): 4 rows x 3 vectors measured 1.5x faster
+# than the backend's default on BERT's three weight shapes (768x3072, 3072x768, 768x768
+# at 128 rows, 2 threads), but 2.5x slower on attention's Q K^T (contraction 64), which
+# keeps the default.  32 registers (AVX-512): 8 rows x 3 vectors (24 accumulators); 4 x 3
+# took 1.05-1.43x its CPU time on the same shapes (1 thread, weights pre-packed, Zen 4,
+# docs/cpu_backend.md).
 CPU_WEIGHT_GEMM_OPTIONS = {"gemm_register": (4, 3)}
+CPU_WEIGHT_GEMM_OPTIONS_32 = {"gemm_register": (8, 3)}
 
 
 def prepack_enabled() -> bool:
@@ -73,7 +77,10 @@ def _group_options(g: Group, inputs: list[Value], target: str,
     weights = [n.inputs[1] for n in g.nodes if n.op == "matmul" and n.inputs[1].const is not None]
     if not weights:
         return None
-    out: dict = dict(CPU_WEIGHT_GEMM_OPTIONS)
+    from polycomp.hw.target import get_target
+    cpu = get_target(target).cpu
+    wide = cpu is not None and cpu.vector_registers >= 32
+    out: dict = dict(CPU_WEIGHT_GEMM_OPTIONS_32 if wide else CPU_WEIGHT_GEMM_OPTIONS)
     if prepack_enabled():
         names = tuple(argname(v) for v in inputs if v in weights)
         if names:

@@ -821,7 +821,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     if dot is None:
         mark_y = request_mark(requests, PackRequest(
             op.y.buffer, y_dim, b.NR, "L2", prepacked=b.prepacked_y,
-            tiles=(b.KC, b.NC) if b.prepacked_y and b.NC % b.NR == 0 else ()))
+            tiles=_prepacked_tiles(op, b)))
         mark_x = request_mark(requests, PackRequest(op.x.buffer, x_dim, b.MR, "L1"))
     else:
         k = op.update.iters[op.k[0]]
@@ -856,6 +856,17 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
         if b.parallel_batch:
             outer = T.Mark(marks.CPU_PARALLEL, outer)
     return outer
+
+
+def _prepacked_tiles(op: OuterProduct, b: Blocking) -> tuple[int, ...]:
+    """The cache tiles ``(KC', NC)`` of a pre-packed ``Y``'s layout (``KC' = min(KC,
+    K)``: a shorter product keeps no zero rows), () for plain panels (not pre-packed, or
+    ``NC`` not a multiple of ``NR``)."""
+    if not b.prepacked_y or b.NC % b.NR:
+        return ()
+    k = op.y.buffer.shape[0]
+    k = k.value if isinstance(k, ir.IntImm) else int(k)
+    return (min(b.KC, k), b.NC)
 
 
 def partial_tiles(domain: isl.Set, i: int, j: int) -> bool:
