@@ -26,9 +26,10 @@ split here).  Guarantees: the same computation as API calls only --
   operand has the destination's layout; the repeat form with per-operand strides for a
   value per row (block stride 0, repeat stride 1 over ``Brcb``'d blocks) or one row
   (repeat stride 0), one call per 256-byte column chunk; tensor-scalar calls
-  (``Adds``/``Muls``/``Maxs``/``Mins``); ``Cast`` with a ``RoundMode``; row reductions
-  as a fold of the column chunks into one repeat per row, ``ReduceRepeat`` and
-  ``Brcb``; comparisons as ``Compare``/``Compares`` into a bit mask and ``Select``;
+  (``Adds``/``Muls``/``Maxs``/``Mins``); ``FusedMulAdd`` (``dst = src0 * dst + src1``);
+  ``Cast`` with a ``RoundMode``; row reductions as a fold of the column chunks into one
+  repeat per row (tiles of many short rows) or by halving each row (first-n calls; long
+  rows, few rows), then ``ReduceRepeat`` and ``Brcb``; comparisons as ``Compare``/``Compares`` into a bit mask and ``Select``;
   ``tanh`` and ``erf`` from basic calls (they are not basic API); transposes by
   ``TransDataTo5HD``.  Temporaries are UB buffers this pass adds to the program.
 """
@@ -244,6 +245,12 @@ _CMP = {"CompareGT": "GT", "CompareGE": "GE", "CompareLT": "LT", "CompareLE": "L
 _SWAP = {"GT": "LT", "LT": "GT", "GE": "LE", "LE": "GE", "EQ": "EQ", "NE": "NE"}
 _REDUCE = {"ReduceSum": ("SUM", "Add"), "ReduceMax": ("MAX", "Max"),
            "ReduceMin": ("MIN", "Min")}
+#: a row reduction halves (:meth:`_VecExpander.halving`) when its tile has fewer rows
+#: than this many per repeat of a row: the fold's one call per repeat (4 cycles of issue
+#: each, the tile's rows as its repeats) then costs more than log2 calls a row
+_HALVE_ROWS = 6
+#: the most elements of a UB row (192 KiB of fp32): the halving's widest level
+_MAX_UB_ELEMENTS = 192 * 1024 // 4
 # erf: Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7)
 _ERF_P = 0.3275911
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
@@ -442,6 +449,8 @@ class _VecExpander:
             return self.select(dst, srcs, rows)
         if op in _BINARY:
             return self.binary(op, dst, srcs, rows)
+        if op == "FusedMulAdd":
+            return self.fused_mul_add(dst, srcs, rows)
         raise PolycompInternalError(f"npu-isa: no expansion of vector op {op}")
 
     def broadcast_src(self, x, dst: Slot, rows: Ix, role: str) -> tuple[tuple, Any]:
@@ -516,6 +525,17 @@ class _VecExpander:
             return self.strided(op, dst, (a, b), rows)
         raise PolycompInternalError(f"npu-isa: {op} of {a.buf.layout} and {b.buf.layout} "
                                     f"into {dst.buf.layout}")
+
+    def fused_mul_add(self, dst: Slot, srcs: tuple, rows: Ix) -> tuple:
+        """``dst = srcs[0] * dst + srcs[1]`` (``FusedMulAdd``; ``dst`` a tile, the
+        sources of any layout, as a binary call's)."""
+        pa, a = self.convert(srcs[0], dst, rows)
+        pb, b = self.convert(srcs[1], dst, rows)
+        if {a.buf.layout, b.buf.layout, dst.buf.layout} == {dst.buf.layout}:
+            return (*pa, *pb, VecCall("FusedMulAdd", dst, (a, b), _count(dst.buf, rows)))
+        if dst.buf.layout != "ND":
+            raise PolycompInternalError(f"npu-isa: FusedMulAdd into {dst.buf.layout}")
+        return (*pa, *pb, *self.strided("FusedMulAdd", dst, (a, b), rows))
 
     def tanh(self, dst: Slot, x, rows: Ix) -> tuple:
         """``tanh(x) = 1 - 2 / (exp(2x) + 1)`` (not a basic API call)."""
@@ -644,26 +664,71 @@ class _VecExpander:
                          VecCall(fold, tmp, (tmp, src.at((j + 1) * lanes)), None,
                                  Rep(_S(imin(lanes, n - (j + 1) * lanes)), rows,
                                      ((ix(1), ix(8)), (ix(1), ix(8)), (ix(1), src_rep)))),)))
-            # a row longer than a repeat stride spans: the fold row by row, one
-            # repeat a call (the chunks of a row depend on each other)
-            r = ix(self.var("lr"))
-            jl = ix(self.var("rj"))
-            row = r * ix(src.buf.cols)
-            one = ((ix(1), ix(0)), (ix(1), ix(0)))
-            long = (Loop(r.args[0], rows, (
-                VecCall("Adds", tmp.at(r * lanes), (src.at(row), Scalar(0.0)), None,
-                        Rep(first, ix(1), one)),
-                Loop(jl.args[0], _S(ceildiv(n, lanes) - 1), (
-                    VecCall(fold, tmp.at(r * lanes),
-                            (tmp.at(r * lanes), src.at(_S(row + (jl + 1) * lanes))), None,
-                            Rep(_S(imin(lanes, n - (jl + 1) * lanes)), ix(1),
-                                ((ix(1), ix(0)), (ix(1), ix(0)), (ix(1), ix(0))))),)))),)
-            out += _by_pitch(src_rep, short, long)
+            # row by row, the valid columns halved into a row temporary (first-n
+            # calls, log2 of them a row): where a row is longer than a repeat stride
+            # spans, or a tile has so few rows that the fold's calls of one repeat a
+            # row cost more in issue than the halving's calls
+            halve = self.halving(fold, tmp, src, rows, n)
+            g = _S(imin(1, imax(0, src_rep - MAX_REPEAT)
+                        + imax(0, ceildiv(n, lanes) - rows * _HALVE_ROWS)))
+            if g.is_const():
+                out += list(short if g.args[0] == 0 else halve)
+            else:
+                out += [Loop("rs", _S(1 - g), short), Loop("rh", g, halve)]
             out.append(VecCall("ReduceRepeat", packed, (tmp,), None,
                                Rep(first, rows, ((ix(0), ix(1)), (ix(1), ix(8)))), attr=kind))
         out.append(VecCall("Brcb", dst, (packed,), None,
                            Rep(ix(0), ceildiv(rows, 8), ((ix(1), ix(8)),))))
         return tuple(out)
+
+    def halving(self, fold: str, tmp: Slot, src: Slot, rows: Ix, n: Ix) -> tuple:
+        """The first ``n`` columns of each row of ``src`` reduced (``fold``: Add, Max,
+        Min) to one repeat of lanes in that row of ``tmp`` (``rows x lanes``), by
+        halving: at each width ``w = lanes * 2^k`` (widest first) the part of the row
+        past ``w`` is folded onto its first ``w`` elements -- from ``src`` at the first
+        width below ``n`` (the rest of the first ``w`` copied), then within a row
+        temporary.  Each width is a guard loop of 0 or 1 iterations (``n`` may be a
+        tiling value); a row costs about ``n / lanes`` repeats in ``log2(n / lanes)``
+        first-n calls."""
+        b = src.buf
+        dt = b.dtype
+        lanes = _lanes(dt)
+        half = Slot(self.temps.get("half", dt, 1, b.cols))
+        r = ix(self.var("hr"))
+        row = src.at(r * ix(b.cols))
+        acc = tmp.at(r * lanes)
+        widths: list[int] = []
+        w = lanes
+        cap = n.args[0] if n.is_const() else _MAX_UB_ELEMENTS
+        while w < cap:
+            widths.append(w)
+            w *= 2
+
+        def gt(x: int) -> Ix:                               # [n > x]
+            return _S(imin(1, imax(0, n - x)))
+        body: list = []
+        for w in reversed(widths):
+            dst = acc if w == lanes else half
+            # every operand starts at a multiple of w (32-byte aligned): a part row
+            # (w < n < 2w) is copied whole, then its tail past w added on
+            parts = ((_S(gt(w) - gt(2 * w - 1)),
+                      (VecCall("Adds", dst, (row, Scalar(0.0)), ix(w)),
+                       VecCall(fold, dst, (dst, row.at(w)), _S(n - w)))),
+                     (_S(gt(2 * w - 1) - gt(2 * w)),
+                      (VecCall(fold, dst, (row, row.at(w)), ix(w)),)),
+                     (gt(2 * w), (VecCall(fold, dst, (half, half.at(w)), ix(w)),)))
+            for cond, part in parts:
+                if cond.is_const():
+                    body += list(part) if cond.args[0] else []
+                else:
+                    body.append(Loop(self.var("hg"), cond, part))
+        short = _S(imin(1, imax(0, lanes + 1 - n)))        # n <= lanes: one copy
+        one = (VecCall("Adds", acc, (row, Scalar(0.0)), n),)
+        if short.is_const():
+            body += list(one) if short.args[0] else []
+        else:
+            body.append(Loop(self.var("hg"), short, one))
+        return (Loop(r.args[0], rows, tuple(body)),)
 
     def transpose(self, dst: Slot, src: Slot) -> tuple:
         """``dst = src^T`` by TransDataTo5HD: 16 source rows of one data block each, one

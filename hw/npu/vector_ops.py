@@ -40,6 +40,8 @@ SCALAR: dict[str, Fn] = {"Adds": np.add, "Muls": np.multiply, "Maxs": np.maximum
                          "Mins": np.minimum}
 CMP: dict[str, Fn] = {"GT": np.greater, "GE": np.greater_equal, "LT": np.less,
                       "LE": np.less_equal, "EQ": np.equal, "NE": np.not_equal}
+#: dst = src0 * dst + src1 (the destination is read too)
+FMA = ("FusedMulAdd",)
 REDUCE: dict[str, Fn] = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
 
 
@@ -112,7 +114,8 @@ def vec_call(core, s: VecCall, env: dict) -> int:
     dst_b = s.dst.buf
     # operand index arrays (the destination first)
     tensors = [x for x in s.srcs if isinstance(x, Slot)]
-    if s.api in UNARY or s.api in BINARY or s.api in SCALAR or s.api == "Brcb":
+    if s.api in UNARY or s.api in BINARY or s.api in SCALAR or s.api in FMA or \
+            s.api == "Brcb":
         for x in tensors:
             if x.buf.dtype != dst_b.dtype:
                 raise NpuCapacityError(f"{what}: operand {x.buf.name} is {x.buf.dtype}, the "
@@ -162,6 +165,8 @@ def _compute(s: VecCall, srcs: list, dst: np.ndarray, didx: np.ndarray, env: dic
         res = BINARY[s.api](val(srcs[0]), val(srcs[1]))
     elif s.api in SCALAR:
         res = SCALAR[s.api](val(srcs[0]), val(srcs[1]))
+    elif s.api in FMA:
+        res = val(srcs[0]) * dst[didx].astype(np.float32) + val(srcs[1])
     elif s.api == "Cast":
         res = val(srcs[0])
     elif s.api == "Duplicate":
