@@ -29,7 +29,8 @@ split here).  Guarantees: the same computation as API calls only --
   (``Adds``/``Muls``/``Maxs``/``Mins``); ``FusedMulAdd`` (``dst = src0 * dst + src1``);
   ``Cast`` with a ``RoundMode``; row reductions as a fold of the column chunks into one
   repeat per row (tiles of many short rows) or by halving each row (first-n calls; long
-  rows, few rows), then ``ReduceRepeat`` and ``Brcb``; comparisons as ``Compare``/``Compares`` into a bit mask and ``Select``;
+  rows, few rows), then ``ReduceRepeat`` and ``Brcb``; comparisons as
+  ``Compare``/``Compares`` into a bit mask and ``Select``;
   ``tanh`` and ``erf`` from basic calls (they are not basic API); transposes by
   ``TransDataTo5HD``.  Temporaries are UB buffers this pass adds to the program.
 """
@@ -683,51 +684,63 @@ class _VecExpander:
 
     def halving(self, fold: str, tmp: Slot, src: Slot, rows: Ix, n: Ix) -> tuple:
         """The first ``n`` columns of each row of ``src`` reduced (``fold``: Add, Max,
-        Min) to one repeat of lanes in that row of ``tmp`` (``rows x lanes``), by
-        halving: at each width ``w = lanes * 2^k`` (widest first) the part of the row
-        past ``w`` is folded onto its first ``w`` elements -- from ``src`` at the first
-        width below ``n`` (the rest of the first ``w`` copied), then within a row
-        temporary.  Each width is a guard loop of 0 or 1 iterations (``n`` may be a
-        tiling value); a row costs about ``n / lanes`` repeats in ``log2(n / lanes)``
+        Min) to one repeat of lanes (``L``) in that row of ``tmp`` (``rows x L``), by
+        folding the part of the row past a width ``W_k = L (2^k + 1)`` onto its start,
+        widest first: the first fold from ``src`` into a row temporary (the head that
+        no tail element meets copied), the later ones within it, the last into
+        ``tmp``'s row from at most ``3 L`` elements.  The widths are odd multiples of a
+        repeat (256 bytes), so the two parts a fold reads sit in different halves of
+        the UB bank groups (no read-read conflict, docs/npu.md); every operand starts
+        at a 32-byte boundary.  Each step is a guard loop of 0 or 1 iterations (``n``
+        may be a tiling value); a row costs about ``n / L`` repeats in ``log2(n / L)``
         first-n calls."""
         b = src.buf
         dt = b.dtype
         lanes = _lanes(dt)
+        blk = c0(dt)
         half = Slot(self.temps.get("half", dt, 1, b.cols))
         r = ix(self.var("hr"))
         row = src.at(r * ix(b.cols))
         acc = tmp.at(r * lanes)
-        widths: list[int] = []
-        w = lanes
         cap = n.args[0] if n.is_const() else _MAX_UB_ELEMENTS
-        while w < cap:
-            widths.append(w)
-            w *= 2
+        widths: list[int] = []
+        k = 1
+        while lanes * ((1 << k) + 1) < cap:
+            widths.append(lanes * ((1 << k) + 1))
+            k += 1
 
         def gt(x: int) -> Ix:                               # [n > x]
             return _S(imin(1, imax(0, n - x)))
         body: list = []
-        for w in reversed(widths):
-            dst = acc if w == lanes else half
-            # every operand starts at a multiple of w (32-byte aligned): a part row
-            # (w < n < 2w) is copied whole, then its tail past w added on
-            parts = ((_S(gt(w) - gt(2 * w - 1)),
-                      (VecCall("Adds", dst, (row, Scalar(0.0)), ix(w)),
-                       VecCall(fold, dst, (dst, row.at(w)), _S(n - w)))),
-                     (_S(gt(2 * w - 1) - gt(2 * w)),
-                      (VecCall(fold, dst, (row, row.at(w)), ix(w)),)),
-                     (gt(2 * w), (VecCall(fold, dst, (half, half.at(w)), ix(w)),)))
-            for cond, part in parts:
-                if cond.is_const():
-                    body += list(part) if cond.args[0] else []
-                else:
-                    body.append(Loop(self.var("hg"), cond, part))
-        short = _S(imin(1, imax(0, lanes + 1 - n)))        # n <= lanes: one copy
-        one = (VecCall("Adds", acc, (row, Scalar(0.0)), n),)
-        if short.is_const():
-            body += list(one) if short.args[0] else []
-        else:
-            body.append(Loop(self.var("hg"), short, one))
+
+        def guarded(cond: Ix, part: tuple) -> None:
+            if cond.is_const():
+                body.extend(part if cond.args[0] else ())
+            else:
+                body.append(Loop(self.var("hg"), cond, part))
+        for i in reversed(range(len(widths))):
+            w = widths[i]
+            nxt = widths[i + 1] if i + 1 < len(widths) else None
+            m = _S(n - w)                              # the tail: (0, w] when first
+            m8 = _S((m // blk) * blk)
+            first = (VecCall(fold, half, (row, row.at(w)), m8),
+                     VecCall("Adds", half.at(m8), (row.at(m8), Scalar(0.0)), _S(w - m8)),
+                     Loop(self.var("hg"), _S(imin(1, m - m8)), (
+                         VecCall(fold, half, (half, row.at(_S(m8 + w))), _S(m - m8)),)))
+            if nxt is None:
+                guarded(gt(w), first)
+                continue
+            guarded(_S(gt(w) - gt(nxt)), first)
+            guarded(gt(nxt), (VecCall(fold, half, (half, half.at(w)), ix(nxt - w)),))
+        # the last folds, into tmp's row: from half (n > 3L), from the row (L < n <= 3L)
+        guarded(gt(3 * lanes), (VecCall(fold, acc, (half, half.at(lanes)), ix(lanes)),
+                                VecCall(fold, acc, (acc, half.at(2 * lanes)), ix(lanes))))
+        guarded(_S(gt(lanes) - gt(3 * lanes)), (
+            VecCall("Adds", acc, (row, Scalar(0.0)), ix(lanes)),
+            VecCall(fold, acc, (acc, row.at(lanes)), _S(imin(n, 2 * lanes) - lanes)),
+            Loop(self.var("hg"), gt(2 * lanes), (
+                VecCall(fold, acc, (acc, row.at(2 * lanes)), _S(n - 2 * lanes)),))))
+        guarded(_S(1 - gt(lanes)), (VecCall("Adds", acc, (row, Scalar(0.0)), n),))
         return (Loop(r.args[0], rows, tuple(body)),)
 
     def transpose(self, dst: Slot, src: Slot) -> tuple:

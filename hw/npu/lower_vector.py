@@ -18,8 +18,12 @@ carried reduction accumulates into the tile's result from its identity
 (``Duplicate``).  Input tiles and output tiles are marked ``pingpong`` with the tile
 (inside carried loops: the load) number as their rotation counter, for the
 double-buffering pass; temporaries are touched by the vector pipe only.  The program
-has no flags: :mod:`.sync` places them.  The dimension roles come from
-:mod:`polycomp.scheduler.npu.view` (the ``npu-map`` pass records them).
+has no flags: :mod:`.sync` places them.  Without carried reductions: one op per
+distinct expression node (the same op on the same values is computed once), the ops
+over row vectors only run once before the tile loop (:func:`hoist_rows`), and a
+product read only by a sum becomes a ``FusedMulAdd`` (:func:`fuse_mul_add`).  The
+dimension roles come from :mod:`polycomp.scheduler.npu.view` (the ``npu-map`` pass
+records them).
 """
 from __future__ import annotations
 
@@ -542,10 +546,10 @@ def vector_part(graph, view: VectorView | None = None, long: bool = False) -> Ve
     loop = tile_walk(total, body, tuple(lets))
     row_bufs = {x.buf.name: next(b for b in bld.buffers if b.name == x.buf.name)
                 for x in row_loads}
-    pro = tuple(CopyIn(GmRegion(x.tensor, (ix(0),) * len(x.tensor.dims),
-                                tuple(ix(d) for d in x.tensor.dims), x.access.split,
-                                x.access.row_stride), Slot(row_bufs[x.buf.name]))
-                for x in row_loads)
+    pro: tuple = tuple(CopyIn(GmRegion(x.tensor, (ix(0),) * len(x.tensor.dims),
+                                       tuple(ix(d) for d in x.tensor.dims), x.access.split,
+                                       x.access.row_stride), Slot(row_bufs[x.buf.name]))
+                       for x in row_loads)
     pro += tuple(VecOp(op, Slot(b), tuple(Slot(x) if isinstance(x, LocalBuf) else x
                                           for x in srcs), ix(1)) for op, b, srcs in hoisted)
     from .lower_longrow import long_rows
@@ -572,7 +576,7 @@ def vector_program(graph, view: VectorView | None = None) -> Kernel:
 
 
 def _ub_bytes(prog: Program, env: dict) -> int:
-    return sum(b.size(env) * b.copies for b in prog.buffers)
+    return sum(b.size(env) * b.copies + b.reserve for b in prog.buffers)
 
 
 #: the most rows of a vector tile: one repeat per row, at most 255 repeats per call
