@@ -34,8 +34,8 @@ inline uint32_t reduce3d_sum_02_keep_float32_Tiling(const int64_t* sizes, uint32
     {   // phase 0: UB tiling (rows of CP elements, TR rows, at most 255; UB 188416 B)
         const int64_t cp = PcAlignUp(C, 16);
         int64_t tr = PcMax(PcMin(B, 255), 1);
-        while (tr > 1 && (2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 512) + 768 + 2 * PcAlignUp(tr * 8 * 4, 512) + 768 + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { --tr; }
-        if ((2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 512) + 768 + 2 * PcAlignUp(tr * 8 * 4, 512) + 768 + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { return 0; }
+        while (tr > 1 && (2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * 8 * 4, 512) + 256 + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { --tr; }
+        if ((2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * 8 * 4, 512) + 256 + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { return 0; }
         {   // balance the row tiles over the vector cores: the fewest
             // rows per tile that keep the busiest core's tile count
             const int64_t pcRounds = PcCeilDiv(PcCeilDiv(B, tr), static_cast<int64_t>(aivNum));
@@ -75,8 +75,8 @@ extern "C" __global__ __aicore__ void reduce3d_sum_02_keep_float32(GM_ADDR x_, G
             const int64_t CP = tilingData.CP_0;
             const int64_t TRP = tilingData.TRP_0;
             const uint32_t ub0_addr = PcAlignUp(0, 32);
-            const uint32_t ub1_addr = PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 4, 256), 512) + 256;
-            const uint32_t ub2_addr = PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 8 * 4, 512), 512) + 0;
+            const uint32_t ub1_addr = PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 4, 256), 256) + (256 + 512 - PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 4, 256), 256) % 512) % 512;
+            const uint32_t ub2_addr = PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) + (0 + 512 - PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) % 512) % 512;
             const uint32_t vt0_addr = PcAlignUp(ub2_addr + 2 * PcAlignUp(TR * 8 * 4, 512), 32);
             const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 4, 256), 32);
             const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 32);
