@@ -301,14 +301,16 @@ def _pitch(ops) -> Ix:
     return out if out is not None else ix(0)
 
 
-def _by_pitch(pitch: Ix, short: tuple, long: tuple) -> tuple:
+def _by_pitch(pitch: Ix, short: tuple, long: tuple, prefer_long: Ix | None = None) -> tuple:
     """``short`` (one repeat per row: its repeat stride is ``pitch``) where ``pitch``
-    fits the 8-bit repeat stride, else ``long`` (row by row): chosen here when the
-    pitch is a constant, else at run time by two guard loops of 0 or 1 iterations
-    (the row length is the host's ``CP``)."""
-    if pitch.is_const():
-        return short if pitch.args[0] <= MAX_REPEAT else long
+    fits the 8-bit repeat stride (and ``prefer_long``, 0 or 1, is 0), else ``long``
+    (row by row): chosen here when the condition is a constant, else at run time by
+    two guard loops of 0 or 1 iterations (the row length is the host's ``CP``)."""
     lg = _S(imin(1, imax(0, pitch - MAX_REPEAT)))
+    if prefer_long is not None:
+        lg = _S(imin(1, lg + prefer_long))
+    if lg.is_const():
+        return short if lg.args[0] == 0 else long
     return (Loop("rs", _S(1 - lg), short), Loop("rl", lg, long))
 
 
@@ -368,7 +370,15 @@ class _VecExpander:
             body = (call(ix(0), rows),)
         short = (Loop(j.args[0], ceildiv(cols, lanes), body),)
         long = self.strided_long(api, dst, srcs, rows, attr)
-        return _by_pitch(_pitch(ops), short, long)
+        if not any(_is_slot(x) and x.buf.layout == "COL" for x in srcs):
+            return _by_pitch(_pitch(ops), short, long)
+        # a value per row: in the short form its block walks the bank groups, one a
+        # repeat, and meets the tile's repeats in about every other one (docs/npu.md);
+        # the row-by-row form reads it once a call.  Row by row where that costs less:
+        # rows * (4 + C) < C * (4 + 1.5 rows), C the column chunks, 4 the issue
+        c = _S(ceildiv(cols, lanes))
+        prefer = _S(imin(1, imax(0, c * (8 + 3 * rows) - 2 * rows * (4 + c))))
+        return _by_pitch(_pitch(ops), short, long, prefer)
 
     def strided_long(self, api: str, dst: Slot, srcs: tuple, rows: Ix, attr: str) -> tuple:
         """The form of :meth:`strided` for rows longer than a repeat stride spans (more
