@@ -303,13 +303,13 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 PipeBarrier<PIPE_V>();
                 Rsqrt(ub2, ub1, (PcMin(TR, (N - (t * TR))) * 8));
                 WaitFlag<HardEvent::MTE2_V>((i % 2));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
                     for (int64_t cj1 = 0; cj1 < PcCeilDiv(CP, 64); ++cj1) {
                         PipeBarrier<PIPE_V>();
                         Mul(ub3[(cj1 * 64)], ub0[(i % 2)][(cj1 * 64)], ub2, PcMin(64, (CP - (cj1 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
                     for (int64_t lr2 = 0; lr2 < PcMin(TR, (N - (t * TR))); ++lr2) {
                         for (int64_t lg3 = 0; lg3 < PcCeilDiv((CP / 64), 255); ++lg3) {
                             PipeBarrier<PIPE_V>();
@@ -480,13 +480,13 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 ReduceRepeat<ReduceType::MAX>(vt0, vt1, PcMin(64, M), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                 PipeBarrier<PIPE_V>();
                 Brcb(ub1, vt0, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
                     for (int64_t cj37 = 0; cj37 < PcCeilDiv(CP, 64); ++cj37) {
                         PipeBarrier<PIPE_V>();
                         Sub(ub5[(cj37 * 64)], ub3[(cj37 * 64)], ub1, PcMin(64, (CP - (cj37 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
                     for (int64_t lr38 = 0; lr38 < PcMin(TR, (N - (t * TR))); ++lr38) {
                         for (int64_t lg39 = 0; lg39 < PcCeilDiv((CP / 64), 255); ++lg39) {
                             PipeBarrier<PIPE_V>();
@@ -659,13 +659,13 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 PipeBarrier<PIPE_V>();
                 Brcb(ub1, vt0, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
                 WaitFlag<HardEvent::MTE3_V>((i % 2));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
                     for (int64_t cj73 = 0; cj73 < PcCeilDiv(CP, 64); ++cj73) {
                         PipeBarrier<PIPE_V>();
                         Div(ub8[(i % 2)][(cj73 * 64)], ub3[(cj73 * 64)], ub1, PcMin(64, (CP - (cj73 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
                     for (int64_t lr74 = 0; lr74 < PcMin(TR, (N - (t * TR))); ++lr74) {
                         for (int64_t lg75 = 0; lg75 < PcCeilDiv((CP / 64), 255); ++lg75) {
                             PipeBarrier<PIPE_V>();

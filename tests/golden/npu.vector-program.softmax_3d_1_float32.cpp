@@ -269,13 +269,13 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
                 ReduceRepeat<ReduceType::MAX>(vt0, vt1, PcMin(64, B), PcMin(TR, (C - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                 PipeBarrier<PIPE_V>();
                 Brcb(ub2, vt0, PcCeilDiv(PcMin(TR, (C - (t * TR))), 8), BrcbRepeatParams(1, 8));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (C - (t * TR)))))) - ((2 * PcMin(TR, (C - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
                     for (int64_t cj34 = 0; cj34 < PcCeilDiv(CP, 64); ++cj34) {
                         PipeBarrier<PIPE_V>();
                         Sub(ub3[(cj34 * 64)], ub1[(cj34 * 64)], ub2, PcMin(64, (CP - (cj34 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (C - (t * TR)))))) - ((2 * PcMin(TR, (C - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
                     for (int64_t lr35 = 0; lr35 < PcMin(TR, (C - (t * TR))); ++lr35) {
                         for (int64_t lg36 = 0; lg36 < PcCeilDiv((CP / 64), 255); ++lg36) {
                             PipeBarrier<PIPE_V>();
@@ -447,13 +447,13 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
                 ReduceRepeat<ReduceType::SUM>(vt0, vt1, PcMin(64, B), PcMin(TR, (C - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                 PipeBarrier<PIPE_V>();
                 Brcb(ub2, vt0, PcCeilDiv(PcMin(TR, (C - (t * TR))), 8), BrcbRepeatParams(1, 8));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (C - (t * TR)))))) - ((2 * PcMin(TR, (C - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
                     for (int64_t cj70 = 0; cj70 < PcCeilDiv(CP, 64); ++cj70) {
                         PipeBarrier<PIPE_V>();
                         Div(ub3[(cj70 * 64)], ub1[(cj70 * 64)], ub2, PcMin(64, (CP - (cj70 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (C - (t * TR)))))) - ((2 * PcMin(TR, (C - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
                     for (int64_t lr71 = 0; lr71 < PcMin(TR, (C - (t * TR))); ++lr71) {
                         for (int64_t lg72 = 0; lg72 < PcCeilDiv((CP / 64), 255); ++lg72) {
                             PipeBarrier<PIPE_V>();

@@ -291,13 +291,13 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                     SetFlag<HardEvent::V_MTE2>((i % 2));
                     PipeBarrier<PIPE_V>();
                     Cast(ub3, ub1, RoundMode::CAST_NONE, 8, PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 1, 1));
-                    for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                    for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
                         for (int64_t cj30 = 0; cj30 < PcCeilDiv(CP, 64); ++cj30) {
                             PipeBarrier<PIPE_V>();
                             Sub(ub4[(cj30 * 64)], ub2[(cj30 * 64)], ub3, PcMin(64, (CP - (cj30 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                         }
                     }
-                    for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
                         for (int64_t lr31 = 0; lr31 < PcMin(TR, (N - (t * TR))); ++lr31) {
                             for (int64_t lg32 = 0; lg32 < PcCeilDiv((CP / 64), 255); ++lg32) {
                                 PipeBarrier<PIPE_V>();
@@ -469,13 +469,13 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                     ReduceRepeat<ReduceType::SUM>(vt3, vt4, PcMin(64, M), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                     PipeBarrier<PIPE_V>();
                     Brcb(ub3, vt3, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
-                    for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                    for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
                         for (int64_t cj66 = 0; cj66 < PcCeilDiv(CP, 64); ++cj66) {
                             PipeBarrier<PIPE_V>();
                             Div(ub4[(cj66 * 64)], ub2[(cj66 * 64)], ub3, PcMin(64, (CP - (cj66 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                         }
                     }
-                    for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                    for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
                         for (int64_t lr67 = 0; lr67 < PcMin(TR, (N - (t * TR))); ++lr67) {
                             for (int64_t lg68 = 0; lg68 < PcCeilDiv((CP / 64), 255); ++lg68) {
                                 PipeBarrier<PIPE_V>();
@@ -678,13 +678,13 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                         Exp(ul11, ul11, (PcMin(TR, (N - (t * TR))) * 8));
                         PipeBarrier<PIPE_V>();
                         Mul(ul6, ul6, ul11, (PcMin(TR, (N - (t * TR))) * 8));
-                        for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255)))); ++rs) {
+                        for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64))))))))); ++rs) {
                             for (int64_t cj99 = 0; cj99 < PcCeilDiv(CW, 64); ++cj99) {
                                 PipeBarrier<PIPE_V>();
                                 Sub(ul4[(cj99 * 64)], ul2[(cj99 * 64)], ul12, PcMin(64, (CW - (cj99 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
                             }
                         }
-                        for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))); ++rl) {
+                        for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64)))))))); ++rl) {
                             for (int64_t lr100 = 0; lr100 < PcMin(TR, (N - (t * TR))); ++lr100) {
                                 for (int64_t lg101 = 0; lg101 < PcCeilDiv((CW / 64), 255); ++lg101) {
                                     PipeBarrier<PIPE_V>();
@@ -871,13 +871,13 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                         PipeBarrier<PIPE_V>();
                         Cast(ul2, ul0[(((i * PcCeilDiv(M, CW)) + cf) % 2)], RoundMode::CAST_NONE, (PcMin(TR, (N - (t * TR))) * CW));
                         SetFlag<HardEvent::V_MTE2>(((((i * PcCeilDiv(M, CW)) + cf) % 2) + 2));
-                        for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255)))); ++rs) {
+                        for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64))))))))); ++rs) {
                             for (int64_t cj135 = 0; cj135 < PcCeilDiv(CW, 64); ++cj135) {
                                 PipeBarrier<PIPE_V>();
                                 Sub(ul4[(cj135 * 64)], ul2[(cj135 * 64)], ub3, PcMin(64, (CW - (cj135 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
                             }
                         }
-                        for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))); ++rl) {
+                        for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64)))))))); ++rl) {
                             for (int64_t lr136 = 0; lr136 < PcMin(TR, (N - (t * TR))); ++lr136) {
                                 for (int64_t lg137 = 0; lg137 < PcCeilDiv((CW / 64), 255); ++lg137) {
                                     PipeBarrier<PIPE_V>();
@@ -891,13 +891,13 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                         }
                         PipeBarrier<PIPE_V>();
                         Exp(ul5, ul4, (PcMin(TR, (N - (t * TR))) * CW));
-                        for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255)))); ++rs) {
+                        for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64))))))))); ++rs) {
                             for (int64_t cj139 = 0; cj139 < PcCeilDiv(CW, 64); ++cj139) {
                                 PipeBarrier<PIPE_V>();
                                 Div(ul7[(cj139 * 64)], ul5[(cj139 * 64)], ul6, PcMin(64, (CW - (cj139 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
                             }
                         }
-                        for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))); ++rl) {
+                        for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64)))))))); ++rl) {
                             for (int64_t lr140 = 0; lr140 < PcMin(TR, (N - (t * TR))); ++lr140) {
                                 for (int64_t lg141 = 0; lg141 < PcCeilDiv((CW / 64), 255); ++lg141) {
                                     PipeBarrier<PIPE_V>();
