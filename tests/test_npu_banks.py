@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import polycomp as pc
 from polycomp.driver import compile_kernel
 from polycomp.frontend.ops import binary_kernel, layernorm_kernel, reduce_kernel
 from polycomp.hw.npu import isa
@@ -182,3 +183,31 @@ def test_layernorm_vector_ops():
     assert len(before) == 2 and not any(s.api == "Cast" and s.dst.buf.layout == "ROW"
                                         for s in in_tile)
     assert not any(isinstance(s, VecOp) for s in walk(prog.body))
+
+
+_N, _M = pc.sym("N M")
+
+
+@pc.tensor_expr
+def _fma(a: pc.Tensor[(_N, _M), "float32"], b: pc.Tensor[(_N, _M), "float32"],
+         c: pc.Tensor[(_M,), "float32"]):
+    return pc.compute((_N, _M), lambda i, j: (a[i, j] * 2.0) * b[i, j] + c[j],
+                      name="fma_out")
+
+
+def test_fused_mul_add_of_a_computed_factor_matches_numpy():
+    """``(a * 2) * b + c``: the product of a computed tile and a loaded one, plus a row
+    vector, is one FusedMulAdd (in place in the computed tile); odd shapes."""
+    ck = compile_kernel(_fma, "npu")
+    prog = ck.final_ir.program.phases[0].aiv
+    whole = next(s for s in walk(prog.body) if isinstance(s, Loop) and s.var == "ls")
+    calls = [s for s in walk(whole.body) if isinstance(s, VecCall)]
+    assert any(s.api == "FusedMulAdd" for s in calls)      # the whole-row form
+    assert not any(s.api == "Mul" and all(hasattr(x, "buf") for x in s.srcs)
+                   for s in calls)
+    rng = np.random.default_rng(5)
+    for n, m in ((7, 37), (3, 4099), (1, 1)):
+        a, b = (rng.standard_normal((n, m)).astype(np.float32) for _ in range(2))
+        c = rng.standard_normal(m).astype(np.float32)
+        out, _ = simulate(ck, a, b, c)
+        np.testing.assert_allclose(out, (a * 2) * b + c, rtol=1e-6, atol=1e-6)

@@ -167,7 +167,8 @@ def gm_access(keys: tuple, dims: tuple, view: VectorView, what: str) -> GmAccess
 def _emit(bld: _Builder, op: str, srcs: tuple, dtype: str, kind: str) -> Val:
     if dtype not in _FLOATS:
         raise TargetError(f"npu: the vector mapping takes float16/float32 values, got {dtype}")
-    key = (op, srcs, dtype, kind)
+    # floats by their repr: 0.0 and -0.0 are different operands
+    key = (op, tuple(repr(x) if isinstance(x, float) else x for x in srcs), dtype, kind)
     if not bld.view.carried and key in bld.memo:
         return bld.memo[key]
     b = bld.new(kind, dtype)

@@ -16,11 +16,11 @@ Assumes: a program of API calls after ``npu-double-buffer`` (copies final).
 Guarantees: every UB buffer that a vector call reads in one repeat with another
 buffer (both contiguous, their offsets a constant multiple of 256 bytes apart) gets a
 ``bank_phase`` (0 or 256: its address modulo 512, at most 256 bytes of padding; its
-copies a multiple of 512 bytes apart), chosen by local search to minimise the calls whose two such sources share a
-half of the groups (a 2-colouring where one exists).  Other buffers keep the
-sequential placement.  A program whose buffers all have constant sizes keeps its
-placement when the padding would overflow UB; the host tiling of a vector program
-counts that padding.  Nothing but addresses changes.
+copies a multiple of 512 bytes apart), chosen by local search to minimise the calls
+whose two such sources share a half of the groups (a 2-colouring where one exists).
+Other buffers keep the sequential placement.  A program whose buffers all have
+constant sizes keeps its placement when the padding would overflow UB; the host
+tiling of a vector program counts that padding.  Nothing but addresses changes.
 """
 from __future__ import annotations
 
