@@ -251,6 +251,31 @@ def skew_band(pairs: dict, names: tuple[str, ...], dims: int,
     return rows
 
 
+def diamond_row(pairs: dict, names: tuple[str, ...], rows: list[SkewRow],
+                max_coeff: int = MAX_COEFF) -> SkewRow | None:
+    """The mirror image ``h- = c·t - z_1 + o[S]`` of the first space row of a
+    :func:`skew_band` (``h+ = rows[1] = c+·t + z_1 + o+[S]``): the smallest ``c >= 1``
+    for which statement offsets make every distance of ``h-`` non-negative, or None.
+
+    With both rows, the tiles ``floor(h+ / s), floor(h- / s)`` are Pluto's diamonds
+    (Bandishti et al., SC 2012): ``h+ + h- = (c+ + c)·t`` plus statement offsets is
+    parallel to the time axis, so the tiles of one wavefront ``T+ + T-`` lie side by
+    side along ``z_1`` and all of the first wavefront start together (concurrent
+    start), where the parallelogram tiles of ``(t, y_1)`` start one after the other.
+    ``h-`` needs every dependence inside the cone ``|Δz_1| <= c·Δt``: a dependence
+    within one time step along ``z_1`` (seidel-2d's in-place ``A[i-1][j]``) leaves no
+    such row."""
+    if len(rows) < 2 or any(rows[1].coeffs[2:]):
+        return None
+    n = len(rows[1].coeffs)
+    for c in range(1, max_coeff + 1):
+        row = (c, -1) + (0,) * (n - 2)
+        o = _shifts(pairs, names, row)
+        if o is not None:
+            return SkewRow(row, tuple(sorted((k, v) for k, v in o.items() if v)))
+    return None
+
+
 def skew_rows(deltas: isl.Set, max_coeff: int = MAX_COEFF) -> list[tuple[int, ...]] | None:
     """:func:`skew_band` of one distance set without statement offsets (a single
     statement, or distances already in one space): the rows' coefficients."""

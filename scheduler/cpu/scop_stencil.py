@@ -55,6 +55,8 @@ the C loop nest.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import islpy as isl
 
 from polycomp import ir
@@ -62,7 +64,9 @@ from polycomp.frontend.c_model import CScopModel
 from polycomp.islutil import sets
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.cone import (
+    SkewRow,
     band_members,
+    diamond_row,
     embedding,
     pair_distances,
     skew_band,
@@ -91,9 +95,21 @@ TILES = {1: (64, 512), 2: (8, 32), 3: (4, 8, 16)}
 PARALLEL_MIN_DIMS = 2
 
 
-def tile_sizes(dims: int) -> tuple[int, ...]:
-    """The tile sizes of a stencil with ``dims`` space dimensions (see :data:`TILES`)."""
-    return TILES[dims]
+#: diamond tile sizes by ``D``: the size of both ``h+`` and ``h-`` (a diamond spans
+#: ``2·s / (c+ + c-)`` time steps and ``s`` elements of ``z_1`` at its widest), then the
+#: tiled space members ``y_2 .. y_{D-1}`` (heat-3d's ``y_2``)
+DIAMOND_TILES = {1: (128,), 2: (32,), 3: (16, 16)}
+
+
+def tile_sizes(dims: int, diamond: bool = False,
+               override: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """The tile sizes of a stencil with ``dims`` space dimensions (:data:`TILES`, or
+    :data:`DIAMOND_TILES` for diamonds); ``override`` (option ``stencil_tiles``) when it
+    has as many sizes as the band tiles."""
+    table = DIAMOND_TILES if diamond else TILES
+    if override is not None and len(override) == len(table[dims]):
+        return override
+    return table[dims]
 
 
 def _coincident(deps: isl.UnionMap, outer: isl.UnionPwAff, member: isl.UnionPwAff) -> bool:
@@ -102,11 +118,26 @@ def _coincident(deps: isl.UnionMap, outer: isl.UnionPwAff, member: isl.UnionPwAf
     return deps.intersect(w.apply_range(w.reverse())).is_subset(m.apply_range(m.reverse()))
 
 
-def cone_band(stmts: list, deps: isl.UnionMap) -> tuple[list, list] | None:
-    """``(members, rows)``: the skewed band ``(t, y_1 .. y_D)`` of the statements
-    ``stmts`` (textual order, sharing the time loop) over the dependences ``deps``
-    among them, and its :class:`~polycomp.scheduler.common.cone.SkewRow` rows over
-    ``(t, z_1 .. z_D)``; None when the cone gives none."""
+@dataclass(frozen=True)
+class StencilBand:
+    """The skewed band of a stencil: ``members`` ``(t, y_1 .. y_D)`` with their
+    :class:`~polycomp.scheduler.common.cone.SkewRow` ``rows`` over ``(t, z_1 .. z_D)``,
+    and for diamond tiles the mirror row ``h- = c·t - z_1 + o[S]`` (``minus``, its
+    member ``minus_member``; None when the cone does not allow one)."""
+    members: list
+    rows: list
+    minus: SkewRow | None = None
+    minus_member: isl.UnionPwAff | None = None
+
+    @property
+    def dims(self) -> int:
+        return len(self.members) - 1
+
+
+def cone_band(stmts: list, deps: isl.UnionMap, diamond: bool = True) -> StencilBand | None:
+    """The :class:`StencilBand` of the statements ``stmts`` (textual order, sharing the
+    time loop) over the dependences ``deps`` among them (with the diamond row when
+    ``diamond`` and the cone allows it); None when the cone gives no band."""
     space = embedding(stmts)
     if space is None:
         return None
@@ -114,17 +145,28 @@ def cone_band(stmts: list, deps: isl.UnionMap) -> tuple[list, list] | None:
     rows = skew_band(pairs, space.order, space.dims)
     if rows is None:
         return None
-    return band_members(space, rows), rows
+    members = band_members(space, rows)
+    minus = diamond_row(pairs, space.order, rows) if diamond else None
+    if minus is None:
+        return StencilBand(members, rows)
+    return StencilBand(members, rows, minus, band_members(space, [minus])[0])
 
 
-def stencil_tree(members: list, names: list[str], filt: isl.UnionSet, sizes: tuple,
+def stencil_tree(band: StencilBand, names: list[str], filt: isl.UnionSet, sizes: tuple,
                  parallel: bool = True):
     """The tiled wavefront subtree of the module docstring (the tiles of a wavefront
     coincident when ``parallel``); returns it with the wavefront and the tile member
     ``T_1`` (for the coincidence check)."""
-    dims = len(members) - 1
-    ntiled = len(members) if dims == 1 else len(members) - 1
-    tiles = [floor_member(m, s) for m, s in zip(members[:ntiled], sizes)]
+    members = band.members
+    dims = band.dims
+    if band.minus_member is not None:
+        # diamonds: h+ = y_1, h- and y_2 .. y_{D-1}
+        tiled = [members[1], band.minus_member] + members[2:max(dims, 2)]
+        sizes = (sizes[0],) + tuple(sizes)
+    else:
+        ntiled = len(members) if dims == 1 else len(members) - 1
+        tiled = members[:ntiled]
+    tiles = [floor_member(m, s) for m, s in zip(tiled, sizes)]
     inner = members[-1]
     seq = T.Sequence([
         T.Filter(f, T.Band([inner.intersect_domain(f)], permutable=True))
@@ -137,9 +179,9 @@ def stencil_tree(members: list, names: list[str], filt: isl.UnionSet, sizes: tup
     # sequence need no wavefront: band [T_0, T_1, ..], whose T_1 loop carries the
     # dependences between the tiles of one time tile, so the mark makes no loop parallel
     wave = tiles[0].add(tiles[1]) if parallel else tiles[0]
-    band = T.Band([wave] + tiles[1:], point, permutable=True,
-                  coincident=[False, parallel] + [False] * (len(tiles) - 2))
-    return T.Mark(marks.CPU_WAVEFRONT, band), wave, tiles[1]
+    band_ = T.Band([wave] + tiles[1:], point, permutable=True,
+                   coincident=[False, parallel] + [False] * (len(tiles) - 2))
+    return T.Mark(marks.CPU_WAVEFRONT, band_), wave, tiles[1]
 
 
 def _time_loop_outside(ctx: CompileState, names: list[str]) -> bool:
@@ -153,16 +195,21 @@ def _time_loop_outside(ctx: CompileState, names: list[str]) -> bool:
     return not any(s.iters[0] in ir.free_vars(ix) for s in stmts for ix in s.write_indices)
 
 
+def _row_text(d: int, row: SkewRow, lhs: str) -> str:
+    """One skew row in words: ``y1 = z1 + 2t (S_1 + 1)`` style (``-z1`` for a
+    negative diagonal)."""
+    names = ["t"] + [f"z{e}" for e in range(1, len(row.coeffs))]
+    diag = names[d] if row.coeffs[d] > 0 else f"-{names[d]}"
+    terms = [(f"{c}{names[e]}" if c > 1 else names[e])
+             for e, c in enumerate(row.coeffs[:d]) if c]
+    text = " + ".join(terms + [diag] if row.coeffs[d] < 0 else [diag] + terms)
+    shifts = ", ".join(f"{n} + {o}" for n, o in row.offsets)
+    return f"{lhs} = {text.replace('+ -', '- ')}" + (f" ({shifts})" if shifts else "")
+
+
 def _rows_text(rows: list) -> str:
     """The skew rows in words: ``y1 = z1 + t (S_1 + 1)`` style."""
-    names = ["t"] + [f"z{d}" for d in range(1, len(rows[0].coeffs))]
-    out = []
-    for d, row in enumerate(rows[1:], start=1):
-        terms = [names[d]] + [(f"{c}{names[e]}" if c > 1 else names[e])
-                              for e, c in enumerate(row.coeffs[:d]) if c]
-        shifts = ", ".join(f"{n} + {o}" for n, o in row.offsets)
-        out.append(f"y{d} = {' + '.join(terms)}" + (f" ({shifts})" if shifts else ""))
-    return ", ".join(out)
+    return ", ".join(_row_text(d, row, f"y{d}") for d, row in enumerate(rows[1:], start=1))
 
 
 class ScopStencilPass(Pass):
@@ -170,7 +217,8 @@ class ScopStencilPass(Pass):
     name = "scop-stencil"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not isinstance(ctx.model, CScopModel) or not ctx.cpu_options.parallel:
+        opts = ctx.cpu_options
+        if not isinstance(ctx.model, CScopModel) or not opts.parallel:
             return schedule
         domain, tree = T.from_schedule(schedule)
         order = [s.name for s in ctx.model.statements]
@@ -189,33 +237,63 @@ class ScopStencilPass(Pass):
             if not _time_loop_outside(ctx, names):
                 continue
             local = deps.intersect_domain(filt).intersect_range(filt)
-            got = cone_band([ctx.model.statement(n) for n in names], local)
+            want_diamond = opts.stencil_shape == "diamond"
+            got = cone_band([ctx.model.statement(n) for n in names], local, want_diamond)
             if got is None:
                 continue
-            members, rows = got
-            sizes = tile_sizes(len(members) - 1)
-            parallel = len(members) - 1 >= PARALLEL_MIN_DIMS
-            sub, wave, t1 = stencil_tree(members, names, filt, sizes, parallel)
-            what = f"{'+'.join(names)}: time-tiled {'x'.join(map(str, sizes))}"
-            if parallel and not _coincident(local, wave, t1):
-                ctx.note(self.name, f"{what}: tiles of a wavefront not independent; kept")
-                continue
-            new_kid = T.Filter(child.filter, sub) if isinstance(child, T.Filter) else sub
-            trial_kids = list(kids)
-            trial_kids[idx] = new_kid
-            trial_tree = T.Sequence(trial_kids, tree.kind) if isinstance(tree, T.Sequence) \
-                else new_kid
-            trial = T.to_schedule(domain, trial_tree)
-            if not violated_dependences(trial, local).is_empty():
-                ctx.note(self.name, f"{what}: would violate a dependence; program order kept")
-                continue
-            kids[idx] = new_kid
-            if not isinstance(tree, T.Sequence):
-                tree = new_kid
-            changed = True
-            how = "wavefront of tiles in parallel" if parallel else "tiles in sequence"
-            ctx.note(self.name, f"{what}, skew from the dependence cone ({_rows_text(rows)}), "
-                                f"{how}, innermost loop per statement")
+            band: StencilBand = got
+            tries = [band]
+            if band.minus is not None:        # the parallelograms if the diamonds fail
+                tries.append(StencilBand(band.members, band.rows))
+            for cand in tries:
+                why_not = ("" if not want_diamond or cand.minus is not None else
+                           "diamonds not legal, " if band.minus is not None else
+                           "no diamond: a dependence leaves the cone |dz1| <= c*dt (within "
+                           "one time step along z1), ")
+                new_kid = self._tiled(cand, child, names, filt, kids, idx, tree, domain,
+                                      local, ctx, why_not)
+                if new_kid is not None:
+                    kids[idx] = new_kid
+                    if not isinstance(tree, T.Sequence):
+                        tree = new_kid
+                    changed = True
+                    break
         if not changed:
             return schedule
         return T.to_schedule(domain, tree)
+
+    def _tiled(self, band: StencilBand, child, names: list[str], filt: isl.UnionSet,
+               kids: list, idx: int, tree, domain, local: isl.UnionMap, ctx: CompileState,
+               why_not: str):
+        """The tiled subtree replacing ``child`` for ``band``, or None (with a note) when
+        the tiles of a wavefront are not independent or a dependence is violated."""
+        dims = band.dims
+        diamond = band.minus is not None
+        sizes = tile_sizes(dims, diamond, ctx.cpu_options.stencil_tiles)
+        parallel = dims >= PARALLEL_MIN_DIMS
+        sub, wave, t1 = stencil_tree(band, names, filt, sizes, parallel)
+        kind = "diamonds" if diamond else "parallelograms"
+        shown = (sizes[0],) + tuple(sizes) if diamond else sizes
+        what = f"{'+'.join(names)}: time-tiled {'x'.join(map(str, shown))} {kind}"
+        if parallel and not _coincident(local, wave, t1):
+            ctx.note(self.name, f"{what}: tiles of a wavefront not independent; not used")
+            return None
+        new_kid = T.Filter(child.filter, sub) if isinstance(child, T.Filter) else sub
+        trial_kids = list(kids)
+        trial_kids[idx] = new_kid
+        trial_tree = T.Sequence(trial_kids, tree.kind) if isinstance(tree, T.Sequence) \
+            else new_kid
+        trial = T.to_schedule(domain, trial_tree)
+        if not violated_dependences(trial, local).is_empty():
+            ctx.note(self.name, f"{what}: would violate a dependence; not used")
+            return None
+        how = "wavefront of tiles in parallel" if parallel else "tiles in sequence"
+        if diamond:
+            assert band.minus is not None
+            shape = f"{_row_text(1, band.minus, 'h-')}, concurrent start, "
+        else:
+            shape = f"{why_not}pipelined start, "
+        ctx.note(self.name, f"{what}, skew from the dependence cone "
+                            f"({_rows_text(band.rows)}), {shape}{how}, "
+                            f"innermost loop per statement")
+        return new_kid
