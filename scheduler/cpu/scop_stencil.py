@@ -59,7 +59,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from polycomp import ir
+from polycomp import dtypes, ir
 from polycomp.frontend.c_model import CScopModel
 from polycomp.islutil import sets
 from polycomp.scheduler.common import marks
@@ -81,35 +81,75 @@ from polycomp.state import CompileState
 #: loops of the deepest statement (time and three space loops: heat-3d)
 MAX_LOOPS = 4
 
-#: tile sizes by the number of space dimensions ``D``: time steps, then the tiled space
-#: members (``y_1`` only for ``D = 1``; ``y_1 .. y_{D-1}`` otherwise, ``y_D`` runs whole
-#: rows).  A tile's footprint, (space + 2·slope·time) rows of each array, stays within
-#: the L2 of one core for PolyBench's LARGE sizes.
-TILES = {1: (64, 512), 2: (8, 32), 3: (4, 8, 16)}
+#: time steps of a parallelogram tile by the number of space dimensions ``D``
+TIME_STEPS = {1: 64, 2: 8, 3: 4}
+
+#: the extent (elements) assumed for the dimensions a tile spans whole when sizing it
+#: from the cache: ``y_D`` for ``D >= 2`` (a tile's rows run whole, so they vectorise),
+#: nothing for ``D = 1``.  Sizes are symbolic when a kernel is compiled; these are the
+#: order of PolyBench's LARGE rows (jacobi-2d 1300, fdtd-2d 1200, seidel-2d 2000;
+#: heat-3d 120).  Longer rows make a tile spill to L3, shorter ones use less cache.
+ROW_ELEMS = {1: 1, 2: 1024, 3: 128}
+
+#: size granule of the tiled space members by ``D``
+GRANULE = {1: 64, 2: 8, 3: 4}
+
+#: largest tile size tried
+MAX_TILE = 1024
 
 #: fewest space dimensions for which the tiles of a wavefront run in parallel: a 1-D
 #: stencil's whole run is little work (PolyBench's jacobi-1d at LARGE: 2M updates,
 #: 0.3 ms), less than a fork/join per wavefront costs when the host is busy (0.27 s
 #: measured for its 14 wavefronts), so its tiles run in sequence (the mark then makes
-#: no loop parallel; time tiles still keep a tile's rows in cache)
+#: no loop parallel; time tiles still keep a tile's rows in cache), as parallelograms
+#: (concurrent start gains nothing without parallel tiles)
 PARALLEL_MIN_DIMS = 2
 
 
-#: diamond tile sizes by ``D``: the size of both ``h+`` and ``h-`` (a diamond spans
-#: ``2·s / (c+ + c-)`` time steps and ``s`` elements of ``z_1`` at its widest), then the
-#: tiled space members ``y_2 .. y_{D-1}`` (heat-3d's ``y_2``)
-DIAMOND_TILES = {1: (128,), 2: (32,), 3: (16, 16)}
+def cache_budget(dims: int, target) -> int:
+    """Bytes a tile's footprint may take: half the L1 for a 1-D stencil (its tiles are
+    short rows), one core's L2 otherwise."""
+    return target.l1_bytes // 2 if dims == 1 else target.l2_bytes
 
 
-def tile_sizes(dims: int, diamond: bool = False,
+def tile_sizes(band: StencilBand, target, elem_bytes: int,
                override: tuple[int, ...] | None = None) -> tuple[int, ...]:
-    """The tile sizes of a stencil with ``dims`` space dimensions (:data:`TILES`, or
-    :data:`DIAMOND_TILES` for diamonds); ``override`` (option ``stencil_tiles``) when it
-    has as many sizes as the band tiles."""
-    table = DIAMOND_TILES if diamond else TILES
-    if override is not None and len(override) == len(table[dims]):
+    """The tile sizes of ``band`` (for diamonds: the size ``s`` of ``h+`` and ``h-``,
+    then ``y_2 .. y_{D-1}``; for parallelograms: :data:`TIME_STEPS`, then ``y_1 ..
+    y_{D-1}``, or ``y_1`` when ``D = 1``): the largest multiple of :data:`GRANULE` for
+    all tiled space members alike whose footprint fits :func:`cache_budget`.  The
+    footprint is ``Π_d (w_d + 2) · ROW_ELEMS[D] · elem_bytes`` (``elem_bytes``: the
+    bytes of one element of every array the nest accesses with ``D`` subscripts), ``w_d``
+    the tile's extent along ``z_d``: ``s + c_d·h`` for a member whose row has time
+    coefficient ``c_d`` and a tile of ``h`` time steps (a diamond: ``w_1 = s``, ``h = 2s
+    / (c+ + c-)``).  ``override`` (option ``stencil_tiles``) wins when it has as many
+    sizes as the band tiles."""
+    dims = band.dims
+    diamond = band.minus is not None
+    want = max(dims - 1, 1) + (0 if diamond else 1)
+    if override is not None and len(override) == want:
         return override
-    return table[dims]
+    budget = cache_budget(dims, target)
+    slopes = [r.coeffs[0] for r in band.rows[1:]]
+    g = GRANULE[dims]
+    best = g
+    for s in range(g, MAX_TILE + 1, g):
+        if diamond:
+            assert band.minus is not None
+            h = 2 * s // (slopes[0] + band.minus.coeffs[0])
+            widths = [s] + [s + slopes[d] * h for d in range(1, dims - 1)]
+        else:
+            h = TIME_STEPS[dims]
+            widths = [s + slopes[d] * h for d in range(max(dims - 1, 1))]
+        foot = ROW_ELEMS[dims] * elem_bytes
+        for w in widths:
+            foot *= w + 2
+        if foot > budget:
+            break
+        best = s
+    if diamond:
+        return (best,) * (dims - 1 if dims > 1 else 1)
+    return (TIME_STEPS[dims],) + (best,) * max(dims - 1, 1)
 
 
 def _coincident(deps: isl.UnionMap, outer: isl.UnionPwAff, member: isl.UnionPwAff) -> bool:
@@ -195,6 +235,14 @@ def _time_loop_outside(ctx: CompileState, names: list[str]) -> bool:
     return not any(s.iters[0] in ir.free_vars(ix) for s in stmts for ix in s.write_indices)
 
 
+def _elem_bytes(stmts: list, dims: int) -> int:
+    """Bytes of one element of every array the statements access with ``dims``
+    subscripts (the arrays a tile's footprint holds)."""
+    arrays = {a.buffer.name: dtypes.itemsize(a.buffer.dtype)
+              for s in stmts for a in s.accesses if len(a.indices) == dims}
+    return sum(arrays.values()) or 8
+
+
 def _row_text(d: int, row: SkewRow, lhs: str) -> str:
     """One skew row in words: ``y1 = z1 + 2t (S_1 + 1)`` style (``-z1`` for a
     negative diagonal)."""
@@ -237,7 +285,9 @@ class ScopStencilPass(Pass):
             if not _time_loop_outside(ctx, names):
                 continue
             local = deps.intersect_domain(filt).intersect_range(filt)
-            want_diamond = opts.stencil_shape == "diamond"
+            # diamonds where the tiles run in parallel (concurrent start)
+            want_diamond = opts.stencil_shape == "diamond" and \
+                max(dims) - 1 >= PARALLEL_MIN_DIMS
             got = cone_band([ctx.model.statement(n) for n in names], local, want_diamond)
             if got is None:
                 continue
@@ -269,7 +319,9 @@ class ScopStencilPass(Pass):
         the tiles of a wavefront are not independent or a dependence is violated."""
         dims = band.dims
         diamond = band.minus is not None
-        sizes = tile_sizes(dims, diamond, ctx.cpu_options.stencil_tiles)
+        stmts = [ctx.model.statement(n) for n in names]
+        sizes = tile_sizes(band, ctx.target, _elem_bytes(stmts, dims),
+                           ctx.cpu_options.stencil_tiles)
         parallel = dims >= PARALLEL_MIN_DIMS
         sub, wave, t1 = stencil_tree(band, names, filt, sizes, parallel)
         kind = "diamonds" if diamond else "parallelograms"
@@ -293,7 +345,10 @@ class ScopStencilPass(Pass):
             shape = f"{_row_text(1, band.minus, 'h-')}, concurrent start, "
         else:
             shape = f"{why_not}pipelined start, "
+        sized = ("option stencil_tiles" if ctx.cpu_options.stencil_tiles == sizes else
+                 f"sized for {cache_budget(band.dims, ctx.target) // 1024} KiB of cache"
+                 + (f" with rows of {ROW_ELEMS[band.dims]}" if band.dims > 1 else ""))
         ctx.note(self.name, f"{what}, skew from the dependence cone "
                             f"({_rows_text(band.rows)}), {shape}{how}, "
-                            f"innermost loop per statement")
+                            f"innermost loop per statement, {sized}")
         return new_kid
