@@ -467,6 +467,45 @@ def test_stencil_schedule_is_fast():
         assert took < 1.0, f"{name}: scop-stencil took {took:.2f} s"
 
 
+ADI_LIKE = """
+void adi_like(int tsteps, int n, double u[n][n], double v[n][n], double p[n][n]) {
+  for (int t = 1; t <= tsteps; t++) {
+    for (int i = 1; i < n - 1; i++)
+      for (int j = 1; j < n - 1; j++) {
+        p[i][j] = 0.5 * p[i][j-1] + u[j][i];
+        v[j][i] = p[i][j] + 1.0;
+      }
+    for (int i = 1; i < n - 1; i++)
+      for (int j = 1; j < n - 1; j++)
+        u[i][j] = 0.25 * u[i][j-1] + v[i][j];
+  }
+}
+"""
+
+
+def test_adi_sweeps_are_not_time_tiled():
+    """adi's column sweep writes ``v[j][i]`` (column ``i``) and its row sweep reads
+    ``v[i][j]``: a dependence spans the whole extent along a space dimension, so no
+    skew bounds it and no time tile is legal; the pass says so and keeps the time
+    steps in order (the sweeps' own rows run in parallel)."""
+    from polycomp.frontend.c_reader import read_c_kernel
+    n = compile_kernel(read_c_kernel(ADI_LIKE), "cpu").notes
+    assert any("not time-tiled: the dependence cone gives no skew" in x
+               for x in n["scop-stencil"]), n
+    assert not any("time-tiled " in x for x in n["scop-stencil"])
+    assert len(n["scop-parallel"]) == 2, n
+
+
+def test_tile_rows_are_vectorised():
+    """Inside a tile the last space loop runs per statement at unit stride: the
+    ``cpu`` target's C stores whole AVX-512 vectors there, inside the wavefront's
+    parallel loop (the diamonds of jacobi-2d, heat-3d and fdtd-2d)."""
+    for name in ("jacobi2d_like", "heat3d_like", "fdtd2d_like"):
+        src = compile_kernel(kernel(name), "cpu").source
+        body = src[src.index("#pragma omp parallel for"):]
+        assert "_mm512_storeu_pd(" in body, name
+
+
 def test_stencil_not_tiled_when_time_indexes_the_write():
     """A loop whose iterator subscripts the written element is no time loop (LU's
     pivot row): the stencil pass leaves it alone."""

@@ -64,6 +64,7 @@ from polycomp.frontend.c_model import CScopModel
 from polycomp.islutil import sets
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.cone import (
+    MAX_COEFF,
     SkewRow,
     band_members,
     diamond_row,
@@ -290,6 +291,11 @@ class ScopStencilPass(Pass):
                 max(dims) - 1 >= PARALLEL_MIN_DIMS
             got = cone_band([ctx.model.statement(n) for n in names], local, want_diamond)
             if got is None:
+                ctx.note(self.name, f"{'+'.join(names)}: not time-tiled: the dependence "
+                                    f"cone gives no skew (a distance along a space "
+                                    f"dimension is not bounded by {MAX_COEFF} times the "
+                                    f"time distance, e.g. adi's column sweep reading the "
+                                    f"row sweep's rows); the time steps stay in order")
                 continue
             band: StencilBand = got
             tries = [band]
