@@ -23,6 +23,7 @@ STENCILS = ("jacobi-1d", "jacobi-2d", "heat-3d", "seidel-2d", "fdtd-2d", "adi")
 
 def time_pass(k, repeat: int) -> tuple[float, float, list[str]]:
     """(best s, median s, notes) of ``scop-stencil`` on kernel ``k``'s model."""
+    from polycomp.hw.options import CpuOptions
     from polycomp.hw.target import get_target
     from polycomp.scheduler.cpu.scop_gemm import ScopGemmPass
     from polycomp.scheduler.cpu.scop_stencil import ScopStencilPass
@@ -32,7 +33,7 @@ def time_pass(k, repeat: int) -> tuple[float, float, list[str]]:
     times: list[float] = []
     notes: list[str] = []
     for _ in range(repeat):
-        ctx = CompileState(model, target, {})
+        ctx = CompileState(model, target, CpuOptions.from_mapping({}, target.name))
         sched = ScopGemmPass().run(model.initial_schedule, ctx)
         t0 = time.perf_counter()
         ScopStencilPass().run(sched, ctx)

@@ -25,6 +25,9 @@ distances), so a search is a few dozen isl emptiness tests (milliseconds).
   >= -min(row·Δ)`` over the pairs ``S -> S'``, solved as longest paths (none when a
   cycle is positive); lower triangular with a unit diagonal, so each statement's map
   stays injective;
+* :func:`diamond_row`: the mirror ``h- = c·t - z_1 + o[S]`` of the first space row,
+  when every dependence lies inside the cone ``|Δz_1| <= c·Δt`` (Pluto's diamond tiles
+  with concurrent start);
 * :func:`wavefront` : a hyperplane ``h >= 0`` with ``h·Δ >= 1`` for every distance —
   it carries every dependence, so all instances with equal ``h·v`` are independent
   (the GPU wavefront of a band whose every member carries a dependence: seidel-2d's
