@@ -53,6 +53,12 @@ class CpuOptions(Options):
                                                 "GEMM register block (MR, vectors per row)")
     gemm_epilogue: bool = opt(True, boolean,
                               "run an elementwise stage after a product on each register tile")
+    stencil_tiles: tuple[int, ...] | None = opt(None, int_tuple(None),
+                                                "time-tile sizes of stencils (scop-stencil: "
+                                                "the tiled band members' sizes)")
+    stencil_shape: str = opt("diamond", one_of("diamond", "parallelogram"),
+                             "time tiles of stencils: diamonds with concurrent start where "
+                             "the dependence cone allows, else parallelograms")
 
 
 # -------------------------------------------------------------------------- CUDA
