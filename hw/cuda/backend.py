@@ -96,6 +96,7 @@ class CudaBackend(Backend):
             ScopBaselinePass,
             ScopGroupingPass,
         )
+        from polycomp.scheduler.gpu.scop_singles import ScopSinglesPass
         from polycomp.scheduler.gpu.tile import GpuTilingPass
         from polycomp.scheduler.gpu.unroll import UnrollPointLoopsPass
         from polycomp.scheduler.promotion.registers import RegisterPromotionPass
@@ -114,7 +115,7 @@ class CudaBackend(Backend):
         scop = isinstance(state.model, CScopModel)
         passes: list[Pass]
         if scop:    # per nest: tiled (backbone marks) or baseline (mapped right away)
-            passes = [ScopGroupingPass(), ScopBaselinePass()]
+            passes = [ScopSinglesPass(), ScopGroupingPass(), ScopBaselinePass()]
         else:
             passes = [] if o.isl_scheduler else [PatternSchedulePass()]
         # (C has no f16/bf16 element types: a SCoP's contractions use CUDA cores)
