@@ -139,9 +139,11 @@ class CudaBackend(Backend):
             return {}
         from .promoted import promoted_builders
         from .rowreduce import row_builders
+        from .scop_reduce import block_reduction_builders
         out = promoted_builders(state.model, promotion_state(state).promotions, var,
                                 state.inlined)
         out.update(row_builders(state, var, out))  # row caches' loads, online sums
+        out.update(block_reduction_builders(state))  # a C SCoP's one-element reductions
         return out
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:

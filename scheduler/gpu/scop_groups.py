@@ -63,6 +63,11 @@ from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.pattern_schedule import backbones
 from polycomp.scheduler.common.tree import band_coincidence, is_legal
 from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
+from polycomp.scheduler.gpu.scop_reduce import (
+    THREADS,
+    block_reduction_candidate,
+    map_block_reduction,
+)
 from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.state import CompileState
 
@@ -489,6 +494,14 @@ class ScopBaselinePass(Pass):
                 return child.parent()
             return self._map(child, base, deps, ctx, depth + 1).parent()
         k = self._number()
+        red = block_reduction_candidate(node, ctx.model) \
+            if ctx.cuda_options.block_reduce and not _leading_coincident(node, deps) else None
+        if red is not None:
+            node = map_block_reduction(node, red, k, ctx)
+            ctx.note(self.name, f"kernel {k}: block reduction of {red.name} into one "
+                                f"element of {red.write.name} ({THREADS} threads, the terms "
+                                f"reassociated)")
+            return node
         node = base._map_stage(node, deps, ctx, k)
         ctx.note(self.name, f"kernel {k}: {_baseline_words(ctx, k)}")
         return node

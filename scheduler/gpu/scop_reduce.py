@@ -1,0 +1,207 @@
+"""A C SCoP's reduction into one element as a one-block parallel reduction (CUDA).
+
+trisolv's ``x[i] -= L[i][j] * x[j]`` (``j < i``), durbin's ``sum += r[k-i-1] * y[i]``,
+gramschmidt's ``nrm += A[k][i] * A[k][i]``: below the host loop of their pivot or step,
+one statement accumulates into a single element, which the baseline mapping runs on
+one thread (its loop carries the accumulation).  PPCG's answer, and this module's: the
+instances are dealt to the ``T`` threads of one block, each thread accumulates its share
+in a register, the block combines the partial results (a shuffle butterfly within each
+warp, the warps' results through shared memory and one more butterfly:
+:func:`polycomp.hw.cuda.rowreduce.allreduce`), and thread 0 stores the element.
+
+Assumes: ``node`` is a band of the program-order (or isl's) tree below the host loops
+of :class:`~polycomp.scheduler.gpu.scop_groups.ScopBaselinePass` (their variables are
+the prefix schedule), with no coincident leading member, over one statement ``S`` (a
+leaf below it) whose value is ``W[e] + f`` or ``W[e] - f``, the load ``W[e]`` the
+element ``S`` writes, such that
+
+* every instance below ``node`` with equal prefix writes the same element ``e(h)``
+  (one element per host-loop iteration: a function of the prefix, one affine piece);
+* no other read of ``S`` (in ``f``) reads an element some instance of the same prefix
+  writes (``f`` does not depend on the accumulation; checked with the access
+  relations);
+* ``W`` has a floating-point or integer type and the option ``block_reduce`` is on.
+
+Guarantees: the kernel ``kernel:<k>`` holds, for each prefix point with instances of
+``S``, every one of the block's threads ``tx<k>`` (a parameter ``0 <= tx < T``):
+``init`` (``acc = tx == 0 ? W[e] : 0``), then the instances of ``S`` whose last band
+member ``m`` has ``m mod T = tx`` in the band's order (``floor(m / T)`` replaces ``m``)
+with ``acc`` in place of ``W[e]``, then ``combine`` (every thread ends with the sum of
+all ``acc``), then ``store`` (thread 0: ``W[e] = acc``).  Every instance is executed
+once, by one thread; the sum is ``W[e] ± f_1 ± f_2 ...`` with the terms grouped per
+thread and the groups combined as a tree: the same terms, **reassociated** (not
+bitwise equal to the C order for floating point: a relative difference of the order
+of ``log2(T)`` roundings of the partial sums; integers are exact).  With
+``block_reduce=False`` the statement stays on one thread in the C order.  The extension
+statements run in every thread (not under the thread filter), so the barrier and
+shuffles of ``combine`` are reached by the whole block.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from polycomp import ir
+from polycomp.islutil import sets
+from polycomp.lowering.printer import expr_str
+from polycomp.model import Statement
+from polycomp.scheduler.common import marks
+from polycomp.scheduler.gpu.map import KernelLaunch, param_upa, thread_param
+from polycomp.scheduler.gpu.state import gpu_kernels
+from polycomp.scheduler.promotion.footprint import Box
+from polycomp.scheduler.promotion.record import (
+    CopyStmt,
+    Promotion,
+    WarpReduction,
+    promotion_state,
+)
+from polycomp.scheduler.promotion.sites import prefix_points
+from polycomp.state import CompileState
+
+#: threads of the block that reduces one element
+THREADS = 256
+WARP = 32
+
+
+@dataclass(frozen=True)
+class BlockReduction:
+    """Kernel ``kernel``'s statement ``statement`` accumulates into the register
+    ``acc`` (``op``: ``+`` or ``-`` of its value ``W[e] op f``) instead of ``W[e]``."""
+    kernel: int
+    statement: str
+    op: str
+    acc: ir.Buffer
+
+
+def _accumulation(s: Statement) -> tuple[str, ir.Expr] | None:
+    """``(op, f)`` when ``s``'s value is ``W[e] op f`` (``op`` in ``+ -``) with ``W[e]``
+    the element ``s`` writes (also ``f + W[e]``)."""
+    v = s.value
+    if not isinstance(v, ir.Binary) or v.op not in ("+", "-"):
+        return None
+    target = expr_str(ir.Load(s.write, s.write_indices, s.write.dtype))
+
+    def is_acc(e):
+        return isinstance(e, ir.Load) and expr_str(e) == target
+    if is_acc(v.a):
+        return v.op, v.b
+    if v.op == "+" and is_acc(v.b):
+        return "+", v.a
+    return None
+
+
+def block_reduction_candidate(node: isl.ScheduleNode, model) -> Statement | None:
+    """The statement ``S`` when the band at ``node`` is one this module maps (see the
+    module doc), else None."""
+    if node.get_type() != isl.schedule_node_type.band or \
+            node.child(0).get_type() != isl.schedule_node_type.leaf:
+        return None
+    names = {x.get_tuple_name() for x in sets(node.get_domain())}
+    if len(names) != 1:
+        return None
+    s = next(x for x in model.statements if x.name in names)
+    if _accumulation(s) is None or len(s.writes) != 1:
+        return None
+    if not (s.write.dtype.startswith("float") or s.write.dtype.startswith("int")):
+        return None
+    dom = node.get_domain()
+    prefix = node.get_prefix_schedule_union_map().intersect_domain(dom)
+    same = prefix.apply_range(prefix.reverse()) if not prefix.is_empty() else \
+        isl.UnionMap.from_domain_and_range(dom, dom)
+    w = isl.UnionMap.from_map(s.writes[0].relation).intersect_domain(dom)
+    if not same.is_subset(w.apply_range(w.reverse())):
+        return None                      # not one element per prefix point
+    acc_reads = 0
+    for a in s.reads:
+        if a.buffer.name != s.write.name:
+            continue
+        r = isl.UnionMap.from_map(a.relation).intersect_domain(dom)
+        if r.is_equal(w) and acc_reads == 0:
+            acc_reads += 1
+            continue
+        if not r.apply_range(w.reverse()).intersect(same).is_empty():
+            return None                  # f reads the accumulated element
+    if acc_reads != 1:
+        return None
+    return s
+
+
+def map_block_reduction(node: isl.ScheduleNode, s: Statement, k: int,
+                        ctx: CompileState) -> isl.ScheduleNode:
+    """Map the band at ``node`` (a :func:`block_reduction_candidate` of statement ``s``)
+    as kernel ``k`` (see the module doc); returns the kernel mark's node."""
+    ictx = node.get_ctx()
+    tx = thread_param(0, k)
+    op, _ = _accumulation(s)  # type: ignore[misc]
+    node = node.insert_mark(marks.make(marks.KERNEL, k)).child(0)
+    dom = node.get_domain()
+    prefix = node.get_prefix_schedule_union_map().intersect_domain(dom)
+    # the extension statements' domain: the prefix points with instances of S
+    points = prefix_points(prefix).coalesce() if not prefix.is_empty() else None
+    # deal the last member to the threads
+    mupa = node.band_get_partial_schedule()
+    last = node.band_n_member() - 1
+    m = mupa.get_union_pw_aff(last)
+    t = isl.Val.int_from_si(ictx, THREADS)
+    lane = m.mod_val(t).sub(param_upa(dom, tx)).zero_union_set()
+    perm = node.band_get_permutable()
+    new = mupa.set_union_pw_aff(last, m.scale_down_val(t).floor())
+    band = node.insert_filter(lane).child(0).delete().insert_partial_schedule(new)
+    band = band.band_set_permutable(perm)
+    # the register, the block's scratch, the element's place
+    n = len(promotion_state(ctx).promotions)
+    acc = ir.Buffer(f"{s.write.name}_acc{n}", s.write.dtype, (ir.IntImm(1),), "local")
+    scratch = ir.Buffer(f"{s.write.name}_warps{n}", s.write.dtype,
+                        (ir.IntImm(THREADS // WARP),), "shared")
+    promo = Promotion(s.write, acc, k, Box([], [1], [1]), reason="block reduction",
+                      level="registers")
+    promo.warp = WarpReduction("+", tx, width=WARP, warps=THREADS // WARP, scratch=scratch)
+    wmap = isl.UnionMap.from_map(s.writes[0].relation).intersect_domain(dom)
+    if points is None:      # no host loop: the element is a constant
+        npre = 0
+        elem = sets(wmap.range())[0]
+        ext_dom = isl.Set.universe(isl.Space.set_alloc(ictx, 0, 0))
+        elem_map = isl.Map.from_domain_and_range(ext_dom, elem)
+    else:
+        npre = points.dim(isl.dim_type.set)
+        elem_map = isl.Map.from_union_map(prefix.reverse().apply_range(wmap)).coalesce()
+        ext_dom = points
+    names = {}
+    for kind in ("init", "combine", "store"):
+        names[kind] = f"blockred_{kind}_{s.write.name}_{n}"
+    promo.copies[names["init"]] = CopyStmt("copy_in_lane0", npre)
+    promo.copies[names["combine"]] = CopyStmt("warp_allreduce", npre)
+    promo.copies[names["store"]] = CopyStmt("store_lane0", npre)
+    ident = isl.Map.identity(isl.Space.map_from_set(ext_dom.get_space())).intersect_domain(
+        ext_dom)
+    with_elem = ident.range_product(elem_map).flatten_range()
+
+    def ext(name: str, with_element: bool) -> isl.ScheduleNode:
+        mp = (with_elem if with_element else ident).set_tuple_name(isl.dim_type.out, name)
+        return isl.ScheduleNode.from_extension(isl.UnionMap.from_map(mp))
+    band = band.parent()                              # the thread filter
+    band = band.graft_before(ext(names["init"], True))
+    band = band.graft_after(ext(names["store"], True))
+    band = band.graft_after(ext(names["combine"], False))
+    promotion_state(ctx).promotions.append(promo)
+    promotion_state(ctx).promotions.append(
+        Promotion(s.write, scratch, k, None, reason="block reduction scratch",
+                  level="shared"))
+    gpu_kernels(ctx).launches[k] = KernelLaunch([], (THREADS, 1, 1), (), (tx,))
+    block_reductions(ctx).items[k] = BlockReduction(k, s.name, op, acc)
+    ctx.restrict_ast_context(isl.Set.read_from_str(
+        ictx, f"[{tx}] -> {{ : 0 <= {tx} < {THREADS} }}"))
+    while not marks.is_kind(band, marks.KERNEL):
+        band = band.parent()
+    return band
+
+
+@dataclass(eq=False)
+class BlockReductions:
+    """The block reductions of a compile, by kernel number."""
+    items: dict[int, BlockReduction] = field(default_factory=dict)
+
+
+def block_reductions(state: CompileState) -> BlockReductions:
+    return state.slot(BlockReductions)
