@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from polycomp import ir
-from polycomp.islutil import sets
+from polycomp.islutil import maps, sets
 from polycomp.lowering.printer import expr_str
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
@@ -127,14 +127,129 @@ def block_reduction_candidate(node: isl.ScheduleNode, model) -> Statement | None
     return s
 
 
+def _one_per_prefix(node: isl.ScheduleNode) -> bool:
+    """The leaf at ``node`` runs at most one instance of each of its statements per
+    point of its prefix schedule (a host loop's iteration)."""
+    if node.get_type() != isl.schedule_node_type.leaf:
+        return False
+    prefix = node.get_prefix_schedule_union_map().intersect_domain(node.get_domain())
+    if prefix.is_empty():
+        return all(x.dim(isl.dim_type.set) == 0 for x in sets(node.get_domain()))
+    return all(isl.UnionMap.from_map(m).is_injective() for m in maps(prefix))
+
+
+def reduction_group(node: isl.ScheduleNode, model) -> tuple[int, Statement] | None:
+    """For a sequence at ``node`` (grouped by :func:`group_reductions`): the child
+    index of its one :func:`block_reduction_candidate` and its statement, when every
+    other child is a leaf of one instance per prefix point; else None."""
+    if node.get_type() != isl.schedule_node_type.sequence:
+        return None
+    found = None
+    for c in range(node.n_children()):
+        sub = node.child(c).child(0)
+        s = block_reduction_candidate(sub, model)
+        if s is not None and found is None:
+            found = (c, s)
+        elif not _one_per_prefix(sub):
+            return None
+    return found
+
+
+def _runs(seq: isl.ScheduleNode, model) -> list[tuple[int, int]]:
+    """The runs ``(a, b)`` of children of the sequence at ``seq`` that
+    :func:`group_reductions` groups: a reduction candidate with the one-instance leaves
+    right before and after it (at least one)."""
+    n = seq.n_children()
+    red = [block_reduction_candidate(seq.child(c).child(0), model) is not None
+           for c in range(n)]
+    one = [not red[c] and _one_per_prefix(seq.child(c).child(0)) for c in range(n)]
+    runs: list[tuple[int, int]] = []
+    for c in range(n):
+        if not red[c]:
+            continue
+        a, b = c, c
+        floor = runs[-1][1] + 1 if runs else 0
+        while a - 1 >= floor and one[a - 1]:
+            a -= 1
+        while b + 1 < n and one[b + 1]:
+            b += 1
+        if b > a:
+            runs.append((a, b))
+    return runs
+
+
+def grouped_children(seq: isl.ScheduleNode, model) -> set[int]:
+    """The children of the sequence at ``seq`` that :func:`group_reductions` puts in a
+    block-reduction kernel."""
+    return {c for a, b in _runs(seq, model) for c in range(a, b + 1)}
+
+
+def group_reductions(seq: isl.ScheduleNode, model) -> isl.ScheduleNode:
+    """The sequence at ``seq`` (below a host loop) with each reduction candidate and the
+    one-instance leaves right before and after it grouped into one child (a filter over
+    a nested sequence of the same children), which :func:`map_block_reduction` maps as
+    one kernel.  Executing the nested sequence in order is executing the old children
+    in order: the schedule is unchanged.  Returns the new sequence node."""
+    from polycomp.scheduler.common.tree import union_set_list
+    from polycomp.scheduler.gpu.scop_singles import copy_subtree
+    n = seq.n_children()
+    runs = _runs(seq, model)
+    if not runs:
+        return seq
+    groups: list[list[int]] = []
+    c = 0
+    for a, b in runs:
+        groups += [[x] for x in range(c, a)] + [list(range(a, b + 1))]
+        c = b + 1
+    groups += [[x] for x in range(c, n)]
+    ictx = seq.get_ctx()
+
+    def filt(x):
+        return seq.child(x).filter_get_filter()
+
+    def union(xs):
+        u = filt(xs[0])
+        for x in xs[1:]:
+            u = u.union(filt(x))
+        return u
+    leaf = seq.cut()
+    node = leaf.insert_sequence(union_set_list(ictx, [union(g) for g in groups]))
+    for i, g in enumerate(groups):
+        at = node.child(i).child(0)
+        if len(g) == 1:
+            got = copy_subtree(seq.child(g[0]).child(0), at)
+        else:
+            inner = at.insert_sequence(union_set_list(ictx, [filt(x) for x in g]))
+            for j, x in enumerate(g):
+                sub = copy_subtree(seq.child(x).child(0), inner.child(j).child(0))
+                assert sub is not None, "a leaf or a band over a leaf"
+                inner = sub.parent().parent()
+            got = inner
+        assert got is not None, "a subtree of bands, marks, filters and sequences"
+        node = got.parent().parent()
+    return node
+
+
 def map_block_reduction(node: isl.ScheduleNode, s: Statement, k: int,
-                        ctx: CompileState) -> isl.ScheduleNode:
-    """Map the band at ``node`` (a :func:`block_reduction_candidate` of statement ``s``)
-    as kernel ``k`` (see the module doc); returns the kernel mark's node."""
+                        ctx: CompileState, position: int = -1) -> isl.ScheduleNode:
+    """Map the band at ``node`` (a :func:`block_reduction_candidate` of statement ``s``),
+    or the sequence at ``node`` whose child ``position`` is that band and whose other
+    children are one-instance leaves (:func:`reduction_group`), as kernel ``k`` (see
+    the module doc); returns the kernel mark's node."""
     ictx = node.get_ctx()
     tx = thread_param(0, k)
     op, _ = _accumulation(s)  # type: ignore[misc]
     node = node.insert_mark(marks.make(marks.KERNEL, k)).child(0)
+    pre = 0
+    if position >= 0:     # thread 0 runs the one-instance statements
+        for c in range(node.n_children()):
+            if c == position:
+                continue
+            leaf = node.child(c).child(0)
+            zero = param_upa(leaf.get_domain(), tx).zero_union_set()
+            node = leaf.insert_filter(zero).parent().parent()
+        pre = position
+        node = node.child(position).child(0)
     dom = node.get_domain()
     prefix = node.get_prefix_schedule_union_map().intersect_domain(dom)
     # the extension statements' domain: the prefix points with instances of S
@@ -167,9 +282,8 @@ def map_block_reduction(node: isl.ScheduleNode, s: Statement, k: int,
         npre = points.dim(isl.dim_type.set)
         elem_map = isl.Map.from_union_map(prefix.reverse().apply_range(wmap)).coalesce()
         ext_dom = points
-    names = {}
-    for kind in ("init", "combine", "store"):
-        names[kind] = f"blockred_{kind}_{s.write.name}_{n}"
+    names = {kind: f"blockred_{kind}_{s.write.name}_{n}"
+             for kind in ("sync", "init", "combine", "store")}
     promo.copies[names["init"]] = CopyStmt("copy_in_lane0", npre)
     promo.copies[names["combine"]] = CopyStmt("warp_allreduce", npre)
     promo.copies[names["store"]] = CopyStmt("store_lane0", npre)
@@ -181,6 +295,9 @@ def map_block_reduction(node: isl.ScheduleNode, s: Statement, k: int,
         mp = (with_elem if with_element else ident).set_tuple_name(isl.dim_type.out, name)
         return isl.ScheduleNode.from_extension(isl.UnionMap.from_map(mp))
     band = band.parent()                              # the thread filter
+    if pre:    # thread 0's statements before the reduction: seen by every thread
+        promo.copies[names["sync"]] = CopyStmt("sync", npre)
+        band = band.graft_before(ext(names["sync"], False))
     band = band.graft_before(ext(names["init"], True))
     band = band.graft_after(ext(names["store"], True))
     band = band.graft_after(ext(names["combine"], False))
