@@ -63,6 +63,7 @@ from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.pattern_schedule import backbones
 from polycomp.scheduler.common.tree import band_coincidence, is_legal
 from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
+from polycomp.scheduler.gpu.scop_singles import merge_singles
 from polycomp.scheduler.gpu.scop_reduce import (
     THREADS,
     block_reduction_candidate,
@@ -502,6 +503,11 @@ class ScopBaselinePass(Pass):
             child = node.child(0)
             if child.get_type() == isl.schedule_node_type.sequence and self._reduce:
                 child = group_reductions(child, ctx.model)
+            if child.get_type() == isl.schedule_node_type.sequence:
+                child, moved = merge_singles(child, ctx.model, parallel_only=True)
+                if moved:
+                    ctx.note(self.name, f"one-instance statement(s) {', '.join(moved)} moved "
+                                        f"into an adjacent parallel band below the host loop")
             if child.get_type() in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
                 for k in range(child.n_children()):
                     child = self._map(child.child(k).child(0), base, deps, ctx,

@@ -172,19 +172,27 @@ def without_nests(schedule: isl.Schedule, drop: set[int]) -> isl.Schedule | None
     return seq.get_schedule()
 
 
-def _single(top: isl.ScheduleNode, k: int) -> bool:
-    """Is top-level nest ``k`` one instance of one zero-dimensional statement?"""
-    f = top.child(k)
+def _single(seq: isl.ScheduleNode, k: int) -> bool:
+    """Is child ``k`` of the sequence at ``seq`` a leaf of one statement with at most
+    one instance per point of its prefix schedule (a zero-dimensional statement at the
+    top level, one instance per host-loop iteration below one)?"""
+    f = seq.child(k)
     if f.child(0).get_type() != isl.schedule_node_type.leaf:
         return False
     got = sets(f.filter_get_filter())
-    return len(got) == 1 and got[0].dim(isl.dim_type.set) == 0
+    if len(got) != 1:
+        return False
+    prefix = f.child(0).get_prefix_schedule_union_map().intersect_domain(
+        f.child(0).get_domain())
+    if prefix.is_empty():
+        return got[0].dim(isl.dim_type.set) == 0
+    return prefix.is_injective()
 
 
 def _point_schedule(band: isl.ScheduleNode, single: isl.UnionSet) -> isl.MultiUnionPwAff:
-    """The band's partial schedule extended to the statement ``single`` (zero
-    dimensions): it takes the point ``p = lexmin(range ∪ {0})`` of the band's members
-    (a point inside the band's range when 0 is, for every parameter value)."""
+    """The band's partial schedule extended to the statement ``single`` (one instance
+    per prefix point): it takes the point ``p = lexmin(range ∪ {0})`` of the band's
+    members (a point inside the band's range when 0 is)."""
     um = band.band_get_partial_schedule_union_map().intersect_domain(band.get_domain())
     rng = sets(um.range())
     assert len(rng) == 1, "a band's members span one space"
@@ -201,73 +209,103 @@ def _point_schedule(band: isl.ScheduleNode, single: isl.UnionSet) -> isl.MultiUn
     return mupa
 
 
-def merged_single(schedule: isl.Schedule, k: int, j: int) -> isl.Schedule | None:
-    """``schedule`` with the one-instance nest ``k`` moved into the band at the root of
-    the adjacent nest ``j``: the band's schedule extended to it (:func:`_point_schedule`),
-    a sequence below holding the band's old subtree and the statement in program order.
-    None when the nest ``j`` does not start with a band or holds a node
-    :func:`copy_subtree` does not copy."""
-    top = schedule.get_root().child(0)
-    band = top.child(j).child(0)
+def merged_single(seq: isl.ScheduleNode, k: int, j: int) -> isl.ScheduleNode | None:
+    """The sequence at ``seq`` with its one-instance child ``k`` moved into the band at
+    the root of the adjacent child ``j``: the band's schedule extended to it
+    (:func:`_point_schedule`), the statement first or last (program order) in the
+    sequence below the band (one made when there is none).  Returns the new sequence
+    node (or the band, when it is the only child left), None when child ``j`` does not
+    start with a band or holds a node :func:`copy_subtree` does not copy."""
+    band = seq.child(j).child(0)
     if band.get_type() != isl.schedule_node_type.band:
         return None
-    fk, fj = top.child(k).filter_get_filter(), top.child(j).filter_get_filter()
-    keep = [x for x in range(top.n_children()) if x != k]
-    filters = [fj.union(fk) if x == j else top.child(x).filter_get_filter() for x in keep]
-    leaf = isl.Schedule.from_domain(schedule.get_domain()).get_root().child(0)
-    ictx = schedule.get_ctx()
+    fk, fj = seq.child(k).filter_get_filter(), seq.child(j).filter_get_filter()
+    keep = [x for x in range(seq.n_children()) if x != k]
+    filters = [fj.union(fk) if x == j else seq.child(x).filter_get_filter() for x in keep]
+    ictx = seq.get_ctx()
+    leaf = seq.cut()
     node = leaf.insert_sequence(union_set_list(ictx, filters)) if len(keep) > 1 else leaf
     for i, x in enumerate(keep):
         at = node.child(i).child(0) if len(keep) > 1 else node
         if x != j:
-            got = copy_subtree(top.child(x).child(0), at)
+            got = copy_subtree(seq.child(x).child(0), at)
         else:
-            b = at.insert_partial_schedule(_point_schedule(band, fk))
-            b = b.band_set_permutable(band.band_get_permutable())
-            order = [fj, fk] if k > j else [fk, fj]
-            seq = b.child(0).insert_sequence(union_set_list(ictx, order))
-            pos = 0 if k > j else 1
-            inner = copy_subtree(band.child(0), seq.child(pos).child(0))
-            got = None if inner is None else inner.parent().parent().parent().parent()
+            got = _merged_band(band, fk, k > j, at)
         if got is None:
             return None
         node = got.parent().parent() if len(keep) > 1 else got
-    return node.get_schedule()
+    return node
 
 
-def merge_singles(schedule: isl.Schedule, model) -> tuple[isl.Schedule, list[str]]:
-    """Move every one-instance top-level nest into an adjacent nest whose outer band
-    member stays coincident with it (the previous nest first); checked by isl (every
-    dependence respected, :func:`~polycomp.scheduler.common.tree.is_legal`).  Returns
-    the schedule and the names of the statements moved."""
+def _merged_band(band: isl.ScheduleNode, fk: isl.UnionSet, after: bool,
+                 at: isl.ScheduleNode) -> isl.ScheduleNode | None:
+    """A copy of ``band`` at the leaf ``at`` with the statement ``fk`` added at a point
+    of the band, first (``after`` false) or last in the sequence below it."""
+    ictx = band.get_ctx()
+    b = at.insert_partial_schedule(_point_schedule(band, fk))
+    b = b.band_set_permutable(band.band_get_permutable())
+    below = band.child(0)
+    if below.get_type() == isl.schedule_node_type.sequence:   # one more child
+        olds = [below.child(c) for c in range(below.n_children())]
+        fs = [o.filter_get_filter() for o in olds]
+        fs = fs + [fk] if after else [fk] + fs
+        seq = b.child(0).insert_sequence(union_set_list(ictx, fs))
+        for c, o in enumerate(olds):
+            pos = c if after else c + 1
+            got = copy_subtree(o.child(0), seq.child(pos).child(0))
+            if got is None:
+                return None
+            seq = got.parent().parent()
+        return seq.parent()
+    fj = isl.UnionSet.empty(fk.get_space())
+    for x in sets(band.get_domain()):
+        fj = fj.union(isl.UnionSet.from_set(isl.Set.universe(x.get_space())))
+    seq = b.child(0).insert_sequence(union_set_list(ictx, [fj, fk] if after else [fk, fj]))
+    inner = copy_subtree(below, seq.child(0 if after else 1).child(0))
+    return None if inner is None else inner.parent().parent().parent()
+
+
+def merge_singles(seq: isl.ScheduleNode, model, parallel_only: bool = False,
+                  skip: set[int] | None = None) -> tuple[isl.ScheduleNode, list[str]]:
+    """Move one-instance children of the sequence at ``seq`` into an adjacent child's
+    outer band (the previous child first), each move checked by isl: every dependence
+    respected (:func:`~polycomp.scheduler.common.tree.is_legal`, on the whole tree) and
+    the band's outer member coincident afterwards when it was before (a parallel nest
+    stays parallel) or when ``parallel_only``.  Children in ``skip`` stay.  Returns the
+    sequence node and the names of the statements moved."""
     moved: list[str] = []
     deps = model.dependences
-    while True:
-        top = schedule.get_root().child(0)
-        if top.get_type() != isl.schedule_node_type.sequence:
-            return schedule, moved
+    skip = set(skip or ())
+    while seq.get_type() == isl.schedule_node_type.sequence:
         done = False
-        for k in range(top.n_children()):
-            if not _single(top, k):
+        for k in range(seq.n_children()):
+            if k in skip or not _single(seq, k):
                 continue
             for j in (k - 1, k + 1):
-                if not 0 <= j < top.n_children() or _single(top, j):
+                if not 0 <= j < seq.n_children() or j in skip or _single(seq, j):
                     continue
-                new = merged_single(schedule, k, j)
-                if new is None or not is_legal(new, deps):
+                band = seq.child(j).child(0)
+                if band.get_type() != isl.schedule_node_type.band:
                     continue
-                root = new.get_root().child(0)
-                root = root.child(j if j < k else j - 1).child(0) \
-                    if root.get_type() == isl.schedule_node_type.sequence else root
-                if not band_coincidence(root, deps)[0]:
+                before = band_coincidence(band, deps)[0]
+                if parallel_only and not before:
                     continue
-                moved.append(sets(top.child(k).filter_get_filter())[0].get_tuple_name())
-                schedule, done = new, True
+                new = merged_single(seq, k, j)
+                if new is None or not is_legal(new.get_schedule(), deps):
+                    continue
+                nb = new.child(j if j < k else j - 1).child(0) \
+                    if new.get_type() == isl.schedule_node_type.sequence else new
+                if before and not band_coincidence(nb, deps)[0]:
+                    continue
+                moved.append(sets(seq.child(k).filter_get_filter())[0].get_tuple_name())
+                skip = {x if x < k else x - 1 for x in skip}
+                seq, done = new, True
                 break
             if done:
                 break
         if not done:
-            return schedule, moved
+            break
+    return seq, moved
 
 
 class ScopSinglesPass(Pass):
@@ -277,7 +315,11 @@ class ScopSinglesPass(Pass):
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         model = ctx.model
         schedule = self._recompute(schedule, ctx)
-        schedule, moved = merge_singles(schedule, model)
+        top = schedule.get_root().child(0)
+        if top.get_type() != isl.schedule_node_type.sequence:
+            return schedule
+        node, moved = merge_singles(top, model)
+        schedule = node.get_schedule()
         if moved:
             ctx.note(self.name, f"one-instance statement(s) {', '.join(moved)} moved into "
                                 f"the outer parallel band of an adjacent nest")
