@@ -13,19 +13,20 @@ def block_reduction_builders(state) -> dict:
     """``statement name -> fn(args) -> Stmt`` for every block reduction of ``state``."""
     from .promoted import _Inline
     out = {}
+    zero = (ir.IntImm(0),)
     by_name = {s.name: s for s in state.model.statements}
     for red in block_reductions(state).items.values():
         s = by_name[red.statement]
         found = _accumulation(s)
         assert found is not None, s.name
-        op, f = found
-        zero = (ir.IntImm(0),)
-
-        def make(args, s=s, f=f, op=op, acc=red.acc):
+        op, f, total = found
+        def make(args, s=s, f=f, op=op, total=total, acc=red.acc):
             value = ir.substitute(f, dict(zip(s.iters, args)))
             if state.inlined:
                 value = _Inline(state.inlined).visit(value)
-            return ir.Store(acc, zero, ir.Binary(op, ir.Load(acc, zero, acc.dtype), value,
-                                                 acc.dtype))
+            new: ir.Expr = ir.Binary(op, ir.Load(acc, zero, acc.dtype), value, total.dtype)
+            if new.dtype != acc.dtype:      # C's conversion back to the element's type
+                new = ir.Cast(new, acc.dtype)
+            return ir.Store(acc, zero, new)
         out[s.name] = make
     return out

@@ -63,7 +63,6 @@ from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.pattern_schedule import backbones
 from polycomp.scheduler.common.tree import band_coincidence, is_legal
 from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
-from polycomp.scheduler.gpu.scop_singles import merge_singles
 from polycomp.scheduler.gpu.scop_reduce import (
     THREADS,
     block_reduction_candidate,
@@ -72,6 +71,7 @@ from polycomp.scheduler.gpu.scop_reduce import (
     map_block_reduction,
     reduction_group,
 )
+from polycomp.scheduler.gpu.scop_singles import merge_singles
 from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.state import CompileState
 
@@ -392,12 +392,16 @@ class ScopGroupingPass(Pass):
                                     f"{mine.tiled} ({mine.contraction}) with the input "
                                     f"schedule")
                 schedule = alt
-        serial = serial_statements(schedule, model, red)
+        serial = serial_statements(schedule, model)
         if serial and len(model.statements) <= SERIAL_RETRY_STATEMENTS:
+            # fewer statements on one thread (block reductions counted as parallel),
+            # then fewer that need a block reduction (lu: isl's host loop of parallel
+            # kernels, not a host loop per row of block reductions)
             alt = outer_coincident_schedule(model, schedule.get_domain())
             theirs, mine = tree_score(alt, model), tree_score(schedule, model)
-            fewer = serial_statements(alt, model, red)
-            if fewer < serial and theirs >= mine:
+            fewer = serial_statements(alt, model)
+            if (serial_statements(alt, model, red), fewer) < \
+                    (serial_statements(schedule, model, red), serial) and theirs >= mine:
                 ctx.note(self.name, f"isl's scheduler (outer coincidence) chosen: "
                                     f"{fewer} statement(s) on a single thread, {serial} with "
                                     f"the input schedule")

@@ -74,10 +74,13 @@ class BlockReduction:
     acc: ir.Buffer
 
 
-def _accumulation(s: Statement) -> tuple[str, ir.Expr] | None:
-    """``(op, f)`` when ``s``'s value is ``W[e] op f`` (``op`` in ``+ -``) with ``W[e]``
-    the element ``s`` writes (also ``f + W[e]``)."""
+def _accumulation(s: Statement) -> tuple[str, ir.Expr, ir.Binary] | None:
+    """``(op, f, sum)`` when ``s``'s value is ``W[e] op f`` (``op`` in ``+ -``; also
+    ``f + W[e]``), possibly converted to ``W``'s type (C's ``int += long``), with
+    ``W[e]`` the element ``s`` writes; ``sum`` is the ``Binary`` node."""
     v = s.value
+    if isinstance(v, ir.Cast) and v.dtype == s.write.dtype:
+        v = v.value
     if not isinstance(v, ir.Binary) or v.op not in ("+", "-"):
         return None
     target = expr_str(ir.Load(s.write, s.write_indices, s.write.dtype))
@@ -85,9 +88,9 @@ def _accumulation(s: Statement) -> tuple[str, ir.Expr] | None:
     def is_acc(e):
         return isinstance(e, ir.Load) and expr_str(e) == target
     if is_acc(v.a):
-        return v.op, v.b
+        return v.op, v.b, v
     if v.op == "+" and is_acc(v.b):
-        return "+", v.a
+        return "+", v.a, v
     return None
 
 
@@ -238,7 +241,7 @@ def map_block_reduction(node: isl.ScheduleNode, s: Statement, k: int,
     the module doc); returns the kernel mark's node."""
     ictx = node.get_ctx()
     tx = thread_param(0, k)
-    op, _ = _accumulation(s)  # type: ignore[misc]
+    op = _accumulation(s)[0]  # type: ignore[index]
     node = node.insert_mark(marks.make(marks.KERNEL, k)).child(0)
     pre = 0
     if position >= 0:     # thread 0 runs the one-instance statements
