@@ -44,7 +44,6 @@ import islpy as isl
 
 from polycomp import ir
 from polycomp.islutil import maps, sets
-from polycomp.lowering.printer import expr_str
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.gpu.map import KernelLaunch, param_upa, thread_param
@@ -83,10 +82,10 @@ def _accumulation(s: Statement) -> tuple[str, ir.Expr, ir.Binary] | None:
         v = v.value
     if not isinstance(v, ir.Binary) or v.op not in ("+", "-"):
         return None
-    target = expr_str(ir.Load(s.write, s.write_indices, s.write.dtype))
-
     def is_acc(e):
-        return isinstance(e, ir.Load) and expr_str(e) == target
+        return isinstance(e, ir.Load) and e.buffer.name == s.write.name and \
+            len(e.indices) == len(s.write_indices) and \
+            all(ir.structural_equal(a, b) for a, b in zip(e.indices, s.write_indices))
     if is_acc(v.a):
         return v.op, v.b, v
     if v.op == "+" and is_acc(v.b):
