@@ -137,7 +137,20 @@ void prefix_sum(int n, int a[n][n], int s[n]) {
 }
 """
 
-SOURCES = {"scalars": SCALARS, "corner": CORNER, "trisolv": TRISOLV, "durbin": DURBIN,
+DOT = """
+void dot(int n, double a[n], double b[n], double s[1], double t[n]) {
+#pragma scop
+  s[0] = 1.0;
+  for (int i = 0; i < n; i++)
+    s[0] += a[i] * b[i];
+  s[0] = s[0] * 2.0;
+  for (int i = 0; i < n; i++)
+    t[i] = a[i] * s[0];
+#pragma endscop
+}
+"""
+
+SOURCES = {"dot": DOT, "scalars": SCALARS, "corner": CORNER, "trisolv": TRISOLV, "durbin": DURBIN,
            "gramschmidt": GRAMSCHMIDT, "prefix_sum": PREFIX_SUM}
 
 _CK: dict = {}
@@ -278,7 +291,7 @@ def test_singles_golden(goldens):
 TOL = 1e-12
 
 
-@pytest.mark.parametrize("n", [1, 2, 33, 300])
+@pytest.mark.parametrize("n", [1, 2, 33, pytest.param(300, marks=pytest.mark.slow)])
 def test_trisolv_block_reduction(n, tmp_path_factory):
     """``x[i] -= L[i][j] * x[j]``: a host loop over ``i`` of one 256-thread kernel each
     (``x[i] = b[i]`` and the division by thread 0 of the same block); reassociated sums:
@@ -304,7 +317,7 @@ def test_trisolv_cuda_source():
     assert "block reduction of S_1 into one element of x" in notes
 
 
-@pytest.mark.parametrize("n", [2, 3, 40, 270])
+@pytest.mark.parametrize("n", [2, 3, 40, pytest.param(270, marks=pytest.mark.slow)])
 def test_durbin_without_single_thread_kernel(n, tmp_path_factory):
     """durbin: the three statements before the step loop join its first iteration, the
     ``sum`` reduction is a block reduction with ``beta``, ``sum = 0`` and ``alpha`` on
@@ -314,7 +327,8 @@ def test_durbin_without_single_thread_kernel(n, tmp_path_factory):
     assert min_threads(rep) >= 256
 
 
-@pytest.mark.parametrize("m,n", [(1, 1), (5, 3), (40, 7), (300, 4)])
+@pytest.mark.parametrize("m,n", [(1, 1), (5, 3), (40, 7),
+                                 pytest.param(300, 4, marks=pytest.mark.slow)])
 def test_gramschmidt_block_reduction(m, n, tmp_path_factory):
     """``nrm += A[i][k] * A[i][k]`` as a block reduction with ``nrm = 0`` before and
     ``R[k][k] = sqrt(nrm)`` after it on thread 0 (m >= n: full rank, so the
@@ -325,6 +339,17 @@ def test_gramschmidt_block_reduction(m, n, tmp_path_factory):
     assert min_threads(rep) >= 256
 
 
+@pytest.mark.parametrize("n", [1, 7, 300, 1000])
+def test_top_level_block_reduction(n, tmp_path_factory):
+    """A reduction outside every loop with a statement before and after it: one
+    block-reduction kernel (the two on its thread 0), then the parallel nest; relative
+    1e-12."""
+    got, ref, rep = run("dot", {"n": n}, tmp_path_factory)
+    for o in ("s", "t"):
+        np.testing.assert_allclose(got[o], ref[o], rtol=TOL, atol=0, err_msg=o)
+    assert len(rep.kernels) == 2 and min_threads(rep) == 256
+
+
 @pytest.mark.parametrize("n", [2, 5, 300])
 def test_integer_block_reduction_is_exact(n, tmp_path_factory):
     """An integer reduction reassociates exactly: bitwise gcc -O0."""
@@ -333,8 +358,10 @@ def test_integer_block_reduction_is_exact(n, tmp_path_factory):
     assert min_threads(rep) == 256
 
 
-@pytest.mark.parametrize("name,n", [("ludcmp_like", 3), ("ludcmp_like", 45),
-                                    ("cholesky_like", 2), ("cholesky_like", 37)])
+@pytest.mark.parametrize("name,n", [
+    ("ludcmp_like", 3), ("ludcmp_like", 13), ("cholesky_like", 2), ("cholesky_like", 19),
+    pytest.param("ludcmp_like", 45, marks=pytest.mark.slow),
+    pytest.param("cholesky_like", 37, marks=pytest.mark.slow)])
 def test_factorisations_without_single_thread_kernel(name, n, tmp_path_factory):
     """tests/c_scop_kernels' ludcmp and Cholesky (PolyBench's): every launch has 256
     threads or more; relative 1e-12 of gcc -O0 (the reassociated reductions)."""
@@ -378,8 +405,9 @@ def test_block_reduction_golden(goldens):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("name", ["scalars", "corner", "trisolv", "durbin", "gramschmidt",
-                                  "prefix_sum"])
+@pytest.mark.parametrize("name", ["scalars", "corner", "trisolv", "prefix_sum",
+                                  *(pytest.param(n, marks=pytest.mark.slow)
+                                    for n in ("dot", "durbin", "gramschmidt"))])
 def test_nvcc_compiles(name, tmp_path):
     cu = tmp_path / "k.cu"
     cu.write_text(compiled(name).source)

@@ -28,6 +28,13 @@ A statement ``S`` (top-level nest ``c``) is recomputed when
 * every statement that reads the scalar lies in a top-level nest after ``c``: it
   executes after ``S`` and reads exactly ``S``'s value (the only write).
 
+Then (option ``block_reduce``) a top-level reduction into one element with the
+one-instance statements right before and after it is grouped into one nest
+(:func:`~polycomp.scheduler.gpu.scop_reduce.group_reductions`: the same order), which
+the baseline mapping makes one block-reduction kernel; and every other one-instance
+top-level statement moves into the outer band of an adjacent nest
+(:func:`merge_singles`: checked by isl, the band's point ``lexmin(range ∪ {0})``).
+
 Guarantees: the new tree is the old one without the recomputed statements' nests
 (their filters dropped from the root sequence, every other node copied unchanged), so
 every dependence between the remaining statements is respected as before; each read of
@@ -318,6 +325,9 @@ class ScopSinglesPass(Pass):
         top = schedule.get_root().child(0)
         if top.get_type() != isl.schedule_node_type.sequence:
             return schedule
+        if ctx.cuda_options.block_reduce:   # a reduction's neighbours stay with it
+            from polycomp.scheduler.gpu.scop_reduce import group_reductions
+            top = group_reductions(top, model)
         node, moved = merge_singles(top, model)
         schedule = node.get_schedule()
         if moved:
