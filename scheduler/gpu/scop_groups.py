@@ -65,6 +65,7 @@ from polycomp.scheduler.common.tree import band_coincidence, is_legal
 from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
 from polycomp.scheduler.gpu.scop_reduce import (
     THREADS,
+    block_loop,
     block_reduction_candidate,
     group_reductions,
     grouped_children,
@@ -498,6 +499,17 @@ class ScopBaselinePass(Pass):
                 node = wave[0]
                 ctx.note(self.name, f"wavefront {wave[1]} of {_statement_names(node)} "
                                     f"(every member carried a dependence)")
+        if self._reduce and depth >= 1 and host_loop_ok(node, deps, self._model):
+            loop = block_loop(node, ctx.model)    # a loop of reductions: in one kernel
+            if loop is not None:
+                k = self._number()
+                inner, position, red, up = loop
+                node = map_block_reduction(inner, red, k, ctx, position, up)
+                ctx.note(self.name, f"kernel {k}: block reduction of {red.name} into one "
+                                    f"element of {red.write.name} per iteration of a loop "
+                                    f"the block runs ({THREADS} threads, the terms "
+                                    f"reassociated)")
+                return node
         if host_loop_ok(node, deps, self._model):
             if node.band_n_member() > 1:
                 node = node.band_split(1)

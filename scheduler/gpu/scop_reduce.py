@@ -31,8 +31,12 @@ all ``acc``), then ``store`` (thread 0: ``W[e] = acc``).  Every instance is exec
 once, by one thread; the sum is ``W[e] ± f_1 ± f_2 ...`` with the terms grouped per
 thread and the groups combined as a tree: the same terms, **reassociated** (not
 bitwise equal to the C order for floating point: a relative difference of the order
-of ``log2(T)`` roundings of the partial sums; integers are exact).  With
-``block_reduce=False`` the statement stays on one thread in the C order.  The extension
+of ``log2(T)`` roundings of the partial sums; integers are exact).  A
+one-member band below a host loop whose whole subtree is such a group (a row solve:
+:func:`block_loop`) runs inside the kernel, by the whole block, every iteration starting
+with a barrier (the stores thread 0 made in the previous iteration, which other threads'
+terms read, are then visible; the scratch of the previous combine is no longer read).
+With ``block_reduce=False`` the statement stays on one thread in the C order.  The extension
 statements run in every thread (not under the thread filter), so the barrier and
 shuffles of ``combine`` are reached by the whole block.
 """
@@ -233,15 +237,25 @@ def group_reductions(seq: isl.ScheduleNode, model) -> isl.ScheduleNode:
 
 
 def map_block_reduction(node: isl.ScheduleNode, s: Statement, k: int,
-                        ctx: CompileState, position: int = -1) -> isl.ScheduleNode:
+                        ctx: CompileState, position: int = -1,
+                        loop_up: int = 0) -> isl.ScheduleNode:
     """Map the band at ``node`` (a :func:`block_reduction_candidate` of statement ``s``),
     or the sequence at ``node`` whose child ``position`` is that band and whose other
     children are one-instance leaves (:func:`reduction_group`), as kernel ``k`` (see
-    the module doc); returns the kernel mark's node."""
+    the module doc); returns the kernel mark's node.  ``loop_up > 0``: the kernel mark
+    goes that many levels above ``node``, on a sequential loop that the whole block
+    runs (:func:`block_loop`); every iteration then starts the reduction with a
+    barrier, after which the previous iteration's stores by thread 0 are visible."""
     ictx = node.get_ctx()
     tx = thread_param(0, k)
     op = _accumulation(s)[0]  # type: ignore[index]
+    path = []
+    for _ in range(loop_up):
+        path.append(node.get_child_position())
+        node = node.parent()
     node = node.insert_mark(marks.make(marks.KERNEL, k)).child(0)
+    for c in reversed(path):
+        node = node.child(c)
     pre = 0
     if position >= 0:     # thread 0 runs the one-instance statements
         for c in range(node.n_children()):
@@ -297,7 +311,7 @@ def map_block_reduction(node: isl.ScheduleNode, s: Statement, k: int,
         mp = (with_elem if with_element else ident).set_tuple_name(isl.dim_type.out, name)
         return isl.ScheduleNode.from_extension(isl.UnionMap.from_map(mp))
     band = band.parent()                              # the thread filter
-    if pre:    # thread 0's statements before the reduction: seen by every thread
+    if pre or loop_up:   # thread 0's earlier stores: seen by every thread
         promo.copies[names["sync"]] = CopyStmt("sync", npre)
         band = band.graft_before(ext(names["sync"], False))
     band = band.graft_before(ext(names["init"], True))
@@ -314,6 +328,31 @@ def map_block_reduction(node: isl.ScheduleNode, s: Statement, k: int,
     while not marks.is_kind(band, marks.KERNEL):
         band = band.parent()
     return band
+
+
+def block_loop(node: isl.ScheduleNode, model) -> tuple[isl.ScheduleNode, int, Statement,
+                                                       int] | None:
+    """For a one-member band at ``node`` (a sequential loop below a host loop, such as
+    the row solve ``j < i`` of cholesky and ludcmp) whose whole subtree is a reduction
+    group (:func:`group_reductions`, :func:`reduction_group`) or a
+    :func:`block_reduction_candidate`: ``(group node, position, statement, levels
+    from the group up to the band)``, the arguments of :func:`map_block_reduction`
+    that make the loop run inside one block-reduction kernel (one launch per outer
+    iteration instead of one per iteration of this loop).  None otherwise."""
+    if node.get_type() != isl.schedule_node_type.band or node.band_n_member() != 1:
+        return None
+    below = node.child(0)
+    if below.get_type() == isl.schedule_node_type.sequence:
+        below = group_reductions(below, model)
+        if below.n_children() != 1:
+            return None
+        inner = below.child(0).child(0)
+        group = reduction_group(inner, model)
+        if group is None:
+            return None
+        return inner, group[0], group[1], 3
+    s = block_reduction_candidate(below, model)
+    return None if s is None else (below, -1, s, 1)
 
 
 @dataclass(eq=False)
