@@ -500,16 +500,9 @@ class ScopBaselinePass(Pass):
                 ctx.note(self.name, f"wavefront {wave[1]} of {_statement_names(node)} "
                                     f"(every member carried a dependence)")
         if self._reduce and depth >= 1 and host_loop_ok(node, deps, self._model):
-            loop = block_loop(node, ctx.model)    # a loop of reductions: in one kernel
-            if loop is not None:
-                k = self._number()
-                inner, position, red, up = loop
-                node = map_block_reduction(inner, red, k, ctx, position, up)
-                ctx.note(self.name, f"kernel {k}: block reduction of {red.name} into one "
-                                    f"element of {red.write.name} per iteration of a loop "
-                                    f"the block runs ({THREADS} threads, the terms "
-                                    f"reassociated)")
-                return node
+            mapped = self._block_loop(node, ctx)     # a loop of reductions: in one kernel
+            if mapped is not None:
+                return mapped
         if host_loop_ok(node, deps, self._model):
             if node.band_n_member() > 1:
                 node = node.band_split(1)
@@ -532,21 +525,46 @@ class ScopBaselinePass(Pass):
                 return child.parent()
             return self._map(child, base, deps, ctx, depth + 1).parent()
         k = self._number()
+        mapped = self._block_reduction(node, deps, ctx, k)
+        if mapped is not None:
+            return mapped
+        node = base._map_stage(node, deps, ctx, k)
+        ctx.note(self.name, f"kernel {k}: {_baseline_words(ctx, k)}")
+        return node
+
+
+    def _block_loop(self, node, ctx):
+        """Kernel of a sequential loop of block reductions (:func:`block_loop`), or
+        None."""
+        loop = block_loop(node, ctx.model)
+        if loop is None:
+            return None
+        k = self._number()
+        inner, position, red, up = loop
+        node = map_block_reduction(inner, red, k, ctx, position, up)
+        ctx.note(self.name, f"kernel {k}: block reduction of {red.name} into one element "
+                            f"of {red.write.name} per iteration of a loop the block runs "
+                            f"({THREADS} threads, the terms reassociated)")
+        return node
+
+    def _block_reduction(self, node, deps, ctx, k: int):
+        """Kernel ``k`` as a block reduction (a candidate band, or a sequence grouped
+        around one), or None."""
+        if not self._reduce:
+            return None
         red, position = None, -1
-        if self._reduce and node.get_type() == isl.schedule_node_type.sequence:
+        if node.get_type() == isl.schedule_node_type.sequence:
             group = reduction_group(node, ctx.model)
             if group is not None:
                 position, red = group
-        elif self._reduce and not _leading_coincident(node, deps):
+        elif not _leading_coincident(node, deps):
             red = block_reduction_candidate(node, ctx.model)
-        if red is not None:
-            node = map_block_reduction(node, red, k, ctx, position)
-            ctx.note(self.name, f"kernel {k}: block reduction of {red.name} into one "
-                                f"element of {red.write.name} ({THREADS} threads, the terms "
-                                f"reassociated)")
-            return node
-        node = base._map_stage(node, deps, ctx, k)
-        ctx.note(self.name, f"kernel {k}: {_baseline_words(ctx, k)}")
+        if red is None:
+            return None
+        node = map_block_reduction(node, red, k, ctx, position)
+        ctx.note(self.name, f"kernel {k}: block reduction of {red.name} into one "
+                            f"element of {red.write.name} ({THREADS} threads, the terms "
+                            f"reassociated)")
         return node
 
 
