@@ -232,6 +232,11 @@ class CudaOptions(Options):
                             "it pays (a stage between the products and a grid filling a "
                             "third of the SMs; 'force': whenever legal; scheduler/chain, "
                             "docs/fusion.md)")
+    block_reduce: bool = opt(True, boolean,
+                             "a C SCoP's reduction into one element below a host loop "
+                             "(trisolv's x[i] -= L[i][j] * x[j]) as a one-block parallel "
+                             "reduction: the terms reassociated, not bitwise the C order; "
+                             "False: one thread in the C order")
     row_online: bool = opt(True, boolean,
                            "an uncached softmax row's maximum and sum in one pass (online "
                            "max-and-sum, docs/rowreduce.md)")
