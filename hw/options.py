@@ -57,6 +57,12 @@ class CpuOptions(Options):
                                    "inputs the caller hands in pre-packed: a GEMM whose weight "
                                    "operand is one of them reads it in the micro-kernel's panel "
                                    "layout and copies nothing (see prepacked_inputs)")
+    stencil_tiles: tuple[int, ...] | None = opt(None, int_tuple(None),
+                                                "time-tile sizes of stencils (scop-stencil: "
+                                                "the tiled band members' sizes)")
+    stencil_shape: str = opt("diamond", one_of("diamond", "parallelogram"),
+                             "time tiles of stencils: diamonds with concurrent start where "
+                             "the dependence cone allows, else parallelograms")
 
 
 # -------------------------------------------------------------------------- CUDA
@@ -230,6 +236,11 @@ class CudaOptions(Options):
                             "it pays (a stage between the products and a grid filling a "
                             "third of the SMs; 'force': whenever legal; scheduler/chain, "
                             "docs/fusion.md)")
+    block_reduce: bool = opt(True, boolean,
+                             "a C SCoP's reduction into one element below a host loop "
+                             "(trisolv's x[i] -= L[i][j] * x[j]) as a one-block parallel "
+                             "reduction: the terms reassociated, not bitwise the C order; "
+                             "False: one thread in the C order")
     row_online: bool = opt(True, boolean,
                            "an uncached softmax row's maximum and sum in one pass (online "
                            "max-and-sum, docs/rowreduce.md)")
@@ -267,6 +278,9 @@ class NpuOptions(Options):
 
     double_buffer: bool = opt(True, boolean,
                               "ping-pong L1/L0/L0C/UB buffers so the pipes overlap")
+    ub_banks: bool = opt(True, boolean,
+                         "place UB buffers read together by a vector call in different "
+                         "halves of the 16 bank groups (npu-ub-banks, docs/npu.md)")
     cube_tile: tuple[int, ...] | None = opt(
         None, int_tuple(4), "cube tiling (m0, n0, k0, kL1), multiples of 16; default: "
         "the largest that fits L0A/L0B/L0C/L1")
