@@ -84,11 +84,11 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
         if g.kind == "view":
             steps.append(Step(g, None, part.inputs_of(g), part.outputs_of(g), {}))
             continue
-        gk = group_kernel(part, g, flatten_rows=flat_rows)
+        gk = group_kernel(part, g, flatten_rows=flat_rows, conv_layout=flat_rows)
         if gk.key not in built:
             opts = _group_options(g, target, options)
             built[gk.key] = Simulated(compile_kernel(gk.kernel, target, opts)) if simulate \
                 else build(gk.kernel, target, options=opts)
         steps.append(Step(g, built[gk.key], gk.inputs, gk.outputs,  # type: ignore[arg-type]
-                          dict(gk.params.exprs), dict(gk.arg_shapes)))
+                          dict(gk.params.exprs), dict(gk.arg_shapes), dict(gk.arg_arrays)))
     return CompiledGraph(part, steps, len(built), target)

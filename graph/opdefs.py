@@ -722,7 +722,9 @@ def _inside(h, v, x: dsl.Tensor):
 
 def _conv_lower(node: Node, ins, shape):
     """Groups 1: the op library's ``conv2d_nchw`` (the form the CPU backend's direct
-    convolution recognises).  Grouped / depthwise: input channel ``(f // (F/g)) * (C/g) +
+    convolution recognises; attribute ``weight_layout="chwf"``, set only by
+    :func:`polycomp.graph.lower.group_kernel` for a constant weight it hands the kernel
+    as ``(C, KH, KW, F)``, reads ``w[c, kh, kw, f]``).  Grouped / depthwise: input channel ``(f // (F/g)) * (C/g) +
     c`` (depthwise with multiplier 1: ``f``), the window loops only when ``C/g == 1``."""
     x, w = ins[0], ins[1]
     g = int(node.attrs.get("groups", 1))
@@ -732,7 +734,8 @@ def _conv_lower(node: Node, ins, shape):
     has_bias = len(ins) > 2
     nm = _name(node) + ("_conv" if has_bias or acc != d else "")
     if g == 1:
-        t = ops.conv2d_nchw(x, w, stride, pad, dil, out_dtype=acc, name=nm)
+        t = ops.conv2d_nchw(x, w, stride, pad, dil, out_dtype=acc, name=nm,
+                            w_layout=node.attrs.get("weight_layout", "fchw"))
     else:
         (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
         F, cg, KH, KW = (_int(e) for e in w.shape)

@@ -71,6 +71,56 @@ def test_builder_conv2d_against_numpy(case):
                                rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("case", [c for c in CONV_CASES if c[5] == 1] +
+                         [((1, 13, 7, 7), (17, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+                          ((2, 5, 9, 9), (33, 3, 3), (2, 2), (1, 1), (2, 2), 1),
+                          ((1, 3, 1, 1), (20, 1, 1), (1, 1), (0, 0), (1, 1), 1)],
+                         ids=lambda c: f"{c[0]}-{c[1]}-s{c[2]}-d{c[4]}")
+def test_cpu_conv_weights_laid_out_at_compile_time(case):
+    """On the C/CPU family a constant groups-1 weight is handed to the kernel as
+    ``(C, KH, KW, F)`` (``graph/lower.py`` ``conv_weight_layouts``: the channel form reads
+    it in place, no packing per call); the result is the convolution's (prime channel
+    counts, stride 2, padding, dilation, a one-pixel image, batch 2)."""
+    xs, (f, kh, kw), stride, pad, dil, groups = case
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((f, xs[1], kh, kw)).astype(np.float32)
+    b = rng.standard_normal(f).astype(np.float32)
+    g = GraphBuilder("conv")
+    xv = g.input("x", ("N",) + xs[1:])
+    wv = g.constant("w", w)
+    y = g.relu(g.conv2d(xv, wv, g.constant("b", b), stride=stride, padding=pad,
+                        dilation=dil))
+    cg = compile_graph(g.build(y), "cpu")
+    laid = [a for s in cg.steps for a in s.arg_arrays.values()]
+    assert len(laid) == 1 and laid[0].shape == (xs[1], kh, kw, f)
+    np.testing.assert_array_equal(laid[0], w.transpose(1, 2, 3, 0))
+    ref = np.maximum(ref_conv2d(x, w, b, stride, pad, dil), 0)
+    np.testing.assert_allclose(cg(x), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_weight_read_by_another_op_keeps_its_layout():
+    """A constant weight another operator of the group also reads, and grouped /
+    depthwise weights, keep the ``(F, C/g, KH, KW)`` layout (no laid-out copy)."""
+    from polycomp.graph.lower import conv_weight_layouts
+    from polycomp.graph.partition import partition
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((4, 4, 1, 1)).astype(np.float32)
+    g = GraphBuilder("conv")
+    xv = g.input("x", (1, 4, 4, 4))
+    wv = g.constant("w", w)
+    y = g.add(g.conv2d(xv, wv), g.reshape(wv, shape=(1, 1, 4, 4)))
+    cg = compile_graph(g.build(y), "cpu")
+    assert all(not s.arg_arrays for s in cg.steps)
+    x = rng.standard_normal((1, 4, 4, 4)).astype(np.float32)
+    ref = ref_conv2d(x, w) + w.reshape(1, 1, 4, 4)
+    np.testing.assert_allclose(cg(x), ref, rtol=1e-4, atol=1e-4)
+    g = GraphBuilder("dw")
+    xv = g.input("x", (1, 4, 4, 4))
+    part = partition(g.build(g.conv2d(xv, g.constant("wd", w[:, :1]), groups=4)))
+    assert [conv_weight_layouts(grp, part.inputs_of(grp)) for grp in part.groups] == [{}]
+
+
 def test_builder_conv2d_symbolic_spatial_extents_one_compilation():
     """H and W symbolic: the output extents are floor expressions (kernel parameters)."""
     rng = np.random.default_rng(2)
