@@ -121,6 +121,45 @@ def test_conv_weight_read_by_another_op_keeps_its_layout():
     assert [conv_weight_layouts(grp, part.inputs_of(grp)) for grp in part.groups] == [{}]
 
 
+WINDOW_CASES = [  # (N, C, H, W), multiplier, kernel, stride, padding, dilation
+    ((1, 7, 13, 37), 1, 3, 2, 1, 1),
+    ((2, 5, 7, 7), 1, 3, 1, 1, 1),
+    ((1, 3, 9, 1), 2, 3, 1, 1, 1),
+    ((1, 11, 16, 19), 1, 5, 2, 2, 1),
+    ((1, 2, 12, 11), 1, 3, 1, 2, 2),
+]
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=lambda c: f"{c[0]}-k{c[2]}-s{c[3]}-d{c[5]}")
+def test_cpu_depthwise_and_pool_windows_against_numpy(case):
+    """Depthwise convolutions and max / average pools with small windows are lowered as
+    the window sum written out (an elementwise stage over a zero / -inf padded copy of
+    the input, ``_conv_lower`` / ``_pool_lower``); on the cpu target (row vectors, stride-2
+    masked tails) against numpy: prime channel counts, odd widths, a one-pixel-wide image,
+    stride 2, dilation, a channel multiplier, NaN in the pooled input."""
+    xs, mult, k, st, pad, dil = case
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(xs).astype(np.float32)
+    x[0, 0, 0, 0] = np.nan
+    c = xs[1]
+    w = rng.standard_normal((c * mult, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c * mult).astype(np.float32)
+    g = GraphBuilder("win")
+    xv = g.input("x", xs)
+    y = g.conv2d(xv, g.constant("w", w), g.constant("b", b), stride=st, padding=pad,
+                 dilation=dil, groups=c)
+    kw = dict(kernel=(k, k), stride=(st, st), padding=(pad // dil, pad // dil))
+    mp, ap = g.max_pool2d(xv, **kw), g.avg_pool2d(xv, **kw, count_include_pad=False)
+    got_c, got_m, got_a = compile_graph(g.build(y, mp, ap), "cpu")(x)
+    np.testing.assert_allclose(got_c, ref_conv2d(x, w, b, (st, st), (pad, pad), (dil, dil), c),
+                               rtol=1e-4, atol=1e-4)
+    xt = torch.from_numpy(x)
+    p_ = pad // dil
+    np.testing.assert_allclose(got_m, F.max_pool2d(xt, k, st, p_).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(got_a, F.avg_pool2d(xt, k, st, p_, count_include_pad=False)
+                               .numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_builder_conv2d_symbolic_spatial_extents_one_compilation():
     """H and W symbolic: the output extents are floor expressions (kernel parameters)."""
     rng = np.random.default_rng(2)
