@@ -748,8 +748,12 @@ def _conv_lower(node: Node, ins, shape):
     """Groups 1: the op library's ``conv2d_nchw`` (the form the CPU backend's direct
     convolution recognises; attribute ``weight_layout="chwf"``, set only by
     :func:`polycomp.graph.lower.group_kernel` for a constant weight it hands the kernel
-    as ``(C, KH, KW, F)``, reads ``w[c, kh, kw, f]``).  Grouped / depthwise: input channel ``(f // (F/g)) * (C/g) +
-    c`` (depthwise with multiplier 1: ``f``), the window loops only when ``C/g == 1``."""
+    as ``(C, KH, KW, F)``, reads ``w[c, kh, kw, f]``).  Grouped / depthwise: input
+    channel ``(f // (F/g)) * (C/g) + c`` (depthwise with multiplier 1: ``f``); with a
+    padding, a zero-padded copy of the input is its own stage (:func:`_padded`); with
+    ``C/g == 1`` and at most ``UNROLL_WINDOW`` window positions the window sum is written
+    out as an expression (an elementwise stage), else the window (and channel) loops
+    reduce."""
     x, w = ins[0], ins[1]
     g = int(node.attrs.get("groups", 1))
     stride, pad, dil = (_pair_attr(node, k) for k in ("stride", "padding", "dilation"))
