@@ -761,7 +761,13 @@ def _conv_lower(node: Node, ins, shape):
     acc = ops.accumulation_dtype(d)
     has_bias = len(ins) > 2
     nm = _name(node) + ("_conv" if has_bias or acc != d else "")
-    if g == 1:
+    if node.attrs.get("pixels_flat"):
+        # a 1x1 stride-1 convolution lowered over flattened pixels (graph/lower.py
+        # ``pixel_flat``): x (N, C, H*W), out[n, f, p] = sum_c w[f, c] * x[n, c, p]
+        rc = dsl.reduce_axis(_int(w.shape[1]), f"rc_{node.name}")
+        t = dsl.compute(shape, lambda n, f, p: dsl.sum(
+            _as(x[n, rc, p], acc) * _as(w[f, rc, 0, 0], acc), axis=[rc]), name=nm, dtype=acc)
+    elif g == 1:
         t = ops.conv2d_nchw(x, w, stride, pad, dil, out_dtype=acc, name=nm,
                             w_layout=node.attrs.get("weight_layout", "fchw"))
     else:
@@ -812,8 +818,8 @@ def _conv_lower(node: Node, ins, shape):
         t = dsl.compute(shape, unrolled if small else body, name=nm, dtype=acc)
     if has_bias:
         b = ins[2]
-        t = dsl.compute(t.shape, lambda n, f, y, z: t[n, f, y, z] + _as(b[f], acc),
-                        name=_name(node) + ("_bias" if acc != d else ""), dtype=acc)
+        t = _compute(t.shape, lambda i: t[i] + _as(b[i[1]], acc),
+                     name=_name(node) + ("_bias" if acc != d else ""), dtype=acc)
     return _finish(node, t, t.shape)
 
 

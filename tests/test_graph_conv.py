@@ -121,6 +121,36 @@ def test_conv_weight_read_by_another_op_keeps_its_layout():
     assert [conv_weight_layouts(grp, part.inputs_of(grp)) for grp in part.groups] == [{}]
 
 
+@pytest.mark.parametrize("hw", [(7, 5), (1, 1)])
+def test_pointwise_conv_over_flattened_pixels(hw):
+    """A 1x1 stride-1 convolution with output rows narrower than 8 pixels (MobileNet's
+    7x7 expansions / projections), its bias, ReLU6 and residual add run over flattened
+    pixels (``graph/lower.py`` ``pixel_flat``: one GEMM over ``H*W``, zero-copy reshapes
+    at run time); prime channel counts, batch 2, one-pixel images; a 9-wide output keeps
+    the 4-d form."""
+    from polycomp.graph.lower import pixel_flat
+    h, w_ = hw
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 13, h, w_)).astype(np.float32)
+    r = rng.standard_normal((2, 17, h, w_)).astype(np.float32)
+    w = rng.standard_normal((17, 13, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(17).astype(np.float32)
+    g = GraphBuilder("pw")
+    xv, rv = g.input("x", (2, 13, h, w_)), g.input("r", (2, 17, h, w_))
+    y = g.add(g.hardtanh(g.conv2d(xv, g.constant("w", w), g.constant("b", b)), lo=0.0,
+                         hi=6.0), rv)
+    cg = compile_graph(g.build(y), "cpu")
+    assert [pixel_flat(grp) is not None for grp in cg.partition.groups] == [True]
+    assert all(s.arg_shapes for s in cg.steps)
+    ref = np.clip(ref_conv2d(x, w, b), 0, 6) + r
+    np.testing.assert_allclose(cg(x, r), ref, rtol=1e-4, atol=1e-4)
+    from polycomp.graph.partition import partition
+    g = GraphBuilder("pw9")
+    xv = g.input("x", (2, 13, h, 9))
+    part = partition(g.build(g.relu(g.conv2d(xv, g.constant("w", w)))))
+    assert [pixel_flat(grp) for grp in part.groups] == [None]
+
+
 WINDOW_CASES = [  # (N, C, H, W), multiplier, kernel, stride, padding, dilation
     ((1, 7, 13, 37), 1, 3, 2, 1, 1),
     ((2, 5, 7, 7), 1, 3, 1, 1, 1),
