@@ -408,6 +408,9 @@ class Blocking:
         return self.NI * self.L
 
 
+#: convolutions with at most this many input channels keep the width form
+FEW_CHANNELS = 4
+
 #: a product with fewer register rows than this per thread is split over j tiles
 SMALL_M_PANELS = 4
 
@@ -864,7 +867,11 @@ def use_channel_form(ch: OuterProduct | None, target, width: OuterProduct | None
     """Whether a direct backbone runs in its channel form ``ch``: where it matches, the
     output channels and every reduce extent are constants (the packed weight panel
     has a constant box), there are at least as many channels as vector lanes, and the
-    width form ``width`` is not a 1x1 convolution of stride 1 (:func:`pointwise_unit_stride`).
+    width form ``width`` is not a 1x1 convolution of stride 1 (:func:`pointwise_unit_stride`),
+    and there are more than ``FEW_CHANNELS`` input channels (an RGB stem: its channel
+    form reloads and restores its strided accumulators after only ``3 * KH * KW``
+    products; the width form keeps them along the output row, measured 5-15% faster on
+    ResNet's 7x7/2 and MobileNet's 3x3/2 stems).
     ``POLYCOMP_CONV_FORM=width`` keeps the width form (for comparisons)."""
     import os
     if ch is None or os.environ.get("POLYCOMP_CONV_FORM", "channel") != "channel":
@@ -874,6 +881,9 @@ def use_channel_form(ch: OuterProduct | None, target, width: OuterProduct | None
     dom = ch.update.domain
     n_f = _extent(dom, ch.j)
     if n_f is None or n_f < target.vector_lanes(ch.dtype):
+        return False
+    n_c = _extent(dom, ch.k[-1])
+    if n_c is not None and n_c <= FEW_CHANNELS and len(ch.k) > 1:
         return False
     return all(_extent(dom, t) is not None for t in ch.k)
 
