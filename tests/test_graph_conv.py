@@ -74,13 +74,14 @@ def test_builder_conv2d_against_numpy(case):
 @pytest.mark.parametrize("case", [c for c in CONV_CASES if c[5] == 1] +
                          [((1, 13, 7, 7), (17, 3, 3), (1, 1), (1, 1), (1, 1), 1),
                           ((2, 5, 9, 9), (33, 3, 3), (2, 2), (1, 1), (2, 2), 1),
-                          ((1, 3, 1, 1), (20, 1, 1), (1, 1), (0, 0), (1, 1), 1)],
+                          ((1, 3, 1, 1), (20, 1, 1), (2, 2), (0, 0), (1, 1), 1)],
                          ids=lambda c: f"{c[0]}-{c[1]}-s{c[2]}-d{c[4]}")
 def test_cpu_conv_weights_laid_out_at_compile_time(case):
     """On the C/CPU family a constant groups-1 weight is handed to the kernel as
     ``(C, KH, KW, F)`` (``graph/lower.py`` ``conv_weight_layouts``: the channel form reads
     it in place, no packing per call); the result is the convolution's (prime channel
-    counts, stride 2, padding, dilation, a one-pixel image, batch 2)."""
+    counts, stride 2, padding, dilation, a one-pixel image, batch 2; a 1x1 stride-1
+    convolution on a narrow image runs over flattened pixels instead, see below)."""
     xs, (f, kh, kw), stride, pad, dil, groups = case
     rng = np.random.default_rng(3)
     x = rng.standard_normal(xs).astype(np.float32)
