@@ -140,7 +140,7 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
         if g.kind == "view":
             steps.append(Step(g, None, part.inputs_of(g), part.outputs_of(g), {}))
             continue
-        gk = group_kernel(part, g, flatten_rows=flat_rows)
+        gk = group_kernel(part, g, flatten_rows=flat_rows, conv_layout=flat_rows)
         if gk.key not in built:
             opts = _group_options(g, gk.inputs, target, options)
             ck = compile_kernel(gk.kernel, target, opts)
@@ -149,5 +149,5 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
         fn, ck, names = built[gk.key]
         steps.append(Step(g, fn, gk.inputs, gk.outputs,  # type: ignore[arg-type]
                           dict(gk.params.exprs), dict(gk.arg_shapes),
-                          _prepack(ck, names, gk.inputs, packed)))
+                          _prepack(ck, names, gk.inputs, packed), dict(gk.arg_arrays)))
     return CompiledGraph(part, steps, len(built), target)

@@ -35,6 +35,9 @@ class Step:
     arg_shapes: dict[Value, tuple] = field(default_factory=dict)
     # constants the kernel reads pre-packed (graph/compile.py): passed packed, once made
     packed: dict[Value, np.ndarray] = field(default_factory=dict)
+    # constants the kernel takes laid out otherwise (``graph/lower.py``
+    # ``conv_weight_layouts``): the array passed instead of the value's own
+    arg_arrays: dict[Value, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -248,6 +251,8 @@ def _call(s: Step, vals: dict, env, params: dict) -> None:
     def shaped(v: Value) -> np.ndarray:
         if v in s.packed:
             return s.packed[v]
+        if v in s.arg_arrays:
+            return s.arg_arrays[v]
         a = vals[v]
         if v not in s.arg_shapes:
             return a
