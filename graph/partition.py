@@ -15,7 +15,9 @@ Phases (TSCompiler's prioritised fusion, AStitch's stitching, AutoGTCO's DP):
    takes no prologue or epilogue and never merges);
 4. **DP**: over groups in topological order, ``best[i] = min_j best[j] + cost(g_j..g_i-1)``
    where a merged group is legal when it holds at most one backbone, no view, at most
-   ``MAX_NODES`` operators, and stays convex (no path leaves it and comes back).
+   ``MAX_NODES`` operators, and stays convex (no path leaves it and comes back), and
+   does not join a reduction to a 1x1 convolution that runs over flattened pixels
+   alone (:func:`_flat_pointwise_with_reduce`).
 
 Cost of a group (seconds, dims bound to ``COST_DIMS``):
 ``ALPHA + bytes(inputs + outputs) / BANDWIDTH + flops / PEAK`` -- values internal to a
@@ -200,6 +202,22 @@ def _merge_kind(gs: list[Group]) -> str | None:
     return "stitch"
 
 
+def _flat_pointwise_with_reduce(seg: list[Group]) -> bool:
+    """Whether ``seg`` joins a reduction to a backbone group that runs over flattened
+    pixels alone (``graph/lower.py`` ``pixel_flat``: a 1x1 convolution on an image
+    narrower than ``PIXEL_FLAT_WIDTH``).  Such a merge is refused: with the reduction
+    (MobileNet-V2's last 320->1280 convolution and its global average pool) the group
+    keeps 7-wide rows, 1.37 ms against 0.89 ms for the flattened convolution alone and a
+    pool of 1280 x 49 floats (1 thread, CPU time, eager 0.90 ms for both).
+    ``POLYCOMP_FLAT_SPLIT=0`` allows the merge (for comparisons)."""
+    import os
+    if os.environ.get("POLYCOMP_FLAT_SPLIT", "1") == "0":
+        return False
+    from .lower import pixel_flat
+    return any(g.kind == "reduce" for g in seg) and \
+        any(g.kind == "backbone" and pixel_flat(g) is not None for g in seg)
+
+
 def _dp(groups: list[Group], graph: Graph, cons: dict, order: dict, env: dict) -> list[Group]:
     n = len(groups)
     best = [0.0] + [math.inf] * n
@@ -213,6 +231,8 @@ def _dp(groups: list[Group], graph: Graph, cons: dict, order: dict, env: dict) -
                 break
             nodes = sorted({m for g in seg for m in g.nodes}, key=order.__getitem__)
             if len(seg) > 1 and not _convex(set(nodes), order, cons):
+                continue
+            if len(seg) > 1 and kind == "backbone" and _flat_pointwise_with_reduce(seg):
                 continue
             g = Group(kind, nodes)
             c = best[j] + (0.0 if kind == "view" else group_cost(g, graph, cons, env))

@@ -152,6 +152,101 @@ def test_pointwise_conv_over_flattened_pixels(hw):
     assert [pixel_flat(grp) for grp in part.groups] == [None]
 
 
+
+def _compile_with_notes(graph, monkeypatch):
+    """``compile_graph`` on the cpu target and the ``cpu-backbone-tile`` notes of its
+    kernels."""
+    import polycomp.graph.compile as gc
+    kernels: list = []
+    orig = gc.compile_kernel
+
+    def keep(*a, **k):
+        ck = orig(*a, **k)
+        kernels.append(ck)
+        return ck
+    monkeypatch.setattr(gc, "compile_kernel", keep)
+    cg = compile_graph(graph, "cpu")
+    return cg, [n for ck in kernels for n in ck.notes.get("cpu-backbone-tile", [])] + \
+        [ck.source for ck in kernels]
+
+
+@pytest.mark.parametrize("case", [
+    # (N, C, H, W), (F, K), stride, padding, expected in the note
+    ((2, 307, 7, 7), (67, 3), 1, 1, ("register block 7x48", "input channels in tiles of")),
+    ((1, 89, 13, 13), (37, 7), 1, 3, ("register block 14x32", "input channels in tiles of 48")),
+    ((2, 911, 1, 1), (19, 3), 1, 1, ("input channels in tiles of",)),
+    ((1, 229, 14, 14), (64, 3), 2, 1, ("register block 7x48",)),
+], ids=lambda c: f"{c[0]}-{c[1]}-s{c[2]}" if isinstance(c, tuple) and len(c) == 5 else None)
+def test_cpu_conv_channel_tiles_and_row_register_block(case, monkeypatch):
+    """The channel form tiles the input channels when one panel's weights exceed half of
+    L2 (``backbone_tile.channel_tile``: the tile loop outside the output rows, the
+    accumulators loaded and stored once per tile) and takes one register tile per output
+    row on rows of at most 16 pixels (``row_register_block``); against numpy on prime
+    channel counts, odd widths, stride 2, padding, batch 2 and a one-pixel image (the
+    last channel tile partial)."""
+    xs, (f, k), st, pad, expect = case
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((f, xs[1], k, k)).astype(np.float32)
+    b = rng.standard_normal(f).astype(np.float32)
+    g = GraphBuilder("ct")
+    y = g.relu(g.conv2d(g.input("x", xs), g.constant("w", w), g.constant("b", b),
+                        stride=st, padding=pad))
+    cg, notes = _compile_with_notes(g.build(y), monkeypatch)
+    assert any(all(e in n for e in expect) for n in notes), notes
+    ref = np.maximum(ref_conv2d(x, w, b, (st, st), (pad, pad)), 0)
+    np.testing.assert_allclose(cg(x), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", [((2, 3, 11, 11), (17, 7), 2, 3), ((1, 2, 1, 1), (16, 3), 1, 1),
+                                  ((1, 3, 9, 8), (32, 3), 2, 1)],
+                         ids=lambda c: f"{c[0]}-{c[1]}")
+def test_cpu_rgb_stem_reads_a_padded_copy(case, monkeypatch):
+    """A padded convolution of at most ``FEW_CHANNELS`` input channels (an RGB stem,
+    width form) reads a zero-padded copy of its input (a ``_pad`` stage); with more
+    channels the padding stays a ``select``; against numpy (stride 2, a one-pixel image,
+    batch 2, an odd width)."""
+    xs, (f, k), st, pad = case
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((f, xs[1], k, k)).astype(np.float32)
+    g = GraphBuilder("stem")
+    y = g.relu(g.conv2d(g.input("x", xs), g.constant("w", w), stride=st, padding=pad))
+    cg, texts = _compile_with_notes(g.build(y), monkeypatch)
+    assert any("_pad" in t for t in texts)
+    if xs[1] == 3 and k == 7:    # five channels: the padding stays a select
+        g5 = GraphBuilder("five")
+        w5 = rng.standard_normal((f, 5, k, k)).astype(np.float32)
+        y5 = g5.relu(g5.conv2d(g5.input("x", (1, 5, 11, 11)), g5.constant("w", w5),
+                               padding=pad))
+        _, t5 = _compile_with_notes(g5.build(y5), monkeypatch)
+        assert not any("_pad" in t for t in t5)
+    ref = np.maximum(ref_conv2d(x, w, None, (st, st), (pad, pad)), 0)
+    np.testing.assert_allclose(cg(x), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_flattened_pointwise_conv_keeps_the_global_pool_apart():
+    """A 1x1 convolution on a 7-pixel-wide image followed by a global average pool: the
+    pool is not merged into the convolution's group (which then runs over flattened
+    pixels, ``partition._flat_pointwise_with_reduce``); a 9-wide image merges them as
+    before; results against numpy (prime channels, batch 2)."""
+    from polycomp.graph.lower import pixel_flat
+    from polycomp.graph.partition import partition
+    rng = np.random.default_rng(10)
+    w = rng.standard_normal((19, 13, 1, 1)).astype(np.float32)
+
+    def build(width):
+        g = GraphBuilder("pwpool")
+        y = g.adaptive_avg_pool2d(g.relu(g.conv2d(g.input("x", (2, 13, 5, width)),
+                                                  g.constant("w", w))), out=(1, 1))
+        return g.build(y)
+    assert len(partition(build(9)).groups) == 1
+    cg = compile_graph(build(7), "cpu")
+    assert [pixel_flat(grp) is not None for grp in cg.partition.groups] == [True, False]
+    x = rng.standard_normal((2, 13, 5, 7)).astype(np.float32)
+    ref = np.maximum(ref_conv2d(x, w), 0).mean(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(cg(x), ref, rtol=1e-4, atol=1e-5)
+
 WINDOW_CASES = [  # (N, C, H, W), multiplier, kernel, stride, padding, dilation
     ((1, 7, 13, 37), 1, 3, 2, 1, 1),
     ((2, 5, 7, 7), 1, 3, 1, 1, 1),
