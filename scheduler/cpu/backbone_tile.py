@@ -578,14 +578,15 @@ def channel_tile(op: OuterProduct, b: Blocking, target) -> int:
         return 0
     window = 1
     for t, e in ext.items():
-        if t != ck:
+        if t != ck and e is not None:
             window *= e
     per_c = window * b.NR * dt.itemsize(op.dtype)
     cap = max(8, target.l2_bytes // 2 // per_c)
     if n_c <= cap:
         return 0
     n = -(-n_c // cap)
-    return -(-(-(-n_c // n)) // 8) * 8
+    per_tile = -(-n_c // n)
+    return -(-per_tile // 8) * 8
 
 
 def shared_y_panel(b: Blocking, n_i: int | None) -> bool:
