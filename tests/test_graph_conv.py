@@ -175,6 +175,9 @@ def _compile_with_notes(graph, monkeypatch):
     ((2, 307, 7, 7), (67, 3), 1, 1, ("register block 7x48", "input channels in tiles of")),
     ((1, 89, 13, 13), (37, 7), 1, 3, ("register block 14x32", "input channels in tiles of 48")),
     ((2, 911, 1, 1), (19, 3), 1, 1, ("input channels in tiles of",)),
+    # one 16-channel panel, fewer than the threads: the rows are the parallel band and
+    # the channel tiles lie outside it
+    ((2, 911, 3, 5), (16, 3), 1, 1, ("input channels in tiles of 456",)),
     ((1, 229, 14, 14), (64, 3), 2, 1, ("register block 7x48",)),
 ], ids=lambda c: f"{c[0]}-{c[1]}-s{c[2]}" if isinstance(c, tuple) and len(c) == 5 else None)
 def test_cpu_conv_channel_tiles_and_row_register_block(case, monkeypatch):
@@ -183,7 +186,8 @@ def test_cpu_conv_channel_tiles_and_row_register_block(case, monkeypatch):
     accumulators loaded and stored once per tile) and takes one register tile per output
     row on rows of at most 16 pixels (``row_register_block``); against numpy on prime
     channel counts, odd widths, stride 2, padding, batch 2 and a one-pixel image (the
-    last channel tile partial)."""
+    last channel tile partial; a single channel panel, whose rows are the parallel
+    band)."""
     xs, (f, k), st, pad, expect = case
     rng = np.random.default_rng(8)
     x = rng.standard_normal(xs).astype(np.float32)

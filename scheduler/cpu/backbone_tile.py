@@ -57,6 +57,10 @@ the weights, packed in panels of ``NR`` channels), ``i`` = the output width:
             mark cpu_microkernel -> band[window dims.., other reduce dims..]
                                       -> band[i mod MR, f mod NR]
 
+(weights read in place: no pack mark, and with a channel tile, :func:`channel_tile`, a
+band ``[floor(c/c_tile)]`` between ``band[floor(f/NR)]`` and the batch band; rows of at
+most 16 pixels take one register tile each, :func:`row_register_block`)
+
 A GEMM-form backbone with fewer than ``SMALL_M_PANELS`` register rows per thread and at
 least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]``
 band instead of the ``i``-tile band (``MC`` = all rows, ``NC`` at most a thread's share
