@@ -517,11 +517,15 @@ class ScopGemmPass(Pass):
             promotion_state(ctx).pack_requests[:] = requests
             stages.replace(st, new)
             init = f" (init {g.init.name})" if g.init is not None else ""
+            cyc = " (a triangle: dealt to the threads cyclically)" if cyclic_tiles(
+                g.update.domain, g.upd_pos["i"], g.upd_pos["j"], ctx.target.cpu.threads) \
+                and not g.upd_pos["b"] else ""
             prods = " + ".join(f"{x.buffer.name} * {y.buffer.name}" for x, y in g.pairs)
             xs = ", ".join(x.buffer.name for x, _ in g.pairs)
             ys = ", ".join(y.buffer.name for _, y in g.pairs)
             ctx.note(self.name, f"{g.update.name}{init}: GEMM {g.update.write.name} += "
                                 f"{prods}; register block "
                                 f"{b.MR}x{b.NR}, tiles MC={b.MC} NC={b.NC} KC={b.KC}, packed "
-                                f"{xs} (L1) and {ys} (L2), parallel over i tiles")
+                                f"{xs} (L1) and {ys} (L2), parallel over i tiles"
+                                f"{cyc}")
         return stages.schedule()
