@@ -72,8 +72,9 @@ def _compile(kernel: FrontEndKernel, tgt: Target, backend, opts, pm: PassManager
     model = pm.step("model", "model", kernel.polyhedral_model, str)
     state = CompileState(model, tgt, opts)
     schedule = pm.run(model.initial_schedule, state, schedule_passes(state))
+    # (a schedule pass may have replaced the model by an equivalent one: scop-tensor-cores)
     func = pm.step("lower", "lower", lambda: lower_schedule(
-        model, schedule, simplify_body=False,
+        state.model, schedule, simplify_body=False,
         context_parts=state.ast_context_parts,
         statement_hook=lambda var: backend.lowering_statements(state, var)), _func_str)
     func = pm.run_ir(func, state, backend.ir_passes(state), "ir")

@@ -99,15 +99,18 @@ def opt(default: Any, check: Callable[[str, Any], Any], doc: str) -> Any:
 # --------------------------------------------------------------------------- base class
 
 
-#: What ``fp_exact=True`` sets in a target's options (where the target has the field):
-#: SIMD reductions keep several partial sums, the micro-kernel uses explicit FMA
-#: instructions and ``reciprocal`` rounds differently from a division.
-FP_EXACT_OVERRIDES: dict[str, Any] = {"vectorize": False, "microkernel": False,
-                                      "reciprocal": False}
+#: What ``fp_exact=True`` sets in a target family's options: on the C targets SIMD
+#: reductions keep several partial sums, the micro-kernel uses explicit FMA instructions
+#: and ``reciprocal`` rounds differently from a division; on CUDA the Tensor Cores sum
+#: in fp32 in the mma's order and a fused contraction chain (online softmax) rescales
+#: partial sums (the ``.cu`` is also built with ``nvcc -fmad=false``).
+FP_EXACT_OVERRIDES: dict[str, dict[str, Any]] = {
+    "cpu": {"vectorize": False, "microkernel": False, "reciprocal": False},
+    "cuda": {"tensor_cores": False, "chain": False},
+}
 
 #: Target families that implement ``fp_exact`` (elsewhere it is an OptionError).
-FP_EXACT_FAMILIES = ("cpu",)
-
+FP_EXACT_FAMILIES = tuple(FP_EXACT_OVERRIDES)
 
 
 @dataclass(frozen=True)
@@ -120,8 +123,9 @@ class Options:
                               "reschedule with isl's scheduler before the target passes")
     fp_exact: bool = opt(False, boolean,
                          "IEEE results of the source's own operation order: no FMA "
-                         "contraction, no reordered reductions (no SIMD, micro-kernel or "
-                         "reciprocal); C kernels match gcc -O0 -ffp-contract=off bitwise")
+                         "contraction, no reordered reductions (no SIMD, micro-kernel, "
+                         "reciprocal or Tensor Cores); C kernels match gcc -O0 "
+                         "-ffp-contract=off bitwise")
 
     def __post_init__(self) -> None:
         """Every field passes its check (normalised in place), then :meth:`validate`:
@@ -132,9 +136,10 @@ class Options:
         if self.fp_exact:  # switch off every option of the target that reorders or fuses
             if self.family not in FP_EXACT_FAMILIES:
                 raise OptionError(f"option fp_exact is not supported on {self.family} targets "
-                                  f"yet (only on the C targets: c, cpu, cpu-avx2, cpu-avx512)")
+                                  f"yet (only on the C targets c, cpu, cpu-avx2, cpu-avx512 and "
+                                  f"the CUDA targets)")
             names = {f.name for f in fields(self)}
-            for name, value in FP_EXACT_OVERRIDES.items():
+            for name, value in FP_EXACT_OVERRIDES[self.family].items():
                 if name in names:
                     object.__setattr__(self, name, value)
         self.validate()

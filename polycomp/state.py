@@ -17,7 +17,10 @@ record what later steps need in typed fields — never in a free dict:
 * ``inlined``: arrays recomputed where they are read instead of being stored;
 * ``ast_context``: parameter constraints for AST generation (block/thread id ranges),
   and ``ast_context_parts``, the sets it intersects (one per GPU kernel);
-* ``remarks``: the decisions passes explain (``polycomp explain`` prints them).
+* ``remarks``: the decisions passes explain (``polycomp explain`` prints them);
+* ``model``: a schedule pass may replace it by an equivalent model whose statements
+  the rest of the pipeline lowers (``scop-tensor-cores`` rewrites a C GEMM nest into
+  init / update / epilogue statements); the compiled kernel keeps the front end's.
 """
 from __future__ import annotations
 

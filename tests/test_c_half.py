@@ -2,8 +2,9 @@
 ``__fp16`` (clang, gcc on Arm) element types read as ``float16``, also through a
 ``typedef``; a GEMM-like nest with float16 operands widened to float takes the CUDA
 tiled contraction path; the simulator and the ``c``/``cpu`` targets are bitwise equal to
-``gcc -O0 -ffp-contract=off`` (the products of two halves are exact in float, the sums
-run in the C order).  Tensor Cores are not reached from C yet (see docs/c_frontend.md).
+``gcc -O0 -ffp-contract=off`` with ``fp_exact`` (the products of two halves are exact in
+float, the sums run in the C order).  Without ``fp_exact`` the nest takes the Tensor
+Cores (tests/test_c_tensor_cores.py).
 """
 from __future__ import annotations
 
@@ -59,8 +60,9 @@ def test_hgemm_bitwise_gcc_o0(m, n, kk, tmp_path):
     ctypes.CDLL(str(so)).hgemm(ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(kk),
                                *[ctypes.c_void_p(x.ctypes.data) for x in (ref, A, B)])
     k = read_c_kernel(HGEMM)
-    ck = compile_kernel(k, "cuda")
+    ck = compile_kernel(k, "cuda", {"fp_exact": True})   # (else: Tensor Cores, fp32 order)
     assert "tiled GPU pipeline (contraction)" in " ".join(ck.notes["scop-gpu-groups"])
+    assert "tc-tiling" not in ck.notes
     got, _ = simulate(ck, A, B, C.copy(), M=m, N=n, K=kk)
     np.testing.assert_array_equal(got, ref)
     np.testing.assert_array_equal(build(k, "c", {"fp_exact": True})(A, B, C.copy()), ref)

@@ -333,8 +333,10 @@ def test_fp_exact_option():
     src = compile_kernel(k, "cpu", options={"fp_exact": "true"}).source
     assert src.startswith('#pragma GCC optimize ("fp-contract=off")')
     assert "fp-contract" not in compile_kernel(k, "cpu").source
-    with pytest.raises(OptionError, match="fp_exact is not supported on cuda"):
-        compile_kernel(k, "cuda", options={"fp_exact": True})
+    with pytest.raises(OptionError, match="fp_exact is not supported on npu"):
+        compile_kernel(k, "npu", options={"fp_exact": True})
+    cu = compile_kernel(k, "cuda", options={"fp_exact": True}).source
+    assert cu.startswith("// fp_exact: build with nvcc -fmad=false")
 
 
 def test_block_scoped_locals_are_separate_variables():

@@ -7,21 +7,19 @@ simulator (for the kernels the NPU target takes; a clear ``TargetError`` otherwi
 every program's output is compared with its numpy reference.
 
 CI runs ``POLYCOMP_FUZZ_N`` programs (default 504; set it higher for a longer run, and
-``POLYCOMP_FUZZ_SEED`` for other seeds) on two worker processes, every case on all six
-paths. Throughput: 12 programs share one kernel (one compile and one gcc build per
-target for all of them), one ``c`` compile serves both the C build and the interpreter,
-workers are reused across cases and gcc builds are cached (:mod:`polycomp.cache`). A
-failure names the seed and the program; replay is ``run_case(seed)`` (``make_case(seed,
-PROGRAMS_PER_CASE)`` rebuilds the kernel). Every failure found is minimised into a
-regression test elsewhere (tests/test_nan_semantics.py,
+``POLYCOMP_FUZZ_SEED`` for other seeds) dealt to ``FUZZ_SHARDS`` tests that pytest-xdist
+spreads over its workers, every case on all six paths. Throughput: 12 programs share one
+kernel (one compile and one gcc build per target for all of them), one ``c`` compile
+serves both the C build and the interpreter, and gcc builds are cached
+(:mod:`polycomp.cache`). A failure names the seed and the program; replay is
+``run_case(seed)`` (``make_case(seed, PROGRAMS_PER_CASE)`` rebuilds the kernel). Every
+failure found is minimised into a regression test elsewhere (tests/test_nan_semantics.py,
 tests/test_cpu_contract_carried.py, ...).
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
@@ -91,22 +89,36 @@ def run_case(seed: int) -> tuple[list[str], int]:
     return failures, npu_programs
 
 
-@pytest.mark.slow
-def test_differential_fuzzer():
+def _fuzz_seeds() -> list[int]:
     n_programs = int(os.environ.get("POLYCOMP_FUZZ_N", "504"))
     first = int(os.environ.get("POLYCOMP_FUZZ_SEED", "1000"))
-    seeds = range(first, first + -(-n_programs // PROGRAMS_PER_CASE))
+    return list(range(first, first + -(-n_programs // PROGRAMS_PER_CASE)))
+
+
+#: the cases are dealt to this many tests, so that pytest-xdist spreads them over its
+#: workers (one shard runs its cases in turn in the worker's process)
+FUZZ_SHARDS = 14
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shard", range(FUZZ_SHARDS))
+def test_differential_fuzzer(shard):
+    seeds = _fuzz_seeds()[shard::FUZZ_SHARDS]
     failures: list[str] = []
     npu = 0
-    # spawn: fresh workers (polycomp's kernels are fork-safe, tests/test_trust_fork.py,
-    # but torch's own OpenMP runtime in this process need not be)
-    with ProcessPoolExecutor(max_workers=2, mp_context=mp.get_context("spawn")) as pool:
-        for fails, n in pool.map(run_case, seeds):
-            failures += fails
-            npu += n
+    for seed in seeds:
+        fails, n = run_case(seed)
+        failures += fails
+        npu += n
     assert not failures, f"{len(failures)} failure(s):\n" + "\n".join(failures[:40])
-    assert len(seeds) * PROGRAMS_PER_CASE >= n_programs
     print(f"{len(seeds) * PROGRAMS_PER_CASE} programs; the NPU took {npu}")
+
+
+def test_fuzz_shards_cover_every_case():
+    seeds = _fuzz_seeds()
+    dealt = sorted(s for k in range(FUZZ_SHARDS) for s in seeds[k::FUZZ_SHARDS])
+    assert dealt == seeds and len(seeds) * PROGRAMS_PER_CASE >= int(
+        os.environ.get("POLYCOMP_FUZZ_N", "504"))
 
 
 #: Integer cases with edge values (MIN, MAX, MAX-1, -1, 0) and overflowing comparisons,
@@ -116,15 +128,12 @@ INT_EDGE_SEEDS = [5009, 5038, 5010, 5016, 5034, 5048]
 
 
 @pytest.mark.slow
-def test_integer_edge_fuzzer():
+@pytest.mark.parametrize("seed", INT_EDGE_SEEDS)
+def test_integer_edge_fuzzer(seed):
     from fuzz_programs import make_case
-    for seed in INT_EDGE_SEEDS:
-        case = make_case(seed, 1)
-        assert case.dtype != "float32" and case.edges, seed
-    failures: list[str] = []
-    with ProcessPoolExecutor(max_workers=2, mp_context=mp.get_context("spawn")) as pool:
-        for fails, _ in pool.map(run_case, INT_EDGE_SEEDS):
-            failures += fails
+    case = make_case(seed, 1)
+    assert case.dtype != "float32" and case.edges, seed
+    failures, _ = run_case(seed)
     assert not failures, f"{len(failures)} failure(s):\n" + "\n".join(failures[:40])
 
 

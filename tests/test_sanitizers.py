@@ -8,8 +8,8 @@ with the numpy reference.
 Targets: float32 and float64 on ``c``, ``cpu-avx2`` and, where the host has AVX-512,
 ``cpu-avx512`` (the vectorised paths); the other dtypes (float16, bfloat16, int32,
 int8), which run scalar code on every CPU target, on ``c`` only. Executables are built
-once per session by a pool of two gcc processes (only for the cases pytest selected),
-then each case runs its shapes.
+as the cases run (each process builds only the cases it runs; gcc works on a pool of two
+threads a couple of cases ahead), then each case runs its shapes.
 """
 from __future__ import annotations
 
@@ -70,32 +70,54 @@ def _shape_draws(name: str, dtype: str) -> list:
     return [spec.shapes(lambda lo, hi: lo), spec.shapes(tail), spec.shapes(tail)]
 
 
+class SanitizedBuilds:
+    """Executables built on demand, for the cases this process runs: under xdist every
+    worker sees every collected item, so building them all up front built each one
+    twice. Asking for a case also queues the next selected case (gcc
+    runs on a pool of two threads while the tests run)."""
+
+    LOOKAHEAD = 1
+
+    def __init__(self, wanted: list[tuple], workdir: str) -> None:
+        self.wanted = wanted
+        self.workdir = workdir
+        self.pool = ThreadPoolExecutor(max_workers=2)
+        self.futures: dict[tuple, Future] = {}
+
+    def _submit(self, key: tuple) -> None:
+        if key in self.futures:
+            return
+        ck = compiled(*key)
+        exe = os.path.join(self.workdir, "-".join(key))
+        self.futures[key] = self.pool.submit(
+            lambda f=ck.final_ir, s=ck.source, e=exe: (f, build_sanitized(f, s, e)))
+
+    def get(self, key: tuple):
+        """``(final_ir, executable path)`` of case ``key``."""
+        self._submit(key)
+        if key in self.wanted:
+            at = self.wanted.index(key)
+            for nxt in self.wanted[at + 1:at + 1 + self.LOOKAHEAD]:
+                self._submit(nxt)
+        return self.futures[key].result()
+
+
 @pytest.fixture(scope="session")
-def sanitized_builds(request, tmp_path_factory) -> dict:
-    """``{(name, dtype, target): Future of (final_ir, executable path)}`` for the
-    selected cases: kernels compiled here in turn, gcc runs two at a time."""
+def sanitized_builds(request, tmp_path_factory):
+    """The builds of the selected cases, made as the cases run."""
     wanted = []
     for item in request.session.items:
         cs = getattr(item, "callspec", None)
         if cs is not None and item.originalname == "test_op_kernel_sanitized":
             wanted.append((cs.params["name"], cs.params["dtype"], cs.params["target"]))
-    workdir = tmp_path_factory.mktemp("sanitize")
-    pool = ThreadPoolExecutor(max_workers=2)
-    futures: dict[tuple, Future] = {}
-    for key in wanted:
-        name, dtype, target = key
-        func = compiled(name, dtype, target).final_ir
-        source = compiled(name, dtype, target).source
-        exe = os.path.join(workdir, "-".join(key))
-        futures[key] = pool.submit(lambda f=func, s=source, e=exe: (f, build_sanitized(f, s, e)))
-    yield futures
-    pool.shutdown(wait=True)
+    builds = SanitizedBuilds(wanted, str(tmp_path_factory.mktemp("sanitize")))
+    yield builds
+    builds.pool.shutdown(wait=True)
 
 
 @pytest.mark.parametrize("name,dtype,target", _cases())
 def test_op_kernel_sanitized(name, dtype, target, sanitized_builds):
-    key = (name, dtype, target)
-    func, exe = sanitized_builds[key].result()
+    func, exe = sanitized_builds.get((name, dtype, target))
     spec = OPS[name]
     rng = np.random.default_rng(1)
     draws = _shape_draws(name, dtype)

@@ -72,6 +72,11 @@ def _baseline(state: CompileState) -> bool:
     return state.cuda_options.gpu == "baseline"
 
 
+#: First line of a ``.cu`` compiled with ``fp_exact``: nvcc contracts ``a*b + c`` into an
+#: FMA unless told not to (the launcher passes the flag; say so to whoever builds it).
+FP_EXACT_CU_NOTE = "// fp_exact: build with nvcc -fmad=false (no FMA contraction)\n"
+
+
 class CudaBackend(Backend):
     family = "cuda"
     names = ("cuda", "cuda-sm90", "cuda-sm90a")
@@ -113,12 +118,13 @@ class CudaBackend(Backend):
             return [GpuBaselineMappingPass()]
         scop = isinstance(state.model, CScopModel)
         passes: list[Pass]
-        if scop:    # per nest: tiled (backbone marks) or baseline (mapped right away)
-            passes = [ScopGroupingPass(), ScopBaselinePass()]
+        if scop:    # per nest: tiled (backbone marks) or baseline (mapped right away);
+            # half-precision GEMM nests rewritten for the Tensor Core tiling in between
+            from polycomp.scheduler.tensorcore.scop import ScopTensorCorePass
+            passes = [ScopGroupingPass(), ScopTensorCorePass(), ScopBaselinePass()]
         else:
             passes = [] if o.isl_scheduler else [PatternSchedulePass()]
-        # (C has no f16/bf16 element types: a SCoP's contractions use CUDA cores)
-        tensor_cores = not scop and not o.isl_scheduler and o.tensor_cores
+        tensor_cores = o.tensor_cores and (scop or not o.isl_scheduler)
         if tensor_cores:  # f16/bf16 contractions: mma tiles (kernels mapped after the rest)
             passes.append(TensorCoreTilingPass())
         passes += [GpuTilingPass(), RowReductionMappingPass(), GpuMappingPass()]
@@ -178,8 +184,10 @@ class CudaBackend(Backend):
                         lambda f, s: legalize_names(f, taken=kernel_function_names))]
 
     def emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
+        """The ``.cu``; under ``options.fp_exact`` it starts with
+        :data:`FP_EXACT_CU_NOTE` (the launcher builds it with ``nvcc -fmad=false``)."""
         from .codegen import emit_cuda
-        return emit_cuda(func)
+        return (FP_EXACT_CU_NOTE if state.options.fp_exact else "") + emit_cuda(func)
 
     def load(self, ck):
         from .launcher import CudaFunction

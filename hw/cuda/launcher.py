@@ -168,26 +168,36 @@ def gpu_available() -> bool:
         return False
 
 
-def compile_cubin(source: str, sm: int) -> bytes:
+def nvcc_flags(fmad: bool = True) -> list[str]:
+    """nvcc's optimisation flags: ``-O3``, and ``-fmad=false`` (no ``a*b + c``
+    contracted into an FMA) for a kernel compiled with ``fp_exact``."""
+    return ["-O3"] + ([] if fmad else ["-fmad=false"])
+
+
+def compile_cubin(source: str, sm: int, fmad: bool = True) -> bytes:
     """The cubin of ``source`` for ``sm_<sm>``, memoised in the kernel cache
-    (:mod:`polycomp.cache`, keyed by source, architecture and nvcc's version)."""
+    (:mod:`polycomp.cache`, keyed by source, architecture, flags and nvcc's version)."""
     from polycomp.cache import compiler_version, get_cache, make_key
-    key = make_key("cubin", source, str(sm), compiler_version("nvcc"))
-    return get_cache().get_or_build_bytes(key, ".cubin", lambda: _nvcc_cubin(source, sm),
+    key = make_key("cubin", source, str(sm), " ".join(nvcc_flags(fmad)),
+                   compiler_version("nvcc"))
+    return get_cache().get_or_build_bytes(key, ".cubin",
+                                          lambda: _nvcc_cubin(source, sm, fmad),
                                           kind="cubin")
 
 
-def compile_shared(source: str, arch: str) -> bytes:
+def compile_shared(source: str, arch: str, fmad: bool = True) -> bytes:
     """The shared library (host entry points and kernels) of ``source`` for
     ``sm_<arch>`` (``"90a"``: ``-gencode=arch=compute_90a,code=sm_90a``), memoised in
     the kernel cache."""
     from polycomp.cache import compiler_version, get_cache, make_key
-    key = make_key("cuda-so", source, arch, compiler_version("nvcc"))
-    return get_cache().get_or_build_bytes(key, ".so", lambda: _nvcc_shared(source, arch),
+    key = make_key("cuda-so", source, arch, " ".join(nvcc_flags(fmad)),
+                   compiler_version("nvcc"))
+    return get_cache().get_or_build_bytes(key, ".so",
+                                          lambda: _nvcc_shared(source, arch, fmad),
                                           kind="cuda-so")
 
 
-def _nvcc_shared(source: str, arch: str) -> bytes:
+def _nvcc_shared(source: str, arch: str, fmad: bool = True) -> bytes:
     import os
     import subprocess
     import tempfile
@@ -196,8 +206,9 @@ def _nvcc_shared(source: str, arch: str) -> bytes:
         out = os.path.join(tmp, "k.so")
         with open(cu, "w") as f:
             f.write(source)
-        r = subprocess.run(["nvcc", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-O3",
-                            "-shared", "-Xcompiler", "-fPIC", "-o", out, cu, "-lcudart"],
+        r = subprocess.run(["nvcc", f"-gencode=arch=compute_{arch},code=sm_{arch}",
+                            *nvcc_flags(fmad), "-shared", "-Xcompiler", "-fPIC", "-o", out,
+                            cu, "-lcudart"],
                            capture_output=True, text=True)
         if r.returncode != 0:
             raise BuildError(f"nvcc failed on generated CUDA:\n{r.stderr[-4000:]}")
@@ -205,7 +216,7 @@ def _nvcc_shared(source: str, arch: str) -> bytes:
             return f.read()
 
 
-def _nvcc_cubin(source: str, sm: int) -> bytes:
+def _nvcc_cubin(source: str, sm: int, fmad: bool = True) -> bytes:
     import os
     import subprocess
     import tempfile
@@ -214,7 +225,8 @@ def _nvcc_cubin(source: str, sm: int) -> bytes:
         out = os.path.join(tmp, "k.cubin")
         with open(cu, "w") as f:
             f.write(source)
-        r = subprocess.run(["nvcc", f"-arch=sm_{sm}", "-cubin", "-O3", "-o", out, cu],
+        r = subprocess.run(["nvcc", f"-arch=sm_{sm}", "-cubin", *nvcc_flags(fmad), "-o", out,
+                            cu],
                            capture_output=True, text=True)
         if r.returncode != 0:
             raise BuildError(f"nvcc failed on generated CUDA:\n{r.stderr[-4000:]}")
@@ -237,7 +249,8 @@ class CudaFunction:
             self.entry = self._host_entry(compiled)
             return
         cubin = compile_cubin(compiled.source,
-                              device_arch(compiled.target.cuda.sm, self.api.compute_capability()))
+                              device_arch(compiled.target.cuda.sm, self.api.compute_capability()),
+                              fmad=not compiled.options.fp_exact)
         self.module = self.api.load(cubin)
         self.handles = [self.api.function(self.module, k.name,
                                           k.shared_bytes if dynamic_shared(k) else 0)
@@ -289,7 +302,7 @@ class CudaFunction:
         if self.api.compute_capability() != cu.sm:
             raise TargetError(f"{compiled.target.name} code runs on sm_{cu.arch} GPUs only; "
                               f"this GPU is sm_{self.api.compute_capability()}")
-        lib = compile_shared(compiled.source, cu.arch)
+        lib = compile_shared(compiled.source, cu.arch, fmad=not compiled.options.fp_exact)
         self._dir = tempfile.TemporaryDirectory(prefix="polycomp-so-")
         path = os.path.join(self._dir.name, "k.so")
         with open(path, "wb") as f:

@@ -539,9 +539,18 @@ class _Tensorizer(ir.Mutator):
 
 
 def _vector_store_ok(stmt, view) -> bool:
-    """Does ``stmt`` store ``out[o]`` at its own output point (N innermost)?"""
+    """Does ``stmt`` store ``out[o]`` at its own output point (N innermost), with no
+    statement of the group reading ``out`` from memory (the in-out ``C`` of a C GEMM
+    nest, or an epilogue statement after it reading ``C``)?  A lane's quad store writes
+    elements that other lanes own; their reads would be ordered by nothing but the
+    shuffle, so those statements store element by element, each by its owner."""
     idx = stmt.write_indices
-    return len(idx) == len(view.stage.iters) and \
+    reads: list = []
+    for s in [stmt] + view.epilogue[view.epilogue.index(stmt) + 1:] \
+            if stmt in view.epilogue else [stmt]:
+        ir.walk(s.value, lambda e: reads.append(e) if isinstance(e, ir.Load)
+                and e.buffer.name == stmt.write.name else None)
+    return not reads and len(idx) == len(view.stage.iters) and \
         all(i is v for i, v in zip(idx, stmt.iters[:len(idx)]))
 
 

@@ -16,6 +16,11 @@ axis (channels for a convolution).  Every output dimension must be used by a fac
 and reduce axes keep tile 1 (implicit GEMM: a convolution's ``n, y`` and filter window
 ``kh, kw`` are loops around the GEMM tiles).
 
+On a C SCoP the GEMM views are those of the nests that
+:class:`~polycomp.scheduler.tensorcore.scop.ScopTensorCorePass` rewrote (same tree shape,
+one reduce axis; kernel numbers after every nest's, see
+:func:`~polycomp.scheduler.tensorcore.scop.scop_kernel_base`).
+
 Configuration (``options["tc_tile"]``, a :class:`TcConfig` or a dict with ``block``,
 ``warp``, ``k``, ``stages``, ``swizzle``): the tile tuple ⟨block BM x BN⟩⟨warp WM x WN⟩
 ⟨instruction 16 x 8 x 16⟩ with BM, BN multiples of WM, WN, WM a multiple of 16, WN of 16,
@@ -278,10 +283,18 @@ class TensorCoreTilingPass(Pass):
         if not ctx.cuda_options.tensor_cores:
             return schedule
         model = ctx.model
-        if not isinstance(model, DslModel):
+        marks = backbone_marks(schedule)
+        if not isinstance(model, DslModel):   # C nests rewritten by scop-tensor-cores
+            from polycomp.scheduler.tensorcore.scop import scop_kernel_base, tensor_core_views
+            views = tensor_core_views(ctx).views
+            base = scop_kernel_base(schedule, ctx)
+            for k, name in enumerate(marks):
+                view = views.get(name)
+                if view is not None:
+                    schedule = self._plan(schedule, k, view.group, view, ctx,
+                                          base + len(gpu_kernels(ctx).tc_plans))
             return schedule
         groups = fusion_groups(model.graph)
-        marks = backbone_marks(schedule)
         plans = gpu_kernels(ctx).tc_plans
         for k in range(len(marks)):
             g = _group_at(nth_backbone(schedule, k), groups, model)
@@ -292,37 +305,43 @@ class TensorCoreTilingPass(Pass):
                 if g.kind in ("contraction", "conv"):
                     ctx.note(self.name, f"group {k} ({g.backbone.name}): no tensor cores: {view}")
                 continue
-            if hopper.wgmma_unit(ctx.target) is not None:
-                ops = hopper.tma_operands(view, model)
-                if not isinstance(ops, str):
-                    schedule = self._tile_wgmma(schedule, k, g, view, ops, ctx,
-                                                len(marks) + len(plans))
-                    continue
-                ctx.note(self.name, f"group {k} ({g.backbone.name}): no wgmma: {ops}; "
-                                    f"mma.sync")
-            cfg = tc_config(ctx.cuda_options.tc_tile, view)
-            need = cfg.shared_bytes(dt.itemsize(view.in_dtype))
-            plan = TcPlan(view, cfg, len(marks) + len(plans), k)
-            schedule = self._tile(schedule, k, plan, ctx)
-            plan.staging = stage_operands(schedule, plan, ctx.target)
-            if plan.staging.refused:
-                for d in plan.staging.refused:
-                    ctx.note(self.name, d.remark())
-                limit = shared_limit(ctx.target)
-                raise ResourceLimitError(
-                    f"tensor-core tiling of {g.backbone.name}: {cfg.stages} stage(s) of "
-                    f"{cfg.block[0]}x{cfg.k} + {cfg.k}x{cfg.block[1]} tiles need {need} bytes "
-                    f"of shared memory; {ctx.target.name} allows {limit} per block (with "
-                    f"the opt-in limit; fewer stages or smaller tiles fit)")
-            plans[k] = plan
-            ctx.note(self.name, f"group {k} ({g.backbone.name}): tensor cores {view.in_dtype} "
-                                f"mma.m16n8k16, block {cfg.block}, warp {cfg.warp}, K tile "
-                                f"{cfg.k}, {cfg.stages} stage(s), {need} B shared; M = "
-                                f"{view.stage.iters[view.m_dim].name}, N = "
-                                f"{view.stage.iters[view.n_dim].name}, K = "
-                                f"{view.stage.reduce_axes[view.k_dim].var.name}")
-            for d in plan.staging.decisions:
+            schedule = self._plan(schedule, k, g, view, ctx, len(marks) + len(plans))
+        return schedule
+
+    def _plan(self, schedule, k, g, view, ctx, kernel):
+        """Tile group ``k`` (GEMM view ``view``) as Tensor Core kernel ``kernel``: the
+        wgmma form on sm_90a where its operands have TMA forms, else mma.sync."""
+        model = ctx.model
+        plans = gpu_kernels(ctx).tc_plans
+        if hopper.wgmma_unit(ctx.target) is not None:
+            ops = hopper.tma_operands(view, model)
+            if not isinstance(ops, str):
+                return self._tile_wgmma(schedule, k, g, view, ops, ctx, kernel)
+            ctx.note(self.name, f"group {k} ({g.backbone.name}): no wgmma: {ops}; "
+                                f"mma.sync")
+        cfg = tc_config(ctx.cuda_options.tc_tile, view)
+        need = cfg.shared_bytes(dt.itemsize(view.in_dtype))
+        plan = TcPlan(view, cfg, kernel, k)
+        schedule = self._tile(schedule, k, plan, ctx)
+        plan.staging = stage_operands(schedule, plan, ctx.target)
+        if plan.staging.refused:
+            for d in plan.staging.refused:
                 ctx.note(self.name, d.remark())
+            limit = shared_limit(ctx.target)
+            raise ResourceLimitError(
+                f"tensor-core tiling of {g.backbone.name}: {cfg.stages} stage(s) of "
+                f"{cfg.block[0]}x{cfg.k} + {cfg.k}x{cfg.block[1]} tiles need {need} bytes "
+                f"of shared memory; {ctx.target.name} allows {limit} per block (with "
+                f"the opt-in limit; fewer stages or smaller tiles fit)")
+        plans[k] = plan
+        ctx.note(self.name, f"group {k} ({g.backbone.name}): tensor cores {view.in_dtype} "
+                            f"mma.m16n8k16, block {cfg.block}, warp {cfg.warp}, K tile "
+                            f"{cfg.k}, {cfg.stages} stage(s), {need} B shared; M = "
+                            f"{view.stage.iters[view.m_dim].name}, N = "
+                            f"{view.stage.iters[view.n_dim].name}, K = "
+                            f"{view.stage.reduce_axes[view.k_dim].var.name}")
+        for d in plan.staging.decisions:
+            ctx.note(self.name, d.remark())
         return schedule
 
     def _tile_wgmma(self, schedule, k, g, view, ops, ctx, kernel):
