@@ -241,7 +241,8 @@ class _Packer:
         if origin is None or len(origin) != len(arr.shape):
             return body
         slots = []
-        inner = {x.var for x, _ in loops}
+        # (a strided loop's variable is let-bound from its normalised counter)
+        inner = {x.var for x, _ in loops} | set(env.values())
         for lp, p in loops:
             if not p:
                 continue

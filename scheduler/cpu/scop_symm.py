@@ -138,16 +138,17 @@ COLUMN_PANELS = 6
 
 
 def column_blocks(statements: list[Statement], NR: int, threads: int) \
-        -> tuple[isl.UnionPwAff, isl.UnionPwAff] | None:
-    """``(floor(j/W) mod T, floor(j/W))`` over ``statements`` (``j``: each one's
+        -> tuple[isl.UnionPwAff, isl.UnionPwAff, int] | None:
+    """``(floor(j/W) mod T, floor(j/W), W)`` over ``statements`` (``j``: each one's
     last written subscript, a plain iterator), the column blocks of ``W`` columns dealt
     to the ``T`` threads cyclically, or None (one thread, a statement without such a
     subscript, column ranges that differ).  Every statement of symm touches only
     column ``j`` of ``C``, ``B`` and ``acc`` (``A`` is read-only), so the columns are
     independent: one parallel loop around all three phases (one fork/join per call
     instead of one per step, ``k`` tile and ``j`` tile, each packing its own panels).
-    ``W`` is ``NR`` panels enough for one block per thread when the column count is a
-    constant, else :data:`COLUMN_PANELS` panels."""
+    ``W`` is an even number of ``NR`` panels (the ``j`` tiles, ``NC = W / 2``, nest in
+    the blocks), enough for one block per thread when the column count is a constant,
+    else :data:`COLUMN_PANELS` panels."""
     if threads <= 1:
         return None
     affs = []
@@ -163,13 +164,14 @@ def column_blocks(statements: list[Statement], NR: int, threads: int) \
     if len(extents) != 1:
         return None
     n = extents.pop()
-    panels = COLUMN_PANELS if n is None else -(-n // NR)
-    W = NR * (panels if n is None else -(-panels // threads))
+    panels = None if n is None else (n + NR - 1) // NR
+    per_thread = COLUMN_PANELS if panels is None else (panels + threads - 1) // threads
+    W = NR * 2 * -(-per_thread // 2)       # an even number of panels (NC = W / 2)
     blocks = [floor_div_aff(dim_aff(sp, p), W) for sp, p in affs]
     part = T.union_members([isl.UnionPwAff.from_pw_aff(isl.PwAff.from_aff(
         mod_aff(b, threads))) for b in blocks])
     return part, T.union_members([isl.UnionPwAff.from_pw_aff(isl.PwAff.from_aff(b))
-                                  for b in blocks])
+                                  for b in blocks]), W
 
 
 def _row_red_col(g: ScopGemm) -> T.Band:
@@ -216,6 +218,13 @@ class ScopSymmPass(Pass):
             blk = choose_blocking(p.outer_product(), ctx.target, ctx.cpu_options)
             B = max(blk.MR, min(scop_trmm.BLOCK, blk.KC) // blk.MR * blk.MR)
             blk = dataclasses.replace(blk, KC=B)
+            cols = column_blocks(group, blk.NR, ctx.target.cpu.threads)
+            if cols is not None:
+                # two j tiles per column block: a packed Y block's columns then lie in
+                # one column block (its origin a function of the j tile loop; with
+                # tiles across blocks it is a piecewise max, with one tile per block
+                # the j tile loop is not generated: the packing addresses neither)
+                blk = dataclasses.replace(blk, NC=cols[2] // 2)
             space = filt.get_space()
             requests = list(promotion_state(ctx).pack_requests)
             phases = []
@@ -260,7 +269,6 @@ class ScopSymmPass(Pass):
                 top.append(T.Filter(_union(fin, space), sub))
             top.append(phases[1])
             new = T.Sequence(top)
-            cols = column_blocks(group, blk.NR, ctx.target.cpu.threads)
             if cols is not None:
                 new = T.Mark(marks.CPU_PARALLEL, T.Band(
                     [cols[0]], T.Band([cols[1]], new), coincident=[True],
