@@ -263,6 +263,9 @@ class NpuOptions(Options):
 
     double_buffer: bool = opt(True, boolean,
                               "ping-pong L1/L0/L0C/UB buffers so the pipes overlap")
+    ub_banks: bool = opt(True, boolean,
+                         "place UB buffers read together by a vector call in different "
+                         "halves of the 16 bank groups (npu-ub-banks, docs/npu.md)")
     cube_tile: tuple[int, ...] | None = opt(
         None, int_tuple(4), "cube tiling (m0, n0, k0, kL1), multiples of 16; default: "
         "the largest that fits L0A/L0B/L0C/L1")

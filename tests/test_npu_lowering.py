@@ -25,7 +25,8 @@ from polycomp.hw.npu.printer import print_module
 from polycomp.hw.npu.program import NpuModule, SetFlag, WaitFlag, walk
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("npu-lower", "npu-isa", "npu-ub-reuse", "npu-double-buffer", "npu-sync")
+STEPS = ("npu-lower", "npu-isa", "npu-ub-reuse", "npu-double-buffer", "npu-ub-banks",
+         "npu-sync")
 
 #: case -> (kernel maker, target): a cube program, a vector program, a cube program
 #: with a vector epilogue, an implicit-GEMM convolution, phases, a fused chain

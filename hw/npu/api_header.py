@@ -280,6 +280,8 @@ template <typename T, bool isSetMask = true> __aicore__ void NAME( \
     const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, \
     uint64_t mask, const uint8_t repeatTime, const BinaryRepeatParams& repeatParams);
 ASC_BINARY(Add) ASC_BINARY(Sub) ASC_BINARY(Mul) ASC_BINARY(Div) ASC_BINARY(Max) ASC_BINARY(Min)
+// same file: FusedMulAdd (dst = src0 * dst + src1), the binary signatures
+ASC_BINARY(FusedMulAdd)
 // include/basic_api/kernel_operator_vec_binary_scalar_intf.h
 #define ASC_SCALAR(NAME) \
 template <typename T, bool isSetMask = true> __aicore__ void NAME( \

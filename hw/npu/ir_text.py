@@ -162,7 +162,8 @@ def _tensor(t: GlobalTensor) -> str:
 
 def _buffer(b: LocalBuf) -> str:
     return (f"{b.name}: {b.level} {b.dtype} {b.rows}x{b.cols} {b.layout}"
-            + (f" x{b.copies}" if b.copies > 1 else "") + (" pingpong" if b.pingpong else ""))
+            + (f" x{b.copies}" if b.copies > 1 else "") + (" pingpong" if b.pingpong else "")
+            + (f" bank+{b.bank_phase}" if b.bank_phase is not None else ""))
 
 
 def program_text(p: Program, ind: str = "") -> list[str]:

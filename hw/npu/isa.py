@@ -26,9 +26,11 @@ split here).  Guarantees: the same computation as API calls only --
   operand has the destination's layout; the repeat form with per-operand strides for a
   value per row (block stride 0, repeat stride 1 over ``Brcb``'d blocks) or one row
   (repeat stride 0), one call per 256-byte column chunk; tensor-scalar calls
-  (``Adds``/``Muls``/``Maxs``/``Mins``); ``Cast`` with a ``RoundMode``; row reductions
-  as a fold of the column chunks into one repeat per row, ``ReduceRepeat`` and
-  ``Brcb``; comparisons as ``Compare``/``Compares`` into a bit mask and ``Select``;
+  (``Adds``/``Muls``/``Maxs``/``Mins``); ``FusedMulAdd`` (``dst = src0 * dst + src1``);
+  ``Cast`` with a ``RoundMode``; row reductions as a fold of the column chunks into one
+  repeat per row (tiles of many short rows) or by halving each row (first-n calls; long
+  rows, few rows), then ``ReduceRepeat`` and ``Brcb``; comparisons as
+  ``Compare``/``Compares`` into a bit mask and ``Select``;
   ``tanh`` and ``erf`` from basic calls (they are not basic API); transposes by
   ``TransDataTo5HD``.  Temporaries are UB buffers this pass adds to the program.
 """
@@ -244,6 +246,12 @@ _CMP = {"CompareGT": "GT", "CompareGE": "GE", "CompareLT": "LT", "CompareLE": "L
 _SWAP = {"GT": "LT", "LT": "GT", "GE": "LE", "LE": "GE", "EQ": "EQ", "NE": "NE"}
 _REDUCE = {"ReduceSum": ("SUM", "Add"), "ReduceMax": ("MAX", "Max"),
            "ReduceMin": ("MIN", "Min")}
+#: a row reduction halves (:meth:`_VecExpander.halving`) when its tile has fewer rows
+#: than this many per repeat of a row: the fold's one call per repeat (4 cycles of issue
+#: each, the tile's rows as its repeats) then costs more than log2 calls a row
+_HALVE_ROWS = 6
+#: the most elements of a UB row (192 KiB of fp32): the halving's widest level
+_MAX_UB_ELEMENTS = 192 * 1024 // 4
 # erf: Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7)
 _ERF_P = 0.3275911
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
@@ -293,14 +301,16 @@ def _pitch(ops) -> Ix:
     return out if out is not None else ix(0)
 
 
-def _by_pitch(pitch: Ix, short: tuple, long: tuple) -> tuple:
+def _by_pitch(pitch: Ix, short: tuple, long: tuple, prefer_long: Ix | None = None) -> tuple:
     """``short`` (one repeat per row: its repeat stride is ``pitch``) where ``pitch``
-    fits the 8-bit repeat stride, else ``long`` (row by row): chosen here when the
-    pitch is a constant, else at run time by two guard loops of 0 or 1 iterations
-    (the row length is the host's ``CP``)."""
-    if pitch.is_const():
-        return short if pitch.args[0] <= MAX_REPEAT else long
+    fits the 8-bit repeat stride (and ``prefer_long``, 0 or 1, is 0), else ``long``
+    (row by row): chosen here when the condition is a constant, else at run time by
+    two guard loops of 0 or 1 iterations (the row length is the host's ``CP``)."""
     lg = _S(imin(1, imax(0, pitch - MAX_REPEAT)))
+    if prefer_long is not None:
+        lg = _S(imin(1, lg + prefer_long))
+    if lg.is_const():
+        return short if lg.args[0] == 0 else long
     return (Loop("rs", _S(1 - lg), short), Loop("rl", lg, long))
 
 
@@ -360,7 +370,15 @@ class _VecExpander:
             body = (call(ix(0), rows),)
         short = (Loop(j.args[0], ceildiv(cols, lanes), body),)
         long = self.strided_long(api, dst, srcs, rows, attr)
-        return _by_pitch(_pitch(ops), short, long)
+        if not any(_is_slot(x) and x.buf.layout == "COL" for x in srcs):
+            return _by_pitch(_pitch(ops), short, long)
+        # a value per row: in the short form its block walks the bank groups, one a
+        # repeat, and meets the tile's repeats in about every other one (docs/npu.md);
+        # the row-by-row form reads it once a call.  Row by row where that costs less:
+        # rows * (4 + C) < C * (4 + 1.5 rows), C the column chunks, 4 the issue
+        c = _S(ceildiv(cols, lanes))
+        prefer = _S(imin(1, imax(0, c * (8 + 3 * rows) - 2 * rows * (4 + c))))
+        return _by_pitch(_pitch(ops), short, long, prefer)
 
     def strided_long(self, api: str, dst: Slot, srcs: tuple, rows: Ix, attr: str) -> tuple:
         """The form of :meth:`strided` for rows longer than a repeat stride spans (more
@@ -442,6 +460,8 @@ class _VecExpander:
             return self.select(dst, srcs, rows)
         if op in _BINARY:
             return self.binary(op, dst, srcs, rows)
+        if op == "FusedMulAdd":
+            return self.fused_mul_add(dst, srcs, rows)
         raise PolycompInternalError(f"npu-isa: no expansion of vector op {op}")
 
     def broadcast_src(self, x, dst: Slot, rows: Ix, role: str) -> tuple[tuple, Any]:
@@ -516,6 +536,17 @@ class _VecExpander:
             return self.strided(op, dst, (a, b), rows)
         raise PolycompInternalError(f"npu-isa: {op} of {a.buf.layout} and {b.buf.layout} "
                                     f"into {dst.buf.layout}")
+
+    def fused_mul_add(self, dst: Slot, srcs: tuple, rows: Ix) -> tuple:
+        """``dst = srcs[0] * dst + srcs[1]`` (``FusedMulAdd``; ``dst`` a tile, the
+        sources of any layout, as a binary call's)."""
+        pa, a = self.convert(srcs[0], dst, rows)
+        pb, b = self.convert(srcs[1], dst, rows)
+        if {a.buf.layout, b.buf.layout, dst.buf.layout} == {dst.buf.layout}:
+            return (*pa, *pb, VecCall("FusedMulAdd", dst, (a, b), _count(dst.buf, rows)))
+        if dst.buf.layout != "ND":
+            raise PolycompInternalError(f"npu-isa: FusedMulAdd into {dst.buf.layout}")
+        return (*pa, *pb, *self.strided("FusedMulAdd", dst, (a, b), rows))
 
     def tanh(self, dst: Slot, x, rows: Ix) -> tuple:
         """``tanh(x) = 1 - 2 / (exp(2x) + 1)`` (not a basic API call)."""
@@ -644,26 +675,83 @@ class _VecExpander:
                          VecCall(fold, tmp, (tmp, src.at((j + 1) * lanes)), None,
                                  Rep(_S(imin(lanes, n - (j + 1) * lanes)), rows,
                                      ((ix(1), ix(8)), (ix(1), ix(8)), (ix(1), src_rep)))),)))
-            # a row longer than a repeat stride spans: the fold row by row, one
-            # repeat a call (the chunks of a row depend on each other)
-            r = ix(self.var("lr"))
-            jl = ix(self.var("rj"))
-            row = r * ix(src.buf.cols)
-            one = ((ix(1), ix(0)), (ix(1), ix(0)))
-            long = (Loop(r.args[0], rows, (
-                VecCall("Adds", tmp.at(r * lanes), (src.at(row), Scalar(0.0)), None,
-                        Rep(first, ix(1), one)),
-                Loop(jl.args[0], _S(ceildiv(n, lanes) - 1), (
-                    VecCall(fold, tmp.at(r * lanes),
-                            (tmp.at(r * lanes), src.at(_S(row + (jl + 1) * lanes))), None,
-                            Rep(_S(imin(lanes, n - (jl + 1) * lanes)), ix(1),
-                                ((ix(1), ix(0)), (ix(1), ix(0)), (ix(1), ix(0))))),)))),)
-            out += _by_pitch(src_rep, short, long)
+            # row by row, the valid columns halved into a row temporary (first-n
+            # calls, log2 of them a row): where a row is longer than a repeat stride
+            # spans, or a tile has so few rows that the fold's calls of one repeat a
+            # row cost more in issue than the halving's calls
+            halve = self.halving(fold, tmp, src, rows, n)
+            g = _S(imin(1, imax(0, src_rep - MAX_REPEAT)
+                        + imax(0, ceildiv(n, lanes) - rows * _HALVE_ROWS)))
+            if g.is_const():
+                out += list(short if g.args[0] == 0 else halve)
+            else:
+                out += [Loop("rs", _S(1 - g), short), Loop("rh", g, halve)]
             out.append(VecCall("ReduceRepeat", packed, (tmp,), None,
                                Rep(first, rows, ((ix(0), ix(1)), (ix(1), ix(8)))), attr=kind))
         out.append(VecCall("Brcb", dst, (packed,), None,
                            Rep(ix(0), ceildiv(rows, 8), ((ix(1), ix(8)),))))
         return tuple(out)
+
+    def halving(self, fold: str, tmp: Slot, src: Slot, rows: Ix, n: Ix) -> tuple:
+        """The first ``n`` columns of each row of ``src`` reduced (``fold``: Add, Max,
+        Min) to one repeat of lanes (``L``) in that row of ``tmp`` (``rows x L``), by
+        folding the part of the row past a width ``W_k = L (2^k + 1)`` onto its start,
+        widest first: the first fold from ``src`` into a row temporary (the head that
+        no tail element meets copied), the later ones within it, the last into
+        ``tmp``'s row from at most ``3 L`` elements.  The widths are odd multiples of a
+        repeat (256 bytes), so the two parts a fold reads sit in different halves of
+        the UB bank groups (no read-read conflict, docs/npu.md); every operand starts
+        at a 32-byte boundary.  Each step is a guard loop of 0 or 1 iterations (``n``
+        may be a tiling value); a row costs about ``n / L`` repeats in ``log2(n / L)``
+        first-n calls."""
+        b = src.buf
+        dt = b.dtype
+        lanes = _lanes(dt)
+        blk = c0(dt)
+        half = Slot(self.temps.get("half", dt, 1, b.cols))
+        r = ix(self.var("hr"))
+        row = src.at(r * ix(b.cols))
+        acc = tmp.at(r * lanes)
+        cap = n.args[0] if n.is_const() else _MAX_UB_ELEMENTS
+        widths: list[int] = []
+        k = 1
+        while lanes * ((1 << k) + 1) < cap:
+            widths.append(lanes * ((1 << k) + 1))
+            k += 1
+
+        def gt(x: int) -> Ix:                               # [n > x]
+            return _S(imin(1, imax(0, n - x)))
+        body: list = []
+
+        def guarded(cond: Ix, part: tuple) -> None:
+            if cond.is_const():
+                body.extend(part if cond.args[0] else ())
+            else:
+                body.append(Loop(self.var("hg"), cond, part))
+        for i in reversed(range(len(widths))):
+            w = widths[i]
+            nxt = widths[i + 1] if i + 1 < len(widths) else None
+            m = _S(n - w)                              # the tail: (0, w] when first
+            m8 = _S((m // blk) * blk)
+            first = (VecCall(fold, half, (row, row.at(w)), m8),
+                     VecCall("Adds", half.at(m8), (row.at(m8), Scalar(0.0)), _S(w - m8)),
+                     Loop(self.var("hg"), _S(imin(1, m - m8)), (
+                         VecCall(fold, half, (half, row.at(_S(m8 + w))), _S(m - m8)),)))
+            if nxt is None:
+                guarded(gt(w), first)
+                continue
+            guarded(_S(gt(w) - gt(nxt)), first)
+            guarded(gt(nxt), (VecCall(fold, half, (half, half.at(w)), ix(nxt - w)),))
+        # the last folds, into tmp's row: from half (n > 3L), from the row (L < n <= 3L)
+        guarded(gt(3 * lanes), (VecCall(fold, acc, (half, half.at(lanes)), ix(lanes)),
+                                VecCall(fold, acc, (acc, half.at(2 * lanes)), ix(lanes))))
+        guarded(_S(gt(lanes) - gt(3 * lanes)), (
+            VecCall("Adds", acc, (row, Scalar(0.0)), ix(lanes)),
+            VecCall(fold, acc, (acc, row.at(lanes)), _S(imin(n, 2 * lanes) - lanes)),
+            Loop(self.var("hg"), gt(2 * lanes), (
+                VecCall(fold, acc, (acc, row.at(2 * lanes)), _S(n - 2 * lanes)),))))
+        guarded(_S(1 - gt(lanes)), (VecCall("Adds", acc, (row, Scalar(0.0)), n),))
+        return (Loop(r.args[0], rows, tuple(body)),)
 
     def transpose(self, dst: Slot, src: Slot) -> tuple:
         """``dst = src^T`` by TransDataTo5HD: 16 source rows of one data block each, one

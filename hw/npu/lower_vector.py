@@ -18,8 +18,12 @@ carried reduction accumulates into the tile's result from its identity
 (``Duplicate``).  Input tiles and output tiles are marked ``pingpong`` with the tile
 (inside carried loops: the load) number as their rotation counter, for the
 double-buffering pass; temporaries are touched by the vector pipe only.  The program
-has no flags: :mod:`.sync` places them.  The dimension roles come from
-:mod:`polycomp.scheduler.npu.view` (the ``npu-map`` pass records them).
+has no flags: :mod:`.sync` places them.  Without carried reductions: one op per
+distinct expression node (the same op on the same values is computed once), the ops
+over row vectors only run once before the tile loop (:func:`hoist_rows`), and a
+product read only by a sum becomes a ``FusedMulAdd`` (:func:`fuse_mul_add`).  The
+dimension roles come from :mod:`polycomp.scheduler.npu.view` (the ``npu-map`` pass
+records them).
 """
 from __future__ import annotations
 
@@ -101,6 +105,10 @@ class _Builder:
     pre_ops: list = field(default_factory=list)    # before the carried loops
     carry_end: int = 0                             # ops[:carry_end] run inside them
     prefix: str = "ub"                             # of the buffers' names
+    # (op, sources, type, kind) -> the value an earlier op computed: one op per
+    # distinct node (a tensor cast in two stages is cast once); off with carried
+    # reductions, whose running total is written in place
+    memo: dict[tuple, Val] = field(default_factory=dict)
 
     @property
     def C(self) -> Ix:
@@ -159,9 +167,81 @@ def gm_access(keys: tuple, dims: tuple, view: VectorView, what: str) -> GmAccess
 def _emit(bld: _Builder, op: str, srcs: tuple, dtype: str, kind: str) -> Val:
     if dtype not in _FLOATS:
         raise TargetError(f"npu: the vector mapping takes float16/float32 values, got {dtype}")
+    # floats by their repr: 0.0 and -0.0 are different operands
+    key = (op, tuple(repr(x) if isinstance(x, float) else x for x in srcs), dtype, kind)
+    if not bld.view.carried and key in bld.memo:
+        return bld.memo[key]
     b = bld.new(kind, dtype)
     bld.ops.append((op, b, srcs))
+    bld.memo[key] = Val(kind, b)
     return Val(kind, b)
+
+
+def fuse_mul_add(bld: _Builder) -> None:
+    """``d = t + c`` (or ``c + t``) with ``t = f * g`` read by nothing else, ``f`` an
+    ``ND`` tile of ``d``'s type computed here and read only by that product, ``c`` a
+    tile: one ``FusedMulAdd`` (``f = g * f + c``, in place in ``f``), ``d`` renamed
+    ``f``.  Stage values and loaded tiles are never ``f``.  One instruction (one pass
+    over the tile) fewer per fused pair."""
+    stage_bufs = {v.buf.name for v in bld.values.values() if v.buf is not None}
+    made = {b.name for _op, b, _s in bld.ops}
+
+    def readers(name: str) -> list[int]:
+        return [k for k, (_o, _b, srcs) in enumerate(bld.ops)
+                if any(isinstance(x, LocalBuf) and x.name == name for x in srcs)]
+    k = 0
+    while k < len(bld.ops):
+        op, d, srcs = bld.ops[k]
+        hit = None
+        if op == "Add" and d.layout == "ND" and all(isinstance(x, LocalBuf) for x in srcs):
+            for t, c in ((srcs[0], srcs[1]), (srcs[1], srcs[0])):
+                j = next((i for i in range(k) if bld.ops[i][1].name == t.name), None)
+                if j is None or bld.ops[j][0] != "Mul" or readers(t.name) != [k] or \
+                        t.name in stage_bufs:
+                    continue
+                for f, g in ((bld.ops[j][2][0], bld.ops[j][2][1]),
+                             (bld.ops[j][2][1], bld.ops[j][2][0])):
+                    if isinstance(f, LocalBuf) and isinstance(g, LocalBuf) and \
+                            f.layout == "ND" and f.dtype == d.dtype == t.dtype and \
+                            f.name in made and f.name not in stage_bufs and \
+                            f is not g and readers(f.name) == [j]:
+                        hit = (j, f, g, c)
+                        break
+                if hit:
+                    break
+        if hit is None:
+            k += 1
+            continue
+        j, f, g, c = hit
+        t = bld.ops[j][1]
+        bld.ops[k] = ("FusedMulAdd", f, (g, c))
+        del bld.ops[j]
+
+        def sub(x, d=d, f=f):
+            return f if isinstance(x, LocalBuf) and x.name == d.name else x
+        bld.ops = [(o, b, tuple(sub(x) for x in xs)) for o, b, xs in bld.ops]
+        bld.values = {n: (Val(v.kind, f) if v.buf is not None and v.buf.name == d.name
+                          else v) for n, v in bld.values.items()}
+        bld.buffers = [b for b in bld.buffers if b.name not in (d.name, t.name)]
+        k = j
+
+
+def hoist_rows(bld: _Builder, row_bufs: set[str]) -> list:
+    """The ops over row vectors only (``ROW`` results of loaded row vectors, earlier
+    such results and scalars: a cast of gamma) taken out of ``bld.ops``: they are the
+    same for every tile and run once, after the row vectors' loads."""
+    out: list = []
+    seen = set(row_bufs)
+    keep: list = []
+    for op, b, srcs in bld.ops:
+        if b.layout == "ROW" and op not in _RED.values() and \
+                all(not isinstance(x, LocalBuf) or x.name in seen for x in srcs):
+            out.append((op, b, srcs))
+            seen.add(b.name)
+        else:
+            keep.append((op, b, srcs))
+    bld.ops = keep
+    return out
 
 
 def _operand(v: Val):
@@ -398,7 +478,10 @@ def vector_part(graph, view: VectorView | None = None, long: bool = False) -> Ve
     tensors, loads, row_loads = _setup(bld, graph)
     for s in graph.stages:
         _stage(bld, s)
+    hoisted: list = []
     if not view.carried:
+        fuse_mul_add(bld)
+        hoisted = hoist_rows(bld, {x.buf.name for x in row_loads})
         bld.carry_end = len(bld.ops)
     R = ix(dim_size(view.row)) if view.row is not None else ix(1)
     t, TR = ix("t"), ix("TR")
@@ -464,10 +547,12 @@ def vector_part(graph, view: VectorView | None = None, long: bool = False) -> Ve
     loop = tile_walk(total, body, tuple(lets))
     row_bufs = {x.buf.name: next(b for b in bld.buffers if b.name == x.buf.name)
                 for x in row_loads}
-    pro = tuple(CopyIn(GmRegion(x.tensor, (ix(0),) * len(x.tensor.dims),
-                                tuple(ix(d) for d in x.tensor.dims), x.access.split,
-                                x.access.row_stride), Slot(row_bufs[x.buf.name]))
-                for x in row_loads)
+    pro: tuple = tuple(CopyIn(GmRegion(x.tensor, (ix(0),) * len(x.tensor.dims),
+                                       tuple(ix(d) for d in x.tensor.dims), x.access.split,
+                                       x.access.row_stride), Slot(row_bufs[x.buf.name]))
+                       for x in row_loads)
+    pro += tuple(VecOp(op, Slot(b), tuple(Slot(x) if isinstance(x, LocalBuf) else x
+                                          for x in srcs), ix(1)) for op, b, srcs in hoisted)
     from .lower_longrow import long_rows
     lf = long_rows(graph, view) if long else None
     if lf is None:
@@ -492,7 +577,7 @@ def vector_program(graph, view: VectorView | None = None) -> Kernel:
 
 
 def _ub_bytes(prog: Program, env: dict) -> int:
-    return sum(b.size(env) * b.copies for b in prog.buffers)
+    return sum(b.size(env) * b.copies + b.reserve for b in prog.buffers)
 
 
 #: the most rows of a vector tile: one repeat per row, at most 255 repeats per call

@@ -16,6 +16,9 @@ every other step (``polycomp explain -t npu`` shows the NPU IR after each).
   schedule passes fitted already count both copies).  The fused chain program double
   buffers by construction (two buffer sets and a skewed loop, :mod:`.lower_chain`) and
   has no ``pingpong`` buffers.
+* ``npu-ub-banks`` (option ``ub_banks``): UB buffers that vector calls read together
+  placed in different halves of the 16 bank groups (:mod:`.ub_banks`, whose docstring
+  states what it assumes and guarantees).
 * ``npu-sync``: the ``SetFlag``/``WaitFlag`` pairs between pipes, placed by dependence
   analysis on the buffers' slots (:mod:`.sync`, whose docstring states what it assumes
   and guarantees); the simulator's race check proves them on every run.
@@ -31,6 +34,7 @@ from polycomp.state import CompileState
 from .isa import NpuIsaPass
 from .program import Kernel, LocalBuf, NpuModule, Program, Slot, map_slots
 from .sync import place_kernel_flags
+from .ub_banks import place_kernel
 from .ub_reuse import reuse_kernel
 
 
@@ -79,6 +83,16 @@ class NpuDoubleBufferPass(NpuPass):
         return double_buffer_kernel(k) if state.npu_options.double_buffer else k
 
 
+class NpuUbBanksPass(NpuPass):
+    """See :mod:`.ub_banks`."""
+    name = "npu-ub-banks"
+
+    def run_kernel(self, k: Kernel, state: CompileState) -> Kernel:
+        if not state.npu_options.ub_banks:
+            return k
+        return place_kernel(k, state.target.capacity("UB"))
+
+
 class NpuSyncPass(NpuPass):
     """See the module docstring."""
     name = "npu-sync"
@@ -90,4 +104,5 @@ class NpuSyncPass(NpuPass):
 def npu_passes() -> list[TargetPass]:
     """The NPU IR passes, in order (the API calls first; flags after double buffering:
     they follow slots)."""
-    return [NpuIsaPass(), NpuUbReusePass(), NpuDoubleBufferPass(), NpuSyncPass()]
+    return [NpuIsaPass(), NpuUbReusePass(), NpuDoubleBufferPass(), NpuUbBanksPass(),
+            NpuSyncPass()]

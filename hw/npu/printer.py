@@ -276,9 +276,8 @@ def _dim(v: int | str, names: dict | None = None) -> str:
 
 def _size_c(b: LocalBuf) -> str:
     """Bytes of one copy as C (UB: whole 256-byte repeats)."""
-    q = 256 if b.level == "UB" else 32
     n = f"{_dim(b.rows)} * {_dim(b.cols)} * {b.itemsize}"
-    return f"PcAlignUp({n}, {q})"
+    return f"PcAlignUp({n}, {b.quantum})"
 
 
 def _addresses(p: Program, target) -> tuple[dict[str, str], list[str]]:
@@ -293,7 +292,13 @@ def _addresses(p: Program, target) -> tuple[dict[str, str], list[str]]:
     for b in p.buffers:
         align = max(target.memory.level(b.level).alignment, 32)
         name = f"{b.name}_addr"
-        decls.append(f"const uint32_t {name} = PcAlignUp({tops.get(b.level, '0')}, {align});")
+        if b.bank_phase is None:
+            at = f"PcAlignUp({tops.get(b.level, '0')}, {align})"
+        else:                   # the bank placement: the next 256-byte boundary that
+            # is the phase modulo 512
+            a = f"PcAlignUp({tops.get(b.level, '0')}, 256)"
+            at = f"{a} + ({b.bank_phase} + 512 - {a} % 512) % 512"
+        decls.append(f"const uint32_t {name} = {at};")
         out[b.name] = name
         tops[b.level] = f"{name} + {b.copies} * {_size_c(b)}"
     return out, decls
@@ -364,7 +369,8 @@ def _host(k: Kernel, target) -> list[str]:
         assert p.tiling.rows is not None and p.tiling.cols is not None
         names = {"TR": "tr", "CP": "cp", "TRP": "PcAlignUp(tr, 16)", "CW": "cw"}
         need = " + ".join(f"{b.copies} * PcAlignUp({_dim(b.rows, names)} * "
-                          f"{_dim(b.cols, names)} * {b.itemsize}, 256)"
+                          f"{_dim(b.cols, names)} * {b.itemsize}, {b.quantum})"
+                          + (f" + {b.reserve}" if b.reserve else "")
                           for b in p.buffers) or "0"
         rows = f"PcMax(PcMin({c_expr(p.tiling.rows)}, 255), 1)"
         head = f"    {{   // phase {n}: UB tiling (rows of CP elements, TR rows, at most " \

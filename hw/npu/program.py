@@ -206,10 +206,27 @@ class LocalBuf:
     layout: str = "ND"
     copies: int = 1
     pingpong: bool = False
+    # UB: the address modulo 512 (0 or 256) the bank placement (npu-ub-banks) chose,
+    # None: placed after the previous buffer (see ``reserve``, ``quantum``)
+    bank_phase: int | None = None
 
     @property
     def itemsize(self) -> int:
         return ITEMSIZE[self.dtype]
+
+    @property
+    def reserve(self) -> int:
+        """Bytes of padding a placed buffer may need before it: 256 (UB sizes are whole
+        256-byte repeats, so the previous end is a multiple of 256)."""
+        return 0 if self.bank_phase is None else 256
+
+    @property
+    def quantum(self) -> int:
+        """The rounding of one copy's size: 512 B for a placed buffer with several
+        copies (they share its phase), 256 B on UB, else 32 B."""
+        if self.bank_phase is not None and self.copies > 1:
+            return 512
+        return 256 if self.level == "UB" else 32
 
     def shape(self, env: dict | None = None) -> tuple[int, int]:
         def get(v: int | str) -> int:
@@ -224,7 +241,7 @@ class LocalBuf:
         """Bytes of one copy (UB buffers are rounded up to whole 256-byte repeats: a
         comparison runs over whole repeats)."""
         n = self.elements(env) * self.itemsize
-        q = 256 if self.level == "UB" else 32
+        q = self.quantum
         return -(-n // q) * q
 
     @property

@@ -54,6 +54,7 @@ from polycomp.hw.npu.target import (
     ALIGN,
     CROSS_FLAG_MAX,
     PIPES,
+    UB_BANK_PERIOD,
     NpuParams,
     npu_params,
 )
@@ -73,6 +74,8 @@ class SimReport:
     bytes: dict = field(default_factory=dict)
     instructions: dict = field(default_factory=lambda: {p: 0 for p in PIPES})
     addresses: dict = field(default_factory=dict)
+    # repeats (cycles) that a UB bank conflict slowed, by kind (vector_ops.bank_conflicts)
+    bank_conflict_cycles: dict = field(default_factory=dict)
     aic: int = 0                   # cube cores used
     aiv: int = 0                   # vector cores used
     core_cycles: int = 0           # the slowest core's own cycles
@@ -118,14 +121,15 @@ class SimReport:
 def allocate(prog: Program, target: Target, env: dict | None = None) -> dict:
     """``{buffer name: (level, address)}`` of one core's program (``env``: the tiling
     values of buffers sized by the host); raises :class:`NpuCapacityError` when a level
-    overflows."""
+    overflows.  Buffers follow each other (aligned); a buffer the bank placement gave a
+    ``bank_phase`` starts at the next 256-byte boundary that is its phase modulo 512."""
     used: dict[str, int] = {}
     addrs = {}
     for b in prog.buffers:
         lv = target.memory.level(b.level)
         align = max(lv.alignment, ALIGN)
         nbytes = b.size(env)
-        addr = -(-used.get(b.level, 0) // align) * align
+        addr = _place(used.get(b.level, 0), align, b.bank_phase)
         end = addr + nbytes * b.copies
         if lv.capacity and end > lv.capacity:
             raise NpuCapacityError(
@@ -136,6 +140,27 @@ def allocate(prog: Program, target: Target, env: dict | None = None) -> dict:
         addrs[b.name] = (b.level, addr)
     return addrs
 
+
+def _place(used: int, align: int, phase: int | None) -> int:
+    """The address after ``used`` bytes: aligned, or (a bank placement) the next
+    256-byte boundary that is ``phase`` modulo 512."""
+    if phase is None:
+        return -(-used // align) * align
+    a = -(-used // 256) * 256
+    return a + (phase - a) % UB_BANK_PERIOD
+
+
+def allocate_level(bufs, level: str, capacity: int) -> int:
+    """The bytes the buffers of ``level`` among ``bufs`` (constant sizes) take when
+    placed as :func:`allocate` places them; :class:`NpuCapacityError` past
+    ``capacity``."""
+    used = 0
+    for b in bufs:
+        if b.level == level:
+            used = _place(used, ALIGN, b.bank_phase) + b.size() * b.copies
+    if used > capacity:
+        raise NpuCapacityError(f"{level}: {used} B placed, capacity {capacity} B")
+    return used
 
 @dataclass
 class _Access:
@@ -401,6 +426,8 @@ class Core:
                 {f"{b}@{phase}": a for b, a in addrs.items()})
         self.mem = {(b.name, k): _fresh(b, env) for b in prog.buffers
                     for k in range(b.copies)}
+        self.addr = {(b.name, k): addrs[b.name][1] + k * b.size(env)
+                     for b in prog.buffers for k in range(b.copies)}
         return _Runner(self.cid, self._run(prog))
 
     def _run(self, prog: Program):
@@ -487,6 +514,11 @@ class Core:
             mine[q] = max(mine.get(q, 0), v)
 
     # ------------------------------------------------------------------ memory
+    def ub_address(self, slot: Slot, env: dict) -> int:
+        """The byte address of the copy ``slot`` names (its buffer's start)."""
+        k = slot.index.eval(env) if slot.buf.copies > 1 else 0
+        return self.addr[(slot.buf.name, k)]
+
     def buffer(self, pipe: str, slot: Slot, env: dict, write: bool, what: str) -> np.ndarray:
         """The flat array of ``slot``'s copy, after checking the access is ordered after
         every conflicting access of another pipe."""

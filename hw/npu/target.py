@@ -29,6 +29,14 @@ FRACTAL = 16        # rows of one fractal (16 x 32 bytes = 512 B)
 FRACTAL_BYTES = 512
 REPEAT_BYTES = 256  # one vector repeat: 8 data blocks
 MAX_REPEAT = 255    # repeatTimes of every vector / load instruction (uint8)
+# UB banks of the A2/A3 generation (dav-2201; the asc-devkit sample bank_conflict_ub and
+# the Ascend C best-practices page "bank conflicts", docs/npu.md): 192 KiB in 48 banks
+# of 128 rows of 32 B, in 16 bank groups of 3 banks; an address is
+# {BANK[1:0], BANK_DEPTH[6:0], BG[3:0], BANK_WIDTH[4:0]}: consecutive 32-byte blocks
+# rotate through the 16 groups, the bank within its group is address >> 16
+UB_BANK_GROUPS = 16
+UB_BANK_SHIFT = 16
+UB_BANK_PERIOD = UB_BANK_GROUPS * 32      # 512 B: the block-to-group pattern repeats
 #: pipes of each core kind (docs: the "核内同步" overview)
 AIC_PIPES = ("MTE2", "MTE1", "M", "FIX")
 AIV_PIPES = ("MTE2", "V", "MTE3")
@@ -74,6 +82,7 @@ class NpuParams:
     scalar_issue: int = 1               # scalar unit: issuing one instruction (flags too)
     scalar_op: int = 1                  # scalar unit: a Let, a loop iteration
     cross_latency: int = 100            # cycles of a CrossCoreSetFlag -> WaitFlag
+    ub_bank_conflicts: bool = True      # vector calls pay UB bank conflicts (docs/npu.md)
 
     @property
     def aiv_cores(self) -> int:

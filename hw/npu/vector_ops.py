@@ -27,7 +27,7 @@ import numpy as np
 
 from polycomp.errors import NpuCapacityError, PolycompInternalError
 from polycomp.hw.npu.program import Scalar, Slot, TransData5HD, VecCall
-from polycomp.hw.npu.target import MAX_REPEAT
+from polycomp.hw.npu.target import MAX_REPEAT, UB_BANK_GROUPS, UB_BANK_SHIFT
 
 Fn = Callable[..., Any]
 UNARY: dict[str, Fn] = {
@@ -40,6 +40,8 @@ SCALAR: dict[str, Fn] = {"Adds": np.add, "Muls": np.multiply, "Maxs": np.maximum
                          "Mins": np.minimum}
 CMP: dict[str, Fn] = {"GT": np.greater, "GE": np.greater_equal, "LT": np.less,
                       "LE": np.less_equal, "EQ": np.equal, "NE": np.not_equal}
+#: dst = src0 * dst + src1 (the destination is read too)
+FMA = ("FusedMulAdd",)
 REDUCE: dict[str, Fn] = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
 
 
@@ -112,7 +114,8 @@ def vec_call(core, s: VecCall, env: dict) -> int:
     dst_b = s.dst.buf
     # operand index arrays (the destination first)
     tensors = [x for x in s.srcs if isinstance(x, Slot)]
-    if s.api in UNARY or s.api in BINARY or s.api in SCALAR or s.api == "Brcb":
+    if s.api in UNARY or s.api in BINARY or s.api in SCALAR or s.api in FMA or \
+            s.api == "Brcb":
         for x in tensors:
             if x.buf.dtype != dst_b.dtype:
                 raise NpuCapacityError(f"{what}: operand {x.buf.name} is {x.buf.dtype}, the "
@@ -142,7 +145,85 @@ def vec_call(core, s: VecCall, env: dict) -> int:
 
     with np.errstate(all="ignore"):
         _compute(s, srcs, dst, didx, env, what)
-    return core.p.vector_latency + repeats
+    extra = 0
+    if core.p.ub_bank_conflicts and s.api not in ("Compare", "Compares", "Select"):
+        ops = [s.dst, *tensors]
+        rep0 = [s.rep is not None and st[1].eval(env) == 0 for st in s.rep.strides] \
+            if s.rep is not None else [False] * len(ops)
+        lanes = 256 // max(x.buf.itemsize for x in ops)
+        banked = [(core.ub_address(x, env), x.buf.itemsize, i, z)
+                  for x, i, z in zip(ops, idx, rep0)]
+        if s.api in FMA:                              # the destination is read too
+            banked.append(banked[0])
+        extra = bank_conflicts(core, banked, lanes)
+    return core.p.vector_latency + repeats + extra
+
+
+def _per_repeat(idx: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(repeat, element) of every element a call touches: the rows of a repeat-form
+    index array, or ``lanes`` consecutive elements a repeat of a first-n call."""
+    if idx.ndim == 2:
+        return np.repeat(np.arange(idx.shape[0]), idx.shape[1]), idx.ravel()
+    return np.arange(idx.size) // lanes, idx
+
+
+def bank_conflicts(core, ops: list, lanes: int) -> int:
+    """The cycles a vector call loses to UB bank conflicts (A2: 16 bank groups of 3
+    banks, target.py), per the documented rule: in each cycle (one repeat) a bank group
+    serves one read and one write, a bank one access.  ``ops``: the destination first,
+    then the sources, each as (byte address of its buffer, item size, element indices,
+    repeat stride 0).  An operand reads each distinct 32-byte block of a repeat once
+    (block stride 0 reads one block), and once over all repeats with repeat stride 0;
+    the same block read by two operands in one repeat is read once (an assumption).
+    The destination's writes of repeat r land in cycle r + 1 when its blocks of the
+    first repeat are in the banks of a source's (the hardware's delayed write), else in
+    cycle r.  A cycle costs the most accesses any group (reads or writes) or bank
+    (reads plus writes) takes in it; the result is the cycles beyond one a repeat.
+    Counts go to the chip report's ``bank_conflict_cycles`` by kind."""
+    reads: list[np.ndarray] = []
+    w_rep = w_blk = None
+    first: list[set] = []
+    for k, (base, size, idx, rep0) in enumerate(ops):
+        r, e = _per_repeat(np.asarray(idx), lanes)
+        if r.size == 0:
+            return 0
+        blk = (base + e * size) // 32
+        key = np.unique(r * (1 << 20) + blk)
+        rr, bb = key >> 20, key & ((1 << 20) - 1)
+        if rep0 and k:
+            rr, bb = rr[rr == 0], bb[rr == 0]
+        first.append(set((bb[rr == 0] % UB_BANK_GROUPS + UB_BANK_GROUPS
+                          * ((bb[rr == 0] * 32) >> UB_BANK_SHIFT)).tolist()))
+        if k == 0:
+            w_rep, w_blk = rr, bb
+        else:
+            reads.append(rr * (1 << 20) + bb)
+    assert w_rep is not None and w_blk is not None
+    rkey = np.unique(np.concatenate(reads)) if reads else np.zeros(0, np.int64)
+    r_rep, r_blk = rkey >> 20, rkey & ((1 << 20) - 1)
+    delay = 1 if any(first[0] == f for f in first[1:]) else 0
+    w_rep = w_rep + delay
+    slots = int(max(r_rep.max(initial=0), w_rep.max(initial=0))) + 1
+
+    def count(rep: np.ndarray, blk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        g = blk % UB_BANK_GROUPS
+        bank = g + UB_BANK_GROUPS * ((blk * 32) >> UB_BANK_SHIFT)
+        grp = np.bincount(rep * UB_BANK_GROUPS + g, minlength=slots * UB_BANK_GROUPS)
+        bnk = np.bincount(rep * 4 * UB_BANK_GROUPS + bank,
+                          minlength=slots * 4 * UB_BANK_GROUPS)
+        return grp.reshape(slots, -1), bnk.reshape(slots, -1)
+    rg, rb = count(r_rep, r_blk)
+    wg, wb = count(w_rep, w_blk)
+    rr_c = np.maximum(rg.max(axis=1), 1)
+    ww_c = np.maximum(wg.max(axis=1), 1)
+    rw_c = np.maximum(np.where(wb > 0, rb + wb, 0).max(axis=1), 1)
+    cost = np.maximum(np.maximum(rr_c, ww_c), rw_c)
+    extra = int((cost - 1).sum())
+    if extra:
+        rep = core.chip.report.bank_conflict_cycles
+        for kind, c in (("read-read", rr_c), ("write-write", ww_c), ("read-write", rw_c)):
+            rep[kind] = rep.get(kind, 0) + int(((c == cost) & (cost > 1)).sum())
+    return extra
 
 
 def _compute(s: VecCall, srcs: list, dst: np.ndarray, didx: np.ndarray, env: dict,
@@ -162,6 +243,8 @@ def _compute(s: VecCall, srcs: list, dst: np.ndarray, didx: np.ndarray, env: dic
         res = BINARY[s.api](val(srcs[0]), val(srcs[1]))
     elif s.api in SCALAR:
         res = SCALAR[s.api](val(srcs[0]), val(srcs[1]))
+    elif s.api in FMA:
+        res = val(srcs[0]) * dst[didx].astype(np.float32) + val(srcs[1])
     elif s.api == "Cast":
         res = val(srcs[0])
     elif s.api == "Duplicate":

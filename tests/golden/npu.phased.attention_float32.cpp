@@ -47,8 +47,8 @@ inline uint32_t attention_float32_Tiling(const int64_t* sizes, uint32_t aicNum, 
     {   // phase 2: UB tiling (rows of CP elements, TR rows, at most 255; UB 16384 B)
         const int64_t cp = PcAlignUp(M, 16);
         int64_t tr = PcMax(PcMin(N, 255), 1);
-        while (tr > 1 && (2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { --tr; }
-        if ((2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256)) > 16384) { return 0; }
+        while (tr > 1 && (2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 16384) { --tr; }
+        if ((2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 16384) { return 0; }
         t->TR_2 = tr; t->CP_2 = cp; t->TRP_2 = PcAlignUp(tr, 16);
     }
     const int64_t NB = PcMax(1, PcMin(static_cast<int64_t>(aicNum), PcMax(1073741824, (Bt * (PcCeilDiv(N, 64) * PcCeilDiv(D, 32))))));
@@ -277,6 +277,7 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
             const uint32_t ub8_addr = PcAlignUp(ub5_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
             const uint32_t vt0_addr = PcAlignUp(ub8_addr + 2 * PcAlignUp(TR * CP * 4, 256), 32);
             const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 4, 256), 32);
+            const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 32);
             LocalTensor<float> ub0[2] = {LocalTensor<float>(TPosition::VECCALC, ub0_addr, TR * CP), LocalTensor<float>(TPosition::VECCALC, ub0_addr + 1 * PcAlignUp(TR * CP * 4, 256), TR * CP)};  // UB ND, ping-pong
             LocalTensor<float> ub1(TPosition::VECCALC, ub1_addr, TR * 8);  // UB COL
             LocalTensor<float> ub2(TPosition::VECCALC, ub2_addr, TR * 8);  // UB COL
@@ -285,6 +286,7 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
             LocalTensor<float> ub8[2] = {LocalTensor<float>(TPosition::VECCALC, ub8_addr, TR * CP), LocalTensor<float>(TPosition::VECCALC, ub8_addr + 1 * PcAlignUp(TR * CP * 4, 256), TR * CP)};  // UB ND, ping-pong
             LocalTensor<float> vt0(TPosition::VECCALC, vt0_addr, 1 * TR);  // UB PACK
             LocalTensor<float> vt1(TPosition::VECCALC, vt1_addr, TR * 64);  // UB ND
+            LocalTensor<float> vt2(TPosition::VECCALC, vt2_addr, 1 * CP);  // UB ND
             SetFlag<HardEvent::V_MTE2>(0);
             SetFlag<HardEvent::V_MTE2>(1);
             SetFlag<HardEvent::MTE3_V>(0);
@@ -301,13 +303,13 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 PipeBarrier<PIPE_V>();
                 Rsqrt(ub2, ub1, (PcMin(TR, (N - (t * TR))) * 8));
                 WaitFlag<HardEvent::MTE2_V>((i % 2));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
                     for (int64_t cj1 = 0; cj1 < PcCeilDiv(CP, 64); ++cj1) {
                         PipeBarrier<PIPE_V>();
                         Mul(ub3[(cj1 * 64)], ub0[(i % 2)][(cj1 * 64)], ub2, PcMin(64, (CP - (cj1 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
+                for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
                     for (int64_t lr2 = 0; lr2 < PcMin(TR, (N - (t * TR))); ++lr2) {
                         for (int64_t lg3 = 0; lg3 < PcCeilDiv((CP / 64), 255); ++lg3) {
                             PipeBarrier<PIPE_V>();
@@ -320,7 +322,7 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                     }
                 }
                 SetFlag<HardEvent::V_MTE2>((i % 2));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(M, 64) - (PcMin(TR, (N - (t * TR))) * 6)))))); ++rs) {
                     PipeBarrier<PIPE_V>();
                     Adds(vt1, ub3, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
                     for (int64_t rj5 = 0; rj5 < (PcCeilDiv(M, 64) - 1); ++rj5) {
@@ -328,13 +330,149 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                         Max(vt1, vt1, ub3[((rj5 + 1) * 64)], PcMin(64, (M - ((rj5 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
-                    for (int64_t lr6 = 0; lr6 < PcMin(TR, (N - (t * TR))); ++lr6) {
-                        PipeBarrier<PIPE_V>();
-                        Adds(vt1[(lr6 * 64)], ub3[(lr6 * CP)], static_cast<float>(0.0), PcMin(64, M), 1, UnaryRepeatParams(1, 1, 0, 0));
-                        for (int64_t rj7 = 0; rj7 < (PcCeilDiv(M, 64) - 1); ++rj7) {
+                for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(M, 64) - (PcMin(TR, (N - (t * TR))) * 6))))); ++rh) {
+                    for (int64_t hr6 = 0; hr6 < PcMin(TR, (N - (t * TR))); ++hr6) {
+                        for (int64_t hg8 = 0; hg8 < PcMin(1, PcMax(0, (M - 32832))); ++hg8) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt1[(lr6 * 64)], vt1[(lr6 * 64)], ub3[((lr6 * CP) + ((rj7 + 1) * 64))], PcMin(64, (M - ((rj7 + 1) * 64))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 32832)], (((M - 32832) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 32832) / 8) * 8)], ub3[((hr6 * CP) + (((M - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((M - 32832) / 8) * 8)));
+                            for (int64_t hg7 = 0; hg7 < PcMin(1, ((M - 32832) - (((M - 32832) / 8) * 8))); ++hg7) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 32832) / 8) * 8) + 32832))], ((M - 32832) - (((M - 32832) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg10 = 0; hg10 < (PcMin(1, PcMax(0, (M - 16448))) - PcMin(1, PcMax(0, (M - 32832)))); ++hg10) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 16448)], (((M - 16448) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 16448) / 8) * 8)], ub3[((hr6 * CP) + (((M - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((M - 16448) / 8) * 8)));
+                            for (int64_t hg9 = 0; hg9 < PcMin(1, ((M - 16448) - (((M - 16448) / 8) * 8))); ++hg9) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 16448) / 8) * 8) + 16448))], ((M - 16448) - (((M - 16448) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg11 = 0; hg11 < PcMin(1, PcMax(0, (M - 32832))); ++hg11) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[16448], 16384);
+                        }
+                        for (int64_t hg13 = 0; hg13 < (PcMin(1, PcMax(0, (M - 8256))) - PcMin(1, PcMax(0, (M - 16448)))); ++hg13) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 8256)], (((M - 8256) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 8256) / 8) * 8)], ub3[((hr6 * CP) + (((M - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((M - 8256) / 8) * 8)));
+                            for (int64_t hg12 = 0; hg12 < PcMin(1, ((M - 8256) - (((M - 8256) / 8) * 8))); ++hg12) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 8256) / 8) * 8) + 8256))], ((M - 8256) - (((M - 8256) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg14 = 0; hg14 < PcMin(1, PcMax(0, (M - 16448))); ++hg14) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[8256], 8192);
+                        }
+                        for (int64_t hg16 = 0; hg16 < (PcMin(1, PcMax(0, (M - 4160))) - PcMin(1, PcMax(0, (M - 8256)))); ++hg16) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 4160)], (((M - 4160) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 4160) / 8) * 8)], ub3[((hr6 * CP) + (((M - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((M - 4160) / 8) * 8)));
+                            for (int64_t hg15 = 0; hg15 < PcMin(1, ((M - 4160) - (((M - 4160) / 8) * 8))); ++hg15) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 4160) / 8) * 8) + 4160))], ((M - 4160) - (((M - 4160) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg17 = 0; hg17 < PcMin(1, PcMax(0, (M - 8256))); ++hg17) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[4160], 4096);
+                        }
+                        for (int64_t hg19 = 0; hg19 < (PcMin(1, PcMax(0, (M - 2112))) - PcMin(1, PcMax(0, (M - 4160)))); ++hg19) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 2112)], (((M - 2112) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 2112) / 8) * 8)], ub3[((hr6 * CP) + (((M - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((M - 2112) / 8) * 8)));
+                            for (int64_t hg18 = 0; hg18 < PcMin(1, ((M - 2112) - (((M - 2112) / 8) * 8))); ++hg18) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 2112) / 8) * 8) + 2112))], ((M - 2112) - (((M - 2112) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg20 = 0; hg20 < PcMin(1, PcMax(0, (M - 4160))); ++hg20) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[2112], 2048);
+                        }
+                        for (int64_t hg22 = 0; hg22 < (PcMin(1, PcMax(0, (M - 1088))) - PcMin(1, PcMax(0, (M - 2112)))); ++hg22) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 1088)], (((M - 1088) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 1088) / 8) * 8)], ub3[((hr6 * CP) + (((M - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((M - 1088) / 8) * 8)));
+                            for (int64_t hg21 = 0; hg21 < PcMin(1, ((M - 1088) - (((M - 1088) / 8) * 8))); ++hg21) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 1088) / 8) * 8) + 1088))], ((M - 1088) - (((M - 1088) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg23 = 0; hg23 < PcMin(1, PcMax(0, (M - 2112))); ++hg23) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[1088], 1024);
+                        }
+                        for (int64_t hg25 = 0; hg25 < (PcMin(1, PcMax(0, (M - 576))) - PcMin(1, PcMax(0, (M - 1088)))); ++hg25) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 576)], (((M - 576) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 576) / 8) * 8)], ub3[((hr6 * CP) + (((M - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((M - 576) / 8) * 8)));
+                            for (int64_t hg24 = 0; hg24 < PcMin(1, ((M - 576) - (((M - 576) / 8) * 8))); ++hg24) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 576) / 8) * 8) + 576))], ((M - 576) - (((M - 576) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg26 = 0; hg26 < PcMin(1, PcMax(0, (M - 1088))); ++hg26) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[576], 512);
+                        }
+                        for (int64_t hg28 = 0; hg28 < (PcMin(1, PcMax(0, (M - 320))) - PcMin(1, PcMax(0, (M - 576)))); ++hg28) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 320)], (((M - 320) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 320) / 8) * 8)], ub3[((hr6 * CP) + (((M - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((M - 320) / 8) * 8)));
+                            for (int64_t hg27 = 0; hg27 < PcMin(1, ((M - 320) - (((M - 320) / 8) * 8))); ++hg27) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 320) / 8) * 8) + 320))], ((M - 320) - (((M - 320) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg29 = 0; hg29 < PcMin(1, PcMax(0, (M - 576))); ++hg29) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[320], 256);
+                        }
+                        for (int64_t hg31 = 0; hg31 < (PcMin(1, PcMax(0, (M - 192))) - PcMin(1, PcMax(0, (M - 320)))); ++hg31) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 192)], (((M - 192) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 192) / 8) * 8)], ub3[((hr6 * CP) + (((M - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((M - 192) / 8) * 8)));
+                            for (int64_t hg30 = 0; hg30 < PcMin(1, ((M - 192) - (((M - 192) / 8) * 8))); ++hg30) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 192) / 8) * 8) + 192))], ((M - 192) - (((M - 192) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg32 = 0; hg32 < PcMin(1, PcMax(0, (M - 320))); ++hg32) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[192], 128);
+                        }
+                        for (int64_t hg33 = 0; hg33 < PcMin(1, PcMax(0, (M - 192))); ++hg33) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt1[(hr6 * 64)], vt2, vt2[64], 64);
+                            PipeBarrier<PIPE_V>();
+                            Max(vt1[(hr6 * 64)], vt1[(hr6 * 64)], vt2[128], 64);
+                        }
+                        for (int64_t hg35 = 0; hg35 < (PcMin(1, PcMax(0, (M - 64))) - PcMin(1, PcMax(0, (M - 192)))); ++hg35) {
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt1[(hr6 * 64)], ub3[(hr6 * CP)], static_cast<float>(0.0), 64);
+                            PipeBarrier<PIPE_V>();
+                            Max(vt1[(hr6 * 64)], vt1[(hr6 * 64)], ub3[((hr6 * CP) + 64)], (PcMin(M, 128) - 64));
+                            for (int64_t hg34 = 0; hg34 < PcMin(1, PcMax(0, (M - 128))); ++hg34) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt1[(hr6 * 64)], vt1[(hr6 * 64)], ub3[((hr6 * CP) + 128)], (M - 128));
+                            }
+                        }
+                        for (int64_t hg36 = 0; hg36 < (1 - PcMin(1, PcMax(0, (M - 64)))); ++hg36) {
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt1[(hr6 * 64)], ub3[(hr6 * CP)], static_cast<float>(0.0), M);
                         }
                     }
                 }
@@ -342,41 +480,177 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 ReduceRepeat<ReduceType::MAX>(vt0, vt1, PcMin(64, M), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                 PipeBarrier<PIPE_V>();
                 Brcb(ub1, vt0, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
-                    for (int64_t cj8 = 0; cj8 < PcCeilDiv(CP, 64); ++cj8) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
+                    for (int64_t cj37 = 0; cj37 < PcCeilDiv(CP, 64); ++cj37) {
                         PipeBarrier<PIPE_V>();
-                        Sub(ub5[(cj8 * 64)], ub3[(cj8 * 64)], ub1, PcMin(64, (CP - (cj8 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                        Sub(ub5[(cj37 * 64)], ub3[(cj37 * 64)], ub1, PcMin(64, (CP - (cj37 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
-                    for (int64_t lr9 = 0; lr9 < PcMin(TR, (N - (t * TR))); ++lr9) {
-                        for (int64_t lg10 = 0; lg10 < PcCeilDiv((CP / 64), 255); ++lg10) {
+                for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
+                    for (int64_t lr38 = 0; lr38 < PcMin(TR, (N - (t * TR))); ++lr38) {
+                        for (int64_t lg39 = 0; lg39 < PcCeilDiv((CP / 64), 255); ++lg39) {
                             PipeBarrier<PIPE_V>();
-                            Sub(ub5[((lr9 * CP) + (lg10 * 16320))], ub3[((lr9 * CP) + (lg10 * 16320))], ub1[(lr9 * 8)], 64, PcMin(255, ((CP / 64) - (lg10 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Sub(ub5[((lr38 * CP) + (lg39 * 16320))], ub3[((lr38 * CP) + (lg39 * 16320))], ub1[(lr38 * 8)], 64, PcMin(255, ((CP / 64) - (lg39 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
-                        for (int64_t lt11 = 0; lt11 < PcMin(1, (CP % 64)); ++lt11) {
+                        for (int64_t lt40 = 0; lt40 < PcMin(1, (CP % 64)); ++lt40) {
                             PipeBarrier<PIPE_V>();
-                            Sub(ub5[((lr9 * CP) + ((CP / 64) * 64))], ub3[((lr9 * CP) + ((CP / 64) * 64))], ub1[(lr9 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Sub(ub5[((lr38 * CP) + ((CP / 64) * 64))], ub3[((lr38 * CP) + ((CP / 64) * 64))], ub1[(lr38 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
                     }
                 }
                 PipeBarrier<PIPE_V>();
                 Exp(ub3, ub5, (PcMin(TR, (N - (t * TR))) * CP));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(M, 64) - (PcMin(TR, (N - (t * TR))) * 6)))))); ++rs) {
                     PipeBarrier<PIPE_V>();
                     Adds(vt1, ub3, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                    for (int64_t rj12 = 0; rj12 < (PcCeilDiv(M, 64) - 1); ++rj12) {
+                    for (int64_t rj41 = 0; rj41 < (PcCeilDiv(M, 64) - 1); ++rj41) {
                         PipeBarrier<PIPE_V>();
-                        Add(vt1, vt1, ub3[((rj12 + 1) * 64)], PcMin(64, (M - ((rj12 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                        Add(vt1, vt1, ub3[((rj41 + 1) * 64)], PcMin(64, (M - ((rj41 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
-                    for (int64_t lr13 = 0; lr13 < PcMin(TR, (N - (t * TR))); ++lr13) {
-                        PipeBarrier<PIPE_V>();
-                        Adds(vt1[(lr13 * 64)], ub3[(lr13 * CP)], static_cast<float>(0.0), PcMin(64, M), 1, UnaryRepeatParams(1, 1, 0, 0));
-                        for (int64_t rj14 = 0; rj14 < (PcCeilDiv(M, 64) - 1); ++rj14) {
+                for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(M, 64) - (PcMin(TR, (N - (t * TR))) * 6))))); ++rh) {
+                    for (int64_t hr42 = 0; hr42 < PcMin(TR, (N - (t * TR))); ++hr42) {
+                        for (int64_t hg44 = 0; hg44 < PcMin(1, PcMax(0, (M - 32832))); ++hg44) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt1[(lr13 * 64)], vt1[(lr13 * 64)], ub3[((lr13 * CP) + ((rj14 + 1) * 64))], PcMin(64, (M - ((rj14 + 1) * 64))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 32832)], (((M - 32832) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 32832) / 8) * 8)], ub3[((hr42 * CP) + (((M - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((M - 32832) / 8) * 8)));
+                            for (int64_t hg43 = 0; hg43 < PcMin(1, ((M - 32832) - (((M - 32832) / 8) * 8))); ++hg43) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 32832) / 8) * 8) + 32832))], ((M - 32832) - (((M - 32832) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg46 = 0; hg46 < (PcMin(1, PcMax(0, (M - 16448))) - PcMin(1, PcMax(0, (M - 32832)))); ++hg46) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 16448)], (((M - 16448) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 16448) / 8) * 8)], ub3[((hr42 * CP) + (((M - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((M - 16448) / 8) * 8)));
+                            for (int64_t hg45 = 0; hg45 < PcMin(1, ((M - 16448) - (((M - 16448) / 8) * 8))); ++hg45) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 16448) / 8) * 8) + 16448))], ((M - 16448) - (((M - 16448) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg47 = 0; hg47 < PcMin(1, PcMax(0, (M - 32832))); ++hg47) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[16448], 16384);
+                        }
+                        for (int64_t hg49 = 0; hg49 < (PcMin(1, PcMax(0, (M - 8256))) - PcMin(1, PcMax(0, (M - 16448)))); ++hg49) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 8256)], (((M - 8256) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 8256) / 8) * 8)], ub3[((hr42 * CP) + (((M - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((M - 8256) / 8) * 8)));
+                            for (int64_t hg48 = 0; hg48 < PcMin(1, ((M - 8256) - (((M - 8256) / 8) * 8))); ++hg48) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 8256) / 8) * 8) + 8256))], ((M - 8256) - (((M - 8256) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg50 = 0; hg50 < PcMin(1, PcMax(0, (M - 16448))); ++hg50) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[8256], 8192);
+                        }
+                        for (int64_t hg52 = 0; hg52 < (PcMin(1, PcMax(0, (M - 4160))) - PcMin(1, PcMax(0, (M - 8256)))); ++hg52) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 4160)], (((M - 4160) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 4160) / 8) * 8)], ub3[((hr42 * CP) + (((M - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((M - 4160) / 8) * 8)));
+                            for (int64_t hg51 = 0; hg51 < PcMin(1, ((M - 4160) - (((M - 4160) / 8) * 8))); ++hg51) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 4160) / 8) * 8) + 4160))], ((M - 4160) - (((M - 4160) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg53 = 0; hg53 < PcMin(1, PcMax(0, (M - 8256))); ++hg53) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[4160], 4096);
+                        }
+                        for (int64_t hg55 = 0; hg55 < (PcMin(1, PcMax(0, (M - 2112))) - PcMin(1, PcMax(0, (M - 4160)))); ++hg55) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 2112)], (((M - 2112) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 2112) / 8) * 8)], ub3[((hr42 * CP) + (((M - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((M - 2112) / 8) * 8)));
+                            for (int64_t hg54 = 0; hg54 < PcMin(1, ((M - 2112) - (((M - 2112) / 8) * 8))); ++hg54) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 2112) / 8) * 8) + 2112))], ((M - 2112) - (((M - 2112) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg56 = 0; hg56 < PcMin(1, PcMax(0, (M - 4160))); ++hg56) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[2112], 2048);
+                        }
+                        for (int64_t hg58 = 0; hg58 < (PcMin(1, PcMax(0, (M - 1088))) - PcMin(1, PcMax(0, (M - 2112)))); ++hg58) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 1088)], (((M - 1088) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 1088) / 8) * 8)], ub3[((hr42 * CP) + (((M - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((M - 1088) / 8) * 8)));
+                            for (int64_t hg57 = 0; hg57 < PcMin(1, ((M - 1088) - (((M - 1088) / 8) * 8))); ++hg57) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 1088) / 8) * 8) + 1088))], ((M - 1088) - (((M - 1088) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg59 = 0; hg59 < PcMin(1, PcMax(0, (M - 2112))); ++hg59) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[1088], 1024);
+                        }
+                        for (int64_t hg61 = 0; hg61 < (PcMin(1, PcMax(0, (M - 576))) - PcMin(1, PcMax(0, (M - 1088)))); ++hg61) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 576)], (((M - 576) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 576) / 8) * 8)], ub3[((hr42 * CP) + (((M - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((M - 576) / 8) * 8)));
+                            for (int64_t hg60 = 0; hg60 < PcMin(1, ((M - 576) - (((M - 576) / 8) * 8))); ++hg60) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 576) / 8) * 8) + 576))], ((M - 576) - (((M - 576) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg62 = 0; hg62 < PcMin(1, PcMax(0, (M - 1088))); ++hg62) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[576], 512);
+                        }
+                        for (int64_t hg64 = 0; hg64 < (PcMin(1, PcMax(0, (M - 320))) - PcMin(1, PcMax(0, (M - 576)))); ++hg64) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 320)], (((M - 320) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 320) / 8) * 8)], ub3[((hr42 * CP) + (((M - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((M - 320) / 8) * 8)));
+                            for (int64_t hg63 = 0; hg63 < PcMin(1, ((M - 320) - (((M - 320) / 8) * 8))); ++hg63) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 320) / 8) * 8) + 320))], ((M - 320) - (((M - 320) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg65 = 0; hg65 < PcMin(1, PcMax(0, (M - 576))); ++hg65) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[320], 256);
+                        }
+                        for (int64_t hg67 = 0; hg67 < (PcMin(1, PcMax(0, (M - 192))) - PcMin(1, PcMax(0, (M - 320)))); ++hg67) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 192)], (((M - 192) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((M - 192) / 8) * 8)], ub3[((hr42 * CP) + (((M - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((M - 192) / 8) * 8)));
+                            for (int64_t hg66 = 0; hg66 < PcMin(1, ((M - 192) - (((M - 192) / 8) * 8))); ++hg66) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 192) / 8) * 8) + 192))], ((M - 192) - (((M - 192) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg68 = 0; hg68 < PcMin(1, PcMax(0, (M - 320))); ++hg68) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[192], 128);
+                        }
+                        for (int64_t hg69 = 0; hg69 < PcMin(1, PcMax(0, (M - 192))); ++hg69) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt1[(hr42 * 64)], vt2, vt2[64], 64);
+                            PipeBarrier<PIPE_V>();
+                            Add(vt1[(hr42 * 64)], vt1[(hr42 * 64)], vt2[128], 64);
+                        }
+                        for (int64_t hg71 = 0; hg71 < (PcMin(1, PcMax(0, (M - 64))) - PcMin(1, PcMax(0, (M - 192)))); ++hg71) {
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt1[(hr42 * 64)], ub3[(hr42 * CP)], static_cast<float>(0.0), 64);
+                            PipeBarrier<PIPE_V>();
+                            Add(vt1[(hr42 * 64)], vt1[(hr42 * 64)], ub3[((hr42 * CP) + 64)], (PcMin(M, 128) - 64));
+                            for (int64_t hg70 = 0; hg70 < PcMin(1, PcMax(0, (M - 128))); ++hg70) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt1[(hr42 * 64)], vt1[(hr42 * 64)], ub3[((hr42 * CP) + 128)], (M - 128));
+                            }
+                        }
+                        for (int64_t hg72 = 0; hg72 < (1 - PcMin(1, PcMax(0, (M - 64)))); ++hg72) {
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt1[(hr42 * 64)], ub3[(hr42 * CP)], static_cast<float>(0.0), M);
                         }
                     }
                 }
@@ -385,21 +659,21 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 PipeBarrier<PIPE_V>();
                 Brcb(ub1, vt0, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
                 WaitFlag<HardEvent::MTE3_V>((i % 2));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
-                    for (int64_t cj15 = 0; cj15 < PcCeilDiv(CP, 64); ++cj15) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
+                    for (int64_t cj73 = 0; cj73 < PcCeilDiv(CP, 64); ++cj73) {
                         PipeBarrier<PIPE_V>();
-                        Div(ub8[(i % 2)][(cj15 * 64)], ub3[(cj15 * 64)], ub1, PcMin(64, (CP - (cj15 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                        Div(ub8[(i % 2)][(cj73 * 64)], ub3[(cj73 * 64)], ub1, PcMin(64, (CP - (cj73 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
-                    for (int64_t lr16 = 0; lr16 < PcMin(TR, (N - (t * TR))); ++lr16) {
-                        for (int64_t lg17 = 0; lg17 < PcCeilDiv((CP / 64), 255); ++lg17) {
+                for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
+                    for (int64_t lr74 = 0; lr74 < PcMin(TR, (N - (t * TR))); ++lr74) {
+                        for (int64_t lg75 = 0; lg75 < PcCeilDiv((CP / 64), 255); ++lg75) {
                             PipeBarrier<PIPE_V>();
-                            Div(ub8[(i % 2)][((lr16 * CP) + (lg17 * 16320))], ub3[((lr16 * CP) + (lg17 * 16320))], ub1[(lr16 * 8)], 64, PcMin(255, ((CP / 64) - (lg17 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Div(ub8[(i % 2)][((lr74 * CP) + (lg75 * 16320))], ub3[((lr74 * CP) + (lg75 * 16320))], ub1[(lr74 * 8)], 64, PcMin(255, ((CP / 64) - (lg75 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
-                        for (int64_t lt18 = 0; lt18 < PcMin(1, (CP % 64)); ++lt18) {
+                        for (int64_t lt76 = 0; lt76 < PcMin(1, (CP % 64)); ++lt76) {
                             PipeBarrier<PIPE_V>();
-                            Div(ub8[(i % 2)][((lr16 * CP) + ((CP / 64) * 64))], ub3[((lr16 * CP) + ((CP / 64) * 64))], ub1[(lr16 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Div(ub8[(i % 2)][((lr74 * CP) + ((CP / 64) * 64))], ub3[((lr74 * CP) + ((CP / 64) * 64))], ub1[(lr74 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
                     }
                 }

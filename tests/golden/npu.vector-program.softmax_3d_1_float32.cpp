@@ -34,8 +34,8 @@ inline uint32_t softmax3d_1_float32_Tiling(const int64_t* sizes, uint32_t aicNum
     {   // phase 0: UB tiling (rows of CP elements, TR rows, at most 255; UB 188416 B)
         const int64_t cp = PcAlignUp(B, 16);
         int64_t tr = PcMax(PcMin(C, 255), 1);
-        while (tr > 1 && (2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256)) > 188416) { --tr; }
-        if ((2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256)) > 188416) { return 0; }
+        while (tr > 1 && (2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { --tr; }
+        if ((2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { return 0; }
         {   // balance the row tiles over the vector cores: the fewest
             // rows per tile that keep the busiest core's tile count
             const int64_t pcRounds = PcCeilDiv((PcCeilDiv(C, tr) * A), static_cast<int64_t>(aivNum));
@@ -81,6 +81,7 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
             const uint32_t ub7_addr = PcAlignUp(ub3_addr + 1 * PcAlignUp(TRP * CP * 4, 256), 32);
             const uint32_t vt0_addr = PcAlignUp(ub7_addr + 2 * PcAlignUp(CP * TRP * 4, 256), 32);
             const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TRP * 4, 256), 32);
+            const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TRP * 64 * 4, 256), 32);
             LocalTensor<float> ub0[2] = {LocalTensor<float>(TPosition::VECCALC, ub0_addr, CP * TRP), LocalTensor<float>(TPosition::VECCALC, ub0_addr + 1 * PcAlignUp(CP * TRP * 4, 256), CP * TRP)};  // UB ND, ping-pong
             LocalTensor<float> ub1(TPosition::VECCALC, ub1_addr, TRP * CP);  // UB ND
             LocalTensor<float> ub2(TPosition::VECCALC, ub2_addr, TR * 8);  // UB COL
@@ -88,6 +89,7 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
             LocalTensor<float> ub7[2] = {LocalTensor<float>(TPosition::VECCALC, ub7_addr, CP * TRP), LocalTensor<float>(TPosition::VECCALC, ub7_addr + 1 * PcAlignUp(CP * TRP * 4, 256), CP * TRP)};  // UB ND, ping-pong
             LocalTensor<float> vt0(TPosition::VECCALC, vt0_addr, 1 * TRP);  // UB PACK
             LocalTensor<float> vt1(TPosition::VECCALC, vt1_addr, TRP * 64);  // UB ND
+            LocalTensor<float> vt2(TPosition::VECCALC, vt2_addr, 1 * CP);  // UB ND
             SetFlag<HardEvent::V_MTE2>(0);
             SetFlag<HardEvent::V_MTE2>(1);
             SetFlag<HardEvent::MTE3_V>(0);
@@ -109,7 +111,7 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
                     }
                 }
                 SetFlag<HardEvent::V_MTE2>((i % 2));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(B, 64) - (PcMin(TR, (C - (t * TR))) * 6)))))); ++rs) {
                     PipeBarrier<PIPE_V>();
                     Adds(vt1, ub1, static_cast<float>(0.0), PcMin(64, B), PcMin(TR, (C - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
                     for (int64_t rj2 = 0; rj2 < (PcCeilDiv(B, 64) - 1); ++rj2) {
@@ -117,13 +119,149 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
                         Max(vt1, vt1, ub1[((rj2 + 1) * 64)], PcMin(64, (B - ((rj2 + 1) * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
-                    for (int64_t lr3 = 0; lr3 < PcMin(TR, (C - (t * TR))); ++lr3) {
-                        PipeBarrier<PIPE_V>();
-                        Adds(vt1[(lr3 * 64)], ub1[(lr3 * CP)], static_cast<float>(0.0), PcMin(64, B), 1, UnaryRepeatParams(1, 1, 0, 0));
-                        for (int64_t rj4 = 0; rj4 < (PcCeilDiv(B, 64) - 1); ++rj4) {
+                for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(B, 64) - (PcMin(TR, (C - (t * TR))) * 6))))); ++rh) {
+                    for (int64_t hr3 = 0; hr3 < PcMin(TR, (C - (t * TR))); ++hr3) {
+                        for (int64_t hg5 = 0; hg5 < PcMin(1, PcMax(0, (B - 32832))); ++hg5) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt1[(lr3 * 64)], vt1[(lr3 * 64)], ub1[((lr3 * CP) + ((rj4 + 1) * 64))], PcMin(64, (B - ((rj4 + 1) * 64))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 32832)], (((B - 32832) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 32832) / 8) * 8)], ub1[((hr3 * CP) + (((B - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((B - 32832) / 8) * 8)));
+                            for (int64_t hg4 = 0; hg4 < PcMin(1, ((B - 32832) - (((B - 32832) / 8) * 8))); ++hg4) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 32832) / 8) * 8) + 32832))], ((B - 32832) - (((B - 32832) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg7 = 0; hg7 < (PcMin(1, PcMax(0, (B - 16448))) - PcMin(1, PcMax(0, (B - 32832)))); ++hg7) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 16448)], (((B - 16448) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 16448) / 8) * 8)], ub1[((hr3 * CP) + (((B - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((B - 16448) / 8) * 8)));
+                            for (int64_t hg6 = 0; hg6 < PcMin(1, ((B - 16448) - (((B - 16448) / 8) * 8))); ++hg6) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 16448) / 8) * 8) + 16448))], ((B - 16448) - (((B - 16448) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg8 = 0; hg8 < PcMin(1, PcMax(0, (B - 32832))); ++hg8) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[16448], 16384);
+                        }
+                        for (int64_t hg10 = 0; hg10 < (PcMin(1, PcMax(0, (B - 8256))) - PcMin(1, PcMax(0, (B - 16448)))); ++hg10) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 8256)], (((B - 8256) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 8256) / 8) * 8)], ub1[((hr3 * CP) + (((B - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((B - 8256) / 8) * 8)));
+                            for (int64_t hg9 = 0; hg9 < PcMin(1, ((B - 8256) - (((B - 8256) / 8) * 8))); ++hg9) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 8256) / 8) * 8) + 8256))], ((B - 8256) - (((B - 8256) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg11 = 0; hg11 < PcMin(1, PcMax(0, (B - 16448))); ++hg11) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[8256], 8192);
+                        }
+                        for (int64_t hg13 = 0; hg13 < (PcMin(1, PcMax(0, (B - 4160))) - PcMin(1, PcMax(0, (B - 8256)))); ++hg13) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 4160)], (((B - 4160) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 4160) / 8) * 8)], ub1[((hr3 * CP) + (((B - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((B - 4160) / 8) * 8)));
+                            for (int64_t hg12 = 0; hg12 < PcMin(1, ((B - 4160) - (((B - 4160) / 8) * 8))); ++hg12) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 4160) / 8) * 8) + 4160))], ((B - 4160) - (((B - 4160) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg14 = 0; hg14 < PcMin(1, PcMax(0, (B - 8256))); ++hg14) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[4160], 4096);
+                        }
+                        for (int64_t hg16 = 0; hg16 < (PcMin(1, PcMax(0, (B - 2112))) - PcMin(1, PcMax(0, (B - 4160)))); ++hg16) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 2112)], (((B - 2112) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 2112) / 8) * 8)], ub1[((hr3 * CP) + (((B - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((B - 2112) / 8) * 8)));
+                            for (int64_t hg15 = 0; hg15 < PcMin(1, ((B - 2112) - (((B - 2112) / 8) * 8))); ++hg15) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 2112) / 8) * 8) + 2112))], ((B - 2112) - (((B - 2112) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg17 = 0; hg17 < PcMin(1, PcMax(0, (B - 4160))); ++hg17) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[2112], 2048);
+                        }
+                        for (int64_t hg19 = 0; hg19 < (PcMin(1, PcMax(0, (B - 1088))) - PcMin(1, PcMax(0, (B - 2112)))); ++hg19) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 1088)], (((B - 1088) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 1088) / 8) * 8)], ub1[((hr3 * CP) + (((B - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((B - 1088) / 8) * 8)));
+                            for (int64_t hg18 = 0; hg18 < PcMin(1, ((B - 1088) - (((B - 1088) / 8) * 8))); ++hg18) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 1088) / 8) * 8) + 1088))], ((B - 1088) - (((B - 1088) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg20 = 0; hg20 < PcMin(1, PcMax(0, (B - 2112))); ++hg20) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[1088], 1024);
+                        }
+                        for (int64_t hg22 = 0; hg22 < (PcMin(1, PcMax(0, (B - 576))) - PcMin(1, PcMax(0, (B - 1088)))); ++hg22) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 576)], (((B - 576) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 576) / 8) * 8)], ub1[((hr3 * CP) + (((B - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((B - 576) / 8) * 8)));
+                            for (int64_t hg21 = 0; hg21 < PcMin(1, ((B - 576) - (((B - 576) / 8) * 8))); ++hg21) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 576) / 8) * 8) + 576))], ((B - 576) - (((B - 576) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg23 = 0; hg23 < PcMin(1, PcMax(0, (B - 1088))); ++hg23) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[576], 512);
+                        }
+                        for (int64_t hg25 = 0; hg25 < (PcMin(1, PcMax(0, (B - 320))) - PcMin(1, PcMax(0, (B - 576)))); ++hg25) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 320)], (((B - 320) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 320) / 8) * 8)], ub1[((hr3 * CP) + (((B - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((B - 320) / 8) * 8)));
+                            for (int64_t hg24 = 0; hg24 < PcMin(1, ((B - 320) - (((B - 320) / 8) * 8))); ++hg24) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 320) / 8) * 8) + 320))], ((B - 320) - (((B - 320) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg26 = 0; hg26 < PcMin(1, PcMax(0, (B - 576))); ++hg26) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[320], 256);
+                        }
+                        for (int64_t hg28 = 0; hg28 < (PcMin(1, PcMax(0, (B - 192))) - PcMin(1, PcMax(0, (B - 320)))); ++hg28) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 192)], (((B - 192) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 192) / 8) * 8)], ub1[((hr3 * CP) + (((B - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((B - 192) / 8) * 8)));
+                            for (int64_t hg27 = 0; hg27 < PcMin(1, ((B - 192) - (((B - 192) / 8) * 8))); ++hg27) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 192) / 8) * 8) + 192))], ((B - 192) - (((B - 192) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg29 = 0; hg29 < PcMin(1, PcMax(0, (B - 320))); ++hg29) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt2, vt2, vt2[192], 128);
+                        }
+                        for (int64_t hg30 = 0; hg30 < PcMin(1, PcMax(0, (B - 192))); ++hg30) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt1[(hr3 * 64)], vt2, vt2[64], 64);
+                            PipeBarrier<PIPE_V>();
+                            Max(vt1[(hr3 * 64)], vt1[(hr3 * 64)], vt2[128], 64);
+                        }
+                        for (int64_t hg32 = 0; hg32 < (PcMin(1, PcMax(0, (B - 64))) - PcMin(1, PcMax(0, (B - 192)))); ++hg32) {
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt1[(hr3 * 64)], ub1[(hr3 * CP)], static_cast<float>(0.0), 64);
+                            PipeBarrier<PIPE_V>();
+                            Max(vt1[(hr3 * 64)], vt1[(hr3 * 64)], ub1[((hr3 * CP) + 64)], (PcMin(B, 128) - 64));
+                            for (int64_t hg31 = 0; hg31 < PcMin(1, PcMax(0, (B - 128))); ++hg31) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt1[(hr3 * 64)], vt1[(hr3 * 64)], ub1[((hr3 * CP) + 128)], (B - 128));
+                            }
+                        }
+                        for (int64_t hg33 = 0; hg33 < (1 - PcMin(1, PcMax(0, (B - 64)))); ++hg33) {
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt1[(hr3 * 64)], ub1[(hr3 * CP)], static_cast<float>(0.0), B);
                         }
                     }
                 }
@@ -131,41 +269,177 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
                 ReduceRepeat<ReduceType::MAX>(vt0, vt1, PcMin(64, B), PcMin(TR, (C - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                 PipeBarrier<PIPE_V>();
                 Brcb(ub2, vt0, PcCeilDiv(PcMin(TR, (C - (t * TR))), 8), BrcbRepeatParams(1, 8));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
-                    for (int64_t cj5 = 0; cj5 < PcCeilDiv(CP, 64); ++cj5) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (C - (t * TR)))))) - ((2 * PcMin(TR, (C - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
+                    for (int64_t cj34 = 0; cj34 < PcCeilDiv(CP, 64); ++cj34) {
                         PipeBarrier<PIPE_V>();
-                        Sub(ub3[(cj5 * 64)], ub1[(cj5 * 64)], ub2, PcMin(64, (CP - (cj5 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                        Sub(ub3[(cj34 * 64)], ub1[(cj34 * 64)], ub2, PcMin(64, (CP - (cj34 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
-                    for (int64_t lr6 = 0; lr6 < PcMin(TR, (C - (t * TR))); ++lr6) {
-                        for (int64_t lg7 = 0; lg7 < PcCeilDiv((CP / 64), 255); ++lg7) {
+                for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (C - (t * TR)))))) - ((2 * PcMin(TR, (C - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
+                    for (int64_t lr35 = 0; lr35 < PcMin(TR, (C - (t * TR))); ++lr35) {
+                        for (int64_t lg36 = 0; lg36 < PcCeilDiv((CP / 64), 255); ++lg36) {
                             PipeBarrier<PIPE_V>();
-                            Sub(ub3[((lr6 * CP) + (lg7 * 16320))], ub1[((lr6 * CP) + (lg7 * 16320))], ub2[(lr6 * 8)], 64, PcMin(255, ((CP / 64) - (lg7 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Sub(ub3[((lr35 * CP) + (lg36 * 16320))], ub1[((lr35 * CP) + (lg36 * 16320))], ub2[(lr35 * 8)], 64, PcMin(255, ((CP / 64) - (lg36 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
-                        for (int64_t lt8 = 0; lt8 < PcMin(1, (CP % 64)); ++lt8) {
+                        for (int64_t lt37 = 0; lt37 < PcMin(1, (CP % 64)); ++lt37) {
                             PipeBarrier<PIPE_V>();
-                            Sub(ub3[((lr6 * CP) + ((CP / 64) * 64))], ub1[((lr6 * CP) + ((CP / 64) * 64))], ub2[(lr6 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Sub(ub3[((lr35 * CP) + ((CP / 64) * 64))], ub1[((lr35 * CP) + ((CP / 64) * 64))], ub2[(lr35 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
                     }
                 }
                 PipeBarrier<PIPE_V>();
                 Exp(ub1, ub3, (PcMin(TR, (C - (t * TR))) * CP));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(B, 64) - (PcMin(TR, (C - (t * TR))) * 6)))))); ++rs) {
                     PipeBarrier<PIPE_V>();
                     Adds(vt1, ub1, static_cast<float>(0.0), PcMin(64, B), PcMin(TR, (C - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                    for (int64_t rj9 = 0; rj9 < (PcCeilDiv(B, 64) - 1); ++rj9) {
+                    for (int64_t rj38 = 0; rj38 < (PcCeilDiv(B, 64) - 1); ++rj38) {
                         PipeBarrier<PIPE_V>();
-                        Add(vt1, vt1, ub1[((rj9 + 1) * 64)], PcMin(64, (B - ((rj9 + 1) * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                        Add(vt1, vt1, ub1[((rj38 + 1) * 64)], PcMin(64, (B - ((rj38 + 1) * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
-                    for (int64_t lr10 = 0; lr10 < PcMin(TR, (C - (t * TR))); ++lr10) {
-                        PipeBarrier<PIPE_V>();
-                        Adds(vt1[(lr10 * 64)], ub1[(lr10 * CP)], static_cast<float>(0.0), PcMin(64, B), 1, UnaryRepeatParams(1, 1, 0, 0));
-                        for (int64_t rj11 = 0; rj11 < (PcCeilDiv(B, 64) - 1); ++rj11) {
+                for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(B, 64) - (PcMin(TR, (C - (t * TR))) * 6))))); ++rh) {
+                    for (int64_t hr39 = 0; hr39 < PcMin(TR, (C - (t * TR))); ++hr39) {
+                        for (int64_t hg41 = 0; hg41 < PcMin(1, PcMax(0, (B - 32832))); ++hg41) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt1[(lr10 * 64)], vt1[(lr10 * 64)], ub1[((lr10 * CP) + ((rj11 + 1) * 64))], PcMin(64, (B - ((rj11 + 1) * 64))), 1, BinaryRepeatParams(1, 1, 1, 0, 0, 0));
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 32832)], (((B - 32832) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 32832) / 8) * 8)], ub1[((hr39 * CP) + (((B - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((B - 32832) / 8) * 8)));
+                            for (int64_t hg40 = 0; hg40 < PcMin(1, ((B - 32832) - (((B - 32832) / 8) * 8))); ++hg40) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 32832) / 8) * 8) + 32832))], ((B - 32832) - (((B - 32832) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg43 = 0; hg43 < (PcMin(1, PcMax(0, (B - 16448))) - PcMin(1, PcMax(0, (B - 32832)))); ++hg43) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 16448)], (((B - 16448) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 16448) / 8) * 8)], ub1[((hr39 * CP) + (((B - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((B - 16448) / 8) * 8)));
+                            for (int64_t hg42 = 0; hg42 < PcMin(1, ((B - 16448) - (((B - 16448) / 8) * 8))); ++hg42) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 16448) / 8) * 8) + 16448))], ((B - 16448) - (((B - 16448) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg44 = 0; hg44 < PcMin(1, PcMax(0, (B - 32832))); ++hg44) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[16448], 16384);
+                        }
+                        for (int64_t hg46 = 0; hg46 < (PcMin(1, PcMax(0, (B - 8256))) - PcMin(1, PcMax(0, (B - 16448)))); ++hg46) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 8256)], (((B - 8256) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 8256) / 8) * 8)], ub1[((hr39 * CP) + (((B - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((B - 8256) / 8) * 8)));
+                            for (int64_t hg45 = 0; hg45 < PcMin(1, ((B - 8256) - (((B - 8256) / 8) * 8))); ++hg45) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 8256) / 8) * 8) + 8256))], ((B - 8256) - (((B - 8256) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg47 = 0; hg47 < PcMin(1, PcMax(0, (B - 16448))); ++hg47) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[8256], 8192);
+                        }
+                        for (int64_t hg49 = 0; hg49 < (PcMin(1, PcMax(0, (B - 4160))) - PcMin(1, PcMax(0, (B - 8256)))); ++hg49) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 4160)], (((B - 4160) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 4160) / 8) * 8)], ub1[((hr39 * CP) + (((B - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((B - 4160) / 8) * 8)));
+                            for (int64_t hg48 = 0; hg48 < PcMin(1, ((B - 4160) - (((B - 4160) / 8) * 8))); ++hg48) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 4160) / 8) * 8) + 4160))], ((B - 4160) - (((B - 4160) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg50 = 0; hg50 < PcMin(1, PcMax(0, (B - 8256))); ++hg50) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[4160], 4096);
+                        }
+                        for (int64_t hg52 = 0; hg52 < (PcMin(1, PcMax(0, (B - 2112))) - PcMin(1, PcMax(0, (B - 4160)))); ++hg52) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 2112)], (((B - 2112) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 2112) / 8) * 8)], ub1[((hr39 * CP) + (((B - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((B - 2112) / 8) * 8)));
+                            for (int64_t hg51 = 0; hg51 < PcMin(1, ((B - 2112) - (((B - 2112) / 8) * 8))); ++hg51) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 2112) / 8) * 8) + 2112))], ((B - 2112) - (((B - 2112) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg53 = 0; hg53 < PcMin(1, PcMax(0, (B - 4160))); ++hg53) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[2112], 2048);
+                        }
+                        for (int64_t hg55 = 0; hg55 < (PcMin(1, PcMax(0, (B - 1088))) - PcMin(1, PcMax(0, (B - 2112)))); ++hg55) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 1088)], (((B - 1088) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 1088) / 8) * 8)], ub1[((hr39 * CP) + (((B - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((B - 1088) / 8) * 8)));
+                            for (int64_t hg54 = 0; hg54 < PcMin(1, ((B - 1088) - (((B - 1088) / 8) * 8))); ++hg54) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 1088) / 8) * 8) + 1088))], ((B - 1088) - (((B - 1088) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg56 = 0; hg56 < PcMin(1, PcMax(0, (B - 2112))); ++hg56) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[1088], 1024);
+                        }
+                        for (int64_t hg58 = 0; hg58 < (PcMin(1, PcMax(0, (B - 576))) - PcMin(1, PcMax(0, (B - 1088)))); ++hg58) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 576)], (((B - 576) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 576) / 8) * 8)], ub1[((hr39 * CP) + (((B - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((B - 576) / 8) * 8)));
+                            for (int64_t hg57 = 0; hg57 < PcMin(1, ((B - 576) - (((B - 576) / 8) * 8))); ++hg57) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 576) / 8) * 8) + 576))], ((B - 576) - (((B - 576) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg59 = 0; hg59 < PcMin(1, PcMax(0, (B - 1088))); ++hg59) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[576], 512);
+                        }
+                        for (int64_t hg61 = 0; hg61 < (PcMin(1, PcMax(0, (B - 320))) - PcMin(1, PcMax(0, (B - 576)))); ++hg61) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 320)], (((B - 320) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 320) / 8) * 8)], ub1[((hr39 * CP) + (((B - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((B - 320) / 8) * 8)));
+                            for (int64_t hg60 = 0; hg60 < PcMin(1, ((B - 320) - (((B - 320) / 8) * 8))); ++hg60) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 320) / 8) * 8) + 320))], ((B - 320) - (((B - 320) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg62 = 0; hg62 < PcMin(1, PcMax(0, (B - 576))); ++hg62) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[320], 256);
+                        }
+                        for (int64_t hg64 = 0; hg64 < (PcMin(1, PcMax(0, (B - 192))) - PcMin(1, PcMax(0, (B - 320)))); ++hg64) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 192)], (((B - 192) / 8) * 8));
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt2[(((B - 192) / 8) * 8)], ub1[((hr39 * CP) + (((B - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((B - 192) / 8) * 8)));
+                            for (int64_t hg63 = 0; hg63 < PcMin(1, ((B - 192) - (((B - 192) / 8) * 8))); ++hg63) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 192) / 8) * 8) + 192))], ((B - 192) - (((B - 192) / 8) * 8)));
+                            }
+                        }
+                        for (int64_t hg65 = 0; hg65 < PcMin(1, PcMax(0, (B - 320))); ++hg65) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt2, vt2, vt2[192], 128);
+                        }
+                        for (int64_t hg66 = 0; hg66 < PcMin(1, PcMax(0, (B - 192))); ++hg66) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt1[(hr39 * 64)], vt2, vt2[64], 64);
+                            PipeBarrier<PIPE_V>();
+                            Add(vt1[(hr39 * 64)], vt1[(hr39 * 64)], vt2[128], 64);
+                        }
+                        for (int64_t hg68 = 0; hg68 < (PcMin(1, PcMax(0, (B - 64))) - PcMin(1, PcMax(0, (B - 192)))); ++hg68) {
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt1[(hr39 * 64)], ub1[(hr39 * CP)], static_cast<float>(0.0), 64);
+                            PipeBarrier<PIPE_V>();
+                            Add(vt1[(hr39 * 64)], vt1[(hr39 * 64)], ub1[((hr39 * CP) + 64)], (PcMin(B, 128) - 64));
+                            for (int64_t hg67 = 0; hg67 < PcMin(1, PcMax(0, (B - 128))); ++hg67) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt1[(hr39 * 64)], vt1[(hr39 * 64)], ub1[((hr39 * CP) + 128)], (B - 128));
+                            }
+                        }
+                        for (int64_t hg69 = 0; hg69 < (1 - PcMin(1, PcMax(0, (B - 64)))); ++hg69) {
+                            PipeBarrier<PIPE_V>();
+                            Adds(vt1[(hr39 * 64)], ub1[(hr39 * CP)], static_cast<float>(0.0), B);
                         }
                     }
                 }
@@ -173,30 +447,30 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
                 ReduceRepeat<ReduceType::SUM>(vt0, vt1, PcMin(64, B), PcMin(TR, (C - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                 PipeBarrier<PIPE_V>();
                 Brcb(ub2, vt0, PcCeilDiv(PcMin(TR, (C - (t * TR))), 8), BrcbRepeatParams(1, 8));
-                for (int64_t rs = 0; rs < (1 - PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)))); ++rs) {
-                    for (int64_t cj12 = 0; cj12 < PcCeilDiv(CP, 64); ++cj12) {
+                for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (C - (t * TR)))))) - ((2 * PcMin(TR, (C - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
+                    for (int64_t cj70 = 0; cj70 < PcCeilDiv(CP, 64); ++cj70) {
                         PipeBarrier<PIPE_V>();
-                        Div(ub3[(cj12 * 64)], ub1[(cj12 * 64)], ub2, PcMin(64, (CP - (cj12 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                        Div(ub3[(cj70 * 64)], ub1[(cj70 * 64)], ub2, PcMin(64, (CP - (cj70 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
-                for (int64_t rl = 0; rl < PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))); ++rl) {
-                    for (int64_t lr13 = 0; lr13 < PcMin(TR, (C - (t * TR))); ++lr13) {
-                        for (int64_t lg14 = 0; lg14 < PcCeilDiv((CP / 64), 255); ++lg14) {
+                for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (C - (t * TR)))))) - ((2 * PcMin(TR, (C - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
+                    for (int64_t lr71 = 0; lr71 < PcMin(TR, (C - (t * TR))); ++lr71) {
+                        for (int64_t lg72 = 0; lg72 < PcCeilDiv((CP / 64), 255); ++lg72) {
                             PipeBarrier<PIPE_V>();
-                            Div(ub3[((lr13 * CP) + (lg14 * 16320))], ub1[((lr13 * CP) + (lg14 * 16320))], ub2[(lr13 * 8)], 64, PcMin(255, ((CP / 64) - (lg14 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Div(ub3[((lr71 * CP) + (lg72 * 16320))], ub1[((lr71 * CP) + (lg72 * 16320))], ub2[(lr71 * 8)], 64, PcMin(255, ((CP / 64) - (lg72 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
-                        for (int64_t lt15 = 0; lt15 < PcMin(1, (CP % 64)); ++lt15) {
+                        for (int64_t lt73 = 0; lt73 < PcMin(1, (CP % 64)); ++lt73) {
                             PipeBarrier<PIPE_V>();
-                            Div(ub3[((lr13 * CP) + ((CP / 64) * 64))], ub1[((lr13 * CP) + ((CP / 64) * 64))], ub2[(lr13 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Div(ub3[((lr71 * CP) + ((CP / 64) * 64))], ub1[((lr71 * CP) + ((CP / 64) * 64))], ub2[(lr71 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
                     }
                 }
                 WaitFlag<HardEvent::MTE3_V>((i % 2));
-                for (int64_t tb16 = 0; tb16 < PcCeilDiv(TRP, 16); ++tb16) {
+                for (int64_t tb74 = 0; tb74 < PcCeilDiv(TRP, 16); ++tb74) {
                     PipeBarrier<PIPE_V>();
                     {
-                        LocalTensor<float> dstList[NCHW_CONV_ADDR_LIST_SIZE] = {ub7[(i % 2)][(tb16 * 16)], ub7[(i % 2)][((tb16 * 16) + 8)], ub7[(i % 2)][(TRP + (tb16 * 16))], ub7[(i % 2)][((TRP + (tb16 * 16)) + 8)], ub7[(i % 2)][((2 * TRP) + (tb16 * 16))], ub7[(i % 2)][(((2 * TRP) + (tb16 * 16)) + 8)], ub7[(i % 2)][((3 * TRP) + (tb16 * 16))], ub7[(i % 2)][(((3 * TRP) + (tb16 * 16)) + 8)], ub7[(i % 2)][((4 * TRP) + (tb16 * 16))], ub7[(i % 2)][(((4 * TRP) + (tb16 * 16)) + 8)], ub7[(i % 2)][((5 * TRP) + (tb16 * 16))], ub7[(i % 2)][(((5 * TRP) + (tb16 * 16)) + 8)], ub7[(i % 2)][((6 * TRP) + (tb16 * 16))], ub7[(i % 2)][(((6 * TRP) + (tb16 * 16)) + 8)], ub7[(i % 2)][((7 * TRP) + (tb16 * 16))], ub7[(i % 2)][(((7 * TRP) + (tb16 * 16)) + 8)]};
-                        LocalTensor<float> srcList[NCHW_CONV_ADDR_LIST_SIZE] = {ub3[((tb16 * 16) * CP)], ub3[(((tb16 * 16) + 1) * CP)], ub3[(((tb16 * 16) + 2) * CP)], ub3[(((tb16 * 16) + 3) * CP)], ub3[(((tb16 * 16) + 4) * CP)], ub3[(((tb16 * 16) + 5) * CP)], ub3[(((tb16 * 16) + 6) * CP)], ub3[(((tb16 * 16) + 7) * CP)], ub3[(((tb16 * 16) + 8) * CP)], ub3[(((tb16 * 16) + 9) * CP)], ub3[(((tb16 * 16) + 10) * CP)], ub3[(((tb16 * 16) + 11) * CP)], ub3[(((tb16 * 16) + 12) * CP)], ub3[(((tb16 * 16) + 13) * CP)], ub3[(((tb16 * 16) + 14) * CP)], ub3[(((tb16 * 16) + 15) * CP)]};
+                        LocalTensor<float> dstList[NCHW_CONV_ADDR_LIST_SIZE] = {ub7[(i % 2)][(tb74 * 16)], ub7[(i % 2)][((tb74 * 16) + 8)], ub7[(i % 2)][(TRP + (tb74 * 16))], ub7[(i % 2)][((TRP + (tb74 * 16)) + 8)], ub7[(i % 2)][((2 * TRP) + (tb74 * 16))], ub7[(i % 2)][(((2 * TRP) + (tb74 * 16)) + 8)], ub7[(i % 2)][((3 * TRP) + (tb74 * 16))], ub7[(i % 2)][(((3 * TRP) + (tb74 * 16)) + 8)], ub7[(i % 2)][((4 * TRP) + (tb74 * 16))], ub7[(i % 2)][(((4 * TRP) + (tb74 * 16)) + 8)], ub7[(i % 2)][((5 * TRP) + (tb74 * 16))], ub7[(i % 2)][(((5 * TRP) + (tb74 * 16)) + 8)], ub7[(i % 2)][((6 * TRP) + (tb74 * 16))], ub7[(i % 2)][(((6 * TRP) + (tb74 * 16)) + 8)], ub7[(i % 2)][((7 * TRP) + (tb74 * 16))], ub7[(i % 2)][(((7 * TRP) + (tb74 * 16)) + 8)]};
+                        LocalTensor<float> srcList[NCHW_CONV_ADDR_LIST_SIZE] = {ub3[((tb74 * 16) * CP)], ub3[(((tb74 * 16) + 1) * CP)], ub3[(((tb74 * 16) + 2) * CP)], ub3[(((tb74 * 16) + 3) * CP)], ub3[(((tb74 * 16) + 4) * CP)], ub3[(((tb74 * 16) + 5) * CP)], ub3[(((tb74 * 16) + 6) * CP)], ub3[(((tb74 * 16) + 7) * CP)], ub3[(((tb74 * 16) + 8) * CP)], ub3[(((tb74 * 16) + 9) * CP)], ub3[(((tb74 * 16) + 10) * CP)], ub3[(((tb74 * 16) + 11) * CP)], ub3[(((tb74 * 16) + 12) * CP)], ub3[(((tb74 * 16) + 13) * CP)], ub3[(((tb74 * 16) + 14) * CP)], ub3[(((tb74 * 16) + 15) * CP)]};
                         TransDataTo5HD<float>(dstList, srcList, TransDataTo5HDParams(false, false, PcCeilDiv(CP, 8), (PcCeilDiv(((TRP * 8) * 4), 32) * PcMin((PcCeilDiv(CP, 8) - 1), 1)), PcMin((PcCeilDiv(CP, 8) - 1), 1)));
                     }
                 }
