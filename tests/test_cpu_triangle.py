@@ -143,3 +143,22 @@ def test_symm_runs_one_parallel_loop_over_column_blocks():
         got = _call(k, f, dict(alpha=al, beta=be, A=A, B=B, C=C.copy()),
                     dict(m=mm, n=nn))["C"]
         np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13, err_msg=f"{mm}x{nn}")
+
+
+def test_symm_constant_sizes_blocks_of_whole_panels():
+    """Constant sizes: column blocks of an even number of panels, one per thread
+    (131 columns: 5 panels, blocks of 4), the built kernel equals numpy."""
+    src = SYMM.replace("symm_cols", "symm_const").replace("[m][n]", "[77][131]") \
+        .replace("[m][m]", "[77][77]").replace("i < m", "i < 77").replace("j < n", "j < 131")
+    k = read_c_kernel(src, "symm_const")
+    blocks = column_blocks(list(k.polyhedral_model().statements), 32, 2)
+    assert blocks is not None and blocks[2] == 128, blocks
+    ck = compile_kernel(k, TARGET2)
+    f = ck.backend.load(ck)
+    rng = np.random.default_rng(2)
+    A, B, C = rng.uniform(-1, 1, (77, 77)), rng.uniform(-1, 1, (77, 131)), \
+        rng.uniform(-1, 1, (77, 131))
+    S = np.tril(A) + np.tril(A, -1).T
+    got = _call(k, f, dict(alpha=np.array(0.5), beta=np.array(2.0), A=A, B=B, C=C.copy()),
+                dict(m=1, n=1))["C"]
+    np.testing.assert_allclose(got, 0.5 * (S @ B) + 2.0 * C, rtol=1e-11, atol=1e-13)
