@@ -53,6 +53,12 @@ class CpuOptions(Options):
                                                 "GEMM register block (MR, vectors per row)")
     gemm_epilogue: bool = opt(True, boolean,
                               "run an elementwise stage after a product on each register tile")
+    stencil_tiles: tuple[int, ...] | None = opt(None, int_tuple(None),
+                                                "time-tile sizes of stencils (scop-stencil: "
+                                                "the tiled band members' sizes)")
+    stencil_shape: str = opt("diamond", one_of("diamond", "parallelogram"),
+                             "time tiles of stencils: diamonds with concurrent start where "
+                             "the dependence cone allows, else parallelograms")
 
 
 # -------------------------------------------------------------------------- CUDA
@@ -226,6 +232,11 @@ class CudaOptions(Options):
                             "it pays (a stage between the products and a grid filling a "
                             "third of the SMs; 'force': whenever legal; scheduler/chain, "
                             "docs/fusion.md)")
+    block_reduce: bool = opt(True, boolean,
+                             "a C SCoP's reduction into one element below a host loop "
+                             "(trisolv's x[i] -= L[i][j] * x[j]) as a one-block parallel "
+                             "reduction: the terms reassociated, not bitwise the C order; "
+                             "False: one thread in the C order")
     row_online: bool = opt(True, boolean,
                            "an uncached softmax row's maximum and sum in one pass (online "
                            "max-and-sum, docs/rowreduce.md)")

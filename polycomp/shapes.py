@@ -12,6 +12,10 @@ from polycomp.errors import (
     user_location,
 )
 
+_COMPARE = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+            "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+            "&&": lambda a, b: bool(a) and bool(b), "||": lambda a, b: bool(a) or bool(b)}
+
 
 def eval_int(e: ir.Expr, params: dict) -> int:
     """Evaluate an integer IR expression given ``{param name: value}``."""
@@ -26,8 +30,12 @@ def eval_int(e: ir.Expr, params: dict) -> int:
         return int(params[e.name])
     if isinstance(e, ir.Unary) and e.op == "neg":
         return -eval_int(e.a, params)
+    if isinstance(e, ir.Select):   # a piecewise extent (isl's ``m == 1 ? 1 : ...``)
+        return eval_int(e.t if eval_int(e.cond, params) else e.f, params)
     if isinstance(e, ir.Binary):
         a, b = eval_int(e.a, params), eval_int(e.b, params)
+        if e.op in _COMPARE:
+            return int(_COMPARE[e.op](a, b))
         return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0,
                 "%": a % b if b else 0, "min": min(a, b), "max": max(a, b)}[e.op]
     raise ShapeMismatchError(f"cannot evaluate extent {e}", user_location())

@@ -71,9 +71,9 @@ SIZES = {
     "fdtd2d_like": [dict(tmax=3, nx=13, ny=17), dict(tmax=1, nx=1, ny=1)],
 }
 
-#: the time-tiled stencils at sizes that span several tiles in time and in space (tile
-#: sizes ``scop_stencil.TILES``: 64x512 in 1-D, 8x32 in 2-D, 4x8x16 in 3-D), odd and
-#: prime extents, and one time step
+#: the time-tiled stencils with their default tiles (sized from the cache:
+#: ``scop_stencil.tile_sizes``) at odd and prime extents, and one time step (the small
+#: tiles of ``SMALL_TILES`` span many tiles at small sizes)
 STENCIL_SIZES = {
     "jacobi1d_like": [dict(tsteps=131, n=1031), dict(tsteps=1, n=3)],
     "jacobi2d_like": [dict(tsteps=19, n=71), dict(tsteps=1, n=3)],
@@ -333,17 +333,111 @@ def test_parallel_second_member_of_a_band():
 
 def test_stencils_are_time_tiled():
     """The skew of each stencil is read off its dependence cone (the rows in the note),
-    the band tiled over time and space, the wavefront's tiles parallel."""
-    want = {"jacobi1d_like": ("time-tiled 64x512", "y1 = z1 + 2t (S_1 + 1)"),
-            "jacobi2d_like": ("time-tiled 8x32", "y1 = z1 + 2t (S_1 + 1), y2 = z2 + 2t (S_1 + 1)"),
-            "seidel_like": ("time-tiled 8x32", "y1 = z1 + t, y2 = z2 + t"),   # 5 points
-            "heat3d_like": ("time-tiled 4x8x16", "y3 = z3 + 2t (S_1 + 1)"),
-            "fdtd2d_like": ("time-tiled 8x32", "y1 = z1 + t (S_3 + 1), y2 = z2 + t (S_3 + 1)")}
-    for name, (tiles, rows) in want.items():
+    the band tiled over time and space, the wavefront's tiles parallel; diamonds with
+    concurrent start where the cone has a mirror row ``h-``, parallelograms for
+    seidel's in-place update."""
+    want = {"jacobi1d_like": ("time-tiled 64x512 parallelograms", "y1 = z1 + 2t (S_1 + 1)",
+                              "sized for 16 KiB of cache"),
+            "jacobi2d_like": ("time-tiled 56x56 diamonds",
+                              "y1 = z1 + 2t (S_1 + 1), y2 = z2 + 2t (S_1 + 1)",
+                              "h- = 2t - z1 (S_1 + 1), concurrent start"),
+            "seidel_like": ("time-tiled 8x112 parallelograms", "y1 = z1 + t, y2 = z2 + t",
+                            "no diamond"),   # 5 points
+            "heat3d_like": ("time-tiled 12x12x12 diamonds", "y3 = z3 + 2t (S_1 + 1)",
+                            "h- = 2t - z1 (S_1 + 1), concurrent start"),
+            "fdtd2d_like": ("time-tiled 40x40 diamonds",
+                            "y1 = z1 + t (S_3 + 1), y2 = z2 + t (S_3 + 1)",
+                            "h- = t - z1, concurrent start")}
+    for name, (tiles, rows, shape) in want.items():
         n = notes(name)
         how = "tiles in sequence" if name == "jacobi1d_like" else "wavefront of tiles in parallel"
-        assert any(tiles in x and rows in x and how in x for x in n["scop-stencil"]), n
+        assert any(tiles in x and rows in x and how in x and shape in x
+                   for x in n["scop-stencil"]), n
         assert "scop-parallel" not in n        # the wavefront's mark is the parallel loop
+
+
+def _first_wavefront_tiles(name: str, options: dict, params: dict) -> int:
+    """How many tiles the first wavefront of the stencil's tiled band holds at the
+    parameter values ``params`` (isl: the schedule's first two band members, the
+    wavefront and the tile, on the domain with the parameters fixed)."""
+    model = kernel(name).polyhedral_model()
+    ctx = CompileState(model, TARGET, options)
+    sched = ScopStencilPass().run(ScopGemmPass().run(model.initial_schedule, ctx), ctx)
+    node = sched.get_root()
+    while node.get_type() != isl.schedule_node_type.band:
+        node = node.child(0)
+    mupa = node.band_get_partial_schedule()
+    dom = sched.get_domain()
+    fixed = isl.Set.universe(dom.get_space())      # the model's own parameter ids
+    for p, v in params.items():
+        fixed = fixed.fix_val(isl.dim_type.param,
+                              fixed.find_dim_by_name(isl.dim_type.param, p),
+                              isl.Val.int_from_si(fixed.get_ctx(), v))
+    dom = dom.intersect_params(fixed)
+    wave, tile = (isl.UnionMap.from_union_pw_aff(mupa.get_at(k)) for k in (0, 1))
+    tiles = isl.Set.from_union_set(wave.flat_range_product(tile).intersect_domain(dom)
+                                   .range())
+    tiles = tiles.project_out(isl.dim_type.param, 0, tiles.dim(isl.dim_type.param))
+    w0 = tiles.lexmin().plain_get_val_if_fixed(isl.dim_type.set, 0)
+    same = tiles.fix_val(isl.dim_type.set, 0, w0)
+    return same.count_val().to_python()
+
+
+@pytest.mark.parametrize("name,params", [
+    ("jacobi2d_like", dict(tsteps=40, n=200)),
+    ("heat3d_like", dict(tsteps=20, n=60)),
+    ("fdtd2d_like", dict(tmax=40, nx=200, ny=50)),
+])
+def test_diamonds_start_concurrently(name, params):
+    """Concurrent start: the first wavefront of diamond tiles holds a row of tiles
+    side by side along ``z1`` (about ``n / s`` of them), where the parallelogram
+    tiles' first wavefront is one tile (a pipelined start)."""
+    assert _first_wavefront_tiles(name, {}, params) >= 4
+    assert _first_wavefront_tiles(name, {"stencil_shape": "parallelogram"}, params) == 1
+
+
+#: diamonds and parallelograms with small tiles (option ``stencil_tiles``) so that odd,
+#: prime extents span many tiles in time and space: (kernel, sizes, shape, tiles)
+SMALL_TILES = [
+    ("jacobi1d_like", dict(tsteps=23, n=97), "parallelogram", (5, 7)),
+    ("jacobi2d_like", dict(tsteps=13, n=29), "diamond", (6,)),
+    ("jacobi2d_like", dict(tsteps=13, n=29), "parallelogram", (3, 5)),
+    ("heat3d_like", dict(tsteps=7, n=13), "diamond", (6, 5)),
+    ("heat3d_like", dict(tsteps=7, n=13), "parallelogram", (2, 3, 5)),
+    ("fdtd2d_like", dict(tmax=11, nx=23, ny=19), "diamond", (5,)),
+    ("fdtd2d_like", dict(tmax=11, nx=23, ny=19), "parallelogram", (3, 5)),
+    ("fdtd2d_like", dict(tmax=5, nx=2, ny=7), "diamond", (3,)),
+    ("seidel_like", dict(tsteps=7, n=19), "diamond", (2, 3)),   # parallelograms
+]
+
+
+@pytest.mark.parametrize("name,sizes,shape,tiles", SMALL_TILES,
+                         ids=[f"{n}-{sh}-{'x'.join(map(str, t))}"
+                              for n, _, sh, t in SMALL_TILES])
+def test_small_tiles_are_bitwise_gcc_o0(name, sizes, shape, tiles, tmp_path_factory):
+    """Many small tiles of either shape (each element keeps its operations in the C
+    nest's order): bitwise gcc -O0's result, with a NaN spreading alike."""
+    opts = {"fp_exact": True, "stencil_shape": shape, "stencil_tiles": tiles}
+    ck = compile_kernel(kernel(name), "cpu", opts)
+    word = "diamonds" if shape == "diamond" and name != "seidel_like" else "parallelograms"
+    shown = (tiles[0],) + tiles if word == "diamonds" else tiles
+    want = f"time-tiled {'x'.join(map(str, shown))} {word}"
+    assert any(word in x and want in x and "option stencil_tiles" in x
+               for x in ck.notes["scop-stencil"]), ck.notes
+    k = kernel(name)
+    arrays = random_arrays(k, sizes, seed=11)
+    for a in arrays.values():
+        if a.size > 4:
+            a.flat[a.size // 3] = np.nan
+    ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
+    args = [arrays[n].copy() for n in list(k.inputs) + list(k.outputs)]
+    got = as_tuple(build(k, "cpu", opts)(*args, **{p: sizes[p] for p in k.params}))
+    for n, g in zip(k.outputs, got):
+        w = ref[n]
+        assert np.array_equal(np.isnan(g), np.isnan(w)), n
+        ok = ~np.isnan(w)
+        assert np.array_equal(g[ok].view(np.uint64), w[ok].view(np.uint64)), \
+            f"{name} {sizes} {n}: {int((g[ok] != w[ok]).sum())} elements differ"
 
 
 def test_wavefront_tiles_are_the_openmp_loop():
@@ -371,6 +465,45 @@ def test_stencil_schedule_is_fast():
         took = time.perf_counter() - t0
         assert not out.plain_is_equal(sched), name
         assert took < 1.0, f"{name}: scop-stencil took {took:.2f} s"
+
+
+ADI_LIKE = """
+void adi_like(int tsteps, int n, double u[n][n], double v[n][n], double p[n][n]) {
+  for (int t = 1; t <= tsteps; t++) {
+    for (int i = 1; i < n - 1; i++)
+      for (int j = 1; j < n - 1; j++) {
+        p[i][j] = 0.5 * p[i][j-1] + u[j][i];
+        v[j][i] = p[i][j] + 1.0;
+      }
+    for (int i = 1; i < n - 1; i++)
+      for (int j = 1; j < n - 1; j++)
+        u[i][j] = 0.25 * u[i][j-1] + v[i][j];
+  }
+}
+"""
+
+
+def test_adi_sweeps_are_not_time_tiled():
+    """adi's column sweep writes ``v[j][i]`` (column ``i``) and its row sweep reads
+    ``v[i][j]``: a dependence spans the whole extent along a space dimension, so no
+    skew bounds it and no time tile is legal; the pass says so and keeps the time
+    steps in order (the sweeps' own rows run in parallel)."""
+    from polycomp.frontend.c_reader import read_c_kernel
+    n = compile_kernel(read_c_kernel(ADI_LIKE), "cpu").notes
+    assert any("not time-tiled: the dependence cone gives no skew" in x
+               for x in n["scop-stencil"]), n
+    assert not any("time-tiled " in x for x in n["scop-stencil"])
+    assert len(n["scop-parallel"]) == 2, n
+
+
+def test_tile_rows_are_vectorised():
+    """Inside a tile the last space loop runs per statement at unit stride: the
+    ``cpu`` target's C stores whole AVX-512 vectors there, inside the wavefront's
+    parallel loop (the diamonds of jacobi-2d, heat-3d and fdtd-2d)."""
+    for name in ("jacobi2d_like", "heat3d_like", "fdtd2d_like"):
+        src = compile_kernel(kernel(name), "cpu").source
+        body = src[src.index("#pragma omp parallel for"):]
+        assert "_mm512_storeu_pd(" in body, name
 
 
 def test_stencil_not_tiled_when_time_indexes_the_write():

@@ -12,6 +12,7 @@ from polycomp.frontend.c_reader import read_c_kernel
 from polycomp.scheduler.common.cone import (
     SkewRow,
     band_members,
+    diamond_row,
     distance_set,
     embedding,
     nonnegative,
@@ -124,6 +125,32 @@ def test_fdtd_boundary_row_is_aligned_by_its_write():
     assert [r.coeffs for r in rows] == [(1, 0, 0), (1, 1, 0), (1, 0, 1)]
     assert [r.offsets for r in rows[1:]] == [(("S_3", 1),), (("S_3", 1),)]
     assert band_is_permutable(m, space, rows)
+
+
+@pytest.mark.parametrize("src,plus,minus", [
+    (JACOBI1D, SkewRow((2, 1), (("S_1", 1),)), SkewRow((2, -1), (("S_1", 1),))),
+    (FDTD, SkewRow((1, 1, 0), (("S_3", 1),)), SkewRow((1, -1, 0), ())),
+])
+def test_diamond_row_mirrors_the_first_space_row(src, plus, minus):
+    """Pluto's diamonds: ``h- = c·t - z1 + o[S]`` beside ``h+ = y1``; both have
+    non-negative distances for every dependence (isl), and ``h+ + h-`` is a multiple
+    of ``t`` up to statement offsets (the tiles of a wavefront start together)."""
+    m, space, pairs = cone(src)
+    rows = skew_band(pairs, space.order, space.dims)
+    assert rows[1] == plus
+    got = diamond_row(pairs, space.order, rows)
+    assert got == minus
+    assert band_is_permutable(m, space, [rows[0], got])
+    assert all(a + b == 0 for a, b in zip(plus.coeffs[1:], got.coeffs[1:]))
+
+
+def test_no_diamond_for_seidel():
+    """seidel-2d updates in place: ``A[i-1][j]`` of the same time step is a distance
+    ``(0, 1, .)``, outside every cone ``|dz1| <= c·dt``; no ``h-`` exists (the
+    parallelogram band stays)."""
+    m, space, pairs = cone(SEIDEL9)
+    rows = skew_band(pairs, space.order, space.dims)
+    assert diamond_row(pairs, space.order, rows) is None
 
 
 @pytest.mark.parametrize("deltas,expect", [

@@ -101,6 +101,7 @@ class CudaBackend(Backend):
             ScopBaselinePass,
             ScopGroupingPass,
         )
+        from polycomp.scheduler.gpu.scop_singles import ScopSinglesPass
         from polycomp.scheduler.gpu.tile import GpuTilingPass
         from polycomp.scheduler.gpu.unroll import UnrollPointLoopsPass
         from polycomp.scheduler.promotion.registers import RegisterPromotionPass
@@ -121,7 +122,8 @@ class CudaBackend(Backend):
         if scop:    # per nest: tiled (backbone marks) or baseline (mapped right away);
             # half-precision GEMM nests rewritten for the Tensor Core tiling in between
             from polycomp.scheduler.tensorcore.scop import ScopTensorCorePass
-            passes = [ScopGroupingPass(), ScopTensorCorePass(), ScopBaselinePass()]
+            passes = [ScopSinglesPass(), ScopGroupingPass(), ScopTensorCorePass(),
+                      ScopBaselinePass()]
         else:
             passes = [] if o.isl_scheduler else [PatternSchedulePass()]
         tensor_cores = o.tensor_cores and (scop or not o.isl_scheduler)
@@ -144,9 +146,11 @@ class CudaBackend(Backend):
             return {}
         from .promoted import promoted_builders
         from .rowreduce import row_builders
+        from .scop_reduce import block_reduction_builders
         out = promoted_builders(state.model, promotion_state(state).promotions, var,
                                 state.inlined)
         out.update(row_builders(state, var, out))  # row caches' loads, online sums
+        out.update(block_reduction_builders(state))  # a C SCoP's one-element reductions
         return out
 
     def ir_passes(self, state: CompileState) -> list[IRPass]:

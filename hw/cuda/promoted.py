@@ -16,7 +16,9 @@ leave :class:`~polycomp.scheduler.promotion.record.Promotion` records in
   ``warp_allreduce`` statements combine a privatised accumulator across the threads of
   a row (:func:`polycomp.hw.cuda.rowreduce.allreduce`: a ``__shfl_xor_sync`` butterfly
   over the row's lanes, through shared memory across the warps of a longer row);
-  ``store_lane0`` statements have the row's thread 0 store it.
+  ``store_lane0`` statements have the row's thread 0 store it; ``copy_in_lane0``
+  statements start thread 0's accumulator from the element and the others' from 0
+  (:mod:`polycomp.scheduler.gpu.scop_reduce`).
 """
 from __future__ import annotations
 
@@ -126,12 +128,21 @@ def _copy_builder(p: Promotion, copy: CopyStmt, params):
         if kind == "warp_allreduce":   # butterfly: every lane ends with the row's result
             from .rowreduce import allreduce
             return allreduce(p, params)
+        if kind == "copy_in_lane0":     # lane 0 starts from the element, the others from 0
+            lane = params[p.warp.lane_param]
+            return ir.Store(p.local, zero, ir.Select(
+                ir.Binary("==", lane, ir.IntImm(0), "bool"),
+                ir.Load(p.array, a, p.array.dtype), _zero(p.local.dtype), p.local.dtype))
         if kind == "store_lane0":
             lane = params[p.warp.lane_param]
             return ir.IfThenElse(ir.Binary("==", lane, ir.IntImm(0), "bool"),
                                  ir.Store(p.array, a, ir.Load(p.local, zero, p.array.dtype)))
         raise PolycompInternalError(f"unknown copy kind {kind}")
     return make
+
+
+def _zero(dtype: str) -> ir.Expr:
+    return ir.FloatImm(0.0, dtype) if dtype.startswith("float") else ir.IntImm(0, dtype)
 
 
 class ParamLookup(dict):

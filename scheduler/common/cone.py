@@ -25,6 +25,9 @@ distances), so a search is a few dozen isl emptiness tests (milliseconds).
   >= -min(row·Δ)`` over the pairs ``S -> S'``, solved as longest paths (none when a
   cycle is positive); lower triangular with a unit diagonal, so each statement's map
   stays injective;
+* :func:`diamond_row`: the mirror ``h- = c·t - z_1 + o[S]`` of the first space row,
+  when every dependence lies inside the cone ``|Δz_1| <= c·Δt`` (Pluto's diamond tiles
+  with concurrent start);
 * :func:`wavefront` : a hyperplane ``h >= 0`` with ``h·Δ >= 1`` for every distance —
   it carries every dependence, so all instances with equal ``h·v`` are independent
   (the GPU wavefront of a band whose every member carries a dependence: seidel-2d's
@@ -249,6 +252,31 @@ def skew_band(pairs: dict, names: tuple[str, ...], dims: int,
         else:
             return None
     return rows
+
+
+def diamond_row(pairs: dict, names: tuple[str, ...], rows: list[SkewRow],
+                max_coeff: int = MAX_COEFF) -> SkewRow | None:
+    """The mirror image ``h- = c·t - z_1 + o[S]`` of the first space row of a
+    :func:`skew_band` (``h+ = rows[1] = c+·t + z_1 + o+[S]``): the smallest ``c >= 1``
+    for which statement offsets make every distance of ``h-`` non-negative, or None.
+
+    With both rows, the tiles ``floor(h+ / s), floor(h- / s)`` are Pluto's diamonds
+    (Bandishti et al., SC 2012): ``h+ + h- = (c+ + c)·t`` plus statement offsets is
+    parallel to the time axis, so the tiles of one wavefront ``T+ + T-`` lie side by
+    side along ``z_1`` and all of the first wavefront start together (concurrent
+    start), where the parallelogram tiles of ``(t, y_1)`` start one after the other.
+    ``h-`` needs every dependence inside the cone ``|Δz_1| <= c·Δt``: a dependence
+    within one time step along ``z_1`` (seidel-2d's in-place ``A[i-1][j]``) leaves no
+    such row."""
+    if len(rows) < 2 or any(rows[1].coeffs[2:]):
+        return None
+    n = len(rows[1].coeffs)
+    for c in range(1, max_coeff + 1):
+        row = (c, -1) + (0,) * (n - 2)
+        o = _shifts(pairs, names, row)
+        if o is not None:
+            return SkewRow(row, tuple(sorted((k, v) for k, v in o.items() if v)))
+    return None
 
 
 def skew_rows(deltas: isl.Set, max_coeff: int = MAX_COEFF) -> list[tuple[int, ...]] | None:

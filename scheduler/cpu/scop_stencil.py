@@ -1,5 +1,6 @@
 """Pass ``scop-stencil``: time tiling of stencils in C SCoPs, the skew read off the
-dependence cone (Pluto's parallelogram tiles), with a wavefront of tiles in parallel.
+dependence cone: Pluto's diamond tiles with concurrent start where the cone allows
+them, else parallelogram tiles, with a wavefront of tiles in parallel.
 
 In ``for t: { for i: for j: B = f(A); for i: for j: A = f(B); }`` stencils (jacobi-1d/2d,
 heat-3d, fdtd-2d, seidel-2d) the time loop carries dependences, so only the space loops
@@ -27,8 +28,21 @@ time loop), write no element whose subscripts use it, each has at least one more
 the deepest at most :data:`MAX_LOOPS` (time and three space loops), it has no
 ``cpu_parallel`` mark, and :func:`~polycomp.scheduler.common.cone.skew_band` finds the
 rows.  With the band ``M = (t, y_1 .. y_D)``, tile sizes ``s`` (:func:`tile_sizes`:
-time steps, then space), ``T_d = floor(M_d / s_d)`` over the tiled members (all but
-``y_D`` when ``D >= 2``, all of them when ``D = 1``), the subtree becomes
+from the cache capacity, or option ``stencil_tiles``), the tiled members are
+
+* *diamonds* (option ``stencil_shape="diamond"``, the default, when ``D >=``
+  :data:`PARALLEL_MIN_DIMS` and :func:`~polycomp.scheduler.common.cone.diamond_row`
+  finds the mirror row ``h- = c·t - z_1 + o[S]`` of ``h+ = y_1``): ``T_0 = floor(h+ /
+  s)``, ``T_1 = floor(h- / s)``, then ``floor(y_d / s_d)`` for ``2 <= d < D``.  ``h+ +
+  h-`` is a multiple of ``t`` (up to statement offsets), so the tiles of the first
+  wavefront ``T_0 + T_1`` lie side by side along ``z_1`` and start together
+  (concurrent start); every later wavefront has as many tiles;
+* *parallelograms* otherwise (a dependence outside the cone ``|Δz_1| <= c·Δt``:
+  seidel-2d's in-place ``A[i-1][j]`` of the same step; a 1-D stencil, whose tiles run
+  in sequence): ``T_d = floor(M_d / s_d)`` over ``t, y_1 .. y_{D-1}`` (``t`` and
+  ``y_1`` when ``D = 1``), whose first wavefront is one tile (a pipelined start);
+
+and the subtree becomes
 
     mark cpu_wavefront
       band[T_0 + T_1, T_1, .., T_last]              (wavefront: sequential; its tiles
@@ -48,21 +62,32 @@ sequence: the band is ``[T_0, T_1, ..]`` (no wavefront; its ``T_1`` loop carries
 dependences, so the mark makes no loop parallel).  The pass checks the whole result
 with :func:`~polycomp.scheduler.common.tree.violated_dependences` and, when the tiles
 run in parallel, that every dependence between instances with equal wavefront has
-equal ``T_1`` (isl's coincidence); if either fails the subtree keeps the program order
-(with a note).  No
+equal ``T_1`` (isl's coincidence); if either fails for diamonds the parallelograms are
+tried, and if they fail too the subtree keeps the program order (each with a note).
+A nest whose cone gives no skew (adi: its row sweep reads what the column sweep wrote
+along the other axis, a distance as long as the extent) is left in order with a note.
+The points of a diamond are those of the parallelogram band ``(t, y_1 .., y_D)``
+restricted to the tile: the same point band, so the same legality argument holds
+inside a tile, and ``h+, h- >= 0`` on every distance makes ``T_0, T_1`` non-negative
+between tiles.  No
 operation is reordered within an element's computation: results are bitwise those of
 the C loop nest.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import islpy as isl
 
-from polycomp import ir
+from polycomp import dtypes, ir
 from polycomp.frontend.c_model import CScopModel
 from polycomp.islutil import sets
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.cone import (
+    MAX_COEFF,
+    SkewRow,
     band_members,
+    diamond_row,
     embedding,
     pair_distances,
     skew_band,
@@ -77,23 +102,78 @@ from polycomp.state import CompileState
 #: loops of the deepest statement (time and three space loops: heat-3d)
 MAX_LOOPS = 4
 
-#: tile sizes by the number of space dimensions ``D``: time steps, then the tiled space
-#: members (``y_1`` only for ``D = 1``; ``y_1 .. y_{D-1}`` otherwise, ``y_D`` runs whole
-#: rows).  A tile's footprint, (space + 2·slope·time) rows of each array, stays within
-#: the L2 of one core for PolyBench's LARGE sizes.
-TILES = {1: (64, 512), 2: (8, 32), 3: (4, 8, 16)}
+#: time steps of a parallelogram tile by the number of space dimensions ``D``
+TIME_STEPS = {1: 64, 2: 8, 3: 4}
+
+#: the extent (elements) assumed for the dimensions a tile spans whole when sizing it
+#: from the cache: ``y_D`` for ``D >= 2`` (a tile's rows run whole, so they vectorise),
+#: nothing for ``D = 1``.  Sizes are symbolic when a kernel is compiled; these are the
+#: order of PolyBench's LARGE rows (jacobi-2d 1300, fdtd-2d 1200, seidel-2d 2000;
+#: heat-3d 120).  Longer rows make a tile spill to L3, shorter ones use less cache.
+ROW_ELEMS = {1: 1, 2: 1024, 3: 128}
+
+#: size granule of the tiled space members by ``D`` (1-D: powers of two from it)
+GRANULE = {1: 64, 2: 8, 3: 4}
+
+#: largest tile size tried
+MAX_TILE = 1024
 
 #: fewest space dimensions for which the tiles of a wavefront run in parallel: a 1-D
 #: stencil's whole run is little work (PolyBench's jacobi-1d at LARGE: 2M updates,
 #: 0.3 ms), less than a fork/join per wavefront costs when the host is busy (0.27 s
 #: measured for its 14 wavefronts), so its tiles run in sequence (the mark then makes
-#: no loop parallel; time tiles still keep a tile's rows in cache)
+#: no loop parallel; time tiles still keep a tile's rows in cache), as parallelograms
+#: (concurrent start gains nothing without parallel tiles)
 PARALLEL_MIN_DIMS = 2
 
 
-def tile_sizes(dims: int) -> tuple[int, ...]:
-    """The tile sizes of a stencil with ``dims`` space dimensions (see :data:`TILES`)."""
-    return TILES[dims]
+def cache_budget(dims: int, target) -> int:
+    """Bytes a tile's footprint may take: half the L1 for a 1-D stencil (its tiles are
+    short rows), one core's L2 otherwise."""
+    return target.l1_bytes // 2 if dims == 1 else target.l2_bytes
+
+
+def tile_sizes(band: StencilBand, target, elem_bytes: int,
+               override: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """The tile sizes of ``band`` (for diamonds: the size ``s`` of ``h+`` and ``h-``,
+    then ``y_2 .. y_{D-1}``; for parallelograms: :data:`TIME_STEPS`, then ``y_1 ..
+    y_{D-1}``, or ``y_1`` when ``D = 1``): the largest multiple of :data:`GRANULE` (a
+    power-of-two multiple in 1-D) for all tiled space members alike whose footprint
+    fits :func:`cache_budget`.  The
+    footprint is ``Π_d (w_d + 2) · ROW_ELEMS[D] · elem_bytes`` (``elem_bytes``: the
+    bytes of one element of every array the nest accesses with ``D`` subscripts), ``w_d``
+    the tile's extent along ``z_d``: ``s + c_d·h`` for a member whose row has time
+    coefficient ``c_d`` and a tile of ``h`` time steps (a diamond: ``w_1 = s``, ``h = 2s
+    / (c+ + c-)``).  ``override`` (option ``stencil_tiles``) wins when it has as many
+    sizes as the band tiles."""
+    dims = band.dims
+    diamond = band.minus is not None
+    want = max(dims - 1, 1) + (0 if diamond else 1)
+    if override is not None and len(override) == want:
+        return override
+    budget = cache_budget(dims, target)
+    slopes = [r.coeffs[0] for r in band.rows[1:]]
+    g = GRANULE[dims]
+    best = g
+    # 1-D: powers of two (a row tile of 832 ran 20 % slower than 512 on jacobi-1d)
+    cands = [g << k for k in range(5)] if dims == 1 else range(g, MAX_TILE + 1, g)
+    for s in cands:
+        if diamond:
+            assert band.minus is not None
+            h = 2 * s // (slopes[0] + band.minus.coeffs[0])
+            widths = [s] + [s + slopes[d] * h for d in range(1, dims - 1)]
+        else:
+            h = TIME_STEPS[dims]
+            widths = [s + slopes[d] * h for d in range(max(dims - 1, 1))]
+        foot = ROW_ELEMS[dims] * elem_bytes
+        for w in widths:
+            foot *= w + 2
+        if foot > budget:
+            break
+        best = s
+    if diamond:
+        return (best,) * (dims - 1 if dims > 1 else 1)
+    return (TIME_STEPS[dims],) + (best,) * max(dims - 1, 1)
 
 
 def _coincident(deps: isl.UnionMap, outer: isl.UnionPwAff, member: isl.UnionPwAff) -> bool:
@@ -102,11 +182,26 @@ def _coincident(deps: isl.UnionMap, outer: isl.UnionPwAff, member: isl.UnionPwAf
     return deps.intersect(w.apply_range(w.reverse())).is_subset(m.apply_range(m.reverse()))
 
 
-def cone_band(stmts: list, deps: isl.UnionMap) -> tuple[list, list] | None:
-    """``(members, rows)``: the skewed band ``(t, y_1 .. y_D)`` of the statements
-    ``stmts`` (textual order, sharing the time loop) over the dependences ``deps``
-    among them, and its :class:`~polycomp.scheduler.common.cone.SkewRow` rows over
-    ``(t, z_1 .. z_D)``; None when the cone gives none."""
+@dataclass(frozen=True)
+class StencilBand:
+    """The skewed band of a stencil: ``members`` ``(t, y_1 .. y_D)`` with their
+    :class:`~polycomp.scheduler.common.cone.SkewRow` ``rows`` over ``(t, z_1 .. z_D)``,
+    and for diamond tiles the mirror row ``h- = c·t - z_1 + o[S]`` (``minus``, its
+    member ``minus_member``; None when the cone does not allow one)."""
+    members: list
+    rows: list
+    minus: SkewRow | None = None
+    minus_member: isl.UnionPwAff | None = None
+
+    @property
+    def dims(self) -> int:
+        return len(self.members) - 1
+
+
+def cone_band(stmts: list, deps: isl.UnionMap, diamond: bool = True) -> StencilBand | None:
+    """The :class:`StencilBand` of the statements ``stmts`` (textual order, sharing the
+    time loop) over the dependences ``deps`` among them (with the diamond row when
+    ``diamond`` and the cone allows it); None when the cone gives no band."""
     space = embedding(stmts)
     if space is None:
         return None
@@ -114,17 +209,28 @@ def cone_band(stmts: list, deps: isl.UnionMap) -> tuple[list, list] | None:
     rows = skew_band(pairs, space.order, space.dims)
     if rows is None:
         return None
-    return band_members(space, rows), rows
+    members = band_members(space, rows)
+    minus = diamond_row(pairs, space.order, rows) if diamond else None
+    if minus is None:
+        return StencilBand(members, rows)
+    return StencilBand(members, rows, minus, band_members(space, [minus])[0])
 
 
-def stencil_tree(members: list, names: list[str], filt: isl.UnionSet, sizes: tuple,
+def stencil_tree(band: StencilBand, names: list[str], filt: isl.UnionSet, sizes: tuple,
                  parallel: bool = True):
     """The tiled wavefront subtree of the module docstring (the tiles of a wavefront
     coincident when ``parallel``); returns it with the wavefront and the tile member
     ``T_1`` (for the coincidence check)."""
-    dims = len(members) - 1
-    ntiled = len(members) if dims == 1 else len(members) - 1
-    tiles = [floor_member(m, s) for m, s in zip(members[:ntiled], sizes)]
+    members = band.members
+    dims = band.dims
+    if band.minus_member is not None:
+        # diamonds: h+ = y_1, h- and y_2 .. y_{D-1}
+        tiled = [members[1], band.minus_member] + members[2:max(dims, 2)]
+        sizes = (sizes[0],) + tuple(sizes)
+    else:
+        ntiled = len(members) if dims == 1 else len(members) - 1
+        tiled = members[:ntiled]
+    tiles = [floor_member(m, s) for m, s in zip(tiled, sizes)]
     inner = members[-1]
     seq = T.Sequence([
         T.Filter(f, T.Band([inner.intersect_domain(f)], permutable=True))
@@ -137,9 +243,9 @@ def stencil_tree(members: list, names: list[str], filt: isl.UnionSet, sizes: tup
     # sequence need no wavefront: band [T_0, T_1, ..], whose T_1 loop carries the
     # dependences between the tiles of one time tile, so the mark makes no loop parallel
     wave = tiles[0].add(tiles[1]) if parallel else tiles[0]
-    band = T.Band([wave] + tiles[1:], point, permutable=True,
-                  coincident=[False, parallel] + [False] * (len(tiles) - 2))
-    return T.Mark(marks.CPU_WAVEFRONT, band), wave, tiles[1]
+    band_ = T.Band([wave] + tiles[1:], point, permutable=True,
+                   coincident=[False, parallel] + [False] * (len(tiles) - 2))
+    return T.Mark(marks.CPU_WAVEFRONT, band_), wave, tiles[1]
 
 
 def _time_loop_outside(ctx: CompileState, names: list[str]) -> bool:
@@ -153,16 +259,29 @@ def _time_loop_outside(ctx: CompileState, names: list[str]) -> bool:
     return not any(s.iters[0] in ir.free_vars(ix) for s in stmts for ix in s.write_indices)
 
 
+def _elem_bytes(stmts: list, dims: int) -> int:
+    """Bytes of one element of every array the statements access with ``dims``
+    subscripts (the arrays a tile's footprint holds)."""
+    arrays = {a.buffer.name: dtypes.itemsize(a.buffer.dtype)
+              for s in stmts for a in s.accesses if len(a.indices) == dims}
+    return sum(arrays.values()) or 8
+
+
+def _row_text(d: int, row: SkewRow, lhs: str) -> str:
+    """One skew row in words: ``y1 = z1 + 2t (S_1 + 1)`` style (``-z1`` for a
+    negative diagonal)."""
+    names = ["t"] + [f"z{e}" for e in range(1, len(row.coeffs))]
+    diag = names[d] if row.coeffs[d] > 0 else f"-{names[d]}"
+    terms = [(f"{c}{names[e]}" if c > 1 else names[e])
+             for e, c in enumerate(row.coeffs[:d]) if c]
+    text = " + ".join(terms + [diag] if row.coeffs[d] < 0 else [diag] + terms)
+    shifts = ", ".join(f"{n} + {o}" for n, o in row.offsets)
+    return f"{lhs} = {text.replace('+ -', '- ')}" + (f" ({shifts})" if shifts else "")
+
+
 def _rows_text(rows: list) -> str:
     """The skew rows in words: ``y1 = z1 + t (S_1 + 1)`` style."""
-    names = ["t"] + [f"z{d}" for d in range(1, len(rows[0].coeffs))]
-    out = []
-    for d, row in enumerate(rows[1:], start=1):
-        terms = [names[d]] + [(f"{c}{names[e]}" if c > 1 else names[e])
-                              for e, c in enumerate(row.coeffs[:d]) if c]
-        shifts = ", ".join(f"{n} + {o}" for n, o in row.offsets)
-        out.append(f"y{d} = {' + '.join(terms)}" + (f" ({shifts})" if shifts else ""))
-    return ", ".join(out)
+    return ", ".join(_row_text(d, row, f"y{d}") for d, row in enumerate(rows[1:], start=1))
 
 
 class ScopStencilPass(Pass):
@@ -170,7 +289,8 @@ class ScopStencilPass(Pass):
     name = "scop-stencil"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not isinstance(ctx.model, CScopModel) or not ctx.cpu_options.parallel:
+        opts = ctx.cpu_options
+        if not isinstance(ctx.model, CScopModel) or not opts.parallel:
             return schedule
         domain, tree = T.from_schedule(schedule)
         order = [s.name for s in ctx.model.statements]
@@ -189,33 +309,75 @@ class ScopStencilPass(Pass):
             if not _time_loop_outside(ctx, names):
                 continue
             local = deps.intersect_domain(filt).intersect_range(filt)
-            got = cone_band([ctx.model.statement(n) for n in names], local)
+            # diamonds where the tiles run in parallel (concurrent start)
+            want_diamond = opts.stencil_shape == "diamond" and \
+                max(dims) - 1 >= PARALLEL_MIN_DIMS
+            got = cone_band([ctx.model.statement(n) for n in names], local, want_diamond)
             if got is None:
+                ctx.note(self.name, f"{'+'.join(names)}: not time-tiled: the dependence "
+                                    f"cone gives no skew (a distance along a space "
+                                    f"dimension is not bounded by {MAX_COEFF} times the "
+                                    f"time distance, e.g. adi's column sweep reading the "
+                                    f"row sweep's rows); the time steps stay in order")
                 continue
-            members, rows = got
-            sizes = tile_sizes(len(members) - 1)
-            parallel = len(members) - 1 >= PARALLEL_MIN_DIMS
-            sub, wave, t1 = stencil_tree(members, names, filt, sizes, parallel)
-            what = f"{'+'.join(names)}: time-tiled {'x'.join(map(str, sizes))}"
-            if parallel and not _coincident(local, wave, t1):
-                ctx.note(self.name, f"{what}: tiles of a wavefront not independent; kept")
-                continue
-            new_kid = T.Filter(child.filter, sub) if isinstance(child, T.Filter) else sub
-            trial_kids = list(kids)
-            trial_kids[idx] = new_kid
-            trial_tree = T.Sequence(trial_kids, tree.kind) if isinstance(tree, T.Sequence) \
-                else new_kid
-            trial = T.to_schedule(domain, trial_tree)
-            if not violated_dependences(trial, local).is_empty():
-                ctx.note(self.name, f"{what}: would violate a dependence; program order kept")
-                continue
-            kids[idx] = new_kid
-            if not isinstance(tree, T.Sequence):
-                tree = new_kid
-            changed = True
-            how = "wavefront of tiles in parallel" if parallel else "tiles in sequence"
-            ctx.note(self.name, f"{what}, skew from the dependence cone ({_rows_text(rows)}), "
-                                f"{how}, innermost loop per statement")
+            band: StencilBand = got
+            tries = [band]
+            if band.minus is not None:        # the parallelograms if the diamonds fail
+                tries.append(StencilBand(band.members, band.rows))
+            for cand in tries:
+                why_not = ("" if not want_diamond or cand.minus is not None else
+                           "diamonds not legal, " if band.minus is not None else
+                           "no diamond: a dependence leaves the cone |dz1| <= c*dt (within "
+                           "one time step along z1), ")
+                new_kid = self._tiled(cand, child, names, filt, kids, idx, tree, domain,
+                                      local, ctx, why_not)
+                if new_kid is not None:
+                    kids[idx] = new_kid
+                    if not isinstance(tree, T.Sequence):
+                        tree = new_kid
+                    changed = True
+                    break
         if not changed:
             return schedule
         return T.to_schedule(domain, tree)
+
+    def _tiled(self, band: StencilBand, child, names: list[str], filt: isl.UnionSet,
+               kids: list, idx: int, tree, domain, local: isl.UnionMap, ctx: CompileState,
+               why_not: str):
+        """The tiled subtree replacing ``child`` for ``band``, or None (with a note) when
+        the tiles of a wavefront are not independent or a dependence is violated."""
+        dims = band.dims
+        diamond = band.minus is not None
+        stmts = [ctx.model.statement(n) for n in names]
+        sizes = tile_sizes(band, ctx.target, _elem_bytes(stmts, dims),
+                           ctx.cpu_options.stencil_tiles)
+        parallel = dims >= PARALLEL_MIN_DIMS
+        sub, wave, t1 = stencil_tree(band, names, filt, sizes, parallel)
+        kind = "diamonds" if diamond else "parallelograms"
+        shown = (sizes[0],) + tuple(sizes) if diamond else sizes
+        what = f"{'+'.join(names)}: time-tiled {'x'.join(map(str, shown))} {kind}"
+        if parallel and not _coincident(local, wave, t1):
+            ctx.note(self.name, f"{what}: tiles of a wavefront not independent; not used")
+            return None
+        new_kid = T.Filter(child.filter, sub) if isinstance(child, T.Filter) else sub
+        trial_kids = list(kids)
+        trial_kids[idx] = new_kid
+        trial_tree = T.Sequence(trial_kids, tree.kind) if isinstance(tree, T.Sequence) \
+            else new_kid
+        trial = T.to_schedule(domain, trial_tree)
+        if not violated_dependences(trial, local).is_empty():
+            ctx.note(self.name, f"{what}: would violate a dependence; not used")
+            return None
+        how = "wavefront of tiles in parallel" if parallel else "tiles in sequence"
+        if diamond:
+            assert band.minus is not None
+            shape = f"{_row_text(1, band.minus, 'h-')}, concurrent start, "
+        else:
+            shape = f"{why_not}pipelined start, "
+        sized = ("option stencil_tiles" if ctx.cpu_options.stencil_tiles == sizes else
+                 f"sized for {cache_budget(band.dims, ctx.target) // 1024} KiB of cache"
+                 + (f" with rows of {ROW_ELEMS[band.dims]}" if band.dims > 1 else ""))
+        ctx.note(self.name, f"{what}, skew from the dependence cone "
+                            f"({_rows_text(band.rows)}), {shape}{how}, "
+                            f"innermost loop per statement, {sized}")
+        return new_kid

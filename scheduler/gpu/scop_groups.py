@@ -63,6 +63,16 @@ from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.pattern_schedule import backbones
 from polycomp.scheduler.common.tree import band_coincidence, is_legal
 from polycomp.scheduler.gpu.baseline import GpuBaselineMappingPass
+from polycomp.scheduler.gpu.scop_reduce import (
+    THREADS,
+    block_loop,
+    block_reduction_candidate,
+    group_reductions,
+    grouped_children,
+    map_block_reduction,
+    reduction_group,
+)
+from polycomp.scheduler.gpu.scop_singles import merge_singles
 from polycomp.scheduler.gpu.state import gpu_kernels
 from polycomp.state import CompileState
 
@@ -206,25 +216,32 @@ def distributable_baseline_nest(schedule: isl.Schedule, model) -> bool:
 SERIAL_RETRY_STATEMENTS = 6
 
 
-def serial_statements(schedule: isl.Schedule, model) -> int:
+def serial_statements(schedule: isl.Schedule, model, reduce: bool = False) -> int:
     """How many statements the baseline mapping would run on a single thread: those of
     baseline nests below no coincident band member, no host loop and no wavefront band
-    (as :class:`ScopBaselinePass` maps them)."""
+    (as :class:`ScopBaselinePass` maps them); with ``reduce`` (option
+    ``block_reduce``), not those of block reductions and the one-instance statements
+    grouped with them (:mod:`~polycomp.scheduler.gpu.scop_reduce`)."""
     deps = model.dependences
+    red = model if reduce else None
 
     def count(node) -> int:
         t = node.get_type()
         if t == isl.schedule_node_type.band:
             if _leading_coincident(node, deps):
                 return 0
-            if host_loop_ok(node, deps):
+            if red is not None and block_reduction_candidate(node, model) is not None:
+                return 0
+            if host_loop_ok(node, deps, red):
                 return count(node.band_split(1).child(0) if node.band_n_member() > 1
                              else node.child(0))
             if wavefront_band(node, deps) is not None:
                 return 0
             return len(sets(node.get_domain()))
         if t in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
-            return sum(count(node.child(k).child(0)) for k in range(node.n_children()))
+            grouped = grouped_children(node, model) if red is not None else set()
+            return sum(count(node.child(k).child(0)) for k in range(node.n_children())
+                       if k not in grouped)
         if t in (isl.schedule_node_type.filter, isl.schedule_node_type.mark):
             return count(node.child(0))
         return len(sets(node.get_domain()))
@@ -362,12 +379,14 @@ class ScopGroupingPass(Pass):
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         model = ctx.model
+        red = ctx.cuda_options.block_reduce
         mine = tree_score(schedule, model)
         if (mine.tiled < len(model.statements) and distributable_baseline_nest(schedule, model)) \
                 or reduction_in_elementwise_nest(schedule, model):
             alt = outer_coincident_schedule(model, schedule.get_domain())
             theirs = tree_score(alt, model)
-            if theirs > mine:
+            if theirs > mine and serial_statements(alt, model, red) <= \
+                    serial_statements(schedule, model, red):
                 ctx.note(self.name, f"isl's scheduler (outer coincidence) chosen: "
                                     f"{theirs.tiled} of {len(model.statements)} statements "
                                     f"in tiled nests ({theirs.contraction} in contractions), "
@@ -376,10 +395,14 @@ class ScopGroupingPass(Pass):
                 schedule = alt
         serial = serial_statements(schedule, model)
         if serial and len(model.statements) <= SERIAL_RETRY_STATEMENTS:
+            # fewer statements on one thread (block reductions counted as parallel),
+            # then fewer that need a block reduction (lu: isl's host loop of parallel
+            # kernels, not a host loop per row of block reductions)
             alt = outer_coincident_schedule(model, schedule.get_domain())
             theirs, mine = tree_score(alt, model), tree_score(schedule, model)
             fewer = serial_statements(alt, model)
-            if fewer < serial and theirs >= mine:
+            if (serial_statements(alt, model, red), fewer) < \
+                    (serial_statements(schedule, model, red), serial) and theirs >= mine:
                 ctx.note(self.name, f"isl's scheduler (outer coincidence) chosen: "
                                     f"{fewer} statement(s) on a single thread, {serial} with "
                                     f"the input schedule")
@@ -451,6 +474,8 @@ class ScopBaselinePass(Pass):
         deps = ctx.model.dependences
         count = len(nest_roots(schedule))
         self._next = count
+        self._reduce = ctx.cuda_options.block_reduce
+        self._model = ctx.model if self._reduce else None
         for index in range(count):
             root = nest_roots(schedule)[index]
             if marks.is_kind(root, marks.BACKBONE):
@@ -468,19 +493,30 @@ class ScopBaselinePass(Pass):
 
     def _map(self, node, base, deps, ctx, depth: int):
         """Map the subtree at ``node`` (host loop or kernel); return a node in it."""
-        if not _parallel_below(node, deps):     # else: one thread; try a wavefront
+        if not _parallel_below(node, deps, self._model):   # else: one thread; try a wavefront
             wave = wavefront_band(node, deps)
-            if wave is not None and host_loop_ok(wave[0], deps):
+            if wave is not None and host_loop_ok(wave[0], deps, self._model):
                 node = wave[0]
                 ctx.note(self.name, f"wavefront {wave[1]} of {_statement_names(node)} "
                                     f"(every member carried a dependence)")
-        if host_loop_ok(node, deps):
+        if self._reduce and depth >= 1 and host_loop_ok(node, deps, self._model):
+            mapped = self._block_loop(node, ctx)     # a loop of reductions: in one kernel
+            if mapped is not None:
+                return mapped
+        if host_loop_ok(node, deps, self._model):
             if node.band_n_member() > 1:
                 node = node.band_split(1)
             node = node.band_member_set_coincident(0, 0)
             ctx.note(self.name, f"host loop (depth {depth}) over the outer loop of "
                                 f"{_statement_names(node)}: one launch per iteration")
             child = node.child(0)
+            if child.get_type() == isl.schedule_node_type.sequence and self._reduce:
+                child = group_reductions(child, ctx.model)
+            if child.get_type() == isl.schedule_node_type.sequence:
+                child, moved = merge_singles(child, ctx.model, parallel_only=True)
+                if moved:
+                    ctx.note(self.name, f"one-instance statement(s) {', '.join(moved)} moved "
+                                        f"into an adjacent parallel band below the host loop")
             if child.get_type() in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
                 for k in range(child.n_children()):
                     child = self._map(child.child(k).child(0), base, deps, ctx,
@@ -489,8 +525,46 @@ class ScopBaselinePass(Pass):
                 return child.parent()
             return self._map(child, base, deps, ctx, depth + 1).parent()
         k = self._number()
+        mapped = self._block_reduction(node, deps, ctx, k)
+        if mapped is not None:
+            return mapped
         node = base._map_stage(node, deps, ctx, k)
         ctx.note(self.name, f"kernel {k}: {_baseline_words(ctx, k)}")
+        return node
+
+
+    def _block_loop(self, node, ctx):
+        """Kernel of a sequential loop of block reductions (:func:`block_loop`), or
+        None."""
+        loop = block_loop(node, ctx.model)
+        if loop is None:
+            return None
+        k = self._number()
+        inner, position, red, up = loop
+        node = map_block_reduction(inner, red, k, ctx, position, up)
+        ctx.note(self.name, f"kernel {k}: block reduction of {red.name} into one element "
+                            f"of {red.write.name} per iteration of a loop the block runs "
+                            f"({THREADS} threads, the terms reassociated)")
+        return node
+
+    def _block_reduction(self, node, deps, ctx, k: int):
+        """Kernel ``k`` as a block reduction (a candidate band, or a sequence grouped
+        around one), or None."""
+        if not self._reduce:
+            return None
+        red, position = None, -1
+        if node.get_type() == isl.schedule_node_type.sequence:
+            group = reduction_group(node, ctx.model)
+            if group is not None:
+                position, red = group
+        elif not _leading_coincident(node, deps):
+            red = block_reduction_candidate(node, ctx.model)
+        if red is None:
+            return None
+        node = map_block_reduction(node, red, k, ctx, position)
+        ctx.note(self.name, f"kernel {k}: block reduction of {red.name} into one "
+                            f"element of {red.write.name} ({THREADS} threads, the terms "
+                            f"reassociated)")
         return node
 
 
@@ -557,32 +631,35 @@ def _leading_coincident(node: isl.ScheduleNode, deps: isl.UnionMap) -> int:
     return n
 
 
-def _parallel_below(node: isl.ScheduleNode, deps: isl.UnionMap) -> bool:
+def _parallel_below(node: isl.ScheduleNode, deps: isl.UnionMap, model=None) -> bool:
     """Some band in the subtree at ``node`` (looking through sequences, sets and
-    filters, and through non-coincident outer members) has a coincident member."""
+    filters, and through non-coincident outer members) has a coincident member (or,
+    given ``model``, is a block reduction)."""
     t = node.get_type()
     if t == isl.schedule_node_type.band:
         if _leading_coincident(node, deps):
             return True
+        if model is not None and block_reduction_candidate(node, model) is not None:
+            return True
         if node.band_n_member() > 1:
-            return _parallel_below(node.band_split(1).child(0), deps)
-        return _parallel_below(node.child(0), deps)
+            return _parallel_below(node.band_split(1).child(0), deps, model)
+        return _parallel_below(node.child(0), deps, model)
     if t in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
-        return any(_parallel_below(node.child(k).child(0), deps)
+        return any(_parallel_below(node.child(k).child(0), deps, model)
                    for k in range(node.n_children()))
     if t in (isl.schedule_node_type.filter, isl.schedule_node_type.mark):
-        return _parallel_below(node.child(0), deps)
+        return _parallel_below(node.child(0), deps, model)
     return False
 
 
-def host_loop_ok(node: isl.ScheduleNode, deps: isl.UnionMap) -> bool:
+def host_loop_ok(node: isl.ScheduleNode, deps: isl.UnionMap, model=None) -> bool:
     """Should the outer member of the band at ``node`` become a host loop (see
     :class:`ScopBaselinePass`)?  Its outer member carries a dependence and something
-    below it is parallel."""
+    below it is parallel (given ``model``, a block reduction counts)."""
     if node.get_type() != isl.schedule_node_type.band or _leading_coincident(node, deps):
         return False
     below = node.band_split(1).child(0) if node.band_n_member() > 1 else node.child(0)
-    return _parallel_below(below, deps)
+    return _parallel_below(below, deps, model)
 
 
 def _baseline_words(ctx: CompileState, k: int) -> str:

@@ -25,7 +25,8 @@ from polycomp.scheduler.promotion.footprint import Box, ScopedFootprint
 if TYPE_CHECKING:  # pragma: no cover
     from polycomp.state import CompileState
 
-CopyKind = Literal["copy_in", "copy_out", "sync", "warp_allreduce", "store_lane0"]
+CopyKind = Literal["copy_in", "copy_out", "sync", "warp_allreduce", "store_lane0",
+                   "copy_in_lane0"]
 
 
 @dataclass(frozen=True)
