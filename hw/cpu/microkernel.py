@@ -117,8 +117,22 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
         MR, NR = _row_bound(li), upper_bound(lj.extent)
         if MR is None or NR is None or MR < 1 or NR < 2 or not ir.is_const(lj.min, 0):
             return None
-        return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR,
-                           lj.extent, None, li.min, simplify(li.min + li.extent))
+        lo, hi = li.min, simplify(li.min + li.extent)
+        tile = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR,
+                           lj.extent, None, lo, hi)
+        if tile is None:
+            return None
+        # at run time 0 <= lo < hi <= MR (else the loops as they were: an empty or
+        # unexpected row range never reads X at a row outside the tile's)
+        nest: ir.Stmt = ir.For(li.var, li.min, li.extent, li.kind,
+                               ir.For(lj.var, lj.min, lj.extent, lj.kind, st,
+                                      lj.annotations), li.annotations)
+        for k in reversed(lk):
+            nest = ir.For(k.var, k.min, k.extent, k.kind, nest, k.annotations)
+        ok = simplify(ir.Binary("&&", ir.Binary("&&", ir.Binary(
+            "<=", ir.IntImm(0), lo, "bool"), ir.Binary("<", lo, hi, "bool"), "bool"),
+            ir.Binary("<=", hi, ir.IntImm(MR), "bool"), "bool"))
+        return ir.IfThenElse(ok, tile, nest)
     if isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm):
         return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
                            li.extent.value, lj.extent.value)
