@@ -15,7 +15,12 @@ eager, and polycomp's report (pieces compiled, what ran eagerly).
 ``OMP_WAIT_POLICY=PASSIVE`` is set before libgomp loads (spinning OpenMP workers of two
 runtimes, torch's and the kernels', starve each other on a loaded host).  Cheap by
 default (3 rounds, the 2-layer models at batch 1); ``--full`` adds BERT 12 layers and
-batch 8, ``--rounds`` more rounds.
+batch 8, ``--rounds`` more rounds.  ``--prepack-off`` also times polycomp compiled with
+``POLYCOMP_PREPACK=0`` (weights packed on every call instead of once at compile time),
+interleaved with the others: the gain of compile-time packing, best and median.  Each
+call's process CPU time (all threads) is recorded beside its wall time: on a loaded
+host it measures the work without the scheduling delays (a ratio of CPU times compares
+work, not speed at a given thread count).
 """
 from __future__ import annotations
 
@@ -57,6 +62,13 @@ class Row:
     eager_ms: list[float] = field(default_factory=list)
     polycomp_ms: list[float] = field(default_factory=list)
     inductor_ms: list[float] = field(default_factory=list)
+    # --prepack-off: polycomp compiled with POLYCOMP_PREPACK=0 (weights packed per call)
+    unpacked_ms: list[float] = field(default_factory=list)
+    # process CPU time of the same calls (all threads): the work, which a loaded host's
+    # scheduling delays do not inflate as they do wall time
+    eager_cpu_ms: list[float] = field(default_factory=list)
+    polycomp_cpu_ms: list[float] = field(default_factory=list)
+    unpacked_cpu_ms: list[float] = field(default_factory=list)
     max_rel_err: float = float("nan")
     polycomp_report: str = ""
     inductor_note: str = ""
@@ -73,6 +85,16 @@ class Row:
                  speedup_vs_eager_median=em / pm if pm else None,
                  speedup_vs_inductor_best=ib / pb if (pb and ib) else None,
                  speedup_vs_inductor_median=im / pm if (pm and im) else None)
+        ub, um = bm(self.unpacked_ms)
+        d.update(unpacked_best_ms=ub, unpacked_median_ms=um,
+                 prepack_gain_best=ub / pb if (pb and ub) else None,
+                 prepack_gain_median=um / pm if (pm and um) else None)
+        (ecb, ecm), (pcb, pcm), (ucb, ucm) = bm(self.eager_cpu_ms), bm(self.polycomp_cpu_ms), \
+            bm(self.unpacked_cpu_ms)
+        d.update(cpu_vs_eager_best=ecb / pcb if (pcb and ecb) else None,
+                 cpu_vs_eager_median=ecm / pcm if (pcm and ecm) else None,
+                 prepack_cpu_gain_best=ucb / pcb if (pcb and ucb) else None,
+                 prepack_cpu_gain_median=ucm / pcm if (pcm and ucm) else None)
         return d
 
 
@@ -110,13 +132,19 @@ def _out(r):
     return r.last_hidden_state if hasattr(r, "last_hidden_state") else r[0]
 
 
-def _timed(f: Callable[[], Any]) -> float:
+def _timed(f: Callable[[], Any], cpu: list[float] | None = None) -> float:
+    """Wall ms of one call of ``f``; its process CPU ms appended to ``cpu``."""
+    c = time.process_time()
     t = time.perf_counter()
     f()
-    return (time.perf_counter() - t) * 1e3
+    wall = (time.perf_counter() - t) * 1e3
+    if cpu is not None:
+        cpu.append((time.process_time() - c) * 1e3)
+    return wall
 
 
-def run_case(case: Case, threads: int, rounds: int, inductor: bool) -> Row:
+def run_case(case: Case, threads: int, rounds: int, inductor: bool,
+             prepack_off: bool = False) -> Row:
     import torch
 
     from polycomp.graph.dynamo import polycomp_backend
@@ -136,6 +164,21 @@ def run_case(case: Case, threads: int, rounds: int, inductor: bool) -> Row:
         ref = _out(m(**x))
         got = _out(pc(**x))  # compiles
         row.max_rel_err = float((got - ref).abs().max() / ref.abs().max())
+        unpacked = None
+        if prepack_off:  # the same model compiled again, weights packed on every call
+            before = os.environ.get("POLYCOMP_PREPACK")
+            os.environ["POLYCOMP_PREPACK"] = "0"
+            try:
+                # another backend object: Dynamo reuses a compiled frame for the same one
+                # (its report is not polycomp's: not appended to reports)
+                unpacked = torch.compile(m, backend=lambda gm, ex: polycomp_backend(gm, ex),
+                                         dynamic=False)
+                unpacked(**x)
+            finally:
+                if before is None:
+                    os.environ.pop("POLYCOMP_PREPACK")
+                else:
+                    os.environ["POLYCOMP_PREPACK"] = before
         if inductor:
             try:
                 ind = torch.compile(m, dynamic=False)
@@ -145,8 +188,10 @@ def run_case(case: Case, threads: int, rounds: int, inductor: bool) -> Row:
         else:
             row.inductor_note = "inductor not run (--no-inductor)"
         for _ in range(rounds):  # interleaved
-            row.eager_ms.append(_timed(lambda: m(**x)))
-            row.polycomp_ms.append(_timed(lambda: pc(**x)))
+            row.eager_ms.append(_timed(lambda: m(**x), row.eager_cpu_ms))
+            row.polycomp_ms.append(_timed(lambda: pc(**x), row.polycomp_cpu_ms))
+            if unpacked is not None:
+                row.unpacked_ms.append(_timed(lambda: unpacked(**x), row.unpacked_cpu_ms))
             if ind is not None:
                 row.inductor_ms.append(_timed(lambda: ind(**x)))
     comp = sum(r.compiled for r in reports)
@@ -180,8 +225,9 @@ def table(rows: list[dict]) -> str:
     """The markdown table of docs/graph.md."""
     out = ["| case | threads | eager best / median ms | polycomp best / median ms | "
            "inductor best / median ms | vs eager (best / median) | vs inductor "
-           "(best / median) | rel err |",
-           "|---|---|---|---|---|---|---|---|"]
+           "(best / median) | rel err | CPU time vs eager (best / median) | "
+           "without prepack / with, wall (best / median) | same, CPU time |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(
             f"| {r['case']} | {r['threads']} | {_fmt(r['eager_best_ms'])} / "
@@ -190,7 +236,13 @@ def table(rows: list[dict]) -> str:
             f"{_fmt(r['inductor_median_ms'])} | {_fmt(r['speedup_vs_eager_best'], '.2f')}x / "
             f"{_fmt(r['speedup_vs_eager_median'], '.2f')}x | "
             f"{_fmt(r['speedup_vs_inductor_best'], '.2f')}x / "
-            f"{_fmt(r['speedup_vs_inductor_median'], '.2f')}x | {r['max_rel_err']:.1e} |")
+            f"{_fmt(r['speedup_vs_inductor_median'], '.2f')}x | {r['max_rel_err']:.1e} | "
+            f"{_fmt(r.get('cpu_vs_eager_best'), '.2f')}x / "
+            f"{_fmt(r.get('cpu_vs_eager_median'), '.2f')}x | "
+            f"{_fmt(r.get('prepack_gain_best'), '.2f')}x / "
+            f"{_fmt(r.get('prepack_gain_median'), '.2f')}x | "
+            f"{_fmt(r.get('prepack_cpu_gain_best'), '.2f')}x / "
+            f"{_fmt(r.get('prepack_cpu_gain_median'), '.2f')}x |")
     return "\n".join(out)
 
 
@@ -205,6 +257,8 @@ def main(argv=None) -> int:
     p.add_argument("--full", action="store_true",
                    help="every case (default: " + ", ".join(QUICK) + ")")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile's inductor")
+    p.add_argument("--prepack-off", action="store_true",
+                   help="also time polycomp with POLYCOMP_PREPACK=0 (weights packed per call)")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before libgomp loads
     names = [s for s in args.only.split(",") if s] or (
@@ -218,12 +272,17 @@ def main(argv=None) -> int:
         if c.name not in names:
             continue
         for t in threads:
-            r = run_case(c, t, args.rounds, not args.no_inductor).summary()
+            r = run_case(c, t, args.rounds, not args.no_inductor, args.prepack_off).summary()
             rows.append(r)
             if not args.json:
                 print(f"{c.name} threads={t}: eager {_fmt(r['eager_median_ms'])} ms, "
                       f"polycomp {_fmt(r['polycomp_median_ms'])} ms, inductor "
-                      f"{_fmt(r['inductor_median_ms'])} ms (medians); "
+                      f"{_fmt(r['inductor_median_ms'])} ms"
+                      + (f", without prepack {_fmt(r['unpacked_median_ms'])} ms (gain "
+                         f"{_fmt(r['prepack_gain_best'], '.2f')}x best / "
+                         f"{_fmt(r['prepack_gain_median'], '.2f')}x median)"
+                         if r["unpacked_ms"] else "")
+                      + " (medians); "
                       f"{r['polycomp_report']}"
                       f"{'; ' + r['inductor_note'] if r['inductor_note'] else ''}",
                       flush=True)

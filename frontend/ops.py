@@ -477,10 +477,13 @@ def conv2d_output_extent(size, kernel, stride: int, padding: int, dilation: int)
 
 
 def conv2d_nchw(x: Tensor, w: Tensor, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
-                out_dtype: str | None = None, name: str = "conv2d") -> Tensor:
+                out_dtype: str | None = None, name: str = "conv2d",
+                w_layout: str = "fchw") -> Tensor:
     """2-d convolution (cross-correlation, as in deep-learning frameworks).
 
-    ``x`` is (N, C, H, W), ``w`` is (F, C, KH, KW); the result (N, F, OH, OW) with
+    ``x`` is (N, C, H, W), ``w`` is (F, C, KH, KW) (``w_layout="fchw"``) or (C, KH, KW, F)
+    (``"chwf"``: the output channel innermost, so the CPU backend's channel form reads
+    its weight vectors in place instead of packing them per call); the result (N, F, OH, OW) with
     ``OH = (H + 2*ph - dh*(KH-1) - 1) // sh + 1`` (likewise OW) is
     ``out[n, f, oh, ow] = sum_{c, kh, kw} xpad[n, c, oh*sh + kh*dh - ph, ow*sw + kw*dw - pw]
     * w[f, c, kh, kw]`` where ``xpad`` is x with zeros outside its extents: the padding is
@@ -492,14 +495,19 @@ def conv2d_nchw(x: Tensor, w: Tensor, stride=(1, 1), padding=(0, 0), dilation=(1
     if x.ndim != 4 or w.ndim != 4:
         raise ShapeMismatchError("conv2d_nchw() needs x (N, C, H, W) and w (F, C, KH, KW)",
                                  _caller())
-    _check_extent(x.shape[1], w.shape[1], "conv2d_nchw() channels", x.shape, w.shape)
+    if w_layout not in ("fchw", "chwf"):
+        raise DSLError(f"conv2d_nchw(): w_layout {w_layout!r} (fchw or chwf)", _caller())
+    if w_layout == "chwf":
+        wc, KH, KW, F = w.shape
+    else:
+        F, wc, KH, KW = w.shape
+    _check_extent(x.shape[1], wc, "conv2d_nchw() channels", x.shape, w.shape)
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride, "stride"), _pair(padding, "padding"), \
         _pair(dilation, "dilation")
     if min(sh, sw, dh, dw) < 1 or min(ph, pw) < 0:
         raise DSLError("conv2d_nchw(): stride and dilation must be >= 1, padding >= 0",
                        _caller())
     N, C, H, W = x.shape
-    F, _, KH, KW = w.shape
     oh = conv2d_output_extent(H, KH, sh, ph, dh)
     ow = conv2d_output_extent(W, KW, sw, pw, dw)
     acc = accumulation_dtype(dt.promote(x.dtype, w.dtype))
@@ -512,7 +520,8 @@ def conv2d_nchw(x: Tensor, w: Tensor, stride=(1, 1), padding=(0, 0), dilation=(1
         if ph or pw:
             inside = (h >= 0) & (h < H) & (v >= 0) & (v < W)
             xv = select(inside, xv, ir.const(0.0, acc) if dt.is_float(acc) else ir.IntImm(0, acc))
-        return dsl.sum(xv * _acc_load(w, (f, rc, rh, rw), acc), axis=[rc, rh, rw])
+        widx = (rc, rh, rw, f) if w_layout == "chwf" else (f, rc, rh, rw)
+        return dsl.sum(xv * _acc_load(w, widx, acc), axis=[rc, rh, rw])
     out = compute((N, F, oh, ow), body, name=name, dtype=acc)
     return _finish(out, out_dtype, name + "_cast")
 

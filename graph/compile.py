@@ -1,17 +1,30 @@
 """``compile_graph``: propagate shapes, partition, lower each group to one kernel, build
 it for the target (identical groups are built once) and return a
-:class:`~polycomp.graph.runtime.CompiledGraph`."""
+:class:`~polycomp.graph.runtime.CompiledGraph`.
+
+*Weights packed at compile time* (CPU targets): a group whose matmul multiplies by a
+graph constant (a linear layer's weight) is compiled with option ``prepack`` naming
+that constant; where the GEMM reads it as its packed operand (``Y[k, j]``, read by
+nothing else, see :func:`polycomp.scheduler.cpu.backbone_tile.prepacked_y`) the
+compile records a :class:`~polycomp.scheduler.promotion.record.PrepackedInput` and the
+kernel reads the argument in the micro-kernel's panel layout instead of copying it
+on every call.  The constant is packed here, once (numpy, from the same
+:class:`~polycomp.scheduler.promotion.footprint.Layout` the kernel indexes it by), and
+the step passes the packed array (``Step.packed``).  Parameters updated in place
+recompile the graph (the Dynamo backend watches them), which packs them again.
+``POLYCOMP_PREPACK=0`` turns it off."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from polycomp.driver import build, compile_kernel, interpret
+from polycomp.driver import compile_kernel, interpret
 from polycomp.hw.registry import backend_for_name
+from polycomp.scheduler.promotion.record import prepacked_inputs
 
-from .ir import Graph
-from .lower import group_kernel
+from .ir import Graph, Value
+from .lower import argname, group_kernel
 from .partition import Group, Partition, partition
 from .runtime import CompiledGraph, Step, check_dims_bound
 from .shapes import propagate
@@ -37,17 +50,59 @@ def _topo_groups(part: Partition) -> list[Group]:
 
 
 # The GEMM register block for weight GEMMs (a matmul whose right operand is a constant)
-# on CPU targets: 4 rows x 3 vectors measured 1.5x faster than the backend's default on
-# BERT's three weight shapes (768x3072, 3072x768, 768x768 at 128 rows, 2 threads), but
-# 2.5x slower on attention's Q K^T (contraction 64), which keeps the default.
+# on CPU targets.  16 vector registers (AVX2): 4 rows x 3 vectors measured 1.5x faster
+# than the backend's default on BERT's three weight shapes (768x3072, 3072x768, 768x768
+# at 128 rows, 2 threads), but 2.5x slower on attention's Q K^T (contraction 64), which
+# keeps the default.  32 registers (AVX-512): 8 rows x 3 vectors (24 accumulators); 4 x 3
+# took 1.05-1.43x its CPU time on the same shapes (1 thread, weights pre-packed, Zen 4,
+# docs/cpu_backend.md).
 CPU_WEIGHT_GEMM_OPTIONS = {"gemm_register": (4, 3)}
+CPU_WEIGHT_GEMM_OPTIONS_32 = {"gemm_register": (8, 3)}
 
 
-def _group_options(g: Group, target: str, options: dict | None) -> dict | None:
+def prepack_enabled() -> bool:
+    """Weights packed at compile time (``POLYCOMP_PREPACK=0`` turns it off, for
+    comparisons: every call then packs them)."""
+    import os
+    return os.environ.get("POLYCOMP_PREPACK", "1") != "0"
+
+
+def _group_options(g: Group, inputs: list[Value], target: str,
+                   options: dict | None) -> dict | None:
+    """The compile options of a group's kernel on a CPU target: the weight-GEMM
+    register block, and option ``prepack`` naming the constant right operands of its
+    matmuls (the kernel may read them packed once, at compile time: :func:`_prepack`)."""
     if options is not None or not target.startswith("cpu"):
         return options
-    weight_gemm = any(n.op == "matmul" and n.inputs[1].const is not None for n in g.nodes)
-    return dict(CPU_WEIGHT_GEMM_OPTIONS) if weight_gemm else None
+    weights = [n.inputs[1] for n in g.nodes if n.op == "matmul" and n.inputs[1].const is not None]
+    if not weights:
+        return None
+    from polycomp.hw.target import get_target
+    cpu = get_target(target).cpu
+    wide = cpu is not None and cpu.vector_registers >= 32
+    out: dict = dict(CPU_WEIGHT_GEMM_OPTIONS_32 if wide else CPU_WEIGHT_GEMM_OPTIONS)
+    if prepack_enabled():
+        names = tuple(argname(v) for v in inputs if v in weights)
+        if names:
+            out["prepack"] = names
+    return out
+
+
+def _prepack(ck: Any, names: list[str], inputs: list[Value],
+             packed: dict[Value, np.ndarray]) -> dict:
+    """The inputs ``ck`` reads pre-packed (:func:`prepacked_inputs`), each constant
+    packed once in the layout the kernel reads (shared by the steps of the same
+    constant): ``{value: packed array}`` for the step's call.  ``names``: the kernel's
+    argument names, in the order of ``inputs`` (a kernel built for an identical group
+    has the first group's names)."""
+    out = {}
+    for rec in prepacked_inputs(ck.state):
+        v = inputs[names.index(rec.name)]
+        if v not in packed:
+            assert v.const is not None  # the option names constants only
+            packed[v] = rec.pack(np.asarray(v.const))
+        out[v] = packed[v]
+    return out
 
 
 class Simulated:
@@ -75,7 +130,8 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     check_dims_bound(graph)  # before the partition's cost model evaluates any extent
     part = partition(graph, fuse=fuse)
     part.groups = _topo_groups(part)
-    built: dict[str, object] = {}
+    built: dict[str, tuple[object, Any, list[str]]] = {}
+    packed: dict[Value, np.ndarray] = {}   # constants packed once (weights)
     steps = []
     # rows flattened for the C/CPU family (the packed GEMM then has no batch loop around
     # it); the CUDA row-reduction mapping plans N-d rows (grid y/z over the outer ones)
@@ -84,11 +140,14 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
         if g.kind == "view":
             steps.append(Step(g, None, part.inputs_of(g), part.outputs_of(g), {}))
             continue
-        gk = group_kernel(part, g, flatten_rows=flat_rows)
+        gk = group_kernel(part, g, flatten_rows=flat_rows, conv_layout=flat_rows)
         if gk.key not in built:
-            opts = _group_options(g, target, options)
-            built[gk.key] = Simulated(compile_kernel(gk.kernel, target, opts)) if simulate \
-                else build(gk.kernel, target, options=opts)
-        steps.append(Step(g, built[gk.key], gk.inputs, gk.outputs,  # type: ignore[arg-type]
-                          dict(gk.params.exprs), dict(gk.arg_shapes)))
+            opts = _group_options(g, gk.inputs, target, options)
+            ck = compile_kernel(gk.kernel, target, opts)
+            built[gk.key] = (Simulated(ck) if simulate else ck.backend.load(ck), ck,
+                             [argname(v) for v in gk.inputs])
+        fn, ck, names = built[gk.key]
+        steps.append(Step(g, fn, gk.inputs, gk.outputs,  # type: ignore[arg-type]
+                          dict(gk.params.exprs), dict(gk.arg_shapes),
+                          _prepack(ck, names, gk.inputs, packed), dict(gk.arg_arrays)))
     return CompiledGraph(part, steps, len(built), target)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import sympy
 
 from polycomp import ir
@@ -72,9 +73,13 @@ class GroupKernel:
     # graph value -> the shape the kernel declares for it (row-flattened groups only;
     # the runtime passes a zero-copy reshape of the array)
     arg_shapes: dict[Value, Shape] = field(default_factory=dict)
+    # constant graph value -> the array the kernel takes instead (laid out at compile
+    # time: :func:`conv_weight_layouts`)
+    arg_arrays: dict[Value, np.ndarray] = field(default_factory=dict)
 
 
-def _argname(v: Value) -> str:
+def argname(v: Value) -> str:
+    """The kernel argument name of graph value ``v``."""
     return f"t_{v.name}"
 
 
@@ -160,22 +165,104 @@ def _flat_node(n: Node) -> Node:
     return n
 
 
-def group_kernel(part: Partition, group: Group, flatten_rows: bool = True) -> GroupKernel:
+#: 1x1 convolutions whose output rows are narrower than this run over flattened pixels
+#: (:func:`pixel_flat`; measured on AVX-512, 1 thread: 320->1280 at 7x7 1.15 -> 0.76 ms,
+#: 960->160 0.40 -> 0.30 ms; at 14x14 and wider even, so those keep the width form)
+PIXEL_FLAT_WIDTH = 8
+
+
+def _pointwise_conv(n: Node) -> bool:
+    """A 1x1 convolution of stride 1, no padding, groups 1 (a GEMM over pixels)."""
+    def pair(key: str, default: int) -> tuple:
+        v = n.attrs.get(key, default)
+        return (v, v) if isinstance(v, int) else tuple(v)
+    return n.op == "conv2d" and int(n.attrs.get("groups", 1)) == 1 and \
+        all(d == 1 for d in n.inputs[1].shape[2:]) and pair("stride", 1) == (1, 1) and \
+        pair("padding", 0) == (0, 0) and pair("dilation", 1) == (1, 1)
+
+
+def pixel_flat(group: Group) -> dict[Value, Shape] | None:
+    """The flattened shape of every value a group reads or writes when the group can run
+    over flattened pixels, else ``None``: the group holds one 1x1 stride-1 unpadded
+    groups-1 ``conv2d`` (MobileNet's expansions and projections) with constant output
+    rows narrower than ``PIXEL_FLAT_WIDTH``, and otherwise only
+    elementwise operators, and every value it touches is either of the convolution's
+    output form ``(N, X, H, W)`` (same ``N, H, W``; becomes ``(N, X, H*W)``) or the
+    convolution's weight / bias.  The convolution is then ``out[n, f, p] = sum_c w[f, c]
+    * x[n, c, p]``, a GEMM over ``p`` (the CPU backend's packed micro-kernel, full vectors
+    along ``H*W`` instead of 7-wide rows on a 7x7 image).  Guarantees: every operator
+    computes the same elements on the flattened shapes (elementwise operators and a
+    1x1 window read no neighbour pixel)."""
+    convs = [n for n in group.nodes if n.op == "conv2d"]
+    if len(convs) != 1 or not _pointwise_conv(convs[0]):
+        return None
+    conv = convs[0]
+    N, _, H, W = conv.output.shape
+    if not (W.is_Integer and int(W) < PIXEL_FLAT_WIDTH):
+        return None
+    params = set(conv.inputs[1:])
+    flat: dict[Value, Shape] = {}
+    for n in group.nodes:
+        if n is not conv and OPS[n.op].kind != "elementwise":
+            return None
+        for v in [*n.inputs, n.output]:
+            if v in params and n is conv:
+                continue
+            s = tuple(v.shape)
+            if len(s) != 4 or s[0] != N or s[2] != H or s[3] != W:
+                return None
+            flat[v] = (N, s[1], H * W)
+    return flat
+
+
+def conv_weight_layouts(group: Group, inputs: list[Value]) -> dict[Value, np.ndarray]:
+    """Constant convolution weights of ``group`` laid out ``(C, KH, KW, F)`` at compile
+    time: every ``conv2d`` with ``groups == 1`` whose weight is a graph constant (an
+    input of the group) read by no other operator of the group.  The kernel declares the
+    new shape and reads ``w[c, kh, kw, f]`` (attribute ``weight_layout="chwf"``), so the
+    CPU backend's channel form reads each vector of ``NR`` output channels in place:
+    no per-call packing pass over the weights (ResNet-18's 512->512 3x3: 9.4 MB per
+    call).  Guarantees: the same products and sums as the ``(F, C, KH, KW)`` form."""
+    def conv_weight(n: Node, q: int) -> bool:
+        return n.op == "conv2d" and q == 1 and int(n.attrs.get("groups", 1)) == 1
+    other = {v for n in group.nodes for q, v in enumerate(n.inputs) if not conv_weight(n, q)}
+    out: dict[Value, np.ndarray] = {}
+    for n in group.nodes:
+        w = n.inputs[1] if conv_weight(n, 1) else None
+        if w is not None and w.const is not None and w in inputs and w not in other \
+                and w not in out:
+            out[w] = np.ascontiguousarray(np.asarray(w.const).transpose(1, 2, 3, 0))
+    return out
+
+
+def group_kernel(part: Partition, group: Group, flatten_rows: bool = True,
+                 conv_layout: bool = False) -> GroupKernel:
     """The group as one multi-stage kernel; ``flatten_rows`` lowers a qualifying group over
-    flattened rows (:func:`row_flat`)."""
+    flattened rows (:func:`row_flat`); ``conv_layout`` hands constant convolution weights
+    to the kernel laid out for the CPU backend (:func:`conv_weight_layouts`)."""
     inputs, outputs = part.inputs_of(group), part.outputs_of(group)
     pm = ParamMap()
     flat = (row_flat(group) if flatten_rows else None) or {}
+    pixels = not flat and flatten_rows and pixel_flat(group) is not None
+    if pixels:
+        flat = pixel_flat(group) or {}
+    laid = conv_weight_layouts(group, inputs) if conv_layout and not pixels else {}
 
     def shape_of(v: Value) -> Shape:
+        if v in laid:
+            return tuple(sympy.Integer(d) for d in laid[v].shape)
         return flat.get(v, v.shape)
-    types = {_argname(v): Tensor[pm.shape(shape_of(v)), v.dtype]  # type: ignore
+    types = {argname(v): Tensor[pm.shape(shape_of(v)), v.dtype]  # type: ignore
              for v in inputs}
 
     def fn(*args):
         env: dict[Value, Tensor] = dict(zip(inputs, args))
         for n in group.nodes:
             node = _flat_node(n) if flat else n
+            if pixels and n.op == "conv2d":
+                node = replace(node, attrs={**node.attrs, "pixels_flat": True})
+            if n.op == "conv2d" and n.inputs[1] in laid:
+                node = replace(node, attrs={**node.attrs, "weight_layout": "chwf"})
             s = n.attrs.get("scalar")
             if isinstance(s, sympy.Expr) and s.free_symbols:  # x * S: a size parameter
                 node = replace(node, attrs={**node.attrs, "scalar": pm.to_ir(s)})
@@ -190,9 +277,11 @@ def group_kernel(part: Partition, group: Group, flatten_rows: bool = True) -> Gr
     _ = kernel.graph  # trace now: errors surface at compile time
     for v in outputs:  # output extents may introduce parameters (B*S from a matmul)
         pm.shape(shape_of(v))
-    key = structural_key(group, inputs, outputs) + ("|rows" if flat else "")
+    key = structural_key(group, inputs, outputs) + ("|pixels" if pixels else "|rows"
+                                                    if flat else "") + \
+        ("|chwf" + ",".join(str(inputs.index(v)) for v in laid) if laid else "")
     args = {v: flat[v] for v in [*inputs, *outputs] if v in flat}
-    return GroupKernel(kernel, inputs, outputs, pm, key, args)
+    return GroupKernel(kernel, inputs, outputs, pm, key, args, laid)
 
 
 def _clean(name: str) -> str:

@@ -720,10 +720,40 @@ def _inside(h, v, x: dsl.Tensor):
     return (h >= 0) & (h < x.shape[2]) & (v >= 0) & (v < x.shape[3])
 
 
+#: windows of at most this many positions with one input channel per output are summed
+#: as an expression, not a reduction (:func:`_conv_lower`)
+UNROLL_WINDOW = 25
+
+
+def POLYCOMP_PAD_STAGE() -> bool:
+    """Whether grouped convolutions read a zero-padded copy of their input
+    (``POLYCOMP_PAD_STAGE=0``: the padding ``select`` in the window, for comparisons)."""
+    import os
+    return os.environ.get("POLYCOMP_PAD_STAGE", "1") != "0"
+
+
+def _padded(x, ph: int, pw: int, fill, name: str):
+    """``x`` (N, C, H, W) with ``ph`` / ``pw`` rows / columns of ``fill`` on each side,
+    as a stage of its own: the window loops that read it need no per-element bounds
+    test (a depthwise convolution's row vectors are then plain loads, not masked loads
+    under a condition recomputed at every window position)."""
+    N, C, H, W = x.shape
+
+    def body(n, c, h, v):
+        return ir.select(_inside(h - ph, v - pw, x), x[n, c, h - ph, v - pw], fill)
+    return dsl.compute((N, C, H + 2 * ph, W + 2 * pw), body, name=name, dtype=x.dtype)
+
+
 def _conv_lower(node: Node, ins, shape):
     """Groups 1: the op library's ``conv2d_nchw`` (the form the CPU backend's direct
-    convolution recognises).  Grouped / depthwise: input channel ``(f // (F/g)) * (C/g) +
-    c`` (depthwise with multiplier 1: ``f``), the window loops only when ``C/g == 1``."""
+    convolution recognises; attribute ``weight_layout="chwf"``, set only by
+    :func:`polycomp.graph.lower.group_kernel` for a constant weight it hands the kernel
+    as ``(C, KH, KW, F)``, reads ``w[c, kh, kw, f]``).  Grouped / depthwise: input
+    channel ``(f // (F/g)) * (C/g) + c`` (depthwise with multiplier 1: ``f``); with a
+    padding, a zero-padded copy of the input is its own stage (:func:`_padded`); with
+    ``C/g == 1`` and at most ``UNROLL_WINDOW`` window positions the window sum is written
+    out as an expression (an elementwise stage), else the window (and channel) loops
+    reduce."""
     x, w = ins[0], ins[1]
     g = int(node.attrs.get("groups", 1))
     stride, pad, dil = (_pair_attr(node, k) for k in ("stride", "padding", "dilation"))
@@ -731,8 +761,15 @@ def _conv_lower(node: Node, ins, shape):
     acc = ops.accumulation_dtype(d)
     has_bias = len(ins) > 2
     nm = _name(node) + ("_conv" if has_bias or acc != d else "")
-    if g == 1:
-        t = ops.conv2d_nchw(x, w, stride, pad, dil, out_dtype=acc, name=nm)
+    if node.attrs.get("pixels_flat"):
+        # a 1x1 stride-1 convolution lowered over flattened pixels (graph/lower.py
+        # ``pixel_flat``): x (N, C, H*W), out[n, f, p] = sum_c w[f, c] * x[n, c, p]
+        rc = dsl.reduce_axis(_int(w.shape[1]), f"rc_{node.name}")
+        t = dsl.compute(shape, lambda n, f, p: dsl.sum(
+            _as(x[n, rc, p], acc) * _as(w[f, rc, 0, 0], acc), axis=[rc]), name=nm, dtype=acc)
+    elif g == 1:
+        t = ops.conv2d_nchw(x, w, stride, pad, dil, out_dtype=acc, name=nm,
+                            w_layout=node.attrs.get("weight_layout", "fchw"))
     else:
         (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
         F, cg, KH, KW = (_int(e) for e in w.shape)
@@ -741,24 +778,48 @@ def _conv_lower(node: Node, ins, shape):
         rw = dsl.reduce_axis(KW, f"rw_{node.name}")
         rc = dsl.reduce_axis(cg, f"rc_{node.name}") if cg > 1 else None
         zero = ir.const(0.0, acc)
+        src, qh, qw = x, ph, pw
+        if (ph or pw) and POLYCOMP_PAD_STAGE():
+            src, qh, qw = _padded(x, ph, pw, ir.const(0.0, x.dtype), _name(node) + "_pad"), 0, 0
+
+        def term(n, f, y, z, a, b_, c):
+            h = y * sh + a * dh - qh
+            v = z * sw + b_ * dw - qw
+            xv = _as(src[n, c, h, v], acc)
+            if qh or qw:
+                xv = ir.select(_inside(h, v, x), xv, zero)
+            return xv * _as(w[f, 0, a, b_], acc)
+
+        def unrolled(n, f, y, z):
+            c = f if fo == 1 else f // fo
+            out = zero  # the reduction's identity first: the same sums, zeros' signs too
+            for a in range(KH):
+                for b_ in range(KW):
+                    out = out + term(n, f, y, z, a, b_, c)
+            return out
 
         def body(n, f, y, z):
-            h = y * sh + rh * dh - ph
-            v = z * sw + rw * dw - pw
+            h = y * sh + rh * dh - qh
+            v = z * sw + rw * dw - qw
             c = f if fo == 1 else f // fo
             if rc is not None:
                 c = c * cg + rc
-            xv = _as(x[n, c, h, v], acc)
-            if ph or pw:
+            xv = _as(src[n, c, h, v], acc)
+            if qh or qw:
                 xv = ir.select(_inside(h, v, x), xv, zero)
             wv = _as(w[f, rc if rc is not None else 0, rh, rw], acc)
             axes = [rh, rw] if rc is None else [rc, rh, rw]
             return dsl.sum(xv * wv, axis=axes)
-        t = dsl.compute(shape, body, name=nm, dtype=acc)
+        # one input channel per output (depthwise) and a small window: the window sum
+        # written out, ((0 + t_00) + t_01) + .. in the reduction's order, an elementwise
+        # stage (vectors along the output row, the sum in registers, no accumulator
+        # array stored and reloaded at every window position)
+        small = cg == 1 and KH * KW <= UNROLL_WINDOW
+        t = dsl.compute(shape, unrolled if small else body, name=nm, dtype=acc)
     if has_bias:
         b = ins[2]
-        t = dsl.compute(t.shape, lambda n, f, y, z: t[n, f, y, z] + _as(b[f], acc),
-                        name=_name(node) + ("_bias" if acc != d else ""), dtype=acc)
+        t = _compute(t.shape, lambda i: t[i] + _as(b[i[1]], acc),
+                     name=_name(node) + ("_bias" if acc != d else ""), dtype=acc)
     return _finish(node, t, t.shape)
 
 
@@ -795,8 +856,24 @@ def _pool_lower(node: Node, ins, shape):
         if ph or pw:
             xv = ir.select(_inside(h, v, x), xv, fill)
         return (dsl.max if is_max else dsl.sum)(xv, axis=[rh, rw])
+    small = kh * kw <= UNROLL_WINDOW
+
+    def unrolled(n, c, y, z):
+        # the reduction written out in its order: fill, then each window position (a
+        # padded copy of the input, as depthwise convolutions read, measured 2x slower
+        # for ResNet's stem pool: its input is the stem's 3 MB output)
+        out = fill
+        for a in range(kh):
+            for b_ in range(kw):
+                h = y * sh + a * dh - ph
+                v = z * sw + b_ * dw - pw
+                xv = _as(x[n, c, h, v], acc)
+                if ph or pw:
+                    xv = ir.select(_inside(h, v, x), xv, fill)
+                out = dsl.max(out, xv) if is_max else out + xv
+        return out
     nm = _name(node) if is_max else _name(node) + "_sum"
-    t = dsl.compute(shape, body, name=nm, dtype=acc)
+    t = dsl.compute(shape, unrolled if small else body, name=nm, dtype=acc)
     if is_max:
         return t
     div = node.attrs.get("divisor")

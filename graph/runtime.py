@@ -33,6 +33,11 @@ class Step:
     # values the kernel reads or writes under another shape (row-flattened groups,
     # graph/lower.py ``row_flat``): passed as zero-copy reshapes of contiguous arrays
     arg_shapes: dict[Value, tuple] = field(default_factory=dict)
+    # constants the kernel reads pre-packed (graph/compile.py): passed packed, once made
+    packed: dict[Value, np.ndarray] = field(default_factory=dict)
+    # constants the kernel takes laid out otherwise (``graph/lower.py``
+    # ``conv_weight_layouts``): the array passed instead of the value's own
+    arg_arrays: dict[Value, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -244,6 +249,10 @@ def _call(s: Step, vals: dict, env, params: dict) -> None:
     reshaped to the kernel's shapes (views of contiguous arrays; an output that is not
     contiguous is computed into a temporary and copied back)."""
     def shaped(v: Value) -> np.ndarray:
+        if v in s.packed:
+            return s.packed[v]
+        if v in s.arg_arrays:
+            return s.arg_arrays[v]
         a = vals[v]
         if v not in s.arg_shapes:
             return a

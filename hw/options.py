@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from polycomp.errors import OptionError
 from polycomp.hw.target import CUDA_MAX_THREADS_PER_BLOCK
-from polycomp.options import Options, boolean, int_tuple, one_of, opt, positive_int
+from polycomp.options import Options, boolean, int_tuple, name_tuple, one_of, opt, positive_int
 
 # --------------------------------------------------------------------------- CPU
 
@@ -53,6 +53,10 @@ class CpuOptions(Options):
                                                 "GEMM register block (MR, vectors per row)")
     gemm_epilogue: bool = opt(True, boolean,
                               "run an elementwise stage after a product on each register tile")
+    prepack: tuple[str, ...] = opt((), name_tuple,
+                                   "inputs the caller hands in pre-packed: a GEMM whose weight "
+                                   "operand is one of them reads it in the micro-kernel's panel "
+                                   "layout and copies nothing (see prepacked_inputs)")
     stencil_tiles: tuple[int, ...] | None = opt(None, int_tuple(None),
                                                 "time-tile sizes of stencils (scop-stencil: "
                                                 "the tiled band members' sizes)")

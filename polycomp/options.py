@@ -82,6 +82,15 @@ def int_tuple(n: int | None) -> Callable[[str, Any], tuple[int, ...] | None]:
     return check
 
 
+def name_tuple(name: str, v: Any) -> tuple[str, ...]:
+    """A tuple of names (a single string is one name)."""
+    if isinstance(v, str):
+        v = (v,)
+    if not isinstance(v, (tuple, list)) or not all(isinstance(x, str) and x for x in v):
+        raise OptionError(f"option {name} takes a tuple of names, got {v!r}")
+    return tuple(v)
+
+
 def one_of(*choices: str) -> Callable[[str, Any], str]:
     def check(name: str, v: Any) -> str:
         if v not in choices:

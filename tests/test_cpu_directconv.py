@@ -33,6 +33,16 @@ def _conv(xs, ws, stride, pad, name="dconv"):
                                            "w": pc.Tensor[ws, "float32"]})
 
 
+def _conv_chwf(xs, ws, stride, pad, dil=1, name="dconvt"):
+    """The convolution with its weights laid out (C, KH, KW, F) (``w_layout="chwf"``, as
+    the graph layer hands constant weights to the CPU backend)."""
+    def conv(x, w):
+        return ops.conv2d_nchw(x, w, (stride, stride), (pad, pad), (dil, dil),
+                               w_layout="chwf")
+    return Kernel(conv, name=name, inputs={"x": pc.Tensor[xs, "float32"],
+                                           "w": pc.Tensor[ws, "float32"]})
+
+
 _AVX512 = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
 TARGET = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threads=2))
 
@@ -77,7 +87,7 @@ def _check_conv(path, shape, seed):
     notes = " ".join(ck.notes.get("cpu-backbone-tile", []))
     lanes = 8 if path == "avx2" else 16
     pointwise = k == 1 and stride == 1  # 1x1 stride 1: the width form (pointwise_unit_stride)
-    assert ("channel form" in notes) == (f >= lanes and not pointwise), notes
+    assert ("channel form" in notes) == (f >= lanes and not pointwise and c > 4), notes
     if c * k * k > 1:         # (no reduce loop left otherwise: plain vector code)
         assert ck.final_ir.counts.microkernels >= 1
     lib = build_simde(ck.source) if path == "simde" else build_shared(ck.source)
@@ -93,7 +103,8 @@ def _check_conv(path, shape, seed):
 @given(shape=_CONV, seed=st.integers(0, 2 ** 31))
 def test_channel_form_avx2(shape, seed):
     """Constant-shape convolutions (7x7/2 stems, 3x3 with and without stride, 1x1/2;
-    channel counts with vector tails, images down to one pixel wide) against numpy."""
+    channel counts with vector tails, images down to one pixel wide) against numpy; up
+    to 4 input channels (an RGB stem) keep the width form."""
     _check_conv("avx2", shape, seed)
 
 
@@ -110,3 +121,54 @@ def test_pointwise_stride1_keeps_the_width_form():
     width form (rows of the input contiguous), a 1x1 stride-2 one in the channel form."""
     _check_conv("avx2", (5, 17, 6, (1, 1, 0)), 0)
     _check_conv("avx2", (5, 17, 6, (1, 2, 0)), 1)
+
+
+def test_channel_form_in_place_weights_golden(goldens):
+    """Weights laid out (C, KH, KW, F): the channel form reads them in place (no pack
+    request); with one panel of 32 output channels for two threads the output rows are
+    the parallel band, outside the channel panels.  Legal up to the reassociated sum."""
+    model = _conv_chwf((1, 16, 13, 13), (16, 3, 3, 32), 2, 1).polyhedral_model()
+    ctx = CompileState(model, TARGET, {})
+    sched = model.initial_schedule
+    for p in (CpuBackboneTilePass, CpuPackPass):
+        sched = p().run(sched, ctx)
+    again = isl.Schedule.read_from_str(model.ctx, sched.to_str())
+
+    def same(text):
+        return again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
+    expected = goldens.expected("test_cpu_directconv/conv_channel_in_place.isl",
+                                sched.to_str(), same)
+    assert same(expected), sched.to_str()
+    assert "cpu_pack_request" not in sched.to_str()
+    bad = violated_dependences(sched, model.dependences)
+    same_point = isl.UnionMap.read_from_str(
+        model.ctx, "{ conv2d_update[n, f, y, z, rc, rh, rw] -> "
+        "conv2d_update[n, f, y, z, rc2, rh2, rw2] }")
+    assert not bad.is_empty() and bad.is_subset(same_point)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+@settings(max_examples=5, deadline=None)
+@given(shape=_CONV, dil=st.sampled_from([1, 2]), seed=st.integers(0, 2 ** 31))
+def test_channel_form_in_place_weights_avx2(shape, dil, seed):
+    """(C, KH, KW, F) weights through the channel form (read in place, one or two
+    threads) against numpy: prime channel counts, stride 2, padding, dilation,
+    one-pixel-wide images."""
+    c, f, hw, (k, stride, pad) = shape
+    hw = max(hw, dil * (k - 1) + 1 - 2 * pad)
+    xs = (1, c, hw, hw + 1)
+    kern = _conv_chwf(xs, (c, k, k, f), stride, pad, dil,
+                      f"dconvt_{c}_{f}_{hw}_{k}_{stride}_{pad}_{dil}")
+    avx2 = get_target("cpu-avx2")
+    tgt = dataclasses.replace(avx2, cpu=dataclasses.replace(avx2.cpu, threads=1 + seed % 2))
+    ck = compile_kernel(kern, tgt)
+    notes = " ".join(ck.notes.get("cpu-backbone-tile", []))
+    assert ("channel form" in notes) == (f >= 8 and not (k == 1 and stride == 1)
+                                         and c > 4), notes
+    lib = build_shared(ck.source)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((f, c, k, k)).astype(np.float32)
+    ref = _ref_conv2d((stride, stride), (pad, pad), (dil, dil))(x, w)
+    got = CFunction(ck.final_ir, lib)(x, np.ascontiguousarray(w.transpose(1, 2, 3, 0)))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)

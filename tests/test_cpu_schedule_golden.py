@@ -95,7 +95,9 @@ def colsum(x: pc.Tensor[(N, M), "float32"]):
 @pc.tensor_expr
 def depthwise(x: pc.Tensor[(N, 8, 12, 11), "float32"], w: pc.Tensor[(8, 3, 3), "float32"]):
     """A depthwise 3x3 convolution (stride 1 along rows, 2 along columns): a sliding
-    window along the output row, exchanged so that the row is the innermost loop."""
+    window along the output row, exchanged so that the row is the innermost loop, the
+    init and the updates of each output row together under the parallel (n, c, y) band
+    (``window_rows``)."""
     rh, rw = pc.reduce_axis(3, "rh"), pc.reduce_axis(3, "rw")
     return pc.compute((N, 8, 10, 5), lambda n, c, y, z: pc.sum(
         x[n, c, y + rh, 2 * z + rw] * w[c, rh, rw], axis=[rh, rw]), name="dw")

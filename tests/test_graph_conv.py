@@ -71,6 +71,126 @@ def test_builder_conv2d_against_numpy(case):
                                rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("case", [c for c in CONV_CASES if c[5] == 1] +
+                         [((1, 13, 7, 7), (17, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+                          ((2, 5, 9, 9), (33, 3, 3), (2, 2), (1, 1), (2, 2), 1),
+                          ((1, 3, 1, 1), (20, 1, 1), (2, 2), (0, 0), (1, 1), 1)],
+                         ids=lambda c: f"{c[0]}-{c[1]}-s{c[2]}-d{c[4]}")
+def test_cpu_conv_weights_laid_out_at_compile_time(case):
+    """On the C/CPU family a constant groups-1 weight is handed to the kernel as
+    ``(C, KH, KW, F)`` (``graph/lower.py`` ``conv_weight_layouts``: the channel form reads
+    it in place, no packing per call); the result is the convolution's (prime channel
+    counts, stride 2, padding, dilation, a one-pixel image, batch 2; a 1x1 stride-1
+    convolution on a narrow image runs over flattened pixels instead, see below)."""
+    xs, (f, kh, kw), stride, pad, dil, groups = case
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((f, xs[1], kh, kw)).astype(np.float32)
+    b = rng.standard_normal(f).astype(np.float32)
+    g = GraphBuilder("conv")
+    xv = g.input("x", ("N",) + xs[1:])
+    wv = g.constant("w", w)
+    y = g.relu(g.conv2d(xv, wv, g.constant("b", b), stride=stride, padding=pad,
+                        dilation=dil))
+    cg = compile_graph(g.build(y), "cpu")
+    laid = [a for s in cg.steps for a in s.arg_arrays.values()]
+    assert len(laid) == 1 and laid[0].shape == (xs[1], kh, kw, f)
+    np.testing.assert_array_equal(laid[0], w.transpose(1, 2, 3, 0))
+    ref = np.maximum(ref_conv2d(x, w, b, stride, pad, dil), 0)
+    np.testing.assert_allclose(cg(x), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_weight_read_by_another_op_keeps_its_layout():
+    """A constant weight another operator of the group also reads, and grouped /
+    depthwise weights, keep the ``(F, C/g, KH, KW)`` layout (no laid-out copy)."""
+    from polycomp.graph.lower import conv_weight_layouts
+    from polycomp.graph.partition import partition
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((4, 4, 1, 1)).astype(np.float32)
+    g = GraphBuilder("conv")
+    xv = g.input("x", (1, 4, 4, 4))
+    wv = g.constant("w", w)
+    y = g.add(g.conv2d(xv, wv), g.reshape(wv, shape=(1, 1, 4, 4)))
+    cg = compile_graph(g.build(y), "cpu")
+    assert all(not s.arg_arrays for s in cg.steps)
+    x = rng.standard_normal((1, 4, 4, 4)).astype(np.float32)
+    ref = ref_conv2d(x, w) + w.reshape(1, 1, 4, 4)
+    np.testing.assert_allclose(cg(x), ref, rtol=1e-4, atol=1e-4)
+    g = GraphBuilder("dw")
+    xv = g.input("x", (1, 4, 4, 4))
+    part = partition(g.build(g.conv2d(xv, g.constant("wd", w[:, :1]), groups=4)))
+    assert [conv_weight_layouts(grp, part.inputs_of(grp)) for grp in part.groups] == [{}]
+
+
+@pytest.mark.parametrize("hw", [(7, 5), (1, 1)])
+def test_pointwise_conv_over_flattened_pixels(hw):
+    """A 1x1 stride-1 convolution with output rows narrower than 8 pixels (MobileNet's
+    7x7 expansions / projections), its bias, ReLU6 and residual add run over flattened
+    pixels (``graph/lower.py`` ``pixel_flat``: one GEMM over ``H*W``, zero-copy reshapes
+    at run time); prime channel counts, batch 2, one-pixel images; a 9-wide output keeps
+    the 4-d form."""
+    from polycomp.graph.lower import pixel_flat
+    h, w_ = hw
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 13, h, w_)).astype(np.float32)
+    r = rng.standard_normal((2, 17, h, w_)).astype(np.float32)
+    w = rng.standard_normal((17, 13, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(17).astype(np.float32)
+    g = GraphBuilder("pw")
+    xv, rv = g.input("x", (2, 13, h, w_)), g.input("r", (2, 17, h, w_))
+    y = g.add(g.hardtanh(g.conv2d(xv, g.constant("w", w), g.constant("b", b)), lo=0.0,
+                         hi=6.0), rv)
+    cg = compile_graph(g.build(y), "cpu")
+    assert [pixel_flat(grp) is not None for grp in cg.partition.groups] == [True]
+    assert all(s.arg_shapes for s in cg.steps)
+    ref = np.clip(ref_conv2d(x, w, b), 0, 6) + r
+    np.testing.assert_allclose(cg(x, r), ref, rtol=1e-4, atol=1e-4)
+    from polycomp.graph.partition import partition
+    g = GraphBuilder("pw9")
+    xv = g.input("x", (2, 13, h, 9))
+    part = partition(g.build(g.relu(g.conv2d(xv, g.constant("w", w)))))
+    assert [pixel_flat(grp) for grp in part.groups] == [None]
+
+
+WINDOW_CASES = [  # (N, C, H, W), multiplier, kernel, stride, padding, dilation
+    ((1, 7, 13, 37), 1, 3, 2, 1, 1),
+    ((2, 5, 7, 7), 1, 3, 1, 1, 1),
+    ((1, 3, 9, 1), 2, 3, 1, 1, 1),
+    ((1, 11, 16, 19), 1, 5, 2, 2, 1),
+    ((1, 2, 12, 11), 1, 3, 1, 2, 2),
+]
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=lambda c: f"{c[0]}-k{c[2]}-s{c[3]}-d{c[5]}")
+def test_cpu_depthwise_and_pool_windows_against_numpy(case):
+    """Depthwise convolutions and max / average pools with small windows are lowered as
+    the window sum written out (an elementwise stage over a zero / -inf padded copy of
+    the input, ``_conv_lower`` / ``_pool_lower``); on the cpu target (row vectors, stride-2
+    masked tails) against numpy: prime channel counts, odd widths, a one-pixel-wide image,
+    stride 2, dilation, a channel multiplier, NaN in the pooled input."""
+    xs, mult, k, st, pad, dil = case
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(xs).astype(np.float32)
+    x[0, 0, 0, 0] = np.nan
+    c = xs[1]
+    w = rng.standard_normal((c * mult, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c * mult).astype(np.float32)
+    g = GraphBuilder("win")
+    xv = g.input("x", xs)
+    y = g.conv2d(xv, g.constant("w", w), g.constant("b", b), stride=st, padding=pad,
+                 dilation=dil, groups=c)
+    kw = dict(kernel=(k, k), stride=(st, st), padding=(pad // dil, pad // dil))
+    mp, ap = g.max_pool2d(xv, **kw), g.avg_pool2d(xv, **kw, count_include_pad=False)
+    got_c, got_m, got_a = compile_graph(g.build(y, mp, ap), "cpu")(x)
+    np.testing.assert_allclose(got_c, ref_conv2d(x, w, b, (st, st), (pad, pad), (dil, dil), c),
+                               rtol=1e-4, atol=1e-4)
+    xt = torch.from_numpy(x)
+    p_ = pad // dil
+    np.testing.assert_allclose(got_m, F.max_pool2d(xt, k, st, p_).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(got_a, F.avg_pool2d(xt, k, st, p_, count_include_pad=False)
+                               .numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_builder_conv2d_symbolic_spatial_extents_one_compilation():
     """H and W symbolic: the output extents are floor expressions (kernel parameters)."""
     rng = np.random.default_rng(2)

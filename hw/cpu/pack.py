@@ -42,17 +42,26 @@ rewrites each micro-kernel nest below the mark (:class:`_Compensate`): ``C += S`
 the nest's output points, then the product ``(x + c) * y``, which adds the same to every
 output element.  :func:`packed_buffers` records each packed buffer's array and layout
 for the micro-kernel pass.
+
+A *pre-packed* operand (:class:`PackedOperand` ``prepacked``, option ``prepack``: an
+input the caller packs once, :class:`~polycomp.scheduler.promotion.record.PrepackedInput`)
+gets no copy and no buffer: the input argument ``A`` is replaced among the function's
+inputs by a buffer of the same name holding the whole array in the packing's layout
+(``layout.shape(A's extents)``), and the reads below the mark become ``P[layout(e)]``
+(origin 0).  Every read of ``A`` must be below such a mark (the scheduler checks it;
+a read left over is an internal error, never a silent read of the wrong layout).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import islpy as isl
 
 from polycomp import dtypes as dt
 from polycomp import ir
+from polycomp.errors import PolycompInternalError
 from polycomp.lowering.ast_to_ir import origin_to_ir
-from polycomp.lowering.simplify import simplify
+from polycomp.lowering.simplify import simplify, upper_bound
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.promotion.footprint import Layout
 from polycomp.scheduler.promotion.record import PackedOperand, promotion_state
@@ -171,12 +180,16 @@ class _Packer:
         self.func = func
         self.model = state.model
         self.packs = promotion_state(state).packs
+        self.records = promotion_state(state).prepacked
         self.made = packed_buffers(state)
         self.buffers = {b.name: b for b in func.args}
         ir.walk(func.body, self._collect)
         self.allocs: list = []
         self.claimed: set = set()    # ids of the loops omp-parallel may make parallel
         self.count = 0
+        # pre-packed inputs: array name -> (the argument buffer, the packed buffer that
+        # replaces it among the function's inputs)
+        self.prepacked: dict[str, tuple[ir.Buffer, ir.Buffer]] = {}
         import os
         order = os.environ.get("POLYCOMP_PACK_ORDER", "rows4")
         self.rows_outer = int(order[4:]) if order.startswith("rows") else 0
@@ -193,7 +206,23 @@ class _Packer:
             body = _Unalias(aliases).visit(body)
         for b in self.allocs:
             body = ir.Allocate(b, body)
-        return self.func.with_body(body)
+        for rec in self.records:    # a pre-packed input no mark reached (an empty product)
+            arr = self.buffers.get(rec.name)
+            if rec.name not in self.prepacked and arr is not None:
+                self.prepacked[rec.name] = (arr, ir.Buffer(
+                    arr.name, arr.dtype, tuple(ir.IntImm(n) for n in rec.packed_shape),
+                    arr.scope))
+        if not self.prepacked:
+            return self.func.with_body(body)
+        old = {id(a): p for a, p in self.prepacked.values()}
+        left: list = []
+        ir.walk(body, lambda n: left.append(n.buffer.name) if isinstance(n, ir.Load)
+                and id(n.buffer) in old else None)
+        if left:
+            raise PolycompInternalError(f"pre-packed input {left[0]!r} is also read outside "
+                                        f"the product that reads it packed")
+        return replace(self.func, body=body,
+                       inputs=tuple(old.get(id(b), b) for b in self.func.inputs))
 
     # env: name -> Var of enclosing iterators; loops: enclosing For and whether they
     # may run concurrently (coincident, or parallel); par: below a cpu_parallel mark
@@ -237,6 +266,8 @@ class _Packer:
         body = self.stmt(s.body, env, loops, par)
         if arr is None:
             return body
+        if spec.prepacked:
+            return self.read_prepacked(spec, arr, body)
         origin = self.origin(fp.origin(), env)
         if origin is None or len(origin) != len(arr.shape):
             return body
@@ -284,6 +315,25 @@ class _Packer:
             body = _Compensate(pbuf, sums, len(slot_idx), len(arr.shape),
                                spec.compensate).visit(body)
         return ir.seq(copy, body)
+
+    def read_prepacked(self, spec: PackedOperand, arr: ir.Buffer, body: ir.Stmt) -> ir.Stmt:
+        """A pre-packed input (:class:`PackedOperand` ``prepacked``): no copy; the reads
+        of ``arr`` below the mark read the argument that replaces it, the whole array in
+        the packing's layout (origin 0: ``A[e]`` -> ``P[layout(e)]``, the panel and
+        lane split with the loops' ranges)."""
+        rec = next(r for r in self.records if r.name == arr.name)
+        lay = rec.layout
+        got = self.prepacked.get(arr.name)
+        if got is None:
+            pbuf = ir.Buffer(arr.name, arr.dtype, tuple(ir.IntImm(n) for n in rec.packed_shape),
+                             arr.scope)
+            self.prepacked[arr.name] = (arr, pbuf)
+            self.made.arrays[pbuf.name] = arr.name
+            self.made.layouts[pbuf.name] = lay
+        else:
+            pbuf = got[1]
+        zero = [ir.IntImm(0)] * len(arr.shape)
+        return _Redirect(spec.alias or arr, pbuf, lay, zero, (), bounded=True).visit(body)
 
     def copy_grouped(self, arr, pbuf, layout: Layout, box, origin, slot_idx, offset: int,
                      sums, compensate: int):
@@ -464,8 +514,10 @@ class _Redirect(ir.Mutator):
     with an ``offset``, the packed element decoded (``P ^ -offset``, see
     :meth:`_Packer.copy_grouped`)."""
 
-    def __init__(self, arr, pbuf, layout: Layout, origin, slot_idx, offset: int = 0):
+    def __init__(self, arr, pbuf, layout: Layout, origin, slot_idx, offset: int = 0,
+                 bounded: bool = False):
         self.arr, self.pbuf, self.layout = arr, pbuf, layout
+        self.bounded = bounded   # ranges also from loops of bounded, non-constant extent
         self.origin, self.slot = origin, slot_idx
         self.offset = offset
         self.ranges: dict = {}
@@ -473,8 +525,11 @@ class _Redirect(ir.Mutator):
     def visit_For(self, s):
         mn, ext = simplify(s.min), simplify(s.extent)
         saved = self.ranges.get(s.var)
-        if isinstance(mn, ir.IntImm) and isinstance(ext, ir.IntImm) and ext.value > 0:
-            self.ranges[s.var] = (mn.value, mn.value + ext.value - 1)
+        # a pre-packed read: min(NR, n - ..) at an edge is at most NR iterations
+        ub = upper_bound(ext) if self.bounded else \
+            (ext.value if isinstance(ext, ir.IntImm) else None)
+        if isinstance(mn, ir.IntImm) and ub is not None and ub > 0:
+            self.ranges[s.var] = (mn.value, mn.value + ub - 1)
         body = self.visit(s.body)
         if saved is None:
             self.ranges.pop(s.var, None)

@@ -232,7 +232,18 @@ PC_VINLINE __m512 pc512_load_strided_ps(const float* p, int64_t s) {
   const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)s));
   return _mm512_i32gather_ps(idx, p, 4);
 }
+PC_VINLINE uint32_t pc_spread8(uint32_t x) {  /* bit l of x -> bit 2l (l < 8) */
+  x &= 0xffu; x = (x | (x << 4)) & 0x0f0fu; x = (x | (x << 2)) & 0x3333u;
+  return (x | (x << 1)) & 0x5555u;
+}
 PC_VINLINE __m512 pc512_maskz_load_strided_ps(pc_mask16 m, const float* p, int64_t s) {
+  if (s == 2) {  /* every other float under a lane mask (a row's tail): two masked loads
+                    touching only the active lanes' elements, one permute, not a gather */
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512 lo = _mm512_maskz_loadu_ps((pc_mask16)pc_spread8(m), p);
+    const __m512 hi = _mm512_maskz_loadu_ps((pc_mask16)pc_spread8((uint32_t)m >> 8), p + 16);
+    return _mm512_maskz_permutex2var_ps(m, lo, even, hi);
+  }
   const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)s));
   return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, p, 4);
 }

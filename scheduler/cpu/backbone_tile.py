@@ -79,12 +79,26 @@ is packed once per call for all threads, not once per ``i`` tile:
 end of the first is the barrier that publishes the block before any thread reads it,
 the end of the second keeps the next copy from overwriting it while it is read).
 
+*Epilogue chain*: after the first epilogue stage, each following stage that
+:func:`match_epilogue` accepts with the chain so far (reads ``C`` or the chain's outputs
+only at its own point, neither operand, writes nothing the backbone or the chain reads)
+joins too, as one more filter after the micro-kernel: ``sequence[init, micro-kernel,
+e_1, .., e_n]`` on each register tile (bias, gelu and a residual add lowered as three
+stages all run while the tile is in L1).
+
+*Pre-packed* ``Y`` (option ``prepack``, :func:`prepacked_y`): the tree is unchanged;
+the ``Y`` request carries ``prepacked=True`` and the IR packing reads the input in the
+panel layout instead of copying it (:mod:`polycomp.hw.cpu.pack`), so the shared-panel
+order above costs one fork/join per ``(j, k)`` tile, not two.
+
 Legality: the only dependences into the update statements from the init are on the same
 output element ``C[s]``, whose init instance comes first in both trees (a separate
 earlier filter, or the same tile at ``k`` tile 0 and the earlier sequence child); the
 epilogue instance of ``C[s]`` reads only ``C[s]`` and comes after all its updates (the
 same tile at the last ``k`` tile, the later sequence child), and writes an array no
-statement of the backbone touches. The
+statement of the backbone touches; the ``n``-th statement of a chain reads only the
+point ``s`` of ``C`` and of the earlier chain statements' outputs, all written earlier in
+the same tile (earlier sequence children), and writes an array none of them reads. The
 update band is permutable (the only dependences between updates are on the same
 ``C[s]``, carried by ``k``), so any tiling and member order keeps every dependence
 lexicographically positive. ``cpu_parallel`` sits on the batch band when the batch has
@@ -165,6 +179,9 @@ class OuterProduct:
     dtype: str
     direct: bool         # conv-like: no packing, all reduce dimensions in the micro-kernel
     channel: bool = False  # direct form vectorised over j = output channels (Y packed)
+    # channel form whose Y already has j = f as its last, unit-stride index (weights
+    # laid out (C, KH, KW, F) at compile time): read in place, not packed per call
+    y_in_place: bool = False
 
 
 def loop_vars(e) -> set:
@@ -337,20 +354,23 @@ def match_channel_form(op: OuterProduct) -> OuterProduct | None:
     for y, x in ((op.x, op.y), (op.y, op.x)):
         if _guarded(op, y) or len(y.indices) < 2:
             continue
-        first = loop_vars(y.indices[0])
-        if len(first) != 1 or not unit_stride_in(y.indices[0], next(iter(first))):
-            continue
-        f = next(iter(first))
-        if f not in spatial[:-1] or any(f in loop_vars(ix) for ix in y.indices[1:]) \
-                or any(f in loop_vars(ix) for ix in x.indices):
-            continue
-        if not any(last in loop_vars(ix) for ix in x.indices) \
-                or any(last in loop_vars(ix) for ix in y.indices):
-            continue
-        t = spatial.index(f)
-        batch = [d for d in range(len(spatial) - 1) if d != t]
-        return OuterProduct(op.init, op.update, batch, len(spatial) - 1, t,
-                            _window_first(op, x, spatial), x, y, op.dtype, True, True)
+        for pos in (0, len(y.indices) - 1):
+            fv = loop_vars(y.indices[pos])
+            if len(fv) != 1 or not unit_stride_in(y.indices[pos], next(iter(fv))):
+                continue
+            f = next(iter(fv))
+            if f not in spatial[:-1] or any(f in loop_vars(ix) for q, ix in
+                                            enumerate(y.indices) if q != pos) \
+                    or any(f in loop_vars(ix) for ix in x.indices):
+                continue
+            if not any(last in loop_vars(ix) for ix in x.indices) \
+                    or any(last in loop_vars(ix) for ix in y.indices):
+                continue
+            t = spatial.index(f)
+            batch = [d for d in range(len(spatial) - 1) if d != t]
+            return OuterProduct(op.init, op.update, batch, len(spatial) - 1, t,
+                                _window_first(op, x, spatial), x, y, op.dtype, True, True,
+                                y_in_place=pos > 0)
     return None
 
 
@@ -393,11 +413,18 @@ class Blocking:
     parallel_batch: bool
     parallel_j: bool = False     # threads split the j tiles (few rows: BERT at L = 1)
     shared_y: bool = False       # Y block packed once per (j, k) tile for all threads
+    prepacked_y: bool = False    # Y is an input the caller packed once (option prepack)
+    # channel form with Y read in place and fewer channel panels than threads: the
+    # output rows (batch dims) are the parallel loop, outside the channel panels
+    rows_outer: bool = False
 
     @property
     def NR(self) -> int:
         return self.NI * self.L
 
+
+#: convolutions with at most this many input channels keep the width form
+FEW_CHANNELS = 4
 
 #: a product with fewer register rows than this per thread is split over j tiles
 SMALL_M_PANELS = 4
@@ -486,6 +513,8 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
             batch_iters *= e
     parallel_batch = bool(op.batch) and (not known or batch_iters >= threads)
     b = Blocking(MR, NI, L, MC, NC, KC, parallel_batch, parallel_j and not parallel_batch)
+    b.rows_outer = op.channel and op.y_in_place and threads > 1 and bool(op.batch) and \
+        (n_j is None or -(-n_j // NR) < threads)
     b.shared_y = dot is None and not op.direct and threads > 1 and \
         shared_y_panel(b, n_i)
     return b
@@ -509,6 +538,42 @@ def shared_y_panel(b: Blocking, n_i: int | None) -> bool:
 
 
 # --------------------------------------------------------------------------- tree
+
+
+def prepacked_y(op: OuterProduct, statements, options: CpuOptions) -> bool:
+    """Whether the GEMM-form backbone ``op`` reads its ``Y`` pre-packed (option
+    ``prepack``): ``Y`` is a kernel input named in the option, of constant extents, read
+    as ``Y[k, j]`` (2-d, the reduce dimension then ``j``) and by no other reference of
+    any statement (its one read is the update's, below the pack mark).  The caller then
+    hands in ``Layout.packed_tiles(1, NR, KC, NC).pack(Y)``: the whole array in the
+    tree's ``KC x NC`` blocks, each in the ``NR``-wide column panels the micro-kernel
+    reads, laid out exactly as the per-call packed block (``Layout.packed_panel(1, NR)``
+    without tiles when ``NC`` is not a multiple of ``NR``): the kernel copies nothing and
+    reads the same addresses pattern as from its own copy."""
+    y = op.y
+    if op.direct or y.buffer.name not in options.prepack or len(y.indices) != 2 or \
+            len(op.k) != 1:
+        return False
+    if any(not isinstance(d, (int, ir.IntImm)) for d in y.buffer.shape):
+        return False
+    it = op.update.iters
+    if not (isinstance(y.indices[0], ir.Var) and y.indices[0] is it[op.k[0]]
+            and isinstance(y.indices[1], ir.Var) and y.indices[1] is it[op.j]):
+        return False
+    reads = 0
+    name = y.buffer.name
+
+    def count(n):
+        nonlocal reads
+        if isinstance(n, ir.Load) and n.buffer.name == name:
+            reads += 1
+    for st in statements:
+        if st.write.name == name:
+            return False
+        ir.walk(st.value, count)
+        for ix in st.write_indices:
+            ir.walk(ix, count)
+    return reads == 1
 
 
 def dim_aff(space: isl.Space, pos: int) -> isl.Aff:
@@ -572,18 +637,24 @@ def isolate_full_tiles(prefix: list, tile: list, point: list, sizes: tuple,
     return isl.UnionSet.from_set(m.wrap().set_tuple_name("isolate"))
 
 
-def match_epilogue(op: OuterProduct, statements) -> Statement | None:
+def match_epilogue(op: OuterProduct, statements, before: tuple = ()) -> Statement | None:
     """The statement of the stage after a GEMM-form backbone that can run on each
     register tile of its output ``C`` right after the tile's last micro-kernel: a
     single elementwise (``compute``) statement with the domain of ``C``'s init that
     reads ``C`` only at its own point, writes another array at its own point (bias,
     activation, scaling, a cast) and reads neither operand of the product (their
-    packing footprints would grow to cover its reads).  None otherwise."""
+    packing footprints would grow to cover its reads).  None otherwise.
+
+    ``before``: the epilogue statements already matched (a chain: ``gelu(C + b) + r``
+    lowered as one stage per operator): the statement may then read ``C`` or any of
+    their outputs, each only at its own point, and must read at least one of them; it
+    writes none of the arrays the backbone or those statements read or write."""
     if op.direct or len(statements) != 1:
         return None
     e = statements[0]
     c = op.update.write
-    if e.kind != "compute" or e.write is c or len(e.iters) != len(op.init.iters):
+    own = {c.name} | {p.write.name for p in before}
+    if e.kind != "compute" or e.write.name in own or len(e.iters) != len(op.init.iters):
         return None
 
     def at_own_point(indices) -> bool:
@@ -598,11 +669,17 @@ def match_epilogue(op: OuterProduct, statements) -> Statement | None:
         return None
     loads = []
     ir.walk(e.value, lambda n: loads.append(n) if isinstance(n, ir.Load) else None)
-    reads = [r for r in loads if r.buffer is c]
+    reads = [r for r in loads if r.buffer.name in own]
     if not same or not reads or not all(at_own_point(r.indices) for r in reads):
         return None
     if any(r.buffer in (op.x.buffer, op.y.buffer) for r in loads):
         return None             # (a residual A + A @ B) would widen the packed blocks
+    read_before: set = set()
+    for p in (op.update, *before):
+        ir.walk(p.value, lambda n: read_before.add(n.buffer.name)
+                if isinstance(n, ir.Load) else None)
+    if e.write.name in read_before or e.write.name in (op.x.buffer.name, op.y.buffer.name):
+        return None
     return e
 
 
@@ -615,19 +692,31 @@ def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list):
               mark cpu_microkernel -> band[reduce dims..] -> band[i mod MR, f mod NR]
 
     so each thread packs the weights of its channel panels once, and uses them for the
-    whole output while they are in L2."""
+    whole output while they are in L2.  Weights laid out with ``f`` innermost
+    (``w[c, kh, kw, f]``, :attr:`OuterProduct.y_in_place`) are read in place: no pack
+    mark; with fewer channel panels than threads (``Blocking.rows_outer``) the batch
+    band (image, output row) is the parallel one, outside ``band[floor(f/NR)]``.  Every
+    band is permutable and the reduction stays inside the micro-kernel, so either order
+    keeps the dependences (the sum reassociated as above)."""
     i, j = dim_aff(sp, op.i), dim_aff(sp, op.j)
     ft = to_upa(floor_div_aff(j, b.NR))
     batch = [to_upa(dim_aff(sp, t)) for t in op.batch]
     it = to_upa(floor_div_aff(i, b.MR))
     ii, jj = to_upa(mod_aff(i, b.MR)), to_upa(mod_aff(j, b.NR))
-    iso = isolate_full_tiles([ft] + batch, [it], [ii, jj], (b.MR, b.NR), op.update.domain)
+    outer = batch + [ft] if b.rows_outer else [ft] + batch
+    iso = isolate_full_tiles(outer, [it], [ii, jj], (b.MR, b.NR), op.update.domain)
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
     red = T.Band([to_upa(dim_aff(sp, t)) for t in op.k], point, permutable=True)
     regs = T.Band([it], T.Mark(marks.CPU_MICROKERNEL, red), permutable=True,
                   coincident=[True], options=iso)
+    if b.rows_outer:
+        return T.Mark(marks.CPU_PARALLEL, T.Band(outer, regs, permutable=True,
+                                                 coincident=[True] * len(outer)))
     body = T.Band(batch, regs, permutable=True, coincident=[True] * len(batch)) \
         if batch else regs
+    if op.y_in_place:   # Y[.., f] with f unit-stride: the vectors are read in place
+        return T.Mark(marks.CPU_PARALLEL, T.Band([ft], body, permutable=True,
+                                                 coincident=[True]))
     mark_y = request_mark(requests, PackRequest(op.y.buffer, 0, b.NR, "L2"))
     return T.Mark(marks.CPU_PARALLEL, T.Band([ft], T.Mark(mark_y, body), permutable=True,
                                              coincident=[True]))
@@ -716,11 +805,15 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     u = _tile_affs(sp, op, b, dim_aff(sp, op.k[0]))
     z = _tile_affs(ispace, op, b, zero)
     parts = [z]
-    if epilogue is not None:
-        espace = epilogue.domain.get_space()
+    epilogues = [] if epilogue is None else list(epilogue) \
+        if isinstance(epilogue, (list, tuple)) else [epilogue]
+    eparts = []
+    for ep in epilogues:
+        espace = ep.domain.get_space()
         e = _tile_affs(espace, op, b, None)
         e["kt"] = _last_k_tile(op, b, espace)
         parts.append(e)
+        eparts.append((espace, e))
 
     stmts = [u] + parts         # one band member over the update, init (and epilogue)
     batch = [T.union_members([to_upa(q["batch"][d]) for q in stmts])
@@ -742,7 +835,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
                        coincident=[True, True])
     steps = [T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), zero_tile),
              T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), micro)]
-    if epilogue is not None:
+    for espace, e in eparts:    # the epilogue chain, in order, on the tile
         steps.append(T.Filter(isl.UnionSet.from_set(isl.Set.universe(espace)),
                               T.Band([to_upa(e["ii"]), to_upa(e["jj"])], permutable=True,
                                      coincident=[True, True])))
@@ -752,7 +845,9 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     y_dim = len(op.y.indices) - 1
     requests = [] if requests is None else requests
     if dot is None:
-        mark_y = request_mark(requests, PackRequest(op.y.buffer, y_dim, b.NR, "L2"))
+        mark_y = request_mark(requests, PackRequest(
+            op.y.buffer, y_dim, b.NR, "L2", prepacked=b.prepacked_y,
+            tiles=_prepacked_tiles(op, b)))
         mark_x = request_mark(requests, PackRequest(op.x.buffer, x_dim, b.MR, "L1"))
     else:
         k = op.update.iters[op.k[0]]
@@ -787,6 +882,17 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
         if b.parallel_batch:
             outer = T.Mark(marks.CPU_PARALLEL, outer)
     return outer
+
+
+def _prepacked_tiles(op: OuterProduct, b: Blocking) -> tuple[int, ...]:
+    """The cache tiles ``(KC', NC)`` of a pre-packed ``Y``'s layout (``KC' = min(KC,
+    K)``: a shorter product keeps no zero rows), () for plain panels (not pre-packed, or
+    ``NC`` not a multiple of ``NR``)."""
+    if not b.prepacked_y or b.NC % b.NR:
+        return ()
+    k = op.y.buffer.shape[0]
+    k = k.value if isinstance(k, ir.IntImm) else int(k)
+    return (min(b.KC, k), b.NC)
 
 
 def partial_tiles(domain: isl.Set, i: int, j: int) -> bool:
@@ -841,7 +947,11 @@ def use_channel_form(ch: OuterProduct | None, target, width: OuterProduct | None
     """Whether a direct backbone runs in its channel form ``ch``: where it matches, the
     output channels and every reduce extent are constants (the packed weight panel
     has a constant box), there are at least as many channels as vector lanes, and the
-    width form ``width`` is not a 1x1 convolution of stride 1 (:func:`pointwise_unit_stride`).
+    width form ``width`` is not a 1x1 convolution of stride 1 (:func:`pointwise_unit_stride`),
+    and there are more than ``FEW_CHANNELS`` input channels (an RGB stem: its channel
+    form reloads and restores its strided accumulators after only ``3 * KH * KW``
+    products; the width form keeps them along the output row, measured 5-15% faster on
+    ResNet's 7x7/2 and MobileNet's 3x3/2 stems).
     ``POLYCOMP_CONV_FORM=width`` keeps the width form (for comparisons)."""
     import os
     if ch is None or os.environ.get("POLYCOMP_CONV_FORM", "channel") != "channel":
@@ -851,6 +961,9 @@ def use_channel_form(ch: OuterProduct | None, target, width: OuterProduct | None
     dom = ch.update.domain
     n_f = _extent(dom, ch.j)
     if n_f is None or n_f < target.vector_lanes(ch.dtype):
+        return False
+    n_c = _extent(dom, ch.k[-1])
+    if n_c is not None and n_c <= FEW_CHANNELS and len(ch.k) > 1:
         return False
     return all(_extent(dom, t) is not None for t in ch.k)
 
@@ -893,12 +1006,23 @@ class CpuBackboneTilePass(Pass):
             if use_channel_form(ch, ctx.target, op):
                 assert ch is not None
                 op = ch
+            pre = dot is None and prepacked_y(op, ctx.model.statements, ctx.cpu_options)
             b = choose_blocking(op, ctx.target, ctx.cpu_options, dot)
-            epi = None
-            if ctx.cpu_options.gemm_epilogue and idx < len(kids) and \
-                    isinstance(kids[idx], T.Filter) and isinstance(child, T.Filter):
-                nxt = [stmts[n] for n in T.statements_of(kids[idx].filter) if n in stmts]
-                epi = match_epilogue(op, nxt)
+            # a pre-packed Y keeps the blocking's order: in the shared-panel order the
+            # threads read each (j, k) block of the packed input together (one fork/join
+            # per block, no copy); with 2 threads on a loaded host it beat the per-thread
+            # order (it, kt, jt) and the j-tile split (each reading Y on its own), 2x by
+            # best call (docs/cpu_backend.md)
+            b.prepacked_y = pre
+            epi: list = []      # the epilogue chain: one statement per following stage
+            while ctx.cpu_options.gemm_epilogue and idx + len(epi) < len(kids) and \
+                    isinstance(kids[idx + len(epi)], T.Filter) and isinstance(child, T.Filter):
+                nxt = [stmts[n] for n in T.statements_of(kids[idx + len(epi)].filter)
+                       if n in stmts]
+                e1 = match_epilogue(op, nxt, tuple(epi))
+                if e1 is None:
+                    break
+                epi.append(e1)
             if dot is None:
                 new = backbone_tree(op, b, epi, promotion_state(ctx).pack_requests)
             else:
@@ -908,9 +1032,11 @@ class CpuBackboneTilePass(Pass):
                                 f"({b.MR * b.NI} accumulators), tiles MC={b.MC} NC={b.NC} "
                                 f"KC={b.KC}, parallel over "
                                 f"{_split_name(b)}"
-                                + (f"; epilogue {epi.stage.name} on each register tile"
-                                   if epi is not None else ""))
-            if epi is not None:          # the epilogue's stage joins the backbone's subtree
+                                + (f"; {op.y.buffer.name} read pre-packed (panels of {b.NR})"
+                                   if b.prepacked_y else "")
+                                + (f"; epilogue {', '.join(e.stage.name for e in epi)} on each "
+                                   f"register tile" if epi else ""))
+            for _ in epi:          # the epilogue's stages join the backbone's subtree
                 child.filter = child.filter.union(kids[idx].filter)
                 del kids[idx]
             if isinstance(child, T.Filter):

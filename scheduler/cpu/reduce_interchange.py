@@ -110,6 +110,51 @@ def interchanged(init, update):
                        T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), upd)])
 
 
+def window_rows(init, update):
+    """A sliding window (:func:`window_qualifies`) with at least one output dimension
+    before the row ``j``: the init and the update of each output row together,
+
+        band[s_0 .. s_{n-2}]          (init and update; coincident)
+          sequence
+            filter init:   band[j]
+            filter update: band[r..] -> band[j]
+
+    so the row of accumulators is zeroed and updated by every window position while it
+    is in L1 (a depthwise convolution's 56-wide rows: 9 passes over 224 bytes, not over
+    the whole output).  The subtree starts with its band (no mark), so ``cpu-fuse`` can
+    fuse the stages after it (a bias, an activation) into the same row loop and the
+    accumulator array is contracted to one row; ``cpu-parallel`` marks the outer band.
+    Legality: the outer band is coincident and permutable for both statements (every
+    dependence is between instances of one output element, which share the outer
+    coordinates); per element the init comes first (earlier sequence child) and the
+    updates keep their order in ``r``."""
+    ispace, sp = init.domain.get_space(), update.domain.get_space()
+    n_s = ispace.dim(isl.dim_type.set)
+    n_all = sp.dim(isl.dim_type.set)
+    outer = [T.union_members([to_upa(dim_aff(ispace, d)), to_upa(dim_aff(sp, d))])
+             for d in range(n_s - 1)]
+    init_row = T.Band([to_upa(dim_aff(ispace, n_s - 1))], permutable=True, coincident=[True])
+    upd_row = T.Band([to_upa(dim_aff(sp, n_s - 1))], permutable=True, coincident=[True])
+    red = T.Band([to_upa(dim_aff(sp, d)) for d in range(n_s, n_all)], upd_row,
+                 permutable=True)
+    seq = T.Sequence([T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), init_row),
+                      T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), red)])
+    return T.Band(outer, seq, permutable=True, coincident=[True] * (n_s - 1))
+
+
+def _window(init, update) -> bool:
+    """:func:`window_rows` applies (``POLYCOMP_WINDOW_ROWS=0``: the whole-output
+    exchange, for comparisons)."""
+    import os
+    if os.environ.get("POLYCOMP_WINDOW_ROWS", "1") == "0":
+        return False
+    stage = update.stage
+    if len(stage.iters) < 2 or not stage.reduce_axes:
+        return False
+    loads = [ld for ld in _loads(update.value) if ld.buffer is not update.write and ld.indices]
+    return window_qualifies(stage.iters[-1], {a.var for a in stage.reduce_axes}, loads)
+
+
 class CpuReduceInterchangePass(Pass):
     name = "cpu-reduce-interchange"
 
@@ -128,9 +173,14 @@ class CpuReduceInterchangePass(Pass):
             body = child.child if isinstance(child, T.Filter) else child
             if not isinstance(body, T.Band) or not qualifies(*sts):
                 continue
-            new = interchanged(*sts)
-            ctx.note(self.name, f"{sts[1].stage.name}: reduce loops outside the contiguous "
-                                f"dimension, {TILE}-element parallel tiles")
+            if _window(*sts):
+                new = window_rows(*sts)
+                ctx.note(self.name, f"{sts[1].stage.name}: sliding window, reduce loops "
+                                    f"outside the row, init and update per output row")
+            else:
+                new = interchanged(*sts)
+                ctx.note(self.name, f"{sts[1].stage.name}: reduce loops outside the "
+                                    f"contiguous dimension, {TILE}-element parallel tiles")
             if isinstance(child, T.Filter):
                 child.child = new
             else:

@@ -18,7 +18,11 @@ over all ``c``, a constant).  A promoted request becomes a
 a packed-panel layout: dimension ``dim`` split into panels of ``width``, the in-panel
 index innermost) appended to ``promotion_state(state).packs``, and the mark becomes ``cpu_pack:<m>``
 with ``m`` its index (with the request's grouping, element offset and compensation,
-see :class:`~polycomp.scheduler.promotion.record.PackRequest`).  The IR packing pass
+see :class:`~polycomp.scheduler.promotion.record.PackRequest`).  A *pre-packed*
+request (``PackRequest.prepacked``: the array is a kernel input the caller packs once,
+option ``prepack``) is decided the same way and also recorded as a
+:class:`~polycomp.scheduler.promotion.record.PrepackedInput` (the whole array in the
+request's panel layout), which the IR packing reads instead of copying.  The IR packing pass
 (:mod:`polycomp.hw.cpu.pack`) copies that box (clipped to the array) into the packed
 buffer and redirects the reads below the mark to it.  A request whose footprint is
 empty or unbounded is refused (noted, the mark removed; the reads stay on the original
@@ -38,7 +42,12 @@ from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.promotion.decision import PromotionDecision, Refusal
 from polycomp.scheduler.promotion.footprint import Layout, ScopedFootprint, min_box_of
-from polycomp.scheduler.promotion.record import PackedOperand, PackRequest, promotion_state
+from polycomp.scheduler.promotion.record import (
+    PackedOperand,
+    PackRequest,
+    PrepackedInput,
+    promotion_state,
+)
 from polycomp.scheduler.promotion.reference import guarded_read_group
 from polycomp.state import CompileState
 
@@ -71,6 +80,32 @@ def decide(node: isl.ScheduleNode, model, request: PackRequest) -> PromotionDeci
     return d
 
 
+def record_prepacked(records: list[PrepackedInput], request: PackRequest) -> None:
+    """Append the :class:`PrepackedInput` of a pre-packed request (once per array: the
+    whole array in ``Layout.packed_panel(dim, width)``, or in the request's cache tiles,
+    ``Layout.packed_tiles``; its extents are constants)."""
+    a = request.array
+    if any(r.name == a.name for r in records):
+        return
+    shape = tuple(static_extents(a) or ())
+    lay = Layout.packed_tiles(request.dim, request.width, *request.tiles) if request.tiles \
+        else Layout.packed_panel(request.dim, request.width)
+    records.append(PrepackedInput(a.name, shape, lay))
+
+
+def static_extents(a: ir.Buffer) -> list[int] | None:
+    """The extents of ``a`` when all are compile-time constants, else None."""
+    out = []
+    for d in a.shape:
+        if isinstance(d, int):
+            out.append(d)
+        elif isinstance(d, ir.IntImm):
+            out.append(d.value)
+        else:
+            return None
+    return out
+
+
 def prefix_depth(node: isl.ScheduleNode) -> int:
     return node.get_schedule_depth()
 
@@ -93,7 +128,10 @@ class CpuPackPass(Pass):
                 alias = ir.Buffer(a.name, a.dtype, a.shape, a.scope, a.flat) \
                     if request.reference else None
                 promo.packs.append(PackedOperand(d.footprint, request.level, request.offset,
-                                                request.compensate, alias, request.reference))
+                                                request.compensate, alias, request.reference,
+                                                request.prepacked))
+                if request.prepacked:
+                    record_prepacked(promo.prepacked, request)
                 node = node.insert_mark(marks.make(marks.CPU_PACK, len(promo.packs) - 1))
             for k in range(node.n_children()):
                 node = visit(node.child(k)).parent()

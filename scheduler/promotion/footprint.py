@@ -98,6 +98,9 @@ class Layout:
     rows: int = 0          # tma-swizzled: rows of a panel (the other box dimension)
     group_dim: int = -1    # packed-panel: the dimension split into groups (-1: none)
     group: int = 1         # packed-panel: elements per group (innermost, after the lane)
+    #: packed-panel of a whole 2-d array in cache tiles (:meth:`packed_tiles`):
+    #: ``(T_other, T_dim)``, () for none
+    tiles: tuple[int, ...] = ()
 
     @staticmethod
     def row_major() -> Layout:
@@ -111,6 +114,19 @@ class Layout:
         if group <= 1:
             return Layout("packed-panel", dim, width)
         return Layout("packed-panel", dim, width, group_dim=group_dim, group=group)
+
+    @staticmethod
+    def packed_tiles(dim: int, width: int, tile_other: int, tile_dim: int) -> Layout:
+        """A whole 2-d array in cache tiles of ``tile_other x tile_dim`` elements (a
+        GEMM's ``KC x NC`` blocks of ``Y``), each tile in packed panels of ``width``
+        along ``dim``: element ``x`` (``p = x_dim``, ``o = x_other``) at ``(p //
+        tile_dim, o // tile_other, (p mod tile_dim) // width, o mod tile_other, p mod
+        width)``; every tile complete (zeros beyond the array), so a ``(k, j)`` block
+        the kernel reads is as contiguous as its per-call packed copy."""
+        if dim not in (0, 1) or tile_dim % width or tile_other < 1:
+            raise PolycompInternalError(f"packed tiles {tile_other} x {tile_dim} along "
+                                        f"dimension {dim} in panels of {width}")
+        return Layout("packed-panel", dim, width, tiles=(tile_other, tile_dim))
 
     @staticmethod
     def swizzled(width: int, chunk: int, stages: int, xor: bool = True) -> Layout:
@@ -133,6 +149,10 @@ class Layout:
         """The local buffer's shape for a box of ``sizes``."""
         if self.kind == "row-major":
             return tuple(sizes)
+        if self.kind == "packed-panel" and self.tiles:
+            to, tp = self.tiles
+            return (-(-sizes[self.dim] // tp), -(-sizes[1 - self.dim] // to), tp // self.width,
+                    to, self.width)
         if self.kind == "packed-panel":
             p, w, g = self.dim, self.width, self.group
             panels = -(-sizes[p] // w)
@@ -156,6 +176,33 @@ class Layout:
             return (self.stages, sizes[0] * sizes[1])
         raise PolycompInternalError(f"layout {self.kind} is declared but not implemented")
 
+    def pack(self, a):
+        """A whole numpy array ``a`` (the box = ``a``'s extents, origin 0) placed in this
+        packed-panel layout, as :meth:`index` places each element: ``out[index(x)] =
+        a[x]``, the lanes of the last panel beyond ``a`` zero.  The copy a caller makes
+        once for a pre-packed operand (:class:`~polycomp.scheduler.promotion.record.
+        PrepackedInput`)."""
+        import numpy as np
+        if self.kind != "packed-panel" or self.group > 1:
+            raise PolycompInternalError(f"a {self.kind} layout (group {self.group}) has no "
+                                        f"whole-array packing")
+        p, w = self.dim, self.width
+        if self.tiles:
+            to, tp = self.tiles
+            nt, mt, pw, _, _ = self.shape(a.shape)
+            q = 1 - p
+            full = [0, 0]
+            full[p], full[q] = nt * tp, mt * to
+            b = np.pad(a, [(0, full[0] - a.shape[0]), (0, full[1] - a.shape[1])])
+            b = b if p == 1 else b.T           # (other, dim)
+            b = b.reshape(mt, to, nt, pw, w)   # (o tile, o, p tile, panel, lane)
+            return np.ascontiguousarray(b.transpose(2, 0, 3, 1, 4))
+        q = self.shape(a.shape)[0]
+        pad = [(0, 0)] * a.ndim
+        pad[p] = (0, q * w - a.shape[p])
+        b = np.pad(a, pad).reshape(a.shape[:p] + (q, w) + a.shape[p + 1:])
+        return np.ascontiguousarray(np.moveaxis(np.moveaxis(b, p, 0), p + 1, -1))
+
     def index(self, rel: Sequence, split: Callable | None = None) -> tuple:
         """The local index of the element at box-relative index ``rel``; ``split(e, w)``
         returns ``(e // w, e mod w)`` (Python's ``divmod`` by default; the IR passes
@@ -164,6 +211,13 @@ class Layout:
         stage's ``rows * width`` elements)."""
         if self.kind == "row-major":
             return tuple(rel)
+        if self.kind == "packed-panel" and self.tiles:
+            to, tp = self.tiles
+            sp = split or divmod
+            a, r = sp(rel[self.dim], tp)
+            panel, lane = sp(r, self.width)
+            b, o = sp(rel[1 - self.dim], to)
+            return (a, b, panel, o, lane)
         if self.kind == "packed-panel":
             p, w, g = self.dim, self.width, self.group
             q, r = (split or divmod)(rel[p], w)

@@ -11,6 +11,8 @@ the promotion engine's slot of the compile state, :class:`PromotionState`
   ``cpu_pack_request:<n>``) and the footprint the pack pass computed for it
   (``promotion_state(state).packs``, mark ``cpu_pack:<n>``), which
   :mod:`polycomp.hw.cpu.pack` realises.  Marks carry only the index.
+* :class:`PrepackedInput` — an input the kernel reads in a packed layout (option
+  ``prepack``): what the caller must pack once (:func:`prepacked_inputs`).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from typing import TYPE_CHECKING, Literal
 import islpy as isl
 
 from polycomp import ir
-from polycomp.scheduler.promotion.footprint import Box, ScopedFootprint
+from polycomp.errors import PolycompInternalError
+from polycomp.scheduler.promotion.footprint import Box, Layout, ScopedFootprint
 
 if TYPE_CHECKING:  # pragma: no cover
     from polycomp.state import CompileState
@@ -114,6 +117,36 @@ class PackRequest:
     offset: int = 0
     compensate: int = 0
     reference: str = ""
+    #: the array is a kernel input the caller hands in already packed in
+    #: ``Layout.packed_panel(dim, width)`` (or ``Layout.packed_tiles``) over its whole
+    #: extent (option ``prepack``):
+    #: nothing is copied, the reads below the mark read the input in that layout
+    prepacked: bool = False
+    #: with ``prepacked``: the whole array in cache tiles ``(T_other, T_dim)`` (the GEMM's
+    #: ``KC x NC`` blocks, :meth:`Layout.packed_tiles`), () for plain panels
+    tiles: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PrepackedInput:
+    """A kernel input read in a packed layout (a GEMM's weight operand under option
+    ``prepack``): the caller passes ``layout.pack(a)`` (shape :attr:`packed_shape`)
+    for the array ``a`` of shape ``shape`` instead of ``a``, once per value of ``a``
+    (a graph constant: at compile time).  ``name`` is the kernel's argument name."""
+    name: str
+    shape: tuple[int, ...]
+    layout: Layout
+
+    @property
+    def packed_shape(self) -> tuple[int, ...]:
+        return self.layout.shape(self.shape)
+
+    def pack(self, a):
+        """``a`` (shape :attr:`shape`) in the packed layout the kernel reads."""
+        if tuple(a.shape) != self.shape:
+            raise PolycompInternalError(f"pre-packed input {self.name!r}: shape {self.shape} "
+                                        f"expected, got {tuple(a.shape)}")
+        return self.layout.pack(a)
 
 
 @dataclass(eq=False)
@@ -130,6 +163,7 @@ class PackedOperand:
     #: loads (:meth:`polycomp.hw.cpu.backend.CpuBackend.lowering_statements`)
     alias: ir.Buffer | None = None
     reference: str = ""
+    prepacked: bool = False  # see PackRequest: no copy, the input is read in the layout
 
     @property
     def array(self) -> str:
@@ -144,8 +178,16 @@ class PromotionState:
     promotions: list[Promotion] = field(default_factory=list)
     pack_requests: list[PackRequest] = field(default_factory=list)
     packs: list[PackedOperand] = field(default_factory=list)
+    #: the inputs read pre-packed (option ``prepack``), what a caller must pack
+    prepacked: list[PrepackedInput] = field(default_factory=list)
 
 
 def promotion_state(state: CompileState) -> PromotionState:
     """The promotion engine's state of ``state``'s compile."""
     return state.slot(PromotionState)
+
+
+def prepacked_inputs(state: CompileState | None) -> list[PrepackedInput]:
+    """The inputs a compile reads pre-packed (``ck.state`` of a compiled kernel; none
+    without option ``prepack`` or for a kernel compiled elsewhere)."""
+    return [] if state is None else list(promotion_state(state).prepacked)

@@ -1,0 +1,182 @@
+"""Weights packed once: option ``prepack`` (a GEMM's weight operand read in the
+micro-kernel's panel layout, handed in pre-packed, :class:`PrepackedInput`) and the graph
+compiler packing its linear weights at compile time (``graph/compile.py``).  Checked
+against numpy and bit for bit against the per-call packing on odd / prime / extent-1 /
+symbolic shapes."""
+import numpy as np
+import pytest
+
+import polycomp as pc
+from polycomp.driver import compile_kernel
+from polycomp.errors import OptionError
+from polycomp.frontend import ops
+from polycomp.frontend.dsl import Kernel
+from polycomp.graph import GraphBuilder, compile_graph
+from polycomp.scheduler.promotion.footprint import Layout
+from polycomp.scheduler.promotion.record import prepacked_inputs
+
+RNG = np.random.default_rng(11)
+
+
+def _f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape,dim,width", [((7, 13), 1, 4), ((5, 16), 1, 16),
+                                             ((3, 1), 1, 8), ((6, 5, 3), 0, 4)])
+def test_layout_pack_places_each_element_at_its_index(shape, dim, width):
+    """``Layout.pack`` (the caller's packing) puts ``a[x]`` where ``Layout.index`` (the
+    kernel's reads) looks for it, and zeros in the lanes beyond the array."""
+    lay = Layout.packed_panel(dim, width)
+    a = RNG.integers(1, 100, shape).astype(np.float32)
+    p = lay.pack(a)
+    assert p.shape == lay.shape(shape) and p.flags.c_contiguous
+    seen = np.zeros(p.shape, bool)
+    for x in np.ndindex(*shape):
+        assert p[lay.index(x)] == a[x]
+        seen[lay.index(x)] = True
+    assert (p[~seen] == 0).all()
+
+
+def _matmul_kernel(m, k, n, name):
+    return Kernel(lambda A, B: ops.matmul(A, B), name=name,
+                  inputs={"A": pc.Tensor[(m, k), "float32"], "B": pc.Tensor[(k, n), "float32"]})
+
+
+@pytest.mark.parametrize("m,k,n", [(61, 83, 131), (1, 7, 5), (13, 1, 17), (37, 97, 1),
+                                   (130, 64, 96)])
+def test_prepacked_gemm_matches_numpy_and_per_call_packing(m, k, n):
+    """The kernel reads ``B`` pre-packed (no copy of ``B`` in its source) and gives the
+    per-call packing's result bit for bit (each output element sums ``k`` in the same
+    order), within float32 rounding of numpy's float64 product."""
+    kern = _matmul_kernel(m, k, n, f"pp_{m}_{k}_{n}")
+    ck = compile_kernel(kern, "cpu", {"prepack": ("B",)})
+    recs = prepacked_inputs(ck.state)
+    assert [r.name for r in recs] == ["B"] and recs[0].shape == (k, n)
+    assert "B_pk" not in ck.source and "read pre-packed" in ck.notes["cpu-backbone-tile"][0]
+    assert tuple(d.value for d in ck.ir.inputs[1].shape) == recs[0].packed_shape
+    plain = compile_kernel(kern, "cpu")
+    assert prepacked_inputs(plain.state) == [] and "B_pk" in plain.source
+    A, B = _f32(m, k), _f32(k, n)
+    got = ck.backend.load(ck)(A, recs[0].pack(B))
+    ref = plain.backend.load(plain)(A, B)
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5 * k)
+
+
+def test_prepacked_gemm_symbolic_rows_and_wrong_layout_refused():
+    """Symbolic ``M`` (partial register tiles): matches numpy for several row counts;
+    the unpacked ``B`` is refused by the argument check (its shape is not the packed
+    one), never read in the wrong layout."""
+    M = pc.sym("M")
+    kern = _matmul_kernel(M, 29, 53, "pp_sym")
+    ck = compile_kernel(kern, "cpu", {"prepack": ("B",)})
+    (rec,) = prepacked_inputs(ck.state)
+    fn = ck.backend.load(ck)
+    B = _f32(29, 53)
+    Bp = rec.pack(B)
+    for m in (1, 5, 67):
+        A = _f32(m, 29)
+        np.testing.assert_allclose(fn(A, Bp), A.astype(np.float64) @ B, rtol=1e-5, atol=1e-4)
+    with pytest.raises(pc.PolycompError):
+        fn(_f32(5, 29), B)
+
+
+def test_prepack_only_where_the_gemm_reads_it_alone():
+    """A weight also read by another statement (here added to the product) is not
+    pre-packed: no record, the kernel takes it as it is; unknown names are ignored and a
+    bad option value is one clear error."""
+    k = Kernel(lambda A, B: ops.add(ops.matmul(A, B), B), name="pp_twice",
+               inputs={"A": pc.Tensor[(16, 16), "float32"], "B": pc.Tensor[(16, 16), "float32"]})
+    ck = compile_kernel(k, "cpu", {"prepack": ("B", "nothing")})
+    assert prepacked_inputs(ck.state) == []
+    A, B = _f32(16, 16), _f32(16, 16)
+    np.testing.assert_allclose(ck.backend.load(ck)(A, B), A @ B + B, rtol=1e-5, atol=1e-5)
+    with pytest.raises(OptionError, match="prepack"):
+        compile_kernel(k, "cpu", {"prepack": (3,)})
+
+
+def _linear_graph(lead, k, n, w, b, name, gelu=False):
+    g = GraphBuilder(name)
+    x = g.input("x", (*lead, k))
+    y = g.add(g.matmul(x, g.constant("w", w)), g.constant("b", b))
+    return g.build(g.gelu(y) if gelu else y)
+
+
+def _gelu(x):
+    from math import erf
+    return 0.5 * x * (1 + np.vectorize(erf)(x / np.sqrt(2)))
+
+
+@pytest.mark.parametrize("lead,k,n,binds", [
+    (("B", "S"), 13, 7, [(1, 1), (3, 5)]),       # symbolic rows, prime sizes
+    pytest.param((61,), 83, 131, [()], marks=pytest.mark.slow),       # odd 2-d, gelu
+    pytest.param((1, 1), 5, 1, [()], marks=pytest.mark.slow),         # extent 1
+])
+def test_graph_weights_packed_at_compile_time(lead, k, n, binds, monkeypatch):
+    """The linear layer's weight is packed once, when the graph is compiled (the step
+    carries the packed constant); results equal those of the per-call packing
+    (``POLYCOMP_PREPACK=0``) bit for bit and numpy's within rounding."""
+    w, b = _f32(k, n), _f32(n)
+    tag = f"{len(lead)}_{k}_{n}"
+    gelu = k == 83
+    cg = compile_graph(_linear_graph(lead, k, n, w, b, f"ppg_on_{tag}", gelu), "cpu")
+    packed = [a for s in cg.steps for a in s.packed.values()]
+    assert len(packed) == 1 and sorted(packed[0][packed[0] != 0]) == sorted(w[w != 0])
+    monkeypatch.setenv("POLYCOMP_PREPACK", "0")
+    cg_off = compile_graph(_linear_graph(lead, k, n, w, b, f"ppg_off_{tag}", gelu), "cpu")
+    assert all(not s.packed for s in cg_off.steps)
+    syms = [d for d in lead if isinstance(d, str)]
+    for bd in binds:
+        env = dict(zip(syms, bd))
+        x = _f32(*[env.get(d, d) for d in lead], k)
+        got = cg(x)
+        np.testing.assert_array_equal(got, cg_off(x))
+        ref = x.astype(np.float64) @ w.astype(np.float64) + b
+        ref = _gelu(ref) if gelu else ref
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_dynamo_linear_weights_prepacked_and_repacked_on_update():
+    """Through ``torch.compile``: the linear's weight is a packed constant of the
+    compiled graph, and an in-place update of it recompiles (packs it again): no call
+    computes with the stale packed weight."""
+    torch = pytest.importorskip("torch")
+    from polycomp.graph.dynamo import polycomp_backend
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(19, 23).eval()
+    graphs = []
+
+    def backend(gm, ex):
+        fn = polycomp_backend(gm, ex)
+        graphs.append(fn)
+        return fn
+    torch._dynamo.reset()
+    cf = torch.compile(lambda x: lin(x), backend=backend, dynamic=False)
+    x = torch.randn(7, 19)
+    with torch.no_grad():
+        torch.testing.assert_close(cf(x), lin(x))
+        cg = graphs[0].compiled_graph
+        assert cg is not None and any(s.packed for s in cg.steps)
+        lin.weight.mul_(-3)
+        torch.testing.assert_close(cf(x), lin(x))
+
+
+@pytest.mark.slow
+def test_identical_groups_share_a_kernel_and_pack_their_own_weights():
+    """Two linear layers of the same shapes (one kernel built for both) each pass their
+    own packed weight; float64 weights pack and compute as float64."""
+    for dtype, tol in (("float32", 1e-5), ("float64", 1e-12)):
+        w1, w2 = (RNG.standard_normal((24, 40)).astype(dtype) for _ in range(2))
+        g = GraphBuilder(f"pp_two_{dtype}")
+        x = g.input("x", (9, 24), dtype)
+        graph = g.build(g.matmul(x, g.constant("w1", w1)), g.matmul(x, g.constant("w2", w2)))
+        cg = compile_graph(graph, "cpu")
+        assert cg.kernel_count == 1
+        packed = [a for s in cg.steps for a in s.packed.values()]
+        assert len(packed) == 2 and packed[0].dtype == dtype
+        xa = RNG.standard_normal((9, 24)).astype(dtype)
+        o1, o2 = cg(xa)
+        np.testing.assert_allclose(o1, xa @ w1, rtol=tol, atol=tol * 10)
+        np.testing.assert_allclose(o2, xa @ w2, rtol=tol, atol=tol * 10)
