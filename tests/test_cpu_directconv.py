@@ -48,9 +48,10 @@ TARGET = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threa
 
 
 def test_channel_form_golden(goldens):
-    """A 3x3/2 padded convolution (16 -> 32 channels): parallel over panels of 64 output
-    channels (AVX-512: 4 vectors), the weights packed per panel, window reduce loops
-    outside the channel loop, full 6 x 64 tiles isolated."""
+    """A 3x3/2 padded convolution (16 -> 64 channels, 7x7 output): parallel over panels of
+    32 output channels (AVX-512: 2 vectors; one 7 x 32 register tile per output row,
+    ``row_register_block``), the weights packed per panel, window reduce loops outside
+    the channel loop, full tiles isolated."""
     model = _conv((1, 16, 13, 13), (32 * 2, 16, 3, 3), 2, 1).polyhedral_model()
     ctx = CompileState(model, TARGET, {})
     sched = model.initial_schedule

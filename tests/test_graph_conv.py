@@ -178,7 +178,7 @@ def _compile_with_notes(graph, monkeypatch):
     # one 16-channel panel, fewer than the threads: the rows are the parallel band and
     # the channel tiles lie outside it
     ((2, 911, 3, 5), (16, 3), 1, 1, ("input channels in tiles of 456",)),
-    ((1, 229, 14, 14), (64, 3), 2, 1, ("register block 7x48",)),
+    ((1, 229, 14, 14), (64, 3), 2, 1, ("register block 7x32",)),
 ], ids=lambda c: f"{c[0]}-{c[1]}-s{c[2]}" if isinstance(c, tuple) and len(c) == 5 else None)
 def test_cpu_conv_channel_tiles_and_row_register_block(case, monkeypatch):
     """The channel form tiles the input channels when one panel's weights exceed half of

@@ -453,24 +453,28 @@ def register_block(registers: int) -> tuple[int, int]:
     return max(fits, key=lambda b: (b[0] * b[1] / (b[0] + b[1]), b[0] * b[1]))
 
 
-def row_register_block(op: OuterProduct, MR: int, NI: int, registers: int) -> tuple[int, int]:
+def row_register_block(op: OuterProduct, MR: int, NI: int, registers: int, L: int,
+                       n_j: int | None) -> tuple[int, int]:
     """The register block of a channel-form convolution whose output rows (``i``, a
     constant width) are at most 16 pixels and not a multiple of ``MR``: one tile per
-    row (``MR`` = the width, ``NI`` as many vectors as the registers then allow), not
+    row (``MR`` = the width, ``NI`` as many vectors of ``L`` lanes as the registers then
+    allow, fewer when that many divides the ``n_j`` output channels and more do not), not
     full tiles and a narrow remainder that reads the whole weight panel again for a
-    pixel or two (ResNet-18's 14x14 layers: 6 + 6 + 2, 7x7: 6 + 1; measured 1 thread,
-    CPU time, 256-channel 14x14 3x3 2.99 -> 2.54 ms, 512-channel 7x7 28 -> 22 ms at
-    batch 8).  ``POLYCOMP_CONV_ROWBLOCK=0`` keeps ``(MR, NI)`` (for comparisons)."""
+    pixel or two (ResNet-18's 14x14 layers: 6 + 6 + 2, 7x7: 6 + 1, now 14x32 and 7x32;
+    measured 1 thread, CPU time, 256-channel 14x14 3x3 2.99 -> 2.54 ms, 512-channel 7x7
+    28 -> 22 ms at batch 8).  ``POLYCOMP_CONV_ROWBLOCK=0`` keeps ``(MR, NI)`` (for comparisons)."""
     import os
     if not op.channel or os.environ.get("POLYCOMP_CONV_ROWBLOCK", "1") == "0":
         return MR, NI
     n_i = _extent(op.update.domain, op.i)
     if n_i is None or n_i > 16 or n_i % MR == 0 or n_i < MR:
         return MR, NI
-    ni = (registers - 1) // (n_i + 1)
-    if ni < 2:
+    most = min((registers - 1) // (n_i + 1), NI)
+    if most < 2:
         return MR, NI
-    return n_i, min(ni, NI)
+    # whole panels where the channel count allows (64 channels: 7x32, not 7x48 + 7x16)
+    fits = [ni for ni in range(most, 1, -1) if n_j is not None and n_j % (ni * L) == 0]
+    return n_i, fits[0] if fits else most
 
 
 def _extent(domain: isl.Set, pos: int) -> int | None:
@@ -503,7 +507,7 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
             # narrow outputs (convolutions over small images): fewer, wider-in-i tiles
             NI = max(1, n_j // L)
             MR = min(16, (target.cpu.vector_registers - NI - 1) // NI)
-        MR, NI = row_register_block(op, MR, NI, target.cpu.vector_registers)
+        MR, NI = row_register_block(op, MR, NI, target.cpu.vector_registers, L, n_j)
     NR = NI * L
     size = dt.itemsize(op.dtype if dot is None else dot.inputs)
     threads = max(1, target.cpu.threads)
