@@ -457,10 +457,10 @@ def row_register_block(op: OuterProduct, MR: int, NI: int, registers: int, L: in
                        n_j: int | None) -> tuple[int, int]:
     """The register block of a channel-form convolution whose output rows (``i``, a
     constant width) are at most 16 pixels and not a multiple of ``MR``: one tile per
-    row (``MR`` = the width, ``NI`` as many vectors of ``L`` lanes as the registers then
-    allow, fewer when that many divides the ``n_j`` output channels and more do not), not
+    row (``MR`` = the width, ``NI`` vectors of ``L`` lanes, at most as many as the
+    registers then allow, the fewest operations over the ``n_j`` output channels), not
     full tiles and a narrow remainder that reads the whole weight panel again for a
-    pixel or two (ResNet-18's 14x14 layers: 6 + 6 + 2, 7x7: 6 + 1, now 14x32 and 7x32;
+    pixel or two (ResNet-18's 14x14 layers: 6 + 6 + 2, 7x7: 6 + 1, now 14x32 and 7x48;
     measured 1 thread, CPU time, 256-channel 14x14 3x3 2.99 -> 2.54 ms, 512-channel 7x7
     28 -> 22 ms at batch 8).  ``POLYCOMP_CONV_ROWBLOCK=0`` keeps ``(MR, NI)`` (for comparisons)."""
     import os
@@ -472,9 +472,15 @@ def row_register_block(op: OuterProduct, MR: int, NI: int, registers: int, L: in
     most = min((registers - 1) // (n_i + 1), NI)
     if most < 2:
         return MR, NI
-    # whole panels where the channel count allows (64 channels: 7x32, not 7x48 + 7x16)
-    fits = [ni for ni in range(most, 1, -1) if n_j is not None and n_j % (ni * L) == 0]
-    return n_i, fits[0] if fits else most
+    if n_j is None:
+        return n_i, most
+
+    def cost(ni: int) -> int:
+        # per reduction step: FMAs, weight vectors and broadcasts of every panel, a
+        # partial panel costing a whole one (64 channels at 7x7: 7x32, not 7x48 + 7x16;
+        # 512: 7x48, measured 19.3 vs 21.8 ms for 7x32 at batch 8)
+        return -(-n_j // (ni * L)) * (n_i * ni + ni + n_i)
+    return n_i, min(range(most, 1, -1), key=cost)
 
 
 def _extent(domain: isl.Set, pos: int) -> int | None:
