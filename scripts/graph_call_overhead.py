@@ -2,6 +2,7 @@
 (``fuse=False``), called many times; prints µs per step, best and median of rounds.
 
     python scripts/graph_call_overhead.py [--steps 24] [--rounds 7] [--calls 200] [--profile]
+        [--rows 5] [--all-threads]
 """
 from __future__ import annotations
 
@@ -29,11 +30,18 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--rows", type=int, default=5, help="rows of the (rows, 8) input")
+    ap.add_argument("--all-threads", action="store_true",
+                    help="no one-thread decision (ONE_THREAD_BELOW_S = 0): every kernel "
+                         "wakes the OpenMP workers")
     a = ap.parse_args()
+    if a.all_threads:
+        from polycomp.hw.cpu import build
+        build.ONE_THREAD_BELOW_S = 0.0
     from polycomp.graph import compile_graph
     cg = compile_graph(tiny_graph(a.steps), "cpu", fuse=False)
     nsteps = sum(s.fn is not None for s in cg.steps)
-    x = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((a.rows, 8)).astype(np.float32)
     cg(x)
     if a.profile:
         import cProfile

@@ -214,7 +214,7 @@ def openmp_controls(lib: ctypes.CDLL | None) -> OpenMPControls | None:
 #: costs tens of microseconds (docs/cpu_backend.md, *Threads*: measured on the 2-core
 #: development host with ``OMP_WAIT_POLICY=PASSIVE``), so a kernel whose work is about
 #: that size is not faster on two threads.  :meth:`CFunction.prepare` decides per shape.
-ONE_THREAD_BELOW_S = 60e-6
+ONE_THREAD_BELOW_S = 50e-6
 
 
 @dataclass
