@@ -95,10 +95,12 @@ class CompiledGraph:
         self.plan = plan_buffers(self.graph, steps)
         check_dims_bound(self.graph)
         g = self.graph
-        # constants C-contiguous once (a kernel call would copy them each time)
         self._constants: dict[Value, np.ndarray] = {
-            c: np.ascontiguousarray(c.const) for c in g.constants}  # type: ignore[misc]
-        self._const_addr = {c: a.ctypes.data for c, a in self._constants.items()}
+            c: c.const for c in g.constants}  # type: ignore[misc]
+        # the addresses of the C-contiguous constants (the same arrays at every call, also
+        # when updated in place); the others are copied at each call, as a kernel call was
+        self._const_addr = {c: a.ctypes.data for c, a in self._constants.items()
+                            if a.flags.c_contiguous}
         # outputs that are inputs or constants: returned as copies
         self._fresh = {k for k, v in enumerate(g.outputs)
                        if v.const is not None or v.is_input}
@@ -271,7 +273,8 @@ class CompiledGraph:
         vals: dict[Value, np.ndarray] = {
             v: a if a.flags.c_contiguous else np.ascontiguousarray(a)
             for v, a in zip(g.inputs, arrays)}
-        vals.update(self._constants)
+        for cv, a in self._constants.items():
+            vals[cv] = a if cv in self._const_addr else np.ascontiguousarray(a)
         slots = [np.empty(n, dtype=d) for n, d in zip(plan.slot_sizes, self._slot_dtypes)]
         for v, shape, d in zip(g.outputs, plan.out_shapes, self._out_dtypes):
             if v not in vals:
