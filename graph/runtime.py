@@ -108,6 +108,10 @@ class CompiledGraph:
         self._out_dtypes = [dt.to_numpy(v.dtype) for v in g.outputs]
         # one ShapePlan per signature of the inputs (shapes, dtypes) called before
         self._plans: dict[tuple, ShapePlan] = {}
+        # input shapes for which values_hold found the size-expression guards true, and
+        # scalar_results per binding of the dims (both bounded by MAX_SHAPE_PLANS)
+        self._exprs_hold: set[tuple] = set()
+        self._scalar_memo: dict[tuple, list] = {}
 
     def bind(self, arrays: list[np.ndarray]) -> dict[sympy.Symbol, int]:
         """Shape guards: bind every dim symbol from the inputs and check each extent, each
@@ -150,6 +154,18 @@ class CompiledGraph:
                                     f"{_fmt(env)}: compile again", user_location())
         return env
 
+    def _scalars(self, env: dict) -> list[tuple[int, Any]]:
+        """``graph.scalar_results`` evaluated for ``env`` (once per binding)."""
+        key = tuple(env.items())
+        got = self._scalar_memo.get(key)
+        if got is None:
+            got = [(k, tuple(_number(d, env) for d in e) if isinstance(e, tuple)
+                    else _number(e, env)) for k, e in self.graph.scalar_results]
+            if len(self._scalar_memo) >= MAX_SHAPE_PLANS:
+                self._scalar_memo.clear()
+            self._scalar_memo[key] = got
+        return got
+
     def _check_values(self, arrays: list[np.ndarray]) -> None:
         """The 0-d inputs read as numbers at compile time still hold those numbers."""
         g = self.graph
@@ -169,12 +185,20 @@ class CompiledGraph:
             return False
         if not g.expr_guards:
             return True
+        shapes = tuple(tuple(a.shape) for a in inputs)
+        if shapes in self._exprs_hold:       # they depend on the shapes only
+            return True
         env: dict = {}
         for v, a in zip(g.inputs, inputs):
             for d, n in zip(v.shape, a.shape):
                 if isinstance(d, sympy.Symbol):
                     env.setdefault(d, int(n))
-        return all(_same_value(_number(e, env), want) for e, want in g.expr_guards)
+        ok = all(_same_value(_number(e, env), want) for e, want in g.expr_guards)
+        if ok:
+            if len(self._exprs_hold) >= MAX_SHAPE_PLANS:
+                self._exprs_hold.clear()
+            self._exprs_hold.add(shapes)
+        return ok
 
     def __call__(self, *inputs: Any, out: Any = None):
         from polycomp.dlpack import from_caller, to_caller
@@ -189,9 +213,8 @@ class CompiledGraph:
         result = to_caller(result, kind)
         if g.scalar_results:
             result = list(result)
-            for k, e in g.scalar_results:
-                result.insert(k, tuple(_number(d, env) for d in e) if isinstance(e, tuple)
-                              else _number(e, env))
+            for k, n in self._scalars(env):
+                result.insert(k, n)
         return tuple(result) if len(result) != 1 else result[0]
 
     def run(self, arrays: list[np.ndarray], outs: list[np.ndarray] | None = None) -> list:
