@@ -98,3 +98,33 @@ def test_one_thread_decision_per_shape():
     assert "M=2" in text and "-> 1 thread" in text
     assert "-> all threads" in cg.call_plan(large)
     assert ONE_THREAD_BELOW_S > 0
+
+
+@pytest.mark.slow
+def test_dynamic_torch_sizes_alternate():
+    """``dynamic=True``: one compilation, sizes alternating; a size read as a number
+    (``x.shape[-1] ** 0.5``, guarded per shape) and a returned shape stay right."""
+    import torch
+    from torch import nn
+
+    import polycomp.graph.dynamo  # noqa: F401  (registers the backend)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(6, 6)
+
+        def forward(self, x):
+            h = torch.relu(self.lin(x)) / x.shape[1] ** 0.5
+            return h + x, h.shape
+
+    torch.manual_seed(0)
+    m = M().eval()
+    cm = torch.compile(m, backend="polycomp", dynamic=True)
+    with torch.no_grad():
+        for b, s in ((2, 3), (4, 5), (2, 3), (1, 7), (4, 5), (2, 3)):
+            x = torch.randn(b, s, 6)
+            got, shape = cm(x)
+            want, wshape = m(x)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+            assert tuple(shape) == tuple(wshape)
