@@ -171,7 +171,8 @@ def test_printed_host_tiling_matches_the_simulators(tmp_path):
     from polycomp.hw.npu.api_header import HEADER
     from polycomp.hw.npu.target import npu_params
     cases = [("npu-lite", (3, 3001)), ("npu-lite", (300, 70)), ("npu", (4096, 32000)),
-             ("npu", (4096, 1024)), ("npu", (7, 100000))]
+             ("npu", (4096, 1024)), ("npu", (7, 100000)),
+             ("npu", (300, 1000)), ("npu", (300, 257))]
     for target in ("npu-lite", "npu"):
         ck = compile_kernel(softmax_kernel(dtype="float16"), target)
         name = ck.final_ir.name
