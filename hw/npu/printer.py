@@ -377,8 +377,8 @@ def _host(k: Kernel, target) -> list[str]:
                f"255; UB {ub} B)"
         isz = pitch_itemsize(p)
         pitch = [] if not isz else [
-            f"        {{   // rows an odd multiple of 256 B apart (the UB bank groups' halves "
-            f"alternate; bank_pitch)",
+            "        {   // rows an odd multiple of 256 B apart (the UB bank groups' halves "
+            "alternate; bank_pitch)",
             f"            const int64_t pcB = cp * {isz}, pcM = PcCeilDiv(pcB, 256) | 1;",
             f"            if (pcB > 256 && PcCeilDiv(pcB, 32) <= 255 && pcM * 8 <= 255 && "
             f"pcM * 256 * {PITCH_PAD_LIMIT} <= pcB * {PITCH_PAD_LIMIT + 1}) "

@@ -14,7 +14,11 @@ half, always.
 
 Assumes: a program of API calls after ``npu-double-buffer`` (copies final).
 Guarantees: every UB buffer that a vector call reads in one repeat with another
-buffer (both contiguous, their offsets a constant multiple of 256 bytes apart) gets a
+buffer (both contiguous — or stepping a tile row of the padded pitch a repeat,
+``ceildiv(CP * itemsize, 32)`` blocks, which the host makes an odd multiple of 8 where
+``bank_pitch`` pads — their offsets a multiple of 256 bytes apart that is constant
+modulo 512 over the loop variables), and the destination of a call with one such
+source (constrained to the other half from it), gets a
 ``bank_phase`` (0 or 256: its address modulo 512, at most 256 bytes of padding; its
 copies a multiple of 512 bytes apart), chosen by local search to minimise the calls
 whose two such sources share a half of the groups (a 2-colouring where one exists).
@@ -33,14 +37,14 @@ from .lower_vector import pitch_itemsize
 from .program import (
     ITEMSIZE,
     Ix,
-    ceildiv,
-    ix,
     Kernel,
     LocalBuf,
     Loop,
     Program,
     Slot,
     VecCall,
+    ceildiv,
+    ix,
     map_slots,
     simplify_ix,
 )
