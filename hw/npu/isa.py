@@ -690,12 +690,13 @@ class _VecExpander:
                     n: Ix) -> tuple:
         """The column fold: the ``ceildiv(n, L)`` 256-byte column chunks of the tile's
         rows (a call each, the rows as its repeats) folded into ``tmp`` (one repeat a
-        row).  Even chunks go into ``tmp``, odd ones into a second accumulator, added
-        into ``tmp`` at the end: chunk ``c`` of a row is ``256 c`` bytes into it, so with
-        the accumulators in opposite halves of the UB bank groups (``npu-ub-banks``
-        places them against the tile) no chunk reads the half its accumulator reads."""
+        row).  For a tile of ``TR`` rows of ``CP`` (whose rows the host pads to an odd
+        multiple of 256 bytes, ``bank_pitch``), even chunks go into ``tmp``, odd ones
+        into a second accumulator, added into ``tmp`` at the end: chunk ``c`` of a row
+        is ``256 c`` bytes into it, so with the accumulators in opposite halves of the
+        UB bank groups (``npu-ub-banks`` places them against the tile) no chunk reads
+        the half its accumulator reads.  Other tiles keep one accumulator."""
         lanes = _lanes(src.buf.dtype)
-        acc1 = Slot(self.temps.get("fold_odd", src.buf.dtype, tmp.buf.rows, lanes))
         chunks = ceildiv(n, lanes)
 
         def st(k: int) -> tuple:
@@ -704,6 +705,14 @@ class _VecExpander:
         def step(acc: Slot, c: Ix) -> VecCall:
             return VecCall(fold, acc, (acc, src.at(c * lanes)), None,
                            Rep(_S(imin(lanes, n - c * lanes)), rows, st(2)))
+        if src.buf.cols != "CP" or src.buf.rows != "TR":
+            # not a row tile of the host's padded pitch (a transposed staging tile, a
+            # chunk, a constant width): one accumulator
+            j = ix(self.var("rj"))
+            return (VecCall("Adds", tmp, (src, Scalar(0.0)), None,
+                            Rep(_S(imin(lanes, n)), rows, st(1))),
+                    Loop(j.args[0], _S(chunks - 1), (step(tmp, j + 1),)))
+        acc1 = Slot(self.temps.get("fold_odd", src.buf.dtype, tmp.buf.rows, lanes))
         j, g, h = (ix(self.var(v)) for v in ("rj", "rp", "rq"))
         return (VecCall("Adds", tmp, (src, Scalar(0.0)), None,
                         Rep(_S(imin(lanes, n)), rows, st(1))),

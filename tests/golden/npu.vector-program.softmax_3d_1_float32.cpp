@@ -38,8 +38,8 @@ inline uint32_t softmax3d_1_float32_Tiling(const int64_t* sizes, uint32_t aicNum
             if (pcB > 256 && PcCeilDiv(pcB, 32) <= 255 && pcM * 8 <= 255 && pcM * 256 * 8 <= pcB * 9) { cp = pcM * 256 / 4; }
         }
         int64_t tr = PcMax(PcMin(C, 255), 1);
-        while (tr > 1 && (2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 256 + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256) + 256 + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { --tr; }
-        if ((2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 256 + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256) + 256 + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { return 0; }
+        while (tr > 1 && (2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 256 + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { --tr; }
+        if ((2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 256 + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { return 0; }
         {   // balance the row tiles over the vector cores: the fewest
             // rows per tile that keep the busiest core's tile count
             const int64_t pcRounds = PcCeilDiv((PcCeilDiv(C, tr) * A), static_cast<int64_t>(aivNum));
@@ -85,8 +85,7 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
             const uint32_t ub7_addr = PcAlignUp(ub3_addr + 1 * PcAlignUp(TRP * CP * 4, 256), 32);
             const uint32_t vt0_addr = PcAlignUp(ub7_addr + 2 * PcAlignUp(CP * TRP * 4, 256), 32);
             const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TRP * 4, 256), 256) + (0 + 512 - PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TRP * 4, 256), 256) % 512) % 512;
-            const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TRP * 64 * 4, 256), 256) + (256 + 512 - PcAlignUp(vt1_addr + 1 * PcAlignUp(TRP * 64 * 4, 256), 256) % 512) % 512;
-            const uint32_t vt3_addr = PcAlignUp(vt2_addr + 1 * PcAlignUp(TRP * 64 * 4, 256), 32);
+            const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TRP * 64 * 4, 256), 32);
             LocalTensor<float> ub0[2] = {LocalTensor<float>(TPosition::VECCALC, ub0_addr, CP * TRP), LocalTensor<float>(TPosition::VECCALC, ub0_addr + 1 * PcAlignUp(CP * TRP * 4, 256), CP * TRP)};  // UB ND, ping-pong
             LocalTensor<float> ub1(TPosition::VECCALC, ub1_addr, TRP * CP);  // UB ND
             LocalTensor<float> ub2(TPosition::VECCALC, ub2_addr, TR * 8);  // UB COL
@@ -94,8 +93,7 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
             LocalTensor<float> ub7[2] = {LocalTensor<float>(TPosition::VECCALC, ub7_addr, CP * TRP), LocalTensor<float>(TPosition::VECCALC, ub7_addr + 1 * PcAlignUp(CP * TRP * 4, 256), CP * TRP)};  // UB ND, ping-pong
             LocalTensor<float> vt0(TPosition::VECCALC, vt0_addr, 1 * TRP);  // UB PACK
             LocalTensor<float> vt1(TPosition::VECCALC, vt1_addr, TRP * 64);  // UB ND
-            LocalTensor<float> vt2(TPosition::VECCALC, vt2_addr, TRP * 64);  // UB ND
-            LocalTensor<float> vt3(TPosition::VECCALC, vt3_addr, 1 * CP);  // UB ND
+            LocalTensor<float> vt2(TPosition::VECCALC, vt2_addr, 1 * CP);  // UB ND
             SetFlag<HardEvent::V_MTE2>(0);
             SetFlag<HardEvent::V_MTE2>(1);
             SetFlag<HardEvent::MTE3_V>(0);
@@ -120,164 +118,154 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
                 for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(B, 64) - (PcMin(TR, (C - (t * TR))) * 6)))))); ++rs) {
                     PipeBarrier<PIPE_V>();
                     Adds(vt1, ub1, static_cast<float>(0.0), PcMin(64, B), PcMin(TR, (C - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                    for (int64_t rp3 = 0; rp3 < PcMin(1, (PcCeilDiv(B, 64) - 1)); ++rp3) {
+                    for (int64_t rj2 = 0; rj2 < (PcCeilDiv(B, 64) - 1); ++rj2) {
                         PipeBarrier<PIPE_V>();
-                        Adds(vt2, ub1[64], static_cast<float>(0.0), PcMin(64, (B - 64)), PcMin(TR, (C - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                        for (int64_t rj2 = 0; rj2 < PcCeilDiv((PcCeilDiv(B, 64) - 2), 2); ++rj2) {
-                            PipeBarrier<PIPE_V>();
-                            Max(vt1, vt1, ub1[(((rj2 * 2) + 2) * 64)], PcMin(64, (B - (((rj2 * 2) + 2) * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
-                            for (int64_t rq4 = 0; rq4 < PcMin(1, ((PcCeilDiv(B, 64) - 3) - (rj2 * 2))); ++rq4) {
-                                PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, ub1[(((rj2 * 2) + 3) * 64)], PcMin(64, (B - (((rj2 * 2) + 3) * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
-                            }
-                        }
-                        PipeBarrier<PIPE_V>();
-                        Max(vt1, vt1, vt2, PcMin(64, (B - 64)), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, 8));
+                        Max(vt1, vt1, ub1[((rj2 + 1) * 64)], PcMin(64, (B - ((rj2 + 1) * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
                     }
                 }
                 for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(B, 64) - (PcMin(TR, (C - (t * TR))) * 6))))); ++rh) {
-                    for (int64_t hr5 = 0; hr5 < PcMin(TR, (C - (t * TR))); ++hr5) {
-                        for (int64_t hg7 = 0; hg7 < PcMin(1, PcMax(0, (B - 32832))); ++hg7) {
+                    for (int64_t hr3 = 0; hr3 < PcMin(TR, (C - (t * TR))); ++hr3) {
+                        for (int64_t hg5 = 0; hg5 < PcMin(1, PcMax(0, (B - 32832))); ++hg5) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, ub1[(hr5 * CP)], ub1[((hr5 * CP) + 32832)], (((B - 32832) / 8) * 8));
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 32832)], (((B - 32832) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 32832) / 8) * 8)], ub1[((hr5 * CP) + (((B - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((B - 32832) / 8) * 8)));
-                            for (int64_t hg6 = 0; hg6 < PcMin(1, ((B - 32832) - (((B - 32832) / 8) * 8))); ++hg6) {
+                            Adds(vt2[(((B - 32832) / 8) * 8)], ub1[((hr3 * CP) + (((B - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((B - 32832) / 8) * 8)));
+                            for (int64_t hg4 = 0; hg4 < PcMin(1, ((B - 32832) - (((B - 32832) / 8) * 8))); ++hg4) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt3, vt3, ub1[((hr5 * CP) + ((((B - 32832) / 8) * 8) + 32832))], ((B - 32832) - (((B - 32832) / 8) * 8)));
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 32832) / 8) * 8) + 32832))], ((B - 32832) - (((B - 32832) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg9 = 0; hg9 < (PcMin(1, PcMax(0, (B - 16448))) - PcMin(1, PcMax(0, (B - 32832)))); ++hg9) {
+                        for (int64_t hg7 = 0; hg7 < (PcMin(1, PcMax(0, (B - 16448))) - PcMin(1, PcMax(0, (B - 32832)))); ++hg7) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, ub1[(hr5 * CP)], ub1[((hr5 * CP) + 16448)], (((B - 16448) / 8) * 8));
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 16448)], (((B - 16448) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 16448) / 8) * 8)], ub1[((hr5 * CP) + (((B - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((B - 16448) / 8) * 8)));
-                            for (int64_t hg8 = 0; hg8 < PcMin(1, ((B - 16448) - (((B - 16448) / 8) * 8))); ++hg8) {
+                            Adds(vt2[(((B - 16448) / 8) * 8)], ub1[((hr3 * CP) + (((B - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((B - 16448) / 8) * 8)));
+                            for (int64_t hg6 = 0; hg6 < PcMin(1, ((B - 16448) - (((B - 16448) / 8) * 8))); ++hg6) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt3, vt3, ub1[((hr5 * CP) + ((((B - 16448) / 8) * 8) + 16448))], ((B - 16448) - (((B - 16448) / 8) * 8)));
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 16448) / 8) * 8) + 16448))], ((B - 16448) - (((B - 16448) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg10 = 0; hg10 < PcMin(1, PcMax(0, (B - 32832))); ++hg10) {
+                        for (int64_t hg8 = 0; hg8 < PcMin(1, PcMax(0, (B - 32832))); ++hg8) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, vt3, vt3[16448], 16384);
+                            Max(vt2, vt2, vt2[16448], 16384);
                         }
-                        for (int64_t hg12 = 0; hg12 < (PcMin(1, PcMax(0, (B - 8256))) - PcMin(1, PcMax(0, (B - 16448)))); ++hg12) {
+                        for (int64_t hg10 = 0; hg10 < (PcMin(1, PcMax(0, (B - 8256))) - PcMin(1, PcMax(0, (B - 16448)))); ++hg10) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, ub1[(hr5 * CP)], ub1[((hr5 * CP) + 8256)], (((B - 8256) / 8) * 8));
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 8256)], (((B - 8256) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 8256) / 8) * 8)], ub1[((hr5 * CP) + (((B - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((B - 8256) / 8) * 8)));
-                            for (int64_t hg11 = 0; hg11 < PcMin(1, ((B - 8256) - (((B - 8256) / 8) * 8))); ++hg11) {
+                            Adds(vt2[(((B - 8256) / 8) * 8)], ub1[((hr3 * CP) + (((B - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((B - 8256) / 8) * 8)));
+                            for (int64_t hg9 = 0; hg9 < PcMin(1, ((B - 8256) - (((B - 8256) / 8) * 8))); ++hg9) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt3, vt3, ub1[((hr5 * CP) + ((((B - 8256) / 8) * 8) + 8256))], ((B - 8256) - (((B - 8256) / 8) * 8)));
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 8256) / 8) * 8) + 8256))], ((B - 8256) - (((B - 8256) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg13 = 0; hg13 < PcMin(1, PcMax(0, (B - 16448))); ++hg13) {
+                        for (int64_t hg11 = 0; hg11 < PcMin(1, PcMax(0, (B - 16448))); ++hg11) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, vt3, vt3[8256], 8192);
+                            Max(vt2, vt2, vt2[8256], 8192);
                         }
-                        for (int64_t hg15 = 0; hg15 < (PcMin(1, PcMax(0, (B - 4160))) - PcMin(1, PcMax(0, (B - 8256)))); ++hg15) {
+                        for (int64_t hg13 = 0; hg13 < (PcMin(1, PcMax(0, (B - 4160))) - PcMin(1, PcMax(0, (B - 8256)))); ++hg13) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, ub1[(hr5 * CP)], ub1[((hr5 * CP) + 4160)], (((B - 4160) / 8) * 8));
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 4160)], (((B - 4160) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 4160) / 8) * 8)], ub1[((hr5 * CP) + (((B - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((B - 4160) / 8) * 8)));
-                            for (int64_t hg14 = 0; hg14 < PcMin(1, ((B - 4160) - (((B - 4160) / 8) * 8))); ++hg14) {
+                            Adds(vt2[(((B - 4160) / 8) * 8)], ub1[((hr3 * CP) + (((B - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((B - 4160) / 8) * 8)));
+                            for (int64_t hg12 = 0; hg12 < PcMin(1, ((B - 4160) - (((B - 4160) / 8) * 8))); ++hg12) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt3, vt3, ub1[((hr5 * CP) + ((((B - 4160) / 8) * 8) + 4160))], ((B - 4160) - (((B - 4160) / 8) * 8)));
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 4160) / 8) * 8) + 4160))], ((B - 4160) - (((B - 4160) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg16 = 0; hg16 < PcMin(1, PcMax(0, (B - 8256))); ++hg16) {
+                        for (int64_t hg14 = 0; hg14 < PcMin(1, PcMax(0, (B - 8256))); ++hg14) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, vt3, vt3[4160], 4096);
+                            Max(vt2, vt2, vt2[4160], 4096);
                         }
-                        for (int64_t hg18 = 0; hg18 < (PcMin(1, PcMax(0, (B - 2112))) - PcMin(1, PcMax(0, (B - 4160)))); ++hg18) {
+                        for (int64_t hg16 = 0; hg16 < (PcMin(1, PcMax(0, (B - 2112))) - PcMin(1, PcMax(0, (B - 4160)))); ++hg16) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, ub1[(hr5 * CP)], ub1[((hr5 * CP) + 2112)], (((B - 2112) / 8) * 8));
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 2112)], (((B - 2112) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 2112) / 8) * 8)], ub1[((hr5 * CP) + (((B - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((B - 2112) / 8) * 8)));
-                            for (int64_t hg17 = 0; hg17 < PcMin(1, ((B - 2112) - (((B - 2112) / 8) * 8))); ++hg17) {
+                            Adds(vt2[(((B - 2112) / 8) * 8)], ub1[((hr3 * CP) + (((B - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((B - 2112) / 8) * 8)));
+                            for (int64_t hg15 = 0; hg15 < PcMin(1, ((B - 2112) - (((B - 2112) / 8) * 8))); ++hg15) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt3, vt3, ub1[((hr5 * CP) + ((((B - 2112) / 8) * 8) + 2112))], ((B - 2112) - (((B - 2112) / 8) * 8)));
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 2112) / 8) * 8) + 2112))], ((B - 2112) - (((B - 2112) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg19 = 0; hg19 < PcMin(1, PcMax(0, (B - 4160))); ++hg19) {
+                        for (int64_t hg17 = 0; hg17 < PcMin(1, PcMax(0, (B - 4160))); ++hg17) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, vt3, vt3[2112], 2048);
+                            Max(vt2, vt2, vt2[2112], 2048);
                         }
-                        for (int64_t hg21 = 0; hg21 < (PcMin(1, PcMax(0, (B - 1088))) - PcMin(1, PcMax(0, (B - 2112)))); ++hg21) {
+                        for (int64_t hg19 = 0; hg19 < (PcMin(1, PcMax(0, (B - 1088))) - PcMin(1, PcMax(0, (B - 2112)))); ++hg19) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, ub1[(hr5 * CP)], ub1[((hr5 * CP) + 1088)], (((B - 1088) / 8) * 8));
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 1088)], (((B - 1088) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 1088) / 8) * 8)], ub1[((hr5 * CP) + (((B - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((B - 1088) / 8) * 8)));
-                            for (int64_t hg20 = 0; hg20 < PcMin(1, ((B - 1088) - (((B - 1088) / 8) * 8))); ++hg20) {
+                            Adds(vt2[(((B - 1088) / 8) * 8)], ub1[((hr3 * CP) + (((B - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((B - 1088) / 8) * 8)));
+                            for (int64_t hg18 = 0; hg18 < PcMin(1, ((B - 1088) - (((B - 1088) / 8) * 8))); ++hg18) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt3, vt3, ub1[((hr5 * CP) + ((((B - 1088) / 8) * 8) + 1088))], ((B - 1088) - (((B - 1088) / 8) * 8)));
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 1088) / 8) * 8) + 1088))], ((B - 1088) - (((B - 1088) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg22 = 0; hg22 < PcMin(1, PcMax(0, (B - 2112))); ++hg22) {
+                        for (int64_t hg20 = 0; hg20 < PcMin(1, PcMax(0, (B - 2112))); ++hg20) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, vt3, vt3[1088], 1024);
+                            Max(vt2, vt2, vt2[1088], 1024);
                         }
-                        for (int64_t hg24 = 0; hg24 < (PcMin(1, PcMax(0, (B - 576))) - PcMin(1, PcMax(0, (B - 1088)))); ++hg24) {
+                        for (int64_t hg22 = 0; hg22 < (PcMin(1, PcMax(0, (B - 576))) - PcMin(1, PcMax(0, (B - 1088)))); ++hg22) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, ub1[(hr5 * CP)], ub1[((hr5 * CP) + 576)], (((B - 576) / 8) * 8));
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 576)], (((B - 576) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 576) / 8) * 8)], ub1[((hr5 * CP) + (((B - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((B - 576) / 8) * 8)));
-                            for (int64_t hg23 = 0; hg23 < PcMin(1, ((B - 576) - (((B - 576) / 8) * 8))); ++hg23) {
+                            Adds(vt2[(((B - 576) / 8) * 8)], ub1[((hr3 * CP) + (((B - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((B - 576) / 8) * 8)));
+                            for (int64_t hg21 = 0; hg21 < PcMin(1, ((B - 576) - (((B - 576) / 8) * 8))); ++hg21) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt3, vt3, ub1[((hr5 * CP) + ((((B - 576) / 8) * 8) + 576))], ((B - 576) - (((B - 576) / 8) * 8)));
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 576) / 8) * 8) + 576))], ((B - 576) - (((B - 576) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg25 = 0; hg25 < PcMin(1, PcMax(0, (B - 1088))); ++hg25) {
+                        for (int64_t hg23 = 0; hg23 < PcMin(1, PcMax(0, (B - 1088))); ++hg23) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, vt3, vt3[576], 512);
+                            Max(vt2, vt2, vt2[576], 512);
                         }
-                        for (int64_t hg27 = 0; hg27 < (PcMin(1, PcMax(0, (B - 320))) - PcMin(1, PcMax(0, (B - 576)))); ++hg27) {
+                        for (int64_t hg25 = 0; hg25 < (PcMin(1, PcMax(0, (B - 320))) - PcMin(1, PcMax(0, (B - 576)))); ++hg25) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, ub1[(hr5 * CP)], ub1[((hr5 * CP) + 320)], (((B - 320) / 8) * 8));
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 320)], (((B - 320) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 320) / 8) * 8)], ub1[((hr5 * CP) + (((B - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((B - 320) / 8) * 8)));
-                            for (int64_t hg26 = 0; hg26 < PcMin(1, ((B - 320) - (((B - 320) / 8) * 8))); ++hg26) {
+                            Adds(vt2[(((B - 320) / 8) * 8)], ub1[((hr3 * CP) + (((B - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((B - 320) / 8) * 8)));
+                            for (int64_t hg24 = 0; hg24 < PcMin(1, ((B - 320) - (((B - 320) / 8) * 8))); ++hg24) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt3, vt3, ub1[((hr5 * CP) + ((((B - 320) / 8) * 8) + 320))], ((B - 320) - (((B - 320) / 8) * 8)));
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 320) / 8) * 8) + 320))], ((B - 320) - (((B - 320) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg28 = 0; hg28 < PcMin(1, PcMax(0, (B - 576))); ++hg28) {
+                        for (int64_t hg26 = 0; hg26 < PcMin(1, PcMax(0, (B - 576))); ++hg26) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, vt3, vt3[320], 256);
+                            Max(vt2, vt2, vt2[320], 256);
                         }
-                        for (int64_t hg30 = 0; hg30 < (PcMin(1, PcMax(0, (B - 192))) - PcMin(1, PcMax(0, (B - 320)))); ++hg30) {
+                        for (int64_t hg28 = 0; hg28 < (PcMin(1, PcMax(0, (B - 192))) - PcMin(1, PcMax(0, (B - 320)))); ++hg28) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, ub1[(hr5 * CP)], ub1[((hr5 * CP) + 192)], (((B - 192) / 8) * 8));
+                            Max(vt2, ub1[(hr3 * CP)], ub1[((hr3 * CP) + 192)], (((B - 192) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 192) / 8) * 8)], ub1[((hr5 * CP) + (((B - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((B - 192) / 8) * 8)));
-                            for (int64_t hg29 = 0; hg29 < PcMin(1, ((B - 192) - (((B - 192) / 8) * 8))); ++hg29) {
+                            Adds(vt2[(((B - 192) / 8) * 8)], ub1[((hr3 * CP) + (((B - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((B - 192) / 8) * 8)));
+                            for (int64_t hg27 = 0; hg27 < PcMin(1, ((B - 192) - (((B - 192) / 8) * 8))); ++hg27) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt3, vt3, ub1[((hr5 * CP) + ((((B - 192) / 8) * 8) + 192))], ((B - 192) - (((B - 192) / 8) * 8)));
+                                Max(vt2, vt2, ub1[((hr3 * CP) + ((((B - 192) / 8) * 8) + 192))], ((B - 192) - (((B - 192) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg31 = 0; hg31 < PcMin(1, PcMax(0, (B - 320))); ++hg31) {
+                        for (int64_t hg29 = 0; hg29 < PcMin(1, PcMax(0, (B - 320))); ++hg29) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt3, vt3, vt3[192], 128);
+                            Max(vt2, vt2, vt2[192], 128);
                         }
-                        for (int64_t hg32 = 0; hg32 < PcMin(1, PcMax(0, (B - 192))); ++hg32) {
+                        for (int64_t hg30 = 0; hg30 < PcMin(1, PcMax(0, (B - 192))); ++hg30) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt1[(hr5 * 64)], vt3, vt3[64], 64);
+                            Max(vt1[(hr3 * 64)], vt2, vt2[64], 64);
                             PipeBarrier<PIPE_V>();
-                            Max(vt1[(hr5 * 64)], vt1[(hr5 * 64)], vt3[128], 64);
+                            Max(vt1[(hr3 * 64)], vt1[(hr3 * 64)], vt2[128], 64);
                         }
-                        for (int64_t hg34 = 0; hg34 < (PcMin(1, PcMax(0, (B - 64))) - PcMin(1, PcMax(0, (B - 192)))); ++hg34) {
+                        for (int64_t hg32 = 0; hg32 < (PcMin(1, PcMax(0, (B - 64))) - PcMin(1, PcMax(0, (B - 192)))); ++hg32) {
                             PipeBarrier<PIPE_V>();
-                            Adds(vt1[(hr5 * 64)], ub1[(hr5 * CP)], static_cast<float>(0.0), 64);
+                            Adds(vt1[(hr3 * 64)], ub1[(hr3 * CP)], static_cast<float>(0.0), 64);
                             PipeBarrier<PIPE_V>();
-                            Max(vt1[(hr5 * 64)], vt1[(hr5 * 64)], ub1[((hr5 * CP) + 64)], (PcMin(B, 128) - 64));
-                            for (int64_t hg33 = 0; hg33 < PcMin(1, PcMax(0, (B - 128))); ++hg33) {
+                            Max(vt1[(hr3 * 64)], vt1[(hr3 * 64)], ub1[((hr3 * CP) + 64)], (PcMin(B, 128) - 64));
+                            for (int64_t hg31 = 0; hg31 < PcMin(1, PcMax(0, (B - 128))); ++hg31) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt1[(hr5 * 64)], vt1[(hr5 * 64)], ub1[((hr5 * CP) + 128)], (B - 128));
+                                Max(vt1[(hr3 * 64)], vt1[(hr3 * 64)], ub1[((hr3 * CP) + 128)], (B - 128));
                             }
                         }
-                        for (int64_t hg35 = 0; hg35 < (1 - PcMin(1, PcMax(0, (B - 64)))); ++hg35) {
+                        for (int64_t hg33 = 0; hg33 < (1 - PcMin(1, PcMax(0, (B - 64)))); ++hg33) {
                             PipeBarrier<PIPE_V>();
-                            Adds(vt1[(hr5 * 64)], ub1[(hr5 * CP)], static_cast<float>(0.0), B);
+                            Adds(vt1[(hr3 * 64)], ub1[(hr3 * CP)], static_cast<float>(0.0), B);
                         }
                     }
                 }
@@ -286,20 +274,20 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
                 PipeBarrier<PIPE_V>();
                 Brcb(ub2, vt0, PcCeilDiv(PcMin(TR, (C - (t * TR))), 8), BrcbRepeatParams(1, 8));
                 for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (C - (t * TR)))))) - ((2 * PcMin(TR, (C - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
-                    for (int64_t cj36 = 0; cj36 < PcCeilDiv(CP, 64); ++cj36) {
+                    for (int64_t cj34 = 0; cj34 < PcCeilDiv(CP, 64); ++cj34) {
                         PipeBarrier<PIPE_V>();
-                        Sub(ub3[(cj36 * 64)], ub1[(cj36 * 64)], ub2, PcMin(64, (CP - (cj36 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                        Sub(ub3[(cj34 * 64)], ub1[(cj34 * 64)], ub2, PcMin(64, (CP - (cj34 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
                 for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (C - (t * TR)))))) - ((2 * PcMin(TR, (C - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
-                    for (int64_t lr37 = 0; lr37 < PcMin(TR, (C - (t * TR))); ++lr37) {
-                        for (int64_t lg38 = 0; lg38 < PcCeilDiv((CP / 64), 255); ++lg38) {
+                    for (int64_t lr35 = 0; lr35 < PcMin(TR, (C - (t * TR))); ++lr35) {
+                        for (int64_t lg36 = 0; lg36 < PcCeilDiv((CP / 64), 255); ++lg36) {
                             PipeBarrier<PIPE_V>();
-                            Sub(ub3[((lr37 * CP) + (lg38 * 16320))], ub1[((lr37 * CP) + (lg38 * 16320))], ub2[(lr37 * 8)], 64, PcMin(255, ((CP / 64) - (lg38 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Sub(ub3[((lr35 * CP) + (lg36 * 16320))], ub1[((lr35 * CP) + (lg36 * 16320))], ub2[(lr35 * 8)], 64, PcMin(255, ((CP / 64) - (lg36 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
-                        for (int64_t lt39 = 0; lt39 < PcMin(1, (CP % 64)); ++lt39) {
+                        for (int64_t lt37 = 0; lt37 < PcMin(1, (CP % 64)); ++lt37) {
                             PipeBarrier<PIPE_V>();
-                            Sub(ub3[((lr37 * CP) + ((CP / 64) * 64))], ub1[((lr37 * CP) + ((CP / 64) * 64))], ub2[(lr37 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Sub(ub3[((lr35 * CP) + ((CP / 64) * 64))], ub1[((lr35 * CP) + ((CP / 64) * 64))], ub2[(lr35 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
                     }
                 }
@@ -308,164 +296,154 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
                 for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(B, 64) - (PcMin(TR, (C - (t * TR))) * 6)))))); ++rs) {
                     PipeBarrier<PIPE_V>();
                     Adds(vt1, ub1, static_cast<float>(0.0), PcMin(64, B), PcMin(TR, (C - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                    for (int64_t rp41 = 0; rp41 < PcMin(1, (PcCeilDiv(B, 64) - 1)); ++rp41) {
+                    for (int64_t rj38 = 0; rj38 < (PcCeilDiv(B, 64) - 1); ++rj38) {
                         PipeBarrier<PIPE_V>();
-                        Adds(vt2, ub1[64], static_cast<float>(0.0), PcMin(64, (B - 64)), PcMin(TR, (C - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                        for (int64_t rj40 = 0; rj40 < PcCeilDiv((PcCeilDiv(B, 64) - 2), 2); ++rj40) {
-                            PipeBarrier<PIPE_V>();
-                            Add(vt1, vt1, ub1[(((rj40 * 2) + 2) * 64)], PcMin(64, (B - (((rj40 * 2) + 2) * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
-                            for (int64_t rq42 = 0; rq42 < PcMin(1, ((PcCeilDiv(B, 64) - 3) - (rj40 * 2))); ++rq42) {
-                                PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, ub1[(((rj40 * 2) + 3) * 64)], PcMin(64, (B - (((rj40 * 2) + 3) * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
-                            }
-                        }
-                        PipeBarrier<PIPE_V>();
-                        Add(vt1, vt1, vt2, PcMin(64, (B - 64)), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, 8));
+                        Add(vt1, vt1, ub1[((rj38 + 1) * 64)], PcMin(64, (B - ((rj38 + 1) * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
                     }
                 }
                 for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(B, 64) - (PcMin(TR, (C - (t * TR))) * 6))))); ++rh) {
-                    for (int64_t hr43 = 0; hr43 < PcMin(TR, (C - (t * TR))); ++hr43) {
-                        for (int64_t hg45 = 0; hg45 < PcMin(1, PcMax(0, (B - 32832))); ++hg45) {
+                    for (int64_t hr39 = 0; hr39 < PcMin(TR, (C - (t * TR))); ++hr39) {
+                        for (int64_t hg41 = 0; hg41 < PcMin(1, PcMax(0, (B - 32832))); ++hg41) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, ub1[(hr43 * CP)], ub1[((hr43 * CP) + 32832)], (((B - 32832) / 8) * 8));
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 32832)], (((B - 32832) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 32832) / 8) * 8)], ub1[((hr43 * CP) + (((B - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((B - 32832) / 8) * 8)));
-                            for (int64_t hg44 = 0; hg44 < PcMin(1, ((B - 32832) - (((B - 32832) / 8) * 8))); ++hg44) {
+                            Adds(vt2[(((B - 32832) / 8) * 8)], ub1[((hr39 * CP) + (((B - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((B - 32832) / 8) * 8)));
+                            for (int64_t hg40 = 0; hg40 < PcMin(1, ((B - 32832) - (((B - 32832) / 8) * 8))); ++hg40) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt3, vt3, ub1[((hr43 * CP) + ((((B - 32832) / 8) * 8) + 32832))], ((B - 32832) - (((B - 32832) / 8) * 8)));
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 32832) / 8) * 8) + 32832))], ((B - 32832) - (((B - 32832) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg47 = 0; hg47 < (PcMin(1, PcMax(0, (B - 16448))) - PcMin(1, PcMax(0, (B - 32832)))); ++hg47) {
+                        for (int64_t hg43 = 0; hg43 < (PcMin(1, PcMax(0, (B - 16448))) - PcMin(1, PcMax(0, (B - 32832)))); ++hg43) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, ub1[(hr43 * CP)], ub1[((hr43 * CP) + 16448)], (((B - 16448) / 8) * 8));
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 16448)], (((B - 16448) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 16448) / 8) * 8)], ub1[((hr43 * CP) + (((B - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((B - 16448) / 8) * 8)));
-                            for (int64_t hg46 = 0; hg46 < PcMin(1, ((B - 16448) - (((B - 16448) / 8) * 8))); ++hg46) {
+                            Adds(vt2[(((B - 16448) / 8) * 8)], ub1[((hr39 * CP) + (((B - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((B - 16448) / 8) * 8)));
+                            for (int64_t hg42 = 0; hg42 < PcMin(1, ((B - 16448) - (((B - 16448) / 8) * 8))); ++hg42) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt3, vt3, ub1[((hr43 * CP) + ((((B - 16448) / 8) * 8) + 16448))], ((B - 16448) - (((B - 16448) / 8) * 8)));
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 16448) / 8) * 8) + 16448))], ((B - 16448) - (((B - 16448) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg48 = 0; hg48 < PcMin(1, PcMax(0, (B - 32832))); ++hg48) {
+                        for (int64_t hg44 = 0; hg44 < PcMin(1, PcMax(0, (B - 32832))); ++hg44) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, vt3, vt3[16448], 16384);
+                            Add(vt2, vt2, vt2[16448], 16384);
                         }
-                        for (int64_t hg50 = 0; hg50 < (PcMin(1, PcMax(0, (B - 8256))) - PcMin(1, PcMax(0, (B - 16448)))); ++hg50) {
+                        for (int64_t hg46 = 0; hg46 < (PcMin(1, PcMax(0, (B - 8256))) - PcMin(1, PcMax(0, (B - 16448)))); ++hg46) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, ub1[(hr43 * CP)], ub1[((hr43 * CP) + 8256)], (((B - 8256) / 8) * 8));
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 8256)], (((B - 8256) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 8256) / 8) * 8)], ub1[((hr43 * CP) + (((B - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((B - 8256) / 8) * 8)));
-                            for (int64_t hg49 = 0; hg49 < PcMin(1, ((B - 8256) - (((B - 8256) / 8) * 8))); ++hg49) {
+                            Adds(vt2[(((B - 8256) / 8) * 8)], ub1[((hr39 * CP) + (((B - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((B - 8256) / 8) * 8)));
+                            for (int64_t hg45 = 0; hg45 < PcMin(1, ((B - 8256) - (((B - 8256) / 8) * 8))); ++hg45) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt3, vt3, ub1[((hr43 * CP) + ((((B - 8256) / 8) * 8) + 8256))], ((B - 8256) - (((B - 8256) / 8) * 8)));
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 8256) / 8) * 8) + 8256))], ((B - 8256) - (((B - 8256) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg51 = 0; hg51 < PcMin(1, PcMax(0, (B - 16448))); ++hg51) {
+                        for (int64_t hg47 = 0; hg47 < PcMin(1, PcMax(0, (B - 16448))); ++hg47) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, vt3, vt3[8256], 8192);
+                            Add(vt2, vt2, vt2[8256], 8192);
                         }
-                        for (int64_t hg53 = 0; hg53 < (PcMin(1, PcMax(0, (B - 4160))) - PcMin(1, PcMax(0, (B - 8256)))); ++hg53) {
+                        for (int64_t hg49 = 0; hg49 < (PcMin(1, PcMax(0, (B - 4160))) - PcMin(1, PcMax(0, (B - 8256)))); ++hg49) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, ub1[(hr43 * CP)], ub1[((hr43 * CP) + 4160)], (((B - 4160) / 8) * 8));
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 4160)], (((B - 4160) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 4160) / 8) * 8)], ub1[((hr43 * CP) + (((B - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((B - 4160) / 8) * 8)));
-                            for (int64_t hg52 = 0; hg52 < PcMin(1, ((B - 4160) - (((B - 4160) / 8) * 8))); ++hg52) {
+                            Adds(vt2[(((B - 4160) / 8) * 8)], ub1[((hr39 * CP) + (((B - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((B - 4160) / 8) * 8)));
+                            for (int64_t hg48 = 0; hg48 < PcMin(1, ((B - 4160) - (((B - 4160) / 8) * 8))); ++hg48) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt3, vt3, ub1[((hr43 * CP) + ((((B - 4160) / 8) * 8) + 4160))], ((B - 4160) - (((B - 4160) / 8) * 8)));
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 4160) / 8) * 8) + 4160))], ((B - 4160) - (((B - 4160) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg54 = 0; hg54 < PcMin(1, PcMax(0, (B - 8256))); ++hg54) {
+                        for (int64_t hg50 = 0; hg50 < PcMin(1, PcMax(0, (B - 8256))); ++hg50) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, vt3, vt3[4160], 4096);
+                            Add(vt2, vt2, vt2[4160], 4096);
                         }
-                        for (int64_t hg56 = 0; hg56 < (PcMin(1, PcMax(0, (B - 2112))) - PcMin(1, PcMax(0, (B - 4160)))); ++hg56) {
+                        for (int64_t hg52 = 0; hg52 < (PcMin(1, PcMax(0, (B - 2112))) - PcMin(1, PcMax(0, (B - 4160)))); ++hg52) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, ub1[(hr43 * CP)], ub1[((hr43 * CP) + 2112)], (((B - 2112) / 8) * 8));
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 2112)], (((B - 2112) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 2112) / 8) * 8)], ub1[((hr43 * CP) + (((B - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((B - 2112) / 8) * 8)));
-                            for (int64_t hg55 = 0; hg55 < PcMin(1, ((B - 2112) - (((B - 2112) / 8) * 8))); ++hg55) {
+                            Adds(vt2[(((B - 2112) / 8) * 8)], ub1[((hr39 * CP) + (((B - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((B - 2112) / 8) * 8)));
+                            for (int64_t hg51 = 0; hg51 < PcMin(1, ((B - 2112) - (((B - 2112) / 8) * 8))); ++hg51) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt3, vt3, ub1[((hr43 * CP) + ((((B - 2112) / 8) * 8) + 2112))], ((B - 2112) - (((B - 2112) / 8) * 8)));
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 2112) / 8) * 8) + 2112))], ((B - 2112) - (((B - 2112) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg57 = 0; hg57 < PcMin(1, PcMax(0, (B - 4160))); ++hg57) {
+                        for (int64_t hg53 = 0; hg53 < PcMin(1, PcMax(0, (B - 4160))); ++hg53) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, vt3, vt3[2112], 2048);
+                            Add(vt2, vt2, vt2[2112], 2048);
                         }
-                        for (int64_t hg59 = 0; hg59 < (PcMin(1, PcMax(0, (B - 1088))) - PcMin(1, PcMax(0, (B - 2112)))); ++hg59) {
+                        for (int64_t hg55 = 0; hg55 < (PcMin(1, PcMax(0, (B - 1088))) - PcMin(1, PcMax(0, (B - 2112)))); ++hg55) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, ub1[(hr43 * CP)], ub1[((hr43 * CP) + 1088)], (((B - 1088) / 8) * 8));
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 1088)], (((B - 1088) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 1088) / 8) * 8)], ub1[((hr43 * CP) + (((B - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((B - 1088) / 8) * 8)));
-                            for (int64_t hg58 = 0; hg58 < PcMin(1, ((B - 1088) - (((B - 1088) / 8) * 8))); ++hg58) {
+                            Adds(vt2[(((B - 1088) / 8) * 8)], ub1[((hr39 * CP) + (((B - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((B - 1088) / 8) * 8)));
+                            for (int64_t hg54 = 0; hg54 < PcMin(1, ((B - 1088) - (((B - 1088) / 8) * 8))); ++hg54) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt3, vt3, ub1[((hr43 * CP) + ((((B - 1088) / 8) * 8) + 1088))], ((B - 1088) - (((B - 1088) / 8) * 8)));
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 1088) / 8) * 8) + 1088))], ((B - 1088) - (((B - 1088) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg60 = 0; hg60 < PcMin(1, PcMax(0, (B - 2112))); ++hg60) {
+                        for (int64_t hg56 = 0; hg56 < PcMin(1, PcMax(0, (B - 2112))); ++hg56) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, vt3, vt3[1088], 1024);
+                            Add(vt2, vt2, vt2[1088], 1024);
                         }
-                        for (int64_t hg62 = 0; hg62 < (PcMin(1, PcMax(0, (B - 576))) - PcMin(1, PcMax(0, (B - 1088)))); ++hg62) {
+                        for (int64_t hg58 = 0; hg58 < (PcMin(1, PcMax(0, (B - 576))) - PcMin(1, PcMax(0, (B - 1088)))); ++hg58) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, ub1[(hr43 * CP)], ub1[((hr43 * CP) + 576)], (((B - 576) / 8) * 8));
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 576)], (((B - 576) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 576) / 8) * 8)], ub1[((hr43 * CP) + (((B - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((B - 576) / 8) * 8)));
-                            for (int64_t hg61 = 0; hg61 < PcMin(1, ((B - 576) - (((B - 576) / 8) * 8))); ++hg61) {
+                            Adds(vt2[(((B - 576) / 8) * 8)], ub1[((hr39 * CP) + (((B - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((B - 576) / 8) * 8)));
+                            for (int64_t hg57 = 0; hg57 < PcMin(1, ((B - 576) - (((B - 576) / 8) * 8))); ++hg57) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt3, vt3, ub1[((hr43 * CP) + ((((B - 576) / 8) * 8) + 576))], ((B - 576) - (((B - 576) / 8) * 8)));
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 576) / 8) * 8) + 576))], ((B - 576) - (((B - 576) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg63 = 0; hg63 < PcMin(1, PcMax(0, (B - 1088))); ++hg63) {
+                        for (int64_t hg59 = 0; hg59 < PcMin(1, PcMax(0, (B - 1088))); ++hg59) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, vt3, vt3[576], 512);
+                            Add(vt2, vt2, vt2[576], 512);
                         }
-                        for (int64_t hg65 = 0; hg65 < (PcMin(1, PcMax(0, (B - 320))) - PcMin(1, PcMax(0, (B - 576)))); ++hg65) {
+                        for (int64_t hg61 = 0; hg61 < (PcMin(1, PcMax(0, (B - 320))) - PcMin(1, PcMax(0, (B - 576)))); ++hg61) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, ub1[(hr43 * CP)], ub1[((hr43 * CP) + 320)], (((B - 320) / 8) * 8));
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 320)], (((B - 320) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 320) / 8) * 8)], ub1[((hr43 * CP) + (((B - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((B - 320) / 8) * 8)));
-                            for (int64_t hg64 = 0; hg64 < PcMin(1, ((B - 320) - (((B - 320) / 8) * 8))); ++hg64) {
+                            Adds(vt2[(((B - 320) / 8) * 8)], ub1[((hr39 * CP) + (((B - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((B - 320) / 8) * 8)));
+                            for (int64_t hg60 = 0; hg60 < PcMin(1, ((B - 320) - (((B - 320) / 8) * 8))); ++hg60) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt3, vt3, ub1[((hr43 * CP) + ((((B - 320) / 8) * 8) + 320))], ((B - 320) - (((B - 320) / 8) * 8)));
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 320) / 8) * 8) + 320))], ((B - 320) - (((B - 320) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg66 = 0; hg66 < PcMin(1, PcMax(0, (B - 576))); ++hg66) {
+                        for (int64_t hg62 = 0; hg62 < PcMin(1, PcMax(0, (B - 576))); ++hg62) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, vt3, vt3[320], 256);
+                            Add(vt2, vt2, vt2[320], 256);
                         }
-                        for (int64_t hg68 = 0; hg68 < (PcMin(1, PcMax(0, (B - 192))) - PcMin(1, PcMax(0, (B - 320)))); ++hg68) {
+                        for (int64_t hg64 = 0; hg64 < (PcMin(1, PcMax(0, (B - 192))) - PcMin(1, PcMax(0, (B - 320)))); ++hg64) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, ub1[(hr43 * CP)], ub1[((hr43 * CP) + 192)], (((B - 192) / 8) * 8));
+                            Add(vt2, ub1[(hr39 * CP)], ub1[((hr39 * CP) + 192)], (((B - 192) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt3[(((B - 192) / 8) * 8)], ub1[((hr43 * CP) + (((B - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((B - 192) / 8) * 8)));
-                            for (int64_t hg67 = 0; hg67 < PcMin(1, ((B - 192) - (((B - 192) / 8) * 8))); ++hg67) {
+                            Adds(vt2[(((B - 192) / 8) * 8)], ub1[((hr39 * CP) + (((B - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((B - 192) / 8) * 8)));
+                            for (int64_t hg63 = 0; hg63 < PcMin(1, ((B - 192) - (((B - 192) / 8) * 8))); ++hg63) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt3, vt3, ub1[((hr43 * CP) + ((((B - 192) / 8) * 8) + 192))], ((B - 192) - (((B - 192) / 8) * 8)));
+                                Add(vt2, vt2, ub1[((hr39 * CP) + ((((B - 192) / 8) * 8) + 192))], ((B - 192) - (((B - 192) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg69 = 0; hg69 < PcMin(1, PcMax(0, (B - 320))); ++hg69) {
+                        for (int64_t hg65 = 0; hg65 < PcMin(1, PcMax(0, (B - 320))); ++hg65) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt3, vt3, vt3[192], 128);
+                            Add(vt2, vt2, vt2[192], 128);
                         }
-                        for (int64_t hg70 = 0; hg70 < PcMin(1, PcMax(0, (B - 192))); ++hg70) {
+                        for (int64_t hg66 = 0; hg66 < PcMin(1, PcMax(0, (B - 192))); ++hg66) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt1[(hr43 * 64)], vt3, vt3[64], 64);
+                            Add(vt1[(hr39 * 64)], vt2, vt2[64], 64);
                             PipeBarrier<PIPE_V>();
-                            Add(vt1[(hr43 * 64)], vt1[(hr43 * 64)], vt3[128], 64);
+                            Add(vt1[(hr39 * 64)], vt1[(hr39 * 64)], vt2[128], 64);
                         }
-                        for (int64_t hg72 = 0; hg72 < (PcMin(1, PcMax(0, (B - 64))) - PcMin(1, PcMax(0, (B - 192)))); ++hg72) {
+                        for (int64_t hg68 = 0; hg68 < (PcMin(1, PcMax(0, (B - 64))) - PcMin(1, PcMax(0, (B - 192)))); ++hg68) {
                             PipeBarrier<PIPE_V>();
-                            Adds(vt1[(hr43 * 64)], ub1[(hr43 * CP)], static_cast<float>(0.0), 64);
+                            Adds(vt1[(hr39 * 64)], ub1[(hr39 * CP)], static_cast<float>(0.0), 64);
                             PipeBarrier<PIPE_V>();
-                            Add(vt1[(hr43 * 64)], vt1[(hr43 * 64)], ub1[((hr43 * CP) + 64)], (PcMin(B, 128) - 64));
-                            for (int64_t hg71 = 0; hg71 < PcMin(1, PcMax(0, (B - 128))); ++hg71) {
+                            Add(vt1[(hr39 * 64)], vt1[(hr39 * 64)], ub1[((hr39 * CP) + 64)], (PcMin(B, 128) - 64));
+                            for (int64_t hg67 = 0; hg67 < PcMin(1, PcMax(0, (B - 128))); ++hg67) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt1[(hr43 * 64)], vt1[(hr43 * 64)], ub1[((hr43 * CP) + 128)], (B - 128));
+                                Add(vt1[(hr39 * 64)], vt1[(hr39 * 64)], ub1[((hr39 * CP) + 128)], (B - 128));
                             }
                         }
-                        for (int64_t hg73 = 0; hg73 < (1 - PcMin(1, PcMax(0, (B - 64)))); ++hg73) {
+                        for (int64_t hg69 = 0; hg69 < (1 - PcMin(1, PcMax(0, (B - 64)))); ++hg69) {
                             PipeBarrier<PIPE_V>();
-                            Adds(vt1[(hr43 * 64)], ub1[(hr43 * CP)], static_cast<float>(0.0), B);
+                            Adds(vt1[(hr39 * 64)], ub1[(hr39 * CP)], static_cast<float>(0.0), B);
                         }
                     }
                 }
@@ -474,29 +452,29 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
                 PipeBarrier<PIPE_V>();
                 Brcb(ub2, vt0, PcCeilDiv(PcMin(TR, (C - (t * TR))), 8), BrcbRepeatParams(1, 8));
                 for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (C - (t * TR)))))) - ((2 * PcMin(TR, (C - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
-                    for (int64_t cj74 = 0; cj74 < PcCeilDiv(CP, 64); ++cj74) {
+                    for (int64_t cj70 = 0; cj70 < PcCeilDiv(CP, 64); ++cj70) {
                         PipeBarrier<PIPE_V>();
-                        Div(ub3[(cj74 * 64)], ub1[(cj74 * 64)], ub2, PcMin(64, (CP - (cj74 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                        Div(ub3[(cj70 * 64)], ub1[(cj70 * 64)], ub2, PcMin(64, (CP - (cj70 * 64))), PcMin(TR, (C - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
                 for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (C - (t * TR)))))) - ((2 * PcMin(TR, (C - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
-                    for (int64_t lr75 = 0; lr75 < PcMin(TR, (C - (t * TR))); ++lr75) {
-                        for (int64_t lg76 = 0; lg76 < PcCeilDiv((CP / 64), 255); ++lg76) {
+                    for (int64_t lr71 = 0; lr71 < PcMin(TR, (C - (t * TR))); ++lr71) {
+                        for (int64_t lg72 = 0; lg72 < PcCeilDiv((CP / 64), 255); ++lg72) {
                             PipeBarrier<PIPE_V>();
-                            Div(ub3[((lr75 * CP) + (lg76 * 16320))], ub1[((lr75 * CP) + (lg76 * 16320))], ub2[(lr75 * 8)], 64, PcMin(255, ((CP / 64) - (lg76 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Div(ub3[((lr71 * CP) + (lg72 * 16320))], ub1[((lr71 * CP) + (lg72 * 16320))], ub2[(lr71 * 8)], 64, PcMin(255, ((CP / 64) - (lg72 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
-                        for (int64_t lt77 = 0; lt77 < PcMin(1, (CP % 64)); ++lt77) {
+                        for (int64_t lt73 = 0; lt73 < PcMin(1, (CP % 64)); ++lt73) {
                             PipeBarrier<PIPE_V>();
-                            Div(ub3[((lr75 * CP) + ((CP / 64) * 64))], ub1[((lr75 * CP) + ((CP / 64) * 64))], ub2[(lr75 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Div(ub3[((lr71 * CP) + ((CP / 64) * 64))], ub1[((lr71 * CP) + ((CP / 64) * 64))], ub2[(lr71 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
                     }
                 }
                 WaitFlag<HardEvent::MTE3_V>((i % 2));
-                for (int64_t tb78 = 0; tb78 < PcCeilDiv(TRP, 16); ++tb78) {
+                for (int64_t tb74 = 0; tb74 < PcCeilDiv(TRP, 16); ++tb74) {
                     PipeBarrier<PIPE_V>();
                     {
-                        LocalTensor<float> dstList[NCHW_CONV_ADDR_LIST_SIZE] = {ub7[(i % 2)][(tb78 * 16)], ub7[(i % 2)][((tb78 * 16) + 8)], ub7[(i % 2)][(TRP + (tb78 * 16))], ub7[(i % 2)][((TRP + (tb78 * 16)) + 8)], ub7[(i % 2)][((2 * TRP) + (tb78 * 16))], ub7[(i % 2)][(((2 * TRP) + (tb78 * 16)) + 8)], ub7[(i % 2)][((3 * TRP) + (tb78 * 16))], ub7[(i % 2)][(((3 * TRP) + (tb78 * 16)) + 8)], ub7[(i % 2)][((4 * TRP) + (tb78 * 16))], ub7[(i % 2)][(((4 * TRP) + (tb78 * 16)) + 8)], ub7[(i % 2)][((5 * TRP) + (tb78 * 16))], ub7[(i % 2)][(((5 * TRP) + (tb78 * 16)) + 8)], ub7[(i % 2)][((6 * TRP) + (tb78 * 16))], ub7[(i % 2)][(((6 * TRP) + (tb78 * 16)) + 8)], ub7[(i % 2)][((7 * TRP) + (tb78 * 16))], ub7[(i % 2)][(((7 * TRP) + (tb78 * 16)) + 8)]};
-                        LocalTensor<float> srcList[NCHW_CONV_ADDR_LIST_SIZE] = {ub3[((tb78 * 16) * CP)], ub3[(((tb78 * 16) + 1) * CP)], ub3[(((tb78 * 16) + 2) * CP)], ub3[(((tb78 * 16) + 3) * CP)], ub3[(((tb78 * 16) + 4) * CP)], ub3[(((tb78 * 16) + 5) * CP)], ub3[(((tb78 * 16) + 6) * CP)], ub3[(((tb78 * 16) + 7) * CP)], ub3[(((tb78 * 16) + 8) * CP)], ub3[(((tb78 * 16) + 9) * CP)], ub3[(((tb78 * 16) + 10) * CP)], ub3[(((tb78 * 16) + 11) * CP)], ub3[(((tb78 * 16) + 12) * CP)], ub3[(((tb78 * 16) + 13) * CP)], ub3[(((tb78 * 16) + 14) * CP)], ub3[(((tb78 * 16) + 15) * CP)]};
+                        LocalTensor<float> dstList[NCHW_CONV_ADDR_LIST_SIZE] = {ub7[(i % 2)][(tb74 * 16)], ub7[(i % 2)][((tb74 * 16) + 8)], ub7[(i % 2)][(TRP + (tb74 * 16))], ub7[(i % 2)][((TRP + (tb74 * 16)) + 8)], ub7[(i % 2)][((2 * TRP) + (tb74 * 16))], ub7[(i % 2)][(((2 * TRP) + (tb74 * 16)) + 8)], ub7[(i % 2)][((3 * TRP) + (tb74 * 16))], ub7[(i % 2)][(((3 * TRP) + (tb74 * 16)) + 8)], ub7[(i % 2)][((4 * TRP) + (tb74 * 16))], ub7[(i % 2)][(((4 * TRP) + (tb74 * 16)) + 8)], ub7[(i % 2)][((5 * TRP) + (tb74 * 16))], ub7[(i % 2)][(((5 * TRP) + (tb74 * 16)) + 8)], ub7[(i % 2)][((6 * TRP) + (tb74 * 16))], ub7[(i % 2)][(((6 * TRP) + (tb74 * 16)) + 8)], ub7[(i % 2)][((7 * TRP) + (tb74 * 16))], ub7[(i % 2)][(((7 * TRP) + (tb74 * 16)) + 8)]};
+                        LocalTensor<float> srcList[NCHW_CONV_ADDR_LIST_SIZE] = {ub3[((tb74 * 16) * CP)], ub3[(((tb74 * 16) + 1) * CP)], ub3[(((tb74 * 16) + 2) * CP)], ub3[(((tb74 * 16) + 3) * CP)], ub3[(((tb74 * 16) + 4) * CP)], ub3[(((tb74 * 16) + 5) * CP)], ub3[(((tb74 * 16) + 6) * CP)], ub3[(((tb74 * 16) + 7) * CP)], ub3[(((tb74 * 16) + 8) * CP)], ub3[(((tb74 * 16) + 9) * CP)], ub3[(((tb74 * 16) + 10) * CP)], ub3[(((tb74 * 16) + 11) * CP)], ub3[(((tb74 * 16) + 12) * CP)], ub3[(((tb74 * 16) + 13) * CP)], ub3[(((tb74 * 16) + 14) * CP)], ub3[(((tb74 * 16) + 15) * CP)]};
                         TransDataTo5HD<float>(dstList, srcList, TransDataTo5HDParams(false, false, PcCeilDiv(CP, 8), (PcCeilDiv(((TRP * 8) * 4), 32) * PcMin((PcCeilDiv(CP, 8) - 1), 1)), PcMin((PcCeilDiv(CP, 8) - 1), 1)));
                     }
                 }

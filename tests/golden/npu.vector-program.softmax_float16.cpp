@@ -552,150 +552,140 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                         for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CW * 2), 32) - 255)) + PcMax(0, (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 128) - (PcMin(TR, (N - (t * TR))) * 6)))))); ++rs) {
                             PipeBarrier<PIPE_V>();
                             Adds(vt1, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)], static_cast<half>(0.0), PcMin(128, PcMin(CW, (M - (c1 * CW)))), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CW * 2), 32)));
-                            for (int64_t rp75 = 0; rp75 < PcMin(1, (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 128) - 1)); ++rp75) {
+                            for (int64_t rj74 = 0; rj74 < (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 128) - 1); ++rj74) {
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][128], static_cast<half>(0.0), PcMin(128, (PcMin(CW, (M - (c1 * CW))) - 128)), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CW * 2), 32)));
-                                for (int64_t rj74 = 0; rj74 < PcCeilDiv((PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 128) - 2), 2); ++rj74) {
-                                    PipeBarrier<PIPE_V>();
-                                    Max(vt1, vt1, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(((rj74 * 2) + 2) * 128)], PcMin(128, (PcMin(CW, (M - (c1 * CW))) - (((rj74 * 2) + 2) * 128))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CW * 2), 32)));
-                                    for (int64_t rq76 = 0; rq76 < PcMin(1, ((PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 128) - 3) - (rj74 * 2))); ++rq76) {
-                                        PipeBarrier<PIPE_V>();
-                                        Max(vt2, vt2, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(((rj74 * 2) + 3) * 128)], PcMin(128, (PcMin(CW, (M - (c1 * CW))) - (((rj74 * 2) + 3) * 128))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CW * 2), 32)));
-                                    }
-                                }
-                                PipeBarrier<PIPE_V>();
-                                Max(vt1, vt1, vt2, PcMin(128, (PcMin(CW, (M - (c1 * CW))) - 128)), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, 8));
+                                Max(vt1, vt1, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((rj74 + 1) * 128)], PcMin(128, (PcMin(CW, (M - (c1 * CW))) - ((rj74 + 1) * 128))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CW * 2), 32)));
                             }
                         }
                         for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CW * 2), 32) - 255)) + PcMax(0, (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 128) - (PcMin(TR, (N - (t * TR))) * 6))))); ++rh) {
-                            for (int64_t hr77 = 0; hr77 < PcMin(TR, (N - (t * TR))); ++hr77) {
-                                for (int64_t hg79 = 0; hg79 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32896))); ++hg79) {
+                            for (int64_t hr75 = 0; hr75 < PcMin(TR, (N - (t * TR))); ++hr75) {
+                                for (int64_t hg77 = 0; hg77 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32896))); ++hg77) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr77 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + 32896)], (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 32896)], (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16))], static_cast<half>(0.0), (32896 - (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16)));
-                                    for (int64_t hg78 = 0; hg78 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 32896) - (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16))); ++hg78) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16))], static_cast<half>(0.0), (32896 - (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16)));
+                                    for (int64_t hg76 = 0; hg76 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 32896) - (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16))); ++hg76) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16) + 32896))], ((PcMin(CW, (M - (c1 * CW))) - 32896) - (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16) + 32896))], ((PcMin(CW, (M - (c1 * CW))) - 32896) - (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg81 = 0; hg81 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16512))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32896)))); ++hg81) {
+                                for (int64_t hg79 = 0; hg79 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16512))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32896)))); ++hg79) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr77 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + 16512)], (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 16512)], (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16))], static_cast<half>(0.0), (16512 - (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16)));
-                                    for (int64_t hg80 = 0; hg80 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 16512) - (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16))); ++hg80) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16))], static_cast<half>(0.0), (16512 - (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16)));
+                                    for (int64_t hg78 = 0; hg78 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 16512) - (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16))); ++hg78) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16) + 16512))], ((PcMin(CW, (M - (c1 * CW))) - 16512) - (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16) + 16512))], ((PcMin(CW, (M - (c1 * CW))) - 16512) - (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg82 = 0; hg82 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32896))); ++hg82) {
+                                for (int64_t hg80 = 0; hg80 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32896))); ++hg80) {
                                     PipeBarrier<PIPE_V>();
                                     Max(vt8, vt8, vt8[16512], 16384);
                                 }
-                                for (int64_t hg84 = 0; hg84 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8320))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16512)))); ++hg84) {
+                                for (int64_t hg82 = 0; hg82 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8320))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16512)))); ++hg82) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr77 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + 8320)], (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 8320)], (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16))], static_cast<half>(0.0), (8320 - (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16)));
-                                    for (int64_t hg83 = 0; hg83 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 8320) - (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16))); ++hg83) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16))], static_cast<half>(0.0), (8320 - (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16)));
+                                    for (int64_t hg81 = 0; hg81 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 8320) - (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16))); ++hg81) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16) + 8320))], ((PcMin(CW, (M - (c1 * CW))) - 8320) - (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16) + 8320))], ((PcMin(CW, (M - (c1 * CW))) - 8320) - (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg85 = 0; hg85 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16512))); ++hg85) {
+                                for (int64_t hg83 = 0; hg83 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16512))); ++hg83) {
                                     PipeBarrier<PIPE_V>();
                                     Max(vt8, vt8, vt8[8320], 8192);
                                 }
-                                for (int64_t hg87 = 0; hg87 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4224))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8320)))); ++hg87) {
+                                for (int64_t hg85 = 0; hg85 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4224))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8320)))); ++hg85) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr77 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + 4224)], (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 4224)], (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16))], static_cast<half>(0.0), (4224 - (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16)));
-                                    for (int64_t hg86 = 0; hg86 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 4224) - (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16))); ++hg86) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16))], static_cast<half>(0.0), (4224 - (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16)));
+                                    for (int64_t hg84 = 0; hg84 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 4224) - (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16))); ++hg84) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16) + 4224))], ((PcMin(CW, (M - (c1 * CW))) - 4224) - (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16) + 4224))], ((PcMin(CW, (M - (c1 * CW))) - 4224) - (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg88 = 0; hg88 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8320))); ++hg88) {
+                                for (int64_t hg86 = 0; hg86 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8320))); ++hg86) {
                                     PipeBarrier<PIPE_V>();
                                     Max(vt8, vt8, vt8[4224], 4096);
                                 }
-                                for (int64_t hg90 = 0; hg90 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2176))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4224)))); ++hg90) {
+                                for (int64_t hg88 = 0; hg88 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2176))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4224)))); ++hg88) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr77 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + 2176)], (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 2176)], (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16))], static_cast<half>(0.0), (2176 - (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16)));
-                                    for (int64_t hg89 = 0; hg89 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 2176) - (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16))); ++hg89) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16))], static_cast<half>(0.0), (2176 - (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16)));
+                                    for (int64_t hg87 = 0; hg87 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 2176) - (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16))); ++hg87) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16) + 2176))], ((PcMin(CW, (M - (c1 * CW))) - 2176) - (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16) + 2176))], ((PcMin(CW, (M - (c1 * CW))) - 2176) - (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg91 = 0; hg91 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4224))); ++hg91) {
+                                for (int64_t hg89 = 0; hg89 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4224))); ++hg89) {
                                     PipeBarrier<PIPE_V>();
                                     Max(vt8, vt8, vt8[2176], 2048);
                                 }
-                                for (int64_t hg93 = 0; hg93 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1152))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2176)))); ++hg93) {
+                                for (int64_t hg91 = 0; hg91 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1152))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2176)))); ++hg91) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr77 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + 1152)], (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 1152)], (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16))], static_cast<half>(0.0), (1152 - (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16)));
-                                    for (int64_t hg92 = 0; hg92 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 1152) - (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16))); ++hg92) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16))], static_cast<half>(0.0), (1152 - (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16)));
+                                    for (int64_t hg90 = 0; hg90 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 1152) - (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16))); ++hg90) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16) + 1152))], ((PcMin(CW, (M - (c1 * CW))) - 1152) - (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16) + 1152))], ((PcMin(CW, (M - (c1 * CW))) - 1152) - (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg94 = 0; hg94 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2176))); ++hg94) {
+                                for (int64_t hg92 = 0; hg92 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2176))); ++hg92) {
                                     PipeBarrier<PIPE_V>();
                                     Max(vt8, vt8, vt8[1152], 1024);
                                 }
-                                for (int64_t hg96 = 0; hg96 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 640))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1152)))); ++hg96) {
+                                for (int64_t hg94 = 0; hg94 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 640))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1152)))); ++hg94) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr77 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + 640)], (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 640)], (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16))], static_cast<half>(0.0), (640 - (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16)));
-                                    for (int64_t hg95 = 0; hg95 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 640) - (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16))); ++hg95) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16))], static_cast<half>(0.0), (640 - (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16)));
+                                    for (int64_t hg93 = 0; hg93 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 640) - (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16))); ++hg93) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16) + 640))], ((PcMin(CW, (M - (c1 * CW))) - 640) - (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16) + 640))], ((PcMin(CW, (M - (c1 * CW))) - 640) - (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg97 = 0; hg97 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1152))); ++hg97) {
+                                for (int64_t hg95 = 0; hg95 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1152))); ++hg95) {
                                     PipeBarrier<PIPE_V>();
                                     Max(vt8, vt8, vt8[640], 512);
                                 }
-                                for (int64_t hg99 = 0; hg99 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 384))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 640)))); ++hg99) {
+                                for (int64_t hg97 = 0; hg97 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 384))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 640)))); ++hg97) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr77 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + 384)], (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 384)], (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16))], static_cast<half>(0.0), (384 - (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16)));
-                                    for (int64_t hg98 = 0; hg98 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 384) - (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16))); ++hg98) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16))], static_cast<half>(0.0), (384 - (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16)));
+                                    for (int64_t hg96 = 0; hg96 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 384) - (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16))); ++hg96) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16) + 384))], ((PcMin(CW, (M - (c1 * CW))) - 384) - (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16) + 384))], ((PcMin(CW, (M - (c1 * CW))) - 384) - (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg100 = 0; hg100 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 640))); ++hg100) {
+                                for (int64_t hg98 = 0; hg98 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 640))); ++hg98) {
                                     PipeBarrier<PIPE_V>();
                                     Max(vt8, vt8, vt8[384], 256);
                                 }
-                                for (int64_t hg101 = 0; hg101 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 384))); ++hg101) {
+                                for (int64_t hg99 = 0; hg99 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 384))); ++hg99) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt1[(hr77 * 128)], vt8, vt8[128], 128);
+                                    Max(vt1[(hr75 * 128)], vt8, vt8[128], 128);
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt1[(hr77 * 128)], vt1[(hr77 * 128)], vt8[256], 128);
+                                    Max(vt1[(hr75 * 128)], vt1[(hr75 * 128)], vt8[256], 128);
                                 }
-                                for (int64_t hg103 = 0; hg103 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 128))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 384)))); ++hg103) {
+                                for (int64_t hg101 = 0; hg101 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 128))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 384)))); ++hg101) {
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt1[(hr77 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr77 * CW)], static_cast<half>(0.0), 128);
+                                    Adds(vt1[(hr75 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], static_cast<half>(0.0), 128);
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt1[(hr77 * 128)], vt1[(hr77 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + 128)], (PcMin(PcMin(CW, (M - (c1 * CW))), 256) - 128));
-                                    for (int64_t hg102 = 0; hg102 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 256))); ++hg102) {
+                                    Max(vt1[(hr75 * 128)], vt1[(hr75 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 128)], (PcMin(PcMin(CW, (M - (c1 * CW))), 256) - 128));
+                                    for (int64_t hg100 = 0; hg100 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 256))); ++hg100) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt1[(hr77 * 128)], vt1[(hr77 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr77 * CW) + 256)], (PcMin(CW, (M - (c1 * CW))) - 256));
+                                        Max(vt1[(hr75 * 128)], vt1[(hr75 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 256)], (PcMin(CW, (M - (c1 * CW))) - 256));
                                     }
                                 }
-                                for (int64_t hg104 = 0; hg104 < (1 - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 128)))); ++hg104) {
+                                for (int64_t hg102 = 0; hg102 < (1 - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 128)))); ++hg102) {
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt1[(hr77 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr77 * CW)], static_cast<half>(0.0), PcMin(CW, (M - (c1 * CW))));
+                                    Adds(vt1[(hr75 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], static_cast<half>(0.0), PcMin(CW, (M - (c1 * CW))));
                                 }
                             }
                         }
@@ -717,20 +707,20 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                         PipeBarrier<PIPE_V>();
                         Mul(ul6, ul6, ul11, (PcMin(TR, (N - (t * TR))) * 8));
                         for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64))))))))); ++rs) {
-                            for (int64_t cj105 = 0; cj105 < PcCeilDiv(CW, 64); ++cj105) {
+                            for (int64_t cj103 = 0; cj103 < PcCeilDiv(CW, 64); ++cj103) {
                                 PipeBarrier<PIPE_V>();
-                                Sub(ul4[(cj105 * 64)], ul2[(cj105 * 64)], ul12, PcMin(64, (CW - (cj105 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
+                                Sub(ul4[(cj103 * 64)], ul2[(cj103 * 64)], ul12, PcMin(64, (CW - (cj103 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
                             }
                         }
                         for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64)))))))); ++rl) {
-                            for (int64_t lr106 = 0; lr106 < PcMin(TR, (N - (t * TR))); ++lr106) {
-                                for (int64_t lg107 = 0; lg107 < PcCeilDiv((CW / 64), 255); ++lg107) {
+                            for (int64_t lr104 = 0; lr104 < PcMin(TR, (N - (t * TR))); ++lr104) {
+                                for (int64_t lg105 = 0; lg105 < PcCeilDiv((CW / 64), 255); ++lg105) {
                                     PipeBarrier<PIPE_V>();
-                                    Sub(ul4[((lr106 * CW) + (lg107 * 16320))], ul2[((lr106 * CW) + (lg107 * 16320))], ul12[(lr106 * 8)], 64, PcMin(255, ((CW / 64) - (lg107 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                    Sub(ul4[((lr104 * CW) + (lg105 * 16320))], ul2[((lr104 * CW) + (lg105 * 16320))], ul12[(lr104 * 8)], 64, PcMin(255, ((CW / 64) - (lg105 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                                 }
-                                for (int64_t lt108 = 0; lt108 < PcMin(1, (CW % 64)); ++lt108) {
+                                for (int64_t lt106 = 0; lt106 < PcMin(1, (CW % 64)); ++lt106) {
                                     PipeBarrier<PIPE_V>();
-                                    Sub(ul4[((lr106 * CW) + ((CW / 64) * 64))], ul2[((lr106 * CW) + ((CW / 64) * 64))], ul12[(lr106 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                    Sub(ul4[((lr104 * CW) + ((CW / 64) * 64))], ul2[((lr104 * CW) + ((CW / 64) * 64))], ul12[(lr104 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                                 }
                             }
                         }
@@ -739,164 +729,154 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                         for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CW * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 64) - (PcMin(TR, (N - (t * TR))) * 6)))))); ++rs) {
                             PipeBarrier<PIPE_V>();
                             Adds(vt5, ul5, static_cast<float>(0.0), PcMin(64, PcMin(CW, (M - (c1 * CW)))), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CW * 4), 32)));
-                            for (int64_t rp110 = 0; rp110 < PcMin(1, (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 64) - 1)); ++rp110) {
+                            for (int64_t rj107 = 0; rj107 < (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 64) - 1); ++rj107) {
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt6, ul5[64], static_cast<float>(0.0), PcMin(64, (PcMin(CW, (M - (c1 * CW))) - 64)), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CW * 4), 32)));
-                                for (int64_t rj109 = 0; rj109 < PcCeilDiv((PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 64) - 2), 2); ++rj109) {
-                                    PipeBarrier<PIPE_V>();
-                                    Add(vt5, vt5, ul5[(((rj109 * 2) + 2) * 64)], PcMin(64, (PcMin(CW, (M - (c1 * CW))) - (((rj109 * 2) + 2) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CW * 4), 32)));
-                                    for (int64_t rq111 = 0; rq111 < PcMin(1, ((PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 64) - 3) - (rj109 * 2))); ++rq111) {
-                                        PipeBarrier<PIPE_V>();
-                                        Add(vt6, vt6, ul5[(((rj109 * 2) + 3) * 64)], PcMin(64, (PcMin(CW, (M - (c1 * CW))) - (((rj109 * 2) + 3) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CW * 4), 32)));
-                                    }
-                                }
-                                PipeBarrier<PIPE_V>();
-                                Add(vt5, vt5, vt6, PcMin(64, (PcMin(CW, (M - (c1 * CW))) - 64)), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, 8));
+                                Add(vt5, vt5, ul5[((rj107 + 1) * 64)], PcMin(64, (PcMin(CW, (M - (c1 * CW))) - ((rj107 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CW * 4), 32)));
                             }
                         }
                         for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CW * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 64) - (PcMin(TR, (N - (t * TR))) * 6))))); ++rh) {
-                            for (int64_t hr112 = 0; hr112 < PcMin(TR, (N - (t * TR))); ++hr112) {
-                                for (int64_t hg114 = 0; hg114 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32832))); ++hg114) {
+                            for (int64_t hr108 = 0; hr108 < PcMin(TR, (N - (t * TR))); ++hr108) {
+                                for (int64_t hg110 = 0; hg110 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32832))); ++hg110) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt9, ul5[(hr112 * CW)], ul5[((hr112 * CW) + 32832)], (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 32832)], (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8)], ul5[((hr112 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8)));
-                                    for (int64_t hg113 = 0; hg113 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 32832) - (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8))); ++hg113) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8)));
+                                    for (int64_t hg109 = 0; hg109 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 32832) - (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8))); ++hg109) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt9, vt9, ul5[((hr112 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8) + 32832))], ((PcMin(CW, (M - (c1 * CW))) - 32832) - (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8) + 32832))], ((PcMin(CW, (M - (c1 * CW))) - 32832) - (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg116 = 0; hg116 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16448))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32832)))); ++hg116) {
+                                for (int64_t hg112 = 0; hg112 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16448))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32832)))); ++hg112) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt9, ul5[(hr112 * CW)], ul5[((hr112 * CW) + 16448)], (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 16448)], (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8)], ul5[((hr112 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8)));
-                                    for (int64_t hg115 = 0; hg115 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 16448) - (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8))); ++hg115) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8)));
+                                    for (int64_t hg111 = 0; hg111 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 16448) - (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8))); ++hg111) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt9, vt9, ul5[((hr112 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8) + 16448))], ((PcMin(CW, (M - (c1 * CW))) - 16448) - (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8) + 16448))], ((PcMin(CW, (M - (c1 * CW))) - 16448) - (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg117 = 0; hg117 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32832))); ++hg117) {
+                                for (int64_t hg113 = 0; hg113 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32832))); ++hg113) {
                                     PipeBarrier<PIPE_V>();
                                     Add(vt9, vt9, vt9[16448], 16384);
                                 }
-                                for (int64_t hg119 = 0; hg119 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8256))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16448)))); ++hg119) {
+                                for (int64_t hg115 = 0; hg115 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8256))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16448)))); ++hg115) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt9, ul5[(hr112 * CW)], ul5[((hr112 * CW) + 8256)], (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 8256)], (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8)], ul5[((hr112 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8)));
-                                    for (int64_t hg118 = 0; hg118 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 8256) - (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8))); ++hg118) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8)));
+                                    for (int64_t hg114 = 0; hg114 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 8256) - (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8))); ++hg114) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt9, vt9, ul5[((hr112 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8) + 8256))], ((PcMin(CW, (M - (c1 * CW))) - 8256) - (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8) + 8256))], ((PcMin(CW, (M - (c1 * CW))) - 8256) - (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg120 = 0; hg120 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16448))); ++hg120) {
+                                for (int64_t hg116 = 0; hg116 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16448))); ++hg116) {
                                     PipeBarrier<PIPE_V>();
                                     Add(vt9, vt9, vt9[8256], 8192);
                                 }
-                                for (int64_t hg122 = 0; hg122 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4160))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8256)))); ++hg122) {
+                                for (int64_t hg118 = 0; hg118 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4160))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8256)))); ++hg118) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt9, ul5[(hr112 * CW)], ul5[((hr112 * CW) + 4160)], (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 4160)], (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8)], ul5[((hr112 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8)));
-                                    for (int64_t hg121 = 0; hg121 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 4160) - (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8))); ++hg121) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8)));
+                                    for (int64_t hg117 = 0; hg117 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 4160) - (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8))); ++hg117) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt9, vt9, ul5[((hr112 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8) + 4160))], ((PcMin(CW, (M - (c1 * CW))) - 4160) - (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8) + 4160))], ((PcMin(CW, (M - (c1 * CW))) - 4160) - (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg123 = 0; hg123 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8256))); ++hg123) {
+                                for (int64_t hg119 = 0; hg119 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8256))); ++hg119) {
                                     PipeBarrier<PIPE_V>();
                                     Add(vt9, vt9, vt9[4160], 4096);
                                 }
-                                for (int64_t hg125 = 0; hg125 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2112))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4160)))); ++hg125) {
+                                for (int64_t hg121 = 0; hg121 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2112))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4160)))); ++hg121) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt9, ul5[(hr112 * CW)], ul5[((hr112 * CW) + 2112)], (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 2112)], (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8)], ul5[((hr112 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8)));
-                                    for (int64_t hg124 = 0; hg124 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 2112) - (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8))); ++hg124) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8)));
+                                    for (int64_t hg120 = 0; hg120 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 2112) - (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8))); ++hg120) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt9, vt9, ul5[((hr112 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8) + 2112))], ((PcMin(CW, (M - (c1 * CW))) - 2112) - (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8) + 2112))], ((PcMin(CW, (M - (c1 * CW))) - 2112) - (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg126 = 0; hg126 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4160))); ++hg126) {
+                                for (int64_t hg122 = 0; hg122 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4160))); ++hg122) {
                                     PipeBarrier<PIPE_V>();
                                     Add(vt9, vt9, vt9[2112], 2048);
                                 }
-                                for (int64_t hg128 = 0; hg128 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1088))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2112)))); ++hg128) {
+                                for (int64_t hg124 = 0; hg124 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1088))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2112)))); ++hg124) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt9, ul5[(hr112 * CW)], ul5[((hr112 * CW) + 1088)], (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 1088)], (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8)], ul5[((hr112 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8)));
-                                    for (int64_t hg127 = 0; hg127 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 1088) - (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8))); ++hg127) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8)));
+                                    for (int64_t hg123 = 0; hg123 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 1088) - (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8))); ++hg123) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt9, vt9, ul5[((hr112 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8) + 1088))], ((PcMin(CW, (M - (c1 * CW))) - 1088) - (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8) + 1088))], ((PcMin(CW, (M - (c1 * CW))) - 1088) - (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg129 = 0; hg129 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2112))); ++hg129) {
+                                for (int64_t hg125 = 0; hg125 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2112))); ++hg125) {
                                     PipeBarrier<PIPE_V>();
                                     Add(vt9, vt9, vt9[1088], 1024);
                                 }
-                                for (int64_t hg131 = 0; hg131 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 576))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1088)))); ++hg131) {
+                                for (int64_t hg127 = 0; hg127 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 576))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1088)))); ++hg127) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt9, ul5[(hr112 * CW)], ul5[((hr112 * CW) + 576)], (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 576)], (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8)], ul5[((hr112 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8)));
-                                    for (int64_t hg130 = 0; hg130 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 576) - (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8))); ++hg130) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8)));
+                                    for (int64_t hg126 = 0; hg126 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 576) - (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8))); ++hg126) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt9, vt9, ul5[((hr112 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8) + 576))], ((PcMin(CW, (M - (c1 * CW))) - 576) - (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8) + 576))], ((PcMin(CW, (M - (c1 * CW))) - 576) - (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg132 = 0; hg132 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1088))); ++hg132) {
+                                for (int64_t hg128 = 0; hg128 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1088))); ++hg128) {
                                     PipeBarrier<PIPE_V>();
                                     Add(vt9, vt9, vt9[576], 512);
                                 }
-                                for (int64_t hg134 = 0; hg134 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 320))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 576)))); ++hg134) {
+                                for (int64_t hg130 = 0; hg130 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 320))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 576)))); ++hg130) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt9, ul5[(hr112 * CW)], ul5[((hr112 * CW) + 320)], (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 320)], (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8)], ul5[((hr112 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8)));
-                                    for (int64_t hg133 = 0; hg133 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 320) - (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8))); ++hg133) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8)));
+                                    for (int64_t hg129 = 0; hg129 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 320) - (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8))); ++hg129) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt9, vt9, ul5[((hr112 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8) + 320))], ((PcMin(CW, (M - (c1 * CW))) - 320) - (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8) + 320))], ((PcMin(CW, (M - (c1 * CW))) - 320) - (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg135 = 0; hg135 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 576))); ++hg135) {
+                                for (int64_t hg131 = 0; hg131 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 576))); ++hg131) {
                                     PipeBarrier<PIPE_V>();
                                     Add(vt9, vt9, vt9[320], 256);
                                 }
-                                for (int64_t hg137 = 0; hg137 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 192))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 320)))); ++hg137) {
+                                for (int64_t hg133 = 0; hg133 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 192))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 320)))); ++hg133) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt9, ul5[(hr112 * CW)], ul5[((hr112 * CW) + 192)], (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 192)], (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8)], ul5[((hr112 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8)));
-                                    for (int64_t hg136 = 0; hg136 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 192) - (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8))); ++hg136) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8)));
+                                    for (int64_t hg132 = 0; hg132 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 192) - (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8))); ++hg132) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt9, vt9, ul5[((hr112 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8) + 192))], ((PcMin(CW, (M - (c1 * CW))) - 192) - (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8) + 192))], ((PcMin(CW, (M - (c1 * CW))) - 192) - (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg138 = 0; hg138 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 320))); ++hg138) {
+                                for (int64_t hg134 = 0; hg134 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 320))); ++hg134) {
                                     PipeBarrier<PIPE_V>();
                                     Add(vt9, vt9, vt9[192], 128);
                                 }
-                                for (int64_t hg139 = 0; hg139 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 192))); ++hg139) {
+                                for (int64_t hg135 = 0; hg135 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 192))); ++hg135) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt5[(hr112 * 64)], vt9, vt9[64], 64);
+                                    Add(vt5[(hr108 * 64)], vt9, vt9[64], 64);
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt5[(hr112 * 64)], vt5[(hr112 * 64)], vt9[128], 64);
+                                    Add(vt5[(hr108 * 64)], vt5[(hr108 * 64)], vt9[128], 64);
                                 }
-                                for (int64_t hg141 = 0; hg141 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 64))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 192)))); ++hg141) {
+                                for (int64_t hg137 = 0; hg137 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 64))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 192)))); ++hg137) {
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt5[(hr112 * 64)], ul5[(hr112 * CW)], static_cast<float>(0.0), 64);
+                                    Adds(vt5[(hr108 * 64)], ul5[(hr108 * CW)], static_cast<float>(0.0), 64);
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt5[(hr112 * 64)], vt5[(hr112 * 64)], ul5[((hr112 * CW) + 64)], (PcMin(PcMin(CW, (M - (c1 * CW))), 128) - 64));
-                                    for (int64_t hg140 = 0; hg140 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 128))); ++hg140) {
+                                    Add(vt5[(hr108 * 64)], vt5[(hr108 * 64)], ul5[((hr108 * CW) + 64)], (PcMin(PcMin(CW, (M - (c1 * CW))), 128) - 64));
+                                    for (int64_t hg136 = 0; hg136 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 128))); ++hg136) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt5[(hr112 * 64)], vt5[(hr112 * 64)], ul5[((hr112 * CW) + 128)], (PcMin(CW, (M - (c1 * CW))) - 128));
+                                        Add(vt5[(hr108 * 64)], vt5[(hr108 * 64)], ul5[((hr108 * CW) + 128)], (PcMin(CW, (M - (c1 * CW))) - 128));
                                     }
                                 }
-                                for (int64_t hg142 = 0; hg142 < (1 - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 64)))); ++hg142) {
+                                for (int64_t hg138 = 0; hg138 < (1 - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 64)))); ++hg138) {
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt5[(hr112 * 64)], ul5[(hr112 * CW)], static_cast<float>(0.0), PcMin(CW, (M - (c1 * CW))));
+                                    Adds(vt5[(hr108 * 64)], ul5[(hr108 * CW)], static_cast<float>(0.0), PcMin(CW, (M - (c1 * CW))));
                                 }
                             }
                         }
@@ -920,40 +900,40 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                         Cast(ul2, ul0[(((i * PcCeilDiv(M, CW)) + cf) % 2)], RoundMode::CAST_NONE, (PcMin(TR, (N - (t * TR))) * CW));
                         SetFlag<HardEvent::V_MTE2>(((((i * PcCeilDiv(M, CW)) + cf) % 2) + 2));
                         for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64))))))))); ++rs) {
-                            for (int64_t cj143 = 0; cj143 < PcCeilDiv(CW, 64); ++cj143) {
+                            for (int64_t cj139 = 0; cj139 < PcCeilDiv(CW, 64); ++cj139) {
                                 PipeBarrier<PIPE_V>();
-                                Sub(ul4[(cj143 * 64)], ul2[(cj143 * 64)], ub3, PcMin(64, (CW - (cj143 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
+                                Sub(ul4[(cj139 * 64)], ul2[(cj139 * 64)], ub3, PcMin(64, (CW - (cj139 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
                             }
                         }
                         for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64)))))))); ++rl) {
-                            for (int64_t lr144 = 0; lr144 < PcMin(TR, (N - (t * TR))); ++lr144) {
-                                for (int64_t lg145 = 0; lg145 < PcCeilDiv((CW / 64), 255); ++lg145) {
+                            for (int64_t lr140 = 0; lr140 < PcMin(TR, (N - (t * TR))); ++lr140) {
+                                for (int64_t lg141 = 0; lg141 < PcCeilDiv((CW / 64), 255); ++lg141) {
                                     PipeBarrier<PIPE_V>();
-                                    Sub(ul4[((lr144 * CW) + (lg145 * 16320))], ul2[((lr144 * CW) + (lg145 * 16320))], ub3[(lr144 * 8)], 64, PcMin(255, ((CW / 64) - (lg145 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                    Sub(ul4[((lr140 * CW) + (lg141 * 16320))], ul2[((lr140 * CW) + (lg141 * 16320))], ub3[(lr140 * 8)], 64, PcMin(255, ((CW / 64) - (lg141 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                                 }
-                                for (int64_t lt146 = 0; lt146 < PcMin(1, (CW % 64)); ++lt146) {
+                                for (int64_t lt142 = 0; lt142 < PcMin(1, (CW % 64)); ++lt142) {
                                     PipeBarrier<PIPE_V>();
-                                    Sub(ul4[((lr144 * CW) + ((CW / 64) * 64))], ul2[((lr144 * CW) + ((CW / 64) * 64))], ub3[(lr144 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                    Sub(ul4[((lr140 * CW) + ((CW / 64) * 64))], ul2[((lr140 * CW) + ((CW / 64) * 64))], ub3[(lr140 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                                 }
                             }
                         }
                         PipeBarrier<PIPE_V>();
                         Exp(ul5, ul4, (PcMin(TR, (N - (t * TR))) * CW));
                         for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64))))))))); ++rs) {
-                            for (int64_t cj147 = 0; cj147 < PcCeilDiv(CW, 64); ++cj147) {
+                            for (int64_t cj143 = 0; cj143 < PcCeilDiv(CW, 64); ++cj143) {
                                 PipeBarrier<PIPE_V>();
-                                Div(ul7[(cj147 * 64)], ul5[(cj147 * 64)], ul6, PcMin(64, (CW - (cj147 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
+                                Div(ul7[(cj143 * 64)], ul5[(cj143 * 64)], ul6, PcMin(64, (CW - (cj143 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
                             }
                         }
                         for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64)))))))); ++rl) {
-                            for (int64_t lr148 = 0; lr148 < PcMin(TR, (N - (t * TR))); ++lr148) {
-                                for (int64_t lg149 = 0; lg149 < PcCeilDiv((CW / 64), 255); ++lg149) {
+                            for (int64_t lr144 = 0; lr144 < PcMin(TR, (N - (t * TR))); ++lr144) {
+                                for (int64_t lg145 = 0; lg145 < PcCeilDiv((CW / 64), 255); ++lg145) {
                                     PipeBarrier<PIPE_V>();
-                                    Div(ul7[((lr148 * CW) + (lg149 * 16320))], ul5[((lr148 * CW) + (lg149 * 16320))], ul6[(lr148 * 8)], 64, PcMin(255, ((CW / 64) - (lg149 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                    Div(ul7[((lr144 * CW) + (lg145 * 16320))], ul5[((lr144 * CW) + (lg145 * 16320))], ul6[(lr144 * 8)], 64, PcMin(255, ((CW / 64) - (lg145 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                                 }
-                                for (int64_t lt150 = 0; lt150 < PcMin(1, (CW % 64)); ++lt150) {
+                                for (int64_t lt146 = 0; lt146 < PcMin(1, (CW % 64)); ++lt146) {
                                     PipeBarrier<PIPE_V>();
-                                    Div(ul7[((lr148 * CW) + ((CW / 64) * 64))], ul5[((lr148 * CW) + ((CW / 64) * 64))], ul6[(lr148 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                    Div(ul7[((lr144 * CW) + ((CW / 64) * 64))], ul5[((lr144 * CW) + ((CW / 64) * 64))], ul6[(lr144 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                                 }
                             }
                         }
