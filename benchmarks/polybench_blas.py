@@ -1,5 +1,5 @@
-"""PolyBench's BLAS-3 kernels (gemm, syrk, syr2k, trmm, symm) through polycomp's ``cpu`` target
-against the same product through numpy (OpenBLAS), timed in one process:
+"""PolyBench's BLAS-3 kernels (gemm, 2mm, 3mm, syrk, syr2k, trmm, symm) through polycomp's
+``cpu`` target against the same product through numpy (OpenBLAS), timed in one process:
 ``python -m benchmarks.polybench_blas --polybench DIR [--dataset LARGE] [--rounds 7]
 [--kernels gemm,syrk] [--peer-c DIR]``.
 
@@ -7,8 +7,12 @@ Rounds interleave polycomp, a peer build's generated C (``--peer-c`` as in ``pol
 bench polybench``) and numpy, so the host's load drifts alike for all, with a pause of
 ``SETTLE_S`` before each call (OpenBLAS's threads keep spinning a little after a call,
 which would slow whatever runs next); each line prints
-best and median seconds and ``numpy time / polycomp time`` (above 1: polycomp faster).
-numpy's formulations compute the whole result (syrk/syr2k: the full square, of which
+best and median seconds and ``numpy time / polycomp time`` (above 1: polycomp faster),
+and the same ratio of the on-CPU seconds of each call's busiest thread (Linux
+``/proc/self/task/*/schedstat``: the critical path without the time spent waiting for a
+CPU, which on a loaded host is most of the wall time).
+numpy's formulations compute the whole result (2mm: ``beta D + (alpha A B) C``;
+3mm: ``(A B)(C D)``; syrk/syr2k: the full square, of which
 PolyBench updates the lower triangle; numpy's ``A @ A.T`` calls BLAS ``?syrk``; trmm:
 scipy's BLAS ``dtrmm``, ``alpha * A^T B`` with ``A`` unit lower triangular, on
 Fortran-ordered copies made outside the timed call; symm: scipy's ``dsymm``, ``alpha * A B +
@@ -20,6 +24,7 @@ numpy's on the updated triangle.
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import statistics
 import tempfile
@@ -31,6 +36,32 @@ from benchmarks.polybench import Compiled, Peer, extract, find_kernels, fresh, m
 
 #: seconds of pause before each timed call (lets the previous call's threads go idle)
 SETTLE_S = 0.1
+
+
+def _on_cpu() -> dict[str, int]:
+    """Nanoseconds each thread of this process has run on a CPU (Linux schedstat; empty
+    elsewhere)."""
+    out = {}
+    for t in glob.glob("/proc/self/task/*/schedstat"):
+        try:
+            with open(t) as f:
+                out[t] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def _timed(call) -> tuple[float, float]:
+    """Wall seconds of ``call()`` and on-CPU seconds of its busiest thread (the critical
+    path when no thread waits for a CPU: on a loaded host the wall time is mostly the
+    other processes' share)."""
+    a = _on_cpu()
+    t0 = time.perf_counter()
+    call()
+    wall = time.perf_counter() - t0
+    b = _on_cpu()
+    busy = max((b[t] - a.get(t, 0) for t in b), default=0) / 1e9
+    return wall, busy
 
 
 def _numpy(name: str, d: dict):
@@ -48,7 +79,13 @@ def _numpy(name: str, d: dict):
         sa, sb = (float(np.ravel(d[x])[0]) for x in ("alpha", "beta"))
         return (lambda: blas.dsymm(sa, af, bf, sb, cf, side=0, lower=1)), \
             np.ones(d["C"].shape, bool), "C"
+    if name == "3mm":
+        A, B, C, D = (d[x] for x in "ABCD")
+        return (lambda: (A @ B) @ (C @ D)), np.ones(d["G"].shape, bool), "G"
     al, be = d["alpha"], d["beta"]
+    if name == "2mm":
+        A, B, C, D = (d[x] for x in "ABCD")
+        return (lambda: be * D + (al * (A @ B)) @ C), np.ones(D.shape, bool), "D"
     if name == "gemm":
         A, B, C = d["A"], d["B"], d["C"]
         return (lambda: al * (A @ B) + be * C), np.ones(C.shape, bool), "C"
@@ -73,30 +110,33 @@ def bench(name: str, path: str, pb: str, dataset: str, rounds: int, peer_dir) ->
     c.f.cfunc(*c.args(work))
     err = float(np.max(np.abs(work[out] - want)[mask] / np.abs(want[mask])))
     ts: dict[str, list[float]] = {"polycomp": [], "numpy": [], "peer": []}
+    busy: dict[str, list[float]] = {"polycomp": [], "numpy": [], "peer": []}
+
+    def one(name, call):
+        time.sleep(SETTLE_S)
+        w, b = _timed(call)
+        ts[name].append(w)
+        busy[name].append(b)
     for _ in range(rounds):
         fresh(data, work)
-        time.sleep(SETTLE_S)
-        t0 = time.perf_counter()
-        c.f.cfunc(*c.args(work))
-        ts["polycomp"].append(time.perf_counter() - t0)
+        one("polycomp", lambda: c.f.cfunc(*c.args(work)))
         if peer is not None:
             fresh(data, work)
-            time.sleep(SETTLE_S)
-            t0 = time.perf_counter()
-            peer.cfunc(*peer.args(work))
-            ts["peer"].append(time.perf_counter() - t0)
-        time.sleep(SETTLE_S)
-        t0 = time.perf_counter()
-        fn()
-        ts["numpy"].append(time.perf_counter() - t0)
+            one("peer", lambda: peer.cfunc(*peer.args(work)))
+        one("numpy", fn)
     best = {n: min(v) for n, v in ts.items() if v}
     med = {n: statistics.median(v) for n, v in ts.items() if v}
+    bb = {n: min(v) for n, v in busy.items() if v}
+    bm = {n: statistics.median(v) for n, v in busy.items() if v}
     line = (f"{name} {dataset}: polycomp {best['polycomp']:.4f}/{med['polycomp']:.4f} s, "
             f"numpy {best['numpy']:.4f}/{med['numpy']:.4f} s (best/median); numpy/polycomp "
             f"{best['numpy'] / best['polycomp']:.2f} / {med['numpy'] / med['polycomp']:.2f}")
     if peer is not None:
         line += (f"; peer/polycomp {best['peer'] / best['polycomp']:.2f} / "
                  f"{med['peer'] / med['polycomp']:.2f}")
+    if bb["polycomp"] > 0:
+        line += (f"; busiest thread on-CPU numpy/polycomp {bb['numpy'] / bb['polycomp']:.2f}"
+                 f" / {bm['numpy'] / bm['polycomp']:.2f}")
     return line + f"; max rel err vs numpy {err:.1e}"
 
 

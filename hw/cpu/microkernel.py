@@ -20,7 +20,10 @@ where ``R`` vectorises along ``jj`` (:mod:`polycomp.lowering.vectorize`'s condit
 for matmul ``R = Ap[..ii..] * Bp[..jj..]``); the point loops may instead run to
 ``min(MR, ..)`` / ``min(NR, ..)`` (the unisolated tiles of a product with symbolic
 sizes: a run-time choice between the full tile and a variant per row count whose
-vectors are masked to the tile's columns, see :func:`_tile`).  Marks over other bodies
+vectors are masked to the tile's columns, see :func:`_tile`), or the row loop may run
+over ``[lo, hi)`` with a column extent that depends on the row (a tile crossing a
+triangle's diagonal, syrk's ``j <= i``: each row's ``C`` vectors masked to its own
+columns, see :func:`_fixed_tile`).  Marks over other bodies
 (the partial tiles isl generates at the edges of an isolated band) are dropped and left
 to the generic vectoriser.
 
@@ -75,7 +78,7 @@ def _match(body):
         # a one-row tile: the simplifier removed the row loop, li is a reduction loop
         lk = lk + [li]
         li = ir.For(ir.Var("mk_row"), ir.IntImm(0), ir.IntImm(1), "serial", lj)
-    if not lk or upper_bound(li.extent) is None or upper_bound(lj.extent) is None:
+    if not lk or _row_bound(li) is None or upper_bound(lj.extent) is None:
         return None
     v = st.value
     if not (isinstance(v, ir.Binary) and v.op == "+"):
@@ -85,6 +88,13 @@ def _match(body):
                 ir.structural_equal(acc.indices[0], st.indices[0]):
             return lk, li, lj, st, rest
     return None
+
+
+def _row_bound(li: ir.For) -> int | None:
+    """A constant bound of the row loop's end ``min + extent`` (the register rows)."""
+    if ir.is_const(li.min, 0):
+        return upper_bound(li.extent)
+    return upper_bound(simplify(li.min + li.extent))
 
 
 def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True):
@@ -101,6 +111,28 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
     broadcast row ``Ei - 1``'s ``X`` (an element that exists) and are not stored.  One
     partial variant, not one per row count: the kernel's C stays about half as long
     (gcc's build time of a symbolic product)."""
+    if not ir.is_const(li.min, 0) or uses(lj.extent, li.var):
+        # a tile crossing a triangle's diagonal: rows [lo, hi) of the register rows,
+        # each with its own column count (see _fixed_tile's ``lo``)
+        MR, NR = _row_bound(li), upper_bound(lj.extent)
+        if MR is None or NR is None or MR < 1 or NR < 2 or not ir.is_const(lj.min, 0):
+            return None
+        lo, hi = li.min, simplify(li.min + li.extent)
+        tile = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR,
+                           lj.extent, None, lo, hi)
+        if tile is None:
+            return None
+        # at run time 0 <= lo < hi <= MR (else the loops as they were: an empty or
+        # unexpected row range never reads X at a row outside the tile's)
+        nest: ir.Stmt = ir.For(li.var, li.min, li.extent, li.kind,
+                               ir.For(lj.var, lj.min, lj.extent, lj.kind, st,
+                                      lj.annotations), li.annotations)
+        for k in reversed(lk):
+            nest = ir.For(k.var, k.min, k.extent, k.kind, nest, k.annotations)
+        ok = simplify(ir.Binary("&&", ir.Binary("&&", ir.Binary(
+            "<=", ir.IntImm(0), lo, "bool"), ir.Binary("<", lo, hi, "bool"), "bool"),
+            ir.Binary("<=", hi, ir.IntImm(MR), "bool"), "bool"))
+        return ir.IfThenElse(ok, tile, nest)
     if isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm):
         return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
                            li.extent.value, lj.extent.value)
@@ -125,25 +157,57 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
 
 
 def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool,
-                MR: int, NR: int, cols: ir.Expr | None = None, rows: ir.Expr | None = None):
+                MR: int, NR: int, cols: ir.Expr | None = None, rows: ir.Expr | None = None,
+                lo: ir.Expr | None = None, hi: ir.Expr | None = None):
     """The tile of ``MR x NR`` constant extents (``cols``: a run-time column count
     ``<= NR`` that masks every vector; ``rows``: a run-time row count ``1 <= rows <=
     MR``: row ``i`` reads ``X`` at row ``min(i, rows - 1)``, only rows ``< rows`` are
-    stored)."""
+    stored).  With ``lo``/``hi`` (run-time rows ``0 <= lo < hi <= MR``, a tile that
+    crosses a triangle's diagonal) only rows ``lo <= i < hi`` exist: row ``i`` reads
+    ``X`` at row ``min(max(i, lo), hi - 1)``, ``cols`` may depend on the row variable
+    (row ``i``'s vectors of ``C`` are masked to its own count), the ``Y`` vectors to
+    the largest count of an existing row; the other rows are computed, not stored."""
     L = lanes_of(st.buffer.dtype)
-    if L <= 1 or NR < 2 or not ir.is_const(li.min, 0) or not ir.is_const(lj.min, 0):
+    if L <= 1 or NR < 2 or not ir.is_const(lj.min, 0) or \
+            (lo is None and not ir.is_const(li.min, 0)):
         return None
     c = st.indices[0]
     cstride = index_coeff(c, lj.var)
     if not isinstance(cstride, int) or cstride < 1 or any(uses(c, k.var) for k in lk) or \
-            ((cols is not None or rows is not None) and cstride != 1):
+            ((cols is not None or rows is not None or lo is not None) and cstride != 1):
         return None
 
     def row(i: int) -> ir.Expr:
         """The row of ``X`` that tile row ``i`` reads."""
+        if lo is not None and hi is not None:
+            return simplify(ir.min_(ir.max_(ir.IntImm(i), lo), hi - 1))
         if rows is None or i == 0:
             return ir.IntImm(i)
         return simplify(ir.min_(ir.IntImm(i), rows - 1))
+
+    def exists(i: int) -> ir.Expr | None:
+        """Whether tile row ``i`` is a row of the nest (None: always)."""
+        if lo is not None and hi is not None:
+            return simplify(ir.Binary("&&", ir.Binary("<=", lo, ir.IntImm(i), "bool"),
+                                      ir.Binary("<", ir.IntImm(i), hi, "bool"), "bool"))
+        if rows is not None and i > 0:
+            return ir.Binary("<", ir.IntImm(i), rows, "bool")
+        return None
+
+    def cols_of(i: int | None) -> ir.Expr | None:
+        """Row ``i``'s column count (``i`` None: the count the ``Y`` vectors take)."""
+        if cols is None or not uses(cols, li.var):
+            return cols
+        if i is not None:
+            return simplify(ir.substitute(cols, {li.var: ir.IntImm(i)}))
+        most: ir.Expr | None = None
+        for r in range(MR):
+            here = exists(r)
+            n = simplify(ir.substitute(cols, {li.var: ir.IntImm(r)}))
+            if here is not None:
+                n = ir.Select(here, n, ir.IntImm(0), "int64")
+            most = n if most is None else ir.max_(most, n)
+        return most
     if _reads(rest, st.buffer):
         return None
     probe = lj
@@ -161,15 +225,19 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
         return None
     tid = next(tile_ids)
 
-    def count(u) -> ir.Expr | None:
-        """The columns of vector ``u`` stored (None: all ``L``)."""
-        if cols is not None:
-            return simplify(cols - u * L)
+    ycols = cols_of(None)
+
+    def count(u, i: int | None = None) -> ir.Expr | None:
+        """The columns of vector ``u`` stored (None: all ``L``) of row ``i`` (None: the
+        columns any row stores)."""
+        n = ycols if i is None else cols_of(i)
+        if n is not None:
+            return simplify(n - u * L)
         return None if u < NV - 1 or last == L else ir.IntImm(last)
 
-    def masked(u, e):
+    def masked(u, e, i: int | None = None):
         """Lanes beyond the tile's NR columns are neither read nor computed."""
-        n = count(u)
+        n = count(u, i)
         if n is None:
             return e
         return ir.Select(lane_range(ir.IntImm(0), n, L), e,
@@ -244,7 +312,7 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
                 loads.append(ir.Store(acc, (slot(i, u),),
                                       ir.Broadcast(ir.FloatImm(0.0, D), L, D), L))
                 total: ir.Expr = ir.Binary(
-                    "+", masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)),
+                    "+", masked(u, ir.Load(st.buffer, (cref(i, u),), D, L), i),
                     ir.Load(acc, (slot(i, u),), D, L), D)
             else:
                 loads.append(ir.Store(acc, (slot(i, u),),
@@ -253,8 +321,8 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
             store: ir.Stmt = ir.Store(st.buffer, (cref(i, u),), total, L)
             if lane_buf is not None:
                 store = strided_store(i, u, last if u == NV - 1 else L)
-            elif count(u) is not None:
-                store = ir.AttrStmt("vector_mask", (count(u), L), store)
+            elif count(u, i) is not None:
+                store = ir.AttrStmt("vector_mask", (count(u, i), L), store)
             stores.append(store)
             if yf is not None:
                 r = ir.Binary("*", xvars[i], yvars[u], D)
@@ -265,9 +333,9 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
                                     ir.Binary("+", ir.Load(acc, (slot(i, u),), D, L), r, D), L))
         rstmt = ir.seq(*updates)
         row_stmts.append(ir.LetStmt(xvars[i], xlets[i], rstmt) if i in xlets else rstmt)
-        if rows is not None and i > 0:     # rows past the tile's: computed, not stored
-            stores[row_first:] = [ir.IfThenElse(ir.Binary("<", ir.IntImm(i), rows, "bool"),
-                                                ir.seq(*stores[row_first:]))]
+        here = exists(i)
+        if here is not None:     # rows outside the tile's: computed, not stored
+            stores[row_first:] = [ir.IfThenElse(here, ir.seq(*stores[row_first:]))]
     body = ir.seq(*row_stmts)
     for v, val in reversed(ylets):
         body = ir.LetStmt(v, val, body)

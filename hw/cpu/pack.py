@@ -17,7 +17,8 @@ around it, the body becomes
     body:  with every read A[e] replaced by P[slot, layout(e - o)]
 
 ``P`` is a new global buffer: one leading *slot* dimension per enclosing loop that may run
-in parallel (annotated coincident or marked ``cpu_parallel``), indexed by that loop's
+in parallel (annotated coincident, or the first loop below a ``cpu_parallel`` mark:
+the loops nested in that one run in sequence in its thread), indexed by that loop's
 iteration, so concurrent iterations never share a copy (a coincident loop whose
 extent varies with an outer loop gets no slot when it is not the loop right below a
 ``cpu_parallel`` mark, the one ``omp-parallel`` may make parallel: a triangle's ``j``
@@ -230,7 +231,9 @@ class _Packer:
         if isinstance(s, ir.For):
             env2 = dict(env, **{s.var.name: s.var})
             coincident = bool(s.annotation("coincident", False))
-            p = coincident or bool(par) or s.kind == "parallel"
+            # below a cpu_parallel mark only the first loop may become the parallel one
+            # (hw/cpu/parallel_marks): a loop nested in it runs in sequence in one thread
+            p = coincident or par is _MARK or s.kind == "parallel"
             if s.kind == "parallel" or (par is _MARK and coincident):
                 self.claimed.add(id(s))
             return ir.For(s.var, s.min, s.extent, s.kind,
@@ -269,7 +272,8 @@ class _Packer:
         if origin is None or len(origin) != len(arr.shape):
             return body
         slots = []
-        inner = {x.var for x, _ in loops}
+        # (a strided loop's variable is let-bound from its normalised counter)
+        inner = {x.var for x, _ in loops} | set(env.values())
         for lp, p in loops:
             if not p:
                 continue

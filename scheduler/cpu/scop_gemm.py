@@ -18,7 +18,8 @@ each top-level child of the program-order tree, the statement pair of a GEMM
   proj_k(dom)``): every element reduces over the same ``k`` range, so its first update
   is in the first ``k`` tile it meets; the output points may form any set (syrk's
   triangle ``j <= i``: the register tiles wholly inside it are isolated for the
-  micro-kernel, the ones crossing the diagonal take the generic nest).
+  micro-kernel, the ones crossing the diagonal take its row-masked variant,
+  :mod:`polycomp.hw.cpu.microkernel`).
 * an optional *init* ``I[b.., i, j]`` (in the same child, textually before the
   update): ``W[b.., i, j] = f`` reading ``W`` at most at its own point, whose domain is
   the update's projected onto the write dimensions (``C[i][j] = 0``,
@@ -47,6 +48,13 @@ count, L1 and L2 capacities, threads),
                   filter init:   band[i mod MR, j mod NR]
                   filter update: mark cpu_microkernel -> band[k mod KC]
                                                           -> band[i mod MR, j mod NR]
+
+With several threads and a triangle of output points (:func:`cyclic_tiles`) the
+parallel loop is a band ``[floor(i/MC) mod T]`` (AST loop type atomic) above the ``i``
+tiles, which then run ``t, t + T, ..`` in thread ``t``: the triangle's tiles dealt
+cyclically, so each thread gets about the same area (contiguous blocks of tiles gave
+the last thread the largest rows).  The register tiles' isolate option names that band
+as a free first dimension (whether a tile is full does not depend on it).
 
 Legality (isl terms): for a fixed ``(b, i, j)`` the updates run in increasing ``k``
 (``floor(k/KC)`` then ``k mod KC`` is lexicographically monotone in ``k``) and the
@@ -318,8 +326,60 @@ def _affs(space: isl.Space, pos: dict, b: Blocking, k: isl.Aff | None,
             "ii": mod_aff(i, b.MR), "jj": mod_aff(j, b.NR)}
 
 
+
+def _row_lengths(dom: isl.Set, ip: int, jp: int) -> int | None:
+    """``+1`` when the number of ``j`` points of row ``i`` grows by one per row (a lower
+    triangle ``j <= i``), ``-1`` when it shrinks by one (an upper triangle ``j >= i``),
+    None otherwise (a rectangle, or any other shape): from the lexicographic extremes of
+    ``j`` as piecewise affine functions of ``i`` (every piece must agree)."""
+    n = dom.dim(isl.dim_type.set)
+    proj = dom
+    for d in reversed(range(n)):
+        if d not in (ip, jp):
+            proj = proj.project_out(isl.dim_type.set, d, 1)
+    # { [i] -> [j] } (i the first of the two kept dimensions, or the second)
+    rows = isl.Map.from_range(proj).move_dims(isl.dim_type.in_, 0, isl.dim_type.out,
+                                              0 if ip < jp else 1, 1)
+    try:
+        length = rows.lexmax_pw_multi_aff().get_pw_aff(0).sub(
+            rows.lexmin_pw_multi_aff().get_pw_aff(0))
+    except isl.Error:
+        return None
+    slopes = set()
+    for _, aff in length.get_pieces():
+        if any(not aff.get_coefficient_val(isl.dim_type.div, d).is_zero()
+               for d in range(aff.dim(isl.dim_type.div))):
+            return None
+        slopes.add(aff.get_coefficient_val(isl.dim_type.in_, 0).to_python())
+    return slopes.pop() if len(slopes) == 1 and slopes <= {1, -1} else None
+
+
+def cyclic_tiles(dom: isl.Set, ip: int, jp: int, threads: int) -> bool:
+    """Whether the ``i`` tiles of a product over ``dom`` go to the threads cyclically
+    (tile ``t`` to thread ``t mod T``) instead of in contiguous blocks: when the output
+    points form a triangle (:func:`_row_lengths`) and several threads are planned.
+    Tile ``t`` of a lower triangle holds about ``MC^2 (t + 1/2)`` points, so contiguous
+    blocks of tiles give the last thread the largest share (7 tiles of 192 rows of
+    PolyBench's 1200-row syrk over 2 threads: 41 % / 59 % of the points); dealt
+    cyclically every thread gets one tile of each round of ``T`` (46 % / 54 %, and
+    the difference shrinks with more tiles), while each tile keeps its rows
+    contiguous, so its packed ``X`` block keeps the origin ``MC * t`` (no piecewise
+    origin in the micro-kernel's address arithmetic)."""
+    return threads > 1 and _row_lengths(dom, ip, jp) is not None
+
+
+def _free_outer_dim(iso: isl.UnionSet) -> isl.UnionSet:
+    """``{ isolate[[p, prefix] -> [tile]] }`` (``p`` unconstrained) from ``iso`` =
+    ``{ isolate[[prefix] -> [tile]] }``."""
+    s = isl.Set.from_union_set(iso)
+    m = s.unwrap()
+    m = m.insert_dims(isl.dim_type.in_, 0, 1)
+    return isl.UnionSet.from_set(m.wrap().set_tuple_name("isolate"))
+
+
 def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
-                   parallel_regs: bool = False, origin: tuple = (), k_tiles: bool = False):
+                   parallel_regs: bool = False, origin: tuple = (), k_tiles: bool = False,
+                   threads: int = 1):
     """The subtree of the module docstring for ``g`` (pack requests appended to
     ``requests``, i.e. ``promotion_state(state).pack_requests``); ``outer``: the
     members (UnionPwAff on the update) of the bands the subtree will sit below, which
@@ -331,7 +391,9 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     and ``j`` tiles are counted (``floor((i - oi)/MC)``, ...; default 0); ``k_tiles``:
     keep the ``floor(k/KC)`` band below ``outer`` (outer bands that do not fix the ``k``
     block, :mod:`.scop_trmm`'s row steps; the caller makes every step's ``k`` range
-    start at a multiple of ``KC``)."""
+    start at a multiple of ``KC``); ``threads``: the planned threads (a triangle of
+    output points over several takes :func:`cyclic_tiles`' band, at the top level
+    only)."""
     sp = g.update.domain.get_space()
     u = _affs(sp, g.upd_pos, b, dim_aff(sp, g.upd_pos["k"]), origin)
     parts = [u]
@@ -350,6 +412,12 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     # kt band is left out (isl would generate no loop for it, and the packs' origins
     # must be functions of the generated loops)
     tiles = ("it", "kt", "jt") if not outer or k_tiles else ("it", "jt")
+    # a triangle of output points over several threads: the i tiles dealt to the
+    # threads cyclically (cyclic_tiles), the parallel loop over tile mod T above them
+    part = None
+    if threads > 1 and not outer and not parallel_regs and not origin and not batch and \
+            cyclic_tiles(g.update.domain, g.upd_pos["i"], g.upd_pos["j"], threads):
+        part = T.union_members([to_upa(mod_aff(q["it"], threads)) for q in parts])
     upd_prefix = list(outer) + [to_upa(a) for a in u["b"]] + [to_upa(u[n]) for n in tiles]
     dom, ip, jp = g.update.domain, g.upd_pos["i"], g.upd_pos["j"]
     # symbolic sizes over a rectangle: every register tile, partial ones included, is the
@@ -358,6 +426,11 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     boxed = partial_tiles(dom, ip, jp) and _separable(dom, ip) and _separable(dom, jp)
     iso = None if boxed else isolate_full_tiles(
         upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj], (b.MR, b.NR), dom)
+    if iso is not None and part is not None:
+        # a register tile lies in one i tile, so in one part: whether it is full does not
+        # depend on the part, a free dimension in front of the prefix (isl's isolation
+        # of the full tiles with the part in the prefix can take minutes)
+        iso = _free_outer_dim(iso)
     micro = T.Mark(marks.CPU_MICROKERNEL,
                    T.Band([kk], T.Band([ii, jj], permutable=True, coincident=[True, True]),
                           permutable=True))
@@ -409,6 +482,8 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     top = T.Band([it], top, permutable=True, coincident=[True])
     if batch:
         top = T.Band(batch, top, permutable=True, coincident=[True] * len(batch))
+    if part is not None:
+        top = T.Band([part], top, coincident=[True], loop_types=[isl.ast_loop_type.atomic])
     return top if parallel_regs else T.Mark(marks.CPU_PARALLEL, top)
 
 
@@ -431,7 +506,7 @@ class ScopGemmPass(Pass):
                 continue
             b = choose_blocking(g.outer_product(), ctx.target, ctx.cpu_options)
             requests = list(promotion_state(ctx).pack_requests)
-            new = scop_gemm_tree(g, b, requests)
+            new = scop_gemm_tree(g, b, requests, threads=ctx.target.cpu.threads)
             trial = stages.trial(st, new)
             sub = filt
             deps = ctx.model.dependences.intersect_domain(sub).intersect_range(sub)
@@ -442,11 +517,15 @@ class ScopGemmPass(Pass):
             promotion_state(ctx).pack_requests[:] = requests
             stages.replace(st, new)
             init = f" (init {g.init.name})" if g.init is not None else ""
+            cyc = " (a triangle: dealt to the threads cyclically)" if cyclic_tiles(
+                g.update.domain, g.upd_pos["i"], g.upd_pos["j"], ctx.target.cpu.threads) \
+                and not g.upd_pos["b"] else ""
             prods = " + ".join(f"{x.buffer.name} * {y.buffer.name}" for x, y in g.pairs)
             xs = ", ".join(x.buffer.name for x, _ in g.pairs)
             ys = ", ".join(y.buffer.name for _, y in g.pairs)
             ctx.note(self.name, f"{g.update.name}{init}: GEMM {g.update.write.name} += "
                                 f"{prods}; register block "
                                 f"{b.MR}x{b.NR}, tiles MC={b.MC} NC={b.NC} KC={b.KC}, packed "
-                                f"{xs} (L1) and {ys} (L2), parallel over i tiles")
+                                f"{xs} (L1) and {ys} (L2), parallel over i tiles"
+                                f"{cyc}")
         return stages.schedule()

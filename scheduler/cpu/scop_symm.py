@@ -23,17 +23,25 @@ child's subtree (the C order, restricted by the filters):
                        sequence
                          filter Z:        sub
                          filter P1:       scop-gemm subtree of P over P1  (k < B*step)
-                         filter P - P1:   sub                             (the block)
+                         filter P - P1:   band[i, k, j]                   (the block)
       filter F:      sub                                                  (phase 2)
       filter M:      band[floor(row/B)]                                   (phase 3)
                        sequence
-                         filter M - M3:   sub                             (the block)
+                         filter M - M3:   band[i, k, j]                   (the block)
                          filter M3:       scop-gemm subtree of M over M3  (red >= B*step+B)
+
+With several threads the whole sequence sits below ``mark cpu_parallel -> band[floor(j/W)
+mod T] (atomic) -> band[floor(j/W)]`` (:func:`column_blocks`: every statement touches
+column ``j`` of its arrays only, so the columns are independent and one fork/join
+serves the call), and the blocks of ``P`` and ``M`` (``sub`` above) run in the order
+``band[row, red, col]`` (:func:`_row_red_col`: the column innermost, unit stride),
+not the C order.
 
 ``P1 = { P : k < B*floor(i/B) }`` (the rectangle left of the block, ``k`` tiles from 0)
 and ``M3`` :mod:`.scop_trmm`'s trailing part.  Each element receives its updates in
 increasing reduction index (phase 1: the rectangle, then the block; phase 3: the block,
-then the rows below), so the sums keep the C order (bitwise up to FMA contraction).
+then the rows below; inside the block in increasing ``k`` for ``P``, increasing ``i``
+for ``M``), so the sums keep the C order (bitwise up to FMA contraction).
 
 Legality (isl terms): :func:`polycomp.scheduler.common.tree.violated_dependences` on the
 whole tree against every dependence of the child, plus :mod:`.scop_trmm`'s checks (a)
@@ -56,11 +64,19 @@ import islpy as isl
 
 from polycomp.frontend.c_model import CScopModel
 from polycomp.model import Statement
+from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu import scop_trmm
 from polycomp.scheduler.cpu import tree as T
-from polycomp.scheduler.cpu.backbone_tile import choose_blocking, dim_aff, floor_div_aff
+from polycomp.scheduler.cpu.backbone_tile import (
+    _extent,
+    choose_blocking,
+    dim_aff,
+    floor_div_aff,
+    mod_aff,
+    to_upa,
+)
 from polycomp.scheduler.cpu.scop_gemm import ScopGemm, _separable, scop_gemm_tree
 from polycomp.scheduler.cpu.scop_stages import ScopStages
 from polycomp.scheduler.cpu.scop_trmm import (
@@ -116,6 +132,59 @@ def match_symm(statements: list[Statement]) \
     return p, m, first, [s for s in rest if s not in first]
 
 
+#: columns of a thread's block in symm's column split (``NR`` panels) when the column
+#: count is symbolic
+COLUMN_PANELS = 6
+
+
+def column_blocks(statements: list[Statement], NR: int, threads: int) \
+        -> tuple[isl.UnionPwAff, isl.UnionPwAff, int] | None:
+    """``(floor(j/W) mod T, floor(j/W), W)`` over ``statements`` (``j``: each one's
+    last written subscript, a plain iterator), the column blocks of ``W`` columns dealt
+    to the ``T`` threads cyclically, or None (one thread, a statement without such a
+    subscript, column ranges that differ).  Every statement of symm touches only
+    column ``j`` of ``C``, ``B`` and ``acc`` (``A`` is read-only), so the columns are
+    independent: one parallel loop around all three phases (one fork/join per call
+    instead of one per step, ``k`` tile and ``j`` tile, each packing its own panels).
+    ``W`` is an even number of ``NR`` panels (the ``j`` tiles, ``NC = W / 2``, nest in
+    the blocks), enough for one block per thread when the column count is a constant,
+    else :data:`COLUMN_PANELS` panels."""
+    if threads <= 1:
+        return None
+    affs = []
+    extents = set()
+    for s in statements:
+        iters = tuple(s.iters)
+        j = scop_trmm._plain(s.write_indices[-1], iters) if s.write_indices else None
+        if j is None:
+            return None
+        pos = iters.index(j)
+        extents.add(_extent(s.domain, pos))
+        affs.append((s.domain.get_space(), pos))
+    if len(extents) != 1:
+        return None
+    n = extents.pop()
+    panels = None if n is None else (n + NR - 1) // NR
+    per_thread = COLUMN_PANELS if panels is None else (panels + threads - 1) // threads
+    W = NR * 2 * -(-per_thread // 2)       # an even number of panels (NC = W / 2)
+    blocks = [floor_div_aff(dim_aff(sp, p), W) for sp, p in affs]
+    part = T.union_members([isl.UnionPwAff.from_pw_aff(isl.PwAff.from_aff(
+        mod_aff(b, threads))) for b in blocks])
+    return part, T.union_members([isl.UnionPwAff.from_pw_aff(isl.PwAff.from_aff(b))
+                                  for b in blocks]), W
+
+
+def _row_red_col(g: ScopGemm) -> T.Band:
+    """The diagonal block's order ``band[row, red, col]`` for the update of ``g``: the
+    column ``j`` innermost, unit stride in ``W``, ``Y`` and the mirror's ``C[k][j]``
+    (the C order ``i, j, k`` runs the reduction innermost, a strided dot product or
+    scatter).  Every element still gets its updates in increasing reduction (``P``)
+    or row (``M``) index."""
+    sp = g.update.domain.get_space()
+    p = g.upd_pos
+    return T.Band([to_upa(dim_aff(sp, p[n])) for n in ("i", "k", "j")])
+
+
 def _leading(g: ScopGemm, B: int) -> isl.Set:
     """``P1`` of the module docstring: the reductions left of the row's block."""
     s = g.update
@@ -149,6 +218,13 @@ class ScopSymmPass(Pass):
             blk = choose_blocking(p.outer_product(), ctx.target, ctx.cpu_options)
             B = max(blk.MR, min(scop_trmm.BLOCK, blk.KC) // blk.MR * blk.MR)
             blk = dataclasses.replace(blk, KC=B)
+            cols = column_blocks(group, blk.NR, ctx.target.cpu.threads)
+            if cols is not None:
+                # two j tiles per column block: a packed Y block's columns then lie in
+                # one column block (its origin a function of the j tile loop; with
+                # tiles across blocks it is a piecewise max, with one tile per block
+                # the j tile loop is not generated: the packing addresses neither)
+                blk = dataclasses.replace(blk, NC=cols[2] // 2)
             space = filt.get_space()
             requests = list(promotion_state(ctx).pack_requests)
             phases = []
@@ -168,13 +244,14 @@ class ScopSymmPass(Pass):
                 rest = isl.UnionSet.from_set(g.update.domain).subtract(
                     isl.UnionSet.from_set(part))
                 pset = isl.UnionSet.from_set(part)
+                block = _row_red_col(g)
                 if part.is_empty():
-                    seq: list = [T.Filter(rest, sub)]
+                    seq: list = [T.Filter(rest, block)]
                 else:
                     gemm = scop_gemm_tree(gp, blk, requests, (own,), True, (oi, zero),
                                           k_tiles=True)
-                    seq = [T.Filter(pset, gemm), T.Filter(rest, sub)] if leading else \
-                        [T.Filter(rest, sub), T.Filter(pset, gemm)]
+                    seq = [T.Filter(pset, gemm), T.Filter(rest, block)] if leading else \
+                        [T.Filter(rest, block), T.Filter(pset, gemm)]
                 members = [own]
                 if leading and first:
                     seq.insert(0, T.Filter(_union(first, space), sub))
@@ -192,6 +269,10 @@ class ScopSymmPass(Pass):
                 top.append(T.Filter(_union(fin, space), sub))
             top.append(phases[1])
             new = T.Sequence(top)
+            if cols is not None:
+                new = T.Mark(marks.CPU_PARALLEL, T.Band(
+                    [cols[0]], T.Band([cols[1]], new), coincident=[True],
+                    loop_types=[isl.ast_loop_type.atomic]))
             trial = stages.trial(st, new)
             deps = ctx.model.dependences.intersect_domain(filt).intersect_range(filt)
             if not violated_dependences(trial, deps).is_empty():

@@ -1,0 +1,164 @@
+"""Triangular and symmetric products on the CPU micro-kernel (scheduler/cpu/scop_gemm.py,
+scheduler/cpu/scop_symm.py, hw/cpu/microkernel.py):
+
+* a triangle of output points (syrk's ``j <= i``, its mirror ``j >= i``) is recognised
+  from the row lengths (``_row_lengths``), a rectangle is not;
+* with two threads the triangle's ``i`` tiles are dealt cyclically (the parallel band
+  ``floor(i/MC) mod 2``), and the register tiles crossing the diagonal are micro-kernel
+  tiles with per-row masks (not a generic nest; the mirror triangle ``j >= i`` is not on
+  the micro-kernel): the built kernel equals numpy's product on the triangle and leaves
+  the other triangle alone, at odd, prime and extent-1 sizes;
+* symm with two threads: one parallel loop over column blocks around its three phases,
+  the built kernel equals numpy.
+
+Results are compared with numpy at 1e-12 relative (the micro-kernel contracts to FMA;
+``fp_exact`` keeps the C order but not the contraction, docs/c_frontend.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import islpy as isl
+import numpy as np
+import pytest
+
+from polycomp.driver import compile_kernel
+from polycomp.frontend.c_reader import read_c_kernel
+from polycomp.hw.target import get_target
+from polycomp.scheduler.cpu.scop_gemm import _row_lengths, cyclic_tiles
+from polycomp.scheduler.cpu.scop_symm import column_blocks, match_symm
+
+_AVX512 = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
+TARGET2 = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threads=2))
+
+SYRK = """
+void syrk_{name}(int n, int m, double C[n][n], double A[n][m]) {{
+  int i, j, k;
+#pragma scop
+  for (i = 0; i < n; i++) {{
+    for (j = {lo}; j {cmp} {hi}; j++)
+      C[i][j] *= 0.5;
+    for (k = 0; k < m; k++)
+      for (j = {lo}; j {cmp} {hi}; j++)
+        C[i][j] += 1.5 * A[i][k] * A[j][k];
+  }}
+#pragma endscop
+}}
+"""
+LOWER = SYRK.format(name="lower", lo="0", cmp="<=", hi="i")
+UPPER = SYRK.format(name="upper", lo="i", cmp="<", hi="n")
+
+SYMM = """
+void symm_cols(int m, int n, double alpha, double beta, double C[m][n], double A[m][m],
+               double B[m][n]) {
+  int i, j, k;
+  double temp2;
+#pragma scop
+  for (i = 0; i < m; i++)
+    for (j = 0; j < n; j++) {
+      temp2 = 0;
+      for (k = 0; k < i; k++) {
+        C[k][j] += alpha * B[i][j] * A[i][k];
+        temp2 += B[k][j] * A[i][k];
+      }
+      C[i][j] = beta * C[i][j] + alpha * B[i][j] * A[i][i] + alpha * temp2;
+    }
+#pragma endscop
+}
+"""
+
+
+def _call(k, f, arrays: dict, sizes: dict) -> dict:
+    """Run the built kernel on ``arrays`` (by name); its outputs by name."""
+    out = f(*[arrays[n] for n in list(k.inputs) + list(k.outputs)], **sizes)
+    out = out if isinstance(out, tuple) else (out,)
+    return dict(zip(k.outputs, out))
+
+
+def _set(text: str) -> isl.Set:
+    return isl.Set(text)
+
+
+def test_row_lengths_tell_triangles_from_rectangles():
+    lower = _set("[n, m] -> { S[i, j, k] : 0 <= j <= i < n and 0 <= k < m }")
+    upper = _set("[n, m] -> { S[i, k, j] : 0 <= i <= j < n and 0 <= k < m }")
+    rect = _set("[n, m] -> { S[i, j, k] : 0 <= i < n and 0 <= j < n and 0 <= k < m }")
+    wide = _set("[n] -> { S[i, j, k] : 0 <= i < n and 0 <= j <= 2i and 0 <= k < 4 }")
+    assert _row_lengths(lower, 0, 1) == 1
+    assert _row_lengths(upper, 0, 2) == -1
+    assert _row_lengths(rect, 0, 1) is None
+    assert _row_lengths(wide, 0, 1) is None            # two more points per row
+    assert cyclic_tiles(lower, 0, 1, 2) and not cyclic_tiles(lower, 0, 1, 1)
+    assert not cyclic_tiles(rect, 0, 1, 2)
+
+
+def _syrk_ref(C, A, lower: bool):
+    full = 0.5 * C + 1.5 * (A @ A.T)
+    mask = np.tril(np.ones(C.shape, bool)) if lower else np.triu(np.ones(C.shape, bool))
+    return np.where(mask, full, C)
+
+
+@pytest.mark.parametrize("lower", [True, pytest.param(False, marks=pytest.mark.slow)],
+                         ids=["lower", "upper"])
+def test_triangle_is_cyclic_and_its_diagonal_tiles_are_micro_kernels(lower):
+    k = read_c_kernel(LOWER if lower else UPPER, "syrk_lower" if lower else "syrk_upper")
+    ck = compile_kernel(k, TARGET2)
+    notes = ck.notes["scop-gemm"]
+    assert any("GEMM C += A * A" in x for x in notes), notes
+    assert any("cyclically" in x for x in notes), notes
+    # the full tiles' micro-kernel and the row-masked one of the diagonal tiles (before:
+    # one, the diagonal tiles in a generic nest; the last n mod MR rows still are)
+    # (the mirror triangle j >= i: its register tiles start at a column that varies
+    # with the row, which the micro-kernel does not take: vectorised nests)
+    assert ck.final_ir.counts.microkernels >= (2 if lower else 0), ck.final_ir.counts
+    f = ck.backend.load(ck)
+    rng = np.random.default_rng(5)
+    for n, m in ((1, 1), (7, 3), (53, 17), (97, 1), (200, 13)):
+        A = rng.uniform(-1, 1, (n, m))
+        C = rng.uniform(-1, 1, (n, n))
+        want = _syrk_ref(C, A, lower)
+        got = _call(k, f, dict(A=A, C=C.copy()), dict(n=n, m=m))["C"]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14, err_msg=f"{n}x{m}")
+
+
+def test_symm_runs_one_parallel_loop_over_column_blocks():
+    k = read_c_kernel(SYMM, "symm_cols")
+    model = k.polyhedral_model()
+    m = match_symm(list(model.statements))
+    assert not isinstance(m, str), m
+    assert column_blocks(list(model.statements), 32, 1) is None
+    assert column_blocks(list(model.statements), 32, 2) is not None
+    ck = compile_kernel(k, TARGET2)
+    assert any("split in three phases" in x for x in ck.notes["scop-symm"]), ck.notes
+    assert ck.source.count("#pragma omp parallel") == 1, "one parallel region"
+    f = ck.backend.load(ck)
+    rng = np.random.default_rng(11)
+    for mm, nn in ((1, 1), (7, 3), (61, 200), (130, 71)):
+        A = rng.uniform(-1, 1, (mm, mm))
+        B = rng.uniform(-1, 1, (mm, nn))
+        C = rng.uniform(-1, 1, (mm, nn))
+        al, be = np.array(1.5), np.array(1.2)
+        S = np.tril(A) + np.tril(A, -1).T
+        want = 1.5 * (S @ B) + 1.2 * C
+        got = _call(k, f, dict(alpha=al, beta=be, A=A, B=B, C=C.copy()),
+                    dict(m=mm, n=nn))["C"]
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13, err_msg=f"{mm}x{nn}")
+
+
+def test_symm_constant_sizes_blocks_of_whole_panels():
+    """Constant sizes: column blocks of an even number of panels, one per thread
+    (131 columns: 5 panels, blocks of 4), the built kernel equals numpy."""
+    src = SYMM.replace("symm_cols", "symm_const").replace("[m][n]", "[77][131]") \
+        .replace("[m][m]", "[77][77]").replace("i < m", "i < 77").replace("j < n", "j < 131")
+    k = read_c_kernel(src, "symm_const")
+    blocks = column_blocks(list(k.polyhedral_model().statements), 32, 2)
+    assert blocks is not None and blocks[2] == 128, blocks
+    ck = compile_kernel(k, TARGET2)
+    f = ck.backend.load(ck)
+    rng = np.random.default_rng(2)
+    A, B, C = rng.uniform(-1, 1, (77, 77)), rng.uniform(-1, 1, (77, 131)), \
+        rng.uniform(-1, 1, (77, 131))
+    S = np.tril(A) + np.tril(A, -1).T
+    got = _call(k, f, dict(alpha=np.array(0.5), beta=np.array(2.0), A=A, B=B, C=C.copy()),
+                dict(m=1, n=1))["C"]
+    np.testing.assert_allclose(got, 0.5 * (S @ B) + 2.0 * C, rtol=1e-11, atol=1e-13)
