@@ -20,7 +20,8 @@ from polycomp import dtypes as dt
 from polycomp.errors import ArgumentError, PolycompError, ShapeMismatchError, user_location
 
 from .ir import Graph, Value, numel, shape_str
-from .partition import Group, Partition
+from .opdefs import flops
+from .partition import BANDWIDTH, PEAK, Group, Partition
 
 
 @dataclass
@@ -93,6 +94,24 @@ class CompiledGraph:
         self.target = target
         self.plan = plan_buffers(self.graph, steps)
         check_dims_bound(self.graph)
+        g = self.graph
+        self._constants: dict[Value, np.ndarray] = {
+            c: c.const for c in g.constants}  # type: ignore[misc]
+        # the addresses of the C-contiguous constants (the same arrays at every call, also
+        # when updated in place); the others are copied at each call, as a kernel call was
+        self._const_addr = {c: a.ctypes.data for c, a in self._constants.items()
+                            if a.flags.c_contiguous}
+        # outputs that are inputs or constants: returned as copies
+        self._fresh = {k for k, v in enumerate(g.outputs)
+                       if v.const is not None or v.is_input}
+        self._slot_dtypes = [dt.to_numpy(d) for d in self.plan.dtypes]
+        self._out_dtypes = [dt.to_numpy(v.dtype) for v in g.outputs]
+        # one ShapePlan per signature of the inputs (shapes, dtypes) called before
+        self._plans: dict[tuple, ShapePlan] = {}
+        # input shapes for which values_hold found the size-expression guards true, and
+        # scalar_results per binding of the dims (both bounded by MAX_SHAPE_PLANS)
+        self._exprs_hold: set[tuple] = set()
+        self._scalar_memo: dict[tuple, list] = {}
 
     def bind(self, arrays: list[np.ndarray]) -> dict[sympy.Symbol, int]:
         """Shape guards: bind every dim symbol from the inputs and check each extent, each
@@ -126,12 +145,7 @@ class CompiledGraph:
             if _ev(c.lhs, env) != _ev(c.rhs, env):
                 raise ShapeMismatchError(f"shape constraint {c} fails for {_fmt(env)}",
                                          user_location())
-        for v, want in g.value_guards:
-            got = arrays[g.inputs.index(v)].item()
-            if not _same_value(got, want):
-                raise ArgumentError(f"input {v.name!r} was read as {want!r} when the graph was "
-                                    f"compiled (a 0-d tensor used as a number), got {got!r}: "
-                                    f"compile again", user_location())
+        self._check_values(arrays)
         for e, want in g.expr_guards:
             got = _number(e, env)
             if not _same_value(got, want):
@@ -139,6 +153,28 @@ class CompiledGraph:
                                     f"compiled (used as a number), it is {got!r} for "
                                     f"{_fmt(env)}: compile again", user_location())
         return env
+
+    def _scalars(self, env: dict) -> list[tuple[int, Any]]:
+        """``graph.scalar_results`` evaluated for ``env`` (once per binding)."""
+        key = tuple(env.items())
+        got = self._scalar_memo.get(key)
+        if got is None:
+            got = [(k, tuple(_number(d, env) for d in e) if isinstance(e, tuple)
+                    else _number(e, env)) for k, e in self.graph.scalar_results]
+            if len(self._scalar_memo) >= MAX_SHAPE_PLANS:
+                self._scalar_memo.clear()
+            self._scalar_memo[key] = got
+        return got
+
+    def _check_values(self, arrays: list[np.ndarray]) -> None:
+        """The 0-d inputs read as numbers at compile time still hold those numbers."""
+        g = self.graph
+        for v, want in g.value_guards:
+            got = arrays[g.inputs.index(v)].item()
+            if not _same_value(got, want):
+                raise ArgumentError(f"input {v.name!r} was read as {want!r} when the graph was "
+                                    f"compiled (a 0-d tensor used as a number), got {got!r}: "
+                                    f"compile again", user_location())
 
     def values_hold(self, inputs: list[Any]) -> bool:
         """Do the values read at compile time (``graph.value_guards``, ``expr_guards``)
@@ -149,12 +185,20 @@ class CompiledGraph:
             return False
         if not g.expr_guards:
             return True
+        shapes = tuple(tuple(a.shape) for a in inputs)
+        if shapes in self._exprs_hold:       # they depend on the shapes only
+            return True
         env: dict = {}
         for v, a in zip(g.inputs, inputs):
             for d, n in zip(v.shape, a.shape):
                 if isinstance(d, sympy.Symbol):
                     env.setdefault(d, int(n))
-        return all(_same_value(_number(e, env), want) for e, want in g.expr_guards)
+        ok = all(_same_value(_number(e, env), want) for e, want in g.expr_guards)
+        if ok:
+            if len(self._exprs_hold) >= MAX_SHAPE_PLANS:
+                self._exprs_hold.clear()
+            self._exprs_hold.add(shapes)
+        return ok
 
     def __call__(self, *inputs: Any, out: Any = None):
         from polycomp.dlpack import from_caller, to_caller
@@ -169,9 +213,8 @@ class CompiledGraph:
         result = to_caller(result, kind)
         if g.scalar_results:
             result = list(result)
-            for k, e in g.scalar_results:
-                result.insert(k, tuple(_number(d, env) for d in e) if isinstance(e, tuple)
-                              else _number(e, env))
+            for k, n in self._scalars(env):
+                result.insert(k, n)
         return tuple(result) if len(result) != 1 else result[0]
 
     def run(self, arrays: list[np.ndarray], outs: list[np.ndarray] | None = None) -> list:
@@ -180,16 +223,56 @@ class CompiledGraph:
         return self._execute(arrays, outs)[0]
 
     def _execute(self, arrays: list[np.ndarray], outs: list[np.ndarray] | None):
-        env = self.bind(arrays)
         g = self.graph
+        key = _signature(arrays)
+        plan = self._plans.get(key) if outs is None and key is not None else None
+        if plan is not None:
+            self._check_values(arrays)
+            return self._run_plan(plan, arrays), plan.env
+        env = self.bind(arrays)
         if outs is not None and len(outs) != len(g.results):
             raise ArgumentError(f"graph {g.name!r} returns {len(g.results)} value(s), got "
                                 f"{len(outs)} out= array(s)", user_location())
         vals: dict[Value, np.ndarray] = dict(zip(g.inputs, arrays))
-        vals.update({c: c.const for c in g.constants})  # type: ignore[misc]
+        vals.update(self._constants)
         slots = self._slots(env)
-        fresh: set[int] = set()  # outputs that are inputs/constants: returned as copies
-        for k, v in enumerate(g.outputs):
+        record = outs is None and key is not None
+        calls: list[StepCall] = []
+        fresh = self._outputs(vals, env, outs)
+        for s in self.steps:
+            c = _step_call(s, env, self.plan)
+            if s.fn is None:
+                src, dst = s.inputs[0], s.outputs[0]
+                if dst in vals:  # a view that is a graph output: copy
+                    np.copyto(vals[dst], vals[src].reshape(c.view_shape))
+                else:
+                    vals[dst] = vals[src].reshape(c.view_shape)
+            else:
+                for v, o in zip(s.outputs, c.out_views):
+                    if v not in vals and o is not None:
+                        vals[v] = slots[o[0]][:o[1]].reshape(o[2])
+                ins, kouts, back = c.arrays(vals)
+                if record:
+                    prepare = getattr(s.fn, "prepare", None)
+                    if prepare is not None:
+                        c.prepare(prepare(ins, c.params, c.work_s))
+                s.fn(*ins, out=kouts, **c.params)
+                for o, t in back:
+                    np.copyto(o, t)
+            calls.append(c)
+        if record and key is not None:
+            if len(self._plans) >= MAX_SHAPE_PLANS:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = ShapePlan(env, [len(sl) for sl in slots],
+                                         [tuple(vals[v].shape) for v in g.outputs], calls)
+        return self._results(vals, arrays, fresh), env
+
+    def _outputs(self, vals: dict, env: dict, outs: list[np.ndarray] | None) -> set[int]:
+        """Put the graph's outputs into ``vals``: the caller's ``out=`` arrays (checked)
+        or new arrays; returns the indices of outputs that are inputs or constants
+        (returned as copies)."""
+        fresh: set[int] = set()
+        for k, v in enumerate(self.graph.outputs):
             shape = tuple(_ev(d, env) for d in v.shape)
             if outs is not None and k < len(outs):
                 o = outs[k]
@@ -203,20 +286,57 @@ class CompiledGraph:
                 vals[v] = np.empty(shape, dt.to_numpy(v.dtype))
             elif v.const is not None or v.is_input:
                 fresh.add(k)
-        for s in self.steps:
+        return fresh
+
+    def _run_plan(self, plan: ShapePlan, arrays: list[np.ndarray]) -> list:
+        """A call of a shape seen before (its guards, shapes and every kernel's
+        arguments checked then): the steps with their evaluated sizes, arrays made
+        C-contiguous once, each kernel through its prepared call."""
+        g = self.graph
+        vals: dict[Value, np.ndarray] = {
+            v: a if a.flags.c_contiguous else np.ascontiguousarray(a)
+            for v, a in zip(g.inputs, arrays)}
+        for cv, a in self._constants.items():
+            vals[cv] = a if cv in self._const_addr else np.ascontiguousarray(a)
+        slots = [np.empty(n, dtype=d) for n, d in zip(plan.slot_sizes, self._slot_dtypes)]
+        for v, shape, d in zip(g.outputs, plan.out_shapes, self._out_dtypes):
+            if v not in vals:
+                vals[v] = np.empty(shape, d)
+        # every array here is C-contiguous, its reshapes and slot views too: a value's
+        # address is its array's (slot views start at their slot)
+        addr = dict(self._const_addr)
+        for v, a in vals.items():
+            if v not in addr:
+                addr[v] = a.ctypes.data
+        slot_addr = [sl.ctypes.data for sl in slots]
+        for c in plan.calls:
+            s = c.step
             if s.fn is None:
                 src, dst = s.inputs[0], s.outputs[0]
-                shape = tuple(_ev(d, env) for d in dst.shape)
-                if dst in vals:  # a view that is a graph output: copy
-                    np.copyto(vals[dst], vals[src].reshape(shape))
+                if dst in vals:
+                    np.copyto(vals[dst], vals[src].reshape(c.view_shape))
                 else:
-                    vals[dst] = vals[src].reshape(shape)
+                    vals[dst] = vals[src].reshape(c.view_shape)
+                    addr[dst] = addr[src]
                 continue
-            for v in s.outputs:
-                if v not in vals:
-                    vals[v] = _view(slots[self.plan.slot_of[v]], v, env)
-            params = {name: _ev(e, env) for name, e in s.params.items()}
-            _call(s, vals, env, params)
+            for v, o in zip(s.outputs, c.out_views):
+                if v not in vals and o is not None:
+                    vals[v] = slots[o[0]][:o[1]].reshape(o[2])
+                    addr[v] = slot_addr[o[0]]
+            if c.kernel is not None:
+                c.kernel.call(c.kernel.head + [addr[v] if a is None else a
+                                               for v, a in c.arg_addr])
+                continue
+            ins, kouts, back = c.arrays(vals)
+            s.fn(*ins, out=kouts, **c.params)
+            for o, t in back:
+                np.copyto(o, t)
+        return self._results(vals, arrays, self._fresh)
+
+    def _results(self, vals: dict, arrays: list[np.ndarray], fresh: set[int]) -> list:
+        """The graph's results (outputs that are inputs or constants as copies), after
+        writing its input mutations back into ``arrays``."""
+        g = self.graph
         res = [vals[v].copy() if k in fresh else vals[v] for k, v in enumerate(g.outputs)]
         for v, k in g.mutations:  # in-place updates of inputs, after every read of them
             a = arrays[g.inputs.index(v)]
@@ -224,7 +344,29 @@ class CompiledGraph:
                 raise ArgumentError(f"input {v.name!r} is updated in place by the graph but "
                                     f"the array passed is read-only", user_location())
             np.copyto(a, res[k])
-        return res[:len(g.results)], env
+        return res[:len(g.results)]
+
+    def call_plan(self, *inputs: Any) -> str:
+        """How a call with these inputs' shapes runs (after such a call: its cached
+        :class:`ShapePlan`): per kernel step the evaluated sizes, the estimated
+        one-thread time and whether it runs on one thread (``hw/cpu/build.py``
+        ``ONE_THREAD_BELOW_S``)."""
+        from polycomp.dlpack import from_caller
+        arrays, _ = from_caller(inputs, [v.name for v in self.graph.inputs])
+        plan = self._plans.get(_signature(arrays))  # type: ignore[arg-type]
+        if plan is None:
+            self.run(arrays)
+            plan = self._plans[_signature(arrays)]  # type: ignore[index]
+        lines = [f"graph {self.graph.name!r} for {_fmt(plan.env) or 'its fixed shapes'}:"]
+        for c in plan.calls:
+            if c.step.fn is None:
+                continue
+            sizes = ", ".join(f"{k}={v}" for k, v in c.params.items())
+            threads = ("1 thread" if c.kernel is not None and c.kernel.one_thread
+                       else "all threads" if c.kernel is not None else "its own call")
+            lines.append(f"  {c.step.group.name}({sizes}): ~{c.work_s * 1e6:.1f} us of "
+                         f"work on one thread -> {threads}")
+        return "\n".join(lines)
 
     def _slots(self, env) -> list[np.ndarray]:
         need = [0] * self.plan.nslots
@@ -244,38 +386,115 @@ class CompiledGraph:
         return "\n".join(lines)
 
 
-def _call(s: Step, vals: dict, env, params: dict) -> None:
-    """Call a step's kernel; the values in ``s.arg_shapes`` (a row-flattened kernel) are
-    reshaped to the kernel's shapes (views of contiguous arrays; an output that is not
-    contiguous is computed into a temporary and copied back)."""
-    def shaped(v: Value) -> np.ndarray:
-        if v in s.packed:
-            return s.packed[v]
-        if v in s.arg_arrays:
-            return s.arg_arrays[v]
-        a = vals[v]
-        if v not in s.arg_shapes:
-            return a
-        return a.reshape(tuple(_ev(d, env) for d in s.arg_shapes[v]))
-    outs = []
-    back = []
+#: shape signatures a compiled graph keeps a :class:`ShapePlan` for (oldest dropped)
+MAX_SHAPE_PLANS = 64
+
+#: one core's rates for the work estimate of :meth:`StepCall.work_s` (the partition's
+#: 2-core figures, halved)
+ONE_CORE_FLOPS = PEAK / 2
+ONE_CORE_BYTES = BANDWIDTH / 2
+
+
+@dataclass
+class StepCall:
+    """One step of a :class:`ShapePlan`: what the step's call needs at one binding of the
+    dims, evaluated once (no sympy at a call)."""
+    step: Step
+    params: dict[str, int] = field(default_factory=dict)  # the kernel's size keywords
+    in_fixed: list = field(default_factory=list)    # packed / laid-out array, or None
+    in_shapes: list = field(default_factory=list)   # the kernel's shape (reshape), or None
+    out_views: list = field(default_factory=list)   # (slot, numel, shape) of a slot value
+    out_shapes: list = field(default_factory=list)  # the kernel's shape, or None
+    view_shape: tuple = ()                          # a view step's shape
+    work_s: float = 0.0                             # estimated one-thread time (s)
+    kernel: Any = None        # the prepared call (``fn.prepare``), or None: ``fn(...)``
+    # the prepared call's array arguments: (value, None) for a value's address at the
+    # call, (value, address) for a fixed (packed / laid-out) array
+    arg_addr: list[tuple[Value, int | None]] = field(default_factory=list)
+
+    def prepare(self, kernel: Any) -> None:
+        """Use ``kernel`` (a prepared call, or None) at later calls of this shape.  Its
+        arguments are addresses: the fixed arrays' now, the others' at each call (a
+        value the kernel sees reshaped has its array's address: the runtime's arrays are
+        C-contiguous)."""
+        if kernel is None:
+            return
+        s = self.step
+        for k, f in enumerate(self.in_fixed):
+            if f is not None and not f.flags.c_contiguous:
+                self.in_fixed[k] = np.ascontiguousarray(f)
+        self.kernel = kernel
+        self.arg_addr = [(v, None if f is None else f.ctypes.data)
+                         for v, f in zip(s.inputs, self.in_fixed)]
+        self.arg_addr += [(v, None) for v in s.outputs]
+
+    def arrays(self, vals: dict) -> tuple[list, list, list]:
+        """The kernel's input and output arrays (values in ``step.arg_shapes`` reshaped
+        to the kernel's shapes: views of contiguous arrays; an output that is not
+        contiguous is computed into a temporary copied back: ``back``)."""
+        s = self.step
+        ins = [f if f is not None else (vals[v] if sh is None else vals[v].reshape(sh))
+               for v, f, sh in zip(s.inputs, self.in_fixed, self.in_shapes)]
+        outs, back = [], []
+        for v, sh in zip(s.outputs, self.out_shapes):
+            o = vals[v]
+            if sh is None:
+                outs.append(o)
+                continue
+            if not o.flags.c_contiguous:
+                t = np.empty(o.shape, o.dtype)
+                back.append((o, t))
+                o = t
+            outs.append(o.reshape(sh))
+        return ins, outs, back
+
+
+@dataclass
+class ShapePlan:
+    """A compiled graph's call at one signature of its inputs (shapes and dtypes),
+    recorded by the first (fully checked) call with it: the bound dims, the slots'
+    sizes, the outputs' shapes and one :class:`StepCall` per step.  A later call with
+    the same signature checks only what can change between calls of one shape (the
+    inputs' number, shapes and dtypes through the signature, 0-d inputs read as
+    numbers, read-only mutated inputs, the kernels' flags)."""
+    env: dict
+    slot_sizes: list[int]
+    out_shapes: list[tuple]
+    calls: list[StepCall]
+
+
+def _signature(arrays: list) -> tuple | None:
+    """The inputs' shapes and dtypes (the key of a :class:`ShapePlan`), or None when an
+    argument is not an array (the checked path reports it)."""
+    try:
+        return tuple((a.shape, a.dtype) for a in arrays)
+    except AttributeError:
+        return None
+
+
+def _step_call(s: Step, env: dict, plan: BufferPlan) -> StepCall:
+    """A step's :class:`StepCall` at the dims ``env``."""
+    def shape(sh) -> tuple:
+        return tuple(_ev(d, env) for d in sh)
+    if s.fn is None:
+        return StepCall(s, view_shape=shape(s.outputs[0].shape))
+    c = StepCall(s, {name: _ev(e, env) for name, e in s.params.items()})
+    for v in s.inputs:
+        fixed = s.packed.get(v)
+        if fixed is None:
+            fixed = s.arg_arrays.get(v)
+        c.in_fixed.append(fixed)
+        c.in_shapes.append(shape(s.arg_shapes[v]) if fixed is None and v in s.arg_shapes
+                           else None)
     for v in s.outputs:
-        o = vals[v]
-        if v in s.arg_shapes and not o.flags.c_contiguous:
-            t = np.empty(o.shape, o.dtype)
-            back.append((o, t))
-            o = t
-        outs.append(o if v not in s.arg_shapes
-                    else o.reshape(tuple(_ev(d, env) for d in s.arg_shapes[v])))
-    assert s.fn is not None  # view steps are handled by the caller
-    s.fn(*[shaped(v) for v in s.inputs], out=outs, **params)
-    for o, t in back:
-        np.copyto(o, t)
-
-
-def _view(slot: np.ndarray, v: Value, env) -> np.ndarray:
-    shape = tuple(_ev(d, env) for d in v.shape)
-    return slot[:numel(shape, {})].reshape(shape)
+        sh = shape(v.shape)
+        slot = plan.slot_of.get(v)
+        c.out_views.append(None if slot is None else (slot, numel(sh, {}), sh))
+        c.out_shapes.append(shape(s.arg_shapes[v]) if v in s.arg_shapes else None)
+    nbytes = sum(numel(v.shape, env) * dt.to_numpy(v.dtype).itemsize
+                 for v in (*s.inputs, *s.outputs))
+    c.work_s = nbytes / ONE_CORE_BYTES + sum(flops(n, env) for n in s.group.nodes) / ONE_CORE_FLOPS
+    return c
 
 
 def _ev(e, env) -> int:

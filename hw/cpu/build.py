@@ -209,6 +209,40 @@ def openmp_controls(lib: ctypes.CDLL | None) -> OpenMPControls | None:
     return OpenMPControls(get, set_)
 
 
+#: Estimated one-thread run time (seconds) below which a graph step runs its kernel on
+#: one thread: waking the passive OpenMP workers of a parallel region and joining them
+#: costs tens of microseconds (docs/cpu_backend.md, *Threads*: measured on the 2-core
+#: development host with ``OMP_WAIT_POLICY=PASSIVE``), so a kernel whose work is about
+#: that size is not faster on two threads.  :meth:`CFunction.prepare` decides per shape.
+ONE_THREAD_BELOW_S = 50e-6
+
+
+@dataclass
+class PreparedCall:
+    """A call of a :class:`CFunction` for one binding of its symbolic sizes, for callers
+    that have checked the arrays' shapes at these sizes once (the graph runtime: a
+    checked call of the same shape ran first).  Made by :meth:`CFunction.prepare`: the
+    size arguments are evaluated, the buffers' fit checked and the thread decision made
+    once; a call only takes the arrays' addresses.
+
+    The caller guarantees: ``inputs`` and ``outs`` are C-contiguous arrays of the
+    kernel's shapes and dtypes at ``values``, ``outs`` writable and not overlapping the
+    inputs or each other.  The kernel's flags (out-of-range gather index, failed
+    allocation) are still checked at every call."""
+    fn: CFunction
+    values: dict[str, int]
+    head: list[int]          # the size arguments, in the entry's order
+    one_thread: bool         # work below ONE_THREAD_BELOW_S: run on one thread
+
+    def __call__(self, inputs: list, outs: list) -> None:
+        self.call(self.head + [a.ctypes.data for a in inputs] + [o.ctypes.data for o in outs])
+
+    def call(self, args: list[int]) -> None:
+        """Call with ``args``: :attr:`head`, then the addresses of the inputs and the
+        outputs (arrays as :meth:`__call__` requires them)."""
+        self.fn._run(args, self.values, 1 if self.one_thread else None)
+
+
 class CFunction:
     """A compiled kernel: call it with numpy arrays, get the outputs back.
 
@@ -229,6 +263,26 @@ class CFunction:
         self.cfunc.restype = None
         self.cfunc.argtypes = [ctypes.c_int64] * len(func.params) + \
             [ctypes.c_void_p] * (len(func.inputs) + len(func.outputs))
+        # the library's flags (:mod:`polycomp.hw.cpu.codegen`), looked up once
+        self._index_error = self._flag("pc_index_error")
+        self._failed = self._alloc_failed()
+
+    def prepare(self, inputs: list, params: dict, work_s: float | None = None
+                ) -> PreparedCall | None:
+        """A :class:`PreparedCall` for the sizes that ``inputs`` (arrays, or anything with
+        ``shape``, ``ndim`` and ``dtype``) and the size keywords ``params`` bind, checked
+        as a call checks them; None for a kernel with in-out outputs (its callers pass
+        their initial contents, which the checked call copies).  ``work_s``: the
+        caller's estimate of the call's one-thread run time; below
+        :data:`ONE_THREAD_BELOW_S` the prepared call runs on one thread."""
+        from polycomp.shapes import check_buffers_fit, checked_arguments
+        f = self.func
+        if f.inout:
+            return None
+        _, _, values = checked_arguments(f, inputs, params)
+        check_buffers_fit(f, values)
+        one = work_s is not None and work_s < ONE_THREAD_BELOW_S
+        return PreparedCall(self, values, [values[p.name] for p in f.params], one)
 
     def __call__(self, *inputs, out=None, **params):
         """``inputs`` are the kernel's inputs followed by the initial contents of its
@@ -253,13 +307,23 @@ class CFunction:
                 np.copyto(o, initial[b.name])
         args = [values[p.name] for p in f.params] + [a.ctypes.data for a in arrays] + \
             [o.ctypes.data for o in outs]
-        failed = self._alloc_failed()
+        self._run(args, values, None)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _run(self, args: list[int], values: dict, threads: int | None) -> None:
+        """Call the entry with ``args`` (sizes, then addresses) on ``threads`` threads
+        (None: the tuner's count or :func:`call_threads`), then raise what its flags
+        report."""
+        f = self.func
+        failed, index_error = self._failed, self._index_error
         if failed is not None:
             failed.value = 0
-        threads = 1 if _one_thread_after_fork else self.threads or call_threads()
+        if _one_thread_after_fork:
+            threads = 1
+        elif threads is None:
+            threads = self.threads or call_threads()
         if threads is not None and self.openmp is not None:
             self.openmp.ensure(threads)
-        index_error = self._flag("pc_index_error")
         if index_error is not None:
             index_error.value = 0
         self.cfunc(*args)
@@ -276,7 +340,6 @@ class CFunction:
                 f"{f.name}: a temporary buffer could not be allocated for these sizes "
                 f"({', '.join(f'{k}={v}' for k, v in values.items())}): out of memory",
                 user_location())
-        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _flag(self, name: str):
         """The library's int flag ``name`` (:mod:`polycomp.hw.cpu.codegen`), or None."""
