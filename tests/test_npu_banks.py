@@ -120,9 +120,9 @@ WIDTHS = (63, 65, 129, 193, 320, 321, 577, 1089, 2113, 4160, 4161)
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("op", ["sum", "max"])
 def test_halving_row_reductions_match_numpy(dtype, op, monkeypatch):
-    """Every tile halves (the threshold raised), so each width's first fold, its
+    """Every tile halves (the threshold at 0 rows), so each width's first fold, its
     later folds and the last folds from the row or the temporary all run."""
-    monkeypatch.setattr(isa, "_HALVE_ROWS", 10 ** 6)
+    monkeypatch.setattr(isa, "_HALVE_ROWS", 0)
     ck = compile_kernel(reduce_kernel(op, 1, dtype), "npu")
     rng = np.random.default_rng(3)
     for d in WIDTHS:
@@ -144,6 +144,60 @@ def test_halving_chosen_for_long_or_few_rows():
     loops = [s.var for s in walk(ck.final_ir.program.phases[0].aiv.body)
              if isinstance(s, Loop)]
     assert "rh" in loops and "rs" in loops               # both forms, host's choice
+
+
+def test_bank_pitch_pads_rows_to_an_odd_multiple_of_256_bytes():
+    from polycomp.hw.npu.lower_vector import bank_pitch
+    assert bank_pitch(1024, 4) == 1088 and bank_pitch(1008, 4) == 1088
+    assert bank_pitch(512, 4) == 576 and bank_pitch(2048, 2) == 2176
+    assert bank_pitch(1088, 4) == 1088                   # already odd
+    assert bank_pitch(272, 4) == 272                     # 1 088 -> 1 280 B: over 1/8
+    assert bank_pitch(48, 4) == 48                       # one repeat a row
+    assert bank_pitch(4096, 4) == 4096                   # over 255 blocks: row by row
+    assert bank_pitch(1024, 0) == 1024                   # no CP tile
+    for cp in range(16, 2048, 16):
+        for isz in (2, 4):
+            p = bank_pitch(cp, isz)
+            assert p >= cp and p % 16 == 0 and 8 * (p - cp) <= cp
+            assert p == cp or (p * isz) % 512 == 256
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_column_fold_of_two_accumulators_matches_numpy(op, dtype, monkeypatch):
+    """The column fold (forced: the halving threshold raised past any tile): even
+    chunks into one accumulator, odd ones into the other, added at the end; widths of
+    1 to 18 chunks with tails, a NaN."""
+    monkeypatch.setattr(isa, "_HALVE_ROWS", 10 ** 6)
+    ck = compile_kernel(reduce_kernel(op, 1, dtype), "npu")
+    rng = np.random.default_rng(5)
+    for d in (1, 63, 64, 65, 128, 129, 192, 193, 257, 1000, 1089):
+        x = rng.standard_normal((13, d)).astype(dtype)
+        if op == "max":
+            x[4, d // 2] = np.nan
+        out, _ = simulate(ck, x)
+        ref = x.astype(np.float64).sum(1) if op == "sum" else x.max(1)
+        tol = 1e-4 * np.sqrt(d) if dtype == "float32" else 2e-2 * np.sqrt(d)
+        np.testing.assert_allclose(out.astype(np.float64), ref, atol=0 if op == "max"
+                                   else tol, err_msg=f"{op} {dtype} width {d}")
+
+
+def test_column_fold_reads_no_half_twice():
+    """Rows of 1 000 fp32 (padded to 1 088: 4 352 B, an odd multiple of 256), 10 rows a
+    tile: with the placement neither accumulator shares a half of the bank groups with
+    the chunk it adds (no read-read conflict); the final add of the two accumulators
+    pays read-write ones (its delayed write meets the other accumulator's half)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((480, 1000)).astype(np.float32)
+    reps = {}
+    for name, opts in (("placed", {}), ("sequential", {"ub_banks": False})):
+        ck = compile_kernel(reduce_kernel("sum", 1, "float32"), "npu", opts)
+        out, reps[name] = simulate(ck, x)
+        np.testing.assert_allclose(out, x.astype(np.float64).sum(1), atol=1e-3)
+    placed, seq = reps["placed"], reps["sequential"]
+    assert placed.bank_conflict_cycles.get("read-read", 0) == 0
+    assert seq.bank_conflict_cycles.get("read-read", 0) > 0
+    assert placed.busy["V"] < seq.busy["V"]
 
 
 # --------------------------------------------------------------- layernorm

@@ -67,7 +67,9 @@ def test_softmax_rows_longer_than_ub(dtype, n, m):
     x = (rng.standard_normal((n, m)) * 4).astype(dtype)
     out, rep = simulate(ck, x)
     t = _long(ck, N=n, M=m)
-    assert t["LR"] == (1 if m > 1000 else 0), t
+    # npu-lite's UB is 16 KiB: one fp32 row of 257 needs 16 640 B with the column
+    # fold's two accumulators (each padded for its bank phase), so it goes in chunks
+    assert t["LR"] == (1 if m > 1000 or (m, dtype) == (257, "float32") else 0), t
     np.testing.assert_allclose(out.astype(np.float32), _softmax_ref(x),
                                rtol=3e-3 if dtype == "float16" else 1e-5, atol=1e-6)
     assert rep.cycles > 0
@@ -169,7 +171,8 @@ def test_printed_host_tiling_matches_the_simulators(tmp_path):
     from polycomp.hw.npu.api_header import HEADER
     from polycomp.hw.npu.target import npu_params
     cases = [("npu-lite", (3, 3001)), ("npu-lite", (300, 70)), ("npu", (4096, 32000)),
-             ("npu", (4096, 1024)), ("npu", (7, 100000))]
+             ("npu", (4096, 1024)), ("npu", (7, 100000)),
+             ("npu", (300, 1000)), ("npu", (300, 257))]
     for target in ("npu-lite", "npu"):
         ck = compile_kernel(softmax_kernel(dtype="float16"), target)
         name = ck.final_ir.name

@@ -668,13 +668,7 @@ class _VecExpander:
                                attr=kind))
         else:
             tmp = Slot(self.temps.get("fold", dt, rb, lanes))
-            j = ix(self.var("rj"))
-            short = (VecCall("Adds", tmp, (src, Scalar(0.0)), None,
-                             Rep(first, rows, ((ix(1), ix(8)), (ix(1), src_rep)))),
-                     Loop(j.args[0], _S(ceildiv(n, lanes) - 1), (
-                         VecCall(fold, tmp, (tmp, src.at((j + 1) * lanes)), None,
-                                 Rep(_S(imin(lanes, n - (j + 1) * lanes)), rows,
-                                     ((ix(1), ix(8)), (ix(1), ix(8)), (ix(1), src_rep)))),)))
+            short = self.column_fold(fold, tmp, src, src_rep, rows, n)
             # row by row, the valid columns halved into a row temporary (first-n
             # calls, log2 of them a row): where a row is longer than a repeat stride
             # spans, or a tile has so few rows that the fold's calls of one repeat a
@@ -691,6 +685,47 @@ class _VecExpander:
         out.append(VecCall("Brcb", dst, (packed,), None,
                            Rep(ix(0), ceildiv(rows, 8), ((ix(1), ix(8)),))))
         return tuple(out)
+
+    def column_fold(self, fold: str, tmp: Slot, src: Slot, src_rep: Ix, rows: Ix,
+                    n: Ix) -> tuple:
+        """The column fold: the ``ceildiv(n, L)`` 256-byte column chunks of the tile's
+        rows (a call each, the rows as its repeats) folded into ``tmp`` (one repeat a
+        row).  For a tile of ``TR`` rows of ``CP`` (whose rows the host pads to an odd
+        multiple of 256 bytes, ``bank_pitch``), even chunks go into ``tmp``, odd ones
+        into a second accumulator, added into ``tmp`` at the end: chunk ``c`` of a row
+        is ``256 c`` bytes into it, so with the accumulators in opposite halves of the
+        UB bank groups (``npu-ub-banks`` places them against the tile) no chunk reads
+        the half its accumulator reads.  Other tiles keep one accumulator."""
+        lanes = _lanes(src.buf.dtype)
+        chunks = ceildiv(n, lanes)
+
+        def st(k: int) -> tuple:
+            return ((ix(1), ix(8)),) * k + ((ix(1), src_rep),)
+
+        def step(acc: Slot, c: Ix) -> VecCall:
+            return VecCall(fold, acc, (acc, src.at(c * lanes)), None,
+                           Rep(_S(imin(lanes, n - c * lanes)), rows, st(2)))
+        if src.buf.cols != "CP" or src.buf.rows != "TR":
+            # not a row tile of the host's padded pitch (a transposed staging tile, a
+            # chunk, a constant width): one accumulator
+            j = ix(self.var("rj"))
+            return (VecCall("Adds", tmp, (src, Scalar(0.0)), None,
+                            Rep(_S(imin(lanes, n)), rows, st(1))),
+                    Loop(j.args[0], _S(chunks - 1), (step(tmp, j + 1),)))
+        acc1 = Slot(self.temps.get("fold_odd", src.buf.dtype, tmp.buf.rows, lanes))
+        j, g, h = (ix(self.var(v)) for v in ("rj", "rp", "rq"))
+        return (VecCall("Adds", tmp, (src, Scalar(0.0)), None,
+                        Rep(_S(imin(lanes, n)), rows, st(1))),
+                Loop(g.args[0], _S(imin(1, chunks - 1)), (
+                    VecCall("Adds", acc1, (src.at(ix(lanes)), Scalar(0.0)), None,
+                            Rep(_S(imin(lanes, n - lanes)), rows, st(1))),
+                    Loop(j.args[0], _S(ceildiv(chunks - 2, 2)), (
+                        step(tmp, j * 2 + 2),
+                        Loop(h.args[0], _S(imin(1, chunks - 3 - j * 2)),
+                             (step(acc1, j * 2 + 3),)))),
+                    VecCall(fold, tmp, (tmp, acc1), None,
+                            Rep(_S(imin(lanes, n - lanes)), rows,
+                                ((ix(1), ix(8)),) * 3)))))
 
     def halving(self, fold: str, tmp: Slot, src: Slot, rows: Ix, n: Ix) -> tuple:
         """The first ``n`` columns of each row of ``src`` reduced (``fold``: Add, Max,

@@ -583,6 +583,32 @@ def _ub_bytes(prog: Program, env: dict) -> int:
 #: the most rows of a vector tile: one repeat per row, at most 255 repeats per call
 MAX_TILE_ROWS = 255
 
+#: the largest share of a row that the bank pitch padding may add (1/8)
+PITCH_PAD_LIMIT = 8
+
+
+def pitch_itemsize(prog: Program) -> int:
+    """The widest item of the UB tiles whose rows are ``CP`` elements long (0: none)."""
+    return max((b.itemsize for b in prog.buffers
+                if b.level == "UB" and b.cols == "CP" and b.layout == "ND"), default=0)
+
+
+def bank_pitch(cp: int, itemsize: int) -> int:
+    """``cp`` (a multiple of 16 elements) padded so that a tile row of ``itemsize``-byte
+    elements is an odd multiple of 256 bytes: consecutive rows then alternate between
+    the two halves of the 16 UB bank groups, so a repeat-form call over the rows (one
+    repeat a row, a column chunk a call) does not meet the delayed write of its own
+    previous row in the same groups (docs/npu.md, "Row pitch").  Only where a row is
+    longer than one repeat (256 B), short enough for the repeat form (at most 255
+    blocks), and the padding adds at most 1/:data:`PITCH_PAD_LIMIT` of the row."""
+    b = cp * itemsize
+    if itemsize == 0 or b <= 256 or -(-b // 32) > 255:
+        return cp
+    m = -(-b // 256) | 1
+    if m * 256 * PITCH_PAD_LIMIT > b * (PITCH_PAD_LIMIT + 1) or -(-m * 256 // 32) > 255:
+        return cp
+    return m * 256 // itemsize
+
 
 #: the widest chunk of the long-row form, in elements (then halved until a row fits):
 #: narrow chunks leave many rows to a tile, so each call has many repeats
@@ -592,7 +618,8 @@ LONG_CHUNK = 256
 def vector_tiling(prog: Program, sizes: dict, ub_capacity: int, cores: int = 0,
                   tiles: Ix | None = None) -> dict:
     """Host tiling of a vector program (after ``npu-isa``: its temporaries count too):
-    ``CP`` (the row length padded to 16 elements), ``TR`` (rows per tile: as many as UB
+    ``CP`` (the row length padded to 16 elements, then to an odd multiple of 256 bytes
+    by :func:`bank_pitch`), ``TR`` (rows per tile: as many as UB
     holds, at most R and at most 255) and ``TRP`` (``TR`` padded to 16, the columns of a
     staging tile).  A program with the long-row form (``prog.tiling.long``) also gets
     ``LR`` (1: rows in chunks) and ``CW`` (the chunk width): where one row of ``CP``
@@ -608,7 +635,7 @@ def vector_tiling(prog: Program, sizes: dict, ub_capacity: int, cores: int = 0,
     rows, cols = prog.tiling.rows, prog.tiling.cols
     assert rows is not None and cols is not None, prog.name
     R, C = rows.eval(sizes), cols.eval(sizes)
-    cp = -(-C // 16) * 16
+    cp = bank_pitch(-(-C // 16) * 16, pitch_itemsize(prog))
     long = prog.tiling.long
 
     def env(tr: int, cp: int = cp, cw: int = 0) -> dict:

@@ -55,7 +55,7 @@ from polycomp.hw.npu.program import (
     walk,
 )
 
-from .lower_vector import LONG_CHUNK
+from .lower_vector import LONG_CHUNK, PITCH_PAD_LIMIT, pitch_itemsize
 from .target import npu_params, npu_spec
 
 _CT = {"float16": "half", "float32": "float", "uint8": "uint8_t", "int8": "int8_t",
@@ -375,13 +375,24 @@ def _host(k: Kernel, target) -> list[str]:
         rows = f"PcMax(PcMin({c_expr(p.tiling.rows)}, 255), 1)"
         head = f"    {{   // phase {n}: UB tiling (rows of CP elements, TR rows, at most " \
                f"255; UB {ub} B)"
+        isz = pitch_itemsize(p)
+        pitch = [] if not isz else [
+            "        {   // rows an odd multiple of 256 B apart (the UB bank groups' halves "
+            "alternate; bank_pitch)",
+            f"            const int64_t pcB = cp * {isz}, pcM = PcCeilDiv(pcB, 256) | 1;",
+            f"            if (pcB > 256 && PcCeilDiv(pcB, 32) <= 255 && pcM * 8 <= 255 && "
+            f"pcM * 256 * {PITCH_PAD_LIMIT} <= pcB * {PITCH_PAD_LIMIT + 1}) "
+            f"{{ cp = pcM * 256 / {isz}; }}",
+            "        }"]
         if not p.tiling.long:
             out += [head,
-                    f"        const int64_t cp = PcAlignUp({c_expr(p.tiling.cols)}, 16);",
+                    f"        int64_t cp = PcAlignUp({c_expr(p.tiling.cols)}, 16);",
+                    *pitch,
                     f"        int64_t tr = {rows};"]
         else:       # a row that does not fit: chunks of cw elements (lower_vector.py)
             out += [head,
                     f"        int64_t cp = PcAlignUp({c_expr(p.tiling.cols)}, 16);",
+                    *pitch,
                     "        int64_t tr = 1, cw = 0, lr = 0;",
                     f"        if (({need}) > {ub}) {{   // rows in chunks of CW elements",
                     f"            lr = 1; cw = PcMin(cp, {LONG_CHUNK}); cp = 0;",

@@ -14,7 +14,11 @@ half, always.
 
 Assumes: a program of API calls after ``npu-double-buffer`` (copies final).
 Guarantees: every UB buffer that a vector call reads in one repeat with another
-buffer (both contiguous, their offsets a constant multiple of 256 bytes apart) gets a
+buffer (both contiguous — or stepping a tile row of the padded pitch a repeat,
+``ceildiv(CP * itemsize, 32)`` blocks, which the host makes an odd multiple of 8 where
+``bank_pitch`` pads — their offsets a multiple of 256 bytes apart that is constant
+modulo 512 over the loop variables), and the destination of a call with one such
+source (constrained to the other half from it), gets a
 ``bank_phase`` (0 or 256: its address modulo 512, at most 256 bytes of padding; its
 copies a multiple of 512 bytes apart), chosen by local search to minimise the calls
 whose two such sources share a half of the groups (a 2-colouring where one exists).
@@ -29,14 +33,18 @@ from dataclasses import dataclass, field
 
 from polycomp.errors import NpuCapacityError
 
+from .lower_vector import pitch_itemsize
 from .program import (
     ITEMSIZE,
+    Ix,
     Kernel,
     LocalBuf,
     Loop,
     Program,
     Slot,
     VecCall,
+    ceildiv,
+    ix,
     map_slots,
     simplify_ix,
 )
@@ -60,19 +68,44 @@ class _Pairs:
         self.w[key] = self.w.get(key, 0) + 1
 
 
-def _contiguous(s: VecCall, k: int) -> bool:
-    """Operand ``k`` (0: the destination) of ``s`` reads whole consecutive repeats."""
+def _contiguous(s: VecCall, k: int, odd: Ix | None = None) -> bool:
+    """Operand ``k`` (0: the destination) of ``s`` reads whole consecutive repeats, or
+    (``odd``: the repeat stride of a tile row, which the host pads to an odd multiple
+    of 256 bytes, ``bank_pitch``) rows that alternate between the halves of the bank
+    groups in step with such repeats."""
     if s.count is not None:
         return True
     assert s.rep is not None
     blk, rep = s.rep.strides[k]
-    return blk.is_const(1) and rep.is_const(8)
+    return blk.is_const(1) and (rep.is_const(8) or (odd is not None and rep == odd))
 
 
-def _collect(body: tuple, out: _Pairs) -> None:
+def _vars(e: Ix) -> set[str]:
+    if e.op == "var":
+        return {e.args[0]}
+    return set() if e.op == "const" else {v for a in e.args for v in _vars(a)}
+
+
+def _phase_gap(d: Ix) -> int | None:
+    """``d`` modulo 512 when it is the same multiple of 256 for every value of its
+    variables (checked at 0 and 1 of each: affine offsets of loop iterators), else
+    None."""
+    names = sorted(_vars(d))
+    if len(names) > 3:
+        return None
+    vals = set()
+    for m in range(1 << len(names)):
+        v = d.eval({n: (m >> i) & 1 for i, n in enumerate(names)})
+        vals.add(v % UB_BANK_PERIOD)
+    if len(vals) != 1 or next(iter(vals)) % _HALF:
+        return None
+    return vals.pop()
+
+
+def _collect(body: tuple, out: _Pairs, odd: Ix | None = None) -> None:
     for s in body:
         if isinstance(s, Loop):
-            _collect(s.body, out)
+            _collect(s.body, out, odd)
             continue
         if not isinstance(s, VecCall) or s.api in _SKIP or s.dst.buf.level != "UB":
             continue
@@ -80,14 +113,20 @@ def _collect(body: tuple, out: _Pairs) -> None:
         if s.api == "FusedMulAdd":                  # the destination is read too
             ops.append((0, s.dst))
         srcs = [(x.buf, simplify_ix(x.offset * ITEMSIZE[x.buf.dtype]))
-                for k, x in ops if x.buf.level == "UB" and _contiguous(s, k)]
-        for i, (a, oa) in enumerate(srcs):
-            for b, ob in srcs[i + 1:]:
-                d = simplify_ix(oa - ob)
-                if a.name == b.name or not d.is_const() or d.args[0] % _HALF:
-                    continue
-                # a + oa and b + ob in different halves: pa - pb = 256 - d (mod 512)
-                out.add(a.name, b.name, (1 + d.args[0] // _HALF) % 2)
+                for k, x in ops if x.buf.level == "UB" and _contiguous(s, k, odd)]
+        pairs = [(a, oa, b, ob) for i, (a, oa) in enumerate(srcs) for b, ob in srcs[i + 1:]]
+        one = {(b.name, ob) for b, ob in srcs}
+        if len(one) == 1 and s.api != "FusedMulAdd" and _contiguous(s, 0, odd) and \
+                s.dst.buf.level == "UB" and s.dst.buf.itemsize == srcs[0][0].itemsize:
+            # one source: the destination's writes in the other half of the groups
+            pairs.append((s.dst.buf, simplify_ix(s.dst.offset * ITEMSIZE[s.dst.buf.dtype]),
+                          *srcs[0]))
+        for a, oa, b, ob in pairs:
+            gap = _phase_gap(simplify_ix(oa - ob))
+            if a.name == b.name or gap is None:
+                continue
+            # a + oa and b + ob in different halves: pa - pb = 256 - d (mod 512)
+            out.add(a.name, b.name, (1 + gap // _HALF) % 2)
 
 
 def _solve(pairs: _Pairs) -> dict[str, int]:
@@ -117,7 +156,10 @@ def place_program(prog: Program, capacity: int = 0) -> Program:
     """``prog`` with ``bank_phase`` set on the buffers the constraints name (module
     docstring)."""
     pairs = _Pairs()
-    _collect(prog.body, pairs)
+    isz = pitch_itemsize(prog)
+    _collect(prog.body, pairs,
+             simplify_ix(ceildiv(ix("CP") * isz, 32)) if isz and prog.tiling.cols is not None
+             else None)
     if not pairs.w:
         return prog
     ph = _solve(pairs)

@@ -126,7 +126,7 @@ extern "C" __global__ __aicore__ void matmul_bias_relu_float16(GM_ADDR A_, GM_AD
             LocalTensor<half> ub1[2] = {LocalTensor<half>(TPosition::VECCALC, 4096, 1 * 32), LocalTensor<half>(TPosition::VECCALC, 4096 + 1 * PcAlignUp(1 * 32 * 2, 256), 1 * 32)};  // UB ROW, ping-pong
             LocalTensor<float> ub2(TPosition::VECCALC, 4608, 1 * 32);  // UB ROW
             LocalTensor<float> ub3(TPosition::VECCALC, 4864, 16 * 32);  // UB ND
-            LocalTensor<float> ub4[2] = {LocalTensor<float>(TPosition::VECCALC, 6912, 16 * 32), LocalTensor<float>(TPosition::VECCALC, 6912 + 1 * PcAlignUp(16 * 32 * 4, 256), 16 * 32)};  // UB ND, ping-pong
+            LocalTensor<float> ub4[2] = {LocalTensor<float>(TPosition::VECCALC, 7168, 16 * 32), LocalTensor<float>(TPosition::VECCALC, 7168 + 1 * PcAlignUp(16 * 32 * 4, 512), 16 * 32)};  // UB ND, ping-pong
             const int64_t blk = (bid / 2);
             SetFlag<HardEvent::V_MTE2>(0);
             SetFlag<HardEvent::V_MTE2>(1);

@@ -38,17 +38,25 @@ inline uint32_t attention_float32_Tiling(const int64_t* sizes, uint32_t aicNum, 
     const int64_t M = sizes[3];
     t->M = M;
     {   // phase 0: UB tiling (rows of CP elements, TR rows, at most 255; UB 16384 B)
-        const int64_t cp = PcAlignUp(M, 16);
+        int64_t cp = PcAlignUp(M, 16);
+        {   // rows an odd multiple of 256 B apart (the UB bank groups' halves alternate; bank_pitch)
+            const int64_t pcB = cp * 4, pcM = PcCeilDiv(pcB, 256) | 1;
+            if (pcB > 256 && PcCeilDiv(pcB, 32) <= 255 && pcM * 8 <= 255 && pcM * 256 * 8 <= pcB * 9) { cp = pcM * 256 / 4; }
+        }
         int64_t tr = PcMax(PcMin(D, 255), 1);
         while (tr > 1 && (2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 2 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256)) > 16384) { --tr; }
         if ((2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 2 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256)) > 16384) { return 0; }
         t->TR_0 = tr; t->CP_0 = cp; t->TRP_0 = PcAlignUp(tr, 16);
     }
     {   // phase 2: UB tiling (rows of CP elements, TR rows, at most 255; UB 16384 B)
-        const int64_t cp = PcAlignUp(M, 16);
+        int64_t cp = PcAlignUp(M, 16);
+        {   // rows an odd multiple of 256 B apart (the UB bank groups' halves alternate; bank_pitch)
+            const int64_t pcB = cp * 4, pcM = PcCeilDiv(pcB, 256) | 1;
+            if (pcB > 256 && PcCeilDiv(pcB, 32) <= 255 && pcM * 8 <= 255 && pcM * 256 * 8 <= pcB * 9) { cp = pcM * 256 / 4; }
+        }
         int64_t tr = PcMax(PcMin(N, 255), 1);
-        while (tr > 1 && (2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 16384) { --tr; }
-        if ((2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 16384) { return 0; }
+        while (tr > 1 && (2 * PcAlignUp(tr * cp * 4, 512) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 256 + 2 * PcAlignUp(tr * cp * 4, 512) + 256 + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256)) > 16384) { --tr; }
+        if ((2 * PcAlignUp(tr * cp * 4, 512) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 256 + 2 * PcAlignUp(tr * cp * 4, 512) + 256 + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256)) > 16384) { return 0; }
         t->TR_2 = tr; t->CP_2 = cp; t->TRP_2 = PcAlignUp(tr, 16);
     }
     const int64_t NB = PcMax(1, PcMin(static_cast<int64_t>(aicNum), PcMax(1073741824, (Bt * (PcCeilDiv(N, 64) * PcCeilDiv(D, 32))))));
@@ -269,24 +277,26 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
             const int64_t TR = tilingData.TR_2;
             const int64_t CP = tilingData.CP_2;
             const int64_t TRP = tilingData.TRP_2;
-            const uint32_t ub0_addr = PcAlignUp(0, 32);
-            const uint32_t ub1_addr = PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 4, 256), 32);
-            const uint32_t ub2_addr = PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
-            const uint32_t ub3_addr = PcAlignUp(ub2_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
-            const uint32_t ub5_addr = PcAlignUp(ub3_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
-            const uint32_t ub8_addr = PcAlignUp(ub5_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
-            const uint32_t vt0_addr = PcAlignUp(ub8_addr + 2 * PcAlignUp(TR * CP * 4, 256), 32);
-            const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 4, 256), 32);
-            const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 32);
-            LocalTensor<float> ub0[2] = {LocalTensor<float>(TPosition::VECCALC, ub0_addr, TR * CP), LocalTensor<float>(TPosition::VECCALC, ub0_addr + 1 * PcAlignUp(TR * CP * 4, 256), TR * CP)};  // UB ND, ping-pong
+            const uint32_t ub0_addr = PcAlignUp(0, 256) + (0 + 512 - PcAlignUp(0, 256) % 512) % 512;
+            const uint32_t ub1_addr = PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 4, 512), 256) + (256 + 512 - PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 4, 512), 256) % 512) % 512;
+            const uint32_t ub2_addr = PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) + (0 + 512 - PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) % 512) % 512;
+            const uint32_t ub3_addr = PcAlignUp(ub2_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) + (256 + 512 - PcAlignUp(ub2_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) % 512) % 512;
+            const uint32_t ub5_addr = PcAlignUp(ub3_addr + 1 * PcAlignUp(TR * CP * 4, 256), 256) + (0 + 512 - PcAlignUp(ub3_addr + 1 * PcAlignUp(TR * CP * 4, 256), 256) % 512) % 512;
+            const uint32_t ub8_addr = PcAlignUp(ub5_addr + 1 * PcAlignUp(TR * CP * 4, 256), 256) + (0 + 512 - PcAlignUp(ub5_addr + 1 * PcAlignUp(TR * CP * 4, 256), 256) % 512) % 512;
+            const uint32_t vt0_addr = PcAlignUp(ub8_addr + 2 * PcAlignUp(TR * CP * 4, 512), 32);
+            const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 4, 256), 256) + (0 + 512 - PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 4, 256), 256) % 512) % 512;
+            const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 256) + (256 + 512 - PcAlignUp(vt1_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 256) % 512) % 512;
+            const uint32_t vt3_addr = PcAlignUp(vt2_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 32);
+            LocalTensor<float> ub0[2] = {LocalTensor<float>(TPosition::VECCALC, ub0_addr, TR * CP), LocalTensor<float>(TPosition::VECCALC, ub0_addr + 1 * PcAlignUp(TR * CP * 4, 512), TR * CP)};  // UB ND, ping-pong
             LocalTensor<float> ub1(TPosition::VECCALC, ub1_addr, TR * 8);  // UB COL
             LocalTensor<float> ub2(TPosition::VECCALC, ub2_addr, TR * 8);  // UB COL
             LocalTensor<float> ub3(TPosition::VECCALC, ub3_addr, TR * CP);  // UB ND
             LocalTensor<float> ub5(TPosition::VECCALC, ub5_addr, TR * CP);  // UB ND
-            LocalTensor<float> ub8[2] = {LocalTensor<float>(TPosition::VECCALC, ub8_addr, TR * CP), LocalTensor<float>(TPosition::VECCALC, ub8_addr + 1 * PcAlignUp(TR * CP * 4, 256), TR * CP)};  // UB ND, ping-pong
+            LocalTensor<float> ub8[2] = {LocalTensor<float>(TPosition::VECCALC, ub8_addr, TR * CP), LocalTensor<float>(TPosition::VECCALC, ub8_addr + 1 * PcAlignUp(TR * CP * 4, 512), TR * CP)};  // UB ND, ping-pong
             LocalTensor<float> vt0(TPosition::VECCALC, vt0_addr, 1 * TR);  // UB PACK
             LocalTensor<float> vt1(TPosition::VECCALC, vt1_addr, TR * 64);  // UB ND
-            LocalTensor<float> vt2(TPosition::VECCALC, vt2_addr, 1 * CP);  // UB ND
+            LocalTensor<float> vt2(TPosition::VECCALC, vt2_addr, TR * 64);  // UB ND
+            LocalTensor<float> vt3(TPosition::VECCALC, vt3_addr, 1 * CP);  // UB ND
             SetFlag<HardEvent::V_MTE2>(0);
             SetFlag<HardEvent::V_MTE2>(1);
             SetFlag<HardEvent::MTE3_V>(0);
@@ -325,154 +335,164 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(M, 64) - (PcMin(TR, (N - (t * TR))) * 6)))))); ++rs) {
                     PipeBarrier<PIPE_V>();
                     Adds(vt1, ub3, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                    for (int64_t rj5 = 0; rj5 < (PcCeilDiv(M, 64) - 1); ++rj5) {
+                    for (int64_t rp6 = 0; rp6 < PcMin(1, (PcCeilDiv(M, 64) - 1)); ++rp6) {
                         PipeBarrier<PIPE_V>();
-                        Max(vt1, vt1, ub3[((rj5 + 1) * 64)], PcMin(64, (M - ((rj5 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                        Adds(vt2, ub3[64], static_cast<float>(0.0), PcMin(64, (M - 64)), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
+                        for (int64_t rj5 = 0; rj5 < PcCeilDiv((PcCeilDiv(M, 64) - 2), 2); ++rj5) {
+                            PipeBarrier<PIPE_V>();
+                            Max(vt1, vt1, ub3[(((rj5 * 2) + 2) * 64)], PcMin(64, (M - (((rj5 * 2) + 2) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                            for (int64_t rq7 = 0; rq7 < PcMin(1, ((PcCeilDiv(M, 64) - 3) - (rj5 * 2))); ++rq7) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt2, vt2, ub3[(((rj5 * 2) + 3) * 64)], PcMin(64, (M - (((rj5 * 2) + 3) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                            }
+                        }
+                        PipeBarrier<PIPE_V>();
+                        Max(vt1, vt1, vt2, PcMin(64, (M - 64)), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, 8));
                     }
                 }
                 for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(M, 64) - (PcMin(TR, (N - (t * TR))) * 6))))); ++rh) {
-                    for (int64_t hr6 = 0; hr6 < PcMin(TR, (N - (t * TR))); ++hr6) {
-                        for (int64_t hg8 = 0; hg8 < PcMin(1, PcMax(0, (M - 32832))); ++hg8) {
+                    for (int64_t hr8 = 0; hr8 < PcMin(TR, (N - (t * TR))); ++hr8) {
+                        for (int64_t hg10 = 0; hg10 < PcMin(1, PcMax(0, (M - 32832))); ++hg10) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 32832)], (((M - 32832) / 8) * 8));
+                            Max(vt3, ub3[(hr8 * CP)], ub3[((hr8 * CP) + 32832)], (((M - 32832) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 32832) / 8) * 8)], ub3[((hr6 * CP) + (((M - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((M - 32832) / 8) * 8)));
-                            for (int64_t hg7 = 0; hg7 < PcMin(1, ((M - 32832) - (((M - 32832) / 8) * 8))); ++hg7) {
+                            Adds(vt3[(((M - 32832) / 8) * 8)], ub3[((hr8 * CP) + (((M - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((M - 32832) / 8) * 8)));
+                            for (int64_t hg9 = 0; hg9 < PcMin(1, ((M - 32832) - (((M - 32832) / 8) * 8))); ++hg9) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 32832) / 8) * 8) + 32832))], ((M - 32832) - (((M - 32832) / 8) * 8)));
+                                Max(vt3, vt3, ub3[((hr8 * CP) + ((((M - 32832) / 8) * 8) + 32832))], ((M - 32832) - (((M - 32832) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg10 = 0; hg10 < (PcMin(1, PcMax(0, (M - 16448))) - PcMin(1, PcMax(0, (M - 32832)))); ++hg10) {
+                        for (int64_t hg12 = 0; hg12 < (PcMin(1, PcMax(0, (M - 16448))) - PcMin(1, PcMax(0, (M - 32832)))); ++hg12) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 16448)], (((M - 16448) / 8) * 8));
+                            Max(vt3, ub3[(hr8 * CP)], ub3[((hr8 * CP) + 16448)], (((M - 16448) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 16448) / 8) * 8)], ub3[((hr6 * CP) + (((M - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((M - 16448) / 8) * 8)));
-                            for (int64_t hg9 = 0; hg9 < PcMin(1, ((M - 16448) - (((M - 16448) / 8) * 8))); ++hg9) {
+                            Adds(vt3[(((M - 16448) / 8) * 8)], ub3[((hr8 * CP) + (((M - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((M - 16448) / 8) * 8)));
+                            for (int64_t hg11 = 0; hg11 < PcMin(1, ((M - 16448) - (((M - 16448) / 8) * 8))); ++hg11) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 16448) / 8) * 8) + 16448))], ((M - 16448) - (((M - 16448) / 8) * 8)));
+                                Max(vt3, vt3, ub3[((hr8 * CP) + ((((M - 16448) / 8) * 8) + 16448))], ((M - 16448) - (((M - 16448) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg11 = 0; hg11 < PcMin(1, PcMax(0, (M - 32832))); ++hg11) {
+                        for (int64_t hg13 = 0; hg13 < PcMin(1, PcMax(0, (M - 32832))); ++hg13) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, vt2, vt2[16448], 16384);
+                            Max(vt3, vt3, vt3[16448], 16384);
                         }
-                        for (int64_t hg13 = 0; hg13 < (PcMin(1, PcMax(0, (M - 8256))) - PcMin(1, PcMax(0, (M - 16448)))); ++hg13) {
+                        for (int64_t hg15 = 0; hg15 < (PcMin(1, PcMax(0, (M - 8256))) - PcMin(1, PcMax(0, (M - 16448)))); ++hg15) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 8256)], (((M - 8256) / 8) * 8));
+                            Max(vt3, ub3[(hr8 * CP)], ub3[((hr8 * CP) + 8256)], (((M - 8256) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 8256) / 8) * 8)], ub3[((hr6 * CP) + (((M - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((M - 8256) / 8) * 8)));
-                            for (int64_t hg12 = 0; hg12 < PcMin(1, ((M - 8256) - (((M - 8256) / 8) * 8))); ++hg12) {
+                            Adds(vt3[(((M - 8256) / 8) * 8)], ub3[((hr8 * CP) + (((M - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((M - 8256) / 8) * 8)));
+                            for (int64_t hg14 = 0; hg14 < PcMin(1, ((M - 8256) - (((M - 8256) / 8) * 8))); ++hg14) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 8256) / 8) * 8) + 8256))], ((M - 8256) - (((M - 8256) / 8) * 8)));
+                                Max(vt3, vt3, ub3[((hr8 * CP) + ((((M - 8256) / 8) * 8) + 8256))], ((M - 8256) - (((M - 8256) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg14 = 0; hg14 < PcMin(1, PcMax(0, (M - 16448))); ++hg14) {
+                        for (int64_t hg16 = 0; hg16 < PcMin(1, PcMax(0, (M - 16448))); ++hg16) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, vt2, vt2[8256], 8192);
+                            Max(vt3, vt3, vt3[8256], 8192);
                         }
-                        for (int64_t hg16 = 0; hg16 < (PcMin(1, PcMax(0, (M - 4160))) - PcMin(1, PcMax(0, (M - 8256)))); ++hg16) {
+                        for (int64_t hg18 = 0; hg18 < (PcMin(1, PcMax(0, (M - 4160))) - PcMin(1, PcMax(0, (M - 8256)))); ++hg18) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 4160)], (((M - 4160) / 8) * 8));
+                            Max(vt3, ub3[(hr8 * CP)], ub3[((hr8 * CP) + 4160)], (((M - 4160) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 4160) / 8) * 8)], ub3[((hr6 * CP) + (((M - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((M - 4160) / 8) * 8)));
-                            for (int64_t hg15 = 0; hg15 < PcMin(1, ((M - 4160) - (((M - 4160) / 8) * 8))); ++hg15) {
+                            Adds(vt3[(((M - 4160) / 8) * 8)], ub3[((hr8 * CP) + (((M - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((M - 4160) / 8) * 8)));
+                            for (int64_t hg17 = 0; hg17 < PcMin(1, ((M - 4160) - (((M - 4160) / 8) * 8))); ++hg17) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 4160) / 8) * 8) + 4160))], ((M - 4160) - (((M - 4160) / 8) * 8)));
+                                Max(vt3, vt3, ub3[((hr8 * CP) + ((((M - 4160) / 8) * 8) + 4160))], ((M - 4160) - (((M - 4160) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg17 = 0; hg17 < PcMin(1, PcMax(0, (M - 8256))); ++hg17) {
+                        for (int64_t hg19 = 0; hg19 < PcMin(1, PcMax(0, (M - 8256))); ++hg19) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, vt2, vt2[4160], 4096);
+                            Max(vt3, vt3, vt3[4160], 4096);
                         }
-                        for (int64_t hg19 = 0; hg19 < (PcMin(1, PcMax(0, (M - 2112))) - PcMin(1, PcMax(0, (M - 4160)))); ++hg19) {
+                        for (int64_t hg21 = 0; hg21 < (PcMin(1, PcMax(0, (M - 2112))) - PcMin(1, PcMax(0, (M - 4160)))); ++hg21) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 2112)], (((M - 2112) / 8) * 8));
+                            Max(vt3, ub3[(hr8 * CP)], ub3[((hr8 * CP) + 2112)], (((M - 2112) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 2112) / 8) * 8)], ub3[((hr6 * CP) + (((M - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((M - 2112) / 8) * 8)));
-                            for (int64_t hg18 = 0; hg18 < PcMin(1, ((M - 2112) - (((M - 2112) / 8) * 8))); ++hg18) {
+                            Adds(vt3[(((M - 2112) / 8) * 8)], ub3[((hr8 * CP) + (((M - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((M - 2112) / 8) * 8)));
+                            for (int64_t hg20 = 0; hg20 < PcMin(1, ((M - 2112) - (((M - 2112) / 8) * 8))); ++hg20) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 2112) / 8) * 8) + 2112))], ((M - 2112) - (((M - 2112) / 8) * 8)));
+                                Max(vt3, vt3, ub3[((hr8 * CP) + ((((M - 2112) / 8) * 8) + 2112))], ((M - 2112) - (((M - 2112) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg20 = 0; hg20 < PcMin(1, PcMax(0, (M - 4160))); ++hg20) {
+                        for (int64_t hg22 = 0; hg22 < PcMin(1, PcMax(0, (M - 4160))); ++hg22) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, vt2, vt2[2112], 2048);
+                            Max(vt3, vt3, vt3[2112], 2048);
                         }
-                        for (int64_t hg22 = 0; hg22 < (PcMin(1, PcMax(0, (M - 1088))) - PcMin(1, PcMax(0, (M - 2112)))); ++hg22) {
+                        for (int64_t hg24 = 0; hg24 < (PcMin(1, PcMax(0, (M - 1088))) - PcMin(1, PcMax(0, (M - 2112)))); ++hg24) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 1088)], (((M - 1088) / 8) * 8));
+                            Max(vt3, ub3[(hr8 * CP)], ub3[((hr8 * CP) + 1088)], (((M - 1088) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 1088) / 8) * 8)], ub3[((hr6 * CP) + (((M - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((M - 1088) / 8) * 8)));
-                            for (int64_t hg21 = 0; hg21 < PcMin(1, ((M - 1088) - (((M - 1088) / 8) * 8))); ++hg21) {
+                            Adds(vt3[(((M - 1088) / 8) * 8)], ub3[((hr8 * CP) + (((M - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((M - 1088) / 8) * 8)));
+                            for (int64_t hg23 = 0; hg23 < PcMin(1, ((M - 1088) - (((M - 1088) / 8) * 8))); ++hg23) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 1088) / 8) * 8) + 1088))], ((M - 1088) - (((M - 1088) / 8) * 8)));
+                                Max(vt3, vt3, ub3[((hr8 * CP) + ((((M - 1088) / 8) * 8) + 1088))], ((M - 1088) - (((M - 1088) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg23 = 0; hg23 < PcMin(1, PcMax(0, (M - 2112))); ++hg23) {
+                        for (int64_t hg25 = 0; hg25 < PcMin(1, PcMax(0, (M - 2112))); ++hg25) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, vt2, vt2[1088], 1024);
+                            Max(vt3, vt3, vt3[1088], 1024);
                         }
-                        for (int64_t hg25 = 0; hg25 < (PcMin(1, PcMax(0, (M - 576))) - PcMin(1, PcMax(0, (M - 1088)))); ++hg25) {
+                        for (int64_t hg27 = 0; hg27 < (PcMin(1, PcMax(0, (M - 576))) - PcMin(1, PcMax(0, (M - 1088)))); ++hg27) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 576)], (((M - 576) / 8) * 8));
+                            Max(vt3, ub3[(hr8 * CP)], ub3[((hr8 * CP) + 576)], (((M - 576) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 576) / 8) * 8)], ub3[((hr6 * CP) + (((M - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((M - 576) / 8) * 8)));
-                            for (int64_t hg24 = 0; hg24 < PcMin(1, ((M - 576) - (((M - 576) / 8) * 8))); ++hg24) {
+                            Adds(vt3[(((M - 576) / 8) * 8)], ub3[((hr8 * CP) + (((M - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((M - 576) / 8) * 8)));
+                            for (int64_t hg26 = 0; hg26 < PcMin(1, ((M - 576) - (((M - 576) / 8) * 8))); ++hg26) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 576) / 8) * 8) + 576))], ((M - 576) - (((M - 576) / 8) * 8)));
+                                Max(vt3, vt3, ub3[((hr8 * CP) + ((((M - 576) / 8) * 8) + 576))], ((M - 576) - (((M - 576) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg26 = 0; hg26 < PcMin(1, PcMax(0, (M - 1088))); ++hg26) {
+                        for (int64_t hg28 = 0; hg28 < PcMin(1, PcMax(0, (M - 1088))); ++hg28) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, vt2, vt2[576], 512);
+                            Max(vt3, vt3, vt3[576], 512);
                         }
-                        for (int64_t hg28 = 0; hg28 < (PcMin(1, PcMax(0, (M - 320))) - PcMin(1, PcMax(0, (M - 576)))); ++hg28) {
+                        for (int64_t hg30 = 0; hg30 < (PcMin(1, PcMax(0, (M - 320))) - PcMin(1, PcMax(0, (M - 576)))); ++hg30) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 320)], (((M - 320) / 8) * 8));
+                            Max(vt3, ub3[(hr8 * CP)], ub3[((hr8 * CP) + 320)], (((M - 320) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 320) / 8) * 8)], ub3[((hr6 * CP) + (((M - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((M - 320) / 8) * 8)));
-                            for (int64_t hg27 = 0; hg27 < PcMin(1, ((M - 320) - (((M - 320) / 8) * 8))); ++hg27) {
+                            Adds(vt3[(((M - 320) / 8) * 8)], ub3[((hr8 * CP) + (((M - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((M - 320) / 8) * 8)));
+                            for (int64_t hg29 = 0; hg29 < PcMin(1, ((M - 320) - (((M - 320) / 8) * 8))); ++hg29) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 320) / 8) * 8) + 320))], ((M - 320) - (((M - 320) / 8) * 8)));
+                                Max(vt3, vt3, ub3[((hr8 * CP) + ((((M - 320) / 8) * 8) + 320))], ((M - 320) - (((M - 320) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg29 = 0; hg29 < PcMin(1, PcMax(0, (M - 576))); ++hg29) {
+                        for (int64_t hg31 = 0; hg31 < PcMin(1, PcMax(0, (M - 576))); ++hg31) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, vt2, vt2[320], 256);
+                            Max(vt3, vt3, vt3[320], 256);
                         }
-                        for (int64_t hg31 = 0; hg31 < (PcMin(1, PcMax(0, (M - 192))) - PcMin(1, PcMax(0, (M - 320)))); ++hg31) {
+                        for (int64_t hg33 = 0; hg33 < (PcMin(1, PcMax(0, (M - 192))) - PcMin(1, PcMax(0, (M - 320)))); ++hg33) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, ub3[(hr6 * CP)], ub3[((hr6 * CP) + 192)], (((M - 192) / 8) * 8));
+                            Max(vt3, ub3[(hr8 * CP)], ub3[((hr8 * CP) + 192)], (((M - 192) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 192) / 8) * 8)], ub3[((hr6 * CP) + (((M - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((M - 192) / 8) * 8)));
-                            for (int64_t hg30 = 0; hg30 < PcMin(1, ((M - 192) - (((M - 192) / 8) * 8))); ++hg30) {
+                            Adds(vt3[(((M - 192) / 8) * 8)], ub3[((hr8 * CP) + (((M - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((M - 192) / 8) * 8)));
+                            for (int64_t hg32 = 0; hg32 < PcMin(1, ((M - 192) - (((M - 192) / 8) * 8))); ++hg32) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, ub3[((hr6 * CP) + ((((M - 192) / 8) * 8) + 192))], ((M - 192) - (((M - 192) / 8) * 8)));
+                                Max(vt3, vt3, ub3[((hr8 * CP) + ((((M - 192) / 8) * 8) + 192))], ((M - 192) - (((M - 192) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg32 = 0; hg32 < PcMin(1, PcMax(0, (M - 320))); ++hg32) {
+                        for (int64_t hg34 = 0; hg34 < PcMin(1, PcMax(0, (M - 320))); ++hg34) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt2, vt2, vt2[192], 128);
+                            Max(vt3, vt3, vt3[192], 128);
                         }
-                        for (int64_t hg33 = 0; hg33 < PcMin(1, PcMax(0, (M - 192))); ++hg33) {
+                        for (int64_t hg35 = 0; hg35 < PcMin(1, PcMax(0, (M - 192))); ++hg35) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt1[(hr6 * 64)], vt2, vt2[64], 64);
+                            Max(vt1[(hr8 * 64)], vt3, vt3[64], 64);
                             PipeBarrier<PIPE_V>();
-                            Max(vt1[(hr6 * 64)], vt1[(hr6 * 64)], vt2[128], 64);
+                            Max(vt1[(hr8 * 64)], vt1[(hr8 * 64)], vt3[128], 64);
                         }
-                        for (int64_t hg35 = 0; hg35 < (PcMin(1, PcMax(0, (M - 64))) - PcMin(1, PcMax(0, (M - 192)))); ++hg35) {
+                        for (int64_t hg37 = 0; hg37 < (PcMin(1, PcMax(0, (M - 64))) - PcMin(1, PcMax(0, (M - 192)))); ++hg37) {
                             PipeBarrier<PIPE_V>();
-                            Adds(vt1[(hr6 * 64)], ub3[(hr6 * CP)], static_cast<float>(0.0), 64);
+                            Adds(vt1[(hr8 * 64)], ub3[(hr8 * CP)], static_cast<float>(0.0), 64);
                             PipeBarrier<PIPE_V>();
-                            Max(vt1[(hr6 * 64)], vt1[(hr6 * 64)], ub3[((hr6 * CP) + 64)], (PcMin(M, 128) - 64));
-                            for (int64_t hg34 = 0; hg34 < PcMin(1, PcMax(0, (M - 128))); ++hg34) {
+                            Max(vt1[(hr8 * 64)], vt1[(hr8 * 64)], ub3[((hr8 * CP) + 64)], (PcMin(M, 128) - 64));
+                            for (int64_t hg36 = 0; hg36 < PcMin(1, PcMax(0, (M - 128))); ++hg36) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt1[(hr6 * 64)], vt1[(hr6 * 64)], ub3[((hr6 * CP) + 128)], (M - 128));
+                                Max(vt1[(hr8 * 64)], vt1[(hr8 * 64)], ub3[((hr8 * CP) + 128)], (M - 128));
                             }
                         }
-                        for (int64_t hg36 = 0; hg36 < (1 - PcMin(1, PcMax(0, (M - 64)))); ++hg36) {
+                        for (int64_t hg38 = 0; hg38 < (1 - PcMin(1, PcMax(0, (M - 64)))); ++hg38) {
                             PipeBarrier<PIPE_V>();
-                            Adds(vt1[(hr6 * 64)], ub3[(hr6 * CP)], static_cast<float>(0.0), M);
+                            Adds(vt1[(hr8 * 64)], ub3[(hr8 * CP)], static_cast<float>(0.0), M);
                         }
                     }
                 }
@@ -481,20 +501,20 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 PipeBarrier<PIPE_V>();
                 Brcb(ub1, vt0, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
                 for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
-                    for (int64_t cj37 = 0; cj37 < PcCeilDiv(CP, 64); ++cj37) {
+                    for (int64_t cj39 = 0; cj39 < PcCeilDiv(CP, 64); ++cj39) {
                         PipeBarrier<PIPE_V>();
-                        Sub(ub5[(cj37 * 64)], ub3[(cj37 * 64)], ub1, PcMin(64, (CP - (cj37 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                        Sub(ub5[(cj39 * 64)], ub3[(cj39 * 64)], ub1, PcMin(64, (CP - (cj39 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
                 for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
-                    for (int64_t lr38 = 0; lr38 < PcMin(TR, (N - (t * TR))); ++lr38) {
-                        for (int64_t lg39 = 0; lg39 < PcCeilDiv((CP / 64), 255); ++lg39) {
+                    for (int64_t lr40 = 0; lr40 < PcMin(TR, (N - (t * TR))); ++lr40) {
+                        for (int64_t lg41 = 0; lg41 < PcCeilDiv((CP / 64), 255); ++lg41) {
                             PipeBarrier<PIPE_V>();
-                            Sub(ub5[((lr38 * CP) + (lg39 * 16320))], ub3[((lr38 * CP) + (lg39 * 16320))], ub1[(lr38 * 8)], 64, PcMin(255, ((CP / 64) - (lg39 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Sub(ub5[((lr40 * CP) + (lg41 * 16320))], ub3[((lr40 * CP) + (lg41 * 16320))], ub1[(lr40 * 8)], 64, PcMin(255, ((CP / 64) - (lg41 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
-                        for (int64_t lt40 = 0; lt40 < PcMin(1, (CP % 64)); ++lt40) {
+                        for (int64_t lt42 = 0; lt42 < PcMin(1, (CP % 64)); ++lt42) {
                             PipeBarrier<PIPE_V>();
-                            Sub(ub5[((lr38 * CP) + ((CP / 64) * 64))], ub3[((lr38 * CP) + ((CP / 64) * 64))], ub1[(lr38 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Sub(ub5[((lr40 * CP) + ((CP / 64) * 64))], ub3[((lr40 * CP) + ((CP / 64) * 64))], ub1[(lr40 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
                     }
                 }
@@ -503,154 +523,164 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(M, 64) - (PcMin(TR, (N - (t * TR))) * 6)))))); ++rs) {
                     PipeBarrier<PIPE_V>();
                     Adds(vt1, ub3, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                    for (int64_t rj41 = 0; rj41 < (PcCeilDiv(M, 64) - 1); ++rj41) {
+                    for (int64_t rp44 = 0; rp44 < PcMin(1, (PcCeilDiv(M, 64) - 1)); ++rp44) {
                         PipeBarrier<PIPE_V>();
-                        Add(vt1, vt1, ub3[((rj41 + 1) * 64)], PcMin(64, (M - ((rj41 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                        Adds(vt2, ub3[64], static_cast<float>(0.0), PcMin(64, (M - 64)), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
+                        for (int64_t rj43 = 0; rj43 < PcCeilDiv((PcCeilDiv(M, 64) - 2), 2); ++rj43) {
+                            PipeBarrier<PIPE_V>();
+                            Add(vt1, vt1, ub3[(((rj43 * 2) + 2) * 64)], PcMin(64, (M - (((rj43 * 2) + 2) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                            for (int64_t rq45 = 0; rq45 < PcMin(1, ((PcCeilDiv(M, 64) - 3) - (rj43 * 2))); ++rq45) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt2, vt2, ub3[(((rj43 * 2) + 3) * 64)], PcMin(64, (M - (((rj43 * 2) + 3) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                            }
+                        }
+                        PipeBarrier<PIPE_V>();
+                        Add(vt1, vt1, vt2, PcMin(64, (M - 64)), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, 8));
                     }
                 }
                 for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(M, 64) - (PcMin(TR, (N - (t * TR))) * 6))))); ++rh) {
-                    for (int64_t hr42 = 0; hr42 < PcMin(TR, (N - (t * TR))); ++hr42) {
-                        for (int64_t hg44 = 0; hg44 < PcMin(1, PcMax(0, (M - 32832))); ++hg44) {
+                    for (int64_t hr46 = 0; hr46 < PcMin(TR, (N - (t * TR))); ++hr46) {
+                        for (int64_t hg48 = 0; hg48 < PcMin(1, PcMax(0, (M - 32832))); ++hg48) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 32832)], (((M - 32832) / 8) * 8));
+                            Add(vt3, ub3[(hr46 * CP)], ub3[((hr46 * CP) + 32832)], (((M - 32832) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 32832) / 8) * 8)], ub3[((hr42 * CP) + (((M - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((M - 32832) / 8) * 8)));
-                            for (int64_t hg43 = 0; hg43 < PcMin(1, ((M - 32832) - (((M - 32832) / 8) * 8))); ++hg43) {
+                            Adds(vt3[(((M - 32832) / 8) * 8)], ub3[((hr46 * CP) + (((M - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((M - 32832) / 8) * 8)));
+                            for (int64_t hg47 = 0; hg47 < PcMin(1, ((M - 32832) - (((M - 32832) / 8) * 8))); ++hg47) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 32832) / 8) * 8) + 32832))], ((M - 32832) - (((M - 32832) / 8) * 8)));
+                                Add(vt3, vt3, ub3[((hr46 * CP) + ((((M - 32832) / 8) * 8) + 32832))], ((M - 32832) - (((M - 32832) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg46 = 0; hg46 < (PcMin(1, PcMax(0, (M - 16448))) - PcMin(1, PcMax(0, (M - 32832)))); ++hg46) {
+                        for (int64_t hg50 = 0; hg50 < (PcMin(1, PcMax(0, (M - 16448))) - PcMin(1, PcMax(0, (M - 32832)))); ++hg50) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 16448)], (((M - 16448) / 8) * 8));
+                            Add(vt3, ub3[(hr46 * CP)], ub3[((hr46 * CP) + 16448)], (((M - 16448) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 16448) / 8) * 8)], ub3[((hr42 * CP) + (((M - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((M - 16448) / 8) * 8)));
-                            for (int64_t hg45 = 0; hg45 < PcMin(1, ((M - 16448) - (((M - 16448) / 8) * 8))); ++hg45) {
+                            Adds(vt3[(((M - 16448) / 8) * 8)], ub3[((hr46 * CP) + (((M - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((M - 16448) / 8) * 8)));
+                            for (int64_t hg49 = 0; hg49 < PcMin(1, ((M - 16448) - (((M - 16448) / 8) * 8))); ++hg49) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 16448) / 8) * 8) + 16448))], ((M - 16448) - (((M - 16448) / 8) * 8)));
+                                Add(vt3, vt3, ub3[((hr46 * CP) + ((((M - 16448) / 8) * 8) + 16448))], ((M - 16448) - (((M - 16448) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg47 = 0; hg47 < PcMin(1, PcMax(0, (M - 32832))); ++hg47) {
+                        for (int64_t hg51 = 0; hg51 < PcMin(1, PcMax(0, (M - 32832))); ++hg51) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, vt2, vt2[16448], 16384);
+                            Add(vt3, vt3, vt3[16448], 16384);
                         }
-                        for (int64_t hg49 = 0; hg49 < (PcMin(1, PcMax(0, (M - 8256))) - PcMin(1, PcMax(0, (M - 16448)))); ++hg49) {
+                        for (int64_t hg53 = 0; hg53 < (PcMin(1, PcMax(0, (M - 8256))) - PcMin(1, PcMax(0, (M - 16448)))); ++hg53) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 8256)], (((M - 8256) / 8) * 8));
+                            Add(vt3, ub3[(hr46 * CP)], ub3[((hr46 * CP) + 8256)], (((M - 8256) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 8256) / 8) * 8)], ub3[((hr42 * CP) + (((M - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((M - 8256) / 8) * 8)));
-                            for (int64_t hg48 = 0; hg48 < PcMin(1, ((M - 8256) - (((M - 8256) / 8) * 8))); ++hg48) {
+                            Adds(vt3[(((M - 8256) / 8) * 8)], ub3[((hr46 * CP) + (((M - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((M - 8256) / 8) * 8)));
+                            for (int64_t hg52 = 0; hg52 < PcMin(1, ((M - 8256) - (((M - 8256) / 8) * 8))); ++hg52) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 8256) / 8) * 8) + 8256))], ((M - 8256) - (((M - 8256) / 8) * 8)));
+                                Add(vt3, vt3, ub3[((hr46 * CP) + ((((M - 8256) / 8) * 8) + 8256))], ((M - 8256) - (((M - 8256) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg50 = 0; hg50 < PcMin(1, PcMax(0, (M - 16448))); ++hg50) {
+                        for (int64_t hg54 = 0; hg54 < PcMin(1, PcMax(0, (M - 16448))); ++hg54) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, vt2, vt2[8256], 8192);
+                            Add(vt3, vt3, vt3[8256], 8192);
                         }
-                        for (int64_t hg52 = 0; hg52 < (PcMin(1, PcMax(0, (M - 4160))) - PcMin(1, PcMax(0, (M - 8256)))); ++hg52) {
+                        for (int64_t hg56 = 0; hg56 < (PcMin(1, PcMax(0, (M - 4160))) - PcMin(1, PcMax(0, (M - 8256)))); ++hg56) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 4160)], (((M - 4160) / 8) * 8));
+                            Add(vt3, ub3[(hr46 * CP)], ub3[((hr46 * CP) + 4160)], (((M - 4160) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 4160) / 8) * 8)], ub3[((hr42 * CP) + (((M - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((M - 4160) / 8) * 8)));
-                            for (int64_t hg51 = 0; hg51 < PcMin(1, ((M - 4160) - (((M - 4160) / 8) * 8))); ++hg51) {
+                            Adds(vt3[(((M - 4160) / 8) * 8)], ub3[((hr46 * CP) + (((M - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((M - 4160) / 8) * 8)));
+                            for (int64_t hg55 = 0; hg55 < PcMin(1, ((M - 4160) - (((M - 4160) / 8) * 8))); ++hg55) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 4160) / 8) * 8) + 4160))], ((M - 4160) - (((M - 4160) / 8) * 8)));
+                                Add(vt3, vt3, ub3[((hr46 * CP) + ((((M - 4160) / 8) * 8) + 4160))], ((M - 4160) - (((M - 4160) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg53 = 0; hg53 < PcMin(1, PcMax(0, (M - 8256))); ++hg53) {
+                        for (int64_t hg57 = 0; hg57 < PcMin(1, PcMax(0, (M - 8256))); ++hg57) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, vt2, vt2[4160], 4096);
+                            Add(vt3, vt3, vt3[4160], 4096);
                         }
-                        for (int64_t hg55 = 0; hg55 < (PcMin(1, PcMax(0, (M - 2112))) - PcMin(1, PcMax(0, (M - 4160)))); ++hg55) {
+                        for (int64_t hg59 = 0; hg59 < (PcMin(1, PcMax(0, (M - 2112))) - PcMin(1, PcMax(0, (M - 4160)))); ++hg59) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 2112)], (((M - 2112) / 8) * 8));
+                            Add(vt3, ub3[(hr46 * CP)], ub3[((hr46 * CP) + 2112)], (((M - 2112) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 2112) / 8) * 8)], ub3[((hr42 * CP) + (((M - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((M - 2112) / 8) * 8)));
-                            for (int64_t hg54 = 0; hg54 < PcMin(1, ((M - 2112) - (((M - 2112) / 8) * 8))); ++hg54) {
+                            Adds(vt3[(((M - 2112) / 8) * 8)], ub3[((hr46 * CP) + (((M - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((M - 2112) / 8) * 8)));
+                            for (int64_t hg58 = 0; hg58 < PcMin(1, ((M - 2112) - (((M - 2112) / 8) * 8))); ++hg58) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 2112) / 8) * 8) + 2112))], ((M - 2112) - (((M - 2112) / 8) * 8)));
+                                Add(vt3, vt3, ub3[((hr46 * CP) + ((((M - 2112) / 8) * 8) + 2112))], ((M - 2112) - (((M - 2112) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg56 = 0; hg56 < PcMin(1, PcMax(0, (M - 4160))); ++hg56) {
+                        for (int64_t hg60 = 0; hg60 < PcMin(1, PcMax(0, (M - 4160))); ++hg60) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, vt2, vt2[2112], 2048);
+                            Add(vt3, vt3, vt3[2112], 2048);
                         }
-                        for (int64_t hg58 = 0; hg58 < (PcMin(1, PcMax(0, (M - 1088))) - PcMin(1, PcMax(0, (M - 2112)))); ++hg58) {
+                        for (int64_t hg62 = 0; hg62 < (PcMin(1, PcMax(0, (M - 1088))) - PcMin(1, PcMax(0, (M - 2112)))); ++hg62) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 1088)], (((M - 1088) / 8) * 8));
+                            Add(vt3, ub3[(hr46 * CP)], ub3[((hr46 * CP) + 1088)], (((M - 1088) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 1088) / 8) * 8)], ub3[((hr42 * CP) + (((M - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((M - 1088) / 8) * 8)));
-                            for (int64_t hg57 = 0; hg57 < PcMin(1, ((M - 1088) - (((M - 1088) / 8) * 8))); ++hg57) {
+                            Adds(vt3[(((M - 1088) / 8) * 8)], ub3[((hr46 * CP) + (((M - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((M - 1088) / 8) * 8)));
+                            for (int64_t hg61 = 0; hg61 < PcMin(1, ((M - 1088) - (((M - 1088) / 8) * 8))); ++hg61) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 1088) / 8) * 8) + 1088))], ((M - 1088) - (((M - 1088) / 8) * 8)));
+                                Add(vt3, vt3, ub3[((hr46 * CP) + ((((M - 1088) / 8) * 8) + 1088))], ((M - 1088) - (((M - 1088) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg59 = 0; hg59 < PcMin(1, PcMax(0, (M - 2112))); ++hg59) {
+                        for (int64_t hg63 = 0; hg63 < PcMin(1, PcMax(0, (M - 2112))); ++hg63) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, vt2, vt2[1088], 1024);
+                            Add(vt3, vt3, vt3[1088], 1024);
                         }
-                        for (int64_t hg61 = 0; hg61 < (PcMin(1, PcMax(0, (M - 576))) - PcMin(1, PcMax(0, (M - 1088)))); ++hg61) {
+                        for (int64_t hg65 = 0; hg65 < (PcMin(1, PcMax(0, (M - 576))) - PcMin(1, PcMax(0, (M - 1088)))); ++hg65) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 576)], (((M - 576) / 8) * 8));
+                            Add(vt3, ub3[(hr46 * CP)], ub3[((hr46 * CP) + 576)], (((M - 576) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 576) / 8) * 8)], ub3[((hr42 * CP) + (((M - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((M - 576) / 8) * 8)));
-                            for (int64_t hg60 = 0; hg60 < PcMin(1, ((M - 576) - (((M - 576) / 8) * 8))); ++hg60) {
+                            Adds(vt3[(((M - 576) / 8) * 8)], ub3[((hr46 * CP) + (((M - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((M - 576) / 8) * 8)));
+                            for (int64_t hg64 = 0; hg64 < PcMin(1, ((M - 576) - (((M - 576) / 8) * 8))); ++hg64) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 576) / 8) * 8) + 576))], ((M - 576) - (((M - 576) / 8) * 8)));
+                                Add(vt3, vt3, ub3[((hr46 * CP) + ((((M - 576) / 8) * 8) + 576))], ((M - 576) - (((M - 576) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg62 = 0; hg62 < PcMin(1, PcMax(0, (M - 1088))); ++hg62) {
+                        for (int64_t hg66 = 0; hg66 < PcMin(1, PcMax(0, (M - 1088))); ++hg66) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, vt2, vt2[576], 512);
+                            Add(vt3, vt3, vt3[576], 512);
                         }
-                        for (int64_t hg64 = 0; hg64 < (PcMin(1, PcMax(0, (M - 320))) - PcMin(1, PcMax(0, (M - 576)))); ++hg64) {
+                        for (int64_t hg68 = 0; hg68 < (PcMin(1, PcMax(0, (M - 320))) - PcMin(1, PcMax(0, (M - 576)))); ++hg68) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 320)], (((M - 320) / 8) * 8));
+                            Add(vt3, ub3[(hr46 * CP)], ub3[((hr46 * CP) + 320)], (((M - 320) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 320) / 8) * 8)], ub3[((hr42 * CP) + (((M - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((M - 320) / 8) * 8)));
-                            for (int64_t hg63 = 0; hg63 < PcMin(1, ((M - 320) - (((M - 320) / 8) * 8))); ++hg63) {
+                            Adds(vt3[(((M - 320) / 8) * 8)], ub3[((hr46 * CP) + (((M - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((M - 320) / 8) * 8)));
+                            for (int64_t hg67 = 0; hg67 < PcMin(1, ((M - 320) - (((M - 320) / 8) * 8))); ++hg67) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 320) / 8) * 8) + 320))], ((M - 320) - (((M - 320) / 8) * 8)));
+                                Add(vt3, vt3, ub3[((hr46 * CP) + ((((M - 320) / 8) * 8) + 320))], ((M - 320) - (((M - 320) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg65 = 0; hg65 < PcMin(1, PcMax(0, (M - 576))); ++hg65) {
+                        for (int64_t hg69 = 0; hg69 < PcMin(1, PcMax(0, (M - 576))); ++hg69) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, vt2, vt2[320], 256);
+                            Add(vt3, vt3, vt3[320], 256);
                         }
-                        for (int64_t hg67 = 0; hg67 < (PcMin(1, PcMax(0, (M - 192))) - PcMin(1, PcMax(0, (M - 320)))); ++hg67) {
+                        for (int64_t hg71 = 0; hg71 < (PcMin(1, PcMax(0, (M - 192))) - PcMin(1, PcMax(0, (M - 320)))); ++hg71) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, ub3[(hr42 * CP)], ub3[((hr42 * CP) + 192)], (((M - 192) / 8) * 8));
+                            Add(vt3, ub3[(hr46 * CP)], ub3[((hr46 * CP) + 192)], (((M - 192) / 8) * 8));
                             PipeBarrier<PIPE_V>();
-                            Adds(vt2[(((M - 192) / 8) * 8)], ub3[((hr42 * CP) + (((M - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((M - 192) / 8) * 8)));
-                            for (int64_t hg66 = 0; hg66 < PcMin(1, ((M - 192) - (((M - 192) / 8) * 8))); ++hg66) {
+                            Adds(vt3[(((M - 192) / 8) * 8)], ub3[((hr46 * CP) + (((M - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((M - 192) / 8) * 8)));
+                            for (int64_t hg70 = 0; hg70 < PcMin(1, ((M - 192) - (((M - 192) / 8) * 8))); ++hg70) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, ub3[((hr42 * CP) + ((((M - 192) / 8) * 8) + 192))], ((M - 192) - (((M - 192) / 8) * 8)));
+                                Add(vt3, vt3, ub3[((hr46 * CP) + ((((M - 192) / 8) * 8) + 192))], ((M - 192) - (((M - 192) / 8) * 8)));
                             }
                         }
-                        for (int64_t hg68 = 0; hg68 < PcMin(1, PcMax(0, (M - 320))); ++hg68) {
+                        for (int64_t hg72 = 0; hg72 < PcMin(1, PcMax(0, (M - 320))); ++hg72) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt2, vt2, vt2[192], 128);
+                            Add(vt3, vt3, vt3[192], 128);
                         }
-                        for (int64_t hg69 = 0; hg69 < PcMin(1, PcMax(0, (M - 192))); ++hg69) {
+                        for (int64_t hg73 = 0; hg73 < PcMin(1, PcMax(0, (M - 192))); ++hg73) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt1[(hr42 * 64)], vt2, vt2[64], 64);
+                            Add(vt1[(hr46 * 64)], vt3, vt3[64], 64);
                             PipeBarrier<PIPE_V>();
-                            Add(vt1[(hr42 * 64)], vt1[(hr42 * 64)], vt2[128], 64);
+                            Add(vt1[(hr46 * 64)], vt1[(hr46 * 64)], vt3[128], 64);
                         }
-                        for (int64_t hg71 = 0; hg71 < (PcMin(1, PcMax(0, (M - 64))) - PcMin(1, PcMax(0, (M - 192)))); ++hg71) {
+                        for (int64_t hg75 = 0; hg75 < (PcMin(1, PcMax(0, (M - 64))) - PcMin(1, PcMax(0, (M - 192)))); ++hg75) {
                             PipeBarrier<PIPE_V>();
-                            Adds(vt1[(hr42 * 64)], ub3[(hr42 * CP)], static_cast<float>(0.0), 64);
+                            Adds(vt1[(hr46 * 64)], ub3[(hr46 * CP)], static_cast<float>(0.0), 64);
                             PipeBarrier<PIPE_V>();
-                            Add(vt1[(hr42 * 64)], vt1[(hr42 * 64)], ub3[((hr42 * CP) + 64)], (PcMin(M, 128) - 64));
-                            for (int64_t hg70 = 0; hg70 < PcMin(1, PcMax(0, (M - 128))); ++hg70) {
+                            Add(vt1[(hr46 * 64)], vt1[(hr46 * 64)], ub3[((hr46 * CP) + 64)], (PcMin(M, 128) - 64));
+                            for (int64_t hg74 = 0; hg74 < PcMin(1, PcMax(0, (M - 128))); ++hg74) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt1[(hr42 * 64)], vt1[(hr42 * 64)], ub3[((hr42 * CP) + 128)], (M - 128));
+                                Add(vt1[(hr46 * 64)], vt1[(hr46 * 64)], ub3[((hr46 * CP) + 128)], (M - 128));
                             }
                         }
-                        for (int64_t hg72 = 0; hg72 < (1 - PcMin(1, PcMax(0, (M - 64)))); ++hg72) {
+                        for (int64_t hg76 = 0; hg76 < (1 - PcMin(1, PcMax(0, (M - 64)))); ++hg76) {
                             PipeBarrier<PIPE_V>();
-                            Adds(vt1[(hr42 * 64)], ub3[(hr42 * CP)], static_cast<float>(0.0), M);
+                            Adds(vt1[(hr46 * 64)], ub3[(hr46 * CP)], static_cast<float>(0.0), M);
                         }
                     }
                 }
@@ -660,20 +690,20 @@ extern "C" __global__ __aicore__ void attention_float32(GM_ADDR Q_, GM_ADDR K_, 
                 Brcb(ub1, vt0, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
                 WaitFlag<HardEvent::MTE3_V>((i % 2));
                 for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
-                    for (int64_t cj73 = 0; cj73 < PcCeilDiv(CP, 64); ++cj73) {
+                    for (int64_t cj77 = 0; cj77 < PcCeilDiv(CP, 64); ++cj77) {
                         PipeBarrier<PIPE_V>();
-                        Div(ub8[(i % 2)][(cj73 * 64)], ub3[(cj73 * 64)], ub1, PcMin(64, (CP - (cj73 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                        Div(ub8[(i % 2)][(cj77 * 64)], ub3[(cj77 * 64)], ub1, PcMin(64, (CP - (cj77 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                     }
                 }
                 for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
-                    for (int64_t lr74 = 0; lr74 < PcMin(TR, (N - (t * TR))); ++lr74) {
-                        for (int64_t lg75 = 0; lg75 < PcCeilDiv((CP / 64), 255); ++lg75) {
+                    for (int64_t lr78 = 0; lr78 < PcMin(TR, (N - (t * TR))); ++lr78) {
+                        for (int64_t lg79 = 0; lg79 < PcCeilDiv((CP / 64), 255); ++lg79) {
                             PipeBarrier<PIPE_V>();
-                            Div(ub8[(i % 2)][((lr74 * CP) + (lg75 * 16320))], ub3[((lr74 * CP) + (lg75 * 16320))], ub1[(lr74 * 8)], 64, PcMin(255, ((CP / 64) - (lg75 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Div(ub8[(i % 2)][((lr78 * CP) + (lg79 * 16320))], ub3[((lr78 * CP) + (lg79 * 16320))], ub1[(lr78 * 8)], 64, PcMin(255, ((CP / 64) - (lg79 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
-                        for (int64_t lt76 = 0; lt76 < PcMin(1, (CP % 64)); ++lt76) {
+                        for (int64_t lt80 = 0; lt80 < PcMin(1, (CP % 64)); ++lt80) {
                             PipeBarrier<PIPE_V>();
-                            Div(ub8[(i % 2)][((lr74 * CP) + ((CP / 64) * 64))], ub3[((lr74 * CP) + ((CP / 64) * 64))], ub1[(lr74 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                            Div(ub8[(i % 2)][((lr78 * CP) + ((CP / 64) * 64))], ub3[((lr78 * CP) + ((CP / 64) * 64))], ub1[(lr78 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                         }
                     }
                 }

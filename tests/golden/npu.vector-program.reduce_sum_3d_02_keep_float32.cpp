@@ -32,10 +32,14 @@ inline uint32_t reduce3d_sum_02_keep_float32_Tiling(const int64_t* sizes, uint32
     const int64_t C = sizes[2];
     t->C = C;
     {   // phase 0: UB tiling (rows of CP elements, TR rows, at most 255; UB 188416 B)
-        const int64_t cp = PcAlignUp(C, 16);
+        int64_t cp = PcAlignUp(C, 16);
+        {   // rows an odd multiple of 256 B apart (the UB bank groups' halves alternate; bank_pitch)
+            const int64_t pcB = cp * 4, pcM = PcCeilDiv(pcB, 256) | 1;
+            if (pcB > 256 && PcCeilDiv(pcB, 32) <= 255 && pcM * 8 <= 255 && pcM * 256 * 8 <= pcB * 9) { cp = pcM * 256 / 4; }
+        }
         int64_t tr = PcMax(PcMin(B, 255), 1);
-        while (tr > 1 && (2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * 8 * 4, 512) + 256 + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { --tr; }
-        if ((2 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * 8 * 4, 512) + 256 + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { return 0; }
+        while (tr > 1 && (2 * PcAlignUp(tr * cp * 4, 512) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * 8 * 4, 512) + 256 + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { --tr; }
+        if ((2 * PcAlignUp(tr * cp * 4, 512) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * 8 * 4, 512) + 256 + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { return 0; }
         {   // balance the row tiles over the vector cores: the fewest
             // rows per tile that keep the busiest core's tile count
             const int64_t pcRounds = PcCeilDiv(PcCeilDiv(B, tr), static_cast<int64_t>(aivNum));
@@ -74,18 +78,20 @@ extern "C" __global__ __aicore__ void reduce3d_sum_02_keep_float32(GM_ADDR x_, G
             const int64_t TR = tilingData.TR_0;
             const int64_t CP = tilingData.CP_0;
             const int64_t TRP = tilingData.TRP_0;
-            const uint32_t ub0_addr = PcAlignUp(0, 32);
-            const uint32_t ub1_addr = PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 4, 256), 256) + (256 + 512 - PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 4, 256), 256) % 512) % 512;
+            const uint32_t ub0_addr = PcAlignUp(0, 256) + (0 + 512 - PcAlignUp(0, 256) % 512) % 512;
+            const uint32_t ub1_addr = PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 4, 512), 256) + (256 + 512 - PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 4, 512), 256) % 512) % 512;
             const uint32_t ub2_addr = PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) + (0 + 512 - PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) % 512) % 512;
             const uint32_t vt0_addr = PcAlignUp(ub2_addr + 2 * PcAlignUp(TR * 8 * 4, 512), 32);
-            const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 4, 256), 32);
-            const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 32);
-            LocalTensor<float> ub0[2] = {LocalTensor<float>(TPosition::VECCALC, ub0_addr, TR * CP), LocalTensor<float>(TPosition::VECCALC, ub0_addr + 1 * PcAlignUp(TR * CP * 4, 256), TR * CP)};  // UB ND, ping-pong
+            const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 4, 256), 256) + (256 + 512 - PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 4, 256), 256) % 512) % 512;
+            const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 256) + (0 + 512 - PcAlignUp(vt1_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 256) % 512) % 512;
+            const uint32_t vt3_addr = PcAlignUp(vt2_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 32);
+            LocalTensor<float> ub0[2] = {LocalTensor<float>(TPosition::VECCALC, ub0_addr, TR * CP), LocalTensor<float>(TPosition::VECCALC, ub0_addr + 1 * PcAlignUp(TR * CP * 4, 512), TR * CP)};  // UB ND, ping-pong
             LocalTensor<float> ub1(TPosition::VECCALC, ub1_addr, TR * 8);  // UB COL
             LocalTensor<float> ub2[2] = {LocalTensor<float>(TPosition::VECCALC, ub2_addr, TR * 8), LocalTensor<float>(TPosition::VECCALC, ub2_addr + 1 * PcAlignUp(TR * 8 * 4, 512), TR * 8)};  // UB COL, ping-pong
             LocalTensor<float> vt0(TPosition::VECCALC, vt0_addr, 1 * TR);  // UB PACK
             LocalTensor<float> vt1(TPosition::VECCALC, vt1_addr, TR * 64);  // UB ND
-            LocalTensor<float> vt2(TPosition::VECCALC, vt2_addr, 1 * CP);  // UB ND
+            LocalTensor<float> vt2(TPosition::VECCALC, vt2_addr, TR * 64);  // UB ND
+            LocalTensor<float> vt3(TPosition::VECCALC, vt3_addr, 1 * CP);  // UB ND
             SetFlag<HardEvent::MTE3_V>(0);
             SetFlag<HardEvent::MTE3_V>(1);
             SetFlag<HardEvent::V_MTE2>(0);
@@ -104,154 +110,164 @@ extern "C" __global__ __aicore__ void reduce3d_sum_02_keep_float32(GM_ADDR x_, G
                     for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(C, 64) - (PcMin(TR, (B - (t * TR))) * 6)))))); ++rs) {
                         PipeBarrier<PIPE_V>();
                         Adds(vt1, ub0[(((i * A) + i_A) % 2)], static_cast<float>(0.0), PcMin(64, C), PcMin(TR, (B - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                        for (int64_t rj1 = 0; rj1 < (PcCeilDiv(C, 64) - 1); ++rj1) {
+                        for (int64_t rp2 = 0; rp2 < PcMin(1, (PcCeilDiv(C, 64) - 1)); ++rp2) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt1, vt1, ub0[(((i * A) + i_A) % 2)][((rj1 + 1) * 64)], PcMin(64, (C - ((rj1 + 1) * 64))), PcMin(TR, (B - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                            Adds(vt2, ub0[(((i * A) + i_A) % 2)][64], static_cast<float>(0.0), PcMin(64, (C - 64)), PcMin(TR, (B - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
+                            for (int64_t rj1 = 0; rj1 < PcCeilDiv((PcCeilDiv(C, 64) - 2), 2); ++rj1) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt1, vt1, ub0[(((i * A) + i_A) % 2)][(((rj1 * 2) + 2) * 64)], PcMin(64, (C - (((rj1 * 2) + 2) * 64))), PcMin(TR, (B - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                                for (int64_t rq3 = 0; rq3 < PcMin(1, ((PcCeilDiv(C, 64) - 3) - (rj1 * 2))); ++rq3) {
+                                    PipeBarrier<PIPE_V>();
+                                    Add(vt2, vt2, ub0[(((i * A) + i_A) % 2)][(((rj1 * 2) + 3) * 64)], PcMin(64, (C - (((rj1 * 2) + 3) * 64))), PcMin(TR, (B - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                                }
+                            }
+                            PipeBarrier<PIPE_V>();
+                            Add(vt1, vt1, vt2, PcMin(64, (C - 64)), PcMin(TR, (B - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, 8));
                         }
                     }
                     for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(C, 64) - (PcMin(TR, (B - (t * TR))) * 6))))); ++rh) {
-                        for (int64_t hr2 = 0; hr2 < PcMin(TR, (B - (t * TR))); ++hr2) {
-                            for (int64_t hg4 = 0; hg4 < PcMin(1, PcMax(0, (C - 32832))); ++hg4) {
+                        for (int64_t hr4 = 0; hr4 < PcMin(TR, (B - (t * TR))); ++hr4) {
+                            for (int64_t hg6 = 0; hg6 < PcMin(1, PcMax(0, (C - 32832))); ++hg6) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, ub0[(((i * A) + i_A) % 2)][(hr2 * CP)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + 32832)], (((C - 32832) / 8) * 8));
+                                Add(vt3, ub0[(((i * A) + i_A) % 2)][(hr4 * CP)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + 32832)], (((C - 32832) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((C - 32832) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + (((C - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((C - 32832) / 8) * 8)));
-                                for (int64_t hg3 = 0; hg3 < PcMin(1, ((C - 32832) - (((C - 32832) / 8) * 8))); ++hg3) {
+                                Adds(vt3[(((C - 32832) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + (((C - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((C - 32832) / 8) * 8)));
+                                for (int64_t hg5 = 0; hg5 < PcMin(1, ((C - 32832) - (((C - 32832) / 8) * 8))); ++hg5) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt2, vt2, ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + ((((C - 32832) / 8) * 8) + 32832))], ((C - 32832) - (((C - 32832) / 8) * 8)));
+                                    Add(vt3, vt3, ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + ((((C - 32832) / 8) * 8) + 32832))], ((C - 32832) - (((C - 32832) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg6 = 0; hg6 < (PcMin(1, PcMax(0, (C - 16448))) - PcMin(1, PcMax(0, (C - 32832)))); ++hg6) {
+                            for (int64_t hg8 = 0; hg8 < (PcMin(1, PcMax(0, (C - 16448))) - PcMin(1, PcMax(0, (C - 32832)))); ++hg8) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, ub0[(((i * A) + i_A) % 2)][(hr2 * CP)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + 16448)], (((C - 16448) / 8) * 8));
+                                Add(vt3, ub0[(((i * A) + i_A) % 2)][(hr4 * CP)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + 16448)], (((C - 16448) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((C - 16448) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + (((C - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((C - 16448) / 8) * 8)));
-                                for (int64_t hg5 = 0; hg5 < PcMin(1, ((C - 16448) - (((C - 16448) / 8) * 8))); ++hg5) {
+                                Adds(vt3[(((C - 16448) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + (((C - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((C - 16448) / 8) * 8)));
+                                for (int64_t hg7 = 0; hg7 < PcMin(1, ((C - 16448) - (((C - 16448) / 8) * 8))); ++hg7) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt2, vt2, ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + ((((C - 16448) / 8) * 8) + 16448))], ((C - 16448) - (((C - 16448) / 8) * 8)));
+                                    Add(vt3, vt3, ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + ((((C - 16448) / 8) * 8) + 16448))], ((C - 16448) - (((C - 16448) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg7 = 0; hg7 < PcMin(1, PcMax(0, (C - 32832))); ++hg7) {
+                            for (int64_t hg9 = 0; hg9 < PcMin(1, PcMax(0, (C - 32832))); ++hg9) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, vt2[16448], 16384);
+                                Add(vt3, vt3, vt3[16448], 16384);
                             }
-                            for (int64_t hg9 = 0; hg9 < (PcMin(1, PcMax(0, (C - 8256))) - PcMin(1, PcMax(0, (C - 16448)))); ++hg9) {
+                            for (int64_t hg11 = 0; hg11 < (PcMin(1, PcMax(0, (C - 8256))) - PcMin(1, PcMax(0, (C - 16448)))); ++hg11) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, ub0[(((i * A) + i_A) % 2)][(hr2 * CP)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + 8256)], (((C - 8256) / 8) * 8));
+                                Add(vt3, ub0[(((i * A) + i_A) % 2)][(hr4 * CP)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + 8256)], (((C - 8256) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((C - 8256) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + (((C - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((C - 8256) / 8) * 8)));
-                                for (int64_t hg8 = 0; hg8 < PcMin(1, ((C - 8256) - (((C - 8256) / 8) * 8))); ++hg8) {
+                                Adds(vt3[(((C - 8256) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + (((C - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((C - 8256) / 8) * 8)));
+                                for (int64_t hg10 = 0; hg10 < PcMin(1, ((C - 8256) - (((C - 8256) / 8) * 8))); ++hg10) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt2, vt2, ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + ((((C - 8256) / 8) * 8) + 8256))], ((C - 8256) - (((C - 8256) / 8) * 8)));
+                                    Add(vt3, vt3, ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + ((((C - 8256) / 8) * 8) + 8256))], ((C - 8256) - (((C - 8256) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg10 = 0; hg10 < PcMin(1, PcMax(0, (C - 16448))); ++hg10) {
+                            for (int64_t hg12 = 0; hg12 < PcMin(1, PcMax(0, (C - 16448))); ++hg12) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, vt2[8256], 8192);
+                                Add(vt3, vt3, vt3[8256], 8192);
                             }
-                            for (int64_t hg12 = 0; hg12 < (PcMin(1, PcMax(0, (C - 4160))) - PcMin(1, PcMax(0, (C - 8256)))); ++hg12) {
+                            for (int64_t hg14 = 0; hg14 < (PcMin(1, PcMax(0, (C - 4160))) - PcMin(1, PcMax(0, (C - 8256)))); ++hg14) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, ub0[(((i * A) + i_A) % 2)][(hr2 * CP)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + 4160)], (((C - 4160) / 8) * 8));
+                                Add(vt3, ub0[(((i * A) + i_A) % 2)][(hr4 * CP)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + 4160)], (((C - 4160) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((C - 4160) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + (((C - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((C - 4160) / 8) * 8)));
-                                for (int64_t hg11 = 0; hg11 < PcMin(1, ((C - 4160) - (((C - 4160) / 8) * 8))); ++hg11) {
+                                Adds(vt3[(((C - 4160) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + (((C - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((C - 4160) / 8) * 8)));
+                                for (int64_t hg13 = 0; hg13 < PcMin(1, ((C - 4160) - (((C - 4160) / 8) * 8))); ++hg13) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt2, vt2, ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + ((((C - 4160) / 8) * 8) + 4160))], ((C - 4160) - (((C - 4160) / 8) * 8)));
+                                    Add(vt3, vt3, ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + ((((C - 4160) / 8) * 8) + 4160))], ((C - 4160) - (((C - 4160) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg13 = 0; hg13 < PcMin(1, PcMax(0, (C - 8256))); ++hg13) {
+                            for (int64_t hg15 = 0; hg15 < PcMin(1, PcMax(0, (C - 8256))); ++hg15) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, vt2[4160], 4096);
+                                Add(vt3, vt3, vt3[4160], 4096);
                             }
-                            for (int64_t hg15 = 0; hg15 < (PcMin(1, PcMax(0, (C - 2112))) - PcMin(1, PcMax(0, (C - 4160)))); ++hg15) {
+                            for (int64_t hg17 = 0; hg17 < (PcMin(1, PcMax(0, (C - 2112))) - PcMin(1, PcMax(0, (C - 4160)))); ++hg17) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, ub0[(((i * A) + i_A) % 2)][(hr2 * CP)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + 2112)], (((C - 2112) / 8) * 8));
+                                Add(vt3, ub0[(((i * A) + i_A) % 2)][(hr4 * CP)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + 2112)], (((C - 2112) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((C - 2112) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + (((C - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((C - 2112) / 8) * 8)));
-                                for (int64_t hg14 = 0; hg14 < PcMin(1, ((C - 2112) - (((C - 2112) / 8) * 8))); ++hg14) {
+                                Adds(vt3[(((C - 2112) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + (((C - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((C - 2112) / 8) * 8)));
+                                for (int64_t hg16 = 0; hg16 < PcMin(1, ((C - 2112) - (((C - 2112) / 8) * 8))); ++hg16) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt2, vt2, ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + ((((C - 2112) / 8) * 8) + 2112))], ((C - 2112) - (((C - 2112) / 8) * 8)));
+                                    Add(vt3, vt3, ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + ((((C - 2112) / 8) * 8) + 2112))], ((C - 2112) - (((C - 2112) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg16 = 0; hg16 < PcMin(1, PcMax(0, (C - 4160))); ++hg16) {
+                            for (int64_t hg18 = 0; hg18 < PcMin(1, PcMax(0, (C - 4160))); ++hg18) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, vt2[2112], 2048);
+                                Add(vt3, vt3, vt3[2112], 2048);
                             }
-                            for (int64_t hg18 = 0; hg18 < (PcMin(1, PcMax(0, (C - 1088))) - PcMin(1, PcMax(0, (C - 2112)))); ++hg18) {
+                            for (int64_t hg20 = 0; hg20 < (PcMin(1, PcMax(0, (C - 1088))) - PcMin(1, PcMax(0, (C - 2112)))); ++hg20) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, ub0[(((i * A) + i_A) % 2)][(hr2 * CP)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + 1088)], (((C - 1088) / 8) * 8));
+                                Add(vt3, ub0[(((i * A) + i_A) % 2)][(hr4 * CP)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + 1088)], (((C - 1088) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((C - 1088) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + (((C - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((C - 1088) / 8) * 8)));
-                                for (int64_t hg17 = 0; hg17 < PcMin(1, ((C - 1088) - (((C - 1088) / 8) * 8))); ++hg17) {
+                                Adds(vt3[(((C - 1088) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + (((C - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((C - 1088) / 8) * 8)));
+                                for (int64_t hg19 = 0; hg19 < PcMin(1, ((C - 1088) - (((C - 1088) / 8) * 8))); ++hg19) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt2, vt2, ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + ((((C - 1088) / 8) * 8) + 1088))], ((C - 1088) - (((C - 1088) / 8) * 8)));
+                                    Add(vt3, vt3, ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + ((((C - 1088) / 8) * 8) + 1088))], ((C - 1088) - (((C - 1088) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg19 = 0; hg19 < PcMin(1, PcMax(0, (C - 2112))); ++hg19) {
+                            for (int64_t hg21 = 0; hg21 < PcMin(1, PcMax(0, (C - 2112))); ++hg21) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, vt2[1088], 1024);
+                                Add(vt3, vt3, vt3[1088], 1024);
                             }
-                            for (int64_t hg21 = 0; hg21 < (PcMin(1, PcMax(0, (C - 576))) - PcMin(1, PcMax(0, (C - 1088)))); ++hg21) {
+                            for (int64_t hg23 = 0; hg23 < (PcMin(1, PcMax(0, (C - 576))) - PcMin(1, PcMax(0, (C - 1088)))); ++hg23) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, ub0[(((i * A) + i_A) % 2)][(hr2 * CP)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + 576)], (((C - 576) / 8) * 8));
+                                Add(vt3, ub0[(((i * A) + i_A) % 2)][(hr4 * CP)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + 576)], (((C - 576) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((C - 576) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + (((C - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((C - 576) / 8) * 8)));
-                                for (int64_t hg20 = 0; hg20 < PcMin(1, ((C - 576) - (((C - 576) / 8) * 8))); ++hg20) {
+                                Adds(vt3[(((C - 576) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + (((C - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((C - 576) / 8) * 8)));
+                                for (int64_t hg22 = 0; hg22 < PcMin(1, ((C - 576) - (((C - 576) / 8) * 8))); ++hg22) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt2, vt2, ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + ((((C - 576) / 8) * 8) + 576))], ((C - 576) - (((C - 576) / 8) * 8)));
+                                    Add(vt3, vt3, ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + ((((C - 576) / 8) * 8) + 576))], ((C - 576) - (((C - 576) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg22 = 0; hg22 < PcMin(1, PcMax(0, (C - 1088))); ++hg22) {
+                            for (int64_t hg24 = 0; hg24 < PcMin(1, PcMax(0, (C - 1088))); ++hg24) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, vt2[576], 512);
+                                Add(vt3, vt3, vt3[576], 512);
                             }
-                            for (int64_t hg24 = 0; hg24 < (PcMin(1, PcMax(0, (C - 320))) - PcMin(1, PcMax(0, (C - 576)))); ++hg24) {
+                            for (int64_t hg26 = 0; hg26 < (PcMin(1, PcMax(0, (C - 320))) - PcMin(1, PcMax(0, (C - 576)))); ++hg26) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, ub0[(((i * A) + i_A) % 2)][(hr2 * CP)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + 320)], (((C - 320) / 8) * 8));
+                                Add(vt3, ub0[(((i * A) + i_A) % 2)][(hr4 * CP)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + 320)], (((C - 320) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((C - 320) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + (((C - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((C - 320) / 8) * 8)));
-                                for (int64_t hg23 = 0; hg23 < PcMin(1, ((C - 320) - (((C - 320) / 8) * 8))); ++hg23) {
+                                Adds(vt3[(((C - 320) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + (((C - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((C - 320) / 8) * 8)));
+                                for (int64_t hg25 = 0; hg25 < PcMin(1, ((C - 320) - (((C - 320) / 8) * 8))); ++hg25) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt2, vt2, ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + ((((C - 320) / 8) * 8) + 320))], ((C - 320) - (((C - 320) / 8) * 8)));
+                                    Add(vt3, vt3, ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + ((((C - 320) / 8) * 8) + 320))], ((C - 320) - (((C - 320) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg25 = 0; hg25 < PcMin(1, PcMax(0, (C - 576))); ++hg25) {
+                            for (int64_t hg27 = 0; hg27 < PcMin(1, PcMax(0, (C - 576))); ++hg27) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, vt2[320], 256);
+                                Add(vt3, vt3, vt3[320], 256);
                             }
-                            for (int64_t hg27 = 0; hg27 < (PcMin(1, PcMax(0, (C - 192))) - PcMin(1, PcMax(0, (C - 320)))); ++hg27) {
+                            for (int64_t hg29 = 0; hg29 < (PcMin(1, PcMax(0, (C - 192))) - PcMin(1, PcMax(0, (C - 320)))); ++hg29) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, ub0[(((i * A) + i_A) % 2)][(hr2 * CP)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + 192)], (((C - 192) / 8) * 8));
+                                Add(vt3, ub0[(((i * A) + i_A) % 2)][(hr4 * CP)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + 192)], (((C - 192) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((C - 192) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + (((C - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((C - 192) / 8) * 8)));
-                                for (int64_t hg26 = 0; hg26 < PcMin(1, ((C - 192) - (((C - 192) / 8) * 8))); ++hg26) {
+                                Adds(vt3[(((C - 192) / 8) * 8)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + (((C - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((C - 192) / 8) * 8)));
+                                for (int64_t hg28 = 0; hg28 < PcMin(1, ((C - 192) - (((C - 192) / 8) * 8))); ++hg28) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt2, vt2, ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + ((((C - 192) / 8) * 8) + 192))], ((C - 192) - (((C - 192) / 8) * 8)));
+                                    Add(vt3, vt3, ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + ((((C - 192) / 8) * 8) + 192))], ((C - 192) - (((C - 192) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg28 = 0; hg28 < PcMin(1, PcMax(0, (C - 320))); ++hg28) {
+                            for (int64_t hg30 = 0; hg30 < PcMin(1, PcMax(0, (C - 320))); ++hg30) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt2, vt2, vt2[192], 128);
+                                Add(vt3, vt3, vt3[192], 128);
                             }
-                            for (int64_t hg29 = 0; hg29 < PcMin(1, PcMax(0, (C - 192))); ++hg29) {
+                            for (int64_t hg31 = 0; hg31 < PcMin(1, PcMax(0, (C - 192))); ++hg31) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt1[(hr2 * 64)], vt2, vt2[64], 64);
+                                Add(vt1[(hr4 * 64)], vt3, vt3[64], 64);
                                 PipeBarrier<PIPE_V>();
-                                Add(vt1[(hr2 * 64)], vt1[(hr2 * 64)], vt2[128], 64);
+                                Add(vt1[(hr4 * 64)], vt1[(hr4 * 64)], vt3[128], 64);
                             }
-                            for (int64_t hg31 = 0; hg31 < (PcMin(1, PcMax(0, (C - 64))) - PcMin(1, PcMax(0, (C - 192)))); ++hg31) {
+                            for (int64_t hg33 = 0; hg33 < (PcMin(1, PcMax(0, (C - 64))) - PcMin(1, PcMax(0, (C - 192)))); ++hg33) {
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt1[(hr2 * 64)], ub0[(((i * A) + i_A) % 2)][(hr2 * CP)], static_cast<float>(0.0), 64);
+                                Adds(vt1[(hr4 * 64)], ub0[(((i * A) + i_A) % 2)][(hr4 * CP)], static_cast<float>(0.0), 64);
                                 PipeBarrier<PIPE_V>();
-                                Add(vt1[(hr2 * 64)], vt1[(hr2 * 64)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + 64)], (PcMin(C, 128) - 64));
-                                for (int64_t hg30 = 0; hg30 < PcMin(1, PcMax(0, (C - 128))); ++hg30) {
+                                Add(vt1[(hr4 * 64)], vt1[(hr4 * 64)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + 64)], (PcMin(C, 128) - 64));
+                                for (int64_t hg32 = 0; hg32 < PcMin(1, PcMax(0, (C - 128))); ++hg32) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt1[(hr2 * 64)], vt1[(hr2 * 64)], ub0[(((i * A) + i_A) % 2)][((hr2 * CP) + 128)], (C - 128));
+                                    Add(vt1[(hr4 * 64)], vt1[(hr4 * 64)], ub0[(((i * A) + i_A) % 2)][((hr4 * CP) + 128)], (C - 128));
                                 }
                             }
-                            for (int64_t hg32 = 0; hg32 < (1 - PcMin(1, PcMax(0, (C - 64)))); ++hg32) {
+                            for (int64_t hg34 = 0; hg34 < (1 - PcMin(1, PcMax(0, (C - 64)))); ++hg34) {
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt1[(hr2 * 64)], ub0[(((i * A) + i_A) % 2)][(hr2 * CP)], static_cast<float>(0.0), C);
+                                Adds(vt1[(hr4 * 64)], ub0[(((i * A) + i_A) % 2)][(hr4 * CP)], static_cast<float>(0.0), C);
                             }
                         }
                     }

@@ -32,10 +32,14 @@ inline uint32_t softmax3d_1_float32_Tiling(const int64_t* sizes, uint32_t aicNum
     const int64_t C = sizes[2];
     t->C = C;
     {   // phase 0: UB tiling (rows of CP elements, TR rows, at most 255; UB 188416 B)
-        const int64_t cp = PcAlignUp(B, 16);
+        int64_t cp = PcAlignUp(B, 16);
+        {   // rows an odd multiple of 256 B apart (the UB bank groups' halves alternate; bank_pitch)
+            const int64_t pcB = cp * 4, pcM = PcCeilDiv(pcB, 256) | 1;
+            if (pcB > 256 && PcCeilDiv(pcB, 32) <= 255 && pcM * 8 <= 255 && pcM * 256 * 8 <= pcB * 9) { cp = pcM * 256 / 4; }
+        }
         int64_t tr = PcMax(PcMin(C, 255), 1);
-        while (tr > 1 && (2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { --tr; }
-        if ((2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { return 0; }
+        while (tr > 1 && (2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 256 + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { --tr; }
+        if ((2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * cp * 4, 256) + 256 + 2 * PcAlignUp(cp * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(1 * PcAlignUp(tr, 16) * 4, 256) + 1 * PcAlignUp(PcAlignUp(tr, 16) * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256)) > 188416) { return 0; }
         {   // balance the row tiles over the vector cores: the fewest
             // rows per tile that keep the busiest core's tile count
             const int64_t pcRounds = PcCeilDiv((PcCeilDiv(C, tr) * A), static_cast<int64_t>(aivNum));
@@ -75,12 +79,12 @@ extern "C" __global__ __aicore__ void softmax3d_1_float32(GM_ADDR x_, GM_ADDR so
             const int64_t CP = tilingData.CP_0;
             const int64_t TRP = tilingData.TRP_0;
             const uint32_t ub0_addr = PcAlignUp(0, 32);
-            const uint32_t ub1_addr = PcAlignUp(ub0_addr + 2 * PcAlignUp(CP * TRP * 4, 256), 32);
+            const uint32_t ub1_addr = PcAlignUp(ub0_addr + 2 * PcAlignUp(CP * TRP * 4, 256), 256) + (256 + 512 - PcAlignUp(ub0_addr + 2 * PcAlignUp(CP * TRP * 4, 256), 256) % 512) % 512;
             const uint32_t ub2_addr = PcAlignUp(ub1_addr + 1 * PcAlignUp(TRP * CP * 4, 256), 32);
-            const uint32_t ub3_addr = PcAlignUp(ub2_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
+            const uint32_t ub3_addr = PcAlignUp(ub2_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) + (0 + 512 - PcAlignUp(ub2_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) % 512) % 512;
             const uint32_t ub7_addr = PcAlignUp(ub3_addr + 1 * PcAlignUp(TRP * CP * 4, 256), 32);
             const uint32_t vt0_addr = PcAlignUp(ub7_addr + 2 * PcAlignUp(CP * TRP * 4, 256), 32);
-            const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TRP * 4, 256), 32);
+            const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TRP * 4, 256), 256) + (0 + 512 - PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TRP * 4, 256), 256) % 512) % 512;
             const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TRP * 64 * 4, 256), 32);
             LocalTensor<float> ub0[2] = {LocalTensor<float>(TPosition::VECCALC, ub0_addr, CP * TRP), LocalTensor<float>(TPosition::VECCALC, ub0_addr + 1 * PcAlignUp(CP * TRP * 4, 256), CP * TRP)};  // UB ND, ping-pong
             LocalTensor<float> ub1(TPosition::VECCALC, ub1_addr, TRP * CP);  // UB ND

@@ -32,14 +32,18 @@ inline uint32_t softmax_m1_float16_Tiling(const int64_t* sizes, uint32_t aicNum,
     t->M = M;
     {   // phase 0: UB tiling (rows of CP elements, TR rows, at most 255; UB 16384 B)
         int64_t cp = PcAlignUp(M, 16);
+        {   // rows an odd multiple of 256 B apart (the UB bank groups' halves alternate; bank_pitch)
+            const int64_t pcB = cp * 4, pcM = PcCeilDiv(pcB, 256) | 1;
+            if (pcB > 256 && PcCeilDiv(pcB, 32) <= 255 && pcM * 8 <= 255 && pcM * 256 * 8 <= pcB * 9) { cp = pcM * 256 / 4; }
+        }
         int64_t tr = 1, cw = 0, lr = 0;
-        if ((2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256) + 1 * PcAlignUp(1 * cw * 2, 256) + 1 * PcAlignUp(1 * cw * 4, 256)) > 16384) {   // rows in chunks of CW elements
+        if ((2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 256 + 2 * PcAlignUp(tr * cp * 2, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 256 + 1 * PcAlignUp(tr * 128 * 2, 256) + 256 + 1 * PcAlignUp(1 * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256) + 1 * PcAlignUp(1 * cw * 2, 256) + 1 * PcAlignUp(1 * cw * 4, 256)) > 16384) {   // rows in chunks of CW elements
             lr = 1; cw = PcMin(cp, 256); cp = 0;
-            while (cw > 16 && (2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256) + 1 * PcAlignUp(1 * cw * 2, 256) + 1 * PcAlignUp(1 * cw * 4, 256)) > 16384) { cw = PcMax(16, cw / 32 * 16); }
+            while (cw > 16 && (2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 256 + 2 * PcAlignUp(tr * cp * 2, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 256 + 1 * PcAlignUp(tr * 128 * 2, 256) + 256 + 1 * PcAlignUp(1 * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256) + 1 * PcAlignUp(1 * cw * 2, 256) + 1 * PcAlignUp(1 * cw * 4, 256)) > 16384) { cw = PcMax(16, cw / 32 * 16); }
         }
         tr = PcMax(PcMin(N, 255), 1);
-        while (tr > 1 && (2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256) + 1 * PcAlignUp(1 * cw * 2, 256) + 1 * PcAlignUp(1 * cw * 4, 256)) > 16384) { --tr; }
-        if ((2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 2 * PcAlignUp(tr * cp * 2, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * 16 * 2, 256) + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 1 * PcAlignUp(1 * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 1 * PcAlignUp(1 * cp * 4, 256) + 1 * PcAlignUp(1 * cw * 2, 256) + 1 * PcAlignUp(1 * cw * 4, 256)) > 16384) { return 0; }
+        while (tr > 1 && (2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 256 + 2 * PcAlignUp(tr * cp * 2, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 256 + 1 * PcAlignUp(tr * 128 * 2, 256) + 256 + 1 * PcAlignUp(1 * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256) + 1 * PcAlignUp(1 * cw * 2, 256) + 1 * PcAlignUp(1 * cw * 4, 256)) > 16384) { --tr; }
+        if ((2 * PcAlignUp(tr * cp * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cp * 4, 256) + 256 + 2 * PcAlignUp(tr * cp * 2, 256) + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * cw * 4, 256) + 256 + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * 16 * 2, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 1 * PcAlignUp(tr * 8 * 4, 256) + 256 + 2 * PcAlignUp(tr * cw * 2, 256) + 1 * PcAlignUp(1 * tr * 2, 256) + 1 * PcAlignUp(tr * 128 * 2, 256) + 256 + 1 * PcAlignUp(tr * 128 * 2, 256) + 256 + 1 * PcAlignUp(1 * cp * 2, 256) + 1 * PcAlignUp(1 * tr * 4, 256) + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(tr * 64 * 4, 256) + 256 + 1 * PcAlignUp(1 * cp * 4, 256) + 1 * PcAlignUp(1 * cw * 2, 256) + 1 * PcAlignUp(1 * cw * 4, 256)) > 16384) { return 0; }
         {   // balance the row tiles over the vector cores: the fewest
             // rows per tile that keep the busiest core's tile count
             const int64_t pcRounds = PcCeilDiv(PcCeilDiv(N, tr), static_cast<int64_t>(aivNum));
@@ -81,30 +85,32 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
             const int64_t CW = tilingData.CW_0;
             const uint32_t ub0_addr = PcAlignUp(0, 32);
             const uint32_t ub1_addr = PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 2, 256), 256) + (256 + 512 - PcAlignUp(ub0_addr + 2 * PcAlignUp(TR * CP * 2, 256), 256) % 512) % 512;
-            const uint32_t ub2_addr = PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 16 * 2, 256), 32);
+            const uint32_t ub2_addr = PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 16 * 2, 256), 256) + (256 + 512 - PcAlignUp(ub1_addr + 1 * PcAlignUp(TR * 16 * 2, 256), 256) % 512) % 512;
             const uint32_t ub3_addr = PcAlignUp(ub2_addr + 1 * PcAlignUp(TR * CP * 4, 256), 256) + (256 + 512 - PcAlignUp(ub2_addr + 1 * PcAlignUp(TR * CP * 4, 256), 256) % 512) % 512;
-            const uint32_t ub4_addr = PcAlignUp(ub3_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
+            const uint32_t ub4_addr = PcAlignUp(ub3_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) + (0 + 512 - PcAlignUp(ub3_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) % 512) % 512;
             const uint32_t ub8_addr = PcAlignUp(ub4_addr + 1 * PcAlignUp(TR * CP * 4, 256), 32);
             const uint32_t ul0_addr = PcAlignUp(ub8_addr + 2 * PcAlignUp(TR * CP * 2, 256), 32);
-            const uint32_t ul2_addr = PcAlignUp(ul0_addr + 2 * PcAlignUp(TR * CW * 2, 256), 32);
-            const uint32_t ul4_addr = PcAlignUp(ul2_addr + 1 * PcAlignUp(TR * CW * 4, 256), 32);
-            const uint32_t ul5_addr = PcAlignUp(ul4_addr + 1 * PcAlignUp(TR * CW * 4, 256), 32);
+            const uint32_t ul2_addr = PcAlignUp(ul0_addr + 2 * PcAlignUp(TR * CW * 2, 256), 256) + (256 + 512 - PcAlignUp(ul0_addr + 2 * PcAlignUp(TR * CW * 2, 256), 256) % 512) % 512;
+            const uint32_t ul4_addr = PcAlignUp(ul2_addr + 1 * PcAlignUp(TR * CW * 4, 256), 256) + (0 + 512 - PcAlignUp(ul2_addr + 1 * PcAlignUp(TR * CW * 4, 256), 256) % 512) % 512;
+            const uint32_t ul5_addr = PcAlignUp(ul4_addr + 1 * PcAlignUp(TR * CW * 4, 256), 256) + (256 + 512 - PcAlignUp(ul4_addr + 1 * PcAlignUp(TR * CW * 4, 256), 256) % 512) % 512;
             const uint32_t ul6_addr = PcAlignUp(ul5_addr + 1 * PcAlignUp(TR * CW * 4, 256), 256) + (0 + 512 - PcAlignUp(ul5_addr + 1 * PcAlignUp(TR * CW * 4, 256), 256) % 512) % 512;
-            const uint32_t ul7_addr = PcAlignUp(ul6_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
+            const uint32_t ul7_addr = PcAlignUp(ul6_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) + (0 + 512 - PcAlignUp(ul6_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) % 512) % 512;
             const uint32_t ul8_addr = PcAlignUp(ul7_addr + 1 * PcAlignUp(TR * CW * 4, 256), 32);
             const uint32_t ul9_addr = PcAlignUp(ul8_addr + 2 * PcAlignUp(TR * CW * 2, 256), 256) + (0 + 512 - PcAlignUp(ul8_addr + 2 * PcAlignUp(TR * CW * 2, 256), 256) % 512) % 512;
-            const uint32_t ul10_addr = PcAlignUp(ul9_addr + 1 * PcAlignUp(TR * 16 * 2, 256), 32);
+            const uint32_t ul10_addr = PcAlignUp(ul9_addr + 1 * PcAlignUp(TR * 16 * 2, 256), 256) + (0 + 512 - PcAlignUp(ul9_addr + 1 * PcAlignUp(TR * 16 * 2, 256), 256) % 512) % 512;
             const uint32_t ul11_addr = PcAlignUp(ul10_addr + 1 * PcAlignUp(TR * 16 * 2, 256), 256) + (256 + 512 - PcAlignUp(ul10_addr + 1 * PcAlignUp(TR * 16 * 2, 256), 256) % 512) % 512;
             const uint32_t ul12_addr = PcAlignUp(ul11_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) + (0 + 512 - PcAlignUp(ul11_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 256) % 512) % 512;
             const uint32_t ul0_p1_addr = PcAlignUp(ul12_addr + 1 * PcAlignUp(TR * 8 * 4, 256), 32);
             const uint32_t vt0_addr = PcAlignUp(ul0_p1_addr + 2 * PcAlignUp(TR * CW * 2, 256), 32);
-            const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 2, 256), 32);
-            const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TR * 128 * 2, 256), 32);
-            const uint32_t vt3_addr = PcAlignUp(vt2_addr + 1 * PcAlignUp(1 * CP * 2, 256), 32);
-            const uint32_t vt4_addr = PcAlignUp(vt3_addr + 1 * PcAlignUp(1 * TR * 4, 256), 32);
-            const uint32_t vt5_addr = PcAlignUp(vt4_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 32);
-            const uint32_t vt6_addr = PcAlignUp(vt5_addr + 1 * PcAlignUp(1 * CP * 4, 256), 32);
-            const uint32_t vt7_addr = PcAlignUp(vt6_addr + 1 * PcAlignUp(1 * CW * 2, 256), 32);
+            const uint32_t vt1_addr = PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 2, 256), 256) + (256 + 512 - PcAlignUp(vt0_addr + 1 * PcAlignUp(1 * TR * 2, 256), 256) % 512) % 512;
+            const uint32_t vt2_addr = PcAlignUp(vt1_addr + 1 * PcAlignUp(TR * 128 * 2, 256), 256) + (0 + 512 - PcAlignUp(vt1_addr + 1 * PcAlignUp(TR * 128 * 2, 256), 256) % 512) % 512;
+            const uint32_t vt3_addr = PcAlignUp(vt2_addr + 1 * PcAlignUp(TR * 128 * 2, 256), 32);
+            const uint32_t vt4_addr = PcAlignUp(vt3_addr + 1 * PcAlignUp(1 * CP * 2, 256), 32);
+            const uint32_t vt5_addr = PcAlignUp(vt4_addr + 1 * PcAlignUp(1 * TR * 4, 256), 256) + (0 + 512 - PcAlignUp(vt4_addr + 1 * PcAlignUp(1 * TR * 4, 256), 256) % 512) % 512;
+            const uint32_t vt6_addr = PcAlignUp(vt5_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 256) + (256 + 512 - PcAlignUp(vt5_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 256) % 512) % 512;
+            const uint32_t vt7_addr = PcAlignUp(vt6_addr + 1 * PcAlignUp(TR * 64 * 4, 256), 32);
+            const uint32_t vt8_addr = PcAlignUp(vt7_addr + 1 * PcAlignUp(1 * CP * 4, 256), 32);
+            const uint32_t vt9_addr = PcAlignUp(vt8_addr + 1 * PcAlignUp(1 * CW * 2, 256), 32);
             LocalTensor<half> ub0[2] = {LocalTensor<half>(TPosition::VECCALC, ub0_addr, TR * CP), LocalTensor<half>(TPosition::VECCALC, ub0_addr + 1 * PcAlignUp(TR * CP * 2, 256), TR * CP)};  // UB ND, ping-pong
             LocalTensor<half> ub1(TPosition::VECCALC, ub1_addr, TR * 16);  // UB COL
             LocalTensor<float> ub2(TPosition::VECCALC, ub2_addr, TR * CP);  // UB ND
@@ -125,12 +131,14 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
             LocalTensor<half> ul0_p1[2] = {LocalTensor<half>(TPosition::VECCALC, ul0_p1_addr, TR * CW), LocalTensor<half>(TPosition::VECCALC, ul0_p1_addr + 1 * PcAlignUp(TR * CW * 2, 256), TR * CW)};  // UB ND, ping-pong
             LocalTensor<half> vt0(TPosition::VECCALC, vt0_addr, 1 * TR);  // UB PACK
             LocalTensor<half> vt1(TPosition::VECCALC, vt1_addr, TR * 128);  // UB ND
-            LocalTensor<half> vt2(TPosition::VECCALC, vt2_addr, 1 * CP);  // UB ND
-            LocalTensor<float> vt3(TPosition::VECCALC, vt3_addr, 1 * TR);  // UB PACK
-            LocalTensor<float> vt4(TPosition::VECCALC, vt4_addr, TR * 64);  // UB ND
-            LocalTensor<float> vt5(TPosition::VECCALC, vt5_addr, 1 * CP);  // UB ND
-            LocalTensor<half> vt6(TPosition::VECCALC, vt6_addr, 1 * CW);  // UB ND
-            LocalTensor<float> vt7(TPosition::VECCALC, vt7_addr, 1 * CW);  // UB ND
+            LocalTensor<half> vt2(TPosition::VECCALC, vt2_addr, TR * 128);  // UB ND
+            LocalTensor<half> vt3(TPosition::VECCALC, vt3_addr, 1 * CP);  // UB ND
+            LocalTensor<float> vt4(TPosition::VECCALC, vt4_addr, 1 * TR);  // UB PACK
+            LocalTensor<float> vt5(TPosition::VECCALC, vt5_addr, TR * 64);  // UB ND
+            LocalTensor<float> vt6(TPosition::VECCALC, vt6_addr, TR * 64);  // UB ND
+            LocalTensor<float> vt7(TPosition::VECCALC, vt7_addr, 1 * CP);  // UB ND
+            LocalTensor<half> vt8(TPosition::VECCALC, vt8_addr, 1 * CW);  // UB ND
+            LocalTensor<float> vt9(TPosition::VECCALC, vt9_addr, 1 * CW);  // UB ND
             SetFlag<HardEvent::V_MTE2>(0);
             SetFlag<HardEvent::V_MTE2>(1);
             SetFlag<HardEvent::MTE3_V>(0);
@@ -146,140 +154,150 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                     for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CP * 2), 32) - 255)) + PcMax(0, (PcCeilDiv(M, 128) - (PcMin(TR, (N - (t * TR))) * 6)))))); ++rs) {
                         PipeBarrier<PIPE_V>();
                         Adds(vt1, ub0[(i % 2)], static_cast<half>(0.0), PcMin(128, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 2), 32)));
-                        for (int64_t rj1 = 0; rj1 < (PcCeilDiv(M, 128) - 1); ++rj1) {
+                        for (int64_t rp2 = 0; rp2 < PcMin(1, (PcCeilDiv(M, 128) - 1)); ++rp2) {
                             PipeBarrier<PIPE_V>();
-                            Max(vt1, vt1, ub0[(i % 2)][((rj1 + 1) * 128)], PcMin(128, (M - ((rj1 + 1) * 128))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 2), 32)));
+                            Adds(vt2, ub0[(i % 2)][128], static_cast<half>(0.0), PcMin(128, (M - 128)), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 2), 32)));
+                            for (int64_t rj1 = 0; rj1 < PcCeilDiv((PcCeilDiv(M, 128) - 2), 2); ++rj1) {
+                                PipeBarrier<PIPE_V>();
+                                Max(vt1, vt1, ub0[(i % 2)][(((rj1 * 2) + 2) * 128)], PcMin(128, (M - (((rj1 * 2) + 2) * 128))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 2), 32)));
+                                for (int64_t rq3 = 0; rq3 < PcMin(1, ((PcCeilDiv(M, 128) - 3) - (rj1 * 2))); ++rq3) {
+                                    PipeBarrier<PIPE_V>();
+                                    Max(vt2, vt2, ub0[(i % 2)][(((rj1 * 2) + 3) * 128)], PcMin(128, (M - (((rj1 * 2) + 3) * 128))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 2), 32)));
+                                }
+                            }
+                            PipeBarrier<PIPE_V>();
+                            Max(vt1, vt1, vt2, PcMin(128, (M - 128)), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, 8));
                         }
                     }
                     for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CP * 2), 32) - 255)) + PcMax(0, (PcCeilDiv(M, 128) - (PcMin(TR, (N - (t * TR))) * 6))))); ++rh) {
-                        for (int64_t hr2 = 0; hr2 < PcMin(TR, (N - (t * TR))); ++hr2) {
-                            for (int64_t hg4 = 0; hg4 < PcMin(1, PcMax(0, (M - 32896))); ++hg4) {
+                        for (int64_t hr4 = 0; hr4 < PcMin(TR, (N - (t * TR))); ++hr4) {
+                            for (int64_t hg6 = 0; hg6 < PcMin(1, PcMax(0, (M - 32896))); ++hg6) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, ub0[(i % 2)][(hr2 * CP)], ub0[(i % 2)][((hr2 * CP) + 32896)], (((M - 32896) / 16) * 16));
+                                Max(vt3, ub0[(i % 2)][(hr4 * CP)], ub0[(i % 2)][((hr4 * CP) + 32896)], (((M - 32896) / 16) * 16));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((M - 32896) / 16) * 16)], ub0[(i % 2)][((hr2 * CP) + (((M - 32896) / 16) * 16))], static_cast<half>(0.0), (32896 - (((M - 32896) / 16) * 16)));
-                                for (int64_t hg3 = 0; hg3 < PcMin(1, ((M - 32896) - (((M - 32896) / 16) * 16))); ++hg3) {
+                                Adds(vt3[(((M - 32896) / 16) * 16)], ub0[(i % 2)][((hr4 * CP) + (((M - 32896) / 16) * 16))], static_cast<half>(0.0), (32896 - (((M - 32896) / 16) * 16)));
+                                for (int64_t hg5 = 0; hg5 < PcMin(1, ((M - 32896) - (((M - 32896) / 16) * 16))); ++hg5) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt2, vt2, ub0[(i % 2)][((hr2 * CP) + ((((M - 32896) / 16) * 16) + 32896))], ((M - 32896) - (((M - 32896) / 16) * 16)));
+                                    Max(vt3, vt3, ub0[(i % 2)][((hr4 * CP) + ((((M - 32896) / 16) * 16) + 32896))], ((M - 32896) - (((M - 32896) / 16) * 16)));
                                 }
                             }
-                            for (int64_t hg6 = 0; hg6 < (PcMin(1, PcMax(0, (M - 16512))) - PcMin(1, PcMax(0, (M - 32896)))); ++hg6) {
+                            for (int64_t hg8 = 0; hg8 < (PcMin(1, PcMax(0, (M - 16512))) - PcMin(1, PcMax(0, (M - 32896)))); ++hg8) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, ub0[(i % 2)][(hr2 * CP)], ub0[(i % 2)][((hr2 * CP) + 16512)], (((M - 16512) / 16) * 16));
+                                Max(vt3, ub0[(i % 2)][(hr4 * CP)], ub0[(i % 2)][((hr4 * CP) + 16512)], (((M - 16512) / 16) * 16));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((M - 16512) / 16) * 16)], ub0[(i % 2)][((hr2 * CP) + (((M - 16512) / 16) * 16))], static_cast<half>(0.0), (16512 - (((M - 16512) / 16) * 16)));
-                                for (int64_t hg5 = 0; hg5 < PcMin(1, ((M - 16512) - (((M - 16512) / 16) * 16))); ++hg5) {
+                                Adds(vt3[(((M - 16512) / 16) * 16)], ub0[(i % 2)][((hr4 * CP) + (((M - 16512) / 16) * 16))], static_cast<half>(0.0), (16512 - (((M - 16512) / 16) * 16)));
+                                for (int64_t hg7 = 0; hg7 < PcMin(1, ((M - 16512) - (((M - 16512) / 16) * 16))); ++hg7) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt2, vt2, ub0[(i % 2)][((hr2 * CP) + ((((M - 16512) / 16) * 16) + 16512))], ((M - 16512) - (((M - 16512) / 16) * 16)));
+                                    Max(vt3, vt3, ub0[(i % 2)][((hr4 * CP) + ((((M - 16512) / 16) * 16) + 16512))], ((M - 16512) - (((M - 16512) / 16) * 16)));
                                 }
                             }
-                            for (int64_t hg7 = 0; hg7 < PcMin(1, PcMax(0, (M - 32896))); ++hg7) {
+                            for (int64_t hg9 = 0; hg9 < PcMin(1, PcMax(0, (M - 32896))); ++hg9) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, vt2[16512], 16384);
+                                Max(vt3, vt3, vt3[16512], 16384);
                             }
-                            for (int64_t hg9 = 0; hg9 < (PcMin(1, PcMax(0, (M - 8320))) - PcMin(1, PcMax(0, (M - 16512)))); ++hg9) {
+                            for (int64_t hg11 = 0; hg11 < (PcMin(1, PcMax(0, (M - 8320))) - PcMin(1, PcMax(0, (M - 16512)))); ++hg11) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, ub0[(i % 2)][(hr2 * CP)], ub0[(i % 2)][((hr2 * CP) + 8320)], (((M - 8320) / 16) * 16));
+                                Max(vt3, ub0[(i % 2)][(hr4 * CP)], ub0[(i % 2)][((hr4 * CP) + 8320)], (((M - 8320) / 16) * 16));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((M - 8320) / 16) * 16)], ub0[(i % 2)][((hr2 * CP) + (((M - 8320) / 16) * 16))], static_cast<half>(0.0), (8320 - (((M - 8320) / 16) * 16)));
-                                for (int64_t hg8 = 0; hg8 < PcMin(1, ((M - 8320) - (((M - 8320) / 16) * 16))); ++hg8) {
+                                Adds(vt3[(((M - 8320) / 16) * 16)], ub0[(i % 2)][((hr4 * CP) + (((M - 8320) / 16) * 16))], static_cast<half>(0.0), (8320 - (((M - 8320) / 16) * 16)));
+                                for (int64_t hg10 = 0; hg10 < PcMin(1, ((M - 8320) - (((M - 8320) / 16) * 16))); ++hg10) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt2, vt2, ub0[(i % 2)][((hr2 * CP) + ((((M - 8320) / 16) * 16) + 8320))], ((M - 8320) - (((M - 8320) / 16) * 16)));
+                                    Max(vt3, vt3, ub0[(i % 2)][((hr4 * CP) + ((((M - 8320) / 16) * 16) + 8320))], ((M - 8320) - (((M - 8320) / 16) * 16)));
                                 }
                             }
-                            for (int64_t hg10 = 0; hg10 < PcMin(1, PcMax(0, (M - 16512))); ++hg10) {
+                            for (int64_t hg12 = 0; hg12 < PcMin(1, PcMax(0, (M - 16512))); ++hg12) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, vt2[8320], 8192);
+                                Max(vt3, vt3, vt3[8320], 8192);
                             }
-                            for (int64_t hg12 = 0; hg12 < (PcMin(1, PcMax(0, (M - 4224))) - PcMin(1, PcMax(0, (M - 8320)))); ++hg12) {
+                            for (int64_t hg14 = 0; hg14 < (PcMin(1, PcMax(0, (M - 4224))) - PcMin(1, PcMax(0, (M - 8320)))); ++hg14) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, ub0[(i % 2)][(hr2 * CP)], ub0[(i % 2)][((hr2 * CP) + 4224)], (((M - 4224) / 16) * 16));
+                                Max(vt3, ub0[(i % 2)][(hr4 * CP)], ub0[(i % 2)][((hr4 * CP) + 4224)], (((M - 4224) / 16) * 16));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((M - 4224) / 16) * 16)], ub0[(i % 2)][((hr2 * CP) + (((M - 4224) / 16) * 16))], static_cast<half>(0.0), (4224 - (((M - 4224) / 16) * 16)));
-                                for (int64_t hg11 = 0; hg11 < PcMin(1, ((M - 4224) - (((M - 4224) / 16) * 16))); ++hg11) {
+                                Adds(vt3[(((M - 4224) / 16) * 16)], ub0[(i % 2)][((hr4 * CP) + (((M - 4224) / 16) * 16))], static_cast<half>(0.0), (4224 - (((M - 4224) / 16) * 16)));
+                                for (int64_t hg13 = 0; hg13 < PcMin(1, ((M - 4224) - (((M - 4224) / 16) * 16))); ++hg13) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt2, vt2, ub0[(i % 2)][((hr2 * CP) + ((((M - 4224) / 16) * 16) + 4224))], ((M - 4224) - (((M - 4224) / 16) * 16)));
+                                    Max(vt3, vt3, ub0[(i % 2)][((hr4 * CP) + ((((M - 4224) / 16) * 16) + 4224))], ((M - 4224) - (((M - 4224) / 16) * 16)));
                                 }
                             }
-                            for (int64_t hg13 = 0; hg13 < PcMin(1, PcMax(0, (M - 8320))); ++hg13) {
+                            for (int64_t hg15 = 0; hg15 < PcMin(1, PcMax(0, (M - 8320))); ++hg15) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, vt2[4224], 4096);
+                                Max(vt3, vt3, vt3[4224], 4096);
                             }
-                            for (int64_t hg15 = 0; hg15 < (PcMin(1, PcMax(0, (M - 2176))) - PcMin(1, PcMax(0, (M - 4224)))); ++hg15) {
+                            for (int64_t hg17 = 0; hg17 < (PcMin(1, PcMax(0, (M - 2176))) - PcMin(1, PcMax(0, (M - 4224)))); ++hg17) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, ub0[(i % 2)][(hr2 * CP)], ub0[(i % 2)][((hr2 * CP) + 2176)], (((M - 2176) / 16) * 16));
+                                Max(vt3, ub0[(i % 2)][(hr4 * CP)], ub0[(i % 2)][((hr4 * CP) + 2176)], (((M - 2176) / 16) * 16));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((M - 2176) / 16) * 16)], ub0[(i % 2)][((hr2 * CP) + (((M - 2176) / 16) * 16))], static_cast<half>(0.0), (2176 - (((M - 2176) / 16) * 16)));
-                                for (int64_t hg14 = 0; hg14 < PcMin(1, ((M - 2176) - (((M - 2176) / 16) * 16))); ++hg14) {
+                                Adds(vt3[(((M - 2176) / 16) * 16)], ub0[(i % 2)][((hr4 * CP) + (((M - 2176) / 16) * 16))], static_cast<half>(0.0), (2176 - (((M - 2176) / 16) * 16)));
+                                for (int64_t hg16 = 0; hg16 < PcMin(1, ((M - 2176) - (((M - 2176) / 16) * 16))); ++hg16) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt2, vt2, ub0[(i % 2)][((hr2 * CP) + ((((M - 2176) / 16) * 16) + 2176))], ((M - 2176) - (((M - 2176) / 16) * 16)));
+                                    Max(vt3, vt3, ub0[(i % 2)][((hr4 * CP) + ((((M - 2176) / 16) * 16) + 2176))], ((M - 2176) - (((M - 2176) / 16) * 16)));
                                 }
                             }
-                            for (int64_t hg16 = 0; hg16 < PcMin(1, PcMax(0, (M - 4224))); ++hg16) {
+                            for (int64_t hg18 = 0; hg18 < PcMin(1, PcMax(0, (M - 4224))); ++hg18) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, vt2[2176], 2048);
+                                Max(vt3, vt3, vt3[2176], 2048);
                             }
-                            for (int64_t hg18 = 0; hg18 < (PcMin(1, PcMax(0, (M - 1152))) - PcMin(1, PcMax(0, (M - 2176)))); ++hg18) {
+                            for (int64_t hg20 = 0; hg20 < (PcMin(1, PcMax(0, (M - 1152))) - PcMin(1, PcMax(0, (M - 2176)))); ++hg20) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, ub0[(i % 2)][(hr2 * CP)], ub0[(i % 2)][((hr2 * CP) + 1152)], (((M - 1152) / 16) * 16));
+                                Max(vt3, ub0[(i % 2)][(hr4 * CP)], ub0[(i % 2)][((hr4 * CP) + 1152)], (((M - 1152) / 16) * 16));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((M - 1152) / 16) * 16)], ub0[(i % 2)][((hr2 * CP) + (((M - 1152) / 16) * 16))], static_cast<half>(0.0), (1152 - (((M - 1152) / 16) * 16)));
-                                for (int64_t hg17 = 0; hg17 < PcMin(1, ((M - 1152) - (((M - 1152) / 16) * 16))); ++hg17) {
+                                Adds(vt3[(((M - 1152) / 16) * 16)], ub0[(i % 2)][((hr4 * CP) + (((M - 1152) / 16) * 16))], static_cast<half>(0.0), (1152 - (((M - 1152) / 16) * 16)));
+                                for (int64_t hg19 = 0; hg19 < PcMin(1, ((M - 1152) - (((M - 1152) / 16) * 16))); ++hg19) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt2, vt2, ub0[(i % 2)][((hr2 * CP) + ((((M - 1152) / 16) * 16) + 1152))], ((M - 1152) - (((M - 1152) / 16) * 16)));
+                                    Max(vt3, vt3, ub0[(i % 2)][((hr4 * CP) + ((((M - 1152) / 16) * 16) + 1152))], ((M - 1152) - (((M - 1152) / 16) * 16)));
                                 }
                             }
-                            for (int64_t hg19 = 0; hg19 < PcMin(1, PcMax(0, (M - 2176))); ++hg19) {
+                            for (int64_t hg21 = 0; hg21 < PcMin(1, PcMax(0, (M - 2176))); ++hg21) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, vt2[1152], 1024);
+                                Max(vt3, vt3, vt3[1152], 1024);
                             }
-                            for (int64_t hg21 = 0; hg21 < (PcMin(1, PcMax(0, (M - 640))) - PcMin(1, PcMax(0, (M - 1152)))); ++hg21) {
+                            for (int64_t hg23 = 0; hg23 < (PcMin(1, PcMax(0, (M - 640))) - PcMin(1, PcMax(0, (M - 1152)))); ++hg23) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, ub0[(i % 2)][(hr2 * CP)], ub0[(i % 2)][((hr2 * CP) + 640)], (((M - 640) / 16) * 16));
+                                Max(vt3, ub0[(i % 2)][(hr4 * CP)], ub0[(i % 2)][((hr4 * CP) + 640)], (((M - 640) / 16) * 16));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((M - 640) / 16) * 16)], ub0[(i % 2)][((hr2 * CP) + (((M - 640) / 16) * 16))], static_cast<half>(0.0), (640 - (((M - 640) / 16) * 16)));
-                                for (int64_t hg20 = 0; hg20 < PcMin(1, ((M - 640) - (((M - 640) / 16) * 16))); ++hg20) {
+                                Adds(vt3[(((M - 640) / 16) * 16)], ub0[(i % 2)][((hr4 * CP) + (((M - 640) / 16) * 16))], static_cast<half>(0.0), (640 - (((M - 640) / 16) * 16)));
+                                for (int64_t hg22 = 0; hg22 < PcMin(1, ((M - 640) - (((M - 640) / 16) * 16))); ++hg22) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt2, vt2, ub0[(i % 2)][((hr2 * CP) + ((((M - 640) / 16) * 16) + 640))], ((M - 640) - (((M - 640) / 16) * 16)));
+                                    Max(vt3, vt3, ub0[(i % 2)][((hr4 * CP) + ((((M - 640) / 16) * 16) + 640))], ((M - 640) - (((M - 640) / 16) * 16)));
                                 }
                             }
-                            for (int64_t hg22 = 0; hg22 < PcMin(1, PcMax(0, (M - 1152))); ++hg22) {
+                            for (int64_t hg24 = 0; hg24 < PcMin(1, PcMax(0, (M - 1152))); ++hg24) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, vt2[640], 512);
+                                Max(vt3, vt3, vt3[640], 512);
                             }
-                            for (int64_t hg24 = 0; hg24 < (PcMin(1, PcMax(0, (M - 384))) - PcMin(1, PcMax(0, (M - 640)))); ++hg24) {
+                            for (int64_t hg26 = 0; hg26 < (PcMin(1, PcMax(0, (M - 384))) - PcMin(1, PcMax(0, (M - 640)))); ++hg26) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, ub0[(i % 2)][(hr2 * CP)], ub0[(i % 2)][((hr2 * CP) + 384)], (((M - 384) / 16) * 16));
+                                Max(vt3, ub0[(i % 2)][(hr4 * CP)], ub0[(i % 2)][((hr4 * CP) + 384)], (((M - 384) / 16) * 16));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt2[(((M - 384) / 16) * 16)], ub0[(i % 2)][((hr2 * CP) + (((M - 384) / 16) * 16))], static_cast<half>(0.0), (384 - (((M - 384) / 16) * 16)));
-                                for (int64_t hg23 = 0; hg23 < PcMin(1, ((M - 384) - (((M - 384) / 16) * 16))); ++hg23) {
+                                Adds(vt3[(((M - 384) / 16) * 16)], ub0[(i % 2)][((hr4 * CP) + (((M - 384) / 16) * 16))], static_cast<half>(0.0), (384 - (((M - 384) / 16) * 16)));
+                                for (int64_t hg25 = 0; hg25 < PcMin(1, ((M - 384) - (((M - 384) / 16) * 16))); ++hg25) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt2, vt2, ub0[(i % 2)][((hr2 * CP) + ((((M - 384) / 16) * 16) + 384))], ((M - 384) - (((M - 384) / 16) * 16)));
+                                    Max(vt3, vt3, ub0[(i % 2)][((hr4 * CP) + ((((M - 384) / 16) * 16) + 384))], ((M - 384) - (((M - 384) / 16) * 16)));
                                 }
                             }
-                            for (int64_t hg25 = 0; hg25 < PcMin(1, PcMax(0, (M - 640))); ++hg25) {
+                            for (int64_t hg27 = 0; hg27 < PcMin(1, PcMax(0, (M - 640))); ++hg27) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt2, vt2, vt2[384], 256);
+                                Max(vt3, vt3, vt3[384], 256);
                             }
-                            for (int64_t hg26 = 0; hg26 < PcMin(1, PcMax(0, (M - 384))); ++hg26) {
+                            for (int64_t hg28 = 0; hg28 < PcMin(1, PcMax(0, (M - 384))); ++hg28) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt1[(hr2 * 128)], vt2, vt2[128], 128);
+                                Max(vt1[(hr4 * 128)], vt3, vt3[128], 128);
                                 PipeBarrier<PIPE_V>();
-                                Max(vt1[(hr2 * 128)], vt1[(hr2 * 128)], vt2[256], 128);
+                                Max(vt1[(hr4 * 128)], vt1[(hr4 * 128)], vt3[256], 128);
                             }
-                            for (int64_t hg28 = 0; hg28 < (PcMin(1, PcMax(0, (M - 128))) - PcMin(1, PcMax(0, (M - 384)))); ++hg28) {
+                            for (int64_t hg30 = 0; hg30 < (PcMin(1, PcMax(0, (M - 128))) - PcMin(1, PcMax(0, (M - 384)))); ++hg30) {
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt1[(hr2 * 128)], ub0[(i % 2)][(hr2 * CP)], static_cast<half>(0.0), 128);
+                                Adds(vt1[(hr4 * 128)], ub0[(i % 2)][(hr4 * CP)], static_cast<half>(0.0), 128);
                                 PipeBarrier<PIPE_V>();
-                                Max(vt1[(hr2 * 128)], vt1[(hr2 * 128)], ub0[(i % 2)][((hr2 * CP) + 128)], (PcMin(M, 256) - 128));
-                                for (int64_t hg27 = 0; hg27 < PcMin(1, PcMax(0, (M - 256))); ++hg27) {
+                                Max(vt1[(hr4 * 128)], vt1[(hr4 * 128)], ub0[(i % 2)][((hr4 * CP) + 128)], (PcMin(M, 256) - 128));
+                                for (int64_t hg29 = 0; hg29 < PcMin(1, PcMax(0, (M - 256))); ++hg29) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt1[(hr2 * 128)], vt1[(hr2 * 128)], ub0[(i % 2)][((hr2 * CP) + 256)], (M - 256));
+                                    Max(vt1[(hr4 * 128)], vt1[(hr4 * 128)], ub0[(i % 2)][((hr4 * CP) + 256)], (M - 256));
                                 }
                             }
-                            for (int64_t hg29 = 0; hg29 < (1 - PcMin(1, PcMax(0, (M - 128)))); ++hg29) {
+                            for (int64_t hg31 = 0; hg31 < (1 - PcMin(1, PcMax(0, (M - 128)))); ++hg31) {
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt1[(hr2 * 128)], ub0[(i % 2)][(hr2 * CP)], static_cast<half>(0.0), M);
+                                Adds(vt1[(hr4 * 128)], ub0[(i % 2)][(hr4 * CP)], static_cast<half>(0.0), M);
                             }
                         }
                     }
@@ -292,20 +310,20 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                     PipeBarrier<PIPE_V>();
                     Cast(ub3, ub1, RoundMode::CAST_NONE, 8, PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 1, 1));
                     for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
-                        for (int64_t cj30 = 0; cj30 < PcCeilDiv(CP, 64); ++cj30) {
+                        for (int64_t cj32 = 0; cj32 < PcCeilDiv(CP, 64); ++cj32) {
                             PipeBarrier<PIPE_V>();
-                            Sub(ub4[(cj30 * 64)], ub2[(cj30 * 64)], ub3, PcMin(64, (CP - (cj30 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                            Sub(ub4[(cj32 * 64)], ub2[(cj32 * 64)], ub3, PcMin(64, (CP - (cj32 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                         }
                     }
                     for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
-                        for (int64_t lr31 = 0; lr31 < PcMin(TR, (N - (t * TR))); ++lr31) {
-                            for (int64_t lg32 = 0; lg32 < PcCeilDiv((CP / 64), 255); ++lg32) {
+                        for (int64_t lr33 = 0; lr33 < PcMin(TR, (N - (t * TR))); ++lr33) {
+                            for (int64_t lg34 = 0; lg34 < PcCeilDiv((CP / 64), 255); ++lg34) {
                                 PipeBarrier<PIPE_V>();
-                                Sub(ub4[((lr31 * CP) + (lg32 * 16320))], ub2[((lr31 * CP) + (lg32 * 16320))], ub3[(lr31 * 8)], 64, PcMin(255, ((CP / 64) - (lg32 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                Sub(ub4[((lr33 * CP) + (lg34 * 16320))], ub2[((lr33 * CP) + (lg34 * 16320))], ub3[(lr33 * 8)], 64, PcMin(255, ((CP / 64) - (lg34 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                             }
-                            for (int64_t lt33 = 0; lt33 < PcMin(1, (CP % 64)); ++lt33) {
+                            for (int64_t lt35 = 0; lt35 < PcMin(1, (CP % 64)); ++lt35) {
                                 PipeBarrier<PIPE_V>();
-                                Sub(ub4[((lr31 * CP) + ((CP / 64) * 64))], ub2[((lr31 * CP) + ((CP / 64) * 64))], ub3[(lr31 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                Sub(ub4[((lr33 * CP) + ((CP / 64) * 64))], ub2[((lr33 * CP) + ((CP / 64) * 64))], ub3[(lr33 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                             }
                         }
                     }
@@ -313,177 +331,187 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                     Exp(ub2, ub4, (PcMin(TR, (N - (t * TR))) * CP));
                     for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(M, 64) - (PcMin(TR, (N - (t * TR))) * 6)))))); ++rs) {
                         PipeBarrier<PIPE_V>();
-                        Adds(vt4, ub2, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
-                        for (int64_t rj34 = 0; rj34 < (PcCeilDiv(M, 64) - 1); ++rj34) {
+                        Adds(vt5, ub2, static_cast<float>(0.0), PcMin(64, M), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
+                        for (int64_t rp37 = 0; rp37 < PcMin(1, (PcCeilDiv(M, 64) - 1)); ++rp37) {
                             PipeBarrier<PIPE_V>();
-                            Add(vt4, vt4, ub2[((rj34 + 1) * 64)], PcMin(64, (M - ((rj34 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                            Adds(vt6, ub2[64], static_cast<float>(0.0), PcMin(64, (M - 64)), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CP * 4), 32)));
+                            for (int64_t rj36 = 0; rj36 < PcCeilDiv((PcCeilDiv(M, 64) - 2), 2); ++rj36) {
+                                PipeBarrier<PIPE_V>();
+                                Add(vt5, vt5, ub2[(((rj36 * 2) + 2) * 64)], PcMin(64, (M - (((rj36 * 2) + 2) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                                for (int64_t rq38 = 0; rq38 < PcMin(1, ((PcCeilDiv(M, 64) - 3) - (rj36 * 2))); ++rq38) {
+                                    PipeBarrier<PIPE_V>();
+                                    Add(vt6, vt6, ub2[(((rj36 * 2) + 3) * 64)], PcMin(64, (M - (((rj36 * 2) + 3) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CP * 4), 32)));
+                                }
+                            }
+                            PipeBarrier<PIPE_V>();
+                            Add(vt5, vt5, vt6, PcMin(64, (M - 64)), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, 8));
                         }
                     }
                     for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CP * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(M, 64) - (PcMin(TR, (N - (t * TR))) * 6))))); ++rh) {
-                        for (int64_t hr35 = 0; hr35 < PcMin(TR, (N - (t * TR))); ++hr35) {
-                            for (int64_t hg37 = 0; hg37 < PcMin(1, PcMax(0, (M - 32832))); ++hg37) {
+                        for (int64_t hr39 = 0; hr39 < PcMin(TR, (N - (t * TR))); ++hr39) {
+                            for (int64_t hg41 = 0; hg41 < PcMin(1, PcMax(0, (M - 32832))); ++hg41) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, ub2[(hr35 * CP)], ub2[((hr35 * CP) + 32832)], (((M - 32832) / 8) * 8));
+                                Add(vt7, ub2[(hr39 * CP)], ub2[((hr39 * CP) + 32832)], (((M - 32832) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt5[(((M - 32832) / 8) * 8)], ub2[((hr35 * CP) + (((M - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((M - 32832) / 8) * 8)));
-                                for (int64_t hg36 = 0; hg36 < PcMin(1, ((M - 32832) - (((M - 32832) / 8) * 8))); ++hg36) {
+                                Adds(vt7[(((M - 32832) / 8) * 8)], ub2[((hr39 * CP) + (((M - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((M - 32832) / 8) * 8)));
+                                for (int64_t hg40 = 0; hg40 < PcMin(1, ((M - 32832) - (((M - 32832) / 8) * 8))); ++hg40) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt5, vt5, ub2[((hr35 * CP) + ((((M - 32832) / 8) * 8) + 32832))], ((M - 32832) - (((M - 32832) / 8) * 8)));
+                                    Add(vt7, vt7, ub2[((hr39 * CP) + ((((M - 32832) / 8) * 8) + 32832))], ((M - 32832) - (((M - 32832) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg39 = 0; hg39 < (PcMin(1, PcMax(0, (M - 16448))) - PcMin(1, PcMax(0, (M - 32832)))); ++hg39) {
+                            for (int64_t hg43 = 0; hg43 < (PcMin(1, PcMax(0, (M - 16448))) - PcMin(1, PcMax(0, (M - 32832)))); ++hg43) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, ub2[(hr35 * CP)], ub2[((hr35 * CP) + 16448)], (((M - 16448) / 8) * 8));
+                                Add(vt7, ub2[(hr39 * CP)], ub2[((hr39 * CP) + 16448)], (((M - 16448) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt5[(((M - 16448) / 8) * 8)], ub2[((hr35 * CP) + (((M - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((M - 16448) / 8) * 8)));
-                                for (int64_t hg38 = 0; hg38 < PcMin(1, ((M - 16448) - (((M - 16448) / 8) * 8))); ++hg38) {
+                                Adds(vt7[(((M - 16448) / 8) * 8)], ub2[((hr39 * CP) + (((M - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((M - 16448) / 8) * 8)));
+                                for (int64_t hg42 = 0; hg42 < PcMin(1, ((M - 16448) - (((M - 16448) / 8) * 8))); ++hg42) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt5, vt5, ub2[((hr35 * CP) + ((((M - 16448) / 8) * 8) + 16448))], ((M - 16448) - (((M - 16448) / 8) * 8)));
+                                    Add(vt7, vt7, ub2[((hr39 * CP) + ((((M - 16448) / 8) * 8) + 16448))], ((M - 16448) - (((M - 16448) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg40 = 0; hg40 < PcMin(1, PcMax(0, (M - 32832))); ++hg40) {
+                            for (int64_t hg44 = 0; hg44 < PcMin(1, PcMax(0, (M - 32832))); ++hg44) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, vt5, vt5[16448], 16384);
+                                Add(vt7, vt7, vt7[16448], 16384);
                             }
-                            for (int64_t hg42 = 0; hg42 < (PcMin(1, PcMax(0, (M - 8256))) - PcMin(1, PcMax(0, (M - 16448)))); ++hg42) {
+                            for (int64_t hg46 = 0; hg46 < (PcMin(1, PcMax(0, (M - 8256))) - PcMin(1, PcMax(0, (M - 16448)))); ++hg46) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, ub2[(hr35 * CP)], ub2[((hr35 * CP) + 8256)], (((M - 8256) / 8) * 8));
+                                Add(vt7, ub2[(hr39 * CP)], ub2[((hr39 * CP) + 8256)], (((M - 8256) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt5[(((M - 8256) / 8) * 8)], ub2[((hr35 * CP) + (((M - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((M - 8256) / 8) * 8)));
-                                for (int64_t hg41 = 0; hg41 < PcMin(1, ((M - 8256) - (((M - 8256) / 8) * 8))); ++hg41) {
+                                Adds(vt7[(((M - 8256) / 8) * 8)], ub2[((hr39 * CP) + (((M - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((M - 8256) / 8) * 8)));
+                                for (int64_t hg45 = 0; hg45 < PcMin(1, ((M - 8256) - (((M - 8256) / 8) * 8))); ++hg45) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt5, vt5, ub2[((hr35 * CP) + ((((M - 8256) / 8) * 8) + 8256))], ((M - 8256) - (((M - 8256) / 8) * 8)));
+                                    Add(vt7, vt7, ub2[((hr39 * CP) + ((((M - 8256) / 8) * 8) + 8256))], ((M - 8256) - (((M - 8256) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg43 = 0; hg43 < PcMin(1, PcMax(0, (M - 16448))); ++hg43) {
+                            for (int64_t hg47 = 0; hg47 < PcMin(1, PcMax(0, (M - 16448))); ++hg47) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, vt5, vt5[8256], 8192);
+                                Add(vt7, vt7, vt7[8256], 8192);
                             }
-                            for (int64_t hg45 = 0; hg45 < (PcMin(1, PcMax(0, (M - 4160))) - PcMin(1, PcMax(0, (M - 8256)))); ++hg45) {
+                            for (int64_t hg49 = 0; hg49 < (PcMin(1, PcMax(0, (M - 4160))) - PcMin(1, PcMax(0, (M - 8256)))); ++hg49) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, ub2[(hr35 * CP)], ub2[((hr35 * CP) + 4160)], (((M - 4160) / 8) * 8));
+                                Add(vt7, ub2[(hr39 * CP)], ub2[((hr39 * CP) + 4160)], (((M - 4160) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt5[(((M - 4160) / 8) * 8)], ub2[((hr35 * CP) + (((M - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((M - 4160) / 8) * 8)));
-                                for (int64_t hg44 = 0; hg44 < PcMin(1, ((M - 4160) - (((M - 4160) / 8) * 8))); ++hg44) {
+                                Adds(vt7[(((M - 4160) / 8) * 8)], ub2[((hr39 * CP) + (((M - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((M - 4160) / 8) * 8)));
+                                for (int64_t hg48 = 0; hg48 < PcMin(1, ((M - 4160) - (((M - 4160) / 8) * 8))); ++hg48) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt5, vt5, ub2[((hr35 * CP) + ((((M - 4160) / 8) * 8) + 4160))], ((M - 4160) - (((M - 4160) / 8) * 8)));
+                                    Add(vt7, vt7, ub2[((hr39 * CP) + ((((M - 4160) / 8) * 8) + 4160))], ((M - 4160) - (((M - 4160) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg46 = 0; hg46 < PcMin(1, PcMax(0, (M - 8256))); ++hg46) {
+                            for (int64_t hg50 = 0; hg50 < PcMin(1, PcMax(0, (M - 8256))); ++hg50) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, vt5, vt5[4160], 4096);
+                                Add(vt7, vt7, vt7[4160], 4096);
                             }
-                            for (int64_t hg48 = 0; hg48 < (PcMin(1, PcMax(0, (M - 2112))) - PcMin(1, PcMax(0, (M - 4160)))); ++hg48) {
+                            for (int64_t hg52 = 0; hg52 < (PcMin(1, PcMax(0, (M - 2112))) - PcMin(1, PcMax(0, (M - 4160)))); ++hg52) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, ub2[(hr35 * CP)], ub2[((hr35 * CP) + 2112)], (((M - 2112) / 8) * 8));
+                                Add(vt7, ub2[(hr39 * CP)], ub2[((hr39 * CP) + 2112)], (((M - 2112) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt5[(((M - 2112) / 8) * 8)], ub2[((hr35 * CP) + (((M - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((M - 2112) / 8) * 8)));
-                                for (int64_t hg47 = 0; hg47 < PcMin(1, ((M - 2112) - (((M - 2112) / 8) * 8))); ++hg47) {
+                                Adds(vt7[(((M - 2112) / 8) * 8)], ub2[((hr39 * CP) + (((M - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((M - 2112) / 8) * 8)));
+                                for (int64_t hg51 = 0; hg51 < PcMin(1, ((M - 2112) - (((M - 2112) / 8) * 8))); ++hg51) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt5, vt5, ub2[((hr35 * CP) + ((((M - 2112) / 8) * 8) + 2112))], ((M - 2112) - (((M - 2112) / 8) * 8)));
+                                    Add(vt7, vt7, ub2[((hr39 * CP) + ((((M - 2112) / 8) * 8) + 2112))], ((M - 2112) - (((M - 2112) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg49 = 0; hg49 < PcMin(1, PcMax(0, (M - 4160))); ++hg49) {
+                            for (int64_t hg53 = 0; hg53 < PcMin(1, PcMax(0, (M - 4160))); ++hg53) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, vt5, vt5[2112], 2048);
+                                Add(vt7, vt7, vt7[2112], 2048);
                             }
-                            for (int64_t hg51 = 0; hg51 < (PcMin(1, PcMax(0, (M - 1088))) - PcMin(1, PcMax(0, (M - 2112)))); ++hg51) {
+                            for (int64_t hg55 = 0; hg55 < (PcMin(1, PcMax(0, (M - 1088))) - PcMin(1, PcMax(0, (M - 2112)))); ++hg55) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, ub2[(hr35 * CP)], ub2[((hr35 * CP) + 1088)], (((M - 1088) / 8) * 8));
+                                Add(vt7, ub2[(hr39 * CP)], ub2[((hr39 * CP) + 1088)], (((M - 1088) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt5[(((M - 1088) / 8) * 8)], ub2[((hr35 * CP) + (((M - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((M - 1088) / 8) * 8)));
-                                for (int64_t hg50 = 0; hg50 < PcMin(1, ((M - 1088) - (((M - 1088) / 8) * 8))); ++hg50) {
+                                Adds(vt7[(((M - 1088) / 8) * 8)], ub2[((hr39 * CP) + (((M - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((M - 1088) / 8) * 8)));
+                                for (int64_t hg54 = 0; hg54 < PcMin(1, ((M - 1088) - (((M - 1088) / 8) * 8))); ++hg54) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt5, vt5, ub2[((hr35 * CP) + ((((M - 1088) / 8) * 8) + 1088))], ((M - 1088) - (((M - 1088) / 8) * 8)));
+                                    Add(vt7, vt7, ub2[((hr39 * CP) + ((((M - 1088) / 8) * 8) + 1088))], ((M - 1088) - (((M - 1088) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg52 = 0; hg52 < PcMin(1, PcMax(0, (M - 2112))); ++hg52) {
+                            for (int64_t hg56 = 0; hg56 < PcMin(1, PcMax(0, (M - 2112))); ++hg56) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, vt5, vt5[1088], 1024);
+                                Add(vt7, vt7, vt7[1088], 1024);
                             }
-                            for (int64_t hg54 = 0; hg54 < (PcMin(1, PcMax(0, (M - 576))) - PcMin(1, PcMax(0, (M - 1088)))); ++hg54) {
+                            for (int64_t hg58 = 0; hg58 < (PcMin(1, PcMax(0, (M - 576))) - PcMin(1, PcMax(0, (M - 1088)))); ++hg58) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, ub2[(hr35 * CP)], ub2[((hr35 * CP) + 576)], (((M - 576) / 8) * 8));
+                                Add(vt7, ub2[(hr39 * CP)], ub2[((hr39 * CP) + 576)], (((M - 576) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt5[(((M - 576) / 8) * 8)], ub2[((hr35 * CP) + (((M - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((M - 576) / 8) * 8)));
-                                for (int64_t hg53 = 0; hg53 < PcMin(1, ((M - 576) - (((M - 576) / 8) * 8))); ++hg53) {
+                                Adds(vt7[(((M - 576) / 8) * 8)], ub2[((hr39 * CP) + (((M - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((M - 576) / 8) * 8)));
+                                for (int64_t hg57 = 0; hg57 < PcMin(1, ((M - 576) - (((M - 576) / 8) * 8))); ++hg57) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt5, vt5, ub2[((hr35 * CP) + ((((M - 576) / 8) * 8) + 576))], ((M - 576) - (((M - 576) / 8) * 8)));
+                                    Add(vt7, vt7, ub2[((hr39 * CP) + ((((M - 576) / 8) * 8) + 576))], ((M - 576) - (((M - 576) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg55 = 0; hg55 < PcMin(1, PcMax(0, (M - 1088))); ++hg55) {
+                            for (int64_t hg59 = 0; hg59 < PcMin(1, PcMax(0, (M - 1088))); ++hg59) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, vt5, vt5[576], 512);
+                                Add(vt7, vt7, vt7[576], 512);
                             }
-                            for (int64_t hg57 = 0; hg57 < (PcMin(1, PcMax(0, (M - 320))) - PcMin(1, PcMax(0, (M - 576)))); ++hg57) {
+                            for (int64_t hg61 = 0; hg61 < (PcMin(1, PcMax(0, (M - 320))) - PcMin(1, PcMax(0, (M - 576)))); ++hg61) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, ub2[(hr35 * CP)], ub2[((hr35 * CP) + 320)], (((M - 320) / 8) * 8));
+                                Add(vt7, ub2[(hr39 * CP)], ub2[((hr39 * CP) + 320)], (((M - 320) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt5[(((M - 320) / 8) * 8)], ub2[((hr35 * CP) + (((M - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((M - 320) / 8) * 8)));
-                                for (int64_t hg56 = 0; hg56 < PcMin(1, ((M - 320) - (((M - 320) / 8) * 8))); ++hg56) {
+                                Adds(vt7[(((M - 320) / 8) * 8)], ub2[((hr39 * CP) + (((M - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((M - 320) / 8) * 8)));
+                                for (int64_t hg60 = 0; hg60 < PcMin(1, ((M - 320) - (((M - 320) / 8) * 8))); ++hg60) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt5, vt5, ub2[((hr35 * CP) + ((((M - 320) / 8) * 8) + 320))], ((M - 320) - (((M - 320) / 8) * 8)));
+                                    Add(vt7, vt7, ub2[((hr39 * CP) + ((((M - 320) / 8) * 8) + 320))], ((M - 320) - (((M - 320) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg58 = 0; hg58 < PcMin(1, PcMax(0, (M - 576))); ++hg58) {
+                            for (int64_t hg62 = 0; hg62 < PcMin(1, PcMax(0, (M - 576))); ++hg62) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, vt5, vt5[320], 256);
+                                Add(vt7, vt7, vt7[320], 256);
                             }
-                            for (int64_t hg60 = 0; hg60 < (PcMin(1, PcMax(0, (M - 192))) - PcMin(1, PcMax(0, (M - 320)))); ++hg60) {
+                            for (int64_t hg64 = 0; hg64 < (PcMin(1, PcMax(0, (M - 192))) - PcMin(1, PcMax(0, (M - 320)))); ++hg64) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, ub2[(hr35 * CP)], ub2[((hr35 * CP) + 192)], (((M - 192) / 8) * 8));
+                                Add(vt7, ub2[(hr39 * CP)], ub2[((hr39 * CP) + 192)], (((M - 192) / 8) * 8));
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt5[(((M - 192) / 8) * 8)], ub2[((hr35 * CP) + (((M - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((M - 192) / 8) * 8)));
-                                for (int64_t hg59 = 0; hg59 < PcMin(1, ((M - 192) - (((M - 192) / 8) * 8))); ++hg59) {
+                                Adds(vt7[(((M - 192) / 8) * 8)], ub2[((hr39 * CP) + (((M - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((M - 192) / 8) * 8)));
+                                for (int64_t hg63 = 0; hg63 < PcMin(1, ((M - 192) - (((M - 192) / 8) * 8))); ++hg63) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt5, vt5, ub2[((hr35 * CP) + ((((M - 192) / 8) * 8) + 192))], ((M - 192) - (((M - 192) / 8) * 8)));
+                                    Add(vt7, vt7, ub2[((hr39 * CP) + ((((M - 192) / 8) * 8) + 192))], ((M - 192) - (((M - 192) / 8) * 8)));
                                 }
                             }
-                            for (int64_t hg61 = 0; hg61 < PcMin(1, PcMax(0, (M - 320))); ++hg61) {
+                            for (int64_t hg65 = 0; hg65 < PcMin(1, PcMax(0, (M - 320))); ++hg65) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt5, vt5, vt5[192], 128);
+                                Add(vt7, vt7, vt7[192], 128);
                             }
-                            for (int64_t hg62 = 0; hg62 < PcMin(1, PcMax(0, (M - 192))); ++hg62) {
+                            for (int64_t hg66 = 0; hg66 < PcMin(1, PcMax(0, (M - 192))); ++hg66) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt4[(hr35 * 64)], vt5, vt5[64], 64);
+                                Add(vt5[(hr39 * 64)], vt7, vt7[64], 64);
                                 PipeBarrier<PIPE_V>();
-                                Add(vt4[(hr35 * 64)], vt4[(hr35 * 64)], vt5[128], 64);
+                                Add(vt5[(hr39 * 64)], vt5[(hr39 * 64)], vt7[128], 64);
                             }
-                            for (int64_t hg64 = 0; hg64 < (PcMin(1, PcMax(0, (M - 64))) - PcMin(1, PcMax(0, (M - 192)))); ++hg64) {
+                            for (int64_t hg68 = 0; hg68 < (PcMin(1, PcMax(0, (M - 64))) - PcMin(1, PcMax(0, (M - 192)))); ++hg68) {
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt4[(hr35 * 64)], ub2[(hr35 * CP)], static_cast<float>(0.0), 64);
+                                Adds(vt5[(hr39 * 64)], ub2[(hr39 * CP)], static_cast<float>(0.0), 64);
                                 PipeBarrier<PIPE_V>();
-                                Add(vt4[(hr35 * 64)], vt4[(hr35 * 64)], ub2[((hr35 * CP) + 64)], (PcMin(M, 128) - 64));
-                                for (int64_t hg63 = 0; hg63 < PcMin(1, PcMax(0, (M - 128))); ++hg63) {
+                                Add(vt5[(hr39 * 64)], vt5[(hr39 * 64)], ub2[((hr39 * CP) + 64)], (PcMin(M, 128) - 64));
+                                for (int64_t hg67 = 0; hg67 < PcMin(1, PcMax(0, (M - 128))); ++hg67) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt4[(hr35 * 64)], vt4[(hr35 * 64)], ub2[((hr35 * CP) + 128)], (M - 128));
+                                    Add(vt5[(hr39 * 64)], vt5[(hr39 * 64)], ub2[((hr39 * CP) + 128)], (M - 128));
                                 }
                             }
-                            for (int64_t hg65 = 0; hg65 < (1 - PcMin(1, PcMax(0, (M - 64)))); ++hg65) {
+                            for (int64_t hg69 = 0; hg69 < (1 - PcMin(1, PcMax(0, (M - 64)))); ++hg69) {
                                 PipeBarrier<PIPE_V>();
-                                Adds(vt4[(hr35 * 64)], ub2[(hr35 * CP)], static_cast<float>(0.0), M);
+                                Adds(vt5[(hr39 * 64)], ub2[(hr39 * CP)], static_cast<float>(0.0), M);
                             }
                         }
                     }
                     PipeBarrier<PIPE_V>();
-                    ReduceRepeat<ReduceType::SUM>(vt3, vt4, PcMin(64, M), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
+                    ReduceRepeat<ReduceType::SUM>(vt4, vt5, PcMin(64, M), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                     PipeBarrier<PIPE_V>();
-                    Brcb(ub3, vt3, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
+                    Brcb(ub3, vt4, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
                     for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64))))))))); ++rs) {
-                        for (int64_t cj66 = 0; cj66 < PcCeilDiv(CP, 64); ++cj66) {
+                        for (int64_t cj70 = 0; cj70 < PcCeilDiv(CP, 64); ++cj70) {
                             PipeBarrier<PIPE_V>();
-                            Div(ub4[(cj66 * 64)], ub2[(cj66 * 64)], ub3, PcMin(64, (CP - (cj66 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
+                            Div(ub4[(cj70 * 64)], ub2[(cj70 * 64)], ub3, PcMin(64, (CP - (cj70 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CP * 4), 32), PcCeilDiv((CP * 4), 32), 1));
                         }
                     }
                     for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CP * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CP, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CP, 64)))))))); ++rl) {
-                        for (int64_t lr67 = 0; lr67 < PcMin(TR, (N - (t * TR))); ++lr67) {
-                            for (int64_t lg68 = 0; lg68 < PcCeilDiv((CP / 64), 255); ++lg68) {
+                        for (int64_t lr71 = 0; lr71 < PcMin(TR, (N - (t * TR))); ++lr71) {
+                            for (int64_t lg72 = 0; lg72 < PcCeilDiv((CP / 64), 255); ++lg72) {
                                 PipeBarrier<PIPE_V>();
-                                Div(ub4[((lr67 * CP) + (lg68 * 16320))], ub2[((lr67 * CP) + (lg68 * 16320))], ub3[(lr67 * 8)], 64, PcMin(255, ((CP / 64) - (lg68 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                Div(ub4[((lr71 * CP) + (lg72 * 16320))], ub2[((lr71 * CP) + (lg72 * 16320))], ub3[(lr71 * 8)], 64, PcMin(255, ((CP / 64) - (lg72 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                             }
-                            for (int64_t lt69 = 0; lt69 < PcMin(1, (CP % 64)); ++lt69) {
+                            for (int64_t lt73 = 0; lt73 < PcMin(1, (CP % 64)); ++lt73) {
                                 PipeBarrier<PIPE_V>();
-                                Div(ub4[((lr67 * CP) + ((CP / 64) * 64))], ub2[((lr67 * CP) + ((CP / 64) * 64))], ub3[(lr67 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                Div(ub4[((lr71 * CP) + ((CP / 64) * 64))], ub2[((lr71 * CP) + ((CP / 64) * 64))], ub3[(lr71 * 8)], (CP % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                             }
                         }
                     }
@@ -524,140 +552,140 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                         for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CW * 2), 32) - 255)) + PcMax(0, (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 128) - (PcMin(TR, (N - (t * TR))) * 6)))))); ++rs) {
                             PipeBarrier<PIPE_V>();
                             Adds(vt1, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)], static_cast<half>(0.0), PcMin(128, PcMin(CW, (M - (c1 * CW)))), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CW * 2), 32)));
-                            for (int64_t rj70 = 0; rj70 < (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 128) - 1); ++rj70) {
+                            for (int64_t rj74 = 0; rj74 < (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 128) - 1); ++rj74) {
                                 PipeBarrier<PIPE_V>();
-                                Max(vt1, vt1, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((rj70 + 1) * 128)], PcMin(128, (PcMin(CW, (M - (c1 * CW))) - ((rj70 + 1) * 128))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CW * 2), 32)));
+                                Max(vt1, vt1, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((rj74 + 1) * 128)], PcMin(128, (PcMin(CW, (M - (c1 * CW))) - ((rj74 + 1) * 128))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CW * 2), 32)));
                             }
                         }
                         for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CW * 2), 32) - 255)) + PcMax(0, (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 128) - (PcMin(TR, (N - (t * TR))) * 6))))); ++rh) {
-                            for (int64_t hr71 = 0; hr71 < PcMin(TR, (N - (t * TR))); ++hr71) {
-                                for (int64_t hg73 = 0; hg73 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32896))); ++hg73) {
+                            for (int64_t hr75 = 0; hr75 < PcMin(TR, (N - (t * TR))); ++hr75) {
+                                for (int64_t hg77 = 0; hg77 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32896))); ++hg77) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr71 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + 32896)], (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 32896)], (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt6[(((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16))], static_cast<half>(0.0), (32896 - (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16)));
-                                    for (int64_t hg72 = 0; hg72 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 32896) - (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16))); ++hg72) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16))], static_cast<half>(0.0), (32896 - (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16)));
+                                    for (int64_t hg76 = 0; hg76 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 32896) - (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16))); ++hg76) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt6, vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16) + 32896))], ((PcMin(CW, (M - (c1 * CW))) - 32896) - (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16) + 32896))], ((PcMin(CW, (M - (c1 * CW))) - 32896) - (((PcMin(CW, (M - (c1 * CW))) - 32896) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg75 = 0; hg75 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16512))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32896)))); ++hg75) {
+                                for (int64_t hg79 = 0; hg79 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16512))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32896)))); ++hg79) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr71 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + 16512)], (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 16512)], (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt6[(((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16))], static_cast<half>(0.0), (16512 - (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16)));
-                                    for (int64_t hg74 = 0; hg74 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 16512) - (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16))); ++hg74) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16))], static_cast<half>(0.0), (16512 - (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16)));
+                                    for (int64_t hg78 = 0; hg78 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 16512) - (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16))); ++hg78) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt6, vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16) + 16512))], ((PcMin(CW, (M - (c1 * CW))) - 16512) - (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16) + 16512))], ((PcMin(CW, (M - (c1 * CW))) - 16512) - (((PcMin(CW, (M - (c1 * CW))) - 16512) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg76 = 0; hg76 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32896))); ++hg76) {
+                                for (int64_t hg80 = 0; hg80 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32896))); ++hg80) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, vt6, vt6[16512], 16384);
+                                    Max(vt8, vt8, vt8[16512], 16384);
                                 }
-                                for (int64_t hg78 = 0; hg78 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8320))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16512)))); ++hg78) {
+                                for (int64_t hg82 = 0; hg82 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8320))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16512)))); ++hg82) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr71 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + 8320)], (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 8320)], (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt6[(((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16))], static_cast<half>(0.0), (8320 - (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16)));
-                                    for (int64_t hg77 = 0; hg77 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 8320) - (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16))); ++hg77) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16))], static_cast<half>(0.0), (8320 - (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16)));
+                                    for (int64_t hg81 = 0; hg81 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 8320) - (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16))); ++hg81) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt6, vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16) + 8320))], ((PcMin(CW, (M - (c1 * CW))) - 8320) - (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16) + 8320))], ((PcMin(CW, (M - (c1 * CW))) - 8320) - (((PcMin(CW, (M - (c1 * CW))) - 8320) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg79 = 0; hg79 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16512))); ++hg79) {
+                                for (int64_t hg83 = 0; hg83 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16512))); ++hg83) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, vt6, vt6[8320], 8192);
+                                    Max(vt8, vt8, vt8[8320], 8192);
                                 }
-                                for (int64_t hg81 = 0; hg81 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4224))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8320)))); ++hg81) {
+                                for (int64_t hg85 = 0; hg85 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4224))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8320)))); ++hg85) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr71 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + 4224)], (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 4224)], (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt6[(((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16))], static_cast<half>(0.0), (4224 - (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16)));
-                                    for (int64_t hg80 = 0; hg80 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 4224) - (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16))); ++hg80) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16))], static_cast<half>(0.0), (4224 - (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16)));
+                                    for (int64_t hg84 = 0; hg84 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 4224) - (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16))); ++hg84) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt6, vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16) + 4224))], ((PcMin(CW, (M - (c1 * CW))) - 4224) - (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16) + 4224))], ((PcMin(CW, (M - (c1 * CW))) - 4224) - (((PcMin(CW, (M - (c1 * CW))) - 4224) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg82 = 0; hg82 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8320))); ++hg82) {
+                                for (int64_t hg86 = 0; hg86 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8320))); ++hg86) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, vt6, vt6[4224], 4096);
+                                    Max(vt8, vt8, vt8[4224], 4096);
                                 }
-                                for (int64_t hg84 = 0; hg84 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2176))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4224)))); ++hg84) {
+                                for (int64_t hg88 = 0; hg88 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2176))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4224)))); ++hg88) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr71 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + 2176)], (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 2176)], (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt6[(((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16))], static_cast<half>(0.0), (2176 - (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16)));
-                                    for (int64_t hg83 = 0; hg83 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 2176) - (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16))); ++hg83) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16))], static_cast<half>(0.0), (2176 - (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16)));
+                                    for (int64_t hg87 = 0; hg87 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 2176) - (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16))); ++hg87) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt6, vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16) + 2176))], ((PcMin(CW, (M - (c1 * CW))) - 2176) - (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16) + 2176))], ((PcMin(CW, (M - (c1 * CW))) - 2176) - (((PcMin(CW, (M - (c1 * CW))) - 2176) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg85 = 0; hg85 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4224))); ++hg85) {
+                                for (int64_t hg89 = 0; hg89 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4224))); ++hg89) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, vt6, vt6[2176], 2048);
+                                    Max(vt8, vt8, vt8[2176], 2048);
                                 }
-                                for (int64_t hg87 = 0; hg87 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1152))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2176)))); ++hg87) {
+                                for (int64_t hg91 = 0; hg91 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1152))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2176)))); ++hg91) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr71 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + 1152)], (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 1152)], (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt6[(((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16))], static_cast<half>(0.0), (1152 - (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16)));
-                                    for (int64_t hg86 = 0; hg86 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 1152) - (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16))); ++hg86) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16))], static_cast<half>(0.0), (1152 - (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16)));
+                                    for (int64_t hg90 = 0; hg90 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 1152) - (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16))); ++hg90) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt6, vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16) + 1152))], ((PcMin(CW, (M - (c1 * CW))) - 1152) - (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16) + 1152))], ((PcMin(CW, (M - (c1 * CW))) - 1152) - (((PcMin(CW, (M - (c1 * CW))) - 1152) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg88 = 0; hg88 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2176))); ++hg88) {
+                                for (int64_t hg92 = 0; hg92 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2176))); ++hg92) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, vt6, vt6[1152], 1024);
+                                    Max(vt8, vt8, vt8[1152], 1024);
                                 }
-                                for (int64_t hg90 = 0; hg90 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 640))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1152)))); ++hg90) {
+                                for (int64_t hg94 = 0; hg94 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 640))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1152)))); ++hg94) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr71 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + 640)], (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 640)], (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt6[(((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16))], static_cast<half>(0.0), (640 - (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16)));
-                                    for (int64_t hg89 = 0; hg89 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 640) - (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16))); ++hg89) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16))], static_cast<half>(0.0), (640 - (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16)));
+                                    for (int64_t hg93 = 0; hg93 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 640) - (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16))); ++hg93) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt6, vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16) + 640))], ((PcMin(CW, (M - (c1 * CW))) - 640) - (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16) + 640))], ((PcMin(CW, (M - (c1 * CW))) - 640) - (((PcMin(CW, (M - (c1 * CW))) - 640) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg91 = 0; hg91 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1152))); ++hg91) {
+                                for (int64_t hg95 = 0; hg95 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1152))); ++hg95) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, vt6, vt6[640], 512);
+                                    Max(vt8, vt8, vt8[640], 512);
                                 }
-                                for (int64_t hg93 = 0; hg93 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 384))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 640)))); ++hg93) {
+                                for (int64_t hg97 = 0; hg97 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 384))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 640)))); ++hg97) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr71 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + 384)], (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16));
+                                    Max(vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 384)], (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt6[(((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16))], static_cast<half>(0.0), (384 - (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16)));
-                                    for (int64_t hg92 = 0; hg92 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 384) - (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16))); ++hg92) {
+                                    Adds(vt8[(((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16))], static_cast<half>(0.0), (384 - (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16)));
+                                    for (int64_t hg96 = 0; hg96 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 384) - (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16))); ++hg96) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt6, vt6, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16) + 384))], ((PcMin(CW, (M - (c1 * CW))) - 384) - (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16)));
+                                        Max(vt8, vt8, ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16) + 384))], ((PcMin(CW, (M - (c1 * CW))) - 384) - (((PcMin(CW, (M - (c1 * CW))) - 384) / 16) * 16)));
                                     }
                                 }
-                                for (int64_t hg94 = 0; hg94 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 640))); ++hg94) {
+                                for (int64_t hg98 = 0; hg98 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 640))); ++hg98) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt6, vt6, vt6[384], 256);
+                                    Max(vt8, vt8, vt8[384], 256);
                                 }
-                                for (int64_t hg95 = 0; hg95 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 384))); ++hg95) {
+                                for (int64_t hg99 = 0; hg99 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 384))); ++hg99) {
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt1[(hr71 * 128)], vt6, vt6[128], 128);
+                                    Max(vt1[(hr75 * 128)], vt8, vt8[128], 128);
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt1[(hr71 * 128)], vt1[(hr71 * 128)], vt6[256], 128);
+                                    Max(vt1[(hr75 * 128)], vt1[(hr75 * 128)], vt8[256], 128);
                                 }
-                                for (int64_t hg97 = 0; hg97 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 128))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 384)))); ++hg97) {
+                                for (int64_t hg101 = 0; hg101 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 128))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 384)))); ++hg101) {
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt1[(hr71 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr71 * CW)], static_cast<half>(0.0), 128);
+                                    Adds(vt1[(hr75 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], static_cast<half>(0.0), 128);
                                     PipeBarrier<PIPE_V>();
-                                    Max(vt1[(hr71 * 128)], vt1[(hr71 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + 128)], (PcMin(PcMin(CW, (M - (c1 * CW))), 256) - 128));
-                                    for (int64_t hg96 = 0; hg96 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 256))); ++hg96) {
+                                    Max(vt1[(hr75 * 128)], vt1[(hr75 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 128)], (PcMin(PcMin(CW, (M - (c1 * CW))), 256) - 128));
+                                    for (int64_t hg100 = 0; hg100 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 256))); ++hg100) {
                                         PipeBarrier<PIPE_V>();
-                                        Max(vt1[(hr71 * 128)], vt1[(hr71 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr71 * CW) + 256)], (PcMin(CW, (M - (c1 * CW))) - 256));
+                                        Max(vt1[(hr75 * 128)], vt1[(hr75 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][((hr75 * CW) + 256)], (PcMin(CW, (M - (c1 * CW))) - 256));
                                     }
                                 }
-                                for (int64_t hg98 = 0; hg98 < (1 - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 128)))); ++hg98) {
+                                for (int64_t hg102 = 0; hg102 < (1 - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 128)))); ++hg102) {
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt1[(hr71 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr71 * CW)], static_cast<half>(0.0), PcMin(CW, (M - (c1 * CW))));
+                                    Adds(vt1[(hr75 * 128)], ul0_p1[(((i * PcCeilDiv(M, CW)) + c1) % 2)][(hr75 * CW)], static_cast<half>(0.0), PcMin(CW, (M - (c1 * CW))));
                                 }
                             }
                         }
@@ -679,20 +707,20 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                         PipeBarrier<PIPE_V>();
                         Mul(ul6, ul6, ul11, (PcMin(TR, (N - (t * TR))) * 8));
                         for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64))))))))); ++rs) {
-                            for (int64_t cj99 = 0; cj99 < PcCeilDiv(CW, 64); ++cj99) {
+                            for (int64_t cj103 = 0; cj103 < PcCeilDiv(CW, 64); ++cj103) {
                                 PipeBarrier<PIPE_V>();
-                                Sub(ul4[(cj99 * 64)], ul2[(cj99 * 64)], ul12, PcMin(64, (CW - (cj99 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
+                                Sub(ul4[(cj103 * 64)], ul2[(cj103 * 64)], ul12, PcMin(64, (CW - (cj103 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
                             }
                         }
                         for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64)))))))); ++rl) {
-                            for (int64_t lr100 = 0; lr100 < PcMin(TR, (N - (t * TR))); ++lr100) {
-                                for (int64_t lg101 = 0; lg101 < PcCeilDiv((CW / 64), 255); ++lg101) {
+                            for (int64_t lr104 = 0; lr104 < PcMin(TR, (N - (t * TR))); ++lr104) {
+                                for (int64_t lg105 = 0; lg105 < PcCeilDiv((CW / 64), 255); ++lg105) {
                                     PipeBarrier<PIPE_V>();
-                                    Sub(ul4[((lr100 * CW) + (lg101 * 16320))], ul2[((lr100 * CW) + (lg101 * 16320))], ul12[(lr100 * 8)], 64, PcMin(255, ((CW / 64) - (lg101 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                    Sub(ul4[((lr104 * CW) + (lg105 * 16320))], ul2[((lr104 * CW) + (lg105 * 16320))], ul12[(lr104 * 8)], 64, PcMin(255, ((CW / 64) - (lg105 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                                 }
-                                for (int64_t lt102 = 0; lt102 < PcMin(1, (CW % 64)); ++lt102) {
+                                for (int64_t lt106 = 0; lt106 < PcMin(1, (CW % 64)); ++lt106) {
                                     PipeBarrier<PIPE_V>();
-                                    Sub(ul4[((lr100 * CW) + ((CW / 64) * 64))], ul2[((lr100 * CW) + ((CW / 64) * 64))], ul12[(lr100 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                    Sub(ul4[((lr104 * CW) + ((CW / 64) * 64))], ul2[((lr104 * CW) + ((CW / 64) * 64))], ul12[(lr104 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                                 }
                             }
                         }
@@ -700,162 +728,162 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                         Exp(ul5, ul4, (PcMin(TR, (N - (t * TR))) * CW));
                         for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMax(0, (PcCeilDiv((CW * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 64) - (PcMin(TR, (N - (t * TR))) * 6)))))); ++rs) {
                             PipeBarrier<PIPE_V>();
-                            Adds(vt4, ul5, static_cast<float>(0.0), PcMin(64, PcMin(CW, (M - (c1 * CW)))), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CW * 4), 32)));
-                            for (int64_t rj103 = 0; rj103 < (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 64) - 1); ++rj103) {
+                            Adds(vt5, ul5, static_cast<float>(0.0), PcMin(64, PcMin(CW, (M - (c1 * CW)))), PcMin(TR, (N - (t * TR))), UnaryRepeatParams(1, 1, 8, PcCeilDiv((CW * 4), 32)));
+                            for (int64_t rj107 = 0; rj107 < (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 64) - 1); ++rj107) {
                                 PipeBarrier<PIPE_V>();
-                                Add(vt4, vt4, ul5[((rj103 + 1) * 64)], PcMin(64, (PcMin(CW, (M - (c1 * CW))) - ((rj103 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CW * 4), 32)));
+                                Add(vt5, vt5, ul5[((rj107 + 1) * 64)], PcMin(64, (PcMin(CW, (M - (c1 * CW))) - ((rj107 + 1) * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 1, 8, 8, PcCeilDiv((CW * 4), 32)));
                             }
                         }
                         for (int64_t rh = 0; rh < PcMin(1, (PcMax(0, (PcCeilDiv((CW * 4), 32) - 255)) + PcMax(0, (PcCeilDiv(PcMin(CW, (M - (c1 * CW))), 64) - (PcMin(TR, (N - (t * TR))) * 6))))); ++rh) {
-                            for (int64_t hr104 = 0; hr104 < PcMin(TR, (N - (t * TR))); ++hr104) {
-                                for (int64_t hg106 = 0; hg106 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32832))); ++hg106) {
+                            for (int64_t hr108 = 0; hr108 < PcMin(TR, (N - (t * TR))); ++hr108) {
+                                for (int64_t hg110 = 0; hg110 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32832))); ++hg110) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, ul5[(hr104 * CW)], ul5[((hr104 * CW) + 32832)], (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 32832)], (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt7[(((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8)], ul5[((hr104 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8)));
-                                    for (int64_t hg105 = 0; hg105 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 32832) - (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8))); ++hg105) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8))], static_cast<float>(0.0), (32832 - (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8)));
+                                    for (int64_t hg109 = 0; hg109 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 32832) - (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8))); ++hg109) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt7, vt7, ul5[((hr104 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8) + 32832))], ((PcMin(CW, (M - (c1 * CW))) - 32832) - (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8) + 32832))], ((PcMin(CW, (M - (c1 * CW))) - 32832) - (((PcMin(CW, (M - (c1 * CW))) - 32832) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg108 = 0; hg108 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16448))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32832)))); ++hg108) {
+                                for (int64_t hg112 = 0; hg112 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16448))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32832)))); ++hg112) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, ul5[(hr104 * CW)], ul5[((hr104 * CW) + 16448)], (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 16448)], (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt7[(((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8)], ul5[((hr104 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8)));
-                                    for (int64_t hg107 = 0; hg107 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 16448) - (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8))); ++hg107) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8))], static_cast<float>(0.0), (16448 - (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8)));
+                                    for (int64_t hg111 = 0; hg111 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 16448) - (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8))); ++hg111) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt7, vt7, ul5[((hr104 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8) + 16448))], ((PcMin(CW, (M - (c1 * CW))) - 16448) - (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8) + 16448))], ((PcMin(CW, (M - (c1 * CW))) - 16448) - (((PcMin(CW, (M - (c1 * CW))) - 16448) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg109 = 0; hg109 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32832))); ++hg109) {
+                                for (int64_t hg113 = 0; hg113 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 32832))); ++hg113) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, vt7, vt7[16448], 16384);
+                                    Add(vt9, vt9, vt9[16448], 16384);
                                 }
-                                for (int64_t hg111 = 0; hg111 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8256))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16448)))); ++hg111) {
+                                for (int64_t hg115 = 0; hg115 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8256))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16448)))); ++hg115) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, ul5[(hr104 * CW)], ul5[((hr104 * CW) + 8256)], (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 8256)], (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt7[(((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8)], ul5[((hr104 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8)));
-                                    for (int64_t hg110 = 0; hg110 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 8256) - (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8))); ++hg110) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8))], static_cast<float>(0.0), (8256 - (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8)));
+                                    for (int64_t hg114 = 0; hg114 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 8256) - (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8))); ++hg114) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt7, vt7, ul5[((hr104 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8) + 8256))], ((PcMin(CW, (M - (c1 * CW))) - 8256) - (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8) + 8256))], ((PcMin(CW, (M - (c1 * CW))) - 8256) - (((PcMin(CW, (M - (c1 * CW))) - 8256) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg112 = 0; hg112 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16448))); ++hg112) {
+                                for (int64_t hg116 = 0; hg116 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 16448))); ++hg116) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, vt7, vt7[8256], 8192);
+                                    Add(vt9, vt9, vt9[8256], 8192);
                                 }
-                                for (int64_t hg114 = 0; hg114 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4160))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8256)))); ++hg114) {
+                                for (int64_t hg118 = 0; hg118 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4160))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8256)))); ++hg118) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, ul5[(hr104 * CW)], ul5[((hr104 * CW) + 4160)], (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 4160)], (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt7[(((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8)], ul5[((hr104 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8)));
-                                    for (int64_t hg113 = 0; hg113 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 4160) - (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8))); ++hg113) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8))], static_cast<float>(0.0), (4160 - (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8)));
+                                    for (int64_t hg117 = 0; hg117 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 4160) - (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8))); ++hg117) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt7, vt7, ul5[((hr104 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8) + 4160))], ((PcMin(CW, (M - (c1 * CW))) - 4160) - (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8) + 4160))], ((PcMin(CW, (M - (c1 * CW))) - 4160) - (((PcMin(CW, (M - (c1 * CW))) - 4160) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg115 = 0; hg115 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8256))); ++hg115) {
+                                for (int64_t hg119 = 0; hg119 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 8256))); ++hg119) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, vt7, vt7[4160], 4096);
+                                    Add(vt9, vt9, vt9[4160], 4096);
                                 }
-                                for (int64_t hg117 = 0; hg117 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2112))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4160)))); ++hg117) {
+                                for (int64_t hg121 = 0; hg121 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2112))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4160)))); ++hg121) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, ul5[(hr104 * CW)], ul5[((hr104 * CW) + 2112)], (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 2112)], (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt7[(((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8)], ul5[((hr104 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8)));
-                                    for (int64_t hg116 = 0; hg116 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 2112) - (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8))); ++hg116) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8))], static_cast<float>(0.0), (2112 - (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8)));
+                                    for (int64_t hg120 = 0; hg120 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 2112) - (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8))); ++hg120) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt7, vt7, ul5[((hr104 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8) + 2112))], ((PcMin(CW, (M - (c1 * CW))) - 2112) - (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8) + 2112))], ((PcMin(CW, (M - (c1 * CW))) - 2112) - (((PcMin(CW, (M - (c1 * CW))) - 2112) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg118 = 0; hg118 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4160))); ++hg118) {
+                                for (int64_t hg122 = 0; hg122 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 4160))); ++hg122) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, vt7, vt7[2112], 2048);
+                                    Add(vt9, vt9, vt9[2112], 2048);
                                 }
-                                for (int64_t hg120 = 0; hg120 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1088))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2112)))); ++hg120) {
+                                for (int64_t hg124 = 0; hg124 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1088))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2112)))); ++hg124) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, ul5[(hr104 * CW)], ul5[((hr104 * CW) + 1088)], (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 1088)], (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt7[(((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8)], ul5[((hr104 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8)));
-                                    for (int64_t hg119 = 0; hg119 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 1088) - (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8))); ++hg119) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8))], static_cast<float>(0.0), (1088 - (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8)));
+                                    for (int64_t hg123 = 0; hg123 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 1088) - (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8))); ++hg123) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt7, vt7, ul5[((hr104 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8) + 1088))], ((PcMin(CW, (M - (c1 * CW))) - 1088) - (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8) + 1088))], ((PcMin(CW, (M - (c1 * CW))) - 1088) - (((PcMin(CW, (M - (c1 * CW))) - 1088) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg121 = 0; hg121 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2112))); ++hg121) {
+                                for (int64_t hg125 = 0; hg125 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 2112))); ++hg125) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, vt7, vt7[1088], 1024);
+                                    Add(vt9, vt9, vt9[1088], 1024);
                                 }
-                                for (int64_t hg123 = 0; hg123 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 576))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1088)))); ++hg123) {
+                                for (int64_t hg127 = 0; hg127 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 576))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1088)))); ++hg127) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, ul5[(hr104 * CW)], ul5[((hr104 * CW) + 576)], (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 576)], (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt7[(((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8)], ul5[((hr104 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8)));
-                                    for (int64_t hg122 = 0; hg122 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 576) - (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8))); ++hg122) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8))], static_cast<float>(0.0), (576 - (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8)));
+                                    for (int64_t hg126 = 0; hg126 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 576) - (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8))); ++hg126) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt7, vt7, ul5[((hr104 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8) + 576))], ((PcMin(CW, (M - (c1 * CW))) - 576) - (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8) + 576))], ((PcMin(CW, (M - (c1 * CW))) - 576) - (((PcMin(CW, (M - (c1 * CW))) - 576) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg124 = 0; hg124 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1088))); ++hg124) {
+                                for (int64_t hg128 = 0; hg128 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 1088))); ++hg128) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, vt7, vt7[576], 512);
+                                    Add(vt9, vt9, vt9[576], 512);
                                 }
-                                for (int64_t hg126 = 0; hg126 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 320))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 576)))); ++hg126) {
+                                for (int64_t hg130 = 0; hg130 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 320))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 576)))); ++hg130) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, ul5[(hr104 * CW)], ul5[((hr104 * CW) + 320)], (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 320)], (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt7[(((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8)], ul5[((hr104 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8)));
-                                    for (int64_t hg125 = 0; hg125 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 320) - (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8))); ++hg125) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8))], static_cast<float>(0.0), (320 - (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8)));
+                                    for (int64_t hg129 = 0; hg129 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 320) - (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8))); ++hg129) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt7, vt7, ul5[((hr104 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8) + 320))], ((PcMin(CW, (M - (c1 * CW))) - 320) - (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8) + 320))], ((PcMin(CW, (M - (c1 * CW))) - 320) - (((PcMin(CW, (M - (c1 * CW))) - 320) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg127 = 0; hg127 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 576))); ++hg127) {
+                                for (int64_t hg131 = 0; hg131 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 576))); ++hg131) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, vt7, vt7[320], 256);
+                                    Add(vt9, vt9, vt9[320], 256);
                                 }
-                                for (int64_t hg129 = 0; hg129 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 192))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 320)))); ++hg129) {
+                                for (int64_t hg133 = 0; hg133 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 192))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 320)))); ++hg133) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, ul5[(hr104 * CW)], ul5[((hr104 * CW) + 192)], (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8));
+                                    Add(vt9, ul5[(hr108 * CW)], ul5[((hr108 * CW) + 192)], (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8));
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt7[(((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8)], ul5[((hr104 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8)));
-                                    for (int64_t hg128 = 0; hg128 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 192) - (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8))); ++hg128) {
+                                    Adds(vt9[(((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8)], ul5[((hr108 * CW) + (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8))], static_cast<float>(0.0), (192 - (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8)));
+                                    for (int64_t hg132 = 0; hg132 < PcMin(1, ((PcMin(CW, (M - (c1 * CW))) - 192) - (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8))); ++hg132) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt7, vt7, ul5[((hr104 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8) + 192))], ((PcMin(CW, (M - (c1 * CW))) - 192) - (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8)));
+                                        Add(vt9, vt9, ul5[((hr108 * CW) + ((((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8) + 192))], ((PcMin(CW, (M - (c1 * CW))) - 192) - (((PcMin(CW, (M - (c1 * CW))) - 192) / 8) * 8)));
                                     }
                                 }
-                                for (int64_t hg130 = 0; hg130 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 320))); ++hg130) {
+                                for (int64_t hg134 = 0; hg134 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 320))); ++hg134) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt7, vt7, vt7[192], 128);
+                                    Add(vt9, vt9, vt9[192], 128);
                                 }
-                                for (int64_t hg131 = 0; hg131 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 192))); ++hg131) {
+                                for (int64_t hg135 = 0; hg135 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 192))); ++hg135) {
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt4[(hr104 * 64)], vt7, vt7[64], 64);
+                                    Add(vt5[(hr108 * 64)], vt9, vt9[64], 64);
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt4[(hr104 * 64)], vt4[(hr104 * 64)], vt7[128], 64);
+                                    Add(vt5[(hr108 * 64)], vt5[(hr108 * 64)], vt9[128], 64);
                                 }
-                                for (int64_t hg133 = 0; hg133 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 64))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 192)))); ++hg133) {
+                                for (int64_t hg137 = 0; hg137 < (PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 64))) - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 192)))); ++hg137) {
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt4[(hr104 * 64)], ul5[(hr104 * CW)], static_cast<float>(0.0), 64);
+                                    Adds(vt5[(hr108 * 64)], ul5[(hr108 * CW)], static_cast<float>(0.0), 64);
                                     PipeBarrier<PIPE_V>();
-                                    Add(vt4[(hr104 * 64)], vt4[(hr104 * 64)], ul5[((hr104 * CW) + 64)], (PcMin(PcMin(CW, (M - (c1 * CW))), 128) - 64));
-                                    for (int64_t hg132 = 0; hg132 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 128))); ++hg132) {
+                                    Add(vt5[(hr108 * 64)], vt5[(hr108 * 64)], ul5[((hr108 * CW) + 64)], (PcMin(PcMin(CW, (M - (c1 * CW))), 128) - 64));
+                                    for (int64_t hg136 = 0; hg136 < PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 128))); ++hg136) {
                                         PipeBarrier<PIPE_V>();
-                                        Add(vt4[(hr104 * 64)], vt4[(hr104 * 64)], ul5[((hr104 * CW) + 128)], (PcMin(CW, (M - (c1 * CW))) - 128));
+                                        Add(vt5[(hr108 * 64)], vt5[(hr108 * 64)], ul5[((hr108 * CW) + 128)], (PcMin(CW, (M - (c1 * CW))) - 128));
                                     }
                                 }
-                                for (int64_t hg134 = 0; hg134 < (1 - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 64)))); ++hg134) {
+                                for (int64_t hg138 = 0; hg138 < (1 - PcMin(1, PcMax(0, (PcMin(CW, (M - (c1 * CW))) - 64)))); ++hg138) {
                                     PipeBarrier<PIPE_V>();
-                                    Adds(vt4[(hr104 * 64)], ul5[(hr104 * CW)], static_cast<float>(0.0), PcMin(CW, (M - (c1 * CW))));
+                                    Adds(vt5[(hr108 * 64)], ul5[(hr108 * CW)], static_cast<float>(0.0), PcMin(CW, (M - (c1 * CW))));
                                 }
                             }
                         }
                         PipeBarrier<PIPE_V>();
-                        ReduceRepeat<ReduceType::SUM>(vt3, vt4, PcMin(64, PcMin(CW, (M - (c1 * CW)))), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
+                        ReduceRepeat<ReduceType::SUM>(vt4, vt5, PcMin(64, PcMin(CW, (M - (c1 * CW)))), PcMin(TR, (N - (t * TR))), 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
                         PipeBarrier<PIPE_V>();
-                        Brcb(ul11, vt3, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
+                        Brcb(ul11, vt4, PcCeilDiv(PcMin(TR, (N - (t * TR))), 8), BrcbRepeatParams(1, 8));
                         PipeBarrier<PIPE_V>();
                         Add(ul6, ul6, ul11, (PcMin(TR, (N - (t * TR))) * 8));
                         Adds(ub1, ul10, static_cast<half>(0.0), (PcMin(TR, (N - (t * TR))) * 16));
@@ -872,40 +900,40 @@ extern "C" __global__ __aicore__ void softmax_m1_float16(GM_ADDR x_, GM_ADDR sof
                         Cast(ul2, ul0[(((i * PcCeilDiv(M, CW)) + cf) % 2)], RoundMode::CAST_NONE, (PcMin(TR, (N - (t * TR))) * CW));
                         SetFlag<HardEvent::V_MTE2>(((((i * PcCeilDiv(M, CW)) + cf) % 2) + 2));
                         for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64))))))))); ++rs) {
-                            for (int64_t cj135 = 0; cj135 < PcCeilDiv(CW, 64); ++cj135) {
-                                PipeBarrier<PIPE_V>();
-                                Sub(ul4[(cj135 * 64)], ul2[(cj135 * 64)], ub3, PcMin(64, (CW - (cj135 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
-                            }
-                        }
-                        for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64)))))))); ++rl) {
-                            for (int64_t lr136 = 0; lr136 < PcMin(TR, (N - (t * TR))); ++lr136) {
-                                for (int64_t lg137 = 0; lg137 < PcCeilDiv((CW / 64), 255); ++lg137) {
-                                    PipeBarrier<PIPE_V>();
-                                    Sub(ul4[((lr136 * CW) + (lg137 * 16320))], ul2[((lr136 * CW) + (lg137 * 16320))], ub3[(lr136 * 8)], 64, PcMin(255, ((CW / 64) - (lg137 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
-                                }
-                                for (int64_t lt138 = 0; lt138 < PcMin(1, (CW % 64)); ++lt138) {
-                                    PipeBarrier<PIPE_V>();
-                                    Sub(ul4[((lr136 * CW) + ((CW / 64) * 64))], ul2[((lr136 * CW) + ((CW / 64) * 64))], ub3[(lr136 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
-                                }
-                            }
-                        }
-                        PipeBarrier<PIPE_V>();
-                        Exp(ul5, ul4, (PcMin(TR, (N - (t * TR))) * CW));
-                        for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64))))))))); ++rs) {
                             for (int64_t cj139 = 0; cj139 < PcCeilDiv(CW, 64); ++cj139) {
                                 PipeBarrier<PIPE_V>();
-                                Div(ul7[(cj139 * 64)], ul5[(cj139 * 64)], ul6, PcMin(64, (CW - (cj139 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
+                                Sub(ul4[(cj139 * 64)], ul2[(cj139 * 64)], ub3, PcMin(64, (CW - (cj139 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
                             }
                         }
                         for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64)))))))); ++rl) {
                             for (int64_t lr140 = 0; lr140 < PcMin(TR, (N - (t * TR))); ++lr140) {
                                 for (int64_t lg141 = 0; lg141 < PcCeilDiv((CW / 64), 255); ++lg141) {
                                     PipeBarrier<PIPE_V>();
-                                    Div(ul7[((lr140 * CW) + (lg141 * 16320))], ul5[((lr140 * CW) + (lg141 * 16320))], ul6[(lr140 * 8)], 64, PcMin(255, ((CW / 64) - (lg141 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                    Sub(ul4[((lr140 * CW) + (lg141 * 16320))], ul2[((lr140 * CW) + (lg141 * 16320))], ub3[(lr140 * 8)], 64, PcMin(255, ((CW / 64) - (lg141 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                                 }
                                 for (int64_t lt142 = 0; lt142 < PcMin(1, (CW % 64)); ++lt142) {
                                     PipeBarrier<PIPE_V>();
-                                    Div(ul7[((lr140 * CW) + ((CW / 64) * 64))], ul5[((lr140 * CW) + ((CW / 64) * 64))], ul6[(lr140 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                    Sub(ul4[((lr140 * CW) + ((CW / 64) * 64))], ul2[((lr140 * CW) + ((CW / 64) * 64))], ub3[(lr140 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                }
+                            }
+                        }
+                        PipeBarrier<PIPE_V>();
+                        Exp(ul5, ul4, (PcMin(TR, (N - (t * TR))) * CW));
+                        for (int64_t rs = 0; rs < (1 - PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64))))))))); ++rs) {
+                            for (int64_t cj143 = 0; cj143 < PcCeilDiv(CW, 64); ++cj143) {
+                                PipeBarrier<PIPE_V>();
+                                Div(ul7[(cj143 * 64)], ul5[(cj143 * 64)], ul6, PcMin(64, (CW - (cj143 * 64))), PcMin(TR, (N - (t * TR))), BinaryRepeatParams(1, 1, 0, PcCeilDiv((CW * 4), 32), PcCeilDiv((CW * 4), 32), 1));
+                            }
+                        }
+                        for (int64_t rl = 0; rl < PcMin(1, (PcMin(1, PcMax(0, (PcCeilDiv((CW * 4), 32) - 255))) + PcMin(1, PcMax(0, ((PcCeilDiv(CW, 64) * (8 + (3 * PcMin(TR, (N - (t * TR)))))) - ((2 * PcMin(TR, (N - (t * TR)))) * (4 + PcCeilDiv(CW, 64)))))))); ++rl) {
+                            for (int64_t lr144 = 0; lr144 < PcMin(TR, (N - (t * TR))); ++lr144) {
+                                for (int64_t lg145 = 0; lg145 < PcCeilDiv((CW / 64), 255); ++lg145) {
+                                    PipeBarrier<PIPE_V>();
+                                    Div(ul7[((lr144 * CW) + (lg145 * 16320))], ul5[((lr144 * CW) + (lg145 * 16320))], ul6[(lr144 * 8)], 64, PcMin(255, ((CW / 64) - (lg145 * 255))), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+                                }
+                                for (int64_t lt146 = 0; lt146 < PcMin(1, (CW % 64)); ++lt146) {
+                                    PipeBarrier<PIPE_V>();
+                                    Div(ul7[((lr144 * CW) + ((CW / 64) * 64))], ul5[((lr144 * CW) + ((CW / 64) * 64))], ul6[(lr144 * 8)], (CW % 64), 1, BinaryRepeatParams(1, 1, 0, 8, 8, 0));
                                 }
                             }
                         }
