@@ -100,6 +100,31 @@ def test_one_thread_decision_per_shape():
     assert ONE_THREAD_BELOW_S > 0
 
 
+def test_one_thread_call_restores_the_thread_count():
+    """A step run on one thread leaves the OpenMP runtime's count as it found it (torch
+    can share the runtime: its ``get_num_threads`` would read 1 afterwards, and every
+    later kernel follows torch's count)."""
+    from polycomp.hw.cpu.build import openmp_controls
+    g = GraphBuilder("small")
+    x = g.input("x", ("M", 8))
+    cg = compile_graph(g.build(g.relu(x)), "cpu")
+    a = np.ones((2, 8), np.float32)
+    cg(a)
+    cg(a)                                # the cached path, one thread
+    plan = next(iter(cg._plans.values()))
+    kernels = [c.kernel for c in plan.calls if c.kernel is not None]
+    assert kernels and all(k.one_thread for k in kernels)
+    controls = kernels[0].fn.openmp or openmp_controls(None)
+    assert controls is not None
+    before = controls.get()
+    controls.set(2)
+    try:
+        cg(a)
+        assert controls.get() == 2
+    finally:
+        controls.set(before)
+
+
 @pytest.mark.slow
 def test_dynamic_torch_sizes_alternate():
     """``dynamic=True``: one compilation, sizes alternating; a size read as a number

@@ -239,8 +239,19 @@ class PreparedCall:
 
     def call(self, args: list[int]) -> None:
         """Call with ``args``: :attr:`head`, then the addresses of the inputs and the
-        outputs (arrays as :meth:`__call__` requires them)."""
-        self.fn._run(args, self.values, 1 if self.one_thread else None)
+        outputs (arrays as :meth:`__call__` requires them).  A one-thread call puts the
+        runtime's thread count back afterwards: torch may share the OpenMP runtime (it
+        does with the CPU wheel and the system libgomp), and ``torch.get_num_threads()``
+        — which the next kernels follow — reads that count."""
+        openmp = self.fn.openmp
+        if not self.one_thread or openmp is None:
+            self.fn._run(args, self.values, 1 if self.one_thread else None)
+            return
+        before = openmp.get()
+        try:
+            self.fn._run(args, self.values, 1)
+        finally:
+            openmp.ensure(before)
 
 
 class CFunction:
