@@ -1,8 +1,11 @@
 """NPU: dequantised int8 GEMMs from the DSL -- int8 x int8 accumulated in int32, then
 ``cast(cast(C, float32) * scale, float16)``: a constant per-tensor scale by Fixpipe's
-``DEQF16`` (cube cores only), a per-channel (``scale[j]``) or per-row (``scale[i]``)
-scale as a vector epilogue on the int32 tile -- bit-exact against numpy in the
-simulator, and the emitted source through the API check."""
+``DEQF16`` (cube cores only) when Fixpipe reads it exactly, a per-channel
+(``scale[j]``) scale by Fixpipe's ``VDEQF16`` with option ``fixpipe_quant`` (the
+hardware reads each scale with 10 mantissa bits), otherwise (and for a per-row
+``scale[i]``) a vector epilogue on the int32 tile -- against numpy in the simulator
+(bit-exact, or with the scales truncated as the asc-devkit docs state), and the emitted
+sources through the API check."""
 
 import numpy as np
 import pytest
@@ -12,6 +15,8 @@ from polycomp.driver import compile_kernel
 from polycomp.errors import TargetError
 from polycomp.hw.npu.backend import simulate, syntax_check
 from polycomp.hw.npu.program import FixpipeCall, walk
+from polycomp.hw.npu.sim_exec import _fb_chunks, fixpipe_scale
+from polycomp.scheduler.npu.classify import fixpipe_exact
 
 N, M, K = pc.sym("N M K")
 SHAPES = [(37, 70, 45), (1, 1, 1), (17, 131, 3), (5, 33, 67), (64, 96, 1)]
@@ -27,6 +32,13 @@ def _mm(A, B):
 @pc.tensor_expr
 def deq_tensor(A: pc.Tensor[(N, K), "int8"], B: pc.Tensor[(K, M), "int8"]):
     c = _mm(A, B)
+    return pc.compute((N, M), lambda i, j: pc.cast(pc.cast(c[i, j], "float32") * 0.01171875,
+                                                   "float16"), name="D")
+
+
+@pc.tensor_expr
+def deq_inexact(A: pc.Tensor[(N, K), "int8"], B: pc.Tensor[(K, M), "int8"]):
+    c = _mm(A, B)      # 0.0125: 23 mantissa bits; Fixpipe would read 10 of them
     return pc.compute((N, M), lambda i, j: pc.cast(pc.cast(c[i, j], "float32") * 0.0125,
                                                    "float16"), name="D")
 
@@ -57,19 +69,121 @@ def _acc(a, b):
     return (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32)
 
 
+def _trunc10(s):
+    """A float32 scale as Fixpipe reads it: the lower 13 mantissa bits dropped."""
+    bits = np.asarray(s, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
+    return bits.view(np.float32)
+
+
+def _fixpipes(ck):
+    k = ck.final_ir.program
+    return [s for p in k.programs for s in walk(p.body) if isinstance(s, FixpipeCall)]
+
+
+FQ = {"fixpipe_quant": True}
+
+
 @pytest.mark.parametrize("target", ["npu-lite", "npu"])
 def test_per_tensor_scale_by_fixpipe(target):
     ck = compile_kernel(deq_tensor, target)
-    k = ck.final_ir.program
-    assert k.kind == "aic"                                  # no vector cores
-    fx = [s for p in k.programs for s in walk(p.body) if isinstance(s, FixpipeCall)]
-    assert fx and all(s.quant == "DEQF16" and s.deq == 0.0125 for s in fx)
+    assert ck.final_ir.program.kind == "aic"                 # no vector cores
+    fx = _fixpipes(ck)
+    assert fx and all(s.quant == "DEQF16" and s.deq == 0.01171875 for s in fx)
     rng = np.random.default_rng(1)
     for n, kk, m in SHAPES:
         a, b = _int8(rng, (n, kk)), _int8(rng, (kk, m))
         out, _ = simulate(ck, a, b)
-        ref = (_acc(a, b) * np.float32(0.0125)).astype(np.float16)
+        ref = (_acc(a, b) * np.float32(0.01171875)).astype(np.float16)
         np.testing.assert_array_equal(out, ref)
+
+
+def test_fixpipe_reads_scales_with_ten_mantissa_bits():
+    """The docs' QUANT_PRE table: bits [31:13] of the float (1, 8, 10)."""
+    assert fixpipe_exact(0.01171875) and fixpipe_exact(-3.0) and fixpipe_exact(2.0 ** -100)
+    assert not fixpipe_exact(0.0125) and not fixpipe_exact(float("inf"))
+    assert not fixpipe_exact(1e-45)                          # subnormal
+    assert not fixpipe_exact(0.0)                            # exponent 0
+    q = np.array([0.0125, 1.0 + 2.0 ** -10, 1.0 + 2.0 ** -11, -0.1], np.float32)
+    got = fixpipe_scale(q.view(np.uint32).astype(np.uint64) | np.uint64(1 << 46))
+    np.testing.assert_array_equal(got, _trunc10(q))
+    assert got[1] == 1.0 + 2.0 ** -10 and got[2] == 1.0       # truncated, not rounded
+    # the Fixpipe buffer's 256 parameters; more columns go in chunks of 128
+    assert _fb_chunks(256) == [256] and _fb_chunks(300) == [128, 128, 44]
+    assert _fb_chunks(384) == [128, 128, 128]
+
+
+def test_inexact_constant_scale_falls_back_to_the_vector_epilogue():
+    """0.0125 is not what Fixpipe would multiply by: by default the vector epilogue
+    computes it in float32 (bit-exact); with fixpipe_quant Fixpipe's DEQF16 does, with
+    the scale truncated to 10 mantissa bits (the documented rule)."""
+    rng = np.random.default_rng(5)
+    exact = compile_kernel(deq_inexact, "npu-lite")
+    hw = compile_kernel(deq_inexact, "npu-lite", FQ)
+    assert exact.final_ir.program.kind == "mix"
+    assert {s.quant for s in _fixpipes(exact)} == {"NoQuant"}     # int32 to the AIVs
+    assert hw.final_ir.program.kind == "aic"
+    assert {s.quant for s in _fixpipes(hw)} == {"DEQF16"}
+    n, kk, m = SHAPES[0]
+    a, b = _int8(rng, (n, kk)), _int8(rng, (kk, m))
+    np.testing.assert_array_equal(simulate(exact, a, b)[0],
+                                  (_acc(a, b) * np.float32(0.0125)).astype(np.float16))
+    got = simulate(hw, a, b)[0]
+    np.testing.assert_array_equal(got, (_acc(a, b) * _trunc10(0.0125)).astype(np.float16))
+    assert (got != (_acc(a, b) * np.float32(0.0125)).astype(np.float16)).any()
+
+
+def test_per_channel_scale_by_fixpipe_vdeqf16():
+    """scale[j] through Fixpipe (VDEQF16): the host packs the float32 scales into uint64
+    quantisation parameters, each tile copies its columns' to L1 (C1) and Fixpipe
+    reads them; odd shapes, one channel, int8 extremes, negative scales."""
+    ck = compile_kernel(deq_channel, "npu-lite", FQ)
+    k = ck.final_ir.program
+    assert k.kind == "aic" and k.quant_args and k.quant_args[0].name == "scale"
+    fx = _fixpipes(ck)
+    assert fx and all(s.quant == "VDEQF16" and s.cbuf is not None for s in fx)
+    rng = np.random.default_rng(3)
+    for n, kk, m in SHAPES:
+        a, b = _int8(rng, (n, kk)), _int8(rng, (kk, m))
+        # scales of <= 10 mantissa bits: the DSL's float32 answer, bit for bit
+        s = (rng.integers(1, 1024, m) * 2.0 ** -16 * rng.choice([-1, 1], m)).astype(np.float32)
+        out, rep = simulate(ck, a, b, s)
+        np.testing.assert_array_equal(out, (_acc(a, b) * s).astype(np.float16))
+        # any float32 scales: what the hardware computes (lower 13 bits dropped)
+        s = (rng.random(m) * 0.01).astype(np.float32)
+        out, rep = simulate(ck, a, b, s)
+        np.testing.assert_array_equal(out, (_acc(a, b) * _trunc10(s)).astype(np.float16))
+    assert rep.bytes["L1->FB"] > 0
+    # -128 x -128 over K = 300: 4 915 200 in int32, times 2**-10, and fp16 overflow
+    a, b = np.full((3, 300), -128, np.int8), np.full((300, 5), -128, np.int8)
+    s = np.array([2.0 ** -10, -2.0 ** -10, 2.0 ** -4, 1.0, 0.0], np.float32)
+    out, _ = simulate(ck, a, b, s)
+    with np.errstate(over="ignore"):
+        ref = (np.full((3, 5), 4915200.0, np.float32) * s).astype(np.float16)
+    np.testing.assert_array_equal(out, ref)
+    assert out[0, 0] == 4800 and out[0, 1] == -4800 and np.isinf(out[0, 2])
+
+
+def test_per_channel_scale_refuses_what_fixpipe_cannot_read():
+    ck = compile_kernel(deq_channel, "npu-lite", FQ)
+    a, b = np.ones((2, 3), np.int8), np.ones((3, 4), np.int8)
+    for bad in (np.inf, np.nan, 1e-40):
+        s = np.array([1.0, bad, 1.0, 1.0], np.float32)
+        with pytest.raises(TargetError, match=r"argument scale: scale .* at \[1\]: Fixpipe"):
+            simulate(ck, a, b, s)
+
+
+def test_per_channel_fixpipe_costs_the_scale_traffic():
+    """The same GEMM with a constant scale (DEQF16) and per-channel scales (VDEQF16):
+    the latter copies the scales GM -> L1 and L1 -> FB, and its FIX pipe is busier."""
+    rng = np.random.default_rng(4)
+    n, kk, m = 64, 32, 96
+    a, b = _int8(rng, (n, kk)), _int8(rng, (kk, m))
+    _, r1 = simulate(compile_kernel(deq_tensor, "npu-lite"), a, b)
+    _, r2 = simulate(compile_kernel(deq_channel, "npu-lite", FQ), a, b,
+                     np.full(m, 0.01171875, np.float32))
+    assert r2.bytes["GM->L1"] - r1.bytes["GM->L1"] >= m * 8
+    assert r2.bytes["L1->FB"] >= m * 8 and "L1->FB" not in r1.bytes
+    assert r2.busy["FIX"] > r1.busy["FIX"]
 
 
 def test_per_channel_and_per_row_scales_by_a_vector_epilogue():
@@ -114,11 +228,17 @@ def test_int8_result_other_than_int32_is_refused():
 
 
 def test_dequant_sources_pass_the_api_check(tmp_path):
+    """One g++ run (host and device side) over every form: DEQF16, VDEQF16 with its
+    host conversion, the vector epilogues."""
     paths = []
-    for k in (deq_tensor, deq_channel, deq_row_bias):
-        ck = compile_kernel(k, "npu")
-        p = tmp_path / f"{k.name}.cpp"
+    for k, opts in ((deq_tensor, None), (deq_channel, None), (deq_channel, FQ),
+                    (deq_row_bias, None)):
+        ck = compile_kernel(k, "npu", opts)
+        p = tmp_path / f"{k.name}{'_fq' if opts else ''}.cpp"
         p.write_text(ck.source)
         paths.append(str(p))
     assert "QuantMode_t::DEQF16" in (tmp_path / "deq_tensor.cpp").read_text()
+    fq = (tmp_path / "deq_channel_fq.cpp").read_text()
+    assert "QuantMode_t::VDEQF16" in fq and "TPosition::C1" in fq
+    assert "deq_channel_QuantParams_scale(" in fq
     assert "OK" in syntax_check(*paths)

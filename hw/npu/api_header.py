@@ -270,6 +270,16 @@ template <typename T, typename U, const FixpipeConfig& config = CFG_ROW_MAJOR,
           typename = typename std::enable_if<PcFixpipeTypes<U, T>::ok>::type>
 __aicore__ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src,
                                const FixpipeParamsV220& intriParams);
+// the same file, "L0C->GM deq tensor quant": the per-channel quantisation parameters
+// (uint64_t, in L1) for quantPre VDEQF16 / VQF322B8_PRE / VREQ8; the (src, dst) type
+// check as above (impl/basic_api/dav_c220/kernel_operator_fixpipe_v2_impl.h)
+template <typename T, typename U, const FixpipeConfig& config = CFG_ROW_MAJOR,
+          typename S = uint64_t,
+          typename std::enable_if<std::is_same<S, uint64_t>::value, bool>::type = true,
+          typename = typename std::enable_if<PcFixpipeTypes<U, T>::ok>::type>
+__aicore__ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src,
+                        const LocalTensor<S>& cbufWorkspace,
+                        const FixpipeParamsV220& intriParams);
 
 // ---- vector: first-n and repeat forms (mask continuous mode)
 // include/basic_api/kernel_operator_vec_binary_intf.h

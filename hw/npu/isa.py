@@ -112,6 +112,9 @@ def _copy_in(s: CopyIn) -> tuple:
                           GmRef(r.tensor, _S(r.linear() + g * 16 * r.stride())), ix(1),
                           imin(16, rows - g * 16), _S(cols), ix(0), _S(r.stride()), ix(16),
                           ix(1), ix(0)),)),)
+    if b.level == "L1" and b.layout == "VEC":    # one row of 32-byte blocks (Fixpipe's
+        # quantisation parameters: whole blocks, the host pads the argument)
+        return (DataCopyGm2L1(s.dst, src, ix(1), _S(_blocks(cols * size)), ix(0), ix(0)),)
     if b.level == "L1" and b.layout == "ND":     # an NC1HWC0 image band: blocks of rows
         # the box's leading extents are the blocks (channel groups), the rest contiguous
         blocks = product(r.extents[:2])
@@ -143,6 +146,9 @@ def _copy_out(s: CopyOut) -> tuple:
         if s.scale is not None:      # int32 -> fp16 x scale
             return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
                                 "DEQF16", deq=s.scale),)
+        if s.quant is not None:      # int32 -> fp16 x the column's scale
+            return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
+                                "VDEQF16", cbuf=s.quant),)
         quant = _QUANT[r.tensor.dtype]
         return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
                             quant),)

@@ -101,9 +101,10 @@ def _epilogue_frame(graph, stage, conv: ConvMatch) -> tuple[Frame, list]:
 def _cube(name: str, plan: CubePlan) -> Kernel:
     """A (batch) matmul, with its output cast or its vector epilogue (each vector core
     takes half the rows of an output tile)."""
-    if plan.deq_scale is not None:        # int32 -> fp16 with the scale, by Fixpipe
+    if plan.deq_scale is not None or plan.deq_tensor is not None:
+        # int32 -> fp16 with the scale (per tensor or per column), by Fixpipe
         return cube_program(name, plan.in_dtype, "float16", False, plan.tiles,
-                            deq=plan.deq_scale)
+                            deq=plan.deq_scale, deq_tensor=plan.deq_tensor)
     if not plan.epilogue:
         return cube_program(name, plan.in_dtype, plan.out_dtype, plan.batched, plan.tiles)
     graph, c = plan.graph, plan.contraction
