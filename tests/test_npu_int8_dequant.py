@@ -5,17 +5,20 @@
 hardware reads each scale with 10 mantissa bits), otherwise (and for a per-row
 ``scale[i]``) a vector epilogue on the int32 tile -- against numpy in the simulator
 (bit-exact, or with the scales truncated as the asc-devkit docs state), and the emitted
-sources through the API check."""
+sources through the API check.  int8 results (``cast(clamp(x, -128, 127), int8)``,
+the DSL's cast truncating) by the vector epilogue's Cast float -> half -> int8_t, both
+``CAST_TRUNC``."""
 
 import numpy as np
 import pytest
 
 import polycomp as pc
 from polycomp.driver import compile_kernel
-from polycomp.errors import TargetError
+from polycomp.errors import BuildError, TargetError
 from polycomp.hw.npu.backend import simulate, syntax_check
 from polycomp.hw.npu.program import FixpipeCall, walk
 from polycomp.hw.npu.sim_exec import _fb_chunks, fixpipe_scale
+from polycomp.hw.npu.vector_ops import trunc_half
 from polycomp.scheduler.npu.classify import fixpipe_exact
 
 N, M, K = pc.sym("N M K")
@@ -57,6 +60,14 @@ def deq_row_bias(A: pc.Tensor[(N, K), "int8"], B: pc.Tensor[(K, M), "int8"],
     c = _mm(A, B)
     return pc.compute((N, M), lambda i, j: pc.cast(pc.cast(c[i, j], "float32") * scale[i]
                                                    + bias[j], "float32"), name="D")
+
+
+@pc.tensor_expr
+def requant(A: pc.Tensor[(N, K), "int8"], B: pc.Tensor[(K, M), "int8"],
+            scale: pc.Tensor[(M,), "float32"]):
+    c = _mm(A, B)
+    return pc.compute((N, M), lambda i, j: pc.cast(pc.min(pc.max(
+        pc.cast(c[i, j], "float32") * scale[j], -128.0), 127.0), "int8"), name="Q")
 
 
 def _int8(rng, shape):
@@ -227,12 +238,71 @@ def test_int8_result_other_than_int32_is_refused():
         compile_kernel(wrong, "npu")
 
 
+def test_trunc_half_cuts_the_mantissa_toward_zero():
+    x = np.array([2049.0, 2051.0, 127.99, -127.99, -128.99, 1.0 + 3 * 2.0 ** -11,
+                  70000.0, -70000.0], np.float32)
+    np.testing.assert_array_equal(trunc_half(x), np.array(
+        [2048.0, 2050.0, 127.9375, -127.9375, -128.875, 1.0 + 2.0 ** -10, 65504.0,
+         -65504.0], np.float32))
+    assert np.float16(x[5]) == 1.0 + 2.0 ** -9                  # not what RINT gives
+
+
+def test_int8_results_by_the_vector_cast():
+    """``cast(clamp(C * scale[j], -128, 127), int8)``: every value in range, both
+    saturation edges, values just inside them (127.9, -128.9), halves (trunc, not
+    round), negatives; odd shapes and one column."""
+    ck = compile_kernel(requant, "npu-lite")
+    k = ck.final_ir.program
+    assert k.kind == "mix" and k.outputs[0].dtype == "int8"
+    casts = [s for p in k.programs for s in walk(p.body)
+             if getattr(s, "api", None) == "Cast" and s.attr == "CAST_TRUNC"]
+    assert [c.dst.buf.dtype for c in casts] == ["float16", "int8"]
+    rng = np.random.default_rng(6)
+    for n, kk, m in SHAPES:
+        a, b = _int8(rng, (n, kk)), _int8(rng, (kk, m))
+        acc = _acc(a, b)
+        # scales that put the products across the int8 range and past it
+        s = (rng.choice([-1, 1], m) * rng.random(m) * 300.0 /
+             np.maximum(np.abs(acc).max(axis=0), 1)).astype(np.float32)
+        out, _ = simulate(ck, a, b, s)
+        ref = np.clip(acc * s, -128, 127).astype(np.int8)
+        np.testing.assert_array_equal(out, ref)
+        assert out.dtype == np.int8
+    # the edges exactly: C = 1 everywhere (K = 1, ones), the scales the values
+    edge = np.array([127.9, 127.0, 126.5, -0.5, -127.5, -128.0, -128.9, 1000.0, -1000.0,
+                     0.0, 2.5, -2.5, 64.75], np.float32)
+    out, _ = simulate(ck, np.ones((3, 1), np.int8), np.ones((1, edge.size), np.int8), edge)
+    np.testing.assert_array_equal(out[0], [127, 127, 126, 0, -127, -128, -128, 127, -128,
+                                           0, 2, -2, 64])
+
+
+def test_int8_results_outside_an_int8_matmul_are_refused():
+    X = pc.sym("X")
+
+    @pc.tensor_expr
+    def q(A: pc.Tensor[(N, X), "float32"]):
+        return pc.compute((N, X), lambda i, j: pc.cast(pc.min(pc.max(A[i, j], -128.0), 127.0),
+                                                       "int8"), name="Q")
+    with pytest.raises(TargetError, match="output Q is int8"):
+        compile_kernel(q, "npu-lite")
+
+
+def test_the_api_header_has_no_float_to_int8_cast(tmp_path):
+    """The A2 Cast table has no float -> int8_t pair: the header refuses it."""
+    p = tmp_path / "cast.cpp"
+    p.write_text('#include "kernel_operator.h"\nusing namespace AscendC;\n#ifdef __NPU_ARCH__\n'
+                 "void f(LocalTensor<int8_t>& d, LocalTensor<float>& s) "
+                 "{ Cast(d, s, RoundMode::CAST_TRUNC, 32u); }\n#endif\n")
+    with pytest.raises(BuildError, match="device side"):
+        syntax_check(str(p))
+
+
 def test_dequant_sources_pass_the_api_check(tmp_path):
     """One g++ run (host and device side) over every form: DEQF16, VDEQF16 with its
-    host conversion, the vector epilogues."""
+    host conversion, the vector epilogues, the int8 result."""
     paths = []
     for k, opts in ((deq_tensor, None), (deq_channel, None), (deq_channel, FQ),
-                    (deq_row_bias, None)):
+                    (deq_row_bias, None), (requant, None)):
         ck = compile_kernel(k, "npu", opts)
         p = tmp_path / f"{k.name}{'_fq' if opts else ''}.cpp"
         p.write_text(ck.source)
