@@ -50,8 +50,9 @@ def _matmul(n: int, double_buffer: bool, dtype: str = "float16") -> dict:
             "max_abs_error": err, "sim_seconds": round(wall, 2)}
 
 
-def _dequant_kernel():
-    """int8 GEMM dequantised per output channel: ``cast(cast(C, f32) * scale[j], f16)``."""
+def _dequant_kernel(int8_out: bool = False):
+    """int8 GEMM dequantised per output channel: ``cast(cast(C, f32) * scale[j], f16)``
+    (``int8_out``: requantised, ``cast(clamp(cast(C, f32) * scale[j]), int8)``)."""
     import polycomp as pc
     from polycomp.frontend.dsl import Kernel, Tensor
     N, M, K = pc.sym("N M K")
@@ -61,32 +62,39 @@ def _dequant_kernel():
         c = pc.compute((N, M), lambda i, j: pc.sum(pc.cast(A[i, k], "int32")
                                                    * pc.cast(B[k, j], "int32"), axis=k),
                        name="C")
+        if int8_out:
+            return pc.compute((N, M), lambda i, j: pc.cast(pc.min(pc.max(
+                pc.cast(c[i, j], "float32") * scale[j], -128.0), 127.0), "int8"), name="Q")
         return pc.compute((N, M), lambda i, j: pc.cast(pc.cast(c[i, j], "float32")
                                                        * scale[j], "float16"), name="D")
-    return Kernel(body, "matmul_int8_dequant", {"A": Tensor[(N, K), "int8"],
-                                                 "B": Tensor[(K, M), "int8"],
-                                                 "scale": Tensor[(M,), "float32"]})
+    name = "matmul_int8_requant" if int8_out else "matmul_int8_dequant"
+    return Kernel(body, name, {"A": Tensor[(N, K), "int8"], "B": Tensor[(K, M), "int8"],
+                               "scale": Tensor[(M,), "float32"]})
 
 
-def _dequant(n: int, fixpipe: bool) -> dict:
+def _dequant(n: int, fixpipe: bool, int8_out: bool = False) -> dict:
     """The per-channel dequantised int8 GEMM: the vector epilogue (int32 tiles through a
     GM workspace to the vector cores) or Fixpipe's VDEQF16 (option fixpipe_quant); the
-    scales have <= 10 mantissa bits, so both give the float32 answer."""
+    scales have <= 10 mantissa bits, so both give the float32 answer.  ``int8_out``:
+    requantised to int8 (vector epilogue; the scales put the values past both ends)."""
     from polycomp.driver import compile_kernel
     from polycomp.hw.npu.backend import simulate
     from polycomp.hw.npu.target import NpuParams
-    ck = compile_kernel(_dequant_kernel(), "npu", {"fixpipe_quant": fixpipe})
+    ck = compile_kernel(_dequant_kernel(int8_out), "npu", {"fixpipe_quant": fixpipe})
     rng = np.random.default_rng(0)
     a, b = (rng.integers(-128, 128, (n, n)).astype(np.int8) for _ in range(2))
-    s = (rng.integers(1, 1024, n) * 2.0 ** -20).astype(np.float32)
+    s = (rng.integers(1, 1024, n) * 2.0 ** (-15 if int8_out else -20)).astype(np.float32)
     t0 = time.perf_counter()
     out, rep = simulate(ck, a, b, s)
     wall = time.perf_counter() - t0
-    ref = ((a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32) * s).astype(np.float16)
+    acc = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32)
+    ref = np.clip(acc * s, -128, 127).astype(np.int8) if int8_out else \
+        (acc * s).astype(np.float16)
     cube_peak = -(-rep.busy["M"] // NpuParams().aic_cores)
     roof = max(cube_peak, rep.hbm_cycles, rep.l2_cycles)
     how = "Fixpipe VDEQF16" if fixpipe else "vector epilogue"
-    return {"kernel": f"int8 {n}^3 *scale[j] ({how})", "double_buffer": True,
+    what = " -> int8" if int8_out else ""
+    return {"kernel": f"int8 {n}^3 *scale[j]{what} ({how})", "double_buffer": True,
             "cycles": rep.cycles, "cube_utilisation": round(rep.cube_utilisation, 4),
             "cores": rep.aic, "bound": rep.bound, "hbm_cycles": rep.hbm_cycles,
             "l2_cycles": rep.l2_cycles, "roofline_cycles": roof,
@@ -180,7 +188,8 @@ def run(size: int, rows: int, cols: int, long_rows: bool = True) -> dict:
 def _run(size: int, rows: int, cols: int) -> dict:
     return {"matmul": [_matmul(size, True), _matmul(size, False),
                        _matmul(size, True, "int8"), _dequant(size, False),
-                       _dequant(size, True), _matmul(size, True, "bfloat16")],
+                       _dequant(size, True), _dequant(size, False, True),
+                       _matmul(size, True, "bfloat16")],
             "conv": _conv(256, 30, 256), "attention": [_attention(4, 256, 64)],
             "rowwise": [_rowwise("softmax", rows, cols), _rowwise("layernorm", rows, cols),
                         # reduced over axis 0 (transposed through UB; 256 rows: a
