@@ -301,14 +301,31 @@ def test_dequant_sources_pass_the_api_check(tmp_path):
     """One g++ run (host and device side) over every form: DEQF16, VDEQF16 with its
     host conversion, the vector epilogues, the int8 result."""
     paths = []
-    for k, opts in ((deq_tensor, None), (deq_channel, None), (deq_channel, FQ),
-                    (deq_row_bias, None), (requant, None)):
+    # (deq_channel without the option is the vector epilogue deq_row_bias has too)
+    for k, opts in ((deq_tensor, None), (deq_channel, FQ), (deq_row_bias, None),
+                    (requant, None)):
         ck = compile_kernel(k, "npu", opts)
-        p = tmp_path / f"{k.name}{'_fq' if opts else ''}.cpp"
+        p = tmp_path / f"{k.name}.cpp"
         p.write_text(ck.source)
         paths.append(str(p))
     assert "QuantMode_t::DEQF16" in (tmp_path / "deq_tensor.cpp").read_text()
-    fq = (tmp_path / "deq_channel_fq.cpp").read_text()
+    fq = (tmp_path / "deq_channel.cpp").read_text()
     assert "QuantMode_t::VDEQF16" in fq and "TPosition::C1" in fq
     assert "deq_channel_QuantParams_scale(" in fq
     assert "OK" in syntax_check(*paths)
+
+
+@pytest.mark.parametrize("target", ["npu-lite", "npu"])
+def test_the_scale_parameters_are_counted_in_the_l1_fit(target):
+    """The tile fit leaves L1 room for the two copies of a tile's uint64 parameters;
+    the kernel's L1 buffers (operands and parameters) fit as the simulator places them."""
+    from polycomp.hw.npu.sim import allocate
+    from polycomp.hw.target import get_target
+    from polycomp.scheduler.npu.cube import fit_cube_tiles
+    tg = get_target(target)
+    t = fit_cube_tiles(tg, 1, 2, None, 8)
+    assert ((t.m0 + t.n0) * t.kl1 + t.n0 * 8) * 2 <= tg.capacity("L1")
+    ck = compile_kernel(deq_channel, target, FQ)
+    prog = ck.final_ir.program.programs[0]
+    assert any(b.name == "l1Quant" for b in prog.buffers)
+    assert allocate(prog, ck.target, {})["l1Quant"][0] == "L1"

@@ -121,7 +121,9 @@ def _single(graph, target: Target, options, lm: NpuLoweringModel) -> Plan:
     dq = dequant(stages) if c is not None and c.a.load.dtype == "int8" else None
     if c is not None and dq is not None and _by_fixpipe(dq, options):
         # Fixpipe dequantises: cube only
-        tiles = cube_tiles(target, options, _itemsize("int8"))
+        # a per-column scale: its uint64 parameters share L1 with the operands
+        tiles = cube_tiles(target, options, _itemsize("int8"),
+                           l1_col_bytes=8 if dq.tensor is not None else 0)
         return CubePlan(stages[0].name, c, False, "int8", "float16", tiles, graph,
                         (stages[1].name,), deq_scale=dq.value, deq_tensor=dq.tensor)
     if c is not None:
