@@ -329,3 +329,39 @@ def test_the_scale_parameters_are_counted_in_the_l1_fit(target):
     prog = ck.final_ir.program.programs[0]
     assert any(b.name == "l1Quant" for b in prog.buffers)
     assert allocate(prog, ck.target, {})["l1Quant"][0] == "L1"
+
+
+def test_printed_quant_params_match_the_simulators(tmp_path):
+    """The printed host conversion (compiled with g++ and run) packs the scales as
+    ``backend.quant_params`` does, pads to the tiling's NQ, refuses a subnormal."""
+    import subprocess
+
+    from polycomp.hw.npu.api_header import HEADER
+    from polycomp.hw.npu.backend import quant_params
+    ck = compile_kernel(deq_channel, "npu-lite", FQ)
+    (tmp_path / "kernel_operator.h").write_text(HEADER)
+    (tmp_path / "k.cpp").write_text(ck.source)
+    s = np.array([0.0125, -3.5, 1e-30, 0.0, 65504.0, 2.0 ** -10, 7.0], np.float32)
+    vals = ", ".join(f"{float(v)!r}f" for v in s)
+    main = ['#include "k.cpp"', "#include <cstdio>", "int main() {",
+            "    deq_channel_TilingData t; uint64_t ws;",
+            f"    int64_t sz[3] = {{2, 3, {s.size}}};",   # the kernel's M, K, N
+            "    deq_channel_Tiling(sz, 2, 4, &t, &ws);",
+            f"    const float s[{s.size}] = {{{vals}}};",
+            "    uint64_t q[64];",
+            f"    bool ok = deq_channel_QuantParams_scale(s, {s.size}, t.NQ, q);",
+            '    printf("%d %lld", ok ? 1 : 0, (long long)t.NQ);',
+            '    for (int64_t j = 0; j < t.NQ; ++j) { printf(" %llu", (unsigned long long)q[j]); }',
+            "    const float bad[1] = {1e-40f};",
+            '    printf(" %d\\n", deq_channel_QuantParams_scale(bad, 1, 4, q) ? 1 : 0);',
+            "    return 0;", "}"]
+    (tmp_path / "main.cpp").write_text("\n".join(main) + "\n")
+    exe = tmp_path / "main"
+    subprocess.run(["g++", "-std=c++17", "-I", str(tmp_path), "-o", str(exe),
+                    str(tmp_path / "main.cpp")], check=True, capture_output=True)
+    got = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+    want = quant_params("scale", s)
+    nq = -(-s.size // 4) * 4
+    assert got[:2] == ["1", str(nq)]
+    assert [int(v) for v in got[2:2 + nq]] == [*want.tolist(), *[0] * (nq - s.size)]
+    assert got[-1] == "0"                                   # the subnormal refused

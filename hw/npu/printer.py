@@ -442,11 +442,10 @@ def _host(k: Kernel, target) -> list[str]:
 def _quant_host(k: Kernel, q) -> list[str]:
     """The host conversion of a float32 scale argument to Fixpipe's uint64 quantisation
     parameters (:class:`~.program.QuantArg`; backend.quant_params does the same for the
-    simulator): the float's bits in [31:0], bit 46 for a signed int8 result, zeros up
+    simulator): the float's bits in [31:0], zeros up
     to the padded length; returns false on an inf, NaN or subnormal scale."""
     t = next(t for t in k.tensors if t.name == q.name)
     n = _dim(t.view[0]) if t.view else _dim(t.dims[0])
-    sign = " | (static_cast<uint64_t>(1) << 46)" if q.signed else ""
     return ["#include <cstring>",
             f"// host side: {q.name} (float32, {n} scales) -> Fixpipe's quantisation "
             f"parameters ({q.padded} x uint64)",
@@ -458,7 +457,7 @@ def _quant_host(k: Kernel, q) -> list[str]:
             "        if (j < n) { std::memcpy(&bits, &scale[j], sizeof(bits)); }",
             "        const uint32_t e = (bits >> 23) & 0xFFu;",
             "        if (e == 0xFFu || (e == 0u && (bits & 0x7FFFFFu) != 0u)) { return false; }",
-            f"        out[j] = j < n ? (static_cast<uint64_t>(bits){sign}) : 0;",
+            "        out[j] = j < n ? static_cast<uint64_t>(bits) : 0;",
             "    }",
             "    return true;",
             "}"]

@@ -750,12 +750,12 @@ class Phase:
 class QuantArg:
     """A kernel argument the caller gives as float32 scales (one per output column) and
     the kernel reads as Fixpipe's uint64 quantisation parameters: the host converts it
-    (each value's float bits in bits [31:0], bit 46 set for a signed int8 result; the
-    asc-devkit docs' QUANT_PRE table) and pads it to ``padded`` entries (whole 32-byte
-    blocks for the copy to L1)."""
+    (each value's float bits in bits [31:0], the rest 0: an fp16 result, no offset, no
+    shift; the asc-devkit docs' QUANT_PRE table, whose bit 46 would mark a signed int8
+    result of REQ8, not built) and pads it to ``padded`` entries (whole 32-byte blocks
+    for the copy to L1)."""
     name: str
     padded: str
-    signed: bool = False
 
 
 @dataclass(frozen=True)
