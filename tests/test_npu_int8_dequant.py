@@ -365,3 +365,37 @@ def test_printed_quant_params_match_the_simulators(tmp_path):
     assert got[:2] == ["1", str(nq)]
     assert [int(v) for v in got[2:2 + nq]] == [*want.tolist(), *[0] * (nq - s.size)]
     assert got[-1] == "0"                                   # the subnormal refused
+
+
+def test_operands_declared_in_another_order_bind_to_their_arrays():
+    """A matmul declared ``(Y, X)`` computing ``X @ Y`` (square: the shapes cannot
+    tell) and a dequantised one declared ``(scale, B, A)``: the kernel takes its
+    arrays in the declared order (it used to take them in the builder's A, B order and
+    compute Y @ X)."""
+    S = pc.sym("S")
+
+    @pc.tensor_expr
+    def mm_rev(Y: pc.Tensor[(S, S), "float16"], X: pc.Tensor[(S, S), "float16"]):
+        k = pc.reduce_axis(S, "k")
+        return pc.compute((S, S), lambda i, j: pc.sum(pc.cast(X[i, k], "float32")
+                                                      * pc.cast(Y[k, j], "float32"),
+                                                      axis=k), name="C", dtype="float32")
+
+    @pc.tensor_expr
+    def deq_rev(scale: pc.Tensor[(M,), "float32"], B: pc.Tensor[(K, M), "int8"],
+                A: pc.Tensor[(N, K), "int8"]):
+        c = _mm(A, B)
+        return pc.compute((N, M), lambda i, j: pc.cast(scale[j] * pc.cast(c[i, j], "float32"),
+                                                       "float16"), name="D")
+    rng = np.random.default_rng(8)
+    y, x = (rng.standard_normal((16, 16)).astype(np.float16) for _ in range(2))
+    ck = compile_kernel(mm_rev, "npu-lite")
+    assert [t.name for t in ck.final_ir.program.inputs] == ["B", "A"]   # Y is the right
+    out, _ = simulate(ck, y, x)
+    np.testing.assert_allclose(out, x.astype(np.float32) @ y.astype(np.float32), rtol=1e-5,
+                               atol=1e-4)
+    a, b = _int8(rng, (5, 7)), _int8(rng, (7, 9))
+    s = (rng.integers(1, 1024, 9) * 2.0 ** -14).astype(np.float32)
+    for opts in (None, FQ):
+        out, _ = simulate(compile_kernel(deq_rev, "npu-lite", opts), s, b, a)
+        np.testing.assert_array_equal(out, (_acc(a, b) * s).astype(np.float16))
