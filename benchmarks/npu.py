@@ -199,11 +199,11 @@ def _run(size: int, rows: int, cols: int) -> dict:
 
 def _table(r: dict) -> str:
     lines = ["NPU simulator (target npu: one A2 chip; cycle model in docs/npu.md)", "",
-             f"{'kernel':36s} {'double buf':>10s} {'cores':>5s} {'cycles':>10s} "
+             f"{'kernel':48s} {'double buf':>10s} {'cores':>5s} {'cycles':>10s} "
              f"{'cube util':>9s} {'bound':>6s} {'HBM':>8s} {'L2':>8s} {'roofline':>9s} "
              f"{'/roofline':>9s}"]
     for m in r["matmul"]:
-        lines.append(f"{m['kernel']:36s} {str(m['double_buffer']):>10s} {m['cores']:>5d} "
+        lines.append(f"{m['kernel']:48s} {str(m['double_buffer']):>10s} {m['cores']:>5d} "
                      f"{m['cycles']:>10d} {100 * m['cube_utilisation']:>8.1f}% "
                      f"{m['bound']:>6s} {m['hbm_cycles']:>8d} {m['l2_cycles']:>8d} "
                      f"{m['roofline_cycles']:>9d} {m['vs_roofline']:>9.2f}")
