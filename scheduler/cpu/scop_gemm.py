@@ -379,7 +379,7 @@ def _free_outer_dim(iso: isl.UnionSet) -> isl.UnionSet:
 
 def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
                    parallel_regs: bool = False, origin: tuple = (), k_tiles: bool = False,
-                   threads: int = 1):
+                   threads: int = 1, pack_x: bool = True, pack_y: bool = True):
     """The subtree of the module docstring for ``g`` (pack requests appended to
     ``requests``, i.e. ``promotion_state(state).pack_requests``); ``outer``: the
     members (UnionPwAff on the update) of the bands the subtree will sit below, which
@@ -393,7 +393,9 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     block, :mod:`.scop_trmm`'s row steps; the caller makes every step's ``k`` range
     start at a multiple of ``KC``); ``threads``: the planned threads (a triangle of
     output points over several takes :func:`cyclic_tiles`' band, at the top level
-    only)."""
+    only); ``pack_x`` / ``pack_y``: request the packed copies of ``X`` / ``Y`` (off:
+    the micro-kernel reads that operand in place, :mod:`.scop_symm`'s row steps,
+    whose blocks are too small to repay a copy)."""
     sp = g.update.domain.get_space()
     u = _affs(sp, g.upd_pos, b, dim_aff(sp, g.upd_pos["k"]), origin)
     parts = [u]
@@ -461,12 +463,12 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
         return request_mark(requests, PackRequest(ld.buffer, dim, width, level,
                                                   reference=ref_tag(ld)))
     y_marks = []
-    for _, y in g.pairs:
+    for _, y in (g.pairs if pack_y else ()):
         y_dim = _j_dim(y, vj)
         assert y_dim is not None
         y_marks.append(request(y, y_dim, b.NR, "L2"))
     x_marks = []
-    for x, _ in g.pairs:
+    for x, _ in (g.pairs if pack_x else ()):
         x_dim = next((d for d, ix in enumerate(x.indices) if vi in loop_vars(ix)), 0)
         x_marks.append(request(x, x_dim, b.MR, "L1"))
     inner: object = regs
