@@ -74,11 +74,9 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polycomp import ir
-from polycomp.frontend.c_model import CScopModel
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
-from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import (
     Blocking,
@@ -494,25 +492,20 @@ class ScopGemmPass(Pass):
     name = "scop-gemm"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not ctx.target.isa or not isinstance(ctx.model, CScopModel):
+        stages = ScopStages.of(schedule, ctx)
+        if stages is None:
             return schedule
-        stages = ScopStages(schedule, ctx.model.statements)
         for st in stages:
-            filt = st.filter
-            names = st.names
             g = match_scop_gemm(st.group)
             if isinstance(g, str):
-                ctx.note(self.name, f"{'+'.join(names)}: no GEMM ({g})")
+                ctx.note(self.name, f"{'+'.join(st.names)}: no GEMM ({g})")
                 continue
             if ctx.target.vector_lanes(g.dtype) <= 1:
                 continue
             b = choose_blocking(g.outer_product(), ctx.target, ctx.cpu_options)
             requests = list(promotion_state(ctx).pack_requests)
             new = scop_gemm_tree(g, b, requests, threads=ctx.target.cpu.threads)
-            trial = stages.trial(st, new)
-            sub = filt
-            deps = ctx.model.dependences.intersect_domain(sub).intersect_range(sub)
-            if not violated_dependences(trial, deps).is_empty():
+            if not stages.legal(st, new):
                 ctx.note(self.name, f"{g.update.name}: GEMM-like but the tiled tree would "
                                     f"violate a dependence; program order kept")
                 continue

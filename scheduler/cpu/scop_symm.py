@@ -76,11 +76,9 @@ import dataclasses
 
 import islpy as isl
 
-from polycomp.frontend.c_model import CScopModel
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
-from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu import scop_trmm
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import (
@@ -257,31 +255,24 @@ class ScopSymmPass(Pass):
     name = "scop-symm"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not ctx.target.isa or not isinstance(ctx.model, CScopModel):
+        stages = ScopStages.of(schedule, ctx)
+        if stages is None:
             return schedule
-        stages = ScopStages(schedule, ctx.model.statements)
-        for st in stages:
-            filt = st.filter
-            sub = st.sub
-            names = st.names
-            group = st.group
-            m = match_symm(group)
-            if isinstance(m, str):
-                continue
+        for st, m in stages.matched(match_symm):
             p, mir, first, fin = m
             if ctx.target.vector_lanes(p.dtype) <= 1 or p.dtype != mir.dtype:
                 continue
             blk = choose_blocking(p.outer_product(), ctx.target, ctx.cpu_options)
             B = max(blk.MR, min(BLOCK, blk.KC) // blk.MR * blk.MR)
             blk = dataclasses.replace(blk, KC=B)
-            cols = column_blocks(group, blk.NR, ctx.target.cpu.threads)
+            cols = column_blocks(st.group, blk.NR, ctx.target.cpu.threads)
             if cols is not None:
                 # two j tiles per column block: a packed Y block's columns then lie in
                 # one column block (its origin a function of the j tile loop; with
                 # tiles across blocks it is a piecewise max, with one tile per block
                 # the j tile loop is not generated: the packing addresses neither)
                 blk = dataclasses.replace(blk, NC=cols[2] // 2)
-            space = filt.get_space()
+            space = st.filter.get_space()
             requests = list(promotion_state(ctx).pack_requests)
             phases = []
             ok = True
@@ -310,34 +301,32 @@ class ScopSymmPass(Pass):
                         block + [T.Filter(pset, gemm)]
                 members = [own]
                 if leading and first:
-                    seq.insert(0, T.Filter(_union(first, space), sub))
+                    seq.insert(0, T.Filter(_union(first, space), st.sub))
                     members = [T.union_members([own] + [
                         isl.UnionPwAff.from_pw_aff(_step(s, B)) for s in first])]
                 band = T.Band(members, T.Sequence(seq))
                 stmts_here = [g.update] + (first if leading else [])
                 phases.append(T.Filter(_union(stmts_here, space), band))
             if not ok:
-                ctx.note(self.name, f"{'+'.join(names)}: a triangular product is not a "
+                ctx.note(self.name, f"{'+'.join(st.names)}: a triangular product is not a "
                                     f"GEMM per block; program order kept")
                 continue
             top = [phases[0]]
             if fin:
-                top.append(T.Filter(_union(fin, space), sub))
+                top.append(T.Filter(_union(fin, space), st.sub))
             top.append(phases[1])
             new = T.Sequence(top)
             if cols is not None:
                 new = T.Mark(marks.CPU_PARALLEL, T.Band(
                     [cols[0]], T.Band([cols[1]], new), coincident=[True],
                     loop_types=[isl.ast_loop_type.atomic]))
-            trial = stages.trial(st, new)
-            deps = ctx.model.dependences.intersect_domain(filt).intersect_range(filt)
-            if not violated_dependences(trial, deps).is_empty():
-                ctx.note(self.name, f"{'+'.join(names)}: the three-phase order would "
+            if not stages.legal(st, new):
+                ctx.note(self.name, f"{'+'.join(st.names)}: the three-phase order would "
                                     f"violate a dependence; program order kept")
                 continue
             promotion_state(ctx).pack_requests[:] = requests
             stages.replace(st, new)
-            ctx.note(self.name, f"{'+'.join(names)}: split in three phases, {B} rows a "
+            ctx.note(self.name, f"{'+'.join(st.names)}: split in three phases, {B} rows a "
                                 f"step; {p.update.name} ({p.update.write.name} += "
                                 f"{p.x.buffer.name} * {p.y.buffer.name}, rows above) and "
                                 f"{mir.update.name} ({mir.update.write.name} += "
