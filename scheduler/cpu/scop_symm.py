@@ -1,5 +1,6 @@
 """Pass ``scop-symm``: PolyBench's symm split into three phases, the two triangular
-products on the packed micro-kernel in :mod:`.scop_trmm`'s row steps.
+products on the micro-kernel (operands read in place) in row steps shaped like
+:mod:`.scop_trmm`'s.
 
 PolyBench's symm (``A`` symmetric, its lower triangle stored; the scalar ``temp2``
 expanded to ``acc[i][j]`` by the front end) runs per ``(i, j)``:
@@ -60,7 +61,8 @@ micro-kernels add each tile's partial sum of a ``k`` range to ``C`` once, as in 
 Legality (isl terms): :func:`polycomp.scheduler.common.tree.violated_dependences` on the
 whole tree against every dependence of the child, plus :mod:`.scop_trmm`'s checks (a)
 one rectangular reduction range per step and (b) no product of a step writes what its
-packed operands read, for both products.  When a check fails the child keeps its
+operands read (which packing would need; kept with the operands in place), for both
+products.  When a check fails the child keeps its
 schedule, with a note.
 
 Assumes: the program-order tree, ``ctx.model`` a C SCoP model, a target with vector
