@@ -149,8 +149,8 @@ def match_symm(statements: list[Statement]) \
 
 #: rows of a step (rounded down to a multiple of ``MR``, at most ``KC``): the
 #: rectangles' ``k`` tiles, and the diagonal blocks, whose products run as register
-#: tiles too (:func:`_diagonal`); 120 measured ~10 % below 60 in on-CPU time at LARGE
-#: (fewer ``C`` tile reloads per product), 156 no better
+#: tiles too (:func:`_diagonal`); at LARGE 120 measured 0-12 % below 60 in on-CPU time
+#: over several noisy runs (fewer ``C`` tile reloads per product), 96 and 156 as 120
 BLOCK = 120
 
 #: columns of a thread's block in symm's column split (``NR`` panels) when the column
@@ -269,10 +269,9 @@ class ScopSymmPass(Pass):
             blk = dataclasses.replace(blk, KC=B)
             cols = column_blocks(st.group, blk.NR, ctx.target.cpu.threads)
             if cols is not None:
-                # two j tiles per column block: a packed Y block's columns then lie in
-                # one column block (its origin a function of the j tile loop; with
-                # tiles across blocks it is a piecewise max, with one tile per block
-                # the j tile loop is not generated: the packing addresses neither)
+                # two j tiles per column block (chosen when Y was packed: a packed
+                # block's columns then lay in one column block; the operands are read
+                # in place now, and one or two panels a block measured no different)
                 blk = dataclasses.replace(blk, NC=cols[2] // 2)
             space = st.filter.get_space()
             requests = list(promotion_state(ctx).pack_requests)
