@@ -619,10 +619,14 @@ def _children_of_subclass(node) -> tuple:
 def walk(node, fn: Callable[[Any], None]) -> None:
     """Call ``fn`` on ``node`` and every descendant, pre-order."""
     stack = [node]
+    pop, extend, get = stack.pop, stack.extend, _CHILDREN.get
     while stack:
-        n = stack.pop()
+        n = pop()
         fn(n)
-        stack.extend(reversed(children(n)))
+        g = get(type(n))      # children(n), inlined: this loop visits every node
+        ch = g(n) if g is not None else _children_of_subclass(n)
+        if ch:
+            extend(reversed(ch))
 
 
 _UNKNOWN = object()
@@ -662,78 +666,147 @@ class Mutator:
         return None
 
     def generic(self, node):
-        if isinstance(node, Binary):
-            a, b = self.visit(node.a), self.visit(node.b)
-            if a is node.a and b is node.b:
-                return node
-            return rebuild_binary(node.op, a, b, node.dtype)
-        if isinstance(node, Unary):
-            a = self.visit(node.a)
-            return node if a is node.a else Unary(node.op, a, node.dtype)
-        if isinstance(node, Select):
-            c, t, f = self.visit(node.cond), self.visit(node.t), self.visit(node.f)
-            if c is node.cond and t is node.t and f is node.f:
-                return node
-            return Select(c, t, f, node.dtype)
-        if isinstance(node, Cast):
-            v = self.visit(node.value)
-            return node if v is node.value else Cast(v, node.dtype)
-        if isinstance(node, Call):
-            args = tuple(self.visit(a) for a in node.args)
-            if all(x is y for x, y in zip(args, node.args)):
-                return node
-            return replace(node, args=args)
-        if isinstance(node, Load):
-            idx = tuple(self.visit(i) for i in node.indices)
-            if all(x is y for x, y in zip(idx, node.indices)):
-                return node
-            return replace(node, indices=idx)
-        if isinstance(node, Ramp):
-            b, s = self.visit(node.base), self.visit(node.stride)
-            if b is node.base and s is node.stride:
-                return node
-            return replace(node, base=b, stride=s)
-        if isinstance(node, Broadcast):
-            v = self.visit(node.value)
-            return node if v is node.value else replace(node, value=v)
-        if isinstance(node, Store):
-            idx = tuple(self.visit(i) for i in node.indices)
-            v = self.visit(node.value)
-            same = v is node.value and all(x is y for x, y in zip(idx, node.indices))
-            return node if same else replace(node, indices=idx, value=v)
-        if isinstance(node, For):
-            mn, ext, body = self.visit(node.min), self.visit(node.extent), self.visit(node.body)
-            same = mn is node.min and ext is node.extent and body is node.body
-            return node if same else replace(node, min=mn, extent=ext, body=body)
-        if isinstance(node, IfThenElse):
-            c, t = self.visit(node.cond), self.visit(node.then)
-            e = self.visit(node.orelse)
-            same = c is node.cond and t is node.then and e is node.orelse
-            return node if same else IfThenElse(c, t, e)
-        if isinstance(node, Block):
-            stmts = tuple(self.visit(s) for s in node.stmts)
-            return node if all(x is y for x, y in zip(stmts, node.stmts)) else Block(stmts)
-        if isinstance(node, LetStmt):
-            v, b = self.visit(node.value), self.visit(node.body)
-            return node if (v is node.value and b is node.body) else LetStmt(node.var, v, b)
-        if isinstance(node, Allocate):
-            b = self.visit(node.body)
-            return node if b is node.body else Allocate(node.buffer, b)
-        if isinstance(node, Evaluate):
-            v = self.visit(node.value)
-            return node if v is node.value else Evaluate(v)
-        if isinstance(node, AttrStmt):
-            b = self.visit(node.body)
-            return node if b is node.body else AttrStmt(node.key, node.value, b)
-        if isinstance(node, FuncCall):
-            args = tuple(self.visit(a) if isinstance(a, Expr) else a for a in node.args)
-            if all(x is y for x, y in zip(args, node.args)):
-                return node
-            return replace(node, args=args)
-        if isinstance(node, Return):
-            v = self.visit(node.value)
-            return node if v is node.value else Return(v)
+        """Mutate ``node``'s children; rebuild it only if one changed.  (A dispatch on
+        the exact class, :data:`_GENERIC`: this runs for almost every node of every IR
+        pass, and a chain of ``isinstance`` tests cost a leaf ~20 calls.)"""
+        f = _GENERIC.get(type(node))
+        if f is None:
+            f = _GENERIC[type(node)] = _generic_for(type(node))
+        return f(self, node)
+
+
+def _gen_binary(self, node):
+    a, b = self.visit(node.a), self.visit(node.b)
+    if a is node.a and b is node.b:
         return node
+    return rebuild_binary(node.op, a, b, node.dtype)
+
+
+def _gen_unary(self, node):
+    a = self.visit(node.a)
+    return node if a is node.a else Unary(node.op, a, node.dtype)
+
+
+def _gen_select(self, node):
+    c, t, f = self.visit(node.cond), self.visit(node.t), self.visit(node.f)
+    if c is node.cond and t is node.t and f is node.f:
+        return node
+    return Select(c, t, f, node.dtype)
+
+
+def _gen_cast(self, node):
+    v = self.visit(node.value)
+    return node if v is node.value else Cast(v, node.dtype)
+
+
+def _gen_call(self, node):
+    args = tuple(self.visit(a) for a in node.args)
+    if all(x is y for x, y in zip(args, node.args)):
+        return node
+    return replace(node, args=args)
+
+
+def _gen_load(self, node):
+    idx = tuple(self.visit(i) for i in node.indices)
+    if all(x is y for x, y in zip(idx, node.indices)):
+        return node
+    return replace(node, indices=idx)
+
+
+def _gen_ramp(self, node):
+    b, s = self.visit(node.base), self.visit(node.stride)
+    if b is node.base and s is node.stride:
+        return node
+    return replace(node, base=b, stride=s)
+
+
+def _gen_broadcast(self, node):
+    v = self.visit(node.value)
+    return node if v is node.value else replace(node, value=v)
+
+
+def _gen_store(self, node):
+    idx = tuple(self.visit(i) for i in node.indices)
+    v = self.visit(node.value)
+    same = v is node.value and all(x is y for x, y in zip(idx, node.indices))
+    return node if same else replace(node, indices=idx, value=v)
+
+
+def _gen_for(self, node):
+    mn, ext, body = self.visit(node.min), self.visit(node.extent), self.visit(node.body)
+    same = mn is node.min and ext is node.extent and body is node.body
+    return node if same else replace(node, min=mn, extent=ext, body=body)
+
+
+def _gen_if(self, node):
+    c, t = self.visit(node.cond), self.visit(node.then)
+    e = self.visit(node.orelse)
+    same = c is node.cond and t is node.then and e is node.orelse
+    return node if same else IfThenElse(c, t, e)
+
+
+def _gen_block(self, node):
+    stmts = tuple(self.visit(s) for s in node.stmts)
+    return node if all(x is y for x, y in zip(stmts, node.stmts)) else Block(stmts)
+
+
+def _gen_let(self, node):
+    v, b = self.visit(node.value), self.visit(node.body)
+    return node if (v is node.value and b is node.body) else LetStmt(node.var, v, b)
+
+
+def _gen_allocate(self, node):
+    b = self.visit(node.body)
+    return node if b is node.body else Allocate(node.buffer, b)
+
+
+def _gen_evaluate(self, node):
+    v = self.visit(node.value)
+    return node if v is node.value else Evaluate(v)
+
+
+def _gen_attr(self, node):
+    b = self.visit(node.body)
+    return node if b is node.body else AttrStmt(node.key, node.value, b)
+
+
+def _gen_funccall(self, node):
+    args = tuple(self.visit(a) if isinstance(a, Expr) else a for a in node.args)
+    if all(x is y for x, y in zip(args, node.args)):
+        return node
+    return replace(node, args=args)
+
+
+def _gen_return(self, node):
+    v = self.visit(node.value)
+    return node if v is node.value else Return(v)
+
+
+def _gen_leaf(self, node):
+    return node
+
+
+#: :meth:`Mutator.generic` of each node class, in the order a node is matched: a
+#: subclass takes the first class of this list it derives from (see _generic_for)
+_GENERIC_ORDER: tuple[tuple[type, Callable[[Any, Any], Any]], ...] = (
+    (Binary, _gen_binary), (Unary, _gen_unary), (Select, _gen_select), (Cast, _gen_cast),
+    (Call, _gen_call), (Load, _gen_load), (Ramp, _gen_ramp), (Broadcast, _gen_broadcast),
+    (Store, _gen_store), (For, _gen_for), (IfThenElse, _gen_if), (Block, _gen_block),
+    (LetStmt, _gen_let), (Allocate, _gen_allocate), (Evaluate, _gen_evaluate),
+    (AttrStmt, _gen_attr), (FuncCall, _gen_funccall), (Return, _gen_return),
+)
+
+
+def _generic_for(cls: type) -> Callable[[Any, Any], Any]:
+    for base, f in _GENERIC_ORDER:
+        if issubclass(cls, base):
+            return f
+    return _gen_leaf
+
+
+# node class -> its generic mutation (a dispatch table filled per class on first use,
+# like _VISIT_METHOD; it depends only on the class hierarchy)
+_GENERIC: dict[type, Callable[[Any, Any], Any]] = {}
 
 
 def rebuild_binary(op, a, b, dtype):

@@ -67,12 +67,15 @@ def _live(r: _Ranges, name: str) -> tuple[int, int]:
     """The live range of ``name``: its first and last access, widened to every loop
     that holds some but not all of its accesses."""
     ps = r.pos[name]
-    lo, hi = min(ps), max(ps)
-    for stack in r.loops[name]:
-        for lid in stack:
-            a, b = r.spans[lid]
-            if not all(a <= q <= b for q in ps):
-                lo, hi = min(lo, a), max(hi, b)
+    first, last = min(ps), max(ps)
+    lo, hi = first, last
+    # a loop holds every access iff its span holds the first and the last (each loop
+    # looked at once: the loops of every access, each tested against every access, were
+    # quadratic in a long program's accesses)
+    for lid in {lid for stack in r.loops[name] for lid in stack}:
+        a, b = r.spans[lid]
+        if not (a <= first and last <= b):
+            lo, hi = min(lo, a), max(hi, b)
     return lo, hi
 
 

@@ -76,11 +76,12 @@ class FusionGroup:
         return [self.backbone] + self.epilogue
 
 
-def _reads_at_identity(stage, producer) -> bool | None:
+def _reads_at_identity(stage, producer, loads: dict | None = None) -> bool | None:
     """True if ``stage`` reads ``producer`` only at ``producer[stage.iters]``; None if it
-    does not read it at all."""
+    does not read it at all.  ``loads``: each stage's :func:`loads_of` its body, where
+    the caller has them."""
     found = None
-    for ld in loads_of(stage.body):
+    for ld in (loads[stage] if loads is not None else loads_of(stage.body)):
         if ld.buffer is not producer.output.buffer:
             continue
         ok = len(ld.indices) == len(stage.iters) and all(
@@ -99,7 +100,10 @@ def fusion_groups(graph: KernelGraph) -> list[FusionGroup]:
     """Partition the stages of ``graph`` into fusion groups, in program order."""
     stages = list(graph.stages)
     kinds = {s: classify_stage(s) for s in stages}
-    consumers = {s: [t for t in stages if _reads_at_identity(t, s) is not None] for s in stages}
+    # each body walked once (the tests below ask about every pair of stages)
+    loads = {s: loads_of(s.body) for s in stages}
+    consumers = {s: [t for t in stages if _reads_at_identity(t, s, loads) is not None]
+                 for s in stages}
     outputs = {id(t) for t in graph.outputs}
     groups: list[FusionGroup] = []
     taken: set = set()
@@ -113,11 +117,11 @@ def fusion_groups(graph: KernelGraph) -> list[FusionGroup]:
         for t in stages[stages.index(s) + 1:]:
             if t in taken or t.is_reduction or not _same_shape(t, s):
                 continue
-            reads = [_reads_at_identity(t, m) for m in members]
+            reads = [_reads_at_identity(t, m, loads) for m in members]
             if any(r is False for r in reads) or not any(r for r in reads):
                 continue
             # every stage t reads must already be computed before the group runs
-            if not _inputs_ready(t, members, stages, taken, s):
+            if not _inputs_ready(t, members, stages, taken, s, loads[t]):
                 continue
             g.epilogue.append(t)
             members.append(t)
@@ -133,10 +137,11 @@ def fusion_groups(graph: KernelGraph) -> list[FusionGroup]:
     return [g for g in groups if not any(g.backbone in h.prologue for h in groups)]
 
 
-def _inputs_ready(t, members, stages, taken, backbone) -> bool:
-    """All stages ``t`` reads are group members or computed before the backbone."""
+def _inputs_ready(t, members, stages, taken, backbone, loads: list) -> bool:
+    """All stages ``t`` reads (``loads``: its loads) are group members or computed
+    before the backbone."""
     before = set(stages[:stages.index(backbone)])
-    for ld in loads_of(t.body):
+    for ld in loads:
         prod = next((p for p in stages if p.output.buffer is ld.buffer), None)
         if prod is None or prod in members or prod in before:
             continue

@@ -142,6 +142,7 @@ class SharedPromotionPass(Pass):
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
         budget = _Budget(ctx.target.memory.capacity(LEVEL))
         names = NameAllocator()
+        prologue: list | None = None   # the model's prologue producers, found once
         for path in reversed(shared_sites(schedule)):  # reversed: grafts keep earlier paths valid
             site = _site_at(schedule, path, ctx)
             if site is None:
@@ -150,12 +151,14 @@ class SharedPromotionPass(Pass):
                 ctx.note(self.name, f"kernel {site.kernel}: no shared promotion: the site lies "
                                     f"below the kernel's thread mapping (not one per block)")
                 continue
-            schedule = self._promote_site(schedule, site, ctx, budget, names)
+            if prologue is None:
+                prologue = _prologue_producers(ctx.model)
+            schedule = self._promote_site(schedule, site, ctx, budget, names, prologue)
         return schedule
 
     # ------------------------------------------------------------------ one site
     def _promote_site(self, schedule, site: _Site, ctx: CompileState, budget: _Budget,
-                      names: NameAllocator):
+                      names: NameAllocator, prologue: list):
         candidates = []
         for group in read_only_groups(site.stmts, site.domain, site.written):
             d = decide(group, site)
@@ -166,7 +169,7 @@ class SharedPromotionPass(Pass):
                 continue
             candidates.append(d)
         candidates.sort(key=lambda d: d.footprint.bytes())
-        fusable = _fusable_prologue_producers(ctx.model, site.stmts)
+        fusable = _fusable_prologue_producers(prologue, site.stmts)
         applied = []
         for d in candidates:
             nbytes = d.footprint.bytes()
@@ -289,16 +292,15 @@ def _barriers(schedule, site: _Site, applied: list[Promotion], k: int):
     return node.get_schedule()
 
 
-def _fusable_prologue_producers(model: PolyModel, site_stmts) -> dict:
-    """Arrays produced by a prologue stage (see classify.fusion_groups) that only the
-    statements of this site read and that are not kernel outputs: their promotion copy
-    can evaluate the producer instead of loading the array (DSL programs only: a C SCoP
-    has no stages)."""
+def _prologue_producers(model: PolyModel) -> list:
+    """``[(array, stage, names of the statements that read it)]`` for the prologue stages
+    (see classify.fusion_groups) that are not reductions and whose array is not a kernel
+    output (DSL programs only: a C SCoP has no stages).  The same for every site of a
+    compile: computed once per pass run, not once per site."""
     from polycomp.scheduler.common.classify import fusion_groups
-    out: dict = {}
+    out: list = []
     if not isinstance(model, DslModel):
         return out
-    names = {s.name for s in site_stmts}
     live_out = {b.name for b in model.live_out}
     for g in fusion_groups(model.graph):
         for st in g.prologue:
@@ -307,8 +309,19 @@ def _fusable_prologue_producers(model: PolyModel, site_stmts) -> dict:
                 continue
             readers = {s.name for s in model.statements
                        if any(a.kind == "read" and a.buffer.name == arr for a in s.accesses)}
-            if readers and readers <= names:
-                out[arr] = st
+            out.append((arr, st, readers))
+    return out
+
+
+def _fusable_prologue_producers(prologue: list, site_stmts) -> dict:
+    """Arrays produced by a prologue stage (``prologue``: :func:`_prologue_producers`)
+    that only the statements of this site read and that are not kernel outputs: their
+    promotion copy can evaluate the producer instead of loading the array."""
+    names = {s.name for s in site_stmts}
+    out: dict = {}
+    for arr, st, readers in prologue:
+        if readers and readers <= names:
+            out[arr] = st
     return out
 
 
