@@ -9,7 +9,7 @@ else (``i*j``, an index read from a tensor, a float) raises
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from polycomp import ir
 from polycomp.errors import NonAffineIndexError
@@ -138,34 +138,58 @@ def aff_to_ir(aff, in_vars, params: dict) -> ir.Expr:
 
     ``in_vars`` are the IR expressions of the aff's input dimensions, ``params`` maps
     parameter names to IR expressions.  Integer divisions of the aff (``floor(e/d)``)
-    become ``//``.
+    become ``//``.  (:class:`AffForm` reads the aff once for many conversions.)
     """
-    from math import lcm
+    return AffForm(aff).to_ir(in_vars, params)
 
-    import islpy as isl
-    terms = []
-    for i in range(aff.dim(isl.dim_type.in_)):
-        c = _fraction(aff.get_coefficient_val(isl.dim_type.in_, i))
-        if c:
-            terms.append((c, in_vars[i]))
-    for i in range(aff.dim(isl.dim_type.param)):
-        c = _fraction(aff.get_coefficient_val(isl.dim_type.param, i))
-        if c:
-            name = aff.get_dim_name(isl.dim_type.param, i)
-            if name not in params:
-                raise NonAffineIndexError(f"parameter {name!r} has no IR value here")
-            terms.append((c, params[name]))
-    for i in range(aff.dim(isl.dim_type.div)):
-        c = _fraction(aff.get_coefficient_val(isl.dim_type.div, i))
-        if c:
-            terms.append((c, aff_to_ir(aff.get_div(i), in_vars, params)))
-    const = _fraction(aff.get_constant_val())
-    den = 1
-    for c, _ in terms:
-        den = lcm(den, c.denominator)
-    den = lcm(den, const.denominator)
-    out: ir.Expr = ir.IntImm(int(const * den))
-    for c, atom in terms:
-        k = int(c * den)
-        out = out + (atom if k == 1 else atom * k)
-    return out if den == 1 else out // den
+
+class AffForm:
+    """The integer form of an isl Aff read once (its coefficients, divisions and
+    denominator), converted to IR for any inputs by :meth:`to_ir`: ``AffForm(aff).
+    to_ir(v, p)`` is :func:`aff_to_ir` ``(aff, v, p)``, built by the same operations in
+    the same order.  A statement builder called once per generated instance (the
+    unrolled copies of a promotion) reads its affs once instead of at every call."""
+
+    def __init__(self, aff) -> None:
+        from math import lcm
+
+        import islpy as isl
+        # (kind, payload, coefficient): "in" -> input index, "param" -> name,
+        # "div" -> the division's AffForm
+        terms: list[tuple[str, Any, Fraction]] = []
+        for i in range(aff.dim(isl.dim_type.in_)):
+            c = _fraction(aff.get_coefficient_val(isl.dim_type.in_, i))
+            if c:
+                terms.append(("in", i, c))
+        for i in range(aff.dim(isl.dim_type.param)):
+            c = _fraction(aff.get_coefficient_val(isl.dim_type.param, i))
+            if c:
+                terms.append(("param", aff.get_dim_name(isl.dim_type.param, i), c))
+        for i in range(aff.dim(isl.dim_type.div)):
+            c = _fraction(aff.get_coefficient_val(isl.dim_type.div, i))
+            if c:
+                terms.append(("div", AffForm(aff.get_div(i)), c))
+        const = _fraction(aff.get_constant_val())
+        den = 1
+        for _, _, c in terms:
+            den = lcm(den, c.denominator)
+        den = lcm(den, const.denominator)
+        self.den = den
+        self.const = int(const * den)
+        self.terms = [(kind, x, int(c * den)) for kind, x, c in terms]
+
+    def to_ir(self, in_vars, params: dict) -> ir.Expr:
+        atoms = []
+        for kind, x, k in self.terms:       # in aff_to_ir's order (its errors first)
+            if kind == "in":
+                atoms.append((in_vars[x], k))
+            elif kind == "param":
+                if x not in params:
+                    raise NonAffineIndexError(f"parameter {x!r} has no IR value here")
+                atoms.append((params[x], k))
+            else:
+                atoms.append((x.to_ir(in_vars, params), k))
+        out: ir.Expr = ir.IntImm(self.const)
+        for atom, k in atoms:
+            out = out + (atom if k == 1 else atom * k)
+        return out if self.den == 1 else out // self.den

@@ -8,7 +8,8 @@ leave :class:`~polycomp.scheduler.promotion.record.Promotion` records in
 
 * an instance of a promoted statement accesses ``local[(idx - offset) // stride]``
   instead of ``array[idx]`` (the offset is the box offset at that instance, an isl Aff
-  of the statement coordinates converted with :func:`polycomp.affine.aff_to_ir`);
+  of the statement coordinates converted with :func:`polycomp.affine.aff_to_ir`,
+  read once per statement: :class:`polycomp.affine.AffForm`);
 * ``copy_in`` extension statements ``copy[p, a]`` store ``array[a]`` (or, for a fused
   producer, the producer's expression at ``a``) into ``local``; ``copy_out`` statements
   store ``local`` back into ``array``; ``sync`` statements are barriers;
@@ -23,7 +24,7 @@ leave :class:`~polycomp.scheduler.promotion.record.Promotion` records in
 from __future__ import annotations
 
 from polycomp import ir
-from polycomp.affine import aff_to_ir
+from polycomp.affine import AffForm
 from polycomp.errors import PolycompInternalError
 from polycomp.scheduler.promotion.record import CopyStmt, Promotion
 
@@ -91,13 +92,16 @@ def promoted_builders(model, promotions, var, inlined: dict | None = None) -> di
         if s.name not in by_stmt and not reads_inlined:
             continue
 
-        def make(args, s=s):
+        # the offsets read once (make runs once per generated instance)
+        forms = [(p, [AffForm(o) for o in offs]) for p, offs in by_stmt.get(s.name, ())]
+
+        def make(args, s=s, forms=forms):
             stmt = ir.substitute(s.store(), dict(zip(s.iters, args)))
             if inlined:
                 stmt = _Inline(inlined).visit(stmt)
             table = {}
-            for p, offs in by_stmt.get(s.name, ()):
-                table[p.array.name] = (p, [aff_to_ir(o, args, params) for o in offs])
+            for p, offs in forms:
+                table[p.array.name] = (p, [o.to_ir(args, params) for o in offs])
             return _Redirect(table).visit(stmt) if table else stmt
         out[s.name] = make
     for p in promotions:
@@ -108,12 +112,14 @@ def promoted_builders(model, promotions, var, inlined: dict | None = None) -> di
 
 def _copy_builder(p: Promotion, copy: CopyStmt, params):
     kind, nprefix = copy.kind, copy.n_prefix
+    # the box offsets read once (make runs once per generated instance)
+    forms = [AffForm(o) for o in p.box.offsets] if kind != "sync" else []
 
     def make(args):
         if kind == "sync":
             return ir.barrier()
         pre, a = args[:nprefix], tuple(args[nprefix:])
-        offs = [aff_to_ir(o, pre, params) for o in p.box.offsets]
+        offs = [o.to_ir(pre, params) for o in forms]
         lidx = _local_index(p, a, offs)
         if kind == "copy_in":
             if p.producer is not None:
