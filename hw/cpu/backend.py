@@ -99,6 +99,8 @@ class CpuBackend(Backend):
         if o.parallel:
             if scop:   # parallel loops below sequential ones too
                 from polycomp.scheduler.cpu.scop_parallel import ScopParallelPass
+                from polycomp.scheduler.cpu.scop_split import ScopSplitPass
+                passes.append(ScopSplitPass())      # index-set splits: parallel pieces
                 passes.append(ScopParallelPass())
             else:
                 passes.append(CpuParallelPass())
