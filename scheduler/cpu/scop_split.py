@@ -12,8 +12,10 @@ carry no dependence any more (``scop-parallel`` makes them OpenMP loops) and the
 pieces carry none either (the vectoriser takes them).
 
 Assumes: a tree of domain, band, sequence, set, filter and mark nodes;
-``ctx.model.dependences`` holds every dependence (flow, anti, output).  Subtrees below a
-mark (another pass's rewrite) are left alone.
+``ctx.model.dependences`` holds every dependence (flow, anti, output).  A stage (child
+of the root sequence, or the root's subtree) with a mark anywhere in it (another pass's
+rewrite: scop-factor's blocks, scop-trmm's row blocks, micro-kernels, stencil tiles) is
+left alone.
 
 Guarantees: for band member ``x`` at schedule depth ``d >= 1`` (with ``P`` the prefix
 schedule of the outer ``d`` loops), let ``D`` be the dependences among the band's
@@ -172,6 +174,18 @@ class _Splitter:
         return node.parent() if m > 0 else node
 
 
+def _has_mark(node: isl.ScheduleNode) -> bool:
+    found: list[bool] = []
+
+    def fn(n: isl.ScheduleNode) -> bool:
+        if n.get_type() == _T.mark:
+            found.append(True)
+            return False
+        return True
+    node.foreach_descendant_top_down(fn)
+    return bool(found)
+
+
 def split_tree(schedule: isl.Schedule, deps: isl.UnionMap) -> tuple[isl.Schedule, list[str]]:
     """The schedule with every split made (module docstring) and a line per split."""
     s = _Splitter(StatementDependences(deps))
@@ -189,8 +203,14 @@ def split_tree(schedule: isl.Schedule, deps: isl.UnionMap) -> tuple[isl.Schedule
     root = schedule.get_root()
     if root.n_children() == 0:
         return schedule, []
-    out = visit(root.child(0)).parent().get_schedule()
-    return out, s.done
+    top = root.child(0)
+    if top.get_type() == _T.sequence:     # the stages: each child of the root sequence
+        for k in range(top.n_children()):
+            if not _has_mark(top.child(k)):
+                top = visit(top.child(k)).parent()
+    elif not _has_mark(top):
+        top = visit(top)
+    return top.get_schedule(), s.done
 
 
 class ScopSplitPass(Pass):
