@@ -1,10 +1,13 @@
 """``scop-split`` (scheduler/cpu/scop_split.py: index-set splitting that makes the
-pieces of a loop parallel) and the vectoriser's reductions whose accumulator's array
-is read elsewhere in the loop (trisolv's ``x[i] -= L[i][j] * x[j]``, j < i).
+pieces of a loop parallel), ``scop-interleave`` (scheduler/cpu/scop_interleave.py:
+recurrences below a parallel loop run a strip of its iterations innermost) and the
+vectoriser's reductions whose accumulator's array is read elsewhere in the loop
+(trisolv's ``x[i] -= L[i][j] * x[j]``, j < i).
 
 Checked against the same C built by ``gcc -O0 -ffp-contract=off``: integers exactly
-(default options and ``fp_exact``), the vector reduction to 1e-12 relative; a golden
-tree for the split; the loop reading its own accumulator is left scalar.
+(default options and ``fp_exact``), the sweeps bitwise under ``fp_exact``, the vector
+reduction to 1e-12 relative; golden trees for both passes; the loop reading its own
+accumulator is left scalar.
 """
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from test_c_scop_schedule import TARGET, gcc_o0, kernel, run_gcc
 
 from polycomp.driver import build, compile_kernel
 from polycomp.scheduler.common.tree import violated_dependences
+from polycomp.scheduler.cpu.scop_interleave import ScopInterleavePass
 from polycomp.scheduler.cpu.scop_split import ScopSplitPass, split_tree
+from polycomp.scheduler.cpu.scop_tile import ScopTilePass
 from polycomp.state import CompileState
 
 
@@ -48,12 +53,18 @@ def test_floyd_split_makes_row_and_column_pieces_parallel():
     assert par == ["parallel (OpenMP): loop at depth 1 of S_0"] * 2, par
 
 
-def test_golden_split_tree(goldens):
-    model = kernel("floyd_like").polyhedral_model()
+@pytest.mark.parametrize("name,before,under_test", [
+    ("floyd_like", [], ScopSplitPass),
+    ("sweep_like", [ScopTilePass], ScopInterleavePass),
+], ids=["floyd_like", "sweep_like"])
+def test_golden_tree(name, before, under_test, goldens):
+    model = kernel(name).polyhedral_model()
     ctx = CompileState(model, TARGET, {})
     sched = model.initial_schedule
-    out = ScopSplitPass().run(sched, ctx)
-    tag = "test_c_scop_split/floyd_like.scop-split"
+    for p in before:
+        sched = p().run(sched, ctx)
+    out = under_test().run(sched, ctx)
+    tag = f"test_c_scop_split/{name}.{under_test.name}"
     for suffix, tree in (("in", sched), ("out", out)):
         again = isl.Schedule.read_from_str(model.ctx, tree.to_str())
 
@@ -61,9 +72,44 @@ def test_golden_split_tree(goldens):
             return again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
         expected = goldens.expected(f"{tag}.{suffix}.isl", tree.to_str(), same)
         assert same(expected), f"{suffix}:\n{tree.to_str()}"
+    assert not out.plain_is_equal(sched)
     assert violated_dependences(out, model.dependences).is_empty()
-    # the pieces cover the domain exactly once: same instances, same order per pair
+    # the rewritten tree schedules the same instances
     assert out.get_domain().is_equal(sched.get_domain())
+
+
+@pytest.mark.parametrize("n", [1, 2, 37, 70])
+@pytest.mark.parametrize("options", [{}, {"fp_exact": True}], ids=["default", "exact"])
+def test_sweeps_match_gcc_o0(n, options, tmp_path_factory):
+    """Strips of 32 rows side by side (one partial strip at 37 and 70, rows from 1):
+    every element by the C nest's operations in its order, bitwise under fp_exact."""
+    k = kernel("sweep_like")
+    rng = np.random.default_rng(n)
+    u = rng.uniform(-1, 1, size=(n, n))
+    u.flat[u.size // 2] = np.nan
+    p = np.zeros((n, n))
+    y = np.zeros((n, n))
+    ref = run_gcc("sweep_like", gcc_o0("sweep_like", tmp_path_factory), {"n": n},
+                  {"u": u, "p": p, "y": y})
+    got = build(k, TARGET, options)(u, p.copy(), y.copy(), n=n)
+    for g, name in zip(got, ("p", "y")):
+        w = ref[name]
+        assert np.array_equal(np.isnan(g), np.isnan(w)), name
+        ok = ~np.isnan(w)
+        if options:
+            assert np.array_equal(g[ok].view(np.uint64), w[ok].view(np.uint64)), name
+        else:
+            np.testing.assert_allclose(g[ok], w[ok], rtol=1e-12, atol=0, err_msg=name)
+
+
+def test_interleave_only_the_row_recurrence():
+    """The row sweep (a division chain along ``j`` below the parallel ``i``) is
+    interleaved; the column recurrence was already tiled by scop-tile with the unit-stride
+    columns innermost (vector code), and is left alone."""
+    notes = compile_kernel(kernel("sweep_like"), TARGET).notes
+    assert notes["scop-interleave"] == [
+        "recurrence below a parallel loop: loop at depth 0 strip-mined by 32, the strip "
+        "innermost"], notes
 
 
 def test_no_split_where_no_piece_is_parallel():

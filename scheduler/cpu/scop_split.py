@@ -174,7 +174,8 @@ class _Splitter:
         return node.parent() if m > 0 else node
 
 
-def _has_mark(node: isl.ScheduleNode) -> bool:
+def has_mark(node: isl.ScheduleNode) -> bool:
+    """A mark at or below ``node``."""
     found: list[bool] = []
 
     def fn(n: isl.ScheduleNode) -> bool:
@@ -206,9 +207,9 @@ def split_tree(schedule: isl.Schedule, deps: isl.UnionMap) -> tuple[isl.Schedule
     top = root.child(0)
     if top.get_type() == _T.sequence:     # the stages: each child of the root sequence
         for k in range(top.n_children()):
-            if not _has_mark(top.child(k)):
+            if not has_mark(top.child(k)):
                 top = visit(top.child(k)).parent()
-    elif not _has_mark(top):
+    elif not has_mark(top):
         top = visit(top)
     return top.get_schedule(), s.done
 
