@@ -98,9 +98,9 @@ class CpuBackend(Backend):
             passes.append(CpuFusePass())
         if o.parallel:
             if scop:   # parallel loops below sequential ones too
+                from polycomp.scheduler.cpu.scop_interleave import ScopInterleavePass
                 from polycomp.scheduler.cpu.scop_parallel import ScopParallelPass
                 from polycomp.scheduler.cpu.scop_split import ScopSplitPass
-                from polycomp.scheduler.cpu.scop_interleave import ScopInterleavePass
                 passes.append(ScopSplitPass())      # index-set splits: parallel pieces
                 passes.append(ScopInterleavePass())  # recurrences: strips side by side
                 passes.append(ScopParallelPass())

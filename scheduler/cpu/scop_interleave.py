@@ -37,8 +37,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp.frontend.c_model import CScopModel
-from polycomp.islutil import (StatementDependences, maps, restrict_equal, some_differ,
-                              tuple_names)
+from polycomp.islutil import StatementDependences, maps, restrict_equal, some_differ, tuple_names
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu.scop_parallel import parallel_member, worth_a_fork

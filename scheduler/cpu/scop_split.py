@@ -42,8 +42,14 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp.frontend.c_model import CScopModel
-from polycomp.islutil import (StatementDependences, maps, restrict_equal, sets, some_differ,
-                              tuple_names)
+from polycomp.islutil import (
+    StatementDependences,
+    maps,
+    restrict_equal,
+    sets,
+    some_differ,
+    tuple_names,
+)
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import union_set_list, violated_dependences
 from polycomp.state import CompileState
@@ -64,6 +70,12 @@ def _flat_schedule(node: isl.ScheduleNode, m: int) -> isl.UnionMap:
     return f
 
 
+def _affs(pma: isl.PwMultiAff) -> list[isl.MultiAff]:
+    out: list[isl.MultiAff] = []
+    pma.foreach_piece(lambda _s, ma: out.append(ma))
+    return out
+
+
 def _split_points(d: isl.UnionMap, f: isl.UnionMap) -> list[isl.Map]:
     """The single-valued ``{[P] -> [v]}`` with ``x = v(P)`` on the source or the sink
     set of a basic map of ``d`` (``f``: instances to ``[P, x]``), ``v`` depending on
@@ -81,9 +93,7 @@ def _split_points(d: isl.UnionMap, f: isl.UnionMap) -> list[isl.Map]:
                     lo, hi = pm.lexmin(), pm.lexmax()
                     if not lo.is_equal(hi) or not lo.is_single_valued():
                         continue
-                    affs: list[isl.MultiAff] = []
-                    isl.PwMultiAff.from_map(lo.coalesce()).foreach_piece(
-                        lambda _s, ma: affs.append(ma))
+                    affs = _affs(isl.PwMultiAff.from_map(lo.coalesce()))
                     if not affs or any(not a.plain_is_equal(affs[0]) for a in affs):
                         continue
                     # one affine v on the whole P space, depending on P
@@ -145,8 +155,9 @@ class _Splitter:
                 f = _flat_schedule(node, m)
                 for v in _split_points(carried, f):
                     lo, eq, hi = _pieces(v, f)
-                    if lo.union(eq).union(hi).is_equal(dom) and all(carried.intersect_domain(p).intersect_range(p).is_empty()
-                           for p in (lo, hi)):
+                    covers = lo.union(eq).union(hi).is_equal(dom)
+                    if covers and all(carried.intersect_domain(p).intersect_range(p).is_empty()
+                                      for p in (lo, hi)):
                         return self._split(node, m, [lo, eq, hi], v)
             d = restrict_equal(d, fm)
         return node
