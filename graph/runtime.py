@@ -21,7 +21,7 @@ from polycomp.errors import ArgumentError, PolycompError, ShapeMismatchError, us
 
 from .ir import Graph, Value, numel, shape_str
 from .opdefs import flops
-from .partition import BANDWIDTH, PEAK, Group, Partition
+from .partition import Group, Partition
 
 
 @dataclass
@@ -435,10 +435,15 @@ class HeldBytes:
 #: shape signatures a compiled graph keeps a :class:`ShapePlan` for (oldest dropped)
 MAX_SHAPE_PLANS = 64
 
-#: one core's rates for the work estimate of :meth:`StepCall.work_s` (the partition's
-#: 2-core figures, halved)
-ONE_CORE_FLOPS = PEAK / 2
-ONE_CORE_BYTES = BANDWIDTH / 2
+#: one core's rates for the one-thread time estimate ``StepCall.work_s`` (the basis of
+#: the one-thread decision, ``hw/cpu/build.py`` ``ONE_THREAD_BELOW_S``): measured on the
+#: development host (Zen 4, AVX-512, one thread, a step's operands cache-resident as in
+#: a model's repeated calls; ``scripts/one_thread_threshold.py``, docs/cpu_backend.md
+#: *Threads*): GEMMs ran at 90-110 GFLOP/s, elementwise and row-reduction steps moved
+#: 20-25 GB/s.  (The partition's 2-core cost-model rates, halved -- 25 GFLOP/s, 5 GB/s --
+#: overstated the kernels' time 3-10x, so steps of 10-15 us ran on two threads.)
+ONE_CORE_FLOPS = 100e9
+ONE_CORE_BYTES = 25e9
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """Where does a graph step stop gaining from a second thread?  Measures the one-thread
 decision of the graph runtime (``hw/cpu/build.py`` ``ONE_THREAD_BELOW_S``, the estimate
 ``graph/runtime.py`` ``StepCall.work_s``): one-kernel graphs (symbolic rows, compiled
-once) at a sweep of row counts, each call run with its prepared call forced to one
-thread and to all threads, interleaved in shuffled order in one process.
+once) at a sweep of row counts, the step's prepared kernel call (``PreparedCall``, no
+graph runtime around it) forced to one thread and to all threads, interleaved in
+shuffled order in one process.
 
     OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE python scripts/one_thread_threshold.py \\
         [--rounds 7] [--target-ms 3] [--families gemm256,gemm768,gelu,softmax]
@@ -53,25 +54,43 @@ def measure(cg, x, rounds: int, target_s: float) -> dict:
     calls = [c for c in plan.calls if c.kernel is not None]
     assert len(calls) == 1, "one kernel step per graph"
     c = calls[0]
-    decided = c.kernel.one_thread
+    k = c.kernel
+    decided = k.one_thread
+    # the kernel's prepared call alone (no graph runtime around it): its arguments are
+    # the packed weight's address (fixed), the input's and an output's
+    arrays = {cg.graph.inputs[0]: x, cg.graph.outputs[0]: np.empty(plan.out_shapes[0],
+                                                                    np.float32)}
+    arrays.update(cg._constants)  # constants passed as themselves (a bias)
+    args = k.head + [a if a is not None else arrays[v].ctypes.data for v, a in c.arg_addr]
+
+    def run():
+        k.call(args)
     t = time.perf_counter()
     n = 0
     while time.perf_counter() - t < target_s / 4:
-        cg(x)
+        run()
         n += 1
     reps = max(3, int(n * 4))  # about target_s per batch
     res: dict = {"work_s": c.work_s, "decided_one": decided, "reps": reps,
                  "wall": {1: [], 2: []}, "cpu": {1: [], 2: []}}
     for _ in range(rounds):
         for mode in random.sample([1, 2], 2):
-            c.kernel.one_thread = mode == 1
+            k.one_thread = mode == 1
             w0, p0 = time.perf_counter(), time.process_time()
             for _ in range(reps):
-                cg(x)
+                run()
             res["wall"][mode].append((time.perf_counter() - w0) / reps)
             res["cpu"][mode].append((time.process_time() - p0) / reps)
-    c.kernel.one_thread = decided
+    k.one_thread = decided
+    ref = cg(x)
+    run()
+    assert np.array_equal(arrays[cg.graph.outputs[0]], ref), "not the graph's result"
     return res
+
+
+def us(xs: list[float]) -> str:
+    """Best / median of ``xs`` (seconds) in microseconds."""
+    return f"{min(xs) * 1e6:.1f} / {statistics.median(xs) * 1e6:.1f}"
 
 
 def main() -> None:
@@ -98,10 +117,8 @@ def main() -> None:
             w1, w2, c1, c2 = r["wall"][1], r["wall"][2], r["cpu"][1], r["cpu"][2]
             b, m = min, statistics.median
             print(f"| {fam} | {rows} | {r['work_s'] * 1e6:.1f} | "
-                  f"{'1T' if r['decided_one'] else '2T'} | "
-                  f"{b(w1) * 1e6:.1f} / {m(w1) * 1e6:.1f} | {b(w2) * 1e6:.1f} / {m(w2) * 1e6:.1f} | "
-                  f"{b(w1) / b(w2):.2f} / {m(w1) / m(w2):.2f} | "
-                  f"{b(c1) * 1e6:.1f} / {m(c1) * 1e6:.1f} | {b(c2) * 1e6:.1f} / {m(c2) * 1e6:.1f} | "
+                  f"{'1T' if r['decided_one'] else '2T'} | {us(w1)} | {us(w2)} | "
+                  f"{b(w1) / b(w2):.2f} / {m(w1) / m(w2):.2f} | {us(c1)} | {us(c2)} | "
                   f"{r['work_s'] / b(w1):.1f} |", flush=True)
 
 
