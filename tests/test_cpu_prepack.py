@@ -103,11 +103,12 @@ def test_prepack_only_where_the_gemm_reads_it_alone():
         compile_kernel(k, "cpu", {"prepack": (3,)})
 
 
-def _linear_graph(lead, k, n, w, b, name, gelu=False):
+def _linear_graph(lead, k, n, w, b, name, gelu=False, return_w=False):
     g = GraphBuilder(name)
     x = g.input("x", (*lead, k))
-    y = g.add(g.matmul(x, g.constant("w", w)), g.constant("b", b))
-    return g.build(g.gelu(y) if gelu else y)
+    wv = g.constant("w", w)
+    y = g.add(g.matmul(x, wv), g.constant("b", b))
+    return g.build(g.gelu(y) if gelu else y, *([wv] if return_w else []))
 
 
 def _gelu(x):
@@ -142,6 +143,19 @@ def test_graph_weights_packed_at_compile_time(lead, k, n, binds, monkeypatch):
         assert again[0] is not packed[0] and wv.const is None
         graph.restore_constants()
         np.testing.assert_array_equal(wv.const, w)
+        # a packed weight that is also a graph output is still handed over as itself
+        # (the caller gets a copy): a graph owning its constants keeps that array too
+        graph = _linear_graph(lead, k, n, w, b, f"ppg_on_{tag}", return_w=True)
+        graph.owns_constants = True
+        cg3 = compile_graph(graph, "cpu")   # (the same kernel)
+        wv = graph.constants[0]
+        assert any(s.packed for s in cg3.steps) and wv in cg3.constants_read()
+        assert wv.const is not None and wv.held is None
+        assert cg3.held_bytes().constants == w.nbytes + b.nbytes
+        x = _f32(2, 3, k)
+        y, wo = cg3(x)
+        np.testing.assert_allclose(y, x @ w + b, rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(wo, w)
     monkeypatch.setenv("POLYCOMP_PREPACK", "0")
     cg_off = compile_graph(_linear_graph(lead, k, n, w, b, f"ppg_off_{tag}", gelu), "cpu")
     assert all(not s.packed for s in cg_off.steps)
