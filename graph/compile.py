@@ -113,14 +113,21 @@ def _prepack(ck: Any, names: list[str], inputs: list[Value],
     return out
 
 
+def _copies(step: Step, packed: dict[Value, HeldCopy]) -> dict[Value, HeldCopy]:
+    """The packed and laid-out copies ``step`` reads instead of constants."""
+    out = {v: packed[v] for v in step.packed}
+    for v, a in step.arg_arrays.items():
+        out.setdefault(v, HeldCopy(a, axes=CONV_WEIGHT_AXES))
+    return out
+
+
 def _drop_copied_constants(cg: CompiledGraph, packed: dict[Value, HeldCopy]) -> None:
     """Drop the arrays of the graph's constants that ``cg`` reads only through a
     packed or laid-out copy (:meth:`CompiledGraph.constants_read`): ``Value.const``
     None, ``Value.held`` the copy.  Only for a graph that owns its constants."""
-    held = dict(packed)
+    held: dict[Value, HeldCopy] = {}
     for s in cg.steps:
-        for v, a in s.arg_arrays.items():
-            held.setdefault(v, HeldCopy(a, axes=CONV_WEIGHT_AXES))
+        held.update(_copies(s, packed))
     read = cg.constants_read()
     for v, h in held.items():
         if v not in read and v.const is not None:
@@ -155,6 +162,15 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     part.groups = _topo_groups(part)
     built: dict[str, tuple[object, Any, list[str]]] = {}
     packed: dict[Value, HeldCopy] = {}   # constants packed once (weights)
+    # a constant one group reads (and no graph output): once that group's step reads it
+    # through a copy, its array is dropped at once (an owned graph), so the compilation
+    # does not hold every weight twice at its end (BERT-12: ~330 MiB of peak)
+    readers: dict[Value, int] = {}
+    for g in part.groups:
+        for v in part.inputs_of(g):
+            readers[v] = readers.get(v, 0) + (v.const is not None)
+    for v in graph.outputs:
+        readers[v] = readers.get(v, 0) + 1
     steps = []
     # rows flattened for the C/CPU family (the packed GEMM then has no batch loop around
     # it); the CUDA row-reduction mapping plans N-d rows (grid y/z over the outer ones)
@@ -173,6 +189,10 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
         steps.append(Step(g, fn, gk.inputs, gk.outputs,  # type: ignore[arg-type]
                           dict(gk.params.exprs), dict(gk.arg_shapes),
                           _prepack(ck, names, gk.inputs, packed), dict(gk.arg_arrays)))
+        if graph.owns_constants:
+            for v, h in _copies(steps[-1], packed).items():
+                if readers.get(v) == 1:
+                    v.const, v.held = None, h
     cg = CompiledGraph(part, steps, len(built), target)
     if graph.owns_constants:
         _drop_copied_constants(cg, packed)
