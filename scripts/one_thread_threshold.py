@@ -7,6 +7,7 @@ shuffled order in one process.
 
     OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE python scripts/one_thread_threshold.py \\
         [--rounds 7] [--target-ms 3] [--families gemm256,gemm768,gelu,softmax]
+        [--rows 16,32,64] [--static]
 
 Per family and row count: the estimate ``work_s``, the decision the threshold makes,
 wall and process CPU time (all threads) per call with one and with two threads, best /
@@ -31,16 +32,17 @@ FAMILIES = {
 }
 
 
-def graph(family: str):
+def graph(family: str, rows: int | None = None):
+    """The family's one-kernel graph over ``B`` rows (symbolic), or ``rows`` rows."""
     from polycomp.graph import GraphBuilder
     rng = np.random.default_rng(0)
-    g = GraphBuilder(f"ott_{family}")
+    g = GraphBuilder(f"ott_{family}" + ("" if rows is None else f"_{rows}"))
     if family.startswith("gemm"):
         k = int(family[4:])
-        x = g.input("x", ("B", k))
+        x = g.input("x", ("B" if rows is None else rows, k))
         w = g.constant("w", rng.standard_normal((k, k)).astype(np.float32) / k ** 0.5)
         return g.build(g.matmul(x, w)), k
-    x = g.input("x", ("B", 1024 if family == "gelu" else 512))
+    x = g.input("x", ("B" if rows is None else rows, 1024 if family == "gelu" else 512))
     if family == "gelu":
         b = g.constant("b", rng.standard_normal(1024).astype(np.float32))
         return g.build(g.gelu(g.add(x, b))), 1024
@@ -98,6 +100,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--target-ms", type=float, default=3.0)
     ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--rows", default="", help="row counts (default: each family's)")
+    ap.add_argument("--static", action="store_true",
+                    help="one compilation per row count, rows constant (a GEMM's row "
+                         "blocks are then planned for them; with symbolic rows the "
+                         "blocking plans a nominal extent)")
     a = ap.parse_args()
     from polycomp.graph import compile_graph
     from polycomp.hw.cpu.build import ONE_THREAD_BELOW_S
@@ -110,8 +117,12 @@ def main() -> None:
     rng = np.random.default_rng(1)
     for fam in a.families.split(","):
         g, width = graph(fam)
-        cg = compile_graph(g, "cpu")
-        for rows in FAMILIES[fam]:
+        cg = None if a.static else compile_graph(g, "cpu")
+        sizes = [int(r) for r in a.rows.split(",")] if a.rows else FAMILIES[fam]
+        for rows in sizes:
+            if a.static:
+                cg = compile_graph(graph(fam, rows)[0], "cpu")
+            assert cg is not None
             x = rng.standard_normal((rows, width)).astype(np.float32)
             r = measure(cg, x, a.rounds, a.target_ms / 1e3)
             w1, w2, c1, c2 = r["wall"][1], r["wall"][2], r["cpu"][1], r["cpu"][2]
