@@ -698,12 +698,14 @@ def test_symm_split_reaches_the_micro_kernel():
     """symm: phase 1 ``acc[i][j] += A[i][k] * B[k][j]`` (``k < i``: the rectangle left
     of the block on the micro-kernel), phase 2 the ``C[i][j]`` statement, phase 3 the
     mirror ``C[k][j] += A[i][k] * B[i][j]`` (``i > k``: the rows below on the
-    micro-kernel); two micro-kernel nests, scop-trmm and scop-gemm leave it alone."""
+    micro-kernel; the diagonal blocks' register tiles too): four micro-kernel nests,
+    no packed copy, scop-trmm and scop-gemm leave it alone."""
     ck = compile_kernel(kernel("symm_like"), TARGET)
     n = ck.notes["scop-symm"]
-    assert any("split in three phases, 60 rows a step" in x and "acc += A * B" in x
-               and "C += A * B" in x for x in n), n
-    assert ck.final_ir.counts.microkernels == 2, ck.final_ir.counts
+    assert any("split in three phases, 120 rows a step" in x and "acc += A * B" in x
+               and "C += A * B" in x and "6x6 triangles" in x for x in n), n
+    assert ck.final_ir.counts.microkernels == 4, ck.final_ir.counts
+    assert "_pk" not in ck.source          # the operands are read in place
     assert "scop-trmm" not in ck.notes, ck.notes
     assert match_trmm(list(kernel("symm_like").polyhedral_model().statements)) == \
         "not one update W[i][j] += X * Y"
@@ -742,7 +744,7 @@ def test_symm_split_order_is_the_c_order(sizes, monkeypatch, tmp_path_factory):
     1: the rectangle then the block, ``k`` increasing; phase 3: the block then the rows
     below, ``i`` increasing), bitwise gcc -O0; the built kernel (FMA in the
     micro-kernel) within 1e-13 of the largest element."""
-    monkeypatch.setattr(scop_trmm, "BLOCK", 12)
+    monkeypatch.setattr(scop_symm, "BLOCK", 12)
     _symm_check(sizes, tmp_path_factory, True)
 
 
