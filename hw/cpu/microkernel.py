@@ -97,7 +97,8 @@ def _row_bound(li: ir.For) -> int | None:
     return upper_bound(simplify(li.min + li.extent))
 
 
-def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True):
+def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True,
+          init: tuple | None = None):
     """The register tile of the module docstring, or None; ``tile_ids`` numbers the
     tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...); ``prefetch``:
     prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop.
@@ -135,7 +136,9 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
         return ir.IfThenElse(ok, tile, nest)
     if isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm):
         return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
-                           li.extent.value, lj.extent.value)
+                           li.extent.value, lj.extent.value, init=init)
+    if init is not None:
+        return None
     MR, NR = upper_bound(li.extent), upper_bound(lj.extent)
     if MR is None or NR is None or MR < 1 or NR < 2:
         return None
@@ -158,7 +161,8 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
 
 def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool,
                 MR: int, NR: int, cols: ir.Expr | None = None, rows: ir.Expr | None = None,
-                lo: ir.Expr | None = None, hi: ir.Expr | None = None):
+                lo: ir.Expr | None = None, hi: ir.Expr | None = None,
+                init: tuple | None = None):
     """The tile of ``MR x NR`` constant extents (``cols``: a run-time column count
     ``<= NR`` that masks every vector; ``rows``: a run-time row count ``1 <= rows <=
     MR``: row ``i`` reads ``X`` at row ``min(i, rows - 1)``, only rows ``< rows`` are
@@ -166,7 +170,11 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
     crosses a triangle's diagonal) only rows ``lo <= i < hi`` exist: row ``i`` reads
     ``X`` at row ``min(max(i, lo), hi - 1)``, ``cols`` may depend on the row variable
     (row ``i``'s vectors of ``C`` are masked to its own count), the ``Y`` vectors to
-    the largest count of an existing row; the other rows are computed, not stored."""
+    the largest count of an existing row; the other rows are computed, not stored.
+
+    ``init``: ``(cond, value)`` of a fused init (:func:`_init_nest`): where ``cond`` holds
+    (always when None) the accumulators start from ``value`` (an expression of the point
+    variables, vectorised along ``jj`` like ``R``) and ``C`` is not read."""
     L = lanes_of(st.buffer.dtype)
     if L <= 1 or NR < 2 or not ir.is_const(lj.min, 0) or \
             (lo is None and not ir.is_const(li.min, 0)):
@@ -289,12 +297,21 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
             xvars[i] = v
     loads: list[ir.Stmt] = []
     stores: list[ir.Stmt] = []
+    plain_stores: list[ir.Stmt] = []    # (contiguous C) the stores without C's value
     row_stmts: list[ir.Stmt] = []
     # contiguous C: the accumulators start at zero while C's lines are prefetched for
     # writing, and C is added once after the k loop (C's lines arrive during the loop
     # instead of stalling its first FMAs: a GEMM's C tile is in L3 or memory at each k
     # tile); strided C (a convolution's channel form) keeps the load before the loop
     from_zero = lane_buf is None
+    starts: list[ir.Stmt] = []      # the fused init's accumulator values
+    if init is not None:
+        ival = init[1]
+        for i in range(MR):
+            for u in range(NV):
+                w = Widen(lj.var, ir.IntImm(u * L), D, L)
+                starts.append(ir.Store(acc, (slot(i, u),), masked(
+                    u, w.expr(ir.substitute(ival, {li.var: row(i)}))), L))
     if from_zero and prefetch:
         esize = dt.itemsize(D)
         for i in range(MR):
@@ -319,11 +336,15 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
                                       masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)), L))
                 total = ir.Load(acc, (slot(i, u),), D, L)
             store: ir.Stmt = ir.Store(st.buffer, (cref(i, u),), total, L)
+            plain: ir.Stmt = ir.Store(st.buffer, (cref(i, u),),
+                                      ir.Load(acc, (slot(i, u),), D, L), L)
             if lane_buf is not None:
                 store = strided_store(i, u, last if u == NV - 1 else L)
             elif count(u, i) is not None:
                 store = ir.AttrStmt("vector_mask", (count(u, i), L), store)
+                plain = ir.AttrStmt("vector_mask", (count(u, i), L), plain)
             stores.append(store)
+            plain_stores.append(plain)
             if yf is not None:
                 r = ir.Binary("*", xvars[i], yvars[u], D)
             else:
@@ -336,13 +357,28 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
         here = exists(i)
         if here is not None:     # rows outside the tile's: computed, not stored
             stores[row_first:] = [ir.IfThenElse(here, ir.seq(*stores[row_first:]))]
+            plain_stores[row_first:] = [ir.IfThenElse(here, ir.seq(*plain_stores[row_first:]))]
     body = ir.seq(*row_stmts)
     for v, val in reversed(ylets):
         body = ir.LetStmt(v, val, body)
     for k in reversed(lk):
         body = ir.For(k.var, k.min, k.extent, k.kind, body,
                       k.annotations + (("microkernel", f"{MR}x{NR}"),))
-    out = ir.seq(*loads, body, *stores)
+    if init is not None:
+        first, later = ir.seq(*starts), ir.seq(*loads)
+        if from_zero:   # the stores of the init's tile need not add C
+            prefetches = [p_ for p_ in loads if isinstance(p_, ir.Evaluate)]
+            first = ir.seq(*prefetches, *starts)
+            if init[0] is None:
+                out = ir.seq(first, body, *plain_stores)
+            else:
+                out = ir.seq(ir.IfThenElse(init[0], first, later), body,
+                             ir.IfThenElse(init[0], ir.seq(*plain_stores), ir.seq(*stores)))
+        else:
+            out = ir.seq(first if init[0] is None else ir.IfThenElse(init[0], first, later),
+                         body, *stores)
+    else:
+        out = ir.seq(*loads, body, *stores)
     if lane_buf is not None:
         out = ir.Allocate(lane_buf, out)
     return ir.Allocate(acc, out)
@@ -364,15 +400,136 @@ def _reads(e, buf) -> bool:
     return bool(found)
 
 
+def _init_nest(stmt):
+    """``(cond, loops, store)`` of an init nest in front of a micro-kernel: ``[if
+    (cond)] for ..: C[c] = v`` (a perfect nest of For loops around one scalar store
+    whose value does not read ``C``; ``cond`` None when unguarded), or None."""
+    cond = None
+    if isinstance(stmt, ir.IfThenElse) and stmt.orelse is None:
+        cond, stmt = stmt.cond, stmt.then
+    found = _loops_to_store(stmt)
+    if found is None or not found[0] or _reads(found[1].value, found[1].buffer):
+        return None
+    return cond, found[0], found[1]
+
+
+def _guarded_mark(stmt):
+    """``(mark, guard)``: a bare micro-kernel mark, alone (``guard`` None) or as the
+    then-branch of an ``if`` (``guard``: that IfThenElse; isl guards an isolated tile
+    that way), else ``(None, None)``."""
+    guard = None
+    if isinstance(stmt, ir.IfThenElse):
+        guard, stmt = stmt, stmt.then
+        while isinstance(stmt, ir.Block) and len(stmt.stmts) == 1:
+            stmt = stmt.stmts[0]
+    if isinstance(stmt, ir.AttrStmt) and stmt.key == marks.CPU_MICROKERNEL and \
+            stmt.value in ("", None):
+        return stmt, guard
+    return None, None
+
+
+def _conjuncts(e) -> list:
+    if isinstance(e, ir.Binary) and e.op == "&&":
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [e]
+
+
+def _implied(nest, guard: ir.Expr):
+    """The init ``nest`` as seen inside ``if (guard)``: its condition without the
+    conjuncts of ``guard`` (each must be one of its own: the init runs only where the
+    micro-kernel does), or None."""
+    cond, loops, st = nest
+    mine = _conjuncts(cond) if cond is not None else []
+    rest = list(mine)
+    for g in _conjuncts(guard):
+        hit = next((q for q, c in enumerate(rest) if ir.structural_equal(c, g)), None)
+        if hit is None:
+            return None
+        del rest[hit]
+    left = None
+    for c in rest:
+        left = c if left is None else ir.Binary("&&", left, c, "bool")
+    return left, loops, st
+
+
+def _fused_init(nest, lk, li, lj, st):
+    """``(cond, value)`` when the init ``nest`` (:func:`_init_nest`) writes exactly the
+    micro-kernel's tile of ``C``: its innermost loops run like the tile's point loops
+    ``li``, ``lj`` (a one-row tile: the column loop alone) and its store index equals
+    ``c`` under that renaming; ``value`` is in the tile's point variables.  Else None."""
+    cond, loops, init_st = nest
+    if init_st.buffer is not st.buffer or len(init_st.indices) != 1 or \
+            not isinstance(li.extent, ir.IntImm) or not isinstance(lj.extent, ir.IntImm):
+        return None
+    one_row = li.var.name == "mk_row"
+    if len(loops) != (1 if one_row else 2):
+        return None
+    pairs = [(loops[-1], lj)] + ([] if one_row else [(loops[0], li)])
+    ren = {}
+    for a, b in pairs:
+        if not (ir.structural_equal(simplify(a.min), simplify(b.min)) and
+                ir.structural_equal(simplify(a.extent), simplify(b.extent))):
+            return None
+        ren[a.var] = b.var
+    idx = simplify(ir.substitute(init_st.indices[0], ren))
+    if not ir.structural_equal(idx, simplify(st.indices[0])):
+        return None
+    value = ir.substitute(init_st.value, ren)
+    if any(uses(value, k.var) for k in lk) or (cond is not None and any(
+            uses(cond, v) for v in (li.var, lj.var, *(k.var for k in lk)))):
+        return None
+    return cond, value
+
+
 class _Micro(ir.Mutator):
     def __init__(self, lanes_of, dots: Sequence[DotTile] = (),
-                 packed: PackedBuffers | None = None, note=None, prefetch: bool = True):
+                 packed: PackedBuffers | None = None, note=None, prefetch: bool = True,
+                 acc_init: bool = True):
         self.lanes_of = lanes_of
+        self.acc_init = acc_init
+        self.fused = 0
         self.prefetch = prefetch
         self.dots, self.packed = dots, packed or PackedBuffers()
         self.note = note
         self.count = 0
         self.tile_ids = itertools.count(1)     # register-tile names, per function
+
+    def visit_Block(self, b):
+        """An init nest right before a bare micro-kernel mark that writes the same tile
+        (:func:`_fused_init`, option ``acc_init``) becomes the accumulators' start."""
+        if not self.acc_init:
+            return self.generic(b)
+        out: list = []
+        q = 0
+        while q < len(b.stmts):
+            s = b.stmts[q]
+            nxt = b.stmts[q + 1] if q + 1 < len(b.stmts) else None
+            fused = None
+            mark, guard = _guarded_mark(nxt)
+            nest = _init_nest(s) if mark is not None else None
+            if nest is not None and guard is not None:
+                nest = _implied(nest, guard.cond)
+            if nest is not None:
+                assert mark is not None
+                m = _match(mark.body)
+                init = _fused_init(nest, *m[:4]) if m is not None else None
+                if init is not None:
+                    assert m is not None
+                    try:
+                        fused = _tile(*m, self.lanes_of, self.tile_ids, self.prefetch, init)
+                    except Unvectorizable:
+                        fused = None
+                if fused is not None and guard is not None:
+                    fused = ir.IfThenElse(guard.cond, fused, self.visit(guard.orelse))
+            if fused is not None:
+                self.count += 1
+                self.fused += 1
+                out.append(fused)
+                q += 2
+            else:
+                out.append(self.visit(s))
+                q += 1
+        return ir.seq(*out)
 
     def visit_AttrStmt(self, s):
         if s.key != marks.CPU_MICROKERNEL:
@@ -406,14 +563,19 @@ class _Micro(ir.Mutator):
 
 def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
                  packed: PackedBuffers | None = None, note=None,
-                 prefetch: bool = True) -> ir.LoweredFunc:
+                 prefetch: bool = True, acc_init: bool | None = None) -> ir.LoweredFunc:
     """The pass (see the module docstring): ``lanes_of(dtype)`` gives the vector lanes;
     ``dots`` are the payloads of the ``cpu_microkernel:<n>`` marks
     (:func:`polycomp.scheduler.cpu.state.cpu_microkernels`) and ``packed`` says what
     the packing pass made (:func:`polycomp.hw.cpu.pack.packed_buffers`); ``note(text)``
     is told about each dot-product nest left to the generic path; ``prefetch`` (option
-    ``prefetch``): the FMA tiles prefetch their ``C`` lines."""
-    m = _Micro(lanes_of, dots, packed, note, prefetch)
+    ``prefetch``): the FMA tiles prefetch their ``C`` lines; ``acc_init`` (default: not
+    ``POLYCOMP_ACC_INIT=0``): an init nest right before a tile starts its accumulators
+    (the module docstring's *fused init*)."""
+    if acc_init is None:
+        import os
+        acc_init = os.environ.get("POLYCOMP_ACC_INIT", "1") != "0"
+    m = _Micro(lanes_of, dots, packed, note, prefetch, acc_init)
     out = func.with_body(m.visit(func.body))
     out = out.counted(microkernels=m.count)
     return out

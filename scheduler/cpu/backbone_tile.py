@@ -766,7 +766,18 @@ def match_epilogue(op: OuterProduct, statements, before: tuple = ()) -> Statemen
     return e
 
 
-def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list):
+def accumulators_from_init() -> bool:
+    """Whether a channel-form convolution's init runs on each register tile just before
+    its micro-kernel (in the first input-channel tile), so that the micro-kernel starts
+    its accumulators from the init's value in registers instead of a separate zeroing
+    pass over the output and a strided load of each accumulator
+    (:mod:`polycomp.hw.cpu.microkernel`, *fused init*).  ``POLYCOMP_ACC_INIT=0`` keeps
+    the separate init pass (for comparisons)."""
+    import os
+    return os.environ.get("POLYCOMP_ACC_INIT", "1") != "0"
+
+
+def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list, ispace=None):
     """The channel form of a direct backbone (see :func:`match_channel_form`):
 
         mark cpu_parallel -> band[floor(f/NR)]
@@ -780,20 +791,46 @@ def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list):
     mark; with fewer channel panels than threads (``Blocking.rows_outer``) the batch
     band (image, output row) is the parallel one, outside ``band[floor(f/NR)]``.  Every
     band is permutable and the reduction stays inside the micro-kernel, so either order
-    keeps the dependences (the sum reassociated as above)."""
+    keeps the dependences (the sum reassociated as above).
+
+    With ``ispace`` (the init's space, :func:`accumulators_from_init`) the init joins
+    every band with the same functions of its output point ``s`` as the updates of
+    ``C[s]`` (its input-channel tile: ``0``) and runs on each register tile just before
+    the micro-kernel:
+
+        band[floor(i/MR)] -> sequence
+          filter init:   band[i mod MR, f mod NR]          (channel tile 0 only)
+          filter update: mark cpu_microkernel -> band[reduce dims..] -> band[ii, ff]
+
+    Legal: every update of ``C[s]`` lies in the same (channel panel, rows, ``i``) tile
+    as the init of ``C[s]``, at a channel tile ``>= 0``: after the init (the later
+    sequence child at tile 0, a later tile otherwise); init instances are independent."""
     i, j = dim_aff(sp, op.i), dim_aff(sp, op.j)
-    ft = to_upa(floor_div_aff(j, b.NR))
-    batch = [to_upa(dim_aff(sp, t)) for t in op.batch]
-    it = to_upa(floor_div_aff(i, b.MR))
+    spaces = [sp] if ispace is None else [sp, ispace]
+
+    def on_all(f) -> isl.UnionPwAff:    # one member over the update (and the init)
+        return T.union_members([to_upa(f(s)) for s in spaces])
+    ft = on_all(lambda s: floor_div_aff(dim_aff(s, op.j), b.NR))
+    batch = [on_all(lambda s, t=t: dim_aff(s, t)) for t in op.batch]
+    it = on_all(lambda s: floor_div_aff(dim_aff(s, op.i), b.MR))
     ii, jj = to_upa(mod_aff(i, b.MR)), to_upa(mod_aff(j, b.NR))
-    ct = [to_upa(floor_div_aff(dim_aff(sp, channel_k(op)), b.c_tile))] if b.c_tile else []
+    ct = [on_all(lambda s: floor_div_aff(dim_aff(s, channel_k(op)), b.c_tile) if s is sp
+                 else isl.Aff.zero_on_domain(isl.LocalSpace.from_space(s)))] \
+        if b.c_tile else []
     outer = batch + [ft] if b.rows_outer else [ft] + ct + batch
     iso = isolate_full_tiles(ct + outer if b.rows_outer else outer, [it], [ii, jj],
                              (b.MR, b.NR), op.update.domain)
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
     red = T.Band([to_upa(dim_aff(sp, t)) for t in op.k], point, permutable=True)
-    regs = T.Band([it], T.Mark(marks.CPU_MICROKERNEL, red), permutable=True,
-                  coincident=[True], options=iso)
+    tile: T.Mark | T.Sequence = T.Mark(marks.CPU_MICROKERNEL, red)
+    if ispace is not None:
+        zero_tile = T.Band([to_upa(mod_aff(dim_aff(ispace, op.i), b.MR)),
+                            to_upa(mod_aff(dim_aff(ispace, op.j), b.NR))],
+                           permutable=True, coincident=[True, True])
+        tile = T.Sequence([T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)),
+                                    zero_tile),
+                           T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), tile)])
+    regs = T.Band([it], tile, permutable=True, coincident=[True], options=iso)
     if b.rows_outer:
         par = T.Mark(marks.CPU_PARALLEL, T.Band(outer, regs, permutable=True,
                                                 coincident=[True] * len(outer)))
@@ -824,6 +861,8 @@ def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None, requests=None):
     sp = op.update.domain.get_space()
     init_f = isl.UnionSet.from_set(isl.Set.universe(ispace))
     upd_f = isl.UnionSet.from_set(isl.Set.universe(sp))
+    if op.channel and accumulators_from_init():
+        return channel_tree(op, b, sp, [] if requests is None else requests, ispace)
     update = channel_tree(op, b, sp, [] if requests is None else requests) if op.channel \
         else direct_tree(op, b, sp)
     return T.Sequence([T.Filter(init_f, T.Mark(marks.CPU_PARALLEL, init_band)),
