@@ -37,6 +37,30 @@ with ``acc`` a ``register`` buffer of ``MR * NR/L`` vectors (printed as that man
 vector variables).  Each ``C`` element receives the same additions in the same ``k``
 order as before (they are only kept in a register between them), so results are
 bit-identical to the scalar loop up to FMA contraction.
+
+*Fused init* (default; ``POLYCOMP_ACC_INIT=0`` or ``microkernels(acc_init=False)``
+off): a statement right before a bare mark (in the same block, or before an ``if
+(g)`` whose then-branch is the mark) that is an init nest of the same tile,
+
+    [if (cond)] for ii' in [0, MR): for jj' in [0, NR): C[c'] = v     (v reads no C)
+
+with the loops' bounds equal to the tile's point loops and ``c'`` equal to ``c`` under
+``ii' -> ii, jj' -> jj`` (``cond`` holding every conjunct of ``g``; a one-row tile: the
+column loop alone), is dropped and the tile becomes
+
+    if (cond) acc[ii][u] = v(ii, u*L ..)     else acc[ii][u] = <the loads above>
+    for k: ...                                (unchanged)
+    C[c(ii, u*L ..)] = acc[ii][u]             (a contiguous C: ``cond ? acc : C + acc``)
+
+where ``cond`` is what remains of the init's condition without ``g``'s conjuncts (none:
+the init branch alone).  The init wrote exactly the tile's elements of ``C`` and
+nothing between it and the tile reads or writes them, so starting the accumulators at
+``v`` instead of loading the ``v`` just stored is the same computation: each element's
+additions start from the same value in the same order (bit-identical).  This removes
+the zeroing pass of a channel-form convolution (whose init the scheduler places on each
+register tile, :func:`polycomp.scheduler.cpu.backbone_tile.accumulators_from_init`) and
+its strided accumulator loads in the first input-channel tile, and a GEMM's stores of
+zeros at ``k`` tile 0.
 """
 from __future__ import annotations
 
@@ -515,8 +539,10 @@ class _Micro(ir.Mutator):
                 init = _fused_init(nest, *m[:4]) if m is not None else None
                 if init is not None:
                     assert m is not None
+                    lk, li, lj, st, rest = m
                     try:
-                        fused = _tile(*m, self.lanes_of, self.tile_ids, self.prefetch, init)
+                        fused = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids,
+                                      self.prefetch, init)
                     except Unvectorizable:
                         fused = None
                 if fused is not None and guard is not None:
