@@ -119,3 +119,62 @@ def test_gemm_fused_init_at_k_tile_0(monkeypatch):
     ref = a.astype(np.float64) @ b
     assert np.array_equal(np.isnan(outs[-1]), np.isnan(ref))
     np.testing.assert_allclose(outs[-1], ref, rtol=1e-4, atol=1e-4)
+
+
+def _chain_kernel(m, k, n, seed):
+    """``gelu(x @ w + b) + r`` lowered as one stage per operator (the epilogue chain
+    of ``tests/test_cpu_epilogue_chain.py``), its group kernel and arrays."""
+    from polycomp.graph import GraphBuilder
+    from polycomp.graph.lower import group_kernel
+    from polycomp.graph.partition import partition
+    rng = np.random.default_rng(seed)
+    w, b = rng.standard_normal((k, n)).astype(np.float32), \
+        rng.standard_normal(n).astype(np.float32)
+    g = GraphBuilder(f"ch{m}_{k}_{n}")
+    y = g.add(g.gelu(g.add(g.matmul(g.input("x", (m, k)), g.constant("w", w)),
+                           g.constant("b", b))), g.input("r", (m, n)))
+    part = partition(g.build(y))
+    (grp,) = [p for p in part.groups if p.kind != "view"]
+    return group_kernel(part, grp), w, b
+
+
+def test_fused_epilogue_ir_golden(goldens, monkeypatch):
+    """The micro-kernel pass on ``gelu(x @ w + b) + r`` (8 x 24 x 16, a 2 x 8 register
+    block on AVX2, k in one tile): in, the three epilogue nests in one ``if`` after the
+    mark; out, per accumulator vector ``let c = acc; let e0 = c + b; let e1 =
+    gelu(e0); let e2 = e1 + r`` and one store each, no epilogue loop left."""
+    monkeypatch.setenv("POLYCOMP_ACC_EPILOGUE", "1")
+    gk, _, _ = _chain_kernel(8, 24, 16, 0)
+    ck = compile_kernel(gk.kernel, TARGET, options={"gemm_register": (2, 1)}, dump=True)
+    assert "epilogue s_add, s_gelu, s_add_1" in ck.notes["cpu-backbone-tile"][0]
+    before, after = _records(ck, "microkernels", "codegen")
+    for part, text in (("in", before), ("out", after)):
+        expected = goldens.expected(f"test_cpu_acc_init/chain.microkernels.{part}.ir", text)
+        assert expected == text.strip(), f"{part}:\n{text}"
+    assert "let ep_c0_0 = acc" in after and "erf(ep0_0_0" in after
+    assert "erf(s_add[" not in after        # no epilogue loop of the full tiles left
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+@pytest.mark.parametrize("m,k,n", [(13, 150, 19), pytest.param(1, 7, 8, marks=pytest.mark.slow)])
+def test_fused_epilogue_matches_numpy(m, k, n, monkeypatch):
+    """The chain on the accumulators against numpy: prime sizes with three ``k`` tiles
+    (the chain at the last only; edge tiles keep the loops), NaN in ``x`` and ``r``
+    propagated; one row (slow lane: no register tile to fuse, the generic path)."""
+    import math
+    monkeypatch.setenv("POLYCOMP_ACC_EPILOGUE", "1")
+    gk, w, b = _chain_kernel(m, k, n, 1)
+    ck = compile_kernel(gk.kernel, TARGET, options={"gemm_tiles": (16, 16, 64)}, dump=True)
+    _, after = _records(ck, "microkernels", "codegen")
+    # (one row: the contraction pass made the chain's temporaries scalars already)
+    assert ("let ep_c0_0 = acc" in after) == (m > 1)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    r = rng.standard_normal((m, n)).astype(np.float32)
+    x[0, k // 2] = np.nan
+    r[m - 1, n - 1] = np.nan
+    got = CFunction(ck.final_ir, build_shared(ck.source))(x, w, b, r)
+    z = x.astype(np.float64) @ w + b
+    want = 0.5 * z * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0))) + r
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

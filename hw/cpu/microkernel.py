@@ -61,6 +61,24 @@ the zeroing pass of a channel-form convolution (whose init the scheduler places 
 register tile, :func:`polycomp.scheduler.cpu.backbone_tile.accumulators_from_init`) and
 its strided accumulator loads in the first input-channel tile, and a GEMM's stores of
 zeros at ``k`` tile 0.
+
+*Fused epilogue* (default; ``POLYCOMP_ACC_EPILOGUE=0`` or
+``microkernels(acc_epilogue=False)`` off; constant full tiles with a contiguous ``C``):
+the statements right after the mark (or its ``if (g)``) that are nests ``[if (cond)]
+for ii': for jj': E_n[e_n] = v_n`` over the tile's point loops (the GEMM tree's
+epilogue chain at the last ``k`` tile, :func:`_epilogue_nests`) -- ``e_n`` of
+coefficient 1 in ``jj``, ``v_n`` reading ``C`` and ``E_1 .. E_{n-1}`` only at their own
+point, no later ``E`` and nothing else of the chain, ``R`` reading no ``E``, one common
+``cond`` -- are dropped and the tile ends, after its stores, with
+
+    if (cond) for each (ii, u):  let c = acc[ii][u]; let e_1 = v_1(c, ..); ..
+                                 E_1[e_1(ii, u*L ..)] = e_1; ..
+
+(the accumulator holding ``C``'s final value: a contiguous ``C``'s store first sets
+``acc = C + acc``).  Each element gets the same operations on the same values as
+before (``C``'s and the chain's values at its point come from registers instead of
+the stores just made), so results are bit-identical; ``C`` and every ``E`` are still
+stored (later statements may read them).
 """
 from __future__ import annotations
 
@@ -122,7 +140,7 @@ def _row_bound(li: ir.For) -> int | None:
 
 
 def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True,
-          init: tuple | None = None):
+          init: tuple | None = None, epilogues: Sequence = ()):
     """The register tile of the module docstring, or None; ``tile_ids`` numbers the
     tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...); ``prefetch``:
     prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop.
@@ -160,8 +178,8 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
         return ir.IfThenElse(ok, tile, nest)
     if isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm):
         return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
-                           li.extent.value, lj.extent.value, init=init)
-    if init is not None:
+                           li.extent.value, lj.extent.value, init=init, epilogues=epilogues)
+    if init is not None or epilogues:
         return None
     MR, NR = upper_bound(li.extent), upper_bound(lj.extent)
     if MR is None or NR is None or MR < 1 or NR < 2:
@@ -186,7 +204,7 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
 def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool,
                 MR: int, NR: int, cols: ir.Expr | None = None, rows: ir.Expr | None = None,
                 lo: ir.Expr | None = None, hi: ir.Expr | None = None,
-                init: tuple | None = None):
+                init: tuple | None = None, epilogues: Sequence = ()):
     """The tile of ``MR x NR`` constant extents (``cols``: a run-time column count
     ``<= NR`` that masks every vector; ``rows``: a run-time row count ``1 <= rows <=
     MR``: row ``i`` reads ``X`` at row ``min(i, rows - 1)``, only rows ``< rows`` are
@@ -198,7 +216,12 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
 
     ``init``: ``(cond, value)`` of a fused init (:func:`_init_nest`): where ``cond`` holds
     (always when None) the accumulators start from ``value`` (an expression of the point
-    variables, vectorised along ``jj`` like ``R``) and ``C`` is not read."""
+    variables, vectorised along ``jj`` like ``R``) and ``C`` is not read.
+
+    ``epilogues``: ``(cond, store)`` of a fused epilogue chain (:func:`_epilogue_nests`,
+    a contiguous ``C`` only): after the stores, where ``cond`` holds, each statement's
+    value on every accumulator vector, ``C`` and the earlier statements' outputs at
+    the same point read from registers, stored once."""
     L = lanes_of(st.buffer.dtype)
     if L <= 1 or NR < 2 or not ir.is_const(lj.min, 0) or \
             (lo is None and not ir.is_const(li.min, 0)):
@@ -362,6 +385,8 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
             store: ir.Stmt = ir.Store(st.buffer, (cref(i, u),), total, L)
             plain: ir.Stmt = ir.Store(st.buffer, (cref(i, u),),
                                       ir.Load(acc, (slot(i, u),), D, L), L)
+            if epilogues and from_zero:     # the accumulator holds C's final value
+                store = ir.seq(ir.Store(acc, (slot(i, u),), total, L), plain)
             if lane_buf is not None:
                 store = strided_store(i, u, last if u == NV - 1 else L)
             elif count(u, i) is not None:
@@ -388,6 +413,13 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
     for k in reversed(lk):
         body = ir.For(k.var, k.min, k.extent, k.kind, body,
                       k.annotations + (("microkernel", f"{MR}x{NR}"),))
+    if epilogues:
+        if lane_buf is not None or any(count(u, i) is not None or exists(i) is not None
+                                       for i in range(MR) for u in range(NV)):
+            return None
+        epi = _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR, NV, L, D)
+        if epi is None:
+            return None
     if init is not None:
         first, later = ir.seq(*starts), ir.seq(*loads)
         if from_zero:   # the stores of the init's tile need not add C
@@ -403,6 +435,8 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
                          body, *stores)
     else:
         out = ir.seq(*loads, body, *stores)
+    if epilogues:
+        out = ir.seq(out, *epi)
     if lane_buf is not None:
         out = ir.Allocate(lane_buf, out)
     return ir.Allocate(acc, out)
@@ -424,7 +458,7 @@ def _reads(e, buf) -> bool:
     return bool(found)
 
 
-def _init_nest(stmt):
+def _init_nest(stmt, reads_ok: bool = False):
     """``(cond, loops, store)`` of an init nest in front of a micro-kernel: ``[if
     (cond)] for ..: C[c] = v`` (a perfect nest of For loops around one scalar store
     whose value does not read ``C``; ``cond`` None when unguarded), or None."""
@@ -432,9 +466,153 @@ def _init_nest(stmt):
     if isinstance(stmt, ir.IfThenElse) and stmt.orelse is None:
         cond, stmt = stmt.cond, stmt.then
     found = _loops_to_store(stmt)
-    if found is None or not found[0] or _reads(found[1].value, found[1].buffer):
+    if found is None or not found[0] or (not reads_ok and
+                                         _reads(found[1].value, found[1].buffer)):
         return None
     return cond, found[0], found[1]
+
+
+def _epilogue_nests(stmts, guard, lk, li, lj, st, rest) -> tuple[list, int]:
+    """The epilogue chain after a micro-kernel: the longest run of ``stmts`` that are
+    nests ``[if (cond)] for ii': for jj': E[e] = v`` (:func:`_init_nest`) with the
+    tile's point loops, ``e`` of coefficient 1 in ``jj``, each ``v`` reading ``C`` and
+    the earlier statements' outputs only at their own point (their stores' indices),
+    none of the later ones' and nothing the chain writes otherwise (and the tile's
+    ``R`` reads none of their outputs), of ``C``'s dtype
+    with no casts and only vector math calls; ``cond`` without the conjuncts of the
+    mark's ``guard`` and free of the tile's loops.  Returns ``[(cond, store)]`` with
+    the stores renamed to the tile's point variables, and the number of ``stmts``
+    they take (an ``if`` holding several nests is taken whole or not at all)."""
+    from polycomp.lowering.vectorize import VECTOR_MATH
+    out: list = []
+    used = 0
+    if not isinstance(li.extent, ir.IntImm) or not isinstance(lj.extent, ir.IntImm):
+        return out, used
+    own = {st.buffer: simplify(st.indices[0])}
+    written = {st.buffer}
+    for s_ in stmts:
+        group = _epilogue_group(s_, guard)
+        if group is None:
+            break
+        taken: list = []
+        for nest in group:
+            e = _epilogue_nest(nest, lk, li, lj, st, own, written, VECTOR_MATH)
+            if e is None or _reads(rest, e[1].buffer) or \
+                    any(_reads(p[1].value, e[1].buffer) for p in out + taken):
+                break
+            taken.append(e)
+            own[e[1].buffer] = e[1].indices[0]
+            written.add(e[1].buffer)
+        if len(taken) != len(group):
+            break
+        out += taken
+        used += 1
+    return out, used
+
+
+def _epilogue_group(stmt, guard) -> list | None:
+    """The nests of one statement after a micro-kernel: ``[if (cond)] nest`` or ``if
+    (cond) { nest; nest; .. }`` (isl puts a chain under one condition), each as
+    :func:`_init_nest` gives it (reads of ``C`` allowed) with ``cond`` less the
+    conjuncts of ``guard``; None if some part is not such a nest."""
+    cond, body = None, stmt
+    if isinstance(stmt, ir.IfThenElse) and stmt.orelse is None:
+        cond, body = stmt.cond, stmt.then
+    parts = list(body.stmts) if isinstance(body, ir.Block) else [body]
+    out = []
+    for p in parts:
+        nest = _init_nest(p if cond is None else ir.IfThenElse(cond, p), reads_ok=True)
+        if nest is not None and guard is not None:
+            nest = _implied(nest, guard.cond)
+        if nest is None:
+            return None
+        out.append(nest)
+    return out or None
+
+
+def _epilogue_nest(nest, lk, li, lj, st, own: dict, written: set, vector_math):
+    """``(cond, store)`` of one epilogue nest (see :func:`_epilogue_nests`), or None."""
+    if True:
+        cond, loops, est = nest
+        if len(loops) != (1 if li.var.name == "mk_row" else 2) or est.buffer in written or \
+                len(est.indices) != 1 or est.buffer.dtype != st.buffer.dtype:
+            return None
+        pairs = [(loops[-1], lj)] + ([] if li.var.name == "mk_row" else [(loops[0], li)])
+        if not all(ir.structural_equal(simplify(a.min), simplify(b.min)) and
+                   ir.structural_equal(simplify(a.extent), simplify(b.extent))
+                   for a, b in pairs):
+            return None
+        ren = {a.var: b.var for a, b in pairs}
+        idx = simplify(ir.substitute(est.indices[0], ren))
+        value = ir.substitute(est.value, ren)
+        if index_coeff(idx, lj.var) != 1 or any(uses(idx, k.var) or uses(value, k.var)
+                                                for k in lk):
+            return None
+        if cond is not None and any(uses(cond, v) for v in (li.var, lj.var)):
+            return None
+        nodes: list = []
+        ir.walk(value, nodes.append)
+        bad = any(isinstance(n, ir.Cast) or (isinstance(n, ir.Call) and
+                                             n.name not in vector_math) for n in nodes)
+        for n in nodes:
+            if not isinstance(n, ir.Load):
+                continue
+            if n.buffer in own:
+                bad = bad or len(n.indices) != 1 or not ir.structural_equal(
+                    simplify(n.indices[0]), simplify(own[n.buffer]))
+            else:   # nothing the chain writes, at any point
+                bad = bad or n.buffer.dtype != st.buffer.dtype or n.buffer is est.buffer
+        if bad or value.dtype != st.buffer.dtype:
+            return None
+        return cond, ir.Store(est.buffer, (idx,), value, 1)
+
+
+class _OwnPoint(ir.Mutator):
+    """Loads of the given buffers (read at their own point: checked by
+    :func:`_epilogue_nests`) replaced by their values' variables."""
+
+    def __init__(self, values: dict):
+        self.values = dict(values)
+
+    def visit_Load(self, ld):
+        return self.values[ld.buffer] if ld.buffer in self.values else self.generic(ld)
+
+
+def _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR: int, NV: int, L: int, D: str):
+    """The vector statements of a fused epilogue chain (see :func:`_fixed_tile`; every
+    statement under the same ``cond``): per accumulator vector ``(i, u)``, ``C``'s value
+    is ``acc[i][u]``, each statement's value is widened along ``jj`` with ``C`` and the
+    earlier statements' values bound as vector lets, and stored.  None when a value
+    does not widen or the conditions differ."""
+    cond = epilogues[0][0]
+    if any((c is None) != (cond is None) or (c is not None and not ir.structural_equal(
+            c, cond)) for c, _ in epilogues):
+        return None
+    vecs: list[ir.Stmt] = []
+    for i in range(MR):
+        for u in range(NV):
+            cv = ir.Var(f"ep_c{i}_{u}", D)
+            vars_ = {st.buffer: cv}
+            chain: list = []       # (var, value, store) per statement
+            for n, (_, est) in enumerate(epilogues):
+                v0 = ir.substitute(_OwnPoint(vars_).visit(est.value), {li.var: ir.IntImm(i)})
+                w = Widen(lj.var, ir.IntImm(u * L), D, L, vector_lets=vars_.values())
+                try:
+                    vec = w.expr(v0)
+                except Unvectorizable:
+                    return None
+                ev = ir.Var(f"ep{n}_{i}_{u}", D)
+                at = simplify(ir.substitute(est.indices[0], {li.var: ir.IntImm(i),
+                                                             lj.var: ir.IntImm(u * L)}))
+                chain.append((ev, vec, ir.Store(est.buffer, (ir.Ramp(at, ir.IntImm(1), L),),
+                                                ev, L)))
+                vars_[est.buffer] = ev
+            body: ir.Stmt = ir.seq(*(store for _, _, store in chain))
+            for ev, vec, _ in reversed(chain):
+                body = ir.LetStmt(ev, vec, body)
+            vecs.append(ir.LetStmt(cv, ir.Load(acc, (slot(i, u),), D, L), body))
+    out = ir.seq(*vecs)
+    return [out if cond is None else ir.IfThenElse(cond, out)]
 
 
 def _guarded_mark(stmt):
@@ -508,10 +686,12 @@ def _fused_init(nest, lk, li, lj, st):
 class _Micro(ir.Mutator):
     def __init__(self, lanes_of, dots: Sequence[DotTile] = (),
                  packed: PackedBuffers | None = None, note=None, prefetch: bool = True,
-                 acc_init: bool = True):
+                 acc_init: bool = True, acc_epilogue: bool = True):
         self.lanes_of = lanes_of
         self.acc_init = acc_init
+        self.acc_epilogue = acc_epilogue
         self.fused = 0
+        self.epilogues = 0
         self.prefetch = prefetch
         self.dots, self.packed = dots, packed or PackedBuffers()
         self.note = note
@@ -520,42 +700,72 @@ class _Micro(ir.Mutator):
 
     def visit_Block(self, b):
         """An init nest right before a bare micro-kernel mark that writes the same tile
-        (:func:`_fused_init`, option ``acc_init``) becomes the accumulators' start."""
-        if not self.acc_init:
+        (:func:`_fused_init`, option ``acc_init``) becomes the accumulators' start; the
+        epilogue nests right after it (:func:`_epilogue_nests`, option
+        ``acc_epilogue``) run on the accumulators after the stores."""
+        if not self.acc_init and not self.acc_epilogue:
             return self.generic(b)
         out: list = []
         q = 0
-        while q < len(b.stmts):
-            s = b.stmts[q]
-            nxt = b.stmts[q + 1] if q + 1 < len(b.stmts) else None
-            fused = None
-            mark, guard = _guarded_mark(nxt)
-            nest = _init_nest(s) if mark is not None else None
-            if nest is not None and guard is not None:
-                nest = _implied(nest, guard.cond)
-            if nest is not None:
-                assert mark is not None
-                m = _match(mark.body)
-                init = _fused_init(nest, *m[:4]) if m is not None else None
-                if init is not None:
-                    assert m is not None
-                    lk, li, lj, st, rest = m
-                    try:
-                        fused = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids,
-                                      self.prefetch, init)
-                    except Unvectorizable:
-                        fused = None
-                if fused is not None and guard is not None:
-                    fused = ir.IfThenElse(guard.cond, fused, self.visit(guard.orelse))
+        stmts = b.stmts
+        while q < len(stmts):
+            fused, used = self._fuse_at(stmts, q)
             if fused is not None:
                 self.count += 1
-                self.fused += 1
                 out.append(fused)
-                q += 2
+                q += used
             else:
-                out.append(self.visit(s))
+                out.append(self.visit(stmts[q]))
                 q += 1
         return ir.seq(*out)
+
+    def _fuse_at(self, stmts, q: int):
+        """``(tile, statements used)`` of a micro-kernel at ``stmts[q]`` (or after an
+        init nest there) with a fused init and/or epilogue chain, or ``(None, 0)``."""
+        nest = None
+        mark, guard = _guarded_mark(stmts[q])
+        first = q
+        if mark is None and self.acc_init and q + 1 < len(stmts):
+            mark, guard = _guarded_mark(stmts[q + 1])
+            nest = _init_nest(stmts[q]) if mark is not None else None
+            if nest is not None and guard is not None:
+                nest = _implied(nest, guard.cond)
+            if nest is None:
+                return None, 0
+            first = q + 1
+        if mark is None:
+            return None, 0
+        m = _match(mark.body)
+        if m is None:
+            return None, 0
+        lk, li, lj, st, rest = m
+        init = _fused_init(nest, lk, li, lj, st) if nest is not None else None
+        if nest is not None and init is None:
+            return None, 0
+        epis, n_epi = _epilogue_nests(stmts[first + 1:], guard, lk, li, lj, st, rest) \
+            if self.acc_epilogue else ([], 0)
+        if init is None and not epis:
+            return None, 0
+        try:
+            fused = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids,
+                          self.prefetch, init, epis)
+        except Unvectorizable:
+            fused = None
+        if fused is None and epis and init is not None:     # the init alone
+            try:
+                fused = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids,
+                              self.prefetch, init)
+            except Unvectorizable:
+                fused = None
+            epis, n_epi = [], 0
+        if fused is None:
+            return None, 0
+        if init is not None:
+            self.fused += 1
+        self.epilogues += len(epis)
+        if guard is not None:
+            fused = ir.IfThenElse(guard.cond, fused, self.visit(guard.orelse))
+        return fused, first - q + 1 + n_epi
 
     def visit_AttrStmt(self, s):
         if s.key != marks.CPU_MICROKERNEL:
@@ -589,7 +799,8 @@ class _Micro(ir.Mutator):
 
 def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
                  packed: PackedBuffers | None = None, note=None,
-                 prefetch: bool = True, acc_init: bool | None = None) -> ir.LoweredFunc:
+                 prefetch: bool = True, acc_init: bool | None = None,
+                 acc_epilogue: bool | None = None) -> ir.LoweredFunc:
     """The pass (see the module docstring): ``lanes_of(dtype)`` gives the vector lanes;
     ``dots`` are the payloads of the ``cpu_microkernel:<n>`` marks
     (:func:`polycomp.scheduler.cpu.state.cpu_microkernels`) and ``packed`` says what
@@ -597,11 +808,15 @@ def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
     is told about each dot-product nest left to the generic path; ``prefetch`` (option
     ``prefetch``): the FMA tiles prefetch their ``C`` lines; ``acc_init`` (default: not
     ``POLYCOMP_ACC_INIT=0``): an init nest right before a tile starts its accumulators
-    (the module docstring's *fused init*)."""
+    (the module docstring's *fused init*); ``acc_epilogue`` (default: not
+    ``POLYCOMP_ACC_EPILOGUE=0``): the epilogue nests right after a tile run on its
+    accumulators (*fused epilogue*)."""
+    import os
     if acc_init is None:
-        import os
         acc_init = os.environ.get("POLYCOMP_ACC_INIT", "1") != "0"
-    m = _Micro(lanes_of, dots, packed, note, prefetch, acc_init)
+    if acc_epilogue is None:
+        acc_epilogue = os.environ.get("POLYCOMP_ACC_EPILOGUE", "1") != "0"
+    m = _Micro(lanes_of, dots, packed, note, prefetch, acc_init, acc_epilogue)
     out = func.with_body(m.visit(func.body))
     out = out.counted(microkernels=m.count)
     return out
