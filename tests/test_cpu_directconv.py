@@ -20,6 +20,7 @@ from polycomp.hw.cpu.target import cpu_flags
 from polycomp.hw.target import get_target
 from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu.backbone_tile import CpuBackboneTilePass
+from polycomp.scheduler.cpu.reduce_interchange import CpuReduceInterchangePass
 from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
 from polycomp.state import CompileState
 
@@ -153,6 +154,9 @@ def test_channel_form_in_place_weights_golden(goldens, c, acc_init, monkeypatch)
     assert same(expected), sched.to_str()
     assert "cpu_pack_request" not in sched.to_str()
     assert (c == 600) == ("input channels in tiles of" in " ".join(ctx.notes["cpu-backbone-tile"]))
+    # the tiled subtree starts with a band (the channel tiles) like a program-order
+    # stage; cpu-reduce-interchange (a later pass) leaves it alone
+    assert CpuReduceInterchangePass().run(sched, ctx).plain_is_equal(sched)
     bad = violated_dependences(sched, model.dependences)
     same_point = isl.UnionMap.read_from_str(
         model.ctx, "{ conv2d_update[n, f, y, z, rc, rh, rw] -> "
