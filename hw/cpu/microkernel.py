@@ -532,39 +532,38 @@ def _epilogue_group(stmt, guard) -> list | None:
 
 def _epilogue_nest(nest, lk, li, lj, st, own: dict, written: set, vector_math):
     """``(cond, store)`` of one epilogue nest (see :func:`_epilogue_nests`), or None."""
-    if True:
-        cond, loops, est = nest
-        if len(loops) != (1 if li.var.name == "mk_row" else 2) or est.buffer in written or \
-                len(est.indices) != 1 or est.buffer.dtype != st.buffer.dtype:
-            return None
-        pairs = [(loops[-1], lj)] + ([] if li.var.name == "mk_row" else [(loops[0], li)])
-        if not all(ir.structural_equal(simplify(a.min), simplify(b.min)) and
-                   ir.structural_equal(simplify(a.extent), simplify(b.extent))
-                   for a, b in pairs):
-            return None
-        ren = {a.var: b.var for a, b in pairs}
-        idx = simplify(ir.substitute(est.indices[0], ren))
-        value = ir.substitute(est.value, ren)
-        if index_coeff(idx, lj.var) != 1 or any(uses(idx, k.var) or uses(value, k.var)
-                                                for k in lk):
-            return None
-        if cond is not None and any(uses(cond, v) for v in (li.var, lj.var)):
-            return None
-        nodes: list = []
-        ir.walk(value, nodes.append)
-        bad = any(isinstance(n, ir.Cast) or (isinstance(n, ir.Call) and
-                                             n.name not in vector_math) for n in nodes)
-        for n in nodes:
-            if not isinstance(n, ir.Load):
-                continue
-            if n.buffer in own:
-                bad = bad or len(n.indices) != 1 or not ir.structural_equal(
-                    simplify(n.indices[0]), simplify(own[n.buffer]))
-            else:   # nothing the chain writes, at any point
-                bad = bad or n.buffer.dtype != st.buffer.dtype or n.buffer is est.buffer
-        if bad or value.dtype != st.buffer.dtype:
-            return None
-        return cond, ir.Store(est.buffer, (idx,), value, 1)
+    cond, loops, est = nest
+    if len(loops) != (1 if li.var.name == "mk_row" else 2) or est.buffer in written or \
+            len(est.indices) != 1 or est.buffer.dtype != st.buffer.dtype:
+        return None
+    pairs = [(loops[-1], lj)] + ([] if li.var.name == "mk_row" else [(loops[0], li)])
+    if not all(ir.structural_equal(simplify(a.min), simplify(b.min)) and
+               ir.structural_equal(simplify(a.extent), simplify(b.extent))
+               for a, b in pairs):
+        return None
+    ren = {a.var: b.var for a, b in pairs}
+    idx = simplify(ir.substitute(est.indices[0], ren))
+    value = ir.substitute(est.value, ren)
+    if index_coeff(idx, lj.var) != 1 or any(uses(idx, k.var) or uses(value, k.var)
+                                            for k in lk):
+        return None
+    if cond is not None and any(uses(cond, v) for v in (li.var, lj.var)):
+        return None
+    nodes: list = []
+    ir.walk(value, nodes.append)
+    bad = any(isinstance(n, ir.Cast) or (isinstance(n, ir.Call) and
+                                         n.name not in vector_math) for n in nodes)
+    for n in nodes:
+        if not isinstance(n, ir.Load):
+            continue
+        if n.buffer in own:
+            bad = bad or len(n.indices) != 1 or not ir.structural_equal(
+                simplify(n.indices[0]), simplify(own[n.buffer]))
+        else:   # nothing the chain writes, at any point
+            bad = bad or n.buffer.dtype != st.buffer.dtype or n.buffer is est.buffer
+    if bad or value.dtype != st.buffer.dtype:
+        return None
+    return cond, ir.Store(est.buffer, (idx,), value, 1)
 
 
 class _OwnPoint(ir.Mutator):
