@@ -20,6 +20,7 @@ from polycomp.frontend.ops import _ref_conv2d
 from polycomp.hw.cpu.build import CFunction, build_shared
 from polycomp.hw.cpu.target import cpu_flags
 from polycomp.hw.target import get_target
+from polycomp.scheduler.cpu.state import cpu_microkernels
 
 HAS_AVX2 = {"avx2", "fma"} <= cpu_flags()
 # small caches: 120 input channels of a 3x3 (8-channel panels) make two channel tiles
@@ -178,3 +179,93 @@ def test_fused_epilogue_matches_numpy(m, k, n, monkeypatch):
     want = 0.5 * z * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0))) + r
     assert np.array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _conv_chain(xs, f, k, pad, residual, seed, chwf=False):
+    """``relu(conv(x, w) + b) [+ r]`` through the graph layer (a channel-form
+    convolution with its bias / ReLU / residual chain), its group kernel and arrays."""
+    from polycomp.graph import GraphBuilder
+    from polycomp.graph.lower import group_kernel
+    from polycomp.graph.partition import partition
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((f, xs[1], k, k)).astype(np.float32)
+    b = rng.standard_normal(f).astype(np.float32)
+    g = GraphBuilder(f"cc{xs[1]}_{f}_{xs[2]}_{int(residual)}")
+    y = g.relu(g.conv2d(g.input("x", xs), g.constant("w", w), g.constant("b", b),
+                        padding=pad))
+    if residual:
+        y = g.add(y, g.input("r", (xs[0], f, xs[2], xs[3])))
+    part = partition(g.build(y))
+    (grp,) = [p for p in part.groups if p.kind != "view"]
+    return group_kernel(part, grp, conv_layout=chwf), w, b
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+@pytest.mark.parametrize("xs,f,residual", [
+    ((2, 120, 3, 4), 11, True),     # two channel tiles: the chain at the last one
+    pytest.param((2, 13, 5, 6), 17, False, marks=pytest.mark.slow),
+])
+def test_conv_chain_on_the_accumulators_matches_numpy(xs, f, residual, monkeypatch):
+    """A convolution's bias / ReLU (/ residual) chain on its register tiles
+    (``conv_epilogue``; ``match_epilogue`` accepts the channel form): the chain fused
+    on the accumulators, the temporaries it reads (the convolution's output, the
+    biased sum) not stored in the full tiles; against numpy with a NaN input and a NaN
+    residual (ReLU keeps NaN)."""
+    monkeypatch.setenv("POLYCOMP_ACC_INIT", "1")
+    monkeypatch.setenv("POLYCOMP_CONV_EPILOGUE", "1")
+    gk, w, b = _conv_chain(xs, f, 3, 1, residual, 3, chwf=True)
+    ck = compile_kernel(gk.kernel, TARGET, dump=True)
+    assert ("input channels in tiles of" in ck.notes["cpu-backbone-tile"][0]) == \
+        (xs[1] == 120)
+    note = ck.notes["cpu-backbone-tile"][0]
+    assert "channel form" in note and "epilogue" in note, note
+    _, after = _records(ck, "microkernels", "codegen")
+    assert "let ep_c0_0 = acc" in after
+    mk = cpu_microkernels(ck.state)
+    (conv_out, chain), = mk.chains.items()
+    assert len(chain) == 2 + residual and conv_out in mk.chain_temporaries
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(xs).astype(np.float32)
+    x[0, 1, xs[2] // 2, 1] = np.nan
+    args = [x, *gk.arg_arrays.values(), b] if gk.arg_arrays else [x, w, b]
+    want = np.maximum(_ref_conv2d((1, 1), (1, 1), (1, 1))(x, w) + b[None, :, None, None], 0.0)
+    if residual:
+        r = rng.standard_normal((xs[0], f, xs[2], xs[3])).astype(np.float32)
+        r[0, f - 1, 0, 0] = np.nan
+        args.append(r)
+        want = want + r
+    got = CFunction(ck.final_ir, build_shared(ck.source))(*args)
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(want).any()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_chain_tree_golden(goldens, monkeypatch):
+    """``cpu-backbone-tile`` on ``relu(conv + b) + r`` (weights read as ``(F, C, KH,
+    KW)``: packed per panel, no channel tiles): the init and the three chain
+    statements join every band with the output point's functions, in the
+    sequence ``[init, micro-kernel, chain..]`` under the register tile band.  Legal
+    up to the reassociated sum (the only violated dependences are between updates of
+    one output element)."""
+    import islpy as isl
+
+    from polycomp.scheduler.common.tree import violated_dependences
+    from polycomp.scheduler.cpu.backbone_tile import CpuBackboneTilePass
+    from polycomp.state import CompileState
+    monkeypatch.setenv("POLYCOMP_ACC_INIT", "1")
+    monkeypatch.setenv("POLYCOMP_CONV_EPILOGUE", "1")
+    gk, _, _ = _conv_chain((2, 120, 3, 4), 11, 3, 1, True, 3)
+    model = gk.kernel.polyhedral_model()
+    ctx = CompileState(model, TARGET, {})
+    sched = CpuBackboneTilePass().run(model.initial_schedule, ctx)
+    again = isl.Schedule.read_from_str(model.ctx, sched.to_str())
+
+    def same(text):
+        return again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
+    expected = goldens.expected("test_cpu_acc_init/conv_chain.isl", sched.to_str(), same)
+    assert same(expected), sched.to_str()
+    assert "epilogue" in ctx.notes["cpu-backbone-tile"][0]
+    bad = violated_dependences(sched, model.dependences)
+    same_point = isl.UnionMap.read_from_str(
+        model.ctx, "{ s_conv2d_conv_update[n, f, y, z, rc, rh, rw] -> "
+        "s_conv2d_conv_update[n, f, y, z, rc2, rh2, rw2] }")
+    assert not bad.is_empty() and bad.is_subset(same_point)

@@ -63,13 +63,15 @@ its strided accumulator loads in the first input-channel tile, and a GEMM's stor
 zeros at ``k`` tile 0.
 
 *Fused epilogue* (default; ``POLYCOMP_ACC_EPILOGUE=0`` or
-``microkernels(acc_epilogue=False)`` off; constant full tiles with a contiguous ``C``):
+``microkernels(acc_epilogue=False)`` off; constant full tiles without masks):
 the statements right after the mark (or its ``if (g)``) that are nests ``[if (cond)]
 for ii': for jj': E_n[e_n] = v_n`` over the tile's point loops (the GEMM tree's
-epilogue chain at the last ``k`` tile, :func:`_epilogue_nests`) -- ``e_n`` of
-coefficient 1 in ``jj``, ``v_n`` reading ``C`` and ``E_1 .. E_{n-1}`` only at their own
-point, no later ``E`` and nothing else of the chain, ``R`` reading no ``E``, one common
-``cond`` -- are dropped and the tile ends, after its stores, with
+epilogue chain at the last ``k`` tile, a channel-form convolution's at the last
+input-channel tile; :func:`_epilogue_nests`) -- ``e_n`` of coefficient 1 in ``jj``
+(a strided ``C``: any constant stride, each ``E_n`` stored lane by lane), ``v_n`` reading
+``C`` and ``E_1 .. E_{n-1}`` only at their own point, no later ``E`` and nothing else
+of the chain, ``R`` reading no ``E``, one common ``cond`` -- are dropped and the tile
+ends, after its stores, with
 
     if (cond) for each (ii, u):  let c = acc[ii][u]; let e_1 = v_1(c, ..); ..
                                  E_1[e_1(ii, u*L ..)] = e_1; ..
@@ -83,7 +85,7 @@ stored (later statements may read them).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 
 from polycomp import dtypes as dt
 from polycomp import ir
@@ -140,7 +142,7 @@ def _row_bound(li: ir.For) -> int | None:
 
 
 def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True,
-          init: tuple | None = None, epilogues: Sequence = ()):
+          init: tuple | None = None, epilogues: Sequence = (), dead: Set[str] = frozenset()):
     """The register tile of the module docstring, or None; ``tile_ids`` numbers the
     tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...); ``prefetch``:
     prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop.
@@ -178,7 +180,8 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
         return ir.IfThenElse(ok, tile, nest)
     if isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm):
         return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
-                           li.extent.value, lj.extent.value, init=init, epilogues=epilogues)
+                           li.extent.value, lj.extent.value, init=init, epilogues=epilogues,
+                           dead=dead)
     if init is not None or epilogues:
         return None
     MR, NR = upper_bound(li.extent), upper_bound(lj.extent)
@@ -204,7 +207,8 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
 def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool,
                 MR: int, NR: int, cols: ir.Expr | None = None, rows: ir.Expr | None = None,
                 lo: ir.Expr | None = None, hi: ir.Expr | None = None,
-                init: tuple | None = None, epilogues: Sequence = ()):
+                init: tuple | None = None, epilogues: Sequence = (),
+                dead: Set[str] = frozenset()):
     """The tile of ``MR x NR`` constant extents (``cols``: a run-time column count
     ``<= NR`` that masks every vector; ``rows``: a run-time row count ``1 <= rows <=
     MR``: row ``i`` reads ``X`` at row ``min(i, rows - 1)``, only rows ``< rows`` are
@@ -219,9 +223,11 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
     variables, vectorised along ``jj`` like ``R``) and ``C`` is not read.
 
     ``epilogues``: ``(cond, store)`` of a fused epilogue chain (:func:`_epilogue_nests`,
-    a contiguous ``C`` only): after the stores, where ``cond`` holds, each statement's
+    no masked vectors): after the stores, where ``cond`` holds, each statement's
     value on every accumulator vector, ``C`` and the earlier statements' outputs at
-    the same point read from registers, stored once."""
+    the same point read from registers, stored once; ``dead``: chain temporaries
+    (:class:`~polycomp.scheduler.cpu.state.CpuMicroKernels`) whose stores after the
+    last reduction tile are dropped (a strided ``C`` among them: stored only before)."""
     L = lanes_of(st.buffer.dtype)
     if L <= 1 or NR < 2 or not ir.is_const(lj.min, 0) or \
             (lo is None and not ir.is_const(li.min, 0)):
@@ -414,12 +420,18 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
         body = ir.For(k.var, k.min, k.extent, k.kind, body,
                       k.annotations + (("microkernel", f"{MR}x{NR}"),))
     if epilogues:
-        if lane_buf is not None or any(count(u, i) is not None or exists(i) is not None
-                                       for i in range(MR) for u in range(NV)):
+        if any(count(u, i) is not None or exists(i) is not None
+               for i in range(MR) for u in range(NV)):
             return None
-        epi = _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR, NV, L, D)
+        epi = _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR, NV, L, D, lane_buf, dead)
         if epi is None:
             return None
+        if lane_buf is not None and st.buffer.name in dead:
+            # C's values are dead once the chain ran on them: stored only in the
+            # tiles before the last reduction tile (a strided C: the costly stores)
+            ecnd, ebody = epi
+            stores = [ebody if ecnd is None else ir.IfThenElse(ecnd, ebody, ir.seq(*stores))]
+            epi = None
     if init is not None:
         first, later = ir.seq(*starts), ir.seq(*loads)
         if from_zero:   # the stores of the init's tile need not add C
@@ -435,8 +447,9 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
                          body, *stores)
     else:
         out = ir.seq(*loads, body, *stores)
-    if epilogues:
-        out = ir.seq(out, *epi)
+    if epilogues and epi is not None:
+        ecnd, ebody = epi
+        out = ir.seq(out, ebody if ecnd is None else ir.IfThenElse(ecnd, ebody))
     if lane_buf is not None:
         out = ir.Allocate(lane_buf, out)
     return ir.Allocate(acc, out)
@@ -475,7 +488,8 @@ def _init_nest(stmt, reads_ok: bool = False):
 def _epilogue_nests(stmts, guard, lk, li, lj, st, rest) -> tuple[list, int]:
     """The epilogue chain after a micro-kernel: the longest run of ``stmts`` that are
     nests ``[if (cond)] for ii': for jj': E[e] = v`` (:func:`_init_nest`) with the
-    tile's point loops, ``e`` of coefficient 1 in ``jj``, each ``v`` reading ``C`` and
+    tile's point loops, ``e`` of coefficient 1 in ``jj`` where ``c``'s is (else any
+    constant ``>= 1``: stored lane by lane), each ``v`` reading ``C`` and
     the earlier statements' outputs only at their own point (their stores' indices),
     none of the later ones' and nothing the chain writes otherwise (and the tile's
     ``R`` reads none of their outputs), of ``C``'s dtype
@@ -544,8 +558,9 @@ def _epilogue_nest(nest, lk, li, lj, st, own: dict, written: set, vector_math):
     ren = {a.var: b.var for a, b in pairs}
     idx = simplify(ir.substitute(est.indices[0], ren))
     value = ir.substitute(est.value, ren)
-    if index_coeff(idx, lj.var) != 1 or any(uses(idx, k.var) or uses(value, k.var)
-                                            for k in lk):
+    cs, es = index_coeff(st.indices[0], lj.var), index_coeff(idx, lj.var)
+    if not isinstance(es, int) or es < 1 or (cs == 1 and es != 1) or \
+            any(uses(idx, k.var) or uses(value, k.var) for k in lk):
         return None
     if cond is not None and any(uses(cond, v) for v in (li.var, lj.var)):
         return None
@@ -577,12 +592,14 @@ class _OwnPoint(ir.Mutator):
         return self.values[ld.buffer] if ld.buffer in self.values else self.generic(ld)
 
 
-def _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR: int, NV: int, L: int, D: str):
+def _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR: int, NV: int, L: int, D: str,
+                    lane_buf: ir.Buffer | None = None, dead: Set[str] = frozenset()):
     """The vector statements of a fused epilogue chain (see :func:`_fixed_tile`; every
     statement under the same ``cond``): per accumulator vector ``(i, u)``, ``C``'s value
     is ``acc[i][u]``, each statement's value is widened along ``jj`` with ``C`` and the
-    earlier statements' values bound as vector lets, and stored.  None when a value
-    does not widen or the conditions differ."""
+    earlier statements' values bound as vector lets, and stored (not the arrays in
+    ``dead``, chain temporaries).  ``(cond, body)``, or None when a value does not
+    widen or the conditions differ."""
     cond = epilogues[0][0]
     if any((c is None) != (cond is None) or (c is not None and not ir.structural_equal(
             c, cond)) for c, _ in epilogues):
@@ -603,15 +620,23 @@ def _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR: int, NV: int, L: int, 
                 ev = ir.Var(f"ep{n}_{i}_{u}", D)
                 at = simplify(ir.substitute(est.indices[0], {li.var: ir.IntImm(i),
                                                              lj.var: ir.IntImm(u * L)}))
-                chain.append((ev, vec, ir.Store(est.buffer, (ir.Ramp(at, ir.IntImm(1), L),),
-                                                ev, L)))
+                if lane_buf is None:
+                    put: ir.Stmt = ir.Store(est.buffer, (ir.Ramp(at, ir.IntImm(1), L),), ev, L)
+                else:       # strided along the columns: through the lane buffer
+                    stride = index_coeff(est.indices[0], lj.var)
+                    lane = ir.Var(f"ep{n}_l", "int64")
+                    put = ir.seq(
+                        ir.Store(lane_buf, (ir.Ramp(ir.IntImm(0), ir.IntImm(1), L),), ev, L),
+                        ir.For(lane, ir.IntImm(0), ir.IntImm(L), "serial", ir.Store(
+                            est.buffer, (simplify(at + lane * stride),),
+                            ir.Load(lane_buf, (lane,), D), 1)))
+                chain.append((ev, vec, None if est.buffer.name in dead else put))
                 vars_[est.buffer] = ev
-            body: ir.Stmt = ir.seq(*(store for _, _, store in chain))
+            body: ir.Stmt = ir.seq(*(store for _, _, store in chain if store is not None))
             for ev, vec, _ in reversed(chain):
                 body = ir.LetStmt(ev, vec, body)
             vecs.append(ir.LetStmt(cv, ir.Load(acc, (slot(i, u),), D, L), body))
-    out = ir.seq(*vecs)
-    return [out if cond is None else ir.IfThenElse(cond, out)]
+    return cond, ir.seq(*vecs)
 
 
 def _guarded_mark(stmt):
@@ -685,8 +710,12 @@ def _fused_init(nest, lk, li, lj, st):
 class _Micro(ir.Mutator):
     def __init__(self, lanes_of, dots: Sequence[DotTile] = (),
                  packed: PackedBuffers | None = None, note=None, prefetch: bool = True,
-                 acc_init: bool = True, acc_epilogue: bool = True):
+                 acc_init: bool = True, acc_epilogue: bool = True,
+                 dead: Set[str] = frozenset(),
+                 chains: Mapping[str, tuple[str, ...]] | None = None):
         self.lanes_of = lanes_of
+        self.dead = dead
+        self.chains = chains or {}
         self.acc_init = acc_init
         self.acc_epilogue = acc_epilogue
         self.fused = 0
@@ -746,8 +775,9 @@ class _Micro(ir.Mutator):
         if init is None and not epis:
             return None, 0
         try:
+            whole = tuple(e.buffer.name for _, e in epis) == self.chains.get(st.buffer.name)
             fused = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids,
-                          self.prefetch, init, epis)
+                          self.prefetch, init, epis, self.dead if whole else frozenset())
         except Unvectorizable:
             fused = None
         if fused is None and epis and init is not None:     # the init alone
@@ -799,7 +829,9 @@ class _Micro(ir.Mutator):
 def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
                  packed: PackedBuffers | None = None, note=None,
                  prefetch: bool = True, acc_init: bool | None = None,
-                 acc_epilogue: bool | None = None) -> ir.LoweredFunc:
+                 acc_epilogue: bool | None = None,
+                 dead: Set[str] = frozenset(),
+                 chains: Mapping[str, tuple[str, ...]] | None = None) -> ir.LoweredFunc:
     """The pass (see the module docstring): ``lanes_of(dtype)`` gives the vector lanes;
     ``dots`` are the payloads of the ``cpu_microkernel:<n>`` marks
     (:func:`polycomp.scheduler.cpu.state.cpu_microkernels`) and ``packed`` says what
@@ -809,13 +841,16 @@ def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
     ``POLYCOMP_ACC_INIT=0``): an init nest right before a tile starts its accumulators
     (the module docstring's *fused init*); ``acc_epilogue`` (default: not
     ``POLYCOMP_ACC_EPILOGUE=0``): the epilogue nests right after a tile run on its
-    accumulators (*fused epilogue*)."""
+    accumulators (*fused epilogue*); ``dead``: the chain temporaries whose stores a
+    fused epilogue drops after the last reduction tile, where it runs the whole chain
+    ``chains[C]`` (:class:`~polycomp.scheduler.cpu.state.CpuMicroKernels`)."""
     import os
     if acc_init is None:
         acc_init = os.environ.get("POLYCOMP_ACC_INIT", "1") != "0"
     if acc_epilogue is None:
         acc_epilogue = os.environ.get("POLYCOMP_ACC_EPILOGUE", "1") != "0"
-    m = _Micro(lanes_of, dots, packed, note, prefetch, acc_init, acc_epilogue)
+    m = _Micro(lanes_of, dots, packed, note, prefetch, acc_init, acc_epilogue, dead,
+               chains or {})
     out = func.with_body(m.visit(func.body))
     out = out.counted(microkernels=m.count)
     return out

@@ -732,7 +732,7 @@ def match_epilogue(op: OuterProduct, statements, before: tuple = ()) -> Statemen
     lowered as one stage per operator): the statement may then read ``C`` or any of
     their outputs, each only at its own point, and must read at least one of them; it
     writes none of the arrays the backbone or those statements read or write."""
-    if op.direct or len(statements) != 1:
+    if len(statements) != 1 or (op.direct and not (op.channel and conv_epilogue())):
         return None
     e = statements[0]
     c = op.update.write
@@ -766,6 +766,32 @@ def match_epilogue(op: OuterProduct, statements, before: tuple = ()) -> Statemen
     return e
 
 
+def chain_temporaries(op: OuterProduct, epi: list, model) -> list[str]:
+    """The arrays among ``C`` and the chain's outputs but the last that are kernel
+    temporaries read by no statement outside the backbone and the chain (the chain
+    reads them only at their own point, :func:`match_epilogue`): their values are
+    dead once the chain ran (``CpuMicroKernels.chain_temporaries``)."""
+    temps = {b.name for b in model.temporaries}
+    own = {op.update.name, op.init.name} | {e.name for e in epi}
+    read_elsewhere: set = set()
+    for st in model.statements:
+        if st.name not in own:
+            ir.walk(st.value, lambda n: read_elsewhere.add(n.buffer.name)
+                    if isinstance(n, ir.Load) else None)
+    names = [op.update.write.name] + [e.write.name for e in epi[:-1]]
+    return [n for n in names if n in temps and n not in read_elsewhere]
+
+
+def conv_epilogue() -> bool:
+    """Whether a channel-form convolution takes an epilogue chain onto its register
+    tiles (after the micro-kernel, at the last input-channel tile; with
+    :func:`accumulators_from_init` only): the chain then runs on the accumulators
+    (:mod:`polycomp.hw.cpu.microkernel`, *fused epilogue*) instead of as a pass over
+    the output.  ``POLYCOMP_CONV_EPILOGUE=0`` keeps the pass (for comparisons)."""
+    import os
+    return accumulators_from_init() and os.environ.get("POLYCOMP_CONV_EPILOGUE", "1") != "0"
+
+
 def accumulators_from_init() -> bool:
     """Whether a channel-form convolution's init runs on each register tile just before
     its micro-kernel (in the first input-channel tile), so that the micro-kernel starts
@@ -777,7 +803,8 @@ def accumulators_from_init() -> bool:
     return os.environ.get("POLYCOMP_ACC_INIT", "1") != "0"
 
 
-def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list, ispace=None):
+def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list, ispace=None,
+                 epilogue=()):
     """The channel form of a direct backbone (see :func:`match_channel_form`):
 
         mark cpu_parallel -> band[floor(f/NR)]
@@ -806,7 +833,21 @@ def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list, ispace=None)
     as the init of ``C[s]``, at a channel tile ``>= 0``: after the init (the later
     sequence child at tile 0, a later tile otherwise); init instances are independent."""
     i, j = dim_aff(sp, op.i), dim_aff(sp, op.j)
-    spaces = [sp] if ispace is None else [sp, ispace]
+    espaces = [e.domain.get_space() for e in epilogue] if ispace is not None else []
+    spaces = ([sp] if ispace is None else [sp, ispace]) + espaces
+    last_ct = 0
+    if b.c_tile:
+        n_c = _extent(op.update.domain, channel_k(op))
+        assert n_c is not None      # (a channel tile needs a constant extent)
+        last_ct = (n_c - 1) // b.c_tile
+
+    def ct_of(s) -> isl.Aff:
+        if s is sp:
+            return floor_div_aff(dim_aff(s, channel_k(op)), b.c_tile)
+        zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(s))
+        if s is ispace:
+            return zero
+        return zero.set_constant_val(isl.Val.int_from_si(s.get_ctx(), last_ct))
 
     def on_all(f) -> isl.UnionPwAff:    # one member over the update (and the init)
         return T.union_members([to_upa(f(s)) for s in spaces])
@@ -814,9 +855,7 @@ def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list, ispace=None)
     batch = [on_all(lambda s, t=t: dim_aff(s, t)) for t in op.batch]
     it = on_all(lambda s: floor_div_aff(dim_aff(s, op.i), b.MR))
     ii, jj = to_upa(mod_aff(i, b.MR)), to_upa(mod_aff(j, b.NR))
-    ct = [on_all(lambda s: floor_div_aff(dim_aff(s, channel_k(op)), b.c_tile) if s is sp
-                 else isl.Aff.zero_on_domain(isl.LocalSpace.from_space(s)))] \
-        if b.c_tile else []
+    ct = [on_all(ct_of)] if b.c_tile else []
     outer = batch + [ft] if b.rows_outer else [ft] + ct + batch
     iso = isolate_full_tiles(ct + outer if b.rows_outer else outer, [it], [ii, jj],
                              (b.MR, b.NR), op.update.domain)
@@ -827,9 +866,14 @@ def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list, ispace=None)
         zero_tile = T.Band([to_upa(mod_aff(dim_aff(ispace, op.i), b.MR)),
                             to_upa(mod_aff(dim_aff(ispace, op.j), b.NR))],
                            permutable=True, coincident=[True, True])
-        tile = T.Sequence([T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)),
-                                    zero_tile),
-                           T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), tile)])
+        steps = [T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), zero_tile),
+                 T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), tile)]
+        for es in espaces:      # the epilogue chain, in order, on the tile
+            steps.append(T.Filter(isl.UnionSet.from_set(isl.Set.universe(es)), T.Band(
+                [to_upa(mod_aff(dim_aff(es, op.i), b.MR)),
+                 to_upa(mod_aff(dim_aff(es, op.j), b.NR))],
+                permutable=True, coincident=[True, True])))
+        tile = T.Sequence(steps)
     regs = T.Band([it], tile, permutable=True, coincident=[True], options=iso)
     if b.rows_outer:
         par = T.Mark(marks.CPU_PARALLEL, T.Band(outer, regs, permutable=True,
@@ -862,7 +906,8 @@ def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None, requests=None):
     init_f = isl.UnionSet.from_set(isl.Set.universe(ispace))
     upd_f = isl.UnionSet.from_set(isl.Set.universe(sp))
     if op.channel and accumulators_from_init():
-        return channel_tree(op, b, sp, [] if requests is None else requests, ispace)
+        return channel_tree(op, b, sp, [] if requests is None else requests, ispace,
+                            list(epilogue or ()))
     update = channel_tree(op, b, sp, [] if requests is None else requests) if op.channel \
         else direct_tree(op, b, sp)
     return T.Sequence([T.Filter(init_f, T.Mark(marks.CPU_PARALLEL, init_band)),
@@ -1151,6 +1196,10 @@ class CpuBackboneTilePass(Pass):
                 if e1 is None:
                     break
                 epi.append(e1)
+            if epi and op.channel:
+                mk = cpu_microkernels(ctx)
+                mk.chain_temporaries.update(chain_temporaries(op, epi, ctx.model))
+                mk.chains[op.update.write.name] = tuple(e.write.name for e in epi)
             if dot is None:
                 new = backbone_tree(op, b, epi, promotion_state(ctx).pack_requests)
             else:
