@@ -1,5 +1,6 @@
 """NPU simulator figures (one A2 chip, every core): cube utilisation of fp16 matmul with
-and without double buffering, of int8 and bf16 matmul, of an implicit-GEMM convolution
+and without double buffering, of int8 (plain, and dequantised per channel by a vector
+epilogue or by Fixpipe) and bf16 matmul, of an implicit-GEMM convolution
 (against the matmul of the same GEMM shape) and of attention (four phases),
 softmax/layernorm against their roofline (HBM, per-core MTE, per-core vector work),
 also over rows longer than a vector repeat stride spans.
@@ -47,6 +48,59 @@ def _matmul(n: int, double_buffer: bool, dtype: str = "float16") -> dict:
             "vs_roofline": round(rep.cycles / roof, 3),
             "busy": {k: v for k, v in rep.busy.items() if v}, "bytes": rep.bytes,
             "max_abs_error": err, "sim_seconds": round(wall, 2)}
+
+
+def _dequant_kernel(int8_out: bool = False):
+    """int8 GEMM dequantised per output channel: ``cast(cast(C, f32) * scale[j], f16)``
+    (``int8_out``: requantised, ``cast(clamp(cast(C, f32) * scale[j]), int8)``)."""
+    import polycomp as pc
+    from polycomp.frontend.dsl import Kernel, Tensor
+    N, M, K = pc.sym("N M K")
+
+    def body(A, B, scale):
+        k = pc.reduce_axis(K, "k")
+        c = pc.compute((N, M), lambda i, j: pc.sum(pc.cast(A[i, k], "int32")
+                                                   * pc.cast(B[k, j], "int32"), axis=k),
+                       name="C")
+        if int8_out:
+            return pc.compute((N, M), lambda i, j: pc.cast(pc.min(pc.max(
+                pc.cast(c[i, j], "float32") * scale[j], -128.0), 127.0), "int8"), name="Q")
+        return pc.compute((N, M), lambda i, j: pc.cast(pc.cast(c[i, j], "float32")
+                                                       * scale[j], "float16"), name="D")
+    name = "matmul_int8_requant" if int8_out else "matmul_int8_dequant"
+    return Kernel(body, name, {"A": Tensor[(N, K), "int8"], "B": Tensor[(K, M), "int8"],
+                               "scale": Tensor[(M,), "float32"]})
+
+
+def _dequant(n: int, fixpipe: bool, int8_out: bool = False) -> dict:
+    """The per-channel dequantised int8 GEMM: the vector epilogue (int32 tiles through a
+    GM workspace to the vector cores) or Fixpipe's VDEQF16 (option fixpipe_quant); the
+    scales have <= 10 mantissa bits, so both give the float32 answer.  ``int8_out``:
+    requantised to int8 (vector epilogue; the scales put the values past both ends)."""
+    from polycomp.driver import compile_kernel
+    from polycomp.hw.npu.backend import simulate
+    from polycomp.hw.npu.target import NpuParams
+    ck = compile_kernel(_dequant_kernel(int8_out), "npu", {"fixpipe_quant": fixpipe})
+    rng = np.random.default_rng(0)
+    a, b = (rng.integers(-128, 128, (n, n)).astype(np.int8) for _ in range(2))
+    s = (rng.integers(1, 1024, n) * 2.0 ** (-15 if int8_out else -20)).astype(np.float32)
+    t0 = time.perf_counter()
+    out, rep = simulate(ck, a, b, s)
+    wall = time.perf_counter() - t0
+    acc = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32)
+    ref = np.clip(acc * s, -128, 127).astype(np.int8) if int8_out else \
+        (acc * s).astype(np.float16)
+    cube_peak = -(-rep.busy["M"] // NpuParams().aic_cores)
+    roof = max(cube_peak, rep.hbm_cycles, rep.l2_cycles)
+    how = "Fixpipe VDEQF16" if fixpipe else "vector epilogue"
+    what = " -> int8" if int8_out else ""
+    return {"kernel": f"int8 {n}^3 *scale[j]{what} ({how})", "double_buffer": True,
+            "cycles": rep.cycles, "cube_utilisation": round(rep.cube_utilisation, 4),
+            "cores": rep.aic, "bound": rep.bound, "hbm_cycles": rep.hbm_cycles,
+            "l2_cycles": rep.l2_cycles, "roofline_cycles": roof,
+            "vs_roofline": round(rep.cycles / roof, 3),
+            "busy": {k: v for k, v in rep.busy.items() if v}, "bytes": rep.bytes,
+            "bit_exact": bool(np.array_equal(out, ref)), "sim_seconds": round(wall, 2)}
 
 
 def _conv(c: int, hw: int, f: int) -> list[dict]:
@@ -133,7 +187,9 @@ def run(size: int, rows: int, cols: int, long_rows: bool = True) -> dict:
 
 def _run(size: int, rows: int, cols: int) -> dict:
     return {"matmul": [_matmul(size, True), _matmul(size, False),
-                       _matmul(size, True, "int8"), _matmul(size, True, "bfloat16")],
+                       _matmul(size, True, "int8"), _dequant(size, False),
+                       _dequant(size, True), _dequant(size, False, True),
+                       _matmul(size, True, "bfloat16")],
             "conv": _conv(256, 30, 256), "attention": [_attention(4, 256, 64)],
             "rowwise": [_rowwise("softmax", rows, cols), _rowwise("layernorm", rows, cols),
                         # reduced over axis 0 (transposed through UB; 256 rows: a
@@ -143,11 +199,11 @@ def _run(size: int, rows: int, cols: int) -> dict:
 
 def _table(r: dict) -> str:
     lines = ["NPU simulator (target npu: one A2 chip; cycle model in docs/npu.md)", "",
-             f"{'kernel':28s} {'double buf':>10s} {'cores':>5s} {'cycles':>10s} "
+             f"{'kernel':48s} {'double buf':>10s} {'cores':>5s} {'cycles':>10s} "
              f"{'cube util':>9s} {'bound':>6s} {'HBM':>8s} {'L2':>8s} {'roofline':>9s} "
              f"{'/roofline':>9s}"]
     for m in r["matmul"]:
-        lines.append(f"{m['kernel']:28s} {str(m['double_buffer']):>10s} {m['cores']:>5d} "
+        lines.append(f"{m['kernel']:48s} {str(m['double_buffer']):>10s} {m['cores']:>5d} "
                      f"{m['cycles']:>10d} {100 * m['cube_utilisation']:>8.1f}% "
                      f"{m['bound']:>6s} {m['hbm_cycles']:>8d} {m['l2_cycles']:>8d} "
                      f"{m['roofline_cycles']:>9d} {m['vs_roofline']:>9.2f}")

@@ -336,3 +336,26 @@ def test_cuda_cubin_is_cached(cache_dir):
     assert cubin[:4] == b"\x7fELF" and c.misses == 1
     assert compile_cubin(src, 80) == cubin and c.hits == 1
     assert c.info().entries == 1
+
+
+def test_stores_list_the_cache_rarely_and_still_keep_the_cap(cache_dir, monkeypatch):
+    """A store lists the directory only at the process's first store, every
+    ``RESCAN_STORES``-th, or when its running total passes the cap (listing at every
+    store made each build cost O(entries) file reads); the cap still holds."""
+    listings = []
+    entries = pcache.KernelCache._entries
+
+    def counted(self):
+        listings.append(1)
+        return entries(self)
+    monkeypatch.setattr(pcache.KernelCache, "_entries", counted)
+    monkeypatch.setattr(pcache, "RESCAN_STORES", 4)
+    paths = [build(f"void kern(int *x) {{ *x += {v}; }}\n") for v in range(7)]
+    assert len(listings) == 2                 # the first store and the fourth after it
+    size = os.path.getsize(paths[0])
+    monkeypatch.setenv("POLYCOMP_CACHE_MAX_BYTES", str(8 * size + size // 2))
+    pcache._CACHES.clear()
+    for v in range(7, 12):                    # the running total passes 8.5 objects
+        build(f"void kern(int *x) {{ *x += {v}; }}\n")
+    assert pcache.get_cache().info().entries == 8
+    assert run(build("void kern(int *x) { *x += 11; }\n")) == 21   # kept: the newest

@@ -482,6 +482,8 @@ def test_npu_benchmarks_run():
     assert m["cores"] == 4 and m["bound"] in ("cores", "HBM") and m["max_abs_error"] < 0.05
     i8 = npu._matmul(128, True, "int8")
     assert i8["max_abs_error"] == 0 and i8["cube_utilisation"] > 0
+    dq = npu._dequant(128, True)                      # Fixpipe VDEQF16
+    assert dq["bit_exact"] and dq["bytes"]["L1->FB"] > 0
     r = npu._rowwise("softmax", 512, 256)
     assert r["vector_cores"] > 1 and r["vs_roofline"] >= 1.0
     c = chains_npu.case("ViT-B", "attention", "npu")

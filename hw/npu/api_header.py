@@ -270,6 +270,16 @@ template <typename T, typename U, const FixpipeConfig& config = CFG_ROW_MAJOR,
           typename = typename std::enable_if<PcFixpipeTypes<U, T>::ok>::type>
 __aicore__ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src,
                                const FixpipeParamsV220& intriParams);
+// the same file, "L0C->GM deq tensor quant": the per-channel quantisation parameters
+// (uint64_t, in L1) for quantPre VDEQF16 / VQF322B8_PRE / VREQ8; the (src, dst) type
+// check as above (impl/basic_api/dav_c220/kernel_operator_fixpipe_v2_impl.h)
+template <typename T, typename U, const FixpipeConfig& config = CFG_ROW_MAJOR,
+          typename S = uint64_t,
+          typename std::enable_if<std::is_same<S, uint64_t>::value, bool>::type = true,
+          typename = typename std::enable_if<PcFixpipeTypes<U, T>::ok>::type>
+__aicore__ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src,
+                        const LocalTensor<S>& cbufWorkspace,
+                        const FixpipeParamsV220& intriParams);
 
 // ---- vector: first-n and repeat forms (mask continuous mode)
 // include/basic_api/kernel_operator_vec_binary_intf.h
@@ -300,10 +310,25 @@ template <typename T, bool isSetMask = true> __aicore__ void NAME( \
     const uint8_t repeatTime, const UnaryRepeatParams& repeatParams);
 ASC_UNARY(Exp) ASC_UNARY(Ln) ASC_UNARY(Abs) ASC_UNARY(Sqrt) ASC_UNARY(Rsqrt)
 ASC_UNARY(Reciprocal) ASC_UNARY(Relu)
-// include/basic_api/kernel_operator_vec_vconv_intf.h
-template <typename T, typename U> __aicore__ void Cast(const LocalTensor<T>& dst,
+// include/basic_api/kernel_operator_vec_vconv_intf.h; the (src, dst) pairs of the A2
+// table in the docs (docs/zh/api/SIMD-API/.../类型转换/Cast.md; int4b_t left out): no
+// float -> int8_t, for one
+template <typename S, typename D> struct PcCastTypes { template <typename A, typename B>
+    static constexpr bool is = std::is_same<S, A>::value && std::is_same<D, B>::value;
+    static constexpr bool ok = is<int8_t, half> || is<uint8_t, half> || is<int16_t, half> ||
+    is<int16_t, float> || is<half, int8_t> || is<half, uint8_t> || is<half, int16_t> ||
+    is<half, int32_t> || is<half, float> || is<bfloat16_t, int32_t> ||
+    is<bfloat16_t, float> || is<int32_t, int16_t> || is<int32_t, half> ||
+    is<int32_t, float> || is<int32_t, int64_t> || is<float, int16_t> || is<float, half> ||
+    is<float, bfloat16_t> || is<float, int32_t> || is<float, float> ||
+    is<float, int64_t> || is<int64_t, int32_t> || is<int64_t, float>; };
+template <typename T, typename U,
+          typename = typename std::enable_if<PcCastTypes<U, T>::ok>::type>
+__aicore__ void Cast(const LocalTensor<T>& dst,
     const LocalTensor<U>& src, const RoundMode& roundMode, const uint32_t count);
-template <typename T, typename U, bool isSetMask = true> __aicore__ void Cast(
+template <typename T, typename U, bool isSetMask = true,
+          typename = typename std::enable_if<PcCastTypes<U, T>::ok>::type>
+__aicore__ void Cast(
     const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode,
     const uint64_t mask, const uint8_t repeatTime, const UnaryRepeatParams& repeatParams);
 // include/basic_api/kernel_operator_vec_duplicate_intf.h

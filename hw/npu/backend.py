@@ -59,8 +59,26 @@ def _bind(mod: NpuModule, arrays) -> tuple[dict, dict]:
             elif sizes.setdefault(d, n) != n:
                 raise TargetError(f"argument {t.name} of {mod.name}: size {d} is "
                                   f"{sizes[d]} elsewhere, {n} here")
-        gm[t.name] = np.ascontiguousarray(a, dtype=np.dtype(t.dtype))
+        q = next((x for x in prog.quant_args if x.name == t.name), None)
+        gm[t.name] = quant_params(t.name, a) if q is not None else \
+            np.ascontiguousarray(a, dtype=np.dtype(t.dtype))
     return sizes, gm
+
+
+def quant_params(name: str, scale) -> np.ndarray:
+    """The host's conversion of float32 scales to Fixpipe's uint64 quantisation
+    parameters (what the printed ``*_QuantParams`` function does): the float's bits in
+    bits [31:0], the rest 0 (an fp16 result; asc-devkit docs, "随路量化", the QUANT_PRE
+    table of __NPU_ARCH__ 2201).  Inf, NaN and subnormal scales are refused
+    (the docs do not allow them)."""
+    f = np.ascontiguousarray(scale, dtype=np.float32)
+    bad = ~np.isfinite(f) | ((f != 0) & (np.abs(f) < np.finfo(np.float32).tiny))
+    if bad.any():
+        i = int(np.flatnonzero(bad.ravel())[0])
+        raise TargetError(f"argument {name}: scale {f.ravel()[i]!r} at [{i}]: Fixpipe's "
+                          f"quantisation parameters cannot be inf, NaN or subnormal")
+    q = f.view(np.uint32).astype(np.uint64)
+    return q
 
 
 def simulate(ck, *arrays):
@@ -123,8 +141,12 @@ def run_module(mod: NpuModule, target: Target, *arrays):
 
     def dims(ds) -> tuple[int, ...]:
         return tuple(d if isinstance(d, int) else sizes[d] for d in ds)
+    quant = {q.name: q for q in k.quant_args}
     for t in ins:
-        if t.view is not None:
+        if t.name in quant:      # padded to whole 32-byte blocks (zeros)
+            a = gm[t.name]
+            gm[t.name] = np.concatenate([a, np.zeros(dims(t.dims)[0] - a.size, a.dtype)])
+        elif t.view is not None:
             gm[t.name] = gm[t.name].reshape(dims(t.dims))
     for t in k.outputs:
         gm[t.name] = np.zeros(dims(t.dims), np.dtype(t.dtype))

@@ -112,6 +112,9 @@ def _copy_in(s: CopyIn) -> tuple:
                           GmRef(r.tensor, _S(r.linear() + g * 16 * r.stride())), ix(1),
                           imin(16, rows - g * 16), _S(cols), ix(0), _S(r.stride()), ix(16),
                           ix(1), ix(0)),)),)
+    if b.level == "L1" and b.layout == "VEC":    # one row of 32-byte blocks (Fixpipe's
+        # quantisation parameters: whole blocks, the host pads the argument)
+        return (DataCopyGm2L1(s.dst, src, ix(1), _S(_blocks(cols * size)), ix(0), ix(0)),)
     if b.level == "L1" and b.layout == "ND":     # an NC1HWC0 image band: blocks of rows
         # the box's leading extents are the blocks (channel groups), the rest contiguous
         blocks = product(r.extents[:2])
@@ -143,6 +146,9 @@ def _copy_out(s: CopyOut) -> tuple:
         if s.scale is not None:      # int32 -> fp16 x scale
             return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
                                 "DEQF16", deq=s.scale),)
+        if s.quant is not None:      # int32 -> fp16 x the column's scale
+            return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
+                                "VDEQF16", cbuf=s.quant),)
         quant = _QUANT[r.tensor.dtype]
         return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
                             quant),)
@@ -482,6 +488,8 @@ class _VecExpander:
             return (VecCall("Duplicate", dst, (_scalar(src),), _count(dst.buf, rows)),)
         if src.buf.dtype == dst.buf.dtype:
             return self.binary("Add", dst, (src, 0.0), rows)
+        if dst.buf.dtype == "int8":
+            return self.cast_int8(dst, src, rows)
         # narrowing, and int32 -> float (not every int32 is a float): round to nearest
         mode = "CAST_RINT" if ITEMSIZE[dst.buf.dtype] < ITEMSIZE[src.buf.dtype] or \
             src.buf.dtype == "int32" else "CAST_NONE"
@@ -495,6 +503,25 @@ class _VecExpander:
                                                (ix(0 if qd > qs else 1), ix(1)))), mode),)
         pre, x = self.broadcast_src(src, dst, rows, "bc0")
         return (*pre, VecCall("Cast", dst, (x,), _count(dst.buf, rows), attr=mode))
+
+    def cast_int8(self, dst: Slot, src: Slot, rows: Ix) -> tuple:
+        """float -> int8 as the DSL casts (toward zero; defined for values in (-129,
+        128)): the A2 Cast has no float -> int8_t, so float -> half with CAST_TRUNC (the
+        mantissa cut toward zero: a value of that range keeps its integer part, which
+        needs 8 bits of half's 11) then half -> int8_t with CAST_TRUNC (asc-devkit docs,
+        Cast, the A2 table of type pairs and round modes; out of range the hardware
+        saturates)."""
+        if src.buf.dtype not in ("float16", "float32") or dst.buf.layout != "ND":
+            raise PolycompInternalError(f"npu-isa: no cast {src.buf.dtype} -> int8 "
+                                        f"({dst.buf.layout})")
+        pre, x = self.broadcast_src(src, dst, rows, "bc0")
+        out: tuple = tuple(pre)
+        if x.buf.dtype == "float32":
+            h = Slot(self.temps.get(f"half_{x.buf.name}", "float16", x.buf.rows, x.buf.cols,
+                                    x.buf.layout))
+            out += (VecCall("Cast", h, (x,), _count(h.buf, rows), attr="CAST_TRUNC"),)
+            x = h
+        return (*out, VecCall("Cast", dst, (x,), _count(dst.buf, rows), attr="CAST_TRUNC"))
 
     def convert(self, x, like: Slot, rows: Ix) -> tuple[tuple, Any]:
         """``x`` in ``like``'s type (a Cast into a temporary of ``x``'s layout)."""

@@ -100,10 +100,30 @@ def _epilogue_frame(graph, stage, conv: ConvMatch) -> tuple[Frame, list]:
 
 def _cube(name: str, plan: CubePlan) -> Kernel:
     """A (batch) matmul, with its output cast or its vector epilogue (each vector core
-    takes half the rows of an output tile)."""
-    if plan.deq_scale is not None:        # int32 -> fp16 with the scale, by Fixpipe
+    takes half the rows of an output tile); its arguments in the kernel's order."""
+    c = plan.contraction
+    return in_user_order(_cube_kernel(name, plan), plan.graph,
+                         {"A": c.a.load.buffer.name, "B": c.b.load.buffer.name})
+
+
+def in_user_order(k: Kernel, graph: Any, names: dict[str, str]) -> Kernel:
+    """``k`` with its input tensors in the order of ``graph``'s inputs (what the
+    simulator binds the arrays to, and the printed kernel's parameters); ``names``: the
+    graph input each differently named kernel tensor (the GEMM's ``A``, ``B``) stands
+    for.  Without this a matmul declared ``(Y, X)`` computing ``X @ Y`` took its arrays
+    in the builder's order."""
+    ins = {names.get(t.name, t.name): t for t in k.inputs}
+    want = [t.name for t in graph.inputs]
+    if sorted(ins) != sorted(want):      # an unused input: the binding says so
+        return k
+    return dataclasses.replace(k, tensors=(*(ins[n] for n in want), *k.outputs))
+
+
+def _cube_kernel(name: str, plan: CubePlan) -> Kernel:
+    if plan.deq_scale is not None or plan.deq_tensor is not None:
+        # int32 -> fp16 with the scale (per tensor or per column), by Fixpipe
         return cube_program(name, plan.in_dtype, "float16", False, plan.tiles,
-                            deq=plan.deq_scale)
+                            deq=plan.deq_scale, deq_tensor=plan.deq_tensor)
     if not plan.epilogue:
         return cube_program(name, plan.in_dtype, plan.out_dtype, plan.batched, plan.tiles)
     graph, c = plan.graph, plan.contraction
@@ -164,7 +184,8 @@ def lower_plans(func: ir.LoweredFunc, plans: NpuPlans, graph: Any, target: Targe
         prog, covered = phased_program(ph), _outputs(ph.graph.stages)
     elif found.get(marks.NPU_CONV):
         cv = plans.convs[found[marks.NPU_CONV][0]]
-        prog, covered = _conv(name, cv, target), _outputs(cv.graph.stages)
+        prog = in_user_order(_conv(name, cv, target), cv.graph, {})
+        covered = _outputs(cv.graph.stages)
     elif found.get(marks.NPU_CUBE):
         cb = plans.cubes[found[marks.NPU_CUBE][0]]
         prog, covered = _cube(name, cb), _outputs(cb.graph.stages)

@@ -54,9 +54,11 @@ from .program import (
     Mmad,
     Phase,
     Program,
+    QuantArg,
     Slot,
     Tiling,
     VecOp,
+    align,
     ceildiv,
     eq,
     imax,
@@ -197,11 +199,29 @@ def _tile_lets(g: CubeGemm, t: CubeTiles) -> tuple:
 
 def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
                  tiles: CubeTiles, epilogue: Epilogue | None = None,
-                 gemm: CubeGemm | None = None, deq: float | None = None) -> Kernel:
+                 gemm: CubeGemm | None = None, deq: float | None = None,
+                 deq_tensor: str | None = None) -> Kernel:
     """The kernel of ``C = A @ B`` (per batch) on the cube cores (module docstring);
-    ``deq``: int32 accumulators written as fp16 times this scale (Fixpipe ``DEQF16``)."""
+    ``deq``: int32 accumulators written as fp16 times this scale (Fixpipe ``DEQF16``);
+    ``deq_tensor``: times the column's scale, the argument of that name (Fixpipe
+    ``VDEQF16``: the host converts the float32 scales to uint64 quantisation parameters,
+    padded to ``NQ`` entries; each output tile copies its ``n0`` of them to L1, MTE2,
+    before its k loop, and Fixpipe reads them from there)."""
     t = tiles
     g = gemm or matmul_gemm(a_dtype, out_dtype, batched)
+    quant_in: tuple = ()
+    qbuf: LocalBuf | None = None
+    quant_args: tuple[QuantArg, ...] = ()
+    if deq_tensor is not None:
+        assert g.batch is None and g.conv is None
+        q = GlobalTensor(deq_tensor, "uint64", ("NQ",), view=("N",))
+        qbuf = LocalBuf("l1Quant", "L1", "uint64", 1, t.n0, "VEC", pingpong=True)
+        n_ext_q = imin(t.n0, g.n - ix("no") * t.n0)
+        quant_in = (CopyIn(GmRegion(q, (ix("no") * t.n0,), (align(n_ext_q, 4),)),
+                           Slot(qbuf, ix("i"))),)
+        g = CubeGemm(g.a, g.b, g.c, g.m, g.n, g.k, g.batch, (g.a, g.b, q, g.c),
+                     {**g.derived, "NQ": align(ix("N"), 4)})
+        quant_args = (QuantArg(deq_tensor, "NQ"),)
     batched = g.batch is not None
     bufs = _buffers(a_dtype, t, g.conv is not None)
     mo, no = ix("mo"), ix("no")
@@ -213,16 +233,20 @@ def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
     if batched:
         assert g.batch is not None
         total = g.batch * total
-    body = _k_loops(g, bufs, t, i, bidx, one, m_ext, n_ext)
+    body = (*quant_in, *_k_loops(g, bufs, t, i, bidx, one, m_ext, n_ext))
     tiling = Tiling((("m0", t.m0), ("n0", t.n0), ("k0", t.k0), ("kL1", t.kl1)),
                     tuple(g.derived.items()))
-    cube_bufs = (bufs.l1a, bufs.l1b, bufs.l0a, bufs.l0b, bufs.l0c)
+    cube_bufs: tuple = (bufs.l1a, bufs.l1b, bufs.l0a, bufs.l0b, bufs.l0c)
     if epilogue is None:
         tail = (CopyOut(Slot(bufs.l0c, i), GmRegion(g.c, (*bidx, mo * t.m0, no * t.n0),
-                                                    (*one, m_ext, n_ext)), scale=deq),)
+                                                    (*one, m_ext, n_ext)), scale=deq,
+                        quant=None if qbuf is None else Slot(qbuf, i)),)
+        if qbuf is not None:
+            cube_bufs = (*cube_bufs, qbuf)
         aic = Program(name, "AIC", cube_bufs,
                       tile_walk(total, (*body, *tail), _tile_lets(g, t)))
-        return Kernel(name, "aic", g.tensors, (Phase(aic, None),), tiling, (), total)
+        return Kernel(name, "aic", g.tensors, (Phase(aic, None),), tiling, (), total,
+                      quant_args)
     return _mixed(name, g, t, bufs, epilogue, total, body, tiling, cube_bufs)
 
 

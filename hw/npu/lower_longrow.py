@@ -40,6 +40,7 @@ from .lower_vector import (
     _setup,
     _stage,
     gm_access,
+    int8_output_in_epilogue_only,
     ping_pong,
 )
 from .program import (
@@ -150,6 +151,7 @@ def _front(graph, view: VectorView):
         _stage(bld, s)
     outs: list = []
     for o in graph.outputs:
+        int8_output_in_epilogue_only(o)
         v = bld.values[o.name]
         keys = tensor_keys(o)
         dims = tuple(1 if k is None else dim_size(k) for k in keys)

@@ -164,8 +164,19 @@ def gm_access(keys: tuple, dims: tuple, view: VectorView, what: str) -> GmAccess
     if any(r != "u" for r in roles[rpos + 1:]):
         raise TargetError(f"npu: {what}: a dimension after its row is not mapped")
     return GmAccess(kind, True, n - rpos, product(dims[cpos[-1] + 1:]))
+def int8_output_in_epilogue_only(o) -> None:
+    """An int8 result is mapped only as the epilogue of an int8 matmul (its tiles' rows
+    are n0 bytes, a multiple of 32: whole blocks for DataCopyPad); a vector program's
+    rows of CP elements (a multiple of 16) are not."""
+    if o.dtype == "int8":
+        raise TargetError(f"npu: output {o.name} is int8; int8 results are mapped only "
+                          f"as the vector epilogue of an int8 matmul")
+
+
 def _emit(bld: _Builder, op: str, srcs: tuple, dtype: str, kind: str) -> Val:
-    if dtype not in _FLOATS:
+    # int8: only as a cast's result (an int8 output: Cast to half, then to int8, both
+    # CAST_TRUNC: the DSL's float -> int8 truncates; npu-isa)
+    if dtype not in _FLOATS and not (dtype == "int8" and op == "Cast" and kind == "ND"):
         raise TargetError(f"npu: the vector mapping takes float16/float32 values, got {dtype}")
     # floats by their repr: 0.0 and -0.0 are different operands
     key = (op, tuple(repr(x) if isinstance(x, float) else x for x in srcs), dtype, kind)
@@ -488,6 +499,7 @@ def vector_part(graph, view: VectorView | None = None, long: bool = False) -> Ve
     rows = imin(TR, R - t * TR)
     outs: list[tuple[GlobalTensor, LocalBuf, GmRegion]] = []
     for o in graph.outputs:
+        int8_output_in_epilogue_only(o)
         v = bld.values[o.name]
         keys = tensor_keys(o)
         dims = tuple(1 if k is None else dim_size(k) for k in keys)

@@ -59,7 +59,7 @@ from .lower_vector import LONG_CHUNK, PITCH_PAD_LIMIT, pitch_itemsize
 from .target import npu_params, npu_spec
 
 _CT = {"float16": "half", "float32": "float", "uint8": "uint8_t", "int8": "int8_t",
-       "int32": "int32_t", "bfloat16": "bfloat16_t"}
+       "int32": "int32_t", "bfloat16": "bfloat16_t", "uint64": "uint64_t"}
 _C_OPS = {"+": "+", "-": "-", "*": "*", "floordiv": "/", "mod": "%", "==": "==", "and": "&&"}
 _C_FUNCS = {"ceildiv": "PcCeilDiv", "min": "PcMin", "max": "PcMax"}
 _KTYPE = {"aic": "KERNEL_TYPE_AIC_ONLY", "aiv": "KERNEL_TYPE_AIV_ONLY",
@@ -218,9 +218,10 @@ def _call(s, ind: str) -> list[str]:
         p = ", ".join(c_expr(x) for x in (s.n_size, s.m_size, s.src_stride, s.dst_stride))
         st = _CT[s.src.buf.dtype]
         deq = "" if s.deq is None else f"  // deqScalar: the bits of scale {s.deq!r}f"
+        cbuf = "" if s.cbuf is None else f"{c_slot(s.cbuf)}, "
         return [f"{ind}Fixpipe<{ct}, {st}, CFG_ROW_MAJOR>({_gm(s.dst)}, {c_slot(s.src)}, "
-                f"FixpipeParamsV220({p}, false, QuantMode_t::{s.quant}, {s.deq_scalar}, 1, "
-                f"0, 0, 0));{deq}"]
+                f"{cbuf}FixpipeParamsV220({p}, false, QuantMode_t::{s.quant}, "
+                f"{s.deq_scalar}, 1, 0, 0, 0));{deq}"]
     if isinstance(s, VecCall):
         return [f"{ind}{_vec(s)}"]
     return _layout_call(s, ind)
@@ -259,9 +260,11 @@ def _layout_call(s, ind: str) -> list[str]:
 
 def _positions(p: Program) -> dict[str, str]:
     """The TPosition of each buffer: A1 / B1 for the L1 tiles of the left / right
-    operand, A2, B2, CO1, VECCALC."""
+    operand, C1 for Fixpipe's quantisation parameters (the docs' cbufWorkspace), A2, B2,
+    CO1, VECCALC."""
     pos = {"L0A": "A2", "L0B": "B2", "L0C": "CO1", "UB": "VECCALC", "L1": "A1"}
-    out = {b.name: pos[b.level] for b in p.buffers}
+    out = {b.name: "C1" if b.level == "L1" and b.layout == "VEC" else pos[b.level]
+           for b in p.buffers}
     for s in walk(p.body):
         src, dst = getattr(s, "src", None), getattr(s, "dst", None)
         if isinstance(src, Slot) and isinstance(dst, Slot) and src.buf.level == "L1" and \
@@ -430,9 +433,34 @@ def _host(k: Kernel, target) -> list[str]:
     out.append(f"    *workspaceBytes = static_cast<uint64_t>({ws});")
     out += ["    return static_cast<uint32_t>(NB);", "}",
             f"// {spec.product}: aicNum = {npu_params(target).aic_cores}, aivNum = "
-            f"{npu_params(target).aiv_cores}",
-            "#else"]
-    return out
+            f"{npu_params(target).aiv_cores}"]
+    for q in k.quant_args:
+        out += _quant_host(k, q)
+    return out + ["#else"]
+
+
+def _quant_host(k: Kernel, q) -> list[str]:
+    """The host conversion of a float32 scale argument to Fixpipe's uint64 quantisation
+    parameters (:class:`~.program.QuantArg`; backend.quant_params does the same for the
+    simulator): the float's bits in [31:0], zeros up
+    to the padded length; returns false on an inf, NaN or subnormal scale."""
+    t = next(t for t in k.tensors if t.name == q.name)
+    n = _dim(t.view[0]) if t.view else _dim(t.dims[0])
+    return ["#include <cstring>",
+            f"// host side: {q.name} (float32, {n} scales) -> Fixpipe's quantisation "
+            f"parameters ({q.padded} x uint64)",
+            f"inline bool {k.name}_QuantParams_{q.name}(const float* scale, int64_t n, "
+            f"int64_t padded, uint64_t* out)",
+            "{",
+            "    for (int64_t j = 0; j < padded; ++j) {",
+            "        uint32_t bits = 0;",
+            "        if (j < n) { std::memcpy(&bits, &scale[j], sizeof(bits)); }",
+            "        const uint32_t e = (bits >> 23) & 0xFFu;",
+            "        if (e == 0xFFu || (e == 0u && (bits & 0x7FFFFFu) != 0u)) { return false; }",
+            "        out[j] = j < n ? static_cast<uint64_t>(bits) : 0;",
+            "    }",
+            "    return true;",
+            "}"]
 
 
 def _globals(k: Kernel) -> list[str]:

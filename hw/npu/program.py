@@ -167,7 +167,8 @@ BID, BNUM, SUB = "bid", "bnum", "sub"
 
 # --------------------------------------------------------------------------- buffers
 
-ITEMSIZE = {"float16": 2, "float32": 4, "uint8": 1, "int8": 1, "int32": 4, "bfloat16": 2}
+ITEMSIZE = {"float16": 2, "float32": 4, "uint8": 1, "int8": 1, "int32": 4, "bfloat16": 2,
+            "uint64": 8}
 
 
 @dataclass(frozen=True)
@@ -380,6 +381,9 @@ class CopyOut:
     dst: GmRegion
     pipe: str = "FIX"
     scale: float | None = None     # FIX from int32: fp16 of value x scale (DEQF16)
+    #: FIX from int32: fp16 of value x the column's scale, the tile's quantisation
+    #: parameters (uint64, one per column) in this L1 slot (VDEQF16)
+    quant: Slot | None = None
 
 
 @dataclass(frozen=True)
@@ -525,10 +529,14 @@ class MmadCall:
 
 @dataclass(frozen=True)
 class FixpipeCall:
-    """``Fixpipe<T, float, CFG_ROW_MAJOR>(dst, src, FixpipeParamsV220{nSize, mSize,
-    srcStride, dstStride, false, quantPre, 0, 1, 0, 0, 0})``: L0C (NZ) -> GM (ND) with
-    the cast ``quant`` (``NoQuant``: fp32, ``F322F16``: fp16, ``DEQF16``: int32 to fp16
-    times the scale ``deq``, passed as ``deqScalar``: the float's bits)."""
+    """``Fixpipe<T, float, CFG_ROW_MAJOR>(dst, src[, cbufWorkspace], FixpipeParamsV220{
+    nSize, mSize, srcStride, dstStride, false, quantPre, deqScalar, 1, 0, 0, 0})``: L0C
+    (NZ) -> GM (ND) with the cast ``quant`` (``NoQuant``: fp32, ``F322F16``: fp16,
+    ``DEQF16``: int32 to fp16 times the scale ``deq``, passed as ``deqScalar``: the
+    float's bits; ``VDEQF16``: int32 to fp16 times each column's scale, read from the
+    uint64 quantisation parameters in L1 at ``cbuf``).  The hardware reads a scale as
+    bits [31:13] of the float (1 sign, 8 exponent, 10 mantissa bits: the lower 13
+    mantissa bits are dropped; asc-devkit docs, matrix-out key feature "随路量化")."""
     dst: GmRef
     src: Slot
     n_size: Ix
@@ -538,6 +546,9 @@ class FixpipeCall:
     quant: str
     pipe: str = "FIX"
     deq: float | None = None
+    #: ``VDEQF16``: the per-column quantisation parameters in L1 (the ``cbufWorkspace``
+    #: argument, ``LocalTensor<uint64_t>``, TPosition ``C1``)
+    cbuf: Slot | None = None
 
     @property
     def deq_scalar(self) -> int:
@@ -736,6 +747,18 @@ class Phase:
 
 
 @dataclass(frozen=True)
+class QuantArg:
+    """A kernel argument the caller gives as float32 scales (one per output column) and
+    the kernel reads as Fixpipe's uint64 quantisation parameters: the host converts it
+    (each value's float bits in bits [31:0], the rest 0: an fp16 result, no offset, no
+    shift; the asc-devkit docs' QUANT_PRE table, whose bit 46 would mark a signed int8
+    result of REQ8, not built) and pads it to ``padded`` entries (whole 32-byte blocks
+    for the copy to L1)."""
+    name: str
+    padded: str
+
+
+@dataclass(frozen=True)
 class Kernel:
     """A kernel for the chip (see the module docstring): GM arguments, workspaces (GM
     scratch the host allocates; a dimension ``NB`` is the number of blocks), the host
@@ -748,6 +771,8 @@ class Kernel:
     tiling: Tiling = field(default_factory=Tiling)
     workspaces: tuple[GlobalTensor, ...] = ()
     blocks: Ix = field(default_factory=lambda: ix(1))
+    #: arguments the host converts from float32 scales to quantisation parameters
+    quant_args: tuple[QuantArg, ...] = ()
 
     @property
     def inputs(self) -> tuple[GlobalTensor, ...]:

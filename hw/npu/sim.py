@@ -581,6 +581,8 @@ def _fresh(b: LocalBuf, env: dict) -> np.ndarray:
     n = b.size(env) // b.itemsize
     if b.dtype == "uint8":
         return np.zeros(n, np.uint8)
+    if b.dtype == "uint64":              # quantisation parameters: unwritten reads NaN
+        return np.full(n, 0x7FFFFFFF, np.uint64)
     if b.dtype in ("int8", "int32"):     # no NaN: a value read unwritten shows as extreme
         return np.full(n, np.iinfo(b.dtype).min, np.dtype(b.dtype))
     return np.full(n, np.nan, dtypes.to_numpy(b.dtype))

@@ -242,7 +242,30 @@ _QUANT_OUT = {("F322F16", "float32"): np.dtype(np.float16),
               ("F322BF16", "float32"): dtypes.to_numpy("bfloat16"),
               ("NoQuant", "float32"): np.dtype(np.float32),
               ("NoQuant", "int32"): np.dtype(np.int32),
-              ("DEQF16", "int32"): np.dtype(np.float16)}
+              ("DEQF16", "int32"): np.dtype(np.float16),
+              ("VDEQF16", "int32"): np.dtype(np.float16)}
+
+#: the Fixpipe buffer holds 256 quantisation parameters: a tensor-quantised Fixpipe of
+#: more columns runs in chunks of 128 (GenFixpipeTilingV220, impl/basic_api/dav_c220/
+#: kernel_operator_fixpipe_v2_impl.h), each after an L1 -> FB copy of its parameters in
+#: 128-byte bursts (CopyDeqTensorToFbuf) and a PipeBarrier<PIPE_FIX>
+FB_QUANT_MAX, FB_QUANT_CHUNK, FB_BURST = 256, 128, 128
+
+
+def fixpipe_scale(bits) -> np.ndarray:
+    """What Fixpipe multiplies by for quantisation parameters ``bits`` (uint64): bits
+    [31:13] read as a float32 with 10 mantissa bits (the lower 13 dropped; asc-devkit
+    docs, "随路量化", QUANT_PRE table for __NPU_ARCH__ 2201)."""
+    b = np.asarray(bits, np.uint64) & np.uint64(0xFFFFE000)
+    return b.astype(np.uint32).view(np.float32)
+
+
+def _fb_chunks(n: int) -> list[int]:
+    """The columns of each chunk of a tensor-quantised Fixpipe of ``n`` columns."""
+    if n <= FB_QUANT_MAX:
+        return [n]
+    return [FB_QUANT_CHUNK] * (n // FB_QUANT_CHUNK) + ([n % FB_QUANT_CHUNK] if n % FB_QUANT_CHUNK
+                                                      else [])
 
 
 def _fixpipe(core: Core, s: FixpipeCall, env: dict) -> int:
@@ -265,15 +288,30 @@ def _fixpipe(core: Core, s: FixpipeCall, env: dict) -> int:
     if np.dtype(out_dt) != g.dtype:
         raise NpuCapacityError(f"{what}: quantPre {s.quant} writes {np.dtype(out_dt)} into "
                                f"{g.dtype}")
+    cycles = 0
     with np.errstate(all="ignore"):
         if s.quant == "DEQF16":      # the int32 value times the scale, rounded to fp16
             assert s.deq is not None
-            g[didx] = (src[sidx].astype(np.float32) * np.float32(s.deq)).astype(out_dt)
+            m1 = fixpipe_scale(np.uint64(s.deq_scalar & 0xFFFFFFFF))
+            g[didx] = (src[sidx].astype(np.float32) * m1).astype(out_dt)
+        elif s.quant == "VDEQF16":   # times the column's scale, from L1 through the FB
+            assert s.cbuf is not None
+            q = core.buffer(s.pipe, s.cbuf, env, False, what)
+            qidx = s.cbuf.offset.eval(env) + np.arange(n)
+            _check(what, q, qidx, s.cbuf.buf.name)
+            m1 = fixpipe_scale(q[qidx])
+            g[didx] = (src[sidx].astype(np.float32) * m1[None, :]).astype(out_dt)
+            chunks = _fb_chunks(n)
+            fb = sum(-(-c * 8 // FB_BURST) * FB_BURST for c in chunks)
+            core.count_bytes("L1->FB", fb)
+            # per chunk: the L1 -> FB copy, the barrier, one more transfer start-up
+            cycles = len(chunks) * core.p.local_latency + -(-fb // core.p.fb_bytes_per_cycle) \
+                + (len(chunks) - 1) * core.p.transfer_latency
         else:
             g[didx] = src[sidx].astype(out_dt)
     nbytes = m * _burst(n * g.itemsize)
     core.count_bytes("L0C->GM", nbytes)
-    return core.p.transfer_latency + -(-nbytes // core.p.out_bytes_per_cycle)
+    return cycles + core.p.transfer_latency + -(-nbytes // core.p.out_bytes_per_cycle)
 
 
 def _gm2l1(core: Core, s: DataCopyGm2L1, env: dict) -> int:

@@ -82,6 +82,10 @@ def accesses(s) -> list[tuple[Slot, bool]]:
         return [(s.src, False), (s.dst, True)]
     if isinstance(s, (Mmad, MmadCall)):
         return [(s.a, False), (s.b, False), (s.c, True)]
+    if isinstance(s, CopyOut) and s.quant is not None:
+        return [(s.src, False), (s.quant, False)]
+    if isinstance(s, FixpipeCall) and s.cbuf is not None:
+        return [(s.src, False), (s.cbuf, False)]
     if isinstance(s, (CopyOut, FixpipeCall, DataCopyPadOut)):
         return [(s.src, False)]
     if isinstance(s, (VecOp, VecCall)):

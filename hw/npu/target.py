@@ -71,6 +71,8 @@ class NpuParams:
     l1_bytes_per_cycle: int = 256       # MTE1 L1 -> L0A/L0B
     transfer_latency: int = 64          # cycles before the first byte of a GM transfer
     local_latency: int = 8              # cycles before the first byte of an on-chip copy
+    fb_bytes_per_cycle: int = 128       # L1 -> Fixpipe buffer (quantisation parameters;
+    #                                     an assumption: no published figure)
     vector_bytes_per_cycle: int = 256   # one vector repeat
     vector_latency: int = 4             # issue latency of one vector instruction
     cube_fp32_factor: int = 2           # fp32 operands: 16x8 fractals, half the MACs

@@ -247,6 +247,10 @@ def _compute(s: VecCall, srcs: list, dst: np.ndarray, didx: np.ndarray, env: dic
         res = val(srcs[0]) * dst[didx].astype(np.float32) + val(srcs[1])
     elif s.api == "Cast":
         res = val(srcs[0])
+        if s.attr == "CAST_TRUNC" and dst.dtype == np.float16:     # the mantissa cut
+            res = trunc_half(res)                                  # toward zero
+        elif dst.dtype == np.int8:          # toward zero (CAST_TRUNC), saturating
+            res = np.clip(np.trunc(res), -128, 127)
     elif s.api == "Duplicate":
         res = np.broadcast_to(val(srcs[0]), didx.shape)
     elif s.api in ("Compare", "Compares"):
@@ -264,6 +268,17 @@ def _compute(s: VecCall, srcs: list, dst: np.ndarray, didx: np.ndarray, env: dic
     else:
         raise PolycompInternalError(f"NPU simulator: unknown vector call {s.api}")
     dst[didx] = np.broadcast_to(np.asarray(res, np.float32), didx.shape).astype(dst.dtype)
+
+
+def trunc_half(x) -> np.ndarray:
+    """float32 -> float16 rounded toward zero (``Cast`` with ``CAST_TRUNC``; overflow
+    to the largest half, NaN kept)."""
+    x = np.asarray(x, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        h = x.astype(np.float16)
+        over = np.abs(h.astype(np.float32)) > np.abs(x)
+        h = np.where(over, np.nextafter(h, np.float16(0)), h)
+    return h.astype(np.float32)
 
 
 def _brcb(core, s: VecCall, env: dict, what: str) -> int:

@@ -81,11 +81,9 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polycomp import ir
-from polycomp.frontend.c_model import CScopModel
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
-from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import (
     Blocking,
@@ -294,41 +292,32 @@ class ScopFactorPass(Pass):
     name = "scop-factor"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not ctx.target.isa or not isinstance(ctx.model, CScopModel):
+        stages = ScopStages.of(schedule, ctx)
+        if stages is None:
             return schedule
-        stages = ScopStages(schedule, ctx.model.statements)
-        for st in stages:
-            filt = st.filter
-            sub = st.sub
-            names = st.names
-            group = st.group
-            ups = match_factor(group)
-            if isinstance(ups, str):
-                continue
+        for st, ups in stages.matched(match_factor):
             if ctx.target.vector_lanes(ups[0].stmt.write.dtype) <= 1:
                 continue
-            deps = ctx.model.dependences.intersect_domain(filt).intersect_range(filt)
             legal = None
             for split in (True, False):
-                new = self._tree(ups, group, sub, filt, ctx, split)
+                new = self._tree(ups, st.group, st.sub, st.filter, ctx, split)
                 if isinstance(new, str):
                     break
                 tree_new, requests, B, blk = new
-                trial = stages.trial(st, tree_new)
-                if violated_dependences(trial, deps).is_empty():
+                if stages.legal(st, tree_new):
                     legal = split
                     break
             if isinstance(new, str):
-                ctx.note(self.name, f"{'+'.join(names)}: not blocked ({new})")
+                ctx.note(self.name, f"{'+'.join(st.names)}: not blocked ({new})")
                 continue
             if legal is None:
-                ctx.note(self.name, f"{'+'.join(names)}: the blocked right-looking order "
+                ctx.note(self.name, f"{'+'.join(st.names)}: the blocked right-looking order "
                                     f"would violate a dependence; program order kept")
                 continue
             split_note = " (rows beyond the block after the block rows)" if legal else ""
             promotion_state(ctx).pack_requests[:] = requests
             stages.replace(st, tree_new)
-            ctx.note(self.name, f"{'+'.join(names)}: blocked right-looking, {B} pivots a "
+            ctx.note(self.name, f"{'+'.join(st.names)}: blocked right-looking, {B} pivots a "
                                 f"step; trailing update of "
                                 f"{', '.join(u.stmt.name for u in ups)} on the micro-kernel "
                                 f"(register block {blk.MR}x{blk.NR}, MC={blk.MC} "

@@ -74,11 +74,9 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polycomp import ir
-from polycomp.frontend.c_model import CScopModel
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
-from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import (
     Blocking,
@@ -379,7 +377,7 @@ def _free_outer_dim(iso: isl.UnionSet) -> isl.UnionSet:
 
 def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
                    parallel_regs: bool = False, origin: tuple = (), k_tiles: bool = False,
-                   threads: int = 1):
+                   threads: int = 1, pack_x: bool = True, pack_y: bool = True):
     """The subtree of the module docstring for ``g`` (pack requests appended to
     ``requests``, i.e. ``promotion_state(state).pack_requests``); ``outer``: the
     members (UnionPwAff on the update) of the bands the subtree will sit below, which
@@ -393,7 +391,9 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     block, :mod:`.scop_trmm`'s row steps; the caller makes every step's ``k`` range
     start at a multiple of ``KC``); ``threads``: the planned threads (a triangle of
     output points over several takes :func:`cyclic_tiles`' band, at the top level
-    only)."""
+    only); ``pack_x`` / ``pack_y``: request the packed copies of ``X`` / ``Y`` (off:
+    the micro-kernel reads that operand in place, :mod:`.scop_symm`'s row steps,
+    whose blocks are too small to repay a copy)."""
     sp = g.update.domain.get_space()
     u = _affs(sp, g.upd_pos, b, dim_aff(sp, g.upd_pos["k"]), origin)
     parts = [u]
@@ -461,12 +461,12 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
         return request_mark(requests, PackRequest(ld.buffer, dim, width, level,
                                                   reference=ref_tag(ld)))
     y_marks = []
-    for _, y in g.pairs:
+    for _, y in (g.pairs if pack_y else ()):
         y_dim = _j_dim(y, vj)
         assert y_dim is not None
         y_marks.append(request(y, y_dim, b.NR, "L2"))
     x_marks = []
-    for x, _ in g.pairs:
+    for x, _ in (g.pairs if pack_x else ()):
         x_dim = next((d for d, ix in enumerate(x.indices) if vi in loop_vars(ix)), 0)
         x_marks.append(request(x, x_dim, b.MR, "L1"))
     inner: object = regs
@@ -492,25 +492,20 @@ class ScopGemmPass(Pass):
     name = "scop-gemm"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not ctx.target.isa or not isinstance(ctx.model, CScopModel):
+        stages = ScopStages.of(schedule, ctx)
+        if stages is None:
             return schedule
-        stages = ScopStages(schedule, ctx.model.statements)
         for st in stages:
-            filt = st.filter
-            names = st.names
             g = match_scop_gemm(st.group)
             if isinstance(g, str):
-                ctx.note(self.name, f"{'+'.join(names)}: no GEMM ({g})")
+                ctx.note(self.name, f"{'+'.join(st.names)}: no GEMM ({g})")
                 continue
             if ctx.target.vector_lanes(g.dtype) <= 1:
                 continue
             b = choose_blocking(g.outer_product(), ctx.target, ctx.cpu_options)
             requests = list(promotion_state(ctx).pack_requests)
             new = scop_gemm_tree(g, b, requests, threads=ctx.target.cpu.threads)
-            trial = stages.trial(st, new)
-            sub = filt
-            deps = ctx.model.dependences.intersect_domain(sub).intersect_range(sub)
-            if not violated_dependences(trial, deps).is_empty():
+            if not stages.legal(st, new):
                 ctx.note(self.name, f"{g.update.name}: GEMM-like but the tiled tree would "
                                     f"violate a dependence; program order kept")
                 continue

@@ -1,5 +1,6 @@
 """Pass ``scop-symm``: PolyBench's symm split into three phases, the two triangular
-products on the packed micro-kernel in :mod:`.scop_trmm`'s row steps.
+products on the micro-kernel (operands read in place) in row steps shaped like
+:mod:`.scop_trmm`'s.
 
 PolyBench's symm (``A`` symmetric, its lower triangle stored; the scalar ``temp2``
 expanded to ``acc[i][j]`` by the front end) runs per ``(i, j)``:
@@ -15,7 +16,7 @@ two updates of :func:`.scop_trmm.match_update`'s form, ``P`` reducing over the r
 (``red > row``); every other statement writes a row at a plain iterator; those before
 ``P`` in the text (``Z``) join phase 1, the others (``F``) are phase 2.
 
-Schedule, with ``B`` the block of rows (as in :mod:`.scop_trmm`) and ``sub`` the
+Schedule, with ``B`` the block of rows (:data:`BLOCK`, 120) and ``sub`` the
 child's subtree (the C order, restricted by the filters):
 
     sequence
@@ -23,30 +24,45 @@ child's subtree (the C order, restricted by the filters):
                        sequence
                          filter Z:        sub
                          filter P1:       scop-gemm subtree of P over P1  (k < B*step)
-                         filter P - P1:   band[i, k, j]                   (the block)
+                         filter PR:       register tiles                  (the block)
+                         filter PT:       band[i, k, j]                   (its triangles)
       filter F:      sub                                                  (phase 2)
       filter M:      band[floor(row/B)]                                   (phase 3)
                        sequence
-                         filter M - M3:   band[i, k, j]                   (the block)
+                         filter MT:       band[i, k, j]                   (the triangles)
+                         filter MR:       register tiles                  (the block)
                          filter M3:       scop-gemm subtree of M over M3  (red >= B*step+B)
+
+The diagonal block (:func:`_diagonal`) is split at the register rows: ``PR``/``MR``
+hold the reductions outside a tile's own ``MR`` rows, the register tiles
+``band[floor(row/MR), floor(col/NR)] -> mark cpu_microkernel -> band[red] ->
+band[row mod MR, col mod NR]`` (every row of a tile has the same reduction range);
+``PT``/``MT`` the ``MR x MR`` triangles at the diagonal.  Neither the ``scop-gemm``
+subtrees nor these tiles pack their operands (``pack_x``/``pack_y`` off): at
+PolyBench's LARGE the per-step copies of ``A``'s and ``B``'s blocks were about 12 %
+of symm's on-CPU time, reading them in place costs less.
 
 With several threads the whole sequence sits below ``mark cpu_parallel -> band[floor(j/W)
 mod T] (atomic) -> band[floor(j/W)]`` (:func:`column_blocks`: every statement touches
 column ``j`` of its arrays only, so the columns are independent and one fork/join
-serves the call), and the blocks of ``P`` and ``M`` (``sub`` above) run in the order
+serves the call), and the triangles of ``P`` and ``M`` run in the order
 ``band[row, red, col]`` (:func:`_row_red_col`: the column innermost, unit stride),
 not the C order.
 
 ``P1 = { P : k < B*floor(i/B) }`` (the rectangle left of the block, ``k`` tiles from 0)
 and ``M3`` :mod:`.scop_trmm`'s trailing part.  Each element receives its updates in
-increasing reduction index (phase 1: the rectangle, then the block; phase 3: the block,
-then the rows below; inside the block in increasing ``k`` for ``P``, increasing ``i``
-for ``M``), so the sums keep the C order (bitwise up to FMA contraction).
+increasing reduction index (phase 1: the rectangle, then the block's register tiles,
+then its triangles; phase 3: the triangles, the register tiles, then the rows below;
+inside each part in increasing ``k`` for ``P``, increasing ``i`` for ``M``), so the
+sums keep the C order (the schedule interpreted is bitwise ``gcc -O0``; the built
+micro-kernels add each tile's partial sum of a ``k`` range to ``C`` once, as in every
+``scop-gemm`` product).
 
 Legality (isl terms): :func:`polycomp.scheduler.common.tree.violated_dependences` on the
 whole tree against every dependence of the child, plus :mod:`.scop_trmm`'s checks (a)
 one rectangular reduction range per step and (b) no product of a step writes what its
-packed operands read, for both products.  When a check fails the child keeps its
+operands read (which packing would need; kept with the operands in place), for both
+products.  When a check fails the child keeps its
 schedule, with a note.
 
 Assumes: the program-order tree, ``ctx.model`` a C SCoP model, a target with vector
@@ -62,14 +78,13 @@ import dataclasses
 
 import islpy as isl
 
-from polycomp.frontend.c_model import CScopModel
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
-from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu import scop_trmm
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import (
+    Blocking,
     _extent,
     choose_blocking,
     dim_aff,
@@ -132,6 +147,12 @@ def match_symm(statements: list[Statement]) \
     return p, m, first, [s for s in rest if s not in first]
 
 
+#: rows of a step (rounded down to a multiple of ``MR``, at most ``KC``): the
+#: rectangles' ``k`` tiles, and the diagonal blocks, whose products run as register
+#: tiles too (:func:`_diagonal`); at LARGE 120 measured 0-12 % below 60 in on-CPU time
+#: over several noisy runs (fewer ``C`` tile reloads per product), 96 and 156 as 120
+BLOCK = 120
+
 #: columns of a thread's block in symm's column split (``NR`` panels) when the column
 #: count is symbolic
 COLUMN_PANELS = 6
@@ -185,6 +206,41 @@ def _row_red_col(g: ScopGemm) -> T.Band:
     return T.Band([to_upa(dim_aff(sp, p[n])) for n in ("i", "k", "j")])
 
 
+def _diagonal(g: ScopGemm, block: isl.UnionSet, b: Blocking, leading: bool) -> list:
+    """The filters of a diagonal block (``block``: the update's instances there) in
+    their order: ``D_rect``, the reductions outside the register tile's own rows
+    (``red < MR*floor(row/MR)`` for ``P``, ``red >= MR*floor(row/MR) + MR`` for
+    ``M``), as register tiles ``band[floor(row/MR), floor(col/NR)] -> mark
+    cpu_microkernel -> band[red] -> band[row mod MR, col mod NR]`` on the operands as
+    they lie (every row of a tile has the same reduction range, ``[B*step,
+    MR*floor(row/MR))`` for ``P``); ``D_tri``, the ``MR x MR`` triangles left at the
+    diagonal, in :func:`_row_red_col`'s order.  ``P`` runs ``D_rect`` first (smaller
+    reduction index), ``M`` ``D_tri`` first, so every element keeps its updates in
+    increasing reduction index.  (The block in :func:`_row_red_col`'s order alone, a
+    row of ``W`` and ``Y`` per reduction step, was a fifth of symm's time at LARGE.)"""
+    s = g.update
+    d = _names(s)
+    i, k = d[g.upd_pos["i"]], d[g.upd_pos["k"]]
+    MR, NR = b.MR, b.NR
+    cond = f"{k} < {MR}t" if leading else f"{k} >= {MR}t + {MR}"
+    tiles = _read(s, f"{{ {s.name}[{', '.join(d)}] : exists (t : {MR}t <= {i} < "
+                     f"{MR}t + {MR} and {cond}) }}")
+    assert isinstance(tiles, isl.Set)
+    rect = block.intersect(isl.UnionSet.from_set(tiles))
+    tri = block.subtract(rect)
+    sp = s.domain.get_space()
+    ia, ja, ka = (dim_aff(sp, g.upd_pos[n]) for n in ("i", "j", "k"))
+    regs = T.Band([to_upa(floor_div_aff(ia, MR)), to_upa(floor_div_aff(ja, NR))],
+                  T.Mark(marks.CPU_MICROKERNEL, T.Band(
+                      [to_upa(ka)], T.Band([to_upa(mod_aff(ia, MR)), to_upa(mod_aff(ja, NR))],
+                                           permutable=True, coincident=[True, True]),
+                      permutable=True)),
+                  permutable=True, coincident=[True, True])
+    out = [T.Filter(f, t) for f, t in ((rect, regs), (tri, _row_red_col(g)))
+           if not f.is_empty()]
+    return out if leading else out[::-1]
+
+
 def _leading(g: ScopGemm, B: int) -> isl.Set:
     """``P1`` of the module docstring: the reductions left of the row's block."""
     s = g.update
@@ -201,31 +257,23 @@ class ScopSymmPass(Pass):
     name = "scop-symm"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not ctx.target.isa or not isinstance(ctx.model, CScopModel):
+        stages = ScopStages.of(schedule, ctx)
+        if stages is None:
             return schedule
-        stages = ScopStages(schedule, ctx.model.statements)
-        for st in stages:
-            filt = st.filter
-            sub = st.sub
-            names = st.names
-            group = st.group
-            m = match_symm(group)
-            if isinstance(m, str):
-                continue
+        for st, m in stages.matched(match_symm):
             p, mir, first, fin = m
             if ctx.target.vector_lanes(p.dtype) <= 1 or p.dtype != mir.dtype:
                 continue
             blk = choose_blocking(p.outer_product(), ctx.target, ctx.cpu_options)
-            B = max(blk.MR, min(scop_trmm.BLOCK, blk.KC) // blk.MR * blk.MR)
+            B = max(blk.MR, min(BLOCK, blk.KC) // blk.MR * blk.MR)
             blk = dataclasses.replace(blk, KC=B)
-            cols = column_blocks(group, blk.NR, ctx.target.cpu.threads)
+            cols = column_blocks(st.group, blk.NR, ctx.target.cpu.threads)
             if cols is not None:
-                # two j tiles per column block: a packed Y block's columns then lie in
-                # one column block (its origin a function of the j tile loop; with
-                # tiles across blocks it is a piecewise max, with one tile per block
-                # the j tile loop is not generated: the packing addresses neither)
+                # two j tiles per column block (chosen when Y was packed: a packed
+                # block's columns then lay in one column block; the operands are read
+                # in place now, and one or two panels a block measured no different)
                 blk = dataclasses.replace(blk, NC=cols[2] // 2)
-            space = filt.get_space()
+            space = st.filter.get_space()
             requests = list(promotion_state(ctx).pack_requests)
             phases = []
             ok = True
@@ -244,49 +292,48 @@ class ScopSymmPass(Pass):
                 rest = isl.UnionSet.from_set(g.update.domain).subtract(
                     isl.UnionSet.from_set(part))
                 pset = isl.UnionSet.from_set(part)
-                block = _row_red_col(g)
+                block = _diagonal(g, rest, blk, leading)
                 if part.is_empty():
-                    seq: list = [T.Filter(rest, block)]
+                    seq: list = block
                 else:
                     gemm = scop_gemm_tree(gp, blk, requests, (own,), True, (oi, zero),
-                                          k_tiles=True)
-                    seq = [T.Filter(pset, gemm), T.Filter(rest, block)] if leading else \
-                        [T.Filter(rest, block), T.Filter(pset, gemm)]
+                                          k_tiles=True, pack_x=False, pack_y=False)
+                    seq = [T.Filter(pset, gemm)] + block if leading else \
+                        block + [T.Filter(pset, gemm)]
                 members = [own]
                 if leading and first:
-                    seq.insert(0, T.Filter(_union(first, space), sub))
+                    seq.insert(0, T.Filter(_union(first, space), st.sub))
                     members = [T.union_members([own] + [
                         isl.UnionPwAff.from_pw_aff(_step(s, B)) for s in first])]
                 band = T.Band(members, T.Sequence(seq))
                 stmts_here = [g.update] + (first if leading else [])
                 phases.append(T.Filter(_union(stmts_here, space), band))
             if not ok:
-                ctx.note(self.name, f"{'+'.join(names)}: a triangular product is not a "
+                ctx.note(self.name, f"{'+'.join(st.names)}: a triangular product is not a "
                                     f"GEMM per block; program order kept")
                 continue
             top = [phases[0]]
             if fin:
-                top.append(T.Filter(_union(fin, space), sub))
+                top.append(T.Filter(_union(fin, space), st.sub))
             top.append(phases[1])
             new = T.Sequence(top)
             if cols is not None:
                 new = T.Mark(marks.CPU_PARALLEL, T.Band(
                     [cols[0]], T.Band([cols[1]], new), coincident=[True],
                     loop_types=[isl.ast_loop_type.atomic]))
-            trial = stages.trial(st, new)
-            deps = ctx.model.dependences.intersect_domain(filt).intersect_range(filt)
-            if not violated_dependences(trial, deps).is_empty():
-                ctx.note(self.name, f"{'+'.join(names)}: the three-phase order would "
+            if not stages.legal(st, new):
+                ctx.note(self.name, f"{'+'.join(st.names)}: the three-phase order would "
                                     f"violate a dependence; program order kept")
                 continue
             promotion_state(ctx).pack_requests[:] = requests
             stages.replace(st, new)
-            ctx.note(self.name, f"{'+'.join(names)}: split in three phases, {B} rows a "
+            ctx.note(self.name, f"{'+'.join(st.names)}: split in three phases, {B} rows a "
                                 f"step; {p.update.name} ({p.update.write.name} += "
                                 f"{p.x.buffer.name} * {p.y.buffer.name}, rows above) and "
                                 f"{mir.update.name} ({mir.update.write.name} += "
                                 f"{mir.x.buffer.name} * {mir.y.buffer.name}, rows below) "
                                 f"on the micro-kernel (register block {blk.MR}x{blk.NR}, "
-                                f"MC={blk.MC} NC={blk.NC} KC={blk.KC}), the blocks in "
-                                f"the C order")
+                                f"MC={blk.MC} NC={blk.NC} KC={blk.KC}, operands in place), "
+                                f"the diagonal blocks as register tiles besides their "
+                                f"{blk.MR}x{blk.MR} triangles")
         return stages.schedule()

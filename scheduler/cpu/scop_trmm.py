@@ -59,10 +59,8 @@ import dataclasses
 import islpy as isl
 
 from polycomp import ir
-from polycomp.frontend.c_model import CScopModel
 from polycomp.model import Statement
 from polycomp.scheduler.common.pass_base import Pass
-from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import choose_blocking, dim_aff, floor_div_aff
 from polycomp.scheduler.cpu.scop_gemm import (
@@ -211,17 +209,10 @@ class ScopTrmmPass(Pass):
     name = "scop-trmm"
 
     def run(self, schedule: isl.Schedule, ctx: CompileState) -> isl.Schedule:
-        if not ctx.target.isa or not isinstance(ctx.model, CScopModel):
+        stages = ScopStages.of(schedule, ctx)
+        if stages is None:
             return schedule
-        stages = ScopStages(schedule, ctx.model.statements)
-        for st in stages:
-            filt = st.filter
-            sub = st.sub
-            names = st.names
-            group = st.group
-            m = match_trmm(group)
-            if isinstance(m, str):
-                continue
+        for st, m in stages.matched(match_trmm):
             g, before, after = m
             if ctx.target.vector_lanes(g.dtype) <= 1:
                 continue
@@ -232,11 +223,11 @@ class ScopTrmmPass(Pass):
             if t.is_empty():
                 continue
             if not _rectangular_k(g, t, B) or not _packs_safe(g, t, B):
-                ctx.note(self.name, f"{'+'.join(names)}: rows-below products not a GEMM "
+                ctx.note(self.name, f"{'+'.join(st.names)}: rows-below products not a GEMM "
                                     f"per block; program order kept")
                 continue
             step = T.union_members([isl.UnionPwAff.from_pw_aff(_step(s, B))
-                                    for s in group])
+                                    for s in st.group])
             own = isl.UnionPwAff.from_pw_aff(_step(g.update, B))
             sp = g.update.domain.get_space()
             oi = floor_div_aff(dim_aff(sp, g.upd_pos["i"]), B).scale_val(
@@ -245,22 +236,20 @@ class ScopTrmmPass(Pass):
             requests = list(promotion_state(ctx).pack_requests)
             gt = dataclasses.replace(g, update=dataclasses.replace(g.update, domain=t))
             gemm = scop_gemm_tree(gt, blk, requests, (own,), True, (oi, zero), k_tiles=True)
-            space = filt.get_space()
+            space = st.filter.get_space()
             head = _union(before, space).union(isl.UnionSet.from_set(g.update.domain).subtract(
                 isl.UnionSet.from_set(t)))
-            kids_new: list = [T.Filter(head, sub), T.Filter(isl.UnionSet.from_set(t), gemm)]
+            kids_new: list = [T.Filter(head, st.sub), T.Filter(isl.UnionSet.from_set(t), gemm)]
             if after:
-                kids_new.append(T.Filter(_union(after, space), sub))
+                kids_new.append(T.Filter(_union(after, space), st.sub))
             new = T.Band([step], T.Sequence(kids_new))
-            trial = stages.trial(st, new)
-            deps = ctx.model.dependences.intersect_domain(filt).intersect_range(filt)
-            if not violated_dependences(trial, deps).is_empty():
-                ctx.note(self.name, f"{'+'.join(names)}: the row-blocked order would "
+            if not stages.legal(st, new):
+                ctx.note(self.name, f"{'+'.join(st.names)}: the row-blocked order would "
                                     f"violate a dependence; program order kept")
                 continue
             promotion_state(ctx).pack_requests[:] = requests
             stages.replace(st, new)
-            ctx.note(self.name, f"{'+'.join(names)}: row-blocked, {B} rows a step; "
+            ctx.note(self.name, f"{'+'.join(st.names)}: row-blocked, {B} rows a step; "
                                 f"products with the rows below of {g.update.name} on the "
                                 f"micro-kernel ({g.update.write.name} += {g.x.buffer.name} * "
                                 f"{g.y.buffer.name}, register block {blk.MR}x{blk.NR}, "

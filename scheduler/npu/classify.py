@@ -3,6 +3,8 @@ cast or a vector epilogue after them (used by the ``npu-map`` pass, :mod:`.map`)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from polycomp import ir
 from polycomp.scheduler.common.contraction import Contraction, match_contraction
 
@@ -39,11 +41,31 @@ def plain_matmul(stages) -> Contraction | None:
     return None
 
 
-def dequant_scale(stages) -> float | None:
-    """The constant ``s`` of an int32 matmul stage followed by exactly one stage
-    ``out[i, j] = cast(cast(C[i, j], float32) * s, float16)`` (or ``s * ...``): the
-    per-tensor dequantisation Fixpipe applies on its way out (``DEQF16``); None for
-    anything else."""
+@dataclass(frozen=True)
+class Dequant:
+    """The one stage after an int32 matmul ``C`` that Fixpipe can apply on its way out
+    of L0C: ``out[i, j] = cast(cast(C[i, j], float32) * s, float16)`` (or ``s * ...``)
+    with ``s`` a constant (``value``: the per-tensor ``DEQF16``) or ``scale[j]``, a 1-d
+    float32 input read at the column (``tensor``: the per-channel ``VDEQF16``)."""
+    value: float | None = None
+    tensor: str | None = None
+
+
+def fixpipe_exact(v: float) -> bool:
+    """``v`` is what Fixpipe multiplies by when given ``v``: a normal float32 with at
+    most 10 mantissa bits (the hardware reads bits [31:13], 1 sign, 8 exponent and 10
+    mantissa bits; asc-devkit docs, "随路量化"; inf, NaN and subnormals are not allowed)."""
+    import struct
+    bits = struct.unpack("<I", struct.pack("<f", v))[0]
+    exp = (bits >> 23) & 0xFF
+    return struct.unpack("<f", struct.pack("<f", v))[0] == v and 0 < exp < 255 and \
+        not bits & 0x1FFF
+
+
+def dequant(stages) -> Dequant | None:
+    """The :class:`Dequant` of an int32 matmul stage followed by exactly one stage
+    ``out[i, j] = cast(cast(C[i, j], float32) * s, float16)``; None for anything else
+    (a per-row ``scale[i]``, a bias, another output type: a vector epilogue)."""
     if len(stages) != 2 or stages[0].output.dtype != "int32" or \
             stages[1].output.dtype != "float16" or stages[1].is_reduction:
         return None
@@ -52,17 +74,41 @@ def dequant_scale(stages) -> float | None:
             and e.value.op == "*"):
         return None
     a, b = e.value.a, e.value.b
-    if isinstance(a, ir.FloatImm):
+    if isinstance(a, (ir.FloatImm, ir.Load)) and not _is_acc(a, stages[0].name):
         a, b = b, a
-    if not (isinstance(b, ir.FloatImm) and isinstance(a, ir.Cast) and a.dtype == "float32"
-            and isinstance(a.value, ir.Load) and a.value.buffer.name == stages[0].name):
+    if not _is_acc(a, stages[0].name):
         return None
+    assert isinstance(a, ir.Cast) and isinstance(a.value, ir.Load)
     idx = a.value.indices
     iters = [v.name for v in s.iters]
-    if len(idx) != len(iters) or any(not isinstance(i, ir.Var) or i.name != n
-                                     for i, n in zip(idx, iters)):
+    if len(idx) != len(iters) or len(iters) != 2 or \
+            any(not isinstance(i, ir.Var) or i.name != n for i, n in zip(idx, iters)):
         return None
-    return float(b.value)
+    if isinstance(b, ir.FloatImm):
+        return Dequant(value=float(b.value))
+    if isinstance(b, ir.Load) and b.dtype == "float32" and len(b.indices) == 1 and \
+            isinstance(b.indices[0], ir.Var) and b.indices[0].name == iters[1] and \
+            b.buffer.name in {t.name for t in _inputs(stages)}:
+        return Dequant(tensor=b.buffer.name)
+    return None
+
+
+def _is_acc(e, name: str) -> bool:
+    return isinstance(e, ir.Cast) and e.dtype == "float32" and \
+        isinstance(e.value, ir.Load) and e.value.buffer.name == name
+
+
+def _inputs(stages) -> list:
+    """The buffers the stages read that no stage writes."""
+    written = {s.name for s in stages}
+    out: list = []
+
+    def visit(n) -> None:
+        if isinstance(n, ir.Load) and n.buffer.name not in written:
+            out.append(n.buffer)
+    for s in stages:
+        ir.walk(s.body, visit)
+    return out
 
 
 def epilogue_matmul(stages) -> Contraction | None:

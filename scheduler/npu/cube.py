@@ -23,12 +23,14 @@ class CubeTiles:
 
 
 def fit_cube_tiles(target: Target, itemsize: int, copies: int,
-                   ub_need: Callable[[int, int], int] | None = None) -> CubeTiles:
+                   ub_need: Callable[[int, int], int] | None = None,
+                   l1_col_bytes: int = 0) -> CubeTiles:
     """The largest tiles (output tile area first, then k0, then kL1) whose buffers fit
     L0A, L0B, L0C (fp32) and L1 with ``copies`` ping-pong copies each (and UB, for a
     vector epilogue needing ``ub_need(m0, n0)`` bytes).  8-bit operands take ``k0`` and
     ``n0`` in multiples of 32 (a fractal row holds 32 of them; the right operand is
-    transposed by 32 x 32 squares)."""
+    transposed by 32 x 32 squares).  ``l1_col_bytes``: L1 bytes per output column
+    besides the operands (Fixpipe's quantisation parameters, 8), per copy."""
     cap = target.capacity
     q = _quantum(itemsize)
     best: CubeTiles | None = None
@@ -43,7 +45,8 @@ def fit_cube_tiles(target: Target, itemsize: int, copies: int,
                         k0 * n0 * itemsize * copies > cap("L0B"):
                     continue
                 kl1 = next((k0 * f for f in (8, 4, 2, 1)
-                            if (m0 + n0) * k0 * f * itemsize * copies <= cap("L1")), 0)
+                            if ((m0 + n0) * k0 * f * itemsize + n0 * l1_col_bytes)
+                            * copies <= cap("L1")), 0)
                 if not kl1:
                     continue
                 t = CubeTiles(m0, n0, k0, kl1)
@@ -73,9 +76,11 @@ def check_tiles(t: CubeTiles, itemsize: int = 2) -> CubeTiles:
 
 
 def cube_tiles(target: Target, options, itemsize: int,
-               ub_need: Callable[[int, int], int] | None = None) -> CubeTiles:
+               ub_need: Callable[[int, int], int] | None = None,
+               l1_col_bytes: int = 0) -> CubeTiles:
     """The tiles of option ``cube_tile`` (checked), else the largest that fit with the
     copies option ``double_buffer`` asks for."""
     if options.cube_tile:
         return check_tiles(CubeTiles(*options.cube_tile), itemsize)
-    return fit_cube_tiles(target, itemsize, 2 if options.double_buffer else 1, ub_need)
+    return fit_cube_tiles(target, itemsize, 2 if options.double_buffer else 1, ub_need,
+                          l1_col_bytes)

@@ -45,7 +45,7 @@ from polycomp.scheduler.common.contraction import Contraction, match_contraction
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 
-from .classify import dequant_scale, epilogue_matmul, is_matmul, plain_matmul
+from .classify import Dequant, dequant, epilogue_matmul, fixpipe_exact, is_matmul, plain_matmul
 from .conv import ConvMatch, check_extents, match_conv
 from .cube import cube_tiles
 from .phases import SubGraph, split_phases
@@ -94,6 +94,17 @@ def _float_cube(stage, in_dtype: str, what: str) -> None:
                           f"is a plain (batch) matmul with an int32 result")
 
 
+def _by_fixpipe(dq: Dequant, options) -> bool:
+    """Whether Fixpipe applies the dequantisation: a constant scale when Fixpipe reads it
+    exactly (at most 10 mantissa bits) or with option ``fixpipe_quant``; a per-column
+    scale tensor (``VDEQF16``) only with option ``fixpipe_quant``, since the hardware
+    drops each scale's lower 13 mantissa bits (values unknown here).  Otherwise the
+    vector epilogue computes it in float32 (exact)."""
+    if dq.value is not None:
+        return fixpipe_exact(dq.value) or options.fixpipe_quant
+    return options.fixpipe_quant
+
+
 def _single(graph, target: Target, options, lm: NpuLoweringModel) -> Plan:
     stages = list(graph.stages)
     c = plain_matmul(stages)
@@ -107,11 +118,14 @@ def _single(graph, target: Target, options, lm: NpuLoweringModel) -> Plan:
         if conv is not None:
             return _conv(graph, conv, target, options, lm)
     c = epilogue_matmul(stages)
-    scale = dequant_scale(stages) if c is not None and c.a.load.dtype == "int8" else None
-    if c is not None and scale is not None:      # Fixpipe dequantises: cube only
-        tiles = cube_tiles(target, options, _itemsize("int8"))
+    dq = dequant(stages) if c is not None and c.a.load.dtype == "int8" else None
+    if c is not None and dq is not None and _by_fixpipe(dq, options):
+        # Fixpipe dequantises: cube only
+        # a per-column scale: its uint64 parameters share L1 with the operands
+        tiles = cube_tiles(target, options, _itemsize("int8"),
+                           l1_col_bytes=8 if dq.tensor is not None else 0)
         return CubePlan(stages[0].name, c, False, "int8", "float16", tiles, graph,
-                        (stages[1].name,), deq_scale=scale)
+                        (stages[1].name,), deq_scale=dq.value, deq_tensor=dq.tensor)
     if c is not None:
         if c.a.load.dtype == "int8" and stages[0].output.dtype != "int32":
             raise TargetError(f"npu: {stages[0].name}: int8 operands accumulate in int32; "
@@ -295,6 +309,8 @@ def _describe(plan: Plan | PhasesPlan) -> str:
         epi = f" with a vector epilogue ({', '.join(plan.epilogue)})" if plan.epilogue else ""
         if plan.deq_scale is not None:
             epi = f" dequantised by Fixpipe (DEQF16, scale {plan.deq_scale:g})"
+        elif plan.deq_tensor is not None:
+            epi = f" dequantised by Fixpipe (VDEQF16, scale {plan.deq_tensor}[j])"
         return (f"{plan.stage}: cube{epi}; output tiles {t.m0}x{t.n0} (L0C), k steps of "
                 f"{t.k0} (L0A/L0B), L1 stages of {t.kl1}")
     if isinstance(plan, ConvPlan):

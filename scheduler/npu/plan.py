@@ -75,6 +75,10 @@ class CubePlan:
     #: ``cast(cast(C, float32) * scale, float16)``, applied by Fixpipe (``DEQF16``)
     #: instead of a vector epilogue
     deq_scale: float | None = None
+    #: int8 operands: the 1-d float32 input ``scale`` of the one epilogue stage
+    #: ``cast(cast(C[i, j], float32) * scale[j], float16)``, applied by Fixpipe per
+    #: column (``VDEQF16``, option ``fixpipe_quant``) instead of a vector epilogue
+    deq_tensor: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
