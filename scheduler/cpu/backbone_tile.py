@@ -59,7 +59,13 @@ the weights, packed in panels of ``NR`` channels), ``i`` = the output width:
 
 (weights read in place: no pack mark, and with a channel tile, :func:`channel_tile`, a
 band ``[floor(c/c_tile)]`` between ``band[floor(f/NR)]`` and the batch band; rows of at
-most 16 pixels take one register tile each, :func:`row_register_block`)
+most 16 pixels take one register tile each, :func:`row_register_block`).  By default
+(:func:`accumulators_from_init`) the channel form's init is not a filter of its own:
+it joins every band (its channel tile ``0``) and runs on each register tile right
+before the micro-kernel, ``band[floor(i/MR)] -> sequence[init: band[i mod MR, f mod
+NR], update: mark cpu_microkernel .., e_1 .., e_n]``, with an epilogue chain
+(:func:`conv_epilogue`, :func:`match_epilogue`) after it at the last channel tile;
+see :func:`channel_tree` for the legality.
 
 A GEMM-form backbone with fewer than ``SMALL_M_PANELS`` register rows per thread and at
 least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]``
@@ -721,8 +727,9 @@ def isolate_full_tiles(prefix: list, tile: list, point: list, sizes: tuple,
 
 
 def match_epilogue(op: OuterProduct, statements, before: tuple = ()) -> Statement | None:
-    """The statement of the stage after a GEMM-form backbone that can run on each
-    register tile of its output ``C`` right after the tile's last micro-kernel: a
+    """The statement of the stage after a GEMM-form backbone (or a channel-form
+    convolution, :func:`conv_epilogue`) that can run on each register tile of its
+    output ``C`` right after the tile's last micro-kernel: a
     single elementwise (``compute``) statement with the domain of ``C``'s init that
     reads ``C`` only at its own point, writes another array at its own point (bias,
     activation, scaling, a cast) and reads neither operand of the product (their
@@ -831,7 +838,13 @@ def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list, ispace=None,
 
     Legal: every update of ``C[s]`` lies in the same (channel panel, rows, ``i``) tile
     as the init of ``C[s]``, at a channel tile ``>= 0``: after the init (the later
-    sequence child at tile 0, a later tile otherwise); init instances are independent."""
+    sequence child at tile 0, a later tile otherwise); init instances are independent.
+    An ``epilogue`` chain (statements of :func:`match_epilogue`, each reading ``C`` and
+    the earlier ones only at its own point ``s``) takes the same functions with the
+    last channel tile as its member and follows the micro-kernel in the sequence: every
+    update of ``C[s]`` is at a channel tile ``<=`` the last, in the same outer tile,
+    so the chain's instance of ``s`` comes after all of them, and after the earlier
+    chain statements' instances of ``s`` (earlier sequence children)."""
     i, j = dim_aff(sp, op.i), dim_aff(sp, op.j)
     espaces = [e.domain.get_space() for e in epilogue] if ispace is not None else []
     spaces = ([sp] if ispace is None else [sp, ispace]) + espaces
