@@ -4,8 +4,9 @@ schedule passes, IR passes and code generation.
 * Schedule passes (after program order): for a fusible chain ``chain-fuse`` (the fused
   program is the schedule tree, :mod:`polycomp.scheduler.chain.program` /
   ``conv_program``) and ``cpu-pack``; for C SCoPs ``scop-gemm``, ``scop-stencil``,
-  ``scop-tile`` (:mod:`polycomp.scheduler.cpu.scop_gemm` and its neighbours) and
-  ``scop-parallel`` instead of ``cpu-fuse`` and ``cpu-parallel``;
+  ``scop-tile`` (:mod:`polycomp.scheduler.cpu.scop_gemm` and its neighbours),
+  ``scop-split``, ``scop-interleave`` and ``scop-parallel`` instead of ``cpu-fuse`` and
+  ``cpu-parallel``;
   ``cpu-backbone-tile`` and ``cpu-pack`` (vector
   targets: matmul-like and convolution backbones get cache/register tiles, packing
   requests and micro-kernel marks), ``cpu-reduce-interchange`` (vector targets: column
@@ -98,7 +99,11 @@ class CpuBackend(Backend):
             passes.append(CpuFusePass())
         if o.parallel:
             if scop:   # parallel loops below sequential ones too
+                from polycomp.scheduler.cpu.scop_interleave import ScopInterleavePass
                 from polycomp.scheduler.cpu.scop_parallel import ScopParallelPass
+                from polycomp.scheduler.cpu.scop_split import ScopSplitPass
+                passes.append(ScopSplitPass())      # index-set splits: parallel pieces
+                passes.append(ScopInterleavePass())  # recurrences: strips side by side
                 passes.append(ScopParallelPass())
             else:
                 passes.append(CpuParallelPass())
@@ -149,7 +154,9 @@ class CpuBackend(Backend):
             ir_pass("negate-updates", lambda f, s: negate_updates(f)),
             ir_pass("microkernels", lambda f, s: microkernels(
                 f, target.vector_lanes, cpu_microkernels(s).dots, packed_buffers(s),
-                lambda text: s.note("microkernels", text), prefetch=o.prefetch)),
+                lambda text: s.note("microkernels", text), prefetch=o.prefetch,
+                dead=cpu_microkernels(s).chain_temporaries,
+                chains=cpu_microkernels(s).chains)),
             ir_pass("vectorize", lambda f, s: vectorize(
                 f, target.vector_lanes, tail=o.tail, reduce_unroll=o.reduce_unroll,
                 reciprocal=o.reciprocal)),
