@@ -439,16 +439,24 @@ class _Rename(ir.Mutator):
             self.buf_cache[b] = nb
         return nb
 
+    # (a node whose parts all come back unchanged is returned as it is: most names are
+    # legal already, and rebuilding every node of the body cost more than the renaming)
     def visit_Load(self, e):
-        return ir.Load(self.buf(e.buffer), tuple(self.visit(i) for i in e.indices), e.dtype,
-                       e.lanes)
+        b, idx = self.buf(e.buffer), tuple(self.visit(i) for i in e.indices)
+        if b is e.buffer and all(x is y for x, y in zip(idx, e.indices)):
+            return e
+        return ir.Load(b, idx, e.dtype, e.lanes)
 
     def visit_Store(self, s):
-        return ir.Store(self.buf(s.buffer), tuple(self.visit(i) for i in s.indices),
-                        self.visit(s.value), s.lanes)
+        b, idx = self.buf(s.buffer), tuple(self.visit(i) for i in s.indices)
+        v = self.visit(s.value)
+        if b is s.buffer and v is s.value and all(x is y for x, y in zip(idx, s.indices)):
+            return s
+        return ir.Store(b, idx, v, s.lanes)
 
     def visit_Allocate(self, s):
-        return ir.Allocate(self.buf(s.buffer), self.visit(s.body))
+        b, body = self.buf(s.buffer), self.visit(s.body)
+        return s if b is s.buffer and body is s.body else ir.Allocate(b, body)
 
     def visit_AttrStmt(self, s):
         """Expressions in a mark's value are renamed too (the vectorizer's tail mask
@@ -458,7 +466,11 @@ class _Rename(ir.Mutator):
             value = self.visit(value)
         elif isinstance(value, tuple):
             value = tuple(self.visit(v) if isinstance(v, ir.Expr) else v for v in value)
-        return ir.AttrStmt(s.key, value, self.visit(s.body))
+        body = self.visit(s.body)
+        if body is s.body and (value is s.value or (
+                isinstance(value, tuple) and all(x is y for x, y in zip(value, s.value)))):
+            return s
+        return ir.AttrStmt(s.key, value, body)
 
     def _bind(self, v, body):
         """Rename binder ``v`` unless its name is usable here, then visit ``body``."""
@@ -483,11 +495,15 @@ class _Rename(ir.Mutator):
     def visit_For(self, s):
         mn, ext = self.visit(s.min), self.visit(s.extent)
         nv, body = self._bind(s.var, s.body)
+        if nv is s.var and mn is s.min and ext is s.extent and body is s.body:
+            return s
         return ir.For(nv, mn, ext, s.kind, body, s.annotations)
 
     def visit_LetStmt(self, s):
         value = self.visit(s.value)
         nv, body = self._bind(s.var, s.body)
+        if nv is s.var and value is s.value and body is s.body:
+            return s
         return ir.LetStmt(nv, value, body)
 
 
