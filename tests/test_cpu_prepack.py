@@ -130,6 +130,40 @@ def test_prepacked_few_row_split_matches_numpy_at_two_threads(m, k, n):
     np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5 * k)
 
 
+@pytest.mark.parametrize("rows", ["M", 128])
+def test_weight_gemm_blocks_balanced_and_symbolic_rows_in_small_row_tiles(rows):
+    """A 768-wide pre-packed weight in column blocks of 384 (two, the width covered
+    exactly: no padding to 960 as with the nominal 480); with symbolic rows at 2 threads
+    the row tiles are ``SMALL_M_PANELS`` register rows (32), so a call of 64 .. 256 rows
+    has a row tile per thread (``MC`` = 256 ran 128 rows on one thread).  Compile only."""
+    m = pc.sym("M") if rows == "M" else rows
+    ck = compile_kernel(_matmul_kernel(m, 768, 768, f"pp_bal_{rows}"),
+                        *_weight_gemm("cpu-avx512", 2, prepack=("B",)))
+    notes = ck.notes["cpu-backbone-tile"][0]
+    (rec,) = prepacked_inputs(ck.state)
+    blocks, _, panels, _, nr = rec.packed_shape
+    assert "NC=384" in notes and blocks * panels * nr == 768, (notes, rec.packed_shape)
+    assert ("MC=32 " in notes) == (rows == "M") and "parallel over i tiles" in notes, notes
+
+
+def test_prepacked_symbolic_rows_small_row_tiles_match_numpy_at_two_threads():
+    """Symbolic rows, the row tiles of ``SMALL_M_PANELS`` register rows over 2 threads:
+    right for 1, a prime and several tiles' worth of rows."""
+    tgt, opts = _weight_gemm("cpu", 2)
+    M = pc.sym("M")
+    ck = compile_kernel(_matmul_kernel(M, 53, 101, "pp_sym_small_tiles"), tgt,
+                        {**opts, "prepack": ("B",)})
+    assert "parallel over i tiles" in ck.notes["cpu-backbone-tile"][0]
+    (rec,) = prepacked_inputs(ck.state)
+    fn = ck.backend.load(ck)
+    fn.threads = 2
+    B = _f32(53, 101)
+    Bp = rec.pack(B)
+    for m in (1, 37, 131):
+        A = _f32(m, 53)
+        np.testing.assert_allclose(fn(A, Bp), A.astype(np.float64) @ B, rtol=1e-5, atol=1e-4)
+
+
 def test_prepacked_gemm_symbolic_rows_and_wrong_layout_refused():
     """Symbolic ``M`` (partial register tiles): matches numpy for several row counts;
     the unpacked ``B`` is refused by the argument check (its shape is not the packed
