@@ -8,7 +8,8 @@ bench polybench``) and numpy, so the host's load drifts alike for all, with a pa
 ``SETTLE_S`` before each call (OpenBLAS's threads keep spinning a little after a call,
 which would slow whatever runs next); each line prints
 best and median seconds and ``numpy time / polycomp time`` (above 1: polycomp faster),
-and the same ratio of the on-CPU seconds of each call's busiest thread (Linux
+and the same ratio (and polycomp's own seconds; with ``--peer-c`` also the peer's ratio) of
+the on-CPU seconds of each call's busiest thread (Linux
 ``/proc/self/task/*/schedstat``: the critical path without the time spent waiting for a
 CPU, which on a loaded host is most of the wall time).
 numpy's formulations compute the whole result (2mm: ``beta D + (alpha A B) C``;
@@ -136,7 +137,11 @@ def bench(name: str, path: str, pb: str, dataset: str, rounds: int, peer_dir) ->
                  f"{med['peer'] / med['polycomp']:.2f}")
     if bb["polycomp"] > 0:
         line += (f"; busiest thread on-CPU numpy/polycomp {bb['numpy'] / bb['polycomp']:.2f}"
-                 f" / {bm['numpy'] / bm['polycomp']:.2f}")
+                 f" / {bm['numpy'] / bm['polycomp']:.2f}"
+                 f" ({bb['polycomp']:.4f}/{bm['polycomp']:.4f} s)")
+        if peer is not None:
+            line += (f", peer/polycomp {bb['peer'] / bb['polycomp']:.2f}"
+                     f" / {bm['peer'] / bm['polycomp']:.2f}")
     return line + f"; max rel err vs numpy {err:.1e}"
 
 
