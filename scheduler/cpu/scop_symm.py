@@ -14,19 +14,22 @@ Matching (:func:`match_symm`), in one top-level child of the program-order tree:
 two updates of :func:`.scop_trmm.match_update`'s form, ``P`` reducing over the rows
 *above* its output row (its domain has ``red < row``) and ``M`` over the rows *below*
 (``red > row``); every other statement writes a row at a plain iterator; those before
-``P`` in the text (``Z``) join phase 1, the others (``F``) are phase 2.
+``P`` in the text (``Z``) join phase 1, the others (``F``) are phase 2, which runs at
+the end of each of phase 1's row steps (the step's rows of ``acc`` are complete there,
+and they and ``B``'s rows are still in cache; no update of phase 3 writes a row before
+its ``F`` in the C order, so ``F`` reads the input ``C``).
 
 Schedule, with ``B`` the block of rows (:data:`BLOCK`, 120) and ``sub`` the
 child's subtree (the C order, restricted by the filters):
 
     sequence
-      filter Z + P:  band[floor(row/B)]                                   (phase 1)
+      filter Z + P + F:  band[floor(row/B)]                               (phase 1)
                        sequence
                          filter Z:        sub
                          filter P1:       scop-gemm subtree of P over P1  (k < B*step)
                          filter PR:       register tiles                  (the block)
                          filter PT:       band[i, k, j]                   (its triangles)
-      filter F:      sub                                                  (phase 2)
+                         filter F:        sub                             (phase 2)
       filter M:      band[floor(row/B)]                                   (phase 3)
                        sequence
                          filter MT:       band[i, k, j]                   (the triangles)
