@@ -110,7 +110,7 @@ def astitch_traffic(target: str, repeat: int) -> list[dict]:
         part = cg.partition
         moved = sum(4 * math.prod(int(d) for d in v.shape)
                     for gr in part.groups for v in part.inputs_of(gr) + part.outputs_of(gr)
-                    if v.const is None)
+                    if not v.is_const)
         unfused = sum(4 * math.prod(int(d) for d in n.output.shape) * (len(n.inputs) + 1)
                       for n in graph.nodes)
         xv = torch.randn(r, c)

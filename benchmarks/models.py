@@ -18,7 +18,7 @@ default (3 rounds, the 2-layer models at batch 1); ``--full`` adds BERT 12 layer
 batch 8, ``--rounds`` more rounds.  ``--prepack-off`` also times polycomp compiled with
 ``POLYCOMP_PREPACK=0`` (weights packed on every call instead of once at compile time),
 interleaved with the others: the gain of compile-time packing, best and median.  Each
-call's process CPU time (all threads) is recorded beside its wall time: on a loaded
+call's process CPU time (all threads; inductor's too) is recorded beside its wall time: on a loaded
 host it measures the work without the scheduling delays (a ratio of CPU times compares
 work, not speed at a given thread count).
 """
@@ -69,6 +69,7 @@ class Row:
     eager_cpu_ms: list[float] = field(default_factory=list)
     polycomp_cpu_ms: list[float] = field(default_factory=list)
     unpacked_cpu_ms: list[float] = field(default_factory=list)
+    inductor_cpu_ms: list[float] = field(default_factory=list)
     max_rel_err: float = float("nan")
     polycomp_report: str = ""
     inductor_note: str = ""
@@ -91,8 +92,11 @@ class Row:
                  prepack_gain_median=um / pm if (pm and um) else None)
         (ecb, ecm), (pcb, pcm), (ucb, ucm) = bm(self.eager_cpu_ms), bm(self.polycomp_cpu_ms), \
             bm(self.unpacked_cpu_ms)
+        icb, icm = bm(self.inductor_cpu_ms)
         d.update(cpu_vs_eager_best=ecb / pcb if (pcb and ecb) else None,
                  cpu_vs_eager_median=ecm / pcm if (pcm and ecm) else None,
+                 cpu_vs_inductor_best=icb / pcb if (pcb and icb) else None,
+                 cpu_vs_inductor_median=icm / pcm if (pcm and icm) else None,
                  prepack_cpu_gain_best=ucb / pcb if (pcb and ucb) else None,
                  prepack_cpu_gain_median=ucm / pcm if (pcm and ucm) else None)
         return d
@@ -193,7 +197,7 @@ def run_case(case: Case, threads: int, rounds: int, inductor: bool,
             if unpacked is not None:
                 row.unpacked_ms.append(_timed(lambda: unpacked(**x), row.unpacked_cpu_ms))
             if ind is not None:
-                row.inductor_ms.append(_timed(lambda: ind(**x)))
+                row.inductor_ms.append(_timed(lambda: ind(**x), row.inductor_cpu_ms))
     comp = sum(r.compiled for r in reports)
     pieces = sum(r.pieces for r in reports)
     eager = sorted({e for r in reports for e in r.eager})
@@ -226,8 +230,9 @@ def table(rows: list[dict]) -> str:
     out = ["| case | threads | eager best / median ms | polycomp best / median ms | "
            "inductor best / median ms | vs eager (best / median) | vs inductor "
            "(best / median) | rel err | CPU time vs eager (best / median) | "
+           "CPU time vs inductor | "
            "without prepack / with, wall (best / median) | same, CPU time |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(
             f"| {r['case']} | {r['threads']} | {_fmt(r['eager_best_ms'])} / "
@@ -239,6 +244,8 @@ def table(rows: list[dict]) -> str:
             f"{_fmt(r['speedup_vs_inductor_median'], '.2f')}x | {r['max_rel_err']:.1e} | "
             f"{_fmt(r.get('cpu_vs_eager_best'), '.2f')}x / "
             f"{_fmt(r.get('cpu_vs_eager_median'), '.2f')}x | "
+            f"{_fmt(r.get('cpu_vs_inductor_best'), '.2f')}x / "
+            f"{_fmt(r.get('cpu_vs_inductor_median'), '.2f')}x | "
             f"{_fmt(r.get('prepack_gain_best'), '.2f')}x / "
             f"{_fmt(r.get('prepack_gain_median'), '.2f')}x | "
             f"{_fmt(r.get('prepack_cpu_gain_best'), '.2f')}x / "

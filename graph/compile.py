@@ -12,7 +12,15 @@ on every call.  The constant is packed here, once (numpy, from the same
 :class:`~polycomp.scheduler.promotion.footprint.Layout` the kernel indexes it by), and
 the step passes the packed array (``Step.packed``).  Parameters updated in place
 recompile the graph (the Dynamo backend watches them), which packs them again.
-``POLYCOMP_PREPACK=0`` turns it off."""
+``POLYCOMP_PREPACK=0`` turns it off.
+
+*Each weight held once*: a constant that every step reading it reads through its packed
+(``Step.packed``) or laid-out (``Step.arg_arrays``, convolution weights ``(C, KH, KW,
+F)``) copy, and that is no graph output, is not passed as itself at a call; when the
+graph owns its constants (``Graph.owns_constants``: the torch.fx and ONNX importers'
+copies) its own array is dropped too (``Value.held`` records the copy it can be rebuilt
+from; a later compilation of the same graph rebuilds it first).  A parameter owned by
+the caller's module stays the caller's."""
 from __future__ import annotations
 
 from typing import Any
@@ -23,8 +31,8 @@ from polycomp.driver import compile_kernel, interpret
 from polycomp.hw.registry import backend_for_name
 from polycomp.scheduler.promotion.record import prepacked_inputs
 
-from .ir import Graph, Value
-from .lower import argname, group_kernel
+from .ir import Graph, HeldCopy, Value
+from .lower import CONV_WEIGHT_AXES, argname, group_kernel
 from .partition import Group, Partition, partition
 from .runtime import CompiledGraph, Step, check_dims_bound
 from .shapes import propagate
@@ -89,20 +97,41 @@ def _group_options(g: Group, inputs: list[Value], target: str,
 
 
 def _prepack(ck: Any, names: list[str], inputs: list[Value],
-             packed: dict[Value, np.ndarray]) -> dict:
+             packed: dict[Value, HeldCopy]) -> dict:
     """The inputs ``ck`` reads pre-packed (:func:`prepacked_inputs`), each constant
     packed once in the layout the kernel reads (shared by the steps of the same
-    constant): ``{value: packed array}`` for the step's call.  ``names``: the kernel's
-    argument names, in the order of ``inputs`` (a kernel built for an identical group
-    has the first group's names)."""
+    constant, recorded in ``packed``): ``{value: packed array}`` for the step's call.
+    ``names``: the kernel's argument names, in the order of ``inputs`` (a kernel built
+    for an identical group has the first group's names)."""
     out = {}
     for rec in prepacked_inputs(ck.state):
         v = inputs[names.index(rec.name)]
         if v not in packed:
             assert v.const is not None  # the option names constants only
-            packed[v] = rec.pack(np.asarray(v.const))
-        out[v] = packed[v]
+            packed[v] = HeldCopy(rec.pack(np.asarray(v.const)), prepacked=rec)
+        out[v] = packed[v].array
     return out
+
+
+def _copies(step: Step, packed: dict[Value, HeldCopy]) -> dict[Value, HeldCopy]:
+    """The packed and laid-out copies ``step`` reads instead of constants."""
+    out = {v: packed[v] for v in step.packed}
+    for v, a in step.arg_arrays.items():
+        out.setdefault(v, HeldCopy(a, axes=CONV_WEIGHT_AXES))
+    return out
+
+
+def _drop_copied_constants(cg: CompiledGraph, packed: dict[Value, HeldCopy]) -> None:
+    """Drop the arrays of the graph's constants that ``cg`` reads only through a
+    packed or laid-out copy (:meth:`CompiledGraph.constants_read`): ``Value.const``
+    None, ``Value.held`` the copy.  Only for a graph that owns its constants."""
+    held: dict[Value, HeldCopy] = {}
+    for s in cg.steps:
+        held.update(_copies(s, packed))
+    read = cg.constants_read()
+    for v, h in held.items():
+        if v not in read and v.const is not None:
+            v.const, v.held = None, h
 
 
 class Simulated:
@@ -125,13 +154,23 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
                   options: dict | None = None, simulate: bool = False) -> CompiledGraph:
     """Compile ``graph`` for ``target``; ``simulate=True`` runs each group through the
     target's executor (the CUDA simulator for ``cuda``) instead of a built binary."""
+    graph.restore_constants()  # arrays an earlier compilation dropped (Value.held)
     if any(v.shape is None for n in graph.nodes for v in (n.output,)):
         propagate(graph)
     check_dims_bound(graph)  # before the partition's cost model evaluates any extent
     part = partition(graph, fuse=fuse)
     part.groups = _topo_groups(part)
     built: dict[str, tuple[object, Any, list[str]]] = {}
-    packed: dict[Value, np.ndarray] = {}   # constants packed once (weights)
+    packed: dict[Value, HeldCopy] = {}   # constants packed once (weights)
+    # a constant one group reads (and no graph output): once that group's step reads it
+    # through a copy, its array is dropped at once (an owned graph), so the compilation
+    # does not hold every weight twice at its end (BERT-12: ~330 MiB of peak)
+    readers: dict[Value, int] = {}
+    for g in part.groups:
+        for v in part.inputs_of(g):
+            readers[v] = readers.get(v, 0) + (v.const is not None)
+    for v in graph.outputs:
+        readers[v] = readers.get(v, 0) + 1
     steps = []
     # rows flattened for the C/CPU family (the packed GEMM then has no batch loop around
     # it); the CUDA row-reduction mapping plans N-d rows (grid y/z over the outer ones)
@@ -150,4 +189,11 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
         steps.append(Step(g, fn, gk.inputs, gk.outputs,  # type: ignore[arg-type]
                           dict(gk.params.exprs), dict(gk.arg_shapes),
                           _prepack(ck, names, gk.inputs, packed), dict(gk.arg_arrays)))
-    return CompiledGraph(part, steps, len(built), target)
+        if graph.owns_constants:
+            for v, h in _copies(steps[-1], packed).items():
+                if readers.get(v) == 1:
+                    v.const, v.held = None, h
+    cg = CompiledGraph(part, steps, len(built), target)
+    if graph.owns_constants:
+        _drop_copied_constants(cg, packed)
+    return cg

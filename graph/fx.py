@@ -1298,6 +1298,7 @@ def import_fx(gm, input_shapes: Sequence[Sequence] | None = None,
                     mutations=[(v, new) for v, new in mutations if new is not v])
     g.scalar_results = scalars
     g.arg_guards = imp.arg_guards
+    g.owns_constants = True  # every constant is the importer's copy (``_np``)
     return g
 
 

@@ -10,12 +10,15 @@ them (TSCompiler's worklist) and records the constraints it needs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import sympy
 
 from polycomp.errors import SourceLocation, user_location
+
+if TYPE_CHECKING:
+    from polycomp.scheduler.promotion.record import PrepackedInput
 
 Shape = tuple  # tuple[sympy.Expr, ...]
 
@@ -45,25 +48,53 @@ def shape_str(shape: Shape | None) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ")"
 
 
+@dataclass(frozen=True, eq=False)
+class HeldCopy:
+    """The one copy of a graph constant a compiled graph keeps, in the layout its kernel
+    reads (``graph/compile.py``: a GEMM weight packed in the micro-kernel's panels, a
+    convolution weight laid out ``(C, KH, KW, F)``), when no kernel reads the constant's
+    own array: the graph then drops that array (:attr:`Value.const` is None,
+    :attr:`Value.held` this record) and :meth:`original` rebuilds it on demand (a
+    later compilation of the same graph)."""
+    array: np.ndarray
+    prepacked: "PrepackedInput | None" = None   # array = prepacked.pack(original)
+    axes: tuple[int, ...] = ()                  # else: array = original.transpose(axes)
+
+    def original(self) -> np.ndarray:
+        """The constant's array (a new one, C-contiguous) from the held copy."""
+        if self.prepacked is not None:
+            return self.prepacked.unpack(self.array)
+        return np.ascontiguousarray(self.array.transpose(np.argsort(self.axes)))
+
+
 @dataclass(eq=False)
 class Value:
     """An edge: one tensor.  ``producer`` is None for inputs and constants.  ``shape`` is a
-    tuple of sympy extents once known (None until shape propagation reaches it)."""
+    tuple of sympy extents once known (None until shape propagation reaches it).  A
+    constant's array is ``const``, or -- dropped by a compiled graph that holds it only
+    in its kernel's layout (graph owning its constants, :attr:`Graph.owns_constants`) --
+    ``held`` (``const`` None then; :meth:`Graph.restore_constants` puts it back)."""
     name: str
     dtype: str = "float32"
     shape: Any = None
     producer: "Node | None" = None
     const: np.ndarray | None = None
     is_input: bool = False
+    held: HeldCopy | None = None
 
     def __repr__(self) -> str:
         return f"%{self.name}{shape_str(self.shape)}:{self.dtype}"
+
+    @property
+    def is_const(self) -> bool:
+        """A graph constant (its array in ``const``, or dropped and ``held``)."""
+        return self.const is not None or self.held is not None
 
     def origin(self) -> str:
         """Who produced this value, for error messages."""
         if self.producer is not None:
             return f"{self.producer.op} {self.producer.name!r}"
-        return "constant" if self.const is not None else "input"
+        return "constant" if self.is_const else "input"
 
 
 @dataclass(eq=False)
@@ -111,6 +142,17 @@ class Graph:
     # Positions of the torch.fx importer's placeholders captured as constants (parameters,
     # batch-norm running statistics): the Dynamo backend does not pass them to a call.
     captured_args: list[int] = field(default_factory=list)
+    # The constants' arrays are the graph's own (the importers' copies of parameters and
+    # initialisers), not the caller's: a compiled graph that holds a constant only in its
+    # kernel's layout drops the graph's array (``Value.held``), so weights are held once.
+    owns_constants: bool = False
+
+    def restore_constants(self) -> None:
+        """Put back every constant array a compiled graph dropped (``Value.held``): made
+        from the held copy, for a compilation that reads the arrays again."""
+        for v in self.constants:
+            if v.held is not None:
+                v.const, v.held = v.held.original(), None
 
     @property
     def results(self) -> list[Value]:

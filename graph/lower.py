@@ -215,6 +215,11 @@ def pixel_flat(group: Group) -> dict[Value, Shape] | None:
     return flat
 
 
+#: a constant convolution weight (F, C, KH, KW) as the CPU channel form reads it:
+#: ``w.transpose(CONV_WEIGHT_AXES)``, (C, KH, KW, F)
+CONV_WEIGHT_AXES = (1, 2, 3, 0)
+
+
 def conv_weight_layouts(group: Group, inputs: list[Value]) -> dict[Value, np.ndarray]:
     """Constant convolution weights of ``group`` laid out ``(C, KH, KW, F)`` at compile
     time: every ``conv2d`` with ``groups == 1`` whose weight is a graph constant (an
@@ -231,7 +236,7 @@ def conv_weight_layouts(group: Group, inputs: list[Value]) -> dict[Value, np.nda
         w = n.inputs[1] if conv_weight(n, 1) else None
         if w is not None and w.const is not None and w in inputs and w not in other \
                 and w not in out:
-            out[w] = np.ascontiguousarray(np.asarray(w.const).transpose(1, 2, 3, 0))
+            out[w] = np.ascontiguousarray(np.asarray(w.const).transpose(CONV_WEIGHT_AXES))
     return out
 
 

@@ -290,4 +290,6 @@ def import_onnx(model: Any, name: str | None = None) -> Graph:
             imp.env[o] = res
     if bad:
         raise UnsupportedOpError("unsupported ops: " + ", ".join(dict.fromkeys(bad)))
-    return imp.g.build(*[imp.env[o.name] for o in model.graph.output])
+    g = imp.g.build(*[imp.env[o.name] for o in model.graph.output])
+    g.owns_constants = True  # the initialisers' arrays, made here (``to_array``)
+    return g

@@ -94,7 +94,7 @@ class Partition:
             out.append("  }")
         for n in self.graph.nodes:
             for v in n.inputs:
-                if v.const is None:
+                if not v.is_const:
                     src = v.producer.name if v.producer is not None else v.name
                     out.append(f'  "{src}" -> "{n.name}";')
         out.append("}")

@@ -21,7 +21,7 @@ from polycomp.errors import ArgumentError, PolycompError, ShapeMismatchError, us
 
 from .ir import Graph, Value, numel, shape_str
 from .opdefs import flops
-from .partition import BANDWIDTH, PEAK, Group, Partition
+from .partition import Group, Partition
 
 
 @dataclass
@@ -95,15 +95,18 @@ class CompiledGraph:
         self.plan = plan_buffers(self.graph, steps)
         check_dims_bound(self.graph)
         g = self.graph
+        # the constants a call passes as their own arrays (read by a step that has no
+        # packed / laid-out copy of them, or graph outputs); the others only through
+        # those copies (``Step.packed``, ``Step.arg_arrays``)
+        read = self.constants_read()
         self._constants: dict[Value, np.ndarray] = {
-            c: c.const for c in g.constants}  # type: ignore[misc]
+            c: c.const for c in g.constants if c in read}  # type: ignore[misc]
         # the addresses of the C-contiguous constants (the same arrays at every call, also
         # when updated in place); the others are copied at each call, as a kernel call was
         self._const_addr = {c: a.ctypes.data for c, a in self._constants.items()
                             if a.flags.c_contiguous}
         # outputs that are inputs or constants: returned as copies
-        self._fresh = {k for k, v in enumerate(g.outputs)
-                       if v.const is not None or v.is_input}
+        self._fresh = {k for k, v in enumerate(g.outputs) if v.is_const or v.is_input}
         self._slot_dtypes = [dt.to_numpy(d) for d in self.plan.dtypes]
         self._out_dtypes = [dt.to_numpy(v.dtype) for v in g.outputs]
         # one ShapePlan per signature of the inputs (shapes, dtypes) called before
@@ -112,6 +115,35 @@ class CompiledGraph:
         # scalar_results per binding of the dims (both bounded by MAX_SHAPE_PLANS)
         self._exprs_hold: set[tuple] = set()
         self._scalar_memo: dict[tuple, list] = {}
+
+    def constants_read(self) -> set[Value]:
+        """The graph's constants some call reads as their own arrays: an input of a
+        step that has no packed or laid-out copy of it, or a graph output."""
+        out = {v for v in self.graph.outputs if v.is_const}
+        for s in self.steps:
+            out |= {v for v in s.inputs
+                    if v.is_const and v not in s.packed and v not in s.arg_arrays}
+        return out
+
+    def held_bytes(self) -> HeldBytes:
+        """The bytes of the constant arrays this compiled graph keeps alive (each array
+        counted once, however many steps or values share it)."""
+        seen: set[tuple[int, int]] = set()
+
+        def size(arrays) -> int:
+            n = 0
+            for a in arrays:
+                key = (a.__array_interface__["data"][0], a.nbytes)
+                if a.nbytes and key not in seen:
+                    seen.add(key)
+                    n += a.nbytes
+            return n
+        g = self.graph
+        return HeldBytes(
+            size([*self._constants.values(),
+                  *(c.const for c in g.constants if c.const is not None)]),
+            size(a for s in self.steps for a in s.packed.values()),
+            size(a for s in self.steps for a in s.arg_arrays.values()))
 
     def bind(self, arrays: list[np.ndarray]) -> dict[sympy.Symbol, int]:
         """Shape guards: bind every dim symbol from the inputs and check each extent, each
@@ -284,7 +316,7 @@ class CompiledGraph:
                 vals[v] = o
             elif v not in vals:
                 vals[v] = np.empty(shape, dt.to_numpy(v.dtype))
-            elif v.const is not None or v.is_input:
+            elif v.is_const or v.is_input:
                 fresh.add(k)
         return fresh
 
@@ -386,13 +418,32 @@ class CompiledGraph:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class HeldBytes:
+    """:meth:`CompiledGraph.held_bytes`: the constants' own arrays (those a call reads,
+    and those the graph still holds), the packed GEMM weights (``Step.packed``) and the
+    laid-out convolution weights (``Step.arg_arrays``)."""
+    constants: int
+    packed: int
+    laid_out: int
+
+    @property
+    def total(self) -> int:
+        return self.constants + self.packed + self.laid_out
+
+
 #: shape signatures a compiled graph keeps a :class:`ShapePlan` for (oldest dropped)
 MAX_SHAPE_PLANS = 64
 
-#: one core's rates for the work estimate of :meth:`StepCall.work_s` (the partition's
-#: 2-core figures, halved)
-ONE_CORE_FLOPS = PEAK / 2
-ONE_CORE_BYTES = BANDWIDTH / 2
+#: one core's rates for the one-thread time estimate ``StepCall.work_s`` (the basis of
+#: the one-thread decision, ``hw/cpu/build.py`` ``ONE_THREAD_BELOW_S``): measured on the
+#: development host (Zen 4, AVX-512, one thread, a step's operands cache-resident as in
+#: a model's repeated calls; ``scripts/one_thread_threshold.py``, docs/cpu_backend.md
+#: *Threads*): GEMMs ran at 90-110 GFLOP/s, elementwise and row-reduction steps moved
+#: 20-25 GB/s.  (The partition's 2-core cost-model rates, halved -- 25 GFLOP/s, 5 GB/s --
+#: overstated the kernels' time 3-10x, so steps of 10-15 us ran on two threads.)
+ONE_CORE_FLOPS = 100e9
+ONE_CORE_BYTES = 25e9
 
 
 @dataclass

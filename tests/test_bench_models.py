@@ -38,10 +38,11 @@ def test_prepack_and_cpu_time_ratios_are_other_over_polycomp():
     r = bench.Row("bert-2", 1, eager_ms=[30.0], polycomp_ms=[10.0, 20.0, 12.0],
                   unpacked_ms=[15.0, 13.0, 18.0], eager_cpu_ms=[40.0, 44.0],
                   polycomp_cpu_ms=[10.0, 11.0], unpacked_cpu_ms=[12.0, 13.0],
-                  max_rel_err=0.0).summary()
+                  inductor_cpu_ms=[16.0, 17.0], max_rel_err=0.0).summary()
     assert r["prepack_gain_best"] == pytest.approx(13 / 10)
     assert r["prepack_gain_median"] == pytest.approx(15 / 12)
     assert r["cpu_vs_eager_best"] == pytest.approx(4.0)
+    assert r["cpu_vs_inductor_median"] == pytest.approx(16.5 / 10.5)
     assert r["prepack_cpu_gain_median"] == pytest.approx(12.5 / 10.5)
     line = bench.table([r]).splitlines()[2]
-    assert line.endswith("| 4.00x / 4.00x | 1.30x / 1.25x | 1.20x / 1.19x |")
+    assert line.endswith("| 4.00x / 4.00x | 1.60x / 1.57x | 1.30x / 1.25x | 1.20x / 1.19x |")

@@ -12,6 +12,7 @@ from polycomp.errors import OptionError
 from polycomp.frontend import ops
 from polycomp.frontend.dsl import Kernel
 from polycomp.graph import GraphBuilder, compile_graph
+from polycomp.graph.runtime import HeldBytes
 from polycomp.scheduler.promotion.footprint import Layout
 from polycomp.scheduler.promotion.record import prepacked_inputs
 
@@ -22,12 +23,15 @@ def _f32(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-@pytest.mark.parametrize("shape,dim,width", [((7, 13), 1, 4), ((5, 16), 1, 16),
-                                             ((3, 1), 1, 8), ((6, 5, 3), 0, 4)])
-def test_layout_pack_places_each_element_at_its_index(shape, dim, width):
+@pytest.mark.parametrize("shape,dim,width,tiles", [
+    ((7, 13), 1, 4, None), ((5, 16), 1, 16, None), ((3, 1), 1, 8, None),
+    ((6, 5, 3), 0, 4, None), ((7, 13), 1, 4, (3, 8)), ((11, 5), 0, 2, (4, 6))])
+def test_layout_pack_places_each_element_at_its_index(shape, dim, width, tiles):
     """``Layout.pack`` (the caller's packing) puts ``a[x]`` where ``Layout.index`` (the
-    kernel's reads) looks for it, and zeros in the lanes beyond the array."""
-    lay = Layout.packed_panel(dim, width)
+    kernel's reads) looks for it, and zeros in the lanes beyond the array;
+    ``Layout.unpack`` gives ``a`` back (a graph constant dropped once packed)."""
+    lay = (Layout.packed_panel(dim, width) if tiles is None
+           else Layout.packed_tiles(dim, width, *tiles))
     a = RNG.integers(1, 100, shape).astype(np.float32)
     p = lay.pack(a)
     assert p.shape == lay.shape(shape) and p.flags.c_contiguous
@@ -36,6 +40,9 @@ def test_layout_pack_places_each_element_at_its_index(shape, dim, width):
         assert p[lay.index(x)] == a[x]
         seen[lay.index(x)] = True
     assert (p[~seen] == 0).all()
+    back = lay.unpack(p, shape)
+    assert back.flags.c_contiguous
+    np.testing.assert_array_equal(back, a)
 
 
 def _matmul_kernel(m, k, n, name):
@@ -96,11 +103,12 @@ def test_prepack_only_where_the_gemm_reads_it_alone():
         compile_kernel(k, "cpu", {"prepack": (3,)})
 
 
-def _linear_graph(lead, k, n, w, b, name, gelu=False):
+def _linear_graph(lead, k, n, w, b, name, gelu=False, return_w=False):
     g = GraphBuilder(name)
     x = g.input("x", (*lead, k))
-    y = g.add(g.matmul(x, g.constant("w", w)), g.constant("b", b))
-    return g.build(g.gelu(y) if gelu else y)
+    wv = g.constant("w", w)
+    y = g.add(g.matmul(x, wv), g.constant("b", b))
+    return g.build(g.gelu(y) if gelu else y, *([wv] if return_w else []))
 
 
 def _gelu(x):
@@ -120,9 +128,34 @@ def test_graph_weights_packed_at_compile_time(lead, k, n, binds, monkeypatch):
     w, b = _f32(k, n), _f32(n)
     tag = f"{len(lead)}_{k}_{n}"
     gelu = k == 83
-    cg = compile_graph(_linear_graph(lead, k, n, w, b, f"ppg_on_{tag}", gelu), "cpu")
+    graph = _linear_graph(lead, k, n, w, b, f"ppg_on_{tag}", gelu)
+    graph.owns_constants = True   # as the importers' graphs: the weight is then held once
+    cg = compile_graph(graph, "cpu")
     packed = [a for s in cg.steps for a in s.packed.values()]
     assert len(packed) == 1 and sorted(packed[0][packed[0] != 0]) == sorted(w[w != 0])
+    wv, bv = graph.constants
+    assert wv.const is None and wv.held is not None and bv.const is not None
+    assert cg.held_bytes() == HeldBytes(b.nbytes, packed[0].nbytes, 0)
+    if lead == ("B", "S"):  # compiling the graph again rebuilds the dropped array first
+        cg2 = compile_graph(graph, "cpu")
+        again = [a for s in cg2.steps for a in s.packed.values()]
+        np.testing.assert_array_equal(again[0], packed[0])
+        assert again[0] is not packed[0] and wv.const is None
+        graph.restore_constants()
+        np.testing.assert_array_equal(wv.const, w)
+        # a packed weight that is also a graph output is still handed over as itself
+        # (the caller gets a copy): a graph owning its constants keeps that array too
+        graph = _linear_graph(lead, k, n, w, b, f"ppg_on_{tag}", return_w=True)
+        graph.owns_constants = True
+        cg3 = compile_graph(graph, "cpu")   # (the same kernel)
+        wv = graph.constants[0]
+        assert any(s.packed for s in cg3.steps) and wv in cg3.constants_read()
+        assert wv.const is not None and wv.held is None
+        assert cg3.held_bytes().constants == w.nbytes + b.nbytes
+        x = _f32(2, 3, k)
+        y, wo = cg3(x)
+        np.testing.assert_allclose(y, x @ w + b, rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(wo, w)
     monkeypatch.setenv("POLYCOMP_PREPACK", "0")
     cg_off = compile_graph(_linear_graph(lead, k, n, w, b, f"ppg_off_{tag}", gelu), "cpu")
     assert all(not s.packed for s in cg_off.steps)
@@ -160,6 +193,12 @@ def test_dynamo_linear_weights_prepacked_and_repacked_on_update():
         torch.testing.assert_close(cf(x), lin(x))
         cg = graphs[0].compiled_graph
         assert cg is not None and any(s.packed for s in cg.steps)
+        # the graph's copy of the weight is dropped: held once, packed (the bias as is)
+        assert cg.graph.owns_constants
+        held = cg.held_bytes()
+        assert held.constants == lin.bias.nbytes and 0 < held.packed
+        assert sorted((v.const is None, len(v.shape)) for v in cg.graph.constants) == [
+            (False, 1), (True, 2)]
         lin.weight.mul_(-3)
         torch.testing.assert_close(cf(x), lin(x))
 

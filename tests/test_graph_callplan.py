@@ -91,7 +91,7 @@ def test_one_thread_decision_per_shape():
     prepared = {sig[0][0][0]: [c.kernel for c in plan.calls if c.kernel is not None]
                 for sig, plan in cg._plans.items()}
     assert all(isinstance(k, PreparedCall) for ks in prepared.values() for k in ks)
-    # 2 rows: 16 kflop, 17 kB (~4 us): one thread; 4096 rows: 34 Mflop, 2 MB: both
+    # 2 rows: 16 kflop, 17 kB (~1 us): one thread; 4096 rows: 34 Mflop, 2 MB (~0.4 ms): both
     assert [k.one_thread for k in prepared[2]] == [True]
     assert [k.one_thread for k in prepared[4096]] == [False]
     text = cg.call_plan(small)

@@ -18,6 +18,7 @@ from polycomp.graph import GraphBuilder, compile_graph
 from polycomp.graph.convnets import mobilenet_v2, resnet18
 from polycomp.graph.dynamo import polycomp_backend
 from polycomp.graph.fx import import_module
+from polycomp.graph.runtime import HeldBytes
 
 
 def ref_conv2d(x, w, b=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
@@ -92,12 +93,17 @@ def test_cpu_conv_weights_laid_out_at_compile_time(case):
     wv = g.constant("w", w)
     y = g.relu(g.conv2d(xv, wv, g.constant("b", b), stride=stride, padding=pad,
                         dilation=dil))
-    cg = compile_graph(g.build(y), "cpu")
+    graph = g.build(y)
+    graph.owns_constants = True  # as the importers' graphs: the weight is held once
+    cg = compile_graph(graph, "cpu")
     laid = [a for s in cg.steps for a in s.arg_arrays.values()]
     assert len(laid) == 1 and laid[0].shape == (xs[1], kh, kw, f)
     np.testing.assert_array_equal(laid[0], w.transpose(1, 2, 3, 0))
+    assert wv.const is None and cg.held_bytes() == HeldBytes(b.nbytes, 0, w.nbytes)
     ref = np.maximum(ref_conv2d(x, w, b, stride, pad, dil), 0)
     np.testing.assert_allclose(cg(x), ref, rtol=1e-4, atol=1e-4)
+    graph.restore_constants()  # (what a later compilation of the graph does first)
+    np.testing.assert_array_equal(wv.const, w)
 
 
 def test_conv_weight_read_by_another_op_keeps_its_layout():

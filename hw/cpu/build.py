@@ -212,9 +212,12 @@ def openmp_controls(lib: ctypes.CDLL | None) -> OpenMPControls | None:
 #: Estimated one-thread run time (seconds) below which a graph step runs its kernel on
 #: one thread: waking the passive OpenMP workers of a parallel region and joining them
 #: costs tens of microseconds (docs/cpu_backend.md, *Threads*: measured on the 2-core
-#: development host with ``OMP_WAIT_POLICY=PASSIVE``), so a kernel whose work is about
-#: that size is not faster on two threads.  :meth:`CFunction.prepare` decides per shape.
-ONE_THREAD_BELOW_S = 50e-6
+#: development host with ``OMP_WAIT_POLICY=PASSIVE``: a two-thread call took 30-45 us
+#: more than half the one-thread time with both cores free, so two threads won from
+#: ~85 us of work for elementwise / softmax steps and ~140 us for GEMMs, and lost at
+#: every size with the second core busy), so a kernel whose work is about that size is
+#: not faster on two threads.  :meth:`CFunction.prepare` decides per shape.
+ONE_THREAD_BELOW_S = 100e-6
 
 
 @dataclass

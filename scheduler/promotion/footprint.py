@@ -203,6 +203,28 @@ class Layout:
         b = np.pad(a, pad).reshape(a.shape[:p] + (q, w) + a.shape[p + 1:])
         return np.ascontiguousarray(np.moveaxis(np.moveaxis(b, p, 0), p + 1, -1))
 
+    def unpack(self, packed, sizes: Sequence[int]):
+        """The inverse of :meth:`pack`: the array of shape ``sizes`` that ``pack`` placed
+        as ``packed`` (a new C-contiguous array; the padding lanes dropped)."""
+        import numpy as np
+        if self.kind != "packed-panel" or self.group > 1:
+            raise PolycompInternalError(f"a {self.kind} layout (group {self.group}) has no "
+                                        f"whole-array packing")
+        sizes = tuple(int(n) for n in sizes)
+        if tuple(packed.shape) != self.shape(sizes):
+            raise PolycompInternalError(f"a packed array of shape {tuple(packed.shape)} does "
+                                        f"not hold a box {list(sizes)}")
+        p, w = self.dim, self.width
+        if self.tiles:
+            to, tp = self.tiles
+            nt, mt, pw, _, _ = packed.shape
+            b = packed.transpose(1, 3, 0, 2, 4).reshape(mt * to, nt * pw * w)  # (other, dim)
+            b = b if p == 1 else b.T
+            return np.ascontiguousarray(b[:sizes[0], :sizes[1]])
+        b = np.moveaxis(np.moveaxis(packed, -1, p + 1), 0, p)
+        b = b.reshape(sizes[:p] + (b.shape[p] * w,) + sizes[p + 1:])
+        return np.ascontiguousarray(b[(slice(None),) * p + (slice(0, sizes[p]),)])
+
     def index(self, rel: Sequence, split: Callable | None = None) -> tuple:
         """The local index of the element at box-relative index ``rel``; ``split(e, w)``
         returns ``(e // w, e mod w)`` (Python's ``divmod`` by default; the IR passes

@@ -148,6 +148,10 @@ class PrepackedInput:
                                         f"expected, got {tuple(a.shape)}")
         return self.layout.pack(a)
 
+    def unpack(self, packed):
+        """The array (shape :attr:`shape`) that :meth:`pack` made ``packed`` from."""
+        return self.layout.unpack(packed, self.shape)
+
 
 @dataclass(eq=False)
 class PackedOperand:
