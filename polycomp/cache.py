@@ -452,7 +452,7 @@ class KernelCache:
         cache before this layout); returns the number of entries removed."""
         n = len(self._entries())
         with self._lock:
-            for sub in ("entries", "objects", "tmp"):
+            for sub in ("entries", "objects", "tmp", "pch"):   # pch: precompiled preludes
                 shutil.rmtree(os.path.join(self.root, sub), ignore_errors=True)
             for name in os.listdir(self.root) if os.path.isdir(self.root) else ():
                 if name.startswith("pc_") and name.endswith(".so"):

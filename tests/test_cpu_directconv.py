@@ -20,6 +20,7 @@ from polycomp.hw.cpu.target import cpu_flags
 from polycomp.hw.target import get_target
 from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu.backbone_tile import CpuBackboneTilePass
+from polycomp.scheduler.cpu.reduce_interchange import CpuReduceInterchangePass
 from polycomp.scheduler.promotion.cpu_pack import CpuPackPass
 from polycomp.state import CompileState
 
@@ -47,11 +48,15 @@ _AVX512 = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
 TARGET = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threads=2))
 
 
-def test_channel_form_golden(goldens):
+@pytest.mark.parametrize("acc_init", ["1", "0"])
+def test_channel_form_golden(goldens, acc_init, monkeypatch):
     """A 3x3/2 padded convolution (16 -> 64 channels, 7x7 output): parallel over panels of
     32 output channels (AVX-512: 2 vectors; one 7 x 32 register tile per output row,
     ``row_register_block``), the weights packed per panel, window reduce loops outside
-    the channel loop, full tiles isolated."""
+    the channel loop, full tiles isolated; the init on each register tile right before
+    its micro-kernel (``accumulators_from_init``; ``POLYCOMP_ACC_INIT=0``: a separate
+    init pass first)."""
+    monkeypatch.setenv("POLYCOMP_ACC_INIT", acc_init)
     model = _conv((1, 16, 13, 13), (32 * 2, 16, 3, 3), 2, 1).polyhedral_model()
     ctx = CompileState(model, TARGET, {})
     sched = model.initial_schedule
@@ -61,7 +66,8 @@ def test_channel_form_golden(goldens):
 
     def same(text):
         return again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
-    expected = goldens.expected("test_cpu_directconv/conv_channel.isl", sched.to_str(), same)
+    name = "conv_channel.isl" if acc_init == "0" else "conv_channel_acc_init.isl"
+    expected = goldens.expected(f"test_cpu_directconv/{name}", sched.to_str(), same)
     assert same(expected), sched.to_str()
     # legal but for the reassociated sum: the window loops run outside the channel loop,
     # so the only dependences whose order changes are between updates of one output
@@ -124,11 +130,16 @@ def test_pointwise_stride1_keeps_the_width_form():
     _check_conv("avx2", (5, 17, 6, (1, 2, 0)), 1)
 
 
-def test_channel_form_in_place_weights_golden(goldens):
+@pytest.mark.parametrize("c,acc_init", [(16, "0"), (16, "1"), (600, "1")])
+def test_channel_form_in_place_weights_golden(goldens, c, acc_init, monkeypatch):
     """Weights laid out (C, KH, KW, F): the channel form reads them in place (no pack
     request); with one panel of 32 output channels for two threads the output rows are
-    the parallel band, outside the channel panels.  Legal up to the reassociated sum."""
-    model = _conv_chwf((1, 16, 13, 13), (16, 3, 3, 32), 2, 1).polyhedral_model()
+    the parallel band, outside the channel panels.  Legal up to the reassociated sum.
+    600 input channels: a panel's weights exceed half of L2, the input channels run in
+    two tiles outside the rows (``channel_tile``) and the init, on each register tile,
+    only in the first (its channel tile member is 0)."""
+    monkeypatch.setenv("POLYCOMP_ACC_INIT", acc_init)
+    model = _conv_chwf((1, c, 13, 13), (c, 3, 3, 32), 2, 1).polyhedral_model()
     ctx = CompileState(model, TARGET, {})
     sched = model.initial_schedule
     for p in (CpuBackboneTilePass, CpuPackPass):
@@ -137,10 +148,15 @@ def test_channel_form_in_place_weights_golden(goldens):
 
     def same(text):
         return again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
-    expected = goldens.expected("test_cpu_directconv/conv_channel_in_place.isl",
-                                sched.to_str(), same)
+    name = "conv_channel_in_place" + ("" if acc_init == "0" else "_acc_init") + \
+        ("" if c == 16 else f"_c{c}")
+    expected = goldens.expected(f"test_cpu_directconv/{name}.isl", sched.to_str(), same)
     assert same(expected), sched.to_str()
     assert "cpu_pack_request" not in sched.to_str()
+    assert (c == 600) == ("input channels in tiles of" in " ".join(ctx.notes["cpu-backbone-tile"]))
+    # the tiled subtree starts with a band (the channel tiles) like a program-order
+    # stage; cpu-reduce-interchange (a later pass) leaves it alone
+    assert CpuReduceInterchangePass().run(sched, ctx).plain_is_equal(sched)
     bad = violated_dependences(sched, model.dependences)
     same_point = isl.UnionMap.read_from_str(
         model.ctx, "{ conv2d_update[n, f, y, z, rc, rh, rw] -> "

@@ -149,7 +149,9 @@ class CpuBackend(Backend):
             ir_pass("negate-updates", lambda f, s: negate_updates(f)),
             ir_pass("microkernels", lambda f, s: microkernels(
                 f, target.vector_lanes, cpu_microkernels(s).dots, packed_buffers(s),
-                lambda text: s.note("microkernels", text), prefetch=o.prefetch)),
+                lambda text: s.note("microkernels", text), prefetch=o.prefetch,
+                dead=cpu_microkernels(s).chain_temporaries,
+                chains=cpu_microkernels(s).chains)),
             ir_pass("vectorize", lambda f, s: vectorize(
                 f, target.vector_lanes, tail=o.tail, reduce_unroll=o.reduce_unroll,
                 reciprocal=o.reciprocal)),

@@ -37,11 +37,55 @@ with ``acc`` a ``register`` buffer of ``MR * NR/L`` vectors (printed as that man
 vector variables).  Each ``C`` element receives the same additions in the same ``k``
 order as before (they are only kept in a register between them), so results are
 bit-identical to the scalar loop up to FMA contraction.
+
+*Fused init* (default; ``POLYCOMP_ACC_INIT=0`` or ``microkernels(acc_init=False)``
+off): a statement right before a bare mark (in the same block, or before an ``if
+(g)`` whose then-branch is the mark) that is an init nest of the same tile,
+
+    [if (cond)] for ii' in [0, MR): for jj' in [0, NR): C[c'] = v     (v reads no C)
+
+with the loops' bounds equal to the tile's point loops and ``c'`` equal to ``c`` under
+``ii' -> ii, jj' -> jj`` (``cond`` holding every conjunct of ``g``; a one-row tile: the
+column loop alone), is dropped and the tile becomes
+
+    if (cond) acc[ii][u] = v(ii, u*L ..)     else acc[ii][u] = <the loads above>
+    for k: ...                                (unchanged)
+    C[c(ii, u*L ..)] = acc[ii][u]             (a contiguous C: ``cond ? acc : C + acc``)
+
+where ``cond`` is what remains of the init's condition without ``g``'s conjuncts (none:
+the init branch alone).  The init wrote exactly the tile's elements of ``C`` and
+nothing between it and the tile reads or writes them, so starting the accumulators at
+``v`` instead of loading the ``v`` just stored is the same computation: each element's
+additions start from the same value in the same order (bit-identical).  This removes
+the zeroing pass of a channel-form convolution (whose init the scheduler places on each
+register tile, :func:`polycomp.scheduler.cpu.backbone_tile.accumulators_from_init`) and
+its strided accumulator loads in the first input-channel tile, and a GEMM's stores of
+zeros at ``k`` tile 0.
+
+*Fused epilogue* (default; ``POLYCOMP_ACC_EPILOGUE=0`` or
+``microkernels(acc_epilogue=False)`` off; constant full tiles without masks):
+the statements right after the mark (or its ``if (g)``) that are nests ``[if (cond)]
+for ii': for jj': E_n[e_n] = v_n`` over the tile's point loops (the GEMM tree's
+epilogue chain at the last ``k`` tile, a channel-form convolution's at the last
+input-channel tile; :func:`_epilogue_nests`) -- ``e_n`` of coefficient 1 in ``jj``
+(a strided ``C``: any constant stride, each ``E_n`` stored lane by lane), ``v_n`` reading
+``C`` and ``E_1 .. E_{n-1}`` only at their own point, no later ``E`` and nothing else
+of the chain, ``R`` reading no ``E``, one common ``cond`` -- are dropped and the tile
+ends, after its stores, with
+
+    if (cond) for each (ii, u):  let c = acc[ii][u]; let e_1 = v_1(c, ..); ..
+                                 E_1[e_1(ii, u*L ..)] = e_1; ..
+
+(the accumulator holding ``C``'s final value: a contiguous ``C``'s store first sets
+``acc = C + acc``).  Each element gets the same operations on the same values as
+before (``C``'s and the chain's values at its point come from registers instead of
+the stores just made), so results are bit-identical; ``C`` and every ``E`` are still
+stored (later statements may read them).
 """
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 
 from polycomp import dtypes as dt
 from polycomp import ir
@@ -101,7 +145,8 @@ def _row_bound(li: ir.For) -> int | None:
     return upper_bound(end)
 
 
-def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True):
+def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True,
+          init: tuple | None = None, epilogues: Sequence = (), dead: Set[str] = frozenset()):
     """The register tile of the module docstring, or None; ``tile_ids`` numbers the
     tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...); ``prefetch``:
     prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop.
@@ -139,7 +184,10 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
         return ir.IfThenElse(ok, tile, nest)
     if isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm):
         return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
-                           li.extent.value, lj.extent.value)
+                           li.extent.value, lj.extent.value, init=init, epilogues=epilogues,
+                           dead=dead)
+    if init is not None or epilogues:
+        return None
     MR, NR = upper_bound(li.extent), upper_bound(lj.extent)
     if MR is None or NR is None or MR < 1 or NR < 2:
         return None
@@ -162,7 +210,9 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
 
 def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool,
                 MR: int, NR: int, cols: ir.Expr | None = None, rows: ir.Expr | None = None,
-                lo: ir.Expr | None = None, hi: ir.Expr | None = None):
+                lo: ir.Expr | None = None, hi: ir.Expr | None = None,
+                init: tuple | None = None, epilogues: Sequence = (),
+                dead: Set[str] = frozenset()):
     """The tile of ``MR x NR`` constant extents (``cols``: a run-time column count
     ``<= NR`` that masks every vector; ``rows``: a run-time row count ``1 <= rows <=
     MR``: row ``i`` reads ``X`` at row ``min(i, rows - 1)``, only rows ``< rows`` are
@@ -170,7 +220,18 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
     crosses a triangle's diagonal) only rows ``lo <= i < hi`` exist: row ``i`` reads
     ``X`` at row ``min(max(i, lo), hi - 1)``, ``cols`` may depend on the row variable
     (row ``i``'s vectors of ``C`` are masked to its own count), the ``Y`` vectors to
-    the largest count of an existing row; the other rows are computed, not stored."""
+    the largest count of an existing row; the other rows are computed, not stored.
+
+    ``init``: ``(cond, value)`` of a fused init (:func:`_init_nest`): where ``cond`` holds
+    (always when None) the accumulators start from ``value`` (an expression of the point
+    variables, vectorised along ``jj`` like ``R``) and ``C`` is not read.
+
+    ``epilogues``: ``(cond, store)`` of a fused epilogue chain (:func:`_epilogue_nests`,
+    no masked vectors): after the stores, where ``cond`` holds, each statement's
+    value on every accumulator vector, ``C`` and the earlier statements' outputs at
+    the same point read from registers, stored once; ``dead``: chain temporaries
+    (:class:`~polycomp.scheduler.cpu.state.CpuMicroKernels`) whose stores after the
+    last reduction tile are dropped (a strided ``C`` among them: stored only before)."""
     L = lanes_of(st.buffer.dtype)
     if L <= 1 or NR < 2 or not ir.is_const(lj.min, 0) or \
             (lo is None and not ir.is_const(li.min, 0)):
@@ -293,12 +354,21 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
             xvars[i] = v
     loads: list[ir.Stmt] = []
     stores: list[ir.Stmt] = []
+    plain_stores: list[ir.Stmt] = []    # (contiguous C) the stores without C's value
     row_stmts: list[ir.Stmt] = []
     # contiguous C: the accumulators start at zero while C's lines are prefetched for
     # writing, and C is added once after the k loop (C's lines arrive during the loop
     # instead of stalling its first FMAs: a GEMM's C tile is in L3 or memory at each k
     # tile); strided C (a convolution's channel form) keeps the load before the loop
     from_zero = lane_buf is None
+    starts: list[ir.Stmt] = []      # the fused init's accumulator values
+    if init is not None:
+        ival = init[1]
+        for i in range(MR):
+            for u in range(NV):
+                w = Widen(lj.var, ir.IntImm(u * L), D, L)
+                starts.append(ir.Store(acc, (slot(i, u),), masked(
+                    u, w.expr(ir.substitute(ival, {li.var: row(i)}))), L))
     if from_zero and prefetch:
         esize = dt.itemsize(D)
         for i in range(MR):
@@ -323,11 +393,17 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
                                       masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)), L))
                 total = ir.Load(acc, (slot(i, u),), D, L)
             store: ir.Stmt = ir.Store(st.buffer, (cref(i, u),), total, L)
+            plain: ir.Stmt = ir.Store(st.buffer, (cref(i, u),),
+                                      ir.Load(acc, (slot(i, u),), D, L), L)
+            if epilogues and from_zero:     # the accumulator holds C's final value
+                store = ir.seq(ir.Store(acc, (slot(i, u),), total, L), plain)
             if lane_buf is not None:
                 store = strided_store(i, u, last if u == NV - 1 else L)
             elif count(u, i) is not None:
                 store = ir.AttrStmt("vector_mask", (count(u, i), L), store)
+                plain = ir.AttrStmt("vector_mask", (count(u, i), L), plain)
             stores.append(store)
+            plain_stores.append(plain)
             if yf is not None:
                 r = ir.Binary("*", xvars[i], yvars[u], D)
             else:
@@ -340,13 +416,44 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
         here = exists(i)
         if here is not None:     # rows outside the tile's: computed, not stored
             stores[row_first:] = [ir.IfThenElse(here, ir.seq(*stores[row_first:]))]
+            plain_stores[row_first:] = [ir.IfThenElse(here, ir.seq(*plain_stores[row_first:]))]
     body = ir.seq(*row_stmts)
     for v, val in reversed(ylets):
         body = ir.LetStmt(v, val, body)
     for k in reversed(lk):
         body = ir.For(k.var, k.min, k.extent, k.kind, body,
                       k.annotations + (("microkernel", f"{MR}x{NR}"),))
-    out = ir.seq(*loads, body, *stores)
+    if epilogues:
+        if any(count(u, i) is not None or exists(i) is not None
+               for i in range(MR) for u in range(NV)):
+            return None
+        epi = _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR, NV, L, D, lane_buf, dead)
+        if epi is None:
+            return None
+        if lane_buf is not None and st.buffer.name in dead:
+            # C's values are dead once the chain ran on them: stored only in the
+            # tiles before the last reduction tile (a strided C: the costly stores)
+            ecnd, ebody = epi
+            stores = [ebody if ecnd is None else ir.IfThenElse(ecnd, ebody, ir.seq(*stores))]
+            epi = None
+    if init is not None:
+        first, later = ir.seq(*starts), ir.seq(*loads)
+        if from_zero:   # the stores of the init's tile need not add C
+            prefetches = [p_ for p_ in loads if isinstance(p_, ir.Evaluate)]
+            first = ir.seq(*prefetches, *starts)
+            if init[0] is None:
+                out = ir.seq(first, body, *plain_stores)
+            else:
+                out = ir.seq(ir.IfThenElse(init[0], first, later), body,
+                             ir.IfThenElse(init[0], ir.seq(*plain_stores), ir.seq(*stores)))
+        else:
+            out = ir.seq(first if init[0] is None else ir.IfThenElse(init[0], first, later),
+                         body, *stores)
+    else:
+        out = ir.seq(*loads, body, *stores)
+    if epilogues and epi is not None:
+        ecnd, ebody = epi
+        out = ir.seq(out, ebody if ecnd is None else ir.IfThenElse(ecnd, ebody))
     if lane_buf is not None:
         out = ir.Allocate(lane_buf, out)
     return ir.Allocate(acc, out)
@@ -368,15 +475,330 @@ def _reads(e, buf) -> bool:
     return bool(found)
 
 
+def _init_nest(stmt, reads_ok: bool = False):
+    """``(cond, loops, store)`` of an init nest in front of a micro-kernel: ``[if
+    (cond)] for ..: C[c] = v`` (a perfect nest of For loops around one scalar store
+    whose value does not read ``C``; ``cond`` None when unguarded), or None."""
+    cond = None
+    if isinstance(stmt, ir.IfThenElse) and stmt.orelse is None:
+        cond, stmt = stmt.cond, stmt.then
+    found = _loops_to_store(stmt)
+    if found is None or not found[0] or (not reads_ok and
+                                         _reads(found[1].value, found[1].buffer)):
+        return None
+    return cond, found[0], found[1]
+
+
+def _epilogue_nests(stmts, guard, lk, li, lj, st, rest) -> tuple[list, int]:
+    """The epilogue chain after a micro-kernel: the longest run of ``stmts`` that are
+    nests ``[if (cond)] for ii': for jj': E[e] = v`` (:func:`_init_nest`) with the
+    tile's point loops, ``e`` of coefficient 1 in ``jj`` where ``c``'s is (else any
+    constant ``>= 1``: stored lane by lane), each ``v`` reading ``C`` and
+    the earlier statements' outputs only at their own point (their stores' indices),
+    none of the later ones' and nothing the chain writes otherwise (and the tile's
+    ``R`` reads none of their outputs), of ``C``'s dtype
+    with no casts and only vector math calls; ``cond`` without the conjuncts of the
+    mark's ``guard`` and free of the tile's loops.  Returns ``[(cond, store)]`` with
+    the stores renamed to the tile's point variables, and the number of ``stmts``
+    they take (an ``if`` holding several nests is taken whole or not at all)."""
+    from polycomp.lowering.vectorize import VECTOR_MATH
+    out: list = []
+    used = 0
+    if not isinstance(li.extent, ir.IntImm) or not isinstance(lj.extent, ir.IntImm):
+        return out, used
+    own = {st.buffer: simplify(st.indices[0])}
+    written = {st.buffer}
+    for s_ in stmts:
+        group = _epilogue_group(s_, guard)
+        if group is None:
+            break
+        taken: list = []
+        for nest in group:
+            e = _epilogue_nest(nest, lk, li, lj, st, own, written, VECTOR_MATH)
+            if e is None or _reads(rest, e[1].buffer) or \
+                    any(_reads(p[1].value, e[1].buffer) for p in out + taken):
+                break
+            taken.append(e)
+            own[e[1].buffer] = e[1].indices[0]
+            written.add(e[1].buffer)
+        if len(taken) != len(group):
+            break
+        out += taken
+        used += 1
+    return out, used
+
+
+def _epilogue_group(stmt, guard) -> list | None:
+    """The nests of one statement after a micro-kernel: ``[if (cond)] nest`` or ``if
+    (cond) { nest; nest; .. }`` (isl puts a chain under one condition), each as
+    :func:`_init_nest` gives it (reads of ``C`` allowed) with ``cond`` less the
+    conjuncts of ``guard``; None if some part is not such a nest."""
+    cond, body = None, stmt
+    if isinstance(stmt, ir.IfThenElse) and stmt.orelse is None:
+        cond, body = stmt.cond, stmt.then
+    parts = list(body.stmts) if isinstance(body, ir.Block) else [body]
+    out = []
+    for p in parts:
+        nest = _init_nest(p if cond is None else ir.IfThenElse(cond, p), reads_ok=True)
+        if nest is not None and guard is not None:
+            nest = _implied(nest, guard.cond)
+        if nest is None:
+            return None
+        out.append(nest)
+    return out or None
+
+
+def _epilogue_nest(nest, lk, li, lj, st, own: dict, written: set, vector_math):
+    """``(cond, store)`` of one epilogue nest (see :func:`_epilogue_nests`), or None."""
+    cond, loops, est = nest
+    if len(loops) != (1 if li.var.name == "mk_row" else 2) or est.buffer in written or \
+            len(est.indices) != 1 or est.buffer.dtype != st.buffer.dtype:
+        return None
+    pairs = [(loops[-1], lj)] + ([] if li.var.name == "mk_row" else [(loops[0], li)])
+    if not all(ir.structural_equal(simplify(a.min), simplify(b.min)) and
+               ir.structural_equal(simplify(a.extent), simplify(b.extent))
+               for a, b in pairs):
+        return None
+    ren = {a.var: b.var for a, b in pairs}
+    idx = simplify(ir.substitute(est.indices[0], ren))
+    value = ir.substitute(est.value, ren)
+    cs, es = index_coeff(st.indices[0], lj.var), index_coeff(idx, lj.var)
+    if not isinstance(es, int) or es < 1 or (cs == 1 and es != 1) or \
+            any(uses(idx, k.var) or uses(value, k.var) for k in lk):
+        return None
+    if cond is not None and any(uses(cond, v) for v in (li.var, lj.var)):
+        return None
+    nodes: list = []
+    ir.walk(value, nodes.append)
+    bad = any(isinstance(n, ir.Cast) or (isinstance(n, ir.Call) and
+                                         n.name not in vector_math) for n in nodes)
+    for n in nodes:
+        if not isinstance(n, ir.Load):
+            continue
+        if n.buffer in own:
+            bad = bad or len(n.indices) != 1 or not ir.structural_equal(
+                simplify(n.indices[0]), simplify(own[n.buffer]))
+        else:   # nothing the chain writes, at any point
+            bad = bad or n.buffer.dtype != st.buffer.dtype or n.buffer is est.buffer
+    if bad or value.dtype != st.buffer.dtype:
+        return None
+    return cond, ir.Store(est.buffer, (idx,), value, 1)
+
+
+class _OwnPoint(ir.Mutator):
+    """Loads of the given buffers (read at their own point: checked by
+    :func:`_epilogue_nests`) replaced by their values' variables."""
+
+    def __init__(self, values: dict):
+        self.values = dict(values)
+
+    def visit_Load(self, ld):
+        return self.values[ld.buffer] if ld.buffer in self.values else self.generic(ld)
+
+
+def _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR: int, NV: int, L: int, D: str,
+                    lane_buf: ir.Buffer | None = None, dead: Set[str] = frozenset()):
+    """The vector statements of a fused epilogue chain (see :func:`_fixed_tile`; every
+    statement under the same ``cond``): per accumulator vector ``(i, u)``, ``C``'s value
+    is ``acc[i][u]``, each statement's value is widened along ``jj`` with ``C`` and the
+    earlier statements' values bound as vector lets, and stored (not the arrays in
+    ``dead``, chain temporaries).  ``(cond, body)``, or None when a value does not
+    widen or the conditions differ."""
+    cond = epilogues[0][0]
+    if any((c is None) != (cond is None) or (c is not None and not ir.structural_equal(
+            c, cond)) for c, _ in epilogues):
+        return None
+    vecs: list[ir.Stmt] = []
+    for i in range(MR):
+        for u in range(NV):
+            cv = ir.Var(f"ep_c{i}_{u}", D)
+            vars_ = {st.buffer: cv}
+            chain: list = []       # (var, value, store) per statement
+            for n, (_, est) in enumerate(epilogues):
+                v0 = ir.substitute(_OwnPoint(vars_).visit(est.value), {li.var: ir.IntImm(i)})
+                w = Widen(lj.var, ir.IntImm(u * L), D, L, vector_lets=vars_.values())
+                try:
+                    vec = w.expr(v0)
+                except Unvectorizable:
+                    return None
+                ev = ir.Var(f"ep{n}_{i}_{u}", D)
+                at = simplify(ir.substitute(est.indices[0], {li.var: ir.IntImm(i),
+                                                             lj.var: ir.IntImm(u * L)}))
+                if lane_buf is None:
+                    put: ir.Stmt = ir.Store(est.buffer, (ir.Ramp(at, ir.IntImm(1), L),), ev, L)
+                else:       # strided along the columns: through the lane buffer
+                    stride = index_coeff(est.indices[0], lj.var)
+                    lane = ir.Var(f"ep{n}_l", "int64")
+                    put = ir.seq(
+                        ir.Store(lane_buf, (ir.Ramp(ir.IntImm(0), ir.IntImm(1), L),), ev, L),
+                        ir.For(lane, ir.IntImm(0), ir.IntImm(L), "serial", ir.Store(
+                            est.buffer, (simplify(at + lane * stride),),
+                            ir.Load(lane_buf, (lane,), D), 1)))
+                chain.append((ev, vec, None if est.buffer.name in dead else put))
+                vars_[est.buffer] = ev
+            body: ir.Stmt = ir.seq(*(store for _, _, store in chain if store is not None))
+            for ev, vec, _ in reversed(chain):
+                body = ir.LetStmt(ev, vec, body)
+            vecs.append(ir.LetStmt(cv, ir.Load(acc, (slot(i, u),), D, L), body))
+    return cond, ir.seq(*vecs)
+
+
+def _guarded_mark(stmt):
+    """``(mark, guard)``: a bare micro-kernel mark, alone (``guard`` None) or as the
+    then-branch of an ``if`` (``guard``: that IfThenElse; isl guards an isolated tile
+    that way), else ``(None, None)``."""
+    guard = None
+    if isinstance(stmt, ir.IfThenElse):
+        guard, stmt = stmt, stmt.then
+        while isinstance(stmt, ir.Block) and len(stmt.stmts) == 1:
+            stmt = stmt.stmts[0]
+    if isinstance(stmt, ir.AttrStmt) and stmt.key == marks.CPU_MICROKERNEL and \
+            stmt.value in ("", None):
+        return stmt, guard
+    return None, None
+
+
+def _conjuncts(e) -> list:
+    if isinstance(e, ir.Binary) and e.op == "&&":
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [e]
+
+
+def _implied(nest, guard: ir.Expr):
+    """The init ``nest`` as seen inside ``if (guard)``: its condition without the
+    conjuncts of ``guard`` (each must be one of its own: the init runs only where the
+    micro-kernel does), or None."""
+    cond, loops, st = nest
+    mine = _conjuncts(cond) if cond is not None else []
+    rest = list(mine)
+    for g in _conjuncts(guard):
+        hit = next((q for q, c in enumerate(rest) if ir.structural_equal(c, g)), None)
+        if hit is None:
+            return None
+        del rest[hit]
+    left = None
+    for c in rest:
+        left = c if left is None else ir.Binary("&&", left, c, "bool")
+    return left, loops, st
+
+
+def _fused_init(nest, lk, li, lj, st):
+    """``(cond, value)`` when the init ``nest`` (:func:`_init_nest`) writes exactly the
+    micro-kernel's tile of ``C``: its innermost loops run like the tile's point loops
+    ``li``, ``lj`` (a one-row tile: the column loop alone) and its store index equals
+    ``c`` under that renaming; ``value`` is in the tile's point variables.  Else None."""
+    cond, loops, init_st = nest
+    if init_st.buffer is not st.buffer or len(init_st.indices) != 1 or \
+            not isinstance(li.extent, ir.IntImm) or not isinstance(lj.extent, ir.IntImm):
+        return None
+    one_row = li.var.name == "mk_row"
+    if len(loops) != (1 if one_row else 2):
+        return None
+    pairs = [(loops[-1], lj)] + ([] if one_row else [(loops[0], li)])
+    ren = {}
+    for a, b in pairs:
+        if not (ir.structural_equal(simplify(a.min), simplify(b.min)) and
+                ir.structural_equal(simplify(a.extent), simplify(b.extent))):
+            return None
+        ren[a.var] = b.var
+    idx = simplify(ir.substitute(init_st.indices[0], ren))
+    if not ir.structural_equal(idx, simplify(st.indices[0])):
+        return None
+    value = ir.substitute(init_st.value, ren)
+    if any(uses(value, k.var) for k in lk) or (cond is not None and any(
+            uses(cond, v) for v in (li.var, lj.var, *(k.var for k in lk)))):
+        return None
+    return cond, value
+
+
 class _Micro(ir.Mutator):
     def __init__(self, lanes_of, dots: Sequence[DotTile] = (),
-                 packed: PackedBuffers | None = None, note=None, prefetch: bool = True):
+                 packed: PackedBuffers | None = None, note=None, prefetch: bool = True,
+                 acc_init: bool = True, acc_epilogue: bool = True,
+                 dead: Set[str] = frozenset(),
+                 chains: Mapping[str, tuple[str, ...]] | None = None):
         self.lanes_of = lanes_of
+        self.dead = dead
+        self.chains = chains or {}
+        self.acc_init = acc_init
+        self.acc_epilogue = acc_epilogue
+        self.fused = 0
+        self.epilogues = 0
         self.prefetch = prefetch
         self.dots, self.packed = dots, packed or PackedBuffers()
         self.note = note
         self.count = 0
         self.tile_ids = itertools.count(1)     # register-tile names, per function
+
+    def visit_Block(self, b):
+        """An init nest right before a bare micro-kernel mark that writes the same tile
+        (:func:`_fused_init`, option ``acc_init``) becomes the accumulators' start; the
+        epilogue nests right after it (:func:`_epilogue_nests`, option
+        ``acc_epilogue``) run on the accumulators after the stores."""
+        if not self.acc_init and not self.acc_epilogue:
+            return self.generic(b)
+        out: list = []
+        q = 0
+        stmts = b.stmts
+        while q < len(stmts):
+            fused, used = self._fuse_at(stmts, q)
+            if fused is not None:
+                self.count += 1
+                out.append(fused)
+                q += used
+            else:
+                out.append(self.visit(stmts[q]))
+                q += 1
+        return ir.seq(*out)
+
+    def _fuse_at(self, stmts, q: int):
+        """``(tile, statements used)`` of a micro-kernel at ``stmts[q]`` (or after an
+        init nest there) with a fused init and/or epilogue chain, or ``(None, 0)``."""
+        nest = None
+        mark, guard = _guarded_mark(stmts[q])
+        first = q
+        if mark is None and self.acc_init and q + 1 < len(stmts):
+            mark, guard = _guarded_mark(stmts[q + 1])
+            nest = _init_nest(stmts[q]) if mark is not None else None
+            if nest is not None and guard is not None:
+                nest = _implied(nest, guard.cond)
+            if nest is None:
+                return None, 0
+            first = q + 1
+        if mark is None:
+            return None, 0
+        m = _match(mark.body)
+        if m is None:
+            return None, 0
+        lk, li, lj, st, rest = m
+        init = _fused_init(nest, lk, li, lj, st) if nest is not None else None
+        if nest is not None and init is None:
+            return None, 0
+        epis, n_epi = _epilogue_nests(stmts[first + 1:], guard, lk, li, lj, st, rest) \
+            if self.acc_epilogue else ([], 0)
+        if init is None and not epis:
+            return None, 0
+        try:
+            whole = tuple(e.buffer.name for _, e in epis) == self.chains.get(st.buffer.name)
+            fused = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids,
+                          self.prefetch, init, epis, self.dead if whole else frozenset())
+        except Unvectorizable:
+            fused = None
+        if fused is None and epis and init is not None:     # the init alone
+            try:
+                fused = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids,
+                              self.prefetch, init)
+            except Unvectorizable:
+                fused = None
+            epis, n_epi = [], 0
+        if fused is None:
+            return None, 0
+        if init is not None:
+            self.fused += 1
+        self.epilogues += len(epis)
+        if guard is not None:
+            fused = ir.IfThenElse(guard.cond, fused, self.visit(guard.orelse))
+        return fused, first - q + 1 + n_epi
 
     def visit_AttrStmt(self, s):
         if s.key != marks.CPU_MICROKERNEL:
@@ -410,14 +832,29 @@ class _Micro(ir.Mutator):
 
 def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
                  packed: PackedBuffers | None = None, note=None,
-                 prefetch: bool = True) -> ir.LoweredFunc:
+                 prefetch: bool = True, acc_init: bool | None = None,
+                 acc_epilogue: bool | None = None,
+                 dead: Set[str] = frozenset(),
+                 chains: Mapping[str, tuple[str, ...]] | None = None) -> ir.LoweredFunc:
     """The pass (see the module docstring): ``lanes_of(dtype)`` gives the vector lanes;
     ``dots`` are the payloads of the ``cpu_microkernel:<n>`` marks
     (:func:`polycomp.scheduler.cpu.state.cpu_microkernels`) and ``packed`` says what
     the packing pass made (:func:`polycomp.hw.cpu.pack.packed_buffers`); ``note(text)``
     is told about each dot-product nest left to the generic path; ``prefetch`` (option
-    ``prefetch``): the FMA tiles prefetch their ``C`` lines."""
-    m = _Micro(lanes_of, dots, packed, note, prefetch)
+    ``prefetch``): the FMA tiles prefetch their ``C`` lines; ``acc_init`` (default: not
+    ``POLYCOMP_ACC_INIT=0``): an init nest right before a tile starts its accumulators
+    (the module docstring's *fused init*); ``acc_epilogue`` (default: not
+    ``POLYCOMP_ACC_EPILOGUE=0``): the epilogue nests right after a tile run on its
+    accumulators (*fused epilogue*); ``dead``: the chain temporaries whose stores a
+    fused epilogue drops after the last reduction tile, where it runs the whole chain
+    ``chains[C]`` (:class:`~polycomp.scheduler.cpu.state.CpuMicroKernels`)."""
+    import os
+    if acc_init is None:
+        acc_init = os.environ.get("POLYCOMP_ACC_INIT", "1") != "0"
+    if acc_epilogue is None:
+        acc_epilogue = os.environ.get("POLYCOMP_ACC_EPILOGUE", "1") != "0"
+    m = _Micro(lanes_of, dots, packed, note, prefetch, acc_init, acc_epilogue, dead,
+               chains or {})
     out = func.with_body(m.visit(func.body))
     out = out.counted(microkernels=m.count)
     return out

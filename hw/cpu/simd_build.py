@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ import tempfile
 from polycomp.errors import BuildError
 from polycomp.hw.cpu.target import cpu_flags
 
-from .build import DEFAULT_FLAGS, build_shared, cache_dir, compiler, compiler_command, run_compiler
+from .build import DEFAULT_FLAGS, build_shared, compiler_command, precompiled_header, run_compiler
 
 SIMDE_INCLUDE = "/usr/include"
 
@@ -62,29 +61,7 @@ _PCH_HEADER = """#define SIMDE_ENABLE_NATIVE_ALIASES
 def _simde_pch() -> str | None:
     """A precompiled header of SIMDe for :data:`SIMDE_FLAGS` (parsing SIMDe is most of a
     SIMDe build's time); None if gcc cannot make one."""
-    text = "\0".join((compiler(),) + SIMDE_FLAGS + (_PCH_HEADER,))
-    key = hashlib.sha256(text.encode()).hexdigest()[:16]
-    d = os.path.join(cache_dir(), f"simde_pch_{key}")
-    header = os.path.join(d, "pc_simde.h")
-    if os.path.exists(header + ".gch"):
-        return header
-    os.makedirs(d, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=d)
-    try:
-        th = os.path.join(tmp, "pc_simde.h")
-        with open(th, "w") as f:
-            f.write(_PCH_HEADER)
-        flags = [f for f in SIMDE_FLAGS if f != "-shared"]
-        r = subprocess.run([*compiler_command(), *flags, "-x", "c-header", th, "-o",
-                            th + ".gch"], capture_output=True, text=True)
-        if r.returncode != 0 or not os.path.isfile(th + ".gch"):
-            return None
-        if not os.path.exists(header):
-            os.replace(th, header)
-        os.replace(th + ".gch", header + ".gch")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return header
+    return precompiled_header(_PCH_HEADER, SIMDE_FLAGS, "pc_simde.h")
 
 
 def build_simde(source: str) -> str:

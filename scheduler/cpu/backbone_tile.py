@@ -59,7 +59,13 @@ the weights, packed in panels of ``NR`` channels), ``i`` = the output width:
 
 (weights read in place: no pack mark, and with a channel tile, :func:`channel_tile`, a
 band ``[floor(c/c_tile)]`` between ``band[floor(f/NR)]`` and the batch band; rows of at
-most 16 pixels take one register tile each, :func:`row_register_block`)
+most 16 pixels take one register tile each, :func:`row_register_block`).  By default
+(:func:`accumulators_from_init`) the channel form's init is not a filter of its own:
+it joins every band (its channel tile ``0``) and runs on each register tile right
+before the micro-kernel, ``band[floor(i/MR)] -> sequence[init: band[i mod MR, f mod
+NR], update: mark cpu_microkernel .., e_1 .., e_n]``, with an epilogue chain
+(:func:`conv_epilogue`, :func:`match_epilogue`) after it at the last channel tile;
+see :func:`channel_tree` for the legality.
 
 A GEMM-form backbone with fewer than ``SMALL_M_PANELS`` register rows per thread and at
 least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]``
@@ -721,8 +727,9 @@ def isolate_full_tiles(prefix: list, tile: list, point: list, sizes: tuple,
 
 
 def match_epilogue(op: OuterProduct, statements, before: tuple = ()) -> Statement | None:
-    """The statement of the stage after a GEMM-form backbone that can run on each
-    register tile of its output ``C`` right after the tile's last micro-kernel: a
+    """The statement of the stage after a GEMM-form backbone (or a channel-form
+    convolution, :func:`conv_epilogue`) that can run on each register tile of its
+    output ``C`` right after the tile's last micro-kernel: a
     single elementwise (``compute``) statement with the domain of ``C``'s init that
     reads ``C`` only at its own point, writes another array at its own point (bias,
     activation, scaling, a cast) and reads neither operand of the product (their
@@ -732,7 +739,7 @@ def match_epilogue(op: OuterProduct, statements, before: tuple = ()) -> Statemen
     lowered as one stage per operator): the statement may then read ``C`` or any of
     their outputs, each only at its own point, and must read at least one of them; it
     writes none of the arrays the backbone or those statements read or write."""
-    if op.direct or len(statements) != 1:
+    if len(statements) != 1 or (op.direct and not (op.channel and conv_epilogue())):
         return None
     e = statements[0]
     c = op.update.write
@@ -766,7 +773,45 @@ def match_epilogue(op: OuterProduct, statements, before: tuple = ()) -> Statemen
     return e
 
 
-def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list):
+def chain_temporaries(op: OuterProduct, epi: list, model) -> list[str]:
+    """The arrays among ``C`` and the chain's outputs but the last that are kernel
+    temporaries read by no statement outside the backbone and the chain (the chain
+    reads them only at their own point, :func:`match_epilogue`): their values are
+    dead once the chain ran (``CpuMicroKernels.chain_temporaries``)."""
+    temps = {b.name for b in model.temporaries}
+    own = {op.update.name, op.init.name} | {e.name for e in epi}
+    read_elsewhere: set = set()
+    for st in model.statements:
+        if st.name not in own:
+            ir.walk(st.value, lambda n: read_elsewhere.add(n.buffer.name)
+                    if isinstance(n, ir.Load) else None)
+    names = [op.update.write.name] + [e.write.name for e in epi[:-1]]
+    return [n for n in names if n in temps and n not in read_elsewhere]
+
+
+def conv_epilogue() -> bool:
+    """Whether a channel-form convolution takes an epilogue chain onto its register
+    tiles (after the micro-kernel, at the last input-channel tile; with
+    :func:`accumulators_from_init` only): the chain then runs on the accumulators
+    (:mod:`polycomp.hw.cpu.microkernel`, *fused epilogue*) instead of as a pass over
+    the output.  ``POLYCOMP_CONV_EPILOGUE=0`` keeps the pass (for comparisons)."""
+    import os
+    return accumulators_from_init() and os.environ.get("POLYCOMP_CONV_EPILOGUE", "1") != "0"
+
+
+def accumulators_from_init() -> bool:
+    """Whether a channel-form convolution's init runs on each register tile just before
+    its micro-kernel (in the first input-channel tile), so that the micro-kernel starts
+    its accumulators from the init's value in registers instead of a separate zeroing
+    pass over the output and a strided load of each accumulator
+    (:mod:`polycomp.hw.cpu.microkernel`, *fused init*).  ``POLYCOMP_ACC_INIT=0`` keeps
+    the separate init pass (for comparisons)."""
+    import os
+    return os.environ.get("POLYCOMP_ACC_INIT", "1") != "0"
+
+
+def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list, ispace=None,
+                 epilogue=()):
     """The channel form of a direct backbone (see :func:`match_channel_form`):
 
         mark cpu_parallel -> band[floor(f/NR)]
@@ -780,20 +825,69 @@ def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list):
     mark; with fewer channel panels than threads (``Blocking.rows_outer``) the batch
     band (image, output row) is the parallel one, outside ``band[floor(f/NR)]``.  Every
     band is permutable and the reduction stays inside the micro-kernel, so either order
-    keeps the dependences (the sum reassociated as above)."""
+    keeps the dependences (the sum reassociated as above).
+
+    With ``ispace`` (the init's space, :func:`accumulators_from_init`) the init joins
+    every band with the same functions of its output point ``s`` as the updates of
+    ``C[s]`` (its input-channel tile: ``0``) and runs on each register tile just before
+    the micro-kernel:
+
+        band[floor(i/MR)] -> sequence
+          filter init:   band[i mod MR, f mod NR]          (channel tile 0 only)
+          filter update: mark cpu_microkernel -> band[reduce dims..] -> band[ii, ff]
+
+    Legal: every update of ``C[s]`` lies in the same (channel panel, rows, ``i``) tile
+    as the init of ``C[s]``, at a channel tile ``>= 0``: after the init (the later
+    sequence child at tile 0, a later tile otherwise); init instances are independent.
+    An ``epilogue`` chain (statements of :func:`match_epilogue`, each reading ``C`` and
+    the earlier ones only at its own point ``s``) takes the same functions with the
+    last channel tile as its member and follows the micro-kernel in the sequence: every
+    update of ``C[s]`` is at a channel tile ``<=`` the last, in the same outer tile,
+    so the chain's instance of ``s`` comes after all of them, and after the earlier
+    chain statements' instances of ``s`` (earlier sequence children)."""
     i, j = dim_aff(sp, op.i), dim_aff(sp, op.j)
-    ft = to_upa(floor_div_aff(j, b.NR))
-    batch = [to_upa(dim_aff(sp, t)) for t in op.batch]
-    it = to_upa(floor_div_aff(i, b.MR))
+    espaces = [e.domain.get_space() for e in epilogue] if ispace is not None else []
+    spaces = ([sp] if ispace is None else [sp, ispace]) + espaces
+    last_ct = 0
+    if b.c_tile:
+        n_c = _extent(op.update.domain, channel_k(op))
+        assert n_c is not None      # (a channel tile needs a constant extent)
+        last_ct = (n_c - 1) // b.c_tile
+
+    def ct_of(s) -> isl.Aff:
+        if s is sp:
+            return floor_div_aff(dim_aff(s, channel_k(op)), b.c_tile)
+        zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(s))
+        if s is ispace:
+            return zero
+        return zero.set_constant_val(isl.Val.int_from_si(s.get_ctx(), last_ct))
+
+    def on_all(f) -> isl.UnionPwAff:    # one member over the update (and the init)
+        return T.union_members([to_upa(f(s)) for s in spaces])
+    ft = on_all(lambda s: floor_div_aff(dim_aff(s, op.j), b.NR))
+    batch = [on_all(lambda s, t=t: dim_aff(s, t)) for t in op.batch]
+    it = on_all(lambda s: floor_div_aff(dim_aff(s, op.i), b.MR))
     ii, jj = to_upa(mod_aff(i, b.MR)), to_upa(mod_aff(j, b.NR))
-    ct = [to_upa(floor_div_aff(dim_aff(sp, channel_k(op)), b.c_tile))] if b.c_tile else []
+    ct = [on_all(ct_of)] if b.c_tile else []
     outer = batch + [ft] if b.rows_outer else [ft] + ct + batch
     iso = isolate_full_tiles(ct + outer if b.rows_outer else outer, [it], [ii, jj],
                              (b.MR, b.NR), op.update.domain)
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
     red = T.Band([to_upa(dim_aff(sp, t)) for t in op.k], point, permutable=True)
-    regs = T.Band([it], T.Mark(marks.CPU_MICROKERNEL, red), permutable=True,
-                  coincident=[True], options=iso)
+    tile: T.Mark | T.Sequence = T.Mark(marks.CPU_MICROKERNEL, red)
+    if ispace is not None:
+        zero_tile = T.Band([to_upa(mod_aff(dim_aff(ispace, op.i), b.MR)),
+                            to_upa(mod_aff(dim_aff(ispace, op.j), b.NR))],
+                           permutable=True, coincident=[True, True])
+        steps = [T.Filter(isl.UnionSet.from_set(isl.Set.universe(ispace)), zero_tile),
+                 T.Filter(isl.UnionSet.from_set(isl.Set.universe(sp)), tile)]
+        for es in espaces:      # the epilogue chain, in order, on the tile
+            steps.append(T.Filter(isl.UnionSet.from_set(isl.Set.universe(es)), T.Band(
+                [to_upa(mod_aff(dim_aff(es, op.i), b.MR)),
+                 to_upa(mod_aff(dim_aff(es, op.j), b.NR))],
+                permutable=True, coincident=[True, True])))
+        tile = T.Sequence(steps)
+    regs = T.Band([it], tile, permutable=True, coincident=[True], options=iso)
     if b.rows_outer:
         par = T.Mark(marks.CPU_PARALLEL, T.Band(outer, regs, permutable=True,
                                                 coincident=[True] * len(outer)))
@@ -824,6 +918,9 @@ def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None, requests=None):
     sp = op.update.domain.get_space()
     init_f = isl.UnionSet.from_set(isl.Set.universe(ispace))
     upd_f = isl.UnionSet.from_set(isl.Set.universe(sp))
+    if op.channel and accumulators_from_init():
+        return channel_tree(op, b, sp, [] if requests is None else requests, ispace,
+                            list(epilogue or ()))
     update = channel_tree(op, b, sp, [] if requests is None else requests) if op.channel \
         else direct_tree(op, b, sp)
     return T.Sequence([T.Filter(init_f, T.Mark(marks.CPU_PARALLEL, init_band)),
@@ -1112,6 +1209,10 @@ class CpuBackboneTilePass(Pass):
                 if e1 is None:
                     break
                 epi.append(e1)
+            if epi and op.channel:
+                mk = cpu_microkernels(ctx)
+                mk.chain_temporaries.update(chain_temporaries(op, epi, ctx.model))
+                mk.chains[op.update.write.name] = tuple(e.write.name for e in epi)
             if dot is None:
                 new = backbone_tree(op, b, epi, promotion_state(ctx).pack_requests)
             else:

@@ -57,6 +57,18 @@ def _loads(e) -> list:
     return out
 
 
+def _tiled(node) -> bool:
+    """Whether a subtree already holds a micro-kernel (``cpu-backbone-tile`` tiled the
+    stage: a channel-form convolution with its init on each register tile starts with
+    a band too, not the program-order ``band[s] -> sequence``)."""
+    if isinstance(node, T.Mark) and node.name.split(":")[0] == marks.CPU_MICROKERNEL:
+        return True
+    if isinstance(node, T.Sequence):
+        return any(_tiled(c) for c in node.children)
+    child = getattr(node, "child", None)
+    return child is not None and _tiled(child)
+
+
 def qualifies(init, update) -> bool:
     stage = update.stage
     if not stage.iters or not stage.reduce_axes:
@@ -171,7 +183,7 @@ class CpuReduceInterchangePass(Pass):
             if len(sts) != 2 or sts[0].kind != "init" or sts[1].kind != "update":
                 continue
             body = child.child if isinstance(child, T.Filter) else child
-            if not isinstance(body, T.Band) or not qualifies(*sts):
+            if not isinstance(body, T.Band) or _tiled(body) or not qualifies(*sts):
                 continue
             if _window(*sts):
                 new = window_rows(*sts)

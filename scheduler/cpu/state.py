@@ -47,8 +47,18 @@ class DotTile:
 
 @dataclass(eq=False)
 class CpuMicroKernels:
-    """The dot-product tiles of a compile, indexed by their marks' ``<n>``."""
+    """The dot-product tiles of a compile, indexed by their marks' ``<n>``; and the
+    *chain temporaries*: arrays (a backbone's output ``C``, an epilogue chain's
+    intermediate outputs) that are kernel temporaries read by nothing but their
+    backbone's updates and the chain's statements at their own point -- once the
+    chain runs on the accumulators their values need not be stored after the last
+    reduction tile (``cpu-backbone-tile`` records them, the micro-kernel pass drops
+    those stores)."""
     dots: list[DotTile] = field(default_factory=list)
+    chain_temporaries: set[str] = field(default_factory=set)
+    #: per backbone output ``C`` with a chain: the chain's outputs in order (its
+    #: temporaries are dead only where the whole chain runs on the accumulators)
+    chains: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def add(self, tile: DotTile) -> int:
         """Record ``tile``; its index (the mark's ``<n>``)."""
