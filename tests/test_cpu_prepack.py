@@ -3,16 +3,21 @@ micro-kernel's panel layout, handed in pre-packed, :class:`PrepackedInput`) and 
 compiler packing its linear weights at compile time (``graph/compile.py``).  Checked
 against numpy and bit for bit against the per-call packing on odd / prime / extent-1 /
 symbolic shapes."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 import polycomp as pc
+from polycomp import ir
 from polycomp.driver import compile_kernel
 from polycomp.errors import OptionError
 from polycomp.frontend import ops
 from polycomp.frontend.dsl import Kernel
 from polycomp.graph import GraphBuilder, compile_graph
+from polycomp.graph.compile import CPU_WEIGHT_GEMM_OPTIONS, CPU_WEIGHT_GEMM_OPTIONS_32
 from polycomp.graph.runtime import HeldBytes
+from polycomp.hw.target import get_target
 from polycomp.scheduler.promotion.footprint import Layout
 from polycomp.scheduler.promotion.record import prepacked_inputs
 
@@ -69,6 +74,94 @@ def test_prepacked_gemm_matches_numpy_and_per_call_packing(m, k, n):
     ref = plain.backend.load(plain)(A, B)
     np.testing.assert_array_equal(got, ref)
     np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5 * k)
+
+
+def _threads(name: str, threads: int):
+    t = get_target(name)
+    return dataclasses.replace(t, cpu=dataclasses.replace(t.cpu, threads=threads))
+
+
+def _weight_gemm(target, threads: int, **opts) -> tuple:
+    """``target`` at ``threads`` threads and the graph's weight-GEMM options for it
+    (register block 8 x 3 vectors with 32 registers, as ``compile_graph`` compiles
+    ``x @ W``), the weight ``B`` pre-packed."""
+    tgt = _threads(target, threads)
+    wide = tgt.cpu.vector_registers >= 32
+    return tgt, {**(CPU_WEIGHT_GEMM_OPTIONS_32 if wide else CPU_WEIGHT_GEMM_OPTIONS), **opts}
+
+
+def _weight_loads(ck, name: str) -> list:
+    loads: list = []
+    ir.walk(ck.final_ir.body, lambda n: loads.append(n.lanes) if isinstance(n, ir.Load)
+            and n.buffer.name == name else None)
+    return loads
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_few_row_split_full_tiles_read_the_prepacked_weight_in_vectors(threads):
+    """16 x 256 x 256 on AVX-512 (register tile 8 x 48): at 2 threads the threads split
+    the ``j`` tiles (``NC`` = 144, the second thread's full-tile loop ``c4 < 3 - c1``);
+    every read of the pre-packed ``B`` is a vector load of a micro-kernel, none a
+    scalar loop with div/mod indexing into the panels (the 2.07 ms kernel of
+    docs/cpu_backend.md, 51 us at one thread).  Compile only: no build."""
+    ck = compile_kernel(_matmul_kernel(16, 256, 256, f"pp_few_{threads}"),
+                        *_weight_gemm("cpu-avx512", threads, prepack=("B",)))
+    notes = ck.notes["cpu-backbone-tile"][0]
+    assert ("parallel over j tiles" in notes) == (threads > 1), notes
+    lanes = _weight_loads(ck, "B")
+    # the full tile's micro-kernel loads its 48 columns as 3 vectors per k step
+    assert len(lanes) >= 3 and set(lanes) == {16}, sorted(set(lanes))
+
+
+@pytest.mark.parametrize("m,k,n", [(13, 37, 250), (5, 83, 301)])
+def test_prepacked_few_row_split_matches_numpy_at_two_threads(m, k, n):
+    """Odd sizes whose ``j`` tiles split unevenly over 2 threads, the weight pre-packed:
+    no scalar read of the weight, within float32 rounding of numpy."""
+    tgt, opts = _weight_gemm("cpu", 2)
+    kern = _matmul_kernel(m, k, n, f"pp_few2_{m}_{k}_{n}")
+    ck = compile_kernel(kern, tgt, {**opts, "prepack": ("B",)})
+    assert "parallel over j tiles" in ck.notes["cpu-backbone-tile"][0]
+    assert 1 not in _weight_loads(ck, "B")
+    (rec,) = prepacked_inputs(ck.state)
+    A, B = _f32(m, k), _f32(k, n)
+    fn = ck.backend.load(ck)
+    fn.threads = 2
+    got = fn(A, rec.pack(B))
+    np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5 * k)
+
+
+@pytest.mark.parametrize("rows", ["M", 128])
+def test_weight_gemm_blocks_balanced_and_symbolic_rows_in_small_row_tiles(rows):
+    """A 768-wide pre-packed weight in column blocks of 384 (two, the width covered
+    exactly: no padding to 960 as with the nominal 480); with symbolic rows at 2 threads
+    the row tiles are ``SMALL_M_PANELS`` register rows (32), so a call of 64 .. 256 rows
+    has a row tile per thread (``MC`` = 256 ran 128 rows on one thread).  Compile only."""
+    m = pc.sym("M") if rows == "M" else rows
+    ck = compile_kernel(_matmul_kernel(m, 768, 768, f"pp_bal_{rows}"),
+                        *_weight_gemm("cpu-avx512", 2, prepack=("B",)))
+    notes = ck.notes["cpu-backbone-tile"][0]
+    (rec,) = prepacked_inputs(ck.state)
+    blocks, _, panels, _, nr = rec.packed_shape
+    assert "NC=384" in notes and blocks * panels * nr == 768, (notes, rec.packed_shape)
+    assert ("MC=32 " in notes) == (rows == "M") and "parallel over i tiles" in notes, notes
+
+
+def test_prepacked_symbolic_rows_small_row_tiles_match_numpy_at_two_threads():
+    """Symbolic rows, the row tiles of ``SMALL_M_PANELS`` register rows over 2 threads:
+    right for 1, a prime and several tiles' worth of rows."""
+    tgt, opts = _weight_gemm("cpu", 2)
+    M = pc.sym("M")
+    ck = compile_kernel(_matmul_kernel(M, 53, 101, "pp_sym_small_tiles"), tgt,
+                        {**opts, "prepack": ("B",)})
+    assert "parallel over i tiles" in ck.notes["cpu-backbone-tile"][0]
+    (rec,) = prepacked_inputs(ck.state)
+    fn = ck.backend.load(ck)
+    fn.threads = 2
+    B = _f32(53, 101)
+    Bp = rec.pack(B)
+    for m in (1, 37, 131):
+        A = _f32(m, 53)
+        np.testing.assert_allclose(fn(A, Bp), A.astype(np.float64) @ B, rtol=1e-5, atol=1e-4)
 
 
 def test_prepacked_gemm_symbolic_rows_and_wrong_layout_refused():

@@ -53,6 +53,7 @@ a read left over is an internal error, never a silent read of the wrong layout).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import islpy as isl
@@ -111,6 +112,19 @@ def _nonneg(e, loops) -> bool:
     return const >= 0 and all(
         c >= 0 and v in mins and isinstance(mins[v], ir.IntImm) and mins[v].value >= 0
         for v, c in terms.items())
+
+
+def _bound_over(e: ir.Expr, ranges: dict) -> int | None:
+    """A constant upper bound of ``e``: :func:`upper_bound`'s, else, for ``e`` affine in
+    Vars of ``ranges`` (Var -> (lo, hi) inclusive), its maximum over those ranges."""
+    ub = upper_bound(e)
+    if ub is not None:
+        return ub
+    lin = _linear(e)
+    if lin is None or any(v not in ranges for v in lin[0]):
+        return None
+    terms, const = lin
+    return const + sum(max(c * ranges[v][0], c * ranges[v][1]) for v, c in terms.items())
 
 
 def _build(terms: dict, const: int) -> ir.Expr:
@@ -267,7 +281,7 @@ class _Packer:
         if arr is None:
             return body
         if spec.prepacked:
-            return self.read_prepacked(spec, arr, body)
+            return self.read_prepacked(spec, arr, body, [lp for lp, _ in loops])
         origin = self.origin(fp.origin(), env)
         if origin is None or len(origin) != len(arr.shape):
             return body
@@ -316,11 +330,14 @@ class _Packer:
                                spec.compensate).visit(body)
         return ir.seq(copy, body)
 
-    def read_prepacked(self, spec: PackedOperand, arr: ir.Buffer, body: ir.Stmt) -> ir.Stmt:
+    def read_prepacked(self, spec: PackedOperand, arr: ir.Buffer, body: ir.Stmt,
+                       loops: Sequence[ir.For] = ()) -> ir.Stmt:
         """A pre-packed input (:class:`PackedOperand` ``prepacked``): no copy; the reads
         of ``arr`` below the mark read the argument that replaces it, the whole array in
         the packing's layout (origin 0: ``A[e]`` -> ``P[layout(e)]``, the panel and
-        lane split with the loops' ranges)."""
+        lane split with the ranges of the loops around the mark, ``loops``, and below
+        it: a thread's share of the ``j`` tiles, ``c1 * NC + c4 * NR + c7`` with ``c4 <
+        3 - c1``, splits into ``c1``, ``c4``, ``c7`` only with ``c1``'s range known)."""
         rec = next(r for r in self.records if r.name == arr.name)
         lay = rec.layout
         got = self.prepacked.get(arr.name)
@@ -333,7 +350,10 @@ class _Packer:
         else:
             pbuf = got[1]
         zero = [ir.IntImm(0)] * len(arr.shape)
-        return _Redirect(spec.alias or arr, pbuf, lay, zero, (), bounded=True).visit(body)
+        red = _Redirect(spec.alias or arr, pbuf, lay, zero, (), bounded=True)
+        for lp in loops:     # outermost first: each extent bounded over the outer ranges
+            red.enter(lp)
+        return red.visit(body)
 
     def copy_grouped(self, arr, pbuf, layout: Layout, box, origin, slot_idx, offset: int,
                      sums, compensate: int):
@@ -522,14 +542,18 @@ class _Redirect(ir.Mutator):
         self.offset = offset
         self.ranges: dict = {}
 
-    def visit_For(self, s):
+    def enter(self, s: ir.For) -> None:
+        """Record the range of the loop ``s`` (as :meth:`visit_For` does for the loops
+        below the mark), when known."""
         mn, ext = simplify(s.min), simplify(s.extent)
-        saved = self.ranges.get(s.var)
-        # a pre-packed read: min(NR, n - ..) at an edge is at most NR iterations
-        ub = upper_bound(ext) if self.bounded else \
+        ub = _bound_over(ext, self.ranges) if self.bounded else \
             (ext.value if isinstance(ext, ir.IntImm) else None)
         if isinstance(mn, ir.IntImm) and ub is not None and ub > 0:
             self.ranges[s.var] = (mn.value, mn.value + ub - 1)
+
+    def visit_For(self, s):
+        saved = self.ranges.get(s.var)
+        self.enter(s)
         body = self.visit(s.body)
         if saved is None:
             self.ranges.pop(s.var, None)

@@ -138,7 +138,11 @@ panel of ``X`` in a quarter of L1, ``NC`` a ``KC x NC`` block of ``Y`` in half o
 panels of the packed ``Y`` block stream from L2, so the ``MC x KC`` block of ``X``
 need not fit a cache; a large ``MC`` means the ``Y`` block, packed once per ``i``
 tile, is reused over more rows.  ``MC`` is therefore a thread's whole share of ``i``,
-split further only when its packed ``X`` block would exceed four times L2.  Options
+split further only when its packed ``X`` block would exceed four times L2.  With a
+symbolic ``i`` extent ``MC`` is 32 register rows, or ``SMALL_M_PANELS`` register rows
+when ``Y`` is pre-packed and several threads are planned (no copy of ``Y`` per ``i``
+tile: a call of 64 .. 256 rows still has a tile per thread); a pre-packed ``Y``'s
+``NC`` is balanced over its column blocks (:func:`balanced_nc`).  Options
 ``gemm_tiles=(MC, NC, KC)`` and ``gemm_register=(MR, NI)`` override.
 
 Low precision (:func:`match_dot_product`): a GEMM-form backbone whose factors widen
@@ -503,11 +507,22 @@ def _extent(domain: isl.Set, pos: int) -> int | None:
 
 
 def choose_blocking(op: OuterProduct, target, options: CpuOptions,
-                    dot: DotProduct | None = None) -> Blocking:
+                    dot: DotProduct | None = None, prepacked: bool = False) -> Blocking:
     """The blocking of the module docstring; for a product on a dot-product unit
     (``dot``) the vectors are the unit's accumulators (its lanes), the packed panels'
     elements are the inputs (their size sets ``KC`` and ``NC``), and ``KC`` is a
-    multiple of the unit's group (each ``k`` tile starts a group)."""
+    multiple of the unit's group (each ``k`` tile starts a group).
+
+    ``prepacked``: ``Y`` is a pre-packed input (:func:`prepacked_y`, a graph's weight).
+    With symbolic rows and several threads its row tiles are ``SMALL_M_PANELS``
+    register rows (``MC`` = 32 rows at ``MR`` = 8) instead of the nominal 32 register
+    rows: with ``MC`` = 256 a call of at most 256 rows (a ``dynamic=True`` model's 128
+    tokens) was one row tile, on one thread; a pre-packed ``Y`` is not copied per row
+    tile, so the smaller tiles cost no copy (the few-row ``j`` split was tried instead:
+    1.47x at 128 rows but 1.54x instead of 1.90x at 512, docs/cpu_backend.md).  Its
+    ``NC`` is balanced over the ``j`` blocks (:func:`balanced_nc`), so the packed weight
+    is not padded to a whole number of nominal blocks (768 columns in blocks of 480
+    took 960)."""
     L = target.vector_lanes(op.dtype) if dot is None else dot.lanes
     dom = op.update.domain
     n_j = _extent(dom, op.j)
@@ -534,6 +549,8 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
         NC = min(NC, -(-n_j // NR) * NR)
     n_i = _extent(dom, op.i)
     parallel_j = False
+    if n_j is not None and prepacked and dot is None and not options.gemm_tiles:
+        NC = balanced_nc(n_j, NC, NR)
     if n_i is not None and n_j is not None and threads > 1 and not options.gemm_tiles \
             and -(-n_i // MR) < threads * SMALL_M_PANELS and n_j >= threads * NR:
         # few rows: splitting i would have every thread pack (and read from memory) the
@@ -550,6 +567,11 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
         while MC * KC * size > 4 * target.l2_bytes and MC > MR:
             q += 1
             MC = MR * -(-panels // (threads * q))
+    elif prepacked and dot is None and threads > 1:
+        # symbolic rows, Y pre-packed: no copy of Y per row tile to amortise, so row
+        # tiles of SMALL_M_PANELS register rows (each k x NC block of Y still serves 4
+        # register rows from L2) and a call of 64 .. 256 rows has tiles for every thread
+        MC = SMALL_M_PANELS * MR
     else:
         MC = 32 * MR            # symbolic extent: 32 register rows per task
     tiles = options.gemm_tiles
@@ -573,6 +595,17 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
         shared_y_panel(b, n_i)
     b.c_tile = channel_tile(op, b, target)
     return b
+
+
+def balanced_nc(n_j: int, NC: int, NR: int) -> int:
+    """``NC`` (a multiple of ``NR``) evened out over the ``ceil(n_j / NC)`` column blocks
+    it makes: the smallest multiple of ``NR`` that still covers ``n_j`` in as many blocks
+    (768 columns, ``NR`` = 48: 480 -> 384, two blocks of 384 instead of 480 + 288)."""
+    if NC <= 0 or NC % NR:
+        return NC
+    blocks = -(-n_j // NC)
+    panels = -(-n_j // NR)
+    return NR * -(-panels // blocks)
 
 
 def channel_tile(op: OuterProduct, b: Blocking, target) -> int:
@@ -1193,7 +1226,7 @@ class CpuBackboneTilePass(Pass):
                 assert ch is not None
                 op = ch
             pre = dot is None and prepacked_y(op, ctx.model.statements, ctx.cpu_options)
-            b = choose_blocking(op, ctx.target, ctx.cpu_options, dot)
+            b = choose_blocking(op, ctx.target, ctx.cpu_options, dot, pre)
             # a pre-packed Y keeps the blocking's order: in the shared-panel order the
             # threads read each (j, k) block of the packed input together (one fork/join
             # per block, no copy); with 2 threads on a loaded host it beat the per-thread
