@@ -1262,10 +1262,10 @@ class CpuBackboneTilePass(Pass):
                 assert ch is not None
                 op = ch
             pre = dot is None and prepacked_y(op, ctx.model.statements, ctx.cpu_options)
-            order = prepacked_conv_order(op, ctx.model.statements, ctx.cpu_options) \
+            y_order = prepacked_conv_order(op, ctx.model.statements, ctx.cpu_options) \
                 if dot is None else ()
-            if order:
-                op = replace(op, y_prepacked=True, y_order=order)
+            if y_order:
+                op = replace(op, y_prepacked=True, y_order=y_order)
                 pre = True
             b = choose_blocking(op, ctx.target, ctx.cpu_options, dot)
             # a pre-packed Y keeps the blocking's order: in the shared-panel order the
