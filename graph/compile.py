@@ -12,7 +12,10 @@ on every call.  The constant is packed here, once (numpy, from the same
 :class:`~polycomp.scheduler.promotion.footprint.Layout` the kernel indexes it by), and
 the step passes the packed array (``Step.packed``).  Parameters updated in place
 recompile the graph (the Dynamo backend watches them), which packs them again.
-``POLYCOMP_PREPACK=0`` turns it off.
+``POLYCOMP_PREPACK=0`` turns it off.  Constant convolution weights of more than
+``FEW_CHANNELS`` input channels are named too (:attr:`GroupKernel.prepack`); the CPU
+channel form reads them packed in its panels, ``(F/NR, KH, KW, C, NR)``
+(``POLYCOMP_CONV_PREPACK=0``: laid out ``(C, KH, KW, F)`` instead, read in place).
 
 *Each weight held once*: a constant that every step reading it reads through its packed
 (``Step.packed``) or laid-out (``Step.arg_arrays``, convolution weights ``(C, KH, KW,

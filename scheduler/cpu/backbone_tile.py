@@ -99,7 +99,11 @@ stages all run while the tile is in L1).
 *Pre-packed* ``Y`` (option ``prepack``, :func:`prepacked_y`): the tree is unchanged;
 the ``Y`` request carries ``prepacked=True`` and the IR packing reads the input in the
 panel layout instead of copying it (:mod:`polycomp.hw.cpu.pack`), so the shared-panel
-order above costs one fork/join per ``(j, k)`` tile, not two.
+order above costs one fork/join per ``(j, k)`` tile, not two.  A channel form's
+weights ``w[f, c, kh, kw]`` named in the option (:func:`prepacked_conv_order`) take the
+tree of weights read in place under one pre-packed request at its top (no copy, so its
+place does not matter; the reads below it read ``(F/NR, KH, KW, C, NR)``).  Legal as
+that tree: the request mark changes no order.
 
 Legality: the only dependences into the update statements from the init are on the same
 output element ``C[s]``, whose init instance comes first in both trees (a separate
@@ -590,8 +594,8 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
 
 def channel_tile(op: OuterProduct, b: Blocking, target) -> int:
     """The input-channel tile of a channel-form convolution whose weights are read in
-    place (:attr:`OuterProduct.y_resident`: laid out or pre-packed), 0 when the whole reduction stays inside
-    each register tile: the weights one register tile reads, ``C * KH * KW * NR``
+    place (:attr:`OuterProduct.y_resident`: laid out or pre-packed), 0 when the whole
+    reduction stays inside each register tile: the weights one register tile reads, ``C * KH * KW * NR``
     elements, are read again for every tile of output pixels; above half of L2
     (ResNet-18's 512-channel 3x3: 1.2 MB per 64-channel panel) they came from L3 for
     each tile.  Tiled, a ``c_tile * KH * KW * NR`` block stays in L2 for all the output

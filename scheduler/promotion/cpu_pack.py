@@ -82,8 +82,8 @@ def decide(node: isl.ScheduleNode, model, request: PackRequest) -> PromotionDeci
 
 def record_prepacked(records: list[PrepackedInput], request: PackRequest) -> None:
     """Append the :class:`PrepackedInput` of a pre-packed request (once per array: the
-    whole array in ``Layout.packed_panel(dim, width, order=order)``, or in the request's cache tiles,
-    ``Layout.packed_tiles``; its extents are constants)."""
+    whole array in ``Layout.packed_panel(dim, width, order=order)``, or in the
+    request's cache tiles, ``Layout.packed_tiles``; its extents are constants)."""
     a = request.array
     if any(r.name == a.name for r in records):
         return
