@@ -595,7 +595,8 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
 def channel_tile(op: OuterProduct, b: Blocking, target) -> int:
     """The input-channel tile of a channel-form convolution whose weights are read in
     place (:attr:`OuterProduct.y_resident`: laid out or pre-packed), 0 when the whole
-    reduction stays inside each register tile: the weights one register tile reads, ``C * KH * KW * NR``
+    reduction stays inside each register tile: the weights one register tile reads,
+    ``C * KH * KW * NR``
     elements, are read again for every tile of output pixels; above half of L2
     (ResNet-18's 512-channel 3x3: 1.2 MB per 64-channel panel) they came from L3 for
     each tile.  Tiled, a ``c_tile * KH * KW * NR`` block stays in L2 for all the output
