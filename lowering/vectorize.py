@@ -22,7 +22,11 @@ touching other dtypes with ``v`` keeps its scalar code), when:
   ``coincident`` (or has kind parallel/vectorized), or every buffer it writes is either
   accessed only at one unit-stride index (the same element of the same iteration) or is
   a *reduction accumulator* ``X[e] = X[e] op r`` (``e`` invariant, ``op`` in
-  ``+ * max min``, ``X`` accessed nowhere else in the loop).
+  ``+ * max min``, or ``X[e] = X[e] - r`` summed as ``X[e] + (-r)``, negation being
+  exact), ``X`` accessed nowhere else in the loop except by unit-stride loads
+  ``X[v + off]`` that never reach ``e`` over the loop's range (``e - off`` below its
+  first or above its last value by a constant after simplification: trisolv's
+  ``x[i] -= L[i][j] * x[j]`` for ``j < i``).
 
 Guarantees: the loop becomes ``for v0 in [0, n // (L*U))`` over vector iterations
 (``U`` accumulators per reduction, default 4 when the loop reduces, else 1), then a

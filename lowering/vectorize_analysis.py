@@ -303,20 +303,45 @@ class _Analysis:
             return None
         s = sts[0][0]
         val = s.value
-        if not (isinstance(val, ir.Binary) and val.op in REDUCE_OPS and buf.dtype == val.dtype):
+        if not (isinstance(val, ir.Binary) and buf.dtype == val.dtype
+                and (val.op in REDUCE_OPS or val.op == "-")):
             return None
         if buf.dtype not in VECTOR_DTYPES:
             return None
-        for acc, rest in ((val.a, val.b), (val.b, val.a)):
+        pairs = ((val.a, val.b),) if val.op == "-" else ((val.a, val.b), (val.b, val.a))
+        for acc, rest in pairs:
             if isinstance(acc, ir.Load) and acc.buffer is buf and \
                     ir.structural_equal(acc.indices[0], s.indices[0]):
-                if _reads(rest, buf):
+                others = [(ld, c) for ld, c in self.loads if ld.buffer is buf and ld is not acc]
+                if not all(self.apart(ld, c, s.indices[0]) for ld, c in others):
                     return None
-                others = [ld for ld, _ in self.loads if ld.buffer is buf and ld is not acc]
-                if others:
-                    return None
+                if val.op == "-":     # acc - r: a sum of the negated terms (exact negation)
+                    neg = ir.Binary("*", ir.Unary("neg", rest.a, rest.a.dtype), rest.b,
+                                    rest.dtype) if isinstance(rest, ir.Binary) and \
+                        rest.op == "*" else ir.Unary("neg", rest, rest.dtype)
+                    return _Reduction(s, "+", neg)
                 return _Reduction(s, val.op, rest)
         return None
+
+    def apart(self, ld: ir.Load, c: int, e: ir.Expr) -> bool:
+        """Whether the unit-stride load ``ld`` (``v + off``) never reads element ``e``
+        (loop-invariant) of its buffer while ``v`` runs over the loop: ``e - off`` is
+        below the first or above the last value of ``v`` (a constant difference after
+        simplification: trisolv's ``x[i] -= L[i][j] * x[j]`` for ``j < i``)."""
+        if c != 1:
+            return False
+        off = simplify(ir.Binary("-", ld.indices[0], self.v, self.v.dtype))
+        if uses(off, self.v):
+            return False
+        lo = self.loop.min
+        hi = ir.Binary("-", ir.Binary("+", lo, self.loop.extent, lo.dtype), ir.IntImm(1),
+                       lo.dtype)
+        target = ir.Binary("-", e, off, off.dtype)
+        for d in (simplify(ir.Binary("-", target, hi, lo.dtype)),
+                  simplify(ir.Binary("-", lo, target, lo.dtype))):
+            if isinstance(d, ir.IntImm) and d.value > 0:
+                return True
+        return False
 
 
 def _has_load(e) -> bool:

@@ -4,8 +4,9 @@ schedule passes, IR passes and code generation.
 * Schedule passes (after program order): for a fusible chain ``chain-fuse`` (the fused
   program is the schedule tree, :mod:`polycomp.scheduler.chain.program` /
   ``conv_program``) and ``cpu-pack``; for C SCoPs ``scop-gemm``, ``scop-stencil``,
-  ``scop-tile`` (:mod:`polycomp.scheduler.cpu.scop_gemm` and its neighbours) and
-  ``scop-parallel`` instead of ``cpu-fuse`` and ``cpu-parallel``;
+  ``scop-tile`` (:mod:`polycomp.scheduler.cpu.scop_gemm` and its neighbours),
+  ``scop-split``, ``scop-interleave`` and ``scop-parallel`` instead of ``cpu-fuse`` and
+  ``cpu-parallel``;
   ``cpu-backbone-tile`` and ``cpu-pack`` (vector
   targets: matmul-like and convolution backbones get cache/register tiles, packing
   requests and micro-kernel marks), ``cpu-reduce-interchange`` (vector targets: column
@@ -98,7 +99,11 @@ class CpuBackend(Backend):
             passes.append(CpuFusePass())
         if o.parallel:
             if scop:   # parallel loops below sequential ones too
+                from polycomp.scheduler.cpu.scop_interleave import ScopInterleavePass
                 from polycomp.scheduler.cpu.scop_parallel import ScopParallelPass
+                from polycomp.scheduler.cpu.scop_split import ScopSplitPass
+                passes.append(ScopSplitPass())      # index-set splits: parallel pieces
+                passes.append(ScopInterleavePass())  # recurrences: strips side by side
                 passes.append(ScopParallelPass())
             else:
                 passes.append(CpuParallelPass())

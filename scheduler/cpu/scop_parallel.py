@@ -128,12 +128,23 @@ MIN_LOOPS_INSIDE = 2
 def _loops_inside(node: isl.ScheduleNode, m: int) -> int:
     """How many loops member ``m`` of the band at ``node`` encloses, itself included:
     the largest domain dimension of the band's statements minus the outer loops (an
-    upper bound on the loops of the statement's own nest that remain)."""
+    upper bound on the loops of the statement's own nest that remain), at most the band
+    members from ``m`` on along the deepest path below."""
     from polycomp.islutil import sets
     depth = node.get_schedule_depth() + m
     # (a band below a filter that keeps none of its statements encloses no loop)
-    return max((s.dim(isl.dim_type.set) for s in sets(node.get_domain())),
+    dims = max((s.dim(isl.dim_type.set) for s in sets(node.get_domain())),
                default=depth) - depth
+    # a member fixed by a filter and dropped from its band (scop-split's ``i = k``
+    # piece) is no loop: the band members on the deepest path bound the count too
+    return min(dims, node.band_n_member() - m + _members_below(node.child(0)))
+
+
+def _members_below(node: isl.ScheduleNode) -> int:
+    """The most band members on a path from ``node`` down to a leaf."""
+    own = node.band_n_member() if node.get_type() == _T.band else 0
+    return own + max((_members_below(node.child(k)) for k in range(node.n_children())),
+                     default=0)
 
 
 def worth_a_fork(node: isl.ScheduleNode, m: int) -> bool:
