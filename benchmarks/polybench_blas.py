@@ -1,5 +1,5 @@
-"""PolyBench's BLAS-3 kernels (gemm, 2mm, 3mm, syrk, syr2k, trmm, symm) through polycomp's
-``cpu`` target against the same product through numpy (OpenBLAS), timed in one process:
+"""PolyBench's BLAS-3 kernels (gemm, 2mm, 3mm, syrk, syr2k, trmm, symm) and gemver through
+polycomp's ``cpu`` target against the same product through numpy (OpenBLAS), timed in one process:
 ``python -m benchmarks.polybench_blas --polybench DIR [--dataset LARGE] [--rounds 7]
 [--kernels gemm,syrk] [--peer-c DIR]``.
 
@@ -8,7 +8,8 @@ bench polybench``) and numpy, so the host's load drifts alike for all, with a pa
 ``SETTLE_S`` before each call (OpenBLAS's threads keep spinning a little after a call,
 which would slow whatever runs next); each line prints
 best and median seconds and ``numpy time / polycomp time`` (above 1: polycomp faster),
-and the same ratio of the on-CPU seconds of each call's busiest thread (Linux
+and the same ratio (and polycomp's own seconds; with ``--peer-c`` also the peer's ratio) of
+the on-CPU seconds of each call's busiest thread (Linux
 ``/proc/self/task/*/schedstat``: the critical path without the time spent waiting for a
 CPU, which on a loaded host is most of the wall time).
 numpy's formulations compute the whole result (2mm: ``beta D + (alpha A B) C``;
@@ -16,7 +17,8 @@ numpy's formulations compute the whole result (2mm: ``beta D + (alpha A B) C``;
 PolyBench updates the lower triangle; numpy's ``A @ A.T`` calls BLAS ``?syrk``; trmm:
 scipy's BLAS ``dtrmm``, ``alpha * A^T B`` with ``A`` unit lower triangular, on
 Fortran-ordered copies made outside the timed call; symm: scipy's ``dsymm``, ``alpha * A B +
-beta * C`` reading ``A``'s lower triangle, on Fortran-ordered copies), and
+beta * C`` reading ``A``'s lower triangle, on Fortran-ordered copies; gemver: ``A +=
+outer(u1, v1) + outer(u2, v2)``, ``x += beta A^T y + z``, ``w += alpha A x``), and
 its thread count is OpenBLAS's (run under ``env -u OPENBLAS_CORETYPE
 OMP_NUM_THREADS=2`` to compare like with like).  The results are checked against
 numpy's on the updated triangle.
@@ -79,6 +81,19 @@ def _numpy(name: str, d: dict):
         sa, sb = (float(np.ravel(d[x])[0]) for x in ("alpha", "beta"))
         return (lambda: blas.dsymm(sa, af, bf, sb, cf, side=0, lower=1)), \
             np.ones(d["C"].shape, bool), "C"
+    if name == "gemver":
+        A, u1, v1, u2, v2, w, x, y, z = (d[n] for n in ("A", "u1", "v1", "u2", "v2", "w",
+                                                         "x", "y", "z"))
+        a, b = d["alpha"], d["beta"]
+
+        def gemver():
+            A[...] += np.outer(u1, v1) + np.outer(u2, v2)      # the rank-2 update
+            x[...] += b * (A.T @ y) + z
+            w[...] += a * (A @ x)
+            return w.copy()
+        # (updates its arrays in place like the kernel: later rounds start from the
+        # earlier rounds' results, the same work)
+        return gemver, np.ones(w.shape, bool), "w"
     if name == "3mm":
         A, B, C, D = (d[x] for x in "ABCD")
         return (lambda: (A @ B) @ (C @ D)), np.ones(d["G"].shape, bool), "G"
@@ -136,7 +151,11 @@ def bench(name: str, path: str, pb: str, dataset: str, rounds: int, peer_dir) ->
                  f"{med['peer'] / med['polycomp']:.2f}")
     if bb["polycomp"] > 0:
         line += (f"; busiest thread on-CPU numpy/polycomp {bb['numpy'] / bb['polycomp']:.2f}"
-                 f" / {bm['numpy'] / bm['polycomp']:.2f}")
+                 f" / {bm['numpy'] / bm['polycomp']:.2f}"
+                 f" ({bb['polycomp']:.4f}/{bm['polycomp']:.4f} s)")
+        if peer is not None:
+            line += (f", peer/polycomp {bb['peer'] / bb['polycomp']:.2f}"
+                     f" / {bm['peer'] / bm['polycomp']:.2f}")
     return line + f"; max rel err vs numpy {err:.1e}"
 
 

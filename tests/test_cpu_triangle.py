@@ -27,7 +27,7 @@ from polycomp.driver import compile_kernel
 from polycomp.frontend.c_reader import read_c_kernel
 from polycomp.hw.target import get_target
 from polycomp.scheduler.cpu.scop_gemm import _row_lengths, cyclic_tiles
-from polycomp.scheduler.cpu.scop_symm import column_blocks, match_symm
+from polycomp.scheduler.cpu.scop_symm import _balanced_thread, column_blocks, match_symm
 
 _AVX512 = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
 TARGET2 = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threads=2))
@@ -107,11 +107,12 @@ def test_triangle_is_cyclic_and_its_diagonal_tiles_are_micro_kernels(lower):
     notes = ck.notes["scop-gemm"]
     assert any("GEMM C += A * A" in x for x in notes), notes
     assert any("cyclically" in x for x in notes), notes
-    # the full tiles' micro-kernel and the row-masked one of the diagonal tiles (before:
-    # one, the diagonal tiles in a generic nest; the last n mod MR rows still are)
-    # (the mirror triangle j >= i: its register tiles start at a column that varies
-    # with the row, which the micro-kernel does not take: vectorised nests)
-    assert ck.final_ir.counts.microkernels >= (2 if lower else 0), ck.final_ir.counts
+    # the full tiles' micro-kernel, the row-masked one of the diagonal tiles and (since
+    # branch blas3: 4 before) the one of the last n mod MR rows, a row loop ending at
+    # n % 6 (n = 7, 53, 97, 200 below run it); still vectorised nests: an i tile of
+    # fewer than MR rows (n mod MC < MR), and the mirror triangle j >= i (its register
+    # tiles start at a column that varies with the row)
+    assert ck.final_ir.counts.microkernels >= (5 if lower else 0), ck.final_ir.counts
     f = ck.backend.load(ck)
     rng = np.random.default_rng(5)
     for n, m in ((1, 1), (7, 3), (53, 17), (97, 1), (200, 13)):
@@ -149,9 +150,31 @@ def test_symm_runs_one_parallel_loop_over_column_blocks():
         np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13, err_msg=f"{mm}x{nn}")
 
 
+@pytest.mark.parametrize("threads, n, want", [
+    (2, 1200, [608, 592]), (2, 131, [64, 67]), (2, 37, [32, 5]), (2, 1, [0, 1]),
+    (3, 1200, [416, 384, 400])])
+def test_symm_threads_take_balanced_ranges_of_whole_panels(threads, n, want):
+    """symm's column split: thread ``t`` from column ``32 floor((2tn + 32T) / 64T)``
+    (``tn/T`` to the nearest panel), contiguous; cyclic blocks of 192 columns gave
+    624 / 576 at 1200 columns."""
+    d = isl.Set("[m, n] -> { S[i, j] : 0 <= i < m and 0 <= j < n }")
+    th = _balanced_thread(d, 1, 32, threads)
+    assert th is not None
+    row = d.intersect(isl.Set(f"[m, n] -> {{ S[i, j] : m = 1 and n = {n} and i = 0 }}"))
+    got = []
+    for t in range(threads):
+        cols = th.eq_set(isl.PwAff(f"[m, n] -> {{ S[i, j] -> [({t})] }}")).intersect(row)
+        got.append(cols.count_val().to_python())
+        if got[-1]:
+            lo = cols.lexmin().sample_point().get_coordinate_val(isl.dim_type.set, 1)
+            assert lo.to_python() % 32 == 0 or t == 0, (t, lo)
+    assert got == want
+
+
 def test_symm_constant_sizes_blocks_of_whole_panels():
-    """Constant sizes: column blocks of an even number of panels, one per thread
-    (131 columns: 5 panels, blocks of 4), the built kernel equals numpy."""
+    """Constant sizes: column blocks of an even number of panels, a thread's share
+    (131 columns: 5 panels, blocks of 4; the threads' ranges 64 / 67 columns, whole
+    panels), the built kernel equals numpy."""
     src = SYMM.replace("symm_cols", "symm_const").replace("[m][n]", "[77][131]") \
         .replace("[m][m]", "[77][77]").replace("i < m", "i < 77").replace("j < n", "j < 131")
     k = read_c_kernel(src, "symm_const")

@@ -135,10 +135,14 @@ def _match(body):
 
 
 def _row_bound(li: ir.For) -> int | None:
-    """A constant bound of the row loop's end ``min + extent`` (the register rows)."""
-    if ir.is_const(li.min, 0):
-        return upper_bound(li.extent)
-    return upper_bound(simplify(li.min + li.extent))
+    """A constant bound of the row loop's end ``min + extent`` (the register rows); an
+    end ``x % c`` (``c > 0`` constant: a triangle's last ``n mod MR`` rows, ``n % 6``)
+    is at most ``c - 1``, with floored and truncated remainders alike."""
+    end = li.extent if ir.is_const(li.min, 0) else simplify(li.min + li.extent)
+    if isinstance(end, ir.Binary) and end.op == "%" and isinstance(end.b, ir.IntImm) and \
+            end.b.value > 0:
+        return end.b.value - 1
+    return upper_bound(end)
 
 
 def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True,

@@ -14,19 +14,22 @@ Matching (:func:`match_symm`), in one top-level child of the program-order tree:
 two updates of :func:`.scop_trmm.match_update`'s form, ``P`` reducing over the rows
 *above* its output row (its domain has ``red < row``) and ``M`` over the rows *below*
 (``red > row``); every other statement writes a row at a plain iterator; those before
-``P`` in the text (``Z``) join phase 1, the others (``F``) are phase 2.
+``P`` in the text (``Z``) join phase 1, the others (``F``) are phase 2, which runs at
+the end of each of phase 1's row steps (the step's rows of ``acc`` are complete there,
+and they and ``B``'s rows are still in cache; no update of phase 3 writes a row before
+its ``F`` in the C order, so ``F`` reads the input ``C``).
 
 Schedule, with ``B`` the block of rows (:data:`BLOCK`, 120) and ``sub`` the
 child's subtree (the C order, restricted by the filters):
 
     sequence
-      filter Z + P:  band[floor(row/B)]                                   (phase 1)
+      filter Z + P + F:  band[floor(row/B)]                               (phase 1)
                        sequence
                          filter Z:        sub
                          filter P1:       scop-gemm subtree of P over P1  (k < B*step)
                          filter PR:       register tiles                  (the block)
                          filter PT:       band[i, k, j]                   (its triangles)
-      filter F:      sub                                                  (phase 2)
+                         filter F:        sub                             (phase 2)
       filter M:      band[floor(row/B)]                                   (phase 3)
                        sequence
                          filter MT:       band[i, k, j]                   (the triangles)
@@ -42,8 +45,8 @@ subtrees nor these tiles pack their operands (``pack_x``/``pack_y`` off): at
 PolyBench's LARGE the per-step copies of ``A``'s and ``B``'s blocks were about 12 %
 of symm's on-CPU time, reading them in place costs less.
 
-With several threads the whole sequence sits below ``mark cpu_parallel -> band[floor(j/W)
-mod T] (atomic) -> band[floor(j/W)]`` (:func:`column_blocks`: every statement touches
+With several threads the whole sequence sits below ``mark cpu_parallel -> band[thread(j)]
+(atomic) -> band[floor(j/W)]`` (:func:`column_blocks`: every statement touches
 column ``j`` of its arrays only, so the columns are independent and one fork/join
 serves the call), and the triangles of ``P`` and ``M`` run in the order
 ``band[row, red, col]`` (:func:`_row_red_col`: the column innermost, unit stride),
@@ -158,22 +161,59 @@ BLOCK = 120
 COLUMN_PANELS = 6
 
 
+def _balanced_thread(domain: isl.Set, pos: int, NR: int, threads: int) -> isl.PwAff | None:
+    """The thread of each instance of ``domain`` by its column ``j`` (dimension
+    ``pos``): thread ``t`` takes the columns ``[b_t, b_{t+1})`` with ``b_t = NR *
+    floor((2 t n + T NR) / (2 T NR))`` (``n`` the column count, a parameter
+    expression: ``t n / T`` rounded to the nearest multiple of ``NR``), so every
+    register tile's panel lies in one thread and the threads' column counts differ
+    by less than a panel.  None when the columns do not start at 0."""
+    lo = domain.dim_min(pos)
+    if not (lo.is_cst() and lo.max_val().to_python() == 0):
+        return None
+    sp = domain.get_space()
+    ub = domain.dim_max(pos)
+    ub = ub.pullback_multi_aff(isl.MultiAff.zero(
+        isl.Space.map_from_domain_and_range(sp, ub.get_domain_space())))
+    ls = isl.LocalSpace.from_space(sp)
+    ctx = sp.get_ctx()
+    zero = isl.PwAff.from_aff(isl.Aff.zero_on_domain(ls))
+    one = isl.PwAff.from_aff(isl.Aff.zero_on_domain(ls).set_constant_val(
+        isl.Val.int_from_si(ctx, 1)))
+    col = isl.PwAff.from_aff(dim_aff(sp, pos))
+    thread = zero
+    for t in range(1, threads):
+        num = ub.add(one).scale_val(isl.Val.int_from_si(ctx, 2 * t)).add(
+            one.scale_val(isl.Val.int_from_si(ctx, threads * NR)))
+        b = num.scale_down_val(isl.Val.int_from_si(ctx, 2 * threads * NR)).floor() \
+            .scale_val(isl.Val.int_from_si(ctx, NR))
+        past = col.ge_set(b)
+        thread = thread.add(one.intersect_domain(past).union_add(
+            zero.intersect_domain(past.complement())))
+    return thread.coalesce()
+
+
 def column_blocks(statements: list[Statement], NR: int, threads: int) \
         -> tuple[isl.UnionPwAff, isl.UnionPwAff, int] | None:
-    """``(floor(j/W) mod T, floor(j/W), W)`` over ``statements`` (``j``: each one's
-    last written subscript, a plain iterator), the column blocks of ``W`` columns dealt
-    to the ``T`` threads cyclically, or None (one thread, a statement without such a
-    subscript, column ranges that differ).  Every statement of symm touches only
-    column ``j`` of ``C``, ``B`` and ``acc`` (``A`` is read-only), so the columns are
-    independent: one parallel loop around all three phases (one fork/join per call
-    instead of one per step, ``k`` tile and ``j`` tile, each packing its own panels).
-    ``W`` is an even number of ``NR`` panels (the ``j`` tiles, ``NC = W / 2``, nest in
-    the blocks), enough for one block per thread when the column count is a constant,
-    else :data:`COLUMN_PANELS` panels."""
+    """``(thread, floor(j/W), W)`` over ``statements`` (``j``: each one's last written
+    subscript, a plain iterator): each thread a contiguous range of whole ``NR``-column
+    panels, the ranges' column counts within a panel of each other
+    (:func:`_balanced_thread`), cut into blocks of ``W`` columns; or None (one thread,
+    a statement without such a subscript, column ranges that differ or do not start at
+    0).  Every statement of symm touches only column ``j`` of ``C``, ``B`` and ``acc``
+    (``A`` is read-only), so the columns are independent: one parallel loop around all
+    three phases (one fork/join per call instead of one per step, ``k`` tile and ``j``
+    tile).  ``W`` is an even number of ``NR`` panels (the ``j`` tiles are ``NC = W /
+    2``), a thread's share when the column count is a constant, else
+    :data:`COLUMN_PANELS` panels.  (Before: blocks of ``W`` dealt cyclically, at
+    PolyBench's LARGE 1200 columns in blocks of 192 gave 624 / 576 columns; now 608 /
+    592.)"""
     if threads <= 1:
         return None
-    affs = []
+    parts = []
+    blocks = []
     extents = set()
+    W = None
     for s in statements:
         iters = tuple(s.iters)
         j = scop_trmm._plain(s.write_indices[-1], iters) if s.write_indices else None
@@ -181,18 +221,22 @@ def column_blocks(statements: list[Statement], NR: int, threads: int) \
             return None
         pos = iters.index(j)
         extents.add(_extent(s.domain, pos))
-        affs.append((s.domain.get_space(), pos))
-    if len(extents) != 1:
+        if len(extents) != 1:
+            return None
+        if W is None:
+            n = next(iter(extents))
+            panels = None if n is None else (n + NR - 1) // NR
+            per_thread = COLUMN_PANELS if panels is None else (panels + threads - 1) // threads
+            W = NR * 2 * -(-per_thread // 2)       # an even number of panels (NC = W / 2)
+        th = _balanced_thread(s.domain, pos, NR, threads)
+        if th is None:
+            return None
+        parts.append(isl.UnionPwAff.from_pw_aff(th))
+        blocks.append(isl.UnionPwAff.from_pw_aff(isl.PwAff.from_aff(
+            floor_div_aff(dim_aff(s.domain.get_space(), pos), W))))
+    if W is None:
         return None
-    n = extents.pop()
-    panels = None if n is None else (n + NR - 1) // NR
-    per_thread = COLUMN_PANELS if panels is None else (panels + threads - 1) // threads
-    W = NR * 2 * -(-per_thread // 2)       # an even number of panels (NC = W / 2)
-    blocks = [floor_div_aff(dim_aff(sp, p), W) for sp, p in affs]
-    part = T.union_members([isl.UnionPwAff.from_pw_aff(isl.PwAff.from_aff(
-        mod_aff(b, threads))) for b in blocks])
-    return part, T.union_members([isl.UnionPwAff.from_pw_aff(isl.PwAff.from_aff(b))
-                                  for b in blocks]), W
+    return T.union_members(parts), T.union_members(blocks), W
 
 
 def _row_red_col(g: ScopGemm) -> T.Band:
@@ -301,22 +345,21 @@ class ScopSymmPass(Pass):
                     seq = [T.Filter(pset, gemm)] + block if leading else \
                         block + [T.Filter(pset, gemm)]
                 members = [own]
-                if leading and first:
-                    seq.insert(0, T.Filter(_union(first, space), st.sub))
+                if leading and (first or fin):
+                    if first:
+                        seq.insert(0, T.Filter(_union(first, space), st.sub))
+                    if fin:
+                        seq.append(T.Filter(_union(fin, space), st.sub))
                     members = [T.union_members([own] + [
-                        isl.UnionPwAff.from_pw_aff(_step(s, B)) for s in first])]
+                        isl.UnionPwAff.from_pw_aff(_step(s, B)) for s in first + fin])]
                 band = T.Band(members, T.Sequence(seq))
-                stmts_here = [g.update] + (first if leading else [])
+                stmts_here = [g.update] + (first + fin if leading else [])
                 phases.append(T.Filter(_union(stmts_here, space), band))
             if not ok:
                 ctx.note(self.name, f"{'+'.join(st.names)}: a triangular product is not a "
                                     f"GEMM per block; program order kept")
                 continue
-            top = [phases[0]]
-            if fin:
-                top.append(T.Filter(_union(fin, space), st.sub))
-            top.append(phases[1])
-            new = T.Sequence(top)
+            new = T.Sequence(phases)
             if cols is not None:
                 new = T.Mark(marks.CPU_PARALLEL, T.Band(
                     [cols[0]], T.Band([cols[1]], new), coincident=[True],
