@@ -12,7 +12,10 @@ on every call.  The constant is packed here, once (numpy, from the same
 :class:`~polycomp.scheduler.promotion.footprint.Layout` the kernel indexes it by), and
 the step passes the packed array (``Step.packed``).  Parameters updated in place
 recompile the graph (the Dynamo backend watches them), which packs them again.
-``POLYCOMP_PREPACK=0`` turns it off.
+``POLYCOMP_PREPACK=0`` turns it off.  Constant convolution weights of more than
+``FEW_CHANNELS`` input channels are named too (:attr:`GroupKernel.prepack`); the CPU
+channel form reads them packed in its panels, ``(F/NR, KH, KW, C, NR)``
+(``POLYCOMP_CONV_PREPACK=0``: laid out ``(C, KH, KW, F)`` instead, read in place).
 
 *Each weight held once*: a constant that every step reading it reads through its packed
 (``Step.packed``) or laid-out (``Step.arg_arrays``, convolution weights ``(C, KH, KW,
@@ -75,22 +78,32 @@ def prepack_enabled() -> bool:
     return os.environ.get("POLYCOMP_PREPACK", "1") != "0"
 
 
+def conv_prepack_enabled() -> bool:
+    """Constant convolution weights packed at compile time in the channel form's
+    panels (:func:`polycomp.graph.lower.conv_weight_layouts` ``prepack``);
+    ``POLYCOMP_CONV_PREPACK=0`` (or ``POLYCOMP_PREPACK=0``) lays them out ``(C, KH, KW,
+    F)`` instead, read in place (for comparisons)."""
+    import os
+    return prepack_enabled() and os.environ.get("POLYCOMP_CONV_PREPACK", "1") != "0"
+
+
 def _group_options(g: Group, inputs: list[Value], target: str,
-                   options: dict | None) -> dict | None:
+                   options: dict | None, conv: list[Value] | None = None) -> dict | None:
     """The compile options of a group's kernel on a CPU target: the weight-GEMM
     register block, and option ``prepack`` naming the constant right operands of its
-    matmuls (the kernel may read them packed once, at compile time: :func:`_prepack`)."""
+    matmuls (the kernel may read them packed once, at compile time: :func:`_prepack`)
+    and the convolution weights ``conv`` (:attr:`GroupKernel.prepack`)."""
     if options is not None or not target.startswith("cpu"):
         return options
     weights = [n.inputs[1] for n in g.nodes if n.op == "matmul" and n.inputs[1].const is not None]
     if not weights:
-        return None
+        return {"prepack": tuple(argname(v) for v in conv)} if conv else None
     from polycomp.hw.target import get_target
     cpu = get_target(target).cpu
     wide = cpu is not None and cpu.vector_registers >= 32
     out: dict = dict(CPU_WEIGHT_GEMM_OPTIONS_32 if wide else CPU_WEIGHT_GEMM_OPTIONS)
     if prepack_enabled():
-        names = tuple(argname(v) for v in inputs if v in weights)
+        names = tuple(argname(v) for v in inputs if v in weights or v in (conv or ()))
         if names:
             out["prepack"] = names
     return out
@@ -179,9 +192,11 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
         if g.kind == "view":
             steps.append(Step(g, None, part.inputs_of(g), part.outputs_of(g), {}))
             continue
-        gk = group_kernel(part, g, flatten_rows=flat_rows, conv_layout=flat_rows)
+        gk = group_kernel(part, g, flatten_rows=flat_rows, conv_layout=flat_rows,
+                          conv_prepack=flat_rows and options is None and
+                          target.startswith("cpu") and conv_prepack_enabled())
         if gk.key not in built:
-            opts = _group_options(g, gk.inputs, target, options)
+            opts = _group_options(g, gk.inputs, target, options, gk.prepack)
             ck = compile_kernel(gk.kernel, target, opts)
             built[gk.key] = (Simulated(ck) if simulate else ck.backend.load(ck), ck,
                              [argname(v) for v in gk.inputs])

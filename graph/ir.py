@@ -51,9 +51,10 @@ def shape_str(shape: Shape | None) -> str:
 @dataclass(frozen=True, eq=False)
 class HeldCopy:
     """The one copy of a graph constant a compiled graph keeps, in the layout its kernel
-    reads (``graph/compile.py``: a GEMM weight packed in the micro-kernel's panels, a
-    convolution weight laid out ``(C, KH, KW, F)``), when no kernel reads the constant's
-    own array: the graph then drops that array (:attr:`Value.const` is None,
+    reads (``graph/compile.py``: a GEMM or convolution weight packed in the
+    micro-kernel's panels, a convolution weight laid out ``(C, KH, KW, F)``), when no
+    kernel reads the constant's own array: the graph then drops that array
+    (:attr:`Value.const` is None,
     :attr:`Value.held` this record) and :meth:`original` rebuilds it on demand (a
     later compilation of the same graph)."""
     array: np.ndarray

@@ -76,6 +76,9 @@ class GroupKernel:
     # constant graph value -> the array the kernel takes instead (laid out at compile
     # time: :func:`conv_weight_layouts`)
     arg_arrays: dict[Value, np.ndarray] = field(default_factory=dict)
+    # constant convolution weights handed to the kernel as they are, for the backend to
+    # read pre-packed (option ``prepack``: :func:`conv_weight_layouts` ``prepack``)
+    prepack: list[Value] = field(default_factory=list)
 
 
 def argname(v: Value) -> str:
@@ -220,38 +223,54 @@ def pixel_flat(group: Group) -> dict[Value, Shape] | None:
 CONV_WEIGHT_AXES = (1, 2, 3, 0)
 
 
-def conv_weight_layouts(group: Group, inputs: list[Value]) -> dict[Value, np.ndarray]:
+def conv_weight_layouts(group: Group, inputs: list[Value],
+                        prepack: list[Value] | None = None) -> dict[Value, np.ndarray]:
     """Constant convolution weights of ``group`` laid out ``(C, KH, KW, F)`` at compile
     time: every ``conv2d`` with ``groups == 1`` whose weight is a graph constant (an
     input of the group) read by no other operator of the group.  The kernel declares the
     new shape and reads ``w[c, kh, kw, f]`` (attribute ``weight_layout="chwf"``), so the
     CPU backend's channel form reads each vector of ``NR`` output channels in place:
     no per-call packing pass over the weights (ResNet-18's 512->512 3x3: 9.4 MB per
-    call).  Guarantees: the same products and sums as the ``(F, C, KH, KW)`` form."""
+    call).  Guarantees: the same products and sums as the ``(F, C, KH, KW)`` form.
+
+    With a ``prepack`` list, the weights of more than ``FEW_CHANNELS`` input channels
+    (those the channel form takes) are appended to it instead, left ``(F, C, KH, KW)``:
+    the caller names them in option ``prepack`` and packs each as the kernel's
+    :class:`~polycomp.scheduler.promotion.record.PrepackedInput` says (panels of ``NR``
+    output channels in the micro-kernel's loop order, ``(F/NR, KH, KW, C, NR)``)."""
+    from polycomp.scheduler.cpu.backbone_tile import FEW_CHANNELS
     def conv_weight(n: Node, q: int) -> bool:
         return n.op == "conv2d" and q == 1 and int(n.attrs.get("groups", 1)) == 1
     other = {v for n in group.nodes for q, v in enumerate(n.inputs) if not conv_weight(n, q)}
     out: dict[Value, np.ndarray] = {}
     for n in group.nodes:
         w = n.inputs[1] if conv_weight(n, 1) else None
-        if w is not None and w.const is not None and w in inputs and w not in other \
-                and w not in out:
-            out[w] = np.ascontiguousarray(np.asarray(w.const).transpose(CONV_WEIGHT_AXES))
+        if w is None or w.const is None or w not in inputs or w in other or w in out:
+            continue
+        if prepack is not None and int(w.shape[1]) > FEW_CHANNELS:
+            if w not in prepack:
+                prepack.append(w)
+            continue
+        out[w] = np.ascontiguousarray(np.asarray(w.const).transpose(CONV_WEIGHT_AXES))
     return out
 
 
 def group_kernel(part: Partition, group: Group, flatten_rows: bool = True,
-                 conv_layout: bool = False) -> GroupKernel:
+                 conv_layout: bool = False, conv_prepack: bool = False) -> GroupKernel:
     """The group as one multi-stage kernel; ``flatten_rows`` lowers a qualifying group over
     flattened rows (:func:`row_flat`); ``conv_layout`` hands constant convolution weights
-    to the kernel laid out for the CPU backend (:func:`conv_weight_layouts`)."""
+    to the kernel laid out for the CPU backend (:func:`conv_weight_layouts`), with
+    ``conv_prepack`` those of more than ``FEW_CHANNELS`` input channels as they are, for
+    the kernel to read pre-packed (:attr:`GroupKernel.prepack`)."""
     inputs, outputs = part.inputs_of(group), part.outputs_of(group)
     pm = ParamMap()
     flat = (row_flat(group) if flatten_rows else None) or {}
     pixels = not flat and flatten_rows and pixel_flat(group) is not None
     if pixels:
         flat = pixel_flat(group) or {}
-    laid = conv_weight_layouts(group, inputs) if conv_layout and not pixels else {}
+    pre: list[Value] = []
+    laid = conv_weight_layouts(group, inputs, pre if conv_prepack else None) \
+        if conv_layout and not pixels else {}
 
     def shape_of(v: Value) -> Shape:
         if v in laid:
@@ -284,9 +303,10 @@ def group_kernel(part: Partition, group: Group, flatten_rows: bool = True,
         pm.shape(shape_of(v))
     key = structural_key(group, inputs, outputs) + ("|pixels" if pixels else "|rows"
                                                     if flat else "") + \
-        ("|chwf" + ",".join(str(inputs.index(v)) for v in laid) if laid else "")
+        ("|chwf" + ",".join(str(inputs.index(v)) for v in laid) if laid else "") + \
+        ("|wpk" + ",".join(str(inputs.index(v)) for v in pre) if pre else "")
     args = {v: flat[v] for v in [*inputs, *outputs] if v in flat}
-    return GroupKernel(kernel, inputs, outputs, pm, key, args, laid)
+    return GroupKernel(kernel, inputs, outputs, pm, key, args, laid, pre)
 
 
 def _clean(name: str) -> str:

@@ -164,6 +164,67 @@ def test_channel_form_in_place_weights_golden(goldens, c, acc_init, monkeypatch)
     assert not bad.is_empty() and bad.is_subset(same_point)
 
 
+@pytest.mark.parametrize("c,f", [(600, 64), (16, 32)])
+def test_channel_form_prepacked_weights_golden(goldens, c, f):
+    """Weights ``w[f, c, kh, kw]`` named in option ``prepack`` (constant weights of the
+    graph layer): the tree of weights read in place (channel tiles for 600 input
+    channels, the rows parallel for one 32-channel panel on two threads) under one
+    pre-packed request at its top, recorded as the whole array in panels of ``NR``
+    output channels, the other dimensions in the micro-kernel's order (window first:
+    ``(F/NR, KH, KW, C, NR)``).  Legal up to the reassociated sum."""
+    from polycomp.scheduler.promotion.record import prepacked_inputs
+    model = _conv((1, c, 13, 13), (f, c, 3, 3), 2, 1).polyhedral_model()
+    ctx = CompileState(model, TARGET, {"prepack": ("w",)})
+    sched = model.initial_schedule
+    for p in (CpuBackboneTilePass, CpuPackPass):
+        sched = p().run(sched, ctx)
+    again = isl.Schedule.read_from_str(model.ctx, sched.to_str())
+
+    def same(text):
+        return again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
+    expected = goldens.expected(f"test_cpu_directconv/conv_channel_prepacked_c{c}.isl",
+                                sched.to_str(), same)
+    assert same(expected), sched.to_str()
+    [rec] = prepacked_inputs(ctx)
+    assert rec.layout.order == (2, 3, 1) and rec.packed_shape[1:] == (3, 3, c, 32)
+    notes = " ".join(ctx.notes["cpu-backbone-tile"])
+    assert "w read pre-packed (panels of 32)" in notes
+    assert (c == 600) == ("input channels in tiles of" in notes)
+    bad = violated_dependences(sched, model.dependences)
+    same_point = isl.UnionMap.read_from_str(
+        model.ctx, "{ conv2d_update[n, f, y, z, rc, rh, rw] -> "
+        "conv2d_update[n, f, y, z, rc2, rh2, rw2] }")
+    assert not bad.is_empty() and bad.is_subset(same_point)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+@settings(max_examples=2, deadline=None)
+@given(shape=_CONV, seed=st.integers(0, 2 ** 31))
+def test_channel_form_prepacked_weights_avx2(shape, seed):
+    """Weights read pre-packed (option ``prepack``, the caller packs with the
+    :class:`PrepackedInput` the compile records) against numpy: prime channel counts,
+    ``F`` not a multiple of the panel, stride 2, padding, batch 2, one or two threads."""
+    from polycomp.scheduler.promotion.record import prepacked_inputs
+    c, f, hw, (k, stride, pad) = shape
+    hw = max(hw, k - 2 * pad)
+    xs = (2, c, hw, hw + 1)
+    kern = _conv(xs, (f, c, k, k), stride, pad, f"dconvp_{c}_{f}_{hw}_{k}_{stride}_{pad}")
+    avx2 = get_target("cpu-avx2")
+    tgt = dataclasses.replace(avx2, cpu=dataclasses.replace(avx2.cpu, threads=1 + seed % 2))
+    ck = compile_kernel(kern, tgt, {"prepack": ("w",)})
+    recs = prepacked_inputs(ck.state)
+    notes = " ".join(ck.notes.get("cpu-backbone-tile", []))
+    assert bool(recs) == ("channel form" in notes) == (f >= 8 and not (k == 1 and stride == 1)
+                                                       and c > 4), notes
+    lib = build_shared(ck.source)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((f, c, k, k)).astype(np.float32)
+    ref = _ref_conv2d((stride, stride), (pad, pad), (1, 1))(x, w)
+    got = CFunction(ck.final_ir, lib)(x, recs[0].pack(w) if recs else w)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
 @settings(max_examples=5, deadline=None)
 @given(shape=_CONV, dil=st.sampled_from([1, 2]), seed=st.integers(0, 2 ** 31))

@@ -30,12 +30,16 @@ def _f32(*shape):
 
 @pytest.mark.parametrize("shape,dim,width,tiles", [
     ((7, 13), 1, 4, None), ((5, 16), 1, 16, None), ((3, 1), 1, 8, None),
-    ((6, 5, 3), 0, 4, None), ((7, 13), 1, 4, (3, 8)), ((11, 5), 0, 2, (4, 6))])
+    ((6, 5, 3), 0, 4, None), ((7, 13), 1, 4, (3, 8)), ((11, 5), 0, 2, (4, 6)),
+    ((17, 5, 3, 2), 0, 8, (2, 3, 1)), ((3, 7, 1, 2), 1, 4, (3, 0, 2))])
 def test_layout_pack_places_each_element_at_its_index(shape, dim, width, tiles):
     """``Layout.pack`` (the caller's packing) puts ``a[x]`` where ``Layout.index`` (the
     kernel's reads) looks for it, and zeros in the lanes beyond the array;
-    ``Layout.unpack`` gives ``a`` back (a graph constant dropped once packed)."""
+    ``Layout.unpack`` gives ``a`` back (a graph constant dropped once packed).  A
+    3-tuple ``tiles`` here is a panel ``order`` instead (a convolution's weights
+    ``(F/NR, KH, KW, C, NR)``)."""
     lay = (Layout.packed_panel(dim, width) if tiles is None
+           else Layout.packed_panel(dim, width, order=tiles) if len(tiles) == 3
            else Layout.packed_tiles(dim, width, *tiles))
     a = RNG.integers(1, 100, shape).astype(np.float32)
     p = lay.pack(a)

@@ -72,20 +72,27 @@ def test_builder_conv2d_against_numpy(case):
                                rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("case", [c for c in CONV_CASES if c[5] == 1] +
-                         [((1, 13, 7, 7), (17, 3, 3), (1, 1), (1, 1), (1, 1), 1),
-                          ((2, 5, 9, 9), (33, 3, 3), (2, 2), (1, 1), (2, 2), 1),
-                          ((1, 3, 1, 1), (20, 1, 1), (2, 2), (0, 0), (1, 1), 1)],
-                         ids=lambda c: f"{c[0]}-{c[1]}-s{c[2]}-d{c[4]}")
-def test_cpu_conv_weights_laid_out_at_compile_time(case):
-    """On the C/CPU family a constant groups-1 weight is handed to the kernel as
-    ``(C, KH, KW, F)`` (``graph/lower.py`` ``conv_weight_layouts``: the channel form reads
-    it in place, no packing per call); the result is the convolution's (prime channel
-    counts, stride 2, padding, dilation, a one-pixel image, batch 2; a 1x1 stride-1
-    convolution on a narrow image runs over flattened pixels instead, see below)."""
+@pytest.mark.parametrize("case,conv_prepack", [(c, "1") for c in CONV_CASES if c[5] == 1] + [
+    (((1, 13, 7, 7), (17, 3, 3), (1, 1), (1, 1), (1, 1), 1), "1"),
+    (((1, 13, 7, 7), (17, 3, 3), (1, 1), (1, 1), (1, 1), 1), "0"),
+    (((2, 5, 9, 9), (33, 3, 3), (2, 2), (1, 1), (2, 2), 1), "1"),
+    (((1, 3, 1, 1), (20, 1, 1), (2, 2), (0, 0), (1, 1), 1), "1")],
+    ids=lambda c: f"{c[0]}-{c[1]}-s{c[2]}-d{c[4]}" if isinstance(c, tuple) else f"pk{c}")
+def test_cpu_conv_weights_laid_out_at_compile_time(case, conv_prepack, monkeypatch):
+    """On the C/CPU family a constant groups-1 weight of more than ``FEW_CHANNELS``
+    input channels is packed at compile time where the channel form takes the
+    convolution (``Step.packed``: panels of ``NR`` output channels, the window then the
+    input channels inside, ``(F/NR, KH, KW, C, NR)``, zeros past ``F``: checked against
+    a reshape of the weight, not through ``Layout``); fewer input channels, or
+    ``POLYCOMP_CONV_PREPACK=0``, hand it to the kernel as ``(C, KH, KW, F)``
+    (fewer output channels than a vector: no channel form, the weight read as it is)
+    (``graph/lower.py`` ``conv_weight_layouts``: read in place).  Either way no packing
+    per call, the weight held once and restored, and the result the convolution's
+    (prime channel counts, ``F`` not a multiple of the panel, stride 2, padding,
+    dilation, a one-pixel image, batch 1, 2 and 8)."""
+    monkeypatch.setenv("POLYCOMP_CONV_PREPACK", conv_prepack)
     xs, (f, kh, kw), stride, pad, dil, groups = case
     rng = np.random.default_rng(3)
-    x = rng.standard_normal(xs).astype(np.float32)
     w = rng.standard_normal((f, xs[1], kh, kw)).astype(np.float32)
     b = rng.standard_normal(f).astype(np.float32)
     g = GraphBuilder("conv")
@@ -97,11 +104,27 @@ def test_cpu_conv_weights_laid_out_at_compile_time(case):
     graph.owns_constants = True  # as the importers' graphs: the weight is held once
     cg = compile_graph(graph, "cpu")
     laid = [a for s in cg.steps for a in s.arg_arrays.values()]
-    assert len(laid) == 1 and laid[0].shape == (xs[1], kh, kw, f)
-    np.testing.assert_array_equal(laid[0], w.transpose(1, 2, 3, 0))
-    assert wv.const is None and cg.held_bytes() == HeldBytes(b.nbytes, 0, w.nbytes)
-    ref = np.maximum(ref_conv2d(x, w, b, stride, pad, dil), 0)
-    np.testing.assert_allclose(cg(x), ref, rtol=1e-4, atol=1e-4)
+    packed = [a for s in cg.steps for a in s.packed.values()]
+    if xs[1] <= 4 or conv_prepack == "0":
+        assert len(laid) == 1 and laid[0].shape == (xs[1], kh, kw, f) and not packed
+        np.testing.assert_array_equal(laid[0], w.transpose(1, 2, 3, 0))
+        assert wv.const is None and cg.held_bytes() == HeldBytes(b.nbytes, 0, w.nbytes)
+    elif f < 8:     # narrower than a vector: no channel form, the weight read as it is
+        assert not packed and not laid and wv.const is not None
+    else:
+        assert len(packed) == 1 and not laid
+        p = packed[0]
+        nr = p.shape[-1]
+        assert p.shape == (-(-f // nr), kh, kw, xs[1], nr)
+        full = np.zeros((p.shape[0] * nr,) + w.shape[1:], np.float32)
+        full[:f] = w
+        want = full.reshape(p.shape[0], nr, xs[1], kh, kw).transpose(0, 3, 4, 2, 1)
+        np.testing.assert_array_equal(p, want)
+        assert wv.const is None and cg.held_bytes() == HeldBytes(b.nbytes, p.nbytes, 0)
+    for n in (xs[0], 8):         # one compilation, any batch
+        x = rng.standard_normal((n,) + xs[1:]).astype(np.float32)
+        ref = np.maximum(ref_conv2d(x, w, b, stride, pad, dil), 0)
+        np.testing.assert_allclose(cg(x), ref, rtol=1e-4, atol=1e-4)
     graph.restore_constants()  # (what a later compilation of the graph does first)
     np.testing.assert_array_equal(wv.const, w)
 

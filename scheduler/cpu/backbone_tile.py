@@ -99,7 +99,11 @@ stages all run while the tile is in L1).
 *Pre-packed* ``Y`` (option ``prepack``, :func:`prepacked_y`): the tree is unchanged;
 the ``Y`` request carries ``prepacked=True`` and the IR packing reads the input in the
 panel layout instead of copying it (:mod:`polycomp.hw.cpu.pack`), so the shared-panel
-order above costs one fork/join per ``(j, k)`` tile, not two.
+order above costs one fork/join per ``(j, k)`` tile, not two.  A channel form's
+weights ``w[f, c, kh, kw]`` named in the option (:func:`prepacked_conv_order`) take the
+tree of weights read in place under one pre-packed request at its top (no copy, so its
+place does not matter; the reads below it read ``(F/NR, KH, KW, C, NR)``).  Legal as
+that tree: the request mark changes no order.
 
 Legality: the only dependences into the update statements from the init are on the same
 output element ``C[s]``, whose init instance comes first in both trees (a separate
@@ -160,7 +164,7 @@ the legality argument above holds unchanged.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
@@ -196,6 +200,19 @@ class OuterProduct:
     # channel form whose Y already has j = f as its last, unit-stride index (weights
     # laid out (C, KH, KW, F) at compile time): read in place, not packed per call
     y_in_place: bool = False
+    # channel form whose Y (the weights ``w[f, c, kh, kw]``) is a kernel input the
+    # caller packs once (option ``prepack``, :func:`prepacked_conv_order`) in panels of
+    # NR output channels, the other dimensions in ``y_order`` (the micro-kernel's loop
+    # order): read in place in that layout, not packed per call
+    y_prepacked: bool = False
+    y_order: tuple = ()
+
+    @property
+    def y_resident(self) -> bool:
+        """Channel form whose weights are read where they lie (laid out with ``f``
+        innermost, or pre-packed): no per-call pack, channel tiles and row parallelism
+        as for weights read in place."""
+        return self.y_in_place or self.y_prepacked
 
 
 def loop_vars(e) -> set:
@@ -589,7 +606,7 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
             batch_iters *= e
     parallel_batch = bool(op.batch) and (not known or batch_iters >= threads)
     b = Blocking(MR, NI, L, MC, NC, KC, parallel_batch, parallel_j and not parallel_batch)
-    b.rows_outer = op.channel and op.y_in_place and threads > 1 and bool(op.batch) and \
+    b.rows_outer = op.channel and op.y_resident and threads > 1 and bool(op.batch) and \
         (n_j is None or -(-n_j // NR) < threads)
     b.shared_y = dot is None and not op.direct and threads > 1 and \
         shared_y_panel(b, n_i)
@@ -610,8 +627,9 @@ def balanced_nc(n_j: int, NC: int, NR: int) -> int:
 
 def channel_tile(op: OuterProduct, b: Blocking, target) -> int:
     """The input-channel tile of a channel-form convolution whose weights are read in
-    place (:attr:`OuterProduct.y_in_place`), 0 when the whole reduction stays inside
-    each register tile: the weights one register tile reads, ``C * KH * KW * NR``
+    place (:attr:`OuterProduct.y_resident`: laid out or pre-packed), 0 when the whole
+    reduction stays inside each register tile: the weights one register tile reads,
+    ``C * KH * KW * NR``
     elements, are read again for every tile of output pixels; above half of L2
     (ResNet-18's 512-channel 3x3: 1.2 MB per 64-channel panel) they came from L3 for
     each tile.  Tiled, a ``c_tile * KH * KW * NR`` block stays in L2 for all the output
@@ -620,7 +638,7 @@ def channel_tile(op: OuterProduct, b: Blocking, target) -> int:
     up to 8 for ``n`` tiles).  ``POLYCOMP_CONV_CTILE=0`` keeps the whole reduction (for
     comparisons)."""
     import os
-    if not op.channel or not op.y_in_place or \
+    if not op.channel or not op.y_resident or \
             os.environ.get("POLYCOMP_CONV_CTILE", "1") == "0":
         return 0
     dom = op.update.domain
@@ -925,17 +943,73 @@ def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list, ispace=None,
         par = T.Mark(marks.CPU_PARALLEL, T.Band(outer, regs, permutable=True,
                                                 coincident=[True] * len(outer)))
         # channel tiles outside the parallel rows: one fork/join per tile
-        return T.Band(ct, par, permutable=True) if ct else par
+        return _prepacked_mark(op, b, requests,
+                               T.Band(ct, par, permutable=True) if ct else par)
     body = T.Band(batch, regs, permutable=True, coincident=[True] * len(batch)) \
         if batch else regs
-    if op.y_in_place:   # Y[.., f] with f unit-stride: the vectors are read in place
+    if op.y_resident:   # Y[.., f] with f unit-stride, or pre-packed: read in place
         if ct:          # each thread's (panel, channel tile) weight block in L2
             body = T.Band(ct, body, permutable=True, coincident=[False])
-        return T.Mark(marks.CPU_PARALLEL, T.Band([ft], body, permutable=True,
-                                                 coincident=[True]))
+        return _prepacked_mark(op, b, requests, T.Mark(
+            marks.CPU_PARALLEL, T.Band([ft], body, permutable=True, coincident=[True])))
     mark_y = request_mark(requests, PackRequest(op.y.buffer, 0, b.NR, "L2"))
     return T.Mark(marks.CPU_PARALLEL, T.Band([ft], T.Mark(mark_y, body), permutable=True,
                                              coincident=[True]))
+
+
+def _prepacked_mark(op: OuterProduct, b: Blocking, requests: list, tree):
+    """``tree`` under the pre-packed request of a channel form's weights
+    (:attr:`OuterProduct.y_prepacked`): the whole array in panels of ``NR`` output
+    channels, the other dimensions in the micro-kernel's loop order; nothing is copied
+    (the reads below read the caller's packed input, origin 0), so the mark may sit
+    above every band.  ``tree`` itself when the weights are laid out instead."""
+    if not op.y_prepacked:
+        return tree
+    return T.Mark(request_mark(requests, PackRequest(
+        op.y.buffer, 0, b.NR, "L2", prepacked=True, order=op.y_order)), tree)
+
+
+def prepacked_conv_order(op: OuterProduct, statements, options: CpuOptions) -> tuple:
+    """The order of the other dimensions of a channel form's weights read pre-packed
+    (option ``prepack``), or () when they are not: ``Y`` is a kernel input named in the
+    option, of constant extents, not laid out with ``f`` innermost, indexed by plain
+    loop variables ``w[f, r_1, .., r_n]`` (``f`` first, each reduce dimension once), and
+    read by the update only (:func:`prepacked_y`'s count).  The order is that of the
+    micro-kernel's reduce loops (:attr:`OuterProduct.k`, the window first): the caller
+    packs ``Layout.packed_panel(0, NR, order=..)`` -- ``(f // NR, kh, kw, c, f mod
+    NR)`` for ``w[f, c, kh, kw]`` -- so each input-channel step reads the next ``NR``
+    floats, not a vector ``KH * KW * NR`` floats away."""
+    y = op.y
+    if not op.channel or op.y_in_place or y.buffer.name not in options.prepack \
+            or len(y.indices) != len(op.k) + 1:
+        return ()
+    if any(not isinstance(d, (int, ir.IntImm)) for d in y.buffer.shape):
+        return ()
+    it = op.update.iters
+    if not all(isinstance(e, ir.Var) for e in y.indices) or y.indices[0] is not it[op.j]:
+        return ()
+    pos = {id(e): q for q, e in enumerate(y.indices)}
+    order = tuple(pos.get(id(it[t]), -1) for t in op.k)
+    if sorted(order) != list(range(1, len(y.indices))) or _reads(y.buffer.name, statements) != 1:
+        return ()
+    return order
+
+
+def _reads(name: str, statements) -> int:
+    """The references to array ``name`` in ``statements`` (a write counts too)."""
+    reads = 0
+
+    def count(n):
+        nonlocal reads
+        if isinstance(n, ir.Load) and n.buffer.name == name:
+            reads += 1
+    for st in statements:
+        if st.write.name == name:
+            reads += 1
+        ir.walk(st.value, count)
+        for ix in st.write_indices:
+            ir.walk(ix, count)
+    return reads
 
 
 def backbone_tree(op: OuterProduct, b: Blocking, epilogue=None, requests=None):
@@ -1226,7 +1300,13 @@ class CpuBackboneTilePass(Pass):
                 assert ch is not None
                 op = ch
             pre = dot is None and prepacked_y(op, ctx.model.statements, ctx.cpu_options)
-            b = choose_blocking(op, ctx.target, ctx.cpu_options, dot, pre)
+            gemm_prepacked = pre          # a GEMM's weight: its own blocks (balanced_nc)
+            y_order = prepacked_conv_order(op, ctx.model.statements, ctx.cpu_options) \
+                if dot is None else ()
+            if y_order:                   # a conv's weight: the conv's blocking
+                op = replace(op, y_prepacked=True, y_order=y_order)
+                pre = True
+            b = choose_blocking(op, ctx.target, ctx.cpu_options, dot, gemm_prepacked)
             # a pre-packed Y keeps the blocking's order: in the shared-panel order the
             # threads read each (j, k) block of the packed input together (one fork/join
             # per block, no copy); with 2 threads on a loaded host it beat the per-thread

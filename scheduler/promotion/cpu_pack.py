@@ -76,20 +76,20 @@ def decide(node: isl.ScheduleNode, model, request: PackRequest) -> PromotionDeci
     if box is None:
         return d.refuse(Refusal.UNBOUNDED)
     d.footprint = ScopedFootprint(group, f, box, Layout.packed_panel(
-        request.dim, request.width, request.group_dim, request.group))
+        request.dim, request.width, request.group_dim, request.group, request.order))
     return d
 
 
 def record_prepacked(records: list[PrepackedInput], request: PackRequest) -> None:
     """Append the :class:`PrepackedInput` of a pre-packed request (once per array: the
-    whole array in ``Layout.packed_panel(dim, width)``, or in the request's cache tiles,
-    ``Layout.packed_tiles``; its extents are constants)."""
+    whole array in ``Layout.packed_panel(dim, width, order=order)``, or in the
+    request's cache tiles, ``Layout.packed_tiles``; its extents are constants)."""
     a = request.array
     if any(r.name == a.name for r in records):
         return
     shape = tuple(static_extents(a) or ())
     lay = Layout.packed_tiles(request.dim, request.width, *request.tiles) if request.tiles \
-        else Layout.packed_panel(request.dim, request.width)
+        else Layout.packed_panel(request.dim, request.width, order=request.order)
     records.append(PrepackedInput(a.name, shape, lay))
 
 

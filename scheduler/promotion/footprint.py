@@ -68,6 +68,10 @@ class Layout:
       x_g // group, .., x_dim mod width, x_g mod group)`` — the packing of the
       dot-product units (``vdpbf16ps``: pairs of ``k`` per 32-bit lane, ``vpdpbusd``:
       quads), where one lane of a panel is the ``group`` values of ``k`` it multiplies;
+      with an *order* (a permutation of the dimensions other than ``dim``, no group, no
+      tiles) the middle indices follow it: ``(x_dim // width, x_{order[0]}, ..,
+      x_dim mod width)`` -- a convolution's weights ``w[f, c, kh, kw]`` in the order its
+      micro-kernel's loops read them, ``(f // NR, kh, kw, c, f mod NR)``;
     * ``swizzled`` (Tensor Core staging, :meth:`swizzled`): a 2-d box ``rows x width``
       stored ``stages`` times, ``shape = (stages, rows * width)``; a row is cut into
       chunks of ``chunk`` elements (16 bytes) and the chunk ``c`` of row ``x_0`` is
@@ -101,18 +105,27 @@ class Layout:
     #: packed-panel of a whole 2-d array in cache tiles (:meth:`packed_tiles`):
     #: ``(T_other, T_dim)``, () for none
     tiles: tuple[int, ...] = ()
+    #: packed-panel: the other dimensions in this order (() for their own order)
+    order: tuple[int, ...] = ()
 
     @staticmethod
     def row_major() -> Layout:
         return Layout()
 
     @staticmethod
-    def packed_panel(dim: int, width: int, group_dim: int = -1, group: int = 1) -> Layout:
+    def packed_panel(dim: int, width: int, group_dim: int = -1, group: int = 1,
+                     order: tuple[int, ...] = ()) -> Layout:
         if group > 1 and (group_dim < 0 or group_dim == dim):
             raise PolycompInternalError(f"a packed panel along dimension {dim} groups "
                                         f"dimension {group_dim}: it must be another one")
+        if order and (group > 1 or dim in order or len(set(order)) != len(order)
+                      or sorted(order) != [d for d in range(len(order) + 1) if d != dim]):
+            raise PolycompInternalError(f"a packed panel along dimension {dim} in the "
+                                        f"order {order} (group {group})")
+        if order == tuple(d for d in range(len(order) + 1) if d != dim):
+            order = ()          # the dimensions' own order: the plain layout
         if group <= 1:
-            return Layout("packed-panel", dim, width)
+            return Layout("packed-panel", dim, width, order=order)
         return Layout("packed-panel", dim, width, group_dim=group_dim, group=group)
 
     @staticmethod
@@ -159,7 +172,7 @@ class Layout:
             if g > 1:
                 return (panels,) + tuple(-(-b // g) if d == self.group_dim else b
                                          for d, b in enumerate(sizes) if d != p) + (w, g)
-            return (panels,) + tuple(b for d, b in enumerate(sizes) if d != p) + (w,)
+            return (panels,) + tuple(sizes[d] for d in self._others(len(sizes))) + (w,)
         if self.kind == "swizzled":
             if self.chunk <= 0 or len(sizes) != 2 or sizes[1] != self.width \
                     or self.width % self.chunk:
@@ -201,7 +214,17 @@ class Layout:
         pad = [(0, 0)] * a.ndim
         pad[p] = (0, q * w - a.shape[p])
         b = np.pad(a, pad).reshape(a.shape[:p] + (q, w) + a.shape[p + 1:])
-        return np.ascontiguousarray(np.moveaxis(np.moveaxis(b, p, 0), p + 1, -1))
+        return np.ascontiguousarray(b.transpose(self._perm(a.ndim)))
+
+    def _others(self, rank: int) -> tuple[int, ...]:
+        """packed-panel: the dimensions other than ``dim`` in their packed order."""
+        return self.order or tuple(d for d in range(rank) if d != self.dim)
+
+    def _perm(self, rank: int) -> list[int]:
+        """packed-panel: the axes of the array with ``dim`` split in ``(panel, lane)``
+        (``dim`` -> ``dim, dim + 1``) in the packed order."""
+        p = self.dim
+        return [p] + [d if d < p else d + 1 for d in self._others(rank)] + [p + 1]
 
     def unpack(self, packed, sizes: Sequence[int]):
         """The inverse of :meth:`pack`: the array of shape ``sizes`` that ``pack`` placed
@@ -221,7 +244,7 @@ class Layout:
             b = packed.transpose(1, 3, 0, 2, 4).reshape(mt * to, nt * pw * w)  # (other, dim)
             b = b if p == 1 else b.T
             return np.ascontiguousarray(b[:sizes[0], :sizes[1]])
-        b = np.moveaxis(np.moveaxis(packed, -1, p + 1), 0, p)
+        b = packed.transpose(np.argsort(self._perm(len(sizes))))
         b = b.reshape(sizes[:p] + (b.shape[p] * w,) + sizes[p + 1:])
         return np.ascontiguousarray(b[(slice(None),) * p + (slice(0, sizes[p]),)])
 
@@ -247,7 +270,7 @@ class Layout:
                 gq, gr = (split or divmod)(rel[self.group_dim], g)
                 return (q,) + tuple(gq if d == self.group_dim else rel[d]
                                     for d in range(len(rel)) if d != p) + (r, gr)
-            return (q,) + tuple(rel[d] for d in range(len(rel)) if d != p) + (r,)
+            return (q,) + tuple(rel[d] for d in self._others(len(rel))) + (r,)
         if self.kind == "swizzled":
             chunk, elem = (split or divmod)(rel[1], self.chunk)
             return (0, self.swizzled_offset(rel[0], chunk, elem))

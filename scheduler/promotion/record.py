@@ -125,6 +125,10 @@ class PackRequest:
     #: with ``prepacked``: the whole array in cache tiles ``(T_other, T_dim)`` (the GEMM's
     #: ``KC x NC`` blocks, :meth:`Layout.packed_tiles`), () for plain panels
     tiles: tuple[int, ...] = ()
+    #: the array's other dimensions in this order inside a panel
+    #: (:meth:`Layout.packed_panel` ``order``; a convolution's weights in the order its
+    #: micro-kernel reads them), () for their own order
+    order: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
