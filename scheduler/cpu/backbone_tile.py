@@ -700,20 +700,9 @@ def prepacked_y(op: OuterProduct, statements, options: CpuOptions) -> bool:
     if not (isinstance(y.indices[0], ir.Var) and y.indices[0] is it[op.k[0]]
             and isinstance(y.indices[1], ir.Var) and y.indices[1] is it[op.j]):
         return False
-    reads = 0
+    # read once, written nowhere (a write counts as a reference)
     name = y.buffer.name
-
-    def count(n):
-        nonlocal reads
-        if isinstance(n, ir.Load) and n.buffer.name == name:
-            reads += 1
-    for st in statements:
-        if st.write.name == name:
-            return False
-        ir.walk(st.value, count)
-        for ix in st.write_indices:
-            ir.walk(ix, count)
-    return reads == 1
+    return all(st.write.name != name for st in statements) and _reads(name, statements) == 1
 
 
 def dim_aff(space: isl.Space, pos: int) -> isl.Aff:

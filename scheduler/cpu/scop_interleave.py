@@ -37,10 +37,10 @@ from __future__ import annotations
 import islpy as isl
 
 from polycomp.frontend.c_model import CScopModel
-from polycomp.islutil import StatementDependences, maps, restrict_equal, some_differ, tuple_names
+from polycomp.islutil import StatementDependences, maps, restrict_equal, some_differ
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import violated_dependences
-from polycomp.scheduler.cpu.scop_parallel import parallel_member, worth_a_fork
+from polycomp.scheduler.cpu.scop_parallel import band_dependences, parallel_member, worth_a_fork
 from polycomp.scheduler.cpu.scop_split import has_mark
 from polycomp.state import CompileState
 
@@ -81,12 +81,7 @@ def _recurrence(node: isl.ScheduleNode, first: int, deps: StatementDependences,
                 writes: dict[str, isl.Map]) -> bool:
     """A member ``j >= first`` of the band at ``node``, or of a band below it, carries
     a recurrence (module docstring)."""
-    dom = node.get_domain()
-    d = deps.among(tuple_names(dom)).intersect_domain(dom).intersect_range(dom)
-    prefix = node.get_prefix_schedule_union_map().intersect_domain(dom)
-    if not prefix.is_empty():
-        d = restrict_equal(d, prefix)
-    mupa = node.band_get_partial_schedule()
+    d, dom, mupa = band_dependences(node, deps)
     for m in range(node.band_n_member()):
         if d.is_empty():
             return False

@@ -53,6 +53,20 @@ def _has_parallel_mark(node: isl.ScheduleNode) -> bool:
     return bool(found)
 
 
+def band_dependences(node: isl.ScheduleNode, deps: isl.UnionMap | StatementDependences
+                     ) -> tuple[isl.UnionMap, isl.UnionSet, isl.MultiUnionPwAff]:
+    """``(d, dom, schedule)`` of the band at ``node``: the dependences among its
+    statements' instances ``dom`` between instances with equal outer schedule (the
+    prefix schedule's equal pairs), and the band's partial schedule."""
+    index = deps if isinstance(deps, StatementDependences) else StatementDependences(deps)
+    dom = node.get_domain()
+    d = index.among(tuple_names(dom)).intersect_domain(dom).intersect_range(dom)
+    prefix = node.get_prefix_schedule_union_map().intersect_domain(dom)
+    if not prefix.is_empty():
+        d = restrict_equal(d, prefix)
+    return d, dom, node.band_get_partial_schedule()
+
+
 def parallel_member(node: isl.ScheduleNode,
                     deps: isl.UnionMap | StatementDependences) -> int | None:
     """The first member of the band at ``node`` that carries no dependence between
@@ -60,13 +74,7 @@ def parallel_member(node: isl.ScheduleNode,
     dependences among the band's statements are looked at, and each test is an
     intersection or emptiness test on the dependence relations
     (:func:`~polycomp.islutil.restrict_equal`, :func:`~polycomp.islutil.some_differ`)."""
-    index = deps if isinstance(deps, StatementDependences) else StatementDependences(deps)
-    dom = node.get_domain()
-    d = index.among(tuple_names(dom)).intersect_domain(dom).intersect_range(dom)
-    prefix = node.get_prefix_schedule_union_map().intersect_domain(dom)
-    if not prefix.is_empty():
-        d = restrict_equal(d, prefix)
-    mupa = node.band_get_partial_schedule()
+    d, dom, mupa = band_dependences(node, deps)
     for m in range(node.band_n_member()):
         if d.is_empty():
             return m
