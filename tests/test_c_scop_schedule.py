@@ -220,25 +220,33 @@ GOLDEN = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(GOLDEN))
-def test_golden_tree(case, goldens):
-    name, before, under_test = GOLDEN[case]
+def check_golden_pass(name, before, under_test, tag, goldens):
+    """Tree in, tree out of ``under_test`` on kernel ``name`` after the passes
+    ``before``: both equal their goldens ``{tag}.{in,out}.isl``, the pass changed the
+    tree, and the result violates no dependence; returns (tree in, tree out)."""
     model = kernel(name).polyhedral_model()
     ctx = CompileState(model, TARGET, {})
     sched = model.initial_schedule
     for p in before:
         sched = p().run(sched, ctx)
     out = under_test().run(sched, ctx)
-    tag = f"test_c_scop_schedule/{case}.{under_test.name}"
+    tag = f"{tag}.{under_test.name}"
     for suffix, tree in (("in", sched), ("out", out)):
         again = isl.Schedule.read_from_str(model.ctx, tree.to_str())
 
         def same(text, again=again):
             return again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
         expected = goldens.expected(f"{tag}.{suffix}.isl", tree.to_str(), same)
-        assert same(expected), f"{case} ({suffix}):\n{tree.to_str()}"
-    assert not out.plain_is_equal(sched), f"{under_test.name} left {case} unchanged"
+        assert same(expected), f"{tag} ({suffix}):\n{tree.to_str()}"
+    assert not out.plain_is_equal(sched), f"{under_test.name} left {name} unchanged"
     assert violated_dependences(out, model.dependences).is_empty()
+    return sched, out
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN))
+def test_golden_tree(case, goldens):
+    name, before, under_test = GOLDEN[case]
+    check_golden_pass(name, before, under_test, f"test_c_scop_schedule/{case}", goldens)
 
 
 # ----------------------------------------------------------------------------- decisions

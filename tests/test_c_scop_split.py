@@ -11,17 +11,14 @@ accumulator is left scalar.
 """
 from __future__ import annotations
 
-import islpy as isl
 import numpy as np
 import pytest
-from test_c_scop_schedule import TARGET, gcc_o0, kernel, run_gcc
+from test_c_scop_schedule import TARGET, check_golden_pass, gcc_o0, kernel, run_gcc
 
 from polycomp.driver import build, compile_kernel
-from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu.scop_interleave import ScopInterleavePass
 from polycomp.scheduler.cpu.scop_split import ScopSplitPass, split_tree
 from polycomp.scheduler.cpu.scop_tile import ScopTilePass
-from polycomp.state import CompileState
 
 
 def _floyd_data(n: int, seed: int) -> np.ndarray:
@@ -58,22 +55,8 @@ def test_floyd_split_makes_row_and_column_pieces_parallel():
     ("sweep_like", [ScopTilePass], ScopInterleavePass),
 ], ids=["floyd_like", "sweep_like"])
 def test_golden_tree(name, before, under_test, goldens):
-    model = kernel(name).polyhedral_model()
-    ctx = CompileState(model, TARGET, {})
-    sched = model.initial_schedule
-    for p in before:
-        sched = p().run(sched, ctx)
-    out = under_test().run(sched, ctx)
-    tag = f"test_c_scop_split/{name}.{under_test.name}"
-    for suffix, tree in (("in", sched), ("out", out)):
-        again = isl.Schedule.read_from_str(model.ctx, tree.to_str())
-
-        def same(text, again=again):
-            return again.plain_is_equal(isl.Schedule.read_from_str(model.ctx, text))
-        expected = goldens.expected(f"{tag}.{suffix}.isl", tree.to_str(), same)
-        assert same(expected), f"{suffix}:\n{tree.to_str()}"
-    assert not out.plain_is_equal(sched)
-    assert violated_dependences(out, model.dependences).is_empty()
+    sched, out = check_golden_pass(name, before, under_test, f"test_c_scop_split/{name}",
+                                   goldens)
     # the rewritten tree schedules the same instances
     assert out.get_domain().is_equal(sched.get_domain())
 
