@@ -193,6 +193,16 @@ def _step(s: Statement, u: FactorUpdate | None, B: int, inits: bool = False) \
         .intersect_domain(s.domain)
 
 
+def reads_in_place(u: FactorUpdate) -> bool:
+    """Whether the trailing update writes an array that neither operand reads
+    (ludcmp's ``w``, expanded to an array by the front end): then the micro-kernel reads
+    ``X`` and ``Y`` in place (no packed copies) and the threads take whole ``MC``-row
+    blocks of the step (one fork/join per step and update).  Otherwise (lu, Cholesky:
+    ``A`` is written and read) the operands are packed and the threads split each
+    block's register tiles, sharing its packed copies."""
+    return u.x.buffer is not u.stmt.write and u.y.buffer is not u.stmt.write
+
+
 def _trailing(u: FactorUpdate, B: int) -> isl.Set:
     """``T_U`` of the module docstring."""
     s = u.stmt
@@ -356,8 +366,10 @@ class ScopFactorPass(Pass):
             g = ScopGemm(dataclasses.replace(u.stmt, domain=t), None, u.pos, None, u.x,
                          u.y, u.stmt.write.dtype, ((u.x, u.y),))
             origin, ublk = _origin(u, t, B, blk)
+            shared = not reads_in_place(u)
             parts.append(T.Filter(isl.UnionSet.from_set(t), scop_gemm_tree(
-                g, ublk, requests, (own[u.stmt.name],), True, origin)))
+                g, ublk, requests, (own[u.stmt.name],), shared, origin, pack_x=shared,
+                pack_y=shared)))
         if not parts:
             return "no trailing update"
         panel = filt.subtract(trailing)
