@@ -47,10 +47,16 @@ tree without it (``filter panel: S``) is tried.
 
 with the scop-gemm subtree of :func:`polycomp.scheduler.cpu.scop_gemm.scop_gemm_tree`
 (``KC = B``, so ``floor(k/KC)`` is the step: in ``T_U`` the ``k`` range of every
-element is the whole block, the micro-kernel's rectangular ``k`` loop), parallel over
-its ``i`` tiles, ``X`` and ``Y`` packed per reference.  Their footprints in ``T_U`` lie
-in the panel (``k`` in the block, ``min(i, j)`` beyond it), which no instance of
-``T_U`` writes, so a packed copy taken before the GEMM reads the values the C order
+element is the whole block, the micro-kernel's rectangular ``k`` loop).  When ``U``
+writes the array ``X`` or ``Y`` reads (lu, Cholesky: ``A``), ``X`` and ``Y`` are packed
+per reference and the ``cpu_parallel`` mark sits above each cache block's register
+tiles (the threads share the block's packed copies); otherwise (:func:`reads_in_place`:
+ludcmp's expanded ``w``) nothing is packed and the mark sits above the ``i`` tiles
+(whole ``MC``-row blocks per thread, one OpenMP region per step and update).  Either
+loop is coincident: instances of ``T_U`` in different ``i`` tiles or register tiles
+write different elements, and their operands' footprints in ``T_U`` lie in the panel
+(``k`` in the block, ``min(i, j)`` beyond it), which no instance of ``T_U`` writes, so
+a packed copy taken before the GEMM, or a read in place, sees the values the C order
 reads.
 
 Legality (isl terms): the pass builds the tree and checks it with
