@@ -143,6 +143,31 @@ def test_shared_packed_y_block_avx2(m, n, k, seed):
     _check_shared("avx2", m, n, k, seed, (12, 32, 16))
 
 
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+def test_dynamic_row_tiles_exact_at_one_and_two_threads():
+    """Constant odd/prime sizes at 2 planned threads, default blocking: the shared-panel
+    form's row tiles (61 rows: 24 + 24 + 13, a partial register tile) are handed out
+    one at a time (``schedule(dynamic)``); 1 and 2 threads give the same bits (each
+    element's sum runs in the same order whichever thread takes its tile), within
+    float32 rounding of numpy."""
+    m, n, k = 61, 47, 67
+    ck = compile_kernel(_matmul(m, n, k, "dyn_rows"), _target("avx2", 2))
+    notes = " ".join(" ".join(v) for v in ck.notes.values())
+    assert "shared packed Y block (handed out one at a time)" in notes, notes
+    assert "MC=24 " in notes and "schedule(dynamic)" in ck.source, notes
+    rng = np.random.default_rng(5)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    f = CFunction(ck.final_ir, build_shared(ck.source, flags=DEFAULT_FLAGS))
+    got = {}
+    for threads in (1, 2, 2):
+        f.threads = threads
+        got.setdefault(threads, []).append(f(A, B))
+    np.testing.assert_allclose(got[1][0], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+    for out in got[2]:
+        np.testing.assert_array_equal(out, got[1][0])
+
+
 def test_shared_form_only_with_several_row_blocks():
     """``M <= MC`` keeps the per-thread form; so does a 1-thread plan."""
     ck = compile_kernel(_matmul(12, 64, 64, "one_block"), _target("avx2", 2),
