@@ -1,9 +1,10 @@
 """fp32 GEMM ``M x N x K`` (``A @ B``, constant shapes) at 1 and 2 threads in one process:
 each *form* compiled for its thread count (optionally with environment variables set
 while it compiles, e.g. ``2:POLYCOMP_GEMM_SHARED=0``; ``2:pre`` reads ``B`` pre-packed
-like a graph weight), numpy (OpenBLAS) at the same counts, calls interleaved in shuffled
-order, ``--rounds`` batches of ~20 ms; wall and process CPU (all threads) per call,
-best / median, and each form's numpy / ours ratio at its thread count (> 1: polycomp
+with the graph's weight-GEMM options, as a graph compiles ``x @ W``), numpy (OpenBLAS)
+at the same counts, calls interleaved in shuffled order, ``--rounds`` batches of ~20 ms;
+wall and process CPU (all threads) per call, best / median, and each form's numpy / ours
+ratio at its thread count (> 1: polycomp
 faster) and % of the FMA peak (``--peak`` GFLOP/s per core, best call).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=PASSIVE \\
@@ -38,7 +39,10 @@ def build(m: int, n: int, k: int, threads: int, env: dict, pre: bool):
     saved = {v: os.environ.get(v) for v in env}
     os.environ.update(env)
     try:
-        ck = compile_kernel(kern, t, {"prepack": ("B",)} if pre else None)
+        from polycomp.graph.compile import CPU_WEIGHT_GEMM_OPTIONS, CPU_WEIGHT_GEMM_OPTIONS_32
+        weight = CPU_WEIGHT_GEMM_OPTIONS_32 if t.cpu.vector_registers >= 32 else \
+            CPU_WEIGHT_GEMM_OPTIONS     # as the graph compiles x @ W
+        ck = compile_kernel(kern, t, {**weight, "prepack": ("B",)} if pre else None)
     finally:
         for v, old in saved.items():
             if old is None:

@@ -72,8 +72,9 @@ least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]
 band instead of the ``i``-tile band (``MC`` = all rows, ``NC`` at most a thread's share
 of the columns).
 
-With several planned threads and a constant ``i`` extent above ``MC`` (the ``i`` tiles
-being the parallel loop, fp32/fp64 only; :func:`shared_y_panel`) the GEMM tree takes
+On request (``POLYCOMP_GEMM_SHARED=1``; off by default since it measured slower, see
+:func:`shared_y_panel`), with several planned threads and a constant ``i`` extent above
+``MC`` (the ``i`` tiles being the parallel loop, fp32/fp64 only) the GEMM tree takes
 the *shared-panel* (GotoBLAS / BLIS) order instead, so each ``KC x NC`` block of ``Y``
 is packed once per call for all threads, not once per ``i`` tile:
 
@@ -98,8 +99,14 @@ stages all run while the tile is in L1).
 
 *Pre-packed* ``Y`` (option ``prepack``, :func:`prepacked_y`): the tree is unchanged;
 the ``Y`` request carries ``prepacked=True`` and the IR packing reads the input in the
-panel layout instead of copying it (:mod:`polycomp.hw.cpu.pack`), so the shared-panel
-order above costs one fork/join per ``(j, k)`` tile, not two.  A channel form's
+panel layout instead of copying it (:mod:`polycomp.hw.cpu.pack`); the shared-panel
+order is taken for it only with ``POLYCOMP_GEMM_SHARED=prepacked``.  *Dynamic row
+tiles* (opt-in, :func:`dynamic_row_tiles`): the ``i``-tile band's mark is
+``cpu_parallel:<n>`` with a dynamic
+:class:`~polycomp.scheduler.cpu.state.ParallelLoop` payload and ``MC`` is smaller
+(``ROW_TILES_PER_THREAD`` tiles per thread): legal as any schedule of the coincident
+``i`` tiles (disjoint rows of ``C``; each tile packs its own ``X`` block before reading
+it).  A channel form's
 weights ``w[f, c, kh, kw]`` named in the option (:func:`prepacked_conv_order`) take the
 tree of weights read in place under one pre-packed request at its top (no copy, so its
 place does not matter; the reads below it read ``(F/NR, KH, KW, C, NR)``).  Legal as
@@ -644,13 +651,15 @@ def dynamic_row_tiles(row_tiles_only: bool) -> bool:
     cost nothing but the parallel loop's turns (the shared-panel form packs ``X`` per
     row tile anyway and shares ``Y``; a pre-packed ``Y`` is not copied per row tile).
     A passive OpenMP worker woken for a parallel region starts 60-200 us late on the
-    2-vCPU development host (a KVM guest: a sleeping vCPU is halted), so with one tile
-    per thread a 256^3 product (340 us on one thread) took as long on two; with tiles
-    handed out as threads come, the first thread runs the tiles the late one would have
-    waited for.  ``POLYCOMP_GEMM_DYNAMIC=0`` keeps one static tile per thread (for
-    comparisons)."""
+    idle 2-vCPU development host (a KVM guest: a sleeping vCPU is halted), and with one
+    tile per thread the call waits for the late one's whole share; with tiles handed
+    out as threads come, the first thread runs the tiles the late one would have waited
+    for.  Opt-in (``POLYCOMP_GEMM_DYNAMIC=1``): with both cores busy-free (``chrt``)
+    the smaller tiles stream a pre-packed weight from L3 once per tile, and BERT's FFN
+    products took 0-9 % longer than with one tile per thread; the late-wake gain needs
+    an idle host to measure (docs/cpu_backend.md *Threads*)."""
     import os
-    return row_tiles_only and os.environ.get("POLYCOMP_GEMM_DYNAMIC", "1") != "0"
+    return row_tiles_only and os.environ.get("POLYCOMP_GEMM_DYNAMIC", "0") == "1"
 
 
 def balanced_nc(n_j: int, NC: int, NR: int) -> int:
@@ -702,22 +711,22 @@ def channel_tile(op: OuterProduct, b: Blocking, target) -> int:
 def shared_y_panel(b: Blocking, n_i: int | None, prepacked: bool = False) -> bool:
     """Whether the GEMM tree packs each ``KC x NC`` block of ``Y`` once, for all
     threads, and splits the ``i`` tiles over the threads inside it (the GotoBLAS / BLIS
-    order ``jt -> kt -> pack Y -> parallel it -> pack X``): when the ``i`` tiles are the
-    parallel loop and ``i`` spans several ``MC`` blocks (``M > MC``, a constant) and
-    ``Y`` is copied per call (not ``prepacked``).  The per-thread form packs the whole
-    of ``Y`` once per ``i`` tile (each thread its own copy); the shared form packs it
-    once per call, the copy split over the threads, at the price of one fork/join for
-    the copy and one for the row tiles per ``(j, k)`` tile and of packing ``X`` once per
-    ``(j, k, i)`` tile.  A pre-packed ``Y`` has no copy to share: the per-thread order
-    ``(it, kt, jt)`` reads the same blocks in one parallel region per call and packs
-    ``X`` once per ``k`` tile (on the quiet host the shared order's fork/join per
-    ``(j, k)`` tile -- 18 per BERT FFN product -- lost the second thread's gain, see
-    docs/cpu_backend.md *Threads*).  ``POLYCOMP_GEMM_SHARED=0`` keeps the per-thread
-    form always, ``=prepacked`` takes the shared order for pre-packed ``Y`` too (for
-    comparisons)."""
+    order ``jt -> kt -> pack Y -> parallel it -> pack X``): only when asked for
+    (``POLYCOMP_GEMM_SHARED=1``: ``Y`` copied per call; ``=prepacked``: a pre-packed
+    ``Y`` too), and then when the ``i`` tiles are the parallel loop and ``i`` spans
+    several ``MC`` blocks (``M > MC``, a constant).  The per-thread form (the default)
+    packs the whole of ``Y`` once per ``i`` tile, each thread its own copy, in one
+    parallel region per call; the shared form packs it once per call, the copy split
+    over the threads, at the price of one parallel region for the copy and one for the
+    row tiles per ``(j, k)`` tile and of packing ``X`` once per ``(j, k, i)`` tile.
+    Measured on the 2-vCPU Zen 4 host with both cores taken for the process (``chrt -f
+    10``, docs/cpu_backend.md *Threads*) the per-thread form was faster at every size
+    (256^3 to 2048^3: 1.09-1.18x; BERT's FFN products with a pre-packed weight
+    1.13-1.31x): each parallel region costs a wake of the sleeping (passive) worker and
+    a join, 25-35 us there and 60-200 us when the host is idle."""
     import os
-    mode = os.environ.get("POLYCOMP_GEMM_SHARED", "1")
-    if mode == "0" or (prepacked and mode != "prepacked"):
+    mode = os.environ.get("POLYCOMP_GEMM_SHARED", "0")
+    if mode not in ("1", "prepacked") or (prepacked and mode != "prepacked"):
         return False
     return not b.parallel_batch and not b.parallel_j and n_i is not None and n_i > b.MC
 
@@ -1341,10 +1350,10 @@ class CpuBackboneTilePass(Pass):
                 op = replace(op, y_prepacked=True, y_order=y_order)
                 pre = True
             b = choose_blocking(op, ctx.target, ctx.cpu_options, dot, gemm_prepacked)
-            # a pre-packed Y takes the per-thread order (it, kt, jt): one parallel
-            # region per call instead of one per (j, k) block in the shared-panel order
-            # (shared_y_panel; docs/cpu_backend.md *Threads*), its row tiles handed out
-            # one at a time (dynamic_row_tiles)
+            # a pre-packed Y takes the per-thread order (it, kt, jt) like a copied one:
+            # one parallel region per call instead of one per (j, k) block in the
+            # shared-panel order (shared_y_panel; docs/cpu_backend.md *Threads*); its
+            # row tiles handed out one at a time only on request (dynamic_row_tiles)
             b.prepacked_y = pre
             if b.dynamic_rows:
                 b.row_mark = marks.make(marks.CPU_PARALLEL, cpu_parallel_loops(ctx).add(
