@@ -12,7 +12,9 @@ compile in that folder are removed first) so two compiles can be diffed.
 With ``debug=True`` every schedule pass's output is checked for legality: each
 flow/anti/output dependence of the model must remain lexicographically positive under
 the new schedule, else :class:`~polycomp.errors.IllegalScheduleError` names the pass and
-the violated dependences.
+the violated dependences (the pairs a pass recorded in the state slot
+:class:`~polycomp.scheduler.common.tree.RelaxedDependences` are replaced by the
+dependences it recorded with them).
 """
 from __future__ import annotations
 
