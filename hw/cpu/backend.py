@@ -131,7 +131,7 @@ class CpuBackend(Backend):
                   ir_pass("local-tiles", localize),  # before simplify
                   body_pass("simplify", simplify)]
         if state.cpu_options.parallel:
-            passes.append(ir_pass("omp-parallel", lambda f, s: parallelize_marked(f)))
+            passes.append(ir_pass("omp-parallel", parallelize_marked))
         return passes
 
     def codegen_passes(self, state: CompileState) -> list[IRPass]:
