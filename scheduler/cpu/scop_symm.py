@@ -40,10 +40,15 @@ The diagonal block (:func:`_diagonal`) is split at the register rows: ``PR``/``M
 hold the reductions outside a tile's own ``MR`` rows, the register tiles
 ``band[floor(row/MR), floor(col/NR)] -> mark cpu_microkernel -> band[red] ->
 band[row mod MR, col mod NR]`` (every row of a tile has the same reduction range);
-``PT``/``MT`` the ``MR x MR`` triangles at the diagonal.  Neither the ``scop-gemm``
-subtrees nor these tiles pack their operands (``pack_x``/``pack_y`` off): at
-PolyBench's LARGE the per-step copies of ``A``'s and ``B``'s blocks were about 12 %
-of symm's on-CPU time, reading them in place costs less.
+``PT``/``MT`` the ``MR x MR`` triangles at the diagonal.  The register tiles read
+their operands in place (``pack_x`` off; at PolyBench's LARGE the per-step copies of
+``A``'s and ``B``'s blocks were about 12 % of symm's on-CPU time), except ``M3``'s
+``Y = alpha * B[i][j]``: its ``KC x NR`` block is packed per step and ``k`` tile, the
+copy holding ``alpha * B`` (the same rounded products, :mod:`polycomp.hw.cpu.pack`),
+so the micro-kernel does no vector multiply per reduction step (a packed ``B`` for
+``P1``, without a factor, measured slower).  The ``scop-gemm`` subtrees count their
+tiles from the step's first row and, with threads, the panel's first column
+(:func:`_origins`).
 
 With several threads the whole sequence sits below ``mark cpu_parallel ->
 band[floor(j/NR)]`` (:func:`column_panels`: every statement touches column ``j`` of
@@ -249,6 +254,22 @@ def _leading(g: ScopGemm, B: int) -> isl.Set:
     return t.intersect(s.domain)
 
 
+def _origins(g: ScopGemm, B: int, NR: int) -> tuple[isl.Aff, isl.Aff]:
+    """``(oi, oj)`` the ``scop-gemm`` subtree of a step counts its tiles from: the
+    step's first row ``B floor(i/B)``, and the panel's first column ``NR floor(j/NR)``
+    (``NR`` > 0: the panels are the parallel loop's, so the subtree's ``j`` tile is 0
+    and a packed block's origin is a function of generated loops) or 0."""
+    sp = g.update.domain.get_space()
+    ctx = sp.get_ctx()
+    oi = floor_div_aff(dim_aff(sp, g.upd_pos["i"]), B).scale_val(isl.Val.int_from_si(ctx, B))
+    if NR:
+        oj = floor_div_aff(dim_aff(sp, g.upd_pos["j"]), NR).scale_val(
+            isl.Val.int_from_si(ctx, NR))
+    else:
+        oj = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(sp))
+    return oi, oj
+
+
 class ScopSymmPass(Pass):
     """See the module docstring."""
     name = "scop-symm"
@@ -279,10 +300,7 @@ class ScopSymmPass(Pass):
                     ok = False
                     break
                 own = isl.UnionPwAff.from_pw_aff(_step(g.update, B))
-                sp = g.update.domain.get_space()
-                oi = floor_div_aff(dim_aff(sp, g.upd_pos["i"]), B).scale_val(
-                    isl.Val.int_from_si(sp.get_ctx(), B))
-                zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(sp))
+                oi, oj = _origins(g, B, blk.NR if cols is not None else 0)
                 gp = dataclasses.replace(g, update=dataclasses.replace(g.update,
                                                                        domain=part))
                 rest = isl.UnionSet.from_set(g.update.domain).subtract(
@@ -292,8 +310,8 @@ class ScopSymmPass(Pass):
                 if part.is_empty():
                     seq: list = block
                 else:
-                    gemm = scop_gemm_tree(gp, blk, requests, (own,), True, (oi, zero),
-                                          k_tiles=True, pack_x=False, pack_y=False)
+                    gemm = scop_gemm_tree(gp, blk, requests, (own,), True, (oi, oj),
+                                          k_tiles=True, pack_x=False, pack_y=not leading)
                     seq = [T.Filter(pset, gemm)] + block if leading else \
                         block + [T.Filter(pset, gemm)]
                 members = [own]
