@@ -56,6 +56,21 @@ cyclically, so each thread gets about the same area (contiguous blocks of tiles 
 the last thread the largest rows).  The register tiles' isolate option names that band
 as a free first dimension (whether a tile is full does not depend on it).
 
+With several threads, a rectangle of output points, no batch dimensions and a row
+count that is not a constant (:func:`row_ranges`) the ``i`` tiles give way to *row
+ranges* cut at run time (their count and bounds depend on the row count)::
+
+    mark cpu_row_ranges:<n> -> mark cpu_parallel
+      filter { lo <= i < hi } with first <= lo < hi <= lo + MC, hi <= last + 1
+        band[floor(k/KC)] -> .. (as above, register rows floor((i - lo)/MR))
+
+``lo``, ``hi`` are isl parameters of the whole schedule (their bounds also restrict
+the AST context, :meth:`~polycomp.state.CompileState.restrict_ast_context`); the
+payload :class:`~polycomp.scheduler.cpu.state.RowRanges` tells the IR pass
+:mod:`polycomp.hw.cpu.row_ranges` how to bind them, one parallel iteration per range.
+isl checks the range's tree for every ``lo``, ``hi`` and that every dependence of the
+product relates instances of one row (:func:`_same_rows`): ranges are independent.
+
 Legality (isl terms): for a fixed ``(b, i, j)`` the updates run in increasing ``k``
 (``floor(k/KC)`` then ``k mod KC`` is lexicographically monotone in ``k``) and the
 init instance precedes them (``kt = 0`` is at or before every update's tile, same

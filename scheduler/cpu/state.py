@@ -1,4 +1,5 @@
-"""The CPU pipeline's typed compile state: the payloads of ``cpu_microkernel:<n>`` marks.
+"""The CPU pipeline's typed compile state: the payloads of ``cpu_microkernel:<n>`` marks
+(and of ``cpu_row_ranges:<n>`` marks, :class:`RowRanges`, at the end).
 
 A bare ``cpu_microkernel`` mark (float32/float64 GEMMs and convolutions, on the FMA
 unit) carries nothing: the micro-kernel pass reads the element type from the IR.  A
