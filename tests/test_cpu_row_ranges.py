@@ -46,3 +46,16 @@ def test_ranges_cover_the_rows_balanced_over_the_threads(threads):
             shares = [ranges[(t + 1) * per - 1][1] - ranges[t * per][0]
                       for t in range(threads)]
             assert max(shares) - min(shares) <= 6, (nv, shares)
+
+
+def test_a_small_product_is_not_split():
+    """Fewer than ``min_work`` multiply-adds a range: fewer ranges (PolyBench's SMALL
+    gemm, 60 x 70 x 80, one range; MEDIUM's 200 x 220 x 240 one per thread)."""
+    from polycomp.scheduler.cpu.scop_gemm import RANGE_MIN_WORK
+    ctx = isl.Context()
+    pa = isl.PwAff("[n] -> { [(0)] }", context=ctx)
+    rec = RowRanges("lo", "hi", pa, pa, 6, 192, 2, (pa, pa), RANGE_MIN_WORK)
+    n, u = ir.Var("n", is_param=True), ir.Var("u")
+    for rows, cols, depth, want in ((60, 70, 80, 1), (200, 220, 240, 2), (1, 1, 1, 1)):
+        U, _, _ = range_bounds(rec, ir.IntImm(0), n - 1, u, (ir.IntImm(cols), ir.IntImm(depth)))
+        assert _value(U, n, u, rows, 0) == want, (rows, cols, depth)

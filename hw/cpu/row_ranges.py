@@ -17,7 +17,9 @@ Guarantees: the mark becomes
         <the subtree>
 
 with ``n = last - first + 1`` rows, ``P = ceil(n / mr)`` register rows and ``U = max(1,
-min(P, T * ceil(n / (T * mc))))`` ranges (``T`` threads): consecutive ranges cover
+min(P, T * ceil(n / (T * mc)), n * prod(inner) // min_work))`` ranges (``T`` threads;
+a product of fewer than ``min_work`` multiply-adds a range is not split further: waking
+a thread costs more): consecutive ranges cover
 ``[first, last]`` exactly once, in order, each at most ``mc`` rows (``floor((u + 1) P /
 U) - floor(u P / U) <= ceil(P / U)`` register rows, ``U >= n / mc``), every range but
 the last a whole number of register rows; ``U`` a multiple of ``T`` (unless capped by
@@ -47,14 +49,21 @@ def _named(body: ir.Stmt, name: str) -> ir.Var:
     return found[0] if found else ir.Var(name)
 
 
-def range_bounds(rec: RowRanges, first: ir.Expr, last: ir.Expr, u: ir.Expr) \
-        -> tuple[ir.Expr, ir.Expr, ir.Expr]:
+def range_bounds(rec: RowRanges, first: ir.Expr, last: ir.Expr, u: ir.Expr,
+                 inner: tuple = ()) -> tuple[ir.Expr, ir.Expr, ir.Expr]:
     """``(U, lo, hi)`` of the module docstring for rows ``first .. last`` (IR on the
-    kernel's parameters) and range ``u``."""
+    kernel's parameters), range ``u`` and ``inner``, the extents of the other loops
+    (IR; their product times the rows is the product's multiply-adds)."""
     n = last - first + 1
     mr, T = rec.mr, max(1, rec.threads)
     P = (n + (mr - 1)) // mr
-    U = ir.max_(ir.IntImm(1), ir.min_(P, T * ((n + (T * rec.mc - 1)) // (T * rec.mc))))
+    U = ir.min_(P, T * ((n + (T * rec.mc - 1)) // (T * rec.mc)))
+    if inner and rec.min_work > 1:
+        work = n
+        for e in inner:
+            work = work * e
+        U = ir.min_(U, work // rec.min_work)
+    U = ir.max_(ir.IntImm(1), U)
     lo = first + mr * ((u * P) // U)
     hi = ir.min_(first + mr * (((u + 1) * P) // U), last + 1)
     return U, lo, hi
@@ -76,7 +85,8 @@ class _Ranges(ir.Mutator):
         first = pw_aff_to_ir(rec.first, ctx, params)
         last = pw_aff_to_ir(rec.last, ctx, params)
         u = ir.Var(f"{rec.lo}_u")
-        U, lo_e, hi_e = range_bounds(rec, first, last, u)
+        inner = tuple(pw_aff_to_ir(e, ctx, params) for e in rec.inner)
+        U, lo_e, hi_e = range_bounds(rec, first, last, u, inner)
         lo, hi = _named(body, rec.lo), _named(body, rec.hi)
         loop = ir.For(u, ir.IntImm(0), U, "serial",
                       ir.LetStmt(lo, lo_e, ir.LetStmt(hi, hi_e, body)),

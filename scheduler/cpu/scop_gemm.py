@@ -577,6 +577,12 @@ def _range_filter(g: ScopGemm, rows: tuple, MC: int) -> isl.UnionSet:
     return out
 
 
+#: the fewest multiply-adds a row range gets (:class:`~.state.RowRanges` ``min_work``):
+#: about 10 us of a core's micro-kernel; PolyBench's SMALL gemm (60 x 70 x 80, 336 000)
+#: stays on one thread, as it was with one 192-row tile
+RANGE_MIN_WORK = 1 << 18
+
+
 def _same_rows(deps: isl.UnionMap, g: ScopGemm) -> bool:
     """Whether every dependence of ``deps`` relates two instances of the same output
     row ``i`` (the update's or the init's), so that row ranges may run in any order or
@@ -650,8 +656,12 @@ class ScopGemmPass(Pass):
             if by_rows:
                 ctx.restrict_ast_context(range_params(g, names, b.MC))
                 dom = g.update.domain
+                one = isl.Val.int_from_si(dom.get_ctx(), 1)
+                inner = tuple(dom.dim_max(p).sub(dom.dim_min(p)).add_constant_val(one)
+                              for p in (g.upd_pos["j"], g.upd_pos["k"]))
                 ranges.add(RowRanges(names[0], names[1], dom.dim_min(g.upd_pos["i"]),
-                                     dom.dim_max(g.upd_pos["i"]), b.MR, b.MC, threads))
+                                     dom.dim_max(g.upd_pos["i"]), b.MR, b.MC, threads,
+                                     inner, RANGE_MIN_WORK))
             init = f" (init {g.init.name})" if g.init is not None else ""
             cyc = " (a triangle: dealt to the threads cyclically)" if cyclic_tiles(
                 g.update.domain, g.upd_pos["i"], g.upd_pos["j"], ctx.target.cpu.threads) \

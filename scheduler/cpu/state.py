@@ -84,7 +84,10 @@ class RowRanges:
     is ``[first + mr*floor(u P / U), min(first + mr*floor((u + 1) P / U), last + 1))``,
     ``U = min(P, threads * ceil(n / (threads * mc)))`` (at least 1): a multiple of the
     threads, so OpenMP's static schedule gives every thread as many ranges, each of at
-    most ``mc`` rows, the threads' row counts within ``mr`` rows of each other."""
+    most ``mc`` rows, the threads' row counts within ``mr`` rows of each other.  A
+    product too small to share (``n * prod(inner)`` multiply-adds, ``inner`` the
+    extents of the other loops, below ``min_work`` per range) takes fewer ranges, ``U
+    <= n * prod(inner) / min_work``: one, on one thread, for PolyBench's SMALL gemm."""
     lo: str
     hi: str
     first: object        # isl.PwAff on the kernel's parameters
@@ -92,6 +95,8 @@ class RowRanges:
     mr: int
     mc: int
     threads: int
+    inner: tuple = ()    # isl.PwAffs on the kernel's parameters
+    min_work: int = 1
 
 
 @dataclass(eq=False)
