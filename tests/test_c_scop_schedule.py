@@ -718,15 +718,20 @@ def test_symm_split_reaches_the_micro_kernel():
     of the block on the micro-kernel), phase 2 the ``C[i][j]`` statement (in phase 1's
     row steps), phase 3 the mirror ``C[k][j] += A[i][k] * B[i][j]`` (``i > k``: the
     rows below on the micro-kernel; the diagonal blocks' register tiles too): four
-    micro-kernel nests in each of the two threads' column ranges (isl writes the body
-    once per thread: the range's bounds are piecewise in ``n``), no packed copy,
-    scop-trmm and scop-gemm leave it alone."""
+    micro-kernel nests below one parallel loop over 32-column panels (the body written
+    once; with a thread band whose ranges were piecewise in ``n`` isl wrote it once per
+    thread), only the mirror's ``alpha * B`` packed, scop-trmm and scop-gemm leave it
+    alone."""
     ck = compile_kernel(kernel("symm_like"), TARGET)
     n = ck.notes["scop-symm"]
     assert any("split in three phases, 120 rows a step" in x and "acc += A * B" in x
                and "C += A * B" in x and "6x6 triangles" in x for x in n), n
-    assert ck.final_ir.counts.microkernels == 8, ck.final_ir.counts
-    assert "_pk" not in ck.source          # the operands are read in place
+    assert ck.final_ir.counts.microkernels == 4, ck.final_ir.counts
+    assert any("parallel over 32-column panels" in x for x in n), n
+    # the operands are read in place but for the mirror's alpha * B (a 120 x 32 block
+    # per row step and k tile, scaled once while copied: the same products, no multiply
+    # in the micro-kernel); A is never packed
+    assert "A_pk" not in ck.source and "B_pk1" in ck.source and "B_pk2" not in ck.source
     assert "scop-trmm" not in ck.notes, ck.notes
     assert match_trmm(list(kernel("symm_like").polyhedral_model().statements)) == \
         "not one update W[i][j] += X * Y"

@@ -87,6 +87,9 @@ class CpuBackend(Backend):
                 from polycomp.scheduler.cpu.scop_symm import ScopSymmPass
                 passes.append(ScopSymmPass())       # symm: three phases, GEMMs
                 passes.append(ScopGemmPass())       # GEMM-like nests: micro-kernel
+            if isa:
+                from polycomp.scheduler.cpu.scop_push import ScopPushPass
+                passes.append(ScopPushPass())       # int max/min reductions: row pushes
             if o.parallel:
                 passes.append(ScopStencilPass())    # stencils: time tiles, wavefronts
             if isa and o.microkernel:
@@ -130,7 +133,7 @@ class CpuBackend(Backend):
                   ir_pass("local-tiles", localize),  # before simplify
                   body_pass("simplify", simplify)]
         if state.cpu_options.parallel:
-            passes.append(ir_pass("omp-parallel", lambda f, s: parallelize_marked(f)))
+            passes.append(ir_pass("omp-parallel", parallelize_marked))
         return passes
 
     def codegen_passes(self, state: CompileState) -> list[IRPass]:

@@ -1,5 +1,6 @@
-"""The CPU pipeline's typed compile state: the payloads of ``cpu_microkernel:<n>`` marks
-(and of ``cpu_row_ranges:<n>`` marks, :class:`RowRanges`, at the end).
+"""The CPU pipeline's typed compile state: the payloads of ``cpu_microkernel:<n>`` and
+``cpu_parallel:<n>`` marks (and of ``cpu_row_ranges:<n>`` marks, :class:`RowRanges`, at
+the end).
 
 A bare ``cpu_microkernel`` mark (float32/float64 GEMMs and convolutions, on the FMA
 unit) carries nothing: the micro-kernel pass reads the element type from the IR.  A
@@ -17,8 +18,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from polycomp.state import CompileState
 
-__all__ = ["CpuMicroKernels", "CpuRowRanges", "DotTile", "RowRanges", "cpu_microkernels",
-           "cpu_row_ranges"]
+__all__ = ["CpuMicroKernels", "CpuParallelLoops", "CpuRowRanges", "DotTile", "ParallelLoop",
+           "RowRanges", "cpu_microkernels", "cpu_parallel_loops", "cpu_row_ranges"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,35 @@ class CpuMicroKernels:
 def cpu_microkernels(state: CompileState) -> CpuMicroKernels:
     """The micro-kernel payloads of ``state``'s compile."""
     return state.slot(CpuMicroKernels)
+
+
+@dataclass(frozen=True)
+class ParallelLoop:
+    """How the loop below a ``cpu_parallel:<n>`` mark is shared by the threads.
+    ``dynamic``: one iteration at a time to whichever thread is free (OpenMP
+    ``schedule(dynamic)``) instead of one contiguous chunk per thread: for a loop of a
+    few long iterations (a GEMM's row tiles) a thread that starts late (a passive
+    OpenMP worker woken from sleep, a core taken by another process) takes fewer of
+    them, and the call does not wait for its whole share.  Only for loops whose
+    iterations any thread may run: per-thread buffers are rewritten by each iteration
+    before they are read (the packed panels)."""
+    dynamic: bool
+
+
+@dataclass(eq=False)
+class CpuParallelLoops:
+    """The payloads of a compile's ``cpu_parallel:<n>`` marks, indexed by ``<n>``."""
+    loops: list[ParallelLoop] = field(default_factory=list)
+
+    def add(self, loop: ParallelLoop) -> int:
+        """Record ``loop``; its index (the mark's ``<n>``)."""
+        self.loops.append(loop)
+        return len(self.loops) - 1
+
+
+def cpu_parallel_loops(state: CompileState) -> CpuParallelLoops:
+    """The ``cpu_parallel:<n>`` payloads of ``state``'s compile."""
+    return state.slot(CpuParallelLoops)
 
 
 @dataclass(frozen=True, eq=False)
