@@ -47,10 +47,16 @@ tree without it (``filter panel: S``) is tried.
 
 with the scop-gemm subtree of :func:`polycomp.scheduler.cpu.scop_gemm.scop_gemm_tree`
 (``KC = B``, so ``floor(k/KC)`` is the step: in ``T_U`` the ``k`` range of every
-element is the whole block, the micro-kernel's rectangular ``k`` loop), parallel over
-its ``i`` tiles, ``X`` and ``Y`` packed per reference.  Their footprints in ``T_U`` lie
-in the panel (``k`` in the block, ``min(i, j)`` beyond it), which no instance of
-``T_U`` writes, so a packed copy taken before the GEMM reads the values the C order
+element is the whole block, the micro-kernel's rectangular ``k`` loop).  When ``U``
+writes the array ``X`` or ``Y`` reads (lu, Cholesky: ``A``), ``X`` and ``Y`` are packed
+per reference and the ``cpu_parallel`` mark sits above each cache block's register
+tiles (the threads share the block's packed copies); otherwise (:func:`reads_in_place`:
+ludcmp's expanded ``w``) nothing is packed and the mark sits above the ``i`` tiles
+(whole ``MC``-row blocks per thread, one OpenMP region per step and update).  Either
+loop is coincident: instances of ``T_U`` in different ``i`` tiles or register tiles
+write different elements, and their operands' footprints in ``T_U`` lie in the panel
+(``k`` in the block, ``min(i, j)`` beyond it), which no instance of ``T_U`` writes, so
+a packed copy taken before the GEMM, or a read in place, sees the values the C order
 reads.
 
 Legality (isl terms): the pass builds the tree and checks it with
@@ -191,6 +197,16 @@ def _step(s: Statement, u: FactorUpdate | None, B: int, inits: bool = False) \
             return None
     return e.scale_down_val(isl.Val.int_from_si(sp.get_ctx(), B)).floor() \
         .intersect_domain(s.domain)
+
+
+def reads_in_place(u: FactorUpdate) -> bool:
+    """Whether the trailing update writes an array that neither operand reads
+    (ludcmp's ``w``, expanded to an array by the front end): then the micro-kernel reads
+    ``X`` and ``Y`` in place (no packed copies) and the threads take whole ``MC``-row
+    blocks of the step (one fork/join per step and update).  Otherwise (lu, Cholesky:
+    ``A`` is written and read) the operands are packed and the threads split each
+    block's register tiles, sharing its packed copies."""
+    return u.x.buffer is not u.stmt.write and u.y.buffer is not u.stmt.write
 
 
 def _trailing(u: FactorUpdate, B: int) -> isl.Set:
@@ -356,8 +372,10 @@ class ScopFactorPass(Pass):
             g = ScopGemm(dataclasses.replace(u.stmt, domain=t), None, u.pos, None, u.x,
                          u.y, u.stmt.write.dtype, ((u.x, u.y),))
             origin, ublk = _origin(u, t, B, blk)
+            shared = not reads_in_place(u)
             parts.append(T.Filter(isl.UnionSet.from_set(t), scop_gemm_tree(
-                g, ublk, requests, (own[u.stmt.name],), True, origin)))
+                g, ublk, requests, (own[u.stmt.name],), shared, origin, pack_x=shared,
+                pack_y=shared)))
         if not parts:
             return "no trailing update"
         panel = filt.subtract(trailing)
