@@ -119,6 +119,9 @@ class CKernel:
         self.name = program.graph.name
         self.location = program.graph.location
         self.__name__ = self.name
+        # the model the reader built to report model-level errors, handed to the first
+        # polyhedral_model() call (no one else holds it, so it is that caller's own)
+        self._checked_model: CScopModel | None = None
 
     @property
     def params(self) -> tuple:
@@ -137,9 +140,20 @@ class CKernel:
         return self.program.statements
 
     def polyhedral_model(self) -> CScopModel:
-        """A fresh :class:`~polycomp.frontend.c_model.CScopModel` of this kernel."""
+        """A fresh :class:`~polycomp.frontend.c_model.CScopModel` of this kernel: each
+        call's own object (schedule passes may change the model they compile).  The
+        first call after reading returns the model the reader built from the same
+        program (:meth:`check_model`) instead of building it again."""
+        model, self._checked_model = self._checked_model, None
+        if model is not None:
+            return model
         from .c_model import build_c_model
         return build_c_model(self.program)
+
+    def check_model(self) -> None:
+        """Build the model now (raising its errors, such as out-of-bounds accesses)
+        and keep it for the next :meth:`polyhedral_model` call."""
+        self._checked_model = self.polyhedral_model()
 
     def __repr__(self):
         return (f"<polycomp C kernel {self.name}({', '.join(self.params)}; in: "
@@ -201,7 +215,7 @@ def _read_c_kernels(source: str, filename: str, include_dirs) -> list[CKernel]:
         expand_scalars(program)
         expand_arrays(program)
         k = CKernel(program)
-        k.polyhedral_model()  # report model-level errors (out-of-bounds accesses) now
+        k.check_model()  # report model-level errors (out-of-bounds accesses) now
         out.append(k)
     return out
 
