@@ -76,7 +76,8 @@ def _dequant(n: int, fixpipe: bool, int8_out: bool = False) -> dict:
     """The per-channel dequantised int8 GEMM: the vector epilogue (int32 tiles through a
     GM workspace to the vector cores) or Fixpipe's VDEQF16 (option fixpipe_quant); the
     scales have <= 10 mantissa bits, so both give the float32 answer.  ``int8_out``:
-    requantised to int8 (vector epilogue; the scales put the values past both ends)."""
+    requantised to int8 (the vector epilogue, or Fixpipe's VREQ8 with the option; the
+    scales put the values past both ends)."""
     from polycomp.driver import compile_kernel
     from polycomp.hw.npu.backend import simulate
     from polycomp.hw.npu.target import NpuParams
@@ -88,11 +89,13 @@ def _dequant(n: int, fixpipe: bool, int8_out: bool = False) -> dict:
     out, rep = simulate(ck, a, b, s)
     wall = time.perf_counter() - t0
     acc = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32)
-    ref = np.clip(acc * s, -128, 127).astype(np.int8) if int8_out else \
-        (acc * s).astype(np.float16)
+    # (Fixpipe's VREQ8 rounds to nearest even where the DSL's cast truncates)
+    ref = (np.clip(np.rint(acc * s) if fixpipe else acc * s, -128, 127).astype(np.int8)
+           if int8_out else (acc * s).astype(np.float16))
     cube_peak = -(-rep.busy["M"] // NpuParams().aic_cores)
     roof = max(cube_peak, rep.hbm_cycles, rep.l2_cycles)
-    how = "Fixpipe VDEQF16" if fixpipe else "vector epilogue"
+    how = ("Fixpipe VREQ8" if int8_out else "Fixpipe VDEQF16") if fixpipe else \
+        "vector epilogue"
     what = " -> int8" if int8_out else ""
     return {"kernel": f"int8 {n}^3 *scale[j]{what} ({how})", "double_buffer": True,
             "cycles": rep.cycles, "cube_utilisation": round(rep.cube_utilisation, 4),
@@ -189,6 +192,7 @@ def _run(size: int, rows: int, cols: int) -> dict:
     return {"matmul": [_matmul(size, True), _matmul(size, False),
                        _matmul(size, True, "int8"), _dequant(size, False),
                        _dequant(size, True), _dequant(size, False, True),
+                       _dequant(size, True, True),
                        _matmul(size, True, "bfloat16")],
             "conv": _conv(256, 30, 256), "attention": [_attention(4, 256, 64)],
             "rowwise": [_rowwise("softmax", rows, cols), _rowwise("layernorm", rows, cols),

@@ -310,7 +310,11 @@ class ExprReader:
             t = self.expr(node.iftrue, scope, affine)
             f = self.expr(node.iffalse, scope, affine)
             if not isinstance(t, ir.Expr) and not isinstance(f, ir.Expr):
-                t = ir.const(t)
+                # two literals: C's type (``c ? 1 : 0`` is an int), so that ``x + (c ?
+                # 1 : 0)`` stays int arithmetic as in C (it wraps there, not in int64)
+                both_int = all(isinstance(v, int) and not isinstance(v, bool)
+                               and -2**31 <= v < 2**31 for v in (t, f))
+                t = ir.const(t, "int32" if both_int else None)
             return ir.select(c, t, f)
         if isinstance(node, c_ast.Cast):
             words = tuple(w for w in self.words(node.to_type) if w != "const")

@@ -284,9 +284,11 @@ class NpuOptions(Options):
     fixpipe_quant: bool = opt(False, boolean,
                               "int8 matmuls: a per-column float32 scale (and a constant "
                               "one Fixpipe cannot read exactly) applied by Fixpipe on the "
-                              "way out of L0C (VDEQF16), which reads each scale with 10 "
-                              "mantissa bits (the lower 13 dropped); off: a vector "
-                              "epilogue in float32 (docs/npu.md)")
+                              "way out of L0C (VDEQF16; VREQ8 / REQ8 for an int8 "
+                              "requantisation, rounded to nearest even where the DSL's "
+                              "cast truncates), which reads each scale with 10 mantissa "
+                              "bits (the lower 13 dropped); off: a vector epilogue in "
+                              "float32 (docs/npu.md)")
     cube_tile: tuple[int, ...] | None = opt(
         None, int_tuple(4), "cube tiling (m0, n0, k0, kL1), multiples of 16; default: "
         "the largest that fits L0A/L0B/L0C/L1")

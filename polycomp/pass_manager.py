@@ -12,7 +12,9 @@ compile in that folder are removed first) so two compiles can be diffed.
 With ``debug=True`` every schedule pass's output is checked for legality: each
 flow/anti/output dependence of the model must remain lexicographically positive under
 the new schedule, else :class:`~polycomp.errors.IllegalScheduleError` names the pass and
-the violated dependences.
+the violated dependences (the pairs a pass recorded in the state slot
+:class:`~polycomp.scheduler.common.tree.RelaxedDependences` are replaced by the
+dependences it recorded with them).
 """
 from __future__ import annotations
 
@@ -27,7 +29,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import islpy as isl
 
 from polycomp.errors import IllegalScheduleError, PolycompError, PolycompInternalError
-from polycomp.scheduler.common.tree import tree_str, violated_dependences
+from polycomp.scheduler.common.tree import (
+    RelaxedDependences,
+    tree_str,
+    violated_dependences,
+)
 from polycomp.state import CompileState
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -143,7 +149,11 @@ class PassManager:
             state.note("pass-manager", f"legality after {name}: not re-checked (the tree "
                                        f"has extension nodes, which isl cannot flatten)")
             return
-        bad = violated_dependences(schedule, checked_dependences(state.model))
+        deps = checked_dependences(state.model)
+        relaxed = state.slots.get(RelaxedDependences)
+        if relaxed is not None:
+            deps = relaxed.apply(deps)
+        bad = violated_dependences(schedule, deps)
         if not bad.is_empty():
             raise IllegalScheduleError(
                 f"pass {name} produced an illegal schedule: these dependences are no "

@@ -7,7 +7,9 @@ hardware reads each scale with 10 mantissa bits), otherwise (and for a per-row
 (bit-exact, or with the scales truncated as the asc-devkit docs state), and the emitted
 sources through the API check.  int8 results (``cast(clamp(x, -128, 127), int8)``,
 the DSL's cast truncating) by the vector epilogue's Cast float -> half -> int8_t, both
-``CAST_TRUNC``."""
+``CAST_TRUNC``; by Fixpipe's ``REQ8`` for an integer constant scale, and with option
+``fixpipe_quant`` by ``REQ8`` / ``VREQ8`` (rounded to nearest even, as the hardware
+does: checked against numpy with that arithmetic)."""
 
 import numpy as np
 import pytest
@@ -70,6 +72,20 @@ def requant(A: pc.Tensor[(N, K), "int8"], B: pc.Tensor[(K, M), "int8"],
         pc.cast(c[i, j], "float32") * scale[j], -128.0), 127.0), "int8"), name="Q")
 
 
+@pc.tensor_expr
+def requant_pow2(A: pc.Tensor[(N, K), "int8"], B: pc.Tensor[(K, M), "int8"]):
+    c = _mm(A, B)      # an integer scale: rounding and truncation agree
+    return pc.compute((N, M), lambda i, j: pc.cast(pc.max(pc.min(
+        2.0 * pc.cast(c[i, j], "float32"), 127.0), -128.0), "int8"), name="Q")
+
+
+@pc.tensor_expr
+def requant_const(A: pc.Tensor[(N, K), "int8"], B: pc.Tensor[(K, M), "int8"]):
+    c = _mm(A, B)
+    return pc.compute((N, M), lambda i, j: pc.cast(pc.min(pc.max(
+        pc.cast(c[i, j], "float32") * 0.0125, -128.0), 127.0), "int8"), name="Q")
+
+
 def _int8(rng, shape):
     a = rng.integers(-128, 128, shape).astype(np.int8)
     a.flat[0] = -128
@@ -84,6 +100,13 @@ def _trunc10(s):
     """A float32 scale as Fixpipe reads it: the lower 13 mantissa bits dropped."""
     bits = np.asarray(s, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
     return bits.view(np.float32)
+
+
+def _req8(acc, s):
+    """Fixpipe's REQ8 as the docs' golden script computes it: times the scale read with
+    10 mantissa bits, clamped to [-256, 255], rounded to nearest even, saturated."""
+    x = np.asarray(acc, np.float32) * _trunc10(s)
+    return np.clip(np.round(np.clip(x, -256, 255)), -128, 127).astype(np.int8)
 
 
 def _fixpipes(ck):
@@ -276,6 +299,83 @@ def test_int8_results_by_the_vector_cast():
                                            0, 2, -2, 64])
 
 
+def test_requant_per_channel_by_fixpipe_vreq8():
+    """With fixpipe_quant, ``cast(clamp(C * scale[j], -128, 127), int8)`` is Fixpipe's
+    VREQ8 (cube cores only): the scales with the signed-result bit, rounded to nearest
+    even where the DSL truncates -- numpy with the hardware's arithmetic, odd shapes,
+    both saturation edges, halves, negative scales."""
+    ck = compile_kernel(requant, "npu-lite", FQ)
+    k = ck.final_ir.program
+    assert k.kind == "aic" and k.outputs[0].dtype == "int8"
+    assert k.quant_args and k.quant_args[0].signed
+    fx = _fixpipes(ck)
+    assert fx and all(s.quant == "VREQ8" and s.cbuf is not None for s in fx)
+    rng = np.random.default_rng(7)
+    differs = False
+    for n, kk, m in SHAPES:
+        a, b = _int8(rng, (n, kk)), _int8(rng, (kk, m))
+        acc = _acc(a, b)
+        s = (rng.choice([-1, 1], m) * rng.random(m) * 300.0 /
+             np.maximum(np.abs(acc).max(axis=0), 1)).astype(np.float32)
+        out, rep = simulate(ck, a, b, s)
+        np.testing.assert_array_equal(out, _req8(acc, s))
+        dsl = np.clip(acc * s, -128, 127).astype(np.int8)
+        assert np.abs(out.astype(int) - dsl).max() <= 1
+        differs |= bool((out != dsl).any())
+    assert differs and rep.bytes["L1->FB"] > 0
+    edge = np.array([127.9, 127.0, 126.5, 2.5, 1.5, -0.5, -2.5, -127.5, -128.9, 1000.0,
+                     -1000.0, 0.0125, 64.75], np.float32)
+    out, _ = simulate(ck, np.ones((3, 1), np.int8), np.ones((1, edge.size), np.int8), edge)
+    np.testing.assert_array_equal(out[0], [127, 127, 126, 2, 2, 0, -2, -128, -128, 127,
+                                           -128, 0, 65])
+
+
+def test_requant_constant_scale():
+    """A constant scale: REQ8 without the option when rounding cannot differ from the
+    DSL's truncation (an integer scale Fixpipe reads exactly), bit-exact; otherwise the
+    vector epilogue, or REQ8 with fixpipe_quant (the hardware's rounding)."""
+    from polycomp.hw.npu.program import REQ8_SIGNED
+    from polycomp.scheduler.npu.classify import requant_exact
+    assert requant_exact(2.0) and requant_exact(-3.0) and not requant_exact(0.5)
+    assert not requant_exact(0.0125) and not requant_exact(2049.0 * 2 ** 20)
+    rng = np.random.default_rng(9)
+    ck = compile_kernel(requant_pow2, "npu-lite")
+    assert ck.final_ir.program.kind == "aic"
+    fx = _fixpipes(ck)
+    assert fx and all(s.quant == "REQ8" and s.deq_scalar == 0x40000000 | REQ8_SIGNED
+                      for s in fx)
+    for n, kk, m in SHAPES:
+        a, b = _int8(rng, (n, kk)), _int8(rng, (kk, m))
+        out, _ = simulate(ck, a, b)
+        np.testing.assert_array_equal(out, np.clip(_acc(a, b) * 2, -128, 127).astype(np.int8))
+    exact = compile_kernel(requant_const, "npu-lite")
+    assert exact.final_ir.program.kind == "mix"
+    hw = compile_kernel(requant_const, "npu-lite", FQ)
+    assert {s.quant for s in _fixpipes(hw)} == {"REQ8"}
+    n, kk, m = 37, 45, 70
+    a, b = _int8(rng, (n, kk)), _int8(rng, (kk, m))
+    acc = _acc(a, b)
+    np.testing.assert_array_equal(simulate(exact, a, b)[0],
+                                  np.clip(acc * np.float32(0.0125), -128, 127).astype(np.int8))
+    np.testing.assert_array_equal(simulate(hw, a, b)[0], _req8(acc, np.float32(0.0125)))
+
+
+def test_req8_semantics():
+    """The simulator's REQ8: bit 46 must mark the signed result; the shift and offset
+    fields are refused (not modelled); a negative scale's word is zero-extended."""
+    from polycomp.errors import NpuCapacityError
+    from polycomp.hw.npu.sim_exec import requant_int8
+    acc = np.array([5, -5, 3, 1000, -1000, 2 ** 31 - 1, -2 ** 31], np.int32)
+    w = np.uint64(np.float32(0.5).view(np.uint32)) | np.uint64(1 << 46)
+    np.testing.assert_array_equal(requant_int8(acc, w), [2, -2, 2, 127, -128, 127, -128])
+    neg = np.uint64(np.float32(-0.5).view(np.uint32)) | np.uint64(1 << 46)
+    np.testing.assert_array_equal(requant_int8(acc, neg), [-2, 2, -2, -128, 127, -128, 127])
+    with pytest.raises(NpuCapacityError, match="signed-result flag"):
+        requant_int8(acc, np.uint64(np.float32(0.5).view(np.uint32)))
+    with pytest.raises(NpuCapacityError, match="shift / offset"):
+        requant_int8(acc, w | np.uint64(1 << 36))
+
+
 def test_int8_results_outside_an_int8_matmul_are_refused():
     X = pc.sym("X")
 
@@ -303,15 +403,19 @@ def test_dequant_sources_pass_the_api_check(tmp_path):
     paths = []
     # (deq_channel without the option is the vector epilogue deq_row_bias has too)
     for k, opts in ((deq_tensor, None), (deq_channel, FQ), (deq_row_bias, None),
-                    (requant, None)):
+                    (requant, None), (requant, FQ), (requant_pow2, None)):
         ck = compile_kernel(k, "npu", opts)
-        p = tmp_path / f"{k.name}.cpp"
+        p = tmp_path / f"{k.name}{'_fq' if opts else ''}.cpp"
         p.write_text(ck.source)
         paths.append(str(p))
     assert "QuantMode_t::DEQF16" in (tmp_path / "deq_tensor.cpp").read_text()
-    fq = (tmp_path / "deq_channel.cpp").read_text()
+    fq = (tmp_path / "deq_channel_fq.cpp").read_text()
     assert "QuantMode_t::VDEQF16" in fq and "TPosition::C1" in fq
     assert "deq_channel_QuantParams_scale(" in fq
+    rq = (tmp_path / "requant_pow2.cpp").read_text()
+    assert "QuantMode_t::REQ8, 0x400040000000ULL" in rq
+    vq = (tmp_path / "requant_fq.cpp").read_text()       # the host sets the signed bit
+    assert "QuantMode_t::VREQ8" in vq and "static_cast<uint64_t>(bits) | (1ull << 46)" in vq
     assert "OK" in syntax_check(*paths)
 
 

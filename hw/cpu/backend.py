@@ -87,6 +87,9 @@ class CpuBackend(Backend):
                 from polycomp.scheduler.cpu.scop_symm import ScopSymmPass
                 passes.append(ScopSymmPass())       # symm: three phases, GEMMs
                 passes.append(ScopGemmPass())       # GEMM-like nests: micro-kernel
+            if isa:
+                from polycomp.scheduler.cpu.scop_push import ScopPushPass
+                passes.append(ScopPushPass())       # int max/min reductions: row pushes
             if o.parallel:
                 passes.append(ScopStencilPass())    # stencils: time tiles, wavefronts
             if isa and o.microkernel:

@@ -30,7 +30,7 @@ from polycomp.lowering.simplify import simplify
 from polycomp.pass_manager import TargetPass
 from polycomp.state import CompileState
 
-from .program import Kernel, NpuModule
+from .program import REQ8_SIGNED, Kernel, NpuModule
 from .target import npu_params, npu_target
 
 
@@ -60,17 +60,18 @@ def _bind(mod: NpuModule, arrays) -> tuple[dict, dict]:
                 raise TargetError(f"argument {t.name} of {mod.name}: size {d} is "
                                   f"{sizes[d]} elsewhere, {n} here")
         q = next((x for x in prog.quant_args if x.name == t.name), None)
-        gm[t.name] = quant_params(t.name, a) if q is not None else \
+        gm[t.name] = quant_params(t.name, a, q.signed) if q is not None else \
             np.ascontiguousarray(a, dtype=np.dtype(t.dtype))
     return sizes, gm
 
 
-def quant_params(name: str, scale) -> np.ndarray:
+def quant_params(name: str, scale, signed: bool = False) -> np.ndarray:
     """The host's conversion of float32 scales to Fixpipe's uint64 quantisation
     parameters (what the printed ``*_QuantParams`` function does): the float's bits in
-    bits [31:0], the rest 0 (an fp16 result; asc-devkit docs, "随路量化", the QUANT_PRE
-    table of __NPU_ARCH__ 2201).  Inf, NaN and subnormal scales are refused
-    (the docs do not allow them)."""
+    bits [31:0], bit 46 when ``signed`` (a signed int8 result of VREQ8), the rest 0 (no
+    shift, no offset; asc-devkit docs, "随路量化", the QUANT_PRE table of
+    __NPU_ARCH__ 2201).  Inf, NaN and subnormal scales are refused (the docs do not
+    allow them)."""
     f = np.ascontiguousarray(scale, dtype=np.float32)
     bad = ~np.isfinite(f) | ((f != 0) & (np.abs(f) < np.finfo(np.float32).tiny))
     if bad.any():
@@ -78,7 +79,7 @@ def quant_params(name: str, scale) -> np.ndarray:
         raise TargetError(f"argument {name}: scale {f.ravel()[i]!r} at [{i}]: Fixpipe's "
                           f"quantisation parameters cannot be inf, NaN or subnormal")
     q = f.view(np.uint32).astype(np.uint64)
-    return q
+    return q | np.uint64(REQ8_SIGNED) if signed else q
 
 
 def simulate(ck, *arrays):

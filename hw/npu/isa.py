@@ -143,12 +143,14 @@ def _copy_out(s: CopyOut) -> tuple:
     rows, cols = r.matrix()
     dst = GmRef(r.tensor, r.linear())
     if s.pipe == "FIX":
-        if s.scale is not None:      # int32 -> fp16 x scale
+        # int32 -> fp16 (int8: requantised) x the scale / the column's scale
+        req = r.tensor.dtype == "int8"
+        if s.scale is not None:
             return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
-                                "DEQF16", deq=s.scale),)
-        if s.quant is not None:      # int32 -> fp16 x the column's scale
+                                "REQ8" if req else "DEQF16", deq=s.scale),)
+        if s.quant is not None:
             return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
-                                "VDEQF16", cbuf=s.quant),)
+                                "VREQ8" if req else "VDEQF16", cbuf=s.quant),)
         quant = _QUANT[r.tensor.dtype]
         return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
                             quant),)

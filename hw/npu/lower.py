@@ -121,8 +121,8 @@ def in_user_order(k: Kernel, graph: Any, names: dict[str, str]) -> Kernel:
 
 def _cube_kernel(name: str, plan: CubePlan) -> Kernel:
     if plan.deq_scale is not None or plan.deq_tensor is not None:
-        # int32 -> fp16 with the scale (per tensor or per column), by Fixpipe
-        return cube_program(name, plan.in_dtype, "float16", False, plan.tiles,
+        # int32 -> fp16 (or int8) with the scale (per tensor or per column), by Fixpipe
+        return cube_program(name, plan.in_dtype, plan.deq_out, False, plan.tiles,
                             deq=plan.deq_scale, deq_tensor=plan.deq_tensor)
     if not plan.epilogue:
         return cube_program(name, plan.in_dtype, plan.out_dtype, plan.batched, plan.tiles)

@@ -206,7 +206,9 @@ def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
     ``deq_tensor``: times the column's scale, the argument of that name (Fixpipe
     ``VDEQF16``: the host converts the float32 scales to uint64 quantisation parameters,
     padded to ``NQ`` entries; each output tile copies its ``n0`` of them to L1, MTE2,
-    before its k loop, and Fixpipe reads them from there)."""
+    before its k loop, and Fixpipe reads them from there).  With ``out_dtype`` int8 the
+    same two forms requantise (``REQ8`` / ``VREQ8``: rounded to nearest, saturated; the
+    parameters mark a signed result)."""
     t = tiles
     g = gemm or matmul_gemm(a_dtype, out_dtype, batched)
     quant_in: tuple = ()
@@ -221,7 +223,7 @@ def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
                            Slot(qbuf, ix("i"))),)
         g = CubeGemm(g.a, g.b, g.c, g.m, g.n, g.k, g.batch, (g.a, g.b, q, g.c),
                      {**g.derived, "NQ": align(ix("N"), 4)})
-        quant_args = (QuantArg(deq_tensor, "NQ"),)
+        quant_args = (QuantArg(deq_tensor, "NQ", signed=out_dtype == "int8"),)
     batched = g.batch is not None
     bufs = _buffers(a_dtype, t, g.conv is not None)
     mo, no = ix("mo"), ix("no")

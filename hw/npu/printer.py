@@ -218,10 +218,14 @@ def _call(s, ind: str) -> list[str]:
         p = ", ".join(c_expr(x) for x in (s.n_size, s.m_size, s.src_stride, s.dst_stride))
         st = _CT[s.src.buf.dtype]
         deq = "" if s.deq is None else f"  // deqScalar: the bits of scale {s.deq!r}f"
+        word = str(s.deq_scalar)
+        if s.quant == "REQ8":
+            deq += " | 1 << 46 (signed result)"
+            word = f"0x{s.deq_scalar:X}ULL"
         cbuf = "" if s.cbuf is None else f"{c_slot(s.cbuf)}, "
         return [f"{ind}Fixpipe<{ct}, {st}, CFG_ROW_MAJOR>({_gm(s.dst)}, {c_slot(s.src)}, "
                 f"{cbuf}FixpipeParamsV220({p}, false, QuantMode_t::{s.quant}, "
-                f"{s.deq_scalar}, 1, 0, 0, 0));{deq}"]
+                f"{word}, 1, 0, 0, 0));{deq}"]
     if isinstance(s, VecCall):
         return [f"{ind}{_vec(s)}"]
     return _layout_call(s, ind)
@@ -442,10 +446,12 @@ def _host(k: Kernel, target) -> list[str]:
 def _quant_host(k: Kernel, q) -> list[str]:
     """The host conversion of a float32 scale argument to Fixpipe's uint64 quantisation
     parameters (:class:`~.program.QuantArg`; backend.quant_params does the same for the
-    simulator): the float's bits in [31:0], zeros up
-    to the padded length; returns false on an inf, NaN or subnormal scale."""
+    simulator): the float's bits in [31:0] (and bit 46 for a signed int8 result of
+    VREQ8), zeros up to the padded length; returns false on an inf, NaN or subnormal
+    scale."""
     t = next(t for t in k.tensors if t.name == q.name)
     n = _dim(t.view[0]) if t.view else _dim(t.dims[0])
+    sign = " | (1ull << 46)" if q.signed else ""
     return ["#include <cstring>",
             f"// host side: {q.name} (float32, {n} scales) -> Fixpipe's quantisation "
             f"parameters ({q.padded} x uint64)",
@@ -457,7 +463,7 @@ def _quant_host(k: Kernel, q) -> list[str]:
             "        if (j < n) { std::memcpy(&bits, &scale[j], sizeof(bits)); }",
             "        const uint32_t e = (bits >> 23) & 0xFFu;",
             "        if (e == 0xFFu || (e == 0u && (bits & 0x7FFFFFu) != 0u)) { return false; }",
-            "        out[j] = j < n ? static_cast<uint64_t>(bits) : 0;",
+            f"        out[j] = j < n ? static_cast<uint64_t>(bits){sign} : 0;",
             "    }",
             "    return true;",
             "}"]

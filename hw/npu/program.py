@@ -380,9 +380,11 @@ class CopyOut:
     src: Slot
     dst: GmRegion
     pipe: str = "FIX"
-    scale: float | None = None     # FIX from int32: fp16 of value x scale (DEQF16)
+    #: FIX from int32: fp16 of value x scale (DEQF16), or int8 (REQ8) when the GM
+    #: tensor is int8
+    scale: float | None = None
     #: FIX from int32: fp16 of value x the column's scale, the tile's quantisation
-    #: parameters (uint64, one per column) in this L1 slot (VDEQF16)
+    #: parameters (uint64, one per column) in this L1 slot (VDEQF16; VREQ8 into int8)
     quant: Slot | None = None
 
 
@@ -534,9 +536,13 @@ class FixpipeCall:
     (NZ) -> GM (ND) with the cast ``quant`` (``NoQuant``: fp32, ``F322F16``: fp16,
     ``DEQF16``: int32 to fp16 times the scale ``deq``, passed as ``deqScalar``: the
     float's bits; ``VDEQF16``: int32 to fp16 times each column's scale, read from the
-    uint64 quantisation parameters in L1 at ``cbuf``).  The hardware reads a scale as
-    bits [31:13] of the float (1 sign, 8 exponent, 10 mantissa bits: the lower 13
-    mantissa bits are dropped; asc-devkit docs, matrix-out key feature "随路量化")."""
+    uint64 quantisation parameters in L1 at ``cbuf``; ``REQ8`` / ``VREQ8``: the same
+    into int8, rounded to nearest and saturated, bit 46 of the parameters set for a
+    signed result).  The hardware reads a scale as bits [31:13] of the float (1 sign,
+    8 exponent, 10 mantissa bits: the lower 13 mantissa bits are dropped; asc-devkit
+    docs, matrix-out key feature "随路量化").  ``nSize`` is the tile's valid columns:
+    with NZ2ND (``CFG_ROW_MAJOR``) any value in [0, 4095] (docs/npu.md, "Fixpipe's
+    nSize")."""
     dst: GmRef
     src: Slot
     n_size: Ix
@@ -553,11 +559,21 @@ class FixpipeCall:
     @property
     def deq_scalar(self) -> int:
         """``deqScalar`` as the docs build it: ``static_cast<uint64_t>(*reinterpret_cast<
-        int32_t*>(&scale))`` (0 without a scale)."""
+        int32_t*>(&scale))`` (0 without a scale); for ``REQ8`` the float's bits
+        zero-extended (a negative scale's sign extension would set the shift, MCB and
+        offset fields) with bit 46, the signed-result flag, as the docs' example sets it
+        (``data_copy_l0c2gm.asc``)."""
         if self.deq is None:
             return 0
         import struct
+        if self.quant == "REQ8":
+            return struct.unpack("<I", struct.pack("<f", self.deq))[0] | REQ8_SIGNED
         return struct.unpack("<i", struct.pack("<f", self.deq))[0]
+
+
+#: bit 46 of Fixpipe's quantisation parameters: a signed (int8) result of (V)REQ8
+#: (asc-devkit docs, "随路量化", the QUANT_PRE table of __NPU_ARCH__ 2201)
+REQ8_SIGNED = 1 << 46
 
 
 @dataclass(frozen=True)
@@ -750,12 +766,13 @@ class Phase:
 class QuantArg:
     """A kernel argument the caller gives as float32 scales (one per output column) and
     the kernel reads as Fixpipe's uint64 quantisation parameters: the host converts it
-    (each value's float bits in bits [31:0], the rest 0: an fp16 result, no offset, no
-    shift; the asc-devkit docs' QUANT_PRE table, whose bit 46 would mark a signed int8
-    result of REQ8, not built) and pads it to ``padded`` entries (whole 32-byte blocks
-    for the copy to L1)."""
+    (each value's float bits in bits [31:0], no shift, no offset; bit 46 set when
+    ``signed``: a signed int8 result of ``VREQ8``; the asc-devkit docs' QUANT_PRE
+    table) and pads it to ``padded`` entries (whole 32-byte blocks for the copy to
+    L1)."""
     name: str
     padded: str
+    signed: bool = False
 
 
 @dataclass(frozen=True)

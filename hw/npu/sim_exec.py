@@ -243,7 +243,9 @@ _QUANT_OUT = {("F322F16", "float32"): np.dtype(np.float16),
               ("NoQuant", "float32"): np.dtype(np.float32),
               ("NoQuant", "int32"): np.dtype(np.int32),
               ("DEQF16", "int32"): np.dtype(np.float16),
-              ("VDEQF16", "int32"): np.dtype(np.float16)}
+              ("VDEQF16", "int32"): np.dtype(np.float16),
+              ("REQ8", "int32"): np.dtype(np.int8),
+              ("VREQ8", "int32"): np.dtype(np.int8)}
 
 #: the Fixpipe buffer holds 256 quantisation parameters: a tensor-quantised Fixpipe of
 #: more columns runs in chunks of 128 (GenFixpipeTilingV220, impl/basic_api/dav_c220/
@@ -260,6 +262,58 @@ def fixpipe_scale(bits) -> np.ndarray:
     return b.astype(np.uint32).view(np.float32)
 
 
+def fixpipe_params_error(n: int, m: int, src_stride: int, dst_stride: int,
+                         nz2nd: bool = True) -> str | None:
+    """What is wrong with ``FixpipeParamsV220{nSize = n, mSize = m, srcStride,
+    dstStride}`` (L0C -> GM), or None.  The ranges of the docs' FixpipeParamsV220 table
+    (Fixpipe, L0C -> GM: nSize in [0, 4095]; mSize in [0, 8192] with NZ2ND, [0, 65535]
+    without; srcStride in [0, 65535] C0 units, at least mSize rounded up to 16;
+    dstStride not 0) and its constraint that destinations do not overlap (with NZ2ND a
+    row is ``dstStride`` elements apart: at least ``nSize``).  nSize must be a multiple
+    of 16 without NZ2ND (an NZ result); with NZ2ND it is the tile's valid columns, any
+    value (the NZ2ND pseudo code walks ceil(nSize / 16) blocks; the API's own Matmul
+    passes a tail's width, ``copy_cube_out_utils.h``; the A3510 check allows 1..4095 to
+    GM) -- docs/npu.md, "Fixpipe's nSize", cites the sources and the one table that
+    says otherwise."""
+    if not 0 <= n <= 4095:
+        return f"nSize = {n} outside [0, 4095]"
+    top = 8192 if nz2nd else 65535
+    if not 0 <= m <= top:
+        return f"mSize = {m} outside [0, {top}]" + (" (NZ2ND)" if nz2nd else "")
+    if not nz2nd and n % 16:
+        return f"nSize = {n} is not a multiple of 16 (an NZ result)"
+    if not (n and m):
+        return None                  # a NOP
+    if not -(-m // 16) * 16 <= src_stride <= 65535:
+        return f"srcStride = {src_stride} outside [{-(-m // 16) * 16}, 65535] (mSize {m})"
+    if dst_stride == 0:
+        return "dstStride = 0"
+    if nz2nd and m > 1 and dst_stride < n:
+        return f"dstStride = {dst_stride} < nSize = {n}: the rows overlap in GM"
+    return None
+
+
+def requant_int8(acc: np.ndarray, words) -> np.ndarray:
+    """Fixpipe's ``REQ8`` / ``VREQ8`` of int32 values ``acc`` with quantisation
+    parameters ``words`` (uint64, broadcast over ``acc``) into int8: the value as float32
+    times the scale read with 10 mantissa bits (:func:`fixpipe_scale`), in float32;
+    clamped to [-256, 255], rounded to nearest even, saturated to [-128, 127] (the
+    docs' golden script ``fixpipe_l0c2gm/scripts/gen_data_s322s8.py``: ``np.clip``
+    then ``np.round``; integer results only saturate).  The shift (MCB, bits [36:32])
+    and offset (bits [45:37]) fields are not modelled -- polycomp leaves them 0 and the
+    docs' table and golden script disagree on the shift -- and bit 46 must mark the
+    signed result."""
+    w = np.asarray(words, np.uint64)
+    if ((w >> np.uint64(32)) & np.uint64(0x3FFF)).any():
+        raise NpuCapacityError("Fixpipe REQ8: the shift / offset fields of the "
+                               "quantisation parameters are not modelled (set to 0)")
+    if not ((w >> np.uint64(46)) & np.uint64(1)).all():
+        raise NpuCapacityError("Fixpipe REQ8 into int8 without the signed-result flag "
+                               "(bit 46) of its quantisation parameters: that writes uint8")
+    x = acc.astype(np.float32) * fixpipe_scale(w)
+    return np.rint(np.clip(x, -256.0, 255.0)).clip(-128, 127).astype(np.int8)
+
+
 def _fb_chunks(n: int) -> list[int]:
     """The columns of each chunk of a tensor-quantised Fixpipe of ``n`` columns."""
     if n <= FB_QUANT_MAX:
@@ -272,9 +326,12 @@ def _fixpipe(core: Core, s: FixpipeCall, env: dict) -> int:
     b = s.src.buf
     what = f"Fixpipe {b.name} -> {s.dst.tensor.name}"
     n, m = s.n_size.eval(env), s.m_size.eval(env)
+    src_stride, dst_stride = s.src_stride.eval(env), s.dst_stride.eval(env)
+    err = fixpipe_params_error(n, m, src_stride, dst_stride)
+    if err:
+        raise NpuCapacityError(f"{what}: FixpipeParamsV220 {err}")
     if not (n and m):
         return core.p.local_latency
-    src_stride, dst_stride = s.src_stride.eval(env), s.dst_stride.eval(env)
     mm = np.arange(m)[:, None]
     nn = np.arange(n)[None, :]
     sidx = s.src.offset.eval(env) + (nn // 16) * src_stride * 16 + mm * 16 + nn % 16
@@ -294,13 +351,19 @@ def _fixpipe(core: Core, s: FixpipeCall, env: dict) -> int:
             assert s.deq is not None
             m1 = fixpipe_scale(np.uint64(s.deq_scalar & 0xFFFFFFFF))
             g[didx] = (src[sidx].astype(np.float32) * m1).astype(out_dt)
-        elif s.quant == "VDEQF16":   # times the column's scale, from L1 through the FB
+        elif s.quant == "REQ8":      # times the scale, rounded and saturated to int8
+            assert s.deq is not None
+            g[didx] = requant_int8(src[sidx], np.uint64(s.deq_scalar))
+        elif s.quant in ("VDEQF16", "VREQ8"):   # the column's scale, from L1 via the FB
             assert s.cbuf is not None
             q = core.buffer(s.pipe, s.cbuf, env, False, what)
             qidx = s.cbuf.offset.eval(env) + np.arange(n)
             _check(what, q, qidx, s.cbuf.buf.name)
-            m1 = fixpipe_scale(q[qidx])
-            g[didx] = (src[sidx].astype(np.float32) * m1[None, :]).astype(out_dt)
+            if s.quant == "VREQ8":
+                g[didx] = requant_int8(src[sidx], q[qidx][None, :])
+            else:
+                m1 = fixpipe_scale(q[qidx])
+                g[didx] = (src[sidx].astype(np.float32) * m1[None, :]).astype(out_dt)
             chunks = _fb_chunks(n)
             fb = sum(-(-c * 8 // FB_BURST) * FB_BURST for c in chunks)
             core.count_bytes("L1->FB", fb)

@@ -11,6 +11,7 @@ Conventions used by every pass:
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import islpy as isl
 
@@ -142,6 +143,31 @@ def violated_dependences(schedule: isl.Schedule, deps: isl.UnionMap) -> isl.Unio
         later_or_equal = smap.apply_range(ge).apply_range(smap.reverse())  # S(a) >= S(b)
         bad = bad.union(deps.intersect(later_or_equal))
     return bad
+
+
+@dataclass(eq=False)
+class RelaxedDependences:
+    """State slot (``state.slot(RelaxedDependences)``) of the dependences a schedule
+    pass proved it may reverse (``scop-push``: two max/min updates of one integer
+    element commute), for the debug legality check after every pass
+    (:mod:`polycomp.pass_manager`): ``relaxed``, pairs of the model's dependences that
+    need not hold any more, and ``required``, what the pass checked instead (every
+    memory dependence of the reordered instances other than the relaxed pairs; the
+    model's flow/anti/output relations are transitively reduced, so subtracting the
+    relaxed links alone would drop the orders they imply)."""
+    relaxed: isl.UnionMap | None = None
+    required: isl.UnionMap | None = None
+
+    def add(self, relaxed: isl.UnionMap, required: isl.UnionMap) -> None:
+        self.relaxed = relaxed if self.relaxed is None else self.relaxed.union(relaxed)
+        self.required = required if self.required is None else \
+            self.required.union(required)
+
+    def apply(self, deps: isl.UnionMap) -> isl.UnionMap:
+        """``deps`` without the relaxed pairs, with the required ones."""
+        if self.relaxed is None or self.required is None:
+            return deps
+        return deps.subtract(self.relaxed).union(self.required)
 
 
 def is_legal(schedule: isl.Schedule, deps: isl.UnionMap) -> bool:

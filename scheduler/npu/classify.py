@@ -46,9 +46,12 @@ class Dequant:
     """The one stage after an int32 matmul ``C`` that Fixpipe can apply on its way out
     of L0C: ``out[i, j] = cast(cast(C[i, j], float32) * s, float16)`` (or ``s * ...``)
     with ``s`` a constant (``value``: the per-tensor ``DEQF16``) or ``scale[j]``, a 1-d
-    float32 input read at the column (``tensor``: the per-channel ``VDEQF16``)."""
+    float32 input read at the column (``tensor``: the per-channel ``VDEQF16``); or, with
+    ``out_dtype`` int8, the requantisation ``cast(min(max(cast(C[i, j], float32) * s,
+    -128.0), 127.0), int8)`` (either nesting of the clamp; ``REQ8`` / ``VREQ8``)."""
     value: float | None = None
     tensor: str | None = None
+    out_dtype: str = "float16"
 
 
 def fixpipe_exact(v: float) -> bool:
@@ -62,18 +65,48 @@ def fixpipe_exact(v: float) -> bool:
         not bits & 0x1FFF
 
 
+def requant_exact(v: float) -> bool:
+    """A constant scale with which Fixpipe's ``REQ8`` computes the DSL's
+    ``cast(min(max(C * v, -128.0), 127.0), int8)`` bit for bit: Fixpipe reads it
+    exactly (:func:`fixpipe_exact`) and it is an integer, so every product in the int8
+    range is an integer and rounding it to nearest (the hardware) or toward zero (the
+    DSL's cast) agree; products past the range saturate both ways."""
+    return fixpipe_exact(v) and float(v).is_integer()
+
+
+def _clamped(e) -> ir.Expr | None:
+    """``x`` of ``min(max(x, -128.0), 127.0)`` or ``max(min(x, 127.0), -128.0)`` (either
+    argument order); None otherwise."""
+    def part(n, op: str, bound: float):
+        if isinstance(n, ir.Binary) and n.op == op:
+            for x, c in ((n.a, n.b), (n.b, n.a)):
+                if isinstance(c, ir.FloatImm) and float(c.value) == bound:
+                    return x
+        return None
+    for outer, ob, inner, ib in (("min", 127.0, "max", -128.0), ("max", -128.0, "min", 127.0)):
+        x = part(e, outer, ob)
+        x = part(x, inner, ib) if x is not None else None
+        if x is not None:
+            return x
+    return None
+
+
 def dequant(stages) -> Dequant | None:
     """The :class:`Dequant` of an int32 matmul stage followed by exactly one stage
-    ``out[i, j] = cast(cast(C[i, j], float32) * s, float16)``; None for anything else
-    (a per-row ``scale[i]``, a bias, another output type: a vector epilogue)."""
+    ``out[i, j] = cast(cast(C[i, j], float32) * s, float16)`` or its int8
+    requantisation; None for anything else (a per-row ``scale[i]``, a bias, another
+    output type: a vector epilogue)."""
     if len(stages) != 2 or stages[0].output.dtype != "int32" or \
-            stages[1].output.dtype != "float16" or stages[1].is_reduction:
+            stages[1].output.dtype not in ("float16", "int8") or stages[1].is_reduction:
         return None
     e, s = stages[1].body, stages[1]
-    if not (isinstance(e, ir.Cast) and e.dtype == "float16" and isinstance(e.value, ir.Binary)
-            and e.value.op == "*"):
+    out = s.output.dtype
+    if not (isinstance(e, ir.Cast) and e.dtype == out):
         return None
-    a, b = e.value.a, e.value.b
+    prod = e.value if out == "float16" else _clamped(e.value)
+    if not (isinstance(prod, ir.Binary) and prod.op == "*"):
+        return None
+    a, b = prod.a, prod.b
     if isinstance(a, (ir.FloatImm, ir.Load)) and not _is_acc(a, stages[0].name):
         a, b = b, a
     if not _is_acc(a, stages[0].name):
@@ -85,11 +118,11 @@ def dequant(stages) -> Dequant | None:
             any(not isinstance(i, ir.Var) or i.name != n for i, n in zip(idx, iters)):
         return None
     if isinstance(b, ir.FloatImm):
-        return Dequant(value=float(b.value))
+        return Dequant(value=float(b.value), out_dtype=out)
     if isinstance(b, ir.Load) and b.dtype == "float32" and len(b.indices) == 1 and \
             isinstance(b.indices[0], ir.Var) and b.indices[0].name == iters[1] and \
             b.buffer.name in {t.name for t in _inputs(stages)}:
-        return Dequant(tensor=b.buffer.name)
+        return Dequant(tensor=b.buffer.name, out_dtype=out)
     return None
 
 

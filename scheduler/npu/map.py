@@ -45,7 +45,15 @@ from polycomp.scheduler.common.contraction import Contraction, match_contraction
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.state import CompileState
 
-from .classify import Dequant, dequant, epilogue_matmul, fixpipe_exact, is_matmul, plain_matmul
+from .classify import (
+    Dequant,
+    dequant,
+    epilogue_matmul,
+    fixpipe_exact,
+    is_matmul,
+    plain_matmul,
+    requant_exact,
+)
 from .conv import ConvMatch, check_extents, match_conv
 from .cube import cube_tiles
 from .phases import SubGraph, split_phases
@@ -99,9 +107,13 @@ def _by_fixpipe(dq: Dequant, options) -> bool:
     exactly (at most 10 mantissa bits) or with option ``fixpipe_quant``; a per-column
     scale tensor (``VDEQF16``) only with option ``fixpipe_quant``, since the hardware
     drops each scale's lower 13 mantissa bits (values unknown here).  Otherwise the
-    vector epilogue computes it in float32 (exact)."""
+    vector epilogue computes it in float32 (exact).  An int8 requantisation (``REQ8`` /
+    ``VREQ8``) rounds to nearest even where the DSL's cast truncates: a constant scale
+    only when that cannot differ (:func:`requant_exact`), otherwise only with option
+    ``fixpipe_quant``."""
     if dq.value is not None:
-        return fixpipe_exact(dq.value) or options.fixpipe_quant
+        exact = requant_exact if dq.out_dtype == "int8" else fixpipe_exact
+        return exact(dq.value) or options.fixpipe_quant
     return options.fixpipe_quant
 
 
@@ -124,8 +136,9 @@ def _single(graph, target: Target, options, lm: NpuLoweringModel) -> Plan:
         # a per-column scale: its uint64 parameters share L1 with the operands
         tiles = cube_tiles(target, options, _itemsize("int8"),
                            l1_col_bytes=8 if dq.tensor is not None else 0)
-        return CubePlan(stages[0].name, c, False, "int8", "float16", tiles, graph,
-                        (stages[1].name,), deq_scale=dq.value, deq_tensor=dq.tensor)
+        return CubePlan(stages[0].name, c, False, "int8", dq.out_dtype, tiles, graph,
+                        (stages[1].name,), deq_scale=dq.value, deq_tensor=dq.tensor,
+                        deq_out=dq.out_dtype)
     if c is not None:
         if c.a.load.dtype == "int8" and stages[0].output.dtype != "int32":
             raise TargetError(f"npu: {stages[0].name}: int8 operands accumulate in int32; "
@@ -307,10 +320,12 @@ def _describe(plan: Plan | PhasesPlan) -> str:
     if isinstance(plan, CubePlan):
         t = plan.tiles
         epi = f" with a vector epilogue ({', '.join(plan.epilogue)})" if plan.epilogue else ""
+        how = "requantised to int8" if plan.deq_out == "int8" else "dequantised"
+        mode = "REQ8" if plan.deq_out == "int8" else "DEQF16"
         if plan.deq_scale is not None:
-            epi = f" dequantised by Fixpipe (DEQF16, scale {plan.deq_scale:g})"
+            epi = f" {how} by Fixpipe ({mode}, scale {plan.deq_scale:g})"
         elif plan.deq_tensor is not None:
-            epi = f" dequantised by Fixpipe (VDEQF16, scale {plan.deq_tensor}[j])"
+            epi = f" {how} by Fixpipe (V{mode}, scale {plan.deq_tensor}[j])"
         return (f"{plan.stage}: cube{epi}; output tiles {t.m0}x{t.n0} (L0C), k steps of "
                 f"{t.k0} (L0A/L0B), L1 stages of {t.kl1}")
     if isinstance(plan, ConvPlan):

@@ -79,6 +79,10 @@ class CubePlan:
     #: ``cast(cast(C[i, j], float32) * scale[j], float16)``, applied by Fixpipe per
     #: column (``VDEQF16``, option ``fixpipe_quant``) instead of a vector epilogue
     deq_tensor: str | None = None
+    #: the type Fixpipe writes with ``deq_scale`` / ``deq_tensor``: float16 (``DEQF16``
+    #: / ``VDEQF16``) or int8, the requantisation ``cast(min(max(cast(C, float32) * s,
+    #: -128.0), 127.0), int8)`` (``REQ8`` / ``VREQ8``)
+    deq_out: str = "float16"
 
 
 @dataclass(frozen=True, eq=False)
