@@ -88,9 +88,12 @@ def _uses(cs: CStmt, buf: ir.Buffer) -> bool:
     return bool(found)
 
 
-def _flow(model, by_name, buf, users) -> isl.UnionMap | None:
+def _flow(model, by_name, buf, users, flat: bool = False) -> isl.UnionMap | None:
     """The flow dependences through ``buf`` under the program order, or None when some
-    read of it has no source (or nothing writes it)."""
+    read of it has no source (or nothing writes it).  ``flat``: under the program
+    order as a flat map of ``users`` only (:meth:`~polycomp.model.PolyModel.
+    program_order`: the same relation, at the cost of those statements; under the
+    schedule tree the analysis costs time in the size of the whole tree)."""
     space = model.context.get_space()
     reads = writes = isl.UnionMap.empty(space)
     for cs in users:
@@ -103,8 +106,10 @@ def _flow(model, by_name, buf, users) -> isl.UnionMap | None:
                     writes = writes.union(um)
     if writes.is_empty():
         return None
-    info = isl.UnionAccessInfo.from_sink(reads).set_must_source(writes) \
-        .set_schedule(model.initial_schedule).compute_flow()
+    info = isl.UnionAccessInfo.from_sink(reads).set_must_source(writes)
+    info = info.set_schedule_map(model.program_order([cs.name for cs in users])) if flat \
+        else info.set_schedule(model.initial_schedule)
+    info = info.compute_flow()
     if not info.get_may_no_source().is_empty():
         return None
     return info.get_may_dependence()
@@ -270,7 +275,9 @@ def expand_arrays(program: CProgram) -> None:
         if model is None:       # (re)built only for a candidate that may expand
             model = build_c_model(program)
         by_name = {s.name: s for s in model.statements}
-        flow = _flow(model, by_name, buf, users)
+        # (the flat order: the expansion tests each dependence map's set, so the
+        # relation decides, not how isl splits it into maps)
+        flow = _flow(model, by_name, buf, users, flat=True)
         if flow is None:
             continue
         shape, idx = _expansion(model, by_name, users, flow, g)

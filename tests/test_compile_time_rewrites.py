@@ -193,3 +193,46 @@ def test_host_program_one_walk_matches_the_direct_questions(op):
         assert all(ir.structural_equal(a, b) for a, b in zip(info.grid, grid))
         assert info.block == block and info.tensor_maps == maps and not wgmma
         assert info.buffers == buffers
+
+
+_ROW_TEMP = ("void k(int n, int m, float A[n][m], float B[n][m], float s[m]) {\n"
+             "  for (int i = 0; i < n; i++) {\n"
+             "    for (int j = 0; j < m; j++) s[j] = A[i][j] * 2.0f;\n"
+             "    for (int j = 0; j < m; j++) B[i][j] = s[j] + s[m - 1 - j];\n"
+             "  }\n}\n")
+
+
+@pytest.mark.parametrize("kernel", ["row_temp", "syr2k_like.c", "lu_like.c",
+                                    "seidel_like.c", "fdtd2d_like.c"])
+def test_privatisation_flow_under_the_flat_order_equals_the_tree_one(kernel, monkeypatch):
+    """expand_arrays' dataflow analysis of an array under the flat program order of
+    its statements gives the relation the analysis under the whole schedule tree
+    gives (and the same verdict on reads without a source)."""
+    import os
+
+    from polycomp.frontend import c_reader
+    from polycomp.frontend.c_expand import _flow, _uses
+    from polycomp.frontend.c_model import build_c_model
+    from polycomp.frontend.c_reader import load_c_kernels
+    if kernel == "row_temp":    # before privatisation: s is written, then read
+        monkeypatch.setattr(c_reader, "expand_arrays", lambda program: None)
+        program = c_reader.read_c_kernel(_ROW_TEMP).program
+    else:
+        path = os.path.join(os.path.dirname(__file__), "c_scop_kernels", kernel)
+        program = load_c_kernels(path)[0].program
+    model = build_c_model(program)
+    by_name = {s.name: s for s in model.statements}
+    arrays = [a.buffer for a in program.graph.arrays] + \
+        [t.buffer for t in program.graph.temporaries]
+    checked, flows = 0, 0
+    for buf in arrays:
+        users = [cs for cs in program.statements if _uses(cs, buf)]
+        if not users:
+            continue
+        tree, flat = (_flow(model, by_name, buf, users, flat=f) for f in (False, True))
+        assert (tree is None) == (flat is None), buf.name
+        if tree is not None:
+            assert tree.is_equal(flat), buf.name
+            flows += not tree.is_empty()
+        checked += 1
+    assert checked and (flows or kernel != "row_temp")
