@@ -106,10 +106,10 @@ def _flow(model, by_name, buf, users, flat: bool = False) -> isl.UnionMap | None
                     writes = writes.union(um)
     if writes.is_empty():
         return None
-    info = isl.UnionAccessInfo.from_sink(reads).set_must_source(writes)
-    info = info.set_schedule_map(model.program_order([cs.name for cs in users])) if flat \
-        else info.set_schedule(model.initial_schedule)
-    info = info.compute_flow()
+    access = isl.UnionAccessInfo.from_sink(reads).set_must_source(writes)
+    access = access.set_schedule_map(model.program_order([cs.name for cs in users])) \
+        if flat else access.set_schedule(model.initial_schedule)
+    info = access.compute_flow()
     if not info.get_may_no_source().is_empty():
         return None
     return info.get_may_dependence()
@@ -228,9 +228,11 @@ class _Replace(ir.Mutator):
 # --------------------------------------------------------------------------- arrays
 
 
-def expand_arrays(program: CProgram) -> None:
+def expand_arrays(program: CProgram):
     """Privatise the arrays that each iteration of some outer loops writes before it
     reads them (in place; what PPCG calls privatisation, done as an expansion).
+    Returns the model of the program as it is on return when one was built after its
+    last change (None otherwise: the caller that needs one builds it).
 
     Assumes: :func:`expand_scalars` has run (scalars are expanded or left alone).
 
@@ -260,7 +262,7 @@ def expand_arrays(program: CProgram) -> None:
     cands = [t for t in g.temporaries if t.buffer.shape] + \
         [a for a in g.outputs if a.buffer.shape]
     if not cands or not program.statements:
-        return
+        return None
     from .c_model import build_c_model
     model = None
     steps = _loop_steps(program.tree)
@@ -307,6 +309,7 @@ def expand_arrays(program: CProgram) -> None:
             loop.body = CSeq(list(loop.body.children) + [copy[1]]) \
                 if isinstance(loop.body, CSeq) else CSeq([loop.body, copy[1]])
         model = None
+    return model
 
 
 def _loop_steps(node, out=None) -> dict:

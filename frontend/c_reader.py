@@ -150,10 +150,12 @@ class CKernel:
         from .c_model import build_c_model
         return build_c_model(self.program)
 
-    def check_model(self) -> None:
+    def check_model(self, model: CScopModel | None = None) -> None:
         """Build the model now (raising its errors, such as out-of-bounds accesses)
-        and keep it for the next :meth:`polyhedral_model` call."""
-        self._checked_model = self.polyhedral_model()
+        and keep it for the next :meth:`polyhedral_model` call; ``model``: one already
+        built from this kernel's program as it is (array privatisation's), kept
+        instead."""
+        self._checked_model = model if model is not None else self.polyhedral_model()
 
     def __repr__(self):
         return (f"<polycomp C kernel {self.name}({', '.join(self.params)}; in: "
@@ -213,9 +215,9 @@ def _read_c_kernels(source: str, filename: str, include_dirs) -> list[CKernel]:
         program = ScopReader(f, filename, lines, typedefs).read()
         size_local_arrays(program)
         expand_scalars(program)
-        expand_arrays(program)
+        model = expand_arrays(program)    # its model of the program, if it built one
         k = CKernel(program)
-        k.check_model()  # report model-level errors (out-of-bounds accesses) now
+        k.check_model(model)  # report model-level errors (out-of-bounds accesses) now
         out.append(k)
     return out
 

@@ -102,17 +102,20 @@ def _count_model_builds(monkeypatch) -> list:
     return calls
 
 
-def test_reading_and_compiling_a_c_kernel_builds_its_model_once(monkeypatch):
+@pytest.mark.parametrize("nest", ["A[i] = A[i] * 0.5f + {s}.0f;", "B{s}[i] = A[i] + {s}.0f;"],
+                         ids=["in-place", "own-arrays"])
+def test_reading_and_compiling_a_c_kernel_builds_its_model_once(monkeypatch, nest):
     """Arrays whose statements share no loop cannot be privatised (the expansion is
-    indexed by loops around every access): the reader builds no model for them, and
-    the model it builds to report errors is the first compile's.  A second compile
+    indexed by loops around every access): the reader builds no model for them; the
+    model it builds (to report errors, or to test the candidates of its own nests when
+    nothing is privatised) is the first compile's.  A second compile
     builds its own (each compile's model is its own object)."""
     from polycomp.driver import compile_kernel
     from polycomp.frontend.c_reader import read_c_kernel
     calls = _count_model_builds(monkeypatch)
-    nests = "\n".join(f"  for (int i = 0; i < N; i++) A[i] = A[i] * 0.5f + {s}.0f;"
-                      for s in range(4))
-    k = read_c_kernel(f"void k(int N, float A[N]) {{\n{nests}\n}}\n")
+    nests = "\n".join("  for (int i = 0; i < N; i++) " + nest.format(s=s) for s in range(4))
+    arrays = "".join(f", float B{s}[N]" for s in range(4))
+    k = read_c_kernel(f"void k(int N, float A[N]{arrays}) {{\n{nests}\n}}\n")
     assert len(calls) == 1
     first = compile_kernel(k, "c")
     assert len(calls) == 1
