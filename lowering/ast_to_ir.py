@@ -446,11 +446,13 @@ def lower_schedule(model: PolyModel, schedule: isl.Schedule, extra_statements: d
 def origin_to_ir(origin: isl.MultiPwAff, env: dict, model) -> list[ir.Expr] | None:
     """``origin`` (a function of the prefix schedule ``c_0..``) as IR on the enclosing
     loops' variables ``env`` (by name); a dimension isl generated no loop for (a single
-    value) takes that value from the origin's domain.  None when one cannot be read."""
+    value) takes that value from the origin's domain; a parameter a pass added (not the
+    model's: ``cpu_row_ranges``' ``lo``) reads the variable of its name in ``env`` (the
+    let that binds it).  None when one cannot be read."""
     from .simplify import simplify
     out = []
     n_in = origin.dim(isl.dim_type.in_)
-    params = list(model.params)
+    params = list(model.params) + list(env.values())
     fixed = {}
     for k in range(n_in):
         v = env.get(f"c{k}")

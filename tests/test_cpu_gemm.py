@@ -139,12 +139,47 @@ def _check_shared(path, m, n, k, seed, tiles):
 @given(m=st.sampled_from([13, 25, 37, 61]), n=st.sampled_from([1, 16, 17, 47, 64]),
        k=st.sampled_from([1, 3, 31, 67]), seed=st.integers(0, 2 ** 31))
 def test_shared_packed_y_block_avx2(m, n, k, seed):
-    """Several row blocks (``MC`` = 12 < m), several j and k blocks, tails, extent 1."""
-    _check_shared("avx2", m, n, k, seed, (12, 32, 16))
+    """Several row blocks (``MC`` = 12 < m), several j and k blocks, tails, extent 1
+    (the shared form on request: ``POLYCOMP_GEMM_SHARED=1``)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("POLYCOMP_GEMM_SHARED", "1")
+        _check_shared("avx2", m, n, k, seed, (12, 32, 16))
 
 
-def test_shared_form_only_with_several_row_blocks():
-    """``M <= MC`` keeps the per-thread form; so does a 1-thread plan."""
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+def test_dynamic_row_tiles_exact_at_one_and_two_threads(monkeypatch):
+    """Constant odd/prime sizes at 2 planned threads, default blocking, the shared-panel
+    form and dynamic row tiles asked for: its row tiles (61 rows: 24 + 24 + 13, a
+    partial register tile) are handed out one at a time (``schedule(dynamic)``); 1 and
+    2 threads give the same bits (each element's sum runs in the same order whichever
+    thread takes its tile), within float32 rounding of numpy."""
+    monkeypatch.setenv("POLYCOMP_GEMM_SHARED", "1")
+    monkeypatch.setenv("POLYCOMP_GEMM_DYNAMIC", "1")
+    m, n, k = 61, 47, 67
+    ck = compile_kernel(_matmul(m, n, k, "dyn_rows"), _target("avx2", 2))
+    notes = " ".join(" ".join(v) for v in ck.notes.values())
+    assert "shared packed Y block (handed out one at a time)" in notes, notes
+    assert "MC=24 " in notes and "schedule(dynamic)" in ck.source, notes
+    rng = np.random.default_rng(5)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    f = CFunction(ck.final_ir, build_shared(ck.source, flags=DEFAULT_FLAGS))
+    got = {}
+    for threads in (1, 2, 2):
+        f.threads = threads
+        got.setdefault(threads, []).append(f(A, B))
+    np.testing.assert_allclose(got[1][0], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+    for out in got[2]:
+        np.testing.assert_array_equal(out, got[1][0])
+
+
+def test_shared_form_only_with_several_row_blocks(monkeypatch):
+    """Asked for, the shared form still needs ``M > MC``: ``M <= MC`` keeps the
+    per-thread form; so does a 1-thread plan; and without asking every size does."""
+    ck = compile_kernel(_matmul(512, 64, 64, "per_thread_default"), _target("avx2", 2),
+                        {"gemm_tiles": (12, 32, 16)})
+    assert "shared packed" not in " ".join(" ".join(v) for v in ck.notes.values())
+    monkeypatch.setenv("POLYCOMP_GEMM_SHARED", "1")
     ck = compile_kernel(_matmul(12, 64, 64, "one_block"), _target("avx2", 2),
                         {"gemm_tiles": (12, 32, 16)})
     notes = " ".join(" ".join(v) for v in ck.notes.values())
@@ -160,4 +195,6 @@ def test_shared_form_only_with_several_row_blocks():
 @given(m=st.sampled_from([13, 37]), n=st.sampled_from([1, 71, 130]),
        k=st.sampled_from([1, 67]), seed=st.integers(0, 2 ** 31))
 def test_shared_packed_y_block_avx512(path, m, n, k, seed):
-    _check_shared(path, m, n, k, seed, (12, 64, 16))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("POLYCOMP_GEMM_SHARED", "1")
+        _check_shared(path, m, n, k, seed, (12, 64, 16))

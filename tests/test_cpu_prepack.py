@@ -139,7 +139,9 @@ def test_weight_gemm_blocks_balanced_and_symbolic_rows_in_small_row_tiles(rows):
     """A 768-wide pre-packed weight in column blocks of 384 (two, the width covered
     exactly: no padding to 960 as with the nominal 480); with symbolic rows at 2 threads
     the row tiles are ``SMALL_M_PANELS`` register rows (32), so a call of 64 .. 256 rows
-    has a row tile per thread (``MC`` = 256 ran 128 rows on one thread).  Compile only."""
+    has a row tile per thread (``MC`` = 256 ran 128 rows on one thread); 128 constant
+    rows take one tile of 64 rows per thread, in the per-thread order (one parallel
+    region: no shared-panel order for a weight that is not copied).  Compile only."""
     m = pc.sym("M") if rows == "M" else rows
     ck = compile_kernel(_matmul_kernel(m, 768, 768, f"pp_bal_{rows}"),
                         *_weight_gemm("cpu-avx512", 2, prepack=("B",)))
@@ -148,6 +150,33 @@ def test_weight_gemm_blocks_balanced_and_symbolic_rows_in_small_row_tiles(rows):
     blocks, _, panels, _, nr = rec.packed_shape
     assert "NC=384" in notes and blocks * panels * nr == 768, (notes, rec.packed_shape)
     assert ("MC=32 " in notes) == (rows == "M") and "parallel over i tiles" in notes, notes
+    assert "shared" not in notes and "one at a time" not in notes, notes
+
+
+def test_prepacked_dynamic_row_tiles_exact_at_one_and_two_threads(monkeypatch):
+    """Constant prime rows, the weight pre-packed, 2 planned threads, dynamic row tiles
+    asked for (``POLYCOMP_GEMM_DYNAMIC=1``): the per-thread order (one parallel region,
+    no shared-panel order) with row tiles of 4 register rows handed out one at a time
+    (97 rows: 32 + 32 + 32 + 1); 1 and 2 threads give the same bits, within float32
+    rounding of numpy."""
+    monkeypatch.delenv("POLYCOMP_GEMM_SHARED", raising=False)
+    monkeypatch.setenv("POLYCOMP_GEMM_DYNAMIC", "1")
+    tgt, opts = _weight_gemm("cpu", 2)
+    m, k, n = 97, 37, 101
+    ck = compile_kernel(_matmul_kernel(m, k, n, "pp_dyn_rows"), tgt, {**opts, "prepack": ("B",)})
+    notes = ck.notes["cpu-backbone-tile"][0]
+    assert "i tiles (handed out one at a time)" in notes and "shared" not in notes, notes
+    assert "schedule(dynamic)" in ck.source and ck.source.count("#pragma omp parallel") == 1
+    (rec,) = prepacked_inputs(ck.state)
+    A, B = _f32(m, k), _f32(k, n)
+    Bp = rec.pack(B)
+    fn = ck.backend.load(ck)
+    fn.threads = 1
+    one = fn(A, Bp)
+    np.testing.assert_allclose(one, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-4)
+    fn.threads = 2
+    for _ in range(2):
+        np.testing.assert_array_equal(fn(A, Bp), one)
 
 
 def test_prepacked_symbolic_rows_small_row_tiles_match_numpy_at_two_threads():

@@ -121,16 +121,30 @@ CASES = {
     "matmul_pack": (matmul, [CpuBackboneTilePass, CpuPackPass]),
     "matmul_epilogue": (matmul_bias_relu, [CpuBackboneTilePass]),
     # jt -> kt -> pack Y (once, all threads) -> parallel i tiles -> pack X
+    # (POLYCOMP_GEMM_SHARED=1, see ENV)
     "matmul_shared_pack": (matmul_const, [CpuBackboneTilePass, CpuPackPass]),
+    # the same, its i tiles (24 rows) handed out one at a time: cpu_parallel:0
+    "matmul_shared_pack_dynamic": (matmul_const, [CpuBackboneTilePass, CpuPackPass]),
+    # default: the per-thread form (one parallel region per call)
+    "matmul_const_per_thread": (matmul_const, [CpuBackboneTilePass, CpuPackPass]),
     # dot-product tiles: no isolation, cpu_microkernel:<n>, grouped pack requests
     "matmul_bf16_dot": (matmul_bf16, [CpuBackboneTilePass, CpuPackPass], TARGET_DOT),
     "matmul_int8_dot": (matmul_int8, [CpuBackboneTilePass, CpuPackPass], TARGET_DOT),
 }
 
 
+#: environment variables a case compiles with (opt-in GEMM forms)
+ENV = {"matmul_shared_pack": {"POLYCOMP_GEMM_SHARED": "1"},
+       "matmul_shared_pack_dynamic": {"POLYCOMP_GEMM_SHARED": "1", "POLYCOMP_GEMM_DYNAMIC": "1"}}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_golden_tree(case, goldens):
+def test_golden_tree(case, goldens, monkeypatch):
     kernel, passes, *target = CASES[case]
+    for name in ("POLYCOMP_GEMM_SHARED", "POLYCOMP_GEMM_DYNAMIC"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in ENV.get(case, {}).items():
+        monkeypatch.setenv(name, value)
     model = kernel.polyhedral_model()
     ctx = CompileState(model, target[0] if target else TARGET, {})
     sched = model.initial_schedule

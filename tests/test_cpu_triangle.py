@@ -8,7 +8,8 @@ scheduler/cpu/scop_symm.py, hw/cpu/microkernel.py):
   tiles with per-row masks (not a generic nest; the mirror triangle ``j >= i`` is not on
   the micro-kernel): the built kernel equals numpy's product on the triangle and leaves
   the other triangle alone, at odd, prime and extent-1 sizes;
-* symm with two threads: one parallel loop over column blocks around its three phases,
+* symm with two threads: one parallel loop over column panels around its three phases
+  (OpenMP's static schedule: contiguous ranges of whole panels; the body printed once),
   the built kernel equals numpy (three 120-row steps at 251 rows) and reads no element
   of ``A`` above the diagonal (NaN there).
 
@@ -27,7 +28,7 @@ from polycomp.driver import compile_kernel
 from polycomp.frontend.c_reader import read_c_kernel
 from polycomp.hw.target import get_target
 from polycomp.scheduler.cpu.scop_gemm import _row_lengths, cyclic_tiles
-from polycomp.scheduler.cpu.scop_symm import _balanced_thread, column_blocks, match_symm
+from polycomp.scheduler.cpu.scop_symm import _within_panels, column_panels, match_symm
 
 _AVX512 = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
 TARGET2 = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threads=2))
@@ -123,16 +124,28 @@ def test_triangle_is_cyclic_and_its_diagonal_tiles_are_micro_kernels(lower):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14, err_msg=f"{n}x{m}")
 
 
-def test_symm_runs_one_parallel_loop_over_column_blocks():
+def test_symm_runs_one_parallel_loop_over_column_panels():
     k = read_c_kernel(SYMM, "symm_cols")
     model = k.polyhedral_model()
     m = match_symm(list(model.statements))
     assert not isinstance(m, str), m
-    assert column_blocks(list(model.statements), 32, 1) is None
-    assert column_blocks(list(model.statements), 32, 2) is not None
+    assert column_panels(list(model.statements), 32, 1) is None
+    panels = column_panels(list(model.statements), 32, 2)
+    assert panels is not None
+    # every dependence stays in its panel; one across panels would not
+    assert _within_panels(model.dependences, panels)
+    z = next(s for s in model.statements if len(s.iters) == 2)     # temp2[i][j] = 0
+    across = isl.UnionMap(f"{{ {z.name}[i, j] -> {z.name}[i + 1, j + 32] }}")
+    assert not _within_panels(across, panels)
     ck = compile_kernel(k, TARGET2)
-    assert any("split in three phases" in x for x in ck.notes["scop-symm"]), ck.notes
+    assert any("split in three phases" in x and "parallel over 32-column panels" in x
+               for x in ck.notes["scop-symm"]), ck.notes
     assert ck.source.count("#pragma omp parallel") == 1, "one parallel region"
+    # the panel loop, statically scheduled (contiguous ranges of whole panels per
+    # thread), and the body printed once: the micro-kernels of P's rectangle and its
+    # diagonal block, M's diagonal block and rectangle
+    assert ck.source.count("schedule(static)") == 1
+    assert ck.final_ir.counts.microkernels == 4, ck.final_ir.counts
     f = ck.backend.load(ck)
     rng = np.random.default_rng(11)
     for mm, nn in ((1, 1), (7, 3), (61, 200), (130, 71), (251, 37)):
@@ -150,37 +163,15 @@ def test_symm_runs_one_parallel_loop_over_column_blocks():
         np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13, err_msg=f"{mm}x{nn}")
 
 
-@pytest.mark.parametrize("threads, n, want", [
-    (2, 1200, [608, 592]), (2, 131, [64, 67]), (2, 37, [32, 5]), (2, 1, [0, 1]),
-    (3, 1200, [416, 384, 400])])
-def test_symm_threads_take_balanced_ranges_of_whole_panels(threads, n, want):
-    """symm's column split: thread ``t`` from column ``32 floor((2tn + 32T) / 64T)``
-    (``tn/T`` to the nearest panel), contiguous; cyclic blocks of 192 columns gave
-    624 / 576 at 1200 columns."""
-    d = isl.Set("[m, n] -> { S[i, j] : 0 <= i < m and 0 <= j < n }")
-    th = _balanced_thread(d, 1, 32, threads)
-    assert th is not None
-    row = d.intersect(isl.Set(f"[m, n] -> {{ S[i, j] : m = 1 and n = {n} and i = 0 }}"))
-    got = []
-    for t in range(threads):
-        cols = th.eq_set(isl.PwAff(f"[m, n] -> {{ S[i, j] -> [({t})] }}")).intersect(row)
-        got.append(cols.count_val().to_python())
-        if got[-1]:
-            lo = cols.lexmin().sample_point().get_coordinate_val(isl.dim_type.set, 1)
-            assert lo.to_python() % 32 == 0 or t == 0, (t, lo)
-    assert got == want
-
-
-def test_symm_constant_sizes_blocks_of_whole_panels():
-    """Constant sizes: column blocks of an even number of panels, a thread's share
-    (131 columns: 5 panels, blocks of 4; the threads' ranges 64 / 67 columns, whole
-    panels), the built kernel equals numpy."""
+def test_symm_constant_sizes_split_whole_panels():
+    """Constant sizes (131 columns: 4 whole panels and 3 columns): the same panel loop,
+    the built kernel equals numpy."""
     src = SYMM.replace("symm_cols", "symm_const").replace("[m][n]", "[77][131]") \
         .replace("[m][m]", "[77][77]").replace("i < m", "i < 77").replace("j < n", "j < 131")
     k = read_c_kernel(src, "symm_const")
-    blocks = column_blocks(list(k.polyhedral_model().statements), 32, 2)
-    assert blocks is not None and blocks[2] == 128, blocks
+    assert column_panels(list(k.polyhedral_model().statements), 32, 2) is not None
     ck = compile_kernel(k, TARGET2)
+    assert "for (int64_t c0 = 0; c0 < 5; ++c0)" in ck.source.replace("c0 <= 4", "c0 < 5")
     f = ck.backend.load(ck)
     rng = np.random.default_rng(2)
     A, B, C = rng.uniform(-1, 1, (77, 77)), rng.uniform(-1, 1, (77, 131)), \

@@ -127,11 +127,13 @@ class CpuBackend(Backend):
         from .local_tile import localize
         from .pack import pack
         from .parallel_marks import parallelize_marked
-        passes = [ir_pass("pack", pack),  # before simplify
+        from .row_ranges import realise_row_ranges
+        passes = [ir_pass("row-ranges", realise_row_ranges),  # before pack
+                  ir_pass("pack", pack),  # before simplify
                   ir_pass("local-tiles", localize),  # before simplify
                   body_pass("simplify", simplify)]
         if state.cpu_options.parallel:
-            passes.append(ir_pass("omp-parallel", lambda f, s: parallelize_marked(f)))
+            passes.append(ir_pass("omp-parallel", parallelize_marked))
         return passes
 
     def codegen_passes(self, state: CompileState) -> list[IRPass]:

@@ -17,6 +17,7 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import UsageError
 from polycomp.hw.clike import C_PRELUDE, CLikePrinter, legalize_names
+from polycomp.hw.cpu.parallel_marks import omp_schedule
 
 #: First line of generated C under ``fp_exact``: gcc then contracts no ``a*b + c`` into
 #: an FMA in this file whatever ``-ffp-contract`` the build passes.
@@ -82,7 +83,7 @@ class CPrinter(CLikePrinter):
 
     def for_(self, s: ir.For) -> None:
         if s.kind == "parallel":
-            self.emit("#pragma omp parallel for schedule(static)")
+            self.emit(f"#pragma omp parallel for {omp_schedule(s)}")
         elif s.kind == "vectorized":
             self.emit("#pragma omp simd")
         elif s.kind == "unrolled":

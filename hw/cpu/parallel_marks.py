@@ -12,30 +12,47 @@ left serial (the simplifier removes them).  A ``cpu_wavefront`` mark (the time-t
 stencils of :mod:`polycomp.scheduler.cpu.scop_stencil`: a band ``[wavefront, tile, ..]``)
 stands for a ``cpu_parallel`` mark inside the first ``For`` below it (the wavefront
 loop stays serial; the first loop in its body, the wavefront's tiles, becomes parallel
-when it is coincident; a 1-D stencil's sequential tiles ``[T_0, T_1]`` are not).  Nothing
-else changes, so dependences are preserved.
+when it is coincident; a 1-D stencil's sequential tiles ``[T_0, T_1]`` are not).  A mark
+``cpu_parallel:<n>`` whose :class:`~polycomp.scheduler.cpu.state.ParallelLoop` payload
+is ``dynamic`` annotates its loop ``schedule = "dynamic"`` (the printers emit
+``schedule(dynamic)``: any thread may run any iteration, which the payload's producer
+guarantees is legal for the loop's per-thread buffers).  Nothing else changes, so
+dependences are preserved.
 """
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from polycomp import ir
 from polycomp.scheduler.common import marks
+from polycomp.scheduler.cpu.state import ParallelLoop, cpu_parallel_loops
+
+if TYPE_CHECKING:  # pragma: no cover
+    from polycomp.state import CompileState
+
+#: the For annotation naming a parallel loop's OpenMP schedule kind (absent: static)
+SCHEDULE = "schedule"
 
 
 class _Marks(ir.Mutator):
-    def __init__(self):
+    def __init__(self, loops: list[ParallelLoop]):
         self.want = 0
         self.inside = 0
+        self.loops = loops
+        self.dynamic = False     # the innermost pending mark's payload says dynamic
 
     def visit_AttrStmt(self, s):
         if s.key == marks.CPU_WAVEFRONT:
             return self.visit(_wavefront(s.body))
         if s.key != marks.CPU_PARALLEL:
             return self.generic(s)
+        saved = self.dynamic
+        self.dynamic = bool(s.value) and self.loops[int(s.value)].dynamic
         self.want += 1
         body = self.visit(s.body)
         self.want -= 1
+        self.dynamic = saved
         return body
 
     def visit_For(self, s):
@@ -49,12 +66,14 @@ class _Marks(ir.Mutator):
             return out
         if s.kind == "parallel" or (self.want and not self.inside and s.kind == "serial"
                                     and not ir.is_const(s.extent, 1)):
+            dynamic = self.dynamic and s.kind != "parallel"
             self.inside += 1
             saved, self.want = self.want, 0
             body = self.visit(s.body)
             self.want = saved
             self.inside -= 1
-            return replace(s, kind="parallel", body=body)
+            ann = s.annotations + ((SCHEDULE, "dynamic"),) if dynamic else s.annotations
+            return replace(s, kind="parallel", body=body, annotations=ann)
         saved, self.want = self.want, 0 if self.inside else self.want
         out = self.generic(s)
         self.want = saved
@@ -73,5 +92,13 @@ def _wavefront(s):
     return ir.AttrStmt(marks.CPU_PARALLEL, "", s)     # no wavefront loop: one wavefront
 
 
-def parallelize_marked(func: ir.LoweredFunc) -> ir.LoweredFunc:
-    return func.with_body(_Marks().visit(func.body))
+def parallelize_marked(func: ir.LoweredFunc, state: CompileState | None = None
+                       ) -> ir.LoweredFunc:
+    loops = cpu_parallel_loops(state).loops if state is not None else []
+    return func.with_body(_Marks(loops).visit(func.body))
+
+
+def omp_schedule(loop: ir.For) -> str:
+    """The OpenMP ``schedule`` clause of a parallel loop (its :data:`SCHEDULE`
+    annotation, else contiguous static chunks)."""
+    return f"schedule({loop.annotation(SCHEDULE, 'static')})"

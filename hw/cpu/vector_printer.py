@@ -41,6 +41,7 @@ from polycomp.scheduler.common import marks
 from .codegen import ALLOC_FAILED_SET, CPrinter
 from .microkernel import BROADCAST_GROUP, DOT_CALLS, DOT_GROUPS, OUTLINE
 from .pack import RAW_COPY
+from .parallel_marks import omp_schedule
 
 _CMP_PRED = {"<": "_CMP_LT_OQ", "<=": "_CMP_LE_OQ", ">": "_CMP_GT_OQ", ">=": "_CMP_GE_OQ",
              "==": "_CMP_EQ_OQ", "!=": "_CMP_NEQ_UQ"}
@@ -500,7 +501,7 @@ class VectorPrinter(CPrinter):
                 self.emit("#pragma omp barrier")
                 self.emit("if (!__atomic_load_n(&pc_alloc_failed, __ATOMIC_RELAXED)) {")
                 self.level += 1
-                self.emit("#pragma omp for schedule(static)")
+                self.emit(f"#pragma omp for {omp_schedule(s)}")
                 self.for_loop(s, body)
                 self.level -= 1
                 self.emit("}")

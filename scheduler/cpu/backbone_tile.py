@@ -72,8 +72,9 @@ least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]
 band instead of the ``i``-tile band (``MC`` = all rows, ``NC`` at most a thread's share
 of the columns).
 
-With several planned threads and a constant ``i`` extent above ``MC`` (the ``i`` tiles
-being the parallel loop, fp32/fp64 only; :func:`shared_y_panel`) the GEMM tree takes
+On request (``POLYCOMP_GEMM_SHARED=1``; off by default since it measured slower, see
+:func:`shared_y_panel`), with several planned threads and a constant ``i`` extent above
+``MC`` (the ``i`` tiles being the parallel loop, fp32/fp64 only) the GEMM tree takes
 the *shared-panel* (GotoBLAS / BLIS) order instead, so each ``KC x NC`` block of ``Y``
 is packed once per call for all threads, not once per ``i`` tile:
 
@@ -98,8 +99,14 @@ stages all run while the tile is in L1).
 
 *Pre-packed* ``Y`` (option ``prepack``, :func:`prepacked_y`): the tree is unchanged;
 the ``Y`` request carries ``prepacked=True`` and the IR packing reads the input in the
-panel layout instead of copying it (:mod:`polycomp.hw.cpu.pack`), so the shared-panel
-order above costs one fork/join per ``(j, k)`` tile, not two.  A channel form's
+panel layout instead of copying it (:mod:`polycomp.hw.cpu.pack`); the shared-panel
+order is taken for it only with ``POLYCOMP_GEMM_SHARED=prepacked``.  *Dynamic row
+tiles* (opt-in, :func:`dynamic_row_tiles`): the ``i``-tile band's mark is
+``cpu_parallel:<n>`` with a dynamic
+:class:`~polycomp.scheduler.cpu.state.ParallelLoop` payload and ``MC`` is smaller
+(``ROW_TILES_PER_THREAD`` tiles per thread): legal as any schedule of the coincident
+``i`` tiles (disjoint rows of ``C``; each tile packs its own ``X`` block before reading
+it).  A channel form's
 weights ``w[f, c, kh, kw]`` named in the option (:func:`prepacked_conv_order`) take the
 tree of weights read in place under one pre-packed request at its top (no copy, so its
 place does not matter; the reads below it read ``(F/NR, KH, KW, C, NR)``).  Legal as
@@ -177,7 +184,12 @@ from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.contraction import match_contraction
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.cpu import tree as T
-from polycomp.scheduler.cpu.state import DotTile, cpu_microkernels
+from polycomp.scheduler.cpu.state import (
+    DotTile,
+    ParallelLoop,
+    cpu_microkernels,
+    cpu_parallel_loops,
+)
 from polycomp.scheduler.promotion.cpu_pack import request_mark
 from polycomp.scheduler.promotion.record import PackRequest, promotion_state
 from polycomp.state import CompileState
@@ -461,6 +473,11 @@ class Blocking:
     # channel form with Y read in place: the input channels (the innermost reduce
     # dimension) in tiles of this many, the tile loop outside the output rows (0: whole)
     c_tile: int = 0
+    # the row tiles (i tiles) are the parallel loop, handed out one at a time
+    # (dynamic_rows) and marked with row_mark (cpu_parallel, or cpu_parallel:<n> of a
+    # ParallelLoop payload the pass records)
+    dynamic_rows: bool = False
+    row_mark: str = marks.CPU_PARALLEL
 
     @property
     def NR(self) -> int:
@@ -472,6 +489,9 @@ FEW_CHANNELS = 4
 
 #: a product with fewer register rows than this per thread is split over j tiles
 SMALL_M_PANELS = 4
+
+#: row tiles per thread when the threads take them one at a time (dynamic_row_tiles)
+ROW_TILES_PER_THREAD = 4
 
 
 def register_block(registers: int) -> tuple[int, int]:
@@ -605,13 +625,41 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
         else:
             batch_iters *= e
     parallel_batch = bool(op.batch) and (not known or batch_iters >= threads)
+    dynamic = n_i is not None and not tiles and not parallel_j and not parallel_batch and \
+        dot is None and not op.direct and threads > 1 and \
+        dynamic_row_tiles(prepacked or shared_y_panel(
+            Blocking(MR, NI, L, MC, NC, KC, False), n_i, prepacked))
+    if dynamic and n_i is not None:
+        panels = -(-n_i // MR)
+        MC = min(MC, MR * max(SMALL_M_PANELS, -(-panels // (threads * ROW_TILES_PER_THREAD))))
     b = Blocking(MR, NI, L, MC, NC, KC, parallel_batch, parallel_j and not parallel_batch)
+    b.dynamic_rows = dynamic
     b.rows_outer = op.channel and op.y_resident and threads > 1 and bool(op.batch) and \
         (n_j is None or -(-n_j // NR) < threads)
     b.shared_y = dot is None and not op.direct and threads > 1 and \
-        shared_y_panel(b, n_i)
+        shared_y_panel(b, n_i, prepacked)
     b.c_tile = channel_tile(op, b, target)
     return b
+
+
+def dynamic_row_tiles(row_tiles_only: bool) -> bool:
+    """Whether a GEMM whose parallel loop is its row tiles (constant ``M``, several
+    threads, fp32/fp64) hands them out one at a time (``schedule(dynamic)``, a
+    :class:`~polycomp.scheduler.cpu.state.ParallelLoop` payload on its mark) in tiles of
+    ``ceil(panels / (threads * ROW_TILES_PER_THREAD))`` register rows, at least
+    ``SMALL_M_PANELS``, instead of one tile per thread: ``row_tiles_only`` -- the tiles
+    cost nothing but the parallel loop's turns (the shared-panel form packs ``X`` per
+    row tile anyway and shares ``Y``; a pre-packed ``Y`` is not copied per row tile).
+    A passive OpenMP worker woken for a parallel region starts 60-200 us late on the
+    idle 2-vCPU development host (a KVM guest: a sleeping vCPU is halted), and with one
+    tile per thread the call waits for the late one's whole share; with tiles handed
+    out as threads come, the first thread runs the tiles the late one would have waited
+    for.  Opt-in (``POLYCOMP_GEMM_DYNAMIC=1``): with both cores busy-free (``chrt``)
+    the smaller tiles stream a pre-packed weight from L3 once per tile, and BERT's FFN
+    products took 0-9 % longer than with one tile per thread; the late-wake gain needs
+    an idle host to measure (docs/cpu_backend.md *Threads*)."""
+    import os
+    return row_tiles_only and os.environ.get("POLYCOMP_GEMM_DYNAMIC", "0") == "1"
 
 
 def balanced_nc(n_j: int, NC: int, NR: int) -> int:
@@ -660,19 +708,25 @@ def channel_tile(op: OuterProduct, b: Blocking, target) -> int:
     return -(-per_tile // 8) * 8
 
 
-def shared_y_panel(b: Blocking, n_i: int | None) -> bool:
+def shared_y_panel(b: Blocking, n_i: int | None, prepacked: bool = False) -> bool:
     """Whether the GEMM tree packs each ``KC x NC`` block of ``Y`` once, for all
     threads, and splits the ``i`` tiles over the threads inside it (the GotoBLAS / BLIS
-    order ``jt -> kt -> pack Y -> parallel it -> pack X``): when the ``i`` tiles are the
-    parallel loop and ``i`` spans several ``MC`` blocks (``M > MC``, a constant).  The
-    per-thread form packs the whole of ``Y`` once per ``i`` tile (each thread its own
-    copy, two ``L2 / 2`` blocks competing for an L2 that SMT siblings share); the shared
-    form packs it once per call, the copy split over the threads, at the price of one
-    fork/join for the copy and one for the row tiles per ``(j, k)`` tile and of packing
-    ``X`` once per ``(j, k, i)`` tile.  ``POLYCOMP_GEMM_SHARED=0`` keeps the per-thread
-    form (for comparisons)."""
+    order ``jt -> kt -> pack Y -> parallel it -> pack X``): only when asked for
+    (``POLYCOMP_GEMM_SHARED=1``: ``Y`` copied per call; ``=prepacked``: a pre-packed
+    ``Y`` too), and then when the ``i`` tiles are the parallel loop and ``i`` spans
+    several ``MC`` blocks (``M > MC``, a constant).  The per-thread form (the default)
+    packs the whole of ``Y`` once per ``i`` tile, each thread its own copy, in one
+    parallel region per call; the shared form packs it once per call, the copy split
+    over the threads, at the price of one parallel region for the copy and one for the
+    row tiles per ``(j, k)`` tile and of packing ``X`` once per ``(j, k, i)`` tile.
+    Measured on the 2-vCPU Zen 4 host with both cores taken for the process (``chrt -f
+    10``, docs/cpu_backend.md *Threads*) the per-thread form was faster at every size
+    (256^3 to 2048^3: 1.09-1.18x; BERT's FFN products with a pre-packed weight
+    1.13-1.31x): each parallel region costs a wake of the sleeping (passive) worker and
+    a join, 25-35 us there and 60-200 us when the host is idle."""
     import os
-    if os.environ.get("POLYCOMP_GEMM_SHARED", "1") == "0":
+    mode = os.environ.get("POLYCOMP_GEMM_SHARED", "0")
+    if mode not in ("1", "prepacked") or (prepacked and mode != "prepacked"):
         return False
     return not b.parallel_batch and not b.parallel_j and n_i is not None and n_i > b.MC
 
@@ -1140,8 +1194,8 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
             op.x.buffer, x_dim, b.MR, "L1", group_dim=_pos_of(op.x, k), group=dot.group,
             offset=dot.offset))
     if b.shared_y:  # Y's block packed once per (j tile, k tile) for all threads
-        inner = T.Mark(marks.CPU_PARALLEL, T.Band([it], T.Mark(mark_x, regs),
-                                                  permutable=True, coincident=[True]))
+        inner = T.Mark(b.row_mark, T.Band([it], T.Mark(mark_x, regs),
+                                          permutable=True, coincident=[True]))
         # j tiles not coincident: the packed Y block needs no slot per j tile
         outer = T.Band([jt, kt], T.Mark(mark_y, inner), permutable=True,
                        coincident=[False, False])
@@ -1158,7 +1212,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
         outer = T.Mark(marks.CPU_PARALLEL, outer)
     outer = T.Band([it], outer, permutable=True, coincident=[True])
     if not b.parallel_batch and not b.parallel_j:
-        outer = T.Mark(marks.CPU_PARALLEL, outer)
+        outer = T.Mark(b.row_mark, outer)
     if batch:
         outer = T.Band(batch, outer, permutable=True, coincident=[True] * len(batch))
         if b.parallel_batch:
@@ -1296,12 +1350,14 @@ class CpuBackboneTilePass(Pass):
                 op = replace(op, y_prepacked=True, y_order=y_order)
                 pre = True
             b = choose_blocking(op, ctx.target, ctx.cpu_options, dot, gemm_prepacked)
-            # a pre-packed Y keeps the blocking's order: in the shared-panel order the
-            # threads read each (j, k) block of the packed input together (one fork/join
-            # per block, no copy); with 2 threads on a loaded host it beat the per-thread
-            # order (it, kt, jt) and the j-tile split (each reading Y on its own), 2x by
-            # best call (docs/cpu_backend.md)
+            # a pre-packed Y takes the per-thread order (it, kt, jt) like a copied one:
+            # one parallel region per call instead of one per (j, k) block in the
+            # shared-panel order (shared_y_panel; docs/cpu_backend.md *Threads*); its
+            # row tiles handed out one at a time only on request (dynamic_row_tiles)
             b.prepacked_y = pre
+            if b.dynamic_rows:
+                b.row_mark = marks.make(marks.CPU_PARALLEL, cpu_parallel_loops(ctx).add(
+                    ParallelLoop(dynamic=True))).get_name()
             epi: list = []      # the epilogue chain: one statement per following stage
             while ctx.cpu_options.gemm_epilogue and idx + len(epi) < len(kids) and \
                     isinstance(kids[idx + len(epi)], T.Filter) and isinstance(child, T.Filter):
@@ -1324,6 +1380,7 @@ class CpuBackboneTilePass(Pass):
                                 f"({b.MR * b.NI} accumulators), tiles MC={b.MC} NC={b.NC} "
                                 f"KC={b.KC}, parallel over "
                                 f"{_split_name(b)}"
+                                + (" (handed out one at a time)" if b.dynamic_rows else "")
                                 + (f"; {op.y.buffer.name} read pre-packed (panels of {b.NR})"
                                    if b.prepacked_y else "")
                                 + (f"; input channels in tiles of {b.c_tile}"

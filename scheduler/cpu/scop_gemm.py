@@ -56,6 +56,21 @@ cyclically, so each thread gets about the same area (contiguous blocks of tiles 
 the last thread the largest rows).  The register tiles' isolate option names that band
 as a free first dimension (whether a tile is full does not depend on it).
 
+With several threads, a rectangle of output points, no batch dimensions and a row
+count that is not a constant (:func:`row_ranges`) the ``i`` tiles give way to *row
+ranges* cut at run time (their count and bounds depend on the row count)::
+
+    mark cpu_row_ranges:<n> -> mark cpu_parallel
+      filter { lo <= i < hi } with first <= lo < hi <= lo + MC, hi <= last + 1
+        band[floor(k/KC)] -> .. (as above, register rows floor((i - lo)/MR))
+
+``lo``, ``hi`` are isl parameters of the whole schedule (their bounds also restrict
+the AST context, :meth:`~polycomp.state.CompileState.restrict_ast_context`); the
+payload :class:`~polycomp.scheduler.cpu.state.RowRanges` tells the IR pass
+:mod:`polycomp.hw.cpu.row_ranges` how to bind them, one parallel iteration per range.
+isl checks the range's tree for every ``lo``, ``hi`` and that every dependence of the
+product relates instances of one row (:func:`_same_rows`): ranges are independent.
+
 Legality (isl terms): for a fixed ``(b, i, j)`` the updates run in increasing ``k``
 (``floor(k/KC)`` then ``k mod KC`` is lexicographically monotone in ``k``) and the
 init instance precedes them (``kt = 0`` is at or before every update's tile, same
@@ -81,6 +96,7 @@ from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import (
     Blocking,
     OuterProduct,
+    _extent,
     choose_blocking,
     dim_aff,
     floor_div_aff,
@@ -91,6 +107,7 @@ from polycomp.scheduler.cpu.backbone_tile import (
     to_upa,
 )
 from polycomp.scheduler.cpu.scop_stages import ScopStages
+from polycomp.scheduler.cpu.state import RowRanges, cpu_row_ranges
 from polycomp.scheduler.promotion.cpu_pack import request_mark
 from polycomp.scheduler.promotion.record import PackRequest, promotion_state
 from polycomp.state import CompileState
@@ -309,17 +326,33 @@ def match_scop_gemm(statements: list[Statement], written_elsewhere=()) -> ScopGe
     return ScopGemm(upd, init, pos, ipos, x, y, upd.write.dtype, pairs)
 
 
+def param_aff(space: isl.Space, name: str) -> isl.Aff:
+    """The parameter ``name`` as an affine function on ``space`` (added to its
+    parameters when it is not one of them yet)."""
+    if space.find_dim_by_name(isl.dim_type.param, name) < 0:
+        k = space.dim(isl.dim_type.param)
+        space = space.add_dims(isl.dim_type.param, 1).set_dim_id(
+            isl.dim_type.param, k, isl.Id(name))
+    return isl.Aff.param_on_domain_space_id(space, isl.Id(name))
+
+
 def _affs(space: isl.Space, pos: dict, b: Blocking, k: isl.Aff | None,
-          origin: tuple = ()) -> dict:
+          origin: tuple = (), rows: tuple = ()) -> dict:
     i, j = dim_aff(space, pos["i"]), dim_aff(space, pos["j"])
     if origin:     # tiles counted from (oi, oj) on
         i, j = i.sub(origin[0]), j.sub(origin[1])
+    if rows:       # register rows counted from the range's first row, the parameter lo
+        lo = param_aff(space, rows[0])
+        wide = lo.get_space()
+        i, j = i.align_params(wide).sub(lo), j.align_params(wide)
+        k = None if k is None else k.align_params(wide)
+        space = lo.get_domain_space()
     zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(space))
     kk = zero if k is None else k
     return {"b": [dim_aff(space, t) for t in pos["b"]],
             "it": floor_div_aff(i, b.MC), "jt": floor_div_aff(j, b.NC),
             "kt": floor_div_aff(kk, b.KC),
-            "ir": floor_div_aff(mod_aff(i, b.MC), b.MR),
+            "ir": floor_div_aff(i if rows else mod_aff(i, b.MC), b.MR),
             "jr": floor_div_aff(mod_aff(j, b.NC), b.NR),
             "ii": mod_aff(i, b.MR), "jj": mod_aff(j, b.NR)}
 
@@ -377,7 +410,8 @@ def _free_outer_dim(iso: isl.UnionSet) -> isl.UnionSet:
 
 def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
                    parallel_regs: bool = False, origin: tuple = (), k_tiles: bool = False,
-                   threads: int = 1, pack_x: bool = True, pack_y: bool = True):
+                   threads: int = 1, pack_x: bool = True, pack_y: bool = True,
+                   rows: tuple = ()):
     """The subtree of the module docstring for ``g`` (pack requests appended to
     ``requests``, i.e. ``promotion_state(state).pack_requests``); ``outer``: the
     members (UnionPwAff on the update) of the bands the subtree will sit below, which
@@ -393,13 +427,17 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     output points over several takes :func:`cyclic_tiles`' band, at the top level
     only); ``pack_x`` / ``pack_y``: request the packed copies of ``X`` / ``Y`` (off:
     the micro-kernel reads that operand in place, :mod:`.scop_symm`'s row steps,
-    whose blocks are too small to repay a copy)."""
+    whose blocks are too small to repay a copy); ``rows``: the names ``(lo, hi)`` of two
+    parameters: the tree is that of one *row range* (:func:`row_ranges`), ``cpu_parallel
+    -> filter { lo <= i < hi <= lo + MC } -> band[floor(k/KC)] -> ..``, no ``i`` tile
+    band, the register rows counted from ``lo`` (for a rectangle of output points with
+    a symbolic row count, no ``outer``, ``origin`` or batch dimensions)."""
     sp = g.update.domain.get_space()
-    u = _affs(sp, g.upd_pos, b, dim_aff(sp, g.upd_pos["k"]), origin)
+    u = _affs(sp, g.upd_pos, b, dim_aff(sp, g.upd_pos["k"]), origin, rows)
     parts = [u]
     if g.init is not None:
         assert g.init_pos is not None
-        z = _affs(g.init.domain.get_space(), g.init_pos, b, None)
+        z = _affs(g.init.domain.get_space(), g.init_pos, b, None, rows=rows)
         parts.append(z)
 
     def member(name: str, d: int | None = None):
@@ -411,7 +449,8 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     # with outer bands that fix the k block (scop-factor's steps: KC = the block) the
     # kt band is left out (isl would generate no loop for it, and the packs' origins
     # must be functions of the generated loops)
-    tiles = ("it", "kt", "jt") if not outer or k_tiles else ("it", "jt")
+    tiles = ("kt", "jt") if rows else ("it", "kt", "jt") if not outer or k_tiles else \
+        ("it", "jt")
     # a triangle of output points over several threads: the i tiles dealt to the
     # threads cyclically (cyclic_tiles), the parallel loop over tile mod T above them
     part = None
@@ -479,12 +518,105 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     for mk in reversed(x_marks):
         jband = T.Mark(mk, jband)
     top: object = T.Band([kt], jband) if "kt" in tiles else jband
+    if rows:
+        return T.Mark(marks.CPU_PARALLEL, T.Filter(_range_filter(g, rows, b.MC), top))
+    return _row_tiles(top, it, batch, part, parallel_regs)
+
+
+def _row_tiles(top, it, batch: list, part, parallel_regs: bool):
+    """``top`` below the ``i`` tile band ``it``, the batch bands and the cyclic part
+    band (when given), under a ``cpu_parallel`` mark unless ``parallel_regs``."""
     top = T.Band([it], top, permutable=True, coincident=[True])
     if batch:
         top = T.Band(batch, top, permutable=True, coincident=[True] * len(batch))
     if part is not None:
         top = T.Band([part], top, coincident=[True], loop_types=[isl.ast_loop_type.atomic])
     return top if parallel_regs else T.Mark(marks.CPU_PARALLEL, top)
+
+
+def range_params(g: ScopGemm, rows: tuple, MC: int) -> isl.Set:
+    """``{ : first <= lo < hi <= lo + MC and hi <= last + 1 }`` (``rows`` = the names of
+    ``lo`` and ``hi``; ``first``, ``last``: the product's first and last row): what
+    every range of :class:`~polycomp.scheduler.cpu.state.RowRanges` satisfies.  In the
+    range's filter, the bounds make its first row ``lo`` itself (not ``max(lo,
+    first)``: the packed ``X`` block's origin, read in the micro-kernel's address
+    arithmetic) and the block at most ``MC`` rows; in the AST context they leave the
+    generated code without guards on them."""
+    dom, ip = g.update.domain, g.upd_pos["i"]
+    first, last = dom.dim_min(ip), dom.dim_max(ip)
+    psp = first.get_domain_space()
+    lo = isl.PwAff.from_aff(param_aff(psp, rows[0]))
+    hi = isl.PwAff.from_aff(param_aff(lo.get_domain_space(), rows[1]))
+    wide = hi.get_space()
+    lo = lo.align_params(wide)
+    one = isl.Val.int_from_si(dom.get_ctx(), 1)
+    mc = isl.Val.int_from_si(dom.get_ctx(), MC)
+    return lo.ge_set(first.align_params(wide)) \
+        .intersect(hi.le_set(last.align_params(wide).add_constant_val(one))) \
+        .intersect(lo.lt_set(hi)).intersect(hi.le_set(lo.add_constant_val(mc)))
+
+
+def _range_filter(g: ScopGemm, rows: tuple, MC: int) -> isl.UnionSet:
+    """``{ S[..] : lo <= i < hi }`` and :func:`range_params` for the update and the
+    init of ``g``."""
+    bounds = range_params(g, rows, MC)
+    out = None
+    for s, pos in ((g.update, g.upd_pos), (g.init, g.init_pos)):
+        if s is None:
+            continue
+        assert pos is not None
+        sp = s.domain.get_space()
+        lo = param_aff(sp, rows[0])
+        hi = param_aff(lo.get_domain_space(), rows[1])
+        lo = lo.align_params(hi.get_space())
+        i = dim_aff(sp, pos["i"]).align_params(hi.get_space())
+        f = isl.UnionSet.from_set(i.ge_set(lo).intersect(i.lt_set(hi))
+                                  .intersect_params(bounds))
+        out = f if out is None else out.union(f)
+    assert out is not None
+    return out
+
+
+#: the fewest multiply-adds a row range gets (:class:`~.state.RowRanges` ``min_work``):
+#: about 10 us of a core's micro-kernel; PolyBench's SMALL gemm (60 x 70 x 80, 336 000)
+#: stays on one thread, as it was with one 192-row tile
+RANGE_MIN_WORK = 1 << 18
+
+
+def _same_rows(deps: isl.UnionMap, g: ScopGemm) -> bool:
+    """Whether every dependence of ``deps`` relates two instances of the same output
+    row ``i`` (the update's or the init's), so that row ranges may run in any order or
+    at once: within a range the tree's order is checked by isl (``stages.legal``, for
+    any ``lo``, ``hi``), across ranges there is nothing to order."""
+    rows = None
+    for s, pos in ((g.update, g.upd_pos), (g.init, g.init_pos)):
+        if s is None:
+            continue
+        assert pos is not None
+        m = isl.UnionMap.from_map(isl.Map.from_pw_aff(isl.PwAff.from_aff(
+            dim_aff(s.domain.get_space(), pos["i"]))))
+        rows = m if rows is None else rows.union(m)
+    assert rows is not None
+    same = rows.apply_range(rows.reverse())
+    return deps.is_subset(same)
+
+
+def row_ranges(g: ScopGemm, b: Blocking, threads: int) -> bool:
+    """Whether the product ``g`` runs by *row ranges* (mark ``cpu_row_ranges``,
+    :class:`~polycomp.scheduler.cpu.state.RowRanges`): several threads, a rectangle of
+    output points (no batch dimensions) whose row count is a parameter expression.
+    Such rows were cut at multiples of ``MC`` (32 register rows) and the row tiles
+    dealt to the threads in contiguous blocks: PolyBench's 800 rows made 5 tiles, 3
+    and 2 per thread, 576 and 224 rows (1000 rows: 576 and 424).  The ranges are cut
+    at run time instead, ``threads * ceil(n / (threads * MC))`` of them (each at most
+    ``MC`` rows; 800 rows: 6 ranges of 132 or 138 rows, 402 and 398 per thread), so
+    the threads' shares differ by less than a register row while every range still
+    packs ``Y`` once per ``k`` and ``j`` tile for up to ``MC`` rows.  (A constant row
+    count already gets ``MC`` from the threads, :func:`~.backbone_tile.choose_blocking`.)"""
+    dom, ip, jp = g.update.domain, g.upd_pos["i"], g.upd_pos["j"]
+    return threads > 1 and not g.upd_pos["b"] and _extent(dom, ip) is None and \
+        partial_tiles(dom, ip, jp) and _separable(dom, ip) and _separable(dom, jp) and \
+        _separable(dom, g.upd_pos["k"])
 
 
 class ScopGemmPass(Pass):
@@ -495,6 +627,7 @@ class ScopGemmPass(Pass):
         stages = ScopStages.of(schedule, ctx)
         if stages is None:
             return schedule
+        ranges = cpu_row_ranges(ctx)
         for st in stages:
             g = match_scop_gemm(st.group)
             if isinstance(g, str):
@@ -504,13 +637,31 @@ class ScopGemmPass(Pass):
                 continue
             b = choose_blocking(g.outer_product(), ctx.target, ctx.cpu_options)
             requests = list(promotion_state(ctx).pack_requests)
-            new = scop_gemm_tree(g, b, requests, threads=ctx.target.cpu.threads)
+            threads = ctx.target.cpu.threads
+            by_rows = row_ranges(g, b, threads) and \
+                _same_rows(stages.dependences(st), g)
+            if by_rows:
+                n = len(ranges.ranges)
+                names = (f"pc_lo{n}", f"pc_hi{n}")
+                new = T.Mark(marks.make(marks.CPU_ROW_RANGES, n).get_name(),
+                             scop_gemm_tree(g, b, requests, rows=names))
+            else:
+                new = scop_gemm_tree(g, b, requests, threads=threads)
             if not stages.legal(st, new):
                 ctx.note(self.name, f"{g.update.name}: GEMM-like but the tiled tree would "
                                     f"violate a dependence; program order kept")
                 continue
             promotion_state(ctx).pack_requests[:] = requests
             stages.replace(st, new)
+            if by_rows:
+                ctx.restrict_ast_context(range_params(g, names, b.MC))
+                dom = g.update.domain
+                one = isl.Val.int_from_si(dom.get_ctx(), 1)
+                inner = tuple(dom.dim_max(p).sub(dom.dim_min(p)).add_constant_val(one)
+                              for p in (g.upd_pos["j"], g.upd_pos["k"]))
+                ranges.add(RowRanges(names[0], names[1], dom.dim_min(g.upd_pos["i"]),
+                                     dom.dim_max(g.upd_pos["i"]), b.MR, b.MC, threads,
+                                     inner, RANGE_MIN_WORK))
             init = f" (init {g.init.name})" if g.init is not None else ""
             cyc = " (a triangle: dealt to the threads cyclically)" if cyclic_tiles(
                 g.update.domain, g.upd_pos["i"], g.upd_pos["j"], ctx.target.cpu.threads) \
@@ -521,6 +672,19 @@ class ScopGemmPass(Pass):
             ctx.note(self.name, f"{g.update.name}{init}: GEMM {g.update.write.name} += "
                                 f"{prods}; register block "
                                 f"{b.MR}x{b.NR}, tiles MC={b.MC} NC={b.NC} KC={b.KC}, packed "
-                                f"{xs} (L1) and {ys} (L2), parallel over i tiles"
+                                f"{xs} (L1) and {ys} (L2), parallel over "
+                                f"{'row ranges (balanced at run time)' if by_rows else 'i tiles'}"
                                 f"{cyc}")
-        return stages.schedule()
+        out = stages.schedule()
+        if ranges.ranges:
+            # the ranges' parameters belong to the whole schedule (isl's AST generation
+            # allows no filter that introduces a parameter)
+            sp = out.get_domain().get_space()
+            for r in ranges.ranges:
+                for name in (r.lo, r.hi):
+                    if sp.find_dim_by_name(isl.dim_type.param, name) < 0:
+                        k = sp.dim(isl.dim_type.param)
+                        sp = sp.add_dims(isl.dim_type.param, 1).set_dim_id(
+                            isl.dim_type.param, k, isl.Id(name))
+            out = out.align_params(sp)
+        return out

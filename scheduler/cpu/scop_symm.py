@@ -40,17 +40,23 @@ The diagonal block (:func:`_diagonal`) is split at the register rows: ``PR``/``M
 hold the reductions outside a tile's own ``MR`` rows, the register tiles
 ``band[floor(row/MR), floor(col/NR)] -> mark cpu_microkernel -> band[red] ->
 band[row mod MR, col mod NR]`` (every row of a tile has the same reduction range);
-``PT``/``MT`` the ``MR x MR`` triangles at the diagonal.  Neither the ``scop-gemm``
-subtrees nor these tiles pack their operands (``pack_x``/``pack_y`` off): at
-PolyBench's LARGE the per-step copies of ``A``'s and ``B``'s blocks were about 12 %
-of symm's on-CPU time, reading them in place costs less.
+``PT``/``MT`` the ``MR x MR`` triangles at the diagonal.  The register tiles read
+their operands in place (``pack_x`` off; at PolyBench's LARGE the per-step copies of
+``A``'s and ``B``'s blocks were about 12 % of symm's on-CPU time), except ``M3``'s
+``Y = alpha * B[i][j]``: its ``KC x NR`` block is packed per step and ``k`` tile, the
+copy holding ``alpha * B`` (the same rounded products, :mod:`polycomp.hw.cpu.pack`),
+so the micro-kernel does no vector multiply per reduction step (a packed ``B`` for
+``P1``, without a factor, measured slower).  The ``scop-gemm`` subtrees count their
+tiles from the step's first row and, with threads, the panel's first column
+(:func:`_origins`).
 
-With several threads the whole sequence sits below ``mark cpu_parallel -> band[thread(j)]
-(atomic) -> band[floor(j/W)]`` (:func:`column_blocks`: every statement touches
-column ``j`` of its arrays only, so the columns are independent and one fork/join
-serves the call), and the triangles of ``P`` and ``M`` run in the order
-``band[row, red, col]`` (:func:`_row_red_col`: the column innermost, unit stride),
-not the C order.
+With several threads the whole sequence sits below ``mark cpu_parallel ->
+band[floor(j/NR)]`` (:func:`column_panels`: every statement touches column ``j`` of
+its arrays only, so the panels are independent, checked on the dependences; one
+fork/join serves the call, OpenMP's static schedule gives each thread a contiguous
+range of whole panels, and isl prints the body once), and the triangles of ``P`` and
+``M`` run in the order ``band[row, red, col]`` (:func:`_row_red_col`: the column
+innermost, unit stride), not the C order.
 
 ``P1 = { P : k < B*floor(i/B) }`` (the rectangle left of the block, ``k`` tiles from 0)
 and ``M3`` :mod:`.scop_trmm`'s trailing part.  Each element receives its updates in
@@ -62,11 +68,12 @@ micro-kernels add each tile's partial sum of a ``k`` range to ``C`` once, as in 
 ``scop-gemm`` product).
 
 Legality (isl terms): :func:`polycomp.scheduler.common.tree.violated_dependences` on the
-whole tree against every dependence of the child, plus :mod:`.scop_trmm`'s checks (a)
-one rectangular reduction range per step and (b) no product of a step writes what its
-operands read (which packing would need; kept with the operands in place), for both
-products.  When a check fails the child keeps its
-schedule, with a note.
+whole tree against every dependence of the child, every dependence within one column
+panel for the parallel band (:func:`_within_panels`; else no parallel panel loop),
+plus :mod:`.scop_trmm`'s checks (a) one rectangular reduction range per step and (b)
+no product of a step writes what its operands read (which packing would need; kept
+with the operands in place), for both products.  When a check fails the child keeps
+its schedule, with a note.
 
 Assumes: the program-order tree, ``ctx.model`` a C SCoP model, a target with vector
 registers; runs after ``scop-trmm`` (which takes no symm: two updates; the phases it would see
@@ -88,7 +95,6 @@ from polycomp.scheduler.cpu import scop_trmm
 from polycomp.scheduler.cpu import tree as T
 from polycomp.scheduler.cpu.backbone_tile import (
     Blocking,
-    _extent,
     choose_blocking,
     dim_aff,
     floor_div_aff,
@@ -156,87 +162,39 @@ def match_symm(statements: list[Statement]) \
 #: over several noisy runs (fewer ``C`` tile reloads per product), 96 and 156 as 120
 BLOCK = 120
 
-#: columns of a thread's block in symm's column split (``NR`` panels) when the column
-#: count is symbolic
-COLUMN_PANELS = 6
-
-
-def _balanced_thread(domain: isl.Set, pos: int, NR: int, threads: int) -> isl.PwAff | None:
-    """The thread of each instance of ``domain`` by its column ``j`` (dimension
-    ``pos``): thread ``t`` takes the columns ``[b_t, b_{t+1})`` with ``b_t = NR *
-    floor((2 t n + T NR) / (2 T NR))`` (``n`` the column count, a parameter
-    expression: ``t n / T`` rounded to the nearest multiple of ``NR``), so every
-    register tile's panel lies in one thread and the threads' column counts differ
-    by less than a panel.  None when the columns do not start at 0."""
-    lo = domain.dim_min(pos)
-    if not (lo.is_cst() and lo.max_val().to_python() == 0):
-        return None
-    sp = domain.get_space()
-    ub = domain.dim_max(pos)
-    ub = ub.pullback_multi_aff(isl.MultiAff.zero(
-        isl.Space.map_from_domain_and_range(sp, ub.get_domain_space())))
-    ls = isl.LocalSpace.from_space(sp)
-    ctx = sp.get_ctx()
-    zero = isl.PwAff.from_aff(isl.Aff.zero_on_domain(ls))
-    one = isl.PwAff.from_aff(isl.Aff.zero_on_domain(ls).set_constant_val(
-        isl.Val.int_from_si(ctx, 1)))
-    col = isl.PwAff.from_aff(dim_aff(sp, pos))
-    thread = zero
-    for t in range(1, threads):
-        num = ub.add(one).scale_val(isl.Val.int_from_si(ctx, 2 * t)).add(
-            one.scale_val(isl.Val.int_from_si(ctx, threads * NR)))
-        b = num.scale_down_val(isl.Val.int_from_si(ctx, 2 * threads * NR)).floor() \
-            .scale_val(isl.Val.int_from_si(ctx, NR))
-        past = col.ge_set(b)
-        thread = thread.add(one.intersect_domain(past).union_add(
-            zero.intersect_domain(past.complement())))
-    return thread.coalesce()
-
-
-def column_blocks(statements: list[Statement], NR: int, threads: int) \
-        -> tuple[isl.UnionPwAff, isl.UnionPwAff, int] | None:
-    """``(thread, floor(j/W), W)`` over ``statements`` (``j``: each one's last written
-    subscript, a plain iterator): each thread a contiguous range of whole ``NR``-column
-    panels, the ranges' column counts within a panel of each other
-    (:func:`_balanced_thread`), cut into blocks of ``W`` columns; or None (one thread,
-    a statement without such a subscript, column ranges that differ or do not start at
-    0).  Every statement of symm touches only column ``j`` of ``C``, ``B`` and ``acc``
-    (``A`` is read-only), so the columns are independent: one parallel loop around all
-    three phases (one fork/join per call instead of one per step, ``k`` tile and ``j``
-    tile).  ``W`` is an even number of ``NR`` panels (the ``j`` tiles are ``NC = W /
-    2``), a thread's share when the column count is a constant, else
-    :data:`COLUMN_PANELS` panels.  (Before: blocks of ``W`` dealt cyclically, at
-    PolyBench's LARGE 1200 columns in blocks of 192 gave 624 / 576 columns; now 608 /
-    592.)"""
+def column_panels(statements: list[Statement], NR: int, threads: int) \
+        -> isl.UnionPwAff | None:
+    """``floor(j/NR)`` over ``statements`` (``j``: each one's last written subscript, a
+    plain iterator), the column panel of every instance; or None (one thread, a
+    statement without such a subscript).  Every statement of symm touches only column
+    ``j`` of ``C``, ``B`` and ``acc`` (``A`` is read-only), so the panels are
+    independent (the pass checks it on the dependences): one parallel loop over the
+    panels around all three phases (one fork/join per call instead of one per step,
+    ``k`` tile and ``j`` tile), printed ``omp for schedule(static)``, which gives each
+    thread one contiguous range of whole panels, their counts within one of each other
+    (at PolyBench's LARGE, 1200 columns in 38 panels: 608 / 592 columns).  A panel's
+    phases sweep all rows with its ``B``, ``acc`` and ``C`` columns (``m x NR``
+    elements each, 256 KiB at LARGE) staying in L2.  (Before: a band ``[thread(j)]``
+    with the threads' range bounds piecewise in ``n``, for which isl printed the whole
+    body once per thread, and column blocks of six panels inside it.)"""
     if threads <= 1:
         return None
     parts = []
-    blocks = []
-    extents = set()
-    W = None
     for s in statements:
         iters = tuple(s.iters)
         j = scop_trmm._plain(s.write_indices[-1], iters) if s.write_indices else None
         if j is None:
             return None
-        pos = iters.index(j)
-        extents.add(_extent(s.domain, pos))
-        if len(extents) != 1:
-            return None
-        if W is None:
-            n = next(iter(extents))
-            panels = None if n is None else (n + NR - 1) // NR
-            per_thread = COLUMN_PANELS if panels is None else (panels + threads - 1) // threads
-            W = NR * 2 * -(-per_thread // 2)       # an even number of panels (NC = W / 2)
-        th = _balanced_thread(s.domain, pos, NR, threads)
-        if th is None:
-            return None
-        parts.append(isl.UnionPwAff.from_pw_aff(th))
-        blocks.append(isl.UnionPwAff.from_pw_aff(isl.PwAff.from_aff(
-            floor_div_aff(dim_aff(s.domain.get_space(), pos), W))))
-    if W is None:
-        return None
-    return T.union_members(parts), T.union_members(blocks), W
+        parts.append(isl.UnionPwAff.from_pw_aff(isl.PwAff.from_aff(
+            floor_div_aff(dim_aff(s.domain.get_space(), iters.index(j)), NR))))
+    return T.union_members(parts) if parts else None
+
+
+def _within_panels(deps: isl.UnionMap, panels: isl.UnionPwAff) -> bool:
+    """Whether every dependence of ``deps`` joins two instances of the same panel
+    (``panels``' value equal at source and sink)."""
+    m = isl.UnionMap.from_union_pw_aff(panels)
+    return deps.is_subset(m.apply_range(m.reverse()))
 
 
 def _row_red_col(g: ScopGemm) -> T.Band:
@@ -296,6 +254,22 @@ def _leading(g: ScopGemm, B: int) -> isl.Set:
     return t.intersect(s.domain)
 
 
+def _origins(g: ScopGemm, B: int, NR: int) -> tuple[isl.Aff, isl.Aff]:
+    """``(oi, oj)`` the ``scop-gemm`` subtree of a step counts its tiles from: the
+    step's first row ``B floor(i/B)``, and the panel's first column ``NR floor(j/NR)``
+    (``NR`` > 0: the panels are the parallel loop's, so the subtree's ``j`` tile is 0
+    and a packed block's origin is a function of generated loops) or 0."""
+    sp = g.update.domain.get_space()
+    ctx = sp.get_ctx()
+    oi = floor_div_aff(dim_aff(sp, g.upd_pos["i"]), B).scale_val(isl.Val.int_from_si(ctx, B))
+    if NR:
+        oj = floor_div_aff(dim_aff(sp, g.upd_pos["j"]), NR).scale_val(
+            isl.Val.int_from_si(ctx, NR))
+    else:
+        oj = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(sp))
+    return oi, oj
+
+
 class ScopSymmPass(Pass):
     """See the module docstring."""
     name = "scop-symm"
@@ -311,12 +285,11 @@ class ScopSymmPass(Pass):
             blk = choose_blocking(p.outer_product(), ctx.target, ctx.cpu_options)
             B = max(blk.MR, min(BLOCK, blk.KC) // blk.MR * blk.MR)
             blk = dataclasses.replace(blk, KC=B)
-            cols = column_blocks(st.group, blk.NR, ctx.target.cpu.threads)
+            cols = column_panels(st.group, blk.NR, ctx.target.cpu.threads)
+            if cols is not None and not _within_panels(stages.dependences(st), cols):
+                cols = None
             if cols is not None:
-                # two j tiles per column block (chosen when Y was packed: a packed
-                # block's columns then lay in one column block; the operands are read
-                # in place now, and one or two panels a block measured no different)
-                blk = dataclasses.replace(blk, NC=cols[2] // 2)
+                blk = dataclasses.replace(blk, NC=blk.NR)     # one j tile: the panel
             space = st.filter.get_space()
             requests = list(promotion_state(ctx).pack_requests)
             phases = []
@@ -327,10 +300,7 @@ class ScopSymmPass(Pass):
                     ok = False
                     break
                 own = isl.UnionPwAff.from_pw_aff(_step(g.update, B))
-                sp = g.update.domain.get_space()
-                oi = floor_div_aff(dim_aff(sp, g.upd_pos["i"]), B).scale_val(
-                    isl.Val.int_from_si(sp.get_ctx(), B))
-                zero = isl.Aff.zero_on_domain(isl.LocalSpace.from_space(sp))
+                oi, oj = _origins(g, B, blk.NR if cols is not None else 0)
                 gp = dataclasses.replace(g, update=dataclasses.replace(g.update,
                                                                        domain=part))
                 rest = isl.UnionSet.from_set(g.update.domain).subtract(
@@ -340,8 +310,8 @@ class ScopSymmPass(Pass):
                 if part.is_empty():
                     seq: list = block
                 else:
-                    gemm = scop_gemm_tree(gp, blk, requests, (own,), True, (oi, zero),
-                                          k_tiles=True, pack_x=False, pack_y=False)
+                    gemm = scop_gemm_tree(gp, blk, requests, (own,), True, (oi, oj),
+                                          k_tiles=True, pack_x=False, pack_y=not leading)
                     seq = [T.Filter(pset, gemm)] + block if leading else \
                         block + [T.Filter(pset, gemm)]
                 members = [own]
@@ -361,9 +331,7 @@ class ScopSymmPass(Pass):
                 continue
             new = T.Sequence(phases)
             if cols is not None:
-                new = T.Mark(marks.CPU_PARALLEL, T.Band(
-                    [cols[0]], T.Band([cols[1]], new), coincident=[True],
-                    loop_types=[isl.ast_loop_type.atomic]))
+                new = T.Mark(marks.CPU_PARALLEL, T.Band([cols], new, coincident=[True]))
             if not stages.legal(st, new):
                 ctx.note(self.name, f"{'+'.join(st.names)}: the three-phase order would "
                                     f"violate a dependence; program order kept")
@@ -378,5 +346,7 @@ class ScopSymmPass(Pass):
                                 f"on the micro-kernel (register block {blk.MR}x{blk.NR}, "
                                 f"MC={blk.MC} NC={blk.NC} KC={blk.KC}, operands in place), "
                                 f"the diagonal blocks as register tiles besides their "
-                                f"{blk.MR}x{blk.MR} triangles")
+                                f"{blk.MR}x{blk.MR} triangles" +
+                                (f"; parallel over {blk.NR}-column panels"
+                                 if cols is not None else ""))
         return stages.schedule()
