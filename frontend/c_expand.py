@@ -88,9 +88,12 @@ def _uses(cs: CStmt, buf: ir.Buffer) -> bool:
     return bool(found)
 
 
-def _flow(model, by_name, buf, users) -> isl.UnionMap | None:
+def _flow(model, by_name, buf, users, flat: bool = False) -> isl.UnionMap | None:
     """The flow dependences through ``buf`` under the program order, or None when some
-    read of it has no source (or nothing writes it)."""
+    read of it has no source (or nothing writes it).  ``flat``: under the program
+    order as a flat map of ``users`` only (:meth:`~polycomp.model.PolyModel.
+    program_order`: the same relation, at the cost of those statements; under the
+    schedule tree the analysis costs time in the size of the whole tree)."""
     space = model.context.get_space()
     reads = writes = isl.UnionMap.empty(space)
     for cs in users:
@@ -103,8 +106,10 @@ def _flow(model, by_name, buf, users) -> isl.UnionMap | None:
                     writes = writes.union(um)
     if writes.is_empty():
         return None
-    info = isl.UnionAccessInfo.from_sink(reads).set_must_source(writes) \
-        .set_schedule(model.initial_schedule).compute_flow()
+    access = isl.UnionAccessInfo.from_sink(reads).set_must_source(writes)
+    access = access.set_schedule_map(model.program_order([cs.name for cs in users])) \
+        if flat else access.set_schedule(model.initial_schedule)
+    info = access.compute_flow()
     if not info.get_may_no_source().is_empty():
         return None
     return info.get_may_dependence()
@@ -147,12 +152,7 @@ def _webs(model, by_name, buf, users):
 def _expansion(model, by_name, web, flow, g) -> tuple[tuple, tuple]:
     """``(shape, index iterators)`` of the expansion of one web (empty: none)."""
     from .c_model import extent_of
-    common = list(web[0].iters)
-    for cs in web[1:]:
-        n = 0
-        while n < min(len(common), len(cs.iters)) and common[n] is cs.iters[n]:
-            n += 1
-        common = common[:n]
+    common = _shared_loops(web)
     p = len(common)
     while p and not _flow_within(flow, p, model):
         p -= 1
@@ -174,6 +174,18 @@ def _expansion(model, by_name, web, flow, g) -> tuple[tuple, tuple]:
             break
         shape.append(ext)
     return tuple(shape), tuple(common[:len(shape)])
+
+
+def _shared_loops(web) -> list:
+    """The iterators of the loops around every statement of ``web`` (outermost first):
+    an expansion's index iterators are a prefix of them."""
+    common = list(web[0].iters)
+    for cs in web[1:]:
+        n = 0
+        while n < min(len(common), len(cs.iters)) and common[n] is cs.iters[n]:
+            n += 1
+        common = common[:n]
+    return common
 
 
 def _flow_within(flow, p, model) -> bool:
@@ -216,9 +228,11 @@ class _Replace(ir.Mutator):
 # --------------------------------------------------------------------------- arrays
 
 
-def expand_arrays(program: CProgram) -> None:
+def expand_arrays(program: CProgram):
     """Privatise the arrays that each iteration of some outer loops writes before it
     reads them (in place; what PPCG calls privatisation, done as an expansion).
+    Returns the model of the program as it is on return when one was built after its
+    last change (None otherwise: the caller that needs one builds it).
 
     Assumes: :func:`expand_scalars` has run (scalars are expanded or left alone).
 
@@ -248,15 +262,24 @@ def expand_arrays(program: CProgram) -> None:
     cands = [t for t in g.temporaries if t.buffer.shape] + \
         [a for a in g.outputs if a.buffer.shape]
     if not cands or not program.statements:
-        return
+        return None
     from .c_model import build_c_model
-    model = build_c_model(program)
+    model = None
     steps = _loop_steps(program.tree)
     for arr in cands:
         buf = arr.buffer
         users = [cs for cs in program.statements if _uses(cs, buf)]
+        if not users or not _shared_loops(users):
+            # the expansion is indexed by loops around every access (a prefix of the
+            # shared ones): none, no expansion -- without the model and the dataflow
+            # analysis (c-inplace-1000: one array in 1000 loop nests, 10 s of a read)
+            continue
+        if model is None:       # (re)built only for a candidate that may expand
+            model = build_c_model(program)
         by_name = {s.name: s for s in model.statements}
-        flow = _flow(model, by_name, buf, users) if users else None
+        # (the flat order: the expansion tests each dependence map's set, so the
+        # relation decides, not how isl splits it into maps)
+        flow = _flow(model, by_name, buf, users, flat=True)
         if flow is None:
             continue
         shape, idx = _expansion(model, by_name, users, flow, g)
@@ -285,7 +308,8 @@ def expand_arrays(program: CProgram) -> None:
             assert loop is not None
             loop.body = CSeq(list(loop.body.children) + [copy[1]]) \
                 if isinstance(loop.body, CSeq) else CSeq([loop.body, copy[1]])
-        model = build_c_model(program)
+        model = None
+    return model
 
 
 def _loop_steps(node, out=None) -> dict:

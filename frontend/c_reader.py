@@ -119,6 +119,9 @@ class CKernel:
         self.name = program.graph.name
         self.location = program.graph.location
         self.__name__ = self.name
+        # the model the reader built to report model-level errors, handed to the first
+        # polyhedral_model() call (no one else holds it, so it is that caller's own)
+        self._checked_model: CScopModel | None = None
 
     @property
     def params(self) -> tuple:
@@ -137,9 +140,22 @@ class CKernel:
         return self.program.statements
 
     def polyhedral_model(self) -> CScopModel:
-        """A fresh :class:`~polycomp.frontend.c_model.CScopModel` of this kernel."""
+        """A fresh :class:`~polycomp.frontend.c_model.CScopModel` of this kernel: each
+        call's own object (schedule passes may change the model they compile).  The
+        first call after reading returns the model the reader built from the same
+        program (:meth:`check_model`) instead of building it again."""
+        model, self._checked_model = self._checked_model, None
+        if model is not None:
+            return model
         from .c_model import build_c_model
         return build_c_model(self.program)
+
+    def check_model(self, model: CScopModel | None = None) -> None:
+        """Build the model now (raising its errors, such as out-of-bounds accesses)
+        and keep it for the next :meth:`polyhedral_model` call; ``model``: one already
+        built from this kernel's program as it is (array privatisation's), kept
+        instead."""
+        self._checked_model = model if model is not None else self.polyhedral_model()
 
     def __repr__(self):
         return (f"<polycomp C kernel {self.name}({', '.join(self.params)}; in: "
@@ -199,9 +215,9 @@ def _read_c_kernels(source: str, filename: str, include_dirs) -> list[CKernel]:
         program = ScopReader(f, filename, lines, typedefs).read()
         size_local_arrays(program)
         expand_scalars(program)
-        expand_arrays(program)
+        model = expand_arrays(program)    # its model of the program, if it built one
         k = CKernel(program)
-        k.polyhedral_model()  # report model-level errors (out-of-bounds accesses) now
+        k.check_model(model)  # report model-level errors (out-of-bounds accesses) now
         out.append(k)
     return out
 

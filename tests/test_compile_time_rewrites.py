@@ -7,6 +7,8 @@ source is unchanged).
 from __future__ import annotations
 
 import random
+import shutil
+import subprocess
 
 import islpy as isl
 import pytest
@@ -83,3 +85,157 @@ def test_ub_reuse_live_ranges_match_the_definition():
         r.loops["b"] = [tuple(rng.sample(range(len(r.spans)), rng.randint(0, len(r.spans))))
                         for _ in ps]
         assert _live(r, "b") == _live_direct(r, "b")
+
+
+# ------------------------------------------------------------------ C reader
+
+
+def _count_model_builds(monkeypatch) -> list:
+    from polycomp.frontend import c_model
+    calls: list = []
+    real = c_model.build_c_model
+
+    def counted(program):
+        calls.append(program)
+        return real(program)
+    monkeypatch.setattr(c_model, "build_c_model", counted)
+    return calls
+
+
+@pytest.mark.parametrize("nest", ["A[i] = A[i] * 0.5f + {s}.0f;", "B{s}[i] = A[i] + {s}.0f;"],
+                         ids=["in-place", "own-arrays"])
+def test_reading_and_compiling_a_c_kernel_builds_its_model_once(monkeypatch, nest):
+    """Arrays whose statements share no loop cannot be privatised (the expansion is
+    indexed by loops around every access): the reader builds no model for them; the
+    model it builds (to report errors, or to test the candidates of its own nests when
+    nothing is privatised) is the first compile's.  A second compile
+    builds its own (each compile's model is its own object)."""
+    from polycomp.driver import compile_kernel
+    from polycomp.frontend.c_reader import read_c_kernel
+    calls = _count_model_builds(monkeypatch)
+    nests = "\n".join("  for (int i = 0; i < N; i++) " + nest.format(s=s) for s in range(4))
+    arrays = "".join(f", float B{s}[N]" for s in range(4))
+    k = read_c_kernel(f"void k(int N, float A[N]{arrays}) {{\n{nests}\n}}\n")
+    assert len(calls) == 1
+    first = compile_kernel(k, "c")
+    assert len(calls) == 1
+    second = compile_kernel(k, "c")
+    assert len(calls) == 2 and second.model is not first.model
+    assert second.source == first.source
+
+
+def test_privatisation_still_builds_the_model_it_needs(monkeypatch):
+    """An array written then read in each iteration of a loop (doitgen's sum): the
+    reader builds the model for the expansion and again after it, and privatises."""
+    from polycomp.frontend.c_reader import read_c_kernel
+    calls = _count_model_builds(monkeypatch)
+    k = read_c_kernel(
+        "void k(int n, int m, float A[n][m], float B[n][m], float s[m]) {\n"
+        "  for (int i = 0; i < n; i++) {\n"
+        "    for (int j = 0; j < m; j++) s[j] = A[i][j] * 2.0f;\n"
+        "    for (int j = 0; j < m; j++) B[i][j] = s[j] + s[m - 1 - j];\n"
+        "  }\n}\n")
+    assert len(calls) == 2       # the expansion's analysis, the error check after it
+    assert any(t.name.startswith("s_priv") for t in k.graph.temporaries)
+
+
+# ------------------------------------------------------------------ NPU API check
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on this host")
+@pytest.mark.parametrize("flags", [[], ["-D__NPU_ARCH__=2201"]], ids=["host", "device"])
+def test_npu_api_check_reads_the_precompiled_header(tmp_path, flags):
+    """The API check's header is precompiled per side and g++ reads the ``.gch`` in
+    place of the text (``-H`` marks it with ``!``; the sources the declarations
+    reject are still rejected: tests/test_npu_sim.py)."""
+    from polycomp.hw.npu.api_header import HEADER
+    from polycomp.hw.npu.backend import _precompiled_api_header
+    d = _precompiled_api_header(HEADER, ["-std=c++17", *flags])
+    assert d is not None
+    src = tmp_path / "k.cpp"
+    src.write_text('#include "kernel_operator.h"\nusing namespace AscendC;\n')
+    r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-H", *flags, "-I", d, str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("! ") and first.endswith("kernel_operator.h.gch"), first
+
+
+# ------------------------------------------------------------------ CUDA host program
+
+
+def _geometry_direct(info, func, temps):
+    """What host_program fills per kernel, computed as first written: one walk (or
+    call) per question."""
+    from polycomp.hw.cuda.ptx_hopper import tensor_maps, uses_call
+    grid, block = [ir.IntImm(1)] * 3, [1, 1, 1]
+    axis = {"x": 0, "y": 1, "z": 2}
+
+    def fn(n):
+        if isinstance(n, ir.For) and n.kind == "gpu_block":
+            grid[axis[n.annotation("axis")]] = n.extent
+        elif isinstance(n, ir.For) and n.kind == "gpu_thread":
+            block[axis[n.annotation("axis")]] = int(n.annotation("threads"))
+    ir.walk(info.body, fn)
+    used = {b.name for b in ir.buffers_of(info.body)}
+    return (grid, block, tuple(tensor_maps(info.body)), uses_call(info.body, "pc_wgmma_desc"),
+            tuple(b for b in func.args + tuple(temps) if b.name in used))
+
+
+@pytest.mark.parametrize("op", ["softmax_3d_1", "matmul_bias_relu"])
+def test_host_program_one_walk_matches_the_direct_questions(op):
+    from polycomp.driver import compile_kernel
+    from polycomp.frontend.ops import OPS
+    from polycomp.hw.cuda.codegen import host_program, program_kernels
+    func = compile_kernel(OPS[op].kernel("float32"), "cuda").final_ir
+    temps, program = host_program(func)
+    kernels = program_kernels(program)
+    assert kernels
+    for info in kernels:
+        grid, block, maps, wgmma, buffers = _geometry_direct(info, func, temps)
+        assert all(ir.structural_equal(a, b) for a, b in zip(info.grid, grid))
+        assert info.block == block and info.tensor_maps == maps and not wgmma
+        assert info.buffers == buffers
+
+
+_ROW_TEMP = ("void k(int n, int m, float A[n][m], float B[n][m], float s[m]) {\n"
+             "  for (int i = 0; i < n; i++) {\n"
+             "    for (int j = 0; j < m; j++) s[j] = A[i][j] * 2.0f;\n"
+             "    for (int j = 0; j < m; j++) B[i][j] = s[j] + s[m - 1 - j];\n"
+             "  }\n}\n")
+
+
+@pytest.mark.parametrize("kernel", ["row_temp", "syr2k_like.c", "lu_like.c",
+                                    "seidel_like.c", "fdtd2d_like.c"])
+def test_privatisation_flow_under_the_flat_order_equals_the_tree_one(kernel, monkeypatch):
+    """expand_arrays' dataflow analysis of an array under the flat program order of
+    its statements gives the relation the analysis under the whole schedule tree
+    gives (and the same verdict on reads without a source)."""
+    import os
+
+    from polycomp.frontend import c_reader
+    from polycomp.frontend.c_expand import _flow, _uses
+    from polycomp.frontend.c_model import build_c_model
+    from polycomp.frontend.c_reader import load_c_kernels
+    if kernel == "row_temp":    # before privatisation: s is written, then read
+        monkeypatch.setattr(c_reader, "expand_arrays", lambda program: None)
+        program = c_reader.read_c_kernel(_ROW_TEMP).program
+    else:
+        path = os.path.join(os.path.dirname(__file__), "c_scop_kernels", kernel)
+        program = load_c_kernels(path)[0].program
+    model = build_c_model(program)
+    by_name = {s.name: s for s in model.statements}
+    arrays = [a.buffer for a in program.graph.arrays] + \
+        [t.buffer for t in program.graph.temporaries]
+    checked, flows = 0, 0
+    for buf in arrays:
+        users = [cs for cs in program.statements if _uses(cs, buf)]
+        if not users:
+            continue
+        tree, flat = (_flow(model, by_name, buf, users, flat=f) for f in (False, True))
+        assert (tree is None) == (flat is None), buf.name
+        if tree is not None:
+            assert tree.is_equal(flat), buf.name
+            flows += not tree.is_empty()
+        checked += 1
+    assert checked and (flows or kernel != "row_temp")

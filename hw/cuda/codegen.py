@@ -211,11 +211,12 @@ def host_program(func: ir.LoweredFunc) -> tuple[list, list]:
     """
     temps: list = []
     kernels: list = []
+    used: list = []     # per kernel: the names of the buffers it accesses
 
     def kernel(body, host_vars) -> KernelInfo:
         info = KernelInfo(f"{func.name}_k{len(kernels)}", body)
         info.params = tuple(func.params) + tuple(host_vars)
-        _geometry(info)
+        used.append(_geometry(info))
         kernels.append(info)
         return info
 
@@ -244,9 +245,8 @@ def host_program(func: ir.LoweredFunc) -> tuple[list, list]:
             out.append(kernel(s, host_vars))
     program: list = []
     collect(func.body, [], program)
-    for info in kernels:
-        used = {b.name for b in ir.buffers_of(info.body)}
-        info.buffers = tuple(b for b in func.args + tuple(temps) if b.name in used)
+    for info, names in zip(kernels, used):
+        info.buffers = tuple(b for b in func.args + tuple(temps) if b.name in names)
     return temps, program
 
 
@@ -317,28 +317,48 @@ def split_kernels(func: ir.LoweredFunc) -> tuple[list, list[KernelInfo]]:
     return temps, program_kernels(program)
 
 
-def _geometry(info: KernelInfo) -> None:
+def _geometry(info: KernelInfo) -> set:
+    """Fill ``info``'s grid, block, shared bytes and tensor maps; return the names of
+    the buffers its body loads, stores or allocates.  One walk of the body collects
+    what each of these needs (the GPU loops in pre-order, the shared allocations, the
+    names of the calls, the buffers): a kernel's body is large once its point loops
+    are unrolled, and one walk per question cost a CUDA fuzzer kernel's emit 1 s."""
+    gpu_loops: list = []
+    shared: list = []
+    calls: set = set()
+    used: set = set()
+
     def fn(n):
-        if isinstance(n, ir.For) and n.kind == "gpu_block":
+        if isinstance(n, ir.For):
+            if n.kind in ("gpu_block", "gpu_thread"):
+                gpu_loops.append(n)
+        elif isinstance(n, (ir.Load, ir.Store)):
+            used.add(n.buffer.name)
+        elif isinstance(n, ir.Allocate):
+            used.add(n.buffer.name)
+            if n.buffer.scope == "shared":
+                shared.append(n.buffer)
+        elif isinstance(n, ir.Call):
+            calls.add(n.name)
+    ir.walk(info.body, fn)
+    for n in gpu_loops:
+        if n.kind == "gpu_block":
             ax = _AXIS[n.annotation("axis")]
             for v in ir.free_vars(n.extent):
                 if not v.is_param and v not in info.params:   # sizes, host loop variables
                     raise TargetError(f"kernel {info.name}: the number of blocks on axis "
                                       f"{n.annotation('axis')} depends on {v.name}")
             info.grid[ax] = n.extent
-        elif isinstance(n, ir.For) and n.kind == "gpu_thread":
+        else:
             info.block[_AXIS[n.annotation("axis")]] = int(n.annotation("threads"))
-    ir.walk(info.body, fn)
     threads = info.block[0] * info.block[1] * info.block[2]
     if threads > MAX_THREADS_PER_BLOCK:
         raise TargetError(f"kernel {info.name} uses {threads} threads per block "
                           f"(> {MAX_THREADS_PER_BLOCK})")
-    shared = []
-    ir.walk(info.body, lambda n: shared.append(n.buffer) if isinstance(n, ir.Allocate)
-            and n.buffer.scope == "shared" else None)
-    from .ptx_hopper import tensor_maps, uses_call
-    info.tensor_maps = tuple(tensor_maps(info.body))
-    if info.tensor_maps or uses_call(info.body, "pc_wgmma_desc"):
+    from .ptx_hopper import tensor_maps
+    # (tensor maps come from ptx_tma_load calls only: without one, none)
+    info.tensor_maps = tuple(tensor_maps(info.body)) if "ptx_tma_load" in calls else ()
+    if info.tensor_maps or "pc_wgmma_desc" in calls:
         # sm_90a: buffers aligned to the 128-byte swizzle pattern (1024 B), carved from
         # dynamic shared memory whose base the kernel aligns (up to 1024 B skipped)
         info.smem_align = SWIZZLE_PATTERN_ALIGN
@@ -346,6 +366,7 @@ def _geometry(info: KernelInfo) -> None:
                                 for b in shared) + SWIZZLE_PATTERN_ALIGN
     else:
         info.shared_bytes = sum(_round128(_const_bytes(b)) for b in shared)
+    return used
 
 
 #: the alignment of sm_90a shared buffers that TMA writes and wgmma reads swizzled
@@ -397,7 +418,15 @@ def _written(stmt) -> set:
 def emit_cuda(func: ir.LoweredFunc) -> str:
     """The ``.cu`` source of a GPU-mapped, flattened function (buffers and variables whose
     names CUDA C++ cannot use are renamed; arguments keep their order)."""
-    func = legalize_names(func, taken=kernel_function_names)
+    # the host program of the function whose names are checked: the one printed when
+    # the names need no change (the usual case: final IR is legalized already)
+    checked: list = []
+
+    def taken(f):
+        hp = host_program(f)
+        checked.append((f, hp))
+        return _function_names(f, program_kernels(hp[1]))
+    func = legalize_names(func, taken=taken)
     out = [f"// generated by polycomp: kernel {func.name}", CUDA_HEADER]
     from .ptx import PTX_PRELUDE, uses_ptx
     from .ptx_hopper import prelude, uses_hopper
@@ -406,16 +435,18 @@ def emit_cuda(func: ir.LoweredFunc) -> str:
         out.append(PTX_PRELUDE)
     if hopper:     # sm_90a: mbarrier, TMA, wgmma, setmaxnreg; host tensor-map encoding
         out.append(prelude(func.body))
-    out.extend(function_sources(func))
+    out.extend(function_sources(func, checked[0][1] if checked and checked[0][0] is func
+                                else None))
     return "\n".join(out)
 
 
-def function_sources(func: ir.LoweredFunc) -> list[str]:
+def function_sources(func: ir.LoweredFunc, hosted: tuple[list, list] | None = None
+                     ) -> list[str]:
     """The ``__global__`` kernels and the host code (launch configuration, kernel count,
     launcher) of a legalized ``func``, in the order :func:`emit_cuda` prints them after
     the header (multi-version modules print several functions this way,
-    :mod:`.multiversion`)."""
-    temps, program = host_program(func)
+    :mod:`.multiversion`).  ``hosted``: ``host_program(func)`` when the caller has it."""
+    temps, program = hosted if hosted is not None else host_program(func)
     kernels = program_kernels(program)
     out = []
     for info in kernels:
@@ -444,7 +475,11 @@ def function_sources(func: ir.LoweredFunc) -> list[str]:
 
 def kernel_function_names(func) -> tuple:
     """Names of the functions the ``.cu`` defines (no buffer or variable may take them)."""
-    temps, kernels = split_kernels(func)
+    return _function_names(func, split_kernels(func)[1])
+
+
+def _function_names(func, kernels: list) -> tuple:
+    """:func:`kernel_function_names` of ``func`` given its kernels."""
     n = len(kernels)
     names = (func.name, f"{func.name}_launch_config", f"{func.name}_num_kernels") + \
         tuple(f"{func.name}_k{i}" for i in range(n))

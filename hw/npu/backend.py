@@ -226,7 +226,8 @@ def syntax_check(*paths: str) -> str:
         with open(os.path.join(d, "kernel_operator.h"), "w") as f:
             f.write(HEADER)
         for flags in ([], ["-D__NPU_ARCH__=2201"]):
-            r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", *flags, "-I", d,
+            inc = _precompiled_api_header(HEADER, ["-std=c++17", *flags]) or d
+            r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", *flags, "-I", inc,
                                 *paths], capture_output=True, text=True)
             if r.returncode:
                 side = "device" if flags else "host"
@@ -234,6 +235,47 @@ def syntax_check(*paths: str) -> str:
                                  f"{', '.join(paths)}:\n{r.stderr[-3000:]}")
     return ("g++ -fsyntax-only against the A2 (__NPU_ARCH__ 2201) API declarations, host "
             "and device: OK")
+
+
+def _precompiled_api_header(text: str, flags: list[str]) -> str | None:
+    """A directory holding ``kernel_operator.h`` (``text``) beside its C++ precompiled
+    form for ``flags``, made once per g++, flags and text in the kernel cache's
+    directory; None when g++ cannot make one.  g++ reads the ``.gch`` in place of the
+    header when a compile's flags match the ones it was made with (it parses the text
+    otherwise), so a check gives the same verdict either way; each check skipped
+    parsing the header's standard headers (``<algorithm>``, ``<type_traits>``) once per
+    checked file and side."""
+    import hashlib
+    import shutil
+
+    from polycomp.cache import compiler_version, default_dir
+    key = hashlib.sha256("\0".join(["g++", compiler_version("g++"), *flags, text]).encode()
+                         ).hexdigest()[:24]
+    d = os.path.join(default_dir(), "npu-api-pch", key)
+    header = os.path.join(d, "kernel_operator.h")
+    if os.path.exists(header + ".gch"):
+        return d
+    try:
+        os.makedirs(d, exist_ok=True)
+        tmp = tempfile.mkdtemp(dir=d)
+    except OSError:
+        return None
+    try:
+        th = os.path.join(tmp, "kernel_operator.h")
+        with open(th, "w") as f:
+            f.write(text)
+        r = subprocess.run(["g++", *flags, "-x", "c++-header", th, "-o", th + ".gch"],
+                           capture_output=True, text=True)
+        if r.returncode != 0 or not os.path.isfile(th + ".gch"):
+            return None
+        if not os.path.exists(header):      # the text first: a .gch is never alone
+            os.replace(th, header)
+        os.replace(th + ".gch", header + ".gch")
+    except OSError:
+        return None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return d
 
 
 register(NpuBackend())
