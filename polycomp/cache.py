@@ -114,6 +114,39 @@ def compiler_version(exe: str) -> str:
     return f"{' '.join(cmd)}\n{_version_text(cmd)}"
 
 
+def precompiled_header_in(directory: str, name: str, text: str, argv: list[str]) -> str | None:
+    """``directory/name`` holding ``text`` beside its precompiled form ``name.gch``, made
+    once by ``argv + [header, "-o", header.gch]`` (a compiler command with its language
+    and flags, e.g. ``["gcc", "-O3", "-x", "c-header"]``); None when the compiler cannot
+    make one.  The pair is written in a private temporary directory and moved in
+    atomically, the text first, so a concurrent process sees either no ``.gch`` or a
+    complete pair (a ``.gch`` is never alone).  Callers key ``directory`` by compiler,
+    flags and text: the compiler reads the ``.gch`` only when a compile's flags match."""
+    header = os.path.join(directory, name)
+    if os.path.exists(header + ".gch"):
+        return header
+    try:
+        os.makedirs(directory, exist_ok=True)
+        tmp = tempfile.mkdtemp(dir=directory)
+    except OSError:
+        return None
+    try:
+        th = os.path.join(tmp, name)
+        with open(th, "w") as f:
+            f.write(text)
+        r = subprocess.run([*argv, th, "-o", th + ".gch"], capture_output=True, text=True)
+        if r.returncode != 0 or not os.path.isfile(th + ".gch"):
+            return None
+        if not os.path.exists(header):
+            os.replace(th, header)
+        os.replace(th + ".gch", header + ".gch")
+    except OSError:
+        return None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return header
+
+
 @functools.lru_cache(maxsize=None)
 def _version_text(cmd: tuple[str, ...]) -> str:
     try:

@@ -7,7 +7,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -138,36 +137,13 @@ def precompiled_header(text: str, flags: Sequence[str], name: str) -> str | None
     directory; None when gcc cannot make one.  ``-include`` it as the first thing a
     compile sees: gcc loads the ``.gch`` when the compile's flags match the ones it was
     made with and parses ``text`` otherwise, so the result is the same either way."""
-    from polycomp.cache import compiler_version
+    from polycomp.cache import compiler_version, precompiled_header_in
     cc = compiler()
     pch_flags = [f for f in flags if f != "-shared"]
     key = hashlib.sha256("\0".join([cc, compiler_version(cc), *pch_flags, text]).encode()
                          ).hexdigest()[:24]
-    d = os.path.join(cache_dir(), "pch", key)
-    header = os.path.join(d, name)
-    if os.path.exists(header + ".gch"):
-        return header
-    try:
-        os.makedirs(d, exist_ok=True)
-        tmp = tempfile.mkdtemp(dir=d)
-    except OSError:
-        return None
-    try:
-        th = os.path.join(tmp, name)
-        with open(th, "w") as f:
-            f.write(text)
-        r = subprocess.run([*compiler_command(cc), *pch_flags, "-x", "c-header", th, "-o",
-                            th + ".gch"], capture_output=True, text=True)
-        if r.returncode != 0 or not os.path.isfile(th + ".gch"):
-            return None
-        if not os.path.exists(header):      # the text first: a .gch is never alone
-            os.replace(th, header)
-        os.replace(th + ".gch", header + ".gch")
-    except OSError:
-        return None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return header
+    return precompiled_header_in(os.path.join(cache_dir(), "pch", key), name, text,
+                                 [*compiler_command(cc), *pch_flags, "-x", "c-header"])
 
 
 def split_prelude(source: str) -> tuple[str, str] | None:

@@ -246,36 +246,14 @@ def _precompiled_api_header(text: str, flags: list[str]) -> str | None:
     parsing the header's standard headers (``<algorithm>``, ``<type_traits>``) once per
     checked file and side."""
     import hashlib
-    import shutil
 
-    from polycomp.cache import compiler_version, default_dir
+    from polycomp.cache import compiler_version, default_dir, precompiled_header_in
     key = hashlib.sha256("\0".join(["g++", compiler_version("g++"), *flags, text]).encode()
                          ).hexdigest()[:24]
     d = os.path.join(default_dir(), "npu-api-pch", key)
-    header = os.path.join(d, "kernel_operator.h")
-    if os.path.exists(header + ".gch"):
-        return d
-    try:
-        os.makedirs(d, exist_ok=True)
-        tmp = tempfile.mkdtemp(dir=d)
-    except OSError:
-        return None
-    try:
-        th = os.path.join(tmp, "kernel_operator.h")
-        with open(th, "w") as f:
-            f.write(text)
-        r = subprocess.run(["g++", *flags, "-x", "c++-header", th, "-o", th + ".gch"],
-                           capture_output=True, text=True)
-        if r.returncode != 0 or not os.path.isfile(th + ".gch"):
-            return None
-        if not os.path.exists(header):      # the text first: a .gch is never alone
-            os.replace(th, header)
-        os.replace(th + ".gch", header + ".gch")
-    except OSError:
-        return None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return d
+    made = precompiled_header_in(d, "kernel_operator.h", text,
+                                 ["g++", *flags, "-x", "c++-header"])
+    return None if made is None else d
 
 
 register(NpuBackend())
