@@ -7,7 +7,8 @@ are ``restrict``, temporaries are separate allocations).
 
 Guarantees: in a *run* -- the consecutive ``Store`` statements of one ``Block`` (a loop
 body, a ``LetStmt`` body or a ``vector_mask`` tail's body; any other statement ends a
-run) holding at least one vector store (``lanes > 1``) -- a ``Load`` of buffer ``B`` at
+run) holding at least one vector store (``lanes > 1``) and a load of a value stored
+earlier in it (other runs are left as they are) -- a ``Load`` of buffer ``B`` at
 index ``e`` with ``lanes`` ``L`` becomes a let-bound variable when
 
 * an earlier statement of the run stores ``B[e]`` with ``L`` lanes and no statement
@@ -17,7 +18,9 @@ index ``e`` with ``lanes`` ``L`` becomes a let-bound variable when
   same lanes and dtype) and no statement in between (nor that one) stores ``B``: the
   first load becomes ``let v = B[e]`` before its statement, later ones ``v``.
 
-A store to ``B`` at any index forgets every value of ``B`` (indices are not compared
+In a ``vector_mask`` tail only repeated loads are shared: a masked load reads zero in
+the inactive lanes, a stored value need not hold zero there.  A store to ``B`` at any
+index forgets every value of ``B`` (indices are not compared
 for overlap).  Loads within one statement run before its store, so a statement's own
 loads of ``B[e]`` are never replaced by its store.  Values are bitwise those the loads
 would read; no statement is reordered.  Why: gcc does not see ``restrict`` through an
@@ -32,6 +35,7 @@ import itertools
 from dataclasses import replace
 
 from polycomp import ir
+from polycomp.scheduler.common import marks
 
 
 def _loads(e, out: list) -> list:
@@ -81,6 +85,7 @@ def _rebuild(e, subst: list):
 class _Forward:
     def __init__(self) -> None:
         self.ids = itertools.count(1)
+        self.masked = False     # inside a vector_mask tail: no store-to-load forwarding
 
     def var(self, dtype: str) -> ir.Var:
         return ir.Var(f"pc_fw{next(self.ids)}", dtype)
@@ -93,7 +98,12 @@ class _Forward:
         if isinstance(s, ir.LetStmt):
             return replace(s, body=self.stmt(s.body))
         if isinstance(s, ir.AttrStmt):
-            return replace(s, body=self.stmt(s.body))
+            outer = self.masked
+            self.masked = outer or s.key == marks.VECTOR_MASK
+            try:
+                return replace(s, body=self.stmt(s.body))
+            finally:
+                self.masked = outer
         if isinstance(s, ir.IfThenElse):
             return replace(s, then=self.stmt(s.then),
                            orelse=None if s.orelse is None else self.stmt(s.orelse))
@@ -148,11 +158,14 @@ class _Forward:
             avail = [(k, v) for k, v in avail if k[0] is not s.buffer]
             own = None
             key = (s.buffer, s.indices[0], s.lanes, s.buffer.dtype)
-            if used_later(i, *key) and s.value.dtype == s.buffer.dtype:
+            if not self.masked and used_later(i, *key) and \
+                    s.value.dtype == s.buffer.dtype:
                 own = self.var(s.buffer.dtype)
                 avail.append((key, own))
             plan.append((lets, replace(s, value=value), own))
-        if not any(lets or own is not None for lets, _, own in plan):
+        if all(own is None for _, _, own in plan):
+            # no stored value read back: leave the run to gcc (its loads, repeated or
+            # not, are what they were; the pass targets fused rows like fdtd-2d's)
             return stmts
         # nest from the end: let v = value in (store; rest)
         body: ir.Stmt | None = None
