@@ -243,6 +243,41 @@ def _diagonal(g: ScopGemm, block: isl.UnionSet, b: Blocking, leading: bool) -> l
     return out if leading else out[::-1]
 
 
+#: the mirror's rows above a step on the micro-kernel in one ``i`` tile up to this many
+#: rows (so its ``alpha * B`` block is copied once per step and panel; more rows take
+#: several tiles in turn, each refilling the copy)
+MIRROR_MC = 1 << 16
+
+
+def _mirror_mc(MR: int) -> int:
+    return max(MR, MIRROR_MC // MR * MR)
+
+
+def _red_step(g: ScopGemm, B: int) -> isl.PwAff:
+    """``floor(red/B)`` on the update of ``g`` (the mirror's step: its reduction block)."""
+    s = g.update
+    r = dim_aff(s.domain.get_space(), g.upd_pos["k"])
+    return isl.PwAff.from_aff(floor_div_aff(r, B)).intersect_domain(s.domain)
+
+
+def _rectangular_rows(g: ScopGemm, t: isl.Set, B: int) -> bool:
+    """The mirror's check (a): per reduction block ``q = floor(red/B)``, ``t`` is the
+    product of its ``(q, row, col)`` and ``(q, red)`` projections (every output row of a
+    step takes the same reduction range: one GEMM per step)."""
+    s = g.update
+    d = _names(s)
+    i, j, k = (d[g.upd_pos[c]] for c in ("i", "j", "k"))
+    m = _read(s, f"{{ {s.name}[{', '.join(d)}] -> E[q, {i}, {j}, {k}] : "
+                 f"{B}q <= {k} < {B}q + {B} }}")
+    assert isinstance(m, isl.Map)
+    e = t.apply(m)
+    outs = e.project_out(isl.dim_type.set, 3, 1).insert_dims(isl.dim_type.set, 3, 1) \
+        .set_tuple_name("E")
+    ks = e.project_out(isl.dim_type.set, 1, 2).insert_dims(isl.dim_type.set, 1, 2) \
+        .set_tuple_name("E")
+    return outs.intersect(ks).is_equal(e)
+
+
 def _leading(g: ScopGemm, B: int) -> isl.Set:
     """``P1`` of the module docstring: the reductions left of the row's block."""
     s = g.update
@@ -293,13 +328,16 @@ class ScopSymmPass(Pass):
             space = st.filter.get_space()
             requests = list(promotion_state(ctx).pack_requests)
             phases = []
+            steps: list = []
             ok = True
             for g, part, leading in ((p, _leading(p, B), True),
                                      (mir, _trailing(mir, B), False)):
-                if not _rectangular_k(g, part, B) or not _packs_safe(g, part, B):
+                if not (_rectangular_k(g, part, B) if leading else _rectangular_rows(g, part, B)) \
+                        or not _packs_safe(g, part, B):
                     ok = False
                     break
-                own = isl.UnionPwAff.from_pw_aff(_step(g.update, B))
+                own = isl.UnionPwAff.from_pw_aff(_step(g.update, B) if leading else
+                                                 _red_step(g, B))
                 oi, oj = _origins(g, B, blk.NR if cols is not None else 0)
                 gp = dataclasses.replace(g, update=dataclasses.replace(g.update,
                                                                        domain=part))
@@ -310,26 +348,30 @@ class ScopSymmPass(Pass):
                 if part.is_empty():
                     seq: list = block
                 else:
-                    gemm = scop_gemm_tree(gp, blk, requests, (own,), True, (oi, oj),
-                                          k_tiles=True, pack_x=False, pack_y=not leading)
+                    if leading:
+                        gemm = scop_gemm_tree(gp, blk, requests, (own,), True, (oi, oj),
+                                              k_tiles=True, pack_x=False, pack_y=False)
+                    else:   # rows from 0, one i tile up to MIRROR_MC rows: one alpha*B copy
+                        gemm = scop_gemm_tree(
+                            gp, dataclasses.replace(blk, MC=_mirror_mc(blk.MR)), requests,
+                            (own,), True, (oi.scale_val(isl.Val.zero(oi.get_ctx())), oj),
+                            pack_x=False, pack_y=True, shared_packs=True)
                     seq = [T.Filter(pset, gemm)] + block if leading else \
                         block + [T.Filter(pset, gemm)]
-                members = [own]
-                if leading and (first or fin):
+                steps.append(own)
+                if leading:
                     if first:
                         seq.insert(0, T.Filter(_union(first, space), st.sub))
                     if fin:
                         seq.append(T.Filter(_union(fin, space), st.sub))
-                    members = [T.union_members([own] + [
-                        isl.UnionPwAff.from_pw_aff(_step(s, B)) for s in first + fin])]
-                band = T.Band(members, T.Sequence(seq))
+                    steps += [isl.UnionPwAff.from_pw_aff(_step(s, B)) for s in first + fin]
                 stmts_here = [g.update] + (first + fin if leading else [])
-                phases.append(T.Filter(_union(stmts_here, space), band))
+                phases.append(T.Filter(_union(stmts_here, space), T.Sequence(seq)))
             if not ok:
                 ctx.note(self.name, f"{'+'.join(st.names)}: a triangular product is not a "
                                     f"GEMM per block; program order kept")
                 continue
-            new = T.Sequence(phases)
+            new = T.Band([T.union_members(steps)], T.Sequence(phases))
             if cols is not None:
                 new = T.Mark(marks.CPU_PARALLEL, T.Band([cols], new, coincident=[True]))
             if not stages.legal(st, new):
