@@ -232,11 +232,11 @@ def _diagonal(g: ScopGemm, block: isl.UnionSet, b: Blocking, leading: bool) -> l
     tri = block.subtract(rect)
     sp = s.domain.get_space()
     ia, ja, ka = (dim_aff(sp, g.upd_pos[n]) for n in ("i", "j", "k"))
-    regs = T.Band([to_upa(floor_div_aff(ia, MR)), to_upa(floor_div_aff(ja, NR))],
-                  T.Mark(marks.CPU_MICROKERNEL, T.Band(
-                      [to_upa(ka)], T.Band([to_upa(mod_aff(ia, MR)), to_upa(mod_aff(ja, NR))],
-                                           permutable=True, coincident=[True, True]),
-                      permutable=True)),
+    micro: object = T.Mark(marks.CPU_MICROKERNEL, T.Band(
+        [to_upa(ka)], T.Band([to_upa(mod_aff(ia, MR)), to_upa(mod_aff(ja, NR))],
+                             permutable=True, coincident=[True, True]),
+        permutable=True))
+    regs = T.Band([to_upa(floor_div_aff(ia, MR)), to_upa(floor_div_aff(ja, NR))], micro,
                   permutable=True, coincident=[True, True])
     out = [T.Filter(f, t) for f, t in ((rect, regs), (tri, _row_red_col(g)))
            if not f.is_empty()]
@@ -305,6 +305,53 @@ def _origins(g: ScopGemm, B: int, NR: int) -> tuple[isl.Aff, isl.Aff]:
     return oi, oj
 
 
+def _phases(p: ScopGemm, mir: ScopGemm, first: list, fin: list, blk: Blocking, B: int,
+            cols: isl.UnionPwAff | None, requests: list, st, space: isl.Space) \
+        -> tuple[list, list] | None:
+    """The filters of one row step (``P``'s phase with ``first`` and ``fin``, then the
+    mirror's) and the step band's members, or None when a product is not one GEMM per
+    step."""
+    phases, steps = [], []
+    panels = cols is not None
+    for g, part, leading in ((p, _leading(p, B), True), (mir, _trailing(mir, B), False)):
+        if not (_rectangular_k(g, part, B) if leading else _rectangular_rows(g, part, B)) \
+                or not _packs_safe(g, part, B):
+            return None
+        own = isl.UnionPwAff.from_pw_aff(_step(g.update, B) if leading else
+                                         _red_step(g, B))
+        steps.append(own)
+        oi, oj = _origins(g, B, blk.NR if panels else 0)
+        if leading:
+            # the rectangle left of the step's block, k tiles from 0, then the block
+            seq: list = []
+            if not part.is_empty():
+                gp = dataclasses.replace(g, update=dataclasses.replace(g.update, domain=part))
+                seq.append(T.Filter(isl.UnionSet.from_set(part), scop_gemm_tree(
+                    gp, blk, requests, (own,), True, (oi, oj), k_tiles=True, pack_x=False,
+                    pack_y=False)))
+            seq += _diagonal(g, isl.UnionSet.from_set(g.update.domain).subtract(
+                isl.UnionSet.from_set(part)), blk, True)
+            if first:
+                seq.insert(0, T.Filter(_union(first, space), st.sub))
+            if fin:
+                seq.append(T.Filter(_union(fin, space), st.sub))
+            steps += [isl.UnionPwAff.from_pw_aff(_step(s, B)) for s in first + fin]
+            phases.append(T.Filter(_union([g.update] + first + fin, space), T.Sequence(seq)))
+            continue
+        rest_set = isl.UnionSet.from_set(g.update.domain).subtract(isl.UnionSet.from_set(part))
+        seq = _diagonal(g, rest_set, blk, False)
+        if not part.is_empty():
+            # rows from 0, one i tile up to MIRROR_MC rows: one alpha*B copy per step
+            gp = dataclasses.replace(g, update=dataclasses.replace(g.update, domain=part))
+            gemm = scop_gemm_tree(
+                gp, dataclasses.replace(blk, MC=_mirror_mc(blk.MR)), requests, (own,), True,
+                (oi.scale_val(isl.Val.zero(oi.get_ctx())), oj), pack_x=False, pack_y=True,
+                shared_packs=True)
+            seq.append(T.Filter(isl.UnionSet.from_set(part), gemm))
+        phases.append(T.Filter(_union([g.update], space), T.Sequence(seq)))
+    return phases, steps
+
+
 class ScopSymmPass(Pass):
     """See the module docstring."""
     name = "scop-symm"
@@ -327,50 +374,12 @@ class ScopSymmPass(Pass):
                 blk = dataclasses.replace(blk, NC=blk.NR)     # one j tile: the panel
             space = st.filter.get_space()
             requests = list(promotion_state(ctx).pack_requests)
-            phases = []
-            steps: list = []
-            ok = True
-            for g, part, leading in ((p, _leading(p, B), True),
-                                     (mir, _trailing(mir, B), False)):
-                if not (_rectangular_k(g, part, B) if leading else _rectangular_rows(g, part, B)) \
-                        or not _packs_safe(g, part, B):
-                    ok = False
-                    break
-                own = isl.UnionPwAff.from_pw_aff(_step(g.update, B) if leading else
-                                                 _red_step(g, B))
-                oi, oj = _origins(g, B, blk.NR if cols is not None else 0)
-                gp = dataclasses.replace(g, update=dataclasses.replace(g.update,
-                                                                       domain=part))
-                rest = isl.UnionSet.from_set(g.update.domain).subtract(
-                    isl.UnionSet.from_set(part))
-                pset = isl.UnionSet.from_set(part)
-                block = _diagonal(g, rest, blk, leading)
-                if part.is_empty():
-                    seq: list = block
-                else:
-                    if leading:
-                        gemm = scop_gemm_tree(gp, blk, requests, (own,), True, (oi, oj),
-                                              k_tiles=True, pack_x=False, pack_y=False)
-                    else:   # rows from 0, one i tile up to MIRROR_MC rows: one alpha*B copy
-                        gemm = scop_gemm_tree(
-                            gp, dataclasses.replace(blk, MC=_mirror_mc(blk.MR)), requests,
-                            (own,), True, (oi.scale_val(isl.Val.zero(oi.get_ctx())), oj),
-                            pack_x=False, pack_y=True, shared_packs=True)
-                    seq = [T.Filter(pset, gemm)] + block if leading else \
-                        block + [T.Filter(pset, gemm)]
-                steps.append(own)
-                if leading:
-                    if first:
-                        seq.insert(0, T.Filter(_union(first, space), st.sub))
-                    if fin:
-                        seq.append(T.Filter(_union(fin, space), st.sub))
-                    steps += [isl.UnionPwAff.from_pw_aff(_step(s, B)) for s in first + fin]
-                stmts_here = [g.update] + (first + fin if leading else [])
-                phases.append(T.Filter(_union(stmts_here, space), T.Sequence(seq)))
-            if not ok:
+            built = _phases(p, mir, first, fin, blk, B, cols, requests, st, space)
+            if built is None:
                 ctx.note(self.name, f"{'+'.join(st.names)}: a triangular product is not a "
                                     f"GEMM per block; program order kept")
                 continue
+            phases, steps = built
             new = T.Band([T.union_members(steps)], T.Sequence(phases))
             if cols is not None:
                 new = T.Mark(marks.CPU_PARALLEL, T.Band([cols], new, coincident=[True]))
