@@ -232,7 +232,8 @@ def analyse(loop: ir.For, lanes_of):
 
 
 def vectorize_loop(loop: ir.For, lanes_of, tail: str = "mask", reduce_unroll: int = 4,
-                   reciprocal: bool = False, acc_ids: Iterator[int] | None = None):
+                   reciprocal: bool = False, acc_ids: Iterator[int] | None = None,
+                   window: bool = False):
     """The vector form of ``loop`` (see the module docstring), or None if it does not
     qualify.  ``acc_ids`` numbers the reduction accumulators (``vacc1``, ``vacc2``, ...);
     one counter per function keeps the names unique in it and independent of whatever
@@ -241,12 +242,12 @@ def vectorize_loop(loop: ir.For, lanes_of, tail: str = "mask", reduce_unroll: in
         an = _Analysis(loop, lanes_of)
         plan = an.run()
         return _build(loop, an, plan, tail, reduce_unroll, reciprocal,
-                      acc_ids if acc_ids is not None else itertools.count(1))
+                      acc_ids if acc_ids is not None else itertools.count(1), window)
     except _Refuse:
         return None
 
 
-def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids):
+def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids, window=False):
     L, D = plan.lanes, plan.dtype
     v, m, n = loop.var, loop.min, loop.extent
     U = reduce_unroll if plan.reductions else 1
@@ -260,6 +261,11 @@ def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids):
         w = Widen(v, base, D, L, an.vector_lets, reciprocal=reciprocal)
         return _Body(plan, w, slot, lane_mask).stmt(loop.body)
 
+    if (window and not plan.reductions and tail == "mask" and loop.kind == "serial"
+            and (const_n is None or const_n >= 2 * L)):
+        out = _windowed(loop, v0, body_at, L, D)
+        if out is not None:
+            return out
     parts = []
     n_vec = simplify(n // L)                       # full vectors
     n_main = simplify(n // (L * U)) if U > 1 else n_vec
@@ -314,10 +320,105 @@ def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids):
     return out
 
 
+# --------------------------------------------------------------------------- windows
+#: ``Call(VALIGN, (hi, lo, IntImm(r)))``: lanes ``r .. L-1`` of ``lo`` then lanes ``0 ..
+#: r-1`` of ``hi`` (AVX-512 ``valignq``/``valignd``), i.e. the vector ``L`` elements long
+#: that starts ``r`` elements into ``lo`` when ``hi`` follows ``lo`` in memory
+VALIGN = "valign"
+#: ``Call(ALIGN_PEEL, (Load(buf, (i,)), IntImm(L)))``: the number ``0 <= p < L`` of
+#: elements from ``&buf[i]`` to the next address that is a multiple of ``L`` elements
+ALIGN_PEEL = "valign_peel"
+
+
+def _first_vector_store(s) -> ir.Store | None:
+    found: list[ir.Store] = []
+    ir.walk(s, lambda n: found.append(n) if isinstance(n, ir.Store) and n.lanes > 1
+            else None)
+    return found[0] if found else None
+
+
+def window_loads(body: ir.Stmt, anchor: ir.Expr, L: int, D: str) -> tuple[ir.Stmt, int]:
+    """``body`` (one vector iteration) with each unmasked unit-stride vector load ``X[a +
+    k .. a + k + L)``, ``a`` the ``anchor`` (the index of the store the loop is aligned
+    to) and ``k`` a constant not a multiple of ``L``, of a buffer ``X`` also loaded at
+    some ``X[a + jL ..]``, read as ``valign(X[a + (q+1)L ..], X[a + qL ..], r)`` (``k =
+    qL + r``): loads at offsets that are multiples of ``L`` (aligned where ``X[a]`` is)
+    and lane shifts, the same values.  Returns the new body and the number of loads
+    rewritten."""
+    anchored: set = set()
+
+    def offset(ld) -> int | None:
+        if not (isinstance(ld, ir.Load) and ld.lanes == L and ld.dtype == D):
+            return None
+        r = ld.indices[0]
+        if not (isinstance(r, ir.Ramp) and ir.is_const(r.stride, 1)):
+            return None
+        k = simplify(r.base - anchor)
+        return k.value if isinstance(k, ir.IntImm) else None
+
+    def mark(n):
+        k = offset(n)
+        if k is not None and k % L == 0:
+            anchored.add(n.buffer)
+    ir.walk(body, mark)
+    count = [0]
+
+    def at(buf, k):
+        return ir.Load(buf, (ir.Ramp(simplify(anchor + k), ir.IntImm(1), L),), D, L)
+
+    class _W(ir.Mutator):
+        def visit_Load(self, e):
+            k = offset(e)
+            if k is None or k % L == 0 or e.buffer not in anchored:
+                return self.generic(e)
+            q, r = divmod(k, L)
+            count[0] += 1
+            return ir.Call(VALIGN, (at(e.buffer, (q + 1) * L), at(e.buffer, q * L),
+                                    ir.IntImm(r)), D)
+
+    return _W().visit(body), count[0]
+
+
+def _windowed(loop: ir.For, v0: ir.Var, body_at, L: int, D: str) -> ir.Stmt | None:
+    """The windowed form of the vector loop (see :func:`vectorize`), or None when no
+    load of its body is windowed (the loop keeps the plain form)."""
+    v, m, n = loop.var, loop.min, loop.extent
+    pl = ir.Var(v.name + "_pl", "int64")
+    m2 = simplify(m + pl)
+    plain = body_at(simplify(m2 + v0 * L), 0)
+    first = _first_vector_store(plain)
+    if first is None:
+        return None
+    main, count = window_loads(plain, first.indices[0].base, L, D)
+    if not count:
+        return None
+    at_m = _first_vector_store(body_at(m, 0))
+    assert at_m is not None
+    addr = ir.Load(at_m.buffer, (at_m.indices[0].base,), at_m.buffer.dtype)
+    peel = simplify(ir.min_(n, ir.Call(ALIGN_PEEL, (addr, ir.IntImm(L)), "int64")))
+    gt0 = lambda e: ir.Binary(">", e, ir.IntImm(0), "bool")   # noqa: E731
+    head = ir.IfThenElse(gt0(pl), ir.AttrStmt(
+        marks.VECTOR_MASK, (pl, L), body_at(m, 0, lane_range(ir.IntImm(0), pl, L))))
+    n2 = simplify(n - pl)
+    n_vec = simplify(n2 // L)
+    ann = tuple((k, val) for k, val in loop.annotations) + (("vectorized", L),
+                                                           ("vector_window", True))
+    body = ir.For(v0, ir.IntImm(0), n_vec, "serial", main, ann)
+    count_t = simplify(n2 - n_vec * L)
+    tail = ir.IfThenElse(gt0(count_t), ir.AttrStmt(
+        marks.VECTOR_MASK, (count_t, L),
+        body_at(simplify(m2 + n_vec * L), 0, lane_range(ir.IntImm(0), count_t, L))))
+    out: ir.Stmt = ir.LetStmt(pl, peel, ir.seq(head, body, tail))
+    if not isinstance(n, ir.IntImm):
+        out = ir.IfThenElse(gt0(n), out)
+    return out
+
+
 class _Vectorize(ir.Mutator):
-    def __init__(self, lanes_of, tail, reduce_unroll, reciprocal):
+    def __init__(self, lanes_of, tail, reduce_unroll, reciprocal, window=False):
         self.lanes_of, self.tail, self.reduce_unroll = lanes_of, tail, reduce_unroll
         self.reciprocal = reciprocal
+        self.window = window
         self.count = 0
         self.acc_ids = itertools.count(1)      # accumulator names, per function
 
@@ -326,7 +427,7 @@ class _Vectorize(ir.Mutator):
         s = s if body is s.body else replace(s, body=body)
         if s.kind in ("serial", "parallel", "vectorized") and not has_loop(s.body):
             out = vectorize_loop(s, self.lanes_of, self.tail, self.reduce_unroll,
-                                 self.reciprocal, self.acc_ids)
+                                 self.reciprocal, self.acc_ids, self.window)
             if out is not None:
                 self.count += 1
                 return out
@@ -334,12 +435,13 @@ class _Vectorize(ir.Mutator):
 
 
 def vectorize(func: ir.LoweredFunc, lanes_of, tail: str = "mask",
-              reduce_unroll: int = 4, reciprocal: bool = False) -> ir.LoweredFunc:
+              reduce_unroll: int = 4, reciprocal: bool = False,
+              window: bool = False) -> ir.LoweredFunc:
     """Vectorise every qualifying innermost loop of ``func`` (see the module docstring).
     ``lanes_of(dtype)`` gives the vector length (1: no vectors of that dtype).  With
     ``reciprocal``, a vector divided by a loop-invariant value is multiplied by its
     reciprocal, computed once (within 1.5 ulp of the quotient instead of 0.5)."""
-    m = _Vectorize(lanes_of, tail, reduce_unroll, reciprocal)
+    m = _Vectorize(lanes_of, tail, reduce_unroll, reciprocal, window)
     body = m.visit(func.body)
     out = func.with_body(body)
     out = out.counted(vectorized_loops=m.count)
