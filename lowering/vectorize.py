@@ -42,6 +42,23 @@ kept for every lane, so each dependence inside an iteration is preserved; reduct
 are reassociated (sums are added in a different order than the scalar loop).  A
 parallel loop stays parallel over vector iterations; its tail runs after it.
 
+Windows (``window=True``, the CPU backend's option ``vector_window`` on AVX-512): a
+serial loop without reductions, masked tails, whose body loads some buffer ``X`` at
+constant offsets from its first vector store's index ``a`` that are not all multiples
+of ``L`` (a stencil's ``X[i-1], X[i], X[i+1]``), and one of them a multiple, runs as
+
+    let p = min(n, valign_peel(&S[a at m]))   -- elements to the next L-aligned address
+    head: lanes [0, p) at m (masked)         -- when p > 0
+    for v0 in [0, (n-p) // L): body at m + p + v0*L, each X[a + k] (k = qL + r,
+        0 < r < L) read as valign(X[a + (q+1)L ..], X[a + qL ..], r)
+    tail: lanes [0, (n-p) mod L) (masked)
+
+so the store ``S[a ..]`` is aligned whatever the array's alignment, and ``X``'s loads
+are aligned where ``X`` and ``S`` share their alignment (PolyBench's arrays do); the
+values read are the same, so the result is the plain form's for any alignment.  The
+iterations run in the same chunks of consecutive lanes as before, only cut at other
+points: nothing the conditions above allow depends on where a vector starts.
+
 Vector IR conventions (what :mod:`polycomp.hw.cpu.vector_printer` prints): a vector
 load/store has ``lanes = L`` and index ``Ramp(base, stride, L)`` (stride 1 for stores);
 ``Broadcast`` splats a scalar; ``Call("vlane_range", (lo, hi, L))`` is the mask of lanes
@@ -241,13 +258,22 @@ def vectorize_loop(loop: ir.For, lanes_of, tail: str = "mask", reduce_unroll: in
     try:
         an = _Analysis(loop, lanes_of)
         plan = an.run()
+        if window and not plan.reductions and tail == "mask" and loop.kind == "serial" \
+                and not (isinstance(loop.extent, ir.IntImm) and loop.extent.value < 2 * plan.lanes):
+            def body_at(base, slot, lane_mask=None):
+                w = Widen(loop.var, base, plan.dtype, plan.lanes, an.vector_lets,
+                          reciprocal=reciprocal)
+                return _Body(plan, w, slot, lane_mask).stmt(loop.body)
+            out = _windowed(loop, ir.Var(loop.var.name + "_v"), body_at, plan.lanes, plan.dtype)
+            if out is not None:
+                return out
         return _build(loop, an, plan, tail, reduce_unroll, reciprocal,
-                      acc_ids if acc_ids is not None else itertools.count(1), window)
+                      acc_ids if acc_ids is not None else itertools.count(1))
     except _Refuse:
         return None
 
 
-def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids, window=False):
+def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids):
     L, D = plan.lanes, plan.dtype
     v, m, n = loop.var, loop.min, loop.extent
     U = reduce_unroll if plan.reductions else 1
@@ -261,11 +287,6 @@ def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids, window=Fals
         w = Widen(v, base, D, L, an.vector_lets, reciprocal=reciprocal)
         return _Body(plan, w, slot, lane_mask).stmt(loop.body)
 
-    if (window and not plan.reductions and tail == "mask" and loop.kind == "serial"
-            and (const_n is None or const_n >= 2 * L)):
-        out = _windowed(loop, v0, body_at, L, D)
-        if out is not None:
-            return out
     parts = []
     n_vec = simplify(n // L)                       # full vectors
     n_main = simplify(n // (L * U)) if U > 1 else n_vec

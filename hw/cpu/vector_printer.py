@@ -239,15 +239,13 @@ class VectorPrinter(CPrinter):
         return super().is_index(_PeelAsZero().visit(e))
 
     def valign(self, e: ir.Call, L: int, D: str) -> str:
-        """``valign(hi, lo, r)`` (:data:`~polycomp.lowering.vectorize.VALIGN`): one
-        ``valignq``/``valignd`` on the vectors' bits (AVX-512 only)."""
+        """``valign(hi, lo, r)`` (:data:`~polycomp.lowering.vectorize.VALIGN`): the
+        prelude's ``pc512_valign_*`` (one ``valignq``/``valignd``; AVX-512 only)."""
         hi, lo, r = e.args
         if self.width(D, L) != 512:
             raise PolycompInternalError("valign needs 512-bit vectors")
-        s, w = self.sfx(D), ("epi64" if self.sfx(D) == "pd" else "epi32")
-        return (f"_mm512_castsi512_{s}(_mm512_alignr_{w}(_mm512_cast{s}_si512("
-                f"{self.vexpr(hi, L, D)}), _mm512_cast{s}_si512({self.vexpr(lo, L, D)}), "
-                f"{r.value}))")
+        return (f"pc512_valign_{self.sfx(D)}({self.vexpr(hi, L, D)}, {self.vexpr(lo, L, D)}, "
+                f"{r.value})")
 
     def vbinary(self, e: ir.Binary, L: int, D: str) -> str:
         mm, s = self.mm(D, L), self.sfx(D)
