@@ -49,17 +49,21 @@ of a 2-D or 3-D one at symbolic distances keep the plain form, which measured as
 on a loaded host), some buffer ``X`` loaded at offsets that are not all multiples of
 ``L`` (a stencil's ``X[i-1], X[i], X[i+1]``), and one of them a multiple, runs as
 
-    let p = min(n, valign_peel(&S[a at m]))   -- elements to the next L-aligned address
-    head: lanes [0, p) at m (masked)         -- when p > 0
-    for v0 in [0, (n-p) // L): body at m + p + v0*L, each X[a + k] (k = qL + r,
-        0 < r < L) read as valign(X[a + (q+1)L ..], X[a + qL ..], r)
-    tail: lanes [0, (n-p) mod L) (masked)
+    let h = min(n, valign_peel(&S[a at m]) + L)   -- to the next L-aligned store, + L
+    head: [m, m + h) as up to two masked vectors
+    for v0 in [0, max(0, (n-h) // L - 1)): body at m + h + v0*L, each X[a + k]
+        (k = qL + r, 0 < r < L) read as valign(X[a + (q+1)L ..], X[a + qL ..], r)
+    tail: the rest (L to 2L - 1 iterations, or fewer) as up to two masked vectors
 
 so the store ``S[a ..]`` is aligned whatever the array's alignment, and ``X``'s loads
 are aligned where ``X`` and ``S`` share their alignment (PolyBench's arrays do); the
-values read are the same, so the result is the plain form's for any alignment.  The
-iterations run in the same chunks of consecutive lanes as before, only cut at other
-points: nothing the conditions above allow depends on where a vector starts.
+values read are the same, so the result is the plain form's for any alignment.  A
+window reads up to ``L - 1`` elements beyond the plain load on one side; the extra
+vector in the head and the one left to the tail keep every such read within the
+elements the loop reads anyway (``m + k .. m + n - 1 + k``), so nothing outside the
+arrays is touched (masked lanes are not read).  The iterations run in the same chunks
+of consecutive lanes as before, only cut at other points: nothing the conditions
+above allow depends on where a vector starts.
 
 Vector IR conventions (what :mod:`polycomp.hw.cpu.vector_printer` prints): a vector
 load/store has ``lanes = L`` and index ``Ramp(base, stride, L)`` (stride 1 for stores);
@@ -406,9 +410,7 @@ def _windowed(loop: ir.For, v0: ir.Var, body_at, L: int, D: str) -> ir.Stmt | No
     """The windowed form of the vector loop (see :func:`vectorize`), or None when no
     load of its body is windowed (the loop keeps the plain form)."""
     v, m, n = loop.var, loop.min, loop.extent
-    pl = ir.Var(v.name + "_pl", "int64")
-    m2 = simplify(m + pl)
-    plain = body_at(simplify(m2 + v0 * L), 0)
+    plain = body_at(simplify(m + v0 * L), 0)
     first = _first_vector_store(plain)
     if first is None:
         return None
@@ -424,20 +426,32 @@ def _windowed(loop: ir.For, v0: ir.Var, body_at, L: int, D: str) -> ir.Stmt | No
     at_m = _first_vector_store(body_at(m, 0))
     assert at_m is not None
     addr = ir.Load(at_m.buffer, (at_m.indices[0].base,), at_m.buffer.dtype)
-    peel = simplify(ir.min_(n, ir.Call(ALIGN_PEEL, (addr, ir.IntImm(L)), "int64")))
+    # the head: the lanes up to the aligned store, then one more vector, so that the
+    # first window's lower load stays at or above the lowest element the loop reads
+    head_n = simplify(ir.min_(n, ir.Call(ALIGN_PEEL, (addr, ir.IntImm(L)), "int64") + L))
+    hn = ir.Var(v.name + "_pl", "int64")
     gt0 = lambda e: ir.Binary(">", e, ir.IntImm(0), "bool")   # noqa: E731
-    head = ir.IfThenElse(gt0(pl), ir.AttrStmt(
-        marks.VECTOR_MASK, (pl, L), body_at(m, 0, lane_range(ir.IntImm(0), pl, L))))
-    n2 = simplify(n - pl)
-    n_vec = simplify(n2 // L)
+
+    def masked(base, count):          # up to 2L iterations as two masked vectors
+        c1, c2 = simplify(ir.min_(count, ir.IntImm(L))), simplify(count - L)
+        return ir.seq(
+            ir.IfThenElse(gt0(c1), ir.AttrStmt(marks.VECTOR_MASK, (c1, L), body_at(
+                base, 0, lane_range(ir.IntImm(0), c1, L)))),
+            ir.IfThenElse(gt0(c2), ir.AttrStmt(marks.VECTOR_MASK, (c2, L), body_at(
+                simplify(base + L), 0, lane_range(ir.IntImm(0), c2, L)))))
+    rest = simplify(n - hn)
+    # ... and the last full vector runs outside the windows, so the last window's upper
+    # load stays at or below the highest element read
+    n_win = simplify(ir.max_(ir.IntImm(0), rest // L - 1))
+    plain_main = body_at(simplify(m + hn + v0 * L), 0)
+    first = _first_vector_store(plain_main)
+    assert first is not None
+    main, _ = window_loads(plain_main, first.indices[0].base, L, D)
     ann = tuple((k, val) for k, val in loop.annotations) + (("vectorized", L),
                                                            ("vector_window", True))
-    body = ir.For(v0, ir.IntImm(0), n_vec, "serial", main, ann)
-    count_t = simplify(n2 - n_vec * L)
-    tail = ir.IfThenElse(gt0(count_t), ir.AttrStmt(
-        marks.VECTOR_MASK, (count_t, L),
-        body_at(simplify(m2 + n_vec * L), 0, lane_range(ir.IntImm(0), count_t, L))))
-    out: ir.Stmt = ir.LetStmt(pl, peel, ir.seq(head, body, tail))
+    body = ir.For(v0, ir.IntImm(0), n_win, "serial", main, ann)
+    tail = masked(simplify(m + hn + n_win * L), simplify(rest - n_win * L))
+    out: ir.Stmt = ir.LetStmt(hn, head_n, ir.seq(masked(m, hn), body, tail))
     if not isinstance(n, ir.IntImm):
         out = ir.IfThenElse(gt0(n), out)
     return out

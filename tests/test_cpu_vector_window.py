@@ -136,3 +136,23 @@ def test_float32_five_point_window_is_bitwise():
         w = np.zeros(n, np.float32)
         w[2:-2] = ((((x[:-4] + x[1:-3]) + x[2:-2]) + x[3:-1]) + x[4:]) * np.float32(0.2)
         assert np.array_equal(got[2:-2].view(np.uint32), w[2:-2].view(np.uint32)), n
+
+
+@NATIVE
+def test_windows_read_nothing_outside_the_arrays(tmp_path):
+    """Under ASan (buffers of their exact size, malloc's 16-byte alignment, so stores and
+    loads are misaligned against 64 bytes): a window's aligned loads reach up to ``L -
+    1`` elements past the plain load, and the head's extra vector and the tail's keep
+    them inside the elements the loop reads anyway.  Results bitwise as well."""
+    from polycomp.hw.cpu.sanitize import build_sanitized, run_sanitized_many
+    k, = read_c_kernels(F32_STENCIL)
+    ck = compile_kernel(k, "cpu-avx512")
+    assert "pc512_valign_ps(" in ck.source
+    exe = build_sanitized(ck.final_ir, ck.source, str(tmp_path / "blur1"))
+    rng = np.random.default_rng(2)
+    xs = [rng.uniform(-1, 1, n).astype(np.float32) for n in (5, 17, 33, 48, 50, 81, 203)]
+    runs = run_sanitized_many(exe, ck.final_ir, [[x, np.zeros_like(x)] for x in xs])
+    for x, run in zip(xs, runs):
+        w = ((((x[:-4] + x[1:-3]) + x[2:-2]) + x[3:-1]) + x[4:]) * np.float32(0.2)
+        got, = run.outputs
+        assert np.array_equal(got[2:-2].view(np.uint32), w.view(np.uint32)), x.size
