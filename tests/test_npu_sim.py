@@ -480,7 +480,9 @@ def test_npu_benchmarks_run():
     from polycomp.benchmarks import chains_npu, npu
     m = npu._matmul(256, True)
     # 4 output tiles, each cut into 4 k parts (split-K of the last round): 16 cores
-    assert m["cores"] == 16 and m["bound"] in ("cores", "HBM") and m["max_abs_error"] < 0.05
+    assert m["cores"] == 16 and m["max_abs_error"] < 0.05
+    assert m["bound"] in ("cube", "MTE2", "MTE1", "FIX", "HBM", "L2") and \
+        0 < m["bound_busy"] <= 1
     i8 = npu._matmul(128, True, "int8")
     assert i8["max_abs_error"] == 0 and i8["cube_utilisation"] > 0
     dq = npu._dequant(128, True)                      # Fixpipe VDEQF16
