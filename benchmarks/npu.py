@@ -237,7 +237,7 @@ def _table(r: dict) -> str:
                      f"{bound:>13s} {m['mte_cycles']:>8d} {m['hbm_cycles']:>8d} "
                      f"{m['l2_cycles']:>8d} {m['roofline_cycles']:>9d} "
                      f"{m['vs_roofline']:>9.2f}")
-    lines += ["", "bound: HBM or L2 (the chip's traffic at their bandwidth), else the slowest "
+    lines += ["", "bound: HBM or L2 (the chip's traffic at their bandwidth), else the "
               "busiest pipe of any core (cube, MTE2, MTE1, FIX, vector) and its busy share; "
               "MTE2: the GM -> L1 bytes at every core's MTE2 bandwidth",
               "", f"{'kernel':62s} {'cycles':>10s} {'cube util':>9s}"]
