@@ -666,11 +666,14 @@ def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
     With a pre-packed ``Y`` (a graph's weight) too.
 
     ``Y``: when not pre-packed, each thread's row tile (``MC``) is at most
-    :data:`Y_IN_PLACE_ROWS` rows and a row of ``Y`` at most :data:`Y_IN_PLACE_ROW_BYTES`:
-    the packed ``KC x NC`` block serves ``MC / MR`` register rows, and with few of them
-    its copy is not repaid (32 x 768 x 768 on one core 386 -> 348 us, 256^3 294 -> 289);
-    with many rows and long ``Y`` rows (a page or more apart) the contiguous copy wins
-    (2048^3: 164 -> 190 ms in place).
+    :data:`Y_IN_PLACE_ROWS` rows, a row of ``Y`` at most :data:`Y_IN_PLACE_ROW_BYTES`
+    and not a multiple of :data:`ALIASING_BYTES`: the packed ``KC x NC`` block serves
+    ``MC / MR`` register rows, and with few of them its copy is not repaid (32 x 768 x
+    768 on one core 386 -> 348 us, 256^3 294 -> 289); with many rows the contiguous copy
+    wins (2048^3: 164 -> 190 ms in place), and so it does when the rows are a multiple
+    of 4 KiB apart: the ``KC`` rows of a block then fall into a few cache sets and evict
+    each other (32 x 4096 x 1024, 16 KiB rows, and 32 x 1024 x 4096, 4 KiB rows: 3.5 ->
+    4.7 ms and 3.2 -> 4.7 ms in place).
 
     ``POLYCOMP_GEMM_IN_PLACE``: ``auto`` (default), ``0`` (pack both, the former
     trees), ``x`` / ``y`` / ``xy`` (forced where the operand qualifies; comparisons)."""
@@ -690,13 +693,16 @@ def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
     row_bytes = (n_j.value if isinstance(n_j, ir.IntImm) else int(n_j)) * dt.itemsize(op.dtype)
     n_i = _extent(op.update.domain, op.i)
     rows = b.MC if n_i is None else min(b.MC, n_i)
-    return x_ok, y_ok and rows <= Y_IN_PLACE_ROWS and row_bytes <= Y_IN_PLACE_ROW_BYTES
+    return x_ok, y_ok and rows <= Y_IN_PLACE_ROWS and row_bytes <= Y_IN_PLACE_ROW_BYTES \
+        and row_bytes % ALIASING_BYTES != 0
 
 
 #: read ``Y`` in place when a thread's row tile has at most this many rows
 Y_IN_PLACE_ROWS = 256
 #: ... and a row of ``Y`` at most this many bytes (in_place_operands)
 Y_IN_PLACE_ROW_BYTES = 16384
+#: ... and not a multiple of this many (rows that far apart share cache sets)
+ALIASING_BYTES = 4096
 
 
 def dynamic_row_tiles(row_tiles_only: bool) -> bool:
