@@ -659,10 +659,14 @@ def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
     constant extents (``X[i, k]``, ``Y[k, j]``, the loop variables as indices), not the
     shared-panel form (:func:`shared_y_panel`).
 
-    ``X``: always then.  An ``MR x KC`` panel of ``X`` is ``MR`` row segments, each read
-    in order by one broadcast of the micro-kernel (``MR`` sequential streams the
-    prefetchers follow); its scalar, strided copy cost more than it saved: 256^3 on one
-    Zen 4 core 314 -> 294 us (the copy was ~6.5 % of the call), 512^3-2048^3 2-3 % faster.
+    ``X``: unless its rows are a multiple of :data:`ALIASING_BYTES` apart and ``Y`` has
+    more than :data:`X_ALIASED_COLUMNS` columns.  An ``MR x KC`` panel of ``X`` is ``MR``
+    row segments, each read in order by one broadcast of the micro-kernel (``MR``
+    sequential streams the prefetchers follow); its scalar, strided copy cost more than
+    it saved: 256^3 on one Zen 4 core 314 -> 294 us (the copy was ~6.5 % of the call),
+    512^3 2457 -> 2362 us, 1024^3 1.7 % less CPU time.  Rows 4 KiB apart put the ``MR``
+    segments in the same L1 sets, which costs about 1 % (2048^3: 1 % more CPU time in
+    place), more than the copy saves once it is spread over more than 1024 columns.
     With a pre-packed ``Y`` (a graph's weight) too.
 
     ``Y``: when not pre-packed, each thread's row tile (``MC``) is at most
@@ -687,16 +691,26 @@ def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
     y_ok = not b.prepacked_y and _plain_2d(op.y, k, j)
     if mode != "auto":
         return x_ok and "x" in mode, y_ok and "y" in mode
+    size = dt.itemsize(op.dtype)
+    n_j = _extent(op.update.domain, op.j)
+    if x_ok:
+        x_row = _const(op.x.buffer.shape[1]) * size
+        x_ok = x_row % ALIASING_BYTES != 0 or (n_j is not None and n_j <= X_ALIASED_COLUMNS)
     if not y_ok:
         return x_ok, False
-    n_j = op.y.buffer.shape[1]
-    row_bytes = (n_j.value if isinstance(n_j, ir.IntImm) else int(n_j)) * dt.itemsize(op.dtype)
+    row_bytes = _const(op.y.buffer.shape[1]) * size
     n_i = _extent(op.update.domain, op.i)
     rows = b.MC if n_i is None else min(b.MC, n_i)
     return x_ok, y_ok and rows <= Y_IN_PLACE_ROWS and row_bytes <= Y_IN_PLACE_ROW_BYTES \
         and row_bytes % ALIASING_BYTES != 0
 
 
+def _const(d) -> int:
+    return d.value if isinstance(d, ir.IntImm) else int(d)
+
+
+#: X rows a multiple of ALIASING_BYTES apart are packed above this many columns
+X_ALIASED_COLUMNS = 1024
 #: read ``Y`` in place when a thread's row tile has at most this many rows
 Y_IN_PLACE_ROWS = 256
 #: ... and a row of ``Y`` at most this many bytes (in_place_operands)
