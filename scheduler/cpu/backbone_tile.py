@@ -30,12 +30,13 @@ the backbone's) becomes
                   filter epilogue: band[i mod MR, j mod NR]
 
 (every band over several statements takes the same functions of ``i``, ``j`` and the
-batch dimensions for each; the ``MC x KC`` block of ``X`` is packed once per ``k``
-tile, see :func:`x_block_once`; the few-row split below keeps the band ``[floor(j/NC),
-floor(k/KC)]`` with both pack marks under it), so each ``MR x NR`` tile of ``C`` is
-zeroed just before its first micro-kernel and passed through the epilogue (bias,
-activation) just after its last one, while it is in L1, instead of in passes over all
-of ``C``.  A direct-form backbone (convolutions) keeps the init apart:
+batch dimensions for each; an operand read where it lies, :func:`in_place_operands`, has
+no pack mark: the band below takes its place; the ``MC x KC`` block of ``X`` is packed
+once per ``k`` tile, see :func:`x_block_once`; the few-row split below keeps the band
+``[floor(j/NC), floor(k/KC)]`` with both pack marks under it), so each ``MR x NR`` tile
+of ``C`` is zeroed just before its first micro-kernel and passed through the epilogue
+(bias, activation) just after its last one, while it is in L1, instead of in passes over
+all of ``C``.  A direct-form backbone (convolutions) keeps the init apart:
 
     sequence
       filter init:   mark cpu_parallel -> band[s]    (all members coincident)
