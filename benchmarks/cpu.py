@@ -145,6 +145,34 @@ def bench_sgemm(s: Suite, dtype: str = "float32"):
                     traffic=size * (m * kk + kk * n + m * n))
         if dtype == "float64":
             row["flop_cost"] = 2     # an fp64 FMA does half the fp32 unit's lanes
+    if dtype == "float32" and not s.quick:
+        bench_constant_weight(s, BERT_L1)
+
+
+def bench_constant_weight(s: Suite, shapes) -> None:
+    """``x @ W`` with ``W`` a graph constant, as a model's linear layer runs through
+    :func:`polycomp.graph.compile_graph` (the weight packed into the micro-kernel's
+    panels once, at compile time: what a library call cannot do), against numpy's
+    ``matmul`` of the same arrays; the rows beside :func:`bench_sgemm`'s, where both
+    operands are call arguments."""
+    import numpy as np
+
+    from polycomp.graph import GraphBuilder, compile_graph
+    rng = np.random.default_rng(1)
+    for m, n, kk in shapes:
+        w = rng.standard_normal((kk, n)).astype(np.float32)
+        g = GraphBuilder(f"linear{m}_{n}_{kk}")
+        x_in = g.input("x", (m, kk))
+        cg = compile_graph(g.build(g.matmul(x_in, g.constant("w", w))), s.target)
+        x = rng.standard_normal((m, kk)).astype(np.float32)
+        out = np.empty((m, n), np.float32)
+        cg(x, out=out)
+        err = float(np.max(np.abs(out - x @ w)))
+        assert err < 1e-3 * kk ** 0.5, f"constant weight {m}x{n}x{kk}: max error {err}"
+        t_ours, t_np = _timeit([lambda: cg(x, out=out), lambda: np.matmul(x, w, out=out)],
+                               s.repeat)
+        s.add("sgemm", f"{m}x{n}x{kk} fp32 (BERT L=1, W a graph constant)", t_ours, t_np,
+              "numpy", 2 * m * n * kk, "GFLOP/s", traffic=4 * (m * kk + kk * n + m * n))
 
 
 def bench_dgemm(s: Suite):
