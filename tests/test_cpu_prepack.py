@@ -118,10 +118,11 @@ def test_few_row_split_full_tiles_read_the_prepacked_weight_in_vectors(threads):
     assert len(lanes) >= 3 and set(lanes) == {16}, sorted(set(lanes))
 
 
-@pytest.mark.parametrize("m,k,n", [(13, 37, 250), (5, 83, 301)])
+@pytest.mark.parametrize("m,k,n", [(13, 37, 250), (5, 83, 301), (29, 11, 3001)])
 def test_prepacked_few_row_split_matches_numpy_at_two_threads(m, k, n):
-    """Odd sizes whose ``j`` tiles split unevenly over 2 threads, the weight pre-packed:
-    no scalar read of the weight, within float32 rounding of numpy."""
+    """Odd sizes whose ``j`` tiles split unevenly over 2 threads, the weight pre-packed
+    (3001 columns: two tiles per thread, a partial last tile and panel): no scalar
+    read of the weight, within float32 rounding of numpy."""
     tgt, opts = _weight_gemm("cpu", 2)
     kern = _matmul_kernel(m, k, n, f"pp_few2_{m}_{k}_{n}")
     ck = compile_kernel(kern, tgt, {**opts, "prepack": ("B",)})
@@ -133,6 +134,23 @@ def test_prepacked_few_row_split_matches_numpy_at_two_threads(m, k, n):
     fn.threads = 2
     got = fn(A, rec.pack(B))
     np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5 * k)
+
+
+def test_few_row_nc_gives_each_thread_equal_whole_tiles():
+    """The few-row split's ``NC``: thread 0 (``schedule(static)``) runs the fewest
+    panels the ``NR`` grid allows, in whole tiles within the cache bound (BERT's 1024
+    and 4096 columns at ``NR`` = 48: 2 x 528 and 8 x 528, not 3 x 384 and 9 x 480)."""
+    from polycomp.scheduler.cpu.backbone_tile import few_row_nc
+    assert few_row_nc(1024, 720, 48, 2) == 528 and few_row_nc(4096, 720, 48, 2) == 528
+    for n, cap, nr, t in [(1024, 720, 48, 2), (4096, 720, 48, 2), (3072, 480, 48, 4),
+                          (1501, 480, 16, 2), (97, 720, 48, 2), (256, 144, 48, 2)]:
+        nc = few_row_nc(n, cap, nr, t)
+        panels, tiles = -(-n // nr), -(-n // nc)
+        per = -(-tiles // t)                            # tiles of thread 0
+        assert nc % nr == 0 and nc <= max(cap, nr), (n, nc)
+        # the work of thread 0 at most one panel per tile above its fair share
+        assert per * nc // nr <= -(-panels // t) + per - 1, (n, nc)
+        assert tiles <= per * t
 
 
 @pytest.mark.parametrize("rows", ["M", 128])

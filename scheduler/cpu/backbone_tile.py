@@ -70,8 +70,8 @@ see :func:`channel_tree` for the legality.
 
 A GEMM-form backbone with fewer than ``SMALL_M_PANELS`` register rows per thread and at
 least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]``
-band instead of the ``i``-tile band (``MC`` = all rows, ``NC`` at most a thread's share
-of the columns).
+band instead of the ``i``-tile band (``MC`` = all rows, ``NC`` a thread's share of the
+columns cut into equal tiles within the cache bound, :func:`few_row_nc`).
 
 On request (``POLYCOMP_GEMM_SHARED=1``; off by default since it measured slower, see
 :func:`shared_y_panel`), with several planned threads and a constant ``i`` extent above
@@ -494,6 +494,11 @@ FEW_CHANNELS = 4
 #: a product with fewer register rows than this per thread is split over j tiles
 SMALL_M_PANELS = 4
 
+#: quarters of L2 a ``KC x NC`` block of ``Y`` may fill with the few-row split: its ``X``
+#: block (all rows, at most ``threads * SMALL_M_PANELS`` register rows) is small, so ``Y``
+#: takes 3/4 of L2, not the half of the other trees (:func:`few_row_nc`)
+FEW_ROW_L2_SHARE = 3
+
 #: row tiles per thread when the threads take them one at a time (dynamic_row_tiles)
 ROW_TILES_PER_THREAD = 4
 
@@ -596,10 +601,11 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
             and -(-n_i // MR) < threads * SMALL_M_PANELS and n_j >= threads * NR:
         # few rows: splitting i would have every thread pack (and read from memory) the
         # whole Y block for a handful of register rows; each thread takes whole j tiles
-        # instead (its own part of Y, all of X, which is small), at least one per thread
+        # instead (its own part of Y, all of X, which is small), at least one per thread,
+        # as many tiles per thread (few_row_nc)
         MC = MR * -(-n_i // MR)
-        per_thread = NR * -(-n_j // (threads * NR))
-        NC = min(NC, per_thread)
+        nc_cache = max(NR, target.l2_bytes * FEW_ROW_L2_SHARE // 4 // (KC * size) // NR * NR)
+        NC = few_row_nc(n_j, nc_cache, NR, threads)
         parallel_j = True
     elif n_i is not None:
         panels = -(-n_i // MR)
@@ -738,6 +744,27 @@ def dynamic_row_tiles(row_tiles_only: bool) -> bool:
     an idle host to measure (docs/cpu_backend.md *Threads*)."""
     import os
     return row_tiles_only and os.environ.get("POLYCOMP_GEMM_DYNAMIC", "0") == "1"
+
+
+def few_row_nc(n_j: int, NC: int, NR: int, threads: int) -> int:
+    """``NC`` of the few-row split (threads take whole ``j`` tiles, ``schedule(static)``,
+    so thread 0 runs ``q`` tiles of ``NC`` columns): each thread's share of the ``NR``
+    column panels, ``share = ceil(panels / threads)``, cut into ``q`` tiles of at most
+    ``NC`` (the cache bound) columns, ``q`` between the fewest that fit and twice as
+    many, the one with the least work for thread 0 (``q * ceil(share / q)`` panels; the
+    fewest tiles among equals).  Before, ``NC`` was the cache bound (half of L2)
+    balanced over all columns: 1024 columns at ``NR`` = 48 made 3 tiles of 384 for 2
+    threads (thread 0 ran 768 of the 1024 columns), 4096 columns 9 tiles of 480 (thread
+    0: 2400); with 3/4 of L2 (:data:`FEW_ROW_L2_SHARE`) now 2 x 528 and 8 x 528 (thread
+    0: 11 and 44 panels for shares of 10.7 and 42.7).  Tiles of one panel (the fewest
+    panels for any share) ran at 104 instead of 167 GFLOP/s (32 x 1024 x 1024, 2
+    threads, loaded host)."""
+    if NC <= 0 or NC % NR:
+        return NC
+    share = -(-(-(-n_j // NR)) // threads)          # panels per thread
+    least = -(-share // max(1, NC // NR))            # tiles per thread, at least
+    tiles = min(range(least, 2 * least + 1), key=lambda q: (q * -(-share // q), q))
+    return NR * -(-share // tiles)
 
 
 def balanced_nc(n_j: int, NC: int, NR: int) -> int:
