@@ -761,7 +761,8 @@ def few_row_nc(n_j: int, NC: int, NR: int, threads: int) -> int:
     threads, loaded host)."""
     if NC <= 0 or NC % NR:
         return NC
-    share = -(-(-(-n_j // NR)) // threads)          # panels per thread
+    panels = -(-n_j // NR)
+    share = -(-panels // threads)                   # panels per thread
     least = -(-share // max(1, NC // NR))            # tiles per thread, at least
     tiles = min(range(least, 2 * least + 1), key=lambda q: (q * -(-share // q), q))
     return NR * -(-share // tiles)
