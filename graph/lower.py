@@ -199,6 +199,27 @@ def _swaps(n: Node, a: int, b: int) -> bool:
     return list(p) == want
 
 
+def _vector_chain(mm: Node, mid: list[Node], n_out) -> tuple[Value, list[Value]] | None:
+    """``(last value, rank-1 operands)`` when ``mid`` is a chain of elementwise operators
+    on ``mm``'s result reading otherwise only 0-d values and rank-1 values of extent
+    ``n_out`` or 1 (:func:`head_split`), else None."""
+    cur = mm.output
+    vectors: list[Value] = []
+    for n in mid:
+        if OPS[n.op].kind != "elementwise" or cur not in n.inputs or \
+                tuple(n.output.shape) != tuple(cur.shape) or n.output.dtype != cur.dtype:
+            return None
+        for v in n.inputs:
+            if v is cur or len(v.shape) == 0 or (len(v.shape) == 1 and v.shape[0] == 1):
+                continue
+            if len(v.shape) != 1 or v.shape[0] != n_out:
+                return None
+            if v not in vectors:
+                vectors.append(v)
+        cur = n.output
+    return cur, vectors
+
+
 def head_split(group: Group, outputs: list[Value]) -> HeadSplit | None:
     """The head split of a Q/K/V projection folded into its GEMM, or None.
 
@@ -230,24 +251,10 @@ def head_split(group: Group, outputs: list[Value]) -> HeadSplit | None:
         return None
     n_out = w.shape[1]
     lead = tuple(a.shape[:-1])
-    cur = mm.output
-    vectors: list[Value] = []
-    for n in mid:
-        if OPS[n.op].kind != "elementwise" or cur not in n.inputs or \
-                tuple(n.output.shape) != tuple(cur.shape) or n.output.dtype != cur.dtype:
-            return None
-        for v in n.inputs:
-            if v is cur:
-                continue
-            if len(v.shape) == 0 or (len(v.shape) == 1 and v.shape[0] == 1):
-                continue
-            if len(v.shape) == 1 and v.shape[0] == n_out and v not in vectors:
-                vectors.append(v)
-                continue
-            if len(v.shape) == 1 and v.shape[0] == n_out:
-                continue
-            return None
-        cur = n.output
+    chain = _vector_chain(mm, mid, n_out)
+    if chain is None:
+        return None
+    cur, vectors = chain
     if rs.inputs[0] is not cur or tr.inputs[0] is not rs.output:
         return None
     shp = tuple(rs.output.shape)
@@ -270,6 +277,7 @@ def _head_split_lower(hs: HeadSplit, group: Group, env: dict, out_shape: tuple):
     kernel's arguments by graph value, ``w`` and the vectors already in their
     ``(K, H, D)`` / ``(H, 1, D)`` shapes); returns the output tensor."""
     from polycomp.frontend import dsl
+
     from .opdefs import _compute, _name
     mm = hs.matmul
     a, w = (env[v] for v in mm.inputs)

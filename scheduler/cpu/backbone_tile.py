@@ -568,6 +568,32 @@ def _only_zero(domain: isl.Set, pos: int) -> bool:
         return False
 
 
+def _batch_iterations(op: OuterProduct, dom: isl.Set, cols: list) -> tuple[int, bool]:
+    """The iterations of the batch dimensions outside the column batch ``cols`` and
+    whether all their extents are constants."""
+    n, known = 1, True
+    for t in op.batch:
+        if t in cols:
+            continue
+        e = _extent(dom, t)
+        if e is None:
+            known = False
+        else:
+            n *= e
+    return n, known
+
+
+def _row_share(n_i: int | None, MR: int, threads: int, MC: int, tiles) -> int:
+    """``MC`` of a product with column batch dimensions (:func:`column_batch`): a
+    thread's share of the rows (not the few-row ``j`` split, whose parallel ``j``
+    tiles would sit below the heads), ``MC`` as it is with a symbolic extent or tiles
+    given."""
+    if n_i is None or tiles:
+        return MC
+    panels = -(-n_i // MR)
+    return MR * -(-panels // threads)
+
+
 def choose_blocking(op: OuterProduct, target, options: CpuOptions,
                     dot: DotProduct | None = None, prepacked: bool = False) -> Blocking:
     """The blocking of the module docstring; for a product on a dot-product unit
@@ -641,22 +667,11 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
         MC, NC, KC = tiles
     if dot is not None:
         KC = -(-KC // dot.group) * dot.group
-    batch_iters = 1
-    known = True
     cols = column_batch(op) if dot is None else []
     if cols:               # the heads run with the column tiles (gemm_tree)
         parallel_j = False
-        if n_i is not None and not tiles:
-            panels = -(-n_i // MR)
-            MC = MR * -(-panels // threads)
-    for t in op.batch:
-        if t in cols:
-            continue
-        e = _extent(dom, t)
-        if e is None:
-            known = False
-        else:
-            batch_iters *= e
+        MC = _row_share(n_i, MR, threads, MC, tiles)
+    batch_iters, known = _batch_iterations(op, dom, cols)
     parallel_batch = len(op.batch) > len(cols) and (not known or batch_iters >= threads)
     dynamic = n_i is not None and not tiles and not parallel_j and not parallel_batch and \
         dot is None and not op.direct and threads > 1 and \
@@ -1267,7 +1282,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     if k_outer:     # X's block packed once per k tile, Y's per (k tile, j tile)
         # (the column batch dimensions, heads, with the j tiles: X packed once for all)
         outer = T.Band([kt], T.Mark(mark_x, T.Band(
-            cols + [jt], T.Mark(mark_y, regs), permutable=True,
+            cols + [jt], T.Mark(mark_y, regs), permutable=bool(cols),
             coincident=[True] * (len(cols) + 1))))
     else:
         outer = T.Band([jt, kt], T.Mark(mark_y, T.Mark(mark_x, regs)), permutable=True,
