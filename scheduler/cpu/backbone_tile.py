@@ -67,6 +67,14 @@ NR], update: mark cpu_microkernel .., e_1 .., e_n]``, with an epilogue chain
 (:func:`conv_epilogue`, :func:`match_epilogue`) after it at the last channel tile;
 see :func:`channel_tree` for the legality.
 
+*Column batch dimensions* (:func:`column_batch`: batch dimensions that index ``Y`` and
+not ``X``, the heads of a projection writing ``(B, H, S, D)``) run with the column tiles,
+``band[kt] -> mark pack X -> band[h.., floor(j/NC)] -> mark pack Y``, in the ``(it, kt,
+jt)`` order (no few-row split, no shared panel): legal as any order of the permutable
+update band (the ``h`` band members are coincident, each ``C`` element's init, updates and
+epilogue stay in one ``(h, j)`` tile); the ``X`` block below its mark does not depend on
+``h``, so it is packed once per ``k`` tile instead of once per head.
+
 A GEMM-form backbone with fewer than ``SMALL_M_PANELS`` register rows per thread and at
 least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]``
 band instead of the ``i``-tile band (``MC`` = all rows, ``NC`` at most a thread's share
