@@ -184,6 +184,8 @@ class HeadSplit:
     dim: int
     # rank-1 operands of the elementwise operators (a bias ``(H*D,)``): read as ``(H, 1, D)``
     vectors: tuple[Value, ...]
+    # operators before the matmul (a layer norm feeding it), lowered as they are
+    pre: tuple[Node, ...] = ()
 
 
 def _swaps(n: Node, a: int, b: int) -> bool:
@@ -238,9 +240,13 @@ def head_split(group: Group, outputs: list[Value]) -> HeadSplit | None:
     bias epilogue runs on them (the CPU GEMM tree puts the head loop with the column
     tiles, :mod:`polycomp.scheduler.cpu.backbone_tile`)."""
     nodes = group.nodes
-    if len(nodes) < 3 or len(outputs) != 1 or outputs[0] is not nodes[-1].output:
+    p = next((q for q, n in enumerate(nodes) if n.op == "matmul"), len(nodes))
+    pre = nodes[:p]
+    made = {n.output for n in pre}
+    if len(nodes) - p < 3 or nodes[-1].output not in outputs or \
+            any(v is not nodes[-1].output and v not in made for v in outputs):
         return None
-    mm, *mid, rs, tr = nodes
+    mm, *mid, rs, tr = nodes[p:]
     if mm.op != "matmul" or rs.op != "reshape" or tr.op not in ("transpose", "permute"):
         return None
     a, w = mm.inputs
@@ -269,7 +275,9 @@ def head_split(group: Group, outputs: list[Value]) -> HeadSplit | None:
     if any(v in vectors for v in (a, w)) or any(
             v is not mm.output and v in [m.output for m in mid] for v in vectors):
         return None
-    return HeadSplit(mm, heads, dim, tuple(vectors))
+    if any(v is w or v in vectors for n in pre for v in n.inputs):
+        return None              # read by a prologue operator under its own shape
+    return HeadSplit(mm, heads, dim, tuple(vectors), tuple(pre))
 
 
 def _head_split_lower(hs: HeadSplit, group: Group, env: dict, out_shape: tuple):
@@ -279,6 +287,13 @@ def _head_split_lower(hs: HeadSplit, group: Group, env: dict, out_shape: tuple):
     from polycomp.frontend import dsl
 
     from .opdefs import _compute, _name
+    pm = env["pm"]
+    for n in hs.pre:
+        sc = n.attrs.get("scalar")
+        if isinstance(sc, sympy.Expr) and sc.free_symbols:  # x * S: a size parameter
+            n = replace(n, attrs={**n.attrs, "scalar": pm.to_ir(sc)})
+        env[n.output] = OPS[n.op].lower(n, [env[v] for v in n.inputs], pm.shape(
+            n.output.shape))
     mm = hs.matmul
     a, w = (env[v] for v in mm.inputs)
     kax = dsl.reduce_axis(a.shape[-1], f"k_{mm.name}")
@@ -287,9 +302,10 @@ def _head_split_lower(hs: HeadSplit, group: Group, env: dict, out_shape: tuple):
         return dsl.sum(a[tuple(i[:-3]) + (i[-2], kax)] * w[(kax, i[-3], i[-1])], axis=kax)
     cur = _compute(out_shape, body, name=_name(mm), dtype=mm.output.dtype)
     env[mm.output] = cur
-    for n in group.nodes[1:-2]:
+    for n in group.nodes[len(hs.pre) + 1:-2]:
         cur = OPS[n.op].lower(n, [env[v] for v in n.inputs], out_shape)
         env[n.output] = cur
+    env[group.nodes[-1].output] = cur
     return cur
 
 
@@ -516,18 +532,21 @@ def _head_split_kernel(part: Partition, group: Group, hs: HeadSplit, inputs: lis
         shapes[v] = (sympy.Integer(hs.heads), sympy.Integer(1), sympy.Integer(hs.dim))
     types = {argname(v): Tensor[pm.shape(shapes.get(v, v.shape)), v.dtype]  # type: ignore
              for v in inputs}
-    out = outputs[0]
+    out = group.nodes[-1].output
 
     def fn(*args):
-        env: dict[Value, Tensor] = dict(zip(inputs, args))
-        return (_head_split_lower(hs, group, env, pm.shape(out.shape)),)
+        env: dict = dict(zip(inputs, args))
+        env["pm"] = pm
+        _head_split_lower(hs, group, env, pm.shape(out.shape))
+        return tuple(env[v] for v in outputs)
 
     fn.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(a, inspect.Parameter.POSITIONAL_OR_KEYWORD) for a in types])
     fn.__name__ = f"{part.graph.name}_{group.name}"
     kernel = Kernel(fn, f"{_clean(part.graph.name)}_{group.name}", types)
     _ = kernel.graph
-    pm.shape(out.shape)
+    for v in outputs:
+        pm.shape(v.shape)
     key = structural_key(group, inputs, outputs) + "|heads"
     return GroupKernel(kernel, inputs, outputs, pm, key, {v: shapes[v] for v in shapes},
                        heads=hs, folded="split")

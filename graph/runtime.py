@@ -416,8 +416,9 @@ class CompiledGraph:
         lines = [self.partition.explain()]
         for s in self.steps:
             if s.folded == "split":
+                head = shape_str(s.group.nodes[-1].output.shape)
                 lines.append(f"  {s.group.name}: head split folded into the GEMM (its tiles "
-                             f"written as {shape_str(s.outputs[0].shape)}): " + ", ".join(
+                             f"written as {head}): " + ", ".join(
                                  f"{v.name}{shape_str(v.shape)} read as {shape_str(sh)}"
                                  for v, sh in s.arg_shapes.items()))
             elif s.folded:
