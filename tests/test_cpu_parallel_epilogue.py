@@ -4,8 +4,8 @@ constant shapes): tree in, tree out -- the elementwise epilogue runs on the GEMM
 register tiles, the stage after it gets its own ``cpu_parallel`` mark beside the GEMM's
 (before, the whole epilogue ran on one thread) -- and the kernel still matches numpy.
 The epilogue ends in a transpose of the rows (as the head split of a Q/K/V projection
-did before graph/lower.py ``head_split`` folded it): without it the graph layer lowers the group over flattened rows
-(``row_flat``), which has no batch loop at all."""
+did before graph/lower.py ``head_split`` folded it): without it the graph layer lowers
+the group over flattened rows (``row_flat``), which has no batch loop at all."""
 import re
 
 import numpy as np
