@@ -100,3 +100,39 @@ def test_fold_off_keeps_the_stages(monkeypatch):
     part = partition(graph)
     kinds = [group_kernel(part, g).folded for g in part.groups if g.kind != "view"]
     assert kinds and not any(kinds)
+
+
+def _fused_qkv(rng):
+    """GPT-2's ``c_attn``: rows ``view(B*S, K)``, one ``addmm`` to ``3*H*D`` columns,
+    ``view(B, S, 3*H*D)``, ``split`` into q, k, v; k and v split into heads, q returned
+    as it is."""
+    g = GraphBuilder("qkv")
+    x = g.input("x", ("B", "S", K))
+    b, s = x.shape[:2]
+    w = g.constant("w", rng.standard_normal((K, 3 * N)).astype(np.float32))
+    bias = g.constant("b", rng.standard_normal(3 * N).astype(np.float32))
+    rows = g.reshape(x, shape=(-1, K))
+    full = g.reshape(g.add(g.matmul(rows, w), bias), shape=(b, s, 3 * N))
+    q, k, v = (g.slice(full, axis=2, start=t * N, end=(t + 1) * N) for t in range(3))
+    heads = [g.transpose(g.reshape(t, shape=(b, s, H, D)), dim0=1, dim1=2) for t in (k, v)]
+    return g.build(q, *heads), (w, bias)
+
+
+def test_fused_qkv_projection_is_split_and_folded():
+    from polycomp.graph.rewrite import split_projections
+    rng = np.random.default_rng(3)
+    graph, (w, bias) = _fused_qkv(rng)
+    wa, ba = np.asarray(w.const).copy(), np.asarray(bias.const).copy()
+    assert split_projections(graph) == 1
+    ops = [n.op for n in graph.nodes]
+    assert ops.count("matmul") == 3 and "slice" not in ops, ops
+    assert w not in graph.constants and bias not in graph.constants
+    cg = compile_graph(graph, "cpu")
+    assert sum(s.folded == "split" for s in cg.steps) == 2, cg.explain()
+    for batch, seq in ((1, 7), (3, 7)):
+        x = np.random.default_rng(batch).standard_normal((batch, seq, K)).astype(np.float32)
+        full = x.astype(np.float64) @ wa + ba
+        want = [full[..., :N]] + [full[..., t * N:(t + 1) * N].reshape(
+            batch, seq, H, D).transpose(0, 2, 1, 3) for t in (1, 2)]
+        for got, ref in zip(cg(x), want):
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
