@@ -5,7 +5,8 @@ epilogue or by Fixpipe) and bf16 matmul, of an implicit-GEMM convolution
 softmax/layernorm against their roofline (HBM, per-core MTE, per-core vector work),
 also over rows longer than a vector repeat stride spans.
 
-``polycomp bench npu [--json] [--size N] [--rows R --cols C] [--no-long-rows]``.  Every figure comes
+``polycomp bench npu [--json] [--size N[,N...]] [--only SECTIONS] [--rows R --cols C]
+[--no-long-rows]``.  Every figure comes
 from the cycle-level simulator (:mod:`polycomp.hw.npu.sim`) running the program the
 emitted source is printed from; the model's parameters are in
 :mod:`polycomp.hw.npu.target` and docs/npu.md.
@@ -37,13 +38,17 @@ def _matmul(n: int, double_buffer: bool, dtype: str = "float16") -> dict:
     wall = time.perf_counter() - t0
     acc = np.int64 if dtype == "int8" else np.float32
     err = float(np.max(np.abs(out.astype(np.float64) - a.astype(acc) @ b.astype(acc))))
-    # the roofline: the chip's cube peak for this work, HBM and L2 at their bandwidths
+    # the roofline: the chip's cube peak for this work, the GM -> L1 traffic at every
+    # core's MTE2 bandwidth, HBM and L2 at their bandwidths
     from polycomp.hw.npu.target import NpuParams
-    cube_peak = -(-rep.busy["M"] // NpuParams().aic_cores)
-    roof = max(cube_peak, rep.hbm_cycles, rep.l2_cycles)
+    p = NpuParams()
+    cube_peak = -(-rep.busy["M"] // p.aic_cores)
+    mte = -(-rep.bytes.get("GM->L1", 0) // (p.aic_cores * p.gm_bytes_per_cycle))
+    roof = max(cube_peak, mte, rep.hbm_cycles, rep.l2_cycles)
     return {"kernel": f"matmul {_SHORT[dtype]} {n}^3", "double_buffer": double_buffer,
             "cycles": rep.cycles, "cube_utilisation": round(rep.cube_utilisation, 4),
-            "cores": rep.aic, "bound": rep.bound, "hbm_cycles": rep.hbm_cycles,
+            "cores": rep.aic, "bound": rep.bound, "bound_busy": round(rep.bound_busy, 3),
+            "hbm_cycles": rep.hbm_cycles, "mte_cycles": mte,
             "l2_cycles": rep.l2_cycles, "roofline_cycles": roof,
             "vs_roofline": round(rep.cycles / roof, 3),
             "busy": {k: v for k, v in rep.busy.items() if v}, "bytes": rep.bytes,
@@ -92,14 +97,17 @@ def _dequant(n: int, fixpipe: bool, int8_out: bool = False) -> dict:
     # (Fixpipe's VREQ8 rounds to nearest even where the DSL's cast truncates)
     ref = (np.clip(np.rint(acc * s) if fixpipe else acc * s, -128, 127).astype(np.int8)
            if int8_out else (acc * s).astype(np.float16))
-    cube_peak = -(-rep.busy["M"] // NpuParams().aic_cores)
-    roof = max(cube_peak, rep.hbm_cycles, rep.l2_cycles)
+    p = NpuParams()
+    cube_peak = -(-rep.busy["M"] // p.aic_cores)
+    mte = -(-rep.bytes.get("GM->L1", 0) // (p.aic_cores * p.gm_bytes_per_cycle))
+    roof = max(cube_peak, mte, rep.hbm_cycles, rep.l2_cycles)
     how = ("Fixpipe VREQ8" if int8_out else "Fixpipe VDEQF16") if fixpipe else \
         "vector epilogue"
     what = " -> int8" if int8_out else ""
     return {"kernel": f"int8 {n}^3 *scale[j]{what} ({how})", "double_buffer": True,
             "cycles": rep.cycles, "cube_utilisation": round(rep.cube_utilisation, 4),
-            "cores": rep.aic, "bound": rep.bound, "hbm_cycles": rep.hbm_cycles,
+            "cores": rep.aic, "bound": rep.bound, "bound_busy": round(rep.bound_busy, 3),
+            "hbm_cycles": rep.hbm_cycles, "mte_cycles": mte,
             "l2_cycles": rep.l2_cycles, "roofline_cycles": roof,
             "vs_roofline": round(rep.cycles / roof, 3),
             "busy": {k: v for k, v in rep.busy.items() if v}, "bytes": rep.bytes,
@@ -171,7 +179,8 @@ def _rowwise(kind: str, rows: int, cols: int) -> dict:
         "layernorm" else -(-(2 * args[0].nbytes + 2 * args[1].nbytes) // p.hbm_bytes_per_cycle)
     return {"kernel": f"{kind} fp16 ({rows}, {cols})", "cycles": rep.cycles,
             "hbm_least_cycles": least, "vs_hbm_least": round(rep.cycles / least, 2),
-            "vector_cores": rep.aiv, "bound": rep.bound, "hbm_cycles": rep.hbm_cycles,
+            "vector_cores": rep.aiv, "bound": rep.bound,
+            "bound_busy": round(rep.bound_busy, 3), "hbm_cycles": rep.hbm_cycles,
             "mte_bound": int(mte), "vector_cycles": int(vec),
             "vs_roofline": round(rep.cycles / roof, 3),
             "vs_hbm": round(rep.cycles / max(1, rep.hbm_cycles), 2),
@@ -179,46 +188,69 @@ def _rowwise(kind: str, rows: int, cols: int) -> dict:
             "sim_seconds": round(wall, 2)}
 
 
-def run(size: int, rows: int, cols: int, long_rows: bool = True) -> dict:
-    r = _run(size, rows, cols)
-    if long_rows:       # rows longer than a repeat stride spans (fp32 temporaries)
+SECTIONS = ("matmul", "conv", "attention", "rowwise")
+
+
+def run(size: int | list[int], rows: int, cols: int, long_rows: bool = True,
+        only: tuple[str, ...] = SECTIONS) -> dict:
+    """Every section of ``only``; ``size``: the matmul size, or several (fp16 with double
+    buffering at each, the other matmul rows at the first)."""
+    sizes = [size] if isinstance(size, int) else list(size)
+    r = _run(sizes, rows, cols, only)
+    if long_rows and "rowwise" in only:   # rows longer than a repeat stride spans
         r["rowwise"] += [_rowwise("softmax", 4096, 4096), _rowwise("layernorm", 8192, 4096),
                          # rows longer than UB: in chunks, two passes over GM
                          _rowwise("softmax", 4096, 32000)]
     return r
 
 
-def _run(size: int, rows: int, cols: int) -> dict:
-    return {"matmul": [_matmul(size, True), _matmul(size, False),
-                       _matmul(size, True, "int8"), _dequant(size, False),
-                       _dequant(size, True), _dequant(size, False, True),
-                       _dequant(size, True, True),
-                       _matmul(size, True, "bfloat16")],
-            "conv": _conv(256, 30, 256), "attention": [_attention(4, 256, 64)],
-            "rowwise": [_rowwise("softmax", rows, cols), _rowwise("layernorm", rows, cols),
+def _run(sizes: list[int], rows: int, cols: int, only: tuple[str, ...]) -> dict:
+    size = sizes[0]
+    r: dict = {k: [] for k in SECTIONS}
+    if "matmul" in only:
+        r["matmul"] = [_matmul(size, True), *(_matmul(n, True) for n in sizes[1:]),
+                       _matmul(size, False), _matmul(size, True, "int8"),
+                       _dequant(size, False), _dequant(size, True),
+                       _dequant(size, False, True), _dequant(size, True, True),
+                       _matmul(size, True, "bfloat16")]
+    if "conv" in only:
+        r["conv"] = _conv(256, 30, 256)
+    if "attention" in only:
+        r["attention"] = [_attention(4, 256, 64)]
+    if "rowwise" in only:
+        r["rowwise"] = [_rowwise("softmax", rows, cols), _rowwise("layernorm", rows, cols),
                         # reduced over axis 0 (transposed through UB; 256 rows: a
                         # reduced column of 1024 does not fit the A2 UB with its staging)
-                        _rowwise("softmax_axis0", min(cols, 256), rows)]}
+                        _rowwise("softmax_axis0", min(cols, 256), rows)]
+    return r
 
 
 def _table(r: dict) -> str:
     lines = ["NPU simulator (target npu: one A2 chip; cycle model in docs/npu.md)", "",
              f"{'kernel':48s} {'double buf':>10s} {'cores':>5s} {'cycles':>10s} "
-             f"{'cube util':>9s} {'bound':>6s} {'HBM':>8s} {'L2':>8s} {'roofline':>9s} "
-             f"{'/roofline':>9s}"]
+             f"{'cube util':>9s} {'bound (busy)':>13s} {'MTE2':>8s} {'HBM':>8s} {'L2':>8s} "
+             f"{'roofline':>9s} {'/roofline':>9s}"]
     for m in r["matmul"]:
+        bound = f"{m['bound']} ({100 * m['bound_busy']:.0f}%)"
         lines.append(f"{m['kernel']:48s} {str(m['double_buffer']):>10s} {m['cores']:>5d} "
                      f"{m['cycles']:>10d} {100 * m['cube_utilisation']:>8.1f}% "
-                     f"{m['bound']:>6s} {m['hbm_cycles']:>8d} {m['l2_cycles']:>8d} "
-                     f"{m['roofline_cycles']:>9d} {m['vs_roofline']:>9.2f}")
-    lines += ["", f"{'kernel':62s} {'cycles':>10s} {'cube util':>9s}"]
+                     f"{bound:>13s} {m['mte_cycles']:>8d} {m['hbm_cycles']:>8d} "
+                     f"{m['l2_cycles']:>8d} {m['roofline_cycles']:>9d} "
+                     f"{m['vs_roofline']:>9.2f}")
+    lines += ["", "bound: HBM or L2 (the chip's traffic at their bandwidth), else the "
+              "busiest pipe of any core (cube, MTE2, MTE1, FIX, vector) and its busy share; "
+              "MTE2: the GM -> L1 bytes at every core's MTE2 bandwidth",
+              "", f"{'kernel':62s} {'cycles':>10s} {'cube util':>9s}"]
     for m in r["conv"] + r["attention"]:
         lines.append(f"{m['kernel']:62s} {m['cycles']:>10d} "
                      f"{100 * m['cube_utilisation']:>8.1f}%")
-    lines += ["", f"{'kernel':32s} {'AIV':>4s} {'cycles':>9s} {'HBM':>9s} {'MTE/core':>9s} "
+    lines += ["", f"{'kernel':32s} {'AIV':>4s} {'cycles':>9s} {'bound (busy)':>13s} "
+              f"{'HBM':>9s} {'MTE/core':>9s} "
               f"{'V/core':>9s} {'/roofline':>9s} {'/HBM':>6s} {'/least':>6s}"]
     for v in r["rowwise"]:
+        bound = f"{v['bound']} ({100 * v['bound_busy']:.0f}%)"
         lines.append(f"{v['kernel']:32s} {v['vector_cores']:>4d} {v['cycles']:>9d} "
+                     f"{bound:>13s} "
                      f"{v['hbm_cycles']:>9d} {v['mte_bound']:>9d} {v['vector_cycles']:>9d} "
                      f"{v['vs_roofline']:>9.2f} {v['vs_hbm']:>6.2f} "
                      f"{v['vs_hbm_least']:>6.2f}")
@@ -227,7 +259,12 @@ def _table(r: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="polycomp bench npu", description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=1024, help="matmul size (default 1024)")
+    ap.add_argument("--size", default="1024",
+                    help="matmul size, or several comma-separated (fp16 double-buffered "
+                         "rows at each, the other matmul rows at the first; default 1024)")
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help=f"comma-separated sections to run, of {', '.join(SECTIONS)} "
+                         f"(default: all)")
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--cols", type=int, default=1024)
     ap.add_argument("--json", action="store_true")
@@ -235,7 +272,18 @@ def main(argv=None) -> int:
                     help="leave out softmax (4096, 4096), layernorm (8192, 4096) and "
                          "softmax (4096, 32000) (about 16 minutes of simulation)")
     a = ap.parse_args(argv)
-    r = run(a.size, a.rows, a.cols, not a.no_long_rows)
+    only = tuple(x.strip() for x in a.only.split(",") if x.strip())
+    bad = [x for x in only if x not in SECTIONS]
+    if bad:
+        ap.error(f"--only: unknown section(s) {', '.join(bad)}; sections: "
+                 f"{', '.join(SECTIONS)}")
+    try:
+        sizes = [int(x) for x in a.size.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--size: {a.size!r} is not a comma-separated list of integers")
+    if not sizes or min(sizes) < 1:
+        ap.error("--size: give at least one positive size")
+    r = run(sizes, a.rows, a.cols, not a.no_long_rows, only)
     print(json.dumps(r, indent=2) if a.json else _table(r))
     return 0
 

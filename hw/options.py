@@ -43,6 +43,10 @@ class CpuOptions(Options):
     tail: str = opt("mask", one_of("mask", "scalar"),
                     "how the last n mod L iterations of a vector loop run")
     reduce_unroll: int = opt(4, positive_int, "vector accumulators per reduction")
+    vector_window: bool = opt(True, boolean,
+                              "AVX-512: start a vector loop whose loads overlap (X[i-1], X[i], "
+                              "X[i+1]) at an aligned store and read the shifted loads as "
+                              "lane shifts of aligned ones")
     reciprocal: bool = opt(True, boolean,
                            "divide by a loop-invariant value as a multiply by its reciprocal")
     prefetch: bool = opt(True, boolean,

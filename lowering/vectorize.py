@@ -42,6 +42,29 @@ kept for every lane, so each dependence inside an iteration is preserved; reduct
 are reassociated (sums are added in a different order than the scalar loop).  A
 parallel loop stays parallel over vector iterations; its tail runs after it.
 
+Windows (``window=True``, the CPU backend's option ``vector_window`` on AVX-512): a
+serial loop without reductions, masked tails, whose vector loads and stores all lie at
+constant offsets from its first vector store's index ``a`` (a 1-D stencil: the rows
+of a 2-D or 3-D one at symbolic distances keep the plain form, which measured as fast
+on a loaded host), some buffer ``X`` loaded at offsets that are not all multiples of
+``L`` (a stencil's ``X[i-1], X[i], X[i+1]``), and one of them a multiple, runs as
+
+    let h = min(n, valign_peel(&S[a at m]) + L)   -- to the next L-aligned store, + L
+    head: [m, m + h) as up to two masked vectors
+    for v0 in [0, max(0, (n-h) // L - 1)): body at m + h + v0*L, each X[a + k]
+        (k = qL + r, 0 < r < L) read as valign(X[a + (q+1)L ..], X[a + qL ..], r)
+    tail: the rest (L to 2L - 1 iterations, or fewer) as up to two masked vectors
+
+so the store ``S[a ..]`` is aligned whatever the array's alignment, and ``X``'s loads
+are aligned where ``X`` and ``S`` share their alignment (PolyBench's arrays do); the
+values read are the same, so the result is the plain form's for any alignment.  A
+window reads up to ``L - 1`` elements beyond the plain load on one side; the extra
+vector in the head and the one left to the tail keep every such read within the
+elements the loop reads anyway (``m + k .. m + n - 1 + k``), so nothing outside the
+arrays is touched (masked lanes are not read).  The iterations run in the same chunks
+of consecutive lanes as before, only cut at other points: nothing the conditions
+above allow depends on where a vector starts.
+
 Vector IR conventions (what :mod:`polycomp.hw.cpu.vector_printer` prints): a vector
 load/store has ``lanes = L`` and index ``Ramp(base, stride, L)`` (stride 1 for stores);
 ``Broadcast`` splats a scalar; ``Call("vlane_range", (lo, hi, L))`` is the mask of lanes
@@ -232,7 +255,8 @@ def analyse(loop: ir.For, lanes_of):
 
 
 def vectorize_loop(loop: ir.For, lanes_of, tail: str = "mask", reduce_unroll: int = 4,
-                   reciprocal: bool = False, acc_ids: Iterator[int] | None = None):
+                   reciprocal: bool = False, acc_ids: Iterator[int] | None = None,
+                   window: bool = False):
     """The vector form of ``loop`` (see the module docstring), or None if it does not
     qualify.  ``acc_ids`` numbers the reduction accumulators (``vacc1``, ``vacc2``, ...);
     one counter per function keeps the names unique in it and independent of whatever
@@ -240,6 +264,15 @@ def vectorize_loop(loop: ir.For, lanes_of, tail: str = "mask", reduce_unroll: in
     try:
         an = _Analysis(loop, lanes_of)
         plan = an.run()
+        if window and not plan.reductions and tail == "mask" and loop.kind == "serial" \
+                and not (isinstance(loop.extent, ir.IntImm) and loop.extent.value < 2 * plan.lanes):
+            def body_at(base, slot, lane_mask=None):
+                w = Widen(loop.var, base, plan.dtype, plan.lanes, an.vector_lets,
+                          reciprocal=reciprocal)
+                return _Body(plan, w, slot, lane_mask).stmt(loop.body)
+            out = _windowed(loop, ir.Var(loop.var.name + "_v"), body_at, plan.lanes, plan.dtype)
+            if out is not None:
+                return out
         return _build(loop, an, plan, tail, reduce_unroll, reciprocal,
                       acc_ids if acc_ids is not None else itertools.count(1))
     except _Refuse:
@@ -314,10 +347,121 @@ def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids):
     return out
 
 
+# --------------------------------------------------------------------------- windows
+#: ``Call(VALIGN, (hi, lo, IntImm(r)))``: lanes ``r .. L-1`` of ``lo`` then lanes ``0 ..
+#: r-1`` of ``hi`` (AVX-512 ``valignq``/``valignd``), i.e. the vector ``L`` elements long
+#: that starts ``r`` elements into ``lo`` when ``hi`` follows ``lo`` in memory
+VALIGN = "valign"
+#: ``Call(ALIGN_PEEL, (Load(buf, (i,)), IntImm(L)))``: the number ``0 <= p < L`` of
+#: elements from ``&buf[i]`` to the next address that is a multiple of ``L`` elements
+ALIGN_PEEL = "valign_peel"
+
+
+def _first_vector_store(s) -> ir.Store | None:
+    found: list[ir.Store] = []
+    ir.walk(s, lambda n: found.append(n) if isinstance(n, ir.Store) and n.lanes > 1
+            else None)
+    return found[0] if found else None
+
+
+def window_loads(body: ir.Stmt, anchor: ir.Expr, L: int, D: str) -> tuple[ir.Stmt, int]:
+    """``body`` (one vector iteration) with each unmasked unit-stride vector load ``X[a +
+    k .. a + k + L)``, ``a`` the ``anchor`` (the index of the store the loop is aligned
+    to) and ``k`` a constant not a multiple of ``L``, of a buffer ``X`` also loaded at
+    some ``X[a + jL ..]``, read as ``valign(X[a + (q+1)L ..], X[a + qL ..], r)`` (``k =
+    qL + r``): loads at offsets that are multiples of ``L`` (aligned where ``X[a]`` is)
+    and lane shifts, the same values.  Returns the new body and the number of loads
+    rewritten."""
+    anchored: set = set()
+
+    def offset(ld) -> int | None:
+        if not (isinstance(ld, ir.Load) and ld.lanes == L and ld.dtype == D):
+            return None
+        r = ld.indices[0]
+        if not (isinstance(r, ir.Ramp) and ir.is_const(r.stride, 1)):
+            return None
+        k = simplify(r.base - anchor)
+        return k.value if isinstance(k, ir.IntImm) else None
+
+    def mark(n):
+        k = offset(n)
+        if k is not None and k % L == 0:
+            anchored.add(n.buffer)
+    ir.walk(body, mark)
+    count = [0]
+
+    def at(buf, k):
+        return ir.Load(buf, (ir.Ramp(simplify(anchor + k), ir.IntImm(1), L),), D, L)
+
+    class _W(ir.Mutator):
+        def visit_Load(self, e):
+            k = offset(e)
+            if k is None or k % L == 0 or e.buffer not in anchored:
+                return self.generic(e)
+            q, r = divmod(k, L)
+            count[0] += 1
+            return ir.Call(VALIGN, (at(e.buffer, (q + 1) * L), at(e.buffer, q * L),
+                                    ir.IntImm(r)), D)
+
+    return _W().visit(body), count[0]
+
+
+def _windowed(loop: ir.For, v0: ir.Var, body_at, L: int, D: str) -> ir.Stmt | None:
+    """The windowed form of the vector loop (see :func:`vectorize`), or None when no
+    load of its body is windowed (the loop keeps the plain form)."""
+    v, m, n = loop.var, loop.min, loop.extent
+    plain = body_at(simplify(m + v0 * L), 0)
+    first = _first_vector_store(plain)
+    if first is None:
+        return None
+    anchor = first.indices[0].base
+    offsets: list = []
+    ir.walk(plain, lambda e: offsets.append(simplify(e.indices[0].base - anchor))
+            if isinstance(e, (ir.Load, ir.Store)) and e.lanes > 1 else None)
+    if not all(isinstance(k, ir.IntImm) for k in offsets):
+        return None          # a 2-D/3-D stencil's other rows: not measured faster (docs)
+    main, count = window_loads(plain, anchor, L, D)
+    if not count:
+        return None
+    at_m = _first_vector_store(body_at(m, 0))
+    assert at_m is not None
+    addr = ir.Load(at_m.buffer, (at_m.indices[0].base,), at_m.buffer.dtype)
+    # the head: the lanes up to the aligned store, then one more vector, so that the
+    # first window's lower load stays at or above the lowest element the loop reads
+    head_n = simplify(ir.min_(n, ir.Call(ALIGN_PEEL, (addr, ir.IntImm(L)), "int64") + L))
+    hn = ir.Var(v.name + "_pl", "int64")
+    gt0 = lambda e: ir.Binary(">", e, ir.IntImm(0), "bool")   # noqa: E731
+
+    def masked(base, count):          # up to 2L iterations as two masked vectors
+        c1, c2 = simplify(ir.min_(count, ir.IntImm(L))), simplify(count - L)
+        return ir.seq(
+            ir.IfThenElse(gt0(c1), ir.AttrStmt(marks.VECTOR_MASK, (c1, L), body_at(
+                base, 0, lane_range(ir.IntImm(0), c1, L)))),
+            ir.IfThenElse(gt0(c2), ir.AttrStmt(marks.VECTOR_MASK, (c2, L), body_at(
+                simplify(base + L), 0, lane_range(ir.IntImm(0), c2, L)))))
+    rest = simplify(n - hn)
+    # ... and the last full vector runs outside the windows, so the last window's upper
+    # load stays at or below the highest element read
+    n_win = simplify(ir.max_(ir.IntImm(0), rest // L - 1))
+    plain_main = body_at(simplify(m + hn + v0 * L), 0)
+    first = _first_vector_store(plain_main)
+    assert first is not None
+    main, _ = window_loads(plain_main, first.indices[0].base, L, D)
+    ann = tuple((k, val) for k, val in loop.annotations) + (("vectorized", L),
+                                                           ("vector_window", True))
+    body = ir.For(v0, ir.IntImm(0), n_win, "serial", main, ann)
+    tail = masked(simplify(m + hn + n_win * L), simplify(rest - n_win * L))
+    out: ir.Stmt = ir.LetStmt(hn, head_n, ir.seq(masked(m, hn), body, tail))
+    if not isinstance(n, ir.IntImm):
+        out = ir.IfThenElse(gt0(n), out)
+    return out
+
+
 class _Vectorize(ir.Mutator):
-    def __init__(self, lanes_of, tail, reduce_unroll, reciprocal):
+    def __init__(self, lanes_of, tail, reduce_unroll, reciprocal, window=False):
         self.lanes_of, self.tail, self.reduce_unroll = lanes_of, tail, reduce_unroll
         self.reciprocal = reciprocal
+        self.window = window
         self.count = 0
         self.acc_ids = itertools.count(1)      # accumulator names, per function
 
@@ -326,7 +470,7 @@ class _Vectorize(ir.Mutator):
         s = s if body is s.body else replace(s, body=body)
         if s.kind in ("serial", "parallel", "vectorized") and not has_loop(s.body):
             out = vectorize_loop(s, self.lanes_of, self.tail, self.reduce_unroll,
-                                 self.reciprocal, self.acc_ids)
+                                 self.reciprocal, self.acc_ids, self.window)
             if out is not None:
                 self.count += 1
                 return out
@@ -334,12 +478,13 @@ class _Vectorize(ir.Mutator):
 
 
 def vectorize(func: ir.LoweredFunc, lanes_of, tail: str = "mask",
-              reduce_unroll: int = 4, reciprocal: bool = False) -> ir.LoweredFunc:
+              reduce_unroll: int = 4, reciprocal: bool = False,
+              window: bool = False) -> ir.LoweredFunc:
     """Vectorise every qualifying innermost loop of ``func`` (see the module docstring).
     ``lanes_of(dtype)`` gives the vector length (1: no vectors of that dtype).  With
     ``reciprocal``, a vector divided by a loop-invariant value is multiplied by its
     reciprocal, computed once (within 1.5 ulp of the quotient instead of 0.5)."""
-    m = _Vectorize(lanes_of, tail, reduce_unroll, reciprocal)
+    m = _Vectorize(lanes_of, tail, reduce_unroll, reciprocal, window)
     body = m.visit(func.body)
     out = func.with_body(body)
     out = out.counted(vectorized_loops=m.count)

@@ -774,12 +774,17 @@ def _symm_check(sizes, tmp_path_factory, interpreted: bool):
                          ids=lambda v: f"m{v['m']}n{v['n']}")
 def test_symm_split_order_is_the_c_order(sizes, monkeypatch, tmp_path_factory):
     """With blocks of 12 rows, 31 rows span three steps (the last partial): the
-    interpreted three-phase schedule keeps every element's sums in the C order (phase
-    1: the rectangle then the block, ``k`` increasing; phase 3: the block then the rows
-    below, ``i`` increasing), bitwise gcc -O0; the built kernel (FMA in the
-    micro-kernel) within 1e-13 of the largest element."""
+    interpreted schedule keeps every element's sums in the C order (per step, the
+    rectangle then the block, ``k`` increasing, for ``temp2``; the mirror's block, then
+    at each later step the step's rank-12 update of the rows above, so ``i``
+    increasing, for ``C``), bitwise gcc -O0; the built kernel (FMA in the
+    micro-kernel) within 1e-13 of the largest element, also with the mirror's rows
+    above a step in ``i`` tiles of 12 rows (each refilling the packed ``alpha * B``)."""
     monkeypatch.setattr(scop_symm, "BLOCK", 12)
     _symm_check(sizes, tmp_path_factory, True)
+    if sizes["m"] > 24:     # the mirror's rows above a step in i tiles of 12 rows
+        monkeypatch.setattr(scop_symm, "MIRROR_MC", 12)
+        _symm_check(sizes, tmp_path_factory, False)
 
 
 @pytest.mark.slow

@@ -106,3 +106,44 @@ def test_failed_temporary_allocation_is_an_error(target):
     with pytest.raises(ResourceLimitError, match="could not be allocated"):
         f(np.ones(2 ** 21, np.float32))     # T would need 16 TiB
     np.testing.assert_allclose(f(a), T.sum(1) + T.max(0), rtol=1e-6)   # flag cleared
+
+
+def test_repeated_calls_skip_no_check():
+    """After a checked call the kernel remembers its arrays' signature and skips the
+    checks for calls of the same kind (hw/cpu/build.py ``_Signature``); every call that
+    differs still gets them: another size, an aliasing or overlapping ``out``, a
+    strided input, a read-only ``out``, another dtype."""
+    from polycomp.errors import DTypeError
+    f = build(transpose1, "c")
+    x = np.arange(49, dtype=np.float32).reshape(7, 7)
+    o = np.empty((7, 7), np.float32)
+    for _ in range(2):      # the first call records, the second takes the short path
+        assert f(x, out=[o]) is o
+        np.testing.assert_array_equal(o, x.T + 1.0)
+    assert f._signature is not None
+    y = np.arange(25, dtype=np.float32).reshape(5, 5)       # another N
+    o5 = np.empty((5, 5), np.float32)
+    f(y, out=[o5])
+    np.testing.assert_array_equal(o5, y.T + 1.0)
+    z = x.copy()
+    f(z, out=[z])                                          # out is the input
+    np.testing.assert_array_equal(z, x.T + 1.0)
+    buf = np.arange(60, dtype=np.float32)
+    inp, out = buf[:49].reshape(7, 7), buf[11:60].reshape(7, 7)   # partly overlapping
+    ref = inp.T + 1.0
+    f(inp, out=[out])
+    np.testing.assert_array_equal(out, ref)
+    wide = np.arange(98, dtype=np.float32).reshape(7, 14)[:, ::2]  # strided input
+    f(wide, out=[o])
+    np.testing.assert_array_equal(o, wide.T + 1.0)
+    f(x, out=[o])
+    ro = np.zeros((7, 7), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        f(x, out=[ro])
+    with pytest.raises(DTypeError, match="float32"):
+        f(x.astype(np.float64), out=[o])
+    with pytest.raises(ShapeMismatchError, match="of shape"):
+        f(x, out=[np.empty((7, 7), np.float64)])
+    f(x, out=o)                                           # one array, not a list
+    np.testing.assert_array_equal(o, x.T + 1.0)

@@ -198,3 +198,32 @@ def test_shared_packed_y_block_avx512(path, m, n, k, seed):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("POLYCOMP_GEMM_SHARED", "1")
         _check_shared(path, m, n, k, seed, (12, 64, 16))
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+@pytest.mark.parametrize("m,n,k,threads,packs", [
+    (61, 47, 67, 1, ""),          # both read in place, partial tiles both ways
+    (97, 131, 101, 2, ""),        # two row tiles, one per thread
+    (263, 17, 5, 1, "B_pk"),      # more than Y_IN_PLACE_ROWS rows per thread: Y packed
+])
+def test_operands_in_place_bit_exact(m, n, k, threads, packs, monkeypatch):
+    """Prime / odd sizes: with ``X`` (and ``Y`` for at most 256 rows per thread) read
+    where they lie (``in_place_operands``) the product is bit-identical to the packed
+    one (each element's sum runs in the same order), within float32 rounding of numpy."""
+    rng = np.random.default_rng(m)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    got = {}
+    for mode in ("auto", "0"):
+        monkeypatch.setenv("POLYCOMP_GEMM_IN_PLACE", mode)
+        ck = compile_kernel(_matmul(m, n, k, f"inplace_{mode}_{m}"), _target("avx2", threads))
+        source = ck.source
+        if mode == "auto":
+            assert "A_pk" not in source and (packs in source if packs else "_pk" not in source)
+        else:
+            assert "A_pk" in source and "B_pk" in source
+        f = CFunction(ck.final_ir, build_shared(ck.source, flags=DEFAULT_FLAGS))
+        f.threads = threads
+        got[mode] = f(A, B)
+    np.testing.assert_array_equal(got["auto"], got["0"])
+    np.testing.assert_allclose(got["auto"], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)

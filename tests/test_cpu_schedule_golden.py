@@ -142,6 +142,8 @@ CASES = {
     # heads with the column tiles: batch -> i tiles -> k tiles -> pack X -> [h, j tiles]
     # -> pack Y -> register tiles (the bias epilogue on each)
     "matmul_heads": (matmul_heads, [CpuBackboneTilePass, CpuPackPass]),
+    # the default for it: X and Y read where they lie (in_place_operands), no pack marks
+    "matmul_const_in_place": (matmul_const, [CpuBackboneTilePass, CpuPackPass]),
     # dot-product tiles: no isolation, cpu_microkernel:<n>, grouped pack requests
     "matmul_bf16_dot": (matmul_bf16, [CpuBackboneTilePass, CpuPackPass], TARGET_DOT),
     "matmul_int8_dot": (matmul_int8, [CpuBackboneTilePass, CpuPackPass], TARGET_DOT),
@@ -150,13 +152,14 @@ CASES = {
 
 #: environment variables a case compiles with (opt-in GEMM forms)
 ENV = {"matmul_shared_pack": {"POLYCOMP_GEMM_SHARED": "1"},
+       "matmul_const_per_thread": {"POLYCOMP_GEMM_IN_PLACE": "0"},
        "matmul_shared_pack_dynamic": {"POLYCOMP_GEMM_SHARED": "1", "POLYCOMP_GEMM_DYNAMIC": "1"}}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_golden_tree(case, goldens, monkeypatch):
     kernel, passes, *target = CASES[case]
-    for name in ("POLYCOMP_GEMM_SHARED", "POLYCOMP_GEMM_DYNAMIC"):
+    for name in ("POLYCOMP_GEMM_SHARED", "POLYCOMP_GEMM_DYNAMIC", "POLYCOMP_GEMM_IN_PLACE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in ENV.get(case, {}).items():
         monkeypatch.setenv(name, value)

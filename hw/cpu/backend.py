@@ -164,7 +164,8 @@ class CpuBackend(Backend):
                 chains=cpu_microkernels(s).chains)),
             ir_pass("vectorize", lambda f, s: vectorize(
                 f, target.vector_lanes, tail=o.tail, reduce_unroll=o.reduce_unroll,
-                reciprocal=o.reciprocal)),
+                reciprocal=o.reciprocal,
+                window=o.vector_window and target.isa == "avx512")),
         ]
         if o.prefetch:
             from .prefetch import prefetch_next_rows

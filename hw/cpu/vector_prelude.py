@@ -214,6 +214,19 @@ PC_VINLINE pc_mask16 pc512_mask_const_ps(int on) { return (pc_mask16)(on ? 0xfff
 PC_VINLINE pc_mask8 pc512_mask_const_pd(int on) { return (pc_mask8)(on ? 0xffu : 0u); }
 PC_VINLINE pc_mask16 pc512_mask_not_ps(pc_mask16 m) { return (pc_mask16)(~m & 0xffffu); }
 PC_VINLINE pc_mask8 pc512_mask_not_pd(pc_mask8 m) { return (pc_mask8)(~m & 0xffu); }
+/* valign(hi, lo, r): lanes r.. of lo, then lanes ..r-1 of hi (the sliding windows of
+   lowering/vectorize.py; r a constant) */
+#if !defined(PC_SIMDE) && defined(__AVX512F__)
+#define pc512_valign_pd(hi, lo, r) _mm512_castsi512_pd(_mm512_alignr_epi64(_mm512_castpd_si512(hi), _mm512_castpd_si512(lo), (r)))
+#define pc512_valign_ps(hi, lo, r) _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(hi), _mm512_castps_si512(lo), (r)))
+#else
+PC_VINLINE __m512d pc512_valign_pd(__m512d hi, __m512d lo, int r) {
+  double t[16]; _mm512_storeu_pd(t, lo); _mm512_storeu_pd(t + 8, hi); return _mm512_loadu_pd(t + r);
+}
+PC_VINLINE __m512 pc512_valign_ps(__m512 hi, __m512 lo, int r) {
+  float t[32]; _mm512_storeu_ps(t, lo); _mm512_storeu_ps(t + 16, hi); return _mm512_loadu_ps(t + r);
+}
+#endif
 #if !defined(PC_SIMDE) && defined(__AVX512F__)
 PC_VINLINE __m512 pc512_maskz_loadu_ps(pc_mask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
 PC_VINLINE void pc512_mask_storeu_ps(float* p, pc_mask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }

@@ -12,6 +12,9 @@ the vector IR conventions there) on top of :class:`~polycomp.hw.cpu.codegen.CPri
 * ``a*b + c`` is one ``fmadd`` when the target has FMA;
 * comparisons give masks (``__mmask16`` on AVX-512, all-ones lanes on AVX2), ``select``
   blends, ``vlane_range`` builds a lane-range mask, ``vreduce_*`` reduce horizontally;
+* ``valign(hi, lo, r)`` is ``valignq``/``valignd`` (the sliding windows of
+  :func:`polycomp.lowering.vectorize.window_loads`, AVX-512 only) and ``valign_peel``
+  the number of elements from an address to the next vector-aligned one;
 * math calls go to the helpers of :mod:`polycomp.hw.cpu.vector_prelude`;
 * a ``register``-scope buffer whose accesses all use constant indices becomes one C
   variable per vector (``<buf>_v<k>``) or per scalar element (``<buf>_s<k>``), so the
@@ -36,6 +39,7 @@ import math
 from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
+from polycomp.lowering.vectorize import ALIGN_PEEL, VALIGN
 from polycomp.scheduler.common import marks
 
 from .codegen import ALLOC_FAILED_SET, CPrinter
@@ -164,6 +168,12 @@ class VectorPrinter(CPrinter):
 
     # ------------------------------------------------------------ expressions
     def expr(self, e) -> str:
+        if isinstance(e, ir.Call) and e.name == ALIGN_PEEL:
+            ld, lanes = e.args
+            size = dt.bits(ld.dtype) // 8
+            # elements from the address to the next multiple of L elements
+            return (f"((int64_t)(((0 - (uintptr_t){self.pointer(ld.buffer, ld.indices[0])}) "
+                    f"& {lanes.value * size - 1}) / {size}))")
         if isinstance(e, ir.Load) and e.buffer in self.registers:
             return self.register_ref(e.buffer, e.indices[0], e.lanes)
         if isinstance(e, ir.Call) and e.name.startswith("vreduce_"):
@@ -207,6 +217,8 @@ class VectorPrinter(CPrinter):
                 return self.dot(e, L)
             if e.name == "vlane_range":
                 return f"{pc}_lane_range_{s}({self.expr(e.args[0])}, {self.expr(e.args[1])})"
+            if e.name == VALIGN:
+                return self.valign(e, L, D)
             return self.vmath(e, L, D)
         if isinstance(e, ir.Unary):
             if e.op == "neg":
@@ -219,6 +231,21 @@ class VectorPrinter(CPrinter):
         if isinstance(e, ir.Binary):
             return self.vbinary(e, L, D)
         raise PolycompInternalError(f"cannot print vector {type(e).__name__}")
+
+    def is_index(self, e) -> bool:
+        """A ``valign_peel`` count (in ``[0, L)``) is index arithmetic too."""
+        if not _has_peel(e):
+            return super().is_index(e)
+        return super().is_index(_PeelAsZero().visit(e))
+
+    def valign(self, e: ir.Call, L: int, D: str) -> str:
+        """``valign(hi, lo, r)`` (:data:`~polycomp.lowering.vectorize.VALIGN`): the
+        prelude's ``pc512_valign_*`` (one ``valignq``/``valignd``; AVX-512 only)."""
+        hi, lo, r = e.args
+        if self.width(D, L) != 512:
+            raise PolycompInternalError("valign needs 512-bit vectors")
+        return (f"pc512_valign_{self.sfx(D)}({self.vexpr(hi, L, D)}, {self.vexpr(lo, L, D)}, "
+                f"{r.value})")
 
     def vbinary(self, e: ir.Binary, L: int, D: str) -> str:
         mm, s = self.mm(D, L), self.sfx(D)
@@ -531,6 +558,20 @@ class VectorPrinter(CPrinter):
             at = " + ".join(offset) if offset else "0"
             self.emit(f"{ty}* restrict {b.name} = ({ty}*)(pc_ws ? pc_ws + {at} : NULL);")
             offset.append(size)
+
+
+def _has_peel(e) -> bool:
+    found: list = []
+    ir.walk(e, lambda n: found.append(n) if isinstance(n, ir.Call) and n.name == ALIGN_PEEL
+            else None)
+    return bool(found)
+
+
+class _PeelAsZero(ir.Mutator):
+    """``valign_peel`` calls as the index constant 0 (for :meth:`VectorPrinter.is_index`)."""
+
+    def visit_Call(self, e):
+        return ir.IntImm(0) if e.name == ALIGN_PEEL else self.generic(e)
 
 
 def _leading_allocations(loop: ir.For):

@@ -280,6 +280,10 @@ template <typename T, typename U, const FixpipeConfig& config = CFG_ROW_MAJOR,
 __aicore__ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src,
                         const LocalTensor<S>& cbufWorkspace,
                         const FixpipeParamsV220& intriParams);
+// include/basic_api/kernel_operator_set_atomic_intf.h: later GM writes add to what GM
+// holds (a split-K part's Fixpipe) until SetAtomicNone
+template <typename T> __aicore__ void SetAtomicAdd();
+__aicore__ void SetAtomicNone();
 
 // ---- vector: first-n and repeat forms (mask continuous mode)
 // include/basic_api/kernel_operator_vec_binary_intf.h

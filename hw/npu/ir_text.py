@@ -101,7 +101,8 @@ def _api(s) -> str:
     parts = []
     for f in fields(s):
         v = getattr(s, f.name)
-        if f.name == "pipe" or (v is None and f.default is None):    # an unset option
+        if f.name == "pipe" or (v is None and f.default is None) or \
+                (v is False and f.default is False):                  # an unset option
             continue
         if isinstance(v, (Slot, GmRef, Ix, Scalar)):
             parts.append(f"{f.name}={_operand(v)}")

@@ -153,7 +153,7 @@ def _copy_out(s: CopyOut) -> tuple:
                                 "VREQ8" if req else "VDEQF16", cbuf=s.quant),)
         quant = _QUANT[r.tensor.dtype]
         return (FixpipeCall(dst, s.src, _S(cols), _S(rows), ix(b.rows), _S(r.stride()),
-                            quant),)
+                            quant, atomic=s.atomic),)
     size = b.itemsize
     if b.layout == "COL" or r.split == 0:
         return (DataCopyPadOut(dst, s.src, _S(rows), ix(size), ix(0),

@@ -125,7 +125,8 @@ def _cube_kernel(name: str, plan: CubePlan) -> Kernel:
         return cube_program(name, plan.in_dtype, plan.deq_out, False, plan.tiles,
                             deq=plan.deq_scale, deq_tensor=plan.deq_tensor)
     if not plan.epilogue:
-        return cube_program(name, plan.in_dtype, plan.out_dtype, plan.batched, plan.tiles)
+        return cube_program(name, plan.in_dtype, plan.out_dtype, plan.batched, plan.tiles,
+                            k_split=plan.k_split)
     graph, c = plan.graph, plan.contraction
     mm = graph.stages[0]
     operands = {c.a.load.buffer.name, c.b.load.buffer.name}

@@ -43,6 +43,7 @@ from .program import (
     VecOp,
     c0,
     ceildiv,
+    eq,
     imin,
     ix,
 )
@@ -174,10 +175,18 @@ def band_copy(ct: ConvTensors, img: Slot, ko: Ix, n0: int, no: Ix, n_ext: Ix) ->
     g = ct.geom
     N, C, H, W, F, KH, KW = ct.sizes
     p0 = no * n0
+    # a tile whose windows lie wholly in the padding (above or below the image) has
+    # an empty band: it loads the image's last row instead and puts every window in
+    # the top padding (LoadData3DV2 with l1H = 0 would leave L0B as it was)
+    r0, r1 = ix("r0v"), ix("r1v")
+    emp = ix("emp")
     lets = (Let("yb", p0 // ix("OW")), Let("ye", (p0 + n_ext - 1) // ix("OW")),
             Let("top", ix("yb") * g.sh - g.ph),
-            Let("r0", Ix("max", (ix(0), ix("top")))),
-            Let("r1", imin(H, ix("ye") * g.sh - g.ph + (ix(KH) - 1) * g.dh + 1)),
+            Let("r0v", Ix("max", (ix(0), ix("top")))),
+            Let("r1v", imin(H, ix("ye") * g.sh - g.ph + (ix(KH) - 1) * g.dh + 1)),
+            Let("emp", eq(imin(r0, r1), r1)),
+            Let("r0", r0 + emp * (ix(H) - 1 - r0)),
+            Let("r1", r1 + emp * (ix(H) - r1)),
             Let("c1s", ko * ix("NC1")),
             Let("nc1", imin(ix("NC1"), ix("C1") - ix("c1s"))))
     copy = CopyIn(GmRegion(ct.xh, (ix("b"), ix("c1s"), ix("r0"), ix(0), ix(0)),
@@ -189,8 +198,12 @@ def band_pad(ct: ConvTensors) -> tuple[Ix, Ix, Ix, Ix]:
     """The band's padding: left, right, top, bottom."""
     g = ct.geom
     KH = ct.sizes[5]
+    emp = ix("emp")
     bottom = ix("ye") * g.sh - g.ph + (ix(KH) - 1) * g.dh + 1 - ix("r1")
-    return (ix(g.pw), ix(g.pw), ix("r0") - ix("top"), bottom)
+    # an empty band: every window row above the one loaded row
+    above = (ix("ye") - ix("yb")) * g.sh + (ix(KH) - 1) * g.dh + 1
+    return (ix(g.pw), ix(g.pw), emp * above + (ix(1) - emp) * (ix("r0") - ix("top")),
+            (ix(1) - emp) * bottom)
 
 
 __all__ = ["ConvTensors", "prep_program", "band_copy", "band_pad", "conv_geom", "to_ix",

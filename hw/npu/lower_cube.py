@@ -73,6 +73,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: cross-core flag ids of the workspace protocol: tile ready (per slot), slot free
 FWD, BACK = 0, 2
+#: cross-core flag id (all-core mode) of the split-K tail: every part 0 is written
+SPLIT_FLAG = 4
 
 
 @dataclass(frozen=True)
@@ -164,13 +166,17 @@ def _conv_k_loops(g: CubeGemm, bufs: _Cube, t: CubeTiles, i: Ix, m_ext: Ix,
 
 
 def _k_loops(g: CubeGemm, bufs: _Cube, t: CubeTiles, i: Ix, bidx: tuple, one: tuple,
-             m_ext: Ix, n_ext: Ix, extra_in: tuple = ()) -> tuple:
+             m_ext: Ix, n_ext: Ix, extra_in: tuple = (), kb: Ix | None = None,
+             kx: Ix | None = None) -> tuple:
     """The L1 stages and L0 steps of one output tile (``i``: the rotation counter of the
-    L0C tile)."""
+    L0C tile); ``kb``, ``kx``: only the ``k`` range ``[kb, kb + kx)`` (a split-K part;
+    default: all of ``k``)."""
     if g.conv is not None:
         return _conv_k_loops(g, bufs, t, i, m_ext, n_ext)
+    kx = g.k if kx is None else kx
     mo, no, ko, ki = ix("mo"), ix("no"), ix("ko"), ix("ki")
-    k_ext = imin(t.kl1, g.k - ko * t.kl1)
+    k_off = ko * t.kl1 if kb is None else kb + ko * t.kl1
+    k_ext = imin(t.kl1, kx - ko * t.kl1)
     k_step = imin(t.k0, k_ext - ki * t.k0)
     a_b, a_one = ((), ()) if g.shared_a else (bidx, one)
     k_inner = (
@@ -179,11 +185,11 @@ def _k_loops(g: CubeGemm, bufs: _Cube, t: CubeTiles, i: Ix, bidx: tuple, one: tu
         Mmad(Slot(bufs.l0c, i), Slot(bufs.l0a, ki), Slot(bufs.l0b, ki),
              land(eq(ko, 0), eq(ki, 0)), m_ext, n_ext, k_step),
     )
-    return (Loop("ko", ceildiv(g.k, t.kl1), (
-        CopyIn(GmRegion(g.a, (*a_b, mo * t.m0, ko * t.kl1), (*a_one, m_ext, k_ext)),
+    return (Loop("ko", ceildiv(kx, t.kl1), (
+        CopyIn(GmRegion(g.a, (*a_b, mo * t.m0, k_off), (*a_one, m_ext, k_ext)),
                Slot(bufs.l1a, ko)),
         *extra_in,
-        CopyIn(GmRegion(g.b, (*bidx, ko * t.kl1, no * t.n0), (*one, k_ext, n_ext)),
+        CopyIn(GmRegion(g.b, (*bidx, k_off, no * t.n0), (*one, k_ext, n_ext)),
                Slot(bufs.l1b, ko)),
         Loop("ki", ceildiv(k_ext, t.k0), k_inner),
     )),)
@@ -200,7 +206,7 @@ def _tile_lets(g: CubeGemm, t: CubeTiles) -> tuple:
 def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
                  tiles: CubeTiles, epilogue: Epilogue | None = None,
                  gemm: CubeGemm | None = None, deq: float | None = None,
-                 deq_tensor: str | None = None) -> Kernel:
+                 deq_tensor: str | None = None, k_split: int = 1) -> Kernel:
     """The kernel of ``C = A @ B`` (per batch) on the cube cores (module docstring);
     ``deq``: int32 accumulators written as fp16 times this scale (Fixpipe ``DEQF16``);
     ``deq_tensor``: times the column's scale, the argument of that name (Fixpipe
@@ -208,7 +214,9 @@ def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
     padded to ``NQ`` entries; each output tile copies its ``n0`` of them to L1, MTE2,
     before its k loop, and Fixpipe reads them from there).  With ``out_dtype`` int8 the
     same two forms requantise (``REQ8`` / ``VREQ8``: rounded to nearest, saturated; the
-    parameters mark a signed result)."""
+    parameters mark a signed result).  ``k_split`` > 1 (a plain float32 / int32
+    result): the tiles of the last, partial round are cut along ``k`` into up to that
+    many parts, accumulated in GM by Fixpipe's atomic add (:func:`_split_k`)."""
     t = tiles
     g = gemm or matmul_gemm(a_dtype, out_dtype, batched)
     quant_in: tuple = ()
@@ -239,6 +247,9 @@ def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
     tiling = Tiling((("m0", t.m0), ("n0", t.n0), ("k0", t.k0), ("kL1", t.kl1)),
                     tuple(g.derived.items()))
     cube_bufs: tuple = (bufs.l1a, bufs.l1b, bufs.l0a, bufs.l0b, bufs.l0c)
+    if epilogue is None and k_split > 1 and g.conv is None and deq is None and \
+            qbuf is None:
+        return _split_k(name, g, t, bufs, total, tiling, cube_bufs, k_split)
     if epilogue is None:
         tail = (CopyOut(Slot(bufs.l0c, i), GmRegion(g.c, (*bidx, mo * t.m0, no * t.n0),
                                                     (*one, m_ext, n_ext)), scale=deq,
@@ -250,6 +261,99 @@ def cube_program(name: str, a_dtype: str, out_dtype: str, batched: bool,
         return Kernel(name, "aic", g.tensors, (Phase(aic, None),), tiling, (), total,
                       quant_args)
     return _mixed(name, g, t, bufs, epilogue, total, body, tiling, cube_bufs)
+
+
+def _lt(a: Ix, b: Ix) -> Ix:
+    """1 when ``a < b``, else 0."""
+    return ix(1) - eq(imin(a, b), b)
+
+
+def _select(c: Ix, a: Ix, b: Ix) -> Ix:
+    """``a`` when ``c`` (0 or 1), else ``b``."""
+    return c * a + (ix(1) - c) * b
+
+
+def split_parts(r: Ix, p: Ix, ks: Ix, most: int, var: str = "S") -> tuple:
+    """Lets binding ``var`` to the parts ``S`` (1 to ``most``, at most ``ks`` k steps) the
+    ``r`` tiles of the last round are cut into so that the busiest of ``p`` cores does
+    the least work: the least ``ceil(r * S / p) / S`` (its units of ``1/S`` of a tile),
+    the fewest parts on a tie (each part costs its own fill, drain and Fixpipe)."""
+    scale = 1
+    for s_ in range(2, most + 1):
+        scale = scale * s_ // _gcd(scale, s_)
+    lets = [Let(f"{var}1", ix(1)), Let(f"{var}c1", ceildiv(r, p) * scale)]
+    for s_ in range(2, most + 1):
+        best, cost = ix(f"{var}{s_ - 1}"), ix(f"{var}c{s_ - 1}")
+        c = ceildiv(r * s_, p) * (scale // s_)
+        lets += [Let(f"{var}b{s_}", land(_lt(c, cost), _lt(ix(s_ - 1), ks))),
+                 Let(f"{var}{s_}", _select(ix(f"{var}b{s_}"), ix(s_), best)),
+                 Let(f"{var}c{s_}", _select(ix(f"{var}b{s_}"), c, cost))]
+    return (*lets, Let(var, ix(f"{var}{most}")))
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def _split_k(name: str, g: CubeGemm, t: CubeTiles, bufs: _Cube, total: Ix,
+             tiling: Tiling, cube_bufs: tuple, most: int) -> Kernel:
+    """The cube program with the last round split along ``k`` (stream-K for the tail).
+
+    Of ``T`` output tiles on ``P = GetBlockNum()`` cores, ``R = T / P`` full rounds
+    leave ``r = T mod P`` tiles; each is cut into ``S`` parts of whole ``k0`` steps
+    (:func:`split_parts`, chosen at run time by the host), so the last round has ``r *
+    S`` units of ``1/S`` of a tile, unit ``v`` is part ``v / r`` of tail tile ``v mod
+    r``, and core ``bid`` takes units ``bid, bid + P, ...``.  Part 0 is written as
+    before; the others are added to it in GM by Fixpipe with ``SetAtomicAdd`` (float32
+    / int32 results).  Ordering: each core does its part-0 unit (unit ``bid < r``)
+    first, then tells every cube core (``CrossCoreSetFlag<0, PIPE_FIX>``, the all-core
+    mode); then its full tiles; then its atomic units, waiting for every core's flag
+    (``CrossCoreWaitFlag``) before its first atomic Fixpipe (or at the end, with none).
+    The atomic adds of one element commute (their sum is the same in any order up to
+    rounding of float32)."""
+    batched = g.batch is not None
+    bidx: tuple[Ix, ...] = (ix("b"),) if batched else ()
+    one: tuple[Ix, ...] = (ix(1),) if batched else ()
+    mo, no = ix("mo"), ix("no")
+    m_ext, n_ext = imin(t.m0, g.m - mo * t.m0), imin(t.n0, g.n - no * t.n0)
+    bid, bnum, j = ix(BID), ix(BNUM), ix("i")
+    R, r, first, ks = ix("R"), ix("r"), ix("first"), ix("KS")
+    pre, full, kp = ix("pre"), ix("full"), ix("kp")
+    # this core's units in order: its part-0 unit (first = 1), R full tiles, its
+    # atomic units; unit j of them: a tail unit v (part v / r of tail tile v mod r) or a
+    # full tile
+    v = bid + (ix(1) - pre) * (j - R) * bnum
+    rr = imax(r, 1)
+    parts = _select(full, ix(1), ix("S"))
+    out = GmRegion(g.c, (*bidx, mo * t.m0, no * t.n0), (*one, m_ext, n_ext))
+    atomic = imin(kp, 1)
+    body = (
+        Let("pre", _lt(j, first)),
+        Let("full", (ix(1) - pre) * _lt(j - first, R)),
+        Let("tile", _select(full, (j - first) * bnum + bid, R * bnum + v % rr)),
+        Let("kp", (ix(1) - full) * (v // rr)),
+        *_tile_lets(g, t),
+        Let("kb", ix(t.k0) * (kp * ks // parts)),
+        Let("kx", imin(g.k, ix(t.k0) * ((kp + 1) * ks // parts)) - ix("kb")),
+        *_k_loops(g, bufs, t, j, bidx, one, m_ext, n_ext, kb=ix("kb"), kx=ix("kx")),
+        Loop("c", ix(1) - atomic, (CopyOut(Slot(bufs.l0c, j), out),)),
+        Loop("c", atomic, (Loop("w", eq(j, first + R), (CrossWait(0, ix(SPLIT_FLAG)),)),
+                           CopyOut(Slot(bufs.l0c, j), out, atomic=True))),
+        Loop("s", land(eq(j, 0), first), (CrossSet(0, "FIX", ix(SPLIT_FLAG)),)),
+    )
+    n_atomic = ceildiv(imax(r * ix("S") - bid, 0), bnum) - first
+    prog = (
+        Let("R", total // bnum), Let("r", total % bnum),
+        Let("KS", ceildiv(g.k, t.k0)), *split_parts(r, bnum, ks, most),
+        Let("first", imax(imin(r - bid, 1), 0)),
+        Loop("s", ix(1) - first, (CrossSet(0, "FIX", ix(SPLIT_FLAG)),)),
+        Loop("i", first + R + n_atomic, body),
+        Loop("w", eq(n_atomic, 0), (CrossWait(0, ix(SPLIT_FLAG)),)),
+    )
+    aic = Program(name, "AIC", cube_bufs, prog)
+    return Kernel(name, "aic", g.tensors, (Phase(aic, None),), tiling, (), total * most)
 
 
 def _mixed(name: str, g: CubeGemm, t: CubeTiles, bufs: _Cube, e: Epilogue, total: Ix,

@@ -223,9 +223,12 @@ def _call(s, ind: str) -> list[str]:
             deq += " | 1 << 46 (signed result)"
             word = f"0x{s.deq_scalar:X}ULL"
         cbuf = "" if s.cbuf is None else f"{c_slot(s.cbuf)}, "
-        return [f"{ind}Fixpipe<{ct}, {st}, CFG_ROW_MAJOR>({_gm(s.dst)}, {c_slot(s.src)}, "
+        call = [f"{ind}Fixpipe<{ct}, {st}, CFG_ROW_MAJOR>({_gm(s.dst)}, {c_slot(s.src)}, "
                 f"{cbuf}FixpipeParamsV220({p}, false, QuantMode_t::{s.quant}, "
                 f"{word}, 1, 0, 0, 0));{deq}"]
+        if s.atomic:      # added to GM (a split-K part)
+            return [f"{ind}SetAtomicAdd<{ct}>();", *call, f"{ind}SetAtomicNone();"]
+        return call
     if isinstance(s, VecCall):
         return [f"{ind}{_vec(s)}"]
     return _layout_call(s, ind)

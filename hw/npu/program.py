@@ -386,6 +386,9 @@ class CopyOut:
     #: FIX from int32: fp16 of value x the column's scale, the tile's quantisation
     #: parameters (uint64, one per column) in this L1 slot (VDEQF16; VREQ8 into int8)
     quant: Slot | None = None
+    #: FIX: added to what GM holds (``SetAtomicAdd<T>()`` around the Fixpipe), not
+    #: written over it (a split-K part)
+    atomic: bool = False
 
 
 @dataclass(frozen=True)
@@ -555,6 +558,9 @@ class FixpipeCall:
     #: ``VDEQF16``: the per-column quantisation parameters in L1 (the ``cbufWorkspace``
     #: argument, ``LocalTensor<uint64_t>``, TPosition ``C1``)
     cbuf: Slot | None = None
+    #: add into GM (``SetAtomicAdd<T>()`` before, ``SetAtomicNone()`` after; A2:
+    #: float, half, int16, int32, int8, bfloat16)
+    atomic: bool = False
 
     @property
     def deq_scalar(self) -> int:

@@ -84,6 +84,11 @@ class SimReport:
     l2_cycles: int = 0             # all GM transfers at the L2's bandwidth
     l2_hit_bytes: int = 0          # GM reads served by the L2
     chip_aic: int = 1              # cube cores of the chip (utilisation's peak)
+    #: busy cycles per pipe of the core with the busiest pipe (that pipe names the
+    #: bound when the cores, not HBM or L2, set the cycles)
+    core_busy: dict = field(default_factory=dict)
+    #: every core's busy cycles per pipe (core id -> pipe -> cycles)
+    cores_busy: dict = field(default_factory=dict)
 
     @property
     def cube_utilisation(self) -> float:
@@ -103,13 +108,32 @@ class SimReport:
 
     @property
     def bound(self) -> str:
+        """What sets the cycles: ``HBM`` or ``L2`` (the chip's traffic at their
+        bandwidth), else the busiest pipe of any core: ``cube`` (M), ``MTE2`` (GM
+        -> L1/UB), ``MTE1``, ``FIX``, ``MTE3``, ``vector`` (V)."""
         if self.hbm_cycles >= max(self.core_cycles, self.l2_cycles):
             return "HBM"
-        return "L2" if self.l2_cycles > self.core_cycles else "cores"
+        if self.l2_cycles > self.core_cycles:
+            return "L2"
+        if not self.core_busy:
+            return "cores"
+        pipe = max(self.core_busy, key=lambda p: self.core_busy[p])
+        return {"M": "cube", "V": "vector"}.get(pipe, pipe)
+
+    @property
+    def bound_busy(self) -> float:
+        """The bound pipe's busy share of the run's core cycles (1.0: the pipe never
+        idles; HBM / L2: their cycles over the run's)."""
+        if self.bound == "HBM":
+            return self.hbm_cycles / max(1, self.cycles)
+        if self.bound == "L2":
+            return self.l2_cycles / max(1, self.cycles)
+        return max(self.core_busy.values(), default=0) / max(1, self.core_cycles)
 
     def text(self) -> str:
         lines = [f"cycles {self.cycles} ({self.aic} cube / {self.aiv} vector cores; "
-                 f"bound: {self.bound}: cores {self.core_cycles}, HBM {self.hbm_cycles} for "
+                 f"bound: {self.bound} ({100 * self.bound_busy:.0f}% busy): cores "
+                 f"{self.core_cycles}, HBM {self.hbm_cycles} for "
                  f"{self.hbm_bytes} B, L2 {self.l2_cycles} ({self.l2_hit_bytes} B of reads "
                  f"hit)), cube utilisation {100 * self.cube_utilisation:.1f}% of the chip's "
                  f"peak"]
@@ -167,6 +191,7 @@ class _Access:
     key: tuple                 # (core id, pipe)
     seq: int
     what: str
+    atomic: bool = False       # an atomic add (SetAtomicAdd): commutes with another
 
 
 class _Runner:
@@ -227,7 +252,11 @@ class GmTracker:
         return self.read_miss + self.write_bytes
 
     def check(self, core: Core, pipe: str, tensor: str, idx: np.ndarray, write: bool,
-              what: str) -> None:
+              what: str, atomic: bool = False) -> None:
+        """Raise :class:`NpuRaceError` when this access is not ordered after the last
+        write (and, for a write, the last reads) of its elements by another pipe or
+        core; an atomic add need not be ordered after another atomic add (they
+        commute; of several unordered ones the last is kept as the writer)."""
         me = (core.cid, pipe)
         clock = core.clock[pipe]
         ids = [self.writer[tensor][idx]]
@@ -238,6 +267,8 @@ class GmTracker:
                 if i < 0:
                     continue
                 o = self.table[i]
+                if atomic and o.atomic and not k:
+                    continue
                 if o.key != me and clock.get(o.key, 0) < o.seq:
                     kind = ("write after read" if k else "write after write") if write \
                         else "read after write"
@@ -245,7 +276,7 @@ class GmTracker:
                         f"race on GM {tensor} ({kind}): {what} on {core.cid} pipe {pipe} "
                         f"is not ordered after {o.what} on {o.key[0]} pipe {o.key[1]} -- "
                         f"a flag is missing")
-        self.table.append(_Access(me, core.seq[pipe] + 1, what))
+        self.table.append(_Access(me, core.seq[pipe] + 1, what, atomic))
         (self.writer if write else self.reader)[tensor][idx] = len(self.table) - 1
         self.l2_access(tensor, idx, write)
 
@@ -297,8 +328,13 @@ class Chip:
         if left:
             raise NpuRaceError(f"kernel {k.name} ends with cross-core flags set and never "
                                f"waited for: {', '.join(sorted(left))}")
-        core_cycles = max((max(*c.time.values(), c.stime) for c in self.cores.values()),
-                          default=0)
+        ends = {cid: max(*c.time.values(), c.stime) for cid, c in self.cores.items()}
+        core_cycles = max(ends.values(), default=0)
+        if ends:     # the core whose busiest pipe is busiest (in a mixed kernel the
+            #          last core to end may be a vector core waiting for the cube)
+            top = max(self.cores.values(), key=lambda c: max(c.busy.values()))
+            self.report.core_busy = {p: v for p, v in top.busy.items() if v}
+            self.report.cores_busy = {cid: dict(c.busy) for cid, c in self.cores.items()}
         # HBM: the L2 model's read misses and write-backs (GmTracker); L2: every GM
         # transfer of every core at the L2's bandwidth
         hbm_bytes = self.tracker.hbm_bytes
@@ -409,6 +445,7 @@ class Core:
         self.time = {p: 0 for p in self.pipes}
         self.stime = 0            # the scalar unit: every instruction is issued by it
         self.seq = {p: 0 for p in self.pipes}
+        self.busy = {p: 0 for p in self.pipes}     # this core's busy cycles per pipe
         self.clock: dict[str, dict] = {p: {} for p in self.pipes}
         self.env: dict = {}
         self.waiting: int | None = None
@@ -487,6 +524,7 @@ class Core:
         self.time[pipe] = max(self.time[pipe], self.stime) + cycles
         r = self.chip.report
         r.busy[pipe] += cycles
+        self.busy[pipe] += cycles
         r.instructions[pipe] += 1
 
     def _set(self, s: SetFlag, env: dict) -> None:
@@ -561,15 +599,15 @@ class Core:
             dirty[key] = seq
 
     def gm(self, pipe: str, t: GlobalTensor, idx: np.ndarray, write: bool,
-           what: str) -> np.ndarray:
+           what: str, atomic: bool = False) -> np.ndarray:
         """The flat GM array of ``t`` after checking ``idx`` is inside it and the
-        access is ordered (across cores too)."""
+        access is ordered (across cores too; ``atomic``: an atomic add)."""
         arr = self.chip.gm[t.name]
         if idx.size and (idx.min() < 0 or idx.max() >= arr.size):
             raise NpuCapacityError(f"{what}: GM {t.name} elements [{idx.min()}, "
                                    f"{idx.max()}] outside its {arr.size}")
         if idx.size:
-            self.chip.tracker.check(self, pipe, t.name, idx, write, what)
+            self.chip.tracker.check(self, pipe, t.name, idx, write, what, atomic)
         return arr.reshape(-1)
 
     def count_bytes(self, path: str, n: int) -> None:

@@ -338,7 +338,7 @@ def _fixpipe(core: Core, s: FixpipeCall, env: dict) -> int:
     src = core.buffer(s.pipe, s.src, env, False, what)
     _check(what, src, sidx, b.name)
     didx = s.dst.offset.eval(env) + mm * dst_stride + nn
-    g = core.gm(s.pipe, s.dst.tensor, didx.ravel(), True, what)
+    g = core.gm(s.pipe, s.dst.tensor, didx.ravel(), True, what, s.atomic)
     out_dt = _QUANT_OUT.get((s.quant, b.dtype))
     if out_dt is None:
         raise NpuCapacityError(f"{what}: quantPre {s.quant} is not modelled from {b.dtype}")
@@ -370,6 +370,11 @@ def _fixpipe(core: Core, s: FixpipeCall, env: dict) -> int:
             # per chunk: the L1 -> FB copy, the barrier, one more transfer start-up
             cycles = len(chunks) * core.p.local_latency + -(-fb // core.p.fb_bytes_per_cycle) \
                 + (len(chunks) - 1) * core.p.transfer_latency
+        elif s.atomic:               # SetAtomicAdd: added to what GM holds
+            if s.quant != "NoQuant":
+                raise NpuCapacityError(f"{what}: an atomic add is modelled without a "
+                                       f"cast only (quantPre NoQuant), not {s.quant}")
+            g[didx] = g[didx] + src[sidx].astype(out_dt)
         else:
             g[didx] = src[sidx].astype(out_dt)
     nbytes = m * _burst(n * g.itemsize)

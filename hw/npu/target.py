@@ -172,7 +172,8 @@ def npu_target(name: str) -> Target:
         raise TargetError(f"no NPU target {name!r}; NPU targets: {', '.join(SPECS)}")
     return Target(name=name, kind="npu", memory=npu_hierarchy(spec.capacities, spec.params),
                   units=npu_units(spec.params),
-                  features=("cube", "vector", "fractal", f"npu_arch_{spec.arch}", "aic_aiv"))
+                  features=("cube", "vector", "fractal", f"npu_arch_{spec.arch}", "aic_aiv",
+                            "fixpipe_atomic"))
 
 
 def npu_spec(target: Target) -> NpuSpec:

@@ -30,12 +30,13 @@ the backbone's) becomes
                   filter epilogue: band[i mod MR, j mod NR]
 
 (every band over several statements takes the same functions of ``i``, ``j`` and the
-batch dimensions for each; the ``MC x KC`` block of ``X`` is packed once per ``k``
-tile, see :func:`x_block_once`; the few-row split below keeps the band ``[floor(j/NC),
-floor(k/KC)]`` with both pack marks under it), so each ``MR x NR`` tile of ``C`` is
-zeroed just before its first micro-kernel and passed through the epilogue (bias,
-activation) just after its last one, while it is in L1, instead of in passes over all
-of ``C``.  A direct-form backbone (convolutions) keeps the init apart:
+batch dimensions for each; an operand read where it lies, :func:`in_place_operands`, has
+no pack mark: the band below takes its place; the ``MC x KC`` block of ``X`` is packed
+once per ``k`` tile, see :func:`x_block_once`; the few-row split below keeps the band
+``[floor(j/NC), floor(k/KC)]`` with both pack marks under it), so each ``MR x NR`` tile
+of ``C`` is zeroed just before its first micro-kernel and passed through the epilogue
+(bias, activation) just after its last one, while it is in L1, instead of in passes over
+all of ``C``.  A direct-form backbone (convolutions) keeps the init apart:
 
     sequence
       filter init:   mark cpu_parallel -> band[s]    (all members coincident)
@@ -486,6 +487,9 @@ class Blocking:
     # ParallelLoop payload the pass records)
     dynamic_rows: bool = False
     row_mark: str = marks.CPU_PARALLEL
+    # GEMM form: X / Y read where they lie, without a pack request (in_place_operands)
+    x_in_place: bool = False
+    y_in_place: bool = False
 
     @property
     def NR(self) -> int:
@@ -696,6 +700,80 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
         shared_y_panel(b, n_i, prepacked)
     b.c_tile = channel_tile(op, b, target)
     return b
+
+
+def _plain_2d(load: ir.Load, rows, cols) -> bool:
+    """``load`` is ``A[rows, cols]`` of a 2-d array of constant extents, both indices the
+    plain loop variables."""
+    return len(load.indices) == 2 and load.indices[0] is rows and load.indices[1] is cols \
+        and all(isinstance(d, (int, ir.IntImm)) for d in load.buffer.shape)
+
+
+def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
+    """Whether the GEMM-form backbone ``op`` reads ``X`` / ``Y`` where they lie instead of
+    packing them: no pack request, the micro-kernel's broadcasts read ``X[i, k]`` and its
+    vector loads ``Y[k, j]`` from the arrays.  Only plain 2-d row-major operands of
+    constant extents (``X[i, k]``, ``Y[k, j]``, the loop variables as indices), not the
+    shared-panel form (:func:`shared_y_panel`).
+
+    ``X``: unless its rows are a multiple of :data:`ALIASING_BYTES` apart and ``Y`` has
+    more than :data:`X_ALIASED_COLUMNS` columns.  An ``MR x KC`` panel of ``X`` is ``MR``
+    row segments, each read in order by one broadcast of the micro-kernel (``MR``
+    sequential streams the prefetchers follow); its scalar, strided copy cost more than
+    it saved: 256^3 on one Zen 4 core 314 -> 294 us (the copy was ~6.5 % of the call),
+    512^3 2457 -> 2362 us, 1024^3 1.7 % less CPU time.  Rows 4 KiB apart put the ``MR``
+    segments in the same L1 sets, which costs about 1 % (2048^3: 1 % more CPU time in
+    place), more than the copy saves once it is spread over more than 1024 columns.
+    With a pre-packed ``Y`` (a graph's weight) too.
+
+    ``Y``: when not pre-packed, each thread's row tile (``MC``) is at most
+    :data:`Y_IN_PLACE_ROWS` rows, a row of ``Y`` at most :data:`Y_IN_PLACE_ROW_BYTES`
+    and not a multiple of :data:`ALIASING_BYTES`: the packed ``KC x NC`` block serves
+    ``MC / MR`` register rows, and with few of them its copy is not repaid (32 x 768 x
+    768 on one core 386 -> 348 us, 256^3 294 -> 289); with many rows the contiguous copy
+    wins (2048^3: 164 -> 190 ms in place), and so it does when the rows are a multiple
+    of 4 KiB apart: the ``KC`` rows of a block then fall into a few cache sets and evict
+    each other (32 x 4096 x 1024, 16 KiB rows, and 32 x 1024 x 4096, 4 KiB rows: 3.5 ->
+    4.7 ms and 3.2 -> 4.7 ms in place).
+
+    ``POLYCOMP_GEMM_IN_PLACE``: ``auto`` (default), ``0`` (pack both, the former
+    trees), ``x`` / ``y`` / ``xy`` (forced where the operand qualifies; comparisons)."""
+    import os
+    mode = os.environ.get("POLYCOMP_GEMM_IN_PLACE", "auto")
+    if op.direct or op.channel or op.batch or len(op.k) != 1 or b.shared_y or mode == "0":
+        return False, False
+    it = op.update.iters
+    i, j, k = it[op.i], it[op.j], it[op.k[0]]
+    x_ok = _plain_2d(op.x, i, k)
+    y_ok = not b.prepacked_y and _plain_2d(op.y, k, j)
+    if mode != "auto":
+        return x_ok and "x" in mode, y_ok and "y" in mode
+    size = dt.itemsize(op.dtype)
+    n_j = _extent(op.update.domain, op.j)
+    if x_ok:
+        x_row = _const(op.x.buffer.shape[1]) * size
+        x_ok = x_row % ALIASING_BYTES != 0 or (n_j is not None and n_j <= X_ALIASED_COLUMNS)
+    if not y_ok:
+        return x_ok, False
+    row_bytes = _const(op.y.buffer.shape[1]) * size
+    n_i = _extent(op.update.domain, op.i)
+    rows = b.MC if n_i is None else min(b.MC, n_i)
+    return x_ok, y_ok and rows <= Y_IN_PLACE_ROWS and row_bytes <= Y_IN_PLACE_ROW_BYTES \
+        and row_bytes % ALIASING_BYTES != 0
+
+
+def _const(d) -> int:
+    return d.value if isinstance(d, ir.IntImm) else int(d)
+
+
+#: X rows a multiple of ALIASING_BYTES apart are packed above this many columns
+X_ALIASED_COLUMNS = 1024
+#: read ``Y`` in place when a thread's row tile has at most this many rows
+Y_IN_PLACE_ROWS = 256
+#: ... and a row of ``Y`` at most this many bytes (in_place_operands)
+Y_IN_PLACE_ROW_BYTES = 16384
+#: ... and not a multiple of this many (rows that far apart share cache sets)
+ALIASING_BYTES = 4096
 
 
 def dynamic_row_tiles(row_tiles_only: bool) -> bool:
@@ -1265,11 +1343,13 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     y_dim = len(op.y.indices) - 1
     requests = [] if requests is None else requests
     if dot is None:
-        mark_y = request_mark(requests, PackRequest(
+        # an operand read where it lies (in_place_operands) gets no pack request
+        mark_y = "" if b.y_in_place else request_mark(requests, PackRequest(
             op.y.buffer, y_dim, b.NR, "L2", prepacked=b.prepacked_y,
             tiles=() if heads_order(op) else _prepacked_tiles(op, b),
             order=heads_order(op) if b.prepacked_y else ()))
-        mark_x = request_mark(requests, PackRequest(op.x.buffer, x_dim, b.MR, "L1"))
+        mark_x = "" if b.x_in_place else \
+            request_mark(requests, PackRequest(op.x.buffer, x_dim, b.MR, "L1"))
     else:
         k = op.update.iters[op.k[0]]
         mark_y = request_mark(requests, PackRequest(
@@ -1278,22 +1358,25 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
         mark_x = request_mark(requests, PackRequest(
             op.x.buffer, x_dim, b.MR, "L1", group_dim=_pos_of(op.x, k), group=dot.group,
             offset=dot.offset))
+
+    def packed(mark: str, node):
+        return T.Mark(mark, node) if mark else node
     if b.shared_y:  # Y's block packed once per (j tile, k tile) for all threads
-        inner = T.Mark(b.row_mark, T.Band([it], T.Mark(mark_x, regs),
+        inner = T.Mark(b.row_mark, T.Band([it], packed(mark_x, regs),
                                           permutable=True, coincident=[True]))
         # j tiles not coincident: the packed Y block needs no slot per j tile
-        outer = T.Band([jt, kt], T.Mark(mark_y, inner), permutable=True,
+        outer = T.Band([jt, kt], packed(mark_y, inner), permutable=True,
                        coincident=[False, False])
         if batch:
             outer = T.Band(batch, outer, permutable=True, coincident=[False] * len(batch))
         return outer
     if k_outer:     # X's block packed once per k tile, Y's per (k tile, j tile)
         # (the column batch dimensions, heads, with the j tiles: X packed once for all)
-        outer = T.Band([kt], T.Mark(mark_x, T.Band(
-            cols + [jt], T.Mark(mark_y, regs), permutable=bool(cols),
+        outer = T.Band([kt], packed(mark_x, T.Band(
+            cols + [jt], packed(mark_y, regs), permutable=bool(cols),
             coincident=[True] * (len(cols) + 1))))
     else:
-        outer = T.Band([jt, kt], T.Mark(mark_y, T.Mark(mark_x, regs)), permutable=True,
+        outer = T.Band([jt, kt], packed(mark_y, packed(mark_x, regs)), permutable=True,
                        coincident=[True, False])
     if b.parallel_j:
         outer = T.Mark(marks.CPU_PARALLEL, outer)
@@ -1442,6 +1525,8 @@ class CpuBackboneTilePass(Pass):
             # shared-panel order (shared_y_panel; docs/cpu_backend.md *Threads*); its
             # row tiles handed out one at a time only on request (dynamic_row_tiles)
             b.prepacked_y = pre
+            if dot is None:
+                b.x_in_place, b.y_in_place = in_place_operands(op, b)
             if b.dynamic_rows:
                 b.row_mark = marks.make(marks.CPU_PARALLEL, cpu_parallel_loops(ctx).add(
                     ParallelLoop(dynamic=True))).get_name()

@@ -411,7 +411,7 @@ def _free_outer_dim(iso: isl.UnionSet) -> isl.UnionSet:
 def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
                    parallel_regs: bool = False, origin: tuple = (), k_tiles: bool = False,
                    threads: int = 1, pack_x: bool = True, pack_y: bool = True,
-                   rows: tuple = ()):
+                   rows: tuple = (), shared_packs: bool = False):
     """The subtree of the module docstring for ``g`` (pack requests appended to
     ``requests``, i.e. ``promotion_state(state).pack_requests``); ``outer``: the
     members (UnionPwAff on the update) of the bands the subtree will sit below, which
@@ -431,7 +431,10 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     parameters: the tree is that of one *row range* (:func:`row_ranges`), ``cpu_parallel
     -> filter { lo <= i < hi <= lo + MC } -> band[floor(k/KC)] -> ..``, no ``i`` tile
     band, the register rows counted from ``lo`` (for a rectangle of output points with
-    a symbolic row count, no ``outer``, ``origin`` or batch dimensions)."""
+    a symbolic row count, no ``outer``, ``origin`` or batch dimensions);
+    ``shared_packs``: the ``i`` tile band is not marked coincident (below an outer
+    parallel loop, one thread runs a subtree's ``i`` tiles in turn, each refilling the
+    one packed ``Y`` block the thread holds; :mod:`.scop_symm`'s mirror)."""
     sp = g.update.domain.get_space()
     u = _affs(sp, g.upd_pos, b, dim_aff(sp, g.upd_pos["k"]), origin, rows)
     parts = [u]
@@ -520,13 +523,14 @@ def scop_gemm_tree(g: ScopGemm, b: Blocking, requests: list, outer: tuple = (),
     top: object = T.Band([kt], jband) if "kt" in tiles else jband
     if rows:
         return T.Mark(marks.CPU_PARALLEL, T.Filter(_range_filter(g, rows, b.MC), top))
-    return _row_tiles(top, it, batch, part, parallel_regs)
+    return _row_tiles(top, it, batch, part, parallel_regs, not shared_packs)
 
 
-def _row_tiles(top, it, batch: list, part, parallel_regs: bool):
-    """``top`` below the ``i`` tile band ``it``, the batch bands and the cyclic part
-    band (when given), under a ``cpu_parallel`` mark unless ``parallel_regs``."""
-    top = T.Band([it], top, permutable=True, coincident=[True])
+def _row_tiles(top, it, batch: list, part, parallel_regs: bool, coincident: bool = True):
+    """``top`` below the ``i`` tile band ``it`` (``coincident`` or not), the batch bands
+    and the cyclic part band (when given), under a ``cpu_parallel`` mark unless
+    ``parallel_regs``."""
+    top = T.Band([it], top, permutable=True, coincident=[coincident])
     if batch:
         top = T.Band(batch, top, permutable=True, coincident=[True] * len(batch))
     if part is not None:

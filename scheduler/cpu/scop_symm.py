@@ -20,37 +20,49 @@ and they and ``B``'s rows are still in cache; no update of phase 3 writes a row 
 its ``F`` in the C order, so ``F`` reads the input ``C``).
 
 Schedule, with ``B`` the block of rows (:data:`BLOCK`, 120) and ``sub`` the
-child's subtree (the C order, restricted by the filters):
+child's subtree (the C order, restricted by the filters): one band of row steps for
+both products, ``P``'s step the block of its output row, ``M``'s the block of its
+*reduction* row (:func:`_red_step`; the mirror runs right-looking):
 
-    sequence
-      filter Z + P + F:  band[floor(row/B)]                               (phase 1)
-                       sequence
-                         filter Z:        sub
-                         filter P1:       scop-gemm subtree of P over P1  (k < B*step)
-                         filter PR:       register tiles                  (the block)
-                         filter PT:       band[i, k, j]                   (its triangles)
-                         filter F:        sub                             (phase 2)
-      filter M:      band[floor(row/B)]                                   (phase 3)
-                       sequence
-                         filter MT:       band[i, k, j]                   (the triangles)
-                         filter MR:       register tiles                  (the block)
-                         filter M3:       scop-gemm subtree of M over M3  (red >= B*step+B)
+    band[q]:  Z, P, F -> floor(row/B);  M -> floor(red/B)
+      sequence
+        filter Z + P + F:  sequence                                      (phase 1)
+                             filter Z:   sub
+                             filter P1:  scop-gemm subtree of P over P1  (k < B*q)
+                             filter PR:  register tiles                  (the block)
+                             filter PT:  band[i, k, j]                   (its triangles)
+                             filter F:   sub                             (phase 2)
+        filter M:          sequence                                      (phase 3)
+                             filter MT:  band[i, k, j]                   (the block's triangles)
+                             filter MR:  register tiles                  (the block)
+                             filter M3:  scop-gemm subtree of M over M3  (rows < B*q)
+
+``M3 = { M : red >= B*floor(row/B) + B }`` (:mod:`.scop_trmm`'s trailing part); at
+step ``q`` it holds the rank-``B`` update of every row above the block by the block's
+rows (``red`` in ``[B q, B q + B)``), one GEMM per step (:func:`_rectangular_rows`),
+its tiles counted from row 0 in one ``i`` tile of up to :data:`MIRROR_MC` rows
+(``shared_packs``: several such tiles, rows beyond it, run in turn, each refilling
+the one copy), so its ``Y = alpha * B[red][j]`` block (``B x NR``) is copied once
+per step and panel, right after phase 1 of the same step read those rows of ``B``
+(before: the rows below each step, copied again at every step above them: a copy
+per step and ``k`` tile).  Phase 3 of step ``q`` writes only rows ``< B q + B`` of
+``C``, whose phase-2 statements ran at steps ``<= q``, and no later step of phase 1
+reads them, so the steps of the two phases interleave (each block's ``C`` rows and
+``B`` rows still in cache between its phase 1 and its mirror).
 
 The diagonal block (:func:`_diagonal`) is split at the register rows: ``PR``/``MR``
 hold the reductions outside a tile's own ``MR`` rows, the register tiles
 ``band[floor(row/MR), floor(col/NR)] -> mark cpu_microkernel -> band[red] ->
 band[row mod MR, col mod NR]`` (every row of a tile has the same reduction range);
 ``PT``/``MT`` the ``MR x MR`` triangles at the diagonal.  The register tiles read
-their operands in place (``pack_x`` off; at PolyBench's LARGE the per-step copies of
-``A``'s and ``B``'s blocks were about 12 % of symm's on-CPU time), except ``M3``'s
-``Y = alpha * B[i][j]``: its ``KC x NR`` block is packed per step and ``k`` tile, the
-copy holding ``alpha * B`` (the same rounded products, :mod:`polycomp.hw.cpu.pack`),
-so the micro-kernel does no vector multiply per reduction step (a packed ``B`` for
-``P1``, without a factor, measured slower).  The ``scop-gemm`` subtrees count their
-tiles from the step's first row and, with threads, the panel's first column
-(:func:`_origins`).
+their operands in place (``pack_x`` off), except ``M3``'s ``Y = alpha * B[i][j]``,
+packed as above, the copy holding ``alpha * B`` (the same rounded products,
+:mod:`polycomp.hw.cpu.pack`), so the micro-kernel does no vector multiply per
+reduction step (a packed ``B`` for ``P1``, without a factor, measured slower).
+``P1``'s subtree counts its tiles from the step's first row and, with threads, the
+panel's first column (:func:`_origins`); ``M3``'s from row 0 and the panel.
 
-With several threads the whole sequence sits below ``mark cpu_parallel ->
+With several threads the whole band sits below ``mark cpu_parallel ->
 band[floor(j/NR)]`` (:func:`column_panels`: every statement touches column ``j`` of
 its arrays only, so the panels are independent, checked on the dependences; one
 fork/join serves the call, OpenMP's static schedule gives each thread a contiguous
@@ -58,22 +70,24 @@ range of whole panels, and isl prints the body once), and the triangles of ``P``
 ``M`` run in the order ``band[row, red, col]`` (:func:`_row_red_col`: the column
 innermost, unit stride), not the C order.
 
-``P1 = { P : k < B*floor(i/B) }`` (the rectangle left of the block, ``k`` tiles from 0)
-and ``M3`` :mod:`.scop_trmm`'s trailing part.  Each element receives its updates in
-increasing reduction index (phase 1: the rectangle, then the block's register tiles,
-then its triangles; phase 3: the triangles, the register tiles, then the rows below;
-inside each part in increasing ``k`` for ``P``, increasing ``i`` for ``M``), so the
-sums keep the C order (the schedule interpreted is bitwise ``gcc -O0``; the built
-micro-kernels add each tile's partial sum of a ``k`` range to ``C`` once, as in every
-``scop-gemm`` product).
+``P1 = { P : k < B*floor(i/B) }`` (the rectangle left of the block, ``k`` tiles from
+0).  Each element receives its updates in increasing reduction index (``acc``, at
+its step: the rectangle, then the block's register tiles, then its triangles;
+``C``, from its step on: at its own step the triangles then the register tiles, then
+one rank-``B`` update per later step, steps in increasing order; inside each part in
+increasing ``k`` for ``P``, increasing ``i`` for ``M``), so the sums keep the C order
+(the schedule interpreted is bitwise ``gcc -O0``; the built micro-kernels add each
+tile's partial sum of a ``k`` range to ``C`` once, as in every ``scop-gemm``
+product).
 
 Legality (isl terms): :func:`polycomp.scheduler.common.tree.violated_dependences` on the
 whole tree against every dependence of the child, every dependence within one column
 panel for the parallel band (:func:`_within_panels`; else no parallel panel loop),
-plus :mod:`.scop_trmm`'s checks (a) one rectangular reduction range per step and (b)
-no product of a step writes what its operands read (which packing would need; kept
-with the operands in place), for both products.  When a check fails the child keeps
-its schedule, with a note.
+plus (a) one rectangular reduction range per step (:mod:`.scop_trmm`'s check for
+``P1``, steps of the output row; :func:`_rectangular_rows` for ``M3``, steps of the
+reduction row) and (b) :mod:`.scop_trmm`'s check that no product of a step writes
+what its operands read (which packing would need), for both products.  When a check
+fails the child keeps its schedule, with a note.
 
 Assumes: the program-order tree, ``ctx.model`` a C SCoP model, a target with vector
 registers; runs after ``scop-trmm`` (which takes no symm: two updates; the phases it would see
@@ -232,15 +246,50 @@ def _diagonal(g: ScopGemm, block: isl.UnionSet, b: Blocking, leading: bool) -> l
     tri = block.subtract(rect)
     sp = s.domain.get_space()
     ia, ja, ka = (dim_aff(sp, g.upd_pos[n]) for n in ("i", "j", "k"))
-    regs = T.Band([to_upa(floor_div_aff(ia, MR)), to_upa(floor_div_aff(ja, NR))],
-                  T.Mark(marks.CPU_MICROKERNEL, T.Band(
-                      [to_upa(ka)], T.Band([to_upa(mod_aff(ia, MR)), to_upa(mod_aff(ja, NR))],
-                                           permutable=True, coincident=[True, True]),
-                      permutable=True)),
+    micro: object = T.Mark(marks.CPU_MICROKERNEL, T.Band(
+        [to_upa(ka)], T.Band([to_upa(mod_aff(ia, MR)), to_upa(mod_aff(ja, NR))],
+                             permutable=True, coincident=[True, True]),
+        permutable=True))
+    regs = T.Band([to_upa(floor_div_aff(ia, MR)), to_upa(floor_div_aff(ja, NR))], micro,
                   permutable=True, coincident=[True, True])
     out = [T.Filter(f, t) for f, t in ((rect, regs), (tri, _row_red_col(g)))
            if not f.is_empty()]
     return out if leading else out[::-1]
+
+
+#: the mirror's rows above a step on the micro-kernel in one ``i`` tile up to this many
+#: rows (so its ``alpha * B`` block is copied once per step and panel; more rows take
+#: several tiles in turn, each refilling the copy)
+MIRROR_MC = 1 << 16
+
+
+def _mirror_mc(MR: int) -> int:
+    return max(MR, MIRROR_MC // MR * MR)
+
+
+def _red_step(g: ScopGemm, B: int) -> isl.PwAff:
+    """``floor(red/B)`` on the update of ``g`` (the mirror's step: its reduction block)."""
+    s = g.update
+    r = dim_aff(s.domain.get_space(), g.upd_pos["k"])
+    return isl.PwAff.from_aff(floor_div_aff(r, B)).intersect_domain(s.domain)
+
+
+def _rectangular_rows(g: ScopGemm, t: isl.Set, B: int) -> bool:
+    """The mirror's check (a): per reduction block ``q = floor(red/B)``, ``t`` is the
+    product of its ``(q, row, col)`` and ``(q, red)`` projections (every output row of a
+    step takes the same reduction range: one GEMM per step)."""
+    s = g.update
+    d = _names(s)
+    i, j, k = (d[g.upd_pos[c]] for c in ("i", "j", "k"))
+    m = _read(s, f"{{ {s.name}[{', '.join(d)}] -> E[q, {i}, {j}, {k}] : "
+                 f"{B}q <= {k} < {B}q + {B} }}")
+    assert isinstance(m, isl.Map)
+    e = t.apply(m)
+    outs = e.project_out(isl.dim_type.set, 3, 1).insert_dims(isl.dim_type.set, 3, 1) \
+        .set_tuple_name("E")
+    ks = e.project_out(isl.dim_type.set, 1, 2).insert_dims(isl.dim_type.set, 1, 2) \
+        .set_tuple_name("E")
+    return outs.intersect(ks).is_equal(e)
 
 
 def _leading(g: ScopGemm, B: int) -> isl.Set:
@@ -270,6 +319,53 @@ def _origins(g: ScopGemm, B: int, NR: int) -> tuple[isl.Aff, isl.Aff]:
     return oi, oj
 
 
+def _phases(p: ScopGemm, mir: ScopGemm, first: list, fin: list, blk: Blocking, B: int,
+            cols: isl.UnionPwAff | None, requests: list, st, space: isl.Space) \
+        -> tuple[list, list] | None:
+    """The filters of one row step (``P``'s phase with ``first`` and ``fin``, then the
+    mirror's) and the step band's members, or None when a product is not one GEMM per
+    step."""
+    phases, steps = [], []
+    panels = cols is not None
+    for g, part, leading in ((p, _leading(p, B), True), (mir, _trailing(mir, B), False)):
+        if not (_rectangular_k(g, part, B) if leading else _rectangular_rows(g, part, B)) \
+                or not _packs_safe(g, part, B):
+            return None
+        own = isl.UnionPwAff.from_pw_aff(_step(g.update, B) if leading else
+                                         _red_step(g, B))
+        steps.append(own)
+        oi, oj = _origins(g, B, blk.NR if panels else 0)
+        if leading:
+            # the rectangle left of the step's block, k tiles from 0, then the block
+            seq: list = []
+            if not part.is_empty():
+                gp = dataclasses.replace(g, update=dataclasses.replace(g.update, domain=part))
+                seq.append(T.Filter(isl.UnionSet.from_set(part), scop_gemm_tree(
+                    gp, blk, requests, (own,), True, (oi, oj), k_tiles=True, pack_x=False,
+                    pack_y=False)))
+            seq += _diagonal(g, isl.UnionSet.from_set(g.update.domain).subtract(
+                isl.UnionSet.from_set(part)), blk, True)
+            if first:
+                seq.insert(0, T.Filter(_union(first, space), st.sub))
+            if fin:
+                seq.append(T.Filter(_union(fin, space), st.sub))
+            steps += [isl.UnionPwAff.from_pw_aff(_step(s, B)) for s in first + fin]
+            phases.append(T.Filter(_union([g.update] + first + fin, space), T.Sequence(seq)))
+            continue
+        rest_set = isl.UnionSet.from_set(g.update.domain).subtract(isl.UnionSet.from_set(part))
+        seq = _diagonal(g, rest_set, blk, False)
+        if not part.is_empty():
+            # rows from 0, one i tile up to MIRROR_MC rows: one alpha*B copy per step
+            gp = dataclasses.replace(g, update=dataclasses.replace(g.update, domain=part))
+            gemm = scop_gemm_tree(
+                gp, dataclasses.replace(blk, MC=_mirror_mc(blk.MR)), requests, (own,), True,
+                (oi.scale_val(isl.Val.zero(oi.get_ctx())), oj), pack_x=False, pack_y=True,
+                shared_packs=True)
+            seq.append(T.Filter(isl.UnionSet.from_set(part), gemm))
+        phases.append(T.Filter(_union([g.update], space), T.Sequence(seq)))
+    return phases, steps
+
+
 class ScopSymmPass(Pass):
     """See the module docstring."""
     name = "scop-symm"
@@ -292,44 +388,13 @@ class ScopSymmPass(Pass):
                 blk = dataclasses.replace(blk, NC=blk.NR)     # one j tile: the panel
             space = st.filter.get_space()
             requests = list(promotion_state(ctx).pack_requests)
-            phases = []
-            ok = True
-            for g, part, leading in ((p, _leading(p, B), True),
-                                     (mir, _trailing(mir, B), False)):
-                if not _rectangular_k(g, part, B) or not _packs_safe(g, part, B):
-                    ok = False
-                    break
-                own = isl.UnionPwAff.from_pw_aff(_step(g.update, B))
-                oi, oj = _origins(g, B, blk.NR if cols is not None else 0)
-                gp = dataclasses.replace(g, update=dataclasses.replace(g.update,
-                                                                       domain=part))
-                rest = isl.UnionSet.from_set(g.update.domain).subtract(
-                    isl.UnionSet.from_set(part))
-                pset = isl.UnionSet.from_set(part)
-                block = _diagonal(g, rest, blk, leading)
-                if part.is_empty():
-                    seq: list = block
-                else:
-                    gemm = scop_gemm_tree(gp, blk, requests, (own,), True, (oi, oj),
-                                          k_tiles=True, pack_x=False, pack_y=not leading)
-                    seq = [T.Filter(pset, gemm)] + block if leading else \
-                        block + [T.Filter(pset, gemm)]
-                members = [own]
-                if leading and (first or fin):
-                    if first:
-                        seq.insert(0, T.Filter(_union(first, space), st.sub))
-                    if fin:
-                        seq.append(T.Filter(_union(fin, space), st.sub))
-                    members = [T.union_members([own] + [
-                        isl.UnionPwAff.from_pw_aff(_step(s, B)) for s in first + fin])]
-                band = T.Band(members, T.Sequence(seq))
-                stmts_here = [g.update] + (first + fin if leading else [])
-                phases.append(T.Filter(_union(stmts_here, space), band))
-            if not ok:
+            built = _phases(p, mir, first, fin, blk, B, cols, requests, st, space)
+            if built is None:
                 ctx.note(self.name, f"{'+'.join(st.names)}: a triangular product is not a "
                                     f"GEMM per block; program order kept")
                 continue
-            new = T.Sequence(phases)
+            phases, steps = built
+            new = T.Band([T.union_members(steps)], T.Sequence(phases))
             if cols is not None:
                 new = T.Mark(marks.CPU_PARALLEL, T.Band([cols], new, coincident=[True]))
             if not stages.legal(st, new):

@@ -59,6 +59,23 @@ def fit_cube_tiles(target: Target, itemsize: int, copies: int,
     return best
 
 
+#: the most parts a split-K tail tile is cut into (each part pays its own pipeline fill,
+#: drain and Fixpipe; 4 parts balance a last round of any size over 24 cores to within
+#: 1/4 of a tile)
+K_SPLIT_MAX = 4
+
+
+def tail_split(target: Target, out_dtype: str) -> int:
+    """The most parts the tiles of a cube program's last, partial round may be cut into
+    along ``k`` (1: none): a plain ``float32`` / ``int32`` result (the accumulator's
+    type, so the parts add in GM without a second rounding) on a target whose Fixpipe
+    adds into GM (feature ``fixpipe_atomic``).  The host picks the parts per run from
+    the tile count and the cores (the lowering's ``split_parts``)."""
+    if target.has("fixpipe_atomic") and out_dtype in ("float32", "int32"):
+        return K_SPLIT_MAX
+    return 1
+
+
 def _quantum(itemsize: int) -> int:
     """The multiple ``k0``, ``kL1`` and ``n0`` take: 16, or 32 for 8-bit operands."""
     return 32 if itemsize == 1 else 16

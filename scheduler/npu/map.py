@@ -55,7 +55,7 @@ from .classify import (
     requant_exact,
 )
 from .conv import ConvMatch, check_extents, match_conv
-from .cube import cube_tiles
+from .cube import cube_tiles, tail_split
 from .phases import SubGraph, split_phases
 from .plan import (
     ConvPlan,
@@ -124,7 +124,8 @@ def _single(graph, target: Target, options, lm: NpuLoweringModel) -> Plan:
         in_dt, out_dt = c.a.load.dtype, stages[-1].output.dtype
         tiles = cube_tiles(target, options, _itemsize(in_dt))
         _out_dtype_ok(stages[0], out_dt, in_dt)
-        return CubePlan(stages[0].name, c, len(c.out_dims) == 3, in_dt, out_dt, tiles, graph)
+        return CubePlan(stages[0].name, c, len(c.out_dims) == 3, in_dt, out_dt, tiles, graph,
+                        k_split=tail_split(target, out_dt))
     if stages and stages[0].is_reduction:
         conv = match_conv(stages[0], graph.inputs)
         if conv is not None:

@@ -83,6 +83,9 @@ class CubePlan:
     #: / ``VDEQF16``) or int8, the requantisation ``cast(min(max(cast(C, float32) * s,
     #: -128.0), 127.0), int8)`` (``REQ8`` / ``VREQ8``)
     deq_out: str = "float16"
+    #: without an epilogue: the most ``k`` parts a tile of the last, partial round of
+    #: output tiles is cut into (:func:`~.cube.tail_split`; 1: none)
+    k_split: int = 1
 
 
 @dataclass(frozen=True, eq=False)

@@ -147,8 +147,11 @@ extern "C" __global__ __aicore__ void conv2d_s22_p11_d11_float16(GM_ADDR X_, GM_
                     const int64_t yb = ((no * 32) / OW);
                     const int64_t ye = ((((no * 32) + PcMin(32, (P - (no * 32)))) - 1) / OW);
                     const int64_t top = ((yb * 2) - 1);
-                    const int64_t r0 = PcMax(0, top);
-                    const int64_t r1 = PcMin(H, ((((ye * 2) - 1) + ((KH - 1) * 1)) + 1));
+                    const int64_t r0v = PcMax(0, top);
+                    const int64_t r1v = PcMin(H, ((((ye * 2) - 1) + ((KH - 1) * 1)) + 1));
+                    const int64_t emp = (PcMin(r0v, r1v) == r1v);
+                    const int64_t r0 = (r0v + (emp * ((H - 1) - r0v)));
+                    const int64_t r1 = (r1v + (emp * (H - r1v)));
                     const int64_t c1s = (ko * NC1);
                     const int64_t nc1 = PcMin(NC1, (C1 - c1s));
                     WaitFlag<HardEvent::MTE1_MTE2>((ko % 2));
@@ -162,7 +165,7 @@ extern "C" __global__ __aicore__ void conv2d_s22_p11_d11_float16(GM_ADDR X_, GM_
                             LoadData(l0A[(ki % 2)][(fa * 256)], l1A[(ko % 2)], LoadData2DParams(((((ki * 32) / 16) + fa) * 4), 4, 1, 0, (PcCeilDiv(PcMin(32, (PcMin(KL1, (KDP - (ko * KL1))) - (ki * 32))), 16) - 1), false, 0));
                         }
                         {
-                            const uint8_t padList[PAD_SIZE] = {1, 1, (r0 - top), (((((ye * 2) - 1) + ((KH - 1) * 1)) + 1) - r1)};
+                            const uint8_t padList[PAD_SIZE] = {1, 1, ((emp * ((((ye - yb) * 2) + ((KH - 1) * 1)) + 1)) + ((1 - emp) * (r0 - top))), ((1 - emp) * (((((ye * 2) - 1) + ((KH - 1) * 1)) + 1) - r1))};
                             LoadData(l0B[(ki % 2)], l1Img[(ko % 2)], LoadData3DParamsV2<half>(padList, (r1 - r0), W, (nc1 * 16), PcMin(32, (PcMin(KL1, (KDP - (ko * KL1))) - (ki * 32))), 32, (ki * 32), ((no * 32) - (yb * OW)), 2, 2, KW, KH, 1, 1, false, false, static_cast<half>(0)));
                         }
                         SetFlag<HardEvent::MTE1_M>((ki % 2));

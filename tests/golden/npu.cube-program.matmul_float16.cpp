@@ -28,7 +28,7 @@ inline uint32_t matmul_float16_Tiling(const int64_t* sizes, uint32_t aicNum, uin
     t->K = K;
     const int64_t N = sizes[2];
     t->N = N;
-    const int64_t NB = PcMax(1, PcMin(static_cast<int64_t>(aicNum), (PcCeilDiv(M, 64) * PcCeilDiv(N, 32))));
+    const int64_t NB = PcMax(1, PcMin(static_cast<int64_t>(aicNum), ((PcCeilDiv(M, 64) * PcCeilDiv(N, 32)) * 4)));
     t->NB = NB;
     *workspaceBytes = static_cast<uint64_t>(0);
     return static_cast<uint32_t>(NB);
@@ -59,43 +59,80 @@ extern "C" __global__ __aicore__ void matmul_float16(GM_ADDR A_, GM_ADDR B_, GM_
             LocalTensor<half> l0A[2] = {LocalTensor<half>(TPosition::A2, 0, 64 * 32), LocalTensor<half>(TPosition::A2, 0 + 1 * PcAlignUp(64 * 32 * 2, 32), 64 * 32)};  // L0A zZ, ping-pong
             LocalTensor<half> l0B[2] = {LocalTensor<half>(TPosition::B2, 0, 32 * 32), LocalTensor<half>(TPosition::B2, 0 + 1 * PcAlignUp(32 * 32 * 2, 32), 32 * 32)};  // L0B nZ, ping-pong
             LocalTensor<float> l0C[2] = {LocalTensor<float>(TPosition::CO1, 0, 64 * 32), LocalTensor<float>(TPosition::CO1, 0 + 1 * PcAlignUp(64 * 32 * 4, 32), 64 * 32)};  // L0C NZ, ping-pong
+            const int64_t R = ((PcCeilDiv(M, 64) * PcCeilDiv(N, 32)) / bnum);
+            const int64_t r = ((PcCeilDiv(M, 64) * PcCeilDiv(N, 32)) % bnum);
+            const int64_t KS = PcCeilDiv(K, 32);
+            const int64_t S1 = 1;
+            const int64_t Sc1 = (PcCeilDiv(r, bnum) * 12);
+            const int64_t Sb2 = ((1 - (PcMin((PcCeilDiv((r * 2), bnum) * 6), Sc1) == Sc1)) && (1 - (PcMin(1, KS) == KS)));
+            const int64_t S2 = ((Sb2 * 2) + ((1 - Sb2) * S1));
+            const int64_t Sc2 = ((Sb2 * (PcCeilDiv((r * 2), bnum) * 6)) + ((1 - Sb2) * Sc1));
+            const int64_t Sb3 = ((1 - (PcMin((PcCeilDiv((r * 3), bnum) * 4), Sc2) == Sc2)) && (1 - (PcMin(2, KS) == KS)));
+            const int64_t S3 = ((Sb3 * 3) + ((1 - Sb3) * S2));
+            const int64_t Sc3 = ((Sb3 * (PcCeilDiv((r * 3), bnum) * 4)) + ((1 - Sb3) * Sc2));
+            const int64_t Sb4 = ((1 - (PcMin((PcCeilDiv((r * 4), bnum) * 3), Sc3) == Sc3)) && (1 - (PcMin(3, KS) == KS)));
+            const int64_t S4 = ((Sb4 * 4) + ((1 - Sb4) * S3));
+            const int64_t Sc4 = ((Sb4 * (PcCeilDiv((r * 4), bnum) * 3)) + ((1 - Sb4) * Sc3));
+            const int64_t S = S4;
+            const int64_t first = PcMax(PcMin((r - bid), 1), 0);
+            for (int64_t s = 0; s < (1 - first); ++s) {
+                CrossCoreSetFlag<0, PIPE_FIX>(4);
+            }
             SetFlag<HardEvent::FIX_M>(0);
             SetFlag<HardEvent::FIX_M>(1);
             SetFlag<HardEvent::MTE1_MTE2>(0);
             SetFlag<HardEvent::MTE1_MTE2>(1);
             SetFlag<HardEvent::M_MTE1>(0);
             SetFlag<HardEvent::M_MTE1>(1);
-            for (int64_t i = 0; i < PcCeilDiv(((PcCeilDiv(M, 64) * PcCeilDiv(N, 32)) - bid), bnum); ++i) {
-                const int64_t tile = ((i * bnum) + bid);
+            for (int64_t i = 0; i < ((first + R) + (PcCeilDiv(PcMax(((r * S) - bid), 0), bnum) - first)); ++i) {
+                const int64_t pre = (1 - (PcMin(i, first) == first));
+                const int64_t full = ((1 - pre) * (1 - (PcMin((i - first), R) == R)));
+                const int64_t tile = ((full * (((i - first) * bnum) + bid)) + ((1 - full) * ((R * bnum) + ((bid + (((1 - pre) * (i - R)) * bnum)) % PcMax(r, 1)))));
+                const int64_t kp = ((1 - full) * ((bid + (((1 - pre) * (i - R)) * bnum)) / PcMax(r, 1)));
                 const int64_t mo = ((tile / PcCeilDiv(N, 32)) % PcCeilDiv(M, 64));
                 const int64_t no = (tile % PcCeilDiv(N, 32));
+                const int64_t kb = (32 * ((kp * KS) / ((full * 1) + ((1 - full) * S))));
+                const int64_t kx = (PcMin(K, (32 * (((kp + 1) * KS) / ((full * 1) + ((1 - full) * S))))) - kb);
                 WaitFlag<HardEvent::FIX_M>((i % 2));
-                for (int64_t ko = 0; ko < PcCeilDiv(K, 128); ++ko) {
+                for (int64_t ko = 0; ko < PcCeilDiv(kx, 128); ++ko) {
                     WaitFlag<HardEvent::MTE1_MTE2>((ko % 2));
-                    DataCopy(l1A[(ko % 2)], gA[(((mo * 64) * K) + (ko * 128))], Nd2NzParams(1, PcMin(64, (M - (mo * 64))), PcMin(128, (K - (ko * 128))), 0, K, 64, 1, 0));
-                    DataCopy(l1B[(ko % 2)], gB[(((ko * 128) * N) + (no * 32))], Nd2NzParams(1, PcMin(128, (K - (ko * 128))), PcMin(32, (N - (no * 32))), 0, N, 128, 1, 0));
+                    DataCopy(l1A[(ko % 2)], gA[(((mo * 64) * K) + (kb + (ko * 128)))], Nd2NzParams(1, PcMin(64, (M - (mo * 64))), PcMin(128, (kx - (ko * 128))), 0, K, 64, 1, 0));
+                    DataCopy(l1B[(ko % 2)], gB[(((kb + (ko * 128)) * N) + (no * 32))], Nd2NzParams(1, PcMin(128, (kx - (ko * 128))), PcMin(32, (N - (no * 32))), 0, N, 128, 1, 0));
                     SetFlag<HardEvent::MTE2_MTE1>((ko % 2));
                     WaitFlag<HardEvent::MTE2_MTE1>((ko % 2));
-                    for (int64_t ki = 0; ki < PcCeilDiv(PcMin(128, (K - (ko * 128))), 32); ++ki) {
+                    for (int64_t ki = 0; ki < PcCeilDiv(PcMin(128, (kx - (ko * 128))), 32); ++ki) {
                         WaitFlag<HardEvent::M_MTE1>((ki % 2));
-                        for (int64_t fa = 0; fa < PcCeilDiv(PcMin(32, (PcMin(128, (K - (ko * 128))) - (ki * 32))), 16); ++fa) {
-                            LoadData(l0A[(ki % 2)][(fa * 256)], l1A[(ko % 2)], LoadData2DParams(((((ki * 32) / 16) + fa) * 4), 4, 1, 0, (PcCeilDiv(PcMin(32, (PcMin(128, (K - (ko * 128))) - (ki * 32))), 16) - 1), false, 0));
+                        for (int64_t fa = 0; fa < PcCeilDiv(PcMin(32, (PcMin(128, (kx - (ko * 128))) - (ki * 32))), 16); ++fa) {
+                            LoadData(l0A[(ki % 2)][(fa * 256)], l1A[(ko % 2)], LoadData2DParams(((((ki * 32) / 16) + fa) * 4), 4, 1, 0, (PcCeilDiv(PcMin(32, (PcMin(128, (kx - (ko * 128))) - (ki * 32))), 16) - 1), false, 0));
                         }
                         for (int64_t fb = 0; fb < 2; ++fb) {
-                            LoadData(l0B[(ki % 2)][(fb * 256)], l1B[(ko % 2)], LoadData2DParams(((fb * 8) + ((ki * 32) / 16)), PcCeilDiv(PcMin(32, (PcMin(128, (K - (ko * 128))) - (ki * 32))), 16), 1, 0, 1, true, 0));
+                            LoadData(l0B[(ki % 2)][(fb * 256)], l1B[(ko % 2)], LoadData2DParams(((fb * 8) + ((ki * 32) / 16)), PcCeilDiv(PcMin(32, (PcMin(128, (kx - (ko * 128))) - (ki * 32))), 16), 1, 0, 1, true, 0));
                         }
                         SetFlag<HardEvent::MTE1_M>((ki % 2));
                         WaitFlag<HardEvent::MTE1_M>((ki % 2));
                         PipeBarrier<PIPE_M>();
-                        Mmad(l0C[(i % 2)], l0A[(ki % 2)], l0B[(ki % 2)], MmadParams(64, 32, PcMin(32, (PcMin(128, (K - (ko * 128))) - (ki * 32))), 0, false, static_cast<bool>(((ko == 0) && (ki == 0)))));
+                        Mmad(l0C[(i % 2)], l0A[(ki % 2)], l0B[(ki % 2)], MmadParams(64, 32, PcMin(32, (PcMin(128, (kx - (ko * 128))) - (ki * 32))), 0, false, static_cast<bool>(((ko == 0) && (ki == 0)))));
                         SetFlag<HardEvent::M_MTE1>((ki % 2));
                     }
                     SetFlag<HardEvent::MTE1_MTE2>((ko % 2));
                 }
                 SetFlag<HardEvent::M_FIX>((i % 2));
                 WaitFlag<HardEvent::M_FIX>((i % 2));
-                Fixpipe<float, float, CFG_ROW_MAJOR>(gC[(((mo * 64) * N) + (no * 32))], l0C[(i % 2)], FixpipeParamsV220(PcMin(32, (N - (no * 32))), PcMin(64, (M - (mo * 64))), 64, N, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
+                for (int64_t c = 0; c < (1 - PcMin(kp, 1)); ++c) {
+                    Fixpipe<float, float, CFG_ROW_MAJOR>(gC[(((mo * 64) * N) + (no * 32))], l0C[(i % 2)], FixpipeParamsV220(PcMin(32, (N - (no * 32))), PcMin(64, (M - (mo * 64))), 64, N, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
+                }
+                for (int64_t c = 0; c < PcMin(kp, 1); ++c) {
+                    for (int64_t w = 0; w < (i == (first + R)); ++w) {
+                        CrossCoreWaitFlag(4);
+                    }
+                    SetAtomicAdd<float>();
+                    Fixpipe<float, float, CFG_ROW_MAJOR>(gC[(((mo * 64) * N) + (no * 32))], l0C[(i % 2)], FixpipeParamsV220(PcMin(32, (N - (no * 32))), PcMin(64, (M - (mo * 64))), 64, N, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
+                    SetAtomicNone();
+                }
                 SetFlag<HardEvent::FIX_M>((i % 2));
+                for (int64_t s = 0; s < ((i == 0) && first); ++s) {
+                    CrossCoreSetFlag<0, PIPE_FIX>(4);
+                }
             }
             WaitFlag<HardEvent::FIX_M>(0);
             WaitFlag<HardEvent::FIX_M>(1);
@@ -103,6 +140,9 @@ extern "C" __global__ __aicore__ void matmul_float16(GM_ADDR A_, GM_ADDR B_, GM_
             WaitFlag<HardEvent::MTE1_MTE2>(1);
             WaitFlag<HardEvent::M_MTE1>(0);
             WaitFlag<HardEvent::M_MTE1>(1);
+            for (int64_t w = 0; w < ((PcCeilDiv(PcMax(((r * S) - bid), 0), bnum) - first) == 0); ++w) {
+                CrossCoreWaitFlag(4);
+            }
         }
     }
     PipeBarrier<PIPE_ALL>();

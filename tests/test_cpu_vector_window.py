@@ -1,0 +1,158 @@
+"""Aligned sliding windows of the CPU vectoriser (``lowering/vectorize.py``,
+:func:`~polycomp.lowering.vectorize.window_loads`; option ``vector_window``, AVX-512).
+
+A vector loop whose loads overlap (``X[i-1]``, ``X[i]``, ``X[i+1]``) starts at a store
+aligned at run time (a masked head of ``0 <= p < L`` lanes) and reads the shifted loads
+as lane shifts (``valignq``/``valignd``) of aligned loads.  The values and the order of
+operations per element are unchanged, so these kernels (no product to contract, no
+reduction) are bitwise the C nest's result for every alignment of the arrays and every
+extent (shorter than a vector, a head only, a head and a tail).  ``fp_exact`` builds
+have no vector code, so the PolyBench bitwise checks do not reach this one: these
+tests compare vector builds with a numpy replay of the C order."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polycomp import ir
+from polycomp.driver import compile_kernel
+from polycomp.frontend.c_reader import load_c_kernels, read_c_kernels
+from polycomp.hw.cpu.simd_build import has_native_avx512
+from polycomp.lowering.simplify import simplify
+from polycomp.lowering.vectorize import ALIGN_PEEL, VALIGN, window_loads
+
+KERNELS = Path(__file__).parent / "c_scop_kernels"
+NATIVE = pytest.mark.skipif(not has_native_avx512(), reason="hardware: no AVX-512")
+
+F32_STENCIL = """
+void blur1(int n, float x[n], float y[n]) {
+  int i;
+#pragma scop
+  for (i = 2; i < n - 2; i++)
+    y[i] = (x[i-2] + x[i-1] + x[i] + x[i+1] + x[i+2]) * 0.2f;
+#pragma endscop
+}
+"""
+
+
+def _jacobi1d():
+    k, = load_c_kernels(str(KERNELS / "jacobi1d_like.c"))
+    return k
+
+
+def _reference(A, B, tsteps):
+    """PolyBench's jacobi-1d in the C nest's order of operations (numpy, IEEE)."""
+    A, B = A.copy(), B.copy()
+    c = np.float64(0.33333)
+    for _ in range(tsteps):
+        B[1:-1] = c * ((A[:-2] + A[1:-1]) + A[2:])
+        A[1:-1] = c * ((B[:-2] + B[1:-1]) + B[2:])
+    return A, B
+
+
+def _view(a: np.ndarray, shift: int) -> np.ndarray:
+    """A copy of ``a`` that starts ``shift`` elements past a 64-byte boundary."""
+    raw = np.empty(a.size + 32, a.dtype)
+    start = (-(raw.ctypes.data // a.itemsize)) % (64 // a.itemsize) + shift
+    v = raw[start:start + a.size]
+    v[...] = a
+    return v
+
+
+def test_window_reads_shifted_loads_as_lane_shifts():
+    """The IR rewrite alone: loads at offsets -1 and +1 of the anchor become ``valign`` of
+    loads at multiples of ``L``; a load of a buffer without one at a multiple stays."""
+    x = ir.Buffer("x", "float64", (ir.IntImm(64),))
+    z = ir.Buffer("z", "float64", (ir.IntImm(64),))
+    y = ir.Buffer("y", "float64", (ir.IntImm(64),))
+    a = ir.Var("a")
+
+    def ld(buf, k):
+        return ir.Load(buf, (ir.Ramp(a + k, ir.IntImm(1), 8),), "float64", 8)
+    body = ir.Store(y, (ir.Ramp(a, ir.IntImm(1), 8),),
+                    ld(x, -1) + ld(x, 0) + ld(x, 9) + ld(z, 1), 8)
+    out, n = window_loads(body, a, 8, "float64")
+    assert n == 2
+    calls = []
+    ir.walk(out, lambda e: calls.append(e) if isinstance(e, ir.Call) else None)
+    shifts = sorted(c.args[2].value for c in calls if c.name == VALIGN)
+    assert shifts == [1, 7]
+    offsets = set()
+    ir.walk(out, lambda e: offsets.add((e.buffer.name,
+                                        simplify(e.indices[0].base - a).value))
+            if isinstance(e, ir.Load) else None)
+    assert offsets == {("x", -8), ("x", 0), ("x", 8), ("x", 16), ("z", 1)}  # z: no anchor
+
+
+def test_jacobi1d_uses_windows_only_with_the_option():
+    k = _jacobi1d()
+    on = compile_kernel(k, "cpu-avx512").source
+    off = compile_kernel(k, "cpu-avx512", {"vector_window": False}).source
+    body = on[on.index("void jacobi1d_like("):]
+    assert body.count("pc512_valign_pd(") == 4 and "c3_pl" in body
+    assert "valign" not in off[off.index("void jacobi1d_like("):] and "_pl" not in off
+    avx2 = compile_kernel(k, "cpu-avx2").source                    # no valignq on AVX2
+    assert "valign" not in avx2[avx2.index("void jacobi1d_like("):]
+
+
+@NATIVE
+@pytest.mark.parametrize("shift", [0, 3])
+def test_jacobi1d_windows_are_bitwise_at_any_alignment(shift):
+    """Extents below, at and above a vector, both arrays at the same and at different
+    alignments (``shift``: B's start past a 64-byte boundary, A's one more), the tiles
+    small so that rows start at many alignments; a NaN spreads alike."""
+    k = _jacobi1d()
+    ck = compile_kernel(k, "cpu-avx512", {"stencil_tiles": (5, 23)})
+    assert "pc512_valign_pd(" in ck.source
+    fn = ck.backend.load(ck)
+    rng = np.random.default_rng(shift)
+    for n, tsteps in ((3, 2), (7, 3), (9, 4), (17, 5), (41, 7), (130, 9)):
+        A0, B0 = rng.uniform(0.5, 1.5, n), rng.uniform(0.5, 1.5, n)
+        if n > 8:
+            A0[n // 3] = np.nan
+        A, B = _view(A0, shift + 1), _view(B0, shift)
+        fn(A, B, tsteps=tsteps, n=n, out=(A, B))
+        wa, wb = _reference(A0, B0, tsteps)
+        for g, w in ((A, wa), (B, wb)):
+            assert np.array_equal(np.isnan(g), np.isnan(w)), (n, tsteps)
+            ok = ~np.isnan(w)
+            assert np.array_equal(g[ok].view(np.uint64), w[ok].view(np.uint64)), (n, tsteps)
+
+
+@NATIVE
+def test_float32_five_point_window_is_bitwise():
+    """float32 (``valignd``, 16 lanes), offsets -2 .. +2, extents around a vector."""
+    k, = read_c_kernels(F32_STENCIL)
+    ck = compile_kernel(k, "cpu-avx512")
+    assert "pc512_valign_ps(" in ck.source and ALIGN_PEEL not in ck.source
+    fn = ck.backend.load(ck)
+    rng = np.random.default_rng(5)
+    for n in (4, 5, 16, 19, 21, 37, 100):
+        x = _view(rng.uniform(-1, 1, n).astype(np.float32), 1)
+        y = _view(np.zeros(n, np.float32), 6)
+        got = fn(x, y, n=n, out=y)
+        w = np.zeros(n, np.float32)
+        w[2:-2] = ((((x[:-4] + x[1:-3]) + x[2:-2]) + x[3:-1]) + x[4:]) * np.float32(0.2)
+        assert np.array_equal(got[2:-2].view(np.uint32), w[2:-2].view(np.uint32)), n
+
+
+@NATIVE
+def test_windows_read_nothing_outside_the_arrays(tmp_path):
+    """Under ASan (buffers of their exact size, malloc's 16-byte alignment, so stores and
+    loads are misaligned against 64 bytes): a window's aligned loads reach up to ``L -
+    1`` elements past the plain load, and the head's extra vector and the tail's keep
+    them inside the elements the loop reads anyway.  Results bitwise as well."""
+    from polycomp.hw.cpu.sanitize import build_sanitized, run_sanitized_many
+    k, = read_c_kernels(F32_STENCIL)
+    ck = compile_kernel(k, "cpu-avx512")
+    assert "pc512_valign_ps(" in ck.source
+    exe = build_sanitized(ck.final_ir, ck.source, str(tmp_path / "blur1"))
+    rng = np.random.default_rng(2)
+    xs = [rng.uniform(-1, 1, n).astype(np.float32) for n in (5, 17, 33, 48, 50, 81, 203)]
+    runs = run_sanitized_many(exe, ck.final_ir, [[x, np.zeros_like(x)] for x in xs])
+    for x, run in zip(xs, runs):
+        w = ((((x[:-4] + x[1:-3]) + x[2:-2]) + x[3:-1]) + x[4:]) * np.float32(0.2)
+        got, = run.outputs
+        assert np.array_equal(got[2:-2].view(np.uint32), w.view(np.uint32)), x.size
