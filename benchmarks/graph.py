@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import time
 
@@ -140,7 +139,8 @@ def main(argv=None) -> int:
     # before libgomp loads (torch's copy and the kernels'): on a loaded 2-core machine,
     # spinning OpenMP workers of two runtimes starve each other's barriers (a 0.1 ms
     # elementwise kernel took 8 ms with the default policy)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from polycomp.hw.cpu.build import quiet_openmp
+    quiet_openmp()
     import torch
     torch.set_num_threads(2)
     counts = kernel_counts(768, 12, 3072, args.target)

@@ -12,8 +12,10 @@ eager, ...). Reported: best and median ms per call, the ratios eager / polycomp 
 / polycomp of the bests and of the medians (> 1: polycomp faster), the largest relative
 error of polycomp against eager, and polycomp's report (pieces compiled, what ran eagerly).
 
-``OMP_WAIT_POLICY=PASSIVE`` is set before libgomp loads (spinning OpenMP workers of two
-runtimes, torch's and the kernels', starve each other on a loaded host).  Cheap by
+The kernels' OpenMP wait policy (``OMP_WAIT_POLICY=PASSIVE`` after a short spin,
+``polycomp.hw.cpu.build.quiet_openmp``) is set before torch loads libgomp, unless the user
+set one (long-spinning OpenMP workers of two runtimes, torch's and the kernels', starve
+each other on a loaded host).  Cheap by
 default (3 rounds, the 2-layer models at batch 1); ``--full`` adds BERT 12 layers and
 batch 8, ``--rounds`` more rounds.  ``--prepack-off`` also times polycomp compiled with
 ``POLYCOMP_PREPACK=0`` (weights packed on every call instead of once at compile time),
@@ -271,7 +273,8 @@ def main(argv=None) -> int:
     p.add_argument("--prepack-off", action="store_true",
                    help="also time polycomp with POLYCOMP_PREPACK=0 (weights packed per call)")
     args = p.parse_args(argv)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before libgomp loads
+    from polycomp.hw.cpu.build import quiet_openmp
+    quiet_openmp()                                   # before torch loads libgomp
     names = [s for s in args.only.split(",") if s] or (
         [c.name for c in CASES] if args.full else list(QUICK))
     unknown = sorted(set(names) - {c.name for c in CASES})
@@ -300,7 +303,8 @@ def main(argv=None) -> int:
     meta = {"command": "polycomp bench models " + " ".join(argv if argv is not None
                                                            else sys.argv[1:]),
             "host": host(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "rounds": args.rounds}
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"), "rounds": args.rounds}
     if args.json:
         print(json.dumps({"meta": meta, "rows": rows}, indent=1))
         return 0

@@ -86,26 +86,33 @@ _CHILD = textwrap.dedent("""
                inputs={"A": pc.Tensor[(16, 8), "float32"], "B": pc.Tensor[(8, 32), "float32"]})
     f = build(k, "cpu")
     policy = os.environ.get("OMP_WAIT_POLICY")
+    spin = os.environ.get("GOMP_SPINCOUNT")
     os.environ["OMP_NUM_THREADS"] = "3"      # set after the runtime was loaded
     f(np.ones((16, 8), np.float32), np.ones((8, 32), np.float32))
-    print(json.dumps({"policy": policy, "threads": f.openmp.get(),
+    print(json.dumps({"policy": policy, "spin": spin, "threads": f.openmp.get(),
                       "torch": "torch" in sys.modules}))
 """)
 
 
-@pytest.mark.parametrize("policy", [None, "ACTIVE"])
-def test_without_torch_calls_follow_omp_num_threads_and_wait_passively(policy):
+@pytest.mark.parametrize("policy,spin", [(None, None), ("ACTIVE", None), (None, "7")])
+def test_without_torch_calls_follow_omp_num_threads_and_wait_passively(policy, spin):
+    from polycomp.hw.cpu.build import OMP_SPIN_COUNT
     env = {k: v for k, v in os.environ.items()
            if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
     if policy is not None:
         env["OMP_WAIT_POLICY"] = policy
+    if spin is not None:
+        env["GOMP_SPINCOUNT"] = spin
     r = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert not got["torch"]
     assert got["threads"] == 3
-    assert got["policy"] == (policy or "PASSIVE")    # the user's choice is kept
+    if policy is None and spin is None:      # none chosen: passive after a short spin
+        assert (got["policy"], got["spin"]) == ("PASSIVE", str(OMP_SPIN_COUNT))
+    else:                                     # the user's choice is kept, nothing added
+        assert (got["policy"], got["spin"]) == (policy, spin)
 
 
 def test_the_blocking_is_planned_for_torchs_thread_count():

@@ -152,6 +152,7 @@ class CpuBackend(Backend):
         from polycomp.lowering.vectorize import vectorize
         from polycomp.scheduler.cpu.state import cpu_microkernels
 
+        from .forward_loads import forward_loads
         from .microkernel import microkernels
         from .negate_update import negate_updates
         from .pack import packed_buffers
@@ -166,6 +167,7 @@ class CpuBackend(Backend):
                 f, target.vector_lanes, tail=o.tail, reduce_unroll=o.reduce_unroll,
                 reciprocal=o.reciprocal,
                 window=o.vector_window and target.isa == "avx512")),
+            ir_pass("forward-loads", lambda f, s: forward_loads(f)),
         ]
         if o.prefetch:
             from .prefetch import prefetch_next_rows

@@ -202,17 +202,36 @@ def build_shared(source: str, flags=DEFAULT_FLAGS, include_dirs=(), libs=("-lm",
 OPENMP_LIB = "libgomp.so.1"
 
 
-def quiet_openmp() -> None:
-    """Make the OpenMP runtime wait passively (no spinning between kernels) when it is
-    not loaded yet and the user chose no policy: sets ``OMP_WAIT_POLICY=PASSIVE`` in this
-    process's environment, which libgomp reads once, when it is loaded.
+#: ``GOMP_SPINCOUNT`` :func:`quiet_openmp` sets: how many times an idle libgomp thread
+#: polls (one ``pause`` each) before it sleeps on a futex.  On the Zen 4 development host
+#: (a KVM guest) one poll takes 26-35 ns, so 1000 polls are ~30 us of spinning after a
+#: parallel region (``python scripts/omp_wake.py --spin 1000 3000``); libgomp's own
+#: estimate is 10 ns a poll (~10 us).  Long enough that back-to-back two-thread calls (the
+#: Python gap between them is ~15-70 us) find the worker still polling instead of paying
+#: the 60-110 us futex wake of a halted virtual CPU; short enough that a worker never
+#: holds a core for long between kernels (libgomp's default, 300000 polls, is ~8 ms here:
+#: issue 27's 5-26x slower 2-thread runs on a shared machine).  docs/cpu_backend.md,
+#: *Threads*.
+OMP_SPIN_COUNT = 1000
 
-    libgomp's default keeps each idle worker spinning for ~300000 iterations after every
-    parallel region; between the short kernels of a model that takes the cores the next
-    kernel (or torch, or another process on a shared machine) needs (issue 27: 2-thread
-    runs 5-26x slower).  A user's ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is kept; a
-    runtime that is already loaded (torch imported first, linking the same libgomp) keeps
-    the policy it started with (docs/cpu_backend.md, *Threads*)."""
+
+def quiet_openmp() -> None:
+    """Make the OpenMP runtime wait passively after a short, bounded spin when it is not
+    loaded yet and the user chose no policy: sets ``OMP_WAIT_POLICY=PASSIVE`` and
+    ``GOMP_SPINCOUNT=``:data:`OMP_SPIN_COUNT` in this process's environment, which
+    libgomp reads once, when it is loaded.
+
+    With both set, an idle worker polls :data:`OMP_SPIN_COUNT` times, then sleeps; with
+    more OpenMP threads than CPUs in the process (libgomp's *throttled* case) the passive
+    policy makes it sleep at once.  libgomp's default keeps each idle worker spinning
+    ~300000 polls after every parallel region; between the short kernels of a model that
+    takes the cores the next kernel (or torch, or another process on a shared machine)
+    needs (issue 27: 2-thread runs 5-26x slower), while ``OMP_WAIT_POLICY=PASSIVE`` alone
+    makes every parallel region wake its sleeping worker (60-110 us on the development
+    host, the whole difference to OpenBLAS at 256^3).  A user's ``OMP_WAIT_POLICY`` or
+    ``GOMP_SPINCOUNT`` is kept (``OMP_WAIT_POLICY=PASSIVE`` alone: no spinning at all);
+    a runtime that is already loaded (torch imported first, linking the same libgomp)
+    keeps the policy it started with (docs/cpu_backend.md, *Threads*)."""
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         return
     try:
@@ -221,6 +240,7 @@ def quiet_openmp() -> None:
     except (OSError, AttributeError):
         pass
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    os.environ["GOMP_SPINCOUNT"] = str(OMP_SPIN_COUNT)
 
 
 def call_threads() -> int | None:
