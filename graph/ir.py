@@ -60,11 +60,15 @@ class HeldCopy:
     array: np.ndarray
     prepacked: "PrepackedInput | None" = None   # array = prepacked.pack(original)
     axes: tuple[int, ...] = ()                  # else: array = original.transpose(axes)
+    # the constant's shape when the kernel reads a reshape of it (a weight (K, H*D)
+    # packed as (K, H, D) for a head-split projection); () for its own shape
+    shape: tuple[int, ...] = ()
 
     def original(self) -> np.ndarray:
         """The constant's array (a new one, C-contiguous) from the held copy."""
         if self.prepacked is not None:
-            return self.prepacked.unpack(self.array)
+            a = self.prepacked.unpack(self.array)
+            return a.reshape(self.shape) if self.shape else a
         return np.ascontiguousarray(self.array.transpose(np.argsort(self.axes)))
 
 

@@ -27,7 +27,7 @@ from polycomp import ir
 from polycomp.frontend.dsl import Kernel, Tensor
 
 from .ir import Node, Shape, Value
-from .opdefs import OPS
+from .opdefs import OPS, is_runtime_view, reshape_index
 from .partition import Group, Partition
 
 
@@ -79,6 +79,12 @@ class GroupKernel:
     # constant convolution weights handed to the kernel as they are, for the backend to
     # read pre-packed (option ``prepack``: :func:`conv_weight_layouts` ``prepack``)
     prepack: list[Value] = field(default_factory=list)
+    # the projection's head split folded into its GEMM (:func:`head_split`)
+    heads: "HeadSplit | None" = None
+    # what of the group's layout the GEMM took over (Step.folded): "split" (the head
+    # split, :func:`head_split`), else the layout operators read in place
+    # (:func:`folded_layout`) by name, "" for none
+    folded: str = ""
 
 
 def argname(v: Value) -> str:
@@ -166,6 +172,200 @@ def _flat_node(n: Node) -> Node:
     if n.op == "softmax":
         return replace(n, attrs={**n.attrs, "axis": -1})
     return n
+
+
+@dataclass(frozen=True, eq=False)
+class HeadSplit:
+    """A projection whose result is split into attention heads (:func:`head_split`):
+    ``matmul(a, w)`` with ``a (*P, S, K)`` and ``w (K, H*D)``, elementwise operators on
+    it, then ``reshape(*P, S, H, D)`` and the transpose of ``S`` and ``H``."""
+    matmul: Node
+    heads: int
+    dim: int
+    # rank-1 operands of the elementwise operators (a bias ``(H*D,)``): read as ``(H, 1, D)``
+    vectors: tuple[Value, ...]
+    # operators before the matmul (a layer norm feeding it), lowered as they are
+    pre: tuple[Node, ...] = ()
+
+
+def _swaps(n: Node, a: int, b: int) -> bool:
+    """``n`` (``transpose`` / ``permute``) exchanges axes ``a`` and ``b`` only."""
+    rank = len(n.output.shape)
+    try:
+        from .opdefs import _perm
+        p = _perm(n, rank)
+    except Exception:
+        return False
+    want = list(range(rank))
+    want[a], want[b] = want[b], want[a]
+    return list(p) == want
+
+
+def _vector_chain(mm: Node, mid: list[Node], n_out) -> tuple[Value, list[Value]] | None:
+    """``(last value, rank-1 operands)`` when ``mid`` is a chain of elementwise operators
+    on ``mm``'s result reading otherwise only 0-d values and rank-1 values of extent
+    ``n_out`` or 1 (:func:`head_split`), else None."""
+    cur = mm.output
+    vectors: list[Value] = []
+    for n in mid:
+        if OPS[n.op].kind != "elementwise" or cur not in n.inputs or \
+                tuple(n.output.shape) != tuple(cur.shape) or n.output.dtype != cur.dtype:
+            return None
+        for v in n.inputs:
+            if v is cur or len(v.shape) == 0 or (len(v.shape) == 1 and v.shape[0] == 1):
+                continue
+            if len(v.shape) != 1 or v.shape[0] != n_out:
+                return None
+            if v not in vectors:
+                vectors.append(v)
+        cur = n.output
+    return cur, vectors
+
+
+def head_split(group: Group, outputs: list[Value]) -> HeadSplit | None:
+    """The head split of a Q/K/V projection folded into its GEMM, or None.
+
+    Assumes shapes are propagated.  The group qualifies when its operators are, in
+    order: one ``matmul`` of ``a (*P, S, K)`` by a 2-D ``w (K, N)``; elementwise
+    operators each reading the previous result and otherwise only values of rank <= 1
+    (extent ``N`` or 1) or 0-d scalars; ``reshape`` to ``(*P, S, H, D)`` (integer ``H``,
+    ``D``, ``H*D == N``); ``transpose``/``permute`` exchanging ``S`` and ``H``; and its
+    only output is the last one.  The group is then lowered at the output's points
+    ``(*P, H, S, D)``: ``out[.., h, s, d] = sum_k a[.., s, k] * w[k, h, d]`` (``w``
+    passed as the zero-copy ``(K, H, D)`` reshape, each rank-1 operand as ``(H, 1, D)``)
+    followed by the elementwise operators at the same points.  Guarantees: the same
+    elements as the unfused group (``(h, d)`` is ``h*D + d`` of the flat ``N`` axis, the
+    reshape and transpose only rename points), with no stage of its own for the reshape
+    or the transpose: the GEMM writes its tiles straight into the head layout and the
+    bias epilogue runs on them (the CPU GEMM tree puts the head loop with the column
+    tiles, :mod:`polycomp.scheduler.cpu.backbone_tile`)."""
+    nodes = group.nodes
+    p = next((q for q, n in enumerate(nodes) if n.op == "matmul"), len(nodes))
+    pre = nodes[:p]
+    made = {n.output for n in pre}
+    if len(nodes) - p < 3 or nodes[-1].output not in outputs or \
+            any(v is not nodes[-1].output and v not in made for v in outputs):
+        return None
+    mm, *mid, rs, tr = nodes[p:]
+    if mm.op != "matmul" or rs.op != "reshape" or tr.op not in ("transpose", "permute"):
+        return None
+    a, w = mm.inputs
+    if len(w.shape) != 2 or len(a.shape) < 2 or w.const is None:
+        return None
+    if mm.output.dtype not in ("float32", "float64") or a.dtype != mm.output.dtype or \
+            w.dtype != mm.output.dtype:
+        return None
+    n_out = w.shape[1]
+    lead = tuple(a.shape[:-1])
+    chain = _vector_chain(mm, mid, n_out)
+    if chain is None:
+        return None
+    cur, vectors = chain
+    if rs.inputs[0] is not cur or tr.inputs[0] is not rs.output:
+        return None
+    shp = tuple(rs.output.shape)
+    p = len(lead)
+    if len(shp) != p + 2 or shp[:p] != lead or not (shp[-2].is_Integer and shp[-1].is_Integer):
+        return None
+    heads, dim = int(shp[-2]), int(shp[-1])
+    if not n_out.is_Integer or heads * dim != int(n_out) or heads < 2:
+        return None
+    if not _swaps(tr, p - 1, p):
+        return None
+    if any(v in vectors for v in (a, w)) or any(
+            v is not mm.output and v in [m.output for m in mid] for v in vectors):
+        return None
+    if any(v is w or v in vectors for n in pre for v in n.inputs):
+        return None              # read by a prologue operator under its own shape
+    return HeadSplit(mm, heads, dim, tuple(vectors), tuple(pre))
+
+
+def _head_split_lower(hs: HeadSplit, group: Group, env: dict, out_shape: tuple):
+    """The stages of a :class:`HeadSplit` group at the output's points (``env``: the
+    kernel's arguments by graph value, ``w`` and the vectors already in their
+    ``(K, H, D)`` / ``(H, 1, D)`` shapes); returns the output tensor."""
+    from polycomp.frontend import dsl
+
+    from .opdefs import _compute, _name
+    pm = env["pm"]
+    for n in hs.pre:
+        sc = n.attrs.get("scalar")
+        if isinstance(sc, sympy.Expr) and sc.free_symbols:  # x * S: a size parameter
+            n = replace(n, attrs={**n.attrs, "scalar": pm.to_ir(sc)})
+        env[n.output] = OPS[n.op].lower(n, [env[v] for v in n.inputs], pm.shape(
+            n.output.shape))
+    mm = hs.matmul
+    a, w = (env[v] for v in mm.inputs)
+    kax = dsl.reduce_axis(a.shape[-1], f"k_{mm.name}")
+
+    def body(i):                 # i = (*P, h, s, d)
+        return dsl.sum(a[tuple(i[:-3]) + (i[-2], kax)] * w[(kax, i[-3], i[-1])], axis=kax)
+    cur = _compute(out_shape, body, name=_name(mm), dtype=mm.output.dtype)
+    env[mm.output] = cur
+    for n in group.nodes[len(hs.pre) + 1:-2]:
+        cur = OPS[n.op].lower(n, [env[v] for v in n.inputs], out_shape)
+        env[n.output] = cur
+    env[group.nodes[-1].output] = cur
+    return cur
+
+
+_LAYOUT_OPS = ("reshape", "transpose", "permute")
+
+
+def folded_layout(group: Group, outputs: list[Value]) -> set[Node]:
+    """The layout operators of ``group`` read in place by a GEMM's left operand: no stage
+    of their own (:class:`_LayoutView`), or the empty set.
+
+    Assumes shapes are propagated.  A ``transpose``, ``permute`` or quasi-affine
+    ``reshape`` (not a runtime view) qualifies when its result is no output of the group
+    and every operator of the group reading it is a ``matmul`` reading it as its left
+    operand only, or another qualifying layout operator -- the head merge ``reshape ->
+    transpose -> reshape`` between attention and its output projection.  The ``matmul``
+    then reads ``src[f(i)]`` for ``a[i]``, ``f`` the composition of the operators' index
+    maps (``a[.., s, k] = att[.., k // D, s, k mod D]``, quasi-affine): the CPU GEMM packs
+    its ``X`` blocks straight from the attention output (the packing copy reads the
+    layout; the micro-kernel reads the packed block as before).  Only where the chain
+    holds a transpose or permute: a ``reshape`` alone (GPT-2's ``view(B*S, K)`` of a
+    layer norm before ``addmm``) stays a stage, whose 2-d result the GEMM reads in place
+    (``in_place_operands``); read through the view it measured 5845 -> 6476 us (128 x
+    768 x 3072 with its layer norm, one Zen 4 core).  Guarantees: the same elements as
+    the staged operators (each map is the operator's own index function)."""
+    out = set(outputs)
+    users: dict[Value, list[tuple[Node, int]]] = {}
+    for n in group.nodes:
+        for q, v in enumerate(n.inputs):
+            users.setdefault(v, []).append((n, q))
+    folded: set[Node] = set()
+    for n in reversed(group.nodes):
+        if n.op not in _LAYOUT_OPS or n.output in out or is_runtime_view(n):
+            continue
+        us = users.get(n.output, [])
+        if us and all((u.op == "matmul" and q == 0 and u.inputs[1] is not n.output)
+                      or u in folded for u, q in us):
+            folded.add(n)
+    if not any(n.op != "reshape" for n in folded):
+        return set()    # reshapes alone: the staged copy measured faster (see the doc)
+    return folded
+
+
+class _LayoutView:
+    """A layout operator's result read in place (:func:`folded_layout`): indexing it
+    indexes its operand through the operator's index map.  Quacks as much of
+    :class:`~polycomp.frontend.dsl.Tensor` as ``matmul``'s lowering uses (``shape``,
+    ``ndim``, ``dtype``, ``name``, ``[]``)."""
+
+    def __init__(self, node: Node, src, shape: tuple):
+        self.node, self.src, self.shape = node, src, shape
+        self.ndim, self.dtype, self.name = len(shape), src.dtype, src.name
+
+    def __getitem__(self, idx):
+        n = self.node
+        if n.op == "reshape":
+            return self.src[reshape_index(n.inputs[0].shape, n.output.shape, idx)]
+        from .opdefs import _perm
+        p = _perm(n, len(idx))
+        inv = [p.index(k) for k in range(len(p))]
+        return self.src[tuple(idx[inv[k]] for k in range(len(p)))]
 
 
 #: 1x1 convolutions whose output rows are narrower than this run over flattened pixels
@@ -264,6 +464,9 @@ def group_kernel(part: Partition, group: Group, flatten_rows: bool = True,
     the kernel to read pre-packed (:attr:`GroupKernel.prepack`)."""
     inputs, outputs = part.inputs_of(group), part.outputs_of(group)
     pm = ParamMap()
+    heads = head_split(group, outputs) if flatten_rows and head_fold_enabled() else None
+    if heads is not None:
+        return _head_split_kernel(part, group, heads, inputs, outputs, pm)
     flat = (row_flat(group) if flatten_rows else None) or {}
     pixels = not flat and flatten_rows and pixel_flat(group) is not None
     if pixels:
@@ -279,9 +482,16 @@ def group_kernel(part: Partition, group: Group, flatten_rows: bool = True,
     types = {argname(v): Tensor[pm.shape(shape_of(v)), v.dtype]  # type: ignore
              for v in inputs}
 
+    views = folded_layout(group, outputs) if flatten_rows and head_fold_enabled() \
+        and not flat else set()
+
     def fn(*args):
         env: dict[Value, Tensor] = dict(zip(inputs, args))
         for n in group.nodes:
+            if n in views:      # read in place by the GEMM's operand
+                env[n.output] = _LayoutView(  # type: ignore[assignment]
+                    n, env[n.inputs[0]], pm.shape(n.output.shape))
+                continue
             node = _flat_node(n) if flat else n
             if pixels and n.op == "conv2d":
                 node = replace(node, attrs={**node.attrs, "pixels_flat": True})
@@ -301,12 +511,51 @@ def group_kernel(part: Partition, group: Group, flatten_rows: bool = True,
     _ = kernel.graph  # trace now: errors surface at compile time
     for v in outputs:  # output extents may introduce parameters (B*S from a matmul)
         pm.shape(shape_of(v))
-    key = structural_key(group, inputs, outputs) + ("|pixels" if pixels else "|rows"
+    key = structural_key(group, inputs, outputs) + ("|views" if views else "") + \
+        ("|pixels" if pixels else "|rows"
                                                     if flat else "") + \
         ("|chwf" + ",".join(str(inputs.index(v)) for v in laid) if laid else "") + \
         ("|wpk" + ",".join(str(inputs.index(v)) for v in pre) if pre else "")
     args = {v: flat[v] for v in [*inputs, *outputs] if v in flat}
-    return GroupKernel(kernel, inputs, outputs, pm, key, args, laid, pre)
+    return GroupKernel(kernel, inputs, outputs, pm, key, args, laid, pre,
+                       folded=", ".join(n.name for n in group.nodes if n in views))
+
+
+def head_fold_enabled() -> bool:
+    """The head split / merge folded into the projections (:func:`head_split`);
+    ``POLYCOMP_HEAD_FOLD=0`` keeps the separate layout stages (for comparisons)."""
+    import os
+    return os.environ.get("POLYCOMP_HEAD_FOLD", "1") != "0"
+
+
+def _head_split_kernel(part: Partition, group: Group, hs: HeadSplit, inputs: list[Value],
+                       outputs: list[Value], pm: ParamMap) -> GroupKernel:
+    """:func:`group_kernel` of a :class:`HeadSplit` group."""
+    w = hs.matmul.inputs[1]
+    k = w.shape[0]
+    shapes: dict[Value, Shape] = {w: (k, sympy.Integer(hs.heads), sympy.Integer(hs.dim))}
+    for v in hs.vectors:
+        shapes[v] = (sympy.Integer(hs.heads), sympy.Integer(1), sympy.Integer(hs.dim))
+    types = {argname(v): Tensor[pm.shape(shapes.get(v, v.shape)), v.dtype]  # type: ignore
+             for v in inputs}
+    out = group.nodes[-1].output
+
+    def fn(*args):
+        env: dict = dict(zip(inputs, args))
+        env["pm"] = pm
+        _head_split_lower(hs, group, env, pm.shape(out.shape))
+        return tuple(env[v] for v in outputs)
+
+    fn.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(a, inspect.Parameter.POSITIONAL_OR_KEYWORD) for a in types])
+    fn.__name__ = f"{part.graph.name}_{group.name}"
+    kernel = Kernel(fn, f"{_clean(part.graph.name)}_{group.name}", types)
+    _ = kernel.graph
+    for v in outputs:
+        pm.shape(v.shape)
+    key = structural_key(group, inputs, outputs) + "|heads"
+    return GroupKernel(kernel, inputs, outputs, pm, key, {v: shapes[v] for v in shapes},
+                       heads=hs, folded="split")
 
 
 def _clean(name: str) -> str:

@@ -296,18 +296,22 @@ def _strides(shape) -> list[int]:
     return out[::-1]
 
 
-def _reshape_lower(node: Node, ins, shape):
-    sp = split_reshape(node.inputs[0].shape, node.output.shape)
+def reshape_index(src: Shape, dst: Shape, i: tuple) -> tuple:
+    """The index of ``src`` that a quasi-affine reshape ``src -> dst`` reads for the
+    point ``i`` of ``dst`` (:func:`split_reshape`; row-major order kept)."""
+    sp = split_reshape(src, dst)
     assert sp is not None
     k, rs, rd = sp
     ds, ss = _strides(rd), _strides(rs)
+    off = sum((i[k + j] * ds[j] for j in range(len(rd))), ir.const(0, "int64"))
+    rest = tuple((off // ss[j]) % int(rs[j]) if j else off // ss[j]
+                 for j in range(len(rs)))
+    return tuple(i[:k]) + rest
 
-    def body(i):
-        off = sum((i[k + j] * ds[j] for j in range(len(rd))), ir.const(0, "int64"))
-        rest = tuple((off // ss[j]) % int(rs[j]) if j else off // ss[j]
-                     for j in range(len(rs)))
-        return ins[0][tuple(i[:k]) + rest]
-    return _compute(shape, body, name=_name(node))
+
+def _reshape_lower(node: Node, ins, shape):
+    src, dst = node.inputs[0].shape, node.output.shape
+    return _compute(shape, lambda i: ins[0][reshape_index(src, dst, i)], name=_name(node))
 
 
 def _expand_shape(node: Node, cs: Constraints) -> Shape:

@@ -39,6 +39,10 @@ class Step:
     # constants the kernel takes laid out otherwise (``graph/lower.py``
     # ``conv_weight_layouts``): the array passed instead of the value's own
     arg_arrays: dict[Value, np.ndarray] = field(default_factory=dict)
+    # what of its layout the step's GEMM took over (graph/lower.py): "split" (the head
+    # split, ``head_split``), else the names of the layout operators its left operand
+    # reads in place (``folded_layout``, the head merge), "" for none
+    folded: str = ""
 
 
 @dataclass
@@ -411,7 +415,16 @@ class CompiledGraph:
         ``row_flat``: its GEMM runs over ``prod(P)`` rows, no batch loop around it)."""
         lines = [self.partition.explain()]
         for s in self.steps:
-            if s.arg_shapes:
+            if s.folded == "split":
+                head = shape_str(s.group.nodes[-1].output.shape)
+                lines.append(f"  {s.group.name}: head split folded into the GEMM (its tiles "
+                             f"written as {head}): " + ", ".join(
+                                 f"{v.name}{shape_str(v.shape)} read as {shape_str(sh)}"
+                                 for v, sh in s.arg_shapes.items()))
+            elif s.folded:
+                lines.append(f"  {s.group.name}: read in place by the GEMM's operand (no "
+                             f"stage): {s.folded}")
+            if s.arg_shapes and s.folded != "split":
                 vs = ", ".join(f"{v.name}{shape_str(v.shape)} as {shape_str(sh)}"
                                for v, sh in s.arg_shapes.items())
                 lines.append(f"  {s.group.name}: over flattened rows: {vs}")

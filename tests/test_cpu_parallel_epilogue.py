@@ -1,10 +1,11 @@
 """``cpu-parallel`` (scheduler/cpu/parallel.py) on a GEMM with its fused epilogue below a
 batch loop of one iteration (the graph layer's ``matmul -> add -> gelu`` at batch 1 with
-constant shapes): tree in, tree out -- the epilogue's band gets its own ``cpu_parallel``
-mark beside the GEMM's (before, the whole epilogue ran on one thread) -- and the kernel
-still matches numpy. The epilogue ends in a transpose of the rows (as the head split of a
-Q/K/V projection does): without it the graph layer lowers the group over flattened rows
-(``row_flat``), which has no batch loop at all."""
+constant shapes): tree in, tree out -- the elementwise epilogue runs on the GEMM's
+register tiles, the stage after it gets its own ``cpu_parallel`` mark beside the GEMM's
+(before, the whole epilogue ran on one thread) -- and the kernel still matches numpy.
+The epilogue ends in a transpose of the rows (as the head split of a Q/K/V projection
+did before graph/lower.py ``head_split`` folded it): without it the graph layer lowers
+the group over flattened rows (``row_flat``), which has no batch loop at all."""
 import re
 
 import numpy as np
@@ -44,14 +45,15 @@ def _check(kernel, w, b, shape, target="c"):
 def test_epilogue_beside_a_tiled_gemm_gets_its_own_parallel_mark():
     kernel, w, b = _ffn(1, 64, 256, 512)   # target cpu: the backbone is tiled
     below = _parallel_marks(compile_kernel(kernel, "cpu"))
-    # the GEMM's mark first; in the default per-thread form (one OpenMP region per GEMM
-    # call) the bias and relu, then the transpose, each below a mark of their own: no
-    # epilogue stage runs on one thread
+    # the GEMM's mark first, the bias and relu on its register tiles (the epilogue chain:
+    # at batch 1 they read the product at index 0 of the batch axis, which is their own
+    # point), then the transpose below a mark of its own: no epilogue stage runs on one
+    # thread
     assert "s_matmul" in below[0], below
+    assert "s_add" in below[0] and "s_relu" in below[0], below
     rest = below[1:]
     assert rest and all("s_matmul" not in m for m in rest), below
-    for stage in ("s_add", "s_relu", "s_transpose"):
-        assert any(stage in m for m in rest), (stage, below)
+    assert any("s_transpose" in m for m in rest), below
     _check(kernel, w, b, (1, 64, 256), "cpu")
 
 

@@ -103,6 +103,18 @@ def depthwise(x: pc.Tensor[(N, 8, 12, 11), "float32"], w: pc.Tensor[(8, 3, 3), "
         x[n, c, y + rh, 2 * z + rw] * w[c, rh, rw], axis=[rh, rw]), name="dw")
 
 
+@pc.tensor_expr
+def matmul_heads(A: pc.Tensor[(2, 20, 24), "float32"], W: pc.Tensor[(24, 3, 16), "float32"],
+                 b: pc.Tensor[(3, 1, 16), "float32"]):
+    """A projection writing attention heads ``(B, H, S, D)`` (graph/lower.py
+    ``head_split``), the bias its epilogue: ``h`` is a column batch dimension, run with
+    the column tiles below the packing of ``A`` (packed once for all heads)."""
+    k = pc.reduce_axis(24, "k")
+    c = pc.compute((2, 3, 20, 16), lambda n, h, s, d: pc.sum(A[n, s, k] * W[k, h, d], axis=k),
+                   name="C")
+    return pc.compute((2, 3, 20, 16), lambda n, h, s, d: c[n, h, s, d] + b[h, 0, d], name="D")
+
+
 _AVX512 = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
 TARGET = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threads=2))
 _DOT = get_target("cpu-avx512-bf16").with_capacities(L1=32 * 1024, L2=1024 * 1024)
@@ -127,6 +139,9 @@ CASES = {
     "matmul_shared_pack_dynamic": (matmul_const, [CpuBackboneTilePass, CpuPackPass]),
     # default: the per-thread form (one parallel region per call)
     "matmul_const_per_thread": (matmul_const, [CpuBackboneTilePass, CpuPackPass]),
+    # heads with the column tiles: batch -> i tiles -> k tiles -> pack X -> [h, j tiles]
+    # -> pack Y -> register tiles (the bias epilogue on each)
+    "matmul_heads": (matmul_heads, [CpuBackboneTilePass, CpuPackPass]),
     # the default for it: X and Y read where they lie (in_place_operands), no pack marks
     "matmul_const_in_place": (matmul_const, [CpuBackboneTilePass, CpuPackPass]),
     # dot-product tiles: no isolation, cpu_microkernel:<n>, grouped pack requests

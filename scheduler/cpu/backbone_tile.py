@@ -68,6 +68,14 @@ NR], update: mark cpu_microkernel .., e_1 .., e_n]``, with an epilogue chain
 (:func:`conv_epilogue`, :func:`match_epilogue`) after it at the last channel tile;
 see :func:`channel_tree` for the legality.
 
+*Column batch dimensions* (:func:`column_batch`: batch dimensions that index ``Y`` and
+not ``X``, the heads of a projection writing ``(B, H, S, D)``) run with the column tiles,
+``band[kt] -> mark pack X -> band[h.., floor(j/NC)] -> mark pack Y``, in the ``(it, kt,
+jt)`` order (no few-row split, no shared panel): legal as any order of the permutable
+update band (the ``h`` band members are coincident, each ``C`` element's init, updates and
+epilogue stay in one ``(h, j)`` tile); the ``X`` block below its mark does not depend on
+``h``, so it is packed once per ``k`` tile instead of once per head.
+
 A GEMM-form backbone with fewer than ``SMALL_M_PANELS`` register rows per thread and at
 least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]``
 band instead of the ``i``-tile band (``MC`` = all rows, ``NC`` a thread's share of the
@@ -552,6 +560,57 @@ def _extent(domain: isl.Set, pos: int) -> int | None:
     return None
 
 
+def column_batch(op: OuterProduct) -> list:
+    """The batch dimensions of a GEMM-form backbone that index ``Y`` and neither ``X``
+    nor anything else of the product: the heads ``h`` of ``C[.., h, i, j] = sum_k
+    X[.., i, k] * Y[k, h, j]`` (a projection writing its tiles straight into the
+    attention head layout ``(B, H, S, D)``).  The GEMM tree runs them with the column
+    tiles, below the packing of ``X`` (:func:`gemm_tree`), so the ``X`` block is packed
+    once per ``k`` tile for all of them, not once per head."""
+    if op.direct:
+        return []
+    it = op.update.iters
+    xv = set().union(*(loop_vars(ix) for ix in op.x.indices))
+    yv = set().union(*(loop_vars(ix) for ix in op.y.indices))
+    return [t for t in op.batch if it[t] in yv and it[t] not in xv]
+
+
+def _only_zero(domain: isl.Set, pos: int) -> bool:
+    """Dimension ``pos`` of ``domain`` takes the value 0 only."""
+    lo, hi = domain.dim_min(pos), domain.dim_max(pos)
+    try:
+        return bool(lo.is_cst() and hi.is_cst() and lo.max_val().to_python() == 0
+                    and hi.max_val().to_python() == 0)
+    except (isl.Error, AttributeError, TypeError):
+        return False
+
+
+def _batch_iterations(op: OuterProduct, dom: isl.Set, cols: list) -> tuple[int, bool]:
+    """The iterations of the batch dimensions outside the column batch ``cols`` and
+    whether all their extents are constants."""
+    n, known = 1, True
+    for t in op.batch:
+        if t in cols:
+            continue
+        e = _extent(dom, t)
+        if e is None:
+            known = False
+        else:
+            n *= e
+    return n, known
+
+
+def _row_share(n_i: int | None, MR: int, threads: int, MC: int, tiles) -> int:
+    """``MC`` of a product with column batch dimensions (:func:`column_batch`): a
+    thread's share of the rows (not the few-row ``j`` split, whose parallel ``j``
+    tiles would sit below the heads), ``MC`` as it is with a symbolic extent or tiles
+    given."""
+    if n_i is None or tiles:
+        return MC
+    panels = -(-n_i // MR)
+    return MR * -(-panels // threads)
+
+
 def choose_blocking(op: OuterProduct, target, options: CpuOptions,
                     dot: DotProduct | None = None, prepacked: bool = False) -> Blocking:
     """The blocking of the module docstring; for a product on a dot-product unit
@@ -605,7 +664,8 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
         # as many tiles per thread (few_row_nc)
         MC = MR * -(-n_i // MR)
         nc_cache = max(NR, target.l2_bytes * FEW_ROW_L2_SHARE // 4 // (KC * size) // NR * NR)
-        NC = few_row_nc(n_j, nc_cache, NR, threads)
+        NC = min(NC, NR * -(-n_j // (threads * NR))) if dot is None and column_batch(op) \
+            else few_row_nc(n_j, nc_cache, NR, threads)   # heads: no j split (below)
         parallel_j = True
     elif n_i is not None:
         panels = -(-n_i // MR)
@@ -626,15 +686,12 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
         MC, NC, KC = tiles
     if dot is not None:
         KC = -(-KC // dot.group) * dot.group
-    batch_iters = 1
-    known = True
-    for t in op.batch:
-        e = _extent(dom, t)
-        if e is None:
-            known = False
-        else:
-            batch_iters *= e
-    parallel_batch = bool(op.batch) and (not known or batch_iters >= threads)
+    cols = column_batch(op) if dot is None else []
+    if cols:               # the heads run with the column tiles (gemm_tree)
+        parallel_j = False
+        MC = _row_share(n_i, MR, threads, MC, tiles)
+    batch_iters, known = _batch_iterations(op, dom, cols)
+    parallel_batch = len(op.batch) > len(cols) and (not known or batch_iters >= threads)
     dynamic = n_i is not None and not tiles and not parallel_j and not parallel_batch and \
         dot is None and not op.direct and threads > 1 and \
         dynamic_row_tiles(prepacked or shared_y_panel(
@@ -646,7 +703,7 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
     b.dynamic_rows = dynamic
     b.rows_outer = op.channel and op.y_resident and threads > 1 and bool(op.batch) and \
         (n_j is None or -(-n_j // NR) < threads)
-    b.shared_y = dot is None and not op.direct and threads > 1 and \
+    b.shared_y = dot is None and not op.direct and threads > 1 and not cols and \
         shared_y_panel(b, n_i, prepacked)
     b.c_tile = channel_tile(op, b, target)
     return b
@@ -849,20 +906,37 @@ def prepacked_y(op: OuterProduct, statements, options: CpuOptions) -> bool:
     tree's ``KC x NC`` blocks, each in the ``NR``-wide column panels the micro-kernel
     reads, laid out exactly as the per-call packed block (``Layout.packed_panel(1, NR)``
     without tiles when ``NC`` is not a multiple of ``NR``): the kernel copies nothing and
-    reads the same addresses pattern as from its own copy."""
+    reads the same addresses pattern as from its own copy.
+
+    A 3-d ``Y[k, h, j]`` whose ``h`` is the one column batch dimension
+    (:func:`column_batch`: a projection's weight read per attention head, ``(K, H, D)``)
+    is pre-packed too: ``Layout.packed_panel(2, NR, order=(1, 0))``, ``(D/NR, H, K,
+    NR)`` (:func:`heads_order`), each head's ``NR``-wide panel contiguous along ``k``
+    as the micro-kernel reads it."""
     y = op.y
-    if op.direct or y.buffer.name not in options.prepack or len(y.indices) != 2 or \
-            len(op.k) != 1:
+    if op.direct or y.buffer.name not in options.prepack or len(op.k) != 1:
         return False
     if any(not isinstance(d, (int, ir.IntImm)) for d in y.buffer.shape):
         return False
     it = op.update.iters
+    if len(y.indices) == 3:     # Y[k, h, j], h a column batch dimension (heads_order)
+        cols = column_batch(op)
+        if not (len(cols) == 1 and y.indices[1] is it[cols[0]]):
+            return False
+    elif len(y.indices) != 2:
+        return False
     if not (isinstance(y.indices[0], ir.Var) and y.indices[0] is it[op.k[0]]
-            and isinstance(y.indices[1], ir.Var) and y.indices[1] is it[op.j]):
+            and isinstance(y.indices[-1], ir.Var) and y.indices[-1] is it[op.j]):
         return False
     # read once, written nowhere (a write counts as a reference)
     name = y.buffer.name
     return all(st.write.name != name for st in statements) and _reads(name, statements) == 1
+
+
+def heads_order(op: OuterProduct) -> tuple:
+    """The panel order of a pre-packed 3-d ``Y[k, h, j]`` (:func:`prepacked_y`): ``h``
+    then ``k`` inside each panel of ``j``; () for a 2-d ``Y``."""
+    return (1, 0) if len(op.y.indices) == 3 else ()
 
 
 def dim_aff(space: isl.Space, pos: int) -> isl.Aff:
@@ -947,9 +1021,14 @@ def match_epilogue(op: OuterProduct, statements, before: tuple = ()) -> Statemen
     if e.kind != "compute" or e.write.name in own or len(e.iters) != len(op.init.iters):
         return None
 
+    zero = [_only_zero(e.domain, d) for d in range(len(e.iters))]
+
     def at_own_point(indices) -> bool:
+        # (a constant 0 where the domain holds only 0 is the point: an extent-1 axis
+        # broadcast-loaded at 0, e.g. a batch of 1)
         return len(indices) == len(e.iters) and \
-            all(ir.structural_equal(ix, v) for ix, v in zip(indices, e.iters))
+            all(ir.structural_equal(ix, v) or (zero[d] and ir.is_const(ix, 0))
+                for d, (ix, v) in enumerate(zip(indices, e.iters)))
     if not at_own_point(e.write_indices):
         return None
     try:
@@ -1206,7 +1285,9 @@ def _tile_affs(space: isl.Space, op: OuterProduct, b: Blocking, k: isl.Aff | Non
     reduce dimension, a constant 0 for the init, None for an epilogue, whose ``kt`` the
     caller sets)."""
     i, j = dim_aff(space, op.i), dim_aff(space, op.j)
-    return {"batch": [dim_aff(space, t) for t in op.batch],
+    cols = column_batch(op)
+    return {"batch": [dim_aff(space, t) for t in op.batch if t not in cols],
+            "cols": [dim_aff(space, t) for t in cols],
             "it": floor_div_aff(i, b.MC), "jt": floor_div_aff(j, b.NC),
             "kt": None if k is None else floor_div_aff(k, b.KC),
             "ir": floor_div_aff(mod_aff(i, b.MC), b.MR),
@@ -1259,15 +1340,19 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
 
     stmts = [u] + parts         # one band member over the update, init (and epilogue)
     batch = [T.union_members([to_upa(q["batch"][d]) for q in stmts])
-             for d in range(len(op.batch))]
+             for d in range(len(u["batch"]))]
+    cols = [T.union_members([to_upa(q["cols"][d]) for q in stmts])
+            for d in range(len(u["cols"]))]
     it, jt, kt, ir_, jr = (T.union_members([to_upa(q[n]) for q in stmts])
                            for n in ("it", "jt", "kt", "ir", "jr"))
     kk = to_upa(mod_aff(dim_aff(sp, op.k[0]), b.KC))
     ii, jj = to_upa(u["ii"]), to_upa(u["jj"])
-    k_outer = x_block_once(b)
+    k_outer = x_block_once(b) or bool(cols)
     order = ("jt", "kt", "it") if b.shared_y else \
         ("it", "kt", "jt") if k_outer else ("it", "jt", "kt")
-    upd_prefix = [to_upa(a) for a in u["batch"]] + [to_upa(u[n]) for n in order]
+    upd_prefix = [to_upa(a) for a in u["batch"]] + \
+        [a for n in order for a in ([to_upa(c) for c in u["cols"]] if n == "jt" else [])
+         + [to_upa(u[n])]]
     iso = isolate_full_tiles(upd_prefix, [to_upa(u["ir"]), to_upa(u["jr"])], [ii, jj],
                              (b.MR, b.NR), op.update.domain) \
         if dot is None and not partial_tiles(op.update.domain, op.i, op.j) else None
@@ -1290,7 +1375,8 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
         # an operand read where it lies (in_place_operands) gets no pack request
         mark_y = "" if b.y_in_place else request_mark(requests, PackRequest(
             op.y.buffer, y_dim, b.NR, "L2", prepacked=b.prepacked_y,
-            tiles=_prepacked_tiles(op, b)))
+            tiles=() if heads_order(op) else _prepacked_tiles(op, b),
+            order=heads_order(op) if b.prepacked_y else ()))
         mark_x = "" if b.x_in_place else \
             request_mark(requests, PackRequest(op.x.buffer, x_dim, b.MR, "L1"))
     else:
@@ -1314,8 +1400,10 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
             outer = T.Band(batch, outer, permutable=True, coincident=[False] * len(batch))
         return outer
     if k_outer:     # X's block packed once per k tile, Y's per (k tile, j tile)
-        outer = T.Band([kt], packed(mark_x, T.Band([jt], packed(mark_y, regs),
-                                                   coincident=[True])))
+        # (the column batch dimensions, heads, with the j tiles: X packed once for all)
+        outer = T.Band([kt], packed(mark_x, T.Band(
+            cols + [jt], packed(mark_y, regs), permutable=bool(cols),
+            coincident=[True] * (len(cols) + 1))))
     else:
         outer = T.Band([jt, kt], packed(mark_y, packed(mark_x, regs)), permutable=True,
                        coincident=[True, False])

@@ -39,7 +39,7 @@ both products, ``P``'s step the block of its output row, ``M``'s the block of it
 
 ``M3 = { M : red >= B*floor(row/B) + B }`` (:mod:`.scop_trmm`'s trailing part); at
 step ``q`` it holds the rank-``B`` update of every row above the block by the block's
-rows (``red`` in ``[B q, B q + B)``), one GEMM per step (:func:`_rectangular_rows`),
+rows (``red`` in ``[B q, B q + B)``), one GEMM per step (``_rectangular_k``, ``step="k"``),
 its tiles counted from row 0 in one ``i`` tile of up to :data:`MIRROR_MC` rows
 (``shared_packs``: several such tiles, rows beyond it, run in turn, each refilling
 the one copy), so its ``Y = alpha * B[red][j]`` block (``B x NR``) is copied once
@@ -84,7 +84,7 @@ Legality (isl terms): :func:`polycomp.scheduler.common.tree.violated_dependences
 whole tree against every dependence of the child, every dependence within one column
 panel for the parallel band (:func:`_within_panels`; else no parallel panel loop),
 plus (a) one rectangular reduction range per step (:mod:`.scop_trmm`'s check for
-``P1``, steps of the output row; :func:`_rectangular_rows` for ``M3``, steps of the
+``P1``, steps of the output row; with ``step="k"`` for ``M3``, steps of the
 reduction row) and (b) :mod:`.scop_trmm`'s check that no product of a step writes
 what its operands read (which packing would need), for both products.  When a check
 fails the child keeps its schedule, with a note.
@@ -274,24 +274,6 @@ def _red_step(g: ScopGemm, B: int) -> isl.PwAff:
     return isl.PwAff.from_aff(floor_div_aff(r, B)).intersect_domain(s.domain)
 
 
-def _rectangular_rows(g: ScopGemm, t: isl.Set, B: int) -> bool:
-    """The mirror's check (a): per reduction block ``q = floor(red/B)``, ``t`` is the
-    product of its ``(q, row, col)`` and ``(q, red)`` projections (every output row of a
-    step takes the same reduction range: one GEMM per step)."""
-    s = g.update
-    d = _names(s)
-    i, j, k = (d[g.upd_pos[c]] for c in ("i", "j", "k"))
-    m = _read(s, f"{{ {s.name}[{', '.join(d)}] -> E[q, {i}, {j}, {k}] : "
-                 f"{B}q <= {k} < {B}q + {B} }}")
-    assert isinstance(m, isl.Map)
-    e = t.apply(m)
-    outs = e.project_out(isl.dim_type.set, 3, 1).insert_dims(isl.dim_type.set, 3, 1) \
-        .set_tuple_name("E")
-    ks = e.project_out(isl.dim_type.set, 1, 2).insert_dims(isl.dim_type.set, 1, 2) \
-        .set_tuple_name("E")
-    return outs.intersect(ks).is_equal(e)
-
-
 def _leading(g: ScopGemm, B: int) -> isl.Set:
     """``P1`` of the module docstring: the reductions left of the row's block."""
     s = g.update
@@ -328,7 +310,7 @@ def _phases(p: ScopGemm, mir: ScopGemm, first: list, fin: list, blk: Blocking, B
     phases, steps = [], []
     panels = cols is not None
     for g, part, leading in ((p, _leading(p, B), True), (mir, _trailing(mir, B), False)):
-        if not (_rectangular_k(g, part, B) if leading else _rectangular_rows(g, part, B)) \
+        if not _rectangular_k(g, part, B, "i" if leading else "k") \
                 or not _packs_safe(g, part, B):
             return None
         own = isl.UnionPwAff.from_pw_aff(_step(g.update, B) if leading else

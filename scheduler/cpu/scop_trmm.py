@@ -156,14 +156,17 @@ def _trailing(g: ScopGemm, B: int) -> isl.Set:
     return t.intersect(s.domain)
 
 
-def _rectangular_k(g: ScopGemm, t: isl.Set, B: int) -> bool:
+def _rectangular_k(g: ScopGemm, t: isl.Set, B: int, step: str = "i") -> bool:
     """Check (a): ``T`` is the product of its ``(step, i, j)`` and ``(step, k)``
-    projections."""
+    projections, the step ``q = floor(x / B)`` of the update's dimension ``x`` named by
+    ``step`` (``"i"``: trmm's row blocks; ``"k"``: symm's mirror, whose steps are
+    reduction blocks -- every output row of a step takes the same reduction range)."""
     s = g.update
     d = _names(s)
     i, j, k = (d[g.upd_pos[c]] for c in ("i", "j", "k"))
+    x = d[g.upd_pos[step]]
     m = _read(s, f"{{ {s.name}[{', '.join(d)}] -> E[q, {i}, {j}, {k}] : "
-                 f"{B}q <= {i} < {B}q + {B} }}")
+                 f"{B}q <= {x} < {B}q + {B} }}")
     assert isinstance(m, isl.Map)
     e = t.apply(m)
     outs = e.project_out(isl.dim_type.set, 3, 1).insert_dims(isl.dim_type.set, 3, 1) \
