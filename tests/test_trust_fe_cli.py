@@ -14,7 +14,7 @@ EXAMPLE = os.path.join(ROOT, "examples", "softmax.py")
 
 @pytest.mark.parametrize("extra, message", [
     (["-O", "bogus=1"], "unknown option 'bogus' for target c"),
-    (["-O", "vector_width=8"], "did you mean 'vectorize'?"),
+    (["-O", "vectorise=1"], "did you mean 'vectorize'?"),
     (["-O", "parallel=maybe"], "option parallel takes True or False, got 'maybe'"),
     (["-O", "fuse=3"], "option fuse takes True or False, got 3"),
     (["-O", "reduce_unroll=-2"], "option reduce_unroll takes an integer >= 1, got -2"),

@@ -17,6 +17,7 @@ GPU-semantics simulator against numpy, and the whole ``.cu`` compiles with
 from __future__ import annotations
 
 import ctypes
+import sys
 
 import numpy as np
 import pytest
@@ -327,6 +328,9 @@ def test_scalar_c_module_and_thread_counts(tmp_path, monkeypatch):
     and records of another thread count, which never enter the plan."""
     monkeypatch.setenv("POLYCOMP_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    torch = sys.modules.get("torch")    # imported by an earlier test: its count rules
+    if torch is not None:
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     k = matmul_kernel()
     h = rec.kernel_hash(k)
     path = tmp_path / "c.jsonl"
