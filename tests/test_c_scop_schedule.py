@@ -56,9 +56,9 @@ SIZES = {
     "batch_gemm": [dict(nb=3, ni=7, nj=33, nk=5)],
     "gemm_bt": [dict(ni=5, nj=9, nk=7), dict(ni=29, nj=71, nk=13)],
     "syrk_ab": [dict(n=53, m=17), dict(n=7, m=3), dict(n=1, m=1)],
-    "syrk_aa": [dict(n=53, m=17), dict(n=211, m=7), dict(n=1, m=1)],
+    "syrk_aa": [dict(n=53, m=17), dict(n=211, m=7), dict(n=41, m=9), dict(n=1, m=1)],
     "gemm_ktri": [dict(ni=23, nj=41)],
-    "syr2k_like": [dict(n=59, m=13), dict(n=2, m=1)],
+    "syr2k_like": [dict(n=59, m=13), dict(n=37, m=5), dict(n=2, m=1)],
     "mvt_t": [dict(n=37), dict(n=1)],
     "lu_like": [dict(n=19)],
     "cholesky_like": [dict(n=19), dict(n=1)],
@@ -75,8 +75,9 @@ SIZES = {
 }
 
 #: the most statement instances a size of ``SIZES`` is interpreted at (above: the built
-#: kernel only)
-INTERPRET_MAX = 1_000_000
+#: kernel only; the interpreter takes ~0.1-0.3 ms an instance, so each kernel whose
+#: largest size is above has a size of several register / cache tiles below it)
+INTERPRET_MAX = 30_000
 
 #: the time-tiled stencils with their default tiles (sized from the cache:
 #: ``scop_stencil.tile_sizes``) at odd and prime extents, and one time step (the small
