@@ -86,9 +86,18 @@ def test_window_reads_shifted_loads_as_lane_shifts():
     assert offsets == {("x", -8), ("x", 0), ("x", 8), ("x", 16), ("z", 1)}  # z: no anchor
 
 
-def test_jacobi1d_uses_windows_only_with_the_option():
+def test_jacobi1d_uses_windows_only_with_the_option(goldens):
+    """The option decides; AVX2 has no lane shift.  Golden: the ``vectorize`` pass on
+    jacobi-1d's tiled rows, IR in and out (the aligned head, the windows, the tail)."""
     k = _jacobi1d()
-    on = compile_kernel(k, "cpu-avx512").source
+    ck = compile_kernel(k, "cpu-avx512", dump=True)
+    recs = ck.records
+    q = next(i for i, r in enumerate(recs) if r.name == "vectorize")
+    for part, text in (("in", recs[q - 1].tree), ("out", recs[q].tree)):
+        expected = goldens.expected(f"test_cpu_vector_window/jacobi1d.vectorize.{part}.ir",
+                                    text)
+        assert expected == text.strip(), f"{part}:\n{text}"
+    on = ck.source
     off = compile_kernel(k, "cpu-avx512", {"vector_window": False}).source
     body = on[on.index("void jacobi1d_like("):]
     assert body.count("pc512_valign_pd(") == 4 and "c3_pl" in body
