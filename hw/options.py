@@ -46,7 +46,8 @@ class CpuOptions(Options):
     vector_window: bool = opt(True, boolean,
                               "AVX-512: start a vector loop whose loads overlap (X[i-1], X[i], "
                               "X[i+1]) at an aligned store and read the shifted loads as "
-                              "lane shifts of aligned ones")
+                              "lane shifts of aligned ones (a stencil row shared by several "
+                              "statements: the aligned store only)")
     reciprocal: bool = opt(True, boolean,
                            "divide by a loop-invariant value as a multiply by its reciprocal")
     prefetch: bool = opt(True, boolean,
