@@ -523,12 +523,13 @@ def _aligned_rows(loop: ir.For, v0: ir.Var, body_at, plain: ir.Stmt, L: int) -> 
 
     The store ``S`` (:func:`_most_used_store`) is aligned in the main loop, and so is
     every access of an array that shares ``S``'s alignment at an offset a multiple of
-    ``L``.  Why: a 512-bit access runs as two 256-bit halves on AMD's Zen 4, and a half
-    that crosses a cache line costs more, which every half does not at a 32-byte
-    boundary (fdtd-2d's row, three stores and eight loads: 3.2-3.3 ns per vector with
-    its stores at a 64-byte boundary, 3.4 at a 32-byte one, 4.2-4.8 otherwise).  The iterations run in the same chunks of
-    consecutive lanes, only cut at other points; every element read or written is one
-    the plain form touches, so the result is the plain form's bit for bit."""
+    ``L``.  Why: a 512-bit access runs as two 256-bit halves on AMD's Zen 4, a half
+    that crosses a cache line costs more, and no half crosses at a 32-byte boundary
+    (fdtd-2d's row, three stores and eight loads: 3.2-3.3 ns per vector with its
+    stores at a 64-byte boundary, 3.4 at a 32-byte one, 4.2-4.8 otherwise).  The
+    iterations run in the same chunks of consecutive lanes, only cut at other points;
+    every element read or written is one the plain form touches, so the result is the
+    plain form's bit for bit."""
     if not _stencil_row(plain, L):
         return None
     v, m, n = loop.var, loop.min, loop.extent
