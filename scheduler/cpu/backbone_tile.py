@@ -908,9 +908,10 @@ def prepacked_y(op: OuterProduct, statements, options: CpuOptions) -> bool:
     without tiles when ``NC`` is not a multiple of ``NR``): the kernel copies nothing and
     reads the same addresses pattern as from its own copy.
 
-    A 3-d ``Y[k, h, j]`` whose ``h`` is the one column batch dimension
-    (:func:`column_batch`: a projection's weight read per attention head, ``(K, H, D)``)
-    is pre-packed too: ``Layout.packed_panel(2, NR, order=(1, 0))``, ``(D/NR, H, K,
+    A 3-d ``Y[k, h, j]`` whose ``h`` is an affine function of column batch dimensions
+    only (:func:`column_batch`: a projection's weight read per attention head, ``(K, H,
+    D)``, or ``t*H + h`` for the stacked q, k, v projection's ``(K, T*H, D)``) is
+    pre-packed too: ``Layout.packed_panel(2, NR, order=(1, 0))``, ``(D/NR, H, K,
     NR)`` (:func:`heads_order`), each head's ``NR``-wide panel contiguous along ``k``
     as the micro-kernel reads it."""
     y = op.y
@@ -920,8 +921,9 @@ def prepacked_y(op: OuterProduct, statements, options: CpuOptions) -> bool:
         return False
     it = op.update.iters
     if len(y.indices) == 3:     # Y[k, h, j], h a column batch dimension (heads_order)
-        cols = column_batch(op)
-        if not (len(cols) == 1 and y.indices[1] is it[cols[0]]):
+        cols = {it[c] for c in column_batch(op)}   # or t*H + h (stacked q, k, v)
+        used = loop_vars(y.indices[1])
+        if not used or not used <= cols:
             return False
     elif len(y.indices) != 2:
         return False
