@@ -252,7 +252,13 @@ def head_split(group: Group, outputs: list[Value]) -> HeadSplit | None:
     reshape and transpose only rename points), with no stage of its own for the reshape
     or the transpose: the GEMM writes its tiles straight into the head layout and the
     bias epilogue runs on them (the CPU GEMM tree puts the head loop with the column
-    tiles, :mod:`polycomp.scheduler.cpu.backbone_tile`)."""
+    tiles, :mod:`polycomp.scheduler.cpu.backbone_tile`).
+
+    The stacked form (``graph/rewrite.py`` ``stack_projections``: ``w (K, T*H*D)``,
+    ``reshape(*P, S, T, H, D)``, ``permute`` to ``(T, *P, H, S, D)``) qualifies too
+    (:attr:`HeadSplit.parts` ``= T``): ``out[t, .., h, s, d] = sum_k a[.., s, k] *
+    w[k, t*H + h, d]``, ``w`` passed as ``(K, T*H, D)``, each rank-1 operand as ``(T,
+    1, .., 1, H, 1, D)`` (``(t, h, d)`` is ``(t*H + h)*D + d`` of the flat axis)."""
     nodes = group.nodes
     p = next((q for q, n in enumerate(nodes) if n.op == "matmul"), len(nodes))
     pre = nodes[:p]

@@ -7,8 +7,14 @@ range, ``add(matmul(x, W[:, a:e]), b[a:e])`` on the ``(B, S, K)`` source, with t
 ranges of the weight and the bias as new constants (copied once, at compile time).  Each
 range is then a projection like BERT's, whose head split ``graph/lower.py`` ``head_split``
 folds into its GEMM (no slice, reshape or transpose stage, no ``B*S x 3*H*D``
-temporary).  ``POLYCOMP_HEAD_FOLD=0`` (:func:`polycomp.graph.lower.head_fold_enabled`)
-leaves the graph as it is.
+temporary).
+
+:func:`stack_projections`: two or more such head-split projections of the same rows
+(those ranges, or BERT's three linears) become one GEMM writing the stacked head layout
+``(T, *P, H, S, D)``, each part a zero-copy ``select`` view (the rows packed once for
+q, k and v; one kernel call).  ``POLYCOMP_HEAD_FOLD=0``
+(:func:`polycomp.graph.lower.head_fold_enabled`) leaves the graph as it is,
+``POLYCOMP_QKV_STACK=0`` the projections unstacked.
 """
 from __future__ import annotations
 
