@@ -2,7 +2,14 @@
 process, interleaved calls, best / median us.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=PASSIVE \\
-        python scripts/heads_bench.py --threads 1 --rounds 40
+        python scripts/heads_bench.py --threads 1 --rounds 40 [--static] [--fifo] \\
+        [--kinds bare,heads,qkv3,qkv,stack]
+
+Kinds: ``bare`` the projection and bias (rows flattened), ``heads`` the same split into
+heads (``head_split``), ``qkv3`` three head-split projections of the same rows unstacked
+(``POLYCOMP_QKV_STACK=0``), ``qkv`` the same stacked (``stack_projections``), ``stack``
+one head-split projection of 36 heads.  ``--static``: constant batch and sequence, else
+symbolic.
 """
 from __future__ import annotations
 
@@ -40,6 +47,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=128)
     ap.add_argument("--kinds", default="bare,heads")
     ap.add_argument("--static", action="store_true")
+    ap.add_argument("--fifo", action="store_true",
+                    help="time under SCHED_FIFO (scripts/step_profile.py realtime)")
     a = ap.parse_args()
     import os
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
@@ -56,6 +65,9 @@ def main() -> None:
     for _ in range(3):
         for cg in cgs.values():
             cg(x)
+    if a.fifo:
+        from step_profile import realtime
+        realtime(True)
     for _ in range(a.rounds):
         ks = list(cgs)
         random.shuffle(ks)
@@ -63,6 +75,8 @@ def main() -> None:
             t0 = time.perf_counter()
             cgs[k](x)
             times[k].append(time.perf_counter() - t0)
+    if a.fifo:
+        realtime(False)
     for k, ts in times.items():
         print(f"{k:8s} best {min(ts) * 1e6:8.0f}  median {statistics.median(ts) * 1e6:8.0f} us")
 

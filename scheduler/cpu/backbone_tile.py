@@ -691,7 +691,11 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
         parallel_j = False
         MC = _row_share(n_i, MR, threads, MC, tiles)
     batch_iters, known = _batch_iterations(op, dom, cols)
-    parallel_batch = len(op.batch) > len(cols) and (not known or batch_iters >= threads)
+    # a symbolic batch of a product with column batch dimensions (a head-split
+    # projection's B under dynamic=True) runs its row tiles in parallel, per batch
+    # element: with the batch loop parallel, a batch-1 call ran on one thread
+    parallel_batch = len(op.batch) > len(cols) and (
+        batch_iters >= threads if known else not cols)
     dynamic = n_i is not None and not tiles and not parallel_j and not parallel_batch and \
         dot is None and not op.direct and threads > 1 and \
         dynamic_row_tiles(prepacked or shared_y_panel(
