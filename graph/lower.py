@@ -322,15 +322,16 @@ def _head_split_lower(hs: HeadSplit, group: Group, env: dict, out_shape: tuple):
     mm = hs.matmul
     a, w = (env[v] for v in mm.inputs)
     kax = dsl.reduce_axis(a.shape[-1], f"k_{mm.name}")
+    q0 = 0 if hs.parts == 1 else 1
 
+    def rows(i):                 # a (*P, S, K), or (S, K) when every P is 1 (below)
+        return (tuple(i[q0:-3]) if len(a.shape) > 2 else ()) + (i[-2], kax)
     if hs.parts == 1:
         def body(i):             # i = (*P, h, s, d)
-            return dsl.sum(a[tuple(i[:-3]) + (i[-2], kax)] * w[(kax, i[-3], i[-1])],
-                           axis=kax)
+            return dsl.sum(a[rows(i)] * w[(kax, i[-3], i[-1])], axis=kax)
     else:
         def body(i):             # i = (t, *P, h, s, d); w (K, T*H, D)
-            return dsl.sum(a[tuple(i[1:-3]) + (i[-2], kax)] *
-                           w[(kax, i[0] * hs.heads + i[-3], i[-1])], axis=kax)
+            return dsl.sum(a[rows(i)] * w[(kax, i[0] * hs.heads + i[-3], i[-1])], axis=kax)
     cur = _compute(out_shape, body, name=_name(mm), dtype=mm.output.dtype)
     env[mm.output] = cur
     for n in group.nodes[len(hs.pre) + 1:-2]:
@@ -570,6 +571,12 @@ def _head_split_kernel(part: Partition, group: Group, hs: HeadSplit, inputs: lis
     for v in hs.vectors:        # (H, 1, D), stacked (T, 1, .., 1, H, 1, D): broadcasts
         shapes[v] = (h, one, d) if hs.parts == 1 else \
             (sympy.Integer(hs.parts),) + (one,) * (len(out.shape) - 4) + (h, one, d)
+    a = hs.matmul.inputs[0]
+    if a in inputs and all(e == 1 for e in a.shape[:-2]):
+        # batch 1 (static shapes): the rows passed as their zero-copy (S, K) reshape, a
+        # plain 2-d X the CPU GEMM reads where it lies (backbone_tile.in_place_operands)
+        # instead of packing it per call
+        shapes[a] = tuple(a.shape[-2:])
     types = {argname(v): Tensor[pm.shape(shapes.get(v, v.shape)), v.dtype]  # type: ignore
              for v in inputs}
 

@@ -151,3 +151,24 @@ def test_fused_qkv_projection_is_split_and_folded():
             batch, seq, H, D).transpose(0, 2, 1, 3) for t in (1, 2)]
         for got, ref in zip(cg(x), want):
             np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_batch_one_rows_read_in_place():
+    """Constant batch 1 (``dynamic=False``): the stacked projection takes its rows as the
+    2-d ``(S, K)`` reshape and reads them where they lie (no pack of ``x``: one copy per
+    call less); the results match numpy."""
+    rng = np.random.default_rng(11)
+    g = GraphBuilder("heads1")
+    x = g.input("x", (1, 7, K))
+    ws = [rng.standard_normal(s).astype(np.float32) for _ in "qk" for s in ((K, N), (N,))]
+    outs = [g.transpose(g.reshape(g.add(g.matmul(x, g.constant(f"w{t}", ws[2 * t])),
+                                        g.constant(f"b{t}", ws[2 * t + 1])),
+                                  shape=(1, 7, H, D)), dim0=1, dim1=2) for t in range(2)]
+    cg = compile_graph(g.build(*outs), "cpu")
+    (step,) = [s for s in cg.steps if s.folded == "split"]
+    assert step.arg_shapes[step.group.nodes[0].inputs[0]] == (7, K), cg.explain()
+    assert not any(n.startswith("t_x_pk") for n in _stores(step)), _stores(step)
+    xv = rng.standard_normal((1, 7, K)).astype(np.float32)
+    for t, got in enumerate(cg(xv)):
+        ref = (xv.astype(np.float64) @ ws[2 * t] + ws[2 * t + 1]).reshape(1, 7, H, D)
+        np.testing.assert_allclose(got, ref.transpose(0, 2, 1, 3), rtol=1e-4, atol=1e-4)

@@ -751,7 +751,8 @@ def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
     trees), ``x`` / ``y`` / ``xy`` (forced where the operand qualifies; comparisons)."""
     import os
     mode = os.environ.get("POLYCOMP_GEMM_IN_PLACE", "auto")
-    if op.direct or op.channel or op.batch or len(op.k) != 1 or b.shared_y or mode == "0":
+    if op.direct or op.channel or len(op.k) != 1 or b.shared_y or mode == "0" or \
+            not _batch_free(op):
         return False, False
     it = op.update.iters
     i, j, k = it[op.i], it[op.j], it[op.k[0]]
@@ -771,6 +772,15 @@ def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
     rows = b.MC if n_i is None else min(b.MC, n_i)
     return x_ok, y_ok and rows <= Y_IN_PLACE_ROWS and row_bytes <= Y_IN_PLACE_ROW_BYTES \
         and row_bytes % ALIASING_BYTES != 0
+
+
+def _batch_free(op: OuterProduct) -> bool:
+    """(:func:`in_place_operands`) every batch dimension of ``op`` is a column batch
+    dimension (:func:`column_batch`: a head-split projection's heads, which index ``Y``
+    only) or takes the value 0 only (its batch 1): ``X`` may then be a plain 2-d
+    array."""
+    cols = column_batch(op)
+    return all(t in cols or _only_zero(op.update.domain, t) for t in op.batch)
 
 
 def _const(d) -> int:
