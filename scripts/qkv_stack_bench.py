@@ -4,7 +4,7 @@ default (one stacked GEMM), called interleaved with eager torch; best / median m
 process CPU ms per call.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=PASSIVE \\
-        python scripts/qkv_stack_bench.py --only bert-2,gpt2-2 --threads 1,2 --rounds 15
+        python scripts/qkv_stack_bench.py --only bert-2,gpt2-2 --threads 1,2 --rounds 15 [--fifo]
 """
 from __future__ import annotations
 
@@ -21,7 +21,11 @@ def main() -> None:
     ap.add_argument("--only", default="bert-2,gpt2-2")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--fifo", action="store_true",
+                    help="time under SCHED_FIFO (scripts/step_profile.py realtime)")
     a = ap.parse_args()
+    sys.path.insert(0, os.path.dirname(__file__))
+    from step_profile import realtime
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
     from polycomp.hw.cpu.build import quiet_openmp
     quiet_openmp()
@@ -54,6 +58,8 @@ def main() -> None:
                 for _ in range(2):
                     for f in fns.values():
                         f()
+                if a.fifo:
+                    realtime(True)
                 for _ in range(a.rounds):
                     ks = list(fns)
                     random.shuffle(ks)
@@ -62,6 +68,8 @@ def main() -> None:
                         fns[k]()
                         wall[k].append((time.perf_counter() - t) * 1e3)
                         cpu[k].append((time.process_time() - c) * 1e3)
+            if a.fifo:
+                realtime(False)
             print(f"{case.name} threads={threads} (load {os.getloadavg()[0]:.1f})")
             for k in fns:
                 print(f"  {k:10s} wall best {min(wall[k]):7.2f} median "
