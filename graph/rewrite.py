@@ -176,8 +176,9 @@ def _head_chain(mm: Node, consumers: dict, outputs: set) -> _HeadChain | None:
     from .lower import _swaps
     a, w = mm.inputs
     if w.const is None or len(w.shape) != 2 or len(a.shape) < 3 or \
-            not all(d.is_Integer for d in w.shape) or mm.output.dtype != w.dtype:
-        return None
+            not all(d.is_Integer for d in w.shape) or mm.output.dtype != w.dtype or \
+            a.dtype != w.dtype or w.dtype not in ("float32", "float64"):
+        return None             # (the dtypes head_split folds)
     n = int(w.shape[1])
     lead = tuple(a.shape[:-1])
     nodes, cur, bias = [mm], mm.output, None
