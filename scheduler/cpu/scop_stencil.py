@@ -148,6 +148,16 @@ PARALLEL_MIN_DIMS = 2
 FUSE_MIN_DIMS = 2
 
 
+def lifted_layout(ctx: CompileState) -> bool:
+    """Whether a 1-D stencil's time loop is left in order for the lifted layout of
+    :mod:`polycomp.lowering.lift` (options ``vector_lift`` and ``vectorize`` on an
+    AVX-512 target): the lifted sweeps need no time tiles (the arrays of a sweep
+    stay in L1 at PolyBench's sizes; larger ones stream from L2), and they reach what
+    time tiles cannot: a sweep without lane shifts (docs/c_frontend.md, jacobi-1d)."""
+    o = ctx.cpu_options
+    return bool(o.vector_lift and o.vectorize and ctx.target.isa == "avx512")
+
+
 def cache_budget(dims: int, target) -> int:
     """Bytes a tile's footprint may take: half the L1 for a 1-D stencil (its tiles are
     short rows), one core's L2 otherwise."""
@@ -359,6 +369,12 @@ class ScopStencilPass(Pass):
                 continue
             names = sorted((s.get_tuple_name() for s in ss), key=order.index)
             if not _time_loop_outside(ctx, names):
+                continue
+            if max(dims) == 2 and lifted_layout(ctx):
+                ctx.note(self.name, f"{'+'.join(names)}: 1-D stencil left in time-step "
+                                    f"order for the lifted layout (lowering/lift.py: every "
+                                    f"sweep runs on lane-transposed copies of the arrays, "
+                                    f"which stay in cache)")
                 continue
             local = deps.intersect_domain(filt).intersect_range(filt)
             # diamonds where the tiles run in parallel (concurrent start)
