@@ -151,11 +151,15 @@ FUSE_MIN_DIMS = 2
 def lifted_layout(ctx: CompileState) -> bool:
     """Whether a 1-D stencil's time loop is left in order for the lifted layout of
     :mod:`polycomp.lowering.lift` (options ``vector_lift`` and ``vectorize`` on an
-    AVX-512 target): the lifted sweeps need no time tiles (the arrays of a sweep
-    stay in L1 at PolyBench's sizes; larger ones stream from L2), and they reach what
-    time tiles cannot: a sweep without lane shifts (docs/c_frontend.md, jacobi-1d)."""
+    AVX-512 target, no ``stencil_tiles`` given): the lifted sweeps need no time tiles
+    (the arrays of a sweep stay in L1 at PolyBench's sizes; larger ones stream from
+    L2), and they reach what time tiles cannot: a sweep without lane shifts
+    (docs/c_frontend.md, jacobi-1d).  A nest the lowering pass does not take (a
+    radius above 1, say) then runs its time steps in order, which measured as fast as
+    time tiles on one thread."""
     o = ctx.cpu_options
-    return bool(o.vector_lift and o.vectorize and ctx.target.isa == "avx512")
+    return bool(o.vector_lift and o.vectorize and o.stencil_tiles is None
+                and ctx.target.isa == "avx512")
 
 
 def cache_budget(dims: int, target) -> int:
@@ -372,9 +376,9 @@ class ScopStencilPass(Pass):
                 continue
             if max(dims) == 2 and lifted_layout(ctx):
                 ctx.note(self.name, f"{'+'.join(names)}: 1-D stencil left in time-step "
-                                    f"order for the lifted layout (lowering/lift.py: every "
-                                    f"sweep runs on lane-transposed copies of the arrays, "
-                                    f"which stay in cache)")
+                                    f"order for the lifted layout (lowering/lift.py: the "
+                                    f"sweeps run on lane-transposed copies of the arrays; "
+                                    f"option vector_lift=False time-tiles it)")
                 continue
             local = deps.intersect_domain(filt).intersect_range(filt)
             # diamonds where the tiles run in parallel (concurrent start)
