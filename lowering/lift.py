@@ -14,12 +14,13 @@ and ``j = M - 1`` rotate one vector by a lane (``valign(x, x, L-1)`` /
 
 Assumes: a flattened function (one index per buffer) before the vectoriser; a time
 loop ``T`` (serial) whose body is one or more loops ``for v in [lo, lo + e)`` (serial or
-parallel: their iterations are independent), each body one ``Store Y[v] = value`` whose
-value is built from ``+ - * /``, negation, constants, scalar variables other than
-``v`` and ``T``'s, and loads ``X[v + k]``, ``k`` in ``{-1, 0, 1}``; every buffer of the
-nest is 1-D of the same extent ``n`` (structurally) and dtype ``D`` with ``L =
-lanes_of(D) > 1``; ``lo >= 1`` and ``n - (lo + e) = d >= 1`` constants (a point reads
-its neighbours only inside ``[0, n)``); ``T``'s variable appears nowhere else.
+parallel), each body one ``Store Y[v] = value`` that reads ``Y`` at most at ``Y[v]``
+(so the iterations of a sweep are independent), whose value is built from ``+ - * /``,
+negation, constants, scalar variables other than ``v`` and ``T``'s, and loads
+``X[v + k]``, ``k`` in ``{-1, 0, 1}``; every buffer of the nest is 1-D of the same
+extent ``n`` (structurally) and dtype ``D`` with ``L = lanes_of(D) > 1``; ``lo >= 1``
+and ``n - (lo + e) = d >= 1`` constants (a point reads its neighbours only inside
+``[0, n)``); ``T``'s variable appears nowhere else.
 
 Guarantees: such a nest becomes
 
@@ -93,6 +94,34 @@ def _value_ok(e: ir.Expr, v: ir.Var, banned: set, bufs: dict) -> bool:
     return False
 
 
+def _reads_neighbour(e: ir.Expr, v: ir.Var, buf: ir.Buffer) -> bool:
+    """Whether ``e`` loads ``buf`` at an offset other than 0 from ``v``."""
+    found: list = []
+    ir.walk(e, lambda x: found.append(x) if isinstance(x, ir.Load) and x.buffer is buf
+            and _offset(x.indices[0], v) != 0 else None)
+    return bool(found)
+
+
+def _sweep_store(s: ir.For, tvar: ir.Var, bufs: dict) -> ir.Store | None:
+    """The store of a sweep ``s`` that meets the module's assumptions (its buffers added
+    to ``bufs``), else None."""
+    if s.kind not in ("serial", "parallel") or not isinstance(s.body, ir.Store):
+        return None
+    st = s.body
+    if st.lanes != 1 or len(st.indices) != 1 or _offset(st.indices[0], s.var) != 0:
+        return None
+    if not isinstance(s.min, ir.IntImm) or s.min.value < 1:
+        return None
+    reads: dict = {}
+    if not _value_ok(st.value, s.var, {tvar}, reads):
+        return None
+    if _reads_neighbour(st.value, s.var, st.buffer):
+        return None        # in place (seidel-like): the iterations are not independent
+    bufs.update(reads)
+    bufs[st.buffer.name] = st.buffer
+    return st
+
+
 def _match(loop: ir.For, lanes_of) -> tuple[list[_Sweep], dict, ir.Expr, str, int] | None:
     """The sweeps, buffers (name -> Buffer), extent ``n``, dtype and lanes of a time loop
     that meets the module's assumptions, else None."""
@@ -104,16 +133,9 @@ def _match(loop: ir.For, lanes_of) -> tuple[list[_Sweep], dict, ir.Expr, str, in
     bufs: dict = {}
     sweeps = []
     for s in inner:
-        if s.kind not in ("serial", "parallel") or not isinstance(s.body, ir.Store):
+        st = _sweep_store(s, loop.var, bufs)
+        if st is None:
             return None
-        st = s.body
-        if st.lanes != 1 or len(st.indices) != 1 or _offset(st.indices[0], s.var) != 0:
-            return None
-        if not isinstance(s.min, ir.IntImm) or s.min.value < 1:
-            return None
-        if not _value_ok(st.value, s.var, {loop.var}, bufs):
-            return None
-        bufs[st.buffer.name] = st.buffer
         sweeps.append((s, st))
     if len({id(b) for b in bufs.values()}) != len(bufs):
         return None
