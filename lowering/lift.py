@@ -287,9 +287,15 @@ class _Lifter:
                       ann)
 
 
+def guard_of(sweeps: list[_Sweep], L: int) -> int:
+    """The least ``M`` the lifted form runs at (lanes ``1 .. L-2`` whole)."""
+    return max(max(sw.lo for sw in sweeps), L + max(sw.d for sw in sweeps)) + 1
+
+
 class _Lift(ir.Mutator):
-    def __init__(self, lanes_of):
+    def __init__(self, lanes_of, note):
         self.lanes_of = lanes_of
+        self.note = note
         self.count = 0
 
     def visit_For(self, s):
@@ -304,20 +310,25 @@ class _Lift(ir.Mutator):
         written = [sw.store.buffer.name for sw in sweeps]
         written = sorted(set(written), key=written.index)
         names = list(bufs)
+        if self.note is not None:
+            self.note(f"time loop {s.var.name}: {len(sweeps)} sweep(s) over "
+                      f"{', '.join(names)} on the lifted layout ({L} lanes of ceil(n/{L}) "
+                      f"elements; the nest as it was up to n = {L * (guard_of(sweeps, L) - 1)})")
         steps = ir.For(s.var, s.min, s.extent, "serial",
                        ir.seq(*[lf.sweep(sw, k) for k, sw in enumerate(sweeps)]),
                        s.annotations + ((LIFTED, True),))
         fast: ir.Stmt = ir.seq(lf.copy(names, True), steps, lf.copy(written, False))
         for name in reversed(names):
             fast = ir.Allocate(lf.t[name], fast)
-        guard = max(max(sw.lo for sw in sweeps), L + max(sw.d for sw in sweeps)) + 1
+        guard = guard_of(sweeps, L)
         cond = ir.Binary(">=", M, ir.IntImm(guard), "bool")
         ceil_n = simplify(ir.Binary("//", _add(n, L - 1), ir.IntImm(L), "int64"))
         return ir.LetStmt(M, ceil_n, ir.IfThenElse(cond, fast, s))
 
 
-def lift(func: ir.LoweredFunc, lanes_of) -> ir.LoweredFunc:
+def lift(func: ir.LoweredFunc, lanes_of, note=None) -> ir.LoweredFunc:
     """Run every qualifying time loop of ``func`` on the lifted layout (see the module
-    docstring); ``lanes_of(dtype)`` gives the vector length."""
-    m = _Lift(lanes_of)
+    docstring); ``lanes_of(dtype)`` gives the vector length; ``note(text)`` is told of
+    each loop lifted."""
+    m = _Lift(lanes_of, note)
     return func.with_body(m.visit(func.body))

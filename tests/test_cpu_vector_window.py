@@ -223,6 +223,9 @@ def test_jacobi1d_runs_on_the_lifted_layout(goldens):
         expected = goldens.expected(f"test_cpu_vector_window/jacobi1d.lift.{part}.ir", text)
         assert expected == text.strip(), f"{part}:\n{text}"
     assert any("lifted layout" in x for x in ck.notes["scop-stencil"])
+    assert ck.notes["lift"] == ["time loop c0: 2 sweep(s) over A, B on the lifted layout "
+                                "(8 lanes of ceil(n/8) elements; the nest as it was up to "
+                                "n = 72)"], ck.notes["lift"]
     off = compile_kernel(k, "cpu-avx512", {"vector_lift": False})
     assert "_lift" not in off.source and "time-tiled" in "".join(off.notes["scop-stencil"])
     assert "_lift" not in compile_kernel(k, "cpu-avx2").source

@@ -164,8 +164,11 @@ class CpuBackend(Backend):
                 lambda text: s.note("microkernels", text), prefetch=o.prefetch,
                 dead=cpu_microkernels(s).chain_temporaries,
                 chains=cpu_microkernels(s).chains)),
-            ir_pass("lift", lambda f, s: lift(f, target.vector_lanes)
-                    if o.vector_lift and target.isa == "avx512" else f),
+        ]
+        if o.vector_lift and target.isa == "avx512":
+            passes.append(ir_pass("lift", lambda f, s: lift(
+                f, target.vector_lanes, lambda text: s.note("lift", text))))
+        passes += [
             ir_pass("vectorize", lambda f, s: vectorize(
                 f, target.vector_lanes, tail=o.tail, reduce_unroll=o.reduce_unroll,
                 reciprocal=o.reciprocal,
