@@ -380,7 +380,8 @@ def test_stencils_are_time_tiled():
         assert any(tiles in x and rows in x and how in x and shape in x and inner in x
                    for x in n["scop-stencil"]), n
         assert "scop-parallel" not in n        # the wavefront's mark is the parallel loop
-    assert any("left in time-step order for the lifted layout" in x
+    assert any("left in time-step order up to 2048 elements (its arrays in L1) for the "
+               "lifted layout" in x and "time-tiled beyond" in x
                for x in notes("jacobi1d_like")["scop-stencil"])
 
 

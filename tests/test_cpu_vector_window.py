@@ -211,8 +211,8 @@ void seidel1(int T, int n, double a[n]) {
 
 
 def test_jacobi1d_runs_on_the_lifted_layout(goldens):
-    """Golden: the ``lift`` pass on jacobi-1d's time loop, IR in and out (the transposed
-    copies, per sweep the masked seams with their rotated vectors around plain aligned
+    """Golden: the ``lift`` pass on jacobi-1d's time loop (the branch up to 2048
+    elements; the time tiles beyond), IR in and out (the transposed copies, per sweep the masked seams with their rotated vectors around plain aligned
     vectors, the copy back, the nest as it was below the run-time guard).  Off with
     ``vector_lift=False``, on AVX2, for a radius above 1 and for an in-place sweep."""
     k = _jacobi1d()
@@ -238,15 +238,16 @@ def test_jacobi1d_runs_on_the_lifted_layout(goldens):
 @pytest.mark.parametrize("shift", [0, 3])
 def test_lifted_jacobi1d_is_bitwise(shift):
     """Extents below the guard (the nest as it was), at it (``M = 10``), odd and prime
-    ones with every padding ``8M - n`` from 0 to 7, arrays at different alignments; a
-    NaN spreads alike: bitwise the C order's result."""
+    ones with every padding ``8M - n`` from 0 to 7, the largest lifted one (2048: the
+    arrays fill L1) and the first time-tiled one past it, arrays at different
+    alignments; a NaN spreads alike: bitwise the C order's result."""
     k = _jacobi1d()
     ck = compile_kernel(k, "cpu-avx512")
     assert "A_lift" in ck.source
     fn = ck.backend.load(ck)
     rng = np.random.default_rng(shift)
     for n, tsteps in ((5, 2), (72, 3), (73, 3), (80, 4), (83, 5), (86, 1), (131, 6),
-                      (1031, 7)):
+                      (1031, 7), (2048, 3), (2049, 3)):
         A0, B0 = rng.uniform(0.5, 1.5, n), rng.uniform(0.5, 1.5, n)
         A0[n // 3] = np.nan
         A, B = _view(A0, shift + 1), _view(B0, shift)

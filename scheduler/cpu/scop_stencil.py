@@ -166,6 +166,22 @@ def lifted_layout(ctx: CompileState) -> bool:
                 and ctx.target.isa == "avx512")
 
 
+def lift_split(filt: isl.UnionSet, cap: int) -> tuple[isl.UnionSet, isl.UnionSet]:
+    """``(small, big)``: the instances of ``filt`` (a 1-D stencil, ``S[t, i]``) at the
+    parameter values where no statement reaches ``i >= cap - 1`` (its arrays of at
+    most ``cap`` elements, ``i <= n - 2``), and the others.  The two never exist for the
+    same parameters, so no dependence joins them and either order of the two is legal."""
+    reach = None
+    for st in sets(filt):
+        far = st.lower_bound_val(isl.dim_type.set, 1, isl.Val.int_from_si(st.get_ctx(),
+                                                                           cap - 1))
+        p = far.params()
+        reach = p if reach is None else reach.union(p)
+    assert reach is not None
+    big = filt.intersect_params(reach)
+    return filt.subtract(big), big
+
+
 def cache_budget(dims: int, target) -> int:
     """Bytes a tile's footprint may take: half the L1 for a 1-D stencil (its tiles are
     short rows), one core's L2 otherwise."""
@@ -378,12 +394,23 @@ class ScopStencilPass(Pass):
             names = sorted((s.get_tuple_name() for s in ss), key=order.index)
             if not _time_loop_outside(ctx, names):
                 continue
+            small = None
             if max(dims) == 2 and lifted_layout(ctx):
+                stmts = [ctx.model.statement(n) for n in names]
+                cap = ctx.target.l1_bytes // _elem_bytes(stmts, 1)
+                small, big = lift_split(filt, cap)
                 ctx.note(self.name, f"{'+'.join(names)}: 1-D stencil left in time-step "
-                                    f"order for the lifted layout (lowering/lift.py: the "
-                                    f"sweeps run on lane-transposed copies of the arrays; "
-                                    f"option vector_lift=False time-tiles it)")
-                continue
+                                    f"order up to {cap} elements (its arrays in L1) for "
+                                    f"the lifted layout (lowering/lift.py: the sweeps run "
+                                    f"on lane-transposed copies of the arrays; option "
+                                    f"vector_lift=False time-tiles it)"
+                                    + ("" if big.is_empty() else ", time-tiled beyond"))
+                if big.is_empty():
+                    continue
+                if small.is_empty():
+                    small = None
+                else:
+                    filt = big
             local = deps.intersect_domain(filt).intersect_range(filt)
             # diamonds where the tiles run in parallel (concurrent start)
             want_diamond = opts.stencil_shape == "diamond" and \
@@ -406,7 +433,7 @@ class ScopStencilPass(Pass):
                            "no diamond: a dependence leaves the cone |dz1| <= c*dt (within "
                            "one time step along z1), ")
                 new_kid = self._tiled(cand, child, names, filt, kids, idx, tree, domain,
-                                      local, ctx, why_not)
+                                      local, ctx, why_not, small)
                 if new_kid is not None:
                     kids[idx] = new_kid
                     if not isinstance(tree, T.Sequence):
@@ -419,9 +446,11 @@ class ScopStencilPass(Pass):
 
     def _tiled(self, band: StencilBand, child, names: list[str], filt: isl.UnionSet,
                kids: list, idx: int, tree, domain, local: isl.UnionMap, ctx: CompileState,
-               why_not: str):
+               why_not: str, small: isl.UnionSet | None = None):
         """The tiled subtree replacing ``child`` for ``band``, or None (with a note) when
-        the tiles of a wavefront are not independent or a dependence is violated."""
+        the tiles of a wavefront are not independent or a dependence is violated.  With
+        ``small`` (the instances of the sizes the lifted layout takes, ``filt`` the
+        others), ``sequence[small: child's subtree in program order, filt: the tiles]``."""
         dims = band.dims
         diamond = band.minus is not None
         stmts = [ctx.model.statement(n) for n in names]
@@ -440,6 +469,9 @@ class ScopStencilPass(Pass):
                 ctx.note(self.name, f"{what}: tiles of a wavefront not independent; "
                                     f"not used")
                 return None
+            if small is not None:
+                plain = child.child if isinstance(child, T.Filter) else child
+                sub = T.Sequence([T.Filter(small, plain), T.Filter(filt, sub)])
             new_kid = T.Filter(child.filter, sub) if isinstance(child, T.Filter) else sub
             trial_kids = list(kids)
             trial_kids[idx] = new_kid
