@@ -82,9 +82,12 @@ run in parallel, that every dependence between instances with equal wavefront ha
 equal ``T_1`` (isl's coincidence); if either fails for diamonds the parallelograms are
 tried, and if they fail too the subtree keeps the program order (each with a note).
 On an AVX-512 target with the options ``vector_lift`` and ``vectorize`` (and no
-``stencil_tiles``), a 1-D stencil is left in program order with a note
-(:func:`lifted_layout`): the IR pass of :mod:`polycomp.lowering.lift` runs its sweeps
-on lane-transposed copies of the arrays, which needs the plain time loop.
+``stencil_tiles``), a 1-D stencil's instances at the sizes where its arrays fit L1
+(:func:`lift_split`) are left in program order with a note (:func:`lifted_layout`):
+the IR pass of :mod:`polycomp.lowering.lift` runs their sweeps on lane-transposed
+copies of the arrays, which needs the plain time loop; the subtree becomes
+``sequence[filter small: the program order, filter big: the tiles]`` (the two filters
+never hold instances of the same parameter values, so no dependence joins them).
 A nest whose cone gives no skew (adi: its row sweep reads what the column sweep wrote
 along the other axis, a distance as long as the extent) is left in order with a note.
 The points of a diamond are those of the parallelogram band ``(t, y_1 .., y_D)``
