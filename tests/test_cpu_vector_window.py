@@ -212,8 +212,9 @@ void seidel1(int T, int n, double a[n]) {
 
 def test_jacobi1d_runs_on_the_lifted_layout(goldens):
     """Golden: the ``lift`` pass on jacobi-1d's time loop (the branch up to 2048
-    elements; the time tiles beyond), IR in and out (the transposed copies, per sweep the masked seams with their rotated vectors around plain aligned
-    vectors, the copy back, the nest as it was below the run-time guard).  Off with
+    elements; the time tiles beyond), IR in and out (the transposed copies, per sweep
+    the masked seams with their rotated vectors around plain aligned vectors, the copy
+    back, the nest as it was below the run-time guard).  Off with
     ``vector_lift=False``, on AVX2, for a radius above 1 and for an in-place sweep."""
     k = _jacobi1d()
     ck = compile_kernel(k, "cpu-avx512", dump=True)
