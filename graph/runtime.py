@@ -261,18 +261,20 @@ class CompiledGraph:
     def _execute(self, arrays: list[np.ndarray], outs: list[np.ndarray] | None):
         g = self.graph
         key = _signature(arrays)
-        plan = self._plans.get(key) if outs is None and key is not None else None
-        if plan is not None:
-            self._check_values(arrays)
-            return self._run_plan(plan, arrays), plan.env
-        env = self.bind(arrays)
         if outs is not None and len(outs) != len(g.results):
             raise ArgumentError(f"graph {g.name!r} returns {len(g.results)} value(s), got "
                                 f"{len(outs)} out= array(s)", user_location())
+        plan = self._plans.get(key) if key is not None else None
+        if plan is not None:
+            self._check_values(arrays)
+            if outs is not None:
+                self._check_outs(outs, plan.out_shapes)
+            return self._run_plan(plan, arrays, outs), plan.env
+        env = self.bind(arrays)
         vals: dict[Value, np.ndarray] = dict(zip(g.inputs, arrays))
         vals.update(self._constants)
         slots = self._slots(env)
-        record = outs is None and key is not None
+        record = key is not None
         calls: list[StepCall] = []
         fresh = self._outputs(vals, env, outs)
         for s in self.steps:
@@ -308,13 +310,13 @@ class CompiledGraph:
         or new arrays; returns the indices of outputs that are inputs or constants
         (returned as copies)."""
         fresh: set[int] = set()
+        if outs is not None:
+            self._check_outs(outs, [tuple(_ev(d, env) for d in v.shape)
+                                    for v in self.graph.outputs[:len(outs)]])
         for k, v in enumerate(self.graph.outputs):
             shape = tuple(_ev(d, env) for d in v.shape)
             if outs is not None and k < len(outs):
                 o = outs[k]
-                if o.shape != shape or str(o.dtype) != v.dtype or not o.flags.c_contiguous:
-                    raise ShapeMismatchError(f"out[{k}] must be a C-contiguous {v.dtype} "
-                                             f"array of shape {shape}", user_location())
                 if v in vals:
                     np.copyto(o, vals[v])
                 vals[v] = o
@@ -324,16 +326,40 @@ class CompiledGraph:
                 fresh.add(k)
         return fresh
 
-    def _run_plan(self, plan: ShapePlan, arrays: list[np.ndarray]) -> list:
+    def _check_outs(self, outs: list[np.ndarray], shapes: list[tuple]) -> None:
+        """Each ``out=`` array is writable, has its output's shape (``shapes``) and
+        dtype and is C-contiguous (the kernels write it in place)."""
+        for k, (o, shape) in enumerate(zip(outs, shapes)):
+            if not o.flags.writeable:
+                raise ArgumentError(f"out[{k}] is read-only: the graph writes its output "
+                                    f"{self.graph.outputs[k].name!r} into it", user_location())
+            if o.shape != shape or o.dtype != self._out_dtypes[k] or \
+                    not o.flags.c_contiguous:
+                v = self.graph.outputs[k]
+                raise ShapeMismatchError(f"out[{k}] must be a C-contiguous {v.dtype} "
+                                         f"array of shape {shape}", user_location())
+
+    def _run_plan(self, plan: ShapePlan, arrays: list[np.ndarray],
+                  outs: list[np.ndarray] | None = None) -> list:
         """A call of a shape seen before (its guards, shapes and every kernel's
         arguments checked then): the steps with their evaluated sizes, arrays made
-        C-contiguous once, each kernel through its prepared call."""
+        C-contiguous once, each kernel through its prepared call.  ``outs``: the
+        caller's ``out=`` arrays (checked by :meth:`_check_outs`), written in place as
+        the checked path writes them (an output that is an input or a constant copied
+        into its array first)."""
         g = self.graph
         vals: dict[Value, np.ndarray] = {
             v: a if a.flags.c_contiguous else np.ascontiguousarray(a)
             for v, a in zip(g.inputs, arrays)}
         for cv, a in self._constants.items():
             vals[cv] = a if cv in self._const_addr else np.ascontiguousarray(a)
+        fresh = self._fresh
+        if outs is not None:
+            for v, o in zip(g.outputs, outs):
+                if v in vals:
+                    np.copyto(o, vals[v])
+                vals[v] = o
+            fresh = {k for k in fresh if k >= len(outs)}
         slots = [np.empty(n, dtype=d) for n, d in zip(plan.slot_sizes, self._slot_dtypes)]
         for v, shape, d in zip(g.outputs, plan.out_shapes, self._out_dtypes):
             if v not in vals:
@@ -367,7 +393,7 @@ class CompiledGraph:
             s.fn(*ins, out=kouts, **c.params)
             for o, t in back:
                 np.copyto(o, t)
-        return self._results(vals, arrays, self._fresh)
+        return self._results(vals, arrays, fresh)
 
     def _results(self, vals: dict, arrays: list[np.ndarray], fresh: set[int]) -> list:
         """The graph's results (outputs that are inputs or constants as copies), after
