@@ -265,6 +265,8 @@ class CompiledGraph:
             raise ArgumentError(f"graph {g.name!r} returns {len(g.results)} value(s), got "
                                 f"{len(outs)} out= array(s)", user_location())
         plan = self._plans.get(key) if key is not None else None
+        if plan is not None and outs is not None and _overlap(outs, arrays):
+            plan = None          # the checked path: the kernels copy an overlapped input
         if plan is not None:
             self._check_values(arrays)
             if outs is not None:
@@ -344,8 +346,9 @@ class CompiledGraph:
         """A call of a shape seen before (its guards, shapes and every kernel's
         arguments checked then): the steps with their evaluated sizes, arrays made
         C-contiguous once, each kernel through its prepared call.  ``outs``: the
-        caller's ``out=`` arrays (checked by :meth:`_check_outs`), written in place as
-        the checked path writes them (an output that is an input or a constant copied
+        caller's ``out=`` arrays (checked by :meth:`_check_outs`, none overlapping an
+        input or another: :func:`_overlap`), written in place as the checked path
+        writes them (an output that is an input or a constant copied
         into its array first)."""
         g = self.graph
         vals: dict[Value, np.ndarray] = {
@@ -551,6 +554,16 @@ class ShapePlan:
     slot_sizes: list[int]
     out_shapes: list[tuple]
     calls: list[StepCall]
+
+
+def _overlap(outs: list[np.ndarray], arrays: list[np.ndarray]) -> bool:
+    """Whether an ``out=`` array may share memory with an input or another ``out=``
+    array (bounds only: numpy's ``may_share_memory``)."""
+    for k, o in enumerate(outs):
+        for a in (*arrays, *outs[k + 1:]):
+            if np.may_share_memory(o, a):
+                return True
+    return False
 
 
 def _signature(arrays: list) -> tuple | None:

@@ -82,6 +82,15 @@ def test_out_arrays_take_the_cached_path(first_out):
     ro.flags.writeable = False
     with pytest.raises(ArgumentError, match=r"out\[0\] is read-only"):
         cg(x, out=ro)
+    # an out= array that is the input: the checked path (the kernel copies the input)
+    sq = GraphBuilder("sq")
+    xs = sq.input("x", (3, 3))
+    mm = compile_graph(sq.build(sq.matmul(xs, xs)), "cpu")
+    a3 = rng.standard_normal((3, 3)).astype(np.float32)
+    mm(a3)
+    want = a3.astype(np.float64) @ a3
+    assert mm(a3, out=a3) is a3
+    np.testing.assert_allclose(a3, want, rtol=1e-5, atol=1e-6)
     g = GraphBuilder("pair")
     xi = g.input("x", (3,))
     both = compile_graph(g.build(xi, g.relu(xi)), "cpu")
