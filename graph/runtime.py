@@ -341,6 +341,16 @@ class CompiledGraph:
                 raise ShapeMismatchError(f"out[{k}] must be a C-contiguous {v.dtype} "
                                          f"array of shape {shape}", user_location())
 
+    def _take_outs(self, vals: dict, outs: list[np.ndarray]) -> set[int]:
+        """Put the ``out=`` arrays into ``vals`` as :meth:`_outputs` does (an output
+        that is an input or a constant copied into its array); the indices of the
+        outputs returned as copies."""
+        for v, o in zip(self.graph.outputs, outs):
+            if v in vals:
+                np.copyto(o, vals[v])
+            vals[v] = o
+        return {k for k in self._fresh if k >= len(outs)}
+
     def _run_plan(self, plan: ShapePlan, arrays: list[np.ndarray],
                   outs: list[np.ndarray] | None = None) -> list:
         """A call of a shape seen before (its guards, shapes and every kernel's
@@ -356,13 +366,7 @@ class CompiledGraph:
             for v, a in zip(g.inputs, arrays)}
         for cv, a in self._constants.items():
             vals[cv] = a if cv in self._const_addr else np.ascontiguousarray(a)
-        fresh = self._fresh
-        if outs is not None:
-            for v, o in zip(g.outputs, outs):
-                if v in vals:
-                    np.copyto(o, vals[v])
-                vals[v] = o
-            fresh = {k for k in fresh if k >= len(outs)}
+        fresh = self._fresh if outs is None else self._take_outs(vals, outs)
         slots = [np.empty(n, dtype=d) for n, d in zip(plan.slot_sizes, self._slot_dtypes)]
         for v, shape, d in zip(g.outputs, plan.out_shapes, self._out_dtypes):
             if v not in vals:

@@ -4,6 +4,7 @@ compiler packing its linear weights at compile time (``graph/compile.py``).  Che
 against numpy and bit for bit against the per-call packing on odd / prime / extent-1 /
 symbolic shapes."""
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -172,9 +173,12 @@ def test_few_row_register_block_and_kc_split_the_columns_evenly(monkeypatch):
     The graph picks the block for a group's weight matmul (``weight_register_block``)."""
     from polycomp.graph.compile import weight_register_block
     from polycomp.graph.partition import partition
-    from polycomp.scheduler.cpu.backbone_tile import (few_row_kc, few_row_nc,
-                                                      few_row_register_block,
-                                                      few_row_thread_columns)
+    from polycomp.scheduler.cpu.backbone_tile import (
+        few_row_kc,
+        few_row_nc,
+        few_row_register_block,
+        few_row_thread_columns,
+    )
     blk = few_row_register_block
     assert blk(32, 1024, 16, 2, (8, 3)) == blk(32, 4096, 16, 2, (8, 3)) == (8, 2)
     assert blk(32, 768, 16, 2, (8, 3)) == blk(32, 3072, 16, 2, (8, 3)) == (8, 3)
@@ -184,7 +188,7 @@ def test_few_row_register_block_and_kc_split_the_columns_evenly(monkeypatch):
         for lanes, b in ((16, (8, 3)), (8, (4, 3))):
             mr, ni = blk(8, n, lanes, 2, b)
             assert mr == b[0] and 2 <= ni <= b[1]
-            share = [-(-(-(-n // (v * lanes))) // 2) * v * lanes for v in (ni, b[1])]
+            share = [math.ceil(math.ceil(n / (v * lanes)) / 2) * v * lanes for v in (ni, b[1])]
             assert share[0] <= share[1], (n, lanes, ni)
     l1, l2 = 32768, 1 << 20
     assert few_row_kc(1024, 256, 8, 32, 4, 2, l1, l2) == 512

@@ -666,11 +666,8 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
         if dot is None and column_batch(op):
             NC = min(NC, NR * -(-n_j // (threads * NR)))    # heads: no j split (below)
         else:
-            if prepacked and dot is None:
-                KC = few_row_kc(n_j, KC, MR, NR, size, threads, target.l1_bytes,
-                                target.l2_bytes)
-            NC = few_row_nc(n_j, few_row_cache_nc(target.l2_bytes, KC, size, NR), NR,
-                            threads)
+            NC, KC = _few_row_tiles(n_j, KC, MR, NR, size, threads, target,
+                                    prepacked and dot is None)
         parallel_j = True
     elif n_i is not None:
         panels = -(-n_i // MR)
@@ -808,6 +805,18 @@ def dynamic_row_tiles(row_tiles_only: bool) -> bool:
     return row_tiles_only and os.environ.get("POLYCOMP_GEMM_DYNAMIC", "0") == "1"
 
 
+def _few_row_tiles(n_j: int, KC: int, MR: int, NR: int, size: int, threads: int, target,
+                   deepen: bool) -> tuple[int, int]:
+    """``(NC, KC)`` of the few-row split (``deepen``: a pre-packed ``Y``, :func:`few_row_kc`)."""
+    if deepen:
+        KC = few_row_kc(n_j, KC, MR, NR, size, threads, target.l1_bytes, target.l2_bytes)
+    return few_row_nc(n_j, few_row_cache_nc(target.l2_bytes, KC, size, NR), NR, threads), KC
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def few_rows(n_i: int, MR: int, threads: int) -> bool:
     """A constant row extent ``n_i`` of fewer than :data:`SMALL_M_PANELS` register rows
     (``MR``) per thread: the threads split the ``j`` tiles instead of the ``i`` tiles
@@ -825,7 +834,7 @@ def few_row_thread_columns(n_j: int, NC: int, NR: int, threads: int) -> int:
     """The columns thread 0 runs in the few-row split with tiles of ``NC`` columns
     (``schedule(static)``: the first ``ceil(tiles / threads)`` of them, whole tiles);
     the call's critical path."""
-    return -(-(-(-n_j // NC)) // threads) * NC
+    return _cdiv(_cdiv(n_j, NC), threads) * NC
 
 
 def few_row_blocking_enabled() -> bool:
@@ -883,7 +892,7 @@ def few_row_register_block(n_i: int, n_j: int, lanes: int, threads: int,
 
     def thread0(ni: int) -> int:
         nr = ni * lanes
-        return -(-(-(-n_j // nr)) // threads) * nr
+        return _cdiv(_cdiv(n_j, nr), threads) * nr
     best = min(range(NI, 1, -1), key=lambda ni: (thread0(ni), -ni))
     return (MR, best) if n_j >= threads * best * lanes else block
 
