@@ -18,6 +18,7 @@ import sympy
 
 from polycomp import dtypes as dt
 from polycomp.errors import ArgumentError, PolycompError, ShapeMismatchError, user_location
+from polycomp.hw.cpu.build import array_address
 
 from .ir import Graph, Value, numel, shape_str
 from .opdefs import flops
@@ -376,8 +377,8 @@ class CompiledGraph:
         addr = dict(self._const_addr)
         for v, a in vals.items():
             if v not in addr:
-                addr[v] = a.ctypes.data
-        slot_addr = [sl.ctypes.data for sl in slots]
+                addr[v] = array_address(a)
+        slot_addr = [array_address(sl) for sl in slots]
         for c in plan.calls:
             s = c.step
             if s.fn is None:
