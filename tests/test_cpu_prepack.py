@@ -168,8 +168,9 @@ def test_few_row_register_block_and_kc_split_the_columns_evenly(monkeypatch):
     """The few-row split's register block and ``KC`` (a graph's weight GEMM): BERT-large's
     1024 and 4096 columns in panels of 32 (thread 0: 512 / 2048 columns, 528 / 2064 with
     panels of 48), BERT-base's 768 and 3072 keep 48 (even either way), one thread or 128
-    rows keep the planned block; ``KC`` 512 only when thread 0 keeps its columns (not
-    with 48-column panels at 1024 columns: 576); ``POLYCOMP_FEW_ROW_BLOCK=0`` keeps both.
+    rows keep the planned block, so does AVX2's 4 x 3 (4 x 2: 8 accumulators); ``KC``
+    512 only when thread 0 keeps its columns (not with 48-column panels at 1024 columns:
+    576); ``POLYCOMP_FEW_ROW_BLOCK=0`` keeps both.
     The graph picks the block for a group's weight matmul (``weight_register_block``)."""
     from polycomp.graph.compile import weight_register_block
     from polycomp.graph.partition import partition
@@ -183,7 +184,8 @@ def test_few_row_register_block_and_kc_split_the_columns_evenly(monkeypatch):
     assert blk(32, 1024, 16, 2, (8, 3)) == blk(32, 4096, 16, 2, (8, 3)) == (8, 2)
     assert blk(32, 768, 16, 2, (8, 3)) == blk(32, 3072, 16, 2, (8, 3)) == (8, 3)
     assert blk(32, 1024, 16, 1, (8, 3)) == blk(128, 1024, 16, 2, (8, 3)) == (8, 3)
-    assert blk(16, 1024, 8, 2, (4, 3)) == (4, 2)                   # AVX2: 24 -> 16 columns
+    assert blk(16, 1024, 8, 2, (4, 3)) == (4, 3)      # AVX2: 4 x 2 has too few accumulators
+    assert blk(16, 1024, 8, 2, (8, 3)) == (8, 2)
     for n in (97, 317, 1000, 1024, 1536, 2047, 4096, 5000):
         for lanes, b in ((16, (8, 3)), (8, (4, 3))):
             mr, ni = blk(8, n, lanes, 2, b)

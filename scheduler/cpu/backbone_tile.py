@@ -885,7 +885,8 @@ def few_row_register_block(n_i: int, n_j: int, lanes: int, threads: int,
     panels, 528 and 2064 columns for shares of 512 and 2048 (97 and 99 %); panels of
     32 split them evenly.  8 x 32 ran as fast as 8 x 48 on one core (32 x 1024 x 1024,
     90.7 against 90.9 % of the FMA peak, best of 10); BERT-base's 768 and 3072
-    columns split evenly either way and keep 8 x 48."""
+    columns split evenly either way and keep 8 x 48.  A narrower block keeps at least
+    :data:`FEW_ROW_MIN_ACCUMULATORS` accumulators."""
     MR, NI = block
     if not few_rows(n_i, MR, threads) or NI <= 2 or not few_row_blocking_enabled():
         return block
@@ -893,8 +894,16 @@ def few_row_register_block(n_i: int, n_j: int, lanes: int, threads: int,
     def thread0(ni: int) -> int:
         nr = ni * lanes
         return _cdiv(_cdiv(n_j, nr), threads) * nr
-    best = min(range(NI, 1, -1), key=lambda ni: (thread0(ni), -ni))
+    fits = [ni for ni in range(NI, 1, -1) if ni == NI or MR * ni >= FEW_ROW_MIN_ACCUMULATORS]
+    best = min(fits, key=lambda ni: (thread0(ni), -ni))
     return (MR, best) if n_j >= threads * best * lanes else block
+
+
+#: the fewest accumulators a narrower few-row register block keeps
+#: (:func:`few_row_register_block`): the 16 of AVX-512's 8 x 2, measured as fast as 8 x 3;
+#: AVX2's 4 x 2 (8 accumulators, as many as two 4-cycle FMA pipes keep in flight) is
+#: unmeasured and keeps 4 x 3
+FEW_ROW_MIN_ACCUMULATORS = 16
 
 
 def few_row_nc(n_j: int, NC: int, NR: int, threads: int) -> int:
