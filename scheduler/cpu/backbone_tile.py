@@ -693,7 +693,11 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
         parallel_j = False
         MC = _row_share(n_i, MR, threads, MC, tiles)
     batch_iters, known = _batch_iterations(op, dom, cols)
-    parallel_batch = len(op.batch) > len(cols) and (not known or batch_iters >= threads)
+    # a symbolic batch of a product with column batch dimensions (a head-split
+    # projection's B under dynamic=True) runs its row tiles in parallel, per batch
+    # element: with the batch loop parallel, a batch-1 call ran on one thread
+    parallel_batch = len(op.batch) > len(cols) and (
+        batch_iters >= threads if known else not cols)
     dynamic = n_i is not None and not tiles and not parallel_j and not parallel_batch and \
         dot is None and not op.direct and threads > 1 and \
         dynamic_row_tiles(prepacked or shared_y_panel(
@@ -749,7 +753,8 @@ def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
     trees), ``x`` / ``y`` / ``xy`` (forced where the operand qualifies; comparisons)."""
     import os
     mode = os.environ.get("POLYCOMP_GEMM_IN_PLACE", "auto")
-    if op.direct or op.channel or op.batch or len(op.k) != 1 or b.shared_y or mode == "0":
+    if op.direct or op.channel or len(op.k) != 1 or b.shared_y or mode == "0" or \
+            not _batch_free(op):
         return False, False
     it = op.update.iters
     i, j, k = it[op.i], it[op.j], it[op.k[0]]
@@ -769,6 +774,15 @@ def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
     rows = b.MC if n_i is None else min(b.MC, n_i)
     return x_ok, y_ok and rows <= Y_IN_PLACE_ROWS and row_bytes <= Y_IN_PLACE_ROW_BYTES \
         and row_bytes % ALIASING_BYTES != 0
+
+
+def _batch_free(op: OuterProduct) -> bool:
+    """(:func:`in_place_operands`) every batch dimension of ``op`` is a column batch
+    dimension (:func:`column_batch`: a head-split projection's heads, which index ``Y``
+    only) or takes the value 0 only (its batch 1): ``X`` may then be a plain 2-d
+    array."""
+    cols = column_batch(op)
+    return all(t in cols or _only_zero(op.update.domain, t) for t in op.batch)
 
 
 def _const(d) -> int:
@@ -1011,9 +1025,10 @@ def prepacked_y(op: OuterProduct, statements, options: CpuOptions) -> bool:
     without tiles when ``NC`` is not a multiple of ``NR``): the kernel copies nothing and
     reads the same addresses pattern as from its own copy.
 
-    A 3-d ``Y[k, h, j]`` whose ``h`` is the one column batch dimension
-    (:func:`column_batch`: a projection's weight read per attention head, ``(K, H, D)``)
-    is pre-packed too: ``Layout.packed_panel(2, NR, order=(1, 0))``, ``(D/NR, H, K,
+    A 3-d ``Y[k, h, j]`` whose ``h`` is an affine function of column batch dimensions
+    only (:func:`column_batch`: a projection's weight read per attention head, ``(K, H,
+    D)``, or ``t*H + h`` for the stacked q, k, v projection's ``(K, T*H, D)``) is
+    pre-packed too: ``Layout.packed_panel(2, NR, order=(1, 0))``, ``(D/NR, H, K,
     NR)`` (:func:`heads_order`), each head's ``NR``-wide panel contiguous along ``k``
     as the micro-kernel reads it."""
     y = op.y
@@ -1023,8 +1038,9 @@ def prepacked_y(op: OuterProduct, statements, options: CpuOptions) -> bool:
         return False
     it = op.update.iters
     if len(y.indices) == 3:     # Y[k, h, j], h a column batch dimension (heads_order)
-        cols = column_batch(op)
-        if not (len(cols) == 1 and y.indices[1] is it[cols[0]]):
+        cols = {it[c] for c in column_batch(op)}   # or t*H + h (stacked q, k, v)
+        used = loop_vars(y.indices[1])
+        if not used or not used <= cols:
             return False
     elif len(y.indices) != 2:
         return False
