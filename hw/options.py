@@ -48,6 +48,10 @@ class CpuOptions(Options):
                               "X[i+1]) at an aligned store and read the shifted loads as "
                               "lane shifts of aligned ones (a stencil row shared by several "
                               "statements: the aligned store only)")
+    vector_lift: bool = opt(True, boolean,
+                            "AVX-512: run a 1-D stencil's time loop on lane-transposed copies "
+                            "of its arrays (lane l holds the l-th block of n/L elements), so "
+                            "a point's neighbours are the vectors beside it (lowering/lift.py)")
     reciprocal: bool = opt(True, boolean,
                            "divide by a loop-invariant value as a multiply by its reciprocal")
     prefetch: bool = opt(True, boolean,
