@@ -791,9 +791,11 @@ def fill_y_in_first_row(op: OuterProduct, b: Blocking, l3_bytes: int) -> bool:
     strided reads of ``Y`` are not worth it) and more than ``MR`` (one register row
     tile reads each packed element once: no copy to share), the last one at least
     ``MR`` (its first register row tile is a full tile), and ``Y`` is at most
-    ``1 / FILL_L3_SHARE`` of L3.  ``POLYCOMP_GEMM_FILL=0`` keeps the copy (comparisons)."""
+    ``1 / FILL_L3_SHARE`` of L3.  ``POLYCOMP_GEMM_FILL``: ``auto`` (default), ``0``
+    (the copy, for comparisons), ``1`` (any size of ``Y``)."""
     import os
-    if os.environ.get("POLYCOMP_GEMM_FILL", "1") == "0" or b.y_in_place or \
+    mode = os.environ.get("POLYCOMP_GEMM_FILL", "auto")
+    if mode == "0" or b.y_in_place or \
             b.prepacked_y or b.shared_y or op.direct or op.channel or op.batch or \
             len(op.k) != 1:
         return False
@@ -808,7 +810,8 @@ def fill_y_in_first_row(op: OuterProduct, b: Blocking, l3_bytes: int) -> bool:
     last = n_i - (-(-n_i // b.MC) - 1) * b.MC        # rows of the last row tile
     y_bytes = _const(op.y.buffer.shape[0]) * _const(op.y.buffer.shape[1]) * \
         dt.itemsize(op.dtype)
-    return b.MR < rows <= FILL_ROWS and last >= b.MR and y_bytes <= l3_bytes // FILL_L3_SHARE
+    return b.MR < rows <= FILL_ROWS and last >= b.MR and \
+        (y_bytes <= l3_bytes // FILL_L3_SHARE or mode == "1")
 
 
 #: fill_y_in_first_row: a thread's row tile of at most this many rows
