@@ -791,7 +791,7 @@ def fill_y_in_first_row(op: OuterProduct, b: Blocking, l3_bytes: int) -> bool:
     strided reads of ``Y`` are not worth it) and more than ``MR`` (one register row
     tile reads each packed element once: no copy to share), the last one at least
     ``MR`` (its first register row tile is a full tile), and ``Y`` is at most
-    ``1 / FILL_L3_SHARE`` of L3.  ``POLYCOMP_GEMM_FILL``: ``auto`` (default), ``0``
+    ``1 / FILL_L3_SHARE`` of L3 (4 MiB here).  ``POLYCOMP_GEMM_FILL``: ``auto`` (default), ``0``
     (the copy, for comparisons), ``1`` (any size of ``Y``)."""
     import os
     mode = os.environ.get("POLYCOMP_GEMM_FILL", "auto")
@@ -816,10 +816,11 @@ def fill_y_in_first_row(op: OuterProduct, b: Blocking, l3_bytes: int) -> bool:
 
 #: fill_y_in_first_row: a thread's row tile of at most this many rows
 FILL_ROWS = 64
-#: ... and ``Y`` at most this share of L3 (1/4): a ``Y`` that comes from memory is read
-#: faster by the copy's row-contiguous pass than by the first row tile's column panels
-#: (a new page per ``k`` step, which the hardware prefetchers do not follow)
-FILL_L3_SHARE = 4
+#: ... and ``Y`` at most this share of L3 (1/8: 4 MiB of Zen 4's 32): a ``Y`` that comes
+#: from memory is read faster by the copy's row-contiguous pass than by the first row
+#: tile's column panels (a new page per ``k`` step, which the hardware prefetchers do
+#: not follow); 8 MiB (32 x 2048 x 1024) already ran slower filled on the shared host
+FILL_L3_SHARE = 8
 
 
 def _const(d) -> int:
