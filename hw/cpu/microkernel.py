@@ -62,6 +62,13 @@ register tile, :func:`polycomp.scheduler.cpu.backbone_tile.accumulators_from_ini
 its strided accumulator loads in the first input-channel tile, and a GEMM's stores of
 zeros at ``k`` tile 0.
 
+*Fill* (a mark whose body is ``[if (c)] <fill nest>; <tile>``, from
+:func:`polycomp.hw.cpu.pack.fill_first_row`: ``for k': for jj': P[p] = A[a]`` over the
+tile's ``k`` and ``jj`` ranges, ``P[p]`` the tile's ``Y`` factor): ``if (c)`` the tile
+whose ``k`` loop loads each ``Y`` vector from ``A[a]`` and stores it to ``P[p]`` before
+its FMAs, ``else`` the plain tile (the same values: what the nest would have stored is
+what the tile reads); a tile not of that form keeps the nest (vectorised) before it.
+
 *Fused epilogue* (default; ``POLYCOMP_ACC_EPILOGUE=0`` or
 ``microkernels(acc_epilogue=False)`` off; constant full tiles without masks):
 the statements right after the mark (or its ``if (g)``) that are nests ``[if (cond)]

@@ -43,6 +43,12 @@ the nest's output points, then the product ``(x + c) * y``, which adds the same 
 output element.  :func:`packed_buffers` records each packed buffer's array and layout
 for the micro-kernel pass.
 
+A *filled* operand (:class:`PackedOperand` ``fill``, a few-row GEMM's ``Y``) gets the
+buffer but no copy: :func:`fill_first_row` gives each micro-kernel mark of the first
+iteration of the register-row loop a fill nest ``for k: for jj: P[layout(e - o)] =
+A[e]`` over the tile's own ranges (the later iterations read what it stored); where
+the body is not of the form it assumes it returns None and the copy is made.
+
 A *pre-packed* operand (:class:`PackedOperand` ``prepacked``, option ``prepack``: an
 input the caller packs once, :class:`~polycomp.scheduler.promotion.record.PrepackedInput`)
 gets no copy and no buffer: the input argument ``A`` is replaced among the function's
