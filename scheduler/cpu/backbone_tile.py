@@ -490,6 +490,9 @@ class Blocking:
     # GEMM form: X / Y read where they lie, without a pack request (in_place_operands)
     x_in_place: bool = False
     y_in_place: bool = False
+    # GEMM form: Y's pack request filled by the first register row tile's pass
+    # (fill_y_in_first_row)
+    y_fill: bool = False
 
     @property
     def NR(self) -> int:
@@ -783,6 +786,57 @@ def _batch_free(op: OuterProduct) -> bool:
     array."""
     cols = column_batch(op)
     return all(t in cols or _only_zero(op.update.domain, t) for t in op.batch)
+
+
+def fill_y_in_first_row(op: OuterProduct, b: Blocking, l3_bytes: int) -> bool:
+    """Whether the GEMM-form backbone ``op`` packs ``Y`` without a copy pass
+    (:class:`~polycomp.scheduler.promotion.record.PackRequest` ``fill``): the first
+    register row tile of each row tile reads ``Y`` where it lies and stores each vector
+    into the packed block in the same ``k`` iteration, the other register rows read the
+    packed block (:func:`polycomp.hw.cpu.pack.fill_first_row`, the micro-kernel's
+    ``fill``).  The copy pass streamed the whole ``KC x NC`` block through L1 once
+    before the micro-kernels read it from L2: with few register rows per row tile it
+    was a large share of the call (32 x 1024 x 1024 on one Zen 4 core: 16 % of the
+    time, 84 % of the FMA peak with the copy, 92 % with the fill).
+
+    When: ``Y`` is copied (not read in place, not pre-packed, not the shared-panel
+    form), ``op`` is a plain 2-d product of constant extents (``X[i, k]``, ``Y[k, j]``)
+    whose columns are whole register tiles (``N`` and ``NC`` multiples of ``NR``: the
+    first row tile's tiles then cover every packed column), each thread's row tile
+    holds at most :data:`FILL_ROWS` rows (more rows amortise the copy; the first tile's
+    strided reads of ``Y`` are not worth it) and more than ``MR`` (one register row
+    tile reads each packed element once: no copy to share), the last one at least
+    ``MR`` (its first register row tile is a full tile), and ``Y`` is at most
+    ``1 / FILL_L3_SHARE`` of L3 (4 MiB here).  ``POLYCOMP_GEMM_FILL``: ``auto`` (default), ``0``
+    (the copy, for comparisons), ``1`` (any size of ``Y``)."""
+    import os
+    mode = os.environ.get("POLYCOMP_GEMM_FILL", "auto")
+    if mode == "0" or b.y_in_place or \
+            b.prepacked_y or b.shared_y or op.direct or op.channel or op.batch or \
+            len(op.k) != 1:
+        return False
+    it = op.update.iters
+    if not (_plain_2d(op.x, it[op.i], it[op.k[0]]) and _plain_2d(op.y, it[op.k[0]], it[op.j])):
+        return False
+    n_i = _extent(op.update.domain, op.i)
+    n_j = _extent(op.update.domain, op.j)
+    if n_i is None or n_j is None or n_j % b.NR or b.NC % b.NR:
+        return False
+    rows = min(b.MC, n_i)
+    last = n_i - (-(-n_i // b.MC) - 1) * b.MC        # rows of the last row tile
+    y_bytes = _const(op.y.buffer.shape[0]) * _const(op.y.buffer.shape[1]) * \
+        dt.itemsize(op.dtype)
+    return b.MR < rows <= FILL_ROWS and last >= b.MR and \
+        (y_bytes <= l3_bytes // FILL_L3_SHARE or mode == "1")
+
+
+#: fill_y_in_first_row: a thread's row tile of at most this many rows
+FILL_ROWS = 64
+#: ... and ``Y`` at most this share of L3 (1/8: 4 MiB of Zen 4's 32): a ``Y`` that comes
+#: from memory is read faster by the copy's row-contiguous pass than by the first row
+#: tile's column panels (a new page per ``k`` step, which the hardware prefetchers do
+#: not follow); 8 MiB (32 x 2048 x 1024) already ran slower filled on the shared host
+FILL_L3_SHARE = 8
 
 
 def _const(d) -> int:
@@ -1493,7 +1547,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     if dot is None:
         # an operand read where it lies (in_place_operands) gets no pack request
         mark_y = "" if b.y_in_place else request_mark(requests, PackRequest(
-            op.y.buffer, y_dim, b.NR, "L2", prepacked=b.prepacked_y,
+            op.y.buffer, y_dim, b.NR, "L2", prepacked=b.prepacked_y, fill=b.y_fill,
             tiles=() if heads_order(op) else _prepacked_tiles(op, b),
             order=heads_order(op) if b.prepacked_y else ()))
         mark_x = "" if b.x_in_place else \
@@ -1675,6 +1729,7 @@ class CpuBackboneTilePass(Pass):
             b.prepacked_y = pre
             if dot is None:
                 b.x_in_place, b.y_in_place = in_place_operands(op, b)
+                b.y_fill = fill_y_in_first_row(op, b, ctx.target.l3_bytes)
             if b.dynamic_rows:
                 b.row_mark = marks.make(marks.CPU_PARALLEL, cpu_parallel_loops(ctx).add(
                     ParallelLoop(dynamic=True))).get_name()
