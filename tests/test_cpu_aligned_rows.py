@@ -12,23 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
+from avx512_runs import AVX512_RUNS, load_avx512, view_past_line
 
 from polycomp.driver import compile_kernel
 from polycomp.frontend.c_reader import load_c_kernels
-from polycomp.hw.cpu.simd_build import has_native_avx512
 
 KERNELS = Path(__file__).parent / "c_scop_kernels"
-NATIVE = pytest.mark.skipif(not has_native_avx512(), reason="hardware: no AVX-512")
-
-
-def _view(a: np.ndarray, shift: int) -> np.ndarray:
-    """A copy of ``a`` that starts ``shift`` elements past a 64-byte boundary."""
-    raw = np.empty(a.size + 32, a.dtype)
-    start = (-(raw.ctypes.data // a.itemsize)) % (64 // a.itemsize) + shift
-    v = raw[start:start + a.size].reshape(a.shape)
-    v[...] = a
-    return v
 
 
 def _body(src: str, name: str) -> str:
@@ -66,7 +55,7 @@ def test_fdtd2d_shared_row_is_aligned_to_its_busiest_store(goldens):
     assert "_pl" not in _body(off, "fdtd2d_like")
 
 
-@NATIVE
+@AVX512_RUNS
 def test_fdtd2d_aligned_rows_are_bitwise_at_any_alignment():
     """The three arrays at the same and at different alignments (so the head is 0 to 7
     lanes), row lengths 2 to 21 and small tiles (rows of every start): bitwise the same
@@ -75,7 +64,7 @@ def test_fdtd2d_aligned_rows_are_bitwise_at_any_alignment():
     k, = load_c_kernels(str(KERNELS / "fdtd2d_like.c"))
     ck = compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,)})
     assert "c4_pl" in ck.source
-    fn = ck.backend.load(ck)
+    fn = load_avx512(ck)
     rng = np.random.default_rng(3)
     for tmax, nx, ny in ((3, 5, 2), (4, 6, 9), (5, 7, 13), (6, 9, 21)):
         fict = rng.uniform(-1, 1, tmax)
@@ -83,7 +72,7 @@ def test_fdtd2d_aligned_rows_are_bitwise_at_any_alignment():
         fields[2][nx // 2, ny // 2] = np.nan
         outs = []
         for shifts in ((0, 0, 0), (0, 2, 5), (7, 1, 3), (4, 4, 4)):
-            ex, ey, hz = (_view(a, s) for a, s in zip(fields, shifts))
+            ex, ey, hz = (view_past_line(a, s) for a, s in zip(fields, shifts))
             fn(fict, ex, ey, hz, tmax=tmax, nx=nx, ny=ny, out=(ex, ey, hz))
             outs.append((ex, ey, hz))
         for got in outs[1:]:
