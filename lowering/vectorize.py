@@ -74,6 +74,19 @@ masked head of ``0 <= h < L`` lanes, the full vectors, a masked tail
 (:func:`_aligned_rows`).  Same values, bitwise; nothing outside the plain form's
 elements is touched.
 
+Carried windows (same form): a row of such a loop read at ``X[b]`` and at ``X[b + k]``,
+``0 < |k| < L`` (indices a constant apart as polynomials: ``hz[i][j-1]`` beside
+``hz[i][j]``), that no store of the loop touches, is read through registers: each full
+vector but the first and the last loads one vector of the row (``X[b + L]`` when some
+``k > 0``, else ``X[b]``), reads ``X[b + k]`` as a lane shift of the vectors kept from
+the previous iterations, and rotates them (:func:`_carries`).  The proof that the loop
+stores none of the row (:func:`_rows_apart`): every store of ``X``, ``s(v)``, and the
+row's ``b(v)`` differ by a polynomial with ``s - b + n - 1`` or ``b - s + n - 1`` a
+negative constant (the stored row a whole loop span away: fdtd-2d's ``hz[i-1][j]``
+against ``hz[i][j]``, ``ny`` apart for a loop of ``ny - 2``); otherwise, and in a body
+with a condition or a select, the row keeps its loads.  Every carried vector is one the
+plain form loads unmasked, so the same values are read, nothing more.
+
 Vector IR conventions (what :mod:`polycomp.hw.cpu.vector_printer` prints): a vector
 load/store has ``lanes = L`` and index ``Ramp(base, stride, L)`` (stride 1 for stores);
 ``Broadcast`` splats a scalar; ``Call("vlane_range", (lo, hi, L))`` is the mask of lanes
@@ -535,7 +548,11 @@ def _aligned_rows(loop: ir.For, v0: ir.Var, body_at, plain: ir.Stmt, L: int, D: 
     stores at a 64-byte boundary, 3.4 at a 32-byte one, 4.2-4.8 otherwise).  The
     iterations run in the same chunks of consecutive lanes, only cut at other points;
     every element read or written is one the plain form touches, so the result is the
-    plain form's bit for bit."""
+    plain form's bit for bit.
+
+    With carried rows (:func:`_carries`), the full vectors run as ``if n_vec > 2: (the
+    registers' first vectors; vector 0 plain; vectors 1 .. n_vec - 2 carried
+    (:func:`_carried_body`); vector n_vec - 1 plain) else: the plain loop``."""
     if not _stencil_row(plain, L):
         return None
     v, m, n = loop.var, loop.min, loop.extent
@@ -673,7 +690,7 @@ def _carries(loop: ir.For, body_at, L: int, D: str) -> list[_Carry]:
     base ``b`` and others at ``b + k``, ``0 < |k| < L``, and no store of the loop touches
     the row (:func:`_rows_apart`).  ``b`` is the member at the aligned store's column
     (its offset from the busiest store's base has a constant term that is a multiple of
-    ``L``) when there is one.  None when the body holds a ``select`` or a condition
+    ``L``) when there is one.  None at all when the body holds a ``select`` or a condition
     (a masked load would read fewer lanes than a carried vector)."""
     body = body_at(loop.var, 0)
     found: list = []
