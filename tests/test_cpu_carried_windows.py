@@ -19,7 +19,7 @@ from avx512_runs import AVX512_RUNS, load_avx512, view_past_line
 
 from polycomp import ir
 from polycomp.driver import compile_kernel
-from polycomp.frontend.c_reader import load_c_kernels
+from polycomp.frontend.c_reader import load_c_kernels, read_c_kernels
 from polycomp.hw.cpu.simd_build import has_native_avx512
 from polycomp.lowering.vectorize import vectorize_loop
 
@@ -145,3 +145,29 @@ def test_jacobi2d_carried_windows_are_bitwise_the_c_order():
         fn(A, B, tsteps=tsteps, n=n, out=(A, B))
         for g, w, name in zip((A, B), _jacobi2d_reference(A0, B0, tsteps), "AB"):
             _same_bits(g, w, (tsteps, n, name))
+
+
+@AVX512_RUNS
+def test_float32_carried_windows_match_the_plain_form():
+    """float32 (16 lanes, ``valignd``): jacobi2d_like in ``float`` with ``0.2f``, rows
+    of 2-4 full vectors, misaligned, a NaN: bitwise the build without windows."""
+    src = (KERNELS / "jacobi2d_like.c").read_text().replace("double", "float") \
+        .replace("0.2 *", "0.2f *")
+    k, = read_c_kernels(src)
+    ck = compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,)})
+    assert "vwin" in ck.source and "pc512_valign_ps(" in ck.source
+    fn = load_avx512(ck)
+    plain = load_avx512(compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,),
+                                                         "vector_window": False}))
+    rng = np.random.default_rng(11)
+    for tsteps, n in ((3, 67), (2, 41)):
+        A0, B0 = (rng.uniform(-1, 1, (n, n)).astype(np.float32) for _ in range(2))
+        A0[n // 3, n // 2] = np.nan
+        A, B = (view_past_line(a, s) for a, s in zip((A0, B0), (3, 9)))
+        fn(A, B, tsteps=tsteps, n=n, out=(A, B))
+        pa, pb = A0.copy(), B0.copy()
+        plain(pa, pb, tsteps=tsteps, n=n, out=(pa, pb))
+        for g, w in ((A, pa), (B, pb)):
+            assert np.array_equal(np.isnan(g), np.isnan(w)), (tsteps, n)
+            ok = ~np.isnan(w)
+            assert np.array_equal(g[ok].view(np.uint32), w[ok].view(np.uint32)), (tsteps, n)
