@@ -869,7 +869,7 @@ class NextBlock:
                              "int64")
             return (simplify(ir.min_(e[0] + step,
                                      ir.IntImm(self.extents[0] * self.extents[1] - 1))),)
-        out = [ir.IntImm(0), ir.IntImm(0)]
+        out: list[ir.Expr] = [ir.IntImm(0), ir.IntImm(0)]
         out[p] = ir.min_(ir.Select(wrap, e[p] - self.origin[p], e[p] + self.sizes[p], "int64"),
                          ir.IntImm(self.extents[p] - 1))
         out[q] = ir.min_(ir.Select(wrap, e[q] + self.sizes[q], e[q], "int64"),
