@@ -494,8 +494,8 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
 
 
 def _split_stream(body):
-    """``((loops, prefetch), tile)`` of ``<prefetch nest>; <tile>`` (a filled mark's
-    ``for k'..: prefetch(A[n])``, :func:`polycomp.hw.cpu.pack.fill_first_row`'s
+    """``((loops, prefetches), tile)`` of ``<prefetch nest>; <tile>`` (a filled mark's
+    ``for k'..: prefetch(A[n]); ..``, :func:`polycomp.hw.cpu.pack.fill_first_row`'s
     ``stream``), else ``(None, body)``."""
     if not (isinstance(body, ir.Block) and len(body.stmts) >= 2):
         return None, body
@@ -504,8 +504,9 @@ def _split_stream(body):
     while isinstance(node, ir.For):
         loops.append(node)
         node = node.body
-    if not loops or not (isinstance(node, ir.Evaluate) and isinstance(node.value, ir.Call)
-                         and node.value.name == "prefetch"):
+    calls = node.stmts if isinstance(node, ir.Block) else (node,)
+    if not loops or not all(isinstance(c, ir.Evaluate) and isinstance(c.value, ir.Call) and
+                            c.value.name == "prefetch" for c in calls):
         return None, body
     rest = body.stmts[1] if len(body.stmts) == 2 else ir.Block(body.stmts[1:])
     return (loops, node), rest

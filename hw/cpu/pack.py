@@ -901,7 +901,9 @@ class _Fill(ir.Mutator):
     its body (see :func:`fill_first_row`); ``fills`` counts them.  With ``stream``
     (``(NextBlock, row)``, ``row`` the register row tile's number from 0) each mark
     also gets ``for k..: prefetch(A[next(e)])`` after the fill nest, at the column of
-    line ``row mod lines`` of the tile's row segment (``lines`` cache lines)."""
+    line ``row mod lines`` of the tile's row segment (``lines`` cache lines); with
+    ``tiles`` (the row loop's constant extent) below ``lines``, ``each = ceil(lines /
+    tiles)`` prefetches per ``k``, lines ``(row * each + n) mod lines``."""
 
     def __init__(self, arr, source, first: ir.Expr, stream=None):
         self.arr, self.source, self.first, self.stream = arr, source, first, stream
@@ -945,15 +947,22 @@ class _Fill(ir.Mutator):
         width = simplify(lj.extent)
         if self.stream is None or not isinstance(width, ir.IntImm) or len(ld.indices) > 2:
             return None
-        nxt, row = self.stream
+        nxt, row, tiles = self.stream
         per_line = max(1, LINE_BYTES // dt.itemsize(ld.dtype))
         lines = max(1, -(-width.value // per_line))
-        col = ir.Binary("*", ir.Binary("%", row, ir.IntImm(lines), "int64"),
-                        ir.IntImm(per_line), "int64")
+        # fewer row tiles than lines: each prefetches ceil(lines / tiles) lines
+        each = -(-lines // tiles) if isinstance(tiles, int) and 0 < tiles < lines else 1
         fresh = {lp.var: ir.Var(f"{lp.var.name}_p", lp.var.dtype) for lp in lk}
-        at = nxt.index([ir.substitute(ix, {**fresh, lj.var: col}) for ix in ld.indices])
-        nest: ir.Stmt = ir.Evaluate(ir.Call("prefetch", (ir.Load(self.source, at, ld.dtype),
-                                                         ir.IntImm(0)), "int32", pure=False))
+        calls = []
+        for n in range(each):
+            line = ir.Binary("%", row * each + n if each > 1 else row, ir.IntImm(lines),
+                             "int64")
+            col = ir.Binary("*", line, ir.IntImm(per_line), "int64")
+            at = nxt.index([ir.substitute(ix, {**fresh, lj.var: col}) for ix in ld.indices])
+            calls.append(ir.Evaluate(ir.Call(
+                "prefetch", (ir.Load(self.source, at, ld.dtype), ir.IntImm(0)), "int32",
+                pure=False)))
+        nest: ir.Stmt = calls[0] if len(calls) == 1 else ir.Block(tuple(calls))
         for lp in lk[::-1]:
             nest = ir.For(fresh[lp.var], lp.min, lp.extent, "serial", nest)
         self.streams += 1
@@ -1054,7 +1063,8 @@ def fill_first_row(body: ir.Stmt, arr: ir.Buffer, pbuf: ir.Buffer, layout: Layou
         return None
     source = ir.Buffer(arr.name, arr.dtype, arr.shape, arr.scope, arr.flat)
     f = _Fill(arr, source, ir.Binary("==", r, row.min, "bool"),
-              None if stream is None else (stream, ir.Binary("-", r, row.min, "int64")))
+              None if stream is None else (stream, ir.Binary("-", r, row.min, "int64"),
+                                           _const_extent(row.extent)))
     new_row = f.visit(row.body)
     if f.bad or not f.fills:
         return None
@@ -1062,6 +1072,11 @@ def fill_first_row(body: ir.Stmt, arr: ir.Buffer, pbuf: ir.Buffer, layout: Layou
                                            row.annotations))
     out = _FillRedirect(arr, pbuf, layout, origin, slot_idx).visit(body)
     return _Unalias({id(source): arr}).visit(out)
+
+
+def _const_extent(e) -> int | None:
+    e = simplify(e)
+    return e.value if isinstance(e, ir.IntImm) else None
 
 
 def _first_piece(node, arr):
