@@ -47,7 +47,10 @@ A *filled* operand (:class:`PackedOperand` ``fill``, a few-row GEMM's ``Y``) get
 buffer but no copy: :func:`fill_first_row` gives each micro-kernel mark of the first
 iteration of the register-row loop a fill nest ``for k: for jj: P[layout(e - o)] =
 A[e]`` over the tile's own ranges (the later iterations read what it stored); where
-the body is not of the form it assumes it returns None and the copy is made.
+the body is not of the form it assumes it returns None and the copy is made.  With
+``stream`` (a ``Y`` from memory) every mark of the register-row loop also gets a
+prefetch nest of the next block's lines (:class:`NextBlock`), which the micro-kernel
+pass moves into the tile's ``k`` loop: the next block arrives during this one's FMAs.
 
 A *pre-packed* operand (:class:`PackedOperand` ``prepacked``, option ``prepack``: an
 input the caller packs once, :class:`~polycomp.scheduler.promotion.record.PrepackedInput`)
