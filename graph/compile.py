@@ -106,6 +106,26 @@ def head_register_block(dim: int, lanes: int, registers: int,
     return default
 
 
+def weight_register_block(g: Group, target: Any, block: tuple[int, int]) -> tuple[int, int]:
+    """The register block of a group's weight GEMM with constant rows and columns (one
+    matmul by a constant, fp32/fp64) that runs with the few-row column split
+    (``scheduler/cpu/backbone_tile.py`` :func:`few_row_register_block`: column panels
+    that split the columns evenly over the threads); ``block`` otherwise.  Its rows are
+    the product of the output's leading extents (a row-flattened group's)."""
+    from polycomp.scheduler.cpu.backbone_tile import few_row_register_block
+    mms = [n for n in g.nodes if n.op == "matmul" and n.inputs[1].const is not None]
+    if len(mms) != 1 or mms[0].output.dtype not in ("float32", "float64"):
+        return block
+    shape = mms[0].output.shape
+    if not shape or not all(isinstance(d, (int, np.integer)) or
+                            (getattr(d, "is_Integer", False)) for d in shape):
+        return block
+    rows = int(np.prod([int(d) for d in shape[:-1]], dtype=np.int64)) if len(shape) > 1 else 1
+    return few_row_register_block(rows, int(shape[-1]),
+                                  target.vector_lanes(mms[0].output.dtype),
+                                  max(1, target.cpu.threads), block)
+
+
 def _group_options(g: Group, inputs: list[Value], target: str,
                    options: dict | None, conv: list[Value] | None = None,
                    heads: HeadSplit | None = None) -> dict | None:
@@ -126,6 +146,8 @@ def _group_options(g: Group, inputs: list[Value], target: str,
         out["gemm_register"] = head_register_block(
             heads.dim, get_target(target).vector_lanes(heads.matmul.output.dtype),
             cpu.vector_registers, out["gemm_register"])
+    elif cpu is not None:
+        out["gemm_register"] = weight_register_block(g, get_target(target), out["gemm_register"])
     if prepack_enabled():
         names = tuple(argname(v) for v in inputs if v in weights or v in (conv or ()))
         if names:

@@ -18,6 +18,7 @@ import sympy
 
 from polycomp import dtypes as dt
 from polycomp.errors import ArgumentError, PolycompError, ShapeMismatchError, user_location
+from polycomp.hw.cpu.build import array_address
 
 from .ir import Graph, Value, numel, shape_str
 from .opdefs import flops
@@ -261,18 +262,22 @@ class CompiledGraph:
     def _execute(self, arrays: list[np.ndarray], outs: list[np.ndarray] | None):
         g = self.graph
         key = _signature(arrays)
-        plan = self._plans.get(key) if outs is None and key is not None else None
-        if plan is not None:
-            self._check_values(arrays)
-            return self._run_plan(plan, arrays), plan.env
-        env = self.bind(arrays)
         if outs is not None and len(outs) != len(g.results):
             raise ArgumentError(f"graph {g.name!r} returns {len(g.results)} value(s), got "
                                 f"{len(outs)} out= array(s)", user_location())
+        plan = self._plans.get(key) if key is not None else None
+        if plan is not None and outs is not None and _overlap(outs, arrays):
+            plan = None          # the checked path: the kernels copy an overlapped input
+        if plan is not None:
+            self._check_values(arrays)
+            if outs is not None:
+                self._check_outs(outs, plan.out_shapes)
+            return self._run_plan(plan, arrays, outs), plan.env
+        env = self.bind(arrays)
         vals: dict[Value, np.ndarray] = dict(zip(g.inputs, arrays))
         vals.update(self._constants)
         slots = self._slots(env)
-        record = outs is None and key is not None
+        record = key is not None
         calls: list[StepCall] = []
         fresh = self._outputs(vals, env, outs)
         for s in self.steps:
@@ -308,13 +313,13 @@ class CompiledGraph:
         or new arrays; returns the indices of outputs that are inputs or constants
         (returned as copies)."""
         fresh: set[int] = set()
+        if outs is not None:
+            self._check_outs(outs, [tuple(_ev(d, env) for d in v.shape)
+                                    for v in self.graph.outputs[:len(outs)]])
         for k, v in enumerate(self.graph.outputs):
             shape = tuple(_ev(d, env) for d in v.shape)
             if outs is not None and k < len(outs):
                 o = outs[k]
-                if o.shape != shape or str(o.dtype) != v.dtype or not o.flags.c_contiguous:
-                    raise ShapeMismatchError(f"out[{k}] must be a C-contiguous {v.dtype} "
-                                             f"array of shape {shape}", user_location())
                 if v in vals:
                     np.copyto(o, vals[v])
                 vals[v] = o
@@ -324,16 +329,45 @@ class CompiledGraph:
                 fresh.add(k)
         return fresh
 
-    def _run_plan(self, plan: ShapePlan, arrays: list[np.ndarray]) -> list:
+    def _check_outs(self, outs: list[np.ndarray], shapes: list[tuple]) -> None:
+        """Each ``out=`` array is writable, has its output's shape (``shapes``) and
+        dtype and is C-contiguous (the kernels write it in place)."""
+        for k, (o, shape) in enumerate(zip(outs, shapes)):
+            if not o.flags.writeable:
+                raise ArgumentError(f"out[{k}] is read-only: the graph writes its output "
+                                    f"{self.graph.outputs[k].name!r} into it", user_location())
+            if o.shape != shape or o.dtype != self._out_dtypes[k] or \
+                    not o.flags.c_contiguous:
+                v = self.graph.outputs[k]
+                raise ShapeMismatchError(f"out[{k}] must be a C-contiguous {v.dtype} "
+                                         f"array of shape {shape}", user_location())
+
+    def _take_outs(self, vals: dict, outs: list[np.ndarray]) -> set[int]:
+        """Put the ``out=`` arrays into ``vals`` as :meth:`_outputs` does (an output
+        that is an input or a constant copied into its array); the indices of the
+        outputs returned as copies."""
+        for v, o in zip(self.graph.outputs, outs):
+            if v in vals:
+                np.copyto(o, vals[v])
+            vals[v] = o
+        return {k for k in self._fresh if k >= len(outs)}
+
+    def _run_plan(self, plan: ShapePlan, arrays: list[np.ndarray],
+                  outs: list[np.ndarray] | None = None) -> list:
         """A call of a shape seen before (its guards, shapes and every kernel's
         arguments checked then): the steps with their evaluated sizes, arrays made
-        C-contiguous once, each kernel through its prepared call."""
+        C-contiguous once, each kernel through its prepared call.  ``outs``: the
+        caller's ``out=`` arrays (checked by :meth:`_check_outs`, none overlapping an
+        input or another: :func:`_overlap`), written in place as the checked path
+        writes them (an output that is an input or a constant copied
+        into its array first)."""
         g = self.graph
         vals: dict[Value, np.ndarray] = {
             v: a if a.flags.c_contiguous else np.ascontiguousarray(a)
             for v, a in zip(g.inputs, arrays)}
         for cv, a in self._constants.items():
             vals[cv] = a if cv in self._const_addr else np.ascontiguousarray(a)
+        fresh = self._fresh if outs is None else self._take_outs(vals, outs)
         slots = [np.empty(n, dtype=d) for n, d in zip(plan.slot_sizes, self._slot_dtypes)]
         for v, shape, d in zip(g.outputs, plan.out_shapes, self._out_dtypes):
             if v not in vals:
@@ -343,8 +377,8 @@ class CompiledGraph:
         addr = dict(self._const_addr)
         for v, a in vals.items():
             if v not in addr:
-                addr[v] = a.ctypes.data
-        slot_addr = [sl.ctypes.data for sl in slots]
+                addr[v] = array_address(a)
+        slot_addr = [array_address(sl) for sl in slots]
         for c in plan.calls:
             s = c.step
             if s.fn is None:
@@ -367,7 +401,7 @@ class CompiledGraph:
             s.fn(*ins, out=kouts, **c.params)
             for o, t in back:
                 np.copyto(o, t)
-        return self._results(vals, arrays, self._fresh)
+        return self._results(vals, arrays, fresh)
 
     def _results(self, vals: dict, arrays: list[np.ndarray], fresh: set[int]) -> list:
         """The graph's results (outputs that are inputs or constants as copies), after
@@ -525,6 +559,16 @@ class ShapePlan:
     slot_sizes: list[int]
     out_shapes: list[tuple]
     calls: list[StepCall]
+
+
+def _overlap(outs: list[np.ndarray], arrays: list[np.ndarray]) -> bool:
+    """Whether an ``out=`` array may share memory with an input or another ``out=``
+    array (bounds only: numpy's ``may_share_memory``)."""
+    for k, o in enumerate(outs):
+        for a in (*arrays, *outs[k + 1:]):
+            if np.may_share_memory(o, a):
+                return True
+    return False
 
 
 def _signature(arrays: list) -> tuple | None:

@@ -47,6 +47,10 @@ class CpuOptions(Options):
                               "AVX-512: start a vector loop whose loads overlap (X[i-1], X[i], "
                               "X[i+1]) at an aligned store and read the shifted loads as "
                               "lane shifts of aligned ones")
+    vector_lift: bool = opt(True, boolean,
+                            "AVX-512: run a 1-D stencil's time loop on lane-transposed copies "
+                            "of its arrays (lane l holds the l-th block of n/L elements), so "
+                            "a point's neighbours are the vectors beside it (lowering/lift.py)")
     reciprocal: bool = opt(True, boolean,
                            "divide by a loop-invariant value as a multiply by its reciprocal")
     prefetch: bool = opt(True, boolean,

@@ -352,6 +352,9 @@ def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids):
 #: r-1`` of ``hi`` (AVX-512 ``valignq``/``valignd``), i.e. the vector ``L`` elements long
 #: that starts ``r`` elements into ``lo`` when ``hi`` follows ``lo`` in memory
 VALIGN = "valign"
+#: For annotation of the loops :mod:`polycomp.lowering.lift` builds (vector code
+#: already; this pass leaves them as they are)
+LIFTED = "lifted"
 #: ``Call(ALIGN_PEEL, (Load(buf, (i,)), IntImm(L)))``: the number ``0 <= p < L`` of
 #: elements from ``&buf[i]`` to the next address that is a multiple of ``L`` elements
 ALIGN_PEEL = "valign_peel"
@@ -466,6 +469,8 @@ class _Vectorize(ir.Mutator):
         self.acc_ids = itertools.count(1)      # accumulator names, per function
 
     def visit_For(self, s):
+        if s.annotation(LIFTED):        # already vector code (lowering/lift.py)
+            return s
         body = self.visit(s.body)
         s = s if body is s.body else replace(s, body=body)
         if s.kind in ("serial", "parallel", "vectorized") and not has_loop(s.body):

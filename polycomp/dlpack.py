@@ -86,6 +86,8 @@ def from_caller(xs: Sequence[Any], names: Sequence[str] | None = None,
                 written: bool = False) -> tuple[list[np.ndarray], str]:
     """numpy views of the caller's arrays and the kind to return ("torch" or "numpy");
     ``names`` name the arguments in errors; ``written``: they are ``out=`` arrays."""
+    if all(type(x) is np.ndarray for x in xs):      # the common case, without labels
+        return list(xs), "numpy"
     kind = "torch" if any(_is_torch(x) for x in xs) else "numpy"
     label = "out[{}]" if written else "argument {}"
     return [to_numpy(x, (label.format(k) if written else label.format(k + 1))

@@ -4,6 +4,7 @@ compiler packing its linear weights at compile time (``graph/compile.py``).  Che
 against numpy and bit for bit against the per-call packing on odd / prime / extent-1 /
 symbolic shapes."""
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -118,15 +119,25 @@ def test_few_row_split_full_tiles_read_the_prepacked_weight_in_vectors(threads):
     assert len(lanes) >= 3 and set(lanes) == {16}, sorted(set(lanes))
 
 
-@pytest.mark.parametrize("m,k,n", [(13, 37, 250), (5, 83, 301), (29, 11, 3001)])
-def test_prepacked_few_row_split_matches_numpy_at_two_threads(m, k, n):
+@pytest.mark.parametrize("m,k,n,balanced", [(13, 37, 250, False), (5, 83, 301, False),
+                                            (29, 11, 3001, False), (13, 601, 317, True),
+                                            (1, 1031, 97, True)])
+def test_prepacked_few_row_split_matches_numpy_at_two_threads(m, k, n, balanced):
     """Odd sizes whose ``j`` tiles split unevenly over 2 threads, the weight pre-packed
     (3001 columns: two tiles per thread, a partial last tile and panel): no scalar
-    read of the weight, within float32 rounding of numpy."""
+    read of the weight, within float32 rounding of numpy.  ``balanced``: the register
+    block the graph picks (``few_row_register_block``) and ``k`` tiles of 512 with a
+    ``k`` tail (601 = 512 + 89, prime 1031 = 2 x 512 + 7; one row)."""
+    from polycomp.scheduler.cpu.backbone_tile import few_row_register_block
     tgt, opts = _weight_gemm("cpu", 2)
+    if balanced:
+        opts = {**opts, "gemm_register": few_row_register_block(
+            m, n, tgt.vector_lanes("float32"), 2, opts["gemm_register"])}
     kern = _matmul_kernel(m, k, n, f"pp_few2_{m}_{k}_{n}")
     ck = compile_kernel(kern, tgt, {**opts, "prepack": ("B",)})
-    assert "parallel over j tiles" in ck.notes["cpu-backbone-tile"][0]
+    notes = ck.notes["cpu-backbone-tile"][0]
+    assert "parallel over j tiles" in notes
+    assert "KC=512" in notes or not balanced, notes
     assert 1 not in _weight_loads(ck, "B")
     (rec,) = prepacked_inputs(ck.state)
     A, B = _f32(m, k), _f32(k, n)
@@ -151,6 +162,50 @@ def test_few_row_nc_gives_each_thread_equal_whole_tiles():
         # the work of thread 0 at most one panel per tile above its fair share
         assert per * nc // nr <= -(-panels // t) + per - 1, (n, nc)
         assert tiles <= per * t
+
+
+def test_few_row_register_block_and_kc_split_the_columns_evenly(monkeypatch):
+    """The few-row split's register block and ``KC`` (a graph's weight GEMM): BERT-large's
+    1024 and 4096 columns in panels of 32 (thread 0: 512 / 2048 columns, 528 / 2064 with
+    panels of 48), BERT-base's 768 and 3072 keep 48 (even either way), one thread or 128
+    rows keep the planned block, so does AVX2's 4 x 3 (4 x 2: 8 accumulators); ``KC``
+    512 only when thread 0 keeps its columns (not with 48-column panels at 1024 columns:
+    576); ``POLYCOMP_FEW_ROW_BLOCK=0`` keeps both.
+    The graph picks the block for a group's weight matmul (``weight_register_block``)."""
+    from polycomp.graph.compile import weight_register_block
+    from polycomp.graph.partition import partition
+    from polycomp.scheduler.cpu.backbone_tile import (
+        few_row_kc,
+        few_row_nc,
+        few_row_register_block,
+        few_row_thread_columns,
+    )
+    blk = few_row_register_block
+    assert blk(32, 1024, 16, 2, (8, 3)) == blk(32, 4096, 16, 2, (8, 3)) == (8, 2)
+    assert blk(32, 768, 16, 2, (8, 3)) == blk(32, 3072, 16, 2, (8, 3)) == (8, 3)
+    assert blk(32, 1024, 16, 1, (8, 3)) == blk(128, 1024, 16, 2, (8, 3)) == (8, 3)
+    assert blk(16, 1024, 8, 2, (4, 3)) == (4, 3)      # AVX2: 4 x 2 has too few accumulators
+    assert blk(16, 1024, 8, 2, (8, 3)) == (8, 2)
+    for n in (97, 317, 1000, 1024, 1536, 2047, 4096, 5000):
+        for lanes, b in ((16, (8, 3)), (8, (4, 3))):
+            mr, ni = blk(8, n, lanes, 2, b)
+            assert mr == b[0] and 2 <= ni <= b[1]
+            share = [math.ceil(math.ceil(n / (v * lanes)) / 2) * v * lanes for v in (ni, b[1])]
+            assert share[0] <= share[1], (n, lanes, ni)
+    l1, l2 = 32768, 1 << 20
+    assert few_row_kc(1024, 256, 8, 32, 4, 2, l1, l2) == 512
+    assert few_row_kc(4096, 256, 8, 32, 4, 2, l1, l2) == 512
+    assert few_row_kc(1024, 256, 8, 48, 4, 2, l1, l2) == 256
+    assert few_row_thread_columns(1024, few_row_nc(1024, 288, 48, 2), 48, 2) == 576
+    g = GraphBuilder("wrb")
+    x = g.input("x", (4, 8, 1024))
+    w = g.constant("w", np.zeros((1024, 1024), np.float32))
+    (grp,) = partition(g.build(g.matmul(x, w))).groups
+    assert weight_register_block(grp, _threads("cpu-avx512", 2), (8, 3)) == (8, 2)
+    assert weight_register_block(grp, _threads("cpu-avx512", 1), (8, 3)) == (8, 3)
+    monkeypatch.setenv("POLYCOMP_FEW_ROW_BLOCK", "0")
+    assert blk(32, 1024, 16, 2, (8, 3)) == (8, 3)
+    assert few_row_kc(1024, 256, 8, 32, 4, 2, l1, l2) == 256
 
 
 @pytest.mark.parametrize("rows", ["M", 128])

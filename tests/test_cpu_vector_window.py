@@ -11,6 +11,7 @@ have no vector code, so the PolyBench bitwise checks do not reach this one: thes
 tests compare vector builds with a numpy replay of the C order."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +20,25 @@ import pytest
 from polycomp import ir
 from polycomp.driver import compile_kernel
 from polycomp.frontend.c_reader import load_c_kernels, read_c_kernels
-from polycomp.hw.cpu.simd_build import has_native_avx512
+from polycomp.hw.cpu.build import CFunction
+from polycomp.hw.cpu.simd_build import build_simde, has_native_avx512, simde_available
 from polycomp.lowering.simplify import simplify
 from polycomp.lowering.vectorize import ALIGN_PEEL, VALIGN, window_loads
 
 KERNELS = Path(__file__).parent / "c_scop_kernels"
 NATIVE = pytest.mark.skipif(not has_native_avx512(), reason="hardware: no AVX-512")
+#: the bitwise cases run the AVX-512 build natively, or through SIMDe where the host
+#: has no AVX-512 (the same source, the same order of operations per element)
+AVX512_RUNS = pytest.mark.skipif(not (has_native_avx512() or simde_available()),
+                                 reason="hardware: no AVX-512 and no SIMDe headers")
+
+
+def _load(ck):
+    """The compiled AVX-512 kernel as a callable: native where the host executes
+    AVX-512, else built against SIMDe (``POLYCOMP_TEST_SIMDE=1`` forces SIMDe)."""
+    if has_native_avx512() and os.environ.get("POLYCOMP_TEST_SIMDE") != "1":
+        return ck.backend.load(ck)
+    return CFunction(ck.final_ir, build_simde(ck.source))
 
 F32_STENCIL = """
 void blur1(int n, float x[n], float y[n]) {
@@ -90,7 +104,7 @@ def test_jacobi1d_uses_windows_only_with_the_option(goldens):
     """The option decides; AVX2 has no lane shift.  Golden: the ``vectorize`` pass on
     jacobi-1d's tiled rows, IR in and out (the aligned head, the windows, the tail)."""
     k = _jacobi1d()
-    ck = compile_kernel(k, "cpu-avx512", dump=True)
+    ck = compile_kernel(k, "cpu-avx512", {"vector_lift": False}, dump=True)
     recs = ck.records
     q = next(i for i, r in enumerate(recs) if r.name == "vectorize")
     for part, text in (("in", recs[q - 1].tree), ("out", recs[q].tree)):
@@ -98,7 +112,7 @@ def test_jacobi1d_uses_windows_only_with_the_option(goldens):
                                     text)
         assert expected == text.strip(), f"{part}:\n{text}"
     on = ck.source
-    off = compile_kernel(k, "cpu-avx512", {"vector_window": False}).source
+    off = compile_kernel(k, "cpu-avx512", {"vector_window": False, "vector_lift": False}).source
     body = on[on.index("void jacobi1d_like("):]
     assert body.count("pc512_valign_pd(") == 4 and "c3_pl" in body
     assert "valign" not in off[off.index("void jacobi1d_like("):] and "_pl" not in off
@@ -106,7 +120,7 @@ def test_jacobi1d_uses_windows_only_with_the_option(goldens):
     assert "valign" not in avx2[avx2.index("void jacobi1d_like("):]
 
 
-@NATIVE
+@AVX512_RUNS
 @pytest.mark.parametrize("shift", [0, 3])
 def test_jacobi1d_windows_are_bitwise_at_any_alignment(shift):
     """Extents below, at and above a vector, both arrays at the same and at different
@@ -115,7 +129,7 @@ def test_jacobi1d_windows_are_bitwise_at_any_alignment(shift):
     k = _jacobi1d()
     ck = compile_kernel(k, "cpu-avx512", {"stencil_tiles": (5, 23)})
     assert "pc512_valign_pd(" in ck.source
-    fn = ck.backend.load(ck)
+    fn = _load(ck)
     rng = np.random.default_rng(shift)
     for n, tsteps in ((3, 2), (7, 3), (9, 4), (17, 5), (41, 7), (130, 9)):
         A0, B0 = rng.uniform(0.5, 1.5, n), rng.uniform(0.5, 1.5, n)
@@ -130,13 +144,13 @@ def test_jacobi1d_windows_are_bitwise_at_any_alignment(shift):
             assert np.array_equal(g[ok].view(np.uint64), w[ok].view(np.uint64)), (n, tsteps)
 
 
-@NATIVE
+@AVX512_RUNS
 def test_float32_five_point_window_is_bitwise():
     """float32 (``valignd``, 16 lanes), offsets -2 .. +2, extents around a vector."""
     k, = read_c_kernels(F32_STENCIL)
     ck = compile_kernel(k, "cpu-avx512")
     assert "pc512_valign_ps(" in ck.source and ALIGN_PEEL not in ck.source
-    fn = ck.backend.load(ck)
+    fn = _load(ck)
     rng = np.random.default_rng(5)
     for n in (4, 5, 16, 19, 21, 37, 100):
         x = _view(rng.uniform(-1, 1, n).astype(np.float32), 1)
@@ -165,3 +179,118 @@ def test_windows_read_nothing_outside_the_arrays(tmp_path):
         w = ((((x[:-4] + x[1:-3]) + x[2:-2]) + x[3:-1]) + x[4:]) * np.float32(0.2)
         got, = run.outputs
         assert np.array_equal(got[2:-2].view(np.uint32), w.view(np.uint32)), x.size
+
+
+# ------------------------------------------------------------------- the lifted layout
+
+F32_HEAT = """
+void heat1(int T, int n, float u[n], float v[n]) {
+  int t, i;
+#pragma scop
+  for (t = 0; t < T; t++) {
+    for (i = 1; i < n - 1; i++)
+      v[i] = u[i] + 0.25f * (u[i-1] - 2.0f * u[i] + u[i+1]);
+    for (i = 2; i < n - 2; i++)
+      u[i] = -v[i];
+  }
+#pragma endscop
+}
+"""
+
+RADIUS2 = """
+void wide1(int T, int n, double a[n], double b[n]) {
+  int t, i;
+#pragma scop
+  for (t = 0; t < T; t++) {
+    for (i = 2; i < n - 2; i++)
+      b[i] = a[i-2] + a[i+2];
+    for (i = 2; i < n - 2; i++)
+      a[i] = b[i];
+  }
+#pragma endscop
+}
+"""
+
+#: in place: ``a[i-1]`` is this sweep's new value, so its iterations are not independent
+SEIDEL1 = """
+void seidel1(int T, int n, double a[n]) {
+  int t, i;
+#pragma scop
+  for (t = 0; t < T; t++)
+    for (i = 1; i < n - 1; i++)
+      a[i] = (a[i-1] + a[i] + a[i+1]) / 3.0;
+#pragma endscop
+}
+"""
+
+
+def test_jacobi1d_runs_on_the_lifted_layout(goldens):
+    """Golden: the ``lift`` pass on jacobi-1d's time loop (the branch up to 2048
+    elements; the time tiles beyond), IR in and out (the transposed copies, per sweep
+    the masked seams with their rotated vectors around plain aligned vectors, the copy
+    back, the nest as it was below the run-time guard).  Off with
+    ``vector_lift=False``, on AVX2, for a radius above 1 and for an in-place sweep."""
+    k = _jacobi1d()
+    ck = compile_kernel(k, "cpu-avx512", dump=True)
+    recs = ck.records
+    q = next(i for i, r in enumerate(recs) if r.name == "lift")
+    for part, text in (("in", recs[q - 1].tree), ("out", recs[q].tree)):
+        expected = goldens.expected(f"test_cpu_vector_window/jacobi1d.lift.{part}.ir", text)
+        assert expected == text.strip(), f"{part}:\n{text}"
+    assert any("lifted layout" in x for x in ck.notes["scop-stencil"])
+    assert ck.notes["lift"] == ["time loop c0: 2 sweep(s) over A, B on the lifted layout "
+                                "(8 lanes of ceil(n/8) elements; the nest as it was up to "
+                                "n = 72)"], ck.notes["lift"]
+    off = compile_kernel(k, "cpu-avx512", {"vector_lift": False})
+    assert "_lift" not in off.source and "time-tiled" in "".join(off.notes["scop-stencil"])
+    assert "_lift" not in compile_kernel(k, "cpu-avx2").source
+    for text in (RADIUS2, SEIDEL1):
+        other, = read_c_kernels(text)
+        assert "_lift" not in compile_kernel(other, "cpu-avx512").source
+
+
+@AVX512_RUNS
+@pytest.mark.parametrize("shift", [0, 3])
+def test_lifted_jacobi1d_is_bitwise(shift):
+    """Extents below the guard (the nest as it was), at it (``M = 10``), odd and prime
+    ones with every padding ``8M - n`` from 0 to 7, the largest lifted one (2048: the
+    arrays fill L1) and the first time-tiled one past it, arrays at different
+    alignments; a NaN spreads alike: bitwise the C order's result."""
+    k = _jacobi1d()
+    ck = compile_kernel(k, "cpu-avx512")
+    assert "A_lift" in ck.source
+    fn = _load(ck)
+    rng = np.random.default_rng(shift)
+    for n, tsteps in ((5, 2), (72, 3), (73, 3), (80, 4), (83, 5), (86, 1), (131, 6),
+                      (1031, 7), (2048, 3), (2049, 3)):
+        A0, B0 = rng.uniform(0.5, 1.5, n), rng.uniform(0.5, 1.5, n)
+        A0[n // 3] = np.nan
+        A, B = _view(A0, shift + 1), _view(B0, shift)
+        fn(A, B, tsteps=tsteps, n=n, out=(A, B))
+        wa, wb = _reference(A0, B0, tsteps)
+        for g, w in ((A, wa), (B, wb)):
+            assert np.array_equal(np.isnan(g), np.isnan(w)), (n, tsteps)
+            ok = ~np.isnan(w)
+            assert np.array_equal(g[ok].view(np.uint64), w[ok].view(np.uint64)), (n, tsteps)
+
+
+@AVX512_RUNS
+def test_lifted_float32_sweeps_are_bitwise():
+    """float32 (16 lanes, guard ``M >= 18``), sweeps with different ranges (``[1, n-1)``
+    and ``[2, n-2)``), a negation and a constant: bitwise the C order's result."""
+    k, = read_c_kernels(F32_HEAT)
+    ck = compile_kernel(k, "cpu-avx512")
+    assert "u_lift" in ck.source and "pc512_valign_ps(" in ck.source
+    fn = _load(ck)
+    rng = np.random.default_rng(9)
+    f = np.float32
+    for n, T in ((40, 3), (273, 4), (290, 5), (517, 3)):
+        u0, v0 = rng.uniform(-1, 1, n).astype(f), rng.uniform(-1, 1, n).astype(f)
+        u, v = _view(u0, 2), _view(v0, 5)
+        fn(u, v, T=T, n=n, out=(u, v))
+        wu, wv = u0.copy(), v0.copy()
+        for _ in range(T):
+            wv[1:-1] = wu[1:-1] + f(0.25) * ((wu[:-2] - f(2.0) * wu[1:-1]) + wu[2:])
+            wu[2:-2] = -wv[2:-2]
+        assert np.array_equal(u.view(np.uint32), wu.view(np.uint32)), n
+        assert np.array_equal(v.view(np.uint32), wv.view(np.uint32)), n

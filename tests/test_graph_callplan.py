@@ -56,13 +56,50 @@ def test_guards_hold_on_the_cached_path():
     np.testing.assert_allclose(cg(xt), _ref(np.ascontiguousarray(xt), w, b), rtol=1e-5)
 
 
-def test_out_arrays_take_the_checked_path():
+@pytest.mark.parametrize("first_out", [False, True])
+def test_out_arrays_take_the_cached_path(first_out):
+    """``out=`` calls reuse the shape's plan (recorded by a call with or without
+    ``out=``), write the caller's array in place and keep its checks: shape, dtype,
+    contiguity, count; a graph output that is its input is copied into ``out``."""
     cg, w, b = _mlp()
-    x = np.random.default_rng(3).standard_normal((2, 4, 7)).astype(np.float32)
-    cg(x)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 7)).astype(np.float32)
     o = np.empty((2, 20), np.float32)
-    assert cg(x, out=o) is o
-    np.testing.assert_allclose(o, _ref(x, w, b), rtol=1e-5)
+    assert (cg(x, out=o) if first_out else cg(x)) is not None
+    assert len(cg._plans) == 1
+    for _ in range(2):
+        x = rng.standard_normal((2, 4, 7)).astype(np.float32)
+        assert cg(x, out=o) is o
+        np.testing.assert_allclose(o, _ref(x, w, b), rtol=1e-5)
+    assert len(cg._plans) == 1
+    for bad in (np.empty((2, 21), np.float32), np.empty((2, 20), np.float64),
+                np.empty((20, 2), np.float32).T):
+        with pytest.raises(ShapeMismatchError, match=r"out\[0\] must be a C-contiguous"):
+            cg(x, out=bad)
+    with pytest.raises(ArgumentError, match="out= array"):
+        cg(x, out=[o, o])
+    ro = np.empty((2, 20), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ArgumentError, match=r"out\[0\] is read-only"):
+        cg(x, out=ro)
+    # an out= array that is the input: the checked path (the kernel copies the input)
+    sq = GraphBuilder("sq")
+    xs = sq.input("x", (3, 3))
+    mm = compile_graph(sq.build(sq.matmul(xs, xs)), "cpu")
+    a3 = rng.standard_normal((3, 3)).astype(np.float32)
+    mm(a3)
+    want = a3.astype(np.float64) @ a3
+    assert mm(a3, out=a3) is a3
+    np.testing.assert_allclose(a3, want, rtol=1e-5, atol=1e-6)
+    g = GraphBuilder("pair")
+    xi = g.input("x", (3,))
+    both = compile_graph(g.build(xi, g.relu(xi)), "cpu")
+    a = np.array([-1, 0, 2], np.float32)
+    o1, o2 = np.empty(3, np.float32), np.empty(3, np.float32)
+    for _ in range(2):
+        both(a, out=[o1, o2])
+        np.testing.assert_array_equal(o1, a)
+        np.testing.assert_array_equal(o2, np.maximum(a, 0))
 
 
 def test_kernel_flags_checked_on_the_cached_path():

@@ -237,6 +237,7 @@ def test_numpy_values_and_tile_configs_are_accepted():
     ("cpu-avx2", "parallel", "cpu-parallel"), ("cpu-avx2", "fuse", "cpu-fuse"),
     ("cpu-avx2", "microkernel", "cpu-backbone-tile"), ("cpu-avx2", "contract", "contract"),
     ("cpu-avx2", "vectorize", "vectorize"), ("cpu-avx2", "prefetch", "prefetch"),
+    ("cpu-avx512", "vector_lift", "lift"),
     ("cuda", "promote", "promote-shared"), ("cuda", "unroll", "unroll-point-loops"),
 ])
 def test_each_switch_removes_its_step(target, option, step):

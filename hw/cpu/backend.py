@@ -149,6 +149,7 @@ class CpuBackend(Backend):
         passes += [ir_pass("flatten", lambda f, s: flatten(f)), body_pass("simplify", simplify)]
         if not _vector(state):
             return passes + [_LEGALIZE_NAMES]
+        from polycomp.lowering.lift import lift
         from polycomp.lowering.vectorize import vectorize
         from polycomp.scheduler.cpu.state import cpu_microkernels
 
@@ -163,6 +164,11 @@ class CpuBackend(Backend):
                 lambda text: s.note("microkernels", text), prefetch=o.prefetch,
                 dead=cpu_microkernels(s).chain_temporaries,
                 chains=cpu_microkernels(s).chains)),
+        ]
+        if o.vector_lift and target.isa == "avx512":
+            passes.append(ir_pass("lift", lambda f, s: lift(
+                f, target.vector_lanes, lambda text: s.note("lift", text))))
+        passes += [
             ir_pass("vectorize", lambda f, s: vectorize(
                 f, target.vector_lanes, tail=o.tail, reduce_unroll=o.reduce_unroll,
                 reciprocal=o.reciprocal,

@@ -352,6 +352,11 @@ def _address(a: np.ndarray) -> int:
     return ctypes.c_void_p.from_address(id(a) + _DATA_FIELD).value or 0
 
 
+#: :func:`_address` for other modules (the graph runtime's prepared calls): ~0.4 us where
+#: ``a.ctypes.data`` takes ~2 us
+array_address = _address
+
+
 @dataclass(frozen=True)
 class _Signature:
     """The arrays of a checked call of a :class:`CFunction` (``out=`` given, no size

@@ -657,15 +657,17 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
     if n_j is not None and prepacked and dot is None and not options.gemm_tiles:
         NC = balanced_nc(n_j, NC, NR)
     if n_i is not None and n_j is not None and threads > 1 and not options.gemm_tiles \
-            and -(-n_i // MR) < threads * SMALL_M_PANELS and n_j >= threads * NR:
+            and few_rows(n_i, MR, threads) and n_j >= threads * NR:
         # few rows: splitting i would have every thread pack (and read from memory) the
         # whole Y block for a handful of register rows; each thread takes whole j tiles
         # instead (its own part of Y, all of X, which is small), at least one per thread,
         # as many tiles per thread (few_row_nc)
         MC = MR * -(-n_i // MR)
-        nc_cache = max(NR, target.l2_bytes * FEW_ROW_L2_SHARE // 4 // (KC * size) // NR * NR)
-        NC = min(NC, NR * -(-n_j // (threads * NR))) if dot is None and column_batch(op) \
-            else few_row_nc(n_j, nc_cache, NR, threads)   # heads: no j split (below)
+        if dot is None and column_batch(op):
+            NC = min(NC, NR * -(-n_j // (threads * NR)))    # heads: no j split (below)
+        else:
+            NC, KC = _few_row_tiles(n_j, KC, MR, NR, size, threads, target,
+                                    prepacked and dot is None)
         parallel_j = True
     elif n_i is not None:
         panels = -(-n_i // MR)
@@ -801,6 +803,107 @@ def dynamic_row_tiles(row_tiles_only: bool) -> bool:
     an idle host to measure (docs/cpu_backend.md *Threads*)."""
     import os
     return row_tiles_only and os.environ.get("POLYCOMP_GEMM_DYNAMIC", "0") == "1"
+
+
+def _few_row_tiles(n_j: int, KC: int, MR: int, NR: int, size: int, threads: int, target,
+                   deepen: bool) -> tuple[int, int]:
+    """``(NC, KC)`` of the few-row split (``deepen``: a pre-packed ``Y``, :func:`few_row_kc`)."""
+    if deepen:
+        KC = few_row_kc(n_j, KC, MR, NR, size, threads, target.l1_bytes, target.l2_bytes)
+    return few_row_nc(n_j, few_row_cache_nc(target.l2_bytes, KC, size, NR), NR, threads), KC
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def few_rows(n_i: int, MR: int, threads: int) -> bool:
+    """A constant row extent ``n_i`` of fewer than :data:`SMALL_M_PANELS` register rows
+    (``MR``) per thread: the threads split the ``j`` tiles instead of the ``i`` tiles
+    (when there is a column panel per thread, :func:`choose_blocking`)."""
+    return threads > 1 and -(-n_i // MR) < threads * SMALL_M_PANELS
+
+
+def few_row_cache_nc(l2_bytes: int, KC: int, size: int, NR: int) -> int:
+    """The cache bound on ``NC`` of the few-row split: a ``KC x NC`` block of ``Y`` in
+    :data:`FEW_ROW_L2_SHARE` quarters of L2, a multiple of ``NR``."""
+    return max(NR, l2_bytes * FEW_ROW_L2_SHARE // 4 // (KC * size) // NR * NR)
+
+
+def few_row_thread_columns(n_j: int, NC: int, NR: int, threads: int) -> int:
+    """The columns thread 0 runs in the few-row split with tiles of ``NC`` columns
+    (``schedule(static)``: the first ``ceil(tiles / threads)`` of them, whole tiles);
+    the call's critical path."""
+    return _cdiv(_cdiv(n_j, NC), threads) * NC
+
+
+def few_row_blocking_enabled() -> bool:
+    """:func:`few_row_kc` and :func:`few_row_register_block` on (default);
+    ``POLYCOMP_FEW_ROW_BLOCK=0`` keeps ``KC`` and the planned register block (for
+    comparisons)."""
+    import os
+    return os.environ.get("POLYCOMP_FEW_ROW_BLOCK", "1") != "0"
+
+
+#: the deepest ``k`` tile of the few-row split with a pre-packed ``Y`` (few_row_kc)
+FEW_ROW_KC = 512
+
+
+def few_row_kc(n_j: int, KC: int, MR: int, NR: int, size: int, threads: int,
+               l1_bytes: int, l2_bytes: int) -> int:
+    """``KC`` of the few-row split when ``Y`` is pre-packed (a graph's weight): the
+    ``MR x KC`` panel of ``X`` in half of L1 (not a quarter), at most
+    :data:`FEW_ROW_KC`, when the cache bound on ``NC`` it implies
+    (:func:`few_row_cache_nc`: half as many columns) leaves thread 0 no more columns
+    (:func:`few_row_thread_columns`); else ``KC``.  Half as many ``k`` tiles: the
+    accumulators of each register tile are loaded and stored, and its ``Y`` panel's
+    stream restarted, half as often.  Measured on the Zen 4 host (AVX-512, ``8 x 32``
+    register block, ``KC`` 256 -> 512, 2 threads, SCHED_FIFO, best of 15 rounds, same
+    process): 32 x 1024 x 4096 89.9 -> 94.8 % of the FMA peak, 32 x 1024 x 1024 and
+    32 x 4096 x 1024 within the noise (docs/cpu_backend.md, *Few-row split*).  With the
+    ``8 x 48`` block at 1024 columns the halved bound would cut a thread's 11 panels
+    into 2 x 6 (576 instead of 528 columns): ``KC`` stays."""
+    deep = min(FEW_ROW_KC, l1_bytes // (2 * MR * size) // 16 * 16)
+    if deep <= KC or not few_row_blocking_enabled():
+        return KC
+
+    def thread0(kc: int) -> int:
+        return few_row_thread_columns(
+            n_j, few_row_nc(n_j, few_row_cache_nc(l2_bytes, kc, size, NR), NR, threads),
+            NR, threads)
+    return deep if thread0(deep) <= thread0(KC) else KC
+
+
+def few_row_register_block(n_i: int, n_j: int, lanes: int, threads: int,
+                           block: tuple[int, int]) -> tuple[int, int]:
+    """The register block ``(MR, NI)`` of a product of ``n_i x n_j`` (constant) run with
+    the few-row split on ``threads`` threads, ``block`` the planned one: the ``NI``
+    from ``block``'s down to 2 whose ``NI * lanes``-column panels give thread 0 the
+    fewest columns (``ceil(panels / threads)`` whole panels), the widest among equals;
+    ``block`` itself when the split does not apply.  BERT-large's 1024 and 4096
+    columns are 21.3 and 85.3 panels of 48 (8 x 48 on AVX-512): thread 0 ran 11 and 43
+    panels, 528 and 2064 columns for shares of 512 and 2048 (97 and 99 %); panels of
+    32 split them evenly.  8 x 32 ran as fast as 8 x 48 on one core (32 x 1024 x 1024,
+    90.7 against 90.9 % of the FMA peak, best of 10); BERT-base's 768 and 3072
+    columns split evenly either way and keep 8 x 48.  A narrower block keeps at least
+    :data:`FEW_ROW_MIN_ACCUMULATORS` accumulators."""
+    MR, NI = block
+    if not few_rows(n_i, MR, threads) or NI <= 2 or not few_row_blocking_enabled():
+        return block
+
+    def thread0(ni: int) -> int:
+        nr = ni * lanes
+        return _cdiv(_cdiv(n_j, nr), threads) * nr
+    fits = [ni for ni in range(NI, 1, -1) if ni == NI or MR * ni >= FEW_ROW_MIN_ACCUMULATORS]
+    best = min(fits, key=lambda ni: (thread0(ni), -ni))
+    return (MR, best) if n_j >= threads * best * lanes else block
+
+
+#: the fewest accumulators a narrower few-row register block keeps
+#: (:func:`few_row_register_block`): the 16 of AVX-512's 8 x 2, measured as fast as 8 x 3;
+#: AVX2's 4 x 2 (8 accumulators, as many as two 4-cycle FMA pipes keep in flight) is
+#: unmeasured and keeps 4 x 3
+FEW_ROW_MIN_ACCUMULATORS = 16
 
 
 def few_row_nc(n_j: int, NC: int, NR: int, threads: int) -> int:

@@ -81,6 +81,13 @@ with :func:`~polycomp.scheduler.common.tree.violated_dependences` and, when the 
 run in parallel, that every dependence between instances with equal wavefront has
 equal ``T_1`` (isl's coincidence); if either fails for diamonds the parallelograms are
 tried, and if they fail too the subtree keeps the program order (each with a note).
+On an AVX-512 target with the options ``vector_lift`` and ``vectorize`` (and no
+``stencil_tiles``), a 1-D stencil's instances at the sizes where its arrays fit L1
+(:func:`lift_split`) are left in program order with a note (:func:`lifted_layout`):
+the IR pass of :mod:`polycomp.lowering.lift` runs their sweeps on lane-transposed
+copies of the arrays, which needs the plain time loop; the subtree becomes
+``sequence[filter small: the program order, filter big: the tiles]`` (the two filters
+never hold instances of the same parameter values, so no dependence joins them).
 A nest whose cone gives no skew (adi: its row sweep reads what the column sweep wrote
 along the other axis, a distance as long as the extent) is left in order with a note.
 The points of a diamond are those of the parallelogram band ``(t, y_1 .., y_D)``
@@ -146,6 +153,36 @@ PARALLEL_MIN_DIMS = 2
 #: fewest space dimensions for which the statements of a tile's row share one
 #: innermost loop (:func:`fused_rows`); 1-D stencils keep one loop per statement
 FUSE_MIN_DIMS = 2
+
+
+def lifted_layout(ctx: CompileState) -> bool:
+    """Whether a 1-D stencil's time loop is left in order for the lifted layout of
+    :mod:`polycomp.lowering.lift` (options ``vector_lift`` and ``vectorize`` on an
+    AVX-512 target, no ``stencil_tiles`` given): the lifted sweeps need no time tiles
+    (the arrays of a sweep stay in L1 at PolyBench's sizes; larger ones stream from
+    L2), and they reach what time tiles cannot: a sweep without lane shifts
+    (docs/c_frontend.md, jacobi-1d).  A nest the lowering pass does not take (a
+    radius above 1, say) then runs its time steps in order, which measured as fast as
+    time tiles on one thread."""
+    o = ctx.cpu_options
+    return bool(o.vector_lift and o.vectorize and o.stencil_tiles is None
+                and ctx.target.isa == "avx512")
+
+
+def lift_split(filt: isl.UnionSet, cap: int) -> tuple[isl.UnionSet, isl.UnionSet]:
+    """``(small, big)``: the instances of ``filt`` (a 1-D stencil, ``S[t, i]``) at the
+    parameter values where no statement reaches ``i >= cap - 1`` (its arrays of at
+    most ``cap`` elements, ``i <= n - 2``), and the others.  The two never exist for the
+    same parameters, so no dependence joins them and either order of the two is legal."""
+    reach = None
+    for st in sets(filt):
+        far = st.lower_bound_val(isl.dim_type.set, 1, isl.Val.int_from_si(st.get_ctx(),
+                                                                           cap - 1))
+        p = far.params()
+        reach = p if reach is None else reach.union(p)
+    assert reach is not None
+    big = filt.intersect_params(reach)
+    return filt.subtract(big), big
 
 
 def cache_budget(dims: int, target) -> int:
@@ -360,6 +397,23 @@ class ScopStencilPass(Pass):
             names = sorted((s.get_tuple_name() for s in ss), key=order.index)
             if not _time_loop_outside(ctx, names):
                 continue
+            small = None
+            if max(dims) == 2 and lifted_layout(ctx):
+                stmts = [ctx.model.statement(n) for n in names]
+                cap = ctx.target.l1_bytes // _elem_bytes(stmts, 1)
+                small, big = lift_split(filt, cap)
+                ctx.note(self.name, f"{'+'.join(names)}: 1-D stencil left in time-step "
+                                    f"order up to {cap} elements (its arrays in L1) for "
+                                    f"the lifted layout (lowering/lift.py: the sweeps run "
+                                    f"on lane-transposed copies of the arrays; option "
+                                    f"vector_lift=False time-tiles it)"
+                                    + ("" if big.is_empty() else ", time-tiled beyond"))
+                if big.is_empty():
+                    continue
+                if small.is_empty():
+                    small = None
+                else:
+                    filt = big
             local = deps.intersect_domain(filt).intersect_range(filt)
             # diamonds where the tiles run in parallel (concurrent start)
             want_diamond = opts.stencil_shape == "diamond" and \
@@ -382,7 +436,7 @@ class ScopStencilPass(Pass):
                            "no diamond: a dependence leaves the cone |dz1| <= c*dt (within "
                            "one time step along z1), ")
                 new_kid = self._tiled(cand, child, names, filt, kids, idx, tree, domain,
-                                      local, ctx, why_not)
+                                      local, ctx, why_not, small)
                 if new_kid is not None:
                     kids[idx] = new_kid
                     if not isinstance(tree, T.Sequence):
@@ -395,9 +449,11 @@ class ScopStencilPass(Pass):
 
     def _tiled(self, band: StencilBand, child, names: list[str], filt: isl.UnionSet,
                kids: list, idx: int, tree, domain, local: isl.UnionMap, ctx: CompileState,
-               why_not: str):
+               why_not: str, small: isl.UnionSet | None = None):
         """The tiled subtree replacing ``child`` for ``band``, or None (with a note) when
-        the tiles of a wavefront are not independent or a dependence is violated."""
+        the tiles of a wavefront are not independent or a dependence is violated.  With
+        ``small`` (the instances of the sizes the lifted layout takes, ``filt`` the
+        others), ``sequence[small: child's subtree in program order, filt: the tiles]``."""
         dims = band.dims
         diamond = band.minus is not None
         stmts = [ctx.model.statement(n) for n in names]
@@ -416,6 +472,9 @@ class ScopStencilPass(Pass):
                 ctx.note(self.name, f"{what}: tiles of a wavefront not independent; "
                                     f"not used")
                 return None
+            if small is not None:
+                plain = child.child if isinstance(child, T.Filter) else child
+                sub = T.Sequence([T.Filter(small, plain), T.Filter(filt, sub)])
             new_kid = T.Filter(child.filter, sub) if isinstance(child, T.Filter) else sub
             trial_kids = list(kids)
             trial_kids[idx] = new_kid
