@@ -37,7 +37,7 @@ from polycomp.scheduler.promotion.record import prepacked_inputs
 from .ir import Graph, HeldCopy, Value
 from .lower import CONV_WEIGHT_AXES, HeadSplit, argname, group_kernel, head_fold_enabled
 from .partition import Group, Partition, partition
-from .rewrite import split_projections
+from .rewrite import qkv_stack_enabled, split_projections, stack_projections
 from .runtime import CompiledGraph, Step, check_dims_bound
 from .shapes import propagate
 
@@ -225,6 +225,8 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     check_dims_bound(graph)  # before the partition's cost model evaluates any extent
     if backend_for_name(target).family == "c" and head_fold_enabled():
         split_projections(graph)   # GPT-2's c_attn: one projection per q, k, v
+        if qkv_stack_enabled():
+            stack_projections(graph)   # q, k, v of the same rows: one stacked GEMM
     part = partition(graph, fuse=fuse)
     part.groups = _topo_groups(part)
     built: dict[str, tuple[object, Any, list[str]]] = {}

@@ -186,6 +186,10 @@ class HeadSplit:
     vectors: tuple[Value, ...]
     # operators before the matmul (a layer norm feeding it), lowered as they are
     pre: tuple[Node, ...] = ()
+    # a stacked projection (``graph/rewrite.py`` ``stack_projections``): ``parts`` blocks
+    # of ``H*D`` columns (q, k, v), reshaped to ``(*P, S, T, H, D)`` and permuted to
+    # ``(T, *P, H, S, D)``; 1 for one projection
+    parts: int = 1
 
 
 def _swaps(n: Node, a: int, b: int) -> bool:
@@ -199,6 +203,16 @@ def _swaps(n: Node, a: int, b: int) -> bool:
     want = list(range(rank))
     want[a], want[b] = want[b], want[a]
     return list(p) == want
+
+
+def _permutes(n: Node, perm: list) -> bool:
+    """``n`` (``transpose`` / ``permute``) is the permutation ``perm`` (output axis
+    ``q`` is input axis ``perm[q]``)."""
+    try:
+        from .opdefs import _perm
+        return list(_perm(n, len(n.output.shape))) == list(perm)
+    except Exception:
+        return False
 
 
 def _vector_chain(mm: Node, mid: list[Node], n_out) -> tuple[Value, list[Value]] | None:
@@ -238,7 +252,13 @@ def head_split(group: Group, outputs: list[Value]) -> HeadSplit | None:
     reshape and transpose only rename points), with no stage of its own for the reshape
     or the transpose: the GEMM writes its tiles straight into the head layout and the
     bias epilogue runs on them (the CPU GEMM tree puts the head loop with the column
-    tiles, :mod:`polycomp.scheduler.cpu.backbone_tile`)."""
+    tiles, :mod:`polycomp.scheduler.cpu.backbone_tile`).
+
+    The stacked form (``graph/rewrite.py`` ``stack_projections``: ``w (K, T*H*D)``,
+    ``reshape(*P, S, T, H, D)``, ``permute`` to ``(T, *P, H, S, D)``) qualifies too
+    (:attr:`HeadSplit.parts` ``= T``): ``out[t, .., h, s, d] = sum_k a[.., s, k] *
+    w[k, t*H + h, d]``, ``w`` passed as ``(K, T*H, D)``, each rank-1 operand as ``(T,
+    1, .., 1, H, 1, D)`` (``(t, h, d)`` is ``(t*H + h)*D + d`` of the flat axis)."""
     nodes = group.nodes
     p = next((q for q, n in enumerate(nodes) if n.op == "matmul"), len(nodes))
     pre = nodes[:p]
@@ -265,19 +285,24 @@ def head_split(group: Group, outputs: list[Value]) -> HeadSplit | None:
         return None
     shp = tuple(rs.output.shape)
     p = len(lead)
-    if len(shp) != p + 2 or shp[:p] != lead or not (shp[-2].is_Integer and shp[-1].is_Integer):
+    if len(shp) not in (p + 2, p + 3) or shp[:p] != lead or \
+            not all(d.is_Integer for d in shp[p:]):
         return None
+    parts = int(shp[p]) if len(shp) == p + 3 else 1
     heads, dim = int(shp[-2]), int(shp[-1])
-    if not n_out.is_Integer or heads * dim != int(n_out) or heads < 2:
+    if not n_out.is_Integer or parts * heads * dim != int(n_out) or heads < 2:
         return None
-    if not _swaps(tr, p - 1, p):
+    if parts == 1 and not _swaps(tr, p - 1, p):
+        return None
+    if parts > 1 and (len(shp) == p + 2 or not _permutes(tr, [p, *range(p - 1), p + 1, p - 1,
+                                                               p + 2])):
         return None
     if any(v in vectors for v in (a, w)) or any(
             v is not mm.output and v in [m.output for m in mid] for v in vectors):
         return None
     if any(v is w or v in vectors for n in pre for v in n.inputs):
         return None              # read by a prologue operator under its own shape
-    return HeadSplit(mm, heads, dim, tuple(vectors), tuple(pre))
+    return HeadSplit(mm, heads, dim, tuple(vectors), tuple(pre), parts)
 
 
 def _head_split_lower(hs: HeadSplit, group: Group, env: dict, out_shape: tuple):
@@ -297,9 +322,16 @@ def _head_split_lower(hs: HeadSplit, group: Group, env: dict, out_shape: tuple):
     mm = hs.matmul
     a, w = (env[v] for v in mm.inputs)
     kax = dsl.reduce_axis(a.shape[-1], f"k_{mm.name}")
+    q0 = 0 if hs.parts == 1 else 1
 
-    def body(i):                 # i = (*P, h, s, d)
-        return dsl.sum(a[tuple(i[:-3]) + (i[-2], kax)] * w[(kax, i[-3], i[-1])], axis=kax)
+    def rows(i):                 # a (*P, S, K), or (S, K) when every P is 1 (below)
+        return (tuple(i[q0:-3]) if len(a.shape) > 2 else ()) + (i[-2], kax)
+    if hs.parts == 1:
+        def body(i):             # i = (*P, h, s, d)
+            return dsl.sum(a[rows(i)] * w[(kax, i[-3], i[-1])], axis=kax)
+    else:
+        def body(i):             # i = (t, *P, h, s, d); w (K, T*H, D)
+            return dsl.sum(a[rows(i)] * w[(kax, i[0] * hs.heads + i[-3], i[-1])], axis=kax)
     cur = _compute(out_shape, body, name=_name(mm), dtype=mm.output.dtype)
     env[mm.output] = cur
     for n in group.nodes[len(hs.pre) + 1:-2]:
@@ -533,12 +565,20 @@ def _head_split_kernel(part: Partition, group: Group, hs: HeadSplit, inputs: lis
     """:func:`group_kernel` of a :class:`HeadSplit` group."""
     w = hs.matmul.inputs[1]
     k = w.shape[0]
-    shapes: dict[Value, Shape] = {w: (k, sympy.Integer(hs.heads), sympy.Integer(hs.dim))}
-    for v in hs.vectors:
-        shapes[v] = (sympy.Integer(hs.heads), sympy.Integer(1), sympy.Integer(hs.dim))
+    one, h, d = sympy.Integer(1), sympy.Integer(hs.heads), sympy.Integer(hs.dim)
+    out = group.nodes[-1].output
+    shapes: dict[Value, Shape] = {w: (k, sympy.Integer(hs.parts * hs.heads), d)}
+    for v in hs.vectors:        # (H, 1, D), stacked (T, 1, .., 1, H, 1, D): broadcasts
+        shapes[v] = (h, one, d) if hs.parts == 1 else \
+            (sympy.Integer(hs.parts),) + (one,) * (len(out.shape) - 4) + (h, one, d)
+    a = hs.matmul.inputs[0]
+    if a in inputs and all(e == 1 for e in a.shape[:-2]):
+        # batch 1 (static shapes): the rows passed as their zero-copy (S, K) reshape, a
+        # plain 2-d X the CPU GEMM reads where it lies (backbone_tile.in_place_operands)
+        # instead of packing it per call
+        shapes[a] = tuple(a.shape[-2:])
     types = {argname(v): Tensor[pm.shape(shapes.get(v, v.shape)), v.dtype]  # type: ignore
              for v in inputs}
-    out = group.nodes[-1].output
 
     def fn(*args):
         env: dict = dict(zip(inputs, args))

@@ -254,6 +254,25 @@ def _slice_lower(node: Node, ins, shape):
         for k, v in enumerate(i))], name=_name(node))
 
 
+def _select_shape(node: Node, cs: Constraints) -> Shape:
+    """``x[index]``: the block ``index`` of ``x``'s leading axis (constant ``index``), the
+    axis dropped.  Made by ``graph/rewrite.py`` ``stack_projections`` (the q, k and v
+    blocks of a stacked projection); a zero-copy view at run time (:func:`kind_of`)."""
+    x = node.inputs[0]
+    if not x.shape:
+        raise ShapeMismatchError(f"select {node.name!r}: {x.name!r} has no axis", node.location)
+    k, n = int(node.attrs["index"]), x.shape[0]
+    if k < 0 or (n.is_Integer and k >= int(n)):
+        raise ShapeMismatchError(f"select {node.name!r}: index {k} out of range for "
+                                 f"extent {n}", node.location)
+    return tuple(x.shape[1:])
+
+
+def _select_lower(node: Node, ins, shape):
+    k = int(node.attrs["index"])
+    return _compute(shape, lambda i: ins[0][(k,) + tuple(i)], name=_name(node))
+
+
 def split_reshape(src: Shape, dst: Shape) -> tuple[int, Shape, Shape] | None:
     """``(prefix, src_rest, dst_rest)`` when ``src -> dst`` keeps a common prefix and the
     rest are integer extents (a quasi-affine index map), else None."""
@@ -283,8 +302,11 @@ def _reshape_shape(node: Node, cs: Constraints) -> Shape:
 
 
 def is_runtime_view(node: Node) -> bool:
-    return node.op == "reshape" and split_reshape(node.inputs[0].shape,
-                                                  node.output.shape) is None
+    """``node`` runs as a zero-copy view of its operand (a view step, no kernel): a
+    ``reshape`` that is no quasi-affine index map, or a ``select`` (a block of the
+    leading axis: contiguous in a C-ordered array)."""
+    return node.op == "select" or (node.op == "reshape" and split_reshape(
+        node.inputs[0].shape, node.output.shape) is None)
 
 
 def _strides(shape) -> list[int]:
@@ -1090,6 +1112,7 @@ OPS: dict[str, OpDef] = {
     "transpose": OpDef("injective", _permute_shape, _permute_lower, 0.0),
     "permute": OpDef("injective", _permute_shape, _permute_lower, 0.0),
     "slice": OpDef("injective", _slice_shape, _slice_lower, 0.0),
+    "select": OpDef("injective", _select_shape, _select_lower, 0.0),
     "reshape": OpDef("injective", _reshape_shape, _reshape_lower, 0.0),
     "expand": OpDef("injective", _expand_shape, _expand_lower, 0.0),
     "cat": OpDef("injective", _cat_shape, _cat_lower, 0.0, dtype=_cat_dtype),

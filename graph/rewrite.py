@@ -7,10 +7,18 @@ range, ``add(matmul(x, W[:, a:e]), b[a:e])`` on the ``(B, S, K)`` source, with t
 ranges of the weight and the bias as new constants (copied once, at compile time).  Each
 range is then a projection like BERT's, whose head split ``graph/lower.py`` ``head_split``
 folds into its GEMM (no slice, reshape or transpose stage, no ``B*S x 3*H*D``
-temporary).  ``POLYCOMP_HEAD_FOLD=0`` (:func:`polycomp.graph.lower.head_fold_enabled`)
-leaves the graph as it is.
+temporary).
+
+:func:`stack_projections`: two or more such head-split projections of the same rows
+(those ranges, or BERT's three linears) become one GEMM writing the stacked head layout
+``(T, *P, H, S, D)``, each part a zero-copy ``select`` view (the rows packed once for
+q, k and v; one kernel call).  ``POLYCOMP_HEAD_FOLD=0``
+(:func:`polycomp.graph.lower.head_fold_enabled`) leaves the graph as it is,
+``POLYCOMP_QKV_STACK=0`` the projections unstacked.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import sympy
@@ -149,3 +157,153 @@ def _replace_uses(graph: Graph, old: Value, new: Value) -> None:
     for x in graph.nodes:
         x.inputs = [new if v is old else v for v in x.inputs]
     graph.outputs = [new if v is old else v for v in graph.outputs]
+
+
+@dataclass(frozen=True, eq=False)
+class _HeadChain:
+    """``matmul(a, w) [-> add(bias)] -> reshape(*P, S, H, D) -> transpose(S, H)``:
+    one projection split into heads (:func:`stack_projections`)."""
+    nodes: tuple[Node, ...]
+    w: Value
+    bias: Value | None
+    heads: int
+    dim: int
+
+
+def _head_chain(mm: Node, consumers: dict, outputs: set) -> _HeadChain | None:
+    """The head-split projection that starts at ``mm``, each value of the chain read only
+    by the next operator (the last one's result excepted), or None."""
+    from .lower import _swaps
+    a, w = mm.inputs
+    if w.const is None or len(w.shape) != 2 or len(a.shape) < 3 or \
+            not all(d.is_Integer for d in w.shape) or mm.output.dtype != w.dtype or \
+            a.dtype != w.dtype or w.dtype not in ("float32", "float64"):
+        return None             # (the dtypes head_split folds)
+    n = int(w.shape[1])
+    lead = tuple(a.shape[:-1])
+    nodes, cur, bias = [mm], mm.output, None
+    nxt = _one_user(cur, consumers, outputs)
+    if nxt is not None and nxt.op == "add":
+        other = [v for v in nxt.inputs if v is not cur]
+        if len(other) == 1 and other[0].const is not None and \
+                tuple(other[0].shape) == (n,) and nxt.output.dtype == cur.dtype:
+            bias, cur = other[0], nxt.output
+            nodes.append(nxt)
+            nxt = _one_user(cur, consumers, outputs)
+    if nxt is None or nxt.op != "reshape":
+        return None
+    shp = tuple(nxt.output.shape)
+    p = len(lead)
+    if len(shp) != p + 2 or shp[:p] != lead or not all(d.is_Integer for d in shp[p:]):
+        return None
+    heads, dim = int(shp[p]), int(shp[p + 1])
+    if heads < 2 or heads * dim != n:
+        return None
+    tr = _one_user(nxt.output, consumers, outputs)
+    if tr is None or tr.op not in ("transpose", "permute") or not _swaps(tr, p - 1, p):
+        return None
+    return _HeadChain((*nodes, nxt, tr), w, bias, heads, dim)
+
+
+def qkv_stack_enabled() -> bool:
+    """:func:`stack_projections` runs (C/CPU family, with the head fold);
+    ``POLYCOMP_QKV_STACK=0`` leaves one projection per q, k, v (for comparisons)."""
+    import os
+    return os.environ.get("POLYCOMP_QKV_STACK", "1") != "0"
+
+
+def stack_projections(graph: Graph) -> int:
+    """Stack the head-split projections that read the same rows into one; returns how
+    many stacked projections were made.  Assumes propagated shapes.
+
+    Candidates are :class:`_HeadChain` s -- ``matmul(a, W_t)`` (``a (*P, S, K)``, ``W_t``
+    a constant ``(K, H*D)``), an optional ``add`` of a constant ``(H*D,)`` bias,
+    ``reshape(*P, S, H, D)``, the transpose of ``S`` and ``H``, each value but the last
+    read only by the next -- with the same ``a``, ``H``, ``D``, dtype and bias or no
+    bias (BERT's three linears; GPT-2's ``c_attn`` after :func:`split_projections`).
+    Two or more become ``matmul(a, [W_0 .. W_T-1]) [-> add([b_0 .. b_T-1])] ->
+    reshape(*P, S, T, H, D) -> permute -> (T, *P, H, S, D)`` followed by ``select(t)``
+    for each former result: one GEMM of ``T*H*D`` columns whose tiles
+    ``graph/lower.py`` ``head_split`` writes straight into the stacked head layout, the
+    activation rows packed once for all three, and each ``select`` a zero-copy view of
+    its contiguous block (``opdefs.is_runtime_view``).  Guarantees: each former result's
+    readers read a value of the same shape, dtype and elements (columns ``t*H*D ..`` of
+    ``a @ [W_0 ..] + [b_0 ..]`` are ``a @ W_t + b_t``); the constants are concatenated
+    once, at compile time, and the former ones dropped when nothing else reads them."""
+    made = 0
+    while True:
+        consumers = graph.consumers()
+        outputs = set(graph.outputs)
+        found: dict[tuple, list[_HeadChain]] = {}
+        for mm in graph.nodes:
+            if mm.op != "matmul":
+                continue
+            ch = _head_chain(mm, consumers, outputs)
+            if ch is not None:
+                key = (id(mm.inputs[0]), ch.heads, ch.dim, ch.w.dtype, ch.bias is None,
+                       None if ch.bias is None else ch.bias.dtype)
+                found.setdefault(key, []).append(ch)
+        todo = next((c for c in found.values() if len(c) >= 2), None)
+        if todo is None:
+            return made
+        _stack(graph, todo)
+        made += 1
+
+
+def _stack(graph: Graph, chains: list[_HeadChain]) -> None:
+    names = {v.name for v in [*graph.inputs, *graph.constants]} | \
+        {x.output.name for x in graph.nodes}
+
+    def fresh(base: str) -> str:
+        k = 0
+        while f"{base}_{k}" in names:
+            k += 1
+        names.add(f"{base}_{k}")
+        return f"{base}_{k}"
+
+    first = chains[0]
+    mm0 = first.nodes[0]
+    a = mm0.inputs[0]
+    lead = tuple(a.shape[:-1])
+    p, t_n = len(lead), len(chains)
+    h, d = sympy.Integer(first.heads), sympy.Integer(first.dim)
+    n = sympy.Integer(t_n * first.heads * first.dim)
+    loc = mm0.location
+    new: list[Node] = []
+
+    def node(op: str, base: str, ins: list, attrs: dict, shape: tuple, dtype: str) -> Value:
+        out = Value(fresh(base), dtype, shape)
+        nd = Node(op, out.name, ins, attrs, out, loc)
+        out.producer = nd
+        new.append(nd)
+        return out
+
+    w = Value(fresh(first.w.name), first.w.dtype, (first.w.shape[0], n), const=np.concatenate(
+        [np.asarray(c.w.const) for c in chains], axis=1))
+    graph.constants.append(w)
+    dtype = mm0.output.dtype
+    cur = node("matmul", "matmul_qkv", [a, w], {}, lead + (n,), dtype)
+    if first.bias is not None:
+        b = Value(fresh(first.bias.name), first.bias.dtype, (n,), const=np.concatenate(
+            [np.asarray(c.bias.const) for c in chains if c.bias is not None]))
+        graph.constants.append(b)
+        cur = node("add", "add_qkv", [cur, b], {}, cur.shape, dtype)
+    cur = node("reshape", "reshape_qkv", [cur],
+               {"shape": lead + (sympy.Integer(t_n), h, d)}, lead + (sympy.Integer(t_n), h, d),
+               dtype)
+    perm = [p, *range(p - 1), p + 1, p - 1, p + 2]
+    shp = cur.shape
+    cur = node("permute", "permute_qkv", [cur], {"perm": perm},
+               tuple(shp[q] for q in perm), dtype)
+    for t, c in enumerate(chains):
+        old = c.nodes[-1].output
+        sel = node("select", f"{old.name}_{'qkv'[t] if t_n == 3 else t}", [cur], {"index": t},
+                   tuple(cur.shape[1:]),
+                   dtype)
+        _replace_uses(graph, old, sel)
+    at = min(graph.nodes.index(c.nodes[0]) for c in chains)
+    graph.nodes[at:at] = new
+    gone = {x for c in chains for x in c.nodes}
+    graph.nodes = [x for x in graph.nodes if x not in gone]
+    used = {v for x in graph.nodes for v in x.inputs} | set(graph.outputs)
+    graph.constants = [c for c in graph.constants if c in used]

@@ -285,9 +285,9 @@ class CompiledGraph:
             if s.fn is None:
                 src, dst = s.inputs[0], s.outputs[0]
                 if dst in vals:  # a view that is a graph output: copy
-                    np.copyto(vals[dst], vals[src].reshape(c.view_shape))
+                    np.copyto(vals[dst], c.view(vals[src]))
                 else:
-                    vals[dst] = vals[src].reshape(c.view_shape)
+                    vals[dst] = c.view(vals[src])
             else:
                 for v, o in zip(s.outputs, c.out_views):
                     if v not in vals and o is not None:
@@ -384,10 +384,10 @@ class CompiledGraph:
             if s.fn is None:
                 src, dst = s.inputs[0], s.outputs[0]
                 if dst in vals:
-                    np.copyto(vals[dst], vals[src].reshape(c.view_shape))
+                    np.copyto(vals[dst], c.view(vals[src]))
                 else:
-                    vals[dst] = vals[src].reshape(c.view_shape)
-                    addr[dst] = addr[src]
+                    vals[dst] = c.view(vals[src])
+                    addr[dst] = addr[src] + c.view_bytes
                 continue
             for v, o in zip(s.outputs, c.out_views):
                 if v not in vals and o is not None:
@@ -504,11 +504,18 @@ class StepCall:
     out_views: list = field(default_factory=list)   # (slot, numel, shape) of a slot value
     out_shapes: list = field(default_factory=list)  # the kernel's shape, or None
     view_shape: tuple = ()                          # a view step's shape
+    # a ``select`` view step: the block of the leading axis, and its byte offset
+    view_index: int | None = None
+    view_bytes: int = 0
     work_s: float = 0.0                             # estimated one-thread time (s)
     kernel: Any = None        # the prepared call (``fn.prepare``), or None: ``fn(...)``
     # the prepared call's array arguments: (value, None) for a value's address at the
     # call, (value, address) for a fixed (packed / laid-out) array
     arg_addr: list[tuple[Value, int | None]] = field(default_factory=list)
+
+    def view(self, a: np.ndarray) -> np.ndarray:
+        """A view step's result on its operand ``a`` (C-contiguous, and so the result)."""
+        return a.reshape(self.view_shape) if self.view_index is None else a[self.view_index]
 
     def prepare(self, kernel: Any) -> None:
         """Use ``kernel`` (a prepared call, or None) at later calls of this shape.  Its
@@ -585,7 +592,13 @@ def _step_call(s: Step, env: dict, plan: BufferPlan) -> StepCall:
     def shape(sh) -> tuple:
         return tuple(_ev(d, env) for d in sh)
     if s.fn is None:
-        return StepCall(s, view_shape=shape(s.outputs[0].shape))
+        c = StepCall(s, view_shape=shape(s.outputs[0].shape))
+        n = s.group.nodes[0]
+        if n.op == "select":     # x[k]: k blocks of prod(view_shape) elements in
+            c.view_index = int(n.attrs["index"])
+            c.view_bytes = c.view_index * int(np.prod(c.view_shape, dtype=np.int64)) * \
+                np.dtype(dt.to_numpy(s.outputs[0].dtype)).itemsize
+        return c
     c = StepCall(s, {name: _ev(e, env) for name, e in s.params.items()})
     for v in s.inputs:
         fixed = s.packed.get(v)

@@ -46,7 +46,8 @@ class CpuOptions(Options):
     vector_window: bool = opt(True, boolean,
                               "AVX-512: start a vector loop whose loads overlap (X[i-1], X[i], "
                               "X[i+1]) at an aligned store and read the shifted loads as "
-                              "lane shifts of aligned ones")
+                              "lane shifts of aligned ones (a stencil row shared by several "
+                              "statements: the aligned store only)")
     vector_lift: bool = opt(True, boolean,
                             "AVX-512: run a 1-D stencil's time loop on lane-transposed copies "
                             "of its arrays (lane l holds the l-th block of n/L elements), so "

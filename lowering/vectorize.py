@@ -65,6 +65,15 @@ arrays is touched (masked lanes are not read).  The iterations run in the same c
 of consecutive lanes as before, only cut at other points: nothing the conditions
 above allow depends on where a vector starts.
 
+Aligned rows (same option, AVX-512): a serial loop as above whose offsets from its first
+vector store are not all constants (a 2-D or 3-D stencil's rows), that stores two buffers
+or more (statements sharing the row loop: the C-SCoP stencil path's time tiles) and
+loads some buffer at two offsets a constant apart that is not a multiple of ``L``, keeps
+the plain body but starts it at the store of its busiest array aligned at run time: a
+masked head of ``0 <= h < L`` lanes, the full vectors, a masked tail
+(:func:`_aligned_rows`).  Same values, bitwise; nothing outside the plain form's
+elements is touched.
+
 Vector IR conventions (what :mod:`polycomp.hw.cpu.vector_printer` prints): a vector
 load/store has ``lanes = L`` and index ``Ramp(base, stride, L)`` (stride 1 for stores);
 ``Broadcast`` splats a scalar; ``Call("vlane_range", (lo, hi, L))`` is the mask of lanes
@@ -422,7 +431,9 @@ def _windowed(loop: ir.For, v0: ir.Var, body_at, L: int, D: str) -> ir.Stmt | No
     ir.walk(plain, lambda e: offsets.append(simplify(e.indices[0].base - anchor))
             if isinstance(e, (ir.Load, ir.Store)) and e.lanes > 1 else None)
     if not all(isinstance(k, ir.IntImm) for k in offsets):
-        return None          # a 2-D/3-D stencil's other rows: not measured faster (docs)
+        # a 2-D/3-D stencil's other rows: windows measured no faster there (docs), an
+        # aligned start of the plain form is (fdtd-2d's shared row loop)
+        return _aligned_rows(loop, v0, body_at, plain, L)
     main, count = window_loads(plain, anchor, L, D)
     if not count:
         return None
@@ -454,6 +465,92 @@ def _windowed(loop: ir.For, v0: ir.Var, body_at, L: int, D: str) -> ir.Stmt | No
                                                            ("vector_window", True))
     body = ir.For(v0, ir.IntImm(0), n_win, "serial", main, ann)
     tail = masked(simplify(m + hn + n_win * L), simplify(rest - n_win * L))
+    out: ir.Stmt = ir.LetStmt(hn, head_n, ir.seq(masked(m, hn), body, tail))
+    if not isinstance(n, ir.IntImm):
+        out = ir.IfThenElse(gt0(n), out)
+    return out
+
+
+def _stencil_row(body: ir.Stmt, L: int) -> bool:
+    """Whether ``body`` (one vector iteration) stores two buffers or more (the statements
+    of a stencil sharing their row loop: the C-SCoP stencil path's time tiles) and loads
+    some buffer at two unit-stride indices a constant apart that is not a multiple of
+    ``L`` (a stencil's ``X[i][j-1]`` beside ``X[i][j]``)."""
+    stored: set = set()
+    ir.walk(body, lambda e: stored.add(e.buffer) if isinstance(e, ir.Store) and e.lanes == L
+            else None)
+    if len(stored) < 2:
+        return False
+    bases: dict = {}
+    ir.walk(body, lambda e: bases.setdefault(e.buffer, []).append(e.indices[0].base)
+            if isinstance(e, ir.Load) and e.lanes == L and isinstance(e.indices[0], ir.Ramp)
+            and ir.is_const(e.indices[0].stride, 1) else None)
+    for found in bases.values():
+        for a, b in itertools.combinations(found, 2):
+            k = simplify(a - b)
+            if isinstance(k, ir.IntImm) and k.value % L:
+                return True
+    return False
+
+
+def _most_used_store(body: ir.Stmt, L: int) -> ir.Store:
+    """The first vector store in ``body`` of the buffer with the most vector loads and
+    stores in it (the first stored buffer on a tie): the store an aligned-row loop is
+    aligned to.  Arrays need not share their alignment (the PolyBench bench's numpy
+    copies of fdtd-2d's ``ex``, ``ey``, ``hz`` start 0, 16 and 32 bytes past a cache
+    line); aligning the busiest one aligns the most accesses."""
+    count: dict = {}
+    stores: list[ir.Store] = []
+
+    def visit(e):
+        if isinstance(e, (ir.Load, ir.Store)) and e.lanes == L:
+            count[e.buffer] = count.get(e.buffer, 0) + 1
+            if isinstance(e, ir.Store):
+                stores.append(e)
+    ir.walk(body, visit)
+    assert stores
+    return max(stores, key=lambda st: (count[st.buffer], -stores.index(st)))
+
+
+def _aligned_rows(loop: ir.For, v0: ir.Var, body_at, plain: ir.Stmt, L: int) -> ir.Stmt | None:
+    """The *aligned-row* form of a stencil row loop whose accesses lie on several rows
+    (offsets from the first vector store that are not all constants; see
+    :func:`vectorize`) shared by several statements, or None when its body stores one
+    buffer or has no neighbour loads (:func:`_stencil_row`: such loops keep the plain
+    form)::
+
+        let h = min(n, valign_peel(&S[a at m]))   -- to the next L-aligned store
+        head: [m, m + h) as one masked vector (h < L)
+        for v0 in [0, (n - h) // L): body at m + h + v0*L   (the plain body, no windows)
+        tail: the rest (< L iterations) as one masked vector
+
+    The store ``S`` (:func:`_most_used_store`) is aligned in the main loop, and so is
+    every access of an array that shares ``S``'s alignment at an offset a multiple of
+    ``L``.  Why: a 512-bit access runs as two 256-bit halves on AMD's Zen 4, a half
+    that crosses a cache line costs more, and no half crosses at a 32-byte boundary
+    (fdtd-2d's row, three stores and eight loads: 3.2-3.3 ns per vector with its
+    stores at a 64-byte boundary, 3.4 at a 32-byte one, 4.2-4.8 otherwise).  The
+    iterations run in the same chunks of consecutive lanes, only cut at other points;
+    every element read or written is one the plain form touches, so the result is the
+    plain form's bit for bit."""
+    if not _stencil_row(plain, L):
+        return None
+    v, m, n = loop.var, loop.min, loop.extent
+    at_m = _most_used_store(body_at(m, 0), L)
+    addr = ir.Load(at_m.buffer, (at_m.indices[0].base,), at_m.buffer.dtype)
+    head_n = simplify(ir.min_(n, ir.Call(ALIGN_PEEL, (addr, ir.IntImm(L)), "int64")))
+    hn = ir.Var(v.name + "_pl", "int64")
+    gt0 = lambda e: ir.Binary(">", e, ir.IntImm(0), "bool")   # noqa: E731
+
+    def masked(base, count):          # fewer than L iterations as one masked vector
+        return ir.IfThenElse(gt0(count), ir.AttrStmt(marks.VECTOR_MASK, (count, L), body_at(
+            base, 0, lane_range(ir.IntImm(0), count, L))))
+    rest = simplify(n - hn)
+    n_vec = simplify(rest // L)
+    ann = tuple((k, val) for k, val in loop.annotations) + (("vectorized", L),
+                                                           ("vector_aligned", True))
+    body = ir.For(v0, ir.IntImm(0), n_vec, "serial", body_at(simplify(m + hn + v0 * L), 0), ann)
+    tail = masked(simplify(m + hn + n_vec * L), simplify(rest - n_vec * L))
     out: ir.Stmt = ir.LetStmt(hn, head_n, ir.seq(masked(m, hn), body, tail))
     if not isinstance(n, ir.IntImm):
         out = ir.IfThenElse(gt0(n), out)

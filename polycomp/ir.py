@@ -973,6 +973,10 @@ class CodegenCounts:
     vectorized_loops: int | None = None
     microkernels: int | None = None
     prefetched_loops: int | None = None
+    #: packings filled by their first row tile's pass (no copy, hw/cpu/pack.py ``fill``)
+    filled_packs: int | None = None
+    #: micro-kernel tiles that fill a packed panel in their ``k`` loop
+    filling_tiles: int | None = None
 
 
 @dataclass(eq=False)

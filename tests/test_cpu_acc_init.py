@@ -146,6 +146,7 @@ def test_fused_epilogue_ir_golden(goldens, monkeypatch):
     gelu(e0); let e2 = e1 + r`` and one store each, no epilogue loop left."""
     monkeypatch.setenv("POLYCOMP_ACC_EPILOGUE", "1")
     monkeypatch.setenv("POLYCOMP_GEMM_IN_PLACE", "0")   # x, w packed, as the golden has them
+    monkeypatch.setenv("POLYCOMP_GEMM_FILL", "0")       # ... by copies (not the fill)
     gk, _, _ = _chain_kernel(8, 24, 16, 0)
     ck = compile_kernel(gk.kernel, TARGET, options={"gemm_register": (2, 1)}, dump=True)
     assert "epilogue s_add, s_gelu, s_add_1" in ck.notes["cpu-backbone-tile"][0]

@@ -200,6 +200,41 @@ def test_shared_packed_y_block_avx512(path, m, n, k, seed):
         _check_shared(path, m, n, k, seed, (12, 64, 16))
 
 
+FILL_CASES = [
+    ("avx2", 13, 1024, 7, 1, True),     # 6x16 tiles: two full row tiles, then a 1-row tail
+    ("avx2", 7, 2048, 3, 2, True),      # one full row tile and a 1-row tail, j split
+    ("avx2", 7, 1024, 1, 1, False),     # k extent 1 (no k loop in the tile): the copy
+] + [("native512", 37, 1024, 11, 2, True)] * has_native_avx512()   # 6x64, j split
+
+
+@pytest.mark.parametrize("path,m,n,k,threads,fills", FILL_CASES)
+def test_y_filled_by_first_row_tile_bit_exact(path, m, n, k, threads, fills, monkeypatch):
+    """Few rows, ``Y`` packed (rows 4 KiB apart): the first register row tile fills the
+    packed block in its ``k`` loop instead of a copy pass (``fill_y_in_first_row``,
+    ``hw/cpu/pack.py`` ``fill_first_row``); prime / odd sizes, a partial row tile,
+    ``k`` extent 1, one and two threads: bit-identical to the copy, within float32
+    rounding of numpy."""
+    rng = np.random.default_rng(m + n)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    got = {}
+    for mode in ("1", "0"):
+        monkeypatch.setenv("POLYCOMP_GEMM_FILL", mode)
+        ck = compile_kernel(_matmul(m, n, k, f"fill{mode}_{m}_{n}"), _target(path, threads))
+        counts = ck.final_ir.counts
+        if mode == "1" and fills:
+            assert counts.filled_packs == 1 and counts.filling_tiles
+            assert "B_pk1_xb" not in ck.source and "pk1_xb" not in ck.source
+        else:
+            assert not counts.filled_packs and not counts.filling_tiles
+        f = CFunction(ck.final_ir, build_shared(
+            ck.source, flags=AVX512_FLAGS if path == "native512" else DEFAULT_FLAGS))
+        f.threads = threads
+        got[mode] = f(A, B)
+    np.testing.assert_array_equal(got["1"], got["0"])
+    np.testing.assert_allclose(got["1"], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
 @pytest.mark.parametrize("m,n,k,threads,packs", [
     (61, 47, 67, 1, ""),          # both read in place, partial tiles both ways

@@ -121,3 +121,39 @@ def test_printed_tile_runs(src):
     else:
         ref = lowp.reference_bf16(A, B, "odd-first" if mode == "native" else "pair-sum")
         np.testing.assert_array_equal(C, ref)
+
+
+FILL_SHAPE = (7, 1024, 3)   # fp32, Y's rows 4 KiB apart: packed, filled by the first row tile
+
+
+def _fill_compiled():
+    if "fill" not in _COMPILED:
+        _COMPILED["fill"] = compile_kernel(_kernel("float32", FILL_SHAPE), TARGET, dump=True)
+    return _COMPILED["fill"]
+
+
+@pytest.mark.parametrize("name,stage", [("pack", "ir"), ("microkernels", "codegen")])
+def test_golden_ir_fill(name, stage, goldens):
+    """A few-row fp32 product whose ``Y`` is packed without a copy pass
+    (``fill_y_in_first_row``): the packing pass gives the first row tile's micro-kernel
+    mark a fill nest (``if (first) for k: for jj: P[..] = B[..]``; here one full row
+    tile, no row loop, so no condition) and no copy loop; the micro-kernel pass loads
+    each ``Y`` vector from ``B`` and stores it to the packed panel in its ``k`` loop."""
+    ck = _fill_compiled()
+    assert ck.final_ir.counts.filled_packs == 1 and ck.final_ir.counts.filling_tiles == 1
+    before, after = _in_out(ck, name, stage)
+    for part, text in (("in", before), ("out", after)):
+        expected = goldens.expected(f"test_cpu_microkernel_golden/float32_fill.{name}.{part}.ir",
+                                    text)
+        assert expected == text.strip(), f"fill {name} {part}:\n{text}"
+
+
+def test_filled_ir_computes_the_product():
+    """The IR after the fill packing, run by the interpreter: the product (fp32 sums in
+    the compiled order; numpy within rounding)."""
+    M, N, K = FILL_SHAPE
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((M, K)).astype(np.float32)
+    B = rng.standard_normal((K, N)).astype(np.float32)
+    C = interpret(_fill_compiled(), A, B)
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5)

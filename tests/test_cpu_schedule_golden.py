@@ -115,6 +115,34 @@ def matmul_heads(A: pc.Tensor[(2, 20, 24), "float32"], W: pc.Tensor[(24, 3, 16),
     return pc.compute((2, 3, 20, 16), lambda n, h, s, d: c[n, h, s, d] + b[h, 0, d], name="D")
 
 
+@pc.tensor_expr
+def matmul_heads_stacked(A: pc.Tensor[(2, 20, 24), "float32"],
+                         W: pc.Tensor[(24, 6, 16), "float32"],
+                         b: pc.Tensor[(2, 1, 3, 1, 16), "float32"]):
+    """Two projections of the same rows stacked (graph/rewrite.py
+    ``stack_projections``): ``(T, B, H, S, D)``, the weight ``(K, T*H, D)`` read at
+    ``t*H + h``; ``t`` and ``h`` both column batch dimensions (one pack of ``A`` for
+    both parts and all heads)."""
+    k = pc.reduce_axis(24, "k")
+    c = pc.compute((2, 2, 3, 20, 16), lambda t, n, h, s, d: pc.sum(
+        A[n, s, k] * W[k, t * 3 + h, d], axis=k), name="C")
+    return pc.compute((2, 2, 3, 20, 16), lambda t, n, h, s, d: c[t, n, h, s, d] +
+                      b[t, 0, h, 0, d], name="D")
+
+
+@pc.tensor_expr
+def matmul_heads_rows(A: pc.Tensor[(20, 24), "float32"], W: pc.Tensor[(24, 3, 16), "float32"],
+                      b: pc.Tensor[(3, 1, 16), "float32"]):
+    """The batch-1 projection writing heads ``(1, H, S, D)`` with its rows passed as the
+    plain 2-d ``(S, K)`` reshape (graph/lower.py ``_head_split_kernel``): ``X`` read where
+    it lies (``in_place_operands``, its only other batch dimension has extent 1), no pack
+    mark for it."""
+    k = pc.reduce_axis(24, "k")
+    c = pc.compute((1, 3, 20, 16), lambda n, h, s, d: pc.sum(A[s, k] * W[k, h, d], axis=k),
+                   name="C")
+    return pc.compute((1, 3, 20, 16), lambda n, h, s, d: c[n, h, s, d] + b[h, 0, d], name="D")
+
+
 _AVX512 = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
 TARGET = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threads=2))
 _DOT = get_target("cpu-avx512-bf16").with_capacities(L1=32 * 1024, L2=1024 * 1024)
@@ -142,6 +170,10 @@ CASES = {
     # heads with the column tiles: batch -> i tiles -> k tiles -> pack X -> [h, j tiles]
     # -> pack Y -> register tiles (the bias epilogue on each)
     "matmul_heads": (matmul_heads, [CpuBackboneTilePass, CpuPackPass]),
+    # batch 1, rows 2-d: X read where it lies (no pack mark for it), Y packed
+    "matmul_heads_rows": (matmul_heads_rows, [CpuBackboneTilePass, CpuPackPass]),
+    # stacked q/k/v: [t, h, j tiles] with the column tiles, below the one pack of X
+    "matmul_heads_stacked": (matmul_heads_stacked, [CpuBackboneTilePass, CpuPackPass]),
     # the default for it: X and Y read where they lie (in_place_operands), no pack marks
     "matmul_const_in_place": (matmul_const, [CpuBackboneTilePass, CpuPackPass]),
     # dot-product tiles: no isolation, cpu_microkernel:<n>, grouped pack requests

@@ -11,34 +11,21 @@ have no vector code, so the PolyBench bitwise checks do not reach this one: thes
 tests compare vector builds with a numpy replay of the C order."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from avx512_runs import AVX512_RUNS, load_avx512, view_past_line
 
 from polycomp import ir
 from polycomp.driver import compile_kernel
 from polycomp.frontend.c_reader import load_c_kernels, read_c_kernels
-from polycomp.hw.cpu.build import CFunction
-from polycomp.hw.cpu.simd_build import build_simde, has_native_avx512, simde_available
+from polycomp.hw.cpu.simd_build import has_native_avx512
 from polycomp.lowering.simplify import simplify
 from polycomp.lowering.vectorize import ALIGN_PEEL, VALIGN, window_loads
 
 KERNELS = Path(__file__).parent / "c_scop_kernels"
 NATIVE = pytest.mark.skipif(not has_native_avx512(), reason="hardware: no AVX-512")
-#: the bitwise cases run the AVX-512 build natively, or through SIMDe where the host
-#: has no AVX-512 (the same source, the same order of operations per element)
-AVX512_RUNS = pytest.mark.skipif(not (has_native_avx512() or simde_available()),
-                                 reason="hardware: no AVX-512 and no SIMDe headers")
-
-
-def _load(ck):
-    """The compiled AVX-512 kernel as a callable: native where the host executes
-    AVX-512, else built against SIMDe (``POLYCOMP_TEST_SIMDE=1`` forces SIMDe)."""
-    if has_native_avx512() and os.environ.get("POLYCOMP_TEST_SIMDE") != "1":
-        return ck.backend.load(ck)
-    return CFunction(ck.final_ir, build_simde(ck.source))
 
 F32_STENCIL = """
 void blur1(int n, float x[n], float y[n]) {
@@ -64,15 +51,6 @@ def _reference(A, B, tsteps):
         B[1:-1] = c * ((A[:-2] + A[1:-1]) + A[2:])
         A[1:-1] = c * ((B[:-2] + B[1:-1]) + B[2:])
     return A, B
-
-
-def _view(a: np.ndarray, shift: int) -> np.ndarray:
-    """A copy of ``a`` that starts ``shift`` elements past a 64-byte boundary."""
-    raw = np.empty(a.size + 32, a.dtype)
-    start = (-(raw.ctypes.data // a.itemsize)) % (64 // a.itemsize) + shift
-    v = raw[start:start + a.size]
-    v[...] = a
-    return v
 
 
 def test_window_reads_shifted_loads_as_lane_shifts():
@@ -129,13 +107,13 @@ def test_jacobi1d_windows_are_bitwise_at_any_alignment(shift):
     k = _jacobi1d()
     ck = compile_kernel(k, "cpu-avx512", {"stencil_tiles": (5, 23)})
     assert "pc512_valign_pd(" in ck.source
-    fn = _load(ck)
+    fn = load_avx512(ck)
     rng = np.random.default_rng(shift)
     for n, tsteps in ((3, 2), (7, 3), (9, 4), (17, 5), (41, 7), (130, 9)):
         A0, B0 = rng.uniform(0.5, 1.5, n), rng.uniform(0.5, 1.5, n)
         if n > 8:
             A0[n // 3] = np.nan
-        A, B = _view(A0, shift + 1), _view(B0, shift)
+        A, B = view_past_line(A0, shift + 1), view_past_line(B0, shift)
         fn(A, B, tsteps=tsteps, n=n, out=(A, B))
         wa, wb = _reference(A0, B0, tsteps)
         for g, w in ((A, wa), (B, wb)):
@@ -150,11 +128,11 @@ def test_float32_five_point_window_is_bitwise():
     k, = read_c_kernels(F32_STENCIL)
     ck = compile_kernel(k, "cpu-avx512")
     assert "pc512_valign_ps(" in ck.source and ALIGN_PEEL not in ck.source
-    fn = _load(ck)
+    fn = load_avx512(ck)
     rng = np.random.default_rng(5)
     for n in (4, 5, 16, 19, 21, 37, 100):
-        x = _view(rng.uniform(-1, 1, n).astype(np.float32), 1)
-        y = _view(np.zeros(n, np.float32), 6)
+        x = view_past_line(rng.uniform(-1, 1, n).astype(np.float32), 1)
+        y = view_past_line(np.zeros(n, np.float32), 6)
         got = fn(x, y, n=n, out=y)
         w = np.zeros(n, np.float32)
         w[2:-2] = ((((x[:-4] + x[1:-3]) + x[2:-2]) + x[3:-1]) + x[4:]) * np.float32(0.2)
@@ -259,13 +237,13 @@ def test_lifted_jacobi1d_is_bitwise(shift):
     k = _jacobi1d()
     ck = compile_kernel(k, "cpu-avx512")
     assert "A_lift" in ck.source
-    fn = _load(ck)
+    fn = load_avx512(ck)
     rng = np.random.default_rng(shift)
     for n, tsteps in ((5, 2), (72, 3), (73, 3), (80, 4), (83, 5), (86, 1), (131, 6),
                       (1031, 7), (2048, 3), (2049, 3)):
         A0, B0 = rng.uniform(0.5, 1.5, n), rng.uniform(0.5, 1.5, n)
         A0[n // 3] = np.nan
-        A, B = _view(A0, shift + 1), _view(B0, shift)
+        A, B = view_past_line(A0, shift + 1), view_past_line(B0, shift)
         fn(A, B, tsteps=tsteps, n=n, out=(A, B))
         wa, wb = _reference(A0, B0, tsteps)
         for g, w in ((A, wa), (B, wb)):
@@ -281,12 +259,12 @@ def test_lifted_float32_sweeps_are_bitwise():
     k, = read_c_kernels(F32_HEAT)
     ck = compile_kernel(k, "cpu-avx512")
     assert "u_lift" in ck.source and "pc512_valign_ps(" in ck.source
-    fn = _load(ck)
+    fn = load_avx512(ck)
     rng = np.random.default_rng(9)
     f = np.float32
     for n, T in ((40, 3), (273, 4), (290, 5), (517, 3)):
         u0, v0 = rng.uniform(-1, 1, n).astype(f), rng.uniform(-1, 1, n).astype(f)
-        u, v = _view(u0, 2), _view(v0, 5)
+        u, v = view_past_line(u0, 2), view_past_line(v0, 5)
         fn(u, v, T=T, n=n, out=(u, v))
         wu, wv = u0.copy(), v0.copy()
         for _ in range(T):

@@ -62,6 +62,13 @@ register tile, :func:`polycomp.scheduler.cpu.backbone_tile.accumulators_from_ini
 its strided accumulator loads in the first input-channel tile, and a GEMM's stores of
 zeros at ``k`` tile 0.
 
+*Fill* (a mark whose body is ``[if (c)] <fill nest>; <tile>``, from
+:func:`polycomp.hw.cpu.pack.fill_first_row`: ``for k': for jj': P[p] = A[a]`` over the
+tile's ``k`` and ``jj`` ranges, ``P[p]`` the tile's ``Y`` factor): ``if (c)`` the tile
+whose ``k`` loop loads each ``Y`` vector from ``A[a]`` and stores it to ``P[p]`` before
+its FMAs, ``else`` the plain tile (the same values: what the nest would have stored is
+what the tile reads); a tile not of that form keeps the nest (vectorised) before it.
+
 *Fused epilogue* (default; ``POLYCOMP_ACC_EPILOGUE=0`` or
 ``microkernels(acc_epilogue=False)`` off; constant full tiles without masks):
 the statements right after the mark (or its ``if (g)``) that are nests ``[if (cond)]
@@ -146,7 +153,8 @@ def _row_bound(li: ir.For) -> int | None:
 
 
 def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True,
-          init: tuple | None = None, epilogues: Sequence = (), dead: Set[str] = frozenset()):
+          init: tuple | None = None, epilogues: Sequence = (), dead: Set[str] = frozenset(),
+          fill: tuple | None = None):
     """The register tile of the module docstring, or None; ``tile_ids`` numbers the
     tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...); ``prefetch``:
     prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop.
@@ -160,6 +168,9 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
     broadcast row ``Ei - 1``'s ``X`` (an element that exists) and are not stored.  One
     partial variant, not one per row count: the kernel's C stays about half as long
     (gcc's build time of a symbolic product)."""
+    if fill is not None and not (isinstance(li.extent, ir.IntImm) and
+                                 isinstance(lj.extent, ir.IntImm)):
+        return None
     if not ir.is_const(li.min, 0) or uses(lj.extent, li.var):
         # a tile crossing a triangle's diagonal: rows [lo, hi) of the register rows,
         # each with its own column count (see _fixed_tile's ``lo``)
@@ -185,7 +196,7 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
     if isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm):
         return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
                            li.extent.value, lj.extent.value, init=init, epilogues=epilogues,
-                           dead=dead)
+                           dead=dead, fill=fill)
     if init is not None or epilogues:
         return None
     MR, NR = upper_bound(li.extent), upper_bound(lj.extent)
@@ -212,7 +223,7 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
                 MR: int, NR: int, cols: ir.Expr | None = None, rows: ir.Expr | None = None,
                 lo: ir.Expr | None = None, hi: ir.Expr | None = None,
                 init: tuple | None = None, epilogues: Sequence = (),
-                dead: Set[str] = frozenset()):
+                dead: Set[str] = frozenset(), fill: tuple | None = None):
     """The tile of ``MR x NR`` constant extents (``cols``: a run-time column count
     ``<= NR`` that masks every vector; ``rows``: a run-time row count ``1 <= rows <=
     MR``: row ``i`` reads ``X`` at row ``min(i, rows - 1)``, only rows ``< rows`` are
@@ -231,7 +242,14 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
     value on every accumulator vector, ``C`` and the earlier statements' outputs at
     the same point read from registers, stored once; ``dead``: chain temporaries
     (:class:`~polycomp.scheduler.cpu.state.CpuMicroKernels`) whose stores after the
-    last reduction tile are dropped (a strided ``C`` among them: stored only before)."""
+    last reduction tile are dropped (a strided ``C`` among them: stored only before).
+
+    ``fill``: ``(loops, store)`` of a fill nest (:func:`_split_fill`, ``for k'..: for
+    jj': P[p] = A[a]``, the tile's ``k`` and ``jj`` ranges) whose ``P[p]`` is the
+    tile's ``Y`` factor: each ``Y`` vector is loaded from ``A[a]`` instead and stored to
+    ``P[p]`` in the same ``k`` iteration, before the updates (the values read are
+    those the fill nest would have stored); None when the tile is not of that form
+    (every vector full, unit stride along ``jj`` in ``P`` and ``A``)."""
     L = lanes_of(st.buffer.dtype)
     if L <= 1 or NR < 2 or not ir.is_const(lj.min, 0) or \
             (lo is None and not ir.is_const(li.min, 0)):
@@ -342,11 +360,22 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
     xf, yf = _factors(rest, li.var, lj.var)
     ylets, xlets = [], {}
     yvars, xvars = {}, {}
+    fill_stores: list[ir.Stmt] = []
+    source = None
+    if fill is not None:
+        source = _fill_source(fill, lk, lj, yf)
+        if source is None or any(count(u) is not None for u in range(NV)):
+            return None
+        yf, ptarget = source
     if yf is not None:
         for u in range(NV):
             v = ir.Var(f"mk{tid}_y{u}", D)
             ylets.append((v, masked(u, Widen(lj.var, ir.IntImm(u * L), D, L).expr(yf))))
             yvars[u] = v
+            if source is not None:
+                at = simplify(ir.substitute(ptarget.indices[0], {lj.var: ir.IntImm(u * L)}))
+                fill_stores.append(ir.Store(ptarget.buffer, (ir.Ramp(at, ir.IntImm(1), L),),
+                                            v, L))
         for i in range(MR):
             v = ir.Var(f"mk{tid}_x{i}", D)
             xlets[i] = Widen(lj.var, ir.IntImm(0), D, L).expr(
@@ -417,7 +446,7 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
         if here is not None:     # rows outside the tile's: computed, not stored
             stores[row_first:] = [ir.IfThenElse(here, ir.seq(*stores[row_first:]))]
             plain_stores[row_first:] = [ir.IfThenElse(here, ir.seq(*plain_stores[row_first:]))]
-    body = ir.seq(*row_stmts)
+    body = ir.seq(*fill_stores, *row_stmts)
     for v, val in reversed(ylets):
         body = ir.LetStmt(v, val, body)
     for k in reversed(lk):
@@ -457,6 +486,48 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
     if lane_buf is not None:
         out = ir.Allocate(lane_buf, out)
     return ir.Allocate(acc, out)
+
+
+def _split_fill(body):
+    """``((cond, loops, store), tile)`` of a mark body ``[if (cond)] <fill>; <tile>``
+    (:func:`polycomp.hw.cpu.pack.fill_first_row`: ``<fill>`` is ``for ..: P[p] = A[a]``
+    over plain loops), else ``(None, body)``."""
+    if not (isinstance(body, ir.Block) and len(body.stmts) == 2):
+        return None, body
+    first = body.stmts[0]
+    cond = None         # (the condition simplified away: one row tile, always filled)
+    if isinstance(first, ir.IfThenElse) and first.orelse is None:
+        cond, first = first.cond, first.then
+    loops = []
+    node = first
+    while isinstance(node, ir.For):
+        loops.append(node)
+        node = node.body
+    if not loops or not isinstance(node, ir.Store) or node.lanes != 1 or \
+            not isinstance(node.value, ir.Load) or len(node.indices) != 1:
+        return None, body
+    return (cond, loops, node), body.stmts[1]
+
+
+def _fill_source(fill, lk, lj, yf):
+    """``(A[a], P[p])`` of a fill nest (:func:`_split_fill`) on the tile's own loop
+    variables, when its loops have the tile's ``k`` and ``jj`` ranges, ``P[p]`` is the
+    tile's ``Y`` factor ``yf`` and both indices step by 1 along ``jj``; else None."""
+    _cond, loops, store = fill
+    if not isinstance(yf, ir.Load) or yf.buffer is not store.buffer or \
+            len(loops) != len(lk) + 1 or len(yf.indices) != 1:
+        return None
+    to = {}
+    for f, t in zip(loops, (*lk, lj)):
+        if const_difference(f.min, t.min) != 0 or const_difference(f.extent, t.extent) != 0:
+            return None
+        to[f.var] = t.var
+    target = ir.substitute(store.indices[0], to)
+    src = ir.substitute(store.value, to)
+    if const_difference(target, yf.indices[0]) != 0 or len(src.indices) != 1 or \
+            index_coeff(target, lj.var) != 1 or index_coeff(src.indices[0], lj.var) != 1:
+        return None
+    return src, ir.Load(store.buffer, (target,), yf.dtype)
 
 
 def _factors(rest, vi, vj):
@@ -724,6 +795,7 @@ class _Micro(ir.Mutator):
         self.acc_epilogue = acc_epilogue
         self.fused = 0
         self.epilogues = 0
+        self.filling = 0
         self.prefetch = prefetch
         self.dots, self.packed = dots, packed or PackedBuffers()
         self.note = note
@@ -767,7 +839,8 @@ class _Micro(ir.Mutator):
             first = q + 1
         if mark is None:
             return None, 0
-        m = _match(mark.body)
+        fill, mbody = _split_fill(mark.body)
+        m = _match(mbody)
         if m is None:
             return None, 0
         lk, li, lj, st, rest = m
@@ -796,6 +869,10 @@ class _Micro(ir.Mutator):
         if init is not None:
             self.fused += 1
         self.epilogues += len(epis)
+        whole_ = tuple(e.buffer.name for _, e in epis) == self.chains.get(st.buffer.name)
+        fused = self._filled(fill, fused, lambda f: _tile(
+            lk, li, lj, st, rest, self.lanes_of, self.tile_ids, self.prefetch, init, epis,
+            self.dead if whole_ else frozenset(), fill=f))
         if guard is not None:
             fused = ir.IfThenElse(guard.cond, fused, self.visit(guard.orelse))
         return fused, first - q + 1 + n_epi
@@ -817,7 +894,8 @@ class _Micro(ir.Mutator):
                 self.note(f"dot-product tile of {what} not formed (the nest is not of the "
                           f"expected form): left to the generic path")
             return self.visit(s.body)
-        m = _match(s.body)
+        fill, body = _split_fill(s.body)
+        m = _match(body)
         if m is not None:
             try:
                 lk, li, lj, st, rest = m
@@ -826,8 +904,31 @@ class _Micro(ir.Mutator):
                 out = None
             if out is not None:
                 self.count += 1
-                return out
+                return self._filled(fill, out, lambda f: _tile(
+                    lk, li, lj, st, rest, self.lanes_of, self.tile_ids, self.prefetch,
+                    fill=f))
         return self.visit(s.body)
+
+    def _filled(self, fill, tile, make):
+        """``tile`` (a mark's tile) when the mark has no fill nest (``fill`` None); else
+        ``if (cond) <the tile filling the panel in its k loop> else tile`` (``make(fill)``,
+        :func:`_fixed_tile`'s ``fill``), or, where that tile is not formed, the fill nest
+        (to the generic path) under ``cond`` and then ``tile``."""
+        if fill is None:
+            return tile
+        cond, loops, store = fill
+        try:
+            with_fill = make(fill)
+        except Unvectorizable:
+            with_fill = None
+        if with_fill is not None:
+            self.filling += 1
+            return with_fill if cond is None else ir.IfThenElse(cond, with_fill, tile)
+        nest: ir.Stmt = store
+        for lp in reversed(loops):
+            nest = ir.For(lp.var, lp.min, lp.extent, lp.kind, nest, lp.annotations)
+        nest = self.visit(nest)
+        return ir.seq(nest if cond is None else ir.IfThenElse(cond, nest), tile)
 
 
 def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
@@ -856,7 +957,7 @@ def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
     m = _Micro(lanes_of, dots, packed, note, prefetch, acc_init, acc_epilogue, dead,
                chains or {})
     out = func.with_body(m.visit(func.body))
-    out = out.counted(microkernels=m.count)
+    out = out.counted(microkernels=m.count, filling_tiles=m.filling)
     return out
 
 

@@ -43,6 +43,12 @@ the nest's output points, then the product ``(x + c) * y``, which adds the same 
 output element.  :func:`packed_buffers` records each packed buffer's array and layout
 for the micro-kernel pass.
 
+A *filled* operand (:class:`PackedOperand` ``fill``, a few-row GEMM's ``Y``) gets the
+buffer but no copy: :func:`fill_first_row` gives each micro-kernel mark of the first
+iteration of the register-row loop a fill nest ``for k: for jj: P[layout(e - o)] =
+A[e]`` over the tile's own ranges (the later iterations read what it stored); where
+the body is not of the form it assumes it returns None and the copy is made.
+
 A *pre-packed* operand (:class:`PackedOperand` ``prepacked``, option ``prepack``: an
 input the caller packs once, :class:`~polycomp.scheduler.promotion.record.PrepackedInput`)
 gets no copy and no buffer: the input argument ``A`` is replaced among the function's
@@ -62,7 +68,7 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
 from polycomp.lowering.ast_to_ir import origin_to_ir
-from polycomp.lowering.simplify import simplify, upper_bound
+from polycomp.lowering.simplify import const_difference, simplify, upper_bound
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.promotion.footprint import Layout
 from polycomp.scheduler.promotion.record import PackedOperand, promotion_state
@@ -201,6 +207,7 @@ class _Packer:
         self.allocs: list = []
         self.claimed: set = set()    # ids of the loops omp-parallel may make parallel
         self.count = 0
+        self.filled = 0              # packings filled by their first row tile (no copy)
         # pre-packed inputs: array name -> (the argument buffer, the packed buffer that
         # replaces it among the function's inputs)
         self.prepacked: dict[str, tuple[ir.Buffer, ir.Buffer]] = {}
@@ -312,6 +319,13 @@ class _Packer:
             sums = ir.Buffer(f"{arr.name}_pk{self.count}_sum", "int32", tuple(
                 lp.extent for lp in slots) + (ir.IntImm(-(-fp.box.sizes[p] // w)), ir.IntImm(w)))
             self.allocs.append(sums)
+        if spec.fill and fp.layout.group == 1 and not spec.offset and sums is None and \
+                _common_factor(body, spec.alias or arr, self.func.body) is None:
+            filled = fill_first_row(body, spec.alias or arr, pbuf, fp.layout, origin,
+                                    slot_idx, f"c{len(origin_dims(fp.origin()))}")
+            if filled is not None:
+                self.filled += 1
+                return filled
         if fp.layout.group > 1 or spec.offset or sums is not None:
             copy = self.copy_grouped(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx,
                                      spec.offset, sums, spec.compensate)
@@ -775,4 +789,243 @@ def _loads(e) -> list:
 def pack(func: ir.LoweredFunc, state: CompileState) -> ir.LoweredFunc:
     """Realise every ``cpu_pack`` mark of ``func`` from ``promotion_state(state).packs``
     (see the module docstring)."""
-    return _Packer(func, state).run()
+    p = _Packer(func, state)
+    out = p.run()
+    return out.counted(filled_packs=p.filled) if p.filled else out
+
+
+# --------------------------------------------------------------------------- fill
+
+
+def _loads_of(node, buf) -> list:
+    out: list = []
+    ir.walk(node, lambda n: out.append(n) if isinstance(n, ir.Load) and n.buffer is buf
+            else None)
+    return out
+
+
+def _micro_marks(node) -> list:
+    out: list = []
+    ir.walk(node, lambda n: out.append(n) if isinstance(n, ir.AttrStmt)
+            and n.key == marks.CPU_MICROKERNEL and n.value in ("", None) else None)
+    return out
+
+
+def _row_loop(body, arr, name: str):
+    """The outermost ``For`` (or ``LetStmt``: a loop of one iteration) of ``body``
+    binding the variable ``name`` (the register-row tile loop of the GEMM tree right
+    below a ``Y`` pack mark: schedule dimension ``c<d>``, ``d`` the mark's depth) that
+    holds a micro-kernel mark reading ``arr``."""
+    stack = [body]
+    while stack:
+        n = stack.pop(0)
+        if isinstance(n, (ir.For, ir.LetStmt)) and n.var.name == name:
+            if any(_loads_of(m, arr) for m in _micro_marks(n.body)):
+                return n
+            continue
+        stack.extend(c for c in ir.children(n) if isinstance(c, ir.Stmt))
+    return None
+
+
+def _tile_loops(mark: ir.AttrStmt):
+    """``(k loops, row loop, column loop, store)`` of a micro-kernel mark's nest (the
+    form :func:`polycomp.hw.cpu.microkernel._match` takes), or None."""
+    loops = []
+    node = mark.body
+    while isinstance(node, ir.For):
+        loops.append(node)
+        node = node.body
+    if len(loops) < 3 or not isinstance(node, ir.Store) or node.lanes != 1:
+        return None
+    return loops[:-2], loops[-2], loops[-1], node
+
+
+class _Fill(ir.Mutator):
+    """Each micro-kernel mark below the row loop: ``if (first) <fill nest>`` prefixed to
+    its body (see :func:`fill_first_row`); ``fills`` counts them."""
+
+    def __init__(self, arr, source, first: ir.Expr):
+        self.arr, self.source, self.first = arr, source, first
+        self.fills = 0
+        self.bad = False
+
+    def visit_AttrStmt(self, s):
+        if s.key != marks.CPU_MICROKERNEL or s.value not in ("", None):
+            return self.generic(s)
+        reads = _loads_of(s.body, self.arr)
+        if not reads:
+            return s
+        m = _tile_loops(s)
+        if m is None:
+            self.bad = True
+            return s
+        lk, li, lj, _st = m
+        ld = reads[0]
+        if any(not all(_same(a, b) for a, b in zip(r.indices, ld.indices)) for r in reads) \
+                or any(uses_var(ix, li.var) for ix in ld.indices) \
+                or not any(uses_var(ix, lj.var) for ix in ld.indices):
+            self.bad = True
+            return s
+        # fresh loop variables (each For binds its own); the same ranges as the tile's
+        fresh = {lp.var: ir.Var(f"{lp.var.name}_f", lp.var.dtype) for lp in (*lk, lj)}
+        src = ir.Load(self.source, tuple(ir.substitute(ix, fresh) for ix in ld.indices),
+                      ld.dtype)
+        nest: ir.Stmt = ir.Store(self.arr, (), src)      # F[] = A[e]: _FillRedirect's
+        for lp in (*lk, lj)[::-1]:
+            nest = ir.For(fresh[lp.var], lp.min, lp.extent, "serial", nest,
+                          (("coincident", lp is lj),))
+        self.fills += 1
+        return ir.AttrStmt(s.key, s.value, ir.Block((ir.IfThenElse(self.first, nest), s.body)))
+
+
+def _same(a, b) -> bool:
+    d = const_difference(a, b)
+    return d == 0
+
+
+def uses_var(e, v) -> bool:
+    return v in ir.free_vars(e)
+
+
+class _FillRedirect(_Redirect):
+    """:class:`_Redirect`, and each fill store ``A[] = A'[e]`` (``A`` the array, no
+    index; ``A'`` its source alias) becomes ``P[layout(e - o)] = A'[e]``."""
+
+    def visit_Store(self, s):
+        if s.buffer is self.arr and not s.indices:
+            ld = s.value
+            packed = self.visit_Load(ir.Load(self.arr, ld.indices, ld.dtype))
+            return ir.Store(self.pbuf, packed.indices, ld, s.lanes)
+        return self.generic(s)
+
+
+def fill_first_row(body: ir.Stmt, arr: ir.Buffer, pbuf: ir.Buffer, layout: Layout,
+                   origin, slot_idx, row_name: str) -> ir.Stmt | None:
+    """The body of a ``fill`` packing (:class:`PackedOperand` ``fill``) with no copy
+    pass, or None where the body is not of the form assumed (the caller then copies).
+
+    Assumes ``body`` (the IR below the mark) holds a loop ``R`` (the register-row tile
+    loop, :func:`_row_loop`, at least one iteration) that contains every read of
+    ``arr`` but those in the statements after it in its block (the partial row tile
+    of an isolated band, reading the same columns and ``k``), each inside a
+    micro-kernel mark over ``for k..: for ii: for jj: C[..] = ..`` whose reads of
+    ``arr`` are one index ``e``, free of ``ii`` and using ``jj``; no ``cpu_parallel``
+    mark below (``R`` runs in sequence in one thread) and no loop bound or condition
+    inside ``R`` depends on ``R``'s variable (every iteration runs the same tiles over
+    the same columns and ``k``).
+
+    Guarantees: each such mark's body becomes ``if (r == r_min) <fill>; <nest>`` with
+    ``<fill> = for k..: for jj: P[layout(e - o)] = A[e]`` over the nest's own ranges
+    (its ``k`` and ``jj`` loops), and every read of ``arr`` below the mark reads ``P``
+    (as the copy's redirect).  In ``R``'s first iteration each tile writes exactly the
+    packed elements it then reads; the later iterations read the same elements (the
+    same loops, ``e`` free of ``ii`` and ``r``), so every read returns ``A[e]`` as
+    with the copy.  The micro-kernel pass fuses the fill into the tile's ``k`` loop
+    (:func:`polycomp.hw.cpu.microkernel._fixed_tile`'s ``fill``); unfused, the fill
+    nest runs before the tile (a vector copy of the tile's panel)."""
+    bad: list = []
+    ir.walk(body, lambda n: bad.append(n) if isinstance(n, ir.AttrStmt)
+            and n.key == marks.CPU_PARALLEL else None)
+    row = _row_loop(body, arr, row_name)
+    if not bad and row is None and not _binds(body, row_name):
+        # isl left no loop for the row tiles (one full row tile, then maybe a partial
+        # one): the first statement reading arr fills, the later ones read
+        piece = _first_piece(body, arr)
+        if piece is None or len(_loads_of(piece, arr)) + len(_after(body, piece, arr)) != \
+                len(_loads_of(body, arr)):
+            return None
+        f = _Fill(arr, ir.Buffer(arr.name, arr.dtype, arr.shape, arr.scope, arr.flat),
+                  ir.IntImm(1, "bool"))
+        new_piece = f.visit(piece)
+        if f.bad or not f.fills:
+            return None
+        out = _FillRedirect(arr, pbuf, layout, origin, slot_idx).visit(
+            _ReplaceLoop(piece, new_piece).visit(body))
+        return _Unalias({id(f.source): arr}).visit(out)
+    if bad or row is None or len(_loads_of(row, arr)) + len(_after(body, row, arr)) != \
+            len(_loads_of(body, arr)):
+        return None
+    r = row.var
+    if isinstance(row, ir.LetStmt):     # one row tile: each tile fills what it reads
+        f = _Fill(arr, ir.Buffer(arr.name, arr.dtype, arr.shape, arr.scope, arr.flat),
+                  ir.Binary("==", r, row.value, "bool"))
+        new_body = f.visit(row.body)
+        if f.bad or not f.fills:
+            return None
+        out = _FillRedirect(arr, pbuf, layout, origin, slot_idx).visit(
+            _replace_stmt(body, row, ir.LetStmt(r, row.value, new_body)))
+        return _Unalias({id(f.source): arr}).visit(out)
+
+    def varies(n):
+        if isinstance(n, ir.For) and (uses_var(n.min, r) or uses_var(n.extent, r)) or \
+                isinstance(n, ir.IfThenElse) and uses_var(n.cond, r):
+            bad.append(n)
+    ir.walk(row.body, varies)
+    if bad:
+        return None
+    source = ir.Buffer(arr.name, arr.dtype, arr.shape, arr.scope, arr.flat)
+    f = _Fill(arr, source, ir.Binary("==", r, row.min, "bool"))
+    new_row = f.visit(row.body)
+    if f.bad or not f.fills:
+        return None
+    body = _replace_stmt(body, row, ir.For(r, row.min, row.extent, row.kind, new_row,
+                                           row.annotations))
+    out = _FillRedirect(arr, pbuf, layout, origin, slot_idx).visit(body)
+    return _Unalias({id(source): arr}).visit(out)
+
+
+def _first_piece(node, arr):
+    """The first statement of a block of ``node`` that reads ``arr`` (down a chain of
+    allocations and marks), or ``node`` itself when it is no block; None if none."""
+    while isinstance(node, ir.Allocate) or \
+            (isinstance(node, ir.AttrStmt) and node.key != marks.CPU_MICROKERNEL):
+        node = node.body
+    if isinstance(node, ir.Block):
+        return next((x for x in node.stmts if _loads_of(x, arr)), None)
+    return node if _loads_of(node, arr) else None
+
+
+def _binds(body, name: str) -> bool:
+    """Whether a loop or let of ``body`` binds a variable called ``name``."""
+    found: list = []
+    ir.walk(body, lambda n: found.append(n) if isinstance(n, (ir.For, ir.LetStmt))
+            and n.var.name == name else None)
+    return bool(found)
+
+
+def _after(body, row: ir.For, arr) -> list:
+    """The reads of ``arr`` in the statements after ``row`` in the block holding it (the
+    partial register row tile of an isolated band, run after the full ones)."""
+    out: list = []
+
+    def visit(n):
+        if isinstance(n, ir.Block) and any(x is row for x in n.stmts):
+            q = next(i for i, x in enumerate(n.stmts) if x is row)
+            for x in n.stmts[q + 1:]:
+                out.extend(_loads_of(x, arr))
+    ir.walk(body, visit)
+    return out
+
+
+class _ReplaceLoop(ir.Mutator):
+    def __init__(self, old, new):
+        self.old, self.new = old, new
+
+    def visit_For(self, s):
+        return self.new if s is self.old else self.generic(s)
+
+    def visit_LetStmt(self, s):
+        return self.new if s is self.old else self.generic(s)
+
+    def visit_Block(self, s):
+        return ir.Block(tuple(self.new if x is self.old else self.visit(x) for x in s.stmts))
+
+
+def origin_dims(origin: isl.MultiPwAff) -> range:
+    """The prefix schedule dimensions ``c_0 .. c_{d-1}`` a pack's origin is a function
+    of (``d``: the depth of its mark)."""
+    return range(origin.get_space().dim(isl.dim_type.in_))
+
+
+def _replace_stmt(root, old, new):
+    return _ReplaceLoop(old, new).visit(root)

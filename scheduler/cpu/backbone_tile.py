@@ -490,6 +490,9 @@ class Blocking:
     # GEMM form: X / Y read where they lie, without a pack request (in_place_operands)
     x_in_place: bool = False
     y_in_place: bool = False
+    # GEMM form: Y's pack request filled by the first register row tile's pass
+    # (fill_y_in_first_row)
+    y_fill: bool = False
 
     @property
     def NR(self) -> int:
@@ -693,7 +696,11 @@ def choose_blocking(op: OuterProduct, target, options: CpuOptions,
         parallel_j = False
         MC = _row_share(n_i, MR, threads, MC, tiles)
     batch_iters, known = _batch_iterations(op, dom, cols)
-    parallel_batch = len(op.batch) > len(cols) and (not known or batch_iters >= threads)
+    # a symbolic batch of a product with column batch dimensions (a head-split
+    # projection's B under dynamic=True) runs its row tiles in parallel, per batch
+    # element: with the batch loop parallel, a batch-1 call ran on one thread
+    parallel_batch = len(op.batch) > len(cols) and (
+        batch_iters >= threads if known else not cols)
     dynamic = n_i is not None and not tiles and not parallel_j and not parallel_batch and \
         dot is None and not op.direct and threads > 1 and \
         dynamic_row_tiles(prepacked or shared_y_panel(
@@ -749,7 +756,8 @@ def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
     trees), ``x`` / ``y`` / ``xy`` (forced where the operand qualifies; comparisons)."""
     import os
     mode = os.environ.get("POLYCOMP_GEMM_IN_PLACE", "auto")
-    if op.direct or op.channel or op.batch or len(op.k) != 1 or b.shared_y or mode == "0":
+    if op.direct or op.channel or len(op.k) != 1 or b.shared_y or mode == "0" or \
+            not _batch_free(op):
         return False, False
     it = op.update.iters
     i, j, k = it[op.i], it[op.j], it[op.k[0]]
@@ -769,6 +777,66 @@ def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
     rows = b.MC if n_i is None else min(b.MC, n_i)
     return x_ok, y_ok and rows <= Y_IN_PLACE_ROWS and row_bytes <= Y_IN_PLACE_ROW_BYTES \
         and row_bytes % ALIASING_BYTES != 0
+
+
+def _batch_free(op: OuterProduct) -> bool:
+    """(:func:`in_place_operands`) every batch dimension of ``op`` is a column batch
+    dimension (:func:`column_batch`: a head-split projection's heads, which index ``Y``
+    only) or takes the value 0 only (its batch 1): ``X`` may then be a plain 2-d
+    array."""
+    cols = column_batch(op)
+    return all(t in cols or _only_zero(op.update.domain, t) for t in op.batch)
+
+
+def fill_y_in_first_row(op: OuterProduct, b: Blocking, l3_bytes: int) -> bool:
+    """Whether the GEMM-form backbone ``op`` packs ``Y`` without a copy pass
+    (:class:`~polycomp.scheduler.promotion.record.PackRequest` ``fill``): the first
+    register row tile of each row tile reads ``Y`` where it lies and stores each vector
+    into the packed block in the same ``k`` iteration, the other register rows read the
+    packed block (:func:`polycomp.hw.cpu.pack.fill_first_row`, the micro-kernel's
+    ``fill``).  The copy pass streamed the whole ``KC x NC`` block through L1 once
+    before the micro-kernels read it from L2: with few register rows per row tile it
+    was a large share of the call (32 x 1024 x 1024 on one Zen 4 core: 16 % of the
+    time, 84 % of the FMA peak with the copy, 92 % with the fill).
+
+    When: ``Y`` is copied (not read in place, not pre-packed, not the shared-panel
+    form), ``op`` is a plain 2-d product of constant extents (``X[i, k]``, ``Y[k, j]``)
+    whose columns are whole register tiles (``N`` and ``NC`` multiples of ``NR``: the
+    first row tile's tiles then cover every packed column), each thread's row tile
+    holds at most :data:`FILL_ROWS` rows (more rows amortise the copy; the first tile's
+    strided reads of ``Y`` are not worth it) and more than ``MR`` (one register row
+    tile reads each packed element once: no copy to share), the last one at least
+    ``MR`` (its first register row tile is a full tile), and ``Y`` is at most
+    ``1 / FILL_L3_SHARE`` of L3 (4 MiB here).  ``POLYCOMP_GEMM_FILL``: ``auto`` (default), ``0``
+    (the copy, for comparisons), ``1`` (any size of ``Y``)."""
+    import os
+    mode = os.environ.get("POLYCOMP_GEMM_FILL", "auto")
+    if mode == "0" or b.y_in_place or \
+            b.prepacked_y or b.shared_y or op.direct or op.channel or op.batch or \
+            len(op.k) != 1:
+        return False
+    it = op.update.iters
+    if not (_plain_2d(op.x, it[op.i], it[op.k[0]]) and _plain_2d(op.y, it[op.k[0]], it[op.j])):
+        return False
+    n_i = _extent(op.update.domain, op.i)
+    n_j = _extent(op.update.domain, op.j)
+    if n_i is None or n_j is None or n_j % b.NR or b.NC % b.NR:
+        return False
+    rows = min(b.MC, n_i)
+    last = n_i - (-(-n_i // b.MC) - 1) * b.MC        # rows of the last row tile
+    y_bytes = _const(op.y.buffer.shape[0]) * _const(op.y.buffer.shape[1]) * \
+        dt.itemsize(op.dtype)
+    return b.MR < rows <= FILL_ROWS and last >= b.MR and \
+        (y_bytes <= l3_bytes // FILL_L3_SHARE or mode == "1")
+
+
+#: fill_y_in_first_row: a thread's row tile of at most this many rows
+FILL_ROWS = 64
+#: ... and ``Y`` at most this share of L3 (1/8: 4 MiB of Zen 4's 32): a ``Y`` that comes
+#: from memory is read faster by the copy's row-contiguous pass than by the first row
+#: tile's column panels (a new page per ``k`` step, which the hardware prefetchers do
+#: not follow); 8 MiB (32 x 2048 x 1024) already ran slower filled on the shared host
+FILL_L3_SHARE = 8
 
 
 def _const(d) -> int:
@@ -1011,9 +1079,10 @@ def prepacked_y(op: OuterProduct, statements, options: CpuOptions) -> bool:
     without tiles when ``NC`` is not a multiple of ``NR``): the kernel copies nothing and
     reads the same addresses pattern as from its own copy.
 
-    A 3-d ``Y[k, h, j]`` whose ``h`` is the one column batch dimension
-    (:func:`column_batch`: a projection's weight read per attention head, ``(K, H, D)``)
-    is pre-packed too: ``Layout.packed_panel(2, NR, order=(1, 0))``, ``(D/NR, H, K,
+    A 3-d ``Y[k, h, j]`` whose ``h`` is an affine function of column batch dimensions
+    only (:func:`column_batch`: a projection's weight read per attention head, ``(K, H,
+    D)``, or ``t*H + h`` for the stacked q, k, v projection's ``(K, T*H, D)``) is
+    pre-packed too: ``Layout.packed_panel(2, NR, order=(1, 0))``, ``(D/NR, H, K,
     NR)`` (:func:`heads_order`), each head's ``NR``-wide panel contiguous along ``k``
     as the micro-kernel reads it."""
     y = op.y
@@ -1023,8 +1092,9 @@ def prepacked_y(op: OuterProduct, statements, options: CpuOptions) -> bool:
         return False
     it = op.update.iters
     if len(y.indices) == 3:     # Y[k, h, j], h a column batch dimension (heads_order)
-        cols = column_batch(op)
-        if not (len(cols) == 1 and y.indices[1] is it[cols[0]]):
+        cols = {it[c] for c in column_batch(op)}   # or t*H + h (stacked q, k, v)
+        used = loop_vars(y.indices[1])
+        if not used or not used <= cols:
             return False
     elif len(y.indices) != 2:
         return False
@@ -1477,7 +1547,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
     if dot is None:
         # an operand read where it lies (in_place_operands) gets no pack request
         mark_y = "" if b.y_in_place else request_mark(requests, PackRequest(
-            op.y.buffer, y_dim, b.NR, "L2", prepacked=b.prepacked_y,
+            op.y.buffer, y_dim, b.NR, "L2", prepacked=b.prepacked_y, fill=b.y_fill,
             tiles=() if heads_order(op) else _prepacked_tiles(op, b),
             order=heads_order(op) if b.prepacked_y else ()))
         mark_x = "" if b.x_in_place else \
@@ -1659,6 +1729,7 @@ class CpuBackboneTilePass(Pass):
             b.prepacked_y = pre
             if dot is None:
                 b.x_in_place, b.y_in_place = in_place_operands(op, b)
+                b.y_fill = fill_y_in_first_row(op, b, ctx.target.l3_bytes)
             if b.dynamic_rows:
                 b.row_mark = marks.make(marks.CPU_PARALLEL, cpu_parallel_loops(ctx).add(
                     ParallelLoop(dynamic=True))).get_name()

@@ -129,7 +129,7 @@ class CpuPackPass(Pass):
                     if request.reference else None
                 promo.packs.append(PackedOperand(d.footprint, request.level, request.offset,
                                                 request.compensate, alias, request.reference,
-                                                request.prepacked))
+                                                request.prepacked, request.fill))
                 if request.prepacked:
                     record_prepacked(promo.prepacked, request)
                 node = node.insert_mark(marks.make(marks.CPU_PACK, len(promo.packs) - 1))

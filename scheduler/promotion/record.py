@@ -129,6 +129,13 @@ class PackRequest:
     #: (:meth:`Layout.packed_panel` ``order``; a convolution's weights in the order its
     #: micro-kernel reads them), () for their own order
     order: tuple[int, ...] = ()
+    #: no copy pass: the first iteration of the row-tile loop below the mark reads the
+    #: array where it lies and fills the packed block as it goes, the later iterations
+    #: read the packed block (a GEMM's ``Y`` with few rows,
+    #: :func:`polycomp.scheduler.cpu.backbone_tile.fill_y_in_first_row`; realised by
+    #: :meth:`polycomp.hw.cpu.pack._Packer.fill`, which falls back to the copy where the
+    #: body is not of that form)
+    fill: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,7 @@ class PackedOperand:
     alias: ir.Buffer | None = None
     reference: str = ""
     prepacked: bool = False  # see PackRequest: no copy, the input is read in the layout
+    fill: bool = False       # see PackRequest: filled by the first row tile's pass
 
     @property
     def array(self) -> str:
