@@ -89,21 +89,27 @@ def _isolate(band, full: isl.Set):
 
 def _in_loop(band) -> bool:
     """Does a loop of the kernel repeat ``band`` or run inside it: a band below it, or
-    a band between it and its kernel mark other than the block band (the one band
-    above its ``tile:block`` mark's filter, mapped to the block ids: no loop in the
-    kernel).  Bands above the ``tile:block`` mark are counted as loops (conservative:
-    the band then stays isolated)."""
+    a band between it and its kernel mark other than the block band (the band below a
+    ``tile:block`` mark, directly or through its filter: mapped to the block ids, no
+    loop in the kernel).  Any other band is counted as a loop (conservative: the point
+    band then stays isolated)."""
     if _has_band_below(band):
         return True
-    bands = 0
     x = band
     while x.has_parent():
         x = x.parent()
         if marks.is_kind(x, marks.KERNEL):
-            break
-        if x.get_type() == isl.schedule_node_type.band:
-            bands += 1
-    return bands > 1
+            return False
+        if x.get_type() == isl.schedule_node_type.band and not _is_block_band(x):
+            return True
+    return False
+
+
+def _is_block_band(band) -> bool:
+    p = band.parent() if band.has_parent() else None
+    if p is not None and p.get_type() == isl.schedule_node_type.filter and p.has_parent():
+        p = p.parent()
+    return p is not None and marks.is_kind(p, marks.TILE_BLOCK)
 
 
 def _has_band_below(node) -> bool:
