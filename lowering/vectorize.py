@@ -74,6 +74,19 @@ masked head of ``0 <= h < L`` lanes, the full vectors, a masked tail
 (:func:`_aligned_rows`).  Same values, bitwise; nothing outside the plain form's
 elements is touched.
 
+Carried windows (same form): a row of such a loop read at ``X[b]`` and at ``X[b + k]``,
+``0 < |k| < L`` (indices a constant apart as polynomials: ``hz[i][j-1]`` beside
+``hz[i][j]``), that no store of the loop touches, is read through registers: each full
+vector but the first and the last loads one vector of the row (``X[b + L]`` when some
+``k > 0``, else ``X[b]``), reads ``X[b + k]`` as a lane shift of the vectors kept from
+the previous iterations, and rotates them (:func:`_carries`).  The proof that the loop
+stores none of the row (:func:`_rows_apart`): every store of ``X``, ``s(v)``, and the
+row's ``b(v)`` differ by a polynomial with ``s - b + n - 1`` or ``b - s + n - 1`` a
+negative constant (the stored row a whole loop span away: fdtd-2d's ``hz[i-1][j]``
+against ``hz[i][j]``, ``ny`` apart for a loop of ``ny - 2``); otherwise, and in a body
+with a condition or a select, the row keeps its loads.  Every carried vector is one the
+plain form loads unmasked, so the same values are read, nothing more.
+
 Vector IR conventions (what :mod:`polycomp.hw.cpu.vector_printer` prints): a vector
 load/store has ``lanes = L`` and index ``Ramp(base, stride, L)`` (stride 1 for stores);
 ``Broadcast`` splats a scalar; ``Call("vlane_range", (lo, hi, L))`` is the mask of lanes
@@ -270,6 +283,7 @@ def vectorize_loop(loop: ir.For, lanes_of, tail: str = "mask", reduce_unroll: in
     qualify.  ``acc_ids`` numbers the reduction accumulators (``vacc1``, ``vacc2``, ...);
     one counter per function keeps the names unique in it and independent of whatever
     was compiled before (a fresh counter when not given)."""
+    acc_ids = acc_ids if acc_ids is not None else itertools.count(1)
     try:
         an = _Analysis(loop, lanes_of)
         plan = an.run()
@@ -279,11 +293,11 @@ def vectorize_loop(loop: ir.For, lanes_of, tail: str = "mask", reduce_unroll: in
                 w = Widen(loop.var, base, plan.dtype, plan.lanes, an.vector_lets,
                           reciprocal=reciprocal)
                 return _Body(plan, w, slot, lane_mask).stmt(loop.body)
-            out = _windowed(loop, ir.Var(loop.var.name + "_v"), body_at, plan.lanes, plan.dtype)
+            out = _windowed(loop, ir.Var(loop.var.name + "_v"), body_at, plan.lanes, plan.dtype,
+                            acc_ids)
             if out is not None:
                 return out
-        return _build(loop, an, plan, tail, reduce_unroll, reciprocal,
-                      acc_ids if acc_ids is not None else itertools.count(1))
+        return _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids)
     except _Refuse:
         return None
 
@@ -418,7 +432,8 @@ def window_loads(body: ir.Stmt, anchor: ir.Expr, L: int, D: str) -> tuple[ir.Stm
     return _W().visit(body), count[0]
 
 
-def _windowed(loop: ir.For, v0: ir.Var, body_at, L: int, D: str) -> ir.Stmt | None:
+def _windowed(loop: ir.For, v0: ir.Var, body_at, L: int, D: str,
+              acc_ids: Iterator[int]) -> ir.Stmt | None:
     """The windowed form of the vector loop (see :func:`vectorize`), or None when no
     load of its body is windowed (the loop keeps the plain form)."""
     v, m, n = loop.var, loop.min, loop.extent
@@ -433,7 +448,7 @@ def _windowed(loop: ir.For, v0: ir.Var, body_at, L: int, D: str) -> ir.Stmt | No
     if not all(isinstance(k, ir.IntImm) for k in offsets):
         # a 2-D/3-D stencil's other rows: windows measured no faster there (docs), an
         # aligned start of the plain form is (fdtd-2d's shared row loop)
-        return _aligned_rows(loop, v0, body_at, plain, L)
+        return _aligned_rows(loop, v0, body_at, plain, L, D, acc_ids)
     main, count = window_loads(plain, anchor, L, D)
     if not count:
         return None
@@ -512,7 +527,8 @@ def _most_used_store(body: ir.Stmt, L: int) -> ir.Store:
     return max(stores, key=lambda st: (count[st.buffer], -stores.index(st)))
 
 
-def _aligned_rows(loop: ir.For, v0: ir.Var, body_at, plain: ir.Stmt, L: int) -> ir.Stmt | None:
+def _aligned_rows(loop: ir.For, v0: ir.Var, body_at, plain: ir.Stmt, L: int, D: str,
+                  acc_ids: Iterator[int]) -> ir.Stmt | None:
     """The *aligned-row* form of a stencil row loop whose accesses lie on several rows
     (offsets from the first vector store that are not all constants; see
     :func:`vectorize`) shared by several statements, or None when its body stores one
@@ -532,7 +548,11 @@ def _aligned_rows(loop: ir.For, v0: ir.Var, body_at, plain: ir.Stmt, L: int) -> 
     stores at a 64-byte boundary, 3.4 at a 32-byte one, 4.2-4.8 otherwise).  The
     iterations run in the same chunks of consecutive lanes, only cut at other points;
     every element read or written is one the plain form touches, so the result is the
-    plain form's bit for bit."""
+    plain form's bit for bit.
+
+    With carried rows (:func:`_carries`), the full vectors run as ``if n_vec > 2: (the
+    registers' first vectors; vector 0 plain; vectors 1 .. n_vec - 2 carried
+    (:func:`_carried_body`); vector n_vec - 1 plain) else: the plain loop``."""
     if not _stencil_row(plain, L):
         return None
     v, m, n = loop.var, loop.min, loop.extent
@@ -549,12 +569,230 @@ def _aligned_rows(loop: ir.For, v0: ir.Var, body_at, plain: ir.Stmt, L: int) -> 
     n_vec = simplify(rest // L)
     ann = tuple((k, val) for k, val in loop.annotations) + (("vectorized", L),
                                                            ("vector_aligned", True))
-    body = ir.For(v0, ir.IntImm(0), n_vec, "serial", body_at(simplify(m + hn + v0 * L), 0), ann)
+    main_at = lambda k: simplify(m + hn + k * L)        # noqa: E731
+    body: ir.Stmt = ir.For(v0, ir.IntImm(0), n_vec, "serial", body_at(main_at(v0), 0), ann)
+    carries = _carries(loop, body_at, L, D)
+    if carries:
+        # carried windows: the first and the last full vector in the plain form, the
+        # ones between with each carried row rotated through registers
+        reg = ir.Buffer(f"vwin{next(acc_ids)}", D, (ir.IntImm(L * sum(c.slots for c in carries)),),
+                        scope="register", flat=True)
+        inner = ir.For(v0, ir.IntImm(1), simplify(n_vec - 2), "serial", _carried_body(
+            loop, body_at(main_at(v0), 0), main_at(v0), carries, reg, L, D),
+            ann + (("vector_carried", True),))
+        body = ir.IfThenElse(ir.Binary(">", n_vec, ir.IntImm(2), "bool"), ir.Allocate(
+            reg, ir.seq(_carry_inits(loop, main_at(ir.IntImm(1)), carries, reg, L, D),
+                        body_at(main_at(ir.IntImm(0)), 0), inner,
+                        body_at(main_at(simplify(n_vec - 1)), 0))), body)
     tail = masked(simplify(m + hn + n_vec * L), simplify(rest - n_vec * L))
     out: ir.Stmt = ir.LetStmt(hn, head_n, ir.seq(masked(m, hn), body, tail))
     if not isinstance(n, ir.IntImm):
         out = ir.IfThenElse(gt0(n), out)
     return out
+
+
+# --------------------------------------------------------------------------- carried windows
+
+
+def _poly(e) -> dict | None:
+    """``e`` (an integer index expression of ``+ - *``, integer constants and Vars) as a
+    polynomial: monomial (sorted tuple of Var names) -> coefficient, zero terms dropped;
+    None for anything else.  Unlike :func:`simplify` it distributes products, so two row
+    indices ``(r - 1) * ny + j`` and ``r * ny + j`` differ by ``-ny``."""
+    if isinstance(e, ir.IntImm):
+        return {(): e.value} if e.value else {}
+    if isinstance(e, ir.Var):
+        return {(e.name,): 1} if e.dtype in dt.INTS else None
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        a = _poly(e.a)
+        return None if a is None else {k: -c for k, c in a.items()}
+    if not (isinstance(e, ir.Binary) and e.op in ("+", "-", "*")):
+        return None
+    a, b = _poly(e.a), _poly(e.b)
+    if a is None or b is None:
+        return None
+    out = dict(a)
+    if e.op == "*":
+        out = {}
+        for ka, ca in a.items():
+            for kb, cb in b.items():
+                k = tuple(sorted(ka + kb))
+                out[k] = out.get(k, 0) + ca * cb
+    else:
+        s = -1 if e.op == "-" else 1
+        for k, c in b.items():
+            out[k] = out.get(k, 0) + s * c
+    return {k: c for k, c in out.items() if c}
+
+
+def _poly_const(a: ir.Expr, b: ir.Expr) -> int | None:
+    """``a - b`` when it is a constant polynomial, else None."""
+    d = _poly(ir.Binary("-", a, b, "int64"))
+    if d is None or any(k != () for k in d):
+        return None
+    return d.get((), 0)
+
+
+def _unit_base(e, L: int, D: str):
+    """The base of an unmasked unit-stride ``L``-lane load/store of dtype ``D``, or None."""
+    if isinstance(e, (ir.Load, ir.Store)) and e.lanes == L and e.buffer.dtype == D \
+            and len(e.indices) == 1 and isinstance(e.indices[0], ir.Ramp) \
+            and ir.is_const(e.indices[0].stride, 1):
+        return e.indices[0].base
+    return None
+
+
+class _Carry:
+    """One carried window: the row of buffer ``buf`` read at ``anchor + k``, ``k`` in
+    ``offsets`` (all in ``(-L, L)``, 0 among them), kept in the register buffer ``reg``:
+    slot ``P`` the vector before the anchor's (when some ``k < 0``), ``C`` the anchor's,
+    ``N`` the next one (when some ``k > 0``)."""
+
+    def __init__(self, buf: ir.Buffer, anchor: ir.Expr, offsets: set, first_slot: int):
+        self.buf, self.anchor, self.offsets = buf, anchor, offsets
+        slot = itertools.count(first_slot)
+        self.P = next(slot) if min(offsets) < 0 else None
+        self.C = next(slot)
+        self.N = next(slot) if max(offsets) > 0 else None
+        self.slots = 1 + (self.P is not None) + (self.N is not None)
+
+
+def _rows_apart(loop: ir.For, body: ir.Stmt, carry_buf: ir.Buffer, anchor_at_v: ir.Expr,
+                L: int, D: str) -> bool:
+    """Whether no store of the loop (any iteration ``v`` in ``[m, m + n)``) writes an
+    element of ``carry_buf`` the carried window holds (the anchor's elements
+    ``anchor(v)`` over the same range): every vector store of that buffer lies, as a
+    polynomial in the loop's variables and parameters, a whole loop span away, i.e.
+    ``s(v) - c(v) + n - 1`` or ``c(v) - s(v) + n - 1`` is a negative constant
+    (fdtd-2d: the store to ``hz[i-1][j]`` against the carried ``hz[i][j]``, ``-ny + (ny
+    - 2) - 1``)."""
+    n = loop.extent
+    stores: list = []
+    ir.walk(body, lambda e: stores.append(e)
+            if isinstance(e, ir.Store) and e.buffer is carry_buf else None)
+    for s in stores:
+        base = _unit_base(s, L, D)
+        if base is None:
+            return False
+        below = _poly_const(ir.Binary("+", ir.Binary("-", base, anchor_at_v, "int64"), n,
+                                      "int64"), ir.IntImm(1))
+        above = _poly_const(ir.Binary("+", ir.Binary("-", anchor_at_v, base, "int64"), n,
+                                      "int64"), ir.IntImm(1))
+        if not ((below is not None and below < 0) or (above is not None and above < 0)):
+            return False
+    return True
+
+
+def _carries(loop: ir.For, body_at, L: int, D: str) -> list[_Carry]:
+    """The carried windows of an aligned-row loop, found on its body widened at the loop
+    variable ``v`` (indices as functions of ``v``): for each buffer, the unit-stride
+    loads whose bases lie constants apart (one row), when the row has a load at some
+    base ``b`` and others at ``b + k``, ``0 < |k| < L``, and no store of the loop touches
+    the row (:func:`_rows_apart`).  ``b`` is the member at the aligned store's column
+    (its offset from the busiest store's base has a constant term that is a multiple of
+    ``L``) when there is one.  None at all when the body holds a ``select`` or a condition
+    (a masked load would read fewer lanes than a carried vector)."""
+    body = body_at(loop.var, 0)
+    found: list = []
+    bad = [False]
+
+    def visit(e):
+        if isinstance(e, (ir.Select, ir.IfThenElse, ir.AttrStmt)):
+            bad[0] = True
+        if isinstance(e, ir.Load) and _unit_base(e, L, D) is not None:
+            found.append(e)
+    ir.walk(body, visit)
+    if bad[0]:
+        return []
+    align_base = _most_used_store(body, L).indices[0].base
+    rows: list = []                    # [buffer, [distinct bases]]
+    for ld in found:
+        base = ld.indices[0].base
+        for row in rows:
+            if row[0] is ld.buffer and _poly_const(base, row[1][0]) is not None:
+                if all(_poly_const(base, b) != 0 for b in row[1]):
+                    row[1].append(base)
+                break
+        else:
+            rows.append([ld.buffer, [base]])
+    out: list[_Carry] = []
+    slot = 0
+    for buf, bases in rows:
+        if len(bases) < 2:
+            continue
+
+        def aligned(b):
+            d = _poly(ir.Binary("-", b, align_base, "int64"))
+            return d is not None and d.get((), 0) % L == 0
+        anchor = next((b for b in bases if aligned(b)), bases[0])
+        offsets = {_poly_const(b, anchor) for b in bases}
+        if any(k is None or abs(k) >= L for k in offsets):
+            continue
+        if not _rows_apart(loop, body, buf, anchor, L, D):
+            continue
+        c = _Carry(buf, anchor, offsets, slot)
+        slot += c.slots
+        out.append(c)
+    return out
+
+
+def _carried_body(loop: ir.For, main: ir.Stmt, at: ir.Expr, carries: list[_Carry],
+                  reg: ir.Buffer, L: int, D: str) -> ir.Stmt:
+    """``main`` (one vector iteration at ``v = at``) with each carried row's loads read
+    from ``reg``: ``X[b]`` the slot ``C``, ``X[b + k]`` ``valign(C, P, L + k)`` for ``k
+    < 0`` and ``valign(N, C, k)`` for ``k > 0``; the iteration first loads one vector
+    of the row (``N = X[b + L]`` when some ``k > 0``, else ``C = X[b]``) and ends by
+    rotating (``P = C``, ``C = N``)."""
+    slot = lambda k: _acc_ref(reg, k, L, D)            # noqa: E731
+    anchors = [(c, simplify(ir.substitute(c.anchor, {loop.var: at}))) for c in carries]
+
+    class _R(ir.Mutator):
+        def visit_Load(self, e):
+            base = _unit_base(e, L, D)
+            for c, b in anchors:
+                if base is None or e.buffer is not c.buf:
+                    continue
+                k = _poly_const(base, b)
+                if k is None:
+                    continue
+                assert k in c.offsets, (k, c.offsets)
+                if k == 0:
+                    return slot(c.C)
+                if k < 0:
+                    return ir.Call(VALIGN, (slot(c.C), slot(c.P), ir.IntImm(L + k)), D)
+                return ir.Call(VALIGN, (slot(c.N), slot(c.C), ir.IntImm(k)), D)
+            return self.generic(e)
+
+    def row(buf, b):
+        return ir.Load(buf, (ir.Ramp(b, ir.IntImm(1), L),), D, L)
+    first, last = [], []
+    for c, b in anchors:
+        if c.N is not None:
+            first.append(_acc_store(reg, c.N, L, row(c.buf, simplify(b + L))))
+        else:
+            first.append(_acc_store(reg, c.C, L, row(c.buf, b)))
+        if c.P is not None:
+            last.append(_acc_store(reg, c.P, L, slot(c.C)))
+        if c.N is not None:
+            last.append(_acc_store(reg, c.C, L, slot(c.N)))
+    return ir.seq(*first, _R().visit(main), *last)
+
+
+def _carry_inits(loop: ir.For, at: ir.Expr, carries: list[_Carry], reg: ir.Buffer,
+                 L: int, D: str) -> ir.Stmt:
+    """The registers before the carried loop's first iteration ``v = at``: ``P = X[b(at)
+    - L]`` and ``C = X[b(at)]`` where used (both vectors the plain form reads: the first
+    iteration runs at ``at - L``, a full vector of the plain form)."""
+    out = []
+    for c in carries:
+        b = simplify(ir.substitute(c.anchor, {loop.var: at}))
+        if c.P is not None:
+            out.append(_acc_store(reg, c.P, L, ir.Load(
+                c.buf, (ir.Ramp(simplify(b - L), ir.IntImm(1), L),), D, L)))
+        if c.N is not None:
+            out.append(_acc_store(reg, c.C, L, ir.Load(
+                c.buf, (ir.Ramp(b, ir.IntImm(1), L),), D, L)))
+    return ir.seq(*out)
 
 
 class _Vectorize(ir.Mutator):

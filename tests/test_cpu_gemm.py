@@ -200,11 +200,13 @@ def test_shared_packed_y_block_avx512(path, m, n, k, seed):
         _check_shared(path, m, n, k, seed, (12, 64, 16))
 
 
-FILL_CASES = [
-    ("avx2", 13, 1024, 7, 1, True),     # 6x16 tiles: two full row tiles, then a 1-row tail
-    ("avx2", 7, 2048, 3, 2, True),      # one full row tile and a 1-row tail, j split
-    ("avx2", 7, 1024, 1, 1, False),     # k extent 1 (no k loop in the tile): the copy
-] + [("native512", 37, 1024, 11, 2, True)] * has_native_avx512()   # 6x64, j split
+FILL_CASES = [     # fills: "" the copy, "f" filled, "fs" filled and streamed when forced
+    ("avx2", 13, 1024, 7, 1, "fs"),     # 6x16 tiles: two full row tiles, then a 1-row tail
+    ("avx2", 7, 2048, 3, 2, "f"),       # one full row tile (no row loop: no stream), tail
+    ("avx2", 7, 1024, 1, 1, ""),        # k extent 1 (no k loop in the tile): the copy
+    ("avx2", 13, 1024, 301, 2, "fs"),   # k tiles, the last partial (next block clamped)
+] + [("native512", 37, 1024, 11, 2, "fs"),  # 6x64, j split
+     ("native512", 29, 1024, 301, 1, "fs")] * has_native_avx512()   # k and j tiles
 
 
 @pytest.mark.parametrize("path,m,n,k,threads,fills", FILL_CASES)
@@ -213,25 +215,30 @@ def test_y_filled_by_first_row_tile_bit_exact(path, m, n, k, threads, fills, mon
     packed block in its ``k`` loop instead of a copy pass (``fill_y_in_first_row``,
     ``hw/cpu/pack.py`` ``fill_first_row``); prime / odd sizes, a partial row tile,
     ``k`` extent 1, one and two threads: bit-identical to the copy, within float32
-    rounding of numpy."""
+    rounding of numpy.  Streamed (``stream_y_fill``, forced: each row tile prefetches
+    the next ``k`` / ``j`` block, clamped into ``B`` at a partial last block): the same
+    bits."""
     rng = np.random.default_rng(m + n)
     A = rng.standard_normal((m, k)).astype(np.float32)
     B = rng.standard_normal((k, n)).astype(np.float32)
     got = {}
-    for mode in ("1", "0"):
-        monkeypatch.setenv("POLYCOMP_GEMM_FILL", mode)
-        ck = compile_kernel(_matmul(m, n, k, f"fill{mode}_{m}_{n}"), _target(path, threads))
+    for mode in ("1s", "1", "0") if fills else ("1", "0"):
+        monkeypatch.setenv("POLYCOMP_GEMM_FILL", mode[0])
+        monkeypatch.setenv("POLYCOMP_GEMM_STREAM", "1" if mode == "1s" else "0")
+        ck = compile_kernel(_matmul(m, n, k, f"fill{mode}_{m}_{n}_{k}"), _target(path, threads))
         counts = ck.final_ir.counts
-        if mode == "1" and fills:
+        if mode != "0" and fills:
             assert counts.filled_packs == 1 and counts.filling_tiles
             assert "B_pk1_xb" not in ck.source and "pk1_xb" not in ck.source
         else:
             assert not counts.filled_packs and not counts.filling_tiles
+        assert ("__builtin_prefetch(B +" in ck.source) == (mode == "1s" and fills == "fs")
         f = CFunction(ck.final_ir, build_shared(
             ck.source, flags=AVX512_FLAGS if path == "native512" else DEFAULT_FLAGS))
         f.threads = threads
         got[mode] = f(A, B)
     np.testing.assert_array_equal(got["1"], got["0"])
+    np.testing.assert_array_equal(got.get("1s", got["0"]), got["0"])
     np.testing.assert_allclose(got["1"], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
 
 

@@ -157,3 +157,42 @@ def test_filled_ir_computes_the_product():
     B = rng.standard_normal((K, N)).astype(np.float32)
     C = interpret(_fill_compiled(), A, B)
     np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5)
+
+
+STREAM_SHAPE = (13, 1024, 3)    # two full row tiles (a row loop) and a 1-row tail
+
+
+def _stream_compiled():
+    if "stream" not in _COMPILED:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("POLYCOMP_GEMM_STREAM", "1")
+            _COMPILED["stream"] = compile_kernel(_kernel("float32", STREAM_SHAPE), TARGET,
+                                                 dump=True)
+    return _COMPILED["stream"]
+
+
+@pytest.mark.parametrize("name,stage", [("pack", "ir"), ("microkernels", "codegen")])
+def test_golden_ir_stream(name, stage, goldens):
+    """A filled ``Y`` that streams (``stream_y_fill``, forced here): besides the first
+    row tile's fill nest, each micro-kernel mark of the row loop gets ``for k:
+    prefetch(B[next])``, the element of the next block (``select`` on the wrap, clamped
+    into ``B``) at line ``r mod lines`` of the tile's row segment; the micro-kernel pass
+    moves that prefetch into both tiles' ``k`` loops."""
+    ck = _stream_compiled()
+    assert ck.final_ir.counts.filled_packs == 1 and ck.final_ir.counts.filling_tiles
+    before, after = _in_out(ck, name, stage)
+    assert "prefetch(B[" in (after if name == "pack" else before)
+    for part, text in (("in", before), ("out", after)):
+        expected = goldens.expected(
+            f"test_cpu_microkernel_golden/float32_stream.{name}.{part}.ir", text)
+        assert expected == text.strip(), f"stream {name} {part}:\n{text}"
+
+
+def test_streamed_ir_computes_the_product():
+    """The streamed IR, run by the interpreter (prefetches change no value): the product."""
+    M, N, K = STREAM_SHAPE
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((M, K)).astype(np.float32)
+    B = rng.standard_normal((K, N)).astype(np.float32)
+    C = interpret(_stream_compiled(), A, B)
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5)

@@ -154,7 +154,7 @@ def _row_bound(li: ir.For) -> int | None:
 
 def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True,
           init: tuple | None = None, epilogues: Sequence = (), dead: Set[str] = frozenset(),
-          fill: tuple | None = None):
+          fill: tuple | None = None, stream: tuple | None = None):
     """The register tile of the module docstring, or None; ``tile_ids`` numbers the
     tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...); ``prefetch``:
     prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop.
@@ -196,7 +196,7 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
     if isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm):
         return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
                            li.extent.value, lj.extent.value, init=init, epilogues=epilogues,
-                           dead=dead, fill=fill)
+                           dead=dead, fill=fill, stream=stream)
     if init is not None or epilogues:
         return None
     MR, NR = upper_bound(li.extent), upper_bound(lj.extent)
@@ -223,7 +223,8 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
                 MR: int, NR: int, cols: ir.Expr | None = None, rows: ir.Expr | None = None,
                 lo: ir.Expr | None = None, hi: ir.Expr | None = None,
                 init: tuple | None = None, epilogues: Sequence = (),
-                dead: Set[str] = frozenset(), fill: tuple | None = None):
+                dead: Set[str] = frozenset(), fill: tuple | None = None,
+                stream: tuple | None = None):
     """The tile of ``MR x NR`` constant extents (``cols``: a run-time column count
     ``<= NR`` that masks every vector; ``rows``: a run-time row count ``1 <= rows <=
     MR``: row ``i`` reads ``X`` at row ``min(i, rows - 1)``, only rows ``< rows`` are
@@ -249,7 +250,10 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
     tile's ``Y`` factor: each ``Y`` vector is loaded from ``A[a]`` instead and stored to
     ``P[p]`` in the same ``k`` iteration, before the updates (the values read are
     those the fill nest would have stored); None when the tile is not of that form
-    (every vector full, unit stride along ``jj`` in ``P`` and ``A``)."""
+    (every vector full, unit stride along ``jj`` in ``P`` and ``A``).
+
+    ``stream``: a prefetch nest (:func:`_split_stream`) whose prefetch goes first in
+    each ``k`` iteration (dropped where its loops are not the tile's ``k`` loops)."""
     L = lanes_of(st.buffer.dtype)
     if L <= 1 or NR < 2 or not ir.is_const(lj.min, 0) or \
             (lo is None and not ir.is_const(li.min, 0)):
@@ -446,7 +450,8 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
         if here is not None:     # rows outside the tile's: computed, not stored
             stores[row_first:] = [ir.IfThenElse(here, ir.seq(*stores[row_first:]))]
             plain_stores[row_first:] = [ir.IfThenElse(here, ir.seq(*plain_stores[row_first:]))]
-    body = ir.seq(*fill_stores, *row_stmts)
+    pf = _stream_stmt(stream, lk)
+    body = ir.seq(*(() if pf is None else (pf,)), *fill_stores, *row_stmts)
     for v, val in reversed(ylets):
         body = ir.LetStmt(v, val, body)
     for k in reversed(lk):
@@ -488,11 +493,44 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
     return ir.Allocate(acc, out)
 
 
+def _split_stream(body):
+    """``((loops, prefetches), tile)`` of ``<prefetch nest>; <tile>`` (a filled mark's
+    ``for k'..: prefetch(A[n]); ..``, :func:`polycomp.hw.cpu.pack.fill_first_row`'s
+    ``stream``), else ``(None, body)``."""
+    if not (isinstance(body, ir.Block) and len(body.stmts) >= 2):
+        return None, body
+    loops = []
+    node = body.stmts[0]
+    while isinstance(node, ir.For):
+        loops.append(node)
+        node = node.body
+    calls = node.stmts if isinstance(node, ir.Block) else (node,)
+    if not loops or not all(isinstance(c, ir.Evaluate) and isinstance(c.value, ir.Call) and
+                            c.value.name == "prefetch" for c in calls):
+        return None, body
+    rest = body.stmts[1] if len(body.stmts) == 2 else ir.Block(body.stmts[1:])
+    return (loops, node), rest
+
+
+def _stream_stmt(stream, lk) -> ir.Stmt | None:
+    """A prefetch nest (:func:`_split_stream`) on the tile's own ``k`` variables, when
+    its loops have the tile's ``k`` ranges; else None (the prefetches are dropped)."""
+    if stream is None:
+        return None
+    loops, ev = stream
+    if len(loops) != len(lk) or any(const_difference(f.min, t.min) != 0 or
+                                    const_difference(f.extent, t.extent) != 0
+                                    for f, t in zip(loops, lk)):
+        return None
+    return ir.substitute(ev, {f.var: t.var for f, t in zip(loops, lk)})
+
+
 def _split_fill(body):
     """``((cond, loops, store), tile)`` of a mark body ``[if (cond)] <fill>; <tile>``
     (:func:`polycomp.hw.cpu.pack.fill_first_row`: ``<fill>`` is ``for ..: P[p] = A[a]``
-    over plain loops), else ``(None, body)``."""
-    if not (isinstance(body, ir.Block) and len(body.stmts) == 2):
+    over plain loops; ``<tile>`` may start with a prefetch nest, :func:`_split_stream`),
+    else ``(None, body)``."""
+    if not (isinstance(body, ir.Block) and len(body.stmts) >= 2):
         return None, body
     first = body.stmts[0]
     cond = None         # (the condition simplified away: one row tile, always filled)
@@ -506,7 +544,8 @@ def _split_fill(body):
     if not loops or not isinstance(node, ir.Store) or node.lanes != 1 or \
             not isinstance(node.value, ir.Load) or len(node.indices) != 1:
         return None, body
-    return (cond, loops, node), body.stmts[1]
+    return (cond, loops, node), \
+        body.stmts[1] if len(body.stmts) == 2 else ir.Block(body.stmts[1:])
 
 
 def _fill_source(fill, lk, lj, yf):
@@ -840,6 +879,7 @@ class _Micro(ir.Mutator):
         if mark is None:
             return None, 0
         fill, mbody = _split_fill(mark.body)
+        stream, mbody = _split_stream(mbody) if fill is not None else (None, mbody)
         m = _match(mbody)
         if m is None:
             return None, 0
@@ -854,13 +894,14 @@ class _Micro(ir.Mutator):
         try:
             whole = tuple(e.buffer.name for _, e in epis) == self.chains.get(st.buffer.name)
             fused = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids,
-                          self.prefetch, init, epis, self.dead if whole else frozenset())
+                          self.prefetch, init, epis, self.dead if whole else frozenset(),
+                          stream=stream)
         except Unvectorizable:
             fused = None
         if fused is None and epis and init is not None:     # the init alone
             try:
                 fused = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids,
-                              self.prefetch, init)
+                              self.prefetch, init, stream=stream)
             except Unvectorizable:
                 fused = None
             epis, n_epi = [], 0
@@ -872,7 +913,7 @@ class _Micro(ir.Mutator):
         whole_ = tuple(e.buffer.name for _, e in epis) == self.chains.get(st.buffer.name)
         fused = self._filled(fill, fused, lambda f: _tile(
             lk, li, lj, st, rest, self.lanes_of, self.tile_ids, self.prefetch, init, epis,
-            self.dead if whole_ else frozenset(), fill=f))
+            self.dead if whole_ else frozenset(), fill=f, stream=stream))
         if guard is not None:
             fused = ir.IfThenElse(guard.cond, fused, self.visit(guard.orelse))
         return fused, first - q + 1 + n_epi
@@ -895,18 +936,20 @@ class _Micro(ir.Mutator):
                           f"expected form): left to the generic path")
             return self.visit(s.body)
         fill, body = _split_fill(s.body)
+        stream, body = _split_stream(body) if fill is not None else (None, body)
         m = _match(body)
         if m is not None:
             try:
                 lk, li, lj, st, rest = m
-                out = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids, self.prefetch)
+                out = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids, self.prefetch,
+                            stream=stream)
             except Unvectorizable:   # left to the generic path
                 out = None
             if out is not None:
                 self.count += 1
                 return self._filled(fill, out, lambda f: _tile(
                     lk, li, lj, st, rest, self.lanes_of, self.tile_ids, self.prefetch,
-                    fill=f))
+                    fill=f, stream=stream))
         return self.visit(s.body)
 
     def _filled(self, fill, tile, make):

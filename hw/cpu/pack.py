@@ -47,7 +47,10 @@ A *filled* operand (:class:`PackedOperand` ``fill``, a few-row GEMM's ``Y``) get
 buffer but no copy: :func:`fill_first_row` gives each micro-kernel mark of the first
 iteration of the register-row loop a fill nest ``for k: for jj: P[layout(e - o)] =
 A[e]`` over the tile's own ranges (the later iterations read what it stored); where
-the body is not of the form it assumes it returns None and the copy is made.
+the body is not of the form it assumes it returns None and the copy is made.  With
+``stream`` (a ``Y`` from memory) every mark of the register-row loop also gets a
+prefetch nest of the next block's lines (:class:`NextBlock`), which the micro-kernel
+pass moves into the tile's ``k`` loop: the next block arrives during this one's FMAs.
 
 A *pre-packed* operand (:class:`PackedOperand` ``prepacked``, option ``prepack``: an
 input the caller packs once, :class:`~polycomp.scheduler.promotion.record.PrepackedInput`)
@@ -67,6 +70,7 @@ import islpy as isl
 from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.errors import PolycompInternalError
+from polycomp.hw.cpu.prefetch import LINE_BYTES
 from polycomp.lowering.ast_to_ir import origin_to_ir
 from polycomp.lowering.simplify import const_difference, simplify, upper_bound
 from polycomp.scheduler.common import marks
@@ -321,8 +325,10 @@ class _Packer:
             self.allocs.append(sums)
         if spec.fill and fp.layout.group == 1 and not spec.offset and sums is None and \
                 _common_factor(body, spec.alias or arr, self.func.body) is None:
+            stream = _next_block(origin, fp.box.sizes, arr, [lp for lp, _ in loops]) \
+                if spec.stream else None
             filled = fill_first_row(body, spec.alias or arr, pbuf, fp.layout, origin,
-                                    slot_idx, f"c{len(origin_dims(fp.origin()))}")
+                                    slot_idx, f"c{len(origin_dims(fp.origin()))}", stream)
             if filled is not None:
                 self.filled += 1
                 return filled
@@ -840,13 +846,72 @@ def _tile_loops(mark: ir.AttrStmt):
     return loops[:-2], loops[-2], loops[-1], node
 
 
+@dataclass(frozen=True)
+class NextBlock:
+    """Where the block after the current one of a packed 2-d array lies (the next
+    iteration of the innermost loop around the pack whose variable the block's origin
+    uses, wrapping to the next block of the other dimension): ``dim`` the dimension
+    that loop steps, ``origin`` the current block's origin, ``sizes`` the block's box,
+    ``extents`` the array's (constant) extents."""
+    dim: int
+    origin: tuple
+    sizes: tuple[int, ...]
+    extents: tuple[int, ...]
+
+    def index(self, e: Sequence[ir.Expr]) -> tuple:
+        """``e`` (an element of the current block) moved to the same place in the next
+        block, clamped into the array (an address that always exists: a prefetch there
+        is harmless where the next block is partial or there is none)."""
+        p, q = self.dim, 1 - self.dim
+        wrap = ir.Binary(">=", self.origin[p] + self.sizes[p], ir.IntImm(self.extents[p]),
+                         "bool")
+        if len(e) == 1:     # the flat (row-major) index of the 2-d array
+            stride = (self.extents[1], 1)
+            step = ir.Select(wrap, ir.IntImm(self.sizes[q] * stride[q]) -
+                             self.origin[p] * stride[p], ir.IntImm(self.sizes[p] * stride[p]),
+                             "int64")
+            return (simplify(ir.min_(e[0] + step,
+                                     ir.IntImm(self.extents[0] * self.extents[1] - 1))),)
+        out: list[ir.Expr] = [ir.IntImm(0), ir.IntImm(0)]
+        out[p] = ir.min_(ir.Select(wrap, e[p] - self.origin[p], e[p] + self.sizes[p], "int64"),
+                         ir.IntImm(self.extents[p] - 1))
+        out[q] = ir.min_(ir.Select(wrap, e[q] + self.sizes[q], e[q], "int64"),
+                         ir.IntImm(self.extents[q] - 1))
+        return tuple(simplify(x) for x in out)
+
+
+def _next_block(origin, sizes, arr: ir.Buffer, loops) -> NextBlock | None:
+    """The :class:`NextBlock` of a 2-d packed ``arr`` of constant extents whose block
+    ``origin`` (one expression per dimension) is a function of the enclosing ``loops``
+    (outermost first): the innermost of them used by one dimension's origin is the loop
+    that steps to the next block; None when there is no such loop (one block) or the
+    array is not of that form."""
+    if len(origin) != 2 or len(sizes) != 2 or \
+            not all(isinstance(d, ir.IntImm) for d in arr.shape):
+        return None
+    for lp in reversed(loops):
+        dims = [d for d in range(2) if uses_var(origin[d], lp.var)]
+        if len(dims) == 1:
+            return NextBlock(dims[0], tuple(origin), tuple(int(x) for x in sizes),
+                             tuple(d.value for d in arr.shape))
+        if dims:
+            return None
+    return None
+
+
 class _Fill(ir.Mutator):
     """Each micro-kernel mark below the row loop: ``if (first) <fill nest>`` prefixed to
-    its body (see :func:`fill_first_row`); ``fills`` counts them."""
+    its body (see :func:`fill_first_row`); ``fills`` counts them.  With ``stream``
+    (``(NextBlock, row)``, ``row`` the register row tile's number from 0) each mark
+    also gets ``for k..: prefetch(A[next(e)])`` after the fill nest, at the column of
+    line ``row mod lines`` of the tile's row segment (``lines`` cache lines); with
+    ``tiles`` (the row loop's constant extent) below ``lines``, ``each = ceil(lines /
+    tiles)`` prefetches per ``k``, lines ``(row * each + n) mod lines``."""
 
-    def __init__(self, arr, source, first: ir.Expr):
-        self.arr, self.source, self.first = arr, source, first
+    def __init__(self, arr, source, first: ir.Expr, stream=None):
+        self.arr, self.source, self.first, self.stream = arr, source, first, stream
         self.fills = 0
+        self.streams = 0
         self.bad = False
 
     def visit_AttrStmt(self, s):
@@ -875,7 +940,36 @@ class _Fill(ir.Mutator):
             nest = ir.For(fresh[lp.var], lp.min, lp.extent, "serial", nest,
                           (("coincident", lp is lj),))
         self.fills += 1
-        return ir.AttrStmt(s.key, s.value, ir.Block((ir.IfThenElse(self.first, nest), s.body)))
+        pf = self.prefetches(lk, lj, ld)
+        return ir.AttrStmt(s.key, s.value, ir.Block(
+            (ir.IfThenElse(self.first, nest),) + ((pf,) if pf is not None else ()) +
+            (s.body,)))
+
+    def prefetches(self, lk, lj, ld) -> ir.Stmt | None:
+        """``for k..: prefetch(A[next(e)])`` (see the class) or None."""
+        width = simplify(lj.extent)
+        if self.stream is None or not isinstance(width, ir.IntImm) or len(ld.indices) > 2:
+            return None
+        nxt, row, tiles = self.stream
+        per_line = max(1, LINE_BYTES // dt.itemsize(ld.dtype))
+        lines = max(1, -(-width.value // per_line))
+        # fewer row tiles than lines: each prefetches ceil(lines / tiles) lines
+        each = -(-lines // tiles) if isinstance(tiles, int) and 0 < tiles < lines else 1
+        fresh = {lp.var: ir.Var(f"{lp.var.name}_p", lp.var.dtype) for lp in lk}
+        calls = []
+        for n in range(each):
+            line = ir.Binary("%", row * each + n if each > 1 else row, ir.IntImm(lines),
+                             "int64")
+            col = ir.Binary("*", line, ir.IntImm(per_line), "int64")
+            at = nxt.index([ir.substitute(ix, {**fresh, lj.var: col}) for ix in ld.indices])
+            calls.append(ir.Evaluate(ir.Call(
+                "prefetch", (ir.Load(self.source, at, ld.dtype), ir.IntImm(0)), "int32",
+                pure=False)))
+        nest: ir.Stmt = calls[0] if len(calls) == 1 else ir.Block(tuple(calls))
+        for lp in lk[::-1]:
+            nest = ir.For(fresh[lp.var], lp.min, lp.extent, "serial", nest)
+        self.streams += 1
+        return nest
 
 
 def _same(a, b) -> bool:
@@ -900,7 +994,8 @@ class _FillRedirect(_Redirect):
 
 
 def fill_first_row(body: ir.Stmt, arr: ir.Buffer, pbuf: ir.Buffer, layout: Layout,
-                   origin, slot_idx, row_name: str) -> ir.Stmt | None:
+                   origin, slot_idx, row_name: str,
+                   stream: NextBlock | None = None) -> ir.Stmt | None:
     """The body of a ``fill`` packing (:class:`PackedOperand` ``fill``) with no copy
     pass, or None where the body is not of the form assumed (the caller then copies).
 
@@ -922,7 +1017,13 @@ def fill_first_row(body: ir.Stmt, arr: ir.Buffer, pbuf: ir.Buffer, layout: Layou
     same loops, ``e`` free of ``ii`` and ``r``), so every read returns ``A[e]`` as
     with the copy.  The micro-kernel pass fuses the fill into the tile's ``k`` loop
     (:func:`polycomp.hw.cpu.microkernel._fixed_tile`'s ``fill``); unfused, the fill
-    nest runs before the tile (a vector copy of the tile's panel)."""
+    nest runs before the tile (a vector copy of the tile's panel).
+
+    ``stream`` (where the next block lies, :class:`NextBlock`; packings with
+    :class:`PackedOperand` ``stream``): in the loop ``R`` case each mark's body also
+    gets, between the fill nest and the nest, ``for k..: prefetch(A[n])``, ``n`` the
+    element of the next block at the tile's ``k`` and at line ``(r - r_min) mod lines``
+    of the tile's row segment (clamped into the array): prefetches change no value."""
     bad: list = []
     ir.walk(body, lambda n: bad.append(n) if isinstance(n, ir.AttrStmt)
             and n.key == marks.CPU_PARALLEL else None)
@@ -964,7 +1065,9 @@ def fill_first_row(body: ir.Stmt, arr: ir.Buffer, pbuf: ir.Buffer, layout: Layou
     if bad:
         return None
     source = ir.Buffer(arr.name, arr.dtype, arr.shape, arr.scope, arr.flat)
-    f = _Fill(arr, source, ir.Binary("==", r, row.min, "bool"))
+    f = _Fill(arr, source, ir.Binary("==", r, row.min, "bool"),
+              None if stream is None else (stream, ir.Binary("-", r, row.min, "int64"),
+                                           _const_extent(row.extent)))
     new_row = f.visit(row.body)
     if f.bad or not f.fills:
         return None
@@ -972,6 +1075,11 @@ def fill_first_row(body: ir.Stmt, arr: ir.Buffer, pbuf: ir.Buffer, layout: Layou
                                            row.annotations))
     out = _FillRedirect(arr, pbuf, layout, origin, slot_idx).visit(body)
     return _Unalias({id(source): arr}).visit(out)
+
+
+def _const_extent(e) -> int | None:
+    e = simplify(e)
+    return e.value if isinstance(e, ir.IntImm) else None
 
 
 def _first_piece(node, arr):

@@ -491,8 +491,9 @@ class Blocking:
     x_in_place: bool = False
     y_in_place: bool = False
     # GEMM form: Y's pack request filled by the first register row tile's pass
-    # (fill_y_in_first_row)
+    # (fill_y_in_first_row), prefetching the next block of Y (stream_y_fill)
     y_fill: bool = False
+    y_stream: bool = False
 
     @property
     def NR(self) -> int:
@@ -807,8 +808,10 @@ def fill_y_in_first_row(op: OuterProduct, b: Blocking, l3_bytes: int) -> bool:
     strided reads of ``Y`` are not worth it) and more than ``MR`` (one register row
     tile reads each packed element once: no copy to share), the last one at least
     ``MR`` (its first register row tile is a full tile), and ``Y`` is at most
-    ``1 / FILL_L3_SHARE`` of L3 (4 MiB here).  ``POLYCOMP_GEMM_FILL``: ``auto`` (default), ``0``
-    (the copy, for comparisons), ``1`` (any size of ``Y``)."""
+    ``1 / FILL_L3_SHARE`` of L3 (4 MiB here) or streamed (:func:`stream_y_fill`: a larger
+    ``Y`` is filled while every register row tile prefetches the next block).
+    ``POLYCOMP_GEMM_FILL``: ``auto`` (default), ``0`` (the copy, for comparisons), ``1``
+    (any size of ``Y``)."""
     import os
     mode = os.environ.get("POLYCOMP_GEMM_FILL", "auto")
     if mode == "0" or b.y_in_place or \
@@ -827,7 +830,31 @@ def fill_y_in_first_row(op: OuterProduct, b: Blocking, l3_bytes: int) -> bool:
     y_bytes = _const(op.y.buffer.shape[0]) * _const(op.y.buffer.shape[1]) * \
         dt.itemsize(op.dtype)
     return b.MR < rows <= FILL_ROWS and last >= b.MR and \
-        (y_bytes <= l3_bytes // FILL_L3_SHARE or mode == "1")
+        (y_bytes <= l3_bytes // FILL_L3_SHARE or mode == "1" or stream_y_fill(op, l3_bytes))
+
+
+def stream_y_fill(op: OuterProduct, l3_bytes: int) -> bool:
+    """Whether a filled ``Y`` (:func:`fill_y_in_first_row`) also streams: each register
+    row tile's ``k`` loop prefetches one cache line of the next ``KC x NC`` block of
+    ``Y`` per ``k`` step (row tile ``r`` the ``r``-th line of the panel's row segment;
+    :func:`polycomp.hw.cpu.pack.fill_first_row`'s ``stream``), so the next block
+    arrives from memory during the current block's FMAs and the first row tile then
+    fills from cache.  Without it a ``Y`` from memory ran slower filled than copied
+    (the first tile's panels touch a new page per ``k`` step, which the hardware
+    prefetchers do not follow).  When: ``Y`` above ``1 / FILL_L3_SHARE`` of L3 (it
+    comes from memory on each call) and ``POLYCOMP_GEMM_STREAM`` is not ``0`` (``0``:
+    the fill without prefetches, for comparisons; ``1``: any size of ``Y``, for
+    tests).  32 x 4096 x 1024 on one Zen 4 core, shared host, same process: 72 % of the
+    FMA peak copied, 65 % filled, 86 % streamed (docs/cpu_backend.md)."""
+    import os
+    mode = os.environ.get("POLYCOMP_GEMM_STREAM", "auto")
+    if mode in ("0", "1"):
+        return mode == "1"
+    y = op.y.buffer
+    if not all(isinstance(d, (int, ir.IntImm)) for d in y.shape):
+        return False
+    return _const(y.shape[0]) * _const(y.shape[1]) * dt.itemsize(op.dtype) > \
+        l3_bytes // FILL_L3_SHARE
 
 
 #: fill_y_in_first_row: a thread's row tile of at most this many rows
@@ -1548,6 +1575,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
         # an operand read where it lies (in_place_operands) gets no pack request
         mark_y = "" if b.y_in_place else request_mark(requests, PackRequest(
             op.y.buffer, y_dim, b.NR, "L2", prepacked=b.prepacked_y, fill=b.y_fill,
+            stream=b.y_stream,
             tiles=() if heads_order(op) else _prepacked_tiles(op, b),
             order=heads_order(op) if b.prepacked_y else ()))
         mark_x = "" if b.x_in_place else \
@@ -1730,6 +1758,7 @@ class CpuBackboneTilePass(Pass):
             if dot is None:
                 b.x_in_place, b.y_in_place = in_place_operands(op, b)
                 b.y_fill = fill_y_in_first_row(op, b, ctx.target.l3_bytes)
+                b.y_stream = b.y_fill and stream_y_fill(op, ctx.target.l3_bytes)
             if b.dynamic_rows:
                 b.row_mark = marks.make(marks.CPU_PARALLEL, cpu_parallel_loops(ctx).add(
                     ParallelLoop(dynamic=True))).get_name()

@@ -129,7 +129,8 @@ class CpuPackPass(Pass):
                     if request.reference else None
                 promo.packs.append(PackedOperand(d.footprint, request.level, request.offset,
                                                 request.compensate, alias, request.reference,
-                                                request.prepacked, request.fill))
+                                                request.prepacked, request.fill,
+                                                request.stream))
                 if request.prepacked:
                     record_prepacked(promo.prepacked, request)
                 node = node.insert_mark(marks.make(marks.CPU_PACK, len(promo.packs) - 1))

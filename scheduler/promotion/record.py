@@ -136,6 +136,11 @@ class PackRequest:
     #: :meth:`polycomp.hw.cpu.pack._Packer.fill`, which falls back to the copy where the
     #: body is not of that form)
     fill: bool = False
+    #: with ``fill``: the array comes from memory (above a share of L3): every register
+    #: row tile's ``k`` loop also prefetches lines of the *next* block of the array, so
+    #: the stream overlaps the FMAs (:func:`polycomp.hw.cpu.pack.fill_first_row`'s
+    #: ``stream``; :func:`polycomp.scheduler.cpu.backbone_tile.stream_y_fill`)
+    stream: bool = False
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,7 @@ class PackedOperand:
     reference: str = ""
     prepacked: bool = False  # see PackRequest: no copy, the input is read in the layout
     fill: bool = False       # see PackRequest: filled by the first row tile's pass
+    stream: bool = False     # see PackRequest: the fill prefetches the next block
 
     @property
     def array(self) -> str:
