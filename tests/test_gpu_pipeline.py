@@ -2,6 +2,7 @@
 simulated numerics against numpy, promotion decisions, prologue fusion, and nvcc."""
 import subprocess
 
+import islpy as isl
 import numpy as np
 import pytest
 from gpu_kernels import conv_pad, matmul_bias_relu, row_softmax
@@ -82,6 +83,27 @@ def test_matmul_promotions_and_registers():
     stored = _stored_buffers(ck.final_ir)
     assert "C" not in stored and "D" not in stored, "fused temporaries reached global memory"
 
+
+
+def test_only_the_looped_point_band_is_isolated():
+    """The unroll pass isolates full tiles only in the point band the reduction loop
+    repeats (the update); the bands each thread runs once (``C = 0``, the bias and
+    ReLU epilogue stages) keep their guards and say so (docs/compile_time.md, fifth
+    round).  The simulator cases above run both kinds on full and partial tiles."""
+    ck = _compiled(matmul_bias_relu)
+    once = [n for n in ck.notes["unroll-point-loops"] if "runs once per thread" in n]
+    assert len(once) == 3, ck.notes["unroll-point-loops"]
+    isolated = []
+
+    def visit(n):
+        if n.get_type() == isl.schedule_node_type.band and \
+                "isolate" in n.band_get_ast_build_options().to_str():
+            filt = n.parent().filter_get_filter()   # the band's thread filter
+            isolated.append({filt.get_set_list().get_at(k).get_tuple_name()
+                             for k in range(filt.n_set())})
+        return True
+    ck.schedule.get_root().foreach_descendant_top_down(visit)
+    assert isolated == [{"C_update"}], isolated
 
 @pytest.mark.nvcc
 def test_tiled_cu_compiles_without_local_memory(tmp_path):

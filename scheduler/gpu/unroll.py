@@ -15,7 +15,12 @@ promotion) are then indexed by constants, which is what lets nvcc keep them in
 registers.  Where the kernel's tile is full (``launch.full_tile``, a condition on the
 block ids from :class:`~polycomp.scheduler.gpu.map.GpuMappingPass`), the *isolate* AST
 option generates the full tiles' points separately, without any guard; partial tiles
-keep their guards.
+keep their guards.  Isolation is set only where it pays: on a point band that a loop of
+the kernel repeats or that holds a loop (:func:`_in_loop`: the reduction's update).  A
+point band that each thread runs once (a contraction's initialisation, its epilogue)
+keeps its guards in full tiles too: a few comparisons per thread, where isolating it
+cost isl about 0.1 s of AST generation per band (unrolling the partial tiles' part
+under isolation is the costly step).
 
 Guarantees: only AST generation options change; the schedule (the order of every pair
 of statement instances) is the same, so the pass is trivially legal.
@@ -82,6 +87,39 @@ def _isolate(band, full: isl.Set):
     return band
 
 
+def _in_loop(band) -> bool:
+    """Does a loop of the kernel repeat ``band`` or run inside it: a band below it, or
+    a band between it and its kernel mark other than the block band (the band below a
+    ``tile:block`` mark, directly or through its filter: mapped to the block ids, no
+    loop in the kernel).  Any other band is counted as a loop (conservative: the point
+    band then stays isolated)."""
+    if _has_band_below(band):
+        return True
+    x = band
+    while x.has_parent():
+        x = x.parent()
+        if marks.is_kind(x, marks.KERNEL):
+            return False
+        if x.get_type() == isl.schedule_node_type.band and not _is_block_band(x):
+            return True
+    return False
+
+
+def _is_block_band(band) -> bool:
+    p = band.parent() if band.has_parent() else None
+    if p is not None and p.get_type() == isl.schedule_node_type.filter and p.has_parent():
+        p = p.parent()
+    return p is not None and marks.is_kind(p, marks.TILE_BLOCK)
+
+
+def _has_band_below(node) -> bool:
+    for k in range(node.n_children()):
+        c = node.child(k)
+        if c.get_type() == isl.schedule_node_type.band or _has_band_below(c):
+            return True
+    return False
+
+
 def _unrolled(band) -> bool:
     return all(band.band_member_get_ast_loop_type(m) == isl.ast_loop_type.unroll
                for m in range(band.band_n_member()))
@@ -114,6 +152,10 @@ class UnrollPointLoopsPass(Pass):
                 # isl's isolated AST generation grows steeply with the band's rank
                 ctx.note(self.name, f"band {_key(node)}: {node.band_n_member()}-d tile not "
                                     f"isolated (guards kept)")
+                full = None
+            if full is not None and not _in_loop(node):
+                ctx.note(self.name, f"band {_key(node)} runs once per thread: not isolated "
+                                    f"(guards kept)")
                 full = None
             if full is not None:   # first: the options replace the band's loop types
                 node = _isolate(node, full)
