@@ -525,19 +525,31 @@ def test_adi_sweeps_are_not_time_tiled():
     assert len(n["scop-parallel"]) == 2, n
 
 
+def _braced(text: str) -> str:
+    """The text from the first ``{`` of ``text`` to its matching ``}`` (a loop's body in
+    generated C)."""
+    start = text.index("{")
+    depth = 0
+    for k in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[k], 0)
+        if depth == 0:
+            return text[start:k + 1]
+    return text[start:]
+
+
 def test_tile_rows_are_vectorised():
     """Inside a tile the last space loop, shared by the statements, runs at unit
     stride: the ``cpu`` target's C stores whole AVX-512 vectors there, inside the
     wavefront's parallel loop (the diamonds of jacobi-2d, heat-3d and fdtd-2d); fdtd-2d's
     three statements store in one vector loop, the values they share kept in registers
-    (``forward-loads``: ``hz[i][j]`` loaded once, ``ey[i][j]`` taken from its store)."""
+    (``forward-loads``: ``hz[i][j]`` loaded once, ``ey[i][j]`` taken from its store; the
+    carried windows' rows rotate through registers as well)."""
     for name in ("jacobi2d_like", "heat3d_like", "fdtd2d_like"):
         src = compile_kernel(kernel(name), "cpu").source
         body = src[src.index("#pragma omp parallel for"):]
         assert "_mm512_storeu_pd(" in body, name
         if name == "fdtd2d_like":
-            loops = [x[:x.index("for (")] if "for (" in x else x
-                     for x in body.split("for (int64_t c4_v")[1:]]
+            loops = [_braced(x) for x in body.split("for (int64_t c4_v")[1:]]
             fused = [x for x in loops if all(f"_mm512_storeu_pd(({a} +" in x
                                               for a in ("ey", "ex", "hz"))]
             assert fused and all("pc_fw" in x for x in fused), body
