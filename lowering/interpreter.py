@@ -22,6 +22,7 @@ and are rounded when stored; ``//`` and ``%`` are floor division and modulo.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 
 import numpy as np
@@ -31,6 +32,13 @@ from polycomp import ir
 from polycomp.errors import IndexOutOfRangeError, PolycompError, user_location
 
 _PARALLEL_KINDS = ("parallel", "vectorized", "gpu_block", "gpu_thread", "gpu_warp")
+
+#: (:meth:`Interpreter.binary`) the operators whose result on two Python ints is what
+#: the general path computes for them (it applies Python's operators to Python ints
+#: too); ``//``, ``%``, ``min`` and ``max`` keep numpy's semantics (``x // 0 == 0``)
+_PYTHON_INT_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul,
+                   "<": operator.lt, "<=": operator.le, ">": operator.gt,
+                   ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
 
 #: Largest lane count of a reduction evaluated at once (lanes x iterations): beyond it
 #: the reduction runs in chunks of iterations, so memory stays bounded (a 1024^3 matmul
@@ -190,6 +198,12 @@ class Interpreter:
             b = self.expr(e.b, st, mask)
             return np.logical_or(a, b)
         b = self.expr(e.b, st, mask)
+        if type(a) is int and type(b) is int:
+            # index arithmetic on Python ints: the same result as below without numpy's
+            # error-state context (most of the binaries an interpreted nest evaluates)
+            f = _PYTHON_INT_OPS.get(op)
+            if f is not None and e.dtype not in dt.FLOATS:
+                return f(a, b)
         if op in ir.BITWISE_OPS:
             return _bitwise(op, a, b, e.dtype)
         if e.dtype in dt.FLOATS:
@@ -234,7 +248,7 @@ class Interpreter:
             if len(idx) != arr.ndim:
                 raise InterpreterError(f"{buf.name!r} has {arr.ndim} dims, {what} uses {len(idx)}")
             view, shape = arr, arr.shape
-        vector = any(np.ndim(i) for i in idx)
+        vector = any(type(i) is np.ndarray and i.ndim for i in idx)
         if vector:
             n = st.lanes
             idx = [np.broadcast_to(np.asarray(i, dtype=np.int64), (n,)) for i in idx]
