@@ -18,6 +18,7 @@ q, k and v; one kernel call).  ``POLYCOMP_HEAD_FOLD=0``
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,15 +111,7 @@ def _split_one(graph: Graph, mm: Node) -> bool:
     slices = _ranges(cur, consumers, outputs, n)
     if slices is None or mm.output.dtype != cur.dtype:
         return False
-    names = {v.name for v in [*graph.inputs, *graph.constants]} | \
-        {x.output.name for x in graph.nodes}
-
-    def fresh(base: str) -> str:
-        k = 0
-        while f"{base}_{k}" in names:
-            k += 1
-        names.add(f"{base}_{k}")
-        return f"{base}_{k}"
+    fresh = _fresh_names(graph)
 
     new_nodes: list[Node] = []
     for sl in slices:
@@ -151,6 +144,21 @@ def _split_one(graph: Graph, mm: Node) -> bool:
     used = {v for x in graph.nodes for v in x.inputs} | set(graph.outputs)
     graph.constants = [c for c in graph.constants if c in used]
     return True
+
+
+def _fresh_names(graph: Graph) -> Callable[[str], str]:
+    """A function giving names ``<base>_<k>`` that no value of ``graph`` (inputs,
+    constants, node outputs) and no name it gave before uses."""
+    names = {v.name for v in [*graph.inputs, *graph.constants]} | \
+        {x.output.name for x in graph.nodes}
+
+    def fresh(base: str) -> str:
+        k = 0
+        while f"{base}_{k}" in names:
+            k += 1
+        names.add(f"{base}_{k}")
+        return f"{base}_{k}"
+    return fresh
 
 
 def _replace_uses(graph: Graph, old: Value, new: Value) -> None:
@@ -251,15 +259,7 @@ def stack_projections(graph: Graph) -> int:
 
 
 def _stack(graph: Graph, chains: list[_HeadChain]) -> None:
-    names = {v.name for v in [*graph.inputs, *graph.constants]} | \
-        {x.output.name for x in graph.nodes}
-
-    def fresh(base: str) -> str:
-        k = 0
-        while f"{base}_{k}" in names:
-            k += 1
-        names.add(f"{base}_{k}")
-        return f"{base}_{k}"
+    fresh = _fresh_names(graph)
 
     first = chains[0]
     mm0 = first.nodes[0]

@@ -53,6 +53,23 @@ def _reference(A, B, tsteps):
     return A, B
 
 
+def _check_jacobi1d(fn, rng, shift: int, cases, nan_from: int) -> None:
+    """Run jacobi-1d's build ``fn`` at each ``(n, tsteps)`` of ``cases`` on arrays at
+    different alignments (B ``shift`` elements past a 64-byte boundary, A one more), a
+    NaN in A from ``n >= nan_from``: bitwise the C order's result, NaN where it is."""
+    for n, tsteps in cases:
+        A0, B0 = rng.uniform(0.5, 1.5, n), rng.uniform(0.5, 1.5, n)
+        if n >= nan_from:
+            A0[n // 3] = np.nan
+        A, B = view_past_line(A0, shift + 1), view_past_line(B0, shift)
+        fn(A, B, tsteps=tsteps, n=n, out=(A, B))
+        wa, wb = _reference(A0, B0, tsteps)
+        for g, w in ((A, wa), (B, wb)):
+            assert np.array_equal(np.isnan(g), np.isnan(w)), (n, tsteps)
+            ok = ~np.isnan(w)
+            assert np.array_equal(g[ok].view(np.uint64), w[ok].view(np.uint64)), (n, tsteps)
+
+
 def test_window_reads_shifted_loads_as_lane_shifts():
     """The IR rewrite alone: loads at offsets -1 and +1 of the anchor become ``valign`` of
     loads at multiples of ``L``; a load of a buffer without one at a multiple stays."""
@@ -109,17 +126,8 @@ def test_jacobi1d_windows_are_bitwise_at_any_alignment(shift):
     assert "pc512_valign_pd(" in ck.source
     fn = load_avx512(ck)
     rng = np.random.default_rng(shift)
-    for n, tsteps in ((3, 2), (7, 3), (9, 4), (17, 5), (41, 7), (130, 9)):
-        A0, B0 = rng.uniform(0.5, 1.5, n), rng.uniform(0.5, 1.5, n)
-        if n > 8:
-            A0[n // 3] = np.nan
-        A, B = view_past_line(A0, shift + 1), view_past_line(B0, shift)
-        fn(A, B, tsteps=tsteps, n=n, out=(A, B))
-        wa, wb = _reference(A0, B0, tsteps)
-        for g, w in ((A, wa), (B, wb)):
-            assert np.array_equal(np.isnan(g), np.isnan(w)), (n, tsteps)
-            ok = ~np.isnan(w)
-            assert np.array_equal(g[ok].view(np.uint64), w[ok].view(np.uint64)), (n, tsteps)
+    _check_jacobi1d(fn, rng, shift, ((3, 2), (7, 3), (9, 4), (17, 5), (41, 7), (130, 9)),
+                    nan_from=9)
 
 
 @AVX512_RUNS
@@ -239,17 +247,8 @@ def test_lifted_jacobi1d_is_bitwise(shift):
     assert "A_lift" in ck.source
     fn = load_avx512(ck)
     rng = np.random.default_rng(shift)
-    for n, tsteps in ((5, 2), (72, 3), (73, 3), (80, 4), (83, 5), (86, 1), (131, 6),
-                      (1031, 7), (2048, 3), (2049, 3)):
-        A0, B0 = rng.uniform(0.5, 1.5, n), rng.uniform(0.5, 1.5, n)
-        A0[n // 3] = np.nan
-        A, B = view_past_line(A0, shift + 1), view_past_line(B0, shift)
-        fn(A, B, tsteps=tsteps, n=n, out=(A, B))
-        wa, wb = _reference(A0, B0, tsteps)
-        for g, w in ((A, wa), (B, wb)):
-            assert np.array_equal(np.isnan(g), np.isnan(w)), (n, tsteps)
-            ok = ~np.isnan(w)
-            assert np.array_equal(g[ok].view(np.uint64), w[ok].view(np.uint64)), (n, tsteps)
+    _check_jacobi1d(fn, rng, shift, ((5, 2), (72, 3), (73, 3), (80, 4), (83, 5), (86, 1),
+                                     (131, 6), (1031, 7), (2048, 3), (2049, 3)), nan_from=0)
 
 
 @AVX512_RUNS
