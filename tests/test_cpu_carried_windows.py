@@ -39,6 +39,15 @@ def _row_loop(store_row, extent):
     return ir.For(j, ir.IntImm(1), extent(ny), "serial", body, (("coincident", True),))
 
 
+def _windowed_and_plain(k, valign: str):
+    """``k`` built with small time tiles, with carried windows (checked: ``vwin``
+    registers and the ``valign`` intrinsic in its C) and without ``vector_window``."""
+    ck = compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,)})
+    assert "vwin" in ck.source and valign in ck.source
+    plain = compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,), "vector_window": False})
+    return load_avx512(ck), load_avx512(plain)
+
+
 @pytest.mark.parametrize("store_row, extent, carried", [
     (lambda r: r - 1, lambda ny: ny - 2, True),    # fdtd-2d's hz: stores the row above
     (lambda r: r + 1, lambda ny: ny - 1, True),    # the row below, the loop a row short
@@ -105,11 +114,7 @@ def test_fdtd2d_carried_windows_are_bitwise_the_c_order():
     bitwise the C order's replay (SIMDe's ``-O1`` build leaves the scalar boundary
     points' ``hz`` update uncontracted, so there only the vector builds agree)."""
     k, = load_c_kernels(str(KERNELS / "fdtd2d_like.c"))
-    ck = compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,)})
-    assert "vwin" in ck.source and "pc512_valign_pd" in ck.source
-    fn = load_avx512(ck)
-    plain = load_avx512(compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,),
-                                                         "vector_window": False}))
+    fn, plain = _windowed_and_plain(k, "pc512_valign_pd(")
     rng = np.random.default_rng(5)
     for (tmax, nx, ny), shifts in (((3, 5, 45), (0, 2, 5)), ((2, 6, 53), (7, 1, 3)),
                                    ((2, 4, 37), (4, 4, 4))):
@@ -154,11 +159,7 @@ def test_float32_carried_windows_match_the_plain_form():
     src = (KERNELS / "jacobi2d_like.c").read_text().replace("double", "float") \
         .replace("0.2 *", "0.2f *")
     k, = read_c_kernels(src)
-    ck = compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,)})
-    assert "vwin" in ck.source and "pc512_valign_ps(" in ck.source
-    fn = load_avx512(ck)
-    plain = load_avx512(compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,),
-                                                         "vector_window": False}))
+    fn, plain = _windowed_and_plain(k, "pc512_valign_ps(")
     rng = np.random.default_rng(11)
     for tsteps, n in ((3, 67), (2, 41)):
         A0, B0 = (rng.uniform(-1, 1, (n, n)).astype(np.float32) for _ in range(2))

@@ -148,14 +148,17 @@ def test_golden_ir_fill(name, stage, goldens):
         assert expected == text.strip(), f"fill {name} {part}:\n{text}"
 
 
-def test_filled_ir_computes_the_product():
-    """The IR after the fill packing, run by the interpreter: the product (fp32 sums in
-    the compiled order; numpy within rounding)."""
-    M, N, K = FILL_SHAPE
-    rng = np.random.default_rng(3)
+@pytest.mark.parametrize("form", ["fill", "stream"])
+def test_filled_and_streamed_ir_compute_the_product(form):
+    """The IR after the fill packing (and with the next block streamed: prefetches change
+    no value), run by the interpreter: the product (fp32 sums in the compiled order;
+    numpy within rounding)."""
+    (M, N, K), compiled, seed = ((FILL_SHAPE, _fill_compiled, 3) if form == "fill"
+                                 else (STREAM_SHAPE, _stream_compiled, 4))
+    rng = np.random.default_rng(seed)
     A = rng.standard_normal((M, K)).astype(np.float32)
     B = rng.standard_normal((K, N)).astype(np.float32)
-    C = interpret(_fill_compiled(), A, B)
+    C = interpret(compiled(), A, B)
     np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5)
 
 
@@ -188,11 +191,3 @@ def test_golden_ir_stream(name, stage, goldens):
         assert expected == text.strip(), f"stream {name} {part}:\n{text}"
 
 
-def test_streamed_ir_computes_the_product():
-    """The streamed IR, run by the interpreter (prefetches change no value): the product."""
-    M, N, K = STREAM_SHAPE
-    rng = np.random.default_rng(4)
-    A = rng.standard_normal((M, K)).astype(np.float32)
-    B = rng.standard_normal((K, N)).astype(np.float32)
-    C = interpret(_stream_compiled(), A, B)
-    np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5)
