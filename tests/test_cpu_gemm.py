@@ -243,16 +243,17 @@ def test_y_filled_by_first_row_tile_bit_exact(path, m, n, k, threads, fills, mon
 
 
 @pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
-@pytest.mark.parametrize("m,n,k,stream", [
-    (7, 4096, 1024, "auto"),    # whole tiles: Y filled (and streamed where it is large)
-    (13, 3072, 2048, "1"),      # a partial row tile, 8 k tiles, the stream forced
-])
-def test_thread_k_outer_bit_exact(m, n, k, stream, monkeypatch):
+@pytest.mark.parametrize("m,n,k,stream,threads", [
+    (7, 4096, 1024, "auto", 2),     # whole tiles: Y filled (and streamed where it is large)
+    (13, 4096, 2048, "1", 3),       # a partial row tile, 8 k tiles, the stream forced,
+])                                  # 3 threads: 6 j tiles of 688, the last one partial
+def test_thread_k_outer_bit_exact(m, n, k, stream, threads, monkeypatch):
     """Few rows at two threads with several ``j`` tiles per thread and ``X`` packed (its
     rows 4 KiB apart): each thread runs its ``k`` tiles outside its own chunk of ``j``
-    tiles (``thread_k_outer``, the note says so; the parallel loop has one iteration per
-    thread); bit-identical to the former order (``POLYCOMP_GEMM_THREAD_ORDER=jk``) at two
-    threads and when one thread runs both chunks; within float32 rounding of numpy.  A
+    tiles (``thread_k_outer``, the note says so; the parallel loop has at most one
+    iteration per thread); bit-identical to the former order
+    (``POLYCOMP_GEMM_THREAD_ORDER=jk``) at the planned threads, two and one (a thread then
+    runs several chunks); within float32 rounding of numpy.  A
     streamed ``Y``'s prefetch wraps at the thread's chunk (``c + 1 >= lo + extent``)."""
     rng = np.random.default_rng(m)
     A = rng.standard_normal((m, k)).astype(np.float32)
@@ -261,22 +262,24 @@ def test_thread_k_outer_bit_exact(m, n, k, stream, monkeypatch):
     got = {}
     for order in ("kj", "jk"):
         monkeypatch.setenv("POLYCOMP_GEMM_THREAD_ORDER", order)
-        ck = compile_kernel(_matmul(m, n, k, f"tko{order}_{m}_{n}_{k}"), _target("avx2", 2))
+        ck = compile_kernel(_matmul(m, n, k, f"tko{order}_{m}_{n}_{k}"),
+                            _target("avx2", threads))
         notes = " ".join(" ".join(v) for v in ck.notes.values())
         assert "parallel over j tiles" in notes, notes
         assert ("j tiles inside its k tiles" in notes) == (order == "kj"), notes
         if order == "kj":
             head = ck.source[ck.source.index("#pragma omp for"):]
-            assert re.search(r"for \(int64_t c\d+ = 0; c\d+ < 2; ", head.split("\n")[1])
+            chunks = re.search(r"for \(int64_t c\d+ = 0; c\d+ < (\d+); ", head.split("\n")[1])
+            assert chunks and 1 < int(chunks.group(1)) <= threads
             if stream == "1":
                 assert re.search(r"__builtin_prefetch\(B \+ .*\+ 1\) >= ", ck.source)
         f = CFunction(ck.final_ir, build_shared(ck.source, flags=DEFAULT_FLAGS))
-        for threads in (2, 1):
-            f.threads = threads
-            got[order, threads] = f(A, B)
+        for run in sorted({threads, 2, 1}):
+            f.threads = run
+            got[order, run] = f(A, B)
     for key, v in got.items():
-        np.testing.assert_array_equal(v, got["jk", 2], err_msg=str(key))
-    np.testing.assert_allclose(got["kj", 2], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(v, got["jk", 1], err_msg=str(key))
+    np.testing.assert_allclose(got["kj", 1], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
