@@ -1658,7 +1658,8 @@ def x_block_once(b: Blocking) -> bool:
     ``MC x KC`` block of ``X`` is packed once per ``k`` tile instead of once per ``(j
     tile, k tile)`` (``N / NC`` times as often: 4x at 1024 columns, 8x at 2048; a
     scalar copy, about 8% of a 1024^3 product on AVX2).  Not with the few-row split,
-    whose parallel loop is the ``j`` tiles.  ``POLYCOMP_GEMM_ORDER=jk`` keeps the former
+    whose parallel loop is the ``j`` tiles (it gets the same effect per thread from
+    :func:`thread_k_outer`).  ``POLYCOMP_GEMM_ORDER=jk`` keeps the former
     order (for comparisons)."""
     import os
     return not b.parallel_j and os.environ.get("POLYCOMP_GEMM_ORDER", "kj") != "jk"
