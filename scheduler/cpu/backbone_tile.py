@@ -79,7 +79,17 @@ epilogue stay in one ``(h, j)`` tile); the ``X`` block below its mark does not d
 A GEMM-form backbone with fewer than ``SMALL_M_PANELS`` register rows per thread and at
 least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]``
 band instead of the ``i``-tile band (``MC`` = all rows, ``NC`` a thread's share of the
-columns cut into equal tiles within the cache bound, :func:`few_row_nc`).
+columns cut into equal tiles within the cache bound, :func:`few_row_nc`).  With more
+than one ``j`` tile per thread, ``X`` packed and more than one ``k`` tile
+(:func:`thread_k_outer`) the parallel band is a thread's chunk of ``j`` tiles instead:
+
+    band[floor(i/MC)] -> mark cpu_parallel -> band[floor(j/(NC*chunk))]   (coincident)
+      band[floor(k/KC)] -> mark cpu_pack_request (X)
+        band[floor(j/NC)] (coincident) -> mark cpu_pack_request (Y) -> band[ir, jr] ..
+
+(legal as any order of the permutable update band: each ``C`` element's init, updates in
+``k`` tile order and epilogue stay in one ``(chunk, j tile)``; the same sums in the same
+order as ``[jt, kt]``).
 
 On request (``POLYCOMP_GEMM_SHARED=1``; off by default since it measured slower, see
 :func:`shared_y_panel`), with several planned threads and a constant ``i`` extent above
