@@ -345,7 +345,7 @@ def test_next_block_wraps_at_the_threads_chunk():
 
 
 def test_next_block_aim_moves_the_column_inside_the_array():
-    """``NextBlock.aim`` (``stream_aim``: one line of ``float32``, 16 elements) moves each
+    """``NextBlock.aim`` (``stream_aim``: a line's last element, 15 for ``float32``) moves each
     prefetch's column that far past the element of the next block, still clamped into
     the array at its last column; 0 (``POLYCOMP_GEMM_STREAM_AIM=0``) is the element
     itself."""
@@ -367,11 +367,11 @@ def test_next_block_aim_moves_the_column_inside_the_array():
         return tuple(simplify(ir.substitute(x, {**env, col: ir.IntImm(col_at)})).value
                      for x in got)
     plain = _next_block(origin, (256, 512), arr, loops)
-    aimed = _next_block(origin, (256, 512), arr, loops, 16)
-    assert plain is not None and aimed is not None and (plain.aim, aimed.aim) == (0, 16)
+    aimed = _next_block(origin, (256, 512), arr, loops, 15)
+    assert plain is not None and aimed is not None and (plain.aim, aimed.aim) == (0, 15)
     assert at(plain, 0, 2, (5, 48)) == (5, 3 * 512 + 48)
-    assert at(aimed, 0, 2, (5, 48)) == (5, 3 * 512 + 64)      # the next line
-    assert at(aimed, 0, 7, (5, 500)) == (256 + 5, 516)         # wrapped to the next k tile
+    assert at(aimed, 0, 2, (5, 48)) == (5, 3 * 512 + 63)      # the line's last element
+    assert at(aimed, 0, 7, (5, 500)) == (256 + 5, 515)         # wrapped to the next k tile
     assert at(aimed, 3, 6, (255, 500)) == (1023, 4095)         # the last block: clamped
 
 
@@ -380,7 +380,7 @@ def test_stream_aim_bit_exact_on_misaligned_views(monkeypatch):
     """A streamed few-row ``Y`` (``stream_y_fill`` forced, 2 threads, ``k`` and ``j``
     tiles) on numpy views 1-15 floats past a 64-byte boundary, as numpy places large
     arrays 16 bytes off (``A``, ``B`` and the output each misaligned): the prefetches
-    aimed one line on (``stream_aim``) give the same bits as the former aim
+    aimed at each line's last element (``stream_aim``) give the same bits as the former aim
     (``POLYCOMP_GEMM_STREAM_AIM=0``) and as aligned arrays; within float32 rounding of
     numpy.  Only the prefetch address differs in the C."""
     m, n, k = 13, 1024, 301

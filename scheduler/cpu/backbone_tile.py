@@ -874,25 +874,27 @@ def stream_y_fill(op: OuterProduct, l3_bytes: int) -> bool:
 
 def stream_aim(op: OuterProduct) -> int:
     """How far past the first element of each line the streamed prefetches of
-    :func:`stream_y_fill` aim (``PackRequest.stream_aim``, elements of ``Y``): one line,
-    :data:`STREAM_AIM_BYTES`, so row tile ``r`` prefetches line ``r + 1`` of the next
-    block's panel row (the last line the next panel's first; the first panel's first line
-    is the previous panel's last).  Found with hand-edited copies of the generated C at
-    32 x 4096 x 1024 and 32 x 1024 x 4096, two threads, shared host (median over 250
-    shuffled rounds of each round's best call against the current aim in the same
-    round): aligned arrays 3-6 % faster, numpy's arrays (16 bytes past a 64-byte
-    boundary) 3-7 % faster, the ~2-7 % the misaligned arrays lost to aligned ones gone;
-    aiming at the line's last element (15: the same lines on aligned arrays, the next on
-    misaligned ones) gained as much on misaligned arrays only (docs/cpu_backend.md
-    *Misaligned arrays*).  ``POLYCOMP_GEMM_STREAM_AIM=0``: the line itself, as before."""
+    :func:`stream_y_fill` aim (``PackRequest.stream_aim``, elements of ``Y``): to the
+    line's last element (:data:`STREAM_LINE_BYTES` / element size - 1).  On an array
+    whose rows start on a 64-byte boundary that is the same line (the same prefetches as
+    aiming at its first element); on numpy's arrays (16 bytes past a 64-byte boundary)
+    each 64-byte vector of a panel row straddles two lines, and row tile ``r`` then
+    prefetches the second of the ``r``-th vector's lines (the panel row's lines
+    ``1..4`` of 5; line 0 is the previous panel's last).  Chosen with hand-edited copies
+    of the generated C and then through the pipeline at 32 x 4096 x 1024 and 32 x 1024 x
+    4096, two threads, shared host: on numpy's arrays 2-4 % faster (median over shuffled
+    rounds of each round's best call, same process); aiming a whole line on (16) gained
+    as much there but lost 6-12 % on aligned arrays through the pipeline
+    (docs/cpu_backend.md *Misaligned arrays*).  ``POLYCOMP_GEMM_STREAM_AIM=0``: each
+    line's first element, as before."""
     import os
     if os.environ.get("POLYCOMP_GEMM_STREAM_AIM", "1") == "0":
         return 0
-    return STREAM_AIM_BYTES // dt.itemsize(op.dtype)
+    return STREAM_LINE_BYTES // dt.itemsize(op.dtype) - 1
 
 
-#: stream_aim: each streamed prefetch aims this many bytes past its line's first
-STREAM_AIM_BYTES = 64
+#: stream_aim: the cache line whose last element each streamed prefetch names
+STREAM_LINE_BYTES = 64
 #: fill_y_in_first_row: a thread's row tile of at most this many rows
 FILL_ROWS = 64
 #: ... and ``Y`` at most this share of L3 (1/8: 4 MiB of Zen 4's 32): a ``Y`` that comes
