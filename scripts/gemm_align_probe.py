@@ -8,7 +8,10 @@ hand-edited copies of it:
   ``PackRequest.fill``) read the aligned 64 bytes *below* their address: wrong results,
   timing only -- what aligned fill loads would save;
 - ``perm``: the same reads as two aligned loads and one ``vpermt2ps`` (the same values:
-  bitwise equal) -- the cheapest fix that keeps the panel layout.
+  bitwise equal) -- the cheapest fix that keeps the panel layout;
+
+and ``aim0``, the pipeline's kernel compiled with ``POLYCOMP_GEMM_STREAM_AIM=0`` (the
+stream's prefetches at each line's first element, as before ``stream_aim``).
 
 Rows are ``kernel@placement`` (``0``: all aligned; ``16``: all three 16 bytes off;
 ``B16`` / ``C16`` / ``A16``: that operand only), called in shuffled order each round,
@@ -33,7 +36,7 @@ import sys
 import tempfile
 
 ROWS = ("base@0", "base@16", "base@C16", "base@B16", "base@A16",
-        "loads@16", "loads@B16", "perm@16")
+        "loads@16", "loads@B16", "perm@16", "aim0@0", "aim0@16")
 PLACE = {"0": (0, 0, 0), "16": (4, 4, 4), "C16": (0, 0, 4), "B16": (0, 4, 0), "A16": (4, 0, 0)}
 
 HELPERS = r"""
@@ -56,10 +59,16 @@ HARNESS = r"""
 #include <time.h>
 typedef void (*kfn)(const float*, const float*, float*);
 %(decls)s
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
-static int cmpd(const void* a, const void* b) { double x = *(const double*)a, y = *(const double*)b; return x < y ? -1 : x > y; }
+static double now(void) {
+  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9;
+}
+static int cmpd(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b; return x < y ? -1 : x > y;
+}
 typedef struct { const char* name; kfn f; int oa, ob, oc, exact; } row_t;
-static void fill(float* p, size_t n, int seed) { for (size_t i = 0; i < n; i++) p[i] = (float)((i * seed) %% 13) - 6.25f; }
+static void fill(float* p, size_t n, int seed) {
+  for (size_t i = 0; i < n; i++) p[i] = (float)((i * seed) %% 13) - 6.25f;
+}
 int main(int argc, char** argv) {
   int rounds = atoi(argv[1]), calls = atoi(argv[2]), M = %(m)d, N = %(n)d, K = %(k)d;
   row_t V[] = { %(rows)s };
@@ -77,32 +86,44 @@ int main(int argc, char** argv) {
       printf("%%s: NOT bitwise equal to %%s\n", V[v].name, V[0].name);
   }
   double** wall = malloc(nv * sizeof(double*)); double** rb = malloc(nv * sizeof(double*));
-  for (int v = 0; v < nv; v++) { wall[v] = malloc((size_t)rounds * calls * sizeof(double)); rb[v] = malloc(rounds * sizeof(double)); }
+  for (int v = 0; v < nv; v++) {
+    wall[v] = malloc((size_t)rounds * calls * sizeof(double));
+    rb[v] = malloc(rounds * sizeof(double));
+  }
   int* order = malloc(nv * sizeof(int)); for (int v = 0; v < nv; v++) order[v] = v;
   srand(1);
   for (int r = 0; r < rounds; r++) {
-    for (int v = nv - 1; v > 0; v--) { int j = rand() %% (v + 1), t = order[v]; order[v] = order[j]; order[j] = t; }
+    for (int v = nv - 1; v > 0; v--) {
+      int j = rand() %% (v + 1), t = order[v]; order[v] = order[j]; order[j] = t;
+    }
     for (int o = 0; o < nv; o++) {
-      row_t* x = &V[order[o]]; const float* a = A + x->oa; const float* b = B + x->ob; float* c = C + x->oc;
+      row_t* x = &V[order[o]];
+      const float* a = A + x->oa; const float* b = B + x->ob; float* c = C + x->oc;
       x->f(a, b, c);
       double best = 1e30;
-      for (int q = 0; q < calls; q++) { double w = now(); x->f(a, b, c); w = now() - w; wall[order[o]][r * calls + q] = w; if (w < best) best = w; }
+      for (int q = 0; q < calls; q++) {
+        double w = now(); x->f(a, b, c); w = now() - w;
+        wall[order[o]][r * calls + q] = w; if (w < best) best = w;
+      }
       rb[order[o]][r] = best;
     }
   }
   for (int v = 0; v < nv; v++) {
     double* pr = malloc(rounds * sizeof(double));
     for (int r = 0; r < rounds; r++) pr[r] = rb[v][r] / rb[0][r];
-    qsort(pr, rounds, sizeof(double), cmpd); qsort(wall[v], (size_t)rounds * calls, sizeof(double), cmpd);
-    printf("%%s %%g %%g %%g\n", V[v].name, wall[v][0] * 1e6, wall[v][rounds * calls / 2] * 1e6, pr[rounds / 2]);
+    qsort(pr, rounds, sizeof(double), cmpd);
+    qsort(wall[v], (size_t)rounds * calls, sizeof(double), cmpd);
+    printf("%%s %%g %%g %%g\n", V[v].name, wall[v][0] * 1e6, wall[v][rounds * calls / 2] * 1e6,
+           pr[rounds / 2]);
   }
   return 0;
 }
 """
 
 
-def kernel_source(m: int, n: int, k: int, threads: int, name: str) -> str:
-    """The pipeline's C for ``A @ B`` at ``threads``, its globals made file-local."""
+def kernel_source(m: int, n: int, k: int, threads: int, name: str, env=None) -> str:
+    """The pipeline's C for ``A @ B`` at ``threads`` (``env`` set while it compiles), its
+    globals made file-local."""
     import polycomp as pc
     from polycomp.driver import compile_kernel
     from polycomp.frontend import ops
@@ -112,7 +133,16 @@ def kernel_source(m: int, n: int, k: int, threads: int, name: str) -> str:
     t = dataclasses.replace(t, cpu=dataclasses.replace(t.cpu, threads=threads))
     kern = Kernel(lambda A, B: ops.matmul(A, B), name=name,
                   inputs={"A": pc.Tensor[(m, k), "float32"], "B": pc.Tensor[(k, n), "float32"]})
-    src = compile_kernel(kern, t).source
+    saved = {v: os.environ.get(v) for v in env or {}}
+    os.environ.update(env or {})
+    try:
+        src = compile_kernel(kern, t).source
+    finally:
+        for v, old in saved.items():
+            if old is None:
+                os.environ.pop(v)
+            else:
+                os.environ[v] = old
     return re.sub(r"^int (pc_\w+)", r"static int \1", src, flags=re.M)
 
 
@@ -147,7 +177,9 @@ def main() -> None:
                 objs, decls = [], []
                 for kind in kinds:
                     fn = name if kind == "base" else f"{name}_{kind}"
-                    text = src if kind == "base" else edited(src, name, kind)
+                    text = src if kind == "base" else kernel_source(
+                        m, n, k, threads, fn, {"POLYCOMP_GEMM_STREAM_AIM": "0"}) \
+                        if kind == "aim0" else edited(src, name, kind)
                     path = os.path.join(tmp, f"{fn}.c")
                     with open(path, "w") as f:
                         f.write(text)
