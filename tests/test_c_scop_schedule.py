@@ -50,8 +50,9 @@ TARGET = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threa
 # kernel -> sizes (odd and prime, with full and partial register tiles; one all-ones)
 SIZES = {
     "gemm_ikj": [dict(ni=13, nj=67, nk=11), dict(ni=1, nj=1, nk=1),
-                 # four row ranges at 2 threads (scop-gemm, RANGE_MIN_WORK): built only
-                 dict(ni=389, nj=35, nk=80)],
+                 # four row ranges at 2 threads (scop-gemm: MC = 510 fp64 rows,
+                 # range_blocking), two a thread: built only
+                 dict(ni=1031, nj=35, nk=80)],
     "mm2_f32": [dict(ni=7, nj=37, nk=5, nl=41)],
     "batch_gemm": [dict(nb=3, ni=7, nj=33, nk=5)],
     "gemm_bt": [dict(ni=5, nj=9, nk=7), dict(ni=29, nj=71, nk=13)],
