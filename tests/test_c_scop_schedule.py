@@ -55,7 +55,9 @@ SIZES = {
                  dict(ni=1031, nj=35, nk=80)],
     "mm2_f32": [dict(ni=7, nj=37, nk=5, nl=41)],
     "batch_gemm": [dict(nb=3, ni=7, nj=33, nk=5)],
-    "gemm_bt": [dict(ni=5, nj=9, nk=7), dict(ni=29, nj=71, nk=13)],
+    "gemm_bt": [dict(ni=5, nj=9, nk=7), dict(ni=29, nj=71, nk=13),
+                # four row ranges, A read in place (scop_gemm.range_x_in_place): built only
+                dict(ni=1031, nj=35, nk=31)],
     "syrk_ab": [dict(n=53, m=17), dict(n=7, m=3), dict(n=1, m=1)],
     "syrk_aa": [dict(n=53, m=17), dict(n=211, m=7), dict(n=41, m=9), dict(n=1, m=1)],
     "gemm_ktri": [dict(ni=23, nj=41)],
@@ -276,6 +278,11 @@ def test_gemm_detected_in_any_loop_order():
     assert any("parallel over row ranges" in x for x in n["scop-gemm"]), n
     assert any("GEMM C += A * B" in x and "register block" in x and "MC=" in x
                for x in n["scop-gemm"]), n
+    # row ranges: X read in place when the product is a bare X * Y (range_x_in_place);
+    # gemm_ikj's X carries alpha, packed with it
+    assert any("packed A (L1)" in x for x in n["scop-gemm"]), n
+    assert any("A read in place" in x for x in notes("gemm_bt")["scop-gemm"])
+    assert any("tmp read in place" in x for x in notes("mm2_f32")["scop-gemm"])
     assert any("GEMM tmp += A * B" in x for x in notes("mm2_f32")["scop-gemm"])
     assert any("GEMM D += tmp * C" in x for x in notes("mm2_f32")["scop-gemm"])
 

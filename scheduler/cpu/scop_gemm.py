@@ -653,6 +653,35 @@ def range_blocking(b: Blocking, size: int, l2_bytes: int, tiles_given: bool) -> 
     return replace(b, MC=max(b.MC, mc), NC=min(b.NC, nc))
 
 
+def range_x_in_place(g: ScopGemm) -> bool:
+    """Whether a product that runs by row ranges reads ``X`` where it lies (no packed
+    copy; the micro-kernel broadcasts ``X[i][k]`` from the array's ``MR`` rows, as
+    :mod:`.scop_symm`'s register tiles do): every product of the update is a bare ``X *
+    Y`` (no loop-invariant factor: a packed copy holds ``alpha * X``, which spares the
+    micro-kernel a multiply per broadcast) and each ``X`` is read ``X[.., i, k]`` with
+    ``k`` the last subscript (its rows are the ranges' rows, the broadcasts of a register
+    tile ``MR`` sequential streams).  The copy was a scalar, strided gather of ``MR``
+    rows per register row and ``k`` tile, ~4 % of the CPU samples of each of 3mm's
+    products at LARGE after :func:`range_blocking` (``perf``, two threads), and the
+    busiest thread ran ~10 % longer with it (3mm; gemm, whose ``X`` carries ``alpha``,
+    ran ~10 % longer in place).  ``POLYCOMP_RANGE_X_IN_PLACE=0``: always packed."""
+    if os.environ.get("POLYCOMP_RANGE_X_IN_PLACE", "1") == "0":
+        return False
+    v = g.update.value
+    if not isinstance(v, ir.Binary) or v.op != "+":
+        return False
+    rest = v.b if isinstance(v.a, ir.Load) and v.a.buffer is g.update.write else v.a
+    iters = tuple(g.update.iters)
+    i, k = iters[g.upd_pos["i"]], iters[g.upd_pos["k"]]
+    for term, (x, _) in zip(_sum_terms(rest), g.pairs):
+        if len(_factor_terms(term)) != 2:
+            return False
+        if not x.indices or _plain_iter(x.indices[-1], iters) is not k or \
+                not any(_plain_iter(ix, iters) is i for ix in x.indices[:-1]):
+            return False
+    return True
+
+
 class ScopGemmPass(Pass):
     """See the module docstring."""
     name = "scop-gemm"
@@ -674,13 +703,16 @@ class ScopGemmPass(Pass):
             threads = ctx.target.cpu.threads
             by_rows = row_ranges(g, b, threads) and \
                 _same_rows(stages.dependences(st), g)
+            x_here = False
             if by_rows:
+                x_here = range_x_in_place(g)
                 b = range_blocking(b, dt.itemsize(g.dtype), ctx.target.l2_bytes,
                                    bool(ctx.cpu_options.gemm_tiles))
                 n = len(ranges.ranges)
                 names = (f"pc_lo{n}", f"pc_hi{n}")
                 new = T.Mark(marks.make(marks.CPU_ROW_RANGES, n).get_name(),
-                             scop_gemm_tree(g, b, requests, rows=names))
+                             scop_gemm_tree(g, b, requests, rows=names,
+                                            pack_x=not x_here))
             else:
                 new = scop_gemm_tree(g, b, requests, threads=threads)
             if not stages.legal(st, new):
@@ -707,8 +739,9 @@ class ScopGemmPass(Pass):
             ys = ", ".join(y.buffer.name for _, y in g.pairs)
             ctx.note(self.name, f"{g.update.name}{init}: GEMM {g.update.write.name} += "
                                 f"{prods}; register block "
-                                f"{b.MR}x{b.NR}, tiles MC={b.MC} NC={b.NC} KC={b.KC}, packed "
-                                f"{xs} (L1) and {ys} (L2), parallel over "
+                                f"{b.MR}x{b.NR}, tiles MC={b.MC} NC={b.NC} KC={b.KC}, "
+                                f"{xs + ' read in place' if x_here else 'packed ' + xs + ' (L1)'}"
+                                f" and {ys} packed (L2), parallel over "
                                 f"{'row ranges (balanced at run time)' if by_rows else 'i tiles'}"
                                 f"{cyc}")
         out = stages.schedule()
