@@ -64,7 +64,10 @@ ranges* cut at run time (their count and bounds depend on the row count)::
       filter { lo <= i < hi } with first <= lo < hi <= lo + MC, hi <= last + 1
         band[floor(k/KC)] -> .. (as above, register rows floor((i - lo)/MR))
 
-``lo``, ``hi`` are isl parameters of the whole schedule (their bounds also restrict
+(``MC``, ``NC``: :func:`range_blocking`, both packed blocks of a range within L2;
+``X`` read in place, no pack request, when every product is a bare ``X * Y`` with
+``X[.., i, k]``, :func:`range_x_in_place`.)  ``lo``, ``hi`` are isl parameters of the
+whole schedule (their bounds also restrict
 the AST context, :meth:`~polycomp.state.CompileState.restrict_ast_context`); the
 payload :class:`~polycomp.scheduler.cpu.state.RowRanges` tells the IR pass
 :mod:`polycomp.hw.cpu.row_ranges` how to bind them, one parallel iteration per range.
@@ -615,10 +618,13 @@ def row_ranges(g: ScopGemm, b: Blocking, threads: int) -> bool:
     dealt to the threads in contiguous blocks: PolyBench's 800 rows made 5 tiles, 3
     and 2 per thread, 576 and 224 rows (1000 rows: 576 and 424).  The ranges are cut
     at run time instead, ``threads * ceil(n / (threads * MC))`` of them (each at most
-    ``MC`` rows; 800 rows: 6 ranges of 132 or 138 rows, 402 and 398 per thread), so
-    the threads' shares differ by less than a register row while every range still
-    packs ``Y`` once per ``k`` and ``j`` tile for up to ``MC`` rows.  (A constant row
-    count already gets ``MC`` from the threads, :func:`~.backbone_tile.choose_blocking`.)"""
+    ``MC`` rows), so the threads' shares differ by less than a register row while every
+    range packs ``Y`` once per ``k`` and ``j`` tile for up to ``MC`` rows.  ``MC`` and
+    ``NC`` are then :func:`range_blocking`'s (510 fp64 rows: PolyBench's 800 rows are 2
+    ranges of 402 and 398 rows, one a thread; with the nominal 192, 6 ranges of 132 or
+    138), and ``X`` is read in place when :func:`range_x_in_place` says so.  (A constant
+    row count already gets ``MC`` from the threads,
+    :func:`~.backbone_tile.choose_blocking`.)"""
     dom, ip, jp = g.update.domain, g.upd_pos["i"], g.upd_pos["j"]
     return threads > 1 and not g.upd_pos["b"] and _extent(dom, ip) is None and \
         partial_tiles(dom, ip, jp) and _separable(dom, ip) and _separable(dom, jp) and \
