@@ -743,11 +743,12 @@ class ScopGemmPass(Pass):
             prods = " + ".join(f"{x.buffer.name} * {y.buffer.name}" for x, y in g.pairs)
             xs = ", ".join(x.buffer.name for x, _ in g.pairs)
             ys = ", ".join(y.buffer.name for _, y in g.pairs)
+            how = f"{xs} read in place, {ys} packed" if x_here else \
+                f"packed {xs} (L1) and {ys}"
             ctx.note(self.name, f"{g.update.name}{init}: GEMM {g.update.write.name} += "
                                 f"{prods}; register block "
                                 f"{b.MR}x{b.NR}, tiles MC={b.MC} NC={b.NC} KC={b.KC}, "
-                                f"{xs + ' read in place' if x_here else 'packed ' + xs + ' (L1)'}"
-                                f" and {ys} packed (L2), parallel over "
+                                f"{how} (L2), parallel over "
                                 f"{'row ranges (balanced at run time)' if by_rows else 'i tiles'}"
                                 f"{cyc}")
         out = stages.schedule()
