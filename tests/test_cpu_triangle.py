@@ -11,7 +11,8 @@ scheduler/cpu/scop_symm.py, hw/cpu/microkernel.py):
 * symm with two threads: one parallel loop over column panels around its three phases
   (OpenMP's static schedule: contiguous ranges of whole panels; the body printed once),
   the built kernel equals numpy (three 120-row steps at 251 rows) and reads no element
-  of ``A`` above the diagonal (NaN there).
+  of ``A`` above the diagonal (NaN there); ``temp2`` is stored in one step's block per
+  thread, unless ``POLYCOMP_SYMM_LOCAL=0`` or ``temp2`` is an output of the kernel.
 
 Results are compared with numpy at 1e-12 relative (the micro-kernel contracts to FMA;
 ``fp_exact`` keeps the C order but not the contraction, docs/c_frontend.md).
@@ -146,6 +147,11 @@ def test_symm_runs_one_parallel_loop_over_column_panels():
     # diagonal block, M's diagonal block and rectangle
     assert ck.source.count("schedule(static)") == 1
     assert ck.final_ir.counts.microkernels == 4, ck.final_ir.counts
+    # temp2 lives in a 120 x 32 block of the thread's workspace, not an m x n array
+    assert any("temp2 in a per-thread block of one step" in x
+               for x in ck.notes["scop-symm"]), ck.notes
+    assert "(m * n)" not in ck.source and "(n * m)" not in ck.source
+    assert "temp2 = (double*)(pc_ws ?" in ck.source
     f = ck.backend.load(ck)
     rng = np.random.default_rng(11)
     for mm, nn in ((1, 1), (7, 3), (61, 200), (130, 71), (251, 37)):
@@ -180,3 +186,29 @@ def test_symm_constant_sizes_split_whole_panels():
     got = _call(k, f, dict(alpha=np.array(0.5), beta=np.array(2.0), A=A, B=B, C=C.copy()),
                 dict(m=1, n=1))["C"]
     np.testing.assert_allclose(got, 0.5 * (S @ B) + 2.0 * C, rtol=1e-11, atol=1e-13)
+
+
+def test_symm_accumulator_block_only_for_a_temporary(monkeypatch):
+    """``_step_local``: the expanded ``temp2`` (a temporary) gets a step block; not with
+    ``POLYCOMP_SYMM_LOCAL=0``, and not when the accumulator is an output of the kernel
+    (its values are read after the call)."""
+    from polycomp.scheduler.cpu.scop_symm import _step_local
+    from polycomp.state import CompileState
+
+    def acc_of(src, name):
+        model = read_c_kernel(src, name).polyhedral_model()
+        m = match_symm(list(model.statements))
+        assert not isinstance(m, str), m
+        return _step_local(m[0], CompileState(model, TARGET2, {}))
+
+    monkeypatch.delenv("POLYCOMP_SYMM_LOCAL", raising=False)
+    acc = acc_of(SYMM, "symm_cols")
+    assert acc is not None and acc.name == "temp2"
+    monkeypatch.setenv("POLYCOMP_SYMM_LOCAL", "0")
+    assert acc_of(SYMM, "symm_cols") is None
+    monkeypatch.delenv("POLYCOMP_SYMM_LOCAL")
+    out = SYMM.replace("symm_cols", "symm_out").replace("double B[m][n])",
+                                                        "double B[m][n], double T[m][n])") \
+        .replace("  double temp2;\n", "").replace("temp2", "T[i][j]")
+    acc = acc_of(out, "symm_out")
+    assert acc is None

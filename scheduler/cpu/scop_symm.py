@@ -99,10 +99,13 @@ it), the child unchanged otherwise.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import islpy as isl
 
+from polycomp import ir
 from polycomp.model import Statement
+from polycomp.scheduler.chain.local import LocalTile, decide_local_tiles, local_mark, local_tiles
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.cpu import scop_trmm
@@ -348,6 +351,26 @@ def _phases(p: ScopGemm, mir: ScopGemm, first: list, fin: list, blk: Blocking, B
     return phases, steps
 
 
+def _step_local(p: ScopGemm, ctx: CompileState) -> ir.Buffer | None:
+    """``P``'s accumulator ``acc`` (``temp2``) when it is a temporary of the kernel (no
+    output: nothing reads it after the call) and ``POLYCOMP_SYMM_LOCAL`` is not ``0``:
+    it is then stored in a block of one row step (and panel) per thread, a ``cpu_local``
+    mark on the step band's body (:mod:`polycomp.scheduler.chain.local`), since every
+    access of ``acc`` (``Z``, ``P``, ``F``) of a row lies in that row's step: ``Z``
+    zeroes it, ``P`` completes it and ``F`` reads it within the step.  The block
+    (``B x NR`` elements, 30 KiB at ``B = 120``, ``NR = 32`` in double) stays in L1/L2
+    where the whole ``m x n`` array was written back to memory and faulted in again:
+    the zeroing pass ran at DRAM speed (docs/c_frontend.md "symm: where the last 4 %
+    go").  :func:`decide_local_tiles` checks that every access lies below the mark and
+    that the box is bounded; otherwise the array is left as it is."""
+    if os.environ.get("POLYCOMP_SYMM_LOCAL", "1") == "0":
+        return None
+    acc = p.update.write
+    if acc.name not in {b.name for b in ctx.model.temporaries}:
+        return None
+    return acc
+
+
 class ScopSymmPass(Pass):
     """See the module docstring."""
     name = "scop-symm"
@@ -376,7 +399,11 @@ class ScopSymmPass(Pass):
                                     f"GEMM per block; program order kept")
                 continue
             phases, steps = built
-            new = T.Band([T.union_members(steps)], T.Sequence(phases))
+            body: object = T.Sequence(phases)
+            acc = _step_local(p, ctx)
+            if acc is not None:
+                body = T.Mark(local_mark(ctx, [LocalTile((acc,), acc.name)]), body)
+            new = T.Band([T.union_members(steps)], body)
             if cols is not None:
                 new = T.Mark(marks.CPU_PARALLEL, T.Band([cols], new, coincident=[True]))
             if not stages.legal(st, new):
@@ -385,6 +412,10 @@ class ScopSymmPass(Pass):
                 continue
             promotion_state(ctx).pack_requests[:] = requests
             stages.replace(st, new)
+            if acc is not None and decide_local_tiles(
+                    stages.schedule(), ctx, ctx.model.statements) is not None:
+                local_tiles(ctx).records[-1] = []       # the mark realises nothing
+                acc = None
             ctx.note(self.name, f"{'+'.join(st.names)}: split in three phases, {B} rows a "
                                 f"step; {p.update.name} ({p.update.write.name} += "
                                 f"{p.x.buffer.name} * {p.y.buffer.name}, rows above) and "
@@ -394,6 +425,8 @@ class ScopSymmPass(Pass):
                                 f"MC={blk.MC} NC={blk.NC} KC={blk.KC}, operands in place), "
                                 f"the diagonal blocks as register tiles besides their "
                                 f"{blk.MR}x{blk.MR} triangles" +
+                                (f"; {acc.name} in a per-thread block of one step"
+                                 if acc is not None else "") +
                                 (f"; parallel over {blk.NR}-column panels"
                                  if cols is not None else ""))
         return stages.schedule()
