@@ -50,6 +50,13 @@ per step and ``k`` tile).  Phase 3 of step ``q`` writes only rows ``< B q + B`` 
 reads them, so the steps of the two phases interleave (each block's ``C`` rows and
 ``B`` rows still in cache between its phase 1 and its mirror).
 
+When ``acc`` is a temporary of the kernel (PolyBench's expanded ``temp2``), the step
+band's child is ``mark cpu_local:<n>`` (:func:`_step_local`): every access of ``acc``
+of a step (``Z``, ``P``, ``F`` of its rows) lies in that step and panel, so ``acc`` is
+stored in one ``B x NR`` block per thread (the box
+:func:`polycomp.scheduler.chain.local.decide_local_tiles` computes; with one thread
+``B x n``), not in an ``m x n`` array.
+
 The diagonal block (:func:`_diagonal`) is split at the register rows: ``PR``/``MR``
 hold the reductions outside a tile's own ``MR`` rows, the register tiles
 ``band[floor(row/MR), floor(col/NR)] -> mark cpu_microkernel -> band[red] ->
