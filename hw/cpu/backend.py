@@ -147,6 +147,14 @@ class CpuBackend(Backend):
                        ir_pass("hoist-alloc", lambda f, s: hoist_allocations(f)),
                        ir_pass("scalar-replace", lambda f, s: scalar_replace(f))]
         passes += [ir_pass("flatten", lambda f, s: flatten(f)), body_pass("simplify", simplify)]
+        from .jam import stencil_jam
+        # AVX-512 vector rows (the stored-row windows keep the second step's loads off
+        # the first step's pending stores), and fp_exact builds: the same loops, scalar,
+        # so the PolyBench exactness check (gcc -O0) covers the jammed loop structure
+        jam = o.stencil_jam and ((o.vector_window and target.isa == "avx512" and _vector(state))
+                                 or state.options.fp_exact)
+        passes.append(ir_pass("stencil-jam", lambda f, s: stencil_jam(
+            f, lambda text: s.note("stencil-jam", text), enabled=jam)))
         if not _vector(state):
             return passes + [_LEGALIZE_NAMES]
         from polycomp.lowering.lift import lift
