@@ -96,7 +96,7 @@ is a scalar.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from polycomp import dtypes as dt
@@ -790,15 +790,7 @@ def _stored_windows(loop: ir.For, body_at, L: int, D: str, first_slot: int) -> l
         b = _unit_base(st, L, D)
         if b is None:
             continue
-        ks: set = set()
-        for later in stores[q + 1:]:
-            def see(e):
-                base = _unit_base(e, L, D) if isinstance(e, ir.Load) else None
-                if base is not None and e.buffer is st.buffer:
-                    k = _poly_const(base, b)
-                    if k is not None and -L < k < 0:
-                        ks.add(k)
-            ir.walk(later.value, see)
+        ks = _offsets_behind(stores[q + 1:], st.buffer, b, L, D)
         if not ks:
             continue
         others = [o for o in stores if o is not st and o.buffer is st.buffer]
@@ -810,6 +802,17 @@ def _stored_windows(loop: ir.For, body_at, L: int, D: str, first_slot: int) -> l
     return out
 
 
+def _offsets_behind(stores: list, buf: ir.Buffer, b: ir.Expr, L: int, D: str) -> set:
+    """The ``k`` in ``(-L, 0)`` of the unit-stride loads ``buf[b + k]`` in ``stores``'
+    values."""
+    loads: list = []
+    for st in stores:
+        ir.walk(st.value, lambda e: loads.append(e) if isinstance(e, ir.Load)
+                and e.buffer is buf and _unit_base(e, L, D) is not None else None)
+    ks = {_poly_const(ld.indices[0].base, b) for ld in loads}
+    return {k for k in ks if k is not None and -L < k < 0}
+
+
 def _stored_inits(loop: ir.For, at: ir.Expr, stored: list[_Stored], reg: ir.Buffer,
                   L: int, D: str) -> ir.Stmt:
     """After the plain first vector: ``P = X[b(at) - L]`` (what that vector stored)."""
@@ -818,38 +821,56 @@ def _stored_inits(loop: ir.For, at: ir.Expr, stored: list[_Stored], reg: ir.Buff
         for w in stored])
 
 
+class _StoredRows(ir.Mutator):
+    """The stored-row windows' part of :func:`_carried_body`: a window's store ``X[b] =
+    e`` becomes ``S = e; X[b] = S``, a later load ``X[b + k]`` ``valign(S, P, L + k)``."""
+
+    def __init__(self, loop: ir.For, at: ir.Expr, stored, reg: ir.Buffer, L: int, D: str):
+        self.L, self.D, self.reg = L, D, reg
+        self.at = [(w, simplify(ir.substitute(w.anchor, {loop.var: at}))) for w in stored]
+        self.seen: set = set()
+
+    def slot(self, k: int) -> ir.Load:
+        return _acc_ref(self.reg, k, self.L, self.D)
+
+    def visit_Store(self, st):
+        out = self.generic(st)
+        base = _unit_base(st, self.L, self.D)
+        for w, b in self.at:
+            if base is not None and st.buffer is w.buf and _poly_const(base, b) == 0:
+                self.seen.add(w.S)
+                return ir.seq(_acc_store(self.reg, w.S, self.L, out.value),
+                              replace(out, value=self.slot(w.S)))
+        return out
+
+    def stored_load(self, e: ir.Load, base) -> ir.Expr | None:
+        for w, b in self.at:
+            if base is None or e.buffer is not w.buf or w.S not in self.seen:
+                continue
+            k = _poly_const(base, b)
+            if k is not None and -self.L < k < 0:
+                return ir.Call(VALIGN, (self.slot(w.S), self.slot(w.P),
+                                        ir.IntImm(self.L + k)), self.D)
+        return None
+
+
 def _carried_body(loop: ir.For, main: ir.Stmt, at: ir.Expr, carries: list[_Carry],
-                  reg: ir.Buffer, L: int, D: str, stored: list[_Stored] = ()) -> ir.Stmt:
+                  reg: ir.Buffer, L: int, D: str, stored: Sequence[_Stored] = ()) -> ir.Stmt:
     """``main`` (one vector iteration at ``v = at``) with each carried row's loads read
     from ``reg``: ``X[b]`` the slot ``C``, ``X[b + k]`` ``valign(C, P, L + k)`` for ``k
     < 0`` and ``valign(N, C, k)`` for ``k > 0``; the iteration first loads one vector
     of the row (``N = X[b + L]`` when some ``k > 0``, else ``C = X[b]``) and ends by
-    rotating (``P = C``, ``C = N``)."""
+    rotating (``P = C``, ``C = N``); with stored-row windows (``stored``,
+    :class:`_StoredRows`) it ends with ``P = S`` for each."""
     slot = lambda k: _acc_ref(reg, k, L, D)            # noqa: E731
     anchors = [(c, simplify(ir.substitute(c.anchor, {loop.var: at}))) for c in carries]
 
-    at_stored = [(w, simplify(ir.substitute(w.anchor, {loop.var: at}))) for w in stored]
-    seen: set = set()
-
-    class _R(ir.Mutator):
-        def visit_Store(self, st):
-            out = self.generic(st)
-            base = _unit_base(st, L, D)
-            for w, b in at_stored:
-                if base is not None and st.buffer is w.buf and _poly_const(base, b) == 0:
-                    seen.add(w.S)
-                    return ir.seq(_acc_store(reg, w.S, L, out.value),
-                                  replace(out, value=slot(w.S)))
-            return out
-
+    class _R(_StoredRows):
         def visit_Load(self, e):
             base = _unit_base(e, L, D)
-            for w, b in at_stored:
-                if base is None or e.buffer is not w.buf or w.S not in seen:
-                    continue
-                k = _poly_const(base, b)
-                if k is not None and -L < k < 0:
-                    return ir.Call(VALIGN, (slot(w.S), slot(w.P), ir.IntImm(L + k)), D)
+            got = self.stored_load(e, base)
+            if got is not None:
+                return got
             for c, b in anchors:
                 if base is None or e.buffer is not c.buf:
                     continue
@@ -878,7 +899,7 @@ def _carried_body(loop: ir.For, main: ir.Stmt, at: ir.Expr, carries: list[_Carry
             last.append(_acc_store(reg, c.C, L, slot(c.N)))
     for w in stored:
         last.append(_acc_store(reg, w.P, L, slot(w.S)))
-    body = _R().visit(main)
+    body = _R(loop, at, stored, reg, L, D).visit(main)
     # one flat run of stores (a stored window's store is two): forward-loads' runs
     return ir.seq(*first, *(body.stmts if isinstance(body, ir.Block) else (body,)), *last)
 

@@ -34,9 +34,10 @@ polynomials, that no pair it reorders touches one element with a store: ``pre(t+
 against ``S_t(j)`` and ``post(t)``, ``post(t)`` against ``S_{t+1}(j)``, and
 ``S_{t+1}(j)`` against ``S_t(j')`` for ``j < j'`` (fdtd-2d: step ``t`` updates row
 ``i``, step ``t + 1`` row ``i - 1`` in the same ``j`` pass, ``hz[i-1][j-1]`` of the
-second step written by the first step's previous iteration).  No element's operations change or reorder: results are bitwise those
-of the unjammed code.  A nest that does not qualify (no row, the proof fails) is left
-as it was, with a note.  The mark is removed either way.
+second step written by the first step's previous iteration).  No element's operations
+change or reorder: results are bitwise those of the unjammed code.  A nest that does
+not qualify (no row, the proof fails) is left as it was, with a note.  The mark is
+removed either way.
 
 Why: a row pass of one step brings its rows in from L2 and writes them back; the
 second step works on rows the first just touched, in L1 and registers (fdtd-2d at
@@ -261,3 +262,8 @@ def stencil_jam(f: ir.LoweredFunc, note: Callable[[str], None],
         return f.with_body(_Drop().visit(f.body))
     m = _Jam(note)
     return f.with_body(m.visit(f.body))
+
+
+def jam_nest(s: ir.Stmt, note: Callable[[str], None]) -> ir.Stmt:
+    """The pass on one statement (its marked nests jammed, the marks dropped)."""
+    return _Drop().visit(_Jam(note).visit(s))

@@ -1,0 +1,135 @@
+"""Two time steps per row pass (IR pass ``stencil-jam``, ``hw/cpu/jam.py``; option
+``stencil_jam``) and the vectoriser's stored-row windows (``lowering/vectorize.py``
+``_stored_windows``).  Inside a time tile of fdtd-2d, steps ``t`` and ``t + 1`` run
+together: one ``j`` pass updates row ``i`` at step ``t`` and row ``i - 1`` at step
+``t + 1``; the second step's ``hz[i-1][j-1]`` is read from the first step's stored
+vectors.  The element operations and their order are unchanged, so the results are
+bitwise those of the unjammed build (and, under ``fp_exact``, of gcc -O0:
+``tests/test_c_scop_schedule.py``'s time-tiled stencil checks build the jammed loops
+too)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from avx512_runs import AVX512_RUNS, load_avx512, view_past_line
+
+from polycomp import ir
+from polycomp.driver import compile_kernel
+from polycomp.frontend.c_reader import load_c_kernels
+from polycomp.hw.cpu.jam import jam_nest
+from polycomp.lowering.vectorize import vectorize_loop
+from polycomp.scheduler.common import marks
+
+KERNELS = Path(__file__).parent / "c_scop_kernels"
+F64 = "float64"
+
+
+def _fdtd():
+    k, = load_c_kernels(str(KERNELS / "fdtd2d_like.c"))
+    return k
+
+
+def test_fdtd2d_tile_steps_run_two_per_row_pass(goldens):
+    """Golden: the ``stencil-jam`` pass on fdtd2d_like's time tiles, IR in and out (the
+    ``t`` loop stepped by two, the fused row where both steps run a full row, each
+    step's own body elsewhere).  The vectorised fused row reads the stored ``hz`` row
+    through the registers (``valign`` of this and the previous iteration's stored
+    vectors); ``stencil_jam=False`` gives one step per pass and no mark is left."""
+    ck = compile_kernel(_fdtd(), "cpu-avx512", dump=True)
+    q = next(i for i, r in enumerate(ck.records) if r.name == "stencil-jam")
+    for part, text in (("in", ck.records[q - 1].tree), ("out", ck.records[q].tree)):
+        assert text is not None
+        expected = goldens.expected(f"test_cpu_stencil_jam/fdtd2d.stencil-jam.{part}.ir", text)
+        assert expected == text.strip(), f"{part}:\n{text}"
+    vec = ck.records[q + 1 + [r.name for r in ck.records[q + 1:]].index("vectorize")].tree
+    assert vec is not None
+    assert "vector_carried" in vec
+    # the fused row's second step: hz[i-1][j-1] from two register slots, no load of it
+    assert "valign(vwin1[ramp(32, 1, 8)]<x8>, vwin1[ramp(40, 1, 8)]<x8>, 7)" in vec
+    off = compile_kernel(_fdtd(), "cpu-avx512", {"stencil_jam": False}, dump=True)
+    text = next(r.tree for r in off.records if r.name == "stencil-jam")
+    assert text is not None and "_u in range" not in text
+    assert marks.CPU_STENCIL_POINTS not in text
+
+
+def _tile(read_offset: int):
+    """A marked tile ``for t: for y: for j in [1, ny - 1): X[(y - t)*ny + j] = 2 *
+    X[(y - t - 1)*ny + j + read_offset]`` (flat float64)."""
+    t, y, j, ny = (ir.Var(n, "int64") for n in ("t", "y", "j", "ny"))
+    X = ir.Buffer("X", F64, (ir.IntImm(1 << 16),), flat=True)
+    row = (y - t) * ny + j
+    body = ir.Store(X, (row,), ir.FloatImm(2.0, F64) * ir.Load(
+        X, ((y - t - 1) * ny + j + read_offset,), F64))
+    jl = ir.For(j, ir.IntImm(1), ny - 2, "serial", body, (("coincident", True),))
+    yl = ir.For(y, t, ir.IntImm(8), "serial", jl)
+    return ir.AttrStmt(marks.CPU_STENCIL_POINTS, "", ir.For(t, ir.IntImm(0), ir.IntImm(6),
+                                                           "serial", yl))
+
+
+@pytest.mark.parametrize("read_offset, fused", [
+    (1, True),      # step t reads X[r-1][j+1], written by step t + 1 only at j + 1 (later)
+    (0, True),      # the same element, in the same iteration (step t first)
+    (-1, False),    # X[r-1][j-1]: step t + 1 writes it at j - 1, before step t reads it
+])
+def test_fused_row_needs_a_proof_that_no_reordered_pair_meets(read_offset, fused):
+    notes: list = []
+    out = jam_nest(_tile(read_offset), notes.append)
+    text = str(out)
+    assert marks.CPU_STENCIL_POINTS not in text
+    assert ("t_u" in text) == fused, text
+    assert bool(notes) != fused, notes
+
+
+def _stored_row_loop(other_row):
+    """``for j in [1, ny - 1): X[r*ny + j] = 2 * X[r*ny + j]; Y[r*ny + j] = X[r*ny + j -
+    1] - X[r*ny + j]; X[other_row(r)*ny + j] = Y[r*ny + j]`` (flat float64)."""
+    r, ny, j = (ir.Var(n, "int64") for n in ("r", "ny", "j"))
+    X, Y = (ir.Buffer(n, F64, (ir.IntImm(1 << 20),), flat=True) for n in "XY")
+    row = r * ny + j
+    ld = lambda b, i: ir.Load(b, (i,), F64)           # noqa: E731
+    body = ir.seq(ir.Store(X, (row,), ir.FloatImm(2.0, F64) * ld(X, row)),
+                  ir.Store(Y, (row,), ld(X, row - 1) - ld(X, row)),
+                  ir.Store(X, (other_row(r) * ny + j,), ld(Y, row)))
+    return ir.For(j, ir.IntImm(1), ny - 2, "serial", body, (("coincident", True),))
+
+
+@pytest.mark.parametrize("other_row, windowed", [
+    (lambda r: r - 2, True),     # the loop's other store of X two rows away
+    (lambda r: r + 1, True),     # the next row
+    (lambda r: r * 2, False),    # not a constant number of rows off
+])
+def test_stored_window_needs_the_other_stores_a_loop_span_away(other_row, windowed):
+    out = vectorize_loop(_stored_row_loop(other_row), lambda d: 8, window=True)
+    assert out is not None
+    text = str(out)
+    assert ("vector_carried" in text) == windowed, text
+
+
+@AVX512_RUNS
+def test_jammed_fdtd2d_is_bitwise_the_unjammed_build():
+    """Small tiles (many cut rows), rows of 4 to 6 full vectors (the carried loop runs),
+    a row shorter than a vector, the arrays at different alignments, a NaN: bitwise the
+    build with one step per row pass."""
+    k = _fdtd()
+    ck = compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,)})
+    assert "c2_u" in ck.source and "vwin" in ck.source
+    fn = load_avx512(ck)
+    plain = load_avx512(compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,),
+                                                         "stencil_jam": False}))
+    rng = np.random.default_rng(13)
+    for (tmax, nx, ny), shifts in (((5, 7, 45), (0, 2, 5)), ((4, 6, 53), (7, 1, 3)),
+                                   ((3, 5, 37), (4, 4, 4)), ((4, 5, 6), (1, 0, 2))):
+        fict = rng.uniform(-1, 1, tmax)
+        fields = [rng.uniform(-1, 1, (nx, ny)) for _ in range(3)]
+        fields[2][nx // 2, ny // 2] = np.nan
+        ex, ey, hz = (view_past_line(a, s) for a, s in zip(fields, shifts))
+        fn(fict, ex, ey, hz, tmax=tmax, nx=nx, ny=ny, out=(ex, ey, hz))
+        px, py, pz = (a.copy() for a in fields)
+        plain(fict, px, py, pz, tmax=tmax, nx=nx, ny=ny, out=(px, py, pz))
+        for g, w, name in zip((ex, ey, hz), (px, py, pz), "xyz"):
+            assert np.array_equal(np.isnan(g), np.isnan(w)), (tmax, nx, ny, name)
+            ok = ~np.isnan(w)
+            assert np.array_equal(g[ok].view(np.uint64), w[ok].view(np.uint64)), \
+                (tmax, nx, ny, name)
