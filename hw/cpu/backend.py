@@ -24,6 +24,7 @@ Options: :class:`polycomp.options.CpuOptions`.
 """
 from __future__ import annotations
 
+import os
 from types import MappingProxyType
 
 from polycomp import ir
@@ -151,8 +152,10 @@ class CpuBackend(Backend):
         # AVX-512 vector rows (the stored-row windows keep the second step's loads off
         # the first step's pending stores), and fp_exact builds: the same loops, scalar,
         # so the PolyBench exactness check (gcc -O0) covers the jammed loop structure
-        jam = o.stencil_jam and ((o.vector_window and target.isa == "avx512" and _vector(state))
-                                 or state.options.fp_exact)
+        # (POLYCOMP_STENCIL_JAM=0: one step per pass, for same-process comparisons)
+        jam = o.stencil_jam and os.environ.get("POLYCOMP_STENCIL_JAM", "1") != "0" and (
+            (o.vector_window and target.isa == "avx512" and _vector(state))
+            or state.options.fp_exact)
         passes.append(ir_pass("stencil-jam", lambda f, s: stencil_jam(
             f, lambda text: s.note("stencil-jam", text), enabled=jam)))
         if not _vector(state):
