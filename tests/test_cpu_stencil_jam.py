@@ -4,16 +4,15 @@
 together: one ``j`` pass updates row ``i`` at step ``t`` and row ``i - 1`` at step
 ``t + 1``; the second step's ``hz[i-1][j-1]`` is read from the first step's stored
 vectors.  The element operations and their order are unchanged, so the results are
-bitwise those of the unjammed build (and, under ``fp_exact``, of gcc -O0:
-``tests/test_c_scop_schedule.py``'s time-tiled stencil checks build the jammed loops
-too)."""
+bitwise those of the unjammed build (``tests/test_cpu_carried_windows.py``: the fdtd-2d
+build there is the jammed one, compared with the build without windows, which has one
+step per pass) and, under ``fp_exact``, of gcc -O0 (``tests/test_c_scop_schedule.py``'s
+time-tiled stencil checks build the jammed loops too)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-from avx512_runs import AVX512_RUNS, load_avx512, view_past_line
 
 from polycomp import ir
 from polycomp.driver import compile_kernel
@@ -36,7 +35,9 @@ def test_fdtd2d_tile_steps_run_two_per_row_pass(goldens):
     ``t`` loop stepped by two, the fused row where both steps run a full row, each
     step's own body elsewhere).  The vectorised fused row reads the stored ``hz`` row
     through the registers (``valign`` of this and the previous iteration's stored
-    vectors); ``stencil_jam=False`` gives one step per pass and no mark is left."""
+    vectors).  ``stencil_jam=False``: tests/test_cpu_aligned_rows.py's golden (one step
+    per pass, no mark left); bitwise against the unjammed build:
+    tests/test_cpu_carried_windows.py (its windowed build is the jammed one)."""
     ck = compile_kernel(_fdtd(), "cpu-avx512", dump=True)
     q = next(i for i, r in enumerate(ck.records) if r.name == "stencil-jam")
     for part, text in (("in", ck.records[q - 1].tree), ("out", ck.records[q].tree)):
@@ -48,10 +49,6 @@ def test_fdtd2d_tile_steps_run_two_per_row_pass(goldens):
     assert "vector_carried" in vec
     # the fused row's second step: hz[i-1][j-1] from two register slots, no load of it
     assert "valign(vwin1[ramp(32, 1, 8)]<x8>, vwin1[ramp(40, 1, 8)]<x8>, 7)" in vec
-    off = compile_kernel(_fdtd(), "cpu-avx512", {"stencil_jam": False}, dump=True)
-    text = next(r.tree for r in off.records if r.name == "stencil-jam")
-    assert text is not None and "_u in range" not in text
-    assert marks.CPU_STENCIL_POINTS not in text
 
 
 def _tile(read_offset: int):
@@ -106,30 +103,3 @@ def test_stored_window_needs_the_other_stores_a_loop_span_away(other_row, window
     text = str(out)
     assert ("vector_carried" in text) == windowed, text
 
-
-@AVX512_RUNS
-def test_jammed_fdtd2d_is_bitwise_the_unjammed_build():
-    """Small tiles (many cut rows), rows of 4 to 6 full vectors (the carried loop runs),
-    a row shorter than a vector, the arrays at different alignments, a NaN: bitwise the
-    build with one step per row pass."""
-    k = _fdtd()
-    ck = compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,)})
-    assert "c2_u" in ck.source and "vwin" in ck.source
-    fn = load_avx512(ck)
-    plain = load_avx512(compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,),
-                                                         "stencil_jam": False}))
-    rng = np.random.default_rng(13)
-    for (tmax, nx, ny), shifts in (((5, 7, 45), (0, 2, 5)), ((4, 6, 53), (7, 1, 3)),
-                                   ((3, 5, 37), (4, 4, 4)), ((4, 5, 6), (1, 0, 2))):
-        fict = rng.uniform(-1, 1, tmax)
-        fields = [rng.uniform(-1, 1, (nx, ny)) for _ in range(3)]
-        fields[2][nx // 2, ny // 2] = np.nan
-        ex, ey, hz = (view_past_line(a, s) for a, s in zip(fields, shifts))
-        fn(fict, ex, ey, hz, tmax=tmax, nx=nx, ny=ny, out=(ex, ey, hz))
-        px, py, pz = (a.copy() for a in fields)
-        plain(fict, px, py, pz, tmax=tmax, nx=nx, ny=ny, out=(px, py, pz))
-        for g, w, name in zip((ex, ey, hz), (px, py, pz), "xyz"):
-            assert np.array_equal(np.isnan(g), np.isnan(w)), (tmax, nx, ny, name)
-            ok = ~np.isnan(w)
-            assert np.array_equal(g[ok].view(np.uint64), w[ok].view(np.uint64)), \
-                (tmax, nx, ny, name)
