@@ -683,6 +683,46 @@ def _rows_apart(loop: ir.For, body: ir.Stmt, carry_buf: ir.Buffer, anchor_at_v: 
     return True
 
 
+def _loads_of(e: ir.Expr, buf: ir.Buffer) -> list:
+    """The loads of ``buf`` in ``e``."""
+    out: list = []
+    ir.walk(e, lambda n: out.append(n) if isinstance(n, ir.Load) and n.buffer is buf
+            else None)
+    return out
+
+
+def _stored_after_reads(loop: ir.For, body: ir.Stmt, buf: ir.Buffer, anchor: ir.Expr,
+                        L: int, D: str) -> bool:
+    """Whether the loop stores the row of ``buf`` read at ``anchor + k`` (``k >= 0``)
+    only at the anchor itself, after every load of the row in the iteration (the
+    statement that stores it may read it), and every other store of ``buf`` lies a whole
+    loop span away.  Then the vectors a carried window holds (``C = X[b]``, ``N = X[b +
+    L]``, loaded the iteration before or at the iteration's start) are what the loads
+    read: this iteration's store comes after them, the previous one's covered ``[b - L,
+    b)`` (fdtd-2d with two steps per row pass: ``ex[i-1][j]``, ``ex[i-1][j+1]`` read by
+    step ``t``, ``ex[i-1][j]`` then stored by step ``t + 1``)."""
+    stores: list = []
+    ir.walk(body, lambda e: stores.append(e) if isinstance(e, ir.Store) else None)
+    stored = False
+    for st in stores:
+        loads = _loads_of(st.value, buf)
+        if stored and any(_poly_const(ld.indices[0].base, anchor) is not None
+                          for ld in loads if _unit_base(ld, L, D) is not None) or \
+                stored and any(_unit_base(ld, L, D) is None for ld in loads):
+            return False
+        if st.buffer is not buf:
+            continue
+        base = _unit_base(st, L, D)
+        if base is None:
+            return False
+        if _poly_const(base, anchor) == 0:
+            stored = True
+        elif not (_span_below(base, anchor, loop.extent)
+                  or _span_below(anchor, base, loop.extent)):
+            return False
+    return True
+
+
 def _span_below(a: ir.Expr, b: ir.Expr, n: ir.Expr) -> bool:
     """Whether ``a - b + n - 1 < 0`` provably: ``a - b + n - 1 + k n`` is a negative
     constant for some ``k`` in 0..3 (``n >= 0``, a loop that runs; rows two or three
@@ -702,10 +742,12 @@ def _carries(loop: ir.For, body_at, L: int, D: str) -> list[_Carry]:
     variable ``v`` (indices as functions of ``v``): for each buffer, the unit-stride
     loads whose bases lie constants apart (one row), when the row has a load at some
     base ``b`` and others at ``b + k``, ``0 < |k| < L``, and no store of the loop touches
-    the row (:func:`_rows_apart`).  ``b`` is the member at the aligned store's column
-    (its offset from the busiest store's base has a constant term that is a multiple of
-    ``L``) when there is one.  None at all when the body holds a ``select`` or a condition
-    (a masked load would read fewer lanes than a carried vector)."""
+    the row (:func:`_rows_apart`) or, with every ``k >= 0``, the loop stores the row only
+    at ``b`` after reading it (:func:`_stored_after_reads`).  ``b`` is the member at the
+    aligned store's column (its offset from the busiest store's base has a constant term
+    that is a multiple of ``L``) when there is one.  None at all when the body holds a
+    ``select`` or a condition (a masked load would read fewer lanes than a carried
+    vector)."""
     body = body_at(loop.var, 0)
     found: list = []
     bad = [False]
@@ -742,7 +784,9 @@ def _carries(loop: ir.For, body_at, L: int, D: str) -> list[_Carry]:
         offsets = {_poly_const(b, anchor) for b in bases}
         if any(k is None or abs(k) >= L for k in offsets):
             continue
-        if not _rows_apart(loop, body, buf, anchor, L, D):
+        ahead = min(k for k in offsets if k is not None) >= 0
+        if not (_rows_apart(loop, body, buf, anchor, L, D) or (
+                ahead and _stored_after_reads(loop, body, buf, anchor, L, D))):
             continue
         c = _Carry(buf, anchor, offsets, slot)
         slot += c.slots

@@ -48,7 +48,10 @@ def test_fdtd2d_tile_steps_run_two_per_row_pass(goldens):
     assert vec is not None
     assert "vector_carried" in vec
     # the fused row's second step: hz[i-1][j-1] from two register slots, no load of it
-    assert "valign(vwin1[ramp(32, 1, 8)]<x8>, vwin1[ramp(40, 1, 8)]<x8>, 7)" in vec
+    assert "valign(vwin1[ramp(48, 1, 8)]<x8>, vwin1[ramp(56, 1, 8)]<x8>, 7)" in vec
+    # step t's ex[i-1][j], ex[i-1][j+1] carried, though step t + 1 stores ex[i-1][j]
+    assert "vwin1[ramp(24, 1, 8)]<x8> = ex[ramp((c3 - c2 - 1) * ny + c4_pl + c4_v * 8 + 9" \
+        in vec
 
 
 def _tile(read_offset: int):
@@ -103,3 +106,25 @@ def test_stored_window_needs_the_other_stores_a_loop_span_away(other_row, window
     text = str(out)
     assert ("vector_carried" in text) == windowed, text
 
+
+
+def _read_then_store_loop(store_first: bool):
+    """``for j in [1, ny - 1): Y[(r+1)*ny + j] = X[r*ny + j + 1] - X[r*ny + j]`` and
+    ``X[r*ny + j] = 2 * X[r*ny + j]``, the store of ``X`` after the reads or before
+    them."""
+    r, ny, j = (ir.Var(n, "int64") for n in ("r", "ny", "j"))
+    X, Y = (ir.Buffer(n, F64, (ir.IntImm(1 << 20),), flat=True) for n in "XY")
+    row = r * ny + j
+    ld = lambda b, i: ir.Load(b, (i,), F64)           # noqa: E731
+    read = ir.Store(Y, ((r + 1) * ny + j,), ld(X, row + 1) - ld(X, row))
+    write = ir.Store(X, (row,), ir.FloatImm(2.0, F64) * ld(X, row))
+    body = ir.seq(write, read) if store_first else ir.seq(read, write)
+    return ir.For(j, ir.IntImm(1), ny - 2, "serial", body, (("coincident", True),))
+
+
+@pytest.mark.parametrize("store_first, carried", [(False, True), (True, False)])
+def test_a_row_the_loop_stores_is_carried_only_when_read_before_the_store(store_first,
+                                                                          carried):
+    out = vectorize_loop(_read_then_store_loop(store_first), lambda d: 8, window=True)
+    assert out is not None
+    assert ("vector_carried" in str(out)) == carried, str(out)
