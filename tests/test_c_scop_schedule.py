@@ -50,11 +50,14 @@ TARGET = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threa
 # kernel -> sizes (odd and prime, with full and partial register tiles; one all-ones)
 SIZES = {
     "gemm_ikj": [dict(ni=13, nj=67, nk=11), dict(ni=1, nj=1, nk=1),
-                 # four row ranges at 2 threads (scop-gemm, RANGE_MIN_WORK): built only
-                 dict(ni=389, nj=35, nk=80)],
+                 # four row ranges at 2 threads (scop-gemm: MC = 510 fp64 rows,
+                 # range_blocking), two a thread: built only
+                 dict(ni=1031, nj=35, nk=80)],
     "mm2_f32": [dict(ni=7, nj=37, nk=5, nl=41)],
     "batch_gemm": [dict(nb=3, ni=7, nj=33, nk=5)],
-    "gemm_bt": [dict(ni=5, nj=9, nk=7), dict(ni=29, nj=71, nk=13)],
+    "gemm_bt": [dict(ni=5, nj=9, nk=7), dict(ni=29, nj=71, nk=13),
+                # four row ranges, A read in place (scop_gemm.range_x_in_place): built only
+                dict(ni=1031, nj=35, nk=31)],
     "syrk_ab": [dict(n=53, m=17), dict(n=7, m=3), dict(n=1, m=1)],
     "syrk_aa": [dict(n=53, m=17), dict(n=211, m=7), dict(n=41, m=9), dict(n=1, m=1)],
     "gemm_ktri": [dict(ni=23, nj=41)],
@@ -275,8 +278,12 @@ def test_gemm_detected_in_any_loop_order():
     assert any("parallel over row ranges" in x for x in n["scop-gemm"]), n
     assert any("GEMM C += A * B" in x and "register block" in x and "MC=" in x
                for x in n["scop-gemm"]), n
-    assert any("GEMM tmp += A * B" in x for x in notes("mm2_f32")["scop-gemm"])
-    assert any("GEMM D += tmp * C" in x for x in notes("mm2_f32")["scop-gemm"])
+    # row ranges: X read in place when the product is a bare X * Y (range_x_in_place);
+    # gemm_ikj's X carries alpha, packed with it
+    assert any("packed A (L1)" in x for x in n["scop-gemm"]), n
+    m = notes("mm2_f32")["scop-gemm"]
+    assert any("GEMM tmp += A * B" in x and "A read in place, B packed" in x for x in m), m
+    assert any("GEMM D += tmp * C" in x and "tmp read in place" in x for x in m), m
 
 
 def test_gemm_with_batch_dimension():
@@ -287,6 +294,7 @@ def test_transposed_operand_is_a_gemm():
     """``B[j][k]`` (j not the last subscript) is packed in panels along its dimension 0."""
     n = notes("gemm_bt")
     assert any("GEMM C += A * B" in x for x in n["scop-gemm"]), n
+    assert any("A read in place" in x for x in n["scop-gemm"]), n     # range_x_in_place
     assert any("B packed into L2" in x and "along dimension 0" in x for x in n["cpu-pack"]), n
     m = match_scop_gemm([s for s in kernel("gemm_bt").polyhedral_model().statements])
     assert not isinstance(m, str) and m.y.buffer.name == "B"

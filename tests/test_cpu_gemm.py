@@ -243,6 +243,46 @@ def test_y_filled_by_first_row_tile_bit_exact(path, m, n, k, threads, fills, mon
 
 
 @pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+@pytest.mark.parametrize("m,n,k,stream,threads", [
+    (7, 4096, 1024, "auto", 2),     # whole tiles: Y filled (and streamed where it is large)
+    (13, 4096, 2048, "1", 3),       # a partial row tile, 8 k tiles, the stream forced,
+])                                  # 3 threads: 6 j tiles of 688, the last one partial
+def test_thread_k_outer_bit_exact(m, n, k, stream, threads, monkeypatch):
+    """Few rows at two threads with several ``j`` tiles per thread and ``X`` packed (its
+    rows 4 KiB apart): each thread runs its ``k`` tiles outside its own chunk of ``j``
+    tiles (``thread_k_outer``, the note says so; the parallel loop has at most one
+    iteration per thread); bit-identical to the former order
+    (``POLYCOMP_GEMM_THREAD_ORDER=jk``) at the planned threads, two and one (a thread then
+    runs several chunks); within float32 rounding of numpy.  A
+    streamed ``Y``'s prefetch wraps at the thread's chunk (``c + 1 >= lo + extent``)."""
+    rng = np.random.default_rng(m)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    monkeypatch.setenv("POLYCOMP_GEMM_STREAM", stream)
+    got = {}
+    for order in ("kj", "jk"):
+        monkeypatch.setenv("POLYCOMP_GEMM_THREAD_ORDER", order)
+        ck = compile_kernel(_matmul(m, n, k, f"tko{order}_{m}_{n}_{k}"),
+                            _target("avx2", threads))
+        notes = " ".join(" ".join(v) for v in ck.notes.values())
+        assert "parallel over j tiles" in notes, notes
+        assert ("j tiles inside its k tiles" in notes) == (order == "kj"), notes
+        if order == "kj":
+            head = ck.source[ck.source.index("#pragma omp for"):]
+            chunks = re.search(r"for \(int64_t c\d+ = 0; c\d+ < (\d+); ", head.split("\n")[1])
+            assert chunks and 1 < int(chunks.group(1)) <= threads
+            if stream == "1":
+                assert re.search(r"__builtin_prefetch\(B \+ .*\+ 1\) >= ", ck.source)
+        f = CFunction(ck.final_ir, build_shared(ck.source, flags=DEFAULT_FLAGS))
+        for run in sorted({threads, 2, 1}):
+            f.threads = run
+            got[order, run] = f(A, B)
+    for key, v in got.items():
+        np.testing.assert_array_equal(v, got["jk", 1], err_msg=str(key))
+    np.testing.assert_allclose(got["kj", 1], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
 @pytest.mark.parametrize("m,n,k,threads,packs", [
     (61, 47, 67, 1, ""),          # both read in place, partial tiles both ways
     (97, 131, 101, 2, ""),        # two row tiles, one per thread
@@ -269,3 +309,36 @@ def test_operands_in_place_bit_exact(m, n, k, threads, packs, monkeypatch):
         got[mode] = f(A, B)
     np.testing.assert_array_equal(got["auto"], got["0"])
     np.testing.assert_allclose(got["auto"], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+
+
+def test_next_block_wraps_at_the_threads_chunk():
+    """``NextBlock`` of ``Y``'s ``KC x NC`` blocks (here 256 x 512 of a 1024 x 4096
+    array) stepped by a thread's chunk loop ``c3`` in ``[4 c1, 4 c1 + 4)`` inside the
+    ``k`` tile loop ``c2`` (``thread_k_outer``): the next block is the chunk's next ``j``
+    tile, and after its last one the chunk's first ``j`` tile of the next ``k`` tile,
+    not the other thread's tile; a loop from 0 keeps the wrap at the array's end."""
+    from polycomp import ir
+    from polycomp.hw.cpu.pack import _next_block
+    from polycomp.lowering.simplify import simplify
+    c1, c2, c3 = (ir.Var(n) for n in ("c1", "c2", "c3"))
+    arr = ir.Buffer("B", "float32", (ir.IntImm(1024), ir.IntImm(4096)))
+    body = ir.Evaluate(ir.IntImm(0))
+    chunk = ir.For(c3, c1 * 4, ir.IntImm(4), "serial", body)
+    whole = ir.For(c3, ir.IntImm(0), ir.IntImm(8), "serial", body)
+    kloop = ir.For(c2, ir.IntImm(0), ir.IntImm(4), "serial", body)
+    origin = (c2 * 256, c3 * 512)
+
+    def at(nb, kt, jt, th, e=(5, 7)):
+        env = {c1: ir.IntImm(th), c2: ir.IntImm(kt), c3: ir.IntImm(jt)}
+        elem = (c2 * 256 + e[0], c3 * 512 + e[1])
+        return tuple(simplify(ir.substitute(x, env)).value for x in nb.index(elem))
+    nb = _next_block(origin, (256, 512), arr, [kloop, chunk])
+    assert nb is not None and nb.dim == 1
+    assert at(nb, 0, 5, 1) == (5, 6 * 512 + 7)             # thread 1: j tile 5 -> 6
+    assert at(nb, 0, 7, 1) == (256 + 5, 4 * 512 + 7)       # its last -> k tile 1, j tile 4
+    assert at(nb, 2, 3, 0) == (3 * 256 + 5, 7)             # thread 0: j tile 3 -> 0, next k
+    assert at(nb, 3, 3, 0) == (1023, 7)                     # the last block: clamped
+    old = _next_block(origin, (256, 512), arr, [kloop, whole])
+    assert old is not None and old.last is None and old.first is None
+    assert at(old, 0, 3, 0) == (5, 4 * 512 + 7)             # the array's next j tile
+    assert at(old, 0, 7, 0) == (256 + 5, 7)                 # wraps at the array's end

@@ -143,6 +143,15 @@ def matmul_heads_rows(A: pc.Tensor[(20, 24), "float32"], W: pc.Tensor[(24, 3, 16
     return pc.compute((1, 3, 20, 16), lambda n, h, s, d: c[n, h, s, d] + b[h, 0, d], name="D")
 
 
+@pc.tensor_expr
+def matmul_few_rows(A: pc.Tensor[(8, 1024), "float32"], B: pc.Tensor[(1024, 2048), "float32"]):
+    """8 rows at 2 threads: the few-row split over 4 j tiles of 512 (2 per thread),
+    ``X``'s rows 4 KiB apart (packed), 4 k tiles: each thread's chunk of j tiles, its k
+    tiles, then its j tiles (``thread_k_outer``)."""
+    k = pc.reduce_axis(1024, "k")
+    return pc.compute((8, 2048), lambda i, j: pc.sum(A[i, k] * B[k, j], axis=k), name="C")
+
+
 _AVX512 = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
 TARGET = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threads=2))
 _DOT = get_target("cpu-avx512-bf16").with_capacities(L1=32 * 1024, L2=1024 * 1024)
@@ -176,6 +185,11 @@ CASES = {
     "matmul_heads_stacked": (matmul_heads_stacked, [CpuBackboneTilePass, CpuPackPass]),
     # the default for it: X and Y read where they lie (in_place_operands), no pack marks
     "matmul_const_in_place": (matmul_const, [CpuBackboneTilePass, CpuPackPass]),
+    # few rows, 2 j tiles per thread: parallel j chunk -> k tiles -> pack X -> j tiles
+    # -> pack Y -> register tiles
+    "matmul_few_rows_k_outer": (matmul_few_rows, [CpuBackboneTilePass, CpuPackPass]),
+    # the same with POLYCOMP_GEMM_THREAD_ORDER=jk: parallel [j tiles, k tiles]
+    "matmul_few_rows_jk": (matmul_few_rows, [CpuBackboneTilePass, CpuPackPass]),
     # dot-product tiles: no isolation, cpu_microkernel:<n>, grouped pack requests
     "matmul_bf16_dot": (matmul_bf16, [CpuBackboneTilePass, CpuPackPass], TARGET_DOT),
     "matmul_int8_dot": (matmul_int8, [CpuBackboneTilePass, CpuPackPass], TARGET_DOT),
@@ -185,13 +199,15 @@ CASES = {
 #: environment variables a case compiles with (opt-in GEMM forms)
 ENV = {"matmul_shared_pack": {"POLYCOMP_GEMM_SHARED": "1"},
        "matmul_const_per_thread": {"POLYCOMP_GEMM_IN_PLACE": "0"},
+       "matmul_few_rows_jk": {"POLYCOMP_GEMM_THREAD_ORDER": "jk"},
        "matmul_shared_pack_dynamic": {"POLYCOMP_GEMM_SHARED": "1", "POLYCOMP_GEMM_DYNAMIC": "1"}}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_golden_tree(case, goldens, monkeypatch):
     kernel, passes, *target = CASES[case]
-    for name in ("POLYCOMP_GEMM_SHARED", "POLYCOMP_GEMM_DYNAMIC", "POLYCOMP_GEMM_IN_PLACE"):
+    for name in ("POLYCOMP_GEMM_SHARED", "POLYCOMP_GEMM_DYNAMIC", "POLYCOMP_GEMM_IN_PLACE",
+                 "POLYCOMP_GEMM_THREAD_ORDER"):
         monkeypatch.delenv(name, raising=False)
     for name, value in ENV.get(case, {}).items():
         monkeypatch.setenv(name, value)

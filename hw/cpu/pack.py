@@ -852,28 +852,35 @@ class NextBlock:
     iteration of the innermost loop around the pack whose variable the block's origin
     uses, wrapping to the next block of the other dimension): ``dim`` the dimension
     that loop steps, ``origin`` the current block's origin, ``sizes`` the block's box,
-    ``extents`` the array's (constant) extents."""
+    ``extents`` the array's (constant) extents.  Where that loop does not start at 0
+    (a thread's own chunk of ``j`` tiles, the few-row split's ``k``-outer order,
+    :func:`polycomp.scheduler.cpu.backbone_tile.thread_k_outer`) it wraps at its own
+    last iteration (``last``) to its first iteration's block (``first``: ``origin[dim]``
+    there) instead of at the array's end."""
     dim: int
     origin: tuple
     sizes: tuple[int, ...]
     extents: tuple[int, ...]
+    last: ir.Expr | None = None
+    first: ir.Expr | None = None
 
     def index(self, e: Sequence[ir.Expr]) -> tuple:
         """``e`` (an element of the current block) moved to the same place in the next
         block, clamped into the array (an address that always exists: a prefetch there
         is harmless where the next block is partial or there is none)."""
         p, q = self.dim, 1 - self.dim
-        wrap = ir.Binary(">=", self.origin[p] + self.sizes[p], ir.IntImm(self.extents[p]),
-                         "bool")
+        wrap = self.last if self.last is not None else ir.Binary(
+            ">=", self.origin[p] + self.sizes[p], ir.IntImm(self.extents[p]), "bool")
+        back = self.origin[p] if self.first is None else self.origin[p] - self.first
         if len(e) == 1:     # the flat (row-major) index of the 2-d array
             stride = (self.extents[1], 1)
             step = ir.Select(wrap, ir.IntImm(self.sizes[q] * stride[q]) -
-                             self.origin[p] * stride[p], ir.IntImm(self.sizes[p] * stride[p]),
+                             back * stride[p], ir.IntImm(self.sizes[p] * stride[p]),
                              "int64")
             return (simplify(ir.min_(e[0] + step,
                                      ir.IntImm(self.extents[0] * self.extents[1] - 1))),)
         out: list[ir.Expr] = [ir.IntImm(0), ir.IntImm(0)]
-        out[p] = ir.min_(ir.Select(wrap, e[p] - self.origin[p], e[p] + self.sizes[p], "int64"),
+        out[p] = ir.min_(ir.Select(wrap, e[p] - back, e[p] + self.sizes[p], "int64"),
                          ir.IntImm(self.extents[p] - 1))
         out[q] = ir.min_(ir.Select(wrap, e[q] + self.sizes[q], e[q], "int64"),
                          ir.IntImm(self.extents[q] - 1))
@@ -885,15 +892,20 @@ def _next_block(origin, sizes, arr: ir.Buffer, loops) -> NextBlock | None:
     ``origin`` (one expression per dimension) is a function of the enclosing ``loops``
     (outermost first): the innermost of them used by one dimension's origin is the loop
     that steps to the next block; None when there is no such loop (one block) or the
-    array is not of that form."""
+    array is not of that form.  A stepping loop that starts at 0 wraps at the array's
+    end; one that starts elsewhere (a thread's chunk) at its own last iteration."""
     if len(origin) != 2 or len(sizes) != 2 or \
             not all(isinstance(d, ir.IntImm) for d in arr.shape):
         return None
     for lp in reversed(loops):
         dims = [d for d in range(2) if uses_var(origin[d], lp.var)]
         if len(dims) == 1:
+            last = first = None
+            if not (isinstance(lp.min, ir.IntImm) and lp.min.value == 0):
+                last = ir.Binary(">=", lp.var + 1, lp.min + lp.extent, "bool")
+                first = simplify(ir.substitute(origin[dims[0]], {lp.var: lp.min}))
             return NextBlock(dims[0], tuple(origin), tuple(int(x) for x in sizes),
-                             tuple(d.value for d in arr.shape))
+                             tuple(d.value for d in arr.shape), last, first)
         if dims:
             return None
     return None

@@ -79,7 +79,17 @@ epilogue stay in one ``(h, j)`` tile); the ``X`` block below its mark does not d
 A GEMM-form backbone with fewer than ``SMALL_M_PANELS`` register rows per thread and at
 least one ``NR`` column panel per thread puts ``cpu_parallel`` on the ``[jt, kt]``
 band instead of the ``i``-tile band (``MC`` = all rows, ``NC`` a thread's share of the
-columns cut into equal tiles within the cache bound, :func:`few_row_nc`).
+columns cut into equal tiles within the cache bound, :func:`few_row_nc`).  With more
+than one ``j`` tile per thread, ``X`` packed and more than one ``k`` tile
+(:func:`thread_k_outer`) the parallel band is a thread's chunk of ``j`` tiles instead:
+
+    band[floor(i/MC)] -> mark cpu_parallel -> band[floor(j/(NC*chunk))]   (coincident)
+      band[floor(k/KC)] -> mark cpu_pack_request (X)
+        band[floor(j/NC)] (coincident) -> mark cpu_pack_request (Y) -> band[ir, jr] ..
+
+(legal as any order of the permutable update band: each ``C`` element's init, updates in
+``k`` tile order and epilogue stay in one ``(chunk, j tile)``; the same sums in the same
+order as ``[jt, kt]``).
 
 On request (``POLYCOMP_GEMM_SHARED=1``; off by default since it measured slower, see
 :func:`shared_y_panel`), with several planned threads and a constant ``i`` extent above
@@ -494,6 +504,9 @@ class Blocking:
     # (fill_y_in_first_row), prefetching the next block of Y (stream_y_fill)
     y_fill: bool = False
     y_stream: bool = False
+    # few-row split: each thread's j tiles as one chunk of this many, its k tiles
+    # outside them (thread_k_outer; 0: the j tiles outside the k tiles)
+    thread_chunk: int = 0
 
     @property
     def NR(self) -> int:
@@ -1489,6 +1502,7 @@ def _tile_affs(space: isl.Space, op: OuterProduct, b: Blocking, k: isl.Aff | Non
     return {"batch": [dim_aff(space, t) for t in op.batch if t not in cols],
             "cols": [dim_aff(space, t) for t in cols],
             "it": floor_div_aff(i, b.MC), "jt": floor_div_aff(j, b.NC),
+            "jc": floor_div_aff(j, b.NC * max(1, b.thread_chunk)),
             "kt": None if k is None else floor_div_aff(k, b.KC),
             "ir": floor_div_aff(mod_aff(i, b.MC), b.MR),
             "jr": floor_div_aff(mod_aff(j, b.NC), b.NR),
@@ -1543,13 +1557,14 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
              for d in range(len(u["batch"]))]
     cols = [T.union_members([to_upa(q["cols"][d]) for q in stmts])
             for d in range(len(u["cols"]))]
-    it, jt, kt, ir_, jr = (T.union_members([to_upa(q[n]) for q in stmts])
-                           for n in ("it", "jt", "kt", "ir", "jr"))
+    it, jt, jc, kt, ir_, jr = (T.union_members([to_upa(q[n]) for q in stmts])
+                               for n in ("it", "jt", "jc", "kt", "ir", "jr"))
     kk = to_upa(mod_aff(dim_aff(sp, op.k[0]), b.KC))
     ii, jj = to_upa(u["ii"]), to_upa(u["jj"])
     k_outer = x_block_once(b) or bool(cols)
     order = ("jt", "kt", "it") if b.shared_y else \
-        ("it", "kt", "jt") if k_outer else ("it", "jt", "kt")
+        ("it", "kt", "jt") if k_outer else \
+        ("it", "jc", "kt", "jt") if b.thread_chunk else ("it", "jt", "kt")
     upd_prefix = [to_upa(a) for a in u["batch"]] + \
         [a for n in order for a in ([to_upa(c) for c in u["cols"]] if n == "jt" else [])
          + [to_upa(u[n])]]
@@ -1605,6 +1620,11 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
         outer = T.Band([kt], packed(mark_x, T.Band(
             cols + [jt], packed(mark_y, regs), permutable=bool(cols),
             coincident=[True] * (len(cols) + 1))))
+    elif b.thread_chunk:     # the thread's chunk of j tiles, its k tiles, its j tiles:
+        # X's block packed once per (chunk, k tile), Y's per (k tile, j tile)
+        outer = T.Band([jc], T.Band([kt], packed(mark_x, T.Band(
+            [jt], packed(mark_y, regs), coincident=[True]))), permutable=True,
+            coincident=[True])
     else:
         outer = T.Band([jt, kt], packed(mark_y, packed(mark_x, regs)), permutable=True,
                        coincident=[True, False])
@@ -1648,10 +1668,45 @@ def x_block_once(b: Blocking) -> bool:
     ``MC x KC`` block of ``X`` is packed once per ``k`` tile instead of once per ``(j
     tile, k tile)`` (``N / NC`` times as often: 4x at 1024 columns, 8x at 2048; a
     scalar copy, about 8% of a 1024^3 product on AVX2).  Not with the few-row split,
-    whose parallel loop is the ``j`` tiles.  ``POLYCOMP_GEMM_ORDER=jk`` keeps the former
+    whose parallel loop is the ``j`` tiles (it gets the same effect per thread from
+    :func:`thread_k_outer`).  ``POLYCOMP_GEMM_ORDER=jk`` keeps the former
     order (for comparisons)."""
     import os
     return not b.parallel_j and os.environ.get("POLYCOMP_GEMM_ORDER", "kj") != "jk"
+
+
+def thread_k_outer(op: OuterProduct, b: Blocking, threads: int) -> int:
+    """The ``j`` tiles of a thread's chunk when the few-row split (``b.parallel_j``) runs
+    each thread's ``k`` tiles outside its own ``j`` tiles, 0 when it keeps the ``j``
+    tiles outside the ``k`` tiles.  The tree is then ``jc -> kt -> [X pack] -> jt ->
+    [Y pack] -> register tiles`` with ``jc = floor(j / (NC * chunk))`` the parallel
+    loop (one chunk per thread, ``chunk = ceil(j tiles / threads)``), so a thread packs
+    its ``MR``-row panels of ``X`` once per ``k`` tile instead of once per ``(j tile, k
+    tile)`` (``chunk`` times as often), as the one-thread tree does (:func:`x_block_once`).
+    Every element of ``C`` still sums its ``k`` tiles in order: bitwise the same results.
+
+    When: ``X`` is packed (not in place: with ``X`` read in place the order gained
+    nothing in the probe), ``Y`` is not pre-packed and not the shared-panel form, no
+    column batch dimensions, constant ``N`` and ``K``, a thread has more than one ``j``
+    tile and there is more than one ``k`` tile.  32 x 4096 x 1024 at two threads on the
+    Zen 4 host (hand-edited copies of the generated C, same process, SCHED_FIFO, best /
+    median of 30 rounds of 20 calls): 1326 / 1516 -> 1270 / 1441 us and 1305 / 1378 ->
+    1257 / 1326 us (86-88 -> 90-91 % of the FMA peak); the two-thread tree run on one
+    thread was 7 % slower than the one-thread tree, the same order on one thread as fast
+    (docs/cpu_backend.md, *32-row products at two threads: k tiles outside each
+    thread's j tiles*).  ``POLYCOMP_GEMM_THREAD_ORDER=jk`` keeps the former order (for
+    comparisons)."""
+    import os
+    if os.environ.get("POLYCOMP_GEMM_THREAD_ORDER", "kj") == "jk" or not b.parallel_j or \
+            b.prepacked_y or b.shared_y or b.x_in_place or threads < 2 or column_batch(op) \
+            or len(op.k) != 1:
+        return 0
+    dom = op.update.domain
+    n_j, n_k = _extent(dom, op.j), _extent(dom, op.k[0])
+    if n_j is None or n_k is None or b.NC <= 0 or b.KC <= 0:
+        return 0
+    chunk = _cdiv(_cdiv(n_j, b.NC), threads)
+    return chunk if chunk > 1 and n_k > b.KC else 0
 
 
 def _pos_of(load: ir.Load, var) -> int:
@@ -1759,6 +1814,7 @@ class CpuBackboneTilePass(Pass):
                 b.x_in_place, b.y_in_place = in_place_operands(op, b)
                 b.y_fill = fill_y_in_first_row(op, b, ctx.target.l3_bytes)
                 b.y_stream = b.y_fill and stream_y_fill(op, ctx.target.l3_bytes)
+                b.thread_chunk = thread_k_outer(op, b, ctx.target.cpu.threads)
             if b.dynamic_rows:
                 b.row_mark = marks.make(marks.CPU_PARALLEL, cpu_parallel_loops(ctx).add(
                     ParallelLoop(dynamic=True))).get_name()
@@ -1785,6 +1841,8 @@ class CpuBackboneTilePass(Pass):
                                 f"KC={b.KC}, parallel over "
                                 f"{_split_name(b)}"
                                 + (" (handed out one at a time)" if b.dynamic_rows else "")
+                                + (f" (each thread's {b.thread_chunk} j tiles inside its k "
+                                   f"tiles)" if b.thread_chunk else "")
                                 + (f"; {op.y.buffer.name} read pre-packed (panels of {b.NR})"
                                    if b.prepacked_y else "")
                                 + (f"; input channels in tiles of {b.c_tile}"

@@ -64,7 +64,10 @@ ranges* cut at run time (their count and bounds depend on the row count)::
       filter { lo <= i < hi } with first <= lo < hi <= lo + MC, hi <= last + 1
         band[floor(k/KC)] -> .. (as above, register rows floor((i - lo)/MR))
 
-``lo``, ``hi`` are isl parameters of the whole schedule (their bounds also restrict
+(``MC``, ``NC``: :func:`range_blocking`, both packed blocks of a range within L2;
+``X`` read in place, no pack request, when every product is a bare ``X * Y`` with
+``X[.., i, k]``, :func:`range_x_in_place`.)  ``lo``, ``hi`` are isl parameters of the
+whole schedule (their bounds also restrict
 the AST context, :meth:`~polycomp.state.CompileState.restrict_ast_context`); the
 payload :class:`~polycomp.scheduler.cpu.state.RowRanges` tells the IR pass
 :mod:`polycomp.hw.cpu.row_ranges` how to bind them, one parallel iteration per range.
@@ -84,10 +87,12 @@ the child) and keeps the program order, with a note, if it fails.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
+from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.model import Statement
 from polycomp.scheduler.common import marks
@@ -613,14 +618,74 @@ def row_ranges(g: ScopGemm, b: Blocking, threads: int) -> bool:
     dealt to the threads in contiguous blocks: PolyBench's 800 rows made 5 tiles, 3
     and 2 per thread, 576 and 224 rows (1000 rows: 576 and 424).  The ranges are cut
     at run time instead, ``threads * ceil(n / (threads * MC))`` of them (each at most
-    ``MC`` rows; 800 rows: 6 ranges of 132 or 138 rows, 402 and 398 per thread), so
-    the threads' shares differ by less than a register row while every range still
-    packs ``Y`` once per ``k`` and ``j`` tile for up to ``MC`` rows.  (A constant row
-    count already gets ``MC`` from the threads, :func:`~.backbone_tile.choose_blocking`.)"""
+    ``MC`` rows), so the threads' shares differ by less than a register row while every
+    range packs ``Y`` once per ``k`` and ``j`` tile for up to ``MC`` rows.  ``MC`` and
+    ``NC`` are then :func:`range_blocking`'s (510 fp64 rows: PolyBench's 800 rows are 2
+    ranges of 402 and 398 rows, one a thread; with the nominal 192, 6 ranges of 132 or
+    138), and ``X`` is read in place when :func:`range_x_in_place` says so.  (A constant
+    row count already gets ``MC`` from the threads,
+    :func:`~.backbone_tile.choose_blocking`.)"""
     dom, ip, jp = g.update.domain, g.upd_pos["i"], g.upd_pos["j"]
     return threads > 1 and not g.upd_pos["b"] and _extent(dom, ip) is None and \
         partial_tiles(dom, ip, jp) and _separable(dom, ip) and _separable(dom, jp) and \
         _separable(dom, g.upd_pos["k"])
+
+
+#: a row range's packed ``X`` block (``MC x KC``) takes at most this share of L2 and
+#: its packed ``Y`` block (``KC x NC``) at most :data:`RANGE_Y_L2` (:func:`range_blocking`)
+RANGE_X_L2 = 5 / 8
+RANGE_Y_L2 = 1 / 4
+
+
+def range_blocking(b: Blocking, size: int, l2_bytes: int, tiles_given: bool) -> Blocking:
+    """The blocking of a product that runs by row ranges (:func:`row_ranges`): ``MC``
+    (the most rows a range takes) as many register rows as keep the range's packed
+    ``X`` block within :data:`RANGE_X_L2` of L2, ``NC`` as many ``NR`` panels as keep
+    the packed ``Y`` block within :data:`RANGE_Y_L2` (never more than ``b``'s), so that
+    both blocks stay in L2 while the micro-kernels stream ``X``'s register rows across
+    ``Y``'s block.  Each range packs the whole ``KC x n_j`` panel of ``Y`` once per
+    ``k`` tile, so the fewer ranges a thread runs the fewer copies of ``Y`` it makes:
+    with the nominal symbolic-extent ``MC`` of 32 register rows (192 fp64 rows)
+    PolyBench's 800- and 900-row products took 3 ranges a thread and the copies were
+    ~12 % of the CPU samples of each product (``perf``, one thread, 3mm at LARGE);
+    with ``MC`` = 510 (fp64, ``KC`` = 160, 1 MiB L2) they take one range a thread.
+    Unchanged with ``gemm_tiles`` given, and with ``POLYCOMP_RANGE_BLOCKING=0`` (the
+    nominal blocking, for same-process comparisons)."""
+    if tiles_given or os.environ.get("POLYCOMP_RANGE_BLOCKING", "1") == "0":
+        return b
+    panel = b.KC * size
+    mc = b.MR * max(1, int(l2_bytes * RANGE_X_L2) // (panel * b.MR))
+    nc = b.NR * max(1, int(l2_bytes * RANGE_Y_L2) // (panel * b.NR))
+    return replace(b, MC=max(b.MC, mc), NC=min(b.NC, nc))
+
+
+def range_x_in_place(g: ScopGemm) -> bool:
+    """Whether a product that runs by row ranges reads ``X`` where it lies (no packed
+    copy; the micro-kernel broadcasts ``X[i][k]`` from the array's ``MR`` rows, as
+    :mod:`.scop_symm`'s register tiles do): every product of the update is a bare ``X *
+    Y`` (no loop-invariant factor: a packed copy holds ``alpha * X``, which spares the
+    micro-kernel a multiply per broadcast) and each ``X`` is read ``X[.., i, k]`` with
+    ``k`` the last subscript (its rows are the ranges' rows, the broadcasts of a register
+    tile ``MR`` sequential streams).  The copy was a scalar, strided gather of ``MR``
+    rows per register row and ``k`` tile, ~4 % of the CPU samples of each of 3mm's
+    products at LARGE after :func:`range_blocking` (``perf``, two threads), and the
+    busiest thread ran ~10 % longer with it (3mm; gemm, whose ``X`` carries ``alpha``,
+    ran ~10 % longer in place).  ``POLYCOMP_RANGE_X_IN_PLACE=0``: always packed."""
+    if os.environ.get("POLYCOMP_RANGE_X_IN_PLACE", "1") == "0":
+        return False
+    v = g.update.value
+    if not isinstance(v, ir.Binary) or v.op != "+":
+        return False
+    rest = v.b if isinstance(v.a, ir.Load) and v.a.buffer is g.update.write else v.a
+    iters = tuple(g.update.iters)
+    i, k = iters[g.upd_pos["i"]], iters[g.upd_pos["k"]]
+    for term, (x, _) in zip(_sum_terms(rest), g.pairs):
+        if len(_factor_terms(term)) != 2:
+            return False
+        if not x.indices or _plain_iter(x.indices[-1], iters) is not k or \
+                not any(_plain_iter(ix, iters) is i for ix in x.indices[:-1]):
+            return False
+    return True
 
 
 class ScopGemmPass(Pass):
@@ -644,11 +709,16 @@ class ScopGemmPass(Pass):
             threads = ctx.target.cpu.threads
             by_rows = row_ranges(g, b, threads) and \
                 _same_rows(stages.dependences(st), g)
+            x_here = False
             if by_rows:
+                x_here = range_x_in_place(g)
+                b = range_blocking(b, dt.itemsize(g.dtype), ctx.target.l2_bytes,
+                                   bool(ctx.cpu_options.gemm_tiles))
                 n = len(ranges.ranges)
                 names = (f"pc_lo{n}", f"pc_hi{n}")
                 new = T.Mark(marks.make(marks.CPU_ROW_RANGES, n).get_name(),
-                             scop_gemm_tree(g, b, requests, rows=names))
+                             scop_gemm_tree(g, b, requests, rows=names,
+                                            pack_x=not x_here))
             else:
                 new = scop_gemm_tree(g, b, requests, threads=threads)
             if not stages.legal(st, new):
@@ -673,10 +743,12 @@ class ScopGemmPass(Pass):
             prods = " + ".join(f"{x.buffer.name} * {y.buffer.name}" for x, y in g.pairs)
             xs = ", ".join(x.buffer.name for x, _ in g.pairs)
             ys = ", ".join(y.buffer.name for _, y in g.pairs)
+            how = f"{xs} read in place, {ys} packed" if x_here else \
+                f"packed {xs} (L1) and {ys}"
             ctx.note(self.name, f"{g.update.name}{init}: GEMM {g.update.write.name} += "
                                 f"{prods}; register block "
-                                f"{b.MR}x{b.NR}, tiles MC={b.MC} NC={b.NC} KC={b.KC}, packed "
-                                f"{xs} (L1) and {ys} (L2), parallel over "
+                                f"{b.MR}x{b.NR}, tiles MC={b.MC} NC={b.NC} KC={b.KC}, "
+                                f"{how} (L2), parallel over "
                                 f"{'row ranges (balanced at run time)' if by_rows else 'i tiles'}"
                                 f"{cyc}")
         out = stages.schedule()
