@@ -637,6 +637,11 @@ def _poly_const(a: ir.Expr, b: ir.Expr) -> int | None:
     return d.get((), 0)
 
 
+#: the index polynomials for other passes (hw/cpu/jam.py's fusion proof)
+index_poly = _poly
+index_poly_const = _poly_const
+
+
 def _unit_base(e, L: int, D: str):
     """The base of an unmasked unit-stride ``L``-lane load/store of dtype ``D``, or None."""
     if isinstance(e, (ir.Load, ir.Store)) and e.lanes == L and e.buffer.dtype == D \

@@ -52,7 +52,9 @@ from typing import Callable
 
 from polycomp import ir
 from polycomp.lowering.simplify import simplify
-from polycomp.lowering.vectorize import _poly, _poly_const
+from polycomp.lowering.vectorize import index_poly as _poly
+from polycomp.lowering.vectorize import index_poly_const as _poly_const
+from polycomp.lowering.vectorize_analysis import has_loop
 from polycomp.scheduler.common import marks
 
 I64 = "int64"
@@ -76,18 +78,12 @@ def _row(s) -> _Row | None:
         return None
     k = loops[0]
     loop = stmts[k]
-    if ir_has_loop(loop.body) or loop.kind not in ("serial", "parallel", "vectorized"):
+    if has_loop(loop.body) or loop.kind not in ("serial", "parallel", "vectorized"):
         return None
     rest = stmts[:k] + stmts[k + 1:]
     if not all(isinstance(x, ir.Store) and x.lanes == 1 for x in rest):
         return None
     return _Row(stmts[:k], loop, stmts[k + 1:])
-
-
-def ir_has_loop(s) -> bool:
-    found = [False]
-    ir.walk(s, lambda n: found.__setitem__(0, True) if isinstance(n, ir.For) else None)
-    return found[0]
 
 
 def _split(body) -> tuple[ir.Expr | None, _Row | None, ir.Stmt | None]:
