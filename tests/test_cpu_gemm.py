@@ -342,3 +342,76 @@ def test_next_block_wraps_at_the_threads_chunk():
     assert old is not None and old.last is None and old.first is None
     assert at(old, 0, 3, 0) == (5, 4 * 512 + 7)             # the array's next j tile
     assert at(old, 0, 7, 0) == (256 + 5, 7)                 # wraps at the array's end
+
+
+def test_next_block_aim_moves_the_column_inside_the_array():
+    """``NextBlock.aim`` (``stream_aim``: a line's last element, 15 for ``float32``) moves each
+    prefetch's column that far past the element of the next block, still clamped into
+    the array at its last column; 0 (``POLYCOMP_GEMM_STREAM_AIM=0``) is the element
+    itself."""
+    from polycomp import ir
+    from polycomp.hw.cpu.pack import _next_block
+    from polycomp.lowering.simplify import simplify
+    c2, c3 = ir.Var("c2"), ir.Var("c3")
+    arr = ir.Buffer("B", "float32", (ir.IntImm(1024), ir.IntImm(4096)))
+    body = ir.Evaluate(ir.IntImm(0))
+    loops = [ir.For(c2, ir.IntImm(0), ir.IntImm(4), "serial", body),
+             ir.For(c3, ir.IntImm(0), ir.IntImm(8), "serial", body)]
+    origin = (c2 * 256, c3 * 512)
+
+    def at(nb, kt, jt, e):
+        env = {c2: ir.IntImm(kt), c3: ir.IntImm(jt)}
+        col = ir.Var("col")
+        got = nb.index((c2 * 256 + e[0], c3 * 512 + col))
+        col_at = e[1] + nb.aim     # as _Fill.prefetches adds the aim to the column
+        return tuple(simplify(ir.substitute(x, {**env, col: ir.IntImm(col_at)})).value
+                     for x in got)
+    plain = _next_block(origin, (256, 512), arr, loops)
+    aimed = _next_block(origin, (256, 512), arr, loops, 15)
+    assert plain is not None and aimed is not None and (plain.aim, aimed.aim) == (0, 15)
+    assert at(plain, 0, 2, (5, 48)) == (5, 3 * 512 + 48)
+    assert at(aimed, 0, 2, (5, 48)) == (5, 3 * 512 + 63)      # the line's last element
+    assert at(aimed, 0, 7, (5, 500)) == (256 + 5, 515)         # wrapped to the next k tile
+    assert at(aimed, 3, 6, (255, 500)) == (1023, 4095)         # the last block: clamped
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+def test_stream_aim_bit_exact_on_misaligned_views(monkeypatch):
+    """A streamed few-row ``Y`` (``stream_y_fill`` forced, 2 threads, ``k`` and ``j``
+    tiles) on numpy views 1-15 floats past a 64-byte boundary, as numpy places large
+    arrays 16 bytes off (``A``, ``B`` and the output each misaligned): the prefetches
+    aimed at each line's last element (``stream_aim``) give the same bits as the former aim
+    (``POLYCOMP_GEMM_STREAM_AIM=0``) and as aligned arrays; within float32 rounding of
+    numpy.  Only the prefetch address differs in the C."""
+    m, n, k = 13, 1024, 301
+    monkeypatch.setenv("POLYCOMP_GEMM_STREAM", "1")
+    fs = {}
+    for aim in ("1", "0"):
+        monkeypatch.setenv("POLYCOMP_GEMM_STREAM_AIM", aim)
+        ck = compile_kernel(_matmul(m, n, k, f"aim{aim}_{m}_{n}_{k}"), _target("avx2", 2))
+        fs[aim] = (ck.source, CFunction(ck.final_ir, build_shared(ck.source,
+                                                                   flags=DEFAULT_FLAGS)))
+    lines = {aim: src.replace(f"aim{aim}_", "aim_").splitlines() for aim, (src, _) in fs.items()}
+    diff = [(a, b) for a, b in zip(lines["1"], lines["0"]) if a != b]
+    assert diff and all("__builtin_prefetch(B" in a for a, _ in diff), diff[:2]
+    rng = np.random.default_rng(27)
+    A0 = rng.standard_normal((m, k)).astype(np.float32)
+    B0 = rng.standard_normal((k, n)).astype(np.float32)
+
+    def placed(x, off):     # a view ``off`` floats past a 64-byte boundary
+        buf = np.empty(x.size + 32, np.float32)
+        s = (-(buf.ctypes.data % 64) // 4 + off) % 16
+        v = buf[s:s + x.size].reshape(x.shape)
+        v[...] = x
+        return v
+    ref = None
+    for off in (0, 1, 4, 15):
+        A, B = placed(A0, off), placed(B0, (off * 3) % 16)
+        out = {aim: placed(np.zeros((m, n), np.float32), off) for aim in fs}
+        for aim, (_, f) in fs.items():
+            f.threads = 2
+            f(A, B, out=[out[aim]])
+        ref = out["0"].copy() if ref is None else ref
+        np.testing.assert_array_equal(out["1"], out["0"], err_msg=str(off))
+        np.testing.assert_array_equal(out["1"], ref, err_msg=str(off))
+    np.testing.assert_allclose(ref, A0.astype(np.float64) @ B0, rtol=1e-4, atol=1e-4)

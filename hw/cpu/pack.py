@@ -325,8 +325,8 @@ class _Packer:
             self.allocs.append(sums)
         if spec.fill and fp.layout.group == 1 and not spec.offset and sums is None and \
                 _common_factor(body, spec.alias or arr, self.func.body) is None:
-            stream = _next_block(origin, fp.box.sizes, arr, [lp for lp, _ in loops]) \
-                if spec.stream else None
+            stream = _next_block(origin, fp.box.sizes, arr, [lp for lp, _ in loops],
+                                 spec.stream_aim) if spec.stream else None
             filled = fill_first_row(body, spec.alias or arr, pbuf, fp.layout, origin,
                                     slot_idx, f"c{len(origin_dims(fp.origin()))}", stream)
             if filled is not None:
@@ -856,13 +856,15 @@ class NextBlock:
     (a thread's own chunk of ``j`` tiles, the few-row split's ``k``-outer order,
     :func:`polycomp.scheduler.cpu.backbone_tile.thread_k_outer`) it wraps at its own
     last iteration (``last``) to its first iteration's block (``first``: ``origin[dim]``
-    there) instead of at the array's end."""
+    there) instead of at the array's end.  ``aim``: how many elements past the first of
+    each prefetched line the prefetch's address lies (``PackedOperand.stream_aim``)."""
     dim: int
     origin: tuple
     sizes: tuple[int, ...]
     extents: tuple[int, ...]
     last: ir.Expr | None = None
     first: ir.Expr | None = None
+    aim: int = 0
 
     def index(self, e: Sequence[ir.Expr]) -> tuple:
         """``e`` (an element of the current block) moved to the same place in the next
@@ -887,13 +889,14 @@ class NextBlock:
         return tuple(simplify(x) for x in out)
 
 
-def _next_block(origin, sizes, arr: ir.Buffer, loops) -> NextBlock | None:
+def _next_block(origin, sizes, arr: ir.Buffer, loops, aim: int = 0) -> NextBlock | None:
     """The :class:`NextBlock` of a 2-d packed ``arr`` of constant extents whose block
     ``origin`` (one expression per dimension) is a function of the enclosing ``loops``
     (outermost first): the innermost of them used by one dimension's origin is the loop
     that steps to the next block; None when there is no such loop (one block) or the
     array is not of that form.  A stepping loop that starts at 0 wraps at the array's
-    end; one that starts elsewhere (a thread's chunk) at its own last iteration."""
+    end; one that starts elsewhere (a thread's chunk) at its own last iteration.
+    ``aim``: :attr:`NextBlock.aim`."""
     if len(origin) != 2 or len(sizes) != 2 or \
             not all(isinstance(d, ir.IntImm) for d in arr.shape):
         return None
@@ -905,7 +908,7 @@ def _next_block(origin, sizes, arr: ir.Buffer, loops) -> NextBlock | None:
                 last = ir.Binary(">=", lp.var + 1, lp.min + lp.extent, "bool")
                 first = simplify(ir.substitute(origin[dims[0]], {lp.var: lp.min}))
             return NextBlock(dims[0], tuple(origin), tuple(int(x) for x in sizes),
-                             tuple(d.value for d in arr.shape), last, first)
+                             tuple(d.value for d in arr.shape), last, first, aim)
         if dims:
             return None
     return None
@@ -916,7 +919,8 @@ class _Fill(ir.Mutator):
     its body (see :func:`fill_first_row`); ``fills`` counts them.  With ``stream``
     (``(NextBlock, row)``, ``row`` the register row tile's number from 0) each mark
     also gets ``for k..: prefetch(A[next(e)])`` after the fill nest, at the column of
-    line ``row mod lines`` of the tile's row segment (``lines`` cache lines); with
+    line ``row mod lines`` of the tile's row segment (``lines`` cache lines; the
+    address ``NextBlock.aim`` elements past that line's first); with
     ``tiles`` (the row loop's constant extent) below ``lines``, ``each = ceil(lines /
     tiles)`` prefetches per ``k``, lines ``(row * each + n) mod lines``."""
 
@@ -973,6 +977,8 @@ class _Fill(ir.Mutator):
             line = ir.Binary("%", row * each + n if each > 1 else row, ir.IntImm(lines),
                              "int64")
             col = ir.Binary("*", line, ir.IntImm(per_line), "int64")
+            if nxt.aim:
+                col = ir.Binary("+", col, ir.IntImm(nxt.aim), "int64")
             at = nxt.index([ir.substitute(ix, {**fresh, lj.var: col}) for ix in ld.indices])
             calls.append(ir.Evaluate(ir.Call(
                 "prefetch", (ir.Load(self.source, at, ld.dtype), ir.IntImm(0)), "int32",

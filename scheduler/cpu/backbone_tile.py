@@ -504,6 +504,8 @@ class Blocking:
     # (fill_y_in_first_row), prefetching the next block of Y (stream_y_fill)
     y_fill: bool = False
     y_stream: bool = False
+    # ... each prefetch aimed this many elements past its line's first (stream_aim)
+    y_stream_aim: int = 0
     # few-row split: each thread's j tiles as one chunk of this many, its k tiles
     # outside them (thread_k_outer; 0: the j tiles outside the k tiles)
     thread_chunk: int = 0
@@ -870,6 +872,29 @@ def stream_y_fill(op: OuterProduct, l3_bytes: int) -> bool:
         l3_bytes // FILL_L3_SHARE
 
 
+def stream_aim(op: OuterProduct) -> int:
+    """How far past the first element of each line the streamed prefetches of
+    :func:`stream_y_fill` aim (``PackRequest.stream_aim``, elements of ``Y``): to the
+    line's last element (:data:`STREAM_LINE_BYTES` / element size - 1).  On an array
+    whose rows start on a 64-byte boundary that is the same line (the same prefetches as
+    aiming at its first element); on numpy's arrays (16 bytes past a 64-byte boundary)
+    each 64-byte vector of a panel row straddles two lines, and row tile ``r`` then
+    prefetches the second of the ``r``-th vector's lines (the panel row's lines
+    ``1..4`` of 5; line 0 is the previous panel's last).  Chosen with hand-edited copies
+    of the generated C and then through the pipeline at 32 x 4096 x 1024 and 32 x 1024 x
+    4096, two threads, shared host: on numpy's arrays 2-4 % faster (median over shuffled
+    rounds of each round's best call, same process); aiming a whole line on (16) gained
+    as much there but lost 6-12 % on aligned arrays through the pipeline
+    (docs/cpu_backend.md *Misaligned arrays*).  ``POLYCOMP_GEMM_STREAM_AIM=0``: each
+    line's first element, as before."""
+    import os
+    if os.environ.get("POLYCOMP_GEMM_STREAM_AIM", "1") == "0":
+        return 0
+    return STREAM_LINE_BYTES // dt.itemsize(op.dtype) - 1
+
+
+#: stream_aim: the cache line whose last element each streamed prefetch names
+STREAM_LINE_BYTES = 64
 #: fill_y_in_first_row: a thread's row tile of at most this many rows
 FILL_ROWS = 64
 #: ... and ``Y`` at most this share of L3 (1/8: 4 MiB of Zen 4's 32): a ``Y`` that comes
@@ -1590,7 +1615,7 @@ def gemm_tree(op: OuterProduct, b: Blocking, sp, epilogue=None, requests=None,
         # an operand read where it lies (in_place_operands) gets no pack request
         mark_y = "" if b.y_in_place else request_mark(requests, PackRequest(
             op.y.buffer, y_dim, b.NR, "L2", prepacked=b.prepacked_y, fill=b.y_fill,
-            stream=b.y_stream,
+            stream=b.y_stream, stream_aim=b.y_stream_aim,
             tiles=() if heads_order(op) else _prepacked_tiles(op, b),
             order=heads_order(op) if b.prepacked_y else ()))
         mark_x = "" if b.x_in_place else \
@@ -1814,6 +1839,7 @@ class CpuBackboneTilePass(Pass):
                 b.x_in_place, b.y_in_place = in_place_operands(op, b)
                 b.y_fill = fill_y_in_first_row(op, b, ctx.target.l3_bytes)
                 b.y_stream = b.y_fill and stream_y_fill(op, ctx.target.l3_bytes)
+                b.y_stream_aim = stream_aim(op) if b.y_stream else 0
                 b.thread_chunk = thread_k_outer(op, b, ctx.target.cpu.threads)
             if b.dynamic_rows:
                 b.row_mark = marks.make(marks.CPU_PARALLEL, cpu_parallel_loops(ctx).add(

@@ -141,6 +141,9 @@ class PackRequest:
     #: the stream overlaps the FMAs (:func:`polycomp.hw.cpu.pack.fill_first_row`'s
     #: ``stream``; :func:`polycomp.scheduler.cpu.backbone_tile.stream_y_fill`)
     stream: bool = False
+    #: with ``stream``: elements past the first of its line each prefetch aims at
+    #: (:func:`polycomp.scheduler.cpu.backbone_tile.stream_aim`; 0: the line itself)
+    stream_aim: int = 0
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,7 @@ class PackedOperand:
     prepacked: bool = False  # see PackRequest: no copy, the input is read in the layout
     fill: bool = False       # see PackRequest: filled by the first row tile's pass
     stream: bool = False     # see PackRequest: the fill prefetches the next block
+    stream_aim: int = 0      # see PackRequest: elements past each prefetched line's first
 
     @property
     def array(self) -> str:
