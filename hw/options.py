@@ -69,6 +69,10 @@ class CpuOptions(Options):
     stencil_tiles: tuple[int, ...] | None = opt(None, int_tuple(None),
                                                 "time-tile sizes of stencils (scop-stencil: "
                                                 "the tiled band members' sizes)")
+    stencil_jam: bool = opt(True, boolean,
+                            "time-tiled stencils with one innermost loop shared by the "
+                            "statements: the IR pass stencil-jam runs two time steps of a "
+                            "tile per row pass (hw/cpu/jam.py; False: one step per pass)")
     stencil_shape: str = opt("diamond", one_of("diamond", "parallelogram"),
                              "time tiles of stencils: diamonds with concurrent start where "
                              "the dependence cone allows, else parallelograms")

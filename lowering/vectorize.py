@@ -96,7 +96,7 @@ is a scalar.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from polycomp import dtypes as dt
@@ -572,18 +572,22 @@ def _aligned_rows(loop: ir.For, v0: ir.Var, body_at, plain: ir.Stmt, L: int, D: 
     main_at = lambda k: simplify(m + hn + k * L)        # noqa: E731
     body: ir.Stmt = ir.For(v0, ir.IntImm(0), n_vec, "serial", body_at(main_at(v0), 0), ann)
     carries = _carries(loop, body_at, L, D)
-    if carries:
+    first_stored = sum(c.slots for c in carries)
+    stored = _stored_windows(loop, body_at, L, D, first_stored)
+    if carries or stored:
         # carried windows: the first and the last full vector in the plain form, the
         # ones between with each carried row rotated through registers
-        reg = ir.Buffer(f"vwin{next(acc_ids)}", D, (ir.IntImm(L * sum(c.slots for c in carries)),),
+        reg = ir.Buffer(f"vwin{next(acc_ids)}", D,
+                        (ir.IntImm(L * (first_stored + 2 * len(stored))),),
                         scope="register", flat=True)
         inner = ir.For(v0, ir.IntImm(1), simplify(n_vec - 2), "serial", _carried_body(
-            loop, body_at(main_at(v0), 0), main_at(v0), carries, reg, L, D),
+            loop, body_at(main_at(v0), 0), main_at(v0), carries, reg, L, D, stored),
             ann + (("vector_carried", True),))
         body = ir.IfThenElse(ir.Binary(">", n_vec, ir.IntImm(2), "bool"), ir.Allocate(
             reg, ir.seq(_carry_inits(loop, main_at(ir.IntImm(1)), carries, reg, L, D),
-                        body_at(main_at(ir.IntImm(0)), 0), inner,
-                        body_at(main_at(simplify(n_vec - 1)), 0))), body)
+                        body_at(main_at(ir.IntImm(0)), 0),
+                        _stored_inits(loop, main_at(ir.IntImm(1)), stored, reg, L, D),
+                        inner, body_at(main_at(simplify(n_vec - 1)), 0))), body)
     tail = masked(simplify(m + hn + n_vec * L), simplify(rest - n_vec * L))
     out: ir.Stmt = ir.LetStmt(hn, head_n, ir.seq(masked(m, hn), body, tail))
     if not isinstance(n, ir.IntImm):
@@ -633,6 +637,11 @@ def _poly_const(a: ir.Expr, b: ir.Expr) -> int | None:
     return d.get((), 0)
 
 
+#: the index polynomials for other passes (hw/cpu/jam.py's fusion proof)
+index_poly = _poly
+index_poly_const = _poly_const
+
+
 def _unit_base(e, L: int, D: str):
     """The base of an unmasked unit-stride ``L``-lane load/store of dtype ``D``, or None."""
     if isinstance(e, (ir.Load, ir.Store)) and e.lanes == L and e.buffer.dtype == D \
@@ -663,8 +672,8 @@ def _rows_apart(loop: ir.For, body: ir.Stmt, carry_buf: ir.Buffer, anchor_at_v: 
     element of ``carry_buf`` the carried window holds (the anchor's elements
     ``anchor(v)`` over the same range): every vector store of that buffer lies, as a
     polynomial in the loop's variables and parameters, a whole loop span away, i.e.
-    ``s(v) - c(v) + n - 1`` or ``c(v) - s(v) + n - 1`` is a negative constant
-    (fdtd-2d: the store to ``hz[i-1][j]`` against the carried ``hz[i][j]``, ``-ny + (ny
+    ``s(v) - c(v) + n - 1`` or ``c(v) - s(v) + n - 1`` is negative (:func:`_span_below`;
+    fdtd-2d: the store to ``hz[i-1][j]`` against the carried ``hz[i][j]``, ``-ny + (ny
     - 2) - 1``)."""
     n = loop.extent
     stores: list = []
@@ -674,13 +683,63 @@ def _rows_apart(loop: ir.For, body: ir.Stmt, carry_buf: ir.Buffer, anchor_at_v: 
         base = _unit_base(s, L, D)
         if base is None:
             return False
-        below = _poly_const(ir.Binary("+", ir.Binary("-", base, anchor_at_v, "int64"), n,
-                                      "int64"), ir.IntImm(1))
-        above = _poly_const(ir.Binary("+", ir.Binary("-", anchor_at_v, base, "int64"), n,
-                                      "int64"), ir.IntImm(1))
-        if not ((below is not None and below < 0) or (above is not None and above < 0)):
+        if not (_span_below(base, anchor_at_v, n) or _span_below(anchor_at_v, base, n)):
             return False
     return True
+
+
+def _loads_of(e: ir.Expr, buf: ir.Buffer) -> list:
+    """The loads of ``buf`` in ``e``."""
+    out: list = []
+    ir.walk(e, lambda n: out.append(n) if isinstance(n, ir.Load) and n.buffer is buf
+            else None)
+    return out
+
+
+def _stored_after_reads(loop: ir.For, body: ir.Stmt, buf: ir.Buffer, anchor: ir.Expr,
+                        L: int, D: str) -> bool:
+    """Whether the loop stores the row of ``buf`` read at ``anchor + k`` (``k >= 0``)
+    only at the anchor itself, after every load of the row in the iteration (the
+    statement that stores it may read it), and every other store of ``buf`` lies a whole
+    loop span away.  Then the vectors a carried window holds (``C = X[b]``, ``N = X[b +
+    L]``, loaded the iteration before or at the iteration's start) are what the loads
+    read: this iteration's store comes after them, the previous one's covered ``[b - L,
+    b)`` (fdtd-2d with two steps per row pass: ``ex[i-1][j]``, ``ex[i-1][j+1]`` read by
+    step ``t``, ``ex[i-1][j]`` then stored by step ``t + 1``)."""
+    stores: list = []
+    ir.walk(body, lambda e: stores.append(e) if isinstance(e, ir.Store) else None)
+    stored = False
+    for st in stores:
+        loads = _loads_of(st.value, buf)
+        if stored and any(_poly_const(ld.indices[0].base, anchor) is not None
+                          for ld in loads if _unit_base(ld, L, D) is not None) or \
+                stored and any(_unit_base(ld, L, D) is None for ld in loads):
+            return False
+        if st.buffer is not buf:
+            continue
+        base = _unit_base(st, L, D)
+        if base is None:
+            return False
+        if _poly_const(base, anchor) == 0:
+            stored = True
+        elif not (_span_below(base, anchor, loop.extent)
+                  or _span_below(anchor, base, loop.extent)):
+            return False
+    return True
+
+
+def _span_below(a: ir.Expr, b: ir.Expr, n: ir.Expr) -> bool:
+    """Whether ``a - b + n - 1 < 0`` provably: ``a - b + n - 1 + k n`` is a negative
+    constant for some ``k`` in 0..3 (``n >= 0``, a loop that runs; rows two or three
+    apart: ``-2 ny + (ny - 2) - 1 + ny``)."""
+    x = ir.Binary("-", ir.Binary("+", ir.Binary("-", a, b, "int64"), n, "int64"),
+                  ir.IntImm(1), "int64")
+    for k in range(4):
+        c = _poly_const(ir.Binary("+", x, ir.Binary("*", ir.IntImm(k), n, "int64"), "int64"),
+                        ir.IntImm(0))
+        if c is not None and c < 0:
+            return True
+    return False
 
 
 def _carries(loop: ir.For, body_at, L: int, D: str) -> list[_Carry]:
@@ -688,10 +747,12 @@ def _carries(loop: ir.For, body_at, L: int, D: str) -> list[_Carry]:
     variable ``v`` (indices as functions of ``v``): for each buffer, the unit-stride
     loads whose bases lie constants apart (one row), when the row has a load at some
     base ``b`` and others at ``b + k``, ``0 < |k| < L``, and no store of the loop touches
-    the row (:func:`_rows_apart`).  ``b`` is the member at the aligned store's column
-    (its offset from the busiest store's base has a constant term that is a multiple of
-    ``L``) when there is one.  None at all when the body holds a ``select`` or a condition
-    (a masked load would read fewer lanes than a carried vector)."""
+    the row (:func:`_rows_apart`) or, with every ``k >= 0``, the loop stores the row only
+    at ``b`` after reading it (:func:`_stored_after_reads`).  ``b`` is the member at the
+    aligned store's column (its offset from the busiest store's base has a constant term
+    that is a multiple of ``L``) when there is one.  None at all when the body holds a
+    ``select`` or a condition (a masked load would read fewer lanes than a carried
+    vector)."""
     body = body_at(loop.var, 0)
     found: list = []
     bad = [False]
@@ -728,7 +789,9 @@ def _carries(loop: ir.For, body_at, L: int, D: str) -> list[_Carry]:
         offsets = {_poly_const(b, anchor) for b in bases}
         if any(k is None or abs(k) >= L for k in offsets):
             continue
-        if not _rows_apart(loop, body, buf, anchor, L, D):
+        ahead = min(k for k in offsets if k is not None) >= 0
+        if not (_rows_apart(loop, body, buf, anchor, L, D) or (
+                ahead and _stored_after_reads(loop, body, buf, anchor, L, D))):
             continue
         c = _Carry(buf, anchor, offsets, slot)
         slot += c.slots
@@ -736,19 +799,127 @@ def _carries(loop: ir.For, body_at, L: int, D: str) -> list[_Carry]:
     return out
 
 
+class _Stored:
+    """A stored-row window: the loop stores ``buf`` at ``anchor`` (one vector per
+    iteration) and a later statement of the iteration loads ``buf[anchor + k]``, ``k`` in
+    ``offsets`` (all in ``(-L, 0)``): slot ``S`` holds this iteration's stored vector,
+    ``P`` the previous iteration's."""
+
+    def __init__(self, buf: ir.Buffer, anchor: ir.Expr, offsets: set, first_slot: int):
+        self.buf, self.anchor, self.offsets = buf, anchor, offsets
+        self.S, self.P = first_slot, first_slot + 1
+
+
+def _stored_windows(loop: ir.For, body_at, L: int, D: str, first_slot: int) -> list[_Stored]:
+    """The stored-row windows of an aligned-row loop (see :class:`_Stored`): a vector
+    store ``X[b] = e`` followed, in a later statement of the same iteration, by loads
+    ``X[b + k]``, ``-L < k < 0`` (fdtd-2d jammed two steps per row pass,
+    :mod:`polycomp.hw.cpu.jam`: the second step's ``hz[i-1][j-1]`` after the first
+    step's store of ``hz[i-1][j]``), when every other store of ``X`` in the loop lies a
+    whole loop span away (:func:`_span_below`).  Then the elements ``[b + k, b)`` were
+    last written by the previous iteration's store and ``[b, b + L + k)`` by this
+    iteration's, so ``valign(S, P, L + k)`` is what the load reads -- without a load
+    that spans two pending stores (the store-to-load forward fails and waits for both:
+    the jammed fdtd-2d row ran 1.5x slower with that load).  None when the body holds a
+    ``select`` or a condition."""
+    body = body_at(loop.var, 0)
+    stores: list = []
+    bad = [False]
+
+    def visit(e):
+        if isinstance(e, (ir.Select, ir.IfThenElse, ir.AttrStmt)):
+            bad[0] = True
+        if isinstance(e, ir.Store):
+            stores.append(e)
+    ir.walk(body, visit)
+    if bad[0]:
+        return []
+    out: list[_Stored] = []
+    for q, st in enumerate(stores):
+        b = _unit_base(st, L, D)
+        if b is None:
+            continue
+        ks = _offsets_behind(stores[q + 1:], st.buffer, b, L, D)
+        if not ks:
+            continue
+        others = [o for o in stores if o is not st and o.buffer is st.buffer]
+        if any(_unit_base(o, L, D) is None or not (
+                _span_below(o.indices[0].base, b, loop.extent)
+                or _span_below(b, o.indices[0].base, loop.extent)) for o in others):
+            continue
+        out.append(_Stored(st.buffer, b, ks, first_slot + 2 * len(out)))
+    return out
+
+
+def _offsets_behind(stores: list, buf: ir.Buffer, b: ir.Expr, L: int, D: str) -> set:
+    """The ``k`` in ``(-L, 0)`` of the unit-stride loads ``buf[b + k]`` in ``stores``'
+    values."""
+    loads: list = []
+    for st in stores:
+        ir.walk(st.value, lambda e: loads.append(e) if isinstance(e, ir.Load)
+                and e.buffer is buf and _unit_base(e, L, D) is not None else None)
+    ks = {_poly_const(ld.indices[0].base, b) for ld in loads}
+    return {k for k in ks if k is not None and -L < k < 0}
+
+
+def _stored_inits(loop: ir.For, at: ir.Expr, stored: list[_Stored], reg: ir.Buffer,
+                  L: int, D: str) -> ir.Stmt:
+    """After the plain first vector: ``P = X[b(at) - L]`` (what that vector stored)."""
+    return ir.seq(*[_acc_store(reg, w.P, L, ir.Load(w.buf, (ir.Ramp(
+        simplify(ir.substitute(w.anchor, {loop.var: at}) - L), ir.IntImm(1), L),), D, L))
+        for w in stored])
+
+
+class _StoredRows(ir.Mutator):
+    """The stored-row windows' part of :func:`_carried_body`: a window's store ``X[b] =
+    e`` becomes ``S = e; X[b] = S``, a later load ``X[b + k]`` ``valign(S, P, L + k)``."""
+
+    def __init__(self, loop: ir.For, at: ir.Expr, stored, reg: ir.Buffer, L: int, D: str):
+        self.L, self.D, self.reg = L, D, reg
+        self.at = [(w, simplify(ir.substitute(w.anchor, {loop.var: at}))) for w in stored]
+        self.seen: set = set()
+
+    def slot(self, k: int) -> ir.Load:
+        return _acc_ref(self.reg, k, self.L, self.D)
+
+    def visit_Store(self, st):
+        out = self.generic(st)
+        base = _unit_base(st, self.L, self.D)
+        for w, b in self.at:
+            if base is not None and st.buffer is w.buf and _poly_const(base, b) == 0:
+                self.seen.add(w.S)
+                return ir.seq(_acc_store(self.reg, w.S, self.L, out.value),
+                              replace(out, value=self.slot(w.S)))
+        return out
+
+    def stored_load(self, e: ir.Load, base) -> ir.Expr | None:
+        for w, b in self.at:
+            if base is None or e.buffer is not w.buf or w.S not in self.seen:
+                continue
+            k = _poly_const(base, b)
+            if k is not None and -self.L < k < 0:
+                return ir.Call(VALIGN, (self.slot(w.S), self.slot(w.P),
+                                        ir.IntImm(self.L + k)), self.D)
+        return None
+
+
 def _carried_body(loop: ir.For, main: ir.Stmt, at: ir.Expr, carries: list[_Carry],
-                  reg: ir.Buffer, L: int, D: str) -> ir.Stmt:
+                  reg: ir.Buffer, L: int, D: str, stored: Sequence[_Stored] = ()) -> ir.Stmt:
     """``main`` (one vector iteration at ``v = at``) with each carried row's loads read
     from ``reg``: ``X[b]`` the slot ``C``, ``X[b + k]`` ``valign(C, P, L + k)`` for ``k
     < 0`` and ``valign(N, C, k)`` for ``k > 0``; the iteration first loads one vector
     of the row (``N = X[b + L]`` when some ``k > 0``, else ``C = X[b]``) and ends by
-    rotating (``P = C``, ``C = N``)."""
+    rotating (``P = C``, ``C = N``); with stored-row windows (``stored``,
+    :class:`_StoredRows`) it ends with ``P = S`` for each."""
     slot = lambda k: _acc_ref(reg, k, L, D)            # noqa: E731
     anchors = [(c, simplify(ir.substitute(c.anchor, {loop.var: at}))) for c in carries]
 
-    class _R(ir.Mutator):
+    class _R(_StoredRows):
         def visit_Load(self, e):
             base = _unit_base(e, L, D)
+            got = self.stored_load(e, base)
+            if got is not None:
+                return got
             for c, b in anchors:
                 if base is None or e.buffer is not c.buf:
                     continue
@@ -775,7 +946,11 @@ def _carried_body(loop: ir.For, main: ir.Stmt, at: ir.Expr, carries: list[_Carry
             last.append(_acc_store(reg, c.P, L, slot(c.C)))
         if c.N is not None:
             last.append(_acc_store(reg, c.C, L, slot(c.N)))
-    return ir.seq(*first, _R().visit(main), *last)
+    for w in stored:
+        last.append(_acc_store(reg, w.P, L, slot(w.S)))
+    body = _R(loop, at, stored, reg, L, D).visit(main)
+    # one flat run of stores (a stored window's store is two): forward-loads' runs
+    return ir.seq(*first, *(body.stmts if isinstance(body, ir.Block) else (body,)), *last)
 
 
 def _carry_inits(loop: ir.For, at: ir.Expr, carries: list[_Carry], reg: ir.Buffer,

@@ -41,10 +41,13 @@ def test_fdtd2d_shared_row_is_aligned_to_its_busiest_store(goldens):
     """fdtd-2d's shared row loop (three stores) starts at ``hz``'s store aligned (the
     array it touches most: five loads and the store); with ``vector_window`` off it
     keeps the plain form.  Golden: the ``vectorize`` pass on fdtd2d_like's time tiles,
-    IR in and out (the aligned head, the plain body, the tail)."""
+    IR in and out (the aligned head, the plain body, the tail), one step per row pass
+    (``stencil_jam`` off; the jammed rows: tests/test_cpu_stencil_jam.py)."""
     k, = load_c_kernels(str(KERNELS / "fdtd2d_like.c"))
-    ck = compile_kernel(k, "cpu-avx512", dump=True)
+    ck = compile_kernel(k, "cpu-avx512", {"stencil_jam": False}, dump=True)
     q = next(i for i, r in enumerate(ck.records) if r.name == "vectorize")
+    jam = next(r.tree for r in ck.records if r.name == "stencil-jam")
+    assert jam is not None and "cpu_stencil_points" not in jam and "c2_u" not in jam
     for part, text in (("in", ck.records[q - 1].tree), ("out", ck.records[q].tree)):
         assert text is not None
         expected = goldens.expected(f"test_cpu_aligned_rows/fdtd2d.vectorize.{part}.ir", text)

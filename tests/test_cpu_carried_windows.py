@@ -39,11 +39,13 @@ def _row_loop(store_row, extent):
     return ir.For(j, ir.IntImm(1), extent(ny), "serial", body, (("coincident", True),))
 
 
-def _windowed_and_plain(k, valign: str):
+def _windowed_and_plain(k, valign: str, jammed: bool = False):
     """``k`` built with small time tiles, with carried windows (checked: ``vwin``
-    registers and the ``valign`` intrinsic in its C) and without ``vector_window``."""
+    registers and the ``valign`` intrinsic in its C; with ``jammed``, two time steps per
+    row pass, ``hw/cpu/jam.py``) and without ``vector_window`` (one step per pass)."""
     ck = compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,)})
     assert "vwin" in ck.source and valign in ck.source
+    assert ("c2_u" in ck.source) == jammed
     plain = compile_kernel(k, "cpu-avx512", {"stencil_tiles": (4,), "vector_window": False})
     return load_avx512(ck), load_avx512(plain)
 
@@ -109,15 +111,17 @@ def _native() -> bool:
 
 @AVX512_RUNS
 def test_fdtd2d_carried_windows_are_bitwise_the_c_order():
-    """Rows of 4 to 6 full vectors (the carried loop runs), odd sizes, the three arrays
-    at different alignments, a NaN: bitwise the build without windows, and natively
+    """Rows of 4 to 6 full vectors (the carried loop runs) and shorter than a vector,
+    odd sizes, the three arrays at different alignments, a NaN; two time steps per row
+    pass (``stencil-jam``: its stored-row windows too): bitwise the build without
+    windows (one step per pass), and natively
     bitwise the C order's replay (SIMDe's ``-O1`` build leaves the scalar boundary
     points' ``hz`` update uncontracted, so there only the vector builds agree)."""
     k, = load_c_kernels(str(KERNELS / "fdtd2d_like.c"))
-    fn, plain = _windowed_and_plain(k, "pc512_valign_pd(")
+    fn, plain = _windowed_and_plain(k, "pc512_valign_pd(", jammed=True)
     rng = np.random.default_rng(5)
-    for (tmax, nx, ny), shifts in (((3, 5, 45), (0, 2, 5)), ((2, 6, 53), (7, 1, 3)),
-                                   ((2, 4, 37), (4, 4, 4))):
+    for (tmax, nx, ny), shifts in (((5, 7, 45), (0, 2, 5)), ((4, 6, 53), (7, 1, 3)),
+                                   ((2, 4, 37), (4, 4, 4)), ((4, 5, 6), (1, 0, 2))):
         fict = rng.uniform(-1, 1, tmax)
         fields = [rng.uniform(-1, 1, (nx, ny)) for _ in range(3)]
         fields[2][nx // 2, ny // 2] = np.nan

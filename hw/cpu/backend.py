@@ -24,6 +24,7 @@ Options: :class:`polycomp.options.CpuOptions`.
 """
 from __future__ import annotations
 
+import os
 from types import MappingProxyType
 
 from polycomp import ir
@@ -147,6 +148,16 @@ class CpuBackend(Backend):
                        ir_pass("hoist-alloc", lambda f, s: hoist_allocations(f)),
                        ir_pass("scalar-replace", lambda f, s: scalar_replace(f))]
         passes += [ir_pass("flatten", lambda f, s: flatten(f)), body_pass("simplify", simplify)]
+        from .jam import stencil_jam
+        # AVX-512 vector rows (the stored-row windows keep the second step's loads off
+        # the first step's pending stores), and fp_exact builds: the same loops, scalar,
+        # so the PolyBench exactness check (gcc -O0) covers the jammed loop structure
+        # (POLYCOMP_STENCIL_JAM=0: one step per pass, for same-process comparisons)
+        jam = o.stencil_jam and os.environ.get("POLYCOMP_STENCIL_JAM", "1") != "0" and (
+            (o.vector_window and target.isa == "avx512" and _vector(state))
+            or state.options.fp_exact)
+        passes.append(ir_pass("stencil-jam", lambda f, s: stencil_jam(
+            f, lambda text: s.note("stencil-jam", text), enabled=jam)))
         if not _vector(state):
             return passes + [_LEGALIZE_NAMES]
         from polycomp.lowering.lift import lift

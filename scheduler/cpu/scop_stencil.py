@@ -296,12 +296,14 @@ def cone_band(stmts: list, deps: isl.UnionMap, diamond: bool = True) -> StencilB
 
 
 def stencil_tree(band: StencilBand, names: list[str], filt: isl.UnionSet, sizes: tuple,
-                 parallel: bool = True, inner: isl.UnionPwAff | None = None):
+                 parallel: bool = True, inner: isl.UnionPwAff | None = None,
+                 jam: bool = False):
     """The tiled wavefront subtree of the module docstring (the tiles of a wavefront
     coincident when ``parallel``; with ``inner``, a member over all the statements, one
     innermost loop ``band[inner] -> sequence`` shared by them instead of one loop per
-    statement); returns it with the wavefront and the tile member ``T_1`` (for the
-    coincidence check)."""
+    statement, and with ``jam`` a ``cpu_stencil_points`` mark above the point band);
+    returns it with the wavefront and the tile member ``T_1`` (for the coincidence
+    check)."""
     members = band.members
     dims = band.dims
     if band.minus_member is not None:
@@ -325,7 +327,11 @@ def stencil_tree(band: StencilBand, names: list[str], filt: isl.UnionSet, sizes:
         last = members[-1]
         body = T.Sequence([T.Filter(f, T.Band([last.intersect_domain(f)], permutable=True))
                            for f in filters])
-    point = T.Band(members[:-1], body, permutable=True)
+    point: object = T.Band(members[:-1], body, permutable=True)
+    if jam and inner is not None:
+        # the point band is permutable (every distance >= 0 on (t, y)): the IR pass
+        # stencil-jam may run steps t and t + 1 of a tile together (hw/cpu/jam.py)
+        point = T.Mark(marks.CPU_STENCIL_POINTS, point)
     # one band: the wavefront and the tiles together (isl's AST generation projects
     # the floors of separate bands one by one, with a cost that grows with the tile
     # sizes); the mark makes the second member's loop the parallel one.  Tiles in
@@ -467,7 +473,8 @@ class ScopStencilPass(Pass):
         chosen = None
         for inner in list(band.fused) + [None]:
             sub, wave, t1 = stencil_tree(band, names, filt, sizes, parallel,
-                                         None if inner is None else inner[1])
+                                         None if inner is None else inner[1],
+                                         jam=ctx.cpu_options.stencil_jam and dims == 2)
             if inner is None and parallel and not _coincident(local, wave, t1):
                 ctx.note(self.name, f"{what}: tiles of a wavefront not independent; "
                                     f"not used")
