@@ -72,7 +72,8 @@ STOREJ = ("for (int64_t k = 0; k < w; ++k) { p[(i0 + k) * n + j] = P[j][k]; "
 def sweeps(lines: list[str]) -> tuple[int, int, int]:
     """Line indices: the column sweep's pragma, the row sweep's pragma, the end of the
     row sweep's loop (the line closing it)."""
-    ps = [k for k, ln in enumerate(lines) if ln.strip() == "#pragma omp parallel for schedule(static)"]
+    pragma = "#pragma omp parallel for schedule(static)"
+    ps = [k for k, ln in enumerate(lines) if ln.strip() == pragma]
     if len(ps) != 2:
         sys.exit(f"adi_probe: expected two parallel loops in the pipeline's adi, found {len(ps)}")
     depth, k = 0, ps[1] + 1
@@ -104,7 +105,7 @@ def variants(src: str) -> dict[str, str]:
 def init(n: int) -> list[np.ndarray]:
     i = np.arange(n)[:, None]
     j = np.arange(n)[None, :]
-    return [((i + n - j) / n).astype(np.float64), np.zeros((n, n)), np.zeros((n, n)), np.zeros((n, n))]
+    return [((i + n - j) / n).astype(np.float64)] + [np.zeros((n, n)) for _ in range(3)]
 
 
 def main() -> None:
@@ -117,9 +118,10 @@ def main() -> None:
     a = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-c", "from polycomp.cli import main; main()", "bench", "polybench", "--polybench",
-                        a.polybench, "--dataset", "LARGE", "--threads", str(a.threads),
-                        "--kernels", "adi", "--dump-c", tmp], check=True, stdout=subprocess.DEVNULL)
+        cli = [sys.executable, "-c", "from polycomp.cli import main; main()"]
+        subprocess.run([*cli, "bench", "polybench", "--polybench", a.polybench,
+                        "--dataset", "LARGE", "--threads", str(a.threads), "--kernels", "adi",
+                        "--dump-c", tmp], check=True, stdout=subprocess.DEVNULL)
         with open(os.path.join(tmp, "adi.c")) as fh:
             vs = variants(fh.read())
         fns = {}
@@ -142,7 +144,8 @@ def main() -> None:
                 if name == "base":
                     ref = arrs
                 elif r == 0 and name.startswith("colpriv") and ref is not None:
-                    same = all(np.array_equal(x.view(np.int64), y.view(np.int64)) for x, y in zip(arrs, ref))
+                    same = all(np.array_equal(x.view(np.int64), y.view(np.int64))
+                               for x, y in zip(arrs, ref))
                     print(f"{name}: {'bitwise equal to base' if same else 'DIFFERS from base'}")
     best0 = min(t[0] for t in times["base"])
     print(f"adi N={a.n} TSTEPS={a.tsteps}, {a.threads} threads, {a.rounds} rounds")
