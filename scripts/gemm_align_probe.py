@@ -34,6 +34,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from unittest import mock
 
 ROWS = ("base@0", "base@16", "base@C16", "base@B16", "base@A16",
         "loads@16", "loads@B16", "perm@16", "aim0@0", "aim0@16")
@@ -133,16 +134,8 @@ def kernel_source(m: int, n: int, k: int, threads: int, name: str, env=None) -> 
     t = dataclasses.replace(t, cpu=dataclasses.replace(t.cpu, threads=threads))
     kern = Kernel(lambda A, B: ops.matmul(A, B), name=name,
                   inputs={"A": pc.Tensor[(m, k), "float32"], "B": pc.Tensor[(k, n), "float32"]})
-    saved = {v: os.environ.get(v) for v in env or {}}
-    os.environ.update(env or {})
-    try:
+    with mock.patch.dict(os.environ, env or {}):     # set while compiling only
         src = compile_kernel(kern, t).source
-    finally:
-        for v, old in saved.items():
-            if old is None:
-                os.environ.pop(v)
-            else:
-                os.environ[v] = old
     return re.sub(r"^int (pc_\w+)", r"static int \1", src, flags=re.M)
 
 

@@ -20,6 +20,7 @@ import os
 import random
 import statistics
 import time
+from unittest import mock
 
 import numpy as np
 
@@ -36,19 +37,11 @@ def build(m: int, n: int, k: int, threads: int, env: dict, pre: bool):
     tag = "_".join(f"{v}" for v in env.values())
     kern = Kernel(lambda A, B: ops.matmul(A, B), name=f"gt{m}_{n}_{k}_{threads}{tag}",
                   inputs={"A": pc.Tensor[(m, k), "float32"], "B": pc.Tensor[(k, n), "float32"]})
-    saved = {v: os.environ.get(v) for v in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, env):     # set while compiling only
         from polycomp.graph.compile import CPU_WEIGHT_GEMM_OPTIONS, CPU_WEIGHT_GEMM_OPTIONS_32
         weight = CPU_WEIGHT_GEMM_OPTIONS_32 if t.cpu.vector_registers >= 32 else \
             CPU_WEIGHT_GEMM_OPTIONS     # as the graph compiles x @ W
         ck = compile_kernel(kern, t, {**weight, "prepack": ("B",)} if pre else None)
-    finally:
-        for v, old in saved.items():
-            if old is None:
-                os.environ.pop(v)
-            else:
-                os.environ[v] = old
     f = ck.backend.load(ck)
     f.threads = threads
     return f, (prepacked_inputs(ck.state)[0] if pre else None)
