@@ -742,6 +742,22 @@ def _span_below(a: ir.Expr, b: ir.Expr, n: ir.Expr) -> bool:
     return False
 
 
+def _unconditional(body, want) -> list | None:
+    """The nodes of ``body`` (in walk order) for which ``want`` holds, or None when
+    ``body`` holds a ``select``, a condition or an attribute (a masked access would
+    touch fewer lanes than a whole vector: no window is built then)."""
+    found: list = []
+    bad = [False]
+
+    def visit(e):
+        if isinstance(e, (ir.Select, ir.IfThenElse, ir.AttrStmt)):
+            bad[0] = True
+        if want(e):
+            found.append(e)
+    ir.walk(body, visit)
+    return None if bad[0] else found
+
+
 def _carries(loop: ir.For, body_at, L: int, D: str) -> list[_Carry]:
     """The carried windows of an aligned-row loop, found on its body widened at the loop
     variable ``v`` (indices as functions of ``v``): for each buffer, the unit-stride
@@ -754,16 +770,9 @@ def _carries(loop: ir.For, body_at, L: int, D: str) -> list[_Carry]:
     ``select`` or a condition (a masked load would read fewer lanes than a carried
     vector)."""
     body = body_at(loop.var, 0)
-    found: list = []
-    bad = [False]
-
-    def visit(e):
-        if isinstance(e, (ir.Select, ir.IfThenElse, ir.AttrStmt)):
-            bad[0] = True
-        if isinstance(e, ir.Load) and _unit_base(e, L, D) is not None:
-            found.append(e)
-    ir.walk(body, visit)
-    if bad[0]:
+    found = _unconditional(body, lambda e: isinstance(e, ir.Load)
+                           and _unit_base(e, L, D) is not None)
+    if found is None:
         return []
     align_base = _most_used_store(body, L).indices[0].base
     rows: list = []                    # [buffer, [distinct bases]]
@@ -823,16 +832,8 @@ def _stored_windows(loop: ir.For, body_at, L: int, D: str, first_slot: int) -> l
     the jammed fdtd-2d row ran 1.5x slower with that load).  None when the body holds a
     ``select`` or a condition."""
     body = body_at(loop.var, 0)
-    stores: list = []
-    bad = [False]
-
-    def visit(e):
-        if isinstance(e, (ir.Select, ir.IfThenElse, ir.AttrStmt)):
-            bad[0] = True
-        if isinstance(e, ir.Store):
-            stores.append(e)
-    ir.walk(body, visit)
-    if bad[0]:
+    stores = _unconditional(body, lambda e: isinstance(e, ir.Store))
+    if stores is None:
         return []
     out: list[_Stored] = []
     for q, st in enumerate(stores):
