@@ -209,8 +209,9 @@ def test_live_values_are_not_contracted(name):
 
 def test_partial_contraction_bitwise(tmp_path):
     """``p`` read between the sweeps stays in memory, ``q`` goes to the buffer: every
-    output bitwise gcc -O0's."""
-    src, _ = VARIANTS["p_read_between"]
+    output bitwise gcc -O0's.  The kernel's own array ``q_live`` (``r`` renamed) keeps
+    its name; the buffer takes another."""
+    src = VARIANTS["p_read_between"][0].replace("r[", "q_live[")
     k = read_c_kernel(src, "k")
     c = tmp_path / "k.c"
     c.write_text(src)
@@ -220,12 +221,15 @@ def test_partial_contraction_bitwise(tmp_path):
     n, tsteps = 37, 3
     rng = np.random.default_rng(7)
     arrays = {x: rng.uniform(-1, 1, size=(n, n)) for x in "uvpq"}
-    arrays["r"] = rng.uniform(-1, 1, size=n)
+    arrays["q_live"] = rng.uniform(-1, 1, size=n)
     want = {x: a.copy() for x, a in arrays.items()}
     ctypes.CDLL(str(so)).k(ctypes.c_int(tsteps), ctypes.c_int(n),
-                           *[ctypes.c_void_p(want[x].ctypes.data) for x in "uvpqr"])
+                           *[ctypes.c_void_p(want[x].ctypes.data)
+                             for x in ("u", "v", "p", "q", "q_live")])
     ck = compile_kernel(k, TARGET, {"fp_exact": True})
-    assert "q_live" in ck.source and "p_live" not in ck.source
+    assert ck.notes[NOTE] == ["q (S_2+S_4+S_6) below the loop at depth 1: a per-thread "
+                              "buffer, the stores removed"], ck.notes[NOTE]
+    assert "q_live_2[" in ck.source and "p_live" not in ck.source
     got = ck.backend.load(ck)(*[arrays[x].copy() for x in list(k.inputs) + list(k.outputs)],
                               n=n, tsteps=tsteps)
     got = got if isinstance(got, tuple) else (got,)

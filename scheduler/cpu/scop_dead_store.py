@@ -172,6 +172,16 @@ class _Contractor:
         self.arrays = {b.name: b for s in self.model.statements for a in s.accesses
                        for b in (a.buffer,)}
         self.flows: dict[str, _ArrayFlow] = {}    # per array, computed when first asked
+        self.names = set(self.arrays) | {b.name for b in self.model.temporaries}
+
+    def fresh(self, base: str) -> str:
+        """``base``, or ``base_2``, ``base_3``, ...: a name no array or buffer has."""
+        name, k = base, 1
+        while name in self.names:
+            k += 1
+            name = f"{base}_{k}"
+        self.names.add(name)
+        return name
 
     def flow(self, array: str) -> _ArrayFlow:
         if array not in self.flows:
@@ -209,13 +219,14 @@ class _Contractor:
                 continue
             if not dead_in_iteration(self.model, array, dom, prefix, self.flow(array)):
                 continue
-            t = LocalTile((self.arrays[array],), f"{array}_live", statements=frozenset(users))
+            t = LocalTile((self.arrays[array],), array, statements=frozenset(users))
             if decide_tiles_at(below, [t], self.ctx) is not None:
                 continue
             layout = _layout(t.sizes)
             if layout is None:
                 continue
             t.layout = layout
+            t.name = self.fresh(f"{array}_live")
             out.append(t)
         return out
 
