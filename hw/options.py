@@ -73,6 +73,12 @@ class CpuOptions(Options):
                             "time-tiled stencils with one innermost loop shared by the "
                             "statements: the IR pass stencil-jam runs two time steps of a "
                             "tile per row pass (hw/cpu/jam.py; False: one step per pass)")
+    dead_store_contract: bool = opt(True, boolean,
+                                    "an array the statements below one loop iteration write, "
+                                    "read back in it and that a later statement overwrites "
+                                    "lives in a per-thread buffer there, its stores removed "
+                                    "(schedule pass dead-store-contract; "
+                                    "POLYCOMP_DEAD_STORE_CONTRACT=0 also turns it off)")
     stencil_shape: str = opt("diamond", one_of("diamond", "parallelogram"),
                              "time tiles of stencils: diamonds with concurrent start where "
                              "the dependence cone allows, else parallelograms")

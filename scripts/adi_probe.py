@@ -3,13 +3,18 @@ target's flags) times the pipeline's own kernel (``polycomp bench polybench --du
 C, no edit) against hand-edited copies of it, all called on the same PolyBench-initialised
 arrays in one process, rows in turn each round:
 
-- ``base``: the pipeline's kernel;
+- ``base``: the pipeline's kernel without dead-store contraction
+  (``POLYCOMP_DEAD_STORE_CONTRACT=0``: the C the hand edits below start from);
+- ``contract``: the pipeline's kernel as built (pass ``dead-store-contract``: the column
+  sweep's ``p`` / ``q`` in per-thread buffers, built from ``colpriv``'s design);
 - ``colpriv``: the column sweep (the first ``omp parallel for`` of the time step) with its
   ``p`` / ``q`` in a per-thread buffer ``P[j][k]`` (``k``: the row in the 32-row strip),
   never stored to ``p`` / ``q``.  Every ``p[i][j]`` / ``q[i][j]`` the column sweep writes is
   written again by the row sweep of the same time step before anything outside the
   sweep's strip reads it, so those stores are dead: the results are bitwise the same
   (checked: all four arrays, against ``base``);
+- ``colpriv-apart``: ``colpriv`` with ``P`` and ``Q`` computed in two strip loops per
+  ``j`` step (as the pipeline's tree keeps the two statements);
 - ``colpriv+store``: the same, the buffer also stored to ``p`` / ``q`` after each ``j``
   step (``p[i][j] = P[j][k]``): what the buffer alone gives, without removing the stores;
 - ``col`` / ``row``: the pipeline's kernel with only the column / only the row sweep
@@ -20,6 +25,8 @@ ratio of ``base``'s best wall to the row's.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=PASSIVE \\
         python scripts/adi_probe.py --polybench /work/polybench --threads 2 --rounds 3
+
+(``--rows base,contract,colpriv`` times only those rows.)
 
 (A measuring probe like ``scripts/gemm_align_probe.py``, not a kernel: the edited copies
 are never part of polycomp.)
@@ -64,6 +71,11 @@ for (int64_t c1 = 0; c1 < (pc_floordiv((n - 2), 32) + 1); ++c1) {
 free(P); free(Q);
 }
 """
+#: colpriv with the P and Q strip loops apart, as the pipeline's tree keeps them
+COLPRIV_APART = COLPRIV.replace(
+    "      P[j][k] = ((-c[0]) / ((a[0] * P[j - 1][k]) + b[0]));\n",
+    "      P[j][k] = ((-c[0]) / ((a[0] * P[j - 1][k]) + b[0]));\n    }\n"
+    "    for (int64_t k = 0; k < w; ++k) {\n")
 STORE0 = "p[(i0 + k) * n] = 0.0; q[(i0 + k) * n] = Q[0][k];"
 STOREJ = ("for (int64_t k = 0; k < w; ++k) { p[(i0 + k) * n + j] = P[j][k]; "
           "q[(i0 + k) * n + j] = Q[j][k]; }")
@@ -96,6 +108,7 @@ def variants(src: str) -> dict[str, str]:
     return {
         "base": src,
         "colpriv": cut(col, row, COLPRIV.replace("STORE0", "").replace("STOREJ", "")),
+        "colpriv-apart": cut(col, row, COLPRIV_APART.replace("STORE0", "").replace("STOREJ", "")),
         "colpriv+store": cut(col, row, COLPRIV.replace("STORE0", STORE0).replace("STOREJ", STOREJ)),
         "col": cut(row, end + 1),
         "row": cut(col, row),
@@ -115,15 +128,26 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n", type=int, default=1000, help="N (LARGE: 1000)")
     ap.add_argument("--tsteps", type=int, default=500, help="TSTEPS (LARGE: 500)")
+    ap.add_argument("--rows", default="", help="rows to time besides base (default: all)")
     a = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     with tempfile.TemporaryDirectory() as tmp:
         cli = [sys.executable, "-c", "from polycomp.cli import main; main()"]
-        subprocess.run([*cli, "bench", "polybench", "--polybench", a.polybench,
-                        "--dataset", "LARGE", "--threads", str(a.threads), "--kernels", "adi",
-                        "--dump-c", tmp], check=True, stdout=subprocess.DEVNULL)
-        with open(os.path.join(tmp, "adi.c")) as fh:
-            vs = variants(fh.read())
+        srcs = {}
+        for row, switch in (("base", "0"), ("contract", "1")):
+            out = os.path.join(tmp, row)
+            subprocess.run([*cli, "bench", "polybench", "--polybench", a.polybench,
+                            "--dataset", "LARGE", "--threads", str(a.threads), "--kernels",
+                            "adi", "--dump-c", out], check=True, stdout=subprocess.DEVNULL,
+                           env=dict(os.environ, POLYCOMP_DEAD_STORE_CONTRACT=switch))
+            with open(os.path.join(out, "adi.c")) as fh:
+                srcs[row] = fh.read()
+        vs = variants(srcs["base"])
+        vs = {"base": vs["base"], "contract": srcs["contract"],
+              **{k: v for k, v in vs.items() if k != "base"}}
+        if a.rows:
+            keep = {"base", *a.rows.split(",")}
+            vs = {k: v for k, v in vs.items() if k in keep}
         fns = {}
         for name, text in vs.items():
             c, so = os.path.join(tmp, f"{name}.c"), os.path.join(tmp, f"{name}.so")
@@ -143,7 +167,7 @@ def main() -> None:
                 times[name].append((time.perf_counter() - t0, time.process_time() - c0))
                 if name == "base":
                     ref = arrs
-                elif r == 0 and name.startswith("colpriv") and ref is not None:
+                elif r == 0 and name.startswith(("contract", "colpriv")) and ref:
                     same = all(np.array_equal(x.view(np.int64), y.view(np.int64))
                                for x, y in zip(arrs, ref))
                     print(f"{name}: {'bitwise equal to base' if same else 'DIFFERS from base'}")

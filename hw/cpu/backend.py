@@ -5,8 +5,8 @@ schedule passes, IR passes and code generation.
   program is the schedule tree, :mod:`polycomp.scheduler.chain.program` /
   ``conv_program``) and ``cpu-pack``; for C SCoPs ``scop-gemm``, ``scop-stencil``,
   ``scop-tile`` (:mod:`polycomp.scheduler.cpu.scop_gemm` and its neighbours),
-  ``scop-split``, ``scop-interleave`` and ``scop-parallel`` instead of ``cpu-fuse`` and
-  ``cpu-parallel``;
+  ``scop-split``, ``scop-interleave``, ``dead-store-contract`` and ``scop-parallel``
+  instead of ``cpu-fuse`` and ``cpu-parallel``;
   ``cpu-backbone-tile`` and ``cpu-pack`` (vector
   targets: matmul-like and convolution backbones get cache/register tiles, packing
   requests and micro-kernel marks), ``cpu-reduce-interchange`` (vector targets: column
@@ -108,6 +108,9 @@ class CpuBackend(Backend):
                 from polycomp.scheduler.cpu.scop_split import ScopSplitPass
                 passes.append(ScopSplitPass())      # index-set splits: parallel pieces
                 passes.append(ScopInterleavePass())  # recurrences: strips side by side
+                if o.dead_store_contract:
+                    from polycomp.scheduler.cpu.scop_dead_store import ScopDeadStorePass
+                    passes.append(ScopDeadStorePass())  # dead stores: per-thread buffers
                 passes.append(ScopParallelPass())
             else:
                 passes.append(CpuParallelPass())

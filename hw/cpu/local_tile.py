@@ -5,7 +5,8 @@ Assumes: the IR straight from the isl AST (not simplified yet: loop iterators st
 isl's names ``c0, c1, ...`` = schedule dimensions, degenerate loops are lets), with
 ``AttrStmt("cpu_local", "<n>")`` marks placed by the chain passes and
 ``local_tiles(state).records[n]`` (:mod:`polycomp.scheduler.chain.local`): arrays whose
-every access lies below the mark, inside a box ``origin(c_0..c_{d-1}) + [0, sizes)``.
+every access lies below the mark, inside a box ``origin(c_0..c_{d-1}) + [0, sizes)``
+(or, for a record restricted to some statements, every access of theirs below it).
 
 Guarantees: each record gets a new global buffer ``local`` (allocated around the whole
 body, as lowering allocates temporaries): one leading *slot* dimension per enclosing
@@ -21,7 +22,16 @@ read (the arrays are temporaries produced below the mark), so every read returns
 value it read before and concurrent iterations never share storage.  The contraction
 pass later drops the slot dimensions (one buffer per iteration) and the hoisting pass
 moves a heap buffer to the top of the parallel loop's body (one per thread), as for
-packed operands.  Nothing else changes.
+packed operands.  A record restricted to some ``statements`` (dead-store contraction,
+:mod:`polycomp.scheduler.cpu.scop_dead_store`: only they access the arrays below the
+mark) keeps the arrays and their ``Allocate``: the accesses outside the mark stay in
+memory; what they write below the mark lives for one iteration of every loop around it
+(the pass proved it), so a sequential enclosing loop that starts at a constant
+``>= 0`` gets a slot dimension too, indexed by its iterator, which the contraction then
+drops from the outside in (a time loop around a parallel one would otherwise keep one
+buffer for all time steps); other sequential loops share the buffer between their
+iterations (each iteration writes what it reads first).  A record's ``layout`` orders
+the box's dimensions in the buffer.  Nothing else changes.
 """
 from __future__ import annotations
 
@@ -37,14 +47,17 @@ from polycomp.state import CompileState
 __all__ = ["localize", "origin_to_ir"]
 
 class _Redirect(ir.Mutator):
-    """Accesses of the records' arrays -> their local buffers at ``index - origin``."""
+    """Accesses of the records' arrays -> their local buffers at ``index - origin``
+    (its dimensions in the record's ``layout``)."""
 
     def __init__(self, table: dict):
-        self.table = table          # array name -> (local buffer, origin IR, slot index)
+        # array name -> (local buffer, origin IR, slot index, layout)
+        self.table = table
 
     def _index(self, name, idx):
-        local, origin, slot = self.table[name]
-        return local, slot + tuple(simplify(i - o) for i, o in zip(idx, origin))
+        local, origin, slot, layout = self.table[name]
+        box = tuple(simplify(i - o) for i, o in zip(idx, origin))
+        return local, slot + tuple(box[d] for d in layout)
 
     def visit_Load(self, e):
         idx = tuple(self.visit(i) for i in e.indices)
@@ -98,9 +111,14 @@ class _Localizer:
         return s
 
     def localize(self, tiles: list[LocalTile], body, env, loops):
-        slots = [lp for lp, p in loops if p]
+        # records restricted to statements: their values live for one iteration of every
+        # loop around the mark, so a sequential loop from a constant >= 0 gets a slot too,
+        # indexed by its iterator itself (the contraction drops such a dimension; one it
+        # kept would cost the loop's whole range), the others share the buffer
+        every = any(t.statements is not None for t in tiles)
+        slots = [(lp, p) for lp, p in loops if p or (every and _from_constant(lp))]
         inner = {lp.var for lp, _ in loops}
-        if any(v in inner for lp in slots for v in ir.free_vars(lp.extent)):
+        if any(v in inner for lp, _ in slots for v in ir.free_vars(lp.extent)):
             return body      # a slot's extent varies with an enclosing loop: keep the arrays
         table = {}
         for t in tiles:
@@ -108,12 +126,15 @@ class _Localizer:
             origin = origin_to_ir(t.origin, env, self.model)
             if origin is None:
                 return body
-            shape = tuple(lp.extent for lp in slots) + tuple(t.sizes)
+            layout = t.layout if t.layout is not None else tuple(range(len(t.sizes)))
+            shape = tuple(lp.extent if p else simplify(lp.min + lp.extent) for lp, p in slots) \
+                + tuple(t.sizes[d] for d in layout)
             local = self._buffer(t, shape)
-            slot = tuple(simplify(lp.var - lp.min) for lp in slots)
+            slot = tuple(simplify(lp.var - lp.min) if p else lp.var for lp, p in slots)
             for a in t.arrays:
-                table[a.name] = (local, origin, slot)
-        self.moved.update(table)
+                table[a.name] = (local, origin, slot, layout)
+            if t.statements is None:     # every access is below the mark
+                self.moved.update(a.name for a in t.arrays)
         return _Redirect(table).visit(body)
 
     def _buffer(self, t: LocalTile, shape: tuple) -> ir.Buffer:
@@ -129,6 +150,10 @@ class _Localizer:
         made.append(local)
         self.allocs.append(local)
         return local
+
+
+def _from_constant(loop: ir.For) -> bool:
+    return isinstance(loop.min, ir.IntImm) and loop.min.value >= 0
 
 
 class _DropMoved(ir.Mutator):

@@ -15,7 +15,10 @@ Assumes: the arrays of one record are indexed alike (one shape) and may share st
 (see :class:`LocalTile`: the passes that place a record guarantee it).  Checked by
 :func:`decide_local_tiles`: every access of each array of a record is made by a
 statement instance below the mark (so nothing outside the subtree reads a value the
-local buffer no longer holds), and the footprint is bounded.
+local buffer no longer holds), and the footprint is bounded.  A record restricted to
+some ``statements`` (:class:`LocalTile`) takes the footprint of their instances below
+the mark only; the pass that places it proves that the other accesses need no value
+of the buffer.
 
 Guarantees: the record's ``origin`` is the box offset, a piecewise affine function of
 the prefix schedule at the mark (``c_0 .. c_{d-1}``, the AST's loop iterators), the
@@ -37,7 +40,7 @@ from polycomp.scheduler.promotion.footprint import footprint, prefix_space_map
 from polycomp.state import CompileState
 
 __all__ = ["LocalTile", "LocalTiles", "local_tiles", "local_mark", "decide_local_tiles",
-           "sharing_is_legal"]
+           "decide_tiles_at", "sharing_is_legal"]
 
 
 @dataclass(eq=False)
@@ -48,11 +51,21 @@ class LocalTile:
     previous one afterwards (a chain's ``T -> Sc -> P``: the statement that writes the
     next array reads the element it overwrites first, and no later statement reads it).
     ``origin`` (``{ [c_0..c_{d-1}] -> [o_0..] }``, set by :func:`decide_local_tiles`) is
-    the box offset on the prefix schedule at the mark."""
+    the box offset on the prefix schedule at the mark.
+
+    ``statements`` (None: every statement) restricts the record to the accesses of those
+    statements' instances below the mark: the arrays stay in memory for every other
+    access, and only the instances below the mark use the buffer (dead-store contraction,
+    :mod:`polycomp.scheduler.cpu.scop_dead_store`, guarantees that nothing else reads what
+    they write and that they read only what they wrote in the same iteration).
+    ``layout`` (None: the array's order) lists the array's dimensions in the buffer's
+    order, outermost first."""
     arrays: tuple[ir.Buffer, ...]
     name: str
     origin: isl.MultiPwAff | None = None
     sizes: tuple[ir.Expr, ...] = ()
+    statements: frozenset[str] | None = None
+    layout: tuple[int, ...] | None = None
 
     @property
     def dtype(self) -> str:
@@ -98,6 +111,13 @@ def decide_local_tiles(schedule: isl.Schedule, state: CompileState, model_statem
     return "; ".join(why) or None
 
 
+def decide_tiles_at(node: isl.ScheduleNode, tiles: list[LocalTile], state: CompileState
+                    ) -> str | None:
+    """:func:`decide_local_tiles` for the records ``tiles`` of one mark whose child is
+    ``node`` (the mark not placed yet): None, or why they cannot be realised."""
+    return _decide(node, tiles, state.model.statements, state.model.params)
+
+
 def _decide(node: isl.ScheduleNode, tiles: list[LocalTile], statements, params) -> str | None:
     domain = node.get_domain()
     prefix = prefix_space_map(node)
@@ -106,10 +126,14 @@ def _decide(node: isl.ScheduleNode, tiles: list[LocalTile], statements, params) 
         for buf in t.arrays:
             acc = isl.UnionMap.empty(domain.get_space())
             for s in statements:
+                if t.statements is not None and s.name not in t.statements:
+                    continue
                 for a in s.accesses:
                     if a.buffer.name == buf.name:
                         acc = acc.union(isl.UnionMap.from_map(a.relation))
-            if not acc.domain().is_subset(domain):
+            if t.statements is not None:       # only their instances below the mark
+                acc = acc.intersect_domain(domain)
+            elif not acc.domain().is_subset(domain):
                 return f"{buf.name} is accessed outside the local scope"
             f = footprint(prefix, acc)
             if f is None:
