@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -42,11 +43,11 @@ _PYTHON_INT_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul,
 
 #: (:meth:`Interpreter.binary`) the other binary operators on numpy values: ``//``
 #: and ``%`` are numpy's floor division and modulo (``x // 0 == 0`` on integers)
-_NUMPY_BINARY_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul,
-                     "/": operator.truediv, "//": np.floor_divide, "%": np.mod,
-                     "min": np.minimum, "max": np.maximum,
-                     "<": operator.lt, "<=": operator.le, ">": operator.gt,
-                     ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
+_NUMPY_BINARY_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": np.floor_divide, "%": np.mod, "min": np.minimum, "max": np.maximum,
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "==": operator.eq, "!=": operator.ne}
 
 #: Largest lane count of a reduction evaluated at once (lanes x iterations): beyond it
 #: the reduction runs in chunks of iterations, so memory stays bounded (a 1024^3 matmul
@@ -135,9 +136,9 @@ class Interpreter:
         # lanes x iterations for a reduction chunk): drives a progress bar
         self.progress = progress
         # the numpy type each IR dtype computes in, looked up once per interpreter
-        self._compute_types: dict[str, type] = {}
+        self._compute_types: dict[str, np.dtype] = {}
 
-    def _compute_type(self, dtype: str) -> type:
+    def _compute_type(self, dtype: str) -> np.dtype:
         """The numpy scalar type ``dtype`` computes in (:func:`polycomp.dtypes.compute_dtype`)."""
         t = self._compute_types.get(dtype)
         if t is None:
