@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,14 @@ _PARALLEL_KINDS = ("parallel", "vectorized", "gpu_block", "gpu_thread", "gpu_war
 _PYTHON_INT_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul,
                    "<": operator.lt, "<=": operator.le, ">": operator.gt,
                    ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
+
+#: (:meth:`Interpreter.binary`) the other binary operators on numpy values: ``//``
+#: and ``%`` are numpy's floor division and modulo (``x // 0 == 0`` on integers)
+_NUMPY_BINARY_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": np.floor_divide, "%": np.mod, "min": np.minimum, "max": np.maximum,
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "==": operator.eq, "!=": operator.ne}
 
 #: Largest lane count of a reduction evaluated at once (lanes x iterations): beyond it
 #: the reduction runs in chunks of iterations, so memory stays bounded (a 1024^3 matmul
@@ -126,6 +135,15 @@ class Interpreter:
         # called with the number of statement instances each store executed (lanes, or
         # lanes x iterations for a reduction chunk): drives a progress bar
         self.progress = progress
+        # the numpy type each IR dtype computes in, looked up once per interpreter
+        self._compute_types: dict[str, np.dtype] = {}
+
+    def _compute_type(self, dtype: str) -> np.dtype:
+        """The numpy scalar type ``dtype`` computes in (:func:`polycomp.dtypes.compute_dtype`)."""
+        t = self._compute_types.get(dtype)
+        if t is None:
+            t = self._compute_types[dtype] = _np_compute(dtype)
+        return t
 
     # ----------------------------------------------------------------- entry
     def run(self, arrays: dict, params: dict) -> None:
@@ -136,22 +154,28 @@ class Interpreter:
             buffers[b] = arrays[b.name]
         env = {p: int(params[p.name]) for p in self.func.params}
         st = InterpreterState(env, buffers)
-        self.stmt(self.func.body, st)
+        # floating-point errors give IEEE values (inf, NaN) and integer division by zero
+        # numpy's 0: ignored once here rather than around every operation
+        with np.errstate(all="ignore"):
+            self.stmt(self.func.body, st)
 
     # ----------------------------------------------------------------- exprs
     def expr(self, e, st: InterpreterState, mask=None):
         t = type(e)
-        if t is ir.IntImm:
-            return e.value if e.dtype != "bool" else bool(e.value)
-        if t is ir.FloatImm:
-            return _np_compute(e.dtype).type(e.value)
-        if isinstance(e, ir.Var):
+        # the most frequent nodes first (the order of the tests is all that differs)
+        if t is ir.Binary:
+            return self.binary(e, st, mask)
+        if t is ir.Var or isinstance(e, ir.Var):
             try:
                 return st.env[e]
             except KeyError:
                 raise InterpreterError(f"variable {e.name!r} is not bound") from None
-        if t is ir.Binary:
-            return self.binary(e, st, mask)
+        if t is ir.Load:
+            return self.load(e, st, mask)
+        if t is ir.IntImm:
+            return e.value if e.dtype != "bool" else bool(e.value)
+        if t is ir.FloatImm:
+            return self._compute_type(e.dtype).type(e.value)
         if t is ir.Unary:
             a = self.expr(e.a, st, mask)
             return np.logical_not(a) if e.op == "!" else -a
@@ -163,10 +187,10 @@ class Interpreter:
             nm = ~c if mask is None else (mask & ~c)
             tv = self.expr(e.t, st, m) if m.any() else 0
             fv = self.expr(e.f, st, nm) if nm.any() else 0
-            return np.where(c, tv, fv).astype(_np_compute(e.dtype), copy=False)
+            return np.where(c, tv, fv).astype(self._compute_type(e.dtype), copy=False)
         if t is ir.Cast:
             v = self.expr(e.value, st, mask)
-            nd = _np_compute(e.dtype)
+            nd = self._compute_type(e.dtype)
             if e.dtype in ("float16", "bfloat16"):
                 v = np.asarray(v).astype(dt.to_numpy(e.dtype)).astype(nd)
             elif e.dtype in dt.INTS and dt.is_float(e.value.dtype):
@@ -176,8 +200,6 @@ class Interpreter:
                 return np.asarray(v).astype(nd) if np.ndim(v) else nd.type(v)
         if t is ir.Call:
             return self.call(e, st, mask)
-        if t is ir.Load:
-            return self.load(e, st, mask)
         raise InterpreterError(f"the interpreter cannot evaluate {type(e).__name__}")
 
     def call(self, e, st, mask):
@@ -191,43 +213,28 @@ class Interpreter:
     def binary(self, e, st, mask):
         op = e.op
         a = self.expr(e.a, st, mask)
+        b = self.expr(e.b, st, mask)
         if op == "&&":
-            b = self.expr(e.b, st, mask)
             return np.logical_and(a, b)
         if op == "||":
-            b = self.expr(e.b, st, mask)
             return np.logical_or(a, b)
-        b = self.expr(e.b, st, mask)
         if type(a) is int and type(b) is int:
-            # index arithmetic on Python ints: the same result as below without numpy's
-            # error-state context (most of the binaries an interpreted nest evaluates)
+            # index arithmetic on Python ints: the same result as below without numpy
+            # (most of the binaries an interpreted nest evaluates)
             f = _PYTHON_INT_OPS.get(op)
             if f is not None and e.dtype not in dt.FLOATS:
                 return f(a, b)
         if op in ir.BITWISE_OPS:
             return _bitwise(op, a, b, e.dtype)
         if e.dtype in dt.FLOATS:
-            nd = _np_compute(e.dtype)
-            a = np.asarray(a, dtype=nd) if np.ndim(a) else nd.type(a)
-            b = np.asarray(b, dtype=nd) if np.ndim(b) else nd.type(b)
-        with np.errstate(all="ignore"):
-            if op == "+": return a + b
-            if op == "-": return a - b
-            if op == "*": return a * b
-            if op == "/": return a / b
-            if op == "//":   # numpy's semantics for integers: x // 0 == 0
-                return np.floor_divide(a, b)
-            if op == "%":
-                return np.mod(a, b)
-            if op == "min": return np.minimum(a, b)
-            if op == "max": return np.maximum(a, b)
-            if op == "<": return a < b
-            if op == "<=": return a <= b
-            if op == ">": return a > b
-            if op == ">=": return a >= b
-            if op == "==": return a == b
-            if op == "!=": return a != b
-        raise InterpreterError(f"unknown operator {op!r}")
+            nd = self._compute_type(e.dtype)
+            a = np.asarray(a, dtype=nd) if type(a) is np.ndarray and a.ndim else nd.type(a)
+            b = np.asarray(b, dtype=nd) if type(b) is np.ndarray and b.ndim else nd.type(b)
+        f = _NUMPY_BINARY_OPS.get(op)
+        if f is None:
+            raise InterpreterError(f"unknown operator {op!r}")
+        # numpy's floating-point error state is "ignore" for the whole run (:meth:`run`)
+        return f(a, b)
 
     def _addresses(self, buf, indices, st, mask, what):
         arr = st.buffers.get(buf)
@@ -248,22 +255,9 @@ class Interpreter:
             if len(idx) != arr.ndim:
                 raise InterpreterError(f"{buf.name!r} has {arr.ndim} dims, {what} uses {len(idx)}")
             view, shape = arr, arr.shape
-        vector = any(type(i) is np.ndarray and i.ndim for i in idx)
-        if vector:
-            n = st.lanes
-            idx = [np.broadcast_to(np.asarray(i, dtype=np.int64), (n,)) for i in idx]
-            active = mask if mask is not None else None
-            for k, (i, s) in enumerate(zip(idx, shape)):
-                bad = (i < 0) | (i >= s)
-                if active is not None:
-                    bad &= active
-                if bad.any():
-                    j = int(np.argmax(bad))
-                    raise InterpreterError(f"{what} of {buf.name}: index {k} = {int(i[j])} "
-                                           f"is out of bounds [0, {s})")
-            if active is not None:
-                idx = [np.where(active, i, 0) for i in idx]
-            return view, tuple(idx), True
+        for i in idx:
+            if type(i) is np.ndarray and i.ndim:
+                return self._lane_addresses(buf, idx, view, shape, st.lanes, mask, what)
         for k, (i, s) in enumerate(zip(idx, shape)):
             if not 0 <= int(i) < s:
                 if mask is not None and not np.any(mask):
@@ -272,9 +266,43 @@ class Interpreter:
                                        f"bounds [0, {s})")
         return view, tuple(int(i) for i in idx), False
 
+    @staticmethod
+    def _lane_addresses(buf, idx, view, shape, n, mask, what):
+        """:meth:`_addresses` where an index differs per lane: one row-major offset per
+        lane (0 in the inactive lanes) into ``view`` as a 1-D array (a C-contiguous
+        buffer; any other, one index array per dimension); an active lane outside the
+        buffer raises."""
+        flat = None
+        outside = False
+        for i, s in zip(idx, shape):
+            i = np.asarray(i, dtype=np.int64)
+            if i.ndim:
+                outside = outside or bool((i.view(np.uint64) >= s).any())
+            else:
+                outside = outside or not 0 <= int(i) < s
+            flat = i if flat is None else flat * s + i
+        if outside:         # which lanes: an active one raises, inactive ones are set to 0
+            for k, (i, s) in enumerate(zip(idx, shape)):
+                i = np.broadcast_to(np.asarray(i, dtype=np.int64), (n,))
+                bad = (i < 0) | (i >= s)
+                if mask is not None:
+                    bad &= mask
+                if bad.any():
+                    j = int(np.argmax(bad))
+                    raise InterpreterError(f"{what} of {buf.name}: index {k} = {int(i[j])} "
+                                           f"is out of bounds [0, {s})")
+        assert flat is not None
+        if flat.shape != (n,):
+            flat = np.broadcast_to(flat, (n,))
+        if mask is not None:
+            flat = np.where(mask, flat, 0)
+        if view.flags.c_contiguous:
+            return view.reshape(-1), flat, True
+        return view, np.unravel_index(flat, view.shape), True
+
     def load(self, e, st, mask):
         view, idx, vector = self._addresses(e.buffer, e.indices, st, mask, "load")
-        nd = _np_compute(e.dtype)
+        nd = self._compute_type(e.dtype)
         if idx is None:
             return nd.type(0)
         v = view[idx]
@@ -349,11 +377,12 @@ class Interpreter:
             view[idx] = store_value(v, target)
             return
         vals = np.broadcast_to(np.asarray(v), (st.lanes,))
+        flat_index = type(idx) is np.ndarray      # into a 1-D view (_lane_addresses)
         if mask is not None:
-            idx = tuple(i[mask] for i in idx)
+            idx = idx[mask] if flat_index else tuple(i[mask] for i in idx)
             vals = vals[mask]
-        flat = np.ravel_multi_index(idx, view.shape)
-        if len(np.unique(flat)) != len(flat):
+        flat = idx if flat_index else np.ravel_multi_index(idx, view.shape)
+        if len(flat) > 1 and _repeats(flat):
             raise InterpreterError(f"store to {s.buffer.name}: several lanes write the same "
                                    f"element (a loop executed as parallel carries a dependence)")
         view[idx] = store_value(vals, target)
@@ -496,6 +525,12 @@ class Interpreter:
         self.store(ir.Store(body.buffer, body.indices,
                             ir.Binary(v.op, v.a, acc, v.dtype)), st)
         del st.env[acc]
+
+
+def _repeats(flat: np.ndarray) -> bool:
+    """Whether an offset occurs twice in ``flat`` (lanes storing to one element)."""
+    ordered = np.sort(flat)
+    return bool((ordered[1:] == ordered[:-1]).any())
 
 
 def store_value(v, target):

@@ -27,6 +27,7 @@ import islpy as isl
 import numpy as np
 import pytest
 
+from polycomp.compiled import CompiledKernel
 from polycomp.driver import build, compile_kernel, interpret
 from polycomp.frontend.c_reader import load_c_kernels
 from polycomp.hw.target import get_target
@@ -269,11 +270,38 @@ def test_golden_tree(case, goldens):
 
 
 def notes(name: str, options: dict | None = None) -> dict[str, list[str]]:
+    """A fresh compile's notes (for tests that monkeypatch a pass first)."""
     return compile_kernel(kernel(name), TARGET, options).notes
 
 
-def test_gemm_detected_in_any_loop_order():
-    n = notes("gemm_ikj")
+class TargetCompiles:
+    """The kernels compiled for ``TARGET``, one compile per (kernel, options) shared by
+    the tests of this module that only read the result (notes, source, IR counts) or
+    build it: a compile is deterministic (``tests/test_determinism.py``), and several
+    tests look at the same kernels (syrk, gemm, trmm, ...; 1-12 s of isl each).  Tests
+    that monkeypatch a pass compile for themselves (:func:`notes`)."""
+
+    def __init__(self) -> None:
+        self._compiled: dict[tuple[str, tuple], CompiledKernel] = {}
+
+    def get(self, name: str, options: dict | None = None) -> CompiledKernel:
+        key = (name, tuple(sorted((options or {}).items())))
+        ck = self._compiled.get(key)
+        if ck is None:
+            ck = self._compiled[key] = compile_kernel(kernel(name), TARGET, options)
+        return ck
+
+    def notes(self, name: str, options: dict | None = None) -> dict[str, list[str]]:
+        return self.get(name, options).notes
+
+
+@pytest.fixture(scope="module")
+def compiles() -> TargetCompiles:
+    return TargetCompiles()
+
+
+def test_gemm_detected_in_any_loop_order(compiles):
+    n = compiles.notes("gemm_ikj")
     # symbolic rows, 2 threads: row ranges cut at run time (scop_gemm.row_ranges)
     assert any("parallel over row ranges" in x for x in n["scop-gemm"]), n
     assert any("GEMM C += A * B" in x and "register block" in x and "MC=" in x
@@ -281,18 +309,18 @@ def test_gemm_detected_in_any_loop_order():
     # row ranges: X read in place when the product is a bare X * Y (range_x_in_place);
     # gemm_ikj's X carries alpha, packed with it
     assert any("packed A (L1)" in x for x in n["scop-gemm"]), n
-    m = notes("mm2_f32")["scop-gemm"]
+    m = compiles.notes("mm2_f32")["scop-gemm"]
     assert any("GEMM tmp += A * B" in x and "A read in place, B packed" in x for x in m), m
     assert any("GEMM D += tmp * C" in x and "tmp read in place" in x for x in m), m
 
 
-def test_gemm_with_batch_dimension():
-    assert any("GEMM C += A * B" in x for x in notes("batch_gemm")["scop-gemm"])
+def test_gemm_with_batch_dimension(compiles):
+    assert any("GEMM C += A * B" in x for x in compiles.notes("batch_gemm")["scop-gemm"])
 
 
-def test_transposed_operand_is_a_gemm():
+def test_transposed_operand_is_a_gemm(compiles):
     """``B[j][k]`` (j not the last subscript) is packed in panels along its dimension 0."""
-    n = notes("gemm_bt")
+    n = compiles.notes("gemm_bt")
     assert any("GEMM C += A * B" in x for x in n["scop-gemm"]), n
     assert any("A read in place" in x for x in n["scop-gemm"]), n     # range_x_in_place
     assert any("B packed into L2" in x and "along dimension 0" in x for x in n["cpu-pack"]), n
@@ -300,13 +328,13 @@ def test_transposed_operand_is_a_gemm():
     assert not isinstance(m, str) and m.y.buffer.name == "B"
 
 
-def test_syrk_triangle_and_one_array_for_both_operands():
+def test_syrk_triangle_and_one_array_for_both_operands(compiles):
     """syrk: the triangle ``j <= i`` (init and update) is matched; ``A[i][k]`` and
     ``A[j][k]`` are packed each on its own (one reference per packing), and the built
     kernel's micro-kernel reads both packed buffers; syr2k's sum of two products: four
     references, four packings."""
     for name, n_packs in (("syrk_aa", 2), ("syrk_ab", 2), ("syr2k_like", 4)):
-        ck = compile_kernel(kernel(name), TARGET)
+        ck = compiles.get(name)
         n = ck.notes
         assert any("(init S_0): GEMM C += " in x for x in n["scop-gemm"]), n
         packs = [x for x in n["cpu-pack"] if "packed into" in x]
@@ -322,18 +350,18 @@ def test_reduction_range_varying_with_the_output_is_not_a_gemm():
     assert m == "the reduction range depends on the output point", m
 
 
-def test_tile_and_parallel_notes():
-    n = notes("mvt_t")
+def test_tile_and_parallel_notes(compiles):
+    n = compiles.notes("mvt_t")
     assert any("tiled 256x32" in x and "innermost" in x for x in n["scop-tile"]), n
     assert any("parallel" in x for x in n["scop-parallel"]), n
-    r = notes("rowmix")["scop-tile"]
+    r = compiles.notes("rowmix")["scop-tile"]
     assert any("distributed" in x for x in r) and any("tiled" in x for x in r), r
-    lu = notes("lu_like")["scop-tile"]        # distributing the pivot loop is illegal
+    lu = compiles.notes("lu_like")["scop-tile"]        # distributing the pivot loop is illegal
     assert any("would violate a dependence, kept" in x for x in lu), lu
     assert any("S_2: band of 2 tiled" in x for x in lu), lu
     # scop-factor's blocked tree carries its own cpu_parallel marks (the trailing
     # update's register tiles): scop-parallel adds none below the pivot loop
-    assert not notes("lu_like").get("scop-parallel"), notes("lu_like")
+    assert not compiles.notes("lu_like").get("scop-parallel"), compiles.notes("lu_like")
 
 
 def test_partial_distribution_of_a_multi_statement_band(monkeypatch):
@@ -362,7 +390,7 @@ def test_parallel_second_member_of_a_band():
                          "parallel (OpenMP): loop at depth 1 of S_0"], n
 
 
-def test_stencils_are_time_tiled():
+def test_stencils_are_time_tiled(compiles):
     """The skew of each stencil is read off its dependence cone (the rows in the note),
     the band tiled over time and space, the wavefront's tiles parallel; diamonds with
     concurrent start where the cone has a mirror row ``h-``, parallelograms for
@@ -381,7 +409,7 @@ def test_stencils_are_time_tiled():
                             "h- = t - z1, concurrent start")}
     for name, (tiles, rows, shape) in want.items():
         # jacobi-1d: time-tiled without the lifted layout (AVX-512's default, below)
-        n = notes(name, {"vector_lift": False} if name == "jacobi1d_like" else None)
+        n = compiles.notes(name, {"vector_lift": False} if name == "jacobi1d_like" else None)
         how = "tiles in sequence" if name == "jacobi1d_like" else "wavefront of tiles in parallel"
         inner = ("innermost loop per statement" if name in ("jacobi1d_like", "seidel_like")
                  else "one innermost loop shared by the statements")
@@ -390,7 +418,7 @@ def test_stencils_are_time_tiled():
         assert "scop-parallel" not in n        # the wavefront's mark is the parallel loop
     assert any("left in time-step order up to 2048 elements (its arrays in L1) for the "
                "lifted layout" in x and "time-tiled beyond" in x
-               for x in notes("jacobi1d_like")["scop-stencil"])
+               for x in compiles.notes("jacobi1d_like")["scop-stencil"])
 
 
 def _first_wavefront_tiles(name: str, options: dict, params: dict) -> int:
@@ -468,7 +496,7 @@ def test_small_tiles_are_bitwise_gcc_o0(name, sizes, shape, tiles, tmp_path_fact
             a.flat[a.size // 3] = np.nan
     ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
     args = [arrays[n].copy() for n in list(k.inputs) + list(k.outputs)]
-    got = as_tuple(build(k, "cpu", opts)(*args, **{p: sizes[p] for p in k.params}))
+    got = as_tuple(ck.backend.load(ck)(*args, **{p: sizes[p] for p in k.params}))
     for n, g in zip(k.outputs, got):
         w = ref[n]
         assert np.array_equal(np.isnan(g), np.isnan(w)), n
@@ -563,10 +591,10 @@ def test_tile_rows_are_vectorised():
             assert fused and all("pc_fw" in x for x in fused), body
 
 
-def test_stencil_not_tiled_when_time_indexes_the_write():
+def test_stencil_not_tiled_when_time_indexes_the_write(compiles):
     """A loop whose iterator subscripts the written element is no time loop (LU's
     pivot row): the stencil pass leaves it alone."""
-    assert "scop-stencil" not in notes("lu_like")
+    assert "scop-stencil" not in compiles.notes("lu_like")
 
 
 def test_scalar_c_target_keeps_loops_but_parallelises():
@@ -611,7 +639,7 @@ FACTOR_SIZES = {"lu_like": (1, 2, 64, 65, 131, 200), "cholesky_like": (1, 3, 65,
                 "ludcmp_like": (1, 66, 150)}
 
 
-def test_factorisations_are_blocked_right_looking():
+def test_factorisations_are_blocked_right_looking(compiles):
     """lu, Cholesky and ludcmp's factorisation (its accumulator ``w`` expanded): one step
     band of 64 pivots, the trailing update of each update statement on the micro-kernel
     (FMA tiles in the built kernel); the update over the whole ``k`` range (rows read
@@ -623,7 +651,7 @@ def test_factorisations_are_blocked_right_looking():
     packs, 16 regions, ran ludcmp at LARGE 1.6-1.9x slower, docs/c_frontend.md)."""
     for name, updates in (("lu_like", "S_0, S_2"), ("cholesky_like", "S_0"),
                           ("ludcmp_like", "S_1, S_4")):
-        ck = compile_kernel(kernel(name), TARGET)
+        ck = compiles.get(name)
         n = ck.notes["scop-factor"]
         assert any("blocked right-looking, 64 pivots a step" in x and
                    f"trailing update of {updates} on the micro-kernel" in x for x in n), n
@@ -632,7 +660,7 @@ def test_factorisations_are_blocked_right_looking():
         assert packed == (name != "ludcmp_like"), (name, ck.notes)
         if name == "ludcmp_like":
             assert ck.source.count("#pragma omp parallel") == 3, ck.source
-    n = notes("lu_nofactor")["scop-factor"]
+    n = compiles.notes("lu_nofactor")["scop-factor"]
     assert any("would violate a dependence; program order kept" in x for x in n), n
 
 
@@ -656,11 +684,12 @@ def test_blocked_order_is_the_c_order_per_element(name, monkeypatch, tmp_path_fa
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FACTOR_SIZES))
-def test_blocked_factorisation_matches_gcc_o0(name, tmp_path_factory):
+def test_blocked_factorisation_matches_gcc_o0(name, tmp_path_factory, compiles):
     """The built kernel at sizes of one, several and partial steps (FMA contraction in
     the micro-kernel: 1e-12 relative to the largest element)."""
     k = kernel(name)
-    fn = build(k, TARGET)
+    ck = compiles.get(name)
+    fn = ck.backend.load(ck)
     for n in FACTOR_SIZES[name]:
         arrays = random_arrays(k, dict(n=n), seed=n)
         ref = run_gcc(name, gcc_o0(name, tmp_path_factory), dict(n=n), arrays)
@@ -677,11 +706,11 @@ TRMM_SIZES = [dict(m=1, n=1), dict(m=13, n=29), dict(m=61, n=37), dict(m=131, n=
               dict(m=200, n=5)]
 
 
-def test_trmm_rows_below_reach_the_micro_kernel():
+def test_trmm_rows_below_reach_the_micro_kernel(compiles):
     """trmm's ``B[i][j] += A[k][i] * B[k][j]`` (``k > i``): row blocks of 60 (a multiple
     of MR = 6), the products with the rows below the block on the micro-kernel, ``A``
     and the ``B[k][j]`` reference packed (``B[i][j]``, accumulated, is not)."""
-    ck = compile_kernel(kernel("trmm_like"), TARGET)
+    ck = compiles.get("trmm_like")
     n = ck.notes["scop-trmm"]
     assert any("row-blocked, 60 rows a step" in x and "B += A * B" in x for x in n), n
     assert ck.final_ir.counts.microkernels >= 1, ck.final_ir.counts
@@ -695,7 +724,7 @@ def test_trmm_rows_below_reach_the_micro_kernel():
     for name in ("gemm_ikj", "syrk_aa", "gemm_bt"):
         m = match_trmm(list(kernel(name).polyhedral_model().statements))
         assert m == "the reduction range does not depend on the row (scop-gemm's GEMM)", m
-        assert any("GEMM" in x for x in notes(name)["scop-gemm"]), name
+        assert any("GEMM" in x for x in compiles.notes(name)["scop-gemm"]), name
 
 
 def test_trmm_not_blocked_when_the_rows_below_are_written_first():
@@ -740,13 +769,14 @@ def test_trmm_blocked_order_is_the_c_order(sizes, monkeypatch, tmp_path_factory)
 
 
 @pytest.mark.slow
-def test_trmm_blocked_kernel_matches_gcc_o0(tmp_path_factory):
+def test_trmm_blocked_kernel_matches_gcc_o0(tmp_path_factory, compiles):
     """The built kernel (60 rows a step) at one row, one partial block and several
     blocks with a partial last one: 1e-13 relative to the largest element (the sums
     keep the C order; FMA contraction in the micro-kernel)."""
     name = "trmm_like"
     k = kernel(name)
-    fn = build(k, TARGET)
+    ck = compiles.get(name)
+    fn = ck.backend.load(ck)
     for sizes in TRMM_SIZES:
         arrays = random_arrays(k, sizes, seed=sizes["m"])
         ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
@@ -759,7 +789,7 @@ def test_trmm_blocked_kernel_matches_gcc_o0(tmp_path_factory):
 # ----------------------------------------------------------------------------- symm
 
 
-def test_symm_split_reaches_the_micro_kernel():
+def test_symm_split_reaches_the_micro_kernel(compiles):
     """symm: phase 1 ``acc[i][j] += A[i][k] * B[k][j]`` (``k < i``: the rectangle left
     of the block on the micro-kernel), phase 2 the ``C[i][j]`` statement (in phase 1's
     row steps), phase 3 the mirror ``C[k][j] += A[i][k] * B[i][j]`` (``i > k``: the
@@ -768,7 +798,7 @@ def test_symm_split_reaches_the_micro_kernel():
     once; with a thread band whose ranges were piecewise in ``n`` isl wrote it once per
     thread), only the mirror's ``alpha * B`` packed, scop-trmm and scop-gemm leave it
     alone."""
-    ck = compile_kernel(kernel("symm_like"), TARGET)
+    ck = compiles.get("symm_like")
     n = ck.notes["scop-symm"]
     assert any("split in three phases, 120 rows a step" in x and "acc += A * B" in x
                and "C += A * B" in x and "6x6 triangles" in x for x in n), n
@@ -787,10 +817,11 @@ def test_symm_split_reaches_the_micro_kernel():
     for name in ("gemm_ikj", "syrk_aa", "gemm_bt", "syr2k_like", "trmm_like"):
         assert isinstance(match_symm(list(kernel(name).polyhedral_model().statements)),
                           str), name
-        assert "scop-symm" not in notes(name), name
+        assert "scop-symm" not in compiles.notes(name), name
 
 
-def _symm_check(sizes, tmp_path_factory, interpreted: bool):
+def _symm_check(sizes, tmp_path_factory, interpreted: bool, fn=None):
+    """``fn``: the built kernel (default: built here, after the caller's patches)."""
     name = "symm_like"
     k = kernel(name)
     arrays = random_arrays(k, sizes, seed=sizes["m"] + 7)
@@ -803,7 +834,7 @@ def _symm_check(sizes, tmp_path_factory, interpreted: bool):
         assert any("12 rows a step" in x for x in ck.notes["scop-symm"]), ck.notes
         got = as_tuple(interpret(ck, *args(), **sizes))
         assert np.array_equal(got[0], ref["C"]), sizes
-    got = as_tuple(build(k, TARGET)(*args(), **sizes))
+    got = as_tuple((fn or build(k, TARGET))(*args(), **sizes))
     w = ref["C"]
     assert np.abs(got[0] - w).max() <= 1e-13 * max(1.0, np.abs(w).max()), sizes
 
@@ -826,10 +857,12 @@ def test_symm_split_order_is_the_c_order(sizes, monkeypatch, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_symm_split_kernel_matches_gcc_o0(tmp_path_factory):
+def test_symm_split_kernel_matches_gcc_o0(tmp_path_factory, compiles):
     """The built kernel (60 rows a step) at one row, one partial block, a prime number
     of rows over several blocks, and a thin matrix: 1e-13 relative to the largest
     element."""
+    ck = compiles.get("symm_like")
+    fn = ck.backend.load(ck)                     # one compile for the five sizes
     for sizes in (dict(m=1, n=1), dict(m=13, n=29), dict(m=61, n=37),
                   dict(m=131, n=71), dict(m=200, n=5)):
-        _symm_check(sizes, tmp_path_factory, False)
+        _symm_check(sizes, tmp_path_factory, False, fn)

@@ -213,7 +213,10 @@ class Simulator(Interpreter):
             self.st = st
             self.mem = dict(self.globals)
             self._static = {}
-            self.stmt(info.body, st)
+            # IEEE values for floating-point errors, numpy's 0 for an integer division
+            # by zero: the interpreter's error state (Interpreter.run), set once
+            with np.errstate(all="ignore"):
+                self.stmt(info.body, st)
         self._static = {}
         self._global_trackers = {}
         return self.stats
