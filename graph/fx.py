@@ -924,22 +924,36 @@ class _Importer:
         if kwargs.get("enable_gqa"):
             raise UnsupportedOpError("scaled_dot_product_attention with enable_gqa")
         if not all(isinstance(t, Value) for t in (q, k, v)) or len(
-                {q.dtype, k.dtype, v.dtype}) != 1 or q.dtype not in ("float32", "float64"):
+                {q.dtype, k.dtype, v.dtype}) != 1 or q.dtype not in (
+                    "float32", "float64", "float16", "bfloat16"):
             raise UnsupportedOpError("scaled_dot_product_attention needs q, k, v of one "
-                                     "float32/float64 dtype")
+                                     "float dtype")
+        low = q.dtype if q.dtype in ("float16", "bfloat16") else None
+        if low is not None:  # computed in float32, rounded once (torch's CPU kernels
+            if isinstance(mask, Value) and mask.dtype not in ("bool", low):  # accumulate
+                raise UnsupportedOpError(f"attention mask of {mask.dtype} for {low}")
+            q, k, v = (self.cast(t, "float32") for t in (q, k, v))  # in float too)
+            if isinstance(mask, Value) and mask.dtype == low:
+                mask = self.cast(mask, "float32")
         if not len(q.shape) == len(k.shape) == len(v.shape) >= 2:
             raise UnsupportedOpError("scaled_dot_product_attention of unequal ranks")
         if causal and mask is not None:
             raise UnsupportedOpError("scaled_dot_product_attention with both a mask and "
                                      "is_causal")
-        g = self.g
         if scale is None:
             scale = 1.0 / sympy.sqrt(q.shape[-1])
         scale = self.number(sympy.sympify(scale))
         if isinstance(mask, Value) and mask.dtype not in ("bool", q.dtype):
             raise UnsupportedOpError(f"attention mask of {mask.dtype} for {q.dtype}")
+        if low is not None:
+            return self.cast(self._sdpa(q, k, v, mask, bool(causal), scale), low)
+        return self._sdpa(q, k, v, mask, bool(causal), scale)
+
+    def _sdpa(self, q: Value, k: Value, v: Value, mask, causal: bool, scale) -> Value:
+        """``_h_sdpa`` for q, k, v of one float32/float64 dtype."""
+        g = self.g
         if _same_batch(q, k, v):
-            return self._sdpa_chain(q, k, v, mask, bool(causal), float(scale))
+            return self._sdpa_chain(q, k, v, mask, causal, float(scale))
         n = len(k.shape)
         s = self.matmul(q, g.transpose(k, dim0=n - 2, dim1=n - 1))
         s = g.op("mul", s, scalar=float(scale))
