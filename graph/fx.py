@@ -1418,8 +1418,11 @@ def _import_node(imp: _Importer, gm, n) -> None:
     deps: list = []
     imp.torch.fx.node.map_arg((n.args, n.kwargs), deps.append)
     if any(imp.env.get(d) is None for d in deps):  # fed by an op that runs eagerly: a
-        if n.target is operator.getitem:          # piece of its own after a split, but
-            imp.unsupported_nodes.append(n.name)  # unpacking stays with its op
+        # piece of its own after a split; the unpacking of an eager op's tuple stays with
+        # that op, the unpacking of an op only downstream of one stays with its own op
+        src = getattr(n.args[0], "name", None) if n.args else None
+        if n.target is operator.getitem and src in imp.unsupported_nodes:
+            imp.unsupported_nodes.append(n.name)
         return
     try:
         v = imp.call(n.op, n.target, imp.val(n.args), imp.val(n.kwargs))
