@@ -11,12 +11,13 @@ and ``S``; ``Gather`` / ``GatherElements`` of tensors are the graph's ``index`` 
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 import sympy
 
-from polycomp.errors import UnsupportedOpError
+from polycomp.errors import UnsupportedOpError, UsageError
 
 from .ir import Graph, GraphBuilder, Value, dim
 
@@ -258,11 +259,18 @@ def _const_array(v: Any):
 
 
 def import_onnx(model: Any, name: str | None = None) -> Graph:
-    """Import an ONNX model (a ``ModelProto`` or a file path)."""
+    """Import an ONNX model: a ``ModelProto``, a file path (``str`` or ``os.PathLike``),
+    the serialised bytes (``f.getvalue()`` after ``torch.onnx.export`` into a ``BytesIO``)
+    or a binary file object; anything else is a ``UsageError``."""
     import onnx
     import onnx.numpy_helper as nh
-    if isinstance(model, str):
+    if isinstance(model, (str, os.PathLike)) or hasattr(model, "read"):
         model = onnx.load(model)
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        model = onnx.load_from_string(bytes(model))
+    if not isinstance(model, onnx.ModelProto):
+        raise UsageError(f"import_onnx takes an ONNX ModelProto, a file path, bytes or a "
+                            f"binary file, not a {type(model).__name__}")
     imp = _OnnxImporter(name or model.graph.name or "onnx")
     inits = {t.name: nh.to_array(t) for t in model.graph.initializer}
     for name_, arr in inits.items():
@@ -277,14 +285,17 @@ def import_onnx(model: Any, name: str | None = None) -> Graph:
         imp.env[i.name] = imp.g.input(i.name, shape, dtype)
     bad: list[str] = []
     for n in model.graph.node:
+        if any(i and imp.env.get(i, 0) is None for i in n.input):
+            for o in n.output:  # fed by an unsupported op: not tried (its missing value
+                imp.env[o] = None  # would flow on as a bogus constant)
+            continue
         try:
             res = imp.node(n)
         except UnsupportedOpError as e:
             bad.append(e.message)
             res = None
         except (TypeError, AttributeError):
-            if not any(imp.env.get(x, 0) is None for x in n.input):
-                bad.append(f"ONNX op {n.op_type} on these inputs")
+            bad.append(f"ONNX op {n.op_type} on these inputs")
             res = None
         for o in n.output:
             imp.env[o] = res

@@ -148,3 +148,36 @@ def test_onnx_import_three_models():
             x = torch.randn(2, s, H)
             with torch.no_grad():
                 torch.testing.assert_close(cg(x), m(x), rtol=1e-4, atol=1e-5)
+
+
+def test_onnx_unsupported_op_listed_and_model_given_as_bytes_or_path(tmp_path):
+    """An unsupported op's missing output does not flow on into its consumers (it became
+    a bogus constant and a ``ShapeMismatchError`` at the ``MatMul``, hiding the list of
+    unsupported ops); ``import_onnx`` reads a ModelProto, ``bytes`` (``f.getvalue()``
+    after ``torch.onnx.export`` into a ``BytesIO``), a path (``str`` or ``Path``) or a
+    binary file, and refuses anything else with one ``UsageError`` line."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from polycomp.errors import UnsupportedOpError, UsageError
+    from polycomp.graph.onnx_import import import_onnx
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 3])
+    ok = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "ok", [x], [y], [w]))
+    for given in (ok.SerializeToString(), ok):
+        assert [str(d) for d in import_onnx(given).inputs[0].shape] == ["B", "4"]
+    path = tmp_path / "ok.onnx"
+    path.write_bytes(ok.SerializeToString())
+    for given in (path, str(path)):
+        assert import_onnx(given).outputs[0].shape[1] == 3
+    with open(path, "rb") as f:
+        assert import_onnx(f).outputs[0].shape[1] == 3
+    with pytest.raises(UsageError, match="not a int"):
+        import_onnx(3)
+    bad = helper.make_model(helper.make_graph(
+        [helper.make_node("CumSum", ["x", "axis"], ["c"]),
+         helper.make_node("MatMul", ["c", "w"], ["y"])], "bad", [x], [y], [w, axis]))
+    with pytest.raises(UnsupportedOpError, match="ONNX op CumSum$"):
+        import_onnx(bad.SerializeToString())
