@@ -6,8 +6,13 @@ shape arithmetic (``Shape``, ``Gather``, ``Unsqueeze``, ``Concat``, ``Constant``
 evaluated at import as sympy expressions, so ``Reshape`` keeps the relation to ``B``
 and ``S``; ``Gather`` / ``GatherElements`` of tensors are the graph's ``index`` /
 ``gather`` ops (negative indices count from the end).  Inputs keep their element type
-(``int64`` token ids).  Initializers become constants.  Ops with no mapping raise
-:class:`UnsupportedOpError` listing all of them.
+(``int64`` token ids).  Initializers become constants (integer and bool ones keep their
+dtype).  The ops transformers' exported mask builders and attention use (``Cast``,
+``Range``, comparisons, ``And`` / ``Or`` / ``Not``, ``Where``, ``Expand``,
+``ConstantOfShape``, ``IsNaN``, ``Split``, ``Concat``, ``Unsqueeze`` / ``Squeeze``,
+one-axis reductions) are graph ops, or evaluated at import on shape values.  Ops with no
+mapping raise :class:`UnsupportedOpError` listing all of them; an op fed by one is not
+tried.
 """
 from __future__ import annotations
 
