@@ -103,6 +103,8 @@ class _Importer:
         self.modules = {nn.Linear: self._linear_mod, nn.LayerNorm: self._ln_mod,
                         nn.GELU: lambda m, x: self.g.gelu(x, approximate=m.approximate),
                         nn.ReLU: lambda m, x: self.g.relu(x), nn.Tanh: lambda m, x: self.g.tanh(x),
+                        nn.SiLU: lambda m, x: self.silu(x),
+                        nn.LogSoftmax: lambda m, x: self.log_softmax(x, m.dim),
                         nn.Softmax: lambda m, x: self.softmax(x, m.dim),
                         nn.Dropout: lambda m, x: self.dropout(x, m.p, m.training),
                         nn.Identity: lambda m, x: x,
@@ -126,6 +128,8 @@ class _Importer:
             torch.true_divide: "div", operator.matmul: "matmul", torch.matmul: "matmul",
             torch.bmm: "matmul", F.linear: "linear", F.gelu: "gelu", F.relu: "relu",
             torch.relu: "relu", torch.tanh: "tanh", torch.exp: "exp", torch.sigmoid: "sigmoid",
+            torch.log: "log", F.silu: "silu", F.log_softmax: "log_softmax",
+            torch.log_softmax: "log_softmax",
             torch.rsqrt: "rsqrt", torch.sqrt: "sqrt", torch.erf: "erf", F.softmax: "softmax",
             torch.softmax: "softmax", F.layer_norm: "layer_norm", F.dropout: "dropout",
             torch.dropout: "dropout", F.alpha_dropout: "dropout",
@@ -272,6 +276,24 @@ class _Importer:
             x = self.cast(x, pdtype(dtype))
         return self.g.softmax(x, axis=axis)
 
+    def log_softmax(self, x, axis, dtype=None):
+        """``x - m - log(sum(exp(x - m)))`` with ``m`` the row's max (torch's formula)."""
+        if axis is None:
+            raise UnsupportedOpError("log_softmax without a dim")
+        if dtype is not None:
+            x = self.cast(x, pdtype(dtype))
+        if not isinstance(x, Value) or x.dtype not in ("float32", "float64"):
+            raise UnsupportedOpError("log_softmax of a tensor that is not float32/float64")
+        g = self.g
+        shifted = g.sub(x, g.amax(x, axis=axis, keepdim=True))
+        return g.sub(shifted, g.log(g.sum(g.exp(shifted), axis=axis, keepdim=True)))
+
+    def silu(self, x):
+        """``x * sigmoid(x)``."""
+        if not isinstance(x, Value):
+            raise UnsupportedOpError(f"silu of a {type(x).__name__}")
+        return self.g.mul(x, self.g.sigmoid(x))
+
     def dropout(self, x, p, training):
         if training and p > 0:
             raise UnsupportedOpError("dropout in training mode (random, runs eagerly; it is "
@@ -304,12 +326,25 @@ class _Importer:
         return self.g.op(op, x, **attrs)
 
     def reduce(self, op: str, x, dim_=None, keepdim=False, dtype=None):
-        if dim_ is None or (isinstance(dim_, (tuple, list)) and len(dim_) != 1):
-            raise UnsupportedOpError(f"{op} over several axes (or all of them)")
-        axis = dim_[0] if isinstance(dim_, (tuple, list)) else dim_
+        if dim_ is None or (isinstance(dim_, (tuple, list)) and len(dim_) == 0):
+            raise UnsupportedOpError(f"{op} over all axes")
         if dtype is not None:
             x = self.cast(x, pdtype(dtype))
-        return self.g.op(op, x, axis=axis, keepdim=bool(keepdim))
+        if not isinstance(dim_, (tuple, list)) or len(dim_) == 1:
+            axis = dim_[0] if isinstance(dim_, (tuple, list)) else dim_
+            return self.g.op(op, x, axis=axis, keepdim=bool(keepdim))
+        # several axes (``x.mean((2, 3))``): one axis after the other, the last first (so
+        # the others keep their index), kept as extent 1 and dropped at the end
+        if not isinstance(x, Value):
+            raise UnsupportedOpError(f"{op} of a {type(x).__name__}")
+        n = len(x.shape)
+        axes = sorted({int(a) + n if int(a) < 0 else int(a) for a in dim_}, reverse=True)
+        y = x
+        for a in axes:
+            y = self.g.op(op, y, axis=a, keepdim=True)
+        if keepdim:
+            return y
+        return self.g.reshape(y, shape=tuple(d for k, d in enumerate(y.shape) if k not in axes))
 
     def to(self, x, args, kwargs):
         """``x.to(...)`` / ``x.type(...)``: a cast, or nothing (``.to("cpu")``)."""
@@ -637,7 +672,7 @@ class _Importer:
         if not h:
             for k in ("add", "sub", "mul", "div"):
                 h[k] = self._h_arith
-            for k in ("relu", "tanh", "exp", "sigmoid", "sqrt", "rsqrt", "neg"):
+            for k in ("relu", "tanh", "exp", "log", "sigmoid", "sqrt", "rsqrt", "neg"):
                 h[k] = lambda name, a, kw: self.unary(name, a[0])
             for k in ("sum", "mean", "amax"):
                 h[k] = self._h_reduce
@@ -650,6 +685,9 @@ class _Importer:
                          name, a[0], approximate=kw.get("approximate", "none")),
                      softmax=lambda name, a, kw: self.softmax(
                          a[0], _arg(a, kw, 1, "dim", -1), _arg(a, kw, 2, "dtype", None)),
+                     log_softmax=lambda name, a, kw: self.log_softmax(
+                         a[0], _arg(a, kw, 1, "dim", -1), _arg(a, kw, 2, "dtype", None)),
+                     silu=lambda name, a, kw: self.silu(a[0]),
                      layer_norm=self._h_layer_norm, dropout=self._h_dropout,
                      narrow=lambda name, a, kw: self.g.slice(a[0], axis=a[1], start=a[2],
                                                              end=a[2] + a[3]),
