@@ -103,6 +103,8 @@ class _Importer:
         self.modules = {nn.Linear: self._linear_mod, nn.LayerNorm: self._ln_mod,
                         nn.GELU: lambda m, x: self.g.gelu(x, approximate=m.approximate),
                         nn.ReLU: lambda m, x: self.g.relu(x), nn.Tanh: lambda m, x: self.g.tanh(x),
+                        nn.SiLU: lambda m, x: self.silu(x),
+                        nn.LogSoftmax: lambda m, x: self.log_softmax(x, m.dim),
                         nn.Softmax: lambda m, x: self.softmax(x, m.dim),
                         nn.Dropout: lambda m, x: self.dropout(x, m.p, m.training),
                         nn.Identity: lambda m, x: x,
@@ -126,6 +128,8 @@ class _Importer:
             torch.true_divide: "div", operator.matmul: "matmul", torch.matmul: "matmul",
             torch.bmm: "matmul", F.linear: "linear", F.gelu: "gelu", F.relu: "relu",
             torch.relu: "relu", torch.tanh: "tanh", torch.exp: "exp", torch.sigmoid: "sigmoid",
+            torch.log: "log", F.silu: "silu", F.log_softmax: "log_softmax",
+            torch.log_softmax: "log_softmax",
             torch.rsqrt: "rsqrt", torch.sqrt: "sqrt", torch.erf: "erf", F.softmax: "softmax",
             torch.softmax: "softmax", F.layer_norm: "layer_norm", F.dropout: "dropout",
             torch.dropout: "dropout", F.alpha_dropout: "dropout",
@@ -272,6 +276,24 @@ class _Importer:
             x = self.cast(x, pdtype(dtype))
         return self.g.softmax(x, axis=axis)
 
+    def log_softmax(self, x, axis, dtype=None):
+        """``x - m - log(sum(exp(x - m)))`` with ``m`` the row's max (torch's formula)."""
+        if axis is None:
+            raise UnsupportedOpError("log_softmax without a dim")
+        if dtype is not None:
+            x = self.cast(x, pdtype(dtype))
+        if not isinstance(x, Value) or x.dtype not in ("float32", "float64"):
+            raise UnsupportedOpError("log_softmax of a tensor that is not float32/float64")
+        g = self.g
+        shifted = g.sub(x, g.amax(x, axis=axis, keepdim=True))
+        return g.sub(shifted, g.log(g.sum(g.exp(shifted), axis=axis, keepdim=True)))
+
+    def silu(self, x):
+        """``x * sigmoid(x)``."""
+        if not isinstance(x, Value):
+            raise UnsupportedOpError(f"silu of a {type(x).__name__}")
+        return self.g.mul(x, self.g.sigmoid(x))
+
     def dropout(self, x, p, training):
         if training and p > 0:
             raise UnsupportedOpError("dropout in training mode (random, runs eagerly; it is "
@@ -304,12 +326,25 @@ class _Importer:
         return self.g.op(op, x, **attrs)
 
     def reduce(self, op: str, x, dim_=None, keepdim=False, dtype=None):
-        if dim_ is None or (isinstance(dim_, (tuple, list)) and len(dim_) != 1):
-            raise UnsupportedOpError(f"{op} over several axes (or all of them)")
-        axis = dim_[0] if isinstance(dim_, (tuple, list)) else dim_
+        if dim_ is None or (isinstance(dim_, (tuple, list)) and len(dim_) == 0):
+            raise UnsupportedOpError(f"{op} over all axes")
         if dtype is not None:
             x = self.cast(x, pdtype(dtype))
-        return self.g.op(op, x, axis=axis, keepdim=bool(keepdim))
+        if not isinstance(dim_, (tuple, list)) or len(dim_) == 1:
+            axis = dim_[0] if isinstance(dim_, (tuple, list)) else dim_
+            return self.g.op(op, x, axis=axis, keepdim=bool(keepdim))
+        # several axes (``x.mean((2, 3))``): one axis after the other, the last first (so
+        # the others keep their index), kept as extent 1 and dropped at the end
+        if not isinstance(x, Value):
+            raise UnsupportedOpError(f"{op} of a {type(x).__name__}")
+        n = len(x.shape)
+        axes = sorted({int(a) + n if int(a) < 0 else int(a) for a in dim_}, reverse=True)
+        y = x
+        for a in axes:
+            y = self.g.op(op, y, axis=a, keepdim=True)
+        if keepdim:
+            return y
+        return self.g.reshape(y, shape=tuple(d for k, d in enumerate(y.shape) if k not in axes))
 
     def to(self, x, args, kwargs):
         """``x.to(...)`` / ``x.type(...)``: a cast, or nothing (``.to("cpu")``)."""
@@ -637,7 +672,7 @@ class _Importer:
         if not h:
             for k in ("add", "sub", "mul", "div"):
                 h[k] = self._h_arith
-            for k in ("relu", "tanh", "exp", "sigmoid", "sqrt", "rsqrt", "neg"):
+            for k in ("relu", "tanh", "exp", "log", "sigmoid", "sqrt", "rsqrt", "neg"):
                 h[k] = lambda name, a, kw: self.unary(name, a[0])
             for k in ("sum", "mean", "amax"):
                 h[k] = self._h_reduce
@@ -650,6 +685,9 @@ class _Importer:
                          name, a[0], approximate=kw.get("approximate", "none")),
                      softmax=lambda name, a, kw: self.softmax(
                          a[0], _arg(a, kw, 1, "dim", -1), _arg(a, kw, 2, "dtype", None)),
+                     log_softmax=lambda name, a, kw: self.log_softmax(
+                         a[0], _arg(a, kw, 1, "dim", -1), _arg(a, kw, 2, "dtype", None)),
+                     silu=lambda name, a, kw: self.silu(a[0]),
                      layer_norm=self._h_layer_norm, dropout=self._h_dropout,
                      narrow=lambda name, a, kw: self.g.slice(a[0], axis=a[1], start=a[2],
                                                              end=a[2] + a[3]),
@@ -924,22 +962,36 @@ class _Importer:
         if kwargs.get("enable_gqa"):
             raise UnsupportedOpError("scaled_dot_product_attention with enable_gqa")
         if not all(isinstance(t, Value) for t in (q, k, v)) or len(
-                {q.dtype, k.dtype, v.dtype}) != 1 or q.dtype not in ("float32", "float64"):
+                {q.dtype, k.dtype, v.dtype}) != 1 or q.dtype not in (
+                    "float32", "float64", "float16", "bfloat16"):
             raise UnsupportedOpError("scaled_dot_product_attention needs q, k, v of one "
-                                     "float32/float64 dtype")
+                                     "float dtype")
+        low = q.dtype if q.dtype in ("float16", "bfloat16") else None
+        if low is not None:  # computed in float32, rounded once (torch's CPU kernels
+            if isinstance(mask, Value) and mask.dtype not in ("bool", low):  # accumulate
+                raise UnsupportedOpError(f"attention mask of {mask.dtype} for {low}")
+            q, k, v = (self.cast(t, "float32") for t in (q, k, v))  # in float too)
+            if isinstance(mask, Value) and mask.dtype == low:
+                mask = self.cast(mask, "float32")
         if not len(q.shape) == len(k.shape) == len(v.shape) >= 2:
             raise UnsupportedOpError("scaled_dot_product_attention of unequal ranks")
         if causal and mask is not None:
             raise UnsupportedOpError("scaled_dot_product_attention with both a mask and "
                                      "is_causal")
-        g = self.g
         if scale is None:
             scale = 1.0 / sympy.sqrt(q.shape[-1])
         scale = self.number(sympy.sympify(scale))
         if isinstance(mask, Value) and mask.dtype not in ("bool", q.dtype):
             raise UnsupportedOpError(f"attention mask of {mask.dtype} for {q.dtype}")
+        if low is not None:
+            return self.cast(self._sdpa(q, k, v, mask, bool(causal), scale), low)
+        return self._sdpa(q, k, v, mask, bool(causal), scale)
+
+    def _sdpa(self, q: Value, k: Value, v: Value, mask, causal: bool, scale) -> Value:
+        """``_h_sdpa`` for q, k, v of one float32/float64 dtype."""
+        g = self.g
         if _same_batch(q, k, v):
-            return self._sdpa_chain(q, k, v, mask, bool(causal), float(scale))
+            return self._sdpa_chain(q, k, v, mask, causal, float(scale))
         n = len(k.shape)
         s = self.matmul(q, g.transpose(k, dim0=n - 2, dim1=n - 1))
         s = g.op("mul", s, scalar=float(scale))
@@ -1404,8 +1456,11 @@ def _import_node(imp: _Importer, gm, n) -> None:
     deps: list = []
     imp.torch.fx.node.map_arg((n.args, n.kwargs), deps.append)
     if any(imp.env.get(d) is None for d in deps):  # fed by an op that runs eagerly: a
-        if n.target is operator.getitem:          # piece of its own after a split, but
-            imp.unsupported_nodes.append(n.name)  # unpacking stays with its op
+        # piece of its own after a split; the unpacking of an eager op's tuple stays with
+        # that op, the unpacking of an op only downstream of one stays with its own op
+        src = getattr(n.args[0], "name", None) if n.args else None
+        if n.target is operator.getitem and src in imp.unsupported_nodes:
+            imp.unsupported_nodes.append(n.name)
         return
     try:
         v = imp.call(n.op, n.target, imp.val(n.args), imp.val(n.kwargs))

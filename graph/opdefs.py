@@ -153,7 +153,8 @@ def _gelu(x, approximate: str):
 
 
 _UN = {"relu": lambda x, a: ir.max_(x, 0), "tanh": lambda x, a: dsl.tanh(x),
-       "exp": lambda x, a: dsl.exp(x), "sigmoid": lambda x, a: dsl.sigmoid(x),
+       "exp": lambda x, a: dsl.exp(x), "log": lambda x, a: dsl.log(x),
+       "sigmoid": lambda x, a: dsl.sigmoid(x),
        "neg": lambda x, a: -x, "sqrt": lambda x, a: dsl.sqrt(x),
        "rsqrt": lambda x, a: dsl.rsqrt(x), "erf": lambda x, a: dsl.erf(x),
        "gelu": lambda x, a: _gelu(x, a.get("approximate", "none")),
@@ -166,7 +167,7 @@ def _hardtanh(x, lo: float, hi: float):
     return ir.select(ir.binary("!=", x, x), x, c)
 
 
-_FLOAT_UN = ("tanh", "exp", "sigmoid", "sqrt", "rsqrt", "erf", "gelu")
+_FLOAT_UN = ("tanh", "exp", "log", "sigmoid", "sqrt", "rsqrt", "erf", "gelu")
 
 
 def _same_shape(node: Node, cs: Constraints) -> Shape:

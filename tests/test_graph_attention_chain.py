@@ -191,3 +191,35 @@ def test_attention_block_matches_torch():
     with torch.no_grad():
         ref = blk(x, m).numpy()
     np.testing.assert_allclose(cg(x.numpy(), m.numpy()), ref, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype,mdtype", [("float16", "float16"), ("bfloat16", "bool")])
+def test_low_precision_sdpa_computes_in_float32_and_matches_torch(dtype, mdtype):
+    """float16 / bfloat16 q, k, v (a ``model.half()`` transformer) are compiled, not run
+    eagerly: cast to float32, the float32 attention chain (float mask cast too, a bool mask
+    as it is), the result rounded once to the low dtype -- as torch's CPU kernels compute
+    (float accumulation).  Agrees with float32 attention of the same values to the low
+    dtype's rounding and with torch's own low-precision kernel."""
+    td = getattr(torch, dtype)
+    shapes = [("B", 2, "L", 8), ("B", 2, "L", 8), ("B", 2, "L", 8), ("B", 1, 1, "L")]
+    graph = _graph({}, shapes, [dtype] * 3 + [mdtype])
+    assert graph.outputs[0].dtype == dtype
+    assert [n.op for n in graph.nodes if n.op == "attention"] == ["attention"]
+    cg = compile_graph(graph, target="c")
+    g = torch.Generator().manual_seed(3)
+    for b, s in ((2, 7), (1, 1)):
+        q, k, v = (torch.randn(b, 2, s, 8, generator=g).to(td) for _ in range(3))
+        keep = torch.ones(b, 1, 1, s, dtype=torch.bool)
+        keep[-1, ..., s // 2 + 1:] = False
+        m = keep if mdtype == "bool" else torch.zeros(b, 1, 1, s).masked_fill(
+            ~keep, float("-inf")).to(td)
+        got = cg(q, k, v, m)
+        assert got.dtype == td
+        exact = F.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(),
+            attn_mask=m if mdtype == "bool" else m.float())
+        ulp = torch.finfo(td).eps  # (one rounding of float32 values that may differ
+        torch.testing.assert_close(got, exact.to(td), rtol=ulp, atol=1e-6)  # in ulps)
+        eager = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        torch.testing.assert_close(got.float(), eager.float(),
+                                   rtol=2e-2 if dtype == "bfloat16" else 2e-3, atol=2e-3)

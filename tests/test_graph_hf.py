@@ -95,3 +95,58 @@ def test_hugging_face_model_matches_eager(name, monkeypatch, capsys):
     # all three compile whole: nothing runs eagerly (GPT-2's ``torch.tensor([])`` KV cache
     # is a graph constant)
     assert not [line for r in reports for line in r.eager], [r.eager for r in reports]
+
+
+def _onnx_export(model, args, names, dyn):
+    import io
+    import warnings
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, args, f, input_names=names, output_names=["y"],
+                          dynamic_axes=dyn, opset_version=17, dynamo=False)
+    return f.getvalue()
+
+
+@pytest.mark.slow
+def test_bert_onnx_export_imports_and_matches_eager(monkeypatch):
+    """``torch.onnx.export`` (TorchScript exporter, symbolic B and S) of ``BertModel``
+    with a padding mask and token types: transformers' mask builder (``Range``,
+    ``ConstantOfShape``, comparisons, ``And``, ``Where``, ``Expand``, a gather with
+    computed indices) and, with SDPA, the exported attention (a bool mask as ``Where(m,
+    0, -inf)``, ``IsNaN`` zeroing a fully masked row) import (before: ``Slice``, ``Cast``,
+    ``ConstantOfShape`` unsupported, and a misleading ``ShapeMismatchError``) and match
+    eager at several sizes from one compilation; a sequence whose mask is all zeros too.
+    (Slow: transformers' import; ``test_onnx_mask_and_attention_ops_of_an_export`` in
+    test_graph_models.py exports the same ONNX ops from a small module.)"""
+    from polycomp.graph import compile_graph
+    from polycomp.graph.onnx_import import import_onnx
+    t = _transformers(monkeypatch)
+    torch.manual_seed(0)
+    m = t.BertModel(t.BertConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
+                                 intermediate_size=64, vocab_size=VOCAB,
+                                 max_position_embeddings=32, attn_implementation="sdpa"))
+
+    class Last(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids, mask, types):
+            return self.m(input_ids=ids, attention_mask=mask,
+                          token_type_ids=types).last_hidden_state
+    w = Last().eval()  # (export leaves a module in training mode as it found it)
+    names = ["ids", "mask", "types"]
+    args = (torch.zeros(2, 5, dtype=torch.long),) * 2 + (torch.zeros(2, 5, dtype=torch.long),)
+    onnx_bytes = _onnx_export(w, args, names, {n: {0: "B", 1: "S"} for n in names + ["y"]})
+    cg = compile_graph(import_onnx(onnx_bytes), "c")
+    for b, s in ((2, 7), (1, 1), (3, 4)):
+        ids, types = torch.randint(0, VOCAB, (b, s)), torch.randint(0, 2, (b, s))
+        mask = torch.ones(b, s, dtype=torch.long)
+        mask[-1, s // 2:] = 0
+        if b == 3:
+            mask[0] = 0   # every key masked
+        with torch.no_grad():
+            ref = w(ids, mask, types)
+        got = torch.as_tensor(cg(ids.numpy(), mask.numpy(), types.numpy()))
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)

@@ -148,3 +148,93 @@ def test_onnx_import_three_models():
             x = torch.randn(2, s, H)
             with torch.no_grad():
                 torch.testing.assert_close(cg(x), m(x), rtol=1e-4, atol=1e-5)
+
+
+def test_onnx_unsupported_op_listed_and_model_given_as_bytes_or_path(tmp_path):
+    """An unsupported op's missing output does not flow on into its consumers (it became
+    a bogus constant and a ``ShapeMismatchError`` at the ``MatMul``, hiding the list of
+    unsupported ops); ``import_onnx`` reads a ModelProto, ``bytes`` (``f.getvalue()``
+    after ``torch.onnx.export`` into a ``BytesIO``), a path (``str`` or ``Path``) or a
+    binary file, and refuses anything else with one ``UsageError`` line."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from polycomp.errors import UnsupportedOpError, UsageError
+    from polycomp.graph.onnx_import import import_onnx
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 3])
+    ok = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "ok", [x], [y], [w]))
+    for given in (ok.SerializeToString(), ok):
+        assert [str(d) for d in import_onnx(given).inputs[0].shape] == ["B", "4"]
+    path = tmp_path / "ok.onnx"
+    path.write_bytes(ok.SerializeToString())
+    for given in (path, str(path)):
+        assert import_onnx(given).outputs[0].shape[1] == 3
+    with open(path, "rb") as f:
+        assert import_onnx(f).outputs[0].shape[1] == 3
+    with pytest.raises(UsageError, match="not a int"):
+        import_onnx(3)
+    bad = helper.make_model(helper.make_graph(
+        [helper.make_node("CumSum", ["x", "axis"], ["c"]),
+         helper.make_node("MatMul", ["c", "w"], ["y"])], "bad", [x], [y], [w, axis]))
+    with pytest.raises(UnsupportedOpError, match="ONNX op CumSum$"):
+        import_onnx(bad.SerializeToString())
+
+
+class _MaskedAttention(torch.nn.Module):
+    """What transformers' exported models build their masks and attention from: a causal
+    mask from ``arange`` ANDed with a padding mask, expanded over heads, a fused
+    projection split three ways, heads shaped from ``x.shape[:-1]``, SDPA with a bool
+    mask, a class token concatenated, ``ones`` of a symbolic shape, a sum, a squeeze."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+        self.cls = torch.nn.Parameter(torch.randn(1, 1, 8))
+
+    def forward(self, x, mask):
+        b, s = x.shape[0], x.shape[1]
+        pos = torch.arange(s)
+        keep = (pos[None, :] <= pos[:, None])[None, None] & mask[:, None, None, :].bool()
+        keep = keep.expand(b, 2, s, s)
+        q, k, v = (t.reshape(*t.shape[:-1], 2, 4).transpose(1, 2)
+                   for t in self.qkv(x).split(8, -1))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        y = torch.cat([self.cls.expand(b, 1, 8), a.transpose(1, 2).reshape(b, s, 8)], 1)
+        ones = torch.ones(y.shape[:2])
+        return (y * ones[..., None]).sum(-1, keepdim=True).squeeze(-1) + y[..., 0]
+
+
+def test_onnx_mask_and_attention_ops_of_an_export():
+    """The ONNX ops of an exported mask builder and attention import (``Range``,
+    ``LessOrEqual``, ``Cast``, ``And``, ``Expand``, ``ConstantOfShape`` of a symbolic
+    shape, ``Split`` with several outputs, ``Slice`` of a shape, ``Concat`` of tensors,
+    ``Where``, ``IsNaN``, ``ReduceSum``, ``Squeeze``) and match eager at several sizes,
+    a sequence whose every key is masked included (SDPA's NaN row becomes 0)."""
+    import io
+    import warnings
+
+    from polycomp.graph.onnx_import import import_onnx
+    torch.manual_seed(0)
+    m = _MaskedAttention().eval()
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, (torch.randn(2, 5, 8), torch.ones(2, 5, dtype=torch.long)), f,
+                          input_names=["x", "mask"], output_names=["y"], opset_version=17,
+                          dynamo=False, dynamic_axes={"x": {0: "B", 1: "S"},
+                                                      "mask": {0: "B", 1: "S"},
+                                                      "y": {0: "B", 1: "S"}})
+    graph = import_onnx(f.getvalue())
+    assert [v.dtype for v in graph.inputs] == ["float32", "int64"]
+    cg = compile_graph(graph, "c")
+    for b, s in ((2, 7), (1, 1), (3, 4)):
+        x, mask = torch.randn(b, s, 8), torch.ones(b, s, dtype=torch.long)
+        mask[-1, s // 2:] = 0
+        mask[0, 0] = 0 if b == 3 else 1  # row 0 of sequence 0: its only key masked
+        with torch.no_grad():
+            ref = m(x, mask)
+        got = torch.as_tensor(cg(x.numpy(), mask.numpy()))
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)

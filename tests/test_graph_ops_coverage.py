@@ -226,6 +226,26 @@ def test_hf_style_block_compiles_as_one_piece():
     _check(blk, [(2, 5), (1, 1), (3, 7)], make=make)
 
 
+def test_silu_log_softmax_and_mean_over_several_axes_with_nan_and_inf():
+    """``F.silu`` / ``nn.SiLU``, ``log_softmax`` (function, method, ``nn.LogSoftmax``:
+    ``x - max - log(sum(exp(x - max)))``) and ``mean`` / ``sum`` over several axes (one
+    after the other, as ``x.mean((2, 3))`` of a global pool) compile (they ran eagerly:
+    ``function silu``, ``mean over several axes``) and match eager with NaN and +-inf in
+    the input."""
+    act, lsm = nn.SiLU(), nn.LogSoftmax(dim=1)
+
+    def f(x):
+        return (F.silu(x) + act(x), F.log_softmax(x, -1), x.log_softmax(dim=2), lsm(x),
+                x.mean((2, 3)), x.sum((-1, 1), keepdim=True), torch.log(torch.sigmoid(x)))
+
+    def make(shapes, g):
+        x = torch.randn(shapes[0], generator=g)
+        x[0, 0, 0, 1], x[-1, 1, -1, 0], x[0, -1, 0, -1] = float("nan"), float("inf"), \
+            -float("inf")
+        return [x]
+    _check(f, [((2, 3, 4, 5),), ((3, 2, 3, 7),)], make=make)
+
+
 # --------------------------------------------------------------------- what stays eager
 
 @pytest.mark.parametrize("f, words", [
