@@ -60,7 +60,7 @@ from polycomp.islutil import restrict_equal, tuple_names
 from polycomp.scheduler.chain.local import LocalTile, decide_tiles_at, local_tiles
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.pass_base import Pass
-from polycomp.scheduler.cpu.scop_split import has_mark
+from polycomp.scheduler.cpu.scop_split import visit_unmarked_nests
 from polycomp.state import CompileState
 
 _T = isl.schedule_node_type
@@ -235,17 +235,7 @@ def contract_tree(schedule: isl.Schedule, ctx: CompileState) -> tuple[isl.Schedu
     """The schedule with a ``cpu_local`` mark wherever an array is contracted (module
     docstring), a line per mark."""
     c = _Contractor(ctx)
-    root = schedule.get_root()
-    if root.n_children() == 0:
-        return schedule, []
-    top = root.child(0)
-    if top.get_type() == _T.sequence:
-        for k in range(top.n_children()):
-            if not has_mark(top.child(k)):
-                top = c.visit(top.child(k)).parent()
-    elif not has_mark(top):
-        top = c.visit(top)
-    return top.get_schedule(), c.done
+    return visit_unmarked_nests(schedule, c.visit), c.done
 
 
 class ScopDeadStorePass(Pass):

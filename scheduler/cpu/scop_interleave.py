@@ -41,7 +41,7 @@ from polycomp.islutil import StatementDependences, maps, restrict_equal, some_di
 from polycomp.scheduler.common.pass_base import Pass
 from polycomp.scheduler.common.tree import violated_dependences
 from polycomp.scheduler.cpu.scop_parallel import band_dependences, parallel_member, worth_a_fork
-from polycomp.scheduler.cpu.scop_split import has_mark
+from polycomp.scheduler.cpu.scop_split import visit_unmarked_nests
 from polycomp.state import CompileState
 
 _T = isl.schedule_node_type
@@ -147,17 +147,7 @@ class _Interleaver:
 def interleave_tree(schedule: isl.Schedule, model: CScopModel) -> tuple[isl.Schedule, list[str]]:
     """The schedule with every rewrite made (module docstring), a line per rewrite."""
     it = _Interleaver(StatementDependences(model.dependences), _writes(model))
-    root = schedule.get_root()
-    if root.n_children() == 0:
-        return schedule, []
-    top = root.child(0)
-    if top.get_type() == _T.sequence:
-        for k in range(top.n_children()):
-            if not has_mark(top.child(k)):
-                top = it.visit(top.child(k)).parent()
-    elif not has_mark(top):
-        top = it.visit(top)
-    return top.get_schedule(), it.done
+    return visit_unmarked_nests(schedule, it.visit), it.done
 
 
 class ScopInterleavePass(Pass):

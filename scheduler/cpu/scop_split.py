@@ -39,6 +39,8 @@ dependent pair does not, so results are bitwise those of the C order.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import islpy as isl
 
 from polycomp.frontend.c_model import CScopModel
@@ -198,6 +200,24 @@ def has_mark(node: isl.ScheduleNode) -> bool:
     return bool(found)
 
 
+def visit_unmarked_nests(schedule: isl.Schedule,
+                         visit: Callable[[isl.ScheduleNode], isl.ScheduleNode]) -> isl.Schedule:
+    """The schedule with ``visit`` applied to each top-level nest (each child of the root
+    sequence, or the root's child when there is no sequence) that has no mark at or below
+    it (another pass's rewrite); ``visit`` returns the node it was given, rewritten."""
+    root = schedule.get_root()
+    if root.n_children() == 0:
+        return schedule
+    top = root.child(0)
+    if top.get_type() == _T.sequence:     # the stages: each child of the root sequence
+        for k in range(top.n_children()):
+            if not has_mark(top.child(k)):
+                top = visit(top.child(k)).parent()
+    elif not has_mark(top):
+        top = visit(top)
+    return top.get_schedule()
+
+
 def split_tree(schedule: isl.Schedule, deps: isl.UnionMap) -> tuple[isl.Schedule, list[str]]:
     """The schedule with every split made (module docstring) and a line per split."""
     s = _Splitter(StatementDependences(deps))
@@ -212,17 +232,7 @@ def split_tree(schedule: isl.Schedule, deps: isl.UnionMap) -> tuple[isl.Schedule
             node = visit(node.child(k)).parent()
         return node
 
-    root = schedule.get_root()
-    if root.n_children() == 0:
-        return schedule, []
-    top = root.child(0)
-    if top.get_type() == _T.sequence:     # the stages: each child of the root sequence
-        for k in range(top.n_children()):
-            if not has_mark(top.child(k)):
-                top = visit(top.child(k)).parent()
-    elif not has_mark(top):
-        top = visit(top)
-    return top.get_schedule(), s.done
+    return visit_unmarked_nests(schedule, visit), s.done
 
 
 class ScopSplitPass(Pass):
