@@ -211,7 +211,7 @@ class ExprReader:
             idx.append(e)
         return ir.Load(buf, tuple(idx), buf.dtype)
 
-    def arith(self, op, a, b, node):
+    def arith(self, op, a, b, node, affine=False):
         """``a op b`` with literals weakly typed (see the module docstring)."""
         if not isinstance(a, ir.Expr) and not isinstance(b, ir.Expr):
             if op in ("+", "-", "*"):
@@ -228,13 +228,48 @@ class ExprReader:
         da = a.dtype if isinstance(a, ir.Expr) else ("float32" if isinstance(a, float) else "int64")
         db = b.dtype if isinstance(b, ir.Expr) else ("float32" if isinstance(b, float) else "int64")
         if op in ("/", "%") and not dt.is_float(da) and not dt.is_float(db):
-            self.unsupported(f"integer {'division' if op == '/' else 'remainder'} "
-                             f"`{c_text(node)}`", node,
-                             "C truncates towards zero and polycomp's index arithmetic is "
-                             "affine; use floating-point operands or rewrite the subscript")
+            return self.truncating(op, a, b, node, affine)
         if op == "%":
             self.unsupported(f"floating-point remainder `{c_text(node)}`", node)
         return ir.binary(op, a, b)
+
+    def truncating(self, op, a, b, node, affine=False):
+        """C's integer ``a / b`` (truncated towards zero) or ``a % b`` (the sign of
+        ``a``) in polycomp's floor division ``//`` and modulo ``%``: the two differ by
+        one step exactly when the remainder is non-zero and the signs of ``a`` and ``b``
+        differ, which is a select on an affine condition when ``b`` is a constant (so
+        ``n / 2``, ``A[i / 2]`` and ``if (i % 3 == 0)`` stay quasi-affine, case-split
+        by isl; nothing overflows: ``a // b + 1`` and ``a % b - b`` lie between ``0``
+        and ``a``).  A division by the constant 0 is an error; by a value that is 0 at
+        run time it gives 0 (numpy's value; C leaves it undefined)."""
+        if not isinstance(b, ir.Expr) and b == 0:
+            self.unsupported(f"integer {'division' if op == '/' else 'remainder'} by the "
+                             f"constant zero `{c_text(node)}`", node)
+        what = "division" if op == "/" else "remainder"
+        if not isinstance(a, ir.Expr) and not isinstance(b, ir.Expr):
+            q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+            return q if op == "/" else a - b * q
+        if affine and isinstance(b, ir.Expr):
+            raise NonAffineIndexError(
+                f"integer {what} `{c_text(node)}` by a non-constant is not quasi-affine; "
+                f"bounds, subscripts and conditions may divide only by integer constants",
+                self.loc(node))
+        if not isinstance(b, ir.Expr) and b < 0:
+            # C: a / -c == -(a / c) and a % -c == a % c (isl divides by positives only)
+            t = self.truncating(op, a, -b, node, affine)
+            return t if op == "%" else (-t if not isinstance(t, ir.Expr)
+                                        else ir.Unary("neg", t, t.dtype))
+        q = ir.binary("//", a, b)
+        r = ir.binary("%", a, b)
+        a_expr = a if isinstance(a, ir.Expr) else ir.const(a)
+        if isinstance(b, ir.Expr):
+            # b's sign is known only at run time; floor-mod r != 0 implies a != 0
+            sign_differs = ir.select(ir.binary("<", b, 0), ir.binary(">", a_expr, 0),
+                                     ir.binary("<", a_expr, 0))
+        else:
+            sign_differs = ir.binary("<" if b > 0 else ">", a_expr, 0)
+        differ = ir.Binary("&&", ir.binary("!=", r, 0), sign_differs, "bool")
+        return ir.select(differ, q + 1, q) if op == "/" else ir.select(differ, r - b, r)
 
     def expr(self, node, scope, affine=False):
         """IR for a C expression; integer and float literals stay Python numbers until
@@ -267,6 +302,12 @@ class ExprReader:
                 return ir.Load(arr.buffer, (), arr.buffer.dtype)
             if arr is not None:
                 self.unsupported(f"array {node.name!r} used without subscripts", node)
+            if node.name in getattr(self, "declared_iters", ()):
+                raise UnknownSymbolError(
+                    f"loop iterator {node.name!r} read outside its loops in "
+                    f"`{c_text(node)}`: an iterator's value after its loop is not modelled; "
+                    f"compute it from the bounds (e.g. `n` after `for (i = 0; i < n; i++)`)",
+                    loc)
             raise UnknownSymbolError(f"unknown identifier {node.name!r} in `{c_text(node)}` "
                                      f"(not a loop iterator or a parameter of "
                                      f"{self.name!r})", loc)
@@ -285,7 +326,7 @@ class ExprReader:
                     a = ir.const(a)
                 return ir.binary(op, a, b)
             if op in ("+", "-", "*", "/", "%"):
-                return self.arith(op, a, b, node)
+                return self.arith(op, a, b, node, affine)
             self.unsupported(f"operator {op!r} in `{c_text(node)}`", node)
         if isinstance(node, c_ast.UnaryOp):
             op = node.op

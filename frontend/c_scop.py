@@ -241,7 +241,10 @@ class ScopReader(ExprReader):
                     (isinstance(it, c_ast.Return) and it.expr is None):
                 continue
             else:
-                self.unsupported(f"a {node_kind(it)} outside #pragma scop ... #pragma endscop", it,
+                text = c_text(it)
+                shown = f" `{text}`" if "\n" not in text else ""
+                self.unsupported(f"{_statement_kind(it)}{shown} outside #pragma scop "
+                                 f"... #pragma endscop", it,
                                  "polycomp compiles only the SCoP; move it into the region or "
                                  "out of the kernel function")
         return before, inside
@@ -422,7 +425,8 @@ class ScopReader(ExprReader):
                 elif isinstance(b, c_ast.ID) and b.name == name and nx.rvalue.op == "+":
                     step = self.int_constant(a)
         if not step:
-            self.unsupported(f"loop increment `{c_text(nx) if nx else ''}` of {name!r}", node,
+            self.unsupported(f"loop increment `{c_text(nx)}` of {name!r}" if nx else
+                             f"loop {name!r} without an increment", node,
                              f"the increment must be {name}++, {name}--, {name} += c or "
                              f"{name} -= c for a non-zero integer constant c")
         if abs(step) > MAX_LOOP_STEP:   # isl and the generated int64 code would overflow
@@ -565,3 +569,11 @@ def find_pragma(node, what) -> bool:
 
 def _shifted(loops, names, var, step) -> str:
     return ", ".join(f"{names[v]} + {step}" if v is var else names[v] for v in loops)
+
+
+def _statement_kind(node) -> str:
+    """``an assignment``, ``a for loop``, ...: a statement's kind with its article."""
+    kind = {"Assignment": "assignment", "UnaryOp": "increment or decrement",
+            "For": "for loop", "If": "if statement", "FuncCall": "function call",
+            "Compound": "block"}.get(type(node).__name__) or node_kind(node)
+    return ("an " if kind[0] in "aeiou" else "a ") + kind
