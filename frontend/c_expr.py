@@ -11,6 +11,7 @@ i.e. ``MIN``/``MAX`` macros) into isl text; they raise
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -73,6 +74,11 @@ MATH_FUNCTIONS = {
     "min": ("min", 2, None), "MIN": ("min", 2, None),
 }
 
+#: math functions whose double result of a float argument is a float value (exact), so
+#: the argument need not be converted (`sqrt` is not: its double result feeds double
+#: arithmetic unrounded in C)
+_EXACT_IN_ANY_TYPE = ("abs", "floor", "ceil", "min", "max")
+
 ISL_KEYWORDS = {"and", "or", "not", "exists", "mod", "floor", "ceil", "min", "max",
                  "infty", "NaN", "true", "false", "domain", "floord", "ceild", "implies"}
 
@@ -110,6 +116,14 @@ class ExprReader:
     params: dict[str, ir.Var]
     arrays: dict[str, Any]
     typedefs: dict[str, tuple]
+
+    @property
+    def c_literal_types(self) -> bool:
+        """Whether floating literals and math-function arguments take their C types
+        (``0.1`` double, ``0.1f`` float; ``exp(float)`` in double), as gcc computes them;
+        ``POLYCOMP_C_LITERAL_TYPES=0`` reads them weakly typed instead (a literal takes
+        the type of the array it meets, ``exp`` of a float is ``expf``), as before."""
+        return os.environ.get("POLYCOMP_C_LITERAL_TYPES", "1") != "0"
 
     def words(self, node) -> tuple:
         """:func:`type_words` of ``node`` with ``typedef`` names resolved (a name
@@ -284,7 +298,12 @@ class ExprReader:
         from pycparser import c_ast
         loc = self.loc(node)
         if isinstance(node, c_ast.Constant):
-            return _literal(node, loc)
+            value = _literal(node, loc)
+            if isinstance(value, float) and self.c_literal_types:
+                # C: `0.1` is a double, `0.1f` a float (`x * 0.1` with a float `x` is
+                # computed in double and rounded when stored)
+                return ir.FloatImm(value, "float32" if node.value[-1] in "fF" else "float64")
+            return value
         if isinstance(node, c_ast.ID):
             for v in reversed(scope.loops):
                 if v.name == node.name:
@@ -403,6 +422,11 @@ class ExprReader:
             if not isinstance(v, ir.Expr):
                 v = ir.FloatImm(float(v), fdtype or "float32")
             if fdtype is not None and not dt.is_float(v.dtype):
+                v = ir.cast(v, fdtype)
+            elif fdtype is not None and v.dtype != fdtype and op not in _EXACT_IN_ANY_TYPE \
+                    and self.c_literal_types:
+                # C converts the argument to the parameter's type: `exp` of a float is
+                # computed in double (`expf` of a double in float)
                 v = ir.cast(v, fdtype)
             out.append(v)
         if op == "abs" and not dt.is_float(out[0].dtype):

@@ -577,6 +577,10 @@ def _err(body, cls, match, line, params="int N, float A[N], float B[N]"):
      UnsupportedConstructError, "an assignment `A\\[0\\] = 2` outside #pragma scop", 5),
     ("int i;\nfor (i = 0; i < N; i++)\n  B[i] = 1;\nA[0] = i;", UnknownSymbolError,
      "loop iterator 'i' read outside its loops", 4),
+    ("for (unsigned i = N - 1; i >= 0; i--)\n  B[i] = A[i];", NonAffineIndexError,
+     "unsigned iterator 'i' \\(condition `i >= 0`\\) steps below 0", 1),
+    ("size_t i;\nfor (i = N - 1; i >= 1; i -= 2)\n  B[i] = A[i];", NonAffineIndexError,
+     "stop it at i >= 2", 2),
     ("for (int i = 0; i < N;) {\n  B[i] = 1;\n}", UnsupportedConstructError,
      "loop 'i' without an increment", 1),
     ("for (int i = 0; i < N; i++)\n  B[i] = A[i] + ;", CParseError,
@@ -660,6 +664,13 @@ def test_integer_division_truncates_like_c(target):
     want_Q, want_C = _c_division_reference(n, p, A, B, C)
     np.testing.assert_array_equal(Q, want_Q)
     np.testing.assert_array_equal(C_new, want_C)
+
+
+def test_unsigned_countdown_that_stops_at_1():
+    k = read_c_kernel("void f(unsigned n, double A[n]) {\n  unsigned i;\n"
+                      "  for (i = n - 1; i >= 1; i--) A[i] = A[i] + A[i - 1];\n}\n")
+    x = np.arange(5.0)
+    close(build(k, "c")(x), np.concatenate([[0.0], x[1:] + x[:-1]]))
 
 
 def test_integer_division_in_bounds_is_quasi_affine():
@@ -848,3 +859,45 @@ def test_triangular_nest_baseline_cuda_maps_outer_member_only(tmp_path):
         out = run_func(ck.ir, {"L": L}, {"N": n}, {"R": R})
         close(out["R"], want)
     _nvcc(tmp_path, ck.source)
+
+
+# --------------------------------------------------------------------------- C literal types
+# `0.1` is a double in C and `0.1f` a float; `exp` of a float is computed in double.  With
+# float arrays the weak typing polycomp used before (the literal took the array's type)
+# changed results: `x * 0.1`, `x > 0.1` (0.1f > 0.1 is true in C) and `exp(x)` differed
+# from gcc in the last bit or in the branch taken.
+
+C_LITERALS = r"""
+#include <math.h>
+void f(int n, float A[n], float B[n][4]) {
+  for (int i = 0; i < n; i++) {
+    B[i][0] = A[i] * 1.1f + 0.1;
+    B[i][1] = A[i] * 0.1;
+    B[i][2] = A[i] > 0.1 ? 1.0f : 0.0f;
+    B[i][3] = exp(A[i]) + sqrt(A[i] * A[i]);
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["c", "cpu"])
+def test_floating_literals_have_their_c_types(target, tmp_path):
+    from benchmarks import polybench as pb
+    k = read_c_kernel(C_LITERALS)
+    pk = pb.PolyKernel("literals", "f", C_LITERALS, {"n": 3000})
+    data = pb.make_data(k, pk, seed=2)
+    data["A"][0] = np.float32(0.1)
+    ref = pb.Reference(k, pk, "gcc", pb.EXACT_REF_FLAGS, str(tmp_path))
+    want = pb.run_once(ref.fn, ref.args, data)
+    c = pb.Compiled(k, target, {"fp_exact": True})
+    got = pb.run_once(c.f.cfunc, c.args, data)
+    assert want["B"][0, 2] == 1.0
+    assert pb.same_bits(got["B"], want["B"])
+
+
+def test_weak_literal_types_switch(monkeypatch):
+    """``POLYCOMP_C_LITERAL_TYPES=0`` reads literals weakly typed (float arithmetic)."""
+    src = "void f(int n, float A[n]) {\n  for (int i = 0; i < n; i++) A[i] = A[i] * 0.1;\n}\n"
+    assert "float64" in repr(read_c_kernel(src).program.statements[0].value)
+    monkeypatch.setenv("POLYCOMP_C_LITERAL_TYPES", "0")
+    assert "float64" not in repr(read_c_kernel(src).program.statements[0].value)
