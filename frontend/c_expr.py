@@ -225,7 +225,7 @@ class ExprReader:
             idx.append(e)
         return ir.Load(buf, tuple(idx), buf.dtype)
 
-    def arith(self, op, a, b, node, affine=False):
+    def arith(self, op, a, b, node, affine=False, scope=None):
         """``a op b`` with literals weakly typed (see the module docstring)."""
         if not isinstance(a, ir.Expr) and not isinstance(b, ir.Expr):
             if op in ("+", "-", "*"):
@@ -242,12 +242,12 @@ class ExprReader:
         da = a.dtype if isinstance(a, ir.Expr) else ("float32" if isinstance(a, float) else "int64")
         db = b.dtype if isinstance(b, ir.Expr) else ("float32" if isinstance(b, float) else "int64")
         if op in ("/", "%") and not dt.is_float(da) and not dt.is_float(db):
-            return self.truncating(op, a, b, node, affine)
+            return self.truncating(op, a, b, node, affine, scope)
         if op == "%":
             self.unsupported(f"floating-point remainder `{c_text(node)}`", node)
         return ir.binary(op, a, b)
 
-    def truncating(self, op, a, b, node, affine=False):
+    def truncating(self, op, a, b, node, affine=False, scope=None):
         """C's integer ``a / b`` (truncated towards zero) or ``a % b`` (the sign of
         ``a``) in polycomp's floor division ``//`` and modulo ``%``: the two differ by
         one step exactly when the remainder is non-zero and the signs of ``a`` and ``b``
@@ -270,11 +270,14 @@ class ExprReader:
                 self.loc(node))
         if not isinstance(b, ir.Expr) and b < 0:
             # C: a / -c == -(a / c) and a % -c == a % c (isl divides by positives only)
-            t = self.truncating(op, a, -b, node, affine)
+            t = self.truncating(op, a, -b, node, affine, scope)
             return t if op == "%" else (-t if not isinstance(t, ir.Expr)
                                         else ir.Unary("neg", t, t.dtype))
         q = ir.binary("//", a, b)
         r = ir.binary("%", a, b)
+        if not isinstance(b, ir.Expr) and scope is not None and \
+                self.never_negative(a, scope):
+            return q if op == "/" else r     # floor and truncation agree
         a_expr = a if isinstance(a, ir.Expr) else ir.const(a)
         if isinstance(b, ir.Expr):
             # b's sign is known only at run time; floor-mod r != 0 implies a != 0
@@ -284,6 +287,29 @@ class ExprReader:
             sign_differs = ir.binary("<" if b > 0 else ">", a_expr, 0)
         differ = ir.Binary("&&", ir.binary("!=", r, 0), sign_differs, "bool")
         return ir.select(differ, q + 1, q) if op == "/" else ir.select(differ, r - b, r)
+
+    def never_negative(self, e, scope) -> bool:
+        """Whether the affine integer expression ``e`` is ``>= 0`` wherever the enclosing
+        loops and conditions hold, for every size ``>= 1`` (isl; False when ``e`` is
+        not affine or that cannot be shown)."""
+        ctx = getattr(self, "ctx", None)
+        if ctx is None or not isinstance(e, ir.Expr) or not dt.is_int(e.dtype):
+            return False
+        import islpy as isl
+        names = self.names(scope)
+        try:
+            text = to_isl(e, names, "dividend", None)
+        except PolycompError:
+            return False
+        dims = ", ".join(names[v] for v in scope.loops)
+        sizes = [f"{isl_name(p)} >= 1" for p in self.params]
+        where = " and ".join(f"({c})" for c in [*scope.constraints, *sizes, f"{text} < 0"])
+        try:
+            negative = isl.Set.read_from_str(
+                ctx, f"{param_prefix(self.params.values())}{{ [{dims}] : {where} }}")
+        except isl.Error:  # pragma: no cover - texts come from to_isl
+            return False
+        return bool(negative.is_empty())
 
     def expr(self, node, scope, affine=False):
         """IR for a C expression; integer and float literals stay Python numbers until
@@ -345,7 +371,7 @@ class ExprReader:
                     a = ir.const(a)
                 return ir.binary(op, a, b)
             if op in ("+", "-", "*", "/", "%"):
-                return self.arith(op, a, b, node, affine)
+                return self.arith(op, a, b, node, affine, scope)
             self.unsupported(f"operator {op!r} in `{c_text(node)}`", node)
         if isinstance(node, c_ast.UnaryOp):
             op = node.op

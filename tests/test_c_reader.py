@@ -666,6 +666,24 @@ def test_integer_division_truncates_like_c(target):
     np.testing.assert_array_equal(C_new, want_C)
 
 
+def test_division_of_non_negative_values_is_a_floor_division():
+    """Where isl shows the dividend ``>= 0`` (sizes, iterators from 0) C's ``/`` is the
+    floor division itself: array extents (``double A[n / 2 + 1]``), local arrays and a
+    strided loop's start (which may not be a select) take it."""
+    k = read_c_kernel(
+        "void f(int n, double A[n / 2 + 1], double B[n], double C[n]) {\n"
+        "  double t[n / 2 + 1];\n"
+        "  for (int i = 0; i < n; i += 2) t[i / 2] = A[i / 2] * 2;\n"
+        "  for (int i = 0; i < n; i++) B[i] = t[i / 2];\n"
+        "  for (int i = n / 2; i < n; i += 2) C[i] = 1;\n}\n")
+    assert all("select" not in repr(st.value).lower() for st in k.program.statements)
+    for n in (1, 2, 9):
+        A = np.arange(n // 2 + 1, dtype=np.float64) + 1
+        B, C = build(k, "c")(A, np.zeros(n), np.zeros(n))
+        close(B, 2 * A[np.arange(n) // 2])
+        close(C, [1.0 if i >= n // 2 and (i - n // 2) % 2 == 0 else 0.0 for i in range(n)])
+
+
 def test_unsigned_countdown_that_stops_at_1():
     k = read_c_kernel("void f(unsigned n, double A[n]) {\n  unsigned i;\n"
                       "  for (i = n - 1; i >= 1; i--) A[i] = A[i] + A[i - 1];\n}\n")
