@@ -11,6 +11,7 @@ i.e. ``MIN``/``MAX`` macros) into isl text; they raise
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -73,6 +74,11 @@ MATH_FUNCTIONS = {
     "min": ("min", 2, None), "MIN": ("min", 2, None),
 }
 
+#: math functions whose double result of a float argument is a float value (exact), so
+#: the argument need not be converted (`sqrt` is not: its double result feeds double
+#: arithmetic unrounded in C)
+_EXACT_IN_ANY_TYPE = ("abs", "floor", "ceil", "min", "max")
+
 ISL_KEYWORDS = {"and", "or", "not", "exists", "mod", "floor", "ceil", "min", "max",
                  "infty", "NaN", "true", "false", "domain", "floord", "ceild", "implies"}
 
@@ -110,6 +116,14 @@ class ExprReader:
     params: dict[str, ir.Var]
     arrays: dict[str, Any]
     typedefs: dict[str, tuple]
+
+    @property
+    def c_literal_types(self) -> bool:
+        """Whether floating literals and math-function arguments take their C types
+        (``0.1`` double, ``0.1f`` float; ``exp(float)`` in double), as gcc computes them;
+        ``POLYCOMP_C_LITERAL_TYPES=0`` reads them weakly typed instead (a literal takes
+        the type of the array it meets, ``exp`` of a float is ``expf``), as before."""
+        return os.environ.get("POLYCOMP_C_LITERAL_TYPES", "1") != "0"
 
     def words(self, node) -> tuple:
         """:func:`type_words` of ``node`` with ``typedef`` names resolved (a name
@@ -211,7 +225,7 @@ class ExprReader:
             idx.append(e)
         return ir.Load(buf, tuple(idx), buf.dtype)
 
-    def arith(self, op, a, b, node):
+    def arith(self, op, a, b, node, affine=False, scope=None):
         """``a op b`` with literals weakly typed (see the module docstring)."""
         if not isinstance(a, ir.Expr) and not isinstance(b, ir.Expr):
             if op in ("+", "-", "*"):
@@ -228,13 +242,74 @@ class ExprReader:
         da = a.dtype if isinstance(a, ir.Expr) else ("float32" if isinstance(a, float) else "int64")
         db = b.dtype if isinstance(b, ir.Expr) else ("float32" if isinstance(b, float) else "int64")
         if op in ("/", "%") and not dt.is_float(da) and not dt.is_float(db):
-            self.unsupported(f"integer {'division' if op == '/' else 'remainder'} "
-                             f"`{c_text(node)}`", node,
-                             "C truncates towards zero and polycomp's index arithmetic is "
-                             "affine; use floating-point operands or rewrite the subscript")
+            return self.truncating(op, a, b, node, affine, scope)
         if op == "%":
             self.unsupported(f"floating-point remainder `{c_text(node)}`", node)
         return ir.binary(op, a, b)
+
+    def truncating(self, op, a, b, node, affine=False, scope=None):
+        """C's integer ``a / b`` (truncated towards zero) or ``a % b`` (the sign of
+        ``a``) in polycomp's floor division ``//`` and modulo ``%``: the two differ by
+        one step exactly when the remainder is non-zero and the signs of ``a`` and ``b``
+        differ, which is a select on an affine condition when ``b`` is a constant (so
+        ``n / 2``, ``A[i / 2]`` and ``if (i % 3 == 0)`` stay quasi-affine, case-split
+        by isl; nothing overflows: ``a // b + 1`` and ``a % b - b`` lie between ``0``
+        and ``a``).  A division by the constant 0 is an error; by a value that is 0 at
+        run time it gives 0 (numpy's value; C leaves it undefined)."""
+        if not isinstance(b, ir.Expr) and b == 0:
+            self.unsupported(f"integer {'division' if op == '/' else 'remainder'} by the "
+                             f"constant zero `{c_text(node)}`", node)
+        what = "division" if op == "/" else "remainder"
+        if not isinstance(a, ir.Expr) and not isinstance(b, ir.Expr):
+            q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+            return q if op == "/" else a - b * q
+        if affine and isinstance(b, ir.Expr):
+            raise NonAffineIndexError(
+                f"integer {what} `{c_text(node)}` by a non-constant is not quasi-affine; "
+                f"bounds, subscripts and conditions may divide only by integer constants",
+                self.loc(node))
+        if not isinstance(b, ir.Expr) and b < 0:
+            # C: a / -c == -(a / c) and a % -c == a % c (isl divides by positives only)
+            t = self.truncating(op, a, -b, node, affine, scope)
+            return t if op == "%" else (-t if not isinstance(t, ir.Expr)
+                                        else ir.Unary("neg", t, t.dtype))
+        q = ir.binary("//", a, b)
+        r = ir.binary("%", a, b)
+        if not isinstance(b, ir.Expr) and scope is not None and \
+                self.never_negative(a, scope):
+            return q if op == "/" else r     # floor and truncation agree
+        a_expr = a if isinstance(a, ir.Expr) else ir.const(a)
+        if isinstance(b, ir.Expr):
+            # b's sign is known only at run time; floor-mod r != 0 implies a != 0
+            sign_differs = ir.select(ir.binary("<", b, 0), ir.binary(">", a_expr, 0),
+                                     ir.binary("<", a_expr, 0))
+        else:
+            sign_differs = ir.binary("<" if b > 0 else ">", a_expr, 0)
+        differ = ir.Binary("&&", ir.binary("!=", r, 0), sign_differs, "bool")
+        return ir.select(differ, q + 1, q) if op == "/" else ir.select(differ, r - b, r)
+
+    def never_negative(self, e, scope) -> bool:
+        """Whether the affine integer expression ``e`` is ``>= 0`` wherever the enclosing
+        loops and conditions hold, for every size ``>= 1`` (isl; False when ``e`` is
+        not affine or that cannot be shown)."""
+        ctx = getattr(self, "ctx", None)
+        if ctx is None or not isinstance(e, ir.Expr) or not dt.is_int(e.dtype):
+            return False
+        import islpy as isl
+        names = self.names(scope)
+        try:
+            text = to_isl(e, names, "dividend", None)
+        except PolycompError:
+            return False
+        dims = ", ".join(names[v] for v in scope.loops)
+        sizes = [f"{isl_name(p)} >= 1" for p in self.params]
+        where = " and ".join(f"({c})" for c in [*scope.constraints, *sizes, f"{text} < 0"])
+        try:
+            negative = isl.Set.read_from_str(
+                ctx, f"{param_prefix(self.params.values())}{{ [{dims}] : {where} }}")
+        except isl.Error:  # pragma: no cover - texts come from to_isl
+            return False
+        return bool(negative.is_empty())
 
     def expr(self, node, scope, affine=False):
         """IR for a C expression; integer and float literals stay Python numbers until
@@ -249,7 +324,12 @@ class ExprReader:
         from pycparser import c_ast
         loc = self.loc(node)
         if isinstance(node, c_ast.Constant):
-            return _literal(node, loc)
+            value = _literal(node, loc)
+            if isinstance(value, float) and self.c_literal_types:
+                # C: `0.1` is a double, `0.1f` a float (`x * 0.1` with a float `x` is
+                # computed in double and rounded when stored)
+                return ir.FloatImm(value, "float32" if node.value[-1] in "fF" else "float64")
+            return value
         if isinstance(node, c_ast.ID):
             for v in reversed(scope.loops):
                 if v.name == node.name:
@@ -267,6 +347,12 @@ class ExprReader:
                 return ir.Load(arr.buffer, (), arr.buffer.dtype)
             if arr is not None:
                 self.unsupported(f"array {node.name!r} used without subscripts", node)
+            if node.name in getattr(self, "declared_iters", ()):
+                raise UnknownSymbolError(
+                    f"loop iterator {node.name!r} read outside its loops in "
+                    f"`{c_text(node)}`: an iterator's value after its loop is not modelled; "
+                    f"compute it from the bounds (e.g. `n` after `for (i = 0; i < n; i++)`)",
+                    loc)
             raise UnknownSymbolError(f"unknown identifier {node.name!r} in `{c_text(node)}` "
                                      f"(not a loop iterator or a parameter of "
                                      f"{self.name!r})", loc)
@@ -285,7 +371,7 @@ class ExprReader:
                     a = ir.const(a)
                 return ir.binary(op, a, b)
             if op in ("+", "-", "*", "/", "%"):
-                return self.arith(op, a, b, node)
+                return self.arith(op, a, b, node, affine, scope)
             self.unsupported(f"operator {op!r} in `{c_text(node)}`", node)
         if isinstance(node, c_ast.UnaryOp):
             op = node.op
@@ -362,6 +448,11 @@ class ExprReader:
             if not isinstance(v, ir.Expr):
                 v = ir.FloatImm(float(v), fdtype or "float32")
             if fdtype is not None and not dt.is_float(v.dtype):
+                v = ir.cast(v, fdtype)
+            elif fdtype is not None and v.dtype != fdtype and op not in _EXACT_IN_ANY_TYPE \
+                    and self.c_literal_types:
+                # C converts the argument to the parameter's type: `exp` of a float is
+                # computed in double (`expf` of a double in float)
                 v = ir.cast(v, fdtype)
             out.append(v)
         if op == "abs" and not dt.is_float(out[0].dtype):

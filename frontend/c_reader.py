@@ -289,8 +289,9 @@ def _c_string(s: str) -> str:
 def _parse(source: str, filename: str, include_dirs):
     from pycparser import c_parser
     text = _preprocess(source, filename, include_dirs)
+    parser = c_parser.CParser()
     try:
-        return c_parser.CParser().parse(text, filename)
+        return parser.parse(text, filename)
     except Exception as e:  # pycparser.c_parser.ParseError (and lexer errors)
         msg = str(e)
         loc = None
@@ -298,5 +299,26 @@ def _parse(source: str, filename: str, include_dirs):
         if m:
             loc = source_location(m.group(1), int(m.group(2)), source.splitlines(), filename)
             msg = m.group(3)
+        else:
+            # pycparser 3 reports some errors ("Invalid expression") with the file name
+            # only: locate them at the token the parser stopped before
+            tok = _next_token(parser)
+            if tok is not None:
+                loc = source_location(tok.filename or filename, tok.lineno,
+                                      source.splitlines(), filename)
+                msg = f"{msg.split(': ', 1)[-1]} before `{tok.value}`"
         raise CParseError(f"C syntax not understood ({msg}); polycomp reads C99 functions "
                           f"with affine loop nests", loc) from None
+
+
+def _next_token(parser):
+    """The token a failed pycparser 3 parse stopped before (None on pycparser 2, whose
+    messages carry the line, or when there is none)."""
+    peek = getattr(parser, "_peek", None)
+    if peek is None:
+        return None
+    try:
+        tok = peek()
+    except Exception:  # the parser's state after an error: best effort only
+        return None
+    return tok if isinstance(getattr(tok, "lineno", None), int) else None

@@ -34,6 +34,7 @@ from .c_expr import (
     affine_pieces,
     c_text,
     guarded,
+    isl_name,
     node_kind,
     param_prefix,
 )
@@ -59,6 +60,7 @@ class ScopReader(ExprReader):
         self.params: dict[str, ir.Var] = {}
         self.arrays: dict[str, CArray] = {}
         self.declared_iters: set = set()
+        self.unsigned_iters: set = set()         # iterators of an unsigned C type
         self.statements: list[CStmt] = []
         self.written: set = set()
         self.scalar_params: set = set()          # read-only scalars passed by value
@@ -241,7 +243,10 @@ class ScopReader(ExprReader):
                     (isinstance(it, c_ast.Return) and it.expr is None):
                 continue
             else:
-                self.unsupported(f"a {node_kind(it)} outside #pragma scop ... #pragma endscop", it,
+                text = c_text(it)
+                shown = f" `{text}`" if "\n" not in text else ""
+                self.unsupported(f"{_statement_kind(it)}{shown} outside #pragma scop "
+                                 f"... #pragma endscop", it,
                                  "polycomp compiles only the SCoP; move it into the region or "
                                  "out of the kernel function")
         return before, inside
@@ -301,6 +306,8 @@ class ScopReader(ExprReader):
         if isinstance(t, c_ast.TypeDecl) and d.init is None and words and \
                 all(w in INT_WORDS for w in words):
             self.declared_iters.add(name)
+            if _unsigned(words):
+                self.unsigned_iters.add(name)
             return None
         if name is None or isinstance(t, (c_ast.PtrDecl, c_ast.FuncDecl)) or \
                 "static" in (d.storage or []) or "extern" in (d.storage or []):
@@ -354,9 +361,11 @@ class ScopReader(ExprReader):
                 self.unsupported(f"loop initialisation `{c_text(init)}`", node,
                                  "write `for (int i = lb; i < ub; i++)`")
             name, start_node = d.name, d.init
+            unsigned = _unsigned(words)
         elif isinstance(init, c_ast.Assignment) and init.op == "=" and \
                 isinstance(init.lvalue, c_ast.ID):
             name, start_node = init.lvalue.name, init.rvalue
+            unsigned = name in self.unsigned_iters
             if name not in self.declared_iters:
                 if name in self.params:
                     self.unsupported(f"assigning to parameter {name!r} in a loop header",
@@ -396,6 +405,8 @@ class ScopReader(ExprReader):
         cond = self.condition(node.cond, inner, f"condition of loop {name!r}")
         self.check_monotone(cond, inner, var, step, node)
         inner.constraints.append(cond)
+        if unsigned and step < 0:
+            self.check_no_wrap(inner, var, step, node)
         body = self.statement(node.stmt, inner)
         return CLoop(var, len(scope.loops), step, body, loc)
 
@@ -422,7 +433,8 @@ class ScopReader(ExprReader):
                 elif isinstance(b, c_ast.ID) and b.name == name and nx.rvalue.op == "+":
                     step = self.int_constant(a)
         if not step:
-            self.unsupported(f"loop increment `{c_text(nx) if nx else ''}` of {name!r}", node,
+            self.unsupported(f"loop increment `{c_text(nx)}` of {name!r}" if nx else
+                             f"loop {name!r} without an increment", node,
                              f"the increment must be {name}++, {name}--, {name} += c or "
                              f"{name} -= c for a non-zero integer constant c")
         if abs(step) > MAX_LOOP_STEP:   # isl and the generated int64 code would overflow
@@ -463,6 +475,27 @@ class ScopReader(ExprReader):
                 f"{'upper' if step > 0 else 'lower'} bound of {var.name!r} (it can become "
                 f"true again after being false), so the loop is not a SCoP loop; write "
                 f"`{var.name} {'<' if step > 0 else '>'} bound`", self.loc(node))
+
+    def check_no_wrap(self, scope, var, step, node):
+        """A decreasing loop over an unsigned iterator must stop before the iterator
+        would go below 0: C wraps it to a huge value there, which `i >= 0` (always
+        true) and `i >= lb` accept, so the C loop does not end where polycomp's would."""
+        assert self.ctx is not None
+        names = self.names(scope)
+        it = names[var]
+        dims = ", ".join(names[v] for v in scope.loops)
+        prefix = param_prefix(self.params.values())
+        sizes = [f"{isl_name(p)} >= 1" for p in self.params]
+        where = " and ".join(f"({c})" for c in [*scope.constraints, *sizes]) or "1 = 1"
+        wraps = isl.Set.read_from_str(
+            self.ctx, f"{prefix}{{ [{dims}] : {where} and {it} + ({step}) < 0 }}")
+        if not wraps.is_empty():
+            raise NonAffineIndexError(
+                f"the unsigned iterator {var.name!r} (condition `{c_text(node.cond)}`) "
+                f"steps below 0, where C wraps it to a huge value (the C loop does not "
+                f"end there); stop it at {var.name} >= {abs(step)} or use a signed "
+                f"iterator",
+                self.loc(node))
 
     def if_(self, node, scope):
         cond = self.condition(node.cond, scope, "if condition")
@@ -565,3 +598,17 @@ def find_pragma(node, what) -> bool:
 
 def _shifted(loops, names, var, step) -> str:
     return ", ".join(f"{names[v]} + {step}" if v is var else names[v] for v in loops)
+
+
+def _statement_kind(node) -> str:
+    """``an assignment``, ``a for loop``, ...: a statement's kind with its article."""
+    kind = {"Assignment": "assignment", "UnaryOp": "increment or decrement",
+            "For": "for loop", "If": "if statement", "FuncCall": "function call",
+            "Compound": "block"}.get(type(node).__name__) or node_kind(node)
+    return ("an " if kind[0] in "aeiou" else "a ") + kind
+
+
+def _unsigned(words) -> bool:
+    """Whether the integer type ``words`` (typedefs resolved) is unsigned."""
+    return "unsigned" in words or any(w in ("size_t", "uint8_t", "uint16_t", "uint32_t",
+                                            "uint64_t") for w in words)

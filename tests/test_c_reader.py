@@ -567,8 +567,24 @@ def _err(body, cls, match, line, params="int N, float A[N], float B[N]"):
      "1 dimension", 2),
     ("for (int i = 0; i != N; i++)\n  B[i] = A[i];", NonAffineIndexError,
      "not a upper bound|not an upper bound|upper bound", 1),
-    ("for (int i = 0; i < N; i++)\n  B[i / 2] = A[i];", UnsupportedConstructError,
-     "integer division", 2),
+    ("for (int i = 0; i < N; i++)\n  B[i / N] = A[i];", NonAffineIndexError,
+     "integer division `i / N` by a non-constant", 2),
+    ("for (int i = 0; i < N; i++)\n  if (i % N == 0) B[i] = A[i];", NonAffineIndexError,
+     "integer remainder `i % N` by a non-constant", 2),
+    ("for (int i = 0; i < N; i++)\n  B[i] = A[i] + N % 0;", UnsupportedConstructError,
+     "by the constant zero", 2),
+    ("#pragma scop\nfor (int i = 0; i < N; i++)\n  B[i] = 1;\n#pragma endscop\nA[0] = 2;",
+     UnsupportedConstructError, "an assignment `A\\[0\\] = 2` outside #pragma scop", 5),
+    ("int i;\nfor (i = 0; i < N; i++)\n  B[i] = 1;\nA[0] = i;", UnknownSymbolError,
+     "loop iterator 'i' read outside its loops", 4),
+    ("for (unsigned i = N - 1; i >= 0; i--)\n  B[i] = A[i];", NonAffineIndexError,
+     "unsigned iterator 'i' \\(condition `i >= 0`\\) steps below 0", 1),
+    ("size_t i;\nfor (i = N - 1; i >= 1; i -= 2)\n  B[i] = A[i];", NonAffineIndexError,
+     "stop it at i >= 2", 2),
+    ("for (int i = 0; i < N;) {\n  B[i] = 1;\n}", UnsupportedConstructError,
+     "loop 'i' without an increment", 1),
+    ("for (int i = 0; i < N; i++)\n  B[i] = A[i] + ;", CParseError,
+     "Invalid expression before `;`", 2),
     ("for (int i = 0; i < N; i++)\n  B[i] = A[i] & 1;", UnsupportedConstructError,
      "bitwise", 2),
     ("for (int i = 0; i < N; i++) {\n  if (i == 3) break;\n  B[i] = A[i];\n}",
@@ -598,6 +614,94 @@ def test_signature_errors(params, cls, match):
     with pytest.raises(cls, match=match) as e:
         read_c_kernel(src)
     assert e.value.location is not None and e.value.location.lineno == 1
+
+
+# C's integer / and % truncate towards zero (the remainder has the dividend's sign); polycomp
+# reads them as floor division and modulo with a select on the affine condition where the
+# two differ.  numpy's trunc / fmod are C's.
+C_DIVISION = r"""
+void f(int n, int p, int A[n], int Q[n][8], double B[n + 2], double C[n]) {
+  for (int i = 0; i < (n + 1) / 2; i++)
+    C[2 * i] = B[i] + B[(i - 4) / 3 + 2] + B[(8 - i) / -3 + 2];
+  for (int i = 0; i < n; i++) {
+    if ((i - 5) % 3 == -1) C[i] = C[i] + 100;
+    Q[i][0] = A[i] / 3;
+    Q[i][1] = A[i] % 4;
+    Q[i][2] = A[i] / -3;
+    Q[i][3] = A[i] % -3;
+    Q[i][4] = A[i] / p;
+    Q[i][5] = A[i] % p;
+    Q[i][6] = (i - 4) / p;
+    Q[i][7] = 7 / -2 + -7 % 3;
+  }
+}
+"""
+
+
+def _c_division_reference(n, p, A, B, C):
+    i = np.arange(n)
+    C = C.copy()
+    h = np.arange((n + 1) // 2)
+    C[2 * h] = (B[h] + B[(np.trunc((h - 4) / 3) + 2).astype(int)]
+                + B[(np.trunc((8 - h) / -3) + 2).astype(int)])
+    C[np.fmod(i - 5, 3) == -1] += 100
+    Q = np.stack([np.trunc(A / 3), np.fmod(A, 4), np.trunc(A / -3), np.fmod(A, -3),
+                  np.trunc(A / p), np.fmod(A, p), np.trunc((i - 4) / p),
+                  np.full(n, -3 + -1)], axis=1).astype(np.int32)
+    return Q, C
+
+
+@pytest.mark.parametrize("target", ["c", "cpu"])
+def test_integer_division_truncates_like_c(target):
+    k = read_c_kernel(C_DIVISION)
+    rng = np.random.default_rng(1)
+    n, p = 11, 4
+    A = rng.integers(-50, 50, n).astype(np.int32)
+    B = rng.standard_normal(n + 2)
+    C = rng.standard_normal(n)
+    Q0 = np.zeros((n, 8), np.int32)
+    Q, C_new = build(k, target)(A, B, Q0, C, p=p)
+    want_Q, want_C = _c_division_reference(n, p, A, B, C)
+    np.testing.assert_array_equal(Q, want_Q)
+    np.testing.assert_array_equal(C_new, want_C)
+
+
+def test_division_of_non_negative_values_is_a_floor_division():
+    """Where isl shows the dividend ``>= 0`` (sizes, iterators from 0) C's ``/`` is the
+    floor division itself: array extents (``double A[n / 2 + 1]``), local arrays and a
+    strided loop's start (which may not be a select) take it."""
+    k = read_c_kernel(
+        "void f(int n, double A[n / 2 + 1], double B[n], double C[n]) {\n"
+        "  double t[n / 2 + 1];\n"
+        "  for (int i = 0; i < n; i += 2) t[i / 2] = A[i / 2] * 2;\n"
+        "  for (int i = 0; i < n; i++) B[i] = t[i / 2];\n"
+        "  for (int i = n / 2; i < n; i += 2) C[i] = 1;\n}\n")
+    assert all("select" not in repr(st.value).lower() for st in k.program.statements)
+    for n in (1, 2, 9):
+        A = np.arange(n // 2 + 1, dtype=np.float64) + 1
+        B, C = build(k, "c")(A, np.zeros(n), np.zeros(n))
+        close(B, 2 * A[np.arange(n) // 2])
+        close(C, [1.0 if i >= n // 2 and (i - n // 2) % 2 == 0 else 0.0 for i in range(n)])
+
+
+def test_unsigned_countdown_that_stops_at_1():
+    k = read_c_kernel("void f(unsigned n, double A[n]) {\n  unsigned i;\n"
+                      "  for (i = n - 1; i >= 1; i--) A[i] = A[i] + A[i - 1];\n}\n")
+    x = np.arange(5.0)
+    close(build(k, "c")(x), np.concatenate([[0.0], x[1:] + x[:-1]]))
+
+
+def test_integer_division_in_bounds_is_quasi_affine():
+    """``n / 2`` in a bound and ``i % 3`` in a condition stay isl constraints (the CUDA
+    target maps the loop) and the interpreter agrees."""
+    k = read_c_kernel("void f(int n, float A[n]) {\n  for (int i = 0; i < n / 2; i++)\n"
+                      "    if (i % 3 == 0) A[2 * i] = 1;\n}\n")
+    assert "__global__" in compile_kernel(k, "cuda").source
+    for n in (1, 2, 7, 12):
+        want = np.zeros(n, np.float32)
+        want[[2 * i for i in range(n // 2) if i % 3 == 0]] = 1
+        close(interpret(k, np.zeros(n, np.float32)), want)
+        close(build(k, "c")(np.zeros(n, np.float32)), want)
 
 
 def test_scop_region_and_outside_statements():
@@ -773,3 +877,45 @@ def test_triangular_nest_baseline_cuda_maps_outer_member_only(tmp_path):
         out = run_func(ck.ir, {"L": L}, {"N": n}, {"R": R})
         close(out["R"], want)
     _nvcc(tmp_path, ck.source)
+
+
+# --------------------------------------------------------------------------- C literal types
+# `0.1` is a double in C and `0.1f` a float; `exp` of a float is computed in double.  With
+# float arrays the weak typing polycomp used before (the literal took the array's type)
+# changed results: `x * 0.1`, `x > 0.1` (0.1f > 0.1 is true in C) and `exp(x)` differed
+# from gcc in the last bit or in the branch taken.
+
+C_LITERALS = r"""
+#include <math.h>
+void f(int n, float A[n], float B[n][4]) {
+  for (int i = 0; i < n; i++) {
+    B[i][0] = A[i] * 1.1f + 0.1;
+    B[i][1] = A[i] * 0.1;
+    B[i][2] = A[i] > 0.1 ? 1.0f : 0.0f;
+    B[i][3] = exp(A[i]) + sqrt(A[i] * A[i]);
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["c", "cpu"])
+def test_floating_literals_have_their_c_types(target, tmp_path):
+    from benchmarks import polybench as pb
+    k = read_c_kernel(C_LITERALS)
+    pk = pb.PolyKernel("literals", "f", C_LITERALS, {"n": 3000})
+    data = pb.make_data(k, pk, seed=2)
+    data["A"][0] = np.float32(0.1)
+    ref = pb.Reference(k, pk, "gcc", pb.EXACT_REF_FLAGS, str(tmp_path))
+    want = pb.run_once(ref.fn, ref.args, data)
+    c = pb.Compiled(k, target, {"fp_exact": True})
+    got = pb.run_once(c.f.cfunc, c.args, data)
+    assert want["B"][0, 2] == 1.0
+    assert pb.same_bits(got["B"], want["B"])
+
+
+def test_weak_literal_types_switch(monkeypatch):
+    """``POLYCOMP_C_LITERAL_TYPES=0`` reads literals weakly typed (float arithmetic)."""
+    src = "void f(int n, float A[n]) {\n  for (int i = 0; i < n; i++) A[i] = A[i] * 0.1;\n}\n"
+    assert "float64" in repr(read_c_kernel(src).program.statements[0].value)
+    monkeypatch.setenv("POLYCOMP_C_LITERAL_TYPES", "0")
+    assert "float64" not in repr(read_c_kernel(src).program.statements[0].value)
