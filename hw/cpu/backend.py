@@ -221,7 +221,15 @@ class CpuBackend(Backend):
         return printer_for(t.isa, t.cpu.has_fma), [prelude(t.isa, dot_calls(func))]
 
     def load(self, ck):
+        """The kernel's C built and loaded: natively, or, for AVX-512 code on a host
+        without AVX-512 (a ``cpu-avx512`` kernel checked on an AVX2 machine), through
+        SIMDe's emulation at ``-O1`` (:func:`~.simd_build.build_simde`: the same
+        translation unit the native flags would emulate at ``-O3``, 2-3x faster to
+        compile; an emulated build is for checking results, not for speed)."""
         from .build import CFunction, build_shared
+        from .simd_build import build_simde, has_native_avx512, simde_available
+        if ck.target.isa == "avx512" and not has_native_avx512() and simde_available():
+            return CFunction(ck.final_ir, build_simde(ck.source))
         return CFunction(ck.final_ir, build_shared(ck.source))
 
     def runner(self, ck):
