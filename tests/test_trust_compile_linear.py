@@ -229,8 +229,11 @@ def test_deep_two_trip_nest_compiles_quickly():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case, bound", [("c-nests-300", 60), ("c-inplace-300", 60),
-                                         ("c-depth2-16", 30), ("c-inplace-1000", 120)])
+                                         ("c-depth2-16", 30), ("c-inplace-1000", 240)])
 def test_large_programs_compile_within_bounds(case, bound):
+    """CPU-second bounds against super-linear growth (issue 24's 300 nests did not finish
+    in 120 s), not speed targets: c-inplace-1000 took 100-120 s on the Zen 4 hosts and
+    160 s on the Zen 3 host of 2026-11-29 beside another test worker."""
     compile_kernel(make_case("c-stmts-1"), "c")
     assert _seconds(case) < bound
 
