@@ -21,6 +21,8 @@ its ``main``.  Per kernel:
   difference of polycomp's outputs from gcc -O3's;
 * **vs Polly**: the same against ``clang -O3 -march=native -mllvm -polly -mllvm
   -polly-parallel`` when a clang with Polly is installed ("not available" otherwise);
+  a Polly build that crashes reads "crashed" in its cell, and the kernel's polycomp and
+  gcc columns stay;
 * **compile_s**: seconds of ``compile_kernel(k, "cpu")`` (model to C source; gcc's own
   build of the generated C is not included);
 * **vs peer** (``--peer-c DIR``): the same against another polycomp build's generated C
@@ -28,6 +30,12 @@ its ``main``.  Per kernel:
   checkout, e.g. ``main``: the same entry point), built with the same gcc flags and timed
   in the same run: ``peer time / polycomp time``, best and median — how this build
   compares with that one without a second process on a shared host.
+
+Each kernel runs in its own (spawned) process, so that a build that crashes -- clang +
+Polly's 3mm at LARGE keeps an 8.4 MiB array in its stack frame, past the usual 8 MiB
+limit -- costs one cell, not the run; the child raises its stack limit to
+:data:`STACK_LIMIT` (within the hard limit) first.  A kernel whose process dies in polycomp's or
+gcc's steps makes the command exit with status 1 after printing the table.
 """
 from __future__ import annotations
 
@@ -36,8 +44,10 @@ import ctypes
 import glob
 import json
 import math
+import multiprocessing
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -55,6 +65,8 @@ HOW_TO_GET = ("PolyBench/C 4.2.1 is not in the repository; download "
               "unpack it and pass its folder: --polybench DIR")
 REF_FLAGS = ("-O3", "-march=native")
 EXACT_REF_FLAGS = ("-O0", "-ffp-contract=off")
+#: the soft stack limit a kernel's process asks for (bytes; capped by the hard limit)
+STACK_LIMIT = 512 << 20
 POLLY_FLAGS = ("-O3", "-march=native", "-mllvm", "-polly", "-mllvm", "-polly-parallel",
                "-fopenmp")
 #: kernels whose matrix must be well conditioned (a factorisation divides by pivots)
@@ -92,6 +104,8 @@ class Row:
     peer_s: tuple = ()
     vs_peer: float | None = None
     vs_peer_median: float | None = None
+    polly_error: str = ""                           # the Polly peer crashed or failed
+    died: str = ""                                  # the kernel's process died: how, when
 
 
 # --------------------------------------------------------------------------- sources
@@ -358,9 +372,15 @@ def check_exact(k, pk_mini: PolyKernel, targets, workdir: str) -> dict:
 
 def bench_kernel(name: str, path: str, pb: str, dataset: str, rounds: int,
                  workdir: str, polly: str | None, exact_targets=("c", "cpu"),
-                 peer_dir: str | None = None) -> Row:
+                 peer_dir: str | None = None, polly_flags=POLLY_FLAGS,
+                 stage=None) -> Row:
+    """One kernel's row. ``stage(what, row)``, when given, is called before each step
+    that runs generated or peer code (what a crash would be blamed on)."""
     from polycomp.frontend.c_reader import read_c_kernel
     row = Row(name)
+    if stage is None:
+        def stage(what: str, row: Row) -> None:
+            pass
     try:
         pk = extract(path, pb, dataset)
         k = read_c_kernel(pk.source, pk.func)
@@ -368,8 +388,10 @@ def bench_kernel(name: str, path: str, pb: str, dataset: str, rounds: int,
     except Exception as e:  # noqa: BLE001 - reported in the table
         row.error = f"{type(e).__name__}: {str(e)[:300]}"
         return row
+    stage("the exactness check at MINI", row)
     row.exact = check_exact(k, extract(path, pb, "MINI") if dataset != "MINI" else pk,
                             exact_targets, workdir)
+    stage(f"polycomp and gcc -O3 at {dataset}", row)
     try:
         data = make_data(k, pk)
         c = Compiled(k, "cpu", None)
@@ -397,12 +419,77 @@ def bench_kernel(name: str, path: str, pb: str, dataset: str, rounds: int,
             row.vs_peer_median = row.peer_s[1] / row.polycomp_s[1]
         row.speedup = row.gcc_s[0] / row.polycomp_s[0]
         row.speedup_median = row.gcc_s[1] / row.polycomp_s[1]
-        if polly is not None:
-            pl = Reference(k, pk, polly, POLLY_FLAGS, workdir)
-            row.polly_s = timed(pl.fn, pl.args, data, rounds)
-            row.vs_polly = row.polly_s[0] / row.polycomp_s[0]
     except Exception as e:  # noqa: BLE001
         row.error = f"{type(e).__name__}: {str(e)[:300]}"
+        return row
+    if polly is not None:
+        stage(f"{polly} + Polly at {dataset}", row)
+        try:
+            pl = Reference(k, pk, polly, polly_flags, workdir)
+            row.polly_s = timed(pl.fn, pl.args, data, rounds)
+            row.vs_polly = row.polly_s[0] / row.polycomp_s[0]
+        except Exception as e:  # noqa: BLE001 - the peer's failure is a cell, not the row
+            row.polly_error = f"{type(e).__name__}: {str(e)[:300]}"
+    return row
+
+
+def _bench_in_child(conn, args: tuple, kwargs: dict) -> None:
+    """The body of a kernel's process: raise the stack limit, run :func:`bench_kernel`,
+    send ``("stage", what, row)`` before each step and ``("row", row)`` at the end."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    want = STACK_LIMIT if hard == resource.RLIM_INFINITY else min(STACK_LIMIT, hard)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_STACK, (want, hard))
+    def stage(what: str, r: Row) -> None:
+        conn.send(("stage", what, dict(r.__dict__)))
+    row = bench_kernel(*args, **{**kwargs, "stage": stage})
+    conn.send(("row", "", dict(row.__dict__)))
+    conn.close()
+
+
+def _exit_reason(code: int | None) -> str:
+    import signal
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def bench_kernel_isolated(*args, **kwargs) -> Row:
+    """:func:`bench_kernel` in a spawned process (see the module doc). When the process
+    dies, the row keeps what was measured before the fatal step: a crash while timing
+    the Polly peer leaves the polycomp and gcc columns and reads "crashed" in the Polly
+    cell; a crash earlier makes the row's error name the step."""
+    ctx = multiprocessing.get_context("spawn")
+    receiver, sender = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_bench_in_child, args=(sender, args, kwargs), daemon=True)
+    proc.start()
+    sender.close()
+    last: dict | None = None
+    step = "starting the kernel's process"
+    done = False
+    while True:
+        try:
+            kind, what, fields = receiver.recv()
+        except EOFError:
+            break
+        last = fields
+        done = kind == "row"
+        step = what or step
+    proc.join()
+    row = Row(**last) if last is not None else Row(args[0] if args else kwargs["name"])
+    if done and proc.exitcode == 0:
+        return row
+    how = _exit_reason(proc.exitcode)
+    row.died = f"{how} during {step}"
+    if "Polly" in step:
+        row.polly_error = f"crashed ({how})"
+    else:
+        row.error = f"the kernel's process died: {row.died}"
     return row
 
 
@@ -425,14 +512,15 @@ def dump_sources(pb: str, dataset: str, out: str, kernels=None) -> list[str]:
 
 
 def _run_kernels(pb: str, dataset: str, rounds: int, kernels, progress,
-                 polly: str | None, peer_dir: str | None = None) -> list:
+                 polly: str | None, peer_dir: str | None = None,
+                 polly_flags=POLLY_FLAGS) -> list:
     """The rows of the selected kernels (``OMP_NUM_THREADS`` already set)."""
     found = select_kernels(pb, kernels)
     rows: list = []
     with tempfile.TemporaryDirectory(prefix="polycomp-polybench-") as workdir:
         for name, path in found:
-            row = bench_kernel(name, path, pb, dataset, rounds, workdir, polly,
-                               peer_dir=peer_dir)
+            row = bench_kernel_isolated(name, path, pb, dataset, rounds, workdir, polly,
+                                        peer_dir=peer_dir, polly_flags=polly_flags)
             rows.append(row)
             if progress is not None:
                 progress(row)
@@ -440,17 +528,24 @@ def _run_kernels(pb: str, dataset: str, rounds: int, kernels, progress,
 
 
 def run(pb: str, dataset: str = "MINI", threads: int = 2, rounds: int = 5,
-        kernels=None, progress=None, peer_dir: str | None = None) -> dict:
-    """The suite's result (see the module doc); ``progress(row)`` after each kernel."""
+        kernels=None, progress=None, peer_dir: str | None = None,
+        polly: str | None | bool = True, polly_flags=POLLY_FLAGS) -> dict:
+    """The suite's result (see the module doc); ``progress(row)`` after each kernel.
+    ``polly``: True finds a clang with Polly (:func:`polly_compiler`), False or None
+    times none, a string is the compiler to use with ``polly_flags``."""
     if not os.path.isdir(pb):
         raise PolybenchError(f"no PolyBench folder at {pb!r}. " + HOW_TO_GET)
     if dataset not in DATASETS:
         raise PolybenchError(f"unknown dataset {dataset!r} (one of {', '.join(DATASETS)})")
-    polly = polly_compiler()
+    if polly is True:
+        polly = polly_compiler()
+    elif polly is False:
+        polly = None
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)   # the polycomp builds' thread count
     try:
-        rows = _run_kernels(pb, dataset, rounds, kernels, progress, polly, peer_dir)
+        rows = _run_kernels(pb, dataset, rounds, kernels, progress, polly, peer_dir,
+                            polly_flags)
     finally:  # leave the caller's environment as it was (it sets targets' thread counts)
         if saved is None:
             os.environ.pop("OMP_NUM_THREADS", None)
@@ -464,6 +559,7 @@ def run(pb: str, dataset: str = "MINI", threads: int = 2, rounds: int = 5,
             "geomean_vs_peer": math.exp(sum(map(math.log, vq)) / len(vq)) if vq else None,
             "rows": [r.__dict__ for r in rows],
             "read": sum(r.read for r in rows), "kernels": len(rows),
+            "died": sum(bool(r.died) and bool(r.error) for r in rows),   # not Polly's
             "exact": sum(all(v is True for v in r.exact.values()) and bool(r.exact)
                          for r in rows),
             "geomean_speedup": math.exp(sum(map(math.log, sp)) / len(sp)) if sp else None,
@@ -487,7 +583,9 @@ def table(result: dict) -> str:
                        for v in r["exact"].values()) or "-"
         sp = (f"{_fmt(r['speedup'])} / {_fmt(r['speedup_median'])}"
               if r["speedup"] is not None else ("error" if r["error"] else "-"))
-        vp = _fmt(r["vs_polly"]) if result["polly"] != "not available" else "not available"
+        vp = ("not available" if result["polly"] == "not available" else
+              "crashed" if r.get("polly_error", "").startswith("crashed") else
+              "failed" if r.get("polly_error") else _fmt(r["vs_polly"]))
         vq = (f" {_fmt(r.get('vs_peer'))} / {_fmt(r.get('vs_peer_median'))} |" if peer else "")
         lines.append(f"| {r['name']} | {'yes' if r['read'] else 'no'} | {ex} | {sp} | {vp} | "
                      f"{_fmt(r['rel_err'], '.1e')} | {_fmt(r['compile_s'])} |" + vq)
@@ -496,6 +594,9 @@ def table(result: dict) -> str:
                  f"{_fmt(result['geomean_speedup'])}"
                  + (f", vs peer: {_fmt(result.get('geomean_vs_peer'))}" if peer else ""))
     errs = [f"{r['name']}: {r['error']}" for r in result["rows"] if r["error"]]
+    errs += [f"{r['name']} vs Polly: {r['polly_error']}" + (
+        f" ({r['died']})" if r.get("died") and not r["error"] else "")
+        for r in result["rows"] if r.get("polly_error")]
     errs += [f"{r['name']} exact {t}: {v}" for r in result["rows"]
              for t, v in r["exact"].items() if isinstance(v, str)]
     return "\n".join(lines + errs)
@@ -559,6 +660,10 @@ def main(argv=None) -> int:
         print(f"polycomp bench polybench: {e}", file=sys.stderr)
         return 2
     print(json.dumps(res, indent=1) if a.json else table(res))
+    if res["died"]:
+        print(f"polycomp bench polybench: {res['died']} kernel process(es) died "
+              "(see the table's notes)", file=sys.stderr)
+        return 1
     return 0
 
 
