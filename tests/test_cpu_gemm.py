@@ -449,3 +449,35 @@ def test_stream_aim_bit_exact_on_misaligned_views(monkeypatch):
         np.testing.assert_array_equal(out["1"], out["0"], err_msg=str(off))
         np.testing.assert_array_equal(out["1"], ref, err_msg=str(off))
     np.testing.assert_allclose(ref, A0.astype(np.float64) @ B0, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+@pytest.mark.parametrize("m,n,k,block,tiles", [
+    (13, 53, 67, (4, 3), True),   # 4-row tiles, a 1-row tail, 24-column tiles, a partial one
+    (7, 29, 1, (4, 2), False),    # k extent 1: no k loop, no micro-kernel (nothing pinned)
+])
+def test_pinned_y_vectors_bit_exact(m, n, k, block, tiles, monkeypatch):
+    """AVX2 micro-kernels bind each ``Y`` vector through ``pin_register`` (``asm`` with a
+    ``"+x"`` operand: gcc keeps it in a register instead of reloading it into every FMA,
+    ``pin_y_vectors``); ``POLYCOMP_MK_PIN_Y=0`` prints the plain load.  Bit-identical
+    (the same FMAs in the same order), within float32 rounding of numpy, and the IR
+    interpreter reads the pin as its value.  AVX-512's 512-bit vectors are not pinned."""
+    from polycomp.driver import interpret
+    rng = np.random.default_rng(m * n + k)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    got = {}
+    for pin in ("1", "0"):
+        monkeypatch.setenv("POLYCOMP_MK_PIN_Y", pin)
+        ck = compile_kernel(_matmul(m, n, k, f"pin{pin}_{m}_{n}_{k}"), _target("avx2", 1),
+                            {"gemm_register": block})
+        assert ("__asm__(\"\" : \"+x\"(pc_pin))" in ck.source) == (pin == "1" and tiles)
+        got[pin] = CFunction(ck.final_ir, build_shared(ck.source, flags=DEFAULT_FLAGS))(A, B)
+        if pin == "1":
+            np.testing.assert_allclose(interpret(ck, A, B), A.astype(np.float64) @ B,
+                                       rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(got["1"], got["0"])
+    np.testing.assert_allclose(got["1"], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+    monkeypatch.delenv("POLYCOMP_MK_PIN_Y")
+    wide = compile_kernel(_matmul(m, n, k, f"pinw_{m}_{n}_{k}"), _target("avx512", 1))
+    assert "pc_pin" not in wide.source
