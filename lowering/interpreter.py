@@ -70,6 +70,8 @@ def _math(name, args, dtype):
     x = args[0]
     if name == "prefetch":      # a cache hint (hw/cpu): no value; its address was read
         return 0
+    if name == "pin_register":  # hw/cpu/microkernel.py PIN_REGISTER: the value itself
+        return x
     with np.errstate(all="ignore"):
         if name == "exp":
             return np.exp(x)

@@ -135,7 +135,9 @@ def test_matmul_micro_kernel_structure():
         fmas = re.findall(rf"{acc}_v\d+ = _mm\d+_fmadd_ps\({pre}_x\d+, {pre}_y\d+, "
                           rf"{acc}_v\d+\);", src)
         assert len(fmas) == mr * ni, target
-        ys = re.findall(rf"const {vec} {pre}_y\d+ = _mm\d+_loadu_ps\(\(B_pk", src)
+        # (AVX2 binds each Y vector through pin_register: a register, not a folded load)
+        ys = re.findall(rf"const {vec} {pre}_y\d+ = (?:\(\{{ {vec} pc_pin = )?"
+                        rf"_mm\d+_loadu_ps\(\(B_pk", src)
         xs = re.findall(rf"const {vec} {pre}_x\d+ = _mm\d+_set1_ps\(A_pk", src)
         assert len(ys) == ni and len(xs) == mr, target        # packed operands
         assert "#pragma omp parallel" in src and "schedule(static)" in src

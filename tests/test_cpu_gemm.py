@@ -243,6 +243,37 @@ def test_y_filled_by_first_row_tile_bit_exact(path, m, n, k, threads, fills, mon
 
 
 @pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+@pytest.mark.parametrize("m,n,k,threads", [
+    (7, 2048, 1, 2),        # k extent 1, j split over two threads
+    (37, 1024, 301, 2),     # 6 full 6-row tiles and a 1-row tail, k tiles (last partial)
+])
+def test_avx2_copies_narrow_panels(m, n, k, threads, monkeypatch):
+    """AVX2's 16-float panels read one cache line of ``Y`` per ``k`` step: with
+    ``POLYCOMP_GEMM_FILL`` at ``auto`` the few-row product copies ``Y``
+    (``fill_lines_ok``), ``POLYCOMP_GEMM_FILL_MIN_LINES=0`` fills it as before; both
+    bit-identical, within float32 rounding of numpy.  AVX-512's 64-float panels (4
+    lines) still fill (compiled only)."""
+    rng = np.random.default_rng(m * k)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    got = {}
+    for bound in ("1", "0"):
+        monkeypatch.setenv("POLYCOMP_GEMM_FILL_MIN_LINES", bound)
+        ck = compile_kernel(_matmul(m, n, k, f"narrow{bound}_{m}_{n}_{k}"),
+                            _target("avx2", threads))
+        filled = ck.final_ir.counts.filled_packs or 0
+        assert filled == (0 if bound == "1" or k == 1 else 1), (bound, filled)
+        f = CFunction(ck.final_ir, build_shared(ck.source, flags=DEFAULT_FLAGS))
+        f.threads = threads
+        got[bound] = f(A, B)
+    np.testing.assert_array_equal(got["1"], got["0"])
+    np.testing.assert_allclose(got["1"], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+    monkeypatch.delenv("POLYCOMP_GEMM_FILL_MIN_LINES")
+    wide = compile_kernel(_matmul(m, n, k, f"wide_{m}_{n}_{k}"), _target("avx512", threads))
+    assert (wide.final_ir.counts.filled_packs or 0) == (0 if k == 1 else 1)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
 @pytest.mark.parametrize("m,n,k,stream,threads", [
     (7, 4096, 1024, "auto", 2),     # whole tiles: Y filled (and streamed where it is large)
     (13, 4096, 2048, "1", 3),       # a partial row tile, 8 k tiles, the stream forced,
@@ -259,6 +290,8 @@ def test_thread_k_outer_bit_exact(m, n, k, stream, threads, monkeypatch):
     A = rng.standard_normal((m, k)).astype(np.float32)
     B = rng.standard_normal((k, n)).astype(np.float32)
     monkeypatch.setenv("POLYCOMP_GEMM_STREAM", stream)
+    if stream == "1":       # AVX2's 16-float panels copy Y unless told (fill_lines_ok)
+        monkeypatch.setenv("POLYCOMP_GEMM_FILL", "1")
     got = {}
     for order in ("kj", "jk"):
         monkeypatch.setenv("POLYCOMP_GEMM_THREAD_ORDER", order)
@@ -385,6 +418,7 @@ def test_stream_aim_bit_exact_on_misaligned_views(monkeypatch):
     numpy.  Only the prefetch address differs in the C."""
     m, n, k = 13, 1024, 301
     monkeypatch.setenv("POLYCOMP_GEMM_STREAM", "1")
+    monkeypatch.setenv("POLYCOMP_GEMM_FILL", "1")      # AVX2: fill_lines_ok would copy
     fs = {}
     for aim in ("1", "0"):
         monkeypatch.setenv("POLYCOMP_GEMM_STREAM_AIM", aim)
@@ -415,3 +449,35 @@ def test_stream_aim_bit_exact_on_misaligned_views(monkeypatch):
         np.testing.assert_array_equal(out["1"], out["0"], err_msg=str(off))
         np.testing.assert_array_equal(out["1"], ref, err_msg=str(off))
     np.testing.assert_allclose(ref, A0.astype(np.float64) @ B0, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+@pytest.mark.parametrize("m,n,k,block,tiles", [
+    (13, 53, 67, (4, 3), True),   # 4-row tiles, a 1-row tail, 24-column tiles, a partial one
+    (7, 29, 1, (4, 2), False),    # k extent 1: no k loop, no micro-kernel (nothing pinned)
+])
+def test_pinned_y_vectors_bit_exact(m, n, k, block, tiles, monkeypatch):
+    """AVX2 micro-kernels bind each ``Y`` vector through ``pin_register`` (``asm`` with a
+    ``"+x"`` operand: gcc keeps it in a register instead of reloading it into every FMA,
+    ``pin_y_vectors``); ``POLYCOMP_MK_PIN_Y=0`` prints the plain load.  Bit-identical
+    (the same FMAs in the same order), within float32 rounding of numpy, and the IR
+    interpreter reads the pin as its value.  AVX-512's 512-bit vectors are not pinned."""
+    from polycomp.driver import interpret
+    rng = np.random.default_rng(m * n + k)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    got = {}
+    for pin in ("1", "0"):
+        monkeypatch.setenv("POLYCOMP_MK_PIN_Y", pin)
+        ck = compile_kernel(_matmul(m, n, k, f"pin{pin}_{m}_{n}_{k}"), _target("avx2", 1),
+                            {"gemm_register": block})
+        assert ("__asm__(\"\" : \"+x\"(pc_pin))" in ck.source) == (pin == "1" and tiles)
+        got[pin] = CFunction(ck.final_ir, build_shared(ck.source, flags=DEFAULT_FLAGS))(A, B)
+        if pin == "1":
+            np.testing.assert_allclose(interpret(ck, A, B), A.astype(np.float64) @ B,
+                                       rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(got["1"], got["0"])
+    np.testing.assert_allclose(got["1"], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+    monkeypatch.delenv("POLYCOMP_MK_PIN_Y")
+    wide = compile_kernel(_matmul(m, n, k, f"pinw_{m}_{n}_{k}"), _target("avx512", 1))
+    assert "pc_pin" not in wide.source

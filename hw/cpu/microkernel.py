@@ -113,6 +113,29 @@ from .pack import PackedBuffers
 #: bytes of a cache line (one prefetch each)
 LINE_BYTES = 64
 
+#: ``Call(PIN_REGISTER, (v,))``: the vector ``v`` itself, printed so that the C compiler
+#: must hold it in a register (an empty ``asm`` with a ``"+x"`` operand,
+#: :class:`polycomp.hw.cpu.vector_printer.VectorPrinter`); the interpreter returns ``v``
+PIN_REGISTER = "pin_register"
+
+#: a ``Y`` vector of this many bytes (AVX2's ``__m256``) is pinned (pin_y_vectors)
+PIN_VECTOR_BYTES = 32
+
+
+def pin_y_vectors(D: str, L: int) -> bool:
+    """Whether the FMA tile binds each ``Y`` vector through :data:`PIN_REGISTER`.  gcc
+    (``-O3 -march=native`` on Zen 3) folds a let-bound ``Y`` load into the memory operand
+    of every FMA that uses it when the tile has 4 rows (``4 x 3`` and ``4 x 2`` on AVX2:
+    12 ``Y`` loads and 4 broadcasts per 12 FMAs instead of 3 + 4, counted with
+    ``objdump -d``); ``6 x 2`` kept its ``Y`` vectors in registers.  Pinned, ``4 x 3``
+    (the graph's weight GEMMs on AVX2) loads each ``Y`` vector once, all 16 ``ymm``
+    registers in use without a spill.  Only 256-bit vectors (AVX-512 C and scalar C are
+    unchanged);
+    ``POLYCOMP_MK_PIN_Y=0`` turns it off (branch ``gemm10``, docs/cpu_backend.md)."""
+    import os
+    return os.environ.get("POLYCOMP_MK_PIN_Y", "1") != "0" and \
+        L > 1 and L * dt.itemsize(D) == PIN_VECTOR_BYTES
+
 
 def _match(body):
     """``(k_loops, ii_loop, jj_loop, store, rest)`` of a full register tile, or None."""
@@ -371,10 +394,14 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
         if source is None or any(count(u) is not None for u in range(NV)):
             return None
         yf, ptarget = source
+    pin = pin_y_vectors(D, L)
     if yf is not None:
         for u in range(NV):
             v = ir.Var(f"mk{tid}_y{u}", D)
-            ylets.append((v, masked(u, Widen(lj.var, ir.IntImm(u * L), D, L).expr(yf))))
+            yval = masked(u, Widen(lj.var, ir.IntImm(u * L), D, L).expr(yf))
+            if pin:
+                yval = ir.Call(PIN_REGISTER, (yval,), D, pure=False)
+            ylets.append((v, yval))
             yvars[u] = v
             if source is not None:
                 at = simplify(ir.substitute(ptarget.indices[0], {lj.var: ir.IntImm(u * L)}))

@@ -43,7 +43,7 @@ from polycomp.lowering.vectorize import ALIGN_PEEL, VALIGN
 from polycomp.scheduler.common import marks
 
 from .codegen import ALLOC_FAILED_SET, CPrinter
-from .microkernel import BROADCAST_GROUP, DOT_CALLS, DOT_GROUPS, OUTLINE
+from .microkernel import BROADCAST_GROUP, DOT_CALLS, DOT_GROUPS, OUTLINE, PIN_REGISTER
 from .pack import RAW_COPY
 from .parallel_marks import omp_schedule
 
@@ -219,6 +219,10 @@ class VectorPrinter(CPrinter):
                 return f"{pc}_lane_range_{s}({self.expr(e.args[0])}, {self.expr(e.args[1])})"
             if e.name == VALIGN:
                 return self.valign(e, L, D)
+            if e.name == PIN_REGISTER:      # held in a register: no folded reloads
+                t = self.vtype(D, L)
+                return (f"({{ {t} pc_pin = {self.vexpr(e.args[0], L, D)}; "
+                        f"__asm__(\"\" : \"+x\"(pc_pin)); pc_pin; }})")
             return self.vmath(e, L, D)
         if isinstance(e, ir.Unary):
             if e.op == "neg":

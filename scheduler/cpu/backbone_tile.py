@@ -826,9 +826,15 @@ def fill_y_in_first_row(op: OuterProduct, b: Blocking, l3_bytes: int) -> bool:
     ``1 / FILL_L3_SHARE`` of L3 (4 MiB here) or streamed (:func:`stream_y_fill`: a larger
     ``Y`` is filled while every register row tile prefetches the next block).
     ``POLYCOMP_GEMM_FILL``: ``auto`` (default), ``0`` (the copy, for comparisons), ``1``
-    (any size of ``Y``)."""
+    (any size of ``Y``, any panel width).
+
+    ``auto`` also asks for a register tile's row of ``Y`` of at least
+    :data:`FILL_MIN_LINES` cache lines (:func:`fill_lines_ok`): AVX2's 16-float panels
+    read one line of ``Y`` per ``k`` step of the first row tile, and the copy won there."""
     import os
     mode = os.environ.get("POLYCOMP_GEMM_FILL", "auto")
+    if mode != "1" and not fill_lines_ok(op, b):
+        return False
     if mode == "0" or b.y_in_place or \
             b.prepacked_y or b.shared_y or op.direct or op.channel or op.batch or \
             len(op.k) != 1:
@@ -846,6 +852,22 @@ def fill_y_in_first_row(op: OuterProduct, b: Blocking, l3_bytes: int) -> bool:
         dt.itemsize(op.dtype)
     return b.MR < rows <= FILL_ROWS and last >= b.MR and \
         (y_bytes <= l3_bytes // FILL_L3_SHARE or mode == "1" or stream_y_fill(op, l3_bytes))
+
+
+def fill_lines_ok(op: OuterProduct, b: Blocking) -> bool:
+    """Whether a register tile's row of ``Y`` (``NR`` elements: what the first row tile's
+    fill reads per ``k`` step, each step a new row of ``Y``, a new page when the rows
+    are 4 KiB apart) spans at least :data:`FILL_MIN_LINES` cache lines.  With one line
+    per ``k`` step (AVX2's ``6 x 16`` fp32 tile: 64 bytes per 12 FMAs; fp64 ``NR`` = 8)
+    the fill keeps few misses in flight and waits on ``Y``'s latency: on the Zen 3 host
+    (one thread, CPU time, 32 x 1024 x 1024) the copy pass ran 1.02-1.06 ms against
+    1.32-1.43 ms filled (docs/cpu_backend.md, branch ``gemm10``).  AVX-512's 64-float
+    panels (4 lines per ``k`` step) keep the fill that gained on the Zen 4 host.
+    ``POLYCOMP_GEMM_FILL_MIN_LINES=0`` drops the bound (the former choice)."""
+    import os
+    if os.environ.get("POLYCOMP_GEMM_FILL_MIN_LINES", "1") == "0":
+        return True
+    return b.NR * dt.itemsize(op.dtype) >= FILL_MIN_LINES * STREAM_LINE_BYTES
 
 
 def stream_y_fill(op: OuterProduct, l3_bytes: int) -> bool:
@@ -897,6 +919,8 @@ def stream_aim(op: OuterProduct) -> int:
 STREAM_LINE_BYTES = 64
 #: fill_y_in_first_row: a thread's row tile of at most this many rows
 FILL_ROWS = 64
+#: ... and a register tile's row of ``Y`` at least this many cache lines (fill_lines_ok)
+FILL_MIN_LINES = 2
 #: ... and ``Y`` at most this share of L3 (1/8: 4 MiB of Zen 4's 32): a ``Y`` that comes
 #: from memory is read faster by the copy's row-contiguous pass than by the first row
 #: tile's column panels (a new page per ``k`` step, which the hardware prefetchers do
