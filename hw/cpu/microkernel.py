@@ -154,7 +154,8 @@ def _row_bound(li: ir.For) -> int | None:
 
 def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True,
           init: tuple | None = None, epilogues: Sequence = (), dead: Set[str] = frozenset(),
-          fill: tuple | None = None, stream: tuple | None = None):
+          fill: tuple | None = None, stream: tuple | None = None,
+          init_nest: ir.Stmt | None = None):
     """The register tile of the module docstring, or None; ``tile_ids`` numbers the
     tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...); ``prefetch``:
     prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop.
@@ -167,7 +168,9 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
     columns (masked lanes read nothing and are not stored), its rows ``i >= Ei``
     broadcast row ``Ei - 1``'s ``X`` (an element that exists) and are not stored.  One
     partial variant, not one per row count: the kernel's C stays about half as long
-    (gcc's build time of a symbolic product)."""
+    (gcc's build time of a symbolic product).  With ``init`` and its nest ``init_nest``
+    (the *split init*), the full tile starts its accumulators at the init's value and
+    the partial tile runs after the nest, as before."""
     if fill is not None and not (isinstance(li.extent, ir.IntImm) and
                                  isinstance(lj.extent, ir.IntImm)):
         return None
@@ -197,12 +200,13 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
         return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
                            li.extent.value, lj.extent.value, init=init, epilogues=epilogues,
                            dead=dead, fill=fill, stream=stream)
-    if init is not None or epilogues:
+    if (init is not None and init_nest is None) or epilogues:
         return None
     MR, NR = upper_bound(li.extent), upper_bound(lj.extent)
     if MR is None or NR is None or MR < 1 or NR < 2:
         return None
-    full = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR)
+    full = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR,
+                       init=init)
     if full is None:
         return None
     cols = None if isinstance(lj.extent, ir.IntImm) else lj.extent
@@ -216,7 +220,7 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
             eq = ir.Binary("==", ext, ir.IntImm(n), "bool")
             whole = eq if whole is None else ir.Binary("&&", whole, eq, "bool")
     assert whole is not None
-    return ir.IfThenElse(whole, full, part)
+    return ir.IfThenElse(whole, full, part if init_nest is None else ir.seq(init_nest, part))
 
 
 def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool,
@@ -792,14 +796,16 @@ def _implied(nest, guard: ir.Expr):
     return left, loops, st
 
 
-def _fused_init(nest, lk, li, lj, st):
+def _fused_init(nest, lk, li, lj, st, symbolic: bool = False):
     """``(cond, value)`` when the init ``nest`` (:func:`_init_nest`) writes exactly the
     micro-kernel's tile of ``C``: its innermost loops run like the tile's point loops
     ``li``, ``lj`` (a one-row tile: the column loop alone) and its store index equals
-    ``c`` under that renaming; ``value`` is in the tile's point variables.  Else None."""
+    ``c`` under that renaming; ``value`` is in the tile's point variables.  Else None.
+    The point loops' extents are constants, or (``symbolic``) the same run-time
+    extents ``min(MR, ..)`` as the tile's (an unisolated tile, :func:`_tile`)."""
     cond, loops, init_st = nest
-    if init_st.buffer is not st.buffer or len(init_st.indices) != 1 or \
-            not isinstance(li.extent, ir.IntImm) or not isinstance(lj.extent, ir.IntImm):
+    if init_st.buffer is not st.buffer or len(init_st.indices) != 1 or (not symbolic and (
+            not isinstance(li.extent, ir.IntImm) or not isinstance(lj.extent, ir.IntImm))):
         return None
     one_row = li.var.name == "mk_row"
     if len(loops) != (1 if one_row else 2):
@@ -826,8 +832,10 @@ class _Micro(ir.Mutator):
                  packed: PackedBuffers | None = None, note=None, prefetch: bool = True,
                  acc_init: bool = True, acc_epilogue: bool = True,
                  dead: Set[str] = frozenset(),
-                 chains: Mapping[str, tuple[str, ...]] | None = None):
+                 chains: Mapping[str, tuple[str, ...]] | None = None,
+                 acc_init_split: bool = False):
         self.lanes_of = lanes_of
+        self.acc_init_split = acc_init_split
         self.dead = dead
         self.chains = chains or {}
         self.acc_init = acc_init
@@ -885,17 +893,24 @@ class _Micro(ir.Mutator):
             return None, 0
         lk, li, lj, st, rest = m
         init = _fused_init(nest, lk, li, lj, st) if nest is not None else None
+        init_nest = None
+        if nest is not None and init is None and self.acc_init_split and guard is None \
+                and fill is None and st.buffer.dtype == "float64" and not (
+                    isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm)):
+            # split init: the unisolated tile's full variant starts from the init
+            init = _fused_init(nest, lk, li, lj, st, symbolic=True)
+            init_nest = stmts[q] if init is not None else None
         if nest is not None and init is None:
             return None, 0
         epis, n_epi = _epilogue_nests(stmts[first + 1:], guard, lk, li, lj, st, rest) \
-            if self.acc_epilogue else ([], 0)
+            if self.acc_epilogue and init_nest is None else ([], 0)
         if init is None and not epis:
             return None, 0
         try:
             whole = tuple(e.buffer.name for _, e in epis) == self.chains.get(st.buffer.name)
             fused = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids,
                           self.prefetch, init, epis, self.dead if whole else frozenset(),
-                          stream=stream)
+                          stream=stream, init_nest=init_nest)
         except Unvectorizable:
             fused = None
         if fused is None and epis and init is not None:     # the init alone
@@ -979,7 +994,8 @@ def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
                  prefetch: bool = True, acc_init: bool | None = None,
                  acc_epilogue: bool | None = None,
                  dead: Set[str] = frozenset(),
-                 chains: Mapping[str, tuple[str, ...]] | None = None) -> ir.LoweredFunc:
+                 chains: Mapping[str, tuple[str, ...]] | None = None,
+                 acc_init_split: bool = False) -> ir.LoweredFunc:
     """The pass (see the module docstring): ``lanes_of(dtype)`` gives the vector lanes;
     ``dots`` are the payloads of the ``cpu_microkernel:<n>`` marks
     (:func:`polycomp.scheduler.cpu.state.cpu_microkernels`) and ``packed`` says what
@@ -991,14 +1007,16 @@ def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
     ``POLYCOMP_ACC_EPILOGUE=0``): the epilogue nests right after a tile run on its
     accumulators (*fused epilogue*); ``dead``: the chain temporaries whose stores a
     fused epilogue drops after the last reduction tile, where it runs the whole chain
-    ``chains[C]`` (:class:`~polycomp.scheduler.cpu.state.CpuMicroKernels`)."""
+    ``chains[C]`` (:class:`~polycomp.scheduler.cpu.state.CpuMicroKernels`);
+    ``acc_init_split``: a float64 init nest before an unisolated tile (symbolic sizes)
+    starts the accumulators of its full variant (the module docstring's *split init*)."""
     import os
     if acc_init is None:
         acc_init = os.environ.get("POLYCOMP_ACC_INIT", "1") != "0"
     if acc_epilogue is None:
         acc_epilogue = os.environ.get("POLYCOMP_ACC_EPILOGUE", "1") != "0"
     m = _Micro(lanes_of, dots, packed, note, prefetch, acc_init, acc_epilogue, dead,
-               chains or {})
+               chains or {}, acc_init_split=acc_init_split)
     out = func.with_body(m.visit(func.body))
     out = out.counted(microkernels=m.count, filling_tiles=m.filling)
     return out
