@@ -474,7 +474,23 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
             ecnd, ebody = epi
             stores = [ebody if ecnd is None else ir.IfThenElse(ecnd, ebody, ir.seq(*stores))]
             epi = None
-    if init is not None:
+    if init is not None and len(init) > 2 and init[2]:
+        # an init reading C at its own point (gemm's C *= beta): the accumulators start
+        # at zero as in every k tile, and the init tile's stores add them to the init's
+        # value instead of C's (the stores the init nest made, then C + acc: the same
+        # operations on the same values)
+        if not from_zero or cols is not None or rows is not None or lo is not None:
+            return None
+        own = []
+        for i in range(MR):
+            for u in range(NV):
+                w = Widen(lj.var, ir.IntImm(u * L), D, L)
+                own.append(ir.Store(st.buffer, (cref(i, u),), ir.Binary(
+                    "+", w.expr(ir.substitute(init[1], {li.var: row(i)})),
+                    ir.Load(acc, (slot(i, u),), D, L), D), L))
+        out = ir.seq(*loads, body, ir.seq(*own) if init[0] is None else
+                     ir.IfThenElse(init[0], ir.seq(*own), ir.seq(*stores)))
+    elif init is not None:
         first, later = ir.seq(*starts), ir.seq(*loads)
         if from_zero:   # the stores of the init's tile need not add C
             prefetches = [p_ for p_ in loads if isinstance(p_, ir.Evaluate)]
@@ -757,6 +773,16 @@ def _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR: int, NV: int, L: int, 
     return cond, ir.seq(*vecs)
 
 
+def _own_point(store: ir.Store) -> bool:
+    """Whether ``store``'s value reads its own buffer only at the stored element (an
+    init ``C[c] = beta * C[c]``)."""
+    found: list = []
+    ir.walk(store.value, lambda n: found.append(n)
+            if isinstance(n, ir.Load) and n.buffer is store.buffer else None)
+    return bool(found) and all(len(e.indices) == 1 and ir.structural_equal(
+        e.indices[0], store.indices[0]) for e in found)
+
+
 def _guarded_mark(stmt):
     """``(mark, guard)``: a bare micro-kernel mark, alone (``guard`` None) or as the
     then-branch of an ``if`` (``guard``: that IfThenElse; isl guards an isolated tile
@@ -876,9 +902,14 @@ class _Micro(ir.Mutator):
         nest = None
         mark, guard = _guarded_mark(stmts[q])
         first = q
+        own_read = False
         if mark is None and self.acc_init and q + 1 < len(stmts):
             mark, guard = _guarded_mark(stmts[q + 1])
             nest = _init_nest(stmts[q]) if mark is not None else None
+            if nest is None and mark is not None and guard is None and self.acc_init_split:
+                nest = _init_nest(stmts[q], reads_ok=True)      # (split init only)
+                own_read = nest is not None and _own_point(nest[2])
+                nest = nest if own_read else None
             if nest is not None and guard is not None:
                 nest = _implied(nest, guard.cond)
             if nest is None:
@@ -892,7 +923,8 @@ class _Micro(ir.Mutator):
         if m is None:
             return None, 0
         lk, li, lj, st, rest = m
-        init = _fused_init(nest, lk, li, lj, st) if nest is not None else None
+        init = _fused_init(nest, lk, li, lj, st) if nest is not None and not own_read \
+            else None
         init_nest = None
         if nest is not None and init is None and self.acc_init_split and guard is None \
                 and fill is None and st.buffer.dtype == "float64" and not (
@@ -900,6 +932,8 @@ class _Micro(ir.Mutator):
             # split init: the unisolated tile's full variant starts from the init
             init = _fused_init(nest, lk, li, lj, st, symbolic=True)
             init_nest = stmts[q] if init is not None else None
+            if init is not None and own_read:
+                init = (init[0], init[1], True)
         if nest is not None and init is None:
             return None, 0
         epis, n_epi = _epilogue_nests(stmts[first + 1:], guard, lk, li, lj, st, rest) \
