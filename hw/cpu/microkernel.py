@@ -62,6 +62,19 @@ register tile, :func:`polycomp.scheduler.cpu.backbone_tile.accumulators_from_ini
 its strided accumulator loads in the first input-channel tile, and a GEMM's stores of
 zeros at ``k`` tile 0.
 
+*Split init* (AVX2 float64; option ``acc_init_split``, ``POLYCOMP_ACC_INIT_SPLIT=0``
+off; :func:`microkernels`' ``acc_init_split``): an init nest right before a bare mark
+whose tile has run-time extents (an unisolated tile of a product with symbolic sizes,
+:func:`_tile`'s ``if (full) .. else <partial>``), with the same run-time extents and
+store index as the tile, becomes the full variant's start as above (``C = 0``: the
+accumulators start at ``v``, stored without ``C +``); the partial variant keeps the
+nest before it.  An init that reads ``C`` at its own point only (gemm's ``C *=
+beta``) keeps the accumulators' start at zero and the full tile's stores under the
+init's condition write ``v(C) + acc`` (contracted to one FMA) instead of ``C + acc``:
+the scaling pass before the tile is gone.  Measured on Zen 3 (docs/c_frontend.md
+"AVX2 fp64"): the zero and scaling stores, ``if (k tile == 0)`` nests ahead of each
+tile, were 9-12 % of the CPU samples of 3mm's products.
+
 *Fill* (a mark whose body is ``[if (c)] <fill nest>; <tile>``, from
 :func:`polycomp.hw.cpu.pack.fill_first_row`: ``for k': for jj': P[p] = A[a]`` over the
 tile's ``k`` and ``jj`` ranges, ``P[p]`` the tile's ``Y`` factor): ``if (c)`` the tile

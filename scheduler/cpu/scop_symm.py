@@ -70,7 +70,9 @@ reduction step (a packed ``B`` for ``P1``, without a factor, measured slower).
 panel's first column (:func:`_origins`); ``M3``'s from row 0 and the panel.
 
 With several threads the whole band sits below ``mark cpu_parallel ->
-band[floor(j/NR)]`` (:func:`column_panels`: every statement touches column ``j`` of
+band[floor(j/W)]`` (``W`` = :func:`panel_columns`, at least 32 columns of whole
+register panels: ``NR`` on AVX-512, ``4 NR`` for AVX2's fp64 ``6 x 8`` block; the
+products' ``j`` tile is the panel; :func:`column_panels`: every statement touches column ``j`` of
 its arrays only, so the panels are independent, checked on the dependences; one
 fork/join serves the call, OpenMP's static schedule gives each thread a contiguous
 range of whole panels, and isl prints the body once), and the triangles of ``P`` and
