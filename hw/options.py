@@ -60,6 +60,12 @@ class CpuOptions(Options):
                                              "GEMM cache blocking (MC, NC, KC)")
     gemm_register: tuple[int, ...] | None = opt(None, int_tuple(2),
                                                 "GEMM register block (MR, vectors per row)")
+    acc_init_split: bool = opt(True, boolean,
+                               "AVX2, float64: a product's init at the first k tile (C = 0, "
+                               "C *= beta) before a register tile of symbolic extent runs "
+                               "in the full tile (accumulators, its stores) instead of "
+                               "a pass of stores before it "
+                               "(hw/cpu/microkernel.py; POLYCOMP_ACC_INIT_SPLIT=0 off)")
     gemm_epilogue: bool = opt(True, boolean,
                               "run an elementwise stage after a product on each register tile")
     prepack: tuple[str, ...] = opt((), name_tuple,

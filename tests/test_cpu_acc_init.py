@@ -272,3 +272,109 @@ def test_conv_chain_tree_golden(goldens, monkeypatch):
         model.ctx, "{ s_conv2d_conv_update[n, f, y, z, rc, rh, rw] -> "
         "s_conv2d_conv_update[n, f, y, z, rc2, rh2, rw2] }")
     assert not bad.is_empty() and bad.is_subset(same_point)
+
+
+MM_SPLIT = """
+void mm_split(int ni, int nj, int nk, double E[ni][nj], double A[ni][nk], double B[nk][nj]) {
+  int i, j, k;
+#pragma scop
+  for (i = 0; i < ni; i++)
+    for (j = 0; j < nj; j++) {
+      E[i][j] = 0.0;
+      for (k = 0; k < nk; ++k)
+        E[i][j] += A[i][k] * B[k][j];
+    }
+#pragma endscop
+}
+"""
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+def test_split_init_of_a_symbolic_fp64_product(monkeypatch):
+    """*Split init* (AVX2, float64, symbolic sizes: 3mm's products): the zeroing nest
+    at ``k`` tile 0 before an unisolated register tile starts the full variant's
+    accumulators (no vector store of zeros there; the partial variant keeps the nest),
+    and the outputs equal ``POLYCOMP_ACC_INIT_SPLIT=0``'s bit for bit (0 + s is s) and
+    numpy's, at sizes with partial tiles in both directions and two ``k`` tiles; the
+    ``cpu-avx512`` C keeps its zeroing nest (the split is an AVX2 choice)."""
+    from polycomp.frontend.c_reader import read_c_kernel
+    target = dataclasses.replace(_AVX2, cpu=dataclasses.replace(_AVX2.cpu, threads=2))
+    zero_store = "_mm256_storeu_pd((E + "
+    built = {}
+    for v in ("1", "0"):
+        monkeypatch.setenv("POLYCOMP_ACC_INIT_SPLIT", v)
+        k = read_c_kernel(MM_SPLIT, "mm_split")
+        ck = compile_kernel(k, target)
+        built[v] = (k, ck)
+    k512 = compile_kernel(read_c_kernel(MM_SPLIT, "mm_split"), "cpu-avx512").source
+    assert k512.index("if ((c0 == 0))") < k512.index("acc1_v0;"), "AVX-512: no split"
+    on, off = built["1"][1].source, built["0"][1].source
+    # the zeroing's full-vector stores: before every tile without the split, only in the
+    # partial tiles' branch with it
+    zeros = "_mm256_set1_pd(0.0));"
+    assert sum(zero_store in ln and zeros in ln for ln in off.splitlines()) == 1
+    assert sum(zero_store in ln and zeros in ln for ln in on.splitlines()) == 1
+    assert on.index("if ((c0 == 0))") > on.index("acc1_v0;"), "init inside the full tile"
+    assert off.index("if ((c0 == 0))") < off.index("acc1_v0;")
+    rng = np.random.default_rng(3)
+    for ni, nj, nk in ((1, 1, 1), (13, 19, 170), (61, 37, 333)):
+        A, B = rng.uniform(-1, 1, (ni, nk)), rng.uniform(-1, 1, (nk, nj))
+        outs = []
+        for v in ("1", "0"):
+            k, ck = built[v]
+            f = ck.backend.load(ck)
+            arrays = dict(A=A, B=B, E=np.full((ni, nj), np.nan))
+            out = f(*[arrays[n] for n in list(k.inputs) + list(k.outputs)],
+                    ni=ni, nj=nj, nk=nk)
+            outs.append(out[0] if isinstance(out, tuple) else out)
+        assert np.array_equal(outs[0], outs[1]), (ni, nj, nk)
+        np.testing.assert_allclose(outs[0], A @ B, rtol=1e-12, atol=1e-13)
+
+
+GEMM_BETA = """
+void gemm_beta(int ni, int nj, int nk, double alpha, double beta, double C[ni][nj],
+               double A[ni][nk], double B[nk][nj]) {
+  int i, j, k;
+#pragma scop
+  for (i = 0; i < ni; i++)
+    for (j = 0; j < nj; j++) {
+      C[i][j] *= beta;
+      for (k = 0; k < nk; ++k)
+        C[i][j] += alpha * A[i][k] * B[k][j];
+    }
+#pragma endscop
+}
+"""
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+def test_split_init_reading_c_at_its_own_point(monkeypatch):
+    """*Split init* of gemm's ``C *= beta`` (an init reading ``C`` at its own point): the
+    full tile's accumulators start at zero and its stores at ``k`` tile 0 write
+    ``beta * C + acc`` (one FMA) instead of a scaling pass before the tile; against
+    numpy and ``POLYCOMP_ACC_INIT_SPLIT=0`` (1e-13: the contraction), partial tiles
+    in both directions and two ``k`` tiles."""
+    from polycomp.frontend.c_reader import read_c_kernel
+    target = dataclasses.replace(_AVX2, cpu=dataclasses.replace(_AVX2.cpu, threads=2))
+    built = {}
+    for v in ("1", "0"):
+        monkeypatch.setenv("POLYCOMP_ACC_INIT_SPLIT", v)
+        k = read_c_kernel(GEMM_BETA, "gemm_beta")
+        built[v] = (k, compile_kernel(k, target))
+    on, off = built["1"][1].source, built["0"][1].source
+    assert on.index("if ((c0 == 0))") > on.index("acc1_v0;"), "init inside the full tile"
+    assert off.index("if ((c0 == 0))") < off.index("acc1_v0;")
+    rng = np.random.default_rng(7)
+    for ni, nj, nk in ((1, 1, 1), (13, 19, 170), (61, 37, 333)):
+        A, B = rng.uniform(-1, 1, (ni, nk)), rng.uniform(-1, 1, (nk, nj))
+        C = rng.uniform(-1, 1, (ni, nj))
+        outs = []
+        for v in ("1", "0"):
+            k, ck = built[v]
+            f = ck.backend.load(ck)
+            arrays = dict(alpha=np.array(1.5), beta=np.array(1.2), A=A, B=B, C=C.copy())
+            out = f(*[arrays[n] for n in list(k.inputs) + list(k.outputs)],
+                    ni=ni, nj=nj, nk=nk)
+            outs.append(out[0] if isinstance(out, tuple) else out)
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-13, atol=1e-14)
+        np.testing.assert_allclose(outs[0], 1.5 * (A @ B) + 1.2 * C, rtol=1e-12, atol=1e-13)

@@ -212,3 +212,37 @@ def test_symm_accumulator_block_only_for_a_temporary(monkeypatch):
         .replace("  double temp2;\n", "").replace("temp2", "T[i][j]")
     acc = acc_of(out, "symm_out")
     assert acc is None
+
+
+def test_symm_panels_on_avx2_are_four_register_panels(monkeypatch):
+    """``panel_columns``: AVX2's ``6 x 8`` fp64 register block takes parallel panels of
+    32 columns (four register panels; ``A`` streamed 4x less often than in 8-column
+    panels), AVX-512's 32- and 64-column register panels are unchanged;
+    ``POLYCOMP_SYMM_PANEL=0``: the register panel.  The AVX2 build with two threads
+    equals numpy (``A``'s upper triangle NaN: never read) at sizes with a partial
+    panel and three row steps."""
+    from polycomp.hw.cpu.target import cpu_flags
+    from polycomp.scheduler.cpu.scop_symm import panel_columns
+    assert (panel_columns(8), panel_columns(16), panel_columns(32), panel_columns(64),
+            panel_columns(12)) == (32, 32, 32, 64, 36)
+    monkeypatch.setenv("POLYCOMP_SYMM_PANEL", "0")
+    assert panel_columns(8) == 8
+    monkeypatch.delenv("POLYCOMP_SYMM_PANEL")
+    avx2 = get_target("cpu-avx2")
+    target = dataclasses.replace(avx2, cpu=dataclasses.replace(avx2.cpu, threads=2))
+    k = read_c_kernel(SYMM, "symm_cols")
+    ck = compile_kernel(k, target)
+    assert any("register block 6x8" in x and "parallel over 32-column panels" in x
+               for x in ck.notes["scop-symm"]), ck.notes
+    if not {"avx2", "fma"} <= cpu_flags():
+        return
+    f = ck.backend.load(ck)
+    rng = np.random.default_rng(4)
+    for mm, nn in ((7, 3), (251, 77)):
+        A = rng.uniform(-1, 1, (mm, mm))
+        B, C = rng.uniform(-1, 1, (mm, nn)), rng.uniform(-1, 1, (mm, nn))
+        S = np.tril(A) + np.tril(A, -1).T
+        A[np.triu_indices(mm, 1)] = np.nan
+        got = _call(k, f, dict(alpha=np.array(1.5), beta=np.array(1.2), A=A, B=B,
+                               C=C.copy()), dict(m=mm, n=nn))["C"]
+        np.testing.assert_allclose(got, 1.5 * (S @ B) + 1.2 * C, rtol=1e-11, atol=1e-13)

@@ -177,7 +177,9 @@ class CpuBackend(Backend):
                 f, target.vector_lanes, cpu_microkernels(s).dots, packed_buffers(s),
                 lambda text: s.note("microkernels", text), prefetch=o.prefetch,
                 dead=cpu_microkernels(s).chain_temporaries,
-                chains=cpu_microkernels(s).chains)),
+                chains=cpu_microkernels(s).chains,
+                acc_init_split=o.acc_init_split and target.isa == "avx2" and
+                os.environ.get("POLYCOMP_ACC_INIT_SPLIT", "1") != "0")),
         ]
         if o.vector_lift and target.isa == "avx512":
             passes.append(ir_pass("lift", lambda f, s: lift(

@@ -62,6 +62,19 @@ register tile, :func:`polycomp.scheduler.cpu.backbone_tile.accumulators_from_ini
 its strided accumulator loads in the first input-channel tile, and a GEMM's stores of
 zeros at ``k`` tile 0.
 
+*Split init* (AVX2 float64; option ``acc_init_split``, ``POLYCOMP_ACC_INIT_SPLIT=0``
+off; :func:`microkernels`' ``acc_init_split``): an init nest right before a bare mark
+whose tile has run-time extents (an unisolated tile of a product with symbolic sizes,
+:func:`_tile`'s ``if (full) .. else <partial>``), with the same run-time extents and
+store index as the tile, becomes the full variant's start as above (``C = 0``: the
+accumulators start at ``v``, stored without ``C +``); the partial variant keeps the
+nest before it.  An init that reads ``C`` at its own point only (gemm's ``C *=
+beta``) keeps the accumulators' start at zero and the full tile's stores under the
+init's condition write ``v(C) + acc`` (contracted to one FMA) instead of ``C + acc``:
+the scaling pass before the tile is gone.  Measured on Zen 3 (docs/c_frontend.md
+"AVX2 fp64"): the zero and scaling stores, ``if (k tile == 0)`` nests ahead of each
+tile, were 9-12 % of the CPU samples of 3mm's products.
+
 *Fill* (a mark whose body is ``[if (c)] <fill nest>; <tile>``, from
 :func:`polycomp.hw.cpu.pack.fill_first_row`: ``for k': for jj': P[p] = A[a]`` over the
 tile's ``k`` and ``jj`` ranges, ``P[p]`` the tile's ``Y`` factor): ``if (c)`` the tile
@@ -177,7 +190,8 @@ def _row_bound(li: ir.For) -> int | None:
 
 def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True,
           init: tuple | None = None, epilogues: Sequence = (), dead: Set[str] = frozenset(),
-          fill: tuple | None = None, stream: tuple | None = None):
+          fill: tuple | None = None, stream: tuple | None = None,
+          init_nest: ir.Stmt | None = None):
     """The register tile of the module docstring, or None; ``tile_ids`` numbers the
     tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...); ``prefetch``:
     prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop.
@@ -190,7 +204,9 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
     columns (masked lanes read nothing and are not stored), its rows ``i >= Ei``
     broadcast row ``Ei - 1``'s ``X`` (an element that exists) and are not stored.  One
     partial variant, not one per row count: the kernel's C stays about half as long
-    (gcc's build time of a symbolic product)."""
+    (gcc's build time of a symbolic product).  With ``init`` and its nest ``init_nest``
+    (the *split init*), the full tile starts its accumulators at the init's value and
+    the partial tile runs after the nest, as before."""
     if fill is not None and not (isinstance(li.extent, ir.IntImm) and
                                  isinstance(lj.extent, ir.IntImm)):
         return None
@@ -220,12 +236,13 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
         return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
                            li.extent.value, lj.extent.value, init=init, epilogues=epilogues,
                            dead=dead, fill=fill, stream=stream)
-    if init is not None or epilogues:
+    if (init is not None and init_nest is None) or epilogues:
         return None
     MR, NR = upper_bound(li.extent), upper_bound(lj.extent)
     if MR is None or NR is None or MR < 1 or NR < 2:
         return None
-    full = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR)
+    full = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR,
+                       init=init)
     if full is None:
         return None
     cols = None if isinstance(lj.extent, ir.IntImm) else lj.extent
@@ -239,7 +256,7 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
             eq = ir.Binary("==", ext, ir.IntImm(n), "bool")
             whole = eq if whole is None else ir.Binary("&&", whole, eq, "bool")
     assert whole is not None
-    return ir.IfThenElse(whole, full, part)
+    return ir.IfThenElse(whole, full, part if init_nest is None else ir.seq(init_nest, part))
 
 
 def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool,
@@ -497,7 +514,23 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
             ecnd, ebody = epi
             stores = [ebody if ecnd is None else ir.IfThenElse(ecnd, ebody, ir.seq(*stores))]
             epi = None
-    if init is not None:
+    if init is not None and len(init) > 2 and init[2]:
+        # an init reading C at its own point (gemm's C *= beta): the accumulators start
+        # at zero as in every k tile, and the init tile's stores add them to the init's
+        # value instead of C's (the stores the init nest made, then C + acc: the same
+        # operations on the same values)
+        if not from_zero or cols is not None or rows is not None or lo is not None:
+            return None
+        own = []
+        for i in range(MR):
+            for u in range(NV):
+                w = Widen(lj.var, ir.IntImm(u * L), D, L)
+                own.append(ir.Store(st.buffer, (cref(i, u),), ir.Binary(
+                    "+", w.expr(ir.substitute(init[1], {li.var: row(i)})),
+                    ir.Load(acc, (slot(i, u),), D, L), D), L))
+        out = ir.seq(*loads, body, ir.seq(*own) if init[0] is None else
+                     ir.IfThenElse(init[0], ir.seq(*own), ir.seq(*stores)))
+    elif init is not None:
         first, later = ir.seq(*starts), ir.seq(*loads)
         if from_zero:   # the stores of the init's tile need not add C
             prefetches = [p_ for p_ in loads if isinstance(p_, ir.Evaluate)]
@@ -780,6 +813,16 @@ def _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR: int, NV: int, L: int, 
     return cond, ir.seq(*vecs)
 
 
+def _own_point(store: ir.Store) -> bool:
+    """Whether ``store``'s value reads its own buffer only at the stored element (an
+    init ``C[c] = beta * C[c]``)."""
+    found: list = []
+    ir.walk(store.value, lambda n: found.append(n)
+            if isinstance(n, ir.Load) and n.buffer is store.buffer else None)
+    return bool(found) and all(len(e.indices) == 1 and ir.structural_equal(
+        e.indices[0], store.indices[0]) for e in found)
+
+
 def _guarded_mark(stmt):
     """``(mark, guard)``: a bare micro-kernel mark, alone (``guard`` None) or as the
     then-branch of an ``if`` (``guard``: that IfThenElse; isl guards an isolated tile
@@ -819,14 +862,16 @@ def _implied(nest, guard: ir.Expr):
     return left, loops, st
 
 
-def _fused_init(nest, lk, li, lj, st):
+def _fused_init(nest, lk, li, lj, st, symbolic: bool = False):
     """``(cond, value)`` when the init ``nest`` (:func:`_init_nest`) writes exactly the
     micro-kernel's tile of ``C``: its innermost loops run like the tile's point loops
     ``li``, ``lj`` (a one-row tile: the column loop alone) and its store index equals
-    ``c`` under that renaming; ``value`` is in the tile's point variables.  Else None."""
+    ``c`` under that renaming; ``value`` is in the tile's point variables.  Else None.
+    The point loops' extents are constants, or (``symbolic``) the same run-time
+    extents ``min(MR, ..)`` as the tile's (an unisolated tile, :func:`_tile`)."""
     cond, loops, init_st = nest
-    if init_st.buffer is not st.buffer or len(init_st.indices) != 1 or \
-            not isinstance(li.extent, ir.IntImm) or not isinstance(lj.extent, ir.IntImm):
+    if init_st.buffer is not st.buffer or len(init_st.indices) != 1 or (not symbolic and (
+            not isinstance(li.extent, ir.IntImm) or not isinstance(lj.extent, ir.IntImm))):
         return None
     one_row = li.var.name == "mk_row"
     if len(loops) != (1 if one_row else 2):
@@ -853,8 +898,10 @@ class _Micro(ir.Mutator):
                  packed: PackedBuffers | None = None, note=None, prefetch: bool = True,
                  acc_init: bool = True, acc_epilogue: bool = True,
                  dead: Set[str] = frozenset(),
-                 chains: Mapping[str, tuple[str, ...]] | None = None):
+                 chains: Mapping[str, tuple[str, ...]] | None = None,
+                 acc_init_split: bool = False):
         self.lanes_of = lanes_of
+        self.acc_init_split = acc_init_split
         self.dead = dead
         self.chains = chains or {}
         self.acc_init = acc_init
@@ -895,9 +942,14 @@ class _Micro(ir.Mutator):
         nest = None
         mark, guard = _guarded_mark(stmts[q])
         first = q
+        own_read = False
         if mark is None and self.acc_init and q + 1 < len(stmts):
             mark, guard = _guarded_mark(stmts[q + 1])
             nest = _init_nest(stmts[q]) if mark is not None else None
+            if nest is None and mark is not None and guard is None and self.acc_init_split:
+                nest = _init_nest(stmts[q], reads_ok=True)      # (split init only)
+                own_read = nest is not None and _own_point(nest[2])
+                nest = nest if own_read else None
             if nest is not None and guard is not None:
                 nest = _implied(nest, guard.cond)
             if nest is None:
@@ -911,18 +963,28 @@ class _Micro(ir.Mutator):
         if m is None:
             return None, 0
         lk, li, lj, st, rest = m
-        init = _fused_init(nest, lk, li, lj, st) if nest is not None else None
+        init = _fused_init(nest, lk, li, lj, st) if nest is not None and not own_read \
+            else None
+        init_nest = None
+        if nest is not None and init is None and self.acc_init_split and guard is None \
+                and fill is None and st.buffer.dtype == "float64" and not (
+                    isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm)):
+            # split init: the unisolated tile's full variant starts from the init
+            init = _fused_init(nest, lk, li, lj, st, symbolic=True)
+            init_nest = stmts[q] if init is not None else None
+            if init is not None and own_read:
+                init = (init[0], init[1], True)
         if nest is not None and init is None:
             return None, 0
         epis, n_epi = _epilogue_nests(stmts[first + 1:], guard, lk, li, lj, st, rest) \
-            if self.acc_epilogue else ([], 0)
+            if self.acc_epilogue and init_nest is None else ([], 0)
         if init is None and not epis:
             return None, 0
         try:
             whole = tuple(e.buffer.name for _, e in epis) == self.chains.get(st.buffer.name)
             fused = _tile(lk, li, lj, st, rest, self.lanes_of, self.tile_ids,
                           self.prefetch, init, epis, self.dead if whole else frozenset(),
-                          stream=stream)
+                          stream=stream, init_nest=init_nest)
         except Unvectorizable:
             fused = None
         if fused is None and epis and init is not None:     # the init alone
@@ -1006,7 +1068,8 @@ def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
                  prefetch: bool = True, acc_init: bool | None = None,
                  acc_epilogue: bool | None = None,
                  dead: Set[str] = frozenset(),
-                 chains: Mapping[str, tuple[str, ...]] | None = None) -> ir.LoweredFunc:
+                 chains: Mapping[str, tuple[str, ...]] | None = None,
+                 acc_init_split: bool = False) -> ir.LoweredFunc:
     """The pass (see the module docstring): ``lanes_of(dtype)`` gives the vector lanes;
     ``dots`` are the payloads of the ``cpu_microkernel:<n>`` marks
     (:func:`polycomp.scheduler.cpu.state.cpu_microkernels`) and ``packed`` says what
@@ -1018,14 +1081,16 @@ def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
     ``POLYCOMP_ACC_EPILOGUE=0``): the epilogue nests right after a tile run on its
     accumulators (*fused epilogue*); ``dead``: the chain temporaries whose stores a
     fused epilogue drops after the last reduction tile, where it runs the whole chain
-    ``chains[C]`` (:class:`~polycomp.scheduler.cpu.state.CpuMicroKernels`)."""
+    ``chains[C]`` (:class:`~polycomp.scheduler.cpu.state.CpuMicroKernels`);
+    ``acc_init_split``: a float64 init nest before an unisolated tile (symbolic sizes)
+    starts the accumulators of its full variant (the module docstring's *split init*)."""
     import os
     if acc_init is None:
         acc_init = os.environ.get("POLYCOMP_ACC_INIT", "1") != "0"
     if acc_epilogue is None:
         acc_epilogue = os.environ.get("POLYCOMP_ACC_EPILOGUE", "1") != "0"
     m = _Micro(lanes_of, dots, packed, note, prefetch, acc_init, acc_epilogue, dead,
-               chains or {})
+               chains or {}, acc_init_split=acc_init_split)
     out = func.with_body(m.visit(func.body))
     out = out.counted(microkernels=m.count, filling_tiles=m.filling)
     return out

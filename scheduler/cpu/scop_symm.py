@@ -70,7 +70,9 @@ reduction step (a packed ``B`` for ``P1``, without a factor, measured slower).
 panel's first column (:func:`_origins`); ``M3``'s from row 0 and the panel.
 
 With several threads the whole band sits below ``mark cpu_parallel ->
-band[floor(j/NR)]`` (:func:`column_panels`: every statement touches column ``j`` of
+band[floor(j/W)]`` (``W`` = :func:`panel_columns`, at least 32 columns of whole
+register panels: ``NR`` on AVX-512, ``4 NR`` for AVX2's fp64 ``6 x 8`` block; the
+products' ``j`` tile is the panel; :func:`column_panels`: every statement touches column ``j`` of
 its arrays only, so the panels are independent, checked on the dependences; one
 fork/join serves the call, OpenMP's static schedule gives each thread a contiguous
 range of whole panels, and isl prints the body once), and the triangles of ``P`` and
@@ -273,6 +275,24 @@ def _diagonal(g: ScopGemm, block: isl.UnionSet, b: Blocking, leading: bool) -> l
 MIRROR_MC = 1 << 16
 
 
+#: the fewest columns of a parallel panel (:func:`panel_columns`)
+PANEL_COLUMNS = 32
+
+
+def panel_columns(NR: int) -> int:
+    """Columns of one parallel panel: the fewest whole register panels (``NR``
+    columns) that make at least :data:`PANEL_COLUMNS`.  Every panel reads all of
+    ``A``'s lower triangle twice (phase 1's rows, the mirror's columns), so the
+    panel's width sets how often ``A`` (8 MB at LARGE: L3, not L2) is streamed: with
+    AVX2's ``6 x 8`` fp64 register block, ``NR``-column panels made 150 panels at
+    LARGE, 1.2 GB of ``A`` a call where AVX-512's 32-column panels made 38 panels
+    and 0.3 GB.  AVX-512 (``NR`` = 32 fp64, 64 fp32) is unchanged.
+    ``POLYCOMP_SYMM_PANEL=0``: ``NR`` columns (for same-process comparisons)."""
+    if os.environ.get("POLYCOMP_SYMM_PANEL", "1") == "0":
+        return NR
+    return NR * max(1, -(-PANEL_COLUMNS // NR))
+
+
 def _mirror_mc(MR: int) -> int:
     return max(MR, MIRROR_MC // MR * MR)
 
@@ -326,7 +346,7 @@ def _phases(p: ScopGemm, mir: ScopGemm, first: list, fin: list, blk: Blocking, B
         own = isl.UnionPwAff.from_pw_aff(_step(g.update, B) if leading else
                                          _red_step(g, B))
         steps.append(own)
-        oi, oj = _origins(g, B, blk.NR if panels else 0)
+        oi, oj = _origins(g, B, blk.NC if panels else 0)
         if leading:
             # the rectangle left of the step's block, k tiles from 0, then the block
             seq: list = []
@@ -393,11 +413,12 @@ class ScopSymmPass(Pass):
             blk = choose_blocking(p.outer_product(), ctx.target, ctx.cpu_options)
             B = max(blk.MR, min(BLOCK, blk.KC) // blk.MR * blk.MR)
             blk = dataclasses.replace(blk, KC=B)
-            cols = column_panels(st.group, blk.NR, ctx.target.cpu.threads)
+            W = panel_columns(blk.NR)
+            cols = column_panels(st.group, W, ctx.target.cpu.threads)
             if cols is not None and not _within_panels(stages.dependences(st), cols):
                 cols = None
             if cols is not None:
-                blk = dataclasses.replace(blk, NC=blk.NR)     # one j tile: the panel
+                blk = dataclasses.replace(blk, NC=W)     # one j tile: the panel
             space = st.filter.get_space()
             requests = list(promotion_state(ctx).pack_requests)
             built = _phases(p, mir, first, fin, blk, B, cols, requests, st, space)
@@ -434,6 +455,6 @@ class ScopSymmPass(Pass):
                                 f"{blk.MR}x{blk.MR} triangles" +
                                 (f"; {acc.name} in a per-thread block of one step"
                                  if acc is not None else "") +
-                                (f"; parallel over {blk.NR}-column panels"
+                                (f"; parallel over {blk.NC}-column panels"
                                  if cols is not None else ""))
         return stages.schedule()
