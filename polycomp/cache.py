@@ -6,6 +6,8 @@ Layout of the cache directory (``$POLYCOMP_CACHE_DIR``, default ``~/.cache/polyc
                                 last use (LRU order)
     objects/<key>-<sha16>.<ext> the artifact, named by its own content hash
     tmp/                        temporary files, always on the cache's filesystem
+    locks/<key>.lock            held (``flock``) while a process builds ``key``: another
+                                process missing the same key waits for it, then hits
 
 Guarantees:
 
@@ -64,6 +66,7 @@ from typing import Callable
 DEFAULT_MAX_BYTES = 1 << 30
 RESCAN_STORES = 64           # a process re-lists the cache at least every this many stores
 ORPHAN_AGE_S = 60.0          # objects without an entry older than this are swept
+BUILD_LOCK_WAIT_S = 600.0    # a process waits this long for another's build of a key
 
 
 def default_dir() -> str:
@@ -361,17 +364,70 @@ class KernelCache:
                 self.hits += 1
                 self._touch(key)
                 return path
-            self.misses += 1
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "artifact" + ext)
-            build(out)
+        with self._build_lock(key) as stored:
+            if stored is not None:    # another process built it while this one waited
+                return stored
             with self._lock:
+                self.misses += 1
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "artifact" + ext)
+                build(out)
+                with self._lock:
+                    try:
+                        return self.store(key, out, ext, kind)
+                    except OSError:     # the directory became unwritable meanwhile
+                        def copy(p: str) -> None:
+                            shutil.copyfile(out, p)
+                        return self._build_private(key, ext, copy)
+
+    @contextlib.contextmanager
+    def _build_lock(self, key: str):
+        """Hold ``locks/<key>.lock`` (``flock``, exclusive) while ``key`` is built, so
+        that processes (pytest-xdist workers, a graph's parallel compiles) missing the
+        same key build it once: a waiter that gets the lock looks again and yields the
+        path the builder stored (a hit), else None (build it).  The lock file is removed
+        after the store; a waiter that then locks the removed file finds the entry all
+        the same, so at worst two processes build (as without the lock).  Waits at most
+        ``BUILD_LOCK_WAIT_S``, then builds; without ``fcntl`` (Windows), no lock."""
+        try:
+            import fcntl
+        except ImportError:
+            yield None
+            return
+        path = os.path.join(self.root, "locks", key + ".lock")
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError:
+            yield None
+            return
+        try:
+            deadline = time.monotonic() + BUILD_LOCK_WAIT_S
+            locked = False
+            while not locked:
                 try:
-                    return self.store(key, out, ext, kind)
-                except OSError:     # the directory became unwritable meanwhile
-                    def copy(p: str) -> None:
-                        shutil.copyfile(out, p)
-                    return self._build_private(key, ext, copy)
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    locked = True
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+                except OSError:
+                    break
+            with self._lock:
+                found = self._verified(key)
+                if found is not None:
+                    self.hits += 1
+                    self._touch(key)
+            if found is not None:
+                yield found
+                return
+            yield None
+            if locked:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        finally:
+            os.close(fd)
 
     def get_or_build_bytes(self, key: str, ext: str, build: Callable[[], bytes],
                            kind: str = "") -> bytes:
@@ -485,7 +541,7 @@ class KernelCache:
         cache before this layout); returns the number of entries removed."""
         n = len(self._entries())
         with self._lock:
-            for sub in ("entries", "objects", "tmp", "pch"):   # pch: precompiled preludes
+            for sub in ("entries", "objects", "tmp", "pch", "locks"):   # pch: preludes
                 shutil.rmtree(os.path.join(self.root, sub), ignore_errors=True)
             for name in os.listdir(self.root) if os.path.isdir(self.root) else ():
                 if name.startswith("pc_") and name.endswith(".so"):

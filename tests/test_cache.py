@@ -189,6 +189,34 @@ def test_concurrent_builders_processes_and_threads(cache_dir):
     assert len(os.listdir(cache_dir / "tmp")) == 0
 
 
+def test_builders_missing_the_same_key_build_it_once(cache_dir):
+    """Two caches on one directory (two processes, e.g. pytest-xdist workers) miss the
+    same key at once: the second waits for the first's build (its lock in ``locks/``)
+    and hits; the lock file is gone afterwards.  (Before: both ran gcc; in
+    tests/test_cpu_ops.py on two workers, 3 of 290 builds, each a 15-27 s SIMDe build.)"""
+    calls: list[int] = []
+    started = threading.Event()
+
+    def slow_build(out: str) -> None:
+        calls.append(1)
+        started.set()
+        threading.Event().wait(0.5)
+        with open(out, "w") as f:
+            f.write("artifact")
+
+    caches = [pcache.KernelCache(str(cache_dir)), pcache.KernelCache(str(cache_dir))]
+    paths: list[str] = []
+    first = threading.Thread(target=lambda: paths.append(
+        caches[0].get_or_build("k" * 64, ".bin", slow_build)))
+    first.start()
+    assert started.wait(30)
+    paths.append(caches[1].get_or_build("k" * 64, ".bin", slow_build))
+    first.join()
+    assert len(calls) == 1 and paths[0] == paths[1]
+    assert (caches[0].misses, caches[1].misses, caches[1].hits) == (1, 0, 1)
+    assert os.listdir(cache_dir / "locks") == []
+
+
 def test_unwritable_cache_dir_builds_privately(tmp_path, monkeypatch):
     """A cache path that cannot be created (its parent is a file: fails even for root)
     still builds, in a private per-process directory, with a warning."""
