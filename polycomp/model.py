@@ -285,7 +285,30 @@ def _by_group(um: isl.UnionMap | None, group_of: dict[str, int]) -> dict[int, li
 def _dataflow(sink: isl.UnionMap, must: isl.UnionMap | None, may: isl.UnionMap | None,
               kill: isl.UnionMap | None, order_of: dict[str, list[isl.Map]],
               group_of: dict[str, int] | None) -> isl.UnionMap:
-    """isl's dataflow analysis (``compute_flow``'s may dependences) of ``sink`` against
+    """The dependences of :func:`_dataflow_and_no_source`."""
+    return _dataflow_and_no_source(sink, must, may, kill, order_of, group_of)[0]
+
+
+def array_dataflow(m: PolyModel, sink: isl.UnionMap,
+                   must: isl.UnionMap) -> tuple[isl.UnionMap, isl.UnionMap]:
+    """``(F, N)``: the last writer among the ``must`` sources of each instance of
+    ``sink`` (``compute_flow``'s dependences) and the sink's instances with none
+    (``get_may_no_source``), under ``m``'s program order, group by group over the
+    top-level nests as :func:`compute_accesses_and_dependences` does (linear in the
+    nests where each one's accesses are covered by the nests just before it)."""
+    if not m.order_of:
+        m.program_order(())                 # fills m.order_of
+    return _dataflow_and_no_source(sink, must, None, None, m.order_of,
+                                   _top_level_groups(m.initial_schedule))
+
+
+def _dataflow_and_no_source(sink: isl.UnionMap, must: isl.UnionMap | None,
+                            may: isl.UnionMap | None, kill: isl.UnionMap | None,
+                            order_of: dict[str, list[isl.Map]],
+                            group_of: dict[str, int] | None
+                            ) -> tuple[isl.UnionMap, isl.UnionMap]:
+    """isl's dataflow analysis (``compute_flow``'s may dependences, and the sink's
+    instances without a must source or kill: ``get_may_no_source``) of ``sink`` against
     the ``must``/``may`` sources and ``kill`` accesses under the program order
     (``order_of``: each statement's map).
 
@@ -313,11 +336,11 @@ def _dataflow(sink: isl.UnionMap, must: isl.UnionMap | None, may: isl.UnionMap |
 
     accesses = {"set_must_source": must, "set_may_source": may, "set_kill": kill}
     if group_of is None:
-        return analyse(sink, {k: maps(a) for k, a in accesses.items() if a is not None}) \
-            .get_may_dependence()
+        f = analyse(sink, {k: maps(a) for k, a in accesses.items() if a is not None})
+        return f.get_may_dependence(), f.get_may_no_source()
     grouped = {k: _by_group(a, group_of) for k, a in accesses.items() if a is not None}
     with_sources = sorted({p for g in grouped.values() for p in g}, reverse=True)
-    out = []
+    out, unsourced = [], []
     for q, sinks in sorted(_by_group(sink, group_of).items()):
         remaining = union_all(sinks, space)
         for p in with_sources:          # the groups with an access, latest first
@@ -329,7 +352,11 @@ def _dataflow(sink: isl.UnionMap, must: isl.UnionMap | None, may: isl.UnionMap |
             f = analyse(remaining, srcs)
             out.append(f.get_may_dependence())
             remaining = f.get_may_no_source()   # no must source or kill yet: go on
-    return union_all(out, space)
+        unsourced.append(remaining)
+    no_source = isl.UnionMap.empty(space)
+    for r in unsourced:
+        no_source = no_source.union(r)
+    return union_all(out, space), no_source
 
 
 def compute_accesses_and_dependences(m: PolyModel) -> None:
