@@ -37,7 +37,13 @@ from polycomp.scheduler.promotion.record import prepacked_inputs
 from .ir import Graph, HeldCopy, Value
 from .lower import CONV_WEIGHT_AXES, HeadSplit, argname, group_kernel, head_fold_enabled
 from .partition import Group, Partition, partition
-from .rewrite import qkv_stack_enabled, split_projections, stack_projections
+from .rewrite import (
+    patch_conv_enabled,
+    patchify_convs,
+    qkv_stack_enabled,
+    split_projections,
+    stack_projections,
+)
 from .runtime import CompiledGraph, Step, check_dims_bound
 from .shapes import propagate
 
@@ -223,6 +229,8 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     if any(v.shape is None for n in graph.nodes for v in (n.output,)):
         propagate(graph)
     check_dims_bound(graph)  # before the partition's cost model evaluates any extent
+    if backend_for_name(target).family == "c" and patch_conv_enabled():
+        patchify_convs(graph)      # ViT's patch embedding: a weight GEMM, not a conv
     if backend_for_name(target).family == "c" and head_fold_enabled():
         split_projections(graph)   # GPT-2's c_attn: one projection per q, k, v
         if qkv_stack_enabled():
