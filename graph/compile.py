@@ -37,7 +37,13 @@ from polycomp.scheduler.promotion.record import prepacked_inputs
 from .ir import Graph, HeldCopy, Value
 from .lower import CONV_WEIGHT_AXES, HeadSplit, argname, group_kernel, head_fold_enabled
 from .partition import Group, Partition, partition
-from .rewrite import qkv_stack_enabled, split_projections, stack_projections
+from .rewrite import (
+    patch_conv_enabled,
+    patchify_convs,
+    qkv_stack_enabled,
+    split_projections,
+    stack_projections,
+)
 from .runtime import CompiledGraph, Step, check_dims_bound
 from .shapes import propagate
 
@@ -70,6 +76,27 @@ def _topo_groups(part: Partition) -> list[Group]:
 # docs/cpu_backend.md).
 CPU_WEIGHT_GEMM_OPTIONS = {"gemm_register": (4, 3)}
 CPU_WEIGHT_GEMM_OPTIONS_32 = {"gemm_register": (8, 3)}
+
+
+def weight_register_override() -> tuple[int, int] | None:
+    """``POLYCOMP_WEIGHT_GEMM_REGISTER=MRxNI`` (e.g. ``6x2``): the register block of every
+    weight GEMM that is not a head split (those keep :func:`head_register_block`), in place
+    of :data:`CPU_WEIGHT_GEMM_OPTIONS` / ``_32`` and the few-row choice -- to compare blocks
+    on a host without editing them (docs/graph.md, the Zen 3 profile); None when unset."""
+    import os
+
+    from polycomp.errors import UsageError
+    text = os.environ.get("POLYCOMP_WEIGHT_GEMM_REGISTER", "").strip().lower()
+    if not text:
+        return None
+    try:
+        mr, ni = (int(q) for q in text.split("x"))
+    except ValueError:
+        mr = ni = 0
+    if mr < 1 or ni < 1:
+        raise UsageError(f"POLYCOMP_WEIGHT_GEMM_REGISTER={text!r}: expected MRxNI, "
+                            f"two positive integers (rows x vectors), e.g. 6x2")
+    return (mr, ni)
 
 
 def prepack_enabled() -> bool:
@@ -147,7 +174,8 @@ def _group_options(g: Group, inputs: list[Value], target: str,
             heads.dim, get_target(target).vector_lanes(heads.matmul.output.dtype),
             cpu.vector_registers, out["gemm_register"])
     elif cpu is not None:
-        out["gemm_register"] = weight_register_block(g, get_target(target), out["gemm_register"])
+        out["gemm_register"] = weight_register_override() or \
+            weight_register_block(g, get_target(target), out["gemm_register"])
     if prepack_enabled():
         names = tuple(argname(v) for v in inputs if v in weights or v in (conv or ()))
         if names:
@@ -223,6 +251,8 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     if any(v.shape is None for n in graph.nodes for v in (n.output,)):
         propagate(graph)
     check_dims_bound(graph)  # before the partition's cost model evaluates any extent
+    if backend_for_name(target).family == "c" and patch_conv_enabled():
+        patchify_convs(graph)      # ViT's patch embedding: a weight GEMM, not a conv
     if backend_for_name(target).family == "c" and head_fold_enabled():
         split_projections(graph)   # GPT-2's c_attn: one projection per q, k, v
         if qkv_stack_enabled():

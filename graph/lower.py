@@ -343,6 +343,13 @@ def _head_split_lower(hs: HeadSplit, group: Group, env: dict, out_shape: tuple):
 
 _LAYOUT_OPS = ("reshape", "transpose", "permute")
 
+#: the highest rank of a transpose / permute that :func:`folded_layout` reads in place
+#: (the head merge's ``(B, H, S, D)``): ViT's patches, ``reshape(N, C, 14, 16, 14, 16) ->
+#: permute(0, 2, 4, 1, 3, 5) -> reshape(N, 196, 768)`` before the patch GEMM
+#: (``graph/rewrite.py`` ``patchify_convs``), took 9.6 ms read in place against 5.8 ms
+#: staged (one Zen 3 core, the GEMM included, best of 15)
+FOLD_MAX_RANK = 4
+
 
 def folded_layout(group: Group, outputs: list[Value]) -> set[Node]:
     """The layout operators of ``group`` read in place by a GEMM's left operand: no stage
@@ -357,10 +364,11 @@ def folded_layout(group: Group, outputs: list[Value]) -> set[Node]:
     maps (``a[.., s, k] = att[.., k // D, s, k mod D]``, quasi-affine): the CPU GEMM packs
     its ``X`` blocks straight from the attention output (the packing copy reads the
     layout; the micro-kernel reads the packed block as before).  Only where the chain
-    holds a transpose or permute: a ``reshape`` alone (GPT-2's ``view(B*S, K)`` of a
-    layer norm before ``addmm``) stays a stage, whose 2-d result the GEMM reads in place
-    (``in_place_operands``); read through the view it measured 5845 -> 6476 us (128 x
-    768 x 3072 with its layer norm, one Zen 4 core).  Guarantees: the same elements as
+    holds a transpose or permute, of rank at most :data:`FOLD_MAX_RANK`: a ``reshape``
+    alone (GPT-2's ``view(B*S, K)`` of a layer norm before ``addmm``) stays a stage,
+    whose 2-d result the GEMM reads in place (``in_place_operands``); read through the
+    view it measured 5845 -> 6476 us (128 x 768 x 3072 with its layer norm, one Zen 4
+    core).  Guarantees: the same elements as
     the staged operators (each map is the operator's own index function)."""
     out = set(outputs)
     users: dict[Value, list[tuple[Node, int]]] = {}
@@ -371,6 +379,8 @@ def folded_layout(group: Group, outputs: list[Value]) -> set[Node]:
     for n in reversed(group.nodes):
         if n.op not in _LAYOUT_OPS or n.output in out or is_runtime_view(n):
             continue
+        if n.op != "reshape" and len(n.output.shape) > FOLD_MAX_RANK:
+            continue    # a patchify's 6-d permute: the staged copy measured faster
         us = users.get(n.output, [])
         if us and all((u.op == "matmul" and q == 0 and u.inputs[1] is not n.output)
                       or u in folded for u, q in us):

@@ -307,3 +307,117 @@ def _stack(graph: Graph, chains: list[_HeadChain]) -> None:
     graph.nodes = [x for x in graph.nodes if x not in gone]
     used = {v for x in graph.nodes for v in x.inputs} | set(graph.outputs)
     graph.constants = [c for c in graph.constants if c in used]
+
+
+def patch_conv_enabled() -> bool:
+    """:func:`patchify_convs` runs (C/CPU family); ``POLYCOMP_PATCH_CONV=0`` leaves such
+    convolutions to the convolution lowering (for comparisons)."""
+    import os
+    return os.environ.get("POLYCOMP_PATCH_CONV", "1") != "0"
+
+
+def _patch_conv(n: Node) -> bool:
+    """``n`` is a ``conv2d`` whose windows tile its input without overlap or gap: a
+    constant float weight ``(F, C, KH, KW)``, stride ``(KH, KW)``, no padding, dilation
+    1, one group, integer ``C, H, W`` with ``KH | H`` and ``KW | W`` (ViT's patch
+    embedding: 16 x 16 patches, stride 16)."""
+    if n.op != "conv2d" or len(n.inputs) < 2:
+        return False
+    x, w = n.inputs[0], n.inputs[1]
+    if w.const is None or w.dtype not in ("float32", "float64") or x.dtype != w.dtype or \
+            n.output.dtype != w.dtype or len(x.shape) != 4 or len(w.shape) != 4:
+        return False
+    if len(n.inputs) > 2 and (n.inputs[2].const is None or n.inputs[2].dtype != w.dtype):
+        return False
+    _, c, h, wd = x.shape
+    f, cg, kh, kw = w.shape
+    if not all(getattr(d, "is_Integer", False) for d in (c, h, wd, f, cg, kh, kw)):
+        return False
+    kh, kw = int(kh), int(kw)
+    if int(n.attrs.get("groups", 1)) != 1 or int(cg) != int(c):
+        return False
+    from .opdefs import _pair_attr
+    if _pair_attr(n, "stride") != (kh, kw) or _pair_attr(n, "padding") != (0, 0) or \
+            _pair_attr(n, "dilation") != (1, 1):
+        return False
+    return int(h) % kh == 0 and int(wd) % kw == 0 and (kh, kw) != (1, 1)
+
+
+def patchify_convs(graph: Graph) -> int:
+    """Rewrite every convolution whose windows tile its input (:func:`_patch_conv`) as
+    the product it is; returns how many.  Assumes propagated shapes.
+
+    ``conv2d(x (N, C, H, W), w (F, C, KH, KW), b)`` with stride ``(KH, KW)``, no padding,
+    becomes ``reshape(N, C, OH, KH, OW, KW) -> permute(0, 2, 4, 1, 3, 5) -> reshape(N,
+    OH*OW, C*KH*KW)`` (the patches: each input element in exactly one row, no im2col
+    duplication), ``matmul`` by the constant ``w.reshape(F, C*KH*KW).T`` (copied once,
+    at compile time), ``add(b)``, then ``reshape(N, OH, OW, F) -> permute(0, 3, 1, 2)``
+    back to the convolution's ``(N, F, OH, OW)``.  Where the convolution's only reader
+    is ViT's ``flatten(2)`` (a reshape to ``(N, F, OH*OW)``) whose only reader swaps its
+    last two axes, that transpose's result is the product itself, ``(N, OH*OW, F)``: no
+    layout operator after the GEMM.  The product is then a weight GEMM like a linear
+    layer's (pre-packed weight, the register block of ``graph/compile.py``) instead of
+    the convolution lowering's direct loops.  Guarantees: every replaced value's readers
+    read the same shape, dtype and elements (``out[n, f, oh, ow] = b[f] + sum_{c, i, j}
+    x[n, c, oh*KH + i, ow*KW + j] w[f, c, i, j]``, the sum over the same terms in another
+    order); constants no node reads any more are dropped."""
+    from .lower import _swaps
+    done = 0
+    for conv in list(graph.nodes):
+        if not _patch_conv(conv):
+            continue
+        consumers = graph.consumers()
+        outputs = set(graph.outputs)
+        fresh = _fresh_names(graph)
+        x, w = conv.inputs[0], conv.inputs[1]
+        nb, c, h, wd = x.shape
+        f, _, kh, kw = (int(d) for d in w.shape)
+        oh, ow = int(h) // kh, int(wd) // kw
+        kdim = int(c) * kh * kw
+        dtype, loc = conv.output.dtype, conv.location
+        new: list[Node] = []
+
+        def node(op: str, base: str, ins: list, attrs: dict, shape: tuple,
+                 fresh=fresh, dtype=dtype, loc=loc, new=new) -> Value:
+            out = Value(fresh(base), dtype, shape)
+            nd = Node(op, out.name, ins, attrs, out, loc)
+            out.producer = nd
+            new.append(nd)
+            return out
+        I = sympy.Integer  # noqa: E741 - extents
+        s6 = (nb, c, I(oh), I(kh), I(ow), I(kw))
+        cur = node("reshape", "patch_split", [x], {"shape": s6}, s6)
+        perm = [0, 2, 4, 1, 3, 5]
+        cur = node("permute", "patch_order", [cur], {"perm": perm},
+                   tuple(s6[q] for q in perm))
+        rows = (nb, I(oh * ow), I(kdim))
+        cur = node("reshape", "patches", [cur], {"shape": rows}, rows)
+        wc = Value(fresh(w.name), w.dtype, (I(kdim), I(f)), const=np.ascontiguousarray(
+            np.asarray(w.const).reshape(f, kdim).T))
+        graph.constants.append(wc)
+        cur = node("matmul", "patch_matmul", [cur, wc], {}, (nb, I(oh * ow), I(f)))
+        if len(conv.inputs) > 2:
+            cur = node("add", "patch_bias", [cur, conv.inputs[2]], {}, cur.shape)
+        dead = [conv]
+        fl = _one_user(conv.output, consumers, outputs)
+        tr = _one_user(fl.output, consumers, outputs) if fl is not None else None
+        if fl is not None and fl.op == "reshape" and \
+                tuple(fl.output.shape) == (nb, I(f), I(oh * ow)) and tr is not None and \
+                tr.op in ("transpose", "permute") and _swaps(tr, 1, 2):
+            old = tr.output
+            dead += [fl, tr]
+        else:
+            s4 = (nb, I(oh), I(ow), I(f))
+            cur = node("reshape", "patch_grid", [cur], {"shape": s4}, s4)
+            cur = node("permute", "patch_nchw", [cur], {"perm": [0, 3, 1, 2]},
+                       (nb, I(f), I(oh), I(ow)))
+            old = conv.output
+        _replace_uses(graph, old, cur)
+        at = graph.nodes.index(conv)
+        graph.nodes[at:at] = new
+        gone = set(dead)
+        graph.nodes = [x for x in graph.nodes if x not in gone]
+        used = {v for x in graph.nodes for v in x.inputs} | set(graph.outputs)
+        graph.constants = [k for k in graph.constants if k in used]
+        done += 1
+    return done
