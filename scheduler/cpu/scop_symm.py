@@ -293,6 +293,20 @@ def panel_columns(NR: int) -> int:
     return NR * max(1, -(-PANEL_COLUMNS // NR))
 
 
+def prefetch_phase2(ctx: CompileState, dtype: str) -> bool:
+    """Whether phase 2 (``F``) sits below a ``cpu_prefetch_rows`` mark: on AVX2 in
+    float64 (measured there only; AVX-512's C is unchanged), unless
+    ``POLYCOMP_SYMM_PREFETCH=0``.  ``F`` at a step is the first access of the step's
+    rows of ``C`` in the panel (``W`` columns of each row: 256 bytes every ``n * 8``),
+    which the hardware prefetchers do not follow: 4.9 % of symm's samples sat on its
+    ``C`` loads at LARGE; with the IR pass ``prefetch-marked-rows`` (each vector
+    iteration prefetches, for writing, its ``C`` element two rows on) 1.4 % + 0.4 %
+    (docs/c_frontend.md "AVX2 fp64: where symm's remaining time goes")."""
+    if os.environ.get("POLYCOMP_SYMM_PREFETCH", "1") == "0":
+        return False
+    return ctx.target.isa == "avx2" and dtype == "float64"
+
+
 def _mirror_mc(MR: int) -> int:
     return max(MR, MIRROR_MC // MR * MR)
 
@@ -332,11 +346,12 @@ def _origins(g: ScopGemm, B: int, NR: int) -> tuple[isl.Aff, isl.Aff]:
 
 
 def _phases(p: ScopGemm, mir: ScopGemm, first: list, fin: list, blk: Blocking, B: int,
-            cols: isl.UnionPwAff | None, requests: list, st, space: isl.Space) \
-        -> tuple[list, list] | None:
+            cols: isl.UnionPwAff | None, requests: list, st, space: isl.Space,
+            prefetch_rows: bool = False) -> tuple[list, list] | None:
     """The filters of one row step (``P``'s phase with ``first`` and ``fin``, then the
     mirror's) and the step band's members, or None when a product is not one GEMM per
-    step."""
+    step; ``prefetch_rows``: phase 2 below a ``cpu_prefetch_rows`` mark
+    (:func:`prefetch_phase2`)."""
     phases, steps = [], []
     panels = cols is not None
     for g, part, leading in ((p, _leading(p, B), True), (mir, _trailing(mir, B), False)):
@@ -360,7 +375,8 @@ def _phases(p: ScopGemm, mir: ScopGemm, first: list, fin: list, blk: Blocking, B
             if first:
                 seq.insert(0, T.Filter(_union(first, space), st.sub))
             if fin:
-                seq.append(T.Filter(_union(fin, space), st.sub))
+                seq.append(T.Filter(_union(fin, space), T.Mark(marks.CPU_PREFETCH_ROWS, st.sub)
+                                    if prefetch_rows else st.sub))
             steps += [isl.UnionPwAff.from_pw_aff(_step(s, B)) for s in first + fin]
             phases.append(T.Filter(_union([g.update] + first + fin, space), T.Sequence(seq)))
             continue
@@ -421,7 +437,8 @@ class ScopSymmPass(Pass):
                 blk = dataclasses.replace(blk, NC=W)     # one j tile: the panel
             space = st.filter.get_space()
             requests = list(promotion_state(ctx).pack_requests)
-            built = _phases(p, mir, first, fin, blk, B, cols, requests, st, space)
+            built = _phases(p, mir, first, fin, blk, B, cols, requests, st, space,
+                            prefetch_phase2(ctx, p.dtype))
             if built is None:
                 ctx.note(self.name, f"{'+'.join(st.names)}: a triangular product is not a "
                                     f"GEMM per block; program order kept")
