@@ -37,6 +37,11 @@ both products, ``P``'s step the block of its output row, ``M``'s the block of it
                              filter MR:  register tiles                  (the block)
                              filter M3:  scop-gemm subtree of M over M3  (rows < B*q)
 
+On AVX2 in float64 phase 2's ``sub`` sits below ``mark cpu_prefetch_rows``
+(:func:`prefetch_phase2`, ``POLYCOMP_SYMM_PREFETCH=0`` off): the IR pass
+``prefetch-marked-rows`` makes its vector loop prefetch the ``C`` it stores two rows
+on (the step's rows of ``C`` are first touched there).
+
 ``M3 = { M : red >= B*floor(row/B) + B }`` (:mod:`.scop_trmm`'s trailing part); at
 step ``q`` it holds the rank-``B`` update of every row above the block by the block's
 rows (``red`` in ``[B q, B q + B)``), one GEMM per step (``_rectangular_k``, ``step="k"``),
