@@ -20,6 +20,7 @@ Results are compared with numpy at 1e-12 relative (the micro-kernel contracts to
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import islpy as isl
 import numpy as np
@@ -146,6 +147,7 @@ def test_symm_runs_one_parallel_loop_over_column_panels():
     # thread), and the body printed once: the micro-kernels of P's rectangle and its
     # diagonal block, M's diagonal block and rectangle
     assert ck.source.count("schedule(static)") == 1
+    assert "(c2 + 2)" not in ck.source, "phase 2's prefetch is for AVX2 only"
     assert ck.final_ir.counts.microkernels == 4, ck.final_ir.counts
     # temp2 lives in a 120 x 32 block of the thread's workspace, not an m x n array
     assert any("temp2 in a per-thread block of one step" in x
@@ -218,7 +220,9 @@ def test_symm_panels_on_avx2_are_four_register_panels(monkeypatch):
     """``panel_columns``: AVX2's ``6 x 8`` fp64 register block takes parallel panels of
     32 columns (four register panels; ``A`` streamed 4x less often than in 8-column
     panels), AVX-512's 32- and 64-column register panels are unchanged;
-    ``POLYCOMP_SYMM_PANEL=0``: the register panel.  The AVX2 build with two threads
+    ``POLYCOMP_SYMM_PANEL=0``: the register panel.  Phase 2 prefetches the ``C`` it
+    stores two rows on (``prefetch_phase2``), the only change to the C;
+    ``POLYCOMP_SYMM_PREFETCH=0`` off.  The AVX2 build with two threads
     equals numpy (``A``'s upper triangle NaN: never read) at sizes with a partial
     panel and three row steps."""
     from polycomp.hw.cpu.target import cpu_flags
@@ -234,6 +238,16 @@ def test_symm_panels_on_avx2_are_four_register_panels(monkeypatch):
     ck = compile_kernel(k, target)
     assert any("register block 6x8" in x and "parallel over 32-column panels" in x
                for x in ck.notes["scop-symm"]), ck.notes
+    # phase 2 below cpu_prefetch_rows: its main vector loop prefetches (for writing) the
+    # C element it stores two rows on, clamped to the step's last row; the only
+    # difference from the POLYCOMP_SYMM_PREFETCH=0 build
+    pre = [ln for ln in ck.source.splitlines()
+           if re.search(r"__builtin_prefetch\(C \+ .*pc_min_i64\(\(c\d+ \+ 2\)", ln)]
+    assert len(pre) == 1 and pre[0].rstrip().endswith(", 1, 3);"), pre
+    monkeypatch.setenv("POLYCOMP_SYMM_PREFETCH", "0")
+    off = compile_kernel(k, target).source
+    monkeypatch.delenv("POLYCOMP_SYMM_PREFETCH")
+    assert ck.source.replace(pre[0] + "\n", "") == off
     if not {"avx2", "fma"} <= cpu_flags():
         return
     f = ck.backend.load(ck)

@@ -161,8 +161,10 @@ class CpuBackend(Backend):
             or state.options.fp_exact)
         passes.append(ir_pass("stencil-jam", lambda f, s: stencil_jam(
             f, lambda text: s.note("stencil-jam", text), enabled=jam)))
+        from .prefetch import prefetch_marked_rows
         if not _vector(state):
-            return passes + [_LEGALIZE_NAMES]
+            return passes + [ir_pass("prefetch-marked-rows", lambda f, s: prefetch_marked_rows(
+                f, enabled=False)), _LEGALIZE_NAMES]
         from polycomp.lowering.lift import lift
         from polycomp.lowering.vectorize import vectorize
         from polycomp.scheduler.cpu.state import cpu_microkernels
@@ -191,6 +193,8 @@ class CpuBackend(Backend):
                 window=o.vector_window and target.isa == "avx512")),
             ir_pass("forward-loads", lambda f, s: forward_loads(f)),
         ]
+        passes.append(ir_pass("prefetch-marked-rows", lambda f, s: prefetch_marked_rows(
+            f, enabled=o.prefetch)))
         if o.prefetch:
             from .prefetch import prefetch_next_rows
             passes.append(ir_pass("prefetch", lambda f, s: prefetch_next_rows(

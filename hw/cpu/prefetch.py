@@ -43,6 +43,7 @@ from polycomp import dtypes as dt
 from polycomp import ir
 from polycomp.lowering.simplify import simplify
 from polycomp.lowering.vectorize_analysis import affine_in, uses
+from polycomp.scheduler.common import marks
 
 LINE_BYTES = 64
 
@@ -205,4 +206,91 @@ def prefetch_next_rows(func: ir.LoweredFunc, max_bytes: int = 512 * 1024) -> ir.
     m = _Prefetch(frozenset(func.inputs), frozenset(func.outputs), max_bytes)
     out = func.with_body(m.visit(func.body))
     out = out.counted(prefetched_loops=m.count)
+    return out
+
+
+#: how many rows ahead :func:`prefetch_marked_rows` asks for (1-4 measured alike on the
+#: Zen 3 host: docs/c_frontend.md "AVX2 fp64: where symm's remaining time goes")
+MARKED_ROWS_AHEAD = 2
+
+
+class _MarkedRows(ir.Mutator):
+    def __init__(self, outputs: frozenset, enabled: bool):
+        self.outputs, self.enabled = outputs, enabled
+        self.count = 0
+
+    def visit_AttrStmt(self, s):
+        if s.key != marks.CPU_PREFETCH_ROWS:
+            return self.generic(s)
+        body = self.visit(s.body)
+        return _RowLoop(self).visit(body) if self.enabled else body
+
+
+class _RowLoop(ir.Mutator):
+    """The first (outermost) serial loops below the mark: their vector loops get the
+    prefetches."""
+    def __init__(self, owner: _MarkedRows):
+        self.owner = owner
+
+    def visit_For(self, s):
+        if _is_vector_loop(s):
+            return s
+        last = simplify(s.min + s.extent - 1)
+        bound = _bound_inside(s.body)
+        return replace(s, body=_VectorStores(self.owner, s.var, last, bound).visit(s.body))
+
+
+class _VectorStores(ir.Mutator):
+    def __init__(self, owner: _MarkedRows, r: ir.Var, last: ir.Expr, bound: set):
+        self.owner, self.r, self.last, self.bound = owner, r, last, bound
+
+    def visit_For(self, s):
+        if not _is_vector_loop(s):
+            return self.generic(s)
+        inner = self.bound - {s.var}
+        starts: dict = {}
+
+        def fn(n):
+            if not (isinstance(n, ir.Store) and n.buffer in self.owner.outputs):
+                return
+            idx = n.indices[0]
+            if not (isinstance(idx, ir.Ramp) and ir.is_const(idx.stride, 1)):
+                return
+            a = affine_in(idx.base, self.r)
+            if a is None or (isinstance(a[0], int) and a[0] <= 0) \
+                    or any(uses(idx.base, v) for v in inner):
+                return
+            starts.setdefault((n.buffer, str(idx.base)), (n.buffer, idx.base))
+        ir.walk(s.body, fn)
+        if not starts:
+            return s
+        ahead = ir.Binary("min", self.r + MARKED_ROWS_AHEAD, self.last, "int64")
+        pre = []
+        for buf, base in starts.values():
+            at = simplify(ir.substitute(base, {self.r: ahead}))
+            pre.append(ir.Evaluate(ir.Call(
+                "prefetch", (ir.Load(buf, (at,), buf.dtype), ir.IntImm(1)), "int32",
+                pure=False)))
+        self.owner.count += 1
+        return replace(s, body=ir.seq(*pre, s.body))
+
+
+def prefetch_marked_rows(func: ir.LoweredFunc, enabled: bool = True) -> ir.LoweredFunc:
+    """IR pass ``prefetch-marked-rows``: below each ``AttrStmt(cpu_prefetch_rows)``
+    (placed by ``scop-symm`` on its phase 2, AVX2 fp64 only), every vector loop of the
+    first serial loop (variable ``r``, ``r`` in ``[lo, last]``) that stores to an output
+    at ``Ramp(base, 1, L)`` with ``base`` affine in ``r`` (a positive or symbolic
+    coefficient: a row of a wider array) and free of the loops bound between starts
+    each iteration with ``__builtin_prefetch(&out[base(min(r + 2, last))], 1, 3)``.
+
+    Why: such a loop's rows are short segments of long rows (symm's 32-column panels of
+    ``C``, 256 bytes every 9.6 KB at LARGE); the hardware prefetchers do not follow them
+    and the loop is the first to touch them, so every row waited for memory.  The
+    addresses are those of the loop's own stores in a later row of the same loop (inside
+    the array); a prefetch changes no value.  ``enabled`` False: only the marks dropped.
+    ``counts.prefetched_loops`` adds the vector loops that received prefetches."""
+    m = _MarkedRows(frozenset(func.outputs), enabled)
+    out = func.with_body(m.visit(func.body))
+    if m.count:
+        out = out.counted(prefetched_loops=(func.counts.prefetched_loops or 0) + m.count)
     return out

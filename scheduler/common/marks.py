@@ -28,6 +28,7 @@ declared at the end.
 | ``cpu_wavefront`` | CPU stencil time tiling | the band below runs tiles by wavefronts: its first member (the wavefront) is sequential, the loop of its second member runs the wavefront's tiles in parallel (OpenMP) when it is coincident |
 | ``cpu_stencil_points`` | CPU stencil time tiling (option ``stencil_jam``) | the band below is a time tile's point band ``(t, y_1 .. y_{D-1})``, fully permutable (every dependence has non-negative distances on all its members), ``t`` its first member, and below it one innermost loop shared by the statements: the IR pass ``stencil-jam`` (:mod:`polycomp.hw.cpu.jam`) may run steps ``t`` and ``t + 1`` together (no payload) |
 | ``cpu_row_ranges:<n>`` | ``scop-gemm`` (symbolic rows, several threads) | the subtree runs once per *row range* ``[lo, hi)`` (isl parameters of the subtree's filter), the ranges balanced over the threads at run time: the CPU IR pass :mod:`polycomp.hw.cpu.row_ranges` makes it a parallel loop binding ``lo`` and ``hi`` (``cpu_row_ranges(state).ranges[n]``, :mod:`polycomp.scheduler.cpu.state`) |
+| ``cpu_prefetch_rows`` | ``scop-symm`` (AVX2 fp64, phase 2) | the first loop below runs over rows of its outputs, each row's part a short segment of a long row: the IR pass ``prefetch-marked-rows`` (:mod:`polycomp.hw.cpu.prefetch`) makes its vector loops prefetch, for writing, what they store two rows on (no payload) |
 | ``cpu_microkernel`` | CPU backbone tiling | the register-tile loop nest of the GEMM micro-kernel |
 | ``cpu_microkernel:<n>`` | CPU backbone tiling | the same on a dot-product unit (bf16 ``vdpbf16ps``, int8 ``vpdpbusd``); ``cpu_microkernels(state).dots[n]`` (:mod:`polycomp.scheduler.cpu.state`) is its typed payload |
 | ``cpu_pack_request:<n>`` / ``cpu_pack:<n>`` | CPU backbone tiling / packing | operand packing (``promotion_state(state).pack_requests[n]`` / ``.packs[n]``) |
@@ -74,6 +75,7 @@ CPU_PACK_REQUEST = "cpu_pack_request"
 CPU_PACK = "cpu_pack"
 CPU_ROW_RANGES = "cpu_row_ranges"
 CPU_STENCIL_POINTS = "cpu_stencil_points"
+CPU_PREFETCH_ROWS = "cpu_prefetch_rows"
 NPU_CUBE = "npu_cube"
 NPU_PINGPONG = "npu_pingpong"
 CHAIN_STEP = "chain_step"
@@ -94,7 +96,7 @@ KINDS = tuple(sorted((BACKBONE, PROLOGUE, TILE_BLOCK, TILE_POINT, TILE_REDUCE, K
                       CPU_PACK, NPU_CUBE, NPU_PINGPONG, NPU_CONV, NPU_VECTOR, NPU_PHASES,
                       NPU_CHAIN, CHAIN_STEP, CHAIN_RING, ROW_VECTOR, CHAIN_FUSED,
                       CONV_CHAIN_FUSED, CPU_LOCAL, CPU_ROW_RANGES,
-                      CPU_STENCIL_POINTS), key=len, reverse=True))
+                      CPU_STENCIL_POINTS, CPU_PREFETCH_ROWS), key=len, reverse=True))
 
 # IR attributes that IR passes add (no schedule-tree mark):
 #: the tail of a vectorised loop, ``AttrStmt(VECTOR_MASK, (count, lanes))``

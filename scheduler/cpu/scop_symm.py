@@ -37,6 +37,11 @@ both products, ``P``'s step the block of its output row, ``M``'s the block of it
                              filter MR:  register tiles                  (the block)
                              filter M3:  scop-gemm subtree of M over M3  (rows < B*q)
 
+On AVX2 in float64 phase 2's ``sub`` sits below ``mark cpu_prefetch_rows``
+(:func:`prefetch_phase2`, ``POLYCOMP_SYMM_PREFETCH=0`` off): the IR pass
+``prefetch-marked-rows`` makes its vector loop prefetch the ``C`` it stores two rows
+on (the step's rows of ``C`` are first touched there).
+
 ``M3 = { M : red >= B*floor(row/B) + B }`` (:mod:`.scop_trmm`'s trailing part); at
 step ``q`` it holds the rank-``B`` update of every row above the block by the block's
 rows (``red`` in ``[B q, B q + B)``), one GEMM per step (``_rectangular_k``, ``step="k"``),
@@ -293,6 +298,20 @@ def panel_columns(NR: int) -> int:
     return NR * max(1, -(-PANEL_COLUMNS // NR))
 
 
+def prefetch_phase2(ctx: CompileState, dtype: str) -> bool:
+    """Whether phase 2 (``F``) sits below a ``cpu_prefetch_rows`` mark: on AVX2 in
+    float64 (measured there only; AVX-512's C is unchanged), unless
+    ``POLYCOMP_SYMM_PREFETCH=0``.  ``F`` at a step is the first access of the step's
+    rows of ``C`` in the panel (``W`` columns of each row: 256 bytes every ``n * 8``),
+    which the hardware prefetchers do not follow: 4.9 % of symm's samples sat on its
+    ``C`` loads at LARGE; with the IR pass ``prefetch-marked-rows`` (each vector
+    iteration prefetches, for writing, its ``C`` element two rows on) 1.4 % + 0.4 %
+    (docs/c_frontend.md "AVX2 fp64: where symm's remaining time goes")."""
+    if os.environ.get("POLYCOMP_SYMM_PREFETCH", "1") == "0":
+        return False
+    return ctx.target.isa == "avx2" and dtype == "float64"
+
+
 def _mirror_mc(MR: int) -> int:
     return max(MR, MIRROR_MC // MR * MR)
 
@@ -332,11 +351,12 @@ def _origins(g: ScopGemm, B: int, NR: int) -> tuple[isl.Aff, isl.Aff]:
 
 
 def _phases(p: ScopGemm, mir: ScopGemm, first: list, fin: list, blk: Blocking, B: int,
-            cols: isl.UnionPwAff | None, requests: list, st, space: isl.Space) \
-        -> tuple[list, list] | None:
+            cols: isl.UnionPwAff | None, requests: list, st, space: isl.Space,
+            prefetch_rows: bool = False) -> tuple[list, list] | None:
     """The filters of one row step (``P``'s phase with ``first`` and ``fin``, then the
     mirror's) and the step band's members, or None when a product is not one GEMM per
-    step."""
+    step; ``prefetch_rows``: phase 2 below a ``cpu_prefetch_rows`` mark
+    (:func:`prefetch_phase2`)."""
     phases, steps = [], []
     panels = cols is not None
     for g, part, leading in ((p, _leading(p, B), True), (mir, _trailing(mir, B), False)):
@@ -360,7 +380,8 @@ def _phases(p: ScopGemm, mir: ScopGemm, first: list, fin: list, blk: Blocking, B
             if first:
                 seq.insert(0, T.Filter(_union(first, space), st.sub))
             if fin:
-                seq.append(T.Filter(_union(fin, space), st.sub))
+                seq.append(T.Filter(_union(fin, space), T.Mark(marks.CPU_PREFETCH_ROWS, st.sub)
+                                    if prefetch_rows else st.sub))
             steps += [isl.UnionPwAff.from_pw_aff(_step(s, B)) for s in first + fin]
             phases.append(T.Filter(_union([g.update] + first + fin, space), T.Sequence(seq)))
             continue
@@ -421,7 +442,8 @@ class ScopSymmPass(Pass):
                 blk = dataclasses.replace(blk, NC=W)     # one j tile: the panel
             space = st.filter.get_space()
             requests = list(promotion_state(ctx).pack_requests)
-            built = _phases(p, mir, first, fin, blk, B, cols, requests, st, space)
+            built = _phases(p, mir, first, fin, blk, B, cols, requests, st, space,
+                            prefetch_phase2(ctx, p.dtype))
             if built is None:
                 ctx.note(self.name, f"{'+'.join(st.names)}: a triangular product is not a "
                                     f"GEMM per block; program order kept")
