@@ -260,3 +260,25 @@ def test_symm_panels_on_avx2_are_four_register_panels(monkeypatch):
         got = _call(k, f, dict(alpha=np.array(1.5), beta=np.array(1.2), A=A, B=B,
                                C=C.copy()), dict(m=mm, n=nn))["C"]
         np.testing.assert_allclose(got, 1.5 * (S @ B) + 1.2 * C, rtol=1e-11, atol=1e-13)
+
+
+def test_golden_prefetch_marked_rows(goldens):
+    """IR pass ``prefetch-marked-rows`` (hw/cpu/prefetch.py) on ``symm_cols`` (AVX2, two
+    threads): in and out against ``tests/golden/test_cpu_triangle/symm_cols.
+    prefetch-marked-rows.{in,out}.ir`` (``--update-goldens`` rewrites them).  The pass
+    drops the ``cpu_prefetch_rows`` mark and adds one write prefetch of ``C`` two rows
+    on at the head of phase 2's vector loop; nothing else changes."""
+    avx2 = get_target("cpu-avx2")
+    target = dataclasses.replace(avx2, cpu=dataclasses.replace(avx2.cpu, threads=2))
+    ck = compile_kernel(read_c_kernel(SYMM, "symm_cols"), target, dump=True)
+    recs = ck.records
+    k = next(i for i, r in enumerate(recs) if r.name == "prefetch-marked-rows")
+    before, after = recs[k - 1].tree, recs[k].tree
+    for part, text in (("in", before), ("out", after)):
+        expected = goldens.expected(
+            f"test_cpu_triangle/symm_cols.prefetch-marked-rows.{part}.ir", text)
+        assert expected == text.strip(), f"{part}:\n{text}"
+    added = [ln for ln in after.splitlines() if ln not in before.splitlines()]
+    removed = [ln for ln in before.splitlines() if ln not in after.splitlines()]
+    assert len(added) == 1 and "prefetch(C[" in added[0] and "min(" in added[0], added
+    assert all("cpu_prefetch_rows" in ln or not ln.strip() for ln in removed), removed
