@@ -49,6 +49,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -448,7 +449,6 @@ def _bench_in_child(conn, args: tuple, kwargs: dict) -> None:
 
 
 def _exit_reason(code: int | None) -> str:
-    import signal
     if code is None:
         return "no exit status"
     if code < 0:

@@ -105,6 +105,7 @@ stored (later statements may read them).
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator, Mapping, Sequence, Set
 
 from polycomp import dtypes as dt
@@ -145,7 +146,6 @@ def pin_y_vectors(D: str, L: int) -> bool:
     registers in use without a spill.  Only 256-bit vectors (AVX-512 C and scalar C are
     unchanged);
     ``POLYCOMP_MK_PIN_Y=0`` turns it off (branch ``gemm10``, docs/cpu_backend.md)."""
-    import os
     return os.environ.get("POLYCOMP_MK_PIN_Y", "1") != "0" and \
         L > 1 and L * dt.itemsize(D) == PIN_VECTOR_BYTES
 
@@ -1084,7 +1084,6 @@ def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
     ``chains[C]`` (:class:`~polycomp.scheduler.cpu.state.CpuMicroKernels`);
     ``acc_init_split``: a float64 init nest before an unisolated tile (symbolic sizes)
     starts the accumulators of its full variant (the module docstring's *split init*)."""
-    import os
     if acc_init is None:
         acc_init = os.environ.get("POLYCOMP_ACC_INIT", "1") != "0"
     if acc_epilogue is None:
