@@ -246,10 +246,8 @@ class VectorPrinter(CPrinter):
         """``valign(hi, lo, r)`` (:data:`~polycomp.lowering.vectorize.VALIGN`): the
         prelude's ``pc512_valign_*`` (one ``valignq``/``valignd``; AVX-512 only)."""
         hi, lo, r = e.args
-        if self.width(D, L) != 512:
-            raise PolycompInternalError("valign needs 512-bit vectors")
-        return (f"pc512_valign_{self.sfx(D)}({self.vexpr(hi, L, D)}, {self.vexpr(lo, L, D)}, "
-                f"{r.value})")
+        return (f"{self.pc(D, L)}_valign_{self.sfx(D)}({self.vexpr(hi, L, D)}, "
+                f"{self.vexpr(lo, L, D)}, {r.value})")
 
     def vbinary(self, e: ir.Binary, L: int, D: str) -> str:
         mm, s = self.mm(D, L), self.sfx(D)
