@@ -518,7 +518,8 @@ PC_VINLINE void pc512_mask_storeu_epi32(int32_t* p, pc_mask16 m, __m512i v) {
 #: ``hi``; ``r`` a constant (the byte counts are immediates)
 _AVX2_VALIGN = r"""
 /* valign(hi, lo, r): lanes r.. of lo, then lanes ..r-1 of hi (AVX2: the lifted layout's
-   seams, lowering/lift.py; r a constant); m = the middle 128-bit halves of hi:lo */
+   seams, lowering/lift.py; r a constant): vperm2i128 0x21 is the middle 256 bits of
+   hi:lo, vpalignr shifts within the 128-bit halves */
 #define pc256_valign_si256(hi, lo, b) ((b) < 16 ? \
   _mm256_alignr_epi8(_mm256_permute2x128_si256((lo), (hi), 0x21), (lo), (b) & 15) : (b) == 16 ? \
   _mm256_permute2x128_si256((lo), (hi), 0x21) : \
