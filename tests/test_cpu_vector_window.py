@@ -351,6 +351,43 @@ def test_lifted_jacobi1d_avx2_is_bitwise_gcc_o0(tmp_path):
             assert np.array_equal(g[ok].view(np.uint64), w[ok].view(np.uint64)), (n, tsteps)
 
 
+FIVE_STEPS = """
+void jac5(int n, double A[n], double B[n]) {
+  int t, i;
+#pragma scop
+  for (t = 0; t < 5; t++) {
+    for (i = 1; i < n - 1; i++)
+      B[i] = 0.33333 * (A[i-1] + A[i] + A[i + 1]);
+    for (i = 1; i < n - 1; i++)
+      A[i] = 0.33333 * (B[i-1] + B[i] + B[i + 1]);
+  }
+#pragma endscop
+}
+"""
+
+
+def test_lifted_avx2_reads_nothing_outside_the_arrays(tmp_path):
+    """Under ASan (buffers of their exact size): the AVX2 partial vectors' whole loads
+    stay inside the lifted copies (``4M`` elements, zeros past ``n``), the copies read
+    and write only ``[0, n)``: around the guard (n = 20, 21) and at every padding
+    ``4M - n``.  Results bitwise the C order's (numpy replay)."""
+    from polycomp.hw.cpu.sanitize import build_sanitized, run_sanitized_many
+    k, = read_c_kernels(FIVE_STEPS)
+    ck = compile_kernel(k, "cpu-avx2")
+    assert "A_lift" in ck.source and "pc256_valign_pd(" in ck.source
+    exe = build_sanitized(ck.final_ir, ck.source, str(tmp_path / "jac5"))
+    rng = np.random.default_rng(8)
+    calls = [[rng.uniform(0.5, 1.5, n), rng.uniform(0.5, 1.5, n)]
+             for n in (3, 20, 21, 22, 23, 24, 97)]
+    runs = run_sanitized_many(exe, ck.final_ir, [[a.copy() for a in c] for c in calls])
+    for (A, B), run in zip(calls, runs):
+        for _ in range(5):
+            B[1:-1] = 0.33333 * ((A[:-2] + A[1:-1]) + A[2:])
+            A[1:-1] = 0.33333 * ((B[:-2] + B[1:-1]) + B[2:])
+        for g, w in zip(run.outputs, (A, B)):
+            assert np.array_equal(g.view(np.uint64), w.view(np.uint64)), A.size
+
+
 def test_lifted_float32_sweeps_avx2_are_bitwise():
     """float32 on AVX2 (8 lanes, ``pc256_valign_ps``, guard ``M >= 11``): sweeps with
     different ranges, a negation and a constant, below and above the guard and at
