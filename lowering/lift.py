@@ -27,7 +27,9 @@ Guarantees: such a nest becomes
     if M >= G (G = max(lo, L + d) + 1, a runtime check; else the nest as it was):
       allocate Xt (L*M elements) per buffer; Xt[j*L + l] = X[l*M + j] (0 past n)
       for t: for each loop in order: for j in [0, M): Yt[j] = value on vectors of Xt
-             (stores masked to the lanes l with lo <= l*M + j < n - d)
+             (stores masked to the lanes l with lo <= l*M + j < n - d: a blend of
+             the new vector with the old one, their operands read by masked loads, or
+             without ``masked_loads`` by whole loads, bound to variables first)
       X[l*M + j] = Xt[j*L + l] for every written buffer, l*M + j < n
 
 Every element is computed by the same operations in the same order on the same
@@ -175,8 +177,10 @@ def _mul(a, b) -> ir.Expr:
 
 
 class _Lifter:
-    def __init__(self, bufs: dict, n: ir.Expr, D: str, L: int, M: ir.Var):
+    def __init__(self, bufs: dict, n: ir.Expr, D: str, L: int, M: ir.Var,
+                 masked_loads: bool = True):
         self.n, self.D, self.L, self.M = n, D, L, M
+        self.masked_loads = masked_loads
         self.t = {name: ir.Buffer(f"{name}_lift", D, (_mul(M, L),)) for name in bufs}
         self.bufs = bufs
         self.rot: dict = {}
@@ -221,21 +225,31 @@ class _Lifter:
 
     def store(self, sw: _Sweep, j, seam: int, masked: bool) -> ir.Stmt:
         """``Yt[j] = value``, stored only in the lanes ``lo <= l*M + j < n - d`` when
-        ``masked`` (a blend with the old vector)."""
+        ``masked`` (a blend with the old vector).  Without :attr:`masked_loads` the
+        value and the old vector are bound to variables first, so that the printer
+        reads them with whole loads (it masks the loads inside a ``select``'s
+        branches)."""
         L, M = self.L, self.M
         name = sw.store.buffer.name
         self.rot = {}
         val = self.widen(sw.store.value, sw.var, j, seam)
         idx = (ir.Ramp(_mul(j, L), ir.IntImm(1), L),)
+        lets: list[tuple[ir.Var, ir.Expr]] = []
         if masked:
             lt = lambda a, b: ir.Binary("<", a, b, "bool")   # noqa: E731
             lo_lane = ir.Select(lt(_i(j), _i(sw.lo)), ir.IntImm(1), ir.IntImm(0), "int64")
             hi = simplify(ir.Binary("-", self.n, ir.IntImm(sw.d), "int64"))
             hi_lane = ir.Select(lt(_add(_mul(M, L - 1), j), hi), ir.IntImm(L), ir.IntImm(L - 1),
                                 "int64")
-            val = ir.Select(lane_range(lo_lane, hi_lane, L), val,
-                            ir.Load(self.t[name], idx, self.D, L), self.D)
+            old: ir.Expr = ir.Load(self.t[name], idx, self.D, L)
+            if not self.masked_loads:
+                new_v, old_v = ir.Var(f"{name}_new", self.D), ir.Var(f"{name}_old", self.D)
+                lets = [(new_v, val), (old_v, old)]
+                val, old = new_v, old_v
+            val = ir.Select(lane_range(lo_lane, hi_lane, L), val, old, self.D)
         out: ir.Stmt = ir.Store(self.t[name], idx, val, L)
+        for var, value in reversed(lets):
+            out = ir.LetStmt(var, value, out)
         for var, value in reversed(list(self.rot.values())):
             out = ir.LetStmt(var, value, out)
         return out
@@ -293,9 +307,10 @@ def guard_of(sweeps: list[_Sweep], L: int) -> int:
 
 
 class _Lift(ir.Mutator):
-    def __init__(self, lanes_of, note):
+    def __init__(self, lanes_of, note, masked_loads: bool):
         self.lanes_of = lanes_of
         self.note = note
+        self.masked_loads = masked_loads
         self.count = 0
 
     def visit_For(self, s):
@@ -306,7 +321,7 @@ class _Lift(ir.Mutator):
         self.count += 1
         tag = self.count
         M = ir.Var(f"lift_m{tag}", "int64")
-        lf = _Lifter(bufs, n, D, L, M)
+        lf = _Lifter(bufs, n, D, L, M, self.masked_loads)
         written = [sw.store.buffer.name for sw in sweeps]
         written = sorted(set(written), key=written.index)
         names = list(bufs)
@@ -326,9 +341,14 @@ class _Lift(ir.Mutator):
         return ir.LetStmt(M, ceil_n, ir.IfThenElse(cond, fast, s))
 
 
-def lift(func: ir.LoweredFunc, lanes_of, note=None) -> ir.LoweredFunc:
+def lift(func: ir.LoweredFunc, lanes_of, note=None, masked_loads: bool = True
+         ) -> ir.LoweredFunc:
     """Run every qualifying time loop of ``func`` on the lifted layout (see the module
     docstring); ``lanes_of(dtype)`` gives the vector length; ``note(text)`` is told of
-    each loop lifted."""
-    m = _Lift(lanes_of, note)
+    each loop lifted.  ``masked_loads``: the partial vectors (the seams, the vectors
+    where lane 0 or ``L - 1`` lies outside the sweep) read their operands with masked
+    loads (AVX-512: as cheap as plain ones), else with whole loads before the blend
+    (AVX2: a ``vmaskmovpd`` load costs several times a plain one on Zen 3; every
+    lifted load is inside the ``L*M`` elements of its copy)."""
+    m = _Lift(lanes_of, note, masked_loads)
     return func.with_body(m.visit(func.body))

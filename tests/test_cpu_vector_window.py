@@ -96,7 +96,8 @@ def test_window_reads_shifted_loads_as_lane_shifts():
 
 
 def test_jacobi1d_uses_windows_only_with_the_option(goldens):
-    """The option decides; AVX2 has no lane shift.  Golden: the ``vectorize`` pass on
+    """The option decides; AVX2 has no windows (its only lane shifts are the lifted
+    layout's seams, below).  Golden: the ``vectorize`` pass on
     jacobi-1d's tiled rows, IR in and out (the aligned head, the windows, the tail)."""
     k = _jacobi1d()
     ck = compile_kernel(k, "cpu-avx512", {"vector_lift": False}, dump=True)
@@ -111,7 +112,7 @@ def test_jacobi1d_uses_windows_only_with_the_option(goldens):
     body = on[on.index("void jacobi1d_like("):]
     assert body.count("pc512_valign_pd(") == 4 and "c3_pl" in body
     assert "valign" not in off[off.index("void jacobi1d_like("):] and "_pl" not in off
-    avx2 = compile_kernel(k, "cpu-avx2").source                    # no valignq on AVX2
+    avx2 = compile_kernel(k, "cpu-avx2", {"vector_lift": False}).source  # no windows
     assert "valign" not in avx2[avx2.index("void jacobi1d_like("):]
 
 
@@ -215,7 +216,8 @@ def test_jacobi1d_runs_on_the_lifted_layout(goldens):
     elements; the time tiles beyond), IR in and out (the transposed copies, per sweep
     the masked seams with their rotated vectors around plain aligned vectors, the copy
     back, the nest as it was below the run-time guard).  Off with
-    ``vector_lift=False``, on AVX2, for a radius above 1 and for an in-place sweep."""
+    ``vector_lift=False``, for a radius above 1 and for an in-place sweep (AVX2:
+    :func:`test_jacobi1d_runs_lifted_on_avx2`)."""
     k = _jacobi1d()
     ck = compile_kernel(k, "cpu-avx512", dump=True)
     recs = ck.records
@@ -229,7 +231,6 @@ def test_jacobi1d_runs_on_the_lifted_layout(goldens):
                                 "n = 72)"], ck.notes["lift"]
     off = compile_kernel(k, "cpu-avx512", {"vector_lift": False})
     assert "_lift" not in off.source and "time-tiled" in "".join(off.notes["scop-stencil"])
-    assert "_lift" not in compile_kernel(k, "cpu-avx2").source
     for text in (RADIUS2, SEIDEL1):
         other, = read_c_kernels(text)
         assert "_lift" not in compile_kernel(other, "cpu-avx512").source
@@ -271,3 +272,170 @@ def test_lifted_float32_sweeps_are_bitwise():
             wu[2:-2] = -wv[2:-2]
         assert np.array_equal(u.view(np.uint32), wu.view(np.uint32)), n
         assert np.array_equal(v.view(np.uint32), wv.view(np.uint32)), n
+
+
+# ------------------------------------------------------- the lifted layout on AVX2
+
+KERNEL_C = KERNELS / "jacobi1d_like.c"
+
+
+def test_jacobi1d_runs_lifted_on_avx2(goldens, monkeypatch):
+    """Golden: the ``lift`` pass on AVX2 (4 doubles a vector, the guard ``M >= 6``,
+    seams rotated by ``pc256_valign_pd``): the partial vectors read their operands by
+    whole loads bound before the blend (``A_new``/``A_old``: no ``vmaskmovpd``).
+    ``POLYCOMP_LIFT_AVX2=0`` gives the time tiles back on AVX2 and leaves AVX-512
+    lifted."""
+    k = _jacobi1d()
+    ck = compile_kernel(k, "cpu-avx2", dump=True)
+    recs = ck.records
+    q = next(i for i, r in enumerate(recs) if r.name == "lift")
+    for part, text in (("in", recs[q - 1].tree), ("out", recs[q].tree)):
+        expected = goldens.expected(f"test_cpu_vector_window/jacobi1d_avx2.lift.{part}.ir",
+                                    text)
+        assert expected == text.strip(), f"{part}:\n{text}"
+    assert ck.notes["lift"] == ["time loop c0: 2 sweep(s) over A, B on the lifted layout "
+                                "(4 lanes of ceil(n/4) elements; the nest as it was up to "
+                                "n = 20)"], ck.notes["lift"]
+    body = ck.source[ck.source.index("void jacobi1d_like("):]
+    assert body.count("pc256_valign_pd(") == 4 and "maskz_loadu" not in body.split(
+        "} else {")[0]                                  # the lifted branch: whole loads
+    monkeypatch.setenv("POLYCOMP_LIFT_AVX2", "0")
+    off = compile_kernel(k, "cpu-avx2")
+    assert "_lift" not in off.source and "lift" not in [r.name for r in off.records]
+    assert "time-tiled" in "".join(off.notes["scop-stencil"])
+    assert "A_lift" in compile_kernel(k, "cpu-avx512").source
+
+
+def _gcc_o0_jacobi1d(tmp_path):
+    import ctypes
+    import subprocess
+    so = tmp_path / "jacobi1d_o0.so"
+    subprocess.run(["gcc", "-O0", "-ffp-contract=off", "-fPIC", "-shared", "-o", str(so),
+                    str(KERNEL_C)], check=True)
+    f = ctypes.CDLL(str(so)).jacobi1d_like
+    f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    f.restype = None
+
+    def run(A, B, tsteps):
+        A, B = A.copy(), B.copy()
+        f(tsteps, A.size, A.ctypes.data, B.ctypes.data)
+        return A, B
+    return run
+
+
+def test_lifted_jacobi1d_avx2_is_bitwise_gcc_o0(tmp_path):
+    """The AVX2 build (native: 4 doubles a vector; the default options, which
+    ``polycomp bench polybench`` times: ``fp_exact`` builds are scalar) against the C
+    nest built by ``gcc
+    -O0``: n = 1, 2, 3 and 5 (no sweep or below the guard: the nest as it was), 20 / 21
+    (the guard ``M >= 6``), 22 .. 24 (every padding ``4M - n``), PolyBench's MINI (30,
+    20 steps), primes (31, 97, 1031), 2048 (the largest lifted: the arrays fill L1) and
+    2049 (time-tiled); arrays at different alignments, a NaN and a huge value spreading
+    alike: bitwise, NaNs in the same places."""
+    k = _jacobi1d()
+    ck = compile_kernel(k, "cpu-avx2")
+    assert "A_lift" in ck.source and "pc256_valign_pd(" in ck.source
+    fn = ck.backend.load(ck)
+    ref = _gcc_o0_jacobi1d(tmp_path)
+    rng = np.random.default_rng(11)
+    for n, tsteps in ((1, 3), (2, 3), (3, 4), (5, 2), (20, 5), (21, 5), (22, 6), (23, 7),
+                      (24, 3), (30, 20), (31, 9), (97, 11), (1031, 7), (2048, 3), (2049, 3)):
+        A0, B0 = rng.uniform(0.5, 1.5, n), rng.uniform(0.5, 1.5, n)
+        if n >= 5:
+            A0[n // 3], B0[n // 2] = np.nan, 1e300
+        A, B = view_past_line(A0, n % 4 + 1), view_past_line(B0, n % 3)
+        fn(A, B, tsteps=tsteps, n=n, out=(A, B))
+        for g, w in zip((A, B), ref(A0, B0, tsteps)):
+            assert np.array_equal(np.isnan(g), np.isnan(w)), (n, tsteps)
+            ok = ~np.isnan(w)
+            assert np.array_equal(g[ok].view(np.uint64), w[ok].view(np.uint64)), (n, tsteps)
+
+
+FIVE_STEPS = """
+void jac5(int n, double A[n], double B[n]) {
+  int t, i;
+#pragma scop
+  for (t = 0; t < 5; t++) {
+    for (i = 1; i < n - 1; i++)
+      B[i] = 0.33333 * (A[i-1] + A[i] + A[i + 1]);
+    for (i = 1; i < n - 1; i++)
+      A[i] = 0.33333 * (B[i-1] + B[i] + B[i + 1]);
+  }
+#pragma endscop
+}
+"""
+
+
+def test_lifted_avx2_reads_nothing_outside_the_arrays(tmp_path):
+    """Under ASan (buffers of their exact size): the AVX2 partial vectors' whole loads
+    stay inside the lifted copies (``4M`` elements, zeros past ``n``), the copies read
+    and write only ``[0, n)``: around the guard (n = 20, 21) and at every padding
+    ``4M - n``.  Results bitwise the C order's (numpy replay)."""
+    from polycomp.hw.cpu.sanitize import build_sanitized, run_sanitized_many
+    k, = read_c_kernels(FIVE_STEPS)
+    ck = compile_kernel(k, "cpu-avx2")
+    assert "A_lift" in ck.source and "pc256_valign_pd(" in ck.source
+    exe = build_sanitized(ck.final_ir, ck.source, str(tmp_path / "jac5"))
+    rng = np.random.default_rng(8)
+    calls = [[rng.uniform(0.5, 1.5, n), rng.uniform(0.5, 1.5, n)]
+             for n in (3, 20, 21, 22, 23, 24, 97)]
+    runs = run_sanitized_many(exe, ck.final_ir, [[a.copy() for a in c] for c in calls])
+    for (A, B), run in zip(calls, runs):
+        for _ in range(5):
+            B[1:-1] = 0.33333 * ((A[:-2] + A[1:-1]) + A[2:])
+            A[1:-1] = 0.33333 * ((B[:-2] + B[1:-1]) + B[2:])
+        for g, w in zip(run.outputs, (A, B)):
+            assert np.array_equal(g.view(np.uint64), w.view(np.uint64)), A.size
+
+
+def test_lifted_float32_sweeps_avx2_are_bitwise():
+    """float32 on AVX2 (8 lanes, ``pc256_valign_ps``, guard ``M >= 11``): sweeps with
+    different ranges, a negation and a constant, below and above the guard and at
+    every padding class: bitwise the C order's result (numpy replay)."""
+    k, = read_c_kernels(F32_HEAT)
+    ck = compile_kernel(k, "cpu-avx2")
+    assert "u_lift" in ck.source and "pc256_valign_ps(" in ck.source
+    fn = ck.backend.load(ck)
+    rng = np.random.default_rng(4)
+    f = np.float32
+    for n, T in ((40, 3), (81, 2), (83, 4), (89, 5), (97, 3), (290, 5), (517, 3)):
+        u0, v0 = rng.uniform(-1, 1, n).astype(f), rng.uniform(-1, 1, n).astype(f)
+        u, v = view_past_line(u0, 2), view_past_line(v0, 5)
+        fn(u, v, T=T, n=n, out=(u, v))
+        wu, wv = u0.copy(), v0.copy()
+        for _ in range(T):
+            wv[1:-1] = wu[1:-1] + f(0.25) * ((wu[:-2] - f(2.0) * wu[1:-1]) + wu[2:])
+            wu[2:-2] = -wv[2:-2]
+        assert np.array_equal(u.view(np.uint32), wu.view(np.uint32)), n
+        assert np.array_equal(v.view(np.uint32), wv.view(np.uint32)), n
+
+
+def test_avx2_valign_every_shift(tmp_path):
+    """The AVX2 prelude's ``pc256_valign_pd/ps(hi, lo, r)`` (``vperm2i128`` +
+    ``vpalignr``) for every ``r`` in ``[0, L)``, ``hi`` and ``lo`` different: lane ``i``
+    is element ``i + r`` of ``lo`` then ``hi`` (AVX-512's ``valignq``/``valignd``)."""
+    import ctypes
+    import subprocess
+
+    from polycomp.hw.cpu.vector_prelude import _AVX2_VALIGN
+    shifts_pd = "".join(f"  _mm256_storeu_pd(o + {4 * r}, pc256_valign_pd(h, l, {r}));\n"
+                        for r in range(4))
+    shifts_ps = "".join(f"  _mm256_storeu_ps(p + {8 * r}, pc256_valign_ps(g, k, {r}));\n"
+                        for r in range(8))
+    src = tmp_path / "valign.c"
+    src.write_text("#include <immintrin.h>\n" + _AVX2_VALIGN +
+                   "void run(const double* x, double* o, const float* y, float* p) {\n"
+                   "  __m256d l = _mm256_loadu_pd(x), h = _mm256_loadu_pd(x + 4);\n"
+                   "  __m256 k = _mm256_loadu_ps(y), g = _mm256_loadu_ps(y + 8);\n"
+                   + shifts_pd + shifts_ps + "}\n")
+    so = tmp_path / "valign.so"
+    subprocess.run(["gcc", "-O2", "-mavx2", "-fPIC", "-shared", "-o", str(so), str(src)],
+                   check=True)
+    run = ctypes.CDLL(str(so)).run
+    x, y = np.arange(8, dtype=np.float64) + 1, np.arange(16, dtype=np.float32) + 1
+    o, p = np.zeros(16), np.zeros(64, np.float32)
+    run(*(a.ctypes.data_as(ctypes.c_void_p) for a in (x, o, y, p)))
+    for r in range(4):
+        assert np.array_equal(o[4 * r:4 * r + 4], x[r:r + 4]), r
+    for r in range(8):
+        assert np.array_equal(p[8 * r:8 * r + 8], y[r:r + 8]), r

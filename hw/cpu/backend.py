@@ -167,6 +167,7 @@ class CpuBackend(Backend):
                 f, enabled=False)), _LEGALIZE_NAMES]
         from polycomp.lowering.lift import lift
         from polycomp.lowering.vectorize import vectorize
+        from polycomp.scheduler.cpu.scop_stencil import lifts_on
         from polycomp.scheduler.cpu.state import cpu_microkernels
 
         from .forward_loads import forward_loads
@@ -183,9 +184,10 @@ class CpuBackend(Backend):
                 acc_init_split=o.acc_init_split and target.isa == "avx2" and
                 os.environ.get("POLYCOMP_ACC_INIT_SPLIT", "1") != "0")),
         ]
-        if o.vector_lift and target.isa == "avx512":
+        if o.vector_lift and lifts_on(target):
             passes.append(ir_pass("lift", lambda f, s: lift(
-                f, target.vector_lanes, lambda text: s.note("lift", text))))
+                f, target.vector_lanes, lambda text: s.note("lift", text),
+                masked_loads=target.isa == "avx512")))
         passes += [
             ir_pass("vectorize", lambda f, s: vectorize(
                 f, target.vector_lanes, tail=o.tail, reduce_unroll=o.reduce_unroll,

@@ -512,6 +512,23 @@ PC_VINLINE void pc512_mask_storeu_epi32(int32_t* p, pc_mask16 m, __m512i v) {
 """),
 }
 
+#: AVX2's ``valign`` (only in AVX2 kernels' prelude, so the AVX-512 one is unchanged):
+#: two 128-bit lanes, so a shift by ``r`` lanes is a ``vperm2i128`` that takes the middle
+#: 256 bits of ``hi:lo`` and a ``vpalignr`` (within 128-bit lanes) of it and ``lo`` or
+#: ``hi``; ``r`` a constant (the byte counts are immediates)
+_AVX2_VALIGN = r"""
+/* valign(hi, lo, r): lanes r.. of lo, then lanes ..r-1 of hi (AVX2: the lifted layout's
+   seams, lowering/lift.py; r a constant): vperm2i128 0x21 is the middle 256 bits of
+   hi:lo, vpalignr shifts within the 128-bit halves */
+#define pc256_valign_si256(hi, lo, b) ((b) < 16 ? \
+  _mm256_alignr_epi8(_mm256_permute2x128_si256((lo), (hi), 0x21), (lo), (b) & 15) : (b) == 16 ? \
+  _mm256_permute2x128_si256((lo), (hi), 0x21) : \
+  _mm256_alignr_epi8((hi), _mm256_permute2x128_si256((lo), (hi), 0x21), (b) & 15))
+#define pc256_valign_pd(hi, lo, r) _mm256_castsi256_pd(pc256_valign_si256(_mm256_castpd_si256(hi), _mm256_castpd_si256(lo), 8 * (r)))
+#define pc256_valign_ps(hi, lo, r) _mm256_castsi256_ps(pc256_valign_si256(_mm256_castps_si256(hi), _mm256_castps_si256(lo), 4 * (r)))
+"""
+
+
 _DOT_COMMON = r"""
 /* ---- AVX-512 dot-product units: a group vector is 16 lanes of a pair of bf16 or a
    quad of int8 values (__m512i) ---- */
@@ -533,6 +550,8 @@ def prelude(isa: str, dots: tuple[str, ...] = ()) -> str:
         name += "".join(f" + {_DOT_UNITS[d][1]}" for d in dots)
     header = _HEADER.replace("PC_NATIVE_CONDITION", cond).replace("PC_ISA_NAME", name)
     out = [header, _AVX2, _MATH_TEMPLATE.replace("W", "256"), _LANEWISE, _lanewise(256)]
+    if isa == "avx2":
+        out.append(_AVX2_VALIGN)
     if isa == "avx512":
         out += [_AVX512, _MATH_TEMPLATE.replace("W", "512"), _lanewise(512)]
         if dots:

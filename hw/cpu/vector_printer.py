@@ -13,7 +13,8 @@ the vector IR conventions there) on top of :class:`~polycomp.hw.cpu.codegen.CPri
 * comparisons give masks (``__mmask16`` on AVX-512, all-ones lanes on AVX2), ``select``
   blends, ``vlane_range`` builds a lane-range mask, ``vreduce_*`` reduce horizontally;
 * ``valign(hi, lo, r)`` is ``valignq``/``valignd`` (the sliding windows of
-  :func:`polycomp.lowering.vectorize.window_loads`, AVX-512 only) and ``valign_peel``
+  :func:`polycomp.lowering.vectorize.window_loads`, AVX-512 only; on AVX2
+  ``vperm2i128`` + ``vpalignr``, the lifted layout's seams) and ``valign_peel``
   the number of elements from an address to the next vector-aligned one;
 * math calls go to the helpers of :mod:`polycomp.hw.cpu.vector_prelude`;
 * a ``register``-scope buffer whose accesses all use constant indices becomes one C
@@ -244,12 +245,11 @@ class VectorPrinter(CPrinter):
 
     def valign(self, e: ir.Call, L: int, D: str) -> str:
         """``valign(hi, lo, r)`` (:data:`~polycomp.lowering.vectorize.VALIGN`): the
-        prelude's ``pc512_valign_*`` (one ``valignq``/``valignd``; AVX-512 only)."""
+        prelude's ``pc512_valign_*`` (one ``valignq``/``valignd``) or, on AVX2,
+        ``pc256_valign_*`` (``vperm2i128`` + ``vpalignr``; AVX2 kernels' prelude only)."""
         hi, lo, r = e.args
-        if self.width(D, L) != 512:
-            raise PolycompInternalError("valign needs 512-bit vectors")
-        return (f"pc512_valign_{self.sfx(D)}({self.vexpr(hi, L, D)}, {self.vexpr(lo, L, D)}, "
-                f"{r.value})")
+        return (f"{self.pc(D, L)}_valign_{self.sfx(D)}({self.vexpr(hi, L, D)}, "
+                f"{self.vexpr(lo, L, D)}, {r.value})")
 
     def vbinary(self, e: ir.Binary, L: int, D: str) -> str:
         mm, s = self.mm(D, L), self.sfx(D)

@@ -81,11 +81,12 @@ with :func:`~polycomp.scheduler.common.tree.violated_dependences` and, when the 
 run in parallel, that every dependence between instances with equal wavefront has
 equal ``T_1`` (isl's coincidence); if either fails for diamonds the parallelograms are
 tried, and if they fail too the subtree keeps the program order (each with a note).
-On an AVX-512 target with the options ``vector_lift`` and ``vectorize`` (and no
-``stencil_tiles``), a 1-D stencil's instances at the sizes where its arrays fit L1
-(:func:`lift_split`) are left in program order with a note (:func:`lifted_layout`):
-the IR pass of :mod:`polycomp.lowering.lift` runs their sweeps on lane-transposed
-copies of the arrays, which needs the plain time loop; the subtree becomes
+On an AVX-512 or AVX2 target (:func:`lifts_on`) with the options ``vector_lift`` and
+``vectorize`` (and no ``stencil_tiles``), a 1-D stencil's instances at the sizes
+where its arrays fit L1 (:func:`lift_split`) are left in program order with a note
+(:func:`lifted_layout`): the IR pass of :mod:`polycomp.lowering.lift` runs their
+sweeps on lane-transposed copies of the arrays, which needs the plain time loop; the
+subtree becomes
 ``sequence[filter small: the program order, filter big: the tiles]`` (the two filters
 never hold instances of the same parameter values, so no dependence joins them).
 A nest whose cone gives no skew (adi: its row sweep reads what the column sweep wrote
@@ -99,6 +100,7 @@ the C loop nest.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import islpy as isl
@@ -155,10 +157,26 @@ PARALLEL_MIN_DIMS = 2
 FUSE_MIN_DIMS = 2
 
 
+#: ``POLYCOMP_LIFT_AVX2=0`` keeps AVX2 targets off the lifted layout (their 1-D
+#: stencils time-tiled, as before it was built for them): for A/B comparisons
+LIFT_AVX2_ENV = "POLYCOMP_LIFT_AVX2"
+
+
+def lifts_on(target) -> bool:
+    """Whether ``target``'s vector ISA runs 1-D stencils on the lifted layout of
+    :mod:`polycomp.lowering.lift` (given the option ``vector_lift``): AVX-512, and AVX2
+    unless :data:`LIFT_AVX2_ENV` is ``0``.  The one answer the scheduler
+    (:func:`lifted_layout`) and the CPU backend (which runs the pass) share."""
+    if target.isa == "avx2":
+        return os.environ.get(LIFT_AVX2_ENV, "1") != "0"
+    return target.isa == "avx512"
+
+
 def lifted_layout(ctx: CompileState) -> bool:
     """Whether a 1-D stencil's time loop is left in order for the lifted layout of
     :mod:`polycomp.lowering.lift` (options ``vector_lift`` and ``vectorize`` on an
-    AVX-512 target, no ``stencil_tiles`` given): the lifted sweeps need no time tiles
+    AVX-512 or AVX2 target, :func:`lifts_on`; no ``stencil_tiles`` given): the lifted
+    sweeps need no time tiles
     (the arrays of a sweep stay in L1 at PolyBench's sizes; larger ones stream from
     L2), and they reach what time tiles cannot: a sweep without lane shifts
     (docs/c_frontend.md, jacobi-1d).  A nest the lowering pass does not take (a
@@ -166,7 +184,7 @@ def lifted_layout(ctx: CompileState) -> bool:
     time tiles on one thread."""
     o = ctx.cpu_options
     return bool(o.vector_lift and o.vectorize and o.stencil_tiles is None
-                and ctx.target.isa == "avx512")
+                and lifts_on(ctx.target))
 
 
 def lift_split(filt: isl.UnionSet, cap: int) -> tuple[isl.UnionSet, isl.UnionSet]:
