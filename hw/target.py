@@ -16,11 +16,13 @@ from polycomp.hw.memory import ComputeUnit, MemoryHierarchy, MemoryLevel
 @dataclass(frozen=True)
 class CpuParams:
     """Machine parameters of a C target: vector width (0: scalar C), vector registers,
-    FMA, and the threads generated code runs with."""
+    FMA, the threads generated code runs with, and the L1 data cache's ways (sysfs
+    ``ways_of_associativity``; 8 where sysfs has nothing)."""
     vector_bits: int = 0
     vector_registers: int = 16
     has_fma: bool = False
     threads: int = 1
+    l1_ways: int = 8
 
 
 CUDA_MAX_THREADS_PER_BLOCK = 1024   # every CUDA architecture's limit

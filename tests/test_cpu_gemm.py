@@ -344,6 +344,62 @@ def test_operands_in_place_bit_exact(m, n, k, threads, packs, monkeypatch):
     np.testing.assert_allclose(got["auto"], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
 
 
+def _zen3(path: str, threads: int, ways: int = 8):
+    """``_target`` on an L1 of ``ways`` ways of 4 KiB (the Zen 3 host's: 8, 32 KiB;
+    Zen 4's: 12, 48 KiB)."""
+    t = _target(path, threads).with_capacities(L1=ways * 4096, L2=512 * 1024)
+    return dataclasses.replace(t, cpu=dataclasses.replace(t.cpu, l1_ways=ways))
+
+
+def test_x_panel_aliases_counts_the_l1_ways():
+    """``x_panel_aliases``: AVX2's ``6 x 16`` tile at ``KC`` = 256 (a 16 KiB ``Y`` panel,
+    4 lines per set of a 4 KiB way) beside ``MR`` = 6 aliased ``X`` lines: 10 > 8 ways
+    packs, 12 ways do not; AVX-512's 64 KiB ``Y`` panel fits no L1 (unchanged); fewer
+    than ``X_ALIAS_PACK_ROWS`` rows, a pre-packed ``Y`` or the switch off: unchanged."""
+    from polycomp.scheduler.cpu.backbone_tile import (
+        X_ALIAS_PACK_ROWS,
+        Blocking,
+        x_panel_aliases,
+    )
+    b = Blocking(6, 2, 8, 1024, 256, 256, False)
+    assert x_panel_aliases(b, 4, _zen3("avx2", 1), 1024)
+    assert not x_panel_aliases(b, 4, _zen3("avx2", 1, ways=12), 1024)
+    assert not x_panel_aliases(b, 4, _zen3("avx2", 1), X_ALIAS_PACK_ROWS - 1)
+    assert not x_panel_aliases(b, 4, None, 1024)
+    wide = Blocking(6, 4, 16, 1024, 256, 256, False)
+    assert not x_panel_aliases(wide, 4, _zen3("avx512", 1), 1024)
+    pre = Blocking(6, 2, 8, 1024, 256, 256, False, prepacked_y=True)
+    assert not x_panel_aliases(pre, 4, _zen3("avx2", 1), 1024)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+@pytest.mark.parametrize("m,n,k,threads", [
+    (263, 37, 1024, 1),           # 4 KiB rows of X, 263 rows: X packed on an 8-way L1
+    (517, 19, 1024, 2),           # two row tiles of 259 and 258 rows
+])
+def test_aliased_x_packed_bit_exact(m, n, k, threads, monkeypatch):
+    """Rows of ``X`` 4 KiB apart on an 8-way 32 KiB L1 (``x_panel_aliases``): ``X`` is
+    packed, bit-identical to reading it in place (``POLYCOMP_GEMM_X_ALIAS=0``: the same
+    values summed in the same order), within float32 rounding of numpy; on 12 ways it
+    stays in place."""
+    rng = np.random.default_rng(m)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    got = {}
+    for mode in ("1", "0"):
+        monkeypatch.setenv("POLYCOMP_GEMM_X_ALIAS", mode)
+        ck = compile_kernel(_matmul(m, n, k, f"xalias_{mode}_{m}"), _zen3("avx2", threads))
+        assert ("A_pk" in ck.source) == (mode == "1")
+        f = CFunction(ck.final_ir, build_shared(ck.source, flags=DEFAULT_FLAGS))
+        f.threads = threads
+        got[mode] = f(A, B)
+    np.testing.assert_array_equal(got["1"], got["0"])
+    np.testing.assert_allclose(got["1"], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+    monkeypatch.setenv("POLYCOMP_GEMM_X_ALIAS", "1")
+    ck = compile_kernel(_matmul(m, n, k, f"xalias_12_{m}"), _zen3("avx2", threads, ways=12))
+    assert "A_pk" not in ck.source
+
+
 def test_next_block_wraps_at_the_threads_chunk():
     """``NextBlock`` of ``Y``'s ``KC x NC`` blocks (here 256 x 512 of a 1024 x 4096
     array) stepped by a thread's chunk loop ``c3`` in ``[4 c1, 4 c1 + 4)`` inside the

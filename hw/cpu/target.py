@@ -35,10 +35,11 @@ def _parse_size(txt: str) -> int | None:
 
 
 def cache_sizes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, int]:
-    """``{"l1": bytes, "l2": bytes, "l3": bytes}`` of this machine's data/unified caches
-    from sysfs (``index*/level``, ``type``, ``size``), with defaults (32K, 1M, 8M) where
-    sysfs has nothing."""
-    out = {"l1": 32 * 1024, "l2": 1024 * 1024, "l3": 8 * 1024 * 1024}
+    """``{"l1": bytes, "l2": bytes, "l3": bytes, "l1_ways": ways}`` of this machine's
+    data/unified caches from sysfs (``index*/level``, ``type``, ``size``,
+    ``ways_of_associativity``), with defaults (32K, 1M, 8M, 8 ways) where sysfs has
+    nothing."""
+    out = {"l1": 32 * 1024, "l2": 1024 * 1024, "l3": 8 * 1024 * 1024, "l1_ways": 8}
     for k in range(8):
         level = _read_sys(f"{root}/index{k}/level")
         kind = _read_sys(f"{root}/index{k}/type")
@@ -48,6 +49,9 @@ def cache_sizes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, i
         v = _parse_size(size)
         if v and level in ("1", "2", "3"):
             out["l" + level] = v
+        ways = _read_sys(f"{root}/index{k}/ways_of_associativity")
+        if level == "1" and ways is not None and ways.isdigit() and int(ways) > 0:
+            out["l1_ways"] = int(ways)
     return out
 
 
@@ -146,7 +150,8 @@ def make_cpu_target(name: str, vector_bits: int, regs: int, fma: bool,
     return Target(name=name, kind="c", memory=cpu_hierarchy(vector_bits, regs),
                   units=cpu_units(vector_bits, fma, tuple(features)), features=tuple(features),
                   cpu=CpuParams(vector_bits=vector_bits, vector_registers=regs, has_fma=fma,
-                                threads=cpu_threads()))
+                                threads=cpu_threads(),
+                                l1_ways=cache_sizes().get("l1_ways", 8)))
 
 
 def detect_cpu() -> Target:

@@ -741,7 +741,7 @@ def _plain_2d(load: ir.Load, rows, cols) -> bool:
         and all(isinstance(d, (int, ir.IntImm)) for d in load.buffer.shape)
 
 
-def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
+def in_place_operands(op: OuterProduct, b: Blocking, target=None) -> tuple[bool, bool]:
     """Whether the GEMM-form backbone ``op`` reads ``X`` / ``Y`` where they lie instead of
     packing them: no pack request, the micro-kernel's broadcasts read ``X[i, k]`` and its
     vector loads ``Y[k, j]`` from the arrays.  Only plain 2-d row-major operands of
@@ -756,7 +756,8 @@ def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
     512^3 2457 -> 2362 us, 1024^3 1.7 % less CPU time.  Rows 4 KiB apart put the ``MR``
     segments in the same L1 sets, which costs about 1 % (2048^3: 1 % more CPU time in
     place), more than the copy saves once it is spread over more than 1024 columns.
-    With a pre-packed ``Y`` (a graph's weight) too.
+    With a pre-packed ``Y`` (a graph's weight) too.  Nor, on ``target``, when such rows
+    overflow the L1 sets (:func:`x_panel_aliases`: the Zen 3 host's 8-way L1 at 1024^3).
 
     ``Y``: when not pre-packed, each thread's row tile (``MC``) is at most
     :data:`Y_IN_PLACE_ROWS` rows, a row of ``Y`` at most :data:`Y_IN_PLACE_ROW_BYTES`
@@ -785,7 +786,10 @@ def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
     n_j = _extent(op.update.domain, op.j)
     if x_ok:
         x_row = _const(op.x.buffer.shape[1]) * size
-        x_ok = x_row % ALIASING_BYTES != 0 or (n_j is not None and n_j <= X_ALIASED_COLUMNS)
+        n_i = _extent(op.update.domain, op.i)
+        x_ok = x_row % ALIASING_BYTES != 0 or (
+            n_j is not None and n_j <= X_ALIASED_COLUMNS and
+            not x_panel_aliases(b, size, target, b.MC if n_i is None else min(b.MC, n_i)))
     if not y_ok:
         return x_ok, False
     row_bytes = _const(op.y.buffer.shape[1]) * size
@@ -793,6 +797,36 @@ def in_place_operands(op: OuterProduct, b: Blocking) -> tuple[bool, bool]:
     rows = b.MC if n_i is None else min(b.MC, n_i)
     return x_ok, y_ok and rows <= Y_IN_PLACE_ROWS and row_bytes <= Y_IN_PLACE_ROW_BYTES \
         and row_bytes % ALIASING_BYTES != 0
+
+
+def x_panel_aliases(b: Blocking, size: int, target, rows: int) -> bool:
+    """Whether an ``MR x KC`` panel of ``X`` read in place, its rows a multiple of
+    :data:`ALIASING_BYTES` apart, is evicted from L1 by the ``Y`` panels the
+    micro-kernel streams past it (so ``X`` is packed instead, :func:`in_place_operands`).
+
+    Such rows put the ``MR`` segments of each ``k`` range into the same L1 sets: ``MR``
+    lines of each of ``KC * size / 64`` sets, beside the ``KC * NR * size / (L1 /
+    ways)`` lines each ``KC x NR`` panel of ``Y`` streams through every set.  When the
+    two panels fit the L1 together but ``MR`` plus ``Y``'s lines exceed the ways of a
+    set, each ``Y`` panel evicts some of the ``X`` lines and they come back from L2 in
+    the next micro-kernel: AVX2's ``6 x 16`` tile at ``KC`` = 256 on the Zen 3 host's
+    32 KiB 8-way L1, 6 + 4 > 8 (on Zen 4's 48 KiB 12-way L1, 6 + 4 <= 12: unchanged;
+    AVX-512's 64 KiB ``Y`` panel does not fit either L1: unchanged).  Measured
+    (1024^3, one thread, per-block minimum thread time of hand-edited copies of the
+    generated C, docs/cpu_backend.md "fp32 GEMM on the Zen 3 host, eleventh session"):
+    the register tiles took 26.3-27.7 ms with ``X`` in place, 24.4-25.1 with the
+    packed copy (whose own cost is ~0.8 ms).  Only for row tiles of at least
+    :data:`X_ALIAS_PACK_ROWS` rows (the 32-row products keep their measured trees);
+    not for a pre-packed ``Y`` (the graph's weights, measured in place).
+    ``POLYCOMP_GEMM_X_ALIAS=0`` keeps the former rule (comparisons)."""
+    import os
+    if target is None or b.prepacked_y or rows < X_ALIAS_PACK_ROWS or \
+            os.environ.get("POLYCOMP_GEMM_X_ALIAS", "1") == "0":
+        return False
+    l1, ways = target.l1_bytes, max(1, target.cpu.l1_ways)
+    y_panel = b.KC * b.NR * size
+    x_panel = b.MR * b.KC * size
+    return x_panel + y_panel <= l1 and b.MR + -(-y_panel // (l1 // ways)) > ways
 
 
 def _batch_free(op: OuterProduct) -> bool:
@@ -934,6 +968,9 @@ def _const(d) -> int:
 
 #: X rows a multiple of ALIASING_BYTES apart are packed above this many columns
 X_ALIASED_COLUMNS = 1024
+#: ... and below this many rows per row tile when they overflow the L1 sets
+#: (x_panel_aliases)
+X_ALIAS_PACK_ROWS = 256
 #: read ``Y`` in place when a thread's row tile has at most this many rows
 Y_IN_PLACE_ROWS = 256
 #: ... and a row of ``Y`` at most this many bytes (in_place_operands)
@@ -1860,7 +1897,7 @@ class CpuBackboneTilePass(Pass):
             # row tiles handed out one at a time only on request (dynamic_row_tiles)
             b.prepacked_y = pre
             if dot is None:
-                b.x_in_place, b.y_in_place = in_place_operands(op, b)
+                b.x_in_place, b.y_in_place = in_place_operands(op, b, ctx.target)
                 b.y_fill = fill_y_in_first_row(op, b, ctx.target.l3_bytes)
                 b.y_stream = b.y_fill and stream_y_fill(op, ctx.target.l3_bytes)
                 b.y_stream_aim = stream_aim(op) if b.y_stream else 0
