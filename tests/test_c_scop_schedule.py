@@ -13,6 +13,16 @@
   legality against the model's dependences;
 * ``explain`` notes say which passes applied (GEMM or not, tile sizes, parallel loops).
 
+Targets: the notes, sources and golden trees are those of ``TARGET`` (``cpu-avx512`` on
+every host: the decisions must not depend on the machine).  Tests whose point is the
+schedule (an order, a blocking, a tiling) *build* for ``NATIVE``, the host's widest
+native ISA with ``TARGET``'s caches and threads (AVX2 on a host without AVX-512: a
+``cpu-avx512`` build there runs through SIMDe, several times slower to compile).  The
+SIMDe runs kept here are the AVX-512 builds of the scop-factor and scop-trmm
+nests at their default blocks (``test_blocked_factorisation_matches_gcc_o0[lu_like]``,
+``test_trmm_blocked_kernel_matches_gcc_o0``); symm's (the same nest as ``symm_like``)
+and the triangle's masked 512-bit micro-kernels run in ``tests/test_cpu_triangle.py``.
+
 The kernels are in ``tests/c_scop_kernels/`` (our own, PolyBench-shaped).
 """
 from __future__ import annotations
@@ -47,6 +57,10 @@ KERNELS = Path(__file__).parent / "c_scop_kernels"
 
 _AVX512 = get_target("cpu-avx512").with_capacities(L1=32 * 1024, L2=1024 * 1024)
 TARGET = dataclasses.replace(_AVX512, cpu=dataclasses.replace(_AVX512.cpu, threads=2))
+_HOST = get_target("cpu").with_capacities(L1=32 * 1024, L2=1024 * 1024)
+#: the host's own vector ISA (AVX2 or AVX-512), otherwise ``TARGET``'s parameters: what
+#: the schedule tests build and run (module docstring)
+NATIVE = dataclasses.replace(_HOST, cpu=dataclasses.replace(_HOST.cpu, threads=2))
 
 # kernel -> sizes (odd and prime, with full and partial register tiles; one all-ones)
 SIZES = {
@@ -156,9 +170,9 @@ def as_tuple(x):
 
 
 @pytest.mark.parametrize("name", sorted(SIZES))
-def test_scheduled_kernel_matches_gcc_o0(name, tmp_path_factory):
+def test_scheduled_kernel_matches_gcc_o0(name, tmp_path_factory, host_compiles):
     k = kernel(name)
-    ck = compile_kernel(k, "cpu", debug=True)    # legality check after every pass
+    ck = host_compiles.get(name)                 # legality check after every pass
     fn = ck.backend.load(ck)                     # the same code as build(k, "cpu")
     for sizes in SIZES[name]:                    # the sizes are parameters: one compile
         arrays = random_arrays(k, sizes, seed=len(name))
@@ -281,14 +295,16 @@ class TargetCompiles:
     tests look at the same kernels (syrk, gemm, trmm, ...; 1-12 s of isl each).  Tests
     that monkeypatch a pass compile for themselves (:func:`notes`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, target=TARGET, debug: bool = False) -> None:
         self._compiled: dict[tuple[str, tuple], CompiledKernel] = {}
+        self._target, self._debug = target, debug
 
     def get(self, name: str, options: dict | None = None) -> CompiledKernel:
         key = (name, tuple(sorted((options or {}).items())))
         ck = self._compiled.get(key)
         if ck is None:
-            ck = self._compiled[key] = compile_kernel(kernel(name), TARGET, options)
+            ck = self._compiled[key] = compile_kernel(kernel(name), self._target, options,
+                                                      debug=self._debug)
         return ck
 
     def notes(self, name: str, options: dict | None = None) -> dict[str, list[str]]:
@@ -298,6 +314,13 @@ class TargetCompiles:
 @pytest.fixture(scope="module")
 def compiles() -> TargetCompiles:
     return TargetCompiles()
+
+
+@pytest.fixture(scope="module")
+def host_compiles() -> TargetCompiles:
+    """The kernels compiled for ``cpu`` (this host's ISA) with the legality check after
+    every pass, shared by the tests that build them (syrk and syr2k: 5-10 s of isl)."""
+    return TargetCompiles("cpu", debug=True)
 
 
 def test_gemm_detected_in_any_loop_order(compiles):
@@ -616,7 +639,7 @@ def test_explain_prints_the_choices(capsys):
 
 
 @pytest.mark.parametrize("name", ["syrk_aa", "syr2k_like"])
-def test_packed_triangle_propagates_nan_like_gcc(name, tmp_path_factory):
+def test_packed_triangle_propagates_nan_like_gcc(name, tmp_path_factory, host_compiles):
     """A NaN and a huge value in an operand of the per-reference packed triangle reach
     exactly the elements gcc -O0's loop nest gives them (full and diagonal tiles)."""
     k = kernel(name)
@@ -626,7 +649,8 @@ def test_packed_triangle_propagates_nan_like_gcc(name, tmp_path_factory):
     arrays["A"][3, 7] = 1e300
     ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
     args = [arrays[n].copy() for n in list(k.inputs) + list(k.outputs)]
-    got, = as_tuple(build(k, "cpu")(*args, **{p: sizes[p] for p in k.params}))
+    ck = host_compiles.get(name)                 # the same code as build(k, "cpu")
+    got, = as_tuple(ck.backend.load(ck)(*args, **{p: sizes[p] for p in k.params}))
     want = ref["C"]
     assert np.isnan(want).any() and np.array_equal(np.isnan(got), np.isnan(want))
     ok = np.isfinite(want)
@@ -687,9 +711,12 @@ def test_blocked_order_is_the_c_order_per_element(name, monkeypatch, tmp_path_fa
 @pytest.mark.parametrize("name", sorted(FACTOR_SIZES))
 def test_blocked_factorisation_matches_gcc_o0(name, tmp_path_factory, compiles):
     """The built kernel at sizes of one, several and partial steps (FMA contraction in
-    the micro-kernel: 1e-12 relative to the largest element)."""
+    the micro-kernel: 1e-12 relative to the largest element).  lu is built for
+    ``TARGET`` (shared with the notes' compile): the SIMDe run of scop-factor's blocked
+    nests on AVX-512's register tiles; Cholesky (lu's packed path) and ludcmp (``A``
+    read in place, row blocks) for ``NATIVE``: the point is the blocked schedule."""
     k = kernel(name)
-    ck = compiles.get(name)
+    ck = compiles.get(name) if name == "lu_like" else compile_kernel(k, NATIVE)
     fn = ck.backend.load(ck)
     for n in FACTOR_SIZES[name]:
         arrays = random_arrays(k, dict(n=n), seed=n)
@@ -745,28 +772,29 @@ def test_trmm_not_blocked_when_the_rows_below_are_written_first():
     assert any("program order kept" in x for x in n), n
 
 
-@pytest.mark.parametrize("sizes", [dict(m=1, n=1), dict(m=31, n=13)],
-                         ids=lambda v: f"m{v['m']}n{v['n']}")
-def test_trmm_blocked_order_is_the_c_order(sizes, monkeypatch, tmp_path_factory):
-    """With blocks of 12 rows, 31 rows span three steps (the last partial): the
-    interpreted blocked schedule keeps every element's sum in the C order (the in-block
-    ``k`` first, then the rows below in increasing ``k``), bitwise gcc -O0; the built
-    kernel (FMA in the micro-kernel) within 1e-13 of the largest element."""
+def test_trmm_blocked_order_is_the_c_order(monkeypatch, tmp_path_factory):
+    """With blocks of 12 rows, 31 rows span three steps (the last partial), and one
+    row: the interpreted blocked schedule keeps every element's sum in the C order (the
+    in-block ``k`` first, then the rows below in increasing ``k``), bitwise gcc -O0; the
+    built kernel (FMA in the micro-kernel; ``NATIVE``: the point is the order) within
+    1e-13 of the largest element.  One compile for both sizes (they are parameters)."""
     monkeypatch.setattr(scop_trmm, "BLOCK", 12)
     name = "trmm_like"
     k = kernel(name)
-    arrays = random_arrays(k, sizes, seed=sizes["m"])
-    ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
-    ck = compile_kernel(k, TARGET, debug=True)
+    ck = compile_kernel(k, NATIVE, debug=True)
     assert any("12 rows a step" in x for x in ck.notes["scop-trmm"]), ck.notes
+    fn = ck.backend.load(ck)                                   # = build(k, NATIVE)
+    for sizes in (dict(m=1, n=1), dict(m=31, n=13)):
+        arrays = random_arrays(k, sizes, seed=sizes["m"])
+        ref = run_gcc(name, gcc_o0(name, tmp_path_factory), sizes, arrays)
 
-    def args():
-        return [arrays[x].copy() for x in list(k.inputs) + list(k.outputs)]
-    got = as_tuple(interpret(ck, *args(), **sizes))
-    assert np.array_equal(got[0], ref["B"])
-    got = as_tuple(ck.backend.load(ck)(*args(), **sizes))     # = build(k, TARGET)
-    w = ref["B"]
-    assert np.abs(got[0] - w).max() <= 1e-13 * max(1.0, np.abs(w).max())
+        def args(arrays=arrays):
+            return [arrays[x].copy() for x in list(k.inputs) + list(k.outputs)]
+        got = as_tuple(interpret(ck, *args(), **sizes))
+        assert np.array_equal(got[0], ref["B"]), sizes
+        got = as_tuple(fn(*args(), **sizes))
+        w = ref["B"]
+        assert np.abs(got[0] - w).max() <= 1e-13 * max(1.0, np.abs(w).max()), sizes
 
 
 @pytest.mark.slow
@@ -821,8 +849,9 @@ def test_symm_split_reaches_the_micro_kernel(compiles):
         assert "scop-symm" not in compiles.notes(name), name
 
 
-def _symm_check(sizes, tmp_path_factory, interpreted: bool, fn=None):
-    """``fn``: the built kernel (default: built here, after the caller's patches)."""
+def _symm_check(sizes, tmp_path_factory, fn, ck=None):
+    """The built kernel ``fn`` within 1e-13 of gcc -O0 at ``sizes``; with ``ck``, its
+    interpreted schedule bitwise gcc -O0 too."""
     name = "symm_like"
     k = kernel(name)
     arrays = random_arrays(k, sizes, seed=sizes["m"] + 7)
@@ -830,41 +859,44 @@ def _symm_check(sizes, tmp_path_factory, interpreted: bool, fn=None):
 
     def args():
         return [arrays[x].copy() for x in list(k.inputs) + list(k.outputs)]
-    if interpreted:
-        ck = compile_kernel(k, TARGET, debug=True)
-        assert any("12 rows a step" in x for x in ck.notes["scop-symm"]), ck.notes
+    if ck is not None:
         got = as_tuple(interpret(ck, *args(), **sizes))
         assert np.array_equal(got[0], ref["C"]), sizes
-        fn = fn or ck.backend.load(ck)           # the same code as build(k, TARGET)
-    got = as_tuple((fn or build(k, TARGET))(*args(), **sizes))
+    got = as_tuple(fn(*args(), **sizes))
     w = ref["C"]
     assert np.abs(got[0] - w).max() <= 1e-13 * max(1.0, np.abs(w).max()), sizes
 
 
-@pytest.mark.parametrize("sizes", [dict(m=1, n=1), dict(m=31, n=13)],
-                         ids=lambda v: f"m{v['m']}n{v['n']}")
-def test_symm_split_order_is_the_c_order(sizes, monkeypatch, tmp_path_factory):
-    """With blocks of 12 rows, 31 rows span three steps (the last partial): the
-    interpreted schedule keeps every element's sums in the C order (per step, the
-    rectangle then the block, ``k`` increasing, for ``temp2``; the mirror's block, then
-    at each later step the step's rank-12 update of the rows above, so ``i``
+def test_symm_split_order_is_the_c_order(monkeypatch, tmp_path_factory):
+    """With blocks of 12 rows, 31 rows span three steps (the last partial), and one
+    row: the interpreted schedule keeps every element's sums in the C order (per step,
+    the rectangle then the block, ``k`` increasing, for ``temp2``; the mirror's block,
+    then at each later step the step's rank-12 update of the rows above, so ``i``
     increasing, for ``C``), bitwise gcc -O0; the built kernel (FMA in the
-    micro-kernel) within 1e-13 of the largest element, also with the mirror's rows
-    above a step in ``i`` tiles of 12 rows (each refilling the packed ``alpha * B``)."""
+    micro-kernel; ``NATIVE``: the point is the order) within 1e-13 of the largest
+    element, also with the mirror's rows above a step in ``i`` tiles of 12 rows (each
+    refilling the packed ``alpha * B``).  One compile serves both sizes."""
     monkeypatch.setattr(scop_symm, "BLOCK", 12)
-    _symm_check(sizes, tmp_path_factory, True)
-    if sizes["m"] > 24:     # the mirror's rows above a step in i tiles of 12 rows
-        monkeypatch.setattr(scop_symm, "MIRROR_MC", 12)
-        _symm_check(sizes, tmp_path_factory, False)
+    k = kernel("symm_like")
+    ck = compile_kernel(k, NATIVE, debug=True)
+    assert any("12 rows a step" in x for x in ck.notes["scop-symm"]), ck.notes
+    fn = ck.backend.load(ck)                     # the same code as build(k, NATIVE)
+    for sizes in (dict(m=1, n=1), dict(m=31, n=13)):
+        _symm_check(sizes, tmp_path_factory, fn, ck)
+    # the mirror's rows above a step in i tiles of 12 rows
+    monkeypatch.setattr(scop_symm, "MIRROR_MC", 12)
+    _symm_check(dict(m=31, n=13), tmp_path_factory, build(k, NATIVE))
 
 
 @pytest.mark.slow
-def test_symm_split_kernel_matches_gcc_o0(tmp_path_factory, compiles):
+def test_symm_split_kernel_matches_gcc_o0(tmp_path_factory):
     """The built kernel (60 rows a step) at one row, one partial block, a prime number
     of rows over several blocks, and a thin matrix: 1e-13 relative to the largest
-    element."""
-    ck = compiles.get("symm_like")
+    element.  Built for ``NATIVE``; the same nest's AVX-512 build (two threads, three
+    row steps, SIMDe here) runs in
+    ``tests/test_cpu_triangle.py::test_symm_runs_one_parallel_loop_over_column_panels``."""
+    ck = compile_kernel(kernel("symm_like"), NATIVE)
     fn = ck.backend.load(ck)                     # one compile for the five sizes
     for sizes in (dict(m=1, n=1), dict(m=13, n=29), dict(m=61, n=37),
                   dict(m=131, n=71), dict(m=200, n=5)):
-        _symm_check(sizes, tmp_path_factory, False, fn)
+        _symm_check(sizes, tmp_path_factory, fn)
