@@ -861,10 +861,11 @@ def test_symm_split_order_is_the_c_order(sizes, monkeypatch, tmp_path_factory):
 def test_symm_phase1_b_packed_on_avx2(monkeypatch, tmp_path_factory):
     """``pack_phase1_b``: on AVX2 in float64 ``P1`` reads a packed copy of ``B`` (a
     second ``B`` pack besides the mirror's ``alpha * B``), not on AVX-512 nor in
-    float32; ``POLYCOMP_SYMM_PACK_B=0``: ``B`` in place.  With blocks of 12 rows, 31 x
-    13 (three steps, the last partial; a partial panel) the interpreted AVX2 schedule
-    is bitwise gcc -O0 (the copy changes no sum), and on an AVX2 host the built kernel
-    is bitwise the one built with the switch off."""
+    float32; ``POLYCOMP_SYMM_PACK_B=0``: ``B`` in place; the copy prefetches ``B``'s
+    rows ``PACK_PREFETCH_ROWS`` on (``POLYCOMP_SYMM_PACK_PREFETCH=0``: not).  With
+    blocks of 12 rows, 31 x 13 (three steps, the last partial; a partial panel) the
+    interpreted AVX2 schedule is bitwise gcc -O0 (the copy changes no sum), and on an
+    AVX2 host the built kernel is bitwise the one built with the switch off."""
     from types import SimpleNamespace
 
     from polycomp.hw.cpu.target import cpu_flags
@@ -880,6 +881,15 @@ def test_symm_phase1_b_packed_on_avx2(monkeypatch, tmp_path_factory):
     on = compile_kernel(k, target, debug=True)
     assert any("B packed for P1" in x for x in on.notes["scop-symm"]), on.notes
     assert "B_pk1" in on.source and "B_pk2" in on.source
+    # the copy prefetches B's row PACK_PREFETCH_ROWS on, at its first panel: the lines of
+    # the 32-column box (columns 0, 8, 16, 24 and 31, clamped to the last row and column)
+    pf = [ln.strip() for ln in on.source.splitlines() if "__builtin_prefetch(B +" in ln]
+    assert len(pf) == 5 and all(f"+ {scop_symm.PACK_PREFETCH_ROWS}), (m - 1))" in x
+                                and x.endswith(", 0, 3);") for x in pf), pf
+    monkeypatch.setenv("POLYCOMP_SYMM_PACK_PREFETCH", "0")
+    nopf = compile_kernel(k, target).source
+    monkeypatch.delenv("POLYCOMP_SYMM_PACK_PREFETCH")
+    assert "__builtin_prefetch(B +" not in nopf and "B_pk2" in nopf
     sizes = dict(m=31, n=13)
     arrays = random_arrays(k, sizes, seed=5)
     ref = run_gcc("symm_like", gcc_o0("symm_like", tmp_path_factory), sizes, arrays)

@@ -314,6 +314,10 @@ def prefetch_phase2(ctx: CompileState, dtype: str) -> bool:
     return ctx.target.isa == "avx2" and dtype == "float64"
 
 
+#: rows ahead that ``P1``'s copy of ``B`` prefetches (:func:`pack_phase1_b`)
+PACK_PREFETCH_ROWS = 8
+
+
 def pack_phase1_b(ctx: CompileState, dtype: str) -> bool:
     """Whether ``P1`` (phase 1's rectangle, ``acc += B[k][j] * A[i][k]``) reads its
     ``Y`` operand from a packed copy (``scop-gemm``'s ``pack_y``: per step, ``k`` tile
@@ -324,7 +328,10 @@ def pack_phase1_b(ctx: CompileState, dtype: str) -> bool:
     ``n * 8`` bytes, which straddle two cache lines unless ``B`` is 64-byte aligned
     (numpy's large arrays start 16 bytes past a page); about a quarter of ``P1``'s
     samples sat on those two loads (docs/c_frontend.md "AVX2 fp64: symm's phase-1
-    ``B`` packed").  The copy holds the same values, so the sums are unchanged."""
+    ``B`` packed").  The copy holds the same values, so the sums are unchanged.  The
+    copy reads ``B``'s rows (``n * 8`` bytes apart, from L3) with a read prefetch
+    :data:`PACK_PREFETCH_ROWS` rows on (``PackRequest.prefetch_rows``;
+    ``POLYCOMP_SYMM_PACK_PREFETCH=0``: none)."""
     if os.environ.get("POLYCOMP_SYMM_PACK_B", "1") == "0":
         return False
     return ctx.target.isa == "avx2" and dtype == "float64"
@@ -391,9 +398,15 @@ def _phases(p: ScopGemm, mir: ScopGemm, first: list, fin: list, blk: Blocking, B
             seq: list = []
             if not part.is_empty():
                 gp = dataclasses.replace(g, update=dataclasses.replace(g.update, domain=part))
+                n_req = len(requests)
                 seq.append(T.Filter(isl.UnionSet.from_set(part), scop_gemm_tree(
                     gp, blk, requests, (own,), True, (oi, oj), k_tiles=True, pack_x=False,
                     pack_y=pack_b)))
+                # the copy of B prefetches its rows PACK_PREFETCH_ROWS on (rows n * 8
+                # bytes apart, from L3: the prefetchers follow them late)
+                if os.environ.get("POLYCOMP_SYMM_PACK_PREFETCH", "1") != "0":
+                    requests[n_req:] = [dataclasses.replace(r, prefetch_rows=PACK_PREFETCH_ROWS)
+                                        for r in requests[n_req:]]
             seq += _diagonal(g, isl.UnionSet.from_set(g.update.domain).subtract(
                 isl.UnionSet.from_set(part)), blk, True)
             if first:
