@@ -888,6 +888,57 @@ def test_symm_split_order_is_the_c_order(monkeypatch, tmp_path_factory):
     _symm_check(dict(m=31, n=13), tmp_path_factory, build(k, NATIVE))
 
 
+def test_symm_phase1_b_packed_on_avx2(monkeypatch, tmp_path_factory):
+    """``pack_phase1_b``: on AVX2 in float64 ``P1`` reads a packed copy of ``B`` (a
+    second ``B`` pack besides the mirror's ``alpha * B``), not on AVX-512 nor in
+    float32; ``POLYCOMP_SYMM_PACK_B=0``: ``B`` in place; the copy prefetches ``B``'s
+    rows ``PACK_PREFETCH_ROWS`` on (``POLYCOMP_SYMM_PACK_PREFETCH=0``: not).  With
+    blocks of 12 rows, 31 x 13 (three steps, the last partial; a partial panel) the
+    interpreted AVX2 schedule is bitwise gcc -O0 (the copy changes no sum), and on an
+    AVX2 host the built kernel is bitwise the one built with the switch off."""
+    from types import SimpleNamespace
+
+    from polycomp.hw.cpu.target import cpu_flags
+    monkeypatch.setattr(scop_symm, "BLOCK", 12)
+    avx2 = get_target("cpu-avx2")
+    target = dataclasses.replace(avx2, cpu=dataclasses.replace(avx2.cpu, threads=2))
+    ctx = SimpleNamespace(target=target)
+    assert scop_symm.pack_phase1_b(ctx, "float64")             # type: ignore[arg-type]
+    assert not scop_symm.pack_phase1_b(ctx, "float32")         # type: ignore[arg-type]
+    assert not scop_symm.pack_phase1_b(SimpleNamespace(target=TARGET),  # type: ignore[arg-type]
+                                       "float64")
+    k = kernel("symm_like")
+    on = compile_kernel(k, target, debug=True)
+    assert any("B packed for P1" in x for x in on.notes["scop-symm"]), on.notes
+    assert "B_pk1" in on.source and "B_pk2" in on.source
+    # the copy prefetches B's row PACK_PREFETCH_ROWS on, at its first panel: the lines of
+    # the 32-column box (columns 0, 8, 16, 24 and 31, clamped to the last row and column)
+    pf = [ln.strip() for ln in on.source.splitlines() if "__builtin_prefetch(B +" in ln]
+    assert len(pf) == 5 and all(f"+ {scop_symm.PACK_PREFETCH_ROWS}), (m - 1))" in x
+                                and x.endswith(", 0, 3);") for x in pf), pf
+    monkeypatch.setenv("POLYCOMP_SYMM_PACK_PREFETCH", "0")
+    nopf = compile_kernel(k, target).source
+    monkeypatch.delenv("POLYCOMP_SYMM_PACK_PREFETCH")
+    assert "__builtin_prefetch(B +" not in nopf and "B_pk2" in nopf
+    sizes = dict(m=31, n=13)
+    arrays = random_arrays(k, sizes, seed=5)
+    ref = run_gcc("symm_like", gcc_o0("symm_like", tmp_path_factory), sizes, arrays)
+
+    def args():
+        return [arrays[x].copy() for x in list(k.inputs) + list(k.outputs)]
+    assert np.array_equal(as_tuple(interpret(on, *args(), **sizes))[0], ref["C"])
+    monkeypatch.setenv("POLYCOMP_SYMM_PACK_B", "0")
+    off = compile_kernel(k, target)
+    assert "B_pk2" not in off.source and not any("packed for P1" in x
+                                                 for x in off.notes["scop-symm"])
+    if not {"avx2", "fma"} <= cpu_flags():
+        return
+    got_on = as_tuple(on.backend.load(on)(*args(), **sizes))[0]
+    got_off = as_tuple(off.backend.load(off)(*args(), **sizes))[0]
+    assert np.array_equal(got_on, got_off)
+    assert np.abs(got_on - ref["C"]).max() <= 1e-13 * max(1.0, np.abs(ref["C"]).max())
+
+
 @pytest.mark.slow
 def test_symm_split_kernel_matches_gcc_o0(tmp_path_factory):
     """The built kernel (60 rows a step) at one row, one partial block, a prime number

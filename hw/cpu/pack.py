@@ -340,7 +340,7 @@ class _Packer:
             if scale is not None:     # every read is f * A[e]: pack f * A, read P
                 body = _Unscale(spec.alias or arr, scale).visit(body)
             copy = self.copy(arr, pbuf, fp.layout, fp.box.sizes, origin, slot_idx,
-                             [lp for lp, _ in loops], scale)
+                             [lp for lp, _ in loops], scale, spec.prefetch_rows)
         if not par:
             copy = ir.AttrStmt(marks.CPU_PARALLEL, "", copy)
         body = _Redirect(spec.alias or arr, pbuf, fp.layout, origin, slot_idx,
@@ -471,12 +471,16 @@ class _Packer:
             "*", ir.Load(sums, at_sum, "int32"), ir.IntImm(-compensate, "int32"), "int32"))))
         return ir.seq(zero_sums, nest, scale)
 
-    def copy(self, arr, pbuf, layout: Layout, box, origin, slot_idx, loops=(), scale=None):
+    def copy(self, arr, pbuf, layout: Layout, box, origin, slot_idx, loops=(), scale=None,
+             prefetch_rows: int = 0):
         """The loop nest filling the packed buffer (panel, other dimensions, lane);
         ``loops``: the For loops around the mark (an origin that is a non-negative
         combination of loop variables counting up from non-negative minimums starts
         the copy at 0, not at ``max(0, -origin)``); ``scale``: the factor each element
-        is multiplied by (see :func:`_common_factor`)."""
+        is multiplied by (see :func:`_common_factor`); ``prefetch_rows``: in the
+        row-block copy, each row of the first panel starts by prefetching (for
+        reading) the lines of the box's row that many rows on (clamped to the array's
+        last row and column)."""
         p, w = layout.dim, layout.width
         n = len(arr.shape)
         xs = [ir.Var(f"pk{self.count}_x{d}") for d in range(n)]
@@ -511,9 +515,21 @@ class _Packer:
             RB = self.rows_outer
             xb, r = ir.Var(f"pk{self.count}_xb"), ir.Var(f"pk{self.count}_r")
             ext = simplify(hi[d] - lo[d])
+            row_body: ir.Stmt = lane_loop(st)
+            if prefetch_rows > 0 and isinstance(box[p], int):
+                per_line = max(1, LINE_BYTES // dt.itemsize(arr.dtype))
+                ahead = simplify(ir.min_(origin[d] + xs[d] + prefetch_rows,
+                                         arr.shape[d] - 1))
+                cols = sorted(set(range(0, box[p], per_line)) | {box[p] - 1})
+                pf = [ir.Evaluate(ir.Call("prefetch", (ir.Load(arr, tuple(
+                    ahead if e == d else simplify(ir.min_(origin[p] + c, arr.shape[p] - 1))
+                    for e in range(n)), arr.dtype), ir.IntImm(0)), "int32", pure=False))
+                    for c in cols]
+                row_body = ir.seq(ir.IfThenElse(ir.Binary("==", q, ir.IntImm(0), "bool"),
+                                                ir.seq(*pf), None), row_body)
             rows = ir.For(r, ir.IntImm(0), simplify(ir.min_(ir.IntImm(RB), ext - xb * RB)),
                           "serial", ir.LetStmt(xs[d], simplify(lo[d] + xb * RB + r),
-                                               lane_loop(st)), (("coincident", True),))
+                                               row_body), (("coincident", True),))
             panels = ir.For(q, ir.IntImm(0), n_q, "serial", rows, (("coincident", True),))
             return ir.For(xb, ir.IntImm(0), simplify((ext + (RB - 1)) // RB), "serial", panels,
                           (("coincident", True),))

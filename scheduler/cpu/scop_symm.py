@@ -70,7 +70,9 @@ band[row mod MR, col mod NR]`` (every row of a tile has the same reduction range
 their operands in place (``pack_x`` off), except ``M3``'s ``Y = alpha * B[i][j]``,
 packed as above, the copy holding ``alpha * B`` (the same rounded products,
 :mod:`polycomp.hw.cpu.pack`), so the micro-kernel does no vector multiply per
-reduction step (a packed ``B`` for ``P1``, without a factor, measured slower).
+reduction step (a packed ``B`` for ``P1``, without a factor, measured slower on
+AVX-512), and on AVX2 in float64 ``P1``'s ``Y = B[k][j]`` (:func:`pack_phase1_b`,
+``POLYCOMP_SYMM_PACK_B=0`` off: ``B`` read in place straddles cache lines).
 ``P1``'s subtree counts its tiles from the step's first row and, with threads, the
 panel's first column (:func:`_origins`); ``M3``'s from row 0 and the panel.
 
@@ -312,6 +314,29 @@ def prefetch_phase2(ctx: CompileState, dtype: str) -> bool:
     return ctx.target.isa == "avx2" and dtype == "float64"
 
 
+#: rows ahead that ``P1``'s copy of ``B`` prefetches (:func:`pack_phase1_b`)
+PACK_PREFETCH_ROWS = 8
+
+
+def pack_phase1_b(ctx: CompileState, dtype: str) -> bool:
+    """Whether ``P1`` (phase 1's rectangle, ``acc += B[k][j] * A[i][k]``) reads its
+    ``Y`` operand from a packed copy (``scop-gemm``'s ``pack_y``: per step, ``k`` tile
+    and panel, ``KC x W`` elements of ``B``, each register panel's ``KC x NR`` sliver
+    contiguous and 64-byte aligned) instead of ``B`` in place: on AVX2 in float64
+    (measured there only; AVX-512's C is unchanged), unless ``POLYCOMP_SYMM_PACK_B=0``.
+    In place, each ``k`` step of the ``6 x 8`` block loads 64 bytes at a row stride of
+    ``n * 8`` bytes, which straddle two cache lines unless ``B`` is 64-byte aligned
+    (numpy's large arrays start 16 bytes past a page); about a quarter of ``P1``'s
+    samples sat on those two loads (docs/c_frontend.md "AVX2 fp64: symm's phase-1
+    ``B`` packed").  The copy holds the same values, so the sums are unchanged.  The
+    copy reads ``B``'s rows (``n * 8`` bytes apart, from L3) with a read prefetch
+    :data:`PACK_PREFETCH_ROWS` rows on (``PackRequest.prefetch_rows``;
+    ``POLYCOMP_SYMM_PACK_PREFETCH=0``: none)."""
+    if os.environ.get("POLYCOMP_SYMM_PACK_B", "1") == "0":
+        return False
+    return ctx.target.isa == "avx2" and dtype == "float64"
+
+
 def _mirror_mc(MR: int) -> int:
     return max(MR, MIRROR_MC // MR * MR)
 
@@ -352,11 +377,12 @@ def _origins(g: ScopGemm, B: int, NR: int) -> tuple[isl.Aff, isl.Aff]:
 
 def _phases(p: ScopGemm, mir: ScopGemm, first: list, fin: list, blk: Blocking, B: int,
             cols: isl.UnionPwAff | None, requests: list, st, space: isl.Space,
-            prefetch_rows: bool = False) -> tuple[list, list] | None:
+            prefetch_rows: bool = False, pack_b: bool = False) -> tuple[list, list] | None:
     """The filters of one row step (``P``'s phase with ``first`` and ``fin``, then the
     mirror's) and the step band's members, or None when a product is not one GEMM per
     step; ``prefetch_rows``: phase 2 below a ``cpu_prefetch_rows`` mark
-    (:func:`prefetch_phase2`)."""
+    (:func:`prefetch_phase2`); ``pack_b``: ``P1`` reads a packed copy of its ``Y``
+    (``B``) block instead of ``B`` in place (:func:`pack_phase1_b`)."""
     phases, steps = [], []
     panels = cols is not None
     for g, part, leading in ((p, _leading(p, B), True), (mir, _trailing(mir, B), False)):
@@ -372,9 +398,15 @@ def _phases(p: ScopGemm, mir: ScopGemm, first: list, fin: list, blk: Blocking, B
             seq: list = []
             if not part.is_empty():
                 gp = dataclasses.replace(g, update=dataclasses.replace(g.update, domain=part))
+                n_req = len(requests)
                 seq.append(T.Filter(isl.UnionSet.from_set(part), scop_gemm_tree(
                     gp, blk, requests, (own,), True, (oi, oj), k_tiles=True, pack_x=False,
-                    pack_y=False)))
+                    pack_y=pack_b)))
+                # the copy of B prefetches its rows PACK_PREFETCH_ROWS on (rows n * 8
+                # bytes apart, from L3: the prefetchers follow them late)
+                if os.environ.get("POLYCOMP_SYMM_PACK_PREFETCH", "1") != "0":
+                    requests[n_req:] = [dataclasses.replace(r, prefetch_rows=PACK_PREFETCH_ROWS)
+                                        for r in requests[n_req:]]
             seq += _diagonal(g, isl.UnionSet.from_set(g.update.domain).subtract(
                 isl.UnionSet.from_set(part)), blk, True)
             if first:
@@ -442,8 +474,9 @@ class ScopSymmPass(Pass):
                 blk = dataclasses.replace(blk, NC=W)     # one j tile: the panel
             space = st.filter.get_space()
             requests = list(promotion_state(ctx).pack_requests)
+            pack_b = pack_phase1_b(ctx, p.dtype)
             built = _phases(p, mir, first, fin, blk, B, cols, requests, st, space,
-                            prefetch_phase2(ctx, p.dtype))
+                            prefetch_phase2(ctx, p.dtype), pack_b)
             if built is None:
                 ctx.note(self.name, f"{'+'.join(st.names)}: a triangular product is not a "
                                     f"GEMM per block; program order kept")
@@ -472,7 +505,8 @@ class ScopSymmPass(Pass):
                                 f"{mir.update.name} ({mir.update.write.name} += "
                                 f"{mir.x.buffer.name} * {mir.y.buffer.name}, rows below) "
                                 f"on the micro-kernel (register block {blk.MR}x{blk.NR}, "
-                                f"MC={blk.MC} NC={blk.NC} KC={blk.KC}, operands in place), "
+                                f"MC={blk.MC} NC={blk.NC} KC={blk.KC}, operands in place"
+                                f"{', ' + p.y.buffer.name + ' packed for P1' if pack_b else ''}), "
                                 f"the diagonal blocks as register tiles besides their "
                                 f"{blk.MR}x{blk.MR} triangles" +
                                 (f"; {acc.name} in a per-thread block of one step"

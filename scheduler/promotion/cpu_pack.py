@@ -130,7 +130,8 @@ class CpuPackPass(Pass):
                 promo.packs.append(PackedOperand(d.footprint, request.level, request.offset,
                                                 request.compensate, alias, request.reference,
                                                 request.prepacked, request.fill,
-                                                request.stream, request.stream_aim))
+                                                request.stream, request.stream_aim,
+                                                request.prefetch_rows))
                 if request.prepacked:
                     record_prepacked(promo.prepacked, request)
                 node = node.insert_mark(marks.make(marks.CPU_PACK, len(promo.packs) - 1))

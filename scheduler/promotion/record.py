@@ -117,6 +117,11 @@ class PackRequest:
     offset: int = 0
     compensate: int = 0
     reference: str = ""
+    #: the copy of a 2-d array whose contiguous dimension is the panel (the row-block
+    #: copy) prefetches, for reading, at its first panel the row this many rows on
+    #: (its lines across the box; 0: none): a box of rows far apart in memory, which
+    #: the hardware prefetchers follow late (:func:`.scop_symm.pack_phase1_b`)
+    prefetch_rows: int = 0
     #: the array is a kernel input the caller hands in already packed in
     #: ``Layout.packed_panel(dim, width)`` (or ``Layout.packed_tiles``) over its whole
     #: extent (option ``prepack``):
@@ -190,6 +195,7 @@ class PackedOperand:
     fill: bool = False       # see PackRequest: filled by the first row tile's pass
     stream: bool = False     # see PackRequest: the fill prefetches the next block
     stream_aim: int = 0      # see PackRequest: elements past each prefetched line's first
+    prefetch_rows: int = 0   # see PackRequest: the copy prefetches the row this many on
 
     @property
     def array(self) -> str:
