@@ -19,7 +19,8 @@ with fresh inputs of the same shapes; each call must give what eager gives:
 ``POLYCOMP_GRAPH_FUZZ_N`` programs (default 96) in ``CHUNKS`` tests (for pytest-xdist):
 the first ``FAST_CHUNKS`` (48 programs and the regression seeds, about 26 s of CPU) are
 in the fast lane (``-m "not slow"``), the others are marked ``slow`` -- ``.ci/run`` runs
-both, all 96 (``POLYCOMP_GRAPH_FUZZ_N=192`` gives the former run).  ``POLYCOMP_GRAPH_FUZZ_SEED`` shifts the seeds.  A failure prints the seed and the
+both, all 96 (``POLYCOMP_GRAPH_FUZZ_N=192`` gives the former run).
+``POLYCOMP_GRAPH_FUZZ_SEED`` shifts the seeds.  A failure prints the seed and the
 program's source; ``check_program(make_program(seed))`` replays it.
 """
 from __future__ import annotations
