@@ -227,6 +227,65 @@ def _drop_copied_constants(cg: CompiledGraph, packed: dict[Value, HeldCopy]) -> 
             v.const, v.held = None, h
 
 
+def parallel_build_enabled() -> bool:
+    """gcc builds of a graph's kernels run beside the compilation of the next ones
+    (:class:`KernelBuilds`); ``POLYCOMP_PARALLEL_BUILD=0`` builds each kernel when it
+    is compiled, one after another (as before; for comparisons)."""
+    import os
+    return os.environ.get("POLYCOMP_PARALLEL_BUILD", "1") != "0"
+
+
+class KernelBuilds:
+    """The builds (``ck.backend.load``: gcc, then ``dlopen``) of one graph compilation's
+    C kernels.  With ``parallel``, each build is started on a thread pool as soon as its
+    kernel is compiled and the compilation goes on with the next group: gcc runs as a
+    subprocess, so it overlaps the Python/isl compilation of the following kernels and
+    the other builds, up to one build per CPU this process may run on.  The kernel cache
+    (:mod:`polycomp.cache`) is safe for concurrent builds (its lock, one ``flock`` per
+    key).  :meth:`load` returns a handle that :meth:`result` turns into the loaded
+    kernel; without ``parallel`` both are the identity around a build made at once (the
+    former order).  The CUDA and NPU backends load in the calling thread, as before."""
+
+    def __init__(self, parallel: bool):
+        self.pool = None
+        self.first = True
+        if parallel:
+            from concurrent.futures import ThreadPoolExecutor
+
+            from polycomp.hw.cpu.target import cpu_threads
+            workers = cpu_threads()
+            if workers > 1:
+                self.pool = ThreadPoolExecutor(max_workers=workers,
+                                               thread_name_prefix="polycomp-build")
+
+    def load(self, ck: Any) -> Any:
+        """The loaded kernel of ``ck``, or a handle to it (a future).  The first build
+        runs at once in the calling thread: on a cold cache it makes the vector
+        prelude's precompiled header, which concurrent first builds would each make."""
+        if self.pool is None or self.first:
+            self.first = False
+            return ck.backend.load(ck)
+        return _PendingBuild(self.pool.submit(ck.backend.load, ck))
+
+    @staticmethod
+    def result(fn: Any) -> Any:
+        """``fn`` itself, or the loaded kernel its build gave (its error raised)."""
+        return fn.future.result() if isinstance(fn, _PendingBuild) else fn
+
+    def close(self) -> None:
+        """Wait for the builds still running (after an error: not to leave gcc behind)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _PendingBuild:
+    """A kernel build started by :class:`KernelBuilds` (a step's ``fn`` until it is
+    done)."""
+
+    def __init__(self, future: Any):
+        self.future = future
+
+
 class Simulated:
     """A group kernel run by its backend's executor instead of a built binary: the
     GPU-semantics simulator for ``cuda`` (strict races/bounds checks), the IR interpreter
@@ -241,6 +300,17 @@ class Simulated:
         for o, r in zip(out, res):
             np.copyto(o, r)
         return out
+
+
+def _constant_readers(part: Partition, graph: Graph) -> dict[Value, int]:
+    """How many groups read each constant (a graph output counts as one more reader)."""
+    readers: dict[Value, int] = {}
+    for g in part.groups:
+        for v in part.inputs_of(g):
+            readers[v] = readers.get(v, 0) + (v.const is not None)
+    for v in graph.outputs:
+        readers[v] = readers.get(v, 0) + 1
+    return readers
 
 
 def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
@@ -264,37 +334,38 @@ def compile_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     # a constant one group reads (and no graph output): once that group's step reads it
     # through a copy, its array is dropped at once (an owned graph), so the compilation
     # does not hold every weight twice at its end (BERT-12: ~330 MiB of peak)
-    readers: dict[Value, int] = {}
-    for g in part.groups:
-        for v in part.inputs_of(g):
-            readers[v] = readers.get(v, 0) + (v.const is not None)
-    for v in graph.outputs:
-        readers[v] = readers.get(v, 0) + 1
+    readers = _constant_readers(part, graph)
     steps = []
     # rows flattened for the C/CPU family (the packed GEMM then has no batch loop around
     # it); the CUDA row-reduction mapping plans N-d rows (grid y/z over the outer ones)
     flat_rows = backend_for_name(target).family == "c"
-    for g in part.groups:
-        if g.kind == "view":
-            steps.append(Step(g, None, part.inputs_of(g), part.outputs_of(g), {}))
-            continue
-        gk = group_kernel(part, g, flatten_rows=flat_rows, conv_layout=flat_rows,
-                          conv_prepack=flat_rows and options is None and
-                          target.startswith("cpu") and conv_prepack_enabled())
-        if gk.key not in built:
-            opts = _group_options(g, gk.inputs, target, options, gk.prepack, gk.heads)
-            ck = compile_kernel(gk.kernel, target, opts)
-            built[gk.key] = (Simulated(ck) if simulate else ck.backend.load(ck), ck,
-                             [argname(v) for v in gk.inputs])
-        fn, ck, names = built[gk.key]
-        steps.append(Step(g, fn, gk.inputs, gk.outputs,  # type: ignore[arg-type]
-                          dict(gk.params.exprs), dict(gk.arg_shapes),
-                          _prepack(ck, names, gk.inputs, packed, gk.arg_shapes),
-                          dict(gk.arg_arrays), gk.folded))
-        if graph.owns_constants:
-            for v, h in _copies(steps[-1], packed).items():
-                if readers.get(v) == 1:
-                    v.const, v.held = None, h
+    builds = KernelBuilds(flat_rows and not simulate and parallel_build_enabled())
+    try:
+        for g in part.groups:
+            if g.kind == "view":
+                steps.append(Step(g, None, part.inputs_of(g), part.outputs_of(g), {}))
+                continue
+            gk = group_kernel(part, g, flatten_rows=flat_rows, conv_layout=flat_rows,
+                              conv_prepack=flat_rows and options is None and
+                              target.startswith("cpu") and conv_prepack_enabled())
+            if gk.key not in built:
+                opts = _group_options(g, gk.inputs, target, options, gk.prepack, gk.heads)
+                ck = compile_kernel(gk.kernel, target, opts)
+                built[gk.key] = (Simulated(ck) if simulate else builds.load(ck), ck,
+                                 [argname(v) for v in gk.inputs])
+            fn, ck, names = built[gk.key]
+            steps.append(Step(g, fn, gk.inputs, gk.outputs,  # type: ignore[arg-type]
+                              dict(gk.params.exprs), dict(gk.arg_shapes),
+                              _prepack(ck, names, gk.inputs, packed, gk.arg_shapes),
+                              dict(gk.arg_arrays), gk.folded))
+            if graph.owns_constants:
+                for v, h in _copies(steps[-1], packed).items():
+                    if readers.get(v) == 1:
+                        v.const, v.held = None, h
+        for s in steps:             # every build done (a failed one raises its error)
+            s.fn = builds.result(s.fn)
+    finally:
+        builds.close()
     cg = CompiledGraph(part, steps, len(built), target)
     if graph.owns_constants:
         _drop_copied_constants(cg, packed)
