@@ -42,11 +42,28 @@ and the padding past ``n`` is read only by masked lanes.  The new loops are anno
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from polycomp import ir
 from polycomp.lowering.simplify import simplify
 from polycomp.lowering.vectorize import LIFTED, VALIGN, lane_range
+
+#: ``POLYCOMP_LIFT_AVX2=0`` keeps AVX2 targets off the lifted layout (their 1-D
+#: stencils time-tiled, as before it was built for them): for A/B comparisons
+LIFT_AVX2_ENV = "POLYCOMP_LIFT_AVX2"
+
+
+def lifts_on(target) -> bool:
+    """Whether ``target``'s vector ISA runs 1-D stencils on the lifted layout of
+    :mod:`polycomp.lowering.lift` (given the option ``vector_lift``): AVX-512, and AVX2
+    unless :data:`LIFT_AVX2_ENV` is ``0``.  The one answer the scheduler
+    (:func:`polycomp.scheduler.cpu.scop_stencil.lifted_layout`) and the CPU backend
+    (which runs the pass) share."""
+    if target.isa == "avx2":
+        return os.environ.get(LIFT_AVX2_ENV, "1") != "0"
+    return target.isa == "avx512"
+
 
 _OPS = ("+", "-", "*", "/")
 

@@ -165,9 +165,8 @@ class CpuBackend(Backend):
         if not _vector(state):
             return passes + [ir_pass("prefetch-marked-rows", lambda f, s: prefetch_marked_rows(
                 f, enabled=False)), _LEGALIZE_NAMES]
-        from polycomp.lowering.lift import lift
+        from polycomp.lowering.lift import lift, lifts_on
         from polycomp.lowering.vectorize import vectorize
-        from polycomp.scheduler.cpu.scop_stencil import lifts_on
         from polycomp.scheduler.cpu.state import cpu_microkernels
 
         from .forward_loads import forward_loads

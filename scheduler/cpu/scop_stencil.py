@@ -81,12 +81,12 @@ with :func:`~polycomp.scheduler.common.tree.violated_dependences` and, when the 
 run in parallel, that every dependence between instances with equal wavefront has
 equal ``T_1`` (isl's coincidence); if either fails for diamonds the parallelograms are
 tried, and if they fail too the subtree keeps the program order (each with a note).
-On an AVX-512 or AVX2 target (:func:`lifts_on`) with the options ``vector_lift`` and
-``vectorize`` (and no ``stencil_tiles``), a 1-D stencil's instances at the sizes
-where its arrays fit L1 (:func:`lift_split`) are left in program order with a note
-(:func:`lifted_layout`): the IR pass of :mod:`polycomp.lowering.lift` runs their
-sweeps on lane-transposed copies of the arrays, which needs the plain time loop; the
-subtree becomes
+On an AVX-512 or AVX2 target (:func:`~polycomp.lowering.lift.lifts_on`) with the
+options ``vector_lift`` and ``vectorize`` (and no ``stencil_tiles``), a 1-D stencil's
+instances at the sizes where its arrays fit L1 (:func:`lift_split`) are left in
+program order with a note (:func:`lifted_layout`): the IR pass of
+:mod:`polycomp.lowering.lift` runs their sweeps on lane-transposed copies of the
+arrays, which needs the plain time loop; the subtree becomes
 ``sequence[filter small: the program order, filter big: the tiles]`` (the two filters
 never hold instances of the same parameter values, so no dependence joins them).
 A nest whose cone gives no skew (adi: its row sweep reads what the column sweep wrote
@@ -100,7 +100,6 @@ the C loop nest.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import islpy as isl
@@ -108,6 +107,7 @@ import islpy as isl
 from polycomp import dtypes, ir
 from polycomp.frontend.c_model import CScopModel
 from polycomp.islutil import sets
+from polycomp.lowering.lift import lifts_on
 from polycomp.scheduler.common import marks
 from polycomp.scheduler.common.cone import (
     MAX_COEFF,
@@ -155,21 +155,6 @@ PARALLEL_MIN_DIMS = 2
 #: fewest space dimensions for which the statements of a tile's row share one
 #: innermost loop (:func:`fused_rows`); 1-D stencils keep one loop per statement
 FUSE_MIN_DIMS = 2
-
-
-#: ``POLYCOMP_LIFT_AVX2=0`` keeps AVX2 targets off the lifted layout (their 1-D
-#: stencils time-tiled, as before it was built for them): for A/B comparisons
-LIFT_AVX2_ENV = "POLYCOMP_LIFT_AVX2"
-
-
-def lifts_on(target) -> bool:
-    """Whether ``target``'s vector ISA runs 1-D stencils on the lifted layout of
-    :mod:`polycomp.lowering.lift` (given the option ``vector_lift``): AVX-512, and AVX2
-    unless :data:`LIFT_AVX2_ENV` is ``0``.  The one answer the scheduler
-    (:func:`lifted_layout`) and the CPU backend (which runs the pass) share."""
-    if target.isa == "avx2":
-        return os.environ.get(LIFT_AVX2_ENV, "1") != "0"
-    return target.isa == "avx512"
 
 
 def lifted_layout(ctx: CompileState) -> bool:
