@@ -26,6 +26,7 @@ from; a later compilation of the same graph rebuilds it first).  A parameter own
 the caller's module stays the caller's."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -83,7 +84,6 @@ def weight_register_override() -> tuple[int, int] | None:
     weight GEMM that is not a head split (those keep :func:`head_register_block`), in place
     of :data:`CPU_WEIGHT_GEMM_OPTIONS` / ``_32`` and the few-row choice -- to compare blocks
     on a host without editing them (docs/graph.md, the Zen 3 profile); None when unset."""
-    import os
 
     from polycomp.errors import UsageError
     text = os.environ.get("POLYCOMP_WEIGHT_GEMM_REGISTER", "").strip().lower()
@@ -102,7 +102,6 @@ def weight_register_override() -> tuple[int, int] | None:
 def prepack_enabled() -> bool:
     """Weights packed at compile time (``POLYCOMP_PREPACK=0`` turns it off, for
     comparisons: every call then packs them)."""
-    import os
     return os.environ.get("POLYCOMP_PREPACK", "1") != "0"
 
 
@@ -111,7 +110,6 @@ def conv_prepack_enabled() -> bool:
     panels (:func:`polycomp.graph.lower.conv_weight_layouts` ``prepack``);
     ``POLYCOMP_CONV_PREPACK=0`` (or ``POLYCOMP_PREPACK=0``) lays them out ``(C, KH, KW,
     F)`` instead, read in place (for comparisons)."""
-    import os
     return prepack_enabled() and os.environ.get("POLYCOMP_CONV_PREPACK", "1") != "0"
 
 
@@ -231,7 +229,6 @@ def parallel_build_enabled() -> bool:
     """gcc builds of a graph's kernels run beside the compilation of the next ones
     (:class:`KernelBuilds`); ``POLYCOMP_PARALLEL_BUILD=0`` builds each kernel when it
     is compiled, one after another (as before; for comparisons)."""
-    import os
     return os.environ.get("POLYCOMP_PARALLEL_BUILD", "1") != "0"
 
 

@@ -190,6 +190,7 @@ the legality argument above holds unchanged.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 import islpy as isl
@@ -546,7 +547,6 @@ def row_register_block(op: OuterProduct, MR: int, NI: int, registers: int, L: in
     pixel or two (ResNet-18's 14x14 layers: 6 + 6 + 2, 7x7: 6 + 1, now 14x32 and 7x48;
     measured 1 thread, CPU time, 256-channel 14x14 3x3 2.99 -> 2.54 ms, 512-channel 7x7
     28 -> 22 ms at batch 8).  ``POLYCOMP_CONV_ROWBLOCK=0`` keeps ``(MR, NI)`` (for comparisons)."""
-    import os
     if not op.channel or os.environ.get("POLYCOMP_CONV_ROWBLOCK", "1") == "0":
         return MR, NI
     n_i = _extent(op.update.domain, op.i)
@@ -771,7 +771,6 @@ def in_place_operands(op: OuterProduct, b: Blocking, target=None) -> tuple[bool,
 
     ``POLYCOMP_GEMM_IN_PLACE``: ``auto`` (default), ``0`` (pack both, the former
     trees), ``x`` / ``y`` / ``xy`` (forced where the operand qualifies; comparisons)."""
-    import os
     mode = os.environ.get("POLYCOMP_GEMM_IN_PLACE", "auto")
     if op.direct or op.channel or len(op.k) != 1 or b.shared_y or mode == "0" or \
             not _batch_free(op):
@@ -819,7 +818,6 @@ def x_panel_aliases(b: Blocking, size: int, target, rows: int) -> bool:
     :data:`X_ALIAS_PACK_ROWS` rows (the 32-row products keep their measured trees);
     not for a pre-packed ``Y`` (the graph's weights, measured in place).
     ``POLYCOMP_GEMM_X_ALIAS=0`` keeps the former rule (comparisons)."""
-    import os
     if target is None or b.prepacked_y or rows < X_ALIAS_PACK_ROWS or \
             os.environ.get("POLYCOMP_GEMM_X_ALIAS", "1") == "0":
         return False
@@ -865,7 +863,6 @@ def fill_y_in_first_row(op: OuterProduct, b: Blocking, l3_bytes: int) -> bool:
     ``auto`` also asks for a register tile's row of ``Y`` of at least
     :data:`FILL_MIN_LINES` cache lines (:func:`fill_lines_ok`): AVX2's 16-float panels
     read one line of ``Y`` per ``k`` step of the first row tile, and the copy won there."""
-    import os
     mode = os.environ.get("POLYCOMP_GEMM_FILL", "auto")
     if mode != "1" and not fill_lines_ok(op, b):
         return False
@@ -898,7 +895,6 @@ def fill_lines_ok(op: OuterProduct, b: Blocking) -> bool:
     1.32-1.43 ms filled (docs/cpu_backend.md, branch ``gemm10``).  AVX-512's 64-float
     panels (4 lines per ``k`` step) keep the fill that gained on the Zen 4 host.
     ``POLYCOMP_GEMM_FILL_MIN_LINES=0`` drops the bound (the former choice)."""
-    import os
     if os.environ.get("POLYCOMP_GEMM_FILL_MIN_LINES", "1") == "0":
         return True
     return b.NR * dt.itemsize(op.dtype) >= FILL_MIN_LINES * STREAM_LINE_BYTES
@@ -917,7 +913,6 @@ def stream_y_fill(op: OuterProduct, l3_bytes: int) -> bool:
     the fill without prefetches, for comparisons; ``1``: any size of ``Y``, for
     tests).  32 x 4096 x 1024 on one Zen 4 core, shared host, same process: 72 % of the
     FMA peak copied, 65 % filled, 86 % streamed (docs/cpu_backend.md)."""
-    import os
     mode = os.environ.get("POLYCOMP_GEMM_STREAM", "auto")
     if mode in ("0", "1"):
         return mode == "1"
@@ -943,7 +938,6 @@ def stream_aim(op: OuterProduct) -> int:
     as much there but lost 6-12 % on aligned arrays through the pipeline
     (docs/cpu_backend.md *Misaligned arrays*).  ``POLYCOMP_GEMM_STREAM_AIM=0``: each
     line's first element, as before."""
-    import os
     if os.environ.get("POLYCOMP_GEMM_STREAM_AIM", "1") == "0":
         return 0
     return STREAM_LINE_BYTES // dt.itemsize(op.dtype) - 1
@@ -995,7 +989,6 @@ def dynamic_row_tiles(row_tiles_only: bool) -> bool:
     the smaller tiles stream a pre-packed weight from L3 once per tile, and BERT's FFN
     products took 0-9 % longer than with one tile per thread; the late-wake gain needs
     an idle host to measure (docs/cpu_backend.md *Threads*)."""
-    import os
     return row_tiles_only and os.environ.get("POLYCOMP_GEMM_DYNAMIC", "0") == "1"
 
 
@@ -1035,7 +1028,6 @@ def few_row_blocking_enabled() -> bool:
     """:func:`few_row_kc` and :func:`few_row_register_block` on (default);
     ``POLYCOMP_FEW_ROW_BLOCK=0`` keeps ``KC`` and the planned register block (for
     comparisons)."""
-    import os
     return os.environ.get("POLYCOMP_FEW_ROW_BLOCK", "1") != "0"
 
 
@@ -1145,7 +1137,6 @@ def channel_tile(op: OuterProduct, b: Blocking, target) -> int:
     ``c_tile * KH * KW`` products between).  Tiles are balanced (``ceil(C / n)`` rounded
     up to 8 for ``n`` tiles).  ``POLYCOMP_CONV_CTILE=0`` keeps the whole reduction (for
     comparisons)."""
-    import os
     if not op.channel or not op.y_resident or \
             os.environ.get("POLYCOMP_CONV_CTILE", "1") == "0":
         return 0
@@ -1184,7 +1175,6 @@ def shared_y_panel(b: Blocking, n_i: int | None, prepacked: bool = False) -> boo
     (256^3 to 2048^3: 1.09-1.18x; BERT's FFN products with a pre-packed weight
     1.13-1.31x): each parallel region costs a wake of the sleeping (passive) worker and
     a join, 25-35 us there and 60-200 us when the host is idle."""
-    import os
     mode = os.environ.get("POLYCOMP_GEMM_SHARED", "0")
     if mode not in ("1", "prepacked") or (prepacked and mode != "prepacked"):
         return False
@@ -1373,7 +1363,6 @@ def conv_epilogue() -> bool:
     :func:`accumulators_from_init` only): the chain then runs on the accumulators
     (:mod:`polycomp.hw.cpu.microkernel`, *fused epilogue*) instead of as a pass over
     the output.  ``POLYCOMP_CONV_EPILOGUE=0`` keeps the pass (for comparisons)."""
-    import os
     return accumulators_from_init() and os.environ.get("POLYCOMP_CONV_EPILOGUE", "1") != "0"
 
 
@@ -1384,7 +1373,6 @@ def accumulators_from_init() -> bool:
     pass over the output and a strided load of each accumulator
     (:mod:`polycomp.hw.cpu.microkernel`, *fused init*).  ``POLYCOMP_ACC_INIT=0`` keeps
     the separate init pass (for comparisons)."""
-    import os
     return os.environ.get("POLYCOMP_ACC_INIT", "1") != "0"
 
 
@@ -1757,7 +1745,6 @@ def x_block_once(b: Blocking) -> bool:
     whose parallel loop is the ``j`` tiles (it gets the same effect per thread from
     :func:`thread_k_outer`).  ``POLYCOMP_GEMM_ORDER=jk`` keeps the former
     order (for comparisons)."""
-    import os
     return not b.parallel_j and os.environ.get("POLYCOMP_GEMM_ORDER", "kj") != "jk"
 
 
@@ -1782,7 +1769,6 @@ def thread_k_outer(op: OuterProduct, b: Blocking, threads: int) -> int:
     (docs/cpu_backend.md, *32-row products at two threads: k tiles outside each
     thread's j tiles*).  ``POLYCOMP_GEMM_THREAD_ORDER=jk`` keeps the former order (for
     comparisons)."""
-    import os
     if os.environ.get("POLYCOMP_GEMM_THREAD_ORDER", "kj") == "jk" or not b.parallel_j or \
             b.prepacked_y or b.shared_y or b.x_in_place or threads < 2 or column_batch(op) \
             or len(op.k) != 1:
@@ -1830,7 +1816,6 @@ def use_channel_form(ch: OuterProduct | None, target, width: OuterProduct | None
     products; the width form keeps them along the output row, measured 5-15% faster on
     ResNet's 7x7/2 and MobileNet's 3x3/2 stems).
     ``POLYCOMP_CONV_FORM=width`` keeps the width form (for comparisons)."""
-    import os
     if ch is None or os.environ.get("POLYCOMP_CONV_FORM", "channel") != "channel":
         return False
     if pointwise_unit_stride(width):
