@@ -89,7 +89,10 @@ static pthread_once_t pc_keep_once = PTHREAD_ONCE_INIT;
 static void pc_keep_free_all(void* head) {
   for (pc_keep* s = (pc_keep*)head; s != NULL; s = s->next) { free(s->base); s->base = NULL; s->cap = 0; }
 }
-static void pc_keep_make_key(void) { (void)pthread_key_create(&pc_keep_key, pc_keep_free_all); }
+static int pc_keep_key_made;
+static void pc_keep_make_key(void) { pc_keep_key_made = pthread_key_create(&pc_keep_key, pc_keep_free_all) == 0; }
+/* a library unloaded before its threads exit must not leave them a destructor to call */
+static void __attribute__((destructor)) pc_keep_unload(void) { if (pc_keep_key_made) (void)pthread_key_delete(pc_keep_key); }
 static __attribute__((unused)) void* pc_keep_take(pc_keep* s, size_t bytes, int* kept) {
   *kept = 0;
   if (bytes >= PC_KEEP_MIN && bytes <= PC_KEEP_MAX && !s->busy) {
