@@ -143,7 +143,10 @@ def test_fused_epilogue_ir_golden(goldens, monkeypatch):
     """The micro-kernel pass on ``gelu(x @ w + b) + r`` (8 x 24 x 16, a 2 x 8 register
     block on AVX2, k in one tile): in, the three epilogue nests in one ``if`` after the
     mark; out, per accumulator vector ``let c = acc; let e0 = c + b; let e1 =
-    gelu(e0); let e2 = e1 + r`` and one store each, no epilogue loop left."""
+    gelu(e0); let e2 = e1 + r`` and one store of ``e2``: the chain temporaries
+    ``s_add``, ``s_gelu`` are read by nobody else, so their stores are dropped
+    (``gemm_dead_chain``; ``POLYCOMP_GEMM_DEAD_CHAIN=0`` keeps them); no epilogue loop
+    left."""
     monkeypatch.setenv("POLYCOMP_ACC_EPILOGUE", "1")
     monkeypatch.setenv("POLYCOMP_GEMM_IN_PLACE", "0")   # x, w packed, as the golden has them
     monkeypatch.setenv("POLYCOMP_GEMM_FILL", "0")       # ... by copies (not the fill)
@@ -156,6 +159,11 @@ def test_fused_epilogue_ir_golden(goldens, monkeypatch):
         assert expected == text.strip(), f"{part}:\n{text}"
     assert "let ep_c0_0 = acc" in after and "erf(ep0_0_0" in after
     assert "erf(s_add[" not in after        # no epilogue loop of the full tiles left
+    assert "s_gelu[ramp" not in after and "s_add[ramp" not in after   # dead stores dropped
+    monkeypatch.setenv("POLYCOMP_GEMM_DEAD_CHAIN", "0")
+    ck = compile_kernel(gk.kernel, TARGET, options={"gemm_register": (2, 1)}, dump=True)
+    kept = _records(ck, "microkernels", "codegen")[1]
+    assert "s_gelu[ramp" in kept and "s_add[ramp" in kept
 
 
 @pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")

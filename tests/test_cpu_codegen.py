@@ -429,4 +429,5 @@ def test_epilogue_limits_and_a_shared_product_buffer():
     ck = compile_kernel(ops.OPS["matmul_bias_relu"].kernel("float32"), "cpu-avx2")
     assert "epilogue" in ck.notes["cpu-backbone-tile"][0]
     body = ck.source[ck.source.index(f"void {ck.final_ir.name}("):]
-    assert body.index("aligned_alloc") < body.index("#pragma omp parallel")
+    # (symbolic sizes: the product's kept slot, hw/cpu/codegen.py keep_temporary)
+    assert body.index("pc_keep_take(&pc_keep_") < body.index("#pragma omp parallel")

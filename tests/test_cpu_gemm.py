@@ -355,7 +355,8 @@ def test_x_panel_aliases_counts_the_l1_ways():
     """``x_panel_aliases``: AVX2's ``6 x 16`` tile at ``KC`` = 256 (a 16 KiB ``Y`` panel,
     4 lines per set of a 4 KiB way) beside ``MR`` = 6 aliased ``X`` lines: 10 > 8 ways
     packs, 12 ways do not; AVX-512's 64 KiB ``Y`` panel fits no L1 (unchanged); fewer
-    than ``X_ALIAS_PACK_ROWS`` rows, a pre-packed ``Y`` or the switch off: unchanged."""
+    than ``X_ALIAS_PACK_ROWS`` rows or the switch off: unchanged; a pre-packed ``Y``
+    packs too (``x_alias_prepacked``)."""
     from polycomp.scheduler.cpu.backbone_tile import (
         X_ALIAS_PACK_ROWS,
         Blocking,
@@ -369,7 +370,8 @@ def test_x_panel_aliases_counts_the_l1_ways():
     wide = Blocking(6, 4, 16, 1024, 256, 256, False)
     assert not x_panel_aliases(wide, 4, _zen3("avx512", 1), 1024)
     pre = Blocking(6, 2, 8, 1024, 256, 256, False, prepacked_y=True)
-    assert not x_panel_aliases(pre, 4, _zen3("avx2", 1), 1024)
+    assert x_panel_aliases(pre, 4, _zen3("avx2", 1), 1024)     # since x_alias_prepacked
+    assert not x_panel_aliases(pre, 4, _zen3("avx2", 1), X_ALIAS_PACK_ROWS - 1)
 
 
 @pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
@@ -398,6 +400,33 @@ def test_aliased_x_packed_bit_exact(m, n, k, threads, monkeypatch):
     monkeypatch.setenv("POLYCOMP_GEMM_X_ALIAS", "1")
     ck = compile_kernel(_matmul(m, n, k, f"xalias_12_{m}"), _zen3("avx2", threads, ways=12))
     assert "A_pk" not in ck.source
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="hardware: no AVX2")
+def test_aliased_x_packed_with_a_prepacked_weight_bit_exact(monkeypatch):
+    """A graph's weight GEMM (``Y`` pre-packed, the 4 x 3 weight block) whose ``X`` rows
+    are 4 KiB apart, 517 rows (row tiles of 260) on an 8-way L1 at two threads (BERT
+    b8-384's FFN down projection in small): ``X`` is packed (``x_alias_prepacked``),
+    bit-identical to reading it in place (``POLYCOMP_GEMM_X_ALIAS_PREPACKED=0``), within
+    float32 rounding of numpy."""
+    from polycomp.graph.compile import CPU_WEIGHT_GEMM_OPTIONS
+    from polycomp.scheduler.promotion.record import prepacked_inputs
+    m, n, k = 517, 29, 1024
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    got = {}
+    for mode in ("1", "0"):
+        monkeypatch.setenv("POLYCOMP_GEMM_X_ALIAS_PREPACKED", mode)
+        ck = compile_kernel(_matmul(m, n, k, f"xalias_pp_{mode}"), _zen3("avx2", 2),
+                            {**CPU_WEIGHT_GEMM_OPTIONS, "prepack": ("B",)})
+        (rec,) = prepacked_inputs(ck.state)
+        assert ("A_pk" in ck.source) == (mode == "1") and "B_pk" not in ck.source
+        f = CFunction(ck.final_ir, build_shared(ck.source, flags=DEFAULT_FLAGS))
+        f.threads = 2
+        got[mode] = f(A, rec.pack(B))
+    np.testing.assert_array_equal(got["1"], got["0"])
+    np.testing.assert_allclose(got["1"], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
 
 
 def test_next_block_wraps_at_the_threads_chunk():

@@ -162,6 +162,71 @@ int pc_ws_check(void) {
     assert lib.pc_ws_check() == 0
 
 
+def test_kept_temporaries_reuse_their_slot_and_grow():
+    """``pc_keep_take`` (C header): a temporary of ``PC_KEEP_MIN`` bytes or more comes
+    back from its slot at the next call (no fresh pages to fault), 2 MiB-aligned; a
+    separate allocation while the slot is taken, below ``PC_KEEP_MIN`` or above
+    ``PC_KEEP_MAX``; a larger block when a call needs more."""
+    import ctypes
+
+    from polycomp.hw.cpu.build import build_shared
+    from polycomp.hw.cpu.codegen import C_HEADER
+    src = C_HEADER + """
+int pc_keep_check(void) {
+  static __thread pc_keep s;
+  int k1, k2, k3, k4, k5, bad = 0;
+  char* a = (char*)pc_keep_take(&s, PC_KEEP_MIN, &k1);
+  char* b = (char*)pc_keep_take(&s, PC_KEEP_MIN, &k2);   /* a is taken: another block */
+  bad |= (!k1) | (k2 << 1) | ((a == b) << 2) | ((((uintptr_t)a) % PC_KEEP_ALIGN) != 0) << 3;
+  memset(a, 1, PC_KEEP_MIN); memset(b, 2, PC_KEEP_MIN);
+  pc_keep_give(&s, b, k2);
+  pc_keep_give(&s, a, k1);
+  char* c = (char*)pc_keep_take(&s, PC_KEEP_MIN - 64, &k3);  /* small: not kept */
+  bad |= (k3 << 4) | ((c == NULL) << 5);
+  pc_keep_give(&s, c, k3);
+  char* d = (char*)pc_keep_take(&s, PC_KEEP_MIN + 64, &k4);  /* kept: the same block */
+  bad |= ((d != a) << 6) | ((!k4) << 7);
+  pc_keep_give(&s, d, k4);
+  char* e = (char*)pc_keep_take(&s, 3 * PC_KEEP_ALIGN, &k5);  /* grows */
+  bad |= ((!k5) << 8) | ((s.cap < 3 * PC_KEEP_ALIGN) << 9);
+  memset(e, 1, 3 * PC_KEEP_ALIGN);
+  pc_keep_give(&s, e, k5);
+  return bad | (s.busy << 10);
+}
+"""
+    lib = ctypes.CDLL(build_shared(src))
+    assert lib.pc_keep_check() == 0
+
+
+def test_large_temporaries_are_kept_and_match_numpy_as_sizes_change(monkeypatch):
+    """A GEMM with an epilogue whose product ``C`` is a temporary of symbolic size (or
+    of at least 1 MiB) takes it from its kept slot; ``POLYCOMP_KEEP_TEMPS=0`` allocates
+    it per call; both match numpy as the sizes grow and shrink (the slot's stale values
+    from a larger call are never read)."""
+    M, N, K = pc.sym("M N K")
+
+    def mm_relu(A, B):
+        c = ops.matmul(A, B)
+        return pc.compute(c.shape, lambda i, j: pc.max(c[i, j] + 1.0, 0.0), name="r")
+    rng = np.random.default_rng(7)
+    for keep in ("1", "0"):
+        monkeypatch.setenv("POLYCOMP_KEEP_TEMPS", keep)
+        k = Kernel(mm_relu, name=f"mm_keep{keep}",
+                   inputs={"A": pc.Tensor[(M, K), "float32"], "B": pc.Tensor[(K, N), "float32"]})
+        ck = compile_kernel(k, "cpu")
+        assert ("pc_keep_take(&pc_keep_" in ck.source) == (keep == "1")
+        f = ck.backend.load(ck)
+        for m, n, kk in ((300, 900, 40), (31, 17, 9), (600, 1000, 33), (5, 3, 2)):
+            A = rng.standard_normal((m, kk), dtype=np.float32)
+            B = rng.standard_normal((kk, n), dtype=np.float32)
+            np.testing.assert_allclose(f(A, B), np.maximum(A.astype(np.float64) @ B + 1, 0),
+                                       rtol=1e-4, atol=1e-3)
+    monkeypatch.setenv("POLYCOMP_KEEP_TEMPS", "1")
+    small = Kernel(mm_relu, name="mm_keep_small",
+                   inputs={"A": pc.Tensor[(16, 8), "float32"], "B": pc.Tensor[(8, 24), "float32"]})
+    assert "pc_keep_take(&pc_keep_" not in compile_kernel(small, "cpu").source   # 1.5 KiB: per call
+
+
 def test_workspace_kernels_match_numpy_as_sizes_grow_and_shrink_and_across_threads():
     import threading
 

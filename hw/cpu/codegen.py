@@ -11,6 +11,7 @@ takes the per-thread buffers of a parallel region from the thread's workspace
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from polycomp import dtypes as dt
@@ -71,6 +72,51 @@ static __attribute__((unused)) void* pc_ws_take(size_t bytes, int* kept) {
 static __attribute__((unused)) void pc_ws_give(void* p, int kept) {
   if (kept) pc_ws_busy = 0; else free(p);
 }
+/* a kernel temporary of PC_KEEP_MIN .. PC_KEEP_MAX bytes (the C of a GEMM with M = 3072
+   rows, its epilogue values), kept between calls in its allocation's per-thread slot
+   (option keep_temporaries, POLYCOMP_KEEP_TEMPS=0 off): allocated and freed per call it
+   came from fresh mmap'ed pages, each 4 KiB page faulted and zeroed at every call (37.7 MB
+   a call for BERT's 3072 x 3072 FFN product: ~9200 faults, 20-80 ms of system time);
+   2 MiB-aligned and advised for transparent huge pages; freed when the thread exits */
+#include <sys/mman.h>
+#define PC_KEEP_MIN ((size_t)1 << 20)
+#define PC_KEEP_MAX ((size_t)1 << 30)
+#define PC_KEEP_ALIGN ((size_t)2 << 20)
+typedef struct pc_keep { char* base; size_t cap; int busy; int linked; struct pc_keep* next; } pc_keep;
+static __thread pc_keep* pc_keep_list;
+static pthread_key_t pc_keep_key;
+static pthread_once_t pc_keep_once = PTHREAD_ONCE_INIT;
+static void pc_keep_free_all(void* head) {
+  for (pc_keep* s = (pc_keep*)head; s != NULL; s = s->next) { free(s->base); s->base = NULL; s->cap = 0; }
+}
+static int pc_keep_key_made;
+static void pc_keep_make_key(void) { pc_keep_key_made = pthread_key_create(&pc_keep_key, pc_keep_free_all) == 0; }
+/* a library unloaded before its threads exit must not leave them a destructor to call */
+static void __attribute__((destructor)) pc_keep_unload(void) { if (pc_keep_key_made) (void)pthread_key_delete(pc_keep_key); }
+static __attribute__((unused)) void* pc_keep_take(pc_keep* s, size_t bytes, int* kept) {
+  *kept = 0;
+  if (bytes >= PC_KEEP_MIN && bytes <= PC_KEEP_MAX && !s->busy) {
+    if (s->cap < bytes) {
+      size_t n = (bytes + PC_KEEP_ALIGN - 1) / PC_KEEP_ALIGN * PC_KEEP_ALIGN;
+      free(s->base);
+      s->base = (char*)aligned_alloc(PC_KEEP_ALIGN, n);
+      s->cap = s->base ? n : 0;
+#ifdef MADV_HUGEPAGE
+      if (s->base) (void)madvise(s->base, n, MADV_HUGEPAGE);
+#endif
+      if (!s->linked) {
+        s->linked = 1; s->next = pc_keep_list; pc_keep_list = s;
+        (void)pthread_once(&pc_keep_once, pc_keep_make_key);
+        (void)pthread_setspecific(pc_keep_key, pc_keep_list);
+      }
+    }
+    if (s->base) { s->busy = 1; *kept = 1; return s->base; }
+  }
+  return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+static __attribute__((unused)) void pc_keep_give(pc_keep* s, void* p, int kept) {
+  if (kept) s->busy = 0; else free(p);
+}
 """ + C_PRELUDE
 
 #: The C statement that records a failed allocation (read by
@@ -107,6 +153,16 @@ class CPrinter(CLikePrinter):
             self.emit("{")
             self.level += 1
             self.emit(f"{ty} {b.name}[{size}] __attribute__((aligned(64)));")
+        elif keep_temporary(b):
+            slot = f"pc_keep_{b.name}"
+            self.emit("{")
+            self.level += 1
+            self.emit(f"static __thread pc_keep {slot};")
+            self.emit(f"int {slot}_kept;")
+            self.emit(f"{ty}* restrict {b.name} = ({ty}*)pc_keep_take(&{slot}, "
+                      f"sizeof({ty}) * (size_t)({size}), &{slot}_kept);")
+            self.emit(f"if ({b.name} == NULL) {{ {ALLOC_FAILED_SET} }} else {{")
+            self.level += 1
         else:
             self.emit("{")
             self.level += 1
@@ -117,12 +173,46 @@ class CPrinter(CLikePrinter):
             self.emit(f"if ({b.name} == NULL) {{ {ALLOC_FAILED_SET} }} else {{")
             self.level += 1
         self.stmt(s.body)
-        if b.scope != "local":
+        if b.scope != "local" and keep_temporary(b):
+            self.emit(f"pc_keep_give(&pc_keep_{b.name}, {b.name}, pc_keep_{b.name}_kept);")
+            self.level -= 1
+            self.emit("}")
+        elif b.scope != "local":
             self.emit(f"free({b.name});")
             self.level -= 1
             self.emit("}")
         self.level -= 1
         self.emit("}")
+
+
+#: a temporary of a constant size below this many bytes is allocated per call as before
+#: (the heap serves it without page faults); the C header's ``PC_KEEP_MIN``
+KEEP_MIN_BYTES = 1 << 20
+
+
+def keep_temporaries_enabled() -> bool:
+    """``POLYCOMP_KEEP_TEMPS=0`` at compile time: every temporary ``malloc``ed and freed
+    per call, as before (comparisons)."""
+    return os.environ.get("POLYCOMP_KEEP_TEMPS", "1") != "0"
+
+
+def keep_temporary(b: ir.Buffer) -> bool:
+    """Whether the global temporary ``b`` is taken from its allocation's kept per-thread
+    slot (``pc_keep_take`` of the C header) instead of ``aligned_alloc`` / ``free`` per
+    call: when its size is symbolic or at least :data:`KEEP_MIN_BYTES` (the header keeps
+    only ``PC_KEEP_MIN`` .. ``PC_KEEP_MAX`` bytes at run time).  Such a buffer was mapped
+    fresh at every call and each of its pages faulted and zeroed by the kernel: BERT
+    batch 8 seq 384's FFN kernel spent 20-80 ms of system time a call on its two 37.7 MB
+    temporaries (docs/graph.md, "BERT batch 8 seq 384 on the Zen 3 host")."""
+    if b.scope == "local" or not keep_temporaries_enabled():
+        return False
+    n = 1
+    for d in b.shape:
+        c = ir.const(d)
+        if not isinstance(c, ir.IntImm):
+            return True
+        n *= int(c.value)
+    return n * dt.itemsize(b.dtype) >= KEEP_MIN_BYTES
 
 
 def signature(func: ir.LoweredFunc, printer: CLikePrinter, qualifier: str = "") -> str:

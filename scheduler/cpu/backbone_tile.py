@@ -815,16 +815,30 @@ def x_panel_aliases(b: Blocking, size: int, target, rows: int) -> bool:
     generated C, docs/cpu_backend.md "fp32 GEMM on the Zen 3 host, eleventh session"):
     the register tiles took 26.3-27.7 ms with ``X`` in place, 24.4-25.1 with the
     packed copy (whose own cost is ~0.8 ms).  Only for row tiles of at least
-    :data:`X_ALIAS_PACK_ROWS` rows (the 32-row products keep their measured trees);
-    not for a pre-packed ``Y`` (the graph's weights, measured in place).
-    ``POLYCOMP_GEMM_X_ALIAS=0`` keeps the former rule (comparisons)."""
-    if target is None or b.prepacked_y or rows < X_ALIAS_PACK_ROWS or \
+    :data:`X_ALIAS_PACK_ROWS` rows (the 32-row products keep their measured trees); a
+    pre-packed ``Y`` (a graph's weight) too since the twelfth session
+    (:func:`x_alias_prepacked`: BERT batch 8 seq 384's ``3072 x 3072 x 768`` FFN down
+    projection, rows 12 KiB apart).  ``POLYCOMP_GEMM_X_ALIAS=0`` keeps the former rule
+    (comparisons)."""
+    if target is None or (b.prepacked_y and not x_alias_prepacked()) or \
+            rows < X_ALIAS_PACK_ROWS or \
             os.environ.get("POLYCOMP_GEMM_X_ALIAS", "1") == "0":
         return False
     l1, ways = target.l1_bytes, max(1, target.cpu.l1_ways)
     y_panel = b.KC * b.NR * size
     x_panel = b.MR * b.KC * size
     return x_panel + y_panel <= l1 and b.MR + -(-y_panel // (l1 // ways)) > ways
+
+
+def x_alias_prepacked() -> bool:
+    """Whether :func:`x_panel_aliases` also packs the aliased ``X`` of a product whose
+    ``Y`` is pre-packed (a graph's weight, row tiles of at least
+    :data:`X_ALIAS_PACK_ROWS` rows: the batch-1 models' 128-row products keep ``X`` in
+    place).  Measured on the Zen 3 host (loaded, one thread, thread CPU time, 15
+    interleaved rounds, docs/graph.md "BERT batch 8 seq 384 on the Zen 3 host"): the
+    ``3072 x 3072 x 768`` product + bias + residual 212.0 / 252.3 ms in place, 189.0 /
+    223.0 packed.  ``POLYCOMP_GEMM_X_ALIAS_PREPACKED=0`` keeps it in place (comparisons)."""
+    return os.environ.get("POLYCOMP_GEMM_X_ALIAS_PREPACKED", "1") != "0"
 
 
 def _batch_free(op: OuterProduct) -> bool:
@@ -1355,6 +1369,17 @@ def chain_temporaries(op: OuterProduct, epi: list, model) -> list[str]:
                     if isinstance(n, ir.Load) else None)
     names = [op.update.write.name] + [e.write.name for e in epi[:-1]]
     return [n for n in names if n in temps and n not in read_elsewhere]
+
+
+def gemm_dead_chain() -> bool:
+    """Whether a GEMM-form backbone's epilogue chain also records its chain temporaries
+    (:func:`chain_temporaries`, as the channel form does): where the micro-kernel's
+    fused epilogue runs the whole chain on the accumulators, the stores of the chain's
+    intermediate values that nothing else reads are dropped (BERT's FFN up projection
+    stored its ``x @ W + b`` beside the GELU: 37.7 MB a call at batch 8 seq 384, read by
+    nobody; the allocation is left untouched).  ``POLYCOMP_GEMM_DEAD_CHAIN=0`` keeps
+    the stores (comparisons)."""
+    return os.environ.get("POLYCOMP_GEMM_DEAD_CHAIN", "1") != "0"
 
 
 def conv_epilogue() -> bool:
@@ -1899,7 +1924,7 @@ class CpuBackboneTilePass(Pass):
                 if e1 is None:
                     break
                 epi.append(e1)
-            if epi and op.channel:
+            if epi and (op.channel or gemm_dead_chain()):
                 mk = cpu_microkernels(ctx)
                 mk.chain_temporaries.update(chain_temporaries(op, epi, ctx.model))
                 mk.chains[op.update.write.name] = tuple(e.write.name for e in epi)
