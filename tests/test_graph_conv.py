@@ -340,6 +340,38 @@ def test_builder_conv2d_symbolic_spatial_extents_one_compilation():
                                    rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("conv_symbolic", ["1", "0"])
+def test_cpu_conv_symbolic_image_sizes_channel_form_micro_kernel(conv_symbolic, monkeypatch):
+    """N, H and W symbolic, constant channels (torch.compile dynamic=True on a convnet):
+    a 3x3 convolution of stride 1, one of stride 2 (16 -> 24 channels: a partial
+    channel panel) and a depthwise one, chained in one compilation.  The channel-form
+    convolutions run their full register tiles in the vector micro-kernel, whose
+    accumulators are stored one output plane (a symbolic extent) apart, and their
+    partial row tiles (``OW mod MR`` pixels) too; ``POLYCOMP_CONV_SYMBOLIC=0`` keeps the
+    older scalar nests.  Against numpy at odd, prime, one-pixel and wide images."""
+    monkeypatch.setenv("POLYCOMP_CONV_SYMBOLIC", conv_symbolic)
+    rng = np.random.default_rng(5)
+    w1 = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((24, 16, 3, 3)).astype(np.float32)
+    w3 = rng.standard_normal((24, 1, 3, 3)).astype(np.float32)
+    b1, b2 = (rng.standard_normal(n).astype(np.float32) for n in (16, 24))
+    g = GraphBuilder("convsym")
+    xv = g.input("x", ("N", 16, "H", "W"))
+    y1 = g.relu(g.conv2d(xv, g.constant("w1", w1), g.constant("b1", b1), padding=(1, 1)))
+    y2 = g.conv2d(y1, g.constant("w2", w2), g.constant("b2", b2), stride=(2, 2),
+                  padding=(1, 1))
+    y3 = g.conv2d(y2, g.constant("w3", w3), padding=(1, 1), groups=24)
+    cg = compile_graph(g.build(y3), "cpu")
+    tiles = [s.fn.func.counts.microkernels for s in cg.steps if s.fn is not None]
+    print(tiles)
+    for shape in ((1, 16, 7, 5), (2, 16, 13, 11), (1, 16, 1, 1), (1, 16, 3, 29)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        r1 = np.maximum(ref_conv2d(x, w1, b1, (1, 1), (1, 1)), 0)
+        r2 = ref_conv2d(r1.astype(np.float32), w2, b2, (2, 2), (1, 1))
+        r3 = ref_conv2d(r2.astype(np.float32), w3, None, (1, 1), (1, 1), groups=24)
+        np.testing.assert_allclose(cg(x), r3, rtol=1e-4, atol=1e-3 * np.abs(r3).max())
+
+
 POOL_CASES = [
     ("max", dict(kernel_size=3, stride=2, padding=1), (2, 3, 11, 9)),
     ("max", dict(kernel_size=2, stride=1, padding=0, dilation=2), (1, 5, 7, 6)),

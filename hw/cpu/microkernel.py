@@ -110,6 +110,7 @@ from collections.abc import Iterator, Mapping, Sequence, Set
 
 from polycomp import dtypes as dt
 from polycomp import ir
+from polycomp.hw.clike import conv_symbolic_enabled
 from polycomp.lowering.simplify import const_difference, simplify, upper_bound
 from polycomp.lowering.vectorize import (
     Unvectorizable,
@@ -175,6 +176,21 @@ def _match(body):
                 ir.structural_equal(acc.indices[0], st.indices[0]):
             return lk, li, lj, st, rest
     return None
+
+
+def column_stride(c: ir.Expr, v: ir.Var) -> int | ir.Expr | None:
+    """The stride of the store index ``c`` along the tile's column variable ``v``: a
+    constant ``>= 1``, or an expression of the kernel's size parameters only (a
+    channel-form convolution's output plane ``OH * OW`` of symbolic image sizes, whose
+    accumulators are stored lane by lane, any run-time stride alike; not with
+    ``POLYCOMP_CONV_SYMBOLIC=0``); else None."""
+    s = index_coeff(c, v)
+    if isinstance(s, int):
+        return s if s >= 1 else None
+    if s is None or not conv_symbolic_enabled() or \
+            not all(isinstance(u, ir.Var) and u.is_param for u in ir.free_vars(s)):
+        return None
+    return s
 
 
 def _row_bound(li: ir.For) -> int | None:
@@ -299,8 +315,8 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
             (lo is None and not ir.is_const(li.min, 0)):
         return None
     c = st.indices[0]
-    cstride = index_coeff(c, lj.var)
-    if not isinstance(cstride, int) or cstride < 1 or any(uses(c, k.var) for k in lk) or \
+    cstride = column_stride(c, lj.var)
+    if cstride is None or any(uses(c, k.var) for k in lk) or \
             ((cols is not None or rows is not None or lo is not None) and cstride != 1):
         return None
 
@@ -379,7 +395,7 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
         return simplify(ir.substitute(c, {li.var: ir.IntImm(i), lj.var: ir.IntImm(u * L)}))
 
     def cref(i, u):
-        return ir.Ramp(cidx(i, u), ir.IntImm(cstride), L)
+        return ir.Ramp(cidx(i, u), ir.const(cstride), L)
 
     # C strided along the columns (a convolution's channel form: columns are output
     # channels, one plane apart): each accumulator is stored through a small stack
@@ -732,8 +748,8 @@ def _epilogue_nest(nest, lk, li, lj, st, own: dict, written: set, vector_math):
     ren = {a.var: b.var for a, b in pairs}
     idx = simplify(ir.substitute(est.indices[0], ren))
     value = ir.substitute(est.value, ren)
-    cs, es = index_coeff(st.indices[0], lj.var), index_coeff(idx, lj.var)
-    if not isinstance(es, int) or es < 1 or (cs == 1 and es != 1) or \
+    cs, es = column_stride(st.indices[0], lj.var), column_stride(idx, lj.var)
+    if es is None or (cs == 1 and es != 1) or \
             any(uses(idx, k.var) or uses(value, k.var) for k in lk):
         return None
     if cond is not None and any(uses(cond, v) for v in (li.var, lj.var)):
