@@ -340,17 +340,9 @@ def test_builder_conv2d_symbolic_spatial_extents_one_compilation():
                                    rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("conv_symbolic", ["1", "0"])
-def test_cpu_conv_symbolic_image_sizes_channel_form_micro_kernel(conv_symbolic, monkeypatch):
-    """N, H and W symbolic, constant channels (torch.compile dynamic=True on a convnet):
-    a 3x3 convolution of stride 1, one of stride 2 (16 -> 24 channels: a partial
-    channel panel) and a depthwise one, chained in one compilation.  The channel-form
-    convolutions run their full register tiles in the vector micro-kernel, whose
-    accumulators are stored one output plane (a symbolic extent) apart, and their
-    partial row tiles (``OW mod MR`` pixels) too; ``POLYCOMP_CONV_SYMBOLIC=0`` keeps the
-    older scalar nests.  Against numpy at odd, prime, one-pixel and wide images."""
-    monkeypatch.setenv("POLYCOMP_CONV_SYMBOLIC", conv_symbolic)
-    rng = np.random.default_rng(5)
+def _symbolic_convs(rng):
+    """Three convolutions of symbolic N, H, W chained: 3x3 stride 1 (16 -> 16 channels,
+    bias, relu), 3x3 stride 2 (16 -> 24: a partial channel panel) and a depthwise 3x3."""
     w1 = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
     w2 = rng.standard_normal((24, 16, 3, 3)).astype(np.float32)
     w3 = rng.standard_normal((24, 1, 3, 3)).astype(np.float32)
@@ -361,15 +353,44 @@ def test_cpu_conv_symbolic_image_sizes_channel_form_micro_kernel(conv_symbolic, 
     y2 = g.conv2d(y1, g.constant("w2", w2), g.constant("b2", b2), stride=(2, 2),
                   padding=(1, 1))
     y3 = g.conv2d(y2, g.constant("w3", w3), padding=(1, 1), groups=24)
-    cg = compile_graph(g.build(y3), "cpu")
-    tiles = [s.fn.func.counts.microkernels for s in cg.steps if s.fn is not None]
-    print(tiles)
+
+    def ref(x):
+        r1 = np.maximum(ref_conv2d(x, w1, b1, (1, 1), (1, 1)), 0).astype(np.float32)
+        r2 = ref_conv2d(r1, w2, b2, (2, 2), (1, 1)).astype(np.float32)
+        return ref_conv2d(r2, w3, None, (1, 1), (1, 1), groups=24)
+    return g.build(y3), ref
+
+
+def test_cpu_conv_symbolic_image_sizes_against_numpy():
+    """N, H and W symbolic, constant channels (torch.compile dynamic=True on a convnet):
+    the channel-form convolutions run every register tile in the vector micro-kernel
+    (accumulators stored one output plane, a symbolic extent, apart; the last row tile
+    of each output row with a run-time pixel count), one compilation against numpy at
+    odd, prime, one-pixel and wide images."""
+    rng = np.random.default_rng(5)
+    graph, ref = _symbolic_convs(rng)
+    cg = compile_graph(graph, "cpu")
+    assert sum(s.fn.func.counts.microkernels for s in cg.steps if s.fn is not None) >= 3
     for shape in ((1, 16, 7, 5), (2, 16, 13, 11), (1, 16, 1, 1), (1, 16, 3, 29)):
         x = rng.standard_normal(shape).astype(np.float32)
-        r1 = np.maximum(ref_conv2d(x, w1, b1, (1, 1), (1, 1)), 0)
-        r2 = ref_conv2d(r1.astype(np.float32), w2, b2, (2, 2), (1, 1))
-        r3 = ref_conv2d(r2.astype(np.float32), w3, None, (1, 1), (1, 1), groups=24)
-        np.testing.assert_allclose(cg(x), r3, rtol=1e-4, atol=1e-3 * np.abs(r3).max())
+        want = ref(x)
+        np.testing.assert_allclose(cg(x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_cpu_conv_symbolic_image_sizes_switch(monkeypatch):
+    """``POLYCOMP_CONV_SYMBOLIC=0`` gives the older code of symbolic image sizes: no
+    micro-kernel (the strided output plane of symbolic extent refused), the padding
+    conditions in scalar nests, ``pc_floordiv`` of ``H - 1`` (compiled only)."""
+    tiles, floordiv = {}, {}
+    for on in ("1", "0"):
+        monkeypatch.setenv("POLYCOMP_CONV_SYMBOLIC", on)
+        graph, _ = _symbolic_convs(np.random.default_rng(5))
+        cg = compile_graph(graph, "cpu", simulate=True)     # nothing built, nothing run
+        cks = [s.fn.ck for s in cg.steps if s.fn is not None]
+        tiles[on] = sum(ck.final_ir.counts.microkernels for ck in cks)
+        floordiv[on] = sum(ck.source.count("pc_floordiv((H - 1), 2)") for ck in cks)
+    assert tiles["1"] >= 3 and tiles["0"] == 0, tiles
+    assert floordiv["1"] == 0 < floordiv["0"], floordiv
 
 
 POOL_CASES = [

@@ -193,6 +193,17 @@ def column_stride(c: ir.Expr, v: ir.Var) -> int | ir.Expr | None:
     return s
 
 
+def strided_rows(li: ir.For, lj: ir.For, st: ir.Store) -> bool:
+    """Whether a tile whose row count is a run-time value (``min(MR, ..)``, the unisolated
+    row tiles of a channel-form convolution of symbolic width) and whose column count is
+    a constant stores a ``C`` strided along its columns (the convolution's output
+    channels, one plane apart): such a tile's variants (the full one and the one of
+    fewer rows) both take the fused init and epilogue chain (not with
+    ``POLYCOMP_CONV_SYMBOLIC=0``)."""
+    return isinstance(lj.extent, ir.IntImm) and not isinstance(li.extent, ir.IntImm) and \
+        column_stride(st.indices[0], lj.var) not in (None, 1) and conv_symbolic_enabled()
+
+
 def _row_bound(li: ir.For) -> int | None:
     """A constant bound of the row loop's end ``min + extent`` (the register rows); an
     end ``x % c`` (``c > 0`` constant: a triangle's last ``n mod MR`` rows, ``n % 6``)
@@ -252,18 +263,21 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
         return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
                            li.extent.value, lj.extent.value, init=init, epilogues=epilogues,
                            dead=dead, fill=fill, stream=stream)
-    if (init is not None and init_nest is None) or epilogues:
+    if ((init is not None and init_nest is None) or epilogues) and \
+            not strided_rows(li, lj, st):
         return None
     MR, NR = upper_bound(li.extent), upper_bound(lj.extent)
     if MR is None or NR is None or MR < 1 or NR < 2:
         return None
     full = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR,
-                       init=init)
+                       init=init, epilogues=epilogues, dead=dead)
     if full is None:
         return None
     cols = None if isinstance(lj.extent, ir.IntImm) else lj.extent
     rows = None if isinstance(li.extent, ir.IntImm) else li.extent
-    part = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR, cols, rows)
+    part = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR, cols, rows,
+                       init=None if init_nest is not None else init, epilogues=epilogues,
+                       dead=dead)
     if part is None:
         return None
     whole: ir.Expr | None = None
@@ -317,7 +331,8 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
     c = st.indices[0]
     cstride = column_stride(c, lj.var)
     if cstride is None or any(uses(c, k.var) for k in lk) or \
-            ((cols is not None or rows is not None or lo is not None) and cstride != 1):
+            ((cols is not None or lo is not None) and cstride != 1) or \
+            (rows is not None and cstride != 1 and not conv_symbolic_enabled()):
         return None
 
     def row(i: int) -> ir.Expr:
@@ -482,8 +497,10 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
                     "+", masked(u, ir.Load(st.buffer, (cref(i, u),), D, L), i),
                     ir.Load(acc, (slot(i, u),), D, L), D)
             else:
-                loads.append(ir.Store(acc, (slot(i, u),),
-                                      masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)), L))
+                ld: ir.Stmt = ir.Store(acc, (slot(i, u),),
+                                       masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)), L)
+                here = exists(i)    # a row past the tile's: C not read there
+                loads.append(ld if here is None else ir.IfThenElse(here, ld))
                 total = ir.Load(acc, (slot(i, u),), D, L)
             store: ir.Stmt = ir.Store(st.buffer, (cref(i, u),), total, L)
             plain: ir.Stmt = ir.Store(st.buffer, (cref(i, u),),
@@ -518,10 +535,11 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
         body = ir.For(k.var, k.min, k.extent, k.kind, body,
                       k.annotations + (("microkernel", f"{MR}x{NR}"),))
     if epilogues:
-        if any(count(u, i) is not None or exists(i) is not None
+        if any(count(u, i) is not None or (exists(i) is not None and lane_buf is None)
                for i in range(MR) for u in range(NV)):
             return None
-        epi = _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR, NV, L, D, lane_buf, dead)
+        epi = _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR, NV, L, D, lane_buf, dead,
+                              exists)
         if epi is None:
             return None
         if lane_buf is not None and st.buffer.name in dead:
@@ -690,7 +708,8 @@ def _epilogue_nests(stmts, guard, lk, li, lj, st, rest) -> tuple[list, int]:
     from polycomp.lowering.vectorize import VECTOR_MATH
     out: list = []
     used = 0
-    if not isinstance(li.extent, ir.IntImm) or not isinstance(lj.extent, ir.IntImm):
+    if not (isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm)) and \
+            not strided_rows(li, lj, st):
         return out, used
     own = {st.buffer: simplify(st.indices[0])}
     written = {st.buffer}
@@ -783,13 +802,15 @@ class _OwnPoint(ir.Mutator):
 
 
 def _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR: int, NV: int, L: int, D: str,
-                    lane_buf: ir.Buffer | None = None, dead: Set[str] = frozenset()):
+                    lane_buf: ir.Buffer | None = None, dead: Set[str] = frozenset(),
+                    exists=lambda i: None):
     """The vector statements of a fused epilogue chain (see :func:`_fixed_tile`; every
     statement under the same ``cond``): per accumulator vector ``(i, u)``, ``C``'s value
     is ``acc[i][u]``, each statement's value is widened along ``jj`` with ``C`` and the
     earlier statements' values bound as vector lets, and stored (not the arrays in
-    ``dead``, chain temporaries).  ``(cond, body)``, or None when a value does not
-    widen or the conditions differ."""
+    ``dead``, chain temporaries), rows ``i`` where ``exists(i)`` is not None only under
+    it (a tile of a run-time row count).  ``(cond, body)``, or None when a value does
+    not widen or the conditions differ."""
     cond = epilogues[0][0]
     if any((c is None) != (cond is None) or (c is not None and not ir.structural_equal(
             c, cond)) for c, _ in epilogues):
@@ -825,7 +846,9 @@ def _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR: int, NV: int, L: int, 
             body: ir.Stmt = ir.seq(*(store for _, _, store in chain if store is not None))
             for ev, vec, _ in reversed(chain):
                 body = ir.LetStmt(ev, vec, body)
-            vecs.append(ir.LetStmt(cv, ir.Load(acc, (slot(i, u),), D, L), body))
+            one: ir.Stmt = ir.LetStmt(cv, ir.Load(acc, (slot(i, u),), D, L), body)
+            here = exists(i)
+            vecs.append(one if here is None else ir.IfThenElse(here, one))
     return cond, ir.seq(*vecs)
 
 
@@ -979,8 +1002,8 @@ class _Micro(ir.Mutator):
         if m is None:
             return None, 0
         lk, li, lj, st, rest = m
-        init = _fused_init(nest, lk, li, lj, st) if nest is not None and not own_read \
-            else None
+        init = _fused_init(nest, lk, li, lj, st, strided_rows(li, lj, st)) \
+            if nest is not None and not own_read else None
         init_nest = None
         if nest is not None and init is None and self.acc_init_split and guard is None \
                 and fill is None and st.buffer.dtype == "float64" and not (
