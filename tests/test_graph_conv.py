@@ -655,10 +655,11 @@ def _check_network(model, shapes, target):
 
 # The two networks' inputs: a static batch-1 compilation, then (automatic dynamic) one with
 # a symbolic batch that serves batches 2 and 3.  The spatial sizes stay 32 x 32: a second
-# image size made Dynamo's recompilation symbolic in H and W too, whose convolutions take
-# the scalar form and cost gcc 1-11 s each (loop unswitching on the padding conditions;
-# 41 s of CPU for ResNet's dynamic compilation against 14 s with only the batch
-# symbolic).  Symbolic image sizes through every layer kind (stride-2 stem, max pool,
+# image size makes Dynamo's recompilation symbolic in H and W too, a compilation of
+# 11-12 s of gcc for ResNet (29 s before the channel form took symbolic image sizes,
+# docs/graph.md "Compile time"), more than the suite's budget allows.  Their
+# convolutions are checked by test_cpu_conv_symbolic_image_sizes_against_numpy, and
+# symbolic image sizes through every layer kind (stride-2 stem, max pool,
 # depthwise and grouped convolutions, average and adaptive pools) are checked by
 # test_dynamo_small_convnet_fully_compiled_static_and_dynamic.
 NETWORK_SHAPES = [(1, 3, 32, 32), (2, 3, 32, 32), (3, 3, 32, 32)]

@@ -23,7 +23,14 @@ sizes: a run-time choice between the full tile and a variant per row count whose
 vectors are masked to the tile's columns, see :func:`_tile`), or the row loop may run
 over ``[lo, hi)`` with a column extent that depends on the row (a tile crossing a
 triangle's diagonal, syrk's ``j <= i``: each row's ``C`` vectors masked to its own
-columns, see :func:`_fixed_tile`).  Marks over other bodies
+columns, see :func:`_fixed_tile`).  ``C`` may also be strided along ``jj`` (a
+channel-form convolution's output channels, one output plane apart: each accumulator
+stored lane by lane), by a constant or by an expression of the size parameters
+(:func:`column_stride`: symbolic image sizes); such a tile of a run-time row count
+(:func:`strided_rows`: the last row tile of an output row of symbolic width, the
+scheduler isolating the tiles in the channels only) takes its fused init and epilogue
+chain in both of its variants, the rows past its count not stored (nor loaded).  Marks
+over other bodies
 (the partial tiles isl generates at the edges of an isolated band) are dropped and left
 to the generic vectoriser.
 

@@ -60,7 +60,9 @@ the weights, packed in panels of ``NR`` channels), ``i`` = the output width:
 
 (weights read in place: no pack mark, and with a channel tile, :func:`channel_tile`, a
 band ``[floor(c/c_tile)]`` between ``band[floor(f/NR)]`` and the batch band; rows of at
-most 16 pixels take one register tile each, :func:`row_register_block`).  By default
+most 16 pixels take one register tile each, :func:`row_register_block`; with a symbolic
+output width the tiles are isolated in the channels only, :func:`symbolic_rows`, so the
+last row tile of each output row is the micro-kernel's too).  By default
 (:func:`accumulators_from_init`) the channel form's init is not a filter of its own:
 it joins every band (its channel tile ``0``) and runs on each register tile right
 before the micro-kernel, ``band[floor(i/MR)] -> sequence[init: band[i mod MR, f mod
