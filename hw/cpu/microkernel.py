@@ -222,10 +222,90 @@ def _row_bound(li: ir.For) -> int | None:
     return upper_bound(end)
 
 
+class _Unguarded(ir.Mutator):
+    """``cond ? load : 0`` (a padding guard) replaced by ``load``, the conditions kept."""
+
+    def __init__(self):
+        self.conds: list = []
+
+    def visit_Select(self, e):
+        if isinstance(e.f, ir.FloatImm) and e.f.value == 0.0 and isinstance(e.t, ir.Load):
+            self.conds.append(e.cond)
+            return e.t
+        return self.generic(e)
+
+
+def _worst(d: ir.Expr, box: list, low: bool) -> ir.Expr | None:
+    """The least (``low``) or greatest value of ``d`` over ``box`` (``(var, lo, hi)``,
+    ``d`` affine in each var with a constant coefficient), or None."""
+    sub = {}
+    for v, lo, hi in box:
+        a = index_coeff(d, v)
+        if not isinstance(a, int):
+            return None
+        sub[v] = (lo if a > 0 else hi) if low else (hi if a > 0 else lo)
+    return simplify(ir.substitute(d, sub))
+
+
+def interior(conds: list, box: list) -> ir.Expr | None:
+    """A run-time condition under which every one of ``conds`` (conjunctions of affine
+    comparisons ``a < b``, ``a <= b``, ``a > b``, ``a >= b``) holds at every point of
+    ``box``: each comparison at its worst corner (or None when one is not of that form)."""
+    parts: list = []
+
+    def conj(c) -> bool:
+        if isinstance(c, ir.Binary) and c.op == "&&":
+            return conj(c.a) and conj(c.b)
+        if not (isinstance(c, ir.Binary) and c.op in ("<", "<=", ">", ">=")):
+            return False
+        d = simplify(c.a - c.b)
+        w = _worst(d, box, c.op in (">", ">="))
+        if w is None:
+            return False
+        parts.append(ir.Binary(c.op, w, ir.IntImm(0), "bool"))
+        return True
+    if not all(conj(c) for c in conds) or not parts:
+        return None
+    out = parts[0]
+    for p_ in parts[1:]:
+        out = ir.Binary("&&", out, p_, "bool")
+    return out
+
+
 def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True,
           init: tuple | None = None, epilogues: Sequence = (), dead: Set[str] = frozenset(),
           fill: tuple | None = None, stream: tuple | None = None,
           init_nest: ir.Stmt | None = None):
+    """:func:`_guarded_tile`; a tile whose ``C`` is strided by a symbolic extent (a
+    channel-form convolution of symbolic image sizes) and whose ``R`` reads its input
+    under padding guards ``cond ? x : 0`` becomes ``if (interior) <the tile reading x
+    unguarded> else <the tile>``, ``interior`` each guard's comparisons at their worst
+    corner of the tile's rows and reduction loops (:func:`interior`): the tiles away
+    from the border evaluate no condition (``POLYCOMP_CONV_INTERIOR=0``: not)."""
+    args = (lanes_of, tile_ids, prefetch, init, epilogues, dead, fill, stream, init_nest)
+    plain = _guarded_tile(lk, li, lj, st, rest, *args)
+    stride = column_stride(st.indices[0], lj.var)
+    if plain is None or isinstance(stride, int) or stride is None or \
+            os.environ.get("POLYCOMP_CONV_INTERIOR", "1") == "0":
+        return plain
+    ung = _Unguarded()
+    bare = ung.visit(rest)
+    rows = _row_bound(li)
+    if not ung.conds or rows is None:
+        return plain
+    box = [(li.var, ir.IntImm(0), ir.IntImm(max(rows - 1, 0)))] + \
+        [(k.var, k.min, simplify(k.min + k.extent - 1)) for k in lk]
+    inner = interior(ung.conds, box)
+    if inner is None:
+        return plain
+    fast = _guarded_tile(lk, li, lj, st, bare, *args)
+    return plain if fast is None else ir.IfThenElse(inner, fast, plain)
+
+
+def _guarded_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int],
+                  prefetch: bool = True, init: tuple | None = None, epilogues: Sequence = (),
+                  dead: Set[str] = frozenset(), fill: tuple | None = None,
+                  stream: tuple | None = None, init_nest: ir.Stmt | None = None):
     """The register tile of the module docstring, or None; ``tile_ids`` numbers the
     tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...); ``prefetch``:
     prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop.
