@@ -298,6 +298,17 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
     inner = interior(ung.conds, box)
     if inner is None:
         return plain
+    if not isinstance(li.extent, ir.IntImm):
+        # the fast tile only as a full one (the tile of fewer rows ends an output row,
+        # at the border of a padded image): no second fewer-rows variant to build
+        full = upper_bound(li.extent)
+        if full is None or not ir.is_const(li.min, 0):
+            return plain
+        inner = ir.Binary("&&", ir.Binary("==", li.extent, ir.IntImm(full), "bool"), inner,
+                          "bool")
+        li = ir.For(li.var, li.min, ir.IntImm(full), li.kind, li.body, li.annotations)
+        if init is not None and len(init) > 2:
+            return plain
     fast = _guarded_tile(lk, li, lj, st, bare, *args)
     return plain if fast is None else ir.IfThenElse(inner, fast, plain)
 
