@@ -14,6 +14,7 @@ dividend is known non-negative.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import replace
 
@@ -66,6 +67,9 @@ class CLikePrinter:
         self.lines: list[str] = []
         self.level = 1
         self.nonneg: set = set()
+        # ``P - c`` of a symbol ``P >= 1`` known non-negative where ``c <= 1`` (see
+        # :func:`nonnegative`; ``POLYCOMP_CONV_SYMBOLIC=0``: not, the older C)
+        self.minus_bounds = conv_symbolic_enabled()
         # int64 lets bound to data: their arithmetic wraps (printed unsigned)
         self.data_vars: set = set()
 
@@ -207,11 +211,13 @@ class CLikePrinter:
         if e.op in ("min", "max"):
             return f"pc_{e.op}_{_suffix(e.dtype)}({a}, {b})"
         if e.op == "//":
-            if isinstance(e.b, ir.IntImm) and e.b.value > 0 and nonnegative(e.a, self.nonneg):
+            if isinstance(e.b, ir.IntImm) and e.b.value > 0 and \
+                    nonnegative(e.a, self.nonneg, self.minus_bounds):
                 return f"({a} / {b})"
             return f"pc_floordiv({a}, {b})"
         if e.op == "%":
-            if isinstance(e.b, ir.IntImm) and e.b.value > 0 and nonnegative(e.a, self.nonneg):
+            if isinstance(e.b, ir.IntImm) and e.b.value > 0 and \
+                    nonnegative(e.a, self.nonneg, self.minus_bounds):
                 return f"({a} % {b})"
             return f"pc_floormod({a}, {b})"
         return f"({a} {e.op} {b})"
@@ -279,7 +285,7 @@ class CLikePrinter:
         elif isinstance(s, ir.LetStmt):
             self.emit("{")
             self.level += 1
-            if nonnegative(s.value, self.nonneg):
+            if nonnegative(s.value, self.nonneg, self.minus_bounds):
                 self.nonneg.add(s.var)
             if s.var.dtype == "int64" and not self.is_index(s.value):
                 self.data_vars.add(s.var)
@@ -309,7 +315,7 @@ class CLikePrinter:
     def for_loop(self, s: ir.For, body: ir.Stmt) -> None:
         """The C ``for`` of ``s`` (no pragma) around ``body``."""
         v = s.var.name
-        if nonnegative(s.min, self.nonneg):
+        if nonnegative(s.min, self.nonneg, self.minus_bounds):
             self.nonneg.add(s.var)
         lo, ext = self.expr(s.min), self.expr(s.extent)
         hi = ext if ir.is_const(s.min, 0) else f"{lo} + {ext}"
@@ -326,16 +332,53 @@ class CLikePrinter:
         raise NotImplementedError
 
 
-def nonnegative(e, known: set) -> bool:
-    """A cheap syntactic test: built from non-negative constants, symbols, variables in
-    ``known`` (loops starting at a non-negative value) and ``+ * // % min max``."""
+def conv_symbolic_enabled() -> bool:
+    """Whether convolutions of symbolic image sizes get the code of the thirteenth
+    session (``POLYCOMP_CONV_SYMBOLIC=0``: the older code, for comparisons): the
+    micro-kernel takes register tiles whose ``C`` is strided by a symbolic extent and
+    their partial row tiles (:mod:`polycomp.hw.cpu.microkernel`), and the printers
+    divide ``H - 1`` with C's ``/`` (:func:`nonnegative`)."""
+    return os.environ.get("POLYCOMP_CONV_SYMBOLIC", "1") != "0"
+
+
+def nonnegative(e, known: set, minus: bool = True) -> bool:
+    """A cheap syntactic test: built from non-negative constants, symbols (``>= 1``, the
+    model's context), variables in ``known`` (loops starting at a non-negative value),
+    ``+ * // % min max``, and ``a - c`` with a constant ``c`` at most ``a``'s lower bound
+    (:func:`lower_bound`: ``H - 1``, the extent ``(H - 1) // 2 + 1`` of a strided
+    convolution's output, printed with C's ``/`` instead of ``pc_floordiv``, whose sign
+    tests inside the loops gcc unswitched the loop nests on)."""
+    lb = lower_bound(e, known, minus)
+    return lb is not None and lb >= 0
+
+
+def lower_bound(e, known: set, minus: bool = True) -> int | None:
+    """A constant lower bound of the integer expression ``e`` (None: none found), with
+    symbols ``>= 1`` and the variables in ``known`` ``>= 0`` (``minus`` False: none for
+    a difference, and 0 for a symbol, as before)."""
     if isinstance(e, ir.IntImm):
-        return e.value >= 0
+        return e.value
     if isinstance(e, ir.Var):
-        return e.is_param or e in known
-    if isinstance(e, ir.Binary) and e.op in ("+", "*", "//", "%", "min", "max"):
-        return nonnegative(e.a, known) and nonnegative(e.b, known)
-    return False
+        return (1 if minus else 0) if e.is_param else 0 if e in known else None
+    if not isinstance(e, ir.Binary):
+        return None
+    if e.op == "-" and minus:
+        a = lower_bound(e.a, known, minus)
+        return a - e.b.value if a is not None and isinstance(e.b, ir.IntImm) else None
+    if e.op not in ("+", "*", "//", "%", "min", "max"):
+        return None
+    a, b = lower_bound(e.a, known, minus), lower_bound(e.b, known, minus)
+    if a is None or b is None or (e.op != "+" and (a < 0 or b < 0)):
+        return None
+    if e.op == "+":
+        return a + b
+    if e.op == "*":
+        return a * b
+    if e.op == "//":
+        return a // b if isinstance(e.b, ir.IntImm) and b > 0 else 0
+    if e.op == "%":
+        return 0
+    return min(a, b) if e.op == "min" else max(a, b)
 
 
 # --------------------------------------------------------------------------- identifiers

@@ -340,6 +340,59 @@ def test_builder_conv2d_symbolic_spatial_extents_one_compilation():
                                    rtol=1e-4, atol=1e-4)
 
 
+def _symbolic_convs(rng):
+    """Three convolutions of symbolic N, H, W chained: 3x3 stride 1 (16 -> 16 channels,
+    bias, relu), 3x3 stride 2 (16 -> 24: a partial channel panel) and a depthwise 3x3."""
+    w1 = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((24, 16, 3, 3)).astype(np.float32)
+    w3 = rng.standard_normal((24, 1, 3, 3)).astype(np.float32)
+    b1, b2 = (rng.standard_normal(n).astype(np.float32) for n in (16, 24))
+    g = GraphBuilder("convsym")
+    xv = g.input("x", ("N", 16, "H", "W"))
+    y1 = g.relu(g.conv2d(xv, g.constant("w1", w1), g.constant("b1", b1), padding=(1, 1)))
+    y2 = g.conv2d(y1, g.constant("w2", w2), g.constant("b2", b2), stride=(2, 2),
+                  padding=(1, 1))
+    y3 = g.conv2d(y2, g.constant("w3", w3), padding=(1, 1), groups=24)
+
+    def ref(x):
+        r1 = np.maximum(ref_conv2d(x, w1, b1, (1, 1), (1, 1)), 0).astype(np.float32)
+        r2 = ref_conv2d(r1, w2, b2, (2, 2), (1, 1)).astype(np.float32)
+        return ref_conv2d(r2, w3, None, (1, 1), (1, 1), groups=24)
+    return g.build(y3), ref
+
+
+def test_cpu_conv_symbolic_image_sizes_against_numpy():
+    """N, H and W symbolic, constant channels (torch.compile dynamic=True on a convnet):
+    the channel-form convolutions run every register tile in the vector micro-kernel
+    (accumulators stored one output plane, a symbolic extent, apart; the last row tile
+    of each output row with a run-time pixel count), one compilation against numpy at
+    odd, prime, one-pixel and wide images."""
+    rng = np.random.default_rng(5)
+    graph, ref = _symbolic_convs(rng)
+    cg = compile_graph(graph, "cpu")
+    assert sum(s.fn.func.counts.microkernels for s in cg.steps if s.fn is not None) >= 3
+    for shape in ((1, 16, 7, 5), (2, 16, 13, 11), (1, 16, 1, 1), (1, 16, 3, 29)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        want = ref(x)
+        np.testing.assert_allclose(cg(x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_cpu_conv_symbolic_image_sizes_switch(monkeypatch):
+    """``POLYCOMP_CONV_SYMBOLIC=0`` gives the older code of symbolic image sizes: no
+    micro-kernel (the strided output plane of symbolic extent refused), the padding
+    conditions in scalar nests, ``pc_floordiv`` of ``H - 1`` (compiled only)."""
+    tiles, floordiv = {}, {}
+    for on in ("1", "0"):
+        monkeypatch.setenv("POLYCOMP_CONV_SYMBOLIC", on)
+        graph, _ = _symbolic_convs(np.random.default_rng(5))
+        cg = compile_graph(graph, "cpu", simulate=True)     # nothing built, nothing run
+        cks = [s.fn.ck for s in cg.steps if s.fn is not None]
+        tiles[on] = sum(ck.final_ir.counts.microkernels for ck in cks)
+        floordiv[on] = sum(ck.source.count("pc_floordiv((H - 1), 2)") for ck in cks)
+    assert tiles["1"] >= 3 and tiles["0"] == 0, tiles
+    assert floordiv["1"] == 0 < floordiv["0"], floordiv
+
+
 POOL_CASES = [
     ("max", dict(kernel_size=3, stride=2, padding=1), (2, 3, 11, 9)),
     ("max", dict(kernel_size=2, stride=1, padding=0, dilation=2), (1, 5, 7, 6)),
@@ -602,10 +655,11 @@ def _check_network(model, shapes, target):
 
 # The two networks' inputs: a static batch-1 compilation, then (automatic dynamic) one with
 # a symbolic batch that serves batches 2 and 3.  The spatial sizes stay 32 x 32: a second
-# image size made Dynamo's recompilation symbolic in H and W too, whose convolutions take
-# the scalar form and cost gcc 1-11 s each (loop unswitching on the padding conditions;
-# 41 s of CPU for ResNet's dynamic compilation against 14 s with only the batch
-# symbolic).  Symbolic image sizes through every layer kind (stride-2 stem, max pool,
+# image size makes Dynamo's recompilation symbolic in H and W too, a compilation of
+# 11-12 s of gcc for ResNet (29 s before the channel form took symbolic image sizes,
+# docs/graph.md "Compile time"), more than the suite's budget allows.  Their
+# convolutions are checked by test_cpu_conv_symbolic_image_sizes_against_numpy, and
+# symbolic image sizes through every layer kind (stride-2 stem, max pool,
 # depthwise and grouped convolutions, average and adaptive pools) are checked by
 # test_dynamo_small_convnet_fully_compiled_static_and_dynamic.
 NETWORK_SHAPES = [(1, 3, 32, 32), (2, 3, 32, 32), (3, 3, 32, 32)]

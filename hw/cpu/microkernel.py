@@ -23,7 +23,14 @@ sizes: a run-time choice between the full tile and a variant per row count whose
 vectors are masked to the tile's columns, see :func:`_tile`), or the row loop may run
 over ``[lo, hi)`` with a column extent that depends on the row (a tile crossing a
 triangle's diagonal, syrk's ``j <= i``: each row's ``C`` vectors masked to its own
-columns, see :func:`_fixed_tile`).  Marks over other bodies
+columns, see :func:`_fixed_tile`).  ``C`` may also be strided along ``jj`` (a
+channel-form convolution's output channels, one output plane apart: each accumulator
+stored lane by lane), by a constant or by an expression of the size parameters
+(:func:`column_stride`: symbolic image sizes); such a tile of a run-time row count
+(:func:`strided_rows`: the last row tile of an output row of symbolic width, the
+scheduler isolating the tiles in the channels only) takes its fused init and epilogue
+chain in both of its variants, the rows past its count not stored (nor loaded).  Marks
+over other bodies
 (the partial tiles isl generates at the edges of an isolated band) are dropped and left
 to the generic vectoriser.
 
@@ -110,6 +117,7 @@ from collections.abc import Iterator, Mapping, Sequence, Set
 
 from polycomp import dtypes as dt
 from polycomp import ir
+from polycomp.hw.clike import conv_symbolic_enabled
 from polycomp.lowering.simplify import const_difference, simplify, upper_bound
 from polycomp.lowering.vectorize import (
     Unvectorizable,
@@ -177,6 +185,32 @@ def _match(body):
     return None
 
 
+def column_stride(c: ir.Expr, v: ir.Var) -> int | ir.Expr | None:
+    """The stride of the store index ``c`` along the tile's column variable ``v``: a
+    constant ``>= 1``, or an expression of the kernel's size parameters only (a
+    channel-form convolution's output plane ``OH * OW`` of symbolic image sizes, whose
+    accumulators are stored lane by lane, any run-time stride alike; not with
+    ``POLYCOMP_CONV_SYMBOLIC=0``); else None."""
+    s = index_coeff(c, v)
+    if isinstance(s, int):
+        return s if s >= 1 else None
+    if s is None or not conv_symbolic_enabled() or \
+            not all(isinstance(u, ir.Var) and u.is_param for u in ir.free_vars(s)):
+        return None
+    return s
+
+
+def strided_rows(li: ir.For, lj: ir.For, st: ir.Store) -> bool:
+    """Whether a tile whose row count is a run-time value (``min(MR, ..)``, the unisolated
+    row tiles of a channel-form convolution of symbolic width) and whose column count is
+    a constant stores a ``C`` strided along its columns (the convolution's output
+    channels, one plane apart): such a tile's variants (the full one and the one of
+    fewer rows) both take the fused init and epilogue chain (not with
+    ``POLYCOMP_CONV_SYMBOLIC=0``)."""
+    return isinstance(lj.extent, ir.IntImm) and not isinstance(li.extent, ir.IntImm) and \
+        column_stride(st.indices[0], lj.var) not in (None, 1) and conv_symbolic_enabled()
+
+
 def _row_bound(li: ir.For) -> int | None:
     """A constant bound of the row loop's end ``min + extent`` (the register rows); an
     end ``x % c`` (``c > 0`` constant: a triangle's last ``n mod MR`` rows, ``n % 6``)
@@ -188,10 +222,101 @@ def _row_bound(li: ir.For) -> int | None:
     return upper_bound(end)
 
 
+class _Unguarded(ir.Mutator):
+    """``cond ? load : 0`` (a padding guard) replaced by ``load``, the conditions kept."""
+
+    def __init__(self):
+        self.conds: list = []
+
+    def visit_Select(self, e):
+        if isinstance(e.f, ir.FloatImm) and e.f.value == 0.0 and isinstance(e.t, ir.Load):
+            self.conds.append(e.cond)
+            return e.t
+        return self.generic(e)
+
+
+def _worst(d: ir.Expr, box: list, low: bool) -> ir.Expr | None:
+    """The least (``low``) or greatest value of ``d`` over ``box`` (``(var, lo, hi)``,
+    ``d`` affine in each var with a constant coefficient), or None."""
+    sub = {}
+    for v, lo, hi in box:
+        a = index_coeff(d, v)
+        if not isinstance(a, int):
+            return None
+        sub[v] = (lo if a > 0 else hi) if low else (hi if a > 0 else lo)
+    return simplify(ir.substitute(d, sub))
+
+
+def interior(conds: list, box: list) -> ir.Expr | None:
+    """A run-time condition under which every one of ``conds`` (conjunctions of affine
+    comparisons ``a < b``, ``a <= b``, ``a > b``, ``a >= b``) holds at every point of
+    ``box``: each comparison at its worst corner (or None when one is not of that form)."""
+    parts: list = []
+
+    def conj(c) -> bool:
+        if isinstance(c, ir.Binary) and c.op == "&&":
+            return conj(c.a) and conj(c.b)
+        if not (isinstance(c, ir.Binary) and c.op in ("<", "<=", ">", ">=")):
+            return False
+        d = simplify(c.a - c.b)
+        w = _worst(d, box, c.op in (">", ">="))
+        if w is None:
+            return False
+        parts.append(ir.Binary(c.op, w, ir.IntImm(0), "bool"))
+        return True
+    if not all(conj(c) for c in conds) or not parts:
+        return None
+    out = parts[0]
+    for p_ in parts[1:]:
+        out = ir.Binary("&&", out, p_, "bool")
+    return out
+
+
 def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: bool = True,
           init: tuple | None = None, epilogues: Sequence = (), dead: Set[str] = frozenset(),
           fill: tuple | None = None, stream: tuple | None = None,
           init_nest: ir.Stmt | None = None):
+    """:func:`_guarded_tile`; a tile whose ``C`` is strided by a symbolic extent (a
+    channel-form convolution of symbolic image sizes) and whose ``R`` reads its input
+    under padding guards ``cond ? x : 0`` becomes ``if (interior) <the tile reading x
+    unguarded> else <the tile>``, ``interior`` each guard's comparisons at their worst
+    corner of the tile's rows and reduction loops (:func:`interior`): the tiles away
+    from the border evaluate no condition (``POLYCOMP_CONV_INTERIOR=0``: not)."""
+    args = (lanes_of, tile_ids, prefetch, init, epilogues, dead, fill, stream, init_nest)
+    plain = _guarded_tile(lk, li, lj, st, rest, *args)
+    stride = column_stride(st.indices[0], lj.var)
+    if plain is None or isinstance(stride, int) or stride is None or \
+            os.environ.get("POLYCOMP_CONV_INTERIOR", "1") == "0":
+        return plain
+    ung = _Unguarded()
+    bare = ung.visit(rest)
+    rows = _row_bound(li)
+    if not ung.conds or rows is None:
+        return plain
+    box = [(li.var, ir.IntImm(0), ir.IntImm(max(rows - 1, 0)))] + \
+        [(k.var, k.min, simplify(k.min + k.extent - 1)) for k in lk]
+    inner = interior(ung.conds, box)
+    if inner is None:
+        return plain
+    if not isinstance(li.extent, ir.IntImm):
+        # the fast tile only as a full one (the tile of fewer rows ends an output row,
+        # at the border of a padded image): no second fewer-rows variant to build
+        full = upper_bound(li.extent)
+        if full is None or not ir.is_const(li.min, 0):
+            return plain
+        inner = ir.Binary("&&", ir.Binary("==", li.extent, ir.IntImm(full), "bool"), inner,
+                          "bool")
+        li = ir.For(li.var, li.min, ir.IntImm(full), li.kind, li.body, li.annotations)
+        if init is not None and len(init) > 2:
+            return plain
+    fast = _guarded_tile(lk, li, lj, st, bare, *args)
+    return plain if fast is None else ir.IfThenElse(inner, fast, plain)
+
+
+def _guarded_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int],
+                  prefetch: bool = True, init: tuple | None = None, epilogues: Sequence = (),
+                  dead: Set[str] = frozenset(), fill: tuple | None = None,
+                  stream: tuple | None = None, init_nest: ir.Stmt | None = None):
     """The register tile of the module docstring, or None; ``tile_ids`` numbers the
     tiles of one function (``acc1``/``mk1_*``, ``acc2``/``mk2_*``, ...); ``prefetch``:
     prefetch a contiguous ``C`` tile's lines for writing before the ``k`` loop.
@@ -236,18 +361,21 @@ def _tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetch: boo
         return _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch,
                            li.extent.value, lj.extent.value, init=init, epilogues=epilogues,
                            dead=dead, fill=fill, stream=stream)
-    if (init is not None and init_nest is None) or epilogues:
+    if ((init is not None and init_nest is None) or epilogues) and \
+            not strided_rows(li, lj, st):
         return None
     MR, NR = upper_bound(li.extent), upper_bound(lj.extent)
     if MR is None or NR is None or MR < 1 or NR < 2:
         return None
     full = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR,
-                       init=init)
+                       init=init, epilogues=epilogues, dead=dead)
     if full is None:
         return None
     cols = None if isinstance(lj.extent, ir.IntImm) else lj.extent
     rows = None if isinstance(li.extent, ir.IntImm) else li.extent
-    part = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR, cols, rows)
+    part = _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids, prefetch, MR, NR, cols, rows,
+                       init=None if init_nest is not None else init, epilogues=epilogues,
+                       dead=dead)
     if part is None:
         return None
     whole: ir.Expr | None = None
@@ -299,9 +427,10 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
             (lo is None and not ir.is_const(li.min, 0)):
         return None
     c = st.indices[0]
-    cstride = index_coeff(c, lj.var)
-    if not isinstance(cstride, int) or cstride < 1 or any(uses(c, k.var) for k in lk) or \
-            ((cols is not None or rows is not None or lo is not None) and cstride != 1):
+    cstride = column_stride(c, lj.var)
+    if cstride is None or any(uses(c, k.var) for k in lk) or \
+            ((cols is not None or lo is not None) and cstride != 1) or \
+            (rows is not None and cstride != 1 and not conv_symbolic_enabled()):
         return None
 
     def row(i: int) -> ir.Expr:
@@ -379,7 +508,7 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
         return simplify(ir.substitute(c, {li.var: ir.IntImm(i), lj.var: ir.IntImm(u * L)}))
 
     def cref(i, u):
-        return ir.Ramp(cidx(i, u), ir.IntImm(cstride), L)
+        return ir.Ramp(cidx(i, u), ir.const(cstride), L)
 
     # C strided along the columns (a convolution's channel form: columns are output
     # channels, one plane apart): each accumulator is stored through a small stack
@@ -466,8 +595,10 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
                     "+", masked(u, ir.Load(st.buffer, (cref(i, u),), D, L), i),
                     ir.Load(acc, (slot(i, u),), D, L), D)
             else:
-                loads.append(ir.Store(acc, (slot(i, u),),
-                                      masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)), L))
+                ld: ir.Stmt = ir.Store(acc, (slot(i, u),),
+                                       masked(u, ir.Load(st.buffer, (cref(i, u),), D, L)), L)
+                here = exists(i)    # a row past the tile's: C not read there
+                loads.append(ld if here is None else ir.IfThenElse(here, ld))
                 total = ir.Load(acc, (slot(i, u),), D, L)
             store: ir.Stmt = ir.Store(st.buffer, (cref(i, u),), total, L)
             plain: ir.Stmt = ir.Store(st.buffer, (cref(i, u),),
@@ -502,10 +633,11 @@ def _fixed_tile(lk, li, lj, st, rest, lanes_of, tile_ids: Iterator[int], prefetc
         body = ir.For(k.var, k.min, k.extent, k.kind, body,
                       k.annotations + (("microkernel", f"{MR}x{NR}"),))
     if epilogues:
-        if any(count(u, i) is not None or exists(i) is not None
+        if any(count(u, i) is not None or (exists(i) is not None and lane_buf is None)
                for i in range(MR) for u in range(NV)):
             return None
-        epi = _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR, NV, L, D, lane_buf, dead)
+        epi = _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR, NV, L, D, lane_buf, dead,
+                              exists)
         if epi is None:
             return None
         if lane_buf is not None and st.buffer.name in dead:
@@ -674,7 +806,8 @@ def _epilogue_nests(stmts, guard, lk, li, lj, st, rest) -> tuple[list, int]:
     from polycomp.lowering.vectorize import VECTOR_MATH
     out: list = []
     used = 0
-    if not isinstance(li.extent, ir.IntImm) or not isinstance(lj.extent, ir.IntImm):
+    if not (isinstance(li.extent, ir.IntImm) and isinstance(lj.extent, ir.IntImm)) and \
+            not strided_rows(li, lj, st):
         return out, used
     own = {st.buffer: simplify(st.indices[0])}
     written = {st.buffer}
@@ -732,8 +865,8 @@ def _epilogue_nest(nest, lk, li, lj, st, own: dict, written: set, vector_math):
     ren = {a.var: b.var for a, b in pairs}
     idx = simplify(ir.substitute(est.indices[0], ren))
     value = ir.substitute(est.value, ren)
-    cs, es = index_coeff(st.indices[0], lj.var), index_coeff(idx, lj.var)
-    if not isinstance(es, int) or es < 1 or (cs == 1 and es != 1) or \
+    cs, es = column_stride(st.indices[0], lj.var), column_stride(idx, lj.var)
+    if es is None or (cs == 1 and es != 1) or \
             any(uses(idx, k.var) or uses(value, k.var) for k in lk):
         return None
     if cond is not None and any(uses(cond, v) for v in (li.var, lj.var)):
@@ -767,13 +900,15 @@ class _OwnPoint(ir.Mutator):
 
 
 def _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR: int, NV: int, L: int, D: str,
-                    lane_buf: ir.Buffer | None = None, dead: Set[str] = frozenset()):
+                    lane_buf: ir.Buffer | None = None, dead: Set[str] = frozenset(),
+                    exists=lambda i: None):
     """The vector statements of a fused epilogue chain (see :func:`_fixed_tile`; every
     statement under the same ``cond``): per accumulator vector ``(i, u)``, ``C``'s value
     is ``acc[i][u]``, each statement's value is widened along ``jj`` with ``C`` and the
     earlier statements' values bound as vector lets, and stored (not the arrays in
-    ``dead``, chain temporaries).  ``(cond, body)``, or None when a value does not
-    widen or the conditions differ."""
+    ``dead``, chain temporaries), rows ``i`` where ``exists(i)`` is not None only under
+    it (a tile of a run-time row count).  ``(cond, body)``, or None when a value does
+    not widen or the conditions differ."""
     cond = epilogues[0][0]
     if any((c is None) != (cond is None) or (c is not None and not ir.structural_equal(
             c, cond)) for c, _ in epilogues):
@@ -809,7 +944,9 @@ def _epilogue_stmts(epilogues, st, li, lj, acc, slot, MR: int, NV: int, L: int, 
             body: ir.Stmt = ir.seq(*(store for _, _, store in chain if store is not None))
             for ev, vec, _ in reversed(chain):
                 body = ir.LetStmt(ev, vec, body)
-            vecs.append(ir.LetStmt(cv, ir.Load(acc, (slot(i, u),), D, L), body))
+            one: ir.Stmt = ir.LetStmt(cv, ir.Load(acc, (slot(i, u),), D, L), body)
+            here = exists(i)
+            vecs.append(one if here is None else ir.IfThenElse(here, one))
     return cond, ir.seq(*vecs)
 
 
@@ -963,8 +1100,8 @@ class _Micro(ir.Mutator):
         if m is None:
             return None, 0
         lk, li, lj, st, rest = m
-        init = _fused_init(nest, lk, li, lj, st) if nest is not None and not own_read \
-            else None
+        init = _fused_init(nest, lk, li, lj, st, strided_rows(li, lj, st)) \
+            if nest is not None and not own_read else None
         init_nest = None
         if nest is not None and init is None and self.acc_init_split and guard is None \
                 and fill is None and st.buffer.dtype == "float64" and not (

@@ -60,7 +60,9 @@ the weights, packed in panels of ``NR`` channels), ``i`` = the output width:
 
 (weights read in place: no pack mark, and with a channel tile, :func:`channel_tile`, a
 band ``[floor(c/c_tile)]`` between ``band[floor(f/NR)]`` and the batch band; rows of at
-most 16 pixels take one register tile each, :func:`row_register_block`).  By default
+most 16 pixels take one register tile each, :func:`row_register_block`; with a symbolic
+output width the tiles are isolated in the channels only, :func:`symbolic_rows`, so the
+last row tile of each output row is the micro-kernel's too).  By default
 (:func:`accumulators_from_init`) the channel form's init is not a filter of its own:
 it joins every band (its channel tile ``0``) and runs on each register tile right
 before the micro-kernel, ``band[floor(i/MR)] -> sequence[init: band[i mod MR, f mod
@@ -1282,15 +1284,15 @@ def _full_tiles(img: isl.Set, p: int, t: int, sizes: tuple, dims: tuple) -> isl.
 
 
 def isolate_full_tiles(prefix: list, tile: list, point: list, sizes: tuple,
-                       domain: isl.Set) -> isl.UnionSet:
+                       domain: isl.Set, tried: tuple = ((0, 1), (0,), (1,))) -> isl.UnionSet:
     """The AST option ``{ isolate[[prefix] -> [tile]] }`` of the tiles whose points
     ``point`` (of extents ``sizes``) all exist in ``domain``; when there is no such tile
     (an output narrower than one tile), of the tiles full in the first point dimension,
     else in the second (with compile-time extents the other dimension's bound is then a
-    constant too)."""
+    constant too).  ``tried``: the point dimensions to be full, in the order tried."""
     p, t = len(prefix), len(tile)
     img = _image(prefix + tile + point, domain)         # [prefix, tile, point]
-    for dims in ((0, 1), (0,), (1,)):
+    for dims in tried:
         full = _full_tiles(img, p, t, sizes, dims)
         if not full.is_empty():
             break
@@ -1462,7 +1464,8 @@ def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list, ispace=None,
     ct = [on_all(ct_of)] if b.c_tile else []
     outer = batch + [ft] if b.rows_outer else [ft] + ct + batch
     iso = isolate_full_tiles(ct + outer if b.rows_outer else outer, [it], [ii, jj],
-                             (b.MR, b.NR), op.update.domain)
+                             (b.MR, b.NR), op.update.domain,
+                             ((1,),) if symbolic_rows(op) else ((0, 1), (0,), (1,)))
     point = T.Band([ii, jj], permutable=True, coincident=[True, True])
     red = T.Band([to_upa(dim_aff(sp, t)) for t in op.k], point, permutable=True)
     tile: T.Mark | T.Sequence = T.Mark(marks.CPU_MICROKERNEL, red)
@@ -1495,6 +1498,20 @@ def channel_tree(op: OuterProduct, b: Blocking, sp, requests: list, ispace=None,
     mark_y = request_mark(requests, PackRequest(op.y.buffer, 0, b.NR, "L2"))
     return T.Mark(marks.CPU_PARALLEL, T.Band([ft], T.Mark(mark_y, body), permutable=True,
                                              coincident=[True]))
+
+
+def symbolic_rows(op: OuterProduct) -> bool:
+    """Whether a channel-form convolution's output width (``i``) has a symbolic extent
+    (image sizes symbolic: torch.compile ``dynamic=True``), so that its row tiles are
+    isolated only in the channels (the tiles of all ``NR`` output channels): each row
+    tile is then the micro-kernel's, the last one of a row with a run-time count of
+    pixels ``min(MR, OW - MR*it)`` (:mod:`polycomp.hw.cpu.microkernel`: a full and a
+    fewer-rows variant), instead of a partial piece of ``OW mod MR`` pixels that isl
+    generates apart and that ran as scalar code under the padding conditions (gcc
+    unswitched it into four copies).  ``POLYCOMP_CONV_SYMBOLIC=0`` isolates the full
+    tiles as with constant sizes (for comparisons)."""
+    return op.channel and _extent(op.update.domain, op.i) is None and \
+        os.environ.get("POLYCOMP_CONV_SYMBOLIC", "1") != "0"
 
 
 def _prepacked_mark(op: OuterProduct, b: Blocking, requests: list, tree):
