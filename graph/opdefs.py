@@ -278,12 +278,22 @@ def split_reshape(src: Shape, dst: Shape) -> tuple[int, Shape, Shape] | None:
     """``(prefix, src_rest, dst_rest)`` when ``src -> dst`` keeps a common prefix and the
     rest are integer extents (a quasi-affine index map), else None."""
     k = 0
-    while k < min(len(src), len(dst)) and sympy.simplify(src[k] - dst[k]) == 0:
+    while k < min(len(src), len(dst)) and _same_extent(src[k], dst[k]):
         k += 1
     rs, rd = tuple(src[k:]), tuple(dst[k:])
     if all(d.is_Integer for d in (*rs, *rd)):
         return k, rs, rd
     return None
+
+
+def _same_extent(a, b) -> bool:
+    """``sympy.simplify(a - b) == 0``; a difference sympy already evaluated to an
+    integer is decided without ``simplify`` (which returns an integer as it is, and
+    costs milliseconds)."""
+    d = sympy.sympify(a - b)
+    if d.is_Integer:
+        return bool(d == 0)
+    return bool(sympy.simplify(d) == 0)
 
 
 def _reshape_shape(node: Node, cs: Constraints) -> Shape:

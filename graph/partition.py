@@ -134,7 +134,7 @@ def _convex(nodes: set[Node], order: dict[Node, int], cons: dict) -> bool:
 
 
 def _absorb(seed: Node, free: set[Node], graph: Graph, cons: dict, order: dict,
-            prologue_kinds: tuple[str, ...]) -> list[Node]:
+            prologue_kinds: tuple[str, ...], kinds: dict[Node, str]) -> list[Node]:
     group = {seed}
     changed = True
     while changed:
@@ -142,7 +142,7 @@ def _absorb(seed: Node, free: set[Node], graph: Graph, cons: dict, order: dict,
         for n in sorted(group, key=order.__getitem__):  # epilogue: single consumer chain
             cs = cons.get(n.output, [])
             if len(cs) == 1 and cs[0] in free and cs[0] not in group \
-                    and kind_of(cs[0]) in ("elementwise", "injective") \
+                    and kinds[cs[0]] in ("elementwise", "injective") \
                     and n.output not in graph.outputs and len(group) < MAX_NODES \
                     and _convex(group | {cs[0]}, order, cons):
                 group.add(cs[0])
@@ -151,7 +151,7 @@ def _absorb(seed: Node, free: set[Node], graph: Graph, cons: dict, order: dict,
             for v in n.inputs:
                 p = v.producer
                 if p is not None and p in free and p not in group \
-                        and kind_of(p) in prologue_kinds and v not in graph.outputs \
+                        and kinds[p] in prologue_kinds and v not in graph.outputs \
                         and all(c in group for c in cons.get(v, [])) \
                         and len(group) < MAX_NODES and _convex(group | {p}, order, cons):
                     group.add(p)
@@ -165,18 +165,21 @@ def partition(graph: Graph, fuse: bool = True) -> Partition:
     order = {n: k for k, n in enumerate(graph.nodes)}
     env = {s: COST_DIMS for s in graph.dims()}
     free = set(graph.nodes)
+    # each node's kind, once (kind_of of a reshape asks sympy whether its shapes keep
+    # a common prefix: milliseconds, and the loops below asked it up to four times)
+    kinds = {n: kind_of(n) for n in graph.nodes}
     groups: list[Group] = []
     if fuse:
         for kind, prologue in (("backbone", ("injective",)),
                                ("reduce", ("elementwise", "injective"))):
             for n in graph.nodes:
-                if n in free and kind_of(n) == kind:
-                    members = _absorb(n, free, graph, cons, order, prologue)
+                if n in free and kinds[n] == kind:
+                    members = _absorb(n, free, graph, cons, order, prologue, kinds)
                     free -= set(members)
                     groups.append(Group(kind, members))
     for n in graph.nodes:
         if n in free:
-            nk = kind_of(n)
+            nk = kinds[n]
             groups.append(Group("view" if nk == "view" else
                                 {"backbone": "backbone", "reduce": "reduce",
                                  "chain": "chain"}.get(nk, "stitch"),

@@ -44,6 +44,8 @@ _MATH_F64 = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": 
 
 
 _NARROW_INTS = ("int8", "int32")
+#: the binary operators of index arithmetic (polycomp.lowering.simplify.is_index)
+_INDEX_BINARY_OPS = frozenset(("+", "-", "*", "//", "%", "min", "max"))
 # the unsigned type of each integer dtype's width (names that C and CUDA both have)
 _UNSIGNED = {"int8": "unsigned char", "int32": "unsigned int", "int64": "unsigned long long"}
 
@@ -72,6 +74,8 @@ class CLikePrinter:
         self.minus_bounds = conv_symbolic_enabled()
         # int64 lets bound to data: their arithmetic wraps (printed unsigned)
         self.data_vars: set = set()
+        # id -> node: operands of index arithmetic being printed (see index_operand)
+        self._index_operands: dict[int, ir.Expr] = {}
 
     # --------------------------------------------------------------- types
     def value_type(self, dtype: str) -> str:
@@ -167,7 +171,7 @@ class CLikePrinter:
             return f"(!{a})"
         if e.dtype in _NARROW_INTS:
             return f"(({self.types[e.dtype]})(-(int64_t)({a})))"
-        if e.dtype == "int64" and not self.is_index(e):   # -INT64_MIN wraps (numpy)
+        if e.dtype == "int64" and not self._index_arith(e):   # -INT64_MIN wraps (numpy)
             return f"(({self.types['int64']})(0ull - ({_UNSIGNED['int64']})({a})))"
         return f"(-{a})"
 
@@ -199,11 +203,13 @@ class CLikePrinter:
         raise NotImplementedError(f"{type(self).__name__} cannot print {type(e).__name__}")
 
     def binary(self, e: ir.Binary) -> str:
+        if e.op in _INDEX_BINARY_OPS and self._index_operands.get(id(e)) is e:
+            self._index_arith(e)          # its operands are index arithmetic too
         if e.op in ir.BITWISE_OPS:
             return self.bitwise(e)
         if e.dtype in _NARROW_INTS and e.op in ("+", "-", "*", "//", "%"):
             return self.narrow_int_binary(e)
-        if e.dtype == "int64" and e.op in ("+", "-", "*") and not self.is_index(e):
+        if e.dtype == "int64" and e.op in ("+", "-", "*") and not self._index_arith(e):
             u = _UNSIGNED["int64"]
             return (f"(({self.types['int64']})(({u})({self.expr(e.a)}) {e.op} "
                     f"({u})({self.expr(e.b)})))")
@@ -250,6 +256,25 @@ class CLikePrinter:
         from polycomp.lowering.simplify import is_index
         return is_index(e, self.data_vars, self.index_calls, selects=True)
 
+    def _index_arith(self, e: ir.Binary | ir.Unary) -> bool:
+        """``is_index(e)`` of an ``int64`` binary or negation being printed, remembering
+        that its operands are index arithmetic too when it is: :meth:`is_index` of a
+        ``+ - * // % min max`` or ``neg`` holds exactly when it holds for its operands
+        (:func:`polycomp.lowering.simplify.is_index`; a printer's override keeps that),
+        so printing a sum of depth ``d`` walks it once instead of once per level
+        (quadratic).  The memo holds the operands (ids stay theirs) and is emptied
+        whenever :attr:`data_vars` grows (the answers depend on it)."""
+        known = self._index_operands.get(id(e)) is e
+        if not known and not self.is_index(e):
+            return False
+        if isinstance(e, ir.Binary):
+            if e.op in _INDEX_BINARY_OPS:
+                self._index_operands[id(e.a)] = e.a
+                self._index_operands[id(e.b)] = e.b
+        elif e.op == "neg":
+            self._index_operands[id(e.a)] = e.a
+        return True
+
     def narrow_int_binary(self, e: ir.Binary) -> str:
         """int8/int32 ``+ - * // %``: computed in int64 (no C overflow UB, no int
         promotion surprises) and wrapped to the dtype, as numpy and the interpreter do."""
@@ -289,6 +314,7 @@ class CLikePrinter:
                 self.nonneg.add(s.var)
             if s.var.dtype == "int64" and not self.is_index(s.value):
                 self.data_vars.add(s.var)
+                self._index_operands.clear()
             self.emit(f"const {self.value_type(s.var.dtype)} {s.var.name} = {self.expr(s.value)};")
             self.stmt(s.body)
             self.level -= 1

@@ -80,10 +80,15 @@ def is_index(e, data_vars=frozenset(), index_calls=frozenset(), selects=False) -
     return False
 
 
-def linear(e, dtype: str | None = None):
+def linear(e, dtype: str | None = None, forms: dict | None = None):
     """(terms: dict atom->coeff (insertion ordered), const) of ``e`` as a ``dtype``
     value (default its own), or None if not integer.  The form is exact modulo
-    ``2**bits``; a sub-expression of another integer dtype is an atom."""
+    ``2**bits``; a sub-expression of another integer dtype is an atom.
+
+    ``forms``: ``id(node) -> (node, linear(node))`` of nodes of their own dtype whose
+    form is known (:meth:`Simplifier.visit_Binary` records those of the sums it builds);
+    a node found there is not walked again.  The returned terms may then be a dict
+    held by ``forms``: callers copy before changing it (every caller here does)."""
     if e.dtype not in dt.INTS:
         return None
     if dtype is None:
@@ -92,8 +97,12 @@ def linear(e, dtype: str | None = None):
         return {}, e.value
     if e.dtype != dtype:
         return {e: 1}, 0
+    if forms is not None:
+        hit = forms.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
     if isinstance(e, ir.Binary) and e.op in ("+", "-"):
-        a, b = linear(e.a, dtype), linear(e.b, dtype)
+        a, b = linear(e.a, dtype, forms), linear(e.b, dtype, forms)
         if a is None or b is None:
             return None
         s = -1 if e.op == "-" else 1
@@ -102,7 +111,7 @@ def linear(e, dtype: str | None = None):
             terms[k] = terms.get(k, 0) + s * c
         return terms, a[1] + s * b[1]
     if isinstance(e, ir.Binary) and e.op == "*":
-        a, b = linear(e.a, dtype), linear(e.b, dtype)
+        a, b = linear(e.a, dtype, forms), linear(e.b, dtype, forms)
         if a is None or b is None:
             return None
         if not a[0]:
@@ -112,7 +121,7 @@ def linear(e, dtype: str | None = None):
             return {k: v * c for k, v in a[0].items()}, a[1] * c
         return {e: 1}, 0
     if isinstance(e, ir.Unary) and e.op == "neg":
-        a = linear(e.a, dtype)
+        a = linear(e.a, dtype, forms)
         if a is None:
             return None
         return {k: -v for k, v in a[0].items()}, -a[1]
@@ -128,6 +137,16 @@ def _key(atom):
 def _from_linear(terms, const, dtype) -> ir.Expr:
     """The expression of a linear form; coefficients and the constant are reduced to
     ``dtype`` (exact modulo ``2**bits``; the dtype's minimum is added, never negated)."""
+    return _from_linear_and_form(terms, const, dtype)[0]
+
+
+def _from_linear_and_form(terms, const, dtype):
+    """(:func:`_from_linear`, its own :func:`linear` form or None for a constant).
+    The form is what :func:`linear` reads back from the expression built here: the
+    atoms of positive coefficient (and of the dtype's minimum) first, then the
+    negative ones, each with its wrapped coefficient, zeros dropped; the wrapped
+    constant.  (Each atom is a node :func:`linear` maps to ``{atom: 1}``: a Var, a
+    non-linear product, a node of another dtype or of another kind.)"""
     lowest = -(1 << (dt.bits(dtype) - 1))
     pos: list[tuple[ir.Expr, int]] = []
     neg: list[tuple[ir.Expr, int]] = []
@@ -137,35 +156,46 @@ def _from_linear(terms, const, dtype) -> ir.Expr:
             continue
         (pos if c > 0 or c == lowest else neg).append((atom, abs(c) if c != lowest else c))
     out = None
+    form: dict = {}
 
     def term(atom, c):
         return atom if c == 1 else ir.Binary("*", atom, ir.IntImm(c, dtype), dtype)
     for atom, c in pos:
         t = term(atom, c)
         out = t if out is None else ir.Binary("+", out, t, dtype)
+        form[atom] = c
     for atom, c in neg:
         t = term(atom, c)
         out = ir.Binary("-", out, t, dtype) if out is not None else ir.Unary("neg", t, dtype)
+        form[atom] = -c
     const = wrap(const, dtype)
     if out is None:
-        return ir.IntImm(const, dtype)
+        return ir.IntImm(const, dtype), None
     if const > 0 or const == lowest:
         out = ir.Binary("+", out, ir.IntImm(const, dtype), dtype)
     elif const < 0:
         out = ir.Binary("-", out, ir.IntImm(-const, dtype), dtype)
-    return out
+    return out, (form, const)
 
 
 def _merge_atoms(terms):
-    """Combine structurally equal atoms (e.g. two copies of ``x // 4``)."""
+    """Combine structurally equal atoms (e.g. two copies of ``x // 4``).  A Var equals
+    only itself (:func:`polycomp.ir.structural_equal`), and the keys of ``terms`` are
+    distinct objects, so only the other atoms are compared, with each other (comparing
+    every atom with every key made a sum of ``n`` Vars cost ``n**2`` at each level)."""
     out: dict = {}
+    others: list = []           # the keys of ``out`` that are not Vars, in order
     for atom, c in terms.items():
-        for k in out:
-            if k is atom or (not isinstance(k, ir.Var) and ir.structural_equal(k, atom)):
+        if isinstance(atom, ir.Var):
+            out[atom] = c
+            continue
+        for k in others:
+            if k is atom or ir.structural_equal(k, atom):
                 out[k] += c
                 break
         else:
             out[atom] = c
+            others.append(atom)
     return out
 
 
@@ -222,12 +252,16 @@ class Simplifier(ir.Mutator):
     """See the module docstring; ``bounds`` holds the constant ranges of enclosing loop
     variables, used to decide ``(q*x + r) // q == x`` when ``0 <= r < q``."""
 
-    def __init__(self):
+    def __init__(self, remember_forms: bool = True):
         self.bounds: dict = {}
         # id(simplified allocation chain) -> (that node, the buffers it uses)
         self._uses: dict = {}
         # int64 Vars let-bound to data (their arithmetic wraps: not index arithmetic)
         self.data_vars: set = set()
+        # id(sum built by visit_Binary) -> (that node, its linear form): the sum one
+        # level up reads its operands' forms here instead of walking them again
+        # (quadratic in the depth of a sum); None: no memo (every form recomputed)
+        self._forms: dict | None = {} if remember_forms else None
 
     def _index(self, *es) -> bool:
         return all(is_index(e, self.data_vars) for e in es)
@@ -287,9 +321,13 @@ class Simplifier(ir.Mutator):
             return ir.Binary(op, a, b, "bool")
         if e.dtype in dt.INTS:
             if op in ("+", "-", "*"):
-                lin = linear(ir.Binary(op, a, b, e.dtype))
+                lin = linear(ir.Binary(op, a, b, e.dtype), forms=self._forms)
                 if lin is not None:
-                    return _from_linear(_merge_atoms(lin[0]), lin[1], e.dtype)
+                    out, form = _from_linear_and_form(_merge_atoms(lin[0]), lin[1], e.dtype)
+                    # (a lone atom of another dtype is no form of its own dtype)
+                    if form is not None and self._forms is not None and out.dtype == e.dtype:
+                        self._forms[id(out)] = (out, form)
+                    return out
             if op in ("min", "max") and self._index(a, b):
                 d = const_difference(a, b)
                 if d is not None:

@@ -239,3 +239,169 @@ def test_privatisation_flow_under_the_flat_order_equals_the_tree_one(kernel, mon
             flows += not tree.is_empty()
         checked += 1
     assert checked and (flows or kernel != "row_temp")
+
+
+# --------------------------------------------------------------------------- twelfth round
+
+
+def _violated_all_pairs(schedule, deps):
+    """The former violated_dependences: every two statements related first."""
+    from polycomp.islutil import sets
+    from polycomp.scheduler.common.tree import schedule_map
+    smap = schedule_map(schedule)
+    bad = isl.UnionMap.empty(deps.get_space())
+    if smap.is_empty() or deps.is_empty():
+        return bad
+    for r in sets(smap.range()):
+        ge = isl.UnionMap.from_map(isl.Map.lex_ge(r.get_space()))
+        bad = bad.union(deps.intersect(smap.apply_range(ge).apply_range(smap.reverse())))
+    return bad
+
+
+@pytest.mark.parametrize("tree", [
+    # S writes A[i], T reads A[i - 1] and A[i]: legal in program order
+    '{ domain: "[N] -> { S[i] : 0 <= i < N; T[i] : 0 <= i < N }", child: { sequence: ['
+    '{ filter: "{ S[i] }", child: { schedule: "[{ S[i] -> [(i)] }]" } },'
+    '{ filter: "{ T[i] }", child: { schedule: "[{ T[i] -> [(i)] }]" } } ] } }',
+    # the two statements swapped: every dependence violated
+    '{ domain: "[N] -> { S[i] : 0 <= i < N; T[i] : 0 <= i < N }", child: { sequence: ['
+    '{ filter: "{ T[i] }", child: { schedule: "[{ T[i] -> [(i)] }]" } },'
+    '{ filter: "{ S[i] }", child: { schedule: "[{ S[i] -> [(i)] }]" } } ] } }',
+    # fused, T first in the body: T[i] reads A[i] before S[i] writes it
+    '{ domain: "[N] -> { S[i] : 0 <= i < N; T[i] : 0 <= i < N }", child: {'
+    ' schedule: "[{ S[i] -> [(i)]; T[i] -> [(i)] }]", child: { sequence: ['
+    '{ filter: "{ T[i] }" }, { filter: "{ S[i] }" } ] } } }',
+    # schedule spaces of different dimensions (never compared), T reversed in time
+    '{ domain: "[N] -> { S[i] : 0 <= i < N; T[i] : 0 <= i < N }", child: { sequence: ['
+    '{ filter: "{ S[i] }", child: { schedule: "[{ S[i] -> [(i)] }]" } },'
+    '{ filter: "{ T[i] }", child: { schedule: "[{ T[i] -> [(-i)] }]" } } ] } }',
+])
+def test_violated_dependences_per_map_equal_the_all_pairs_relation(tree):
+    """violated_dependences relates each dependence map's own two statements only; the
+    relation is the one of relating every two statements first (legal and illegal
+    trees), and is_legal agrees."""
+    from polycomp.scheduler.common.tree import (
+        is_legal,
+        schedule_from_str,
+        violated_dependences,
+    )
+    schedule = schedule_from_str(tree)
+    deps = isl.UnionMap("[N] -> { S[i] -> T[i + 1] : 0 <= i < N - 1; S[i] -> T[i] : "
+                        "0 <= i < N; T[i] -> T[i + 1] : 0 <= i < N - 1; "
+                        "S[i] -> S[i + 2] : 0 <= i < N - 2 }")
+    new, old = violated_dependences(schedule, deps), _violated_all_pairs(schedule, deps)
+    assert new.is_equal(old)
+    assert is_legal(schedule, deps) == old.is_empty()
+
+
+def _random_index_expr(rng, depth, dtype, leaves):
+    if depth == 0 or rng.random() < 0.2:
+        if rng.random() < 0.6:
+            return rng.choice(leaves[dtype])
+        return ir.IntImm(rng.choice([0, 1, -1, 2, 3, -4, 2 ** 62, -2 ** 63, 2 ** 31])
+                         if dtype == "int64" else rng.choice([0, 1, -1, 5, -2 ** 31]), dtype)
+    op = rng.choice(["+", "+", "-", "-", "*", "//", "%", "min", "max", "neg", "mix"])
+    if op == "neg":
+        return ir.Unary("neg", _random_index_expr(rng, depth - 1, dtype, leaves), dtype)
+    if op == "mix":       # an atom of another dtype
+        other = "int32" if dtype == "int64" else "int64"
+        return ir.Binary("+", ir.Cast(_random_index_expr(rng, depth - 1, other, leaves), dtype),
+                         _random_index_expr(rng, depth - 1, dtype, leaves), dtype)
+    b = _random_index_expr(rng, depth - 1, dtype, leaves)
+    if op in ("//", "%") and rng.random() < 0.7:
+        b = ir.IntImm(rng.choice([1, 2, 4, 8]), dtype)
+    return ir.Binary(op, _random_index_expr(rng, depth - 1, dtype, leaves), b, dtype)
+
+
+def _leaves(data):
+    i, j, n = ir.Var("i"), ir.Var("j"), ir.Var("n", is_param=True)
+    buf = ir.Buffer("A", "int64", (ir.IntImm(8),))
+    load = ir.Load(buf, (i,), "int64")
+    return {"int64": [i, j, n, load, data, ir.Binary("//", i, ir.IntImm(4), "int64")],
+            "int32": [ir.Var("a", "int32"), ir.Var("b", "int32")]}
+
+
+def _merge_atoms_pairwise(terms):
+    """The former _merge_atoms: every atom compared with every kept key."""
+    out: dict = {}
+    for atom, c in terms.items():
+        for k in out:
+            if k is atom or (not isinstance(k, ir.Var) and ir.structural_equal(k, atom)):
+                out[k] += c
+                break
+        else:
+            out[atom] = c
+    return out
+
+
+def test_simplifier_forms_are_what_linear_reads_back():
+    """The linear forms the simplifier records for the sums it builds are linear() of
+    those sums (same atoms in the same order, same coefficients); simplifying with the
+    forms gives the tree simplifying without them gives; _merge_atoms merges as
+    comparing every atom with every key does."""
+    from polycomp.lowering import simplify as S
+    rng = random.Random(12)
+    leaves = _leaves(ir.Var("d"))
+    recorded = 0
+    for _ in range(1500):
+        e = _random_index_expr(rng, rng.randint(1, 8), rng.choice(["int64", "int32"]), leaves)
+        s = S.Simplifier()
+        out = s.visit(e)
+        assert ir.structural_equal(out, S.Simplifier(remember_forms=False).visit(e))
+        assert s._forms is not None
+        for node, form in s._forms.values():
+            direct = S.linear(node)
+            assert direct == form and list(direct[0]) == list(form[0])
+            recorded += 1
+        lin = S.linear(e)
+        if lin is not None:
+            assert list(S._merge_atoms(lin[0]).items()) == \
+                list(_merge_atoms_pairwise(lin[0]).items())
+    assert recorded > 1000
+
+
+class _DirectIndexPrinter:
+    """A printer that asks is_index at every node (the former behaviour)."""
+
+    def _index_arith(self, e):
+        return self.is_index(e)
+
+
+def test_printer_index_memo_prints_what_is_index_at_every_node_prints():
+    """CPrinter remembers that the operands of index arithmetic are index arithmetic;
+    the C it prints is the C of asking is_index at every node, also for expressions
+    mixing loads, data-bound lets and index values."""
+    from polycomp.hw.cpu.codegen import CPrinter
+    direct_cls = type("DirectCPrinter", (_DirectIndexPrinter, CPrinter), {})
+    rng = random.Random(14)
+    d = ir.Var("d")
+    leaves = _leaves(d)
+    out_buf = ir.Buffer("B", "int64", (ir.IntImm(8),))
+    for _ in range(400):
+        es = [_random_index_expr(rng, rng.randint(1, 7), "int64", leaves) for _ in range(3)]
+        data = ir.Load(ir.Buffer("A", "int64", (ir.IntImm(8),)), (ir.Var("i"),), "int64")
+        body = ir.seq(ir.Store(out_buf, (ir.IntImm(0),), es[0]),
+                      ir.LetStmt(d, ir.Binary("+", data, ir.IntImm(1), "int64"),
+                                 ir.seq(ir.Store(out_buf, (ir.IntImm(1),), es[1]),
+                                        ir.Store(out_buf, (ir.IntImm(2),), es[0]))),
+                      ir.Store(out_buf, (ir.IntImm(3),), es[2]))
+        a, b = CPrinter(), direct_cls()
+        a.stmt(body)
+        b.stmt(body)
+        assert a.lines == b.lines
+
+
+def test_cpu_emit_skips_the_name_check_of_the_legalized_function():
+    """The CPU emit prints the function the legalize-names pass returned without
+    checking its names again: legalize_names returns that function unchanged, and the
+    source equals the one printed after the check."""
+    from polycomp.driver import compile_kernel
+    from polycomp.frontend.ops import OPS
+    from polycomp.hw.clike import legalize_names
+    from polycomp.hw.cpu.backend import LegalNames
+    from polycomp.hw.cpu.codegen import emit_c
+    ck = compile_kernel(OPS["softmax"].kernel("float32"), "c")
+    assert ck.state.slot(LegalNames).func is ck.final_ir
+    assert legalize_names(ck.final_ir) is ck.final_ir
+    assert emit_c(ck.final_ir) == emit_c(ck.final_ir, names_legal=True)
+    assert ck.source.endswith(emit_c(ck.final_ir).split("\n", 1)[1])

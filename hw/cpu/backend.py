@@ -25,6 +25,7 @@ Options: :class:`polycomp.options.CpuOptions`.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from polycomp import ir
@@ -212,7 +213,8 @@ class CpuBackend(Backend):
     def _emit(self, func: ir.LoweredFunc, state: CompileState) -> str:
         from .codegen import emit_c
         printer, header = self.printer_and_header(func, state)
-        return emit_c(func, printer, "".join(header))
+        return emit_c(func, printer, "".join(header),
+                      names_legal=state.slot(LegalNames).func is func)
 
     def printer_and_header(self, func: ir.LoweredFunc, state: CompileState
                            ) -> tuple[type, list[str]]:
@@ -276,10 +278,25 @@ class CpuBackend(Backend):
         return load_module(module, source)
 
 
+@dataclass(eq=False)
+class LegalNames:
+    """State slot (``state.slot(LegalNames)``): the function the ``legalize-names``
+    pass returned.  Its names are legal (:func:`~polycomp.hw.clike.legalize_names`
+    returns such a function unchanged), so :meth:`CpuBackend.emit` prints it without
+    checking them again when it is the function to print (identity: a target pass
+    that rebuilt it gets the check)."""
+    func: ir.LoweredFunc | None = None
+
+
+def _legalize_names(func: ir.LoweredFunc, state: CompileState) -> ir.LoweredFunc:
+    out = state.slot(LegalNames).func = legalize_names(func)
+    return out
+
+
 #: Last codegen pass: the kernel's entry point, buffers and variables get names that
 #: no C keyword, macro, libc/OpenMP function or intrinsic uses (``final_ir`` then has
 #: the names the source has, so the loader finds the entry point).
-_LEGALIZE_NAMES = ir_pass("legalize-names", lambda f, s: legalize_names(f))
+_LEGALIZE_NAMES = ir_pass("legalize-names", _legalize_names)
 
 
 def _vector(state: CompileState) -> bool:
