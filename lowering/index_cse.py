@@ -25,7 +25,9 @@ branch would have skipped it, changes nothing.
 
 Guarantees: two occurrences are *the same expression* when they have the same
 structure and each variable in them is bound by the same binder (the same ``For`` or
-``LetStmt`` at the same position of the tree; a symbolic size by name).  Every index
+``LetStmt`` at the same position of the tree; a symbolic size by name) and lie in
+the same outlined body (an ``outline`` attribute, printed as a function of its own: its
+expressions are bound inside it).  Every index
 expression of at least ``min_nodes`` nodes (``Var``, constant and operator nodes) that
 the printed text would repeat -- it occurs at two places or more that are not inside a
 larger such expression bound once -- becomes ``let ix<n> = e`` wrapped around the
@@ -82,6 +84,7 @@ class _Walk:
         self.binder: dict[ir.Var, int] = {}     # Var -> position of its binder
         self.index_vars: set[ir.Var] = set()    # let variables bound to index values
         self.blocks: list[bool] = []            # whether the statement is a Block
+        self.scope = -1     # the outlined body (``outline`` attribute) the walk is in
 
     def place(self, k: int) -> int:
         """Where the let of key ``k`` goes: the innermost statement holding every
@@ -103,6 +106,7 @@ class _Walk:
         return k, n
 
     def _intern(self, parts: tuple, e: ir.Expr, nodes: int, site: int) -> int:
+        parts += (self.scope,)
         k = self.keys.get(parts)
         if k is None:
             k = self.keys[parts] = len(self.entries)
@@ -197,8 +201,21 @@ class _Walk:
                 self.index_vars.add(s.var)
             else:
                 self.index_vars.discard(s.var)
+        scope = self.scope
+        if _outlined(s):
+            self.scope = me
         for c in _stmts(s):
             self.stmt(c, me)
+        self.scope = scope
+
+
+def _outlined(s: ir.Stmt) -> bool:
+    """Whether ``s``'s body is printed as a function of its own (the vector printer's
+    ``outline`` attribute: a dot-product register tile).  Its index expressions are
+    bound inside it (the printer passes the body's free variables, which it finds
+    in the body's statements and expressions, not in attribute values)."""
+    from polycomp.hw.cpu.microkernel import OUTLINE
+    return isinstance(s, ir.AttrStmt) and s.key == OUTLINE
 
 
 def _index_binary(e: ir.Binary, a: int | None, b: int | None) -> bool:
@@ -302,6 +319,11 @@ class _Rewrite(ir.Mutator):
         self.pos = -1
         self.binder: dict[ir.Var, int] = {}
         self.index_vars: set[ir.Var] = set()
+        self.scope = -1
+
+    def get(self, parts: tuple) -> int | None:
+        """The key of an expression of ``parts`` in the current scope (as interned)."""
+        return self.keys.get(parts + (self.scope,))
 
     # ------------------------------------------------------------ expressions
     def visit(self, node):
@@ -318,27 +340,27 @@ class _Rewrite(ir.Mutator):
         k: int | None = None
         out: ir.Expr = e
         if isinstance(e, ir.IntImm):
-            k = self.keys.get(("i", e.value, e.dtype))
+            k = self.get(("i", e.value, e.dtype))
         elif isinstance(e, ir.Var):
             if e.dtype == "int64" and not (e in self.binder and e not in self.index_vars):
                 b = self.binder.get(e)
-                k = self.keys.get(("v", e.name) if b is None else ("w", b))
+                k = self.get(("v", e.name) if b is None else ("w", b))
         elif isinstance(e, ir.Binary):
             (a, ka), (b_, kb) = self.rw(e.a), self.rw(e.b)
             if ka is not None and kb is not None:
-                k = self.keys.get(("b", e.op, ka, kb))
+                k = self.get(("b", e.op, ka, kb))
             if a is not e.a or b_ is not e.b:
                 out = ir.Binary(e.op, a, b_, e.dtype)
         elif isinstance(e, ir.Unary):
             a, ka = self.rw(e.a)
             if ka is not None:
-                k = self.keys.get(("u", e.op, ka))
+                k = self.get(("u", e.op, ka))
             if a is not e.a:
                 out = ir.Unary(e.op, a, e.dtype)
         elif isinstance(e, ir.Select):
             (c, kc), (t, kt), (f, kf) = self.rw(e.cond), self.rw(e.t), self.rw(e.f)
             if e.dtype == "int64" and kc is not None and kt is not None and kf is not None:
-                k = self.keys.get(("s", kc, kt, kf))
+                k = self.get(("s", kc, kt, kf))
             if c is not e.cond or t is not e.t or f is not e.f:
                 out = ir.Select(c, t, f, e.dtype)
         else:
@@ -367,7 +389,11 @@ class _Rewrite(ir.Mutator):
                 self.index_vars.add(s.var)
             else:
                 self.index_vars.discard(s.var)
+        scope = self.scope
+        if _outlined(s):
+            self.scope = me
         out = _rebuilt(s, exprs, [self.stmt(c) for c in _stmts(s)])
+        self.scope = scope
         for var, value in reversed(lets):
             out = ir.LetStmt(var, value, out)
         return out

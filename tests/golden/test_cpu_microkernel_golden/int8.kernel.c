@@ -1,4 +1,4 @@
-static __attribute__((noinline)) void pc_dot_tile5_1(int64_t c4, int64_t ix8, int64_t ix9, int32_t* restrict matmul, const int32_t* restrict B_pk1_sum, const int8_t* restrict B_pk1, const int8_t* restrict A_pk2) {
+static __attribute__((noinline)) void pc_dot_tile5_1(int64_t c4, int32_t* restrict matmul, const int32_t* restrict B_pk1_sum, const int8_t* restrict B_pk1, const int8_t* restrict A_pk2) {
   {
     __m512i acc1_5_v0;
     __m512i acc1_5_v1;
@@ -40,6 +40,8 @@ static __attribute__((noinline)) void pc_dot_tile5_1(int64_t c4, int64_t ix8, in
       const int64_t ix29 = ((c4 * 64) + 296);
       const int64_t ix30 = ((c4 * 64) + 312);
       const int64_t ix31 = ((c4 * 64) + 328);
+      const int64_t ix8 = pc_min_i64(63, ((-(c4 * 64)) + 69));
+      const int64_t ix9 = (ix8 + 1);
       const int64_t ix10 = (ix8 - 15);
       const int64_t ix12 = (ix8 - 31);
       const int64_t ix14 = (ix8 - 47);
@@ -355,14 +357,12 @@ void mm_int8(const int8_t* restrict A, const int8_t* restrict B, int32_t* restri
               }
               #pragma omp parallel for schedule(static)
               for (int64_t c4 = 0; c4 < 2; ++c4) {
-                const int64_t ix8 = pc_min_i64(63, ((-(c4 * 64)) + 69));
-                const int64_t ix9 = (ix8 + 1);
                 for (int64_t c5 = 0; c5 < 5; ++c5) {
-                  for (int64_t c6 = 0; c6 < ix9; ++c6) {
+                  for (int64_t c6 = 0; c6 < (pc_min_i64(63, ((-(c4 * 64)) + 69)) + 1); ++c6) {
                     matmul[(((c5 * 70) + (c4 * 64)) + c6)] = 0;
                   }
                 }
-                pc_dot_tile5_1(c4, ix8, ix9, matmul, B_pk1_sum, B_pk1, A_pk2);
+                pc_dot_tile5_1(c4, matmul, B_pk1_sum, B_pk1, A_pk2);
               }
               free(B_pk1);
             }
