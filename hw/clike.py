@@ -310,12 +310,7 @@ class CLikePrinter:
         elif isinstance(s, ir.LetStmt):
             self.emit("{")
             self.level += 1
-            if nonnegative(s.value, self.nonneg, self.minus_bounds):
-                self.nonneg.add(s.var)
-            if s.var.dtype == "int64" and not self.is_index(s.value):
-                self.data_vars.add(s.var)
-                self._index_operands.clear()
-            self.emit(f"const {self.value_type(s.var.dtype)} {s.var.name} = {self.expr(s.value)};")
+            self.bind_scalar(s)
             self.stmt(s.body)
             self.level -= 1
             self.emit("}")
@@ -329,6 +324,15 @@ class CLikePrinter:
             self.emit("return;" if s.value is None else f"return {self.expr(s.value)};")
         else:
             raise NotImplementedError(f"{type(self).__name__} cannot print {type(s).__name__}")
+
+    def bind_scalar(self, s: ir.LetStmt) -> None:
+        """The ``const`` local of a scalar ``let`` (its body printed by the caller)."""
+        if nonnegative(s.value, self.nonneg, self.minus_bounds):
+            self.nonneg.add(s.var)
+        if s.var.dtype == "int64" and not self.is_index(s.value):
+            self.data_vars.add(s.var)
+            self._index_operands.clear()
+        self.emit(f"const {self.value_type(s.var.dtype)} {s.var.name} = {self.expr(s.value)};")
 
     def block(self, s) -> None:
         self.level += 1

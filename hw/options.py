@@ -66,6 +66,11 @@ class CpuOptions(Options):
                                "in the full tile (accumulators, its stores) instead of "
                                "a pass of stores before it "
                                "(hw/cpu/microkernel.py; POLYCOMP_ACC_INIT_SPLIT=0 off)")
+    index_cse: bool = opt(True, boolean,
+                          "vector targets: bind each index expression the C would repeat "
+                          "(the lane ranges and clamped rows of masked register tiles) "
+                          "once, in a const local (IR pass index-cse, "
+                          "lowering/index_cse.py; POLYCOMP_INDEX_CSE=0 off)")
     gemm_epilogue: bool = opt(True, boolean,
                               "run an elementwise stage after a product on each register tile")
     prepack: tuple[str, ...] = opt((), name_tuple,

@@ -293,6 +293,9 @@ def test_thread_k_outer_bit_exact(m, n, k, stream, threads, monkeypatch):
     if stream == "1":       # AVX2's 16-float panels copy Y unless told (fill_lines_ok)
         monkeypatch.setenv("POLYCOMP_GEMM_FILL", "1")
     got = {}
+    # the prefetch's clamp is read from the C text: the index expressions spelled out
+    # (the IR pass index-cse off; the other tests here build with it)
+    monkeypatch.setenv("POLYCOMP_INDEX_CSE", "0")
     for order in ("kj", "jk"):
         monkeypatch.setenv("POLYCOMP_GEMM_THREAD_ORDER", order)
         ck = compile_kernel(_matmul(m, n, k, f"tko{order}_{m}_{n}_{k}"),
@@ -505,6 +508,9 @@ def test_stream_aim_bit_exact_on_misaligned_views(monkeypatch):
     monkeypatch.setenv("POLYCOMP_GEMM_STREAM", "1")
     monkeypatch.setenv("POLYCOMP_GEMM_FILL", "1")      # AVX2: fill_lines_ok would copy
     fs = {}
+    # the sources differ in the prefetch lines only: compared with the index expressions
+    # spelled out (the IR pass index-cse off, which would bind the aims' parts apart)
+    monkeypatch.setenv("POLYCOMP_INDEX_CSE", "0")
     for aim in ("1", "0"):
         monkeypatch.setenv("POLYCOMP_GEMM_STREAM_AIM", aim)
         ck = compile_kernel(_matmul(m, n, k, f"aim{aim}_{m}_{n}_{k}"), _target("avx2", 2))

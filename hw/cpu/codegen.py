@@ -136,6 +136,49 @@ class CPrinter(CLikePrinter):
             self.emit(f"#pragma GCC unroll {int(s.annotation('unroll', 16))}")
         super().for_(s)
 
+    def let_chain(self, s) -> int:
+        """How many scalar ``let`` s with distinct names start at ``s``."""
+        names: set = set()
+        while isinstance(s, ir.LetStmt) and self.plain_let(s) and s.var.name not in names:
+            names.add(s.var.name)
+            s = s.body
+        return len(names)
+
+    def stmt(self, s) -> None:
+        """A chain of two or more scalar ``let`` s (:mod:`polycomp.lowering.index_cse`
+        binds a tile's index values so) is one C block of ``const`` locals around the
+        body, not one nested block per ``let``: the same scopes (no two of the chain's
+        names equal), without the indentation growing by a level per ``let``."""
+        n = self.let_chain(s)
+        if n < 2:
+            return super().stmt(s)
+        self.emit("{")
+        self.level += 1
+        self.lets_then(s, n)
+        self.level -= 1
+        self.emit("}")
+
+    def block(self, s) -> None:
+        """A loop's or branch's body that starts with scalar ``let`` s declares them in
+        the C block the loop or branch opens (no block of their own)."""
+        n = self.let_chain(s)
+        if n == 0:
+            return super().block(s)
+        self.level += 1
+        self.lets_then(s, n)
+        self.level -= 1
+
+    def lets_then(self, s, n: int) -> None:
+        """The ``const`` locals of the first ``n`` (scalar) lets of ``s``, then the body."""
+        for _ in range(n):
+            self.bind_scalar(s)
+            s = s.body
+        self.stmt(s)
+
+    def plain_let(self, s: ir.LetStmt) -> bool:
+        """Whether ``s`` binds a scalar (printed as a ``const`` local)."""
+        return True
+
     def intrinsic(self, e: ir.Call) -> str:
         if e.name == "prefetch":       # hw/cpu/prefetch.py: (element, for writing)
             at, write = e.args

@@ -415,6 +415,9 @@ class VectorPrinter(CPrinter):
         else:
             super().stmt(s)
 
+    def plain_let(self, s: ir.LetStmt) -> bool:
+        return not self.is_group_vector(s.value) and self.lanes_of(s.value) == 1
+
     def vstore(self, s: ir.Store) -> None:
         L = s.lanes
         D = s.buffer.dtype
