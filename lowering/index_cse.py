@@ -192,21 +192,29 @@ class _Walk:
             else:
                 self._children(e, me)
                 keys.append(None)
-        if isinstance(s, ir.For):
-            self.binder[s.var] = me
-            self.index_vars.add(s.var)
-        elif isinstance(s, ir.LetStmt):
-            self.binder[s.var] = me
-            if keys[0] is not None and _index_value(s.value):
-                self.index_vars.add(s.var)
-            else:
-                self.index_vars.discard(s.var)
+        _note_binding(s, me, keys, self.binder, self.index_vars)
         scope = self.scope
         if _outlined(s):
             self.scope = me
         for c in _stmts(s):
             self.stmt(c, me)
         self.scope = scope
+
+
+def _note_binding(s: ir.Stmt, me: int, keys: list, binder: dict[ir.Var, int],
+                  index_vars: set[ir.Var]) -> None:
+    """Record the variable ``s`` binds at position ``me`` (a loop's, or a ``let``'s whose
+    value is index arithmetic: ``keys[0]`` not None) in a walk's ``binder`` and
+    ``index_vars``; shared by the counting walk and the rewrite, which must agree."""
+    if isinstance(s, ir.For):
+        binder[s.var] = me
+        index_vars.add(s.var)
+    elif isinstance(s, ir.LetStmt):
+        binder[s.var] = me
+        if keys[0] is not None and _index_value(s.value):
+            index_vars.add(s.var)
+        else:
+            index_vars.discard(s.var)
 
 
 def _outlined(s: ir.Stmt) -> bool:
@@ -380,15 +388,7 @@ class _Rewrite(ir.Mutator):
             new, k = self.rw(e) if whole else (self.generic(e), None)
             exprs.append(new)
             keys.append(k)
-        if isinstance(s, ir.For):
-            self.binder[s.var] = me
-            self.index_vars.add(s.var)
-        elif isinstance(s, ir.LetStmt):
-            self.binder[s.var] = me
-            if keys[0] is not None and _index_value(s.value):
-                self.index_vars.add(s.var)
-            else:
-                self.index_vars.discard(s.var)
+        _note_binding(s, me, keys, self.binder, self.index_vars)
         scope = self.scope
         if _outlined(s):
             self.scope = me
