@@ -656,7 +656,7 @@ def _check_network(model, shapes, target):
 # The two networks' inputs: a static batch-1 compilation, then (automatic dynamic) one with
 # a symbolic batch that serves batches 2 and 3.  The spatial sizes stay 32 x 32: a second
 # image size makes Dynamo's recompilation symbolic in H and W too, a compilation of
-# 11-12 s of gcc for ResNet (29 s before the channel form took symbolic image sizes,
+# ~13 s of gcc for ResNet (29 s before the channel form took symbolic image sizes,
 # docs/graph.md "Compile time"), more than the suite's budget allows.  Their
 # convolutions are checked by test_cpu_conv_symbolic_image_sizes_against_numpy, and
 # symbolic image sizes through every layer kind (stride-2 stem, max pool,
