@@ -40,6 +40,7 @@ import pytest
 from polycomp.compiled import CompiledKernel
 from polycomp.driver import build, compile_kernel, interpret
 from polycomp.frontend.c_reader import load_c_kernels
+from polycomp.hw.cpu.codegen import PRELUDE_END
 from polycomp.hw.target import get_target
 from polycomp.lowering.interpreter import statement_instances
 from polycomp.scheduler.common.tree import violated_dependences
@@ -551,7 +552,8 @@ def test_wavefront_tiles_are_the_openmp_loop():
     for name in ("jacobi2d_like", "heat3d_like"):
         src = compile_kernel(kernel(name), "c").source
         assert src.count("#pragma omp parallel for") == 1, name
-        before = src[:src.index("#pragma omp parallel for")]
+        body = src.split(PRELUDE_END, 1)[1]            # the kernel, not the prelude's C
+        before = body[:body.index("#pragma omp parallel for")]
         assert before.count("for (") == 1, name       # only the wavefront loop outside
     assert "#pragma omp" not in compile_kernel(kernel("jacobi1d_like"), "c").source
 
