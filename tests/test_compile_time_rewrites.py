@@ -244,56 +244,6 @@ def test_privatisation_flow_under_the_flat_order_equals_the_tree_one(kernel, mon
 # --------------------------------------------------------------------------- twelfth round
 
 
-def _violated_all_pairs(schedule, deps):
-    """The former violated_dependences: every two statements related first."""
-    from polycomp.islutil import sets
-    from polycomp.scheduler.common.tree import schedule_map
-    smap = schedule_map(schedule)
-    bad = isl.UnionMap.empty(deps.get_space())
-    if smap.is_empty() or deps.is_empty():
-        return bad
-    for r in sets(smap.range()):
-        ge = isl.UnionMap.from_map(isl.Map.lex_ge(r.get_space()))
-        bad = bad.union(deps.intersect(smap.apply_range(ge).apply_range(smap.reverse())))
-    return bad
-
-
-@pytest.mark.parametrize("tree", [
-    # S writes A[i], T reads A[i - 1] and A[i]: legal in program order
-    '{ domain: "[N] -> { S[i] : 0 <= i < N; T[i] : 0 <= i < N }", child: { sequence: ['
-    '{ filter: "{ S[i] }", child: { schedule: "[{ S[i] -> [(i)] }]" } },'
-    '{ filter: "{ T[i] }", child: { schedule: "[{ T[i] -> [(i)] }]" } } ] } }',
-    # the two statements swapped: every dependence violated
-    '{ domain: "[N] -> { S[i] : 0 <= i < N; T[i] : 0 <= i < N }", child: { sequence: ['
-    '{ filter: "{ T[i] }", child: { schedule: "[{ T[i] -> [(i)] }]" } },'
-    '{ filter: "{ S[i] }", child: { schedule: "[{ S[i] -> [(i)] }]" } } ] } }',
-    # fused, T first in the body: T[i] reads A[i] before S[i] writes it
-    '{ domain: "[N] -> { S[i] : 0 <= i < N; T[i] : 0 <= i < N }", child: {'
-    ' schedule: "[{ S[i] -> [(i)]; T[i] -> [(i)] }]", child: { sequence: ['
-    '{ filter: "{ T[i] }" }, { filter: "{ S[i] }" } ] } } }',
-    # schedule spaces of different dimensions (never compared), T reversed in time
-    '{ domain: "[N] -> { S[i] : 0 <= i < N; T[i] : 0 <= i < N }", child: { sequence: ['
-    '{ filter: "{ S[i] }", child: { schedule: "[{ S[i] -> [(i)] }]" } },'
-    '{ filter: "{ T[i] }", child: { schedule: "[{ T[i] -> [(-i)] }]" } } ] } }',
-])
-def test_violated_dependences_per_map_equal_the_all_pairs_relation(tree):
-    """violated_dependences relates each dependence map's own two statements only; the
-    relation is the one of relating every two statements first (legal and illegal
-    trees), and is_legal agrees."""
-    from polycomp.scheduler.common.tree import (
-        is_legal,
-        schedule_from_str,
-        violated_dependences,
-    )
-    schedule = schedule_from_str(tree)
-    deps = isl.UnionMap("[N] -> { S[i] -> T[i + 1] : 0 <= i < N - 1; S[i] -> T[i] : "
-                        "0 <= i < N; T[i] -> T[i + 1] : 0 <= i < N - 1; "
-                        "S[i] -> S[i + 2] : 0 <= i < N - 2 }")
-    new, old = violated_dependences(schedule, deps), _violated_all_pairs(schedule, deps)
-    assert new.is_equal(old)
-    assert is_legal(schedule, deps) == old.is_empty()
-
-
 def _random_index_expr(rng, depth, dtype, leaves):
     if depth == 0 or rng.random() < 0.2:
         if rng.random() < 0.6:

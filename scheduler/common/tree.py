@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from polycomp.islutil import maps, restrict_equal, some_differ
+from polycomp.islutil import restrict_equal, sets, some_differ
 
 
 def union_set_list(ctx, sets) -> isl.UnionSetList:
@@ -132,46 +132,17 @@ def violated_dependences(schedule: isl.Schedule, deps: isl.UnionMap) -> isl.Unio
     """The dependences ``a -> b`` for which ``b`` is not scheduled strictly after ``a``.
 
     Instances outside the schedule's domain (e.g. statements a pass removed) are not
-    checked; extension statements do not appear in ``deps``.  Only schedule points of
-    one space are compared (lexicographic order is defined within a space).
-
-    Computed dependence map by dependence map (:func:`_violations`): each map
-    ``A -> B`` is intersected with ``S_A(a) >= S_B(b)`` over the schedule maps of its
-    own two statements.  (Relating every two statements of the schedule first,
-    ``S . lex_ge . S^-1``, and intersecting that with all the dependences gives the
-    same relation at a cost quadratic in the statements.)
+    checked; extension statements do not appear in ``deps``.
     """
-    bad = isl.UnionMap.empty(deps.get_space())
-    for v in _violations(schedule, deps):
-        bad = bad.union(v)
-    return bad
-
-
-def _violations(schedule: isl.Schedule, deps: isl.UnionMap):
-    """The non-empty pieces ``d ∩ (S_A . lex_ge . S_B^-1)`` of the dependence maps
-    ``d: A -> B`` of ``deps``, where ``S_A``, ``S_B`` are the maps of the schedule
-    (restricted to its domain) from ``A`` and ``B`` into one common schedule space."""
     smap = schedule_map(schedule)
     if smap.is_empty() or deps.is_empty():
-        return
-    from_stmt: dict[str | None, list[isl.Map]] = {}
-    for m in maps(smap):
-        from_stmt.setdefault(m.get_tuple_name(isl.dim_type.in_), []).append(m)
-    for d in maps(deps):
-        dsp = d.get_space()
-        src = [m for m in from_stmt.get(d.get_tuple_name(isl.dim_type.in_), ())
-               if m.get_space().domain().is_equal(dsp.domain())]
-        dst = [m for m in from_stmt.get(d.get_tuple_name(isl.dim_type.out), ())
-               if m.get_space().domain().is_equal(dsp.range())]
-        for sa in src:
-            r = sa.get_space().range()
-            for sb in dst:
-                if not sb.get_space().range().is_equal(r):
-                    continue
-                later_or_equal = sa.apply_range(isl.Map.lex_ge(r)).apply_range(sb.reverse())
-                v = d.intersect(later_or_equal)
-                if not v.is_empty():
-                    yield v
+        return isl.UnionMap.empty(deps.get_space())
+    bad = isl.UnionMap.empty(deps.get_space())
+    for r in sets(smap.range()):
+        ge = isl.UnionMap.from_map(isl.Map.lex_ge(r.get_space()))
+        later_or_equal = smap.apply_range(ge).apply_range(smap.reverse())  # S(a) >= S(b)
+        bad = bad.union(deps.intersect(later_or_equal))
+    return bad
 
 
 @dataclass(eq=False)
@@ -200,9 +171,7 @@ class RelaxedDependences:
 
 
 def is_legal(schedule: isl.Schedule, deps: isl.UnionMap) -> bool:
-    """No dependence of ``deps`` is violated (:func:`violated_dependences` is empty);
-    stops at the first violated dependence map."""
-    return next(_violations(schedule, deps), None) is None
+    return violated_dependences(schedule, deps).is_empty()
 
 
 # --------------------------------------------------------------------------- bands
