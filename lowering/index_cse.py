@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 
 from polycomp import ir
 from polycomp.lowering.simplify import is_index
+from polycomp.lowering.vectorize import OUTLINE
 
 #: the smallest expression bound (nodes): ``(c3 % 3) * 2`` has 5, ``c5 * 8`` 3
 MIN_NODES = 5
@@ -222,7 +223,6 @@ def _outlined(s: ir.Stmt) -> bool:
     ``outline`` attribute: a dot-product register tile).  Its index expressions are
     bound inside it (the printer passes the body's free variables, which it finds
     in the body's statements and expressions, not in attribute values)."""
-    from polycomp.hw.cpu.microkernel import OUTLINE
     return isinstance(s, ir.AttrStmt) and s.key == OUTLINE
 
 

@@ -375,6 +375,11 @@ def _build(loop, an, plan, tail, reduce_unroll, reciprocal, acc_ids):
 #: r-1`` of ``hi`` (AVX-512 ``valignq``/``valignd``), i.e. the vector ``L`` elements long
 #: that starts ``r`` elements into ``lo`` when ``hi`` follows ``lo`` in memory
 VALIGN = "valign"
+#: the IR attribute around a dot-product register tile (made by
+#: :mod:`polycomp.hw.cpu.microkernel`): its body is printed as a function of its own
+#: (:meth:`polycomp.hw.cpu.vector_printer.VectorPrinter.outline`); here, beside the other
+#: vector IR keys, so that lowering passes (:mod:`polycomp.lowering.index_cse`) read it
+OUTLINE = "outline"
 #: For annotation of the loops :mod:`polycomp.lowering.lift` builds (vector code
 #: already; this pass leaves them as they are)
 LIFTED = "lifted"

@@ -120,6 +120,7 @@ from polycomp import ir
 from polycomp.hw.clike import conv_symbolic_enabled
 from polycomp.lowering.simplify import const_difference, simplify, upper_bound
 from polycomp.lowering.vectorize import (
+    OUTLINE,
     Unvectorizable,
     Widen,
     analyse,
@@ -1250,9 +1251,6 @@ def microkernels(func: ir.LoweredFunc, lanes_of, dots: Sequence[DotTile] = (),
 DOT_CALLS = {("bfloat16", "bfloat16", "float32"): "dot_bf16",
              ("uint8", "int8", "int32"): "dot_u8s8"}
 BROADCAST_GROUP = "broadcast_group"
-#: the IR attribute around each dot-product register tile: print it as a function of its
-#: own (:meth:`polycomp.hw.cpu.vector_printer.VectorPrinter.outline`)
-OUTLINE = "outline"
 #: the annotation of a dot tile's loop over the groups of ``k``
 DOT_GROUPS = "dot_groups"
 
