@@ -29,44 +29,44 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_bias_relu_float16_k0
             pc_setmaxnreg_dec<80>();
             if ((tx1 < 32)) {
               if (((((K * 2) % 16) == 0) && (((M * 2) % 16) == 0))) {
-                for (int64_t tj1 = 0; tj1 < pc_floordiv((((((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)) + pc_min_i64(((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)), 132)) - pb1) - 1), pc_min_i64(((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)), 132)); ++tj1) {
+                for (int64_t tj1 = 0; tj1 < pc_floordiv((((((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)) + pc_min_i64(((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)), 132)) - pb1) - 1), pc_min_i64(((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)), 132)); ++tj1) {
                   {
-                    const int64_t c0 = pc_floordiv((pb1 + (tj1 * pc_min_i64(((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)), 132))), (pc_floordiv((M - 1), 64) + 1));
+                    const int64_t c0 = pc_floordiv((pb1 + (tj1 * pc_min_i64(((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)), 132))), (((M - 1) / 64) + 1));
                     {
-                      const int64_t c1 = pc_floormod((pb1 + (tj1 * pc_min_i64(((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)), 132))), (pc_floordiv((M - 1), 64) + 1));
-                      for (int64_t c2 = 0; c2 < (pc_floordiv((K - 1), 64) + 1); ++c2) {
-                        pc_mbar_wait(&bar1[(pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) + 2)], (int)(((-pc_floormod(pc_floordiv(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2), 2)) + 1)));
+                      const int64_t c1 = pc_floormod((pb1 + (tj1 * pc_min_i64(((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)), 132))), (((M - 1) / 64) + 1));
+                      for (int64_t c2 = 0; c2 < (((K - 1) / 64) + 1); ++c2) {
+                        pc_mbar_wait(&bar1[((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) + 2)], (int)(((-((((tj1 * (((K - 1) / 64) + 1)) + c2) / 2) % 2)) + 1)));
                         if (((tx1 % 32) == 0)) {
-                          pc_mbar_arrive_tx(&bar1[pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2)], (int)(16384));
-                          pc_tma_load_2d(&As1[(pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) * 4096)], &pc_tmap0, &bar1[pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2)], (int)((c2 * 64)), (int)((c0 * 64)));
-                          pc_tma_load_2d(&Bs1[(pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) * 4096)], &pc_tmap1, &bar1[pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2)], (int)((c1 * 64)), (int)((c2 * 64)));
+                          pc_mbar_arrive_tx(&bar1[(((tj1 * (((K - 1) / 64) + 1)) + c2) % 2)], (int)(16384));
+                          pc_tma_load_2d(&As1[((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) * 4096)], &pc_tmap0, &bar1[(((tj1 * (((K - 1) / 64) + 1)) + c2) % 2)], (int)((c2 * 64)), (int)((c0 * 64)));
+                          pc_tma_load_2d(&Bs1[((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) * 4096)], &pc_tmap1, &bar1[(((tj1 * (((K - 1) / 64) + 1)) + c2) % 2)], (int)((c1 * 64)), (int)((c2 * 64)));
                         } else {
-                          pc_mbar_arrive(&bar1[pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2)]);
+                          pc_mbar_arrive(&bar1[(((tj1 * (((K - 1) / 64) + 1)) + c2) % 2)]);
                         }
                       }
                     }
                   }
                 }
               } else {
-                for (int64_t tj1 = 0; tj1 < pc_floordiv((((((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)) + pc_min_i64(((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)), 132)) - pb1) - 1), pc_min_i64(((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)), 132)); ++tj1) {
+                for (int64_t tj1 = 0; tj1 < pc_floordiv((((((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)) + pc_min_i64(((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)), 132)) - pb1) - 1), pc_min_i64(((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)), 132)); ++tj1) {
                   {
-                    const int64_t c0 = pc_floordiv((pb1 + (tj1 * pc_min_i64(((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)), 132))), (pc_floordiv((M - 1), 64) + 1));
+                    const int64_t c0 = pc_floordiv((pb1 + (tj1 * pc_min_i64(((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)), 132))), (((M - 1) / 64) + 1));
                     {
-                      const int64_t c1 = pc_floormod((pb1 + (tj1 * pc_min_i64(((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)), 132))), (pc_floordiv((M - 1), 64) + 1));
-                      for (int64_t c2 = 0; c2 < (pc_floordiv((K - 1), 64) + 1); ++c2) {
-                        pc_mbar_wait(&bar1[(pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) + 2)], (int)(((-pc_floormod(pc_floordiv(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2), 2)) + 1)));
+                      const int64_t c1 = pc_floormod((pb1 + (tj1 * pc_min_i64(((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)), 132))), (((M - 1) / 64) + 1));
+                      for (int64_t c2 = 0; c2 < (((K - 1) / 64) + 1); ++c2) {
+                        pc_mbar_wait(&bar1[((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) + 2)], (int)(((-((((tj1 * (((K - 1) / 64) + 1)) + c2) / 2) % 2)) + 1)));
                         for (int64_t cq1 = 0; cq1 < 128; ++cq1) {
                           if ((((tx1 % 32) + (cq1 * 32)) < 4096)) {
-                            As1[(((((pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) * 4096) + (((((tx1 % 32) + (cq1 * 32)) % 64) / 64) * 4096)) + ((((tx1 % 32) + (cq1 * 32)) / 64) * 64)) + ((((((((tx1 % 32) + (cq1 * 32)) % 64) % 64) / 8)) ^ (((((tx1 % 32) + (cq1 * 32)) / 64) % 8))) * 8)) + (((((tx1 % 32) + (cq1 * 32)) % 64) % 64) % 8))] = __float2half(((((((c0 * 64) + (((tx1 % 32) + (cq1 * 32)) / 64)) < N) && (((c2 * 64) + (((tx1 % 32) + (cq1 * 32)) % 64)) < K))) ? (((float)(__half2float(A[(((((c0 * 64) + (((tx1 % 32) + (cq1 * 32)) / 64)) * K) + (c2 * 64)) + (((tx1 % 32) + (cq1 * 32)) % 64))])))) : (0.0f)));
+                            As1[((((((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) * 4096) + (((((tx1 % 32) + (cq1 * 32)) % 64) / 64) * 4096)) + ((((tx1 % 32) + (cq1 * 32)) / 64) * 64)) + ((((((((tx1 % 32) + (cq1 * 32)) % 64) % 64) / 8)) ^ (((((tx1 % 32) + (cq1 * 32)) / 64) % 8))) * 8)) + (((((tx1 % 32) + (cq1 * 32)) % 64) % 64) % 8))] = __float2half(((((((c0 * 64) + (((tx1 % 32) + (cq1 * 32)) / 64)) < N) && (((c2 * 64) + (((tx1 % 32) + (cq1 * 32)) % 64)) < K))) ? (((float)(__half2float(A[(((((c0 * 64) + (((tx1 % 32) + (cq1 * 32)) / 64)) * K) + (c2 * 64)) + (((tx1 % 32) + (cq1 * 32)) % 64))])))) : (0.0f)));
                           }
                         }
                         for (int64_t cq1 = 0; cq1 < 128; ++cq1) {
                           if ((((tx1 % 32) + (cq1 * 32)) < 4096)) {
-                            Bs1[(((((pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) * 4096) + (((((tx1 % 32) + (cq1 * 32)) % 64) / 64) * 4096)) + ((((tx1 % 32) + (cq1 * 32)) / 64) * 64)) + ((((((((tx1 % 32) + (cq1 * 32)) % 64) % 64) / 8)) ^ (((((tx1 % 32) + (cq1 * 32)) / 64) % 8))) * 8)) + (((((tx1 % 32) + (cq1 * 32)) % 64) % 64) % 8))] = __float2half(((((((c2 * 64) + (((tx1 % 32) + (cq1 * 32)) / 64)) < K) && (((c1 * 64) + (((tx1 % 32) + (cq1 * 32)) % 64)) < M))) ? (((float)(__half2float(B[(((((c2 * 64) + (((tx1 % 32) + (cq1 * 32)) / 64)) * M) + (c1 * 64)) + (((tx1 % 32) + (cq1 * 32)) % 64))])))) : (0.0f)));
+                            Bs1[((((((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) * 4096) + (((((tx1 % 32) + (cq1 * 32)) % 64) / 64) * 4096)) + ((((tx1 % 32) + (cq1 * 32)) / 64) * 64)) + ((((((((tx1 % 32) + (cq1 * 32)) % 64) % 64) / 8)) ^ (((((tx1 % 32) + (cq1 * 32)) / 64) % 8))) * 8)) + (((((tx1 % 32) + (cq1 * 32)) % 64) % 64) % 8))] = __float2half(((((((c2 * 64) + (((tx1 % 32) + (cq1 * 32)) / 64)) < K) && (((c1 * 64) + (((tx1 % 32) + (cq1 * 32)) % 64)) < M))) ? (((float)(__half2float(B[(((((c2 * 64) + (((tx1 % 32) + (cq1 * 32)) / 64)) * M) + (c1 * 64)) + (((tx1 % 32) + (cq1 * 32)) % 64))])))) : (0.0f)));
                           }
                         }
                         pc_fence_proxy_async();
-                        pc_mbar_arrive(&bar1[pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2)]);
+                        pc_mbar_arrive(&bar1[(((tj1 * (((K - 1) / 64) + 1)) + c2) % 2)]);
                       }
                     }
                   }
@@ -76,11 +76,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_bias_relu_float16_k0
           }
           if ((ty1 >= 1)) {
             pc_setmaxnreg_inc<248>();
-            for (int64_t tj1 = 0; tj1 < pc_floordiv((((((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)) + pc_min_i64(((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)), 132)) - pb1) - 1), pc_min_i64(((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)), 132)); ++tj1) {
+            for (int64_t tj1 = 0; tj1 < pc_floordiv((((((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)) + pc_min_i64(((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)), 132)) - pb1) - 1), pc_min_i64(((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)), 132)); ++tj1) {
               {
-                const int64_t c0 = pc_floordiv((pb1 + (tj1 * pc_min_i64(((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)), 132))), (pc_floordiv((M - 1), 64) + 1));
+                const int64_t c0 = pc_floordiv((pb1 + (tj1 * pc_min_i64(((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)), 132))), (((M - 1) / 64) + 1));
                 {
-                  const int64_t c1 = pc_floormod((pb1 + (tj1 * pc_min_i64(((pc_floordiv((N - 1), 64) + 1) * (pc_floordiv((M - 1), 64) + 1)), 132))), (pc_floordiv((M - 1), 64) + 1));
+                  const int64_t c1 = pc_floormod((pb1 + (tj1 * pc_min_i64(((((N - 1) / 64) + 1) * (((M - 1) / 64) + 1)), 132))), (((M - 1) / 64) + 1));
                   // tc_frag: matmul_bias_relu_mm_init
                   #pragma unroll
                   for (int64_t fjn1 = 0; fjn1 < 8; ++fjn1) {
@@ -93,21 +93,21 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_bias_relu_float16_k0
                   }
                   // wgmma_mainloop: 1
                   pc_wgmma_fence_operand<32>(&acc1[0]);
-                  for (int64_t c2 = 0; c2 < (pc_floordiv((K - 1), 64) + 1); ++c2) {
-                    pc_mbar_wait(&bar1[pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2)], (int)(pc_floormod(pc_floordiv(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2), 2)));
+                  for (int64_t c2 = 0; c2 < (((K - 1) / 64) + 1); ++c2) {
+                    pc_mbar_wait(&bar1[(((tj1 * (((K - 1) / 64) + 1)) + c2) % 2)], (int)(((((tj1 * (((K - 1) / 64) + 1)) + c2) / 2) % 2)));
                     pc_wgmma_fence();
-                    pc_wgmma_m64n64k16_f16_01(&acc1[0], (uint64_t)(pc_wgmma_desc(&As1[(((pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) * 4096) + (ty1 * 4096)) - 4096)], 16u, 1024u, 1u)), (uint64_t)(pc_wgmma_desc(&Bs1[(pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) * 4096)], 8192u, 1024u, 1u)), (int)(1));
-                    pc_wgmma_m64n64k16_f16_01(&acc1[0], (uint64_t)(pc_wgmma_desc(&As1[(((pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) * 4096) + (ty1 * 4096)) - 4080)], 16u, 1024u, 1u)), (uint64_t)(pc_wgmma_desc(&Bs1[((pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) * 4096) + 1024)], 8192u, 1024u, 1u)), (int)(1));
-                    pc_wgmma_m64n64k16_f16_01(&acc1[0], (uint64_t)(pc_wgmma_desc(&As1[(((pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) * 4096) + (ty1 * 4096)) - 4064)], 16u, 1024u, 1u)), (uint64_t)(pc_wgmma_desc(&Bs1[((pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) * 4096) + 2048)], 8192u, 1024u, 1u)), (int)(1));
-                    pc_wgmma_m64n64k16_f16_01(&acc1[0], (uint64_t)(pc_wgmma_desc(&As1[(((pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) * 4096) + (ty1 * 4096)) - 4048)], 16u, 1024u, 1u)), (uint64_t)(pc_wgmma_desc(&Bs1[((pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2), 2) * 4096) + 3072)], 8192u, 1024u, 1u)), (int)(1));
+                    pc_wgmma_m64n64k16_f16_01(&acc1[0], (uint64_t)(pc_wgmma_desc(&As1[((((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) * 4096) + (ty1 * 4096)) - 4096)], 16u, 1024u, 1u)), (uint64_t)(pc_wgmma_desc(&Bs1[((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) * 4096)], 8192u, 1024u, 1u)), (int)(1));
+                    pc_wgmma_m64n64k16_f16_01(&acc1[0], (uint64_t)(pc_wgmma_desc(&As1[((((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) * 4096) + (ty1 * 4096)) - 4080)], 16u, 1024u, 1u)), (uint64_t)(pc_wgmma_desc(&Bs1[(((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) * 4096) + 1024)], 8192u, 1024u, 1u)), (int)(1));
+                    pc_wgmma_m64n64k16_f16_01(&acc1[0], (uint64_t)(pc_wgmma_desc(&As1[((((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) * 4096) + (ty1 * 4096)) - 4064)], 16u, 1024u, 1u)), (uint64_t)(pc_wgmma_desc(&Bs1[(((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) * 4096) + 2048)], 8192u, 1024u, 1u)), (int)(1));
+                    pc_wgmma_m64n64k16_f16_01(&acc1[0], (uint64_t)(pc_wgmma_desc(&As1[((((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) * 4096) + (ty1 * 4096)) - 4048)], 16u, 1024u, 1u)), (uint64_t)(pc_wgmma_desc(&Bs1[(((((tj1 * (((K - 1) / 64) + 1)) + c2) % 2) * 4096) + 3072)], 8192u, 1024u, 1u)), (int)(1));
                     pc_wgmma_commit();
                     pc_wgmma_wait<1>();
                     if ((c2 > 0)) {
-                      pc_mbar_arrive(&bar1[(pc_floormod((((tj1 * (pc_floordiv((K - 1), 64) + 1)) + c2) - 1), 2) + 2)]);
+                      pc_mbar_arrive(&bar1[(pc_floormod((((tj1 * (((K - 1) / 64) + 1)) + c2) - 1), 2) + 2)]);
                     }
                   }
                   pc_wgmma_wait<0>();
-                  pc_mbar_arrive(&bar1[(pc_floormod(((tj1 * (pc_floordiv((K - 1), 64) + 1)) + pc_floordiv((K - 1), 64)), 2) + 2)]);
+                  pc_mbar_arrive(&bar1[((((tj1 * (((K - 1) / 64) + 1)) + ((K - 1) / 64)) % 2) + 2)]);
                   pc_wgmma_fence_operand<32>(&acc1[0]);
                   // tc_frag: matmul_bias_relu
                   #pragma unroll
